@@ -1,0 +1,1 @@
+"""Exporters: spec (YAML) → torch model → ONNX → Triton model repository with schema-checked configs."""

@@ -1,0 +1,79 @@
+"""``python -m exporters build``: models.yaml → model_repository, with a progress bar and a summary."""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import sys
+from pathlib import Path
+
+from rich.console import Console
+from rich.progress import Progress
+from rich.table import Table
+
+from exporters.devices import detect_gpu_count
+from exporters.errors import ExportCheckError, ExporterError, SpecError
+from exporters.repository import build_repository
+from exporters.spec import load_spec
+
+
+def _parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="python -m exporters", description=__doc__)
+    sub = parser.add_subparsers(dest="command", required=True)
+    build = sub.add_parser("build", help="export every model of the spec and write its config.pbtxt")
+    build.add_argument("--spec", type=Path, default=Path("models.yaml"))
+    build.add_argument("--repository", type=Path, default=Path("model_repository"))
+    build.add_argument("--models", help="comma-separated subset of model names")
+    build.add_argument(
+        "--gpus", type=int, default=None, help="plan for N GPUs (default: detect; 0 forces CPU placement)"
+    )
+    sub.add_parser("validate", help="check models.yaml and exit").add_argument(
+        "--spec", type=Path, default=Path("models.yaml")
+    )
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = _parser().parse_args(argv)
+    logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
+    console = Console()
+    try:
+        spec = load_spec(args.spec)
+        if args.command == "validate":
+            console.print(f"{args.spec}: {len(spec.models)} models, valid")
+            return 0
+        gpus = detect_gpu_count() if args.gpus is None else args.gpus
+        only = args.models.split(",") if args.models else None
+        count = len(only) if only else len(spec.models)
+        with Progress(console=console, transient=True) as progress:
+            task = progress.add_task("exporting", total=count)
+
+            def advance(model):
+                progress.update(task, description=f"exporting {model.name} ({model.precision})")
+
+            built = build_repository(spec, args.repository, gpus, only, on_model=advance)
+            progress.update(task, completed=count)
+    except SpecError as error:
+        console.print(f"[red]spec error[/red] {error}")
+        return 2
+    except ExportCheckError as error:
+        console.print(f"[red]export check failed[/red] {error}")
+        return 3
+    except ExporterError as error:
+        console.print(f"[red]error[/red] {error}")
+        return 1
+    table = Table(title=f"{args.repository} (planned GPUs: {gpus})")
+    for column in ("model", "precision", "batching", "instances", "max rel err", "export"):
+        table.add_column(column)
+    for item in built:
+        groups = ", ".join(f"{g.kind}×{g.count}{g.gpus or ''}" for g in item.config.instance_group)
+        table.add_row(
+            item.spec.name, item.spec.precision, item.spec.batching.mode, groups,
+            f"{item.artifact.max_rel_error:.2e}", "cached" if item.artifact.cached else "exported",
+        )  # fmt: skip
+    console.print(table)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,184 @@
+"""torch → ONNX for one model of the spec, checked against torch before it enters the repository.
+
+``export_onnx`` is a pure function of (spec, out_dir): the same spec and weights give the same file,
+and a content hash of both lets a rebuild skip work already done. Uses the TorchScript-based exporter
+(``dynamo=False``), which gives the spec's tensor names exactly and takes a fraction of a second per
+model; the graph is checked with ``onnx.checker`` and numerically with onnxruntime on the CPU.
+"""
+
+from __future__ import annotations
+
+import copy
+import hashlib
+import json
+import logging
+import warnings
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+import numpy as np
+import onnx
+import onnxruntime as ort
+import torch
+from torch import nn
+
+from exporters.errors import ExportCheckError, SpecError
+from exporters.parity import compare_outputs
+from exporters.spec import ModelSpec
+from exporters.zoo import ZOO
+
+log = logging.getLogger(__name__)
+
+OPSET = 17
+EXPORTER_VERSION = "1"  # bump when the export procedure changes, to invalidate cached artifacts
+NUMPY_DTYPES = {"fp32": np.float32, "fp16": np.float16, "int64": np.int64, "int32": np.int32}
+
+
+@dataclass(frozen=True)
+class Artifact:
+    """What an export produced and how well it matched torch."""
+
+    path: Path
+    content_hash: str
+    precision: str
+    max_abs_error: float
+    max_rel_error: float
+    tolerance: float
+    cached: bool = False
+
+
+def build_torch_model(spec: ModelSpec) -> nn.Module:
+    """The spec's zoo model with its seeded weights, in fp32 (the reference for every precision)."""
+    return ZOO[spec.source].create(spec.options, spec.seed)
+
+
+def sample_inputs(spec: ModelSpec, model: nn.Module, batch: int, seed: int) -> list[np.ndarray]:
+    """Valid inputs for ``spec`` at ``batch``, cast to the spec's dtypes (fp16 models take fp16)."""
+    arrays = ZOO[spec.source].sample(model, spec.options, batch, np.random.default_rng(seed))
+    return [a.astype(NUMPY_DTYPES[t.dtype]) for a, t in zip(arrays, spec.inputs, strict=True)]
+
+
+def torch_reference(model: nn.Module, inputs: list[np.ndarray]) -> list[np.ndarray]:
+    """Run the fp32 torch model (float inputs widened to fp32); the truth every artifact is held to."""
+    tensors = [torch.from_numpy(a.astype(np.float32) if a.dtype == np.float16 else a) for a in inputs]
+    with torch.inference_mode():
+        outputs = model(*tensors)
+    outputs = outputs if isinstance(outputs, tuple | list) else (outputs,)
+    return [o.float().numpy() for o in outputs]
+
+
+def content_hash(spec: ModelSpec, model: nn.Module) -> str:
+    """Hash of everything that determines the exported file: the spec's model fields and the weights."""
+    digest = hashlib.sha256()
+    identity = {
+        "source": spec.source, "options": spec.options, "seed": spec.seed, "precision": spec.precision,
+        "inputs": [asdict(t) for t in spec.inputs], "outputs": [asdict(t) for t in spec.outputs],
+        "opset": OPSET, "exporter": EXPORTER_VERSION, "torch": torch.__version__,
+    }  # fmt: skip
+    digest.update(json.dumps(identity, sort_keys=True, default=list).encode())
+    for name, tensor in model.state_dict().items():
+        digest.update(name.encode())
+        digest.update(tensor.detach().cpu().contiguous().numpy().tobytes())
+    return digest.hexdigest()
+
+
+def check_signature(spec: ModelSpec, model: nn.Module) -> None:
+    """The spec's declared inputs and outputs must match what the model really takes and gives."""
+    inputs = sample_inputs(spec, model, 2, seed=0)
+    for index, (array, tensor) in enumerate(zip(inputs, spec.inputs, strict=True)):
+        if array.shape[1:] != tensor.shape:
+            raise SpecError(
+                f"{spec.name}.inputs[{index}].shape",
+                f"is {list(tensor.shape)}, the model takes {list(array.shape[1:])}",
+            )
+    outputs = torch_reference(model, inputs)
+    if len(outputs) != len(spec.outputs):
+        raise SpecError(
+            f"{spec.name}.outputs", f"lists {len(spec.outputs)} outputs, the model gives {len(outputs)}"
+        )
+    for index, (array, tensor) in enumerate(zip(outputs, spec.outputs, strict=True)):
+        if array.shape[1:] != tensor.shape:
+            raise SpecError(
+                f"{spec.name}.outputs[{index}].shape",
+                f"is {list(tensor.shape)}, the model gives {list(array.shape[1:])}",
+            )
+
+
+def check_external_data(model_path: Path) -> None:
+    """Reject ONNX initializers stored outside the model's own folder (path traversal on load)."""
+    model = onnx.load(str(model_path), load_external_data=False)
+    root = model_path.parent.resolve()
+    for tensor in model.graph.initializer:
+        if tensor.data_location != onnx.TensorProto.EXTERNAL:
+            continue
+        location = next((e.value for e in tensor.external_data if e.key == "location"), "")
+        target = (root / location).resolve()
+        if Path(location).is_absolute() or not target.is_relative_to(root):
+            raise ExportCheckError(
+                f"{model_path}: initializer {tensor.name!r} points outside the model folder: {location!r}"
+            )
+
+
+def run_onnx(path: Path, spec: ModelSpec, inputs: list[np.ndarray]) -> list[np.ndarray]:
+    session = ort.InferenceSession(str(path), providers=["CPUExecutionProvider"])
+    return session.run(
+        [t.name for t in spec.outputs], {t.name: a for t, a in zip(spec.inputs, inputs, strict=True)}
+    )
+
+
+def _export_file(spec: ModelSpec, model: nn.Module, path: Path) -> None:
+    # A copy: halving in place would round the reference model's weights too.
+    export_model = copy.deepcopy(model).half() if spec.precision == "fp16" else model
+    example = [torch.from_numpy(a) for a in sample_inputs(spec, model, 2, seed=0)]
+    names = [t.name for t in spec.inputs] + [t.name for t in spec.outputs]
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        torch.onnx.export(
+            export_model,
+            tuple(example),
+            str(path),
+            input_names=[t.name for t in spec.inputs],
+            output_names=[t.name for t in spec.outputs],
+            dynamic_axes={name: {0: "batch"} for name in names},
+            opset_version=OPSET,
+            dynamo=False,
+        )
+
+
+def export_onnx(spec: ModelSpec, out_dir: Path) -> Artifact:
+    """Export ``spec``'s model to ``out_dir/model.onnx`` unless an identical export is already there.
+
+    The file only takes its final name after ``onnx.checker`` and the parity check against torch
+    (batch sizes 1 and 3, so the dynamic batch axis is exercised) have passed.
+    """
+    model = build_torch_model(spec)
+    check_signature(spec, model)
+    digest = content_hash(spec, model)
+    path, record_path = out_dir / "model.onnx", out_dir / "export.json"
+    if path.exists() and record_path.exists():
+        record = json.loads(record_path.read_text())
+        if record.get("content_hash") == digest:
+            log.info("%s: export up to date (%s)", spec.name, digest[:12])
+            return Artifact(path=path, cached=True, **{k: v for k, v in record.items() if k != "path"})
+    out_dir.mkdir(parents=True, exist_ok=True)
+    staging = out_dir / "model.onnx.partial"
+    _export_file(spec, model, staging)
+    onnx.checker.check_model(str(staging), full_check=True)
+    check_external_data(staging)
+    worst = None
+    for batch in (1, 3):
+        inputs = sample_inputs(spec, model, batch, seed=100 + batch)
+        report = compare_outputs(
+            run_onnx(staging, spec, inputs), torch_reference(model, inputs), spec.precision,
+            f"{spec.name} ({spec.precision} ONNX, batch {batch})",
+        )  # fmt: skip
+        worst = report if worst is None or report.max_rel_error > worst.max_rel_error else worst
+    staging.replace(path)
+    artifact = Artifact(
+        path, digest, spec.precision, worst.max_abs_error, worst.max_rel_error, worst.tolerance
+    )
+    record_path.write_text(
+        json.dumps({k: v for k, v in asdict(artifact).items() if k not in ("path", "cached")}, indent=2)
+    )
+    log.info("%s: exported %s, max rel error %.2e", spec.name, spec.precision, artifact.max_rel_error)
+    return artifact

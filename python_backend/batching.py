@@ -1,0 +1,114 @@
+"""Run a list of Triton requests as one batch, and keep one bad request from failing the others.
+
+The Python backend hands ``execute`` a list of requests and does not concatenate them; batching only
+pays when the model does. Invariants, relied on by every model here:
+
+* ``len(results) == len(requests)`` and ``results[i]`` answers ``requests[i]``.
+* A request whose inputs fail validation gets its own error; the rest still run as one batch.
+* If the batched run itself fails (e.g. one request carries an out-of-range id), every request is
+  retried alone, so only the culprit gets the error, and every caller gets an answer.
+
+Pure numpy: no Triton import, so it is unit-tested without a server.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+
+import numpy as np
+
+Arrays = dict[str, np.ndarray]
+RunFn = Callable[[Arrays], Arrays]
+
+
+class InvalidInputError(ValueError):
+    """A request's input is unusable; the message names the input. Maps to INVALID_ARGUMENT / 400."""
+
+
+class ModelRunError(RuntimeError):
+    """The model raised while running one request alone. Maps to INTERNAL / 500."""
+
+
+@dataclass(frozen=True)
+class TensorInfo:
+    """What the config promises about one tensor: name, numpy dtype, dims without the batch axis."""
+
+    name: str
+    dtype: np.dtype
+    dims: tuple[int, ...]
+
+
+def validate(arrays: Arrays, inputs: Sequence[TensorInfo]) -> int:
+    """Check one request's inputs against the config; return its batch size (rows)."""
+    rows = None
+    for info in inputs:
+        if info.name not in arrays:
+            raise InvalidInputError(f"input '{info.name}' is missing")
+        array = arrays[info.name]
+        if array.dtype != info.dtype:
+            raise InvalidInputError(f"input '{info.name}' has dtype {array.dtype}, expected {info.dtype}")
+        trailing = array.shape[1:]
+        if len(trailing) != len(info.dims) or any(
+            d not in (-1, t) for d, t in zip(info.dims, trailing, strict=True)
+        ):
+            raise InvalidInputError(
+                f"input '{info.name}' has shape {list(array.shape)}, expected [batch, {info.dims}]"
+            )
+        if rows is None:
+            rows = array.shape[0]
+        elif array.shape[0] != rows:
+            raise InvalidInputError(
+                f"input '{info.name}' has {array.shape[0]} rows, other inputs have {rows}"
+            )
+    return rows or 0
+
+
+def _split(outputs: Arrays, sizes: Sequence[int]) -> list[Arrays]:
+    bounds = np.cumsum(sizes)[:-1]
+    pieces = {name: np.split(array, bounds) for name, array in outputs.items()}
+    return [{name: parts[i] for name, parts in pieces.items()} for i in range(len(sizes))]
+
+
+def _run_alone(run: RunFn, arrays: Arrays) -> Arrays | Exception:
+    try:
+        return run(arrays)
+    except InvalidInputError as error:
+        return error
+    except Exception as error:  # the model's own failure, reported to this request only
+        return ModelRunError(f"{type(error).__name__}: {error}")
+
+
+def run_batched(
+    requests: Sequence[Arrays | Exception], inputs: Sequence[TensorInfo], run: RunFn
+) -> list[Arrays | Exception]:
+    """Validate, concatenate along dim 0, run once, split; per-request errors stay per request.
+
+    ``requests`` items that are already exceptions (failed to read) pass straight through.
+    """
+    results: list[Arrays | Exception] = list(requests)
+    good: list[int] = []
+    sizes: list[int] = []
+    for index, arrays in enumerate(requests):
+        if isinstance(arrays, Exception):
+            continue
+        try:
+            sizes.append(validate(arrays, inputs))
+            good.append(index)
+        except InvalidInputError as error:
+            results[index] = error
+    if not good:
+        return results
+    if len(good) == 1:
+        results[good[0]] = _run_alone(run, requests[good[0]])
+        return results
+    batch = {info.name: np.concatenate([requests[i][info.name] for i in good]) for info in inputs}
+    try:
+        outputs = run(batch)
+    except Exception:
+        for index in good:
+            results[index] = _run_alone(run, requests[index])
+        return results
+    for index, piece in zip(good, _split(outputs, sizes), strict=True):
+        results[index] = piece
+    return results

@@ -1,0 +1,134 @@
+"""A python-based ``onnxruntime`` backend: serves ``backend: "onnxruntime"`` models where the native
+C++ backend is absent (the embedded tritonserver from the nvidia-pytriton wheel).
+
+Placed at ``<backend-dir>/onnxruntime/model.py`` by the launcher, so the same repository runs unchanged
+here and on the native backend inside the NGC container. It reads only standard config fields:
+``default_model_filename``, the ``intra_op_thread_count`` / ``inter_op_thread_count`` parameters, and a
+``tensorrt`` GPU execution accelerator. The whole list of requests Triton hands to ``execute`` runs as
+one onnxruntime call (see ``batching.py``); a bad request gets its own error response.
+"""
+
+import json
+import os
+
+from runtime_paths import add_launcher_paths
+
+add_launcher_paths()
+
+import numpy as np  # noqa: E402
+import onnxruntime as ort  # noqa: E402
+import triton_python_backend_utils as pb_utils  # noqa: E402
+from batching import InvalidInputError, TensorInfo, run_batched  # noqa: E402
+from onnxruntime.capi.onnxruntime_pybind11_state import InvalidArgument  # noqa: E402
+
+
+def _tensor_infos(entries: list[dict]) -> list[TensorInfo]:
+    return [
+        TensorInfo(
+            e["name"],
+            np.dtype(pb_utils.triton_string_to_numpy(e["data_type"])),
+            tuple(int(d) for d in e["dims"]),
+        )
+        for e in entries
+    ]
+
+
+def _parameter(config: dict, key: str, default: int) -> int:
+    value = config.get("parameters", {}).get(key, {}).get("string_value", "")
+    return int(value) if value.strip() else default
+
+
+def _wants_tensorrt(config: dict) -> bool:
+    accelerators = config.get("optimization", {}).get("execution_accelerators", {})
+    return any(a.get("name") == "tensorrt" for a in accelerators.get("gpu_execution_accelerator", []))
+
+
+def choose_providers(config: dict, kind: str, device_id: int, cache_dir: str) -> list:
+    """Providers for this instance: CPU on KIND_CPU; CUDA (after TensorRT FP16 if asked) on KIND_GPU."""
+    if kind != "GPU":
+        return ["CPUExecutionProvider"]
+    available = ort.get_available_providers()
+    if "CUDAExecutionProvider" not in available:
+        raise pb_utils.TritonModelException(
+            f"instance on GPU {device_id} but onnxruntime has no CUDA provider (available: {available})"
+        )
+    providers: list = []
+    if _wants_tensorrt(config) and "TensorrtExecutionProvider" in available:
+        providers.append((
+            "TensorrtExecutionProvider",
+            {"device_id": device_id, "trt_fp16_enable": True, "trt_engine_cache_enable": True,
+             "trt_engine_cache_path": cache_dir},
+        ))  # fmt: skip
+    providers.append(("CUDAExecutionProvider", {"device_id": device_id}))
+    return providers
+
+
+def _error(error: Exception) -> "pb_utils.TritonError":
+    code = (
+        pb_utils.TritonError.INVALID_ARG
+        if isinstance(error, InvalidInputError)
+        else pb_utils.TritonError.INTERNAL
+    )
+    return pb_utils.TritonError(str(error), code)
+
+
+class TritonPythonModel:
+    def initialize(self, args: dict) -> None:
+        config = json.loads(args["model_config"])
+        self.name = config["name"]
+        self.inputs = _tensor_infos(config["input"])
+        self.outputs = _tensor_infos(config["output"])
+        version_dir = os.path.join(args["model_repository"], args["model_version"])
+        path = os.path.join(version_dir, config.get("default_model_filename") or "model.onnx")
+        if not os.path.isfile(path):
+            raise pb_utils.TritonModelException(f"{self.name}: no model file at {path}")
+        options = ort.SessionOptions()
+        options.intra_op_num_threads = _parameter(config, "intra_op_thread_count", 0)
+        options.inter_op_num_threads = _parameter(config, "inter_op_thread_count", 0)
+        providers = choose_providers(
+            config,
+            args["model_instance_kind"],
+            int(args["model_instance_device_id"]),
+            os.path.join(version_dir, "trt_cache"),
+        )
+        self.session = ort.InferenceSession(path, options, providers=providers)
+        declared = {t.name for t in self.inputs}
+        actual = {i.name for i in self.session.get_inputs()}
+        if declared != actual:
+            raise pb_utils.TritonModelException(
+                f"{self.name}: config inputs {sorted(declared)} != model {sorted(actual)}"
+            )
+        self.output_names = [t.name for t in self.outputs]
+
+    def _run(self, feeds: dict) -> dict:
+        try:
+            outputs = self.session.run(self.output_names, feeds)
+        except InvalidArgument as error:
+            # Shapes and dtypes were checked already, so this is a bad value, e.g. an id outside an
+            # embedding table: the client's fault (400), attributed to the integer inputs that index.
+            suspects = [t.name for t in self.inputs if t.dtype.kind in "iu"] or [t.name for t in self.inputs]
+            names = ", ".join(f"'{n}'" for n in suspects)
+            raise InvalidInputError(f"input {names} holds a value the model rejects: {error}") from error
+        return dict(zip(self.output_names, outputs, strict=True))
+
+    def _read(self, request) -> dict:
+        arrays = {}
+        for info in self.inputs:
+            tensor = pb_utils.get_input_tensor_by_name(request, info.name)
+            if tensor is None:
+                return InvalidInputError(f"input '{info.name}' is missing")
+            arrays[info.name] = tensor.as_numpy()
+        return arrays
+
+    def execute(self, requests: list) -> list:
+        results = run_batched([self._read(r) for r in requests], self.inputs, self._run)
+        responses = []
+        for result in results:
+            if isinstance(result, Exception):
+                responses.append(pb_utils.InferenceResponse(error=_error(result)))
+            else:
+                tensors = [
+                    pb_utils.Tensor(name, np.ascontiguousarray(result[name])) for name in self.output_names
+                ]
+                responses.append(pb_utils.InferenceResponse(output_tensors=tensors))
+        return responses

@@ -1,0 +1,103 @@
+"""Find a tritonserver and assemble the backend folder it needs.
+
+Search order: ``$TRITONSERVER`` (a binary path), a ``tritonserver`` on ``PATH`` (e.g. inside the NGC
+container), then the binary shipped in the ``nvidia-pytriton`` wheel (the default on these machines).
+The wheel has the Python backend but no native onnxruntime backend, so the assembled folder adds our
+python-based ``onnxruntime`` backend; a native install keeps its own.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+
+import python_backend
+
+RUNTIME_HELPERS = ("runtime_paths.py", "batching.py")
+
+
+class ServerError(RuntimeError):
+    """tritonserver could not be found, started, or did not become ready."""
+
+
+@dataclass(frozen=True)
+class ServerInstall:
+    binary: Path
+    backends: Path  # the install's own backend folder
+    library_dirs: tuple[Path, ...]
+    origin: str  # "env", "path" or "wheel"
+
+
+def _wheel_root() -> Path | None:
+    try:
+        import pytriton
+    except ImportError:
+        return None
+    return Path(pytriton.__file__).parent / "tritonserver"
+
+
+def find_install() -> ServerInstall:
+    """The first tritonserver in the documented search order, or ``ServerError`` saying what was tried."""
+    candidates: list[tuple[Path, str]] = []
+    if os.environ.get("TRITONSERVER"):
+        candidates.append((Path(os.environ["TRITONSERVER"]), "env"))
+    on_path = shutil.which("tritonserver")
+    if on_path:
+        candidates.append((Path(on_path), "path"))
+    for binary, origin in candidates:
+        if binary.is_file() and os.access(binary, os.X_OK):
+            backends = binary.resolve().parent.parent / "backends"
+            return ServerInstall(binary, backends, (), origin)
+        if origin == "env":
+            raise ServerError(f"$TRITONSERVER={binary} is not an executable file")
+    root = _wheel_root()
+    if root is None or not (root / "bin" / "tritonserver").is_file():
+        raise ServerError(
+            "no tritonserver: set $TRITONSERVER, put one on PATH, or `make setup` (nvidia-pytriton)"
+        )
+    libs = root.parent.parent / "nvidia_pytriton.libs"
+    return ServerInstall(root / "bin" / "tritonserver", root / "backends", (libs,), "wheel")
+
+
+def _stub_for_running_python(install: ServerInstall) -> Path:
+    version = f"{sys.version_info.major}.{sys.version_info.minor}"
+    stub = install.backends.parent / "python_backend_stubs" / version / "triton_python_backend_stub"
+    if not stub.is_file():
+        raise ServerError(f"the nvidia-pytriton wheel has no Python backend stub for Python {version}")
+    return stub
+
+
+def copy_runtime_helpers(destination: Path) -> None:
+    """Copy the pure-Python helpers every model.py here imports (they cannot see the venv)."""
+    source = Path(python_backend.__file__).parent
+    for name in RUNTIME_HELPERS:
+        shutil.copy2(source / name, destination / name)
+
+
+def assemble_backends(install: ServerInstall, destination: Path) -> Path:
+    """Build the ``--backend-directory`` folder: the install's backends plus what this machine lacks.
+
+    Idempotent; safe to call before every start.
+    """
+    destination.mkdir(parents=True, exist_ok=True)
+    for backend in sorted(install.backends.iterdir()) if install.backends.is_dir() else []:
+        target = destination / backend.name
+        if backend.name == "python" and install.origin == "wheel":
+            target.mkdir(exist_ok=True)
+            for item in ("libtriton_python.so", "triton_python_backend_utils.py"):
+                shutil.copy2(backend / item, target / item)
+            shutil.copy2(_stub_for_running_python(install), target / "triton_python_backend_stub")
+        elif not target.exists():
+            target.symlink_to(backend.resolve(), target_is_directory=True)
+    native_ort = destination / "onnxruntime" / "libtriton_onnxruntime.so"
+    if not native_ort.exists():
+        ours = destination / "onnxruntime"
+        if ours.is_symlink():
+            ours.unlink()
+        ours.mkdir(exist_ok=True)
+        shutil.copy2(Path(python_backend.__file__).parent / "onnxruntime" / "model.py", ours / "model.py")
+        copy_runtime_helpers(ours)
+    return destination

@@ -1,0 +1,205 @@
+"""``TritonServer``: start a real tritonserver on a model repository, wait until ready, stop cleanly.
+
+Used as a context manager by tests and perf, and behind ``make serve`` / ``make stop``. Binds
+127.0.0.1 by default (Triton 2.51 has known CVEs; do not expose it), uses
+``--model-control-mode=none`` unless explicit control is asked for, gives each server its own
+Python-backend shared-memory prefix so several can run side by side, and sizes that shared memory for
+the largest batch any model can receive.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import signal
+import socket
+import subprocess
+import sysconfig
+import tempfile
+import time
+import urllib.error
+import urllib.request
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from google.protobuf import text_format
+from tritonclient.grpc import model_config_pb2
+
+from server.install import ServerError, ServerInstall, assemble_backends, find_install
+
+log = logging.getLogger(__name__)
+
+BYTES_PER_TYPE = {
+    "TYPE_FP16": 2, "TYPE_BF16": 2, "TYPE_FP32": 4, "TYPE_FP64": 8, "TYPE_INT8": 1, "TYPE_UINT8": 1,
+    "TYPE_INT16": 2, "TYPE_INT32": 4, "TYPE_INT64": 8, "TYPE_BOOL": 1,
+}  # fmt: skip
+MIB = 1 << 20
+
+
+def free_port(host: str = "127.0.0.1") -> int:
+    """A port nobody listens on right now (the OS picks it)."""
+    with socket.socket() as sock:
+        sock.bind((host, 0))
+        return sock.getsockname()[1]
+
+
+def python_shm_bytes(repository: Path) -> int:
+    """Shared memory per Python-backend stub, sized so the largest batch never makes the region grow.
+
+    Per model: ``max_batch_size × (bytes of one sample's inputs + outputs)``, times 4 for requests and
+    responses in flight, plus 8 MiB of headroom; the largest model wins; never below 16 MiB.
+    """
+    largest = 0
+    for path in Path(repository).glob("*/config.pbtxt"):
+        config = text_format.Parse(path.read_text(), model_config_pb2.ModelConfig())
+        rows = max(config.max_batch_size, 1)
+        per_sample = 0
+        for tensor in (*config.input, *config.output):
+            count = 1
+            for dim in tensor.dims:
+                count *= max(dim, 1)
+            per_sample += count * BYTES_PER_TYPE.get(model_config_pb2.DataType.Name(tensor.data_type), 8)
+        largest = max(largest, rows * per_sample)
+    needed = 4 * largest + 8 * MIB
+    return max(16 * MIB, -(-needed // MIB) * MIB)
+
+
+@dataclass
+class ServerOptions:
+    repository: Path
+    host: str = "127.0.0.1"
+    http_port: int = 0  # 0: pick a free port
+    grpc_port: int = 0
+    metrics_port: int = 0
+    model_control_mode: str = "none"  # "explicit" for live model version swaps
+    load_models: list[str] = field(default_factory=list)  # with explicit control; empty loads "*"
+    startup_timeout_s: float = 180.0
+    stop_timeout_s: float = 30.0
+    log_path: Path | None = None
+    extra_args: list[str] = field(default_factory=list)
+
+
+class TritonServer:
+    """A running tritonserver process; ``with TritonServer(options) as server: server.http_url``."""
+
+    def __init__(self, options: ServerOptions, install: ServerInstall | None = None) -> None:
+        self.options = options
+        self.install = install or find_install()
+        self.process: subprocess.Popen | None = None
+        self._workdir = Path(tempfile.mkdtemp(prefix="tritonserver-"))
+        self.log_path = options.log_path or self._workdir / "server.log"
+        self.http_port = options.http_port or free_port(options.host)
+        self.grpc_port = options.grpc_port or free_port(options.host)
+        self.metrics_port = options.metrics_port or free_port(options.host)
+
+    @property
+    def http_url(self) -> str:
+        return f"{self.options.host}:{self.http_port}"
+
+    @property
+    def grpc_url(self) -> str:
+        return f"{self.options.host}:{self.grpc_port}"
+
+    @property
+    def metrics_url(self) -> str:
+        return f"http://{self.options.host}:{self.metrics_port}/metrics"
+
+    @property
+    def pid(self) -> int | None:
+        return self.process.pid if self.process else None
+
+    def command(self) -> list[str]:
+        options = self.options
+        command = [
+            str(self.install.binary),
+            f"--model-repository={Path(options.repository).resolve()}",
+            f"--http-address={options.host}", f"--http-port={self.http_port}",
+            f"--grpc-address={options.host}", f"--grpc-port={self.grpc_port}",
+            f"--metrics-address={options.host}", f"--metrics-port={self.metrics_port}",
+            f"--model-control-mode={options.model_control_mode}",
+            "--allow-metrics=true", "--allow-gpu-metrics=false",
+            f"--exit-timeout-secs={int(options.stop_timeout_s)}",
+            f"--backend-config=python,shm-default-byte-size={python_shm_bytes(options.repository)}",
+            f"--backend-config=python,shm-growth-byte-size={16 * MIB}",
+            f"--backend-config=python,shm-region-prefix-name=tb{os.getpid()}_{self.http_port}_",
+        ]  # fmt: skip
+        command.append(f"--backend-directory={assemble_backends(self.install, self._workdir / 'backends')}")
+        if options.model_control_mode == "explicit":
+            command += [f"--load-model={m}" for m in options.load_models or ["*"]]
+        return command + options.extra_args
+
+    def environment(self) -> dict[str, str]:
+        """Environment for the server: the venv's packages and the wheel's shared libraries."""
+        env = dict(os.environ)
+        site = [sysconfig.get_paths()["purelib"], sysconfig.get_paths()["platlib"]]
+        env["PYTHONPATH"] = os.pathsep.join(
+            dict.fromkeys([*site, *filter(None, env.get("PYTHONPATH", "").split(os.pathsep))])
+        )
+        libs = [str(p) for p in self.install.library_dirs]
+        env["LD_LIBRARY_PATH"] = os.pathsep.join(
+            [*libs, *filter(None, env.get("LD_LIBRARY_PATH", "").split(os.pathsep))]
+        )
+        return env
+
+    def start(self, detach: bool = False) -> TritonServer:
+        """Launch and block until ready; ``detach`` puts it in its own session (``make serve``)."""
+        if not Path(self.options.repository).is_dir():
+            raise ServerError(f"model repository {self.options.repository} does not exist (run `make repo`)")
+        self.log_path.parent.mkdir(parents=True, exist_ok=True)
+        with open(self.log_path, "wb") as log_file:
+            self.process = subprocess.Popen(
+                self.command(), stdout=log_file, stderr=subprocess.STDOUT, env=self.environment(),
+                start_new_session=detach,
+            )  # fmt: skip
+        try:
+            self.wait_ready()
+        except BaseException:
+            self.stop()
+            raise
+        log.info("tritonserver ready (pid %s) http=%s grpc=%s", self.pid, self.http_url, self.grpc_url)
+        return self
+
+    def log_tail(self, lines: int = 40) -> str:
+        try:
+            return "\n".join(self.log_path.read_text(errors="replace").splitlines()[-lines:])
+        except OSError:
+            return "(no server log)"
+
+    def is_ready(self) -> bool:
+        try:
+            with urllib.request.urlopen(f"http://{self.http_url}/v2/health/ready", timeout=2) as response:
+                return response.status == 200
+        except (urllib.error.URLError, OSError):
+            return False
+
+    def wait_ready(self) -> None:
+        deadline = time.monotonic() + self.options.startup_timeout_s
+        while time.monotonic() < deadline:
+            if self.process is not None and self.process.poll() is not None:
+                raise ServerError(
+                    f"tritonserver exited with {self.process.returncode}; log:\n{self.log_tail()}"
+                )
+            if self.is_ready():
+                return
+            time.sleep(0.25)
+        raise ServerError(
+            f"tritonserver not ready after {self.options.startup_timeout_s:.0f}s; log:\n{self.log_tail()}"
+        )
+
+    def stop(self) -> None:
+        """SIGTERM, wait up to ``stop_timeout_s`` (+5 s), then SIGKILL the process group if need be."""
+        if self.process is None or self.process.poll() is not None:
+            return
+        self.process.send_signal(signal.SIGTERM)
+        try:
+            self.process.wait(timeout=self.options.stop_timeout_s + 5)
+        except subprocess.TimeoutExpired:
+            log.warning("tritonserver ignored SIGTERM; killing it")
+            self.process.kill()
+            self.process.wait(timeout=10)
+
+    def __enter__(self) -> TritonServer:
+        return self.start()
+
+    def __exit__(self, *exc_info: object) -> None:
+        self.stop()
