@@ -1,0 +1,122 @@
+"""``python -m client {health,metadata,infer,stats}``: talk to the served repository.
+
+``infer --check`` rebuilds the torch model the served one was exported from (via ``models.yaml``),
+compares the answers within the precision's tolerance, and exits 1 on a mismatch, so it can gate a
+deployment script.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+
+import numpy as np
+from tritonclient.utils import InferenceServerException
+
+from client.connection import connect
+from client.infer import infer
+from client.reference import reference
+from client.stats import model_stats
+from exporters.errors import ExporterError
+
+
+def _health(client, args) -> int:
+    live, ready = client.is_server_live(), client.is_server_ready()
+    print(f"live: {live}  ready: {ready}")
+    for model in args.models or []:
+        print(f"  {model}: {'READY' if client.is_model_ready(model) else 'NOT READY'}")
+    return 0 if live and ready else 1
+
+
+def _metadata(client, args) -> int:
+    if args.protocol == "grpc":
+        data = (
+            client.get_model_metadata(args.model, as_json=True)
+            if args.model
+            else client.get_server_metadata(as_json=True)
+        )
+    else:
+        data = client.get_model_metadata(args.model) if args.model else client.get_server_metadata()
+    print(json.dumps(data, indent=2))
+    return 0
+
+
+def _infer(client, args) -> int:
+    expected = reference(args.spec, args.model, args.batch, args.seed)
+    outputs = infer(client, args.protocol, args.model, expected.inputs, use_shm=args.shm == "system")
+    via = f"{args.protocol}{' + system shm' if args.shm == 'system' else ''}"
+    for name, array in outputs.items():
+        preview = np.array2string(array.ravel()[:6], precision=4)
+        print(f"{args.model} via {via}: {name} shape={list(array.shape)} dtype={array.dtype} first={preview}")
+    if not args.check:
+        return 0
+    try:
+        report = expected.compare(outputs, f"{args.model} served over {via}")
+    except ExporterError as error:
+        print(f"MISMATCH: {error}", file=sys.stderr)
+        return 1
+    print(
+        f"match: max abs error {report.max_abs_error:.3g}, max rel error {report.max_rel_error:.3g} "
+        f"(tolerance {report.tolerance:g}, {expected.spec.precision})"
+    )
+    return 0
+
+
+def _stats(client, args) -> int:
+    for stats in model_stats(client, args.protocol, args.model or ""):
+        if not stats.inference_count and not args.model:
+            continue
+        print(
+            f"{stats.name} v{stats.version}: {stats.inference_count} inferences in {stats.execution_count} "
+            f"executions (mean batch {stats.mean_batch:.2f}); fail {stats.fail_count}; "
+            f"queue {stats.mean_queue_ms:.3f} ms/req, compute {stats.mean_compute_ms:.3f} ms/req"
+        )
+        for size, (count, ns) in sorted(stats.batches.items()):
+            print(f"    batch {size:4d}: {count:7d} executions, {ns / max(count, 1) / 1e6:.3f} ms each")
+    return 0
+
+
+def _parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="python -m client", description=__doc__)
+    parser.add_argument("--protocol", choices=("http", "grpc"), default="http")
+    parser.add_argument("--url", help="host:port (default: from `make serve`, else 127.0.0.1:8000/8001)")
+    sub = parser.add_subparsers(dest="command", required=True)
+    health = sub.add_parser("health", help="server live/ready, and models' readiness")
+    health.add_argument("models", nargs="*")
+    metadata = sub.add_parser("metadata", help="server metadata, or a model's with --model")
+    metadata.add_argument("--model")
+    run = sub.add_parser("infer", help="send inputs drawn from the zoo; --check compares with torch")
+    run.add_argument("--model", required=True)
+    run.add_argument("--batch", type=int, default=4)
+    run.add_argument("--seed", type=int, default=0)
+    run.add_argument("--spec", type=Path, default=Path("models.yaml"))
+    run.add_argument(
+        "--shm", choices=("none", "system"), default="none", help="pass tensors by system shared memory"
+    )
+    run.add_argument("--check", action="store_true", help="exit 1 unless the answer matches the torch model")
+    stats = sub.add_parser("stats", help="server statistics: formed batches, queue and compute time")
+    stats.add_argument("--model", default="")
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = _parser().parse_args(argv)
+    handlers = {"health": _health, "metadata": _metadata, "infer": _infer, "stats": _stats}
+    try:
+        client = connect(args.protocol, args.url)
+        return handlers[args.command](client, args)
+    except InferenceServerException as error:
+        print(f"server error: {error}", file=sys.stderr)
+        return 2
+    except ExporterError as error:
+        print(f"error: {error}", file=sys.stderr)
+        return 2
+    except ConnectionError as error:
+        print(f"cannot reach the server: {error} (is it running? `make serve`)", file=sys.stderr)
+        return 2
+
+
+if __name__ == "__main__":
+    sys.exit(main())

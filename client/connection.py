@@ -1,0 +1,42 @@
+"""One place that turns ``--protocol`` and ``--url`` into a tritonclient client.
+
+Defaults come from ``.run/server.json`` (written by ``make serve``), else Triton's standard ports.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from types import ModuleType
+from typing import Any
+
+import tritonclient.grpc as grpcclient
+import tritonclient.http as httpclient
+
+DEFAULT_URLS = {"http": "127.0.0.1:8000", "grpc": "127.0.0.1:8001"}
+SERVER_STATE = Path(".run/server.json")
+
+
+def default_url(protocol: str) -> str:
+    if SERVER_STATE.exists():
+        return json.loads(SERVER_STATE.read_text())[protocol]
+    return DEFAULT_URLS[protocol]
+
+
+def protocol_module(protocol: str) -> ModuleType:
+    """``tritonclient.http`` or ``tritonclient.grpc``: both expose InferInput, InferRequestedOutput."""
+    if protocol not in DEFAULT_URLS:
+        raise ValueError(f"protocol must be http or grpc, got {protocol!r}")
+    return httpclient if protocol == "http" else grpcclient
+
+
+def connect(protocol: str, url: str | None = None) -> Any:
+    """An ``InferenceServerClient`` for ``protocol`` at ``url`` (default: see module doc)."""
+    return protocol_module(protocol).InferenceServerClient(url or default_url(protocol))
+
+
+def model_config(client: Any, protocol: str, model: str) -> dict[str, Any]:
+    """The model's config as a dict, the same shape for both protocols."""
+    if protocol == "grpc":
+        return client.get_model_config(model, as_json=True)["config"]
+    return client.get_model_config(model)

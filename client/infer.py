@@ -1,0 +1,73 @@
+"""Send one inference with named numpy inputs and get named numpy outputs, over HTTP or gRPC,
+optionally through system shared memory."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+from tritonclient.utils import np_to_triton_dtype, triton_to_np_dtype
+
+from client import shm
+from client.connection import model_config, protocol_module
+
+
+@dataclass(frozen=True)
+class OutputInfo:
+    name: str
+    dtype: np.dtype
+    dims: tuple[int, ...]
+
+
+def output_infos(config: dict[str, Any]) -> list[OutputInfo]:
+    """Outputs as the config declares them (dims without the batch axis when batching is on)."""
+    return [
+        OutputInfo(o["name"], np.dtype(triton_to_np_dtype(o["data_type"].removeprefix("TYPE_"))),
+                   tuple(int(d) for d in o["dims"]))
+        for o in config["output"]
+    ]  # fmt: skip
+
+
+def _inputs(module: Any, arrays: dict[str, np.ndarray]) -> list[Any]:
+    result = []
+    for name, array in arrays.items():
+        tensor = module.InferInput(name, list(array.shape), np_to_triton_dtype(array.dtype))
+        tensor.set_data_from_numpy(array)
+        result.append(tensor)
+    return result
+
+
+def infer(
+    client: Any, protocol: str, model: str, arrays: dict[str, np.ndarray], use_shm: bool = False
+) -> dict[str, np.ndarray]:
+    """Run ``model`` on ``arrays`` (batch axis first) and return every declared output."""
+    module = protocol_module(protocol)
+    outputs = output_infos(model_config(client, protocol, model))
+    if not use_shm:
+        requested = [module.InferRequestedOutput(o.name) for o in outputs]
+        result = client.infer(model, _inputs(module, arrays), outputs=requested)
+        return {o.name: result.as_numpy(o.name) for o in outputs}
+    rows = next(iter(arrays.values())).shape[0]
+    out_sizes = [rows * int(np.prod(o.dims)) * o.dtype.itemsize for o in outputs]
+    in_bytes = sum(a.nbytes for a in arrays.values())
+    with shm.system_region(client, in_bytes + sum(out_sizes)) as (region, handle):
+        tensors = []
+        for (name, array), offset in zip(
+            arrays.items(), shm.write_inputs(handle, list(arrays.values())), strict=True
+        ):
+            tensor = module.InferInput(name, list(array.shape), np_to_triton_dtype(array.dtype))
+            tensor.set_shared_memory(region, array.nbytes, offset)
+            tensors.append(tensor)
+        requested, offsets, offset = [], [], in_bytes
+        for info, size in zip(outputs, out_sizes, strict=True):
+            output = module.InferRequestedOutput(info.name)
+            output.set_shared_memory(region, size, offset)
+            requested.append(output)
+            offsets.append(offset)
+            offset += size
+        client.infer(model, tensors, outputs=requested)
+        return {
+            o.name: shm.read_output(handle, o.dtype, (rows, *o.dims), off)
+            for o, off in zip(outputs, offsets, strict=True)
+        }

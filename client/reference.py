@@ -1,0 +1,42 @@
+"""What a model should answer: inputs drawn from the zoo and the torch model's outputs for them.
+
+The spec says which zoo model and seed a served model came from, so the client can rebuild it and hold
+the server to the same tolerance the exporter used.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+
+from exporters.onnx_export import build_torch_model, sample_inputs, torch_reference
+from exporters.parity import ParityReport, compare_outputs
+from exporters.spec import ModelSpec, load_spec
+
+
+@dataclass(frozen=True)
+class Reference:
+    spec: ModelSpec
+    inputs: dict[str, np.ndarray]
+    expected: dict[str, np.ndarray]
+
+    def compare(self, outputs: dict[str, np.ndarray], what: str) -> ParityReport:
+        """Raise ``ExportCheckError`` when the served outputs are outside the spec's tolerance."""
+        names = [t.name for t in self.spec.outputs]
+        return compare_outputs(
+            [outputs[n] for n in names], [self.expected[n] for n in names], self.spec.precision, what
+        )
+
+
+def reference(spec_path: Path, model: str, batch: int, seed: int = 0) -> Reference:
+    spec = load_spec(spec_path).model(model)
+    torch_model = build_torch_model(spec)
+    arrays = sample_inputs(spec, torch_model, batch, seed)
+    expected = torch_reference(torch_model, arrays)
+    return Reference(
+        spec,
+        {t.name: a for t, a in zip(spec.inputs, arrays, strict=True)},
+        {t.name: e for t, e in zip(spec.outputs, expected, strict=True)},
+    )

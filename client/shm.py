@@ -1,0 +1,45 @@
+"""System shared memory for one inference: inputs and outputs travel through ``/dev/shm``, not the socket.
+
+The region is sized once for the request's inputs plus outputs, registered with the server, and always
+unregistered and destroyed afterwards, also on error.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import uuid
+from collections.abc import Iterator
+from typing import Any
+
+import numpy as np
+import tritonclient.utils.shared_memory as shm
+
+
+@contextlib.contextmanager
+def system_region(client: Any, byte_size: int) -> Iterator[tuple[str, Any]]:
+    """Create and register a region of ``byte_size`` bytes; yields ``(name, handle)``."""
+    name = f"tb_{os.getpid()}_{uuid.uuid4().hex[:8]}"
+    handle = shm.create_shared_memory_region(name, f"/{name}", byte_size)
+    try:
+        client.register_system_shared_memory(name, f"/{name}", byte_size)
+        try:
+            yield name, handle
+        finally:
+            client.unregister_system_shared_memory(name)
+    finally:
+        shm.destroy_shared_memory_region(handle)
+
+
+def write_inputs(handle: Any, arrays: list[np.ndarray]) -> list[int]:
+    """Copy inputs into the region back to back; return each one's offset."""
+    offsets, offset = [], 0
+    for array in arrays:
+        shm.set_shared_memory_region(handle, [np.ascontiguousarray(array)], offset=offset)
+        offsets.append(offset)
+        offset += array.nbytes
+    return offsets
+
+
+def read_output(handle: Any, dtype: np.dtype, shape: tuple[int, ...], offset: int) -> np.ndarray:
+    return shm.get_contents_as_numpy(handle, dtype, shape, offset=offset).copy()
