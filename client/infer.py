@@ -23,10 +23,13 @@ class OutputInfo:
 def output_infos(config: dict[str, Any]) -> list[OutputInfo]:
     """Outputs as the config declares them (dims without the batch axis when batching is on)."""
     return [
-        OutputInfo(o["name"], np.dtype(triton_to_np_dtype(o["data_type"].removeprefix("TYPE_"))),
-                   tuple(int(d) for d in o["dims"]))
+        OutputInfo(
+            o["name"],
+            np.dtype(triton_to_np_dtype(o["data_type"].removeprefix("TYPE_"))),
+            tuple(int(d) for d in o["dims"]),
+        )
         for o in config["output"]
-    ]  # fmt: skip
+    ]
 
 
 def _inputs(module: Any, arrays: dict[str, np.ndarray]) -> list[Any]:

@@ -1,0 +1,214 @@
+"""The built repository served by a real tritonserver, queried with tritonclient over HTTP and gRPC."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import urllib.error
+import urllib.request
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+import numpy as np
+import pytest
+import tritonclient.grpc as grpcclient
+import tritonclient.http as httpclient
+from tritonclient.utils import InferenceServerException
+
+from client.connection import connect
+from client.infer import infer
+from client.reference import reference
+from client.stats import model_stats
+from exporters.spec import Spec
+from server import TritonServer
+
+pytestmark = pytest.mark.integration
+ROOT = Path(__file__).resolve().parents[2]
+SPEC = ROOT / "models.yaml"
+PROTOCOLS = ("http", "grpc")
+
+
+def _url(server: TritonServer, protocol: str) -> str:
+    return server.http_url if protocol == "http" else server.grpc_url
+
+
+def _post(server: TritonServer, model: str, body: dict) -> tuple[int, dict]:
+    request = urllib.request.Request(
+        f"http://{server.http_url}/v2/models/{model}/infer",
+        data=json.dumps(body).encode(),
+        headers={"Content-Type": "application/json"},
+    )
+    try:
+        with urllib.request.urlopen(request, timeout=30) as response:
+            return response.status, json.loads(response.read())
+    except urllib.error.HTTPError as error:
+        return error.code, json.loads(error.read())
+
+
+def test_every_model_is_ready(server: TritonServer, serving_spec: Spec) -> None:
+    for protocol in PROTOCOLS:
+        client = connect(protocol, _url(server, protocol))
+        assert client.is_server_ready()
+        for model in serving_spec.models:
+            assert client.is_model_ready(model.name), f"{model.name} not ready over {protocol}"
+
+
+@pytest.mark.parametrize("protocol", PROTOCOLS)
+@pytest.mark.parametrize("use_shm", [False, True], ids=["socket", "system_shm"])
+@pytest.mark.parametrize("model", ["recommender", "recommender_fp16", "image_classifier"])
+def test_answers_equal_torch(server: TritonServer, protocol: str, use_shm: bool, model: str) -> None:
+    expected = reference(SPEC, model, batch=5, seed=7)
+    outputs = infer(
+        connect(protocol, _url(server, protocol)), protocol, model, expected.inputs, use_shm=use_shm
+    )
+    report = expected.compare(outputs, f"{model} over {protocol}")
+    assert report.ok
+
+
+def test_dynamic_batcher_forms_batches_under_concurrent_load(server: TritonServer) -> None:
+    client = connect("grpc", server.grpc_url)
+    before = model_stats(client, "grpc", "recommender")[0]
+    expected = reference(SPEC, "recommender", batch=1, seed=3)
+
+    def one(_: int) -> np.ndarray:
+        own = connect("grpc", server.grpc_url)
+        return infer(own, "grpc", "recommender", expected.inputs)["probability"]
+
+    with ThreadPoolExecutor(16) as pool:
+        answers = list(pool.map(one, range(320)))
+    after = model_stats(client, "grpc", "recommender")[0]
+    inferences = after.inference_count - before.inference_count
+    executions = after.execution_count - before.execution_count
+    assert inferences == 320
+    assert executions < inferences, f"no batching: {executions} executions for {inferences} inferences"
+    for answer in answers:  # batching must not change anyone's answer
+        np.testing.assert_allclose(answer, expected.expected["probability"], rtol=1e-5)
+
+
+def _recommender_json(dense_type: str = "FP32", rows: int = 1, dense_width: int = 13, ids: int = 1) -> dict:
+    return {
+        "inputs": [
+            {
+                "name": "dense",
+                "shape": [rows, dense_width],
+                "datatype": dense_type,
+                "data": [0.5] * rows * dense_width,
+            },
+            {"name": "sparse_ids", "shape": [rows, 8], "datatype": "INT64", "data": [ids] * rows * 8},
+        ]
+    }
+
+
+def test_raw_kserve_json_requests(server: TritonServer) -> None:
+    status, body = _post(server, "recommender", _recommender_json(rows=2))
+    assert status == 200
+    assert body["outputs"][0]["name"] == "probability" and body["outputs"][0]["shape"] == [2, 1]
+    image = {
+        "inputs": [
+            {"name": "image", "shape": [1, 3, 64, 64], "datatype": "FP32", "data": [0.1] * 3 * 64 * 64}
+        ]
+    }
+    status, body = _post(server, "image_classifier", image)
+    assert status == 200 and body["outputs"][0]["shape"] == [1, 10]
+
+
+@pytest.mark.parametrize(
+    ("body", "fragment"),
+    [
+        (_recommender_json(dense_type="FP64"), "'dense'"),
+        (_recommender_json(dense_width=12), "'dense'"),
+        (_recommender_json(rows=65), "batch-size"),
+        (_recommender_json(ids=10**9), "'sparse_ids'"),
+    ],
+    ids=["wrong_dtype", "wrong_shape", "batch_above_max", "id_out_of_range"],
+)
+def test_bad_input_gets_400_naming_the_problem(server: TritonServer, body: dict, fragment: str) -> None:
+    status, answer = _post(server, "recommender", body)
+    assert status == 400, answer
+    assert fragment in answer["error"]
+    assert _post(server, "recommender", _recommender_json())[0] == 200  # the server still answers
+
+
+def test_grpc_bad_input_is_invalid_argument(server: TritonServer) -> None:
+    client = grpcclient.InferenceServerClient(server.grpc_url)
+    dense = grpcclient.InferInput("dense", [1, 13], "FP64")
+    dense.set_data_from_numpy(np.zeros((1, 13), np.float64))
+    ids = grpcclient.InferInput("sparse_ids", [1, 8], "INT64")
+    ids.set_data_from_numpy(np.zeros((1, 8), np.int64))
+    with pytest.raises(InferenceServerException) as error:
+        client.infer("recommender", [dense, ids])
+    assert error.value.status() == "StatusCode.INVALID_ARGUMENT"
+    assert "'dense'" in error.value.message()
+    assert client.is_server_live()
+
+
+def test_bad_request_in_a_batch_fails_alone(server: TritonServer) -> None:
+    """Four requests wait in one 300 ms batch; the one with an out-of-range id fails, three succeed."""
+    client = connect("grpc", server.grpc_url)
+    before = model_stats(client, "grpc", "recommender_slow_batcher")[0]
+    good = reference(SPEC, "recommender", batch=1, seed=5)
+
+    def one(index: int):
+        arrays = dict(good.inputs)
+        if index == 2:
+            arrays["sparse_ids"] = np.full_like(arrays["sparse_ids"], 10**9)
+        try:
+            return infer(connect("grpc", server.grpc_url), "grpc", "recommender_slow_batcher", arrays)
+        except InferenceServerException as error:
+            return error
+
+    with ThreadPoolExecutor(4) as pool:
+        results = list(pool.map(one, range(4)))
+    after = model_stats(client, "grpc", "recommender_slow_batcher")[0]
+    failed = [r for r in results if isinstance(r, InferenceServerException)]
+    assert len(failed) == 1 and failed[0].status() == "StatusCode.INVALID_ARGUMENT"
+    assert "'sparse_ids'" in failed[0].message()
+    for result in (r for r in results if not isinstance(r, InferenceServerException)):
+        np.testing.assert_allclose(result["probability"], good.expected["probability"], rtol=1e-5)
+    grew = {
+        size: after.batches.get(size, (0, 0))[0] - before.batches.get(size, (0, 0))[0]
+        for size in after.batches
+    }
+    assert any(size >= 2 and count > 0 for size, count in grew.items()), f"requests were not batched: {grew}"
+
+
+def test_overload_is_rejected_by_the_queue_policy(server: TritonServer) -> None:
+    """A burst larger than max_queue_size: the excess is rejected at once; sent = ok + rejected."""
+    expected = reference(SPEC, "recommender", batch=1, seed=2)
+
+    def one(_: int) -> str:
+        try:
+            infer(connect("http", server.http_url), "http", "recommender_tiny_queue", expected.inputs)
+            return "ok"
+        except InferenceServerException as error:
+            return "rejected" if "queue" in error.message().lower() else f"other: {error}"
+
+    with ThreadPoolExecutor(24) as pool:
+        outcomes = list(pool.map(one, range(48)))
+    assert outcomes.count("ok") + outcomes.count("rejected") == 48, outcomes
+    assert outcomes.count("rejected") > 0 and outcomes.count("ok") > 0
+    assert httpclient.InferenceServerClient(server.http_url).is_server_live()
+
+
+@pytest.mark.parametrize("protocol", PROTOCOLS)
+def test_client_cli_check(server: TritonServer, protocol: str, tmp_path: Path) -> None:
+    command = [sys.executable, "-m", "client", "--protocol", protocol, "--url", _url(server, protocol)]
+    good = subprocess.run(
+        [*command, "infer", "--model", "recommender", "--check"], capture_output=True, text=True, cwd=ROOT
+    )
+    assert good.returncode == 0, good.stderr
+    assert "match: max abs error" in good.stdout
+    wrong_spec = tmp_path / "models.yaml"  # same model name, other weights: the check must catch it
+    wrong_spec.write_text(SPEC.read_text().replace("seed: 0", "seed: 1", 1))
+    bad = subprocess.run(
+        [*command, "infer", "--model", "recommender", "--check", "--spec", str(wrong_spec)],
+        capture_output=True,
+        text=True,
+        cwd=ROOT,
+    )
+    assert bad.returncode == 1 and "MISMATCH" in bad.stderr
+    stats = subprocess.run(
+        [*command, "stats", "--model", "recommender"], capture_output=True, text=True, cwd=ROOT
+    )
+    assert stats.returncode == 0 and "executions (mean batch" in stats.stdout

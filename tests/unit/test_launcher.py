@@ -1,0 +1,87 @@
+"""The launcher's decisions that need no running server: where the binary is, what the backend folder
+holds, how much shared memory the Python backend gets."""
+
+from __future__ import annotations
+
+import copy
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from exporters.configs import build_model_config
+from exporters.model_config import write_config
+from exporters.spec import parse_spec
+from server.install import ServerError, assemble_backends, find_install
+from server.launcher import MIB, ServerOptions, TritonServer, python_shm_bytes
+
+
+def test_wheel_server_is_found_by_default(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv("TRITONSERVER", raising=False)
+    monkeypatch.setenv("PATH", "/nonexistent")
+    install = find_install()
+    assert install.origin == "wheel" and install.binary.name == "tritonserver" and install.binary.is_file()
+
+
+def test_env_variable_wins_and_a_bad_one_is_an_error(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    fake = tmp_path / "bin" / "tritonserver"
+    fake.parent.mkdir()
+    fake.write_text("#!/bin/sh\n")
+    fake.chmod(0o755)
+    monkeypatch.setenv("TRITONSERVER", str(fake))
+    install = find_install()
+    assert install.origin == "env" and install.backends == tmp_path / "backends"
+    monkeypatch.setenv("TRITONSERVER", str(tmp_path / "missing"))
+    with pytest.raises(ServerError, match="is not an executable file"):
+        find_install()
+
+
+def test_backend_folder_has_python_backend_stub_and_our_onnxruntime(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    monkeypatch.delenv("TRITONSERVER", raising=False)
+    monkeypatch.setenv("PATH", "/nonexistent")
+    folder = assemble_backends(find_install(), tmp_path / "backends")
+    for name in ("libtriton_python.so", "triton_python_backend_utils.py", "triton_python_backend_stub"):
+        assert (folder / "python" / name).is_file()
+    for name in ("model.py", "batching.py", "runtime_paths.py"):
+        assert (folder / "onnxruntime" / name).is_file()
+    assemble_backends(find_install(), folder)  # idempotent
+
+
+def test_native_onnxruntime_backend_is_kept(tmp_path: Path) -> None:
+    from server.install import ServerInstall
+
+    native = tmp_path / "native" / "onnxruntime"
+    native.mkdir(parents=True)
+    (native / "libtriton_onnxruntime.so").write_bytes(b"")
+    install = ServerInstall(tmp_path / "bin" / "tritonserver", tmp_path / "native", (), "path")
+    folder = assemble_backends(install, tmp_path / "backends")
+    assert (folder / "onnxruntime").is_symlink() and not (folder / "onnxruntime" / "model.py").exists()
+
+
+def test_shared_memory_fits_the_largest_batch(spec_data: dict[str, Any], tmp_path: Path) -> None:
+    data = copy.deepcopy(spec_data)
+    image = next(m for m in data["models"] if m["name"] == "image_classifier")
+    image["max_batch_size"] = 256
+    image["batching"] = {"mode": "dynamic"}
+    spec = parse_spec(data).model("image_classifier")
+    write_config(build_model_config(spec, 0), tmp_path / "image_classifier")
+    one_sample = (3 * 64 * 64 + 10) * 4
+    assert python_shm_bytes(tmp_path) >= 4 * 256 * one_sample
+    assert python_shm_bytes(tmp_path) % MIB == 0
+    assert python_shm_bytes(tmp_path / "empty") == 16 * MIB
+
+
+def test_command_binds_loopback_and_uses_its_own_shm_prefix(tmp_path: Path) -> None:
+    first = TritonServer(ServerOptions(repository=tmp_path)).command()
+    second = TritonServer(ServerOptions(repository=tmp_path)).command()
+    assert "--http-address=127.0.0.1" in first and "--grpc-address=127.0.0.1" in first
+    assert "--model-control-mode=none" in first
+    prefix = [a for a in first if "shm-region-prefix-name" in a]
+    assert prefix and prefix != [a for a in second if "shm-region-prefix-name" in a]
+
+
+def test_missing_repository_is_a_clear_error(tmp_path: Path) -> None:
+    with pytest.raises(ServerError, match="does not exist"):
+        TritonServer(ServerOptions(repository=tmp_path / "nope")).start()

@@ -1,0 +1,94 @@
+"""models.yaml validation: the shipped spec parses, and each mistake names its model and field."""
+
+from __future__ import annotations
+
+import copy
+from typing import Any
+
+import pytest
+
+from exporters.errors import SpecError
+from exporters.spec import parse_spec
+
+
+def test_shipped_spec_parses(spec_data: dict[str, Any]) -> None:
+    spec = parse_spec(spec_data)
+    names = [m.name for m in spec.models]
+    assert {"recommender", "image_classifier"} <= set(names)
+    recommender = spec.model("recommender")
+    assert recommender.batching.mode == "dynamic"
+    assert recommender.batching.queue is not None and recommender.batching.queue.max_queue_size > 0
+    assert [t.name for t in recommender.inputs] == ["dense", "sparse_ids"]
+
+
+def _with(spec_data: dict[str, Any], index: int, **changes: Any) -> dict[str, Any]:
+    data = copy.deepcopy(spec_data)
+    for key, value in changes.items():
+        if value is None:
+            data["models"][index].pop(key)
+        else:
+            data["models"][index][key] = value
+    return data
+
+
+@pytest.mark.parametrize(
+    ("index", "changes", "message"),
+    [
+        (
+            1,
+            {"batching": {"mode": "dynamic", "max_queue_delay_us": -5}},
+            "models[1].batching.max_queue_delay_us: must be >= 0",
+        ),
+        (
+            0,
+            {"batching": {"mode": "dynamic", "preferred_batch_sizes": [128]}},
+            "models[0].batching.preferred_batch_sizes[0]",
+        ),
+        (0, {"batching": {"mode": "static", "batch_size": 0}}, "models[0].batching.batch_size"),
+        (
+            0,
+            {"batching": {"mode": "static", "batch_size": 8, "max_queue_delay_us": 10}},
+            "need mode: dynamic",
+        ),
+        (0, {"batching": {"mode": "sometimes"}}, "models[0].batching.mode: must be one of"),
+        (
+            0,
+            {"batching": {"mode": "dynamic", "queue": {"max_queue_size": -1}}},
+            "models[0].batching.queue.max_queue_size",
+        ),
+        (0, {"max_batch_size": 0}, "models[0].max_batch_size: must be >= 1"),
+        (0, {"max_batch_sise": 8}, "models[0].max_batch_sise: unknown field"),
+        (0, {"source": "resnet50"}, "models[0].source: must be one of"),
+        (0, {"options": {"depth": 3}}, "models[0].options.depth: unknown option for recommender"),
+        (0, {"precision": "fp8"}, "models[0].precision"),
+        (0, {"inputs": [{"name": "dense", "dtype": "fp16", "shape": [13]}]}, "models[0].inputs[0].dtype"),
+        (0, {"inputs": [{"name": "dense", "dtype": "fp32", "shape": [0]}]}, "models[0].inputs[0].shape"),
+        (0, {"instances": {"gpus": [0, 0]}}, "models[0].instances.gpus"),
+        (0, {"instances": {"cpu": 0}}, "models[0].instances.cpu: must be >= 1"),
+        (0, {"target": "tpu"}, "models[0].target"),
+        (0, {"outputs": None}, "models[0].outputs: is required"),
+        (2, {"threads": {"intra_op": -1}}, "models[2].threads.intra_op: must be >= 0"),
+    ],
+)
+def test_errors_name_model_and_field(
+    spec_data: dict[str, Any], index: int, changes: dict, message: str
+) -> None:
+    with pytest.raises(SpecError) as error:
+        parse_spec(_with(spec_data, index, **changes))
+    assert message in str(error.value)
+
+
+def test_duplicate_model_names_rejected(spec_data: dict[str, Any]) -> None:
+    data = copy.deepcopy(spec_data)
+    data["models"].append(copy.deepcopy(data["models"][0]))
+    with pytest.raises(SpecError, match=rf"models\[{len(data['models']) - 1}\].name: duplicate"):
+        parse_spec(data)
+
+
+def test_formed_batch_sizes_follow_the_batching_mode(spec_data: dict[str, Any]) -> None:
+    image = parse_spec(spec_data).model("image_classifier")
+    assert image.formed_batch_sizes == (1, 8, 16, 32)
+    static = parse_spec(_with(spec_data, 0, batching={"mode": "static", "batch_size": 32})).models[0]
+    assert static.formed_batch_sizes == (32,)
+    none = parse_spec(_with(spec_data, 0, batching={"mode": "none"})).models[0]
+    assert none.formed_batch_sizes == (1,)
