@@ -1,0 +1,41 @@
+#!/usr/bin/env bash
+# On a GPU host: the GPU tests (KIND_GPU placement, CUDA/TensorRT providers, parity with torch) and a
+# short raw-onnxruntime comparison of CPU vs CUDA, with a table last. Run with `make gpu-check`.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+PY=.venv/bin/python
+if ! command -v nvidia-smi >/dev/null || ! nvidia-smi -L >/dev/null 2>&1; then
+  echo "gpu-check: no NVIDIA GPU visible (nvidia-smi -L failed); nothing to check here." >&2
+  exit 0
+fi
+nvidia-smi --query-gpu=index,name,memory.total,driver_version --format=csv
+$PY -c "import onnxruntime as o; print('onnxruntime providers:', o.get_available_providers())"
+$PY -m pytest -q -m gpu tests/gpu -rs
+$PY -m exporters build --repository .run/gpu_repository --models recommender,image_classifier >/dev/null
+$PY - <<'PYEOF'
+import time
+import numpy as np
+import onnxruntime as ort
+from exporters.spec import load_spec
+from exporters.onnx_export import build_torch_model, sample_inputs
+
+rows = []
+spec = load_spec("models.yaml")
+for name in ("recommender", "image_classifier"):
+    model_spec = spec.model(name)
+    model = build_torch_model(model_spec)
+    for provider in ("CPUExecutionProvider", "CUDAExecutionProvider"):
+        session = ort.InferenceSession(f".run/gpu_repository/{name}/1/model.onnx", providers=[provider])
+        for batch in (1, 32):
+            feeds = {t.name: a for t, a in zip(model_spec.inputs, sample_inputs(model_spec, model, batch, 0))}
+            for _ in range(10):
+                session.run(None, feeds)
+            start, n = time.perf_counter(), 100
+            for _ in range(n):
+                session.run(None, feeds)
+            per_call = (time.perf_counter() - start) / n
+            rows.append((name, provider.replace("ExecutionProvider", ""), batch, per_call * 1e3, batch / per_call))
+print(f"{'model':18} {'provider':8} {'batch':>5} {'ms/call':>9} {'inf/s':>10}")
+for row in rows:
+    print(f"{row[0]:18} {row[1]:8} {row[2]:5d} {row[3]:9.3f} {row[4]:10.0f}")
+PYEOF
