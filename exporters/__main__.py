@@ -68,9 +68,13 @@ def main(argv: list[str] | None = None) -> int:
     for item in built:
         groups = ", ".join(f"{g.kind}×{g.count}{g.gpus or ''}" for g in item.config.instance_group)
         table.add_row(
-            item.spec.name, item.spec.precision, item.spec.batching.mode, groups,
-            f"{item.artifact.max_rel_error:.2e}", "cached" if item.artifact.cached else "exported",
-        )  # fmt: skip
+            item.spec.name,
+            item.spec.precision,
+            item.spec.batching.mode,
+            groups,
+            f"{item.artifact.max_rel_error:.2e}",
+            "cached" if item.artifact.cached else "exported",
+        )
     console.print(table)
     return 0
 

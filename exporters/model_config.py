@@ -168,12 +168,15 @@ class ModelConfig:
         if self.model_warmup:
             # zero_data/random_data are a proto oneof: only the chosen one may appear.
             data["model_warmup"] = [
-                {**dataclasses.asdict(w), "inputs": {
-                    name: {k: v for k, v in dataclasses.asdict(i).items() if v is not False}
-                    for name, i in w.inputs.items()
-                }}
+                {
+                    **dataclasses.asdict(w),
+                    "inputs": {
+                        name: {k: v for k, v in dataclasses.asdict(i).items() if v is not False}
+                        for name, i in w.inputs.items()
+                    },
+                }
                 for w in self.model_warmup
-            ]  # fmt: skip
+            ]
         if self.ensemble_steps:
             data["ensemble_scheduling"] = {"step": [dataclasses.asdict(s) for s in self.ensemble_steps]}
         return data

@@ -71,10 +71,16 @@ def content_hash(spec: ModelSpec, model: nn.Module) -> str:
     """Hash of everything that determines the exported file: the spec's model fields and the weights."""
     digest = hashlib.sha256()
     identity = {
-        "source": spec.source, "options": spec.options, "seed": spec.seed, "precision": spec.precision,
-        "inputs": [asdict(t) for t in spec.inputs], "outputs": [asdict(t) for t in spec.outputs],
-        "opset": OPSET, "exporter": EXPORTER_VERSION, "torch": torch.__version__,
-    }  # fmt: skip
+        "source": spec.source,
+        "options": spec.options,
+        "seed": spec.seed,
+        "precision": spec.precision,
+        "inputs": [asdict(t) for t in spec.inputs],
+        "outputs": [asdict(t) for t in spec.outputs],
+        "opset": OPSET,
+        "exporter": EXPORTER_VERSION,
+        "torch": torch.__version__,
+    }
     digest.update(json.dumps(identity, sort_keys=True, default=list).encode())
     for name, tensor in model.state_dict().items():
         digest.update(name.encode())
@@ -169,9 +175,11 @@ def export_onnx(spec: ModelSpec, out_dir: Path) -> Artifact:
     for batch in (1, 3):
         inputs = sample_inputs(spec, model, batch, seed=100 + batch)
         report = compare_outputs(
-            run_onnx(staging, spec, inputs), torch_reference(model, inputs), spec.precision,
+            run_onnx(staging, spec, inputs),
+            torch_reference(model, inputs),
+            spec.precision,
             f"{spec.name} ({spec.precision} ONNX, batch {batch})",
-        )  # fmt: skip
+        )
         worst = report if worst is None or report.max_rel_error > worst.max_rel_error else worst
     staging.replace(path)
     artifact = Artifact(

@@ -24,10 +24,15 @@ def _start(args: argparse.Namespace) -> int:
         print(f"already running: {STATE.read_text()}", file=sys.stderr)
         return 1
     options = ServerOptions(
-        repository=args.repository, host=args.host, http_port=args.http_port, grpc_port=args.grpc_port,
-        metrics_port=args.metrics_port, model_control_mode=args.model_control_mode,
+        repository=args.repository,
+        host=args.host,
+        http_port=args.http_port,
+        grpc_port=args.grpc_port,
+        metrics_port=args.metrics_port,
+        model_control_mode=args.model_control_mode,
         log_path=Path(".run/server.log").resolve(),
-    )  # fmt: skip
+        workdir=Path(".run/server").resolve(),
+    )
     server = TritonServer(options)
     try:
         server.start(detach=True)
@@ -35,9 +40,13 @@ def _start(args: argparse.Namespace) -> int:
         print(f"error: {error}", file=sys.stderr)
         return 1
     state = {
-        "pid": server.pid, "http": server.http_url, "grpc": server.grpc_url, "metrics": server.metrics_url,
-        "log": str(server.log_path), "repository": str(Path(args.repository).resolve()),
-    }  # fmt: skip
+        "pid": server.pid,
+        "http": server.http_url,
+        "grpc": server.grpc_url,
+        "metrics": server.metrics_url,
+        "log": str(server.log_path),
+        "repository": str(Path(args.repository).resolve()),
+    }
     STATE.parent.mkdir(exist_ok=True)
     STATE.write_text(json.dumps(state, indent=2))
     print(f"tritonserver ready: http {server.http_url}  grpc {server.grpc_url}  metrics {server.metrics_url}")

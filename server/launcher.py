@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import logging
 import os
+import shutil
 import signal
 import socket
 import subprocess
@@ -30,9 +31,17 @@ from server.install import ServerError, ServerInstall, assemble_backends, find_i
 log = logging.getLogger(__name__)
 
 BYTES_PER_TYPE = {
-    "TYPE_FP16": 2, "TYPE_BF16": 2, "TYPE_FP32": 4, "TYPE_FP64": 8, "TYPE_INT8": 1, "TYPE_UINT8": 1,
-    "TYPE_INT16": 2, "TYPE_INT32": 4, "TYPE_INT64": 8, "TYPE_BOOL": 1,
-}  # fmt: skip
+    "TYPE_FP16": 2,
+    "TYPE_BF16": 2,
+    "TYPE_FP32": 4,
+    "TYPE_FP64": 8,
+    "TYPE_INT8": 1,
+    "TYPE_UINT8": 1,
+    "TYPE_INT16": 2,
+    "TYPE_INT32": 4,
+    "TYPE_INT64": 8,
+    "TYPE_BOOL": 1,
+}
 MIB = 1 << 20
 
 
@@ -76,6 +85,7 @@ class ServerOptions:
     startup_timeout_s: float = 180.0
     stop_timeout_s: float = 30.0
     log_path: Path | None = None
+    workdir: Path | None = None  # backend folder and log; None: a temporary one removed on stop
     extra_args: list[str] = field(default_factory=list)
 
 
@@ -86,7 +96,9 @@ class TritonServer:
         self.options = options
         self.install = install or find_install()
         self.process: subprocess.Popen | None = None
-        self._workdir = Path(tempfile.mkdtemp(prefix="tritonserver-"))
+        self._owns_workdir = options.workdir is None
+        self._workdir = Path(options.workdir or tempfile.mkdtemp(prefix="tritonserver-"))
+        self._workdir.mkdir(parents=True, exist_ok=True)
         self.log_path = options.log_path or self._workdir / "server.log"
         self.http_port = options.http_port or free_port(options.host)
         self.grpc_port = options.grpc_port or free_port(options.host)
@@ -113,16 +125,20 @@ class TritonServer:
         command = [
             str(self.install.binary),
             f"--model-repository={Path(options.repository).resolve()}",
-            f"--http-address={options.host}", f"--http-port={self.http_port}",
-            f"--grpc-address={options.host}", f"--grpc-port={self.grpc_port}",
-            f"--metrics-address={options.host}", f"--metrics-port={self.metrics_port}",
+            f"--http-address={options.host}",
+            f"--http-port={self.http_port}",
+            f"--grpc-address={options.host}",
+            f"--grpc-port={self.grpc_port}",
+            f"--metrics-address={options.host}",
+            f"--metrics-port={self.metrics_port}",
             f"--model-control-mode={options.model_control_mode}",
-            "--allow-metrics=true", "--allow-gpu-metrics=false",
+            "--allow-metrics=true",
+            "--allow-gpu-metrics=false",
             f"--exit-timeout-secs={int(options.stop_timeout_s)}",
             f"--backend-config=python,shm-default-byte-size={python_shm_bytes(options.repository)}",
             f"--backend-config=python,shm-growth-byte-size={16 * MIB}",
             f"--backend-config=python,shm-region-prefix-name=tb{os.getpid()}_{self.http_port}_",
-        ]  # fmt: skip
+        ]
         command.append(f"--backend-directory={assemble_backends(self.install, self._workdir / 'backends')}")
         if options.model_control_mode == "explicit":
             command += [f"--load-model={m}" for m in options.load_models or ["*"]]
@@ -148,9 +164,12 @@ class TritonServer:
         self.log_path.parent.mkdir(parents=True, exist_ok=True)
         with open(self.log_path, "wb") as log_file:
             self.process = subprocess.Popen(
-                self.command(), stdout=log_file, stderr=subprocess.STDOUT, env=self.environment(),
+                self.command(),
+                stdout=log_file,
+                stderr=subprocess.STDOUT,
+                env=self.environment(),
                 start_new_session=detach,
-            )  # fmt: skip
+            )
         try:
             self.wait_ready()
         except BaseException:
@@ -187,16 +206,17 @@ class TritonServer:
         )
 
     def stop(self) -> None:
-        """SIGTERM, wait up to ``stop_timeout_s`` (+5 s), then SIGKILL the process group if need be."""
-        if self.process is None or self.process.poll() is not None:
-            return
-        self.process.send_signal(signal.SIGTERM)
-        try:
-            self.process.wait(timeout=self.options.stop_timeout_s + 5)
-        except subprocess.TimeoutExpired:
-            log.warning("tritonserver ignored SIGTERM; killing it")
-            self.process.kill()
-            self.process.wait(timeout=10)
+        """SIGTERM, wait up to ``stop_timeout_s`` (+5 s), then SIGKILL; remove a temporary workdir."""
+        if self.process is not None and self.process.poll() is None:
+            self.process.send_signal(signal.SIGTERM)
+            try:
+                self.process.wait(timeout=self.options.stop_timeout_s + 5)
+            except subprocess.TimeoutExpired:
+                log.warning("tritonserver ignored SIGTERM; killing it")
+                self.process.kill()
+                self.process.wait(timeout=10)
+        if self._owns_workdir and self.options.log_path is None:
+            shutil.rmtree(self._workdir, ignore_errors=True)
 
     def __enter__(self) -> TritonServer:
         return self.start()

@@ -54,11 +54,17 @@ def choose_providers(config: dict, kind: str, device_id: int, cache_dir: str) ->
         )
     providers: list = []
     if _wants_tensorrt(config) and "TensorrtExecutionProvider" in available:
-        providers.append((
-            "TensorrtExecutionProvider",
-            {"device_id": device_id, "trt_fp16_enable": True, "trt_engine_cache_enable": True,
-             "trt_engine_cache_path": cache_dir},
-        ))  # fmt: skip
+        providers.append(
+            (
+                "TensorrtExecutionProvider",
+                {
+                    "device_id": device_id,
+                    "trt_fp16_enable": True,
+                    "trt_engine_cache_enable": True,
+                    "trt_engine_cache_path": cache_dir,
+                },
+            )
+        )
     providers.append(("CUDAExecutionProvider", {"device_id": device_id}))
     return providers
 
