@@ -2,9 +2,7 @@
 
 from __future__ import annotations
 
-import copy
 from pathlib import Path
-from typing import Any
 
 import numpy as np
 import onnx
@@ -20,19 +18,11 @@ from exporters.onnx_export import (
     torch_reference,
 )
 from exporters.parity import TOLERANCES, compare_outputs
-from exporters.spec import parse_spec
-
-
-def _model_spec(spec_data: dict[str, Any], name: str, **changes: Any):
-    data = copy.deepcopy(spec_data)
-    model = next(m for m in data["models"] if m["name"] == name)
-    model.update(changes)
-    return parse_spec(data).model(name)
 
 
 @pytest.mark.parametrize("name", ["recommender", "recommender_fp16", "image_classifier"])
-def test_export_matches_torch(spec_data: dict[str, Any], tmp_path: Path, name: str) -> None:
-    spec = _model_spec(spec_data, name)
+def test_export_matches_torch(model_spec, tmp_path: Path, name: str) -> None:
+    spec = model_spec(name)
     artifact = export_onnx(spec, tmp_path)
     assert artifact.max_rel_error <= TOLERANCES[spec.precision]
     graph = onnx.load(str(artifact.path)).graph
@@ -47,28 +37,26 @@ def test_export_matches_torch(spec_data: dict[str, Any], tmp_path: Path, name: s
     )
 
 
-def test_fp16_file_is_half_and_differs_from_fp32(spec_data: dict[str, Any], tmp_path: Path) -> None:
-    fp32 = export_onnx(_model_spec(spec_data, "recommender"), tmp_path / "fp32")
-    fp16 = export_onnx(_model_spec(spec_data, "recommender_fp16"), tmp_path / "fp16")
+def test_fp16_file_is_half_and_differs_from_fp32(model_spec, tmp_path: Path) -> None:
+    fp32 = export_onnx(model_spec("recommender"), tmp_path / "fp32")
+    fp16 = export_onnx(model_spec("recommender_fp16"), tmp_path / "fp16")
     assert fp16.path.stat().st_size < 0.6 * fp32.path.stat().st_size
     assert fp16.max_abs_error > fp32.max_abs_error  # the rounding is real, and still inside tolerance
 
 
-def test_second_export_is_skipped_by_content_hash(spec_data: dict[str, Any], tmp_path: Path) -> None:
-    spec = _model_spec(spec_data, "recommender")
+def test_second_export_is_skipped_by_content_hash(model_spec, tmp_path: Path) -> None:
+    spec = model_spec("recommender")
     first = export_onnx(spec, tmp_path)
     stamp = first.path.stat().st_mtime_ns
     second = export_onnx(spec, tmp_path)
     assert second.cached and second.content_hash == first.content_hash
     assert first.path.stat().st_mtime_ns == stamp
-    reseeded = export_onnx(_model_spec(spec_data, "recommender", seed=1), tmp_path)
+    reseeded = export_onnx(model_spec("recommender", seed=1), tmp_path)
     assert not reseeded.cached and reseeded.content_hash != first.content_hash
 
 
-def test_spec_that_does_not_match_the_model_is_rejected(spec_data: dict[str, Any], tmp_path: Path) -> None:
-    spec = _model_spec(
-        spec_data, "recommender", outputs=[{"name": "probability", "dtype": "fp32", "shape": [2]}]
-    )
+def test_spec_that_does_not_match_the_model_is_rejected(model_spec, tmp_path: Path) -> None:
+    spec = model_spec("recommender", outputs=[{"name": "probability", "dtype": "fp32", "shape": [2]}])
     with pytest.raises(SpecError, match=r"recommender.outputs\[0\].shape: is \[2\], the model gives \[1\]"):
         export_onnx(spec, tmp_path)
     assert not (tmp_path / "model.onnx").exists()

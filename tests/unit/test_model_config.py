@@ -2,9 +2,7 @@
 
 from __future__ import annotations
 
-import copy
 from pathlib import Path
-from typing import Any
 
 import pytest
 from google.protobuf import json_format
@@ -21,14 +19,6 @@ from exporters.model_config import (
     read_config,
     write_config,
 )
-from exporters.spec import parse_spec
-
-
-def _spec(spec_data: dict[str, Any], name: str, **changes: Any):
-    data = copy.deepcopy(spec_data)
-    model = next(m for m in data["models"] if m["name"] == name)
-    model.update(changes)
-    return parse_spec(data).model(name)
 
 
 def _round_trip(config: ModelConfig, tmp_path: Path) -> model_config_pb2.ModelConfig:
@@ -37,8 +27,8 @@ def _round_trip(config: ModelConfig, tmp_path: Path) -> model_config_pb2.ModelCo
     return parsed
 
 
-def test_dynamic_batching_section(spec_data: dict[str, Any], tmp_path: Path) -> None:
-    parsed = _round_trip(build_model_config(_spec(spec_data, "image_classifier"), num_gpus=0), tmp_path)
+def test_dynamic_batching_section(model_spec, tmp_path: Path) -> None:
+    parsed = _round_trip(build_model_config(model_spec("image_classifier"), num_gpus=0), tmp_path)
     assert parsed.max_batch_size == 32
     assert list(parsed.dynamic_batching.preferred_batch_size) == [8, 16, 32]
     assert parsed.dynamic_batching.max_queue_delay_microseconds == 10_000
@@ -48,17 +38,15 @@ def test_dynamic_batching_section(spec_data: dict[str, Any], tmp_path: Path) -> 
     assert policy.timeout_action == model_config_pb2.ModelQueuePolicy.REJECT
 
 
-def test_static_batching_has_no_batcher_and_warms_the_fixed_size(
-    spec_data: dict[str, Any], tmp_path: Path
-) -> None:
-    spec = _spec(spec_data, "recommender", batching={"mode": "static", "batch_size": 32})
+def test_static_batching_has_no_batcher_and_warms_the_fixed_size(model_spec, tmp_path: Path) -> None:
+    spec = model_spec("recommender", batching={"mode": "static", "batch_size": 32})
     parsed = _round_trip(build_model_config(spec, num_gpus=0), tmp_path)
     assert not parsed.HasField("dynamic_batching")
     assert [w.batch_size for w in parsed.model_warmup] == [32]
 
 
-def test_cpu_target_gets_one_cpu_group(spec_data: dict[str, Any], tmp_path: Path) -> None:
-    spec = _spec(spec_data, "recommender", instances={"cpu": 3})
+def test_cpu_target_gets_one_cpu_group(model_spec, tmp_path: Path) -> None:
+    spec = model_spec("recommender", instances={"cpu": 3})
     parsed = _round_trip(build_model_config(spec, num_gpus=0), tmp_path)
     assert [(g.kind, g.count, list(g.gpus)) for g in parsed.instance_group] == [
         (model_config_pb2.ModelInstanceGroup.KIND_CPU, 3, [])
@@ -66,8 +54,8 @@ def test_cpu_target_gets_one_cpu_group(spec_data: dict[str, Any], tmp_path: Path
     assert not parsed.optimization.execution_accelerators.gpu_execution_accelerator
 
 
-def test_four_gpus_two_instances_each_as_text(spec_data: dict[str, Any], tmp_path: Path) -> None:
-    spec = _spec(spec_data, "image_classifier", instances={"per_gpu": 2, "gpus": "all"})
+def test_four_gpus_two_instances_each_as_text(model_spec, tmp_path: Path) -> None:
+    spec = model_spec("image_classifier", instances={"per_gpu": 2, "gpus": "all"})
     path = write_config(build_model_config(spec, num_gpus=4), tmp_path / "image_classifier")
     text = path.read_text()
     for gpu in range(4):
@@ -78,26 +66,26 @@ def test_four_gpus_two_instances_each_as_text(spec_data: dict[str, Any], tmp_pat
     assert accelerator.name == "tensorrt" and accelerator.parameters["precision_mode"] == "FP16"
 
 
-def test_selected_gpus_and_missing_gpu(spec_data: dict[str, Any]) -> None:
-    spec = _spec(spec_data, "recommender", instances={"per_gpu": 1, "gpus": [1, 3]})
+def test_selected_gpus_and_missing_gpu(model_spec) -> None:
+    spec = model_spec("recommender", instances={"per_gpu": 1, "gpus": [1, 3]})
     config = build_model_config(spec, num_gpus=4)
     assert [g.gpus for g in config.instance_group] == [[1], [3]]
     with pytest.raises(SpecError, match=r"recommender.instances.gpus: GPU 3 does not exist"):
         build_model_config(spec, num_gpus=2)
     with pytest.raises(SpecError, match=r"recommender.target: is gpu but no GPU"):
-        build_model_config(_spec(spec_data, "recommender", target="gpu"), num_gpus=0)
+        build_model_config(model_spec("recommender", target="gpu"), num_gpus=0)
 
 
-def test_warmup_uses_zeros_for_ids_and_random_for_floats(spec_data: dict[str, Any], tmp_path: Path) -> None:
-    parsed = _round_trip(build_model_config(_spec(spec_data, "recommender"), num_gpus=0), tmp_path)
+def test_warmup_uses_zeros_for_ids_and_random_for_floats(model_spec, tmp_path: Path) -> None:
+    parsed = _round_trip(build_model_config(model_spec("recommender"), num_gpus=0), tmp_path)
     assert [w.batch_size for w in parsed.model_warmup] == [1, 64]
     inputs = parsed.model_warmup[0].inputs
     assert inputs["sparse_ids"].zero_data and not inputs["sparse_ids"].random_data
     assert inputs["dense"].random_data and list(inputs["dense"].dims) == [13]
 
 
-def test_thread_parameters(spec_data: dict[str, Any], tmp_path: Path) -> None:
-    spec = _spec(spec_data, "recommender", threads={"intra_op": 2, "inter_op": 1})
+def test_thread_parameters(model_spec, tmp_path: Path) -> None:
+    spec = model_spec("recommender", threads={"intra_op": 2, "inter_op": 1})
     parsed = _round_trip(build_model_config(spec, num_gpus=0), tmp_path)
     assert parsed.parameters["intra_op_thread_count"].string_value == "2"
     assert parsed.parameters["inter_op_thread_count"].string_value == "1"
@@ -157,7 +145,7 @@ def test_unknown_data_type_fails_at_build_time() -> None:
         ModelTensor("x", "TYPE_FLOAT32", [4])
 
 
-def test_to_dict_is_schema_json(spec_data: dict[str, Any]) -> None:
-    config = build_model_config(_spec(spec_data, "recommender"), num_gpus=2)
+def test_to_dict_is_schema_json(model_spec) -> None:
+    config = build_model_config(model_spec("recommender"), num_gpus=2)
     message = config.to_proto()
     assert json_format.MessageToDict(message, preserving_proto_field_name=True)["name"] == "recommender"
