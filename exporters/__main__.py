@@ -13,6 +13,7 @@ from rich.table import Table
 
 from exporters.devices import detect_gpu_count
 from exporters.errors import ExportCheckError, ExporterError, SpecError
+from exporters.pipeline_build import BuiltPipeline, build_pipelines
 from exporters.repository import build_repository
 from exporters.spec import load_spec
 
@@ -23,7 +24,7 @@ def _parser() -> argparse.ArgumentParser:
     build = sub.add_parser("build", help="export every model of the spec and write its config.pbtxt")
     build.add_argument("--spec", type=Path, default=Path("models.yaml"))
     build.add_argument("--repository", type=Path, default=Path("model_repository"))
-    build.add_argument("--models", help="comma-separated subset of model names")
+    build.add_argument("--models", help="comma-separated subset of model and pipeline names")
     build.add_argument(
         "--gpus", type=int, default=None, help="plan for N GPUs (default: detect; 0 forces CPU placement)"
     )
@@ -40,18 +41,22 @@ def main(argv: list[str] | None = None) -> int:
     try:
         spec = load_spec(args.spec)
         if args.command == "validate":
-            console.print(f"{args.spec}: {len(spec.models)} models, valid")
+            console.print(f"{args.spec}: {len(spec.models)} models, {len(spec.pipelines)} pipelines, valid")
             return 0
         gpus = detect_gpu_count() if args.gpus is None else args.gpus
         only = args.models.split(",") if args.models else None
-        count = len(only) if only else len(spec.models)
+        count = len(only) if only else len(spec.models) + len(spec.pipelines)
         with Progress(console=console, transient=True) as progress:
             task = progress.add_task("exporting", total=count)
 
             def advance(model):
                 progress.update(task, description=f"exporting {model.name} ({model.precision})")
 
+            def advance_pipeline(pipeline):
+                progress.update(task, description=f"splitting {pipeline.name} ({pipeline.split})")
+
             built = build_repository(spec, args.repository, gpus, only, on_model=advance)
+            pipelines = build_pipelines(spec, args.repository, gpus, only, on_pipeline=advance_pipeline)
             progress.update(task, completed=count)
     except SpecError as error:
         console.print(f"[red]spec error[/red] {error}")
@@ -76,7 +81,29 @@ def main(argv: list[str] | None = None) -> int:
             "cached" if item.artifact.cached else "exported",
         )
     console.print(table)
+    if pipelines:
+        console.print(_pipeline_table(pipelines))
     return 0
+
+
+def _pipeline_table(pipelines: list[BuiltPipeline]) -> Table:
+    table = Table(title="pipelines (ensembles of stages; details in <pipeline>/pipeline.json)")
+    for column in ("pipeline", "stages (placement)", "cuts", "boundary", "compression err", "export"):
+        table.add_column(column)
+    for item in pipelines:
+        stages = ", ".join(
+            f"{c.name.removeprefix(item.spec.name + '_')} {g.kind}×{g.count}{g.gpus or ''}"
+            for c in item.configs[1:]
+            for g in c.instance_group
+        )
+        plan = item.record["split_plan"]
+        cuts = f"{list(plan['cuts'])} by {plan['cost_method']}" if plan else "embedding | dense"
+        boundary = f"{item.record['boundary_dtype']}, {item.record['boundary_bytes_per_request']} B/req"
+        table.add_row(
+            item.spec.name, stages, cuts, boundary, f"{item.record['compression_max_rel_error']:.1e}",
+            "cached" if item.cached else "exported",
+        )  # fmt: skip
+    return table
 
 
 if __name__ == "__main__":

@@ -40,6 +40,13 @@ class ModelTensor:
 
 
 @dataclass
+class OptionalModelInput(ModelTensor):
+    """An ``input`` a request may leave out (``ModelInput.optional``; outputs have no such field)."""
+
+    optional: bool = True
+
+
+@dataclass
 class InstanceGroup:
     """One ``instance_group`` entry: ``count`` instances of ``kind`` (on each GPU in ``gpus``)."""
 

@@ -132,23 +132,36 @@ def run_onnx(path: Path, spec: ModelSpec, inputs: list[np.ndarray]) -> list[np.n
     )
 
 
-def _export_file(spec: ModelSpec, model: nn.Module, path: Path) -> None:
-    # A copy: halving in place would round the reference model's weights too.
-    export_model = copy.deepcopy(model).half() if spec.precision == "fp16" else model
-    example = [torch.from_numpy(a) for a in sample_inputs(spec, model, 2, seed=0)]
-    names = [t.name for t in spec.inputs] + [t.name for t in spec.outputs]
+def export_module_onnx(
+    module: nn.Module,
+    example: tuple[torch.Tensor, ...],
+    input_names: list[str],
+    output_names: list[str],
+    path: Path,
+) -> None:
+    """``torch.onnx.export`` with this project's conventions: the given tensor names, a dynamic batch
+    axis on every tensor, ``OPSET``, the TorchScript-based exporter. Used for models and pipeline stages."""
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         torch.onnx.export(
-            export_model,
-            tuple(example),
+            module,
+            example,
             str(path),
-            input_names=[t.name for t in spec.inputs],
-            output_names=[t.name for t in spec.outputs],
-            dynamic_axes={name: {0: "batch"} for name in names},
+            input_names=input_names,
+            output_names=output_names,
+            dynamic_axes={name: {0: "batch"} for name in [*input_names, *output_names]},
             opset_version=OPSET,
             dynamo=False,
         )
+
+
+def _export_file(spec: ModelSpec, model: nn.Module, path: Path) -> None:
+    # A copy: halving in place would round the reference model's weights too.
+    export_model = copy.deepcopy(model).half() if spec.precision == "fp16" else model
+    example = tuple(torch.from_numpy(a) for a in sample_inputs(spec, model, 2, seed=0))
+    export_module_onnx(
+        export_model, example, [t.name for t in spec.inputs], [t.name for t in spec.outputs], path
+    )
 
 
 def export_onnx(spec: ModelSpec, out_dir: Path) -> Artifact:

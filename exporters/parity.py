@@ -9,8 +9,9 @@ import numpy as np
 
 from exporters.errors import ExportCheckError
 
-# Relative to the largest reference magnitude: fp32 should agree to float rounding, fp16 to ~3 digits.
-TOLERANCES = {"fp32": 1e-4, "fp16": 2e-2}
+# Relative to the largest reference magnitude: fp32 should agree to float rounding, fp16 to ~3 digits;
+# bf16 (pipeline boundaries only) keeps 8 mantissa bits, about 2 digits.
+TOLERANCES = {"fp32": 1e-4, "fp16": 2e-2, "bf16": 5e-2}
 
 
 @dataclass(frozen=True)

@@ -60,14 +60,17 @@ def build_repository(
     only: Iterable[str] | None = None,
     on_model: Callable[[ModelSpec], None] | None = None,
 ) -> list[BuiltModel]:
-    """Build every model of ``spec`` (or those named in ``only``); ``on_model`` reports progress."""
+    """Build every model of ``spec`` (or those named in ``only``); ``on_model`` reports progress.
+
+    ``only`` may also name pipelines (``pipeline_build.build_pipelines`` builds those); the folders of
+    every model and pipeline of the spec are kept.
+    """
     selected = [m for m in spec.models if only is None or m.name in set(only)]
-    missing = set(only or ()) - {m.name for m in spec.models}
+    missing = set(only or ()) - {m.name for m in spec.models} - {p.name for p in spec.pipelines}
     if missing:
         spec.model(sorted(missing)[0])  # raises SpecError naming the unknown model
-    prepare_repository(
-        repository, [m.name for m in selected] if only is None else [m.name for m in spec.models]
-    )
+    keep = [m.name for m in spec.models] + [name for p in spec.pipelines for name in p.repository_names]
+    prepare_repository(repository, keep)
     built = []
     for model in selected:
         if on_model is not None:

@@ -16,9 +16,16 @@ import yaml
 from exporters.errors import SpecError
 from exporters.zoo import ZOO
 
-DTYPES = {"fp32": "TYPE_FP32", "fp16": "TYPE_FP16", "int64": "TYPE_INT64", "int32": "TYPE_INT32"}
+DTYPES = {
+    "fp32": "TYPE_FP32", "fp16": "TYPE_FP16", "int64": "TYPE_INT64", "int32": "TYPE_INT32",
+    "bf16": "TYPE_BF16",  # only between pipeline stages (compressed boundaries); models take MODEL_DTYPES
+}  # fmt: skip
+MODEL_DTYPES = ("fp32", "fp16", "int64", "int32")
 BatchingMode = Literal["none", "static", "dynamic"]
 Target = Literal["auto", "cpu", "gpu"]
+SplitKind = Literal["blocks", "embedding_dense"]
+Balance = Literal["latency", "flops", "params"]
+BoundaryDtype = Literal["fp32", "fp16", "bf16"]
 
 
 @dataclass(frozen=True)
@@ -86,14 +93,60 @@ class ModelSpec:
 
 
 @dataclass(frozen=True)
+class PipelineSpec:
+    """A model served as an ensemble of stages on different devices (model/pipeline parallel).
+
+    ``model`` names the monolithic entry of ``models`` that is split (and that the pipeline must
+    equal). ``split: blocks`` cuts an ``nn.Sequential`` into ``stages`` contiguous stages (at
+    ``cut_points`` or balanced by ``balance``); ``split: embedding_dense`` puts the recommender's
+    embedding tables and its dense network in two stages. ``replicas[k]`` instances serve stage k
+    (hybrid parallel); ``boundary_dtype`` compresses the activations that cross stage boundaries.
+    """
+
+    name: str
+    model: str
+    split: SplitKind
+    stages: int = 2
+    cut_points: tuple[int, ...] = ()
+    balance: Balance = "latency"
+    replicas: tuple[int, ...] = ()
+    boundary_dtype: BoundaryDtype = "fp32"
+    batching: Batching = Batching()  # the first stage's; later stages wait at most 100 µs
+    live_updates: bool = False
+
+    def stage_replicas(self, stage: int) -> int:
+        return self.replicas[stage] if self.replicas else 1
+
+    @property
+    def stage_names(self) -> tuple[str, ...]:
+        """The Triton model behind each stage, in pipeline order."""
+        if self.split == "embedding_dense":
+            return (f"{self.name}_embedding", f"{self.name}_dense")
+        return tuple(f"{self.name}_stage{k}" for k in range(self.stages))
+
+    @property
+    def repository_names(self) -> tuple[str, ...]:
+        """Every model folder the pipeline owns in the repository: the ensemble and its stages."""
+        return (self.name, *self.stage_names)
+
+
+@dataclass(frozen=True)
 class Spec:
     models: tuple[ModelSpec, ...]
+    pipelines: tuple[PipelineSpec, ...] = ()
 
     def model(self, name: str) -> ModelSpec:
         for model in self.models:
             if model.name == name:
                 return model
         raise SpecError("models", f"no model named {name!r} (have {[m.name for m in self.models]})")
+
+    def pipeline(self, name: str) -> PipelineSpec:
+        for pipeline in self.pipelines:
+            if pipeline.name == name:
+                return pipeline
+        have = [p.name for p in self.pipelines]
+        raise SpecError("pipelines", f"no pipeline named {name!r} (have {have})")
 
 
 # --- parsing helpers ---------------------------------------------------------------------------------
@@ -132,7 +185,7 @@ def _tensor(data: Any, path: str) -> TensorSpec:
     name = data["name"]
     if not isinstance(name, str) or not name.isidentifier():
         raise SpecError(f"{path}.name", f"must be an identifier-like string, got {name!r}")
-    _choice(data, "dtype", path, "", tuple(DTYPES))
+    _choice(data, "dtype", path, "", MODEL_DTYPES)
     shape = data["shape"]
     if not isinstance(shape, list) or not all(isinstance(d, int) and d >= 1 for d in shape):
         raise SpecError(f"{path}.shape", f"must be a list of positive integers (no batch dim), got {shape!r}")
@@ -203,9 +256,21 @@ def _instances(data: Any, path: str) -> Instances:
 
 
 MODEL_FIELDS = {
-    "name", "source", "options", "seed", "inputs", "outputs", "precision", "max_batch_size", "batching",
-    "instances", "target", "threads", "tensorrt_fp16", "warmup",
-}  # fmt: skip
+    "name",
+    "source",
+    "options",
+    "seed",
+    "inputs",
+    "outputs",
+    "precision",
+    "max_batch_size",
+    "batching",
+    "instances",
+    "target",
+    "threads",
+    "tensorrt_fp16",
+    "warmup",
+}
 
 
 def parse_model(data: Any, path: str) -> ModelSpec:
@@ -257,16 +322,121 @@ def parse_model(data: Any, path: str) -> ModelSpec:
     )
 
 
+DEFAULT_STAGE_BATCHING = Batching(mode="dynamic", max_queue_delay_us=100)
+PIPELINE_FIELDS = {
+    "name",
+    "model",
+    "split",
+    "stages",
+    "cut_points",
+    "balance",
+    "replicas",
+    "boundary_dtype",
+    "batching",
+    "live_updates",
+}
+
+
+def _positive_ints(data: dict[str, Any], key: str, path: str) -> tuple[int, ...]:
+    value = data.get(key, [])
+    if not isinstance(value, list) or not all(
+        isinstance(v, int) and not isinstance(v, bool) and v >= 1 for v in value
+    ):
+        raise SpecError(f"{path}.{key}", f"must be a list of positive integers, got {value!r}")
+    return tuple(value)
+
+
+def parse_pipeline(data: Any, path: str, models: tuple[ModelSpec, ...]) -> PipelineSpec:
+    """Parse one entry of ``pipelines``; ``models`` are the already parsed models it may split."""
+    data = _mapping(data, path, PIPELINE_FIELDS, {"name", "model", "split"})
+    name = data["name"]
+    if not isinstance(name, str) or not name.replace("_", "").replace("-", "").isalnum():
+        raise SpecError(f"{path}.name", f"must be letters, digits, '_' or '-', got {name!r}")
+    by_name = {m.name: m for m in models}
+    if data["model"] not in by_name:
+        raise SpecError(
+            f"{path}.model", f"must name an entry of models ({', '.join(by_name)}), got {data['model']!r}"
+        )
+    model = by_name[data["model"]]
+    if model.precision != "fp32":
+        raise SpecError(f"{path}.model", f"pipelines split fp32 models; {model.name} is {model.precision}")
+    split = _choice(data, "split", path, "", ("blocks", "embedding_dense"))
+    if split == "embedding_dense" and model.source != "recommender":
+        raise SpecError(
+            f"{path}.split", f"embedding_dense needs a recommender model, {model.name} is {model.source}"
+        )
+    cut_points = _positive_ints(data, "cut_points", path)
+    stages = _int(data, "stages", path, len(cut_points) + 1 if cut_points else 2, 1)
+    if split == "embedding_dense" and (stages != 2 or cut_points):
+        raise SpecError(
+            f"{path}.stages", "embedding_dense has exactly 2 stages (embedding, dense) and no cut_points"
+        )
+    if cut_points and (len(cut_points) != stages - 1 or list(cut_points) != sorted(set(cut_points))):
+        raise SpecError(
+            f"{path}.cut_points",
+            f"must be {stages - 1} strictly increasing block indices, got {list(cut_points)}",
+        )
+    replicas = _positive_ints(data, "replicas", path)
+    if replicas and len(replicas) != stages:
+        raise SpecError(f"{path}.replicas", f"must list one count per stage ({stages}), got {list(replicas)}")
+    live_updates = data.get("live_updates", False)
+    if not isinstance(live_updates, bool):
+        raise SpecError(f"{path}.live_updates", "must be true or false")
+    if live_updates and split != "embedding_dense":
+        raise SpecError(
+            f"{path}.live_updates", "only the embedding stage of an embedding_dense split takes updates"
+        )
+    if live_updates and replicas and replicas[0] != 1:
+        raise SpecError(
+            f"{path}.replicas",
+            "an updatable embedding stage runs one instance (each instance holds its own tables, so an "
+            f"update would reach only one of them); got {replicas[0]}",
+        )
+    boundary_dtype = _choice(data, "boundary_dtype", path, "fp32", ("fp32", "fp16", "bf16"))
+    if split == "embedding_dense" and boundary_dtype == "bf16":
+        raise SpecError(
+            f"{path}.boundary_dtype", "the dense stage reads numpy arrays, which have no bf16; use fp16"
+        )
+    # Every stage batches dynamically: the model's own batcher when it has one, else a short default.
+    batching = model.batching if model.batching.mode == "dynamic" else DEFAULT_STAGE_BATCHING
+    if "batching" in data:
+        batching = _batching(data["batching"], f"{path}.batching", model.max_batch_size)
+        if batching.mode != "dynamic":
+            raise SpecError(f"{path}.batching.mode", f"every stage batches dynamically; got {batching.mode}")
+    return PipelineSpec(
+        name=name,
+        model=model.name,
+        split=split,
+        stages=stages,
+        cut_points=cut_points,
+        balance=_choice(data, "balance", path, "latency", ("latency", "flops", "params")),
+        replicas=replicas,
+        boundary_dtype=boundary_dtype,
+        batching=batching,
+        live_updates=live_updates,
+    )
+
+
 def parse_spec(data: Any) -> Spec:
-    """Parse the whole document (``{models: [...]}``), rejecting duplicate model names."""
-    data = _mapping(data, "spec", {"models"}, {"models"})
+    """Parse the whole document (``{models: [...], pipelines: [...]}``), rejecting duplicate names."""
+    data = _mapping(data, "spec", {"models", "pipelines"}, {"models"})
     if not isinstance(data["models"], list) or not data["models"]:
         raise SpecError("models", "must be a non-empty list")
     models = tuple(parse_model(item, f"models[{i}]") for i, item in enumerate(data["models"]))
     for i, model in enumerate(models):
         if model.name in [m.name for m in models[:i]]:
             raise SpecError(f"models[{i}].name", f"duplicate model name {model.name!r}")
-    return Spec(models)
+    items = data.get("pipelines", [])
+    if not isinstance(items, list):
+        raise SpecError("pipelines", "must be a list")
+    pipelines = tuple(parse_pipeline(item, f"pipelines[{i}]", models) for i, item in enumerate(items))
+    taken = {m.name for m in models}
+    for i, pipeline in enumerate(pipelines):
+        clash = sorted(taken & set(pipeline.repository_names))
+        if clash:
+            raise SpecError(f"pipelines[{i}].name", f"{clash[0]!r} is already a model or pipeline name")
+        taken.update(pipeline.repository_names)
+    return Spec(models, pipelines)
 
 
 def load_spec(path: str | Path) -> Spec:

@@ -8,7 +8,9 @@ pays when the model does. Invariants, relied on by every model here:
 * If the batched run itself fails (e.g. one request carries an out-of-range id), every request is
   retried alone, so only the culprit gets the error, and every caller gets an answer.
 
-Pure numpy: no Triton import, so it is unit-tested without a server.
+No Triton import, so it is unit-tested without a server. Arrays are numpy by default; the torch stage
+runners pass ``concatenate=torch.cat`` and torch dtypes in ``TensorInfo`` so tensors that arrived by
+DLPack stay on their device (splitting is plain slicing, which both libraries share).
 """
 
 from __future__ import annotations
@@ -20,6 +22,7 @@ import numpy as np
 
 Arrays = dict[str, np.ndarray]
 RunFn = Callable[[Arrays], Arrays]
+ConcatenateFn = Callable[[list], np.ndarray]
 
 
 class InvalidInputError(ValueError):
@@ -32,7 +35,7 @@ class ModelRunError(RuntimeError):
 
 @dataclass(frozen=True)
 class TensorInfo:
-    """What the config promises about one tensor: name, numpy dtype, dims without the batch axis."""
+    """What the config promises about one tensor: name, dtype (numpy's or torch's), dims without batch."""
 
     name: str
     dtype: np.dtype
@@ -65,9 +68,10 @@ def validate(arrays: Arrays, inputs: Sequence[TensorInfo]) -> int:
 
 
 def _split(outputs: Arrays, sizes: Sequence[int]) -> list[Arrays]:
-    bounds = np.cumsum(sizes)[:-1]
-    pieces = {name: np.split(array, bounds) for name, array in outputs.items()}
-    return [{name: parts[i] for name, parts in pieces.items()} for i in range(len(sizes))]
+    bounds = [0, *np.cumsum(sizes).tolist()]
+    return [
+        {name: array[bounds[i] : bounds[i + 1]] for name, array in outputs.items()} for i in range(len(sizes))
+    ]
 
 
 def _run_alone(run: RunFn, arrays: Arrays) -> Arrays | Exception:
@@ -80,7 +84,10 @@ def _run_alone(run: RunFn, arrays: Arrays) -> Arrays | Exception:
 
 
 def run_batched(
-    requests: Sequence[Arrays | Exception], inputs: Sequence[TensorInfo], run: RunFn
+    requests: Sequence[Arrays | Exception],
+    inputs: Sequence[TensorInfo],
+    run: RunFn,
+    concatenate: ConcatenateFn = np.concatenate,
 ) -> list[Arrays | Exception]:
     """Validate, concatenate along dim 0, run once, split; per-request errors stay per request.
 
@@ -102,7 +109,7 @@ def run_batched(
     if len(good) == 1:
         results[good[0]] = _run_alone(run, requests[good[0]])
         return results
-    batch = {info.name: np.concatenate([requests[i][info.name] for i in good]) for info in inputs}
+    batch = {info.name: concatenate([requests[i][info.name] for i in good]) for info in inputs}
     try:
         outputs = run(batch)
     except Exception:

@@ -1,0 +1,222 @@
+"""Build the spec's pipelines into the repository: check, export, configure, record.
+
+Order (DESIGN §4.2): the stage chain is checked against the whole model in torch first (uncompressed:
+the split itself must be exact) and the compression error is measured, before anything is written.
+Each artifact is then written under a ``.partial`` name, loaded back the way the server loads it, and
+the chain of artifacts is checked against the whole model again; only then do files take their final
+names. ``pipeline.json`` beside the ensemble records the cuts, costs, errors and boundary bytes (the
+perf report reads it). A content hash of the model, its weights and the pipeline spec lets a rebuild
+skip the work, and keeps the measured cut points, so rebuilding never moves a cut by timing noise.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import json
+import logging
+import shutil
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import torch
+from torch import nn
+
+import python_backend
+from exporters.errors import SpecError
+from exporters.model_config import ModelConfig, write_config
+from exporters.onnx_export import build_torch_model, content_hash, sample_inputs
+from exporters.pipeline_configs import pipeline_configs
+from exporters.pipeline_stages import (
+    Stage,
+    Tensors,
+    block_stages,
+    check_stages,
+    describe_boundaries,
+    embedding_dense_stages,
+    export_stage,
+    load_stage,
+    run_stages,
+    stage_examples,
+)
+from exporters.spec import ModelSpec, PipelineSpec, Spec
+from exporters.splitter import SplitPlan
+from server.install import copy_runtime_helpers
+
+log = logging.getLogger(__name__)
+
+BUILD_VERSION = "1"  # bump when the pipeline build changes, to invalidate recorded artifacts
+RECORD = "pipeline.json"
+RUNNER_FILES = ("model.py", "safe_program.py", "embedding_rows.py")
+COST_BATCH = 8  # the batch the splitter times blocks at: a typical formed batch, not batch 1
+
+
+@dataclass(frozen=True)
+class BuiltPipeline:
+    spec: PipelineSpec
+    record: dict[str, Any]
+    configs: list[ModelConfig]  # the ensemble first, then the stages
+    cached: bool
+
+
+def _samples(spec: ModelSpec, model: nn.Module, batch: int, seed: int) -> Tensors:
+    arrays = sample_inputs(spec, model, batch, seed)
+    return {t.name: torch.from_numpy(a) for t, a in zip(spec.inputs, arrays, strict=True)}
+
+
+def _identity(pipeline: PipelineSpec, spec: ModelSpec, model: nn.Module) -> str:
+    digest = hashlib.sha256(content_hash(spec, model).encode())
+    digest.update(
+        json.dumps([dataclasses.asdict(pipeline), BUILD_VERSION], sort_keys=True, default=list).encode()
+    )
+    return digest.hexdigest()
+
+
+def make_stages(
+    pipeline: PipelineSpec, spec: ModelSpec, model: nn.Module, plan: SplitPlan | None = None
+) -> tuple[list[Stage], SplitPlan | None]:
+    """The pipeline's stages in torch (planning the cuts now unless ``plan`` is given)."""
+    if pipeline.split == "embedding_dense":
+        return embedding_dense_stages(pipeline, spec, model), None
+    example = _samples(spec, model, min(COST_BATCH, spec.max_batch_size), seed=0)[spec.inputs[0].name]
+    return block_stages(pipeline, spec, model, example, plan)
+
+
+def _recorded(repository: Path, pipeline: PipelineSpec, digest: str) -> dict[str, Any] | None:
+    """The record of an identical earlier build whose artifacts are all still there, else None."""
+    record_path = repository / pipeline.name / RECORD
+    if not record_path.exists():
+        return None
+    record = json.loads(record_path.read_text())
+    if record.get("content_hash") != digest:
+        return None
+    if not all((repository / stage["name"] / "1" / stage["artifact"]).exists() for stage in record["stages"]):
+        return None
+    return record
+
+
+def _recorded_plan(record: dict[str, Any] | None) -> SplitPlan | None:
+    plan = record and record["split_plan"]
+    return SplitPlan(tuple(plan["cuts"]), tuple(plan["block_costs"]), plan["cost_method"]) if plan else None
+
+
+def _export(
+    pipeline: PipelineSpec, spec: ModelSpec, model: nn.Module, stages: list[Stage], plan: SplitPlan | None,
+    repository: Path, digest: str,
+) -> dict[str, Any]:  # fmt: skip
+    """Check in torch, export to ``.partial`` files, check the artifacts, then commit; the record."""
+    samples = [_samples(spec, model, batch, seed=100 + batch) for batch in (1, 3)]
+
+    def whole(tensors: Tensors) -> torch.Tensor:
+        return model(*(tensors[t.name] for t in spec.inputs))
+
+    exact = stages
+    if pipeline.boundary_dtype != "fp32":
+        exact, _ = make_stages(dataclasses.replace(pipeline, boundary_dtype="fp32"), spec, model, plan)
+    split = check_stages(exact, whole, samples, "fp32", f"{pipeline.name} (stages in sequence)")
+    compression = 0.0
+    if pipeline.boundary_dtype != "fp32":
+
+        def uncompressed(tensors: Tensors) -> torch.Tensor:
+            return run_stages(exact, tensors)[exact[-1].output.name]
+
+        what = f"{pipeline.name} ({pipeline.boundary_dtype} boundaries vs uncompressed pipeline)"
+        compression = check_stages(stages, uncompressed, samples, pipeline.boundary_dtype, what).max_rel_error
+    partials = []
+    for stage, example in zip(stages, stage_examples(stages, samples[1]), strict=True):
+        folder = repository / stage.name / "1"
+        folder.mkdir(parents=True, exist_ok=True)
+        partial = folder / f"partial.{stage.artifact_name}"  # keeps the suffix torch.export.load wants
+        export_stage(stage, example, spec.max_batch_size, partial)
+        partials.append(partial)
+    loaded = [load_stage(stage, path) for stage, path in zip(stages, partials, strict=True)]
+    what = f"{pipeline.name} (exported stages vs {spec.name})"
+    artifacts = check_stages(stages, whole, samples, pipeline.boundary_dtype, what, fns=loaded)
+    for stage, partial in zip(stages, partials, strict=True):
+        partial.replace(partial.parent / stage.artifact_name)
+    boundaries = describe_boundaries(stages)
+    sent = sum(b["bytes_per_row"] for b in boundaries)
+    fp32 = sum(b["fp32_bytes_per_row"] for b in boundaries)
+    ranges = plan.stage_ranges() if plan else [None] * len(stages)
+    return {
+        "content_hash": digest, "pipeline": pipeline.name, "model": spec.name, "split": pipeline.split,
+        "stages": [
+            {"name": s.name, "runtime": s.runtime, "artifact": s.artifact_name, "blocks": r,
+             "inputs": [t.name for t in s.inputs], "output": s.output.name}
+            for s, r in zip(stages, ranges, strict=True)
+        ],
+        "split_plan": dataclasses.asdict(plan) if plan else None,
+        "boundary_dtype": pipeline.boundary_dtype, "boundaries": boundaries,
+        "boundary_bytes_per_request": sent, "boundary_bytes_saved_per_request": fp32 - sent,
+        "split_max_rel_error": split.max_rel_error, "compression_max_rel_error": compression,
+        "artifact_max_rel_error": artifacts.max_rel_error,
+    }  # fmt: skip
+
+
+def _install_runner(stage: Stage, folder: Path) -> None:
+    """Put the torch stage runner and the helpers it imports beside the stage's artifact."""
+    if stage.runtime != "torch_export":
+        return
+    source = Path(python_backend.__file__).parent / "torch_stage"
+    for name in RUNNER_FILES:
+        shutil.copy2(source / name, folder / name)
+    copy_runtime_helpers(folder)
+
+
+def build_pipeline(
+    pipeline: PipelineSpec, spec: ModelSpec, repository: Path, num_gpus: int, plan: SplitPlan | None = None
+) -> BuiltPipeline:
+    """Build the ensemble and its stage models into ``repository`` (reusing an identical earlier build).
+
+    ``plan`` (cuts already chosen for the same model and stage count) skips the cost measurement.
+    """
+    model = build_torch_model(spec)
+    digest = _identity(pipeline, spec, model)
+    record = _recorded(repository, pipeline, digest)
+    stages, plan = make_stages(pipeline, spec, model, _recorded_plan(record) or plan)
+    configs = pipeline_configs(pipeline, spec, stages, num_gpus)  # placement errors before slow work
+    cached = record is not None
+    if record is None:  # JSON-shaped (lists, not tuples) whether fresh or read back
+        record = json.loads(json.dumps(_export(pipeline, spec, model, stages, plan, repository, digest)))
+    (repository / pipeline.name / "1").mkdir(parents=True, exist_ok=True)  # ensembles need a version
+    for stage in stages:
+        _install_runner(stage, repository / stage.name / "1")
+    for config in configs:
+        write_config(config, repository / config.name)
+    (repository / pipeline.name / RECORD).write_text(json.dumps(record, indent=2))
+    log.info("%s: %s stages %s", pipeline.name, "cached" if cached else "exported", [s.name for s in stages])
+    return BuiltPipeline(pipeline, record, configs, cached)
+
+
+def build_pipelines(
+    spec: Spec,
+    repository: Path,
+    num_gpus: int,
+    only: Iterable[str] | None = None,
+    on_pipeline: Callable[[PipelineSpec], None] | None = None,
+) -> list[BuiltPipeline]:
+    """Build every pipeline of ``spec`` (or those named in ``only``; other names are ignored here).
+
+    Pipelines that cut the same model into the same stages share one plan, so that variants (e.g. with
+    and without boundary compression) differ only in what the spec says, not by timing noise.
+    """
+    wanted = None if only is None else set(only)
+    built: list[BuiltPipeline] = []
+    plans: dict[tuple, SplitPlan] = {}
+    for pipeline in spec.pipelines:
+        if wanted is not None and pipeline.name not in wanted:
+            continue
+        if on_pipeline is not None:
+            on_pipeline(pipeline)
+        key = (pipeline.model, pipeline.split, pipeline.stages, pipeline.balance, pipeline.cut_points)
+        try:
+            item = build_pipeline(pipeline, spec.model(pipeline.model), repository, num_gpus, plans.get(key))
+        except SpecError as error:
+            if error.path.startswith(pipeline.name):
+                raise
+            raise SpecError(f"{pipeline.name}.{error.path}", error.problem) from error
+        plans.setdefault(key, _recorded_plan(item.record))
+        built.append(item)
+    return built

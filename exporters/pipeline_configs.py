@@ -1,0 +1,118 @@
+"""Triton configs of a pipeline: one model per stage, placed on its own device, and the ensemble.
+
+Placement rule (model parallel): stage k runs on GPU ``k mod G`` of the G planned GPUs with
+``replicas[k]`` instances there (hybrid parallel: data-parallel replicas inside a stage); on CPU targets
+every stage is ``KIND_CPU``. Every stage batches dynamically, because an ensemble hands each request to
+each stage separately: a batch formed before stage 0 does not survive into stage 1.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Sequence
+
+from exporters.configs import build_model_config, resolve_target
+from exporters.model_config import EnsembleStep, InstanceGroup, ModelConfig, ModelTensor, OptionalModelInput
+from exporters.pipeline_stages import Stage
+from exporters.spec import DTYPES, Batching, Instances, ModelSpec, PipelineSpec, TensorSpec
+
+UPDATE_INPUTS = (
+    OptionalModelInput("update_table", "TYPE_INT64", [1]),
+    OptionalModelInput("update_row", "TYPE_INT64", [1]),
+)
+UPDATE_VERSION = ModelTensor("update_version", "TYPE_INT64", [1])
+# Stages after the first receive each upstream batch as a burst of requests released together, so a
+# short wait re-forms the batch; the first stage's longer wait would only add latency per boundary.
+DOWNSTREAM_QUEUE_DELAY_US = 100
+
+
+def stage_placement(
+    pipeline: PipelineSpec, spec: ModelSpec, index: int, num_gpus: int
+) -> list[InstanceGroup]:
+    """Stage ``index`` on GPU ``index mod num_gpus`` (or the CPU) with its replica count."""
+    count = pipeline.stage_replicas(index)
+    if resolve_target(spec, num_gpus) == "cpu":
+        return [InstanceGroup(kind="KIND_CPU", count=count)]
+    return [InstanceGroup(kind="KIND_GPU", count=count, gpus=[index % num_gpus])]
+
+
+def stage_batching(pipeline: PipelineSpec, index: int) -> Batching:
+    """The pipeline's batching on the first stage; the same with a short queue delay downstream."""
+    if index == 0:
+        return pipeline.batching
+    delay = min(pipeline.batching.max_queue_delay_us, DOWNSTREAM_QUEUE_DELAY_US)
+    return dataclasses.replace(pipeline.batching, max_queue_delay_us=delay)
+
+
+def _stage_spec(pipeline: PipelineSpec, spec: ModelSpec, stage: Stage, index: int) -> ModelSpec:
+    """The monolithic model's serving settings, narrowed to one stage's tensors and batching."""
+    return dataclasses.replace(
+        spec, name=stage.name, inputs=stage.inputs, outputs=(stage.output,),
+        batching=stage_batching(pipeline, index), instances=Instances(cpu=1, per_gpu=1),
+    )  # fmt: skip
+
+
+def stage_config(
+    pipeline: PipelineSpec, spec: ModelSpec, stage: Stage, index: int, num_gpus: int
+) -> ModelConfig:
+    """An ONNX stage is an ordinary ``onnxruntime`` model; a torch stage runs on the Python backend."""
+    config = build_model_config(_stage_spec(pipeline, spec, stage, index), num_gpus)
+    config.instance_group = stage_placement(pipeline, spec, index, num_gpus)
+    if stage.runtime == "onnx":
+        return config
+    parameters = {
+        "stage_program": stage.artifact_name,
+        "intra_op_thread_count": str(spec.intra_op_threads),
+        # Hand GPU tensors over as they are (DLPack); the default copies every input to the host.
+        "FORCE_CPU_ONLY_INPUT_TENSORS": "no",
+    }
+    inputs, outputs = list(config.input), list(config.output)
+    if stage.embedding_tables and pipeline.live_updates:
+        width = stage.output.shape[-1]
+        parameters["embedding_tables"] = ",".join(stage.embedding_tables)
+        # Update requests carry no ids and lookups no updates: every input is optional.
+        inputs = [OptionalModelInput(t.name, t.data_type, t.dims) for t in inputs]
+        inputs += [*UPDATE_INPUTS, OptionalModelInput("update_values", "TYPE_FP32", [width])]
+        outputs.append(UPDATE_VERSION)
+    return dataclasses.replace(
+        config,
+        backend="python",
+        input=inputs,
+        output=outputs,
+        parameters=parameters,
+        gpu_execution_accelerator=[],
+    )
+
+
+def _tensor(tensor: TensorSpec) -> ModelTensor:
+    return ModelTensor(tensor.name, DTYPES[tensor.dtype], list(tensor.shape))
+
+
+def ensemble_config(pipeline: PipelineSpec, spec: ModelSpec, stages: Sequence[Stage]) -> ModelConfig:
+    """The ensemble: the monolithic model's signature, stages chained through named tensors."""
+    steps = [
+        EnsembleStep(
+            model_name=stage.name,
+            input_map={t.name: t.name for t in stage.inputs},
+            output_map={stage.output.name: stage.output.name},
+        )
+        for stage in stages
+    ]
+    return ModelConfig(
+        name=pipeline.name,
+        platform="ensemble",
+        max_batch_size=spec.max_batch_size,
+        input=[_tensor(t) for t in spec.inputs],
+        output=[_tensor(t) for t in spec.outputs],
+        ensemble_steps=steps,
+    )
+
+
+def pipeline_configs(
+    pipeline: PipelineSpec, spec: ModelSpec, stages: Sequence[Stage], num_gpus: int
+) -> list[ModelConfig]:
+    """The ensemble's config first, then each stage's, in pipeline order."""
+    return [
+        ensemble_config(pipeline, spec, stages),
+        *(stage_config(pipeline, spec, stage, k, num_gpus) for k, stage in enumerate(stages)),
+    ]

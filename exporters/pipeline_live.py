@@ -1,0 +1,67 @@
+"""Change a served recommender pipeline's parameters without stopping it (the article's parameter server).
+
+Two paths, matching how the pieces are served:
+
+* **Embedding rows** (``embedding_update``): the embedding stage takes update requests of its own
+  (``update_table``, ``update_row``, ``update_values``) and applies each whole, between batches.
+* **The dense network** (``publish_dense_version``): a new version folder is exported next to the
+  served one, checked against torch like every artifact, and then loaded with Triton's model control
+  (``load_model`` in ``--model-control-mode=explicit``); Triton swaps versions without dropping requests.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from pathlib import Path
+
+import numpy as np
+import torch
+
+from exporters.errors import SpecError
+from exporters.onnx_export import build_torch_model
+from exporters.pipeline_build import make_stages
+from exporters.pipeline_stages import TORCH_DTYPES, check_stages, export_stage, load_stage
+from exporters.spec import ModelSpec, PipelineSpec
+from exporters.zoo.recommender import Recommender
+
+
+def embedding_update(table: int, rows: np.ndarray, values: np.ndarray) -> dict[str, np.ndarray]:
+    """The inputs of one update request: ``rows`` of ``table`` take ``values`` (``[len(rows), D]``)."""
+    rows = np.asarray(rows, dtype=np.int64).reshape(-1, 1)
+    return {
+        "update_table": np.full_like(rows, table),
+        "update_row": rows,
+        "update_values": np.ascontiguousarray(values, dtype=np.float32).reshape(len(rows), -1),
+    }
+
+
+def publish_dense_version(
+    pipeline: PipelineSpec, spec: ModelSpec, repository: Path, version: int, seed: int
+) -> Recommender:
+    """Export the dense stage of a recommender built with ``seed`` as ``version``; returns that model.
+
+    The file takes its final name only after it matches torch, so Triton never sees a half-written
+    version; the caller then loads it (``client.load_model(<pipeline>_dense)``).
+    """
+    if pipeline.split != "embedding_dense":
+        raise SpecError(f"{pipeline.name}.split", "only an embedding_dense pipeline has a dense stage")
+    model = build_torch_model(dataclasses.replace(spec, seed=seed))
+    stages, _ = make_stages(pipeline, spec, model)
+    dense = stages[1]
+    folder = repository / dense.name / str(version)
+    if folder.exists():
+        raise SpecError(f"{dense.name}.version", f"version {version} already exists in {folder.parent}")
+    folder.mkdir(parents=True)
+    partial = folder / f"partial.{dense.artifact_name}"
+    generator = torch.Generator().manual_seed(seed)
+    sample = {
+        t.name: torch.randn(3, *t.shape, generator=generator).to(TORCH_DTYPES[t.dtype]) for t in dense.inputs
+    }
+    export_stage(dense, tuple(sample.values()), spec.max_batch_size, partial)
+    loaded = load_stage(dense, partial)
+    check_stages(
+        [dense], lambda t: dense.module(*t.values()), [sample], "fp32", f"{dense.name} v{version}", [loaded]
+    )
+    partial.replace(folder / dense.artifact_name)
+    assert isinstance(model, Recommender)
+    return model

@@ -1,0 +1,206 @@
+"""The stages of a pipeline as torch modules over named tensors: what each Triton stage model runs.
+
+Both kinds of split become one shape, a list of ``Stage``s whose inputs and outputs are the ensemble's
+named tensors, so checking, exporting and config generation treat them alike. Compressed boundaries
+live inside the stage modules: a stage casts its output to the boundary dtype and the next stage casts
+it back to fp32, so neither the runner nor the ensemble knows about compression beyond a data type.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Literal
+
+import numpy as np
+import onnx
+import onnxruntime as ort
+import torch
+from torch import nn
+
+from exporters.errors import SpecError
+from exporters.onnx_export import check_external_data, export_module_onnx
+from exporters.parity import ParityReport, compare_outputs
+from exporters.spec import ModelSpec, PipelineSpec, TensorSpec
+from exporters.splitter import SplitPlan, plan_split, split_blocks
+from exporters.zoo.recommender import Recommender
+from python_backend.torch_stage.safe_program import load_exported_program
+
+TORCH_DTYPES = {"fp32": torch.float32, "fp16": torch.float16, "bf16": torch.bfloat16}
+EMBEDDINGS = "embeddings"  # the recommender's boundary tensor
+Tensors = dict[str, torch.Tensor]
+StageFn = Callable[..., torch.Tensor]
+
+
+@dataclass(frozen=True)
+class Stage:
+    """One stage: its Triton model name, the module it runs, and its named tensors (one output)."""
+
+    name: str
+    module: nn.Module
+    inputs: tuple[TensorSpec, ...]
+    output: TensorSpec
+    runtime: Literal["torch_export", "onnx"]
+    embedding_tables: tuple[str, ...] = ()  # parameter names that take live row updates
+
+    @property
+    def artifact_name(self) -> str:
+        return "stage.pt2" if self.runtime == "torch_export" else "model.onnx"
+
+
+class BoundaryCasts(nn.Module):
+    """Runs ``inner`` in fp32: widens a compressed input, narrows the output for the next boundary."""
+
+    def __init__(self, inner: nn.Module, widen_input: bool, output_dtype: torch.dtype | None) -> None:
+        super().__init__()
+        self.inner, self.widen_input, self.output_dtype = inner, widen_input, output_dtype
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        out = self.inner(x.float() if self.widen_input else x)
+        return out if self.output_dtype is None else out.to(self.output_dtype)
+
+
+class DenseFromCompressed(nn.Module):
+    """The recommender's dense network taking embeddings that crossed the boundary compressed."""
+
+    def __init__(self, dense: nn.Module) -> None:
+        super().__init__()
+        self.dense = dense
+
+    def forward(self, dense: torch.Tensor, embeddings: torch.Tensor) -> torch.Tensor:
+        return self.dense(dense, embeddings.float())
+
+
+def run_stages(stages: Sequence[Stage], inputs: Tensors, fns: Sequence[StageFn] | None = None) -> Tensors:
+    """Run the stages in order over named tensors (``fns`` replace the modules, e.g. loaded artifacts)."""
+    tensors = dict(inputs)
+    with torch.no_grad():  # not inference_mode: the outputs serve as torch.export examples
+        for index, stage in enumerate(stages):
+            fn = fns[index] if fns is not None else stage.module
+            tensors[stage.output.name] = fn(*(tensors[t.name] for t in stage.inputs))
+    return tensors
+
+
+def check_stages(
+    stages: Sequence[Stage],
+    expected: Callable[[Tensors], torch.Tensor],
+    samples: Sequence[Tensors],
+    precision: str,
+    what: str,
+    fns: Sequence[StageFn] | None = None,
+) -> ParityReport:
+    """The worst parity of the stage chain's final output against ``expected`` over ``samples``."""
+    worst = None
+    for sample in samples:
+        actual = run_stages(stages, sample, fns)[stages[-1].output.name].float()
+        with torch.inference_mode():
+            reference = expected(sample).float()
+        report = compare_outputs([actual.numpy()], [reference.numpy()], precision, what)
+        worst = report if worst is None or report.max_rel_error > worst.max_rel_error else worst
+    assert worst is not None, "check_stages needs at least one sample"
+    return worst
+
+
+def _boundary(name: str, tensor: torch.Tensor, dtype: str) -> TensorSpec:
+    return TensorSpec(name, dtype, tuple(tensor.shape[1:]))
+
+
+def block_stages(
+    pipeline: PipelineSpec, spec: ModelSpec, model: nn.Module, example: torch.Tensor, plan: SplitPlan | None
+) -> tuple[list[Stage], SplitPlan]:
+    """Cut an ``nn.Sequential`` (at ``plan``'s cuts, or planned now) into stages with boundary casts."""
+    if plan is None:
+        plan = plan_split(
+            model, example, pipeline.stages, pipeline.name, pipeline.cut_points, pipeline.balance,
+            threads=max(spec.intra_op_threads, 1),
+        )  # fmt: skip
+    parts = split_blocks(model, plan, pipeline.name)
+    compress = None if pipeline.boundary_dtype == "fp32" else TORCH_DTYPES[pipeline.boundary_dtype]
+    stages, tensor, x = [], spec.inputs[0], example
+    with torch.inference_mode():
+        for index, (part, name) in enumerate(zip(parts, pipeline.stage_names, strict=True)):
+            x = part(x)
+            last = index == len(parts) - 1
+            output = (
+                spec.outputs[0] if last else _boundary(f"boundary{index + 1}", x, pipeline.boundary_dtype)
+            )
+            module = BoundaryCasts(
+                part, widen_input=index > 0 and compress is not None, output_dtype=None if last else compress
+            )
+            stages.append(Stage(name, module, (tensor,), output, "torch_export"))
+            tensor = output
+    return stages, plan
+
+
+def embedding_dense_stages(pipeline: PipelineSpec, spec: ModelSpec, model: nn.Module) -> list[Stage]:
+    """The recommender's embedding tables (torch, updatable) and dense network (ONNX) as two stages."""
+    if not isinstance(model, Recommender):
+        raise SpecError(
+            f"{pipeline.name}.split", f"embedding_dense needs a Recommender, got {type(model).__name__}"
+        )
+    by_name = {t.name: t for t in spec.inputs}
+    if set(by_name) != {"dense", "sparse_ids"}:
+        raise SpecError(
+            f"{pipeline.name}.model",
+            f"recommender inputs must be dense and sparse_ids, got {sorted(by_name)}",
+        )
+    compress = pipeline.boundary_dtype != "fp32"
+    dims = (len(model.table_sizes), model.embed.tables[0].embedding_dim)
+    embeddings = TensorSpec(EMBEDDINGS, pipeline.boundary_dtype, dims)
+    embed = BoundaryCasts(model.embed, False, TORCH_DTYPES[pipeline.boundary_dtype] if compress else None)
+    tables = tuple(f"inner.tables.{i}.weight" for i in range(len(model.table_sizes)))
+    dense = DenseFromCompressed(model.dense) if compress else model.dense
+    embedding_name, dense_name = pipeline.stage_names
+    return [
+        Stage(embedding_name, embed, (by_name["sparse_ids"],), embeddings, "torch_export", tables),
+        Stage(dense_name, dense, (by_name["dense"], embeddings), spec.outputs[0], "onnx"),
+    ]
+
+
+def _example_for(stage: Stage, tensors: Tensors) -> tuple[torch.Tensor, ...]:
+    return tuple(tensors[t.name] for t in stage.inputs)
+
+
+def export_stage(stage: Stage, example: tuple[torch.Tensor, ...], max_batch_size: int, path: Path) -> None:
+    """Write the stage's artifact: a ``torch.export`` program with a dynamic batch axis, or ONNX."""
+    if stage.runtime == "onnx":
+        export_module_onnx(stage.module, example, [t.name for t in stage.inputs], [stage.output.name], path)
+        onnx.checker.check_model(str(path), full_check=True)
+        check_external_data(path)
+        return
+    batch = torch.export.Dim("batch", min=1, max=max_batch_size)
+    program = torch.export.export(stage.module, example, dynamic_shapes=tuple({0: batch} for _ in example))
+    torch.export.save(program, str(path))
+
+
+def load_stage(stage: Stage, path: Path) -> StageFn:
+    """Load an artifact the way the server will (``.pt2`` through the no-pickle gate), as a callable."""
+    if stage.runtime == "torch_export":
+        return load_exported_program(path).module()
+    session = ort.InferenceSession(str(path), providers=["CPUExecutionProvider"])
+    names = [t.name for t in stage.inputs]
+
+    def run(*tensors: torch.Tensor) -> torch.Tensor:
+        feeds = {n: t.numpy() for n, t in zip(names, tensors, strict=True)}
+        return torch.from_numpy(np.asarray(session.run([stage.output.name], feeds)[0]))
+
+    return run
+
+
+def stage_examples(stages: Sequence[Stage], inputs: Tensors) -> list[tuple[torch.Tensor, ...]]:
+    """Each stage's example arguments, from one run of the chain."""
+    tensors = run_stages(stages, inputs)
+    return [_example_for(stage, tensors) for stage in stages]
+
+
+def describe_boundaries(stages: Sequence[Stage]) -> list[dict[str, object]]:
+    """Every tensor that crosses a stage boundary, with its bytes per request row (as sent and in fp32)."""
+    rows = []
+    for stage in stages[:-1]:
+        tensor = stage.output
+        elements = int(np.prod(tensor.shape))
+        size = 2 if tensor.dtype in ("fp16", "bf16") else 4
+        rows.append({"tensor": tensor.name, "dtype": tensor.dtype, "shape": list(tensor.shape),
+                     "bytes_per_row": elements * size, "fp32_bytes_per_row": elements * 4})  # fmt: skip
+    return rows

@@ -1,0 +1,82 @@
+"""Embedding tables served by a stage: id checks on lookups and atomic row updates while serving.
+
+The recommendation scenario updates parameters asynchronously while the model serves (the article's
+parameter server). A stage applies each update request whole or not at all: every index and value is
+checked before the first row is written, and the runner applies updates only between batches, so no
+lookup batch ever sees a half-applied update.
+
+Torch only: copied beside each stage's model.py, unit-tested without a server.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import torch
+
+try:  # beside model.py inside the stub
+    from batching import InvalidInputError
+except ImportError:  # imported as a package (exporters, unit tests)
+    from python_backend.batching import InvalidInputError
+
+UPDATE_INPUTS = ("update_table", "update_row", "update_values")
+
+
+def check_ids(ids: torch.Tensor, tables: Sequence[torch.Tensor], input_name: str) -> None:
+    """Column ``i`` of ``ids`` indexes table ``i``; an id outside it is the client's error, named.
+
+    One vectorised comparison on the happy path (it runs on every batch); the message is built only
+    when something is out of range.
+    """
+    if ids.shape[1] != len(tables):
+        raise InvalidInputError(
+            f"input '{input_name}' has {ids.shape[1]} columns, one per table ({len(tables)})"
+        )
+    sizes = torch.tensor([t.shape[0] for t in tables], device=ids.device)
+    outside = (ids < 0) | (ids >= sizes)
+    if bool(outside.any()):
+        row, column = (int(i) for i in outside.nonzero()[0])
+        raise InvalidInputError(
+            f"input '{input_name}' column {column} holds id {int(ids[row, column])} outside table {column} "
+            f"(rows 0..{tables[column].shape[0] - 1})"
+        )
+
+
+def apply_row_updates(
+    tables: Sequence[torch.Tensor], table: torch.Tensor, row: torch.Tensor, values: torch.Tensor
+) -> int:
+    """Overwrite ``tables[table[i]][row[i]] = values[i]`` for every i, all or nothing; rows written.
+
+    ``table`` and ``row`` are ``[N, 1]`` int64, ``values`` is ``[N, D]``; later rows win when one row
+    is written twice in the same update.
+    """
+    table, row = table.reshape(-1), row.reshape(-1)
+    if not table.shape[0] == row.shape[0] == values.shape[0]:
+        raise InvalidInputError(
+            f"inputs {', '.join(UPDATE_INPUTS)} must have the same rows, got "
+            f"{table.shape[0]}, {row.shape[0]}, {values.shape[0]}"
+        )
+    if table.numel() and (int(table.min()) < 0 or int(table.max()) >= len(tables)):
+        raise InvalidInputError(f"input 'update_table' must be in 0..{len(tables) - 1}")
+    if not torch.isfinite(values).all():
+        raise InvalidInputError("input 'update_values' holds NaN or infinity")
+    for index in range(len(tables)):
+        rows = row[table == index]
+        if rows.numel() and (int(rows.min()) < 0 or int(rows.max()) >= tables[index].shape[0]):
+            raise InvalidInputError(
+                f"input 'update_row' holds a row outside table {index} (rows 0..{tables[index].shape[0] - 1})"
+            )
+        if values.shape[1] != tables[index].shape[1]:
+            width = tables[index].shape[1]
+            raise InvalidInputError(
+                f"input 'update_values' has width {values.shape[1]}, table {index} has {width}"
+            )
+    with torch.no_grad():
+        for index in range(len(tables)):
+            chosen = table == index
+            if chosen.any():
+                target = tables[index]
+                target.index_put_(
+                    (row[chosen].to(target.device),), values[chosen].to(target.device, target.dtype)
+                )
+    return int(table.numel())

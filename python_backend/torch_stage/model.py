@@ -1,0 +1,147 @@
+"""One stage of a pipeline-parallel ensemble: a ``torch.export`` program on the device Triton assigned.
+
+Copied (with ``safe_program.py``, ``embedding_rows.py`` and the runtime helpers) into
+``<pipeline>_<stage>/1/`` by the repository build. Why it is shaped this way:
+
+* The device comes from ``model_instance_kind`` / ``model_instance_device_id``, so the ensemble's
+  ``instance_group`` alone decides placement (stage k on GPU k mod G, or the CPU).
+* Tensors come in and go out by DLPack (``FORCE_CPU_ONLY_INPUT_TENSORS: no``), so when neighbouring
+  stages share a GPU the activation never makes a host round trip; on another device it moves once.
+* Triton hands ``execute`` a list of requests; they run as one concatenated batch
+  (``batching.run_batched``), and a bad request gets its own error, prefixed with this stage's name
+  so the ensemble's error says which stage failed.
+* The artifact is loaded only after ``safe_program.check_no_pickle``: a stage never unpickles.
+* An embedding stage (parameter ``embedding_tables``) also takes row updates while it serves: a request
+  carrying ``update_table`` / ``update_row`` / ``update_values`` is applied whole, before the lookup
+  batch of the same ``execute`` call and never during one (see ``embedding_rows.py``).
+"""
+
+import json
+import os
+
+from runtime_paths import add_launcher_paths
+
+add_launcher_paths()
+
+import torch  # noqa: E402
+import triton_python_backend_utils as pb_utils  # noqa: E402
+from batching import InvalidInputError, TensorInfo, run_batched  # noqa: E402
+from embedding_rows import UPDATE_INPUTS, apply_row_updates, check_ids  # noqa: E402
+from safe_program import load_exported_program  # noqa: E402
+from torch.export.passes import move_to_device_pass  # noqa: E402
+from torch.utils.dlpack import from_dlpack, to_dlpack  # noqa: E402
+
+TORCH_DTYPES = {
+    "TYPE_FP32": torch.float32, "TYPE_FP16": torch.float16, "TYPE_BF16": torch.bfloat16,
+    "TYPE_INT64": torch.int64, "TYPE_INT32": torch.int32,
+}  # fmt: skip
+
+
+def _parameter(config: dict, key: str, default: str = "") -> str:
+    return config.get("parameters", {}).get(key, {}).get("string_value", default).strip()
+
+
+def _lookup_inputs(entries: list) -> list:
+    """The inputs the stage's program takes (an embedding stage's update inputs are not among them)."""
+    return [
+        TensorInfo(e["name"], TORCH_DTYPES[e["data_type"]], tuple(int(d) for d in e["dims"]))
+        for e in entries
+        if e["name"] not in UPDATE_INPUTS
+    ]
+
+
+def instance_device(kind: str, device_id: int) -> torch.device:
+    """The device Triton assigned this instance; a GPU instance without CUDA is a deployment error."""
+    if kind != "GPU":
+        return torch.device("cpu")
+    if not torch.cuda.is_available():
+        raise pb_utils.TritonModelException(f"instance on GPU {device_id} but torch sees no CUDA device")
+    return torch.device("cuda", device_id)
+
+
+class TritonPythonModel:
+    def initialize(self, args: dict) -> None:
+        config = json.loads(args["model_config"])
+        self.name = config["name"]
+        self.inputs = _lookup_inputs(config["input"])
+        self.output_names = [o["name"] for o in config["output"] if o["name"] != "update_version"]
+        self.device = instance_device(args["model_instance_kind"], int(args["model_instance_device_id"]))
+        threads = int(_parameter(config, "intra_op_thread_count", "0") or 0)
+        if threads > 0:
+            torch.set_num_threads(threads)
+        path = os.path.join(
+            args["model_repository"], args["model_version"], _parameter(config, "stage_program")
+        )
+        if not os.path.isfile(path):
+            raise pb_utils.TritonModelException(f"{self.name}: no stage program at {path}")
+        program = move_to_device_pass(load_exported_program(path), self.device)
+        # Guards re-check input shapes on every call; batching.validate already checked them per request.
+        self.module = program.module(check_guards=False)
+        table_names = [n for n in _parameter(config, "embedding_tables").split(",") if n]
+        self.tables = [self.module.get_parameter(n) for n in table_names]
+        self.version = 0  # row updates applied so far; answered to each update request
+
+    def _run(self, batch: dict) -> dict:
+        ids = batch[self.inputs[0].name]
+        if self.tables:
+            check_ids(ids, self.tables, self.inputs[0].name)
+        with torch.inference_mode():
+            output = self.module(*(batch[i.name].to(self.device) for i in self.inputs))
+        return {self.output_names[0]: output}
+
+    def _read(self, request, names) -> dict:
+        arrays = {}
+        for name in names:
+            tensor = pb_utils.get_input_tensor_by_name(request, name)
+            if tensor is None:
+                return InvalidInputError(f"input '{name}' is missing")
+            arrays[name] = from_dlpack(tensor.to_dlpack())
+        return arrays
+
+    def _error(self, error: Exception) -> "pb_utils.TritonError":
+        code = (
+            pb_utils.TritonError.INVALID_ARG
+            if isinstance(error, InvalidInputError)
+            else pb_utils.TritonError.INTERNAL
+        )
+        return pb_utils.TritonError(f"{self.name}: {error}", code)
+
+    def _update(self, request) -> "pb_utils.InferenceResponse":
+        arrays = self._read(request, UPDATE_INPUTS)
+        try:
+            if isinstance(arrays, Exception):
+                raise arrays
+            rows = apply_row_updates(self.tables, *(arrays[n] for n in UPDATE_INPUTS))
+        except InvalidInputError as error:
+            return pb_utils.InferenceResponse(error=self._error(error))
+        self.version += 1
+        version = torch.full((rows, 1), self.version, dtype=torch.int64)
+        return pb_utils.InferenceResponse(
+            output_tensors=[pb_utils.Tensor.from_dlpack("update_version", to_dlpack(version))]
+        )
+
+    def execute(self, requests: list) -> list:
+        is_update = [
+            bool(self.tables) and pb_utils.get_input_tensor_by_name(r, UPDATE_INPUTS[0]) is not None
+            for r in requests
+        ]
+        # Updates first, each whole: the lookup batch below sees all of them or (next call) none.
+        updates = {i: self._update(r) for i, r in enumerate(requests) if is_update[i]}
+        lookups = [i for i in range(len(requests)) if not is_update[i]]
+        results = run_batched(
+            [self._read(requests[i], [t.name for t in self.inputs]) for i in lookups],
+            self.inputs,
+            self._run,
+            concatenate=torch.cat,
+        )
+        responses = dict(updates)
+        for index, result in zip(lookups, results, strict=True):
+            if isinstance(result, Exception):
+                responses[index] = pb_utils.InferenceResponse(error=self._error(result))
+            else:
+                tensors = [
+                    pb_utils.Tensor.from_dlpack(name, to_dlpack(result[name].contiguous()))
+                    for name in self.output_names
+                ]
+                responses[index] = pb_utils.InferenceResponse(output_tensors=tensors)
+        return [responses[i] for i in range(len(requests))]

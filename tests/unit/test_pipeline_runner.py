@@ -1,0 +1,139 @@
+"""The stage runner's helpers without a server: no-pickle loading, atomic row updates, torch batching."""
+
+from __future__ import annotations
+
+import io
+import json
+import zipfile
+from pathlib import Path
+
+import pytest
+import torch
+from torch import nn
+
+from python_backend.batching import InvalidInputError, TensorInfo, run_batched
+from python_backend.torch_stage.embedding_rows import apply_row_updates, check_ids
+from python_backend.torch_stage.safe_program import (
+    UnsafeArtifactError,
+    check_no_pickle,
+    load_exported_program,
+)
+
+
+class NotATensor:
+    """Any class: ``weights_only=True`` refuses to rebuild it, a full unpickle would run its code."""
+
+
+@pytest.fixture()
+def program(tmp_path: Path) -> Path:
+    path = tmp_path / "stage.pt2"
+    torch.export.save(torch.export.export(nn.Linear(3, 2).eval(), (torch.randn(2, 3),)), str(path))
+    return path
+
+
+def _rewrite(source: Path, target: Path, change) -> None:
+    with zipfile.ZipFile(source) as old, zipfile.ZipFile(target, "w") as new:
+        for item in old.infolist():
+            new.writestr(item, change(item.filename, old.read(item.filename)))
+
+
+def test_exported_program_loads_and_runs(program: Path) -> None:
+    module = load_exported_program(program).module()
+    assert module(torch.randn(2, 3)).shape == (2, 2)
+
+
+def test_pickled_weight_is_refused(program: Path, tmp_path: Path) -> None:
+    def flag_pickle(name: str, data: bytes) -> bytes:
+        if name.endswith("weights_config.json"):
+            config = json.loads(data)
+            for payload in config["config"].values():
+                payload["use_pickle"] = True
+            return json.dumps(config).encode()
+        return data
+
+    tampered = tmp_path / "tampered.pt2"
+    _rewrite(program, tampered, flag_pickle)
+    with pytest.raises(UnsafeArtifactError, match="would be unpickled"):
+        load_exported_program(tampered)
+
+
+def test_sample_inputs_that_need_a_full_unpickle_are_refused(program: Path, tmp_path: Path) -> None:
+    def swap_samples(name: str, data: bytes) -> bytes:
+        if "/data/sample_inputs/" in name:
+            buffer = io.BytesIO()
+            torch.save({"x": NotATensor()}, buffer)
+            return buffer.getvalue()
+        return data
+
+    tampered = tmp_path / "tampered.pt2"
+    _rewrite(program, tampered, swap_samples)
+    with pytest.raises(UnsafeArtifactError, match="weights_only"):
+        check_no_pickle(tampered)
+
+
+def test_not_an_archive_is_refused(tmp_path: Path) -> None:
+    path = tmp_path / "stage.pt2"
+    path.write_bytes(b"\x80\x04not a zip")
+    with pytest.raises(UnsafeArtifactError, match=r"not a torch\.export archive"):
+        check_no_pickle(path)
+
+
+def _tables() -> list[torch.Tensor]:
+    return [torch.zeros(5, 2), torch.zeros(3, 2)]
+
+
+def test_row_updates_apply_to_their_tables() -> None:
+    tables = _tables()
+    written = apply_row_updates(
+        tables,
+        torch.tensor([[0], [1], [0]]),
+        torch.tensor([[4], [2], [0]]),
+        torch.tensor([[1.0, 1], [2, 2], [3, 3]]),
+    )
+    assert written == 3
+    assert (
+        tables[0][4].tolist() == [1, 1]
+        and tables[0][0].tolist() == [3, 3]
+        and tables[1][2].tolist() == [2, 2]
+    )
+
+
+@pytest.mark.parametrize(
+    ("table", "row", "values", "message"),
+    [
+        ([[0], [1]], [[1], [3]], [[1.0, 1], [1, 1]], "update_row"),  # row 3 is outside table 1
+        ([[0], [2]], [[1], [0]], [[1.0, 1], [1, 1]], "update_table"),
+        ([[0], [0]], [[1], [2]], [[1.0, 1], [float("nan"), 1]], "NaN"),
+        ([[0]], [[1], [2]], [[1.0, 1]], "same rows"),
+    ],
+)
+def test_a_bad_update_writes_nothing(table, row, values, message: str) -> None:
+    tables = _tables()
+    with pytest.raises(InvalidInputError, match=message):
+        apply_row_updates(tables, torch.tensor(table), torch.tensor(row), torch.tensor(values))
+    assert all(not t.any() for t in tables), "a rejected update must leave every table untouched"
+
+
+def test_ids_outside_a_table_name_the_input_and_column() -> None:
+    check_ids(torch.tensor([[4, 2]]), _tables(), "sparse_ids")
+    with pytest.raises(InvalidInputError, match="'sparse_ids' column 1 holds id 3 outside table 1"):
+        check_ids(torch.tensor([[4, 2], [0, 3]]), _tables(), "sparse_ids")
+
+
+def test_run_batched_concatenates_torch_tensors_once() -> None:
+    calls = []
+
+    def double(batch: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
+        calls.append(batch["x"].shape[0])
+        return {"y": batch["x"] * 2}
+
+    inputs = [TensorInfo("x", torch.float32, (2,))]
+    requests = [
+        {"x": torch.ones(1, 2)},
+        {"x": torch.full((3, 2), 5.0)},
+        {"x": torch.ones(1, 2, dtype=torch.float64)},
+    ]
+    results = run_batched(requests, inputs, double, concatenate=torch.cat)
+    assert calls == [4]
+    assert results[0]["y"].tolist() == [[2, 2]] and results[1]["y"].shape == (3, 2)
+    assert isinstance(results[2], InvalidInputError) and "dtype" in str(results[2])
