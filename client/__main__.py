@@ -59,7 +59,7 @@ def _infer(client, args) -> int:
         return 1
     print(
         f"match: max abs error {report.max_abs_error:.3g}, max rel error {report.max_rel_error:.3g} "
-        f"(tolerance {report.tolerance:g}, {expected.spec.precision})"
+        f"(tolerance {report.tolerance:g}, {expected.precision})"
     )
     return 0
 

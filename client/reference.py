@@ -21,17 +21,23 @@ class Reference:
     spec: ModelSpec
     inputs: dict[str, np.ndarray]
     expected: dict[str, np.ndarray]
+    precision: str  # the tolerance to hold the server to (a pipeline's boundary dtype may loosen it)
 
     def compare(self, outputs: dict[str, np.ndarray], what: str) -> ParityReport:
         """Raise ``ExportCheckError`` when the served outputs are outside the spec's tolerance."""
         names = [t.name for t in self.spec.outputs]
         return compare_outputs(
-            [outputs[n] for n in names], [self.expected[n] for n in names], self.spec.precision, what
+            [outputs[n] for n in names], [self.expected[n] for n in names], self.precision, what
         )
 
 
 def reference(spec_path: Path, model: str, batch: int, seed: int = 0) -> Reference:
-    spec = load_spec(spec_path).model(model)
+    """Inputs and torch outputs for ``model``: a model of the spec, or a pipeline (held to the model it
+    splits, at the tolerance of its boundary dtype)."""
+    document = load_spec(spec_path)
+    pipeline = next((p for p in document.pipelines if p.name == model), None)
+    spec = document.model(pipeline.model if pipeline else model)
+    precision = pipeline.boundary_dtype if pipeline and pipeline.boundary_dtype != "fp32" else spec.precision
     torch_model = build_torch_model(spec)
     arrays = sample_inputs(spec, torch_model, batch, seed)
     expected = torch_reference(torch_model, arrays)
@@ -39,4 +45,5 @@ def reference(spec_path: Path, model: str, batch: int, seed: int = 0) -> Referen
         spec,
         {t.name: a for t, a in zip(spec.inputs, arrays, strict=True)},
         {t.name: e for t, e in zip(spec.outputs, expected, strict=True)},
+        precision,
     )

@@ -8,7 +8,10 @@ three stages at given cut points, bf16 boundaries, and two replicas of the middl
 from __future__ import annotations
 
 import copy
+import subprocess
+import sys
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -134,3 +137,15 @@ def test_every_stage_ran_for_the_ensemble(client, pipeline_spec: Spec) -> None:
     for stage in pipeline_spec.pipeline(HYBRID["name"]).stage_names:
         stats = client.get_inference_statistics(stage)["model_stats"][0]
         assert stats["inference_count"] >= 2, f"{stage} did not run"
+
+
+@pytest.mark.parametrize("pipeline", ["recommender_pipeline", "image_classifier_pipeline_fp16"])
+def test_client_cli_checks_a_pipeline_against_its_model(server: TritonServer, pipeline: str) -> None:
+    """``python -m client infer --check`` holds a pipeline to the torch model it splits."""
+    root = Path(__file__).resolve().parents[2]
+    command = [sys.executable, "-m", "client", "--protocol", "grpc", "--url", server.grpc_url]
+    result = subprocess.run(
+        [*command, "infer", "--model", pipeline, "--check"], capture_output=True, text=True, cwd=root
+    )
+    assert result.returncode == 0, result.stderr
+    assert "match: max abs error" in result.stdout
