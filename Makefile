@@ -34,7 +34,7 @@ status: setup ## show whether the `make serve` server is up, and its models
 	$(BIN)/python -m server status
 
 perf: setup ## the batching study on the embedded server; report in reports/<timestamp>/ (PERF=quick for 1-2 min)
-	$(BIN)/python -m perf run --profile $(PERF)
+	$(BIN)/python -m perf run --profile $(PERF) $(PERF_ARGS)
 
 perf-analyzer: setup ## cross-check one model with NVIDIA perf_analyzer, where it is installed
 	$(BIN)/python -m perf analyzer

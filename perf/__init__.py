@@ -1,0 +1,18 @@
+"""Load generation, measurement and the batching study behind ``make perf``.
+
+The public pieces for other studies: ``Target``, ``target_from_spec`` and ``Caller`` (what to load,
+over which protocol), the load shapes ``closed_loop``, ``poisson`` and ``trace``, ``measure`` (one
+model at one load → ``Measurement`` with every request's ``Record`` and the server's own view),
+``summarize`` (records → figures) and ``perf.report`` (figures → markdown tables and plots).
+"""
+
+from perf.loads import Load, closed_loop, poisson, trace
+from perf.measure import Measurement, MeasureSettings, measure
+from perf.records import Record
+from perf.summary import Summary, summarize
+from perf.target import Caller, Target, target_from_spec
+
+__all__ = [
+    "Caller", "Load", "MeasureSettings", "Measurement", "Record", "Summary", "Target", "closed_loop",
+    "measure", "poisson", "summarize", "target_from_spec", "trace",
+]  # fmt: skip

@@ -1,0 +1,261 @@
+"""From measurements to the study's figures: mode tables with ratios, the latency-model fit and its
+predictions, serving efficiency against raw onnxruntime, and the client-bound flag.
+
+Pure functions of the ``StudyResult``; nothing here measures. Every figure comes from the records
+(client view) or from the server-statistics deltas taken over the same windows (server view).
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+
+import numpy as np
+
+from perf.latency_model import LatencyFit, fit_latency
+from perf.measure import Measurement
+from perf.raw import RawPoint
+from perf.server_view import BatchBucket, ModelStats
+from perf.study import FamilyResult, StudyResult
+from perf.study_spec import MODES
+
+CLIENT_BOUND = 0.8  # a result within 80% of the harness ceiling is flagged client-bound
+MIN_EXECUTIONS = 5  # batch sizes seen fewer times are too noisy to fit
+CORES = os.cpu_count() or 1
+
+
+@dataclass(frozen=True)
+class Row:
+    """One measurement as a table row; ratios are to the family's no-batching row under the same load."""
+
+    mode: str
+    load: str
+    throughput: float
+    requests_per_s: float
+    p50_ms: float
+    p90_ms: float
+    p99_ms: float
+    mean_batch: float
+    sent: int
+    failed: int
+    stable: bool
+    queue_ms: float
+    compute_ms: float
+    server_cpu_per_1000: float
+    server_cores: float
+    client_cores: float
+    client_bound: bool
+    ratios: dict[str, float]
+    send_lag_p99_ms: float = float("nan")  # how late the client sent, after the last sample arrived
+    outside_server_ms: float = float("nan")  # mean latency not spent in the server's queue or compute
+
+
+def ceiling_rps(result: StudyResult, in_flight: int | None) -> float:
+    """Requests/s the harness reached against ``trivial`` at ``in_flight`` requests (closest measured
+    concurrency), or its best for open loops."""
+    if not result.ceiling:
+        return float("inf")
+    by_concurrency = {m.load.concurrency: m.summary().requests / m.summary().seconds for m in result.ceiling}
+    if in_flight is None:
+        return max(by_concurrency.values())
+    closest = min(by_concurrency, key=lambda c: (abs(c - in_flight), -c))
+    return by_concurrency[closest]
+
+
+def row(result: StudyResult, mode: str, measurement: Measurement) -> Row:
+    summary = measurement.summary()
+    server = measurement.server
+    stats = server.stats if server else ModelStats()
+    rps = summary.requests / summary.seconds if summary.seconds else 0.0
+    collect = MODES[mode].collect if mode in MODES else 1
+    in_flight = max(1, measurement.load.concurrency // collect) if measurement.load.kind == "closed" else None
+    seconds = server.seconds if server and server.seconds else 1.0
+    return Row(
+        mode=mode, load=measurement.load.name, throughput=summary.throughput, requests_per_s=rps,
+        p50_ms=summary.p50_ms, p90_ms=summary.p90_ms, p99_ms=summary.p99_ms, mean_batch=stats.mean_batch,
+        sent=measurement.attempts, failed=sum(not r.ok for r in measurement.records),
+        stable=measurement.stable, queue_ms=stats.queue_ms_per_request,
+        compute_ms=stats.compute_ms_per_request,
+        server_cpu_per_1000=server.server_cpu_s_per_1000 if server else 0.0,
+        server_cores=server.server_cpu_s / seconds if server else 0.0,
+        client_cores=server.client_cpu_s / seconds if server else 0.0,
+        client_bound=rps >= CLIENT_BOUND * ceiling_rps(result, in_flight), ratios={},
+        send_lag_p99_ms=send_lag_p99_ms(measurement),
+        outside_server_ms=summary.mean_ms - stats.queue_ms_per_request - stats.compute_ms_per_request
+        if collect == 1 and server else float("nan"),
+    )  # fmt: skip
+
+
+def send_lag_p99_ms(measurement: Measurement) -> float:
+    """p99 of (send time − last arrival) in the measured windows: the client's own lateness."""
+    lags = [r.send_s - max(r.arrivals) for r in measurement.measured_records() if r.ok and r.arrivals]
+    return float(np.percentile(lags, 99) * 1e3) if lags else float("nan")
+
+
+def with_ratios(rows: list[Row]) -> list[Row]:
+    """Each row's QPS and latencies as ratios to the ``none`` row (if present)."""
+    base = next((r for r in rows if r.mode == "none"), None)
+    if base is None:
+        return rows
+    out = []
+    for r in rows:
+        ratios = {
+            key: (getattr(r, key) / getattr(base, key)) if getattr(base, key) else float("nan")
+            for key in ("throughput", "p50_ms", "p90_ms", "p99_ms")
+        }
+        out.append(Row(**{**r.__dict__, "ratios": ratios}))
+    return out
+
+
+def open_loop_rows(result: StudyResult, family: FamilyResult) -> list[Row]:
+    return with_ratios([row(result, mode, m) for mode, m in family.open_loop.items()])
+
+
+def at_concurrency(family: FamilyResult, mode: str, concurrency: int) -> Measurement | None:
+    """The mode's closed-loop measurement at ``concurrency`` (static: its first batch in flight)."""
+    runs = family.sweep.get(mode, [])
+    exact = [m for m in runs if m.load.concurrency == concurrency]
+    return exact[0] if exact else (runs[0] if runs and MODES[mode].collect > 1 else None)
+
+
+def closed_loop_rows(result: StudyResult, family: FamilyResult, concurrency: int) -> list[Row]:
+    rows = []
+    for mode in family.sweep:
+        measurement = at_concurrency(family, mode, concurrency)
+        if measurement is not None:
+            rows.append(row(result, mode, measurement))
+    return with_ratios(rows)
+
+
+# --- latency model ---------------------------------------------------------------------------------
+
+
+def served_batches(family: FamilyResult, single_instance_only: bool = True) -> dict[int, BatchBucket]:
+    """Executions and compute time per formed batch size, summed over the family's measured windows."""
+    total = ModelStats()
+    for mode, runs in [*family.sweep.items(), *((m, [x]) for m, x in family.open_loop.items())]:
+        if single_instance_only and MODES[mode].instances != 1:
+            continue
+        for run in runs:
+            if run.server:
+                total = total + run.server.stats
+    return total.batches
+
+
+def fit_served(family: FamilyResult) -> LatencyFit | None:
+    """The model fitted to the server's compute time per batch size (sizes seen >= 5 times)."""
+    buckets = {s: b for s, b in served_batches(family).items() if b.executions >= MIN_EXECUTIONS}
+    points = {size: b.compute_ns / b.executions / 1e6 for size, b in buckets.items()}
+    # Weighted by executions: a size seen 2,000 times is a far better estimate than one seen 5 times.
+    weights = {size: float(b.executions) for size, b in buckets.items()}
+    return fit_latency(points, weights) if len(points) >= 2 else None
+
+
+def fit_raw(raw: list[RawPoint]) -> LatencyFit | None:
+    return fit_latency({p.batch: p.batch_ms for p in raw}) if len(raw) >= 2 else None
+
+
+def raw_throughput_at(raw: list[RawPoint], batch: float) -> float:
+    """Raw onnxruntime throughput at ``batch``, interpolated between the measured batch sizes."""
+    sizes = [p.batch for p in raw]
+    return float(np.interp(batch, sizes, [p.throughput for p in raw]))
+
+
+def raw_cpu_at(raw: list[RawPoint], batch: float) -> float:
+    return float(np.interp(batch, [p.batch for p in raw], [p.cpu_s_per_1000 for p in raw]))
+
+
+def formed_histogram(measurement: Measurement) -> dict[int, int]:
+    stats = measurement.server.stats if measurement.server else ModelStats()
+    return {size: bucket.executions for size, bucket in sorted(stats.batches.items())}
+
+
+@dataclass(frozen=True)
+class GainCheck:
+    mode: str
+    measured: float  # throughput(mode) / throughput(none), same concurrency
+    predicted: float  # from the fit and the batch sizes the mode really formed
+
+    @property
+    def error_pct(self) -> float:
+        return 100 * (self.predicted - self.measured) / self.measured if self.measured else float("nan")
+
+
+def predicted_throughput(fit: LatencyFit, mode: str, concurrency: int, formed: dict[int, int]) -> float:
+    """One instance under a closed loop of ``concurrency`` (< the maximum batch, so batches never fill).
+
+    If the batcher's delay outlasts a batch's compute, it waits out the delay with every request in
+    flight queued: one batch of ``concurrency`` per ``delay + T_batch(concurrency)``. Otherwise the
+    instance runs back to back, and the batch sizes it formed set the rate: Σ b / Σ T_batch(b).
+    """
+    delay = MODES[mode].max_queue_delay_ms or 0.0
+    if delay >= fit.batch_ms(concurrency):
+        return 1000 * concurrency / (delay + fit.batch_ms(concurrency))
+    return fit.throughput_for(formed)
+
+
+def gain_checks(family: FamilyResult, fit: LatencyFit, concurrency: int) -> list[GainCheck]:
+    none = at_concurrency(family, "none", concurrency)
+    if none is None or fit is None:
+        return []
+    base = none.summary().throughput
+    checks = []
+    for mode in family.sweep:
+        spec = MODES[mode]
+        if spec.max_queue_delay_ms is None or spec.instances != 1:
+            continue
+        measurement = at_concurrency(family, mode, concurrency)
+        if measurement is None or not base:
+            continue
+        histogram = formed_histogram(measurement)
+        if histogram:
+            predicted = predicted_throughput(fit, mode, concurrency, histogram) / fit.throughput(1)
+            checks.append(GainCheck(mode, measurement.summary().throughput / base, predicted))
+    return checks
+
+
+@dataclass(frozen=True)
+class Efficiency:
+    """Served vs raw at the batch size the server ran: end to end, compute only, and CPU cost."""
+
+    mode: str
+    mean_batch: float
+    served: float  # samples/s, client view
+    raw: float  # raw onnxruntime samples/s at mean_batch (interpolated)
+    compute_ratio: float  # raw batch time / server compute time, at the formed batch sizes
+    server_cpu_per_1000: float
+    raw_cpu_per_1000: float
+
+    @property
+    def ratio(self) -> float:
+        return self.served / self.raw if self.raw else float("nan")
+
+
+def efficiencies(family: FamilyResult, concurrency: int) -> list[Efficiency]:
+    raw = family.raw
+    if not raw:
+        return []
+    raw_fit = fit_raw(raw)
+    out = []
+    for mode in family.sweep:
+        measurement = at_concurrency(family, mode, concurrency)
+        if MODES[mode].collect > 1 and family.sweep[mode]:  # a fixed batch: its best run, any concurrency
+            measurement = max(family.sweep[mode], key=lambda m: m.summary().throughput)
+        if measurement is None or measurement.server is None:
+            continue
+        stats = measurement.server.stats
+        batch = stats.mean_batch or 1.0
+        raw_busy = sum(raw_fit.batch_ms(size) * b.executions for size, b in stats.batches.items())
+        served_busy = sum(b.compute_ns / 1e6 for b in stats.batches.values())
+        out.append(
+            Efficiency(
+                mode,
+                batch,
+                measurement.summary().throughput,
+                raw_throughput_at(raw, batch),
+                raw_busy / served_busy if served_busy else float("nan"),
+                measurement.server.server_cpu_s_per_1000,
+                raw_cpu_at(raw, batch),
+            )
+        )
+    return out

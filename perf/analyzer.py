@@ -1,0 +1,96 @@
+"""NVIDIA perf_analyzer as a cross-check, where a real binary is installed.
+
+``tritonclient[all]`` installs a ``perf_analyzer`` *Python package* that is only a placeholder, and the
+PyPI build of the real tool needs glibc ≥ 2.38; so the binary is searched for and run once before it
+is trusted. Absent, we say how to get it and stop cleanly.
+"""
+
+from __future__ import annotations
+
+import csv
+import io
+import json
+import os
+import shutil
+import subprocess
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+
+HOW_TO_GET_IT = """perf_analyzer is not installed (or does not run) on this machine.
+Our own load generator (`make perf`) does not need it; it is only a cross-check. To get it:
+  * glibc >= 2.38 (e.g. Ubuntu 24.04): .venv/bin/pip install perf-analyzer
+  * any Docker host: the Triton SDK image, e.g. `docker run --rm --net=host
+    nvcr.io/nvidia/tritonserver:<yy.mm>-py3-sdk perf_analyzer -m <model> -u 127.0.0.1:<grpc-port> -i grpc`
+  * or build it from https://github.com/triton-inference-server/perf_analyzer
+Then set PERF_ANALYZER=/path/to/perf_analyzer (or put it on PATH) and run `make perf-analyzer` again.
+This machine's glibc: {glibc}."""
+
+
+def glibc_version() -> str:
+    try:
+        return os.confstr("CS_GNU_LIBC_VERSION") or "unknown"
+    except (ValueError, OSError):
+        return "unknown"
+
+
+def find_perf_analyzer() -> Path | None:
+    """A perf_analyzer executable that is a real program and runs (``--help`` exits 0), or None."""
+    candidates = [os.environ.get("PERF_ANALYZER"), shutil.which("perf_analyzer")]
+    for candidate in filter(None, candidates):
+        path = Path(candidate)
+        if not (path.is_file() and os.access(path, os.X_OK)):
+            continue
+        try:
+            done = subprocess.run([str(path), "--help"], capture_output=True, text=True, timeout=30)
+        except (OSError, subprocess.TimeoutExpired):
+            continue
+        if done.returncode == 0 and "concurrency-range" in done.stdout + done.stderr:
+            return path
+    return None
+
+
+@dataclass(frozen=True)
+class AnalyzerResult:
+    concurrency: int
+    throughput: float
+    p50_ms: float
+    p90_ms: float
+    p99_ms: float
+
+
+def write_input_data(inputs: dict[str, np.ndarray], path: Path, rows: int = 16) -> Path:
+    """perf_analyzer's ``--input-data`` JSON from our input pool, so ids stay inside the tables."""
+    data = [
+        {
+            name: {"content": pool[i].ravel().tolist(), "shape": list(pool.shape[1:])}
+            for name, pool in inputs.items()
+        }
+        for i in range(min(rows, next(iter(inputs.values())).shape[0]))
+    ]
+    path.write_text(json.dumps({"data": data}))
+    return path
+
+
+def run_perf_analyzer(
+    binary: Path, model: str, url: str, protocol: str, concurrency: int, window_ms: int, out: Path,
+    inputs: dict[str, np.ndarray],
+) -> AnalyzerResult:  # fmt: skip
+    """Run perf_analyzer at one concurrency with our inputs; parse its CSV (latencies in µs)."""
+    csv_path = out / f"perf_analyzer_{model}_c{concurrency}.csv"
+    data = write_input_data(inputs, out / f"perf_analyzer_{model}_inputs.json")
+    command = [
+        str(binary), "-m", model, "-u", url, "-i", protocol, "--concurrency-range", str(concurrency),
+        "--measurement-interval", str(window_ms), "--percentile", "99", "-f", str(csv_path),
+        "--input-data", str(data),
+    ]  # fmt: skip
+    done = subprocess.run(command, capture_output=True, text=True, timeout=600)
+    (out / f"perf_analyzer_{model}_c{concurrency}.log").write_text(done.stdout + done.stderr)
+    if done.returncode != 0:
+        raise RuntimeError(f"perf_analyzer failed ({done.returncode}): {done.stderr[-500:]}")
+    row = next(csv.DictReader(io.StringIO(csv_path.read_text())))
+    return AnalyzerResult(
+        concurrency, float(row["Inferences/Second"]), float(row["p50 latency"]) / 1e3,
+        float(row["p90 latency"]) / 1e3, float(row["p99 latency"]) / 1e3,
+    )  # fmt: skip

@@ -1,0 +1,180 @@
+"""``python -m perf run`` (``make perf``) and ``python -m perf analyzer`` (``make perf-analyzer``).
+
+Options default to the profile's values; environment variables ``PERF_MODELS``, ``PERF_MODES``,
+``PERF_CONCURRENCY``, ``PERF_PROTOCOL``, ``PERF_SHM``, ``PERF_WINDOW``, ``PERF_TRACE`` work as well, so
+``make perf PERF=quick PERF_PROTOCOL=http`` needs no Makefile changes.
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import math
+import os
+import shutil
+import signal
+import sys
+from datetime import datetime
+from pathlib import Path
+
+from rich.console import Console
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+from rich.table import Table
+
+from perf import analysis
+from perf.analyzer import HOW_TO_GET_IT, find_perf_analyzer, glibc_version
+from perf.goals import all_goals
+from perf.profiles import PROFILES, Profile, get_profile
+from perf.study import StudyResult, StudyRunner, count_steps
+from perf.study_spec import FAMILIES, MODES
+
+console = Console(width=max(shutil.get_terminal_size((150, 40)).columns, 100))
+WORKDIR = Path(".run/perf")
+
+
+def _csv(value: str | None, kind: type = str) -> tuple | None:
+    return tuple(kind(v) for v in value.split(",") if v.strip()) if value else None
+
+
+def parser() -> argparse.ArgumentParser:
+    env = os.environ.get
+    top = argparse.ArgumentParser(prog="python -m perf", description=__doc__.splitlines()[0])
+    commands = top.add_subparsers(dest="command", required=True)
+    run = commands.add_parser("run", help="run the batching study and write reports/<timestamp>/")
+    run.add_argument("--profile", default="default", choices=sorted(PROFILES))
+    run.add_argument("--models", default=env("PERF_MODELS"), help=f"comma list of {', '.join(FAMILIES)}")
+    run.add_argument("--modes", default=env("PERF_MODES"), help=f"comma list of {', '.join(MODES)}")
+    run.add_argument("--concurrency", default=env("PERF_CONCURRENCY"), help="comma list, e.g. 1,4,16")
+    run.add_argument("--protocol", default=env("PERF_PROTOCOL"), choices=["grpc", "http", None])
+    run.add_argument("--shm", action="store_true", default=env("PERF_SHM") in ("1", "true", "yes"),
+                     help="send inputs and receive outputs through system shared memory")  # fmt: skip
+    run.add_argument("--window", type=float, default=env("PERF_WINDOW"), help="seconds per window")
+    run.add_argument("--warmup", type=float, default=None, help="warm-up seconds")
+    run.add_argument("--max-windows", type=int, default=None)
+    run.add_argument("--rate-fraction", type=float, default=None, help="open-loop rate / capacity (0.8)")
+    run.add_argument("--trace", default=env("PERF_TRACE"), help="file of inter-arrival times (s) to replay")
+    run.add_argument("--seed", type=int, default=None)
+    run.add_argument("--reports", type=Path, default=Path("reports"), help="parent folder of the report")
+    commands.add_parser("analyzer", help="cross-check with perf_analyzer where a working binary exists")
+    return top
+
+
+def profile_from(args: argparse.Namespace) -> Profile:
+    overrides = {
+        "families": _csv(args.models), "modes": _csv(args.modes),
+        "concurrencies": _csv(args.concurrency, int), "protocol": args.protocol, "window_s": args.window,
+        "warmup_s": args.warmup,
+        "max_windows": args.max_windows, "poisson_fraction": args.rate_fraction, "trace": args.trace,
+        "seed": args.seed, "shared_memory": args.shm or None,
+    }  # fmt: skip
+    return get_profile(args.profile, **{k: v for k, v in overrides.items() if v is not None})
+
+
+def _stop_on_sigterm() -> None:
+    """SIGTERM and SIGINT unwind as KeyboardInterrupt, so the server's context manager stops it."""
+
+    def handler(signum: int, frame: object) -> None:
+        raise KeyboardInterrupt
+
+    signal.signal(signal.SIGTERM, handler)
+    # A shell that starts us in the background hands us SIGINT ignored; Ctrl-C must still stop us.
+    signal.signal(signal.SIGINT, signal.default_int_handler)
+
+
+def run_study(profile: Profile, folder: Path, show_progress: bool = True) -> StudyResult:
+    """Run ``profile`` with a progress bar; the report folder receives the log and server log."""
+    folder.mkdir(parents=True, exist_ok=True)
+    with Progress(
+        TextColumn("[bold]{task.description:<60}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
+        console=console, disable=not show_progress, transient=False,
+    ) as progress:  # fmt: skip
+        task = progress.add_task("starting", total=count_steps(profile))
+        started = [False]
+
+        def step(description: str) -> None:
+            if started[0]:
+                progress.advance(task)
+            started[0] = True
+            progress.update(task, description=description[:60])
+
+        runner = StudyRunner(profile, WORKDIR, folder / "server.log", step)
+        result = runner.run()
+        progress.update(task, completed=progress.tasks[0].total, description="done")
+    return result
+
+
+def print_summary(result: StudyResult, report: Path) -> None:
+    for name, family in result.families.items():
+        load = family.open_load.name if family.open_load else ""
+        table = Table(title=f"{name}: every mode under the same arrivals ({load})")
+        for column in ("mode", "QPS", "p50 ms", "p90 ms", "p99 ms", "mean batch", "failed/sent", "QPS ×none",
+                       "p99 ×none"):  # fmt: skip
+            table.add_column(column, justify="left" if column == "mode" else "right")
+        for r in analysis.open_loop_rows(result, family):
+            table.add_row(
+                MODES[r.mode].title, f"{r.throughput:.0f}", f"{r.p50_ms:.1f}", f"{r.p90_ms:.1f}",
+                f"{r.p99_ms:.1f}", f"{r.mean_batch:.1f}", f"{r.failed}/{r.sent}",
+                f"{r.ratios.get('throughput', math.nan):.2f}", f"{r.ratios.get('p99_ms', math.nan):.2f}",
+            )  # fmt: skip
+        console.print(table)
+    goals = Table(title="goals")
+    for column in ("goal", "measured", "verdict"):
+        goals.add_column(column)
+    for g in all_goals(result):
+        goals.add_row(g.name, g.measured, {True: "met", False: "MISSED", None: "n/a"}[g.met])
+    console.print(goals)
+    console.print(f"report: [bold]{report}[/bold]")
+
+
+def command_run(args: argparse.Namespace) -> int:
+    from perf.report import write_report  # matplotlib only when a report is written
+
+    profile = profile_from(args)
+    folder = args.reports / datetime.now().strftime("%Y%m%d-%H%M%S")
+    folder.mkdir(parents=True, exist_ok=True)
+    logging.basicConfig(
+        level=logging.INFO,
+        filename=folder / "perf.log",
+        format="%(asctime)s %(name)s %(levelname)s %(message)s",
+    )
+    _stop_on_sigterm()
+    console.print(f"batching study, profile [bold]{profile.name}[/bold] → {folder}")
+    try:
+        result = run_study(profile, folder)
+    except KeyboardInterrupt:
+        console.print("[red]interrupted; the server was stopped[/red]")
+        return 130
+    report = write_report(result, folder)
+    print_summary(result, report)
+    from perf.pipeline_study import run_pipeline_study  # ensembles vs monolithic models (docs/PIPELINE.md)
+
+    console.print("pipeline study (ensembles of stages vs their monolithic models) …")
+    pipeline_report = run_pipeline_study(profile.name, folder)
+    if pipeline_report is not None:
+        console.print(pipeline_report.read_text(), highlight=False)
+    return 0
+
+
+def command_analyzer(args: argparse.Namespace) -> int:
+    binary = find_perf_analyzer()
+    if binary is None:
+        console.print(HOW_TO_GET_IT.format(glibc=glibc_version()), highlight=False)
+        return 0
+    profile = get_profile("quick", modes=("none", "dyn1ms"), concurrencies=(1, 16))
+    args.reports = Path("reports")
+    folder = args.reports / (datetime.now().strftime("%Y%m%d-%H%M%S") + "-perf-analyzer")
+    from perf.report import write_report
+
+    result = run_study(profile, folder)
+    report = write_report(result, folder)
+    print_summary(result, report)
+    return 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parser().parse_args(argv)
+    return {"run": command_run, "analyzer": command_analyzer}[args.command](args)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

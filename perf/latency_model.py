@@ -1,0 +1,58 @@
+"""The article's batching model ``T_batch(N) = T + (N-1)·Δt``, fitted by least squares.
+
+``T`` is the cost of a batch of one, ``Δt`` what each extra sample adds; throughput at batch N is
+``N / T_batch(N)``, approaching ``N×`` when ``Δt ≪ T``. Fitted to the per-batch-size compute times the
+server itself reports (``batch_stats``), then used to predict what batching should buy and compared
+with what it did buy.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+
+import numpy as np
+
+
+@dataclass(frozen=True)
+class LatencyFit:
+    t_ms: float  # T: one batch of one
+    dt_ms: float  # Δt: each further sample
+    r2: float
+    points: dict[int, float]  # batch size -> measured ms (what was fitted)
+
+    def batch_ms(self, batch: float) -> float:
+        return self.t_ms + (batch - 1) * self.dt_ms
+
+    def throughput(self, batch: float) -> float:
+        """Samples per second of one instance running batches of ``batch`` back to back."""
+        return 1000 * batch / self.batch_ms(batch)
+
+    def throughput_for(self, formed: Mapping[int, int]) -> float:
+        """Samples per second of one busy instance running the formed-batch histogram ``formed``."""
+        samples = sum(size * count for size, count in formed.items())
+        busy_ms = sum(self.batch_ms(size) * count for size, count in formed.items())
+        return 1000 * samples / busy_ms if busy_ms else 0.0
+
+    def gain(self, formed: Mapping[int, int]) -> float:
+        """Predicted throughput of ``formed`` batches over batch-of-one throughput."""
+        return self.throughput_for(formed) / self.throughput(1)
+
+
+def fit_latency(points: Mapping[int, float], weights: Mapping[int, float] | None = None) -> LatencyFit:
+    """Least-squares ``T`` and ``Δt`` from ``{batch size: ms}``; ``weights`` (e.g. executions seen)
+    weight each point; R² is computed with the same weights. Needs two distinct batch sizes."""
+    sizes = sorted(points)
+    if len(sizes) < 2:
+        raise ValueError(f"need at least two batch sizes to fit, got {sizes}")
+    n = np.asarray(sizes, dtype=float)
+    y = np.asarray([points[s] for s in sizes], dtype=float)
+    w = np.asarray([weights[s] for s in sizes] if weights else np.ones_like(n), dtype=float)
+    design = np.stack([np.ones_like(n), n - 1], axis=1)
+    root = np.sqrt(w)
+    (t, dt), *_ = np.linalg.lstsq(design * root[:, None], y * root, rcond=None)
+    predicted = design @ np.array([t, dt])
+    mean = np.average(y, weights=w)
+    total = float(np.sum(w * (y - mean) ** 2))
+    r2 = 1.0 - float(np.sum(w * (y - predicted) ** 2)) / total if total > 0 else 1.0
+    return LatencyFit(float(t), float(dt), r2, {s: float(points[s]) for s in sizes})

@@ -1,0 +1,69 @@
+"""Load shapes: small functions that say *when* requests go out, nothing else.
+
+A closed loop keeps ``concurrency`` samples in flight (a new one leaves as one returns); an open loop
+sends at given arrival times whatever the server does, which is what real traffic does and what makes
+queueing visible. Open-loop arrivals come from a factory so that every mode of a study replays the very
+same sequence (same seed, same times).
+"""
+
+from __future__ import annotations
+
+import itertools
+from collections.abc import Callable, Iterator, Sequence
+from dataclasses import dataclass
+
+import numpy as np
+
+ArrivalFactory = Callable[[], Iterator[float]]
+
+
+@dataclass(frozen=True)
+class Load:
+    """``kind`` is ``closed`` (``concurrency`` samples in flight) or ``open`` (``arrivals`` times)."""
+
+    kind: str
+    name: str
+    concurrency: int = 0
+    rate: float = 0.0  # mean arrivals per second (open loop), for reports
+    arrivals: ArrivalFactory | None = None
+
+
+def closed_loop(concurrency: int) -> Load:
+    if concurrency < 1:
+        raise ValueError(f"concurrency must be >= 1, got {concurrency}")
+    return Load("closed", f"concurrency {concurrency}", concurrency=concurrency)
+
+
+def poisson(rate: float, seed: int = 0) -> Load:
+    """Poisson arrivals at ``rate`` per second: exponential inter-arrival times from a seeded generator."""
+    if rate <= 0:
+        raise ValueError(f"rate must be > 0, got {rate}")
+
+    def arrivals() -> Iterator[float]:
+        rng = np.random.default_rng(seed)
+        now = 0.0
+        while True:
+            for gap in rng.exponential(1.0 / rate, 4096):
+                now += gap
+                yield now
+
+    return Load("open", f"Poisson {rate:.0f}/s", rate=rate, arrivals=arrivals)
+
+
+def trace(inter_arrival_s: Sequence[float], name: str = "trace") -> Load:
+    """Replay recorded inter-arrival times (seconds), cycling when the trace runs out."""
+    gaps = [float(g) for g in inter_arrival_s]
+    if not gaps or any(g < 0 for g in gaps) or sum(gaps) <= 0:
+        raise ValueError("a trace needs non-negative inter-arrival times with a positive sum")
+
+    def arrivals() -> Iterator[float]:
+        return itertools.accumulate(itertools.cycle(gaps))
+
+    return Load("open", name, rate=len(gaps) / sum(gaps), arrivals=arrivals)
+
+
+def read_trace(path: str) -> Load:
+    """A trace file: one inter-arrival time in seconds per line (``#`` comments allowed)."""
+    with open(path) as handle:
+        gaps = [float(line.split("#")[0]) for line in handle if line.split("#")[0].strip()]
+    return trace(gaps, name=f"trace {path}")

@@ -1,0 +1,58 @@
+"""The raw backend: the same ONNX file in-process in onnxruntime, same threads, same batch sizes.
+
+This is the physical reference for the served numbers: served throughput / raw throughput at the same
+batch size is the serving efficiency, and raw CPU-seconds per 1,000 inferences is what the server's
+CPU cost is compared with.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+import onnxruntime as ort
+
+
+@dataclass(frozen=True)
+class RawPoint:
+    batch: int
+    batch_ms: float  # median time of one run at this batch size
+    throughput: float  # samples per second
+    cpu_s_per_1000: float  # process CPU seconds per 1,000 samples
+
+
+def measure_raw(
+    onnx_path: Path, inputs: dict[str, np.ndarray], batch_sizes: Sequence[int], intra_op_threads: int = 1,
+    inter_op_threads: int = 1, seconds: float = 0.5, repeats: int = 5,
+) -> list[RawPoint]:  # fmt: skip
+    """Time ``session.run`` at each batch size: ``repeats`` rounds of ~``seconds/repeats``, median round.
+
+    ``inputs`` is a pool of rows as in ``Target``; batch ``b`` uses the first ``b`` rows.
+    """
+    options = ort.SessionOptions()
+    options.intra_op_num_threads = intra_op_threads
+    options.inter_op_num_threads = inter_op_threads
+    session = ort.InferenceSession(str(onnx_path), options, providers=["CPUExecutionProvider"])
+    points = []
+    for batch in batch_sizes:
+        feeds = {name: pool[:batch] for name, pool in inputs.items()}
+        for _ in range(3):
+            session.run(None, feeds)
+        rounds, runs, cpu = [], 0, 0.0
+        for _ in range(repeats):
+            count, cpu_start, start = 0, time.process_time(), time.perf_counter()
+            while True:
+                session.run(None, feeds)
+                count += 1
+                elapsed = time.perf_counter() - start
+                if elapsed >= seconds / repeats:
+                    break
+            cpu += time.process_time() - cpu_start
+            runs += count
+            rounds.append(elapsed / count)
+        batch_s = float(np.median(rounds))
+        points.append(RawPoint(batch, batch_s * 1e3, batch / batch_s, 1000 * cpu / (runs * batch)))
+    return points

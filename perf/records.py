@@ -1,0 +1,94 @@
+"""One record per request, the only raw data perf keeps: every table and plot is derived from these.
+
+Times are seconds on ``time.perf_counter``'s clock, relative to the start of the measurement.
+``arrivals`` holds one arrival time per sample the request carries when the samples arrived at
+different times (static batching collects 32 arrivals into one request); otherwise a single value
+shared by all the request's samples. Latency is counted from arrival, not from sending, so time a
+sample spends waiting in the client (for a batch to fill, or for a free slot) is not hidden.
+"""
+
+from __future__ import annotations
+
+import csv
+import json
+from collections.abc import Iterable, Sequence
+from dataclasses import asdict, dataclass, field, fields
+from pathlib import Path
+
+import numpy as np
+
+
+@dataclass(slots=True)
+class Record:
+    model: str
+    send_s: float
+    recv_s: float
+    batch: int  # samples in this request
+    bytes_sent: int  # tensor payload sent (inputs)
+    bytes_received: int  # tensor payload received (outputs)
+    ok: bool
+    status: str = "ok"  # "ok", or the error's class and message
+    arrivals: tuple[float, ...] = field(default_factory=tuple)
+    label: str = ""  # which measurement point (mode, load) produced it
+
+    def sample_latencies(self) -> np.ndarray:
+        """Per-sample latency from each sample's arrival to the response."""
+        arrivals = self.arrivals or (self.send_s,)
+        if len(arrivals) == 1:
+            return np.full(self.batch, self.recv_s - arrivals[0])
+        return self.recv_s - np.asarray(arrivals)
+
+
+def latencies(records: Iterable[Record]) -> np.ndarray:
+    """Per-sample latencies (seconds) of the successful records."""
+    parts = [r.sample_latencies() for r in records if r.ok]
+    return np.concatenate(parts) if parts else np.empty(0)
+
+
+CSV_FIELDS = [f.name for f in fields(Record)]
+
+
+def write_csv(records: Sequence[Record], path: Path) -> None:
+    with open(path, "w", newline="") as handle:
+        writer = csv.writer(handle)
+        writer.writerow(CSV_FIELDS)
+        for record in records:
+            row = asdict(record)
+            row["arrivals"] = " ".join(f"{a:.6f}" for a in record.arrivals)
+            writer.writerow([row[name] for name in CSV_FIELDS])
+
+
+def read_csv(path: Path) -> list[Record]:
+    """The inverse of ``write_csv`` (lets a report be rebuilt from the raw records)."""
+    records = []
+    with open(path, newline="") as handle:
+        for row in csv.DictReader(handle):
+            records.append(
+                Record(
+                    model=row["model"],
+                    send_s=float(row["send_s"]),
+                    recv_s=float(row["recv_s"]),
+                    batch=int(row["batch"]),
+                    bytes_sent=int(row["bytes_sent"]),
+                    bytes_received=int(row["bytes_received"]),
+                    ok=row["ok"] == "True",
+                    status=row["status"],
+                    arrivals=tuple(float(a) for a in row["arrivals"].split()),
+                    label=row["label"],
+                )
+            )
+    return records
+
+
+def write_json(records: Sequence[Record], path: Path) -> None:
+    """Column-wise (one list per field), times rounded to µs: a third of the row-wise size."""
+    columns: dict[str, list] = {name: [] for name in CSV_FIELDS}
+    for record in records:
+        for name in CSV_FIELDS:
+            value = getattr(record, name)
+            if isinstance(value, float):
+                value = round(value, 6)
+            elif name == "arrivals":
+                value = [round(a, 6) for a in value]
+            columns[name].append(value)
+    path.write_text(json.dumps(columns, separators=(",", ":")))

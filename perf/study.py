@@ -1,0 +1,187 @@
+"""The batching study: build its repository, start the server, measure every mode, stop the server.
+
+Order of work, all in one run so that ratios compare like with like on a shared machine:
+
+1. the harness ceiling: the load generator against ``trivial`` at every concurrency;
+2. per model family, a closed-loop concurrency sweep of every batching mode;
+3. the family's capacity (best dynamic-batching throughput of the sweep) sets one Poisson rate
+   (``poisson_fraction`` of it), and every mode replays the same seeded arrivals at that rate;
+4. the raw backend: the family's ONNX file in-process, at the same batch sizes and threads.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from datetime import datetime
+from pathlib import Path
+
+from exporters.repository import build_repository
+from exporters.spec import Spec
+from perf.analyzer import AnalyzerResult, find_perf_analyzer, glibc_version, run_perf_analyzer
+from perf.loads import Load, closed_loop, poisson, read_trace
+from perf.measure import Measurement, measure
+from perf.profiles import Profile
+from perf.raw import RawPoint, measure_raw
+from perf.server_view import ServerEndpoints
+from perf.study_spec import MODES, TRIVIAL, model_name, study_spec
+from perf.target import Target, target_from_spec
+from server import ServerOptions, TritonServer
+
+log = logging.getLogger(__name__)
+Progress = Callable[[str], None]  # called once per finished step, with what comes next
+
+
+@dataclass
+class FamilyResult:
+    family: str
+    sweep: dict[str, list[Measurement]] = field(default_factory=dict)  # mode -> by concurrency
+    open_loop: dict[str, Measurement] = field(default_factory=dict)  # mode -> same arrivals
+    open_load: Load | None = None
+    capacity: float = 0.0
+    raw: list[RawPoint] = field(default_factory=list)
+
+
+@dataclass
+class StudyResult:
+    profile: Profile
+    spec: Spec
+    repository: Path
+    started: datetime
+    finished: datetime | None = None
+    ceiling: list[Measurement] = field(default_factory=list)
+    families: dict[str, FamilyResult] = field(default_factory=dict)
+    server_log: Path | None = None
+    cross_check: list[tuple[AnalyzerResult, Measurement]] = field(default_factory=list)
+    analyzer_note: str = ""
+
+
+def sweep_loads(profile: Profile, mode: str) -> list[Load]:
+    """The closed loops of a mode. Static batching sends whole batches, so its concurrencies collapse
+    to distinct numbers of batches in flight (``concurrency // 32``, at least one; and two)."""
+    collect = MODES[mode].collect
+    if collect == 1:
+        return [closed_loop(c) for c in profile.concurrencies]
+    # Two batches in flight as well: with one, the server idles while each response travels back.
+    in_flight = sorted({max(1, c // collect) for c in profile.concurrencies} | {2})
+    return [closed_loop(n * collect) for n in in_flight]
+
+
+def count_steps(profile: Profile) -> int:
+    """Steps the progress bar will see: build, start, one per measurement, one per raw reference."""
+    per_family = sum(len(sweep_loads(profile, m)) for m in profile.modes) + len(profile.modes) + 1
+    return 2 + len(profile.concurrencies) + per_family * len(profile.families)
+
+
+class StudyRunner:
+    """Runs one profile against one server; ``run`` returns everything measured."""
+
+    def __init__(
+        self, profile: Profile, workdir: Path, log_path: Path, progress: Progress | None = None
+    ) -> None:
+        self.profile = profile
+        self.log_path = log_path
+        self.progress = progress or (lambda step: None)
+        self.spec = study_spec(list(profile.families), list(profile.modes), profile.seed)
+        self.repository = workdir / "repository"
+        self.collect = {model_name(f, m): MODES[m].collect for f in profile.families for m in profile.modes}
+
+    def target(self, server: TritonServer, model: str) -> Target:
+        spec = self.spec.model(model)
+        url = server.grpc_url if self.profile.protocol == "grpc" else server.http_url
+        collect = self.collect.get(model, 1)
+        return target_from_spec(
+            spec, url, self.profile.protocol, collect, self.profile.shared_memory, self.profile.seed,
+            rows=max(collect, max(self.profile.raw_batch_sizes)),
+        )  # fmt: skip
+
+    def _measure(self, server: TritonServer, model: str, load: Load, label: str) -> Measurement:
+        self.progress(f"{label}")
+        endpoints = ServerEndpoints(server.http_url, server.metrics_url, server.pid)
+        result = measure(self.target(server, model), load, self.profile.settings, endpoints, label)
+        summary = result.summary()
+        log.info("%s: %.0f inf/s, p99 %.1f ms, %d failed", label, summary.throughput, summary.p99_ms,
+                 summary.failed)  # fmt: skip
+        return result
+
+    def run(self) -> StudyResult:
+        result = StudyResult(self.profile, self.spec, self.repository, datetime.now())
+        self.progress("building the study repository")
+        build_repository(self.spec, self.repository, num_gpus=0)
+        self.progress("starting tritonserver")
+        options = ServerOptions(repository=self.repository, log_path=self.log_path)
+        with TritonServer(options) as server:
+            result.server_log = self.log_path
+            for concurrency in self.profile.concurrencies:
+                load = closed_loop(concurrency)
+                result.ceiling.append(self._measure(server, TRIVIAL, load, f"trivial @ {load.name}"))
+            for family in self.profile.families:
+                result.families[family] = self._run_family(server, family)
+            self._cross_check(server, result)
+        result.finished = datetime.now()
+        return result
+
+    def _cross_check(self, server: TritonServer, result: StudyResult) -> None:
+        """perf_analyzer on the first family's first dynamic mode at the goal concurrency, if installed."""
+        binary = find_perf_analyzer() if self.profile.perf_analyzer else None
+        if binary is None:
+            result.analyzer_note = (
+                f"perf_analyzer is not installed here (glibc {glibc_version()}; its PyPI build needs 2.38); "
+                "`make perf-analyzer` says how to get it."
+            )
+            return
+        dynamic = [m for m in self.profile.modes if MODES[m].max_queue_delay_ms is not None] or [
+            self.profile.modes[0]
+        ]
+        model = model_name(self.profile.families[0], dynamic[0])
+        load = closed_loop(self.profile.goal_concurrency)
+        self.progress(f"perf_analyzer cross-check on {model}")
+        url = server.grpc_url if self.profile.protocol == "grpc" else server.http_url
+        window_ms = int(1000 * self.profile.settings.window_s)
+        theirs = run_perf_analyzer(binary, model, url, self.profile.protocol, load.concurrency, window_ms,
+                                   self.log_path.parent, self.target(server, model).inputs)  # fmt: skip
+        ours = self._measure(server, model, load, f"{model} @ {load.name} (next to perf_analyzer)")
+        result.cross_check.append((theirs, ours))
+
+    def _run_family(self, server: TritonServer, family: str) -> FamilyResult:
+        out = FamilyResult(family)
+        # Concurrency-major, modes interleaved: the runs compared in a ratio are minutes apart at most,
+        # so drift in what else the shared machine is doing hits all modes alike.
+        plan = sorted(
+            ((load.concurrency, index, mode, load)
+             for index, mode in enumerate(self.profile.modes) for load in sweep_loads(self.profile, mode)),
+            key=lambda item: item[:2],
+        )  # fmt: skip
+        out.sweep = {mode: [] for mode in self.profile.modes}
+        for _, _, mode, load in plan:
+            model = model_name(family, mode)
+            out.sweep[mode].append(self._measure(server, model, load, f"{model} @ {load.name}"))
+        out.capacity = capacity(out.sweep)
+        if self.profile.trace:
+            out.open_load = read_trace(self.profile.trace)
+        else:
+            out.open_load = poisson(self.profile.poisson_fraction * out.capacity, self.profile.seed)
+        for mode in self.profile.modes:
+            model = model_name(family, mode)
+            out.open_loop[mode] = self._measure(
+                server, model, out.open_load, f"{model} @ {out.open_load.name}"
+            )
+        self.progress(f"{family}: raw onnxruntime")
+        reference = self.spec.model(model_name(family, self.profile.modes[0]))
+        out.raw = measure_raw(
+            self.repository / reference.name / "1" / "model.onnx",
+            self.target(server, reference.name).inputs,
+            self.profile.raw_batch_sizes,
+            reference.intra_op_threads,
+            reference.inter_op_threads,
+            self.profile.raw_seconds,
+        )
+        return out
+
+
+def capacity(sweep: dict[str, list[Measurement]]) -> float:
+    """The best closed-loop throughput of the single-instance dynamic modes (any mode if none ran)."""
+    dynamic = [m for m in sweep if MODES[m].max_queue_delay_ms is not None and MODES[m].instances == 1]
+    chosen = dynamic or list(sweep)
+    return max(x.summary().throughput for mode in chosen for x in sweep[mode])

@@ -1,0 +1,200 @@
+"""What to load and how to call it: ``Target`` (model, inputs, protocol) and ``Caller``, the one place
+that times every request and turns it into a ``Record``.
+
+Inputs are made once (a pool of rows; a request of ``b`` samples sends the first ``b`` rows) so the
+client spends its CPU on sending, not on building arrays. With ``shared_memory`` the input pool lives in
+one read-only system shared-memory region and every in-flight slot owns an output region, all sized
+once, so nothing grows during a run.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import os
+import time
+import uuid
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+import tritonclient.grpc.aio as grpc_aio
+import tritonclient.http.aio as http_aio
+import tritonclient.utils.shared_memory as shm
+from tritonclient.utils import np_to_triton_dtype
+
+from exporters.onnx_export import NUMPY_DTYPES, build_torch_model, sample_inputs
+from exporters.spec import ModelSpec
+from perf.records import Record
+
+log = logging.getLogger(__name__)
+PROTOCOLS = {"grpc": grpc_aio, "http": http_aio}
+
+
+@dataclass(frozen=True)
+class Target:
+    """One served model to load. ``collect`` > 1 batches samples client-side (static batching)."""
+
+    model: str
+    url: str
+    inputs: dict[str, np.ndarray]  # a pool of rows; dim 0 is the batch axis
+    output_row_bytes: dict[str, int]  # bytes of one sample of each output
+    protocol: str = "grpc"
+    collect: int = 1
+    shared_memory: bool = False
+    max_in_flight: int = 256  # open loop: arrivals beyond this are shed and recorded as failures
+
+    def __post_init__(self) -> None:
+        if self.protocol not in PROTOCOLS:
+            raise ValueError(f"protocol must be one of {sorted(PROTOCOLS)}, got {self.protocol!r}")
+        rows = {a.shape[0] for a in self.inputs.values()}
+        if len(rows) != 1 or min(rows) < self.collect:
+            raise ValueError(f"input pool needs equal rows >= collect ({self.collect}), got {rows}")
+
+
+def target_from_spec(
+    spec: ModelSpec, url: str, protocol: str = "grpc", collect: int = 1, shared_memory: bool = False,
+    seed: int = 0, rows: int | None = None,
+) -> Target:  # fmt: skip
+    """A ``Target`` for a model of the spec, with valid inputs drawn the way the exporters draw them."""
+    rows = rows or max(collect, 1)
+    arrays = sample_inputs(spec, build_torch_model(spec), rows, seed)
+    outputs = {t.name: int(np.prod(t.shape)) * np.dtype(NUMPY_DTYPES[t.dtype]).itemsize for t in spec.outputs}
+    return Target(
+        model=spec.name,
+        url=url,
+        inputs={t.name: np.ascontiguousarray(a) for t, a in zip(spec.inputs, arrays, strict=True)},
+        output_row_bytes=outputs,
+        protocol=protocol,
+        collect=collect,
+        shared_memory=shared_memory,
+    )
+
+
+class Caller:
+    """An open asyncio client for one ``Target``; ``await call(batch, arrivals)`` gives a ``Record``.
+
+    Use as ``async with Caller(target, t0) as caller``. ``slots`` bounds the requests in flight; each
+    call holds one (its output region, with shared memory).
+    """
+
+    def __init__(self, target: Target, t0: float, label: str = "", slots: int | None = None) -> None:
+        self.target = target
+        self.t0 = t0
+        self.label = label
+        self.module = PROTOCOLS[target.protocol]
+        self.slot_count = slots or target.max_in_flight
+        self.client: Any = None
+        self.attempts = 0  # calls started plus arrivals shed; every one ends as exactly one record
+        self.free: asyncio.Queue[int] = asyncio.Queue()
+        self._regions: list[tuple[str, Any]] = []
+        self._inputs: dict[int, list[Any]] = {}
+        self._outputs: dict[int, list[Any]] = {}
+
+    async def __aenter__(self) -> Caller:
+        if self.target.protocol == "http":
+            self.client = http_aio.InferenceServerClient(self.target.url, conn_limit=self.slot_count)
+        else:
+            self.client = grpc_aio.InferenceServerClient(self.target.url)
+        for slot in range(self.slot_count):
+            self.free.put_nowait(slot)
+        if self.target.shared_memory:
+            await self._register_regions()
+        return self
+
+    async def __aexit__(self, *exc_info: object) -> None:
+        try:
+            for name, handle in self._regions:
+                try:
+                    await self.client.unregister_system_shared_memory(name)
+                finally:
+                    shm.destroy_shared_memory_region(handle)
+        finally:
+            await self.client.close()
+
+    async def _region(self, byte_size: int) -> str:
+        name = f"perf_{os.getpid()}_{uuid.uuid4().hex[:10]}"
+        handle = shm.create_shared_memory_region(name, f"/{name}", byte_size)
+        self._regions.append((name, handle))
+        await self.client.register_system_shared_memory(name, f"/{name}", byte_size)
+        return name
+
+    async def _register_regions(self) -> None:
+        pool = list(self.target.inputs.values())
+        self._input_region = await self._region(sum(a.nbytes for a in pool))
+        shm.set_shared_memory_region(self._regions[-1][1], pool)
+        per_slot = sum(self.target.output_row_bytes.values()) * self.target.collect
+        self._output_regions = [await self._region(max(per_slot, 64)) for _ in range(self.slot_count)]
+
+    def _request_inputs(self, batch: int) -> list[Any]:
+        """The ``InferInput``s for a request of ``batch`` samples, built once per batch size."""
+        if batch not in self._inputs:
+            tensors, offset = [], 0
+            for name, pool in self.target.inputs.items():
+                rows = pool[:batch]
+                tensor = self.module.InferInput(name, list(rows.shape), np_to_triton_dtype(rows.dtype))
+                if self.target.shared_memory:
+                    tensor.set_shared_memory(self._input_region, rows.nbytes, offset=offset)
+                else:
+                    tensor.set_data_from_numpy(rows)
+                tensors.append(tensor)
+                offset += pool.nbytes
+            self._inputs[batch] = tensors
+        return self._inputs[batch]
+
+    def _request_outputs(self, batch: int, slot: int) -> list[Any] | None:
+        if not self.target.shared_memory:
+            return None
+        outputs, offset = [], 0
+        for name, row_bytes in self.target.output_row_bytes.items():
+            output = self.module.InferRequestedOutput(name)
+            output.set_shared_memory(self._output_regions[slot], row_bytes * batch, offset=offset)
+            outputs.append(output)
+            offset += row_bytes * batch
+        return outputs
+
+    async def call(self, batch: int, arrivals: tuple[float, ...] = (), slot: int | None = None) -> Record:
+        """Send one request of ``batch`` samples and time it; never raises for a failed request."""
+        self.attempts += 1
+        own_slot = slot is None
+        if own_slot:
+            slot = await self.free.get()
+        inputs = self._request_inputs(batch)
+        outputs = self._request_outputs(batch, slot)
+        sent_bytes = sum(t.nbytes for t in self.target.inputs.values()) // self.pool_rows * batch
+        send = time.perf_counter() - self.t0
+        try:
+            result = await self.client.infer(self.target.model, inputs, outputs=outputs)
+            received = self._received_bytes(result, batch)
+            ok, status = True, "ok"
+        except Exception as error:  # every failure becomes a record; nothing is dropped
+            received, ok, status = 0, False, f"{type(error).__name__}: {error}"[:300]
+        recv = time.perf_counter() - self.t0
+        if own_slot:
+            self.free.put_nowait(slot)
+        return Record(
+            self.target.model, send, recv, batch, sent_bytes, received, ok, status,
+            arrivals or (send,), self.label,
+        )  # fmt: skip
+
+    def shed(self, arrivals: tuple[float, ...]) -> Record:
+        """The record of arrivals that found every slot busy: failed, never silently dropped."""
+        self.attempts += 1
+        now = time.perf_counter() - self.t0
+        status = f"shed: {self.slot_count} requests already in flight"
+        return Record(self.target.model, now, now, len(arrivals), 0, 0, False, status, arrivals, self.label)
+
+    @property
+    def pool_rows(self) -> int:
+        return next(iter(self.target.inputs.values())).shape[0]
+
+    def _received_bytes(self, result: Any, batch: int) -> int:
+        if self.target.shared_memory:
+            return sum(self.target.output_row_bytes.values()) * batch
+        total = 0
+        for name in self.target.output_row_bytes:
+            array = result.as_numpy(name)
+            if array is None or array.shape[0] != batch:
+                raise ValueError(f"output {name!r} missing or of the wrong batch size")
+            total += array.nbytes
+        return total

@@ -1,0 +1,92 @@
+"""A smoke batching study against the real server: tiny durations, checks that the report is complete
+and that its numbers add up. No speed is asserted: the machine is shared and the windows are short.
+"""
+
+import json
+
+import numpy as np
+import pytest
+
+from perf.analysis import open_loop_rows
+from perf.profiles import get_profile
+from perf.records import read_csv
+from perf.report import write_report
+from perf.study import StudyRunner
+
+pytestmark = [pytest.mark.integration, pytest.mark.timeout(300)]
+
+
+@pytest.fixture(scope="module")
+def study(tmp_path_factory):
+    folder = tmp_path_factory.mktemp("perf-smoke")
+    profile = get_profile("smoke", perf_analyzer=False)
+    result = StudyRunner(profile, folder / "work", folder / "server.log").run()
+    return result, folder, write_report(result, folder)
+
+
+def measurements(result):
+    out = list(result.ceiling)
+    for family in result.families.values():
+        out += [m for runs in family.sweep.values() for m in runs] + list(family.open_loop.values())
+    return out
+
+
+def test_report_has_every_part(study):
+    _, folder, report = study
+    text = report.read_text()
+    for heading in ("## Goals", "## recommender", "### Same arrivals for every mode", "### Server-side view",
+                    "### References", "### Latency model", "### Plots"):  # fmt: skip
+        assert heading in text, heading
+    for name in ("throughput_vs_concurrency", "p99_vs_throughput", "formed_batches", "latency_model"):
+        png = folder / f"recommender_{name}.png"
+        assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n", png
+        assert f"]({png.name})" in text
+    for model in ("recommender_none", "recommender_static32", "recommender_dyn1ms", "trivial"):
+        assert (folder / "configs" / model / "config.pbtxt").is_file()
+    assert "recommender_dyn1ms" in (folder / "study.yaml").read_text()
+    assert (folder / "server.log").stat().st_size > 0
+
+
+def test_no_request_is_lost(study):
+    result, folder, _ = study
+    all_runs = measurements(result)
+    for m in all_runs:
+        ok = sum(r.ok for r in m.records)
+        assert m.attempts == len(m.records) == ok + sum(not r.ok for r in m.records), m.label
+        # The server saw exactly the requests the client says succeeded (shed arrivals never left).
+        assert m.server_total.requests == ok, m.label
+    on_disk = read_csv(folder / "records.csv")
+    assert len(on_disk) == sum(m.attempts for m in all_runs)
+
+
+def test_percentiles_are_ordered_and_static_batches_are_whole(study):
+    result, _, _ = study
+    for m in measurements(result):
+        s = m.summary()
+        if s.samples:
+            assert s.p50_ms <= s.p90_ms <= s.p99_ms, m.label
+    static = result.families["recommender"].open_loop["static32"]
+    assert all(r.batch == 32 and len(r.arrivals) == 32 for r in static.records if r.ok)
+    assert set(static.server.stats.batches) <= {32}
+
+
+def test_table_ratios_follow_from_the_records(study):
+    """Recompute each mode's QPS and p99 from records.csv and the saved windows, independently."""
+    result, folder, _ = study
+    figures = {m["label"]: m for m in json.loads((folder / "figures.json").read_text())["measurements"]}
+    records = read_csv(folder / "records.csv")
+    family = result.families["recommender"]
+    recomputed = {}
+    for mode, m in family.open_loop.items():
+        saved = figures[m.label]
+        start, end = saved["windows"][saved["used"][0]][0], saved["windows"][saved["used"][1] - 1][1]
+        mine = [r for r in records if r.label == m.label and r.ok and start <= r.recv_s < end]
+        # Per sample, from its own arrival (a static request carries 32 arrival times).
+        latencies = np.concatenate([r.recv_s - np.broadcast_to(r.arrivals, (r.batch,)) for r in mine])
+        recomputed[mode] = (sum(r.batch for r in mine) / (end - start), np.percentile(latencies * 1e3, 99))
+    rows = {r.mode: r for r in open_loop_rows(result, family)}
+    base_qps, base_p99 = recomputed["none"]
+    for mode, (qps, p99) in recomputed.items():
+        assert rows[mode].throughput == pytest.approx(qps, rel=1e-3)
+        assert rows[mode].ratios["throughput"] == pytest.approx(qps / base_qps, rel=1e-3)
+        assert rows[mode].ratios["p99_ms"] == pytest.approx(p99 / base_p99, rel=1e-2)

@@ -1,0 +1,57 @@
+"""Parsing the server's statistics and metrics, and differencing snapshots."""
+
+import os
+
+import pytest
+
+from perf.server_view import parse_metrics, parse_model_stats, process_tree_cpu_s
+
+
+def stats_payload(success, executions, inferences, batches):
+    return {
+        "model_stats": [{
+            "name": "m", "version": "1", "inference_count": inferences, "execution_count": executions,
+            "inference_stats": {
+                "success": {"count": success, "ns": 0}, "fail": {"count": 0, "ns": 0},
+                "queue": {"count": success, "ns": 2_000_000 * success},
+                "compute_input": {"count": success, "ns": 0},
+                "compute_infer": {"count": success, "ns": 3_000_000 * success},
+                "compute_output": {"count": success, "ns": 0},
+            },
+            "batch_stats": [
+                {"batch_size": size, "compute_infer": {"count": count, "ns": count * ms * 1_000_000},
+                 "compute_input": {"count": count, "ns": 0}, "compute_output": {"count": count, "ns": 0}}
+                for size, (count, ms) in batches.items()
+            ],
+        }]
+    }  # fmt: skip
+
+
+def test_stats_delta_gives_formed_batches_and_means():
+    before = parse_model_stats(stats_payload(10, 10, 10, {1: (10, 2)}))
+    after = parse_model_stats(stats_payload(50, 15, 50, {1: (12, 2), 8: (2, 5), 16: (1, 7)}))
+    delta = after - before
+    assert delta.requests == 40 and delta.executions == 5 and delta.inferences == 40
+    assert delta.mean_batch == pytest.approx(8.0)
+    assert sorted(delta.batches) == [1, 8, 16]
+    assert delta.batches[8].executions == 2
+    assert delta.compute_ms_at(8) == pytest.approx(5.0)
+    assert delta.queue_ms_per_request == pytest.approx(2.0)
+    assert delta.compute_ms_per_request == pytest.approx(3.0)
+
+
+def test_metrics_are_read_per_model():
+    text = "\n".join([
+        "# HELP nv_inference_pending_request_count pending",
+        'nv_inference_pending_request_count{model="a",version="1"} 3',
+        'nv_inference_pending_request_count{model="ab",version="1"} 7',
+        'nv_inference_queue_duration_us{model="a",version="1"} 1.5e3',
+    ])  # fmt: skip
+    assert parse_metrics(text, "a") == {
+        "nv_inference_pending_request_count": 3.0, "nv_inference_queue_duration_us": 1500.0,
+    }  # fmt: skip
+
+
+def test_process_cpu_reads_proc():
+    sum(i * i for i in range(200_000))  # make sure this process has used some CPU
+    assert process_tree_cpu_s(os.getpid()) > 0
