@@ -18,7 +18,7 @@ from tritonclient.utils import InferenceServerException
 from client.connection import connect
 from client.infer import infer
 from client.reference import reference
-from client.stats import model_stats
+from client.stats import fetch_stats, parse_version_stats
 from exporters.errors import ExporterError
 
 
@@ -65,16 +65,19 @@ def _infer(client, args) -> int:
 
 
 def _stats(client, args) -> int:
-    for stats in model_stats(client, args.protocol, args.model or ""):
-        if not stats.inference_count and not args.model:
+    for entry in fetch_stats(client, args.protocol, args.model).get("model_stats", []):
+        stats = parse_version_stats(entry)
+        if not stats.inferences and not args.model:
             continue
+        name, version = entry["name"], entry.get("version", "")
         print(
-            f"{stats.name} v{stats.version}: {stats.inference_count} inferences in {stats.execution_count} "
-            f"executions (mean batch {stats.mean_batch:.2f}); fail {stats.fail_count}; "
-            f"queue {stats.mean_queue_ms:.3f} ms/req, compute {stats.mean_compute_ms:.3f} ms/req"
+            f"{name} v{version}: {stats.inferences} inferences in {stats.executions} executions "
+            f"(mean batch {stats.mean_batch:.2f}); fail {stats.failed}; queue "
+            f"{stats.queue_ms_per_request:.3f} ms/req, compute {stats.compute_ms_per_request:.3f} ms/req"
         )
-        for size, (count, ns) in sorted(stats.batches.items()):
-            print(f"    batch {size:4d}: {count:7d} executions, {ns / max(count, 1) / 1e6:.3f} ms each")
+        for size, bucket in sorted(stats.batches.items()):
+            each = stats.compute_ms_at(size)
+            print(f"    batch {size:4d}: {bucket.executions:7d} executions, {each:.3f} ms each")
     return 0
 
 

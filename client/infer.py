@@ -32,7 +32,8 @@ def output_infos(config: dict[str, Any]) -> list[OutputInfo]:
     ]
 
 
-def _inputs(module: Any, arrays: dict[str, np.ndarray]) -> list[Any]:
+def make_inputs(module: Any, arrays: dict[str, np.ndarray]) -> list[Any]:
+    """``InferInput``s of ``module`` (tritonclient.http or .grpc) carrying ``arrays`` in the request body."""
     result = []
     for name, array in arrays.items():
         tensor = module.InferInput(name, list(array.shape), np_to_triton_dtype(array.dtype))
@@ -49,7 +50,7 @@ def infer(
     outputs = output_infos(model_config(client, protocol, model))
     if not use_shm:
         requested = [module.InferRequestedOutput(o.name) for o in outputs]
-        result = client.infer(model, _inputs(module, arrays), outputs=requested)
+        result = client.infer(model, make_inputs(module, arrays), outputs=requested)
         return {o.name: result.as_numpy(o.name) for o in outputs}
     rows = next(iter(arrays.values())).shape[0]
     out_sizes = [rows * int(np.prod(o.dims)) * o.dtype.itemsize for o in outputs]

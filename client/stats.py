@@ -1,6 +1,8 @@
-"""Server statistics in one shape for both protocols: what the batcher formed and where time went.
+"""Server statistics (``/v2/models/<m>/stats``) in one shape for both protocols and for perf.
 
-gRPC's JSON renders int64 as strings; HTTP gives numbers. ``model_stats`` normalizes both.
+What the batcher formed (``batch_stats``: executions and compute time per batch size) and where time
+went (queue vs compute). gRPC's JSON renders int64 as strings and HTTP gives numbers; the parser takes
+both. ``ModelStats`` subtracts, so perf can take the difference between two snapshots.
 """
 
 from __future__ import annotations
@@ -8,62 +10,112 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
+COMPUTE_PARTS = ("compute_input", "compute_infer", "compute_output")
+
+
+@dataclass(frozen=True)
+class BatchBucket:
+    """Executions of one batch size and their total compute (input + infer + output) in ns."""
+
+    executions: int
+    compute_ns: int
+
 
 @dataclass(frozen=True)
 class ModelStats:
-    name: str
-    version: str
-    inference_count: int  # samples inferred (a batch of 8 counts 8)
-    execution_count: int  # model executions (a formed batch counts 1)
-    success_count: int
-    fail_count: int
-    queue_ns: int
-    compute_ns: int  # input + infer + output, summed over requests (each request of a batch counts it)
-    batches: dict[int, tuple[int, int]] = field(default_factory=dict)  # batch size -> (executions, infer ns)
+    """Cumulative counters of one model (one version, or all versions summed)."""
+
+    requests: int = 0  # successful requests
+    failed: int = 0
+    inferences: int = 0  # samples (a request of batch 8 counts 8)
+    executions: int = 0  # model executions (a formed batch counts 1)
+    queue_ns: int = 0
+    compute_ns: int = 0  # summed over requests: each request of a batch counts the batch's compute
+    batches: dict[int, BatchBucket] = field(default_factory=dict)
+
+    def __add__(self, other: ModelStats) -> ModelStats:
+        return self._merge(other, 1)
+
+    def __sub__(self, other: ModelStats) -> ModelStats:
+        return self._merge(other, -1)
+
+    def _merge(self, other: ModelStats, sign: int) -> ModelStats:
+        empty = BatchBucket(0, 0)
+        batches = {}
+        for size in set(self.batches) | set(other.batches):
+            mine, theirs = self.batches.get(size, empty), other.batches.get(size, empty)
+            bucket = BatchBucket(
+                mine.executions + sign * theirs.executions, mine.compute_ns + sign * theirs.compute_ns
+            )
+            if bucket.executions > 0:
+                batches[size] = bucket
+        return ModelStats(
+            self.requests + sign * other.requests,
+            self.failed + sign * other.failed,
+            self.inferences + sign * other.inferences,
+            self.executions + sign * other.executions,
+            self.queue_ns + sign * other.queue_ns,
+            self.compute_ns + sign * other.compute_ns,
+            batches,
+        )
 
     @property
     def mean_batch(self) -> float:
-        return self.inference_count / self.execution_count if self.execution_count else 0.0
+        return self.inferences / self.executions if self.executions else 0.0
 
     @property
-    def mean_queue_ms(self) -> float:
-        return self.queue_ns / max(self.success_count, 1) / 1e6
+    def queue_ms_per_request(self) -> float:
+        return self.queue_ns / self.requests / 1e6 if self.requests else 0.0
 
     @property
-    def mean_compute_ms(self) -> float:
-        """Compute time a request saw (its batch's), averaged over requests."""
-        return self.compute_ns / max(self.success_count, 1) / 1e6
+    def compute_ms_per_request(self) -> float:
+        return self.compute_ns / self.requests / 1e6 if self.requests else 0.0
+
+    def compute_ms_at(self, size: int) -> float:
+        bucket = self.batches.get(size)
+        return bucket.compute_ns / bucket.executions / 1e6 if bucket and bucket.executions else 0.0
 
 
-def _duration(stats: dict[str, Any], key: str) -> tuple[int, int]:
+def _count_ns(stats: dict[str, Any], key: str) -> tuple[int, int]:
     entry = stats.get(key, {})
     return int(entry.get("count", 0)), int(entry.get("ns", 0))
 
 
-def model_stats(client: Any, protocol: str, model: str) -> list[ModelStats]:
-    """Statistics of every loaded version of ``model``."""
-    raw = (
-        client.get_inference_statistics(model, as_json=True)
-        if protocol == "grpc"
-        else client.get_inference_statistics(model)
-    )
-    result = []
-    for entry in raw.get("model_stats", []):
-        inference = entry.get("inference_stats", {})
-        batches = {int(b["batch_size"]): _duration(b, "compute_infer") for b in entry.get("batch_stats", [])}
-        result.append(
-            ModelStats(
-                name=entry["name"],
-                version=str(entry.get("version", "")),
-                inference_count=int(entry.get("inference_count", 0)),
-                execution_count=int(entry.get("execution_count", 0)),
-                success_count=_duration(inference, "success")[0],
-                fail_count=_duration(inference, "fail")[0],
-                queue_ns=_duration(inference, "queue")[1],
-                compute_ns=sum(
-                    _duration(inference, k)[1] for k in ("compute_input", "compute_infer", "compute_output")
-                ),
-                batches=batches,
-            )
+def parse_version_stats(entry: dict[str, Any]) -> ModelStats:
+    """One element of ``model_stats`` (one model version)."""
+    inference = entry.get("inference_stats", {})
+    batches = {
+        int(b["batch_size"]): BatchBucket(
+            _count_ns(b, "compute_infer")[0], sum(_count_ns(b, k)[1] for k in COMPUTE_PARTS)
         )
-    return result
+        for b in entry.get("batch_stats", [])
+    }
+    return ModelStats(
+        requests=_count_ns(inference, "success")[0],
+        failed=_count_ns(inference, "fail")[0],
+        inferences=int(entry.get("inference_count", 0)),
+        executions=int(entry.get("execution_count", 0)),
+        queue_ns=_count_ns(inference, "queue")[1],
+        compute_ns=sum(_count_ns(inference, k)[1] for k in COMPUTE_PARTS),
+        batches=batches,
+    )
+
+
+def parse_model_stats(payload: dict[str, Any]) -> ModelStats:
+    """``ModelStats`` of a whole ``/v2/models/<m>/stats`` answer, all versions summed."""
+    total = ModelStats()
+    for entry in payload.get("model_stats", []):
+        total = total + parse_version_stats(entry)
+    return total
+
+
+def fetch_stats(client: Any, protocol: str, model: str = "") -> dict[str, Any]:
+    """The raw statistics answer as a dict (every model when ``model`` is empty)."""
+    if protocol == "grpc":
+        return client.get_inference_statistics(model, as_json=True)
+    return client.get_inference_statistics(model)
+
+
+def model_stats(client: Any, protocol: str, model: str) -> ModelStats:
+    """``model``'s statistics over all its loaded versions."""
+    return parse_model_stats(fetch_stats(client, protocol, model))

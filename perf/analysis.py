@@ -12,10 +12,10 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from client.stats import BatchBucket, ModelStats
 from perf.latency_model import LatencyFit, fit_latency
 from perf.measure import Measurement
 from perf.raw import RawPoint
-from perf.server_view import BatchBucket, ModelStats
 from perf.study import FamilyResult, StudyResult
 from perf.study_spec import MODES
 

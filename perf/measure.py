@@ -13,10 +13,11 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
+from client.stats import ModelStats
 from perf.drive import drive
 from perf.loads import Load
 from perf.records import Record
-from perf.server_view import ModelStats, ServerDelta, ServerEndpoints, ServerSnapshot, delta, snapshot
+from perf.server_view import ServerDelta, ServerEndpoints, ServerSnapshot, delta, snapshot
 from perf.summary import Summary, in_span, summarize, window_is_stable
 from perf.target import Caller, Target
 

@@ -31,6 +31,7 @@ import tritonclient.http as httpclient
 import yaml
 from tritonclient.utils import np_to_triton_dtype
 
+from client.stats import ModelStats, parse_model_stats
 from exporters.onnx_export import build_torch_model
 from exporters.pipeline_build import build_pipelines
 from exporters.pipeline_live import embedding_update, publish_dense_version
@@ -39,7 +40,6 @@ from exporters.spec import Spec, parse_spec
 from perf.loads import closed_loop, poisson
 from perf.markdown import table
 from perf.measure import Measurement, MeasureSettings, measure
-from perf.server_view import ModelStats, parse_model_stats
 from perf.target import target_from_spec
 from server import ServerOptions, TritonServer
 

@@ -1,8 +1,8 @@
 """The server's own view of a measurement: statistics, metrics and CPU, as differences between two
 snapshots taken at the edges of the measured windows.
 
-* ``/v2/models/<m>/stats``: time in queue vs compute, and ``batch_stats``, i.e. executions and compute
-  time per batch size, which says which batches the batcher really formed.
+* ``/v2/models/<m>/stats`` (parsed by ``client.stats``): time in queue vs compute, and ``batch_stats``,
+  i.e. executions and compute time per batch size, which says which batches the batcher really formed.
 * the metrics endpoint: pending requests (a gauge, sampled) and cumulative queue duration.
 * ``/proc``: CPU seconds of tritonserver plus its Python-backend stub processes, so that server cost
   per 1,000 inferences can be compared with raw onnxruntime's, a figure a busy client cannot distort.
@@ -15,99 +15,13 @@ import os
 import re
 import time
 import urllib.request
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
+
+from client.stats import ModelStats, parse_model_stats
 
 CLOCK_TICKS = os.sysconf("SC_CLK_TCK")
 METRIC_LINE = re.compile(r"^(\w+)\{([^}]*)\}\s+([0-9.eE+-]+)$")
-
-
-@dataclass(frozen=True)
-class BatchBucket:
-    """Executions of one batch size and their total compute (input + infer + output) in ns."""
-
-    executions: int
-    compute_ns: int
-
-
-@dataclass(frozen=True)
-class ModelStats:
-    """Cumulative counters of one model, as ``/v2/models/<m>/stats`` reports them."""
-
-    requests: int = 0  # successful requests
-    failed: int = 0
-    inferences: int = 0  # samples
-    executions: int = 0  # model executions (formed batches)
-    queue_ns: int = 0
-    compute_ns: int = 0
-    batches: dict[int, BatchBucket] = field(default_factory=dict)
-
-    def __add__(self, other: ModelStats) -> ModelStats:
-        return self._merge(other, 1)
-
-    def __sub__(self, other: ModelStats) -> ModelStats:
-        return self._merge(other, -1)
-
-    def _merge(self, other: ModelStats, sign: int) -> ModelStats:
-        empty = BatchBucket(0, 0)
-        batches = {}
-        for size in set(self.batches) | set(other.batches):
-            mine, theirs = self.batches.get(size, empty), other.batches.get(size, empty)
-            bucket = BatchBucket(
-                mine.executions + sign * theirs.executions, mine.compute_ns + sign * theirs.compute_ns
-            )
-            if bucket.executions > 0:
-                batches[size] = bucket
-        return ModelStats(
-            self.requests + sign * other.requests, self.failed + sign * other.failed,
-            self.inferences + sign * other.inferences, self.executions + sign * other.executions,
-            self.queue_ns + sign * other.queue_ns, self.compute_ns + sign * other.compute_ns, batches,
-        )  # fmt: skip
-
-    @property
-    def mean_batch(self) -> float:
-        return self.inferences / self.executions if self.executions else 0.0
-
-    @property
-    def queue_ms_per_request(self) -> float:
-        return self.queue_ns / self.requests / 1e6 if self.requests else 0.0
-
-    @property
-    def compute_ms_per_request(self) -> float:
-        return self.compute_ns / self.requests / 1e6 if self.requests else 0.0
-
-    def compute_ms_at(self, size: int) -> float:
-        bucket = self.batches.get(size)
-        return bucket.compute_ns / bucket.executions / 1e6 if bucket and bucket.executions else 0.0
-
-
-def _count_ns(stats: dict, key: str) -> tuple[int, int]:
-    entry = stats.get(key, {})
-    return int(entry.get("count", 0)), int(entry.get("ns", 0))
-
-
-def parse_model_stats(payload: dict) -> ModelStats:
-    """``ModelStats`` from the JSON of ``/v2/models/<m>/stats`` (all versions summed)."""
-    total = ModelStats()
-    for model in payload.get("model_stats", []):
-        inference = model.get("inference_stats", {})
-        batches: dict[int, BatchBucket] = {}
-        for entry in model.get("batch_stats", []):
-            executions, infer_ns = _count_ns(entry, "compute_infer")
-            compute_ns = (
-                infer_ns + _count_ns(entry, "compute_input")[1] + _count_ns(entry, "compute_output")[1]
-            )
-            batches[int(entry["batch_size"])] = BatchBucket(executions, compute_ns)
-        compute_ns = sum(
-            _count_ns(inference, k)[1] for k in ("compute_input", "compute_infer", "compute_output")
-        )
-        stats = ModelStats(
-            requests=_count_ns(inference, "success")[0], failed=_count_ns(inference, "fail")[0],
-            inferences=int(model.get("inference_count", 0)), executions=int(model.get("execution_count", 0)),
-            queue_ns=_count_ns(inference, "queue")[1], compute_ns=compute_ns, batches=batches,
-        )  # fmt: skip
-        total = total + stats  # all versions together
-    return total
 
 
 def parse_metrics(text: str, model: str) -> dict[str, float]:

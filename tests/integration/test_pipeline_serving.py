@@ -17,8 +17,9 @@ from typing import Any
 import numpy as np
 import pytest
 import tritonclient.http as httpclient
-from tritonclient.utils import InferenceServerException, np_to_triton_dtype
+from tritonclient.utils import InferenceServerException
 
+from client.infer import make_inputs
 from exporters.onnx_export import build_torch_model, sample_inputs
 from exporters.parity import compare_outputs
 from exporters.pipeline_build import build_pipelines
@@ -58,22 +59,13 @@ def client(server: TritonServer) -> Iterator[httpclient.InferenceServerClient]:
     connection.close()
 
 
-def _tensors(arrays: dict[str, np.ndarray]) -> list[httpclient.InferInput]:
-    inputs = []
-    for name, array in arrays.items():
-        tensor = httpclient.InferInput(name, list(array.shape), np_to_triton_dtype(array.dtype))
-        tensor.set_data_from_numpy(array)
-        inputs.append(tensor)
-    return inputs
-
-
 def _first_output(result: httpclient.InferResult) -> np.ndarray:
     return result.as_numpy(result.get_response()["outputs"][0]["name"])
 
 
 def infer(client: httpclient.InferenceServerClient, model: str, arrays: dict[str, np.ndarray]) -> np.ndarray:
     """The first output of ``model`` for ``arrays``."""
-    return _first_output(client.infer(model, _tensors(arrays)))
+    return _first_output(client.infer(model, make_inputs(httpclient, arrays)))
 
 
 def _inputs(spec: Spec, model: str, batch: int, seed: int) -> dict[str, np.ndarray]:
@@ -107,7 +99,9 @@ def test_concurrent_requests_get_their_own_answers(client, pipeline_spec: Spec, 
     spec = pipeline_spec.pipeline(pipeline)
     requests = [_inputs(pipeline_spec, spec.model, batch=1 + i % 3, seed=100 + i) for i in range(16)]
     expected = [infer(client, spec.model, arrays) for arrays in requests]
-    pending = [client.async_infer(pipeline, _tensors(arrays)) for arrays in requests]  # all in flight
+    pending = [
+        client.async_infer(pipeline, make_inputs(httpclient, arrays)) for arrays in requests
+    ]  # all in flight
     answers = [_first_output(request.get_result()) for request in pending]
     for index, (answer, reference) in enumerate(zip(answers, expected, strict=True)):
         compare_outputs([answer], [reference], spec.boundary_dtype, f"{pipeline} request {index}")

@@ -17,8 +17,8 @@ import numpy as np
 import pytest
 import torch
 import tritonclient.http as httpclient
-from tritonclient.utils import np_to_triton_dtype
 
+from client.infer import make_inputs
 from exporters.onnx_export import build_torch_model, sample_inputs
 from exporters.pipeline_build import build_pipelines
 from exporters.pipeline_live import embedding_update, publish_dense_version
@@ -55,17 +55,8 @@ def server(repository) -> Iterator[TritonServer]:
         yield running
 
 
-def _tensors(arrays: dict[str, np.ndarray]) -> list[httpclient.InferInput]:
-    inputs = []
-    for name, array in arrays.items():
-        tensor = httpclient.InferInput(name, list(array.shape), np_to_triton_dtype(array.dtype))
-        tensor.set_data_from_numpy(array)
-        inputs.append(tensor)
-    return inputs
-
-
 def _infer(client: httpclient.InferenceServerClient, model: str, arrays: dict[str, np.ndarray], output: str):
-    return client.infer(model, _tensors(arrays)).as_numpy(output)
+    return client.infer(model, make_inputs(httpclient, arrays)).as_numpy(output)
 
 
 class SteadyLoad:

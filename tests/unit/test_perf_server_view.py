@@ -4,7 +4,8 @@ import os
 
 import pytest
 
-from perf.server_view import parse_metrics, parse_model_stats, process_tree_cpu_s
+from client.stats import parse_model_stats
+from perf.server_view import parse_metrics, process_tree_cpu_s
 
 
 def stats_payload(success, executions, inferences, batches):
