@@ -95,6 +95,14 @@ def served_vs_raw(result: StudyResult, family: FamilyResult) -> Goal:
             f"; CPU per 1,000 inferences: server {best.server_cpu_per_1000:.2f} s vs raw "
             f"{best.raw_cpu_per_1000:.2f} s"
         )
+    short = [e for e in effs if e.ratio < 0.9]
+    if met and short:
+        # Honest about the spread: the goal is met by the best batching, not by every mode.
+        below = ", ".join(f"{e.mode} {e.ratio:.2f}×" for e in short)
+        limits = (
+            f"met by {best.mode} only; below 0.9×: {below}: per-request overhead (client, gRPC, "
+            "Python-backend IPC) weighs on small batches, and a batcher that waits out its delay idles"
+        )
     return Goal("served vs raw", target, text, met, limits)
 
 
