@@ -116,6 +116,15 @@ def run_batched(
         for index in good:
             results[index] = _run_alone(run, requests[index])
         return results
+    total = sum(sizes)
+    wrong = {name: int(array.shape[0]) for name, array in outputs.items() if array.shape[0] != total}
+    if wrong:  # the split would hand some callers short or empty slices: fail loudly instead
+        error = ModelRunError(
+            f"the model returned {wrong} rows for a batch of {total}; outputs must keep dim 0"
+        )
+        for index in good:
+            results[index] = error
+        return results
     for index, piece in zip(good, _split(outputs, sizes), strict=True):
         results[index] = piece
     return results

@@ -14,7 +14,7 @@ import sys
 import time
 from pathlib import Path
 
-from server.launcher import ServerError, ServerOptions, TritonServer
+from server.launcher import ServerError, ServerOptions, TritonServer, remove_shm_regions
 
 STATE = Path(".run/server.json")
 
@@ -46,6 +46,7 @@ def _start(args: argparse.Namespace) -> int:
         "metrics": server.metrics_url,
         "log": str(server.log_path),
         "repository": str(Path(args.repository).resolve()),
+        "shm_prefix": server.shm_prefix,
     }
     STATE.parent.mkdir(exist_ok=True)
     STATE.write_text(json.dumps(state, indent=2))
@@ -55,18 +56,20 @@ def _start(args: argparse.Namespace) -> int:
 
 
 def _alive(pid: int) -> bool:
+    """Is ``pid`` still our tritonserver? A recorded pid may have been reused after a crash or reboot."""
     try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
+        command = Path(f"/proc/{pid}/cmdline").read_bytes()
+    except OSError:
         return False
-    return True
+    return b"tritonserver" in command
 
 
 def _stop(args: argparse.Namespace) -> int:
     if not STATE.exists():
         print("no server started by `make serve` is recorded")
         return 0
-    pid = json.loads(STATE.read_text())["pid"]
+    state = json.loads(STATE.read_text())
+    pid = state["pid"]
     if _alive(pid):
         os.kill(pid, signal.SIGTERM)
         deadline = time.monotonic() + args.timeout
@@ -75,6 +78,9 @@ def _stop(args: argparse.Namespace) -> int:
         if _alive(pid):
             os.kill(pid, signal.SIGKILL)
         print(f"stopped tritonserver (pid {pid})")
+    else:
+        print(f"recorded tritonserver (pid {pid}) is no longer running; clearing its record")
+    remove_shm_regions(state.get("shm_prefix", "tb-none-"))
     STATE.unlink()
     return 0
 

@@ -90,8 +90,11 @@ def assemble_backends(install: ServerInstall, destination: Path) -> Path:
             for item in ("libtriton_python.so", "triton_python_backend_utils.py"):
                 shutil.copy2(backend / item, target / item)
             shutil.copy2(_stub_for_running_python(install), target / "triton_python_backend_stub")
-        elif not target.exists():
-            target.symlink_to(backend.resolve(), target_is_directory=True)
+        else:
+            if target.is_symlink() and target.resolve() != backend.resolve():
+                target.unlink()  # stale link from an earlier install (e.g. a recreated venv)
+            if not target.exists():
+                target.symlink_to(backend.resolve(), target_is_directory=True)
     native_ort = destination / "onnxruntime" / "libtriton_onnxruntime.so"
     if not native_ort.exists():
         ours = destination / "onnxruntime"

@@ -45,6 +45,37 @@ BYTES_PER_TYPE = {
 MIB = 1 << 20
 
 
+def remove_shm_regions(prefix: str) -> list[str]:
+    """Unlink the Python backend's ``/dev/shm`` regions named ``prefix*``.
+
+    A stub killed with its server (SIGKILL, a crash) cannot remove its region; 16 MiB or more each, they
+    would pile up over repeated test and perf runs. Called once the server is gone.
+    """
+    removed = []
+    for region in Path("/dev/shm").glob(f"{prefix}*"):
+        try:
+            region.unlink()
+            removed.append(region.name)
+        except OSError:
+            continue
+    return removed
+
+
+def check_port_free(host: str, port: int) -> None:
+    """``ServerError`` if something already listens on ``host:port``.
+
+    Without this, another Triton on the same port (e.g. an NGC container) answers the readiness probe
+    and the launch looks successful while our server has failed to bind.
+    """
+    with socket.socket() as sock:
+        try:
+            sock.bind((host, port))
+        except OSError as error:
+            raise ServerError(
+                f"port {port} on {host} is in use ({error.strerror}); pick another or stop it"
+            ) from error
+
+
 def free_port(host: str = "127.0.0.1") -> int:
     """A port nobody listens on right now (the OS picks it)."""
     with socket.socket() as sock:
@@ -60,7 +91,10 @@ def python_shm_bytes(repository: Path) -> int:
     """
     largest = 0
     for path in Path(repository).glob("*/config.pbtxt"):
-        config = text_format.Parse(path.read_text(), model_config_pb2.ModelConfig())
+        try:
+            config = text_format.Parse(path.read_text(), model_config_pb2.ModelConfig())
+        except (OSError, text_format.ParseError) as error:
+            raise ServerError(f"{path}: not a valid model config: {error}") from error
         rows = max(config.max_batch_size, 1)
         per_sample = 0
         for tensor in (*config.input, *config.output):
@@ -103,6 +137,7 @@ class TritonServer:
         self.http_port = options.http_port or free_port(options.host)
         self.grpc_port = options.grpc_port or free_port(options.host)
         self.metrics_port = options.metrics_port or free_port(options.host)
+        self.shm_prefix = f"tb{os.getpid()}_{self.http_port}_"  # this server's Python-backend regions
 
     @property
     def http_url(self) -> str:
@@ -137,7 +172,7 @@ class TritonServer:
             f"--exit-timeout-secs={int(options.stop_timeout_s)}",
             f"--backend-config=python,shm-default-byte-size={python_shm_bytes(options.repository)}",
             f"--backend-config=python,shm-growth-byte-size={16 * MIB}",
-            f"--backend-config=python,shm-region-prefix-name=tb{os.getpid()}_{self.http_port}_",
+            f"--backend-config=python,shm-region-prefix-name={self.shm_prefix}",
         ]
         command.append(f"--backend-directory={assemble_backends(self.install, self._workdir / 'backends')}")
         if options.model_control_mode == "explicit":
@@ -158,25 +193,34 @@ class TritonServer:
         return env
 
     def start(self, detach: bool = False) -> TritonServer:
-        """Launch and block until ready; ``detach`` puts it in its own session (``make serve``)."""
-        if not Path(self.options.repository).is_dir():
-            raise ServerError(f"model repository {self.options.repository} does not exist (run `make repo`)")
-        self.log_path.parent.mkdir(parents=True, exist_ok=True)
-        with open(self.log_path, "wb") as log_file:
-            self.process = subprocess.Popen(
-                self.command(),
-                stdout=log_file,
-                stderr=subprocess.STDOUT,
-                env=self.environment(),
-                start_new_session=detach,
-            )
+        """Launch and block until ready; ``detach`` puts it in its own session (``make serve``).
+
+        On any failure the process is stopped and the temporary folder removed before the error rises.
+        """
         try:
+            self._launch(detach)
             self.wait_ready()
         except BaseException:
             self.stop()
             raise
         log.info("tritonserver ready (pid %s) http=%s grpc=%s", self.pid, self.http_url, self.grpc_url)
         return self
+
+    def _launch(self, detach: bool) -> None:
+        if not Path(self.options.repository).is_dir():
+            raise ServerError(f"model repository {self.options.repository} does not exist (run `make repo`)")
+        for port in (self.http_port, self.grpc_port, self.metrics_port):
+            check_port_free(self.options.host, port)
+        command = self.command()
+        self.log_path.parent.mkdir(parents=True, exist_ok=True)
+        with open(self.log_path, "wb") as log_file:
+            self.process = subprocess.Popen(
+                command,
+                stdout=log_file,
+                stderr=subprocess.STDOUT,
+                env=self.environment(),
+                start_new_session=detach,
+            )
 
     def log_tail(self, lines: int = 40) -> str:
         try:
@@ -198,7 +242,7 @@ class TritonServer:
                 raise ServerError(
                     f"tritonserver exited with {self.process.returncode}; log:\n{self.log_tail()}"
                 )
-            if self.is_ready():
+            if self.is_ready() and self.process is not None and self.process.poll() is None:
                 return
             time.sleep(0.25)
         raise ServerError(
@@ -206,7 +250,8 @@ class TritonServer:
         )
 
     def stop(self) -> None:
-        """SIGTERM, wait up to ``stop_timeout_s`` (+5 s), then SIGKILL; remove a temporary workdir."""
+        """SIGTERM, wait up to ``stop_timeout_s`` (+5 s), then SIGKILL; then remove what the server
+        leaves behind: its shared-memory regions and a temporary workdir."""
         if self.process is not None and self.process.poll() is None:
             self.process.send_signal(signal.SIGTERM)
             try:
@@ -215,7 +260,9 @@ class TritonServer:
                 log.warning("tritonserver ignored SIGTERM; killing it")
                 self.process.kill()
                 self.process.wait(timeout=10)
-        if self._owns_workdir and self.options.log_path is None:
+        if self.process is not None:
+            remove_shm_regions(self.shm_prefix)
+        if self._owns_workdir:
             shutil.rmtree(self._workdir, ignore_errors=True)
 
     def __enter__(self) -> TritonServer:

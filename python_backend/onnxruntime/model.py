@@ -34,8 +34,14 @@ def _tensor_infos(entries: list[dict]) -> list[TensorInfo]:
 
 
 def _parameter(config: dict, key: str, default: int) -> int:
-    value = config.get("parameters", {}).get(key, {}).get("string_value", "")
-    return int(value) if value.strip() else default
+    value = config.get("parameters", {}).get(key, {}).get("string_value", "").strip()
+    if not value:
+        return default
+    if not value.isdigit():
+        raise pb_utils.TritonModelException(
+            f"{config['name']}: parameter {key} must be an integer >= 0, got {value!r}"
+        )
+    return int(value)
 
 
 def _wants_tensorrt(config: dict) -> bool:

@@ -76,3 +76,11 @@ def test_validation_messages_name_the_input(arrays: dict[str, np.ndarray], messa
     with pytest.raises(InvalidInputError) as error:
         validate(arrays, INPUTS)
     assert message in str(error.value)
+
+
+def test_a_model_that_changes_the_batch_size_fails_every_request_instead_of_splitting_wrong() -> None:
+    def summing(arrays: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+        return {"y": arrays["x"].sum(axis=0, keepdims=True)}  # one row for the whole batch
+
+    results = run_batched([_request(2, 0), _request(1, 5)], INPUTS, summing)
+    assert all(isinstance(r, ModelRunError) and "rows for a batch of 3" in str(r) for r in results)

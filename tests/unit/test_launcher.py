@@ -4,6 +4,8 @@ holds, how much shared memory the Python backend gets."""
 from __future__ import annotations
 
 import copy
+import os
+import socket
 from pathlib import Path
 from typing import Any
 
@@ -13,7 +15,7 @@ from exporters.configs import build_model_config
 from exporters.model_config import write_config
 from exporters.spec import parse_spec
 from server.install import ServerError, assemble_backends, find_install
-from server.launcher import MIB, ServerOptions, TritonServer, python_shm_bytes
+from server.launcher import MIB, ServerOptions, TritonServer, python_shm_bytes, remove_shm_regions
 
 
 def test_wheel_server_is_found_by_default(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -74,14 +76,49 @@ def test_shared_memory_fits_the_largest_batch(spec_data: dict[str, Any], tmp_pat
 
 
 def test_command_binds_loopback_and_uses_its_own_shm_prefix(tmp_path: Path) -> None:
-    first = TritonServer(ServerOptions(repository=tmp_path)).command()
-    second = TritonServer(ServerOptions(repository=tmp_path)).command()
+    servers = [TritonServer(ServerOptions(repository=tmp_path)) for _ in range(2)]
+    first, second = (server.command() for server in servers)
+    for server in servers:
+        server.stop()  # never started: still removes its temporary folder
+        assert not server._workdir.exists()
     assert "--http-address=127.0.0.1" in first and "--grpc-address=127.0.0.1" in first
     assert "--model-control-mode=none" in first
     prefix = [a for a in first if "shm-region-prefix-name" in a]
     assert prefix and prefix != [a for a in second if "shm-region-prefix-name" in a]
 
 
-def test_missing_repository_is_a_clear_error(tmp_path: Path) -> None:
+def test_missing_repository_is_a_clear_error_and_leaves_nothing(tmp_path: Path) -> None:
+    server = TritonServer(ServerOptions(repository=tmp_path / "nope"))
     with pytest.raises(ServerError, match="does not exist"):
-        TritonServer(ServerOptions(repository=tmp_path / "nope")).start()
+        server.start()
+    assert not server._workdir.exists()
+
+
+def test_port_in_use_is_refused_before_launch(tmp_path: Path) -> None:
+    with socket.socket() as busy:
+        busy.bind(("127.0.0.1", 0))
+        busy.listen()
+        port = busy.getsockname()[1]
+        server = TritonServer(ServerOptions(repository=tmp_path, http_port=port))
+        with pytest.raises(ServerError, match=f"port {port} on 127.0.0.1 is in use"):
+            server.start()
+    assert server.process is None
+
+
+def test_malformed_config_names_the_file(tmp_path: Path) -> None:
+    (tmp_path / "broken").mkdir()
+    (tmp_path / "broken" / "config.pbtxt").write_text("max_batch_sise: 8\n")
+    with pytest.raises(ServerError, match=r"broken/config.pbtxt: not a valid model config"):
+        python_shm_bytes(tmp_path)
+
+
+def test_leftover_shared_memory_regions_are_removed() -> None:
+    prefix = f"tb_test_{os.getpid()}_"
+    for index in range(2):
+        Path(f"/dev/shm/{prefix}{index}").write_bytes(b"x")
+    Path(f"/dev/shm/other_{os.getpid()}").write_bytes(b"x")
+    try:
+        assert sorted(remove_shm_regions(prefix)) == [f"{prefix}0", f"{prefix}1"]
+        assert Path(f"/dev/shm/other_{os.getpid()}").exists()
+    finally:
+        Path(f"/dev/shm/other_{os.getpid()}").unlink()
