@@ -20,3 +20,7 @@ class SpecError(ExporterError, ValueError):
 
 class ExportCheckError(ExporterError):
     """The exported artifact does not reproduce the torch model within tolerance, or is unsafe."""
+
+
+class StageExportError(ExporterError):
+    """Exporting a pipeline stage, or loading its artifact back, failed; the message names the stage."""

@@ -11,6 +11,7 @@ skip the work, and keeps the measured cut points, so rebuilding never moves a cu
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import hashlib
 import json
@@ -102,12 +103,31 @@ def _recorded_plan(record: dict[str, Any] | None) -> SplitPlan | None:
     return SplitPlan(tuple(plan["cuts"]), tuple(plan["block_costs"]), plan["cost_method"]) if plan else None
 
 
+def _missing_folders(folder: Path) -> list[Path]:
+    """``folder`` and those of its parents that do not exist yet, outermost first."""
+    missing = []
+    while not folder.exists():
+        missing.append(folder)
+        folder = folder.parent
+    return missing[::-1]
+
+
+def _discard(partials: list[Path], created: list[Path]) -> None:
+    """Remove a failed build's ``.partial`` files, then the folders it made (innermost first, if empty)."""
+    for partial in partials:
+        partial.unlink(missing_ok=True)
+    for folder in reversed(created):
+        with contextlib.suppress(OSError):  # not empty: something else lives there now; leave it
+            folder.rmdir()
+
+
 def _export(
     pipeline: PipelineSpec, spec: ModelSpec, model: nn.Module, stages: list[Stage], plan: SplitPlan | None,
     repository: Path, digest: str,
 ) -> dict[str, Any]:  # fmt: skip
     """Check in torch, export to ``.partial`` files, check the artifacts, then commit; the record."""
-    samples = [_samples(spec, model, batch, seed=100 + batch) for batch in (1, 3)]
+    batches = sorted({1, min(3, spec.max_batch_size)})  # the export's batch axis ends at max_batch_size
+    samples = [_samples(spec, model, batch, seed=100 + batch) for batch in batches]
 
     def whole(tensors: Tensors) -> torch.Tensor:
         return model(*(tensors[t.name] for t in spec.inputs))
@@ -124,16 +144,22 @@ def _export(
 
         what = f"{pipeline.name} ({pipeline.boundary_dtype} boundaries vs uncompressed pipeline)"
         compression = check_stages(stages, uncompressed, samples, pipeline.boundary_dtype, what).max_rel_error
-    partials = []
-    for stage, example in zip(stages, stage_examples(stages, samples[1]), strict=True):
-        folder = repository / stage.name / "1"
-        folder.mkdir(parents=True, exist_ok=True)
-        partial = folder / f"partial.{stage.artifact_name}"  # keeps the suffix torch.export.load wants
-        export_stage(stage, example, spec.max_batch_size, partial)
-        partials.append(partial)
-    loaded = [load_stage(stage, path) for stage, path in zip(stages, partials, strict=True)]
-    what = f"{pipeline.name} (exported stages vs {spec.name})"
-    artifacts = check_stages(stages, whole, samples, pipeline.boundary_dtype, what, fns=loaded)
+    partials: list[Path] = []
+    created: list[Path] = []  # folders this call made, parents first
+    try:
+        for stage, example in zip(stages, stage_examples(stages, samples[-1]), strict=True):
+            folder = repository / stage.name / "1"
+            created += _missing_folders(folder)
+            folder.mkdir(parents=True, exist_ok=True)
+            partial = folder / f"partial.{stage.artifact_name}"  # keeps the suffix torch.export.load wants
+            partials.append(partial)
+            export_stage(stage, example, spec.max_batch_size, partial)
+        loaded = [load_stage(stage, path) for stage, path in zip(stages, partials, strict=True)]
+        what = f"{pipeline.name} (exported stages vs {spec.name})"
+        artifacts = check_stages(stages, whole, samples, pipeline.boundary_dtype, what, fns=loaded)
+    except BaseException:  # nothing half-built stays in the repository, whatever the failure
+        _discard(partials, created)
+        raise
     for stage, partial in zip(stages, partials, strict=True):
         partial.replace(partial.parent / stage.artifact_name)
     boundaries = describe_boundaries(stages)

@@ -12,6 +12,8 @@ Two paths, matching how the pieces are served:
 from __future__ import annotations
 
 import dataclasses
+import shutil
+import tempfile
 from pathlib import Path
 
 import numpy as np
@@ -40,8 +42,9 @@ def publish_dense_version(
 ) -> Recommender:
     """Export the dense stage of a recommender built with ``seed`` as ``version``; returns that model.
 
-    The file takes its final name only after it matches torch, so Triton never sees a half-written
-    version; the caller then loads it (``client.load_model(<pipeline>_dense)``).
+    The version is built in a hidden sibling folder (Triton ignores folders that are not numbers) and
+    renamed into place only after it matches torch, so Triton never sees a half-written version and a
+    failed attempt leaves nothing behind; the caller then loads it (``client.load_model(<pipeline>_dense)``).
     """
     if pipeline.split != "embedding_dense":
         raise SpecError(f"{pipeline.name}.split", "only an embedding_dense pipeline has a dense stage")
@@ -51,17 +54,24 @@ def publish_dense_version(
     folder = repository / dense.name / str(version)
     if folder.exists():
         raise SpecError(f"{dense.name}.version", f"version {version} already exists in {folder.parent}")
-    folder.mkdir(parents=True)
-    partial = folder / f"partial.{dense.artifact_name}"
-    generator = torch.Generator().manual_seed(seed)
-    sample = {
-        t.name: torch.randn(3, *t.shape, generator=generator).to(TORCH_DTYPES[t.dtype]) for t in dense.inputs
-    }
-    export_stage(dense, tuple(sample.values()), spec.max_batch_size, partial)
-    loaded = load_stage(dense, partial)
-    check_stages(
-        [dense], lambda t: dense.module(*t.values()), [sample], "fp32", f"{dense.name} v{version}", [loaded]
-    )
-    partial.replace(folder / dense.artifact_name)
+    folder.parent.mkdir(parents=True, exist_ok=True)
+    building = Path(tempfile.mkdtemp(prefix=f".partial-{version}-", dir=folder.parent))
+    try:
+        artifact = building / dense.artifact_name
+        generator = torch.Generator().manual_seed(seed)
+        batch = min(3, spec.max_batch_size)
+        sample = {
+            t.name: torch.randn(batch, *t.shape, generator=generator).to(TORCH_DTYPES[t.dtype])
+            for t in dense.inputs
+        }
+        export_stage(dense, tuple(sample.values()), spec.max_batch_size, artifact)
+        loaded = load_stage(dense, artifact)
+        what = f"{dense.name} v{version}"
+        check_stages([dense], lambda t: dense.module(*t.values()), [sample], "fp32", what, [loaded])
+        building.chmod(0o755)  # mkdtemp makes it private; the server may run as another user
+        building.rename(folder)
+    except BaseException:
+        shutil.rmtree(building, ignore_errors=True)
+        raise
     assert isinstance(model, Recommender)
     return model

@@ -19,7 +19,7 @@ import onnxruntime as ort
 import torch
 from torch import nn
 
-from exporters.errors import SpecError
+from exporters.errors import ExporterError, SpecError, StageExportError
 from exporters.onnx_export import check_external_data, export_module_onnx
 from exporters.parity import ParityReport, compare_outputs
 from exporters.spec import ModelSpec, PipelineSpec, TensorSpec
@@ -163,22 +163,43 @@ def _example_for(stage: Stage, tensors: Tensors) -> tuple[torch.Tensor, ...]:
 
 
 def export_stage(stage: Stage, example: tuple[torch.Tensor, ...], max_batch_size: int, path: Path) -> None:
-    """Write the stage's artifact: a ``torch.export`` program with a dynamic batch axis, or ONNX."""
-    if stage.runtime == "onnx":
-        export_module_onnx(stage.module, example, [t.name for t in stage.inputs], [stage.output.name], path)
-        onnx.checker.check_model(str(path), full_check=True)
-        check_external_data(path)
-        return
-    batch = torch.export.Dim("batch", min=1, max=max_batch_size)
-    program = torch.export.export(stage.module, example, dynamic_shapes=tuple({0: batch} for _ in example))
-    torch.export.save(program, str(path))
+    """Write the stage's artifact: a ``torch.export`` program with a dynamic batch axis, or ONNX.
+
+    The example's batch must be within ``1..max_batch_size``; with a maximum of 1 the batch axis is static.
+    Any failure of the exporter surfaces as a ``StageExportError`` naming the stage.
+    """
+    try:
+        if stage.runtime == "onnx":
+            export_module_onnx(
+                stage.module, example, [t.name for t in stage.inputs], [stage.output.name], path
+            )
+            onnx.checker.check_model(str(path), full_check=True)
+            check_external_data(path)
+            return
+        dynamic = None
+        if max_batch_size > 1:  # torch.export has no Dim with min == max
+            batch = torch.export.Dim("batch", min=1, max=max_batch_size)
+            dynamic = tuple({0: batch} for _ in example)
+        program = torch.export.export(stage.module, example, dynamic_shapes=dynamic)
+        torch.export.save(program, str(path))
+    except ExporterError:
+        raise
+    except Exception as error:
+        raise StageExportError(
+            f"stage {stage.name}: {stage.runtime} export failed: {type(error).__name__}: {error}"
+        ) from error
 
 
 def load_stage(stage: Stage, path: Path) -> StageFn:
     """Load an artifact the way the server will (``.pt2`` through the no-pickle gate), as a callable."""
-    if stage.runtime == "torch_export":
-        return load_exported_program(path).module()
-    session = ort.InferenceSession(str(path), providers=["CPUExecutionProvider"])
+    try:
+        if stage.runtime == "torch_export":
+            return load_exported_program(path).module()
+        session = ort.InferenceSession(str(path), providers=["CPUExecutionProvider"])
+    except Exception as error:
+        raise StageExportError(
+            f"stage {stage.name}: {path.name} does not load back: {type(error).__name__}: {error}"
+        ) from error
     names = [t.name for t in stage.inputs]
 
     def run(*tensors: torch.Tensor) -> torch.Tensor:

@@ -126,10 +126,9 @@ def print_summary(result: StudyResult, report: Path) -> None:
     console.print(f"report: [bold]{report}[/bold]")
 
 
-def command_run(args: argparse.Namespace) -> int:
+def command_run(args: argparse.Namespace, profile: Profile) -> int:
     from perf.report import write_report  # matplotlib only when a report is written
 
-    profile = profile_from(args)
     folder = args.reports / datetime.now().strftime("%Y%m%d-%H%M%S")
     folder.mkdir(parents=True, exist_ok=True)
     logging.basicConfig(
@@ -172,8 +171,15 @@ def command_analyzer(args: argparse.Namespace) -> int:
 
 
 def main(argv: list[str] | None = None) -> int:
-    args = parser().parse_args(argv)
-    return {"run": command_run, "analyzer": command_analyzer}[args.command](args)
+    top = parser()
+    args = top.parse_args(argv)
+    if args.command == "analyzer":
+        return command_analyzer(args)
+    try:
+        profile = profile_from(args)
+    except ValueError as error:  # an option out of range: a usage error, before minutes of measuring
+        top.error(str(error))
+    return command_run(args, profile)
 
 
 if __name__ == "__main__":

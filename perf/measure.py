@@ -35,6 +35,17 @@ class MeasureSettings:
     max_windows: int = 6
     tolerance: float = 0.10
 
+    def __post_init__(self) -> None:
+        if not self.window_s > 0:
+            raise ValueError(f"window_s (--window) must be > 0 seconds, got {self.window_s}")
+        if self.stable_windows < 1:
+            raise ValueError(f"stable_windows must be >= 1, got {self.stable_windows}")
+        if self.max_windows < self.stable_windows:
+            raise ValueError(
+                f"max_windows (--max-windows) must be >= stable_windows ({self.stable_windows}), "
+                f"got {self.max_windows}"
+            )
+
 
 @dataclass
 class Measurement:

@@ -29,6 +29,8 @@ class Profile:
     trace: str | None = None  # a file of inter-arrival times to replay instead of Poisson arrivals
 
     def __post_init__(self) -> None:
+        if not self.poisson_fraction > 0:  # a rate of 0 has no arrivals: the open loop would never end
+            raise ValueError(f"poisson_fraction (--rate-fraction) must be > 0, got {self.poisson_fraction}")
         if self.goal_concurrency not in self.concurrencies:
             object.__setattr__(
                 self, "concurrencies", tuple(sorted({*self.concurrencies, self.goal_concurrency}))

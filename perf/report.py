@@ -252,7 +252,7 @@ def family_section(result: StudyResult, name: str, family: FamilyResult, plots: 
         f"\n### Same arrivals for every mode: {load} "
         f"({result.profile.poisson_fraction:.0%} of the best dynamic-batching throughput, "
         f"{number(family.capacity, 0)} inf/s; seed {result.profile.seed})\n",
-        mode_table(open_rows),
+        family.open_loop_note or mode_table(open_rows),
         "\n" + article_section(family),
         f"\n### Closed loop at concurrency {concurrency} (static: one batch of 32 in flight)\n",
         mode_table(closed_rows),

@@ -39,6 +39,7 @@ class FamilyResult:
     sweep: dict[str, list[Measurement]] = field(default_factory=dict)  # mode -> by concurrency
     open_loop: dict[str, Measurement] = field(default_factory=dict)  # mode -> same arrivals
     open_load: Load | None = None
+    open_loop_note: str = ""  # why the open loop did not run, if it did not
     capacity: float = 0.0
     raw: list[RawPoint] = field(default_factory=list)
 
@@ -139,9 +140,16 @@ class StudyRunner:
         self.progress(f"perf_analyzer cross-check on {model}")
         url = server.grpc_url if self.profile.protocol == "grpc" else server.http_url
         window_ms = int(1000 * self.profile.settings.window_s)
-        theirs = run_perf_analyzer(binary, model, url, self.profile.protocol, load.concurrency, window_ms,
-                                   self.log_path.parent, self.target(server, model).inputs)  # fmt: skip
-        ours = self._measure(server, model, load, f"{model} @ {load.name} (next to perf_analyzer)")
+        try:  # a reference only: its failure must not throw away the study measured before it
+            theirs = run_perf_analyzer(binary, model, url, self.profile.protocol, load.concurrency, window_ms,
+                                       self.log_path.parent, self.target(server, model).inputs)  # fmt: skip
+            ours = self._measure(server, model, load, f"{model} @ {load.name} (next to perf_analyzer)")
+        except Exception as error:
+            log.exception("perf_analyzer cross-check on %s failed", model)
+            result.analyzer_note = (
+                f"The perf_analyzer cross-check on {model} failed: {type(error).__name__}: {error}"
+            )
+            return
         result.cross_check.append((theirs, ours))
 
     def _run_family(self, server: TritonServer, family: str) -> FamilyResult:
@@ -160,9 +168,15 @@ class StudyRunner:
         out.capacity = capacity(out.sweep)
         if self.profile.trace:
             out.open_load = read_trace(self.profile.trace)
-        else:
+        elif out.capacity > 0:
             out.open_load = poisson(self.profile.poisson_fraction * out.capacity, self.profile.seed)
-        for mode in self.profile.modes:
+        else:
+            out.open_loop_note = (
+                "The open loop did not run: the closed-loop sweep measured no throughput (every request "
+                "failed?), so there is no capacity to set a Poisson rate from."
+            )
+            log.warning("%s: capacity 0, open loop skipped", family)
+        for mode in self.profile.modes if out.open_load else ():
             model = model_name(family, mode)
             out.open_loop[mode] = self._measure(
                 server, model, out.open_load, f"{model} @ {out.open_load.name}"

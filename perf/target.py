@@ -99,24 +99,37 @@ class Caller:
         for slot in range(self.slot_count):
             self.free.put_nowait(slot)
         if self.target.shared_memory:
-            await self._register_regions()
+            try:
+                await self._register_regions()
+            except BaseException:  # no __aexit__ follows a failed __aenter__: free what was made
+                await self.__aexit__(None, None, None)
+                raise
         return self
 
     async def __aexit__(self, *exc_info: object) -> None:
+        """Unregister and destroy every region, even when the server is gone, then close the client."""
         try:
             for name, handle in self._regions:
                 try:
                     await self.client.unregister_system_shared_memory(name)
+                except Exception:  # e.g. the server died: the region is still ours to destroy
+                    log.warning("could not unregister shared memory region %s", name, exc_info=True)
                 finally:
                     shm.destroy_shared_memory_region(handle)
+            self._regions.clear()
         finally:
             await self.client.close()
 
     async def _region(self, byte_size: int) -> str:
+        """A new registered region; ``_regions`` holds exactly the regions registered with the server."""
         name = f"perf_{os.getpid()}_{uuid.uuid4().hex[:10]}"
         handle = shm.create_shared_memory_region(name, f"/{name}", byte_size)
+        try:
+            await self.client.register_system_shared_memory(name, f"/{name}", byte_size)
+        except BaseException:
+            shm.destroy_shared_memory_region(handle)
+            raise
         self._regions.append((name, handle))
-        await self.client.register_system_shared_memory(name, f"/{name}", byte_size)
         return name
 
     async def _register_regions(self) -> None:

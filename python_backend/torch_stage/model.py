@@ -25,7 +25,7 @@ add_launcher_paths()
 
 import torch  # noqa: E402
 import triton_python_backend_utils as pb_utils  # noqa: E402
-from batching import InvalidInputError, TensorInfo, run_batched  # noqa: E402
+from batching import InvalidInputError, ModelRunError, TensorInfo, run_batched  # noqa: E402
 from embedding_rows import UPDATE_INPUTS, apply_row_updates, check_ids  # noqa: E402
 from safe_program import load_exported_program  # noqa: E402
 from torch.export.passes import move_to_device_pass  # noqa: E402
@@ -107,13 +107,17 @@ class TritonPythonModel:
         return pb_utils.TritonError(f"{self.name}: {error}", code)
 
     def _update(self, request) -> "pb_utils.InferenceResponse":
-        arrays = self._read(request, UPDATE_INPUTS)
+        """Apply one update request; any failure answers this request alone (lookups still run)."""
         try:
+            arrays = self._read(request, UPDATE_INPUTS)
             if isinstance(arrays, Exception):
                 raise arrays
             rows = apply_row_updates(self.tables, *(arrays[n] for n in UPDATE_INPUTS))
         except InvalidInputError as error:
             return pb_utils.InferenceResponse(error=self._error(error))
+        except Exception as error:  # the stage's own failure: INTERNAL, for this request only
+            failure = ModelRunError(f"{type(error).__name__}: {error}")
+            return pb_utils.InferenceResponse(error=self._error(failure))
         self.version += 1
         version = torch.full((rows, 1), self.version, dtype=torch.int64)
         return pb_utils.InferenceResponse(

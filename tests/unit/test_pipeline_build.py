@@ -12,12 +12,12 @@ import torch
 from google.protobuf import text_format
 from tritonclient.grpc import model_config_pb2
 
-from exporters.errors import ExportCheckError
+from exporters.errors import ExportCheckError, StageExportError
 from exporters.model_config import read_config
 from exporters.onnx_export import build_torch_model
 from exporters.pipeline_build import build_pipelines, make_stages
-from exporters.pipeline_stages import check_stages
-from exporters.spec import Spec, parse_spec
+from exporters.pipeline_stages import Stage, check_stages, export_stage
+from exporters.spec import Spec, TensorSpec, parse_spec
 
 PIPELINES = [
     {"name": "rec", "model": "recommender", "split": "embedding_dense", "live_updates": True},
@@ -125,3 +125,47 @@ def test_a_wrong_split_is_caught_before_anything_is_written(spec: Spec) -> None:
     sample = {"image": torch.randn(2, 3, 64, 64)}
     with pytest.raises(ExportCheckError, match="stages in sequence"):
         check_stages(broken, lambda t: model(t["image"]), [sample], "fp32", "cls (stages in sequence)")
+
+
+def _small_batch_spec(spec_data: dict[str, Any], max_batch_size: int) -> Spec:
+    data = copy.deepcopy(spec_data)
+    next(m for m in data["models"] if m["name"] == "recommender")["max_batch_size"] = max_batch_size
+    data["pipelines"] = [PIPELINES[0]]
+    return parse_spec(data)
+
+
+@pytest.mark.parametrize("max_batch_size", [1, 2])
+def test_a_model_with_a_small_max_batch_builds(spec_data, max_batch_size: int, tmp_path: Path) -> None:
+    """The parity samples stay within the exported batch axis (torch.export rejects batch 3 > max 2)."""
+    (item,) = build_pipelines(_small_batch_spec(spec_data, max_batch_size), tmp_path, num_gpus=0)
+    assert item.record["artifact_max_rel_error"] <= 1e-4
+    assert (tmp_path / "rec_embedding" / "1" / "stage.pt2").exists()
+
+
+def test_an_export_failure_names_the_stage(tmp_path: Path) -> None:
+    class DataDependent(torch.nn.Module):
+        def forward(self, x: torch.Tensor) -> torch.Tensor:
+            return x if x.sum() > 0 else -x  # torch.export cannot trace a branch on data
+
+    tensor = TensorSpec("x", "fp32", (4,))
+    stage = Stage("cls_stage0", DataDependent(), (tensor,), tensor, "torch_export")
+    with pytest.raises(StageExportError, match="stage cls_stage0: torch_export export failed"):
+        export_stage(stage, (torch.randn(3, 4),), 8, tmp_path / "stage.pt2")
+
+
+def test_a_failed_build_leaves_nothing_half_built(spec: Spec, tmp_path: Path, monkeypatch) -> None:
+    served = tmp_path / "cls_stage0" / "1"  # an earlier build's stage folder: kept, only partials go
+    served.mkdir(parents=True)
+    (served.parent / "config.pbtxt").write_text("name: 'cls_stage0'\n")
+
+    def broken_load(stage, path):
+        raise StageExportError(f"stage {stage.name}: does not load back")
+
+    monkeypatch.setattr("exporters.pipeline_build.load_stage", broken_load)
+    with pytest.raises(StageExportError, match="cls_stage0"):
+        build_pipelines(spec, tmp_path, num_gpus=0, only=["cls"])
+    assert sorted(p.relative_to(tmp_path).as_posix() for p in tmp_path.rglob("*")) == [
+        "cls_stage0",
+        "cls_stage0/1",
+        "cls_stage0/config.pbtxt",
+    ]

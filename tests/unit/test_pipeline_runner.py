@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
+import importlib.util
 import io
 import json
+import sys
+import types
 import zipfile
 from pathlib import Path
 
@@ -137,3 +140,78 @@ def test_run_batched_concatenates_torch_tensors_once() -> None:
     assert calls == [4]
     assert results[0]["y"].tolist() == [[2, 2]] and results[1]["y"].shape == (3, 2)
     assert isinstance(results[2], InvalidInputError) and "dtype" in str(results[2])
+
+
+class FakeTensor:
+    def __init__(self, tensor: torch.Tensor) -> None:
+        self.tensor = tensor
+
+    def to_dlpack(self):
+        return torch.utils.dlpack.to_dlpack(self.tensor)
+
+
+class FakeResponse:
+    def __init__(self, output_tensors: list | None = None, error: object = None) -> None:
+        self.outputs = {t.name: t.tensor for t in output_tensors or []}
+        self.error = error
+
+
+class FakeError:
+    INVALID_ARG, INTERNAL = "INVALID_ARG", "INTERNAL"
+
+    def __init__(self, message: str, code: str) -> None:
+        self.message, self.code = message, code
+
+
+def _fake_pb_utils() -> types.ModuleType:
+    """The slice of ``triton_python_backend_utils`` the stage runner uses; requests are dicts."""
+    module = types.ModuleType("triton_python_backend_utils")
+    module.get_input_tensor_by_name = lambda request, name: (
+        FakeTensor(request[name]) if name in request else None
+    )
+    module.Tensor = types.SimpleNamespace(
+        from_dlpack=lambda name, capsule: types.SimpleNamespace(
+            name=name, tensor=torch.utils.dlpack.from_dlpack(capsule)
+        )
+    )
+    module.InferenceResponse, module.TritonError = FakeResponse, FakeError
+    module.TritonModelException = RuntimeError
+    return module
+
+
+@pytest.fixture()
+def stage_runner(monkeypatch: pytest.MonkeyPatch):
+    """``torch_stage/model.py`` imported the way the stub imports it (its folder on ``sys.path``)."""
+    root = Path(__file__).resolve().parents[2] / "python_backend"
+    before = set(sys.modules)
+    monkeypatch.setitem(sys.modules, "triton_python_backend_utils", _fake_pb_utils())
+    monkeypatch.syspath_prepend(str(root))
+    monkeypatch.syspath_prepend(str(root / "torch_stage"))
+    spec = importlib.util.spec_from_file_location(
+        "torch_stage_model_under_test", root / "torch_stage" / "model.py"
+    )
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    yield module
+    for name in set(sys.modules) - before:  # top-level ``batching`` etc. must not leak to other tests
+        del sys.modules[name]
+
+
+def test_a_failing_update_fails_alone(stage_runner, monkeypatch: pytest.MonkeyPatch) -> None:
+    model = stage_runner.TritonPythonModel()
+    model.name, model.device, model.version = "rec_embedding", torch.device("cpu"), 0
+    model.inputs = [stage_runner.TensorInfo("sparse_ids", torch.int64, (2,))]
+    model.output_names = ["embeddings"]
+    model.tables = _tables()
+    model.module = lambda ids: torch.stack([t[ids[:, i]] for i, t in enumerate(model.tables)], dim=1)
+
+    def broken(*args: object) -> int:
+        raise RuntimeError("out of memory")
+
+    monkeypatch.setattr(stage_runner, "apply_row_updates", broken)
+    update = {"update_table": torch.tensor([[0]]), "update_row": torch.tensor([[1]]),
+              "update_values": torch.tensor([[1.0, 1.0]])}  # fmt: skip
+    lookup = {"sparse_ids": torch.tensor([[4, 2]])}
+    failed, answered = model.execute([update, lookup])
+    assert failed.error.code == FakeError.INTERNAL and "out of memory" in failed.error.message
+    assert answered.error is None and answered.outputs["embeddings"].shape == (1, 2, 2)

@@ -1,0 +1,35 @@
+"""Publishing a new dense version without a server: a failed attempt leaves nothing, a retry works."""
+
+from __future__ import annotations
+
+import copy
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from exporters.errors import ExportCheckError
+from exporters.pipeline_live import publish_dense_version
+from exporters.spec import parse_spec
+
+
+def test_a_failed_publish_leaves_no_version_and_a_retry_succeeds(
+    spec_data: dict[str, Any], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    data = copy.deepcopy(spec_data)
+    data["pipelines"] = [{"name": "rec", "model": "recommender", "split": "embedding_dense"}]
+    spec = parse_spec(data)
+    pipeline, model = spec.pipeline("rec"), spec.model("recommender")
+
+    def mismatch(*args: object, **kwargs: object) -> None:
+        raise ExportCheckError("rec_dense v2: does not match torch")
+
+    with monkeypatch.context() as patch:
+        patch.setattr("exporters.pipeline_live.check_stages", mismatch)
+        with pytest.raises(ExportCheckError, match="rec_dense v2"):
+            publish_dense_version(pipeline, model, tmp_path, version=2, seed=7)
+    assert list((tmp_path / "rec_dense").iterdir()) == []
+
+    publish_dense_version(pipeline, model, tmp_path, version=2, seed=7)
+    assert [p.name for p in (tmp_path / "rec_dense").iterdir()] == ["2"]
+    assert [p.name for p in (tmp_path / "rec_dense" / "2").iterdir()] == ["model.onnx"]
