@@ -33,7 +33,7 @@ stop: ## stop the server started by `make serve`
 status: setup ## show whether the `make serve` server is up, and its models
 	$(BIN)/python -m server status
 
-perf: setup ## the batching study on the embedded server; report in reports/<timestamp>/ (PERF=quick for 1-2 min)
+perf: setup ## the batching study on the embedded server; report in reports/<timestamp>/ (PERF=quick: about 2 min)
 	$(BIN)/python -m perf run --profile $(PERF) $(PERF_ARGS)
 
 perf-analyzer: setup ## cross-check one model with NVIDIA perf_analyzer, where it is installed
