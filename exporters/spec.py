@@ -15,12 +15,10 @@ import yaml
 
 from exporters.errors import SpecError
 from exporters.zoo import ZOO
+from python_backend import dtypes
 
-DTYPES = {
-    "fp32": "TYPE_FP32", "fp16": "TYPE_FP16", "int64": "TYPE_INT64", "int32": "TYPE_INT32",
-    "bf16": "TYPE_BF16",  # only between pipeline stages (compressed boundaries); models take MODEL_DTYPES
-}  # fmt: skip
-MODEL_DTYPES = ("fp32", "fp16", "int64", "int32")
+DTYPES = {key: d.triton for key, d in dtypes.DTYPES.items()}  # spec name -> Triton type (one table)
+MODEL_DTYPES = dtypes.MODEL_DTYPES  # bf16 only between pipeline stages (compressed boundaries)
 BatchingMode = Literal["none", "static", "dynamic"]
 Target = Literal["auto", "cpu", "gpu"]
 SplitKind = Literal["blocks", "embedding_dense"]
