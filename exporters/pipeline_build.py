@@ -1,12 +1,13 @@
 """Build the spec's pipelines into the repository: check, export, configure, record.
 
-Order (DESIGN §4.2): the stage chain is checked against the whole model in torch first (uncompressed:
-the split itself must be exact) and the compression error is measured, before anything is written.
-Each artifact is then written under a ``.partial`` name, loaded back the way the server loads it, and
-the chain of artifacts is checked against the whole model again; only then do files take their final
-names. ``pipeline.json`` beside the ensemble records the cuts, costs, errors and boundary bytes (the
-perf report reads it). A content hash of the model, its weights and the pipeline spec lets a rebuild
-skip the work, and keeps the measured cut points, so rebuilding never moves a cut by timing noise.
+Order (check before writing): the stage chain is checked against the whole model in torch first
+(uncompressed: the split itself must be exact) and the compression error is measured, before
+anything is written. Each artifact is then written under a ``.partial`` name, loaded back the way the
+server loads it, and the chain of artifacts is checked against the whole model again; only then do
+files take their final names. ``pipeline.json`` beside the ensemble (a ``PipelineRecord``) records the
+cuts, costs, errors and boundary bytes (the perf pipeline study reads it). A content hash of the
+model, its weights and the pipeline spec lets a rebuild skip the work, and keeps the measured cut
+points, so rebuilding never moves a cut by timing noise.
 """
 
 from __future__ import annotations
