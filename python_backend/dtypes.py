@@ -46,4 +46,5 @@ DTYPES: dict[str, DType] = {
     )
 }
 MODEL_DTYPES = tuple(key for key, d in DTYPES.items() if d.numpy is not None)  # what a model may declare
+INTEGER_DTYPES = tuple(key for key, d in DTYPES.items() if d.torch.startswith("int"))
 BY_TRITON: dict[str, DType] = {d.triton: d for d in DTYPES.values()}
