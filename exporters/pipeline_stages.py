@@ -223,7 +223,7 @@ def describe_boundaries(stages: Sequence[Stage]) -> list[BoundaryRecord]:
     for stage in stages[:-1]:
         tensor = stage.output
         elements = int(np.prod(tensor.shape))
-        size = DTYPES[tensor.dtype].torch_dtype().itemsize
+        size = DTYPES[tensor.dtype].size
         shape = tuple(tensor.shape)
         rows.append(BoundaryRecord(tensor.name, tensor.dtype, shape, elements * size, elements * 4))
     return rows

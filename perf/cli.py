@@ -54,14 +54,16 @@ def parser() -> argparse.ArgumentParser:
     run.add_argument("--modes", default=env("PERF_MODES"), help=f"comma list of {', '.join(MODES)}")
     run.add_argument("--concurrency", default=env("PERF_CONCURRENCY"), help="comma list, e.g. 1,4,16")
     run.add_argument("--goal-concurrency", type=int, default=env("PERF_GOAL_CONCURRENCY"),
-                     help="closed loop of the goals and of the pipeline study's saturation (16)")  # fmt: skip
+                     help="closed loop of the goals and the pipeline study's saturation "
+                          f"({Profile.goal_concurrency})")  # fmt: skip
     run.add_argument("--protocol", default=env("PERF_PROTOCOL"), choices=["grpc", "http", None])
     run.add_argument("--shm", action="store_true", default=env("PERF_SHM") in ("1", "true", "yes"),
                      help="send inputs and receive outputs through system shared memory")  # fmt: skip
     run.add_argument("--window", type=float, default=env("PERF_WINDOW"), help="seconds per window")
     run.add_argument("--warmup", type=float, default=None, help="warm-up seconds")
     run.add_argument("--max-windows", type=int, default=None)
-    run.add_argument("--rate-fraction", type=float, default=None, help="open-loop rate / capacity (0.8)")
+    run.add_argument("--rate-fraction", type=float, default=None,
+                     help=f"open-loop rate / capacity ({Profile.poisson_fraction})")  # fmt: skip
     run.add_argument("--trace", default=env("PERF_TRACE"), help="file of inter-arrival times (s) to replay")
     run.add_argument("--seed", type=int, default=None)
     run.add_argument("--reports", type=Path, default=Path("reports"), help="parent folder of the report")

@@ -18,6 +18,7 @@ class DType:
     triton: str  # model_config.proto's DataType: "TYPE_FP32"
     numpy: str | None  # numpy's name; None where numpy has no such type (bf16)
     torch: str  # the attribute of the ``torch`` module
+    size: int  # bytes per element
 
     def numpy_dtype(self) -> Any:
         """``numpy.dtype`` of this type (numpy imported here, not at module import)."""
@@ -37,12 +38,12 @@ class DType:
 DTYPES: dict[str, DType] = {
     d.key: d
     for d in (
-        DType("fp32", "TYPE_FP32", "float32", "float32"),
-        DType("fp16", "TYPE_FP16", "float16", "float16"),
-        DType("int64", "TYPE_INT64", "int64", "int64"),
-        DType("int32", "TYPE_INT32", "int32", "int32"),
+        DType("fp32", "TYPE_FP32", "float32", "float32", 4),
+        DType("fp16", "TYPE_FP16", "float16", "float16", 2),
+        DType("int64", "TYPE_INT64", "int64", "int64", 8),
+        DType("int32", "TYPE_INT32", "int32", "int32", 4),
         # Only between pipeline stages (compressed boundaries): numpy, hence ONNX models, lack it.
-        DType("bf16", "TYPE_BF16", None, "bfloat16"),
+        DType("bf16", "TYPE_BF16", None, "bfloat16", 2),
     )
 }
 MODEL_DTYPES = tuple(key for key, d in DTYPES.items() if d.numpy is not None)  # what a model may declare

@@ -26,22 +26,12 @@ from pathlib import Path
 from google.protobuf import text_format
 from tritonclient.grpc import model_config_pb2
 
+from python_backend.dtypes import BY_TRITON
 from server.install import ServerError, ServerInstall, assemble_backends, find_install
 
 log = logging.getLogger(__name__)
 
-BYTES_PER_TYPE = {
-    "TYPE_FP16": 2,
-    "TYPE_BF16": 2,
-    "TYPE_FP32": 4,
-    "TYPE_FP64": 8,
-    "TYPE_INT8": 1,
-    "TYPE_UINT8": 1,
-    "TYPE_INT16": 2,
-    "TYPE_INT32": 4,
-    "TYPE_INT64": 8,
-    "TYPE_BOOL": 1,
-}
+WIDEST = 8  # bytes per element assumed for a type our dtype table lacks: never too small a region
 MIB = 1 << 20
 
 
@@ -101,7 +91,8 @@ def python_shm_bytes(repository: Path) -> int:
             count = 1
             for dim in tensor.dims:
                 count *= max(dim, 1)
-            per_sample += count * BYTES_PER_TYPE.get(model_config_pb2.DataType.Name(tensor.data_type), 8)
+            dtype = BY_TRITON.get(model_config_pb2.DataType.Name(tensor.data_type))
+            per_sample += count * (dtype.size if dtype else WIDEST)
         largest = max(largest, rows * per_sample)
     needed = 4 * largest + 8 * MIB
     return max(16 * MIB, -(-needed // MIB) * MIB)

@@ -24,6 +24,7 @@ from exporters.pipeline_live import embedding_update, publish_dense_version
 from exporters.repository import build_repository
 from exporters.spec import Spec, parse_spec
 from exporters.zoo.reference import build_torch_model, sample_inputs
+from python_backend.torch_stage.embedding_rows import UPDATE_ROW, UPDATE_VERSION
 from server import ServerOptions, TritonServer
 
 pytestmark = pytest.mark.integration
@@ -145,8 +146,8 @@ def test_embedding_updates_under_load(server, client, spec: Spec, request_arrays
         states.append(model(dense, ids).detach().numpy())
     with SteadyLoad(server.http_url, request_arrays) as load:
         for update in updates:
-            versions = _infer(client, EMBEDDING, update, "update_version")
-            assert versions.shape == (len(update["update_row"]), 1)
+            versions = _infer(client, EMBEDDING, update, UPDATE_VERSION)
+            assert versions.shape == (len(update[UPDATE_ROW]), 1)
             load.wait_for_answers(CALLERS * 2)
     assert load.failures == []
     assert load.answers, "the load sent no requests"
@@ -161,8 +162,8 @@ def test_embedding_updates_under_load(server, client, spec: Spec, request_arrays
 def test_rejected_update_changes_nothing(client, request_arrays) -> None:
     before = _infer(client, PIPELINE, request_arrays, "probability")
     update = embedding_update(0, np.array([1, 10**9]), np.ones((2, 32), np.float32))  # second row outside
-    with pytest.raises(Exception, match="update_row"):
-        _infer(client, EMBEDDING, update, "update_version")
+    with pytest.raises(Exception, match=UPDATE_ROW):
+        _infer(client, EMBEDDING, update, UPDATE_VERSION)
     np.testing.assert_array_equal(_infer(client, PIPELINE, request_arrays, "probability"), before)
 
 

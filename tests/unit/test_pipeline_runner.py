@@ -15,7 +15,13 @@ import torch
 from torch import nn
 
 from python_backend.batching import InvalidInputError, TensorInfo, run_batched
-from python_backend.torch_stage.embedding_rows import apply_row_updates, check_ids
+from python_backend.torch_stage.embedding_rows import (
+    UPDATE_ROW,
+    UPDATE_TABLE,
+    UPDATE_VALUES,
+    apply_row_updates,
+    check_ids,
+)
 from python_backend.torch_stage.safe_program import (
     UnsafeArtifactError,
     check_no_pickle,
@@ -209,8 +215,8 @@ def test_a_failing_update_fails_alone(stage_runner, monkeypatch: pytest.MonkeyPa
         raise RuntimeError("out of memory")
 
     monkeypatch.setattr(stage_runner, "apply_row_updates", broken)
-    update = {"update_table": torch.tensor([[0]]), "update_row": torch.tensor([[1]]),
-              "update_values": torch.tensor([[1.0, 1.0]])}  # fmt: skip
+    update = {UPDATE_TABLE: torch.tensor([[0]]), UPDATE_ROW: torch.tensor([[1]]),
+              UPDATE_VALUES: torch.tensor([[1.0, 1.0]])}  # fmt: skip
     lookup = {"sparse_ids": torch.tensor([[4, 2]])}
     failed, answered = model.execute([update, lookup])
     assert failed.error.code == FakeError.INTERNAL and "out of memory" in failed.error.message
