@@ -5,7 +5,7 @@ A study is a small object with ``name``, ``title``, ``steps(profile)`` and ``run
 what it serves, starts a server with ``context.server(...)``, measures with ``context.measure(...)``
 (which honours the profile's protocol, shared memory, windows and seed, and reads the server's
 statistics over the same windows), judges its figures with ``perf.goals.GOALS`` and writes
-``<name>.md`` / ``<name>.json`` into ``context.folder``. ``STUDIES`` lists the studies that run after
+``<name>.md`` / ``<name>.json`` into ``context.folder``. ``studies()`` lists the studies that run after
 the batching study; docs/PERF.md ("Writing a new study") shows a whole one.
 """
 
