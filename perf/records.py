@@ -17,6 +17,8 @@ from pathlib import Path
 
 import numpy as np
 
+SHED = "shed"  # the status of arrivals the client dropped because every slot was busy starts with this
+
 
 @dataclass(slots=True)
 class Record:
@@ -30,6 +32,11 @@ class Record:
     status: str = "ok"  # "ok", or the error's class and message
     arrivals: tuple[float, ...] = field(default_factory=tuple)
     label: str = ""  # which measurement point (mode, load) produced it
+
+    @property
+    def shed(self) -> bool:
+        """Arrivals the client never sent (every slot busy): overload, not a server error."""
+        return not self.ok and self.status.startswith(SHED)
 
     def sample_latencies(self) -> np.ndarray:
         """Per-sample latency from each sample's arrival to the response."""

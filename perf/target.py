@@ -26,7 +26,7 @@ from tritonclient.utils import np_to_triton_dtype
 from exporters.spec import ModelSpec
 from exporters.zoo.reference import build_torch_model, sample_inputs
 from perf.errors import OptionError, StudyError
-from perf.records import Record
+from perf.records import SHED, Record
 from python_backend.dtypes import DTYPES
 
 log = logging.getLogger(__name__)
@@ -196,7 +196,7 @@ class Caller:
         """The record of arrivals that found every slot busy: failed, never silently dropped."""
         self.attempts += 1
         now = time.perf_counter() - self.t0
-        status = f"shed: {self.slot_count} requests already in flight"
+        status = f"{SHED}: {self.slot_count} requests already in flight"
         return Record(self.target.model, now, now, len(arrivals), 0, 0, False, status, arrivals, self.label)
 
     @property

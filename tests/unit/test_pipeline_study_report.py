@@ -68,6 +68,13 @@ def test_failed_requests_during_a_complete_live_phase_miss_the_goal(tmp_path: Pa
     )
 
 
+def test_failures_that_were_shed_arrivals_are_told_apart(tmp_path: Path) -> None:
+    shed = Figures(throughput=100.0, p50_ms=1.0, p99_ms=2.0, failed=3, sent=100, shed=3)
+    text = _report(tmp_path, _row(190.0, 2.3), Live(shed, updates_applied=10, dense_swapped=True))
+    assert "| **MISSED** | 3 of the 3 failed were arrivals shed by the client" in text
+    assert "no request was refused by the server" in text
+
+
 def test_steps_split_the_ensemble_time_into_stages_and_the_rest() -> None:
     stage = ModelStats(requests=10, queue_ns=2_000_000, compute_ns=10_000_000, inferences=20, executions=5)
     ensemble = ModelStats(requests=10, request_ns=10 * 2_000_000)
