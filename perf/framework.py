@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import json
 import logging
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field, is_dataclass, replace
 from pathlib import Path
 from typing import Any, Protocol
@@ -24,11 +24,11 @@ from perf.loads import Load, poisson, read_trace
 from perf.measure import Measurement, measure
 from perf.profiles import Profile
 from perf.server_view import ServerEndpoints
+from perf.study import Progress
 from perf.target import Target
 from server import ServerOptions, TritonServer
 
 log = logging.getLogger(__name__)
-Progress = Callable[[str], None]  # called when a step starts, with what it is
 
 
 @dataclass(frozen=True)

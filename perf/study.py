@@ -30,7 +30,7 @@ from perf.target import Target
 from server import ServerOptions, TritonServer
 
 log = logging.getLogger(__name__)
-Progress = Callable[[str], None]  # called once per finished step, with what comes next
+Progress = Callable[[str], None]  # called as each step starts, with what it is (every study)
 
 
 @dataclass
