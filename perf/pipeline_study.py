@@ -39,9 +39,10 @@ from exporters.pipeline_record import PipelineRecord
 from exporters.repository import build_repository
 from exporters.spec import Spec, parse_spec
 from exporters.zoo.reference import build_torch_model
+from perf.errors import StudyError
 from perf.framework import StudyContext, StudyReport, write_report
 from perf.goals import GOALS, Goal, goals_table
-from perf.loads import closed_loop
+from perf.loads import Load, closed_loop
 from perf.markdown import table
 from perf.measure import Measurement
 from perf.pipeline_plan import COMPARISONS, LIVE_PIPELINE, VARIANTS, Comparison
@@ -129,6 +130,18 @@ def comparisons(profile: Profile) -> list[Comparison]:
     return [COMPARISONS[name] for name in profile.pipelines]
 
 
+def runs_live(profile: Profile) -> bool:
+    """Whether the live phase runs: its pipeline is compared, and updates are asked for."""
+    return LIVE_PIPELINE in profile.pipelines and profile.live_updates > 0
+
+
+def fixed_load(context: StudyContext, model: str, capacity: float, seed_offset: int) -> Load:
+    """The fixed load of a comparison: a share of the monolithic model's capacity (or the trace)."""
+    if capacity <= 0 and not context.profile.trace:
+        raise StudyError(f"{model} answered nothing at saturation; no capacity to set the fixed load from")
+    return context.open_load(context.profile.pipeline_load_fraction * capacity, seed_offset)
+
+
 def steps_of(delta: ServerDelta, stages: list[str]) -> list[Step]:
     """Per stage: queue and compute per request over the delta; then the ensemble's own share (its
     end-to-end request time minus the stages' queue + compute)."""
@@ -164,8 +177,7 @@ class PipelineStudy:
         wanted = comparisons(profile)
         if not wanted:
             return 0
-        live = any(c.pipeline == LIVE_PIPELINE for c in wanted) and profile.live_updates > 0
-        return 2 + 2 * len({c.model for c in wanted}) + 2 * len(wanted) + live
+        return 2 + 2 * len({c.model for c in wanted}) + 2 * len(wanted) + runs_live(profile)
 
     def run(self, context: StudyContext) -> StudyReport:
         """Build, serve, measure, write ``pipeline.md`` / ``pipeline.json``.
@@ -193,13 +205,13 @@ class PipelineStudy:
             for model in sorted({c.model for c in wanted}):
                 target = context.target(server, spec.model(model))
                 capacity[model] = Figures.of(context.measure(server, target, saturate)).throughput
-                load = context.open_load(profile.pipeline_load_fraction * capacity[model], seed_offset=1)
+                load = fixed_load(context, model, capacity[model], seed_offset=1)
                 fixed[model] = Figures.of(context.measure(server, target, load))
             rows = []
             for c in wanted:
                 target = context.target(server, spec.model(c.model), served_as=c.pipeline)
                 stages = list(spec.pipeline(c.pipeline).stage_names)
-                load = context.open_load(profile.pipeline_load_fraction * capacity[c.model], seed_offset=1)
+                load = fixed_load(context, c.model, capacity[c.model], seed_offset=1)
                 sat = context.measure(server, target, saturate)
                 low = context.measure(server, target, load, related=stages)
                 steps = steps_of(low.server, stages) if low.server else []
@@ -208,7 +220,7 @@ class PipelineStudy:
                         steps, records[c.pipeline])
                 )  # fmt: skip
             live = None
-            if any(c.pipeline == LIVE_PIPELINE for c in wanted) and profile.live_updates > 0:
+            if runs_live(profile):
                 model = COMPARISONS[LIVE_PIPELINE].model
                 live = _measure_live(context, server, spec, repository, capacity[model])
         return rows, live
@@ -245,12 +257,12 @@ def _send_updates(url: str, repository: Path, spec: Spec, count: int, outcome: _
 def _measure_live(
     context: StudyContext, server: TritonServer, spec: Spec, repository: Path, capacity: float
 ) -> Live:
-    profile = context.profile
+    model = COMPARISONS[LIVE_PIPELINE].model
     outcome = _UpdateOutcome()
-    args = (server.http_url, repository, spec, profile.live_updates, outcome)
+    args = (server.http_url, repository, spec, context.profile.live_updates, outcome)
     updater = threading.Thread(target=_send_updates, args=args, daemon=True)
-    target = context.target(server, spec.model(COMPARISONS[LIVE_PIPELINE].model), served_as=LIVE_PIPELINE)
-    load = context.open_load(profile.pipeline_load_fraction * capacity, seed_offset=2)
+    target = context.target(server, spec.model(model), served_as=LIVE_PIPELINE)
+    load = fixed_load(context, model, capacity, seed_offset=2)
     updater.start()
     measurement = context.measure(server, target, load, f"{LIVE_PIPELINE} during live updates")
     updater.join(timeout=120)

@@ -11,10 +11,19 @@ import pytest
 
 from client.stats import ModelStats
 from exporters.pipeline_record import BoundaryRecord, PipelineRecord
-from perf.errors import OptionError
+from perf.errors import OptionError, StudyError
 from perf.framework import StudyContext
 from perf.pipeline_plan import COMPARISONS
-from perf.pipeline_study import Figures, Live, PipelineStudy, Row, Step, steps_of, write_pipeline_report
+from perf.pipeline_study import (
+    Figures,
+    Live,
+    PipelineStudy,
+    Row,
+    Step,
+    fixed_load,
+    steps_of,
+    write_pipeline_report,
+)
 from perf.profiles import get_profile
 from perf.server_view import ServerDelta
 
@@ -96,3 +105,10 @@ def test_profiles_choose_comparisons_and_options_narrow_them() -> None:
     assert get_profile("quick", poisson_fraction=0.3).pipeline_load_fraction == 0.3
     with pytest.raises(OptionError, match="unknown pipelines: nope"):
         get_profile("quick", pipelines=("nope",))
+
+
+def test_no_capacity_is_a_clear_error_not_a_zero_rate(tmp_path: Path) -> None:
+    context = StudyContext(get_profile("quick"), tmp_path, tmp_path)
+    with pytest.raises(StudyError, match="recommender answered nothing at saturation"):
+        fixed_load(context, "recommender", 0.0, seed_offset=1)
+    assert fixed_load(context, "recommender", 400.0, seed_offset=1).rate == 200.0  # half the capacity
