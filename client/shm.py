@@ -8,12 +8,18 @@ from __future__ import annotations
 
 import contextlib
 import os
+import time
 import uuid
 from collections.abc import Iterator
 from typing import Any
 
 import numpy as np
 import tritonclient.utils.shared_memory as shm
+from tritonclient.utils import InferenceServerException
+
+# Triton can still hold a region for a moment after the response arrives ("currently in use", seen
+# under load); unregistering waits for it, boundedly, rather than leaving the region registered.
+UNREGISTER_TRIES, UNREGISTER_WAIT_S = 40, 0.05
 
 
 @contextlib.contextmanager
@@ -26,9 +32,20 @@ def system_region(client: Any, byte_size: int) -> Iterator[tuple[str, Any]]:
         try:
             yield name, handle
         finally:
-            client.unregister_system_shared_memory(name)
+            _unregister(client, name)
     finally:
         shm.destroy_shared_memory_region(handle)
+
+
+def _unregister(client: Any, name: str) -> None:
+    for attempt in range(UNREGISTER_TRIES):
+        try:
+            client.unregister_system_shared_memory(name)
+            return
+        except InferenceServerException as error:
+            if "currently in use" not in str(error) or attempt == UNREGISTER_TRIES - 1:
+                raise
+            time.sleep(UNREGISTER_WAIT_S)
 
 
 def write_inputs(handle: Any, arrays: list[np.ndarray]) -> list[int]:
