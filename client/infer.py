@@ -52,6 +52,10 @@ def infer(
         requested = [module.InferRequestedOutput(o.name) for o in outputs]
         result = client.infer(model, make_inputs(module, arrays), outputs=requested)
         return {o.name: result.as_numpy(o.name) for o in outputs}
+    if any(d < 0 for o in outputs for d in o.dims):
+        raise ValueError(
+            f"{model}: an output has a variable axis, its size is unknown before the call; no shm"
+        )
     rows = next(iter(arrays.values())).shape[0]
     out_sizes = [rows * int(np.prod(o.dims)) * o.dtype.itemsize for o in outputs]
     in_bytes = sum(a.nbytes for a in arrays.values())

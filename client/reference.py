@@ -1,7 +1,8 @@
-"""What a model should answer: inputs drawn from the zoo and the torch model's outputs for them.
+"""What a model should answer: inputs drawn as the exporter draws them, and the source's outputs.
 
-The spec says which zoo model and seed a served model came from, so the client can rebuild it and hold
-the server to the same tolerance the exporter used.
+The spec says where a served model came from (a zoo entry and seed, the user's factory, the fp32 ONNX
+file, the ``.pt2`` program, the Hugging Face folder), so the client can load that source again and
+hold the server to the same tolerance the exporter used.
 """
 
 from __future__ import annotations
@@ -11,8 +12,8 @@ from pathlib import Path
 
 import numpy as np
 
-from exporters.onnx_export import build_torch_model, sample_inputs, torch_reference
 from exporters.parity import ParityReport, compare_outputs
+from exporters.sources.load import load_source
 from exporters.spec import ModelSpec, load_spec
 
 
@@ -32,15 +33,15 @@ class Reference:
 
 
 def reference(spec_path: Path, model: str, batch: int, seed: int = 0) -> Reference:
-    """Inputs and torch outputs for ``model``: a model of the spec, or a pipeline (held to the model it
-    splits, at the tolerance of its boundary dtype)."""
+    """Inputs and reference outputs for ``model``: a model of the spec, or a pipeline (held to the model
+    it splits, at the tolerance of its boundary dtype)."""
     document = load_spec(spec_path)
     pipeline = next((p for p in document.pipelines if p.name == model), None)
     spec = document.model(pipeline.model if pipeline else model)
     precision = pipeline.boundary_dtype if pipeline and pipeline.boundary_dtype != "fp32" else spec.precision
-    torch_model = build_torch_model(spec)
-    arrays = sample_inputs(spec, torch_model, batch, seed)
-    expected = torch_reference(torch_model, arrays)
+    source = load_source(spec)
+    arrays = source.inputs(batch, seed)
+    expected = source.reference(arrays)
     return Reference(
         spec,
         {t.name: a for t, a in zip(spec.inputs, arrays, strict=True)},

@@ -90,6 +90,13 @@ class TensorSpec:
         """The shape with every variable axis at its bound (warm-up, memory sizing)."""
         return self.max_shape if self.max_shape is not None else self.shape
 
+    def admits(self, dims: tuple[int, ...]) -> bool:
+        """Concrete ``dims`` (no batch axis) fit: fixed axes equal, variable ones within their bound."""
+        return len(dims) == len(self.shape) and all(
+            (1 <= n <= m) if d == VARIABLE else n == d
+            for n, d, m in zip(dims, self.shape, self.largest, strict=True)
+        )
+
 
 @dataclass(frozen=True)
 class QueuePolicy:

@@ -23,7 +23,7 @@ import tritonclient.http.aio as http_aio
 import tritonclient.utils.shared_memory as shm
 from tritonclient.utils import np_to_triton_dtype
 
-from exporters.onnx_export import NUMPY_DTYPES, build_torch_model, sample_inputs
+from exporters.inputs import NUMPY_DTYPES, draw_inputs
 from exporters.spec import ModelSpec
 from perf.records import Record
 
@@ -58,8 +58,10 @@ def target_from_spec(
 ) -> Target:  # fmt: skip
     """A ``Target`` for a model of the spec, with valid inputs drawn the way the exporters draw them."""
     rows = rows or max(collect, 1)
-    arrays = sample_inputs(spec, build_torch_model(spec), rows, seed)
-    outputs = {t.name: int(np.prod(t.shape)) * np.dtype(NUMPY_DTYPES[t.dtype]).itemsize for t in spec.outputs}
+    arrays = draw_inputs(spec, rows, seed)
+    outputs = {
+        t.name: int(np.prod(t.largest)) * np.dtype(NUMPY_DTYPES[t.dtype]).itemsize for t in spec.outputs
+    }
     return Target(
         model=spec.name,
         url=url,
