@@ -12,6 +12,8 @@ from pathlib import Path
 
 import numpy as np
 
+from client.errors import ClientError, MismatchError
+from exporters.errors import ExportCheckError, SpecError
 from exporters.parity import ParityReport, compare_outputs
 from exporters.sources.load import load_source
 from exporters.spec import ModelSpec, load_spec
@@ -25,23 +27,32 @@ class Reference:
     precision: str  # the tolerance to hold the server to (a pipeline's boundary dtype may loosen it)
 
     def compare(self, outputs: dict[str, np.ndarray], what: str) -> ParityReport:
-        """Raise ``ExportCheckError`` when the served outputs are outside the spec's tolerance."""
+        """Raise ``MismatchError`` when the served outputs are outside the spec's tolerance."""
         names = [t.name for t in self.spec.outputs]
-        return compare_outputs(
-            [outputs[n] for n in names], [self.expected[n] for n in names], self.precision, what
-        )
+        try:
+            return compare_outputs(
+                [outputs[n] for n in names], [self.expected[n] for n in names], self.precision, what
+            )
+        except ExportCheckError as error:
+            raise MismatchError(str(error)) from error
 
 
 def reference(spec_path: Path, model: str, batch: int, seed: int = 0) -> Reference:
     """Inputs and reference outputs for ``model``: a model of the spec, or a pipeline (held to the model
     it splits, at the tolerance of its boundary dtype)."""
-    document = load_spec(spec_path)
-    pipeline = next((p for p in document.pipelines if p.name == model), None)
-    spec = document.model(pipeline.model if pipeline else model)
+    try:
+        document = load_spec(spec_path)
+        pipeline = next((p for p in document.pipelines if p.name == model), None)
+        spec = document.model(pipeline.model if pipeline else model)
+    except SpecError as error:  # the user's --spec or --model, in the client's terms
+        raise ClientError(str(error)) from error
     precision = pipeline.boundary_dtype if pipeline and pipeline.boundary_dtype != "fp32" else spec.precision
-    source = load_source(spec)
-    arrays = source.inputs(batch, seed)
-    expected = source.reference(arrays)
+    try:
+        source = load_source(spec)
+        arrays = source.inputs(batch, seed)
+        expected = source.reference(arrays)
+    except SpecError as error:  # the source named by the spec cannot be loaded or sampled
+        raise ClientError(str(error)) from error
     return Reference(
         spec,
         {t.name: a for t, a in zip(spec.inputs, arrays, strict=True)},

@@ -25,9 +25,10 @@ from exporters.spec import (
     TorchExportSource,
 )
 from exporters.typed import to_data
+from python_backend.dtypes import DTYPES
 
-DTYPE_NAMES = {np.dtype(np.float32): "fp32", np.dtype(np.float16): "fp16", np.dtype(np.int64): "int64"}
-DTYPE_NAMES[np.dtype(np.int32)] = "int32"
+# numpy dtype -> spec name, from the one dtype table
+DTYPE_NAMES = {d.numpy_dtype(): key for key, d in DTYPES.items() if d.numpy is not None}
 
 
 def _name(text: str) -> str:
@@ -90,9 +91,9 @@ def _python_tensors(
             "--sample", "a module does not state its input shapes; name a sample function (module:fn)"
         )
     from exporters.inputs import widen
-    from exporters.onnx_export import torch_reference
     from exporters.sources.load import load_source
     from exporters.sources.loading import import_object
+    from exporters.zoo.reference import torch_reference
 
     function = import_object(sample, source.path, "--sample")
     draws = [function(2, np.random.default_rng(seed)) for seed in range(8)]

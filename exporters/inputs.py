@@ -17,8 +17,7 @@ import numpy as np
 from exporters.errors import SpecError
 from exporters.sources.loading import import_object
 from exporters.spec import VARIABLE, ModelSpec, TensorSpec
-
-NUMPY_DTYPES = {"fp32": np.float32, "fp16": np.float16, "int64": np.int64, "int32": np.int32}
+from python_backend.dtypes import DTYPES
 
 
 def widen(array: np.ndarray) -> np.ndarray:
@@ -40,7 +39,7 @@ def _from_spec(tensor: TensorSpec, batch: int, length: int, rng: np.random.Gener
     )
     if tensor.dtype in ("int64", "int32"):
         low, high = tensor.range if tensor.range is not None else (0, 1)
-        return rng.integers(low, high, shape, dtype=NUMPY_DTYPES[tensor.dtype])
+        return rng.integers(low, high, shape, dtype=DTYPES[tensor.dtype].numpy_dtype())
     return rng.standard_normal(shape, dtype=np.float32)
 
 
@@ -92,4 +91,4 @@ def draw_inputs(spec: ModelSpec, batch: int, seed: int, model: Any = None) -> li
         length = _draw_length(spec, rng)
         arrays, what = [_from_spec(t, batch, length, rng) for t in spec.inputs], "the spec"
     check_sample(spec, arrays, batch, what)
-    return [a.astype(NUMPY_DTYPES[t.dtype]) for a, t in zip(arrays, spec.inputs, strict=True)]
+    return [a.astype(DTYPES[t.dtype].numpy_dtype()) for a, t in zip(arrays, spec.inputs, strict=True)]

@@ -26,7 +26,6 @@ import torch
 from torch import nn
 
 from exporters.errors import ExportCheckError
-from exporters.inputs import NUMPY_DTYPES, draw_inputs, widen
 from exporters.parity import compare_outputs
 from exporters.spec import ModelSpec
 
@@ -34,7 +33,6 @@ log = logging.getLogger(__name__)
 
 OPSET = 17
 EXPORTER_VERSION = "2"  # bump when the export procedure changes, to invalidate cached artifacts
-__all__ = ["NUMPY_DTYPES", "Artifact", "export_onnx"]
 
 
 @dataclass(frozen=True)
@@ -48,33 +46,6 @@ class Artifact:
     max_rel_error: float
     tolerance: float
     cached: bool = False
-
-
-def build_torch_model(spec: ModelSpec) -> nn.Module:
-    """The spec's torch model in fp32 (the reference for every precision): a zoo entry with its seeded
-    weights, the user's factory, a ``torch.export`` program or a Hugging Face model."""
-    from exporters.sources.load import load_source
-
-    source = load_source(spec)
-    module = getattr(source, "module", None)
-    if module is None:
-        raise ExportCheckError(f"{spec.name}: a {spec.source_kind} source has no torch module")
-    return module
-
-
-def sample_inputs(spec: ModelSpec, model: Any, batch: int, seed: int) -> list[np.ndarray]:
-    """Valid inputs for ``spec`` at ``batch`` (``exporters.inputs.draw_inputs``; ``model`` is the zoo
-    model where the zoo samples, else unused)."""
-    return draw_inputs(spec, batch, seed, model)
-
-
-def torch_reference(model: nn.Module, inputs: list[np.ndarray]) -> list[np.ndarray]:
-    """Run the fp32 torch model (float inputs widened to fp32); the truth every artifact is held to."""
-    tensors = [torch.from_numpy(widen(a)) for a in inputs]
-    with torch.no_grad():
-        outputs = model(*tensors)
-    outputs = outputs if isinstance(outputs, tuple | list) else (outputs,)
-    return [o.float().numpy() for o in outputs]
 
 
 def content_hash(spec: ModelSpec, identity: Any) -> str:

@@ -18,9 +18,10 @@ from torch import nn
 
 from exporters.errors import SpecError
 from exporters.inputs import draw_inputs
-from exporters.onnx_export import export_module_onnx, torch_reference
+from exporters.onnx_export import export_module_onnx
 from exporters.sources.loading import hash_files
 from exporters.spec import VARIABLE, ModelSpec
+from exporters.zoo.reference import torch_reference
 
 
 def check_output_shapes(spec: ModelSpec, outputs: list[np.ndarray], what: str) -> None:

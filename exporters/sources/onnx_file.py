@@ -22,12 +22,13 @@ from exporters.inputs import widen
 from exporters.onnx_export import check_external_data
 from exporters.sources.base import LoadedSource
 from exporters.spec import VARIABLE, ModelSpec, OnnxSource, TensorSpec
+from python_backend.dtypes import DTYPES
 
+# ONNX element type -> spec name, from the one dtype table (types numpy, hence a model, can carry)
 ONNX_DTYPES = {
-    onnx.TensorProto.FLOAT: "fp32",
-    onnx.TensorProto.FLOAT16: "fp16",
-    onnx.TensorProto.INT64: "int64",
-    onnx.TensorProto.INT32: "int32",
+    onnx.helper.np_dtype_to_tensor_dtype(d.numpy_dtype()): key
+    for key, d in DTYPES.items()
+    if d.numpy is not None
 }
 
 

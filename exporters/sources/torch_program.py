@@ -26,11 +26,13 @@ from exporters.inputs import widen
 from exporters.sources.base import TorchModuleSource
 from exporters.sources.loading import hash_files
 from exporters.sources.onnx_file import to_fp16
-from exporters.spec import VARIABLE, ModelSpec, TensorSpec, TorchExportSource
+from exporters.spec import MODEL_DTYPES, VARIABLE, ModelSpec, TensorSpec, TorchExportSource
+from python_backend.dtypes import DTYPES
 from python_backend.torch_stage.safe_program import UnsafeArtifactError, load_exported_program
 
 DYNAMO_OPSET = 18
-TORCH_TO_SPEC = {torch.float32: "fp32", torch.float16: "fp16", torch.int64: "int64", torch.int32: "int32"}
+# torch dtype -> spec name, from the one dtype table (bf16 only between pipeline stages: not a model's)
+TORCH_TO_SPEC = {d.torch_dtype(): key for key, d in DTYPES.items() if key in MODEL_DTYPES}
 
 
 @dataclass(frozen=True)
