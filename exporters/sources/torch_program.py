@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import contextlib
 import io
+import logging
 import math
 import warnings
 from dataclasses import dataclass, replace
@@ -165,12 +166,19 @@ class TorchProgramSource(TorchModuleSource):
 
     def write_onnx(self, path: Path) -> None:
         example = tuple(torch.from_numpy(widen(a)) for a in self.inputs(2, seed=0))
-        with warnings.catch_warnings(), contextlib.redirect_stdout(io.StringIO()):
-            warnings.simplefilter("ignore")
-            torch.onnx.export(
-                self.program, example, str(path), input_names=[t.name for t in self.spec.inputs],
-                output_names=[t.name for t in self.spec.outputs], dynamo=True, external_data=False,
-                opset_version=DYNAMO_OPSET,
-            )  # fmt: skip
+        # The dynamo exporter prints progress and warns about torchvision ops it will not need.
+        registration = logging.getLogger("torch.onnx._internal.exporter._registration")
+        level = registration.level
+        registration.setLevel(logging.ERROR)
+        try:
+            with warnings.catch_warnings(), contextlib.redirect_stdout(io.StringIO()):
+                warnings.simplefilter("ignore")
+                torch.onnx.export(
+                    self.program, example, str(path), input_names=[t.name for t in self.spec.inputs],
+                    output_names=[t.name for t in self.spec.outputs], dynamo=True, external_data=False,
+                    opset_version=DYNAMO_OPSET,
+                )  # fmt: skip
+        finally:
+            registration.setLevel(level)
         if self.spec.precision == "fp16":
             onnx.save(to_fp16(onnx.load(str(path))), str(path))
