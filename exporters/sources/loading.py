@@ -44,13 +44,19 @@ def _forget_other_copies(package: str, path: Path) -> None:
 
 
 def module_files(reference: str, path: str | None) -> list[Path]:
-    """The user's source files a build depends on: every ``.py`` under ``path`` when given, else the
-    imported module's own file (its package's files when it is a package's module)."""
-    if path is not None:
-        return sorted(Path(path).rglob("*.py"))
-    module = sys.modules.get(reference.partition(":")[0])
-    file = getattr(module, "__file__", None)
-    return [Path(file)] if file else []
+    """The user's source files a build depends on: every module imported from ``path`` (the factory's
+    module and what it imports from the user's project), else the factory's own module file. Not every
+    ``.py`` under ``path``: that folder may hold a virtual environment."""
+    if path is None:
+        file = getattr(sys.modules.get(reference.partition(":")[0]), "__file__", None)
+        return [Path(file)] if file else []
+    root = Path(path).resolve()
+    files = {
+        Path(file).resolve()
+        for module in list(sys.modules.values())
+        if (file := getattr(module, "__file__", None)) and Path(file).resolve().is_relative_to(root)
+    }
+    return sorted(files)
 
 
 def hash_files(files: list[Path], digest: Any | None = None) -> Any:
