@@ -78,12 +78,15 @@ def test_each_source_answers_like_itself(
     assert "match: max abs error" in capsys.readouterr().out
 
 
-def test_grpc_and_shared_memory_with_a_variable_axis(
+def test_grpc_and_shared_memory_with_variable_axes(
     own_server: TritonServer, own_spec: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     for seed in ("1", "2"):  # two draws: two sequence lengths through the same region sizing
         assert _check(own_server, own_spec, "tagger_pt2", "grpc", "--shm", "system", "--seed", seed) == 0
     assert capsys.readouterr().out.count("match: max abs error") == 2
+    # An output with a variable axis has no size before the call: shared memory is refused, clearly.
+    assert _check(own_server, own_spec, "minilm", "grpc", "--shm", "system") == 2
+    assert "an output has a variable axis" in capsys.readouterr().err
 
 
 def test_the_check_catches_a_model_with_other_weights(
