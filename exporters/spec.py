@@ -487,7 +487,10 @@ def _complete_signature(spec: ModelSpec, path: str) -> ModelSpec:
         return spec
     from exporters.sources.signature import read_signature  # reads the artifact; only for these sources
 
-    inputs, outputs = read_signature(spec)
+    try:
+        inputs, outputs = read_signature(spec)
+    except SpecError as error:  # named by the model's name there; by its place in the file here
+        raise SpecError(path + error.path.removeprefix(spec.name), error.problem) from None
     try:
         return dataclasses.replace(spec, inputs=spec.inputs or inputs, outputs=spec.outputs or outputs)
     except SpecError as error:

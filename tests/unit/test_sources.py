@@ -224,3 +224,10 @@ def test_init_output_validates_and_builds(tmp_path: Path) -> None:
         SpecError, match=r"--huggingface /nowhere: '/nowhere' is neither a folder nor an installed"
     ):
         init_entry("huggingface", "/nowhere")
+
+
+def test_an_artifact_that_cannot_be_read_is_named_by_its_place_in_the_spec(tmp_path: Path) -> None:
+    with pytest.raises(SpecError, match=r"^models\[0\]\.source\.onnx: no such file: .*nope\.onnx"):
+        parse_spec({"models": [_entry({"onnx": "nope.onnx"})]}, tmp_path)
+    with pytest.raises(SpecError, match=r"^models\[0\]\.source\.torch_export: no such file"):
+        parse_spec({"models": [_entry({"torch_export": "nope.pt2"})]}, tmp_path)
