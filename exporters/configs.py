@@ -8,6 +8,7 @@ chooses by the number of GPUs the build is planned for (detected, or given with 
 from __future__ import annotations
 
 from exporters.errors import SpecError
+from exporters.guards import guard_parameters
 from exporters.model_config import (
     InstanceGroup,
     ModelConfig,
@@ -68,7 +69,9 @@ def dynamic_batching(spec: ModelSpec) -> ModelDynamicBatching | None:
 def warmups(spec: ModelSpec) -> list[ModelWarmup]:
     """Warm up at every batch size the server will form, so the first real batch pays no setup cost.
 
-    Integer inputs (ids) warm up with zeros: random ids could fall outside an embedding table.
+    Every input warms up with zeros: random ids could fall outside an embedding table, and Triton's
+    ``random_data`` fills floats with random bytes, which include NaN/Inf bit patterns that the input
+    guards reject (the warm-up then fails the model's load).
     """
     if not spec.warmup:
         return []
@@ -77,12 +80,7 @@ def warmups(spec: ModelSpec) -> list[ModelWarmup]:
             name=f"batch_{size}",
             batch_size=size,
             inputs={
-                t.name: WarmupInput(
-                    DTYPES[t.dtype],
-                    list(t.shape),
-                    zero_data=t.dtype.startswith("int"),
-                    random_data=not t.dtype.startswith("int"),
-                )
+                t.name: WarmupInput(DTYPES[t.dtype], list(t.shape), zero_data=True, random_data=False)
                 for t in spec.inputs
             },
         )
@@ -105,6 +103,9 @@ def build_model_config(spec: ModelSpec, num_gpus: int) -> ModelConfig:
         parameters={
             "intra_op_thread_count": str(spec.intra_op_threads),
             "inter_op_thread_count": str(spec.inter_op_threads),
+            **guard_parameters(
+                {t.name: t.range for t in spec.inputs if t.range is not None}, spec.allow_non_finite
+            ),
         },
         gpu_execution_accelerator=[TENSORRT_FP16] if target == "gpu" and spec.tensorrt_fp16 else [],
     )

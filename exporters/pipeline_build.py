@@ -27,6 +27,7 @@ from torch import nn
 
 import python_backend
 from exporters.errors import SpecError
+from exporters.file_hash import file_matches, file_sha256
 from exporters.model_config import ModelConfig, write_config
 from exporters.onnx_export import build_torch_model, content_hash, sample_inputs
 from exporters.pipeline_configs import pipeline_configs
@@ -93,7 +94,10 @@ def _recorded(repository: Path, pipeline: PipelineSpec, digest: str) -> dict[str
     record = json.loads(record_path.read_text())
     if record.get("content_hash") != digest:
         return None
-    if not all((repository / stage["name"] / "1" / stage["artifact"]).exists() for stage in record["stages"]):
+    if not all(
+        file_matches(repository / stage["name"] / "1" / stage["artifact"], stage.get("sha256"))
+        for stage in record["stages"]
+    ):
         return None
     return record
 
@@ -170,7 +174,8 @@ def _export(
         "content_hash": digest, "pipeline": pipeline.name, "model": spec.name, "split": pipeline.split,
         "stages": [
             {"name": s.name, "runtime": s.runtime, "artifact": s.artifact_name, "blocks": r,
-             "inputs": [t.name for t in s.inputs], "output": s.output.name}
+             "inputs": [t.name for t in s.inputs], "output": s.output.name,
+             "sha256": file_sha256(repository / s.name / "1" / s.artifact_name)}
             for s, r in zip(stages, ranges, strict=True)
         ],
         "split_plan": dataclasses.asdict(plan) if plan else None,

@@ -14,6 +14,7 @@ from typing import Any, Literal
 import yaml
 
 from exporters.errors import SpecError
+from exporters.guards import check_batch_bounds, check_zoo_options, parse_range
 from exporters.zoo import ZOO
 
 DTYPES = {
@@ -30,11 +31,16 @@ BoundaryDtype = Literal["fp32", "fp16", "bf16"]
 
 @dataclass(frozen=True)
 class TensorSpec:
-    """One input or output; ``shape`` excludes the batch dimension (Triton's convention)."""
+    """One input or output; ``shape`` excludes the batch dimension (Triton's convention).
+
+    ``range: [lo, hi)`` (integer inputs) is the half-open interval of valid values; the server rejects
+    anything outside it (``exporters.guards``).
+    """
 
     name: str
     dtype: str
     shape: tuple[int, ...]
+    range: tuple[int, int] | None = None
 
 
 @dataclass(frozen=True)
@@ -81,6 +87,7 @@ class ModelSpec:
     inter_op_threads: int = 1
     tensorrt_fp16: bool = False
     warmup: bool = True
+    allow_non_finite: bool = False  # float inputs may carry NaN/±Inf (rejected with a 400 otherwise)
 
     @property
     def formed_batch_sizes(self) -> tuple[int, ...]:
@@ -181,7 +188,7 @@ def _choice(data: dict[str, Any], key: str, path: str, default: str, choices: tu
 
 
 def _tensor(data: Any, path: str) -> TensorSpec:
-    data = _mapping(data, path, {"name", "dtype", "shape"}, {"name", "dtype", "shape"})
+    data = _mapping(data, path, {"name", "dtype", "shape", "range"}, {"name", "dtype", "shape"})
     name = data["name"]
     if not isinstance(name, str) or not name.isidentifier():
         raise SpecError(f"{path}.name", f"must be an identifier-like string, got {name!r}")
@@ -189,7 +196,7 @@ def _tensor(data: Any, path: str) -> TensorSpec:
     shape = data["shape"]
     if not isinstance(shape, list) or not all(isinstance(d, int) and d >= 1 for d in shape):
         raise SpecError(f"{path}.shape", f"must be a list of positive integers (no batch dim), got {shape!r}")
-    return TensorSpec(name, data["dtype"], tuple(shape))
+    return TensorSpec(name, data["dtype"], tuple(shape), parse_range(data.get("range"), path, data["dtype"]))
 
 
 def _tensors(data: Any, path: str) -> tuple[TensorSpec, ...]:
@@ -270,6 +277,7 @@ MODEL_FIELDS = {
     "threads",
     "tensorrt_fp16",
     "warmup",
+    "allow_non_finite",
 }
 
 
@@ -288,6 +296,7 @@ def parse_model(data: Any, path: str) -> ModelSpec:
         if key not in zoo.build_options | zoo.input_options:
             allowed = ", ".join(sorted(zoo.build_options | zoo.input_options)) or "none"
             raise SpecError(f"{path}.options.{key}", f"unknown option for {source} (allowed: {allowed})")
+    check_zoo_options(path, options)
     max_batch_size = _int(data, "max_batch_size", path, 0, 1)
     threads = _mapping(data.get("threads", {}), f"{path}.threads", {"intra_op", "inter_op"})
     precision = _choice(data, "precision", path, "fp32", ("fp32", "fp16"))
@@ -300,9 +309,13 @@ def parse_model(data: Any, path: str) -> ModelSpec:
                     f"{path}.{kind}[{i}].dtype",
                     f"float tensors must match precision {precision}, got {tensor.dtype}",
                 )
-    for key in ("tensorrt_fp16", "warmup"):
+    for key in ("tensorrt_fp16", "warmup", "allow_non_finite"):
         if not isinstance(data.get(key, False), bool):
             raise SpecError(f"{path}.{key}", "must be true or false")
+    for i, tensor in enumerate(outputs):
+        if tensor.range is not None:
+            raise SpecError(f"{path}.outputs[{i}].range", "ranges bound inputs only")
+    check_batch_bounds(path, max_batch_size, [(t.dtype, t.shape) for t in (*inputs, *outputs)])
     return ModelSpec(
         name=name,
         source=source,
@@ -319,6 +332,7 @@ def parse_model(data: Any, path: str) -> ModelSpec:
         inter_op_threads=_int(threads, "inter_op", f"{path}.threads", 1, 0),
         tensorrt_fp16=data.get("tensorrt_fp16", False),
         warmup=data.get("warmup", True),
+        allow_non_finite=data.get("allow_non_finite", False),
     )
 
 

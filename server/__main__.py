@@ -32,6 +32,7 @@ def _start(args: argparse.Namespace) -> int:
         model_control_mode=args.model_control_mode,
         log_path=Path(".run/server.log").resolve(),
         workdir=Path(".run/server").resolve(),
+        http_guard=True,  # Triton 2.51's HTTP frontend crashes on some inputs (README: Bad input)
     )
     server = TritonServer(options)
     try:
@@ -51,6 +52,10 @@ def _start(args: argparse.Namespace) -> int:
     STATE.parent.mkdir(exist_ok=True)
     STATE.write_text(json.dumps(state, indent=2))
     print(f"tritonserver ready: http {server.http_url}  grpc {server.grpc_url}  metrics {server.metrics_url}")
+    if server.failed_models:
+        count = len(server.failed_models)
+        print(f"WARNING: {count} model(s) failed to load; the others serve:", file=sys.stderr)
+        print(server.describe_failures(), file=sys.stderr)
     print(f"log: {server.log_path}   stop with: make stop")
     return 0
 

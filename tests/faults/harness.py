@@ -1,0 +1,72 @@
+"""Helpers of the fault matrix (``conftest.py`` holds the fixtures): URLs, the orphan check, the
+health check, and the inputs good traffic sends."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+import tritonclient.grpc as grpcclient
+import tritonclient.http as httpclient
+
+from client.connection import connect
+from server import TritonServer
+
+PROTOCOLS = ("http", "grpc")
+GOOD_MODEL = "trivial"  # the model good traffic runs on while a fault is injected elsewhere
+
+
+def url(server: TritonServer, protocol: str) -> str:
+    return server.http_url if protocol == "http" else server.grpc_url
+
+
+def _processes() -> list[tuple[int, int, str]]:
+    """(pid, ppid, command line) of every process."""
+    found = []
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            command = (entry / "cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
+            ppid = int((entry / "stat").read_text().rsplit(")", 1)[1].split()[1])
+        except (OSError, ValueError, IndexError):
+            continue
+        found.append((int(entry.name), ppid, command))
+    return found
+
+
+def orphans(server: TritonServer) -> list[str]:
+    """Stubs of ``server`` not parented by it, and its ``/dev/shm`` regions that no live stub uses."""
+    stubs = [  # the server's own command line names the prefix too
+        (pid, ppid, cmd) for pid, ppid, cmd in _processes() if server.shm_prefix in cmd and pid != server.pid
+    ]
+    alive = server.process is not None and server.process.poll() is None
+    problems = [f"stub {pid} has parent {ppid}" for pid, ppid, _ in stubs if not alive or ppid != server.pid]
+    for region in Path("/dev/shm").glob(f"{server.shm_prefix}*"):
+        if not any(region.name in cmd for _, _, cmd in stubs):
+            problems.append(f"/dev/shm/{region.name} has no stub")
+    return problems
+
+
+def assert_live_and_ready(server: TritonServer) -> None:
+    for protocol in PROTOCOLS:
+        client = connect(protocol, url(server, protocol))
+        assert client.is_server_live(), f"not live over {protocol}"
+        assert client.is_server_ready(), f"not ready over {protocol}"
+
+
+def trivial_inputs(protocol: str, rows: int = 1) -> list:
+    module = httpclient if protocol == "http" else grpcclient
+    tensor = module.InferInput("x", [rows, 16], "FP32")
+    tensor.set_data_from_numpy(np.ones((rows, 16), np.float32))
+    return [tensor]
+
+
+@dataclass
+class Traffic:
+    """Good requests sent in a loop while a fault happens; ``ok + failed == sent``."""
+
+    sent: int = 0
+    ok: int = 0
+    failures: list[str] = field(default_factory=list)
