@@ -3,6 +3,8 @@ health check, and the inputs good traffic sends."""
 
 from __future__ import annotations
 
+import re
+import socket
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -70,3 +72,41 @@ class Traffic:
     sent: int = 0
     ok: int = 0
     failures: list[str] = field(default_factory=list)
+
+
+def exchange(server: TritonServer, raw: bytes, responses: int = 1, timeout: float = 30) -> list[tuple]:
+    """Send raw bytes on one connection; read ``responses`` HTTP responses as (status, body)."""
+    host, port = server.http_url.rsplit(":", 1)
+    answers: list[tuple[int, bytes]] = []
+    with socket.create_connection((host, int(port)), timeout=timeout) as sock:
+        sock.sendall(raw)
+        buffer = b""
+        while len(answers) < responses:
+            head_end = buffer.find(b"\r\n\r\n")
+            if head_end >= 0:
+                head = buffer[:head_end].decode("latin-1")
+                length = int(re.search(r"(?i)content-length: *(\d+)", head).group(1))
+                if len(buffer) >= head_end + 4 + length:
+                    status = int(head.split()[1])
+                    answers.append((status, buffer[head_end + 4 : head_end + 4 + length]))
+                    buffer = buffer[head_end + 4 + length :]
+                    continue
+            chunk = sock.recv(1 << 16)
+            if not chunk:
+                break
+            buffer += chunk
+    return answers
+
+
+def raw_request(
+    body: bytes,
+    content_type: str = "application/json",
+    length: int | None = None,
+    path: str = "/v2/models/recommender/infer",
+) -> bytes:
+    """A POST as raw bytes, so a test controls framing (Content-Type, a Content-Length that lies)."""
+    size = len(body) if length is None else length
+    return (
+        f"POST {path} HTTP/1.1\r\nHost: test\r\nContent-Type: {content_type}\r\n"
+        f"Content-Length: {size}\r\n\r\n"
+    ).encode() + body

@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 import tritonclient.grpc as grpcclient
 import tritonclient.http as httpclient
-from harness import PROTOCOLS, url
+from harness import PROTOCOLS, exchange, raw_request, url
 from tritonclient.utils import InferenceServerException
 
 from client.connection import connect
@@ -78,16 +78,8 @@ def test_missing_input_is_named(fault_server: TritonServer) -> None:
 
 
 def _post(server: TritonServer, body: bytes) -> tuple[int, dict]:
-    request = urllib.request.Request(
-        f"http://{server.http_url}/v2/models/recommender/infer",
-        data=body,
-        headers={"Content-Type": "application/json"},
-    )
-    try:
-        with urllib.request.urlopen(request, timeout=30) as response:
-            return response.status, json.loads(response.read())
-    except urllib.error.HTTPError as error:
-        return error.code, json.loads(error.read())
+    [(status, answer)] = exchange(server, raw_request(body))
+    return status, json.loads(answer)
 
 
 def test_json_bodies(fault_server: TritonServer, good_traffic) -> None:
