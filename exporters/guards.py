@@ -32,17 +32,16 @@ MAX_BATCH_BYTES = 1 << 30  # inputs + outputs of one full batch; the Python back
 BYTES = {"fp32": 4, "fp16": 2, "bf16": 2, "int64": 8, "int32": 4}
 
 
-def check_batch_bounds(
-    path: str, max_batch_size: int, tensors: Iterable[tuple[str, tuple[int, ...]]]
-) -> None:
+def check_batch_bounds(max_batch_size: int, tensors: Iterable[tuple[str, tuple[int, ...]]]) -> None:
     """``SpecError`` unless ``max_batch_size`` and the bytes of one full batch stay within bounds.
 
-    ``tensors`` are ``(dtype, shape)`` of every input and output. Without the bound, a typo like
+    ``tensors`` are ``(dtype, largest shape)`` of every input and output. Paths are relative to the
+    model (``max_batch_size``); the spec parser prefixes ``models[i].``. Without the bound, a typo like
     ``max_batch_size: 100000000`` is accepted and each Python-backend stub maps tens of GiB of
     shared memory sized for it (the launcher sizes shm as 4 × the largest batch).
     """
     if max_batch_size > MAX_BATCH_SIZE:
-        raise SpecError(f"{path}.max_batch_size", f"must be <= {MAX_BATCH_SIZE}, got {max_batch_size}")
+        raise SpecError("max_batch_size", f"must be <= {MAX_BATCH_SIZE}, got {max_batch_size}")
     per_sample = 0
     for dtype, shape in tensors:
         count = 1
@@ -52,37 +51,19 @@ def check_batch_bounds(
     total = per_sample * max_batch_size
     if total > MAX_BATCH_BYTES:
         raise SpecError(
-            f"{path}.max_batch_size",
+            "max_batch_size",
             f"a full batch of {max_batch_size} needs {total / (1 << 20):.0f} MiB of inputs and outputs "
             f"(limit {MAX_BATCH_BYTES >> 20} MiB, and the Python backend maps 4x that per stub); "
             "lower max_batch_size",
         )
 
 
-def check_zoo_options(path: str, options: Mapping[str, Any]) -> None:
+def check_zoo_options(options: Mapping[str, Any]) -> None:
     """Every zoo option is a size: a positive integer or a non-empty list of them."""
     for key, value in options.items():
         values = value if isinstance(value, list) else [value]
         if not values or not all(isinstance(v, int) and not isinstance(v, bool) and v >= 1 for v in values):
-            raise SpecError(
-                f"{path}.options.{key}", f"must be a positive integer or a list of them, got {value!r}"
-            )
-
-
-def parse_range(value: Any, path: str, dtype: str) -> tuple[int, int] | None:
-    """``range: [lo, hi)`` of an integer input: a list of two integers with lo < hi."""
-    if value is None:
-        return None
-    if not dtype.startswith("int"):
-        raise SpecError(f"{path}.range", f"is for integer tensors, this one is {dtype}")
-    if not (
-        isinstance(value, list)
-        and len(value) == 2
-        and all(isinstance(v, int) and not isinstance(v, bool) for v in value)
-        and value[0] < value[1]
-    ):
-        raise SpecError(f"{path}.range", f"must be [lo, hi) with integers lo < hi, got {value!r}")
-    return (value[0], value[1])
+            raise SpecError(f"options.{key}", f"must be a positive integer or a list of them, got {value!r}")
 
 
 def guard_parameters(ranges: Mapping[str, tuple[int, int]], allow_non_finite: bool) -> dict[str, str]:

@@ -56,7 +56,7 @@ def test_truncated_artifact_is_rebuilt_not_cached(spec_data, tmp_path: Path) -> 
          "models[0].options.width: must be a positive integer or a list of them, got 'wide'"),
         ({"max_batch_sise": 8}, "models[0].max_batch_sise: unknown field"),
         ({"inputs": [{"name": "image", "dtype": "fp32", "shape": [3, 64, 64], "range": [0, 1]}]},
-         "models[0].inputs[0].range: is for integer tensors, this one is fp32"),
+         "models[0].inputs[0].range: is for integer tensors, image is fp32"),
     ],
     ids=["max_batch_size_1e8", "negative_width", "width_not_a_number", "typo", "range_on_floats"],
 )  # fmt: skip
