@@ -32,7 +32,7 @@ def _start(args: argparse.Namespace) -> int:
         model_control_mode=args.model_control_mode,
         log_path=Path(".run/server.log").resolve(),
         workdir=Path(".run/server").resolve(),
-        http_guard=True,  # Triton 2.51's HTTP frontend crashes on some inputs (README: Bad input)
+        http_guard=args.http_guard,  # Triton 2.51's HTTP frontend crashes on some inputs (README)
     )
     server = TritonServer(options)
     try:
@@ -117,6 +117,12 @@ def main(argv: list[str] | None = None) -> int:
     start.add_argument("--grpc-port", type=int, default=8001)
     start.add_argument("--metrics-port", type=int, default=8002)
     start.add_argument("--model-control-mode", choices=("none", "explicit"), default="none")
+    start.add_argument(
+        "--http-guard",
+        action=argparse.BooleanOptionalAction,
+        default=True,
+        help="put server.http_guard in front of Triton's HTTP port (default; see README: Bad input)",
+    )
     stop = sub.add_parser("stop", help="SIGTERM the recorded server, SIGKILL after --timeout")
     stop.add_argument("--timeout", type=float, default=35.0)
     sub.add_parser("status", help="is the recorded server up; which models")
