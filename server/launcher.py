@@ -45,6 +45,7 @@ BYTES_PER_TYPE = {
     "TYPE_BOOL": 1,
 }
 MIB = 1 << 20
+MAX_BATCH_BYTES = 1 << 30  # the spec's bound too (exporters.guards): shm per stub is 4x the largest batch
 
 
 def remove_shm_regions(prefix: str) -> list[str]:
@@ -104,6 +105,12 @@ def python_shm_bytes(repository: Path) -> int:
             for dim in tensor.dims:
                 count *= max(dim, 1)
             per_sample += count * BYTES_PER_TYPE.get(model_config_pb2.DataType.Name(tensor.data_type), 8)
+        if rows * per_sample > MAX_BATCH_BYTES:  # a hand-written config the spec's bound never saw
+            raise ServerError(
+                f"{path}: a full batch of {rows} needs {rows * per_sample // MIB} MiB of inputs and "
+                f"outputs (limit {MAX_BATCH_BYTES // MIB} MiB; each Python-backend stub would map 4x "
+                "that in /dev/shm); lower max_batch_size"
+            )
         largest = max(largest, rows * per_sample)
     needed = 4 * largest + 8 * MIB
     return max(16 * MIB, -(-needed // MIB) * MIB)

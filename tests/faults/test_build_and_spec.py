@@ -84,6 +84,18 @@ def test_config_typo_is_named_before_start(tmp_path: Path) -> None:
         python_shm_bytes(tmp_path)
 
 
+def test_a_hand_written_config_with_a_huge_batch_is_refused_before_start(tmp_path: Path) -> None:
+    """Row 10 for configs the spec never saw: max_batch_size 1e8 would map ~45 GiB of shm per stub."""
+    (tmp_path / "huge").mkdir()
+    (tmp_path / "huge" / "config.pbtxt").write_text(
+        'name: "huge"\nbackend: "onnxruntime"\nmax_batch_size: 100000000\n'
+        'input [{name: "x", data_type: TYPE_FP32, dims: [16]}]\n'
+        'output [{name: "y", data_type: TYPE_FP32, dims: [16]}]\n'
+    )
+    with pytest.raises(ServerError, match=r"huge/config.pbtxt: a full batch of 100000000 needs 12207 MiB"):
+        python_shm_bytes(tmp_path)
+
+
 def test_external_data_outside_the_model_folder_is_refused(tmp_path: Path) -> None:
     tensor = onnx.numpy_helper.from_array(np.ones(4, np.float32), "weight")
     tensor.data_location = onnx.TensorProto.EXTERNAL
