@@ -8,7 +8,8 @@ accepts ids in ``[-rows, rows)``, so a negative id silently wraps to the end of 
 The rules travel to the server as standard ``parameters`` entries of ``config.pbtxt`` (string key →
 string value), so the config stays valid for the native onnxruntime backend, which reads only the
 keys it knows and ignores these: there the guard does not run (see README "Bad input and overload").
-Our python-based ``onnxruntime`` backend reads them in ``initialize`` (``python_backend/guards.py``).
+Our python-based ``onnxruntime`` backend and the torch stage runner read them in ``initialize``
+(``python_backend.batching.with_value_guards``) and check every request before it is batched.
 
 Also here: the spec's upper bounds on ``max_batch_size`` and on the shared memory a full batch
 implies, and the zoo option check, so a bad number is a ``SpecError`` naming the field, not a warm-up
@@ -22,6 +23,7 @@ from collections.abc import Iterable, Mapping
 from typing import Any
 
 from exporters.errors import SpecError
+from python_backend.dtypes import DTYPES
 
 # Keys of config.pbtxt ``parameters`` our backend reads (the native backend ignores unknown keys).
 RANGES_PARAMETER = "input_ranges"  # JSON: {"sparse_ids": [0, 1000]}, half-open
@@ -29,7 +31,11 @@ ALLOW_NON_FINITE_PARAMETER = "allow_non_finite_inputs"  # "true" | "false"
 
 MAX_BATCH_SIZE = 4096
 MAX_BATCH_BYTES = 1 << 30  # inputs + outputs of one full batch; the Python backend's shm is 4× this
-BYTES = {"fp32": 4, "fp16": 2, "bf16": 2, "int64": 8, "int32": 4}
+
+
+def _itemsize(dtype: str) -> int:
+    entry = DTYPES.get(dtype)
+    return 8 if entry is None else 2 if entry.numpy is None else entry.numpy_dtype().itemsize  # bf16: 2
 
 
 def check_batch_bounds(max_batch_size: int, tensors: Iterable[tuple[str, tuple[int, ...]]]) -> None:
@@ -47,7 +53,7 @@ def check_batch_bounds(max_batch_size: int, tensors: Iterable[tuple[str, tuple[i
         count = 1
         for dim in shape:
             count *= max(dim, 1)
-        per_sample += count * BYTES.get(dtype, 8)
+        per_sample += count * _itemsize(dtype)
     total = per_sample * max_batch_size
     if total > MAX_BATCH_BYTES:
         raise SpecError(
