@@ -123,6 +123,11 @@ def make_app(upstream: str, limits: GuardLimits = GuardLimits()) -> web.Applicat
         await app["session"].close()
 
     async def forward(request: web.Request) -> web.Response:
+        declared = request.content_length
+        if declared is not None and declared > limits.max_body_bytes:  # refuse before reading a byte
+            response = _error(413, f"request body of {declared} bytes exceeds {limits.max_body_bytes}")
+            response.force_close()
+            return response
         try:
             body = await asyncio.wait_for(request.read(), limits.body_timeout_s)
         except asyncio.TimeoutError:
