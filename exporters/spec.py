@@ -18,6 +18,7 @@ from typing import Any, Literal
 import yaml
 
 from exporters.errors import SpecError
+from exporters.guards import check_batch_bounds, check_zoo_options
 from exporters.typed import at_least, check_fields, nested, parse
 from exporters.zoo import ZOO
 from python_backend import dtypes
@@ -87,6 +88,13 @@ class TensorSpec:
     def largest(self) -> tuple[int, ...]:
         """The shape with every variable axis at its bound (warm-up, memory sizing)."""
         return self.max_shape if self.max_shape is not None else self.shape
+
+    def admits(self, dims: tuple[int, ...]) -> bool:
+        """Concrete ``dims`` (no batch axis) fit: fixed axes equal, variable ones within their bound."""
+        return len(dims) == len(self.shape) and all(
+            (1 <= n <= m) if d == VARIABLE else n == d
+            for n, d, m in zip(dims, self.shape, self.largest, strict=True)
+        )
 
 
 @dataclass(frozen=True)
@@ -266,6 +274,7 @@ class ModelSpec:
     threads: Threads = Threads()
     tensorrt_fp16: bool = False
     warmup: bool = True
+    allow_non_finite: bool = False  # float inputs may carry NaN/±Inf (rejected with a 400 otherwise)
     sample: str | None = None
     lengths: tuple[int, ...] = at_least(1, ())
 
@@ -296,6 +305,7 @@ class ModelSpec:
                 if key not in allowed:
                     names = ", ".join(sorted(allowed)) or "none"
                     raise SpecError(f"options.{key}", f"unknown option for {self.source} (allowed: {names})")
+            check_zoo_options(self.options)
         elif self.source_kind != "python" and self.options:
             raise SpecError("options", f"{self.source_kind} sources take no options (only zoo and python do)")
 
@@ -333,6 +343,7 @@ class ModelSpec:
                 raise SpecError(f"lengths[{index}]", f"{length} exceeds every variable axis' max_shape")
 
     def _check_batch_limits(self) -> None:
+        check_batch_bounds(self.max_batch_size, [(t.dtype, t.largest) for t in (*self.inputs, *self.outputs)])
         for index, size in enumerate(self.batching.preferred_batch_sizes):
             if size > self.max_batch_size:
                 raise SpecError(
@@ -480,7 +491,10 @@ def _complete_signature(spec: ModelSpec, path: str) -> ModelSpec:
         return spec
     from exporters.sources.signature import read_signature  # reads the artifact; only for these sources
 
-    inputs, outputs = read_signature(spec)
+    try:
+        inputs, outputs = read_signature(spec)
+    except SpecError as error:  # named by the model's name there; by its place in the file here
+        raise SpecError(path + error.path.removeprefix(spec.name), error.problem) from None
     try:
         return dataclasses.replace(spec, inputs=spec.inputs or inputs, outputs=spec.outputs or outputs)
     except SpecError as error:
