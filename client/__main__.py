@@ -19,7 +19,10 @@ from client.connection import connect
 from client.infer import infer
 from client.reference import reference
 from client.stats import fetch_stats, parse_version_stats
-from exporters.errors import ExporterError
+from client.text_reference import compare_embeddings, expected_embeddings, text_array
+from exporters.errors import ExporterError, SpecError
+from exporters.spec import load_spec
+from exporters.text_embedding import CHECK_TEXTS
 
 
 def _health(client, args) -> int:
@@ -43,7 +46,34 @@ def _metadata(client, args) -> int:
     return 0
 
 
+def _infer_text(client, args, entry) -> int:
+    texts = args.text or list(CHECK_TEXTS)
+    outputs = infer(
+        client, args.protocol, args.model, {"text": text_array(texts)}, use_shm=args.shm == "system"
+    )
+    embeddings = outputs["embedding"]
+    for text, row in zip(texts, embeddings, strict=True):
+        label = text if len(text) <= 40 else f"{text[:37]}..."
+        print(f"{args.model} via {args.protocol}: {label!r} -> {np.array2string(row[:4], precision=4)}")
+    if not args.check:
+        return 0
+    parity = compare_embeddings(embeddings, expected_embeddings(entry.package, texts), entry.precision)
+    verdict = "match" if parity.ok else "MISMATCH"
+    print(
+        f"{verdict} vs sentence-transformers encode(normalize_embeddings=True) on {len(texts)} texts: "
+        f"max abs error {parity.max_abs_error:.3g}, min cosine {parity.min_cosine:.6f} "
+        f"({entry.precision}: {parity.limit})",
+        file=sys.stdout if parity.ok else sys.stderr,
+    )
+    return 0 if parity.ok else 1
+
+
 def _infer(client, args) -> int:
+    entry = next((t for t in load_spec(args.spec).text_embeddings if t.name == args.model), None)
+    if entry is not None or args.text:
+        if entry is None:
+            raise SpecError("--text", f"{args.model!r} is not a text_embeddings entry of {args.spec}")
+        return _infer_text(client, args, entry)
     expected = reference(args.spec, args.model, args.batch, args.seed)
     outputs = infer(client, args.protocol, args.model, expected.inputs, use_shm=args.shm == "system")
     via = f"{args.protocol}{' + system shm' if args.shm == 'system' else ''}"
@@ -99,6 +129,11 @@ def _parser() -> argparse.ArgumentParser:
         "--shm", choices=("none", "system"), default="none", help="pass tensors by system shared memory"
     )
     run.add_argument("--check", action="store_true", help="exit 1 unless the answer matches the torch model")
+    run.add_argument(
+        "--text",
+        action="append",
+        help="text-embedding models: a text to embed (repeatable; default: a fixed corpus)",
+    )
     stats = sub.add_parser("stats", help="server statistics: formed batches, queue and compute time")
     stats.add_argument("--model", default="")
     return parser

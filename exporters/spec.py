@@ -134,6 +134,7 @@ class PipelineSpec:
 class Spec:
     models: tuple[ModelSpec, ...]
     pipelines: tuple[PipelineSpec, ...] = ()
+    text_embeddings: tuple = ()  # exporters.text_spec.TextEmbeddingSpec entries
 
     def model(self, name: str) -> ModelSpec:
         for model in self.models:
@@ -419,7 +420,7 @@ def parse_pipeline(data: Any, path: str, models: tuple[ModelSpec, ...]) -> Pipel
 
 def parse_spec(data: Any) -> Spec:
     """Parse the whole document (``{models: [...], pipelines: [...]}``), rejecting duplicate names."""
-    data = _mapping(data, "spec", {"models", "pipelines"}, {"models"})
+    data = _mapping(data, "spec", {"models", "pipelines", "text_embeddings"}, {"models"})
     if not isinstance(data["models"], list) or not data["models"]:
         raise SpecError("models", "must be a non-empty list")
     models = tuple(parse_model(item, f"models[{i}]") for i, item in enumerate(data["models"]))
@@ -436,7 +437,9 @@ def parse_spec(data: Any) -> Spec:
         if clash:
             raise SpecError(f"pipelines[{i}].name", f"{clash[0]!r} is already a model or pipeline name")
         taken.update(pipeline.repository_names)
-    return Spec(models, pipelines)
+    from exporters.text_spec import parse_text_embeddings  # imports this module's parsing helpers
+
+    return Spec(models, pipelines, parse_text_embeddings(data.get("text_embeddings", []), taken))
 
 
 def load_spec(path: str | Path) -> Spec:

@@ -6,6 +6,10 @@ here and on the native backend inside the NGC container. It reads only standard 
 ``default_model_filename``, the ``intra_op_thread_count`` / ``inter_op_thread_count`` parameters, and a
 ``tensorrt`` GPU execution accelerator. The whole list of requests Triton hands to ``execute`` runs as
 one onnxruntime call (see ``batching.py``); a bad request gets its own error response.
+
+Placed in a model's own folder and served with ``backend: "python"``, it also runs inputs marked
+``allow_ragged_batch``: requests of different lengths are zero-padded to the longest of the formed
+batch (the text study's padded-to-longest variant; the native backend would not pad them).
 """
 
 import json
@@ -18,7 +22,7 @@ add_launcher_paths()
 import numpy as np  # noqa: E402
 import onnxruntime as ort  # noqa: E402
 import triton_python_backend_utils as pb_utils  # noqa: E402
-from batching import InvalidInputError, TensorInfo, run_batched  # noqa: E402
+from batching import InvalidInputError, TensorInfo, pad_concatenate, run_batched  # noqa: E402
 from onnxruntime.capi.onnxruntime_pybind11_state import InvalidArgument  # noqa: E402
 
 
@@ -111,8 +115,21 @@ class TritonPythonModel:
                 f"{self.name}: config inputs {sorted(declared)} != model {sorted(actual)}"
             )
         self.output_names = [t.name for t in self.outputs]
+        ragged = [e["name"] for e in config["input"] if e.get("allow_ragged_batch")]
+        self.concatenate = pad_concatenate if ragged else np.concatenate
+        self.ragged_input = ragged[0] if ragged else None
+        if ragged:  # what padding per formed batch costs: elements received vs elements computed
+            self.element_family = family = pb_utils.MetricFamily(
+                name="ragged_batch_elements_total",
+                description="elements of the first ragged input: as received, and as computed after padding",
+                kind=pb_utils.MetricFamily.COUNTER,
+            )
+            self.received = family.Metric(labels={"model": self.name, "kind": "real"})
+            self.computed = family.Metric(labels={"model": self.name, "kind": "computed"})
 
     def _run(self, feeds: dict) -> dict:
+        if self.ragged_input is not None:
+            self.computed.increment(int(feeds[self.ragged_input].size))
         try:
             outputs = self.session.run(self.output_names, feeds)
         except InvalidArgument as error:
@@ -130,10 +147,12 @@ class TritonPythonModel:
             if tensor is None:
                 return InvalidInputError(f"input '{info.name}' is missing")
             arrays[info.name] = tensor.as_numpy()
+        if self.ragged_input is not None:
+            self.received.increment(int(arrays[self.ragged_input].size))
         return arrays
 
     def execute(self, requests: list) -> list:
-        results = run_batched([self._read(r) for r in requests], self.inputs, self._run)
+        results = run_batched([self._read(r) for r in requests], self.inputs, self._run, self.concatenate)
         responses = []
         for result in results:
             if isinstance(result, Exception):

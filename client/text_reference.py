@@ -1,0 +1,64 @@
+"""What a text-embedding service should answer: sentence-transformers' own ``encode`` on the same texts.
+
+The reference is the library users run in-process (``encode(normalize_embeddings=True)``) on the
+weights the service was built from, so ``infer --check`` proves the whole chain: tokenizer settings
+(truncation at the model's 256 tokens), the exported graph, pooling and normalisation.
+sentence-transformers comes with the ``test`` extra (``make setup`` installs it).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from functools import cache
+
+import numpy as np
+
+from exporters.text_embedding import FP16_MIN_COSINE, FP32_MAX_ABS_ERROR, model_folder
+
+
+@dataclass(frozen=True)
+class TextParity:
+    max_abs_error: float
+    min_cosine: float
+    precision: str
+
+    @property
+    def ok(self) -> bool:
+        if self.precision == "fp32":
+            return self.max_abs_error <= FP32_MAX_ABS_ERROR
+        return self.min_cosine >= FP16_MIN_COSINE
+
+    @property
+    def limit(self) -> str:
+        return (
+            f"max abs <= {FP32_MAX_ABS_ERROR:g}"
+            if self.precision == "fp32"
+            else f"cosine >= {FP16_MIN_COSINE}"
+        )
+
+
+@cache
+def sentence_transformer(package: str):  # -> sentence_transformers.SentenceTransformer
+    """The package's model loaded by sentence-transformers from local files (no hub access)."""
+    from sentence_transformers import SentenceTransformer
+
+    return SentenceTransformer(str(model_folder(package)), device="cpu", local_files_only=True)
+
+
+def expected_embeddings(package: str, texts: Sequence[str]) -> np.ndarray:
+    return sentence_transformer(package).encode(list(texts), normalize_embeddings=True, batch_size=32)
+
+
+def compare_embeddings(actual: np.ndarray, expected: np.ndarray, precision: str) -> TextParity:
+    """Worst element-wise error and worst cosine similarity over the rows."""
+    if actual.shape != expected.shape:
+        raise ValueError(f"served embeddings have shape {actual.shape}, expected {expected.shape}")
+    actual, expected = actual.astype(np.float64), expected.astype(np.float64)
+    cosine = (actual * expected).sum(1) / np.linalg.norm(actual, axis=1) / np.linalg.norm(expected, axis=1)
+    return TextParity(float(np.abs(actual - expected).max()), float(cosine.min()), precision)
+
+
+def text_array(texts: Sequence[str]) -> np.ndarray:
+    """The ``text`` input: BYTES ``[rows, 1]`` of UTF-8."""
+    return np.array([[t.encode("utf-8")] for t in texts], dtype=np.object_)
