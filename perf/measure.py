@@ -92,14 +92,15 @@ def _settled(take: Callable[[float], ServerSnapshot], t0: float) -> ServerSnapsh
 
 async def measure_async(
     target: Target, load: Load, settings: MeasureSettings, endpoints: ServerEndpoints | None = None,
-    label: str = "", on_window: Callable[[int], None] | None = None,
+    label: str = "", on_window: Callable[[int], None] | None = None, caller_class: type[Caller] = Caller,
 ) -> Measurement:  # fmt: skip
-    """See ``measure``; for callers that already run an event loop."""
+    """See ``measure``; for callers that already run an event loop. ``caller_class`` chooses which rows
+    each request carries (``Caller``: the first rows of the pool, every time)."""
     t0 = time.perf_counter()
     take = (lambda at: snapshot(endpoints, target.model, at)) if endpoints else None
     before = take(0.0) if take else None
     slots = max(load.concurrency // max(target.collect, 1), 1) if load.kind == "closed" else None
-    async with Caller(target, t0, label, slots) as caller:
+    async with caller_class(target, t0, label, slots) as caller:
         stop, sink = asyncio.Event(), []
         driver = asyncio.create_task(drive(caller, load, stop, sink))
         await asyncio.sleep(settings.warmup_s)
