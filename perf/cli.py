@@ -151,6 +151,12 @@ def command_run(args: argparse.Namespace, profile: Profile) -> int:
     pipeline_report = run_pipeline_study(profile.name, folder)
     if pipeline_report is not None:
         console.print(pipeline_report.read_text(), highlight=False)
+    from perf.text_study import run_text_study  # variable-length text: buckets vs padding (README)
+
+    console.print("text-embedding study (all-MiniLM-L6-v2: no batching, buckets, padded to longest) …")
+    text_report = run_text_study(profile.name, folder)
+    if text_report is not None:
+        console.print(text_report.read_text(), highlight=False)
     return 0
 
 

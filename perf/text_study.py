@@ -88,6 +88,7 @@ class TextStudyPlan:
     share_fraction: float = 0.3  # short-query rate / the bucketed mode's short-query capacity
     passage_concurrency: int = 2  # long passages in flight while short queries are measured
     corpus_size: int = 512
+    reference_texts: int = 128  # the in-process references run the corpus's first texts
     settings: MeasureSettings = field(
         default_factory=lambda: MeasureSettings(warmup_s=0.5, window_s=1.0, stable_windows=3, max_windows=4)
     )

@@ -95,7 +95,10 @@ class TritonPythonModel:
         self.inputs = _tensor_infos(config["input"])
         self.outputs = _tensor_infos(config["output"])
         version_dir = os.path.join(args["model_repository"], args["model_version"])
-        path = os.path.join(version_dir, config.get("default_model_filename") or "model.onnx")
+        filename = config.get("default_model_filename") or "model.onnx"
+        if filename.endswith(".py"):  # served with backend "python", the field names this script
+            filename = "model.onnx"
+        path = os.path.join(version_dir, filename)
         if not os.path.isfile(path):
             raise pb_utils.TritonModelException(f"{self.name}: no model file at {path}")
         options = ort.SessionOptions()
