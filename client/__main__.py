@@ -2,7 +2,7 @@
 
 ``infer --check`` rebuilds the torch model the served one was exported from (via ``models.yaml``),
 compares the answers within the precision's tolerance, and exits 1 on a mismatch, so it can gate a
-deployment script.
+deployment script; a text-embedding service is held to sentence-transformers on the same texts.
 """
 
 from __future__ import annotations
@@ -16,13 +16,9 @@ import numpy as np
 from tritonclient.utils import InferenceServerException
 
 from client.connection import connect
+from client.errors import ClientError, MismatchError
 from client.infer import infer
-from client.reference import reference
 from client.stats import fetch_stats, parse_version_stats
-from client.text_reference import compare_embeddings, expected_embeddings, text_array
-from exporters.errors import ExporterError, SpecError
-from exporters.spec import load_spec
-from exporters.text_embedding import CHECK_TEXTS
 
 
 def _health(client, args) -> int:
@@ -46,34 +42,14 @@ def _metadata(client, args) -> int:
     return 0
 
 
-def _infer_text(client, args, entry) -> int:
-    texts = args.text or list(CHECK_TEXTS)
-    outputs = infer(
-        client, args.protocol, args.model, {"text": text_array(texts)}, use_shm=args.shm == "system"
-    )
-    embeddings = outputs["embedding"]
-    for text, row in zip(texts, embeddings, strict=True):
-        label = text if len(text) <= 40 else f"{text[:37]}..."
-        print(f"{args.model} via {args.protocol}: {label!r} -> {np.array2string(row[:4], precision=4)}")
-    if not args.check:
-        return 0
-    parity = compare_embeddings(embeddings, expected_embeddings(entry.package, texts), entry.precision)
-    verdict = "match" if parity.ok else "MISMATCH"
-    print(
-        f"{verdict} vs sentence-transformers encode(normalize_embeddings=True) on {len(texts)} texts: "
-        f"max abs error {parity.max_abs_error:.3g}, min cosine {parity.min_cosine:.6f} "
-        f"({entry.precision}: {parity.limit})",
-        file=sys.stdout if parity.ok else sys.stderr,
-    )
-    return 0 if parity.ok else 1
-
-
 def _infer(client, args) -> int:
-    entry = next((t for t in load_spec(args.spec).text_embeddings if t.name == args.model), None)
-    if entry is not None or args.text:
-        if entry is None:
-            raise SpecError("--text", f"{args.model!r} is not a text_embeddings entry of {args.spec}")
-        return _infer_text(client, args, entry)
+    from client.text_reference import infer_text, text_entry  # torch: only for the command that needs it
+
+    entry = text_entry(args.spec, args.model, bool(args.text))
+    if entry is not None:
+        return infer_text(client, args.protocol, args.model, entry, args.text, args.check)
+    from client.reference import reference  # torch and the zoo, only for the command that needs them
+
     expected = reference(args.spec, args.model, args.batch, args.seed)
     outputs = infer(client, args.protocol, args.model, expected.inputs, use_shm=args.shm == "system")
     via = f"{args.protocol}{' + system shm' if args.shm == 'system' else ''}"
@@ -84,7 +60,7 @@ def _infer(client, args) -> int:
         return 0
     try:
         report = expected.compare(outputs, f"{args.model} served over {via}")
-    except ExporterError as error:
+    except MismatchError as error:
         print(f"MISMATCH: {error}", file=sys.stderr)
         return 1
     print(
@@ -132,7 +108,7 @@ def _parser() -> argparse.ArgumentParser:
     run.add_argument(
         "--text",
         action="append",
-        help="text-embedding models: a text to embed (repeatable; default: a fixed corpus)",
+        help="a text to embed (text-embedding models; repeatable; default: a corpus)",
     )
     stats = sub.add_parser("stats", help="server statistics: formed batches, queue and compute time")
     stats.add_argument("--model", default="")
@@ -148,7 +124,7 @@ def main(argv: list[str] | None = None) -> int:
     except InferenceServerException as error:
         print(f"server error: {error}", file=sys.stderr)
         return 2
-    except ExporterError as error:
+    except ClientError as error:
         print(f"error: {error}", file=sys.stderr)
         return 2
     except ConnectionError as error:

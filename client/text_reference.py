@@ -8,13 +8,21 @@ sentence-transformers comes with the ``test`` extra (``make setup`` installs it)
 
 from __future__ import annotations
 
+import sys
 from collections.abc import Sequence
 from dataclasses import dataclass
 from functools import cache
+from pathlib import Path
+from typing import Any
 
 import numpy as np
 
-from exporters.text_embedding import FP16_MIN_COSINE, FP32_MAX_ABS_ERROR, model_folder
+from client.errors import ClientError
+from client.infer import infer
+from exporters.errors import SpecError
+from exporters.spec import load_spec
+from exporters.text_embedding import CHECK_TEXTS, FP16_MIN_COSINE, FP32_MAX_ABS_ERROR, model_folder
+from exporters.text_spec import TextEmbeddingSpec
 
 
 @dataclass(frozen=True)
@@ -62,3 +70,36 @@ def compare_embeddings(actual: np.ndarray, expected: np.ndarray, precision: str)
 def text_array(texts: Sequence[str]) -> np.ndarray:
     """The ``text`` input: BYTES ``[rows, 1]`` of UTF-8."""
     return np.array([[t.encode("utf-8")] for t in texts], dtype=np.object_)
+
+
+def text_entry(spec_path: Path, model: str, texts_given: bool) -> TextEmbeddingSpec | None:
+    """The ``text_embeddings`` entry serving ``model``; None for other models (``--text`` needs one)."""
+    try:
+        entry = next((t for t in load_spec(spec_path).text_embeddings if t.name == model), None)
+    except SpecError as error:
+        raise ClientError(str(error)) from error
+    if entry is None and texts_given:
+        raise ClientError(f"--text: {model!r} is not a text_embeddings entry of {spec_path}")
+    return entry
+
+
+def infer_text(
+    client: Any, protocol: str, model: str, entry: TextEmbeddingSpec, texts: Sequence[str] | None, check: bool
+) -> int:
+    """Embed ``texts`` (default: the build's check corpus), print them, and with ``check`` compare with
+    sentence-transformers: exit code 0 on a match, 1 on a mismatch."""
+    texts = list(texts or CHECK_TEXTS)
+    embeddings = infer(client, protocol, model, {"text": text_array(texts)})["embedding"]
+    for text, row in zip(texts, embeddings, strict=True):
+        label = text if len(text) <= 40 else f"{text[:37]}..."
+        print(f"{model} via {protocol}: {label!r} -> {np.array2string(row[:4], precision=4)}")
+    if not check:
+        return 0
+    parity = compare_embeddings(embeddings, expected_embeddings(entry.package, texts), entry.precision)
+    print(
+        f"{'match' if parity.ok else 'MISMATCH'} vs sentence-transformers encode(normalize_embeddings=True) "
+        f"on {len(texts)} texts: max abs error {parity.max_abs_error:.3g}, min cosine "
+        f"{parity.min_cosine:.6f} ({entry.precision}: {parity.limit})",
+        file=sys.stdout if parity.ok else sys.stderr,
+    )
+    return 0 if parity.ok else 1

@@ -51,7 +51,7 @@ def tokenizer_config(spec: TextEmbeddingSpec) -> ModelConfig:
         input=[TEXT],
         output=_token_tensors(),
         instance_group=[InstanceGroup(kind="KIND_CPU", count=1)],
-        dynamic_batching=dynamic_batching(spec),
+        dynamic_batching=dynamic_batching(spec.batching),
         parameters={
             "max_seq_length": str(spec.max_seq_length),
             "pad_buckets": ",".join(str(b) for b in spec.buckets),
@@ -81,11 +81,11 @@ def encoder_config(spec: TextEmbeddingSpec, num_gpus: int, ragged: bool = False)
         input=_token_tensors(ragged),
         output=[EMBEDDING],
         instance_group=instance_groups(spec, num_gpus),
-        dynamic_batching=dynamic_batching(spec),
+        dynamic_batching=dynamic_batching(spec.batching),
         model_warmup=_warmups(spec),
         parameters={
             "intra_op_thread_count": str(spec.intra_op_threads),
-            "inter_op_thread_count": "1",
+            "inter_op_thread_count": str(spec.inter_op_threads),
         },
     )
 

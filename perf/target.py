@@ -23,9 +23,11 @@ import tritonclient.http.aio as http_aio
 import tritonclient.utils.shared_memory as shm
 from tritonclient.utils import np_to_triton_dtype
 
-from exporters.onnx_export import NUMPY_DTYPES, build_torch_model, sample_inputs
 from exporters.spec import ModelSpec
+from exporters.zoo.reference import build_torch_model, sample_inputs
+from perf.errors import OptionError, StudyError
 from perf.records import Record
+from python_backend.dtypes import DTYPES
 
 log = logging.getLogger(__name__)
 PROTOCOLS = {"grpc": grpc_aio, "http": http_aio}
@@ -43,13 +45,18 @@ class Target:
     collect: int = 1
     shared_memory: bool = False
     max_in_flight: int = 256  # open loop: arrivals beyond this are shed and recorded as failures
+    # Each request takes the next rows of the pool (wrapping) instead of the first ones: for pools whose
+    # rows differ in cost, e.g. texts of different lengths, so that every row is really sent.
+    cycle: bool = False
 
     def __post_init__(self) -> None:
         if self.protocol not in PROTOCOLS:
-            raise ValueError(f"protocol must be one of {sorted(PROTOCOLS)}, got {self.protocol!r}")
+            raise OptionError(f"protocol must be one of {sorted(PROTOCOLS)}, got {self.protocol!r}")
+        if self.cycle and self.shared_memory:
+            raise OptionError("cycling through the input pool needs inputs in the request (no --shm)")
         rows = {a.shape[0] for a in self.inputs.values()}
         if len(rows) != 1 or min(rows) < self.collect:
-            raise ValueError(f"input pool needs equal rows >= collect ({self.collect}), got {rows}")
+            raise OptionError(f"input pool needs equal rows >= collect ({self.collect}), got {rows}")
 
 
 def target_from_spec(
@@ -59,7 +66,7 @@ def target_from_spec(
     """A ``Target`` for a model of the spec, with valid inputs drawn the way the exporters draw them."""
     rows = rows or max(collect, 1)
     arrays = sample_inputs(spec, build_torch_model(spec), rows, seed)
-    outputs = {t.name: int(np.prod(t.shape)) * np.dtype(NUMPY_DTYPES[t.dtype]).itemsize for t in spec.outputs}
+    outputs = {t.name: int(np.prod(t.shape)) * DTYPES[t.dtype].numpy_dtype().itemsize for t in spec.outputs}
     return Target(
         model=spec.name,
         url=url,
@@ -88,7 +95,8 @@ class Caller:
         self.attempts = 0  # calls started plus arrivals shed; every one ends as exactly one record
         self.free: asyncio.Queue[int] = asyncio.Queue()
         self._regions: list[tuple[str, Any]] = []
-        self._inputs: dict[int, list[Any]] = {}
+        self._inputs: dict[tuple[int, int], list[Any]] = {}
+        self._next_row = 0  # with ``target.cycle``: the pool row the next request starts at
         self._outputs: dict[int, list[Any]] = {}
 
     async def __aenter__(self) -> Caller:
@@ -140,11 +148,18 @@ class Caller:
         self._output_regions = [await self._region(max(per_slot, 64)) for _ in range(self.slot_count)]
 
     def _request_inputs(self, batch: int) -> list[Any]:
-        """The ``InferInput``s for a request of ``batch`` samples, built once per batch size."""
-        if batch not in self._inputs:
+        """The ``InferInput``s for a request of ``batch`` samples, built once per batch size (and, with
+        ``cycle``, per starting row)."""
+        start = 0
+        if self.target.cycle:
+            start, self._next_row = self._next_row % self.pool_rows, self._next_row + batch
+        key = (batch, start)
+        if key not in self._inputs:
             tensors, offset = [], 0
             for name, pool in self.target.inputs.items():
-                rows = pool[:batch]
+                rows = (
+                    np.take(pool, range(start, start + batch), axis=0, mode="wrap") if start else pool[:batch]
+                )
                 tensor = self.module.InferInput(name, list(rows.shape), np_to_triton_dtype(rows.dtype))
                 if self.target.shared_memory:
                     tensor.set_shared_memory(self._input_region, rows.nbytes, offset=offset)
@@ -152,8 +167,8 @@ class Caller:
                     tensor.set_data_from_numpy(rows)
                 tensors.append(tensor)
                 offset += pool.nbytes
-            self._inputs[batch] = tensors
-        return self._inputs[batch]
+            self._inputs[key] = tensors
+        return self._inputs[key]
 
     def _request_outputs(self, batch: int, slot: int) -> list[Any] | None:
         if not self.target.shared_memory:
@@ -208,6 +223,6 @@ class Caller:
         for name in self.target.output_row_bytes:
             array = result.as_numpy(name)
             if array is None or array.shape[0] != batch:
-                raise ValueError(f"output {name!r} missing or of the wrong batch size")
+                raise StudyError(f"output {name!r} missing or of the wrong batch size")
             total += array.nbytes
         return total

@@ -2,8 +2,8 @@
 
 * ``make_corpus``: a deterministic corpus with a realistic length mix: mostly short search queries,
   some sentences, a few long passages (same seed, same texts, on every machine).
-* ``CorpusCaller``: a ``Caller`` whose successive requests carry successive texts of the pool (the
-  plain ``Caller`` sends the same first rows every time, which would make every request one length).
+* ``text_pool``: the corpus as a ``text`` input pool; a ``Target`` with ``cycle=True`` sends its
+  texts in turn (the first rows every time would make every request one length).
 * ``raw_onnxruntime``: the served encoder file run in-process, texts grouped by bucket and batched the
   way the server batches them, tokenization included (what serving has to beat, minus serving).
 * ``sentence_transformers_rate``: ``SentenceTransformer.encode`` in-process, what a user runs instead.
@@ -19,7 +19,6 @@ from dataclasses import dataclass
 import numpy as np
 import onnxruntime as ort
 
-from perf.target import Caller
 from python_backend.text_tokenizer.tokens import TextTokenizer
 
 WORDS = [
@@ -159,28 +158,6 @@ def make_corpus(size: int, seed: int = 0, kinds: Sequence[str] = tuple(KINDS)) -
 def text_pool(corpus: Sequence[CorpusText]) -> np.ndarray:
     """The ``text`` input pool: BYTES ``[rows, 1]``."""
     return np.array([[c.text.encode("utf-8")] for c in corpus], dtype=np.object_)
-
-
-class CorpusCaller(Caller):
-    """Request ``k`` carries pool rows ``k·b … k·b+b-1`` (cycling): every text of the corpus is sent."""
-
-    def __init__(self, *args, **kwargs) -> None:
-        super().__init__(*args, **kwargs)
-        self._next_row = 0
-
-    def _request_inputs(self, batch: int) -> list:
-        start = self._next_row % self.pool_rows
-        self._next_row += batch
-        key = (batch, start)
-        if key not in self._inputs:
-            tensors = []
-            for name, pool in self.target.inputs.items():
-                rows = np.take(pool, range(start, start + batch), axis=0, mode="wrap")
-                tensor = self.module.InferInput(name, list(rows.shape), "BYTES")
-                tensor.set_data_from_numpy(rows)
-                tensors.append(tensor)
-            self._inputs[key] = tensors
-        return self._inputs[key]
 
 
 def _session(onnx_path: str, intra_op_threads: int) -> ort.InferenceSession:

@@ -1,46 +1,44 @@
 """The text-embedding study: how variable-length text batches, measured on all-MiniLM-L6-v2.
 
-One server serves the same encoder in four configurations (``MODES``): no batching; dynamic batching
-on exact lengths (only equal lengths merge); dynamic batching with length buckets (the shipped
-``text_embedding``); and padded-to-longest (ragged batching, each formed batch padded to its longest
-member on the Python backend). Every mode gets the same deterministic corpus (``text_corpus``):
+One server serves the same encoder in the profile's ``text_modes`` (``perf.text_plan``: no batching,
+dynamic on exact lengths, dynamic with length buckets, padded to longest). Every mode gets the same
+deterministic corpus (``perf.text_corpus``), one text per request:
 
-* closed loop at ``concurrency`` on the mixed corpus and on short queries alone;
-* Poisson arrivals at ``load_fraction`` of the bucketed mode's capacity, the same arrivals for all;
-* short queries (Poisson) alone, then with long passages sharing the server (closed loop);
-* from the server: formed batch sizes at the encoder (``batch_stats``) and padding waste (computed /
-  real tokens, from the tokenizer's and the ragged encoder's custom metrics);
-* references in the same run: the encoder file in onnxruntime in-process, batched by bucket like the
-  server, and sentence-transformers' ``encode``; the latency model ``T + (N−1)·Δt`` per bucket length.
+* closed loop at the goal concurrency on the mixed corpus and on short queries alone;
+* open loop (the profile's trace, else Poisson at ``poisson_fraction`` of the bucketed mode's capacity),
+  the same arrivals for every mode;
+* short queries (open loop) alone, then with long passages sharing the server (closed loop);
+* from the server: formed batch sizes at the encoder (``batch_stats`` over the measured windows) and
+  padding waste (computed / real tokens, from the tokenizer's and the ragged encoder's custom metrics);
+* references in the same run, server stopped: the encoder file in onnxruntime in-process, texts
+  batched by bucket as the server batches them, and sentence-transformers' ``encode``; the latency
+  model ``T + (N−1)·Δt`` per padded length.
 
-Writes ``text_embedding.md``, ``text_embedding.json`` and ``text_records.csv`` into the report folder.
+Writes ``text_embedding.md`` / ``.json`` and ``text_records.csv`` into the report folder.
 """
 
 from __future__ import annotations
 
 import asyncio
-import json
-import logging
 import math
 import re
 import urllib.request
-from dataclasses import asdict, dataclass, field, replace
+from dataclasses import dataclass, field
 from pathlib import Path
 
-from client.stats import ModelStats, parse_model_stats
-from exporters.spec import Batching
 from exporters.text_embedding import build_text_embedding, model_folder
 from exporters.text_spec import DEFAULT_BUCKETS, DEFAULT_PACKAGE, TextEmbeddingSpec
-from perf.goals import Goal
+from perf.framework import StudyContext, StudyReport, write_report
+from perf.goals import GOALS, Goal, goals_table
 from perf.latency_model import fit_latency
-from perf.loads import Load, closed_loop, poisson
+from perf.loads import Load, closed_loop
 from perf.markdown import number, ratio, table
-from perf.measure import Measurement, MeasureSettings, measure_async
+from perf.measure import Measurement, measure_async
+from perf.profiles import Profile
 from perf.records import Record, write_csv
 from perf.summary import Summary
 from perf.target import Target
 from perf.text_corpus import (
-    CorpusCaller,
     CorpusText,
     bucket_latency,
     make_corpus,
@@ -48,77 +46,15 @@ from perf.text_corpus import (
     sentence_transformers_rate,
     text_pool,
 )
+from perf.text_plan import MODES, TextMode
 from python_backend.text_tokenizer.tokens import TextTokenizer
-from server import ServerOptions, TritonServer
+from server import TritonServer
 
-log = logging.getLogger(__name__)
-WORKDIR = Path(".run/perf")
-DYNAMIC = Batching(mode="dynamic", max_queue_delay_us=2000)
 EMBEDDING_BYTES = 384 * 4
-
-
-@dataclass(frozen=True)
-class TextMode:
-    name: str
-    title: str
-    buckets: tuple[int, ...]
-    batching: Batching
-    ragged: bool = False
-
-    def spec(self) -> TextEmbeddingSpec:
-        return TextEmbeddingSpec(name=f"text_{self.name}", buckets=self.buckets, batching=self.batching)
-
-
-MODES = {
-    m.name: m
-    for m in (
-        TextMode("none", "no batching", (), Batching(mode="none")),
-        TextMode("exact", "dynamic, exact lengths", (), DYNAMIC),
-        TextMode("buckets", "dynamic + length buckets", DEFAULT_BUCKETS, DYNAMIC),
-        TextMode("longest", "dynamic, padded to longest (ragged)", (), DYNAMIC, ragged=True),
-    )
-}
-
-
-@dataclass(frozen=True)
-class TextStudyPlan:
-    modes: tuple[str, ...] = tuple(MODES)
-    concurrency: int = 16
-    load_fraction: float = 0.6  # Poisson rate / the bucketed mode's closed-loop capacity (mixed corpus)
-    share_fraction: float = 0.3  # short-query rate / the bucketed mode's short-query capacity
-    passage_concurrency: int = 2  # long passages in flight while short queries are measured
-    corpus_size: int = 512
-    reference_texts: int = 128  # the in-process references run the corpus's first texts
-    settings: MeasureSettings = field(
-        default_factory=lambda: MeasureSettings(warmup_s=0.5, window_s=1.0, stable_windows=3, max_windows=4)
-    )
-    raw_batches: tuple[int, ...] = (1, 4, 16)
-    latency_lengths: tuple[int, ...] = DEFAULT_BUCKETS
-    latency_batches: tuple[int, ...] = (1, 2, 4, 8, 16)
-    references: bool = True  # sentence-transformers in-process (slow to import)
-
-
-PLANS = {
-    "default": TextStudyPlan(),
-    "quick": TextStudyPlan(
-        modes=("none", "buckets", "longest"),
-        corpus_size=256,
-        settings=MeasureSettings(warmup_s=0.3, window_s=0.6, stable_windows=2, max_windows=3),
-        raw_batches=(1, 16),
-        latency_lengths=(16, 64, 256),
-        latency_batches=(1, 4, 16),
-    ),
-    "smoke": TextStudyPlan(
-        modes=("none", "buckets", "longest"),
-        concurrency=4,
-        corpus_size=64,
-        settings=MeasureSettings(warmup_s=0.2, window_s=0.4, stable_windows=1, max_windows=1),
-        raw_batches=(1, 4),
-        latency_lengths=(16, 64),
-        latency_batches=(1, 4),
-        references=False,
-    ),
-}
+SHARE_FRACTION = 0.3  # short-query rate in the sharing phase / the bucketed mode's short-query capacity
+PASSAGES_IN_FLIGHT = 2  # long passages kept in flight while short queries are measured
+LATENCY_BATCHES = (1, 2, 4, 8, 16)
+COUNTER = re.compile(r"^(\w+)\{([^}]*)\}\s+([0-9.eE+-]+)$")
 
 
 @dataclass
@@ -129,7 +65,8 @@ class Point:
     load: str
     summary: Summary
     sent: int
-    formed: dict[int, int]  # encoder batch size -> executions
+    failed: int
+    formed: dict[int, int]  # encoder batch size -> executions (measured windows)
     padding_waste: float  # computed tokens / real tokens
     records: list[Record] = field(repr=False, default_factory=list)
 
@@ -140,8 +77,8 @@ class Point:
 
 
 @dataclass
-class TextStudyResult:
-    plan: TextStudyPlan
+class TextResult:
+    profile: Profile
     points: list[Point] = field(default_factory=list)
     rate: float = 0.0
     raw: dict[str, list[float]] = field(default_factory=dict)  # label -> [batch, sentences/s, waste]
@@ -152,13 +89,11 @@ class TextStudyResult:
         return next((p for p in self.points if p.mode == mode and p.load == load), None)
 
 
-# --- the server's view -----------------------------------------------------------------------------
-
-COUNTER = re.compile(r"^(\w+)\{([^}]*)\}\s+([0-9.eE+-]+)$")
+# --- the server's token counters -------------------------------------------------------------------
 
 
 def token_counters(metrics: str, model: str) -> dict[str, float]:
-    """``{metric:kind: value}`` of this project's token counters for ``model``."""
+    """``{"metric:kind": value}`` of this project's token counters for ``model`` (Prometheus text)."""
     values: dict[str, float] = {}
     for line in metrics.splitlines():
         match = COUNTER.match(line.strip())
@@ -170,30 +105,16 @@ def token_counters(metrics: str, model: str) -> dict[str, float]:
     return values
 
 
-@dataclass(frozen=True)
-class Counts:
-    encoder: ModelStats
-    tokens: dict[str, float]
+def read_counters(server: TritonServer, spec: TextEmbeddingSpec) -> dict[str, float]:
+    with urllib.request.urlopen(server.metrics_url, timeout=10) as response:
+        metrics = response.read().decode()
+    return token_counters(metrics, spec.tokenizer_name) | token_counters(metrics, spec.encoder_name)
 
 
-def _read(url: str) -> bytes:
-    with urllib.request.urlopen(url, timeout=10) as response:
-        return response.read()
-
-
-def counts(server: TritonServer, spec: TextEmbeddingSpec) -> Counts:
-    stats = parse_model_stats(
-        json.loads(_read(f"http://{server.http_url}/v2/models/{spec.encoder_name}/stats"))
-    )
-    metrics = _read(server.metrics_url).decode()
-    return Counts(
-        stats, token_counters(metrics, spec.tokenizer_name) | token_counters(metrics, spec.encoder_name)
-    )
-
-
-def padding_waste(before: Counts, after: Counts) -> float:
-    """Computed / real tokens: the tokenizer's padding, or the ragged encoder's padding per batch."""
-    diff = {k: after.tokens.get(k, 0.0) - before.tokens.get(k, 0.0) for k in after.tokens}
+def padding_waste(before: dict[str, float], after: dict[str, float]) -> float:
+    """Computed / real tokens: the ragged encoder's padding per formed batch where it pads, else the
+    tokenizer's (buckets, or each request's own longest text)."""
+    diff = {key: after[key] - before.get(key, 0.0) for key in after}
     real = diff.get("text_tokens_total:real", 0.0)
     computed = diff.get("ragged_batch_elements_total:computed") or diff.get("text_tokens_total:padded", 0.0)
     return computed / real if real else math.nan
@@ -202,192 +123,193 @@ def padding_waste(before: Counts, after: Counts) -> float:
 # --- measuring -------------------------------------------------------------------------------------
 
 
-def _target(server: TritonServer, model: str, corpus: list[CorpusText]) -> Target:
-    return Target(model, server.grpc_url, {"text": text_pool(corpus)}, {"embedding": EMBEDDING_BYTES})
+def _target(context: StudyContext, server: TritonServer, model: str, corpus: list[CorpusText]) -> Target:
+    """Texts in turn, over the profile's protocol (no shared memory: each request carries its text)."""
+    url = server.grpc_url if context.profile.protocol == "grpc" else server.http_url
+    inputs = {"text": text_pool(corpus)}
+    return Target(model, url, inputs, {"embedding": EMBEDDING_BYTES}, context.profile.protocol, cycle=True)
 
 
-async def _run(server: TritonServer, model: str, corpus: list[CorpusText], load: Load, settings, label: str):
-    target = _target(server, model, corpus)
-    return await measure_async(target, load, settings, label=label, caller_class=CorpusCaller)
+def _point(mode: str, load: str, measurement: Measurement, encoder: str, waste: float) -> Point:
+    stats = measurement.server.related.get(encoder) if measurement.server else None
+    formed = {s: b.executions for s, b in stats.batches.items() if b.executions} if stats else {}
+    failed = sum(not r.ok for r in measurement.records)
+    return Point(
+        mode, load, measurement.summary(), measurement.attempts, failed, formed, waste, measurement.records
+    )
 
 
 def measure_mode(
-    server: TritonServer, mode: TextMode, corpus: list[CorpusText], load: Load, settings: MeasureSettings,
-    load_name: str,
-) -> Point:  # fmt: skip
+    context: StudyContext,
+    server: TritonServer,
+    mode: TextMode,
+    corpus: list[CorpusText],
+    load: Load,
+    name: str,
+) -> Point:
     spec = mode.spec()
-    before = counts(server, spec)
-    measurement: Measurement = asyncio.run(
-        _run(server, spec.name, corpus, load, settings, f"{mode.name} {load_name}")
-    )
-    after = counts(server, spec)
-    formed = {s: b.executions for s, b in (after.encoder - before.encoder).batches.items() if b.executions}
-    return Point(
-        mode.name, load_name, measurement.summary(), measurement.attempts, formed,
-        padding_waste(before, after), measurement.records,
+    before = read_counters(server, spec)
+    measurement = context.measure(
+        server, _target(context, server, spec.name, corpus), load, f"{spec.name} {name}",
+        related=(spec.encoder_name, spec.tokenizer_name),
     )  # fmt: skip
+    return _point(
+        mode.name, name, measurement, spec.encoder_name, padding_waste(before, read_counters(server, spec))
+    )
 
 
 def measure_sharing(
-    server: TritonServer, mode: TextMode, queries: list[CorpusText], passages: list[CorpusText], rate: float,
-    plan: TextStudyPlan,
-) -> tuple[Point, Point]:  # fmt: skip
-    """Short queries (Poisson at ``rate``) while long passages keep the same server busy."""
-    spec = mode.spec()
+    context: StudyContext, server: TritonServer, mode: TextMode, queries: list[CorpusText],
+    passages: list[CorpusText], load: Load,
+) -> list[Point]:  # fmt: skip
+    """Short queries (open loop) while long passages keep the same server busy (closed loop)."""
+    spec, settings = mode.spec(), context.profile.settings
+    context.progress(f"{spec.name}: short queries with long passages sharing")
 
-    async def both():
+    async def both() -> list[Measurement]:
         return await asyncio.gather(
-            _run(server, spec.name, queries, poisson(rate, seed=7), plan.settings, "queries shared"),
-            _run(
-                server, spec.name, passages, closed_loop(plan.passage_concurrency), plan.settings, "passages"
+            measure_async(
+                _target(context, server, spec.name, queries), load, settings, label="queries shared"
             ),
-        )
+            measure_async(
+                _target(context, server, spec.name, passages), closed_loop(PASSAGES_IN_FLIGHT), settings,
+                label="passages",
+            ),
+        )  # fmt: skip
 
-    before = counts(server, spec)
+    before = read_counters(server, spec)
     shared, busy = asyncio.run(both())
-    after = counts(server, spec)
-    formed = {s: b.executions for s, b in (after.encoder - before.encoder).batches.items() if b.executions}
-    waste = padding_waste(before, after)
-    return (
-        Point(mode.name, "queries shared", shared.summary(), shared.attempts, formed, waste, shared.records),
-        Point(mode.name, "passages", busy.summary(), busy.attempts, formed, waste, busy.records),
-    )
+    waste = padding_waste(before, read_counters(server, spec))
+    return [
+        _point(mode.name, "queries shared", shared, "", waste),
+        _point(mode.name, "passages", busy, "", waste),
+    ]
 
 
-def build_study_repository(plan: TextStudyPlan, repository: Path) -> None:
+def build_study_repository(modes: list[TextMode], repository: Path) -> None:
     """One ensemble per mode, all with the same encoder file (exported once, copied)."""
     done: dict[str, Path] = {}
-    for name in plan.modes:
-        mode = MODES[name]
+    for mode in modes:
         build_text_embedding(mode.spec(), repository, num_gpus=0, ragged=mode.ragged, done=done)
 
 
-def measure_references(
-    plan: TextStudyPlan, result: TextStudyResult, corpus: list[CorpusText], onnx: Path
-) -> None:
-    folder = model_folder(DEFAULT_PACKAGE)
-    tokenizer_path = str(folder / "tokenizer.json")
-    bucketed = TextTokenizer(tokenizer_path, 256, DEFAULT_BUCKETS)
-    exact = TextTokenizer(tokenizer_path, 256)
+def measure_references(profile: Profile, result: TextResult, corpus: list[CorpusText], onnx: Path) -> None:
+    """The in-process references on the corpus's first texts (server stopped: they get the cores)."""
+    corpus = corpus[: profile.text_reference_texts]
+    tokenizer_path = str(model_folder(DEFAULT_PACKAGE) / "tokenizer.json")
+    bucketed, exact = TextTokenizer(tokenizer_path, 256, DEFAULT_BUCKETS), TextTokenizer(tokenizer_path, 256)
     served = result.point("buckets", "closed mixed")
-    batches = sorted({*plan.raw_batches, *([max(1, round(served.mean_batch))] if served else [])})
-    for batch in batches:
+    same = [max(1, round(served.mean_batch))] if served and served.formed else []
+    for batch in sorted({*profile.raw_batch_sizes, *same}):
         rate, waste = raw_onnxruntime(str(onnx), bucketed, corpus, batch)
         result.raw[f"buckets, batch {batch}"] = [batch, rate, waste]
     rate, waste = raw_onnxruntime(str(onnx), exact, corpus, 1)
     result.raw["exact lengths, batch 1"] = [1, rate, waste]
-    if plan.references:
-        result.sentence_transformers = sentence_transformers_rate(DEFAULT_PACKAGE, corpus)
-    result.latency = bucket_latency(str(onnx), plan.latency_lengths, plan.latency_batches)
+    result.sentence_transformers = sentence_transformers_rate(DEFAULT_PACKAGE, corpus)
+    lengths = DEFAULT_BUCKETS if len(profile.text_modes) > 3 else (16, 64, 256)
+    batches = [b for b in LATENCY_BATCHES if b <= max(profile.raw_batch_sizes)]
+    result.latency = bucket_latency(str(onnx), lengths, batches)
 
 
-def run(plan: TextStudyPlan, folder: Path, workdir: Path = WORKDIR) -> TextStudyResult:
-    """Build, serve, measure every mode, then the in-process references (server stopped)."""
-    repository = workdir / "text_repository"
-    build_study_repository(plan, repository)
-    corpus = make_corpus(plan.corpus_size, seed=0)
-    queries = [c for c in corpus if c.kind == "query"]
-    passages = [c for c in corpus if c.kind == "passage"]
-    result = TextStudyResult(plan)
-    options = ServerOptions(repository=repository, startup_timeout_s=300, log_path=folder / "text_server.log")
-    with TritonServer(options) as server:
-        closed = closed_loop(plan.concurrency)
-        for name in plan.modes:
-            result.points.append(
-                measure_mode(server, MODES[name], corpus, closed, plan.settings, "closed mixed")
-            )
-            result.points.append(
-                measure_mode(server, MODES[name], queries, closed, plan.settings, "closed queries")
-            )
-        anchor = result.point("buckets", "closed mixed") or result.points[0]
-        result.rate = max(plan.load_fraction * anchor.summary.throughput, 1.0)
-        for name in plan.modes:
-            arrivals = poisson(result.rate, seed=plan.corpus_size)
-            result.points.append(
-                measure_mode(server, MODES[name], corpus, arrivals, plan.settings, "Poisson mixed")
-            )
-        share_mode = MODES["buckets" if "buckets" in plan.modes else plan.modes[0]]
-        short = result.point(share_mode.name, "closed queries")
-        share_rate = max(plan.share_fraction * short.summary.throughput, 1.0)
-        alone = measure_mode(
-            server, share_mode, queries, poisson(share_rate, seed=7), plan.settings, "queries alone"
-        )
-        result.points += [alone, *measure_sharing(server, share_mode, queries, passages, share_rate, plan)]
-    onnx = repository / MODES[plan.modes[0]].spec().encoder_name / "1" / "model.onnx"
-    measure_references(plan, result, corpus, onnx)
-    return result
+class TextStudy:
+    name = "text_embedding"
+    title = "text-embedding study (all-MiniLM-L6-v2: no batching, exact lengths, buckets, padded to longest)"
+
+    def steps(self, profile: Profile) -> int:
+        modes = len(profile.text_modes)
+        return 0 if not modes else 2 + 3 * modes + 2 + 1
+
+    def run(self, context: StudyContext) -> StudyReport:
+        result = self._measure(context)
+        return write_text_report(context, self, result)
+
+    def _measure(self, context: StudyContext) -> TextResult:
+        profile = context.profile
+        modes = [MODES[name] for name in profile.text_modes]
+        repository = context.workdir / "text_repository"  # kept: a rebuild reuses the exported encoder
+        context.progress("building the text study repository (encoder exported once)")
+        build_study_repository(modes, repository)
+        corpus = make_corpus(profile.text_corpus, seed=profile.seed)
+        queries = [c for c in corpus if c.kind == "query"]
+        passages = [c for c in corpus if c.kind == "passage"]
+        result = TextResult(profile)
+        context.progress("starting tritonserver")
+        with context.server(repository, "text-server.log", startup_timeout_s=300) as server:
+            saturate = closed_loop(profile.goal_concurrency)
+            for mode in modes:
+                result.points.append(measure_mode(context, server, mode, corpus, saturate, "closed mixed"))
+                result.points.append(measure_mode(context, server, mode, queries, saturate, "closed queries"))
+            anchor = result.point("buckets", "closed mixed") or result.points[0]
+            result.rate = max(profile.poisson_fraction * anchor.summary.throughput, 1.0)
+            for mode in modes:
+                load = context.open_load(result.rate)
+                result.points.append(measure_mode(context, server, mode, corpus, load, "open mixed"))
+            shared_mode = MODES["buckets"] if "buckets" in profile.text_modes else modes[0]
+            short = result.point(shared_mode.name, "closed queries")
+            load = context.open_load(max(SHARE_FRACTION * short.summary.throughput, 1.0), seed_offset=1)
+            result.points.append(measure_mode(context, server, shared_mode, queries, load, "queries alone"))
+            result.points += measure_sharing(context, server, shared_mode, queries, passages, load)
+        context.progress("references in-process: raw onnxruntime, sentence-transformers, latency per length")
+        onnx = repository / modes[0].spec().encoder_name / "1" / "model.onnx"
+        measure_references(profile, result, corpus, onnx)
+        return result
 
 
 # --- goals and report ------------------------------------------------------------------------------
 
 
-def _served_vs_raw(result: TextStudyResult) -> Goal | None:
+def served_vs_raw(result: TextResult) -> Goal:
+    spec = GOALS["text served vs raw"]
     served = result.point("buckets", "closed mixed")
-    if not served or not served.formed:
-        return None
-    batch = max(1, round(served.mean_batch))
+    batch = max(1, round(served.mean_batch)) if served and served.formed else 0
     raw = result.raw.get(f"buckets, batch {batch}")
-    if raw is None:
-        return None
+    if not served or raw is None:
+        return Goal(spec.name, spec.target(), "not measured", None)
     value = served.summary.throughput / raw[1]
     measured = (
         f"{ratio(value)} ({served.summary.throughput:.1f} vs {raw[1]:.1f} sentences/s at batch {batch})"
     )
     return Goal(
-        "served text embedding ≥ 0.8× raw onnxruntime at the same batches", "≥ 0.80×", measured, value >= 0.8,
-        "raw runs in-process (tokenization included); serving adds gRPC, the ensemble and two Python-backend "
-        "hops, on the same 2 cores as the client",
+        spec.name, spec.target(), measured, spec.met(value),
+        "raw runs in-process, tokenization included; serving adds gRPC, the ensemble and two Python-backend "
+        "hops, on the same cores as the client",
     )  # fmt: skip
 
 
-def _dynamic_vs_none(result: TextStudyResult) -> Goal | None:
+def dynamic_vs_none(result: TextResult) -> Goal:
+    spec = GOALS["text dynamic vs none"]
     none, dyn = result.point("none", "closed queries"), result.point("buckets", "closed queries")
     if not none or not dyn:
-        return None
+        return Goal(spec.name, spec.target(), "not measured", None)
     value = dyn.summary.throughput / none.summary.throughput
     measured = (
         f"{ratio(value)} ({dyn.summary.throughput:.1f} vs {none.summary.throughput:.1f} sentences/s, "
         f"mean formed batch {number(dyn.mean_batch)} vs {number(none.mean_batch)})"
     )
-    return Goal(
-        "dynamic batching (buckets) ≥ 1.5× no batching on short queries", "≥ 1.50×", measured, value >= 1.5
-    )
+    return Goal(spec.name, spec.target(), measured, spec.met(value))
 
 
-def _sharing(result: TextStudyResult) -> Goal | None:
+def sharing(result: TextResult) -> Goal:
+    spec = GOALS["text short-query p99 shared"]
     alone = next((p for p in result.points if p.load == "queries alone"), None)
     shared = next((p for p in result.points if p.load == "queries shared"), None)
     if not alone or not shared:
-        return None
+        return Goal(spec.name, spec.target(), "not measured", None)
     value = shared.summary.p99_ms / alone.summary.p99_ms
     measured = (
-        f"{ratio(value)} (p99 {shared.summary.p99_ms:.1f} ms shared vs {alone.summary.p99_ms:.1f} alone)"
+        f"{ratio(value)} (p99 {number(shared.summary.p99_ms)} ms shared vs {number(alone.summary.p99_ms)})"
     )
     return Goal(
-        "short-query p99 not inflated by long passages sharing the server", "≤ 1.50×", measured, value <= 1.5,
+        spec.name, spec.target(), measured, spec.met(value),
         "one encoder instance: a query waits behind a running batch of long passages (head-of-line)",
     )  # fmt: skip
 
 
-def goals(result: TextStudyResult) -> list[Goal]:
-    """The issue's three goals, each as a ratio within this run (absent when not measured)."""
-    return [g for g in (_served_vs_raw(result), _dynamic_vs_none(result), _sharing(result)) if g is not None]
+def goals(result: TextResult) -> list[Goal]:
+    return [served_vs_raw(result), dynamic_vs_none(result), sharing(result)]
 
 
-def _rows(result: TextStudyResult, load: str) -> list[list[str]]:
-    base = result.point("none", load)
-    rows = []
-    for point in (p for p in result.points if p.load == load):
-        gain = point.summary.throughput / base.summary.throughput if base else math.nan
-        rows.append([
-            MODES[point.mode].title, number(point.summary.throughput), number(point.summary.p50_ms),
-            number(point.summary.p99_ms), number(point.mean_batch, 2), ratio(point.padding_waste),
-            f"{sum(not r.ok for r in point.records)}/{point.sent}", ratio(gain),
-        ])  # fmt: skip
-    return rows
-
-
-MODE_HEADER = [
+HEADER = [
     "mode",
     "sentences/s",
     "p50 ms",
@@ -399,26 +321,51 @@ MODE_HEADER = [
 ]
 
 
-def report(result: TextStudyResult) -> str:
-    plan = result.plan
+def _rows(result: TextResult, load: str) -> list[list[str]]:
+    base = result.point("none", load)
+    rows = []
+    for point in (p for p in result.points if p.load == load):
+        gain = point.summary.throughput / base.summary.throughput if base else math.nan
+        rows.append([
+            MODES[point.mode].title, number(point.summary.throughput), number(point.summary.p50_ms),
+            number(point.summary.p99_ms), number(point.mean_batch, 2), ratio(point.padding_waste),
+            f"{point.failed}/{point.sent}", ratio(gain),
+        ])  # fmt: skip
+    return rows
+
+
+def report_lines(result: TextResult) -> list[str]:
+    profile = result.profile
     lines = [
         "# Text embedding study (all-MiniLM-L6-v2)",
         "",
-        f"Corpus: {plan.corpus_size} deterministic texts (60% queries of 3–10 words, 25% sentences of 12–30, "
-        f"15% passages of 90–200); one text per request, gRPC. Padding waste = computed / real tokens.",
+        f"Corpus: {profile.text_corpus} deterministic texts (about 60% queries of 3–10 words, 25% sentences "
+        f"of 12–30, 15% passages of 90–200); one text per request over {profile.protocol}. Padding waste = "
+        "computed / real tokens. Formed batches are the encoder's, over the measured windows.",
     ]
     for load, title in (
-        ("closed mixed", f"Closed loop, concurrency {plan.concurrency}, mixed corpus"),
-        ("closed queries", f"Closed loop, concurrency {plan.concurrency}, short queries only"),
-        ("Poisson mixed", f"Poisson {result.rate:.1f}/s (same arrivals for every mode), mixed corpus"),
+        ("closed mixed", f"Closed loop, concurrency {profile.goal_concurrency}, mixed corpus"),
+        ("closed queries", f"Closed loop, concurrency {profile.goal_concurrency}, short queries only"),
+        ("open mixed", f"Open loop at {result.rate:.1f}/s (same arrivals for every mode), mixed corpus"),
     ):
-        lines += ["", f"## {title}", "", table(MODE_HEADER, _rows(result, load))]
-    sharing = [p for p in result.points if p.load in ("queries alone", "queries shared", "passages")]
-    lines += ["", "## Short queries with long passages sharing the server", "", table(
-        ["stream", "sentences/s", "p50 ms", "p99 ms", "mean formed batch"],
-        [[p.load, number(p.summary.throughput), number(p.summary.p50_ms), number(p.summary.p99_ms),
-          number(p.mean_batch, 2)] for p in sharing],
-    )]  # fmt: skip
+        lines += ["", f"## {title}", "", table(HEADER, _rows(result, load))]
+    sharing_rows = [
+        [
+            p.load,
+            number(p.summary.throughput),
+            number(p.summary.p50_ms),
+            number(p.summary.p99_ms),
+            f"{p.failed}/{p.sent}",
+        ]
+        for p in result.points
+        if p.load in ("queries alone", "queries shared", "passages")
+    ]
+    lines += [
+        "",
+        "## Short queries alone, and with long passages sharing the server (dynamic + buckets)",
+        "",
+        table(["stream", "sentences/s", "p50 ms", "p99 ms", "failed/sent"], sharing_rows),
+    ]
     refs = [
         [f"raw onnxruntime in-process ({label})", number(v[1]), ratio(v[2])]
         for label, v in result.raw.items()
@@ -426,43 +373,44 @@ def report(result: TextStudyResult) -> str:
     refs.append(
         ["sentence-transformers encode(batch_size=32) in-process", number(result.sentence_transformers), "–"]
     )
-    lines += ["", "## References (same run, server stopped, tokenization included)", "",
-              table(["reference", "sentences/s", "padding waste"], refs)]  # fmt: skip
+    lines += [
+        "",
+        f"## References (same run, server stopped, first {profile.text_reference_texts} texts, "
+        "tokenization included)",
+        "",
+        table(["reference", "sentences/s", "padding waste"], refs),
+    ]
     fits = []
     for length, points in sorted(result.latency.items()):
         fit = fit_latency(points)
         top = max(points)
-        fits.append([length, number(fit.t_ms, 2), number(fit.dt_ms, 2), f"{fit.r2:.3f}",
-                     ratio(fit.throughput(top) / fit.throughput(1)), f"batch {top}"])  # fmt: skip
-    lines += ["", "## Latency model per padded length: T_batch(N) = T + (N−1)·Δt (raw onnxruntime)", "",
-              table(["length", "T ms", "Δt ms", "R²", "predicted gain", "at"], fits)]  # fmt: skip
-    lines += ["", "## Goals", "", table(
-        ["goal", "target", "measured", "verdict", "what limits it"],
-        [[g.name, g.target, g.measured, {True: "met", False: "MISSED", None: "n/a"}[g.met], g.limits]
-         for g in goals(result)],
-    )]  # fmt: skip
-    return "\n".join(lines) + "\n"
+        fits.append(
+            [
+                length,
+                number(fit.t_ms, 2),
+                number(fit.dt_ms, 2),
+                f"{fit.r2:.3f}",
+                ratio(fit.throughput(top) / fit.throughput(1)),
+                top,
+            ]
+        )
+    lines += [
+        "",
+        "## Latency model per padded length: T_batch(N) = T + (N−1)·Δt (raw onnxruntime, 1 thread)",
+        "",
+        table(["length", "T ms", "Δt ms", "R²", "predicted gain at the top batch", "top batch"], fits),
+    ]
+    lines += ["", "## Goals", "", goals_table(goals(result))]
+    return lines
 
 
-def write(result: TextStudyResult, folder: Path) -> Path:
-    folder.mkdir(parents=True, exist_ok=True)
-    write_csv([r for p in result.points for r in p.records], folder / "text_records.csv")
+def write_text_report(context: StudyContext, study: TextStudy, result: TextResult) -> StudyReport:
+    write_csv([r for p in result.points for r in p.records], context.folder / "text_records.csv")
     figures = {
         "rate": result.rate, "raw": result.raw, "sentence_transformers": result.sentence_transformers,
-        "latency": result.latency, "plan": asdict(replace(result.plan)),
-        "points": [{**{k: v for k, v in asdict(p).items() if k != "records"}, "mean_batch": p.mean_batch}
+        "latency": result.latency,
+        "points": [{"mode": p.mode, "load": p.load, "summary": p.summary, "sent": p.sent, "failed": p.failed,
+                    "formed": p.formed, "mean_batch": p.mean_batch, "padding_waste": p.padding_waste}
                    for p in result.points],
-        "goals": [asdict(g) for g in goals(result)],
     }  # fmt: skip
-    (folder / "text_embedding.json").write_text(json.dumps(figures, indent=2, default=str))
-    path = folder / "text_embedding.md"
-    path.write_text(report(result))
-    return path
-
-
-def run_text_study(profile: str, folder: Path) -> Path | None:
-    """The study for a ``make perf`` profile (None for profiles without one); returns the report."""
-    plan = PLANS.get(profile)
-    if plan is None:
-        return None
-    return write(run(plan, folder), folder)
+    return write_report(context, study, report_lines(result), goals(result), figures)
