@@ -84,8 +84,8 @@ def encoder_config(spec: TextEmbeddingSpec, num_gpus: int, ragged: bool = False)
         dynamic_batching=dynamic_batching(spec.batching),
         model_warmup=_warmups(spec),
         parameters={
-            "intra_op_thread_count": str(spec.intra_op_threads),
-            "inter_op_thread_count": str(spec.inter_op_threads),
+            "intra_op_thread_count": str(spec.threads.intra_op),
+            "inter_op_thread_count": str(spec.threads.inter_op),
         },
     )
 

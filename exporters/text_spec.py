@@ -82,14 +82,6 @@ class TextEmbeddingSpec:
         """Every model folder the service owns: the ensemble and its two stages."""
         return (self.name, self.tokenizer_name, self.encoder_name)
 
-    @property
-    def intra_op_threads(self) -> int:
-        return self.threads.intra_op
-
-    @property
-    def inter_op_threads(self) -> int:
-        return self.threads.inter_op
-
 
 def parse_text_embeddings(items: Any, taken: set[str]) -> tuple[TextEmbeddingSpec, ...]:
     """Parse the section; ``taken`` holds the repository names already used (updated in place)."""
