@@ -4,7 +4,9 @@ C++ backend is absent (the embedded tritonserver from the nvidia-pytriton wheel)
 Placed at ``<backend-dir>/onnxruntime/model.py`` by the launcher, so the same repository runs unchanged
 here and on the native backend inside the NGC container. It reads only standard config fields:
 ``default_model_filename``, the ``intra_op_thread_count`` / ``inter_op_thread_count`` parameters, and a
-``tensorrt`` GPU execution accelerator. The whole list of requests Triton hands to ``execute`` runs as
+``tensorrt`` GPU execution accelerator, and the input guards' ``input_ranges`` /
+``allow_non_finite_inputs`` parameters (written by ``exporters.guards``; the native backend ignores
+them). The whole list of requests Triton hands to ``execute`` runs as
 one onnxruntime call (see ``batching.py``); a bad request gets its own error response.
 
 Placed in a model's own folder and served with ``backend: "python"``, it also runs inputs marked
@@ -22,7 +24,13 @@ add_launcher_paths()
 import numpy as np  # noqa: E402
 import onnxruntime as ort  # noqa: E402
 import triton_python_backend_utils as pb_utils  # noqa: E402
-from batching import InvalidInputError, TensorInfo, pad_concatenate, run_batched  # noqa: E402
+from batching import (  # noqa: E402
+    InvalidInputError,
+    TensorInfo,
+    pad_concatenate,
+    run_batched,
+    with_value_guards,
+)
 from onnxruntime.capi.onnxruntime_pybind11_state import InvalidArgument  # noqa: E402
 
 
@@ -92,7 +100,10 @@ class TritonPythonModel:
     def initialize(self, args: dict) -> None:
         config = json.loads(args["model_config"])
         self.name = config["name"]
-        self.inputs = _tensor_infos(config["input"])
+        try:
+            self.inputs = with_value_guards(_tensor_infos(config["input"]), config)
+        except ValueError as error:
+            raise pb_utils.TritonModelException(f"{self.name}: {error}") from error
         self.outputs = _tensor_infos(config["output"])
         version_dir = os.path.join(args["model_repository"], args["model_version"])
         filename = config.get("default_model_filename") or "model.onnx"
