@@ -18,7 +18,7 @@ setup: $(STAMP) ## create .venv and install everything (torch CPU, tritonclient,
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
-	$(BIN)/pip install --quiet --disable-pip-version-check -e '.[dev]'
+	$(BIN)/pip install --quiet --disable-pip-version-check -e '.[dev,reference]'
 	touch $@
 
 repo: setup ## export the models of $(SPEC) into $(REPO) (ONNX + config.pbtxt, checked against torch)

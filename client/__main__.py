@@ -2,7 +2,7 @@
 
 ``infer --check`` rebuilds the torch model the served one was exported from (via ``models.yaml``),
 compares the answers within the precision's tolerance, and exits 1 on a mismatch, so it can gate a
-deployment script.
+deployment script; a text-embedding service is held to sentence-transformers on the same texts.
 """
 
 from __future__ import annotations
@@ -43,6 +43,11 @@ def _metadata(client, args) -> int:
 
 
 def _infer(client, args) -> int:
+    from client.text_reference import infer_text, text_entry  # torch: only for the command that needs it
+
+    entry = text_entry(args.spec, args.model, bool(args.text))
+    if entry is not None:
+        return infer_text(client, args.protocol, args.model, entry, args.text, args.check)
     from client.reference import reference  # torch and the zoo, only for the command that needs them
 
     expected = reference(args.spec, args.model, args.batch, args.seed)
@@ -101,6 +106,11 @@ def _parser() -> argparse.ArgumentParser:
         "--shm", choices=("none", "system"), default="none", help="pass tensors by system shared memory"
     )
     run.add_argument("--check", action="store_true", help="exit 1 unless the answer matches the torch model")
+    run.add_argument(
+        "--text",
+        action="append",
+        help="a text to embed (text-embedding models; repeatable; default: a corpus)",
+    )
     stats = sub.add_parser("stats", help="server statistics: formed batches, queue and compute time")
     stats.add_argument("--model", default="")
     return parser

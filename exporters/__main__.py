@@ -19,6 +19,7 @@ from exporters.init_entry import entry_yaml, init_entry
 from exporters.pipeline_build import BuiltPipeline, build_pipelines
 from exporters.repository import build_repository
 from exporters.spec import load_spec
+from exporters.text_embedding import build_text_embeddings
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -70,11 +71,14 @@ def main(argv: list[str] | None = None) -> int:
             return 0
         spec = load_spec(args.spec)
         if args.command == "validate":
-            console.print(f"{args.spec}: {len(spec.models)} models, {len(spec.pipelines)} pipelines, valid")
+            console.print(
+                f"{args.spec}: {len(spec.models)} models, {len(spec.pipelines)} pipelines, "
+                f"{len(spec.text_embeddings)} text embeddings, valid"
+            )
             return 0
         gpus = detect_gpu_count() if args.gpus is None else args.gpus
         only = args.models.split(",") if args.models else None
-        count = len(only) if only else len(spec.models) + len(spec.pipelines)
+        count = len(only) if only else len(spec.models) + len(spec.pipelines) + len(spec.text_embeddings)
         with Progress(console=console, transient=True) as progress:
             task = progress.add_task("exporting", total=count)
 
@@ -86,6 +90,8 @@ def main(argv: list[str] | None = None) -> int:
 
             built = build_repository(spec, args.repository, gpus, only, on_model=advance)
             pipelines = build_pipelines(spec, args.repository, gpus, only, on_pipeline=advance_pipeline)
+            progress.update(task, description="exporting text embeddings")
+            texts = build_text_embeddings(spec.text_embeddings, args.repository, gpus, only)
             progress.update(task, completed=count)
     except SpecError as error:
         console.print(f"[red]spec error[/red] {error}")
@@ -112,6 +118,13 @@ def main(argv: list[str] | None = None) -> int:
     console.print(table)
     if pipelines:
         console.print(_pipeline_table(pipelines))
+    for item in texts:
+        record = item.record
+        console.print(
+            f"text embedding {item.spec.name} ({item.spec.precision}, buckets {list(item.spec.buckets)}): "
+            f"max abs error {record['max_abs_error']:.1e}, min cosine {record['min_cosine']:.6f} vs torch"
+            f"{' (cached)' if record['cached'] else ''}"
+        )
     return 0
 
 

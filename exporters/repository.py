@@ -84,9 +84,11 @@ def build_repository(
     """
     selected = [m for m in spec.models if only is None or m.name in set(only)]
     missing = set(only or ()) - {m.name for m in spec.models} - {p.name for p in spec.pipelines}
+    missing -= {t.name for t in spec.text_embeddings}
     if missing:
         spec.model(sorted(missing)[0])  # raises SpecError naming the unknown model
     keep = [m.name for m in spec.models] + [name for p in spec.pipelines for name in p.repository_names]
+    keep += [name for t in spec.text_embeddings for name in t.repository_names]
     prepare_repository(repository, keep)
     built = []
     for model in selected:

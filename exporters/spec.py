@@ -452,6 +452,7 @@ class Spec:
 
     models: tuple[ModelSpec, ...]
     pipelines: tuple[PipelineSpec, ...] = ()
+    text_embeddings: tuple[Any, ...] = ()  # exporters.text_spec.TextEmbeddingSpec (its own module)
 
     def __post_init__(self) -> None:
         check_fields(self)
@@ -544,7 +545,7 @@ def parse_spec(data: Any, base_dir: Path | None = None) -> Spec:
         raise SpecError("spec", f"must be a mapping, got {type(data).__name__}")
     unknown = sorted(set(data) - {f.name for f in dataclasses.fields(Spec)})
     if unknown:
-        raise SpecError(unknown[0], "unknown field (allowed: models, pipelines)")
+        raise SpecError(unknown[0], "unknown field (allowed: models, pipelines, text_embeddings)")
     if not isinstance(data.get("models"), list) or not data["models"]:
         raise SpecError("models", "must be a non-empty list")
     models = tuple(parse_model(item, f"models[{i}]", base_dir) for i, item in enumerate(data["models"]))
@@ -552,7 +553,13 @@ def parse_spec(data: Any, base_dir: Path | None = None) -> Spec:
     if not isinstance(items, list):
         raise SpecError("pipelines", "must be a list")
     pipelines = tuple(parse_pipeline(item, f"pipelines[{i}]", models) for i, item in enumerate(items))
-    return Spec(models, pipelines)
+    spec = Spec(models, pipelines)
+    from exporters.text_spec import parse_text_embeddings  # it builds on this module's dataclasses
+
+    taken = {m.name for m in models} | {n for p in pipelines for n in p.repository_names}
+    return dataclasses.replace(
+        spec, text_embeddings=parse_text_embeddings(data.get("text_embeddings", []), taken)
+    )
 
 
 def load_spec(path: str | Path) -> Spec:

@@ -121,5 +121,6 @@ def _plain(value: object) -> object:
 def studies() -> list[Study]:
     """The studies that run after the batching study, in order (imported here: they pull in torch)."""
     from perf.pipeline_study import PipelineStudy
+    from perf.text_study import TextStudy
 
-    return [PipelineStudy()]
+    return [PipelineStudy(), TextStudy()]

@@ -85,6 +85,11 @@ GOALS: dict[str, GoalSpec] = {
                  higher_is_better=False),
         GoalSpec("failed during live updates", "failed requests ≤ {limit} during embedding row updates and a "
                  "dense version swap", 0.0, higher_is_better=False),
+        # the text-embedding study
+        GoalSpec("text served vs raw", "served / raw onnxruntime at the same batches ≥ {limit}×", 0.8),
+        GoalSpec("text dynamic vs none", "dynamic (buckets) ≥ {limit}× no batching on short queries", 1.5),
+        GoalSpec("text short-query p99 shared", "short-query p99 with long passages sharing ≤ {limit}× alone",
+                 1.5, higher_is_better=False),
     )
 }  # fmt: skip
 # Where a missed goal's explanation starts pointing at a limit (diagnoses, not goals).

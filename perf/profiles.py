@@ -19,6 +19,7 @@ from perf.measure import MeasureSettings
 from perf.pipeline_plan import COMPARISONS
 from perf.study_spec import FAMILIES, MODES
 from perf.target import PROTOCOLS, Target, target_from_spec
+from perf.text_plan import MODES as TEXT_MODES
 
 
 class ServerURLs(Protocol):
@@ -49,11 +50,22 @@ class Profile:
     pipelines: tuple[str, ...] = tuple(COMPARISONS)
     pipeline_load_fraction: float = 0.5
     live_updates: int = 20
+    # The text-embedding study: its modes (none: not run), corpus size, and how many of the corpus's
+    # texts the in-process references (raw onnxruntime, sentence-transformers) embed.
+    text_modes: tuple[str, ...] = ("none", "exact", "buckets", "longest")
+    text_corpus: int = 512
+    text_reference_texts: int = 128
 
     def __post_init__(self) -> None:
         _known("models (--models)", self.families, FAMILIES)
         _known("modes (--modes)", self.modes, MODES)
         _known("pipelines", self.pipelines, COMPARISONS)
+        _known("text modes", self.text_modes, TEXT_MODES)
+        if self.text_corpus < 16 or not 1 <= self.text_reference_texts <= self.text_corpus:
+            raise OptionError(
+                f"text_corpus must be >= 16 and text_reference_texts in 1..text_corpus, got "
+                f"{self.text_corpus} and {self.text_reference_texts}"
+            )
         if not self.modes or not self.families:
             raise OptionError("a study needs at least one model (--models) and one mode (--modes)")
         if any(c < 1 for c in (*self.concurrencies, self.goal_concurrency)):
@@ -107,6 +119,9 @@ PROFILES: dict[str, Profile] = {
         raw_seconds=0.25,
         pipelines=QUICK_PIPELINES,
         live_updates=10,
+        text_modes=("none", "buckets", "longest"),
+        text_corpus=256,
+        text_reference_texts=64,
     ),
     # What the integration test runs: seconds, not minutes; the numbers are not meant to be stable.
     "smoke": Profile(
@@ -119,6 +134,7 @@ PROFILES: dict[str, Profile] = {
         raw_batch_sizes=(1, 32),
         raw_seconds=0.1,
         pipelines=(),  # the smoke test checks the batching study; the pipeline study has its own tests
+        text_modes=(),  # and the text study too (tests/integration/test_text_study.py)
     ),
 }
 

@@ -45,10 +45,15 @@ class Target:
     collect: int = 1
     shared_memory: bool = False
     max_in_flight: int = 256  # open loop: arrivals beyond this are shed and recorded as failures
+    # Each request takes the next rows of the pool (wrapping) instead of the first ones: for pools whose
+    # rows differ in cost, e.g. texts of different lengths, so that every row is really sent.
+    cycle: bool = False
 
     def __post_init__(self) -> None:
         if self.protocol not in PROTOCOLS:
             raise OptionError(f"protocol must be one of {sorted(PROTOCOLS)}, got {self.protocol!r}")
+        if self.cycle and self.shared_memory:
+            raise OptionError("cycling through the input pool needs inputs in the request (no --shm)")
         rows = {a.shape[0] for a in self.inputs.values()}
         if len(rows) != 1 or min(rows) < self.collect:
             raise OptionError(f"input pool needs equal rows >= collect ({self.collect}), got {rows}")
@@ -90,7 +95,8 @@ class Caller:
         self.attempts = 0  # calls started plus arrivals shed; every one ends as exactly one record
         self.free: asyncio.Queue[int] = asyncio.Queue()
         self._regions: list[tuple[str, Any]] = []
-        self._inputs: dict[int, list[Any]] = {}
+        self._inputs: dict[tuple[int, int], list[Any]] = {}
+        self._next_row = 0  # with ``target.cycle``: the pool row the next request starts at
         self._outputs: dict[int, list[Any]] = {}
 
     async def __aenter__(self) -> Caller:
@@ -142,11 +148,18 @@ class Caller:
         self._output_regions = [await self._region(max(per_slot, 64)) for _ in range(self.slot_count)]
 
     def _request_inputs(self, batch: int) -> list[Any]:
-        """The ``InferInput``s for a request of ``batch`` samples, built once per batch size."""
-        if batch not in self._inputs:
+        """The ``InferInput``s for a request of ``batch`` samples, built once per batch size (and, with
+        ``cycle``, per starting row)."""
+        start = 0
+        if self.target.cycle:
+            start, self._next_row = self._next_row % self.pool_rows, self._next_row + batch
+        key = (batch, start)
+        if key not in self._inputs:
             tensors, offset = [], 0
             for name, pool in self.target.inputs.items():
-                rows = pool[:batch]
+                rows = (
+                    np.take(pool, range(start, start + batch), axis=0, mode="wrap") if start else pool[:batch]
+                )
                 tensor = self.module.InferInput(name, list(rows.shape), np_to_triton_dtype(rows.dtype))
                 if self.target.shared_memory:
                     tensor.set_shared_memory(self._input_region, rows.nbytes, offset=offset)
@@ -154,8 +167,8 @@ class Caller:
                     tensor.set_data_from_numpy(rows)
                 tensors.append(tensor)
                 offset += pool.nbytes
-            self._inputs[batch] = tensors
-        return self._inputs[batch]
+            self._inputs[key] = tensors
+        return self._inputs[key]
 
     def _request_outputs(self, batch: int, slot: int) -> list[Any] | None:
         if not self.target.shared_memory:

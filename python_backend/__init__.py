@@ -3,7 +3,8 @@
 The Python backend's stub runs an embedded interpreter that ignores the virtual environment and
 imports only what sits beside the ``model.py`` it serves (or in the backend folder). So each model here
 is installed as a flat folder: its own files plus the runtime helpers they import. This package says
-which files those are (``install_onnxruntime_backend``, ``install_torch_stage``); the launcher and the
+which files those are (``install_onnxruntime_backend``, ``install_torch_stage``,
+``install_text_tokenizer``); the launcher and the
 repository builders call these and list no files of ours themselves.
 """
 
@@ -18,6 +19,7 @@ RUNTIME_HELPERS = ("runtime_paths.py", "batching.py", "dtypes.py")
 ONNXRUNTIME_BACKEND = ("onnxruntime/model.py", *RUNTIME_HELPERS)
 TORCH_STAGE = ("torch_stage/model.py", "torch_stage/safe_program.py", "torch_stage/embedding_rows.py",
                *RUNTIME_HELPERS)  # fmt: skip
+TEXT_TOKENIZER = ("text_tokenizer/model.py", "text_tokenizer/tokens.py", *RUNTIME_HELPERS)
 
 
 def _install(files: tuple[str, ...], destination: Path) -> None:
@@ -29,6 +31,11 @@ def _install(files: tuple[str, ...], destination: Path) -> None:
 def install_onnxruntime_backend(destination: Path) -> None:
     """``destination`` becomes ``<backend-dir>/onnxruntime``: serves ``backend: "onnxruntime"`` models."""
     _install(ONNXRUNTIME_BACKEND, destination)
+
+
+def install_text_tokenizer(destination: Path) -> None:
+    """``destination`` (a tokenizer stage's version folder) receives the tokenizer model and helpers."""
+    _install(TEXT_TOKENIZER, destination)
 
 
 def install_torch_stage(destination: Path) -> None:

@@ -125,6 +125,23 @@ def validate(arrays: Arrays, inputs: Sequence[TensorInfo]) -> int:
     return rows or 0
 
 
+def pad_concatenate(arrays: list[np.ndarray]) -> np.ndarray:
+    """Concatenate along dim 0 after zero-padding dim 1 to the longest: a ragged batch made dense.
+
+    For token inputs (ids and attention mask) zero is the padding the model masks out; this is what
+    "padded to the longest member of the formed batch" costs, the alternative to length buckets.
+    """
+    longest = max(a.shape[1] for a in arrays)
+    if all(a.shape[1] == longest for a in arrays):
+        return np.concatenate(arrays)
+    widths = [(0, 0), (0, 0)] + [(0, 0)] * (arrays[0].ndim - 2)
+    padded = []
+    for array in arrays:
+        widths[1] = (0, longest - array.shape[1])
+        padded.append(np.pad(array, widths))
+    return np.concatenate(padded)
+
+
 def _split(outputs: Arrays, sizes: Sequence[int]) -> list[Arrays]:
     bounds = [0, *np.cumsum(sizes).tolist()]
     return [

@@ -8,6 +8,10 @@ here and on the native backend inside the NGC container. It reads only standard 
 ``allow_non_finite_inputs`` parameters (written by ``exporters.guards``; the native backend ignores
 them). The whole list of requests Triton hands to ``execute`` runs as
 one onnxruntime call (see ``batching.py``); a bad request gets its own error response.
+
+Placed in a model's own folder and served with ``backend: "python"``, it also runs inputs marked
+``allow_ragged_batch``: requests of different lengths are zero-padded to the longest of the formed
+batch (the text study's padded-to-longest variant; the native backend would not pad them).
 """
 
 import json
@@ -20,7 +24,13 @@ add_launcher_paths()
 import numpy as np  # noqa: E402
 import onnxruntime as ort  # noqa: E402
 import triton_python_backend_utils as pb_utils  # noqa: E402
-from batching import InvalidInputError, TensorInfo, run_batched, with_value_guards  # noqa: E402
+from batching import (  # noqa: E402
+    InvalidInputError,
+    TensorInfo,
+    pad_concatenate,
+    run_batched,
+    with_value_guards,
+)
 from onnxruntime.capi.onnxruntime_pybind11_state import InvalidArgument  # noqa: E402
 
 
@@ -96,7 +106,10 @@ class TritonPythonModel:
             raise pb_utils.TritonModelException(f"{self.name}: {error}") from error
         self.outputs = _tensor_infos(config["output"])
         version_dir = os.path.join(args["model_repository"], args["model_version"])
-        path = os.path.join(version_dir, config.get("default_model_filename") or "model.onnx")
+        filename = config.get("default_model_filename") or "model.onnx"
+        if filename.endswith(".py"):  # served with backend "python", the field names this script
+            filename = "model.onnx"
+        path = os.path.join(version_dir, filename)
         if not os.path.isfile(path):
             raise pb_utils.TritonModelException(f"{self.name}: no model file at {path}")
         options = ort.SessionOptions()
@@ -116,8 +129,21 @@ class TritonPythonModel:
                 f"{self.name}: config inputs {sorted(declared)} != model {sorted(actual)}"
             )
         self.output_names = [t.name for t in self.outputs]
+        ragged = [e["name"] for e in config["input"] if e.get("allow_ragged_batch")]
+        self.concatenate = pad_concatenate if ragged else np.concatenate
+        self.ragged_input = ragged[0] if ragged else None
+        if ragged:  # what padding per formed batch costs: elements received vs elements computed
+            self.element_family = family = pb_utils.MetricFamily(
+                name="ragged_batch_elements_total",
+                description="elements of the first ragged input: as received, and as computed after padding",
+                kind=pb_utils.MetricFamily.COUNTER,
+            )
+            self.received = family.Metric(labels={"model": self.name, "kind": "real"})
+            self.computed = family.Metric(labels={"model": self.name, "kind": "computed"})
 
     def _run(self, feeds: dict) -> dict:
+        if self.ragged_input is not None:
+            self.computed.increment(int(feeds[self.ragged_input].size))
         try:
             outputs = self.session.run(self.output_names, feeds)
         except InvalidArgument as error:
@@ -135,10 +161,12 @@ class TritonPythonModel:
             if tensor is None:
                 return InvalidInputError(f"input '{info.name}' is missing")
             arrays[info.name] = tensor.as_numpy()
+        if self.ragged_input is not None:
+            self.received.increment(int(arrays[self.ragged_input].size))
         return arrays
 
     def execute(self, requests: list) -> list:
-        results = run_batched([self._read(r) for r in requests], self.inputs, self._run)
+        results = run_batched([self._read(r) for r in requests], self.inputs, self._run, self.concatenate)
         responses = []
         for result in results:
             if isinstance(result, Exception):

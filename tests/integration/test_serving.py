@@ -2,11 +2,8 @@
 
 from __future__ import annotations
 
-import json
 import subprocess
 import sys
-import urllib.error
-import urllib.request
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
@@ -17,7 +14,7 @@ import tritonclient.http as httpclient
 from tritonclient.utils import InferenceServerException
 
 from client.connection import connect
-from client.infer import infer
+from client.infer import infer, infer_json
 from client.reference import reference
 from client.stats import model_stats
 from exporters.spec import Spec
@@ -31,19 +28,6 @@ PROTOCOLS = ("http", "grpc")
 
 def _url(server: TritonServer, protocol: str) -> str:
     return server.http_url if protocol == "http" else server.grpc_url
-
-
-def _post(server: TritonServer, model: str, body: dict) -> tuple[int, dict]:
-    request = urllib.request.Request(
-        f"http://{server.http_url}/v2/models/{model}/infer",
-        data=json.dumps(body).encode(),
-        headers={"Content-Type": "application/json"},
-    )
-    try:
-        with urllib.request.urlopen(request, timeout=30) as response:
-            return response.status, json.loads(response.read())
-    except urllib.error.HTTPError as error:
-        return error.code, json.loads(error.read())
 
 
 def test_every_model_is_ready(server: TritonServer, serving_spec: Spec) -> None:
@@ -124,7 +108,7 @@ def test_raw_kserve_json_requests(server: TritonServer, serving_spec: Spec) -> N
                 for t in model.inputs
             ]
         }
-        status, answer = _post(server, model.name, body)
+        status, answer = infer_json(server.http_url, model.name, body)
         if model.precision == "fp16":
             assert status == 400 and f"binary data format for input {model.inputs[0].name}" in answer["error"]
             continue
@@ -144,10 +128,12 @@ def test_raw_kserve_json_requests(server: TritonServer, serving_spec: Spec) -> N
     ids=["wrong_dtype", "wrong_shape", "batch_above_max", "id_out_of_range"],
 )
 def test_bad_input_gets_400_naming_the_problem(server: TritonServer, body: dict, fragment: str) -> None:
-    status, answer = _post(server, "recommender", body)
+    status, answer = infer_json(server.http_url, "recommender", body)
     assert status == 400, answer
     assert fragment in answer["error"]
-    assert _post(server, "recommender", _recommender_json())[0] == 200  # the server still answers
+    assert (
+        infer_json(server.http_url, "recommender", _recommender_json())[0] == 200
+    )  # the server still answers
 
 
 def test_grpc_bad_input_is_invalid_argument(server: TritonServer) -> None:

@@ -16,7 +16,11 @@ from exporters.typed import choices, field_names, to_data
 
 def test_every_section_round_trips_through_yaml_data(spec_data: dict[str, Any]) -> None:
     spec = parse_spec(spec_data)
-    data = {"models": to_data(spec.models), "pipelines": to_data(spec.pipelines)}
+    data = {
+        "models": to_data(spec.models),
+        "pipelines": to_data(spec.pipelines),
+        "text_embeddings": to_data(spec.text_embeddings),
+    }
     assert parse_spec(data) == spec
     # Defaults are left out, so what comes back is what a person would write.
     assert "seed" not in data["models"][0] and data["models"][0]["max_batch_size"] == 64

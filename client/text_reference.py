@@ -1,0 +1,105 @@
+"""What a text-embedding service should answer: sentence-transformers' own ``encode`` on the same texts.
+
+The reference is the library users run in-process (``encode(normalize_embeddings=True)``) on the
+weights the service was built from, so ``infer --check`` proves the whole chain: tokenizer settings
+(truncation at the model's 256 tokens), the exported graph, pooling and normalisation.
+sentence-transformers comes with the ``test`` extra (``make setup`` installs it).
+"""
+
+from __future__ import annotations
+
+import sys
+from collections.abc import Sequence
+from dataclasses import dataclass
+from functools import cache
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from client.errors import ClientError
+from client.infer import infer
+from exporters.errors import SpecError
+from exporters.spec import load_spec
+from exporters.text_embedding import CHECK_TEXTS, FP16_MIN_COSINE, FP32_MAX_ABS_ERROR, model_folder
+from exporters.text_spec import TextEmbeddingSpec
+
+
+@dataclass(frozen=True)
+class TextParity:
+    max_abs_error: float
+    min_cosine: float
+    precision: str
+
+    @property
+    def ok(self) -> bool:
+        if self.precision == "fp32":
+            return self.max_abs_error <= FP32_MAX_ABS_ERROR
+        return self.min_cosine >= FP16_MIN_COSINE
+
+    @property
+    def limit(self) -> str:
+        return (
+            f"max abs <= {FP32_MAX_ABS_ERROR:g}"
+            if self.precision == "fp32"
+            else f"cosine >= {FP16_MIN_COSINE}"
+        )
+
+
+@cache
+def sentence_transformer(package: str):  # -> sentence_transformers.SentenceTransformer
+    """The package's model loaded by sentence-transformers from local files (no hub access)."""
+    from sentence_transformers import SentenceTransformer
+
+    return SentenceTransformer(str(model_folder(package)), device="cpu", local_files_only=True)
+
+
+def expected_embeddings(package: str, texts: Sequence[str]) -> np.ndarray:
+    return sentence_transformer(package).encode(list(texts), normalize_embeddings=True, batch_size=32)
+
+
+def compare_embeddings(actual: np.ndarray, expected: np.ndarray, precision: str) -> TextParity:
+    """Worst element-wise error and worst cosine similarity over the rows."""
+    if actual.shape != expected.shape:
+        raise ValueError(f"served embeddings have shape {actual.shape}, expected {expected.shape}")
+    actual, expected = actual.astype(np.float64), expected.astype(np.float64)
+    cosine = (actual * expected).sum(1) / np.linalg.norm(actual, axis=1) / np.linalg.norm(expected, axis=1)
+    return TextParity(float(np.abs(actual - expected).max()), float(cosine.min()), precision)
+
+
+def text_array(texts: Sequence[str]) -> np.ndarray:
+    """The ``text`` input: BYTES ``[rows, 1]`` of UTF-8."""
+    return np.array([[t.encode("utf-8")] for t in texts], dtype=np.object_)
+
+
+def text_entry(spec_path: Path, model: str, texts_given: bool) -> TextEmbeddingSpec | None:
+    """The ``text_embeddings`` entry serving ``model``; None for other models (``--text`` needs one)."""
+    try:
+        entry = next((t for t in load_spec(spec_path).text_embeddings if t.name == model), None)
+    except SpecError as error:
+        raise ClientError(str(error)) from error
+    if entry is None and texts_given:
+        raise ClientError(f"--text: {model!r} is not a text_embeddings entry of {spec_path}")
+    return entry
+
+
+def infer_text(
+    client: Any, protocol: str, model: str, entry: TextEmbeddingSpec, texts: Sequence[str] | None, check: bool
+) -> int:
+    """Embed ``texts`` (default: the build's check corpus), print them, and with ``check`` compare with
+    sentence-transformers: exit code 0 on a match, 1 on a mismatch."""
+    texts = list(texts or CHECK_TEXTS)
+    embeddings = infer(client, protocol, model, {"text": text_array(texts)})["embedding"]
+    for text, row in zip(texts, embeddings, strict=True):
+        label = text if len(text) <= 40 else f"{text[:37]}..."
+        print(f"{model} via {protocol}: {label!r} -> {np.array2string(row[:4], precision=4)}")
+    if not check:
+        return 0
+    parity = compare_embeddings(embeddings, expected_embeddings(entry.package, texts), entry.precision)
+    print(
+        f"{'match' if parity.ok else 'MISMATCH'} vs sentence-transformers encode(normalize_embeddings=True) "
+        f"on {len(texts)} texts: max abs error {parity.max_abs_error:.3g}, min cosine "
+        f"{parity.min_cosine:.6f} ({entry.precision}: {parity.limit})",
+        file=sys.stdout if parity.ok else sys.stderr,
+    )
+    return 0 if parity.ok else 1

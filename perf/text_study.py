@@ -1,0 +1,433 @@
+"""The text-embedding study: how variable-length text batches, measured on all-MiniLM-L6-v2.
+
+One server serves the same encoder in the profile's ``text_modes`` (``perf.text_plan``: no batching,
+dynamic on exact lengths, dynamic with length buckets, padded to longest). Every mode gets the same
+deterministic corpus (``perf.text_corpus``), one text per request:
+
+* closed loop at the goal concurrency on the mixed corpus and on short queries alone;
+* open loop (the profile's trace, else Poisson at ``poisson_fraction`` of the bucketed mode's capacity),
+  the same arrivals for every mode;
+* short queries (open loop) alone, then with long passages sharing the server (closed loop);
+* from the server: formed batch sizes at the encoder (``batch_stats`` over the measured windows) and
+  padding waste (computed / real tokens, from the tokenizer's and the ragged encoder's custom metrics);
+* references in the same run, server stopped: the encoder file in onnxruntime in-process, texts
+  batched by bucket as the server batches them, and sentence-transformers' ``encode``; the latency
+  model ``T + (N−1)·Δt`` per padded length.
+
+Writes ``text_embedding.md`` / ``.json`` and ``text_records.csv`` into the report folder.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import math
+import re
+import urllib.request
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from exporters.text_embedding import build_text_embedding, model_folder
+from exporters.text_spec import DEFAULT_BUCKETS, DEFAULT_PACKAGE, TextEmbeddingSpec
+from perf.framework import StudyContext, StudyReport, write_report
+from perf.goals import GOALS, Goal, goals_table
+from perf.latency_model import fit_latency
+from perf.loads import Load, closed_loop
+from perf.markdown import number, ratio, table
+from perf.measure import Measurement, measure_async
+from perf.profiles import Profile
+from perf.records import Record, write_csv
+from perf.summary import Summary
+from perf.target import Target
+from perf.text_corpus import (
+    CorpusText,
+    bucket_latency,
+    make_corpus,
+    raw_onnxruntime,
+    sentence_transformers_rate,
+    text_pool,
+)
+from perf.text_plan import MODES, TextMode
+from python_backend.text_tokenizer.tokens import TextTokenizer
+from server import TritonServer
+
+EMBEDDING_BYTES = 384 * 4
+SHARE_FRACTION = 0.3  # short-query rate in the sharing phase / the bucketed mode's short-query capacity
+PASSAGES_IN_FLIGHT = 2  # long passages kept in flight while short queries are measured
+LATENCY_BATCHES = (1, 4, 16)  # batch sizes of the latency model per padded length (and raw references)
+COUNTER = re.compile(r"^(\w+)\{([^}]*)\}\s+([0-9.eE+-]+)$")
+
+
+@dataclass
+class Point:
+    """One measurement: a mode under a load, with the encoder's view of it."""
+
+    mode: str
+    load: str
+    summary: Summary
+    sent: int
+    failed: int
+    formed: dict[int, int]  # encoder batch size -> executions (measured windows)
+    padding_waste: float  # computed tokens / real tokens
+    records: list[Record] = field(repr=False, default_factory=list)
+
+    @property
+    def mean_batch(self) -> float:
+        executions = sum(self.formed.values())
+        return sum(s * n for s, n in self.formed.items()) / executions if executions else math.nan
+
+
+@dataclass
+class TextResult:
+    profile: Profile
+    points: list[Point] = field(default_factory=list)
+    rate: float = 0.0
+    raw: dict[str, list[float]] = field(default_factory=dict)  # label -> [batch, sentences/s, waste]
+    sentence_transformers: float = math.nan
+    latency: dict[int, dict[int, float]] = field(default_factory=dict)
+
+    def point(self, mode: str, load: str) -> Point | None:
+        return next((p for p in self.points if p.mode == mode and p.load == load), None)
+
+
+# --- the server's token counters -------------------------------------------------------------------
+
+
+def token_counters(metrics: str, model: str) -> dict[str, float]:
+    """``{"metric:kind": value}`` of this project's token counters for ``model`` (Prometheus text)."""
+    values: dict[str, float] = {}
+    for line in metrics.splitlines():
+        match = COUNTER.match(line.strip())
+        if not match or match.group(1) not in ("text_tokens_total", "ragged_batch_elements_total"):
+            continue
+        labels = dict(re.findall(r'(\w+)="([^"]*)"', match.group(2)))
+        if labels.get("model") == model:
+            values[f"{match.group(1)}:{labels.get('kind')}"] = float(match.group(3))
+    return values
+
+
+def read_counters(server: TritonServer, spec: TextEmbeddingSpec) -> dict[str, float]:
+    with urllib.request.urlopen(server.metrics_url, timeout=10) as response:
+        metrics = response.read().decode()
+    return token_counters(metrics, spec.tokenizer_name) | token_counters(metrics, spec.encoder_name)
+
+
+def padding_waste(before: dict[str, float], after: dict[str, float]) -> float:
+    """Computed / real tokens: the ragged encoder's padding per formed batch where it pads, else the
+    tokenizer's (buckets, or each request's own longest text)."""
+    diff = {key: after[key] - before.get(key, 0.0) for key in after}
+    real = diff.get("text_tokens_total:real", 0.0)
+    computed = diff.get("ragged_batch_elements_total:computed") or diff.get("text_tokens_total:padded", 0.0)
+    return computed / real if real else math.nan
+
+
+# --- measuring -------------------------------------------------------------------------------------
+
+
+def _target(context: StudyContext, server: TritonServer, model: str, corpus: list[CorpusText]) -> Target:
+    """Texts in turn, over the profile's protocol (no shared memory: each request carries its text)."""
+    url = server.grpc_url if context.profile.protocol == "grpc" else server.http_url
+    inputs = {"text": text_pool(corpus)}
+    return Target(model, url, inputs, {"embedding": EMBEDDING_BYTES}, context.profile.protocol, cycle=True)
+
+
+def _point(mode: str, load: str, measurement: Measurement, encoder: str, waste: float) -> Point:
+    stats = measurement.server.related.get(encoder) if measurement.server else None
+    formed = {s: b.executions for s, b in stats.batches.items() if b.executions} if stats else {}
+    failed = sum(not r.ok for r in measurement.records)
+    return Point(
+        mode, load, measurement.summary(), measurement.attempts, failed, formed, waste, measurement.records
+    )
+
+
+def measure_mode(
+    context: StudyContext,
+    server: TritonServer,
+    mode: TextMode,
+    corpus: list[CorpusText],
+    load: Load,
+    name: str,
+) -> Point:
+    spec = mode.spec()
+    before = read_counters(server, spec)
+    measurement = context.measure(
+        server, _target(context, server, spec.name, corpus), load, f"{spec.name} {name}",
+        related=(spec.encoder_name, spec.tokenizer_name),
+    )  # fmt: skip
+    return _point(
+        mode.name, name, measurement, spec.encoder_name, padding_waste(before, read_counters(server, spec))
+    )
+
+
+def measure_sharing(
+    context: StudyContext, server: TritonServer, mode: TextMode, queries: list[CorpusText],
+    passages: list[CorpusText], load: Load,
+) -> list[Point]:  # fmt: skip
+    """Short queries (open loop) while long passages keep the same server busy (closed loop)."""
+    spec, settings = mode.spec(), context.profile.settings
+    context.progress(f"{spec.name}: short queries with long passages sharing")
+
+    async def both() -> list[Measurement]:
+        return await asyncio.gather(
+            measure_async(
+                _target(context, server, spec.name, queries), load, settings, label="queries shared"
+            ),
+            measure_async(
+                _target(context, server, spec.name, passages), closed_loop(PASSAGES_IN_FLIGHT), settings,
+                label="passages",
+            ),
+        )  # fmt: skip
+
+    before = read_counters(server, spec)
+    shared, busy = asyncio.run(both())
+    waste = padding_waste(before, read_counters(server, spec))
+    return [
+        _point(mode.name, "queries shared", shared, "", waste),
+        _point(mode.name, "passages", busy, "", waste),
+    ]
+
+
+def build_study_repository(modes: list[TextMode], repository: Path) -> None:
+    """One ensemble per mode, all with the same encoder file (exported once, copied)."""
+    done: dict[str, Path] = {}
+    for mode in modes:
+        build_text_embedding(mode.spec(), repository, num_gpus=0, ragged=mode.ragged, done=done)
+
+
+def measure_references(profile: Profile, result: TextResult, corpus: list[CorpusText], onnx: Path) -> None:
+    """The in-process references on the corpus's first texts (server stopped: they get the cores)."""
+    corpus = corpus[: profile.text_reference_texts]
+    tokenizer_path = str(model_folder(DEFAULT_PACKAGE) / "tokenizer.json")
+    bucketed, exact = TextTokenizer(tokenizer_path, 256, DEFAULT_BUCKETS), TextTokenizer(tokenizer_path, 256)
+    served = result.point("buckets", "closed mixed")
+    same = [max(1, round(served.mean_batch))] if served and served.formed else []
+    for batch in sorted({1, *same, max(LATENCY_BATCHES)}):
+        rate, waste = raw_onnxruntime(str(onnx), bucketed, corpus, batch)
+        result.raw[f"buckets, batch {batch}"] = [batch, rate, waste]
+    rate, waste = raw_onnxruntime(str(onnx), exact, corpus, 1)
+    result.raw["exact lengths, batch 1"] = [1, rate, waste]
+    result.sentence_transformers = sentence_transformers_rate(DEFAULT_PACKAGE, corpus)
+    lengths = DEFAULT_BUCKETS if len(profile.text_modes) > 3 else (16, 64, 256)
+    result.latency = bucket_latency(str(onnx), lengths, LATENCY_BATCHES)
+
+
+class TextStudy:
+    name = "text_embedding"
+    title = "text-embedding study (all-MiniLM-L6-v2: no batching, exact lengths, buckets, padded to longest)"
+
+    def steps(self, profile: Profile) -> int:
+        modes = len(profile.text_modes)
+        return 0 if not modes else 2 + 3 * modes - ("exact" in profile.text_modes) + 2 + 1
+
+    def run(self, context: StudyContext) -> StudyReport:
+        result = self._measure(context)
+        return write_text_report(context, self, result)
+
+    def _measure(self, context: StudyContext) -> TextResult:
+        profile = context.profile
+        modes = [MODES[name] for name in profile.text_modes]
+        repository = context.workdir / "text_repository"  # kept: a rebuild reuses the exported encoder
+        context.progress("building the text study repository (encoder exported once)")
+        build_study_repository(modes, repository)
+        corpus = make_corpus(profile.text_corpus, seed=profile.seed)
+        queries = [c for c in corpus if c.kind == "query"]
+        passages = [c for c in corpus if c.kind == "passage"]
+        result = TextResult(profile)
+        context.progress("starting tritonserver")
+        with context.server(repository, "text-server.log", startup_timeout_s=300) as server:
+            saturate = closed_loop(profile.goal_concurrency)
+            for mode in modes:
+                result.points.append(measure_mode(context, server, mode, corpus, saturate, "closed mixed"))
+                if mode.name != "exact":  # short queries rarely share a length: exact is no batching there
+                    result.points.append(
+                        measure_mode(context, server, mode, queries, saturate, "closed queries")
+                    )
+            anchor = result.point("buckets", "closed mixed") or result.points[0]
+            result.rate = max(profile.poisson_fraction * anchor.summary.throughput, 1.0)
+            for mode in modes:
+                load = context.open_load(result.rate)
+                result.points.append(measure_mode(context, server, mode, corpus, load, "open mixed"))
+            shared_mode = MODES["buckets"] if "buckets" in profile.text_modes else modes[0]
+            short = result.point(shared_mode.name, "closed queries")
+            load = context.open_load(max(SHARE_FRACTION * short.summary.throughput, 1.0), seed_offset=1)
+            result.points.append(measure_mode(context, server, shared_mode, queries, load, "queries alone"))
+            result.points += measure_sharing(context, server, shared_mode, queries, passages, load)
+        context.progress("references in-process: raw onnxruntime, sentence-transformers, latency per length")
+        onnx = repository / modes[0].spec().encoder_name / "1" / "model.onnx"
+        measure_references(profile, result, corpus, onnx)
+        return result
+
+
+# --- goals and report ------------------------------------------------------------------------------
+
+
+def served_vs_raw(result: TextResult) -> Goal:
+    spec = GOALS["text served vs raw"]
+    served = result.point("buckets", "closed mixed")
+    batch = max(1, round(served.mean_batch)) if served and served.formed else 0
+    raw = result.raw.get(f"buckets, batch {batch}")
+    if not served or raw is None:
+        return Goal(spec.name, spec.target(), "not measured", None)
+    value = served.summary.throughput / raw[1]
+    measured = (
+        f"{ratio(value)} ({served.summary.throughput:.1f} vs {raw[1]:.1f} sentences/s at batch {batch})"
+    )
+    return Goal(
+        spec.name, spec.target(), measured, spec.met(value),
+        "raw runs in-process, tokenization included; serving adds gRPC, the ensemble and two Python-backend "
+        "hops, on the same cores as the client",
+    )  # fmt: skip
+
+
+def dynamic_vs_none(result: TextResult) -> Goal:
+    spec = GOALS["text dynamic vs none"]
+    none, dyn = result.point("none", "closed queries"), result.point("buckets", "closed queries")
+    if not none or not dyn:
+        return Goal(spec.name, spec.target(), "not measured", None)
+    value = dyn.summary.throughput / none.summary.throughput
+    measured = (
+        f"{ratio(value)} ({dyn.summary.throughput:.1f} vs {none.summary.throughput:.1f} sentences/s, "
+        f"mean formed batch {number(dyn.mean_batch)} vs {number(none.mean_batch)})"
+    )
+    return Goal(spec.name, spec.target(), measured, spec.met(value), _batching_limits(result, dyn))
+
+
+def _batching_limits(result: TextResult, dyn: Point) -> str:
+    """Why batching buys little here, in the run's own figures: the per-sample cost of a batch (Δt)
+    against a batch of one (T) at the short queries' length, and the bucket's padding."""
+    points = result.latency.get(min(result.latency, default=0), {})
+    if len(points) < 2:
+        return ""
+    fit = fit_latency(points)
+    return (
+        f"compute-bound on CPU: at length {min(result.latency)} each extra sample costs "
+        f"Δt = {fit.dt_ms:.1f} ms vs T = {fit.t_ms:.1f} ms for a batch of one (model gain at batch 16: "
+        f"{ratio(fit.throughput(16) / fit.throughput(1))}), and buckets pad short queries "
+        f"{ratio(dyn.padding_waste)}"
+    )
+
+
+def sharing(result: TextResult) -> Goal:
+    spec = GOALS["text short-query p99 shared"]
+    alone = next((p for p in result.points if p.load == "queries alone"), None)
+    shared = next((p for p in result.points if p.load == "queries shared"), None)
+    if not alone or not shared:
+        return Goal(spec.name, spec.target(), "not measured", None)
+    value = shared.summary.p99_ms / alone.summary.p99_ms
+    measured = (
+        f"{ratio(value)} (p99 {number(shared.summary.p99_ms)} ms shared vs {number(alone.summary.p99_ms)})"
+    )
+    return Goal(
+        spec.name, spec.target(), measured, spec.met(value),
+        "one encoder instance: a query waits behind a running batch of long passages (head-of-line)",
+    )  # fmt: skip
+
+
+def goals(result: TextResult) -> list[Goal]:
+    return [served_vs_raw(result), dynamic_vs_none(result), sharing(result)]
+
+
+HEADER = [
+    "mode",
+    "sentences/s",
+    "p50 ms",
+    "p99 ms",
+    "mean formed batch",
+    "padding waste",
+    "failed/sent",
+    "×none",
+]
+
+
+def _rows(result: TextResult, load: str) -> list[list[str]]:
+    base = result.point("none", load)
+    rows = []
+    for point in (p for p in result.points if p.load == load):
+        gain = point.summary.throughput / base.summary.throughput if base else math.nan
+        rows.append([
+            MODES[point.mode].title, number(point.summary.throughput), number(point.summary.p50_ms),
+            number(point.summary.p99_ms), number(point.mean_batch, 2), ratio(point.padding_waste),
+            f"{point.failed}/{point.sent}", ratio(gain),
+        ])  # fmt: skip
+    return rows
+
+
+def report_lines(result: TextResult) -> list[str]:
+    profile = result.profile
+    lines = [
+        "# Text embedding study (all-MiniLM-L6-v2)",
+        "",
+        f"Corpus: {profile.text_corpus} deterministic texts (about 60% queries of 3–10 words, 25% sentences "
+        f"of 12–30, 15% passages of 90–200); one text per request over {profile.protocol}. Padding waste = "
+        "computed / real tokens. Formed batches are the encoder's, over the measured windows.",
+    ]
+    for load, title in (
+        ("closed mixed", f"Closed loop, concurrency {profile.goal_concurrency}, mixed corpus"),
+        ("closed queries", f"Closed loop, concurrency {profile.goal_concurrency}, short queries only"),
+        ("open mixed", f"Open loop at {result.rate:.1f}/s (same arrivals for every mode), mixed corpus"),
+    ):
+        lines += ["", f"## {title}", "", table(HEADER, _rows(result, load))]
+    sharing_rows = [
+        [
+            p.load,
+            number(p.summary.throughput),
+            number(p.summary.p50_ms),
+            number(p.summary.p99_ms),
+            f"{p.failed}/{p.sent}",
+        ]
+        for p in result.points
+        if p.load in ("queries alone", "queries shared", "passages")
+    ]
+    lines += [
+        "",
+        "## Short queries alone, and with long passages sharing the server (dynamic + buckets)",
+        "",
+        table(["stream", "sentences/s", "p50 ms", "p99 ms", "failed/sent"], sharing_rows),
+    ]
+    refs = [
+        [f"raw onnxruntime in-process ({label})", number(v[1]), ratio(v[2])]
+        for label, v in result.raw.items()
+    ]
+    refs.append(
+        ["sentence-transformers encode(batch_size=32) in-process", number(result.sentence_transformers), "–"]
+    )
+    lines += [
+        "",
+        f"## References (same run, server stopped, first {profile.text_reference_texts} texts, "
+        "tokenization included)",
+        "",
+        table(["reference", "sentences/s", "padding waste"], refs),
+    ]
+    fits = []
+    for length, points in sorted(result.latency.items()):
+        fit = fit_latency(points)
+        top = max(points)
+        fits.append(
+            [
+                length,
+                number(fit.t_ms, 2),
+                number(fit.dt_ms, 2),
+                f"{fit.r2:.3f}",
+                ratio(fit.throughput(top) / fit.throughput(1)),
+                top,
+            ]
+        )
+    lines += [
+        "",
+        "## Latency model per padded length: T_batch(N) = T + (N−1)·Δt (raw onnxruntime, 1 thread)",
+        "",
+        table(["length", "T ms", "Δt ms", "R²", "predicted gain at the top batch", "top batch"], fits),
+    ]
+    lines += ["", "## Goals", "", goals_table(goals(result))]
+    return lines
+
+
+def write_text_report(context: StudyContext, study: TextStudy, result: TextResult) -> StudyReport:
+    write_csv([r for p in result.points for r in p.records], context.folder / "text_records.csv")
+    figures = {
+        "rate": result.rate, "raw": result.raw, "sentence_transformers": result.sentence_transformers,
+        "latency": result.latency,
+        "points": [{"mode": p.mode, "load": p.load, "summary": p.summary, "sent": p.sent, "failed": p.failed,
+                    "formed": p.formed, "mean_batch": p.mean_batch, "padding_waste": p.padding_waste}
+                   for p in result.points],
+    }  # fmt: skip
+    return write_report(context, study, report_lines(result), goals(result), figures)

@@ -1,0 +1,71 @@
+"""The tokenizer stage of a text-embedding ensemble: ``text`` (BYTES) → ``input_ids``, ``attention_mask``.
+
+Reads ``tokenizer.json`` beside this file and two config parameters: ``max_seq_length`` (truncation)
+and ``pad_buckets`` (comma-separated lengths; empty pads each request to its own longest text). Every
+request of an execute is tokenized in one ``encode_batch`` call; a bad request gets its own 400.
+Counts real and padded tokens in two custom metrics, the padding waste the perf study reports.
+"""
+
+import json
+import os
+
+from runtime_paths import add_launcher_paths
+
+add_launcher_paths()
+
+import triton_python_backend_utils as pb_utils  # noqa: E402
+from batching import InvalidInputError  # noqa: E402
+from tokens import TextTokenizer, TokenizedRequest, decode_texts  # noqa: E402
+
+INPUT = "text"
+
+
+def _parameter(config: dict, key: str) -> str:
+    return config.get("parameters", {}).get(key, {}).get("string_value", "").strip()
+
+
+class TritonPythonModel:
+    def initialize(self, args: dict) -> None:
+        config = json.loads(args["model_config"])
+        self.name = config["name"]
+        path = os.path.join(os.path.dirname(os.path.abspath(__file__)), "tokenizer.json")
+        length, buckets = _parameter(config, "max_seq_length"), _parameter(config, "pad_buckets")
+        try:
+            self.tokens = TextTokenizer(path, int(length), [int(b) for b in buckets.split(",") if b])
+        except Exception as error:  # a missing file, a bad parameter or a broken tokenizer.json
+            raise pb_utils.TritonModelException(
+                f"{self.name}: cannot set up the tokenizer (max_seq_length={length!r}, "
+                f"pad_buckets={buckets!r}, {path}): {error}"
+            ) from error
+        # Kept on self: a Metric outlived by its deleted MetricFamily refuses to count.
+        self.token_family = family = pb_utils.MetricFamily(
+            name="text_tokens_total",
+            description="tokens handed to the encoder: real ones, and with padding",
+            kind=pb_utils.MetricFamily.COUNTER,
+        )
+        self.real_tokens = family.Metric(labels={"model": self.name, "kind": "real"})
+        self.padded_tokens = family.Metric(labels={"model": self.name, "kind": "padded"})
+
+    def _read(self, request) -> list[str] | Exception:
+        try:
+            tensor = pb_utils.get_input_tensor_by_name(request, INPUT)
+            return decode_texts(None if tensor is None else tensor.as_numpy(), INPUT)
+        except InvalidInputError as error:
+            return error
+
+    def _response(self, result: TokenizedRequest | Exception) -> "pb_utils.InferenceResponse":
+        if isinstance(result, Exception):
+            return pb_utils.InferenceResponse(
+                error=pb_utils.TritonError(f"{self.name}: {result}", pb_utils.TritonError.INVALID_ARG)
+            )
+        self.real_tokens.increment(result.real_tokens)
+        self.padded_tokens.increment(int(result.input_ids.size))
+        return pb_utils.InferenceResponse(
+            output_tensors=[
+                pb_utils.Tensor("input_ids", result.input_ids),
+                pb_utils.Tensor("attention_mask", result.attention_mask),
+            ]
+        )
+
+    def execute(self, requests: list) -> list:
+        return [self._response(r) for r in self.tokens.tokenize([self._read(r) for r in requests])]

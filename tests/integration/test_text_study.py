@@ -1,0 +1,58 @@
+"""A smoke text-embedding study against the real server, through ``make perf``'s framework: tiny
+windows, checks that the report is complete and its numbers add up. No speed is asserted."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from perf.framework import StudyContext
+from perf.profiles import get_profile
+from perf.records import read_csv
+from perf.text_study import TextStudy
+
+pytestmark = [pytest.mark.integration, pytest.mark.timeout(600)]
+MODES = ("none", "buckets", "longest")
+
+
+@pytest.fixture(scope="module")
+def study(tmp_path_factory):
+    folder = tmp_path_factory.mktemp("text-study")
+    profile = get_profile("smoke", text_modes=MODES, text_corpus=48, text_reference_texts=8)
+    steps: list[str] = []
+    report = TextStudy().run(StudyContext(profile, folder, folder / "work", progress=steps.append))
+    return report, folder, json.loads((folder / "text_embedding.json").read_text()), steps
+
+
+def test_report_has_every_part(study) -> None:
+    report, folder, _, steps = study
+    text = report.path.read_text()
+    for heading in ("## Closed loop", "short queries only", "## Open loop", "long passages sharing",
+                    "## References", "## Latency model per padded length", "## Goals"):  # fmt: skip
+        assert heading in text, heading
+    assert [g.name for g in report.goals] == [
+        "text served vs raw", "text dynamic vs none", "text short-query p99 shared"
+    ]  # fmt: skip
+    assert (folder / "text-server.log").stat().st_size > 0
+    assert len(steps) == TextStudy().steps(get_profile("smoke", text_modes=MODES))
+
+
+def test_every_request_is_recorded_and_succeeds(study) -> None:
+    _, folder, figures, _ = study
+    points = figures["points"]
+    assert {(p["mode"], p["load"]) for p in points} >= {(m, "closed mixed") for m in MODES}
+    for point in points:
+        assert point["failed"] == 0, point
+    records = read_csv(folder / "text_records.csv")
+    assert len(records) == sum(p["sent"] for p in points)
+
+
+def test_batching_and_padding_are_what_each_mode_promises(study) -> None:
+    _, _, figures, _ = study
+    by = {(p["mode"], p["load"]): p for p in figures["points"]}
+    none, buckets = by[("none", "closed mixed")], by[("buckets", "closed mixed")]
+    assert set(none["formed"]) == {"1"} and none["padding_waste"] == pytest.approx(1.0)
+    assert buckets["padding_waste"] > 1.0  # rounded up to a bucket
+    assert by[("longest", "closed mixed")]["padding_waste"] >= 1.0
+    assert figures["sentence_transformers"] > 0 and all(v[1] > 0 for v in figures["raw"].values())

