@@ -18,7 +18,8 @@ import os
 import sys
 from pathlib import Path
 
-from server.launcher import ServerOptions, TritonServer
+from server.cli_options import add_server_arguments, server_options
+from server.launcher import TritonServer
 
 # Latency quantiles (p50/p90/p95/p99 per model) for the dashboard and the queue-time alert.
 METRICS_ARGS = ["--metrics-config=summary_latencies=true"]
@@ -26,16 +27,8 @@ METRICS_ARGS = ["--metrics-config=summary_latencies=true"]
 
 def container_command(args: argparse.Namespace) -> tuple[list[str], dict[str, str]]:
     """The tritonserver command line and environment for the pod's server container."""
-    options = ServerOptions(
-        repository=args.repository,
-        host=args.host,
-        http_port=args.http_port,
-        grpc_port=args.grpc_port,
-        metrics_port=args.metrics_port,
-        model_control_mode=args.model_control_mode,
-        stop_timeout_s=args.exit_timeout,
-        workdir=args.workdir,
-        extra_args=METRICS_ARGS,
+    options = server_options(
+        args, stop_timeout_s=args.exit_timeout, workdir=args.workdir, extra_args=METRICS_ARGS
     )
     server = TritonServer(options)
     return server.command(), server.environment()
@@ -43,12 +36,9 @@ def container_command(args: argparse.Namespace) -> tuple[list[str], dict[str, st
 
 def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="python -m server.container", description=__doc__)
-    parser.add_argument("--repository", type=Path, default=Path("/models"))
-    parser.add_argument("--host", default="0.0.0.0")
-    parser.add_argument("--http-port", type=int, default=8000)
-    parser.add_argument("--grpc-port", type=int, default=8001)
-    parser.add_argument("--metrics-port", type=int, default=8002)
-    parser.add_argument("--model-control-mode", choices=("none", "explicit"), default="none")
+    add_server_arguments(
+        parser, Path("/models"), "0.0.0.0", "bind address: all interfaces, so the Service and probes reach it"
+    )
     parser.add_argument(
         "--exit-timeout",
         type=int,

@@ -41,7 +41,7 @@ pytestmark = pytest.mark.integration
 log = logging.getLogger(__name__)
 
 WINDOW_S = 10  # the rules' rate window in this test
-LOAD_S = 13  # > WINDOW_S + 2: one recorded sample whose whole window lies inside the load
+LOAD_S = 14  # > WINDOW_S + 2: one recorded sample whose whole window lies inside the load
 CLIENTS = 4
 MODEL, SPARE = "trivial", "trivial_spare"
 
@@ -80,13 +80,23 @@ class Prometheus:
 
     def last_sample(self, series: str, at: float) -> tuple[float, float]:
         """The last stored sample of a recorded series at or before ``at``: (timestamp, value)."""
-        result = self.query(f"{series}[3s]", at)
+        result = self.query(f"{series}[5s]", at)
         assert len(result) == 1, f"{series}: expected one series at {at}, got {result}"
         stamp, value = result[0]["values"][-1]
         return float(stamp), float(value)
 
     def alerts(self) -> list[dict[str, Any]]:
         return _get_json(f"{self.base}/api/v1/alerts")["data"]["alerts"]
+
+
+def _stop(process: subprocess.Popen) -> None:
+    """SIGTERM, then SIGKILL if it is still there after 30 s."""
+    process.terminate()
+    try:
+        process.wait(timeout=30)
+    except subprocess.TimeoutExpired:
+        process.kill()
+        process.wait(timeout=10)
 
 
 @dataclass
@@ -161,12 +171,7 @@ def triton(repository: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterat
     finally:
         alive = process.poll() is None
         cmdline = Path(f"/proc/{process.pid}/cmdline").read_bytes().split(b"\0") if alive else []
-        process.terminate()
-        try:
-            process.wait(timeout=30)
-        except subprocess.TimeoutExpired:
-            process.kill()
-            process.wait(timeout=10)
+        _stop(process)
         for arg in cmdline:
             if b"shm-region-prefix-name=" in arg:
                 remove_shm_regions(arg.split(b"=")[-1].decode())
@@ -230,12 +235,7 @@ def prometheus(triton: Triton, tmp_path_factory: pytest.TempPathFactory) -> Iter
         _wait(scraping, 60, "Prometheus to scrape the server")
         yield api
     finally:
-        process.terminate()
-        try:
-            process.wait(timeout=20)
-        except subprocess.TimeoutExpired:
-            process.kill()
-            process.wait(timeout=10)
+        _stop(process)
 
 
 @pytest.fixture(scope="module")
