@@ -57,7 +57,7 @@ deploy-repo: setup ## repository for the gpu overlay / compose: the spec's model
 deploy-generate: setup ## regenerate the PrometheusRule and the Grafana dashboard from deploy/monitoring/rules
 	$(BIN)/python deploy/monitoring/generate.py
 
-test-unit: setup ## unit tests only (no server)
+test-unit: setup deploy-tools ## unit tests only (no server)
 	$(BIN)/python -m pytest -q -m "not integration"
 
 lint: setup ## ruff check + format check
