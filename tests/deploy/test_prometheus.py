@@ -31,6 +31,7 @@ import pytest
 import tritonclient.http as http
 import yaml
 from deploy_tools import K8S, MONITORING, ROOT, RULE_FILES, tool
+from tritonclient.utils import InferenceServerException
 
 from client.stats import ModelStats, model_stats
 from exporters.repository import build_repository
@@ -264,7 +265,7 @@ def load_run(triton: Triton, prometheus: Prometheus) -> LoadRun:
             counts[0] += 1
             try:
                 client.infer(MODEL, [tensor])
-            except Exception:
+            except InferenceServerException:
                 counts[1] += 1
 
     poller = threading.Thread(target=poll)
