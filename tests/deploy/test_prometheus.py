@@ -15,6 +15,7 @@ from __future__ import annotations
 import copy
 import json
 import logging
+import signal
 import subprocess
 import sys
 import threading
@@ -45,6 +46,7 @@ WINDOW_S = 10  # the rules' rate window in this test
 LOAD_S = 14  # > WINDOW_S + 2: one recorded sample whose whole window lies inside the load
 CLIENTS = 4
 MODEL, SPARE = "trivial", "trivial_spare"
+SLOW = "trivial_slow"  # its batcher holds a lone request 2 s: a request surely in flight at SIGTERM
 
 
 def _get_json(url: str, timeout: float = 5) -> Any:
@@ -113,6 +115,7 @@ class Triton:
     http_url: str
     metrics_port: int
     log_path: Path
+    argv: list[bytes] = field(default_factory=list)
 
 
 @dataclass
@@ -152,7 +155,9 @@ class LoadRun:
 def repository(spec_data: dict[str, Any], tmp_path_factory: pytest.TempPathFactory) -> Path:
     data = copy.deepcopy(spec_data)
     trivial = next(m for m in data["models"] if m["name"] == MODEL)
-    data["models"] = [trivial, {**copy.deepcopy(trivial), "name": SPARE}]
+    slow = {**copy.deepcopy(trivial), "name": SLOW, "warmup": False}
+    slow["batching"] = {"mode": "dynamic", "max_queue_delay_us": 2_000_000}
+    data["models"] = [trivial, {**copy.deepcopy(trivial), "name": SPARE}, slow]
     data.pop("pipelines", None)
     repository = tmp_path_factory.mktemp("prometheus_repository")
     build_repository(parse_spec(data), repository, num_gpus=0)
@@ -182,12 +187,11 @@ def triton(repository: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterat
                 return False
 
         _wait(ready, 240, "tritonserver readiness")
+        server.argv = Path(f"/proc/{process.pid}/cmdline").read_bytes().split(b"\0")
         yield server
     finally:
-        alive = process.poll() is None
-        cmdline = Path(f"/proc/{process.pid}/cmdline").read_bytes().split(b"\0") if alive else []
         _stop(process)
-        for arg in cmdline:
+        for arg in server.argv:
             if b"shm-region-prefix-name=" in arg:
                 remove_shm_regions(arg.split(b"=")[-1].decode())
 
@@ -433,6 +437,44 @@ def test_unloading_a_model_fires_model_not_ready(
 
 def test_container_entry_point_became_tritonserver(triton: Triton) -> None:
     """``server.container`` execs: the pid Kubernetes signals is tritonserver's, not a Python wrapper's."""
-    argv = Path(f"/proc/{triton.process.pid}/cmdline").read_bytes().split(b"\0")
-    assert Path(argv[0].decode()).name == "tritonserver"
-    assert b"--metrics-config=summary_latencies=true" in argv and b"--exit-timeout-secs=5" in argv
+    assert Path(triton.argv[0].decode()).name == "tritonserver"
+    assert (
+        b"--metrics-config=summary_latencies=true" in triton.argv and b"--exit-timeout-secs=5" in triton.argv
+    )
+
+
+def _pending(triton: Triton, model: str) -> float:
+    with urllib.request.urlopen(f"http://127.0.0.1:{triton.metrics_port}/metrics", timeout=5) as answer:
+        text = answer.read().decode()
+    return sum(
+        float(line.rsplit(" ", 1)[1])
+        for line in text.splitlines()
+        if line.startswith("nv_inference_pending_request_count") and f'model="{model}"' in line
+    )
+
+
+def test_sigterm_lets_in_flight_requests_finish(triton: Triton) -> None:
+    """What a rollout relies on (runs last: it stops the server). A request waiting in the batcher
+    when SIGTERM reaches the pid Kubernetes signals still gets its answer, and the server then exits
+    within its exit timeout (5 s here)."""
+    data = np.arange(16, dtype=np.float32).reshape(1, 16)
+    outcome: dict[str, Any] = {}
+
+    def send() -> None:
+        tensor = http.InferInput("x", [1, 16], "FP32")
+        tensor.set_data_from_numpy(data)
+        try:
+            outcome["y"] = http.InferenceServerClient(triton.http_url).infer(SLOW, [tensor]).as_numpy("y")
+        except InferenceServerException as error:
+            outcome["error"] = error
+
+    sender = threading.Thread(target=send)
+    sender.start()
+    _wait(lambda: _pending(triton, SLOW) > 0, 10, "the request to be pending", interval=0.02)
+    signalled = time.monotonic()
+    triton.process.send_signal(signal.SIGTERM)
+    sender.join(timeout=15)
+    assert "error" not in outcome, f"in-flight request failed on SIGTERM: {outcome.get('error')}"
+    np.testing.assert_allclose(outcome["y"], 2 * data)
+    triton.process.wait(timeout=15)
+    assert time.monotonic() - signalled < 5 + 5, "the server outlived its exit timeout"
