@@ -13,7 +13,7 @@ DEPLOY_REPO ?= deploy-repository/gpu
 
 .DEFAULT_GOAL := help
 .PHONY: help setup repo serve stop status perf perf-analyzer test test-unit lint format gpu-check clean \
-	deploy-tools deploy-repo deploy-generate
+	deploy-tools deploy-repo deploy-rules
 
 help: ## list the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-14s %s\n", $$1, $$2}'
@@ -54,7 +54,7 @@ deploy-repo: setup ## repository for the gpu overlay / compose: the spec's model
 		--models $$($(BIN)/python -c 'import sys; from exporters.spec import load_spec; \
 		print(",".join(m.name for m in load_spec(sys.argv[1]).models))' $(SPEC))
 
-deploy-generate: setup ## regenerate the PrometheusRule and the Grafana dashboard from deploy/monitoring/rules
+deploy-rules: setup ## rewrite the PrometheusRule and Grafana dashboard from deploy/monitoring/rules
 	$(BIN)/python deploy/monitoring/generate.py
 
 test-unit: setup deploy-tools ## unit tests only (no server)
