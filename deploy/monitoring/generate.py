@@ -189,7 +189,7 @@ def main(argv: list[str] | None = None) -> int:
             path.write_text(text)
             print(f"wrote {path.relative_to(DEPLOY.parent)}")
     for path in stale:
-        print(f"stale: {path.relative_to(DEPLOY.parent)} (run python deploy/monitoring/generate.py)")
+        print(f"stale: {path.relative_to(DEPLOY.parent)} (run `make deploy-rules`)")
     return 1 if stale else 0
 
 
