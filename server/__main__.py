@@ -25,7 +25,10 @@ def _start(args: argparse.Namespace) -> int:
         print(f"already running: {STATE.read_text()}", file=sys.stderr)
         return 1
     options = server_options(
-        args, log_path=Path(".run/server.log").resolve(), workdir=Path(".run/server").resolve()
+        args,
+        log_path=Path(".run/server.log").resolve(),
+        workdir=Path(".run/server").resolve(),
+        http_guard=args.http_guard,  # Triton 2.51's HTTP frontend crashes on some inputs (README)
     )
     server = TritonServer(options)
     try:
@@ -45,6 +48,10 @@ def _start(args: argparse.Namespace) -> int:
     STATE.parent.mkdir(exist_ok=True)
     STATE.write_text(json.dumps(state, indent=2))
     print(f"tritonserver ready: http {server.http_url}  grpc {server.grpc_url}  metrics {server.metrics_url}")
+    if server.failed_models:
+        count = len(server.failed_models)
+        print(f"WARNING: {count} model(s) failed to load; the others serve:", file=sys.stderr)
+        print(server.describe_failures(), file=sys.stderr)
     print(f"log: {server.log_path}   stop with: make stop")
     return 0
 
@@ -100,6 +107,12 @@ def main(argv: list[str] | None = None) -> int:
     start = sub.add_parser("start", help="start tritonserver in the background and wait until ready")
     add_server_arguments(
         start, Path("model_repository"), "127.0.0.1", "bind address (Triton 2.51 has CVEs: keep it local)"
+    )
+    start.add_argument(
+        "--http-guard",
+        action=argparse.BooleanOptionalAction,
+        default=True,
+        help="put server.http_guard in front of Triton's HTTP port (default; see README: Bad input)",
     )
     stop = sub.add_parser("stop", help="SIGTERM the recorded server, SIGKILL after --timeout")
     stop.add_argument("--timeout", type=float, default=35.0)
