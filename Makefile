@@ -7,9 +7,13 @@ STAMP := $(VENV)/.installed
 SPEC ?= models.yaml
 REPO ?= model_repository
 PERF ?= default
+# GPUs per pod of the Kubernetes gpu overlay: the one place is deploy/k8s/gpus/gpus.env.
+DEPLOY_GPUS ?= $(shell sed -n 's/^GPUS=//p' deploy/k8s/gpus/gpus.env)
+DEPLOY_REPO ?= deploy-repository/gpu
 
 .DEFAULT_GOAL := help
-.PHONY: help setup repo serve stop status perf perf-analyzer test test-unit lint format gpu-check clean
+.PHONY: help setup repo serve stop status perf perf-analyzer test test-unit lint format gpu-check clean \
+	deploy-tools deploy-repo deploy-rules
 
 help: ## list the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-14s %s\n", $$1, $$2}'
@@ -39,10 +43,21 @@ perf: setup ## the batching study on the embedded server; report in reports/<tim
 perf-analyzer: setup ## cross-check one model with NVIDIA perf_analyzer, where it is installed
 	$(BIN)/python -m perf analyzer
 
-test: setup ## unit + integration tests (starts real tritonservers on free ports)
+test: setup deploy-tools ## unit + integration tests (starts real tritonservers on free ports)
 	$(BIN)/python -m pytest -q
 
-test-unit: setup ## unit tests only (no server)
+deploy-tools: setup ## prometheus/promtool (Debian package, into .venv) and kubectl where missing
+	@bash deploy/install-tools.sh $(VENV)
+
+deploy-repo: setup ## repository for the gpu overlay / compose: the spec's models, DEPLOY_GPUS GPUs
+	$(BIN)/python -m exporters build --spec $(SPEC) --gpus $(DEPLOY_GPUS) --repository $(DEPLOY_REPO) \
+		--models $$($(BIN)/python -c 'import sys; from exporters.spec import load_spec; \
+		print(",".join(m.name for m in load_spec(sys.argv[1]).models))' $(SPEC))
+
+deploy-rules: setup ## rewrite the PrometheusRule and Grafana dashboard from deploy/monitoring/rules
+	$(BIN)/python deploy/monitoring/generate.py
+
+test-unit: setup deploy-tools ## unit tests only (no server)
 	$(BIN)/python -m pytest -q -m "not integration"
 
 lint: setup ## ruff check + format check

@@ -14,7 +14,8 @@ import sys
 import time
 from pathlib import Path
 
-from server.launcher import ServerError, ServerOptions, TritonServer, remove_shm_regions
+from server.cli_options import add_server_arguments, server_options
+from server.launcher import ServerError, TritonServer, remove_shm_regions
 
 STATE = Path(".run/server.json")
 
@@ -23,13 +24,8 @@ def _start(args: argparse.Namespace) -> int:
     if STATE.exists() and _alive(json.loads(STATE.read_text())["pid"]):
         print(f"already running: {STATE.read_text()}", file=sys.stderr)
         return 1
-    options = ServerOptions(
-        repository=args.repository,
-        host=args.host,
-        http_port=args.http_port,
-        grpc_port=args.grpc_port,
-        metrics_port=args.metrics_port,
-        model_control_mode=args.model_control_mode,
+    options = server_options(
+        args,
         log_path=Path(".run/server.log").resolve(),
         workdir=Path(".run/server").resolve(),
         http_guard=args.http_guard,  # Triton 2.51's HTTP frontend crashes on some inputs (README)
@@ -109,14 +105,9 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m server", description=__doc__)
     sub = parser.add_subparsers(dest="command", required=True)
     start = sub.add_parser("start", help="start tritonserver in the background and wait until ready")
-    start.add_argument("--repository", type=Path, default=Path("model_repository"))
-    start.add_argument(
-        "--host", default="127.0.0.1", help="bind address (Triton 2.51 has CVEs: keep it local)"
+    add_server_arguments(
+        start, Path("model_repository"), "127.0.0.1", "bind address (Triton 2.51 has CVEs: keep it local)"
     )
-    start.add_argument("--http-port", type=int, default=8000)
-    start.add_argument("--grpc-port", type=int, default=8001)
-    start.add_argument("--metrics-port", type=int, default=8002)
-    start.add_argument("--model-control-mode", choices=("none", "explicit"), default="none")
     start.add_argument(
         "--http-guard",
         action=argparse.BooleanOptionalAction,
