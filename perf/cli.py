@@ -27,6 +27,9 @@ from perf.goals import all_goals
 from perf.profiles import PROFILES, Profile, get_profile
 from perf.study import StudyResult, StudyRunner, count_steps
 from perf.study_spec import FAMILIES, MODES
+from perf.tune.cli import add_parser as add_tune_parser
+from perf.tune.cli import command_tune
+from perf.tune.cli import usage_errors as tune_usage_errors
 
 console = Console(width=max(shutil.get_terminal_size((150, 40)).columns, 100))
 WORKDIR = Path(".run/perf")
@@ -56,6 +59,7 @@ def parser() -> argparse.ArgumentParser:
     run.add_argument("--seed", type=int, default=None)
     run.add_argument("--reports", type=Path, default=Path("reports"), help="parent folder of the report")
     commands.add_parser("analyzer", help="cross-check with perf_analyzer where a working binary exists")
+    add_tune_parser(commands)
     return top
 
 
@@ -175,6 +179,11 @@ def main(argv: list[str] | None = None) -> int:
     args = top.parse_args(argv)
     if args.command == "analyzer":
         return command_analyzer(args)
+    if args.command == "tune":
+        error = tune_usage_errors(args)
+        if error:
+            top.error(error)
+        return command_tune(args, console)
     try:
         profile = profile_from(args)
     except ValueError as error:  # an option out of range: a usage error, before minutes of measuring

@@ -1,0 +1,142 @@
+"""What the prediction needs, measured in one short run: the service model per instance count.
+
+* execution time per formed batch size, from the server's ``batch_stats`` under closed loops of rising
+  concurrency (delay 0, so every concurrency forms a different mix of sizes), fitted to
+  ``T + (N-1)·Δt`` (``perf.latency_model``);
+* the per-request cost beyond compute while saturated: one open-loop run offered more than the
+  closed loops achieved; the rate the server then sustains and the batches it forms say how long an
+  instance really spends per batch (``batch / rate``), and what ``batch_stats`` does not count is
+  spread over the batch's requests. On two shared cores this is most of the cost of a small model
+  (frontend, Python-backend IPC, the client's own CPU): without it the simulation promises several
+  times the rate the machine can serve;
+* the per-request overhead outside the batcher (client, network, frontend): client latency minus the
+  server's queue + compute per request, at concurrency 1;
+* the raw backend's curve (``perf.raw``), the physical reference the report puts beside the fit.
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from client.stats import BatchBucket, ModelStats
+from perf.latency_model import LatencyFit, fit_latency
+from perf.loads import poisson
+from perf.raw import RawPoint, measure_raw
+from perf.tune.batcher_sim import BatcherConfig, ServiceModel
+from perf.tune.predict import arrival_array
+from perf.tune.session import Observed, TuneSession
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class ProbePlan:
+    concurrencies: tuple[int, ...] = (1, 4, 16, 48)
+    seconds: float = 2.5
+    overload: float = 1.3  # the saturation run offers this × the best closed-loop throughput
+    raw_batch_sizes: tuple[int, ...] = (1, 4, 16, 32)
+
+
+@dataclass
+class ProbeResult:
+    services: dict[int, ServiceModel]  # instances -> service model
+    fits: dict[int, LatencyFit]
+    overhead_ms: float
+    per_request_ms: dict[int, float]
+    saturation: dict[int, Observed] = field(default_factory=dict)
+    points: list[tuple[int, int, Observed]] = field(default_factory=list)  # (instances, concurrency, run)
+    raw: list[RawPoint] = field(default_factory=list)
+    seconds: float = 0.0  # wall time of the probe's measurements (reloads included)
+
+
+def _merge(stats: list[ModelStats]) -> dict[int, BatchBucket]:
+    total = ModelStats()
+    for part in stats:
+        total = total + part
+    return total.batches
+
+
+def fit_buckets(buckets: dict[int, BatchBucket]) -> LatencyFit:
+    """``T + (N-1)·Δt`` over the formed sizes, each weighted by its executions. One size only (e.g. a
+    model that formed nothing but single requests) gives ``Δt`` from nothing: assume the slope is 0."""
+    points = {s: b.compute_ns / b.executions / 1e6 for s, b in buckets.items() if b.executions}
+    if len(points) == 1:
+        ((_, ms),) = points.items()
+        return LatencyFit(ms, 0.0, 1.0, points)
+    return fit_latency(points, {s: buckets[s].executions for s in points})
+
+
+def per_request_ms(saturated: Observed, fit: LatencyFit, instances: int) -> float:
+    """Instance time per request beyond the fitted compute, from a run the server could not keep up
+    with (every instance always busy): ``instances / served rate`` per sample, minus compute."""
+    stats = saturated.stats
+    if not stats.executions or saturated.throughput <= 0:
+        return 0.0
+    busy_per_sample_ms = 1e3 * instances / saturated.throughput
+    compute_ms = sum(fit.batch_ms(s) * b.executions for s, b in stats.batches.items())
+    return max(0.0, busy_per_sample_ms - compute_ms / stats.inferences)
+
+
+def overhead_ms(run: Observed) -> float:
+    """Client latency beyond the server's queue + compute, per request (a single request in flight)."""
+    stats = run.stats
+    if not stats.requests:
+        return 0.0
+    server_ms = (stats.queue_ns + stats.compute_ns) / stats.requests / 1e6
+    return max(0.0, run.mean_ms - server_ms)
+
+
+def probe(
+    session: TuneSession, instance_counts: tuple[int, ...], max_batch: int, plan: ProbePlan
+) -> ProbeResult:
+    """Measure the service model for each instance count in ``instance_counts``."""
+    points: list[tuple[int, int, Observed]] = []
+    saturation: dict[int, Observed] = {}
+    reloads_before = sum(session.reload_s)
+    wall = 0.0
+    for instances in instance_counts:
+        session.load(BatcherConfig(max_batch, 0, instances=instances))
+        concurrencies = plan.concurrencies if instances == 1 else plan.concurrencies[-2:]
+        for concurrency in concurrencies:
+            run = session.closed_loop(concurrency, plan.seconds, f"probe ×{instances} c={concurrency}")
+            wall += run.wall_s
+            points.append((instances, concurrency, run))
+            log.info("%s: %.0f inf/s, mean batch %.1f", run.label, run.throughput, run.stats.mean_batch)
+        best = max(run.throughput for n, _, run in points if n == instances)
+        rate = plan.overload * best
+        arrivals = arrival_array(poisson(rate, seed=1), plan.seconds)
+        saturation[instances] = session.open_loop(arrivals, f"saturation ×{instances} @ {rate:.0f}/s")
+        wall += saturation[instances].wall_s
+        log.info("%s: served %.0f/s", saturation[instances].label, saturation[instances].throughput)
+    fits, extra, services = {}, {}, {}
+    first = next(run for n, c, run in points if n == 1 and c == min(plan.concurrencies))
+    overhead = overhead_ms(first)
+    for instances in instance_counts:
+        runs = [run for n, _, run in points if n == instances]
+        fit = fit_buckets(_merge([run.stats for run in [*runs, saturation[instances]]]))
+        fits[instances] = fit
+        extra[instances] = per_request_ms(saturation[instances], fit, instances)
+        services[instances] = ServiceModel(
+            fit.t_ms / 1e3, fit.dt_ms / 1e3, extra[instances] / 1e3, overhead / 1e3
+        )
+    result = ProbeResult(services, fits, overhead, extra, saturation, points)
+    result.seconds = wall + sum(session.reload_s) - reloads_before
+    spec = session.base
+    result.raw = measure_raw(
+        session.workdir / "repository" / spec.name / "1" / "model.onnx",
+        session.target.inputs,
+        [b for b in plan.raw_batch_sizes if b <= session.largest_batch],
+        spec.intra_op_threads,
+        spec.inter_op_threads,
+        seconds=0.3,
+    )
+    return result
+
+
+def served_capacity(result: ProbeResult) -> float:
+    """The most the probe saw served (closed loops and saturation runs): the brute force's ceiling."""
+    runs = [run for _, _, run in result.points] + list(result.saturation.values())
+    return float(np.max([run.throughput for run in runs])) if runs else 1.0
