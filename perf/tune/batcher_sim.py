@@ -75,13 +75,17 @@ class ServiceModel:
     ``T`` and ``Δt`` are the compute the server reports; ``per_request_s`` is what each request costs
     beyond it while the machine is saturated (frontend, Python-backend IPC, and on a shared CPU the
     client's own cycles), calibrated so the simulated capacity equals the measured one.
-    ``overhead_s`` is added to every request's latency outside the batcher and the instance.
+    ``overhead_s`` is added to every request's latency outside the batcher and the instance; with
+    ``overhead_samples_s`` (overheads measured one request at a time) each request draws one of them
+    instead, so the tail of what happens outside the batcher (client and OS scheduling on a shared
+    machine) reaches the predicted p99 and not only its mean.
     """
 
     t_s: float
     dt_s: float
     per_request_s: float = 0.0
     overhead_s: float = 0.0
+    overhead_samples_s: tuple[float, ...] = ()
 
     def exec_s(self, batch: int) -> float:
         return self.t_s + (batch - 1) * self.dt_s + batch * self.per_request_s
@@ -110,8 +114,11 @@ class SimResult:
         return float(np.mean(self.batch_sizes)) if len(self.batch_sizes) else 0.0
 
 
-def simulate(arrivals_s: Sequence[float], config: BatcherConfig, service: ServiceModel) -> SimResult:
-    """Run ``arrivals_s`` (sorted seconds) through the batcher of ``config``; see the module rules."""
+def simulate(
+    arrivals_s: Sequence[float], config: BatcherConfig, service: ServiceModel, seed: int = 0
+) -> SimResult:
+    """Run ``arrivals_s`` (sorted seconds) through the batcher of ``config``; see the module rules.
+    ``seed`` draws the per-request overheads when the service model carries samples of them."""
     arrivals = np.asarray(arrivals_s, dtype=float)
     if len(arrivals) and np.any(np.diff(arrivals) < 0):
         raise ValueError("arrivals must be sorted")
@@ -146,6 +153,10 @@ def simulate(arrivals_s: Sequence[float], config: BatcherConfig, service: Servic
         sizes.append(size)
         heapq.heappush(free, finish)
         oldest += size
-    latencies = done - arrivals + service.overhead_s
+    if service.overhead_samples_s:
+        overheads = np.random.default_rng(seed).choice(np.asarray(service.overhead_samples_s), count)
+    else:
+        overheads = service.overhead_s
+    latencies = done - arrivals + overheads
     span = float(done.max() - arrivals[0]) if count else 0.0
     return SimResult(latencies, np.asarray(sizes, dtype=int), span)

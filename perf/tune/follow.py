@@ -74,7 +74,7 @@ class Reload:
     seconds: float
 
 
-@dataclass
+@dataclass(eq=False)  # a Thread must stay hashable
 class Follower(threading.Thread):
     session: TuneSession
     policy: Policy

@@ -25,6 +25,7 @@ from client.stats import BatchBucket, ModelStats
 from perf.latency_model import LatencyFit, fit_latency
 from perf.loads import poisson
 from perf.raw import RawPoint, measure_raw
+from perf.records import latencies
 from perf.tune.batcher_sim import BatcherConfig, ServiceModel
 from perf.tune.predict import arrival_array
 from perf.tune.session import Observed, TuneSession
@@ -89,6 +90,17 @@ def overhead_ms(run: Observed) -> float:
     return max(0.0, run.mean_ms - server_ms)
 
 
+def overhead_samples_s(run: Observed, max_samples: int = 4000) -> tuple[float, ...]:
+    """Per-request overheads, one request in flight: each latency minus the server's mean queue +
+    compute. Keeps the tail (a request that waited for a CPU) that a mean would hide."""
+    stats = run.stats
+    if not stats.requests:
+        return ()
+    server_s = (stats.queue_ns + stats.compute_ns) / stats.requests / 1e9
+    values = np.maximum(0.0, latencies(run.counted()) - server_s)
+    return tuple(float(v) for v in values[:max_samples])
+
+
 def probe(
     session: TuneSession, instance_counts: tuple[int, ...], max_batch: int, plan: ProbePlan
 ) -> ProbeResult:
@@ -114,13 +126,14 @@ def probe(
     fits, extra, services = {}, {}, {}
     first = next(run for n, c, run in points if n == 1 and c == min(plan.concurrencies))
     overhead = overhead_ms(first)
+    samples = overhead_samples_s(first)
     for instances in instance_counts:
         runs = [run for n, _, run in points if n == instances]
         fit = fit_buckets(_merge([run.stats for run in [*runs, saturation[instances]]]))
         fits[instances] = fit
         extra[instances] = per_request_ms(saturation[instances], fit, instances)
         services[instances] = ServiceModel(
-            fit.t_ms / 1e3, fit.dt_ms / 1e3, extra[instances] / 1e3, overhead / 1e3
+            fit.t_ms / 1e3, fit.dt_ms / 1e3, extra[instances] / 1e3, overhead / 1e3, samples
         )
     result = ProbeResult(services, fits, overhead, extra, saturation, points)
     result.seconds = wall + sum(session.reload_s) - reloads_before

@@ -89,3 +89,11 @@ def test_prediction_flags_an_overloaded_server() -> None:
     overloaded = predict(BatcherConfig(1), service, poisson(200.0), seconds=3)
     assert not overloaded.sustained and not overloaded.meets(1e9)
     assert len(arrival_array(poisson(100.0), 2.0)) == pytest.approx(200, rel=0.25)
+
+
+def test_measured_overhead_samples_carry_their_tail_into_the_p99() -> None:
+    # 2% of requests waited 50 ms outside the batcher: p99 must show it; the mean overhead (1 ms) would not.
+    tail = ServiceModel(0.001, 0.0, overhead_samples_s=(0.0,) * 98 + (0.05, 0.05))
+    arrivals = np.arange(2000) * 0.01  # one request every 10 ms: no queueing at all
+    assert simulate(arrivals, BatcherConfig(1), tail).p99_ms(skip=0) > 40
+    assert simulate(arrivals, BatcherConfig(1), ServiceModel(0.001, 0.0, overhead_s=0.001)).p99_ms(skip=0) < 3
