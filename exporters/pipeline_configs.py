@@ -11,10 +11,10 @@ from __future__ import annotations
 import dataclasses
 from collections.abc import Sequence
 
-from exporters.configs import build_model_config, resolve_target
+from exporters.configs import build_model_config, model_tensor, resolve_target
 from exporters.model_config import EnsembleStep, InstanceGroup, ModelConfig, ModelTensor, OptionalModelInput
 from exporters.pipeline_stages import Stage
-from exporters.spec import DTYPES, Batching, Instances, ModelSpec, PipelineSpec, TensorSpec
+from exporters.spec import Batching, ModelSpec, PipelineSpec
 
 UPDATE_INPUTS = (
     OptionalModelInput("update_table", "TYPE_INT64", [1]),
@@ -44,19 +44,14 @@ def stage_batching(pipeline: PipelineSpec, index: int) -> Batching:
     return dataclasses.replace(pipeline.batching, max_queue_delay_us=delay)
 
 
-def _stage_spec(pipeline: PipelineSpec, spec: ModelSpec, stage: Stage, index: int) -> ModelSpec:
-    """The monolithic model's serving settings, narrowed to one stage's tensors and batching."""
-    return dataclasses.replace(
-        spec, name=stage.name, inputs=stage.inputs, outputs=(stage.output,),
-        batching=stage_batching(pipeline, index), instances=Instances(cpu=1, per_gpu=1),
-    )  # fmt: skip
-
-
 def stage_config(
     pipeline: PipelineSpec, spec: ModelSpec, stage: Stage, index: int, num_gpus: int
 ) -> ModelConfig:
     """An ONNX stage is an ordinary ``onnxruntime`` model; a torch stage runs on the Python backend."""
-    config = build_model_config(_stage_spec(pipeline, spec, stage, index), num_gpus)
+    config = build_model_config(
+        spec, num_gpus, name=stage.name, inputs=stage.inputs, outputs=(stage.output,),
+        batching=stage_batching(pipeline, index),
+    )  # fmt: skip
     config.instance_group = stage_placement(pipeline, spec, index, num_gpus)
     if stage.runtime == "onnx":
         return config
@@ -84,10 +79,6 @@ def stage_config(
     )
 
 
-def _tensor(tensor: TensorSpec) -> ModelTensor:
-    return ModelTensor(tensor.name, DTYPES[tensor.dtype], list(tensor.shape))
-
-
 def ensemble_config(pipeline: PipelineSpec, spec: ModelSpec, stages: Sequence[Stage]) -> ModelConfig:
     """The ensemble: the monolithic model's signature, stages chained through named tensors."""
     steps = [
@@ -102,8 +93,8 @@ def ensemble_config(pipeline: PipelineSpec, spec: ModelSpec, stages: Sequence[St
         name=pipeline.name,
         platform="ensemble",
         max_batch_size=spec.max_batch_size,
-        input=[_tensor(t) for t in spec.inputs],
-        output=[_tensor(t) for t in spec.outputs],
+        input=[model_tensor(t) for t in spec.inputs],
+        output=[model_tensor(t) for t in spec.outputs],
         ensemble_steps=steps,
     )
 
