@@ -41,7 +41,7 @@ def add_parser(commands: argparse._SubParsersAction) -> None:
         "--scenario",
         choices=["video", "recsys"],
         default=None,
-        help="the article's scenarios as presets (see docs/TUNE.md)",
+        help="the article's scenarios as presets (README, Tuning)",
     )
     tune_parser.add_argument(
         "--follow",
@@ -126,6 +126,7 @@ def command_tune(args: argparse.Namespace, console) -> int:
                 1.3 * served_capacity(result.probe),
                 step=lambda text: console.print(f"  {text}"),
             )
+        session.load(result.chosen)
         extra = _side_by_side(session, folder, console)
     note = f"python -m perf tune --model {args.model} --p99-ms {args.p99_ms:g}: {result.chosen.label}"
     tuned = write_overlay(

@@ -18,7 +18,7 @@ import yaml
 from google.protobuf import json_format
 
 from exporters.configs import build_model_config
-from exporters.spec import ModelSpec, Spec, parse_spec
+from exporters.spec import Batching, ModelSpec, Spec, parse_spec
 from perf.tune.batcher_sim import BatcherConfig
 
 
@@ -39,7 +39,7 @@ def candidate_spec(base: ModelSpec, config: BatcherConfig, keep_queue: bool = Fa
             queue=base.batching.queue if keep_queue else None,
         )
     else:
-        batching = dataclasses.replace(base.batching, mode="none", preferred_batch_sizes=(), queue=None)
+        batching = Batching(mode="none")
     instances = dataclasses.replace(base.instances, cpu=config.instances)
     return dataclasses.replace(
         base,

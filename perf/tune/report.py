@@ -73,6 +73,7 @@ def _points_rows(result: TuneResult, engine: str) -> list[list[str]]:
                     number(p.predicted.mean_batch),
                     number(m.stats.mean_batch),
                     f"{m.failed}/{len(m.records)}",
+                    ", ".join(number(r.p99_ms) for r in p.repeats),
                     engine,
                 ]
             )
@@ -241,6 +242,7 @@ def write_report(
                 "pred batch",
                 "meas batch",
                 "failed/sent",
+                "p99 of each repeat",
                 "engine",
             ],
             _points_rows(result, engine),
