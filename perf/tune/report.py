@@ -67,6 +67,7 @@ def _points_rows(result: TuneResult, engine: str) -> list[list[str]]:
                     config.label + (" **chosen**" if config == result.chosen else ""),
                     number(p.rate, 0),
                     number(p.predicted.p99_ms),
+                    number(p.with_tail.p99_ms) if p.with_tail else "–",
                     number(m.p99_ms),
                     f"{100 * relative_error(p.predicted.p99_ms, m.p99_ms):+.0f}%",
                     number(m.throughput, 0),
@@ -98,6 +99,9 @@ def figures(result: TuneResult, sweep: list[SweepEntry] | None, extra: dict) -> 
         "verify_s": result.verify_s,
         "fit": {n: {"t_ms": f.t_ms, "dt_ms": f.dt_ms, "r2": f.r2} for n, f in result.probe.fits.items()},
         "overhead_ms": result.probe.overhead_ms,
+        "floor_p99_ms": result.probe.floor_p99_ms,
+        "predicted_p99_with_tail_ms": operating.with_tail.p99_ms if operating.with_tail else None,
+        "measured_p99_each_repeat_ms": [r.p99_ms for r in operating.repeats],
         "per_request_ms": result.probe.per_request_ms,
         **extra,
     }
@@ -137,6 +141,10 @@ def write_report(
         f"{number(numbers['predicted_max_rate'], 0)}/s, "
         f"measured {number(numbers['measured_max_rate'], 0)}/s. "
         f"Load engine for every server figure: {engine}.",
+        "",
+        f"One request in flight already has p99 {number(probe.floor_p99_ms)} ms here (client, frontend and "
+        "the OS scheduling other work on the shared cores): the column *pred p99 + machine tail* adds that "
+        "measured per-request tail to the simulation; candidates are ranked without it.",
         "",
         "## What the prediction was built from (probe)",
         "",
@@ -236,6 +244,7 @@ def write_report(
                 "config",
                 "rate /s",
                 "pred p99",
+                "pred p99 + machine tail",
                 "meas p99",
                 "error",
                 "meas inf/s",

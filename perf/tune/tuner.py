@@ -43,7 +43,8 @@ class Point:
 
     config: BatcherConfig
     rate: float
-    predicted: Prediction
+    predicted: Prediction  # the batcher with the mean overhead (what candidates are ranked by)
+    with_tail: Prediction | None = None  # plus this machine's measured per-request tail
     repeats: list[Observed] = field(default_factory=list)
 
     @property
@@ -107,7 +108,10 @@ def predict_point(
     probe_result: ProbeResult, request: TuneRequest, config: BatcherConfig, rate: float
 ) -> Point:
     load = request.load(rate)
-    return Point(config, rate, predict(config, service_for(probe_result, config), load, request.seconds))
+    point = Point(config, rate, predict(config, service_for(probe_result, config), load, request.seconds))
+    if config.instances in probe_result.tails:
+        point.with_tail = predict(config, probe_result.tails[config.instances], load, request.seconds)
+    return point
 
 
 def measure_point(session: TuneSession, request: TuneRequest, point: Point) -> None:
