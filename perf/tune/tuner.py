@@ -131,19 +131,9 @@ def measure_point(session: TuneSession, request: TuneRequest, point: Point) -> N
 
 
 def sustainable_from(points: list[Point], budget_ms: float) -> float:
-    """The highest measured rate within budget, interpolated towards the first rate that missed it."""
-    ordered = sorted((p for p in points if p.measured), key=lambda p: p.rate)
-    best = 0.0
-    for low, high in zip([None, *ordered], ordered, strict=False):
-        if high.measured.meets(budget_ms):
-            best = high.rate
-            continue
-        if low is not None and low.measured.meets(budget_ms) and high.measured.sustained:
-            span = high.measured.p99_ms - low.measured.p99_ms
-            if span > 0:
-                best = low.rate + (high.rate - low.rate) * (budget_ms - low.measured.p99_ms) / span
-        break
-    return best
+    """The highest measured rate within the budget (0 if none was). A lower rate that missed does not
+    cancel a higher one that met it: on a shared machine a miss can be a neighbour's doing."""
+    return max((p.rate for p in points if p.measured and p.measured.meets(budget_ms)), default=0.0)
 
 
 def tune(
