@@ -70,11 +70,13 @@ class BatcherConfig:
 
 @dataclass(frozen=True)
 class ServiceModel:
-    """How long an instance is busy with a batch of ``N``: ``t_s + (N-1)·dt_s + N·per_request_s``.
+    """How long an instance is busy with a batch of ``N``:
+    ``t_s + (N-1)·dt_s + per_batch_s + N·per_request_s``.
 
-    ``T`` and ``Δt`` are the compute the server reports; ``per_request_s`` is what each request costs
-    beyond it while the machine is saturated (frontend, Python-backend IPC, and on a shared CPU the
-    client's own cycles), calibrated so the simulated capacity equals the measured one.
+    ``T`` and ``Δt`` are the compute the server reports; ``per_batch_s`` and ``per_request_s`` are what
+    each execution and each request cost beyond it while the machine is saturated (the Python backend's
+    IPC per execution; frontend work per request and, on a shared CPU, the client's own cycles),
+    calibrated so the simulated capacity equals the measured one with and without batching.
     ``overhead_s`` is added to every request's latency outside the batcher and the instance; with
     ``overhead_samples_s`` (overheads measured one request at a time) each request draws one of them
     instead, so the tail of what happens outside the batcher (client and OS scheduling on a shared
@@ -86,9 +88,10 @@ class ServiceModel:
     per_request_s: float = 0.0
     overhead_s: float = 0.0
     overhead_samples_s: tuple[float, ...] = ()
+    per_batch_s: float = 0.0
 
     def exec_s(self, batch: int) -> float:
-        return self.t_s + (batch - 1) * self.dt_s + batch * self.per_request_s
+        return self.t_s + (batch - 1) * self.dt_s + self.per_batch_s + batch * self.per_request_s
 
 
 @dataclass(frozen=True)

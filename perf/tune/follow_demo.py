@@ -19,10 +19,10 @@ import matplotlib.pyplot as plt
 
 from exporters.spec import load_spec
 from perf.markdown import number, table
-from perf.plots import _save
 from perf.tune.engine import LoadEngine
 from perf.tune.follow import FollowRun, delay_policy, follow_run, p99_over_time, step_arrivals
 from perf.tune.probe import ProbePlan, probe, served_capacity
+from perf.tune.report import finish_p99_plot
 from perf.tune.session import TuneSession
 
 DELAYS_US = (0, 500, 1000, 2000, 5000, 10000)
@@ -36,14 +36,8 @@ def plot_follow(runs: list[FollowRun], budget_ms: float, path: Path) -> Path:
         axes.plot([s[0] for s in series], [s[1] for s in series], "o-", color=f"C{index}", label=run.label)
         for reload in run.reloads:
             axes.axvline(reload.at_s, color=f"C{index}", alpha=0.4, linestyle=":")
-    axes.axhline(budget_ms, color="k", linestyle="--", label=f"budget {budget_ms:g} ms")
-    axes.set(
-        xlabel="arrival time (s)",
-        ylabel="p99 per second (ms)",
-        yscale="log",
-        title="rate step: fixed configuration vs following the rate (dotted: reloads)",
-    )
-    return _save(figure, path, axes, grid="both")
+    title = "rate step: fixed configuration vs following the rate (dotted: reloads)"
+    return finish_p99_plot(figure, axes, budget_ms, "arrival time (s)", title, path)
 
 
 def run_follow_demo(args: argparse.Namespace, folder: Path, console) -> int:

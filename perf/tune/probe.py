@@ -56,7 +56,9 @@ class ProbeResult:
     # machine's scheduling tail adds to p99. Candidates are ranked without it (it hits every candidate
     # alike, and on a busy shared machine it alone can exceed the budget); reports show both.
     tails: dict[int, ServiceModel] = field(default_factory=dict)
-    floor_p99_ms: float = 0.0  # p99 with one request in flight: nothing the batcher does goes below it
+    floor_p99_ms: float = 0.0
+    per_batch_ms: float = 0.0  # per-execution cost beyond compute (calibrated with instances = 1)
+    unbatched: Observed | None = None  # the saturation run without batching
     seconds: float = 0.0  # wall time of the probe's measurements (reloads included)
 
 
@@ -77,15 +79,32 @@ def fit_buckets(buckets: dict[int, BatchBucket]) -> LatencyFit:
     return fit_latency(points, {s: buckets[s].executions for s in points})
 
 
-def per_request_ms(saturated: Observed, fit: LatencyFit, instances: int) -> float:
-    """Instance time per request beyond the fitted compute, from a run the server could not keep up
-    with (every instance always busy): ``instances / served rate`` per sample, minus compute."""
+def busy_per_batch_ms(saturated: Observed, instances: int) -> tuple[float, float]:
+    """(mean formed batch, instance milliseconds per execution) of a run the server could not keep up
+    with: every instance always busy, so each execution took ``instances × batch / served rate``."""
     stats = saturated.stats
     if not stats.executions or saturated.throughput <= 0:
-        return 0.0
-    busy_per_sample_ms = 1e3 * instances / saturated.throughput
-    compute_ms = sum(fit.batch_ms(s) * b.executions for s, b in stats.batches.items())
-    return max(0.0, busy_per_sample_ms - compute_ms / stats.inferences)
+        return 0.0, 0.0
+    return stats.mean_batch, 1e3 * instances * stats.mean_batch / saturated.throughput
+
+
+def calibrate(
+    single: tuple[float, float], batched: tuple[float, float], fit: LatencyFit
+) -> tuple[float, float]:
+    """(per-batch ms, per-request ms) beyond the fitted compute that make the simulated capacity equal
+    the measured one both without batching (``single``: batch 1) and with it (``batched``): two
+    saturation runs, two unknowns. Negative solutions are clipped to 0 (then the other absorbs all)."""
+    (b1, busy1), (b2, busy2) = single, batched
+    extra1, extra2 = busy1 - fit.batch_ms(b1), busy2 - fit.batch_ms(b2)
+    if b2 - b1 < 0.5:  # the batched run formed no real batches: one equation, put it all per request
+        return 0.0, max(0.0, extra2 / max(b2, 1.0))
+    per_request = (extra2 - extra1) / (b2 - b1)
+    per_batch = extra1 - b1 * per_request
+    if per_request < 0:
+        return max(0.0, extra1), 0.0
+    if per_batch < 0:
+        return 0.0, max(0.0, extra2 / b2)
+    return per_batch, per_request
 
 
 def overhead_ms(run: Observed) -> float:
@@ -143,8 +162,12 @@ def probe(
             log.info("%s: %.0f inf/s, mean batch %.1f", run.label, run.throughput, run.stats.mean_batch)
         best = max(run.throughput for n, _, run in points if n == instances)
         saturation[instances] = _saturate(session, instances, plan.overload * best, plan.seconds)
+    session.load(BatcherConfig(1))  # the same machine without batching: per-execution costs show up
+    single_rate = max(run.throughput for n, c, run in points if n == 1 and c == 1)
+    unbatched = _saturate(session, 1, 1.5 * single_rate, plan.seconds)
     quiet = [session.closed_loop(1, plan.seconds, "probe ×1 c=1, again")]  # the tail needs a quiet run
     fits, extra, services, tails = {}, {}, {}, {}
+    per_batch = 0.0
     singles = [run for n, c, run in points if n == 1 and c == 1] + quiet
     first = min(singles, key=lambda run: run.p99_ms)  # the least disturbed single-request run
     overhead = overhead_ms(first)
@@ -153,12 +176,24 @@ def probe(
         runs = [run for n, _, run in points if n == instances]
         fit = fit_buckets(_merge([run.stats for run in [*runs, saturation[instances]]]))
         fits[instances] = fit
-        extra[instances] = per_request_ms(saturation[instances], fit, instances)
+        batched = busy_per_batch_ms(saturation[instances], instances)
+        if instances == 1:
+            per_batch, extra[1] = calibrate(busy_per_batch_ms(unbatched, 1), batched, fit)
+        else:  # per execution: the backend's, as with one instance; what more instances add is per request
+            extra[instances] = max(
+                0.0, (batched[1] - fit.batch_ms(batched[0]) - per_batch) / max(batched[0], 1.0)
+            )
         services[instances] = ServiceModel(
-            fit.t_ms / 1e3, fit.dt_ms / 1e3, extra[instances] / 1e3, overhead / 1e3
+            fit.t_ms / 1e3,
+            fit.dt_ms / 1e3,
+            extra[instances] / 1e3,
+            overhead / 1e3,
+            per_batch_s=per_batch / 1e3,
         )
         tails[instances] = dataclasses.replace(services[instances], overhead_samples_s=samples)
     result = ProbeResult(services, fits, overhead, extra, saturation, points, tails=tails)
+    result.per_batch_ms = per_batch
+    result.unbatched = unbatched
     result.floor_p99_ms = first.p99_ms
     result.seconds = time.perf_counter() - started  # every measurement and reload, not the raw reference
     spec = session.base

@@ -28,32 +28,21 @@ def plot_p99_vs_rate(result: TuneResult, path: Path) -> Path:
     ]
     for index, config in enumerate(configs):
         points = result.points_of(config)
-        colour = f"C{index}"
         label = config.label + (" (chosen)" if config == result.chosen else "")
-        axes.plot(
-            [p.rate for p in points],
-            [p.predicted.p99_ms for p in points],
-            "-",
-            color=colour,
-            label=f"{label}: predicted",
-        )
         measured = [p for p in points if p.measured]
-        axes.plot(
-            [p.rate for p in measured],
-            [p.measured.p99_ms for p in measured],
-            "o",
-            color=colour,
-            label=f"{label}: measured",
-        )
-    axes.axhline(
-        result.request.budget_ms, color="k", linestyle="--", label=f"budget {result.request.budget_ms:g} ms"
-    )
-    axes.set(
-        xlabel="offered rate (requests / s)",
-        ylabel="p99 latency (ms)",
-        yscale="log",
-        title="p99 vs rate: batcher simulation vs the real server",
-    )
+        for kind, chosen, style in (("predicted", points, "-"), ("measured", measured, "o")):
+            values = [p.predicted.p99_ms if kind == "predicted" else p.measured.p99_ms for p in chosen]
+            axes.plot([p.rate for p in chosen], values, style, color=f"C{index}", label=f"{label}: {kind}")
+    title = "p99 vs rate: batcher simulation vs the real server"
+    return finish_p99_plot(figure, axes, result.request.budget_ms, "offered rate (requests / s)", title, path)
+
+
+def finish_p99_plot(
+    figure: plt.Figure, axes: plt.Axes, budget_ms: float, xlabel: str, title: str, path: Path
+) -> Path:
+    """The budget line, log p99 axis and labels every tuner plot shares."""
+    axes.axhline(budget_ms, color="k", linestyle="--", label=f"budget {budget_ms:g} ms")
+    axes.set(xlabel=xlabel, ylabel="p99 latency (ms)", yscale="log", title=title)
     return _save(figure, path, axes, grid="both")
 
 
@@ -103,6 +92,10 @@ def figures(result: TuneResult, sweep: list[SweepEntry] | None, extra: dict) -> 
         "predicted_p99_with_tail_ms": operating.with_tail.p99_ms if operating.with_tail else None,
         "measured_p99_each_repeat_ms": [r.p99_ms for r in operating.repeats],
         "per_request_ms": result.probe.per_request_ms,
+        "per_batch_ms": result.probe.per_batch_ms,
+        "served_unbatched_at_saturation": result.probe.unbatched.throughput
+        if result.probe.unbatched
+        else None,
         **extra,
     }
     if sweep:
@@ -158,7 +151,7 @@ def write_report(
                 "T (ms)",
                 "Δt (ms)",
                 "R²",
-                "per-request cost when saturated (ms)",
+                "per-execution + per-request cost when saturated (ms)",
                 "served at saturation (/s)",
                 "latency overhead outside the server (ms)",
             ],
@@ -168,7 +161,7 @@ def write_report(
                     number(f.t_ms, 3),
                     number(f.dt_ms, 3),
                     number(f.r2, 3),
-                    number(probe.per_request_ms[n], 3),
+                    f"{number(probe.per_batch_ms, 3)} + {number(probe.per_request_ms[n], 3)}",
                     number(probe.saturation[n].throughput, 0),
                     number(probe.overhead_ms, 3),
                 ]

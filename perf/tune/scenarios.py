@@ -246,9 +246,10 @@ def _write(
     lines = [
         f"# Scenario {scenario}: {model}, p99 ≤ {budget:g} ms",
         "",
-        f"Service model: T {fit.t_ms:.2f} ms, Δt {fit.dt_ms:.3f} ms (R² {fit.r2:.3f}), per-request cost when "
-        f"saturated {measured.per_request_ms[1]:.3f} ms. Engine: {engine}; each point measured twice "
-        "(passes a minute apart), the least disturbed repeat counts.",
+        f"Service model: T {fit.t_ms:.2f} ms, Δt {fit.dt_ms:.3f} ms (R² {fit.r2:.3f}), per-execution + "
+        f"per-request cost when saturated {measured.per_batch_ms:.3f} + {measured.per_request_ms[1]:.3f} ms; "
+        f"single-request p99 floor {measured.floor_p99_ms:.1f} ms. Engine: {engine}; each point measured "
+        "twice (passes a minute apart), the least disturbed repeat counts.",
         "",
         table(HEADER, [_row(v, unit) for v in verdicts]),
         "",

@@ -97,3 +97,16 @@ def test_measured_overhead_samples_carry_their_tail_into_the_p99() -> None:
     arrivals = np.arange(2000) * 0.01  # one request every 10 ms: no queueing at all
     assert simulate(arrivals, BatcherConfig(1), tail).p99_ms(skip=0) > 40
     assert simulate(arrivals, BatcherConfig(1), ServiceModel(0.001, 0.0, overhead_s=0.001)).p99_ms(skip=0) < 3
+
+
+def test_calibration_splits_per_execution_and_per_request_costs() -> None:
+    from perf.latency_model import LatencyFit
+    from perf.tune.probe import calibrate
+
+    fit = LatencyFit(1.0, 0.1, 1.0, {})
+    # truth: 0.5 ms per execution, 0.05 per request. batch 1 busy 1 + 0.5 + 0.05; batch 20: 2.9 + 0.5 + 1.0
+    per_batch, per_request = calibrate((1.0, 1.55), (20.0, 4.4), fit)
+    assert per_batch == pytest.approx(0.5) and per_request == pytest.approx(0.05)
+    assert ServiceModel(0.001, 0.0001, per_request_s=0.00005, per_batch_s=0.0005).exec_s(20) == pytest.approx(
+        0.0044
+    )
