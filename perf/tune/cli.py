@@ -55,7 +55,7 @@ def add_parser(commands: argparse._SubParsersAction) -> None:
     )
     tune_parser.add_argument("--grid", choices=["quick", "wide"], default="quick")
     tune_parser.add_argument(
-        "--seconds", type=float, default=4.0, help="seconds of arrivals per measured point"
+        "--seconds", type=float, default=3.0, help="seconds of arrivals per measured point"
     )
     tune_parser.add_argument(
         "--processes", type=int, default=2, help="client processes of our load generator"
@@ -75,6 +75,10 @@ def usage_errors(args: argparse.Namespace) -> str | None:
         return f"--rate must be > 0, got {args.rate}"
     if args.seconds <= 0:
         return f"--seconds must be > 0, got {args.seconds}"
+    if args.processes < 1:
+        return f"--processes must be >= 1, got {args.processes}"
+    if args.trace and not Path(args.trace).is_file():
+        return f"--trace: no such file {args.trace!r}"
     return None
 
 

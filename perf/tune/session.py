@@ -12,7 +12,7 @@ import dataclasses
 import json
 import logging
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -163,9 +163,9 @@ class TuneSession:
     def _stats(self) -> ModelStats:
         return snapshot(self.endpoints, self.base.name, 0.0).stats
 
-    def _observe(self, label: str, run: object, offered: float = 0.0) -> Observed:
+    def _observe(self, label: str, run: Callable[[], list[Record]], offered: float = 0.0) -> Observed:
         before, started = self._stats(), time.perf_counter()
-        records = run()  # type: ignore[operator]
+        records = run()
         wall = time.perf_counter() - started
         time.sleep(0.2)  # Triton counts a request just after answering it
         return Observed(label, records, self._stats() - before, wall, offered)

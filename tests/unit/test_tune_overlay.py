@@ -94,3 +94,21 @@ def test_zipf_ids_stay_inside_their_tables_and_favour_low_ranks() -> None:
     ids = zipf_ids([100, 10], rows=5000)
     assert ids.min() >= 0 and ids[:, 0].max() < 100 and ids[:, 1].max() < 10
     assert np.mean(ids[:, 0] == 0) > 0.1  # rank 1 alone: 1/zeta(1.2) ≈ 18% (uniform: 1%)
+
+
+def test_tune_options_are_checked_before_any_measurement(tmp_path: Path) -> None:
+    from perf.cli import parser
+    from perf.tune.cli import _load_at, usage_errors
+
+    def errors(*argv: str) -> str | None:
+        return usage_errors(parser().parse_args(["tune", *argv]))
+
+    assert "--model and --p99-ms" in errors("--model", "recommender")
+    assert "--p99-ms must be > 0" in errors("--model", "m", "--p99-ms", "0")
+    assert "--rate must be > 0" in errors("--model", "m", "--p99-ms", "5", "--rate", "-1")
+    assert "no such file" in errors("--model", "m", "--p99-ms", "5", "--trace", str(tmp_path / "none"))
+    assert errors("--scenario", "video") is None
+    trace = tmp_path / "trace.txt"
+    trace.write_text("0.01\n0.03\n")  # 50/s as recorded
+    load_at = _load_at(parser().parse_args(["tune", "--trace", str(trace)]))
+    assert arrival_array(load_at(100.0), 1.0)[:2].tolist() == pytest.approx([0.005, 0.02])  # time ×0.5
