@@ -14,13 +14,21 @@ from collections.abc import Sequence
 from exporters.configs import build_model_config, model_tensor, resolve_target
 from exporters.model_config import EnsembleStep, InstanceGroup, ModelConfig, ModelTensor, OptionalModelInput
 from exporters.pipeline_stages import Stage
-from exporters.spec import Batching, ModelSpec, PipelineSpec
+from exporters.spec import DTYPES, Batching, ModelSpec, PipelineSpec
+from python_backend.torch_stage.embedding_rows import UPDATE_ROW, UPDATE_TABLE, UPDATE_VALUES, UPDATE_VERSION
 
-UPDATE_INPUTS = (
-    OptionalModelInput("update_table", "TYPE_INT64", [1]),
-    OptionalModelInput("update_row", "TYPE_INT64", [1]),
-)
-UPDATE_VERSION = ModelTensor("update_version", "TYPE_INT64", [1])
+
+def _update_tensors(width: int) -> tuple[list[OptionalModelInput], ModelTensor]:
+    """An embedding stage's update inputs (``[N, 1]`` table and row ids, ``[N, width]`` values) and the
+    version it answers with; the names are the runner's (``embedding_rows``)."""
+    inputs = [
+        OptionalModelInput(UPDATE_TABLE, DTYPES["int64"], [1]),
+        OptionalModelInput(UPDATE_ROW, DTYPES["int64"], [1]),
+        OptionalModelInput(UPDATE_VALUES, DTYPES["fp32"], [width]),
+    ]
+    return inputs, ModelTensor(UPDATE_VERSION, DTYPES["int64"], [1])
+
+
 # Stages after the first receive each upstream batch as a burst of requests released together, so a
 # short wait re-forms the batch; the first stage's longer wait would only add latency per boundary.
 DOWNSTREAM_QUEUE_DELAY_US = 100
@@ -67,8 +75,9 @@ def stage_config(
         parameters["embedding_tables"] = ",".join(stage.embedding_tables)
         # Update requests carry no ids and lookups no updates: every input is optional.
         inputs = [OptionalModelInput(t.name, t.data_type, t.dims) for t in inputs]
-        inputs += [*UPDATE_INPUTS, OptionalModelInput("update_values", "TYPE_FP32", [width])]
-        outputs.append(UPDATE_VERSION)
+        updates, version = _update_tensors(width)
+        inputs += updates
+        outputs.append(version)
     return dataclasses.replace(
         config,
         backend="python",

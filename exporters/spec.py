@@ -20,14 +20,12 @@ import yaml
 from exporters.errors import SpecError
 from exporters.typed import at_least, check_fields, nested, parse
 from exporters.zoo import ZOO
+from python_backend import dtypes
 
-DTYPES = {
-    "fp32": "TYPE_FP32", "fp16": "TYPE_FP16", "int64": "TYPE_INT64", "int32": "TYPE_INT32",
-    "bf16": "TYPE_BF16",  # only between pipeline stages (compressed boundaries); models take MODEL_DTYPES
-}  # fmt: skip
-Dtype = Literal["fp32", "fp16", "int64", "int32", "bf16"]
-MODEL_DTYPES = ("fp32", "fp16", "int64", "int32")
-INTEGER_DTYPES = ("int64", "int32")
+DTYPES = {key: d.triton for key, d in dtypes.DTYPES.items()}  # spec name -> Triton type (one table)
+Dtype = Literal[tuple(dtypes.DTYPES)]  # the table's names are the schema's choices
+MODEL_DTYPES = dtypes.MODEL_DTYPES  # bf16 only between pipeline stages (compressed boundaries)
+INTEGER_DTYPES = dtypes.INTEGER_DTYPES
 Precision = Literal["fp32", "fp16"]
 BatchingMode = Literal["none", "static", "dynamic"]
 Target = Literal["auto", "cpu", "gpu"]
