@@ -23,6 +23,8 @@ import tempfile
 import zipfile
 from pathlib import Path
 
+from perf.errors import PerfError
+
 log = logging.getLogger(__name__)
 
 TRITONCLIENT_WHEEL = "tritonclient==2.41.0"
@@ -38,7 +40,7 @@ LD_LIBRARY_PATH="$here/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}" exec "$here/bin
 """
 
 
-class InstallError(RuntimeError):
+class InstallError(PerfError, RuntimeError):
     """A step of the install failed; the message says which and why."""
 
 

@@ -26,6 +26,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from perf.errors import OptionError
+
 
 @dataclass(frozen=True)
 class BatcherConfig:
@@ -38,14 +40,16 @@ class BatcherConfig:
 
     def __post_init__(self) -> None:
         if self.max_batch_size < 1:
-            raise ValueError(f"max_batch_size must be >= 1, got {self.max_batch_size}")
+            raise OptionError(f"max_batch_size must be >= 1, got {self.max_batch_size}")
         if self.max_queue_delay_us < 0:
-            raise ValueError(f"max_queue_delay_us must be >= 0, got {self.max_queue_delay_us}")
+            raise OptionError(f"max_queue_delay_us must be >= 0, got {self.max_queue_delay_us}")
         if self.instances < 1:
-            raise ValueError(f"instances must be >= 1, got {self.instances}")
+            raise OptionError(f"instances must be >= 1, got {self.instances}")
         bad = [s for s in self.preferred_batch_sizes if not 1 <= s <= self.max_batch_size]
         if bad:
-            raise ValueError(f"preferred_batch_sizes {bad} outside 1..max_batch_size ({self.max_batch_size})")
+            raise OptionError(
+                f"preferred_batch_sizes {bad} outside 1..max_batch_size ({self.max_batch_size})"
+            )
 
     @property
     def batching(self) -> bool:
@@ -124,7 +128,7 @@ def simulate(
     ``seed`` draws the per-request overheads when the service model carries samples of them."""
     arrivals = np.asarray(arrivals_s, dtype=float)
     if len(arrivals) and np.any(np.diff(arrivals) < 0):
-        raise ValueError("arrivals must be sorted")
+        raise OptionError("arrivals must be sorted")
     times = arrivals.tolist()
     count = len(times)
     done = np.empty(count)

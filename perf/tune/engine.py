@@ -20,6 +20,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from perf.drive import drive
+from perf.errors import OptionError
 from perf.loads import Load, closed_loop
 from perf.records import Record
 from perf.target import Caller, Target
@@ -74,7 +75,7 @@ class LoadEngine:
 
     def __init__(self, processes: int = 2) -> None:
         if processes < 1:
-            raise ValueError(f"processes must be >= 1, got {processes}")
+            raise OptionError(f"processes must be >= 1, got {processes}")
         self.processes = processes
         self._pool = None
         self.last_start = 0.0  # perf_counter of t = 0 of the latest run (records' clock)

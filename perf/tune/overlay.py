@@ -19,6 +19,7 @@ from google.protobuf import json_format
 
 from exporters.configs import build_model_config
 from exporters.spec import Batching, ModelSpec, Spec, parse_spec
+from perf.errors import OptionError
 from perf.tune.batcher_sim import BatcherConfig
 
 
@@ -92,7 +93,7 @@ def apply_overlay(base: dict[str, Any], overlay: dict[str, Any]) -> dict[str, An
     for index, entry in enumerate(overlay.get("models", [])):
         name = entry.get("name")
         if name not in by_name:
-            raise ValueError(f"overlay models[{index}].name: {name!r} is not a model of the base spec")
+            raise OptionError(f"overlay models[{index}].name: {name!r} is not a model of the base spec")
         target = by_name[name]
         if "batching" in entry:
             target.pop("batching", None)

@@ -12,6 +12,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from perf.errors import OptionError
 from perf.loads import Load, poisson
 from perf.tune.batcher_sim import BatcherConfig, ServiceModel, SimResult, simulate
 
@@ -21,7 +22,7 @@ LoadAt = Callable[[float], Load]  # rate -> the load shape at that mean rate
 def arrival_array(load: Load, seconds: float, limit: int = 40_000) -> np.ndarray:
     """The first ``seconds`` of ``load``'s arrivals (at most ``limit``), as the generator would send them."""
     if load.arrivals is None:
-        raise ValueError(f"{load.name}: a closed loop has no arrival times to simulate")
+        raise OptionError(f"{load.name}: a closed loop has no arrival times to simulate")
     times = itertools.takewhile(lambda t: t <= seconds, load.arrivals())
     return np.fromiter(itertools.islice(times, limit), dtype=float)
 

@@ -24,6 +24,7 @@ import numpy as np
 import yaml
 
 from exporters.spec import ModelSpec, parse_spec
+from perf.errors import OptionError
 from perf.loads import Load
 from perf.markdown import number, table
 from perf.tune.batcher_sim import BatcherConfig
@@ -44,7 +45,7 @@ def video_load(
 ) -> Load:
     """``streams`` periodic streams at ``fps`` with random phases and Gaussian jitter (``jitter_ms``)."""
     if streams < 1:
-        raise ValueError(f"streams must be >= 1, got {streams}")
+        raise OptionError(f"streams must be >= 1, got {streams}")
 
     def arrivals() -> Iterator[float]:
         rng = np.random.default_rng(seed)

@@ -13,6 +13,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from perf.errors import StudyError
 from perf.loads import Load, poisson
 from perf.tune.batcher_sim import BatcherConfig, ServiceModel
 from perf.tune.candidates import Grid, neighbours
@@ -156,7 +157,7 @@ def tune(
     predict_s = time.perf_counter() - started
     chosen = ranking[0]
     if chosen.best is None and not (chosen.at_rate and chosen.at_rate.meets(request.budget_ms)):
-        raise ValueError(
+        raise StudyError(
             f"no candidate is predicted to meet p99 <= {request.budget_ms} ms; the fastest batch of one "
             f"takes {probe_result.fits[1].t_ms:.2f} ms plus {probe_result.overhead_ms:.2f} ms overhead"
         )
