@@ -30,6 +30,7 @@ from perf.tune.session import Observed, TuneSession
 
 log = logging.getLogger(__name__)
 COUNTERS = ("nv_inference_request_success", "nv_inference_request_failure")
+NEAR_BEST = 0.10
 Policy = Callable[[float], BatcherConfig]
 
 
@@ -40,17 +41,18 @@ def delay_policy(
     delays_us: tuple[int, ...],
     rates: tuple[float, ...],
 ) -> Policy:
-    """For each rate of ``rates`` (a ladder), the delay with the lowest predicted p99 there; a rate
-    between rungs takes the rung at or below it."""
+    """For each rate of ``rates`` (a ladder), the shortest delay whose predicted p99 there is within
+    ``NEAR_BEST`` of the lowest: waiting only pays where it clearly lowers the tail (near capacity,
+    where fuller batches free the instance sooner), and small simulated differences must not make the
+    model reload back and forth. A rate between rungs takes the rung at or below it."""
     ladder = sorted(rates)
     table = []
     for rate in ladder:
-        configs = [BatcherConfig(max_batch, d, (), instances) for d in delays_us]
+        configs = [BatcherConfig(max_batch, d, (), instances) for d in sorted(delays_us)]
         scored = [(predict(c, service, poisson(rate), seconds=3.0), c) for c in configs]
-        sustained = [(p.p99_ms, c.max_queue_delay_us, c) for p, c in scored if p.sustained] or [
-            (p.p99_ms, c.max_queue_delay_us, c) for p, c in scored
-        ]
-        table.append(min(sustained)[2])
+        usable = [(p, c) for p, c in scored if p.sustained] or scored
+        best = min(p.p99_ms for p, _ in usable)
+        table.append(next(c for p, c in usable if p.p99_ms <= best * (1 + NEAR_BEST)))
 
     def policy(rate: float) -> BatcherConfig:
         index = max(0, int(np.searchsorted(ladder, rate, side="right")) - 1)
