@@ -30,7 +30,6 @@ from perf.tune.session import Observed, TuneSession
 
 log = logging.getLogger(__name__)
 COUNTERS = ("nv_inference_request_success", "nv_inference_request_failure")
-NEAR_BEST = 0.10
 Policy = Callable[[float], BatcherConfig]
 
 
@@ -40,19 +39,21 @@ def delay_policy(
     instances: int,
     delays_us: tuple[int, ...],
     rates: tuple[float, ...],
+    budget_ms: float,
+    margin: float = 0.8,
 ) -> Policy:
-    """For each rate of ``rates`` (a ladder), the shortest delay whose predicted p99 there is within
-    ``NEAR_BEST`` of the lowest: waiting only pays where it clearly lowers the tail (near capacity,
-    where fuller batches free the instance sooner), and small simulated differences must not make the
-    model reload back and forth. A rate between rungs takes the rung at or below it."""
+    """For each rate of ``rates`` (a ladder): the longest delay whose predicted p99 stays within
+    ``margin`` × the budget; the article's "batch size adapted to the arrival pattern". Longer waits
+    form fuller batches (fewer executions, less CPU per inference) as long as the tail allows them; near
+    capacity, where waiting would break the budget, the delay shrinks. If no delay fits, the one with
+    the lowest predicted p99. A rate between rungs takes the rung at or below it."""
     ladder = sorted(rates)
     table = []
     for rate in ladder:
         configs = [BatcherConfig(max_batch, d, (), instances) for d in sorted(delays_us)]
         scored = [(predict(c, service, poisson(rate), seconds=3.0), c) for c in configs]
-        usable = [(p, c) for p, c in scored if p.sustained] or scored
-        best = min(p.p99_ms for p, _ in usable)
-        table.append(next(c for p, c in usable if p.p99_ms <= best * (1 + NEAR_BEST)))
+        fitting = [c for p, c in scored if p.sustained and p.p99_ms <= margin * budget_ms]
+        table.append(fitting[-1] if fitting else min(scored, key=lambda pc: pc[0].p99_ms)[1])
 
     def policy(rate: float) -> BatcherConfig:
         index = max(0, int(np.searchsorted(ladder, rate, side="right")) - 1)
