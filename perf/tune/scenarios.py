@@ -257,6 +257,13 @@ def _write(
         "Highest rate within the budget, tuned / no batching: "
         f"predicted {pred_gain:.2f}×, measured {meas_gain:.2f}×.",
     ]
+    if single.points and not single.measured_rate and tuned.measured_rate:
+        lowest = min(p.rate for p in single.points)
+        lines.append(
+            f"No batching met the budget at none of its measured rates (lowest {unit(lowest)}): "
+            "measured gain "
+            f"at least {tuned.measured_rate / lowest:.2f}×."
+        )
     figures = {
         "predicted_gain": pred_gain,
         "measured_gain": meas_gain,
