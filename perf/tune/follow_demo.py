@@ -10,6 +10,7 @@ and the server's), which must be zero.
 from __future__ import annotations
 
 import argparse
+from collections import Counter
 from pathlib import Path
 
 import matplotlib
@@ -19,6 +20,7 @@ import matplotlib.pyplot as plt
 
 from exporters.spec import load_spec
 from perf.markdown import number, table
+from perf.records import write_csv
 from perf.tune.engine import LoadEngine
 from perf.tune.follow import FollowRun, delay_policy, follow_run, p99_over_time, step_arrivals
 from perf.tune.probe import ProbePlan, probe, served_capacity
@@ -122,14 +124,16 @@ def run_follow_demo(args: argparse.Namespace, folder: Path, console) -> int:
         if not reloads
         else "",
     ]
-    fixed = runs[0].observed
-    reasons = sorted({r.status.split(":")[0] for r in fixed.records if not r.ok})
-    if reasons:
-        lines += [
-            "",
-            f"The fixed run's failed requests: {', '.join(reasons)} (client-side shedding means more "
-            "than 256 requests were in flight in one client process: the server fell behind).",
-        ]
+    for run, name in zip(runs, ("fixed", "following"), strict=True):
+        write_csv(run.observed.records, folder / f"follow_{name}.csv")
+        reasons = Counter(r.status.split(":")[0] for r in run.observed.records if not r.ok)
+        if reasons:
+            why = ", ".join(f"{reason} ×{count}" for reason, count in reasons.most_common())
+            lines += [
+                "",
+                f"{run.label}: failed requests by reason: {why} (`shed`: more than 256 requests in "
+                "flight in one client process, i.e. the server fell behind).",
+            ]
     report = folder / "follow.md"
     report.write_text("\n".join(lines) + "\n")
     console.print(report.read_text(), highlight=False)
