@@ -32,6 +32,7 @@ def _start(args: argparse.Namespace) -> int:
         model_control_mode=args.model_control_mode,
         log_path=Path(".run/server.log").resolve(),
         workdir=Path(".run/server").resolve(),
+        http_guard=args.http_guard,  # Triton 2.51's HTTP frontend crashes on some inputs (README)
     )
     server = TritonServer(options)
     try:
@@ -51,6 +52,10 @@ def _start(args: argparse.Namespace) -> int:
     STATE.parent.mkdir(exist_ok=True)
     STATE.write_text(json.dumps(state, indent=2))
     print(f"tritonserver ready: http {server.http_url}  grpc {server.grpc_url}  metrics {server.metrics_url}")
+    if server.failed_models:
+        count = len(server.failed_models)
+        print(f"WARNING: {count} model(s) failed to load; the others serve:", file=sys.stderr)
+        print(server.describe_failures(), file=sys.stderr)
     print(f"log: {server.log_path}   stop with: make stop")
     return 0
 
@@ -112,6 +117,12 @@ def main(argv: list[str] | None = None) -> int:
     start.add_argument("--grpc-port", type=int, default=8001)
     start.add_argument("--metrics-port", type=int, default=8002)
     start.add_argument("--model-control-mode", choices=("none", "explicit"), default="none")
+    start.add_argument(
+        "--http-guard",
+        action=argparse.BooleanOptionalAction,
+        default=True,
+        help="put server.http_guard in front of Triton's HTTP port (default; see README: Bad input)",
+    )
     stop = sub.add_parser("stop", help="SIGTERM the recorded server, SIGKILL after --timeout")
     stop.add_argument("--timeout", type=float, default=35.0)
     sub.add_parser("status", help="is the recorded server up; which models")
