@@ -12,17 +12,24 @@ DEPLOY_GPUS ?= $(shell sed -n 's/^GPUS=//p' deploy/k8s/gpus/gpus.env)
 DEPLOY_REPO ?= deploy-repository/gpu
 
 .DEFAULT_GOAL := help
-.PHONY: help setup repo serve stop status perf perf-analyzer test test-unit lint format gpu-check clean \
+PA_STAMP := $(VENV)/perf_analyzer/.attempted
+
+.PHONY: help setup repo serve stop status perf perf-analyzer tune test test-unit lint format gpu-check clean \
 	deploy-tools deploy-repo deploy-rules
 
 help: ## list the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-14s %s\n", $$1, $$2}'
 
-setup: $(STAMP) ## create .venv and install everything (torch CPU, tritonclient, onnx, nvidia-pytriton, ...)
+setup: $(STAMP) $(PA_STAMP) ## create .venv and install everything (torch CPU, tritonclient, onnx, nvidia-pytriton, perf_analyzer, ...)
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/pip install --quiet --disable-pip-version-check -e '.[dev,reference]'
+	touch $@
+
+# perf_analyzer 2.41.0 from the tritonclient wheel + libb64 + libcudart into .venv/perf_analyzer (never fails setup)
+$(PA_STAMP): $(STAMP)
+	$(BIN)/python -m perf.perf_analyzer_install
 	touch $@
 
 repo: setup ## export the models of $(SPEC) into $(REPO) (ONNX + config.pbtxt, checked against torch)
@@ -40,8 +47,12 @@ status: setup ## show whether the `make serve` server is up, and its models
 perf: setup ## the batching study on the embedded server; report in reports/<timestamp>/ (PERF=quick: about 2 min)
 	$(BIN)/python -m perf run --profile $(PERF) $(PERF_ARGS)
 
-perf-analyzer: setup ## cross-check one model with NVIDIA perf_analyzer, where it is installed
+perf-analyzer: setup ## install NVIDIA perf_analyzer into .venv (if missing) and cross-check one model with it
+	$(BIN)/python -m perf.perf_analyzer_install
 	$(BIN)/python -m perf analyzer
+
+tune: setup ## pick batching for a p99 budget: make tune MODEL=recommender P99_MS=10 [RATE=…] [TUNE_ARGS=--exhaustive]
+	$(BIN)/python -m perf tune --spec $(SPEC) --model $(MODEL) --p99-ms $(P99_MS) $(if $(RATE),--rate $(RATE)) $(TUNE_ARGS)
 
 test: setup deploy-tools ## unit + integration tests (starts real tritonservers on free ports)
 	$(BIN)/python -m pytest -q

@@ -38,18 +38,23 @@ def glibc_version() -> str:
 
 
 def find_perf_analyzer() -> Path | None:
-    """A perf_analyzer executable that is a real program and runs (``--help`` exits 0), or None."""
-    candidates = [os.environ.get("PERF_ANALYZER"), shutil.which("perf_analyzer")]
+    """A perf_analyzer executable that is a real program and runs, or None.
+
+    Probed with ``--version``: the 2.41.0 release (the one that runs on glibc 2.34, installed into the
+    venv by ``perf.perf_analyzer_install``) rejects ``--help`` as an unrecognized option.
+    """
+    from perf.perf_analyzer_install import InstallError, installed_wrapper, probe
+
+    candidates = [os.environ.get("PERF_ANALYZER"), installed_wrapper(), shutil.which("perf_analyzer")]
     for candidate in filter(None, candidates):
         path = Path(candidate)
         if not (path.is_file() and os.access(path, os.X_OK)):
             continue
         try:
-            done = subprocess.run([str(path), "--help"], capture_output=True, text=True, timeout=30)
-        except (OSError, subprocess.TimeoutExpired):
+            probe(path)
+        except InstallError:
             continue
-        if done.returncode == 0 and "concurrency-range" in done.stdout + done.stderr:
-            return path
+        return path
     return None
 
 
@@ -77,7 +82,7 @@ def write_input_data(inputs: dict[str, np.ndarray], path: Path, rows: int = 16) 
 
 def run_perf_analyzer(
     binary: Path, model: str, url: str, protocol: str, concurrency: int, window_ms: int, out: Path,
-    inputs: dict[str, np.ndarray],
+    inputs: dict[str, np.ndarray], extra_args: tuple[str, ...] = (),
 ) -> AnalyzerResult:  # fmt: skip
     """Run perf_analyzer at one concurrency with our inputs; parse its CSV (latencies in µs)."""
     csv_path = out / f"perf_analyzer_{model}_c{concurrency}.csv"
@@ -85,7 +90,7 @@ def run_perf_analyzer(
     command = [
         str(binary), "-m", model, "-u", url, "-i", protocol, "--concurrency-range", str(concurrency),
         "--measurement-interval", str(window_ms), "--percentile", "99", "-f", str(csv_path),
-        "--input-data", str(data),
+        "--input-data", str(data), *extra_args,
     ]  # fmt: skip
     done = subprocess.run(command, capture_output=True, text=True, timeout=600)
     (out / f"perf_analyzer_{model}_c{concurrency}.log").write_text(done.stdout + done.stderr)

@@ -32,6 +32,9 @@ from perf.goals import Goal, all_goals
 from perf.profiles import PROFILES, Profile, get_profile
 from perf.study import StudyResult, StudyRunner, count_steps
 from perf.study_spec import FAMILIES, MODES
+from perf.tune.cli import add_parser as add_tune_parser
+from perf.tune.cli import command_tune
+from perf.tune.cli import usage_errors as tune_usage_errors
 
 console = Console(width=max(shutil.get_terminal_size((150, 40)).columns, 100))
 WORKDIR = Path(".run/perf")
@@ -70,6 +73,7 @@ def parser() -> argparse.ArgumentParser:
     run.add_argument("--spec", type=Path, default=Path(env("PERF_SPEC", "models.yaml")),
                      help="the spec whose pipelines the pipeline study serves (models.yaml)")  # fmt: skip
     commands.add_parser("analyzer", help="cross-check with perf_analyzer where a working binary exists")
+    add_tune_parser(commands)
     return top
 
 
@@ -211,6 +215,11 @@ def main(argv: list[str] | None = None) -> int:
     args = top.parse_args(argv)
     if args.command == "analyzer":
         return command_analyzer(args)
+    if args.command == "tune":
+        error = tune_usage_errors(args)
+        if error:
+            top.error(error)
+        return command_tune(args, console)
     try:
         profile = profile_from(args)
     except OptionError as error:  # a usage error, before any folder is made or minutes are measured

@@ -1,0 +1,169 @@
+"""A discrete-event simulation of Triton's dynamic batcher, the tuner's predictor.
+
+The rules it follows (Triton's ``DynamicBatchScheduler`` as documented):
+
+* a batch is formed only when a model instance is free (the batcher waits for a free slot), so requests
+  that arrive while every instance runs wait for the next batch;
+* with an instance free, the batch leaves at once when the pending requests reach a preferred batch
+  size (``max_batch_size`` counts as one), taking the largest preferred size they reach; otherwise it
+  leaves when the oldest pending request has waited ``max_queue_delay``, with everything pending
+  (at most ``max_batch_size``);
+* instances take batches as they free up (earliest free first), and run a batch of ``N`` for
+  ``exec_s(N)``, the service model (``T + (N-1)·Δt`` plus a per-request cost, from measurement);
+* a request's latency is its wait, its batch's execution and a fixed per-request overhead outside the
+  batcher (client, network, frontend), also measured.
+
+No batching (``mode: none``) is ``max_batch_size`` 1.
+"""
+
+from __future__ import annotations
+
+import bisect
+import heapq
+from collections import Counter
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import numpy as np
+
+from perf.errors import OptionError
+
+
+@dataclass(frozen=True)
+class BatcherConfig:
+    """One candidate: what a model's ``dynamic_batching`` and ``instance_group`` would say."""
+
+    max_batch_size: int
+    max_queue_delay_us: int = 0
+    preferred_batch_sizes: tuple[int, ...] = ()
+    instances: int = 1
+
+    def __post_init__(self) -> None:
+        if self.max_batch_size < 1:
+            raise OptionError(f"max_batch_size must be >= 1, got {self.max_batch_size}")
+        if self.max_queue_delay_us < 0:
+            raise OptionError(f"max_queue_delay_us must be >= 0, got {self.max_queue_delay_us}")
+        if self.instances < 1:
+            raise OptionError(f"instances must be >= 1, got {self.instances}")
+        bad = [s for s in self.preferred_batch_sizes if not 1 <= s <= self.max_batch_size]
+        if bad:
+            raise OptionError(
+                f"preferred_batch_sizes {bad} outside 1..max_batch_size ({self.max_batch_size})"
+            )
+
+    @property
+    def batching(self) -> bool:
+        return self.max_batch_size > 1
+
+    @property
+    def targets(self) -> tuple[int, ...]:
+        """Sizes that send a batch at once: the preferred sizes and ``max_batch_size``."""
+        return tuple(sorted({*self.preferred_batch_sizes, self.max_batch_size}))
+
+    @property
+    def label(self) -> str:
+        if not self.batching:
+            return f"no batching ×{self.instances}"
+        preferred = (
+            f" pref {','.join(map(str, self.preferred_batch_sizes))}" if self.preferred_batch_sizes else ""
+        )
+        return (
+            f"max {self.max_batch_size}, {self.max_queue_delay_us / 1000:g} ms{preferred} ×{self.instances}"
+        )
+
+
+@dataclass(frozen=True)
+class ServiceModel:
+    """How long an instance is busy with a batch of ``N``:
+    ``t_s + (N-1)·dt_s + per_batch_s + N·per_request_s``.
+
+    ``T`` and ``Δt`` are the compute the server reports; ``per_batch_s`` and ``per_request_s`` are what
+    each execution and each request cost beyond it while the machine is saturated (the Python backend's
+    IPC per execution; frontend work per request and, on a shared CPU, the client's own cycles),
+    calibrated so the simulated capacity equals the measured one with and without batching.
+    ``overhead_s`` is added to every request's latency outside the batcher and the instance; with
+    ``overhead_samples_s`` (overheads measured one request at a time) each request draws one of them
+    instead, so the tail of what happens outside the batcher (client and OS scheduling on a shared
+    machine) reaches the predicted p99 and not only its mean.
+    """
+
+    t_s: float
+    dt_s: float
+    per_request_s: float = 0.0
+    overhead_s: float = 0.0
+    overhead_samples_s: tuple[float, ...] = ()
+    per_batch_s: float = 0.0
+
+    def exec_s(self, batch: int) -> float:
+        return self.t_s + (batch - 1) * self.dt_s + self.per_batch_s + batch * self.per_request_s
+
+
+@dataclass(frozen=True)
+class SimResult:
+    latencies_s: np.ndarray  # per request, in arrival order
+    batch_sizes: np.ndarray  # per formed batch, in dispatch order
+    span_s: float  # first arrival to last completion
+
+    def p99_ms(self, skip: float = 0.05) -> float:
+        """p99 over requests after the first ``skip`` fraction (the empty-system start is not steady)."""
+        start = int(len(self.latencies_s) * skip)
+        return float(np.percentile(self.latencies_s[start:], 99) * 1e3) if len(self.latencies_s) else 0.0
+
+    @property
+    def throughput(self) -> float:
+        return len(self.latencies_s) / self.span_s if self.span_s > 0 else 0.0
+
+    def batch_histogram(self) -> dict[int, int]:
+        return dict(sorted(Counter(int(b) for b in self.batch_sizes).items()))
+
+    @property
+    def mean_batch(self) -> float:
+        return float(np.mean(self.batch_sizes)) if len(self.batch_sizes) else 0.0
+
+
+def simulate(
+    arrivals_s: Sequence[float], config: BatcherConfig, service: ServiceModel, seed: int = 0
+) -> SimResult:
+    """Run ``arrivals_s`` (sorted seconds) through the batcher of ``config``; see the module rules.
+    ``seed`` draws the per-request overheads when the service model carries samples of them."""
+    arrivals = np.asarray(arrivals_s, dtype=float)
+    if len(arrivals) and np.any(np.diff(arrivals) < 0):
+        raise OptionError("arrivals must be sorted")
+    times = arrivals.tolist()
+    count = len(times)
+    done = np.empty(count)
+    sizes: list[int] = []
+    free = [0.0] * config.instances
+    delay = config.max_queue_delay_us * 1e-6
+    targets = config.targets
+    smallest = targets[0]
+    oldest = 0
+    while oldest < count:
+        ready = heapq.heappop(free)
+        now = max(ready, times[oldest])
+        expiry = times[oldest] + delay
+        while True:
+            pending = min(bisect.bisect_right(times, now, lo=oldest) - oldest, config.max_batch_size)
+            if not config.batching:
+                size = 1
+                break
+            if pending >= smallest:
+                size = targets[bisect.bisect_right(targets, pending) - 1]
+                break
+            if now >= expiry:
+                size = pending
+                break
+            upcoming = times[oldest + pending] if oldest + pending < count else float("inf")
+            now = min(upcoming, expiry)
+        finish = now + service.exec_s(size)
+        done[oldest : oldest + size] = finish
+        sizes.append(size)
+        heapq.heappush(free, finish)
+        oldest += size
+    if service.overhead_samples_s:
+        overheads = np.random.default_rng(seed).choice(np.asarray(service.overhead_samples_s), count)
+    else:
+        overheads = service.overhead_s
+    latencies = done - arrivals + overheads
+    span = float(done.max() - arrivals[0]) if count else 0.0
+    return SimResult(latencies, np.asarray(sizes, dtype=int), span)

@@ -1,0 +1,161 @@
+"""``python -m perf tune`` (``make tune MODEL=… P99_MS=… [RATE=…]``): options and the run."""
+
+from __future__ import annotations
+
+import argparse
+import logging
+from collections.abc import Callable
+from datetime import datetime
+from pathlib import Path
+
+from exporters.spec import load_spec
+from perf.loads import Load, read_trace, trace
+from perf.markdown import number
+from perf.tune.candidates import QUICK_GRID, WIDE_GRID
+from perf.tune.engine import LoadEngine
+from perf.tune.overlay import write_overlay
+from perf.tune.probe import served_capacity
+from perf.tune.session import TuneSession
+from perf.tune.tuner import TuneRequest, exhaustive, tune
+
+log = logging.getLogger(__name__)
+WORKDIR = Path(".run/tune")
+
+
+def add_parser(commands: argparse._SubParsersAction) -> None:
+    tune_parser = commands.add_parser("tune", help="pick the batching configuration for a p99 budget")
+    tune_parser.add_argument("--model", help="a model of the spec (e.g. recommender)")
+    tune_parser.add_argument("--spec", type=Path, default=Path("models.yaml"))
+    tune_parser.add_argument("--p99-ms", type=float, help="the latency budget (p99, milliseconds)")
+    tune_parser.add_argument(
+        "--rate",
+        type=float,
+        default=None,
+        help="target Poisson rate (requests/s); default: the highest within the budget",
+    )
+    tune_parser.add_argument("--trace", default=None, help="inter-arrival times (s) scaled to each rate")
+    tune_parser.add_argument(
+        "--exhaustive", action="store_true", help="also measure every candidate (brute force)"
+    )
+    tune_parser.add_argument(
+        "--scenario",
+        choices=["video", "recsys"],
+        default=None,
+        help="the article's scenarios as presets (README, Tuning)",
+    )
+    tune_parser.add_argument(
+        "--follow",
+        action="store_true",
+        help="demonstrate following a rate step with reloads (explicit model control)",
+    )
+    tune_parser.add_argument(
+        "--keep-queue-policy",
+        action="store_true",
+        help="keep the spec's queue policy (on Triton 2.51 it stalls the batcher ~510 ms)",
+    )
+    tune_parser.add_argument("--grid", choices=["quick", "wide"], default="quick")
+    tune_parser.add_argument(
+        "--seconds", type=float, default=3.0, help="seconds of arrivals per measured point"
+    )
+    tune_parser.add_argument(
+        "--processes", type=int, default=2, help="client processes of our load generator"
+    )
+    tune_parser.add_argument("--seed", type=int, default=0)
+    tune_parser.add_argument("--reports", type=Path, default=Path("reports"))
+
+
+def usage_errors(args: argparse.Namespace) -> str | None:
+    if args.scenario or args.follow:
+        return None
+    if not args.model or args.p99_ms is None:
+        return "--model and --p99-ms are required (or --scenario video|recsys, or --follow)"
+    if args.p99_ms <= 0:
+        return f"--p99-ms must be > 0, got {args.p99_ms}"
+    if args.rate is not None and args.rate <= 0:
+        return f"--rate must be > 0, got {args.rate}"
+    if args.seconds <= 0:
+        return f"--seconds must be > 0, got {args.seconds}"
+    if args.processes < 1:
+        return f"--processes must be >= 1, got {args.processes}"
+    if args.trace and not Path(args.trace).is_file():
+        return f"--trace: no such file {args.trace!r}"
+    return None
+
+
+def _load_at(args: argparse.Namespace) -> Callable[[float], Load] | None:
+    """With ``--trace``: the file's inter-arrival pattern, time-scaled to each rate asked for."""
+    if not args.trace:
+        return None
+    recorded = read_trace(args.trace)
+    with open(args.trace) as handle:
+        intervals = [float(line.split("#")[0]) for line in handle if line.split("#")[0].strip()]
+    return lambda rate: trace(
+        [g * recorded.rate / rate for g in intervals], name=f"{args.trace} @ {rate:.0f}/s"
+    )
+
+
+def command_tune(args: argparse.Namespace, console) -> int:
+    folder = args.reports / (datetime.now().strftime("%Y%m%d-%H%M%S") + "-tune")
+    folder.mkdir(parents=True, exist_ok=True)
+    logging.basicConfig(
+        level=logging.INFO,
+        filename=folder / "tune.log",
+        format="%(asctime)s %(name)s %(levelname)s %(message)s",
+    )
+    if args.scenario:
+        from perf.tune.scenarios import run_scenario
+
+        return run_scenario(args, folder, console)
+    if args.follow:
+        from perf.tune.follow_demo import run_follow_demo
+
+        return run_follow_demo(args, folder, console)
+    spec = load_spec(args.spec)
+    grid = WIDE_GRID if args.grid == "wide" else QUICK_GRID
+    request = TuneRequest(args.p99_ms, args.rate, grid, args.seconds, args.seed, _load_at(args))
+    console.print(f"tuning [bold]{args.model}[/bold] for p99 ≤ {args.p99_ms:g} ms → {folder}")
+    engine = LoadEngine(args.processes)
+    with (
+        engine,
+        TuneSession(
+            spec, args.model, grid.largest_batch, WORKDIR, engine, keep_queue=args.keep_queue_policy
+        ) as session,
+    ):
+        result = tune(session, request, step=lambda text: console.print(f"  {text}"))
+        sweep = None
+        if args.exhaustive:
+            sweep = exhaustive(
+                session,
+                request,
+                1.3 * served_capacity(result.probe),
+                step=lambda text: console.print(f"  {text}"),
+            )
+        session.load(result.chosen)
+        extra = _side_by_side(session, folder, console)
+    note = f"python -m perf tune --model {args.model} --p99-ms {args.p99_ms:g}: {result.chosen.label}"
+    tuned = write_overlay(
+        args.spec, spec.model(args.model), result.chosen, folder, note, args.keep_queue_policy
+    )
+    console.print(f"  overlay validates; building {args.model} from spec.tuned.yaml")
+    from exporters.repository import build_repository
+
+    build_repository(tuned, folder / "repository", num_gpus=0, only=[args.model])
+    from perf.tune.report import write_report
+
+    report = write_report(result, folder, args.model, engine.name, sweep, extra["sections"], extra["figures"])
+    console.print((folder / "overlay.yaml").read_text(), highlight=False)
+    figures = (folder / "figures.json").read_text()
+    console.print(f"chosen: [bold]{result.chosen.label}[/bold]; report {report}")
+    log.info("figures: %s", figures)
+    console.print(
+        f"p99 at {number(result.operating_rate, 0)}/s: see report; predicted max rate "
+        f"{number(result.ranking[0].rate, 0)}/s, "
+        f"measured {number(result.measured_rate.get(result.chosen, 0), 0)}/s"
+    )
+    return 0
+
+
+def _side_by_side(session: TuneSession, folder: Path, console) -> dict:
+    from perf.tune.witness import side_by_side
+
+    return side_by_side(session, folder, console)

@@ -1,0 +1,95 @@
+"""Predictions from the batcher simulation: p99 at a load, and the highest rate within a p99 budget.
+
+Open-loop arrivals are drawn from the same ``perf.loads`` factories the load generator replays, so the
+simulation and the server see the very same arrival times.
+"""
+
+from __future__ import annotations
+
+import itertools
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import numpy as np
+
+from perf.errors import OptionError
+from perf.loads import Load, poisson
+from perf.tune.batcher_sim import BatcherConfig, ServiceModel, SimResult, simulate
+
+LoadAt = Callable[[float], Load]  # rate -> the load shape at that mean rate
+
+
+def arrival_array(load: Load, seconds: float, limit: int = 40_000) -> np.ndarray:
+    """The first ``seconds`` of ``load``'s arrivals (at most ``limit``), as the generator would send them."""
+    if load.arrivals is None:
+        raise OptionError(f"{load.name}: a closed loop has no arrival times to simulate")
+    times = itertools.takewhile(lambda t: t <= seconds, load.arrivals())
+    return np.fromiter(itertools.islice(times, limit), dtype=float)
+
+
+@dataclass(frozen=True)
+class Prediction:
+    config: BatcherConfig
+    rate: float
+    p99_ms: float
+    throughput: float
+    mean_batch: float
+    sustained: bool  # the server kept up: throughput within 5% of the offered rate
+
+    def meets(self, budget_ms: float) -> bool:
+        return self.sustained and self.p99_ms <= budget_ms
+
+
+def predict(config: BatcherConfig, service: ServiceModel, load: Load, seconds: float = 8.0) -> Prediction:
+    arrivals = arrival_array(load, seconds)
+    result: SimResult = simulate(arrivals, config, service)
+    offered = len(arrivals) / arrivals[-1] if len(arrivals) > 1 else 0.0
+    return Prediction(
+        config,
+        load.rate,
+        result.p99_ms(),
+        result.throughput,
+        result.mean_batch,
+        result.throughput >= 0.95 * offered,
+    )
+
+
+def capacity_bound(config: BatcherConfig, service: ServiceModel) -> float:
+    """Requests per second with every instance running full batches back to back: no rate beyond."""
+    size = config.max_batch_size
+    return config.instances * size / service.exec_s(size)
+
+
+def max_rate(
+    config: BatcherConfig,
+    service: ServiceModel,
+    budget_ms: float,
+    load_at: LoadAt | None = None,
+    seconds: float = 6.0,
+    scan: int = 8,
+    steps: int = 7,
+) -> Prediction | None:
+    """The highest rate whose predicted p99 meets ``budget_ms``, or None if no rate does.
+
+    p99 is not monotonic in the rate under batching (at a trickle every request waits the whole delay;
+    more traffic fills batches sooner), so a coarse scan up to the capacity bound comes first, then a
+    bisection between the highest rate that passed and the next one that failed. ``load_at`` builds
+    the load at a rate (Poisson by default).
+    """
+    load_at = load_at or (lambda rate: poisson(rate))
+    bound = capacity_bound(config, service)
+    rates = [bound * (k + 1) / scan for k in range(scan)]
+    results = [predict(config, service, load_at(rate), seconds) for rate in rates]
+    passing = [k for k, found in enumerate(results) if found.meets(budget_ms)]
+    if not passing:
+        return None
+    best = results[passing[-1]]
+    low, high = rates[passing[-1]], rates[passing[-1] + 1] if passing[-1] + 1 < scan else bound
+    for _ in range(steps):
+        rate = (low + high) / 2
+        found = predict(config, service, load_at(rate), seconds)
+        if found.meets(budget_ms):
+            best, low = found, rate
+        else:
+            high = rate
+    return best

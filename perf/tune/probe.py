@@ -1,0 +1,214 @@
+"""What the prediction needs, measured in one short run: the service model per instance count.
+
+* execution time per formed batch size, from the server's ``batch_stats`` under closed loops of rising
+  concurrency (delay 0, so every concurrency forms a different mix of sizes), fitted to
+  ``T + (N-1)·Δt`` (``perf.latency_model``);
+* the per-request cost beyond compute while saturated: one open-loop run offered more than the
+  closed loops achieved; the rate the server then sustains and the batches it forms say how long an
+  instance really spends per batch (``batch / rate``), and what ``batch_stats`` does not count is
+  spread over the batch's requests. On two shared cores this is most of the cost of a small model
+  (frontend, Python-backend IPC, the client's own CPU): without it the simulation promises several
+  times the rate the machine can serve;
+* the per-request overhead outside the batcher (client, network, frontend): client latency minus the
+  server's queue + compute per request, at concurrency 1;
+* the raw backend's curve (``perf.raw``), the physical reference the report puts beside the fit.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+import time
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from client.stats import BatchBucket, ModelStats
+from perf.latency_model import LatencyFit, fit_latency
+from perf.loads import poisson
+from perf.raw import RawPoint, measure_raw
+from perf.records import latencies
+from perf.tune.batcher_sim import BatcherConfig, ServiceModel
+from perf.tune.predict import arrival_array
+from perf.tune.session import Observed, TuneSession
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class ProbePlan:
+    concurrencies: tuple[int, ...] = (1, 4, 16, 48)  # must start at 1: the overhead samples
+    seconds: float = 2.5
+    overload: float = 1.3  # the saturation run offers this × the best closed-loop throughput
+    raw_batch_sizes: tuple[int, ...] = (1, 4, 16, 32)
+
+
+@dataclass
+class ProbeResult:
+    services: dict[int, ServiceModel]  # instances -> service model
+    fits: dict[int, LatencyFit]
+    overhead_ms: float
+    per_request_ms: dict[int, float]
+    saturation: dict[int, Observed] = field(default_factory=dict)
+    points: list[tuple[int, int, Observed]] = field(default_factory=list)  # (instances, concurrency, run)
+    raw: list[RawPoint] = field(default_factory=list)
+    # The same service models with the per-request overheads measured one request at a time: what this
+    # machine's scheduling tail adds to p99. Candidates are ranked without it (it hits every candidate
+    # alike, and on a busy shared machine it alone can exceed the budget); reports show both.
+    tails: dict[int, ServiceModel] = field(default_factory=dict)
+    floor_p99_ms: float = 0.0
+    per_batch_ms: float = 0.0  # per-execution cost beyond compute (calibrated with instances = 1)
+    unbatched: Observed | None = None  # the saturation run without batching
+    seconds: float = 0.0  # wall time of the probe's measurements (reloads included)
+
+
+def _merge(stats: list[ModelStats]) -> dict[int, BatchBucket]:
+    total = ModelStats()
+    for part in stats:
+        total = total + part
+    return total.batches
+
+
+def fit_buckets(buckets: dict[int, BatchBucket]) -> LatencyFit:
+    """``T + (N-1)·Δt`` over the formed sizes, each weighted by its executions. One size only (e.g. a
+    model that formed nothing but single requests) gives ``Δt`` from nothing: assume the slope is 0."""
+    points = {s: b.compute_ns / b.executions / 1e6 for s, b in buckets.items() if b.executions}
+    if len(points) == 1:
+        ((_, ms),) = points.items()
+        return LatencyFit(ms, 0.0, 1.0, points)
+    return fit_latency(points, {s: buckets[s].executions for s in points})
+
+
+def busy_per_batch_ms(saturated: Observed, instances: int) -> tuple[float, float]:
+    """(mean formed batch, instance milliseconds per execution) of a run the server could not keep up
+    with: every instance always busy, so each execution took ``instances × batch / served rate``."""
+    stats = saturated.stats
+    if not stats.executions or saturated.throughput <= 0:
+        return 0.0, 0.0
+    return stats.mean_batch, 1e3 * instances * stats.mean_batch / saturated.throughput
+
+
+def calibrate(
+    single: tuple[float, float], batched: tuple[float, float], fit: LatencyFit
+) -> tuple[float, float]:
+    """(per-batch ms, per-request ms) beyond the fitted compute that make the simulated capacity equal
+    the measured one both without batching (``single``: batch 1) and with it (``batched``): two
+    saturation runs, two unknowns. Negative solutions are clipped to 0 (then the other absorbs all)."""
+    (b1, busy1), (b2, busy2) = single, batched
+    extra1, extra2 = busy1 - fit.batch_ms(b1), busy2 - fit.batch_ms(b2)
+    if b2 - b1 < 0.5:  # the batched run formed no real batches: one equation, put it all per request
+        return 0.0, max(0.0, extra2 / max(b2, 1.0))
+    per_request = (extra2 - extra1) / (b2 - b1)
+    per_batch = extra1 - b1 * per_request
+    if per_request < 0:
+        return max(0.0, extra1), 0.0
+    if per_batch < 0:
+        return 0.0, max(0.0, extra2 / b2)
+    return per_batch, per_request
+
+
+def overhead_ms(run: Observed) -> float:
+    """Client latency beyond the server's queue + compute, per request (a single request in flight)."""
+    stats = run.stats
+    if not stats.requests:
+        return 0.0
+    server_ms = (stats.queue_ns + stats.compute_ns) / stats.requests / 1e6
+    return max(0.0, run.mean_ms - server_ms)
+
+
+def overhead_samples_s(run: Observed, max_samples: int = 4000) -> tuple[float, ...]:
+    """Per-request overheads, one request in flight: each latency minus the server's mean queue +
+    compute. Keeps the tail (a request that waited for a CPU) that a mean would hide."""
+    stats = run.stats
+    if not stats.requests:
+        return ()
+    server_s = (stats.queue_ns + stats.compute_ns) / stats.requests / 1e9
+    values = np.maximum(0.0, latencies(run.counted()) - server_s)
+    return tuple(float(v) for v in values[:max_samples])
+
+
+def _saturate(session: TuneSession, instances: int, rate: float, seconds: float, tries: int = 3) -> Observed:
+    """An open loop the server cannot keep up with: the offered rate grows ×1.6 until it falls behind
+    (served < 95% of offered). Of the runs that did, the least disturbed (highest served rate) counts."""
+    behind: list[Observed] = []
+    run = None
+    for _ in range(tries):
+        arrivals = arrival_array(poisson(rate, seed=1), seconds)
+        run = session.open_loop(arrivals, f"saturation ×{instances} @ {rate:.0f}/s")
+        log.info("%s: served %.0f/s", run.label, run.throughput)
+        if run.throughput < 0.95 * run.offered:
+            behind.append(run)
+            if len(behind) == 2:
+                break
+        else:
+            rate *= 1.6
+    assert run is not None
+    return max(behind, key=lambda r: r.throughput) if behind else run
+
+
+def probe(
+    session: TuneSession, instance_counts: tuple[int, ...], max_batch: int, plan: ProbePlan
+) -> ProbeResult:
+    """Measure the service model for each instance count in ``instance_counts``."""
+    points: list[tuple[int, int, Observed]] = []
+    saturation: dict[int, Observed] = {}
+    started = time.perf_counter()
+    for instances in instance_counts:
+        session.load(BatcherConfig(max_batch, 0, instances=instances))
+        concurrencies = plan.concurrencies if instances == 1 else plan.concurrencies[-2:]
+        for concurrency in concurrencies:
+            run = session.closed_loop(concurrency, plan.seconds, f"probe ×{instances} c={concurrency}")
+            points.append((instances, concurrency, run))
+            log.info("%s: %.0f inf/s, mean batch %.1f", run.label, run.throughput, run.stats.mean_batch)
+        best = max(run.throughput for n, _, run in points if n == instances)
+        saturation[instances] = _saturate(session, instances, plan.overload * best, plan.seconds)
+    session.load(BatcherConfig(1))  # the same machine without batching: per-execution costs show up
+    single_rate = max(run.throughput for n, c, run in points if n == 1 and c == 1)
+    unbatched = _saturate(session, 1, 1.5 * single_rate, plan.seconds)
+    quiet = [session.closed_loop(1, plan.seconds, "probe ×1 c=1, again")]  # the tail needs a quiet run
+    fits, extra, services, tails = {}, {}, {}, {}
+    per_batch = 0.0
+    singles = [run for n, c, run in points if n == 1 and c == 1] + quiet
+    first = min(singles, key=lambda run: run.p99_ms)  # the least disturbed single-request run
+    overhead = overhead_ms(first)
+    samples = overhead_samples_s(first)
+    for instances in instance_counts:
+        runs = [run for n, _, run in points if n == instances]
+        fit = fit_buckets(_merge([run.stats for run in [*runs, saturation[instances]]]))
+        fits[instances] = fit
+        batched = busy_per_batch_ms(saturation[instances], instances)
+        if instances == 1:
+            per_batch, extra[1] = calibrate(busy_per_batch_ms(unbatched, 1), batched, fit)
+        else:  # per execution: the backend's, as with one instance; what more instances add is per request
+            extra[instances] = max(
+                0.0, (batched[1] - fit.batch_ms(batched[0]) - per_batch) / max(batched[0], 1.0)
+            )
+        services[instances] = ServiceModel(
+            fit.t_ms / 1e3,
+            fit.dt_ms / 1e3,
+            extra[instances] / 1e3,
+            overhead / 1e3,
+            per_batch_s=per_batch / 1e3,
+        )
+        tails[instances] = dataclasses.replace(services[instances], overhead_samples_s=samples)
+    result = ProbeResult(services, fits, overhead, extra, saturation, points, tails=tails)
+    result.per_batch_ms = per_batch
+    result.unbatched = unbatched
+    result.floor_p99_ms = first.p99_ms
+    result.seconds = time.perf_counter() - started  # every measurement and reload, not the raw reference
+    spec = session.base
+    result.raw = measure_raw(
+        session.workdir / "repository" / spec.name / "1" / "model.onnx",
+        session.target.inputs,
+        [b for b in plan.raw_batch_sizes if b <= session.largest_batch],
+        spec.intra_op_threads,
+        spec.inter_op_threads,
+        seconds=0.3,
+    )
+    return result
+
+
+def served_capacity(result: ProbeResult) -> float:
+    """The most the probe saw served (closed loops and saturation runs): the brute force's ceiling."""
+    runs = [run for _, _, run in result.points] + list(result.saturation.values())
+    return float(np.max([run.throughput for run in runs])) if runs else 1.0

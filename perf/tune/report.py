@@ -1,0 +1,286 @@
+"""The tuner's report: what was measured, what was predicted, what was chosen, and how it held up.
+
+Every figure names the engine that produced it (our generator with N processes, or perf_analyzer).
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import matplotlib
+
+matplotlib.use("Agg")
+import matplotlib.pyplot as plt
+
+from perf.markdown import number, table
+from perf.plots import _save
+from perf.tune.batcher_sim import BatcherConfig
+from perf.tune.tuner import SweepEntry, TuneResult, relative_error
+
+
+def plot_p99_vs_rate(result: TuneResult, path: Path) -> Path:
+    """Predicted (lines) and measured (markers) p99 against offered rate, chosen config and neighbours."""
+    figure, axes = plt.subplots(figsize=(7.5, 4.5))
+    configs = [
+        result.chosen,
+        *[c for c in dict.fromkeys(p.config for p in result.points) if c != result.chosen],
+    ]
+    for index, config in enumerate(configs):
+        points = result.points_of(config)
+        label = config.label + (" (chosen)" if config == result.chosen else "")
+        measured = [p for p in points if p.measured]
+        for kind, chosen, style in (("predicted", points, "-"), ("measured", measured, "o")):
+            values = [p.predicted.p99_ms if kind == "predicted" else p.measured.p99_ms for p in chosen]
+            axes.plot([p.rate for p in chosen], values, style, color=f"C{index}", label=f"{label}: {kind}")
+    title = "p99 vs rate: batcher simulation vs the real server"
+    return finish_p99_plot(figure, axes, result.request.budget_ms, "offered rate (requests / s)", title, path)
+
+
+def finish_p99_plot(
+    figure: plt.Figure, axes: plt.Axes, budget_ms: float, xlabel: str, title: str, path: Path
+) -> Path:
+    """The budget line, log p99 axis and labels every tuner plot shares."""
+    axes.axhline(budget_ms, color="k", linestyle="--", label=f"budget {budget_ms:g} ms")
+    axes.set(xlabel=xlabel, ylabel="p99 latency (ms)", yscale="log", title=title)
+    return _save(figure, path, axes, grid="both")
+
+
+def _points_rows(result: TuneResult, engine: str) -> list[list[str]]:
+    rows = []
+    for config in dict.fromkeys(p.config for p in result.points):
+        for p in result.points_of(config):
+            m = p.measured
+            rows.append(
+                [
+                    config.label + (" **chosen**" if config == result.chosen else ""),
+                    number(p.rate, 0),
+                    number(p.predicted.p99_ms),
+                    number(p.with_tail.p99_ms) if p.with_tail else "–",
+                    number(m.p99_ms),
+                    f"{100 * relative_error(p.predicted.p99_ms, m.p99_ms):+.0f}%",
+                    number(m.throughput, 0),
+                    number(p.predicted.mean_batch),
+                    number(m.stats.mean_batch),
+                    f"{m.failed}/{len(m.records)}",
+                    ", ".join(number(r.p99_ms) for r in p.repeats),
+                    engine,
+                ]
+            )
+    return rows
+
+
+def figures(result: TuneResult, sweep: list[SweepEntry] | None, extra: dict) -> dict:
+    """The report's numbers as JSON (what the README and the closing note quote)."""
+    operating = min(result.points_of(result.chosen), key=lambda p: abs(p.rate - result.operating_rate))
+    chosen_rate = next(r for r in result.ranking if r.config == result.chosen).rate
+    out = {
+        "budget_ms": result.request.budget_ms,
+        "chosen": result.chosen.label,
+        "operating_rate": operating.rate,
+        "predicted_p99_ms": operating.predicted.p99_ms,
+        "measured_p99_ms": operating.measured.p99_ms,
+        "p99_error": relative_error(operating.predicted.p99_ms, operating.measured.p99_ms),
+        "predicted_max_rate": chosen_rate,
+        "measured_max_rate": result.measured_rate.get(result.chosen, 0.0),
+        "probe_s": result.probe.seconds,
+        "predict_s": result.predict_s,
+        "verify_s": result.verify_s,
+        "fit": {n: {"t_ms": f.t_ms, "dt_ms": f.dt_ms, "r2": f.r2} for n, f in result.probe.fits.items()},
+        "overhead_ms": result.probe.overhead_ms,
+        "floor_p99_ms": result.probe.floor_p99_ms,
+        "predicted_p99_with_tail_ms": operating.with_tail.p99_ms if operating.with_tail else None,
+        "measured_p99_each_repeat_ms": [r.p99_ms for r in operating.repeats],
+        "per_request_ms": result.probe.per_request_ms,
+        "per_batch_ms": result.probe.per_batch_ms,
+        "served_unbatched_at_saturation": result.probe.unbatched.throughput
+        if result.probe.unbatched
+        else None,
+        **extra,
+    }
+    if sweep:
+        best = sweep[0]
+        mine = next((e for e in sweep if e.config == result.chosen), None)
+        out["brute_force"] = {
+            "best": best.config.label,
+            "best_rate": best.rate,
+            "chosen_rate_measured_by_sweep": mine.rate if mine else None,
+            "seconds": sum(e.seconds for e in sweep),
+            "tuner_seconds": result.probe.seconds + result.predict_s,
+        }
+    return out
+
+
+def write_report(
+    result: TuneResult,
+    folder: Path,
+    model: str,
+    engine: str,
+    sweep: list[SweepEntry] | None = None,
+    extra_sections: list[str] | None = None,
+    extra_figures: dict | None = None,
+) -> Path:
+    plot = plot_p99_vs_rate(result, folder / "p99_vs_rate.png")
+    numbers = figures(result, sweep, extra_figures or {})
+    (folder / "figures.json").write_text(json.dumps(numbers, indent=1, default=str))
+    probe = result.probe
+    lines = [
+        f"# Tuning {model} for p99 ≤ {result.request.budget_ms:g} ms",
+        "",
+        f"Chosen: **{result.chosen.label}** (overlay in `overlay.yaml`, merged spec in `spec.tuned.yaml`). "
+        f"Operating point {number(numbers['operating_rate'], 0)} requests/s: predicted p99 "
+        f"{number(numbers['predicted_p99_ms'])} ms, measured {number(numbers['measured_p99_ms'])} ms "
+        f"({100 * numbers['p99_error']:+.0f}%). Highest rate within the budget: predicted "
+        f"{number(numbers['predicted_max_rate'], 0)}/s, "
+        f"measured {number(numbers['measured_max_rate'], 0)}/s. "
+        f"Load engine for every server figure: {engine}.",
+        "",
+        f"One request in flight already has p99 {number(probe.floor_p99_ms)} ms here (client, frontend and "
+        "the OS scheduling other work on the shared cores): the column *pred p99 + machine tail* adds that "
+        "measured per-request tail to the simulation; candidates are ranked without it.",
+        "",
+        "## What the prediction was built from (probe)",
+        "",
+        f"Probe time {probe.seconds:.1f} s (reloads included); "
+        f"prediction of {len(result.ranking)} candidates "
+        f"took {result.predict_s:.1f} s of CPU; verification {result.verify_s:.1f} s.",
+        "",
+        table(
+            [
+                "instances",
+                "T (ms)",
+                "Δt (ms)",
+                "R²",
+                "per-execution + per-request cost when saturated (ms)",
+                "served at saturation (/s)",
+                "latency overhead outside the server (ms)",
+            ],
+            [
+                [
+                    n,
+                    number(f.t_ms, 3),
+                    number(f.dt_ms, 3),
+                    number(f.r2, 3),
+                    f"{number(probe.per_batch_ms, 3)} + {number(probe.per_request_ms[n], 3)}",
+                    number(probe.saturation[n].throughput, 0),
+                    number(probe.overhead_ms, 3),
+                ]
+                for n, f in probe.fits.items()
+            ],
+        ),
+        "",
+        table(
+            [
+                "probe run",
+                "inf/s",
+                "mean batch",
+                "p99 ms",
+                "server queue ms/req",
+                "formed batches (size: executions)",
+            ],
+            [
+                [
+                    run.label,
+                    number(run.throughput, 0),
+                    number(run.stats.mean_batch),
+                    number(run.p99_ms),
+                    number(run.stats.queue_ms_per_request, 2),
+                    ", ".join(f"{s}: {c}" for s, c in run.batch_histogram().items()),
+                ]
+                for _, _, run in probe.points
+            ],
+        ),
+        "",
+        "Raw backend (same ONNX file in-process, same threads) next to the served fit:",
+        "",
+        table(
+            ["batch", "raw ms", "served fit ms (1 instance)", "served / raw"],
+            [
+                [
+                    p.batch,
+                    number(p.batch_ms, 3),
+                    number(probe.fits[1].batch_ms(p.batch), 3),
+                    number(probe.fits[1].batch_ms(p.batch) / p.batch_ms, 2),
+                ]
+                for p in probe.raw
+            ],
+        ),
+        "",
+        "## Every candidate, predicted",
+        "",
+        table(
+            [
+                "candidate",
+                "predicted max rate (/s)",
+                "p99 there (ms)",
+                "mean batch there",
+                *(["p99 at target rate (ms)"] if result.request.rate else []),
+            ],
+            [
+                [
+                    r.config.label,
+                    number(r.rate, 0),
+                    number(r.best.p99_ms) if r.best else "–",
+                    number(r.best.mean_batch) if r.best else "–",
+                    *([number(r.at_rate.p99_ms)] if r.at_rate else []),
+                ]
+                for r in result.ranking
+            ],
+        ),
+        "",
+        "## Predicted vs measured (same arrival times)",
+        "",
+        f"![p99 vs rate]({plot.name})",
+        "",
+        table(
+            [
+                "config",
+                "rate /s",
+                "pred p99",
+                "pred p99 + machine tail",
+                "meas p99",
+                "error",
+                "meas inf/s",
+                "pred batch",
+                "meas batch",
+                "failed/sent",
+                "p99 of each repeat",
+                "engine",
+            ],
+            _points_rows(result, engine),
+        ),
+    ]
+    if sweep:
+        bf = numbers["brute_force"]
+        lines += [
+            "",
+            "## Brute force (every candidate measured, no prediction)",
+            "",
+            f"Best measured: **{bf['best']}** at {number(bf['best_rate'], 0)}/s; "
+            "the tuner's pick measured by "
+            f"the same sweep: {number(bf['chosen_rate_measured_by_sweep'] or 0, 0)}/s. Time: brute force "
+            f"{bf['seconds']:.0f} s vs tuner {bf['tuner_seconds']:.0f} s "
+            f"({bf['tuner_seconds'] / bf['seconds']:.2f} of it).",
+            "",
+            table(
+                ["candidate", "measured max rate /s", "tuner predicted /s", "points", "seconds"],
+                [
+                    [
+                        e.config.label,
+                        number(e.rate, 0),
+                        number(_predicted(result, e.config), 0),
+                        len(e.points),
+                        number(e.seconds, 0),
+                    ]
+                    for e in sweep
+                ],
+            ),
+        ]
+    lines += extra_sections or []
+    path = folder / "report.md"
+    path.write_text("\n".join(lines) + "\n")
+    return path
+
+
+def _predicted(result: TuneResult, config: BatcherConfig) -> float:
+    return next((r.rate for r in result.ranking if r.config == config), float("nan"))

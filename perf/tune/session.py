@@ -1,0 +1,188 @@
+"""One real server for the whole tuning run, in explicit model-control mode.
+
+The model's files are built once (at the largest ``max_batch_size`` of the grid, so the Python
+backend's shared memory fits every candidate); each candidate is then a ``load_model`` with a config
+override, which takes seconds where rebuilding and restarting would take a minute. Every run returns an
+``Observed``: the records and the server's own statistics over the run.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import logging
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+import tritonclient.http as httpclient
+
+from client.stats import ModelStats
+from exporters.repository import build_repository
+from exporters.spec import ModelSpec, Spec
+from perf.records import Record, latencies
+from perf.server_view import ServerEndpoints, snapshot
+from perf.target import Target, target_from_spec
+from perf.tune.batcher_sim import BatcherConfig
+from perf.tune.engine import LoadEngine
+from perf.tune.overlay import candidate_spec, config_json
+from server import ServerOptions, TritonServer
+
+log = logging.getLogger(__name__)
+SKIP_FRACTION = 0.05  # the first 5% of requests (by arrival) warm the system up; not counted in p99
+
+
+@dataclass
+class Observed:
+    """What one measurement saw, client and server side."""
+
+    label: str
+    records: list[Record]
+    stats: ModelStats  # server counters over the run
+    wall_s: float
+    offered: float = 0.0  # open loop: arrivals per second sent
+
+    @property
+    def failed(self) -> int:
+        return sum(1 for r in self.records if not r.ok)
+
+    def counted(self) -> list[Record]:
+        return self.records[int(len(self.records) * SKIP_FRACTION) :]
+
+    @property
+    def p99_ms(self) -> float:
+        values = latencies(self.counted())
+        return float(np.percentile(values, 99) * 1e3) if values.size else float("nan")
+
+    @property
+    def mean_ms(self) -> float:
+        values = latencies(self.counted())
+        return float(values.mean() * 1e3) if values.size else float("nan")
+
+    @property
+    def throughput(self) -> float:
+        ok = [r for r in self.records if r.ok]
+        if not ok:
+            return 0.0
+        start = min(r.arrivals[0] if r.arrivals else r.send_s for r in ok)
+        span = max(r.recv_s for r in ok) - start
+        return sum(r.batch for r in ok) / span if span > 0 else 0.0
+
+    @property
+    def sustained(self) -> bool:
+        return self.failed == 0 and (not self.offered or self.throughput >= 0.95 * self.offered)
+
+    def meets(self, budget_ms: float) -> bool:
+        return self.sustained and self.p99_ms <= budget_ms
+
+    def batch_histogram(self) -> dict[int, int]:
+        return {size: bucket.executions for size, bucket in sorted(self.stats.batches.items())}
+
+
+class TuneSession:
+    """Build, serve and reload one model; ``with TuneSession(...) as session``."""
+
+    def __init__(
+        self,
+        spec: Spec,
+        model: str,
+        largest_batch: int,
+        workdir: Path,
+        engine: LoadEngine,
+        protocol: str = "grpc",
+        seed: int = 0,
+        keep_queue: bool = False,
+    ) -> None:
+        self.base: ModelSpec = spec.model(model)
+        self.largest_batch = max(largest_batch, self.base.max_batch_size)
+        self.workdir = workdir
+        self.engine = engine
+        self.protocol = protocol
+        self.seed = seed
+        self.keep_queue = keep_queue
+        self.server: TritonServer | None = None
+        self.current: BatcherConfig | None = None
+        self.reload_s: list[float] = []
+        self._target: Target | None = None
+
+    def __enter__(self) -> TuneSession:
+        repository = self.workdir / "repository"
+        build_spec = dataclasses.replace(self.base, max_batch_size=self.largest_batch, warmup=False)
+        build_repository(Spec(models=(build_spec,)), repository, num_gpus=0)
+        options = ServerOptions(
+            repository=repository,
+            model_control_mode="explicit",
+            load_models=[self.base.name],
+            log_path=self.workdir / "server.log",
+            startup_timeout_s=240,
+        )
+        self.server = TritonServer(options).start()
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        if self.server is not None:
+            self.server.stop()
+            self.server = None
+
+    @property
+    def endpoints(self) -> ServerEndpoints:
+        assert self.server is not None
+        return ServerEndpoints(self.server.http_url, self.server.metrics_url, self.server.pid)
+
+    @property
+    def target(self) -> Target:
+        if self._target is None:
+            assert self.server is not None
+            url = self.server.grpc_url if self.protocol == "grpc" else self.server.http_url
+            self._target = target_from_spec(
+                self.base, url, self.protocol, seed=self.seed, rows=self.largest_batch
+            )
+        return self._target
+
+    def load(self, config: BatcherConfig) -> float:
+        """Reload the model with ``config`` (no-op if already loaded); returns the seconds it took."""
+        if config == self.current:
+            return 0.0
+        assert self.server is not None
+        started = time.perf_counter()
+        client = httpclient.InferenceServerClient(self.server.http_url)
+        try:
+            client.load_model(
+                self.base.name, config=config_json(candidate_spec(self.base, config, self.keep_queue))
+            )
+        finally:
+            client.close()
+        self.current = config
+        took = time.perf_counter() - started
+        self.reload_s.append(took)
+        log.info("loaded %s in %.1f s", config.label, took)
+        return took
+
+    def _stats(self) -> ModelStats:
+        return snapshot(self.endpoints, self.base.name, 0.0).stats
+
+    def _observe(self, label: str, run: Callable[[], list[Record]], offered: float = 0.0) -> Observed:
+        before, started = self._stats(), time.perf_counter()
+        records = run()
+        wall = time.perf_counter() - started
+        time.sleep(0.2)  # Triton counts a request just after answering it
+        return Observed(label, records, self._stats() - before, wall, offered)
+
+    def open_loop(self, arrivals_s: Sequence[float], label: str) -> Observed:
+        arrivals = np.asarray(arrivals_s, dtype=float)
+        offered = len(arrivals) / arrivals[-1] if len(arrivals) > 1 and arrivals[-1] > 0 else 0.0
+        return self._observe(label, lambda: self.engine.open_loop(self.target, arrivals, label), offered)
+
+    def closed_loop(self, concurrency: int, seconds: float, label: str) -> Observed:
+        return self._observe(label, lambda: self.engine.closed_loop(self.target, concurrency, seconds, label))
+
+    def config_text(self) -> str:
+        """The model's configuration as the server reports it now (for the report)."""
+        assert self.server is not None
+        client = httpclient.InferenceServerClient(self.server.http_url)
+        try:
+            return json.dumps(client.get_model_config(self.base.name), indent=1)
+        finally:
+            client.close()

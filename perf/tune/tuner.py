@@ -1,0 +1,229 @@
+"""The tuner: probe, predict every candidate, pick, write the overlay, verify on the real server.
+
+Also the brute-force yardstick (``exhaustive``): every candidate of the same grid measured on the
+server with the same rate search, which is what Model Analyzer does and what the tuner must match.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from perf.errors import StudyError
+from perf.loads import Load, poisson
+from perf.tune.batcher_sim import BatcherConfig, ServiceModel
+from perf.tune.candidates import Grid, neighbours
+from perf.tune.predict import Prediction, arrival_array, max_rate, predict
+from perf.tune.probe import ProbePlan, ProbeResult, probe
+from perf.tune.session import Observed, TuneSession
+
+log = logging.getLogger(__name__)
+Step = Callable[[str], None]
+
+
+@dataclass(frozen=True)
+class TuneRequest:
+    budget_ms: float
+    rate: float | None = None  # None: the highest rate within the budget
+    grid: Grid = field(default_factory=Grid)
+    seconds: float = 4.0  # seconds of arrivals per verification point
+    seed: int = 0
+    load_at: Callable[[float], Load] | None = None  # rate -> load; Poisson by default
+
+    def load(self, rate: float) -> Load:
+        return self.load_at(rate) if self.load_at else poisson(rate, self.seed)
+
+
+@dataclass
+class Point:
+    """One operating point of one configuration: predicted and (if measured) what the server did."""
+
+    config: BatcherConfig
+    rate: float
+    predicted: Prediction  # the batcher with the mean overhead (what candidates are ranked by)
+    with_tail: Prediction | None = None  # plus this machine's measured per-request tail
+    repeats: list[Observed] = field(default_factory=list)
+
+    @property
+    def measured(self) -> Observed | None:
+        """The least disturbed repeat (lowest p99): on a machine shared with other work, a repeat that
+        lost the CPU to a neighbour measures the neighbour. Every repeat is kept and reported."""
+        return min(self.repeats, key=lambda run: run.p99_ms) if self.repeats else None
+
+
+@dataclass
+class Ranked:
+    config: BatcherConfig
+    best: Prediction | None  # the highest rate within the budget (None: none meets it)
+    at_rate: Prediction | None = None  # with a target rate: the prediction there
+
+    @property
+    def rate(self) -> float:
+        return self.best.rate if self.best else 0.0
+
+
+@dataclass
+class TuneResult:
+    request: TuneRequest
+    probe: ProbeResult
+    ranking: list[Ranked]
+    chosen: BatcherConfig
+    operating_rate: float
+    predict_s: float
+    points: list[Point] = field(default_factory=list)
+    verify_s: float = 0.0
+    measured_rate: dict[BatcherConfig, float] = field(default_factory=dict)
+
+    def points_of(self, config: BatcherConfig) -> list[Point]:
+        return sorted((p for p in self.points if p.config == config), key=lambda p: p.rate)
+
+
+def service_for(result: ProbeResult, config: BatcherConfig) -> ServiceModel:
+    return result.services[config.instances]
+
+
+def rank(probe_result: ProbeResult, request: TuneRequest) -> list[Ranked]:
+    """Every candidate with its predicted best rate, best first (ties: less delay, fewer instances)."""
+    ranked = []
+    for config in request.grid.candidates(request.budget_ms):
+        service = service_for(probe_result, config)
+        best = max_rate(config, service, request.budget_ms, request.load)
+        entry = Ranked(config, best)
+        if request.rate:
+            entry.at_rate = predict(config, service, request.load(request.rate))
+        ranked.append(entry)
+
+    def key(entry: Ranked) -> tuple:
+        feasible = entry.at_rate.meets(request.budget_ms) if entry.at_rate else entry.best is not None
+        c = entry.config
+        return (not feasible, -entry.rate, c.max_queue_delay_us, c.instances, c.max_batch_size)
+
+    return sorted(ranked, key=key)
+
+
+def predict_point(
+    probe_result: ProbeResult, request: TuneRequest, config: BatcherConfig, rate: float
+) -> Point:
+    load = request.load(rate)
+    point = Point(config, rate, predict(config, service_for(probe_result, config), load, request.seconds))
+    if config.instances in probe_result.tails:
+        point.with_tail = predict(config, probe_result.tails[config.instances], load, request.seconds)
+    return point
+
+
+def measure_point(session: TuneSession, request: TuneRequest, point: Point) -> None:
+    """Measure ``point`` once more, on the very arrival times its prediction used."""
+    arrivals = arrival_array(request.load(point.rate), request.seconds)
+    session.load(point.config)
+    run = session.open_loop(arrivals, f"{point.config.label} @ {point.rate:.0f}/s")
+    point.repeats.append(run)
+    log.info(
+        "%s: predicted p99 %.1f ms, measured %.1f ms (%.0f/s sent, %.0f/s served)",
+        run.label,
+        point.predicted.p99_ms,
+        run.p99_ms,
+        run.offered,
+        run.throughput,
+    )
+
+
+def sustainable_from(points: list[Point], budget_ms: float) -> float:
+    """The highest measured rate within the budget (0 if none was). A lower rate that missed does not
+    cancel a higher one that met it: on a shared machine a miss can be a neighbour's doing."""
+    return max((p.rate for p in points if p.measured and p.measured.meets(budget_ms)), default=0.0)
+
+
+def tune(
+    session: TuneSession,
+    request: TuneRequest,
+    plan: ProbePlan | None = None,
+    step: Step | None = None,
+    verify_fractions: tuple[float, ...] = (0.5, 0.75, 0.9, 1.0, 1.15),
+    neighbour_fractions: tuple[float, ...] = (0.75, 1.0, 1.15),
+    repeats: int = 2,
+) -> TuneResult:
+    """The whole tuner; ``session`` is a started ``TuneSession``."""
+    step = step or (lambda text: None)
+    grid = request.grid
+    step("probing: execution time per batch size, overhead, raw backend")
+    probe_result = probe(session, grid.instances, grid.largest_batch, plan or ProbePlan())
+    step("predicting every candidate (batcher simulation)")
+    started = time.perf_counter()
+    ranking = rank(probe_result, request)
+    predict_s = time.perf_counter() - started
+    chosen = ranking[0]
+    if chosen.best is None and not (chosen.at_rate and chosen.at_rate.meets(request.budget_ms)):
+        raise StudyError(
+            f"no candidate is predicted to meet p99 <= {request.budget_ms} ms; the fastest batch of one "
+            f"takes {probe_result.fits[1].t_ms:.2f} ms plus {probe_result.overhead_ms:.2f} ms overhead"
+        )
+    operating = request.rate or 0.85 * chosen.rate
+    result = TuneResult(request, probe_result, ranking, chosen.config, operating, predict_s)
+    started = time.perf_counter()
+    step(f"verifying {chosen.config.label} on the server")
+    reference = chosen.rate or operating
+    rates = sorted({operating, *(f * reference for f in verify_fractions)})
+    result.points = [predict_point(probe_result, request, chosen.config, rate) for rate in rates]
+    for config in neighbours(chosen.config, grid):
+        result.points += [
+            predict_point(probe_result, request, config, f * reference) for f in neighbour_fractions
+        ]
+    for repeat in range(repeats):  # whole passes, so the repeats of one point are a minute apart
+        step(f"measuring {len(result.points)} points, pass {repeat + 1}/{repeats}")
+        for point in result.points:
+            measure_point(session, request, point)
+    for config in {p.config for p in result.points}:
+        result.measured_rate[config] = sustainable_from(result.points_of(config), request.budget_ms)
+    result.verify_s = time.perf_counter() - started
+    return result
+
+
+@dataclass
+class SweepEntry:
+    config: BatcherConfig
+    rate: float  # measured sustainable rate (0: even the lowest rate tried missed the budget)
+    points: list[Observed]
+    seconds: float
+
+
+def measured_max_rate(
+    session: TuneSession, request: TuneRequest, config: BatcherConfig, ceiling: float, steps: int = 5
+) -> SweepEntry:
+    """Brute force for one candidate: bisection on the offered rate in ``(0, ceiling]`` by measurement
+    alone (no prediction), ``steps`` halvings after a first point at half the ceiling."""
+    started = time.perf_counter()
+    session.load(config)
+    low, high, runs = 0.0, ceiling, []
+    for _ in range(steps + 1):
+        rate = (low + high) / 2
+        arrivals = arrival_array(request.load(rate), request.seconds)
+        for _attempt in range(2):  # a miss is measured once more: the same rule as verification's repeats
+            run = session.open_loop(arrivals, f"sweep {config.label} @ {rate:.0f}/s")
+            runs.append(run)
+            if run.meets(request.budget_ms):
+                break
+        if run.meets(request.budget_ms):
+            low = rate
+        else:
+            high = rate
+    return SweepEntry(config, low, runs, time.perf_counter() - started)
+
+
+def exhaustive(
+    session: TuneSession, request: TuneRequest, ceiling: float, step: Step | None = None
+) -> list[SweepEntry]:
+    """Every candidate of the grid, measured; best first."""
+    step = step or (lambda text: None)
+    entries = []
+    for config in request.grid.candidates(request.budget_ms):
+        step(f"brute force: {config.label}")
+        entries.append(measured_max_rate(session, request, config, ceiling))
+    return sorted(entries, key=lambda e: -e.rate)
+
+
+def relative_error(predicted: float, measured: float) -> float:
+    return float((predicted - measured) / measured) if measured else float(np.nan)

@@ -1,0 +1,124 @@
+"""The tuner against a real tritonserver (explicit model control): the batcher simulation against the
+batches the server really forms under a recorded trace, the overlay builds, ``--follow`` reloads
+without a failed request, and perf_analyzer runs where it installs."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from exporters.repository import build_repository
+from exporters.spec import load_spec
+from perf.analyzer import find_perf_analyzer, run_perf_analyzer
+from perf.loads import read_trace
+from perf.perf_analyzer_install import unavailable_reason
+from perf.tune.batcher_sim import BatcherConfig, simulate
+from perf.tune.engine import LoadEngine
+from perf.tune.follow import follow_run, step_arrivals
+from perf.tune.overlay import write_overlay
+from perf.tune.predict import arrival_array
+from perf.tune.probe import ProbePlan, ProbeResult, probe
+from perf.tune.session import TuneSession
+from perf.tune.witness import NOISY_MACHINE
+
+pytestmark = pytest.mark.integration
+SPEC = Path(__file__).resolve().parents[2] / "models.yaml"
+MODEL = "recommender"
+
+
+@pytest.fixture(scope="module")
+def session(tmp_path_factory: pytest.TempPathFactory) -> Iterator[TuneSession]:
+    workdir = tmp_path_factory.mktemp("tune")
+    with LoadEngine(1) as engine, TuneSession(load_spec(SPEC), MODEL, 32, workdir, engine) as running:
+        yield running
+
+
+@pytest.fixture(scope="module")
+def probed(session: TuneSession) -> ProbeResult:
+    return probe(session, (1,), 32, ProbePlan(concurrencies=(1, 8), seconds=1.5, raw_batch_sizes=(1, 8)))
+
+
+def sample_weighted(histogram: dict[int, int]) -> dict[int, float]:
+    """Fraction of requests that rode in a batch of each size."""
+    samples = {size: size * count for size, count in histogram.items()}
+    total = sum(samples.values())
+    return {size: n / total for size, n in samples.items()}
+
+
+def total_variation(a: dict[int, float], b: dict[int, float]) -> float:
+    return 0.5 * sum(abs(a.get(k, 0.0) - b.get(k, 0.0)) for k in set(a) | set(b))
+
+
+def test_simulated_batches_match_the_servers_under_a_recorded_trace(
+    session: TuneSession, probed: ProbeResult, tmp_path: Path, record_property
+) -> None:
+    gaps = np.diff(np.concatenate([[0.0], arrival_array(read_trace_source(), 3.0)]))
+    trace_file = tmp_path / "trace.txt"
+    trace_file.write_text("\n".join(f"{g:.6f}" for g in gaps))
+    arrivals = arrival_array(read_trace(str(trace_file)), 3.0)
+    config = BatcherConfig(32, 8000)  # at ~250/s an 8 ms delay gathers about 3 per batch
+    session.load(config)
+    served = session.open_loop(arrivals, "recorded trace")
+    assert served.failed == 0 and served.stats.requests == len(arrivals)
+    simulated = simulate(arrivals, config, probed.services[1])
+    real = sample_weighted(served.batch_histogram())
+    predicted = sample_weighted(simulated.batch_histogram())
+    distance = total_variation(real, predicted)
+    record_property("batch_size_total_variation", distance)
+    print(
+        f"formed batch sizes, total variation server vs simulation: {distance:.2f} "
+        f"(server mean {served.stats.mean_batch:.2f}, simulated {simulated.mean_batch:.2f})"
+    )
+    assert distance < 0.5, (real, predicted)
+    assert served.stats.mean_batch > 1.3  # the delay really batched: the comparison is not 1 vs 1
+
+
+def read_trace_source():
+    from perf.loads import poisson
+
+    return poisson(250.0, seed=3)
+
+
+def test_the_written_overlay_validates_and_builds(session: TuneSession, tmp_path: Path) -> None:
+    tuned = write_overlay(SPEC, session.base, BatcherConfig(16, 2000, instances=2), tmp_path, "test")
+    built = build_repository(tuned, tmp_path / "repository", num_gpus=0, only=[MODEL])
+    text = built[0].config_path.read_text()
+    assert "max_queue_delay_microseconds: 2000" in text and "max_batch_size: 16" in text
+    assert "count: 2" in text and "default_queue_policy" not in text
+
+
+def test_follow_reloads_under_a_rate_step_without_a_failed_request(session: TuneSession) -> None:
+    low, high = BatcherConfig(32, 0), BatcherConfig(32, 2000)
+
+    def policy(rate: float) -> BatcherConfig:
+        return low if rate < 300 else high
+
+    arrivals = step_arrivals([(100.0, 2.0), (500.0, 2.5), (100.0, 2.5)], seed=5)
+    run = follow_run(session, arrivals, low, policy, "follow")
+    assert len(run.reloads) >= 1, run.rates
+    assert {r.config for r in run.reloads} & {high.label}
+    assert len(run.observed.records) == len(arrivals)  # every arrival sent and answered
+    assert run.observed.failed == 0, [r.status for r in run.observed.records if not r.ok][:3]
+    assert run.server_failed == 0
+
+
+def test_perf_analyzer_runs_against_the_tuned_model(session: TuneSession, tmp_path: Path) -> None:
+    binary = find_perf_analyzer()
+    if binary is None:
+        pytest.skip(f"perf_analyzer not installed: {unavailable_reason() or 'run make perf-analyzer'}")
+    session.load(BatcherConfig(32, 1000))
+    result = run_perf_analyzer(
+        binary,
+        MODEL,
+        session.server.grpc_url,
+        "grpc",
+        4,
+        1000,
+        tmp_path,
+        session.target.inputs,
+        NOISY_MACHINE,
+    )
+    assert result.throughput > 0 and result.p99_ms > 0

@@ -1,0 +1,114 @@
+"""The tuner's overlay goes through the spec's own validation; candidates and scenario loads."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+import pytest
+import yaml
+
+from exporters.errors import SpecError
+from exporters.spec import load_spec
+from perf.tune.batcher_sim import BatcherConfig
+from perf.tune.candidates import Grid, neighbours
+from perf.tune.overlay import apply_overlay, config_json, write_overlay
+from perf.tune.predict import arrival_array
+from perf.tune.scenarios import step_load, video_load, zipf_ids
+
+SPEC = Path(__file__).resolve().parents[2] / "models.yaml"
+
+
+def test_the_overlay_replaces_batching_whole_and_validates(tmp_path: Path) -> None:
+    base = load_spec(SPEC).model("recommender")
+    tuned = write_overlay(SPEC, base, BatcherConfig(16, 2000, (8,), instances=2), tmp_path, "test")
+    model = tuned.model("recommender")
+    assert (model.max_batch_size, model.instances.cpu) == (16, 2)
+    assert model.batching.max_queue_delay_us == 2000 and model.batching.preferred_batch_sizes == (8,)
+    assert model.batching.queue is None  # dropped: the 2.51 queue-policy stall (README, Known limits)
+    overlay = yaml.safe_load((tmp_path / "overlay.yaml").read_text())
+    assert [m["name"] for m in overlay["models"]] == ["recommender"]
+    assert load_spec(tmp_path / "spec.tuned.yaml").model("image_classifier") == load_spec(SPEC).model(
+        "image_classifier"
+    )  # every other model untouched
+
+
+def test_keeping_the_queue_policy_is_an_option(tmp_path: Path) -> None:
+    base = load_spec(SPEC).model("recommender")
+    tuned = write_overlay(SPEC, base, BatcherConfig(32, 500), tmp_path, "test", keep_queue=True)
+    assert tuned.model("recommender").batching.queue == base.batching.queue
+
+
+def test_no_batching_is_written_as_mode_none(tmp_path: Path) -> None:
+    base = load_spec(SPEC).model("recommender")
+    tuned = write_overlay(SPEC, base, BatcherConfig(1), tmp_path, "test")
+    assert tuned.model("recommender").batching.mode == "none"
+
+
+def test_a_bad_overlay_fails_through_the_spec_naming_the_field() -> None:
+    document = yaml.safe_load(SPEC.read_text())
+    with pytest.raises(ValueError, match="not a model of the base spec"):
+        apply_overlay(document, {"models": [{"name": "nope"}]})
+    merged = apply_overlay(
+        document,
+        {"models": [{"name": "recommender", "batching": {"mode": "dynamic", "max_queue_delay_us": -1}}]},
+    )
+    from exporters.spec import parse_spec
+
+    with pytest.raises(SpecError, match="max_queue_delay_us"):
+        parse_spec(merged)
+
+
+def test_the_config_override_is_triton_json_with_the_candidate() -> None:
+    base = load_spec(SPEC).model("recommender")
+    from perf.tune.overlay import candidate_spec
+
+    config = json.loads(config_json(candidate_spec(base, BatcherConfig(8, 1500, instances=2))))
+    assert config["maxBatchSize"] == 8
+    assert config["dynamicBatching"]["maxQueueDelayMicroseconds"] == "1500"
+    assert config["instanceGroup"][0]["count"] == 2
+    assert "defaultQueuePolicy" not in config["dynamicBatching"]
+
+
+def test_the_grid_leaves_out_delays_the_budget_cannot_hold() -> None:
+    grid = Grid(delays_us=(0, 1000, 5000), max_batches=(8,), instances=(1,))
+    delays = {c.max_queue_delay_us for c in grid.candidates(budget_ms=4)}
+    assert delays == {0, 1000}
+    assert BatcherConfig(1) in grid.candidates(budget_ms=4)
+    assert {c.max_queue_delay_us for c in neighbours(BatcherConfig(8, 1000), grid)} == {0, 5000}
+
+
+def test_video_streams_are_periodic_and_step_load_keeps_its_mean() -> None:
+    times = arrival_array(video_load(4, jitter_ms=0.0), 2.0)
+    assert len(times) == pytest.approx(4 * 30 * 2, abs=4)
+    gaps = np.diff(np.sort(times))
+    assert gaps.max() <= 1 / 30 + 1e-9  # four streams interleave within each frame period
+    step = arrival_array(step_load(400.0, phase_s=1.0), 8.0)
+    assert len(step) / 8.0 == pytest.approx(400, rel=0.15)
+    first, second = np.sum(step < 1.0), np.sum((step >= 1.0) & (step < 2.0))
+    assert second > 2 * first  # the step: 3× the rate in the second phase
+
+
+def test_zipf_ids_stay_inside_their_tables_and_favour_low_ranks() -> None:
+    ids = zipf_ids([100, 10], rows=5000)
+    assert ids.min() >= 0 and ids[:, 0].max() < 100 and ids[:, 1].max() < 10
+    assert np.mean(ids[:, 0] == 0) > 0.1  # rank 1 alone: 1/zeta(1.2) ≈ 18% (uniform: 1%)
+
+
+def test_tune_options_are_checked_before_any_measurement(tmp_path: Path) -> None:
+    from perf.cli import parser
+    from perf.tune.cli import _load_at, usage_errors
+
+    def errors(*argv: str) -> str | None:
+        return usage_errors(parser().parse_args(["tune", *argv]))
+
+    assert "--model and --p99-ms" in errors("--model", "recommender")
+    assert "--p99-ms must be > 0" in errors("--model", "m", "--p99-ms", "0")
+    assert "--rate must be > 0" in errors("--model", "m", "--p99-ms", "5", "--rate", "-1")
+    assert "no such file" in errors("--model", "m", "--p99-ms", "5", "--trace", str(tmp_path / "none"))
+    assert errors("--scenario", "video") is None
+    trace = tmp_path / "trace.txt"
+    trace.write_text("0.01\n0.03\n")  # 50/s as recorded
+    load_at = _load_at(parser().parse_args(["tune", "--trace", str(trace)]))
+    assert arrival_array(load_at(100.0), 1.0)[:2].tolist() == pytest.approx([0.005, 0.02])  # time ×0.5
