@@ -50,7 +50,7 @@ log = logging.getLogger(__name__)
 
 BUILD_VERSION = "1"  # bump when the pipeline build changes, to invalidate recorded artifacts
 RECORD = "pipeline.json"
-RUNNER_FILES = ("model.py", "safe_program.py", "embedding_rows.py")
+RUNNER_FILES = ("model.py", "safe_program.py", "embedding_rows.py", "update_log.py")
 COST_BATCH = 8  # the batch the splitter times blocks at: a typical formed batch, not batch 1
 
 

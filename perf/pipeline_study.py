@@ -42,6 +42,7 @@ from perf.markdown import table
 from perf.measure import Measurement, MeasureSettings, measure
 from perf.target import target_from_spec
 from server import ServerOptions, TritonServer
+from server.admin import headers as admin_headers
 
 log = logging.getLogger(__name__)
 SPEC = Path("models.yaml")
@@ -185,7 +186,13 @@ def _target(spec: Spec, model: str, url: str, name: str | None = None):
 
 
 def _live_updates(
-    url: str, repository: Path, spec: Spec, count: int, done: threading.Event, outcome: dict[str, float]
+    url: str,
+    admin_key: str,
+    repository: Path,
+    spec: Spec,
+    count: int,
+    done: threading.Event,
+    outcome: dict[str, float],
 ) -> None:
     """Embedding row updates, then a new dense version loaded, while the load runs."""
     client = httpclient.InferenceServerClient(url)
@@ -207,7 +214,7 @@ def _live_updates(
             done.wait(0.05)
         pipeline = spec.pipeline("recommender_pipeline")
         publish_dense_version(pipeline, spec.model("recommender"), repository, version=2, seed=99)
-        client.load_model("recommender_pipeline_dense")
+        client.load_model("recommender_pipeline_dense", headers=admin_headers(admin_key))
         outcome["dense_swapped"] = float(client.is_model_ready("recommender_pipeline_dense", "2"))
     finally:
         client.close()
@@ -284,7 +291,7 @@ def _measure_live(
     done = threading.Event()
     outcome = {"updates_applied": 0.0, "dense_swapped": 0.0}
     target = _target(spec, "recommender", server.grpc_url, "recommender_pipeline")
-    args = (server.http_url, repository, spec, plan.live_updates, done, outcome)
+    args = (server.http_url, server.admin_key, repository, spec, plan.live_updates, done, outcome)
     updater = threading.Thread(target=_live_updates, args=args, daemon=True)
     updater.start()
     measurement = measure(target, poisson(plan.load_fraction * capacity, seed=2), plan.settings)

@@ -25,6 +25,7 @@ from exporters.pipeline_live import embedding_update, publish_dense_version
 from exporters.repository import build_repository
 from exporters.spec import Spec, parse_spec
 from server import ServerOptions, TritonServer
+from server.admin import headers as admin_headers
 
 pytestmark = pytest.mark.integration
 PIPELINE = "recommender_pipeline"
@@ -179,7 +180,7 @@ def test_dense_version_swap_under_load(server, client, spec: Spec, repository, r
     assert not np.allclose(old, new, rtol=1e-3), "the new version must answer differently"
     with SteadyLoad(server.http_url, request_arrays) as load:
         load.wait_for_answers(CALLERS * 2)
-        client.load_model(DENSE)
+        client.load_model(DENSE, headers=admin_headers(server.admin_key))
         assert client.is_model_ready(DENSE, "2")
         seen_new = threading.Event()
         for _ in range(200):
