@@ -7,9 +7,10 @@ STAMP := $(VENV)/.installed
 SPEC ?= models.yaml
 REPO ?= model_repository
 PERF ?= default
+SOAK_S ?= 600
 
 .DEFAULT_GOAL := help
-.PHONY: help setup repo serve stop status perf perf-analyzer test test-unit lint format gpu-check clean
+.PHONY: help setup repo serve stop status perf perf-analyzer test test-unit lint format gpu-check clean soak
 
 help: ## list the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-14s %s\n", $$1, $$2}'
@@ -35,6 +36,9 @@ status: setup ## show whether the `make serve` server is up, and its models
 
 perf: setup ## the batching study on the embedded server; report in reports/<timestamp>/ (PERF=quick: about 2 min)
 	$(BIN)/python -m perf run --profile $(PERF) $(PERF_ARGS)
+
+soak: repo ## 10 min of mixed load with random faults (stub kills, bad input, updates); SOAK_S=60 for a short one
+	$(BIN)/python -m server.soak --repository $(REPO) --duration $(SOAK_S)
 
 perf-analyzer: setup ## cross-check one model with NVIDIA perf_analyzer, where it is installed
 	$(BIN)/python -m perf analyzer

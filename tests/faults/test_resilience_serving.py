@@ -41,6 +41,7 @@ from client.infer import make_inputs
 from exporters.pipeline_live import embedding_update
 from server import ServerOptions, TritonServer
 from server.admin import ADMIN_HEADER, GRPC_ADMIN_HEADER, AdminError, headers, load_model
+from server.mixed_load import CLEAN_REFUSALS
 from server.stubs import stubs_with_prefix
 
 pytestmark = pytest.mark.integration
@@ -200,13 +201,7 @@ def test_drain_under_load_loses_nothing_and_updates_survive_restart(
     admitted = [o for o in load.outcomes if o.sent < drain_started]
     lost = [o for o in admitted if o.error]
     assert not lost, {o.error for o in lost}
-    refusals = (
-        "Request for unknown model",  # unloaded by the drain: HTTP 404 / gRPC NOT_FOUND
-        "failed to connect to all addresses",  # gRPC, once the server has exited
-        "Connection refused",
-        "connection closed",  # HTTP keep-alive connection closed by the exiting server, between requests
-    )
-    unclean = {f.error for f in load.failed() if not any(r in f.error for r in refusals)}
+    unclean = {f.error for f in load.failed() if not any(r in f.error for r in CLEAN_REFUSALS)}
     assert not unclean, unclean
     assert {o.protocol for o in admitted if not o.error} == {"http", "grpc"}
     assert stopped - drain_started < 30
