@@ -16,11 +16,10 @@ import numpy as np
 from tritonclient.utils import InferenceServerException
 
 from client.connection import connect
+from client.errors import ClientError, MismatchError
 from client.health import report as health_report
 from client.infer import infer
-from client.reference import reference
 from client.stats import fetch_stats, parse_version_stats
-from exporters.errors import ExporterError
 
 
 def _health(client, args) -> int:
@@ -43,6 +42,8 @@ def _metadata(client, args) -> int:
 
 
 def _infer(client, args) -> int:
+    from client.reference import reference  # torch and the zoo, only for the command that needs them
+
     expected = reference(args.spec, args.model, args.batch, args.seed)
     outputs = infer(client, args.protocol, args.model, expected.inputs, use_shm=args.shm == "system")
     via = f"{args.protocol}{' + system shm' if args.shm == 'system' else ''}"
@@ -53,7 +54,7 @@ def _infer(client, args) -> int:
         return 0
     try:
         report = expected.compare(outputs, f"{args.model} served over {via}")
-    except ExporterError as error:
+    except MismatchError as error:
         print(f"MISMATCH: {error}", file=sys.stderr)
         return 1
     print(
@@ -114,7 +115,7 @@ def main(argv: list[str] | None = None) -> int:
     except InferenceServerException as error:
         print(f"server error: {error}", file=sys.stderr)
         return 2
-    except ExporterError as error:
+    except ClientError as error:
         print(f"error: {error}", file=sys.stderr)
         return 2
     except ConnectionError as error:

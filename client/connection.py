@@ -13,6 +13,8 @@ from typing import Any
 import tritonclient.grpc as grpcclient
 import tritonclient.http as httpclient
 
+from client.errors import ClientError
+
 DEFAULT_URLS = {"http": "127.0.0.1:8000", "grpc": "127.0.0.1:8001"}
 SERVER_STATE = Path(".run/server.json")
 
@@ -26,7 +28,7 @@ def default_url(protocol: str) -> str:
 def protocol_module(protocol: str) -> ModuleType:
     """``tritonclient.http`` or ``tritonclient.grpc``: both expose InferInput, InferRequestedOutput."""
     if protocol not in DEFAULT_URLS:
-        raise ValueError(f"protocol must be http or grpc, got {protocol!r}")
+        raise ClientError(f"protocol must be http or grpc, got {protocol!r}")
     return httpclient if protocol == "http" else grpcclient
 
 

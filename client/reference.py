@@ -11,9 +11,11 @@ from pathlib import Path
 
 import numpy as np
 
-from exporters.onnx_export import build_torch_model, sample_inputs, torch_reference
+from client.errors import ClientError, MismatchError
+from exporters.errors import ExportCheckError, SpecError
 from exporters.parity import ParityReport, compare_outputs
 from exporters.spec import ModelSpec, load_spec
+from exporters.zoo.reference import build_torch_model, sample_inputs, torch_reference
 
 
 @dataclass(frozen=True)
@@ -24,19 +26,25 @@ class Reference:
     precision: str  # the tolerance to hold the server to (a pipeline's boundary dtype may loosen it)
 
     def compare(self, outputs: dict[str, np.ndarray], what: str) -> ParityReport:
-        """Raise ``ExportCheckError`` when the served outputs are outside the spec's tolerance."""
+        """Raise ``MismatchError`` when the served outputs are outside the spec's tolerance."""
         names = [t.name for t in self.spec.outputs]
-        return compare_outputs(
-            [outputs[n] for n in names], [self.expected[n] for n in names], self.precision, what
-        )
+        try:
+            return compare_outputs(
+                [outputs[n] for n in names], [self.expected[n] for n in names], self.precision, what
+            )
+        except ExportCheckError as error:
+            raise MismatchError(str(error)) from error
 
 
 def reference(spec_path: Path, model: str, batch: int, seed: int = 0) -> Reference:
     """Inputs and torch outputs for ``model``: a model of the spec, or a pipeline (held to the model it
     splits, at the tolerance of its boundary dtype)."""
-    document = load_spec(spec_path)
-    pipeline = next((p for p in document.pipelines if p.name == model), None)
-    spec = document.model(pipeline.model if pipeline else model)
+    try:
+        document = load_spec(spec_path)
+        pipeline = next((p for p in document.pipelines if p.name == model), None)
+        spec = document.model(pipeline.model if pipeline else model)
+    except SpecError as error:  # the user's --spec or --model, in the client's terms
+        raise ClientError(str(error)) from error
     precision = pipeline.boundary_dtype if pipeline and pipeline.boundary_dtype != "fp32" else spec.precision
     torch_model = build_torch_model(spec)
     arrays = sample_inputs(spec, torch_model, batch, seed)

@@ -32,6 +32,7 @@ class ModelStats:
     queue_ns: int = 0
     compute_ns: int = 0  # summed over requests: each request of a batch counts the batch's compute
     batches: dict[int, BatchBucket] = field(default_factory=dict)
+    request_ns: int = 0  # successful requests' whole time in the server (an ensemble: end to end)
 
     def __add__(self, other: ModelStats) -> ModelStats:
         return self._merge(other, 1)
@@ -57,6 +58,7 @@ class ModelStats:
             self.queue_ns + sign * other.queue_ns,
             self.compute_ns + sign * other.compute_ns,
             batches,
+            self.request_ns + sign * other.request_ns,
         )
 
     @property
@@ -70,6 +72,10 @@ class ModelStats:
     @property
     def compute_ms_per_request(self) -> float:
         return self.compute_ns / self.requests / 1e6 if self.requests else 0.0
+
+    @property
+    def request_ms_per_request(self) -> float:
+        return self.request_ns / self.requests / 1e6 if self.requests else 0.0
 
     def compute_ms_at(self, size: int) -> float:
         bucket = self.batches.get(size)
@@ -98,6 +104,7 @@ def parse_version_stats(entry: dict[str, Any]) -> ModelStats:
         queue_ns=_count_ns(inference, "queue")[1],
         compute_ns=sum(_count_ns(inference, k)[1] for k in COMPUTE_PARTS),
         batches=batches,
+        request_ns=_count_ns(inference, "success")[1],
     )
 
 

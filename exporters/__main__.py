@@ -96,11 +96,12 @@ def _pipeline_table(pipelines: list[BuiltPipeline]) -> Table:
             for c in item.configs[1:]
             for g in c.instance_group
         )
-        plan = item.record["split_plan"]
-        cuts = f"{list(plan['cuts'])} by {plan['cost_method']}" if plan else "embedding | dense"
-        boundary = f"{item.record['boundary_dtype']}, {item.record['boundary_bytes_per_request']} B/req"
+        record = item.record
+        plan = record.split_plan
+        cuts = f"{list(plan.cuts)} by {plan.cost_method}" if plan else "embedding | dense"
+        boundary = f"{record.boundary_dtype}, {record.boundary_bytes_per_request} B/req"
         table.add_row(
-            item.spec.name, stages, cuts, boundary, f"{item.record['compression_max_rel_error']:.1e}",
+            item.spec.name, stages, cuts, boundary, f"{record.compression_max_rel_error:.1e}",
             "cached" if item.cached else "exported",
         )  # fmt: skip
     return table

@@ -7,6 +7,8 @@ chooses by the number of GPUs the build is planned for (detected, or given with 
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 from exporters.errors import SpecError
 from exporters.model_config import (
     InstanceGroup,
@@ -17,7 +19,7 @@ from exporters.model_config import (
     ModelWarmup,
     WarmupInput,
 )
-from exporters.spec import DTYPES, ModelSpec
+from exporters.spec import DTYPES, Batching, ModelSpec, TensorSpec
 
 TENSORRT_FP16 = {
     "name": "tensorrt",
@@ -47,10 +49,15 @@ def instance_groups(spec: ModelSpec, num_gpus: int) -> list[InstanceGroup]:
     return [InstanceGroup(kind="KIND_GPU", count=spec.instances.per_gpu, gpus=[gpu]) for gpu in gpus]
 
 
-def dynamic_batching(spec: ModelSpec) -> ModelDynamicBatching | None:
-    if spec.batching.mode != "dynamic":
+def model_tensor(tensor: TensorSpec) -> ModelTensor:
+    """A spec tensor as a config ``input``/``output`` (``-1`` stays a variable axis)."""
+    return ModelTensor(tensor.name, DTYPES[tensor.dtype], list(tensor.shape))
+
+
+def dynamic_batching(batching: Batching) -> ModelDynamicBatching | None:
+    if batching.mode != "dynamic":
         return None
-    queue = spec.batching.queue
+    queue = batching.queue
     policy = None
     if queue is not None:
         policy = ModelQueuePolicy(
@@ -59,19 +66,26 @@ def dynamic_batching(spec: ModelSpec) -> ModelDynamicBatching | None:
             max_queue_size=queue.max_queue_size,
         )
     return ModelDynamicBatching(
-        preferred_batch_size=list(spec.batching.preferred_batch_sizes),
-        max_queue_delay_microseconds=spec.batching.max_queue_delay_us,
+        preferred_batch_size=list(batching.preferred_batch_sizes),
+        max_queue_delay_microseconds=batching.max_queue_delay_us,
         default_queue_policy=policy,
     )
 
 
-def warmups(spec: ModelSpec) -> list[ModelWarmup]:
+def warmups(spec: ModelSpec, inputs: Sequence[TensorSpec], batching: Batching) -> list[ModelWarmup]:
     """Warm up at every batch size the server will form, so the first real batch pays no setup cost.
 
-    Integer inputs (ids) warm up with zeros: random ids could fall outside an embedding table.
+    Variable axes warm up at their ``max_shape`` (the largest allocation). Integer inputs (ids) warm
+    up with zeros: random ids could fall outside an embedding table.
     """
     if not spec.warmup:
         return []
+    for tensor in inputs:
+        if tensor.range is not None and not tensor.range[0] <= 0 < tensor.range[1]:
+            raise SpecError(
+                f"{spec.name}.warmup",
+                f"warm-up sends zeros, outside {tensor.name}'s range {list(tensor.range)}; set warmup: false",
+            )
     return [
         ModelWarmup(
             name=f"batch_{size}",
@@ -79,29 +93,44 @@ def warmups(spec: ModelSpec) -> list[ModelWarmup]:
             inputs={
                 t.name: WarmupInput(
                     DTYPES[t.dtype],
-                    list(t.shape),
+                    list(t.largest),
                     zero_data=t.dtype.startswith("int"),
                     random_data=not t.dtype.startswith("int"),
                 )
-                for t in spec.inputs
+                for t in inputs
             },
         )
-        for size in spec.formed_batch_sizes
+        for size in batching.formed_sizes(spec.max_batch_size)
     ]
 
 
-def build_model_config(spec: ModelSpec, num_gpus: int) -> ModelConfig:
-    """The complete ``config.pbtxt`` for an ONNX model served by the ``onnxruntime`` backend."""
+def build_model_config(
+    spec: ModelSpec,
+    num_gpus: int,
+    *,
+    name: str | None = None,
+    inputs: Sequence[TensorSpec] | None = None,
+    outputs: Sequence[TensorSpec] | None = None,
+    batching: Batching | None = None,
+) -> ModelConfig:
+    """The complete ``config.pbtxt`` for an ONNX model served by the ``onnxruntime`` backend.
+
+    ``name``, ``inputs``, ``outputs`` and ``batching`` default to the spec's; a pipeline stage passes its
+    own (its tensors need not follow a model's precision rule, e.g. fp16 boundaries of an fp32 model).
+    """
     target = resolve_target(spec, num_gpus)
+    inputs = spec.inputs if inputs is None else inputs
+    outputs = spec.outputs if outputs is None else outputs
+    batching = spec.batching if batching is None else batching
     return ModelConfig(
-        name=spec.name,
+        name=name or spec.name,
         backend="onnxruntime",
         max_batch_size=spec.max_batch_size,
-        input=[ModelTensor(t.name, DTYPES[t.dtype], list(t.shape)) for t in spec.inputs],
-        output=[ModelTensor(t.name, DTYPES[t.dtype], list(t.shape)) for t in spec.outputs],
+        input=[model_tensor(t) for t in inputs],
+        output=[model_tensor(t) for t in outputs],
         instance_group=instance_groups(spec, num_gpus),
-        dynamic_batching=dynamic_batching(spec),
-        model_warmup=warmups(spec),
+        dynamic_batching=dynamic_batching(batching),
+        model_warmup=warmups(spec, inputs, batching),
         parameters={
             "intra_op_thread_count": str(spec.intra_op_threads),
             "inter_op_thread_count": str(spec.inter_op_threads),

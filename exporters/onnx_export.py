@@ -25,13 +25,12 @@ from torch import nn
 from exporters.errors import ExportCheckError, SpecError
 from exporters.parity import compare_outputs
 from exporters.spec import ModelSpec
-from exporters.zoo import ZOO
+from exporters.zoo.reference import build_torch_model, sample_inputs, torch_reference
 
 log = logging.getLogger(__name__)
 
 OPSET = 17
 EXPORTER_VERSION = "1"  # bump when the export procedure changes, to invalidate cached artifacts
-NUMPY_DTYPES = {"fp32": np.float32, "fp16": np.float16, "int64": np.int64, "int32": np.int32}
 
 
 @dataclass(frozen=True)
@@ -45,26 +44,6 @@ class Artifact:
     max_rel_error: float
     tolerance: float
     cached: bool = False
-
-
-def build_torch_model(spec: ModelSpec) -> nn.Module:
-    """The spec's zoo model with its seeded weights, in fp32 (the reference for every precision)."""
-    return ZOO[spec.source].create(spec.options, spec.seed)
-
-
-def sample_inputs(spec: ModelSpec, model: nn.Module, batch: int, seed: int) -> list[np.ndarray]:
-    """Valid inputs for ``spec`` at ``batch``, cast to the spec's dtypes (fp16 models take fp16)."""
-    arrays = ZOO[spec.source].sample(model, spec.options, batch, np.random.default_rng(seed))
-    return [a.astype(NUMPY_DTYPES[t.dtype]) for a, t in zip(arrays, spec.inputs, strict=True)]
-
-
-def torch_reference(model: nn.Module, inputs: list[np.ndarray]) -> list[np.ndarray]:
-    """Run the fp32 torch model (float inputs widened to fp32); the truth every artifact is held to."""
-    tensors = [torch.from_numpy(a.astype(np.float32) if a.dtype == np.float16 else a) for a in inputs]
-    with torch.inference_mode():
-        outputs = model(*tensors)
-    outputs = outputs if isinstance(outputs, tuple | list) else (outputs,)
-    return [o.float().numpy() for o in outputs]
 
 
 def content_hash(spec: ModelSpec, model: nn.Module) -> str:

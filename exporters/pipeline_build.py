@@ -1,12 +1,13 @@
 """Build the spec's pipelines into the repository: check, export, configure, record.
 
-Order (DESIGN §4.2): the stage chain is checked against the whole model in torch first (uncompressed:
-the split itself must be exact) and the compression error is measured, before anything is written.
-Each artifact is then written under a ``.partial`` name, loaded back the way the server loads it, and
-the chain of artifacts is checked against the whole model again; only then do files take their final
-names. ``pipeline.json`` beside the ensemble records the cuts, costs, errors and boundary bytes (the
-perf report reads it). A content hash of the model, its weights and the pipeline spec lets a rebuild
-skip the work, and keeps the measured cut points, so rebuilding never moves a cut by timing noise.
+Order (check before writing): the stage chain is checked against the whole model in torch first
+(uncompressed: the split itself must be exact) and the compression error is measured, before
+anything is written. Each artifact is then written under a ``.partial`` name, loaded back the way the
+server loads it, and the chain of artifacts is checked against the whole model again; only then do
+files take their final names. ``pipeline.json`` beside the ensemble (a ``PipelineRecord``) records the
+cuts, costs, errors and boundary bytes (the perf pipeline study reads it). A content hash of the
+model, its weights and the pipeline spec lets a rebuild skip the work, and keeps the measured cut
+points, so rebuilding never moves a cut by timing noise.
 """
 
 from __future__ import annotations
@@ -16,11 +17,9 @@ import dataclasses
 import hashlib
 import json
 import logging
-import shutil
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
 import torch
 from torch import nn
@@ -28,8 +27,9 @@ from torch import nn
 import python_backend
 from exporters.errors import SpecError
 from exporters.model_config import ModelConfig, write_config
-from exporters.onnx_export import build_torch_model, content_hash, sample_inputs
+from exporters.onnx_export import content_hash
 from exporters.pipeline_configs import pipeline_configs
+from exporters.pipeline_record import PipelineRecord, StageRecord
 from exporters.pipeline_stages import (
     Stage,
     Tensors,
@@ -44,20 +44,19 @@ from exporters.pipeline_stages import (
 )
 from exporters.spec import ModelSpec, PipelineSpec, Spec
 from exporters.splitter import SplitPlan
-from server.install import copy_runtime_helpers
+from exporters.zoo.reference import build_torch_model, sample_inputs
 
 log = logging.getLogger(__name__)
 
 BUILD_VERSION = "1"  # bump when the pipeline build changes, to invalidate recorded artifacts
 RECORD = "pipeline.json"
-RUNNER_FILES = ("model.py", "safe_program.py", "embedding_rows.py", "update_log.py")
 COST_BATCH = 8  # the batch the splitter times blocks at: a typical formed batch, not batch 1
 
 
 @dataclass(frozen=True)
 class BuiltPipeline:
     spec: PipelineSpec
-    record: dict[str, Any]
+    record: PipelineRecord
     configs: list[ModelConfig]  # the ensemble first, then the stages
     cached: bool
 
@@ -85,22 +84,21 @@ def make_stages(
     return block_stages(pipeline, spec, model, example, plan)
 
 
-def _recorded(repository: Path, pipeline: PipelineSpec, digest: str) -> dict[str, Any] | None:
+def _recorded(repository: Path, pipeline: PipelineSpec, digest: str) -> PipelineRecord | None:
     """The record of an identical earlier build whose artifacts are all still there, else None."""
     record_path = repository / pipeline.name / RECORD
     if not record_path.exists():
         return None
-    record = json.loads(record_path.read_text())
-    if record.get("content_hash") != digest:
+    try:
+        record = PipelineRecord.read(record_path)
+    except (KeyError, TypeError, ValueError):  # an older or damaged record: rebuild
+        log.info("%s: unreadable %s, rebuilding", pipeline.name, record_path)
         return None
-    if not all((repository / stage["name"] / "1" / stage["artifact"]).exists() for stage in record["stages"]):
+    if record.content_hash != digest:
+        return None
+    if not all((repository / stage.name / "1" / stage.artifact).exists() for stage in record.stages):
         return None
     return record
-
-
-def _recorded_plan(record: dict[str, Any] | None) -> SplitPlan | None:
-    plan = record and record["split_plan"]
-    return SplitPlan(tuple(plan["cuts"]), tuple(plan["block_costs"]), plan["cost_method"]) if plan else None
 
 
 def _missing_folders(folder: Path) -> list[Path]:
@@ -124,7 +122,7 @@ def _discard(partials: list[Path], created: list[Path]) -> None:
 def _export(
     pipeline: PipelineSpec, spec: ModelSpec, model: nn.Module, stages: list[Stage], plan: SplitPlan | None,
     repository: Path, digest: str,
-) -> dict[str, Any]:  # fmt: skip
+) -> PipelineRecord:  # fmt: skip
     """Check in torch, export to ``.partial`` files, check the artifacts, then commit; the record."""
     batches = sorted({1, min(3, spec.max_batch_size)})  # the export's batch axis ends at max_batch_size
     samples = [_samples(spec, model, batch, seed=100 + batch) for batch in batches]
@@ -162,33 +160,23 @@ def _export(
         raise
     for stage, partial in zip(stages, partials, strict=True):
         partial.replace(partial.parent / stage.artifact_name)
-    boundaries = describe_boundaries(stages)
-    sent = sum(b["bytes_per_row"] for b in boundaries)
-    fp32 = sum(b["fp32_bytes_per_row"] for b in boundaries)
     ranges = plan.stage_ranges() if plan else [None] * len(stages)
-    return {
-        "content_hash": digest, "pipeline": pipeline.name, "model": spec.name, "split": pipeline.split,
-        "stages": [
-            {"name": s.name, "runtime": s.runtime, "artifact": s.artifact_name, "blocks": r,
-             "inputs": [t.name for t in s.inputs], "output": s.output.name}
+    return PipelineRecord(
+        content_hash=digest, pipeline=pipeline.name, model=spec.name, split=pipeline.split,
+        stages=tuple(
+            StageRecord(s.name, s.runtime, s.artifact_name, r, tuple(t.name for t in s.inputs), s.output.name)
             for s, r in zip(stages, ranges, strict=True)
-        ],
-        "split_plan": dataclasses.asdict(plan) if plan else None,
-        "boundary_dtype": pipeline.boundary_dtype, "boundaries": boundaries,
-        "boundary_bytes_per_request": sent, "boundary_bytes_saved_per_request": fp32 - sent,
-        "split_max_rel_error": split.max_rel_error, "compression_max_rel_error": compression,
-        "artifact_max_rel_error": artifacts.max_rel_error,
-    }  # fmt: skip
+        ),
+        split_plan=plan, boundary_dtype=pipeline.boundary_dtype,
+        boundaries=tuple(describe_boundaries(stages)), split_max_rel_error=split.max_rel_error,
+        compression_max_rel_error=compression, artifact_max_rel_error=artifacts.max_rel_error,
+    )  # fmt: skip
 
 
 def _install_runner(stage: Stage, folder: Path) -> None:
     """Put the torch stage runner and the helpers it imports beside the stage's artifact."""
-    if stage.runtime != "torch_export":
-        return
-    source = Path(python_backend.__file__).parent / "torch_stage"
-    for name in RUNNER_FILES:
-        shutil.copy2(source / name, folder / name)
-    copy_runtime_helpers(folder)
+    if stage.runtime == "torch_export":
+        python_backend.install_torch_stage(folder)
 
 
 def build_pipeline(
@@ -201,17 +189,17 @@ def build_pipeline(
     model = build_torch_model(spec)
     digest = _identity(pipeline, spec, model)
     record = _recorded(repository, pipeline, digest)
-    stages, plan = make_stages(pipeline, spec, model, _recorded_plan(record) or plan)
+    stages, plan = make_stages(pipeline, spec, model, (record and record.split_plan) or plan)
     configs = pipeline_configs(pipeline, spec, stages, num_gpus)  # placement errors before slow work
     cached = record is not None
-    if record is None:  # JSON-shaped (lists, not tuples) whether fresh or read back
-        record = json.loads(json.dumps(_export(pipeline, spec, model, stages, plan, repository, digest)))
+    if record is None:
+        record = _export(pipeline, spec, model, stages, plan, repository, digest)
     (repository / pipeline.name / "1").mkdir(parents=True, exist_ok=True)  # ensembles need a version
     for stage in stages:
         _install_runner(stage, repository / stage.name / "1")
     for config in configs:
         write_config(config, repository / config.name)
-    (repository / pipeline.name / RECORD).write_text(json.dumps(record, indent=2))
+    record.write(repository / pipeline.name / RECORD)
     log.info("%s: %s stages %s", pipeline.name, "cached" if cached else "exported", [s.name for s in stages])
     return BuiltPipeline(pipeline, record, configs, cached)
 
@@ -243,6 +231,7 @@ def build_pipelines(
             if error.path.startswith(pipeline.name):
                 raise
             raise SpecError(f"{pipeline.name}.{error.path}", error.problem) from error
-        plans.setdefault(key, _recorded_plan(item.record))
+        if item.record.split_plan is not None:
+            plans.setdefault(key, item.record.split_plan)
         built.append(item)
     return built

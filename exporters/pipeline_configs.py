@@ -11,16 +11,24 @@ from __future__ import annotations
 import dataclasses
 from collections.abc import Sequence
 
-from exporters.configs import build_model_config, resolve_target
+from exporters.configs import build_model_config, model_tensor, resolve_target
 from exporters.model_config import EnsembleStep, InstanceGroup, ModelConfig, ModelTensor, OptionalModelInput
 from exporters.pipeline_stages import Stage
-from exporters.spec import DTYPES, Batching, Instances, ModelSpec, PipelineSpec, TensorSpec
+from exporters.spec import DTYPES, Batching, ModelSpec, PipelineSpec
+from python_backend.torch_stage.embedding_rows import UPDATE_ROW, UPDATE_TABLE, UPDATE_VALUES, UPDATE_VERSION
 
-UPDATE_INPUTS = (
-    OptionalModelInput("update_table", "TYPE_INT64", [1]),
-    OptionalModelInput("update_row", "TYPE_INT64", [1]),
-)
-UPDATE_VERSION = ModelTensor("update_version", "TYPE_INT64", [1])
+
+def _update_tensors(width: int) -> tuple[list[OptionalModelInput], ModelTensor]:
+    """An embedding stage's update inputs (``[N, 1]`` table and row ids, ``[N, width]`` values) and the
+    version it answers with; the names are the runner's (``embedding_rows``)."""
+    inputs = [
+        OptionalModelInput(UPDATE_TABLE, DTYPES["int64"], [1]),
+        OptionalModelInput(UPDATE_ROW, DTYPES["int64"], [1]),
+        OptionalModelInput(UPDATE_VALUES, DTYPES["fp32"], [width]),
+    ]
+    return inputs, ModelTensor(UPDATE_VERSION, DTYPES["int64"], [1])
+
+
 # Stages after the first receive each upstream batch as a burst of requests released together, so a
 # short wait re-forms the batch; the first stage's longer wait would only add latency per boundary.
 DOWNSTREAM_QUEUE_DELAY_US = 100
@@ -44,19 +52,14 @@ def stage_batching(pipeline: PipelineSpec, index: int) -> Batching:
     return dataclasses.replace(pipeline.batching, max_queue_delay_us=delay)
 
 
-def _stage_spec(pipeline: PipelineSpec, spec: ModelSpec, stage: Stage, index: int) -> ModelSpec:
-    """The monolithic model's serving settings, narrowed to one stage's tensors and batching."""
-    return dataclasses.replace(
-        spec, name=stage.name, inputs=stage.inputs, outputs=(stage.output,),
-        batching=stage_batching(pipeline, index), instances=Instances(cpu=1, per_gpu=1),
-    )  # fmt: skip
-
-
 def stage_config(
     pipeline: PipelineSpec, spec: ModelSpec, stage: Stage, index: int, num_gpus: int
 ) -> ModelConfig:
     """An ONNX stage is an ordinary ``onnxruntime`` model; a torch stage runs on the Python backend."""
-    config = build_model_config(_stage_spec(pipeline, spec, stage, index), num_gpus)
+    config = build_model_config(
+        spec, num_gpus, name=stage.name, inputs=stage.inputs, outputs=(stage.output,),
+        batching=stage_batching(pipeline, index),
+    )  # fmt: skip
     config.instance_group = stage_placement(pipeline, spec, index, num_gpus)
     if stage.runtime == "onnx":
         return config
@@ -72,8 +75,9 @@ def stage_config(
         parameters["embedding_tables"] = ",".join(stage.embedding_tables)
         # Update requests carry no ids and lookups no updates: every input is optional.
         inputs = [OptionalModelInput(t.name, t.data_type, t.dims) for t in inputs]
-        inputs += [*UPDATE_INPUTS, OptionalModelInput("update_values", "TYPE_FP32", [width])]
-        outputs.append(UPDATE_VERSION)
+        updates, version = _update_tensors(width)
+        inputs += updates
+        outputs.append(version)
     return dataclasses.replace(
         config,
         backend="python",
@@ -82,10 +86,6 @@ def stage_config(
         parameters=parameters,
         gpu_execution_accelerator=[],
     )
-
-
-def _tensor(tensor: TensorSpec) -> ModelTensor:
-    return ModelTensor(tensor.name, DTYPES[tensor.dtype], list(tensor.shape))
 
 
 def ensemble_config(pipeline: PipelineSpec, spec: ModelSpec, stages: Sequence[Stage]) -> ModelConfig:
@@ -102,8 +102,8 @@ def ensemble_config(pipeline: PipelineSpec, spec: ModelSpec, stages: Sequence[St
         name=pipeline.name,
         platform="ensemble",
         max_batch_size=spec.max_batch_size,
-        input=[_tensor(t) for t in spec.inputs],
-        output=[_tensor(t) for t in spec.outputs],
+        input=[model_tensor(t) for t in spec.inputs],
+        output=[model_tensor(t) for t in spec.outputs],
         ensemble_steps=steps,
     )
 

@@ -20,20 +20,22 @@ import numpy as np
 import torch
 
 from exporters.errors import SpecError
-from exporters.onnx_export import build_torch_model
 from exporters.pipeline_build import make_stages
-from exporters.pipeline_stages import TORCH_DTYPES, check_stages, export_stage, load_stage
+from exporters.pipeline_stages import check_stages, export_stage, load_stage
 from exporters.spec import ModelSpec, PipelineSpec
 from exporters.zoo.recommender import Recommender
+from exporters.zoo.reference import build_torch_model
+from python_backend.dtypes import DTYPES
+from python_backend.torch_stage.embedding_rows import UPDATE_ROW, UPDATE_TABLE, UPDATE_VALUES
 
 
 def embedding_update(table: int, rows: np.ndarray, values: np.ndarray) -> dict[str, np.ndarray]:
     """The inputs of one update request: ``rows`` of ``table`` take ``values`` (``[len(rows), D]``)."""
     rows = np.asarray(rows, dtype=np.int64).reshape(-1, 1)
     return {
-        "update_table": np.full_like(rows, table),
-        "update_row": rows,
-        "update_values": np.ascontiguousarray(values, dtype=np.float32).reshape(len(rows), -1),
+        UPDATE_TABLE: np.full_like(rows, table),
+        UPDATE_ROW: rows,
+        UPDATE_VALUES: np.ascontiguousarray(values, dtype=np.float32).reshape(len(rows), -1),
     }
 
 
@@ -61,7 +63,7 @@ def publish_dense_version(
         generator = torch.Generator().manual_seed(seed)
         batch = min(3, spec.max_batch_size)
         sample = {
-            t.name: torch.randn(batch, *t.shape, generator=generator).to(TORCH_DTYPES[t.dtype])
+            t.name: torch.randn(batch, *t.shape, generator=generator).to(DTYPES[t.dtype].torch_dtype())
             for t in dense.inputs
         }
         export_stage(dense, tuple(sample.values()), spec.max_batch_size, artifact)

@@ -22,12 +22,13 @@ from torch import nn
 from exporters.errors import ExporterError, SpecError, StageExportError
 from exporters.onnx_export import check_external_data, export_module_onnx
 from exporters.parity import ParityReport, compare_outputs
+from exporters.pipeline_record import BoundaryRecord
 from exporters.spec import ModelSpec, PipelineSpec, TensorSpec
 from exporters.splitter import SplitPlan, plan_split, split_blocks
 from exporters.zoo.recommender import Recommender
+from python_backend.dtypes import DTYPES
 from python_backend.torch_stage.safe_program import load_exported_program
 
-TORCH_DTYPES = {"fp32": torch.float32, "fp16": torch.float16, "bf16": torch.bfloat16}
 EMBEDDINGS = "embeddings"  # the recommender's boundary tensor
 Tensors = dict[str, torch.Tensor]
 StageFn = Callable[..., torch.Tensor]
@@ -116,7 +117,7 @@ def block_stages(
             threads=max(spec.intra_op_threads, 1),
         )  # fmt: skip
     parts = split_blocks(model, plan, pipeline.name)
-    compress = None if pipeline.boundary_dtype == "fp32" else TORCH_DTYPES[pipeline.boundary_dtype]
+    compress = None if pipeline.boundary_dtype == "fp32" else DTYPES[pipeline.boundary_dtype].torch_dtype()
     stages, tensor, x = [], spec.inputs[0], example
     with torch.inference_mode():
         for index, (part, name) in enumerate(zip(parts, pipeline.stage_names, strict=True)):
@@ -148,7 +149,8 @@ def embedding_dense_stages(pipeline: PipelineSpec, spec: ModelSpec, model: nn.Mo
     compress = pipeline.boundary_dtype != "fp32"
     dims = (len(model.table_sizes), model.embed.tables[0].embedding_dim)
     embeddings = TensorSpec(EMBEDDINGS, pipeline.boundary_dtype, dims)
-    embed = BoundaryCasts(model.embed, False, TORCH_DTYPES[pipeline.boundary_dtype] if compress else None)
+    cast = DTYPES[pipeline.boundary_dtype].torch_dtype() if compress else None
+    embed = BoundaryCasts(model.embed, False, cast)
     tables = tuple(f"inner.tables.{i}.weight" for i in range(len(model.table_sizes)))
     dense = DenseFromCompressed(model.dense) if compress else model.dense
     embedding_name, dense_name = pipeline.stage_names
@@ -215,13 +217,13 @@ def stage_examples(stages: Sequence[Stage], inputs: Tensors) -> list[tuple[torch
     return [_example_for(stage, tensors) for stage in stages]
 
 
-def describe_boundaries(stages: Sequence[Stage]) -> list[dict[str, object]]:
+def describe_boundaries(stages: Sequence[Stage]) -> list[BoundaryRecord]:
     """Every tensor that crosses a stage boundary, with its bytes per request row (as sent and in fp32)."""
     rows = []
     for stage in stages[:-1]:
         tensor = stage.output
         elements = int(np.prod(tensor.shape))
-        size = 2 if tensor.dtype in ("fp16", "bf16") else 4
-        rows.append({"tensor": tensor.name, "dtype": tensor.dtype, "shape": list(tensor.shape),
-                     "bytes_per_row": elements * size, "fp32_bytes_per_row": elements * 4})  # fmt: skip
+        size = DTYPES[tensor.dtype].torch_dtype().itemsize
+        shape = tuple(tensor.shape)
+        rows.append(BoundaryRecord(tensor.name, tensor.dtype, shape, elements * size, elements * 4))
     return rows

@@ -1,12 +1,16 @@
-"""The declarative spec (``models.yaml``): what to serve and how to batch and place it.
+"""The declarative spec (``models.yaml``): what to serve, where it comes from, how to batch and place it.
 
-Parsing is strict: unknown keys, wrong types and impossible values raise ``SpecError`` naming the field
-path (``models[1].batching.max_queue_delay_us: must be >= 0``), because a typo in a serving config
-otherwise surfaces as a silently different deployment.
+Each section is a frozen dataclass, and the dataclass is the schema (``exporters.typed``): its fields are
+the allowed keys, its defaults the defaults, ``Literal`` hints the choices. Invariants live in
+``__post_init__``, so an object built by the parser, by hand or by ``dataclasses.replace`` is checked
+the same way. Parsing is strict: unknown keys, wrong types and impossible values raise ``SpecError``
+naming the field path (``models[1].batching.max_queue_delay_us: must be >= 0``), because a typo in a
+serving config otherwise surfaces as a silently different deployment.
 """
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
@@ -14,82 +18,349 @@ from typing import Any, Literal
 import yaml
 
 from exporters.errors import SpecError
+from exporters.typed import at_least, check_fields, nested, parse
 from exporters.zoo import ZOO
+from python_backend import dtypes
 
-DTYPES = {
-    "fp32": "TYPE_FP32", "fp16": "TYPE_FP16", "int64": "TYPE_INT64", "int32": "TYPE_INT32",
-    "bf16": "TYPE_BF16",  # only between pipeline stages (compressed boundaries); models take MODEL_DTYPES
-}  # fmt: skip
-MODEL_DTYPES = ("fp32", "fp16", "int64", "int32")
+DTYPES = {key: d.triton for key, d in dtypes.DTYPES.items()}  # spec name -> Triton type (one table)
+Dtype = Literal[tuple(dtypes.DTYPES)]  # the table's names are the schema's choices
+MODEL_DTYPES = dtypes.MODEL_DTYPES  # bf16 only between pipeline stages (compressed boundaries)
+INTEGER_DTYPES = dtypes.INTEGER_DTYPES
+Precision = Literal["fp32", "fp16"]
 BatchingMode = Literal["none", "static", "dynamic"]
 Target = Literal["auto", "cpu", "gpu"]
 SplitKind = Literal["blocks", "embedding_dense"]
 Balance = Literal["latency", "flops", "params"]
 BoundaryDtype = Literal["fp32", "fp16", "bf16"]
+VARIABLE = -1  # a variable axis in a shape (bounded by ``max_shape``)
+
+
+def _name_like(value: str) -> bool:
+    return value.replace("_", "").replace("-", "").isalnum()
 
 
 @dataclass(frozen=True)
 class TensorSpec:
-    """One input or output; ``shape`` excludes the batch dimension (Triton's convention)."""
+    """One input or output; ``shape`` excludes the batch dimension (Triton's convention).
+
+    ``-1`` marks a variable axis (a sequence length); ``max_shape`` then bounds it, because warm-up,
+    shared-memory sizing and generated inputs need a largest case. ``range: [lo, hi)`` (integer inputs)
+    is the half-open interval valid ids are drawn from.
+    """
 
     name: str
-    dtype: str
+    dtype: Dtype
     shape: tuple[int, ...]
+    max_shape: tuple[int, ...] | None = None
+    range: tuple[int, int] | None = None
+
+    def __post_init__(self) -> None:
+        check_fields(self)
+        if not self.name.isidentifier():
+            raise SpecError("name", f"must be an identifier-like string, got {self.name!r}")
+        if any(d < 1 and d != VARIABLE for d in self.shape):
+            raise SpecError(
+                "shape", f"must list positive integers or -1 (no batch dim), got {list(self.shape)}"
+            )
+        if self.max_shape is not None:
+            if len(self.max_shape) != len(self.shape) or any(
+                m < 1 or (d != VARIABLE and m != d) for d, m in zip(self.shape, self.max_shape, strict=True)
+            ):
+                raise SpecError(
+                    "max_shape",
+                    f"must have shape's length, a bound >= 1 at each -1 and shape's value elsewhere; "
+                    f"got {list(self.max_shape)} for shape {list(self.shape)}",
+                )
+        elif self.variable:
+            raise SpecError("max_shape", f"is required with a variable axis (shape {list(self.shape)})")
+        if self.range is not None:
+            if self.dtype not in INTEGER_DTYPES:
+                raise SpecError("range", f"is for integer tensors, {self.name} is {self.dtype}")
+            if self.range[0] >= self.range[1]:
+                raise SpecError("range", f"must be [lo, hi) with lo < hi, got {list(self.range)}")
+
+    @property
+    def variable(self) -> bool:
+        return VARIABLE in self.shape
+
+    @property
+    def largest(self) -> tuple[int, ...]:
+        """The shape with every variable axis at its bound (warm-up, memory sizing)."""
+        return self.max_shape if self.max_shape is not None else self.shape
 
 
 @dataclass(frozen=True)
 class QueuePolicy:
     """Bounds the batcher's queue so overload is rejected instead of growing without limit."""
 
-    max_queue_size: int = 0
-    timeout_us: int = 0
+    max_queue_size: int = at_least(0, 0)
+    timeout_us: int = at_least(0, 0)
     timeout_action: Literal["reject", "delay"] = "reject"
+
+    def __post_init__(self) -> None:
+        check_fields(self)
 
 
 @dataclass(frozen=True)
 class Batching:
+    """How requests become batches: ``none`` (one request per execution), ``static`` (the client sends
+    batches of exactly ``batch_size``; the server adds no wait), or ``dynamic`` (Triton's dynamic
+    batcher merges requests, waiting at most ``max_queue_delay_us``, preferring
+    ``preferred_batch_sizes``; ``queue`` bounds what waits). Limits that need the model's
+    ``max_batch_size`` are checked by ``ModelSpec``.
+    """
+
     mode: BatchingMode = "dynamic"
-    max_queue_delay_us: int = 1000
-    preferred_batch_sizes: tuple[int, ...] = ()
-    batch_size: int = 0
+    max_queue_delay_us: int = at_least(0, 1000)
+    preferred_batch_sizes: tuple[int, ...] = at_least(1, ())
+    batch_size: int = at_least(0, 0)
     queue: QueuePolicy | None = None
+
+    def __post_init__(self) -> None:
+        check_fields(self)
+        object.__setattr__(self, "preferred_batch_sizes", tuple(sorted(set(self.preferred_batch_sizes))))
+        if self.mode == "static" and self.batch_size < 1:
+            raise SpecError("batch_size", "static batching needs batch_size >= 1")
+        default_delay = next(f.default for f in dataclasses.fields(self) if f.name == "max_queue_delay_us")
+        if self.mode != "dynamic" and (
+            self.preferred_batch_sizes or self.queue is not None or self.max_queue_delay_us != default_delay
+        ):
+            raise SpecError(
+                "mode",
+                f"preferred_batch_sizes, max_queue_delay_us and queue need mode: dynamic (is {self.mode})",
+            )
+
+    def formed_sizes(self, max_batch_size: int) -> tuple[int, ...]:
+        """Batch sizes a model with this batching runs: what the batcher forms, or the static size."""
+        if self.mode == "static":
+            return (self.batch_size,)
+        if self.mode == "dynamic":
+            return tuple(sorted({1, *self.preferred_batch_sizes, max_batch_size}))
+        return (1,)
 
 
 @dataclass(frozen=True)
 class Instances:
     """``cpu`` instances on CPU targets; ``per_gpu`` instances on each GPU listed in ``gpus`` (or all)."""
 
-    cpu: int = 1
-    per_gpu: int = 1
-    gpus: Literal["all"] | tuple[int, ...] = "all"
+    cpu: int = at_least(1, 1)
+    per_gpu: int = at_least(1, 1)
+    gpus: Literal["all"] | tuple[int, ...] = at_least(0, "all")
+
+    def __post_init__(self) -> None:
+        check_fields(self)
+        if self.gpus != "all" and (not self.gpus or len(set(self.gpus)) != len(self.gpus)):
+            raise SpecError("gpus", f"must be 'all' or a list of distinct GPU indices, got {list(self.gpus)}")
+
+
+@dataclass(frozen=True)
+class Threads:
+    """onnxruntime's thread counts per instance (0: onnxruntime decides)."""
+
+    intra_op: int = at_least(0, 1)
+    inter_op: int = at_least(0, 1)
+
+    def __post_init__(self) -> None:
+        check_fields(self)
+
+
+def _resolve(base_dir: Path | None, location: str) -> str:
+    """A path of the spec, relative to the spec file's folder (absolute paths stay as they are)."""
+    return str((base_dir / location).resolve()) if base_dir is not None else str(Path(location).resolve())
+
+
+@dataclass(frozen=True)
+class PythonSource:
+    """``source: {python: "pkg.module:factory", path: folder}``: the user's factory returning an
+    ``nn.Module``, called with the spec's ``options``; ``path`` is put on ``sys.path`` to import it."""
+
+    python: str
+    path: str | None = None
+
+    def __post_init__(self) -> None:
+        check_fields(self)
+        module, _, function = self.python.partition(":")
+        if not function or not all(p.isidentifier() for p in [*module.split("."), function]):
+            raise SpecError("python", f"must be 'package.module:factory', got {self.python!r}")
+
+    def resolved(self, base_dir: Path | None) -> PythonSource:
+        return self if self.path is None else PythonSource(self.python, _resolve(base_dir, self.path))
+
+
+@dataclass(frozen=True)
+class OnnxSource:
+    """``source: {onnx: path/model.onnx}``: an existing ONNX file, checked and copied in."""
+
+    onnx: str
+
+    def __post_init__(self) -> None:
+        check_fields(self)
+
+    def resolved(self, base_dir: Path | None) -> OnnxSource:
+        return OnnxSource(_resolve(base_dir, self.onnx))
+
+
+@dataclass(frozen=True)
+class TorchExportSource:
+    """``source: {torch_export: path/program.pt2}``: a ``torch.export`` program, loaded without
+    unpickling anything."""
+
+    torch_export: str
+
+    def __post_init__(self) -> None:
+        check_fields(self)
+
+    def resolved(self, base_dir: Path | None) -> TorchExportSource:
+        return TorchExportSource(_resolve(base_dir, self.torch_export))
+
+
+@dataclass(frozen=True)
+class HuggingFaceSource:
+    """``source: {huggingface: folder or package}``: a transformers model loaded offline, from a local
+    folder or an installed package that carries its weights (``get_model_path()``)."""
+
+    huggingface: str
+
+    def __post_init__(self) -> None:
+        check_fields(self)
+
+    def resolved(self, base_dir: Path | None) -> HuggingFaceSource:
+        candidate = Path(_resolve(base_dir, self.huggingface))
+        return HuggingFaceSource(str(candidate)) if candidate.is_dir() else self
+
+
+Source = str | PythonSource | OnnxSource | TorchExportSource | HuggingFaceSource
+SOURCE_KINDS = {
+    PythonSource: "python",
+    OnnxSource: "onnx",
+    TorchExportSource: "torch_export",
+    HuggingFaceSource: "huggingface",
+}
+# Sources whose artifact states its own signature: their inputs/outputs may be left out of the spec.
+SELF_DESCRIBING = ("onnx", "torch_export")
 
 
 @dataclass(frozen=True)
 class ModelSpec:
+    """One model of the repository: where it comes from and how Triton serves it.
+
+    ``source`` is a zoo entry's name (seeded random weights) or a mapping naming the user's own model
+    (``PythonSource``, ``OnnxSource``, ``TorchExportSource``, ``HuggingFaceSource``). ``inputs`` and
+    ``outputs`` are the served signature (shapes without the batch axis); float tensors use
+    ``precision``. Example inputs for parity checks, warm-up, ``client infer --check`` and perf come from
+    ``sample`` (``"module:function"``, called as ``function(batch, rng)``) when given, else from the zoo
+    or the tensors' dtype, shape, ``range`` and the ``lengths`` variable axes take.
+    """
+
     name: str
-    source: str
-    inputs: tuple[TensorSpec, ...]
-    outputs: tuple[TensorSpec, ...]
-    max_batch_size: int
+    source: Source
+    max_batch_size: int = at_least(1)
+    inputs: tuple[TensorSpec, ...] = ()
+    outputs: tuple[TensorSpec, ...] = ()
     options: dict[str, Any] = field(default_factory=dict)
-    seed: int = 0
-    precision: Literal["fp32", "fp16"] = "fp32"
+    seed: int = at_least(0, 0)
+    precision: Precision = "fp32"
     batching: Batching = Batching()
     instances: Instances = Instances()
     target: Target = "auto"
-    intra_op_threads: int = 1
-    inter_op_threads: int = 1
+    threads: Threads = Threads()
     tensorrt_fp16: bool = False
     warmup: bool = True
+    sample: str | None = None
+    lengths: tuple[int, ...] = at_least(1, ())
+
+    def __post_init__(self) -> None:
+        check_fields(self)
+        if not _name_like(self.name):
+            raise SpecError("name", f"must be letters, digits, '_' or '-', got {self.name!r}")
+        self._check_source()
+        self._check_tensors()
+        self._check_batch_limits()
+        if self.sample is not None:
+            module, _, function = self.sample.partition(":")
+            if not function or not all(p.isidentifier() for p in [*module.split("."), function]):
+                raise SpecError("sample", f"must be 'package.module:function', got {self.sample!r}")
+
+    def _check_source(self) -> None:
+        if isinstance(self.source, str):
+            if self.source not in ZOO:
+                kinds = " | ".join(SOURCE_KINDS.values())
+                raise SpecError(
+                    "source",
+                    f"must be one of {', '.join(ZOO)} (the zoo), or a mapping {{{kinds}: ...}}; "
+                    f"got {self.source!r}",
+                )
+            zoo = ZOO[self.source]
+            allowed = zoo.build_options | zoo.input_options
+            for key in self.options:
+                if key not in allowed:
+                    names = ", ".join(sorted(allowed)) or "none"
+                    raise SpecError(f"options.{key}", f"unknown option for {self.source} (allowed: {names})")
+        elif self.source_kind != "python" and self.options:
+            raise SpecError("options", f"{self.source_kind} sources take no options (only zoo and python do)")
+
+    def _check_tensors(self) -> None:
+        for kind in ("inputs", "outputs"):
+            tensors: tuple[TensorSpec, ...] = getattr(self, kind)
+            if not tensors and self.source_kind not in SELF_DESCRIBING:
+                raise SpecError(kind, "is required")
+            for index, tensor in enumerate(tensors):
+                if tensor.dtype not in MODEL_DTYPES:
+                    raise SpecError(f"{kind}[{index}].dtype", f"must be one of {', '.join(MODEL_DTYPES)}")
+                if tensor.dtype in ("fp32", "fp16") and tensor.dtype != self.precision:
+                    raise SpecError(
+                        f"{kind}[{index}].dtype",
+                        f"float tensors must match precision {self.precision}, got {tensor.dtype}",
+                    )
+                if tensor.name in [t.name for t in tensors[:index]]:
+                    raise SpecError(f"{kind}[{index}].name", f"duplicate tensor name {tensor.name!r}")
+                if kind == "outputs" and tensor.range is not None:
+                    raise SpecError(f"outputs[{index}].range", "ranges bound inputs only")
+                needs_range = kind == "inputs" and self.source_kind != "zoo" and self.sample is None
+                if needs_range and tensor.dtype in INTEGER_DTYPES and tensor.range is None:
+                    raise SpecError(
+                        f"inputs[{index}].range",
+                        f"integer inputs of a {self.source_kind} source need range: [lo, hi) (valid ids) "
+                        "or a sample: function",
+                    )
+        bounds = [
+            m for t in self.inputs if t.variable for d, m in zip(t.shape, t.largest, strict=True) if d < 0
+        ]
+        if self.lengths and not bounds:
+            raise SpecError("lengths", "is for variable axes (-1 in an input's shape); there are none")
+        for index, length in enumerate(self.lengths):
+            if length > max(bounds, default=0):
+                raise SpecError(f"lengths[{index}]", f"{length} exceeds every variable axis' max_shape")
+
+    def _check_batch_limits(self) -> None:
+        for index, size in enumerate(self.batching.preferred_batch_sizes):
+            if size > self.max_batch_size:
+                raise SpecError(
+                    f"batching.preferred_batch_sizes[{index}]",
+                    f"must be in 1..max_batch_size ({self.max_batch_size}), got {size}",
+                )
+        if self.batching.mode == "static" and self.batching.batch_size > self.max_batch_size:
+            raise SpecError(
+                "batching.batch_size", f"static batching needs 1 <= batch_size <= {self.max_batch_size}"
+            )
+
+    @property
+    def source_kind(self) -> str:
+        """``zoo``, ``python``, ``onnx``, ``torch_export`` or ``huggingface``."""
+        return "zoo" if isinstance(self.source, str) else SOURCE_KINDS[type(self.source)]
+
+    @property
+    def intra_op_threads(self) -> int:
+        return self.threads.intra_op
+
+    @property
+    def inter_op_threads(self) -> int:
+        return self.threads.inter_op
 
     @property
     def formed_batch_sizes(self) -> tuple[int, ...]:
         """Batch sizes the server will run: what the batcher forms, or the static batch size."""
-        if self.batching.mode == "static":
-            return (self.batching.batch_size,)
-        if self.batching.mode == "dynamic":
-            return tuple(sorted({1, *self.batching.preferred_batch_sizes, self.max_batch_size}))
-        return (1,)
+        return self.batching.formed_sizes(self.max_batch_size)
 
 
 @dataclass(frozen=True)
@@ -106,13 +377,47 @@ class PipelineSpec:
     name: str
     model: str
     split: SplitKind
-    stages: int = 2
-    cut_points: tuple[int, ...] = ()
+    stages: int = at_least(1, 2)
+    cut_points: tuple[int, ...] = at_least(1, ())
     balance: Balance = "latency"
-    replicas: tuple[int, ...] = ()
+    replicas: tuple[int, ...] = at_least(1, ())
     boundary_dtype: BoundaryDtype = "fp32"
     batching: Batching = Batching()  # the first stage's; later stages wait at most 100 µs
     live_updates: bool = False
+
+    def __post_init__(self) -> None:
+        check_fields(self)
+        if not _name_like(self.name):
+            raise SpecError("name", f"must be letters, digits, '_' or '-', got {self.name!r}")
+        if self.split == "embedding_dense" and (self.stages != 2 or self.cut_points):
+            raise SpecError(
+                "stages", "embedding_dense has exactly 2 stages (embedding, dense) and no cut_points"
+            )
+        cuts = list(self.cut_points)
+        if cuts and (len(cuts) != self.stages - 1 or cuts != sorted(set(cuts))):
+            raise SpecError(
+                "cut_points", f"must be {self.stages - 1} strictly increasing block indices, got {cuts}"
+            )
+        if self.replicas and len(self.replicas) != self.stages:
+            raise SpecError(
+                "replicas", f"must list one count per stage ({self.stages}), got {list(self.replicas)}"
+            )
+        if self.live_updates and self.split != "embedding_dense":
+            raise SpecError(
+                "live_updates", "only the embedding stage of an embedding_dense split takes updates"
+            )
+        if self.live_updates and self.replicas and self.replicas[0] != 1:
+            raise SpecError(
+                "replicas",
+                "an updatable embedding stage runs one instance (each instance holds its own tables, so an "
+                f"update would reach only one of them); got {self.replicas[0]}",
+            )
+        if self.split == "embedding_dense" and self.boundary_dtype == "bf16":
+            raise SpecError(
+                "boundary_dtype", "the dense stage reads numpy arrays, which have no bf16; use fp16"
+            )
+        if self.batching.mode != "dynamic":
+            raise SpecError("batching.mode", f"every stage batches dynamically; got {self.batching.mode}")
 
     def stage_replicas(self, stage: int) -> int:
         return self.replicas[stage] if self.replicas else 1
@@ -132,8 +437,24 @@ class PipelineSpec:
 
 @dataclass(frozen=True)
 class Spec:
+    """The whole document: models, and pipelines that split some of them; names are unique."""
+
     models: tuple[ModelSpec, ...]
     pipelines: tuple[PipelineSpec, ...] = ()
+
+    def __post_init__(self) -> None:
+        check_fields(self)
+        if not self.models:
+            raise SpecError("models", "must be a non-empty list")
+        for i, model in enumerate(self.models):
+            if model.name in [m.name for m in self.models[:i]]:
+                raise SpecError(f"models[{i}].name", f"duplicate model name {model.name!r}")
+        taken = {m.name for m in self.models}
+        for i, pipeline in enumerate(self.pipelines):
+            clash = sorted(taken & set(pipeline.repository_names))
+            if clash:
+                raise SpecError(f"pipelines[{i}].name", f"{clash[0]!r} is already a model or pipeline name")
+            taken.update(pipeline.repository_names)
 
     def model(self, name: str) -> ModelSpec:
         for model in self.models:
@@ -149,300 +470,81 @@ class Spec:
         raise SpecError("pipelines", f"no pipeline named {name!r} (have {have})")
 
 
-# --- parsing helpers ---------------------------------------------------------------------------------
+# --- parsing: YAML → dataclasses (the dataclasses define and check everything) -------------------------
 
 
-def _mapping(data: Any, path: str, allowed: set[str], required: set[str] = frozenset()) -> dict[str, Any]:
-    if not isinstance(data, dict):
-        raise SpecError(path, f"must be a mapping, got {type(data).__name__}")
-    unknown = sorted(set(data) - allowed)
-    if unknown:
-        raise SpecError(f"{path}.{unknown[0]}", f"unknown field (allowed: {', '.join(sorted(allowed))})")
-    missing = sorted(required - set(data))
-    if missing:
-        raise SpecError(f"{path}.{missing[0]}", "is required")
-    return data
+def _complete_signature(spec: ModelSpec, path: str) -> ModelSpec:
+    """Tensors a self-describing artifact states (ONNX graph, torch.export program) fill what the spec
+    left out; tensors the spec gives are checked against the artifact when it is built."""
+    if spec.source_kind not in SELF_DESCRIBING or (spec.inputs and spec.outputs):
+        return spec
+    from exporters.sources.signature import read_signature  # reads the artifact; only for these sources
+
+    inputs, outputs = read_signature(spec)
+    try:
+        return dataclasses.replace(spec, inputs=spec.inputs or inputs, outputs=spec.outputs or outputs)
+    except SpecError as error:
+        raise nested(path, error) from None
 
 
-def _int(data: dict[str, Any], key: str, path: str, default: int, minimum: int) -> int:
-    value = data.get(key, default)
-    if isinstance(value, bool) or not isinstance(value, int):
-        raise SpecError(f"{path}.{key}", f"must be an integer, got {value!r}")
-    if value < minimum:
-        raise SpecError(f"{path}.{key}", f"must be >= {minimum}, got {value}")
-    return value
-
-
-def _choice(data: dict[str, Any], key: str, path: str, default: str, choices: tuple[str, ...]) -> Any:
-    value = data.get(key, default)
-    if value not in choices:
-        raise SpecError(f"{path}.{key}", f"must be one of {', '.join(choices)}; got {value!r}")
-    return value
-
-
-def _tensor(data: Any, path: str) -> TensorSpec:
-    data = _mapping(data, path, {"name", "dtype", "shape"}, {"name", "dtype", "shape"})
-    name = data["name"]
-    if not isinstance(name, str) or not name.isidentifier():
-        raise SpecError(f"{path}.name", f"must be an identifier-like string, got {name!r}")
-    _choice(data, "dtype", path, "", MODEL_DTYPES)
-    shape = data["shape"]
-    if not isinstance(shape, list) or not all(isinstance(d, int) and d >= 1 for d in shape):
-        raise SpecError(f"{path}.shape", f"must be a list of positive integers (no batch dim), got {shape!r}")
-    return TensorSpec(name, data["dtype"], tuple(shape))
-
-
-def _tensors(data: Any, path: str) -> tuple[TensorSpec, ...]:
-    if not isinstance(data, list) or not data:
-        raise SpecError(path, "must be a non-empty list")
-    tensors = tuple(_tensor(item, f"{path}[{i}]") for i, item in enumerate(data))
-    names = [t.name for t in tensors]
-    for i, name in enumerate(names):
-        if name in names[:i]:
-            raise SpecError(f"{path}[{i}].name", f"duplicate tensor name {name!r}")
-    return tensors
-
-
-def _queue(data: Any, path: str) -> QueuePolicy:
-    data = _mapping(data, path, {"max_queue_size", "timeout_us", "timeout_action"})
-    return QueuePolicy(
-        max_queue_size=_int(data, "max_queue_size", path, 0, 0),
-        timeout_us=_int(data, "timeout_us", path, 0, 0),
-        timeout_action=_choice(data, "timeout_action", path, "reject", ("reject", "delay")),
-    )
-
-
-def _batching(data: Any, path: str, max_batch_size: int) -> Batching:
-    data = _mapping(
-        data, path, {"mode", "max_queue_delay_us", "preferred_batch_sizes", "batch_size", "queue"}, {"mode"}
-    )
-    mode = _choice(data, "mode", path, "dynamic", ("none", "static", "dynamic"))
-    delay = _int(data, "max_queue_delay_us", path, 1000, 0)
-    preferred = data.get("preferred_batch_sizes", [])
-    if not isinstance(preferred, list) or not all(isinstance(s, int) for s in preferred):
-        raise SpecError(f"{path}.preferred_batch_sizes", f"must be a list of integers, got {preferred!r}")
-    for i, size in enumerate(preferred):
-        if not 1 <= size <= max_batch_size:
-            raise SpecError(
-                f"{path}.preferred_batch_sizes[{i}]",
-                f"must be in 1..max_batch_size ({max_batch_size}), got {size}",
-            )
-    batch_size = _int(data, "batch_size", path, 0, 0)
-    if mode == "static" and not 1 <= batch_size <= max_batch_size:
-        raise SpecError(f"{path}.batch_size", f"static batching needs 1 <= batch_size <= {max_batch_size}")
-    if mode != "dynamic" and (preferred or "queue" in data or "max_queue_delay_us" in data):
-        raise SpecError(
-            path, f"preferred_batch_sizes, max_queue_delay_us and queue need mode: dynamic (is {mode})"
-        )
-    queue = _queue(data["queue"], f"{path}.queue") if "queue" in data else None
-    return Batching(mode, delay, tuple(sorted(set(preferred))), batch_size, queue)
-
-
-def _instances(data: Any, path: str) -> Instances:
-    data = _mapping(data, path, {"cpu", "per_gpu", "gpus"})
-    gpus = data.get("gpus", "all")
-    if gpus != "all" and not (
-        isinstance(gpus, list)
-        and gpus
-        and all(isinstance(g, int) and g >= 0 for g in gpus)
-        and len(set(gpus)) == len(gpus)
-    ):
-        raise SpecError(f"{path}.gpus", f"must be 'all' or a list of distinct GPU indices, got {gpus!r}")
-    return Instances(
-        cpu=_int(data, "cpu", path, 1, 1),
-        per_gpu=_int(data, "per_gpu", path, 1, 1),
-        gpus="all" if gpus == "all" else tuple(gpus),
-    )
-
-
-MODEL_FIELDS = {
-    "name",
-    "source",
-    "options",
-    "seed",
-    "inputs",
-    "outputs",
-    "precision",
-    "max_batch_size",
-    "batching",
-    "instances",
-    "target",
-    "threads",
-    "tensorrt_fp16",
-    "warmup",
-}
-
-
-def parse_model(data: Any, path: str) -> ModelSpec:
-    """Parse one entry of ``models``; every error names ``path`` and the field."""
-    data = _mapping(data, path, MODEL_FIELDS, {"name", "source", "inputs", "outputs", "max_batch_size"})
-    name = data["name"]
-    if not isinstance(name, str) or not name.replace("_", "").replace("-", "").isalnum():
-        raise SpecError(f"{path}.name", f"must be letters, digits, '_' or '-', got {name!r}")
-    source = _choice(data, "source", path, "", tuple(ZOO))
-    options = data.get("options", {})
-    if not isinstance(options, dict):
-        raise SpecError(f"{path}.options", "must be a mapping")
-    zoo = ZOO[source]
-    for key in options:
-        if key not in zoo.build_options | zoo.input_options:
-            allowed = ", ".join(sorted(zoo.build_options | zoo.input_options)) or "none"
-            raise SpecError(f"{path}.options.{key}", f"unknown option for {source} (allowed: {allowed})")
-    max_batch_size = _int(data, "max_batch_size", path, 0, 1)
-    threads = _mapping(data.get("threads", {}), f"{path}.threads", {"intra_op", "inter_op"})
-    precision = _choice(data, "precision", path, "fp32", ("fp32", "fp16"))
-    inputs = _tensors(data["inputs"], f"{path}.inputs")
-    outputs = _tensors(data["outputs"], f"{path}.outputs")
-    for kind, tensors in (("inputs", inputs), ("outputs", outputs)):
-        for i, tensor in enumerate(tensors):
-            if tensor.dtype in ("fp32", "fp16") and tensor.dtype != precision:
-                raise SpecError(
-                    f"{path}.{kind}[{i}].dtype",
-                    f"float tensors must match precision {precision}, got {tensor.dtype}",
-                )
-    for key in ("tensorrt_fp16", "warmup"):
-        if not isinstance(data.get(key, False), bool):
-            raise SpecError(f"{path}.{key}", "must be true or false")
-    return ModelSpec(
-        name=name,
-        source=source,
-        inputs=inputs,
-        outputs=outputs,
-        max_batch_size=max_batch_size,
-        options=dict(options),
-        seed=_int(data, "seed", path, 0, 0),
-        precision=precision,
-        batching=_batching(data.get("batching", {"mode": "dynamic"}), f"{path}.batching", max_batch_size),
-        instances=_instances(data.get("instances", {}), f"{path}.instances"),
-        target=_choice(data, "target", path, "auto", ("auto", "cpu", "gpu")),
-        intra_op_threads=_int(threads, "intra_op", f"{path}.threads", 1, 0),
-        inter_op_threads=_int(threads, "inter_op", f"{path}.threads", 1, 0),
-        tensorrt_fp16=data.get("tensorrt_fp16", False),
-        warmup=data.get("warmup", True),
-    )
+def parse_model(data: Any, path: str, base_dir: Path | None = None) -> ModelSpec:
+    """Parse one entry of ``models``; every error names ``path`` and the field. Paths in ``source`` are
+    relative to ``base_dir`` (the spec file's folder)."""
+    spec = parse(ModelSpec, data, path)
+    if not isinstance(spec.source, str):
+        spec = dataclasses.replace(spec, source=spec.source.resolved(base_dir))
+    return _complete_signature(spec, path)
 
 
 DEFAULT_STAGE_BATCHING = Batching(mode="dynamic", max_queue_delay_us=100)
-PIPELINE_FIELDS = {
-    "name",
-    "model",
-    "split",
-    "stages",
-    "cut_points",
-    "balance",
-    "replicas",
-    "boundary_dtype",
-    "batching",
-    "live_updates",
-}
-
-
-def _positive_ints(data: dict[str, Any], key: str, path: str) -> tuple[int, ...]:
-    value = data.get(key, [])
-    if not isinstance(value, list) or not all(
-        isinstance(v, int) and not isinstance(v, bool) and v >= 1 for v in value
-    ):
-        raise SpecError(f"{path}.{key}", f"must be a list of positive integers, got {value!r}")
-    return tuple(value)
 
 
 def parse_pipeline(data: Any, path: str, models: tuple[ModelSpec, ...]) -> PipelineSpec:
     """Parse one entry of ``pipelines``; ``models`` are the already parsed models it may split."""
-    data = _mapping(data, path, PIPELINE_FIELDS, {"name", "model", "split"})
-    name = data["name"]
-    if not isinstance(name, str) or not name.replace("_", "").replace("-", "").isalnum():
-        raise SpecError(f"{path}.name", f"must be letters, digits, '_' or '-', got {name!r}")
-    by_name = {m.name: m for m in models}
-    if data["model"] not in by_name:
-        raise SpecError(
-            f"{path}.model", f"must name an entry of models ({', '.join(by_name)}), got {data['model']!r}"
-        )
-    model = by_name[data["model"]]
-    if model.precision != "fp32":
-        raise SpecError(f"{path}.model", f"pipelines split fp32 models; {model.name} is {model.precision}")
-    split = _choice(data, "split", path, "", ("blocks", "embedding_dense"))
-    if split == "embedding_dense" and model.source != "recommender":
-        raise SpecError(
-            f"{path}.split", f"embedding_dense needs a recommender model, {model.name} is {model.source}"
-        )
-    cut_points = _positive_ints(data, "cut_points", path)
-    stages = _int(data, "stages", path, len(cut_points) + 1 if cut_points else 2, 1)
-    if split == "embedding_dense" and (stages != 2 or cut_points):
-        raise SpecError(
-            f"{path}.stages", "embedding_dense has exactly 2 stages (embedding, dense) and no cut_points"
-        )
-    if cut_points and (len(cut_points) != stages - 1 or list(cut_points) != sorted(set(cut_points))):
-        raise SpecError(
-            f"{path}.cut_points",
-            f"must be {stages - 1} strictly increasing block indices, got {list(cut_points)}",
-        )
-    replicas = _positive_ints(data, "replicas", path)
-    if replicas and len(replicas) != stages:
-        raise SpecError(f"{path}.replicas", f"must list one count per stage ({stages}), got {list(replicas)}")
-    live_updates = data.get("live_updates", False)
-    if not isinstance(live_updates, bool):
-        raise SpecError(f"{path}.live_updates", "must be true or false")
-    if live_updates and split != "embedding_dense":
-        raise SpecError(
-            f"{path}.live_updates", "only the embedding stage of an embedding_dense split takes updates"
-        )
-    if live_updates and replicas and replicas[0] != 1:
-        raise SpecError(
-            f"{path}.replicas",
-            "an updatable embedding stage runs one instance (each instance holds its own tables, so an "
-            f"update would reach only one of them); got {replicas[0]}",
-        )
-    boundary_dtype = _choice(data, "boundary_dtype", path, "fp32", ("fp32", "fp16", "bf16"))
-    if split == "embedding_dense" and boundary_dtype == "bf16":
-        raise SpecError(
-            f"{path}.boundary_dtype", "the dense stage reads numpy arrays, which have no bf16; use fp16"
-        )
-    # Every stage batches dynamically: the model's own batcher when it has one, else a short default.
-    batching = model.batching if model.batching.mode == "dynamic" else DEFAULT_STAGE_BATCHING
-    if "batching" in data:
-        batching = _batching(data["batching"], f"{path}.batching", model.max_batch_size)
-        if batching.mode != "dynamic":
-            raise SpecError(f"{path}.batching.mode", f"every stage batches dynamically; got {batching.mode}")
-    return PipelineSpec(
-        name=name,
-        model=model.name,
-        split=split,
-        stages=stages,
-        cut_points=cut_points,
-        balance=_choice(data, "balance", path, "latency", ("latency", "flops", "params")),
-        replicas=replicas,
-        boundary_dtype=boundary_dtype,
-        batching=batching,
-        live_updates=live_updates,
-    )
+    if isinstance(data, dict) and "model" in data:
+        by_name = {m.name: m for m in models}
+        if data["model"] not in by_name:
+            raise SpecError(
+                f"{path}.model", f"must name an entry of models ({', '.join(by_name)}), got {data['model']!r}"
+            )
+        model = by_name[data["model"]]
+        if model.precision != "fp32":
+            raise SpecError(
+                f"{path}.model", f"pipelines split fp32 models; {model.name} is {model.precision}"
+            )
+        if data.get("split") == "embedding_dense" and model.source != "recommender":
+            raise SpecError(
+                f"{path}.split", f"embedding_dense needs a recommender model, {model.name} is {model.source}"
+            )
+        # Every stage batches dynamically: the model's own batcher when it has one, else a short default.
+        batching = model.batching if model.batching.mode == "dynamic" else DEFAULT_STAGE_BATCHING
+        cut_points = data.get("cut_points")
+        stages = len(cut_points) + 1 if isinstance(cut_points, list) and cut_points else 2
+        return parse(PipelineSpec, data, path, batching=batching, stages=stages)
+    return parse(PipelineSpec, data, path)
 
 
-def parse_spec(data: Any) -> Spec:
+def parse_spec(data: Any, base_dir: Path | None = None) -> Spec:
     """Parse the whole document (``{models: [...], pipelines: [...]}``), rejecting duplicate names."""
-    data = _mapping(data, "spec", {"models", "pipelines"}, {"models"})
-    if not isinstance(data["models"], list) or not data["models"]:
+    if not isinstance(data, dict):
+        raise SpecError("spec", f"must be a mapping, got {type(data).__name__}")
+    unknown = sorted(set(data) - {f.name for f in dataclasses.fields(Spec)})
+    if unknown:
+        raise SpecError(unknown[0], "unknown field (allowed: models, pipelines)")
+    if not isinstance(data.get("models"), list) or not data["models"]:
         raise SpecError("models", "must be a non-empty list")
-    models = tuple(parse_model(item, f"models[{i}]") for i, item in enumerate(data["models"]))
-    for i, model in enumerate(models):
-        if model.name in [m.name for m in models[:i]]:
-            raise SpecError(f"models[{i}].name", f"duplicate model name {model.name!r}")
+    models = tuple(parse_model(item, f"models[{i}]", base_dir) for i, item in enumerate(data["models"]))
     items = data.get("pipelines", [])
     if not isinstance(items, list):
         raise SpecError("pipelines", "must be a list")
     pipelines = tuple(parse_pipeline(item, f"pipelines[{i}]", models) for i, item in enumerate(items))
-    taken = {m.name for m in models}
-    for i, pipeline in enumerate(pipelines):
-        clash = sorted(taken & set(pipeline.repository_names))
-        if clash:
-            raise SpecError(f"pipelines[{i}].name", f"{clash[0]!r} is already a model or pipeline name")
-        taken.update(pipeline.repository_names)
     return Spec(models, pipelines)
 
 
 def load_spec(path: str | Path) -> Spec:
-    """Read and validate a ``models.yaml`` file."""
+    """Read and validate a ``models.yaml`` file; its folder anchors the relative paths inside it."""
     try:
         data = yaml.safe_load(Path(path).read_text())
     except (OSError, yaml.YAMLError) as error:
         raise SpecError(str(path), f"cannot read spec: {error}") from error
-    return parse_spec(data)
+    return parse_spec(data, Path(path).resolve().parent)

@@ -18,6 +18,8 @@ from pathlib import Path
 
 import numpy as np
 
+from perf.errors import StudyError
+
 HOW_TO_GET_IT = """perf_analyzer is not installed (or does not run) on this machine.
 Our own load generator (`make perf`) does not need it; it is only a cross-check. To get it:
   * glibc >= 2.38 (e.g. Ubuntu 24.04): .venv/bin/pip install perf-analyzer
@@ -88,7 +90,7 @@ def run_perf_analyzer(
     done = subprocess.run(command, capture_output=True, text=True, timeout=600)
     (out / f"perf_analyzer_{model}_c{concurrency}.log").write_text(done.stdout + done.stderr)
     if done.returncode != 0:
-        raise RuntimeError(f"perf_analyzer failed ({done.returncode}): {done.stderr[-500:]}")
+        raise StudyError(f"perf_analyzer failed ({done.returncode}): {done.stderr[-500:]}")
     row = next(csv.DictReader(io.StringIO(csv_path.read_text())))
     return AnalyzerResult(
         concurrency, float(row["Inferences/Second"]), float(row["p50 latency"]) / 1e3,

@@ -1,19 +1,22 @@
 """``python -m perf run`` (``make perf``) and ``python -m perf analyzer`` (``make perf-analyzer``).
 
 Options default to the profile's values; environment variables ``PERF_MODELS``, ``PERF_MODES``,
-``PERF_CONCURRENCY``, ``PERF_PROTOCOL``, ``PERF_SHM``, ``PERF_WINDOW``, ``PERF_TRACE`` work as well, so
-``make perf PERF=quick PERF_PROTOCOL=http`` needs no Makefile changes.
+``PERF_CONCURRENCY``, ``PERF_GOAL_CONCURRENCY``, ``PERF_PROTOCOL``, ``PERF_SHM``, ``PERF_WINDOW``,
+``PERF_TRACE``, ``PERF_SPEC`` work as well, so ``make perf PERF=quick PERF_PROTOCOL=http`` needs no
+Makefile changes. One ``Profile`` carries every option to every study (``perf.framework``).
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import logging
 import math
 import os
 import shutil
 import signal
 import sys
+from collections.abc import Callable, Iterator
 from datetime import datetime
 from pathlib import Path
 
@@ -23,7 +26,9 @@ from rich.table import Table
 
 from perf import analysis
 from perf.analyzer import HOW_TO_GET_IT, find_perf_analyzer, glibc_version
-from perf.goals import all_goals
+from perf.errors import OptionError
+from perf.framework import StudyContext, studies
+from perf.goals import Goal, all_goals
 from perf.profiles import PROFILES, Profile, get_profile
 from perf.study import StudyResult, StudyRunner, count_steps
 from perf.study_spec import FAMILIES, MODES
@@ -32,8 +37,11 @@ console = Console(width=max(shutil.get_terminal_size((150, 40)).columns, 100))
 WORKDIR = Path(".run/perf")
 
 
-def _csv(value: str | None, kind: type = str) -> tuple | None:
-    return tuple(kind(v) for v in value.split(",") if v.strip()) if value else None
+def _csv(value: str | None, kind: type = str, option: str = "") -> tuple | None:
+    try:
+        return tuple(kind(v) for v in value.split(",") if v.strip()) if value else None
+    except ValueError as error:
+        raise OptionError(f"{option} {value!r}: {error}") from error
 
 
 def parser() -> argparse.ArgumentParser:
@@ -45,6 +53,8 @@ def parser() -> argparse.ArgumentParser:
     run.add_argument("--models", default=env("PERF_MODELS"), help=f"comma list of {', '.join(FAMILIES)}")
     run.add_argument("--modes", default=env("PERF_MODES"), help=f"comma list of {', '.join(MODES)}")
     run.add_argument("--concurrency", default=env("PERF_CONCURRENCY"), help="comma list, e.g. 1,4,16")
+    run.add_argument("--goal-concurrency", type=int, default=env("PERF_GOAL_CONCURRENCY"),
+                     help="closed loop of the goals and of the pipeline study's saturation (16)")  # fmt: skip
     run.add_argument("--protocol", default=env("PERF_PROTOCOL"), choices=["grpc", "http", None])
     run.add_argument("--shm", action="store_true", default=env("PERF_SHM") in ("1", "true", "yes"),
                      help="send inputs and receive outputs through system shared memory")  # fmt: skip
@@ -55,6 +65,8 @@ def parser() -> argparse.ArgumentParser:
     run.add_argument("--trace", default=env("PERF_TRACE"), help="file of inter-arrival times (s) to replay")
     run.add_argument("--seed", type=int, default=None)
     run.add_argument("--reports", type=Path, default=Path("reports"), help="parent folder of the report")
+    run.add_argument("--spec", type=Path, default=Path(env("PERF_SPEC", "models.yaml")),
+                     help="the spec whose pipelines the pipeline study serves (models.yaml)")  # fmt: skip
     commands.add_parser("analyzer", help="cross-check with perf_analyzer where a working binary exists")
     return top
 
@@ -62,7 +74,8 @@ def parser() -> argparse.ArgumentParser:
 def profile_from(args: argparse.Namespace) -> Profile:
     overrides = {
         "families": _csv(args.models), "modes": _csv(args.modes),
-        "concurrencies": _csv(args.concurrency, int), "protocol": args.protocol, "window_s": args.window,
+        "concurrencies": _csv(args.concurrency, int, "--concurrency"), "protocol": args.protocol,
+        "goal_concurrency": args.goal_concurrency, "window_s": args.window,
         "warmup_s": args.warmup,
         "max_windows": args.max_windows, "poisson_fraction": args.rate_fraction, "trace": args.trace,
         "seed": args.seed, "shared_memory": args.shm or None,
@@ -81,14 +94,14 @@ def _stop_on_sigterm() -> None:
     signal.signal(signal.SIGINT, signal.default_int_handler)
 
 
-def run_study(profile: Profile, folder: Path, show_progress: bool = True) -> StudyResult:
-    """Run ``profile`` with a progress bar; the report folder receives the log and server log."""
-    folder.mkdir(parents=True, exist_ok=True)
+@contextlib.contextmanager
+def progress_bar(total: int, show: bool = True) -> Iterator[Callable[[str], None]]:
+    """A progress bar of ``total`` steps; yields the callback a study calls as each step starts."""
     with Progress(
         TextColumn("[bold]{task.description:<60}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
-        console=console, disable=not show_progress, transient=False,
+        console=console, disable=not show, transient=False,
     ) as progress:  # fmt: skip
-        task = progress.add_task("starting", total=count_steps(profile))
+        task = progress.add_task("starting", total=total)
         started = [False]
 
         def step(description: str) -> None:
@@ -97,10 +110,28 @@ def run_study(profile: Profile, folder: Path, show_progress: bool = True) -> Stu
             started[0] = True
             progress.update(task, description=description[:60])
 
-        runner = StudyRunner(profile, WORKDIR, folder / "server.log", step)
-        result = runner.run()
-        progress.update(task, completed=progress.tasks[0].total, description="done")
-    return result
+        yield step
+        progress.update(task, completed=total, description="done")
+
+
+def run_study(profile: Profile, folder: Path, show_progress: bool = True) -> StudyResult:
+    """Run ``profile`` with a progress bar; the report folder receives the log and server log."""
+    folder.mkdir(parents=True, exist_ok=True)
+    with progress_bar(count_steps(profile), show_progress) as step:
+        return StudyRunner(profile, WORKDIR, folder / "server.log", step).run()
+
+
+def run_more_studies(profile: Profile, folder: Path, spec_path: Path) -> None:
+    """The studies after the batching study (``perf.framework.studies``), each with its own bar."""
+    for study in studies():
+        total = study.steps(profile)
+        if not total:
+            console.print(f"{study.title}: not in profile {profile.name}; skipped")
+            continue
+        console.print(f"{study.title} …")
+        with progress_bar(total) as step:
+            report = study.run(StudyContext(profile, folder, WORKDIR, spec_path, step))
+        console.print(report.path.read_text(), highlight=False)
 
 
 def print_summary(result: StudyResult, report: Path) -> None:
@@ -117,13 +148,17 @@ def print_summary(result: StudyResult, report: Path) -> None:
                 f"{r.ratios.get('throughput', math.nan):.2f}", f"{r.ratios.get('p99_ms', math.nan):.2f}",
             )  # fmt: skip
         console.print(table)
-    goals = Table(title="goals")
-    for column in ("goal", "measured", "verdict"):
-        goals.add_column(column)
-    for g in all_goals(result):
-        goals.add_row(g.name, g.measured, {True: "met", False: "MISSED", None: "n/a"}[g.met])
-    console.print(goals)
+    print_goals(all_goals(result))
     console.print(f"report: [bold]{report}[/bold]")
+
+
+def print_goals(goals: list[Goal], title: str = "goals") -> None:
+    table = Table(title=title)
+    for column in ("goal", "measured", "verdict"):
+        table.add_column(column)
+    for g in goals:
+        table.add_row(g.name, g.measured, g.verdict)
+    console.print(table)
 
 
 def command_run(args: argparse.Namespace, profile: Profile) -> int:
@@ -145,12 +180,11 @@ def command_run(args: argparse.Namespace, profile: Profile) -> int:
         return 130
     report = write_report(result, folder)
     print_summary(result, report)
-    from perf.pipeline_study import run_pipeline_study  # ensembles vs monolithic models (docs/PIPELINE.md)
-
-    console.print("pipeline study (ensembles of stages vs their monolithic models) …")
-    pipeline_report = run_pipeline_study(profile.name, folder)
-    if pipeline_report is not None:
-        console.print(pipeline_report.read_text(), highlight=False)
+    try:
+        run_more_studies(profile, folder, args.spec)
+    except KeyboardInterrupt:
+        console.print("[red]interrupted; the server was stopped[/red]")
+        return 130
     return 0
 
 
@@ -177,8 +211,10 @@ def main(argv: list[str] | None = None) -> int:
         return command_analyzer(args)
     try:
         profile = profile_from(args)
-    except ValueError as error:  # an option out of range: a usage error, before minutes of measuring
+    except OptionError as error:  # a usage error, before any folder is made or minutes are measured
         top.error(str(error))
+    if not args.spec.is_file() and any(s.steps(profile) for s in studies()):
+        top.error(f"--spec {args.spec}: no such file (the pipeline study serves its pipelines)")
     return command_run(args, profile)
 
 

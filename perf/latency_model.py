@@ -13,6 +13,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from perf.errors import OptionError
+
 
 @dataclass(frozen=True)
 class LatencyFit:
@@ -44,7 +46,7 @@ def fit_latency(points: Mapping[int, float], weights: Mapping[int, float] | None
     weight each point; R² is computed with the same weights. Needs two distinct batch sizes."""
     sizes = sorted(points)
     if len(sizes) < 2:
-        raise ValueError(f"need at least two batch sizes to fit, got {sizes}")
+        raise OptionError(f"need at least two batch sizes to fit, got {sizes}")
     n = np.asarray(sizes, dtype=float)
     y = np.asarray([points[s] for s in sizes], dtype=float)
     w = np.asarray([weights[s] for s in sizes] if weights else np.ones_like(n), dtype=float)

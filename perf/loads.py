@@ -14,6 +14,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from perf.errors import OptionError
+
 ArrivalFactory = Callable[[], Iterator[float]]
 
 
@@ -30,14 +32,14 @@ class Load:
 
 def closed_loop(concurrency: int) -> Load:
     if concurrency < 1:
-        raise ValueError(f"concurrency must be >= 1, got {concurrency}")
+        raise OptionError(f"concurrency must be >= 1, got {concurrency}")
     return Load("closed", f"concurrency {concurrency}", concurrency=concurrency)
 
 
 def poisson(rate: float, seed: int = 0) -> Load:
     """Poisson arrivals at ``rate`` per second: exponential inter-arrival times from a seeded generator."""
     if rate <= 0:
-        raise ValueError(f"rate must be > 0, got {rate}")
+        raise OptionError(f"rate must be > 0, got {rate}")
 
     def arrivals() -> Iterator[float]:
         rng = np.random.default_rng(seed)
@@ -54,7 +56,7 @@ def trace(inter_arrival_s: Sequence[float], name: str = "trace") -> Load:
     """Replay recorded inter-arrival times (seconds), cycling when the trace runs out."""
     gaps = [float(g) for g in inter_arrival_s]
     if not gaps or any(g < 0 for g in gaps) or sum(gaps) <= 0:
-        raise ValueError("a trace needs non-negative inter-arrival times with a positive sum")
+        raise OptionError("a trace needs non-negative inter-arrival times with a positive sum")
 
     def arrivals() -> Iterator[float]:
         return itertools.accumulate(itertools.cycle(gaps))

@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 
 from client.stats import ModelStats
 from perf.drive import drive
+from perf.errors import OptionError
 from perf.loads import Load
 from perf.records import Record
 from perf.server_view import ServerDelta, ServerEndpoints, ServerSnapshot, delta, snapshot
@@ -37,11 +38,11 @@ class MeasureSettings:
 
     def __post_init__(self) -> None:
         if not self.window_s > 0:
-            raise ValueError(f"window_s (--window) must be > 0 seconds, got {self.window_s}")
+            raise OptionError(f"window_s (--window) must be > 0 seconds, got {self.window_s}")
         if self.stable_windows < 1:
-            raise ValueError(f"stable_windows must be >= 1, got {self.stable_windows}")
+            raise OptionError(f"stable_windows must be >= 1, got {self.stable_windows}")
         if self.max_windows < self.stable_windows:
-            raise ValueError(
+            raise OptionError(
                 f"max_windows (--max-windows) must be >= stable_windows ({self.stable_windows}), "
                 f"got {self.max_windows}"
             )
@@ -92,11 +93,11 @@ def _settled(take: Callable[[float], ServerSnapshot], t0: float) -> ServerSnapsh
 
 async def measure_async(
     target: Target, load: Load, settings: MeasureSettings, endpoints: ServerEndpoints | None = None,
-    label: str = "", on_window: Callable[[int], None] | None = None,
+    label: str = "", on_window: Callable[[int], None] | None = None, related: tuple[str, ...] = (),
 ) -> Measurement:  # fmt: skip
     """See ``measure``; for callers that already run an event loop."""
     t0 = time.perf_counter()
-    take = (lambda at: snapshot(endpoints, target.model, at)) if endpoints else None
+    take = (lambda at: snapshot(endpoints, target.model, at, related)) if endpoints else None
     before = take(0.0) if take else None
     slots = max(load.concurrency // max(target.collect, 1), 1) if load.kind == "closed" else None
     async with Caller(target, t0, label, slots) as caller:
@@ -141,7 +142,9 @@ async def measure_async(
 
 def measure(
     target: Target, load: Load, settings: MeasureSettings | None = None,
-    endpoints: ServerEndpoints | None = None, label: str = "",
+    endpoints: ServerEndpoints | None = None, label: str = "", related: tuple[str, ...] = (),
 ) -> Measurement:  # fmt: skip
-    """Measure ``target`` under ``load`` (blocking). ``endpoints`` adds the server's view."""
-    return asyncio.run(measure_async(target, load, settings or MeasureSettings(), endpoints, label))
+    """Measure ``target`` under ``load`` (blocking). ``endpoints`` adds the server's view; ``related``
+    models (an ensemble's steps) get their statistics read over the same windows."""
+    settings = settings or MeasureSettings()
+    return asyncio.run(measure_async(target, load, settings, endpoints, label, related=related))

@@ -2,413 +2,325 @@
 
 What it measures (docs/PIPELINE.md), all as ratios within the run because the machine is shared:
 
-* **saturation**: a closed loop at ``concurrency`` → throughput of the pipeline / the monolithic model;
-* **fixed load**: the same seeded Poisson arrivals (``load_fraction`` of the monolithic capacity) for
-  both → p50 and p99, and the **added p50 per stage boundary** ((p50 pipeline − p50 model) / boundaries);
-* **per step**, from server statistics: queue and compute per request of every stage, and what the
-  ensemble adds on top (its request time minus the stages' queue + compute);
+* **saturation**: a closed loop at the profile's goal concurrency → throughput of the pipeline / the
+  monolithic model;
+* **fixed load**: the same seeded arrivals (``pipeline_load_fraction`` of the monolithic capacity, or
+  the profile's trace) for both → p50 and p99, and the **added p50 per stage boundary**
+  ((p50 pipeline − p50 model) / boundaries);
+* **per step**, from server statistics over the measured windows: queue and compute per request of
+  every stage, and what the ensemble adds on top (its request time minus the stages' queue + compute);
 * **boundary compression** (fp16 against fp32 boundaries, same cuts) and **replicas per stage**;
 * **live updates**: failed / sent under fixed load while embedding rows are updated and the dense stage
   is swapped to a new version (the server runs with explicit model control for this).
+
+A study on ``perf.framework``: the ``Profile`` says what and how (protocol, shared memory, windows,
+seed, which comparisons), ``StudyContext.measure`` times every request and reads the server's view,
+``perf.goals.GOALS`` judges. This module builds the repository and says what to compare.
 """
 
 from __future__ import annotations
 
-import argparse
 import copy
-import dataclasses
-import json
 import logging
 import math
 import tempfile
 import threading
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Any
 
 import numpy as np
 import tritonclient.http as httpclient
 import yaml
-from tritonclient.utils import np_to_triton_dtype
 
-from client.stats import ModelStats, parse_model_stats
-from exporters.onnx_export import build_torch_model
+from client.infer import make_inputs
 from exporters.pipeline_build import build_pipelines
 from exporters.pipeline_live import embedding_update, publish_dense_version
+from exporters.pipeline_record import PipelineRecord
 from exporters.repository import build_repository
 from exporters.spec import Spec, parse_spec
-from perf.loads import closed_loop, poisson
+from exporters.zoo.reference import build_torch_model
+from perf.framework import StudyContext, StudyReport, write_report
+from perf.goals import GOALS, Goal, goals_table
+from perf.loads import closed_loop
 from perf.markdown import table
-from perf.measure import Measurement, MeasureSettings, measure
-from perf.target import target_from_spec
-from server import ServerOptions, TritonServer
+from perf.measure import Measurement
+from perf.pipeline_plan import COMPARISONS, LIVE_PIPELINE, VARIANTS, Comparison
+from perf.profiles import Profile
+from perf.server_view import ServerDelta
+from server import TritonServer
 from server.admin import headers as admin_headers
 
 log = logging.getLogger(__name__)
-SPEC = Path("models.yaml")
+DENSE_VERSION, DENSE_SEED = 2, 99  # the version the live phase publishes, and its weights' seed
+UPDATE_ROWS = 8  # embedding rows per update request
 
 
 @dataclass(frozen=True)
-class Comparison:
-    """A pipeline measured against ``model``; ``boundaries`` = stages − 1."""
+class Figures:
+    """The client's view of one measurement, over its measured windows."""
 
-    pipeline: str
-    model: str
-    boundaries: int
-    role: str  # what the row shows: "pipeline", "fp16 boundaries", "replicas [1, 2]", ...
+    throughput: float
+    p50_ms: float
+    p99_ms: float
+    failed: int
+    sent: int
+
+    @classmethod
+    def of(cls, measurement: Measurement) -> Figures:
+        s = measurement.summary()
+        return cls(s.throughput, s.p50_ms, s.p99_ms, s.failed, s.requests)
 
 
 @dataclass(frozen=True)
-class PipelineStudyPlan:
-    comparisons: tuple[Comparison, ...]
-    concurrency: int = 16
-    load_fraction: float = 0.5
-    settings: MeasureSettings = field(
-        default_factory=lambda: MeasureSettings(warmup_s=1.0, window_s=1.25, stable_windows=3, max_windows=5)
-    )
-    live_updates: int = 20
+class Step:
+    """Queue and compute per request of one step of an ensemble (server statistics)."""
+
+    step: str
+    queue_ms: float
+    compute_ms: float
+    mean_batch: float
 
 
-# Study-only variants of the shipped pipelines, built into the study's own repository.
-VARIANTS = [
-    {
-        "name": "recommender_pipeline_fp16b",
-        "model": "recommender",
-        "split": "embedding_dense",
-        "boundary_dtype": "fp16",
-    },
-    {
-        "name": "image_classifier_pipeline_r12",
-        "model": "image_classifier",
-        "split": "blocks",
-        "stages": 2,
-        "replicas": [1, 2],
-    },
-    {"name": "image_classifier_torch", "model": "image_classifier", "split": "blocks", "stages": 1},
-]
-REC = (
-    Comparison("recommender_pipeline", "recommender", 1, "pipeline (embedding | dense)"),
-    Comparison("recommender_pipeline_fp16b", "recommender", 1, "fp16 boundary"),
-)
-IMAGE = (
-    Comparison("image_classifier_pipeline", "image_classifier", 1, "pipeline (2 stages, auto split)"),
-    Comparison("image_classifier_pipeline_fp16", "image_classifier", 1, "fp16 boundary"),
-    Comparison("image_classifier_pipeline_r12", "image_classifier", 1, "replicas [1, 2]"),
-    Comparison("image_classifier_torch", "image_classifier", 0, "1 stage, same torch runner"),
-)
-PLANS = {
-    "default": PipelineStudyPlan(REC + IMAGE),
-    "quick": PipelineStudyPlan(
-        (REC[0], IMAGE[0], IMAGE[1]),
-        settings=MeasureSettings(warmup_s=0.5, window_s=0.75, stable_windows=3, max_windows=3),
-        live_updates=10,
-    ),
-}
+@dataclass(frozen=True)
+class Row:
+    """One comparison: both throughputs at saturation, both under the same fixed load, the steps."""
+
+    comparison: Comparison
+    saturation_model: float  # inf/s
+    saturation_pipeline: float
+    fixed_model: Figures
+    fixed_pipeline: Figures
+    steps: list[Step]
+    record: PipelineRecord
+
+    @property
+    def saturation_ratio(self) -> float:
+        return self.saturation_pipeline / self.saturation_model if self.saturation_model else math.nan
+
+    @property
+    def added_p50_per_boundary(self) -> float:
+        added = self.fixed_pipeline.p50_ms - self.fixed_model.p50_ms
+        return added / self.comparison.boundaries if self.comparison.boundaries else math.nan
+
+
+@dataclass(frozen=True)
+class Live:
+    """The live phase: the pipeline under fixed load while its parameters change."""
+
+    figures: Figures
+    updates_applied: int
+    dense_swapped: bool
+
+    @property
+    def complete(self) -> bool:
+        return self.dense_swapped and self.updates_applied > 0
 
 
 @dataclass
-class Row:
-    comparison: Comparison
-    saturation: dict[str, float] = field(default_factory=dict)  # model/pipeline → inf/s
-    fixed: dict[str, dict[str, float]] = field(default_factory=dict)  # model/pipeline → p50, p99, failed
-    steps: list[dict[str, Any]] = field(default_factory=list)  # per stage: queue/compute ms per request
-    record: dict[str, Any] = field(default_factory=dict)  # pipeline.json
+class _UpdateOutcome:
+    applied: int = 0
+    swapped: bool = False
+    error: str = ""
+    done: threading.Event = field(default_factory=threading.Event)
 
 
-def study_spec(spec_path: Path, comparisons: tuple[Comparison, ...]) -> Spec:
-    """The shipped spec's models and pipelines that the comparisons need, plus the study variants."""
+def comparisons(profile: Profile) -> list[Comparison]:
+    return [COMPARISONS[name] for name in profile.pipelines]
+
+
+def steps_of(delta: ServerDelta, stages: list[str]) -> list[Step]:
+    """Per stage: queue and compute per request over the delta; then the ensemble's own share (its
+    end-to-end request time minus the stages' queue + compute)."""
+    steps = [
+        Step(name, s.queue_ms_per_request, s.compute_ms_per_request, s.mean_batch)
+        for name in stages
+        for s in (delta.related[name],)
+    ]
+    if stages and delta.stats.requests:
+        inside = sum(s.queue_ms + s.compute_ms for s in steps)
+        between = max(delta.stats.request_ms_per_request - inside, 0.0)
+        steps.append(Step("ensemble (between steps)", 0.0, between, math.nan))
+    return steps
+
+
+def study_spec(spec_path: Path, wanted: list[Comparison]) -> Spec:
+    """The user's spec's models and pipelines that the comparisons need, plus the study variants."""
     data = yaml.safe_load(spec_path.read_text())
-    wanted = {c.pipeline for c in comparisons}
-    models = {c.model for c in comparisons}
+    pipelines = {c.pipeline for c in wanted}
+    models = {c.model for c in wanted}
     data["models"] = [m for m in data["models"] if m["name"] in models]
     data["pipelines"] = [
-        p for p in [*data.get("pipelines", []), *copy.deepcopy(VARIANTS)] if p["name"] in wanted
+        p for p in [*data.get("pipelines", []), *copy.deepcopy(VARIANTS)] if p["name"] in pipelines
     ]
     return parse_spec(data)
 
 
-def _stats(client: httpclient.InferenceServerClient, model: str) -> tuple[ModelStats, int]:
-    """The model's counters and its total successful request time in ns (the ensemble's end to end)."""
-    payload = client.get_inference_statistics(model)
-    success_ns = sum(int(m["inference_stats"]["success"]["ns"]) for m in payload["model_stats"])
-    return parse_model_stats(payload), success_ns
+class PipelineStudy:
+    name = "pipeline"
+    title = "pipeline study (ensembles of stages vs their monolithic models)"
+
+    def steps(self, profile: Profile) -> int:
+        wanted = comparisons(profile)
+        if not wanted:
+            return 0
+        live = any(c.pipeline == LIVE_PIPELINE for c in wanted) and profile.live_updates > 0
+        return 2 + 2 * len({c.model for c in wanted}) + 2 * len(wanted) + live
+
+    def run(self, context: StudyContext) -> StudyReport:
+        """Build, serve, measure, write ``pipeline.md`` / ``pipeline.json``.
+
+        The repository is built in a fresh folder per run (removed afterwards): the live phase writes a
+        new dense version into it, and two studies running at once must not rebuild each other's.
+        """
+        context.workdir.mkdir(parents=True, exist_ok=True)
+        with tempfile.TemporaryDirectory(prefix="pipeline-study-", dir=context.workdir) as scratch:
+            rows, live = self._measure(context, Path(scratch) / "repository")
+        return write_pipeline_report(context, self, rows, live)
+
+    def _measure(self, context: StudyContext, repository: Path) -> tuple[list[Row], Live | None]:
+        profile, wanted = context.profile, comparisons(context.profile)
+        spec = study_spec(context.spec_path, wanted)
+        context.progress("building the pipeline study repository")
+        build_repository(spec, repository, num_gpus=0)
+        records = {b.spec.name: b.record for b in build_pipelines(spec, repository, num_gpus=0)}
+        context.progress("starting tritonserver (explicit model control)")
+        saturate = closed_loop(profile.goal_concurrency)
+        server_options = {"model_control_mode": "explicit", "startup_timeout_s": 300}
+        with context.server(repository, "pipeline-server.log", **server_options) as server:
+            capacity: dict[str, float] = {}
+            fixed: dict[str, Figures] = {}
+            for model in sorted({c.model for c in wanted}):
+                target = context.target(server, spec.model(model))
+                capacity[model] = Figures.of(context.measure(server, target, saturate)).throughput
+                load = context.open_load(profile.pipeline_load_fraction * capacity[model], seed_offset=1)
+                fixed[model] = Figures.of(context.measure(server, target, load))
+            rows = []
+            for c in wanted:
+                target = context.target(server, spec.model(c.model), served_as=c.pipeline)
+                stages = list(spec.pipeline(c.pipeline).stage_names)
+                load = context.open_load(profile.pipeline_load_fraction * capacity[c.model], seed_offset=1)
+                sat = context.measure(server, target, saturate)
+                low = context.measure(server, target, load, related=stages)
+                steps = steps_of(low.server, stages) if low.server else []
+                rows.append(
+                    Row(c, capacity[c.model], Figures.of(sat).throughput, fixed[c.model], Figures.of(low),
+                        steps, records[c.pipeline])
+                )  # fmt: skip
+            live = None
+            if any(c.pipeline == LIVE_PIPELINE for c in wanted) and profile.live_updates > 0:
+                model = COMPARISONS[LIVE_PIPELINE].model
+                live = _measure_live(context, server, spec, repository, capacity[model])
+        return rows, live
 
 
-def _measure_with_steps(
-    client: httpclient.InferenceServerClient, target, load, settings: MeasureSettings, stages: list[str]
-) -> tuple[Measurement, list[dict[str, Any]]]:
-    """One measurement plus, per stage, queue and compute per request over it (and the ensemble's rest)."""
-    names = [target.model, *stages]
-    before = {name: _stats(client, name) for name in names}
-    measurement = measure(target, load, settings, label=f"{target.model} {load.name}")
-    after = {name: _stats(client, name) for name in names}
-    steps = []
-    ensemble_requests = after[target.model][0].requests - before[target.model][0].requests
-    inside = 0.0
-    for name in stages:
-        stats = after[name][0] - before[name][0]
-        steps.append(
-            {
-                "step": name,
-                "queue_ms": stats.queue_ms_per_request,
-                "compute_ms": stats.compute_ms_per_request,
-                "mean_batch": stats.mean_batch,
-            }
-        )
-        inside += stats.queue_ms_per_request + stats.compute_ms_per_request
-    if stages and ensemble_requests:
-        total_ms = (after[target.model][1] - before[target.model][1]) / ensemble_requests / 1e6
-        steps.append(
-            {
-                "step": "ensemble (between steps)",
-                "queue_ms": 0.0,
-                "compute_ms": max(total_ms - inside, 0.0),
-                "mean_batch": math.nan,
-            }
-        )
-    return measurement, steps
-
-
-def _figures(measurement: Measurement) -> dict[str, float]:
-    summary = measurement.summary()
-    return {
-        "throughput": summary.throughput,
-        "p50_ms": summary.p50_ms,
-        "p99_ms": summary.p99_ms,
-        "failed": summary.failed,
-        "sent": summary.requests,
-    }
-
-
-def _target(spec: Spec, model: str, url: str, name: str | None = None):
-    target = target_from_spec(spec.model(model), url, protocol="grpc", rows=64)
-    return dataclasses.replace(target, model=name or model)
-
-
-def _live_updates(
-    url: str,
-    admin_key: str,
-    repository: Path,
-    spec: Spec,
-    count: int,
-    done: threading.Event,
-    outcome: dict[str, float],
+def _send_updates(
+    url: str, admin_key: str, repository: Path, spec: Spec, count: int, outcome: _UpdateOutcome
 ) -> None:
     """Embedding row updates, then a new dense version loaded, while the load runs."""
+    pipeline = spec.pipeline(LIVE_PIPELINE)
+    model_spec = spec.model(pipeline.model)
+    embedding, dense = pipeline.stage_names
     client = httpclient.InferenceServerClient(url)
     try:
         rng = np.random.default_rng(0)
-        model = build_torch_model(spec.model("recommender"))
+        model = build_torch_model(model_spec)
         for index in range(count):
-            table = index % len(model.table_sizes)
-            rows = rng.integers(0, model.table_sizes[table], size=8)
-            values = rng.standard_normal((8, model.embed.tables[table].embedding_dim)).astype(np.float32)
-            update = embedding_update(table, rows, values)
-            inputs = []
-            for name, array in update.items():
-                tensor = httpclient.InferInput(name, list(array.shape), np_to_triton_dtype(array.dtype))
-                tensor.set_data_from_numpy(array)
-                inputs.append(tensor)
-            client.infer("recommender_pipeline_embedding", inputs)
-            outcome["updates_applied"] += 1
-            done.wait(0.05)
-        pipeline = spec.pipeline("recommender_pipeline")
-        publish_dense_version(pipeline, spec.model("recommender"), repository, version=2, seed=99)
-        client.load_model("recommender_pipeline_dense", headers=admin_headers(admin_key))
-        outcome["dense_swapped"] = float(client.is_model_ready("recommender_pipeline_dense", "2"))
+            table_index = index % len(model.table_sizes)
+            rows = rng.integers(0, model.table_sizes[table_index], size=UPDATE_ROWS)
+            width = model.embed.tables[table_index].embedding_dim
+            values = rng.standard_normal((UPDATE_ROWS, width)).astype(np.float32)
+            client.infer(embedding, make_inputs(httpclient, embedding_update(table_index, rows, values)))
+            outcome.applied += 1
+            outcome.done.wait(0.05)
+        publish_dense_version(pipeline, model_spec, repository, version=DENSE_VERSION, seed=DENSE_SEED)
+        client.load_model(dense, headers=admin_headers(admin_key))
+        outcome.swapped = client.is_model_ready(dense, str(DENSE_VERSION))
+    except Exception as error:  # the report says the phase was incomplete, and why
+        log.exception("live updates failed")
+        outcome.error = f"{type(error).__name__}: {error}"[:300]
     finally:
         client.close()
-        done.set()
-
-
-def run_pipeline_study(profile_name: str, folder: Path, workdir: Path = Path(".run")) -> Path | None:
-    """Build, serve, measure, write ``pipeline.md`` / ``pipeline.json`` into ``folder``; None if skipped.
-
-    The repository is built in a fresh folder per run (removed afterwards): the live phase writes a new
-    dense version into it, and two studies running at once must not rebuild each other's repository.
-    """
-    plan = PLANS.get(profile_name)
-    if plan is None:
-        log.info("pipeline study: no plan for profile %s; skipped", profile_name)
-        return None
-    workdir.mkdir(parents=True, exist_ok=True)
-    with tempfile.TemporaryDirectory(prefix="pipeline-study-", dir=workdir) as scratch:
-        return _study(plan, folder, Path(scratch) / "repository")
-
-
-def _study(plan: PipelineStudyPlan, folder: Path, repository: Path) -> Path:
-    spec = study_spec(SPEC, plan.comparisons)
-    build_repository(spec, repository, num_gpus=0)
-    records = {b.spec.name: b.record for b in build_pipelines(spec, repository, num_gpus=0)}
-    options = ServerOptions(
-        repository=repository,
-        model_control_mode="explicit",
-        log_path=folder / "pipeline-server.log",
-        startup_timeout_s=300,
-    )
-    rows: list[Row] = []
-    live: dict[str, float] = {}
-    with TritonServer(options) as server:
-        client = httpclient.InferenceServerClient(server.http_url)
-        try:
-            saturation: dict[str, float] = {}
-            fixed: dict[str, dict[str, float]] = {}
-            for model in sorted({c.model for c in plan.comparisons}):
-                target = _target(spec, model, server.grpc_url)
-                saturation[model] = _figures(measure(target, closed_loop(plan.concurrency), plan.settings))[
-                    "throughput"
-                ]
-                fixed[model] = _figures(
-                    measure(target, poisson(plan.load_fraction * saturation[model], seed=1), plan.settings)
-                )
-            for comparison in plan.comparisons:
-                row = Row(comparison, record=records[comparison.pipeline])
-                stages = list(spec.pipeline(comparison.pipeline).stage_names)
-                target = _target(spec, comparison.model, server.grpc_url, comparison.pipeline)
-                sat, _ = _measure_with_steps(
-                    client, target, closed_loop(plan.concurrency), plan.settings, stages
-                )
-                rate = plan.load_fraction * saturation[comparison.model]
-                low, row.steps = _measure_with_steps(
-                    client, target, poisson(rate, seed=1), plan.settings, stages
-                )
-                row.saturation = {
-                    "model": saturation[comparison.model],
-                    "pipeline": _figures(sat)["throughput"],
-                }
-                row.fixed = {"model": fixed[comparison.model], "pipeline": _figures(low)}
-                rows.append(row)
-            if any(c.pipeline == "recommender_pipeline" for c in plan.comparisons):
-                live = _measure_live(spec, server, repository, plan, saturation["recommender"])
-        finally:
-            client.close()
-    return write_pipeline_report(folder, plan, rows, live)
+        outcome.done.set()
 
 
 def _measure_live(
-    spec: Spec, server: TritonServer, repository: Path, plan: PipelineStudyPlan, capacity: float
-):
-    done = threading.Event()
-    outcome = {"updates_applied": 0.0, "dense_swapped": 0.0}
-    target = _target(spec, "recommender", server.grpc_url, "recommender_pipeline")
-    args = (server.http_url, server.admin_key, repository, spec, plan.live_updates, done, outcome)
-    updater = threading.Thread(target=_live_updates, args=args, daemon=True)
+    context: StudyContext, server: TritonServer, spec: Spec, repository: Path, capacity: float
+) -> Live:
+    profile = context.profile
+    outcome = _UpdateOutcome()
+    args = (server.http_url, server.admin_key, repository, spec, profile.live_updates, outcome)
+    updater = threading.Thread(target=_send_updates, args=args, daemon=True)
+    target = context.target(server, spec.model(COMPARISONS[LIVE_PIPELINE].model), served_as=LIVE_PIPELINE)
+    load = context.open_load(profile.pipeline_load_fraction * capacity, seed_offset=2)
     updater.start()
-    measurement = measure(target, poisson(plan.load_fraction * capacity, seed=2), plan.settings)
+    measurement = context.measure(server, target, load, f"{LIVE_PIPELINE} during live updates")
     updater.join(timeout=120)
-    figures = _figures(measurement)
-    return {**figures, **outcome}
+    if outcome.error:
+        log.warning("live phase incomplete: %s", outcome.error)
+    return Live(Figures.of(measurement), outcome.applied, outcome.swapped)
 
 
-def _goal(value: float, limit: float, higher_is_better: bool) -> str:
-    if math.isnan(value):
-        return "n/a"
-    return "met" if (value >= limit if higher_is_better else value <= limit) else "MISSED"
+def pipeline_goals(rows: list[Row], live: Live | None) -> list[Goal]:
+    goals = []
+    for r in rows:
+        c = r.comparison
+        if "pipeline saturation" in c.goals:
+            spec = GOALS["pipeline saturation"]
+            goals.append(Goal(f"{c.pipeline} saturation", spec.target(model=c.model),
+                              f"{r.saturation_ratio:.2f}×", spec.met(r.saturation_ratio)))  # fmt: skip
+        if "added p50 per boundary" in c.goals:
+            spec, added = GOALS["added p50 per boundary"], r.added_p50_per_boundary
+            goals.append(Goal(f"{c.pipeline} added p50", spec.target(), f"{added:+.2f} ms", spec.met(added)))
+    if live is not None:
+        spec = GOALS["failed during live updates"]
+        measured = (
+            f"{live.figures.failed}/{live.figures.sent} failed; {live.updates_applied} updates applied, "
+            f"dense v{DENSE_VERSION} {'live' if live.dense_swapped else 'NOT swapped'}"
+        )
+        met = spec.met(live.figures.failed) if live.complete else None
+        limits = "" if live.complete else "incomplete: the updates or the version swap did not finish"
+        goals.append(Goal(f"{LIVE_PIPELINE} live updates", spec.target(), measured, met, limits))
+    return goals
 
 
 def write_pipeline_report(
-    folder: Path, plan: PipelineStudyPlan, rows: list[Row], live: dict[str, float]
-) -> Path:
-    """``pipeline.md`` (tables and goals) and ``pipeline.json`` (every figure) in ``folder``."""
-    everything = {
-        "plan": dataclasses.asdict(plan),
-        "rows": [dataclasses.asdict(r) for r in rows],
-        "live": live,
-    }
-    (folder / "pipeline.json").write_text(
-        json.dumps(everything, indent=2, default=str)
-    )  # first: the raw figures
+    context: StudyContext, study: PipelineStudy, rows: list[Row], live: Live | None
+) -> StudyReport:
+    """``pipeline.md`` (tables and goals) and ``pipeline.json`` (every figure) in the report folder."""
+    p = context.profile
+    load = f"the trace {p.trace}" if p.trace else "Poisson arrivals"
     lines = [
         "# Pipeline study",
         "",
-        f"Closed loop at concurrency {plan.concurrency} (saturation); Poisson arrivals at "
-        f"{plan.load_fraction:.0%} of the monolithic model's capacity (fixed load), the same for both.",
+        f"Closed loop at concurrency {p.goal_concurrency} (saturation); {load} at "
+        f"{p.pipeline_load_fraction:.0%} of the monolithic model's capacity (fixed load), the same for both. "
+        f"Protocol {p.protocol}{' + system shared memory' if p.shared_memory else ''}; windows "
+        f"{p.settings.window_s} s (warm-up {p.settings.warmup_s} s, at most {p.settings.max_windows}).",
         "",
     ]
-    header = [
-        "pipeline",
-        "vs",
-        "role",
-        "QPS ratio (sat.)",
-        "p50 ms model → pipeline",
-        "p99 ms model → pipeline",
-        "added p50 / boundary ms",
-        "boundary bytes/req (saved)",
-        "compression err",
-        "failed/sent",
-    ]
+    header = ["pipeline", "vs", "role", "QPS ratio (sat.)", "p50 ms model → pipeline",
+              "p99 ms model → pipeline", "added p50 / boundary ms", "boundary bytes/req (saved)",
+              "compression err", "failed/sent"]  # fmt: skip
     body = []
     for r in rows:
-        c, fm, fp = r.comparison, r.fixed["model"], r.fixed["pipeline"]
-        added = (fp["p50_ms"] - fm["p50_ms"]) / c.boundaries if c.boundaries else math.nan
-        body.append(
-            [
-                c.pipeline,
-                c.model,
-                c.role,
-                f"{r.saturation['pipeline'] / r.saturation['model']:.2f}",
-                f"{fm['p50_ms']:.2f} → {fp['p50_ms']:.2f}",
-                f"{fm['p99_ms']:.2f} → {fp['p99_ms']:.2f}",
-                "—" if math.isnan(added) else f"{added:+.2f}",
-                f"{r.record['boundary_bytes_per_request']} ({r.record['boundary_bytes_saved_per_request']})",
-                f"{r.record['compression_max_rel_error']:.1e}",
-                f"{fp['failed']:.0f}/{fp['sent']:.0f}",
-            ]
-        )
+        c, fm, fp, rec = r.comparison, r.fixed_model, r.fixed_pipeline, r.record
+        added = r.added_p50_per_boundary
+        body.append([
+            c.pipeline, c.model, c.role, f"{r.saturation_ratio:.2f}",
+            f"{fm.p50_ms:.2f} → {fp.p50_ms:.2f}", f"{fm.p99_ms:.2f} → {fp.p99_ms:.2f}",
+            "—" if math.isnan(added) else f"{added:+.2f}",
+            f"{rec.boundary_bytes_per_request} ({rec.boundary_bytes_saved_per_request})",
+            f"{rec.compression_max_rel_error:.1e}", f"{fp.failed}/{fp.sent}",
+        ])  # fmt: skip
     lines += [table(header, body), "", "## Per step (server statistics, fixed load)", ""]
     step_rows = [
-        [
-            r.comparison.pipeline,
-            s["step"],
-            f"{s['queue_ms']:.3f}",
-            f"{s['compute_ms']:.3f}",
-            "" if math.isnan(s["mean_batch"]) else f"{s['mean_batch']:.1f}",
-        ]
+        [r.comparison.pipeline, s.step, f"{s.queue_ms:.3f}", f"{s.compute_ms:.3f}",
+         "" if math.isnan(s.mean_batch) else f"{s.mean_batch:.1f}"]
         for r in rows
         for s in r.steps
-    ]
+    ]  # fmt: skip
     lines += [table(["pipeline", "step", "queue ms/req", "compute ms/req", "mean batch"], step_rows), ""]
-    goals = []
-    for r in rows:
-        if r.comparison.role.startswith("pipeline"):
-            ratio = r.saturation["pipeline"] / r.saturation["model"]
-            goals.append(
-                [
-                    f"{r.comparison.pipeline}: throughput at saturation ≥ 0.9× {r.comparison.model}",
-                    f"{ratio:.2f}×",
-                    _goal(ratio, 0.9, True),
-                ]
-            )
-        if r.comparison.pipeline == "recommender_pipeline":
-            added = r.fixed["pipeline"]["p50_ms"] - r.fixed["model"]["p50_ms"]
-            goals.append(
-                ["recommender: added p50 per boundary ≤ 0.5 ms", f"{added:+.2f} ms", _goal(added, 0.5, False)]
-            )
-    if live:
-        what = "zero failed requests during embedding updates + a dense version swap"
-        measured = (
-            f"{live['failed']:.0f}/{live['sent']:.0f} failed; {live['updates_applied']:.0f} updates applied, "
-            f"dense v2 {'live' if live['dense_swapped'] else 'NOT swapped'}"
-        )
-        complete = live["dense_swapped"] and live["updates_applied"] > 0
-        goals.append([what, measured, _goal(-live["failed"], 0, True) if complete else "n/a (incomplete)"])
-    lines += ["## Goals", "", table(["goal", "measured", "verdict"], goals), ""]
-    path = folder / "pipeline.md"
-    path.write_text("\n".join(lines))
-    return path
-
-
-def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m perf.pipeline_study", description=__doc__)
-    parser.add_argument("--profile", default="quick", choices=sorted(PLANS))
-    parser.add_argument("--out", type=Path, default=Path("reports/pipeline"))
-    args = parser.parse_args(argv)
-    args.out.mkdir(parents=True, exist_ok=True)
-    logging.basicConfig(level=logging.INFO, format="%(levelname)s %(name)s: %(message)s")
-    report = run_pipeline_study(args.profile, args.out)
-    print(report.read_text() if report else "skipped")
-    return 0
-
-
-if __name__ == "__main__":
-    raise SystemExit(main())
+    goals = pipeline_goals(rows, live)
+    lines += ["## Goals", "", goals_table(goals)]
+    figures = {"profile": asdict(p), "rows": [asdict(r) for r in rows], "live": live and asdict(live)}
+    return write_report(context, study, lines, goals, figures)

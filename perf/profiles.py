@@ -1,14 +1,31 @@
 """Study profiles: what ``make perf`` measures, and for how long. ``PERF=quick`` is the 1–2 minute one.
 
-Every field can be overridden from the command line (``python -m perf run --help``).
+One ``Profile`` drives every study of a run (the batching study, the pipeline study, …): the shared
+options (protocol, shared memory, windows, seed, concurrency, trace) are read by all of them, and a
+study's own knobs are fields here too, with a value per profile, so no study keeps a settings table of
+its own. Every field can be overridden from the command line (``python -m perf run --help``), and every
+field is checked here, before any folder is made or anything is built.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field, replace
+from pathlib import Path
+from typing import Protocol
 
+from exporters.spec import ModelSpec
+from perf.errors import OptionError
 from perf.measure import MeasureSettings
+from perf.pipeline_plan import COMPARISONS
 from perf.study_spec import FAMILIES, MODES
+from perf.target import PROTOCOLS, Target, target_from_spec
+
+
+class ServerURLs(Protocol):
+    """What ``Profile.target`` needs of a server (``server.TritonServer`` has it)."""
+
+    http_url: str
+    grpc_url: str
 
 
 @dataclass(frozen=True)
@@ -27,16 +44,56 @@ class Profile:
     seed: int = 0
     perf_analyzer: bool = True  # cross-check with perf_analyzer when a working binary is installed
     trace: str | None = None  # a file of inter-arrival times to replay instead of Poisson arrivals
+    # The pipeline study: which comparisons, the fixed load as a fraction of the monolithic model's
+    # capacity (pipelines saturate at 0.5–0.8× of it here), and row updates sent in the live phase.
+    pipelines: tuple[str, ...] = tuple(COMPARISONS)
+    pipeline_load_fraction: float = 0.5
+    live_updates: int = 20
 
     def __post_init__(self) -> None:
-        if not self.poisson_fraction > 0:  # a rate of 0 has no arrivals: the open loop would never end
-            raise ValueError(f"poisson_fraction (--rate-fraction) must be > 0, got {self.poisson_fraction}")
+        _known("models (--models)", self.families, FAMILIES)
+        _known("modes (--modes)", self.modes, MODES)
+        _known("pipelines", self.pipelines, COMPARISONS)
+        if not self.modes or not self.families:
+            raise OptionError("a study needs at least one model (--models) and one mode (--modes)")
+        if any(c < 1 for c in (*self.concurrencies, self.goal_concurrency)):
+            raise OptionError(
+                f"concurrencies must be >= 1, got --concurrency {list(self.concurrencies)}, "
+                f"--goal-concurrency {self.goal_concurrency}"
+            )
+        for name in ("poisson_fraction", "pipeline_load_fraction"):
+            # a rate of 0 has no arrivals: the open loop would never end
+            if not getattr(self, name) > 0:
+                raise OptionError(f"{name} (--rate-fraction) must be > 0, got {getattr(self, name)}")
+        if self.live_updates < 0:
+            raise OptionError(f"live_updates must be >= 0, got {self.live_updates}")
+        if self.trace is not None and not Path(self.trace).is_file():
+            raise OptionError(f"trace (--trace) {self.trace!r} is not a file")
+        if self.protocol not in PROTOCOLS:
+            choices = ", ".join(PROTOCOLS)
+            raise OptionError(f"protocol (--protocol) must be one of {choices}, got {self.protocol!r}")
         if self.goal_concurrency not in self.concurrencies:
             object.__setattr__(
                 self, "concurrencies", tuple(sorted({*self.concurrencies, self.goal_concurrency}))
             )
 
+    def target(
+        self, server: ServerURLs, spec: ModelSpec, collect: int = 1, rows: int | None = None
+    ) -> Target:
+        """``spec``'s model on ``server``, called as this profile says: protocol, shared memory, and
+        inputs drawn with its seed (a pool of ``rows``; default: the largest raw batch size)."""
+        url = server.grpc_url if self.protocol == "grpc" else server.http_url
+        rows = max(collect, rows or max(self.raw_batch_sizes))
+        return target_from_spec(spec, url, self.protocol, collect, self.shared_memory, self.seed, rows)
 
+
+def _known(what: str, names: tuple[str, ...], known: dict) -> None:
+    unknown = [n for n in names if n not in known]
+    if unknown:
+        raise OptionError(f"unknown {what}: {', '.join(unknown)}; choose from {', '.join(known)}")
+
+
+QUICK_PIPELINES = ("recommender_pipeline", "image_classifier_pipeline", "image_classifier_pipeline_fp16")
 PROFILES: dict[str, Profile] = {
     "default": Profile(
         "default", settings=MeasureSettings(warmup_s=1.0, window_s=1.25, stable_windows=3, max_windows=5)
@@ -48,6 +105,8 @@ PROFILES: dict[str, Profile] = {
         settings=MeasureSettings(warmup_s=0.5, window_s=0.75, stable_windows=3, max_windows=3),
         raw_batch_sizes=(1, 4, 16, 32),
         raw_seconds=0.25,
+        pipelines=QUICK_PIPELINES,
+        live_updates=10,
     ),
     # What the integration test runs: seconds, not minutes; the numbers are not meant to be stable.
     "smoke": Profile(
@@ -59,17 +118,31 @@ PROFILES: dict[str, Profile] = {
         settings=MeasureSettings(warmup_s=0.2, window_s=0.4, stable_windows=2, max_windows=2),
         raw_batch_sizes=(1, 32),
         raw_seconds=0.1,
+        pipelines=(),  # the smoke test checks the batching study; the pipeline study has its own tests
     ),
 }
 
 
 def get_profile(name: str, **overrides: object) -> Profile:
-    """A named profile with ``overrides`` (fields of ``Profile`` or ``MeasureSettings``) applied."""
+    """A named profile with ``overrides`` (fields of ``Profile`` or ``MeasureSettings``) applied.
+
+    An option the user gives is meant for every study: ``families`` (``--models``) also narrows the
+    pipeline study to pipelines of those models, and ``poisson_fraction`` (``--rate-fraction``) sets
+    its fixed load too, unless the pipeline study's own fields are given as well.
+    """
     if name not in PROFILES:
-        raise ValueError(f"unknown profile {name!r}; choose from {', '.join(PROFILES)}")
+        raise OptionError(f"unknown profile {name!r}; choose from {', '.join(PROFILES)}")
     profile = PROFILES[name]
+    unknown = set(overrides) - set(Profile.__dataclass_fields__) - set(MeasureSettings.__dataclass_fields__)
+    if unknown:
+        raise OptionError(f"unknown profile fields: {', '.join(sorted(unknown))}")
     settings = {k: v for k, v in overrides.items() if k in MeasureSettings.__dataclass_fields__}
     rest = {k: v for k, v in overrides.items() if k not in settings}
+    if "families" in rest and "pipelines" not in rest:
+        models = set(rest["families"])  # type: ignore[arg-type]
+        rest["pipelines"] = tuple(p for p in profile.pipelines if COMPARISONS[p].model in models)
+    if "poisson_fraction" in rest and "pipeline_load_fraction" not in rest:
+        rest["pipeline_load_fraction"] = rest["poisson_fraction"]
     if settings:
         rest["settings"] = replace(profile.settings, **settings)
     return replace(profile, **rest)

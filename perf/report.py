@@ -1,8 +1,9 @@
 """Write ``reports/<timestamp>/``: ``report.md`` with tables, verdicts and plots, the raw records
 (CSV and JSON), the figures as JSON, and the exact spec and configs the study served.
 
-Everything in the report is computed from the ``StudyResult`` by ``analysis`` and ``goals``; this
-module only lays it out and explains it.
+The figures come from the ``StudyResult`` through ``analysis`` and ``goals``; this module lays them
+out and adds the few derived figures that exist only to explain a table (the article comparison, the
+closed-loop delay notes, the request accounting).
 """
 
 from __future__ import annotations
@@ -17,7 +18,7 @@ from pathlib import Path
 import yaml
 
 from perf import analysis
-from perf.goals import Goal, all_goals
+from perf.goals import Goal, all_goals, goals_table
 from perf.markdown import number, ratio, table
 from perf.plots import all_plots
 from perf.records import write_csv, write_json
@@ -26,6 +27,10 @@ from perf.study_spec import MODES, study_entries
 
 ARTICLE_QPS, ARTICLE_P99 = 0.12, 0.23  # static 32 vs dynamic 50 ms in the source article
 REGIME_COMPUTE_BOUND = "mostly compute-bound: batching saves per-request overhead, not compute"
+BATCHING_PAYS = 0.25  # Δt below this share of T: a batch costs little more than one request
+# A closed-loop run "waited out its delay" when its delay is at least this long and its formed batch
+# holds nearly every request in flight (this share of them).
+DELAY_BOUND_MS, DELAY_BOUND_FILL = 2.0, 0.9
 
 
 def percent_error(predicted: float, measured: float | None) -> str:
@@ -59,14 +64,6 @@ def server_table(rows: list[analysis.Row], raw: FamilyResult) -> str:
         for r in rows
     ]  # fmt: skip
     return table(header, body)
-
-
-def goals_section(goals: list[Goal]) -> str:
-    verdict = {True: "**met**", False: "**missed**", None: "not measured"}
-    return table(
-        ["goal", "target", "measured", "verdict", "what limits it"],
-        [[g.name, g.target, g.measured, verdict[g.met], g.limits] for g in goals],
-    )
 
 
 def article_section(family: FamilyResult) -> str:
@@ -114,8 +111,9 @@ def references_section(result: StudyResult, family: FamilyResult) -> str:
     concurrency = result.profile.goal_concurrency
     parts = []
     if result.ceiling:
-        parts.append("Harness ceiling (the load generator against `trivial`; results within 80% of it at "
-                     "the same requests in flight are flagged client-bound):\n")  # fmt: skip
+        parts.append("Harness ceiling (the load generator against `trivial`; results within "
+                     f"{analysis.CLIENT_BOUND:.0%} of it at the same requests in flight are flagged "
+                     "client-bound):\n")  # fmt: skip
         parts.append(table(
             ["concurrency", "req/s", "p50 ms", "p99 ms", "client cores", "server cores"],
             [[m.load.concurrency, number(m.summary().requests / m.summary().seconds, 0),
@@ -157,7 +155,7 @@ def latency_model_section(result: StudyResult, family: FamilyResult) -> str:
         f"**T = {fit.t_ms:.3f} ms, Δt = "
         f"{fit.dt_ms:.4f} ms, R² = {fit.r2:.3f}** over {len(fit.points)} batch sizes "
         f"(T/Δt = {fit.t_ms / fit.dt_ms if fit.dt_ms > 0 else float('inf'):.1f}: "
-        f"{'batching pays' if fit.dt_ms < 0.25 * fit.t_ms else REGIME_COMPUTE_BOUND}).",
+        f"{'batching pays' if fit.dt_ms < BATCHING_PAYS * fit.t_ms else REGIME_COMPUTE_BOUND}).",
     ]
     if raw_fit is not None:
         lines.append(
@@ -214,7 +212,8 @@ def delay_bound_notes(result: StudyResult, family: FamilyResult) -> str:
     notes = []
     for r in analysis.closed_loop_rows(result, family, concurrency):
         delay = MODES[r.mode].max_queue_delay_ms
-        if delay is None or delay < 2 or r.mean_batch < 0.9 * concurrency / MODES[r.mode].instances:
+        full = DELAY_BOUND_FILL * concurrency / MODES[r.mode].instances
+        if delay is None or delay < DELAY_BOUND_MS or r.mean_batch < full:
             continue
         cycle_ms = concurrency / r.throughput * 1000 if r.throughput else float("nan")
         notes.append(
@@ -292,7 +291,7 @@ def write_report(result: StudyResult, folder: Path) -> Path:
     folder.mkdir(parents=True, exist_ok=True)
     plots = all_plots(result, folder)
     goals = all_goals(result)
-    sections = [header(result), "\n## Goals\n", goals_section(goals), "\n" + accounting_section(result)]
+    sections = [header(result), "\n## Goals\n", goals_table(goals), "\n" + accounting_section(result)]
     for name, family in result.families.items():
         sections.append("\n" + family_section(result, name, family, plots.get(name, [])))
     sections.append(cross_check_section(result))

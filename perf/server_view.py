@@ -15,8 +15,9 @@ import os
 import re
 import time
 import urllib.request
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 from client.stats import ModelStats, parse_model_stats
 
@@ -56,6 +57,7 @@ class ServerSnapshot:
     metrics: dict[str, float]
     server_cpu_s: float
     client_cpu_s: float
+    related: dict[str, ModelStats] = field(default_factory=dict)  # e.g. an ensemble's stage models
 
 
 @dataclass(frozen=True)
@@ -66,18 +68,31 @@ class ServerEndpoints:
     metrics_url: str | None = None
     pid: int | None = None
 
+    @classmethod
+    def of(cls, server: Any) -> ServerEndpoints:
+        """A running ``server.TritonServer``'s endpoints."""
+        return cls(server.http_url, server.metrics_url, server.pid)
+
 
 def _get(url: str) -> bytes:
     with urllib.request.urlopen(url, timeout=5) as response:
         return response.read()
 
 
-def snapshot(endpoints: ServerEndpoints, model: str, at_s: float) -> ServerSnapshot:
-    """Read stats, metrics and CPU now. Blocking and quick (a few ms); called between windows."""
-    stats = parse_model_stats(json.loads(_get(f"http://{endpoints.http_url}/v2/models/{model}/stats")))
+def _model_stats(endpoints: ServerEndpoints, model: str) -> ModelStats:
+    return parse_model_stats(json.loads(_get(f"http://{endpoints.http_url}/v2/models/{model}/stats")))
+
+
+def snapshot(
+    endpoints: ServerEndpoints, model: str, at_s: float, related: tuple[str, ...] = ()
+) -> ServerSnapshot:
+    """Read stats, metrics and CPU now, and the stats of the ``related`` models (an ensemble's steps).
+    Blocking and quick (a few ms per model); called between windows."""
+    stats = _model_stats(endpoints, model)
     metrics = parse_metrics(_get(endpoints.metrics_url).decode(), model) if endpoints.metrics_url else {}
     server_cpu = process_tree_cpu_s(endpoints.pid) if endpoints.pid else 0.0
-    return ServerSnapshot(at_s, stats, metrics, server_cpu, time.process_time())
+    others = {name: _model_stats(endpoints, name) for name in related}
+    return ServerSnapshot(at_s, stats, metrics, server_cpu, time.process_time(), others)
 
 
 @dataclass(frozen=True)
@@ -90,6 +105,7 @@ class ServerDelta:
     pending_mean: float  # nv_inference_pending_request_count, mean of the samples taken
     server_cpu_s: float
     client_cpu_s: float
+    related: dict[str, ModelStats] = field(default_factory=dict)  # each related model's difference
 
     @property
     def server_cpu_s_per_1000(self) -> float:
@@ -107,4 +123,5 @@ def delta(snapshots: list[ServerSnapshot]) -> ServerDelta:
         pending_mean=sum(pending) / len(pending) if pending else 0.0,
         server_cpu_s=last.server_cpu_s - first.server_cpu_s,
         client_cpu_s=last.client_cpu_s - first.client_cpu_s,
+        related={name: last.related[name] - first.related[name] for name in last.related},
     )

@@ -26,7 +26,7 @@ from perf.profiles import Profile
 from perf.raw import RawPoint, measure_raw
 from perf.server_view import ServerEndpoints
 from perf.study_spec import MODES, TRIVIAL, model_name, study_spec
-from perf.target import Target, target_from_spec
+from perf.target import Target
 from server import ServerOptions, TritonServer
 
 log = logging.getLogger(__name__)
@@ -89,17 +89,11 @@ class StudyRunner:
         self.collect = {model_name(f, m): MODES[m].collect for f in profile.families for m in profile.modes}
 
     def target(self, server: TritonServer, model: str) -> Target:
-        spec = self.spec.model(model)
-        url = server.grpc_url if self.profile.protocol == "grpc" else server.http_url
-        collect = self.collect.get(model, 1)
-        return target_from_spec(
-            spec, url, self.profile.protocol, collect, self.profile.shared_memory, self.profile.seed,
-            rows=max(collect, max(self.profile.raw_batch_sizes)),
-        )  # fmt: skip
+        return self.profile.target(server, self.spec.model(model), self.collect.get(model, 1))
 
     def _measure(self, server: TritonServer, model: str, load: Load, label: str) -> Measurement:
         self.progress(f"{label}")
-        endpoints = ServerEndpoints(server.http_url, server.metrics_url, server.pid)
+        endpoints = ServerEndpoints.of(server)
         result = measure(self.target(server, model), load, self.profile.settings, endpoints, label)
         summary = result.summary()
         log.info("%s: %.0f inf/s, p99 %.1f ms, %d failed", label, summary.throughput, summary.p99_ms,

@@ -2,10 +2,11 @@
 
 Every mode of a family serves the same ONNX graph (same options, same seed), so the modes differ only in
 their ``config.pbtxt``. ``max_batch_size`` is 32 everywhere, so dynamic batching can form at most what
-static batching always sends. The recommender is sized on purpose (DESIGN §3b): a wide top MLP whose
-weights (~40 MB) do not fit in cache makes batch 1 memory-bound, about 1.7 ms here, well above the
-~1 ms per-request serving overhead, so batching has something to win (T ≫ Δt). The image classifier
-is the opposite regime: its convolutions are compute-bound (T ≈ Δt), and batching cannot win much.
+static batching always sends. The recommender is sized on purpose (docs/PERF.md, "Two regimes"): a
+wide top MLP whose weights (~40 MB) do not fit in cache makes batch 1 memory-bound, about 1.7 ms here,
+well above the ~1 ms per-request serving overhead, so batching has something to win (T ≫ Δt). The
+image classifier is the opposite regime: its convolutions are compute-bound (T ≈ Δt), and batching
+cannot win much.
 """
 
 from __future__ import annotations
@@ -100,10 +101,5 @@ def study_entries(families: list[str], modes: list[str], seed: int = 0) -> list[
 
 
 def study_spec(families: list[str], modes: list[str], seed: int = 0) -> Spec:
-    for family in families:
-        if family not in FAMILIES:
-            raise ValueError(f"unknown model {family!r}; choose from {', '.join(FAMILIES)}")
-    for mode in modes:
-        if mode not in MODES:
-            raise ValueError(f"unknown mode {mode!r}; choose from {', '.join(MODES)}")
+    """The study's spec (``Profile`` has already checked the names against ``FAMILIES`` and ``MODES``)."""
     return parse_spec({"models": study_entries(families, modes, seed)})

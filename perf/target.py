@@ -23,9 +23,11 @@ import tritonclient.http.aio as http_aio
 import tritonclient.utils.shared_memory as shm
 from tritonclient.utils import np_to_triton_dtype
 
-from exporters.onnx_export import NUMPY_DTYPES, build_torch_model, sample_inputs
 from exporters.spec import ModelSpec
+from exporters.zoo.reference import build_torch_model, sample_inputs
+from perf.errors import OptionError, StudyError
 from perf.records import Record
+from python_backend.dtypes import DTYPES
 
 log = logging.getLogger(__name__)
 PROTOCOLS = {"grpc": grpc_aio, "http": http_aio}
@@ -46,10 +48,10 @@ class Target:
 
     def __post_init__(self) -> None:
         if self.protocol not in PROTOCOLS:
-            raise ValueError(f"protocol must be one of {sorted(PROTOCOLS)}, got {self.protocol!r}")
+            raise OptionError(f"protocol must be one of {sorted(PROTOCOLS)}, got {self.protocol!r}")
         rows = {a.shape[0] for a in self.inputs.values()}
         if len(rows) != 1 or min(rows) < self.collect:
-            raise ValueError(f"input pool needs equal rows >= collect ({self.collect}), got {rows}")
+            raise OptionError(f"input pool needs equal rows >= collect ({self.collect}), got {rows}")
 
 
 def target_from_spec(
@@ -59,7 +61,7 @@ def target_from_spec(
     """A ``Target`` for a model of the spec, with valid inputs drawn the way the exporters draw them."""
     rows = rows or max(collect, 1)
     arrays = sample_inputs(spec, build_torch_model(spec), rows, seed)
-    outputs = {t.name: int(np.prod(t.shape)) * np.dtype(NUMPY_DTYPES[t.dtype]).itemsize for t in spec.outputs}
+    outputs = {t.name: int(np.prod(t.shape)) * DTYPES[t.dtype].numpy_dtype().itemsize for t in spec.outputs}
     return Target(
         model=spec.name,
         url=url,
@@ -208,6 +210,6 @@ class Caller:
         for name in self.target.output_row_bytes:
             array = result.as_numpy(name)
             if array is None or array.shape[0] != batch:
-                raise ValueError(f"output {name!r} missing or of the wrong batch size")
+                raise StudyError(f"output {name!r} missing or of the wrong batch size")
             total += array.nbytes
         return total

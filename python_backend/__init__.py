@@ -1,6 +1,36 @@
-"""Python-backend models: the python-based ``onnxruntime`` backend and (later) pipeline stage runners.
+"""Python-backend models: the python-based ``onnxruntime`` backend and the pipeline stage runner.
 
-Files here are copied next to each ``model.py`` they serve (see ``server.backends`` and the repository
-builders), because the Python backend's stub imports only what sits beside the model or in the backend
-folder: it runs an embedded interpreter that ignores the virtual environment.
+The Python backend's stub runs an embedded interpreter that ignores the virtual environment and
+imports only what sits beside the ``model.py`` it serves (or in the backend folder). So each model here
+is installed as a flat folder: its own files plus the runtime helpers they import. This package says
+which files those are (``install_onnxruntime_backend``, ``install_torch_stage``); the launcher and the
+repository builders call these and list no files of ours themselves.
 """
+
+from __future__ import annotations
+
+import shutil
+from pathlib import Path
+
+HERE = Path(__file__).parent
+# Imported by every model.py here; standard library (runtime_paths, dtypes) or numpy/torch-agnostic.
+RUNTIME_HELPERS = ("runtime_paths.py", "batching.py", "dtypes.py")
+ONNXRUNTIME_BACKEND = ("onnxruntime/model.py", *RUNTIME_HELPERS)
+TORCH_STAGE = ("torch_stage/model.py", "torch_stage/safe_program.py", "torch_stage/embedding_rows.py",
+               "torch_stage/update_log.py", *RUNTIME_HELPERS)  # fmt: skip
+
+
+def _install(files: tuple[str, ...], destination: Path) -> None:
+    destination.mkdir(parents=True, exist_ok=True)
+    for name in files:
+        shutil.copy2(HERE / name, destination / Path(name).name)
+
+
+def install_onnxruntime_backend(destination: Path) -> None:
+    """``destination`` becomes ``<backend-dir>/onnxruntime``: serves ``backend: "onnxruntime"`` models."""
+    _install(ONNXRUNTIME_BACKEND, destination)
+
+
+def install_torch_stage(destination: Path) -> None:
+    """``destination`` (a stage's version folder) receives the torch stage runner and its helpers."""
+    _install(TORCH_STAGE, destination)

@@ -16,8 +16,6 @@ from pathlib import Path
 
 import python_backend
 
-RUNTIME_HELPERS = ("runtime_paths.py", "batching.py")
-
 
 class ServerError(RuntimeError):
     """tritonserver could not be found, started, or did not become ready."""
@@ -82,13 +80,6 @@ def replace_file(source: Path, target: Path) -> None:
     os.replace(partial, target)
 
 
-def copy_runtime_helpers(destination: Path) -> None:
-    """Copy the pure-Python helpers every model.py here imports (they cannot see the venv)."""
-    source = Path(python_backend.__file__).parent
-    for name in RUNTIME_HELPERS:
-        shutil.copy2(source / name, destination / name)
-
-
 def assemble_backends(install: ServerInstall, destination: Path) -> Path:
     """Build the ``--backend-directory`` folder: the install's backends plus what this machine lacks.
 
@@ -112,7 +103,5 @@ def assemble_backends(install: ServerInstall, destination: Path) -> Path:
         ours = destination / "onnxruntime"
         if ours.is_symlink():
             ours.unlink()
-        ours.mkdir(exist_ok=True)
-        shutil.copy2(Path(python_backend.__file__).parent / "onnxruntime" / "model.py", ours / "model.py")
-        copy_runtime_helpers(ours)
+        python_backend.install_onnxruntime_backend(ours)
     return destination

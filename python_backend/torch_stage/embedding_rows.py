@@ -19,7 +19,11 @@ try:  # beside model.py inside the stub
 except ImportError:  # imported as a package (exporters, unit tests)
     from python_backend.batching import InvalidInputError
 
-UPDATE_INPUTS = ("update_table", "update_row", "update_values")
+# The update contract, defined here once: the config writer, the update helper and the runner read it.
+# Shapes: table and row ids [N, 1] int64, values [N, D] fp32.
+UPDATE_TABLE, UPDATE_ROW, UPDATE_VALUES = "update_table", "update_row", "update_values"
+UPDATE_INPUTS = (UPDATE_TABLE, UPDATE_ROW, UPDATE_VALUES)
+UPDATE_VERSION = "update_version"  # the answer to an update: row updates applied so far
 
 
 def check_ids(ids: torch.Tensor, tables: Sequence[torch.Tensor], input_name: str) -> None:
@@ -53,19 +57,19 @@ def check_row_updates(
             f"{table.shape[0]}, {row.shape[0]}, {values.shape[0]}"
         )
     if table.numel() and (int(table.min()) < 0 or int(table.max()) >= len(tables)):
-        raise InvalidInputError(f"input 'update_table' must be in 0..{len(tables) - 1}")
+        raise InvalidInputError(f"input '{UPDATE_TABLE}' must be in 0..{len(tables) - 1}")
     if not torch.isfinite(values).all():
-        raise InvalidInputError("input 'update_values' holds NaN or infinity")
+        raise InvalidInputError(f"input '{UPDATE_VALUES}' holds NaN or infinity")
     for index in range(len(tables)):
         rows = row[table == index]
         if rows.numel() and (int(rows.min()) < 0 or int(rows.max()) >= tables[index].shape[0]):
-            raise InvalidInputError(
-                f"input 'update_row' holds a row outside table {index} (rows 0..{tables[index].shape[0] - 1})"
-            )
+            last = tables[index].shape[0] - 1
+            message = f"input '{UPDATE_ROW}' holds a row outside table {index} (rows 0..{last})"
+            raise InvalidInputError(message)
         if values.shape[1] != tables[index].shape[1]:
             width = tables[index].shape[1]
             raise InvalidInputError(
-                f"input 'update_values' has width {values.shape[1]}, table {index} has {width}"
+                f"input '{UPDATE_VALUES}' has width {values.shape[1]}, table {index} has {width}"
             )
 
 

@@ -30,15 +30,17 @@ import torch  # noqa: E402
 import triton_python_backend_utils as pb_utils  # noqa: E402
 import update_log  # noqa: E402
 from batching import InvalidInputError, ModelRunError, TensorInfo, run_batched  # noqa: E402
-from embedding_rows import UPDATE_INPUTS, apply_row_updates, check_ids, check_row_updates  # noqa: E402
+from dtypes import BY_TRITON  # noqa: E402
+from embedding_rows import (  # noqa: E402
+    UPDATE_INPUTS,
+    UPDATE_VERSION,
+    apply_row_updates,
+    check_ids,
+    check_row_updates,
+)
 from safe_program import load_exported_program  # noqa: E402
 from torch.export.passes import move_to_device_pass  # noqa: E402
 from torch.utils.dlpack import from_dlpack, to_dlpack  # noqa: E402
-
-TORCH_DTYPES = {
-    "TYPE_FP32": torch.float32, "TYPE_FP16": torch.float16, "TYPE_BF16": torch.bfloat16,
-    "TYPE_INT64": torch.int64, "TYPE_INT32": torch.int32,
-}  # fmt: skip
 
 
 def _parameter(config: dict, key: str, default: str = "") -> str:
@@ -48,7 +50,7 @@ def _parameter(config: dict, key: str, default: str = "") -> str:
 def _lookup_inputs(entries: list) -> list:
     """The inputs the stage's program takes (an embedding stage's update inputs are not among them)."""
     return [
-        TensorInfo(e["name"], TORCH_DTYPES[e["data_type"]], tuple(int(d) for d in e["dims"]))
+        TensorInfo(e["name"], BY_TRITON[e["data_type"]].torch_dtype(), tuple(int(d) for d in e["dims"]))
         for e in entries
         if e["name"] not in UPDATE_INPUTS
     ]
@@ -68,7 +70,7 @@ class TritonPythonModel:
         config = json.loads(args["model_config"])
         self.name = config["name"]
         self.inputs = _lookup_inputs(config["input"])
-        self.output_names = [o["name"] for o in config["output"] if o["name"] != "update_version"]
+        self.output_names = [o["name"] for o in config["output"] if o["name"] != UPDATE_VERSION]
         self.device = instance_device(args["model_instance_kind"], int(args["model_instance_device_id"]))
         threads = int(_parameter(config, "intra_op_thread_count", "0") or 0)
         if threads > 0:
@@ -133,7 +135,7 @@ class TritonPythonModel:
         self.version += 1
         version = torch.full((rows, 1), self.version, dtype=torch.int64)
         return pb_utils.InferenceResponse(
-            output_tensors=[pb_utils.Tensor.from_dlpack("update_version", to_dlpack(version))]
+            output_tensors=[pb_utils.Tensor.from_dlpack(UPDATE_VERSION, to_dlpack(version))]
         )
 
     def execute(self, requests: list) -> list:

@@ -20,11 +20,11 @@ import tritonclient.http as httpclient
 from tritonclient.utils import InferenceServerException
 
 from client.infer import make_inputs
-from exporters.onnx_export import build_torch_model, sample_inputs
 from exporters.parity import compare_outputs
 from exporters.pipeline_build import build_pipelines
 from exporters.repository import build_repository
 from exporters.spec import Spec, parse_spec
+from exporters.zoo.reference import build_torch_model, sample_inputs
 from server import ServerOptions, TritonServer
 
 pytestmark = pytest.mark.integration
@@ -89,8 +89,10 @@ def test_pipeline_equals_monolithic_model(client, pipeline_spec: Spec, pipeline:
     arrays = _inputs(pipeline_spec, spec.model, batch=5, seed=11)
     expected = infer(client, spec.model, arrays)
     actual = infer(client, pipeline, arrays)
-    report = compare_outputs([actual], [expected], spec.boundary_dtype, f"{pipeline} vs {spec.model}")
-    assert report.ok  # compare_outputs raises with the numbers when it is not
+    # compare_outputs raises with the numbers outside the boundary dtype's tolerance; and the answers
+    # compared are not all alike, so agreeing on them says the models agree.
+    compare_outputs([actual], [expected], spec.boundary_dtype, f"{pipeline} vs {spec.model}")
+    assert len(np.unique(expected.reshape(5, -1), axis=0)) > 1
 
 
 @pytest.mark.parametrize("pipeline", ["recommender_pipeline", HYBRID["name"]])

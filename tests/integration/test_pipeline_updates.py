@@ -19,11 +19,11 @@ import torch
 import tritonclient.http as httpclient
 
 from client.infer import make_inputs
-from exporters.onnx_export import build_torch_model, sample_inputs
 from exporters.pipeline_build import build_pipelines
 from exporters.pipeline_live import embedding_update, publish_dense_version
 from exporters.repository import build_repository
 from exporters.spec import Spec, parse_spec
+from exporters.zoo.reference import build_torch_model, sample_inputs
 from server import ServerOptions, TritonServer
 from server.admin import headers as admin_headers
 

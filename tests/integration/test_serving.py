@@ -62,8 +62,10 @@ def test_answers_equal_torch(server: TritonServer, protocol: str, use_shm: bool,
     outputs = infer(
         connect(protocol, _url(server, protocol)), protocol, model, expected.inputs, use_shm=use_shm
     )
-    report = expected.compare(outputs, f"{model} over {protocol}")
-    assert report.ok
+    expected.compare(outputs, f"{model} over {protocol}")  # raises Mismatch outside the tolerance
+    # The comparison is not vacuous: the server did not give every sample the same answer.
+    answer = next(iter(outputs.values()))
+    assert answer.shape[0] == 5 and len(np.unique(answer.reshape(5, -1), axis=0)) > 1
 
 
 def test_dynamic_batcher_forms_batches_under_concurrent_load(server: TritonServer) -> None:

@@ -9,15 +9,9 @@ import onnx
 import pytest
 
 from exporters.errors import ExportCheckError, SpecError
-from exporters.onnx_export import (
-    build_torch_model,
-    check_external_data,
-    export_onnx,
-    run_onnx,
-    sample_inputs,
-    torch_reference,
-)
+from exporters.onnx_export import check_external_data, export_onnx, run_onnx
 from exporters.parity import TOLERANCES, compare_outputs
+from exporters.zoo.reference import build_torch_model, sample_inputs, torch_reference
 
 
 @pytest.mark.parametrize("name", ["recommender", "recommender_fp16", "image_classifier"])
@@ -66,7 +60,9 @@ def test_parity_failure_names_the_model() -> None:
     expected = [np.linspace(0, 1, 10, dtype=np.float32)]
     with pytest.raises(ExportCheckError, match="my_model: max relative error"):
         compare_outputs([expected[0] + 0.01], expected, "fp32", "my_model")
-    assert compare_outputs([expected[0] + 0.001], expected, "fp16", "my_model").ok
+    report = compare_outputs([expected[0] + 0.001], expected, "fp16", "my_model")
+    assert report.max_abs_error == pytest.approx(0.001, rel=1e-3) == report.max_rel_error  # max|e| is 1
+    assert report.tolerance == TOLERANCES["fp16"]
 
 
 def test_external_data_outside_the_model_folder_is_rejected(tmp_path: Path) -> None:

@@ -46,9 +46,21 @@ def test_backend_folder_has_python_backend_stub_and_our_onnxruntime(
     folder = assemble_backends(find_install(), tmp_path / "backends")
     for name in ("libtriton_python.so", "triton_python_backend_utils.py", "triton_python_backend_stub"):
         assert (folder / "python" / name).is_file()
-    for name in ("model.py", "batching.py", "runtime_paths.py"):
+    for name in ("model.py", "batching.py", "runtime_paths.py", "dtypes.py"):
         assert (folder / "onnxruntime" / name).is_file()
-    assemble_backends(find_install(), folder)  # idempotent
+    before = _tree(folder)
+    (folder / "onnxruntime" / "model.py").write_text("stale")  # a run of older code left this
+    assert assemble_backends(find_install(), folder) == folder
+    assert _tree(folder) == before  # same files, links and contents: a second call is safe
+
+
+def _tree(folder: Path) -> dict[str, object]:
+    """Every entry under ``folder``: a link's target, a file's bytes, or "dir"."""
+
+    def entry(path: Path) -> object:
+        return str(path.readlink()) if path.is_symlink() else path.read_bytes() if path.is_file() else "dir"
+
+    return {str(p.relative_to(folder)): entry(p) for p in sorted(folder.rglob("*"))}
 
 
 def test_native_onnxruntime_backend_is_kept(tmp_path: Path) -> None:

@@ -8,6 +8,7 @@ from pathlib import Path
 import pytest
 
 from perf.cli import main
+from perf.errors import OptionError
 from perf.measure import MeasureSettings
 from perf.profiles import get_profile
 from perf.study import FamilyResult, StudyResult, StudyRunner
@@ -26,7 +27,7 @@ SERVER = types.SimpleNamespace(grpc_url="localhost:1", http_url="localhost:2")
     ],
 )
 def test_measure_settings_name_the_bad_field(settings: dict, message: str) -> None:
-    with pytest.raises(ValueError, match=message):
+    with pytest.raises(OptionError, match=message):
         MeasureSettings(**settings)
 
 
@@ -36,18 +37,25 @@ def test_measure_settings_name_the_bad_field(settings: dict, message: str) -> No
         (["--max-windows", "0"], "max_windows"),
         (["--window", "0"], "window_s"),
         (["--rate-fraction", "0"], "poisson_fraction"),
+        (["--modes", "none,dynX"], "unknown modes (--modes): dynX; choose from none,"),
+        (["--models", "resnet"], "unknown models (--models): resnet"),
+        (["--concurrency", "1,x"], "--concurrency '1,x'"),
+        (["--goal-concurrency", "0"], "--goal-concurrency 0"),
+        (["--trace", "no/such/file"], "trace (--trace) 'no/such/file' is not a file"),
+        (["--spec", "no/such.yaml", "--profile", "quick"], "--spec no/such.yaml: no such file"),
     ],
 )
 def test_cli_rejects_bad_options_as_usage_errors(
-    option: list[str], message: str, capsys, monkeypatch: pytest.MonkeyPatch
+    option: list[str], message: str, capsys, monkeypatch: pytest.MonkeyPatch, tmp_path: Path
 ) -> None:
     def must_not_run(*args: object) -> int:
         raise AssertionError("the study started despite a bad option")
 
     monkeypatch.setattr("perf.cli.command_run", must_not_run)
     with pytest.raises(SystemExit) as exit_info:
-        main(["run", "--profile", "smoke", *option])
+        main(["run", "--profile", "smoke", "--reports", str(tmp_path / "reports"), *option])
     assert exit_info.value.code == 2 and message in capsys.readouterr().err
+    assert not (tmp_path / "reports").exists()
 
 
 @pytest.fixture()

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import copy
-import json
 from pathlib import Path
 from typing import Any
 
@@ -14,10 +13,11 @@ from tritonclient.grpc import model_config_pb2
 
 from exporters.errors import ExportCheckError, StageExportError
 from exporters.model_config import read_config
-from exporters.onnx_export import build_torch_model
 from exporters.pipeline_build import build_pipelines, make_stages
+from exporters.pipeline_record import PipelineRecord
 from exporters.pipeline_stages import Stage, check_stages, export_stage
 from exporters.spec import Spec, TensorSpec, parse_spec
+from exporters.zoo.reference import build_torch_model
 
 PIPELINES = [
     {"name": "rec", "model": "recommender", "split": "embedding_dense", "live_updates": True},
@@ -44,27 +44,27 @@ def built(spec: Spec, tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, d
 def test_records_state_parity_and_boundary_bytes(built) -> None:
     repository, pipelines = built
     for name, item in pipelines.items():
-        record = json.loads((repository / name / "pipeline.json").read_text())
+        record = PipelineRecord.read(repository / name / "pipeline.json")
         assert record == item.record
-        assert record["split_max_rel_error"] <= 1e-4 and not item.cached
-    assert [s["name"] for s in pipelines["cls3"].record["stages"]] == [
+        assert record.split_max_rel_error <= 1e-4 and not item.cached
+    assert [s.name for s in pipelines["cls3"].record.stages] == [
         "cls3_stage0",
         "cls3_stage1",
         "cls3_stage2",
     ]
-    assert [s["blocks"] for s in pipelines["cls3"].record["stages"]] == [[0, 2], [2, 6], [6, 10]]
+    assert [s.blocks for s in pipelines["cls3"].record.stages] == [(0, 2), (2, 6), (6, 10)]
 
 
 def test_compression_halves_the_bytes_and_states_its_error(built) -> None:
     _, pipelines = built
     rec, rec16 = pipelines["rec"].record, pipelines["rec16"].record
-    assert rec["boundary_bytes_per_request"] == 8 * 32 * 4 and rec["boundary_bytes_saved_per_request"] == 0
-    assert rec16["boundary_bytes_per_request"] == 8 * 32 * 2
-    assert rec16["boundary_bytes_saved_per_request"] == 8 * 32 * 2
-    assert 0 < rec16["compression_max_rel_error"] <= 2e-2 and rec["compression_max_rel_error"] == 0
+    assert rec.boundary_bytes_per_request == 8 * 32 * 4 and rec.boundary_bytes_saved_per_request == 0
+    assert rec16.boundary_bytes_per_request == 8 * 32 * 2
+    assert rec16.boundary_bytes_saved_per_request == 8 * 32 * 2
+    assert 0 < rec16.compression_max_rel_error <= 2e-2 and rec.compression_max_rel_error == 0
     cls3 = pipelines["cls3"].record
-    assert [b["dtype"] for b in cls3["boundaries"]] == ["bf16", "bf16"]
-    assert 0 < cls3["compression_max_rel_error"] <= 5e-2
+    assert [b.dtype for b in cls3.boundaries] == ["bf16", "bf16"]
+    assert 0 < cls3.compression_max_rel_error <= 5e-2
 
 
 def test_rebuild_is_cached_and_keeps_the_cuts(spec: Spec, built) -> None:
@@ -138,7 +138,7 @@ def _small_batch_spec(spec_data: dict[str, Any], max_batch_size: int) -> Spec:
 def test_a_model_with_a_small_max_batch_builds(spec_data, max_batch_size: int, tmp_path: Path) -> None:
     """The parity samples stay within the exported batch axis (torch.export rejects batch 3 > max 2)."""
     (item,) = build_pipelines(_small_batch_spec(spec_data, max_batch_size), tmp_path, num_gpus=0)
-    assert item.record["artifact_max_rel_error"] <= 1e-4
+    assert item.record.artifact_max_rel_error <= 1e-4
     assert (tmp_path / "rec_embedding" / "1" / "stage.pt2").exists()
 
 

@@ -54,7 +54,7 @@ def test_cut_points_imply_the_stage_count(spec_data: dict[str, Any]) -> None:
         ({"stages": 3, "cut_points": [4]}, r"pipelines\[0\]\.cut_points: must be 2 strictly increasing"),
         ({"cut_points": [5, 2]}, r"pipelines\[0\]\.cut_points"),
         ({"replicas": [1]}, r"pipelines\[0\]\.replicas: must list one count per stage \(2\)"),
-        ({"replicas": [1, 0]}, r"pipelines\[0\]\.replicas: must be a list of positive integers"),
+        ({"replicas": [1, 0]}, r"pipelines\[0\]\.replicas\[1\]: must be >= 1, got 0"),
         ({"boundary_dtype": "int8"}, r"pipelines\[0\]\.boundary_dtype: must be one of"),
         ({"balance": "vibes"}, r"pipelines\[0\]\.balance: must be one of"),
         ({"live_updates": True}, r"pipelines\[0\]\.live_updates: only the embedding stage"),

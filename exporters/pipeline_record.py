@@ -1,0 +1,97 @@
+"""``pipeline.json``: what a pipeline build did, as one typed record.
+
+Written beside the ensemble by the build, read back by a rebuild (to skip work and keep the cuts), by
+``python -m exporters build``'s summary and by the perf pipeline study. One dataclass, so each of them
+reads fields, not keys, and the JSON shape is defined here alone (tuples written as lists and read
+back as tuples, so a fresh record equals one read from disk).
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any
+
+from exporters.splitter import SplitPlan
+
+
+@dataclass(frozen=True)
+class StageRecord:
+    name: str
+    runtime: str  # "onnx" | "torch_export"
+    artifact: str  # file name inside <name>/1/
+    blocks: tuple[int, int] | None  # [start, stop) of the model's blocks; None for a named split
+    inputs: tuple[str, ...]
+    output: str
+
+
+@dataclass(frozen=True)
+class BoundaryRecord:
+    """A tensor that crosses a stage boundary, and its bytes per request row as sent and in fp32."""
+
+    tensor: str
+    dtype: str
+    shape: tuple[int, ...]
+    bytes_per_row: int
+    fp32_bytes_per_row: int
+
+
+@dataclass(frozen=True)
+class PipelineRecord:
+    content_hash: str  # of the model, its weights and the pipeline spec: equal hash, nothing to redo
+    pipeline: str
+    model: str
+    split: str
+    stages: tuple[StageRecord, ...]
+    split_plan: SplitPlan | None  # the measured cuts (None for embedding_dense)
+    boundary_dtype: str
+    boundaries: tuple[BoundaryRecord, ...]
+    split_max_rel_error: float  # the stages in sequence vs the whole model, uncompressed (torch)
+    compression_max_rel_error: float  # compressed vs uncompressed boundaries (0 for fp32)
+    artifact_max_rel_error: float  # the exported artifacts, loaded as the server loads them
+
+    @property
+    def boundary_bytes_per_request(self) -> int:
+        return sum(b.bytes_per_row for b in self.boundaries)
+
+    @property
+    def boundary_bytes_saved_per_request(self) -> int:
+        return sum(b.fp32_bytes_per_row for b in self.boundaries) - self.boundary_bytes_per_request
+
+    def to_json(self) -> dict[str, Any]:
+        data = asdict(self)
+        data["boundary_bytes_per_request"] = self.boundary_bytes_per_request  # for readers of the file
+        data["boundary_bytes_saved_per_request"] = self.boundary_bytes_saved_per_request
+        return json.loads(json.dumps(data))
+
+    @classmethod
+    def from_json(cls, data: dict[str, Any]) -> PipelineRecord:
+        plan = data["split_plan"]
+        return cls(
+            content_hash=data["content_hash"], pipeline=data["pipeline"], model=data["model"],
+            split=data["split"],
+            stages=tuple(
+                StageRecord(s["name"], s["runtime"], s["artifact"], s["blocks"] and tuple(s["blocks"]),
+                            tuple(s["inputs"]), s["output"])
+                for s in data["stages"]
+            ),
+            split_plan=SplitPlan(tuple(plan["cuts"]), tuple(plan["block_costs"]), plan["cost_method"])
+            if plan else None,
+            boundary_dtype=data["boundary_dtype"],
+            boundaries=tuple(
+                BoundaryRecord(b["tensor"], b["dtype"], tuple(b["shape"]), b["bytes_per_row"],
+                               b["fp32_bytes_per_row"])
+                for b in data["boundaries"]
+            ),
+            split_max_rel_error=data["split_max_rel_error"],
+            compression_max_rel_error=data["compression_max_rel_error"],
+            artifact_max_rel_error=data["artifact_max_rel_error"],
+        )  # fmt: skip
+
+    def write(self, path: Path) -> None:
+        path.write_text(json.dumps(self.to_json(), indent=2))
+
+    @classmethod
+    def read(cls, path: Path) -> PipelineRecord:
+        return cls.from_json(json.loads(path.read_text()))

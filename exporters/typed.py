@@ -1,0 +1,202 @@
+"""Typed dataclasses as the one definition of a YAML schema.
+
+A spec dataclass says everything once: its fields are the allowed keys, fields without a default are the
+required ones, defaults live in the field, choices are ``Literal`` hints (read with ``typing.get_args``)
+and lower bounds are field metadata (``at_least``). ``check_fields`` holds an instance to its hints and
+is called from every ``__post_init__``, so ``dataclasses.replace`` cannot build an invalid object;
+``parse`` turns YAML data into the dataclass and prefixes every error with the path of the offending
+field (``models[1].batching.max_queue_delay_us: must be >= 0, got -5``).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+import types
+import typing
+from typing import Any, Literal, Union, get_args, get_origin
+
+from exporters.errors import SpecError
+
+MIN = "min"  # field metadata: the smallest allowed integer (also for each element of a tuple)
+
+
+def at_least(minimum: int, default: Any = dataclasses.MISSING) -> Any:
+    """A field whose integers (or tuple elements) must be ``>= minimum``."""
+    return dataclasses.field(default=default, metadata={MIN: minimum})
+
+
+@functools.cache
+def hints(cls: type) -> dict[str, Any]:
+    """The resolved type hints of a dataclass (its annotations are strings under ``__future__``)."""
+    return typing.get_type_hints(cls)
+
+
+def choices(cls: type, name: str) -> tuple[Any, ...]:
+    """The ``Literal`` values field ``name`` of ``cls`` allows."""
+    hint = hints(cls)[name]
+    literal = next((arm for arm in _arms(hint) if get_origin(arm) is Literal), hint)
+    return get_args(literal)
+
+
+def field_names(cls: type) -> tuple[str, ...]:
+    return tuple(f.name for f in dataclasses.fields(cls))
+
+
+def required_names(cls: type) -> tuple[str, ...]:
+    missing = dataclasses.MISSING
+    return tuple(
+        f.name for f in dataclasses.fields(cls) if f.default is missing and f.default_factory is missing
+    )
+
+
+def _arms(hint: Any) -> tuple[Any, ...]:
+    return get_args(hint) if get_origin(hint) in (Union, types.UnionType) else (hint,)
+
+
+def describe(hint: Any) -> str:
+    """A short human name for a type hint, for error messages."""
+    if get_origin(hint) is Literal:
+        return " | ".join(str(v) for v in get_args(hint))
+    if get_origin(hint) in (Union, types.UnionType):
+        return " or ".join(describe(a) for a in get_args(hint) if a is not type(None))
+    if get_origin(hint) is tuple:
+        return "a list"
+    if dataclasses.is_dataclass(hint):
+        return "a mapping"
+    return {bool: "true or false", int: "an integer", float: "a number", str: "a string"}.get(
+        hint, getattr(hint, "__name__", str(hint))
+    )
+
+
+def check_value(value: Any, hint: Any, path: str, minimum: int | None = None) -> None:
+    """Raise ``SpecError(path, …)`` unless ``value`` fits ``hint`` (and ``minimum`` for integers)."""
+    origin, args = get_origin(hint), get_args(hint)
+    if hint is Any:
+        return
+    if origin is Literal:
+        if value not in args:
+            raise SpecError(path, f"must be one of {', '.join(map(str, args))}; got {value!r}")
+    elif origin in (Union, types.UnionType):
+        if value is None and type(None) in args:
+            return
+        errors = []
+        for arm in (a for a in args if a is not type(None)):
+            try:
+                check_value(value, arm, path, minimum)
+                return
+            except SpecError as error:
+                errors.append(error)
+        if len(errors) == 1:
+            raise errors[0]
+        raise SpecError(path, f"must be {describe(hint)}; got {value!r}")
+    elif hint is bool:
+        if not isinstance(value, bool):
+            raise SpecError(path, f"must be true or false, got {value!r}")
+    elif hint is int:
+        if isinstance(value, bool) or not isinstance(value, int):
+            raise SpecError(path, f"must be an integer, got {value!r}")
+        if minimum is not None and value < minimum:
+            raise SpecError(path, f"must be >= {minimum}, got {value}")
+    elif hint is float:
+        if isinstance(value, bool) or not isinstance(value, int | float):
+            raise SpecError(path, f"must be a number, got {value!r}")
+    elif hint is str:
+        if not isinstance(value, str):
+            raise SpecError(path, f"must be a string, got {value!r}")
+    elif origin is tuple:
+        if not isinstance(value, tuple):
+            raise SpecError(path, f"must be a list, got {value!r}")
+        items = args[:1] * len(value) if len(args) == 2 and args[1] is Ellipsis else args
+        if len(items) != len(value):
+            raise SpecError(path, f"must be a list of {len(items)} values, got {list(value)!r}")
+        for index, (item, item_hint) in enumerate(zip(value, items, strict=True)):
+            check_value(item, item_hint, f"{path}[{index}]", minimum)
+    elif origin is dict:
+        if not isinstance(value, dict):
+            raise SpecError(path, f"must be a mapping, got {type(value).__name__}")
+    elif dataclasses.is_dataclass(hint) and not isinstance(value, hint):
+        raise SpecError(path, f"must be a mapping, got {type(value).__name__}")
+
+
+def check_fields(instance: Any) -> None:
+    """Hold every field of a dataclass instance to its type hint and metadata (from ``__post_init__``)."""
+    types_ = hints(type(instance))
+    for item in dataclasses.fields(instance):
+        check_value(getattr(instance, item.name), types_[item.name], item.name, item.metadata.get(MIN))
+
+
+def nested(path: str, error: SpecError) -> SpecError:
+    """``error`` (raised by a dataclass about one of its fields) re-addressed below ``path``."""
+    return SpecError(f"{path}.{error.path}" if error.path else path, error.problem)
+
+
+def _from_yaml(value: Any, hint: Any, path: str) -> Any:
+    """Convert YAML data towards ``hint``: mappings into dataclasses, lists into tuples. Anything else
+    is passed through, to be checked by the constructor."""
+    origin, args = get_origin(hint), get_args(hint)
+    if origin in (Union, types.UnionType):
+        if isinstance(value, dict):
+            records = [a for a in args if dataclasses.is_dataclass(a)]
+            fitting = [a for a in records if set(required_names(a)) <= set(value)]
+            if len(fitting) == 1:
+                return parse(fitting[0], value, path)
+            if records:
+                keys = ", ".join(k for a in records for k in required_names(a))
+                raise SpecError(path, f"a mapping here needs one of the keys {keys}; got {sorted(value)}")
+        if isinstance(value, list):
+            tuples = [a for a in args if get_origin(a) is tuple]
+            return _from_yaml(value, tuples[0], path) if tuples else value
+        return value
+    if origin is tuple and isinstance(value, list):
+        items = args[:1] * len(value) if len(args) == 2 and args[1] is Ellipsis else args
+        if len(items) != len(value):
+            return tuple(value)  # the constructor names the length problem
+        pairs = enumerate(zip(value, items, strict=True))
+        return tuple(_from_yaml(v, h, f"{path}[{i}]") for i, (v, h) in pairs)
+    if dataclasses.is_dataclass(hint) and isinstance(value, dict):
+        return parse(hint, value, path)
+    return value
+
+
+def parse(cls: type, data: Any, path: str, **overrides: Any) -> Any:
+    """Build ``cls`` from a YAML mapping: unknown and missing keys named, every error under ``path``.
+
+    ``overrides`` are values computed by the caller (already typed) for keys the mapping left out.
+    """
+    if not isinstance(data, dict):
+        raise SpecError(path, f"must be a mapping, got {type(data).__name__}")
+    allowed = field_names(cls)
+    unknown = sorted(set(data) - set(allowed))
+    if unknown:
+        raise SpecError(f"{path}.{unknown[0]}", f"unknown field (allowed: {', '.join(sorted(allowed))})")
+    missing = [name for name in required_names(cls) if name not in data and name not in overrides]
+    if missing:
+        raise SpecError(f"{path}.{missing[0]}", "is required")
+    types_ = hints(cls)
+    values = {key: _from_yaml(value, types_[key], f"{path}.{key}") for key, value in data.items()}
+    try:
+        return cls(**{**overrides, **values})
+    except SpecError as error:
+        raise nested(path, error) from None
+
+
+def to_data(value: Any) -> Any:
+    """The YAML form of a spec dataclass (the inverse of ``parse``): tuples as lists, ``None`` and
+    defaults left out, so the output is what a person would write."""
+    if dataclasses.is_dataclass(value):
+        data = {}
+        for item in dataclasses.fields(value):
+            current = getattr(value, item.name)
+            default = (
+                item.default_factory() if item.default_factory is not dataclasses.MISSING else item.default
+            )
+            if current is None or (default is not dataclasses.MISSING and current == default):
+                continue
+            data[item.name] = to_data(current)
+        return data
+    if isinstance(value, tuple | list):
+        return [to_data(v) for v in value]
+    if isinstance(value, dict):
+        return {k: to_data(v) for k, v in value.items()}
+    return value
