@@ -152,11 +152,18 @@ def _drain(state: dict, timeout: float) -> int:
     return 0
 
 
-def _drain_command(args: argparse.Namespace) -> int:
+def _running_state() -> dict | None:
+    """The recorded server's state while it is running; None (and says so) otherwise."""
     if not STATE.exists() or not _alive(json.loads(STATE.read_text())["pid"]):
         print("not running")
+        return None
+    return json.loads(STATE.read_text())
+
+
+def _drain_command(args: argparse.Namespace) -> int:
+    state = _running_state()
+    if state is None:
         return 1
-    state = json.loads(STATE.read_text())
     _stop_watchdog(state)
     return _drain(state, args.timeout)
 
@@ -186,13 +193,10 @@ def _stop(args: argparse.Namespace) -> int:
 
 
 def _status(args: argparse.Namespace) -> int:
-    if not STATE.exists() or not _alive(json.loads(STATE.read_text())["pid"]):
-        print("not running")
+    state = _running_state()
+    if state is None:
         return 1
-    state = json.loads(STATE.read_text())
-    import tritonclient.http as http
-
-    client = http.InferenceServerClient(state["http"])
+    client = httpclient.InferenceServerClient(state["http"])
     models = client.get_model_repository_index(headers=admin.headers(admin.read_key(KEY) or ""))
     print(json.dumps(state, indent=2))
     for model in models:
@@ -201,10 +205,9 @@ def _status(args: argparse.Namespace) -> int:
 
 
 def _recorded_admin(args: argparse.Namespace) -> tuple[dict, str] | None:
-    if not STATE.exists() or not _alive(json.loads(STATE.read_text())["pid"]):
-        print("not running", file=sys.stderr)
+    state = _running_state()
+    if state is None:
         return None
-    state = json.loads(STATE.read_text())
     if state.get("model_control_mode") != "explicit":
         print("the server runs with --model-control-mode none: its model set is fixed", file=sys.stderr)
         return None
