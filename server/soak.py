@@ -37,6 +37,7 @@ from server.stubs import server_stubs, stubs_with_prefix
 
 log = logging.getLogger("soak")
 LOAD_MODELS = ("trivial", "recommender", PIPELINE)
+FAULTS = ("kill", "bad", "update")
 BAD_DTYPE = "inference input 'x' data-type is 'FP64', but model 'trivial' expects 'FP32'"
 
 
@@ -53,6 +54,7 @@ class SoakReport:
     duration_s: float
     sent: int = 0
     ok: int = 0
+    answered_during_drain: int = 0
     excused: int = 0
     lost: list[str] = field(default_factory=list)
     refused_after_drain: int = 0
@@ -88,7 +90,8 @@ class SoakReport:
                 f"soak {self.duration_s:.0f} s: {'PASSED' if self.passed else 'FAILED'}",
                 f"  requests sent before the drain: {self.sent}; ok {self.ok}; "
                 f"failed while a killed stub was reloading {self.excused}; lost {lost}",
-                f"  refused cleanly during the final drain: {self.refused_after_drain}",
+                f"  sent during the final drain: answered {self.answered_during_drain}, "
+                f"refused cleanly {self.refused_after_drain}",
                 f"  stubs killed: {len(self.kills)} ({Counter(k.model for k in self.kills)}); "
                 f"all reloaded: {all(k.healed_at for k in self.kills)}; slowest recovery {worst}",
                 f"  malformed requests: {self.bad_requests}, "
@@ -158,7 +161,7 @@ def _account(
                 where = f"{outcome.protocol} {outcome.model} during the drain"
                 report.lost.append(f"{where}: {outcome.error[:200]}")
             report.refused_after_drain += bool(outcome.error)
-            report.ok += not outcome.error
+            report.answered_during_drain += not outcome.error
             continue
         report.sent += 1
         if not outcome.error:
@@ -191,11 +194,14 @@ def run_soak(repository: Path, duration_s: float, seed: int = 0, fault_every_s: 
         load.wait_for(20)
         report.rss_start_mib = _rss_mib(server.pid or 0)
         end = time.monotonic() + duration_s
+        faults: list[str] = []
         while time.monotonic() < end:
             time.sleep(min(rng.uniform(0.5, 1.5) * fault_every_s, max(0.0, end - time.monotonic())))
             if time.monotonic() >= end:
                 break
-            fault = rng.choice(("kill", "bad", "update"))
+            if not faults:  # each kind once per round, in random order
+                faults = rng.sample(FAULTS, len(FAULTS))
+            fault = faults.pop()
             if fault == "kill":
                 kill = _kill_one(server, sorted(set().union(*served_by.values())), rng)
                 if kill:
