@@ -23,7 +23,7 @@ from client.stats import fetch_stats, parse_version_stats
 
 
 def _health(client, args) -> int:
-    text, ok = health_report(client, args.models, args.admin_key_file, args.events)
+    text, ok = health_report(client, args.protocol, args.models, args.admin_key_file, args.events)
     print(text)
     return 0 if ok else 1
 

@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from google.protobuf import json_format
+from tritonclient.utils import InferenceServerException
 
 from server.admin import headers
 from server.watchdog import read_events
@@ -42,11 +43,16 @@ class ModelHealth:
         return f"  {self.name}: {state}"
 
 
-def model_health(client: Any, models: list[str], key: str | None, events: dict) -> list[ModelHealth]:
+def model_health(
+    client: Any, protocol: str, models: list[str], key: str | None, events: dict
+) -> list[ModelHealth]:
     """Health of ``models`` (all models the server knows when empty and the key is given)."""
     index: dict[str, ModelHealth] = {}
     if key:
-        raw = client.get_model_repository_index(headers=headers(key))
+        try:
+            raw = client.get_model_repository_index(headers=headers(key, protocol))
+        except InferenceServerException:  # another server's key (e.g. --url elsewhere): no version detail
+            raw, key = [], None
         entries = raw if isinstance(raw, list) else json_format.MessageToDict(raw).get("models", [])
         for entry in entries:
             health = index.setdefault(entry["name"], ModelHealth(entry["name"]))
@@ -80,12 +86,12 @@ def watchdog_lines(events: dict) -> list[str]:
 
 
 def report(
-    client: Any, models: list[str], key_path: Path | None, events_path: Path | None
+    client: Any, protocol: str, models: list[str], key_path: Path | None, events_path: Path | None
 ) -> tuple[str, bool]:
     """The text ``client health`` prints and whether everything checked can serve."""
     live, ready = client.is_server_live(), client.is_server_ready()
     key = key_path.read_text().strip() if key_path and key_path.is_file() else None
     events = read_events(events_path) if events_path else {}
-    healths = model_health(client, models, key, events) if live else []
+    healths = model_health(client, protocol, models, key, events) if live else []
     lines = [f"live: {live}  ready: {ready}", *(h.line() for h in healths), *watchdog_lines(events)]
     return "\n".join(lines), live and ready and all(h.ok for h in healths)

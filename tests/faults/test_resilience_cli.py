@@ -63,8 +63,9 @@ def test_second_start_fails_cleanly_and_quick_restart_works(checkout: Path) -> N
     assert "Traceback" not in loser[2] + results[0][2] + results[1][2]
     state = json.loads((checkout / ".run" / "server.json").read_text())
     assert _alive(state["pid"]) and _alive(state["watchdog_pid"])
-    health = _finish(_cli(checkout, "client", "health"))
-    assert health[0] == 0 and "trivial: READY (serving version 1)" in health[1], health
+    for protocol in ("http", "grpc"):
+        health = _finish(_cli(checkout, "client", "--protocol", protocol, "health"))
+        assert health[0] == 0 and "trivial: READY (serving version 1)" in health[1], health
     assert oct((checkout / ".run" / "admin.key").stat().st_mode & 0o777) == "0o600"
 
     stopped = _finish(_cli(checkout, "server", "stop"))
