@@ -93,7 +93,7 @@ class SoakReport:
                 f"  sent during the final drain: answered {self.answered_during_drain}, "
                 f"refused cleanly {self.refused_after_drain}",
                 f"  stubs killed: {len(self.kills)} ({Counter(k.model for k in self.kills)}); "
-                f"all reloaded: {all(k.healed_at for k in self.kills)}; slowest recovery {worst}",
+                f"all reloaded: {all(k.healed_at for k in self.kills)}; slowest kill-to-reloaded {worst}",
                 f"  malformed requests: {self.bad_requests}, "
                 f"answered with the exact 400: {self.bad_answered_right}",
                 f"  embedding updates: {self.updates}, acknowledged: {self.updates_acknowledged}",
