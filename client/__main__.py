@@ -72,7 +72,8 @@ def _stats(client, args) -> int:
         name, version = entry["name"], entry.get("version", "")
         print(
             f"{name} v{version}: {stats.inferences} inferences in {stats.executions} executions "
-            f"(mean batch {stats.mean_batch:.2f}); fail {stats.failed}; queue "
+            f"(mean batch {stats.mean_batch:.2f}); server-counted success {stats.requests} / fail "
+            f"{stats.failed} (2.51 counts Python-backend errors as success); queue "
             f"{stats.queue_ms_per_request:.3f} ms/req, compute {stats.compute_ms_per_request:.3f} ms/req"
         )
         for size, bucket in sorted(stats.batches.items()):

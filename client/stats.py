@@ -25,7 +25,10 @@ class BatchBucket:
 class ModelStats:
     """Cumulative counters of one model (one version, or all versions summed)."""
 
-    requests: int = 0  # successful requests
+    # What Triton counts, which is not what succeeded: on 2.51 a Python-backend model's error responses
+    # count in ``requests`` (as successes), and an ensemble counts each failing request twice in
+    # ``failed``. Succeeded/failed figures come from the client's records (tests/faults/test_statistics).
+    requests: int = 0  # requests the server answered as "success" (incl. Python-backend errors)
     failed: int = 0
     inferences: int = 0  # samples (a request of batch 8 counts 8)
     executions: int = 0  # model executions (a formed batch counts 1)

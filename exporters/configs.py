@@ -10,6 +10,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from exporters.errors import SpecError
+from exporters.guards import guard_parameters
 from exporters.model_config import (
     InstanceGroup,
     ModelConfig,
@@ -75,8 +76,10 @@ def dynamic_batching(batching: Batching) -> ModelDynamicBatching | None:
 def warmups(spec: ModelSpec, inputs: Sequence[TensorSpec], batching: Batching) -> list[ModelWarmup]:
     """Warm up at every batch size the server will form, so the first real batch pays no setup cost.
 
-    Variable axes warm up at their ``max_shape`` (the largest allocation). Integer inputs (ids) warm
-    up with zeros: random ids could fall outside an embedding table.
+    Variable axes warm up at their ``max_shape`` (the largest allocation). Every input warms up with
+    zeros: random ids could fall outside an embedding table, and Triton's ``random_data`` fills floats
+    with random bytes, which include NaN/Inf bit patterns that the input guards reject (the warm-up
+    then fails the model's load).
     """
     if not spec.warmup:
         return []
@@ -91,12 +94,7 @@ def warmups(spec: ModelSpec, inputs: Sequence[TensorSpec], batching: Batching) -
             name=f"batch_{size}",
             batch_size=size,
             inputs={
-                t.name: WarmupInput(
-                    DTYPES[t.dtype],
-                    list(t.largest),
-                    zero_data=t.dtype.startswith("int"),
-                    random_data=not t.dtype.startswith("int"),
-                )
+                t.name: WarmupInput(DTYPES[t.dtype], list(t.largest), zero_data=True, random_data=False)
                 for t in inputs
             },
         )
@@ -134,6 +132,9 @@ def build_model_config(
         parameters={
             "intra_op_thread_count": str(spec.intra_op_threads),
             "inter_op_thread_count": str(spec.inter_op_threads),
+            **guard_parameters(
+                {t.name: t.range for t in inputs if t.range is not None}, spec.allow_non_finite
+            ),
         },
         gpu_execution_accelerator=[TENSORRT_FP16] if target == "gpu" and spec.tensorrt_fp16 else [],
     )

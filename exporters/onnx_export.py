@@ -23,6 +23,7 @@ import torch
 from torch import nn
 
 from exporters.errors import ExportCheckError, SpecError
+from exporters.file_hash import file_matches, file_sha256
 from exporters.parity import compare_outputs
 from exporters.spec import ModelSpec
 from exporters.zoo.reference import build_torch_model, sample_inputs, torch_reference
@@ -44,6 +45,7 @@ class Artifact:
     max_rel_error: float
     tolerance: float
     cached: bool = False
+    file_sha256: str = ""  # of model.onnx as written; a cache hit requires the file to still match
 
 
 def content_hash(spec: ModelSpec, model: nn.Module) -> str:
@@ -155,7 +157,7 @@ def export_onnx(spec: ModelSpec, out_dir: Path) -> Artifact:
     path, record_path = out_dir / "model.onnx", out_dir / "export.json"
     if path.exists() and record_path.exists():
         record = json.loads(record_path.read_text())
-        if record.get("content_hash") == digest:
+        if record.get("content_hash") == digest and file_matches(path, record.get("file_sha256")):
             log.info("%s: export up to date (%s)", spec.name, digest[:12])
             return Artifact(path=path, cached=True, **{k: v for k, v in record.items() if k != "path"})
     out_dir.mkdir(parents=True, exist_ok=True)
@@ -175,7 +177,13 @@ def export_onnx(spec: ModelSpec, out_dir: Path) -> Artifact:
         worst = report if worst is None or report.max_rel_error > worst.max_rel_error else worst
     staging.replace(path)
     artifact = Artifact(
-        path, digest, spec.precision, worst.max_abs_error, worst.max_rel_error, worst.tolerance
+        path,
+        digest,
+        spec.precision,
+        worst.max_abs_error,
+        worst.max_rel_error,
+        worst.tolerance,
+        file_sha256=file_sha256(path),
     )
     record_path.write_text(
         json.dumps({k: v for k, v in asdict(artifact).items() if k not in ("path", "cached")}, indent=2)

@@ -26,6 +26,7 @@ from torch import nn
 
 import python_backend
 from exporters.errors import SpecError
+from exporters.file_hash import file_matches, file_sha256
 from exporters.model_config import ModelConfig, write_config
 from exporters.onnx_export import content_hash
 from exporters.pipeline_configs import pipeline_configs
@@ -96,7 +97,9 @@ def _recorded(repository: Path, pipeline: PipelineSpec, digest: str) -> Pipeline
         return None
     if record.content_hash != digest:
         return None
-    if not all((repository / stage.name / "1" / stage.artifact).exists() for stage in record.stages):
+    if not all(
+        file_matches(repository / stage.name / "1" / stage.artifact, stage.sha256) for stage in record.stages
+    ):
         return None
     return record
 
@@ -164,7 +167,10 @@ def _export(
     return PipelineRecord(
         content_hash=digest, pipeline=pipeline.name, model=spec.name, split=pipeline.split,
         stages=tuple(
-            StageRecord(s.name, s.runtime, s.artifact_name, r, tuple(t.name for t in s.inputs), s.output.name)
+            StageRecord(
+                s.name, s.runtime, s.artifact_name, r, tuple(t.name for t in s.inputs), s.output.name,
+                file_sha256(repository / s.name / "1" / s.artifact_name),
+            )
             for s, r in zip(stages, ranges, strict=True)
         ),
         split_plan=plan, boundary_dtype=pipeline.boundary_dtype,

@@ -12,6 +12,7 @@ import dataclasses
 from collections.abc import Sequence
 
 from exporters.configs import build_model_config, model_tensor, resolve_target
+from exporters.guards import guard_parameters
 from exporters.model_config import EnsembleStep, InstanceGroup, ModelConfig, ModelTensor, OptionalModelInput
 from exporters.pipeline_stages import Stage
 from exporters.spec import DTYPES, Batching, ModelSpec, PipelineSpec
@@ -68,6 +69,10 @@ def stage_config(
         "intra_op_thread_count": str(spec.intra_op_threads),
         # Hand GPU tensors over as they are (DLPack); the default copies every input to the host.
         "FORCE_CPU_ONLY_INPUT_TENSORS": "no",
+        **guard_parameters(
+            {t.name: t.range for t in spec.inputs if t.range and t.name in {i.name for i in stage.inputs}},
+            spec.allow_non_finite,
+        ),
     }
     inputs, outputs = list(config.input), list(config.output)
     if stage.embedding_tables and pipeline.live_updates:

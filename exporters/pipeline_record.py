@@ -24,6 +24,7 @@ class StageRecord:
     blocks: tuple[int, int] | None  # [start, stop) of the model's blocks; None for a named split
     inputs: tuple[str, ...]
     output: str
+    sha256: str = ""  # of the artifact as written; a cached build requires the file to still match
 
 
 @dataclass(frozen=True)
@@ -73,7 +74,7 @@ class PipelineRecord:
             split=data["split"],
             stages=tuple(
                 StageRecord(s["name"], s["runtime"], s["artifact"], s["blocks"] and tuple(s["blocks"]),
-                            tuple(s["inputs"]), s["output"])
+                            tuple(s["inputs"]), s["output"], s.get("sha256", ""))
                 for s in data["stages"]
             ),
             split_plan=SplitPlan(tuple(plan["cuts"]), tuple(plan["block_costs"]), plan["cost_method"])

@@ -18,6 +18,7 @@ from typing import Any, Literal
 import yaml
 
 from exporters.errors import SpecError
+from exporters.guards import check_batch_bounds, check_zoo_options
 from exporters.typed import at_least, check_fields, nested, parse
 from exporters.zoo import ZOO
 from python_backend import dtypes
@@ -266,6 +267,7 @@ class ModelSpec:
     threads: Threads = Threads()
     tensorrt_fp16: bool = False
     warmup: bool = True
+    allow_non_finite: bool = False  # float inputs may carry NaN/±Inf (rejected with a 400 otherwise)
     sample: str | None = None
     lengths: tuple[int, ...] = at_least(1, ())
 
@@ -296,6 +298,7 @@ class ModelSpec:
                 if key not in allowed:
                     names = ", ".join(sorted(allowed)) or "none"
                     raise SpecError(f"options.{key}", f"unknown option for {self.source} (allowed: {names})")
+            check_zoo_options(self.options)
         elif self.source_kind != "python" and self.options:
             raise SpecError("options", f"{self.source_kind} sources take no options (only zoo and python do)")
 
@@ -333,6 +336,7 @@ class ModelSpec:
                 raise SpecError(f"lengths[{index}]", f"{length} exceeds every variable axis' max_shape")
 
     def _check_batch_limits(self) -> None:
+        check_batch_bounds(self.max_batch_size, [(t.dtype, t.largest) for t in (*self.inputs, *self.outputs)])
         for index, size in enumerate(self.batching.preferred_batch_sizes):
             if size > self.max_batch_size:
                 raise SpecError(

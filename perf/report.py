@@ -198,11 +198,15 @@ def accounting_section(result: StudyResult) -> str:
     ok = sum(r.ok for m in measurements for r in m.records)
     failed = sum(not r.ok for m in measurements for r in m.records)
     server_ok = sum(m.server_total.requests for m in measurements if m.server_total)
+    if failed:  # Triton 2.51 counts a Python-backend error response as a success: not comparable
+        check = "not comparable while requests failed: Triton 2.51 counts Python-backend errors as successes"
+    else:
+        check = "matches" if server_ok == ok else "**differs from** the client's count"
     return (
         f"{len(measurements)} measurements; requests sent (incl. warm-up, drain, shed arrivals) {sent:,} = "
-        f"succeeded {ok:,} + failed {failed:,}: {'holds' if sent == ok + failed else '**does not hold**'}. "
-        f"The server counted {server_ok:,} successful requests over the same runs "
-        f"({'matches' if server_ok == ok else '**differs from**'} the client's count)."
+        f"succeeded {ok:,} + failed {failed:,}: {'holds' if sent == ok + failed else '**does not hold**'} "
+        "(source: the client's record of each request). "
+        f"The server's own counter says {server_ok:,} successful requests ({check})."
     )
 
 

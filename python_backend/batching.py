@@ -7,6 +7,8 @@ pays when the model does. Invariants, relied on by every model here:
 * A request whose inputs fail validation gets its own error; the rest still run as one batch.
 * If the batched run itself fails (e.g. one request carries an out-of-range id), every request is
   retried alone, so only the culprit gets the error, and every caller gets an answer.
+* Value guards (``TensorInfo.finite``, ``TensorInfo.bounds``) run per request before batching: Triton
+  checks dtypes and shapes but never values, and a NaN or a negative id would otherwise be answered.
 
 No Triton import, so it is unit-tested without a server. Arrays are numpy by default; the torch stage
 runners pass ``concatenate=torch.cat`` and torch dtypes in ``TensorInfo`` so tensors that arrived by
@@ -15,6 +17,8 @@ DLPack stay on their device (splitting is plain slicing, which both libraries sh
 
 from __future__ import annotations
 
+import dataclasses
+import json
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
@@ -40,6 +44,59 @@ class TensorInfo:
     name: str
     dtype: np.dtype
     dims: tuple[int, ...]
+    finite: bool = False  # reject NaN / ±Inf (float inputs)
+    bounds: tuple[int, int] | None = None  # integer inputs must lie in [lo, hi)
+
+
+def with_value_guards(inputs: Sequence[TensorInfo], config: dict) -> list[TensorInfo]:
+    """``inputs`` with the guards the model config asks for (``ValueError`` names a bad parameter).
+
+    ``allow_non_finite_inputs`` ("true"/"false", default false: NaN/±Inf are rejected) and
+    ``input_ranges`` (JSON ``{input: [lo, hi)}``) are ``parameters`` entries written by
+    ``exporters.guards``; configs without them get the default (finite floats, no ranges).
+    """
+    parameters = config.get("parameters", {})
+    allow = parameters.get("allow_non_finite_inputs", {}).get("string_value", "false").strip().lower()
+    if allow not in ("true", "false"):
+        raise ValueError(f"parameter allow_non_finite_inputs must be true or false, got {allow!r}")
+    text = parameters.get("input_ranges", {}).get("string_value", "").strip() or "{}"
+    try:
+        ranges = {name: (int(lo), int(hi)) for name, (lo, hi) in json.loads(text).items()}
+    except (ValueError, TypeError, AttributeError) as error:
+        raise ValueError(f"parameter input_ranges must map input names to [lo, hi), got {text!r}") from error
+    unknown = sorted(set(ranges) - {info.name for info in inputs})
+    if unknown:
+        raise ValueError(f"parameter input_ranges names no input of the model: {unknown}")
+    return [
+        dataclasses.replace(info, finite=allow == "false", bounds=ranges.get(info.name)) for info in inputs
+    ]
+
+
+def _is_float(array) -> bool:
+    return array.dtype.kind == "f" if isinstance(array, np.ndarray) else array.dtype.is_floating_point
+
+
+def _check_values(array, info: TensorInfo) -> None:
+    """The value guards; ``array`` is a numpy array or a torch tensor (both have min/max/isfinite)."""
+    empty = array.size == 0 if isinstance(array, np.ndarray) else array.numel() == 0
+    if empty:
+        return
+    if info.finite and _is_float(array):
+        finite = np.isfinite(array) if isinstance(array, np.ndarray) else array.isfinite()
+        bad = int((~finite).sum())
+        if bad:
+            raise InvalidInputError(
+                f"input '{info.name}' holds {bad} non-finite value(s) (NaN or Inf); the model takes "
+                "finite numbers only"
+            )
+    if info.bounds is not None:
+        low, high = info.bounds
+        smallest, largest = int(array.min()), int(array.max())
+        if smallest < low or largest >= high:
+            culprit = smallest if smallest < low else largest
+            raise InvalidInputError(
+                f"input '{info.name}' holds {culprit}, outside its declared range [{low}, {high})"
+            )
 
 
 def validate(arrays: Arrays, inputs: Sequence[TensorInfo]) -> int:
@@ -58,6 +115,7 @@ def validate(arrays: Arrays, inputs: Sequence[TensorInfo]) -> int:
             raise InvalidInputError(
                 f"input '{info.name}' has shape {list(array.shape)}, expected [batch, {info.dims}]"
             )
+        _check_values(array, info)
         if rows is None:
             rows = array.shape[0]
         elif array.shape[0] != rows:

@@ -77,6 +77,7 @@ def _start(args: argparse.Namespace) -> int:
         workdir=Path(".run/server").resolve(),
         self_heal=False,  # the watchdog runs as its own process, outliving this command
         port_wait_s=10.0,  # a server stopped a moment ago may still hold its ports
+        http_guard=args.http_guard,  # Triton 2.51's HTTP frontend crashes on some inputs (README)
     )
     server = TritonServer(options)
     try:
@@ -86,7 +87,7 @@ def _start(args: argparse.Namespace) -> int:
         return 1
     admin.write_key(KEY, server.admin_key)
     watcher = subprocess.Popen(
-        [sys.executable, "-m", "server", "watch", "--pid", str(server.pid), "--http", server.http_url],
+        [sys.executable, "-m", "server", "watch", "--pid", str(server.pid), "--http", server.triton_http_url],
         stdin=subprocess.DEVNULL,
         stdout=subprocess.DEVNULL,
         stderr=open(Path(".run/watchdog.log"), "ab"),  # noqa: SIM115 (inherited by the child)
@@ -95,6 +96,7 @@ def _start(args: argparse.Namespace) -> int:
     state = {
         "pid": server.pid,
         "http": server.http_url,
+        "triton_http": server.triton_http_url,  # Triton itself (behind the HTTP guard): admin calls
         "grpc": server.grpc_url,
         "metrics": server.metrics_url,
         "log": str(server.log_path),
@@ -107,6 +109,10 @@ def _start(args: argparse.Namespace) -> int:
     STATE.parent.mkdir(exist_ok=True)
     STATE.write_text(json.dumps(state, indent=2))
     print(f"tritonserver ready: http {server.http_url}  grpc {server.grpc_url}  metrics {server.metrics_url}")
+    if server.failed_models:
+        count = len(server.failed_models)
+        print(f"WARNING: {count} model(s) failed to load; the others serve:", file=sys.stderr)
+        print(server.describe_failures(), file=sys.stderr)
     print(f"log: {server.log_path}   stop with: make stop   admin key: {KEY}")
     return 0
 
@@ -144,12 +150,17 @@ def _drain(state: dict, timeout: float) -> int:
         print(f"no admin key at {KEY}; cannot drain", file=sys.stderr)
         return 1
     try:
-        drained = admin.drain(state["http"], key, timeout, state["pid"])
+        drained = admin.drain(_admin_url(state), key, timeout, state["pid"])
     except (admin.AdminError, InferenceServerException, OSError) as error:
         print(f"drain incomplete: {error}", file=sys.stderr)
         return 1
     print(f"drained: {', '.join(drained) or 'nothing was loaded'}; new requests are refused")
     return 0
+
+
+def _admin_url(state: dict) -> str:
+    """Triton's own HTTP endpoint: admin calls do not go through the HTTP guard."""
+    return state.get("triton_http", state["http"])
 
 
 def _running_state() -> dict | None:
@@ -196,7 +207,7 @@ def _status(args: argparse.Namespace) -> int:
     state = _running_state()
     if state is None:
         return 1
-    client = httpclient.InferenceServerClient(state["http"])
+    client = httpclient.InferenceServerClient(_admin_url(state))
     models = client.get_model_repository_index(headers=admin.headers(admin.read_key(KEY) or ""))
     print(json.dumps(state, indent=2))
     for model in models:
@@ -219,7 +230,7 @@ def _load(args: argparse.Namespace) -> int:
     if recorded is None:
         return 1
     state, key = recorded
-    client = httpclient.InferenceServerClient(state["http"], network_timeout=600)
+    client = httpclient.InferenceServerClient(_admin_url(state), network_timeout=600)
     files = {f"file:{Path(f).name}": Path(f).read_bytes() for f in args.file or []}
     try:
         allow = args.allow_file_override
@@ -235,7 +246,7 @@ def _unload(args: argparse.Namespace) -> int:
     if recorded is None:
         return 1
     state, key = recorded
-    httpclient.InferenceServerClient(state["http"]).unload_model(args.model, headers=admin.headers(key))
+    httpclient.InferenceServerClient(_admin_url(state)).unload_model(args.model, headers=admin.headers(key))
     print(f"unloading {args.model}")
     return 0
 
@@ -264,6 +275,12 @@ def main(argv: list[str] | None = None) -> int:
     start.add_argument("--grpc-port", type=int, default=8001)
     start.add_argument("--metrics-port", type=int, default=8002)
     start.add_argument("--model-control-mode", choices=("none", "explicit"), default="none")
+    start.add_argument(
+        "--http-guard",
+        action=argparse.BooleanOptionalAction,
+        default=True,
+        help="put server.http_guard in front of Triton's HTTP port (default; see README: Bad input)",
+    )
     stop = sub.add_parser("stop", help="SIGTERM the recorded server, SIGKILL after --timeout")
     stop.add_argument("--timeout", type=float, default=35.0)
     sub.add_parser("status", help="is the recorded server up; which models")

@@ -16,12 +16,14 @@ models serve.
 
 from __future__ import annotations
 
+import json
 import logging
 import os
 import shutil
 import signal
 import socket
 import subprocess
+import sys
 import sysconfig
 import tempfile
 import time
@@ -33,7 +35,8 @@ from pathlib import Path
 from google.protobuf import text_format
 from tritonclient.grpc import model_config_pb2
 
-from server.admin import AdminError, drain, new_admin_key, restricted_api_args
+from server.admin import drain, new_admin_key, restricted_api_args
+from server.admin import headers as admin_headers
 from server.install import ServerError, ServerInstall, assemble_backends, find_install
 from server.stubs import kill_stray_stubs
 from server.watchdog import Watchdog
@@ -53,6 +56,7 @@ BYTES_PER_TYPE = {
     "TYPE_BOOL": 1,
 }
 MIB = 1 << 20
+MAX_BATCH_BYTES = 1 << 30  # the spec's bound too (exporters.guards): shm per stub is 4x the largest batch
 
 
 def remove_shm_regions(prefix: str) -> list[str]:
@@ -120,6 +124,12 @@ def python_shm_bytes(repository: Path) -> int:
             for dim in tensor.dims:
                 count *= max(dim, 1)
             per_sample += count * BYTES_PER_TYPE.get(model_config_pb2.DataType.Name(tensor.data_type), 8)
+        if rows * per_sample > MAX_BATCH_BYTES:  # a hand-written config the spec's bound never saw
+            raise ServerError(
+                f"{path}: a full batch of {rows} needs {rows * per_sample // MIB} MiB of inputs and "
+                f"outputs (limit {MAX_BATCH_BYTES // MIB} MiB; each Python-backend stub would map 4x "
+                "that in /dev/shm); lower max_batch_size"
+            )
         largest = max(largest, rows * per_sample)
     needed = 4 * largest + 8 * MIB
     return max(16 * MIB, -(-needed // MIB) * MIB)
@@ -145,6 +155,10 @@ class ServerOptions:
     log_path: Path | None = None
     workdir: Path | None = None  # backend folder and log; None: a temporary one removed on stop
     extra_args: list[str] = field(default_factory=list)
+    # Put server.http_guard in front of Triton's HTTP endpoint (``make serve`` does): clients use
+    # http_port, Triton's own HTTP port becomes a loopback port of its own (``triton_http_url``).
+    http_guard: bool = False
+    http_guard_body_timeout_s: float = 30.0  # a body not complete by then gets 408
 
 
 class TritonServer:
@@ -159,9 +173,13 @@ class TritonServer:
         self._workdir.mkdir(parents=True, exist_ok=True)
         self.log_path = options.log_path or self._workdir / "server.log"
         self.http_port = options.http_port or free_port(options.host)
+        # With the guard, Triton's HTTP endpoint moves to a port of its own on loopback.
+        self.triton_http_port = free_port("127.0.0.1") if options.http_guard else self.http_port
+        self.guard: subprocess.Popen | None = None
         self.grpc_port = options.grpc_port or free_port(options.host)
         self.metrics_port = options.metrics_port or free_port(options.host)
         self.shm_prefix = f"tb{os.getpid()}_{self.http_port}_"  # this server's Python-backend regions
+        self.failed_models: dict[str, str] = {}  # name -> reason, for models that did not load
         self.admin_key = options.admin_key or new_admin_key()
         self.watchdog: Watchdog | None = None
         self.watchdog_path = self._workdir / "watchdog.json"
@@ -170,6 +188,11 @@ class TritonServer:
     @property
     def http_url(self) -> str:
         return f"{self.options.host}:{self.http_port}"
+
+    @property
+    def triton_http_url(self) -> str:
+        """Triton's own HTTP endpoint (the guard's upstream when there is a guard)."""
+        return f"{'127.0.0.1' if self.options.http_guard else self.options.host}:{self.triton_http_port}"
 
     @property
     def grpc_url(self) -> str:
@@ -188,8 +211,8 @@ class TritonServer:
         command = [
             str(self.install.binary),
             f"--model-repository={Path(options.repository).resolve()}",
-            f"--http-address={options.host}",
-            f"--http-port={self.http_port}",
+            f"--http-address={'127.0.0.1' if options.http_guard else options.host}",
+            f"--http-port={self.triton_http_port}",
             f"--grpc-address={options.host}",
             f"--grpc-port={self.grpc_port}",
             f"--metrics-address={options.host}",
@@ -202,6 +225,9 @@ class TritonServer:
             "--allow-metrics=true",
             "--allow-gpu-metrics=false",
             f"--exit-timeout-secs={int(options.exit_timeout_s)}",
+            # One model that fails to load must not take the others down (2.51 exits by default);
+            # wait_ready names the failed ones instead.
+            "--exit-on-error=false",
             f"--backend-config=python,shm-default-byte-size={python_shm_bytes(options.repository)}",
             f"--backend-config=python,shm-growth-byte-size={16 * MIB}",
             f"--backend-config=python,shm-region-prefix-name={self.shm_prefix}",
@@ -235,7 +261,8 @@ class TritonServer:
             self.stop()
             raise
         if self.options.self_heal and self.pid is not None:
-            self.watchdog = Watchdog(self.pid, self.http_url, self.admin_key, self.watchdog_path).start()
+            self.watchdog = Watchdog(self.pid, self.triton_http_url, self.admin_key, self.watchdog_path)
+            self.watchdog.start()
         log.info("tritonserver ready (pid %s) http=%s grpc=%s", self.pid, self.http_url, self.grpc_url)
         return self
 
@@ -244,6 +271,8 @@ class TritonServer:
             raise ServerError(f"model repository {self.options.repository} does not exist (run `make repo`)")
         for port in (self.http_port, self.grpc_port, self.metrics_port):
             check_port_free(self.options.host, port, self.options.port_wait_s)
+        if self.options.http_guard:
+            check_port_free("127.0.0.1", self.triton_http_port, self.options.port_wait_s)
         command = self.command()
         self.log_path.parent.mkdir(parents=True, exist_ok=True)
         with open(self.log_path, "wb") as log_file:
@@ -253,6 +282,22 @@ class TritonServer:
                 stderr=subprocess.STDOUT,
                 env=self.environment(),
                 start_new_session=detach,
+            )
+        if self.options.http_guard:
+            self._launch_guard(detach)
+
+    def _launch_guard(self, detach: bool) -> None:
+        """Start ``server.http_guard`` on the public HTTP port; it exits with the server."""
+        command = [
+            sys.executable, "-m", "server.http_guard",
+            f"--listen={self.options.host}:{self.http_port}",
+            f"--upstream={self.triton_http_url}",
+            f"--server-pid={self.pid}",
+            f"--body-timeout-s={self.options.http_guard_body_timeout_s}",
+        ]  # fmt: skip
+        with open(self.log_path.with_name("http_guard.log"), "wb") as log_file:
+            self.guard = subprocess.Popen(
+                command, stdout=log_file, stderr=subprocess.STDOUT, start_new_session=detach
             )
 
     def log_tail(self, lines: int = 40) -> str:
@@ -268,14 +313,70 @@ class TritonServer:
         except (urllib.error.URLError, OSError):
             return False
 
+    def model_index(self) -> list[dict]:
+        """The repository index (name, version, state, reason of every model); [] when unreachable."""
+        request = urllib.request.Request(
+            f"http://{self.triton_http_url}/v2/repository/index",
+            data=b"{}",
+            method="POST",
+            headers=admin_headers(self.admin_key),  # the repository API is keyed (server.admin)
+        )
+        try:
+            with urllib.request.urlopen(request, timeout=5) as response:
+                return json.loads(response.read())
+        except (urllib.error.URLError, OSError, ValueError):
+            return []
+
+    def model_log_lines(self, name: str, limit: int = 12) -> list[str]:
+        """The server log's lines about model ``name`` (Triton quotes model names: ``'name'``)."""
+        try:
+            lines = self.log_path.read_text(errors="replace").splitlines()
+        except OSError:
+            return []
+        return [line for line in lines if f"'{name}'" in line or f"{name}:" in line][-limit:]
+
+    def _settled_failures(self) -> dict[str, str] | None:
+        """``{name: reason}`` of models that failed to load once every model has settled, else None.
+
+        Settled: the server is live and no model is still loading (READY or UNAVAILABLE each).
+        """
+        index = self.model_index()
+        if not index or any(m.get("state") not in ("READY", "UNAVAILABLE") for m in index):
+            return None
+        return {m["name"]: m.get("reason", "") for m in index if m.get("state") == "UNAVAILABLE"}
+
+    def _report_failures(self, failed: dict[str, str]) -> None:
+        self.failed_models = failed
+        for name, reason in sorted(failed.items()):
+            lines = "\n    ".join(self.model_log_lines(name)) or "(no log lines name it)"
+            log.error("model %s failed to load: %s\n    %s", name, reason, lines)
+
+    def describe_failures(self) -> str:
+        """One paragraph per failed model: its reason and its own log lines."""
+        return "\n".join(
+            f"model {name!r} failed to load: {reason}\n    " + "\n    ".join(self.model_log_lines(name))
+            for name, reason in sorted(self.failed_models.items())
+        )
+
     def wait_ready(self) -> None:
+        """Until ready, or until every model has settled with some failed (those are named and the
+        rest keep serving); ``ServerError`` if the process dies or the timeout passes."""
         deadline = time.monotonic() + self.options.startup_timeout_s
         while time.monotonic() < deadline:
             if self.process is not None and self.process.poll() is not None:
                 raise ServerError(
                     f"tritonserver exited with {self.process.returncode}; log:\n{self.log_tail()}"
                 )
+            if self.guard is not None and self.guard.poll() is not None:
+                guard_log = self.log_path.with_name("http_guard.log").read_text(errors="replace")
+                raise ServerError(f"the HTTP guard exited with {self.guard.returncode}:\n{guard_log[-2000:]}")
             if self.is_ready() and self.process is not None and self.process.poll() is None:
+                # readiness is non-strict (see module doc): name any model that failed all the same
+                self._report_failures(self._settled_failures() or {})
+                return
+            failed = self._settled_failures()
+            if failed:
+                self._report_failures(failed)
                 return
             time.sleep(0.25)
         raise ServerError(
@@ -283,16 +384,20 @@ class TritonServer:
         )
 
     def stop(self) -> None:
-        """Drain, then SIGTERM; SIGKILL if it outlives its exit timeout (+5 s); then remove what the
-        server leaves behind: stray stubs, its shared-memory regions and a temporary workdir."""
+        """Drain (through Triton's own HTTP endpoint, while the guard still forwards), stop the guard,
+        then SIGTERM; SIGKILL if it outlives its exit timeout (+5 s); then remove what the server
+        leaves behind: stray stubs, its shared-memory regions and a temporary workdir."""
         if self.watchdog is not None:
             self.watchdog.stop()
+        if self.process is not None and self.process.poll() is None and self.is_ready():
+            try:
+                self.drained = drain(
+                    self.triton_http_url, self.admin_key, self.options.stop_timeout_s, self.pid
+                )
+            except Exception as error:  # still stop; say what was not drained
+                log.warning("drain incomplete, stopping anyway: %s", error)
+        self._stop_guard()
         if self.process is not None and self.process.poll() is None:
-            if self.is_ready():
-                try:
-                    self.drained = drain(self.http_url, self.admin_key, self.options.stop_timeout_s, self.pid)
-                except (AdminError, OSError, Exception) as error:  # still stop; say what was not drained
-                    log.warning("drain incomplete, stopping anyway: %s", error)
             self.process.send_signal(signal.SIGTERM)
             try:
                 self.process.wait(timeout=self.options.exit_timeout_s + 5)
@@ -305,6 +410,18 @@ class TritonServer:
             remove_shm_regions(self.shm_prefix)
         if self._owns_workdir:
             shutil.rmtree(self._workdir, ignore_errors=True)
+
+    def _stop_guard(self) -> None:
+        """The HTTP guard first: it stops listening, lets its requests in flight finish and closes
+        its kept-alive upstream connections, which would otherwise hold Triton's exit."""
+        if self.guard is None or self.guard.poll() is not None:
+            return
+        self.guard.terminate()
+        try:
+            self.guard.wait(timeout=self.options.stop_timeout_s)
+        except subprocess.TimeoutExpired:
+            self.guard.kill()
+            self.guard.wait(timeout=10)
 
     def __enter__(self) -> TritonServer:
         return self.start()

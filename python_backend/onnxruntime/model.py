@@ -4,7 +4,9 @@ C++ backend is absent (the embedded tritonserver from the nvidia-pytriton wheel)
 Placed at ``<backend-dir>/onnxruntime/model.py`` by the launcher, so the same repository runs unchanged
 here and on the native backend inside the NGC container. It reads only standard config fields:
 ``default_model_filename``, the ``intra_op_thread_count`` / ``inter_op_thread_count`` parameters, and a
-``tensorrt`` GPU execution accelerator. The whole list of requests Triton hands to ``execute`` runs as
+``tensorrt`` GPU execution accelerator, and the input guards' ``input_ranges`` /
+``allow_non_finite_inputs`` parameters (written by ``exporters.guards``; the native backend ignores
+them). The whole list of requests Triton hands to ``execute`` runs as
 one onnxruntime call (see ``batching.py``); a bad request gets its own error response.
 """
 
@@ -18,7 +20,7 @@ add_launcher_paths()
 import numpy as np  # noqa: E402
 import onnxruntime as ort  # noqa: E402
 import triton_python_backend_utils as pb_utils  # noqa: E402
-from batching import InvalidInputError, TensorInfo, run_batched  # noqa: E402
+from batching import InvalidInputError, TensorInfo, run_batched, with_value_guards  # noqa: E402
 from onnxruntime.capi.onnxruntime_pybind11_state import InvalidArgument  # noqa: E402
 
 
@@ -88,7 +90,10 @@ class TritonPythonModel:
     def initialize(self, args: dict) -> None:
         config = json.loads(args["model_config"])
         self.name = config["name"]
-        self.inputs = _tensor_infos(config["input"])
+        try:
+            self.inputs = with_value_guards(_tensor_infos(config["input"]), config)
+        except ValueError as error:
+            raise pb_utils.TritonModelException(f"{self.name}: {error}") from error
         self.outputs = _tensor_infos(config["output"])
         version_dir = os.path.join(args["model_repository"], args["model_version"])
         path = os.path.join(version_dir, config.get("default_model_filename") or "model.onnx")

@@ -29,7 +29,13 @@ add_launcher_paths()
 import torch  # noqa: E402
 import triton_python_backend_utils as pb_utils  # noqa: E402
 import update_log  # noqa: E402
-from batching import InvalidInputError, ModelRunError, TensorInfo, run_batched  # noqa: E402
+from batching import (  # noqa: E402
+    InvalidInputError,
+    ModelRunError,
+    TensorInfo,
+    run_batched,
+    with_value_guards,
+)
 from dtypes import BY_TRITON  # noqa: E402
 from embedding_rows import (  # noqa: E402
     UPDATE_INPUTS,
@@ -69,7 +75,10 @@ class TritonPythonModel:
     def initialize(self, args: dict) -> None:
         config = json.loads(args["model_config"])
         self.name = config["name"]
-        self.inputs = _lookup_inputs(config["input"])
+        try:
+            self.inputs = with_value_guards(_lookup_inputs(config["input"]), config)
+        except ValueError as error:
+            raise pb_utils.TritonModelException(f"{self.name}: {error}") from error
         self.output_names = [o["name"] for o in config["output"] if o["name"] != UPDATE_VERSION]
         self.device = instance_device(args["model_instance_kind"], int(args["model_instance_device_id"]))
         threads = int(_parameter(config, "intra_op_thread_count", "0") or 0)

@@ -76,12 +76,13 @@ def test_selected_gpus_and_missing_gpu(model_spec) -> None:
         build_model_config(model_spec("recommender", target="gpu"), num_gpus=0)
 
 
-def test_warmup_uses_zeros_for_ids_and_random_for_floats(model_spec, tmp_path: Path) -> None:
+def test_warmup_uses_zeros_for_every_input(model_spec, tmp_path: Path) -> None:
     parsed = _round_trip(build_model_config(model_spec("recommender"), num_gpus=0), tmp_path)
     assert [w.batch_size for w in parsed.model_warmup] == [1, 64]
     inputs = parsed.model_warmup[0].inputs
     assert inputs["sparse_ids"].zero_data and not inputs["sparse_ids"].random_data
-    assert inputs["dense"].random_data and list(inputs["dense"].dims) == [13]
+    assert inputs["dense"].zero_data and not inputs["dense"].random_data
+    assert list(inputs["dense"].dims) == [13]
 
 
 def test_thread_parameters(model_spec, tmp_path: Path) -> None:

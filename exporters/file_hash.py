@@ -1,0 +1,41 @@
+"""The hash of an artifact file, so a cache hit means "this exact file", not "a file by that name".
+
+The content hash of spec + weights says whether an export *would* produce the same file; it says
+nothing about the file on disk. A truncated or edited ``model.onnx`` with an intact record would
+otherwise be reported "cached" and fail only when the server loads it. Builds record the file's
+SHA-256 beside it and re-export when the file no longer matches.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import logging
+from pathlib import Path
+
+log = logging.getLogger(__name__)
+CHUNK = 1 << 20
+
+
+def file_sha256(path: Path) -> str:
+    digest = hashlib.sha256()
+    with open(path, "rb") as handle:
+        while chunk := handle.read(CHUNK):
+            digest.update(chunk)
+    return digest.hexdigest()
+
+
+def file_matches(path: Path, expected: str | None) -> bool:
+    """True when ``path`` exists and hashes to ``expected``; logs why a recorded artifact is rebuilt."""
+    if not path.is_file():
+        return False
+    if not expected:
+        log.warning("%s: no file hash recorded (older build); rebuilding it", path)
+        return False
+    actual = file_sha256(path)
+    if actual != expected:
+        log.warning(
+            "%s: file changed since it was built (sha256 %s, recorded %s); rebuilding it",
+            path, actual[:12], expected[:12],
+        )  # fmt: skip
+        return False
+    return True

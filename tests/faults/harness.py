@@ -1,0 +1,112 @@
+"""Helpers of the fault matrix (``conftest.py`` holds the fixtures): URLs, the orphan check, the
+health check, and the inputs good traffic sends."""
+
+from __future__ import annotations
+
+import re
+import socket
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+import tritonclient.grpc as grpcclient
+import tritonclient.http as httpclient
+
+from client.connection import connect
+from server import TritonServer
+
+PROTOCOLS = ("http", "grpc")
+GOOD_MODEL = "trivial"  # the model good traffic runs on while a fault is injected elsewhere
+
+
+def url(server: TritonServer, protocol: str) -> str:
+    return server.http_url if protocol == "http" else server.grpc_url
+
+
+def _processes() -> list[tuple[int, int, str]]:
+    """(pid, ppid, command line) of every process."""
+    found = []
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            command = (entry / "cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
+            ppid = int((entry / "stat").read_text().rsplit(")", 1)[1].split()[1])
+        except (OSError, ValueError, IndexError):
+            continue
+        found.append((int(entry.name), ppid, command))
+    return found
+
+
+def orphans(server: TritonServer) -> list[str]:
+    """Stubs of ``server`` not parented by it, and its ``/dev/shm`` regions that no live stub uses."""
+    stubs = [  # the server's own command line names the prefix too
+        (pid, ppid, cmd) for pid, ppid, cmd in _processes() if server.shm_prefix in cmd and pid != server.pid
+    ]
+    alive = server.process is not None and server.process.poll() is None
+    problems = [f"stub {pid} has parent {ppid}" for pid, ppid, _ in stubs if not alive or ppid != server.pid]
+    for region in Path("/dev/shm").glob(f"{server.shm_prefix}*"):
+        if not any(region.name in cmd for _, _, cmd in stubs):
+            problems.append(f"/dev/shm/{region.name} has no stub")
+    return problems
+
+
+def assert_live_and_ready(server: TritonServer) -> None:
+    for protocol in PROTOCOLS:
+        client = connect(protocol, url(server, protocol))
+        assert client.is_server_live(), f"not live over {protocol}"
+        assert client.is_server_ready(), f"not ready over {protocol}"
+
+
+def trivial_inputs(protocol: str, rows: int = 1) -> list:
+    module = httpclient if protocol == "http" else grpcclient
+    tensor = module.InferInput("x", [rows, 16], "FP32")
+    tensor.set_data_from_numpy(np.ones((rows, 16), np.float32))
+    return [tensor]
+
+
+@dataclass
+class Traffic:
+    """Good requests sent in a loop while a fault happens; ``ok + failed == sent``."""
+
+    sent: int = 0
+    ok: int = 0
+    failures: list[str] = field(default_factory=list)
+
+
+def exchange(server: TritonServer, raw: bytes, responses: int = 1, timeout: float = 30) -> list[tuple]:
+    """Send raw bytes on one connection; read ``responses`` HTTP responses as (status, body)."""
+    host, port = server.http_url.rsplit(":", 1)
+    answers: list[tuple[int, bytes]] = []
+    with socket.create_connection((host, int(port)), timeout=timeout) as sock:
+        sock.sendall(raw)
+        buffer = b""
+        while len(answers) < responses:
+            head_end = buffer.find(b"\r\n\r\n")
+            if head_end >= 0:
+                head = buffer[:head_end].decode("latin-1")
+                length = int(re.search(r"(?i)content-length: *(\d+)", head).group(1))
+                if len(buffer) >= head_end + 4 + length:
+                    status = int(head.split()[1])
+                    answers.append((status, buffer[head_end + 4 : head_end + 4 + length]))
+                    buffer = buffer[head_end + 4 + length :]
+                    continue
+            chunk = sock.recv(1 << 16)
+            if not chunk:
+                break
+            buffer += chunk
+    return answers
+
+
+def raw_request(
+    body: bytes,
+    content_type: str = "application/json",
+    length: int | None = None,
+    path: str = "/v2/models/recommender/infer",
+) -> bytes:
+    """A POST as raw bytes, so a test controls framing (Content-Type, a Content-Length that lies)."""
+    size = len(body) if length is None else length
+    return (
+        f"POST {path} HTTP/1.1\r\nHost: test\r\nContent-Type: {content_type}\r\n"
+        f"Content-Length: {size}\r\n\r\n"
+    ).encode() + body

@@ -1,0 +1,85 @@
+"""Fault matrix rows 5 and 6: requests that crash or hang Triton 2.51's HTTP frontend, sent to the
+server as ``make serve`` runs it (``server.http_guard`` in front of Triton's HTTP port), with good
+traffic alongside. Measured without the guard (README "Bad input and overload"): the huge shapes,
+the 5 MB form-encoded body and the deep nesting each killed tritonserver; the short body held its
+connection until the client gave up. gRPC answers the same shapes with INVALID_ARGUMENT.
+"""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+import tritonclient.grpc as grpcclient
+from harness import exchange, raw_request
+from tritonclient.utils import InferenceServerException
+
+from server import TritonServer
+
+pytestmark = pytest.mark.integration
+IDS = {"name": "sparse_ids", "shape": [1, 8], "datatype": "INT64", "data": [1] * 8}
+
+
+def _dense(shape: list[int]) -> bytes:
+    dense = {"name": "dense", "shape": shape, "datatype": "FP32", "data": [0.5] * 13}
+    return json.dumps({"inputs": [dense, IDS]}).encode()
+
+
+@pytest.mark.parametrize("shape", [[64, 2**40], [2**62, 13]], ids=["64x2^40", "2^62x13"])
+def test_huge_declared_shape(fault_server: TritonServer, good_traffic, shape: list[int]) -> None:
+    with good_traffic():
+        [(status, body)] = exchange(fault_server, raw_request(_dense(shape)))
+        assert status == 400
+        elements = shape[0] * shape[1]
+        assert json.loads(body)["error"].startswith(
+            f"input 'dense' declares shape {shape} ({elements} elements) but the request carries only"
+        )
+        client = grpcclient.InferenceServerClient(fault_server.grpc_url)
+        dense = grpcclient.InferInput("dense", [1, 13], "FP32")
+        dense.set_data_from_numpy(np.zeros((1, 13), np.float32))
+        dense.set_shape(shape)  # the same lie as over HTTP: 52 bytes for a huge declared shape
+        ids = grpcclient.InferInput("sparse_ids", [1, 8], "INT64")
+        ids.set_data_from_numpy(np.ones((1, 8), np.int64))
+        with pytest.raises(InferenceServerException) as error:
+            client.infer("recommender", [dense, ids])
+        assert error.value.status() == "StatusCode.INVALID_ARGUMENT"
+
+
+def test_large_form_encoded_body_is_answered(fault_server: TritonServer, good_traffic) -> None:
+    """``curl -d`` sends form-encoded: a valid 5 MB request (padded with JSON whitespace) is answered."""
+    dense = {"name": "dense", "shape": [1, 13], "datatype": "FP32", "data": [0.5] * 13}
+    body = json.dumps({"inputs": [dense, IDS]}).encode() + b" " * (5 << 20)
+    with good_traffic():
+        [(status, answer)] = exchange(fault_server, raw_request(body, "application/x-www-form-urlencoded"))
+    assert status == 200, answer[:200]
+    assert json.loads(answer)["outputs"][0]["shape"] == [1, 1]
+
+
+def test_deep_nesting_is_refused(fault_server: TritonServer, good_traffic) -> None:
+    with good_traffic():
+        [(status, body)] = exchange(fault_server, raw_request(b"[" * 200_000))
+    assert (status, json.loads(body)) == (400, {"error": "request JSON nests too deeply"})
+
+
+def test_body_above_the_limit_is_refused(fault_server: TritonServer, good_traffic) -> None:
+    """A declared 65 MiB body is refused from its headers alone, before a byte of it is read."""
+    with good_traffic():
+        [(status, body)] = exchange(fault_server, raw_request(b"", length=65 << 20))
+    assert (status, json.loads(body)) == (413, {"error": "request body of 68157440 bytes exceeds 67108864"})
+
+
+def test_short_body_times_out_and_frees_the_connection(fault_server: TritonServer, good_traffic) -> None:
+    """Content-Length 1000 with 10 bytes sent: 408 after the guard's body timeout (3 s here)."""
+    with good_traffic():
+        [(status, body)] = exchange(fault_server, raw_request(b'{"inputs":', length=1000), timeout=20)
+    assert (status, json.loads(body)) == (408, {"error": "request body not complete within 3 s"})
+
+
+def test_pipelined_requests_are_all_answered(fault_server: TritonServer, good_traffic) -> None:
+    """100 requests written back to back on one connection: 100 answers, in order, all 200."""
+    dense = {"name": "dense", "shape": [1, 13], "datatype": "FP32", "data": [0.5] * 13}
+    one = raw_request(json.dumps({"inputs": [dense, IDS]}).encode())
+    with good_traffic():
+        answers = exchange(fault_server, one * 100, responses=100)
+    assert [status for status, _ in answers] == [200] * 100
