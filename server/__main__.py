@@ -104,6 +104,7 @@ def _start(args: argparse.Namespace) -> int:
         "shm_prefix": server.shm_prefix,
         "model_control_mode": args.model_control_mode,
         "watchdog_pid": watcher.pid,
+        "guard_pid": server.guard.pid if server.guard is not None else None,
         "watchdog_events": str(EVENTS.resolve()),
     }
     STATE.parent.mkdir(exist_ok=True)
@@ -133,15 +134,23 @@ def _alive(pid: int) -> bool:
     return b"tritonserver" in command
 
 
-def _stop_watchdog(state: dict) -> None:
-    pid = state.get("watchdog_pid")
+def _terminate(pid: int | None, marker: bytes, wait_s: float = 0.0) -> None:
+    """SIGTERM ``pid`` if its command line still holds ``marker`` (a recorded pid may be reused)."""
     if not pid:
         return
     try:
-        if b"server" in Path(f"/proc/{pid}/cmdline").read_bytes():
-            os.kill(pid, signal.SIGTERM)
+        if marker not in Path(f"/proc/{pid}/cmdline").read_bytes():
+            return
+        os.kill(pid, signal.SIGTERM)
     except OSError:
-        pass
+        return
+    deadline = time.monotonic() + wait_s
+    while time.monotonic() < deadline and Path(f"/proc/{pid}").exists():
+        time.sleep(0.1)
+
+
+def _stop_watchdog(state: dict) -> None:
+    _terminate(state.get("watchdog_pid"), b"server")
 
 
 def _drain(state: dict, timeout: float) -> int:
@@ -188,6 +197,8 @@ def _stop(args: argparse.Namespace) -> int:
     _stop_watchdog(state)
     if _alive(pid):
         _drain(state, args.timeout)
+        # the guard's kept-alive upstream connections would hold Triton's exit for its exit timeout
+        _terminate(state.get("guard_pid"), b"http_guard", wait_s=10)
         os.kill(pid, signal.SIGTERM)
         deadline = time.monotonic() + args.timeout
         while _alive(pid) and time.monotonic() < deadline:
