@@ -219,9 +219,6 @@ class TritonServer:
             f"--metrics-port={self.metrics_port}",
             "--model-control-mode=explicit",
             "--strict-readiness=false",
-            # Our configs are complete (schema-built); auto-complete would start an extra Python stub per
-            # model load (importing torch: ~4 s here), doubling the time a watchdog reload takes.
-            "--disable-auto-complete-config",
             "--allow-metrics=true",
             "--allow-gpu-metrics=false",
             f"--exit-timeout-secs={int(options.exit_timeout_s)}",
