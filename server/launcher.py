@@ -56,6 +56,7 @@ BYTES_PER_TYPE = {
     "TYPE_BOOL": 1,
 }
 MIB = 1 << 20
+DRAIN_GRACE_S = 1.0
 MAX_BATCH_BYTES = 1 << 30  # the spec's bound too (exporters.guards): shm per stub is 4x the largest batch
 
 
@@ -393,6 +394,9 @@ class TritonServer:
                 )
             except Exception as error:  # still stop; say what was not drained
                 log.warning("drain incomplete, stopping anyway: %s", error)
+            # a request already on its way when the drain ended is refused (NOT_FOUND) in this grace;
+            # after SIGTERM, 2.51's gRPC frontend would answer it CANCELLED instead
+            time.sleep(DRAIN_GRACE_S)
         self._stop_guard()
         if self.process is not None and self.process.poll() is None:
             self.process.send_signal(signal.SIGTERM)
