@@ -11,6 +11,7 @@ from tritonclient.utils import np_to_triton_dtype, triton_to_np_dtype
 
 from client import shm
 from client.connection import model_config, protocol_module
+from client.errors import ClientError
 
 
 @dataclass(frozen=True)
@@ -52,6 +53,10 @@ def infer(
         requested = [module.InferRequestedOutput(o.name) for o in outputs]
         result = client.infer(model, make_inputs(module, arrays), outputs=requested)
         return {o.name: result.as_numpy(o.name) for o in outputs}
+    if any(d < 0 for o in outputs for d in o.dims):
+        raise ClientError(
+            f"{model}: an output has a variable axis, its size is unknown before the call; no shm"
+        )
     rows = next(iter(arrays.values())).shape[0]
     out_sizes = [rows * int(np.prod(o.dims)) * o.dtype.itemsize for o in outputs]
     in_bytes = sum(a.nbytes for a in arrays.values())

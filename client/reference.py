@@ -1,7 +1,8 @@
-"""What a model should answer: inputs drawn from the zoo and the torch model's outputs for them.
+"""What a model should answer: inputs drawn as the exporter draws them, and the source's outputs.
 
-The spec says which zoo model and seed a served model came from, so the client can rebuild it and hold
-the server to the same tolerance the exporter used.
+The spec says where a served model came from (a zoo entry and seed, the user's factory, the fp32 ONNX
+file, the ``.pt2`` program, the Hugging Face folder), so the client can load that source again and
+hold the server to the same tolerance the exporter used.
 """
 
 from __future__ import annotations
@@ -14,8 +15,8 @@ import numpy as np
 from client.errors import ClientError, MismatchError
 from exporters.errors import ExportCheckError, SpecError
 from exporters.parity import ParityReport, compare_outputs
+from exporters.sources.load import load_source
 from exporters.spec import ModelSpec, load_spec
-from exporters.zoo.reference import build_torch_model, sample_inputs, torch_reference
 
 
 @dataclass(frozen=True)
@@ -37,8 +38,8 @@ class Reference:
 
 
 def reference(spec_path: Path, model: str, batch: int, seed: int = 0) -> Reference:
-    """Inputs and torch outputs for ``model``: a model of the spec, or a pipeline (held to the model it
-    splits, at the tolerance of its boundary dtype)."""
+    """Inputs and reference outputs for ``model``: a model of the spec, or a pipeline (held to the model
+    it splits, at the tolerance of its boundary dtype)."""
     try:
         document = load_spec(spec_path)
         pipeline = next((p for p in document.pipelines if p.name == model), None)
@@ -46,9 +47,12 @@ def reference(spec_path: Path, model: str, batch: int, seed: int = 0) -> Referen
     except SpecError as error:  # the user's --spec or --model, in the client's terms
         raise ClientError(str(error)) from error
     precision = pipeline.boundary_dtype if pipeline and pipeline.boundary_dtype != "fp32" else spec.precision
-    torch_model = build_torch_model(spec)
-    arrays = sample_inputs(spec, torch_model, batch, seed)
-    expected = torch_reference(torch_model, arrays)
+    try:
+        source = load_source(spec)
+        arrays = source.inputs(batch, seed)
+        expected = source.reference(arrays)
+    except SpecError as error:  # the source named by the spec cannot be loaded or sampled
+        raise ClientError(str(error)) from error
     return Reference(
         spec,
         {t.name: a for t, a in zip(spec.inputs, arrays, strict=True)},

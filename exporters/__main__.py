@@ -1,8 +1,10 @@
-"""``python -m exporters build``: models.yaml → model_repository, with a progress bar and a summary."""
+"""``python -m exporters build``: models.yaml → model_repository, with a progress bar and a summary;
+``validate`` checks the spec alone; ``init`` prints a models.yaml entry read from your artifact."""
 
 from __future__ import annotations
 
 import argparse
+import json
 import logging
 import sys
 from pathlib import Path
@@ -13,6 +15,7 @@ from rich.table import Table
 
 from exporters.devices import detect_gpu_count
 from exporters.errors import ExportCheckError, ExporterError, SpecError
+from exporters.init_entry import entry_yaml, init_entry
 from exporters.pipeline_build import BuiltPipeline, build_pipelines
 from exporters.repository import build_repository
 from exporters.spec import load_spec
@@ -31,7 +34,30 @@ def _parser() -> argparse.ArgumentParser:
     sub.add_parser("validate", help="check models.yaml and exit").add_argument(
         "--spec", type=Path, default=Path("models.yaml")
     )
+    init = sub.add_parser("init", help="print a models.yaml entry read from an artifact")
+    what = init.add_mutually_exclusive_group(required=True)
+    what.add_argument("--onnx", metavar="FILE", help="an ONNX file")
+    what.add_argument("--torch-export", metavar="FILE", help="a torch.export program (.pt2)")
+    what.add_argument("--huggingface", metavar="FOLDER_OR_PACKAGE", help="a transformers model, offline")
+    what.add_argument("--python", metavar="MODULE:FACTORY", help="your factory returning an nn.Module")
+    init.add_argument("--path", help="with --python: folder to put on sys.path")
+    init.add_argument("--sample", metavar="MODULE:FUNCTION", help="with --python: sample(batch, rng) -> dict")
+    init.add_argument("--options", type=json.loads, default=None, help="with --python: factory kwargs (JSON)")
+    init.add_argument("--name", help="Triton model name (default: from the artifact)")
+    init.add_argument("--max-batch-size", type=int, default=16)
+    init.add_argument("--max-length", type=int, help="bound for variable axes the artifact leaves open")
+    init.add_argument("--precision", choices=("fp32", "fp16"), default="fp32")
     return parser
+
+
+def _init(args: argparse.Namespace) -> str:
+    kind = next(k for k in ("onnx", "torch_export", "huggingface", "python") if getattr(args, k))
+    spec = init_entry(
+        kind, getattr(args, kind), name=args.name, max_batch_size=args.max_batch_size,
+        max_length=args.max_length, precision=args.precision, sample=args.sample, path=args.path,
+        options=args.options,
+    )  # fmt: skip
+    return entry_yaml(spec)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -39,6 +65,9 @@ def main(argv: list[str] | None = None) -> int:
     logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
     console = Console()
     try:
+        if args.command == "init":
+            print(_init(args), end="")
+            return 0
         spec = load_spec(args.spec)
         if args.command == "validate":
             console.print(f"{args.spec}: {len(spec.models)} models, {len(spec.pipelines)} pipelines, valid")

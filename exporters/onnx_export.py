@@ -1,20 +1,23 @@
-"""torch → ONNX for one model of the spec, checked against torch before it enters the repository.
+"""A model of the spec → ONNX, checked against its source before it enters the repository.
 
-``export_onnx`` is a pure function of (spec, out_dir): the same spec and weights give the same file,
-and a content hash of both lets a rebuild skip work already done. Uses the TorchScript-based exporter
-(``dynamo=False``), which gives the spec's tensor names exactly and takes a fraction of a second per
-model; the graph is checked with ``onnx.checker`` and numerically with onnxruntime on the CPU.
+``export_onnx`` is a pure function of (spec, out_dir): the same spec and source give the same file,
+and a content hash of both lets a rebuild skip work already done. Every source (``exporters.sources``)
+goes through the same steps: the spec's signature checked against the real model, the ONNX file
+written under a temporary name, ``onnx.checker``, the external-data confinement check, and parity
+with the source's fp32 reference in onnxruntime on the CPU; only then does ``model.onnx`` take its
+final name. Torch modules use the TorchScript-based exporter (``dynamo=False``), which gives the spec's
+tensor names exactly and takes a fraction of a second per model.
 """
 
 from __future__ import annotations
 
-import copy
 import hashlib
 import json
 import logging
 import warnings
 from dataclasses import asdict, dataclass
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import onnx
@@ -22,21 +25,20 @@ import onnxruntime as ort
 import torch
 from torch import nn
 
-from exporters.errors import ExportCheckError, SpecError
+from exporters.errors import ExportCheckError
 from exporters.file_hash import file_matches, file_sha256
 from exporters.parity import compare_outputs
 from exporters.spec import ModelSpec
-from exporters.zoo.reference import build_torch_model, sample_inputs, torch_reference
 
 log = logging.getLogger(__name__)
 
 OPSET = 17
-EXPORTER_VERSION = "1"  # bump when the export procedure changes, to invalidate cached artifacts
+EXPORTER_VERSION = "2"  # bump when the export procedure changes, to invalidate cached artifacts
 
 
 @dataclass(frozen=True)
 class Artifact:
-    """What an export produced and how well it matched torch."""
+    """What an export produced and how well it matched its source."""
 
     path: Path
     content_hash: str
@@ -48,11 +50,12 @@ class Artifact:
     file_sha256: str = ""  # of model.onnx as written; a cache hit requires the file to still match
 
 
-def content_hash(spec: ModelSpec, model: nn.Module) -> str:
-    """Hash of everything that determines the exported file: the spec's model fields and the weights."""
+def content_hash(spec: ModelSpec, identity: Any) -> str:
+    """Hash of everything that determines the exported file: the spec's model fields and what the
+    source folds in (``identity``: a loaded source, or an ``nn.Module`` whose weights count)."""
     digest = hashlib.sha256()
-    identity = {
-        "source": spec.source,
+    fields = {
+        "source": spec.source if isinstance(spec.source, str) else asdict(spec.source),
         "options": spec.options,
         "seed": spec.seed,
         "precision": spec.precision,
@@ -62,33 +65,14 @@ def content_hash(spec: ModelSpec, model: nn.Module) -> str:
         "exporter": EXPORTER_VERSION,
         "torch": torch.__version__,
     }
-    digest.update(json.dumps(identity, sort_keys=True, default=list).encode())
-    for name, tensor in model.state_dict().items():
-        digest.update(name.encode())
-        digest.update(tensor.detach().cpu().contiguous().numpy().tobytes())
+    digest.update(json.dumps(fields, sort_keys=True, default=list).encode())
+    if isinstance(identity, nn.Module):
+        for name, tensor in identity.state_dict().items():
+            digest.update(name.encode())
+            digest.update(tensor.detach().cpu().contiguous().numpy().tobytes())
+    else:
+        identity.fold_identity(digest)
     return digest.hexdigest()
-
-
-def check_signature(spec: ModelSpec, model: nn.Module) -> None:
-    """The spec's declared inputs and outputs must match what the model really takes and gives."""
-    inputs = sample_inputs(spec, model, 2, seed=0)
-    for index, (array, tensor) in enumerate(zip(inputs, spec.inputs, strict=True)):
-        if array.shape[1:] != tensor.shape:
-            raise SpecError(
-                f"{spec.name}.inputs[{index}].shape",
-                f"is {list(tensor.shape)}, the model takes {list(array.shape[1:])}",
-            )
-    outputs = torch_reference(model, inputs)
-    if len(outputs) != len(spec.outputs):
-        raise SpecError(
-            f"{spec.name}.outputs", f"lists {len(spec.outputs)} outputs, the model gives {len(outputs)}"
-        )
-    for index, (array, tensor) in enumerate(zip(outputs, spec.outputs, strict=True)):
-        if array.shape[1:] != tensor.shape:
-            raise SpecError(
-                f"{spec.name}.outputs[{index}].shape",
-                f"is {list(tensor.shape)}, the model gives {list(array.shape[1:])}",
-            )
 
 
 def check_external_data(model_path: Path) -> None:
@@ -119,9 +103,14 @@ def export_module_onnx(
     input_names: list[str],
     output_names: list[str],
     path: Path,
+    variable_axes: dict[str, dict[int, str]] | None = None,
 ) -> None:
     """``torch.onnx.export`` with this project's conventions: the given tensor names, a dynamic batch
-    axis on every tensor, ``OPSET``, the TorchScript-based exporter. Used for models and pipeline stages."""
+    axis on every tensor (plus ``variable_axes``), ``OPSET``, the TorchScript-based exporter. Used for
+    models and pipeline stages."""
+    axes = {
+        name: {0: "batch", **(variable_axes or {}).get(name, {})} for name in [*input_names, *output_names]
+    }
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         torch.onnx.export(
@@ -130,30 +119,23 @@ def export_module_onnx(
             str(path),
             input_names=input_names,
             output_names=output_names,
-            dynamic_axes={name: {0: "batch"} for name in [*input_names, *output_names]},
+            dynamic_axes=axes,
             opset_version=OPSET,
             dynamo=False,
         )
 
 
-def _export_file(spec: ModelSpec, model: nn.Module, path: Path) -> None:
-    # A copy: halving in place would round the reference model's weights too.
-    export_model = copy.deepcopy(model).half() if spec.precision == "fp16" else model
-    example = tuple(torch.from_numpy(a) for a in sample_inputs(spec, model, 2, seed=0))
-    export_module_onnx(
-        export_model, example, [t.name for t in spec.inputs], [t.name for t in spec.outputs], path
-    )
-
-
 def export_onnx(spec: ModelSpec, out_dir: Path) -> Artifact:
     """Export ``spec``'s model to ``out_dir/model.onnx`` unless an identical export is already there.
 
-    The file only takes its final name after ``onnx.checker`` and the parity check against torch
+    The file only takes its final name after ``onnx.checker`` and the parity check against the source
     (batch sizes 1 and 3, so the dynamic batch axis is exercised) have passed.
     """
-    model = build_torch_model(spec)
-    check_signature(spec, model)
-    digest = content_hash(spec, model)
+    from exporters.sources.load import load_source
+
+    source = load_source(spec)
+    source.check_signature()
+    digest = content_hash(spec, source)
     path, record_path = out_dir / "model.onnx", out_dir / "export.json"
     if path.exists() and record_path.exists():
         record = json.loads(record_path.read_text())
@@ -162,15 +144,15 @@ def export_onnx(spec: ModelSpec, out_dir: Path) -> Artifact:
             return Artifact(path=path, cached=True, **{k: v for k, v in record.items() if k != "path"})
     out_dir.mkdir(parents=True, exist_ok=True)
     staging = out_dir / "model.onnx.partial"
-    _export_file(spec, model, staging)
+    source.write_onnx(staging)
     onnx.checker.check_model(str(staging), full_check=True)
     check_external_data(staging)
     worst = None
     for batch in (1, 3):
-        inputs = sample_inputs(spec, model, batch, seed=100 + batch)
+        inputs = source.inputs(batch, seed=100 + batch)
         report = compare_outputs(
             run_onnx(staging, spec, inputs),
-            torch_reference(model, inputs),
+            source.reference(inputs),
             spec.precision,
             f"{spec.name} ({spec.precision} ONNX, batch {batch})",
         )

@@ -89,6 +89,13 @@ class TensorSpec:
         """The shape with every variable axis at its bound (warm-up, memory sizing)."""
         return self.max_shape if self.max_shape is not None else self.shape
 
+    def admits(self, dims: tuple[int, ...]) -> bool:
+        """Concrete ``dims`` (no batch axis) fit: fixed axes equal, variable ones within their bound."""
+        return len(dims) == len(self.shape) and all(
+            (1 <= n <= m) if d == VARIABLE else n == d
+            for n, d, m in zip(dims, self.shape, self.largest, strict=True)
+        )
+
 
 @dataclass(frozen=True)
 class QueuePolicy:
@@ -484,7 +491,10 @@ def _complete_signature(spec: ModelSpec, path: str) -> ModelSpec:
         return spec
     from exporters.sources.signature import read_signature  # reads the artifact; only for these sources
 
-    inputs, outputs = read_signature(spec)
+    try:
+        inputs, outputs = read_signature(spec)
+    except SpecError as error:  # named by the model's name there; by its place in the file here
+        raise SpecError(path + error.path.removeprefix(spec.name), error.problem) from None
     try:
         return dataclasses.replace(spec, inputs=spec.inputs or inputs, outputs=spec.outputs or outputs)
     except SpecError as error:

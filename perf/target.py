@@ -23,8 +23,8 @@ import tritonclient.http.aio as http_aio
 import tritonclient.utils.shared_memory as shm
 from tritonclient.utils import np_to_triton_dtype
 
+from exporters.inputs import draw_inputs
 from exporters.spec import ModelSpec
-from exporters.zoo.reference import build_torch_model, sample_inputs
 from perf.errors import OptionError, StudyError
 from perf.records import Record
 from python_backend.dtypes import DTYPES
@@ -60,8 +60,8 @@ def target_from_spec(
 ) -> Target:  # fmt: skip
     """A ``Target`` for a model of the spec, with valid inputs drawn the way the exporters draw them."""
     rows = rows or max(collect, 1)
-    arrays = sample_inputs(spec, build_torch_model(spec), rows, seed)
-    outputs = {t.name: int(np.prod(t.shape)) * DTYPES[t.dtype].numpy_dtype().itemsize for t in spec.outputs}
+    arrays = draw_inputs(spec, rows, seed)
+    outputs = {t.name: int(np.prod(t.largest)) * DTYPES[t.dtype].numpy_dtype().itemsize for t in spec.outputs}
     return Target(
         model=spec.name,
         url=url,

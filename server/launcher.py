@@ -106,11 +106,23 @@ def free_port(host: str = "127.0.0.1") -> int:
         return sock.getsockname()[1]
 
 
+def _largest_dims(config: model_config_pb2.ModelConfig) -> dict[str, list[int]]:
+    """Each input's largest dims: a variable axis (-1) takes the size it warms up at, which the
+    exporters set to the spec's ``max_shape``."""
+    largest: dict[str, list[int]] = {}
+    for warmup in config.model_warmup:
+        for name, tensor in warmup.inputs.items():
+            known = largest.setdefault(name, list(tensor.dims))
+            largest[name] = [max(a, b) for a, b in zip(known, tensor.dims, strict=False)]
+    return largest
+
+
 def python_shm_bytes(repository: Path) -> int:
     """Shared memory per Python-backend stub, sized so the largest batch never makes the region grow.
 
     Per model: ``max_batch_size × (bytes of one sample's inputs + outputs)``, times 4 for requests and
-    responses in flight, plus 8 MiB of headroom; the largest model wins; never below 16 MiB.
+    responses in flight, plus 8 MiB of headroom; the largest model wins; never below 16 MiB. A variable
+    axis counts at its warm-up size (the spec's ``max_shape``); an output's at the largest warm-up axis.
     """
     largest = 0
     for path in Path(repository).glob("*/config.pbtxt"):
@@ -119,11 +131,14 @@ def python_shm_bytes(repository: Path) -> int:
         except (OSError, text_format.ParseError) as error:
             raise ServerError(f"{path}: not a valid model config: {error}") from error
         rows = max(config.max_batch_size, 1)
+        warm = _largest_dims(config)
+        longest = max((d for dims in warm.values() for d in dims), default=1)
         per_sample = 0
         for tensor in (*config.input, *config.output):
+            dims = warm.get(tensor.name, [])
             count = 1
-            for dim in tensor.dims:
-                count *= max(dim, 1)
+            for axis, dim in enumerate(tensor.dims):
+                count *= dim if dim > 0 else (dims[axis] if axis < len(dims) else longest)
             per_sample += count * BYTES_PER_TYPE.get(model_config_pb2.DataType.Name(tensor.data_type), 8)
         if rows * per_sample > MAX_BATCH_BYTES:  # a hand-written config the spec's bound never saw
             raise ServerError(

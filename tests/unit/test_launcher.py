@@ -4,6 +4,7 @@ holds, how much shared memory the Python backend gets."""
 from __future__ import annotations
 
 import copy
+import dataclasses
 import os
 import socket
 from pathlib import Path
@@ -140,3 +141,17 @@ def test_leftover_shared_memory_regions_are_removed() -> None:
         assert Path(f"/dev/shm/other_{os.getpid()}").exists()
     finally:
         Path(f"/dev/shm/other_{os.getpid()}").unlink()
+
+
+def test_shared_memory_counts_a_variable_axis_at_its_max_shape(tmp_path: Path) -> None:
+    entry = {
+        "name": "seq", "source": {"onnx": "unused.onnx"}, "max_batch_size": 64,
+        "inputs": [{"name": "ids", "dtype": "int64", "shape": [-1], "max_shape": [4096], "range": [0, 9]}],
+        "outputs": [{"name": "y", "dtype": "fp32", "shape": [-1, 8], "max_shape": [4096, 8]}],
+    }  # fmt: skip
+    spec = parse_spec({"models": [entry]}).model("seq")
+    write_config(build_model_config(spec, 0), tmp_path / "seq")
+    one_sample = 4096 * 8 + 4096 * 8 * 4  # int64 ids and fp32 outputs, both at the bound
+    assert python_shm_bytes(tmp_path) >= 4 * 64 * one_sample
+    write_config(build_model_config(dataclasses.replace(spec, warmup=False), 0), tmp_path / "seq")
+    assert python_shm_bytes(tmp_path) < 4 * 64 * one_sample  # without warm-up shapes the bound is unknown

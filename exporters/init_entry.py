@@ -1,0 +1,149 @@
+"""``python -m exporters init``: a ready ``models.yaml`` entry read from the user's artifact.
+
+Nobody should type shapes by hand: the ONNX graph and the ``torch.export`` program state their tensors,
+a Hugging Face folder its vocabulary, width and longest input, and a factory with a ``sample`` function
+shows its inputs (and its outputs, by running it once). The entry is built as a ``ModelSpec``, so it
+passes the same checks as the file it will be pasted into.
+"""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import yaml
+
+from exporters.errors import SpecError
+from exporters.spec import (
+    HuggingFaceSource,
+    ModelSpec,
+    OnnxSource,
+    PythonSource,
+    TensorSpec,
+    TorchExportSource,
+)
+from exporters.typed import to_data
+from python_backend.dtypes import DTYPES
+
+# numpy dtype -> spec name, from the one dtype table
+DTYPE_NAMES = {d.numpy_dtype(): key for key, d in DTYPES.items() if d.numpy is not None}
+
+
+def _name(text: str) -> str:
+    return re.sub(r"[^A-Za-z0-9_]+", "_", text).strip("_") or "model"
+
+
+def _artifact_tensors(kind: str, location: str, precision: str, max_length: int | None) -> dict[str, Any]:
+    from exporters.sources.signature import artifact_tensors, to_tensor_specs
+
+    where = f"--{kind.replace('_', '-')} {location}"
+    inputs, outputs = artifact_tensors(kind, location, where)
+    return {
+        "inputs": to_tensor_specs(inputs, "inputs", precision, where, max_length),
+        "outputs": to_tensor_specs(outputs, "outputs", precision, where, max_length),
+    }
+
+
+def _huggingface_tensors(location: str, max_length: int | None) -> dict[str, Any]:
+    from exporters.sources.huggingface import describe, model_folder
+
+    facts = describe(model_folder(location, f"--huggingface {location}"))
+    longest = max_length or facts["max_length"]
+    ids = {"dtype": "int64", "shape": (-1,), "max_shape": (longest,)}
+    return {
+        "inputs": (
+            TensorSpec("input_ids", range=(0, facts["vocab_size"]), **ids),
+            TensorSpec("attention_mask", range=(0, 2), **ids),
+        ),
+        "outputs": (
+            TensorSpec(
+                "last_hidden_state", "fp32", (-1, facts["hidden_size"]), (longest, facts["hidden_size"])
+            ),
+        ),
+    }
+
+
+def _varying(draws: list[dict[str, Any]], name: str, max_length: int | None) -> dict[str, Any]:
+    """One input as the draws show it: axes whose size changes between draws are variable."""
+    shapes = [np.asarray(d[name]).shape[1:] for d in draws]
+    first = shapes[0]
+    varying = [any(s[axis] != first[axis] for s in shapes) for axis in range(len(first))]
+    if any(varying) and max_length is None:
+        raise SpecError("--max-length", f"input {name!r} varies in length between draws; give its bound")
+    return {
+        "dtype": DTYPE_NAMES[np.asarray(draws[0][name]).dtype],
+        "shape": tuple(-1 if v else d for v, d in zip(varying, first, strict=True)),
+        "max_shape": tuple(max_length if v else d for v, d in zip(varying, first, strict=True))
+        if any(varying)
+        else None,
+    }
+
+
+def _python_tensors(
+    source: PythonSource, sample: str | None, options: dict[str, Any], max_length: int | None
+) -> dict[str, Any]:
+    """Inputs from the user's sample function (8 draws, to see which axes vary), outputs from running
+    the factory's module on one of them."""
+    if sample is None:
+        raise SpecError(
+            "--sample", "a module does not state its input shapes; name a sample function (module:fn)"
+        )
+    from exporters.inputs import widen
+    from exporters.sources.load import load_source
+    from exporters.sources.loading import import_object
+    from exporters.zoo.reference import torch_reference
+
+    function = import_object(sample, source.path, "--sample")
+    draws = [function(2, np.random.default_rng(seed)) for seed in range(8)]
+    if not all(isinstance(d, dict) for d in draws):
+        raise SpecError("--sample", f"{sample} must return a dict of arrays by input name for init")
+    inputs = tuple(TensorSpec(name, **_varying(draws, name, max_length)) for name in draws[0])
+    probe = ModelSpec(
+        "probe", source, 2, inputs, (TensorSpec("probe", "fp32", (1,)),), options, sample=sample
+    )
+    module = load_source(probe).module
+    outputs = torch_reference(module, [widen(np.asarray(a)) for a in draws[0].values()])
+    names = ["output"] if len(outputs) == 1 else [f"output{k}" for k in range(len(outputs))]
+    out = tuple(TensorSpec(n, DTYPE_NAMES[o.dtype], o.shape[1:]) for n, o in zip(names, outputs, strict=True))
+    return {"inputs": inputs, "outputs": out, "sample": sample, "options": options}
+
+
+def init_entry(
+    kind: str,
+    location: str,
+    *,
+    name: str | None = None,
+    max_batch_size: int = 16,
+    max_length: int | None = None,
+    precision: str = "fp32",
+    sample: str | None = None,
+    path: str | None = None,
+    options: dict[str, Any] | None = None,
+) -> ModelSpec:
+    """The ``ModelSpec`` for the artifact at ``location`` (``kind``: onnx, torch_export, huggingface,
+    python), checked like any spec entry."""
+    if kind == "python":
+        source: Any = PythonSource(location, path)
+        fields = _python_tensors(source.resolved(Path.cwd()), sample, options or {}, max_length)
+        default_name = location.partition(":")[2]
+    elif kind == "huggingface":
+        source = HuggingFaceSource(location)
+        fields = _huggingface_tensors(location, max_length)
+        default_name = Path(location).name
+    else:
+        source = OnnxSource(location) if kind == "onnx" else TorchExportSource(location)
+        fields = _artifact_tensors(kind, location, precision, max_length)
+        default_name = Path(location).stem
+    return ModelSpec(
+        name=_name(name or default_name), source=source, max_batch_size=max_batch_size, precision=precision,
+        **fields,
+    )  # fmt: skip
+
+
+def entry_yaml(spec: ModelSpec) -> str:
+    """The entry as YAML under ``models:``, ready to paste (defaults left out)."""
+    text = yaml.safe_dump({"models": [to_data(spec)]}, sort_keys=False, default_flow_style=None, width=110)
+    header = "# from `python -m exporters init`; paths are relative to the folder of the spec file\n"
+    return header + text

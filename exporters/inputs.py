@@ -1,0 +1,94 @@
+"""Example inputs for a model of the spec, drawn in one place for every consumer.
+
+Parity checks at export, ``client infer --check`` and perf all call ``draw_inputs``, so a model is
+always exercised with the same kind of data. The order of preference: the user's ``sample:`` function
+(``function(batch, rng)`` returning arrays by input name or in input order), the zoo's own sampler
+(it knows table sizes and resolutions), else the spec itself: dtype and shape, ``range: [lo, hi)`` for
+integer ids, and for variable axes one length per call drawn from ``lengths`` (or uniformly up to the
+axis' ``max_shape``), shared by every input so that e.g. ``input_ids`` and ``attention_mask`` agree.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+from exporters.errors import SpecError
+from exporters.sources.loading import import_object
+from exporters.spec import VARIABLE, ModelSpec, TensorSpec
+from python_backend.dtypes import DTYPES
+
+
+def widen(array: np.ndarray) -> np.ndarray:
+    """fp16 arrays as fp32: references run in fp32 whatever the served precision."""
+    return array.astype(np.float32) if array.dtype == np.float16 else array
+
+
+def _draw_length(spec: ModelSpec, rng: np.random.Generator) -> int:
+    if spec.lengths:
+        return int(rng.choice(spec.lengths))
+    bounds = [m for t in spec.inputs for d, m in zip(t.shape, t.largest, strict=True) if d == VARIABLE]
+    return int(rng.integers(1, max(bounds) + 1)) if bounds else 1
+
+
+def _from_spec(tensor: TensorSpec, batch: int, length: int, rng: np.random.Generator) -> np.ndarray:
+    shape = (
+        batch,
+        *(min(length, m) if d == VARIABLE else d for d, m in zip(tensor.shape, tensor.largest, strict=True)),
+    )
+    if tensor.dtype in ("int64", "int32"):
+        low, high = tensor.range if tensor.range is not None else (0, 1)
+        return rng.integers(low, high, shape, dtype=DTYPES[tensor.dtype].numpy_dtype())
+    return rng.standard_normal(shape, dtype=np.float32)
+
+
+def _from_function(spec: ModelSpec, batch: int, rng: np.random.Generator) -> list[np.ndarray]:
+    path = getattr(spec.source, "path", None)
+    function = import_object(spec.sample or "", path, f"{spec.name}.sample")
+    result = function(batch, rng)
+    names = [t.name for t in spec.inputs]
+    if isinstance(result, dict):
+        missing = sorted(set(names) - set(result))
+        if missing:
+            raise SpecError(
+                f"{spec.name}.sample", f"{spec.sample} returned no {missing[0]!r} (inputs: {names})"
+            )
+        result = [result[name] for name in names]
+    if not isinstance(result, list | tuple) or len(result) != len(names):
+        raise SpecError(f"{spec.name}.sample", f"{spec.sample} must return {len(names)} arrays ({names})")
+    return [np.asarray(array) for array in result]
+
+
+def check_sample(spec: ModelSpec, arrays: list[np.ndarray], batch: int, what: str) -> None:
+    """Each array must fit its input: batch first, fixed axes equal, variable axes within max_shape."""
+    for index, (array, tensor) in enumerate(zip(arrays, spec.inputs, strict=True)):
+        fits = (
+            array.ndim == len(tensor.shape) + 1 and array.shape[0] == batch and tensor.admits(array.shape[1:])
+        )
+        if not fits:
+            raise SpecError(
+                f"{spec.name}.inputs[{index}].shape",
+                f"{what} gives {tensor.name} shape {list(array.shape)} at batch {batch}; the spec says "
+                f"[batch, {', '.join(map(str, tensor.shape))}] (max_shape {list(tensor.largest)})",
+            )
+
+
+def draw_inputs(spec: ModelSpec, batch: int, seed: int, model: Any = None) -> list[np.ndarray]:
+    """Valid inputs for ``spec`` at ``batch`` in input order, cast to the spec's dtypes (fp16 models
+    take fp16). ``model`` is the built zoo model where the zoo samples (table sizes live in it; built
+    from the spec when not given)."""
+    rng = np.random.default_rng(seed)
+    if spec.sample is not None:
+        arrays, what = _from_function(spec, batch, rng), f"sample function {spec.sample}"
+    elif spec.source_kind == "zoo":
+        from exporters.zoo import ZOO
+
+        zoo = ZOO[spec.source]
+        model = model if model is not None else zoo.create(spec.options, spec.seed)
+        arrays, what = zoo.sample(model, spec.options, batch, rng), f"zoo {spec.source}"
+    else:
+        length = _draw_length(spec, rng)
+        arrays, what = [_from_spec(t, batch, length, rng) for t in spec.inputs], "the spec"
+    check_sample(spec, arrays, batch, what)
+    return [a.astype(DTYPES[t.dtype].numpy_dtype()) for a, t in zip(arrays, spec.inputs, strict=True)]

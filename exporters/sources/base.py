@@ -1,0 +1,111 @@
+"""The one interface every source offers the exporter, and the torch-module source behind most of them.
+
+A ``LoadedSource`` knows the fp32 truth its artifact is held to (``reference``), what identifies it for
+the content hash (``fold_identity``), how to write the ONNX file the repository serves
+(``write_onnx``), and checks the spec's signature against the real model (``check_signature``).
+"""
+
+from __future__ import annotations
+
+import copy
+from abc import ABC, abstractmethod
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+from torch import nn
+
+from exporters.errors import SpecError
+from exporters.inputs import draw_inputs
+from exporters.onnx_export import export_module_onnx
+from exporters.sources.loading import hash_files
+from exporters.spec import VARIABLE, ModelSpec
+from exporters.zoo.reference import torch_reference
+
+
+def check_output_shapes(spec: ModelSpec, outputs: list[np.ndarray], what: str) -> None:
+    """The spec's outputs must match what the model gives (count, and shape: -1 within max_shape)."""
+    if len(outputs) != len(spec.outputs):
+        raise SpecError(
+            f"{spec.name}.outputs", f"lists {len(spec.outputs)} outputs, {what} gives {len(outputs)}"
+        )
+    for index, (array, tensor) in enumerate(zip(outputs, spec.outputs, strict=True)):
+        if not tensor.admits(array.shape[1:]):
+            bound = f" (max_shape {list(tensor.largest)})" if tensor.variable else ""
+            raise SpecError(
+                f"{spec.name}.outputs[{index}].shape",
+                f"is {list(tensor.shape)}{bound}, {what} gives {list(array.shape[1:])}",
+            )
+
+
+class LoadedSource(ABC):
+    """A model of the spec, loaded and ready to be checked and exported."""
+
+    def __init__(self, spec: ModelSpec) -> None:
+        self.spec = spec
+
+    def inputs(self, batch: int, seed: int) -> list[np.ndarray]:
+        """Example inputs (``exporters.inputs.draw_inputs``), the same for every consumer."""
+        return draw_inputs(self.spec, batch, seed, self.zoo_model)
+
+    @property
+    def zoo_model(self) -> Any:
+        return None
+
+    @abstractmethod
+    def reference(self, inputs: list[np.ndarray]) -> list[np.ndarray]:
+        """The fp32 truth for ``inputs`` (float inputs widened to fp32)."""
+
+    @abstractmethod
+    def fold_identity(self, digest: Any) -> None:
+        """Add what determines the artifact (weights, files, user code) to ``digest``."""
+
+    @abstractmethod
+    def write_onnx(self, path: Path) -> None:
+        """Write the ONNX file to serve (in the spec's precision) to ``path``."""
+
+    def check_signature(self) -> None:
+        """The spec's outputs must match what the model gives for the spec's inputs."""
+        check_output_shapes(self.spec, self.reference(self.inputs(2, seed=0)), "the model")
+
+
+class TorchModuleSource(LoadedSource):
+    """An ``nn.Module`` (zoo, user factory, Hugging Face): exported with the TorchScript-based exporter,
+    which gives the spec's tensor names exactly; fp16 from a half-precision copy of the module."""
+
+    def __init__(self, spec: ModelSpec, module: nn.Module, files: list[Path] | None = None) -> None:
+        super().__init__(spec)
+        self.module = module
+        self.files = files or []
+
+    @property
+    def zoo_model(self) -> Any:
+        return self.module if self.spec.source_kind == "zoo" else None
+
+    def reference(self, inputs: list[np.ndarray]) -> list[np.ndarray]:
+        return torch_reference(self.module, inputs)
+
+    def fold_identity(self, digest: Any) -> None:
+        hash_files(self.files, digest)
+        for name, tensor in self.module.state_dict().items():
+            digest.update(name.encode())
+            digest.update(tensor.detach().cpu().contiguous().numpy().tobytes())
+
+    def write_onnx(self, path: Path) -> None:
+        # A copy: halving in place would round the reference model's weights too.
+        module = copy.deepcopy(self.module).half() if self.spec.precision == "fp16" else self.module
+        example = tuple(torch.from_numpy(a) for a in self.inputs(2, seed=0))
+        export_module_onnx(
+            module, example, [t.name for t in self.spec.inputs], [t.name for t in self.spec.outputs], path,
+            variable_axes=variable_axes(self.spec),
+        )  # fmt: skip
+
+
+def variable_axes(spec: ModelSpec) -> dict[str, dict[int, str]]:
+    """ONNX dynamic axes beyond the batch: ``{tensor: {axis: name}}`` for every -1 of the spec."""
+    return {
+        t.name: {axis + 1: f"{t.name}_dim{axis + 1}" for axis, d in enumerate(t.shape) if d == VARIABLE}
+        for t in (*spec.inputs, *spec.outputs)
+        if t.variable
+    }

@@ -1,0 +1,66 @@
+"""``load_source(spec)``: the ``LoadedSource`` for a model of the spec, whatever its source kind."""
+
+from __future__ import annotations
+
+import inspect
+
+import torch
+from torch import nn
+
+from exporters.errors import SpecError
+from exporters.sources.base import LoadedSource, TorchModuleSource
+from exporters.sources.loading import import_object, module_files
+from exporters.spec import ModelSpec, PythonSource
+
+
+def _zoo(spec: ModelSpec) -> LoadedSource:
+    from exporters.zoo import ZOO
+
+    return TorchModuleSource(spec, ZOO[spec.source].create(spec.options, spec.seed))
+
+
+def _python(spec: ModelSpec) -> LoadedSource:
+    """The user's factory, called with ``options`` as keyword arguments after seeding torch with
+    ``seed`` (so randomly initialised weights are reproducible); its source files count in the hash."""
+    source = spec.source
+    assert isinstance(source, PythonSource)
+    field = f"{spec.name}.source.python"
+    factory = import_object(source.python, source.path, field)
+    if not callable(factory):
+        raise SpecError(field, f"{source.python} is not callable")
+    try:
+        inspect.signature(factory).bind(**spec.options)
+    except TypeError as error:
+        raise SpecError(f"{spec.name}.options", f"{source.python} does not take them: {error}") from error
+    except ValueError:
+        pass  # no signature to inspect (a builtin); the call below says what is wrong
+    torch.manual_seed(spec.seed)
+    try:
+        module = factory(**spec.options)
+    except Exception as error:  # the user's code may raise anything
+        raise SpecError(
+            field, f"{source.python}(**options) failed: {type(error).__name__}: {error}"
+        ) from error
+    if not isinstance(module, nn.Module):
+        raise SpecError(field, f"{source.python} must return a torch.nn.Module, got {type(module).__name__}")
+    return TorchModuleSource(spec, module.eval(), module_files(source.python, source.path))
+
+
+def load_source(spec: ModelSpec) -> LoadedSource:
+    """Load ``spec``'s model (imports of the heavier sources happen only when a spec uses them)."""
+    kind = spec.source_kind
+    if kind == "zoo":
+        return _zoo(spec)
+    if kind == "python":
+        return _python(spec)
+    if kind == "onnx":
+        from exporters.sources.onnx_file import OnnxFileSource
+
+        return OnnxFileSource(spec)
+    if kind == "torch_export":
+        from exporters.sources.torch_program import TorchProgramSource
+
+        return TorchProgramSource(spec)
+    from exporters.sources.huggingface import load_huggingface
+
+    return load_huggingface(spec)

@@ -1,0 +1,68 @@
+"""Import the user's code named in the spec (``"package.module:name"``), with an optional folder on
+``sys.path``; every failure is a ``SpecError`` naming the model and the field."""
+
+from __future__ import annotations
+
+import hashlib
+import importlib
+import sys
+from pathlib import Path
+from typing import Any
+
+from exporters.errors import SpecError
+
+
+def import_object(reference: str, path: str | None, field: str) -> Any:
+    """The object ``module:name`` refers to, importing ``module`` with ``path`` first on ``sys.path``."""
+    module_name, _, name = reference.partition(":")
+    if path is not None:
+        if not Path(path).is_dir():
+            raise SpecError(f"{field}", f"path {path} is not a folder")
+        if path not in sys.path:
+            sys.path.insert(0, path)
+        _forget_other_copies(module_name.split(".")[0], Path(path))
+    try:
+        module = importlib.import_module(module_name)
+    except Exception as error:  # the user's module may raise anything while importing
+        raise SpecError(field, f"cannot import {module_name!r}: {type(error).__name__}: {error}") from error
+    try:
+        return getattr(module, name)
+    except AttributeError as error:
+        raise SpecError(field, f"module {module_name!r} has no {name!r}") from error
+
+
+def _forget_other_copies(package: str, path: Path) -> None:
+    """Drop ``package`` from the import cache when it was imported from another folder than ``path``
+    (two specs, or two projects, naming the same package), so the spec's own copy is the one used."""
+    cached = sys.modules.get(package)
+    origin = getattr(cached, "__file__", None)
+    if cached is None or (origin and Path(origin).resolve().is_relative_to(path.resolve())):
+        return
+    for key in [k for k in sys.modules if k == package or k.startswith(package + ".")]:
+        del sys.modules[key]
+    importlib.invalidate_caches()
+
+
+def module_files(reference: str, path: str | None) -> list[Path]:
+    """The user's source files a build depends on: every module imported from ``path`` (the factory's
+    module and what it imports from the user's project), else the factory's own module file. Not every
+    ``.py`` under ``path``: that folder may hold a virtual environment."""
+    if path is None:
+        file = getattr(sys.modules.get(reference.partition(":")[0]), "__file__", None)
+        return [Path(file)] if file else []
+    root = Path(path).resolve()
+    files = {
+        Path(file).resolve()
+        for module in list(sys.modules.values())
+        if (file := getattr(module, "__file__", None)) and Path(file).resolve().is_relative_to(root)
+    }
+    return sorted(files)
+
+
+def hash_files(files: list[Path], digest: Any | None = None) -> Any:
+    """Fold the names and bytes of ``files`` into ``digest`` (a hashlib object; a new sha256 if None)."""
+    digest = digest or hashlib.sha256()
+    for file in files:
+        digest.update(file.name.encode())
+        digest.update(file.read_bytes())
+    return digest

@@ -1,0 +1,171 @@
+"""``source: {onnx: file}``: a user's existing ONNX file, checked and copied into the repository.
+
+Checked before anything is written: the external-data confinement check on the user's file (its
+initializers may not point outside its folder), ``onnx.checker`` (full), a dynamic batch axis, and the
+spec's signature against the graph (names, dtypes, shapes). The copy is a single self-contained file.
+``precision: fp16`` from an fp32 file converts the graph with ``onnxconverter_common`` (fp16 tensors
+in and out) and holds it to the fp32 file, run in onnxruntime, at the fp16 tolerance.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import onnx
+import onnxruntime as ort
+
+from exporters.errors import ExportCheckError, SpecError
+from exporters.inputs import widen
+from exporters.onnx_export import check_external_data
+from exporters.sources.base import LoadedSource
+from exporters.spec import VARIABLE, ModelSpec, OnnxSource, TensorSpec
+from python_backend.dtypes import DTYPES
+
+# ONNX element type -> spec name, from the one dtype table (types numpy, hence a model, can carry)
+ONNX_DTYPES = {
+    onnx.helper.np_dtype_to_tensor_dtype(d.numpy_dtype()): key
+    for key, d in DTYPES.items()
+    if d.numpy is not None
+}
+
+
+@dataclass(frozen=True)
+class GraphTensor:
+    """A graph input or output as the file states it: ``dims`` without the batch axis, -1 where
+    symbolic; ``batch_fixed`` when the first axis has a fixed size; ``range`` for ids that index an
+    initializer through ``Gather`` (an embedding table: valid ids are ``[0, rows)``)."""
+
+    name: str
+    dtype: str
+    dims: tuple[int, ...]
+    batch_fixed: int | None
+    range: tuple[int, int] | None = None
+
+
+def _dims(value: onnx.ValueInfoProto) -> tuple[int | None, tuple[int, ...]]:
+    dims = [d.dim_value if d.HasField("dim_value") else VARIABLE for d in value.type.tensor_type.shape.dim]
+    if not dims:
+        return None, ()
+    return (dims[0] if dims[0] != VARIABLE else None), tuple(dims[1:])
+
+
+def _id_ranges(graph: onnx.GraphProto) -> dict[str, tuple[int, int]]:
+    tables = {t.name: t.dims[0] for t in graph.initializer if t.dims}
+    return {
+        node.input[1]: (0, int(tables[node.input[0]]))
+        for node in graph.node
+        if node.op_type == "Gather" and len(node.input) == 2 and node.input[0] in tables
+    }
+
+
+def graph_tensors(model: onnx.ModelProto, where: str) -> tuple[list[GraphTensor], list[GraphTensor]]:
+    """The graph's real inputs (initializers excluded) and outputs; ``where`` names the file in errors."""
+    graph = model.graph
+    initializers = {t.name for t in graph.initializer}
+    ranges = _id_ranges(graph)
+    result = []
+    for values in ([v for v in graph.input if v.name not in initializers], list(graph.output)):
+        tensors = []
+        for value in values:
+            elem = value.type.tensor_type.elem_type
+            if elem not in ONNX_DTYPES:
+                name = onnx.TensorProto.DataType.Name(elem)
+                raise SpecError(
+                    where, f"tensor {value.name!r} has type {name}; served types: fp32, fp16, int64, int32"
+                )
+            batch, dims = _dims(value)
+            tensors.append(GraphTensor(value.name, ONNX_DTYPES[elem], dims, batch, ranges.get(value.name)))
+        result.append(tensors)
+    return result[0], result[1]
+
+
+def _check_against(
+    spec: ModelSpec, kind: str, declared: tuple[TensorSpec, ...], graph: list[GraphTensor]
+) -> None:
+    by_name = {t.name: t for t in graph}
+    missing = sorted(set(by_name) - {t.name for t in declared})
+    if kind == "inputs" and missing:
+        raise SpecError(f"{spec.name}.inputs", f"the ONNX file also takes {missing[0]!r}; list every input")
+    for index, tensor in enumerate(declared):
+        path = f"{spec.name}.{kind}[{index}]"
+        found = by_name.get(tensor.name)
+        if found is None:
+            raise SpecError(
+                f"{path}.name", f"the ONNX file has no {kind[:-1]} {tensor.name!r} (it has {sorted(by_name)})"
+            )
+        floats = {"fp32", "fp16"}
+        same_kind = found.dtype == tensor.dtype or (found.dtype == "fp32" and tensor.dtype in floats)
+        if not same_kind:
+            raise SpecError(f"{path}.dtype", f"is {tensor.dtype}, the ONNX file says {found.dtype}")
+        if found.batch_fixed is not None:
+            raise SpecError(
+                f"{spec.name}.source.onnx",
+                f"{tensor.name}'s batch axis is fixed at {found.batch_fixed}; export a dynamic first axis",
+            )
+        agrees = len(found.dims) == len(tensor.shape) and all(
+            f in (VARIABLE, d) for f, d in zip(found.dims, tensor.shape, strict=True)
+        )
+        if not agrees:
+            raise SpecError(
+                f"{path}.shape", f"is {list(tensor.shape)}, the ONNX file says {list(found.dims)} (-1: any)"
+            )
+
+
+def to_fp16(model: onnx.ModelProto) -> onnx.ModelProto:
+    """The fp32 graph in fp16, inputs and outputs included (ops without fp16 kernels stay fp32 behind
+    casts: ``onnxconverter_common``'s block list)."""
+    from onnxconverter_common import float16
+
+    return float16.convert_float_to_float16(model, keep_io_types=False)
+
+
+class OnnxFileSource(LoadedSource):
+    """The user's ONNX file; the reference is the file itself (fp32) run in onnxruntime."""
+
+    def __init__(self, spec: ModelSpec) -> None:
+        super().__init__(spec)
+        assert isinstance(spec.source, OnnxSource)
+        self.field = f"{spec.name}.source.onnx"
+        self.path = Path(spec.source.onnx)
+        self.model = load_checked(self.path, self.field)
+        graph_inputs, _ = graph_tensors(self.model, self.field)
+        self.float_inputs = {t.name for t in graph_inputs if t.dtype in ("fp32", "fp16")}
+        self.session = ort.InferenceSession(
+            self.model.SerializeToString(), providers=["CPUExecutionProvider"]
+        )
+
+    def check_signature(self) -> None:
+        inputs, outputs = graph_tensors(self.model, self.field)
+        _check_against(self.spec, "inputs", self.spec.inputs, inputs)
+        _check_against(self.spec, "outputs", self.spec.outputs, outputs)
+        super().check_signature()
+
+    def reference(self, inputs: list[np.ndarray]) -> list[np.ndarray]:
+        feeds = {t.name: widen(a) for t, a in zip(self.spec.inputs, inputs, strict=True)}
+        return [widen(o) for o in self.session.run([t.name for t in self.spec.outputs], feeds)]
+
+    def fold_identity(self, digest: Any) -> None:
+        digest.update(self.model.SerializeToString())
+
+    def write_onnx(self, path: Path) -> None:
+        graph_inputs, _ = graph_tensors(self.model, self.field)
+        needs_half = self.spec.precision == "fp16" and any(t.dtype == "fp32" for t in graph_inputs)
+        onnx.save(to_fp16(self.model) if needs_half else self.model, str(path))
+
+
+def load_checked(path: Path, field: str) -> onnx.ModelProto:
+    """The user's ONNX file, loaded with its external data after the confinement and checker checks."""
+    if not path.is_file():
+        raise SpecError(field, f"no such file: {path}")
+    try:
+        check_external_data(path)
+        model = onnx.load(str(path))
+        onnx.checker.check_model(model, full_check=True)
+    except ExportCheckError as error:
+        raise SpecError(field, str(error)) from error
+    except (onnx.checker.ValidationError, onnx.shape_inference.InferenceError, OSError, ValueError) as error:
+        raise SpecError(field, f"{path} is not a valid ONNX model: {error}") from error
+    return model

@@ -1,0 +1,74 @@
+"""Read a model's signature from its artifact (an ONNX graph, a ``torch.export`` program), so the spec
+may leave ``inputs``/``outputs`` out and ``python -m exporters init`` can print them.
+
+What an artifact does not state has to come from the user: a bound for a variable axis (the program's
+range constraint when it has one, else ``max_length``) and the valid ids of an integer input (found
+when the input indexes an embedding table, else an error asking for ``range:``).
+"""
+
+from __future__ import annotations
+
+import math
+from pathlib import Path
+from typing import Any
+
+from exporters.errors import SpecError
+from exporters.spec import INTEGER_DTYPES, VARIABLE, ModelSpec, TensorSpec
+
+
+def to_tensor_specs(
+    found: list[Any], kind: str, precision: str, where: str, max_length: int | None = None
+) -> tuple[TensorSpec, ...]:
+    """``GraphTensor``/``ProgramTensor``s as spec tensors (floats in ``precision``)."""
+    tensors = []
+    for item in found:
+        bounds = tuple(getattr(item, "bounds", item.dims))
+        max_shape = None
+        if VARIABLE in item.dims:
+            known = [b for d, b in zip(item.dims, bounds, strict=True) if d == VARIABLE and b != VARIABLE]
+            if len(known) < item.dims.count(VARIABLE) and max_length is None:
+                raise SpecError(
+                    where,
+                    f"{kind[:-1]} {item.name!r} has a variable axis {list(item.dims)} with no bound in the "
+                    "artifact; list the tensors in the spec with max_shape (or pass --max-length to init)",
+                )
+            max_shape = tuple(
+                (b if b != VARIABLE and math.isfinite(b) else max_length) if d == VARIABLE else d
+                for d, b in zip(item.dims, bounds, strict=True)
+            )
+        id_range = item.range if kind == "inputs" else None
+        if kind == "inputs" and item.dtype in INTEGER_DTYPES and id_range is None:
+            raise SpecError(
+                where,
+                f"integer input {item.name!r} does not index an embedding table, so its valid ids are "
+                "unknown; list the inputs in the spec with range: [lo, hi)",
+            )
+        dtype = precision if item.dtype in ("fp32", "fp16") else item.dtype
+        tensors.append(TensorSpec(item.name, dtype, tuple(item.dims), max_shape, id_range))
+    return tuple(tensors)
+
+
+def artifact_tensors(kind: str, location: str, where: str) -> tuple[list[Any], list[Any]]:
+    """The raw inputs and outputs an ``onnx`` file or ``torch_export`` program states."""
+    if kind == "onnx":
+        import onnx
+
+        from exporters.sources.onnx_file import graph_tensors
+
+        if not Path(location).is_file():
+            raise SpecError(where, f"no such file: {location}")
+        return graph_tensors(onnx.load(location, load_external_data=False), where)
+    from exporters.sources.torch_program import load_program, program_tensors
+
+    return program_tensors(load_program(Path(location), where), where)
+
+
+def read_signature(spec: ModelSpec) -> tuple[tuple[TensorSpec, ...], tuple[TensorSpec, ...]]:
+    """``spec``'s inputs and outputs, those it left out read from its artifact."""
+    kind = spec.source_kind
+    where = f"{spec.name}.source.{kind}"
+    inputs, outputs = artifact_tensors(kind, getattr(spec.source, kind), where)
+    return (
+        spec.inputs or to_tensor_specs(inputs, "inputs", spec.precision, where),
+        spec.outputs or to_tensor_specs(outputs, "outputs", spec.precision, where),
+    )
