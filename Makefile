@@ -10,12 +10,13 @@ PERF ?= default
 # GPUs per pod of the Kubernetes gpu overlay: the one place is deploy/k8s/gpus/gpus.env.
 DEPLOY_GPUS ?= $(shell sed -n 's/^GPUS=//p' deploy/k8s/gpus/gpus.env)
 DEPLOY_REPO ?= deploy-repository/gpu
+SOAK_S ?= 600
 
 .DEFAULT_GOAL := help
 PA_STAMP := $(VENV)/perf_analyzer/.attempted
 
 .PHONY: help setup repo serve stop status perf perf-analyzer tune test test-unit lint format gpu-check clean \
-	deploy-tools deploy-repo deploy-rules
+	deploy-tools deploy-repo deploy-rules soak
 
 help: ## list the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-14s %s\n", $$1, $$2}'
@@ -46,6 +47,9 @@ status: setup ## show whether the `make serve` server is up, and its models
 
 perf: setup ## the batching study on the embedded server; report in reports/<timestamp>/ (PERF=quick: about 2 min)
 	$(BIN)/python -m perf run --profile $(PERF) $(PERF_ARGS)
+
+soak: repo ## 10 min of mixed load with random faults (stub kills, bad input, updates); SOAK_S=60 for a short one
+	$(BIN)/python -m server.soak --repository $(REPO) --duration $(SOAK_S)
 
 perf-analyzer: setup ## install NVIDIA perf_analyzer into .venv (if missing) and cross-check one model with it
 	$(BIN)/python -m perf.perf_analyzer_install

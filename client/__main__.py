@@ -17,16 +17,15 @@ from tritonclient.utils import InferenceServerException
 
 from client.connection import connect
 from client.errors import ClientError, MismatchError
+from client.health import report as health_report
 from client.infer import infer
 from client.stats import fetch_stats, parse_version_stats
 
 
 def _health(client, args) -> int:
-    live, ready = client.is_server_live(), client.is_server_ready()
-    print(f"live: {live}  ready: {ready}")
-    for model in args.models or []:
-        print(f"  {model}: {'READY' if client.is_model_ready(model) else 'NOT READY'}")
-    return 0 if live and ready else 1
+    text, ok = health_report(client, args.protocol, args.models, args.admin_key_file, args.events)
+    print(text)
+    return 0 if ok else 1
 
 
 def _metadata(client, args) -> int:
@@ -93,8 +92,10 @@ def _parser() -> argparse.ArgumentParser:
     parser.add_argument("--protocol", choices=("http", "grpc"), default="http")
     parser.add_argument("--url", help="host:port (default: from `make serve`, else 127.0.0.1:8000/8001)")
     sub = parser.add_subparsers(dest="command", required=True)
-    health = sub.add_parser("health", help="server live/ready, and models' readiness")
-    health.add_argument("models", nargs="*")
+    health = sub.add_parser("health", help="server live/ready, and whether each model serves")
+    health.add_argument("models", nargs="*", help="default: every model (needs the admin key)")
+    health.add_argument("--admin-key-file", type=Path, default=Path(".run/admin.key"))
+    health.add_argument("--events", type=Path, default=Path(".run/watchdog.json"), help="watchdog record")
     metadata = sub.add_parser("metadata", help="server metadata, or a model's with --model")
     metadata.add_argument("--model")
     run = sub.add_parser("infer", help="send inputs drawn from the zoo; --check compares with torch")

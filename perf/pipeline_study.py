@@ -49,6 +49,7 @@ from perf.pipeline_plan import COMPARISONS, LIVE_PIPELINE, VARIANTS, Comparison
 from perf.profiles import Profile
 from perf.server_view import ServerDelta
 from server import TritonServer
+from server.admin import headers as admin_headers
 
 log = logging.getLogger(__name__)
 DENSE_VERSION, DENSE_SEED = 2, 99  # the version the live phase publishes, and its weights' seed
@@ -226,7 +227,9 @@ class PipelineStudy:
         return rows, live
 
 
-def _send_updates(url: str, repository: Path, spec: Spec, count: int, outcome: _UpdateOutcome) -> None:
+def _send_updates(
+    url: str, admin_key: str, repository: Path, spec: Spec, count: int, outcome: _UpdateOutcome
+) -> None:
     """Embedding row updates, then a new dense version loaded, while the load runs."""
     pipeline = spec.pipeline(LIVE_PIPELINE)
     model_spec = spec.model(pipeline.model)
@@ -244,7 +247,7 @@ def _send_updates(url: str, repository: Path, spec: Spec, count: int, outcome: _
             outcome.applied += 1
             outcome.done.wait(0.05)
         publish_dense_version(pipeline, model_spec, repository, version=DENSE_VERSION, seed=DENSE_SEED)
-        client.load_model(dense)
+        client.load_model(dense, headers=admin_headers(admin_key))
         outcome.swapped = client.is_model_ready(dense, str(DENSE_VERSION))
     except Exception as error:  # the report says the phase was incomplete, and why
         log.exception("live updates failed")
@@ -259,7 +262,7 @@ def _measure_live(
 ) -> Live:
     model = COMPARISONS[LIVE_PIPELINE].model
     outcome = _UpdateOutcome()
-    args = (server.http_url, repository, spec, context.profile.live_updates, outcome)
+    args = (server.http_url, server.admin_key, repository, spec, context.profile.live_updates, outcome)
     updater = threading.Thread(target=_send_updates, args=args, daemon=True)
     target = context.target(server, spec.model(model), served_as=LIVE_PIPELINE)
     load = fixed_load(context, model, capacity, seed_offset=2)

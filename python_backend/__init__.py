@@ -18,7 +18,7 @@ HERE = Path(__file__).parent
 RUNTIME_HELPERS = ("runtime_paths.py", "batching.py", "dtypes.py")
 ONNXRUNTIME_BACKEND = ("onnxruntime/model.py", *RUNTIME_HELPERS)
 TORCH_STAGE = ("torch_stage/model.py", "torch_stage/safe_program.py", "torch_stage/embedding_rows.py",
-               *RUNTIME_HELPERS)  # fmt: skip
+               "torch_stage/update_log.py", *RUNTIME_HELPERS)  # fmt: skip
 TEXT_TOKENIZER = ("text_tokenizer/model.py", "text_tokenizer/tokens.py", *RUNTIME_HELPERS)
 
 

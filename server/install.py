@@ -68,6 +68,18 @@ def _stub_for_running_python(install: ServerInstall) -> Path:
     return stub
 
 
+def replace_file(source: Path, target: Path) -> None:
+    """Copy ``source`` over ``target`` by rename, so a target that a running stub executes is never
+    opened for writing (that fails with "Text file busy"); an identical target is left alone."""
+    if target.is_file():
+        a, b = source.stat(), target.stat()
+        if a.st_size == b.st_size and int(a.st_mtime) == int(b.st_mtime):
+            return
+    partial = target.with_name(f".{target.name}.{os.getpid()}.partial")
+    shutil.copy2(source, partial)
+    os.replace(partial, target)
+
+
 def assemble_backends(install: ServerInstall, destination: Path) -> Path:
     """Build the ``--backend-directory`` folder: the install's backends plus what this machine lacks.
 
@@ -79,8 +91,8 @@ def assemble_backends(install: ServerInstall, destination: Path) -> Path:
         if backend.name == "python" and install.origin == "wheel":
             target.mkdir(exist_ok=True)
             for item in ("libtriton_python.so", "triton_python_backend_utils.py"):
-                shutil.copy2(backend / item, target / item)
-            shutil.copy2(_stub_for_running_python(install), target / "triton_python_backend_stub")
+                replace_file(backend / item, target / item)
+            replace_file(_stub_for_running_python(install), target / "triton_python_backend_stub")
         else:
             if target.is_symlink() and target.resolve() != backend.resolve():
                 target.unlink()  # stale link from an earlier install (e.g. a recreated venv)

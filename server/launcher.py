@@ -1,10 +1,17 @@
 """``TritonServer``: start a real tritonserver on a model repository, wait until ready, stop cleanly.
 
 Used as a context manager by tests and perf, and behind ``make serve`` / ``make stop``. Binds
-127.0.0.1 by default (Triton 2.51 has known CVEs; do not expose it), uses
-``--model-control-mode=none`` unless explicit control is asked for, gives each server its own
+127.0.0.1 by default (Triton 2.51 has known CVEs; do not expose it), gives each server its own
 Python-backend shared-memory prefix so several can run side by side, and sizes that shared memory for
 the largest batch any model can receive.
+
+Resilience (see README "Serving resilience"): the server always runs with explicit model control and
+every model loaded at start, its model-repository/trace/logging APIs restricted to a random admin key
+(``server.admin``); a watchdog reloads a model whose stub died (``server.watchdog``); ``stop()`` drains
+(unloads every model so new requests are refused while admitted ones finish) before SIGTERM; and
+``/v2/health/ready`` runs non-strict, because 2.51 keeps it false for good after one failed version
+load even while the old version serves; per-model readiness and ``python -m client health`` say which
+models serve.
 """
 
 from __future__ import annotations
@@ -29,12 +36,17 @@ from google.protobuf import text_format
 from tritonclient.grpc import model_config_pb2
 
 from python_backend.dtypes import BY_TRITON
+from server.admin import drain, new_admin_key, restricted_api_args
+from server.admin import headers as admin_headers
 from server.install import ServerError, ServerInstall, assemble_backends, find_install
+from server.stubs import kill_stray_stubs
+from server.watchdog import Watchdog
 
 log = logging.getLogger(__name__)
 
 WIDEST = 8  # bytes per element assumed for a type our dtype table lacks: never too small a region
 MIB = 1 << 20
+DRAIN_GRACE_S = 1.0
 MAX_BATCH_BYTES = 1 << 30  # the spec's bound too (exporters.guards): shm per stub is 4x the largest batch
 
 
@@ -54,19 +66,27 @@ def remove_shm_regions(prefix: str) -> list[str]:
     return removed
 
 
-def check_port_free(host: str, port: int) -> None:
-    """``ServerError`` if something already listens on ``host:port``.
+def check_port_free(host: str, port: int, wait_s: float = 0.0) -> None:
+    """``ServerError`` if something still listens on ``host:port`` after ``wait_s`` seconds.
 
     Without this, another Triton on the same port (e.g. an NGC container) answers the readiness probe
-    and the launch looks successful while our server has failed to bind.
+    and the launch looks successful while our server has failed to bind. ``SO_REUSEADDR`` (as servers
+    set it) lets a quick restart reuse a port whose old connections linger in TIME_WAIT; the wait
+    covers a previous server that is still shutting down.
     """
-    with socket.socket() as sock:
-        try:
-            sock.bind((host, port))
-        except OSError as error:
-            raise ServerError(
-                f"port {port} on {host} is in use ({error.strerror}); pick another or stop it"
-            ) from error
+    deadline = time.monotonic() + wait_s
+    while True:
+        with socket.socket() as sock:
+            sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+            try:
+                sock.bind((host, port))
+                return
+            except OSError as error:
+                if time.monotonic() >= deadline:
+                    raise ServerError(
+                        f"port {port} on {host} is in use ({error.strerror}); pick another or stop it"
+                    ) from error
+        time.sleep(0.25)
 
 
 def free_port(host: str = "127.0.0.1") -> int:
@@ -129,10 +149,16 @@ class ServerOptions:
     http_port: int = 0  # 0: pick a free port
     grpc_port: int = 0
     metrics_port: int = 0
-    model_control_mode: str = "none"  # "explicit" for live model version swaps
-    load_models: list[str] = field(default_factory=list)  # with explicit control; empty loads "*"
+    # "none": the model set stays as loaded at start; "explicit": live version swaps, with the admin key.
+    # Both run Triton in explicit mode with the model-repository API keyed (the watchdog and drain use it).
+    model_control_mode: str = "none"
+    load_models: list[str] = field(default_factory=list)  # empty loads "*"
     startup_timeout_s: float = 180.0
-    stop_timeout_s: float = 30.0
+    stop_timeout_s: float = 30.0  # drain: how long admitted requests may take to finish
+    exit_timeout_s: float = 30.0  # Triton's own wait after SIGTERM (open HTTP connections, raw SIGTERM)
+    self_heal: bool = True  # run the stub watchdog
+    admin_key: str | None = None  # None: a random one per start
+    port_wait_s: float = 0.0  # wait this long for a port still held by a server shutting down
     log_path: Path | None = None
     workdir: Path | None = None  # backend folder and log; None: a temporary one removed on stop
     extra_args: list[str] = field(default_factory=list)
@@ -161,6 +187,10 @@ class TritonServer:
         self.metrics_port = options.metrics_port or free_port(options.host)
         self.shm_prefix = f"tb{os.getpid()}_{self.http_port}_"  # this server's Python-backend regions
         self.failed_models: dict[str, str] = {}  # name -> reason, for models that did not load
+        self.admin_key = options.admin_key or new_admin_key()
+        self.watchdog: Watchdog | None = None
+        self.watchdog_path = self._workdir / "watchdog.json"
+        self.drained: list[str] = []
 
     @property
     def http_url(self) -> str:
@@ -194,10 +224,11 @@ class TritonServer:
             f"--grpc-port={self.grpc_port}",
             f"--metrics-address={options.host}",
             f"--metrics-port={self.metrics_port}",
-            f"--model-control-mode={options.model_control_mode}",
+            "--model-control-mode=explicit",
+            "--strict-readiness=false",
             "--allow-metrics=true",
             "--allow-gpu-metrics=false",
-            f"--exit-timeout-secs={int(options.stop_timeout_s)}",
+            f"--exit-timeout-secs={int(options.exit_timeout_s)}",
             # One model that fails to load must not take the others down (2.51 exits by default);
             # wait_ready names the failed ones instead.
             "--exit-on-error=false",
@@ -206,9 +237,8 @@ class TritonServer:
             f"--backend-config=python,shm-region-prefix-name={self.shm_prefix}",
         ]
         command.append(f"--backend-directory={assemble_backends(self.install, self._workdir / 'backends')}")
-        if options.model_control_mode == "explicit":
-            command += [f"--load-model={m}" for m in options.load_models or ["*"]]
-        return command + options.extra_args
+        command += [f"--load-model={m}" for m in options.load_models or ["*"]]
+        return command + restricted_api_args(self.admin_key) + options.extra_args
 
     def environment(self) -> dict[str, str]:
         """Environment for the server: the venv's packages and the wheel's shared libraries."""
@@ -234,6 +264,9 @@ class TritonServer:
         except BaseException:
             self.stop()
             raise
+        if self.options.self_heal and self.pid is not None:
+            self.watchdog = Watchdog(self.pid, self.triton_http_url, self.admin_key, self.watchdog_path)
+            self.watchdog.start()
         log.info("tritonserver ready (pid %s) http=%s grpc=%s", self.pid, self.http_url, self.grpc_url)
         return self
 
@@ -241,9 +274,9 @@ class TritonServer:
         if not Path(self.options.repository).is_dir():
             raise ServerError(f"model repository {self.options.repository} does not exist (run `make repo`)")
         for port in (self.http_port, self.grpc_port, self.metrics_port):
-            check_port_free(self.options.host, port)
+            check_port_free(self.options.host, port, self.options.port_wait_s)
         if self.options.http_guard:
-            check_port_free("127.0.0.1", self.triton_http_port)
+            check_port_free("127.0.0.1", self.triton_http_port, self.options.port_wait_s)
         command = self.command()
         self.log_path.parent.mkdir(parents=True, exist_ok=True)
         with open(self.log_path, "wb") as log_file:
@@ -287,7 +320,10 @@ class TritonServer:
     def model_index(self) -> list[dict]:
         """The repository index (name, version, state, reason of every model); [] when unreachable."""
         request = urllib.request.Request(
-            f"http://{self.http_url}/v2/repository/index", data=b"{}", method="POST"
+            f"http://{self.triton_http_url}/v2/repository/index",
+            data=b"{}",
+            method="POST",
+            headers=admin_headers(self.admin_key),  # the repository API is keyed (server.admin)
         )
         try:
             with urllib.request.urlopen(request, timeout=5) as response:
@@ -339,6 +375,8 @@ class TritonServer:
                 guard_log = self.log_path.with_name("http_guard.log").read_text(errors="replace")
                 raise ServerError(f"the HTTP guard exited with {self.guard.returncode}:\n{guard_log[-2000:]}")
             if self.is_ready() and self.process is not None and self.process.poll() is None:
+                # readiness is non-strict (see module doc): name any model that failed all the same
+                self._report_failures(self._settled_failures() or {})
                 return
             failed = self._settled_failures()
             if failed:
@@ -350,18 +388,32 @@ class TritonServer:
         )
 
     def stop(self) -> None:
-        """SIGTERM, wait up to ``stop_timeout_s`` (+5 s), then SIGKILL; then remove what the server
-        leaves behind: its shared-memory regions and a temporary workdir."""
+        """Drain (through Triton's own HTTP endpoint, while the guard still forwards), stop the guard,
+        then SIGTERM; SIGKILL if it outlives its exit timeout (+5 s); then remove what the server
+        leaves behind: stray stubs, its shared-memory regions and a temporary workdir."""
+        if self.watchdog is not None:
+            self.watchdog.stop()
+        if self.process is not None and self.process.poll() is None and self.is_ready():
+            try:
+                self.drained = drain(
+                    self.triton_http_url, self.admin_key, self.options.stop_timeout_s, self.pid
+                )
+            except Exception as error:  # still stop; say what was not drained
+                log.warning("drain incomplete, stopping anyway: %s", error)
+            # a request already on its way when the drain ended is refused (NOT_FOUND) in this grace;
+            # after SIGTERM, 2.51's gRPC frontend would answer it CANCELLED instead
+            time.sleep(DRAIN_GRACE_S)
         self._stop_guard()
         if self.process is not None and self.process.poll() is None:
             self.process.send_signal(signal.SIGTERM)
             try:
-                self.process.wait(timeout=self.options.stop_timeout_s + 5)
+                self.process.wait(timeout=self.options.exit_timeout_s + 5)
             except subprocess.TimeoutExpired:
                 log.warning("tritonserver ignored SIGTERM; killing it")
                 self.process.kill()
                 self.process.wait(timeout=10)
         if self.process is not None:
+            kill_stray_stubs(self.shm_prefix)
             remove_shm_regions(self.shm_prefix)
         if self._owns_workdir:
             shutil.rmtree(self._workdir, ignore_errors=True)

@@ -46,14 +46,10 @@ def check_ids(ids: torch.Tensor, tables: Sequence[torch.Tensor], input_name: str
         )
 
 
-def apply_row_updates(
+def check_row_updates(
     tables: Sequence[torch.Tensor], table: torch.Tensor, row: torch.Tensor, values: torch.Tensor
-) -> int:
-    """Overwrite ``tables[table[i]][row[i]] = values[i]`` for every i, all or nothing; rows written.
-
-    ``table`` and ``row`` are ``[N, 1]`` int64, ``values`` is ``[N, D]``; later rows win when one row
-    is written twice in the same update.
-    """
+) -> None:
+    """``InvalidInputError`` naming the input unless the whole update can be applied."""
     table, row = table.reshape(-1), row.reshape(-1)
     if not table.shape[0] == row.shape[0] == values.shape[0]:
         raise InvalidInputError(
@@ -75,6 +71,18 @@ def apply_row_updates(
             raise InvalidInputError(
                 f"input '{UPDATE_VALUES}' has width {values.shape[1]}, table {index} has {width}"
             )
+
+
+def apply_row_updates(
+    tables: Sequence[torch.Tensor], table: torch.Tensor, row: torch.Tensor, values: torch.Tensor
+) -> int:
+    """Overwrite ``tables[table[i]][row[i]] = values[i]`` for every i, all or nothing; rows written.
+
+    ``table`` and ``row`` are ``[N, 1]`` int64, ``values`` is ``[N, D]``; later rows win when one row
+    is written twice in the same update.
+    """
+    check_row_updates(tables, table, row, values)
+    table, row = table.reshape(-1), row.reshape(-1)
     with torch.no_grad():
         for index in range(len(tables)):
             chosen = table == index

@@ -13,7 +13,10 @@ Copied (with ``safe_program.py``, ``embedding_rows.py`` and the runtime helpers)
 * The artifact is loaded only after ``safe_program.check_no_pickle``: a stage never unpickles.
 * An embedding stage (parameter ``embedding_tables``) also takes row updates while it serves: a request
   carrying ``update_table`` / ``update_row`` / ``update_values`` is applied whole, before the lookup
-  batch of the same ``execute`` call and never during one (see ``embedding_rows.py``).
+  batch of the same ``execute`` call and never during one (see ``embedding_rows.py``). Each update is
+  written to a write-ahead log (``update_log.py``) before it is applied and acknowledged, and
+  ``initialize`` replays that log, so a stub restart (the watchdog's reload) or a server restart loses
+  no acknowledged update.
 """
 
 import json
@@ -25,6 +28,7 @@ add_launcher_paths()
 
 import torch  # noqa: E402
 import triton_python_backend_utils as pb_utils  # noqa: E402
+import update_log  # noqa: E402
 from batching import (  # noqa: E402
     InvalidInputError,
     ModelRunError,
@@ -33,7 +37,13 @@ from batching import (  # noqa: E402
     with_value_guards,
 )
 from dtypes import BY_TRITON  # noqa: E402
-from embedding_rows import UPDATE_INPUTS, UPDATE_VERSION, apply_row_updates, check_ids  # noqa: E402
+from embedding_rows import (  # noqa: E402
+    UPDATE_INPUTS,
+    UPDATE_VERSION,
+    apply_row_updates,
+    check_ids,
+    check_row_updates,
+)
 from safe_program import load_exported_program  # noqa: E402
 from torch.export.passes import move_to_device_pass  # noqa: E402
 from torch.utils.dlpack import from_dlpack, to_dlpack  # noqa: E402
@@ -85,6 +95,11 @@ class TritonPythonModel:
         table_names = [n for n in _parameter(config, "embedding_tables").split(",") if n]
         self.tables = [self.module.get_parameter(n) for n in table_names]
         self.version = 0  # row updates applied so far; answered to each update request
+        self.log_path = os.path.join(args["model_repository"], args["model_version"], update_log.LOG_NAME)
+        if self.tables:
+            for record in update_log.replay(self.log_path):
+                apply_row_updates(self.tables, *record)
+                self.version += 1
 
     def _run(self, batch: dict) -> dict:
         ids = batch[self.inputs[0].name]
@@ -117,7 +132,10 @@ class TritonPythonModel:
             arrays = self._read(request, UPDATE_INPUTS)
             if isinstance(arrays, Exception):
                 raise arrays
-            rows = apply_row_updates(self.tables, *(arrays[n] for n in UPDATE_INPUTS))
+            update = [arrays[n] for n in UPDATE_INPUTS]
+            check_row_updates(self.tables, *update)
+            update_log.append(self.log_path, *update)  # durable before it is applied and acknowledged
+            rows = apply_row_updates(self.tables, *update)
         except InvalidInputError as error:
             return pb_utils.InferenceResponse(error=self._error(error))
         except Exception as error:  # the stage's own failure: INTERNAL, for this request only

@@ -12,6 +12,7 @@ from tritonclient.utils import InferenceServerException
 
 from client.connection import connect
 from server import TritonServer
+from server.admin import headers as admin_headers
 
 pytestmark = pytest.mark.integration
 
@@ -44,6 +45,6 @@ def test_reload_under_load_loses_nothing(fault_server: TritonServer, good_traffi
     loads = fault_server.log_path.read_text().count("successfully loaded 'trivial'")
     with good_traffic(minimum=60, server_count=False):
         for _ in range(2):
-            client.load_model("trivial", config=config)
+            client.load_model("trivial", config=config, headers=admin_headers(fault_server.admin_key))
             assert client.is_model_ready("trivial")
     assert fault_server.log_path.read_text().count("successfully loaded 'trivial'") == loads + 2

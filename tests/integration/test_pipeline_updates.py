@@ -26,6 +26,7 @@ from exporters.spec import Spec, parse_spec
 from exporters.zoo.reference import build_torch_model, sample_inputs
 from python_backend.torch_stage.embedding_rows import UPDATE_ROW, UPDATE_VERSION
 from server import ServerOptions, TritonServer
+from server.admin import headers as admin_headers
 
 pytestmark = pytest.mark.integration
 PIPELINE = "recommender_pipeline"
@@ -180,7 +181,7 @@ def test_dense_version_swap_under_load(server, client, spec: Spec, repository, r
     assert not np.allclose(old, new, rtol=1e-3), "the new version must answer differently"
     with SteadyLoad(server.http_url, request_arrays) as load:
         load.wait_for_answers(CALLERS * 2)
-        client.load_model(DENSE)
+        client.load_model(DENSE, headers=admin_headers(server.admin_key))
         assert client.is_model_ready(DENSE, "2")
         seen_new = threading.Event()
         for _ in range(200):

@@ -95,7 +95,13 @@ def test_command_binds_loopback_and_uses_its_own_shm_prefix(tmp_path: Path) -> N
         server.stop()  # never started: still removes its temporary folder
         assert not server._workdir.exists()
     assert "--http-address=127.0.0.1" in first and "--grpc-address=127.0.0.1" in first
-    assert "--model-control-mode=none" in first
+    # explicit control with every model loaded, the admin APIs keyed per server, readiness non-strict
+    assert "--model-control-mode=explicit" in first and "--load-model=*" in first
+    assert "--strict-readiness=false" in first
+    key = servers[0].admin_key
+    assert f"--http-restricted-api=model-repository,trace,logging:triton-admin-key={key}" in first
+    assert f"--grpc-restricted-protocol=model-repository,trace,logging:triton-admin-key={key}" in first
+    assert servers[1].admin_key != key
     prefix = [a for a in first if "shm-region-prefix-name" in a]
     assert prefix and prefix != [a for a in second if "shm-region-prefix-name" in a]
 

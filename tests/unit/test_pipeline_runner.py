@@ -203,9 +203,10 @@ def stage_runner(monkeypatch: pytest.MonkeyPatch):
         del sys.modules[name]
 
 
-def test_a_failing_update_fails_alone(stage_runner, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_a_failing_update_fails_alone(stage_runner, monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
     model = stage_runner.TritonPythonModel()
     model.name, model.device, model.version = "rec_embedding", torch.device("cpu"), 0
+    model.log_path = str(tmp_path / "live_updates.wal")
     model.inputs = [stage_runner.TensorInfo("sparse_ids", torch.int64, (2,))]
     model.output_names = ["embeddings"]
     model.tables = _tables()

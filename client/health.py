@@ -1,0 +1,97 @@
+"""``python -m client health``: whether the served models can serve, not only whether the server answers.
+
+Per model it reports whether a version serves, which versions failed to load (with the admin key, from
+the repository index: a failed new version next to a serving old one is "serving", with the failure
+named), and what the stub watchdog saw (a stub that died, when it was reloaded). The exit status is 0
+only if the server is live and every model checked serves, so it can be a readiness probe.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from google.protobuf import json_format
+from tritonclient.utils import InferenceServerException
+
+from server.admin import headers
+from server.watchdog import read_events
+
+
+@dataclass
+class ModelHealth:
+    name: str
+    serving: list[str] = field(default_factory=list)
+    failed: dict[str, str] = field(default_factory=dict)  # version -> first line of the reason
+    dead_stub: str = ""  # instance whose stub died and is not reloaded yet
+
+    @property
+    def ok(self) -> bool:
+        return bool(self.serving) and not self.dead_stub
+
+    def line(self) -> str:
+        if self.dead_stub:
+            state = f"NOT SERVING: stub of {self.dead_stub} died, the watchdog is reloading it"
+        elif self.serving:
+            state = f"READY (serving version {', '.join(self.serving)})"
+        else:
+            state = "NOT READY"
+        for version, reason in sorted(self.failed.items()):
+            state += f"; version {version} failed to load: {reason}"
+        return f"  {self.name}: {state}"
+
+
+def model_health(
+    client: Any, protocol: str, models: list[str], key: str | None, events: dict
+) -> list[ModelHealth]:
+    """Health of ``models`` (all models the server knows when empty and the key is given)."""
+    index: dict[str, ModelHealth] = {}
+    if key:
+        try:
+            raw = client.get_model_repository_index(headers=headers(key, protocol))
+        except InferenceServerException:  # another server's key (e.g. --url elsewhere): no version detail
+            raw, key = [], None
+        entries = raw if isinstance(raw, list) else json_format.MessageToDict(raw).get("models", [])
+        for entry in entries:
+            health = index.setdefault(entry["name"], ModelHealth(entry["name"]))
+            if entry.get("state") == "READY":
+                health.serving.append(entry.get("version", ""))
+            elif entry.get("reason", "") not in ("", "unloaded"):
+                health.failed[entry.get("version", "")] = entry["reason"].strip().splitlines()[0][:160]
+    names = models or sorted(index)
+    result = []
+    for name in names:
+        health = index.get(name) or ModelHealth(name)
+        if not key and client.is_model_ready(name):
+            health.serving = ["?"]
+        health.dead_stub = events.get("dead_now", {}).get(name, "")
+        result.append(health)
+    return result
+
+
+def watchdog_lines(events: dict) -> list[str]:
+    lines = []
+    for event in events.get("events", []):
+        died = time.strftime("%H:%M:%S", time.localtime(event["died_at"]))
+        if event.get("healed_at"):
+            outcome = f"reloaded in {event['healed_at'] - event['died_at']:.1f} s"
+        else:
+            outcome = f"reload failed: {event['error']}" if event.get("error") else "reloading"
+        lines.append(
+            f"  watchdog: stub of {event['instance']} (pid {event['stub_pid']}) died at {died}; {outcome}"
+        )
+    return lines
+
+
+def report(
+    client: Any, protocol: str, models: list[str], key_path: Path | None, events_path: Path | None
+) -> tuple[str, bool]:
+    """The text ``client health`` prints and whether everything checked can serve."""
+    live, ready = client.is_server_live(), client.is_server_ready()
+    key = key_path.read_text().strip() if key_path and key_path.is_file() else None
+    events = read_events(events_path) if events_path else {}
+    healths = model_health(client, protocol, models, key, events) if live else []
+    lines = [f"live: {live}  ready: {ready}", *(h.line() for h in healths), *watchdog_lines(events)]
+    return "\n".join(lines), live and ready and all(h.ok for h in healths)

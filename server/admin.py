@@ -1,0 +1,168 @@
+"""The server's admin surface: a key for the restricted APIs, keyed model loads, and the drain.
+
+Triton 2.51 lets any local process load code (a ``model.py`` sent as a file override) through the
+model-repository API once model control is explicit. Every server we start therefore restricts the
+model-repository, trace and logging APIs to requests carrying ``ADMIN_HEADER`` with a random key (Triton's
+``--http-restricted-api`` / ``--grpc-restricted-protocol``); without it HTTP answers 403 and gRPC
+UNAVAILABLE. Over gRPC the metadata key is ``GRPC_ADMIN_HEADER`` (Triton adds its own prefix). The key
+lives in ``TritonServer.admin_key`` and, for ``make serve``, in ``.run/admin.key`` (mode 0600).
+``load_model`` below is the only loader our tools use: it refuses file overrides unless asked, and
+says which version keeps serving when a new one fails to load.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import secrets
+import time
+from collections.abc import Iterable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import tritonclient.http as httpclient
+from tritonclient.utils import InferenceServerException
+
+from server.stubs import server_stubs
+
+log = logging.getLogger(__name__)
+
+ADMIN_HEADER = "triton-admin-key"
+# Triton's gRPC frontend looks for the restricted-protocol key under this prefix
+GRPC_ADMIN_HEADER = f"triton-grpc-protocol-{ADMIN_HEADER}"
+RESTRICTED_APIS = ("model-repository", "trace", "logging")
+
+
+class AdminError(RuntimeError):
+    """An admin operation was refused or failed; the message says which model and why."""
+
+
+def new_admin_key() -> str:
+    return secrets.token_urlsafe(24)
+
+
+def restricted_api_args(key: str) -> list[str]:
+    """tritonserver flags restricting ``RESTRICTED_APIS`` on both protocols to holders of ``key``."""
+    apis = ",".join(RESTRICTED_APIS)
+    return [
+        f"--http-restricted-api={apis}:{ADMIN_HEADER}={key}",
+        f"--grpc-restricted-protocol={apis}:{ADMIN_HEADER}={key}",
+    ]
+
+
+def write_key(path: Path, key: str) -> None:
+    """Write the key readable by its owner only (created 0600, never world-readable for a moment)."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.unlink(missing_ok=True)
+    with os.fdopen(os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600), "w") as handle:
+        handle.write(key)
+
+
+def read_key(path: Path) -> str | None:
+    try:
+        return path.read_text().strip() or None
+    except OSError:
+        return None
+
+
+def headers(key: str, protocol: str = "http") -> dict[str, str]:
+    """The request header that unlocks the restricted APIs (gRPC metadata takes a prefixed name)."""
+    return {GRPC_ADMIN_HEADER if protocol == "grpc" else ADMIN_HEADER: key}
+
+
+@dataclass(frozen=True)
+class VersionState:
+    version: str
+    state: str
+    reason: str = ""
+
+
+def model_versions(client: httpclient.InferenceServerClient, key: str) -> dict[str, list[VersionState]]:
+    """The repository index grouped by model: every version Triton knows and its state."""
+    grouped: dict[str, list[VersionState]] = {}
+    for entry in client.get_model_repository_index(headers=headers(key)):
+        grouped.setdefault(entry["name"], []).append(
+            VersionState(entry.get("version", ""), entry.get("state", ""), entry.get("reason", ""))
+        )
+    return grouped
+
+
+def load_model(
+    client: httpclient.InferenceServerClient,
+    key: str,
+    model: str,
+    config: dict[str, Any] | None = None,
+    files: dict[str, bytes] | None = None,
+    allow_file_override: bool = False,
+) -> str:
+    """Load (or reload) ``model``; returns a one-line account of what serves afterwards.
+
+    File overrides carry code the server would run; they are refused unless ``allow_file_override``.
+    When the load fails but an older version still serves, the ``AdminError`` says so: the server is
+    still serving that model, which is what readiness reports (see ``README``, readiness).
+    """
+    if files and not allow_file_override:
+        raise AdminError(
+            f"load of '{model}' with file overrides refused: they run code inside the server; "
+            "pass allow_file_override=True (CLI: --allow-file-override) if that is intended"
+        )
+    try:
+        client.load_model(
+            model,
+            headers=headers(key),
+            config=json.dumps(config) if config is not None else None,
+            files=files,
+        )
+    except InferenceServerException as error:
+        serving = [v.version for v in model_versions(client, key).get(model, []) if v.state == "READY"]
+        still = f"; version {', '.join(serving)} keeps serving" if serving else "; nothing serves it"
+        raise AdminError(f"load of '{model}' failed: {error.message()}{still}") from error
+    serving = [v.version for v in model_versions(client, key).get(model, []) if v.state == "READY"]
+    return f"{model}: serving version {', '.join(serving) or '(none)'}"
+
+
+def _ensembles_first(client: httpclient.InferenceServerClient, names: Iterable[str]) -> list[list[str]]:
+    """Unload order: ensembles before the models they call, so no ensemble loses a step mid-request."""
+    ensembles, others = [], []
+    for name in names:
+        try:
+            platform = client.get_model_config(name).get("platform", "")
+        except InferenceServerException:
+            platform = ""
+        (ensembles if platform == "ensemble" else others).append(name)
+    return [group for group in (ensembles, others) if group]
+
+
+def drain(http_url: str, key: str, timeout_s: float = 30.0, server_pid: int | None = None) -> list[str]:
+    """Stop admitting work and let in-flight requests finish: unload every loaded model, then wait.
+
+    Triton 2.51 keeps admitting requests for the whole exit timeout after SIGTERM and then drops what is
+    in flight. An unload instead refuses new requests at once (HTTP 404 / gRPC NOT_FOUND "Request for
+    unknown model") while requests already admitted run to completion; the stubs then exit on their own.
+    With ``server_pid`` it also waits until the server's live stubs have exited, so SIGTERM finds
+    nothing running. Returns the models it unloaded; raises ``AdminError`` if they are not all
+    unloaded in ``timeout_s``.
+    """
+    client = httpclient.InferenceServerClient(http_url, connection_timeout=10, network_timeout=timeout_s)
+    states = model_versions(client, key)
+    loaded = [m for m, versions in states.items() if any(v.state == "READY" for v in versions)]
+    deadline = time.monotonic() + timeout_s
+    for group in _ensembles_first(client, loaded):
+        for name in group:
+            client.unload_model(name, headers=headers(key))
+        while True:
+            states = model_versions(client, key)
+            busy = [m for m in group if any(v.state in ("READY", "UNLOADING") for v in states.get(m, []))]
+            if not busy:
+                break
+            if time.monotonic() > deadline:
+                raise AdminError(f"drain: {', '.join(busy)} still unloading after {timeout_s:.0f}s")
+            time.sleep(0.1)
+    while server_pid is not None and any(stub.alive for stub in server_stubs(server_pid)):
+        if time.monotonic() > deadline:
+            raise AdminError(f"drain: stubs of server {server_pid} still running after {timeout_s:.0f}s")
+        time.sleep(0.1)
+    log.info("drained: unloaded %s", ", ".join(loaded) or "nothing")
+    return loaded

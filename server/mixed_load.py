@@ -1,0 +1,122 @@
+"""Steady mixed load for fault tests and ``make soak``: closed-loop callers over HTTP and gRPC.
+
+Every request becomes one ``Outcome`` (protocol, model, send/receive time, "" or the exact error text),
+so a caller can say which requests failed, when and with what, and compare the client's count of
+successes with the server's. Each model gets one fixed, valid request, so answers can be compared.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+import tritonclient.grpc as grpcclient
+import tritonclient.http as httpclient
+
+from client.infer import make_inputs
+
+PIPELINE = "recommender_pipeline"
+# What a request sent during a drain may get instead of an answer: all say "not served here", none
+# means a request was taken in and dropped.
+CLEAN_REFUSALS = (
+    "Request for unknown model",  # unloaded by the drain: HTTP 404 / gRPC NOT_FOUND
+    "failed to connect to all addresses",  # gRPC, once the server has exited
+    "Connection refused",
+    "connection closed",  # HTTP keep-alive connection closed by the exiting server, between requests
+)
+
+
+def request_arrays(model: str) -> dict[str, np.ndarray]:
+    """One fixed, valid request per model (the same every time, so answers can be compared)."""
+    if model == "trivial":
+        return {"x": np.linspace(-1, 1, 16, dtype=np.float32).reshape(1, 16)}
+    rng = np.random.default_rng(3)
+    return {
+        "dense": rng.standard_normal((1, 13)).astype(np.float32),
+        "sparse_ids": np.array([[0, 3, 6, 1, 2, 3, 4, 5]], dtype=np.int64),
+    }
+
+
+OUTPUT = {"trivial": "y", PIPELINE: "probability", "recommender": "probability"}
+
+
+def infer_once(client: Any, protocol: str, model: str) -> np.ndarray:
+    module = httpclient if protocol == "http" else grpcclient
+    result = client.infer(model, make_inputs(module, request_arrays(model)))
+    return result.as_numpy(OUTPUT[model])
+
+
+@dataclass(frozen=True)
+class Outcome:
+    protocol: str
+    model: str
+    sent: float
+    received: float
+    error: str  # "" for success
+
+
+class MixedLoad:
+    """Closed-loop callers (one connection each) over both protocols until ``stop()``; bounded in time."""
+
+    def __init__(
+        self, http_url: str, grpc_url: str, models: list[str], callers_per: int = 1, max_s: float = 300
+    ) -> None:
+        self.max_s = max_s
+        self.urls = {"http": http_url, "grpc": grpc_url}
+        self.outcomes: list[Outcome] = []
+        self._lock = threading.Lock()
+        self._stop = threading.Event()
+        self._threads = [
+            threading.Thread(target=self._loop, args=(protocol, model), daemon=True)
+            for protocol in ("http", "grpc")
+            for model in models
+            for _ in range(callers_per)
+        ]
+
+    def _loop(self, protocol: str, model: str) -> None:
+        module = httpclient if protocol == "http" else grpcclient
+        client = module.InferenceServerClient(self.urls[protocol])
+        deadline = time.monotonic() + self.max_s  # bounded even if the caller forgets to stop it
+        while not self._stop.is_set() and time.monotonic() < deadline:
+            sent = time.monotonic()
+            try:
+                infer_once(client, protocol, model)
+                error = ""
+            except Exception as failure:  # every failure is recorded with its text; tests assert on them
+                error = str(failure)
+            with self._lock:
+                self.outcomes.append(Outcome(protocol, model, sent, time.monotonic(), error))
+            if error:
+                time.sleep(0.02)
+
+    def start(self) -> MixedLoad:
+        for thread in self._threads:
+            thread.start()
+        return self
+
+    def stop(self) -> None:
+        self._stop.set()
+        for thread in self._threads:
+            thread.join(timeout=30)
+
+    def hung(self) -> int:
+        """Callers still waiting for an answer after ``stop()``: requests that never came back."""
+        return sum(thread.is_alive() for thread in self._threads)
+
+    def wait_for(self, count: int, timeout_s: float = 60) -> None:
+        deadline = time.monotonic() + timeout_s
+        while len(self.ok()) < count and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert len(self.ok()) >= count, f"load got {len(self.ok())} answers, wanted {count}"
+
+    def ok(self, where: Callable[[Outcome], bool] = lambda o: True) -> list[Outcome]:
+        with self._lock:
+            return [o for o in self.outcomes if not o.error and where(o)]
+
+    def failed(self, where: Callable[[Outcome], bool] = lambda o: True) -> list[Outcome]:
+        with self._lock:
+            return [o for o in self.outcomes if o.error and where(o)]

@@ -1,0 +1,90 @@
+"""The Python backend's stub processes of one server, read from ``/proc``.
+
+A stub's argv is ``triton_python_backend_stub <model file> <shm region> <shm size> <growth> <parent pid>
+<backend dir> <ipc handle> <instance name> ...``: the model file's folder names model and version, the
+region name starts with the server's shared-memory prefix. The watchdog, the drain and ``stop()`` use
+these to find dead, lingering or orphaned stubs of exactly one server.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+from dataclasses import dataclass
+from pathlib import Path
+
+STUB_NAME = b"triton_python_backend_stub"
+
+
+@dataclass(frozen=True)
+class Stub:
+    """One Python-backend stub: argv is ``stub <model file> <shm region> ... <instance name> ...``."""
+
+    pid: int
+    model: str
+    version: str
+    instance: str
+    shm_region: str
+    alive: bool
+
+
+def _stub_from_proc(pid: int, parent: int) -> Stub | None:
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+        # the command name may hold spaces or parentheses: fields after the last ")" are fixed
+        fields = stat[stat.rindex(")") + 2 :].split()
+        state, ppid = fields[0], int(fields[1])
+        if ppid != parent:
+            return None
+        argv = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")
+    except (OSError, ValueError, IndexError):
+        return None
+    if state in ("Z", "X") or not argv or not argv[0]:
+        return Stub(pid, "", "", "", "", alive=False)  # a zombie has no argv left; matched by pid below
+    if not argv[0].endswith(STUB_NAME) or len(argv) < 9:
+        return None
+    version = Path(argv[1].decode()).parent
+    return Stub(pid, version.parent.name, version.name, argv[8].decode(), argv[2].decode(), alive=True)
+
+
+def server_stubs(server_pid: int) -> list[Stub]:
+    """The server's child stub processes, live or exited-but-unreaped."""
+    stubs = []
+    for entry in os.listdir("/proc"):
+        if entry.isdigit():
+            stub = _stub_from_proc(int(entry), server_pid)
+            if stub is not None:
+                stubs.append(stub)
+    return stubs
+
+
+def stubs_with_prefix(prefix: str) -> list[int]:
+    """Live stubs (any parent, orphans included) whose shared-memory region starts with ``prefix``."""
+    found = []
+    needle = prefix.encode()
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            argv = Path(f"/proc/{entry}/cmdline").read_bytes().split(b"\0")
+        except OSError:
+            continue
+        if len(argv) > 2 and argv[0].endswith(STUB_NAME) and argv[2].startswith(needle):
+            found.append(int(entry))
+    return found
+
+
+def kill_stray_stubs(prefix: str) -> list[int]:
+    """SIGKILL stubs of a server that is gone (their argv names its shared-memory ``prefix``).
+
+    A stub whose server was killed can outlive it (re-parented to init), holding its region and the
+    backend folder's stub binary; nothing else would ever stop it.
+    """
+    killed = []
+    for pid in stubs_with_prefix(prefix):
+        try:
+            os.kill(pid, signal.SIGKILL)
+            killed.append(pid)
+        except OSError:
+            continue
+    return killed

