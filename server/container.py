@@ -21,6 +21,7 @@ from pathlib import Path
 from server.cli_options import add_server_arguments, server_options
 from server.launcher import TritonServer
 
+ADMIN_KEY_ENV = "TRITON_ADMIN_KEY"
 # Latency quantiles (p50/p90/p95/p99 per model) for the dashboard and the queue-time alert.
 METRICS_ARGS = ["--metrics-config=summary_latencies=true"]
 
@@ -28,7 +29,12 @@ METRICS_ARGS = ["--metrics-config=summary_latencies=true"]
 def container_command(args: argparse.Namespace) -> tuple[list[str], dict[str, str]]:
     """The tritonserver command line and environment for the pod's server container."""
     options = server_options(
-        args, stop_timeout_s=args.exit_timeout, workdir=args.workdir, extra_args=METRICS_ARGS
+        args,
+        exit_timeout_s=args.exit_timeout,
+        workdir=args.workdir,
+        extra_args=METRICS_ARGS,
+        # the keyed admin APIs (server.admin): a Secret's key, or a random one nobody outside holds
+        admin_key=os.environ.get(ADMIN_KEY_ENV) or None,
     )
     server = TritonServer(options)
     return server.command(), server.environment()

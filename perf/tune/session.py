@@ -28,7 +28,7 @@ from perf.target import Target, target_from_spec
 from perf.tune.batcher_sim import BatcherConfig
 from perf.tune.engine import LoadEngine
 from perf.tune.overlay import candidate_spec, config_json
-from server import ServerOptions, TritonServer
+from server import ServerOptions, TritonServer, admin
 
 log = logging.getLogger(__name__)
 SKIP_FRACTION = 0.05  # the first 5% of requests (by arrival) warm the system up; not counted in p99
@@ -149,9 +149,9 @@ class TuneSession:
         started = time.perf_counter()
         client = httpclient.InferenceServerClient(self.server.http_url)
         try:
-            client.load_model(
-                self.base.name, config=config_json(candidate_spec(self.base, config, self.keep_queue))
-            )
+            config_text = config_json(candidate_spec(self.base, config, self.keep_queue))
+            # the repository API is keyed on every server we start (server.admin)
+            admin.load_model(client, self.server.admin_key, self.base.name, config=json.loads(config_text))
         finally:
             client.close()
         self.current = config

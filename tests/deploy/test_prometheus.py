@@ -15,6 +15,7 @@ from __future__ import annotations
 import copy
 import json
 import logging
+import os
 import signal
 import subprocess
 import sys
@@ -37,11 +38,14 @@ from tritonclient.utils import InferenceServerException
 from client.stats import ModelStats, model_stats
 from exporters.repository import build_repository
 from exporters.spec import parse_spec
+from server import admin
+from server.container import ADMIN_KEY_ENV
 from server.launcher import free_port, remove_shm_regions
 
 pytestmark = pytest.mark.integration
 log = logging.getLogger(__name__)
 
+TEST_ADMIN_KEY = "deploy-test-admin-key"
 WINDOW_S = 10  # the rules' rate window in this test
 LOAD_S = 14  # > WINDOW_S + 2: one recorded sample whose whole window lies inside the load
 CLIENTS = 4
@@ -173,8 +177,9 @@ def triton(repository: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterat
     command += ["--host", "127.0.0.1", "--http-port", str(http_port), "--grpc-port", str(grpc_port)]
     command += ["--metrics-port", str(metrics_port), "--model-control-mode", "explicit"]
     command += ["--exit-timeout", "5", "--workdir", str(workdir / "backend")]
+    environment = {**os.environ, ADMIN_KEY_ENV: TEST_ADMIN_KEY}  # as the pod's Secret would set it
     with open(log_path, "wb") as log:
-        process = subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT, cwd=ROOT)
+        process = subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT, cwd=ROOT, env=environment)
     server = Triton(process, f"127.0.0.1:{http_port}", metrics_port, log_path)
     try:
 
@@ -425,7 +430,10 @@ def test_unloading_a_model_fires_model_not_ready(
         return [a for a in prometheus.alerts() if a["labels"]["alertname"] == "TritonModelNotReady"]
 
     assert not not_ready(), "TritonModelNotReady fired while every model was loaded"
-    http.InferenceServerClient(triton.http_url).unload_model(SPARE)
+    client = http.InferenceServerClient(triton.http_url)
+    with pytest.raises(InferenceServerException, match="restricted"):  # the admin APIs are keyed
+        client.unload_model(SPARE)
+    client.unload_model(SPARE, headers=admin.headers(TEST_ADMIN_KEY))
     alerts = _wait(
         lambda: [a for a in not_ready() if a["state"] == "firing"], 45, "TritonModelNotReady to fire"
     )
