@@ -47,7 +47,7 @@ def server(pipeline_spec: Spec, tmp_path_factory: pytest.TempPathFactory) -> Ite
     repository = tmp_path_factory.mktemp("pipeline_repository")
     build_repository(pipeline_spec, repository, num_gpus=0)
     build_pipelines(pipeline_spec, repository, num_gpus=0)
-    # Eleven stage models, each a stub importing torch: on a loaded 2-core machine (load average 15-22)
+    # About a dozen Python-backend stubs, most importing torch: on a loaded 2-core machine (load 15-22)
     # their start outlasted 240 s; the allowance is for starting, nothing here times the server.
     with TritonServer(ServerOptions(repository=repository, startup_timeout_s=540)) as running:
         yield running
