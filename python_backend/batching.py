@@ -203,3 +203,25 @@ def run_batched(
     for index, piece in zip(good, _split(outputs, sizes), strict=True):
         results[index] = piece
     return results
+
+
+@dataclass(frozen=True)
+class PaddingCounters:
+    """Elements a model received vs computed after padding, as one Triton counter family.
+
+    The family is kept beside its metrics: a Metric outlived by its deleted MetricFamily refuses to count.
+    """
+
+    family: object
+    real: object
+    padded: object
+
+
+def padding_counters(
+    pb_utils: object, name: str, description: str, model: str, padded_kind: str = "padded"
+) -> PaddingCounters:
+    """The ``{kind="real"}`` and ``{kind=padded_kind}`` counters of ``name`` for ``model`` (``pb_utils`` is
+    passed in so this module stays importable without Triton)."""
+    family = pb_utils.MetricFamily(name=name, description=description, kind=pb_utils.MetricFamily.COUNTER)
+    real = family.Metric(labels={"model": model, "kind": "real"})
+    return PaddingCounters(family, real, family.Metric(labels={"model": model, "kind": padded_kind}))

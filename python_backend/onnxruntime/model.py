@@ -28,6 +28,7 @@ from batching import (  # noqa: E402
     InvalidInputError,
     TensorInfo,
     pad_concatenate,
+    padding_counters,
     run_batched,
     with_value_guards,
 )
@@ -133,17 +134,17 @@ class TritonPythonModel:
         self.concatenate = pad_concatenate if ragged else np.concatenate
         self.ragged_input = ragged[0] if ragged else None
         if ragged:  # what padding per formed batch costs: elements received vs elements computed
-            self.element_family = family = pb_utils.MetricFamily(
-                name="ragged_batch_elements_total",
-                description="elements of the first ragged input: as received, and as computed after padding",
-                kind=pb_utils.MetricFamily.COUNTER,
+            self.elements = padding_counters(
+                pb_utils,
+                "ragged_batch_elements_total",
+                "elements of the first ragged input: as received, and as computed after padding",
+                self.name,
+                padded_kind="computed",
             )
-            self.received = family.Metric(labels={"model": self.name, "kind": "real"})
-            self.computed = family.Metric(labels={"model": self.name, "kind": "computed"})
 
     def _run(self, feeds: dict) -> dict:
         if self.ragged_input is not None:
-            self.computed.increment(int(feeds[self.ragged_input].size))
+            self.elements.padded.increment(int(feeds[self.ragged_input].size))
         try:
             outputs = self.session.run(self.output_names, feeds)
         except InvalidArgument as error:
@@ -162,7 +163,7 @@ class TritonPythonModel:
                 return InvalidInputError(f"input '{info.name}' is missing")
             arrays[info.name] = tensor.as_numpy()
         if self.ragged_input is not None:
-            self.received.increment(int(arrays[self.ragged_input].size))
+            self.elements.real.increment(int(arrays[self.ragged_input].size))
         return arrays
 
     def execute(self, requests: list) -> list:

@@ -14,7 +14,7 @@ from runtime_paths import add_launcher_paths
 add_launcher_paths()
 
 import triton_python_backend_utils as pb_utils  # noqa: E402
-from batching import InvalidInputError  # noqa: E402
+from batching import InvalidInputError, padding_counters  # noqa: E402
 from tokens import TextTokenizer, TokenizedRequest, decode_texts  # noqa: E402
 
 INPUT = "text"
@@ -37,14 +37,12 @@ class TritonPythonModel:
                 f"{self.name}: cannot set up the tokenizer (max_seq_length={length!r}, "
                 f"pad_buckets={buckets!r}, {path}): {error}"
             ) from error
-        # Kept on self: a Metric outlived by its deleted MetricFamily refuses to count.
-        self.token_family = family = pb_utils.MetricFamily(
-            name="text_tokens_total",
-            description="tokens handed to the encoder: real ones, and with padding",
-            kind=pb_utils.MetricFamily.COUNTER,
+        self.tokens_counted = padding_counters(
+            pb_utils,
+            "text_tokens_total",
+            "tokens handed to the encoder: real ones, and with padding",
+            self.name,
         )
-        self.real_tokens = family.Metric(labels={"model": self.name, "kind": "real"})
-        self.padded_tokens = family.Metric(labels={"model": self.name, "kind": "padded"})
 
     def _read(self, request) -> list[str] | Exception:
         try:
@@ -58,8 +56,8 @@ class TritonPythonModel:
             return pb_utils.InferenceResponse(
                 error=pb_utils.TritonError(f"{self.name}: {result}", pb_utils.TritonError.INVALID_ARG)
             )
-        self.real_tokens.increment(result.real_tokens)
-        self.padded_tokens.increment(int(result.input_ids.size))
+        self.tokens_counted.real.increment(result.real_tokens)
+        self.tokens_counted.padded.increment(int(result.input_ids.size))
         return pb_utils.InferenceResponse(
             output_tensors=[
                 pb_utils.Tensor("input_ids", result.input_ids),
