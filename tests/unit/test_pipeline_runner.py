@@ -205,11 +205,11 @@ def stage_runner(monkeypatch: pytest.MonkeyPatch):
 
 def test_a_failing_update_fails_alone(stage_runner, monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
     model = stage_runner.TritonPythonModel()
-    model.name, model.device, model.version = "rec_embedding", torch.device("cpu"), 0
-    model.log_path = str(tmp_path / "live_updates.wal")
+    model.name, model.device = "rec_embedding", torch.device("cpu")
     model.inputs = [stage_runner.TensorInfo("sparse_ids", torch.int64, (2,))]
     model.output_names = ["embeddings"]
     model.tables = _tables()
+    model.log = stage_runner.update_log.UpdateLog(str(tmp_path / "live_updates.wal"), model.tables)
     model.module = lambda ids: torch.stack([t[ids[:, i]] for i, t in enumerate(model.tables)], dim=1)
 
     def broken(*args: object) -> int:
