@@ -5,8 +5,7 @@ stage without a dynamic batcher and "delay d" is the first stage waiting ``d`` a
 short re-forming wait the build gives them (``exporters.pipeline_configs.stage_batching``). Each
 candidate reloads every stage with a config override (explicit model control); Triton reloads the
 ensemble that depends on them. Load goes through the ensemble, which takes the monolithic model's
-inputs; the server view sums the stages (queue and compute per request) and keys formed batches by
-the first stage's sizes, which is what the batcher simulation predicts.
+inputs; the server view is the first stage's (``pipeline_stats``).
 """
 
 from __future__ import annotations
@@ -19,7 +18,7 @@ import time
 import tritonclient.http as httpclient
 from google.protobuf import json_format
 
-from client.stats import BatchBucket, ModelStats
+from client.stats import ModelStats
 from exporters.configs import dynamic_batching
 from exporters.model_config import ModelConfig
 from exporters.pipeline_build import BuiltPipeline, build_pipelines
@@ -57,35 +56,17 @@ def stage_configs(built: BuiltPipeline, config: BatcherConfig) -> list[ModelConf
     ]
 
 
-def _nearest(stats: ModelStats, size: int) -> float:
-    """Mean compute (ns) per execution of the formed size nearest ``size``."""
-    nearest = min(stats.batches, key=lambda s: (abs(s - size), s))
-    bucket = stats.batches[nearest]
-    return bucket.compute_ns / bucket.executions
-
-
 def pipeline_stats(stages: list[ModelStats]) -> ModelStats:
-    """One view of a pipeline's stages, as if it were one model.
+    """One view of a pipeline's stages, as if it were one model: the first stage's.
 
-    Requests, samples and formed batches are the first stage's (a request enters the pipeline there);
-    queue and compute add up over the stages, per request and per formed size (a later stage's compute
-    at the size it formed nearest to the first stage's: it re-forms the batch it received).
+    The candidate's delay acts there, and a request enters the pipeline there, so its requests, formed
+    batches, queue and compute are what the batcher simulation models. The later stages run in their
+    own processes, overlapping the first (pipeline parallel): their time shows up as per-request
+    latency outside the batcher (measured one request at a time) and, under overload, in the served
+    rate that calibrates the cost beyond compute. Summing their compute into the first stage's would
+    count overlapped time as if serial. A failure at any stage counts.
     """
-    first, later = stages[0], [s for s in stages[1:] if s.batches]
-    batches = {
-        size: BatchBucket(
-            bucket.executions,
-            bucket.compute_ns + round(bucket.executions * sum(_nearest(s, size) for s in later)),
-        )
-        for size, bucket in first.batches.items()
-    }
-    return dataclasses.replace(
-        first,
-        failed=max(s.failed for s in stages),
-        queue_ns=sum(s.queue_ns for s in stages),
-        compute_ns=sum(s.compute_ns for s in stages),
-        batches=batches,
-    )
+    return dataclasses.replace(stages[0], failed=max(s.failed for s in stages))
 
 
 class PipelineTuneSession(TuneSession):
