@@ -72,8 +72,9 @@ def step_load(
     low = 2 * rate / (1 + step)
 
     def arrivals() -> Iterator[float]:
+        # lazy: a prediction takes the first seconds only, and is made for many rates
         rng = np.random.default_rng(seed)
-        now, out, phase = 0.0, [], 0
+        now, phase = 0.0, 0
         while now < seconds:
             current = low * (step if phase % 2 else 1.0)
             end = (phase + 1) * phase_s
@@ -82,9 +83,8 @@ def step_load(
                 if now >= end:
                     now = end
                     break
-                out.append(now)
+                yield now
             phase += 1
-        return iter(out)
 
     return Load("open", f"step ×{step:g} around {rate:.0f}/s", rate=rate, arrivals=arrivals)
 
