@@ -31,6 +31,7 @@ import torch.nn.functional as F  # noqa: N812 (the conventional name)
 from torch import nn
 
 from exporters.errors import ExportCheckError, SpecError
+from exporters.fp16 import to_fp16
 from exporters.model_config import ModelConfig, write_config
 from exporters.onnx_export import OPSET, check_external_data
 from exporters.text_configs import TOKEN_INPUTS, text_configs
@@ -140,16 +141,7 @@ def _export_fp32(encoder: SentenceEncoder, example: dict[str, np.ndarray], path:
 
 
 def _convert_fp16(fp32_path: Path, path: Path) -> None:
-    from onnxruntime.transformers.float16 import convert_float_to_float16
-    from onnxruntime.transformers.onnx_model import OnnxModel
-
-    model = OnnxModel(
-        convert_float_to_float16(
-            onnx.load(str(fp32_path)), keep_io_types=True, op_block_list=["LayerNormalization"]
-        )
-    )
-    model.topological_sort()  # the converter appends its Cast nodes; the checker wants graph order
-    onnx.save(model.model, str(path))
+    onnx.save(to_fp16(onnx.load(str(fp32_path)), keep_io_types=True, block=["LayerNormalization"]), str(path))
 
 
 def measure_errors(path: Path, encoder: SentenceEncoder, batches: Iterable[dict[str, np.ndarray]]) -> dict:

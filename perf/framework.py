@@ -21,7 +21,7 @@ from typing import Any, Protocol
 from exporters.spec import ModelSpec
 from perf.goals import Goal
 from perf.loads import Load, poisson, read_trace
-from perf.measure import Measurement, measure
+from perf.measure import Measurement, MeasureSettings, measure
 from perf.profiles import Profile
 from perf.server_view import ServerEndpoints
 from perf.study import Progress
@@ -57,14 +57,17 @@ class StudyContext:
         return replace(target, model=served_as) if served_as else target
 
     def measure(
-        self, server: TritonServer, target: Target, load: Load, label: str = "", related: Sequence[str] = ()
-    ) -> Measurement:
-        """``perf.measure`` with the profile's windows and the server's view over the measured windows;
-        ``related`` models (an ensemble's steps) get their statistics read over the same windows."""
+        self, server: TritonServer, target: Target, load: Load, label: str = "", related: Sequence[str] = (),
+        settings: MeasureSettings | None = None,
+    ) -> Measurement:  # fmt: skip
+        """``perf.measure`` with the profile's windows (or ``settings``: a study that counts rare events
+        needs a fixed, longer run) and the server's view over the measured windows; ``related`` models
+        (an ensemble's steps) get their statistics read over the same windows."""
         label = label or f"{target.model} @ {load.name}"
         self.progress(label)
         endpoints = ServerEndpoints.of(server)
-        result = measure(target, load, self.profile.settings, endpoints, label, tuple(related))
+        windows = settings or self.profile.settings
+        result = measure(target, load, windows, endpoints, label, tuple(related))
         summary = result.summary()
         log.info("%s: %.0f inf/s, p99 %.1f ms, %d failed", label, summary.throughput, summary.p99_ms,
                  summary.failed)  # fmt: skip
@@ -121,6 +124,7 @@ def _plain(value: object) -> object:
 def studies() -> list[Study]:
     """The studies that run after the batching study, in order (imported here: they pull in torch)."""
     from perf.pipeline_study import PipelineStudy
+    from perf.queue_policy_study import QueuePolicyStudy
     from perf.text_study import TextStudy
 
-    return [PipelineStudy(), TextStudy()]
+    return [PipelineStudy(), TextStudy(), QueuePolicyStudy()]

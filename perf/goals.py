@@ -88,6 +88,10 @@ GOALS: dict[str, GoalSpec] = {
         # the text-embedding study
         GoalSpec("text served vs raw", "served / raw onnxruntime at the same batches ≥ {limit}×", 0.8),
         GoalSpec("text dynamic vs none", "dynamic (buckets) ≥ {limit}× no batching on short queries", 1.5),
+        # the queue-policy study
+        GoalSpec("queue policy with spare instances",
+                 "requests over {stall} ms added by max_queue_size with {instances} instances ≤ {limit}", 0.0,
+                 higher_is_better=False),
         GoalSpec("text short-query p99 shared", "short-query p99 with long passages sharing ≤ {limit}× alone",
                  1.5, higher_is_better=False),
     )

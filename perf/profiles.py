@@ -55,6 +55,9 @@ class Profile:
     text_modes: tuple[str, ...] = ("none", "exact", "buckets", "longest")
     text_corpus: int = 512
     text_reference_texts: int = 128
+    # The queue-policy study: seconds each configuration is measured per load (0: not run). The wait it
+    # looks for comes every few seconds at most, so each run is one fixed span, not stable windows.
+    queue_policy_s: float = 12.0
 
     def __post_init__(self) -> None:
         _known("models (--models)", self.families, FAMILIES)
@@ -77,6 +80,8 @@ class Profile:
             # a rate of 0 has no arrivals: the open loop would never end
             if not getattr(self, name) > 0:
                 raise OptionError(f"{name} (--rate-fraction) must be > 0, got {getattr(self, name)}")
+        if self.queue_policy_s < 0:
+            raise OptionError(f"queue_policy_s must be >= 0 seconds, got {self.queue_policy_s}")
         if self.live_updates < 0:
             raise OptionError(f"live_updates must be >= 0, got {self.live_updates}")
         if self.trace is not None and not Path(self.trace).is_file():
@@ -122,6 +127,7 @@ PROFILES: dict[str, Profile] = {
         text_modes=("none", "buckets", "longest"),
         text_corpus=256,
         text_reference_texts=64,
+        queue_policy_s=6.0,
     ),
     # What the integration test runs: seconds, not minutes; the numbers are not meant to be stable.
     "smoke": Profile(
@@ -135,6 +141,7 @@ PROFILES: dict[str, Profile] = {
         raw_seconds=0.1,
         pipelines=(),  # the smoke test checks the batching study; the pipeline study has its own tests
         text_modes=(),  # and the text study too (tests/integration/test_text_study.py)
+        queue_policy_s=0.0,  # and the queue-policy study too (tests/integration/test_queue_policy_study.py)
     ),
 }
 

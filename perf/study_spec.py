@@ -35,12 +35,15 @@ class Mode:
         return self.batching["max_queue_delay_us"] / 1000
 
 
-def _dynamic(delay_us: int) -> dict[str, Any]:
-    # No queue policy on purpose: on this Triton (2.51) a `default_queue_policy` with `max_queue_size`
-    # stalled every request in flight for ~515 ms every second or so under the 1 ms batcher (measured:
-    # p99 16 ms -> 512 ms, max 23 ms -> 525 ms). The study bounds the queue from the client instead: at
-    # most 256 requests in flight; further arrivals are shed and counted as failures.
-    return {"mode": "dynamic", "max_queue_delay_us": delay_us}
+def dynamic(delay_us: int, queue: dict[str, Any] | None = None) -> dict[str, Any]:
+    """Dynamic batching with this delay; ``queue`` is a ``default_queue_policy`` (spec ``queue:``).
+
+    The batching study's modes have no queue policy: on this Triton (2.51) a policy makes requests wait
+    ~500 ms now and then unless the model has spare instances (measured each run by the queue-policy
+    study, ``perf/queue_policy_study.py``); its single-instance modes would show that wait instead of
+    what batching does. The study bounds the queue from the client instead: at most 256 requests in
+    flight; further arrivals are shed and counted as failures."""
+    return {"mode": "dynamic", "max_queue_delay_us": delay_us, **({"queue": queue} if queue else {})}
 
 
 MODES: dict[str, Mode] = {
@@ -49,10 +52,10 @@ MODES: dict[str, Mode] = {
         Mode("none", "no batching", {"mode": "none"}),
         Mode("static32", "static 32 (client-side)", {"mode": "static", "batch_size": STATIC_BATCH},
              collect=STATIC_BATCH),
-        Mode("dyn1ms", "dynamic, 1 ms", _dynamic(1_000)),
-        Mode("dyn10ms", "dynamic, 10 ms", _dynamic(10_000)),
-        Mode("dyn50ms", "dynamic, 50 ms", _dynamic(50_000)),
-        Mode("dyn1ms_x2", "dynamic, 1 ms, 2 instances", _dynamic(1_000), instances=2),
+        Mode("dyn1ms", "dynamic, 1 ms", dynamic(1_000)),
+        Mode("dyn10ms", "dynamic, 10 ms", dynamic(10_000)),
+        Mode("dyn50ms", "dynamic, 50 ms", dynamic(50_000)),
+        Mode("dyn1ms_x2", "dynamic, 1 ms, 2 instances", dynamic(1_000), instances=2),
     )
 }  # fmt: skip
 
@@ -85,18 +88,24 @@ def model_name(family: str, mode: str) -> str:
     return f"{family}_{mode}"
 
 
+def family_entry(
+    family: str, name: str, batching: dict[str, Any], instances: int = 1, seed: int = 0
+) -> dict[str, Any]:
+    """One ``models`` entry of ``family`` (its fixed graph and seed) with this batching and instances:
+    the entries of one family differ only in their ``config.pbtxt``."""
+    return {
+        "name": name, **FAMILIES[family], "seed": seed, "max_batch_size": MAX_BATCH, "batching": batching,
+        "instances": {"cpu": instances}, "threads": {"intra_op": 1, "inter_op": 1}, "target": "cpu",
+    }  # fmt: skip
+
+
 def study_entries(families: list[str], modes: list[str], seed: int = 0) -> list[dict[str, Any]]:
     """The spec document's ``models`` list (what goes into the report as the exact spec used)."""
-    entries = []
-    for family in families:
-        for key in modes:
-            mode = MODES[key]
-            entries.append({
-                "name": model_name(family, key), **FAMILIES[family], "seed": seed,
-                "max_batch_size": MAX_BATCH, "batching": mode.batching,
-                "instances": {"cpu": mode.instances}, "threads": {"intra_op": 1, "inter_op": 1},
-                "target": "cpu",
-            })  # fmt: skip
+    entries = [
+        family_entry(family, model_name(family, key), MODES[key].batching, MODES[key].instances, seed)
+        for family in families
+        for key in modes
+    ]
     return [*entries, TRIVIAL_ENTRY]
 
 

@@ -10,7 +10,9 @@ rows 5 and 6; gRPC answers the same inputs with INVALID_ARGUMENT):
   with an error) and refuses an input that declares more elements than bytes carry it;
 * a body above ``max_body_bytes`` is refused with 413 before it is buffered (aiohttp's limit);
 * pipelined requests and a ``Content-Length`` larger than the body: aiohttp parses the framing, the
-  guard buffers each whole body (408 after ``body_timeout_s``) and forwards complete requests only.
+  guard buffers each whole body (408 after ``body_timeout_s``) and forwards complete requests only;
+* a number inside JSON ``BYTES`` data: Triton answers 500 without naming the input; the guard answers
+  400 naming it.
 
 It is what production puts in front of an HTTP service (a reverse proxy that bounds body size,
 rejects malformed framing and buffers bodies), written on aiohttp (already a tritonclient
@@ -101,6 +103,22 @@ def check_infer_body(body: bytes, header_length: str | None) -> None:
             raise BadRequestError(
                 f"input {name!r} declares shape {shape} ({elements} elements) but the request carries "
                 f"only {carrier} bytes for it"
+            )
+        if item.get("datatype") == "BYTES" and "data" in item:
+            _check_strings(name, item["data"])
+
+
+def _check_strings(name: object, data: object) -> None:
+    """JSON ``BYTES`` data must be strings: Triton 2.51 answers anything else with a 500 that does not
+    name the input ("attempt to access JSON non-string as string")."""
+    pending = [data]
+    while pending:  # iterative: the JSON parser has already bounded the nesting
+        value = pending.pop()
+        if isinstance(value, list):
+            pending.extend(value)
+        elif not isinstance(value, str):
+            raise BadRequestError(
+                f"input {name!r}: BYTES data must be JSON strings, got {json.dumps(value)[:40]}"
             )
 
 

@@ -28,6 +28,10 @@ CLEAN_REFUSALS = (
     "Connection refused",
     "connection closed",  # HTTP keep-alive connection closed by the exiting server, between requests
 )
+# gRPC: a call still open when 2.51's gRPC frontend shuts down answers CANCELLED. Clean only for a call
+# sent after the drain had unloaded every model (nothing it asked for can have run); sent earlier, it
+# was taken in and dropped.
+CANCELLED_AT_EXIT = "StatusCode.CANCELLED"
 
 
 def request_arrays(model: str) -> dict[str, np.ndarray]:
@@ -57,6 +61,14 @@ class Outcome:
     sent: float
     received: float
     error: str  # "" for success
+
+
+def refused_cleanly(outcome: Outcome, drain_finished_at: float | None) -> bool:
+    """Whether a failed request sent during a drain was refused without being taken in (see above)."""
+    if any(refusal in outcome.error for refusal in CLEAN_REFUSALS):
+        return True
+    after_drain = drain_finished_at is not None and outcome.sent >= drain_finished_at
+    return after_drain and CANCELLED_AT_EXIT in outcome.error
 
 
 class MixedLoad:

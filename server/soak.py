@@ -32,7 +32,7 @@ from tritonclient.utils import InferenceServerException
 from client.infer import make_inputs
 from exporters.pipeline_live import embedding_update
 from server.launcher import ServerOptions, TritonServer
-from server.mixed_load import CLEAN_REFUSALS, PIPELINE, MixedLoad, Outcome
+from server.mixed_load import PIPELINE, MixedLoad, Outcome, refused_cleanly
 from server.stubs import server_stubs, stubs_with_prefix
 
 log = logging.getLogger("soak")
@@ -152,12 +152,17 @@ def _heal_times(report: SoakReport, server: TritonServer) -> None:
 
 
 def _account(
-    report: SoakReport, outcomes: list[Outcome], drain_at: float, served_by: dict[str, set[str]]
+    report: SoakReport,
+    outcomes: list[Outcome],
+    drain: tuple[float, float | None],
+    served_by: dict[str, set[str]],
 ) -> None:
-    """Sort every request into ok / excused / lost / refused after the drain."""
+    """Sort every request into ok / excused / lost / refused after the drain (``drain``: when it
+    started, and when it had unloaded every model)."""
+    drain_at, drain_finished_at = drain
     for outcome in outcomes:
         if outcome.sent >= drain_at:
-            if outcome.error and not any(r in outcome.error for r in CLEAN_REFUSALS):
+            if outcome.error and not refused_cleanly(outcome, drain_finished_at):
                 where = f"{outcome.protocol} {outcome.model} during the drain"
                 report.lost.append(f"{where}: {outcome.error[:200]}")
             report.refused_after_drain += bool(outcome.error)
@@ -220,7 +225,7 @@ def run_soak(repository: Path, duration_s: float, seed: int = 0, fault_every_s: 
         server.stop()
         load.stop()
         report.exit_code = server.process.returncode if server.process else None
-        _account(report, load.outcomes, drain_at, served_by)
+        _account(report, load.outcomes, (drain_at, server.drain_finished_at), served_by)
     finally:
         server.stop()
     report.leaked_stubs = stubs_with_prefix(server.shm_prefix)

@@ -3,7 +3,7 @@
 Checked before anything is written: the external-data confinement check on the user's file (its
 initializers may not point outside its folder), ``onnx.checker`` (full), a dynamic batch axis, and the
 spec's signature against the graph (names, dtypes, shapes). The copy is a single self-contained file.
-``precision: fp16`` from an fp32 file converts the graph with ``onnxconverter_common`` (fp16 tensors
+``precision: fp16`` from an fp32 file converts the graph with ``exporters.fp16`` (fp16 tensors
 in and out) and holds it to the fp32 file, run in onnxruntime, at the fp16 tolerance.
 """
 
@@ -18,6 +18,7 @@ import onnx
 import onnxruntime as ort
 
 from exporters.errors import ExportCheckError, SpecError
+from exporters.fp16 import to_fp16
 from exporters.inputs import widen
 from exporters.onnx_export import check_external_data
 from exporters.sources.base import LoadedSource
@@ -112,14 +113,6 @@ def _check_against(
             raise SpecError(
                 f"{path}.shape", f"is {list(tensor.shape)}, the ONNX file says {list(found.dims)} (-1: any)"
             )
-
-
-def to_fp16(model: onnx.ModelProto) -> onnx.ModelProto:
-    """The fp32 graph in fp16, inputs and outputs included (ops without fp16 kernels stay fp32 behind
-    casts: ``onnxconverter_common``'s block list)."""
-    from onnxconverter_common import float16
-
-    return float16.convert_float_to_float16(model, keep_io_types=False)
 
 
 class OnnxFileSource(LoadedSource):

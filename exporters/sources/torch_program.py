@@ -23,10 +23,10 @@ import onnx
 import torch
 
 from exporters.errors import SpecError
+from exporters.fp16 import to_fp16
 from exporters.inputs import widen
 from exporters.sources.base import TorchModuleSource
 from exporters.sources.loading import hash_files
-from exporters.sources.onnx_file import to_fp16
 from exporters.spec import MODEL_DTYPES, VARIABLE, ModelSpec, TensorSpec, TorchExportSource
 from python_backend.dtypes import DTYPES
 from python_backend.torch_stage.safe_program import UnsafeArtifactError, load_exported_program

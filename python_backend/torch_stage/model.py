@@ -94,12 +94,10 @@ class TritonPythonModel:
         self.module = program.module(check_guards=False)
         table_names = [n for n in _parameter(config, "embedding_tables").split(",") if n]
         self.tables = [self.module.get_parameter(n) for n in table_names]
-        self.version = 0  # row updates applied so far; answered to each update request
-        self.log_path = os.path.join(args["model_repository"], args["model_version"], update_log.LOG_NAME)
+        log_path = os.path.join(args["model_repository"], args["model_version"], update_log.LOG_NAME)
+        self.log = update_log.UpdateLog(log_path, self.tables)  # its version: answered to each update
         if self.tables:
-            for record in update_log.replay(self.log_path):
-                apply_row_updates(self.tables, *record)
-                self.version += 1
+            self.log.replay(apply_row_updates)
 
     def _run(self, batch: dict) -> dict:
         ids = batch[self.inputs[0].name]
@@ -134,15 +132,18 @@ class TritonPythonModel:
                 raise arrays
             update = [arrays[n] for n in UPDATE_INPUTS]
             check_row_updates(self.tables, *update)
-            update_log.append(self.log_path, *update)  # durable before it is applied and acknowledged
+            self.log.append(*update)  # durable before it is applied and acknowledged
             rows = apply_row_updates(self.tables, *update)
         except InvalidInputError as error:
             return pb_utils.InferenceResponse(error=self._error(error))
         except Exception as error:  # the stage's own failure: INTERNAL, for this request only
             failure = ModelRunError(f"{type(error).__name__}: {error}")
             return pb_utils.InferenceResponse(error=self._error(failure))
-        self.version += 1
-        version = torch.full((rows, 1), self.version, dtype=torch.int64)
+        try:
+            self.log.after_apply()
+        except OSError as error:  # the update is durable and applied; the log stays as it was
+            pb_utils.Logger.log_warn(f"{self.name}: compacting {self.log.path} failed: {error}")
+        version = torch.full((rows, 1), self.log.version, dtype=torch.int64)
         return pb_utils.InferenceResponse(
             output_tensors=[pb_utils.Tensor.from_dlpack(UPDATE_VERSION, to_dlpack(version))]
         )

@@ -62,6 +62,16 @@ def test_deep_nesting_is_refused(fault_server: TritonServer, good_traffic) -> No
     assert (status, json.loads(body)) == (400, {"error": "request JSON nests too deeply"})
 
 
+def test_number_inside_bytes_data_is_named(fault_server: TritonServer, good_traffic) -> None:
+    """Triton alone answers a JSON number in BYTES data with a 500 that names no input (measured on the
+    text model, tests/integration/test_text_embedding.py); through the guard it is a 400 that does."""
+    text = {"name": "text", "shape": [1, 1], "datatype": "BYTES", "data": [42]}
+    with good_traffic():
+        [(status, body)] = exchange(fault_server, raw_request(json.dumps({"inputs": [text]}).encode()))
+    expected = {"error": "input 'text': BYTES data must be JSON strings, got 42"}
+    assert (status, json.loads(body)) == (400, expected)
+
+
 def test_body_above_the_limit_is_refused(fault_server: TritonServer, good_traffic) -> None:
     """A declared 65 MiB body is refused from its headers alone, before a byte of it is read."""
     with good_traffic():

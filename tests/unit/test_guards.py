@@ -4,6 +4,7 @@ them, the HTTP guard's request check, and the artifact file hash."""
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 
 import numpy as np
@@ -99,6 +100,19 @@ def test_http_guard_refuses_shapes_the_body_cannot_carry() -> None:
         check_infer_body(b"[" * 100_000, None)
     with pytest.raises(BadRequestError, match="not valid JSON"):
         check_infer_body(b"hello", None)
+
+
+def test_http_guard_refuses_non_strings_in_bytes_data() -> None:
+    def body(data: list) -> bytes:
+        text = {"name": "text", "shape": [2, 1], "datatype": "BYTES", "data": data}
+        return json.dumps({"inputs": [text]}).encode()
+
+    check_infer_body(body(["hello", "wörld"]), None)
+    check_infer_body(body([["hello"], ["world"]]), None)  # nested rows are fine
+    for bad, shown in (([42, "x"], "42"), ([["x"], [None]], "null"), (["x", {"a": 1}], '{"a": 1}')):
+        message = f"input 'text': BYTES data must be JSON strings, got {shown}"
+        with pytest.raises(BadRequestError, match=re.escape(message)):
+            check_infer_body(body(bad), None)
 
 
 def test_launcher_hides_triton_http_behind_the_guard(tmp_path: Path) -> None:

@@ -51,3 +51,64 @@ def test_torn_tail_is_truncated_and_earlier_records_kept(tmp_path: Path) -> None
 
 def test_missing_log_replays_nothing(tmp_path: Path) -> None:
     assert list(update_log.replay(str(tmp_path / "none.wal"))) == []
+
+
+def _serve(path: Path, tables: list[torch.Tensor], compact_bytes: int) -> update_log.UpdateLog:
+    log = update_log.UpdateLog(str(path), tables, compact_bytes)
+    log.replay(apply_row_updates)
+    return log
+
+
+def test_log_stays_bounded_and_replays_to_the_same_tables_and_version(tmp_path: Path) -> None:
+    """5,000 updates to 40 rows: the log is rewritten as a snapshot whenever it outgrows the bound, and
+    a restart (a fresh stage replaying it) gets exactly the live tables and the same version."""
+    path = tmp_path / update_log.LOG_NAME
+    live = [torch.zeros(30, 4), torch.zeros(20, 4)]
+    log = _serve(path, live, compact_bytes=4096)
+    generator = torch.Generator().manual_seed(0)
+    largest = 0
+    for step in range(5000):
+        table = step % 2
+        rows = torch.randint(0, 20, (3,), generator=generator).tolist()
+        update = _update(table, rows, float(step))
+        log.append(*update)
+        apply_row_updates(live, *update)
+        log.after_apply()
+        largest = max(largest, path.stat().st_size)
+    assert log.version == 5000
+    assert largest <= 2 * max(4096, log.snapshot_bytes) + 1024, largest  # never the 5,000 records' 370 KB
+    restarted = [torch.zeros(30, 4), torch.zeros(20, 4)]
+    again = _serve(path, restarted, compact_bytes=4096)
+    assert again.version == 5000
+    for mine, theirs in zip(live, restarted, strict=True):
+        assert torch.equal(mine, theirs)
+    assert again.touched == log.touched
+
+
+def test_a_crash_while_compacting_leaves_the_old_log_whole(tmp_path: Path) -> None:
+    path = tmp_path / update_log.LOG_NAME
+    tables = [torch.zeros(4, 4)]
+    log = _serve(path, tables, compact_bytes=1 << 20)
+    for value in (1.0, 2.0):
+        log.append(*_update(0, [1], value))
+        apply_row_updates(tables, *_update(0, [1], value))
+    (tmp_path / f"{update_log.LOG_NAME}.compacting").write_bytes(b"EWLB half a snapshot")  # died mid-write
+    restarted = [torch.zeros(4, 4)]
+    assert _serve(path, restarted, compact_bytes=1 << 20).version == 2
+    assert restarted[0][1].tolist() == [2.0] * 4
+
+
+def test_a_snapshot_keeps_counting_and_takes_later_updates(tmp_path: Path) -> None:
+    path = tmp_path / update_log.LOG_NAME
+    tables = [torch.zeros(4, 4)]
+    log = _serve(path, tables, compact_bytes=1 << 20)
+    for value in (1.0, 2.0, 3.0):
+        log.append(*_update(0, [2], value))
+        apply_row_updates(tables, *_update(0, [2], value))
+    log.compact()
+    updates, records = update_log.read(str(path))
+    assert updates == 3 and len(records) == 1  # one row, its latest value
+    log.append(*_update(0, [0], 9.0))
+    restarted = [torch.zeros(4, 4)]
+    assert _serve(path, restarted, compact_bytes=1 << 20).version == 4
+    assert restarted[0][2].tolist() == [3.0] * 4 and restarted[0][0].tolist() == [9.0] * 4

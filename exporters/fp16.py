@@ -1,0 +1,30 @@
+"""fp32 ONNX graphs to fp16, in one place: onnxruntime's converter (``onnxruntime.transformers``,
+maintained with the runtime that serves the result; no converter package of its own).
+
+Ops without fp16 kernels stay fp32 behind Cast nodes: the converter's default block list, or the
+caller's ``block`` list instead (the text encoder keeps only ``LayerNormalization`` in fp32, whose fp16
+variance loses too much). The
+converter appends its Casts at the end of the graph; a topological sort puts them back in order, as the
+ONNX checker requires.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import onnx
+
+
+def to_fp16(
+    model: onnx.ModelProto, keep_io_types: bool = False, block: Sequence[str] | None = None
+) -> onnx.ModelProto:
+    """``model`` in fp16; with ``keep_io_types`` its inputs and outputs stay fp32 (cast inside)."""
+    from onnxruntime.transformers.float16 import convert_float_to_float16
+    from onnxruntime.transformers.onnx_model import OnnxModel
+
+    converted = convert_float_to_float16(
+        model, keep_io_types=keep_io_types, op_block_list=list(block) if block is not None else None
+    )
+    ordered = OnnxModel(converted)
+    ordered.topological_sort()
+    return ordered.model
