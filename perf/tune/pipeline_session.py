@@ -138,11 +138,14 @@ class PipelineTuneSession(TuneSession):
     def _delta(self, before: list[ModelStats], after: list[ModelStats]) -> ModelStats:
         return pipeline_stats([a - b for a, b in zip(after, before, strict=True)])
 
-    def config_text(self) -> str:
+    def loaded_configs(self) -> dict[str, dict]:
+        """Each stage's configuration as the server reports it now."""
         assert self.server is not None
         client = httpclient.InferenceServerClient(self.server.http_url)
         try:
-            configs = {name: client.get_model_config(name) for name in self.pipeline.stage_names}
+            return {name: client.get_model_config(name) for name in self.pipeline.stage_names}
         finally:
             client.close()
-        return json.dumps(configs, indent=1)
+
+    def config_text(self) -> str:
+        return json.dumps(self.loaded_configs(), indent=1)

@@ -10,7 +10,6 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-import tritonclient.http as httpclient
 
 from exporters.spec import load_spec
 from perf.tune.batcher_sim import BatcherConfig
@@ -42,13 +41,7 @@ def session(tmp_path_factory: pytest.TempPathFactory) -> Iterator[PipelineTuneSe
 
 def stage_batchers(session: PipelineTuneSession) -> dict[str, dict | None]:
     """Each stage's ``dynamic_batching`` as the server reports its loaded config."""
-    assert session.server is not None
-    client = httpclient.InferenceServerClient(session.server.http_url)
-    try:
-        configs = {name: client.get_model_config(name) for name in session.pipeline.stage_names}
-    finally:
-        client.close()
-    return {name: config.get("dynamic_batching") for name, config in configs.items()}
+    return {name: config.get("dynamic_batching") for name, config in session.loaded_configs().items()}
 
 
 def test_the_scenario_batches_the_stages_and_reports_no_failed_request(
