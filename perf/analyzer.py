@@ -58,6 +58,12 @@ def find_perf_analyzer() -> Path | None:
     return None
 
 
+# Two cores shared with other work never give perf_analyzer's default 10% window stability (nor 50%:
+# measured; it then fails "Failed to obtain stable measurement"); with 100% it averages its last 3
+# windows like our fixed windows do, and at most 4 windows bound its time.
+NOISY_MACHINE = ("--stability-percentage", "100", "--max-trials", "4")
+
+
 @dataclass(frozen=True)
 class AnalyzerResult:
     concurrency: int
@@ -65,6 +71,11 @@ class AnalyzerResult:
     p50_ms: float
     p90_ms: float
     p99_ms: float
+    settings: tuple[str, ...] = ()  # the measurement options it ran with (reports print them)
+
+    @property
+    def settings_text(self) -> str:
+        return " ".join(self.settings)
 
 
 def write_input_data(inputs: dict[str, np.ndarray], path: Path, rows: int = 16) -> Path:
@@ -82,15 +93,18 @@ def write_input_data(inputs: dict[str, np.ndarray], path: Path, rows: int = 16) 
 
 def run_perf_analyzer(
     binary: Path, model: str, url: str, protocol: str, concurrency: int, window_ms: int, out: Path,
-    inputs: dict[str, np.ndarray], extra_args: tuple[str, ...] = (),
+    inputs: dict[str, np.ndarray], extra_args: tuple[str, ...] = NOISY_MACHINE,
 ) -> AnalyzerResult:  # fmt: skip
-    """Run perf_analyzer at one concurrency with our inputs; parse its CSV (latencies in µs)."""
+    """Run perf_analyzer at one concurrency with our inputs; parse its CSV (latencies in µs).
+
+    ``extra_args`` default to the stability settings that converge on a shared 2-core machine.
+    """
     csv_path = out / f"perf_analyzer_{model}_c{concurrency}.csv"
     data = write_input_data(inputs, out / f"perf_analyzer_{model}_inputs.json")
+    settings = ("--measurement-interval", str(window_ms), *extra_args)
     command = [
         str(binary), "-m", model, "-u", url, "-i", protocol, "--concurrency-range", str(concurrency),
-        "--measurement-interval", str(window_ms), "--percentile", "99", "-f", str(csv_path),
-        "--input-data", str(data), *extra_args,
+        "--percentile", "99", "-f", str(csv_path), "--input-data", str(data), *settings,
     ]  # fmt: skip
     done = subprocess.run(command, capture_output=True, text=True, timeout=600)
     (out / f"perf_analyzer_{model}_c{concurrency}.log").write_text(done.stdout + done.stderr)
@@ -99,5 +113,5 @@ def run_perf_analyzer(
     row = next(csv.DictReader(io.StringIO(csv_path.read_text())))
     return AnalyzerResult(
         concurrency, float(row["Inferences/Second"]), float(row["p50 latency"]) / 1e3,
-        float(row["p90 latency"]) / 1e3, float(row["p99 latency"]) / 1e3,
+        float(row["p90 latency"]) / 1e3, float(row["p99 latency"]) / 1e3, settings,
     )  # fmt: skip

@@ -23,7 +23,7 @@ from pathlib import Path
 import numpy as np
 import yaml
 
-from exporters.spec import ModelSpec, parse_spec
+from exporters.spec import ModelSpec, Spec, parse_spec
 from perf.errors import OptionError
 from perf.loads import Load
 from perf.markdown import number, table
@@ -38,6 +38,8 @@ FPS = 30.0
 MAX_BATCH = 32
 VIDEO_DELAYS_US = (0, 1000, 2000, 5000, 10000)
 RECSYS_DELAYS_US = (0, 500, 1000, 2000, 5000)
+# Short on purpose: the scenario is a probe and a few points, not a study (≈ 1 min per model).
+SCENARIO_PROBE = ProbePlan(concurrencies=(1, 4, 16), seconds=2.0)
 
 
 def video_load(
@@ -70,8 +72,9 @@ def step_load(
     low = 2 * rate / (1 + step)
 
     def arrivals() -> Iterator[float]:
+        # lazy: a prediction takes the first seconds only, and is made for many rates
         rng = np.random.default_rng(seed)
-        now, out, phase = 0.0, [], 0
+        now, phase = 0.0, 0
         while now < seconds:
             current = low * (step if phase % 2 else 1.0)
             end = (phase + 1) * phase_s
@@ -80,9 +83,8 @@ def step_load(
                 if now >= end:
                     now = end
                     break
-                out.append(now)
+                yield now
             phase += 1
-        return iter(out)
 
     return Load("open", f"step ×{step:g} around {rate:.0f}/s", rate=rate, arrivals=arrivals)
 
@@ -107,13 +109,17 @@ class Verdict:
 
 
 def _best(
-    probe_result: ProbeResult, budget: float, delays: tuple[int, ...], load_at: Callable[[float], Load]
+    probe_result: ProbeResult,
+    budget: float,
+    delays: tuple[int, ...],
+    load_at: Callable[[float], Load],
+    max_batch: int = MAX_BATCH,
 ) -> tuple[Prediction | None, Prediction | None]:
     """(no batching, the best dynamic batching) by predicted highest rate within the budget."""
     service = probe_result.services[1]
     single = max_rate(BatcherConfig(1), service, budget, load_at)
     dynamic = [
-        max_rate(BatcherConfig(MAX_BATCH, d), service, budget, load_at) for d in delays if d / 1e3 < budget
+        max_rate(BatcherConfig(max_batch, d), service, budget, load_at) for d in delays if d / 1e3 < budget
     ]
     found = [p for p in dynamic if p is not None]
     return single, max(found, key=lambda p: p.rate) if found else None
@@ -160,6 +166,84 @@ HEADER = [
 ]
 
 
+@dataclass
+class ModelOutcome:
+    """One model's part of a scenario: the probe it was predicted from, and its verdicts."""
+
+    model: str
+    measured: ProbeResult
+    verdicts: list[Verdict]
+    reload_s: list[float]
+
+
+def scenario_models(spec: Spec, model: str) -> list[str]:
+    """The models a recsys run measures: a pipeline comes with the monolithic model it splits, so one
+    report holds both (each on its own server, one after the other)."""
+    names = {p.name for p in spec.pipelines}
+    return [spec.pipeline(model).model, model] if model in names else [model]
+
+
+def _session(spec: Spec, model: str, engine: LoadEngine, seed: int) -> TuneSession:
+    workdir = Path(".run/tune")
+    if model in {p.name for p in spec.pipelines}:
+        from perf.tune.pipeline_session import PipelineTuneSession
+
+        return PipelineTuneSession(spec, model, MAX_BATCH, workdir / "pipeline", engine, seed=seed)
+    return TuneSession(spec, model, MAX_BATCH, workdir, engine, seed=seed)
+
+
+def measure_model(
+    spec: Spec,
+    model: str,
+    request: TuneRequest,
+    delays: tuple[int, ...],
+    engine: LoadEngine,
+    console,
+    plan: ProbePlan = SCENARIO_PROBE,
+    zipf: bool = False,
+    article_delay_us: int | None = None,
+    repeats: int = 2,
+) -> ModelOutcome:
+    """Probe ``model``, predict no batching vs the best delay (and the article's), measure each point
+    ``repeats`` times in whole passes."""
+    budget, load_at = request.budget_ms, request.load
+    with _session(spec, model, engine, request.seed) as session:
+        # A pipeline's stages keep the batch limit they were built with (an ensemble's max_batch_size
+        # may not exceed a stage's), so its candidates use that limit; a model's use MAX_BATCH.
+        pipeline = model != session.base.name
+        max_batch = session.largest_batch if pipeline else MAX_BATCH
+        if zipf:
+            session.target.inputs["sparse_ids"] = _zipf_pool(
+                session.base, session.largest_batch, request.seed
+            )
+        console.print(f"  {model}: probing the service model")
+        measured = probe(session, (1,), max_batch, plan)
+        single, tuned = _best(measured, budget, delays, load_at, max_batch)
+        candidates = [("no batching", BatcherConfig(1), single), ("tuned dynamic batching", None, tuned)]
+        if article_delay_us is not None:  # the article's own setting, for the comparison
+            article = BatcherConfig(max_batch, article_delay_us)
+            found = max_rate(article, measured.services[1], budget, load_at)
+            candidates.append((f"the article's {article_delay_us / 1e3:g} ms delay", article, found))
+        verdicts = []
+        for label, config, found in candidates:
+            config = found.config if found else (config or BatcherConfig(max_batch))
+            rates = sorted({found.rate, 0.8 * found.rate}) if found else []
+            if zipf and found and single and label.startswith("tuned"):
+                rates.append(single.rate)  # p99 of tuned and none at the same rate
+            points = [predict_point(measured, request, config, rate) for rate in rates]
+            verdicts.append(Verdict(label, config, found, points))
+        for repeat in range(repeats):
+            console.print(f"  {model}: measuring, pass {repeat + 1}/{repeats}")
+            # every other pass in reverse: a pass starts on the configuration the last one ended on, one
+            # reload fewer per pass (a pipeline's reload restarts every stage: seconds each)
+            for verdict in verdicts if repeat % 2 == 0 else verdicts[::-1]:
+                for point in verdict.points:
+                    measure_point(session, request, point)
+        for verdict in verdicts:
+            verdict.measured_rate = sustainable_from(verdict.points, budget)
+        return ModelOutcome(model, measured, verdicts, list(session.reload_s))
+
+
 def run_scenario(args: argparse.Namespace, folder: Path, console) -> int:
     document = yaml.safe_load(args.spec.read_text())
     video = args.scenario == "video"
@@ -173,43 +257,25 @@ def run_scenario(args: argparse.Namespace, folder: Path, console) -> int:
         load_at = lambda rate: step_load(rate, args.seed)  # noqa: E731
         delays = RECSYS_DELAYS_US
     spec = parse_spec(document)
+    models = [model] if video else scenario_models(spec, model)
     request = TuneRequest(budget, None, seconds=args.seconds, seed=args.seed, load_at=load_at)
     engine = LoadEngine(args.processes)
-    console.print(f"scenario {args.scenario}: {model}, p99 ≤ {budget:g} ms → {folder}")
-    with engine, TuneSession(spec, model, MAX_BATCH, Path(".run/tune"), engine, seed=args.seed) as session:
-        if not video:
-            session.target.inputs["sparse_ids"] = _zipf_pool(
-                spec.model(model), session.largest_batch, args.seed
+    console.print(f"scenario {args.scenario}: {', '.join(models)}, p99 ≤ {budget:g} ms → {folder}")
+    with engine:
+        outcomes = [
+            measure_model(
+                spec,
+                name,
+                request,
+                delays,
+                engine,
+                console,
+                zipf=not video,
+                article_delay_us=10_000 if video else None,
             )
-        console.print("  probing the service model")
-        measured = probe(session, (1,), MAX_BATCH, ProbePlan(concurrencies=(1, 4, 16), seconds=2.0))
-        single, tuned = _best(measured, budget, delays, load_at)
-        candidates = [("no batching", BatcherConfig(1), single), ("tuned dynamic batching", None, tuned)]
-        if video:  # the article's own setting, for the comparison
-            article = BatcherConfig(MAX_BATCH, 10_000)
-            candidates.append(
-                (
-                    "the article's 10 ms delay",
-                    article,
-                    max_rate(article, measured.services[1], budget, load_at),
-                )
-            )
-        verdicts = []
-        for label, config, found in candidates:
-            config = found.config if found else (config or BatcherConfig(MAX_BATCH))
-            rates = sorted({found.rate, 0.8 * found.rate}) if found else []
-            if not video and found and single and label.startswith("tuned"):
-                rates.append(single.rate)  # p99 of tuned and none at the same rate
-            points = [predict_point(measured, request, config, rate) for rate in rates]
-            verdicts.append(Verdict(label, config, found, points))
-        for repeat in range(2):
-            console.print(f"  measuring, pass {repeat + 1}/2")
-            for verdict in verdicts:
-                for point in verdict.points:
-                    measure_point(session, request, point)
-        for verdict in verdicts:
-            verdict.measured_rate = sustainable_from(verdict.points, budget)
-    report = _write(args.scenario, folder, model, budget, verdicts, engine.name, measured)
+            for name in models
+        ]
+    report = _write(args.scenario, folder, budget, outcomes, engine.name)
     console.print(report.read_text(), highlight=False)
     return 0
 
@@ -221,64 +287,76 @@ def _zipf_pool(spec: ModelSpec, rows: int, seed: int) -> np.ndarray:
     return zipf_ids(sizes, rows, seed=seed)
 
 
-def _write(
-    scenario: str,
-    folder: Path,
-    model: str,
-    budget: float,
-    verdicts: list[Verdict],
-    engine: str,
-    measured: ProbeResult,
-) -> Path:
-    video = scenario == "video"
-    unit = (
-        (lambda rate: f"{rate / FPS:.0f} streams ({rate:.0f}/s)") if video else (lambda rate: f"{rate:.0f}/s")
-    )
+def _ratio(a: float, b: float) -> float:
+    return a / b if a and b else float("nan")
+
+
+def _section(outcome: ModelOutcome, unit: Callable[[float], str], recsys: bool) -> tuple[list[str], dict]:
+    """One model's lines of the report and its figures."""
+    verdicts, measured = outcome.verdicts, outcome.measured
     single, tuned = verdicts[0], verdicts[1]
-
-    def ratio(a: float, b: float) -> float:
-        return a / b if a and b else float("nan")
-
-    pred_gain = ratio(
+    pred_gain = _ratio(
         tuned.predicted.rate if tuned.predicted else 0, single.predicted.rate if single.predicted else 0
     )
-    meas_gain = ratio(tuned.measured_rate, single.measured_rate)
+    meas_gain = _ratio(tuned.measured_rate, single.measured_rate)
     fit = measured.fits[1]
+    failed = sum(p.measured.failed for v in verdicts for p in v.points if p.measured)
+    sent = sum(len(run.records) for v in verdicts for p in v.points for run in p.repeats)
+    failed_all = sum(run.failed for v in verdicts for p in v.points for run in p.repeats)
     lines = [
-        f"# Scenario {scenario}: {model}, p99 ≤ {budget:g} ms",
+        f"## {outcome.model}",
         "",
         f"Service model: T {fit.t_ms:.2f} ms, Δt {fit.dt_ms:.3f} ms (R² {fit.r2:.3f}), per-execution + "
         f"per-request cost when saturated {measured.per_batch_ms:.3f} + {measured.per_request_ms[1]:.3f} ms; "
-        f"single-request p99 floor {measured.floor_p99_ms:.1f} ms. Engine: {engine}; each point measured "
-        "twice (passes a minute apart), the least disturbed repeat counts.",
+        f"single-request p99 floor {measured.floor_p99_ms:.1f} ms. Reloads: "
+        f"{', '.join(f'{s:.1f}' for s in outcome.reload_s)} s.",
         "",
         table(HEADER, [_row(v, unit) for v in verdicts]),
         "",
         "Highest rate within the budget, tuned / no batching: "
-        f"predicted {pred_gain:.2f}×, measured {meas_gain:.2f}×.",
+        f"predicted {_times(pred_gain)}, measured {_times(meas_gain)}. Failed requests over every measured "
+        f"run: {failed_all} of {sent}.",
     ]
+    saturated, unbatched = measured.saturation.get(1), measured.unbatched
+    if saturated and unbatched:
+        figures_saturation = {
+            "batched": saturated.throughput,
+            "batched_mean_batch": saturated.stats.mean_batch,
+            "unbatched": unbatched.throughput,
+            "gain": _ratio(saturated.throughput, unbatched.throughput),
+        }
+        lines.append(
+            f"Served at saturation (the probe's overload runs, no budget): batching with delay 0 "
+            f"{saturated.throughput:.0f}/s (mean batch {saturated.stats.mean_batch:.1f}) vs no batching "
+            f"{unbatched.throughput:.0f}/s: {figures_saturation['gain']:.2f}×."
+        )
+    if tuned.points and not tuned.measured_rate:
+        lines.append("Tuned batching met the budget at none of its measured rates.")
     if single.points and not single.measured_rate and tuned.measured_rate:
         lowest = min(p.rate for p in single.points)
         lines.append(
             f"No batching met the budget at none of its measured rates (lowest {unit(lowest)}): "
-            "measured gain "
-            f"at least {tuned.measured_rate / lowest:.2f}×."
+            f"measured gain at least {tuned.measured_rate / lowest:.2f}×."
         )
-    figures = {
+    figures: dict = {
         "predicted_gain": pred_gain,
         "measured_gain": meas_gain,
+        "failed": failed_all,
+        "sent": sent,
+        "failed_in_counted_repeats": failed,
         "rows": {
             v.label: {
                 "config": v.config.label,
                 "predicted": v.predicted.rate if v.predicted else 0,
                 "measured": v.measured_rate,
+                "mean_batch": [run.stats.mean_batch for p in v.points for run in p.repeats],
             }
             for v in verdicts
         },
     }
-    if video:
-        lines += ["", "The article: per-card QPS 15 → 58 (3.9×) with a 10 ms delay, latency under 15 ms."]
-    else:
+    if saturated and unbatched:
+        figures["saturation"] = figures_saturation
+    if recsys:
         same = tuned.at(single.predicted.rate) if single.predicted else None
         base = single.at(single.predicted.rate) if single.predicted else None
         if same and base and same.measured and base.measured:
@@ -290,10 +368,71 @@ def _write(
                 f"p99 at the same rate ({single.predicted.rate:.0f}/s), tuned vs no batching: "
                 f"predicted {100 * predicted_change:+.0f}%, measured {100 * change:+.0f}%.",
             ]
+    return lines, figures
+
+
+def _percent(change: dict | None, key: str) -> str:
+    return f"{100 * change[key]:+.0f}%" if change else "–"
+
+
+def _times(gain: float | None) -> str:
+    return "–" if gain is None or gain != gain else f"{gain:.2f}×"  # nan: nothing met the budget
+
+
+def _summary(figures: dict[str, dict]) -> list[str]:
+    """Every model's answer next to the article's (recsys)."""
+    rows = [
+        [
+            model,
+            _times(f["predicted_gain"]),
+            _times(f["measured_gain"]),
+            _times(f.get("saturation", {}).get("gain")),
+            _percent(f.get("p99_change_same_rate"), "predicted"),
+            _percent(f.get("p99_change_same_rate"), "measured"),
+            f"{f['failed']}/{f['sent']}",
+        ]
+        for model, f in figures.items()
+    ]
+    rows.append(["the article", "–", "3.2×", "3.2×", "–", "−41%", "–"])
+    header = [
+        "model",
+        "max rate in budget, pred",
+        "max rate in budget, meas",
+        "served at saturation",
+        "p99 same rate, pred",
+        "p99 same rate, meas",
+        "failed/sent",
+    ]
+    return ["## Tuned batching vs no batching", "", table(header, rows), ""]
+
+
+def _write(scenario: str, folder: Path, budget: float, outcomes: list[ModelOutcome], engine: str) -> Path:
+    video = scenario == "video"
+    unit = (
+        (lambda rate: f"{rate / FPS:.0f} streams ({rate:.0f}/s)") if video else (lambda rate: f"{rate:.0f}/s")
+    )
+    repeats = max((len(p.repeats) for o in outcomes for v in o.verdicts for p in v.points), default=0)
+    lines = [
+        f"# Scenario {scenario}: {', '.join(o.model for o in outcomes)}, p99 ≤ {budget:g} ms",
+        "",
+        f"Engine: {engine}; each point measured {repeats} time(s) in whole passes (a minute apart), the "
+        "least disturbed repeat counts. A pipeline's batching is its stages' (no batching: no stage "
+        "batches; tuned: the first stage waits the delay, later stages re-form the batch); load goes "
+        "through the ensemble.",
+        "",
+    ]
+    figures = {}
+    for outcome in outcomes:
+        section, figures[outcome.model] = _section(outcome, unit, not video)
+        lines += [*section, ""]
+    if video:
+        lines += ["The article: per-card QPS 15 → 58 (3.9×) with a 10 ms delay, latency under 15 ms."]
+    else:
+        lines += _summary(figures)
         lines += [
-            "",
-            "The article: 3.2× throughput, p99 −41%. Ids: Zipf (exponent 1.2) in the input pool; our "
-            "generator sends the pool's first rows, so ids vary across batch positions, not requests.",
+            "The article: 3.2× throughput, p99 −41%. Ids: Zipf (exponent 1.2) folded into each table's "
+            "range in the input pool; our generator sends the pool's first rows, so ids vary across batch "
+            "positions, not requests.",
         ]
     (folder / f"scenario_{scenario}.json").write_text(json.dumps(figures, indent=1))
     path = folder / f"scenario_{scenario}.md"

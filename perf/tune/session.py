@@ -15,6 +15,7 @@ import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import tritonclient.http as httpclient
@@ -160,15 +161,20 @@ class TuneSession:
         log.info("loaded %s in %.1f s", config.label, took)
         return took
 
-    def _stats(self) -> ModelStats:
+    def _stats(self) -> Any:
+        """The server's counters now (what ``_delta`` takes two of)."""
         return snapshot(self.endpoints, self.base.name, 0.0).stats
+
+    def _delta(self, before: Any, after: Any) -> ModelStats:
+        """The model's statistics between two ``_stats`` snapshots."""
+        return after - before
 
     def _observe(self, label: str, run: Callable[[], list[Record]], offered: float = 0.0) -> Observed:
         before, started = self._stats(), time.perf_counter()
         records = run()
         wall = time.perf_counter() - started
         time.sleep(0.2)  # Triton counts a request just after answering it
-        return Observed(label, records, self._stats() - before, wall, offered)
+        return Observed(label, records, self._delta(before, self._stats()), wall, offered)
 
     def open_loop(self, arrivals_s: Sequence[float], label: str) -> Observed:
         arrivals = np.asarray(arrivals_s, dtype=float)

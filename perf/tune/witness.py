@@ -19,9 +19,6 @@ from perf.tune.engine import LoadEngine
 from perf.tune.session import TuneSession
 
 log = logging.getLogger(__name__)
-# Two cores shared with other work never give perf_analyzer's 10% (nor 50%: measured) window stability;
-# with 100% it averages its last 3 windows like our fixed windows do, and the rounds are interleaved.
-NOISY_MACHINE = ("--stability-percentage", "100", "--max-trials", "4")
 
 
 def side_by_side(
@@ -39,7 +36,7 @@ def side_by_side(
     console.print(f"  perf_analyzer vs our generator at concurrency {concurrency}")
     assert session.server is not None
     url = session.server.grpc_url if session.protocol == "grpc" else session.server.http_url
-    rows, figures = [], {}
+    rows, figures, settings = [], {}, ""
     single = LoadEngine(1)
     for round_index in range(rounds):
         try:
@@ -52,7 +49,6 @@ def side_by_side(
                 int(seconds * 1000),
                 folder,
                 session.target.inputs,
-                NOISY_MACHINE,
             )
         except (RuntimeError, OSError, ValueError, StopIteration) as error:
             log.exception("perf_analyzer failed")
@@ -65,6 +61,7 @@ def side_by_side(
             ["perf_analyzer 2.41.0", round_index + 1, number(theirs.throughput, 0), number(theirs.p99_ms, 2)]
         )
         figures.setdefault("perf_analyzer", []).append([theirs.throughput, theirs.p99_ms])
+        settings = theirs.settings_text
         for engine in (single, session.engine):
             session.engine, keep = engine, session.engine
             try:
@@ -81,8 +78,10 @@ def side_by_side(
         table(["engine", "round", "inf/s", "p99 ms"], rows),
         "",
         _verdict(figures),
+        "",
+        f"perf_analyzer settings: `{settings}`.",
     ]
-    return {"sections": section, "figures": {"side_by_side": figures}}
+    return {"sections": section, "figures": {"side_by_side": figures, "perf_analyzer_settings": settings}}
 
 
 def _verdict(figures: dict[str, list[list[float]]]) -> str:

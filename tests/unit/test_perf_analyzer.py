@@ -2,8 +2,12 @@
 the 2.41.0 binary is probed with ``--version`` (it rejects ``--help``)."""
 
 import stat
+from types import SimpleNamespace
 
-from perf.analyzer import find_perf_analyzer
+import numpy as np
+
+from perf.analyzer import NOISY_MACHINE, find_perf_analyzer, run_perf_analyzer
+from perf.report import cross_check_section
 
 
 def _script(path, body):
@@ -28,3 +32,59 @@ def test_a_binary_that_rejects_help_but_answers_version_is_found(tmp_path, monke
     )
     monkeypatch.setenv("PERF_ANALYZER", str(tool))
     assert find_perf_analyzer() == tool
+
+
+CSV = "Concurrency,Inferences/Second,p50 latency,p90 latency,p99 latency\n4,1234.5,2000,3000,4000\n"
+
+
+def _recording_tool(tmp_path):
+    """A stand-in perf_analyzer that records its arguments and writes the CSV it is asked for."""
+    return _script(
+        tmp_path / "perf_analyzer",
+        f'echo "$@" > {tmp_path}/argv\n'
+        'while [ $# -gt 0 ]; do if [ "$1" = -f ]; then shift; out="$1"; fi; shift; done\n'
+        f"printf '{CSV}' > \"$out\"",
+    )
+
+
+def _argv(tmp_path):
+    return (tmp_path / "argv").read_text().split()
+
+
+def _value(argv, option):
+    return argv[argv.index(option) + 1]
+
+
+def test_the_default_settings_converge_on_a_shared_two_core_machine(tmp_path):
+    """Not perf_analyzer's default 10% stability (it never converges here): 100%, at most 4 windows, our
+    window length; the result carries the settings so reports can print them."""
+    inputs = {"x": np.zeros((4, 3), dtype=np.float32)}
+    result = run_perf_analyzer(
+        _recording_tool(tmp_path), "m", "127.0.0.1:1", "grpc", 4, 1250, tmp_path, inputs
+    )
+    argv = _argv(tmp_path)
+    assert _value(argv, "--stability-percentage") == "100" and _value(argv, "--max-trials") == "4"
+    assert _value(argv, "--measurement-interval") == "1250" and _value(argv, "--concurrency-range") == "4"
+    assert (tmp_path / _value(argv, "--input-data").split("/")[-1]).exists()
+    assert result.settings == ("--measurement-interval", "1250", *NOISY_MACHINE)
+    assert (result.throughput, result.p99_ms) == (1234.5, 4.0)
+
+
+def test_explicit_settings_replace_the_defaults(tmp_path):
+    inputs = {"x": np.zeros((4, 3), dtype=np.float32)}
+    extra = ("--stability-percentage", "50")
+    result = run_perf_analyzer(_recording_tool(tmp_path), "m", "u", "grpc", 1, 500, tmp_path, inputs, extra)
+    argv = _argv(tmp_path)
+    assert _value(argv, "--stability-percentage") == "50" and "--max-trials" not in argv
+    assert result.settings_text == "--measurement-interval 500 --stability-percentage 50"
+
+
+def test_the_study_report_says_which_settings_perf_analyzer_used(tmp_path):
+    inputs = {"x": np.zeros((4, 3), dtype=np.float32)}
+    theirs = run_perf_analyzer(_recording_tool(tmp_path), "m", "u", "grpc", 4, 1250, tmp_path, inputs)
+
+    summary = SimpleNamespace(throughput=1000.0, p50_ms=2.0, p99_ms=5.0)
+    ours = SimpleNamespace(model="m", summary=lambda: summary)
+    result = SimpleNamespace(cross_check=[(theirs, ours)], analyzer_note="")
+    text = cross_check_section(result)
+    assert "`--measurement-interval 1250 --stability-percentage 100 --max-trials 4`" in text

@@ -1,0 +1,151 @@
+"""The tuner's session for a pipeline (an ensemble of stage models), e.g. ``recommender_pipeline``.
+
+A candidate's batching is the stages' batching: the ensemble only routes, so "no batching" is every
+stage without a dynamic batcher and "delay d" is the first stage waiting ``d`` and later stages the
+short re-forming wait the build gives them (``exporters.pipeline_configs.stage_batching``). Each
+candidate reloads every stage with a config override (explicit model control); Triton reloads the
+ensemble that depends on them. Load goes through the ensemble, which takes the monolithic model's
+inputs; the server view is the first stage's (``pipeline_stats``).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import logging
+import time
+
+import tritonclient.http as httpclient
+from google.protobuf import json_format
+
+from client.stats import ModelStats
+from exporters.configs import dynamic_batching
+from exporters.model_config import ModelConfig
+from exporters.pipeline_build import BuiltPipeline, build_pipelines
+from exporters.pipeline_configs import stage_batching
+from exporters.repository import build_repository
+from exporters.spec import Batching, PipelineSpec, Spec
+from perf.server_view import snapshot
+from perf.target import Target
+from perf.tune.batcher_sim import BatcherConfig
+from perf.tune.engine import LoadEngine
+from perf.tune.session import TuneSession
+from server import ServerOptions, TritonServer, admin
+
+log = logging.getLogger(__name__)
+
+
+def stage_configs(built: BuiltPipeline, config: BatcherConfig) -> list[ModelConfig]:
+    """Every stage's model config with the candidate's batching (the built configs otherwise)."""
+    pipeline = built.spec
+    if config.batching:
+        batching = Batching(
+            mode="dynamic",
+            max_queue_delay_us=config.max_queue_delay_us,
+            preferred_batch_sizes=config.preferred_batch_sizes,
+        )
+        pipeline = dataclasses.replace(pipeline, batching=batching)
+    stages = built.configs[1:]  # the ensemble first, then the stages in order
+    return [
+        dataclasses.replace(
+            stage,
+            dynamic_batching=dynamic_batching(stage_batching(pipeline, k)) if config.batching else None,
+            model_warmup=[],
+        )
+        for k, stage in enumerate(stages)
+    ]
+
+
+def pipeline_stats(stages: list[ModelStats]) -> ModelStats:
+    """One view of a pipeline's stages, as if it were one model: the first stage's.
+
+    The candidate's delay acts there, and a request enters the pipeline there, so its requests, formed
+    batches, queue and compute are what the batcher simulation models. The later stages run in their
+    own processes, overlapping the first (pipeline parallel): their time shows up as per-request
+    latency outside the batcher (measured one request at a time) and, under overload, in the served
+    rate that calibrates the cost beyond compute. Summing their compute into the first stage's would
+    count overlapped time as if serial. A failure at any stage counts.
+    """
+    return dataclasses.replace(stages[0], failed=max(s.failed for s in stages))
+
+
+class PipelineTuneSession(TuneSession):
+    """``TuneSession`` for a pipeline: ``base`` is the model it splits (its inputs and batch limit),
+    load goes to the ensemble, candidates reload the stages."""
+
+    def __init__(
+        self, spec: Spec, pipeline: str, largest_batch: int, workdir, engine: LoadEngine, seed: int = 0
+    ) -> None:
+        self.pipeline: PipelineSpec = spec.pipeline(pipeline)
+        super().__init__(spec, self.pipeline.model, largest_batch, workdir, engine, seed=seed)
+        # The stages' batch axis is the model's: candidates stay within what the stages were built for.
+        self.largest_batch = self.base.max_batch_size
+        self.built: BuiltPipeline | None = None
+
+    def __enter__(self) -> PipelineTuneSession:
+        repository = self.workdir / "repository"
+        # Built with the probe's first candidate (every stage batching, no delay), so the server starts
+        # with it loaded: one reload of every stage (seconds each) fewer.
+        first = BatcherConfig(self.largest_batch, 0)
+        self.pipeline = dataclasses.replace(
+            self.pipeline, batching=Batching(mode="dynamic", max_queue_delay_us=0)
+        )
+        spec = Spec(models=(dataclasses.replace(self.base, warmup=False),), pipelines=(self.pipeline,))
+        build_repository(spec, repository, num_gpus=0)  # the monolithic model: the raw reference
+        (self.built,) = build_pipelines(spec, repository, num_gpus=0)
+        options = ServerOptions(
+            repository=repository,
+            model_control_mode="explicit",
+            load_models=[self.pipeline.name],  # the ensemble loads its stages
+            log_path=self.workdir / "server.log",
+            startup_timeout_s=240,
+        )
+        self.server = TritonServer(options).start()
+        self.current = first
+        return self
+
+    @property
+    def target(self) -> Target:
+        if self._target is None:
+            self._target = dataclasses.replace(super().target, model=self.pipeline.name)
+        return self._target
+
+    def load(self, config: BatcherConfig) -> float:
+        """Reload every stage with ``config``'s batching (no-op if already loaded)."""
+        if config == self.current:
+            return 0.0
+        assert self.server is not None and self.built is not None
+        if config.instances != 1:
+            raise ValueError("a pipeline's candidates keep the stages' instance counts (instances = 1)")
+        started = time.perf_counter()
+        client = httpclient.InferenceServerClient(self.server.http_url)
+        try:
+            for stage in stage_configs(self.built, config):
+                override = json.loads(json_format.MessageToJson(stage.to_proto()))
+                admin.load_model(client, self.server.admin_key, stage.name, config=override)
+        finally:
+            client.close()
+        self.current = config
+        took = time.perf_counter() - started
+        self.reload_s.append(took)
+        log.info("loaded %s on the stages of %s in %.1f s", config.label, self.pipeline.name, took)
+        return took
+
+    def _stats(self) -> list[ModelStats]:
+        """Each stage's counters, in pipeline order."""
+        return [snapshot(self.endpoints, name, 0.0).stats for name in self.pipeline.stage_names]
+
+    def _delta(self, before: list[ModelStats], after: list[ModelStats]) -> ModelStats:
+        return pipeline_stats([a - b for a, b in zip(after, before, strict=True)])
+
+    def loaded_configs(self) -> dict[str, dict]:
+        """Each stage's configuration as the server reports it now."""
+        assert self.server is not None
+        client = httpclient.InferenceServerClient(self.server.http_url)
+        try:
+            return {name: client.get_model_config(name) for name in self.pipeline.stage_names}
+        finally:
+            client.close()
+
+    def config_text(self) -> str:
+        return json.dumps(self.loaded_configs(), indent=1)
