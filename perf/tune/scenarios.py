@@ -23,6 +23,7 @@ from pathlib import Path
 import numpy as np
 import yaml
 
+from exporters.inputs import draw_inputs
 from exporters.spec import ModelSpec, Spec, parse_spec
 from perf.errors import OptionError
 from perf.loads import Load
@@ -40,6 +41,7 @@ VIDEO_DELAYS_US = (0, 1000, 2000, 5000, 10000)
 RECSYS_DELAYS_US = (0, 500, 1000, 2000, 5000)
 # Short on purpose: the scenario is a probe and a few points, not a study (≈ 1 min per model).
 SCENARIO_PROBE = ProbePlan(concurrencies=(1, 4, 16), seconds=2.0)
+ZIPF_POOL_ROWS = 4096  # distinct samples the recsys load cycles through (each request the next rows)
 
 
 def video_load(
@@ -213,9 +215,7 @@ def measure_model(
         pipeline = model != session.base.name
         max_batch = session.largest_batch if pipeline else MAX_BATCH
         if zipf:
-            session.target.inputs["sparse_ids"] = _zipf_pool(
-                session.base, session.largest_batch, request.seed
-            )
+            session.cycle_through(_zipf_pool(session.base, request.seed))
         console.print(f"  {model}: probing the service model")
         measured = probe(session, (1,), max_batch, plan)
         single, tuned = _best(measured, budget, delays, load_at, max_batch)
@@ -280,11 +280,13 @@ def run_scenario(args: argparse.Namespace, folder: Path, console) -> int:
     return 0
 
 
-def _zipf_pool(spec: ModelSpec, rows: int, seed: int) -> np.ndarray:
+def _zipf_pool(spec: ModelSpec, seed: int, rows: int = ZIPF_POOL_ROWS) -> dict[str, np.ndarray]:
+    """``rows`` samples the load cycles through: the spec's inputs drawn as usual, ids from Zipf."""
     from exporters.zoo.recommender import build_recommender
 
-    sizes = build_recommender(**spec.options).table_sizes
-    return zipf_ids(sizes, rows, seed=seed)
+    pool = dict(zip((t.name for t in spec.inputs), draw_inputs(spec, rows, seed), strict=True))
+    pool["sparse_ids"] = zipf_ids(build_recommender(**spec.options).table_sizes, rows, seed=seed)
+    return pool
 
 
 def _ratio(a: float, b: float) -> float:

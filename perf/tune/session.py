@@ -142,6 +142,11 @@ class TuneSession:
             )
         return self._target
 
+    def cycle_through(self, pool: dict[str, np.ndarray]) -> None:
+        """Send the rows of ``pool`` in turn (each request the next ones, wrapping) instead of the same
+        first rows every time: traffic whose samples differ (the recsys scenario's Zipf ids)."""
+        self._target = dataclasses.replace(self.target, inputs=pool, cycle=True)
+
     def load(self, config: BatcherConfig) -> float:
         """Reload the model with ``config`` (no-op if already loaded); returns the seconds it took."""
         if config == self.current:

@@ -96,6 +96,21 @@ def test_zipf_ids_stay_inside_their_tables_and_favour_low_ranks() -> None:
     assert np.mean(ids[:, 0] == 0) > 0.1  # rank 1 alone: 1/zeta(1.2) ≈ 18% (uniform: 1%)
 
 
+def test_recsys_load_cycles_through_distinct_zipf_samples(model_spec) -> None:
+    """The recsys scenario's requests each take the next rows of a 4,096-sample pool, not the same
+    first rows every time: Zipf ids vary across requests, as real traffic's do."""
+    from perf.target import Caller, Target
+    from perf.tune.scenarios import ZIPF_POOL_ROWS, _zipf_pool
+
+    spec = model_spec("recommender")
+    pool = _zipf_pool(spec, seed=0)
+    assert {name: a.shape[0] for name, a in pool.items()} == {t.name: ZIPF_POOL_ROWS for t in spec.inputs}
+    assert len({tuple(r) for r in pool["sparse_ids"][:64]}) > 32  # distinct requests
+    caller = Caller(Target("recommender", "localhost:1", pool, {"probability": 4}, cycle=True), 0.0, "t", 1)
+    first, second = (caller._request_inputs(1) for _ in range(2))
+    assert first is not second  # the second request starts at the next row
+
+
 def test_tune_options_are_checked_before_any_measurement(tmp_path: Path) -> None:
     from perf.cli import parser
     from perf.tune.cli import _load_at, usage_errors
