@@ -13,9 +13,11 @@ from rich.console import Console
 from rich.progress import Progress
 from rich.table import Table
 
+from exporters.configs import QUEUE_POLICY_SPARE_INSTANCES, lacks_spare_instances
 from exporters.devices import detect_gpu_count
 from exporters.errors import ExportCheckError, ExporterError, SpecError
 from exporters.init_entry import entry_yaml, init_entry
+from exporters.model_config import ModelConfig
 from exporters.pipeline_build import BuiltPipeline, build_pipelines
 from exporters.repository import build_repository
 from exporters.spec import load_spec
@@ -59,6 +61,18 @@ def _init(args: argparse.Namespace) -> str:
         options=args.options,
     )  # fmt: skip
     return entry_yaml(spec)
+
+
+def _warn_queue_policies(configs: list[ModelConfig], console: Console) -> None:
+    """One warning for every config whose queue policy meets too few instances (README row 11)."""
+    names = [c.name for c in configs if lacks_spare_instances(c)]
+    if names:
+        console.print(
+            f"[yellow]warning[/yellow] a queue policy with fewer than {QUEUE_POLICY_SPARE_INSTANCES} "
+            f"instances per device: {', '.join(names)}. On Triton 2.51 their requests can wait ~500 ms "
+            f'now and then (README "Bad input and overload", row 11); give them '
+            f"{QUEUE_POLICY_SPARE_INSTANCES} instances or drop the policy."
+        )
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -118,6 +132,7 @@ def main(argv: list[str] | None = None) -> int:
     console.print(table)
     if pipelines:
         console.print(_pipeline_table(pipelines))
+    _warn_queue_policies([item.config for item in built] + [c for p in pipelines for c in p.configs], console)
     for item in texts:
         record = item.record
         console.print(

@@ -7,7 +7,6 @@ chooses by the number of GPUs the build is planned for (detected, or given with 
 
 from __future__ import annotations
 
-import logging
 from collections.abc import Sequence
 
 from exporters.errors import SpecError
@@ -23,7 +22,6 @@ from exporters.model_config import (
 )
 from exporters.spec import DTYPES, Batching, ModelSpec, TensorSpec
 
-log = logging.getLogger(__name__)
 # Triton 2.51: any queue policy turns off the dynamic batcher's payload prefetching; a request then
 # wakes the batcher only if an instance is idle when it arrives, and requests that all came while every
 # instance was busy wait out the batcher's 500 ms sleep (README "Bad input and overload", row 11). With
@@ -82,17 +80,13 @@ def dynamic_batching(batching: Batching) -> ModelDynamicBatching | None:
     )
 
 
-def warn_queue_policy_wait(name: str, groups: Sequence[InstanceGroup], batching: Batching) -> bool:
-    """Warn (and return True) when a queue policy meets too few instances to keep one idle on 2.51."""
-    fewest = min(group.count for group in groups)
-    if batching.mode != "dynamic" or batching.queue is None or fewest >= QUEUE_POLICY_SPARE_INSTANCES:
+def lacks_spare_instances(config: ModelConfig) -> bool:
+    """Whether a queue policy meets fewer than ``QUEUE_POLICY_SPARE_INSTANCES`` instances on a device:
+    Triton 2.51 then makes requests wait ~500 ms now and then (see the constant)."""
+    batching = config.dynamic_batching
+    if batching is None or batching.default_queue_policy is None or not config.instance_group:
         return False
-    log.warning(
-        "%s: a queue policy with %d instance(s) per device: on Triton 2.51 requests can wait ~500 ms now "
-        "and then (README, row 11); %d instances avoid it, or drop the policy", name, fewest,
-        QUEUE_POLICY_SPARE_INSTANCES,
-    )  # fmt: skip
-    return True
+    return min(group.count for group in config.instance_group) < QUEUE_POLICY_SPARE_INSTANCES
 
 
 def warmups(spec: ModelSpec, inputs: Sequence[TensorSpec], batching: Batching) -> list[ModelWarmup]:
@@ -142,15 +136,13 @@ def build_model_config(
     inputs = spec.inputs if inputs is None else inputs
     outputs = spec.outputs if outputs is None else outputs
     batching = spec.batching if batching is None else batching
-    groups = instance_groups(spec, num_gpus)
-    warn_queue_policy_wait(name or spec.name, groups, batching)
     return ModelConfig(
         name=name or spec.name,
         backend="onnxruntime",
         max_batch_size=spec.max_batch_size,
         input=[model_tensor(t) for t in inputs],
         output=[model_tensor(t) for t in outputs],
-        instance_group=groups,
+        instance_group=instance_groups(spec, num_gpus),
         dynamic_batching=dynamic_batching(batching),
         model_warmup=warmups(spec, inputs, batching),
         parameters={

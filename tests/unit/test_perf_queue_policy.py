@@ -1,15 +1,12 @@
 """The queue-policy study's parts without a server: its four configurations, its goal's arithmetic,
-and the exporter's warning that shares its instance rule."""
+and the exporter's check that shares its instance rule."""
 
 from __future__ import annotations
 
-import logging
-
 import pytest
 
-from exporters.configs import QUEUE_POLICY_SPARE_INSTANCES, build_model_config, warn_queue_policy_wait
-from exporters.model_config import InstanceGroup
-from exporters.spec import Batching, QueuePolicy, parse_spec
+from exporters.configs import build_model_config, lacks_spare_instances
+from exporters.spec import parse_spec
 from perf.errors import OptionError
 from perf.profiles import get_profile
 from perf.queue_policy_study import VARIANTS, Point, QueuePolicyStudy, capacity, stall_goal, study_models
@@ -65,20 +62,11 @@ def test_profile_runs_the_study_when_asked() -> None:
         get_profile("quick", queue_policy_s=-1.0)
 
 
-@pytest.mark.parametrize(
-    ("queue", "counts", "warned"),
-    [
-        (QueuePolicy(max_queue_size=8), [1], True),
-        (QueuePolicy(max_queue_size=8), [QUEUE_POLICY_SPARE_INSTANCES, 1], True),  # a GPU with one
-        (QueuePolicy(max_queue_size=8), [QUEUE_POLICY_SPARE_INSTANCES] * 2, False),
-        (None, [1], False),
-    ],
-)
-def test_exporter_warns_of_a_queue_policy_with_too_few_instances(
-    queue: QueuePolicy | None, counts: list[int], warned: bool, caplog: pytest.LogCaptureFixture
-) -> None:
-    batching = Batching(mode="dynamic", max_queue_delay_us=100, queue=queue)
-    groups = [InstanceGroup(kind="KIND_GPU", count=c, gpus=[i]) for i, c in enumerate(counts)]
-    with caplog.at_level(logging.WARNING, logger="exporters.configs"):
-        assert warn_queue_policy_wait("m", groups, batching) is warned
-    assert ("can wait ~500 ms" in caplog.text) is warned
+def test_exporter_flags_a_queue_policy_with_too_few_instances() -> None:
+    """``exporters build`` warns, for the configs it wrote, by the rule the study measures."""
+    spec = parse_spec({"models": study_models()})
+    flagged = {v.key for v in VARIANTS if lacks_spare_instances(build_model_config(spec.model(v.model), 0))}
+    assert flagged == {"policy_x1"}  # a policy on 1 instance; not on 4, not without a policy
+    gpu_entry = {**study_models()[3], "target": "auto", "instances": {"cpu": 4, "per_gpu": 1}}
+    two_gpus = build_model_config(parse_spec({"models": [gpu_entry]}).models[0], num_gpus=2)
+    assert [g.count for g in two_gpus.instance_group] == [1, 1] and lacks_spare_instances(two_gpus)
