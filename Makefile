@@ -45,7 +45,7 @@ stop: ## stop the server started by `make serve`
 status: setup ## show whether the `make serve` server is up, and its models
 	$(BIN)/python -m server status
 
-perf: setup ## the batching study on the embedded server; report in reports/<timestamp>/ (PERF=quick: about 4 min)
+perf: setup ## the batching study on the embedded server; report in reports/<timestamp>/ (PERF=quick: about 5 min)
 	$(BIN)/python -m perf run --profile $(PERF) $(PERF_ARGS)
 
 soak: repo ## 10 min of mixed load with random faults (stub kills, bad input, updates); SOAK_S=60 for a short one

@@ -209,8 +209,8 @@ def report_lines(profile: Profile, points: list[Point], rate: float, goals: list
         "turns off payload prefetching in Triton 2.51, so only an arrival that finds an instance waiting "
         "wakes the batcher, and requests that arrived while every instance was busy wait out its fixed "
         f"500 ms sleep. With {SPARE_INSTANCES} instances one is almost always waiting. The workaround's "
-        f"price here: closed-loop throughput {_closed(points, 'policy_spare'):.0f} inf/s with the policy "
-        f"and {SPARE_INSTANCES} instances against {_closed(points, 'none_x1'):.0f} inf/s for one instance "
+        f"price here: closed-loop throughput {_closed(points, 'policy_spare'):,.0f} inf/s with the policy "
+        f"and {SPARE_INSTANCES} instances against {_closed(points, 'none_x1'):,.0f} inf/s for one instance "
         f"without it ({SPARE_INSTANCES} sessions share this machine's cores). On a release without the "
         "wait, the policy rows match the rows without it.",
         "",

@@ -181,11 +181,14 @@ def test_overload_is_rejected_by_the_queue_policy(server: TritonServer) -> None:
     expected = reference(SPEC, "recommender", batch=1, seed=2)
 
     def one(_: int) -> str:
+        client = connect("http", server.http_url)
         try:
-            infer(connect("http", server.http_url), "http", "recommender_tiny_queue", expected.inputs)
+            infer(client, "http", "recommender_tiny_queue", expected.inputs)
             return "ok"
         except InferenceServerException as error:
             return "rejected" if "queue" in error.message().lower() else f"other: {error}"
+        finally:
+            client.close()  # in this thread: the gevent pool cannot be joined from the collector's
 
     with ThreadPoolExecutor(24) as pool:
         outcomes = list(pool.map(one, range(48)))
