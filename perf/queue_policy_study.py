@@ -146,20 +146,24 @@ def served_configs(http_url: str) -> dict[str, dict[str, int]]:
     (0: no policy) and the instance count, so the report shows what was measured."""
     client = httpclient.InferenceServerClient(http_url)
     served = {}
-    for variant in VARIANTS:
-        config = client.get_model_config(variant.model)
-        policy = config.get("dynamic_batching", {}).get("default_queue_policy", {})
-        served[variant.model] = {
-            "max_queue_size": int(policy.get("max_queue_size", 0)),
-            "instances": sum(int(group["count"]) for group in config["instance_group"]),
-        }
+    try:
+        for variant in VARIANTS:
+            config = client.get_model_config(variant.model)
+            policy = config.get("dynamic_batching", {}).get("default_queue_policy", {})
+            served[variant.model] = {
+                "max_queue_size": int(policy.get("max_queue_size", 0)),
+                "instances": sum(int(group["count"]) for group in config["instance_group"]),
+            }
+    finally:
+        client.close()
     return served
 
 
 def capacity(points: list[Point]) -> float:
     """The lower closed-loop throughput of the configurations without the policy: the open loop runs
     at a fraction of it, so that it overloads none of them."""
-    return min(p.throughput for p in points if p.load == "closed" and not p.variant.startswith("policy"))
+    with_policy = {v.key for v in VARIANTS if v.policy}
+    return min(p.throughput for p in points if p.load == "closed" and p.variant not in with_policy)
 
 
 def _closed(points: list[Point], variant: str) -> float:

@@ -191,7 +191,7 @@ class TritonServer:
         self.watchdog: Watchdog | None = None
         self.watchdog_path = self._workdir / "watchdog.json"
         self.drained: list[str] = []
-        self.drain_finished_at: float | None = None  # time.monotonic() when stop()'s drain returned
+        self.drain_finished_at: float | None = None  # time.monotonic() when stop()'s drain completed
 
     @property
     def http_url(self) -> str:
@@ -399,9 +399,9 @@ class TritonServer:
                 self.drained = drain(
                     self.triton_http_url, self.admin_key, self.options.stop_timeout_s, self.pid
                 )
+                self.drain_finished_at = time.monotonic()  # every model unloaded (stays None otherwise)
             except Exception as error:  # still stop; say what was not drained
                 log.warning("drain incomplete, stopping anyway: %s", error)
-            self.drain_finished_at = time.monotonic()
             # a request already on its way when the drain ended is refused (NOT_FOUND) in this grace;
             # after SIGTERM, 2.51's gRPC frontend would answer it CANCELLED instead
             time.sleep(DRAIN_GRACE_S)

@@ -148,7 +148,9 @@ class UpdateLog:
         descriptor = os.open(temporary, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
         try:
             for part in parts:
-                os.write(descriptor, part)
+                view = memoryview(part)
+                while view:  # a large snapshot may take more than one write
+                    view = view[os.write(descriptor, view) :]
             os.fsync(descriptor)
         finally:
             os.close(descriptor)
