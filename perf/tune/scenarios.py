@@ -305,6 +305,7 @@ def _section(outcome: ModelOutcome, unit: Callable[[float], str], recsys: bool) 
     failed = sum(p.measured.failed for v in verdicts for p in v.points if p.measured)
     sent = sum(len(run.records) for v in verdicts for p in v.points for run in p.repeats)
     failed_all = sum(run.failed for v in verdicts for p in v.points for run in p.repeats)
+    shed = sum(r.shed for v in verdicts for p in v.points for run in p.repeats for r in run.records)
     lines = [
         f"## {outcome.model}",
         "",
@@ -317,7 +318,8 @@ def _section(outcome: ModelOutcome, unit: Callable[[float], str], recsys: bool) 
         "",
         "Highest rate within the budget, tuned / no batching: "
         f"predicted {_times(pred_gain)}, measured {_times(meas_gain)}. Failed requests over every measured "
-        f"run: {failed_all} of {sent}.",
+        f"run: {failed_all} of {sent}"
+        + (f" ({shed} of them shed by the client's in-flight bound)." if shed else "."),
     ]
     saturated, unbatched = measured.saturation.get(1), measured.unbatched
     if saturated and unbatched:
@@ -344,6 +346,7 @@ def _section(outcome: ModelOutcome, unit: Callable[[float], str], recsys: bool) 
         "predicted_gain": pred_gain,
         "measured_gain": meas_gain,
         "failed": failed_all,
+        "shed": shed,
         "sent": sent,
         "failed_in_counted_repeats": failed,
         "rows": {

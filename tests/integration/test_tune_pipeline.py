@@ -44,7 +44,7 @@ def stage_batchers(session: PipelineTuneSession) -> dict[str, dict | None]:
     return {name: config.get("dynamic_batching") for name, config in session.loaded_configs().items()}
 
 
-def test_the_scenario_batches_the_stages_and_reports_no_failed_request(
+def test_the_scenario_batches_the_stages_and_no_request_fails_at_the_server(
     session: PipelineTuneSession, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """The scenario's own path (probe, predict, measure, write) on the running session: the candidates'
@@ -86,7 +86,12 @@ def test_the_scenario_batches_the_stages_and_reports_no_failed_request(
 
     report = _write("recsys", tmp_path, 10.0, [outcome], session.engine.name)
     figures = json.loads((tmp_path / "scenario_recsys.json").read_text())[PIPELINE]
-    assert figures["sent"] > 0 and figures["failed"] == 0, figures
+    records = [r for v in outcome.verdicts for p in v.points for run in p.repeats for r in run.records]
+    failed = [r for r in records if not r.ok]
+    assert figures["sent"] == len(records) > 0 and figures["failed"] == len(failed), figures
+    # Nothing failed at the server; on a busy machine an open loop at a predicted maximum can fall
+    # behind, and arrivals beyond the client's in-flight bound are shed (recorded, not sent).
+    assert all(r.shed for r in failed), {r.status for r in failed if not r.shed}
     assert f"## {PIPELINE}" in report.read_text() and "the article" in report.read_text()
 
 
