@@ -22,7 +22,7 @@ from __future__ import annotations
 import os
 import struct
 import zlib
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 
 import torch
 
@@ -107,7 +107,7 @@ class UpdateLog:
         self.version = 0
         self.snapshot_bytes = 0  # the log's size after its last snapshot
 
-    def replay(self, apply) -> None:
+    def replay(self, apply: Callable[..., object]) -> None:
         """Apply every logged update with ``apply(tables, table, row, values)``, then compact if due."""
         self.version, records = read(self.path)
         for record in records:
