@@ -110,6 +110,11 @@ def run_perf_analyzer(
     (out / f"perf_analyzer_{model}_c{concurrency}.log").write_text(done.stdout + done.stderr)
     if done.returncode != 0:
         raise StudyError(f"perf_analyzer failed ({done.returncode}): {done.stderr[-500:]}")
+    return read_analyzer_csv(csv_path, concurrency, settings)
+
+
+def read_analyzer_csv(csv_path: Path, concurrency: int, settings: tuple[str, ...] = ()) -> AnalyzerResult:
+    """perf_analyzer's own figures from its ``-f`` CSV (first row; latencies there are in µs)."""
     row = next(csv.DictReader(io.StringIO(csv_path.read_text())))
     return AnalyzerResult(
         concurrency, float(row["Inferences/Second"]), float(row["p50 latency"]) / 1e3,

@@ -9,11 +9,13 @@ from datetime import datetime
 from pathlib import Path
 
 from exporters.spec import load_spec
+from perf.analyzer import find_perf_analyzer
 from perf.loads import Load, read_trace, trace
 from perf.markdown import number
 from perf.tune.candidates import QUICK_GRID, WIDE_GRID
-from perf.tune.engine import LoadEngine
+from perf.tune.engine import ENGINES, engine_from_args
 from perf.tune.overlay import write_overlay
+from perf.tune.pa_engine import unavailable_message
 from perf.tune.probe import served_capacity
 from perf.tune.session import TuneSession
 from perf.tune.tuner import TuneRequest, exhaustive, tune
@@ -60,11 +62,19 @@ def add_parser(commands: argparse._SubParsersAction) -> None:
     tune_parser.add_argument(
         "--processes", type=int, default=2, help="client processes of our load generator"
     )
+    tune_parser.add_argument(
+        "--engine",
+        choices=ENGINES,
+        default="ours",
+        help="load engine: our generator (--processes) or perf_analyzer (`make perf-analyzer`)",
+    )
     tune_parser.add_argument("--seed", type=int, default=0)
     tune_parser.add_argument("--reports", type=Path, default=Path("reports"))
 
 
 def usage_errors(args: argparse.Namespace) -> str | None:
+    if args.engine == "perf_analyzer" and find_perf_analyzer() is None:
+        return f"--engine perf_analyzer: {unavailable_message()}"
     if args.scenario or args.follow:
         return None
     if not args.model or args.p99_ms is None:
@@ -114,7 +124,7 @@ def command_tune(args: argparse.Namespace, console) -> int:
     grid = WIDE_GRID if args.grid == "wide" else QUICK_GRID
     request = TuneRequest(args.p99_ms, args.rate, grid, args.seconds, args.seed, _load_at(args))
     console.print(f"tuning [bold]{args.model}[/bold] for p99 ≤ {args.p99_ms:g} ms → {folder}")
-    engine = LoadEngine(args.processes)
+    engine = engine_from_args(args)
     with (
         engine,
         TuneSession(

@@ -11,11 +11,13 @@ project's ``Caller`` and ``drive``; nothing here times a request itself.
 
 from __future__ import annotations
 
+import argparse
 import asyncio
 import multiprocessing
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import Protocol
 
 import numpy as np
 
@@ -26,6 +28,33 @@ from perf.records import Record
 from perf.target import Caller, Target
 
 START_MARGIN_S = 0.4  # time the workers get to connect before the first arrival
+ENGINES = ("ours", "perf_analyzer")  # ``python -m perf tune --engine``
+
+
+class Engine(Protocol):
+    """What the tuner needs of a load engine: ``LoadEngine`` here, ``PerfAnalyzerEngine`` in pa_engine."""
+
+    last_start: float  # perf_counter of t = 0 of the latest run (records' clock)
+
+    @property
+    def name(self) -> str: ...
+
+    def __enter__(self) -> Engine: ...
+
+    def __exit__(self, *exc_info: object) -> None: ...
+
+    def open_loop(self, target: Target, arrivals_s: Sequence[float], label: str) -> list[Record]: ...
+
+    def closed_loop(self, target: Target, concurrency: int, seconds: float, label: str) -> list[Record]: ...
+
+
+def engine_from_args(args: argparse.Namespace) -> Engine:
+    """The engine ``--engine`` names (``ours``: ``--processes`` client processes of our generator)."""
+    if getattr(args, "engine", "ours") == "perf_analyzer":
+        from perf.tune.pa_engine import PerfAnalyzerEngine
+
+        return PerfAnalyzerEngine()
+    return LoadEngine(args.processes)
 
 
 @dataclass(frozen=True)

@@ -21,7 +21,7 @@ import matplotlib.pyplot as plt
 from exporters.spec import load_spec
 from perf.markdown import number, table
 from perf.records import write_csv
-from perf.tune.engine import LoadEngine
+from perf.tune.engine import engine_from_args
 from perf.tune.follow import FollowRun, delay_policy, follow_run, p99_over_time, step_arrivals
 from perf.tune.probe import ProbePlan, probe, served_capacity
 from perf.tune.report import finish_p99_plot
@@ -46,7 +46,7 @@ def run_follow_demo(args: argparse.Namespace, folder: Path, console) -> int:
     model = args.model or "recommender"
     budget = args.p99_ms or 10.0
     spec = load_spec(args.spec)
-    engine = LoadEngine(args.processes)
+    engine = engine_from_args(args)
     console.print(f"--follow on {model}: rate step, fixed vs following → {folder}")
     with engine, TuneSession(spec, model, MAX_BATCH, Path(".run/tune"), engine) as session:
         console.print("  probing the service model")

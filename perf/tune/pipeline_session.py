@@ -28,7 +28,7 @@ from exporters.spec import Batching, PipelineSpec, Spec
 from perf.server_view import snapshot
 from perf.target import Target
 from perf.tune.batcher_sim import BatcherConfig
-from perf.tune.engine import LoadEngine
+from perf.tune.engine import Engine
 from perf.tune.session import TuneSession
 from server import ServerOptions, TritonServer, admin
 
@@ -74,7 +74,7 @@ class PipelineTuneSession(TuneSession):
     load goes to the ensemble, candidates reload the stages."""
 
     def __init__(
-        self, spec: Spec, pipeline: str, largest_batch: int, workdir, engine: LoadEngine, seed: int = 0
+        self, spec: Spec, pipeline: str, largest_batch: int, workdir, engine: Engine, seed: int = 0
     ) -> None:
         self.pipeline: PipelineSpec = spec.pipeline(pipeline)
         super().__init__(spec, self.pipeline.model, largest_batch, workdir, engine, seed=seed)

@@ -29,7 +29,7 @@ from perf.errors import OptionError
 from perf.loads import Load
 from perf.markdown import number, table
 from perf.tune.batcher_sim import BatcherConfig
-from perf.tune.engine import LoadEngine
+from perf.tune.engine import Engine, engine_from_args
 from perf.tune.predict import Prediction, max_rate
 from perf.tune.probe import ProbePlan, ProbeResult, probe
 from perf.tune.session import TuneSession
@@ -185,7 +185,7 @@ def scenario_models(spec: Spec, model: str) -> list[str]:
     return [spec.pipeline(model).model, model] if model in names else [model]
 
 
-def _session(spec: Spec, model: str, engine: LoadEngine, seed: int) -> TuneSession:
+def _session(spec: Spec, model: str, engine: Engine, seed: int) -> TuneSession:
     workdir = Path(".run/tune")
     if model in {p.name for p in spec.pipelines}:
         from perf.tune.pipeline_session import PipelineTuneSession
@@ -199,7 +199,7 @@ def measure_model(
     model: str,
     request: TuneRequest,
     delays: tuple[int, ...],
-    engine: LoadEngine,
+    engine: Engine,
     console,
     plan: ProbePlan = SCENARIO_PROBE,
     zipf: bool = False,
@@ -259,7 +259,7 @@ def run_scenario(args: argparse.Namespace, folder: Path, console) -> int:
     spec = parse_spec(document)
     models = [model] if video else scenario_models(spec, model)
     request = TuneRequest(budget, None, seconds=args.seconds, seed=args.seed, load_at=load_at)
-    engine = LoadEngine(args.processes)
+    engine = engine_from_args(args)
     console.print(f"scenario {args.scenario}: {', '.join(models)}, p99 ≤ {budget:g} ms → {folder}")
     with engine:
         outcomes = [

@@ -27,7 +27,7 @@ from perf.records import Record, latencies
 from perf.server_view import ServerEndpoints, snapshot
 from perf.target import Target, target_from_spec
 from perf.tune.batcher_sim import BatcherConfig
-from perf.tune.engine import LoadEngine
+from perf.tune.engine import Engine
 from perf.tune.overlay import candidate_spec, config_json
 from server import ServerOptions, TritonServer, admin
 
@@ -91,7 +91,7 @@ class TuneSession:
         model: str,
         largest_batch: int,
         workdir: Path,
-        engine: LoadEngine,
+        engine: Engine,
         protocol: str = "grpc",
         seed: int = 0,
         keep_queue: bool = False,

@@ -1,85 +1,97 @@
 """perf_analyzer as an independent witness for our load generator, side by side on the same server.
 
-Same model, same configuration (the one loaded), same concurrency, runs interleaved: perf_analyzer,
-our generator in one process, our generator in several processes. Where the single process falls more
-than 10% behind perf_analyzer and several processes close the gap, the client was the bottleneck; the
-tuner's figures come from the multi-process engine for that reason (the report says which engine
-produced each figure).
+Same model, same configuration (the one loaded), same concurrency, runs interleaved: perf_analyzer as
+the load engine (one run gives two rows: its own CSV figure, and our records built from its per-request
+export, which must agree with the CSV within a few % or our record-building is wrong), then our
+generator in one process and in several. Where the single process falls more than 10% behind
+perf_analyzer and several processes close the gap, the client was the bottleneck; ``--engine
+perf_analyzer`` removes it (the report says which engine produced each figure).
 """
 
 from __future__ import annotations
 
 import logging
+from contextlib import ExitStack
 from pathlib import Path
 
-from perf.analyzer import find_perf_analyzer, run_perf_analyzer
+from perf.analyzer import find_perf_analyzer
+from perf.errors import StudyError
 from perf.markdown import number, table
 from perf.perf_analyzer_install import unavailable_reason
-from perf.tune.engine import LoadEngine
+from perf.tune.engine import Engine, LoadEngine
+from perf.tune.pa_engine import PerfAnalyzerEngine
 from perf.tune.session import TuneSession
 
 log = logging.getLogger(__name__)
+CSV_ROW = "perf_analyzer (its own CSV)"
+HEADING = "## perf_analyzer vs our generator"
+
+
+def _note(text: str) -> dict:
+    return {"sections": ["", HEADING, "", text], "figures": {"perf_analyzer": text}}
+
+
+def _engines(session: TuneSession, stack: ExitStack) -> list[Engine]:
+    """perf_analyzer's engine, ours with 1 process and ours with several (the session's own when it is
+    one of them, so the tuner's engine is among those compared)."""
+    current = session.engine
+    analyzer = (
+        current if isinstance(current, PerfAnalyzerEngine) else stack.enter_context(PerfAnalyzerEngine())
+    )
+    processes = current.processes if isinstance(current, LoadEngine) and current.processes > 1 else 2
+    several = current if isinstance(current, LoadEngine) and current.processes > 1 else LoadEngine(processes)
+    if several is not current:
+        stack.enter_context(several)
+    return [analyzer, stack.enter_context(LoadEngine(1)), several]
 
 
 def side_by_side(
     session: TuneSession, folder: Path, console, concurrency: int = 16, seconds: float = 3.0, rounds: int = 2
 ) -> dict:
     """Rows and figures of perf_analyzer vs our engines at ``concurrency`` (closed loop)."""
-    binary = find_perf_analyzer()
-    if binary is None:
-        reason = unavailable_reason() or "not installed (run `make perf-analyzer`)"
-        note = f"perf_analyzer did not run: {reason}"
-        return {
-            "sections": ["", "## perf_analyzer vs our generator", "", note],
-            "figures": {"perf_analyzer": note},
-        }
-    console.print(f"  perf_analyzer vs our generator at concurrency {concurrency}")
-    assert session.server is not None
-    url = session.server.grpc_url if session.protocol == "grpc" else session.server.http_url
-    rows, figures, settings = [], {}, ""
-    single = LoadEngine(1)
-    for round_index in range(rounds):
-        try:
-            theirs = run_perf_analyzer(
-                binary,
-                session.base.name,
-                url,
-                session.protocol,
-                concurrency,
-                int(seconds * 1000),
-                folder,
-                session.target.inputs,
-            )
-        except (RuntimeError, OSError, ValueError, StopIteration) as error:
-            log.exception("perf_analyzer failed")
-            note = f"perf_analyzer failed: {error}"
-            return {
-                "sections": ["", "## perf_analyzer vs our generator", "", note],
-                "figures": {"perf_analyzer": note},
-            }
-        rows.append(
-            ["perf_analyzer 2.41.0", round_index + 1, number(theirs.throughput, 0), number(theirs.p99_ms, 2)]
+    if find_perf_analyzer() is None:
+        return _note(
+            f"perf_analyzer did not run: {unavailable_reason() or 'not installed (run `make perf-analyzer`)'}"
         )
-        figures.setdefault("perf_analyzer", []).append([theirs.throughput, theirs.p99_ms])
-        settings = theirs.settings_text
-        for engine in (single, session.engine):
-            session.engine, keep = engine, session.engine
-            try:
-                run = session.closed_loop(concurrency, seconds, f"{engine.name} c={concurrency}")
-            finally:
-                session.engine = keep
-            rows.append([engine.name, round_index + 1, number(run.throughput, 0), number(run.p99_ms, 2)])
-            figures.setdefault(engine.name, []).append([run.throughput, run.p99_ms])
+    console.print(f"  perf_analyzer vs our generator at concurrency {concurrency}")
+    rows, figures, settings = [], {}, ""
+    keep = session.engine
+    with ExitStack() as stack:
+        engines = _engines(session, stack)
+        for round_index in range(rounds):
+            for engine in engines:
+                session.engine = engine
+                try:
+                    run = session.closed_loop(concurrency, seconds, f"{engine.name} c={concurrency}")
+                except StudyError as error:
+                    log.exception("%s failed", engine.name)
+                    return _note(f"{engine.name} failed: {error}")
+                finally:
+                    session.engine = keep
+                if isinstance(engine, PerfAnalyzerEngine) and engine.last_csv is not None:
+                    theirs = engine.last_csv
+                    rows.append(
+                        [CSV_ROW, round_index + 1, number(theirs.throughput, 0), number(theirs.p99_ms, 2)]
+                    )
+                    figures.setdefault("perf_analyzer", []).append([theirs.throughput, theirs.p99_ms])
+                    settings = theirs.settings_text
+                name = (
+                    f"{engine.name}: our records from its export"
+                    if isinstance(engine, PerfAnalyzerEngine)
+                    else engine.name
+                )
+                rows.append([name, round_index + 1, number(run.throughput, 0), number(run.p99_ms, 2)])
+                figures.setdefault(name, []).append([run.throughput, run.p99_ms])
     config = session.current.label if session.current else "?"
     section = [
         "",
-        f"## perf_analyzer vs our generator (closed loop, concurrency {concurrency}, {config}, gRPC)",
+        f"{HEADING} (closed loop, concurrency {concurrency}, {config}, {session.protocol})",
         "",
         table(["engine", "round", "inf/s", "p99 ms"], rows),
         "",
         _verdict(figures),
         "",
-        f"perf_analyzer settings: `{settings}`.",
+        f"perf_analyzer settings: `{settings}` (three fixed windows; p99 of records skips the first 5%).",
     ]
     return {"sections": section, "figures": {"side_by_side": figures, "perf_analyzer_settings": settings}}
 

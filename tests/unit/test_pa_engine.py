@@ -1,0 +1,89 @@
+"""perf_analyzer's profile export → our records, on exports captured from real perf_analyzer 2.41.0
+runs (tests/data/README.md): the records must reproduce perf_analyzer's own CSV figure and every
+arrival of an open loop must end as exactly one record."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from perf.analyzer import read_analyzer_csv
+from perf.errors import StudyError
+from perf.target import Target
+from perf.tune.pa_engine import UNANSWERED, Export, records_from_export
+
+DATA = Path(__file__).resolve().parents[1] / "data"
+CLOSED = DATA / "perf_analyzer_2.41.0_closed_c2.json"
+OPEN = DATA / "perf_analyzer_2.41.0_open_300.json"
+
+
+@pytest.fixture
+def target() -> Target:
+    inputs = {"dense": np.zeros((4, 16), np.float32), "sparse_ids": np.zeros((4, 8), np.int64)}
+    return Target("recommender", "127.0.0.1:1", inputs, {"score": 4})
+
+
+def throughput(records) -> float:
+    return len(records) / (max(r.recv_s for r in records) - min(r.send_s for r in records))
+
+
+def test_closed_loop_records_reproduce_perf_analyzers_own_csv(target: Target) -> None:
+    raw = json.loads(CLOSED.read_text())["experiments"][0]["requests"]
+    records = records_from_export(Export.read(CLOSED), target, "c2")
+    assert len(records) == len(raw) and all(r.ok and r.batch == 1 for r in records)
+    assert all(0 <= r.send_s < r.recv_s for r in records)
+    assert [r.arrivals for r in records] == [(r.send_s,) for r in records]
+    assert records[0].bytes_sent == 16 * 4 + 8 * 8 and records[0].bytes_received == 4
+    theirs = read_analyzer_csv(CLOSED.with_suffix(".csv"), 2)
+    assert throughput(records) == pytest.approx(theirs.throughput, rel=0.03)
+    ours = sorted(r.recv_s - r.send_s for r in records)
+    expected = sorted((max(r["response_timestamps"]) - r["timestamp"]) / 1e9 for r in raw)
+    assert ours == pytest.approx(expected, abs=2e-6)
+    # perf_analyzer's p99 is one of the same latencies: the sorted (n·99 // 100)-th
+    assert ours[len(ours) * 99 // 100 - 1] * 1e3 == pytest.approx(theirs.p99_ms, abs=0.002)
+
+
+def test_open_loop_records_follow_the_arrivals_given(target: Target) -> None:
+    arrivals = np.loadtxt(DATA / "perf_analyzer_2.41.0_open_arrivals.txt")
+    records = records_from_export(Export.read(OPEN), target, "open", arrivals.tolist())
+    assert len(records) == len(arrivals) and all(r.ok for r in records)
+    sends = np.array([r.send_s for r in records])
+    assert np.all(np.diff(sends) >= 0)
+    assert np.abs(sends - arrivals).max() < 0.02  # sent on our schedule (the lag was ~1 ms)
+
+
+def test_arrivals_missing_from_the_export_are_failed_records(target: Target) -> None:
+    arrivals = np.loadtxt(DATA / "perf_analyzer_2.41.0_open_arrivals.txt")
+    late = arrivals[-1] + np.array([0.001, 0.002, 0.003])
+    export = Export.read(OPEN)
+    records = records_from_export(export, target, "open", [*arrivals.tolist(), *late.tolist()])
+    failed = [r for r in records if not r.ok]
+    assert len(records) == len(arrivals) + 3 and len(failed) == 3
+    assert [r.arrivals[0] for r in failed] == pytest.approx(late.tolist())
+    assert all(r.status == UNANSWERED and r.recv_s >= r.send_s for r in failed)
+    with pytest.raises(StudyError, match="sent 139 requests for 10 arrivals"):
+        records_from_export(export, target, "open", arrivals[:10].tolist())
+
+
+def test_an_export_without_its_experiment_is_an_error(tmp_path: Path) -> None:
+    empty = tmp_path / "export.json"
+    empty.write_text(json.dumps({"experiments": [], "version": "2.41.0"}))
+    with pytest.raises(StudyError, match="expected one experiment"):
+        Export.read(empty)
+
+
+def test_engine_perf_analyzer_needs_perf_analyzer(monkeypatch: pytest.MonkeyPatch) -> None:
+    from perf.cli import parser
+    from perf.tune.cli import usage_errors
+
+    monkeypatch.setattr("perf.tune.cli.find_perf_analyzer", lambda: None)
+    args = parser().parse_args(
+        ["tune", "--model", "recommender", "--p99-ms", "10", "--engine", "perf_analyzer"]
+    )
+    error = usage_errors(args)
+    assert error is not None and "make perf-analyzer" in error
+    ours = parser().parse_args(["tune", "--model", "recommender", "--p99-ms", "10"])
+    assert ours.engine == "ours" and usage_errors(ours) is None
