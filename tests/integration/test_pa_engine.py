@@ -64,3 +64,22 @@ def test_open_loop_sends_exactly_the_arrivals_given(session: TuneSession) -> Non
     sends = np.array([r.send_s for r in run.records])
     assert abs(sends[-1] - arrivals[-1]) < 0.25  # replayed on our schedule, not compressed or stretched
     assert run.throughput == pytest.approx(run.offered, rel=0.10)
+
+
+def test_the_side_by_side_shows_which_engine_produced_each_figure(
+    session: TuneSession, tmp_path: Path
+) -> None:
+    from rich.console import Console
+
+    from perf.tune.witness import CSV_ROW, side_by_side
+
+    extra = side_by_side(session, tmp_path, Console(quiet=True), seconds=1.5, rounds=1)
+    text = "\n".join(extra["sections"])
+    print(text)
+    figures = extra["figures"]["side_by_side"]
+    exported = f"{session.engine.name}: our records from its export"
+    assert set(figures) == {"perf_analyzer", exported, "ours (1 process)", "ours (2 processes)"}
+    assert CSV_ROW in text and exported in text
+    theirs, ours = figures["perf_analyzer"][0][0], figures[exported][0][0]
+    assert ours == pytest.approx(theirs, rel=0.10)  # the same run, seen by its CSV and by our records
+    assert session.engine.name.startswith("perf_analyzer")  # the session's engine is put back
