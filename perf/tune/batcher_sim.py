@@ -11,7 +11,10 @@ The rules it follows (Triton's ``DynamicBatchScheduler`` as documented):
 * instances take batches as they free up (earliest free first), and run a batch of ``N`` for
   ``exec_s(N)``, the service model (``T + (N-1)·Δt`` plus a per-request cost, from measurement);
 * a request's latency is its wait, its batch's execution and a fixed per-request overhead outside the
-  batcher (client, network, frontend), also measured.
+  batcher (client, network, frontend), also measured;
+* with a CPU model (``perf.tune.cpu``), each request also waits for a CPU as in an M/M/c queue (c
+  cores) at the utilization the simulated requests and executions put on them: what a machine whose
+  server and clients share a few cores adds to the tail.
 
 No batching (``mode: none``) is ``max_batch_size`` 1.
 """
@@ -27,6 +30,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from perf.errors import OptionError
+from perf.tune.cpu import CpuModel
 
 
 @dataclass(frozen=True)
@@ -84,7 +88,8 @@ class ServiceModel:
     ``overhead_s`` is added to every request's latency outside the batcher and the instance; with
     ``overhead_samples_s`` (overheads measured one request at a time) each request draws one of them
     instead, so the tail of what happens outside the batcher (client and OS scheduling on a shared
-    machine) reaches the predicted p99 and not only its mean.
+    machine) reaches the predicted p99 and not only its mean. ``cpu`` adds the wait for a CPU, which
+    grows with the load (``perf.tune.cpu``).
     """
 
     t_s: float
@@ -93,6 +98,7 @@ class ServiceModel:
     overhead_s: float = 0.0
     overhead_samples_s: tuple[float, ...] = ()
     per_batch_s: float = 0.0
+    cpu: CpuModel | None = None
 
     def exec_s(self, batch: int) -> float:
         return self.t_s + (batch - 1) * self.dt_s + self.per_batch_s + batch * self.per_request_s
@@ -103,6 +109,7 @@ class SimResult:
     latencies_s: np.ndarray  # per request, in arrival order
     batch_sizes: np.ndarray  # per formed batch, in dispatch order
     span_s: float  # first arrival to last completion
+    cpu_utilization: float = 0.0  # what the CPU model puts on the cores (0 without one)
 
     def p99_ms(self, skip: float = 0.05) -> float:
         """p99 over requests after the first ``skip`` fraction (the empty-system start is not steady)."""
@@ -166,4 +173,8 @@ def simulate(
         overheads = service.overhead_s
     latencies = done - arrivals + overheads
     span = float(done.max() - arrivals[0]) if count else 0.0
-    return SimResult(latencies, np.asarray(sizes, dtype=int), span)
+    utilization = 0.0
+    if service.cpu is not None and span > 0:
+        utilization = service.cpu.utilization(count / span, len(sizes) / span)
+        latencies = latencies + service.cpu.waits_s(utilization, count, seed)
+    return SimResult(latencies, np.asarray(sizes, dtype=int), span, utilization)

@@ -18,7 +18,7 @@ from perf.tune.overlay import write_overlay
 from perf.tune.pa_engine import unavailable_message
 from perf.tune.probe import served_capacity
 from perf.tune.session import TuneSession
-from perf.tune.tuner import TuneRequest, exhaustive, tune
+from perf.tune.tuner import TuneRequest, exhaustive, rematch, tune
 
 log = logging.getLogger(__name__)
 WORKDIR = Path(".run/tune")
@@ -125,21 +125,22 @@ def command_tune(args: argparse.Namespace, console) -> int:
     request = TuneRequest(args.p99_ms, args.rate, grid, args.seconds, args.seed, _load_at(args))
     console.print(f"tuning [bold]{args.model}[/bold] for p99 ≤ {args.p99_ms:g} ms → {folder}")
     engine = engine_from_args(args)
+
+    def progress(text: str) -> None:
+        console.print(f"  {text}")
+
     with (
         engine,
         TuneSession(
             spec, args.model, grid.largest_batch, WORKDIR, engine, keep_queue=args.keep_queue_policy
         ) as session,
     ):
-        result = tune(session, request, step=lambda text: console.print(f"  {text}"))
-        sweep = None
+        result = tune(session, request, step=progress)
+        sweep, head_to_head = None, None
         if args.exhaustive:
-            sweep = exhaustive(
-                session,
-                request,
-                1.3 * served_capacity(result.probe),
-                step=lambda text: console.print(f"  {text}"),
-            )
+            ceiling = 1.3 * served_capacity(result.probe)
+            sweep = exhaustive(session, request, ceiling, step=progress)
+            head_to_head = rematch(session, request, [sweep[0].config, result.chosen], ceiling, step=progress)
         session.load(result.chosen)
         extra = _side_by_side(session, folder, console)
     note = f"python -m perf tune --model {args.model} --p99-ms {args.p99_ms:g}: {result.chosen.label}"
@@ -152,7 +153,9 @@ def command_tune(args: argparse.Namespace, console) -> int:
     build_repository(tuned, folder / "repository", num_gpus=0, only=[args.model])
     from perf.tune.report import write_report
 
-    report = write_report(result, folder, args.model, engine.name, sweep, extra["sections"], extra["figures"])
+    report = write_report(
+        result, folder, args.model, engine.name, sweep, extra["sections"], extra["figures"], head_to_head
+    )
     console.print((folder / "overlay.yaml").read_text(), highlight=False)
     figures = (folder / "figures.json").read_text()
     console.print(f"chosen: [bold]{result.chosen.label}[/bold]; report {report}")

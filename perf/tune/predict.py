@@ -35,6 +35,7 @@ class Prediction:
     throughput: float
     mean_batch: float
     sustained: bool  # the server kept up: throughput within 5% of the offered rate
+    cpu_utilization: float = 0.0  # the cores' utilization the CPU model puts on the machine there
 
     def meets(self, budget_ms: float) -> bool:
         return self.sustained and self.p99_ms <= budget_ms
@@ -51,6 +52,7 @@ def predict(config: BatcherConfig, service: ServiceModel, load: Load, seconds: f
         result.throughput,
         result.mean_batch,
         result.throughput >= 0.95 * offered,
+        result.cpu_utilization,
     )
 
 

@@ -11,7 +11,10 @@
   times the rate the machine can serve;
 * the per-request overhead outside the batcher (client, network, frontend): client latency minus the
   server's queue + compute per request, at concurrency 1;
-* the raw backend's curve (``perf.raw``), the physical reference the report puts beside the fit.
+* the raw backend's curve (``perf.raw``), the physical reference the report puts beside the fit;
+* the CPU contention term (``perf.tune.cpu``): the machine's busy cores over every run above, fitted to
+  the requests and executions the server counted, and the CPU wait's slice, calibrated from open-loop
+  runs at fractions of the saturation rate (measured p99 vs the simulation's on the same arrivals).
 """
 
 from __future__ import annotations
@@ -28,7 +31,8 @@ from perf.latency_model import LatencyFit, fit_latency
 from perf.loads import poisson
 from perf.raw import RawPoint, measure_raw
 from perf.records import latencies
-from perf.tune.batcher_sim import BatcherConfig, ServiceModel
+from perf.tune.batcher_sim import BatcherConfig, ServiceModel, simulate
+from perf.tune.cpu import CpuModel, fit_cpu_model, usable_cores
 from perf.tune.predict import arrival_array
 from perf.tune.session import Observed, TuneSession
 
@@ -41,6 +45,11 @@ class ProbePlan:
     seconds: float = 2.5
     overload: float = 1.3  # the saturation run offers this × the best closed-loop throughput
     raw_batch_sizes: tuple[int, ...] = (1, 4, 16, 32)
+    # open loops at these fractions of each saturation rate calibrate the CPU model (their busy cores:
+    # runs that keep up, from mostly single-request executions to large batches) and the CPU wait
+    # (measured p99 vs simulated); each measured this many times, the least disturbed p99 counting
+    calibration_fractions: tuple[float, ...] = (0.1, 0.4, 0.7)
+    calibration_repeats: int = 2
 
 
 @dataclass
@@ -60,6 +69,24 @@ class ProbeResult:
     per_batch_ms: float = 0.0  # per-execution cost beyond compute (calibrated with instances = 1)
     unbatched: Observed | None = None  # the saturation run without batching
     seconds: float = 0.0  # wall time of the probe's measurements (reloads included)
+    cpu: CpuModel | None = None  # the contention term every service model carries
+    calibration: list[Calibration] = field(default_factory=list)
+
+
+@dataclass
+class Calibration:
+    """One open-loop run of the probe's configuration that calibrates the CPU wait."""
+
+    config: BatcherConfig
+    arrivals: np.ndarray
+    repeats: list[Observed]
+    simulated_p99_ms: float = float("nan")  # without the CPU wait
+    predicted_p99_ms: float = float("nan")  # with it, after calibration
+    utilization: float = 0.0  # what the CPU model puts on the cores at this run
+
+    @property
+    def measured(self) -> Observed:
+        return min(self.repeats, key=lambda run: run.p99_ms)
 
 
 def _merge(stats: list[ModelStats]) -> dict[int, BatchBucket]:
@@ -146,12 +173,80 @@ def _saturate(session: TuneSession, instances: int, rate: float, seconds: float,
     return max(behind, key=lambda r: r.throughput) if behind else run
 
 
+def _calibration_runs(session: TuneSession, saturated_rate: float, plan: ProbePlan) -> list[Calibration]:
+    """Open loops on the configuration loaded now at fractions of ``saturated_rate``."""
+    assert session.current is not None
+    out = []
+    for fraction in plan.calibration_fractions:
+        rate = fraction * saturated_rate
+        arrivals = arrival_array(poisson(rate, seed=2), plan.seconds)
+        label = f"calibration {session.current.label} @ {rate:.0f}/s"
+        runs = [session.open_loop(arrivals, label) for _ in range(plan.calibration_repeats)]
+        log.info("%s: p99 %s ms", label, ", ".join(f"{run.p99_ms:.1f}" for run in runs))
+        out.append(Calibration(session.current, arrivals, runs))
+    return out
+
+
+def slice_for(
+    arrivals: np.ndarray,
+    config: BatcherConfig,
+    service: ServiceModel,
+    cpu: CpuModel,
+    target_p99_ms: float,
+    high_s: float = 0.05,
+) -> float:
+    """The CPU wait's slice that makes the simulated p99 of ``arrivals`` equal ``target_p99_ms``
+    (bisection: with the random draws fixed, every wait scales with the slice, so the p99 grows with
+    it). 0 when the simulation alone already reaches the target; at most ``high_s``."""
+
+    def p99(slice_s: float) -> float:
+        model = dataclasses.replace(service, cpu=dataclasses.replace(cpu, slice_s=slice_s))
+        return simulate(arrivals, config, model).p99_ms()
+
+    if p99(0.0) >= target_p99_ms:
+        return 0.0
+    low, high = 0.0, high_s
+    for _ in range(30):
+        middle = (low + high) / 2
+        low, high = (middle, high) if p99(middle) < target_p99_ms else (low, middle)
+    return (low + high) / 2
+
+
+def calibrate_cpu_wait(
+    calibrations: list[Calibration], services: dict[int, ServiceModel], busy_enough: float = 0.3
+) -> CpuModel:
+    """The CPU model and its slice, both from the calibration runs. The busy cores are fitted over open
+    loops that kept up only: a closed loop or an overloaded run keeps the client and the server busy
+    whatever the rate (measured here: 1.6-1.9 cores from 730 to 4,900 requests/s), which a cost per
+    request and per execution cannot describe. The slice is the median of what each run at a
+    utilization of ``busy_enough`` or more asks for (below it the wait barely shows in a p99, and one
+    run a neighbour disturbed moves a median little). Fills in each calibration's figures."""
+    runs = [run for c in calibrations for run in c.repeats]
+    loads = [run.cpu_load() for run in runs]
+    cpu = fit_cpu_model([x[0] for x in loads], [x[1] for x in loads], [x[2] for x in loads], usable_cores())
+    for c in calibrations:
+        service = dataclasses.replace(services[c.config.instances], cpu=cpu)
+        found = simulate(c.arrivals, c.config, service)
+        c.simulated_p99_ms, c.utilization = found.p99_ms(), found.cpu_utilization
+    busy = [c for c in calibrations if c.utilization >= busy_enough] or calibrations
+    slices = [
+        slice_for(c.arrivals, c.config, services[c.config.instances], cpu, c.measured.p99_ms) for c in busy
+    ]
+    cpu = dataclasses.replace(cpu, slice_s=float(np.median(slices)) if slices else 0.0)
+    for c in calibrations:
+        service = dataclasses.replace(services[c.config.instances], cpu=cpu)
+        c.predicted_p99_ms = simulate(c.arrivals, c.config, service).p99_ms()
+    log.info("CPU wait slice %.3f ms (each calibration run: %s)", 1e3 * cpu.slice_s, slices)
+    return cpu
+
+
 def probe(
     session: TuneSession, instance_counts: tuple[int, ...], max_batch: int, plan: ProbePlan
 ) -> ProbeResult:
     """Measure the service model for each instance count in ``instance_counts``."""
     points: list[tuple[int, int, Observed]] = []
     saturation: dict[int, Observed] = {}
+    calibrations: list[Calibration] = []
     started = time.perf_counter()
     for instances in instance_counts:
         session.load(BatcherConfig(max_batch, 0, instances=instances))
@@ -162,6 +257,7 @@ def probe(
             log.info("%s: %.0f inf/s, mean batch %.1f", run.label, run.throughput, run.stats.mean_batch)
         best = max(run.throughput for n, _, run in points if n == instances)
         saturation[instances] = _saturate(session, instances, plan.overload * best, plan.seconds)
+        calibrations += _calibration_runs(session, saturation[instances].throughput, plan)
     session.load(BatcherConfig(1))  # the same machine without batching: per-execution costs show up
     single_rate = max(run.throughput for n, c, run in points if n == 1 and c == 1)
     unbatched = _saturate(session, 1, 1.5 * single_rate, plan.seconds)
@@ -191,7 +287,11 @@ def probe(
             per_batch_s=per_batch / 1e3,
         )
         tails[instances] = dataclasses.replace(services[instances], overhead_samples_s=samples)
+    cpu = calibrate_cpu_wait(calibrations, services)
+    services = {n: dataclasses.replace(service, cpu=cpu) for n, service in services.items()}
+    tails = {n: dataclasses.replace(service, cpu=cpu) for n, service in tails.items()}
     result = ProbeResult(services, fits, overhead, extra, saturation, points, tails=tails)
+    result.cpu, result.calibration = cpu, calibrations
     result.per_batch_ms = per_batch
     result.unbatched = unbatched
     result.floor_p99_ms = first.p99_ms

@@ -16,7 +16,10 @@ import matplotlib.pyplot as plt
 from perf.markdown import number, table
 from perf.plots import _save
 from perf.tune.batcher_sim import BatcherConfig
+from perf.tune.report_probe import cpu_figures, probe_sections
 from perf.tune.tuner import SweepEntry, TuneResult, relative_error
+
+Rematch = dict[BatcherConfig, list[SweepEntry]]
 
 
 def plot_p99_vs_rate(result: TuneResult, path: Path) -> Path:
@@ -63,6 +66,7 @@ def _points_rows(result: TuneResult, engine: str) -> list[list[str]]:
                     number(p.predicted.mean_batch),
                     number(m.stats.mean_batch),
                     f"{m.failed}/{len(m.records)}",
+                    _cpu_cores(result, p.predicted.cpu_utilization, m.cpu_load()[2]),
                     ", ".join(number(r.p99_ms) for r in p.repeats),
                     engine,
                 ]
@@ -70,7 +74,30 @@ def _points_rows(result: TuneResult, engine: str) -> list[list[str]]:
     return rows
 
 
-def figures(result: TuneResult, sweep: list[SweepEntry] | None, extra: dict) -> dict:
+def _cpu_cores(result: TuneResult, utilization: float, measured: float) -> str:
+    cores = result.probe.cpu.cores if result.probe.cpu else 0
+    return f"{number(utilization * cores, 2)} / {number(measured, 2)}"
+
+
+def rematch_figures(result: TuneResult, sweep: list[SweepEntry], rematch: Rematch) -> dict:
+    """The head-to-head of the sweep's best and the tuner's pick: each one's least disturbed round (the
+    highest rate it sustained), and whether the pick is within 10% of the best (the issue's goal)."""
+    best, chosen = sweep[0].config, result.chosen
+    rates = {config.label: [e.rate for e in entries] for config, entries in rematch.items()}
+    best_rate = max(rates.get(best.label, [0.0]))
+    chosen_rate = max(rates.get(chosen.label, [0.0]))
+    return {
+        "rates": rates,
+        "best_rate": best_rate,
+        "chosen_rate": chosen_rate,
+        "chosen_over_best": chosen_rate / best_rate if best_rate else float("nan"),
+        "seconds": sum(e.seconds for entries in rematch.values() for e in entries),
+    }
+
+
+def figures(
+    result: TuneResult, sweep: list[SweepEntry] | None, extra: dict, rematch: Rematch | None = None
+) -> dict:
     """The report's numbers as JSON (what the README and the closing note quote)."""
     operating = min(result.points_of(result.chosen), key=lambda p: abs(p.rate - result.operating_rate))
     chosen_rate = next(r for r in result.ranking if r.config == result.chosen).rate
@@ -96,6 +123,7 @@ def figures(result: TuneResult, sweep: list[SweepEntry] | None, extra: dict) -> 
         "served_unbatched_at_saturation": result.probe.unbatched.throughput
         if result.probe.unbatched
         else None,
+        **cpu_figures(result.probe),
         **extra,
     }
     if sweep:
@@ -108,6 +136,8 @@ def figures(result: TuneResult, sweep: list[SweepEntry] | None, extra: dict) -> 
             "seconds": sum(e.seconds for e in sweep),
             "tuner_seconds": result.probe.seconds + result.predict_s,
         }
+        if rematch:
+            out["brute_force"]["rematch"] = rematch_figures(result, sweep, rematch)
     return out
 
 
@@ -119,9 +149,10 @@ def write_report(
     sweep: list[SweepEntry] | None = None,
     extra_sections: list[str] | None = None,
     extra_figures: dict | None = None,
+    rematch: Rematch | None = None,
 ) -> Path:
     plot = plot_p99_vs_rate(result, folder / "p99_vs_rate.png")
-    numbers = figures(result, sweep, extra_figures or {})
+    numbers = figures(result, sweep, extra_figures or {}, rematch)
     (folder / "figures.json").write_text(json.dumps(numbers, indent=1, default=str))
     probe = result.probe
     lines = [
@@ -145,67 +176,7 @@ def write_report(
         f"prediction of {len(result.ranking)} candidates "
         f"took {result.predict_s:.1f} s of CPU; verification {result.verify_s:.1f} s.",
         "",
-        table(
-            [
-                "instances",
-                "T (ms)",
-                "Δt (ms)",
-                "R²",
-                "per-execution + per-request cost when saturated (ms)",
-                "served at saturation (/s)",
-                "latency overhead outside the server (ms)",
-            ],
-            [
-                [
-                    n,
-                    number(f.t_ms, 3),
-                    number(f.dt_ms, 3),
-                    number(f.r2, 3),
-                    f"{number(probe.per_batch_ms, 3)} + {number(probe.per_request_ms[n], 3)}",
-                    number(probe.saturation[n].throughput, 0),
-                    number(probe.overhead_ms, 3),
-                ]
-                for n, f in probe.fits.items()
-            ],
-        ),
-        "",
-        table(
-            [
-                "probe run",
-                "inf/s",
-                "mean batch",
-                "p99 ms",
-                "server queue ms/req",
-                "formed batches (size: executions)",
-            ],
-            [
-                [
-                    run.label,
-                    number(run.throughput, 0),
-                    number(run.stats.mean_batch),
-                    number(run.p99_ms),
-                    number(run.stats.queue_ms_per_request, 2),
-                    ", ".join(f"{s}: {c}" for s, c in run.batch_histogram().items()),
-                ]
-                for _, _, run in probe.points
-            ],
-        ),
-        "",
-        "Raw backend (same ONNX file in-process, same threads) next to the served fit:",
-        "",
-        table(
-            ["batch", "raw ms", "served fit ms (1 instance)", "served / raw"],
-            [
-                [
-                    p.batch,
-                    number(p.batch_ms, 3),
-                    number(probe.fits[1].batch_ms(p.batch), 3),
-                    number(probe.fits[1].batch_ms(p.batch) / p.batch_ms, 2),
-                ]
-                for p in probe.raw
-            ],
-        ),
-        "",
+        *probe_sections(probe),
         "## Every candidate, predicted",
         "",
         table(
@@ -214,6 +185,7 @@ def write_report(
                 "predicted max rate (/s)",
                 "p99 there (ms)",
                 "mean batch there",
+                "CPU utilization there",
                 *(["p99 at target rate (ms)"] if result.request.rate else []),
             ],
             [
@@ -222,6 +194,7 @@ def write_report(
                     number(r.rate, 0),
                     number(r.best.p99_ms) if r.best else "–",
                     number(r.best.mean_batch) if r.best else "–",
+                    f"{100 * r.best.cpu_utilization:.0f}%" if r.best else "–",
                     *([number(r.at_rate.p99_ms)] if r.at_rate else []),
                 ]
                 for r in result.ranking
@@ -244,6 +217,7 @@ def write_report(
                 "pred batch",
                 "meas batch",
                 "failed/sent",
+                "CPU busy pred / meas (cores)",
                 "p99 of each repeat",
                 "engine",
             ],
@@ -275,11 +249,30 @@ def write_report(
                     for e in sweep
                 ],
             ),
+            *_rematch_lines(bf.get("rematch")),
         ]
     lines += extra_sections or []
     path = folder / "report.md"
     path.write_text("\n".join(lines) + "\n")
     return path
+
+
+def _rematch_lines(rematch: dict | None) -> list[str]:
+    if not rematch:
+        return []
+    ratio = rematch["chosen_over_best"]
+    verdict = "met" if ratio >= 0.9 else "missed"
+    return [
+        "",
+        "Head to head (`perf.tune.tuner.rematch`: the same bisection, both configurations measured in "
+        "each round, the least disturbed round counting): "
+        + "; ".join(
+            f"{label}: {', '.join(number(r, 0) for r in rates)}/s"
+            for label, rates in rematch["rates"].items()
+        )
+        + f". The pick sustains {100 * ratio:.0f}% of the best (goal ≥ 90%: **{verdict}**); "
+        f"{rematch['seconds']:.0f} s.",
+    ]
 
 
 def _predicted(result: TuneResult, config: BatcherConfig) -> float:

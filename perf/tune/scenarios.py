@@ -91,6 +91,12 @@ def step_load(
     return Load("open", f"step ×{step:g} around {rate:.0f}/s", rate=rate, arrivals=arrivals)
 
 
+def recsys_load(rate: float, seed: int, window_s: float) -> Load:
+    """The recsys step load with one low and one high phase per measured window of ``window_s``, so
+    each point sends the rate it is labelled with (2 s phases in 3 s windows sent 5/6 of it)."""
+    return step_load(rate, seed, phase_s=window_s / 2)
+
+
 def zipf_ids(table_sizes: list[int], rows: int, exponent: float = 1.2, seed: int = 0) -> np.ndarray:
     """Ids drawn from a Zipf law per table (rank 1 the most popular), folded into each table's range."""
     rng = np.random.default_rng(seed)
@@ -254,7 +260,7 @@ def run_scenario(args: argparse.Namespace, folder: Path, console) -> int:
         delays = VIDEO_DELAYS_US
     else:
         model = args.model or "recommender"
-        load_at = lambda rate: step_load(rate, args.seed)  # noqa: E731
+        load_at = lambda rate: recsys_load(rate, args.seed, args.seconds)  # noqa: E731
         delays = RECSYS_DELAYS_US
     spec = parse_spec(document)
     models = [model] if video else scenario_models(spec, model)

@@ -27,6 +27,7 @@ from perf.records import Record, latencies
 from perf.server_view import ServerEndpoints, snapshot
 from perf.target import Target, target_from_spec
 from perf.tune.batcher_sim import BatcherConfig
+from perf.tune.cpu import CpuTimes, busy_cores, usable_cores
 from perf.tune.engine import Engine
 from perf.tune.overlay import candidate_spec, config_json
 from server import ServerOptions, TritonServer, admin
@@ -44,6 +45,7 @@ class Observed:
     stats: ModelStats  # server counters over the run
     wall_s: float
     offered: float = 0.0  # open loop: arrivals per second sent
+    cpu_cores: float = float("nan")  # cores the whole machine kept busy over ``wall_s`` (client included)
 
     @property
     def failed(self) -> int:
@@ -63,13 +65,17 @@ class Observed:
         return float(values.mean() * 1e3) if values.size else float("nan")
 
     @property
-    def throughput(self) -> float:
+    def active_s(self) -> float:
+        """First arrival to last answer of the requests that succeeded: the span the load was on."""
         ok = [r for r in self.records if r.ok]
         if not ok:
             return 0.0
-        start = min(r.arrivals[0] if r.arrivals else r.send_s for r in ok)
-        span = max(r.recv_s for r in ok) - start
-        return sum(r.batch for r in ok) / span if span > 0 else 0.0
+        return max(r.recv_s for r in ok) - min(r.arrivals[0] if r.arrivals else r.send_s for r in ok)
+
+    @property
+    def throughput(self) -> float:
+        span = self.active_s
+        return sum(r.batch for r in self.records if r.ok) / span if span > 0 else 0.0
 
     @property
     def sustained(self) -> bool:
@@ -80,6 +86,16 @@ class Observed:
 
     def batch_histogram(self) -> dict[int, int]:
         return {size: bucket.executions for size, bucket in sorted(self.stats.batches.items())}
+
+    def cpu_load(self) -> tuple[float, float, float]:
+        """(requests/s, executions/s, busy cores) over the span the load was on, as the simulation
+        counts them. ``cpu_cores`` covers the whole run, the workers' start margin and the last answers'
+        wait included; its CPU time is put on the active span (the margins are nearly idle)."""
+        span = self.active_s
+        if span <= 0:
+            return 0.0, 0.0, float("nan")
+        cores = self.cpu_cores * self.wall_s / span
+        return self.stats.requests / span, self.stats.executions / span, cores
 
 
 class TuneSession:
@@ -175,11 +191,13 @@ class TuneSession:
         return after - before
 
     def _observe(self, label: str, run: Callable[[], list[Record]], offered: float = 0.0) -> Observed:
-        before, started = self._stats(), time.perf_counter()
+        before, started, cpu_before = self._stats(), time.perf_counter(), CpuTimes.now()
         records = run()
-        wall = time.perf_counter() - started
+        wall, cpu_after = time.perf_counter() - started, CpuTimes.now()
         time.sleep(0.2)  # Triton counts a request just after answering it
-        return Observed(label, records, self._delta(before, self._stats()), wall, offered)
+        observed = Observed(label, records, self._delta(before, self._stats()), wall, offered)
+        observed.cpu_cores = busy_cores(cpu_before, cpu_after, usable_cores())
+        return observed
 
     def open_loop(self, arrivals_s: Sequence[float], label: str) -> Observed:
         arrivals = np.asarray(arrivals_s, dtype=float)

@@ -204,6 +204,9 @@ def measured_max_rate(
         for _attempt in range(2):  # a miss is measured once more: the same rule as verification's repeats
             run = session.open_loop(arrivals, f"sweep {config.label} @ {rate:.0f}/s")
             runs.append(run)
+            log.info(
+                "%s: p99 %.1f ms, served %.0f/s, %d failed", run.label, run.p99_ms, run.throughput, run.failed
+            )
             if run.meets(request.budget_ms):
                 break
         if run.meets(request.budget_ms):
@@ -223,6 +226,27 @@ def exhaustive(
         step(f"brute force: {config.label}")
         entries.append(measured_max_rate(session, request, config, ceiling))
     return sorted(entries, key=lambda e: -e.rate)
+
+
+def rematch(
+    session: TuneSession,
+    request: TuneRequest,
+    configs: list[BatcherConfig],
+    ceiling: float,
+    rounds: int = 2,
+    step: Step | None = None,
+) -> dict[BatcherConfig, list[SweepEntry]]:
+    """``configs`` (the sweep's best and the tuner's pick) measured again by the sweep's own rule,
+    head to head: ``rounds`` rounds, each measuring every config once, so a neighbour's burst of CPU
+    that cut one candidate's figure in the sweep hits both alike here. The sweep ran its candidates
+    minutes apart, one bisection each: on a shared machine one disturbed point halves a figure."""
+    step = step or (lambda text: None)
+    out: dict[BatcherConfig, list[SweepEntry]] = {config: [] for config in dict.fromkeys(configs)}
+    for round_index in range(rounds):
+        for config in out:
+            step(f"rematch {round_index + 1}/{rounds}: {config.label}")
+            out[config].append(measured_max_rate(session, request, config, ceiling))
+    return out
 
 
 def relative_error(predicted: float, measured: float) -> float:

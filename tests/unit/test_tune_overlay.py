@@ -15,7 +15,7 @@ from perf.tune.batcher_sim import BatcherConfig
 from perf.tune.candidates import Grid, neighbours
 from perf.tune.overlay import apply_overlay, config_json, write_overlay
 from perf.tune.predict import arrival_array
-from perf.tune.scenarios import step_load, video_load, zipf_ids
+from perf.tune.scenarios import recsys_load, step_load, video_load, zipf_ids
 
 SPEC = Path(__file__).resolve().parents[2] / "models.yaml"
 
@@ -88,6 +88,12 @@ def test_video_streams_are_periodic_and_step_load_keeps_its_mean() -> None:
     assert len(step) / 8.0 == pytest.approx(400, rel=0.15)
     first, second = np.sum(step < 1.0), np.sum((step >= 1.0) & (step < 2.0))
     assert second > 2 * first  # the step: 3× the rate in the second phase
+
+
+def test_each_recsys_window_sends_the_rate_it_is_labelled_with() -> None:
+    for seconds in (3.0, 4.0):
+        window = arrival_array(recsys_load(1200.0, seed=1, window_s=seconds), seconds)
+        assert len(window) / seconds == pytest.approx(1200, rel=0.05)  # 2 s phases in 3 s sent 83%
 
 
 def test_zipf_ids_stay_inside_their_tables_and_favour_low_ranks() -> None:
