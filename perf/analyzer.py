@@ -7,6 +7,7 @@ is trusted. Absent, we say how to get it and stop cleanly.
 
 from __future__ import annotations
 
+import base64
 import csv
 import io
 import json
@@ -78,13 +79,18 @@ class AnalyzerResult:
         return " ".join(self.settings)
 
 
+def _tensor_data(row: np.ndarray) -> dict:
+    """One input of one sample in ``--input-data`` JSON: a list of values, or for fp16 (which 2.41.0
+    refuses as a list: "Can not use explicit tensor description for fp16 datatype") its raw bytes."""
+    if row.dtype == np.float16:
+        return {"content": {"b64": base64.b64encode(row.tobytes()).decode()}, "shape": list(row.shape)}
+    return {"content": row.ravel().tolist(), "shape": list(row.shape)}
+
+
 def write_input_data(inputs: dict[str, np.ndarray], path: Path, rows: int = 16) -> Path:
     """perf_analyzer's ``--input-data`` JSON from our input pool, so ids stay inside the tables."""
     data = [
-        {
-            name: {"content": pool[i].ravel().tolist(), "shape": list(pool.shape[1:])}
-            for name, pool in inputs.items()
-        }
+        {name: _tensor_data(pool[i]) for name, pool in inputs.items()}
         for i in range(min(rows, next(iter(inputs.values())).shape[0]))
     ]
     path.write_text(json.dumps({"data": data}))

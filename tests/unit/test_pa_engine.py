@@ -87,3 +87,15 @@ def test_engine_perf_analyzer_needs_perf_analyzer(monkeypatch: pytest.MonkeyPatc
     assert error is not None and "make perf-analyzer" in error
     ours = parser().parse_args(["tune", "--model", "recommender", "--p99-ms", "10"])
     assert ours.engine == "ours" and usage_errors(ours) is None
+
+
+def test_fp16_inputs_go_to_perf_analyzer_as_raw_bytes(tmp_path: Path) -> None:
+    import base64
+
+    from perf.analyzer import write_input_data
+
+    pool = {"dense": np.arange(6, dtype=np.float16).reshape(2, 3), "ids": np.arange(4).reshape(2, 2)}
+    data = json.loads(write_input_data(pool, tmp_path / "inputs.json").read_text())["data"]
+    assert len(data) == 2 and data[1]["ids"] == {"content": [2, 3], "shape": [2]}
+    raw = base64.b64decode(data[1]["dense"]["content"]["b64"])
+    assert np.frombuffer(raw, np.float16).tolist() == [3.0, 4.0, 5.0] and data[1]["dense"]["shape"] == [3]
