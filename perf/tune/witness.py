@@ -112,3 +112,40 @@ def _verdict(figures: dict[str, list[list[float]]]) -> str:
             + (" (more than 10% apart)" if abs(gap) > 0.1 else "")
         )
     return "; ".join(lines) + "."
+
+
+def main(argv: list[str] | None = None) -> int:
+    """``python -m perf.tune.witness``: only the side-by-side, on one configuration (no tuning)."""
+    import argparse
+
+    from rich.console import Console
+
+    from exporters.spec import load_spec
+    from perf.tune.batcher_sim import BatcherConfig
+
+    options = argparse.ArgumentParser(prog="python -m perf.tune.witness", description=main.__doc__)
+    options.add_argument("--model", default="recommender")
+    options.add_argument("--spec", type=Path, default=Path("models.yaml"))
+    options.add_argument("--max-batch", type=int, default=8)
+    options.add_argument("--delay-us", type=int, default=2000)
+    options.add_argument("--instances", type=int, default=2)
+    options.add_argument("--concurrency", type=int, default=16)
+    options.add_argument("--seconds", type=float, default=3.0)
+    options.add_argument("--rounds", type=int, default=2)
+    options.add_argument("--workdir", type=Path, default=Path(".run/witness"))
+    args = options.parse_args(argv)
+    console = Console()
+    args.workdir.mkdir(parents=True, exist_ok=True)
+    config = BatcherConfig(args.max_batch, args.delay_us, instances=args.instances)
+    with (
+        LoadEngine(2) as engine,
+        TuneSession(load_spec(args.spec), args.model, args.max_batch, args.workdir, engine) as session,
+    ):
+        session.load(config)
+        extra = side_by_side(session, args.workdir, console, args.concurrency, args.seconds, args.rounds)
+    console.print("\n".join(extra["sections"]), highlight=False, soft_wrap=True)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
