@@ -162,11 +162,13 @@ class PerfAnalyzerEngine:
         intervals = self.folder / "intervals.txt"
         intervals.write_text("\n".join(str(g) for g in [*gaps_us.tolist(), pause_us]) + "\n")
         export = self._run(
-            target, ["--async", "--request-intervals", str(intervals)], span + OPEN_TAIL_S, len(arrivals)
+            target, ["--async", "--request-intervals", str(intervals)], span + OPEN_TAIL_S, concurrency=0
         )
         return records_from_export(export, target, label, arrivals.tolist())
 
-    def _run(self, target: Target, load: list[str], seconds: float, csv_key: int) -> Export:
+    def _run(self, target: Target, load: list[str], seconds: float, concurrency: int) -> Export:
+        """Run perf_analyzer with ``load`` for three windows covering ``seconds``; its export, and its
+        CSV figures in ``last_csv`` (``concurrency`` 0 for an open loop)."""
         if target.collect != 1:
             raise OptionError(f"the perf_analyzer engine sends single samples, not collect={target.collect}")
         self._runs += 1
@@ -193,6 +195,6 @@ class PerfAnalyzerEngine:
             raise StudyError(f"perf_analyzer failed ({done.returncode}): {tail}")
         export = Export.read(export_path)
         self.last_start = counter + (export.windows_ns[0] - wall_ns) / 1e9
-        self.last_csv = read_analyzer_csv(csv_path, csv_key, settings)
+        self.last_csv = read_analyzer_csv(csv_path, concurrency, settings)
         log.info("perf_analyzer %s: %d requests exported", " ".join(load), export.sends_ns.size)
         return export
