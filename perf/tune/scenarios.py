@@ -234,8 +234,10 @@ def measure_model(
         for label, config, found in candidates:
             config = found.config if found else (config or BatcherConfig(max_batch))
             rates = sorted({found.rate, 0.8 * found.rate}) if found else []
-            if zipf and found and single and label.startswith("tuned"):
-                rates.append(single.rate)  # p99 of tuned and none at the same rate
+            if zipf and single and label.startswith("tuned"):
+                # p99 of tuned and none at the same rate; with no delay predicted within the budget, the
+                # delay-0 batcher is the one measured there
+                rates.append(single.rate)
             points = [predict_point(measured, request, config, rate) for rate in rates]
             verdicts.append(Verdict(label, config, found, points))
         for repeat in range(repeats):
@@ -306,7 +308,8 @@ def _section(outcome: ModelOutcome, unit: Callable[[float], str], recsys: bool) 
     pred_gain = _ratio(
         tuned.predicted.rate if tuned.predicted else 0, single.predicted.rate if single.predicted else 0
     )
-    meas_gain = _ratio(tuned.measured_rate, single.measured_rate)
+    # a tuned configuration measured only at no batching's rate has no highest rate of its own
+    meas_gain = _ratio(tuned.measured_rate, single.measured_rate) if tuned.predicted else float("nan")
     fit = measured.fits[1]
     failed = sum(p.measured.failed for v in verdicts for p in v.points if p.measured)
     sent = sum(len(run.records) for v in verdicts for p in v.points for run in p.repeats)
@@ -342,7 +345,7 @@ def _section(outcome: ModelOutcome, unit: Callable[[float], str], recsys: bool) 
         )
     if tuned.points and not tuned.measured_rate:
         lines.append("Tuned batching met the budget at none of its measured rates.")
-    if single.points and not single.measured_rate and tuned.measured_rate:
+    if single.points and not single.measured_rate and tuned.measured_rate and tuned.predicted:
         lowest = min(p.rate for p in single.points)
         lines.append(
             f"No batching met the budget at none of its measured rates (lowest {unit(lowest)}): "

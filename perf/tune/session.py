@@ -94,7 +94,7 @@ class Observed:
         span = self.active_s
         if span <= 0:
             return 0.0, 0.0, float("nan")
-        cores = self.cpu_cores * self.wall_s / span
+        cores = min(self.cpu_cores * self.wall_s / span, float(usable_cores()))
         return self.stats.requests / span, self.stats.executions / span, cores
 
 

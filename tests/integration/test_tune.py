@@ -75,6 +75,19 @@ def test_simulated_batches_match_the_servers_under_a_recorded_trace(
     assert served.stats.mean_batch > 1.3  # the delay really batched: the comparison is not 1 vs 1
 
 
+def test_the_cpu_model_follows_the_busy_cores_the_machine_measured(probed: ProbeResult) -> None:
+    cpu = probed.cpu
+    assert cpu is not None and len(probed.calibration) == 3  # 10/40/70% of saturation
+    measured = [c.measured.cpu_load() for c in probed.calibration]
+    for (requests, executions, busy), calibration in zip(measured, probed.calibration, strict=True):
+        assert busy == busy and 0 < busy <= cpu.cores  # /proc/stat was read: a figure, not NaN
+        assert abs(cpu.utilization(requests, executions) * cpu.cores - busy) < 0.5, (calibration.config, busy)
+    assert measured[-1][2] > measured[0][2]  # more load, more busy cores: the readings follow the runs
+    assert cpu.per_request_s + cpu.per_execution_s > 0  # and the fit found a cost per unit of work
+    for calibration in probed.calibration:  # the wait only ever adds to the batcher's own latency
+        assert calibration.predicted_p99_ms >= calibration.simulated_p99_ms
+
+
 def read_trace_source():
     from perf.loads import poisson
 
