@@ -73,6 +73,12 @@ def add_parser(commands: argparse._SubParsersAction) -> None:
 
 
 def usage_errors(args: argparse.Namespace) -> str | None:
+    if args.engine == "perf_analyzer" and args.follow:
+        # measured: the window after a reload ends in "cb::Error: failed to find the requested model version"
+        return (
+            "--follow reloads the model under load, and perf_analyzer 2.41.0 aborts at its next window after "
+            "a reload; use --engine ours with --follow"
+        )
     if args.engine == "perf_analyzer" and find_perf_analyzer() is None:
         return f"--engine perf_analyzer: {unavailable_message()}"
     if args.scenario or args.follow:

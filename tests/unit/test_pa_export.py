@@ -87,6 +87,8 @@ def test_engine_perf_analyzer_needs_perf_analyzer(monkeypatch: pytest.MonkeyPatc
     assert error is not None and "make perf-analyzer" in error
     ours = parser().parse_args(["tune", "--model", "recommender", "--p99-ms", "10"])
     assert ours.engine == "ours" and usage_errors(ours) is None
+    follow = parser().parse_args(["tune", "--follow", "--engine", "perf_analyzer"])
+    assert "--engine ours" in (usage_errors(follow) or "")
 
 
 def test_fp16_inputs_go_to_perf_analyzer_as_raw_bytes(tmp_path: Path) -> None:
