@@ -21,6 +21,10 @@ spread, ``--max-trials 3``), each ``1/3.6`` of the load's length because perf_an
 window to 1.2× ``--measurement-interval`` (measured). Open loops replay our arrivals with
 ``--request-intervals`` and ``--async`` (its synchronous request-rate mode offers at most ~800/s here),
 followed by one long pause so that it sends no arrival twice before the windows close.
+
+Any failed call makes perf_analyzer exit (an error here, not failed records), and so does a model
+reload under load (measured: "failed to find the requested model version" at the next window), so
+``--follow`` keeps our engine.
 """
 
 from __future__ import annotations
