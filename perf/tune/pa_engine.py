@@ -22,10 +22,9 @@ window to 1.2× ``--measurement-interval`` (measured). Open loops replay our arr
 ``--request-intervals`` and ``--async`` (its synchronous request-rate mode offers at most ~800/s here),
 followed by one long pause so that it sends no arrival twice before the windows close.
 
-Any failed call makes perf_analyzer exit ("Thread [0] had error: …"; an error here, not failed records),
-and so does a model
-reload under load (measured: "failed to find the requested model version" at the next window), so
-``--follow`` keeps our engine.
+Any failed call makes perf_analyzer exit ("Thread [0] had error: …"; an error here, not failed
+records), and so does a model reload under load ("failed to find the requested model version" at the
+next window; both measured), so ``--follow`` keeps our engine.
 """
 
 from __future__ import annotations
