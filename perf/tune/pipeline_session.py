@@ -99,9 +99,6 @@ class PipelineTuneSession(TuneSession):
             load_models=[self.pipeline.name],  # the ensemble loads its stages
             log_path=self.workdir / "server.log",
             startup_timeout_s=240,
-            # The tuner reloads instance counts itself; the stub watchdog reads a ×2 → ×1 reload as a
-            # dead stub and reloads the model mid-measurement (perf_analyzer then aborts on the failure).
-            self_heal=False,
         )
         self.server = TritonServer(options).start()
         self.current = first

@@ -134,9 +134,6 @@ class TuneSession:
             load_models=[self.base.name],
             log_path=self.workdir / "server.log",
             startup_timeout_s=240,
-            # The tuner reloads instance counts itself; the stub watchdog reads a ×2 → ×1 reload as a
-            # dead stub and reloads the model mid-measurement (perf_analyzer then aborts on the failure).
-            self_heal=False,
         )
         self.server = TritonServer(options).start()
         return self
