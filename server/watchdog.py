@@ -3,10 +3,11 @@
 Triton 2.51 does not restart a dead stub: every request to that instance gets 500 "Stub process ... is
 not healthy" for good while the model still reports READY. The watchdog looks at the server's child
 processes twice a second (no inference traffic, no model-specific probes): a stub that has exited while
-its model is READY and no live stub serves the same instance is dead. It then reloads that model through
-the keyed model-repository API with the model's own config plus a changed ``watchdog_reload``
-parameter (Triton skips a load whose config is unchanged), removes the dead stub's shared-memory region, and
-records the event in a JSON file that ``python -m client health`` shows.
+its model is READY, no live stub serves the same instance and the model has fewer live stubs than its
+config has instances is dead (a load with fewer instances retires stubs on purpose). It then reloads
+that model through the keyed model-repository API with the model's own config plus a changed
+``watchdog_reload`` parameter (Triton skips a load whose config is unchanged), removes the dead stub's
+shared-memory region, and records the event in a JSON file that ``python -m client health`` shows.
 
 Runs as a thread beside ``TritonServer`` and as the ``python -m server watch`` process behind
 ``make serve``.
@@ -66,6 +67,7 @@ class Watchdog:
         self.events_path, self.interval_s = events_path, interval_s
         self.state = WatchdogState()
         self._known: dict[int, Stub] = {}  # live stubs seen, by pid (a zombie has lost its argv)
+        self._live: list[Stub] = []  # the live stubs of the latest poll
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
 
@@ -96,6 +98,7 @@ class Watchdog:
         """Stubs seen alive earlier that are gone now, whose instance no live stub serves."""
         current = {s.pid: s for s in server_stubs(self.server_pid)}
         live_instances = {s.instance for s in current.values() if s.alive}
+        self._live = [s for s in current.values() if s.alive]
         dead = []
         for pid, stub in list(self._known.items()):
             now = current.get(pid)
@@ -120,7 +123,7 @@ class Watchdog:
             # that failed to load, or the short-lived config auto-complete stub (instance name = model
             # name) exit on purpose.
             stubs = [s for s in dead if s.model == model and s.version in serving and s.instance != model]
-            if not stubs:
+            if not stubs or self._retired(client, model, serving):
                 continue
             event = HealEvent(model, ",".join(s.instance for s in stubs), stubs[0].pid, died_at=time.time())
             self.state.events.append(event)
@@ -140,6 +143,26 @@ class Watchdog:
             self._write()
             healed.append(event)
         return healed
+
+    def _retired(self, client: httpclient.InferenceServerClient, model: str, serving: set[str]) -> bool:
+        """True when the model's live stubs are as many as its config asks for: the stubs that exited
+        were retired by a load with fewer instances (e.g. ×2 → ×1 through the repository API), not
+        killed. Without this rule the watchdog reloaded a model the user had just scaled down."""
+        live = sum(1 for s in self._live if s.model == model and s.version in serving and s.instance != model)
+        try:
+            groups = client.get_model_config(model).get("instance_group", [])
+        except Exception:  # no config to compare with: treat the exit as a death, as before
+            return False
+        wanted = sum(int(g.get("count", 1)) * max(1, len(g.get("gpus", []))) for g in groups)
+        if wanted and live >= wanted * len(serving):
+            log.info(
+                "%s: %d live stubs serve its %d configured instances; an exit was a retirement",
+                model,
+                live,
+                wanted,
+            )
+            return True
+        return False
 
     def _reload_config(self, client: httpclient.InferenceServerClient, model: str) -> dict:
         """The model's config with a changed ``watchdog_reload`` parameter: Triton skips a load whose

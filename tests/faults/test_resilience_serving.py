@@ -43,7 +43,7 @@ from exporters.pipeline_live import embedding_update
 from server import ServerOptions, TritonServer
 from server.admin import ADMIN_HEADER, GRPC_ADMIN_HEADER, AdminError, headers, load_model
 from server.mixed_load import refused_cleanly
-from server.stubs import stubs_with_prefix
+from server.stubs import server_stubs, stubs_with_prefix
 
 pytestmark = pytest.mark.integration
 RESTRICTED = {
@@ -168,6 +168,32 @@ def test_admin_apis_need_the_key_and_file_overrides_are_refused(server: TritonSe
             infer_once(client, protocol, "trivial")
     assert server_success_count(server.http_url, "trivial") - before == 10
     _assert_live_ready(server)
+
+
+def _live_stubs(server: TritonServer, model: str) -> int:
+    return sum(1 for s in server_stubs(server.pid) if s.alive and s.model == model and s.instance != model)
+
+
+def test_a_reload_with_fewer_instances_is_not_healed_as_a_dead_stub(server: TritonServer) -> None:
+    """Scaling a model down through the repository API retires a stub on purpose: the watchdog must
+    leave it (it used to reload the model mid-traffic, as if the stub had been killed)."""
+    client = httpclient.InferenceServerClient(server.http_url)
+    original = client.get_model_config("trivial")
+    assert server.watchdog is not None
+    events_before = len(server.watchdog.state.events)
+    try:
+        for count in (2, 1):
+            config = {**original, "instance_group": [{"kind": "KIND_CPU", "count": count}]}
+            load_model(client, server.admin_key, "trivial", config=config)
+            deadline = time.monotonic() + 30
+            while time.monotonic() < deadline and _live_stubs(server, "trivial") != count:
+                time.sleep(0.1)
+            assert _live_stubs(server, "trivial") == count
+        time.sleep(2.0)  # four watchdog polls after the ×2 stubs exited
+        assert server.watchdog.state.events[events_before:] == []
+        infer_once(client, "http", "trivial")
+    finally:
+        load_model(client, server.admin_key, "trivial", config=original)
 
 
 def test_failed_new_version_keeps_old_serving_and_server_ready(
