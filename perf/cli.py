@@ -137,7 +137,7 @@ def run_more_studies(profile: Profile, folder: Path, spec_path: Path) -> None:
         console.print(f"{study.title} …")
         with progress_bar(total) as step:
             report = study.run(StudyContext(profile, folder, WORKDIR, spec_path, step))
-        console.print(report.path.read_text(), highlight=False)
+        console.print(report.path.read_text(), highlight=False, markup=False)
 
 
 def print_summary(result: StudyResult, report: Path) -> None:

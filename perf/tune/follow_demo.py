@@ -136,6 +136,6 @@ def run_follow_demo(args: argparse.Namespace, folder: Path, console) -> int:
             ]
     report = folder / "follow.md"
     report.write_text("\n".join(lines) + "\n")
-    console.print(report.read_text(), highlight=False)
+    console.print(report.read_text(), highlight=False, markup=False)
     following = runs[1]  # the contract: reloading loses nothing
     return 0 if following.observed.failed == 0 and following.server_failed == 0 else 1

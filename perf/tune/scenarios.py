@@ -284,7 +284,7 @@ def run_scenario(args: argparse.Namespace, folder: Path, console) -> int:
             for name in models
         ]
     report = _write(args.scenario, folder, budget, outcomes, engine.name)
-    console.print(report.read_text(), highlight=False)
+    console.print(report.read_text(), highlight=False, markup=False)
     return 0
 
 
