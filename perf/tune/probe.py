@@ -12,9 +12,9 @@
 * the per-request overhead outside the batcher (client, network, frontend): client latency minus the
   server's queue + compute per request, at concurrency 1;
 * the raw backend's curve (``perf.raw``), the physical reference the report puts beside the fit;
-* the CPU contention term (``perf.tune.cpu``): the machine's busy cores over every run above, fitted to
-  the requests and executions the server counted, and the CPU wait's slice, calibrated from open-loop
-  runs at fractions of the saturation rate (measured p99 vs the simulation's on the same arrivals).
+* the CPU contention term (``perf.tune.cpu``): open loops at fractions of each saturation rate; the
+  machine's busy cores over them, fitted to the requests and executions the server counted, and the
+  CPU wait's slice, calibrated from their p99 (measured vs the simulation's on the same arrivals).
 """
 
 from __future__ import annotations
