@@ -1,0 +1,35 @@
+"""The brute force's head-to-head figures: the least disturbed round of each, and the 10% verdict."""
+
+from __future__ import annotations
+
+from types import SimpleNamespace
+
+import pytest
+
+from perf.tune.batcher_sim import BatcherConfig
+from perf.tune.report import _rematch_lines, rematch_figures
+from perf.tune.tuner import SweepEntry
+
+BEST, PICK = BatcherConfig(32, 500, instances=2), BatcherConfig(8, 2000, instances=2)
+
+
+def entries(config: BatcherConfig, *rates: float) -> list[SweepEntry]:
+    return [SweepEntry(config, rate, [], 30.0) for rate in rates]
+
+
+def test_each_config_counts_its_best_round_and_the_verdict_follows_the_ratio() -> None:
+    sweep = [*entries(BEST, 3197.0), *entries(PICK, 2344.0)]  # the sweep's order: best first
+    rematch = {BEST: entries(BEST, 3410.0, 2451.0), PICK: entries(PICK, 2131.0, 2451.0)}
+    figures = rematch_figures(SimpleNamespace(chosen=PICK), sweep, rematch)
+    assert figures["best_rate"] == 3410.0 and figures["chosen_rate"] == 2451.0
+    assert figures["chosen_over_best"] == pytest.approx(2451 / 3410)
+    assert figures["seconds"] == 120.0  # every round of both, not the sweep's time
+    assert "**missed**" in "".join(_rematch_lines(figures))
+    close = {BEST: entries(BEST, 1210.0, 1320.0), PICK: entries(PICK, 770.0, 1210.0)}
+    assert "**met**" in "".join(_rematch_lines(rematch_figures(SimpleNamespace(chosen=PICK), sweep, close)))
+
+
+def test_a_pick_that_is_the_sweeps_best_is_compared_with_itself() -> None:
+    sweep = entries(PICK, 2000.0)
+    figures = rematch_figures(SimpleNamespace(chosen=PICK), sweep, {PICK: entries(PICK, 1900.0, 2100.0)})
+    assert figures["chosen_over_best"] == 1.0 and figures["best_rate"] == 2100.0
