@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import json
 import logging
 from collections.abc import Callable
 from datetime import datetime
@@ -14,11 +15,12 @@ from perf.loads import Load, read_trace, trace
 from perf.markdown import number
 from perf.tune.candidates import QUICK_GRID, WIDE_GRID
 from perf.tune.engine import ENGINES, engine_from_args
+from perf.tune.measured import exhaustive, rematch
 from perf.tune.overlay import write_overlay
 from perf.tune.pa_engine import unavailable_message
 from perf.tune.probe import served_capacity
 from perf.tune.session import TuneSession
-from perf.tune.tuner import TuneRequest, exhaustive, rematch, tune
+from perf.tune.tuner import TuneRequest, tune
 
 log = logging.getLogger(__name__)
 WORKDIR = Path(".run/tune")
@@ -65,8 +67,16 @@ def add_parser(commands: argparse._SubParsersAction) -> None:
     tune_parser.add_argument(
         "--engine",
         choices=ENGINES,
-        default="ours",
-        help="load engine: our generator (--processes) or perf_analyzer (`make perf-analyzer`)",
+        default="auto",
+        help="load engine: our generator (--processes), perf_analyzer (`make perf-analyzer`), or auto: "
+        "perf_analyzer where installed (ours with --follow)",
+    )
+    tune_parser.add_argument(
+        "--shortlist",
+        type=int,
+        default=4,
+        help="families (instances, max batch) whose best predicted candidate is measured before the pick; "
+        "0: pick by prediction alone",
     )
     tune_parser.add_argument("--seed", type=int, default=0)
     tune_parser.add_argument("--reports", type=Path, default=Path("reports"))
@@ -91,6 +101,8 @@ def usage_errors(args: argparse.Namespace) -> str | None:
         return f"--rate must be > 0, got {args.rate}"
     if args.seconds <= 0:
         return f"--seconds must be > 0, got {args.seconds}"
+    if args.shortlist < 0:
+        return f"--shortlist must be >= 0, got {args.shortlist}"
     if args.processes < 1:
         return f"--processes must be >= 1, got {args.processes}"
     if args.trace and not Path(args.trace).is_file():
@@ -128,7 +140,9 @@ def command_tune(args: argparse.Namespace, console) -> int:
         return run_follow_demo(args, folder, console)
     spec = load_spec(args.spec)
     grid = WIDE_GRID if args.grid == "wide" else QUICK_GRID
-    request = TuneRequest(args.p99_ms, args.rate, grid, args.seconds, args.seed, _load_at(args))
+    request = TuneRequest(
+        args.p99_ms, args.rate, grid, args.seconds, args.seed, _load_at(args), shortlist=args.shortlist
+    )
     console.print(f"tuning [bold]{args.model}[/bold] for p99 ≤ {args.p99_ms:g} ms → {folder}")
     engine = engine_from_args(args)
 
@@ -164,12 +178,15 @@ def command_tune(args: argparse.Namespace, console) -> int:
     )
     console.print((folder / "overlay.yaml").read_text(), highlight=False)
     figures = (folder / "figures.json").read_text()
-    console.print(f"chosen: [bold]{result.chosen.label}[/bold]; report {report}")
     log.info("figures: %s", figures)
+    numbers = json.loads(figures)
+    console.print(f"chosen: [bold]{result.chosen.label}[/bold] (prediction's first: {numbers['model_pick']})")
+    n = numbers
     console.print(
-        f"p99 at {number(result.operating_rate, 0)}/s: see report; predicted max rate "
-        f"{number(result.ranking[0].rate, 0)}/s, "
-        f"measured {number(result.measured_rate.get(result.chosen, 0), 0)}/s"
+        f"  p99 at {number(n['operating_rate'], 0)}/s: predicted {number(n['predicted_p99_ms'])} ms, "
+        f"measured {number(n['measured_p99_ms'])} ms; highest rate within the budget: predicted "
+        f"{number(n['predicted_max_rate'], 0)}/s, measured {number(n['measured_max_rate'], 0)}/s; "
+        f"tuner {n['tuner_s']:.0f} s; engine {engine.name}; report {report}"
     )
     return 0
 

@@ -16,8 +16,9 @@ import matplotlib.pyplot as plt
 from perf.markdown import number, table
 from perf.plots import _save
 from perf.tune.batcher_sim import BatcherConfig
+from perf.tune.measured import SweepEntry
 from perf.tune.report_probe import cpu_figures, probe_sections
-from perf.tune.tuner import SweepEntry, TuneResult, relative_error
+from perf.tune.tuner import TuneResult, relative_error
 
 Rematch = dict[BatcherConfig, list[SweepEntry]]
 
@@ -112,6 +113,19 @@ def figures(
         "measured_max_rate": result.measured_rate.get(result.chosen, 0.0),
         "probe_s": result.probe.seconds,
         "predict_s": result.predict_s,
+        "shortlist_s": result.shortlist_s,
+        "tuner_s": result.tuner_s,
+        "model_pick": result.model_pick.label,
+        "shortlist": [
+            {
+                "config": e.config.label,
+                "predicted_rate": _predicted(result, e.config),
+                "measured_rate": e.rate,
+                "points": len(e.points),
+                "seconds": e.seconds,
+            }
+            for e in result.shortlist
+        ],
         "verify_s": result.verify_s,
         "fit": {n: {"t_ms": f.t_ms, "dt_ms": f.dt_ms, "r2": f.r2} for n, f in result.probe.fits.items()},
         "overhead_ms": result.probe.overhead_ms,
@@ -134,7 +148,7 @@ def figures(
             "best_rate": best.rate,
             "chosen_rate_measured_by_sweep": mine.rate if mine else None,
             "seconds": sum(e.seconds for e in sweep),
-            "tuner_seconds": result.probe.seconds + result.predict_s,
+            "tuner_seconds": result.tuner_s,
         }
         if rematch:
             out["brute_force"]["rematch"] = rematch_figures(result, sweep, rematch)
@@ -158,7 +172,8 @@ def write_report(
     lines = [
         f"# Tuning {model} for p99 ≤ {result.request.budget_ms:g} ms",
         "",
-        f"Chosen: **{result.chosen.label}** (overlay in `overlay.yaml`, merged spec in `spec.tuned.yaml`). "
+        f"Chosen: **{result.chosen.label}**{_how_chosen(result)} "
+        "(overlay in `overlay.yaml`, merged spec in `spec.tuned.yaml`). "
         f"Operating point {number(numbers['operating_rate'], 0)} requests/s: predicted p99 "
         f"{number(numbers['predicted_p99_ms'])} ms, measured {number(numbers['measured_p99_ms'])} ms "
         f"({100 * numbers['p99_error']:+.0f}%). Highest rate within the budget: predicted "
@@ -174,7 +189,8 @@ def write_report(
         "",
         f"Probe time {probe.seconds:.1f} s (reloads included); "
         f"prediction of {len(result.ranking)} candidates "
-        f"took {result.predict_s:.1f} s of CPU; verification {result.verify_s:.1f} s.",
+        f"took {result.predict_s:.1f} s of CPU; shortlist {result.shortlist_s:.1f} s; "
+        f"verification {result.verify_s:.1f} s.",
         "",
         *probe_sections(probe),
         "## Every candidate, predicted",
@@ -200,6 +216,7 @@ def write_report(
                 for r in result.ranking
             ],
         ),
+        *_shortlist_lines(result),
         "",
         "## Predicted vs measured (same arrival times)",
         "",
@@ -272,6 +289,40 @@ def _rematch_lines(rematch: dict | None) -> list[str]:
         )
         + f". The pick sustains {100 * ratio:.0f}% of the best (goal ≥ 90%: **{verdict}**); "
         f"{rematch['seconds']:.0f} s.",
+    ]
+
+
+def _how_chosen(result: TuneResult) -> str:
+    if not result.shortlist:
+        return ", by prediction alone"
+    return f", the most sustained of the {len(result.shortlist)} shortlisted"
+
+
+def _shortlist_lines(result: TuneResult) -> list[str]:
+    if not result.shortlist:
+        return ["", f"Chosen by prediction alone (no shortlist measured): {result.model_pick.label}."]
+    return [
+        "",
+        "## The shortlist, measured (`perf.tune.measured`)",
+        "",
+        "The best predicted candidate of each family (instances, max batch size), each measured with the "
+        "brute force's own rule in a bracket of 0.6–1.5× its predicted rate, first at the prediction: "
+        f"{result.shortlist_s:.0f} s. The prediction alone ranks **{result.model_pick.label}** first; "
+        f"the one that sustained the most is chosen: **{result.chosen.label}**.",
+        "",
+        table(
+            ["candidate", "predicted max rate /s", "measured max rate /s", "points", "seconds"],
+            [
+                [
+                    e.config.label,
+                    number(_predicted(result, e.config), 0),
+                    number(e.rate, 0),
+                    len(e.points),
+                    number(e.seconds, 0),
+                ]
+                for e in result.shortlist
+            ],
+        ),
     ]
 
 

@@ -1,7 +1,10 @@
-"""The tuner: probe, predict every candidate, pick, write the overlay, verify on the real server.
+"""The tuner: probe, predict every candidate, measure the model's shortlist, pick, verify on the real
+server.
 
-Also the brute-force yardstick (``exhaustive``): every candidate of the same grid measured on the
-server with the same rate search, which is what Model Analyzer does and what the tuner must match.
+The simulation ranks every candidate of the grid; the best predicted of each family (instances, max
+batch size) are then measured with the brute force's own rule around their predicted rates
+(``perf.tune.measured``), and the one that sustains the most is chosen: a few points per family instead
+of a bisection per candidate. ``shortlist=0`` picks by prediction alone.
 """
 
 from __future__ import annotations
@@ -17,6 +20,7 @@ from perf.errors import StudyError
 from perf.loads import Load, poisson
 from perf.tune.batcher_sim import BatcherConfig, ServiceModel
 from perf.tune.candidates import Grid, neighbours
+from perf.tune.measured import SweepEntry, measure_shortlist, shortlist
 from perf.tune.predict import Prediction, arrival_array, max_rate, predict
 from perf.tune.probe import ProbePlan, ProbeResult, probe
 from perf.tune.session import Observed, TuneSession
@@ -33,6 +37,7 @@ class TuneRequest:
     seconds: float = 4.0  # seconds of arrivals per verification point
     seed: int = 0
     load_at: Callable[[float], Load] | None = None  # rate -> load; Poisson by default
+    shortlist: int = 4  # families measured before the pick (0: the prediction alone picks)
 
     def load(self, rate: float) -> Load:
         return self.load_at(rate) if self.load_at else poisson(rate, self.seed)
@@ -77,6 +82,18 @@ class TuneResult:
     points: list[Point] = field(default_factory=list)
     verify_s: float = 0.0
     measured_rate: dict[BatcherConfig, float] = field(default_factory=dict)
+    shortlist: list[SweepEntry] = field(default_factory=list)  # best measured first
+    shortlist_s: float = 0.0
+
+    @property
+    def model_pick(self) -> BatcherConfig:
+        """The candidate the prediction alone ranks first."""
+        return self.ranking[0].config
+
+    @property
+    def tuner_s(self) -> float:
+        """What the pick cost in measurement: probe, prediction and shortlist (not the verification)."""
+        return self.probe.seconds + self.predict_s + self.shortlist_s
 
     def points_of(self, config: BatcherConfig) -> list[Point]:
         return sorted((p for p in self.points if p.config == config), key=lambda p: p.rate)
@@ -155,14 +172,18 @@ def tune(
     started = time.perf_counter()
     ranking = rank(probe_result, request)
     predict_s = time.perf_counter() - started
-    chosen = ranking[0]
-    if chosen.best is None and not (chosen.at_rate and chosen.at_rate.meets(request.budget_ms)):
+    if not feasible(ranking[0], request):
         raise StudyError(
             f"no candidate is predicted to meet p99 <= {request.budget_ms} ms; the fastest batch of one "
             f"takes {probe_result.fits[1].t_ms:.2f} ms plus {probe_result.overhead_ms:.2f} ms overhead"
         )
+    started = time.perf_counter()
+    listed = shortlist([r for r in ranking if feasible(r, request)], request.shortlist)
+    measured = measure_shortlist(session, request, listed, step) if len(listed) > 1 else []
+    chosen = pick(ranking, measured, request)
     operating = request.rate or 0.85 * chosen.rate
     result = TuneResult(request, probe_result, ranking, chosen.config, operating, predict_s)
+    result.shortlist, result.shortlist_s = measured, time.perf_counter() - started
     started = time.perf_counter()
     step(f"verifying {chosen.config.label} on the server")
     reference = chosen.rate or operating
@@ -182,71 +203,20 @@ def tune(
     return result
 
 
-@dataclass
-class SweepEntry:
-    config: BatcherConfig
-    rate: float  # measured sustainable rate (0: even the lowest rate tried missed the budget)
-    points: list[Observed]
-    seconds: float
+def feasible(entry: Ranked, request: TuneRequest) -> bool:
+    """Predicted to meet the budget: at the target rate if there is one, else at some rate."""
+    if request.rate:
+        return entry.at_rate is not None and entry.at_rate.meets(request.budget_ms)
+    return entry.best is not None
 
 
-def measured_max_rate(
-    session: TuneSession, request: TuneRequest, config: BatcherConfig, ceiling: float, steps: int = 5
-) -> SweepEntry:
-    """Brute force for one candidate: bisection on the offered rate in ``(0, ceiling]`` by measurement
-    alone (no prediction), ``steps`` halvings after a first point at half the ceiling."""
-    started = time.perf_counter()
-    session.load(config)
-    low, high, runs = 0.0, ceiling, []
-    for _ in range(steps + 1):
-        rate = (low + high) / 2
-        arrivals = arrival_array(request.load(rate), request.seconds)
-        for _attempt in range(2):  # a miss is measured once more: the same rule as verification's repeats
-            run = session.open_loop(arrivals, f"sweep {config.label} @ {rate:.0f}/s")
-            runs.append(run)
-            log.info(
-                "%s: p99 %.1f ms, served %.0f/s, %d failed", run.label, run.p99_ms, run.throughput, run.failed
-            )
-            if run.meets(request.budget_ms):
-                break
-        if run.meets(request.budget_ms):
-            low = rate
-        else:
-            high = rate
-    return SweepEntry(config, low, runs, time.perf_counter() - started)
-
-
-def exhaustive(
-    session: TuneSession, request: TuneRequest, ceiling: float, step: Step | None = None
-) -> list[SweepEntry]:
-    """Every candidate of the grid, measured; best first."""
-    step = step or (lambda text: None)
-    entries = []
-    for config in request.grid.candidates(request.budget_ms):
-        step(f"brute force: {config.label}")
-        entries.append(measured_max_rate(session, request, config, ceiling))
-    return sorted(entries, key=lambda e: -e.rate)
-
-
-def rematch(
-    session: TuneSession,
-    request: TuneRequest,
-    configs: list[BatcherConfig],
-    ceiling: float,
-    rounds: int = 2,
-    step: Step | None = None,
-) -> dict[BatcherConfig, list[SweepEntry]]:
-    """``configs`` (the sweep's best and the tuner's pick) measured again by the sweep's own rule,
-    head to head: ``rounds`` rounds, each measuring every config once, so a neighbour's burst of CPU
-    that cut one candidate's figure in the sweep hits both alike here. The sweep ran its candidates
-    minutes apart, one bisection each: on a shared machine one disturbed point halves a figure."""
-    step = step or (lambda text: None)
-    out: dict[BatcherConfig, list[SweepEntry]] = {config: [] for config in dict.fromkeys(configs)}
-    for round_index in range(rounds):
-        for config in out:
-            step(f"rematch {round_index + 1}/{rounds}: {config.label}")
-            out[config].append(measured_max_rate(session, request, config, ceiling))
-    return out
+def pick(ranking: list[Ranked], measured: list[SweepEntry], request: TuneRequest) -> Ranked:
+    """The shortlisted candidate that sustained the most (with a target rate: only one that sustained
+    it counts); the prediction's first when none did or nothing was measured."""
+    for entry in measured:  # best measured first
+        if entry.rate > 0 and entry.rate >= (request.rate or 0.0):
+            return next(r for r in ranking if r.config == entry.config)
+    return ranking[0]
 
 
 def relative_error(predicted: float, measured: float) -> float:

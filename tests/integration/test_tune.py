@@ -16,12 +16,15 @@ from perf.analyzer import find_perf_analyzer, run_perf_analyzer
 from perf.loads import read_trace
 from perf.perf_analyzer_install import unavailable_reason
 from perf.tune.batcher_sim import BatcherConfig, simulate
+from perf.tune.candidates import Grid
 from perf.tune.engine import LoadEngine
 from perf.tune.follow import follow_run, step_arrivals
+from perf.tune.measured import measure_shortlist, shortlist
 from perf.tune.overlay import write_overlay
 from perf.tune.predict import arrival_array
 from perf.tune.probe import ProbePlan, ProbeResult, probe
 from perf.tune.session import TuneSession
+from perf.tune.tuner import TuneRequest, feasible, pick, rank
 
 pytestmark = pytest.mark.integration
 SPEC = Path(__file__).resolve().parents[2] / "models.yaml"
@@ -86,6 +89,31 @@ def test_the_cpu_model_follows_the_busy_cores_the_machine_measured(probed: Probe
     assert cpu.per_request_s + cpu.per_execution_s > 0  # and the fit found a cost per unit of work
     for calibration in probed.calibration:  # the wait only ever adds to the batcher's own latency
         assert calibration.predicted_p99_ms >= calibration.simulated_p99_ms
+
+
+def test_the_shortlist_is_measured_around_its_predictions_on_the_server(
+    session: TuneSession, probed: ProbeResult
+) -> None:
+    grid = Grid(delays_us=(0, 2000), max_batches=(8, 32), instances=(1,), no_batching=False)
+    request = TuneRequest(20.0, grid=grid, seconds=1.0)
+    ranking = [r for r in rank(probed, request) if feasible(r, request)]
+    listed = shortlist(ranking, 4, window=0.0)
+    assert sorted(r.config.max_batch_size for r in listed) == [8, 32]  # one per family, its best delay
+    measured = measure_shortlist(session, request, listed, steps=1)
+    assert {e.config for e in measured} == {r.config for r in listed}
+    for entry in measured:
+        predicted = next(r.rate for r in listed if r.config == entry.config)
+        sent = [run.offered for run in entry.points]
+        assert abs(sent[0] - predicted) < 0.15 * predicted, (sent, predicted)  # first at the prediction
+        assert all(0.5 * predicted < rate < 1.6 * predicted for rate in sent), (sent, predicted)
+        met = [run.offered for run in entry.points if run.meets(request.budget_ms)]
+        if entry.rate:  # a figure is a rate the server was measured to meet, never the bracket's floor
+            assert met and abs(entry.rate - max(met)) < 0.15 * entry.rate, (entry.rate, met)
+        else:
+            assert not met
+    assert [e.rate for e in measured] == sorted((e.rate for e in measured), reverse=True)
+    if measured[0].rate:
+        assert pick(rank(probed, request), measured, request).config == measured[0].config
 
 
 def read_trace_source():

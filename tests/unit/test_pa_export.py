@@ -85,10 +85,27 @@ def test_engine_perf_analyzer_needs_perf_analyzer(monkeypatch: pytest.MonkeyPatc
     )
     error = usage_errors(args)
     assert error is not None and "make perf-analyzer" in error
-    ours = parser().parse_args(["tune", "--model", "recommender", "--p99-ms", "10"])
-    assert ours.engine == "ours" and usage_errors(ours) is None
+    default = parser().parse_args(["tune", "--model", "recommender", "--p99-ms", "10"])
+    assert default.engine == "auto" and usage_errors(default) is None
     follow = parser().parse_args(["tune", "--follow", "--engine", "perf_analyzer"])
     assert "--engine ours" in (usage_errors(follow) or "")
+
+
+def test_engine_auto_takes_perf_analyzer_where_installed_and_ours_to_follow(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    from perf.cli import parser
+    from perf.tune.engine import engine_name
+
+    auto = parser().parse_args(["tune", "--model", "recommender", "--p99-ms", "10"])
+    follow = parser().parse_args(["tune", "--follow"])
+    monkeypatch.setattr("perf.analyzer.find_perf_analyzer", lambda: Path("/opt/perf_analyzer"))
+    assert engine_name(auto) == "perf_analyzer" and engine_name(follow) == "ours"
+    monkeypatch.setattr("perf.analyzer.find_perf_analyzer", lambda: None)
+    assert engine_name(auto) == "ours"
+    explicit = parser().parse_args(["tune", "--model", "recommender", "--p99-ms", "10", "--engine", "ours"])
+    monkeypatch.setattr("perf.analyzer.find_perf_analyzer", lambda: Path("/opt/perf_analyzer"))
+    assert engine_name(explicit) == "ours"
 
 
 def test_fp16_inputs_go_to_perf_analyzer_as_raw_bytes(tmp_path: Path) -> None:

@@ -7,8 +7,8 @@ from types import SimpleNamespace
 import pytest
 
 from perf.tune.batcher_sim import BatcherConfig
+from perf.tune.measured import SweepEntry
 from perf.tune.report import _rematch_lines, rematch_figures
-from perf.tune.tuner import SweepEntry
 
 BEST, PICK = BatcherConfig(32, 500, instances=2), BatcherConfig(8, 2000, instances=2)
 

@@ -1,0 +1,84 @@
+"""The tuner's shortlist: which candidates it measures, the bracketed search that measures them, and the
+pick that follows the measurement."""
+
+from __future__ import annotations
+
+from types import SimpleNamespace
+
+import numpy as np
+
+from perf.tune.batcher_sim import BatcherConfig
+from perf.tune.measured import SweepEntry, measured_max_rate, shortlist
+from perf.tune.predict import Prediction
+from perf.tune.tuner import Ranked, TuneRequest, pick
+
+
+def ranked(config: BatcherConfig, rate: float | None) -> Ranked:
+    best = Prediction(config, rate, 8.0, rate, 4.0, True) if rate else None
+    return Ranked(config, best)
+
+
+X1_8, X1_8_SLOW = BatcherConfig(8, 2000), BatcherConfig(8, 500)
+X1_32, X2_8, X2_32 = (
+    BatcherConfig(32, 2000),
+    BatcherConfig(8, 1000, instances=2),
+    BatcherConfig(32, 0, instances=2),
+)
+
+
+def test_the_shortlist_takes_the_best_of_each_family_within_the_window() -> None:
+    ranking = [ranked(X2_8, 2600), ranked(X1_8, 2500), ranked(X1_8_SLOW, 2450), ranked(X1_32, 2400)]
+    ranking += [ranked(X2_32, 2000), ranked(BatcherConfig(1, instances=2), 900)]
+    assert [r.config for r in shortlist(ranking, 4)] == [X2_8, X1_8, X1_32, X2_32]
+    assert [r.config for r in shortlist(ranking, 2)] == [X2_8, X1_8]  # the cap keeps the best first
+    assert [r.config for r in shortlist(ranking, 4, window=0.9)] == [X2_8, X1_8, X1_32]  # 2000 < 0.9 × 2600
+    assert shortlist(ranking, 0) == [] and shortlist([], 4) == []
+
+
+def test_the_pick_is_the_most_sustained_and_a_target_rate_must_be_sustained() -> None:
+    ranking = [ranked(X2_8, 2600), ranked(X1_32, 2400), ranked(X2_32, 1900)]
+    measured = [SweepEntry(X2_32, 3200, [], 20), SweepEntry(X2_8, 2500, [], 20), SweepEntry(X1_32, 0, [], 20)]
+    assert pick(ranking, measured, TuneRequest(10.0)).config == X2_32
+    assert pick(ranking, measured, TuneRequest(10.0, rate=3000)).config == X2_32
+    assert pick(ranking, measured, TuneRequest(10.0, rate=3500)).config == X2_8  # none sustained it
+    nothing = [SweepEntry(X2_32, 0, [], 20)]
+    assert pick(ranking, nothing, TuneRequest(10.0)).config == X2_8  # the prediction's first
+    assert pick(ranking, [], TuneRequest(10.0)).config == X2_8
+
+
+class FakeServer:
+    """A server that meets the budget up to ``capacity`` requests/s, except for ``misses`` first runs
+    at a rate that it would meet (a neighbour's burst): the search's rules, without a server."""
+
+    def __init__(self, capacity: float, misses: int = 0) -> None:
+        self.capacity, self.misses, self.rates = capacity, misses, []
+
+    def load(self, config: BatcherConfig) -> None:
+        pass
+
+    def open_loop(self, arrivals: np.ndarray, label: str) -> SimpleNamespace:
+        rate = len(arrivals) / arrivals[-1]
+        self.rates.append(rate)
+        ok = rate <= self.capacity
+        if ok and self.misses:
+            self.misses, ok = self.misses - 1, False
+        p99 = 5.0 if ok else 50.0
+        return SimpleNamespace(meets=lambda budget: ok, p99_ms=p99, throughput=rate, failed=0, label=label)
+
+
+def test_the_bracketed_search_starts_at_the_prediction_and_never_assumes_its_floor() -> None:
+    request = TuneRequest(10.0, seconds=20.0)
+    server = FakeServer(capacity=1150.0)
+    entry = measured_max_rate(server, request, X1_8, 1500.0, steps=3, first=1000.0, floor=600.0)
+    assert abs(server.rates[0] - 1000) < 30  # the first point is the prediction (Poisson: ~1000/s)
+    assert 1000 <= entry.rate <= 1150 and entry.rate >= 1100  # 1000, 1250 ✗, 1125 ✓, 1187 ✗
+    assert len(entry.points) == 6  # every miss measured twice
+    slow = measured_max_rate(FakeServer(capacity=100.0), request, X1_8, 1500.0, 3, 1000.0, 600.0)
+    assert slow.rate == 0.0  # nothing in the bracket met the budget: 0, not the floor
+
+
+def test_a_disturbed_miss_is_measured_again_before_the_bracket_moves() -> None:
+    request = TuneRequest(10.0, seconds=20.0)
+    server = FakeServer(capacity=1150.0, misses=1)
+    entry = measured_max_rate(server, request, X1_8, 1500.0, steps=3, first=1000.0, floor=600.0)
+    assert entry.rate >= 1100  # the first run at 1000/s missed, its repeat met: the search went up
