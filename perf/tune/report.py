@@ -281,7 +281,7 @@ def _rematch_lines(rematch: dict | None) -> list[str]:
     verdict = "met" if ratio >= 0.9 else "missed"
     return [
         "",
-        "Head to head (`perf.tune.tuner.rematch`: the same bisection, both configurations measured in "
+        "Head to head (`perf.tune.measured.rematch`: the same bisection, both configurations measured in "
         "each round, the least disturbed round counting): "
         + "; ".join(
             f"{label}: {', '.join(number(r, 0) for r in rates)}/s"
