@@ -34,6 +34,7 @@ class SweepEntry:
     rate: float  # measured sustainable rate (0: no rate tried met the budget)
     points: list[Observed]
     seconds: float
+    missed_at: float = 0.0  # a shortlist challenger that missed the leader's rate: its rate is below this
 
 
 def measured_max_rate(
@@ -45,10 +46,12 @@ def measured_max_rate(
     first: float | None = None,
     floor: float = 0.0,
     purpose: str = "sweep",
+    challenge: bool = False,
 ) -> SweepEntry:
     """The highest rate in ``(floor, ceiling]`` that met the budget, by measurement: a first point (at
     ``first``, or the middle), then ``steps`` halvings of the bracket. 0 when no point met it (a
-    bracket's floor is never assumed to pass)."""
+    bracket's floor is never assumed to pass). With ``challenge``, a first point that misses ends the
+    search (``missed_at``): the candidate cannot beat the rate it was challenged at."""
     started = time.perf_counter()
     session.load(config)
     low, high, runs, passed = floor, ceiling, [], 0.0
@@ -65,6 +68,8 @@ def measured_max_rate(
                 break
         if run.meets(request.budget_ms):
             low, passed = rate, max(passed, rate)
+        elif challenge and index == 0:
+            return SweepEntry(config, 0.0, runs, time.perf_counter() - started, missed_at=rate)
         else:
             high = rate
     return SweepEntry(config, passed, runs, time.perf_counter() - started)
@@ -129,17 +134,28 @@ def measure_shortlist(
     bracket: tuple[float, float] = (0.6, 1.5),
     steps: int = 2,
 ) -> list[SweepEntry]:
-    """Each shortlisted candidate's sustainable rate, measured: a first point at its predicted rate,
-    then ``steps`` halvings of ``bracket`` × that rate (two: within ±6% of the prediction's
-    neighbourhood in three points, about 20 s a candidate here). Best measured first (ties: the model's
-    order)."""
+    """The shortlist measured in the model's order. Until one meets the budget, each is measured in
+    ``bracket`` × its predicted rate: a first point at the prediction, then ``steps`` halvings (two:
+    ±6% in three points). After that each is a challenger: its first point is at the leader's rate, and
+    missing there (twice) ends it, since only a higher rate can change the pick; meeting it, the search
+    goes on above. Best measured first (ties: the earlier, i.e. the model's order)."""
     step = step or (lambda text: None)
-    out = []
+    out: list[SweepEntry] = []
+    leader = 0.0
     for entry in entries:
         center = entry.rate or request.rate or 0.0  # with a target rate, a candidate may have no best
         if center <= 0:
             continue
-        step(f"shortlist: measuring {entry.config.label} around {center:.0f}/s")
         low, high = (factor * center for factor in bracket)
-        out.append(measured_max_rate(session, request, entry.config, high, steps, center, low, "shortlist"))
+        if leader:
+            step(f"shortlist: {entry.config.label} challenges {leader:.0f}/s")
+            high = max(high, bracket[1] * leader)
+            found = measured_max_rate(
+                session, request, entry.config, high, steps, leader, leader, "shortlist", challenge=True
+            )
+        else:
+            step(f"shortlist: measuring {entry.config.label} around {center:.0f}/s")
+            found = measured_max_rate(session, request, entry.config, high, steps, center, low, "shortlist")
+        out.append(found)
+        leader = max(leader, found.rate)
     return sorted(out, key=lambda e: -e.rate)

@@ -121,6 +121,7 @@ def figures(
                 "config": e.config.label,
                 "predicted_rate": _predicted(result, e.config),
                 "measured_rate": e.rate,
+                "missed_at": e.missed_at,
                 "points": len(e.points),
                 "seconds": e.seconds,
             }
@@ -305,10 +306,12 @@ def _shortlist_lines(result: TuneResult) -> list[str]:
         "",
         "## The shortlist, measured (`perf.tune.measured`)",
         "",
-        "The best predicted candidate of each family (instances, max batch size), each measured with the "
-        "brute force's own rule in a bracket of 0.6–1.5× its predicted rate, first at the prediction: "
-        f"{result.shortlist_s:.0f} s. The prediction alone ranks **{result.model_pick.label}** first; "
-        f"the one that sustained the most is chosen: **{result.chosen.label}**.",
+        "The best predicted candidate of each family (instances, max batch size), measured in the model's "
+        "order with the brute force's own rule: the first in a bracket of 0.6–1.5× its predicted rate, "
+        "first at the prediction; each later one first at the leader's rate, where a miss (twice) ends "
+        f"it (*< rate*) and a pass goes on above: {result.shortlist_s:.0f} s. The prediction alone ranks "
+        f"**{result.model_pick.label}** first; the one that sustained the most is chosen: "
+        f"**{result.chosen.label}**.",
         "",
         table(
             ["candidate", "predicted max rate /s", "measured max rate /s", "points", "seconds"],
@@ -316,7 +319,7 @@ def _shortlist_lines(result: TuneResult) -> list[str]:
                 [
                     e.config.label,
                     number(_predicted(result, e.config), 0),
-                    number(e.rate, 0),
+                    f"< {number(e.missed_at, 0)}" if e.missed_at else number(e.rate, 0),
                     len(e.points),
                     number(e.seconds, 0),
                 ]

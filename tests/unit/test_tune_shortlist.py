@@ -8,7 +8,7 @@ from types import SimpleNamespace
 import numpy as np
 
 from perf.tune.batcher_sim import BatcherConfig
-from perf.tune.measured import SweepEntry, measured_max_rate, shortlist
+from perf.tune.measured import SweepEntry, measure_shortlist, measured_max_rate, shortlist
 from perf.tune.predict import Prediction
 from perf.tune.tuner import Ranked, TuneRequest, pick
 
@@ -82,3 +82,33 @@ def test_a_disturbed_miss_is_measured_again_before_the_bracket_moves() -> None:
     server = FakeServer(capacity=1150.0, misses=1)
     entry = measured_max_rate(server, request, X1_8, 1500.0, steps=3, first=1000.0, floor=600.0)
     assert entry.rate >= 1100  # the first run at 1000/s missed, its repeat met: the search went up
+
+
+class FakeServers(FakeServer):
+    """One capacity per configuration, set by ``load`` as the session's reload would."""
+
+    def __init__(self, capacities: dict[BatcherConfig, float]) -> None:
+        super().__init__(0.0)
+        self.capacities, self.sent = capacities, []
+
+    def load(self, config: BatcherConfig) -> None:
+        self.capacity = self.capacities[config]
+        self.sent.append((config, len(self.rates)))  # where each config's runs start
+
+
+def test_challengers_start_at_the_leaders_rate_and_a_miss_there_ends_them() -> None:
+    request = TuneRequest(10.0, seconds=20.0)
+    servers = FakeServers({X2_8: 2500.0, X1_32: 2000.0, X2_32: 3300.0})
+    listed = [ranked(X2_8, 2600), ranked(X1_32, 2500), ranked(X2_32, 2400)]  # the model's order
+    measured = measure_shortlist(servers, request, listed)
+    by_config = {e.config: e for e in measured}
+    leader = by_config[X2_8]
+    assert 2275 <= leader.rate <= 2500 and leader.missed_at == 0  # bracketed around its 2600 prediction
+    weaker = by_config[X1_32]
+    assert weaker.rate == 0 and weaker.missed_at == leader.rate and len(weaker.points) == 2
+    stronger = by_config[X2_32]
+    assert leader.rate < stronger.rate <= 3300  # met the leader's rate, then searched above it
+    assert [e.config for e in measured] == [X2_32, X2_8, X1_32]  # best measured first
+    assert pick(listed, measured, request).config == X2_32
+    start = dict(servers.sent)[X1_32]
+    assert abs(servers.rates[start] - leader.rate) < 0.02 * leader.rate  # the challenge point
