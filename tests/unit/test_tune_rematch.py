@@ -26,10 +26,20 @@ def test_each_config_counts_its_best_round_and_the_verdict_follows_the_ratio() -
     assert figures["seconds"] == 120.0  # every round of both, not the sweep's time
     assert "**missed**" in "".join(_rematch_lines(figures))
     close = {BEST: entries(BEST, 1210.0, 1320.0), PICK: entries(PICK, 770.0, 1210.0)}
-    assert "**met**" in "".join(_rematch_lines(rematch_figures(SimpleNamespace(chosen=PICK), sweep, close)))
+    slower = [*entries(BEST, 1979.0), *entries(PICK, 1320.0)]  # a sweep on a slower machine
+    assert "**met**" in "".join(_rematch_lines(rematch_figures(SimpleNamespace(chosen=PICK), slower, close)))
 
 
 def test_a_pick_that_is_the_sweeps_best_is_compared_with_itself() -> None:
     sweep = entries(PICK, 2000.0)
     figures = rematch_figures(SimpleNamespace(chosen=PICK), sweep, {PICK: entries(PICK, 1900.0, 2100.0)})
     assert figures["chosen_over_best"] == 1.0 and figures["best_rate"] == 2100.0
+
+
+def test_a_rematch_where_the_sweeps_best_collapsed_gives_no_verdict() -> None:
+    sweep = [*entries(BEST, 1498.0), *entries(PICK, 936.0)]
+    collapsed = {BEST: entries(BEST, 94.0, 0.0), PICK: entries(PICK, 749.0, 0.0)}
+    figures = rematch_figures(SimpleNamespace(chosen=PICK), sweep, collapsed)
+    assert figures["disturbed"] and "no verdict" in "".join(_rematch_lines(figures))
+    steady = {BEST: entries(BEST, 1400.0, 1300.0), PICK: entries(PICK, 936.0, 900.0)}
+    assert not rematch_figures(SimpleNamespace(chosen=PICK), sweep, steady)["disturbed"]
