@@ -78,6 +78,13 @@ def add_parser(commands: argparse._SubParsersAction) -> None:
         help="families (instances, max batch) whose best predicted candidate is measured before the pick; "
         "0: pick by prediction alone",
     )
+    tune_parser.add_argument(
+        "--baselines",
+        type=int,
+        default=2,
+        help="of the first N shortlisted families, also measure the shortest delay where the model "
+        "preferred a longer one (the model's costs favour delay); 0: the family bests only",
+    )
     tune_parser.add_argument("--seed", type=int, default=0)
     tune_parser.add_argument("--reports", type=Path, default=Path("reports"))
 
@@ -103,6 +110,8 @@ def usage_errors(args: argparse.Namespace) -> str | None:
         return f"--seconds must be > 0, got {args.seconds}"
     if args.shortlist < 0:
         return f"--shortlist must be >= 0, got {args.shortlist}"
+    if args.baselines < 0:
+        return f"--baselines must be >= 0, got {args.baselines}"
     if args.processes < 1:
         return f"--processes must be >= 1, got {args.processes}"
     if args.trace and not Path(args.trace).is_file():
@@ -141,7 +150,7 @@ def command_tune(args: argparse.Namespace, console) -> int:
     spec = load_spec(args.spec)
     grid = WIDE_GRID if args.grid == "wide" else QUICK_GRID
     request = TuneRequest(
-        args.p99_ms, args.rate, grid, args.seconds, args.seed, _load_at(args), shortlist=args.shortlist
+        args.p99_ms, args.rate, grid, args.seconds, args.seed, _load_at(args), args.shortlist, args.baselines
     )
     console.print(f"tuning [bold]{args.model}[/bold] for p99 ≤ {args.p99_ms:g} ms → {folder}")
     engine = engine_from_args(args)

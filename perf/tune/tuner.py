@@ -38,6 +38,7 @@ class TuneRequest:
     seed: int = 0
     load_at: Callable[[float], Load] | None = None  # rate -> load; Poisson by default
     shortlist: int = 4  # families measured before the pick (0: the prediction alone picks)
+    baselines: int = 2  # of the first families, their shortest delay too (see measured.shortlist)
 
     def load(self, rate: float) -> Load:
         return self.load_at(rate) if self.load_at else poisson(rate, self.seed)
@@ -178,7 +179,8 @@ def tune(
             f"takes {probe_result.fits[1].t_ms:.2f} ms plus {probe_result.overhead_ms:.2f} ms overhead"
         )
     started = time.perf_counter()
-    listed = shortlist([r for r in ranking if feasible(r, request)], request.shortlist)
+    candidates = [r for r in ranking if feasible(r, request)]
+    listed = shortlist(candidates, request.shortlist, baselines=request.baselines)
     measured = measure_shortlist(session, request, listed, step) if len(listed) > 1 else []
     chosen = pick(ranking, measured, request)
     operating = request.rate or 0.85 * chosen.rate

@@ -98,7 +98,11 @@ def test_the_shortlist_is_measured_around_its_predictions_on_the_server(
     request = TuneRequest(20.0, grid=grid, seconds=1.0)
     ranking = [r for r in rank(probed, request) if feasible(r, request)]
     listed = shortlist(ranking, 4, window=0.0)
-    assert sorted(r.config.max_batch_size for r in listed) == [8, 32]  # one per family, its best delay
+    bests, baselines = listed[:2], listed[2:]
+    assert sorted(r.config.max_batch_size for r in bests) == [8, 32]  # one per family, its best delay
+    for baseline in baselines:  # then a family's 0 ms, where its best waited 2 ms
+        best = next(r for r in bests if r.config.max_batch_size == baseline.config.max_batch_size)
+        assert (baseline.config.max_queue_delay_us, best.config.max_queue_delay_us) == (0, 2000)
     measured = measure_shortlist(session, request, listed, steps=1)
     assert {e.config for e in measured} == {r.config for r in listed}
     by_config, leader = {e.config: e for e in measured}, 0.0

@@ -29,10 +29,22 @@ X1_32, X2_8, X2_32 = (
 def test_the_shortlist_takes_the_best_of_each_family_within_the_window() -> None:
     ranking = [ranked(X2_8, 2600), ranked(X1_8, 2500), ranked(X1_8_SLOW, 2450), ranked(X1_32, 2400)]
     ranking += [ranked(X2_32, 2000), ranked(BatcherConfig(1, instances=2), 900)]
-    assert [r.config for r in shortlist(ranking, 4)] == [X2_8, X1_8, X1_32, X2_32]
-    assert [r.config for r in shortlist(ranking, 2)] == [X2_8, X1_8]  # the cap keeps the best first
-    assert [r.config for r in shortlist(ranking, 4, window=0.9)] == [X2_8, X1_8, X1_32]  # 2000 < 0.9 × 2600
+    assert [r.config for r in shortlist(ranking, 4, baselines=0)] == [X2_8, X1_8, X1_32, X2_32]
+    assert [r.config for r in shortlist(ranking, 2, baselines=0)] == [X2_8, X1_8]  # the cap: best first
+    assert [r.config for r in shortlist(ranking, 4, 0.9, 0)] == [X2_8, X1_8, X1_32]  # 2000 < 0.9 × 2600
     assert shortlist(ranking, 0) == [] and shortlist([], 4) == []
+
+
+def test_the_first_families_add_their_shortest_delay_where_the_model_preferred_a_longer_one() -> None:
+    x2_8_none, x1_8_none = BatcherConfig(8, 0, instances=2), BatcherConfig(8, 0)
+    ranking = [ranked(X2_8, 2600), ranked(X1_8, 2500), ranked(X1_8_SLOW, 2450), ranked(x2_8_none, 2420)]
+    ranking += [ranked(X1_32, 2400), ranked(x1_8_none, 1500)]  # below the window: never measured
+    listed = [r.config for r in shortlist(ranking, 4)]
+    # the family bests first (the model's order), then the shortest delay within the window of the
+    # first two families: 0 ms for (2, 8), 0.5 ms for (1, 8), since 0 ms is below 0.75 × 2600
+    assert listed == [X2_8, X1_8, X1_32, x2_8_none, X1_8_SLOW]
+    assert [r.config for r in shortlist(ranking, 4, baselines=1)] == [X2_8, X1_8, X1_32, x2_8_none]
+    assert [r.config for r in shortlist(ranking[:1] + ranking[4:], 4)] == [X2_8, X1_32]  # no shorter delay
 
 
 def test_the_pick_is_the_most_sustained_and_a_target_rate_must_be_sustained() -> None:
