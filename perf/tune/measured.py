@@ -118,7 +118,7 @@ def shortlist(ranking: list[Ranked], size: int, window: float = 0.75, baselines:
     them lean one way. What instances sharing the cores cost each other is measured at saturation
     (two-instance configs sustained up to 1.5× the predicted rate). And the busy cores it fits count an
     idle runtime's spinning threads as work per execution, which favours a longer delay (fewer,
-    larger batches): in four brute-force sweeps the best measured had a delay of 0-1 ms while the
+    larger batches): in four perf_analyzer sweeps the best measured had a delay of 0-1 ms while the
     model's first had 0-2 ms, and one run's best (0 ms) was predicted within 3% of its family's best
     (2 ms) yet sustained 3× it. ``ranking``: the candidates predicted to meet the budget, best first."""
     if not ranking or size < 1:

@@ -14,7 +14,8 @@
 * the raw backend's curve (``perf.raw``), the physical reference the report puts beside the fit;
 * the CPU contention term (``perf.tune.cpu``): open loops at fractions of each saturation rate; the
   machine's busy cores over them, fitted to the requests and executions the server counted, and the
-  CPU wait's slice, calibrated from their p99 (measured vs the simulation's on the same arrivals).
+  CPU wait's slice for each instance count, calibrated from its runs' p99 (measured vs the
+  simulation's on the same arrivals).
 """
 
 from __future__ import annotations
@@ -71,7 +72,7 @@ class ProbeResult:
     per_batch_ms: float = 0.0  # per-execution cost beyond compute (calibrated with instances = 1)
     unbatched: Observed | None = None  # the saturation run without batching
     seconds: float = 0.0  # wall time of the probe's measurements (reloads included)
-    cpu: CpuModel | None = None  # the contention term every service model carries
+    cpu: dict[int, CpuModel] = field(default_factory=dict)  # instances -> its service model's CPU term
     calibration: list[Calibration] = field(default_factory=list)
 
 
@@ -216,13 +217,20 @@ def slice_for(
 
 def calibrate_cpu_wait(
     calibrations: list[Calibration], services: dict[int, ServiceModel], busy_enough: float = 0.3
-) -> CpuModel:
-    """The CPU model and its slice, both from the calibration runs. The busy cores are fitted over open
-    loops that kept up only: a closed loop or an overloaded run keeps the client and the server busy
-    whatever the rate (measured here: 1.6-1.9 cores from 730 to 4,900 requests/s), which a cost per
-    request and per execution cannot describe. The slice is the median of what each run at a
-    utilization of ``busy_enough`` or more asks for (below it the wait barely shows in a p99, and one
-    run a neighbour disturbed moves a median little). Fills in each calibration's figures."""
+) -> dict[int, CpuModel]:
+    """The CPU model for each instance count: one busy-core fit, and a slice per count. The busy cores
+    are fitted over open loops that kept up only: a closed loop or an overloaded run keeps the client
+    and the server busy whatever the rate (measured here: 1.6-1.9 cores from 730 to 4,900 requests/s),
+    which a cost per request and per execution cannot describe.
+
+    The slice of each instance count is the median of what its own runs at a utilization of
+    ``busy_enough`` or more ask for (below it the wait barely shows in a p99; one run a neighbour
+    disturbed moves a median little). How long a request waits for a core depends on how many
+    instances' thread pools compete for them, so one slice shared by every count (the median of all
+    runs, as before) was wrong both ways: at 70% of saturation one instance measured p99 14.2 ms vs
+    8.0 simulated and two instances 11.6 vs 30.0 ms, which ranked one-instance configurations first
+    while the brute force found two-instance ones best in five of six runs. Fills in each
+    calibration's figures."""
     runs = [run for c in calibrations for run in c.repeats]
     loads = [run.cpu_load() for run in runs]
     cpu = fit_cpu_model([x[0] for x in loads], [x[1] for x in loads], [x[2] for x in loads], usable_cores())
@@ -230,16 +238,23 @@ def calibrate_cpu_wait(
         service = dataclasses.replace(services[c.config.instances], cpu=cpu)
         found = simulate(c.arrivals, c.config, service)
         c.simulated_p99_ms, c.utilization = found.p99_ms(), found.cpu_utilization
-    busy = [c for c in calibrations if c.utilization >= busy_enough] or calibrations
-    slices = [
-        slice_for(c.arrivals, c.config, services[c.config.instances], cpu, c.measured.p99_ms) for c in busy
-    ]
-    cpu = dataclasses.replace(cpu, slice_s=float(np.median(slices)) if slices else 0.0)
+    slices: dict[int, list[float]] = {}
+    for instances in services:
+        own = [c for c in calibrations if c.config.instances == instances]
+        busy = [c for c in own if c.utilization >= busy_enough] or own
+        slices[instances] = [
+            slice_for(c.arrivals, c.config, services[instances], cpu, c.measured.p99_ms) for c in busy
+        ]
+    pooled = [value for values in slices.values() for value in values]
+    models = {
+        instances: dataclasses.replace(cpu, slice_s=float(np.median(values or pooled or [0.0])))
+        for instances, values in slices.items()
+    }
     for c in calibrations:
-        service = dataclasses.replace(services[c.config.instances], cpu=cpu)
+        service = dataclasses.replace(services[c.config.instances], cpu=models[c.config.instances])
         c.predicted_p99_ms = simulate(c.arrivals, c.config, service).p99_ms()
-    log.info("CPU wait slice %.3f ms (each calibration run: %s)", 1e3 * cpu.slice_s, slices)
-    return cpu
+    log.info("CPU wait slices (s) per instance count, each calibration run: %s", slices)
+    return models
 
 
 def probe(
@@ -289,11 +304,11 @@ def probe(
             per_batch_s=per_batch / 1e3,
         )
         tails[instances] = dataclasses.replace(services[instances], overhead_samples_s=samples)
-    cpu = calibrate_cpu_wait(calibrations, services)
-    services = {n: dataclasses.replace(service, cpu=cpu) for n, service in services.items()}
-    tails = {n: dataclasses.replace(service, cpu=cpu) for n, service in tails.items()}
+    cpus = calibrate_cpu_wait(calibrations, services)
+    services = {n: dataclasses.replace(service, cpu=cpus[n]) for n, service in services.items()}
+    tails = {n: dataclasses.replace(service, cpu=cpus[n]) for n, service in tails.items()}
     result = ProbeResult(services, fits, overhead, extra, saturation, points, tails=tails)
-    result.cpu, result.calibration = cpu, calibrations
+    result.cpu, result.calibration = cpus, calibrations
     result.per_batch_ms = per_batch
     result.unbatched = unbatched
     result.floor_p99_ms = first.p99_ms

@@ -76,10 +76,17 @@ def _raw_table(probe: ProbeResult) -> str:
     )
 
 
+def _slices(probe: ProbeResult) -> str:
+    return ", ".join(
+        f"**{number(1e3 * cpu.slice_s, 3)} ms** with {n} instance{'s' if n > 1 else ''}"
+        for n, cpu in sorted(probe.cpu.items())
+    )
+
+
 def _contention_lines(probe: ProbeResult) -> list[str]:
-    cpu = probe.cpu
-    if cpu is None:
+    if not probe.cpu:
         return []
+    cpu = next(iter(probe.cpu.values()))  # one busy-core fit; the slices differ per instance count
     rows = [
         [
             c.config.label,
@@ -100,9 +107,10 @@ def _contention_lines(probe: ProbeResult) -> list[str]:
         f"cores idle + {number(1e6 * cpu.per_request_s, 0)} µs per request + "
         f"{number(1e6 * cpu.per_execution_s, 0)} µs per execution**, on {cpu.cores} cores. Each simulated "
         "request then waits for one of them as in an M/M/c queue at the utilization its candidate puts "
-        f"on them, with a slice of **{number(1e3 * cpu.slice_s, 3)} ms**: the median of what the busier "
-        "runs below ask for (measured p99 = simulated p99). Without it the simulation leaves out the "
-        "cores the server, its frontend and the client share.",
+        f"on them, with a slice of {_slices(probe)}: the median of what that instance count's busier "
+        "runs below ask for (measured p99 = simulated p99; how long a request waits for a core depends "
+        "on how many instances' thread pools compete for them). Without it the simulation leaves out "
+        "the cores the server, its frontend and the client share.",
         "",
         table(
             [
@@ -134,16 +142,16 @@ def probe_sections(probe: ProbeResult) -> list[str]:
 
 def cpu_figures(probe: ProbeResult) -> dict:
     """The contention term's numbers for ``figures.json``."""
-    cpu = probe.cpu
-    if cpu is None:
+    if not probe.cpu:
         return {}
+    cpu = next(iter(probe.cpu.values()))
     return {
         "cpu_model": {
             "idle_cores": cpu.idle_cores,
             "per_request_us": 1e6 * cpu.per_request_s,
             "per_execution_us": 1e6 * cpu.per_execution_s,
             "cores": cpu.cores,
-            "slice_ms": 1e3 * cpu.slice_s,
+            "slice_ms": {str(n): 1e3 * model.slice_s for n, model in probe.cpu.items()},
         },
         "calibration": [
             {

@@ -4,6 +4,7 @@ without a failed request, and perf_analyzer runs where it installs."""
 
 from __future__ import annotations
 
+import json
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -23,8 +24,9 @@ from perf.tune.measured import measure_shortlist, shortlist
 from perf.tune.overlay import write_overlay
 from perf.tune.predict import arrival_array
 from perf.tune.probe import ProbePlan, ProbeResult, probe
+from perf.tune.report import write_report
 from perf.tune.session import TuneSession
-from perf.tune.tuner import TuneRequest, feasible, pick, rank
+from perf.tune.tuner import TuneRequest, feasible, pick, rank, tune
 
 pytestmark = pytest.mark.integration
 SPEC = Path(__file__).resolve().parents[2] / "models.yaml"
@@ -79,8 +81,8 @@ def test_simulated_batches_match_the_servers_under_a_recorded_trace(
 
 
 def test_the_cpu_model_follows_the_busy_cores_the_machine_measured(probed: ProbeResult) -> None:
-    cpu = probed.cpu
-    assert cpu is not None and len(probed.calibration) == 3  # 10/40/70% of saturation
+    cpu = probed.cpu[1]  # the probe measured one instance count here
+    assert list(probed.cpu) == [1] and len(probed.calibration) == 3  # 10/40/70% of saturation
     measured = [c.measured.cpu_load() for c in probed.calibration]
     for (requests, executions, busy), calibration in zip(measured, probed.calibration, strict=True):
         assert busy == busy and 0 < busy <= cpu.cores  # /proc/stat was read: a figure, not NaN
@@ -120,6 +122,26 @@ def test_the_shortlist_is_measured_around_its_predictions_on_the_server(
     assert [e.rate for e in measured] == sorted((e.rate for e in measured), reverse=True)
     if measured[0].rate:
         assert pick(rank(probed, request), measured, request).config == measured[0].config
+
+
+def test_the_whole_tuner_reports_one_cpu_wait_per_instance_count_and_operates_below_what_it_measured(
+    session: TuneSession, tmp_path: Path
+) -> None:
+    """probe → predict → shortlist → pick → verify → report on the server, small: the report renders
+    from real figures, each instance count has its own CPU wait, and the operating point is 85% of the
+    rate the shortlist measured the pick to sustain (not of its prediction)."""
+    grid = Grid(delays_us=(0, 2000), max_batches=(8,), instances=(1, 2), no_batching=False)
+    request = TuneRequest(20.0, grid=grid, seconds=1.0)
+    plan = ProbePlan(concurrencies=(1, 8), seconds=1.0, raw_batch_sizes=(1, 8))
+    result = tune(session, request, plan, verify_fractions=(0.75, 1.0), neighbour_fractions=(1.0,), repeats=1)
+    assert set(result.probe.cpu) == {1, 2}
+    write_report(result, tmp_path, MODEL, session.engine.name)
+    assert "with 2 instances" in (tmp_path / "report.md").read_text()
+    numbers = json.loads((tmp_path / "figures.json").read_text())
+    assert set(numbers["cpu_model"]["slice_ms"]) == {"1", "2"}
+    measured = [e.rate for e in result.shortlist if e.config == result.chosen and e.rate > 0]
+    expected = measured[0] if measured else next(r.rate for r in result.ranking if r.config == result.chosen)
+    assert abs(result.operating_rate - 0.85 * expected) < 1.0, (result.operating_rate, expected)
 
 
 def read_trace_source():

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
+from types import SimpleNamespace
 
 import numpy as np
 import pytest
@@ -13,7 +14,7 @@ from perf.loads import poisson
 from perf.tune.batcher_sim import BatcherConfig, ServiceModel, simulate
 from perf.tune.cpu import CpuModel, CpuTimes, busy_cores, erlang_c, fit_cpu_model
 from perf.tune.predict import arrival_array, max_rate
-from perf.tune.probe import slice_for
+from perf.tune.probe import Calibration, calibrate_cpu_wait, slice_for
 
 
 def test_proc_stat_reads_and_busy_cores_is_the_busy_share_of_the_cores() -> None:
@@ -106,3 +107,34 @@ def test_the_slice_calibration_recovers_the_slice_behind_a_p99() -> None:
     assert (
         slice_for(arrivals, config, service, cpu, 0.5 * plain) == 0.0
     )  # the batcher alone is already slower
+
+
+def test_each_instance_count_gets_the_slice_its_own_runs_ask_for() -> None:
+    """Runs whose p99 two different slices produced (one per instance count, as two instances'
+    thread pools compete for the cores differently): each count's slice is recovered from its own
+    runs, where one slice shared by both (the median of all runs) would miss both."""
+    cpu = CpuModel(0.05, 600e-6, 0.0, cores=2)
+    service = ServiceModel(0.001, 0.0002, per_request_s=50e-6)
+    truth = {1: 0.002, 2: 0.0005}
+    calibrations = []
+    for instances, slice_s in truth.items():
+        config = BatcherConfig(8, 0, instances=instances)
+        for rate in (1200, 1500, 1800):
+            arrivals = arrival_array(poisson(rate, seed=2), 3.0)
+            run = simulate(
+                arrivals, config, dataclasses.replace(service, cpu=dataclasses.replace(cpu, slice_s=slice_s))
+            )
+            requests, executions = len(arrivals) / run.span_s, len(run.batch_sizes) / run.span_s
+            busy = cpu.utilization(requests, executions) * cpu.cores
+            observed = SimpleNamespace(
+                p99_ms=run.p99_ms(), cpu_load=lambda r=requests, e=executions, b=busy: (r, e, b)
+            )
+            calibrations.append(Calibration(config, arrivals, [observed]))
+    models = calibrate_cpu_wait(calibrations, {1: service, 2: service})
+    for instances, slice_s in truth.items():
+        assert abs(models[instances].slice_s - slice_s) < 0.15 * slice_s, (instances, models[instances])
+    for calibration in calibrations:  # each run's prediction is its measured p99 again
+        assert (
+            abs(calibration.predicted_p99_ms - calibration.measured.p99_ms)
+            < 0.1 * calibration.measured.p99_ms
+        )

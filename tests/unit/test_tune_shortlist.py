@@ -10,7 +10,7 @@ import numpy as np
 from perf.tune.batcher_sim import BatcherConfig
 from perf.tune.measured import SweepEntry, measure_shortlist, measured_max_rate, shortlist
 from perf.tune.predict import Prediction
-from perf.tune.tuner import Ranked, TuneRequest, pick
+from perf.tune.tuner import Ranked, TuneRequest, pick, sustained
 
 
 def ranked(config: BatcherConfig, rate: float | None) -> Ranked:
@@ -124,3 +124,11 @@ def test_challengers_start_at_the_leaders_rate_and_a_miss_there_ends_them() -> N
     assert pick(listed, measured, request).config == X2_32
     start = dict(servers.sent)[X1_32]
     assert abs(servers.rates[start] - leader.rate) < 0.02 * leader.rate  # the challenge point
+
+
+def test_the_operating_rate_rests_on_what_the_shortlist_measured_not_the_prediction() -> None:
+    ranking = [ranked(X1_32, 5180), ranked(X2_8, 4600)]
+    measured = [SweepEntry(X1_32, 3626, [], 20), SweepEntry(X2_8, 0, [], 10, missed_at=3626)]
+    assert sustained(pick(ranking, measured, TuneRequest(10.0)), measured) == 3626  # not 5180
+    assert sustained(ranking[0], []) == 5180  # nothing measured: the prediction
+    assert sustained(ranking[1], measured) == 4600  # measured 0 (missed): the prediction, not 0
