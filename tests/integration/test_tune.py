@@ -105,7 +105,7 @@ def test_the_shortlist_is_measured_around_its_predictions_on_the_server(
     for baseline in baselines:  # then a family's 0 ms, where its best waited 2 ms
         best = next(r for r in bests if r.config.max_batch_size == baseline.config.max_batch_size)
         assert (baseline.config.max_queue_delay_us, best.config.max_queue_delay_us) == (0, 2000)
-    measured = measure_shortlist(session, request, listed, steps=1)
+    measured = measure_shortlist(session, request, listed, steps=1, seconds=1.0)
     assert {e.config for e in measured} == {r.config for r in listed}
     by_config, leader = {e.config: e for e in measured}, 0.0
     for listed_entry in listed:  # the order they were measured in

@@ -63,7 +63,7 @@ class FakeServer:
     at a rate that it would meet (a neighbour's burst): the search's rules, without a server."""
 
     def __init__(self, capacity: float, misses: int = 0) -> None:
-        self.capacity, self.misses, self.rates = capacity, misses, []
+        self.capacity, self.misses, self.rates, self.spans = capacity, misses, [], []
 
     def load(self, config: BatcherConfig) -> None:
         pass
@@ -71,6 +71,7 @@ class FakeServer:
     def open_loop(self, arrivals: np.ndarray, label: str) -> SimpleNamespace:
         rate = len(arrivals) / arrivals[-1]
         self.rates.append(rate)
+        self.spans.append(float(arrivals[-1]))
         ok = rate <= self.capacity
         if ok and self.misses:
             self.misses, ok = self.misses - 1, False
@@ -113,6 +114,7 @@ def test_challengers_start_at_the_leaders_rate_and_a_miss_there_ends_them() -> N
     servers = FakeServers({X2_8: 2500.0, X1_32: 2000.0, X2_32: 3300.0})
     listed = [ranked(X2_8, 2600), ranked(X1_32, 2500), ranked(X2_32, 2400)]  # the model's order
     measured = measure_shortlist(servers, request, listed)
+    assert all(2.9 < span <= 3.0 for span in servers.spans)  # 3 s a point, not the request's 20
     by_config = {e.config: e for e in measured}
     leader = by_config[X2_8]
     assert 2275 <= leader.rate <= 2500 and leader.missed_at == 0  # bracketed around its 2600 prediction
