@@ -49,8 +49,9 @@ class ProbePlan:
     # open loops at these fractions of each saturation rate calibrate the CPU model (their busy cores:
     # runs that keep up, from mostly single-request executions to large batches) and the CPU wait
     # (measured p99 vs simulated); each measured as many times as its repeats say, the least disturbed
-    # p99 counting. The lightest load's p99 barely moves the wait (it is one of five or six runs whose
-    # median sets it), so one run of it is enough: that pays for the shortlist's baselines.
+    # p99 counting. The lightest load's p99 moves the wait least (one of the three runs whose median
+    # sets its instance count's slice), so one run of it is enough: that pays for the shortlist's
+    # baselines.
     calibration_fractions: tuple[float, ...] = (0.1, 0.4, 0.7)
     calibration_repeats: tuple[int, ...] = (1, 2, 2)
 

@@ -313,9 +313,9 @@ def _shortlist_lines(result: TuneResult) -> list[str]:
         "",
         "The best predicted candidate of each family (instances, max batch size), then the shortest delay "
         f"of the first {result.request.baselines} families where the model preferred a longer one (its "
-        "costs favour delay), measured in that order with the brute force's own rule: the first in a "
-        "bracket of 0.6–1.5× its predicted rate, first at the prediction; each later one first at the "
-        "leader's rate, where a miss (twice) ends "
+        "costs favour delay), measured in that order with the brute force's own rule (3 s points): the "
+        "first in a bracket of 0.6–1.5× its predicted rate, first at the prediction; each later one first "
+        "at the leader's rate, where a miss (twice) ends "
         f"it (*< rate*) and a pass goes on above: {result.shortlist_s:.0f} s. The prediction alone ranks "
         f"**{result.model_pick.label}** first; the one that sustained the most is chosen: "
         f"**{result.chosen.label}**.",
