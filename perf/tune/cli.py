@@ -170,7 +170,7 @@ def command_tune(args: argparse.Namespace, console) -> int:
             ceiling = 1.3 * served_capacity(result.probe)
             sweep = exhaustive(session, request, ceiling, step=progress)
             head_to_head = rematch(session, request, [sweep[0].config, result.chosen], ceiling, step=progress)
-        session.load(result.chosen)
+        session.prepare(result.chosen)
         extra = _side_by_side(session, folder, console)
     note = f"python -m perf tune --model {args.model} --p99-ms {args.p99_ms:g}: {result.chosen.label}"
     tuned = write_overlay(

@@ -35,6 +35,8 @@ class SweepEntry:
     points: list[Observed]
     seconds: float
     missed_at: float = 0.0  # a shortlist challenger that missed the leader's rate: its rate is below this
+    passed_run: Observed | None = None  # the run that met the budget at ``rate``
+    point_s: float = 0.0  # seconds of arrivals per point (``passed_run`` replayed these)
 
 
 def measured_max_rate(
@@ -55,11 +57,12 @@ def measured_max_rate(
     search (``missed_at``): the candidate cannot beat the rate it was challenged at. ``seconds`` of
     arrivals per point (the request's by default)."""
     started = time.perf_counter()
-    session.load(config)
-    low, high, runs, passed = floor, ceiling, [], 0.0
+    session.prepare(config)
+    low, high, runs, passed, passed_run = floor, ceiling, [], 0.0, None
+    point_s = seconds or request.seconds
     for index in range(steps + 1):
         rate = first if index == 0 and first else (low + high) / 2
-        arrivals = arrival_array(request.load(rate), seconds or request.seconds)
+        arrivals = arrival_array(request.load(rate), point_s)
         for _attempt in range(2):  # a miss is measured once more: the same rule as verification's repeats
             run = session.open_loop(arrivals, f"{purpose} {config.label} @ {rate:.0f}/s")
             runs.append(run)
@@ -69,12 +72,16 @@ def measured_max_rate(
             if run.meets(request.budget_ms):
                 break
         if run.meets(request.budget_ms):
-            low, passed = rate, max(passed, rate)
+            if rate > passed:
+                passed, passed_run = rate, run
+            low = rate
         elif challenge and index == 0:
-            return SweepEntry(config, 0.0, runs, time.perf_counter() - started, missed_at=rate)
+            return SweepEntry(
+                config, 0.0, runs, time.perf_counter() - started, missed_at=rate, point_s=point_s
+            )
         else:
             high = rate
-    return SweepEntry(config, passed, runs, time.perf_counter() - started)
+    return SweepEntry(config, passed, runs, time.perf_counter() - started, 0.0, passed_run, point_s)
 
 
 def exhaustive(

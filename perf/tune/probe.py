@@ -267,7 +267,7 @@ def probe(
     calibrations: list[Calibration] = []
     started = time.perf_counter()
     for instances in instance_counts:
-        session.load(BatcherConfig(max_batch, 0, instances=instances))
+        session.prepare(BatcherConfig(max_batch, 0, instances=instances))
         concurrencies = plan.concurrencies if instances == 1 else plan.concurrencies[-2:]
         for concurrency in concurrencies:
             run = session.closed_loop(concurrency, plan.seconds, f"probe ×{instances} c={concurrency}")
@@ -276,7 +276,7 @@ def probe(
         best = max(run.throughput for n, _, run in points if n == instances)
         saturation[instances] = _saturate(session, instances, plan.overload * best, plan.seconds)
         calibrations += _calibration_runs(session, saturation[instances].throughput, plan)
-    session.load(BatcherConfig(1))  # the same machine without batching: per-execution costs show up
+    session.prepare(BatcherConfig(1))  # the same machine without batching: per-execution costs show up
     single_rate = max(run.throughput for n, c, run in points if n == 1 and c == 1)
     unbatched = _saturate(session, 1, 1.5 * single_rate, plan.seconds)
     quiet = [session.closed_loop(1, plan.seconds, "probe ×1 c=1, again")]  # the tail needs a quiet run

@@ -5,6 +5,7 @@ Every figure names the engine that produced it (our generator with N processes, 
 
 from __future__ import annotations
 
+import dataclasses
 import json
 from pathlib import Path
 
@@ -60,6 +61,7 @@ def _points_rows(result: TuneResult, engine: str) -> list[list[str]]:
                     config.label + (" **chosen**" if config == result.chosen else ""),
                     number(p.rate, 0),
                     number(p.predicted.p99_ms),
+                    number(p.probe_slice.p99_ms) if p.probe_slice else "–",
                     number(p.with_tail.p99_ms) if p.with_tail else "–",
                     number(m.p99_ms),
                     f"{100 * relative_error(p.predicted.p99_ms, m.p99_ms):+.0f}%",
@@ -135,6 +137,8 @@ def figures(
         "overhead_ms": result.probe.overhead_ms,
         "floor_p99_ms": result.probe.floor_p99_ms,
         "predicted_p99_with_tail_ms": operating.with_tail.p99_ms if operating.with_tail else None,
+        "predicted_p99_probe_slice_ms": operating.probe_slice.p99_ms if operating.probe_slice else None,
+        "recalibration": dataclasses.asdict(result.recalibration) if result.recalibration else None,
         "measured_p99_each_repeat_ms": [r.p99_ms for r in operating.repeats],
         "per_request_ms": result.probe.per_request_ms,
         "per_batch_ms": result.probe.per_batch_ms,
@@ -185,6 +189,8 @@ def write_report(
         f"measured {number(numbers['measured_max_rate'], 0)}/s. "
         f"Load engine for every server figure: {engine}.",
         "",
+        _recalibration_line(result),
+        "",
         f"One request in flight already has p99 {number(probe.floor_p99_ms)} ms here (client, frontend and "
         "the OS scheduling other work on the shared cores): the column *pred p99 + machine tail* adds that "
         "measured per-request tail to the simulation; candidates are ranked without it.",
@@ -231,6 +237,7 @@ def write_report(
                 "config",
                 "rate /s",
                 "pred p99",
+                "pred p99, probe's slice",
                 "pred p99 + machine tail",
                 "meas p99",
                 "error",
@@ -276,6 +283,22 @@ def write_report(
     path = folder / "report.md"
     path.write_text("\n".join(lines) + "\n")
     return path
+
+
+def _recalibration_line(result: TuneResult) -> str:
+    found = result.recalibration
+    if found is None:
+        return (
+            "The predictions below use the probe's CPU-wait slices (the shortlist did not measure the "
+            "pick sustaining a rate to recalibrate on)."
+        )
+    return (
+        f"The predictions below use a CPU-wait slice for ×{found.instances} recalibrated on the "
+        f"shortlist's run of the pick at {number(found.rate, 0)}/s (measured p99 "
+        f"{number(found.measured_p99_ms)} ms): {number(1e3 * found.slice_s, 3)} ms, where the probe's "
+        f"runs (no delay, 10/40/70% of saturation) gave {number(1e3 * found.probe_slice_s, 3)} ms; the "
+        "column *pred p99, probe's slice* keeps the probe's (`perf.tune.tuner.recalibrate`)."
+    )
 
 
 def _rematch_lines(rematch: dict | None) -> list[str]:

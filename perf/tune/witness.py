@@ -141,7 +141,7 @@ def main(argv: list[str] | None = None) -> int:
         LoadEngine(2) as engine,
         TuneSession(load_spec(args.spec), args.model, args.max_batch, args.workdir, engine) as session,
     ):
-        session.load(config)
+        session.prepare(config)
         extra = side_by_side(session, args.workdir, console, args.concurrency, args.seconds, args.rounds)
     console.print("\n".join(extra["sections"]), highlight=False, soft_wrap=True)
     return 0

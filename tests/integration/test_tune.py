@@ -142,12 +142,35 @@ def test_the_whole_tuner_reports_one_cpu_wait_per_instance_count_and_operates_be
     measured = [e.rate for e in result.shortlist if e.config == result.chosen and e.rate > 0]
     expected = measured[0] if measured else next(r.rate for r in result.ranking if r.config == result.chosen)
     assert abs(result.operating_rate - 0.85 * expected) < 1.0, (result.operating_rate, expected)
+    report = (tmp_path / "report.md").read_text()
+    found = result.recalibration
+    if measured:  # the pick's slice, calibrated again on the shortlist's run at its sustained rate
+        entry = next(e for e in result.shortlist if e.config == result.chosen)
+        assert found is not None and found.rate == measured[0] and found.instances == result.chosen.instances
+        assert found.measured_p99_ms == entry.passed_run.p99_ms <= request.budget_ms
+        assert numbers["recalibration"]["slice_s"] == found.slice_s
+        assert "recalibrated on the shortlist's run of the pick" in report
+        assert all(p.probe_slice for p in result.points_of(result.chosen))
+    else:
+        assert found is None and numbers["recalibration"] is None
+        assert "use the probe's CPU-wait slices" in report
 
 
 def read_trace_source():
     from perf.loads import poisson
 
     return poisson(250.0, seed=3)
+
+
+def test_a_measurement_starts_after_the_replaced_instances_have_exited(session: TuneSession) -> None:
+    """``load_model`` returns while the replaced instances' stubs still run (1.1-2.6 s here): a bare
+    ``load`` leaves them running, ``prepare`` (what every measurement loads with) waits them out."""
+    session.prepare(BatcherConfig(8, 0, instances=2))
+    session.load(BatcherConfig(8, 500, instances=2))
+    assert session.live_stubs() > 2  # the two replaced stubs are still there
+    assert session.prepare(BatcherConfig(8, 1000, instances=1)) > 0
+    assert session.live_stubs() == 1
+    assert session.prepare(BatcherConfig(8, 1000, instances=1)) == 0.0  # loaded already: no wait
 
 
 def test_the_written_overlay_validates_and_builds(session: TuneSession, tmp_path: Path) -> None:

@@ -13,8 +13,10 @@ import pytest
 from perf.loads import poisson
 from perf.tune.batcher_sim import BatcherConfig, ServiceModel, simulate
 from perf.tune.cpu import CpuModel, CpuTimes, busy_cores, erlang_c, fit_cpu_model
+from perf.tune.measured import SweepEntry
 from perf.tune.predict import arrival_array, max_rate
-from perf.tune.probe import Calibration, calibrate_cpu_wait, slice_for
+from perf.tune.probe import Calibration, ProbeResult, calibrate_cpu_wait, slice_for
+from perf.tune.tuner import TuneRequest, recalibrate, with_slice
 
 
 def test_proc_stat_reads_and_busy_cores_is_the_busy_share_of_the_cores() -> None:
@@ -138,3 +140,31 @@ def test_each_instance_count_gets_the_slice_its_own_runs_ask_for() -> None:
             abs(calibration.predicted_p99_ms - calibration.measured.p99_ms)
             < 0.1 * calibration.measured.p99_ms
         )
+
+
+def test_the_pick_is_recalibrated_on_its_shortlist_run_and_only_its_instance_count() -> None:
+    """The run at which the shortlist measured the pick to sustain its rate was made (here) with a
+    1.5 ms slice where the probe's runs gave 0.2: the verification predicts with the recalibrated
+    slice for the pick's instance count, other counts and the probe's own models stay as they were."""
+    cpu = CpuModel(0.05, 600e-6, 0.0, cores=2)
+    probe_cpu = {1: dataclasses.replace(cpu, slice_s=0.0002), 2: dataclasses.replace(cpu, slice_s=0.0007)}
+    service = ServiceModel(0.001, 0.0002, per_request_s=50e-6)
+    services = {n: dataclasses.replace(service, cpu=model) for n, model in probe_cpu.items()}
+    probed = ProbeResult(services, {}, 0.0, {}, tails=dict(services), cpu=probe_cpu)
+    config, request = BatcherConfig(8, 0), TuneRequest(10.0)
+    arrivals = arrival_array(request.load(1500), 3.0)
+    truth = simulate(
+        arrivals, config, dataclasses.replace(service, cpu=dataclasses.replace(cpu, slice_s=0.0015))
+    )
+    run = SimpleNamespace(p99_ms=truth.p99_ms())
+    entry = SweepEntry(config, 1500, [run], 10.0, passed_run=run, point_s=3.0)
+    found = recalibrate(probed, request, config, [entry])
+    assert found is not None and found.instances == 1 and found.rate == 1500
+    assert abs(found.slice_s - 0.0015) < 0.0001 and found.probe_slice_s == 0.0002
+    verifying = with_slice(probed, found)
+    assert verifying.services[1].cpu.slice_s == verifying.tails[1].cpu.slice_s == found.slice_s
+    assert verifying.services[2].cpu.slice_s == 0.0007 and verifying.cpu[2].slice_s == 0.0007
+    assert probed.services[1].cpu.slice_s == 0.0002  # the ranking's and the report's probe stay
+    missed = SweepEntry(config, 0.0, [run], 10.0, missed_at=1500, point_s=3.0)
+    assert recalibrate(probed, request, config, [missed]) is None
+    assert with_slice(probed, None) is probed

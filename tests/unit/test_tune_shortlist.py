@@ -65,7 +65,7 @@ class FakeServer:
     def __init__(self, capacity: float, misses: int = 0) -> None:
         self.capacity, self.misses, self.rates, self.spans = capacity, misses, [], []
 
-    def load(self, config: BatcherConfig) -> None:
+    def prepare(self, config: BatcherConfig) -> None:
         pass
 
     def open_loop(self, arrivals: np.ndarray, label: str) -> SimpleNamespace:
@@ -86,6 +86,7 @@ def test_the_bracketed_search_starts_at_the_prediction_and_never_assumes_its_flo
     assert abs(server.rates[0] - 1000) < 30  # the first point is the prediction (Poisson: ~1000/s)
     assert 1000 <= entry.rate <= 1150 and entry.rate >= 1100  # 1000, 1250 ✗, 1125 ✓, 1187 ✗
     assert len(entry.points) == 6  # every miss measured twice
+    assert entry.passed_run is entry.points[3] and entry.point_s == 20.0  # the run that met 1125/s
     slow = measured_max_rate(FakeServer(capacity=100.0), request, X1_8, 1500.0, 3, 1000.0, 600.0)
     assert slow.rate == 0.0  # nothing in the bracket met the budget: 0, not the floor
 
@@ -98,13 +99,13 @@ def test_a_disturbed_miss_is_measured_again_before_the_bracket_moves() -> None:
 
 
 class FakeServers(FakeServer):
-    """One capacity per configuration, set by ``load`` as the session's reload would."""
+    """One capacity per configuration, set by ``prepare`` as the session's reload would."""
 
     def __init__(self, capacities: dict[BatcherConfig, float]) -> None:
         super().__init__(0.0)
         self.capacities, self.sent = capacities, []
 
-    def load(self, config: BatcherConfig) -> None:
+    def prepare(self, config: BatcherConfig) -> None:
         self.capacity = self.capacities[config]
         self.sent.append((config, len(self.rates)))  # where each config's runs start
 
