@@ -89,6 +89,9 @@ def profile_from(args: argparse.Namespace) -> Profile:
     return get_profile(args.profile, **{k: v for k, v in overrides.items() if v is not None})
 
 
+INTERRUPTED = "[red]interrupted; the server was stopped[/red]"
+
+
 def _stop_on_sigterm() -> None:
     """SIGTERM and SIGINT unwind as KeyboardInterrupt, so the server's context manager stops it."""
 
@@ -182,14 +185,14 @@ def command_run(args: argparse.Namespace, profile: Profile) -> int:
     try:
         result = run_study(profile, folder)
     except KeyboardInterrupt:
-        console.print("[red]interrupted; the server was stopped[/red]")
+        console.print(INTERRUPTED)
         return 130
     report = write_report(result, folder)
     print_summary(result, report)
     try:
         run_more_studies(profile, folder, args.spec)
     except KeyboardInterrupt:
-        console.print("[red]interrupted; the server was stopped[/red]")
+        console.print(INTERRUPTED)
         return 130
     return 0
 
@@ -213,13 +216,15 @@ def command_analyzer(args: argparse.Namespace) -> int:
 def main(argv: list[str] | None = None) -> int:
     top = parser()
     args = top.parse_args(argv)
-    if args.command == "analyzer":
-        return command_analyzer(args)
-    if args.command == "tune":
-        error = tune_usage_errors(args)
-        if error:
+    if args.command in ("analyzer", "tune"):
+        if args.command == "tune" and (error := tune_usage_errors(args)):
             top.error(error)
-        return command_tune(args, console)
+        _stop_on_sigterm()  # a killed tune must not leave its tritonserver running
+        try:
+            return command_analyzer(args) if args.command == "analyzer" else command_tune(args, console)
+        except KeyboardInterrupt:
+            console.print(INTERRUPTED)
+            return 130
     try:
         profile = profile_from(args)
     except OptionError as error:  # a usage error, before any folder is made or minutes are measured

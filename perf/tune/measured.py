@@ -11,6 +11,7 @@ candidate instead of a sweep.
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import time
 from collections.abc import Callable
@@ -191,3 +192,33 @@ def measure_shortlist(
         out.append(found)
         leader = max(leader, found.rate)
     return sorted(out, key=lambda e: -e.rate)
+
+
+def below_the_brackets(
+    session: TuneSession,
+    request: TuneRequest,
+    measured: list[SweepEntry],
+    step: Step | None = None,
+    steps: int = 2,
+    seconds: float = 3.0,
+) -> list[SweepEntry]:
+    """``measured`` (the shortlist, in the model's order when nothing met the budget), with its first
+    candidate searched again in (0, the lowest rate it missed] when no candidate met the budget
+    anywhere in its bracket. The tuner then picks that candidate (the prediction's first), and the
+    verification needs a rate it was measured to sustain: 85% of a prediction the shortlist had just
+    refuted ran it overloaded (run 11: every bracket missed at 0.6x its prediction, the machine having
+    slowed down after the probe). Unchanged when something met the budget."""
+    if not measured or any(entry.rate > 0 for entry in measured):
+        return measured
+    first = measured[0]
+    ceiling = min(run.offered for run in first.points)
+    (step or (lambda text: None))(
+        f"shortlist: nothing met the budget; {first.config.label} below {ceiling:.0f}/s"
+    )
+    again = measured_max_rate(
+        session, request, first.config, ceiling, steps, purpose="shortlist", seconds=seconds
+    )
+    merged = dataclasses.replace(
+        again, points=first.points + again.points, seconds=first.seconds + again.seconds
+    )
+    return sorted([merged, *measured[1:]], key=lambda e: -e.rate)

@@ -21,7 +21,7 @@ from perf.errors import StudyError
 from perf.loads import Load, poisson
 from perf.tune.batcher_sim import BatcherConfig, ServiceModel
 from perf.tune.candidates import Grid, neighbours
-from perf.tune.measured import SweepEntry, measure_shortlist, shortlist
+from perf.tune.measured import SweepEntry, below_the_brackets, measure_shortlist, shortlist
 from perf.tune.predict import Prediction, arrival_array, max_rate, predict
 from perf.tune.probe import ProbePlan, ProbeResult, probe, slice_for
 from perf.tune.session import Observed, TuneSession
@@ -199,6 +199,7 @@ def tune(
     candidates = [r for r in ranking if feasible(r, request)]
     listed = shortlist(candidates, request.shortlist, baselines=request.baselines)
     measured = measure_shortlist(session, request, listed, step) if len(listed) > 1 else []
+    measured = below_the_brackets(session, request, measured, step)
     chosen = pick(ranking, measured, request)
     capacity = sustained(chosen, measured)
     operating = request.rate or 0.85 * capacity

@@ -8,7 +8,13 @@ from types import SimpleNamespace
 import numpy as np
 
 from perf.tune.batcher_sim import BatcherConfig
-from perf.tune.measured import SweepEntry, measure_shortlist, measured_max_rate, shortlist
+from perf.tune.measured import (
+    SweepEntry,
+    below_the_brackets,
+    measure_shortlist,
+    measured_max_rate,
+    shortlist,
+)
 from perf.tune.predict import Prediction
 from perf.tune.tuner import Ranked, TuneRequest, pick, sustained
 
@@ -76,7 +82,9 @@ class FakeServer:
         if ok and self.misses:
             self.misses, ok = self.misses - 1, False
         p99 = 5.0 if ok else 50.0
-        return SimpleNamespace(meets=lambda budget: ok, p99_ms=p99, throughput=rate, failed=0, label=label)
+        return SimpleNamespace(
+            meets=lambda budget: ok, p99_ms=p99, throughput=rate, offered=rate, failed=0, label=label
+        )
 
 
 def test_the_bracketed_search_starts_at_the_prediction_and_never_assumes_its_floor() -> None:
@@ -135,3 +143,21 @@ def test_the_operating_rate_rests_on_what_the_shortlist_measured_not_the_predict
     assert sustained(pick(ranking, measured, TuneRequest(10.0)), measured) == 3626  # not 5180
     assert sustained(ranking[0], []) == 5180  # nothing measured: the prediction
     assert sustained(ranking[1], measured) == 4600  # measured 0 (missed): the prediction, not 0
+
+
+def test_when_nothing_met_the_budget_the_first_is_searched_below_its_lowest_miss() -> None:
+    request = TuneRequest(10.0, seconds=20.0)
+    servers = FakeServers({X2_8: 1200.0, X1_32: 900.0})  # both below 0.6x their predictions
+    listed = [ranked(X2_8, 2600), ranked(X1_32, 2500)]
+    measured = measure_shortlist(servers, request, listed)
+    assert [e.rate for e in measured] == [0.0, 0.0] and measured[0].config == X2_8
+    lowest, before = min(run.offered for run in measured[0].points), len(servers.rates)
+    found = below_the_brackets(servers, request, measured)
+    first = found[0]
+    assert first.config == X2_8 and 1000 <= first.rate <= 1200 and first.passed_run is not None
+    assert max(servers.rates[before:]) <= lowest  # searched in (0, the lowest rate it missed]
+    assert first.points[: len(measured[0].points)] == measured[0].points  # every run kept
+    assert found[1] is measured[1]
+    assert pick(listed, found, request).config == X2_8 and sustained(listed[0], found) == first.rate
+    assert below_the_brackets(servers, request, found) is found  # something met: nothing more measured
+    assert len(servers.rates) == before + len(first.points) - len(measured[0].points)

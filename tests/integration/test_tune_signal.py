@@ -1,0 +1,67 @@
+"""A tune killed with SIGTERM (``kill``, a CI timeout) stops its tritonserver before it exits."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+pytestmark = pytest.mark.integration
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def _children(pid: int) -> list[int]:
+    found = []
+    for entry in os.listdir("/proc"):
+        if entry.isdigit():
+            try:
+                stat = Path(f"/proc/{entry}/stat").read_text()
+            except OSError:
+                continue
+            if int(stat[stat.rindex(")") + 2 :].split()[1]) == pid:
+                found.append(int(entry))
+    return found
+
+
+def _tritonserver_under(pid: int) -> int | None:
+    """The tritonserver among ``pid``'s descendants, if one runs."""
+    pending = [pid]
+    while pending:
+        for child in _children(pending.pop()):
+            try:
+                if b"tritonserver" in Path(f"/proc/{child}/cmdline").read_bytes().split(b"\0")[0]:
+                    return child
+            except OSError:
+                continue
+            pending.append(child)
+    return None
+
+
+def test_sigterm_stops_the_tuners_server(tmp_path: Path) -> None:
+    command = [sys.executable, "-m", "perf", "tune", "--spec", str(ROOT / "models.yaml")]
+    command += ["--model", "recommender", "--p99-ms", "10", "--engine", "ours", "--reports", str(tmp_path)]
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    tune = subprocess.Popen(command, cwd=tmp_path, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
+    try:
+        deadline, server = time.monotonic() + 240, None
+        while server is None and time.monotonic() < deadline and tune.poll() is None:
+            time.sleep(0.5)
+            server = _tritonserver_under(tune.pid)
+        assert server is not None, tune.communicate(timeout=30)[0].decode()[-2000:]
+        time.sleep(3)  # the probe is measuring
+        tune.send_signal(signal.SIGTERM)
+        output = tune.communicate(timeout=120)[0].decode()
+    finally:
+        if tune.poll() is None:
+            tune.kill()
+    outlived = Path(f"/proc/{server}").exists()
+    if outlived:  # leave no orphan behind for the tests after this one
+        os.kill(server, signal.SIGKILL)
+    assert not outlived, "tritonserver outlived the tune"
+    assert tune.returncode == 130, output[-2000:]
+    assert "interrupted; the server was stopped" in output
