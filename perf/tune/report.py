@@ -61,7 +61,7 @@ def _points_rows(result: TuneResult, engine: str) -> list[list[str]]:
                     config.label + (" **chosen**" if config == result.chosen else ""),
                     number(p.rate, 0),
                     number(p.predicted.p99_ms),
-                    number(p.probe_slice.p99_ms) if p.probe_slice else "–",
+                    number(p.probe_model.p99_ms) if p.probe_model else "–",
                     number(p.with_tail.p99_ms) if p.with_tail else "–",
                     number(m.p99_ms),
                     f"{100 * relative_error(p.predicted.p99_ms, m.p99_ms):+.0f}%",
@@ -137,7 +137,7 @@ def figures(
         "overhead_ms": result.probe.overhead_ms,
         "floor_p99_ms": result.probe.floor_p99_ms,
         "predicted_p99_with_tail_ms": operating.with_tail.p99_ms if operating.with_tail else None,
-        "predicted_p99_probe_slice_ms": operating.probe_slice.p99_ms if operating.probe_slice else None,
+        "predicted_p99_probe_slice_ms": operating.probe_model.p99_ms if operating.probe_model else None,
         "recalibration": dataclasses.asdict(result.recalibration) if result.recalibration else None,
         "measured_p99_each_repeat_ms": [r.p99_ms for r in operating.repeats],
         "per_request_ms": result.probe.per_request_ms,
@@ -296,7 +296,8 @@ def _recalibration_line(result: TuneResult) -> str:
         f"The predictions below use a CPU-wait slice for ×{found.instances} recalibrated on the "
         f"shortlist's run of the pick at {number(found.rate, 0)}/s (measured p99 "
         f"{number(found.measured_p99_ms)} ms): {number(1e3 * found.slice_s, 3)} ms, where the probe's "
-        f"runs (no delay, 10/40/70% of saturation) gave {number(1e3 * found.probe_slice_s, 3)} ms; the "
+        f"runs (no delay, 10/40/70% of saturation) gave {number(1e3 * found.probe_slice_s, 3)} ms (a "
+        "slice only adds wait: 0 where the simulation alone was already slower than the server); the "
         "column *pred p99, probe's slice* keeps the probe's (`perf.tune.tuner.recalibrate`)."
     )
 

@@ -54,9 +54,7 @@ class Point:
     predicted: Prediction  # the batcher with the mean overhead (what candidates are ranked by)
     with_tail: Prediction | None = None  # plus this machine's measured per-request tail
     repeats: list[Observed] = field(default_factory=list)
-    probe_slice: Prediction | None = (
-        None  # recalibrated instance count: the prediction with the probe's slice
-    )
+    probe_model: Prediction | None = None  # a recalibrated instance count: the probe's model's prediction
 
     @property
     def measured(self) -> Observed | None:
@@ -206,7 +204,7 @@ def tune(
     result = TuneResult(request, probe_result, ranking, chosen.config, operating, predict_s)
     result.shortlist, result.shortlist_s = measured, time.perf_counter() - started
     result.recalibration = recalibrate(probe_result, request, chosen.config, measured)
-    verifying = with_slice(probe_result, result.recalibration)
+    verifying = recalibrated(probe_result, result.recalibration)
     started = time.perf_counter()
     step(f"verifying {chosen.config.label} on the server")
     reference = capacity or operating
@@ -218,7 +216,7 @@ def tune(
         ]
     for point in result.points:
         if verifying is not probe_result and point.config.instances == chosen.config.instances:
-            point.probe_slice = predict_point(probe_result, request, point.config, point.rate).predicted
+            point.probe_model = predict_point(probe_result, request, point.config, point.rate).predicted
     for repeat in range(repeats):  # whole passes, so the repeats of one point are a minute apart
         step(f"measuring {len(result.points)} points, pass {repeat + 1}/{repeats}")
         for point in result.points:
@@ -239,8 +237,11 @@ def recalibrate(
     and those slices scatter 5-20x between loads: one M/M/c slice does not describe this machine's
     tail across loads. At the verification's operating point the prediction with the probe's slice
     came out 20-35% under the measured p99 in four exhaustive runs; calibrated on the pick itself near
-    the load where it is verified (offline, on the same five runs' shortlist measurements), -23% to
-    +16%. The ranking keeps the probe's slices (it comes before the shortlist); the report shows both."""
+    the load where it is verified (offline, on five runs' shortlist measurements), -23% to +16%. A
+    slice only adds wait: where the simulation without any is already slower than the server was, it
+    stays 0 and the prediction stays the probe's (run 12: +29%; scaling the service times down to fit
+    instead gave -29%, near saturation p99 moves several-fold with a few percent of capacity). The
+    ranking keeps the probe's slices (it comes before the shortlist); the report shows both."""
     entry = next((e for e in measured if e.config == chosen and e.passed_run is not None), None)
     cpu = probe_result.cpu.get(chosen.instances)
     if entry is None or entry.passed_run is None or cpu is None:
@@ -259,7 +260,7 @@ def recalibrate(
     return Recalibration(chosen.instances, entry.rate, target, cpu.slice_s, found)
 
 
-def with_slice(probe_result: ProbeResult, recalibration: Recalibration | None) -> ProbeResult:
+def recalibrated(probe_result: ProbeResult, recalibration: Recalibration | None) -> ProbeResult:
     """``probe_result`` with the recalibrated slice in its instance count's service models."""
     if recalibration is None:
         return probe_result

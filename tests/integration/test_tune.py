@@ -150,7 +150,7 @@ def test_the_whole_tuner_reports_one_cpu_wait_per_instance_count_and_operates_be
         assert found.measured_p99_ms == entry.passed_run.p99_ms <= request.budget_ms
         assert numbers["recalibration"]["slice_s"] == found.slice_s
         assert "recalibrated on the shortlist's run of the pick" in report
-        assert all(p.probe_slice for p in result.points_of(result.chosen))
+        assert all(p.probe_model for p in result.points_of(result.chosen))
     else:
         assert found is None and numbers["recalibration"] is None
         assert "use the probe's CPU-wait slices" in report

@@ -16,7 +16,7 @@ from perf.tune.cpu import CpuModel, CpuTimes, busy_cores, erlang_c, fit_cpu_mode
 from perf.tune.measured import SweepEntry
 from perf.tune.predict import arrival_array, max_rate
 from perf.tune.probe import Calibration, ProbeResult, calibrate_cpu_wait, slice_for
-from perf.tune.tuner import TuneRequest, recalibrate, with_slice
+from perf.tune.tuner import TuneRequest, recalibrate, recalibrated
 
 
 def test_proc_stat_reads_and_busy_cores_is_the_busy_share_of_the_cores() -> None:
@@ -161,10 +161,10 @@ def test_the_pick_is_recalibrated_on_its_shortlist_run_and_only_its_instance_cou
     found = recalibrate(probed, request, config, [entry])
     assert found is not None and found.instances == 1 and found.rate == 1500
     assert abs(found.slice_s - 0.0015) < 0.0001 and found.probe_slice_s == 0.0002
-    verifying = with_slice(probed, found)
+    verifying = recalibrated(probed, found)
     assert verifying.services[1].cpu.slice_s == verifying.tails[1].cpu.slice_s == found.slice_s
     assert verifying.services[2].cpu.slice_s == 0.0007 and verifying.cpu[2].slice_s == 0.0007
     assert probed.services[1].cpu.slice_s == 0.0002  # the ranking's and the report's probe stay
     missed = SweepEntry(config, 0.0, [run], 10.0, missed_at=1500, point_s=3.0)
     assert recalibrate(probed, request, config, [missed]) is None
-    assert with_slice(probed, None) is probed
+    assert recalibrated(probed, None) is probed
