@@ -51,9 +51,11 @@ class ProbePlan:
     # (measured p99 vs simulated); each measured as many times as its repeats say, the least disturbed
     # p99 counting. The lightest load's p99 moves the wait least (one of the three runs whose median
     # sets its instance count's slice), so one run of it is enough: that pays for the shortlist's
-    # baselines.
+    # baselines. Since the verification recalibrates the pick's slice on the pick itself
+    # (``perf.tune.tuner.recalibrate``), these slices only rank the candidates, and 40% runs once too:
+    # that pays for the wait after each reload (``TuneSession.prepare``).
     calibration_fractions: tuple[float, ...] = (0.1, 0.4, 0.7)
-    calibration_repeats: tuple[int, ...] = (1, 2, 2)
+    calibration_repeats: tuple[int, ...] = (1, 1, 2)
 
 
 @dataclass
