@@ -17,7 +17,7 @@ import matplotlib.pyplot as plt
 from perf.markdown import number, table
 from perf.plots import _save
 from perf.tune.batcher_sim import BatcherConfig
-from perf.tune.measured import SHORTLIST_POINT_S, SweepEntry
+from perf.tune.measured import OVERLOADED, SHORTLIST_POINT_S, SweepEntry
 from perf.tune.report_probe import cpu_figures, probe_sections
 from perf.tune.tuner import TuneResult, relative_error
 
@@ -338,9 +338,11 @@ def _shortlist_lines(result: TuneResult) -> list[str]:
         "The best predicted candidate of each family (instances, max batch size), then the shortest delay "
         f"of the first {result.request.baselines} families where the model preferred a longer one (its "
         "costs favour delay), measured in that order with the brute force's own rule "
-        f"({SHORTLIST_POINT_S:g} s points): the first in a bracket of 0.6–1.5× its predicted rate, "
-        "first at the prediction; each later one first "
-        "at the leader's rate, where a miss (twice) ends "
+        f"({SHORTLIST_POINT_S:g} s points; a miss measured twice unless the server served under "
+        f"{OVERLOADED:.0%} of the offered rate): the first in a bracket of 0.6–1.5× its predicted rate, "
+        "first at the prediction (until one meets the budget, a candidate that missed its whole bracket "
+        "scales the later brackets down by its lowest miss over its prediction); each later one first "
+        "at the leader's rate, where a miss ends "
         f"it (*< rate*) and a pass goes on above: {result.shortlist_s:.0f} s. The prediction alone ranks "
         f"**{result.model_pick.label}** first; the one that sustained the most is chosen: "
         f"**{result.chosen.label}**.",

@@ -68,8 +68,9 @@ class FakeServer:
     """A server that meets the budget up to ``capacity`` requests/s, except for ``misses`` first runs
     at a rate that it would meet (a neighbour's burst): the search's rules, without a server."""
 
-    def __init__(self, capacity: float, misses: int = 0) -> None:
+    def __init__(self, capacity: float, misses: int = 0, serves: float | None = None) -> None:
         self.capacity, self.misses, self.rates, self.spans = capacity, misses, [], []
+        self.serves = serves  # beyond capacity, the rate it serves (None: it keeps up, late)
 
     def prepare(self, config: BatcherConfig) -> None:
         pass
@@ -82,8 +83,9 @@ class FakeServer:
         if ok and self.misses:
             self.misses, ok = self.misses - 1, False
         p99 = 5.0 if ok else 50.0
+        served = rate if self.serves is None or rate <= self.capacity else min(rate, self.serves)
         return SimpleNamespace(
-            meets=lambda budget: ok, p99_ms=p99, throughput=rate, offered=rate, failed=0, label=label
+            meets=lambda budget: ok, p99_ms=p99, throughput=served, offered=rate, failed=0, label=label
         )
 
 
@@ -104,6 +106,18 @@ def test_a_disturbed_miss_is_measured_again_before_the_bracket_moves() -> None:
     server = FakeServer(capacity=1150.0, misses=1)
     entry = measured_max_rate(server, request, X1_8, 1500.0, steps=3, first=1000.0, floor=600.0)
     assert entry.rate >= 1100  # the first run at 1000/s missed, its repeat met: the search went up
+
+
+def test_a_miss_the_server_fell_far_behind_on_is_not_measured_again() -> None:
+    request = TuneRequest(10.0, seconds=20.0)
+    server = FakeServer(capacity=1150.0, serves=1200.0)  # beyond 1150/s it serves 1,200/s at most
+    entry = measured_max_rate(server, request, X1_8, 1500.0, steps=3, first=1000.0, floor=600.0)
+    assert 1100 <= entry.rate <= 1150  # 1000 ✓, 1250 ✗ (served 96%: twice), 1125 ✓, 1187 ✗ (twice)
+    assert len(entry.points) == 6
+    far = FakeServer(capacity=1150.0, serves=1000.0)
+    found = measured_max_rate(far, request, X1_8, 1500.0, steps=3, first=1000.0, floor=600.0)
+    assert found.rate == entry.rate  # the same search
+    assert len(found.points) == 4  # 1250/s served 80% and 1187/s 84%: each measured once
 
 
 class FakeServers(FakeServer):
@@ -143,6 +157,25 @@ def test_the_operating_rate_rests_on_what_the_shortlist_measured_not_the_predict
     assert sustained(pick(ranking, measured, TuneRequest(10.0)), measured) == 3626  # not 5180
     assert sustained(ranking[0], []) == 5180  # nothing measured: the prediction
     assert sustained(ranking[1], measured) == 4600  # measured 0 (missed): the prediction, not 0
+
+
+def test_after_a_whole_bracket_missed_the_next_is_bracketed_around_its_scaled_prediction() -> None:
+    request = TuneRequest(10.0, seconds=20.0)
+    x1_8_none = BatcherConfig(8, 0)
+    # the first misses its whole bracket (its lowest miss, 1,820/s, is 0.7 of its prediction); the
+    # second sustains 0.65 of its prediction: within its own bracket (0.6-1.5x) only below 0.7x, where
+    # the bisection from its prediction never gets (1.0, 0.8, 0.7x)
+    servers = FakeServers({X2_8: 1200.0, X1_32: 1625.0, x1_8_none: 1500.0})
+    listed = [ranked(X2_8, 2600), ranked(X1_32, 2500), ranked(x1_8_none, 2400)]
+    measured = {e.config: e for e in measure_shortlist(servers, request, listed)}
+    assert measured[X2_8].rate == 0 and len(measured[X2_8].points) == 6
+    starts = dict(servers.sent)
+    scale = min(run.offered for run in measured[X2_8].points) / 2600
+    assert 0.68 < scale < 0.72
+    assert abs(servers.rates[starts[X1_32]] - scale * 2500) < 0.03 * 2500  # its scaled prediction
+    assert 1400 <= measured[X1_32].rate <= 1625  # met the budget: the leader
+    third = measured[x1_8_none]  # a challenger at the leader's rate, as before
+    assert third.missed_at == measured[X1_32].rate and len(third.points) == 2
 
 
 def test_when_nothing_met_the_budget_the_first_is_searched_below_its_lowest_miss() -> None:
