@@ -151,7 +151,7 @@ def test_the_whole_tuner_reports_one_cpu_wait_per_instance_count_and_operates_be
             len(found.runs_p99_ms) == 3
             and found.runs_p99_ms[0] == entry.passed_run.p99_ms <= request.budget_ms
         )
-        assert found.measured_p99_ms == sorted(found.runs_p99_ms)[1]
+        assert found.measured_p99_ms == min(found.runs_p99_ms[1:])  # measured again, not the lucky one
         assert numbers["recalibration"]["slice_s"] == found.slice_s
         assert "recalibrated on the pick at its sustained" in report
         assert all(p.probe_model for p in result.points_of(result.chosen))
