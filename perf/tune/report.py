@@ -293,12 +293,9 @@ def _recalibration_line(result: TuneResult) -> str:
             "pick sustaining a rate to recalibrate on)."
         )
     return (
-        f"The predictions below use a CPU-wait slice for ×{found.instances} recalibrated on the pick "
-        f"at its sustained {number(found.rate, 0)}/s, to reproduce p99 {number(found.measured_p99_ms)} "
-        f"ms, the least disturbed of the runs measured there again after the verification's first pass "
-        f"of the pick (the shortlist's run there, which passed by selection, then those: "
-        f"{', '.join(number(p99) for p99 in found.runs_p99_ms)} ms): {number(1e3 * found.slice_s, 3)} ms, "
-        "where the probe's "
+        f"The predictions below use a CPU-wait slice for ×{found.instances} recalibrated on the "
+        f"shortlist's run of the pick at {number(found.rate, 0)}/s (measured p99 "
+        f"{number(found.measured_p99_ms)} ms): {number(1e3 * found.slice_s, 3)} ms, where the probe's "
         f"runs (no delay, 10/40/70% of saturation) gave {number(1e3 * found.probe_slice_s, 3)} ms (a "
         "slice only adds wait: 0 where the simulation alone was already slower than the server); the "
         "column *pred p99, probe's slice* keeps the probe's (`perf.tune.tuner.recalibrate`)."

@@ -12,7 +12,7 @@ from __future__ import annotations
 import dataclasses
 import logging
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -28,7 +28,6 @@ from perf.tune.session import Observed, TuneSession
 
 log = logging.getLogger(__name__)
 Step = Callable[[str], None]
-CALIBRATION_REPEATS = 2  # runs of the pick at its sustained rate to recalibrate on (the least disturbed)
 
 
 @dataclass(frozen=True)
@@ -77,15 +76,14 @@ class Ranked:
 
 @dataclass(frozen=True)
 class Recalibration:
-    """The chosen configuration's CPU-wait slice, calibrated again at the rate the shortlist measured
-    it to sustain (the verification operates at 85% of that rate)."""
+    """The chosen configuration's CPU-wait slice, calibrated again on the run in which the shortlist
+    measured it to sustain its rate (the verification operates at 85% of that rate)."""
 
     instances: int
-    rate: float  # the sustained rate
-    measured_p99_ms: float  # the p99 the slice makes the simulation reproduce (see ``recalibrate``)
+    rate: float  # the sustained rate of that run
+    measured_p99_ms: float  # its p99, which the slice makes the simulation reproduce
     probe_slice_s: float
     slice_s: float
-    runs_p99_ms: tuple[float, ...] = ()  # the shortlist's passing run first, then the runs measured again
 
 
 @dataclass
@@ -150,22 +148,12 @@ def predict_point(
     return point
 
 
-def measure_at(
-    session: TuneSession, request: TuneRequest, config: BatcherConfig, rate: float, purpose: str = ""
-) -> Observed:
-    """One open loop of ``config`` at ``rate``, on the very arrival times its prediction uses."""
-    arrivals = arrival_array(request.load(rate), request.seconds)
-    session.prepare(config)
-    return session.open_loop(arrivals, f"{purpose}{config.label} @ {rate:.0f}/s")
-
-
 def measure_point(session: TuneSession, request: TuneRequest, point: Point) -> None:
     """Measure ``point`` once more, on the very arrival times its prediction used."""
-    point.repeats.append(measure_at(session, request, point.config, point.rate))
-    log_point(point, point.repeats[-1])
-
-
-def log_point(point: Point, run: Observed) -> None:
+    arrivals = arrival_array(request.load(point.rate), request.seconds)
+    session.prepare(point.config)
+    run = session.open_loop(arrivals, f"{point.config.label} @ {point.rate:.0f}/s")
+    point.repeats.append(run)
     log.info(
         "%s: predicted p99 %.1f ms, measured %.1f ms (%.0f/s sent, %.0f/s served)",
         run.label,
@@ -215,78 +203,35 @@ def tune(
     operating = request.rate or 0.85 * capacity
     result = TuneResult(request, probe_result, ranking, chosen.config, operating, predict_s)
     result.shortlist, result.shortlist_s = measured, time.perf_counter() - started
+    result.recalibration = recalibrate(probe_result, request, chosen.config, measured)
+    verifying = recalibrated(probe_result, result.recalibration)
     started = time.perf_counter()
     step(f"verifying {chosen.config.label} on the server")
     reference = capacity or operating
     rates = sorted({operating, *(f * reference for f in verify_fractions)})
-    spots = [(chosen.config, rate) for rate in rates]
+    result.points = [predict_point(verifying, request, chosen.config, rate) for rate in rates]
     for config in neighbours(chosen.config, grid):
-        spots += [(config, f * reference) for f in neighbour_fractions]
-    runs: list[list[Observed]] = [[] for _ in spots]
-    entry, again = passing_entry(chosen.config, measured), []
+        result.points += [
+            predict_point(verifying, request, config, f * reference) for f in neighbour_fractions
+        ]
+    for point in result.points:
+        if verifying is not probe_result and point.config.instances == chosen.config.instances:
+            point.probe_model = predict_point(probe_result, request, point.config, point.rate).predicted
     for repeat in range(repeats):  # whole passes, so the repeats of one point are a minute apart
-        step(f"measuring {len(spots)} points, pass {repeat + 1}/{repeats}")
-        for index, (config, rate) in enumerate(spots):
-            runs[index].append(measure_at(session, request, config, rate))
-            if repeat == 0 and index == len(rates) - 1 and entry is not None:
-                again = measure_again(session, request, entry)  # the pick warm, after its first pass
-    result.recalibration = recalibrate(probe_result, request, chosen.config, measured, again)
-    verifying = recalibrated(probe_result, result.recalibration)
-    for (config, rate), repeated in zip(spots, runs, strict=True):
-        point = predict_point(verifying, request, config, rate)
-        point.repeats = repeated
-        if verifying is not probe_result and config.instances == chosen.config.instances:
-            point.probe_model = predict_point(probe_result, request, config, rate).predicted
-        for run in repeated:
-            log_point(point, run)
-        result.points.append(point)
+        step(f"measuring {len(result.points)} points, pass {repeat + 1}/{repeats}")
+        for point in result.points:
+            measure_point(session, request, point)
     for config in {p.config for p in result.points}:
         result.measured_rate[config] = sustainable_from(result.points_of(config), request.budget_ms)
     result.verify_s = time.perf_counter() - started
     return result
 
 
-def passing_entry(chosen: BatcherConfig, measured: list[SweepEntry]) -> SweepEntry | None:
-    """The shortlist's entry in which ``chosen`` met the budget at its sustained rate, if any."""
-    return next((e for e in measured if e.config == chosen and e.passed_run is not None), None)
-
-
-def measure_again(
-    session: TuneSession, request: TuneRequest, entry: SweepEntry, repeats: int = CALIBRATION_REPEATS
-) -> list[Observed]:
-    """The pick measured ``repeats`` more times at its sustained rate, on the arrivals of the
-    shortlist's run there: a calibration target the search did not select.
-
-    The shortlist's run at the sustained rate is the one that met the budget there (the search keeps
-    the highest passing rate), so its p99 is a lucky draw: in exhaustive runs 16-20 the verification's
-    least disturbed of two repeats at the same rate a minute later was higher in four of five (median
-    ratio 1.19), and the prediction recalibrated on it alone came out 21% low twice. The tuner measures
-    these after the verification's first pass of the pick, not right after loading it: measured right
-    after its reload (run 21) the two came out at 20.1 and 16.3 ms where the verification's repeats at
-    the same rate, the pick loaded for a while, measured 10.0 and 9.3. Part of the verification's time,
-    not the tuner's: the pick is already made."""
-    arrivals = arrival_array(request.load(entry.rate), entry.point_s)
-    session.prepare(entry.config)
-    runs = []
-    for _ in range(repeats):
-        run = session.open_loop(arrivals, f"calibration {entry.config.label} @ {entry.rate:.0f}/s")
-        log.info("%s: p99 %.1f ms, served %.0f/s", run.label, run.p99_ms, run.throughput)
-        runs.append(run)
-    return runs
-
-
 def recalibrate(
-    probe_result: ProbeResult,
-    request: TuneRequest,
-    chosen: BatcherConfig,
-    measured: list[SweepEntry],
-    again: Sequence[Observed] = (),
+    probe_result: ProbeResult, request: TuneRequest, chosen: BatcherConfig, measured: list[SweepEntry]
 ) -> Recalibration | None:
-    """The chosen instance count's CPU-wait slice that reproduces the p99 of the least disturbed of
-    ``again`` (``measure_again``), the pick's runs at its sustained rate: the statistic the
-    verification reports (its least disturbed repeat), on runs the search did not select. Without
-    ``again``, the shortlist's passing run's. None when the shortlist did not see the pick sustain a
-    rate.
+    """The chosen instance count's CPU-wait slice that reproduces the p99 of the shortlist's run at the
+    pick's sustained rate; None when the shortlist did not see the pick sustain a rate.
 
     The probe calibrates each count's slice at 10/40/70% of saturation with the batcher of no delay,
     and those slices scatter 5-20x between loads: one M/M/c slice does not describe this machine's
@@ -297,24 +242,22 @@ def recalibrate(
     stays 0 and the prediction stays the probe's (run 12: +29%; scaling the service times down to fit
     instead gave -29%, near saturation p99 moves several-fold with a few percent of capacity). The
     ranking keeps the probe's slices (it comes before the shortlist); the report shows both."""
-    entry = passing_entry(chosen, measured)
+    entry = next((e for e in measured if e.config == chosen and e.passed_run is not None), None)
     cpu = probe_result.cpu.get(chosen.instances)
     if entry is None or entry.passed_run is None or cpu is None:
         return None
     arrivals = arrival_array(request.load(entry.rate), entry.point_s)
-    runs = (entry.passed_run.p99_ms, *(run.p99_ms for run in again))
-    target = min(runs[1:]) if again else runs[0]
+    target = entry.passed_run.p99_ms
     found = slice_for(arrivals, chosen, service_for(probe_result, chosen), cpu, target)
     log.info(
-        "CPU wait slice for x%d recalibrated at %.0f/s (p99 %.1f ms; runs %s): %.3f ms (probe: %.3f ms)",
+        "CPU wait slice for x%d recalibrated at %.0f/s (p99 %.1f ms): %.3f ms (probe: %.3f ms)",
         chosen.instances,
         entry.rate,
         target,
-        ", ".join(f"{p99:.1f}" for p99 in runs),
         1e3 * found,
         1e3 * cpu.slice_s,
     )
-    return Recalibration(chosen.instances, entry.rate, target, cpu.slice_s, found, runs)
+    return Recalibration(chosen.instances, entry.rate, target, cpu.slice_s, found)
 
 
 def recalibrated(probe_result: ProbeResult, recalibration: Recalibration | None) -> ProbeResult:

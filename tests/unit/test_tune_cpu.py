@@ -168,29 +168,3 @@ def test_the_pick_is_recalibrated_on_its_shortlist_run_and_only_its_instance_cou
     missed = SweepEntry(config, 0.0, [run], 10.0, missed_at=1500, point_s=3.0)
     assert recalibrate(probed, request, config, [missed]) is None
     assert recalibrated(probed, None) is probed
-
-
-def test_the_recalibration_targets_the_least_disturbed_run_measured_again_not_the_shortlists() -> None:
-    """The shortlist's run at the sustained rate passed by selection (here: as if the slice were
-    0.3 ms); the two runs measured again there saw 3 and 1.5 ms. The target is the least disturbed
-    of those two (the statistic the verification reports), not the lucky one, and every run's p99 is
-    kept in the order measured."""
-    cpu = CpuModel(0.05, 600e-6, 0.0, cores=2, slice_s=0.0002)
-    service = ServiceModel(0.001, 0.0002, per_request_s=50e-6, cpu=cpu)
-    probed = ProbeResult({1: service}, {}, 0.0, {}, tails={1: service}, cpu={1: cpu})
-    config, request = BatcherConfig(8, 0), TuneRequest(10.0)
-    arrivals = arrival_array(request.load(1500), 3.0)
-
-    def run_with(slice_s: float) -> SimpleNamespace:
-        model = dataclasses.replace(service, cpu=dataclasses.replace(cpu, slice_s=slice_s))
-        return SimpleNamespace(p99_ms=simulate(arrivals, config, model).p99_ms())
-
-    lucky, again = run_with(0.0003), [run_with(0.003), run_with(0.0015)]
-    assert lucky.p99_ms < again[1].p99_ms < again[0].p99_ms
-    entry = SweepEntry(config, 1500, [lucky], 10.0, passed_run=lucky, point_s=3.0)
-    found = recalibrate(probed, request, config, [entry], again)
-    assert found is not None and found.runs_p99_ms == (lucky.p99_ms, again[0].p99_ms, again[1].p99_ms)
-    assert found.measured_p99_ms == again[1].p99_ms
-    assert abs(found.slice_s - 0.0015) < 0.0001, found
-    alone = recalibrate(probed, request, config, [entry])
-    assert alone is not None and alone.slice_s < 0.0006 and alone.runs_p99_ms == (lucky.p99_ms,)
