@@ -4,10 +4,9 @@ tuner's shortlist.
 All three use one rule (``measured_max_rate``): a bisection on the offered rate, each point an open
 loop on the same Poisson arrivals the prediction used, a point that misses the budget measured once more
 (on a shared machine a miss can be a neighbour's doing, a pass cannot) unless the server fell far
-behind (``overloaded``). The brute force bisects the
-whole range ``(0, ceiling]`` for every candidate of the grid (what Model Analyzer does); the shortlist
-starts at the simulation's prediction and bisects a bracket around it, so it costs a few points per
-candidate instead of a sweep.
+behind (``overloaded``). The brute force bisects the whole range ``(0, ceiling]`` for every candidate
+of the grid (what Model Analyzer does); the shortlist starts at the simulation's prediction and
+bisects a bracket around it, so it costs a few points per candidate instead of a sweep.
 """
 
 from __future__ import annotations
