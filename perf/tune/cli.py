@@ -20,7 +20,7 @@ from perf.tune.overlay import write_overlay
 from perf.tune.pa_engine import unavailable_message
 from perf.tune.probe import served_capacity
 from perf.tune.session import TuneSession
-from perf.tune.tuner import TuneRequest, tune
+from perf.tune.tuner import P99_GOAL, TuneRequest, tune
 
 log = logging.getLogger(__name__)
 WORKDIR = Path(".run/tune")
@@ -197,6 +197,11 @@ def command_tune(args: argparse.Namespace, console) -> int:
         f"{number(n['predicted_max_rate'], 0)}/s, measured {number(n['measured_max_rate'], 0)}/s; "
         f"tuner {n['tuner_s']:.0f} s; engine {engine.name}; report {report}"
     )
+    if spread := n["repeat_spread"]:
+        console.print(
+            f"  repeats of one point a minute apart differ by ×{spread['median_ratio']:.2f} (median of "
+            f"{spread['points']} points; more than ×{1 + P99_GOAL:.1f} in {100 * spread['beyond_goal']:.0f}%)"
+        )
     return 0
 
 

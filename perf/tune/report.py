@@ -19,7 +19,7 @@ from perf.plots import _save
 from perf.tune.batcher_sim import BatcherConfig
 from perf.tune.measured import OVERLOADED, SHORTLIST_POINT_S, SweepEntry
 from perf.tune.report_probe import cpu_figures, probe_sections
-from perf.tune.tuner import TuneResult, relative_error
+from perf.tune.tuner import P99_GOAL, TuneResult, relative_error, repeat_spread
 
 Rematch = dict[BatcherConfig, list[SweepEntry]]
 
@@ -140,6 +140,7 @@ def figures(
         "predicted_p99_probe_slice_ms": operating.probe_model.p99_ms if operating.probe_model else None,
         "recalibration": dataclasses.asdict(result.recalibration) if result.recalibration else None,
         "measured_p99_each_repeat_ms": [r.p99_ms for r in operating.repeats],
+        "repeat_spread": dataclasses.asdict(spread) if (spread := repeat_spread(result.points)) else None,
         "per_request_ms": result.probe.per_request_ms,
         "per_batch_ms": result.probe.per_batch_ms,
         "served_unbatched_at_saturation": result.probe.unbatched.throughput
@@ -188,6 +189,8 @@ def write_report(
         f"{number(numbers['predicted_max_rate'], 0)}/s, "
         f"measured {number(numbers['measured_max_rate'], 0)}/s. "
         f"Load engine for every server figure: {engine}.",
+        "",
+        _repeat_spread_line(numbers),
         "",
         _recalibration_line(result),
         "",
@@ -283,6 +286,25 @@ def write_report(
     path = folder / "report.md"
     path.write_text("\n".join(lines) + "\n")
     return path
+
+
+def _repeat_spread_line(numbers: dict) -> str:
+    """The measurement's own reproducibility next to the prediction's error (``repeat_spread``)."""
+    spread, repeats = numbers["repeat_spread"], numbers["measured_p99_each_repeat_ms"]
+    if spread is None:
+        return "No verification point was measured twice with both runs keeping up: no repeat spread."
+    verdict = (
+        f"more than {1 + P99_GOAL:.1f}× in {100 * spread['beyond_goal']:.0f}% of them: the goal of p99 "
+        f"within {100 * P99_GOAL:.0f}% is tighter than what one server run reproduces on this machine"
+        if spread["beyond_goal"]
+        else f"none more than {1 + P99_GOAL:.1f}×"
+    )
+    return (
+        f"How reproducible the measurement is: at the operating point the repeats measured "
+        f"{', '.join(number(p99) for p99 in repeats)} ms (the least disturbed counts); over the "
+        f"{spread['points']} verification points measured twice, a minute apart on the same arrivals, "
+        f"the higher p99 was {spread['median_ratio']:.2f}× the lower (median), {verdict}."
+    )
 
 
 def _recalibration_line(result: TuneResult) -> str:

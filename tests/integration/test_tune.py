@@ -143,6 +143,8 @@ def test_the_whole_tuner_reports_one_cpu_wait_per_instance_count_and_operates_be
     expected = measured[0] if measured else next(r.rate for r in result.ranking if r.config == result.chosen)
     assert abs(result.operating_rate - 0.85 * expected) < 1.0, (result.operating_rate, expected)
     report = (tmp_path / "report.md").read_text()
+    spread = numbers["repeat_spread"]  # repeats=1: no point measured twice
+    assert spread is None and "no repeat spread" in report
     found = result.recalibration
     if measured:  # the pick's slice, calibrated again on the shortlist's run at its sustained rate
         entry = next(e for e in result.shortlist if e.config == result.chosen)
