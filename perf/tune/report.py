@@ -315,9 +315,11 @@ def _recalibration_line(result: TuneResult) -> str:
             "pick sustaining a rate to recalibrate on)."
         )
     return (
-        f"The predictions below use a CPU-wait slice for ×{found.instances} recalibrated on the "
-        f"shortlist's run of the pick at {number(found.rate, 0)}/s (measured p99 "
-        f"{number(found.measured_p99_ms)} ms): {number(1e3 * found.slice_s, 3)} ms, where the probe's "
+        f"The predictions below use a CPU-wait slice for ×{found.instances} recalibrated so that the "
+        f"simulated p99 at the pick's sustained {number(found.rate, 0)}/s is the budget, "
+        f"{number(found.target_p99_ms)} ms (the bisection places that rate where p99 crosses the budget; "
+        f"the shortlist's run there, which passed by selection, measured {number(found.measured_p99_ms)} "
+        f"ms): {number(1e3 * found.slice_s, 3)} ms, where the probe's "
         f"runs (no delay, 10/40/70% of saturation) gave {number(1e3 * found.probe_slice_s, 3)} ms (a "
         "slice only adds wait: 0 where the simulation alone was already slower than the server); the "
         "column *pred p99, probe's slice* keeps the probe's (`perf.tune.tuner.recalibrate`)."

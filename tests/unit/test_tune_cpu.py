@@ -142,24 +142,27 @@ def test_each_instance_count_gets_the_slice_its_own_runs_ask_for() -> None:
         )
 
 
-def test_the_pick_is_recalibrated_on_its_shortlist_run_and_only_its_instance_count() -> None:
-    """The run at which the shortlist measured the pick to sustain its rate was made (here) with a
-    1.5 ms slice where the probe's runs gave 0.2: the verification predicts with the recalibrated
-    slice for the pick's instance count, other counts and the probe's own models stay as they were."""
+def test_the_pick_is_recalibrated_to_the_budget_at_its_sustained_rate_and_only_its_instance_count() -> None:
+    """The budget is the p99 a 1.5 ms slice gives at the rate the shortlist measured the pick to
+    sustain, where the probe's runs gave 0.2 and the shortlist's passing run (a lucky draw) measured
+    less: the verification predicts with the 1.5 ms slice for the pick's instance count, other counts
+    and the probe's own models stay as they were."""
     cpu = CpuModel(0.05, 600e-6, 0.0, cores=2)
     probe_cpu = {1: dataclasses.replace(cpu, slice_s=0.0002), 2: dataclasses.replace(cpu, slice_s=0.0007)}
     service = ServiceModel(0.001, 0.0002, per_request_s=50e-6)
     services = {n: dataclasses.replace(service, cpu=model) for n, model in probe_cpu.items()}
     probed = ProbeResult(services, {}, 0.0, {}, tails=dict(services), cpu=probe_cpu)
-    config, request = BatcherConfig(8, 0), TuneRequest(10.0)
-    arrivals = arrival_array(request.load(1500), 3.0)
+    config = BatcherConfig(8, 0)
+    arrivals = arrival_array(TuneRequest(10.0).load(1500), 3.0)
     truth = simulate(
         arrivals, config, dataclasses.replace(service, cpu=dataclasses.replace(cpu, slice_s=0.0015))
     )
-    run = SimpleNamespace(p99_ms=truth.p99_ms())
+    request = TuneRequest(truth.p99_ms())
+    run = SimpleNamespace(p99_ms=0.8 * truth.p99_ms())
     entry = SweepEntry(config, 1500, [run], 10.0, passed_run=run, point_s=3.0)
     found = recalibrate(probed, request, config, [entry])
     assert found is not None and found.instances == 1 and found.rate == 1500
+    assert found.target_p99_ms == request.budget_ms and found.measured_p99_ms == run.p99_ms
     assert abs(found.slice_s - 0.0015) < 0.0001 and found.probe_slice_s == 0.0002
     verifying = recalibrated(probed, found)
     assert verifying.services[1].cpu.slice_s == verifying.tails[1].cpu.slice_s == found.slice_s
