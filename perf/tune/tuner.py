@@ -315,8 +315,8 @@ def sustained(chosen: Ranked, measured: list[SweepEntry]) -> float:
 class RepeatSpread:
     """How far the two repeats of one verification point (a minute apart, same arrivals) disagree:
     the measurement's own reproducibility, the yardstick for the prediction's error. Measured over
-    the verifications of exhaustive runs 16-22 (70 points): the higher p99 over the lower, median
-    1.23, more than 1.4 in 40% of points; a prediction cannot be held to less than that."""
+    the verifications of exhaustive runs 16-20, 23 and 24 (81 points): the higher p99 over the
+    lower, median 1.29, more than 1.4 in 41% of points; a prediction cannot be held to less than that."""
 
     points: int  # verification points measured at least twice, every repeat keeping up
     median_ratio: float  # higher p99 over lower, median over the points
