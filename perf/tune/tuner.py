@@ -76,8 +76,8 @@ class Ranked:
 
 @dataclass(frozen=True)
 class Recalibration:
-    """The chosen configuration's CPU-wait slice, calibrated again on the run in which the shortlist
-    measured it to sustain its rate (the verification operates at 85% of that rate)."""
+    """The chosen configuration's CPU-wait slice, calibrated again at the rate the shortlist measured
+    it to sustain (the verification operates at 85% of that rate), see ``recalibrate``."""
 
     instances: int
     rate: float  # the sustained rate of that run
