@@ -193,14 +193,16 @@ def command_tune(args: argparse.Namespace, console) -> int:
     n = numbers
     console.print(
         f"  p99 at {number(n['operating_rate'], 0)}/s: predicted {number(n['predicted_p99_ms'])} ms, "
-        f"measured {number(n['measured_p99_ms'])} ms; highest rate within the budget: predicted "
+        f"measured {number(n['measured_p99_ms'])} ms (median of {len(n['measured_p99_each_repeat_ms'])} "
+        f"runs); highest rate within the budget: predicted "
         f"{number(n['predicted_max_rate'], 0)}/s, measured {number(n['measured_max_rate'], 0)}/s; "
         f"tuner {n['tuner_s']:.0f} s; engine {engine.name}; report {report}"
     )
     if spread := n["repeat_spread"]:
         console.print(
-            f"  repeats of one point a minute apart differ by ×{spread['median_ratio']:.2f} (median of "
-            f"{spread['points']} points; more than ×{1 + P99_GOAL:.1f} in {100 * spread['beyond_goal']:.0f}%)"
+            f"  one run of a point and its run a pass later differ by ×{spread['median_ratio']:.2f} "
+            f"(median of {spread['points']} points; more than ×{1 + P99_GOAL:.1f} in "
+            f"{100 * spread['beyond_goal']:.0f}%)"
         )
     return 0
 

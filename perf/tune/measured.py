@@ -43,6 +43,7 @@ class SweepEntry:
     missed_at: float = 0.0  # a shortlist challenger that missed the leader's rate: its rate is below this
     passed_run: Observed | None = None  # the run that met the budget at ``rate``
     point_s: float = 0.0  # seconds of arrivals per point (``passed_run`` replayed these)
+    rates: list[float] = dataclasses.field(default_factory=list)  # the rate each of ``points`` offered
 
 
 def measured_max_rate(
@@ -64,7 +65,7 @@ def measured_max_rate(
     arrivals per point (the request's by default)."""
     started = time.perf_counter()
     session.prepare(config)
-    low, high, runs, passed, passed_run = floor, ceiling, [], 0.0, None
+    low, high, runs, rates, passed, passed_run = floor, ceiling, [], [], 0.0, None
     point_s = seconds or request.seconds
     for index in range(steps + 1):
         rate = first if index == 0 and first else (low + high) / 2
@@ -72,6 +73,7 @@ def measured_max_rate(
         for _attempt in range(2):  # a miss is measured once more: the same rule as verification's repeats
             run = session.open_loop(arrivals, f"{purpose} {config.label} @ {rate:.0f}/s")
             runs.append(run)
+            rates.append(rate)
             log.info(
                 "%s: p99 %.1f ms, served %.0f/s, %d failed", run.label, run.p99_ms, run.throughput, run.failed
             )
@@ -83,11 +85,11 @@ def measured_max_rate(
             low = rate
         elif challenge and index == 0:
             return SweepEntry(
-                config, 0.0, runs, time.perf_counter() - started, missed_at=rate, point_s=point_s
+                config, 0.0, runs, time.perf_counter() - started, rate, point_s=point_s, rates=rates
             )
         else:
             high = rate
-    return SweepEntry(config, passed, runs, time.perf_counter() - started, 0.0, passed_run, point_s)
+    return SweepEntry(config, passed, runs, time.perf_counter() - started, 0.0, passed_run, point_s, rates)
 
 
 def overloaded(run: Observed) -> bool:
@@ -247,6 +249,9 @@ def below_the_brackets(
         session, request, first.config, ceiling, steps, purpose="shortlist", seconds=seconds
     )
     merged = dataclasses.replace(
-        again, points=first.points + again.points, seconds=first.seconds + again.seconds
+        again,
+        points=first.points + again.points,
+        seconds=first.seconds + again.seconds,
+        rates=first.rates + again.rates,
     )
     return sorted([merged, *measured[1:]], key=lambda e: -e.rate)

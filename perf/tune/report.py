@@ -105,15 +105,15 @@ def figures(
     result: TuneResult, sweep: list[SweepEntry] | None, extra: dict, rematch: Rematch | None = None
 ) -> dict:
     """The report's numbers as JSON (what the README and the closing note quote)."""
-    operating = min(result.points_of(result.chosen), key=lambda p: abs(p.rate - result.operating_rate))
+    operating = result.operating_point
     chosen_rate = next(r for r in result.ranking if r.config == result.chosen).rate
     out = {
         "budget_ms": result.request.budget_ms,
         "chosen": result.chosen.label,
         "operating_rate": operating.rate,
         "predicted_p99_ms": operating.predicted.p99_ms,
-        "measured_p99_ms": operating.measured.p99_ms,
-        "p99_error": relative_error(operating.predicted.p99_ms, operating.measured.p99_ms),
+        "measured_p99_ms": operating.median_p99_ms,  # the median of its runs
+        "p99_error": relative_error(operating.predicted.p99_ms, operating.median_p99_ms),
         "predicted_max_rate": chosen_rate,
         "measured_max_rate": result.measured_rate.get(result.chosen, 0.0),
         "probe_s": result.probe.seconds,
@@ -140,7 +140,9 @@ def figures(
         "predicted_p99_probe_slice_ms": operating.probe_model.p99_ms if operating.probe_model else None,
         "recalibration": dataclasses.asdict(result.recalibration) if result.recalibration else None,
         "measured_p99_each_repeat_ms": [r.p99_ms for r in operating.repeats],
-        "repeat_spread": dataclasses.asdict(spread) if (spread := repeat_spread(result.points)) else None,
+        "repeat_spread": dataclasses.asdict(spread)
+        if (spread := repeat_spread(result.points, result.passes))
+        else None,
         "per_request_ms": result.probe.per_request_ms,
         "per_batch_ms": result.probe.per_batch_ms,
         "served_unbatched_at_saturation": result.probe.unbatched.throughput
@@ -185,7 +187,8 @@ def write_report(
         "(overlay in `overlay.yaml`, merged spec in `spec.tuned.yaml`). "
         f"Operating point {number(numbers['operating_rate'], 0)} requests/s: predicted p99 "
         f"{number(numbers['predicted_p99_ms'])} ms, measured {number(numbers['measured_p99_ms'])} ms "
-        f"({100 * numbers['p99_error']:+.0f}%). Highest rate within the budget: predicted "
+        f"(median of its {len(numbers['measured_p99_each_repeat_ms'])} runs; "
+        f"{100 * numbers['p99_error']:+.0f}%). Highest rate within the budget: predicted "
         f"{number(numbers['predicted_max_rate'], 0)}/s, "
         f"measured {number(numbers['measured_max_rate'], 0)}/s. "
         f"Load engine for every server figure: {engine}.",
@@ -289,21 +292,27 @@ def write_report(
 
 
 def _repeat_spread_line(numbers: dict) -> str:
-    """The measurement's own reproducibility next to the prediction's error (``repeat_spread``)."""
+    """The operating point's runs and the measurement's own reproducibility next to the prediction's
+    error (``repeat_spread``)."""
     spread, repeats = numbers["repeat_spread"], numbers["measured_p99_each_repeat_ms"]
+    runs = (
+        f"At the operating point the runs measured {', '.join(number(p99) for p99 in repeats)} ms "
+        "(their median counts)"
+    )
     if spread is None:
-        return "No verification point was measured twice with both runs keeping up: no repeat spread."
+        return (
+            f"{runs}; no verification point was measured in two passes with both runs keeping up: "
+            "no repeat spread."
+        )
     verdict = (
-        f": the goal of p99 within {100 * P99_GOAL:.0f}% is tighter than what one server run typically "
-        "reproduces on this machine"
+        f": one run is no yardstick for p99 within {100 * P99_GOAL:.0f}% on this machine"
         if spread["median_ratio"] > 1 + P99_GOAL
         else ""
     )
     return (
-        f"How reproducible the measurement is: at the operating point the repeats measured "
-        f"{', '.join(number(p99) for p99 in repeats)} ms (the least disturbed counts); over the "
-        f"{spread['points']} verification points measured twice, a minute apart on the same arrivals, "
-        f"the higher p99 was {spread['median_ratio']:.2f}× the lower (median), more than "
+        f"{runs}. How reproducible one run is: over the {spread['points']} verification points "
+        "measured in two passes (a pass apart, same arrivals, both keeping up), the higher p99 of their "
+        f"first runs was {spread['median_ratio']:.2f}× the lower (median), more than "
         f"{1 + P99_GOAL:.1f}× in {100 * spread['beyond_goal']:.0f}% of them{verdict}."
     )
 
@@ -315,15 +324,19 @@ def _recalibration_line(result: TuneResult) -> str:
             "The predictions below use the probe's CPU-wait slices (the shortlist did not measure the "
             "pick sustaining a rate to recalibrate on)."
         )
+    runs = ", ".join(
+        f"{number(run.p99_ms)} ms at {number(run.rate, 0)}/s → {number(1e3 * run.slice_s, 3)} ms"
+        for run in found.runs
+    )
     return (
-        f"The predictions below use a CPU-wait slice for ×{found.instances} recalibrated so that the "
-        f"simulated p99 at the pick's sustained {number(found.rate, 0)}/s is the budget, "
-        f"{number(found.target_p99_ms)} ms (the bisection places that rate where p99 crosses the budget; "
-        f"the shortlist's run there, which passed by selection, measured {number(found.measured_p99_ms)} "
-        f"ms): {number(1e3 * found.slice_s, 3)} ms, where the probe's "
-        f"runs (no delay, 10/40/70% of saturation) gave {number(1e3 * found.probe_slice_s, 3)} ms (a "
-        "slice only adds wait: 0 where the simulation alone already reached the budget there); the "
-        "column *pred p99, probe's slice* keeps the probe's (`perf.tune.tuner.recalibrate`)."
+        f"The predictions below use a CPU-wait slice for ×{found.instances} recalibrated on the "
+        f"shortlist's {len(found.runs)} runs of the pick that kept up (it sustained "
+        f"{number(found.rate, 0)}/s): each run's p99 gives the slice with which the simulation "
+        f"reproduces it on the same arrivals ({runs}), and their median, "
+        f"{number(1e3 * found.slice_s, 3)} ms, is the slice; the probe's runs (no delay, 10/40/70% of "
+        f"saturation) gave {number(1e3 * found.probe_slice_s, 3)} ms (a slice only adds wait: 0 where "
+        "the simulation alone was already slower than a run); the column *pred p99, probe's slice* "
+        "keeps the probe's (`perf.tune.tuner.recalibrate`)."
     )
 
 

@@ -97,6 +97,7 @@ def test_the_bracketed_search_starts_at_the_prediction_and_never_assumes_its_flo
     assert 1000 <= entry.rate <= 1150 and entry.rate >= 1100  # 1000, 1250 ✗, 1125 ✓, 1187 ✗
     assert len(entry.points) == 6  # every miss measured twice
     assert entry.passed_run is entry.points[3] and entry.point_s == 20.0  # the run that met 1125/s
+    assert entry.rates == [1000.0, 1250.0, 1250.0, 1125.0, 1187.5, 1187.5]  # each run's offered rate
     slow = measured_max_rate(FakeServer(capacity=100.0), request, X1_8, 1500.0, 3, 1000.0, 600.0)
     assert slow.rate == 0.0  # nothing in the bracket met the budget: 0, not the floor
 
