@@ -13,7 +13,7 @@ import pytest
 from perf.analyzer import read_analyzer_csv
 from perf.errors import StudyError
 from perf.target import Target
-from perf.tune.pa_engine import UNANSWERED, Export, records_from_export
+from perf.tune.pa_engine import UNANSWERED, WRAP_PAUSE_S, Export, records_from_export
 
 DATA = Path(__file__).resolve().parents[1] / "data"
 CLOSED = DATA / "perf_analyzer_2.41.0_closed_c2.json"
@@ -66,6 +66,23 @@ def test_arrivals_missing_from_the_export_are_failed_records(target: Target) -> 
     assert all(r.status == UNANSWERED and r.recv_s >= r.send_s for r in failed)
     with pytest.raises(StudyError, match="sent 139 requests for 10 arrivals"):
         records_from_export(export, target, "open", arrivals[:10].tolist())
+
+
+def test_a_schedule_played_again_after_its_closing_pause_is_cut_at_the_arrivals(target: Target) -> None:
+    """perf_analyzer plays the intervals file again when its windows outlast it (a saturation run,
+    the server's lag stretching them): requests sent after the last arrival plus the closing pause are
+    left out; the arrivals' own requests stay as sent."""
+    arrivals = np.loadtxt(DATA / "perf_analyzer_2.41.0_open_arrivals.txt")[:100]
+    export = Export.read(OPEN)
+    start, sends, receives = export.windows_ns[0], export.sends_ns.copy(), export.receives_ns.copy()
+    shift = int((arrivals[-1] + WRAP_PAUSE_S + 0.002) * 1e9) - int(sends[100] - start)
+    sends[100:] += shift  # the rest sent again after the pause
+    receives[100:] += shift
+    records = records_from_export(
+        Export(sends, receives, export.windows_ns), target, "open", arrivals.tolist()
+    )
+    assert len(records) == 100 and all(r.ok for r in records)
+    assert [r.send_s for r in records] == pytest.approx(((sends[:100] - start) / 1e9).tolist())
 
 
 def test_an_export_without_its_experiment_is_an_error(tmp_path: Path) -> None:
