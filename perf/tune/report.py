@@ -332,11 +332,11 @@ def _recalibration_line(result: TuneResult) -> str:
         f"The predictions below use a CPU-wait slice for ×{found.instances} recalibrated on the "
         f"shortlist's {len(found.runs)} runs of the pick that kept up (it sustained "
         f"{number(found.rate, 0)}/s): each run's p99 gives the slice with which the simulation "
-        f"reproduces it on the same arrivals ({runs}), and their median, "
-        f"{number(1e3 * found.slice_s, 3)} ms, is the slice; the probe's runs (no delay, 10/40/70% of "
-        f"saturation) gave {number(1e3 * found.probe_slice_s, 3)} ms (a slice only adds wait: 0 where "
-        "the simulation alone was already slower than a run); the column *pred p99, probe's slice* "
-        "keeps the probe's (`perf.tune.tuner.recalibrate`)."
+        f"reproduces it on the same arrivals ({runs}; 0 where the simulation alone already reaches "
+        f"it, a run left out), and the median of the others, {number(1e3 * found.slice_s, 3)} ms, is "
+        f"the slice; the probe's runs (no delay, 10/40/70% of saturation) gave "
+        f"{number(1e3 * found.probe_slice_s, 3)} ms; the column *pred p99, probe's slice* keeps the "
+        "probe's (`perf.tune.tuner.recalibrate`)."
     )
 
 

@@ -154,7 +154,8 @@ def test_the_whole_tuner_reports_one_cpu_wait_per_instance_count_and_operates_be
         runs = zip(entry.rates, entry.points, strict=True)
         kept = [(rate, run.p99_ms) for rate, run in runs if not overloaded(run)]
         assert [(run.rate, run.p99_ms) for run in found.runs] == kept and kept
-        assert found.slice_s == np.median([run.slice_s for run in found.runs])
+        informative = [run.slice_s for run in found.runs if run.slice_s > 0]
+        assert found.slice_s == (np.median(informative) if informative else 0.0)
         assert numbers["recalibration"]["slice_s"] == found.slice_s
         assert "recalibrated on the shortlist's" in report
         assert all(p.probe_model for p in result.points_of(result.chosen))

@@ -145,9 +145,10 @@ def test_each_instance_count_gets_the_slice_its_own_runs_ask_for() -> None:
 def test_the_pick_is_recalibrated_on_the_median_slice_of_its_kept_up_shortlist_runs_only() -> None:
     """Three shortlist runs of the pick kept up: one measured what a 1.5 ms slice gives at 1500/s,
     one (a lucky pass) 0.8x what it gives at 1200/s, one 1.4x at 1800/s; each run's own slice
-    reproduces its p99, and their median (the 1500/s run's, 1.5 ms) is the slice. A fourth run the
-    server fell far behind on (its p99 is its backlog) does not count. The verification predicts with
-    it for the pick's instance count; other counts and the probe's own models stay as they were."""
+    reproduces its p99, and their median (the 1500/s run's, 1.5 ms) is the slice. A run the server
+    fell far behind on (its p99 is its backlog) does not count, nor does one whose p99 the simulation
+    reaches without any wait (its slice is 0: it only says "at most 0"). The verification predicts
+    with it for the pick's instance count; other counts and the probe's own models stay as they were."""
     cpu = CpuModel(0.05, 600e-6, 0.0, cores=2)
     probe_cpu = {1: dataclasses.replace(cpu, slice_s=0.0002), 2: dataclasses.replace(cpu, slice_s=0.0007)}
     service = ServiceModel(0.001, 0.0002, per_request_s=50e-6)
@@ -161,15 +162,16 @@ def test_the_pick_is_recalibrated_on_the_median_slice_of_its_kept_up_shortlist_r
         p99 = simulate(arrival_array(request.load(rate), 3.0), config, truth).p99_ms()
         return SimpleNamespace(p99_ms=factor * p99, offered=rate, throughput=served or rate)
 
-    runs = [run(1500, 1.0), run(1200, 0.8), run(1800, 1.4), run(2400, 30.0, served=1000)]
+    runs = [run(1500, 1.0), run(1200, 0.8), run(1800, 1.4), run(2400, 30.0, served=1000), run(1800, 0.05)]
     entry = SweepEntry(
-        config, 1500, runs, 10.0, passed_run=runs[1], point_s=3.0, rates=[1500, 1200, 1800, 2400]
+        config, 1500, runs, 10.0, passed_run=runs[1], point_s=3.0, rates=[1500, 1200, 1800, 2400, 1800]
     )
     found = recalibrate(probed, request, config, [entry])
     assert found is not None and found.instances == 1 and found.rate == 1500
-    assert [(r.rate, r.p99_ms) for r in found.runs] == [(x.offered, x.p99_ms) for x in runs[:3]]
-    lucky, high = found.runs[1].slice_s, found.runs[2].slice_s
-    assert lucky < 0.0012 and high > 0.0018  # each run's own slice
+    kept = [runs[0], runs[1], runs[2], runs[4]]  # the overloaded run is not one of them
+    assert [(r.rate, r.p99_ms) for r in found.runs] == [(x.offered, x.p99_ms) for x in kept]
+    lucky, high, reached = (found.runs[k].slice_s for k in (1, 2, 3))
+    assert lucky < 0.0012 and high > 0.0018 and reached == 0.0  # each run's own slice
     assert abs(found.slice_s - 0.0015) < 0.0001 and found.probe_slice_s == 0.0002
     verifying = recalibrated(probed, found)
     assert verifying.services[1].cpu.slice_s == verifying.tails[1].cpu.slice_s == found.slice_s
