@@ -285,11 +285,12 @@ def recalibrate(
     4,075/s: +39%). The pick's shortlist runs (4-6, around the crossing: passes, misses and the misses'
     repeats alike) each give a slice, and their median is what a typical run there needs. A run the
     simulation already reaches without any wait (near saturation, where its queue grows faster than
-    the server's) says nothing about the slice, only that it is at most 0: counted, it pulled the
-    median to 0 in run 28 (two of five runs at 5,672/s: 0.021 ms, the operating point -53% against
-    its median of six runs; without them -19%). Offline over runs 16-20, 23-25 and 27-29, each
-    prediction against the median of the verification's kept-up runs at 0.7-1.0 of the sustained rate
-    (3 s of arrivals, as verified): within 20% in 7 of 11, as with the budget as target (7 of 11).
+    the server's) says nothing about the slice, only that it is at most 0: counted, such runs pulled
+    the median to 0.021 ms in run 28 (two of five, the operating point -52% against the median of its
+    six runs; without them -19% offline) and to 0 in run 30 (three of five: -48%; without them -26%).
+    Offline over runs 16-20, 23-25 and 27-30, each prediction against the median of the
+    verification's kept-up runs at 0.7-1.0 of the sustained rate (3 s of arrivals, as verified):
+    within 20% in 7 of 12, as with the budget as target (7 of 12).
     Runs measured again at the sustained rate made it worse (right after the pick's reload 20.1/16.3
     ms where the verification measured 10.0/9.3; after an overloaded point 106/161 ms). The ranking
     keeps the probe's slices (it comes before the shortlist); the report shows both."""
