@@ -198,6 +198,12 @@ def command_tune(args: argparse.Namespace, console) -> int:
         f"{number(n['predicted_max_rate'], 0)}/s, measured {number(n['measured_max_rate'], 0)}/s; "
         f"tuner {n['tuner_s']:.0f} s; engine {engine.name}; report {report}"
     )
+    if confirmation := n["confirmation"]:
+        runs = ", ".join(
+            f"{number(r['p99_ms'])} ms at {number(r['rate'], 0)}/s" for r in confirmation["runs"]
+        )
+        state = "confirmed" if confirmation["confirmed"] else "not confirmed (every rate tried missed)"
+        console.print(f"  operating rate {number(confirmation['rate'], 0)}/s {state}: {runs}")
     if spread := n["repeat_spread"]:
         console.print(
             f"  one run of a point and its run a pass later differ by ×{spread['median_ratio']:.2f} "

@@ -17,7 +17,8 @@ import matplotlib.pyplot as plt
 from perf.markdown import number, table
 from perf.plots import _save
 from perf.tune.batcher_sim import BatcherConfig
-from perf.tune.measured import OVERLOADED, SHORTLIST_POINT_S, SweepEntry
+from perf.tune.measured import OVERLOADED, SHORTLIST_POINT_S, SHORTLIST_REPEAT_WITHIN, SweepEntry
+from perf.tune.operating import CONFIRM_RUNS, CONFIRM_STEPS, OPERATING_SHARE, Confirmation
 from perf.tune.report_probe import cpu_figures, probe_sections
 from perf.tune.tuner import P99_GOAL, TuneResult, relative_error, repeat_spread
 
@@ -119,6 +120,7 @@ def figures(
         "probe_s": result.probe.seconds,
         "predict_s": result.predict_s,
         "shortlist_s": result.shortlist_s,
+        "confirm_s": result.confirm_s,
         "tuner_s": result.tuner_s,
         "model_pick": result.model_pick.label,
         "shortlist": [
@@ -132,6 +134,7 @@ def figures(
             }
             for e in result.shortlist
         ],
+        "confirmation": _confirmation_figures(result.confirmation),
         "verify_s": result.verify_s,
         "fit": {n: {"t_ms": f.t_ms, "dt_ms": f.dt_ms, "r2": f.r2} for n, f in result.probe.fits.items()},
         "overhead_ms": result.probe.overhead_ms,
@@ -206,6 +209,7 @@ def write_report(
         f"Probe time {probe.seconds:.1f} s (reloads included); "
         f"prediction of {len(result.ranking)} candidates "
         f"took {result.predict_s:.1f} s of CPU; shortlist {result.shortlist_s:.1f} s; "
+        f"confirmation {result.confirm_s:.1f} s; "
         f"verification {result.verify_s:.1f} s.",
         "",
         *probe_sections(probe),
@@ -330,13 +334,13 @@ def _recalibration_line(result: TuneResult) -> str:
     )
     return (
         f"The predictions below use a CPU-wait slice for ×{found.instances} recalibrated on the "
-        f"shortlist's {len(found.runs)} runs of the pick that kept up (it sustained "
-        f"{number(found.rate, 0)}/s): each run's p99 gives the slice with which the simulation "
-        f"reproduces it on the same arrivals ({runs}; 0 where the simulation alone already reaches "
-        f"it, a run left out), and the median of the others, {number(1e3 * found.slice_s, 3)} ms, is "
-        f"the slice; the probe's runs (no delay, 10/40/70% of saturation) gave "
-        f"{number(1e3 * found.probe_slice_s, 3)} ms; the column *pred p99, probe's slice* keeps the "
-        "probe's (`perf.tune.tuner.recalibrate`)."
+        f"tuner's {len(found.runs)} runs of the pick that kept up (shortlist, then confirmation; the "
+        f"shortlist measured it to sustain {number(found.rate, 0)}/s): each run's p99 gives the slice "
+        f"with which the simulation reproduces it on the same arrivals ({runs}; 0 where the "
+        "simulation alone already reaches it, a run left out), and the median of the others, "
+        f"{number(1e3 * found.slice_s, 3)} ms, is the slice; the probe's runs (no delay, 10/40/70% of "
+        f"saturation) gave {number(1e3 * found.probe_slice_s, 3)} ms; the column *pred p99, probe's "
+        "slice* keeps the probe's (`perf.tune.tuner.recalibrate`)."
     )
 
 
@@ -377,7 +381,8 @@ def _shortlist_lines(result: TuneResult) -> list[str]:
         f"of the first {result.request.baselines} families where the model preferred a longer one (its "
         "costs favour delay), measured in that order with the brute force's own rule "
         f"({SHORTLIST_POINT_S:g} s points; a miss measured twice unless the server served under "
-        f"{OVERLOADED:.0%} of the offered rate): the first in a bracket of 0.6–1.5× its predicted rate, "
+        f"{OVERLOADED:.0%} of the offered rate or its p99 was beyond {SHORTLIST_REPEAT_WITHIN:g}× the "
+        "budget): the first in a bracket of 0.6–1.5× its predicted rate, "
         "first at the prediction (until one meets the budget, a candidate that missed its whole bracket "
         "scales the later brackets down by its lowest miss over its prediction); each later one first "
         "at the leader's rate, where a miss ends "
@@ -398,6 +403,45 @@ def _shortlist_lines(result: TuneResult) -> list[str]:
                 for e in result.shortlist
             ],
         ),
+        *_confirmation_lines(result.confirmation),
+    ]
+
+
+def _confirmation_figures(confirmation: Confirmation | None) -> dict | None:
+    if confirmation is None:
+        return None
+    return {
+        "rate": confirmation.rate,
+        "confirmed": confirmation.confirmed,
+        "runs": [
+            {"rate": rate, "p99_ms": run.p99_ms, "served": run.throughput, "failed": run.failed}
+            for rate, run in zip(confirmation.rates, confirmation.runs, strict=True)
+        ],
+        "seconds": confirmation.seconds,
+    }
+
+
+def _confirmation_lines(confirmation: Confirmation | None) -> list[str]:
+    if confirmation is None:
+        return []
+    runs = "; ".join(
+        f"{number(rate, 0)}/s: {number(run.p99_ms)} ms"
+        for rate, run in zip(confirmation.rates, confirmation.runs, strict=True)
+    )
+    verdict = (
+        f"the tuner operates at {number(confirmation.rate, 0)}/s"
+        if confirmation.confirmed
+        else f"no rate tried met it: the tuner operates at the last, {number(confirmation.rate, 0)}/s, "
+        "unconfirmed"
+    )
+    return [
+        "",
+        "The operating point, confirmed (`perf.tune.operating`): the pick measured at "
+        f"{OPERATING_SHARE:.0%} of the rate it sustained, two runs and a third where they disagreed (a "
+        f"majority of {CONFIRM_RUNS} decides), {OPERATING_SHARE:.0%} of that again while the majority "
+        f"missed the budget (at most {CONFIRM_STEPS} steps down): {runs}; {verdict} "
+        f"({confirmation.seconds:.0f} s, counted in the tuner's time). These runs count in the "
+        "recalibration too: the only ones measured at the rate the prediction is judged at.",
     ]
 
 

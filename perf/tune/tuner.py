@@ -22,6 +22,7 @@ from perf.loads import Load, poisson
 from perf.tune.batcher_sim import BatcherConfig, ServiceModel
 from perf.tune.candidates import Grid, neighbours
 from perf.tune.measured import SweepEntry, below_the_brackets, measure_shortlist, overloaded, shortlist
+from perf.tune.operating import OPERATING_SHARE, Confirmation, confirm
 from perf.tune.predict import Prediction, arrival_array, max_rate, predict
 from perf.tune.probe import ProbePlan, ProbeResult, probe, slice_for
 from perf.tune.session import Observed, TuneSession
@@ -82,10 +83,10 @@ class Ranked:
 
 
 @dataclass(frozen=True)
-class ShortlistRun:
-    """One run the shortlist measured the pick at, and the CPU-wait slice that makes the simulation
-    reproduce its p99 on the same arrivals (0: the simulation reaches it without any wait; such a run
-    is left out of the median)."""
+class PickRun:
+    """One run the tuner measured the pick at (shortlist or confirmation), and the CPU-wait slice that
+    makes the simulation reproduce its p99 on the same arrivals (0: the simulation reaches it without
+    any wait; such a run is left out of the median)."""
 
     rate: float
     p99_ms: float
@@ -94,12 +95,13 @@ class ShortlistRun:
 
 @dataclass(frozen=True)
 class Recalibration:
-    """The chosen configuration's CPU-wait slice, calibrated again on the shortlist's runs of it (the
-    verification operates at 85% of the rate they found it to sustain), see ``recalibrate``."""
+    """The chosen configuration's CPU-wait slice, calibrated again on the tuner's runs of it (the
+    shortlist's around the rate it sustained, the confirmation's at the operating rate), see
+    ``recalibrate``."""
 
     instances: int
     rate: float  # the sustained rate the shortlist measured
-    runs: tuple[ShortlistRun, ...]  # every run of the pick that kept up, in the order measured
+    runs: tuple[PickRun, ...]  # every run of the pick that kept up, in the order measured
     probe_slice_s: float
     slice_s: float  # the median of the runs' slices, over those above 0 (0 if none is)
 
@@ -119,6 +121,11 @@ class TuneResult:
     shortlist_s: float = 0.0
     recalibration: Recalibration | None = None
     passes: int = 0  # verification passes (each measures every point, see ``pass_order``)
+    confirmation: Confirmation | None = None  # the pick at its operating rate, before the verification
+
+    @property
+    def confirm_s(self) -> float:
+        return self.confirmation.seconds if self.confirmation else 0.0
 
     @property
     def model_pick(self) -> BatcherConfig:
@@ -127,8 +134,9 @@ class TuneResult:
 
     @property
     def tuner_s(self) -> float:
-        """What the pick cost in measurement: probe, prediction and shortlist (not the verification)."""
-        return self.probe.seconds + self.predict_s + self.shortlist_s
+        """What the pick cost in measurement: probe, prediction, shortlist and the operating point's
+        confirmation (not the verification)."""
+        return self.probe.seconds + self.predict_s + self.shortlist_s + self.confirm_s
 
     def points_of(self, config: BatcherConfig) -> list[Point]:
         return sorted((p for p in self.points if p.config == config), key=lambda p: p.rate)
@@ -237,11 +245,15 @@ def tune(
     measured = below_the_brackets(session, request, measured, step)
     chosen = pick(ranking, measured, request)
     capacity = sustained(chosen, measured)
-    operating = request.rate or 0.85 * capacity
+    shortlist_s = time.perf_counter() - started
+    confirmation = None
+    if not request.rate and any(e.config == chosen.config and e.rate > 0 for e in measured):
+        confirmation = confirm(session, chosen.config, capacity, request.budget_ms, request.load, step)
+    operating = request.rate or (confirmation.rate if confirmation else OPERATING_SHARE * capacity)
     result = TuneResult(request, probe_result, ranking, chosen.config, operating, predict_s)
-    result.shortlist, result.shortlist_s = measured, time.perf_counter() - started
+    result.shortlist, result.shortlist_s, result.confirmation = measured, shortlist_s, confirmation
     started = time.perf_counter()
-    result.recalibration = recalibrate(probe_result, request, chosen.config, measured)
+    result.recalibration = recalibrate(probe_result, request, chosen.config, measured, confirmation)
     verifying = recalibrated(probe_result, result.recalibration)
     result.predict_s += time.perf_counter() - started  # computation, counted with the prediction
     started = time.perf_counter()
@@ -268,12 +280,17 @@ def tune(
 
 
 def recalibrate(
-    probe_result: ProbeResult, request: TuneRequest, chosen: BatcherConfig, measured: list[SweepEntry]
+    probe_result: ProbeResult,
+    request: TuneRequest,
+    chosen: BatcherConfig,
+    measured: list[SweepEntry],
+    confirmation: Confirmation | None = None,
 ) -> Recalibration | None:
-    """The chosen instance count's CPU-wait slice fitted to the shortlist's runs of the pick: for each
-    run that kept up, the slice with which the simulation reproduces its p99 on its arrivals; the
-    median of those slices over the runs that need one. None when the shortlist did not see the pick
-    sustain a rate.
+    """The chosen instance count's CPU-wait slice fitted to the tuner's runs of the pick (the
+    shortlist's, then the operating point's confirmation, ``perf.tune.operating``): for each run that
+    kept up, the slice with which the simulation reproduces its p99 on its arrivals; the median of
+    those slices over the runs that need one. None when the shortlist did not see the pick sustain a
+    rate.
 
     The probe calibrates each count's slice at 10/40/70% of saturation with the batcher of no delay,
     and those slices scatter 5-20x between loads: one M/M/c slice does not describe this machine's
@@ -299,19 +316,25 @@ def recalibrate(
     if entry is None or cpu is None:
         return None
     service = service_for(probe_result, chosen)
+    measured_runs = [(rate, run, entry.point_s) for rate, run in zip(entry.rates, entry.points, strict=True)]
+    if confirmation:
+        measured_runs += [
+            (rate, run, confirmation.point_s)
+            for rate, run in zip(confirmation.rates, confirmation.runs, strict=True)
+        ]
     runs = tuple(
-        ShortlistRun(
+        PickRun(
             rate,
             run.p99_ms,
-            slice_for(arrival_array(request.load(rate), entry.point_s), chosen, service, cpu, run.p99_ms),
+            slice_for(arrival_array(request.load(rate), point_s), chosen, service, cpu, run.p99_ms),
         )
-        for rate, run in zip(entry.rates, entry.points, strict=True)
+        for rate, run, point_s in measured_runs
         if not overloaded(run)
     )
     informative = [run.slice_s for run in runs if run.slice_s > 0]
     found = float(np.median(informative)) if informative else 0.0
     log.info(
-        "CPU wait slice for x%d recalibrated on %d shortlist runs (%s; 0: the simulation alone reaches "
+        "CPU wait slice for x%d recalibrated on %d runs of the pick (%s; 0: the simulation alone reaches "
         "it): %.3f ms (probe: %.3f ms)",
         chosen.instances,
         len(runs),
@@ -358,9 +381,10 @@ def pick(ranking: list[Ranked], measured: list[SweepEntry], request: TuneRequest
 
 def sustained(chosen: Ranked, measured: list[SweepEntry]) -> float:
     """The rate the tuner stands behind for ``chosen``: what the shortlist measured it to sustain,
-    else its predicted maximum. The operating point is 85% of it: placed at 85% of a prediction the
-    shortlist had measured 30% lower, the verification ran the pick beyond what it sustains (p99 30.6
-    ms at 4,403/s against 7.6 predicted), a point no user would run at."""
+    else its predicted maximum. The operating point is 85% of it, or lower where the confirmation
+    measured that to miss (``perf.tune.operating``): placed at 85% of a prediction the shortlist had
+    measured 30% lower, the verification ran the pick beyond what it sustains (p99 30.6 ms at 4,403/s
+    against 7.6 predicted), a point no user would run at."""
     return next((e.rate for e in measured if e.config == chosen.config and e.rate > 0), chosen.rate)
 
 

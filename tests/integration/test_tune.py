@@ -4,6 +4,7 @@ without a failed request, and perf_analyzer runs where it installs."""
 
 from __future__ import annotations
 
+import itertools
 import json
 from collections.abc import Iterator
 from pathlib import Path
@@ -21,6 +22,7 @@ from perf.tune.candidates import Grid
 from perf.tune.engine import LoadEngine
 from perf.tune.follow import follow_run, step_arrivals
 from perf.tune.measured import measure_shortlist, overloaded, shortlist
+from perf.tune.operating import verdict
 from perf.tune.overlay import write_overlay
 from perf.tune.predict import arrival_array
 from perf.tune.probe import ProbePlan, ProbeResult, probe
@@ -130,8 +132,9 @@ def test_the_whole_tuner_reports_one_cpu_wait_per_instance_count_and_operates_be
     session: TuneSession, tmp_path: Path
 ) -> None:
     """probe → predict → shortlist → pick → verify → report on the server, small: the report renders
-    from real figures, each instance count has its own CPU wait, and the operating point is 85% of the
-    rate the shortlist measured the pick to sustain (not of its prediction)."""
+    from real figures, each instance count has its own CPU wait, and the operating point is confirmed
+    on the server from 85% of the rate the shortlist measured the pick to sustain (not of its
+    prediction) down."""
     grid = Grid(delays_us=(0, 2000), max_batches=(8,), instances=(1, 2), no_batching=False)
     request = TuneRequest(20.0, grid=grid, seconds=1.0)
     plan = ProbePlan(concurrencies=(1, 8), seconds=1.0, raw_batch_sizes=(1, 8))
@@ -143,7 +146,24 @@ def test_the_whole_tuner_reports_one_cpu_wait_per_instance_count_and_operates_be
     assert set(numbers["cpu_model"]["slice_ms"]) == {"1", "2"}
     measured = [e.rate for e in result.shortlist if e.config == result.chosen and e.rate > 0]
     expected = measured[0] if measured else next(r.rate for r in result.ranking if r.config == result.chosen)
-    assert abs(result.operating_rate - 0.85 * expected) < 1.0, (result.operating_rate, expected)
+    confirmation = result.confirmation
+    if measured:  # confirmed on the server from 85% of the sustained rate down
+        assert confirmation is not None and abs(confirmation.rates[0] - 0.85 * expected) < 1.0
+        assert result.operating_rate == confirmation.rate
+        last = [
+            run
+            for rate, run in zip(confirmation.rates, confirmation.runs, strict=True)
+            if rate == confirmation.rate
+        ]
+        assert verdict(last, request.budget_ms) is confirmation.confirmed
+        steps = sorted(set(confirmation.rates), reverse=True)
+        assert all(abs(b - 0.85 * a) < 1.0 for a, b in itertools.pairwise(steps))
+        assert numbers["confirmation"]["rate"] == confirmation.rate and numbers["confirm_s"] > 0
+        assert "The operating point, confirmed" in (tmp_path / "report.md").read_text()
+    else:
+        assert confirmation is None and abs(result.operating_rate - 0.85 * expected) < 1.0
+    parts = result.probe.seconds + result.predict_s + result.shortlist_s + result.confirm_s
+    assert numbers["tuner_s"] == pytest.approx(parts)
     report = (tmp_path / "report.md").read_text()
     spread = numbers["repeat_spread"]  # repeats=1: no point measured in two passes
     assert spread is None and "no repeat spread" in report
@@ -153,13 +173,16 @@ def test_the_whole_tuner_reports_one_cpu_wait_per_instance_count_and_operates_be
     if measured:  # the pick's slice, calibrated again on its shortlist runs that kept up
         entry = next(e for e in result.shortlist if e.config == result.chosen)
         assert found is not None and found.rate == measured[0] and found.instances == result.chosen.instances
-        runs = zip(entry.rates, entry.points, strict=True)
+        runs = [
+            *zip(entry.rates, entry.points, strict=True),
+            *zip(confirmation.rates, confirmation.runs, strict=True),
+        ]
         kept = [(rate, run.p99_ms) for rate, run in runs if not overloaded(run)]
         assert [(run.rate, run.p99_ms) for run in found.runs] == kept and kept
         informative = [run.slice_s for run in found.runs if run.slice_s > 0]
         assert found.slice_s == (np.median(informative) if informative else 0.0)
         assert numbers["recalibration"]["slice_s"] == found.slice_s
-        assert "recalibrated on the shortlist's" in report
+        assert "recalibrated on the tuner's" in report
         assert all(p.probe_model for p in result.points_of(result.chosen))
     else:
         assert found is None and numbers["recalibration"] is None

@@ -14,6 +14,7 @@ from perf.loads import poisson
 from perf.tune.batcher_sim import BatcherConfig, ServiceModel, simulate
 from perf.tune.cpu import CpuModel, CpuTimes, busy_cores, erlang_c, fit_cpu_model
 from perf.tune.measured import SweepEntry
+from perf.tune.operating import Confirmation
 from perf.tune.predict import arrival_array, max_rate
 from perf.tune.probe import Calibration, ProbeResult, calibrate_cpu_wait, slice_for
 from perf.tune.tuner import TuneRequest, recalibrate, recalibrated
@@ -180,3 +181,12 @@ def test_the_pick_is_recalibrated_on_the_median_slice_of_its_kept_up_shortlist_r
     missed = SweepEntry(config, 0.0, runs[:1], 10.0, missed_at=1500, point_s=3.0, rates=[1500])
     assert recalibrate(probed, request, config, [missed]) is None
     assert recalibrated(probed, None) is probed
+    # the confirmation's runs at the operating rate count too: two at 1275/s measuring twice what
+    # the 1.5 ms slice gives there pull the median of three above 1.5 ms
+    doubled = tuple(run(1275, 2.0) for _ in range(2))
+    confirmation = Confirmation(1275, False, (1275, 1275), doubled, 3.0, 7.0)
+    with_confirmation = recalibrate(
+        probed, request, config, [dataclasses.replace(entry, points=runs[:1], rates=[1500])], confirmation
+    )
+    assert with_confirmation is not None and [r.rate for r in with_confirmation.runs] == [1500, 1275, 1275]
+    assert with_confirmation.slice_s > 0.0018

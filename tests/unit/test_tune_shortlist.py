@@ -15,6 +15,7 @@ from perf.tune.measured import (
     measured_max_rate,
     shortlist,
 )
+from perf.tune.operating import CONFIRM_STEPS, OPERATING_SHARE, Confirmation, confirm, verdict
 from perf.tune.predict import Prediction
 from perf.tune.tuner import Ranked, TuneRequest, pick, sustained
 
@@ -68,9 +69,12 @@ class FakeServer:
     """A server that meets the budget up to ``capacity`` requests/s, except for ``misses`` first runs
     at a rate that it would meet (a neighbour's burst): the search's rules, without a server."""
 
-    def __init__(self, capacity: float, misses: int = 0, serves: float | None = None) -> None:
+    def __init__(
+        self, capacity: float, misses: int = 0, serves: float | None = None, miss_p99: float = 15.0
+    ) -> None:
         self.capacity, self.misses, self.rates, self.spans = capacity, misses, [], []
         self.serves = serves  # beyond capacity, the rate it serves (None: it keeps up, late)
+        self.miss_p99 = miss_p99  # a miss's p99 (15: a near miss of the tests' 10 ms budget)
 
     def prepare(self, config: BatcherConfig) -> None:
         pass
@@ -82,7 +86,7 @@ class FakeServer:
         ok = rate <= self.capacity
         if ok and self.misses:
             self.misses, ok = self.misses - 1, False
-        p99 = 5.0 if ok else 50.0
+        p99 = 5.0 if ok else self.miss_p99
         served = rate if self.serves is None or rate <= self.capacity else min(rate, self.serves)
         return SimpleNamespace(
             meets=lambda budget: ok, p99_ms=p99, throughput=served, offered=rate, failed=0, label=label
@@ -124,8 +128,8 @@ def test_a_miss_the_server_fell_far_behind_on_is_not_measured_again() -> None:
 class FakeServers(FakeServer):
     """One capacity per configuration, set by ``prepare`` as the session's reload would."""
 
-    def __init__(self, capacities: dict[BatcherConfig, float]) -> None:
-        super().__init__(0.0)
+    def __init__(self, capacities: dict[BatcherConfig, float], miss_p99: float = 15.0) -> None:
+        super().__init__(0.0, miss_p99=miss_p99)
         self.capacities, self.sent = capacities, []
 
     def prepare(self, config: BatcherConfig) -> None:
@@ -195,3 +199,46 @@ def test_when_nothing_met_the_budget_the_first_is_searched_below_its_lowest_miss
     assert pick(listed, found, request).config == X2_8 and sustained(listed[0], found) == first.rate
     assert below_the_brackets(servers, request, found) is found  # something met: nothing more measured
     assert len(servers.rates) == before + len(first.points) - len(measured[0].points)
+
+
+def test_a_shortlist_miss_beyond_twice_the_budget_is_not_measured_again() -> None:
+    """The same search on the same server, its misses near (15 ms) or far (50 ms) beyond the 10 ms
+    budget: the shortlist repeats only the near ones (a far miss's repeat met the budget in 1 of 23
+    cases here); the brute force's rule (``measured_max_rate`` alone) repeats both."""
+    request = TuneRequest(10.0, seconds=20.0)
+    near_server, far_server = FakeServers({X1_8: 1150.0}), FakeServers({X1_8: 1150.0}, miss_p99=50.0)
+    near = measure_shortlist(near_server, request, [ranked(X1_8, 1000)], steps=3)[0]
+    far = measure_shortlist(far_server, request, [ranked(X1_8, 1000)], steps=3)[0]
+    assert near.rate == far.rate and 1100 <= far.rate <= 1150  # 1000 ✓, 1250 ✗, 1125 ✓, 1187 ✗
+    assert len(near.points) == 6 and len(far.points) == 4  # the two misses: twice, then once
+    assert len(far.rates) == len(far.points)
+    brute = measured_max_rate(FakeServer(1150.0, miss_p99=50.0), request, X1_8, 1500.0, 3, 1000.0, 600.0)
+    assert len(brute.points) == 6
+
+
+def confirming(capacity: float, misses: int = 0) -> tuple[FakeServer, Confirmation]:
+    server = FakeServer(capacity, misses=misses)
+    found = confirm(server, X1_8, 1000.0, 10.0, TuneRequest(10.0).load, point_s=20.0)
+    return server, found
+
+
+def test_the_operating_rate_is_confirmed_by_two_runs_that_meet_the_budget() -> None:
+    server, found = confirming(capacity=900.0)
+    assert found.confirmed and found.rate == OPERATING_SHARE * 1000.0 and len(found.runs) == 2
+    assert found.rates == (850.0, 850.0) and all(abs(r - 850) < 20 for r in server.rates)
+
+
+def test_a_third_run_breaks_a_tie_between_the_first_two() -> None:
+    _, found = confirming(capacity=900.0, misses=1)  # a neighbour's burst cost the first run the budget
+    assert [run.p99_ms for run in found.runs] == [15.0, 5.0, 5.0]
+    assert found.confirmed and found.rate == 850.0
+
+
+def test_the_operating_rate_steps_down_while_most_runs_there_miss() -> None:
+    _, found = confirming(capacity=800.0)  # 850/s misses twice: 722.5/s is measured next
+    assert found.confirmed and found.rates == (850.0, 850.0, 722.5, 722.5)
+    assert found.rate == 722.5
+    _, hopeless = confirming(capacity=100.0)
+    assert not hopeless.confirmed and len(hopeless.runs) == 2 * (CONFIRM_STEPS + 1)
+    assert abs(hopeless.rate - 1000.0 * OPERATING_SHARE ** (CONFIRM_STEPS + 1)) < 1e-9
+    assert verdict([], 10.0) is None
