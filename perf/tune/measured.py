@@ -1,20 +1,21 @@
 """Sustainable rates found by measurement alone: the brute force, its head-to-head rematch, and the
 tuner's shortlist.
 
-All three use one rule (``measured_max_rate``): a bisection on the offered rate, each point an open
-loop on the same Poisson arrivals the prediction used, a point that misses the budget measured once more
-(on a shared machine a miss can be a neighbour's doing, a pass cannot) unless the server fell far
-behind (``overloaded``) or, in the shortlist, missed by more than twice the budget
-(``SHORTLIST_REPEAT_WITHIN``). The brute force bisects the whole range ``(0, ceiling]`` for every candidate
-of the grid (what Model Analyzer does); the shortlist starts at the simulation's prediction and
-bisects a bracket around it, so it costs a few points per candidate instead of a sweep.
+All three use one search (``measured_max_rate``): a bisection on the offered rate, each point an open
+loop on the same Poisson arrivals the prediction used, measured until a rule (``perf.tune.rules``)
+decides it: for the brute force and the shortlist a pass counts and a miss is measured once more
+(unless the server fell far behind or, in the shortlist, missed by more than twice the budget,
+``SHORTLIST_REPEAT_WITHIN``); for the rematch a majority of up to three runs decides. The brute force
+bisects the whole range ``(0, ceiling]`` for every candidate of the grid (what Model Analyzer does);
+the shortlist starts at the simulation's prediction and bisects a bracket around it, so it costs a few
+points per candidate instead of a sweep.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import functools
 import logging
-import math
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -22,6 +23,7 @@ from typing import TYPE_CHECKING
 
 from perf.tune.batcher_sim import BatcherConfig
 from perf.tune.predict import arrival_array
+from perf.tune.rules import Judge, majority_kept_up, one_pass
 from perf.tune.session import Observed, TuneSession
 
 if TYPE_CHECKING:  # the tuner imports this module; these are for the type hints only
@@ -32,12 +34,12 @@ log = logging.getLogger(__name__)
 # hold 7,500-12,500 requests (a p99 from 75-125 tail samples). At 3 s, with six candidates and the wait
 # after each reload, the tuner took 0.21 of the brute force's time (run 13).
 SHORTLIST_POINT_S = 2.5
-OVERLOADED = 0.9  # a miss whose server served less than this share of the offered rate is not repeated
 # The shortlist does not measure again a miss whose p99 is beyond this multiple of the budget: in the
 # shortlists of exhaustive runs 23-31, 1 of 23 such misses met the budget in its repeat (over sweep,
 # rematch and shortlist alike: 19 of 273), and a repeat that does is the lucky draw the tuner would then
 # stand behind. About 10 s a tune (2-4 repeats), which the operating point's confirmation spends.
 SHORTLIST_REPEAT_WITHIN = 2.0
+SHORTLIST_RULE = functools.partial(one_pass, repeat_within=SHORTLIST_REPEAT_WITHIN)
 Step = Callable[[str], None]
 
 
@@ -64,14 +66,14 @@ def measured_max_rate(
     purpose: str = "sweep",
     challenge: bool = False,
     seconds: float | None = None,
-    repeat_within: float = math.inf,
+    judge: Judge = one_pass,
 ) -> SweepEntry:
     """The highest rate in ``(floor, ceiling]`` that met the budget, by measurement: a first point (at
     ``first``, or the middle), then ``steps`` halvings of the bracket. 0 when no point met it (a
     bracket's floor is never assumed to pass). With ``challenge``, a first point that misses ends the
     search (``missed_at``): the candidate cannot beat the rate it was challenged at. ``seconds`` of
-    arrivals per point (the request's by default). A miss is measured once more unless the server fell
-    far behind (``overloaded``) or its p99 is beyond ``repeat_within`` × the budget."""
+    arrivals per point (the request's by default). Each point is measured until ``judge`` decides it
+    (``perf.tune.rules``; by default a pass counts and a miss is measured once more)."""
     started = time.perf_counter()
     session.prepare(config)
     low, high, runs, rates, passed, passed_run = floor, ceiling, [], [], 0.0, None
@@ -79,22 +81,18 @@ def measured_max_rate(
     for index in range(steps + 1):
         rate = first if index == 0 and first else (low + high) / 2
         arrivals = arrival_array(request.load(rate), point_s)
-        for _attempt in range(2):  # a miss is measured once more: the same rule as verification's repeats
+        here: list[Observed] = []
+        while (met := judge(here, request.budget_ms)) is None:
             run = session.open_loop(arrivals, f"{purpose} {config.label} @ {rate:.0f}/s")
-            runs.append(run)
-            rates.append(rate)
+            here.append(run)
             log.info(
                 "%s: p99 %.1f ms, served %.0f/s, %d failed", run.label, run.p99_ms, run.throughput, run.failed
             )
-            if (
-                run.meets(request.budget_ms)
-                or overloaded(run)
-                or run.p99_ms > repeat_within * request.budget_ms
-            ):
-                break
-        if run.meets(request.budget_ms):
+        runs += here
+        rates += [rate] * len(here)
+        if met:
             if rate > passed:
-                passed, passed_run = rate, run
+                passed, passed_run = rate, next(run for run in reversed(here) if run.meets(request.budget_ms))
             low = rate
         elif challenge and index == 0:
             return SweepEntry(
@@ -103,16 +101,6 @@ def measured_max_rate(
         else:
             high = rate
     return SweepEntry(config, passed, runs, time.perf_counter() - started, 0.0, passed_run, point_s, rates)
-
-
-def overloaded(run: Observed) -> bool:
-    """A miss not worth measuring again: the server served less than ``OVERLOADED`` of the offered
-    rate. A neighbour's burst costs a point its p99, not a tenth of its throughput: in one exhaustive
-    tune (run 16: sweep, rematch and shortlist), of the 106 misses measured twice, the 14 whose first
-    run served 28-87% of the offered rate served 29-91% in the repeat and none met the budget; the
-    18 repeats that met it all followed a first run that had kept up (served 91-101%).
-    """
-    return bool(run.offered) and run.throughput < OVERLOADED * run.offered
 
 
 def exhaustive(
@@ -135,16 +123,19 @@ def rematch(
     rounds: int = 2,
     step: Step | None = None,
 ) -> dict[BatcherConfig, list[SweepEntry]]:
-    """``configs`` (the sweep's best and the tuner's pick) measured again by the sweep's own rule,
-    head to head: ``rounds`` rounds, each measuring every config once, so a neighbour's burst of CPU
-    that cut one candidate's figure in the sweep hits both alike here. The sweep ran its candidates
-    minutes apart, one bisection each: on a shared machine one disturbed point halves a figure."""
+    """``configs`` (the sweep's best and the tuner's pick) measured again head to head: ``rounds``
+    rounds, each measuring every config once, so a neighbour's burst of CPU that cut one candidate's
+    figure in the sweep hits both alike here. The sweep ran its candidates minutes apart, one bisection
+    each: on a shared machine one disturbed point halves a figure. The same bisection as the sweep's,
+    but each rate judged by a majority of up to three runs (``perf.tune.rules.majority_kept_up``): the
+    sweep's rule (a pass counts) keeps the luckier of two draws, and the best of ~20 candidates so
+    measured is the luckiest of many; held to it, the sweep's best in run 34 rested on one run of six."""
     step = step or (lambda text: None)
     out: dict[BatcherConfig, list[SweepEntry]] = {config: [] for config in dict.fromkeys(configs)}
     for round_index in range(rounds):
         for config in out:
             step(f"rematch {round_index + 1}/{rounds}: {config.label}")
-            out[config].append(measured_max_rate(session, request, config, ceiling))
+            out[config].append(measured_max_rate(session, request, config, ceiling, judge=majority_kept_up))
     return out
 
 
@@ -228,7 +219,7 @@ def measure_shortlist(
                 "shortlist",
                 challenge=True,
                 seconds=seconds,
-                repeat_within=SHORTLIST_REPEAT_WITHIN,
+                judge=SHORTLIST_RULE,
             )
         else:
             step(f"shortlist: measuring {entry.config.label} around {center:.0f}/s")
@@ -242,7 +233,7 @@ def measure_shortlist(
                 low,
                 "shortlist",
                 seconds=seconds,
-                repeat_within=SHORTLIST_REPEAT_WITHIN,
+                judge=SHORTLIST_RULE,
             )
             if found.rate <= 0:
                 scale = min(scale, lowest_miss(found) / predicted)
@@ -285,7 +276,7 @@ def below_the_brackets(
         steps,
         purpose="shortlist",
         seconds=seconds,
-        repeat_within=SHORTLIST_REPEAT_WITHIN,
+        judge=SHORTLIST_RULE,
     )
     merged = dataclasses.replace(
         again,

@@ -21,11 +21,11 @@ from perf.loads import Load
 from perf.tune.batcher_sim import BatcherConfig
 from perf.tune.measured import SHORTLIST_POINT_S, Step
 from perf.tune.predict import arrival_array
+from perf.tune.rules import verdict
 from perf.tune.session import Observed, TuneSession
 
 log = logging.getLogger(__name__)
 OPERATING_SHARE = 0.85  # of the sustained rate: the operating point's first try, and each step down
-CONFIRM_RUNS = 3  # at most this many runs at a rate; a majority of them meeting the budget confirms it
 CONFIRM_STEPS = 2  # at most this many steps down before the tuner operates at the last rate tried
 
 
@@ -40,19 +40,6 @@ class Confirmation:
     runs: tuple[Observed, ...]
     point_s: float  # seconds of arrivals per run
     seconds: float  # wall time, reloads included
-
-
-def verdict(runs: list[Observed], budget_ms: float) -> bool | None:
-    """True once a majority of ``CONFIRM_RUNS`` met the budget (``Observed.meets``: p99, nothing
-    failed, the server kept up), False once a majority missed it, None while undecided: two runs that
-    agree decide, a third breaks a tie (the median of three, robust to one disturbed run)."""
-    majority = CONFIRM_RUNS // 2 + 1
-    met = sum(run.meets(budget_ms) for run in runs)
-    if met >= majority:
-        return True
-    if len(runs) - met >= majority:
-        return False
-    return None
 
 
 def confirm(

@@ -17,9 +17,10 @@ import matplotlib.pyplot as plt
 from perf.markdown import number, table
 from perf.plots import _save
 from perf.tune.batcher_sim import BatcherConfig
-from perf.tune.measured import OVERLOADED, SHORTLIST_POINT_S, SHORTLIST_REPEAT_WITHIN, SweepEntry
-from perf.tune.operating import CONFIRM_RUNS, CONFIRM_STEPS, OPERATING_SHARE, Confirmation
+from perf.tune.measured import SHORTLIST_POINT_S, SHORTLIST_REPEAT_WITHIN, SweepEntry
+from perf.tune.operating import CONFIRM_STEPS, OPERATING_SHARE, Confirmation
 from perf.tune.report_probe import cpu_figures, probe_sections
+from perf.tune.rules import MAJORITY_OF, OVERLOADED
 from perf.tune.tuner import P99_GOAL, TuneResult, relative_error, repeat_spread
 
 Rematch = dict[BatcherConfig, list[SweepEntry]]
@@ -353,8 +354,9 @@ def _rematch_lines(rematch: dict | None) -> list[str]:
         verdict = "no verdict: the sweep's best sustained under half its sweep figure in every round"
     return [
         "",
-        "Head to head (`perf.tune.measured.rematch`: the same bisection, both configurations measured in "
-        "each round, the least disturbed round counting): "
+        "Head to head (`perf.tune.measured.rematch`: the sweep's bisection, each rate judged by a majority "
+        f"of up to {MAJORITY_OF} runs, both configurations measured in each round, the least disturbed "
+        "round counting): "
         + "; ".join(
             f"{label}: {', '.join(number(r, 0) for r in rates)}/s"
             for label, rates in rematch["rates"].items()
@@ -438,7 +440,7 @@ def _confirmation_lines(confirmation: Confirmation | None) -> list[str]:
         "",
         "The operating point, confirmed (`perf.tune.operating`): the pick measured at "
         f"{OPERATING_SHARE:.0%} of the rate it sustained, two runs and a third where they disagreed (a "
-        f"majority of {CONFIRM_RUNS} decides), {OPERATING_SHARE:.0%} of that again while the majority "
+        f"majority of {MAJORITY_OF} decides), {OPERATING_SHARE:.0%} of that again while the majority "
         f"missed the budget (at most {CONFIRM_STEPS} steps down): {runs}; {verdict} "
         f"({confirmation.seconds:.0f} s, counted in the tuner's time). These runs count in the "
         "recalibration too: the only ones measured at the rate the prediction is judged at.",

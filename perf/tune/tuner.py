@@ -21,10 +21,11 @@ from perf.errors import StudyError
 from perf.loads import Load, poisson
 from perf.tune.batcher_sim import BatcherConfig, ServiceModel
 from perf.tune.candidates import Grid, neighbours
-from perf.tune.measured import SweepEntry, below_the_brackets, measure_shortlist, overloaded, shortlist
+from perf.tune.measured import SweepEntry, below_the_brackets, measure_shortlist, shortlist
 from perf.tune.operating import OPERATING_SHARE, Confirmation, confirm
 from perf.tune.predict import Prediction, arrival_array, max_rate, predict
 from perf.tune.probe import ProbePlan, ProbeResult, probe, slice_for
+from perf.tune.rules import overloaded
 from perf.tune.session import Observed, TuneSession
 
 log = logging.getLogger(__name__)
@@ -247,7 +248,7 @@ def tune(
     capacity = sustained(chosen, measured)
     shortlist_s = time.perf_counter() - started
     confirmation = None
-    if not request.rate and any(e.config == chosen.config and e.rate > 0 for e in measured):
+    if not request.rate and sustaining(chosen.config, measured):
         confirmation = confirm(session, chosen.config, capacity, request.budget_ms, request.load, step)
     operating = request.rate or (confirmation.rate if confirmation else OPERATING_SHARE * capacity)
     result = TuneResult(request, probe_result, ranking, chosen.config, operating, predict_s)
@@ -311,7 +312,7 @@ def recalibrate(
     Runs measured again at the sustained rate made it worse (right after the pick's reload 20.1/16.3
     ms where the verification measured 10.0/9.3; after an overloaded point 106/161 ms). The ranking
     keeps the probe's slices (it comes before the shortlist); the report shows both."""
-    entry = next((e for e in measured if e.config == chosen and e.passed_run is not None), None)
+    entry = sustaining(chosen, measured)
     cpu = probe_result.cpu.get(chosen.instances)
     if entry is None or cpu is None:
         return None
@@ -385,7 +386,15 @@ def sustained(chosen: Ranked, measured: list[SweepEntry]) -> float:
     measured that to miss (``perf.tune.operating``): placed at 85% of a prediction the shortlist had
     measured 30% lower, the verification ran the pick beyond what it sustains (p99 30.6 ms at 4,403/s
     against 7.6 predicted), a point no user would run at."""
-    return next((e.rate for e in measured if e.config == chosen.config and e.rate > 0), chosen.rate)
+    entry = sustaining(chosen.config, measured)
+    return entry.rate if entry else chosen.rate
+
+
+def sustaining(config: BatcherConfig, measured: list[SweepEntry]) -> SweepEntry | None:
+    """``config``'s shortlist entry where it was measured to sustain a rate (None: it met the budget
+    nowhere, or was not measured): what the confirmation, the operating rate and the recalibration
+    all start from."""
+    return next((e for e in measured if e.config == config and e.rate > 0), None)
 
 
 @dataclass(frozen=True)

@@ -21,12 +21,12 @@ from perf.tune.batcher_sim import BatcherConfig, simulate
 from perf.tune.candidates import Grid
 from perf.tune.engine import LoadEngine
 from perf.tune.follow import follow_run, step_arrivals
-from perf.tune.measured import measure_shortlist, overloaded, shortlist
-from perf.tune.operating import verdict
+from perf.tune.measured import measure_shortlist, shortlist
 from perf.tune.overlay import write_overlay
 from perf.tune.predict import arrival_array
 from perf.tune.probe import ProbePlan, ProbeResult, probe
 from perf.tune.report import write_report
+from perf.tune.rules import overloaded, verdict
 from perf.tune.session import TuneSession
 from perf.tune.tuner import OPERATING_RUNS_PER_PASS, TuneRequest, feasible, pick, rank, tune
 

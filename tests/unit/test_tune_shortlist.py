@@ -13,10 +13,12 @@ from perf.tune.measured import (
     below_the_brackets,
     measure_shortlist,
     measured_max_rate,
+    rematch,
     shortlist,
 )
-from perf.tune.operating import CONFIRM_STEPS, OPERATING_SHARE, Confirmation, confirm, verdict
+from perf.tune.operating import CONFIRM_STEPS, OPERATING_SHARE, Confirmation, confirm
 from perf.tune.predict import Prediction
+from perf.tune.rules import majority_kept_up, verdict
 from perf.tune.tuner import Ranked, TuneRequest, pick, sustained
 
 
@@ -242,3 +244,43 @@ def test_the_operating_rate_steps_down_while_most_runs_there_miss() -> None:
     assert not hopeless.confirmed and len(hopeless.runs) == 2 * (CONFIRM_STEPS + 1)
     assert abs(hopeless.rate - 1000.0 * OPERATING_SHARE ** (CONFIRM_STEPS + 1)) < 1e-9
     assert verdict([], 10.0) is None
+
+
+class NoisyServers(FakeServers):
+    """Each configuration's first run at a rate is the odd draw: beyond its capacity a lucky pass, within
+    it a disturbed miss; every further run there follows the capacity. The sweep's rule (a pass counts)
+    believes the lucky draw; a majority of three does not."""
+
+    def __init__(self, capacities: dict[BatcherConfig, float]) -> None:
+        super().__init__(capacities)
+        self.seen: dict[str, int] = {}
+
+    def open_loop(self, arrivals: np.ndarray, label: str) -> SimpleNamespace:
+        run = super().open_loop(arrivals, label)
+        self.seen[label] = self.seen.get(label, 0) + 1
+        if self.seen[label] == 1:
+            ok = not run.meets(10.0)
+            run.meets, run.p99_ms = (lambda budget: ok), (5.0 if ok else 15.0)
+        return run
+
+
+def test_the_rematch_holds_both_configurations_to_a_majority_of_their_runs_at_each_rate() -> None:
+    request = TuneRequest(10.0, seconds=20.0)
+    servers = NoisyServers({X2_32: 1500.0, X1_8: 2400.0})
+    head_to_head = rematch(servers, request, [X2_32, X1_8], 4000.0, rounds=1)
+    for config, capacity in ((X2_32, 1500.0), (X1_8, 2400.0)):
+        (entry,) = head_to_head[config]
+        assert 0.93 * capacity <= entry.rate <= capacity  # six points: within 4000/64 of the capacity
+        assert len(entry.points) == 3 * 6  # each rate: the odd draw, then two that agree against it
+    lucky = measured_max_rate(NoisyServers({X2_32: 1500.0}), request, X2_32, 4000.0)
+    assert lucky.rate > 3800  # the sweep's rule: every first run beyond 1,500/s passed
+
+
+def test_a_first_run_the_server_fell_far_behind_on_decides_a_miss_alone() -> None:
+    behind = SimpleNamespace(meets=lambda budget: False, p99_ms=80.0, offered=3000.0, throughput=2000.0)
+    kept_up = SimpleNamespace(meets=lambda budget: False, p99_ms=15.0, offered=3000.0, throughput=2990.0)
+    met = SimpleNamespace(meets=lambda budget: True, p99_ms=5.0, offered=3000.0, throughput=3000.0)
+    assert majority_kept_up([behind], 10.0) is False
+    assert majority_kept_up([kept_up], 10.0) is None and majority_kept_up([kept_up, met], 10.0) is None
+    assert majority_kept_up([kept_up, met, met], 10.0) is True
+    assert majority_kept_up([met, behind, kept_up], 10.0) is False  # only a first run decides alone
