@@ -31,6 +31,7 @@ log = logging.getLogger(__name__)
 PROC_STAT = Path("/proc/stat")
 MAX_UTILIZATION = 0.97  # beyond it the M/M/c wait diverges; the simulation's own queue takes over
 IDLE_FIELDS = (3, 4)  # idle, iowait in the "cpu" line of /proc/stat
+STEAL_FIELD = 7  # steal: the hypervisor kept a runnable CPU of this machine off the host's cores
 
 
 def usable_cores() -> int:
@@ -43,19 +44,30 @@ def usable_cores() -> int:
 
 @dataclass(frozen=True)
 class CpuTimes:
-    busy: float  # jiffies any CPU spent not idle, since boot
-    total: float  # all jiffies, since boot
+    busy: float  # jiffies the CPUs spent running this machine's work, since boot
+    total: float  # all jiffies, since boot (stolen ones included)
+    stolen: float = 0.0  # jiffies the hypervisor ran other guests while this one had work (steal)
 
     @classmethod
     def now(cls) -> CpuTimes | None:
-        """The machine's CPU counters, or None where ``/proc/stat`` is not there (then no CPU figures)."""
+        """The machine's CPU counters, or None where ``/proc/stat`` is not there (then no CPU figures).
+        Stolen time is not this machine's work: the CPU model's busy cores leave it out."""
         try:
             line = PROC_STAT.read_text().splitlines()[0]
         except OSError:
             return None
         values = [float(v) for v in line.split()[1:9]]  # user..steal; guest is already in user
         idle = sum(values[i] for i in IDLE_FIELDS)
-        return cls(sum(values) - idle, sum(values))
+        stolen = values[STEAL_FIELD]
+        return cls(sum(values) - idle - stolen, sum(values), stolen)
+
+
+def stolen_share(before: CpuTimes | None, after: CpuTimes | None) -> float:
+    """The share of the CPUs' time the hypervisor took between two readings (0..1); NaN without
+    readings."""
+    if before is None or after is None or after.total <= before.total:
+        return float("nan")
+    return (after.stolen - before.stolen) / (after.total - before.total)
 
 
 def busy_cores(before: CpuTimes | None, after: CpuTimes | None, cores: int | None = None) -> float:

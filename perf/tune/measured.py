@@ -86,7 +86,12 @@ def measured_max_rate(
             run = session.open_loop(arrivals, f"{purpose} {config.label} @ {rate:.0f}/s")
             here.append(run)
             log.info(
-                "%s: p99 %.1f ms, served %.0f/s, %d failed", run.label, run.p99_ms, run.throughput, run.failed
+                "%s: p99 %.1f ms, served %.0f/s, %d failed, %.1f%% stolen",
+                run.label,
+                run.p99_ms,
+                run.throughput,
+                run.failed,
+                100 * run.stolen_share,
             )
         runs += here
         rates += [rate] * len(here)

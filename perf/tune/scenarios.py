@@ -17,7 +17,7 @@ import argparse
 import copy
 import json
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import numpy as np
@@ -33,6 +33,7 @@ from perf.tune.engine import Engine, engine_from_args
 from perf.tune.predict import Prediction, max_rate
 from perf.tune.probe import ProbePlan, ProbeResult, probe
 from perf.tune.session import TuneSession
+from perf.tune.steal import stolen_figures, stolen_paragraph
 from perf.tune.tuner import Point, TuneRequest, measure_point, predict_point, sustainable_from
 
 FPS = 30.0
@@ -182,6 +183,7 @@ class ModelOutcome:
     measured: ProbeResult
     verdicts: list[Verdict]
     reload_s: list[float]
+    stolen: dict = field(default_factory=dict)  # ``perf.tune.steal.stolen_figures`` of its session
 
 
 def scenario_models(spec: Spec, model: str) -> list[str]:
@@ -249,7 +251,8 @@ def measure_model(
                     measure_point(session, request, point)
         for verdict in verdicts:
             verdict.measured_rate = sustainable_from(verdict.points, budget)
-        return ModelOutcome(model, measured, verdicts, list(session.reload_s))
+        stolen = stolen_figures(session.stolen_reruns, session.measurements)
+        return ModelOutcome(model, measured, verdicts, list(session.reload_s), stolen)
 
 
 def run_scenario(args: argparse.Namespace, folder: Path, console) -> int:
@@ -382,6 +385,9 @@ def _section(outcome: ModelOutcome, unit: Callable[[float], str], recsys: bool) 
                 f"p99 at the same rate ({single.predicted.rate:.0f}/s), tuned vs no batching: "
                 f"predicted {100 * predicted_change:+.0f}%, measured {100 * change:+.0f}%.",
             ]
+    if outcome.stolen:
+        figures["stolen"] = outcome.stolen
+        lines += ["", stolen_paragraph(outcome.stolen)]
     return lines, figures
 
 

@@ -27,9 +27,10 @@ from perf.records import Record, latencies
 from perf.server_view import ServerEndpoints, snapshot
 from perf.target import Target, target_from_spec
 from perf.tune.batcher_sim import BatcherConfig
-from perf.tune.cpu import CpuTimes, busy_cores, usable_cores
+from perf.tune.cpu import CpuTimes, busy_cores, stolen_share, usable_cores
 from perf.tune.engine import Engine
 from perf.tune.overlay import candidate_spec, config_json
+from perf.tune.steal import STOLEN_RERUNS, Rerun, unstolen
 from server import ServerOptions, TritonServer, admin
 from server.stubs import server_stubs
 
@@ -48,6 +49,7 @@ class Observed:
     wall_s: float
     offered: float = 0.0  # open loop: arrivals per second sent
     cpu_cores: float = float("nan")  # cores the whole machine kept busy over ``wall_s`` (client included)
+    stolen_share: float = float("nan")  # of the CPUs' time, what the hypervisor took (``perf.tune.steal``)
 
     @property
     def failed(self) -> int:
@@ -124,6 +126,8 @@ class TuneSession:
         self.server: TritonServer | None = None
         self.current: BatcherConfig | None = None
         self.reload_s: list[float] = []
+        self.measurements = 0  # runs returned (each possibly measured again, ``stolen_reruns``)
+        self.stolen_reruns: list[Rerun] = []  # runs the hypervisor took CPU from, measured again
         self._target: Target | None = None
 
     def __enter__(self) -> TuneSession:
@@ -219,19 +223,42 @@ class TuneSession:
         """The model's statistics between two ``_stats`` snapshots."""
         return after - before
 
-    def _observe(self, label: str, run: Callable[[], list[Record]], offered: float = 0.0) -> Observed:
+    def _observe(
+        self, label: str, run: Callable[[], list[Record]], offered: float = 0.0, reruns: int = STOLEN_RERUNS
+    ) -> Observed:
+        """One run, measured again (at most ``reruns`` times) while the hypervisor took CPU from it
+        (``perf.tune.steal``)."""
+        observed, again = unstolen(lambda: self._observe_once(label, run, offered), reruns)
+        for discarded in again:
+            log.info(
+                "%s: %.1f%% of the CPUs' time stolen (p99 %.1f ms): measured again",
+                label,
+                100 * discarded.stolen_share,
+                discarded.p99_ms,
+            )
+        self.measurements += 1
+        if again:
+            self.stolen_reruns.append(Rerun(tuple(again), observed))
+        return observed
+
+    def _observe_once(self, label: str, run: Callable[[], list[Record]], offered: float) -> Observed:
         before, started, cpu_before = self._stats(), time.perf_counter(), CpuTimes.now()
         records = run()
         wall, cpu_after = time.perf_counter() - started, CpuTimes.now()
         time.sleep(0.2)  # Triton counts a request just after answering it
         observed = Observed(label, records, self._delta(before, self._stats()), wall, offered)
         observed.cpu_cores = busy_cores(cpu_before, cpu_after, usable_cores())
+        observed.stolen_share = stolen_share(cpu_before, cpu_after)
         return observed
 
-    def open_loop(self, arrivals_s: Sequence[float], label: str) -> Observed:
+    def open_loop(self, arrivals_s: Sequence[float], label: str, reruns: int = STOLEN_RERUNS) -> Observed:
+        """``arrivals_s`` replayed open loop; ``reruns``: at most this many runs again while stolen (0
+        where the run is one continuous replay, e.g. ``--follow``'s trace)."""
         arrivals = np.asarray(arrivals_s, dtype=float)
         offered = len(arrivals) / arrivals[-1] if len(arrivals) > 1 and arrivals[-1] > 0 else 0.0
-        return self._observe(label, lambda: self.engine.open_loop(self.target, arrivals, label), offered)
+        return self._observe(
+            label, lambda: self.engine.open_loop(self.target, arrivals, label), offered, reruns
+        )
 
     def closed_loop(self, concurrency: int, seconds: float, label: str) -> Observed:
         return self._observe(label, lambda: self.engine.closed_loop(self.target, concurrency, seconds, label))

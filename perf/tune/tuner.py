@@ -189,12 +189,13 @@ def measure_point(session: TuneSession, request: TuneRequest, point: Point) -> N
     run = session.open_loop(arrivals, f"{point.config.label} @ {point.rate:.0f}/s")
     point.repeats.append(run)
     log.info(
-        "%s: predicted p99 %.1f ms, measured %.1f ms (%.0f/s sent, %.0f/s served)",
+        "%s: predicted p99 %.1f ms, measured %.1f ms (%.0f/s sent, %.0f/s served, %.1f%% stolen)",
         run.label,
         point.predicted.p99_ms,
         run.p99_ms,
         run.offered,
         run.throughput,
+        100 * run.stolen_share,
     )
 
 

@@ -28,6 +28,7 @@ from perf.tune.probe import ProbePlan, ProbeResult, probe
 from perf.tune.report import write_report
 from perf.tune.rules import overloaded, verdict
 from perf.tune.session import TuneSession
+from perf.tune.steal import STOLEN_RERUNS, stolen
 from perf.tune.tuner import OPERATING_RUNS_PER_PASS, TuneRequest, feasible, pick, rank, tune
 
 pytestmark = pytest.mark.integration
@@ -140,6 +141,13 @@ def test_the_whole_tuner_reports_one_cpu_wait_per_instance_count_and_operates_be
     plan = ProbePlan(concurrencies=(1, 8), seconds=1.0, raw_batch_sizes=(1, 8))
     result = tune(session, request, plan, verify_fractions=(0.75, 1.0), neighbour_fractions=(1.0,), repeats=1)
     assert set(result.probe.cpu) == {1, 2}
+    runs = [run for e in result.shortlist for run in e.points]
+    runs += [run for point in result.points for run in point.repeats]
+    assert runs and all(0.0 <= run.stolen_share <= 1.0 for run in runs)  # steal read for every run
+    assert session.measurements >= len(runs)
+    for rerun in session.stolen_reruns:  # measured again only while stolen, at most STOLEN_RERUNS times
+        assert all(stolen(run) for run in rerun.discarded) and len(rerun.discarded) <= STOLEN_RERUNS
+        assert not stolen(rerun.counted) or len(rerun.discarded) == STOLEN_RERUNS
     write_report(result, tmp_path, MODEL, session.engine.name)
     assert "with 2 instances" in (tmp_path / "report.md").read_text()
     numbers = json.loads((tmp_path / "figures.json").read_text())

@@ -91,7 +91,13 @@ class FakeServer:
         p99 = 5.0 if ok else self.miss_p99
         served = rate if self.serves is None or rate <= self.capacity else min(rate, self.serves)
         return SimpleNamespace(
-            meets=lambda budget: ok, p99_ms=p99, throughput=served, offered=rate, failed=0, label=label
+            meets=lambda budget: ok,
+            p99_ms=p99,
+            throughput=served,
+            offered=rate,
+            failed=0,
+            label=label,
+            stolen_share=0.0,
         )
 
 

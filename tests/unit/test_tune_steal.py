@@ -1,0 +1,128 @@
+"""Runs the hypervisor took CPU from: the steal reading, the rule that measures such a run again (at
+most ``STOLEN_RERUNS`` times), the session applying it to every run but ``--follow``'s trace, and the
+report's figures on what was measured again."""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+
+from exporters.spec import load_spec
+from perf.records import Record
+from perf.tune.cpu import CpuTimes, busy_cores, stolen_share
+from perf.tune.session import TuneSession
+from perf.tune.steal import (
+    STOLEN_LIMIT,
+    STOLEN_RERUNS,
+    Rerun,
+    stolen,
+    stolen_figures,
+    stolen_paragraph,
+    unstolen,
+)
+
+SPEC = Path(__file__).resolve().parents[2] / "models.yaml"
+
+
+@dataclass
+class Run:
+    stolen_share: float
+    label: str = "run"
+    wall_s: float = 3.0
+    p99_ms: float = 8.0
+
+
+def test_proc_stat_steal_is_read_apart_from_the_busy_time(tmp_path: Path, monkeypatch) -> None:
+    """user nice system idle iowait irq softirq steal: steal is neither idle nor this machine's work."""
+    stat = tmp_path / "stat"
+    stat.write_text("cpu  100 0 50 800 20 0 10 40 0 0\ncpu0 1 2 3 4 5 6 7 8 0 0\n")
+    monkeypatch.setattr("perf.tune.cpu.PROC_STAT", stat)
+    assert CpuTimes.now() == CpuTimes(busy=160, total=1020, stolen=40)
+    before, after = CpuTimes(100, 1000, 10), CpuTimes(400, 2000, 30)
+    assert stolen_share(before, after) == pytest.approx(0.02)
+    assert math.isnan(stolen_share(None, after)) and math.isnan(stolen_share(after, after))
+    assert busy_cores(before, after, cores=2) <= 2
+
+
+def test_a_stolen_run_is_measured_again_until_one_is_not_at_most_the_cap() -> None:
+    shares = iter([0.03, STOLEN_LIMIT, 0.001, 0.5])
+    counted, again = unstolen(lambda: Run(next(shares)))
+    assert counted.stolen_share == 0.001 and [r.stolen_share for r in again] == [0.03, STOLEN_LIMIT]
+
+    always = iter([0.1] * 10)
+    counted, again = unstolen(lambda: Run(next(always)), reruns=2)
+    assert len(again) == 2 and stolen(counted)  # the third counts as it is, still stolen
+    assert not stolen(Run(float("nan")))  # no steal counter: nothing measured again
+
+
+class CountingEngine:
+    name = "fake"
+
+    def __init__(self) -> None:
+        self.runs = 0
+
+    def open_loop(self, target, arrivals_s, label: str) -> list[Record]:
+        self.runs += 1
+        return []
+
+
+def offline_session(tmp_path: Path, engine: CountingEngine, shares: list[float], monkeypatch) -> TuneSession:
+    """A session whose server counters and CPU readings are stand-ins: the rerun rule alone."""
+    session = TuneSession(load_spec(SPEC), "recommender", 8, tmp_path, engine)
+    session._target = object()
+    monkeypatch.setattr(session, "_stats", lambda: 0)
+    monkeypatch.setattr("perf.tune.session.time.sleep", lambda s: None)
+    readings = iter(shares)
+    monkeypatch.setattr("perf.tune.session.stolen_share", lambda before, after: next(readings))
+    return session
+
+
+def test_the_session_measures_a_stolen_run_again_and_keeps_what_it_discarded(tmp_path, monkeypatch) -> None:
+    engine = CountingEngine()
+    session = offline_session(tmp_path, engine, [0.02, 0.04, 0.0, 0.3], monkeypatch)
+    run = session.open_loop([0.0, 0.5, 1.0], "point")
+    assert run.stolen_share == 0.0 and engine.runs == 3 and session.measurements == 1
+    (rerun,) = session.stolen_reruns
+    assert [r.stolen_share for r in rerun.discarded] == [0.02, 0.04] and rerun.counted is run
+    # --follow's trace is one replay with its reloads in it: never measured again
+    assert session.open_loop([0.0, 0.5, 1.0], "trace", reruns=0).stolen_share == 0.3
+    assert engine.runs == 4 and session.measurements == 2 and len(session.stolen_reruns) == 1
+
+
+def test_the_reports_figures_add_up_over_the_runs_measured_again() -> None:
+    reruns = [
+        Rerun((Run(0.02, p99_ms=30.0), Run(0.01, p99_ms=20.0)), Run(0.0, p99_ms=8.0)),
+        Rerun(tuple(Run(0.1, p99_ms=50.0) for _ in range(STOLEN_RERUNS)), Run(0.2, p99_ms=60.0)),
+    ]
+    figures = stolen_figures(reruns, runs=40)
+    assert figures["measured_again"] == 2 and figures["runs_discarded"] == 2 + STOLEN_RERUNS
+    assert figures["seconds"] == 3.0 * (2 + STOLEN_RERUNS) and figures["counted_stolen"] == 1
+    assert figures["p99_ms_counted"] == [8.0, 60.0]
+    text = stolen_paragraph(figures)
+    assert text.startswith("2 of 40 measurements") and "1 counted although still stolen" in text
+    assert stolen_paragraph(stolen_figures([], runs=12)).startswith("None of the 12 measurements")
+
+
+@dataclass
+class Checked(Run):
+    met: bool = True
+
+    def meets(self, budget_ms: float) -> bool:
+        return self.met
+
+
+def test_the_steal_check_sets_the_stolen_runs_apart_from_the_others() -> None:
+    from perf.tune.steal_check import summary
+
+    runs = [
+        Checked(0.02, p99_ms=30.0, met=False),
+        Checked(0.0, p99_ms=7.0),
+        Checked(0.001, p99_ms=12.0, met=False),
+    ]
+    assert summary(runs, 10.0) == [
+        [f"stolen ≥ {100 * STOLEN_LIMIT:.1f}%", "1", "1", "30.0-30.0", "30.0"],
+        ["the others", "2", "1", "7.0-12.0", "9.5"],
+    ]
