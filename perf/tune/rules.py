@@ -16,12 +16,14 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable, Sequence
+from typing import TYPE_CHECKING
 
-from perf.tune.session import Observed
+if TYPE_CHECKING:  # the session measures again what ``perf.tune.steal`` says, which uses ``OVERLOADED``
+    from perf.tune.session import Observed
 
 OVERLOADED = 0.9  # a miss whose server served less than this share of the offered rate is not repeated
 MAJORITY_OF = 3  # at most this many runs at a rate; a majority of them decides
-Judge = Callable[[Sequence[Observed], float], "bool | None"]
+Judge = Callable[[Sequence["Observed"], float], "bool | None"]
 
 
 def overloaded(run: Observed) -> bool:

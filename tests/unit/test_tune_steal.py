@@ -33,6 +33,8 @@ class Run:
     label: str = "run"
     wall_s: float = 3.0
     p99_ms: float = 8.0
+    offered: float = 0.0
+    throughput: float = 0.0
 
 
 def test_proc_stat_steal_is_read_apart_from_the_busy_time(tmp_path: Path, monkeypatch) -> None:
@@ -56,6 +58,18 @@ def test_a_stolen_run_is_measured_again_until_one_is_not_at_most_the_cap() -> No
     counted, again = unstolen(lambda: Run(next(always)), reruns=2)
     assert len(again) == 2 and stolen(counted)  # the third counts as it is, still stolen
     assert not stolen(Run(float("nan")))  # no steal counter: nothing measured again
+
+
+def test_a_run_the_server_fell_behind_on_beyond_what_steal_explains_is_not_measured_again() -> None:
+    """Served 85% with 10% stolen: steal may explain it. Served 27% with 10.6% stolen: overloaded anyway."""
+    explained = iter(
+        [Run(0.1, offered=2000.0, throughput=1700.0), Run(0.0, offered=2000.0, throughput=2000.0)]
+    )
+    counted, again = unstolen(lambda: next(explained))
+    assert len(again) == 1 and counted.stolen_share == 0.0
+    beyond = Run(0.106, offered=3666.0, throughput=1000.0)
+    counted, again = unstolen(lambda: beyond)
+    assert counted is beyond and again == []
 
 
 class CountingEngine:
@@ -83,12 +97,12 @@ def offline_session(tmp_path: Path, engine: CountingEngine, shares: list[float],
 def test_the_session_measures_a_stolen_run_again_and_keeps_what_it_discarded(tmp_path, monkeypatch) -> None:
     engine = CountingEngine()
     session = offline_session(tmp_path, engine, [0.02, 0.04, 0.0, 0.3], monkeypatch)
-    run = session.open_loop([0.0, 0.5, 1.0], "point")
+    run = session.open_loop([0.0], "point")  # one arrival: no offered rate to fall behind on
     assert run.stolen_share == 0.0 and engine.runs == 3 and session.measurements == 1
     (rerun,) = session.stolen_reruns
     assert [r.stolen_share for r in rerun.discarded] == [0.02, 0.04] and rerun.counted is run
     # --follow's trace is one replay with its reloads in it: never measured again
-    assert session.open_loop([0.0, 0.5, 1.0], "trace", reruns=0).stolen_share == 0.3
+    assert session.open_loop([0.0], "trace", reruns=0).stolen_share == 0.3
     assert engine.runs == 4 and session.measurements == 2 and len(session.stolen_reruns) == 1
 
 
