@@ -20,7 +20,7 @@ from perf.tune.overlay import write_overlay
 from perf.tune.pa_engine import unavailable_message
 from perf.tune.probe import served_capacity
 from perf.tune.session import TuneSession
-from perf.tune.steal import STOLEN_HEADING, stolen_figures, stolen_paragraph
+from perf.tune.steal import STOLEN_HEADING, STOLEN_LIMIT, STOLEN_WAIT_S, stolen_figures, stolen_paragraph
 from perf.tune.tuner import P99_GOAL, TuneRequest, tune
 
 log = logging.getLogger(__name__)
@@ -66,6 +66,13 @@ def add_parser(commands: argparse._SubParsersAction) -> None:
         "--processes", type=int, default=2, help="client processes of our load generator"
     )
     tune_parser.add_argument(
+        "--stolen-wait-s",
+        type=float,
+        default=STOLEN_WAIT_S,
+        help="at most this many seconds measuring a run again while the hypervisor took CPU from it "
+        f"(steal ≥ {100 * STOLEN_LIMIT:.1f}%%; 0: never; README, Tuning)",
+    )
+    tune_parser.add_argument(
         "--engine",
         choices=ENGINES,
         default="auto",
@@ -99,6 +106,8 @@ def usage_errors(args: argparse.Namespace) -> str | None:
         )
     if args.engine == "perf_analyzer" and find_perf_analyzer() is None:
         return f"--engine perf_analyzer: {unavailable_message()}"
+    if args.stolen_wait_s < 0:
+        return f"--stolen-wait-s must be >= 0, got {args.stolen_wait_s}"
     if args.scenario or args.follow:
         return None
     if not args.model or args.p99_ms is None:
@@ -162,14 +171,22 @@ def command_tune(args: argparse.Namespace, console) -> int:
     with (
         engine,
         TuneSession(
-            spec, args.model, grid.largest_batch, WORKDIR, engine, keep_queue=args.keep_queue_policy
+            spec,
+            args.model,
+            grid.largest_batch,
+            WORKDIR,
+            engine,
+            keep_queue=args.keep_queue_policy,
+            stolen_wait_s=args.stolen_wait_s,
         ) as session,
     ):
         result = tune(session, request, step=progress)
-        sweep, head_to_head = None, None
+        sweep, head_to_head, sweep_stolen_s = None, None, 0.0
         if args.exhaustive:
             ceiling = 1.3 * served_capacity(result.probe)
+            stolen_from = session.stolen_s
             sweep = exhaustive(session, request, ceiling, step=progress)
+            sweep_stolen_s = session.stolen_s - stolen_from
             head_to_head = rematch(session, request, [sweep[0].config, result.chosen], ceiling, step=progress)
         session.prepare(result.chosen)
         extra = _side_by_side(session, folder, console)
@@ -186,7 +203,15 @@ def command_tune(args: argparse.Namespace, console) -> int:
     from perf.tune.report import write_report
 
     report = write_report(
-        result, folder, args.model, engine.name, sweep, extra["sections"], extra["figures"], head_to_head
+        result,
+        folder,
+        args.model,
+        engine.name,
+        sweep,
+        extra["sections"],
+        extra["figures"],
+        head_to_head,
+        sweep_stolen_s,
     )
     console.print((folder / "overlay.yaml").read_text(), highlight=False)
     figures = (folder / "figures.json").read_text()

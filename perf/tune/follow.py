@@ -161,7 +161,7 @@ def follow_run(
     if follower:
         follower.start()
     try:
-        observed = session.open_loop(arrivals, label, reruns=0)  # one trace, the reloads in it: not replayed
+        observed = session.open_loop(arrivals, label, wait_s=0)  # one trace, the reloads in it: not replayed
     finally:
         if follower:
             follower.stop.set()

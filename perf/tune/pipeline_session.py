@@ -30,6 +30,7 @@ from perf.target import Target
 from perf.tune.batcher_sim import BatcherConfig
 from perf.tune.engine import Engine
 from perf.tune.session import TuneSession
+from perf.tune.steal import STOLEN_WAIT_S
 from server import ServerOptions, TritonServer, admin
 
 log = logging.getLogger(__name__)
@@ -74,10 +75,19 @@ class PipelineTuneSession(TuneSession):
     load goes to the ensemble, candidates reload the stages."""
 
     def __init__(
-        self, spec: Spec, pipeline: str, largest_batch: int, workdir, engine: Engine, seed: int = 0
+        self,
+        spec: Spec,
+        pipeline: str,
+        largest_batch: int,
+        workdir,
+        engine: Engine,
+        seed: int = 0,
+        stolen_wait_s: float = STOLEN_WAIT_S,
     ) -> None:
         self.pipeline: PipelineSpec = spec.pipeline(pipeline)
-        super().__init__(spec, self.pipeline.model, largest_batch, workdir, engine, seed=seed)
+        super().__init__(
+            spec, self.pipeline.model, largest_batch, workdir, engine, seed=seed, stolen_wait_s=stolen_wait_s
+        )
         # The stages' batch axis is the model's: candidates stay within what the stages were built for.
         self.largest_batch = self.base.max_batch_size
         self.built: BuiltPipeline | None = None

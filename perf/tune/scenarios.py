@@ -33,7 +33,7 @@ from perf.tune.engine import Engine, engine_from_args
 from perf.tune.predict import Prediction, max_rate
 from perf.tune.probe import ProbePlan, ProbeResult, probe
 from perf.tune.session import TuneSession
-from perf.tune.steal import stolen_figures, stolen_paragraph
+from perf.tune.steal import STOLEN_WAIT_S, stolen_figures, stolen_paragraph
 from perf.tune.tuner import Point, TuneRequest, measure_point, predict_point, sustainable_from
 
 FPS = 30.0
@@ -193,13 +193,14 @@ def scenario_models(spec: Spec, model: str) -> list[str]:
     return [spec.pipeline(model).model, model] if model in names else [model]
 
 
-def _session(spec: Spec, model: str, engine: Engine, seed: int) -> TuneSession:
+def _session(spec: Spec, model: str, engine: Engine, seed: int, stolen_wait_s: float) -> TuneSession:
     workdir = Path(".run/tune")
     if model in {p.name for p in spec.pipelines}:
         from perf.tune.pipeline_session import PipelineTuneSession
 
-        return PipelineTuneSession(spec, model, MAX_BATCH, workdir / "pipeline", engine, seed=seed)
-    return TuneSession(spec, model, MAX_BATCH, workdir, engine, seed=seed)
+        pipeline = workdir / "pipeline"
+        return PipelineTuneSession(spec, model, MAX_BATCH, pipeline, engine, seed, stolen_wait_s)
+    return TuneSession(spec, model, MAX_BATCH, workdir, engine, seed=seed, stolen_wait_s=stolen_wait_s)
 
 
 def measure_model(
@@ -213,11 +214,12 @@ def measure_model(
     zipf: bool = False,
     article_delay_us: int | None = None,
     repeats: int = 2,
+    stolen_wait_s: float = STOLEN_WAIT_S,
 ) -> ModelOutcome:
     """Probe ``model``, predict no batching vs the best delay (and the article's), measure each point
     ``repeats`` times in whole passes."""
     budget, load_at = request.budget_ms, request.load
-    with _session(spec, model, engine, request.seed) as session:
+    with _session(spec, model, engine, request.seed, stolen_wait_s) as session:
         # A pipeline's stages keep the batch limit they were built with (an ensemble's max_batch_size
         # may not exceed a stage's), so its candidates use that limit; a model's use MAX_BATCH.
         pipeline = model != session.base.name
@@ -283,6 +285,7 @@ def run_scenario(args: argparse.Namespace, folder: Path, console) -> int:
                 console,
                 zipf=not video,
                 article_delay_us=10_000 if video else None,
+                stolen_wait_s=args.stolen_wait_s,
             )
             for name in models
         ]

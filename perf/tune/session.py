@@ -30,7 +30,7 @@ from perf.tune.batcher_sim import BatcherConfig
 from perf.tune.cpu import CpuTimes, busy_cores, stolen_share, usable_cores
 from perf.tune.engine import Engine
 from perf.tune.overlay import candidate_spec, config_json
-from perf.tune.steal import STOLEN_RERUNS, Rerun, unstolen
+from perf.tune.steal import STOLEN_WAIT_S, Rerun, unstolen
 from server import ServerOptions, TritonServer, admin
 from server.stubs import server_stubs
 
@@ -115,6 +115,7 @@ class TuneSession:
         protocol: str = "grpc",
         seed: int = 0,
         keep_queue: bool = False,
+        stolen_wait_s: float = STOLEN_WAIT_S,
     ) -> None:
         self.base: ModelSpec = spec.model(model)
         self.largest_batch = max(largest_batch, self.base.max_batch_size)
@@ -128,6 +129,8 @@ class TuneSession:
         self.reload_s: list[float] = []
         self.measurements = 0  # runs returned (each possibly measured again, ``stolen_reruns``)
         self.stolen_reruns: list[Rerun] = []  # runs the hypervisor took CPU from, measured again
+        self.stolen_s = 0.0  # seconds of the runs measured again (the time goal leaves them out)
+        self.stolen_wait_s = stolen_wait_s  # the default of ``open_loop``'s and ``closed_loop``'s wait
         self._target: Target | None = None
 
     def __enter__(self) -> TuneSession:
@@ -224,11 +227,12 @@ class TuneSession:
         return after - before
 
     def _observe(
-        self, label: str, run: Callable[[], list[Record]], offered: float = 0.0, reruns: int = STOLEN_RERUNS
+        self, label: str, run: Callable[[], list[Record]], offered: float = 0.0, wait_s: float | None = None
     ) -> Observed:
-        """One run, measured again (at most ``reruns`` times) while the hypervisor took CPU from it
-        (``perf.tune.steal``)."""
-        observed, again = unstolen(lambda: self._observe_once(label, run, offered), reruns)
+        """One run, measured again while the hypervisor took CPU from it, for at most ``wait_s`` of runs
+        (``perf.tune.steal``; the session's ``stolen_wait_s`` by default)."""
+        wait_s = self.stolen_wait_s if wait_s is None else wait_s
+        observed, again = unstolen(lambda: self._observe_once(label, run, offered), wait_s)
         for discarded in again:
             log.info(
                 "%s: %.1f%% of the CPUs' time stolen (p99 %.1f ms): measured again",
@@ -239,6 +243,7 @@ class TuneSession:
         self.measurements += 1
         if again:
             self.stolen_reruns.append(Rerun(tuple(again), observed))
+            self.stolen_s += sum(discarded.wall_s for discarded in again)
         return observed
 
     def _observe_once(self, label: str, run: Callable[[], list[Record]], offered: float) -> Observed:
@@ -251,13 +256,13 @@ class TuneSession:
         observed.stolen_share = stolen_share(cpu_before, cpu_after)
         return observed
 
-    def open_loop(self, arrivals_s: Sequence[float], label: str, reruns: int = STOLEN_RERUNS) -> Observed:
-        """``arrivals_s`` replayed open loop; ``reruns``: at most this many runs again while stolen (0
-        where the run is one continuous replay, e.g. ``--follow``'s trace)."""
+    def open_loop(self, arrivals_s: Sequence[float], label: str, wait_s: float | None = None) -> Observed:
+        """``arrivals_s`` replayed open loop; ``wait_s``: at most this many seconds of runs measured
+        again while stolen (0: never, e.g. ``--follow``'s trace, one replay with its reloads in it)."""
         arrivals = np.asarray(arrivals_s, dtype=float)
         offered = len(arrivals) / arrivals[-1] if len(arrivals) > 1 and arrivals[-1] > 0 else 0.0
         return self._observe(
-            label, lambda: self.engine.open_loop(self.target, arrivals, label), offered, reruns
+            label, lambda: self.engine.open_loop(self.target, arrivals, label), offered, wait_s
         )
 
     def closed_loop(self, concurrency: int, seconds: float, label: str) -> Observed:

@@ -70,7 +70,7 @@ def main(argv: list[str] | None = None) -> int:
         session.prepare(config)
         console.print(f"{args.model} {config.label} at {args.rate:.0f}/s, {engine.name}, {args.runs} runs")
         for index in range(args.runs):
-            run = session.open_loop(arrivals, f"steal check {index}", reruns=0)
+            run = session.open_loop(arrivals, f"steal check {index}", wait_s=0)
             runs.append(run)
             console.print(
                 f"{index:3d} {time.strftime('%H:%M:%S')} p99 {run.p99_ms:6.1f} ms, served "

@@ -123,6 +123,7 @@ class TuneResult:
     recalibration: Recalibration | None = None
     passes: int = 0  # verification passes (each measures every point, see ``pass_order``)
     confirmation: Confirmation | None = None  # the pick at its operating rate, before the verification
+    stolen_s: float = 0.0  # of ``tuner_s``, the runs measured again while stolen (``perf.tune.steal``)
 
     @property
     def confirm_s(self) -> float:
@@ -229,6 +230,7 @@ def tune(
     """The whole tuner; ``session`` is a started ``TuneSession``."""
     step = step or (lambda text: None)
     grid = request.grid
+    stolen_from = session.stolen_s
     step("probing: execution time per batch size, overhead, raw backend")
     probe_result = probe(session, grid.instances, grid.largest_batch, plan or ProbePlan())
     step("predicting every candidate (batcher simulation)")
@@ -254,6 +256,7 @@ def tune(
     operating = request.rate or (confirmation.rate if confirmation else OPERATING_SHARE * capacity)
     result = TuneResult(request, probe_result, ranking, chosen.config, operating, predict_s)
     result.shortlist, result.shortlist_s, result.confirmation = measured, shortlist_s, confirmation
+    result.stolen_s = session.stolen_s - stolen_from
     started = time.perf_counter()
     result.recalibration = recalibrate(probe_result, request, chosen.config, measured, confirmation)
     verifying = recalibrated(probe_result, result.recalibration)

@@ -32,7 +32,8 @@ def session(tmp_path_factory: pytest.TempPathFactory) -> Iterator[TuneSession]:
     workdir = tmp_path_factory.mktemp("pa_engine")
     with (
         PerfAnalyzerEngine() as engine,
-        TuneSession(load_spec(SPEC), "recommender", 8, workdir, engine) as running,
+        # each run compared with its own CSV: never measured again
+        TuneSession(load_spec(SPEC), "recommender", 8, workdir, engine, stolen_wait_s=0.0) as running,
     ):
         running.load(BatcherConfig(8, 2000))
         yield running

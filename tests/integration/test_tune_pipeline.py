@@ -34,7 +34,8 @@ def session(tmp_path_factory: pytest.TempPathFactory) -> Iterator[PipelineTuneSe
     workdir = tmp_path_factory.mktemp("tune_pipeline")
     with (
         LoadEngine(1) as engine,
-        PipelineTuneSession(load_spec(SPEC), PIPELINE, 32, workdir, engine) as running,
+        # measured again while stolen, briefly: the test's time stays bounded on a busy host
+        PipelineTuneSession(load_spec(SPEC), PIPELINE, 32, workdir, engine, stolen_wait_s=5.0) as running,
     ):
         yield running
 

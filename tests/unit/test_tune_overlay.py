@@ -129,6 +129,7 @@ def test_tune_options_are_checked_before_any_measurement(tmp_path: Path) -> None
     assert "--rate must be > 0" in errors("--model", "m", "--p99-ms", "5", "--rate", "-1")
     assert "no such file" in errors("--model", "m", "--p99-ms", "5", "--trace", str(tmp_path / "none"))
     assert errors("--scenario", "video") is None
+    assert "--stolen-wait-s must be >= 0" in errors("--scenario", "video", "--stolen-wait-s", "-1")
     trace = tmp_path / "trace.txt"
     trace.write_text("0.01\n0.03\n")  # 50/s as recorded
     load_at = _load_at(parser().parse_args(["tune", "--trace", str(trace)]))

@@ -8,7 +8,7 @@ import pytest
 
 from perf.tune.batcher_sim import BatcherConfig
 from perf.tune.measured import SweepEntry
-from perf.tune.report import _rematch_lines, rematch_figures
+from perf.tune.report import _rematch_lines, brute_force_figures, rematch_figures
 
 BEST, PICK = BatcherConfig(32, 500, instances=2), BatcherConfig(8, 2000, instances=2)
 
@@ -43,3 +43,15 @@ def test_a_rematch_where_the_sweeps_best_collapsed_gives_no_verdict() -> None:
     assert figures["disturbed"] and "no verdict" in "".join(_rematch_lines(figures))
     steady = {BEST: entries(BEST, 1400.0, 1300.0), PICK: entries(PICK, 936.0, 900.0)}
     assert not rematch_figures(SimpleNamespace(chosen=PICK), sweep, steady)["disturbed"]
+
+
+def test_the_time_goal_leaves_out_on_both_sides_the_runs_measured_again_while_stolen() -> None:
+    """A 160 s stretch of steal in the tuner's 200 s would make its time 0.2 of a 1,000 s sweep; the
+    goal compares what each method measured: (200 - 160) / (1,000 - 0)."""
+    sweep = [*entries(BEST, 3197.0), *entries(PICK, 2344.0)] * 20  # 40 candidates of 30 s
+    result = SimpleNamespace(chosen=PICK, tuner_s=240.0, stolen_s=160.0)
+    figures = brute_force_figures(result, sweep, sweep_stolen_s=200.0)
+    assert figures["seconds"] == 1200.0 and figures["tuner_seconds"] == 240.0
+    assert figures["best"] == BEST.label and figures["chosen_rate_measured_by_sweep"] == 2344.0
+    assert figures["net_ratio"] == pytest.approx(80.0 / 1000.0)
+    assert brute_force_figures(result, sweep, 0.0)["net_ratio"] == pytest.approx(80.0 / 1200.0)

@@ -1,5 +1,5 @@
 """Runs the hypervisor took CPU from: the steal reading, the rule that measures such a run again (at
-most ``STOLEN_RERUNS`` times), the session applying it to every run but ``--follow``'s trace, and the
+most ``STOLEN_WAIT_S`` of runs), the session applying it to every run but ``--follow``'s trace, and the
 report's figures on what was measured again."""
 
 from __future__ import annotations
@@ -16,7 +16,7 @@ from perf.tune.cpu import CpuTimes, busy_cores, stolen_share
 from perf.tune.session import TuneSession
 from perf.tune.steal import (
     STOLEN_LIMIT,
-    STOLEN_RERUNS,
+    STOLEN_WAIT_S,
     Rerun,
     stolen,
     stolen_figures,
@@ -49,14 +49,15 @@ def test_proc_stat_steal_is_read_apart_from_the_busy_time(tmp_path: Path, monkey
     assert busy_cores(before, after, cores=2) <= 2
 
 
-def test_a_stolen_run_is_measured_again_until_one_is_not_at_most_the_cap() -> None:
+def test_a_stolen_run_is_measured_again_until_one_is_not_for_at_most_the_wait() -> None:
     shares = iter([0.03, STOLEN_LIMIT, 0.001, 0.5])
     counted, again = unstolen(lambda: Run(next(shares)))
     assert counted.stolen_share == 0.001 and [r.stolen_share for r in again] == [0.03, STOLEN_LIMIT]
 
-    always = iter([0.1] * 10)
-    counted, again = unstolen(lambda: Run(next(always)), reruns=2)
-    assert len(again) == 2 and stolen(counted)  # the third counts as it is, still stolen
+    always = iter([0.1] * 10)  # 3 s runs: after four measured again (12 s >= 10 s) the fifth counts
+    counted, again = unstolen(lambda: Run(next(always)), wait_s=10.0)
+    assert len(again) == 4 and stolen(counted)
+    assert unstolen(lambda: Run(0.1), wait_s=0.0)[1] == []  # no wait: never measured again
     assert not stolen(Run(float("nan")))  # no steal counter: nothing measured again
 
 
@@ -102,21 +103,24 @@ def test_the_session_measures_a_stolen_run_again_and_keeps_what_it_discarded(tmp
     (rerun,) = session.stolen_reruns
     assert [r.stolen_share for r in rerun.discarded] == [0.02, 0.04] and rerun.counted is run
     # --follow's trace is one replay with its reloads in it: never measured again
-    assert session.open_loop([0.0], "trace", reruns=0).stolen_share == 0.3
+    assert session.open_loop([0.0], "trace", wait_s=0).stolen_share == 0.3
     assert engine.runs == 4 and session.measurements == 2 and len(session.stolen_reruns) == 1
+    assert session.stolen_s == sum(r.wall_s for r in rerun.discarded)
 
 
 def test_the_reports_figures_add_up_over_the_runs_measured_again() -> None:
     reruns = [
         Rerun((Run(0.02, p99_ms=30.0), Run(0.01, p99_ms=20.0)), Run(0.0, p99_ms=8.0)),
-        Rerun(tuple(Run(0.1, p99_ms=50.0) for _ in range(STOLEN_RERUNS)), Run(0.2, p99_ms=60.0)),
+        Rerun(tuple(Run(0.1, p99_ms=50.0) for _ in range(40)), Run(0.2, p99_ms=60.0)),
     ]
     figures = stolen_figures(reruns, runs=40)
-    assert figures["measured_again"] == 2 and figures["runs_discarded"] == 2 + STOLEN_RERUNS
-    assert figures["seconds"] == 3.0 * (2 + STOLEN_RERUNS) and figures["counted_stolen"] == 1
+    assert figures["measured_again"] == 2 and figures["runs_discarded"] == 42
+    assert figures["seconds"] == 3.0 * 42 and figures["counted_stolen"] == 1
+    assert figures["wait_s"] == STOLEN_WAIT_S
     assert figures["p99_ms_counted"] == [8.0, 60.0]
     text = stolen_paragraph(figures)
     assert text.startswith("2 of 40 measurements") and "1 counted although still stolen" in text
+    assert f"for at most {STOLEN_WAIT_S:.0f} s each" in text
     assert stolen_paragraph(stolen_figures([], runs=12)).startswith("None of the 12 measurements")
 
 
