@@ -2,13 +2,13 @@
 
 These machines are virtual: when the host runs other guests, a CPU of ours that has work waits, and
 ``/proc/stat`` counts that wait as steal. A stall of tens of milliseconds is the whole tail of a 10 ms
-budget. Measured here (the method of ``python -m perf.tune.steal_check``: the recommender, ``max 32, 1
-ms ×1``, perf_analyzer, runs of 2.5 s one after the other, nothing measured again): at 1,800/s, of 60
-runs, the 32 with 0.5% or more of the CPUs' time stolen had a p99 of 7.3-96.9 ms (median 18.1), 28 of
-them over 10 ms; the other 28 had 6.6-33.6 ms (median 8.0), 2 over. At 2,200/s, that configuration's
-knee, of 95 runs the 23 stolen all missed 10 ms (10.6-25.9 ms, median 15.6), the other 72 missed in 47
-(6.6-25.6, median 10.7): there the model's own tail is a coin flip, steal makes it a miss. Steal came
-in stretches of 30-70 s, up to 28% of the CPUs' time.
+budget. Measured here (the method of ``python -m perf.tune.steal_check``: the recommender,
+``max 32, 1 ms ×1``, perf_analyzer, runs of 2.5 s one after the other, nothing measured again): at
+1,800/s, of 60 runs, the 32 with 0.5% or more of the CPUs' time stolen had a p99 of 7.3-96.9 ms
+(median 18.1), 28 of them over 10 ms; the other 28 had 6.6-33.6 ms (median 8.0), 2 over. At 2,200/s,
+that configuration's knee, of 95 runs the 23 stolen all missed 10 ms (10.6-25.9 ms, median 15.6), the
+other 72 missed in 47 (6.6-25.6, median 10.7): there the model's own tail is a coin flip, steal makes
+it a miss. Steal came in stretches of 30-70 s, up to 28% of the CPUs' time.
 
 Such a run measures the host's other guests, not the configuration, and any rule counts it as a miss:
 one of them at a bisection's first point halves a sustainable rate. So every run of the tuner, the
