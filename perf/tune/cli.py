@@ -20,7 +20,7 @@ from perf.tune.overlay import write_overlay
 from perf.tune.pa_engine import unavailable_message
 from perf.tune.probe import served_capacity
 from perf.tune.session import TuneSession
-from perf.tune.steal import STOLEN_HEADING, STOLEN_LIMIT, STOLEN_WAIT_S, stolen_figures, stolen_paragraph
+from perf.tune.steal import STOLEN_HEADING, STOLEN_LIMIT, STOLEN_WAIT_S, stolen_paragraph
 from perf.tune.tuner import P99_GOAL, TuneRequest, tune
 
 log = logging.getLogger(__name__)
@@ -190,7 +190,7 @@ def command_tune(args: argparse.Namespace, console) -> int:
             head_to_head = rematch(session, request, [sweep[0].config, result.chosen], ceiling, step=progress)
         session.prepare(result.chosen)
         extra = _side_by_side(session, folder, console)
-        extra["figures"]["stolen"] = stolen_figures(session.stolen_reruns, session.measurements)
+        extra["figures"]["stolen"] = session.stolen_figures()
         extra["sections"] += ["", STOLEN_HEADING, "", stolen_paragraph(extra["figures"]["stolen"])]
     note = f"python -m perf tune --model {args.model} --p99-ms {args.p99_ms:g}: {result.chosen.label}"
     tuned = write_overlay(

@@ -33,7 +33,7 @@ from perf.tune.engine import Engine, engine_from_args
 from perf.tune.predict import Prediction, max_rate
 from perf.tune.probe import ProbePlan, ProbeResult, probe
 from perf.tune.session import TuneSession
-from perf.tune.steal import STOLEN_WAIT_S, stolen_figures, stolen_paragraph
+from perf.tune.steal import STOLEN_WAIT_S, stolen_paragraph
 from perf.tune.tuner import Point, TuneRequest, measure_point, predict_point, sustainable_from
 
 FPS = 30.0
@@ -253,8 +253,7 @@ def measure_model(
                     measure_point(session, request, point)
         for verdict in verdicts:
             verdict.measured_rate = sustainable_from(verdict.points, budget)
-        stolen = stolen_figures(session.stolen_reruns, session.measurements)
-        return ModelOutcome(model, measured, verdicts, list(session.reload_s), stolen)
+        return ModelOutcome(model, measured, verdicts, list(session.reload_s), session.stolen_figures())
 
 
 def run_scenario(args: argparse.Namespace, folder: Path, console) -> int:

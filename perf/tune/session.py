@@ -30,7 +30,7 @@ from perf.tune.batcher_sim import BatcherConfig
 from perf.tune.cpu import CpuTimes, busy_cores, stolen_share, usable_cores
 from perf.tune.engine import Engine
 from perf.tune.overlay import candidate_spec, config_json
-from perf.tune.steal import STOLEN_WAIT_S, Rerun, unstolen
+from perf.tune.steal import STOLEN_WAIT_S, Rerun, stolen_figures, unstolen
 from server import ServerOptions, TritonServer, admin
 from server.stubs import server_stubs
 
@@ -245,6 +245,10 @@ class TuneSession:
             self.stolen_reruns.append(Rerun(tuple(again), observed))
             self.stolen_s += sum(discarded.wall_s for discarded in again)
         return observed
+
+    def stolen_figures(self) -> dict:
+        """The report's figures on the runs this session measured again (``perf.tune.steal``)."""
+        return stolen_figures(self.stolen_reruns, self.measurements, self.stolen_wait_s)
 
     def _observe_once(self, label: str, run: Callable[[], list[Record]], offered: float) -> Observed:
         before, started, cpu_before = self._stats(), time.perf_counter(), CpuTimes.now()

@@ -91,12 +91,13 @@ class Rerun:
     counted: Run
 
 
-def stolen_figures(reruns: Sequence[Rerun], runs: int) -> dict:
-    """The report's figures on ``reruns`` out of ``runs`` measurements."""
+def stolen_figures(reruns: Sequence[Rerun], runs: int, wait_s: float = STOLEN_WAIT_S) -> dict:
+    """The report's figures on ``reruns`` out of ``runs`` measurements, each measured again for at most
+    ``wait_s`` (the session's)."""
     discarded = [run for rerun in reruns for run in rerun.discarded]
     return {
         "limit": STOLEN_LIMIT,
-        "wait_s": STOLEN_WAIT_S,
+        "wait_s": wait_s,
         "measurements": runs,
         "measured_again": len(reruns),
         "runs_discarded": len(discarded),

@@ -105,6 +105,10 @@ def test_the_session_measures_a_stolen_run_again_and_keeps_what_it_discarded(tmp
     # --follow's trace is one replay with its reloads in it: never measured again
     assert session.open_loop([0.0], "trace", wait_s=0).stolen_share == 0.3
     assert engine.runs == 4 and session.measurements == 2 and len(session.stolen_reruns) == 1
+    figures = session.stolen_figures()  # the session's wait, not the default, is what the report says
+    assert figures["measurements"] == 2 and figures["runs_discarded"] == 2
+    session.stolen_wait_s = 30.0
+    assert session.stolen_figures()["wait_s"] == 30.0
     assert session.stolen_s == sum(r.wall_s for r in rerun.discarded)
 
 
