@@ -62,6 +62,19 @@ def capacity_bound(config: BatcherConfig, service: ServiceModel) -> float:
     return config.instances * size / service.exec_s(size)
 
 
+TRICKLE_SHARE = 1 / 8  # of the capacity bound
+
+
+def trickle(
+    config: BatcherConfig, service: ServiceModel, load_at: LoadAt | None = None, seconds: float = 6.0
+) -> Prediction:
+    """The prediction at a trickle (``TRICKLE_SHARE`` of the capacity bound): batches rarely fill, so
+    a request waits about the whole delay, and p99 is the delay plus a batch's execution and the
+    overhead: about the least a candidate with a delay gets at any rate."""
+    load_at = load_at or (lambda rate: poisson(rate))
+    return predict(config, service, load_at(TRICKLE_SHARE * capacity_bound(config, service)), seconds)
+
+
 def max_rate(
     config: BatcherConfig,
     service: ServiceModel,

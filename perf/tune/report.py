@@ -21,7 +21,15 @@ from perf.tune.measured import SHORTLIST_POINT_S, SHORTLIST_REPEAT_WITHIN, Sweep
 from perf.tune.operating import CONFIRM_STEPS, OPERATING_SHARE, Confirmation
 from perf.tune.report_probe import cpu_figures, probe_sections
 from perf.tune.rules import MAJORITY_OF, OVERLOADED
-from perf.tune.tuner import P99_GOAL, TuneResult, relative_error, repeat_spread
+from perf.tune.tuner import (
+    HEADROOM,
+    P99_GOAL,
+    Ranked,
+    TuneResult,
+    feasible,
+    relative_error,
+    repeat_spread,
+)
 
 Rematch = dict[BatcherConfig, list[SweepEntry]]
 
@@ -148,6 +156,7 @@ def figures(
         "confirm_s": result.confirm_s,
         "tuner_s": result.tuner_s,
         "model_pick": result.model_pick.label,
+        "sits_on_budget": [r.config.label for r in _on_budget(result)],
         "shortlist": [
             {
                 "config": e.config.label,
@@ -233,6 +242,7 @@ def write_report(
         *probe_sections(probe),
         "## Every candidate, predicted",
         "",
+        *_on_budget_lines(result),
         table(
             [
                 "candidate",
@@ -240,6 +250,7 @@ def write_report(
                 "p99 there (ms)",
                 "mean batch there",
                 "CPU utilization there",
+                "p99 at a trickle (ms)",
                 *(["p99 at target rate (ms)"] if result.request.rate else []),
             ],
             [
@@ -249,6 +260,7 @@ def write_report(
                     number(r.best.p99_ms) if r.best else "–",
                     number(r.best.mean_batch) if r.best else "–",
                     f"{100 * r.best.cpu_utilization:.0f}%" if r.best else "–",
+                    _trickle_cell(r, result.request.budget_ms),
                     *([number(r.at_rate.p99_ms)] if r.at_rate else []),
                 ]
                 for r in result.ranking
@@ -390,6 +402,33 @@ def _how_chosen(result: TuneResult) -> str:
     if not result.shortlist:
         return ", by prediction alone"
     return f", the most sustained of the {len(result.shortlist)} shortlisted"
+
+
+def _on_budget(result: TuneResult) -> list[Ranked]:
+    """The feasible candidates that sit on the budget at every rate (``Ranked.sits_on_budget``)."""
+    request = result.request
+    return [r for r in result.ranking if feasible(r, request) and r.sits_on_budget(request.budget_ms)]
+
+
+def _on_budget_lines(result: TuneResult) -> list[str]:
+    on_budget = _on_budget(result)
+    if not on_budget:
+        return []
+    every = len(on_budget) == sum(feasible(r, result.request) for r in result.ranking)
+    fate = "Measured anyway, since every feasible candidate is one" if every else "Not measured"
+    return [
+        f"{fate}: "
+        f"{', '.join(r.config.label for r in on_budget)}. Even at a trickle their predicted p99 is within "
+        f"×{HEADROOM:g} of the budget (a delay that fills most of it), so a run meets the budget by chance "
+        "at any rate and where a bisection on them stops is a coin flip (`tuner.HEADROOM`).",
+        "",
+    ]
+
+
+def _trickle_cell(entry: Ranked, budget_ms: float) -> str:
+    if entry.trickle is None:
+        return "–"
+    return number(entry.trickle.p99_ms) + (" (on the budget)" if entry.sits_on_budget(budget_ms) else "")
 
 
 def _shortlist_lines(result: TuneResult) -> list[str]:
