@@ -419,16 +419,20 @@ def _on_budget_lines(result: TuneResult) -> list[str]:
     return [
         f"{fate}: "
         f"{', '.join(r.config.label for r in on_budget)}. Even at a trickle their predicted p99 is within "
-        f"×{HEADROOM:g} of the budget (a delay that fills most of it), so a run meets the budget by chance "
-        "at any rate and where a bisection on them stops is a coin flip (`tuner.HEADROOM`).",
+        f"×{HEADROOM:g} of the budget because of their delay (without it, not): the delay fills the budget, "
+        "so a run meets it by chance at any rate and where a bisection on them stops is a coin flip "
+        "(`tuner.HEADROOM`).",
         "",
     ]
 
 
 def _trickle_cell(entry: Ranked, budget_ms: float) -> str:
-    if entry.trickle is None:
+    if entry.trickle is None or entry.trickle_without_delay is None:
         return "–"
-    return number(entry.trickle.p99_ms) + (" (on the budget)" if entry.sits_on_budget(budget_ms) else "")
+    cell = number(entry.trickle.p99_ms)
+    if entry.config.max_queue_delay_us:
+        cell += f" ({number(entry.trickle_without_delay.p99_ms)} without the delay)"
+    return cell + (", on the budget" if entry.sits_on_budget(budget_ms) else "")
 
 
 def _shortlist_lines(result: TuneResult) -> list[str]:

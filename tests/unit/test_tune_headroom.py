@@ -1,5 +1,6 @@
 """Candidates that sit on the budget: their delay and one execution fill it at every rate, so the tuner
-ranks them after the others and does not measure them (``Ranked.sits_on_budget``)."""
+ranks them after the others and does not measure them (``Ranked.sits_on_budget``); where the machine's
+own tail fills it, nothing is set apart."""
 
 from __future__ import annotations
 
@@ -35,21 +36,32 @@ def test_a_candidate_whose_delay_fills_the_budget_is_ranked_after_the_others_and
     waits, quick = by_config[FIVE_MS], by_config[NO_DELAY]
     assert waits.rate >= quick.rate > 0  # by predicted rate alone the 5 ms delay would come first
     assert waits.trickle.p99_ms * HEADROOM > REQUEST.budget_ms >= quick.trickle.p99_ms * HEADROOM
+    assert waits.trickle_without_delay.p99_ms == quick.trickle.p99_ms  # same family, same arrivals
     assert waits.sits_on_budget(REQUEST.budget_ms) and not quick.sits_on_budget(REQUEST.budget_ms)
     ranking = rank(PROBED, REQUEST)
     assert [entry.config for entry in ranking] == [NO_DELAY, FIVE_MS]
     assert [entry.config for entry in shortlist_pool(ranking, REQUEST)] == [NO_DELAY]
     lines = "".join(_on_budget_lines(SimpleNamespace(request=REQUEST, ranking=ranking)))
     assert lines.startswith(f"Not measured: {FIVE_MS.label}.")
-    assert _trickle_cell(waits, REQUEST.budget_ms).endswith("(on the budget)")
+    assert _trickle_cell(waits, REQUEST.budget_ms).endswith("without the delay), on the budget")
     assert "budget" not in _trickle_cell(quick, REQUEST.budget_ms)
 
 
+def test_where_the_machines_own_tail_fills_the_budget_no_candidate_is_set_apart() -> None:
+    # 5 ms outside the batcher: 7 ms at a trickle without any delay, 8 ms with 1 ms; both within x1.5
+    slow = SimpleNamespace(services={1: ServiceModel(0.002, 0.0, overhead_s=0.005)})
+    request = dataclasses.replace(REQUEST, grid=dataclasses.replace(REQUEST.grid, delays_us=(0, 1000)))
+    ranking = rank(slow, request)
+    assert all(entry.best and entry.trickle.p99_ms * HEADROOM > request.budget_ms for entry in ranking)
+    assert not any(entry.sits_on_budget(request.budget_ms) for entry in ranking)
+    assert len(shortlist_pool(ranking, request)) == 2
+    assert _on_budget_lines(SimpleNamespace(request=request, ranking=ranking)) == []
+
+
 def test_when_every_feasible_candidate_sits_on_the_budget_they_are_measured_all_the_same() -> None:
-    tight = dataclasses.replace(REQUEST, budget_ms=6.0)  # 5 ms + 2 ms: the delay cannot meet it at all
-    ranking = rank(PROBED, tight)
-    assert [entry.config for entry in ranking if entry.best] == [NO_DELAY]
-    assert ranking[0].sits_on_budget(tight.budget_ms)
-    assert [entry.config for entry in shortlist_pool(ranking, tight)] == [NO_DELAY]
-    lines = "".join(_on_budget_lines(SimpleNamespace(request=tight, ranking=ranking)))
-    assert lines.startswith(f"Measured anyway, since every feasible candidate is one: {NO_DELAY.label}.")
+    only_five = dataclasses.replace(REQUEST, grid=dataclasses.replace(REQUEST.grid, delays_us=(5000,)))
+    ranking = rank(PROBED, only_five)
+    assert [entry.config for entry in ranking] == [FIVE_MS] and ranking[0].sits_on_budget(10.0)
+    assert [entry.config for entry in shortlist_pool(ranking, only_five)] == [FIVE_MS]
+    lines = "".join(_on_budget_lines(SimpleNamespace(request=only_five, ranking=ranking)))
+    assert lines.startswith(f"Measured anyway, since every feasible candidate is one: {FIVE_MS.label}.")
