@@ -95,11 +95,10 @@ class Ranked:
         """Predicted, even at a trickle, within ``HEADROOM`` of the budget because of its delay (without
         it the same arrivals are not): the delay and one execution fill the budget at every rate, so
         whether a run meets the budget is a coin flip and "the highest rate within it" is wherever a
-        bisection happens to stop. Run 41's pick, ``max 8, 5 ms
-        ×2`` for 10 ms, measured p99 of 9.4-11.2 ms at every rate from 417 to 2,146/s; bisections on it
-        stopped at 2,970 (the shortlist), 625 (the sweep), 1,354 and 521/s (the rematch), while the
-        sweep's best (0 ms) climbed from 6.7 to 12.0 ms over 1,666-2,291/s and stopped at 2,083 and
-        2,187/s.
+        bisection happens to stop. Run 41's pick, ``max 8, 5 ms ×2`` for 10 ms, measured p99 of
+        9.4-11.2 ms at every rate from 417 to 2,146/s; bisections on it stopped at 2,970 (the
+        shortlist), 625 (the sweep), 1,354 and 521/s (the rematch), while the sweep's best (0 ms)
+        climbed from 6.7 to 12.0 ms over 1,666-2,291/s and stopped at 2,083 and 2,187/s.
 
         Where the candidate without its delay is within ``HEADROOM`` too, the machine's own tail, not
         the delay, sits there, and every candidate alike: then nothing is set apart. On a host whose
@@ -190,10 +189,10 @@ def rank(probe_result: ProbeResult, request: TuneRequest) -> list[Ranked]:
         service = service_for(probe_result, config)
         best = max_rate(config, service, request.budget_ms, request.load)
         entry = Ranked(config, best, trickle=trickle(config, service, request.load))
-        undelayed = dataclasses.replace(config, max_queue_delay_us=0)
-        entry.trickle_without_delay = (
-            trickle(undelayed, service, request.load) if config.max_queue_delay_us else entry.trickle
-        )
+        entry.trickle_without_delay = entry.trickle
+        if config.max_queue_delay_us:
+            undelayed = dataclasses.replace(config, max_queue_delay_us=0)
+            entry.trickle_without_delay = trickle(undelayed, service, request.load)
         if request.rate:
             entry.at_rate = predict(config, service, request.load(request.rate))
         ranked.append(entry)
