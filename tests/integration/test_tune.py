@@ -29,7 +29,7 @@ from perf.tune.report import write_report
 from perf.tune.rules import overloaded, verdict
 from perf.tune.session import TuneSession
 from perf.tune.steal import stolen, worth_measuring_again
-from perf.tune.tuner import OPERATING_RUNS_PER_PASS, TuneRequest, feasible, pick, rank, tune
+from perf.tune.tuner import OPERATING_RUNS_PER_PASS, TuneRequest, feasible, pick, rank, shortlist_pool, tune
 
 pytestmark = pytest.mark.integration
 SPEC = Path(__file__).resolve().parents[2] / "models.yaml"
@@ -105,10 +105,13 @@ def test_the_shortlist_is_measured_around_its_predictions_on_the_server(
 ) -> None:
     grid = Grid(delays_us=(0, 2000), max_batches=(8, 32), instances=(1,), no_batching=False)
     request = TuneRequest(20.0, grid=grid, seconds=1.0)
-    ranking = [r for r in rank(probed, request) if feasible(r, request)]
+    ranking = shortlist_pool(rank(probed, request), request)  # what the tuner's shortlist draws from
     listed = shortlist(ranking, 4, window=0.0)
-    bests, baselines = listed[:2], listed[2:]
-    assert sorted(r.config.max_batch_size for r in bests) == [8, 32]  # one per family, its best delay
+    # the families predicted within 20 ms: on a host the hypervisor took CPU from, max 32 was not
+    families = sorted({r.config.max_batch_size for r in ranking})
+    assert families, "nothing predicted within 20 ms"
+    bests, baselines = listed[: len(families)], listed[len(families) :]
+    assert sorted(r.config.max_batch_size for r in bests) == families  # one per family, its best delay
     for baseline in baselines:  # then a family's 0 ms, where its best waited 2 ms
         best = next(r for r in bests if r.config.max_batch_size == baseline.config.max_batch_size)
         assert (baseline.config.max_queue_delay_us, best.config.max_queue_delay_us) == (0, 2000)
