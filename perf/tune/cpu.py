@@ -89,10 +89,14 @@ class CpuModel:
     per_execution_s: float  # CPU seconds an execution costs beyond its requests
     cores: int
     slice_s: float = 0.0
+    # the share of the CPUs' time the hypervisor took (steal): 0 for a prediction; a calibration run it
+    # took CPU from is simulated on the cores it left, so that its p99 does not all go into the slice
+    stolen_share: float = 0.0
 
     def utilization(self, requests_per_s: float, executions_per_s: float) -> float:
         busy = self.idle_cores + self.per_request_s * requests_per_s + self.per_execution_s * executions_per_s
-        return float(min(MAX_UTILIZATION, max(0.0, busy / self.cores)))
+        left = self.cores * (1.0 - self.stolen_share)
+        return float(min(MAX_UTILIZATION, max(0.0, busy / left)))
 
     def waits_s(self, utilization: float, count: int, seed: int = 0) -> np.ndarray:
         """``count`` M/M/c waits for one of the cores at ``utilization``: with the Erlang C probability

@@ -5,6 +5,8 @@ from __future__ import annotations
 
 from perf.markdown import number, table
 from perf.tune.probe import ProbeResult
+from perf.tune.session import Observed
+from perf.tune.steal import share_taken, stolen
 
 
 def _fit_table(probe: ProbeResult) -> str:
@@ -83,6 +85,13 @@ def _slices(probe: ProbeResult) -> str:
     )
 
 
+def _repeat_cell(run: Observed) -> str:
+    """A calibration repeat's p99, with the share of the CPUs' time the hypervisor took if it did."""
+    if not stolen(run):
+        return number(run.p99_ms)
+    return f"{number(run.p99_ms)} ({number(100 * run.stolen_share)}% stolen)"
+
+
 def _contention_lines(probe: ProbeResult) -> list[str]:
     if not probe.cpu:
         return []
@@ -91,7 +100,7 @@ def _contention_lines(probe: ProbeResult) -> list[str]:
         [
             c.config.label,
             number(c.measured.offered, 0),
-            ", ".join(number(run.p99_ms) for run in c.repeats),
+            ", ".join(_repeat_cell(run) for run in c.repeats),
             number(c.simulated_p99_ms),
             number(c.predicted_p99_ms),
             f"{number(c.utilization * cpu.cores, 2)} / {number(c.measured.cpu_load()[2], 2)}",
@@ -110,7 +119,9 @@ def _contention_lines(probe: ProbeResult) -> list[str]:
         f"on them, with a slice of {_slices(probe)}: the median of what that instance count's busier "
         "runs below ask for (measured p99 = simulated p99; how long a request waits for a core depends "
         "on how many instances' thread pools compete for them). Without it the simulation leaves out "
-        "the cores the server, its frontend and the client share.",
+        "the cores the server, its frontend and the client share. A run the hypervisor took CPU from "
+        "(marked *stolen*) counts only where every busier run of its instance count was, and then on "
+        "the cores the steal left (`perf.tune.steal.unstolen_first`).",
         "",
         table(
             [
@@ -158,6 +169,7 @@ def cpu_figures(probe: ProbeResult) -> dict:
                 "config": c.config.label,
                 "rate": c.measured.offered,
                 "measured_p99_ms": [run.p99_ms for run in c.repeats],
+                "stolen_pct": [100 * share_taken(run) for run in c.repeats],
                 "simulated_p99_ms": c.simulated_p99_ms,
                 "predicted_p99_ms": c.predicted_p99_ms,
                 "cpu_cores_predicted": c.utilization * cpu.cores,

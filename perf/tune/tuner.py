@@ -27,6 +27,7 @@ from perf.tune.predict import Prediction, arrival_array, max_rate, predict, tric
 from perf.tune.probe import ProbePlan, ProbeResult, probe, slice_for
 from perf.tune.rules import overloaded
 from perf.tune.session import Observed, TuneSession
+from perf.tune.steal import share_taken, stolen
 
 log = logging.getLogger(__name__)
 Step = Callable[[str], None]
@@ -346,8 +347,10 @@ def recalibrate(
     verification's kept-up runs at 0.7-1.0 of the sustained rate (3 s of arrivals, as verified):
     within 20% in 7 of 12, as with the budget as target (7 of 12).
     Runs measured again at the sustained rate made it worse (right after the pick's reload 20.1/16.3
-    ms where the verification measured 10.0/9.3; after an overloaded point 106/161 ms). The ranking
-    keeps the probe's slices (it comes before the shortlist); the report shows both."""
+    ms where the verification measured 10.0/9.3; after an overloaded point 106/161 ms). Runs the
+    hypervisor took CPU from count only where every run did, on the cores it left, as in the probe
+    (``perf.tune.probe.calibrate_cpu_wait``). The ranking keeps the probe's slices (it comes before
+    the shortlist); the report shows both."""
     entry = sustaining(chosen, measured)
     cpu = probe_result.cpu.get(chosen.instances)
     if entry is None or cpu is None:
@@ -359,14 +362,22 @@ def recalibrate(
             (rate, run, confirmation.point_s)
             for rate, run in zip(confirmation.rates, confirmation.runs, strict=True)
         ]
+    kept_up = [(rate, run, point_s) for rate, run, point_s in measured_runs if not overloaded(run)]
+    trusted = [entry for entry in kept_up if not stolen(entry[1])] or kept_up  # as the probe's slices
     runs = tuple(
         PickRun(
             rate,
             run.p99_ms,
-            slice_for(arrival_array(request.load(rate), point_s), chosen, service, cpu, run.p99_ms),
+            slice_for(
+                arrival_array(request.load(rate), point_s),
+                chosen,
+                service,
+                cpu,
+                run.p99_ms,
+                stolen_share=share_taken(run),
+            ),
         )
-        for rate, run, point_s in measured_runs
-        if not overloaded(run)
+        for rate, run, point_s in trusted
     )
     informative = [run.slice_s for run in runs if run.slice_s > 0]
     found = float(np.median(informative)) if informative else 0.0

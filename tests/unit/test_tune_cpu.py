@@ -130,7 +130,9 @@ def test_each_instance_count_gets_the_slice_its_own_runs_ask_for() -> None:
             requests, executions = len(arrivals) / run.span_s, len(run.batch_sizes) / run.span_s
             busy = cpu.utilization(requests, executions) * cpu.cores
             observed = SimpleNamespace(
-                p99_ms=run.p99_ms(), cpu_load=lambda r=requests, e=executions, b=busy: (r, e, b)
+                p99_ms=run.p99_ms(),
+                stolen_share=0.0,
+                cpu_load=lambda r=requests, e=executions, b=busy: (r, e, b),
             )
             calibrations.append(Calibration(config, arrivals, [observed]))
     models = calibrate_cpu_wait(calibrations, {1: service, 2: service})
@@ -161,7 +163,7 @@ def test_the_pick_is_recalibrated_on_the_median_slice_of_its_kept_up_shortlist_r
 
     def run(rate: float, factor: float, served: float | None = None) -> SimpleNamespace:
         p99 = simulate(arrival_array(request.load(rate), 3.0), config, truth).p99_ms()
-        return SimpleNamespace(p99_ms=factor * p99, offered=rate, throughput=served or rate)
+        return SimpleNamespace(p99_ms=factor * p99, offered=rate, throughput=served or rate, stolen_share=0.0)
 
     runs = [run(1500, 1.0), run(1200, 0.8), run(1800, 1.4), run(2400, 30.0, served=1000), run(1800, 0.05)]
     entry = SweepEntry(
