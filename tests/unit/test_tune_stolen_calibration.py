@@ -17,6 +17,7 @@ from perf.tune.cpu import CpuModel
 from perf.tune.measured import SweepEntry
 from perf.tune.predict import arrival_array
 from perf.tune.probe import Calibration, ProbeResult, calibrate_cpu_wait, slice_for
+from perf.tune.report_probe import _contention_lines, cpu_figures
 from perf.tune.steal import share_taken, unstolen_first
 from perf.tune.tuner import TuneRequest, recalibrate
 
@@ -34,7 +35,9 @@ def observed(arrivals: np.ndarray, config: BatcherConfig, stolen_share: float, p
     requests, executions = len(arrivals) / run.span_s, len(run.batch_sizes) / run.span_s
     busy = CPU.utilization(requests, executions) * CPU.cores
     load = (requests, executions, busy)
-    return SimpleNamespace(p99_ms=p99_factor * run.p99_ms(), stolen_share=stolen_share, cpu_load=lambda: load)
+    return SimpleNamespace(
+        p99_ms=p99_factor * run.p99_ms(), stolen_share=stolen_share, offered=requests, cpu_load=lambda: load
+    )
 
 
 def calibration(rate: float, *shares_and_factors: tuple[float, float]) -> Calibration:
@@ -57,6 +60,10 @@ def test_stolen_calibration_runs_leave_the_slice_where_the_unstolen_ones_put_it(
     models = calibrate_cpu_wait(calibrations, {1: SERVICE})
     assert abs(models[1].slice_s - TRUE_SLICE_S) < 0.1 * TRUE_SLICE_S, models[1]
     assert models[1].stolen_share == 0.0  # predictions are for a host that takes nothing
+    probed = ProbeResult({1: SERVICE}, {}, 0.0, {}, cpu=models, calibration=calibrations)
+    table = "\n".join(_contention_lines(probed))
+    assert table.count("(20.0% stolen)") == 3  # every stolen repeat marked in the report, the other not
+    assert [c["stolen_pct"] for c in cpu_figures(probed)["calibration"]] == [[20.0], [20.0, 0.0], [20.0]]
 
 
 def test_where_every_run_was_stolen_the_slice_is_calibrated_on_the_cores_the_steal_left() -> None:
