@@ -19,7 +19,7 @@ from perf.tune.measured import exhaustive, rematch
 from perf.tune.overlay import write_overlay
 from perf.tune.pa_engine import unavailable_message
 from perf.tune.probe import served_capacity
-from perf.tune.session import TuneSession
+from perf.tune.session import TuneSession, to_console
 from perf.tune.steal import STOLEN_HEADING, STOLEN_LIMIT, STOLEN_WAIT_S, stolen_paragraph
 from perf.tune.tuner import P99_GOAL, TuneRequest, tune
 
@@ -180,6 +180,7 @@ def command_tune(args: argparse.Namespace, console) -> int:
             stolen_wait_s=args.stolen_wait_s,
         ) as session,
     ):
+        session.notify = to_console(console)
         result = tune(session, request, step=progress)
         sweep, head_to_head, sweep_stolen_s = None, None, 0.0
         if args.exhaustive:

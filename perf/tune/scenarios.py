@@ -32,7 +32,7 @@ from perf.tune.batcher_sim import BatcherConfig
 from perf.tune.engine import Engine, engine_from_args
 from perf.tune.predict import Prediction, max_rate
 from perf.tune.probe import ProbePlan, ProbeResult, probe
-from perf.tune.session import TuneSession
+from perf.tune.session import TuneSession, to_console
 from perf.tune.steal import STOLEN_WAIT_S, stolen_paragraph
 from perf.tune.tuner import Point, TuneRequest, measure_point, predict_point, sustainable_from
 
@@ -220,6 +220,7 @@ def measure_model(
     ``repeats`` times in whole passes."""
     budget, load_at = request.budget_ms, request.load
     with _session(spec, model, engine, request.seed, stolen_wait_s) as session:
+        session.notify = to_console(console)
         # A pipeline's stages keep the batch limit they were built with (an ensemble's max_batch_size
         # may not exceed a stage's), so its candidates use that limit; a model's use MAX_BATCH.
         pipeline = model != session.base.name

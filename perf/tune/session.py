@@ -30,7 +30,7 @@ from perf.tune.batcher_sim import BatcherConfig
 from perf.tune.cpu import CpuTimes, busy_cores, stolen_share, usable_cores
 from perf.tune.engine import Engine
 from perf.tune.overlay import candidate_spec, config_json
-from perf.tune.steal import STOLEN_WAIT_S, Rerun, stolen_figures, unstolen
+from perf.tune.steal import STOLEN_WAIT_S, Rerun, stolen, stolen_figures, unstolen
 from server import ServerOptions, TritonServer, admin
 from server.stubs import server_stubs
 
@@ -102,6 +102,11 @@ class Observed:
         return self.stats.requests / span, self.stats.executions / span, cores
 
 
+def to_console(console: Any) -> Callable[[str], None]:
+    """A session's ``notify`` for a rich console: dim, the text as it is (labels hold brackets)."""
+    return lambda text: console.print(f"  {text}", style="dim", markup=False, highlight=False)
+
+
 class TuneSession:
     """Build, serve and reload one model; ``with TuneSession(...) as session``."""
 
@@ -131,6 +136,9 @@ class TuneSession:
         self.stolen_reruns: list[Rerun] = []  # runs the hypervisor took CPU from, measured again
         self.stolen_s = 0.0  # seconds of the runs measured again (the time goal leaves them out)
         self.stolen_wait_s = stolen_wait_s  # the default of ``open_loop``'s and ``closed_loop``'s wait
+        # tells the user, as it happens, of a run measured again: on a host the hypervisor takes CPU from
+        # all along the wait can stretch a tune by hours, and the console would say nothing meanwhile
+        self.notify: Callable[[str], None] = lambda text: None
         self._target: Target | None = None
 
     def __enter__(self) -> TuneSession:
@@ -232,18 +240,35 @@ class TuneSession:
         """One run, measured again while the hypervisor took CPU from it, for at most ``wait_s`` of runs
         (``perf.tune.steal``; the session's ``stolen_wait_s`` by default)."""
         wait_s = self.stolen_wait_s if wait_s is None else wait_s
-        observed, again = unstolen(lambda: self._observe_once(label, run, offered), wait_s)
-        for discarded in again:
+
+        def discarding(discarded: Observed, so_far: list[Observed]) -> None:
             log.info(
                 "%s: %.1f%% of the CPUs' time stolen (p99 %.1f ms): measured again",
                 label,
                 100 * discarded.stolen_share,
                 discarded.p99_ms,
             )
+            if len(so_far) == 1:
+                self.notify(
+                    f"{label}: the hypervisor took {100 * discarded.stolen_share:.1f}% of the CPUs' time "
+                    f"(p99 {discarded.p99_ms:.1f} ms): measuring again, for up to {wait_s:.0f} s "
+                    "(--stolen-wait-s)"
+                )
+
+        observed, again = unstolen(lambda: self._observe_once(label, run, offered), wait_s, discarding)
         self.measurements += 1
         if again:
             self.stolen_reruns.append(Rerun(tuple(again), observed))
-            self.stolen_s += sum(discarded.wall_s for discarded in again)
+            spent = sum(discarded.wall_s for discarded in again)
+            self.stolen_s += spent
+            outcome = (
+                f"counted still stolen ({100 * observed.stolen_share:.1f}%): this host's steal is in "
+                "its figures (python -m perf.tune.steal_check)"
+                if stolen(observed)
+                else "counted a run not stolen"
+            )
+            runs = f"{len(again)} run{'s' if len(again) > 1 else ''}"
+            self.notify(f"{label}: {runs} ({spent:.0f} s) measured again, {outcome}")
         return observed
 
     def stolen_figures(self) -> dict:

@@ -86,13 +86,20 @@ def worth_measuring_again(run: Run) -> bool:
     return stolen(run) and not behind_beyond_steal(run)
 
 
-def unstolen(measure: Callable[[], R], wait_s: float = STOLEN_WAIT_S) -> tuple[R, list[R]]:
+def unstolen(
+    measure: Callable[[], R],
+    wait_s: float = STOLEN_WAIT_S,
+    discarding: Callable[[R, list[R]], None] | None = None,
+) -> tuple[R, list[R]]:
     """``measure()`` again while a run is ``worth_measuring_again``, until the runs measured again took
-    ``wait_s`` (0: never): the run that counts and the ones measured again (in order)."""
+    ``wait_s`` (0: never): the run that counts and the ones measured again (in order). ``discarding``
+    hears of each run set aside (with those set aside so far, it included) before the next is measured."""
     run, again, spent = measure(), [], 0.0
     while worth_measuring_again(run) and spent < wait_s:
         again.append(run)
         spent += run.wall_s
+        if discarding:
+            discarding(run, again)
         run = measure()
     return run, again
 

@@ -51,8 +51,14 @@ def test_proc_stat_steal_is_read_apart_from_the_busy_time(tmp_path: Path, monkey
 
 def test_a_stolen_run_is_measured_again_until_one_is_not_for_at_most_the_wait() -> None:
     shares = iter([0.03, STOLEN_LIMIT, 0.001, 0.5])
-    counted, again = unstolen(lambda: Run(next(shares)))
+    heard: list[tuple[float, int]] = []  # each run set aside, as it is, before the next is measured
+
+    def discarding(run: Run, so_far: list[Run]) -> None:
+        heard.append((run.stolen_share, len(so_far)))
+
+    counted, again = unstolen(lambda: Run(next(shares)), discarding=discarding)
     assert counted.stolen_share == 0.001 and [r.stolen_share for r in again] == [0.03, STOLEN_LIMIT]
+    assert heard == [(0.03, 1), (STOLEN_LIMIT, 2)]
 
     always = iter([0.1] * 10)  # 3 s runs: after four measured again (12 s >= 10 s) the fifth counts
     counted, again = unstolen(lambda: Run(next(always)), wait_s=10.0)
@@ -98,12 +104,19 @@ def offline_session(tmp_path: Path, engine: CountingEngine, shares: list[float],
 def test_the_session_measures_a_stolen_run_again_and_keeps_what_it_discarded(tmp_path, monkeypatch) -> None:
     engine = CountingEngine()
     session = offline_session(tmp_path, engine, [0.02, 0.04, 0.0, 0.3], monkeypatch)
+    told: list[str] = []
+    session.notify = told.append
     run = session.open_loop([0.0], "point")  # one arrival: no offered rate to fall behind on
     assert run.stolen_share == 0.0 and engine.runs == 3 and session.measurements == 1
+    # the console hears when the measuring again starts and how it ended, not of every run
+    assert len(told) == 2 and told[0].startswith("point: the hypervisor took 2.0% of the CPUs' time")
+    assert "measuring again, for up to 120 s" in told[0]
+    assert told[1].startswith("point: 2 runs (0 s) measured again, counted a run not stolen")
     (rerun,) = session.stolen_reruns
     assert [r.stolen_share for r in rerun.discarded] == [0.02, 0.04] and rerun.counted is run
     # --follow's trace is one replay with its reloads in it: never measured again
     assert session.open_loop([0.0], "trace", wait_s=0).stolen_share == 0.3
+    assert len(told) == 2  # nothing measured again, nothing told
     assert engine.runs == 4 and session.measurements == 2 and len(session.stolen_reruns) == 1
     figures = session.stolen_figures()  # the session's wait, not the default, is what the report says
     assert figures["measurements"] == 2 and figures["runs_discarded"] == 2
@@ -148,3 +161,15 @@ def test_the_steal_check_sets_the_stolen_runs_apart_from_the_others() -> None:
         [f"stolen ≥ {100 * STOLEN_LIMIT:.1f}%", "1", "1", "30.0-30.0", "30.0"],
         ["the others", "2", "1", "7.0-12.0", "9.5"],
     ]
+
+
+def test_the_console_is_told_when_a_run_counts_still_stolen(tmp_path, monkeypatch) -> None:
+    """The wait ran out (here after one run) with the host still taking CPU: the user reads that its
+    figures hold the host's steal, and which command measures it."""
+    session = offline_session(tmp_path, CountingEngine(), [0.3, 0.25], monkeypatch)
+    told: list[str] = []
+    session.notify = told.append
+    assert session.open_loop([0.0], "point", wait_s=1e-9).stolen_share == 0.25
+    assert len(told) == 2 and "measuring again, for up to 0 s" in told[0]
+    assert told[1].startswith("point: 1 run (0 s) measured again")
+    assert "counted still stolen (25.0%)" in told[1] and "perf.tune.steal_check" in told[1]
