@@ -261,12 +261,14 @@ class TuneSession:
             self.stolen_reruns.append(Rerun(tuple(again), observed))
             spent = sum(discarded.wall_s for discarded in again)
             self.stolen_s += spent
-            outcome = (
-                f"counted still stolen ({100 * observed.stolen_share:.1f}%): this host's steal is in "
-                "its figures (python -m perf.tune.steal_check)"
-                if stolen(observed)
-                else "counted a run not stolen"
-            )
+            outcome = "counted a run not stolen"
+            if stolen(observed):
+                outcome = f"counted still stolen ({100 * observed.stolen_share:.1f}%)"
+                if not any(stolen(rerun.counted) for rerun in self.stolen_reruns[:-1]):  # said once
+                    outcome += (
+                        ": the host's steal is in its figures, as in any run counted so "
+                        "(python -m perf.tune.steal_check measures how much)"
+                    )
             runs = f"{len(again)} run{'s' if len(again) > 1 else ''}"
             self.notify(f"{label}: {runs} ({spent:.0f} s) measured again, {outcome}")
         return observed

@@ -166,10 +166,12 @@ def test_the_steal_check_sets_the_stolen_runs_apart_from_the_others() -> None:
 def test_the_console_is_told_when_a_run_counts_still_stolen(tmp_path, monkeypatch) -> None:
     """The wait ran out (here after one run) with the host still taking CPU: the user reads that its
     figures hold the host's steal, and which command measures it."""
-    session = offline_session(tmp_path, CountingEngine(), [0.3, 0.25], monkeypatch)
+    session = offline_session(tmp_path, CountingEngine(), [0.3, 0.25, 0.2, 0.3], monkeypatch)
     told: list[str] = []
     session.notify = told.append
     assert session.open_loop([0.0], "point", wait_s=1e-9).stolen_share == 0.25
     assert len(told) == 2 and "measuring again, for up to 0 s" in told[0]
     assert told[1].startswith("point: 1 run (0 s) measured again")
     assert "counted still stolen (25.0%)" in told[1] and "perf.tune.steal_check" in told[1]
+    session.open_loop([0.0], "next", wait_s=1e-9)  # the advice once a session, the outcome every time
+    assert told[3].endswith("counted still stolen (30.0%)")
