@@ -36,7 +36,7 @@ from perf.tune.batcher_sim import BatcherConfig, ServiceModel, simulate
 from perf.tune.cpu import CpuModel, fit_cpu_model, usable_cores
 from perf.tune.predict import arrival_array
 from perf.tune.session import Observed, TuneSession
-from perf.tune.steal import share_taken, stolen, unstolen_first
+from perf.tune.steal import share_taken, unstolen_first
 
 log = logging.getLogger(__name__)
 
@@ -259,7 +259,7 @@ def calibrate_cpu_wait(
     for instances in services:
         own = [c for c in calibrations if c.config.instances == instances]
         busy = [c for c in own if c.utilization >= busy_enough] or own
-        trusted = [c for c in busy if not stolen(c.measured)] or busy
+        trusted = unstolen_first(busy, lambda c: c.measured)
         slices[instances] = [
             slice_for(
                 c.arrivals,

@@ -139,6 +139,7 @@ class TuneSession:
         # tells the user, as it happens, of a run measured again: on a host the hypervisor takes CPU from
         # all along the wait can stretch a tune by hours, and the console would say nothing meanwhile
         self.notify: Callable[[str], None] = lambda text: None
+        self._steal_advised = False  # the pointer to steal_check, once
         self._target: Target | None = None
 
     def __enter__(self) -> TuneSession:
@@ -264,7 +265,8 @@ class TuneSession:
             outcome = "counted a run not stolen"
             if stolen(observed):
                 outcome = f"counted still stolen ({100 * observed.stolen_share:.1f}%)"
-                if not any(stolen(rerun.counted) for rerun in self.stolen_reruns[:-1]):  # said once
+                if not self._steal_advised:  # said once a session
+                    self._steal_advised = True
                     outcome += (
                         ": the host's steal is in its figures, as in any run counted so "
                         "(python -m perf.tune.steal_check measures how much)"

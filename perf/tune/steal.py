@@ -53,6 +53,7 @@ class Run(Protocol):
 
 
 R = TypeVar("R", bound=Run)
+T = TypeVar("T")
 
 
 def stolen(run: Run) -> bool:
@@ -66,13 +67,13 @@ def share_taken(run: Run) -> float:
     return run.stolen_share if math.isfinite(run.stolen_share) else 0.0
 
 
-def unstolen_first(runs: Sequence[R]) -> list[R]:
-    """Those of ``runs`` the hypervisor did not take CPU from, or all of them where it took from every
-    one: what a calibration fits to. A run still stolen after the wait measured the host's other guests
-    as much as the machine (``python -m perf.tune.steal_check``, 15 runs of one configuration at
-    1,000/s: 14 stolen, p99 7.5-50.3 ms, median 18.2; the one not, 9.3 ms)."""
-    kept = [run for run in runs if not stolen(run)]
-    return kept or list(runs)
+def unstolen_first(items: Sequence[T], run_of: Callable[[T], Run] = lambda item: item) -> list[T]:
+    """Those of ``items`` whose run (``run_of``) the hypervisor did not take CPU from, or all of them
+    where it took from every one: what a calibration fits to. A run still stolen after the wait
+    measured the host's other guests as much as the machine (``python -m perf.tune.steal_check``, 15
+    runs of one configuration at 1,000/s: 14 stolen, p99 7.5-50.3 ms, median 18.2; the one not, 9.3 ms)."""
+    kept = [item for item in items if not stolen(run_of(item))]
+    return kept or list(items)
 
 
 def behind_beyond_steal(run: Run) -> bool:

@@ -27,7 +27,7 @@ from perf.tune.predict import Prediction, arrival_array, max_rate, predict, tric
 from perf.tune.probe import ProbePlan, ProbeResult, probe, slice_for
 from perf.tune.rules import overloaded
 from perf.tune.session import Observed, TuneSession
-from perf.tune.steal import share_taken, stolen
+from perf.tune.steal import share_taken, unstolen_first
 
 log = logging.getLogger(__name__)
 Step = Callable[[str], None]
@@ -363,7 +363,7 @@ def recalibrate(
             for rate, run in zip(confirmation.rates, confirmation.runs, strict=True)
         ]
     kept_up = [(rate, run, point_s) for rate, run, point_s in measured_runs if not overloaded(run)]
-    trusted = [entry for entry in kept_up if not stolen(entry[1])] or kept_up  # as the probe's slices
+    trusted = unstolen_first(kept_up, lambda entry: entry[1])  # as the probe's slices
     runs = tuple(
         PickRun(
             rate,
