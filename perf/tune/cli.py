@@ -20,7 +20,13 @@ from perf.tune.overlay import write_overlay
 from perf.tune.pa_engine import unavailable_message
 from perf.tune.probe import served_capacity
 from perf.tune.session import TuneSession, to_console
-from perf.tune.steal import STOLEN_HEADING, STOLEN_LIMIT, STOLEN_WAIT_S, stolen_paragraph
+from perf.tune.steal import (
+    STOLEN_HEADING,
+    STOLEN_LIMIT,
+    STOLEN_STREAK,
+    STOLEN_WAIT_S,
+    stolen_paragraph,
+)
 from perf.tune.tuner import P99_GOAL, TuneRequest, tune
 
 log = logging.getLogger(__name__)
@@ -70,7 +76,8 @@ def add_parser(commands: argparse._SubParsersAction) -> None:
         type=float,
         default=STOLEN_WAIT_S,
         help="at most this many seconds measuring a run again while the hypervisor took CPU from it "
-        f"(steal ≥ {100 * STOLEN_LIMIT:.1f}%%; 0: never; README, Tuning)",
+        f"(steal ≥ {100 * STOLEN_LIMIT:.1f}%%; 0: never; none after {STOLEN_STREAK} measurements in a row "
+        "still stolen, until a run is not; README, Tuning)",
     )
     tune_parser.add_argument(
         "--engine",

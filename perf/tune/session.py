@@ -30,7 +30,7 @@ from perf.tune.batcher_sim import BatcherConfig
 from perf.tune.cpu import CpuTimes, busy_cores, stolen_share, usable_cores
 from perf.tune.engine import Engine
 from perf.tune.overlay import candidate_spec, config_json
-from perf.tune.steal import STOLEN_WAIT_S, Rerun, stolen, stolen_figures, unstolen
+from perf.tune.steal import STOLEN_WAIT_S, Patience, Rerun, stolen, stolen_figures, unstolen
 from server import ServerOptions, TritonServer, admin
 from server.stubs import server_stubs
 
@@ -140,6 +140,7 @@ class TuneSession:
         # all along the wait can stretch a tune by hours, and the console would say nothing meanwhile
         self.notify: Callable[[str], None] = lambda text: None
         self._steal_advised = False  # the pointer to steal_check, once
+        self.patience = Patience()  # stops waiting out steal on a host stolen from throughout
         self._target: Target | None = None
 
     def __enter__(self) -> TuneSession:
@@ -239,8 +240,9 @@ class TuneSession:
         self, label: str, run: Callable[[], list[Record]], offered: float = 0.0, wait_s: float | None = None
     ) -> Observed:
         """One run, measured again while the hypervisor took CPU from it, for at most ``wait_s`` of runs
-        (``perf.tune.steal``; the session's ``stolen_wait_s`` by default)."""
-        wait_s = self.stolen_wait_s if wait_s is None else wait_s
+        (``perf.tune.steal``; the session's ``stolen_wait_s`` by default, none while ``patience`` is out)."""
+        asked_s = self.stolen_wait_s if wait_s is None else wait_s
+        wait_s = self.patience.wait_for(asked_s)
 
         def discarding(discarded: Observed, so_far: list[Observed]) -> None:
             log.info(
@@ -273,11 +275,17 @@ class TuneSession:
                     )
             runs = f"{len(again)} run{'s' if len(again) > 1 else ''}"
             self.notify(f"{label}: {runs} ({spent:.0f} s) measured again, {outcome}")
+        change = self.patience.counted(observed, asked_s)
+        if change:
+            log.info("%s: %s", label, change)
+            self.notify(f"{label}: {change}")
         return observed
 
     def stolen_figures(self) -> dict:
         """The report's figures on the runs this session measured again (``perf.tune.steal``)."""
-        return stolen_figures(self.stolen_reruns, self.measurements, self.stolen_wait_s)
+        return stolen_figures(
+            self.stolen_reruns, self.measurements, self.stolen_wait_s, self.patience.unwaited
+        )
 
     def _observe_once(self, label: str, run: Callable[[], list[Record]], offered: float) -> Observed:
         before, started, cpu_before = self._stats(), time.perf_counter(), CpuTimes.now()

@@ -16,6 +16,7 @@ from perf.tune.cpu import CpuTimes, busy_cores, stolen_share
 from perf.tune.session import TuneSession
 from perf.tune.steal import (
     STOLEN_LIMIT,
+    STOLEN_STREAK,
     STOLEN_WAIT_S,
     Rerun,
     stolen,
@@ -175,3 +176,36 @@ def test_the_console_is_told_when_a_run_counts_still_stolen(tmp_path, monkeypatc
     assert "counted still stolen (25.0%)" in told[1] and "perf.tune.steal_check" in told[1]
     session.open_loop([0.0], "next", wait_s=1e-9)  # the advice once a session, the outcome every time
     assert told[3].endswith("counted still stolen (30.0%)")
+
+
+def test_on_a_host_stolen_from_throughout_the_session_stops_waiting_until_a_run_is_not_stolen(
+    tmp_path, monkeypatch
+) -> None:
+    """Three measurements in a row still stolen after their whole wait (here one run each): the next
+    stolen run counts as it is, and the first run not stolen brings the wait back."""
+    shares = [0.3, 0.3] * STOLEN_STREAK + [0.3, 0.0, 0.3, 0.0]
+    engine = CountingEngine()
+    session = offline_session(tmp_path, engine, shares, monkeypatch)
+    told: list[str] = []
+    session.notify = told.append
+    for n in range(STOLEN_STREAK):
+        assert stolen(session.open_loop([0.0], f"waited {n}", wait_s=1e-9))
+    assert engine.runs == 2 * STOLEN_STREAK
+    assert told[-1].startswith(f"waited {STOLEN_STREAK - 1}: {STOLEN_STREAK} measurements in a row")
+    assert session.open_loop([0.0], "unwaited", wait_s=1e-9).stolen_share == 0.3
+    assert engine.runs == 2 * STOLEN_STREAK + 1  # counted as measured, not measured again
+    assert session.open_loop([0.0], "quiet", wait_s=1e-9).stolen_share == 0.0
+    assert told[-1] == "quiet: a run not stolen: stolen runs are measured again from here on"
+    assert session.open_loop([0.0], "waited again", wait_s=1e-9).stolen_share == 0.0
+    assert engine.runs == 2 * STOLEN_STREAK + 4  # the stolen run measured again
+    figures = session.stolen_figures()
+    assert figures["counted_stolen_unwaited"] == 1 and figures["counted_stolen"] == STOLEN_STREAK
+    assert "1 more measurement counted a stolen run without measuring it again" in stolen_paragraph(figures)
+
+
+def test_a_caller_that_never_waits_says_nothing_of_the_host(tmp_path, monkeypatch) -> None:
+    """``--follow``'s trace (wait 0) counts its stolen runs as they are: no streak, no figures."""
+    session = offline_session(tmp_path, CountingEngine(), [0.3] * (STOLEN_STREAK + 1), monkeypatch)
+    for _ in range(STOLEN_STREAK + 1):
+        session.open_loop([0.0], "trace", wait_s=0)
+    assert session.patience.waiting and session.stolen_figures()["counted_stolen_unwaited"] == 0
