@@ -21,6 +21,8 @@ from perf.tune.measured import SHORTLIST_POINT_S, SHORTLIST_REPEAT_WITHIN, Sweep
 from perf.tune.operating import CONFIRM_STEPS, OPERATING_SHARE, Confirmation
 from perf.tune.report_probe import cpu_figures, probe_sections
 from perf.tune.rules import MAJORITY_OF, OVERLOADED
+from perf.tune.session import Observed
+from perf.tune.steal import p99_with_steal, share_taken, stolen
 from perf.tune.tuner import (
     HEADROOM,
     P99_GOAL,
@@ -80,7 +82,7 @@ def _points_rows(result: TuneResult, engine: str) -> list[list[str]]:
                     number(m.stats.mean_batch),
                     f"{m.failed}/{len(m.records)}",
                     _cpu_cores(result, p.predicted.cpu_utilization, m.cpu_load()[2]),
-                    ", ".join(number(r.p99_ms) for r in p.repeats),
+                    ", ".join(p99_with_steal(r) for r in p.repeats),
                     engine,
                 ]
             )
@@ -177,6 +179,7 @@ def figures(
         "predicted_p99_probe_slice_ms": operating.probe_model.p99_ms if operating.probe_model else None,
         "recalibration": dataclasses.asdict(result.recalibration) if result.recalibration else None,
         "measured_p99_each_repeat_ms": [r.p99_ms for r in operating.repeats],
+        "measured_stolen_pct_each_repeat": [100 * share_taken(r) for r in operating.repeats],
         "repeat_spread": dataclasses.asdict(spread)
         if (spread := repeat_spread(result.points, result.passes))
         else None,
@@ -223,7 +226,7 @@ def write_report(
         f"measured {number(numbers['measured_max_rate'], 0)}/s. "
         f"Load engine for every server figure: {engine}.",
         "",
-        _repeat_spread_line(numbers),
+        _repeat_spread_line(numbers, result.operating_point.repeats),
         "",
         _recalibration_line(result),
         "",
@@ -328,13 +331,15 @@ def write_report(
     return path
 
 
-def _repeat_spread_line(numbers: dict) -> str:
+def _repeat_spread_line(numbers: dict, repeats: list[Observed]) -> str:
     """The operating point's runs and the measurement's own reproducibility next to the prediction's
-    error (``repeat_spread``)."""
-    spread, repeats = numbers["repeat_spread"], numbers["measured_p99_each_repeat_ms"]
+    error (``repeat_spread``). Runs that counted although the hypervisor took CPU from them are marked
+    and counted: their p99 holds the host's other guests, and a reader comparing it with the prediction
+    must know that first."""
+    spread = numbers["repeat_spread"]
     runs = (
-        f"At the operating point the runs measured {', '.join(number(p99) for p99 in repeats)} ms "
-        "(their median counts)"
+        f"At the operating point the runs measured {', '.join(p99_with_steal(run) for run in repeats)} ms "
+        f"(their median counts){_stolen_repeats(repeats)}"
     )
     if spread is None:
         return (
@@ -351,6 +356,18 @@ def _repeat_spread_line(numbers: dict) -> str:
         "measured in two passes (a pass apart, same arrivals, both keeping up), the higher p99 of their "
         f"first runs was {spread['median_ratio']:.2f}× the lower (median), more than "
         f"{1 + P99_GOAL:.1f}× in {100 * spread['beyond_goal']:.0f}% of them{verdict}."
+    )
+
+
+def _stolen_repeats(repeats: list[Observed]) -> str:
+    """What the report says of the operating point's runs the hypervisor took CPU from, if any."""
+    taken = sum(stolen(run) for run in repeats)
+    if not taken:
+        return ""
+    return (
+        f"; {taken} of the {len(repeats)} counted still stolen after the wait, so the measured p99 holds "
+        "the host's steal as well as the configuration (section *Runs the hypervisor took CPU from*; "
+        "`python -m perf.tune.steal_check` measures how much)"
     )
 
 

@@ -5,8 +5,7 @@ from __future__ import annotations
 
 from perf.markdown import number, table
 from perf.tune.probe import ProbeResult
-from perf.tune.session import Observed
-from perf.tune.steal import share_taken, stolen
+from perf.tune.steal import p99_with_steal, share_taken
 
 
 def _fit_table(probe: ProbeResult) -> str:
@@ -85,13 +84,6 @@ def _slices(probe: ProbeResult) -> str:
     )
 
 
-def _repeat_cell(run: Observed) -> str:
-    """A calibration repeat's p99, with the share of the CPUs' time the hypervisor took if it did."""
-    if not stolen(run):
-        return number(run.p99_ms)
-    return f"{number(run.p99_ms)} ({number(100 * run.stolen_share)}% stolen)"
-
-
 def _contention_lines(probe: ProbeResult) -> list[str]:
     if not probe.cpu:
         return []
@@ -100,7 +92,7 @@ def _contention_lines(probe: ProbeResult) -> list[str]:
         [
             c.config.label,
             number(c.measured.offered, 0),
-            ", ".join(_repeat_cell(run) for run in c.repeats),
+            ", ".join(p99_with_steal(run) for run in c.repeats),
             number(c.simulated_p99_ms),
             number(c.predicted_p99_ms),
             f"{number(c.utilization * cpu.cores, 2)} / {number(c.measured.cpu_load()[2], 2)}",

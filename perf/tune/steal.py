@@ -33,6 +33,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Protocol, TypeVar
 
+from perf.markdown import number
 from perf.tune.rules import OVERLOADED
 
 STOLEN_LIMIT = 0.005  # share of the CPUs' time stolen over a run from which it is measured again
@@ -75,6 +76,13 @@ def unstolen_first(items: Sequence[T], run_of: Callable[[T], Run] = lambda item:
     runs of one configuration at 1,000/s: 14 stolen, p99 7.5-50.3 ms, median 18.2; the one not, 9.3 ms)."""
     kept = [item for item in items if not stolen(run_of(item))]
     return kept or list(items)
+
+
+def p99_with_steal(run: Run) -> str:
+    """A run's p99 for a report, with the share of the CPUs' time the hypervisor took if it did."""
+    if not stolen(run):
+        return number(run.p99_ms)
+    return f"{number(run.p99_ms)} ({number(100 * run.stolen_share)}% stolen)"
 
 
 def behind_beyond_steal(run: Run) -> bool:

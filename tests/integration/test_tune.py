@@ -28,7 +28,7 @@ from perf.tune.probe import ProbePlan, ProbeResult, probe
 from perf.tune.report import write_report
 from perf.tune.rules import overloaded, verdict
 from perf.tune.session import TuneSession
-from perf.tune.steal import stolen, worth_measuring_again
+from perf.tune.steal import share_taken, stolen, worth_measuring_again
 from perf.tune.tuner import OPERATING_RUNS_PER_PASS, TuneRequest, feasible, pick, rank, shortlist_pool, tune
 
 pytestmark = pytest.mark.integration
@@ -195,6 +195,9 @@ def test_the_whole_tuner_reports_one_cpu_wait_per_instance_count_and_operates_be
     assert spread is None and "no repeat spread" in report
     operating = numbers["measured_p99_each_repeat_ms"]  # three runs in the pass, judged on the median
     assert len(operating) == OPERATING_RUNS_PER_PASS and numbers["measured_p99_ms"] == np.median(operating)
+    repeats = result.operating_point.repeats  # each run's steal, where its p99 is quoted
+    assert numbers["measured_stolen_pct_each_repeat"] == [100 * share_taken(run) for run in repeats]
+    assert ("counted still stolen after the wait" in report) == any(stolen(run) for run in repeats)
     found = result.recalibration
     if measured:  # the pick's slice, calibrated again on its shortlist runs that kept up
         entry = next(e for e in result.shortlist if e.config == result.chosen)

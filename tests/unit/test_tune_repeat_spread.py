@@ -63,13 +63,26 @@ def test_a_pass_measures_the_operating_point_three_times_and_the_spread_pairs_ea
 def test_the_report_says_the_spread_next_to_the_operating_points_repeats() -> None:
     from perf.tune.report import _repeat_spread_line
 
-    numbers = {"measured_p99_each_repeat_ms": [7.1, 9.2, 8.0], "repeat_spread": None}
-    line = _repeat_spread_line(numbers)
-    assert "runs measured 7.1, 9.2, 8.0 ms (their median counts)" in line and "no repeat spread" in line
+    numbers = {"repeat_spread": None}
+    repeats = [SimpleNamespace(p99_ms=p99, stolen_share=0.0) for p99 in (7.1, 9.2, 8.0)]
+    line = _repeat_spread_line(numbers, repeats)
+    assert "runs measured 7.1, 9.2, 8.0 ms (their median counts);" in line and "no repeat spread" in line
     numbers["repeat_spread"] = {"points": 12, "median_ratio": 1.23, "beyond_goal": 0.5}
-    line = _repeat_spread_line(numbers)
+    line = _repeat_spread_line(numbers, repeats)
     assert "7.1, 9.2, 8.0 ms" in line and "1.23× the lower" in line and "more than 1.2× in 50%" in line
     assert "one run is no yardstick for p99 within 20%" in line  # the median beyond 1.2
+    assert "stolen" not in line
     numbers["repeat_spread"] = {"points": 12, "median_ratio": 1.1, "beyond_goal": 0.25}
-    line = _repeat_spread_line(numbers)
+    line = _repeat_spread_line(numbers, repeats)
     assert "more than 1.2× in 25% of them." in line and "yardstick" not in line
+
+
+def test_the_report_says_which_of_the_operating_points_runs_counted_still_stolen() -> None:
+    """A run that counted with the host's steal in it is marked where its p99 is quoted, and the
+    headline says how many: the measured p99 then holds the host's other guests."""
+    from perf.tune.report import _repeat_spread_line
+
+    repeats = [SimpleNamespace(p99_ms=p99, stolen_share=share) for p99, share in ((27.8, 0.12), (7.6, 0.0))]
+    line = _repeat_spread_line({"repeat_spread": None}, repeats)
+    assert "runs measured 27.8 (12.0% stolen), 7.6 ms (their median counts); 1 of the 2 counted" in line
+    assert "perf.tune.steal_check" in line
