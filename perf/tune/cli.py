@@ -25,7 +25,9 @@ from perf.tune.steal import (
     STOLEN_LIMIT,
     STOLEN_STREAK,
     STOLEN_WAIT_S,
+    counted_stolen,
     stolen_paragraph,
+    stolen_summary,
 )
 from perf.tune.tuner import P99_GOAL, TuneRequest, tune
 
@@ -240,6 +242,10 @@ def command_tune(args: argparse.Namespace, console) -> int:
         )
         state = "confirmed" if confirmation["confirmed"] else "not confirmed (every rate tried missed)"
         console.print(f"  operating rate {number(confirmation['rate'], 0)}/s {state}: {runs}")
+    if taken := counted_stolen(result.operating_point.repeats):
+        console.print(f"  at the operating point {taken}")
+    if steal := stolen_summary(n["stolen"]):
+        console.print(f"  {steal}")
     if spread := n["repeat_spread"]:
         console.print(
             f"  one run of a point and its run a pass later differ by ×{spread['median_ratio']:.2f} "

@@ -22,7 +22,7 @@ from perf.tune.operating import CONFIRM_STEPS, OPERATING_SHARE, Confirmation
 from perf.tune.report_probe import cpu_figures, probe_sections
 from perf.tune.rules import MAJORITY_OF, OVERLOADED
 from perf.tune.session import Observed
-from perf.tune.steal import p99_with_steal, share_taken, stolen
+from perf.tune.steal import counted_stolen, p99_with_steal, share_taken
 from perf.tune.tuner import (
     HEADROOM,
     P99_GOAL,
@@ -339,8 +339,10 @@ def _repeat_spread_line(numbers: dict, repeats: list[Observed]) -> str:
     spread = numbers["repeat_spread"]
     runs = (
         f"At the operating point the runs measured {', '.join(p99_with_steal(run) for run in repeats)} ms "
-        f"(their median counts){_stolen_repeats(repeats)}"
+        "(their median counts)"
     )
+    if taken := counted_stolen(repeats):
+        runs += f"; {taken} (section *Runs the hypervisor took CPU from*)"
     if spread is None:
         return (
             f"{runs}; no verification point was measured in two passes with both runs keeping up: "
@@ -356,18 +358,6 @@ def _repeat_spread_line(numbers: dict, repeats: list[Observed]) -> str:
         "measured in two passes (a pass apart, same arrivals, both keeping up), the higher p99 of their "
         f"first runs was {spread['median_ratio']:.2f}× the lower (median), more than "
         f"{1 + P99_GOAL:.1f}× in {100 * spread['beyond_goal']:.0f}% of them{verdict}."
-    )
-
-
-def _stolen_repeats(repeats: list[Observed]) -> str:
-    """What the report says of the operating point's runs the hypervisor took CPU from, if any."""
-    taken = sum(stolen(run) for run in repeats)
-    if not taken:
-        return ""
-    return (
-        f"; {taken} of the {len(repeats)} counted still stolen after the wait, so the measured p99 holds "
-        "the host's steal as well as the configuration (section *Runs the hypervisor took CPU from*; "
-        "`python -m perf.tune.steal_check` measures how much)"
     )
 
 

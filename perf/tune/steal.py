@@ -85,6 +85,19 @@ def p99_with_steal(run: Run) -> str:
     return f"{number(run.p99_ms)} ({number(100 * run.stolen_share)}% stolen)"
 
 
+def counted_stolen(runs: Sequence[Run]) -> str:
+    """Of the ``runs`` a measured figure comes from, how many counted still stolen after the wait, for a
+    report or the console ("" where none did): the figure then holds the host's other guests, and a
+    reader comparing it with a prediction must know that first."""
+    taken = sum(stolen(run) for run in runs)
+    if not taken:
+        return ""
+    return (
+        f"{taken} of the {len(runs)} counted still stolen after the wait, so the measured p99 holds "
+        "the host's steal as well as the configuration (`python -m perf.tune.steal_check` measures how much)"
+    )
+
+
 def behind_beyond_steal(run: Run) -> bool:
     """The server served less of the offered rate than ``overloaded`` allows, by more than the stolen
     share: the point is beyond the configuration's capacity, steal or not."""
@@ -192,6 +205,18 @@ def stolen_figures(
 
 
 STOLEN_HEADING = "## Runs the hypervisor took CPU from (`perf.tune.steal`)"
+
+
+def stolen_summary(figures: dict) -> str:
+    """One line for the console on the runs a session measured again (``stolen_figures``); "" if none."""
+    if not figures["measured_again"]:
+        return ""
+    still = figures["counted_stolen"] + figures["counted_stolen_unwaited"]
+    return (
+        f"steal: {figures['measured_again']} of {figures['measurements']} measurements measured again "
+        f"({figures['seconds']:.0f} s of runs discarded), {still} counted still stolen (report: "
+        "*Runs the hypervisor took CPU from*)"
+    )
 
 
 def stolen_paragraph(figures: dict) -> str:

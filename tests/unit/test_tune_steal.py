@@ -22,6 +22,7 @@ from perf.tune.steal import (
     stolen,
     stolen_figures,
     stolen_paragraph,
+    stolen_summary,
     unstolen,
 )
 
@@ -140,6 +141,11 @@ def test_the_reports_figures_add_up_over_the_runs_measured_again() -> None:
     assert text.startswith("2 of 40 measurements") and "1 counted although still stolen" in text
     assert f"for at most {STOLEN_WAIT_S:.0f} s each" in text
     assert stolen_paragraph(stolen_figures([], runs=12)).startswith("None of the 12 measurements")
+    # the console's line: the counted stolen ones include those counted without a wait
+    assert stolen_summary({**figures, "counted_stolen_unwaited": 2}).startswith(
+        "steal: 2 of 40 measurements measured again (126 s of runs discarded), 3 counted still stolen"
+    )
+    assert stolen_summary(stolen_figures([], runs=12)) == ""
 
 
 @dataclass
