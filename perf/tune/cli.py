@@ -24,6 +24,7 @@ from perf.tune.steal import (
     STOLEN_HEADING,
     STOLEN_LIMIT,
     STOLEN_STREAK,
+    STOLEN_STREAK_S,
     STOLEN_WAIT_S,
     counted_stolen,
     stolen_paragraph,
@@ -78,8 +79,9 @@ def add_parser(commands: argparse._SubParsersAction) -> None:
         type=float,
         default=STOLEN_WAIT_S,
         help="at most this many seconds measuring a run again while the hypervisor took CPU from it "
-        f"(steal ≥ {100 * STOLEN_LIMIT:.1f}%%; 0: never; none after {STOLEN_STREAK} measurements in a row "
-        "still stolen, until a run is not; README, Tuning)",
+        f"(steal ≥ {100 * STOLEN_LIMIT:.1f}%%; 0: never; none once the whole wait ran out for "
+        f"{STOLEN_STREAK} measurements in a row and {STOLEN_STREAK_S:.0f} s or more, until a run is not "
+        "stolen; README, Tuning)",
     )
     tune_parser.add_argument(
         "--engine",

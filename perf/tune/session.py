@@ -275,7 +275,7 @@ class TuneSession:
                     )
             runs = f"{len(again)} run{'s' if len(again) > 1 else ''}"
             self.notify(f"{label}: {runs} ({spent:.0f} s) measured again, {outcome}")
-        change = self.patience.counted(observed, asked_s)
+        change = self.patience.counted(observed, again, asked_s)
         if change:
             log.info("%s: %s", label, change)
             self.notify(f"{label}: {change}")

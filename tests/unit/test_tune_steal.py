@@ -4,6 +4,7 @@ report's figures on what was measured again."""
 
 from __future__ import annotations
 
+import itertools
 import math
 from dataclasses import dataclass
 from pathlib import Path
@@ -17,6 +18,7 @@ from perf.tune.session import TuneSession
 from perf.tune.steal import (
     STOLEN_LIMIT,
     STOLEN_STREAK,
+    STOLEN_STREAK_S,
     STOLEN_WAIT_S,
     Rerun,
     stolen,
@@ -187,31 +189,53 @@ def test_the_console_is_told_when_a_run_counts_still_stolen(tmp_path, monkeypatc
 def test_on_a_host_stolen_from_throughout_the_session_stops_waiting_until_a_run_is_not_stolen(
     tmp_path, monkeypatch
 ) -> None:
-    """Three measurements in a row still stolen after their whole wait (here one run each): the next
-    stolen run counts as it is, and the first run not stolen brings the wait back."""
-    shares = [0.3, 0.3] * STOLEN_STREAK + [0.3, 0.0, 0.3, 0.0]
+    """Runs of 65 s: each default wait of 120 s runs out after two stolen runs (130 s). After three such
+    measurements (390 s) the next stolen run counts as it is, and the first run not stolen brings the
+    wait back."""
+    shares = [0.3] * 3 * STOLEN_STREAK + [0.3, 0.0, 0.3, 0.0]
     engine = CountingEngine()
     session = offline_session(tmp_path, engine, shares, monkeypatch)
+    clock = itertools.count(step=65.0)  # a run reads it at its start and its end: 65 s each
+    monkeypatch.setattr("perf.tune.session.time.perf_counter", lambda: next(clock))
     told: list[str] = []
     session.notify = told.append
     for n in range(STOLEN_STREAK):
-        assert stolen(session.open_loop([0.0], f"waited {n}", wait_s=1e-9))
-    assert engine.runs == 2 * STOLEN_STREAK
-    assert told[-1].startswith(f"waited {STOLEN_STREAK - 1}: {STOLEN_STREAK} measurements in a row")
-    assert session.open_loop([0.0], "unwaited", wait_s=1e-9).stolen_share == 0.3
-    assert engine.runs == 2 * STOLEN_STREAK + 1  # counted as measured, not measured again
-    assert session.open_loop([0.0], "quiet", wait_s=1e-9).stolen_share == 0.0
+        assert stolen(session.open_loop([0.0], f"waited {n}"))
+    assert engine.runs == 3 * STOLEN_STREAK
+    assert told[-1].startswith(
+        f"waited {STOLEN_STREAK - 1}: the whole wait ran out for {STOLEN_STREAK} measurements in a row "
+        f"({STOLEN_STREAK * 130} s of runs stolen)"
+    )
+    assert session.open_loop([0.0], "unwaited").stolen_share == 0.3
+    assert engine.runs == 3 * STOLEN_STREAK + 1  # counted as measured, not measured again
+    assert session.open_loop([0.0], "quiet").stolen_share == 0.0
     assert told[-1] == "quiet: a run not stolen: stolen runs are measured again from here on"
-    assert session.open_loop([0.0], "waited again", wait_s=1e-9).stolen_share == 0.0
-    assert engine.runs == 2 * STOLEN_STREAK + 4  # the stolen run measured again
+    assert session.open_loop([0.0], "waited again").stolen_share == 0.0
+    assert engine.runs == 3 * STOLEN_STREAK + 4  # the stolen run measured again
     figures = session.stolen_figures()
     assert figures["counted_stolen_unwaited"] == 1 and figures["counted_stolen"] == STOLEN_STREAK
     assert "1 more measurement counted a stolen run without measuring it again" in stolen_paragraph(figures)
 
 
+def test_short_waits_running_out_are_no_sign_of_a_host_stolen_from_throughout(tmp_path, monkeypatch) -> None:
+    """The tests' 5 s waits (here next to none) running out many times in a row: still measured again."""
+    measurements = 2 * STOLEN_STREAK
+    engine = CountingEngine()
+    session = offline_session(tmp_path, engine, [0.3] * 2 * measurements, monkeypatch)
+    for _ in range(measurements):
+        session.open_loop([0.0], "point", wait_s=1e-9)
+    assert engine.runs == 2 * measurements and session.patience.waiting
+
+
 def test_a_caller_that_never_waits_says_nothing_of_the_host(tmp_path, monkeypatch) -> None:
-    """``--follow``'s trace (wait 0) counts its stolen runs as they are: no streak, no figures."""
-    session = offline_session(tmp_path, CountingEngine(), [0.3] * (STOLEN_STREAK + 1), monkeypatch)
-    for _ in range(STOLEN_STREAK + 1):
+    """``--follow``'s trace (wait 0) counts its stolen runs as they are and is no streak: after four of
+    them, one long wait (400 s of 65 s runs) running out is one measurement, not the fifth in a row."""
+    streak = STOLEN_STREAK + 1
+    session = offline_session(tmp_path, CountingEngine(), [0.3] * (streak + 8), monkeypatch)
+    for _ in range(streak):
         session.open_loop([0.0], "trace", wait_s=0)
+    clock = itertools.count(step=65.0)
+    monkeypatch.setattr("perf.tune.session.time.perf_counter", lambda: next(clock))
+    assert stolen(session.open_loop([0.0], "long wait", wait_s=400.0))
+    assert session.patience.streak_s >= STOLEN_STREAK_S  # the seconds alone would stop the wait
     assert session.patience.waiting and session.stolen_figures()["counted_stolen_unwaited"] == 0
