@@ -87,14 +87,14 @@ def p99_with_steal(run: Run) -> str:
 
 
 def counted_stolen(runs: Sequence[Run]) -> str:
-    """Of the ``runs`` a measured figure comes from, how many counted still stolen after the wait, for a
+    """Of the ``runs`` a measured figure comes from, how many counted although stolen from, for a
     report or the console ("" where none did): the figure then holds the host's other guests, and a
     reader comparing it with a prediction must know that first."""
     taken = sum(stolen(run) for run in runs)
     if not taken:
         return ""
     return (
-        f"{taken} of the {len(runs)} counted still stolen after the wait, so the measured p99 holds "
+        f"{taken} of the {len(runs)} counted although stolen from, so the measured p99 holds "
         "the host's steal as well as the configuration (`python -m perf.tune.steal_check` measures how much)"
     )
 

@@ -197,7 +197,7 @@ def test_the_whole_tuner_reports_one_cpu_wait_per_instance_count_and_operates_be
     assert len(operating) == OPERATING_RUNS_PER_PASS and numbers["measured_p99_ms"] == np.median(operating)
     repeats = result.operating_point.repeats  # each run's steal, where its p99 is quoted
     assert numbers["measured_stolen_pct_each_repeat"] == [100 * share_taken(run) for run in repeats]
-    assert ("counted still stolen after the wait" in report) == any(stolen(run) for run in repeats)
+    assert ("counted although stolen from" in report) == any(stolen(run) for run in repeats)
     found = result.recalibration
     if measured:  # the pick's slice, calibrated again on its shortlist runs that kept up
         entry = next(e for e in result.shortlist if e.config == result.chosen)
