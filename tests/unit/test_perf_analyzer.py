@@ -5,8 +5,10 @@ import stat
 from types import SimpleNamespace
 
 import numpy as np
+import pytest
 
 from perf.analyzer import NOISY_MACHINE, find_perf_analyzer, run_perf_analyzer
+from perf.errors import StudyError
 from perf.report import cross_check_section
 
 
@@ -88,3 +90,44 @@ def test_the_study_report_says_which_settings_perf_analyzer_used(tmp_path):
     result = SimpleNamespace(cross_check=[(theirs, ours)], analyzer_note="")
     text = cross_check_section(result)
     assert "`--measurement-interval 1250 --stability-percentage 100 --max-trials 4`" in text
+
+
+def _unstable_below(tmp_path, window_ms):
+    """A stand-in perf_analyzer whose windows disagree (its message, exit 2) when shorter than
+    ``window_ms``; otherwise it records its arguments and writes the CSV."""
+    return _script(
+        tmp_path / "perf_analyzer",
+        f'echo "$@" >> {tmp_path}/argv\n'
+        'while [ $# -gt 0 ]; do case "$1" in -f) shift; out="$1";; --measurement-interval) shift; w="$1";; '
+        "esac; shift; done\n"
+        f'if [ "$w" -lt {window_ms} ]; then echo "Failed to obtain stable measurement within 4 measurement '
+        'windows for concurrency 4. Please try to increase the --measurement-interval." >&2; exit 2; fi\n'
+        f"printf '{CSV}' > \"$out\"",
+    )
+
+
+def test_windows_that_disagree_are_measured_once_more_twice_as_long(tmp_path):
+    """perf_analyzer's own advice when its windows disagree (steal on a shared VM): longer windows. The
+    result carries the settings of the run that counted; the log keeps both runs."""
+    inputs = {"x": np.zeros((4, 3), dtype=np.float32)}
+    result = run_perf_analyzer(_unstable_below(tmp_path, 2000), "m", "u", "grpc", 4, 1000, tmp_path, inputs)
+    windows = [
+        _value(line.split(), "--measurement-interval")
+        for line in (tmp_path / "argv").read_text().splitlines()
+    ]
+    assert windows == ["1000", "2000"] and result.settings[:2] == ("--measurement-interval", "2000")
+    assert (result.throughput, result.p99_ms) == (1234.5, 4.0)
+    assert (tmp_path / "perf_analyzer_m_c4.log").read_text().count("Failed to obtain stable") == 1
+
+
+def test_windows_that_disagree_twice_and_other_failures_are_errors_that_say_why(tmp_path):
+    inputs = {"x": np.zeros((4, 3), dtype=np.float32)}
+    with pytest.raises(StudyError, match="Failed to obtain stable measurement"):
+        run_perf_analyzer(_unstable_below(tmp_path, 10**6), "m", "u", "grpc", 4, 1000, tmp_path, inputs)
+    assert len((tmp_path / "argv").read_text().splitlines()) == 2  # once more, not again and again
+    broken = _script(
+        tmp_path / "broken", 'echo "$@" >> ' + f"{tmp_path}/calls" + '\necho "no such model" >&2; exit 1'
+    )
+    with pytest.raises(StudyError, match="no such model"):
+        run_perf_analyzer(broken, "m", "u", "grpc", 4, 1000, tmp_path, inputs)
+    assert len((tmp_path / "calls").read_text().splitlines()) == 1  # not a stability failure: no retry
