@@ -22,7 +22,7 @@ from perf.tune.operating import CONFIRM_STEPS, OPERATING_SHARE, Confirmation
 from perf.tune.report_probe import cpu_figures, probe_sections
 from perf.tune.rules import MAJORITY_OF, OVERLOADED
 from perf.tune.session import Observed
-from perf.tune.steal import counted_stolen, p99_with_steal, share_taken
+from perf.tune.steal import counted_stolen, p99_with_steal, stolen_pct
 from perf.tune.tuner import (
     HEADROOM,
     P99_GOAL,
@@ -179,7 +179,7 @@ def figures(
         "predicted_p99_probe_slice_ms": operating.probe_model.p99_ms if operating.probe_model else None,
         "recalibration": dataclasses.asdict(result.recalibration) if result.recalibration else None,
         "measured_p99_each_repeat_ms": [r.p99_ms for r in operating.repeats],
-        "measured_stolen_pct_each_repeat": [100 * share_taken(r) for r in operating.repeats],
+        "measured_stolen_pct_each_repeat": stolen_pct(operating.repeats),
         "repeat_spread": dataclasses.asdict(spread)
         if (spread := repeat_spread(result.points, result.passes))
         else None,

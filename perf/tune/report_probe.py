@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from perf.markdown import number, table
 from perf.tune.probe import ProbeResult
-from perf.tune.steal import p99_with_steal, share_taken
+from perf.tune.steal import p99_with_steal, stolen_pct
 
 
 def _fit_table(probe: ProbeResult) -> str:
@@ -161,7 +161,7 @@ def cpu_figures(probe: ProbeResult) -> dict:
                 "config": c.config.label,
                 "rate": c.measured.offered,
                 "measured_p99_ms": [run.p99_ms for run in c.repeats],
-                "stolen_pct": [100 * share_taken(run) for run in c.repeats],
+                "stolen_pct": stolen_pct(c.repeats),
                 "simulated_p99_ms": c.simulated_p99_ms,
                 "predicted_p99_ms": c.predicted_p99_ms,
                 "cpu_cores_predicted": c.utilization * cpu.cores,

@@ -70,6 +70,12 @@ def share_taken(run: Run) -> float:
     return run.stolen_share if math.isfinite(run.stolen_share) else 0.0
 
 
+def stolen_pct(runs: Sequence[Run]) -> list[float]:
+    """Each run's share of the CPUs' time the hypervisor took, in % (0 without a reading): what
+    ``figures.json`` lists next to the p99s it quotes."""
+    return [100 * share_taken(run) for run in runs]
+
+
 def unstolen_first(items: Sequence[T], run_of: Callable[[T], Run] = lambda item: item) -> list[T]:
     """Those of ``items`` whose run (``run_of``) the hypervisor did not take CPU from, or all of them
     where it took from every one: what a calibration fits to. A run still stolen after the wait
