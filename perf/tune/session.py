@@ -24,7 +24,7 @@ from client.stats import ModelStats
 from exporters.repository import build_repository
 from exporters.spec import ModelSpec, Spec
 from perf.records import Record, latencies
-from perf.server_view import ServerEndpoints, snapshot
+from perf.server_view import ServerEndpoints, process_tree_cpu_s, snapshot
 from perf.target import Target, target_from_spec
 from perf.tune.batcher_sim import BatcherConfig
 from perf.tune.cpu import CpuTimes, busy_cores, stolen_share, usable_cores
@@ -50,6 +50,7 @@ class Observed:
     offered: float = 0.0  # open loop: arrivals per second sent
     cpu_cores: float = float("nan")  # cores the whole machine kept busy over ``wall_s`` (client included)
     stolen_share: float = float("nan")  # of the CPUs' time, what the hypervisor took (``perf.tune.steal``)
+    server_cpu_s: float = float("nan")  # CPU seconds tritonserver and its backend stubs spent over ``wall_s``
 
     @property
     def failed(self) -> int:
@@ -87,6 +88,17 @@ class Observed:
 
     def meets(self, budget_ms: float) -> bool:
         return self.sustained and self.p99_ms <= budget_ms
+
+    def cpu_ms_per_request(self) -> tuple[float, float]:
+        """(server, everything else) CPU milliseconds per request the server counted. Everything else
+        is the load engine's client, mostly: on cores it shares with the server, what a client spends
+        per request the server goes without, which is why a Python client sustains less than a C++ one
+        against the same server (``perf.tune.witness``). NaN where either reading is missing."""
+        if not self.stats.requests:
+            return float("nan"), float("nan")
+        machine_s = self.cpu_cores * self.wall_s
+        per_request = 1e3 / self.stats.requests
+        return self.server_cpu_s * per_request, (machine_s - self.server_cpu_s) * per_request
 
     def batch_histogram(self) -> dict[int, int]:
         return {size: bucket.executions for size, bucket in sorted(self.stats.batches.items())}
@@ -287,14 +299,22 @@ class TuneSession:
             self.stolen_reruns, self.measurements, self.stolen_wait_s, self.patience.unwaited
         )
 
+    def _server_cpu_s(self) -> float:
+        """CPU seconds tritonserver and its backend stubs have spent so far (NaN without its pid)."""
+        pid = self.server.pid if self.server is not None else None
+        return process_tree_cpu_s(pid) if pid else float("nan")
+
     def _observe_once(self, label: str, run: Callable[[], list[Record]], offered: float) -> Observed:
-        before, started, cpu_before = self._stats(), time.perf_counter(), CpuTimes.now()
+        before, server_before = self._stats(), self._server_cpu_s()
+        started, cpu_before = time.perf_counter(), CpuTimes.now()
         records = run()
         wall, cpu_after = time.perf_counter() - started, CpuTimes.now()
+        server_after = self._server_cpu_s()
         time.sleep(0.2)  # Triton counts a request just after answering it
         observed = Observed(label, records, self._delta(before, self._stats()), wall, offered)
         observed.cpu_cores = busy_cores(cpu_before, cpu_after, usable_cores())
         observed.stolen_share = stolen_share(cpu_before, cpu_after)
+        observed.server_cpu_s = server_after - server_before
         return observed
 
     def open_loop(self, arrivals_s: Sequence[float], label: str, wait_s: float | None = None) -> Observed:

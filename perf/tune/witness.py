@@ -5,7 +5,10 @@ the load engine (one run gives two rows: its own CSV figure, and our records bui
 export, which must agree with the CSV within a few % or our record-building is wrong), then our
 generator in one process and in several. Where the single process falls more than 10% behind
 perf_analyzer and several processes close the gap, the client was the bottleneck; ``--engine
-perf_analyzer`` removes it (the report says which engine produced each figure).
+perf_analyzer`` removes it (the report says which engine produced each figure). Each run's CPU per
+request, the server's and the rest of the machine's (the client, mostly), says why where they do not:
+on cores the client shares with the server, a client that costs more CPU per request leaves the
+server less.
 """
 
 from __future__ import annotations
@@ -25,6 +28,13 @@ from perf.tune.session import TuneSession
 log = logging.getLogger(__name__)
 CSV_ROW = "perf_analyzer (its own CSV)"
 HEADING = "## perf_analyzer vs our generator"
+CPU_COLUMNS = ("server CPU ms/request", "the rest of the machine's CPU ms/request (the client, mostly)")
+
+
+def _row(name: str, round_index: int, throughput: float, p99_ms: float, *cpu_ms: float) -> list[str | int]:
+    """One row of the table: engine, round (from 1), inf/s, p99 and the two CPU figures ("–" without)."""
+    cpu = [number(value, 3) for value in cpu_ms] or ["–", "–"]
+    return [name, round_index + 1, number(throughput, 0), number(p99_ms, 2), *cpu]
 
 
 def _note(text: str) -> dict:
@@ -55,6 +65,7 @@ def side_by_side(
         )
     console.print(f"  perf_analyzer vs our generator at concurrency {concurrency}")
     rows, figures, settings = [], {}, ""
+    cpu: dict[str, list[list[float]]] = {}  # engine: [server, everything else] CPU ms per request, per round
     keep = session.engine
     with ExitStack() as stack:
         engines = _engines(session, stack)
@@ -70,9 +81,8 @@ def side_by_side(
                     session.engine = keep
                 if isinstance(engine, PerfAnalyzerEngine) and engine.last_csv is not None:
                     theirs = engine.last_csv
-                    rows.append(
-                        [CSV_ROW, round_index + 1, number(theirs.throughput, 0), number(theirs.p99_ms, 2)]
-                    )
+                    # the same run's CPU is on the next row
+                    rows.append(_row(CSV_ROW, round_index, theirs.throughput, theirs.p99_ms))
                     figures.setdefault("perf_analyzer", []).append([theirs.throughput, theirs.p99_ms])
                     settings = theirs.settings_text
                 name = (
@@ -80,26 +90,37 @@ def side_by_side(
                     if isinstance(engine, PerfAnalyzerEngine)
                     else engine.name
                 )
-                rows.append([name, round_index + 1, number(run.throughput, 0), number(run.p99_ms, 2)])
+                server_ms, client_ms = run.cpu_ms_per_request()
+                rows.append(_row(name, round_index, run.throughput, run.p99_ms, server_ms, client_ms))
                 figures.setdefault(name, []).append([run.throughput, run.p99_ms])
+                cpu.setdefault(name, []).append([server_ms, client_ms])
     config = session.current.label if session.current else "?"
     section = [
         "",
         f"{HEADING} (closed loop, concurrency {concurrency}, {config}, {session.protocol})",
         "",
-        table(["engine", "round", "inf/s", "p99 ms"], rows),
+        table(["engine", "round", "inf/s", "p99 ms", *CPU_COLUMNS], rows),
         "",
         _verdict(figures),
         "",
+        cpu_verdict(figures, cpu),
+        "",
         f"perf_analyzer settings: `{settings}` (three fixed windows; p99 of records skips the first 5%).",
     ]
-    return {"sections": section, "figures": {"side_by_side": figures, "perf_analyzer_settings": settings}}
+    return {
+        "sections": section,
+        "figures": {"side_by_side": figures, "cpu_ms_per_request": cpu, "perf_analyzer_settings": settings},
+    }
+
+
+def _mean(rows: list[list[float]], column: int) -> float:
+    values = [row[column] for row in rows]
+    return sum(values) / len(values) if values else 0.0
 
 
 def _verdict(figures: dict[str, list[list[float]]]) -> str:
     def mean(name: str) -> float:
-        values = [v[0] for v in figures.get(name, [])]
-        return sum(values) / len(values) if values else 0.0
+        return _mean(figures.get(name, []), 0)
 
     theirs = mean("perf_analyzer")
     lines = []
@@ -112,6 +133,37 @@ def _verdict(figures: dict[str, list[list[float]]]) -> str:
             + (" (more than 10% apart)" if abs(gap) > 0.1 else "")
         )
     return "; ".join(lines) + "."
+
+
+def cpu_verdict(figures: dict[str, list[list[float]]], cpu: dict[str, list[list[float]]]) -> str:
+    """Why our generator sustains less than perf_analyzer, in CPU: each engine's client CPU per request
+    over perf_analyzer's, and the throughput gap the whole CPU per request (server + client) would give
+    if the shared cores were all that limited both, next to the gap measured. Measured here at c=16:
+    perf_analyzer's client 0.13 ms per request, ours 0.32 (1 process) and 0.40 (2 processes), the
+    server 0.50-0.62 ms; the measured gap (-30 to -35%) is the one the CPU gives."""
+    exported = next((name for name in cpu if name.endswith("our records from its export")), None)
+    if exported is None:
+        return "No CPU figures for perf_analyzer's run."
+    pa_server, pa_client = (_mean(cpu[exported], k) for k in (0, 1))
+    pa_rate = _mean(figures[exported], 0)
+    lines = []
+    for name, rows in cpu.items():
+        if name == exported or not pa_rate or not pa_client:
+            continue
+        server, client = _mean(rows, 0), _mean(rows, 1)
+        from_cpu = (pa_server + pa_client) / (server + client) - 1
+        measured = _mean(figures[name], 0) / pa_rate - 1
+        lines.append(
+            f"{name}: the client {client:.3f} ms CPU per request, {client / pa_client:.1f}× perf_analyzer's "
+            f"{pa_client:.3f}, so {from_cpu * 100:+.0f}% throughput if the cores limit both "
+            f"({measured * 100:+.0f}% measured)"
+        )
+    return (
+        "CPU per request (server: tritonserver and its stubs in /proc; the rest: the whole machine's busy "
+        "time less the server's, the load engine's client mostly), on the cores client and server share: "
+        + "; ".join(lines)
+        + "."
+    )
 
 
 def main(argv: list[str] | None = None) -> int:
