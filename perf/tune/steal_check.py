@@ -1,7 +1,8 @@
 """``python -m perf.tune.steal_check``: is this machine's p99 the model's or the hypervisor's?
 
 One configuration at one fixed rate, measured run after run with nothing measured again, each run's
-p99 next to the share of the CPUs' time the hypervisor took during it (steal in ``/proc/stat``); last,
+p99 next to the share of the CPUs' time the hypervisor took during it (steal in ``/proc/stat``) and the
+CPU per request of the server and of the rest of the machine (the load engine's client); last,
 the runs at or over ``perf.tune.steal.STOLEN_LIMIT`` against the others: how many missed the budget,
 their p99 range and median. What the figures in ``perf.tune.steal`` come from; worth a minute on any
 virtual machine before trusting a p99 measured on it.
@@ -72,9 +73,11 @@ def main(argv: list[str] | None = None) -> int:
         for index in range(args.runs):
             run = session.open_loop(arrivals, f"steal check {index}", wait_s=0)
             runs.append(run)
+            server_ms, rest_ms = run.cpu_ms_per_request()
             console.print(
                 f"{index:3d} {time.strftime('%H:%M:%S')} p99 {run.p99_ms:6.1f} ms, served "
-                f"{run.throughput:6.0f}/s, {100 * run.stolen_share:5.2f}% stolen"
+                f"{run.throughput:6.0f}/s, {100 * run.stolen_share:5.2f}% stolen, CPU per request "
+                f"{server_ms:.2f} ms server + {rest_ms:.2f} ms the rest (the client, mostly)"
             )
     header = ["runs", "count", f"missed {args.p99_ms:g} ms", "p99 ms", "median"]
     console.print(table(header, summary(runs, args.p99_ms)), highlight=False)
