@@ -138,9 +138,8 @@ def _verdict(figures: dict[str, list[list[float]]]) -> str:
 def cpu_verdict(figures: dict[str, list[list[float]]], cpu: dict[str, list[list[float]]]) -> str:
     """Why our generator sustains less than perf_analyzer, in CPU: each engine's client CPU per request
     over perf_analyzer's, and the throughput gap the whole CPU per request (server + client) would give
-    if the shared cores were all that limited both, next to the gap measured. Measured here at c=16:
-    perf_analyzer's client 0.13 ms per request, ours 0.32 (1 process) and 0.40 (2 processes), the
-    server 0.50-0.62 ms; the measured gap (-30 to -35%) is the one the CPU gives."""
+    if the shared cores were all that limited both, next to the gap measured (on two cores here the two
+    agreed: the README's "Why ours sends less, in CPU")."""
     exported = next((name for name in cpu if name.endswith("our records from its export")), None)
     if exported is None:
         return "No CPU figures for perf_analyzer's run."
