@@ -49,7 +49,7 @@ perf: setup ## the batching study on the embedded server; report in reports/<tim
 	$(BIN)/python -m perf run --profile $(PERF) $(PERF_ARGS)
 
 soak: repo ## 10 min of mixed load with random faults (stub kills, bad input, updates); SOAK_S=60 for a short one
-	$(BIN)/python -m server.soak --repository $(REPO) --duration $(SOAK_S)
+	$(BIN)/python -m soak --repository $(REPO) --duration $(SOAK_S)
 
 perf-analyzer: setup ## install NVIDIA perf_analyzer into .venv (if missing) and cross-check one model with it
 	$(BIN)/python -m perf.perf_analyzer_install

@@ -1,6 +1,6 @@
 """Helpers for the serving-resilience fault tests: a small repository, steady mixed load, leak checks.
 
-The load itself (``MixedLoad``) lives in ``server.mixed_load``, shared with ``make soak``.
+The load itself (``MixedLoad``) lives in ``soak.mixed_load``, shared with ``make soak``.
 """
 
 from __future__ import annotations
@@ -14,8 +14,8 @@ import tritonclient.http as httpclient
 from exporters.pipeline_build import build_pipelines
 from exporters.repository import build_repository
 from exporters.spec import parse_spec
-from server.mixed_load import PIPELINE, MixedLoad, Outcome, infer_once, request_arrays
 from server.stubs import Stub, server_stubs
+from soak.mixed_load import PIPELINE, MixedLoad, Outcome, infer_once, request_arrays
 
 __all__ = ["PIPELINE", "MixedLoad", "Outcome", "infer_once", "request_arrays"]
 

@@ -42,8 +42,8 @@ from client.infer import make_inputs
 from exporters.pipeline_live import embedding_update
 from server import ServerOptions, TritonServer
 from server.admin import ADMIN_HEADER, GRPC_ADMIN_HEADER, AdminError, headers, load_model
-from server.mixed_load import refused_cleanly
 from server.stubs import server_stubs, stubs_with_prefix
+from soak.mixed_load import refused_cleanly
 
 pytestmark = pytest.mark.integration
 RESTRICTED = {

@@ -1,4 +1,4 @@
-"""Steady mixed load for fault tests and ``make soak``: closed-loop callers over HTTP and gRPC.
+"""Steady mixed load for the fault tests and ``make soak``: closed-loop callers over HTTP and gRPC.
 
 Every request becomes one ``Outcome`` (protocol, model, send/receive time, "" or the exact error text),
 so a caller can say which requests failed, when and with what, and compare the client's count of

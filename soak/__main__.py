@@ -1,0 +1,32 @@
+"""``python -m soak``: the CLI behind ``make soak`` (see ``soak.run``)."""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import sys
+from pathlib import Path
+
+import soak.run
+from soak.run import run_soak
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(
+        prog="python -m soak",
+        description=soak.run.__doc__,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    parser.add_argument("--repository", type=Path, default=Path("model_repository"))
+    parser.add_argument("--duration", type=float, default=600.0, help="seconds of load (default 600)")
+    parser.add_argument("--fault-every", type=float, default=20.0, help="mean seconds between faults")
+    parser.add_argument("--seed", type=int, default=0)
+    args = parser.parse_args(argv)
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(message)s")
+    report = run_soak(args.repository, args.duration, args.seed, args.fault_every)
+    print(report.text())
+    return 0 if report.passed else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

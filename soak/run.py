@@ -1,0 +1,79 @@
+"""``make soak``: mixed load for minutes with faults injected at random; nothing lost, nothing leaked.
+
+One server on the built repository (free ports, like the tests). Callers over HTTP and gRPC send
+``trivial``, ``recommender`` and ``recommender_pipeline`` back to back; every few seconds (at random,
+seeded) one fault of ``soak.faults.FAULTS`` is injected, each kind once per round in random order. At
+the end the server is drained and stopped under load.
+
+Accounting (``soak.report``): a failure is excused only inside the outage a fault caused, for the
+model it hit, with the error that outage explains; any other failure of a request sent before the
+drain is lost. Faults that must get one exact answer (a 400, an acknowledgement) must all get it.
+Leaks: stubs or ``/dev/shm`` regions left after the stop, and the server's resident memory at the
+start vs the end. Exit status 0 only if nothing was lost or leaked.
+"""
+
+from __future__ import annotations
+
+import logging
+import random
+import time
+from pathlib import Path
+
+import tritonclient.http as httpclient
+
+from server.launcher import ServerOptions, TritonServer
+from server.stubs import stubs_with_prefix
+from soak.faults import FAULTS, Soak, recover
+from soak.mixed_load import PIPELINE, MixedLoad
+from soak.report import SoakReport, account
+
+log = logging.getLogger("soak")
+LOAD_MODELS = ("trivial", "recommender", PIPELINE)
+HEAL_WAIT_S = 15  # let the last fault heal before the final drain
+
+
+def _rss_mib(pid: int) -> float:
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        if line.startswith("VmRSS:"):
+            return int(line.split()[1]) / 1024
+    return 0.0
+
+
+def run_soak(repository: Path, duration_s: float, seed: int = 0, fault_every_s: float = 20.0) -> SoakReport:
+    """Mixed load on ``repository`` for ``duration_s`` with a random fault every ~``fault_every_s``."""
+    rng = random.Random(seed)
+    report = SoakReport(duration_s)
+    options = ServerOptions(repository=repository, model_control_mode="explicit", exit_timeout_s=5)
+    server = TritonServer(options).start()
+    try:
+        names = {p.name for p in repository.iterdir() if (p / "config.pbtxt").exists()}
+        models = [m for m in LOAD_MODELS if m in names]
+        # which stub-backed models each loaded model depends on (an ensemble fails when a stage dies)
+        served_by = {m: {m} | {n for n in names if m == PIPELINE and n.startswith(f"{m}_")} for m in models}
+        load = MixedLoad(server.http_url, server.grpc_url, models, max_s=duration_s + 120).start()
+        client = httpclient.InferenceServerClient(server.http_url)
+        soak = Soak(server, client, rng, report, models, sorted(set().union(*served_by.values())))
+        load.wait_for(20)
+        report.rss_start_mib = _rss_mib(server.pid or 0)
+        end = time.monotonic() + duration_s
+        pending: list[str] = []
+        while time.monotonic() < end:
+            time.sleep(min(rng.uniform(0.5, 1.5) * fault_every_s, max(0.0, end - time.monotonic())))
+            if time.monotonic() >= end:
+                break
+            if not pending:  # each kind once per round, in random order
+                pending = rng.sample(sorted(FAULTS), len(FAULTS))
+            FAULTS[pending.pop()](soak)
+        time.sleep(HEAL_WAIT_S)
+        recover(soak)
+        report.rss_end_mib = _rss_mib(server.pid or 0)
+        drain_at = time.monotonic()
+        server.stop()
+        load.stop()
+        report.exit_code = server.process.returncode if server.process else None
+        account(report, load.outcomes, (drain_at, server.drain_finished_at), served_by)
+    finally:
+        server.stop()
+    report.leaked_stubs = stubs_with_prefix(server.shm_prefix)
+    report.leaked_regions = sorted(p.name for p in Path("/dev/shm").glob(f"{server.shm_prefix}*"))
+    return report
