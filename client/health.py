@@ -2,8 +2,10 @@
 
 Per model it reports whether a version serves, which versions failed to load (with the admin key, from
 the repository index: a failed new version next to a serving old one is "serving", with the failure
-named), and what the stub watchdog saw (a stub that died, when it was reloaded). The exit status is 0
-only if the server is live and every model checked serves, so it can be a readiness probe.
+named), and what the stub watchdog saw (a stub that died or hung, when it was reloaded). A model whose
+stub is dead or hung reports NOT SERVING until the watchdog has reloaded it, although Triton 2.51 says
+it is READY meanwhile. The exit status is 0 only if the server is live and every model checked serves,
+so it can be a readiness probe.
 """
 
 from __future__ import annotations
@@ -17,7 +19,7 @@ from google.protobuf import json_format
 from tritonclient.utils import InferenceServerException
 
 from server.admin import headers
-from server.watchdog import read_events
+from server.watchdog import DIED, read_events, what_happened
 
 
 @dataclass
@@ -25,15 +27,15 @@ class ModelHealth:
     name: str
     serving: list[str] = field(default_factory=list)
     failed: dict[str, str] = field(default_factory=dict)  # version -> first line of the reason
-    dead_stub: str = ""  # instance whose stub died and is not reloaded yet
+    unavailable: str = ""  # why a stub of it cannot answer until the watchdog has reloaded it
 
     @property
     def ok(self) -> bool:
-        return bool(self.serving) and not self.dead_stub
+        return bool(self.serving) and not self.unavailable
 
     def line(self) -> str:
-        if self.dead_stub:
-            state = f"NOT SERVING: stub of {self.dead_stub} died, the watchdog is reloading it"
+        if self.unavailable:
+            state = f"NOT SERVING: {self.unavailable}, the watchdog is reloading it"
         elif self.serving:
             state = f"READY (serving version {', '.join(self.serving)})"
         else:
@@ -66,7 +68,7 @@ def model_health(
         health = index.get(name) or ModelHealth(name)
         if not key and client.is_model_ready(name):
             health.serving = ["?"]
-        health.dead_stub = events.get("dead_now", {}).get(name, "")
+        health.unavailable = events.get("unavailable_now", {}).get(name, "")
         result.append(health)
     return result
 
@@ -74,14 +76,14 @@ def model_health(
 def watchdog_lines(events: dict) -> list[str]:
     lines = []
     for event in events.get("events", []):
-        died = time.strftime("%H:%M:%S", time.localtime(event["died_at"]))
+        seen = time.strftime("%H:%M:%S", time.localtime(event["detected_at"]))
         if event.get("healed_at"):
-            outcome = f"reloaded in {event['healed_at'] - event['died_at']:.1f} s"
+            outcome = f"reloaded in {event['healed_at'] - event['detected_at']:.1f} s"
         else:
             outcome = f"reload failed: {event['error']}" if event.get("error") else "reloading"
-        lines.append(
-            f"  watchdog: stub of {event['instance']} (pid {event['stub_pid']}) died at {died}; {outcome}"
-        )
+        what = what_happened(event.get("cause", DIED))
+        stub = f"stub of {event['instance']} (pid {event['stub_pid']})"
+        lines.append(f"  watchdog: {stub} {what} at {seen}; {outcome}")
     return lines
 
 

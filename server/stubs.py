@@ -4,6 +4,12 @@ A stub's argv is ``triton_python_backend_stub <model file> <shm region> <shm siz
 <backend dir> <ipc handle> <instance name> ...``: the model file's folder names model and version, the
 region name starts with the server's shared-memory prefix. The watchdog, the drain and ``stop()`` use
 these to find dead, lingering or orphaned stubs of exactly one server.
+
+A live stub is also *hung* when it can no longer answer: stopped (``/proc`` state ``T``, SIGSTOP, or
+``t``, a tracer), or frozen some other way (a cgroup freezer, an uninterruptible wait): then none of its
+threads runs. A healthy stub is never that quiet, even with no traffic: its health thread wakes every
+300 ms to tell the server it is alive, so its threads' context switches and CPU time (``activity``)
+keep moving.
 """
 
 from __future__ import annotations
@@ -14,6 +20,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 STUB_NAME = b"triton_python_backend_stub"
+STOPPED_STATES = ("T", "t")  # stopped by a signal (SIGSTOP, SIGTSTP), or by a tracer
 
 
 @dataclass(frozen=True)
@@ -26,6 +33,11 @@ class Stub:
     instance: str
     shm_region: str
     alive: bool
+    state: str = ""  # the /proc state letter when read: R, S, D, T, t, ...
+
+    @property
+    def stopped(self) -> bool:
+        return self.state in STOPPED_STATES
 
 
 def _stub_from_proc(pid: int, parent: int) -> Stub | None:
@@ -40,11 +52,32 @@ def _stub_from_proc(pid: int, parent: int) -> Stub | None:
     except (OSError, ValueError, IndexError):
         return None
     if state in ("Z", "X") or not argv or not argv[0]:
-        return Stub(pid, "", "", "", "", alive=False)  # a zombie has no argv left; matched by pid below
+        return Stub(pid, "", "", "", "", alive=False, state=state)  # a zombie has no argv; matched by pid
     if not argv[0].endswith(STUB_NAME) or len(argv) < 9:
         return None
     version = Path(argv[1].decode()).parent
-    return Stub(pid, version.parent.name, version.name, argv[8].decode(), argv[2].decode(), alive=True)
+    instance, region = argv[8].decode(), argv[2].decode()
+    return Stub(pid, version.parent.name, version.name, instance, region, alive=True, state=state)
+
+
+def activity(pid: int) -> int | None:
+    """Context switches plus CPU ticks over all threads of ``pid``: a count that stays the same only
+    while no thread of it runs. None once the process is gone."""
+    total = 0
+    try:
+        tasks = list(Path(f"/proc/{pid}/task").iterdir())
+    except OSError:
+        return None
+    for task in tasks:
+        try:
+            stat = (task / "stat").read_text()
+            status = (task / "status").read_text()
+        except OSError:
+            continue  # a thread that has just exited
+        fields = stat[stat.rindex(")") + 2 :].split()
+        total += int(fields[11]) + int(fields[12])  # utime, stime (fields 14 and 15 of stat)
+        total += sum(int(line.split()[1]) for line in status.splitlines() if "ctxt_switches" in line)
+    return total
 
 
 def server_stubs(server_pid: int) -> list[Stub]:

@@ -1,4 +1,4 @@
-"""Self-healing: bring a model back when one of its Python-backend stubs dies.
+"""Self-healing: bring a model back when one of its Python-backend stubs dies or hangs.
 
 Triton 2.51 does not restart a dead stub: every request to that instance gets 500 "Stub process ... is
 not healthy" for good while the model still reports READY. The watchdog looks at the server's child
@@ -9,14 +9,25 @@ that model through the keyed model-repository API with the model's own config pl
 ``watchdog_reload`` parameter (Triton skips a load whose config is unchanged), removes the dead stub's
 shared-memory region, and records the event in a JSON file that ``python -m client health`` shows.
 
-Runs as a thread beside ``TritonServer`` and as the ``python -m server watch`` process behind
-``make serve``.
+A *hung* stub is worse than a dead one. A stub that is stopped (SIGSTOP: ``/proc`` state ``T``) gets
+the same 500 for every request while the model reports READY, and once it resumes, tritonserver 2.51
+aborts (``boost::interprocess::lock_exception``): every model goes down. Killing the stub while it is
+still stopped, then reloading the model as for a dead stub, never triggered that abort in our trials.
+So a serving stub that is stopped, or whose threads have not run at all for ``silent_after_s`` (a
+healthy stub's health thread runs every 300 ms: ``server.stubs.activity``), is killed at once and
+healed like a dead one; its model is reported unavailable from detection until the reload is done.
+Reading ``/proc`` costs nothing and sends no request that a model's statistics would count.
+
+Runs as a thread beside ``TritonServer`` (the supervisor behind ``make serve`` and the container
+holds one).
 """
 
 from __future__ import annotations
 
 import json
 import logging
+import os
+import signal
 import threading
 import time
 from dataclasses import asdict, dataclass, field
@@ -25,9 +36,12 @@ from pathlib import Path
 import tritonclient.http as httpclient
 
 from server.admin import AdminError, load_model, model_versions
-from server.stubs import Stub, server_stubs
+from server.stubs import Stub, activity, server_stubs
 
 log = logging.getLogger(__name__)
+DIED = "died"
+SILENT_AFTER_S = 2.0  # a healthy stub's threads run every 0.3 s; one that has not run for this long is hung
+KILL_WAIT_S = 5.0  # how long a killed hung stub may take to exit before the reload starts anyway
 
 
 @dataclass
@@ -35,19 +49,32 @@ class HealEvent:
     model: str
     instance: str
     stub_pid: int
-    died_at: float  # when the watchdog first saw it dead (epoch seconds)
+    detected_at: float  # when the watchdog saw the stub dead or hung (epoch seconds)
     healed_at: float | None = None
     error: str = ""
+    cause: str = DIED  # or why a live stub was taken for hung (and killed): "stopped, state T", ...
+
+    def what(self) -> str:
+        return what_happened(self.cause)
+
+
+def what_happened(cause: str) -> str:
+    """What happened to a stub, for people: "died", or "hung (why), killed"."""
+    return cause if cause == DIED else f"hung ({cause}), killed"
 
 
 @dataclass
 class WatchdogState:
     events: list[HealEvent] = field(default_factory=list)
-    dead_now: dict[str, str] = field(default_factory=dict)  # model -> instance, not yet healed
+    unavailable_now: dict[str, str] = field(default_factory=dict)  # model -> why, until it is healed
 
     def to_json(self) -> str:
         return json.dumps(
-            {"events": [asdict(e) for e in self.events], "dead_now": self.dead_now, "written": time.time()},
+            {
+                "events": [asdict(e) for e in self.events],
+                "unavailable_now": self.unavailable_now,
+                "written": time.time(),
+            },
             indent=2,
         )
 
@@ -62,12 +89,16 @@ class Watchdog:
         admin_key: str,
         events_path: Path | None,
         interval_s: float = 0.5,
+        silent_after_s: float = SILENT_AFTER_S,
+        state: WatchdogState | None = None,
     ) -> None:
         self.server_pid, self.http_url, self.admin_key = server_pid, http_url, admin_key
-        self.events_path, self.interval_s = events_path, interval_s
-        self.state = WatchdogState()
+        self.events_path, self.interval_s, self.silent_after_s = events_path, interval_s, silent_after_s
+        self.state = state or WatchdogState()  # a restarted server's watchdog keeps the history
         self._known: dict[int, Stub] = {}  # live stubs seen, by pid (a zombie has lost its argv)
         self._live: list[Stub] = []  # the live stubs of the latest poll
+        self._activity: dict[int, tuple[int, float]] = {}  # pid -> (activity, monotonic time it last changed)
+        self._killed: dict[int, HealEvent] = {}  # hung stubs killed, by pid, until their model is reloaded
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
 
@@ -94,9 +125,10 @@ class Watchdog:
             except Exception:  # the watchdog must outlive any one bad poll; it logs and carries on
                 log.exception("watchdog poll failed")
 
-    def dead_stubs(self) -> list[Stub]:
-        """Stubs seen alive earlier that are gone now, whose instance no live stub serves."""
-        current = {s.pid: s for s in server_stubs(self.server_pid)}
+    def dead_stubs(self, scan: list[Stub] | None = None) -> list[Stub]:
+        """Stubs seen alive earlier that are gone now, whose instance no live stub serves (``scan``:
+        the server's stubs as just read, to save reading ``/proc`` twice in one poll)."""
+        current = {s.pid: s for s in (server_stubs(self.server_pid) if scan is None else scan)}
         live_instances = {s.instance for s in current.values() if s.alive}
         self._live = [s for s in current.values() if s.alive]
         dead = []
@@ -110,8 +142,60 @@ class Watchdog:
         self._known.update({pid: s for pid, s in current.items() if s.alive})
         return dead
 
+    def hung_stubs(self, scan: list[Stub]) -> list[tuple[Stub, str]]:
+        """Live stubs of ``scan`` that cannot answer, each with why: stopped, or silent."""
+        now = time.monotonic()
+        hung = []
+        live = [s for s in scan if s.alive]
+        for stub in live:
+            if stub.instance == stub.model:  # the short-lived config auto-complete stub
+                continue
+            if stub.stopped:
+                hung.append((stub, f"stopped, state {stub.state}"))
+                continue
+            count = activity(stub.pid)
+            seen = self._activity.get(stub.pid)
+            if count is None or seen is None or seen[0] != count:
+                self._activity[stub.pid] = (count or 0, now)
+            elif now - seen[1] >= self.silent_after_s:
+                hung.append((stub, f"no thread ran for {now - seen[1]:.1f} s"))
+        pids = {s.pid for s in live}
+        self._activity = {pid: seen for pid, seen in self._activity.items() if pid in pids}
+        return hung
+
+    def _kill_hung(self, scan: list[Stub]) -> bool:
+        """SIGKILL every hung stub of a serving model, before it can resume; its death is then healed
+        like any other, under the event recorded here. True if it killed one."""
+        hung = self.hung_stubs(scan)
+        if not hung:
+            return False
+        client = httpclient.InferenceServerClient(self.http_url, network_timeout=120)
+        states = model_versions(client, self.admin_key)
+        for stub, cause in hung:
+            if not any(v.version == stub.version and v.state == "READY" for v in states.get(stub.model, [])):
+                continue  # a stub of a version being loaded or unloaded: not ours to judge
+            try:
+                os.kill(stub.pid, signal.SIGKILL)  # a stopped process dies too; it never runs again
+            except ProcessLookupError:
+                continue
+            event = HealEvent(stub.model, stub.instance, stub.pid, detected_at=time.time(), cause=cause)
+            self._killed[stub.pid] = event
+            self.state.events.append(event)
+            self.state.unavailable_now[stub.model] = f"stub of {stub.instance} hung ({cause})"
+            log.warning("stub of %s (pid %s) hung: %s; killed it", stub.instance, stub.pid, cause)
+        self._write()
+        deadline = time.monotonic() + KILL_WAIT_S
+        while time.monotonic() < deadline and any(
+            s.pid in self._killed and s.alive for s in server_stubs(self.server_pid)
+        ):
+            time.sleep(0.05)
+        return True
+
     def check_once(self) -> list[HealEvent]:
-        dead = self.dead_stubs()
+        scan = server_stubs(self.server_pid)
+        if self._kill_hung(scan):
+            scan = server_stubs(self.server_pid)  # the killed stubs are gone now: heal them in this poll
+        dead = self.dead_stubs(scan)
         if not dead:
             return []
         client = httpclient.InferenceServerClient(self.http_url, network_timeout=120)
@@ -124,25 +208,37 @@ class Watchdog:
             # name) exit on purpose.
             stubs = [s for s in dead if s.model == model and s.version in serving and s.instance != model]
             if not stubs or self._retired(client, model, serving):
+                self._forget_killed(model)
                 continue
-            event = HealEvent(model, ",".join(s.instance for s in stubs), stubs[0].pid, died_at=time.time())
-            self.state.events.append(event)
-            self.state.dead_now[model] = event.instance
-            self._write()
-            log.warning("stub of %s (pid %s) died; reloading the model", event.instance, event.stub_pid)
+            event = next((self._killed.pop(s.pid) for s in stubs if s.pid in self._killed), None)
+            if event is None:
+                instance = ",".join(s.instance for s in stubs)
+                event = HealEvent(model, instance, stubs[0].pid, detected_at=time.time())
+                self.state.events.append(event)
+                self.state.unavailable_now[model] = f"stub of {instance} died"
+                self._write()
+            log.warning("stub of %s (pid %s) %s; reloading", event.instance, event.stub_pid, event.what())
             try:
                 load_model(client, self.admin_key, model, config=self._reload_config(client, model))
                 event.healed_at = time.time()
-                log.warning("%s reloaded in %.1f s", model, event.healed_at - event.died_at)
+                log.warning("%s reloaded in %.1f s", model, event.healed_at - event.detected_at)
             except (AdminError, Exception) as error:  # recorded and retried on the next stub death
                 event.error = str(error)
                 log.error("reloading %s failed: %s", model, error)
             for stub in stubs:
                 Path("/dev/shm", stub.shm_region).unlink(missing_ok=True)
-            self.state.dead_now.pop(model, None)
+            self.state.unavailable_now.pop(model, None)
             self._write()
             healed.append(event)
         return healed
+
+    def _forget_killed(self, model: str) -> None:
+        """A hung stub was killed, but its model no longer needs healing (unloaded meanwhile)."""
+        for pid in [pid for pid, event in self._killed.items() if event.model == model]:
+            event = self._killed.pop(pid)
+            event.error = "not reloaded: the model was no longer serving that version"
+        if self.state.unavailable_now.pop(model, None) is not None:
+            self._write()
 
     def _retired(self, client: httpclient.InferenceServerClient, model: str, serving: set[str]) -> bool:
         """True when the model's live stubs are as many as its config asks for: the stubs that exited
@@ -182,7 +278,7 @@ class Watchdog:
 
 
 def read_events(path: Path) -> dict:
-    """The watchdog's record (``{"events": [...], "dead_now": {...}}``), empty if there is none."""
+    """The watchdog's record (``{"events": [...], "unavailable_now": {...}}``), empty if there is none."""
     try:
         return json.loads(path.read_text())
     except (OSError, ValueError):

@@ -100,6 +100,6 @@ def recover(soak: Soak) -> None:
     offset = time.monotonic() - time.time()
     for outage in soak.report.outages:
         for event in watchdog.state.events:
-            if event.model == outage.model and event.died_at >= outage.epoch - 1 and event.healed_at:
+            if event.model == outage.model and event.detected_at >= outage.epoch - 1 and event.healed_at:
                 outage.recovered_at = event.healed_at + offset
                 break

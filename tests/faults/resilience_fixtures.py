@@ -1,19 +1,27 @@
-"""Helpers for the serving-resilience fault tests: a small repository, steady mixed load, leak checks.
+"""Helpers for the serving-resilience fault tests: a small repository, steady mixed load, embedding
+updates, ``client health``, leak checks.
 
 The load itself (``MixedLoad``) lives in ``soak.mixed_load``, shared with ``make soak``.
 """
 
 from __future__ import annotations
 
+import contextlib
 import copy
+import io
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import tritonclient.http as httpclient
 
+from client.__main__ import main as client_main
+from client.infer import make_inputs
 from exporters.pipeline_build import build_pipelines
+from exporters.pipeline_live import embedding_update
 from exporters.repository import build_repository
 from exporters.spec import parse_spec
+from server import TritonServer
 from server.stubs import Stub, server_stubs
 from soak.mixed_load import PIPELINE, MixedLoad, Outcome, infer_once, request_arrays
 
@@ -51,3 +59,31 @@ def stub_of(server_pid: int, model: str) -> Stub:
         if stub.alive and stub.model == model:
             return stub
     raise AssertionError(f"no live stub for {model}")
+
+
+def update_embedding(url: str, table: int, rows: list[int], value: float) -> None:
+    """One embedding update through the embedding stage; returns once it is acknowledged."""
+    client = httpclient.InferenceServerClient(url)
+    config = client.get_model_config(EMBEDDING)
+    width = next(int(i["dims"][-1]) for i in config["input"] if i["name"] == "update_values")
+    arrays = embedding_update(table, np.array(rows), np.full((len(rows), width), value, np.float32))
+    client.infer(EMBEDDING, make_inputs(httpclient, arrays))
+
+
+def acknowledged_updates(http_url: str) -> np.ndarray:
+    """Three acknowledged updates (ids 0, 3, 6 of tables 0 and 1 take new values; the same each time,
+    so applying them twice changes nothing); returns the pipeline's answer after them."""
+    for step in range(3):
+        update_embedding(http_url, table=step % 2, rows=[0, 3, 6], value=0.5 + step)
+    return infer_once(httpclient.InferenceServerClient(http_url), "http", PIPELINE)
+
+
+def client_health(server: TritonServer, *models: str) -> tuple[int, str]:
+    """``python -m client health`` on ``server`` with its key and watchdog record: (exit status, text)."""
+    key = server.log_path.parent / "admin.key"
+    key.write_text(server.admin_key)
+    out = io.StringIO()
+    argv = ["--url", server.http_url, "health", "--admin-key-file", str(key)]
+    with contextlib.redirect_stdout(out):
+        code = client_main([*argv, "--events", str(server.watchdog_path), *models])
+    return code, out.getvalue()

@@ -10,8 +10,6 @@ starts its own server and gives it the same updates.
 
 from __future__ import annotations
 
-import contextlib
-import io
 import os
 import shutil
 import signal
@@ -29,7 +27,9 @@ from resilience_fixtures import (
     EMBEDDING,
     PIPELINE,
     MixedLoad,
+    acknowledged_updates,
     build_small_repository,
+    client_health,
     infer_once,
     server_success_count,
     shm_regions,
@@ -37,9 +37,7 @@ from resilience_fixtures import (
 )
 from tritonclient.utils import InferenceServerException
 
-from client.__main__ import main as client_main
 from client.infer import make_inputs
-from exporters.pipeline_live import embedding_update
 from server import ServerOptions, TritonServer
 from server.admin import ADMIN_HEADER, GRPC_ADMIN_HEADER, AdminError, headers, load_model
 from server.stubs import server_stubs, stubs_with_prefix
@@ -93,36 +91,9 @@ def restart(repository: Path, tmp_path_factory: pytest.TempPathFactory) -> Itera
         holder.server.stop()
 
 
-def _health(server: TritonServer, *models: str) -> tuple[int, str]:
-    key = server.log_path.parent / "admin.key"
-    key.write_text(server.admin_key)
-    out = io.StringIO()
-    argv = ["--url", server.http_url, "health", "--admin-key-file", str(key)]
-    with contextlib.redirect_stdout(out):
-        code = client_main([*argv, "--events", str(server.watchdog_path), *models])
-    return code, out.getvalue()
-
-
 def _assert_live_ready(server: TritonServer) -> None:
     assert httpclient.InferenceServerClient(server.http_url).is_server_ready()
     assert grpcclient.InferenceServerClient(server.grpc_url).is_server_ready()
-
-
-def _update(url: str, table: int, rows: list[int], value: float) -> None:
-    """One embedding update through the embedding stage; returns once it is acknowledged."""
-    client = httpclient.InferenceServerClient(url)
-    config = client.get_model_config(EMBEDDING)
-    width = next(int(i["dims"][-1]) for i in config["input"] if i["name"] == "update_values")
-    arrays = embedding_update(table, np.array(rows), np.full((len(rows), width), value, np.float32))
-    client.infer(EMBEDDING, make_inputs(httpclient, arrays))
-
-
-def _acknowledged_updates(server: TritonServer) -> np.ndarray:
-    """Three acknowledged updates (ids 0, 3, 6 of tables 0 and 1 take new values; the same each time,
-    so applying them twice changes nothing); returns the pipeline's answer after them."""
-    for step in range(3):
-        _update(server.http_url, table=step % 2, rows=[0, 3, 6], value=0.5 + step)
-    return infer_once(httpclient.InferenceServerClient(server.http_url), "http", PIPELINE)
 
 
 @pytest.fixture
@@ -130,7 +101,7 @@ def updated_server(restart: Restart) -> TritonServer:
     """The server the drain test restarted, holding its updates; when the heal test runs alone (or the
     drain test failed before restarting), a new server on the same repository given the same updates."""
     if restart.server is None:
-        restart.expected = _acknowledged_updates(restart.start())
+        restart.expected = acknowledged_updates(restart.start().http_url)
     assert restart.server is not None
     return restart.server
 
@@ -214,7 +185,7 @@ def test_failed_new_version_keeps_old_serving_and_server_ready(
         _assert_live_ready(server)
         answer = client.infer("trivial", make_inputs(httpclient, {"x": np.ones((1, 16), np.float32)}))
         assert answer.get_response()["model_version"] == "1"
-        code, text = _health(server, "trivial")
+        code, text = client_health(server, "trivial")
         assert code == 0, text
         assert "trivial: READY (serving version 1); version 2 failed to load:" in text, text
     finally:
@@ -228,7 +199,7 @@ def test_drain_under_load_loses_nothing_and_updates_survive_restart(
     rest are refused cleanly, the server exits 0 with no stub or shared memory left; a new server on the
     same repository answers with the acknowledged embedding updates (write-ahead log)."""
     before = infer_once(httpclient.InferenceServerClient(server.http_url), "http", PIPELINE)
-    restart.expected = _acknowledged_updates(server)
+    restart.expected = acknowledged_updates(server.http_url)
     assert not np.array_equal(before, restart.expected), "the updates must change the answer"
     load = MixedLoad(server.http_url, server.grpc_url, ["trivial", PIPELINE], callers_per=2).start()
     try:
@@ -292,7 +263,7 @@ def test_killed_stub_is_healed_under_load_and_keeps_live_updates(
     assert trivial_served == len(load.ok(lambda o: o.model == "trivial"))
     np.testing.assert_array_equal(infer_once(http_client, "http", PIPELINE), restart.expected)
     assert stub.shm_region not in shm_regions(server.shm_prefix), "the dead stub's region was left behind"
-    code, text = _health(server)
+    code, text = client_health(server)
     assert code == 0, text
     assert f"watchdog: stub of {EMBEDDING}_0_0 (pid {stub.pid}) died at" in text, text
     assert "reloaded in" in text, text

@@ -1,0 +1,116 @@
+"""Fault matrix row (issue #28 item 1): a Python-backend stub that hangs instead of dying.
+
+``kill -STOP`` of the pipeline's embedding stage under load: Triton 2.51 answers every request to it
+``Stub process ... is not healthy`` while every readiness endpoint says READY, and once the stub is
+resumed (``kill -CONT``, as an unlucky operator would) tritonserver aborts. The watchdog must see the
+stopped stub, report its model NOT SERVING in ``client health``, kill the stub before it can resume
+and reload the model: the server stays up, the other model never fails, the pipeline serves again
+with its acknowledged embedding updates, and nothing is left behind.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import signal
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+import tritonclient.http as httpclient
+from harness import orphans
+from resilience_fixtures import (
+    EMBEDDING,
+    PIPELINE,
+    MixedLoad,
+    acknowledged_updates,
+    build_small_repository,
+    client_health,
+    infer_once,
+    shm_regions,
+    stub_of,
+)
+
+from server import ServerOptions, TritonServer
+from server.stubs import server_stubs
+
+pytestmark = pytest.mark.integration
+HANG_GUARD_S = 120  # hang guards only: nothing here is timed
+
+
+@pytest.fixture(scope="module")
+def server(spec_data: dict[str, Any], tmp_path_factory: pytest.TempPathFactory) -> Iterator[TritonServer]:
+    repository = build_small_repository(spec_data, tmp_path_factory.mktemp("hung_stub_repository"))
+    options = ServerOptions(
+        repository=repository,
+        model_control_mode="explicit",
+        startup_timeout_s=240,
+        exit_timeout_s=3,
+        workdir=tmp_path_factory.mktemp("hung_stub_workdir"),
+    )
+    with TritonServer(options) as running:
+        yield running
+
+
+def _wait_for(condition, what: str) -> Any:
+    deadline = time.monotonic() + HANG_GUARD_S
+    while time.monotonic() < deadline:
+        value = condition()
+        if value:
+            return value
+        time.sleep(0.05)
+    pytest.fail(f"gave up after {HANG_GUARD_S} s waiting for {what}")
+
+
+def _alive(pid: int) -> bool:
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] not in ("Z", "X")
+    except OSError:
+        return False
+
+
+def test_a_stopped_stub_is_reported_killed_and_reloaded_and_its_resume_harms_nothing(
+    server: TritonServer,
+) -> None:
+    expected = acknowledged_updates(server.http_url)
+    stub = stub_of(server.pid, EMBEDDING)
+    load = MixedLoad(server.http_url, server.grpc_url, ["trivial", PIPELINE]).start()
+    try:
+        load.wait_for(40)
+        stopped_at = time.monotonic()
+        os.kill(stub.pid, signal.SIGSTOP)
+
+        def reported() -> str:
+            code, text = client_health(server, EMBEDDING)
+            return text if code == 1 and "NOT SERVING" in text else ""
+
+        report = _wait_for(reported, "client health to report the stopped stub")
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(stub.pid, signal.SIGCONT)  # the unlucky operator: on 2.51 this aborted the server
+        _wait_for(
+            lambda: load.ok(lambda o: o.model == PIPELINE and o.sent > stopped_at),
+            "the pipeline to serve again",
+        )
+        load.wait_for(len(load.ok()) + 60)  # the abort came a second or so after SIGCONT
+    finally:
+        load.stop()
+    assert server.process is not None and server.process.poll() is None, server.log_tail()
+    assert f"{EMBEDDING}: NOT SERVING: stub of {EMBEDDING}_0_0 hung (stopped, state T)" in report, report
+    assert not _alive(stub.pid), "the stopped stub was left to resume"
+    failures = load.failed()
+    assert all(f.model == PIPELINE for f in failures), [f.error for f in failures if f.model != PIPELINE]
+    unhealthy = f"Stub process '{EMBEDDING}_0_0' is not healthy."
+    assert all(unhealthy in f.error for f in failures), {f.error for f in failures}
+    answer = infer_once(httpclient.InferenceServerClient(server.http_url), "http", PIPELINE)
+    np.testing.assert_array_equal(answer, expected)
+    code, text = client_health(server)
+    assert code == 0, text
+    killed = f"watchdog: stub of {EMBEDDING}_0_0 (pid {stub.pid}) hung (stopped, state T), killed at"
+    assert killed in text and "reloaded in" in text, text
+    assert stub.shm_region not in shm_regions(server.shm_prefix)
+    assert [s for s in server_stubs(server.pid) if s.pid == stub.pid and s.alive] == []
+    assert not orphans(server), orphans(server)
+    assert load.hung() == 0
