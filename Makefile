@@ -36,7 +36,7 @@ $(PA_STAMP): $(STAMP)
 repo: setup ## export the models of $(SPEC) into $(REPO) (ONNX + config.pbtxt, checked against torch)
 	$(BIN)/python -m exporters build --spec $(SPEC) --repository $(REPO)
 
-serve: repo ## start tritonserver on $(REPO) in the background (127.0.0.1:8000 http, :8001 grpc)
+serve: repo ## start tritonserver on $(REPO) in the background, supervised: restarted if it dies (127.0.0.1:8000 http, :8001 grpc)
 	$(BIN)/python -m server start --repository $(REPO)
 
 stop: ## stop the server started by `make serve`

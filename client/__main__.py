@@ -23,7 +23,8 @@ from client.stats import fetch_stats, parse_version_stats
 
 
 def _health(client, args) -> int:
-    text, ok = health_report(client, args.protocol, args.models, args.admin_key_file, args.events)
+    paths = (args.admin_key_file, args.events, args.supervisor)
+    text, ok = health_report(client, args.protocol, args.models, *paths)
     print(text)
     return 0 if ok else 1
 
@@ -96,6 +97,9 @@ def _parser() -> argparse.ArgumentParser:
     health.add_argument("models", nargs="*", help="default: every model (needs the admin key)")
     health.add_argument("--admin-key-file", type=Path, default=Path(".run/admin.key"))
     health.add_argument("--events", type=Path, default=Path(".run/watchdog.json"), help="watchdog record")
+    health.add_argument(
+        "--supervisor", type=Path, default=Path(".run/supervisor.json"), help="supervisor record"
+    )
     metadata = sub.add_parser("metadata", help="server metadata, or a model's with --model")
     metadata.add_argument("--model")
     run = sub.add_parser("infer", help="send inputs drawn from the zoo; --check compares with torch")

@@ -2,7 +2,8 @@
 
 Per model it reports whether a version serves, which versions failed to load (with the admin key, from
 the repository index: a failed new version next to a serving old one is "serving", with the failure
-named), and what the stub watchdog saw (a stub that died or hung, when it was reloaded). A model whose
+named), what the stub watchdog saw (a stub that died or hung, when it was reloaded) and what the
+supervisor of ``make serve`` did (how often it restarted tritonserver, the last cause). A model whose
 stub is dead or hung reports NOT SERVING until the watchdog has reloaded it, although Triton 2.51 says
 it is READY meanwhile. The exit status is 0 only if the server is live and every model checked serves,
 so it can be a readiness probe.
@@ -10,7 +11,6 @@ so it can be a readiness probe.
 
 from __future__ import annotations
 
-import time
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -19,7 +19,8 @@ from google.protobuf import json_format
 from tritonclient.utils import InferenceServerException
 
 from server.admin import headers
-from server.watchdog import DIED, read_events, what_happened
+from server.supervisor import read_record, record_lines
+from server.watchdog import event_lines, read_events
 
 
 @dataclass
@@ -73,27 +74,31 @@ def model_health(
     return result
 
 
-def watchdog_lines(events: dict) -> list[str]:
-    lines = []
-    for event in events.get("events", []):
-        seen = time.strftime("%H:%M:%S", time.localtime(event["detected_at"]))
-        if event.get("healed_at"):
-            outcome = f"reloaded in {event['healed_at'] - event['detected_at']:.1f} s"
-        else:
-            outcome = f"reload failed: {event['error']}" if event.get("error") else "reloading"
-        what = what_happened(event.get("cause", DIED))
-        stub = f"stub of {event['instance']} (pid {event['stub_pid']})"
-        lines.append(f"  watchdog: {stub} {what} at {seen}; {outcome}")
-    return lines
-
-
 def report(
-    client: Any, protocol: str, models: list[str], key_path: Path | None, events_path: Path | None
+    client: Any,
+    protocol: str,
+    models: list[str],
+    key_path: Path | None,
+    events_path: Path | None,
+    supervisor_path: Path | None = None,
 ) -> tuple[str, bool]:
-    """The text ``client health`` prints and whether everything checked can serve."""
-    live, ready = client.is_server_live(), client.is_server_ready()
+    """The text ``client health`` prints and whether everything checked can serve. A server that does
+    not answer (down, or being restarted by its supervisor) is reported, not raised."""
+    try:
+        live, ready = client.is_server_live(), client.is_server_ready()
+    except (InferenceServerException, OSError) as error:
+        live, ready, down = False, False, [f"  server not reachable: {error}"]
+    else:
+        down = []
     key = key_path.read_text().strip() if key_path and key_path.is_file() else None
     events = read_events(events_path) if events_path else {}
+    supervisor = read_record(supervisor_path) if supervisor_path else {}
     healths = model_health(client, protocol, models, key, events) if live else []
-    lines = [f"live: {live}  ready: {ready}", *(h.line() for h in healths), *watchdog_lines(events)]
+    lines = [
+        f"live: {live}  ready: {ready}",
+        *down,
+        *(h.line() for h in healths),
+        *record_lines(supervisor),
+        *event_lines(events),
+    ]
     return "\n".join(lines), live and ready and all(h.ok for h in healths)

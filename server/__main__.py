@@ -1,10 +1,14 @@
-"""``python -m server start|stop|status|drain|load|unload|watch``: the server behind ``make serve``.
+"""``python -m server start|stop|status|drain|load|unload``: the server behind ``make serve``.
 
-``start`` launches tritonserver in its own session, waits until it is ready, starts the stub watchdog
-(``watch``, a detached process), and records pid, ports, log path and watchdog in ``.run/server.json``
-so ``stop`` and ``status`` (and the client's defaults) can find it. The admin key for the restricted
-APIs is in ``.run/admin.key`` (0600). Only one ``start`` runs per checkout at a time (a lock file).
-``stop`` drains first (see ``server.admin.drain``); ``drain`` alone is the Kubernetes preStop step.
+``start`` launches the supervisor (``supervise``, a detached process of its own session, see
+``server.supervisor``), which starts tritonserver (with its HTTP guard and stub watchdog), restarts it
+on the same ports when it dies, and records pid, ports, log path and supervisor in
+``.run/server.json`` so ``stop`` and ``status`` (and the client's defaults) can find it; ``start``
+returns once the server is ready, with what the supervisor reported. The admin key for the restricted
+APIs is in ``.run/admin.key`` (0600); what the supervisor and the watchdog did is in
+``.run/supervisor.json`` and ``.run/watchdog.json``. Only one ``start`` runs per checkout at a time
+(a lock file). ``stop`` releases the supervisor (so nothing restarts the server being stopped), then
+drains (see ``server.admin.drain``); ``drain`` alone is the Kubernetes preStop step.
 """
 
 from __future__ import annotations
@@ -14,6 +18,7 @@ import fcntl
 import json
 import logging
 import os
+import select
 import signal
 import subprocess
 import sys
@@ -27,12 +32,16 @@ from server import admin
 from server.cli_options import add_server_arguments, server_options
 from server.launcher import ServerError, TritonServer, remove_shm_regions
 from server.stubs import kill_stray_stubs
-from server.watchdog import Watchdog
+from server.supervisor import Supervisor, read_record, record_lines
+from server.watchdog import event_lines, read_events
 
 STATE = Path(".run/server.json")
 LOCK = Path(".run/server.lock")
 KEY = Path(".run/admin.key")
 EVENTS = Path(".run/watchdog.json")
+SUPERVISOR = Path(".run/supervisor.json")
+SUPERVISOR_LOG = Path(".run/supervisor.log")
+STARTUP_MARGIN_S = 60.0  # beyond the server's own startup timeout, for the supervisor to report
 
 
 def _take_lock():
@@ -62,33 +71,109 @@ def _start(args: argparse.Namespace) -> int:
             file=sys.stderr,
         )
         return 1
-    if STATE.exists() and _alive(json.loads(STATE.read_text())["pid"]):
-        print(f"already running: {STATE.read_text()}", file=sys.stderr)
+    if STATE.exists():
+        state = json.loads(STATE.read_text())
+        if _alive(state["pid"]) or _supervising(state):
+            print(f"already running: {STATE.read_text()}", file=sys.stderr)
+            return 1
+        _clear_leftovers(state)  # a server that died without `make stop`: clear what it left behind
+    SUPERVISOR_LOG.parent.mkdir(exist_ok=True)
+    supervisor = subprocess.Popen(
+        [sys.executable, "-m", "server", "supervise", *_server_argv(args)],
+        stdin=subprocess.DEVNULL,
+        stdout=subprocess.PIPE,
+        stderr=open(SUPERVISOR_LOG, "ab"),  # noqa: SIM115 (inherited by the child)
+        start_new_session=True,
+    )
+    report = _first_report(supervisor, args.startup_timeout + STARTUP_MARGIN_S)
+    if not report.get("ready"):
+        print(f"error: {report.get('error', 'the supervisor said nothing')}", file=sys.stderr)
         return 1
-    if STATE.exists():  # a server that died without `make stop`: clear what it left behind
-        _clear_leftovers(json.loads(STATE.read_text()))
+    print(f"tritonserver ready: http {report['http']}  grpc {report['grpc']}  metrics {report['metrics']}")
+    if report.get("failed"):
+        print(
+            f"WARNING: {report['failed_count']} model(s) failed to load; the others serve:", file=sys.stderr
+        )
+        print(report["failed"], file=sys.stderr)
+    print(f"log: {report['log']}   stop with: make stop   admin key: {KEY}")
+    return 0
+
+
+def _server_argv(args: argparse.Namespace) -> list[str]:
+    """``start``'s server flags, for the supervisor to start the same server."""
+    return [
+        f"--repository={args.repository}",
+        f"--host={args.host}",
+        f"--http-port={args.http_port}",
+        f"--grpc-port={args.grpc_port}",
+        f"--metrics-port={args.metrics_port}",
+        f"--model-control-mode={args.model_control_mode}",
+        "--http-guard" if args.http_guard else "--no-http-guard",
+        f"--startup-timeout={args.startup_timeout}",
+    ]
+
+
+def _first_report(supervisor: subprocess.Popen, timeout_s: float) -> dict:
+    """The supervisor's one-line JSON report of its first start (or why it has none)."""
+    assert supervisor.stdout is not None
+    ready, _, _ = select.select([supervisor.stdout], [], [], timeout_s)
+    line = supervisor.stdout.readline() if ready else b""
+    supervisor.stdout.close()
+    if line:
+        return json.loads(line)
+    if supervisor.poll() is None:
+        supervisor.terminate()
+        return {"error": f"the supervisor did not report within {timeout_s:.0f} s (see {SUPERVISOR_LOG})"}
+    tail = SUPERVISOR_LOG.read_text(errors="replace").splitlines()[-20:]
+    return {"error": f"the supervisor exited with {supervisor.wait()}:\n" + "\n".join(tail)}
+
+
+def _supervise(args: argparse.Namespace) -> int:
+    """The supervisor process behind ``make serve`` (see ``server.supervisor``)."""
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s %(message)s")
     options = server_options(
         args,
         log_path=Path(".run/server.log").resolve(),
         workdir=Path(".run/server").resolve(),
-        self_heal=False,  # the watchdog runs as its own process, outliving this command
         port_wait_s=10.0,  # a server stopped a moment ago may still hold its ports
         http_guard=args.http_guard,  # Triton 2.51's HTTP frontend crashes on some inputs (README)
+        startup_timeout_s=args.startup_timeout,
+        watchdog_record=EVENTS.resolve(),
     )
     server = TritonServer(options)
+    supervisor = Supervisor(server, SUPERVISOR.resolve(), on_serving=lambda s: _record_state(s, args))
+    supervisor.handle_signals()
     try:
-        server.start(detach=True)
+        supervisor.start()
     except ServerError as error:
-        print(f"error: {error}", file=sys.stderr)
+        _report({"ready": False, "error": str(error)})
         return 1
-    admin.write_key(KEY, server.admin_key)
-    watcher = subprocess.Popen(
-        [sys.executable, "-m", "server", "watch", "--pid", str(server.pid), "--http", server.triton_http_url],
-        stdin=subprocess.DEVNULL,
-        stdout=subprocess.DEVNULL,
-        stderr=open(Path(".run/watchdog.log"), "ab"),  # noqa: SIM115 (inherited by the child)
-        start_new_session=True,
+    _report(
+        {
+            "ready": True,
+            "http": server.http_url,
+            "grpc": server.grpc_url,
+            "metrics": server.metrics_url,
+            "log": str(server.log_path),
+            "failed_count": len(server.failed_models),
+            "failed": server.describe_failures() if server.failed_models else "",
+        }
     )
+    return supervisor.run()
+
+
+def _report(report: dict) -> None:
+    """One JSON line to ``start`` on stdout; stdout then points nowhere (``start`` has exited)."""
+    sys.stdout.write(json.dumps(report) + "\n")
+    sys.stdout.flush()
+    devnull = os.open(os.devnull, os.O_WRONLY)
+    os.dup2(devnull, sys.stdout.fileno())
+    os.close(devnull)
+
+
+def _record_state(server: TritonServer, args: argparse.Namespace) -> None:
+    """``.run/server.json`` and the admin key for the server now running (after each restart too)."""
+    admin.write_key(KEY, server.admin_key)
     state = {
         "pid": server.pid,
         "http": server.http_url,
@@ -99,26 +184,22 @@ def _start(args: argparse.Namespace) -> int:
         "repository": str(Path(args.repository).resolve()),
         "shm_prefix": server.shm_prefix,
         "model_control_mode": args.model_control_mode,
-        "watchdog_pid": watcher.pid,
+        "supervisor_pid": os.getpid(),
         "guard_pid": server.guard.pid if server.guard is not None else None,
         "watchdog_events": str(EVENTS.resolve()),
+        "supervisor_record": str(SUPERVISOR.resolve()),
     }
     STATE.parent.mkdir(exist_ok=True)
-    STATE.write_text(json.dumps(state, indent=2))
-    print(f"tritonserver ready: http {server.http_url}  grpc {server.grpc_url}  metrics {server.metrics_url}")
-    if server.failed_models:
-        count = len(server.failed_models)
-        print(f"WARNING: {count} model(s) failed to load; the others serve:", file=sys.stderr)
-        print(server.describe_failures(), file=sys.stderr)
-    print(f"log: {server.log_path}   stop with: make stop   admin key: {KEY}")
-    return 0
+    temporary = STATE.with_suffix(".tmp")
+    temporary.write_text(json.dumps(state, indent=2))
+    temporary.replace(STATE)
 
 
 def _clear_leftovers(state: dict) -> None:
     """Stubs and shared memory of a recorded server that is gone (killed, crashed)."""
+    _release_supervisor(state, wait_s=30)
     kill_stray_stubs(state.get("shm_prefix", "tb-none-"))
     remove_shm_regions(state.get("shm_prefix", "tb-none-"))
-    _stop_watchdog(state)
 
 
 def _alive(pid: int) -> bool:
@@ -145,8 +226,25 @@ def _terminate(pid: int | None, marker: bytes, wait_s: float = 0.0) -> None:
         time.sleep(0.1)
 
 
-def _stop_watchdog(state: dict) -> None:
-    _terminate(state.get("watchdog_pid"), b"server")
+def _supervising(state: dict) -> bool:
+    """Is the recorded supervisor still running (perhaps restarting the server right now)?"""
+    pid = state.get("supervisor_pid")
+    try:
+        return bool(pid) and b"supervise" in Path(f"/proc/{pid}/cmdline").read_bytes()
+    except OSError:
+        return False
+
+
+def _release_supervisor(state: dict, wait_s: float) -> None:
+    """End supervision (SIGUSR1) and wait for the supervisor to exit: nothing restarts the server after
+    this. A supervisor in the middle of a restart stops that half-started server first."""
+    if not _supervising(state):
+        return
+    os.kill(state["supervisor_pid"], signal.SIGUSR1)
+    deadline = time.monotonic() + wait_s
+    while time.monotonic() < deadline and _supervising(state):
+        time.sleep(0.1)
+    _terminate(state.get("supervisor_pid"), b"supervise")  # still there: it had hung
 
 
 def _drain(state: dict, timeout: float) -> int:
@@ -180,7 +278,7 @@ def _drain_command(args: argparse.Namespace) -> int:
     state = _running_state()
     if state is None:
         return 1
-    _stop_watchdog(state)
+    _release_supervisor(state, wait_s=args.timeout + 30)
     return _drain(state, args.timeout)
 
 
@@ -188,9 +286,9 @@ def _stop(args: argparse.Namespace) -> int:
     if not STATE.exists():
         print("no server started by `make serve` is recorded")
         return 0
-    state = json.loads(STATE.read_text())
+    _release_supervisor(json.loads(STATE.read_text()), wait_s=args.timeout + 30)
+    state = json.loads(STATE.read_text())  # a restart in progress may have recorded a new server
     pid = state["pid"]
-    _stop_watchdog(state)
     if _alive(pid):
         _drain(state, args.timeout)
         # the guard's kept-alive upstream connections would hold Triton's exit for its exit timeout
@@ -211,15 +309,23 @@ def _stop(args: argparse.Namespace) -> int:
 
 
 def _status(args: argparse.Namespace) -> int:
-    state = _running_state()
-    if state is None:
+    if not STATE.exists():
+        print("not running")
         return 1
-    client = httpclient.InferenceServerClient(_admin_url(state))
-    models = client.get_model_repository_index(headers=admin.headers(admin.read_key(KEY) or ""))
+    state = json.loads(STATE.read_text())
+    running = _alive(state["pid"])
     print(json.dumps(state, indent=2))
-    for model in models:
-        print(f"  {model['name']:24} {model.get('state', '?'):10} {model.get('reason', '')}")
-    return 0
+    if running:
+        client = httpclient.InferenceServerClient(_admin_url(state))
+        models = client.get_model_repository_index(headers=admin.headers(admin.read_key(KEY) or ""))
+        for model in models:
+            print(f"  {model['name']:24} {model.get('state', '?'):10} {model.get('reason', '')}")
+    elif _supervising(state):
+        print("tritonserver is down; the supervisor is restarting it")
+    else:
+        print("not running")
+    print("\n".join([*record_lines(read_record(SUPERVISOR)), *event_lines(read_events(EVENTS))]))
+    return 0 if running else 1
 
 
 def _recorded_admin(args: argparse.Namespace) -> tuple[dict, str] | None:
@@ -258,16 +364,14 @@ def _unload(args: argparse.Namespace) -> int:
     return 0
 
 
-def _watch(args: argparse.Namespace) -> int:
-    """The watchdog process of ``make serve``: runs until the server exits or SIGTERM."""
-    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(message)s")
-    key = admin.read_key(KEY)
-    if key is None:
-        return 1
-    watchdog = Watchdog(args.pid, args.http, key, EVENTS.resolve())
-    signal.signal(signal.SIGTERM, lambda *_: watchdog.stop())
-    watchdog.run()
-    return 0
+def _add_start_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--http-guard",
+        action=argparse.BooleanOptionalAction,
+        default=True,
+        help="put server.http_guard in front of Triton's HTTP port (default; see README: Bad input)",
+    )
+    parser.add_argument("--startup-timeout", type=float, default=180.0, help="seconds to wait for ready")
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -277,12 +381,7 @@ def main(argv: list[str] | None = None) -> int:
     add_server_arguments(
         start, Path("model_repository"), "127.0.0.1", "bind address (Triton 2.51 has CVEs: keep it local)"
     )
-    start.add_argument(
-        "--http-guard",
-        action=argparse.BooleanOptionalAction,
-        default=True,
-        help="put server.http_guard in front of Triton's HTTP port (default; see README: Bad input)",
-    )
+    _add_start_arguments(start)
     stop = sub.add_parser("stop", help="SIGTERM the recorded server, SIGKILL after --timeout")
     stop.add_argument("--timeout", type=float, default=35.0)
     sub.add_parser("status", help="is the recorded server up; which models")
@@ -294,9 +393,9 @@ def main(argv: list[str] | None = None) -> int:
     load.add_argument("--allow-file-override", action="store_true", help="allow code sent in the request")
     unload = sub.add_parser("unload", help="unload a model (explicit mode), with the admin key")
     unload.add_argument("model")
-    watch = sub.add_parser("watch", help="(internal) the stub watchdog process behind make serve")
-    watch.add_argument("--pid", type=int, required=True)
-    watch.add_argument("--http", required=True)
+    supervise = sub.add_parser("supervise", help="(internal) the supervisor process behind make serve")
+    add_server_arguments(supervise, Path("model_repository"), "127.0.0.1", "bind address")
+    _add_start_arguments(supervise)
     args = parser.parse_args(argv)
     handlers = {
         "start": _start,
@@ -305,7 +404,7 @@ def main(argv: list[str] | None = None) -> int:
         "drain": _drain_command,
         "load": _load,
         "unload": _unload,
-        "watch": _watch,
+        "supervise": _supervise,
     }
     return handlers[args.command](args)
 

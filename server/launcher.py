@@ -161,6 +161,7 @@ class ServerOptions:
     port_wait_s: float = 0.0  # wait this long for a port still held by a server shutting down
     log_path: Path | None = None
     workdir: Path | None = None  # backend folder and log; None: a temporary one removed on stop
+    watchdog_record: Path | None = None  # the watchdog's JSON record; None: <workdir>/watchdog.json
     extra_args: list[str] = field(default_factory=list)
     # Put server.http_guard in front of Triton's HTTP endpoint (``make serve`` does): clients use
     # http_port, Triton's own HTTP port becomes a loopback port of its own (``triton_http_url``).
@@ -189,7 +190,7 @@ class TritonServer:
         self.failed_models: dict[str, str] = {}  # name -> reason, for models that did not load
         self.admin_key = options.admin_key or new_admin_key()
         self.watchdog: Watchdog | None = None
-        self.watchdog_path = self._workdir / "watchdog.json"
+        self.watchdog_path = options.watchdog_record or self._workdir / "watchdog.json"
         self.drained: list[str] = []
         self.drain_finished_at: float | None = None  # time.monotonic() when stop()'s drain completed
 
@@ -255,9 +256,11 @@ class TritonServer:
         return env
 
     def start(self, detach: bool = False) -> TritonServer:
-        """Launch and block until ready; ``detach`` puts it in its own session (``make serve``).
+        """Launch and block until ready; ``detach`` puts it in its own session.
 
         On any failure the process is stopped and the temporary folder removed before the error rises.
+        A server that has died can be started again (``server.supervisor`` does): same ports, admin key
+        and shared-memory prefix, and its watchdog's history.
         """
         try:
             self._launch(detach)
@@ -266,7 +269,10 @@ class TritonServer:
             self.stop()
             raise
         if self.options.self_heal and self.pid is not None:
-            self.watchdog = Watchdog(self.pid, self.triton_http_url, self.admin_key, self.watchdog_path)
+            history = self.watchdog.state if self.watchdog is not None else None  # a restart keeps it
+            self.watchdog = Watchdog(
+                self.pid, self.triton_http_url, self.admin_key, self.watchdog_path, state=history
+            )
             self.watchdog.start()
         log.info("tritonserver ready (pid %s) http=%s grpc=%s", self.pid, self.http_url, self.grpc_url)
         return self

@@ -283,3 +283,18 @@ def read_events(path: Path) -> dict:
         return json.loads(path.read_text())
     except (OSError, ValueError):
         return {}
+
+
+def event_lines(events: dict) -> list[str]:
+    """The record's events as ``client health`` and ``server status`` print them."""
+    lines = []
+    for event in events.get("events", []):
+        seen = time.strftime("%H:%M:%S", time.localtime(event["detected_at"]))
+        if event.get("healed_at"):
+            outcome = f"reloaded in {event['healed_at'] - event['detected_at']:.1f} s"
+        else:
+            outcome = f"reload failed: {event['error']}" if event.get("error") else "reloading"
+        what = what_happened(event.get("cause", DIED))
+        stub = f"stub of {event['instance']} (pid {event['stub_pid']})"
+        lines.append(f"  watchdog: {stub} {what} at {seen}; {outcome}")
+    return lines

@@ -9,6 +9,7 @@ from __future__ import annotations
 import contextlib
 import copy
 import io
+import os
 from pathlib import Path
 from typing import Any
 
@@ -28,6 +29,7 @@ from soak.mixed_load import PIPELINE, MixedLoad, Outcome, infer_once, request_ar
 __all__ = ["PIPELINE", "MixedLoad", "Outcome", "infer_once", "request_arrays"]
 
 EMBEDDING = f"{PIPELINE}_embedding"
+ROOT = Path(__file__).resolve().parents[2]
 
 
 def build_small_repository(spec_data: dict[str, Any], path: Path, pipeline: bool = True) -> Path:
@@ -87,3 +89,12 @@ def client_health(server: TritonServer, *models: str) -> tuple[int, str]:
     with contextlib.redirect_stdout(out):
         code = client_main([*argv, "--events", str(server.watchdog_path), *models])
     return code, out.getvalue()
+
+
+def tree_environment() -> dict[str, str]:
+    """The environment for ``python -m ...`` run in another folder: it imports this tree's code, not
+    whichever checkout the virtual environment's editable install points at."""
+    return {
+        **os.environ,
+        "PYTHONPATH": os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")])),
+    }

@@ -15,7 +15,7 @@ from typing import Any
 
 import pytest
 import yaml
-from resilience_fixtures import build_small_repository, shm_regions
+from resilience_fixtures import build_small_repository, shm_regions, tree_environment
 
 from server.launcher import free_port
 from server.stubs import stubs_with_prefix
@@ -34,7 +34,12 @@ def checkout(spec_data: dict[str, Any], tmp_path_factory: pytest.TempPathFactory
 
 def _cli(checkout: Path, *args: str) -> subprocess.Popen:
     return subprocess.Popen(
-        [sys.executable, "-m", *args], cwd=checkout, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
+        [sys.executable, "-m", *args],
+        cwd=checkout,
+        env=tree_environment(),
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
     )
 
 
@@ -62,7 +67,7 @@ def test_second_start_fails_cleanly_and_quick_restart_works(checkout: Path) -> N
     assert loser[2].startswith("error: another `python -m server start` (pid ") and BUSY in loser[2], loser
     assert "Traceback" not in loser[2] + results[0][2] + results[1][2]
     state = json.loads((checkout / ".run" / "server.json").read_text())
-    assert _alive(state["pid"]) and _alive(state["watchdog_pid"])
+    assert _alive(state["pid"]) and _alive(state["supervisor_pid"])
     for protocol in ("http", "grpc"):
         health = _finish(_cli(checkout, "client", "--protocol", protocol, "health"))
         assert health[0] == 0 and "trivial: READY (serving version 1)" in health[1], health
@@ -70,7 +75,7 @@ def test_second_start_fails_cleanly_and_quick_restart_works(checkout: Path) -> N
 
     stopped = _finish(_cli(checkout, "server", "stop"))
     assert stopped[0] == 0 and "drained: trivial" in stopped[1], stopped
-    assert not _alive(state["pid"]) and not _alive(state["watchdog_pid"])
+    assert not _alive(state["pid"]) and not _alive(state["supervisor_pid"])
     assert stubs_with_prefix(state["shm_prefix"]) == [] and shm_regions(state["shm_prefix"]) == []
 
     again = _finish(_cli(checkout, *start))  # at once, on the same ports
