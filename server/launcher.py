@@ -26,11 +26,13 @@ import subprocess
 import sys
 import sysconfig
 import tempfile
+import threading
 import time
 import urllib.error
 import urllib.request
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import IO
 
 from google.protobuf import text_format
 from tritonclient.grpc import model_config_pb2
@@ -64,6 +66,16 @@ def remove_shm_regions(prefix: str) -> list[str]:
         except OSError:
             continue
     return removed
+
+
+def _tee(source: IO[bytes], path: Path) -> None:
+    """Write every line of ``source`` to ``path`` and to this process's stdout, until it closes."""
+    with open(path, "wb") as log_file:
+        for line in iter(source.readline, b""):
+            log_file.write(line)
+            log_file.flush()
+            sys.stdout.buffer.write(line)
+            sys.stdout.buffer.flush()
 
 
 def check_port_free(host: str, port: int, wait_s: float = 0.0) -> None:
@@ -167,6 +179,8 @@ class ServerOptions:
     # http_port, Triton's own HTTP port becomes a loopback port of its own (``triton_http_url``).
     http_guard: bool = False
     http_guard_body_timeout_s: float = 30.0  # a body not complete by then gets 408
+    # Copy the server's log to this process's stdout as well (the container: stdout is the pod's log).
+    echo_log: bool = False
 
 
 class TritonServer:
@@ -286,14 +300,20 @@ class TritonServer:
             check_port_free("127.0.0.1", self.triton_http_port, self.options.port_wait_s)
         command = self.command()
         self.log_path.parent.mkdir(parents=True, exist_ok=True)
-        with open(self.log_path, "wb") as log_file:
+        if self.options.echo_log:
             self.process = subprocess.Popen(
-                command,
-                stdout=log_file,
-                stderr=subprocess.STDOUT,
-                env=self.environment(),
-                start_new_session=detach,
+                command, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, env=self.environment()
             )
+            threading.Thread(target=_tee, args=(self.process.stdout, self.log_path), daemon=True).start()
+        else:
+            with open(self.log_path, "wb") as log_file:
+                self.process = subprocess.Popen(
+                    command,
+                    stdout=log_file,
+                    stderr=subprocess.STDOUT,
+                    env=self.environment(),
+                    start_new_session=detach,
+                )
         if self.options.http_guard:
             self._launch_guard(detach)
 
@@ -411,6 +431,13 @@ class TritonServer:
             # a request already on its way when the drain ended is refused (NOT_FOUND) in this grace;
             # after SIGTERM, 2.51's gRPC frontend would answer it CANCELLED instead
             time.sleep(DRAIN_GRACE_S)
+        self.terminate()
+
+    def terminate(self) -> None:
+        """``stop()`` without the drain: the guard, then SIGTERM as Kubernetes sends it (Triton finishes
+        what is in flight for up to its exit timeout), SIGKILL after that (+5 s), then the cleanup."""
+        if self.watchdog is not None:
+            self.watchdog.stop()
         self._stop_guard()
         if self.process is not None and self.process.poll() is None:
             self.process.send_signal(signal.SIGTERM)

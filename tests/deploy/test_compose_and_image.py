@@ -81,7 +81,7 @@ def test_dockerfile_builds_from_the_project_install() -> None:
         assert (ROOT / source).exists(), f"COPY {source}: no such path"
     assert "pip install" in text and "torch==" not in text, "torch's pin lives in pyproject.toml only"
     assert 'ENTRYPOINT ["python", "-m", "server.container"]' in text
-    assert set(re.search(r"^EXPOSE (.+)$", text, re.M).group(1).split()) == {"8000", "8001", "8002"}
+    assert set(re.search(r"^EXPOSE (.+)$", text, re.M).group(1).split()) == {"8000", "8001", "8002", "8003"}
 
 
 def _fake_bin(tmp_path: Path, gpus: int) -> dict[str, str]:

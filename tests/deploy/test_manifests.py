@@ -93,14 +93,24 @@ def test_validation_rejects_a_broken_object(gpu_objects: list[dict[str, Any]]) -
         kubernetes_validate.validate(broken, KUBERNETES_VERSION, strict=True)
 
 
+# (path, port) of the readiness, startup and liveness probes. Our image's supervisor answers its own
+# (server.readiness: not ready while a stub is dead or hung or the server restarts); the NGC image only
+# has Triton's.
+PROBES = {
+    "overlays/cpu": (("/ready", "probes"), ("/ready", "probes"), ("/live", "probes")),
+    "overlays/gpu": (("/v2/health/ready", "http"), ("/v2/health/ready", "http"), ("/v2/health/live", "http")),
+}
+
+
 @pytest.mark.parametrize("overlay", ["overlays/cpu", "overlays/gpu"])
 def test_deployment_probes_drain_and_repository(overlay: str) -> None:
     objects = render(overlay)
     deployment = find(objects, "Deployment", "triton")
     pod = deployment["spec"]["template"]["spec"]
     server = container(deployment)
-    assert server["readinessProbe"]["httpGet"]["path"] == "/v2/health/ready"
-    assert server["livenessProbe"]["httpGet"]["path"] == "/v2/health/live"
+    probes = [server[p]["httpGet"] for p in ("readinessProbe", "startupProbe", "livenessProbe")]
+    assert [(p["path"], p["port"]) for p in probes] == list(PROBES[overlay])
+    assert {p["port"] for p in probes} <= {port["name"] for port in server["ports"]}
     startup = server["startupProbe"]
     assert startup["periodSeconds"] * startup["failureThreshold"] >= 300, "model loading needs minutes"
     # Grace period > preStop pause + Triton's exit timeout, or SIGKILL cuts in-flight requests.

@@ -1,13 +1,13 @@
 """A real Prometheus scraping a real tritonserver: the rules record what the server itself reports.
 
-The server is started through ``python -m server.container`` (the image's entry point, which execs
-tritonserver) with explicit model control; Prometheus 2.42 (Debian) scrapes it every second on
-loopback with the project's rule files. Two changes make the rules fit a test of seconds, not minutes:
-their ``[1m]`` rate windows become ``[10s]`` and every alert's ``for:`` becomes 1 s; the expressions
-are otherwise the shipped ones. A short closed-loop load runs while the server's own statistics are
-polled; then the recorded throughput, queue time and batch size are compared with the server's figures
-for the same window, the Prometheus Adapter's queries are evaluated as the adapter would, every
-dashboard query is run, and unloading a model must fire ``TritonModelNotReady``.
+The server is started through ``python -m server.container`` (the image's entry point: the supervisor,
+with tritonserver as its child) with explicit model control; Prometheus 2.42 (Debian) scrapes it every
+second on loopback with the project's rule files. Two changes make the rules fit a test of seconds, not
+minutes: their ``[1m]`` rate windows become ``[10s]`` and every alert's ``for:`` becomes 1 s; the
+expressions are otherwise the shipped ones. A short closed-loop load runs while the server's own
+statistics are polled; then the recorded throughput, queue time and batch size are compared with the
+server's figures for the same window, the Prometheus Adapter's queries are evaluated as the adapter
+would, every dashboard query is run, and unloading a model must fire ``TritonModelNotReady``.
 """
 
 from __future__ import annotations
@@ -115,11 +115,26 @@ def _stop(process: subprocess.Popen) -> None:
 
 @dataclass
 class Triton:
-    process: subprocess.Popen
+    process: subprocess.Popen  # the container's main process: the supervisor
     http_url: str
     metrics_port: int
     log_path: Path
-    argv: list[bytes] = field(default_factory=list)
+    probe_port: int
+    argv: list[bytes] = field(default_factory=list)  # tritonserver's
+
+
+def _child(pid: int) -> int:
+    """The one child process of ``pid`` (the supervisor's tritonserver)."""
+    children = [int(p.name) for p in Path("/proc").iterdir() if p.name.isdigit() and _parent(p) == pid]
+    assert len(children) == 1, f"expected one child of {pid}, found {children}"
+    return children[0]
+
+
+def _parent(proc: Path) -> int:
+    try:
+        return int((proc / "stat").read_text().rsplit(")", 1)[1].split()[1])
+    except (OSError, ValueError, IndexError):
+        return -1
 
 
 @dataclass
@@ -171,16 +186,16 @@ def repository(spec_data: dict[str, Any], tmp_path_factory: pytest.TempPathFacto
 @pytest.fixture(scope="module")
 def triton(repository: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Triton]:
     workdir = tmp_path_factory.mktemp("triton")
-    http_port, grpc_port, metrics_port = free_port(), free_port(), free_port()
+    http_port, grpc_port, metrics_port, probe_port = free_port(), free_port(), free_port(), free_port()
     log_path = workdir / "server.log"
     command = [sys.executable, "-m", "server.container", "--repository", str(repository)]
     command += ["--host", "127.0.0.1", "--http-port", str(http_port), "--grpc-port", str(grpc_port)]
     command += ["--metrics-port", str(metrics_port), "--model-control-mode", "explicit"]
-    command += ["--exit-timeout", "5", "--workdir", str(workdir / "backend")]
+    command += ["--exit-timeout", "5", "--workdir", str(workdir / "backend"), "--probe-port", str(probe_port)]
     environment = {**os.environ, ADMIN_KEY_ENV: TEST_ADMIN_KEY}  # as the pod's Secret would set it
     with open(log_path, "wb") as log:
         process = subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT, cwd=ROOT, env=environment)
-    server = Triton(process, f"127.0.0.1:{http_port}", metrics_port, log_path)
+    server = Triton(process, f"127.0.0.1:{http_port}", metrics_port, log_path, probe_port)
     try:
 
         def ready() -> bool:
@@ -192,7 +207,7 @@ def triton(repository: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterat
                 return False
 
         _wait(ready, 240, "tritonserver readiness")
-        server.argv = Path(f"/proc/{process.pid}/cmdline").read_bytes().split(b"\0")
+        server.argv = Path(f"/proc/{_child(process.pid)}/cmdline").read_bytes().split(b"\0")
         yield server
     finally:
         _stop(process)
@@ -443,12 +458,16 @@ def test_unloading_a_model_fires_model_not_ready(
     assert http.InferenceServerClient(triton.http_url).is_model_ready(MODEL)
 
 
-def test_container_entry_point_became_tritonserver(triton: Triton) -> None:
-    """``server.container`` execs: the pid Kubernetes signals is tritonserver's, not a Python wrapper's."""
+def test_the_container_entry_point_supervises_tritonserver_and_answers_the_probes(triton: Triton) -> None:
+    """``server.container`` runs tritonserver as its child (SIGTERM is passed on: the last test) and
+    answers the pod's probes on its own port."""
     assert Path(triton.argv[0].decode()).name == "tritonserver"
     assert (
         b"--metrics-config=summary_latencies=true" in triton.argv and b"--exit-timeout-secs=5" in triton.argv
     )
+    ready = _get_json(f"http://127.0.0.1:{triton.probe_port}/ready")
+    assert ready["ready"] is True and ready["supervisor"]["state"] == "serving", ready
+    assert _get_json(f"http://127.0.0.1:{triton.probe_port}/live")["live"] is True
 
 
 def _pending(triton: Triton, model: str) -> float:
@@ -463,8 +482,8 @@ def _pending(triton: Triton, model: str) -> float:
 
 def test_sigterm_lets_in_flight_requests_finish(triton: Triton) -> None:
     """What a rollout relies on (runs last: it stops the server). A request waiting in the batcher
-    when SIGTERM reaches the pid Kubernetes signals still gets its answer, and the server then exits
-    within its exit timeout (5 s here)."""
+    when SIGTERM reaches the pid Kubernetes signals (the supervisor, which passes it on) still gets its
+    answer, and the server then exits within its exit timeout (5 s here)."""
     data = np.arange(16, dtype=np.float32).reshape(1, 16)
     outcome: dict[str, Any] = {}
 

@@ -1,0 +1,160 @@
+"""Fault matrix row (issue #28 item 1): the pod's readiness probe tells the truth about hung stubs and
+dead servers.
+
+The image's entry point (``python -m server.container``, the cpu overlay's container) supervises
+tritonserver and answers the probes the manifests use (``/ready``, ``/live`` on ``--probe-port``).
+A stopped (SIGSTOP) stub must make ``/ready`` 503 naming its model until the watchdog has killed it
+and reloaded the model (Triton's own ``/v2/health/ready`` says 200 all along); a ``kill -9`` of
+tritonserver must make it 503 until the supervisor has restarted the server on the same ports, with
+the restart and its cause in the probe's body and the acknowledged embedding updates served again;
+``/live`` stays 200 throughout. SIGTERM then stops everything, leaving no stub or ``/dev/shm`` region.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+import urllib.error
+import urllib.request
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+import tritonclient.http as httpclient
+from resilience_fixtures import (
+    EMBEDDING,
+    PIPELINE,
+    acknowledged_updates,
+    build_small_repository,
+    infer_once,
+    shm_regions,
+    stub_of,
+    tree_environment,
+)
+
+from server.launcher import free_port
+from server.stubs import stubs_with_prefix
+
+pytestmark = pytest.mark.integration
+HANG_GUARD_S = 300  # hang guards only: nothing here is timed
+
+
+@dataclass
+class Container:
+    process: subprocess.Popen  # the container's main process: the supervisor
+    http_url: str
+    probe_port: int
+    shm_prefix: str
+    log_path: Path
+
+    def probe(self, path: str) -> tuple[int, dict]:
+        try:
+            with urllib.request.urlopen(f"http://127.0.0.1:{self.probe_port}{path}", timeout=5) as answer:
+                return answer.status, json.loads(answer.read())
+        except urllib.error.HTTPError as error:
+            return error.code, json.loads(error.read())
+        except OSError as error:
+            return 0, {"error": str(error)}
+
+    def triton_pid(self) -> int | None:
+        for proc in Path("/proc").iterdir():
+            try:
+                mine = proc.name.isdigit() and _parent(proc) == self.process.pid
+                if mine and b"tritonserver" in (proc / "cmdline").read_bytes():
+                    return int(proc.name)
+            except OSError:
+                continue
+        return None
+
+
+def _parent(proc: Path) -> int:
+    return int((proc / "stat").read_text().rsplit(")", 1)[1].split()[1])
+
+
+def _wait_for(condition: Callable[[], Any], what: str, container: Container) -> Any:
+    deadline = time.monotonic() + HANG_GUARD_S
+    while time.monotonic() < deadline:
+        assert container.process.poll() is None, container.log_path.read_text()[-3000:]
+        value = condition()
+        if value:
+            return value
+        time.sleep(0.05)
+    pytest.fail(f"gave up after {HANG_GUARD_S} s waiting for {what}")
+
+
+def _ready_becomes(container: Container, status: int) -> dict:
+    """``/ready``'s body once it answers ``status``."""
+
+    def answered() -> dict | None:
+        code, body = container.probe("/ready")
+        return body if code == status else None
+
+    return _wait_for(answered, f"/ready to answer {status}", container)
+
+
+@pytest.fixture(scope="module")
+def container(spec_data: dict[str, Any], tmp_path_factory: pytest.TempPathFactory) -> Iterator[Container]:
+    repository = build_small_repository(spec_data, tmp_path_factory.mktemp("container_repository"))
+    workdir = tmp_path_factory.mktemp("container_workdir")
+    ports = {name: free_port() for name in ("http", "grpc", "metrics", "probe")}
+    command = [
+        sys.executable,
+        "-m",
+        "server.container",
+        "--repository",
+        str(repository),
+        "--host",
+        "127.0.0.1",
+    ]
+    command += [f"--{name}-port={port}" for name, port in ports.items()]
+    command += ["--model-control-mode", "explicit", "--exit-timeout", "3", "--workdir", str(workdir / "w")]
+    log_path = workdir / "container.log"
+    with open(log_path, "wb") as log:
+        process = subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT, env=tree_environment())
+    running = Container(
+        process, f"127.0.0.1:{ports['http']}", ports["probe"], f"tb{process.pid}_{ports['http']}_", log_path
+    )
+    try:
+        _wait_for(lambda: running.probe("/ready")[0] == 200, "the container to be ready", running)
+        yield running
+    finally:
+        process.terminate()
+        try:
+            process.wait(timeout=60)
+        except subprocess.TimeoutExpired:
+            process.kill()
+            process.wait(timeout=10)
+
+
+def test_the_probes_report_a_hung_stub_and_a_dead_server_until_they_are_healed(container: Container) -> None:
+    expected = acknowledged_updates(container.http_url)
+    triton = container.triton_pid()
+    assert triton is not None
+
+    stub = stub_of(triton, EMBEDDING)
+    os.kill(stub.pid, signal.SIGSTOP)
+    hung = _ready_becomes(container, 503)
+    assert EMBEDDING in hung["why"] and "hung (stopped, state T)" in hung["why"], hung
+    assert container.probe("/live")[0] == 200
+    _ready_becomes(container, 200)
+    assert container.triton_pid() == triton, "the hung stub cost the server"
+
+    os.kill(triton, signal.SIGKILL)
+    _ready_becomes(container, 503)
+    assert container.probe("/live")[0] == 200
+    ready = _ready_becomes(container, 200)
+    assert ready["supervisor"]["restarts"] == 1 and ready["supervisor"]["last_cause"] == "killed by SIGKILL"
+    assert container.triton_pid() not in (None, triton)
+    answer = infer_once(httpclient.InferenceServerClient(container.http_url), "http", PIPELINE)
+    np.testing.assert_array_equal(answer, expected)
+
+    container.process.send_signal(signal.SIGTERM)
+    assert container.process.wait(timeout=HANG_GUARD_S) == 0
+    assert stubs_with_prefix(container.shm_prefix) == [] and shm_regions(container.shm_prefix) == []
