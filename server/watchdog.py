@@ -80,7 +80,12 @@ class WatchdogState:
 
 
 class Watchdog:
-    """Watches one server's stubs and reloads a model whose stub died; ``start()`` / ``stop()``."""
+    """Watches one server's stubs and reloads a model whose stub died or hung; ``start()`` / ``stop()``.
+
+    The poll (``check_once``) only reads ``/proc``, kills hung stubs and hands each model to heal to a
+    thread of its own: a reload can take 10 s or more (a torch stage imports torch twice), and a stub
+    that stops meanwhile must still be killed within a poll or two, before it can resume.
+    """
 
     def __init__(
         self,
@@ -99,6 +104,9 @@ class Watchdog:
         self._live: list[Stub] = []  # the live stubs of the latest poll
         self._activity: dict[int, tuple[int, float]] = {}  # pid -> (activity, monotonic time it last changed)
         self._killed: dict[int, HealEvent] = {}  # hung stubs killed, by pid, until their model is reloaded
+        self._waiting: dict[str, list[Stub]] = {}  # dead stubs of a model whose reload is in flight
+        self._reloads: dict[str, threading.Thread] = {}  # model -> its reload in flight
+        self._lock = threading.Lock()  # the state and its file, shared with the reload threads
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
 
@@ -112,6 +120,8 @@ class Watchdog:
         self._stop.set()
         if self._thread is not None:
             self._thread.join(timeout=30)
+        for reload in list(self._reloads.values()):
+            reload.join(timeout=30)
 
     def run(self) -> None:
         self._write()
@@ -148,8 +158,6 @@ class Watchdog:
         hung = []
         live = [s for s in scan if s.alive]
         for stub in live:
-            if stub.instance == stub.model:  # the short-lived config auto-complete stub
-                continue
             if stub.stopped:
                 hung.append((stub, f"stopped, state {stub.state}"))
                 continue
@@ -164,52 +172,69 @@ class Watchdog:
         return hung
 
     def _kill_hung(self, scan: list[Stub]) -> bool:
-        """SIGKILL every hung stub of a serving model, before it can resume; its death is then healed
-        like any other, under the event recorded here. True if it killed one."""
-        hung = self.hung_stubs(scan)
-        if not hung:
-            return False
-        client = httpclient.InferenceServerClient(self.http_url, network_timeout=120)
-        states = model_versions(client, self.admin_key)
-        for stub, cause in hung:
-            if not any(v.version == stub.version and v.state == "READY" for v in states.get(stub.model, [])):
-                continue  # a stub of a version being loaded or unloaded: not ours to judge
+        """SIGKILL every hung stub at once, before it can resume (whatever its model is doing: a stub
+        that resumes after Triton gave up on it aborts the server); its death is then healed like any
+        other, under the event recorded here. True if it killed one."""
+        killed = False
+        for stub, cause in self.hung_stubs(scan):
             try:
                 os.kill(stub.pid, signal.SIGKILL)  # a stopped process dies too; it never runs again
             except ProcessLookupError:
                 continue
+            killed = True
             event = HealEvent(stub.model, stub.instance, stub.pid, detected_at=time.time(), cause=cause)
-            self._killed[stub.pid] = event
-            self.state.events.append(event)
-            self.state.unavailable_now[stub.model] = f"stub of {stub.instance} hung ({cause})"
             log.warning("stub of %s (pid %s) hung: %s; killed it", stub.instance, stub.pid, cause)
-        self._write()
-        deadline = time.monotonic() + KILL_WAIT_S
-        while time.monotonic() < deadline and any(
-            s.pid in self._killed and s.alive for s in server_stubs(self.server_pid)
-        ):
-            time.sleep(0.05)
-        return True
+            with self._lock:
+                self._killed[stub.pid] = event
+                self.state.events.append(event)
+                self.state.unavailable_now[stub.model] = f"stub of {stub.instance} hung ({cause})"
+                self._write()
+        if killed:
+            deadline = time.monotonic() + KILL_WAIT_S
+            while time.monotonic() < deadline and any(
+                s.pid in self._killed and s.alive for s in server_stubs(self.server_pid)
+            ):
+                time.sleep(0.05)
+        return killed
 
-    def check_once(self) -> list[HealEvent]:
+    def check_once(self) -> list[str]:
+        """One poll: kill hung stubs, find dead ones, start healing their models; the models it started."""
         scan = server_stubs(self.server_pid)
         if self._kill_hung(scan):
             scan = server_stubs(self.server_pid)  # the killed stubs are gone now: heal them in this poll
-        dead = self.dead_stubs(scan)
-        if not dead:
-            return []
+        for stub in self.dead_stubs(scan):
+            self._waiting.setdefault(stub.model, []).append(stub)
+        started = []
+        for model in sorted(self._waiting):
+            reload = self._reloads.get(model)
+            if reload is not None and reload.is_alive():
+                continue  # its stubs wait for the reload in flight to finish
+            stubs = self._waiting.pop(model)
+            thread = threading.Thread(target=self._heal, args=(model, stubs), daemon=True)
+            self._reloads[model] = thread
+            thread.start()
+            started.append(model)
+        return started
+
+    def _heal(self, model: str, dead: list[Stub]) -> None:
+        try:
+            self._heal_model(model, dead)
+        except Exception:  # a reload thread logs what went wrong; the next death starts another
+            log.exception("healing %s failed", model)
+
+    def _heal_model(self, model: str, dead: list[Stub]) -> None:
+        """Reload ``model`` if ``dead`` held stubs of a serving version that no live stub replaces."""
         client = httpclient.InferenceServerClient(self.http_url, network_timeout=120)
-        states = model_versions(client, self.admin_key)
-        healed = []
-        for model in sorted({s.model for s in dead}):
-            serving = {v.version for v in states.get(model, []) if v.state == "READY"}
-            # Only a stub of a serving version matters: stubs of a model being unloaded, of a version
-            # that failed to load, or the short-lived config auto-complete stub (instance name = model
-            # name) exit on purpose.
-            stubs = [s for s in dead if s.model == model and s.version in serving and s.instance != model]
-            if not stubs or self._retired(client, model, serving):
-                self._forget_killed(model)
-                continue
+        versions = model_versions(client, self.admin_key).get(model, [])
+        serving = {v.version for v in versions if v.state == "READY"}
+        # Only a stub of a serving version matters: stubs of a model being unloaded, of a version
+        # that failed to load, or the short-lived config auto-complete stub (instance name = model
+        # name) exit on purpose.
+        stubs = [s for s in dead if s.version in serving and s.instance != model]
+        if not stubs or self._retired(client, model, serving):
+            self._forget_killed(model, [s.pid for s in dead])
+            return
+        with self._lock:
             event = next((self._killed.pop(s.pid) for s in stubs if s.pid in self._killed), None)
             if event is None:
                 instance = ",".join(s.instance for s in stubs)
@@ -217,28 +242,30 @@ class Watchdog:
                 self.state.events.append(event)
                 self.state.unavailable_now[model] = f"stub of {instance} died"
                 self._write()
-            log.warning("stub of %s (pid %s) %s; reloading", event.instance, event.stub_pid, event.what())
-            try:
-                load_model(client, self.admin_key, model, config=self._reload_config(client, model))
-                event.healed_at = time.time()
-                log.warning("%s reloaded in %.1f s", model, event.healed_at - event.detected_at)
-            except (AdminError, Exception) as error:  # recorded and retried on the next stub death
-                event.error = str(error)
-                log.error("reloading %s failed: %s", model, error)
-            for stub in stubs:
-                Path("/dev/shm", stub.shm_region).unlink(missing_ok=True)
+        log.warning("stub of %s (pid %s) %s; reloading", event.instance, event.stub_pid, event.what())
+        try:
+            load_model(client, self.admin_key, model, config=self._reload_config(client, model))
+            event.healed_at = time.time()
+            log.warning("%s reloaded in %.1f s", model, event.healed_at - event.detected_at)
+        except (AdminError, Exception) as error:  # recorded and retried on the next stub death
+            event.error = str(error)
+            log.error("reloading %s failed: %s", model, error)
+        for stub in stubs:
+            Path("/dev/shm", stub.shm_region).unlink(missing_ok=True)
+        with self._lock:
             self.state.unavailable_now.pop(model, None)
             self._write()
-            healed.append(event)
-        return healed
 
-    def _forget_killed(self, model: str) -> None:
-        """A hung stub was killed, but its model no longer needs healing (unloaded meanwhile)."""
-        for pid in [pid for pid, event in self._killed.items() if event.model == model]:
-            event = self._killed.pop(pid)
-            event.error = "not reloaded: the model was no longer serving that version"
-        if self.state.unavailable_now.pop(model, None) is not None:
-            self._write()
+    def _forget_killed(self, model: str, pids: list[int]) -> None:
+        """Hung stubs were killed, but their model needs no reload (unloaded, or scaled down)."""
+        with self._lock:
+            for pid in pids:
+                event = self._killed.pop(pid, None)
+                if event is not None:
+                    event.error = "not reloaded: that version of the model no longer served"
+            still_killed = any(e.model == model for e in self._killed.values())
+            if not still_killed and self.state.unavailable_now.pop(model, None) is not None:
+                self._write()
 
     def _retired(self, client: httpclient.InferenceServerClient, model: str, serving: set[str]) -> bool:
         """True when the model's live stubs are as many as its config asks for: the stubs that exited
