@@ -164,6 +164,10 @@ class Supervisor:
         if self._starting:
             raise _Interrupted(what)
 
+    def release(self) -> None:
+        """From another thread: end supervision after the current step; the server keeps running."""
+        self._wanted = RELEASED
+
     def start(self) -> None:
         """The first start; its failure (``ServerError``) is the caller's to report, never retried."""
         try:

@@ -9,10 +9,12 @@ model's failures inside the outage, and only those). Adding a fault is one funct
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
 import random
 import signal
+import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -24,14 +26,16 @@ from tritonclient.utils import InferenceServerException
 from client.infer import make_inputs
 from exporters.pipeline_live import embedding_update
 from server.launcher import TritonServer
-from server.stubs import server_stubs
+from server.stubs import Stub, server_stubs
 from soak.mixed_load import PIPELINE
 from soak.report import Outage, SoakReport
 
 log = logging.getLogger(__name__)
 BAD_DTYPE = "inference input 'x' data-type is 'FP64', but model 'trivial' expects 'FP32'"
-# Triton's answer for a model whose stub is gone: "Stub process ... is not healthy"
+# Triton's answer for a model whose stub is gone or hung: "Stub process ... is not healthy"
 DEAD_STUB = "is not healthy"
+UPDATE_RETRY_S = 60.0  # an update refused by a stage another fault has down is retried this long
+RESUME_AFTER_S = (2.0, 6.0)  # a stopped stub is resumed this long after (or never, half the time)
 
 
 @dataclass
@@ -46,15 +50,45 @@ class Soak:
     stub_models: list[str]  # the Python-backend models they depend on: what stub faults may hit
 
 
+def _serving_stub(soak: Soak) -> Stub | None:
+    """A random live stub of a model under load (never a config auto-complete stub)."""
+    stubs = [
+        s
+        for s in server_stubs(soak.server.pid or 0)
+        if s.alive and s.model in soak.stub_models and s.instance != s.model
+    ]
+    return soak.rng.choice(stubs) if stubs else None
+
+
 def kill_stub(soak: Soak) -> None:
     """SIGKILL one live stub: the watchdog must reload its model; failures say the stub is unhealthy."""
-    stubs = [s for s in server_stubs(soak.server.pid or 0) if s.alive and s.model in soak.stub_models]
-    if not stubs:
+    victim = _serving_stub(soak)
+    if victim is None:
         return
-    victim = soak.rng.choice(stubs)
     os.kill(victim.pid, signal.SIGKILL)
     soak.report.outages.append(Outage("stub killed", victim.model, time.monotonic(), time.time(), DEAD_STUB))
     log.info("killed a stub of %s", victim.model)
+
+
+def stop_stub(soak: Soak) -> None:
+    """SIGSTOP one live stub, and SIGCONT it a few seconds later as an unlucky operator would (or never):
+    the watchdog must see it hung, kill it before it resumes and reload its model (Triton 2.51 aborts
+    when a stopped stub resumes). Failures say the stub is unhealthy."""
+    victim = _serving_stub(soak)
+    if victim is None:
+        return
+    os.kill(victim.pid, signal.SIGSTOP)
+    soak.report.outages.append(Outage("stub stopped", victim.model, time.monotonic(), time.time(), DEAD_STUB))
+    resume = soak.rng.choice([None, soak.rng.uniform(*RESUME_AFTER_S)])
+    if resume is not None:
+        threading.Timer(resume, _resume, args=(victim.pid,)).start()
+    then = f"resuming it in {resume:.1f} s" if resume is not None else "never resuming it"
+    log.info("stopped a stub of %s; %s", victim.model, then)
+
+
+def _resume(pid: int) -> None:
+    with contextlib.suppress(ProcessLookupError):  # the watchdog has killed it: as it should
+        os.kill(pid, signal.SIGCONT)
 
 
 def bad_request(soak: Soak) -> None:
@@ -68,7 +102,9 @@ def bad_request(soak: Soak) -> None:
 
 
 def update_embedding(soak: Soak) -> None:
-    """An embedding row update through the pipeline's embedding stage: it must be acknowledged."""
+    """An embedding row update through the pipeline's embedding stage: it must be acknowledged. Sent
+    while another fault has the stage down, it is refused as unhealthy and retried, as a client would
+    (updates overwrite rows, so a retry is harmless), for up to ``UPDATE_RETRY_S``."""
     if PIPELINE not in soak.models:
         return
     config = soak.client.get_model_config(f"{PIPELINE}_embedding")
@@ -76,30 +112,44 @@ def update_embedding(soak: Soak) -> None:
     rows = np.array([soak.rng.randrange(0, 8) for _ in range(4)])
     values = np.full((len(rows), width), soak.rng.uniform(-1, 1), np.float32)
     update = embedding_update(soak.rng.randrange(0, 2), rows, values)
-    try:
-        soak.client.infer(f"{PIPELINE}_embedding", make_inputs(httpclient, update))
-        acknowledged = True
-    except InferenceServerException as error:
-        log.error("embedding update refused: %s", error)
-        acknowledged = False
+    deadline = time.monotonic() + UPDATE_RETRY_S
+    while True:
+        try:
+            soak.client.infer(f"{PIPELINE}_embedding", make_inputs(httpclient, update))
+            acknowledged = True
+            break
+        except InferenceServerException as error:
+            if DEAD_STUB in error.message() and time.monotonic() < deadline:
+                time.sleep(0.5)
+                continue
+            log.error("embedding update refused: %s", error)
+            acknowledged = False
+            break
     soak.report.check("embedding updates (acknowledged)").record(acknowledged)
 
 
 FAULTS: dict[str, Callable[[Soak], None]] = {
     "kill": kill_stub,
+    "stop": stop_stub,
     "bad": bad_request,
     "update": update_embedding,
 }
 
 
 def recover(soak: Soak) -> None:
-    """Each killed stub's reload time, from the watchdog's record (epoch seconds, mapped to monotonic)."""
+    """When the watchdog saw each killed or stopped stub and when it had reloaded the model, from its
+    record (epoch seconds, mapped to monotonic): the first event of that model after the fault."""
     watchdog = soak.server.watchdog
     if watchdog is None:
         return
     offset = time.monotonic() - time.time()
-    for outage in soak.report.outages:
-        for event in watchdog.state.events:
-            if event.model == outage.model and event.detected_at >= outage.epoch - 1 and event.healed_at:
+    claimed: set[int] = set()
+    for outage in sorted(soak.report.outages, key=lambda o: o.at):
+        for number, event in enumerate(watchdog.state.events):
+            if number in claimed or event.model != outage.model or event.detected_at < outage.epoch - 1:
+                continue
+            claimed.add(number)
+            outage.detected_at = event.detected_at + offset
+            if event.healed_at:
                 outage.recovered_at = event.healed_at + offset
-                break
+            break

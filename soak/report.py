@@ -25,6 +25,7 @@ class Outage:
     at: float  # time.monotonic(), like the load's outcomes
     epoch: float  # time.time(), like the watchdog's record
     symptom: str  # text every failure it causes carries
+    detected_at: float | None = None  # monotonic, when the watchdog saw it (None: not recorded)
     recovered_at: float | None = None  # monotonic
 
     def excuses(self, outcome: Outcome) -> bool:
@@ -55,6 +56,7 @@ class SoakReport:
     refused_after_drain: int = 0
     outages: list[Outage] = field(default_factory=list)
     checks: dict[str, Check] = field(default_factory=dict)  # what each answered fault must get
+    server_restarts: list[str] = field(default_factory=list)  # the supervisor's: why each server died
     rss_start_mib: float = 0.0
     rss_end_mib: float = 0.0
     leaked_stubs: list[int] = field(default_factory=list)
@@ -72,6 +74,7 @@ class SoakReport:
             and all(c.right == c.injected for c in self.checks.values())
             and not self.leaked_stubs
             and not self.leaked_regions
+            and not self.server_restarts
         )
 
     def outage_lines(self) -> list[str]:
@@ -79,10 +82,11 @@ class SoakReport:
         for fault in sorted({o.fault for o in self.outages}):
             outages = [o for o in self.outages if o.fault == fault]
             recoveries = [o.recovered_at - o.at for o in outages if o.recovered_at is not None]
-            worst = f"{max(recoveries):.1f} s" if recoveries else "n/a"
+            detections = [o.detected_at - o.at for o in outages if o.detected_at is not None]
             lines.append(
                 f"  {fault}: {len(outages)} ({Counter(o.model for o in outages)}); "
-                f"all recovered: {len(recoveries) == len(outages)}; slowest fault-to-recovered {worst}"
+                f"all recovered: {len(recoveries) == len(outages)}; fault to detected {_spread(detections)}; "
+                f"fault to recovered {_spread(recoveries)}"
             )
         return lines
 
@@ -96,12 +100,22 @@ class SoakReport:
                 f"  sent during the final drain: answered {self.answered_during_drain}, "
                 f"refused cleanly {self.refused_after_drain}",
                 *self.outage_lines(),
+                f"  tritonserver restarts by the supervisor: {len(self.server_restarts)}"
+                + "".join(f"; {cause}" for cause in self.server_restarts),
                 *(f"  {what}: {c.injected}, answered right: {c.right}" for what, c in self.checks.items()),
                 f"  server RSS: {self.rss_start_mib:.0f} MiB at start, {self.rss_end_mib:.0f} MiB at the end",
                 f"  after stop: stubs left {self.leaked_stubs}, /dev/shm regions left {self.leaked_regions}, "
                 f"server exit code {self.exit_code}",
             ]
         )
+
+
+def _spread(seconds: list[float]) -> str:
+    """Median and slowest of a list of durations, for the summary."""
+    if not seconds:
+        return "n/a"
+    ordered = sorted(seconds)
+    return f"median {ordered[len(ordered) // 2]:.1f} s, slowest {ordered[-1]:.1f} s"
 
 
 def account(

@@ -1,21 +1,25 @@
 """``make soak``: mixed load for minutes with faults injected at random; nothing lost, nothing leaked.
 
-One server on the built repository (free ports, like the tests). Callers over HTTP and gRPC send
-``trivial``, ``recommender`` and ``recommender_pipeline`` back to back; every few seconds (at random,
-seeded) one fault of ``soak.faults.FAULTS`` is injected, each kind once per round in random order. At
+One server on the built repository (free ports, like the tests), supervised as ``make serve``'s is.
+Callers over HTTP and gRPC send ``trivial``, ``recommender`` and ``recommender_pipeline`` back to back;
+every few seconds (at random, seeded) one fault of ``soak.faults.FAULTS`` is injected (a stub killed
+or stopped, a malformed request, an embedding update), each kind once per round in random order. At
 the end the server is drained and stopped under load.
 
 Accounting (``soak.report``): a failure is excused only inside the outage a fault caused, for the
 model it hit, with the error that outage explains; any other failure of a request sent before the
 drain is lost. Faults that must get one exact answer (a 400, an acknowledgement) must all get it.
 Leaks: stubs or ``/dev/shm`` regions left after the stop, and the server's resident memory at the
-start vs the end. Exit status 0 only if nothing was lost or leaked.
+start vs the end. For each stub fault it reports how long the watchdog took to see it and to have the
+model serving again; a tritonserver that died anyway (and was restarted) fails the run. Exit status 0
+only if nothing was lost or leaked and the server never died.
 """
 
 from __future__ import annotations
 
 import logging
 import random
+import threading
 import time
 from pathlib import Path
 
@@ -23,6 +27,7 @@ import tritonclient.http as httpclient
 
 from server.launcher import ServerOptions, TritonServer
 from server.stubs import stubs_with_prefix
+from server.supervisor import Supervisor
 from soak.faults import FAULTS, Soak, recover
 from soak.mixed_load import PIPELINE, MixedLoad
 from soak.report import SoakReport, account
@@ -43,8 +48,15 @@ def run_soak(repository: Path, duration_s: float, seed: int = 0, fault_every_s: 
     """Mixed load on ``repository`` for ``duration_s`` with a random fault every ~``fault_every_s``."""
     rng = random.Random(seed)
     report = SoakReport(duration_s)
-    options = ServerOptions(repository=repository, model_control_mode="explicit", exit_timeout_s=5)
-    server = TritonServer(options).start()
+    options = ServerOptions(
+        repository=repository, model_control_mode="explicit", exit_timeout_s=5, port_wait_s=10
+    )
+    server = TritonServer(options)
+    # supervised as make serve is: a server that dies anyway is restarted, and the report says so
+    supervisor = Supervisor(server, record_path=None)
+    supervisor.start()
+    supervising = threading.Thread(target=supervisor.run, name="supervisor", daemon=True)
+    supervising.start()
     try:
         names = {p.name for p in repository.iterdir() if (p / "config.pbtxt").exists()}
         models = [m for m in LOAD_MODELS if m in names]
@@ -66,6 +78,9 @@ def run_soak(repository: Path, duration_s: float, seed: int = 0, fault_every_s: 
             FAULTS[pending.pop()](soak)
         time.sleep(HEAL_WAIT_S)
         recover(soak)
+        supervisor.release()
+        supervising.join(timeout=120)
+        report.server_restarts = [d["cause"] for d in supervisor.record.history]
         report.rss_end_mib = _rss_mib(server.pid or 0)
         drain_at = time.monotonic()
         server.stop()
@@ -73,6 +88,7 @@ def run_soak(repository: Path, duration_s: float, seed: int = 0, fault_every_s: 
         report.exit_code = server.process.returncode if server.process else None
         account(report, load.outcomes, (drain_at, server.drain_finished_at), served_by)
     finally:
+        supervisor.release()
         server.stop()
     report.leaked_stubs = stubs_with_prefix(server.shm_prefix)
     report.leaked_regions = sorted(p.name for p in Path("/dev/shm").glob(f"{server.shm_prefix}*"))
