@@ -285,7 +285,12 @@ class TritonServer:
         if self.options.self_heal and self.pid is not None:
             history = self.watchdog.state if self.watchdog is not None else None  # a restart keeps it
             self.watchdog = Watchdog(
-                self.pid, self.triton_http_url, self.admin_key, self.watchdog_path, state=history
+                self.pid,
+                self.triton_http_url,
+                self.admin_key,
+                self.watchdog_path,
+                state=history,
+                metrics_url=self.metrics_url,
             )
             self.watchdog.start()
         log.info("tritonserver ready (pid %s) http=%s grpc=%s", self.pid, self.http_url, self.grpc_url)

@@ -18,6 +18,16 @@ healthy stub's health thread runs every 300 ms: ``server.stubs.activity``), is k
 healed like a dead one; its model is reported unavailable from detection until the reload is done.
 Reading ``/proc`` costs nothing and sends no request that a model's statistics would count.
 
+A stub can also hang while its threads still run: its ``execute`` never returns (a deadlock, an
+endless loop, a call that waits forever). Triton 2.51 then holds every later request to that model
+in its queue, for good. The watchdog reads Triton's metrics once a second: a model whose stubs are
+alive, with requests waiting (``nv_inference_pending_request_count``) and not one execution, success
+or failure counted for ``stuck_after_s`` (10 s), is stuck; its stubs are killed and the model reloaded
+like a hung stub's (the request that hung and those queued behind it get ``Stub process ... is not
+healthy``). A probe inference per model would find this too, but would count in the statistics the
+fault tests compare, and needs a valid request per model; the metrics are already there. The
+threshold must exceed the slowest execution a model can legitimately take.
+
 Runs as a thread beside ``TritonServer`` (the supervisor behind ``make serve`` and the container
 holds one).
 """
@@ -27,9 +37,12 @@ from __future__ import annotations
 import json
 import logging
 import os
+import re
 import signal
 import threading
 import time
+import urllib.error
+import urllib.request
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
@@ -42,6 +55,27 @@ log = logging.getLogger(__name__)
 DIED = "died"
 SILENT_AFTER_S = 2.0  # a healthy stub's threads run every 0.3 s; one that has not run for this long is hung
 KILL_WAIT_S = 5.0  # how long a killed hung stub may take to exit before the reload starts anyway
+STUCK_AFTER_S = 10.0  # requests waiting and nothing finished for this long: the model's stubs are stuck
+PROGRESS_EVERY_S = 1.0  # how often the metrics are read for that
+METRIC = re.compile(r'^(nv_inference_\w+)\{[^}]*model="([^"]+)"[^}]*\}\s+([0-9.eE+-]+)$')
+PROGRESS = ("nv_inference_exec_count", "nv_inference_request_success", "nv_inference_request_failure")
+PENDING = "nv_inference_pending_request_count"
+
+
+def model_progress(metrics_text: str) -> dict[str, tuple[float, float]]:
+    """Per model, from Triton's metrics: (requests waiting, executions + successes + failures so far)."""
+    found: dict[str, list[float]] = {}
+    for line in metrics_text.splitlines():
+        match = METRIC.match(line)
+        if match is None:
+            continue
+        name, model, value = match.group(1), match.group(2), float(match.group(3))
+        totals = found.setdefault(model, [0.0, 0.0])
+        if name == PENDING:
+            totals[0] += value
+        elif name in PROGRESS:
+            totals[1] += value
+    return {model: (pending, done) for model, (pending, done) in found.items()}
 
 
 @dataclass
@@ -96,9 +130,14 @@ class Watchdog:
         interval_s: float = 0.5,
         silent_after_s: float = SILENT_AFTER_S,
         state: WatchdogState | None = None,
+        metrics_url: str | None = None,
+        stuck_after_s: float = STUCK_AFTER_S,
     ) -> None:
         self.server_pid, self.http_url, self.admin_key = server_pid, http_url, admin_key
         self.events_path, self.interval_s, self.silent_after_s = events_path, interval_s, silent_after_s
+        self.metrics_url, self.stuck_after_s = metrics_url, stuck_after_s
+        self._progress: dict[str, tuple[float, float]] = {}  # model -> (progress count, monotonic since)
+        self._progress_read_at = 0.0
         self.state = state or WatchdogState()  # a restarted server's watchdog keeps the history
         self._known: dict[int, Stub] = {}  # live stubs seen, by pid (a zombie has lost its argv)
         self._live: list[Stub] = []  # the live stubs of the latest poll
@@ -153,7 +192,7 @@ class Watchdog:
         return dead
 
     def hung_stubs(self, scan: list[Stub]) -> list[tuple[Stub, str]]:
-        """Live stubs of ``scan`` that cannot answer, each with why: stopped, or silent."""
+        """Live stubs of ``scan`` that cannot answer, each with why: stopped, silent, or stuck."""
         now = time.monotonic()
         hung = []
         live = [s for s in scan if s.alive]
@@ -169,7 +208,34 @@ class Watchdog:
                 hung.append((stub, f"no thread ran for {now - seen[1]:.1f} s"))
         pids = {s.pid for s in live}
         self._activity = {pid: seen for pid, seen in self._activity.items() if pid in pids}
+        hung_pids = {stub.pid for stub, _ in hung}
+        for model, cause in self.stuck_models(live).items():
+            serving = [s for s in live if s.model == model and s.instance != model]
+            hung += [(s, cause) for s in serving if s.pid not in hung_pids]
         return hung
+
+    def stuck_models(self, live: list[Stub]) -> dict[str, str]:
+        """Models with live stubs whose waiting requests have not moved for ``stuck_after_s``, each
+        with why (read from the metrics at most every ``PROGRESS_EVERY_S``; {} without a metrics URL)."""
+        now = time.monotonic()
+        if self.metrics_url is None or now - self._progress_read_at < PROGRESS_EVERY_S:
+            return {}
+        self._progress_read_at = now
+        try:
+            with urllib.request.urlopen(self.metrics_url, timeout=2) as answer:
+                progress = model_progress(answer.read().decode(errors="replace"))
+        except (urllib.error.URLError, OSError):
+            return {}  # no metrics this time: nothing is judged on missing data
+        stuck = {}
+        for model in {s.model for s in live}:
+            pending, done = progress.get(model, (0.0, 0.0))
+            seen = self._progress.get(model)
+            if pending <= 0 or seen is None or seen[0] != done:
+                self._progress[model] = (done, now)
+            elif now - seen[1] >= self.stuck_after_s:
+                stuck[model] = f"{pending:.0f} requests waited {now - seen[1]:.0f} s and none finished"
+                self._progress[model] = (done, now)  # judged once; its reload starts the clock again
+        return stuck
 
     def _kill_hung(self, scan: list[Stub]) -> bool:
         """SIGKILL every hung stub at once, before it can resume (whatever its model is doing: a stub

@@ -1,0 +1,128 @@
+"""Fault matrix row (issue #28 item 1): a stub that runs but never answers.
+
+A Python-backend model whose ``execute`` never returns for one request (here: a test model that sleeps
+for an hour on a negative input, as a deadlock or a call that waits forever would): its process and
+its health thread look fine, Triton 2.51 reports the model READY and queues every later request behind
+it, for good. The watchdog must see requests waiting while nothing finishes (Triton's metrics), kill the
+stub, and reload the model: the stuck request and those queued behind it come back with an error
+instead of never, the model serves again, another model never fails, and the server stays up.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+import tritonclient.http as httpclient
+from google.protobuf import text_format
+from harness import orphans
+from resilience_fixtures import MixedLoad, build_small_repository, client_health
+from tritonclient.grpc import model_config_pb2
+from tritonclient.utils import InferenceServerException
+
+from server import ServerOptions, TritonServer
+
+pytestmark = pytest.mark.integration
+HANGS = "hangs_on_negative"
+HANG_GUARD_S = 180  # hang guards only: nothing here is timed
+MODEL_PY = '''
+import os
+import sys
+import time
+
+# the stub ignores PYTHONPATH (see python_backend/runtime_paths.py): put the launcher's on sys.path
+sys.path[:0] = [p for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p and p not in sys.path]
+import numpy as np  # noqa: E402
+import triton_python_backend_utils as pb_utils  # noqa: E402
+
+
+class TritonPythonModel:
+    """Answers 2x; never returns for a request with a negative element (a stand-in for a deadlock)."""
+
+    def execute(self, requests):
+        responses = []
+        for request in requests:
+            x = pb_utils.get_input_tensor_by_name(request, "x").as_numpy()
+            if (x < 0).any():
+                time.sleep(3600)
+            responses.append(pb_utils.InferenceResponse([pb_utils.Tensor("y", (2 * x).astype(np.float32))]))
+        return responses
+'''
+
+
+def _write_hanging_model(repository: Path) -> None:
+    config = model_config_pb2.ModelConfig(name=HANGS, backend="python", max_batch_size=0)
+    config.input.add(name="x", data_type=model_config_pb2.TYPE_FP32, dims=[4])
+    config.output.add(name="y", data_type=model_config_pb2.TYPE_FP32, dims=[4])
+    config.instance_group.add(kind=model_config_pb2.ModelInstanceGroup.KIND_CPU, count=1)
+    (repository / HANGS / "1").mkdir(parents=True)
+    (repository / HANGS / "config.pbtxt").write_text(text_format.MessageToString(config))
+    (repository / HANGS / "1" / "model.py").write_text(MODEL_PY)
+
+
+@pytest.fixture(scope="module")
+def server(spec_data: dict[str, Any], tmp_path_factory: pytest.TempPathFactory) -> Iterator[TritonServer]:
+    repository = build_small_repository(
+        spec_data, tmp_path_factory.mktemp("stuck_repository"), pipeline=False
+    )
+    _write_hanging_model(repository)
+    options = ServerOptions(
+        repository=repository,
+        model_control_mode="explicit",
+        startup_timeout_s=240,
+        exit_timeout_s=3,
+        workdir=tmp_path_factory.mktemp("stuck_workdir"),
+    )
+    with TritonServer(options) as running:
+        assert running.failed_models == {}, running.describe_failures()
+        yield running
+
+
+def _infer(server: TritonServer, value: float) -> str:
+    """One request to the hanging model: "" for the right answer, else the error."""
+    client = httpclient.InferenceServerClient(server.http_url, network_timeout=HANG_GUARD_S)
+    tensor = httpclient.InferInput("x", [4], "FP32")
+    tensor.set_data_from_numpy(np.full(4, value, np.float32))
+    try:
+        answer = client.infer(HANGS, [tensor]).as_numpy("y")
+    except InferenceServerException as error:
+        return error.message()
+    return "" if np.array_equal(answer, np.full(4, 2 * value, np.float32)) else f"wrong answer {answer}"
+
+
+def test_a_stub_stuck_in_execute_is_killed_and_its_model_reloaded(server: TritonServer) -> None:
+    assert _infer(server, 1.0) == ""
+    outcomes: dict[str, str] = {}
+
+    def send(name: str, value: float) -> None:
+        outcomes[name] = _infer(server, value)
+
+    load = MixedLoad(server.http_url, server.grpc_url, ["trivial"]).start()
+    try:
+        load.wait_for(20)
+        senders = [threading.Thread(target=send, args=("stuck", -1.0))]
+        senders += [threading.Thread(target=send, args=(f"queued {n}", 1.0)) for n in range(3)]
+        for sender in senders:
+            sender.start()
+            time.sleep(0.2)
+        for sender in senders:
+            sender.join(timeout=HANG_GUARD_S)
+        assert not any(sender.is_alive() for sender in senders), "a request never came back"
+        assert _infer(server, 3.0) == "", "the model does not serve again"
+        load.wait_for(len(load.ok()) + 20)
+    finally:
+        load.stop()
+    unhealthy = f"Stub process '{HANGS}_0_0' is not healthy."
+    assert all(unhealthy in error for error in outcomes.values()), outcomes
+    assert load.failed() == [], {f.error for f in load.failed()}
+    assert server.process is not None and server.process.poll() is None, server.log_tail()
+    code, text = client_health(server)
+    assert code == 0, text
+    assert f"watchdog: stub of {HANGS}_0_0 (pid " in text, text
+    assert "requests waited" in text and "none finished), killed at" in text, text
+    assert not orphans(server), orphans(server)
