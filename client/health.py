@@ -19,8 +19,9 @@ from google.protobuf import json_format
 from tritonclient.utils import InferenceServerException
 
 from server.admin import headers
-from server.supervisor import read_record, record_lines
-from server.watchdog import event_lines, read_events
+from server.records import read_record
+from server.supervisor import record_lines
+from server.watchdog import event_lines
 
 
 @dataclass
@@ -91,7 +92,7 @@ def report(
     else:
         down = []
     key = key_path.read_text().strip() if key_path and key_path.is_file() else None
-    events = read_events(events_path) if events_path else {}
+    events = read_record(events_path) if events_path else {}
     supervisor = read_record(supervisor_path) if supervisor_path else {}
     healths = model_health(client, protocol, models, key, events) if live else []
     lines = [

@@ -31,9 +31,10 @@ from tritonclient.utils import InferenceServerException
 from server import admin
 from server.cli_options import add_server_arguments, server_options
 from server.launcher import ServerError, TritonServer, remove_shm_regions
+from server.records import read_record, write_record
 from server.stubs import kill_stray_stubs
-from server.supervisor import Supervisor, read_record, record_lines
-from server.watchdog import event_lines, read_events
+from server.supervisor import Supervisor, record_lines
+from server.watchdog import event_lines
 
 STATE = Path(".run/server.json")
 LOCK = Path(".run/server.lock")
@@ -189,10 +190,7 @@ def _record_state(server: TritonServer, args: argparse.Namespace) -> None:
         "watchdog_events": str(EVENTS.resolve()),
         "supervisor_record": str(SUPERVISOR.resolve()),
     }
-    STATE.parent.mkdir(exist_ok=True)
-    temporary = STATE.with_suffix(".tmp")
-    temporary.write_text(json.dumps(state, indent=2))
-    temporary.replace(STATE)
+    write_record(STATE, state)
 
 
 def _clear_leftovers(state: dict) -> None:
@@ -324,7 +322,7 @@ def _status(args: argparse.Namespace) -> int:
         print("tritonserver is down; the supervisor is restarting it")
     else:
         print("not running")
-    print("\n".join([*record_lines(read_record(SUPERVISOR)), *event_lines(read_events(EVENTS))]))
+    print("\n".join([*record_lines(read_record(SUPERVISOR)), *event_lines(read_record(EVENTS))]))
     return 0 if running else 1
 
 

@@ -27,7 +27,6 @@ that half-started server.
 from __future__ import annotations
 
 import contextlib
-import json
 import logging
 import os
 import signal
@@ -38,6 +37,7 @@ from pathlib import Path
 
 from server.install import ServerError
 from server.launcher import TritonServer
+from server.records import write_record
 
 log = logging.getLogger(__name__)
 STARTING, SERVING, RESTARTING = "starting", "serving", "restarting"
@@ -96,20 +96,8 @@ class SupervisorRecord:
     history: list[dict] = field(default_factory=list)  # every death: cause, when, serving again when
 
     def write(self, path: Path | None) -> None:
-        if path is None:
-            return
-        path.parent.mkdir(parents=True, exist_ok=True)
-        temporary = path.with_suffix(".tmp")
-        temporary.write_text(json.dumps(asdict(self), indent=2))
-        temporary.replace(path)
-
-
-def read_record(path: Path) -> dict:
-    """The supervisor's record as written, empty if there is none."""
-    try:
-        return json.loads(path.read_text())
-    except (OSError, ValueError):
-        return {}
+        if path is not None:
+            write_record(path, asdict(self))
 
 
 def record_lines(record: dict) -> list[str]:

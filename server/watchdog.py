@@ -34,7 +34,6 @@ holds one).
 
 from __future__ import annotations
 
-import json
 import logging
 import os
 import re
@@ -49,6 +48,7 @@ from pathlib import Path
 import tritonclient.http as httpclient
 
 from server.admin import AdminError, load_model, model_versions
+from server.records import write_record
 from server.stubs import Stub, activity, server_stubs
 
 log = logging.getLogger(__name__)
@@ -102,15 +102,9 @@ class WatchdogState:
     events: list[HealEvent] = field(default_factory=list)
     unavailable_now: dict[str, str] = field(default_factory=dict)  # model -> why, until it is healed
 
-    def to_json(self) -> str:
-        return json.dumps(
-            {
-                "events": [asdict(e) for e in self.events],
-                "unavailable_now": self.unavailable_now,
-                "written": time.time(),
-            },
-            indent=2,
-        )
+    def as_record(self) -> dict:
+        events = [asdict(e) for e in self.events]
+        return {"events": events, "unavailable_now": self.unavailable_now, "written": time.time()}
 
 
 class Watchdog:
@@ -362,20 +356,8 @@ class Watchdog:
         return config
 
     def _write(self) -> None:
-        if self.events_path is None:
-            return
-        self.events_path.parent.mkdir(parents=True, exist_ok=True)
-        temporary = self.events_path.with_suffix(".tmp")
-        temporary.write_text(self.state.to_json())
-        temporary.replace(self.events_path)
-
-
-def read_events(path: Path) -> dict:
-    """The watchdog's record (``{"events": [...], "unavailable_now": {...}}``), empty if there is none."""
-    try:
-        return json.loads(path.read_text())
-    except (OSError, ValueError):
-        return {}
+        if self.events_path is not None:
+            write_record(self.events_path, self.state.as_record())
 
 
 def event_lines(events: dict) -> list[str]:

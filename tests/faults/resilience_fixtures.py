@@ -10,10 +10,13 @@ import contextlib
 import copy
 import io
 import os
+import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import numpy as np
+import pytest
 import tritonclient.http as httpclient
 
 from client.__main__ import main as client_main
@@ -22,7 +25,7 @@ from exporters.pipeline_build import build_pipelines
 from exporters.pipeline_live import embedding_update
 from exporters.repository import build_repository
 from exporters.spec import parse_spec
-from server import TritonServer
+from server import ServerOptions, TritonServer
 from server.stubs import Stub, server_stubs
 from soak.mixed_load import PIPELINE, MixedLoad, Outcome, infer_once, request_arrays
 
@@ -30,6 +33,7 @@ __all__ = ["PIPELINE", "MixedLoad", "Outcome", "infer_once", "request_arrays"]
 
 EMBEDDING = f"{PIPELINE}_embedding"
 ROOT = Path(__file__).resolve().parents[2]
+HANG_GUARD_S = 300  # how long a fault test waits for something before it fails: a hang guard, not a bound
 
 
 def build_small_repository(spec_data: dict[str, Any], path: Path, pipeline: bool = True) -> Path:
@@ -98,3 +102,33 @@ def tree_environment() -> dict[str, str]:
         **os.environ,
         "PYTHONPATH": os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")])),
     }
+
+
+def explicit_options(repository: Path, workdir: Path) -> ServerOptions:
+    """The fault tests' server: explicit model control, a generous start, a short exit timeout (after
+    the drain nothing is in flight; it only bounds open HTTP connections)."""
+    return ServerOptions(
+        repository=repository, model_control_mode="explicit", startup_timeout_s=240, exit_timeout_s=3,
+        workdir=workdir,
+    )  # fmt: skip
+
+
+def wait_for(condition: Callable[[], Any], what: str, check: Callable[[], None] = lambda: None) -> Any:
+    """``condition()``'s first truthy value, polled every 50 ms (``check()`` each time, to fail early);
+    fails the test after ``HANG_GUARD_S``."""
+    deadline = time.monotonic() + HANG_GUARD_S
+    while time.monotonic() < deadline:
+        check()
+        value = condition()
+        if value:
+            return value
+        time.sleep(0.05)
+    pytest.fail(f"gave up after {HANG_GUARD_S} s waiting for {what}")
+
+
+def process_alive(pid: int) -> bool:
+    """Whether ``pid`` runs (a zombie does not)."""
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] not in ("Z", "X")
+    except OSError:
+        return False

@@ -17,10 +17,9 @@ import os
 import signal
 import subprocess
 import sys
-import time
 import urllib.error
 import urllib.request
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -30,6 +29,7 @@ import pytest
 import tritonclient.http as httpclient
 from resilience_fixtures import (
     EMBEDDING,
+    HANG_GUARD_S,
     PIPELINE,
     acknowledged_updates,
     build_small_repository,
@@ -37,13 +37,13 @@ from resilience_fixtures import (
     shm_regions,
     stub_of,
     tree_environment,
+    wait_for,
 )
 
 from server.launcher import free_port
 from server.stubs import stubs_with_prefix
 
 pytestmark = pytest.mark.integration
-HANG_GUARD_S = 300  # hang guards only: nothing here is timed
 
 
 @dataclass
@@ -63,6 +63,9 @@ class Container:
         except OSError as error:
             return 0, {"error": str(error)}
 
+    def check(self) -> None:
+        assert self.process.poll() is None, self.log_path.read_text()[-3000:]
+
     def triton_pid(self) -> int | None:
         for proc in Path("/proc").iterdir():
             try:
@@ -78,17 +81,6 @@ def _parent(proc: Path) -> int:
     return int((proc / "stat").read_text().rsplit(")", 1)[1].split()[1])
 
 
-def _wait_for(condition: Callable[[], Any], what: str, container: Container) -> Any:
-    deadline = time.monotonic() + HANG_GUARD_S
-    while time.monotonic() < deadline:
-        assert container.process.poll() is None, container.log_path.read_text()[-3000:]
-        value = condition()
-        if value:
-            return value
-        time.sleep(0.05)
-    pytest.fail(f"gave up after {HANG_GUARD_S} s waiting for {what}")
-
-
 def _ready_becomes(container: Container, status: int) -> dict:
     """``/ready``'s body once it answers ``status``."""
 
@@ -96,7 +88,7 @@ def _ready_becomes(container: Container, status: int) -> dict:
         code, body = container.probe("/ready")
         return body if code == status else None
 
-    return _wait_for(answered, f"/ready to answer {status}", container)
+    return wait_for(answered, f"/ready to answer {status}", container.check)
 
 
 @pytest.fixture(scope="module")
@@ -122,7 +114,7 @@ def container(spec_data: dict[str, Any], tmp_path_factory: pytest.TempPathFactor
         process, f"127.0.0.1:{ports['http']}", ports["probe"], f"tb{process.pid}_{ports['http']}_", log_path
     )
     try:
-        _wait_for(lambda: running.probe("/ready")[0] == 200, "the container to be ready", running)
+        wait_for(lambda: running.probe("/ready")[0] == 200, "the container to be ready", running.check)
         yield running
     finally:
         process.terminate()

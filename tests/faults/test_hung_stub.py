@@ -15,7 +15,6 @@ import os
 import signal
 import time
 from collections.abc import Iterator
-from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -29,47 +28,25 @@ from resilience_fixtures import (
     acknowledged_updates,
     build_small_repository,
     client_health,
+    explicit_options,
     infer_once,
+    process_alive,
     shm_regions,
     stub_of,
+    wait_for,
 )
 
-from server import ServerOptions, TritonServer
+from server import TritonServer
 from server.stubs import server_stubs
 
 pytestmark = pytest.mark.integration
-HANG_GUARD_S = 120  # hang guards only: nothing here is timed
 
 
 @pytest.fixture(scope="module")
 def server(spec_data: dict[str, Any], tmp_path_factory: pytest.TempPathFactory) -> Iterator[TritonServer]:
     repository = build_small_repository(spec_data, tmp_path_factory.mktemp("hung_stub_repository"))
-    options = ServerOptions(
-        repository=repository,
-        model_control_mode="explicit",
-        startup_timeout_s=240,
-        exit_timeout_s=3,
-        workdir=tmp_path_factory.mktemp("hung_stub_workdir"),
-    )
-    with TritonServer(options) as running:
+    with TritonServer(explicit_options(repository, tmp_path_factory.mktemp("hung_workdir"))) as running:
         yield running
-
-
-def _wait_for(condition, what: str) -> Any:
-    deadline = time.monotonic() + HANG_GUARD_S
-    while time.monotonic() < deadline:
-        value = condition()
-        if value:
-            return value
-        time.sleep(0.05)
-    pytest.fail(f"gave up after {HANG_GUARD_S} s waiting for {what}")
-
-
-def _alive(pid: int) -> bool:
-    try:
-        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] not in ("Z", "X")
-    except OSError:
-        return False
 
 
 def test_a_stopped_stub_is_reported_killed_and_reloaded_and_its_resume_harms_nothing(
@@ -87,10 +64,10 @@ def test_a_stopped_stub_is_reported_killed_and_reloaded_and_its_resume_harms_not
             code, text = client_health(server, EMBEDDING)
             return text if code == 1 and "NOT SERVING" in text else ""
 
-        report = _wait_for(reported, "client health to report the stopped stub")
+        report = wait_for(reported, "client health to report the stopped stub")
         with contextlib.suppress(ProcessLookupError):
             os.kill(stub.pid, signal.SIGCONT)  # the unlucky operator: on 2.51 this aborted the server
-        _wait_for(
+        wait_for(
             lambda: load.ok(lambda o: o.model == PIPELINE and o.sent > stopped_at),
             "the pipeline to serve again",
         )
@@ -99,7 +76,7 @@ def test_a_stopped_stub_is_reported_killed_and_reloaded_and_its_resume_harms_not
         load.stop()
     assert server.process is not None and server.process.poll() is None, server.log_tail()
     assert f"{EMBEDDING}: NOT SERVING: stub of {EMBEDDING}_0_0 hung (stopped, state T)" in report, report
-    assert not _alive(stub.pid), "the stopped stub was left to resume"
+    assert not process_alive(stub.pid), "the stopped stub was left to resume"
     failures = load.failed()
     assert all(f.model == PIPELINE for f in failures), [f.error for f in failures if f.model != PIPELINE]
     unhealthy = f"Stub process '{EMBEDDING}_0_0' is not healthy."

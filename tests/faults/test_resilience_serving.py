@@ -30,6 +30,7 @@ from resilience_fixtures import (
     acknowledged_updates,
     build_small_repository,
     client_health,
+    explicit_options,
     infer_once,
     server_success_count,
     shm_regions,
@@ -38,7 +39,7 @@ from resilience_fixtures import (
 from tritonclient.utils import InferenceServerException
 
 from client.infer import make_inputs
-from server import ServerOptions, TritonServer
+from server import TritonServer
 from server.admin import ADMIN_HEADER, GRPC_ADMIN_HEADER, AdminError, headers, load_model
 from server.stubs import server_stubs, stubs_with_prefix
 from soak.mixed_load import refused_cleanly
@@ -55,17 +56,9 @@ def repository(spec_data: dict[str, Any], tmp_path_factory: pytest.TempPathFacto
     return build_small_repository(spec_data, tmp_path_factory.mktemp("resilience_repository"))
 
 
-def _options(repository: Path, workdir: Path) -> ServerOptions:
-    # a short exit timeout: after the drain nothing is in flight; it only bounds open HTTP connections
-    return ServerOptions(
-        repository=repository, model_control_mode="explicit", startup_timeout_s=240, exit_timeout_s=3,
-        workdir=workdir,
-    )  # fmt: skip
-
-
 @pytest.fixture(scope="module")
 def server(repository: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterator[TritonServer]:
-    with TritonServer(_options(repository, tmp_path_factory.mktemp("server_workdir"))) as running:
+    with TritonServer(explicit_options(repository, tmp_path_factory.mktemp("server_workdir"))) as running:
         yield running
 
 
@@ -79,7 +72,7 @@ class Restart:
     expected: np.ndarray | None = None  # the pipeline's answer after the acknowledged updates
 
     def start(self) -> TritonServer:
-        self.server = TritonServer(_options(self.repository, self.workdir)).start()
+        self.server = TritonServer(explicit_options(self.repository, self.workdir)).start()
         return self.server
 
 

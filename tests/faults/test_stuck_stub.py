@@ -21,15 +21,20 @@ import pytest
 import tritonclient.http as httpclient
 from google.protobuf import text_format
 from harness import orphans
-from resilience_fixtures import MixedLoad, build_small_repository, client_health
+from resilience_fixtures import (
+    HANG_GUARD_S,
+    MixedLoad,
+    build_small_repository,
+    client_health,
+    explicit_options,
+)
 from tritonclient.grpc import model_config_pb2
 from tritonclient.utils import InferenceServerException
 
-from server import ServerOptions, TritonServer
+from server import TritonServer
 
 pytestmark = pytest.mark.integration
 HANGS = "hangs_on_negative"
-HANG_GUARD_S = 180  # hang guards only: nothing here is timed
 MODEL_PY = '''
 import os
 import sys
@@ -71,14 +76,7 @@ def server(spec_data: dict[str, Any], tmp_path_factory: pytest.TempPathFactory) 
         spec_data, tmp_path_factory.mktemp("stuck_repository"), pipeline=False
     )
     _write_hanging_model(repository)
-    options = ServerOptions(
-        repository=repository,
-        model_control_mode="explicit",
-        startup_timeout_s=240,
-        exit_timeout_s=3,
-        workdir=tmp_path_factory.mktemp("stuck_workdir"),
-    )
-    with TritonServer(options) as running:
+    with TritonServer(explicit_options(repository, tmp_path_factory.mktemp("stuck_workdir"))) as running:
         assert running.failed_models == {}, running.describe_failures()
         yield running
 

@@ -14,7 +14,6 @@ import os
 import signal
 import subprocess
 import sys
-import time
 from pathlib import Path
 from typing import Any
 
@@ -24,19 +23,21 @@ import tritonclient.grpc as grpcclient
 import tritonclient.http as httpclient
 import yaml
 from resilience_fixtures import (
+    HANG_GUARD_S,
     PIPELINE,
     acknowledged_updates,
     build_small_repository,
     infer_once,
+    process_alive,
     shm_regions,
     tree_environment,
+    wait_for,
 )
 
 from server.launcher import free_port
 from server.stubs import server_stubs, stubs_with_prefix
 
 pytestmark = pytest.mark.integration
-HANG_GUARD_S = 300  # hang guards only: nothing here is timed
 
 
 @pytest.fixture(scope="module")
@@ -64,20 +65,13 @@ def _state(checkout: Path) -> dict:
     return json.loads((checkout / ".run" / "server.json").read_text())
 
 
-def _alive(pid: int) -> bool:
-    try:
-        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] not in ("Z", "X")
-    except OSError:
-        return False
-
-
 def _restarted(checkout: Path, dead_pid: int) -> dict | None:
     """The recorded state once a new tritonserver serves every model, else None."""
     try:
         state = _state(checkout)
     except (OSError, ValueError):
         return None
-    if state["pid"] == dead_pid or not _alive(state["pid"]):
+    if state["pid"] == dead_pid or not process_alive(state["pid"]):
         return None
     code, _, _ = _cli(checkout, "client", "health", timeout=60)
     return state if code == 0 else None
@@ -95,18 +89,13 @@ def test_a_killed_server_is_restarted_on_its_ports_with_its_updates_and_nothing_
         assert dead_stubs and dead_regions
         os.kill(before["pid"], signal.SIGKILL)
 
-        deadline = time.monotonic() + HANG_GUARD_S
-        after = None
-        while after is None and time.monotonic() < deadline:
-            time.sleep(0.5)
-            after = _restarted(checkout, before["pid"])
-        assert after is not None, "the killed server was not restarted"
+        after = wait_for(lambda: _restarted(checkout, before["pid"]), "the killed server to be restarted")
 
         assert {k: after[k] for k in ("http", "grpc", "metrics")} == {
             k: before[k] for k in ("http", "grpc", "metrics")
         }
         assert not set(dead_regions) & set(shm_regions(before["shm_prefix"])), "the dead server's regions"
-        assert not any(_alive(pid) for pid in dead_stubs), "the dead server's stubs"
+        assert not any(process_alive(pid) for pid in dead_stubs), "the dead server's stubs"
         http_answer = infer_once(httpclient.InferenceServerClient(after["http"]), "http", PIPELINE)
         grpc_answer = infer_once(grpcclient.InferenceServerClient(after["grpc"]), "grpc", PIPELINE)
         np.testing.assert_array_equal(http_answer, expected)
@@ -121,5 +110,5 @@ def test_a_killed_server_is_restarted_on_its_ports_with_its_updates_and_nothing_
         code, out, err = _cli(checkout, "server", "stop")
     assert code == 0 and "drained: " in out, (out, err)
     final = json.loads((checkout / ".run" / "supervisor.json").read_text())
-    assert not _alive(final["supervisor_pid"]) and not _alive(final["server_pid"])
+    assert not process_alive(final["supervisor_pid"]) and not process_alive(final["server_pid"])
     assert stubs_with_prefix(before["shm_prefix"]) == [] and shm_regions(before["shm_prefix"]) == []
