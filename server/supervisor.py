@@ -221,6 +221,7 @@ class Supervisor:
                 return True
             self._restarts.append(time.monotonic())
             self.record.restarts += 1
+            self._write()
             try:
                 self._start()
             except ServerError as error:
