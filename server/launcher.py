@@ -1,17 +1,18 @@
 """``TritonServer``: start a real tritonserver on a model repository, wait until ready, stop cleanly.
 
-Used as a context manager by tests and perf, and behind ``make serve`` / ``make stop``. Binds
+Used as a context manager by tests and perf, and behind ``make serve`` / ``make stop`` and the
+container (both through ``server.supervisor``, which starts it again when it dies). Binds
 127.0.0.1 by default (Triton 2.51 has known CVEs; do not expose it), gives each server its own
 Python-backend shared-memory prefix so several can run side by side, and sizes that shared memory for
 the largest batch any model can receive.
 
-Resilience (see README "Serving resilience"): the server always runs with explicit model control and
-every model loaded at start, its model-repository/trace/logging APIs restricted to a random admin key
-(``server.admin``); a watchdog reloads a model whose stub died (``server.watchdog``); ``stop()`` drains
-(unloads every model so new requests are refused while admitted ones finish) before SIGTERM; and
-``/v2/health/ready`` runs non-strict, because 2.51 keeps it false for good after one failed version
-load even while the old version serves; per-model readiness and ``python -m client health`` say which
-models serve.
+Resilience (see docs/SERVING.md): the server always runs with explicit model control and every model
+loaded at start, its model-repository/trace/logging APIs restricted to a random admin key
+(``server.admin``); a watchdog reloads a model whose stub died or hung (``server.watchdog``);
+``stop()`` drains (unloads every model so new requests are refused while admitted ones finish) before
+SIGTERM; and ``/v2/health/ready`` runs non-strict, because 2.51 keeps it false for good after one
+failed version load even while the old version serves; per-model readiness and ``python -m client
+health`` say which models serve.
 """
 
 from __future__ import annotations
