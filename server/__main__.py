@@ -14,6 +14,7 @@ drains (see ``server.admin.drain``); ``drain`` alone is the Kubernetes preStop s
 from __future__ import annotations
 
 import argparse
+import contextlib
 import fcntl
 import json
 import logging
@@ -165,8 +166,9 @@ def _supervise(args: argparse.Namespace) -> int:
 
 def _report(report: dict) -> None:
     """One JSON line to ``start`` on stdout; stdout then points nowhere (``start`` has exited)."""
-    sys.stdout.write(json.dumps(report) + "\n")
-    sys.stdout.flush()
+    with contextlib.suppress(BrokenPipeError):  # ``start`` gave up waiting and closed its end
+        sys.stdout.write(json.dumps(report) + "\n")
+        sys.stdout.flush()
     devnull = os.open(os.devnull, os.O_WRONLY)
     os.dup2(devnull, sys.stdout.fileno())
     os.close(devnull)
