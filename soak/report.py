@@ -91,7 +91,7 @@ class SoakReport:
         return lines
 
     def text(self) -> str:
-        lost = f"{len(self.lost)}" + (f" (first: {self.lost[0]})" if self.lost else "")
+        lost = f"{len(self.lost)}" + "".join(f"\n    lost: {text}" for text in self.lost[:5])
         return "\n".join(
             [
                 f"soak {self.duration_s:.0f} s: {'PASSED' if self.passed else 'FAILED'}",
@@ -118,6 +118,20 @@ def _spread(seconds: list[float]) -> str:
     return f"median {ordered[len(ordered) // 2]:.1f} s, slowest {ordered[-1]:.1f} s"
 
 
+def _when(outcome: Outcome, outages: list[Outage], served_by: dict[str, set[str]]) -> str:
+    """A lost request, placed in time against the latest outage of a model it depends on."""
+    where = f"{outcome.protocol} {outcome.model} (answered in {outcome.received - outcome.sent:.1f} s"
+    before = [o for o in outages if o.model in served_by[outcome.model] and o.at <= outcome.sent]
+    if not before:
+        return where + ", no outage of its models before it)"
+    last = max(before, key=lambda o: o.at)
+    recovered = f"{last.recovered_at - last.at:.1f} s" if last.recovered_at is not None else "never"
+    return where + (
+        f", sent {outcome.sent - last.at:.1f} s after '{last.fault}' of {last.model}, which recovered after "
+        f"{recovered})"
+    )
+
+
 def account(
     report: SoakReport,
     outcomes: list[Outcome],
@@ -142,4 +156,4 @@ def account(
         elif any(o.model in served_by[outcome.model] and o.excuses(outcome) for o in report.outages):
             report.excused += 1
         else:
-            report.lost.append(f"{outcome.protocol} {outcome.model}: {outcome.error[:200]}")
+            report.lost.append(f"{_when(outcome, report.outages, served_by)}: {outcome.error[:200]}")
