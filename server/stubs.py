@@ -91,10 +91,9 @@ def server_stubs(server_pid: int) -> list[Stub]:
     return stubs
 
 
-def stubs_with_prefix(prefix: str) -> list[int]:
-    """Live stubs (any parent, orphans included) whose shared-memory region starts with ``prefix``."""
+def _live_stubs() -> list[tuple[int, str]]:
+    """``(pid, shared-memory region)`` of every live Python-backend stub on this host, any server's."""
     found = []
-    needle = prefix.encode()
     for entry in os.listdir("/proc"):
         if not entry.isdigit():
             continue
@@ -102,9 +101,20 @@ def stubs_with_prefix(prefix: str) -> list[int]:
             argv = Path(f"/proc/{entry}/cmdline").read_bytes().split(b"\0")
         except OSError:
             continue
-        if len(argv) > 2 and argv[0].endswith(STUB_NAME) and argv[2].startswith(needle):
-            found.append(int(entry))
+        if len(argv) > 2 and argv[0].endswith(STUB_NAME):
+            found.append((int(entry), argv[2].decode(errors="replace")))
     return found
+
+
+def stubs_with_prefix(prefix: str) -> list[int]:
+    """Live stubs (any parent, orphans included) whose shared-memory region starts with ``prefix``."""
+    return [pid for pid, region in _live_stubs() if region.startswith(prefix)]
+
+
+def stub_regions() -> set[str]:
+    """The ``/dev/shm`` names the live stubs of every server on this host use for their IPC: no
+    client may register one of them as its own shared memory (``server.shm_ownership``)."""
+    return {region for _, region in _live_stubs()}
 
 
 def kill_stray_stubs(prefix: str) -> list[int]:

@@ -1,0 +1,32 @@
+"""One exception for every request a front (``server.http_guard``, ``server.grpc_guard``) refuses, with
+the kind of refusal each protocol maps to its own status: the checks are written once and both
+fronts answer them alike (HTTP 400 where gRPC says INVALID_ARGUMENT, and so on)."""
+
+from __future__ import annotations
+
+from enum import Enum
+
+
+class Refusal(Enum):
+    """Why a request is refused: (HTTP status, gRPC status code name)."""
+
+    INVALID = (400, "INVALID_ARGUMENT")
+    FORBIDDEN = (403, "PERMISSION_DENIED")
+    TOO_LARGE = (413, "RESOURCE_EXHAUSTED")
+    UNSUPPORTED = (415, "UNIMPLEMENTED")
+
+    @property
+    def http_status(self) -> int:
+        return self.value[0]
+
+    @property
+    def grpc_code(self) -> str:
+        return self.value[1]
+
+
+class RequestRefusedError(ValueError):
+    """The request is refused before it reaches Triton; the message says what is wrong with it."""
+
+    def __init__(self, message: str, kind: Refusal = Refusal.INVALID) -> None:
+        super().__init__(message)
+        self.kind = kind

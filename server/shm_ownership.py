@@ -1,0 +1,187 @@
+"""Which system shared-memory regions a client may name: only regions it owns.
+
+Triton 2.51 maps any ``/dev/shm`` file a client names, with the server's rights: a client could
+register a Python-backend stub's own IPC region (named in the stub's command line), read other
+clients' request tensors through it, and crash the server by having an output written into it. The
+fronts therefore check every request that names a region (register, unregister, and each input or
+output that travels in one) against these rules:
+
+* **One name, one file.** A region's registered name must be its key without the leading ``/``
+  (``register_system_shared_memory("r1", "/r1", ...)``, as ``client.shm`` does), so every later
+  request that names the region also names its file, and the check needs no registry of its own.
+* **Owned means the file's owner is the connected client's uid** (``server.peer``): on one host the
+  kernel's uid is the boundary between users, a file a client created is owned by it, and Triton,
+  which runs as the server's user, must not be its confused deputy. A process of the server's own uid
+  can read ``/dev/shm`` and the server's memory directly anyway; for it the rules still refuse the
+  stubs' regions, so a mistake cannot corrupt the server's IPC.
+* **Never a stub's region**: no name of a live Python-backend stub on this host, nor the server's
+  own region prefix.
+* **Within the file**: ``offset + byte_size`` must fit the file's current size, at registration and
+  on every use (a mapping past the end of a file is a SIGBUS in the server).
+* **The file the server mapped**: a client that dies without unregistering leaves its region mapped
+  under its name after the file is gone; a new file of that name (another user's) must not become a
+  window onto the old memory, so a use is refused unless the server maps the file that carries the
+  name now (its inode, from ``/proc/<server>/maps``).
+
+Holders of the admin key (the operator) skip the ownership rules, and only they may unregister every
+region at once or use the CUDA shared-memory API, whose IPC handles the fronts cannot attribute.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import stat
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+
+from server.refusal import Refusal, RequestRefusedError
+
+SHM_DIR = Path("/dev/shm")
+NAME = re.compile(r"[A-Za-z0-9._-]{1,200}")  # what a /dev/shm name may be here: one file, no escapes
+
+
+@dataclass(frozen=True)
+class Client:
+    """Who sends a request: the uid of its socket (None: not on this host) and whether it holds the
+    admin key."""
+
+    uid: int | None
+    admin: bool = False
+
+
+@dataclass(frozen=True)
+class RegionUse:
+    """A shared-memory range an input or output of an inference request names."""
+
+    region: object
+    offset: int
+    byte_size: int
+
+
+@dataclass(frozen=True)
+class RegionRules:
+    """The server's own region prefix and where to learn the stubs' regions (``server.stubs``)."""
+
+    server_prefix: str  # "": none known
+    stub_regions: Callable[[], set[str]]
+    server_pid: int | None = None  # whose mappings tell which file a registered name stands for
+    directory: Path = SHM_DIR
+
+
+def _forbidden(message: str) -> RequestRefusedError:
+    return RequestRefusedError(message, Refusal.FORBIDDEN)
+
+
+def _region_file(rules: RegionRules, name: str) -> os.stat_result | None:
+    try:
+        return os.lstat(rules.directory / name)
+    except FileNotFoundError:
+        return None
+    except OSError as error:
+        raise _forbidden(
+            f"shared memory region '{name}': cannot inspect its file ({error.strerror})"
+        ) from error
+
+
+def _mapped_inodes(rules: RegionRules, name: str) -> set[int]:
+    """Inodes of the files the server maps as ``/dev/shm/<name>`` (deleted ones included)."""
+    if rules.server_pid is None:
+        return set()
+    try:
+        lines = Path(f"/proc/{rules.server_pid}/maps").read_text().splitlines()
+    except OSError:
+        return set()
+    path = str(rules.directory / name)
+    inodes = set()
+    for line in lines:
+        fields = line.split(maxsplit=5)
+        if len(fields) == 6 and fields[5].removesuffix(" (deleted)") == path:
+            inodes.add(int(fields[4]))
+    return inodes
+
+
+def _check_name(name: object) -> str:
+    if not isinstance(name, str) or not NAME.fullmatch(name):
+        raise RequestRefusedError(
+            f"shared memory region name {name!r} must be 1-200 characters of A-Z a-z 0-9 . _ -"
+        )
+    return name
+
+
+def _check_owned(rules: RegionRules, client: Client, name: str, end: int) -> None:
+    """The file ``name`` exists, is a regular file of at least ``end`` bytes, and (unless the client
+    holds the admin key) is owned by the client and is no stub's region."""
+    info = _region_file(rules, name)
+    if info is None:
+        raise RequestRefusedError(f"shared memory region '{name}': /dev/shm/{name} does not exist")
+    if not stat.S_ISREG(info.st_mode):
+        raise _forbidden(f"shared memory region '{name}': /dev/shm/{name} is not a regular file")
+    if not client.admin:
+        if client.uid is None:
+            raise _forbidden(
+                f"shared memory region '{name}': system shared memory needs a client on this host "
+                "(the connection's owner could not be found)"
+            )
+        if info.st_uid != client.uid:
+            raise _forbidden(
+                f"shared memory region '{name}': /dev/shm/{name} belongs to uid {info.st_uid}, not to "
+                f"this client (uid {client.uid}); register regions your own process created"
+            )
+        if (rules.server_prefix and name.startswith(rules.server_prefix)) or name in rules.stub_regions():
+            raise _forbidden(f"shared memory region '{name}' is the server's own IPC region")
+    if end > info.st_size:
+        raise RequestRefusedError(
+            f"shared memory region '{name}': offset + byte size {end} exceeds the file's {info.st_size} bytes"
+        )
+
+
+def check_register(
+    rules: RegionRules, client: Client, name: str, key: object, offset: int, size: int
+) -> None:
+    """A system shared-memory register request (``RequestRefusedError`` unless allowed)."""
+    _check_name(name)
+    if key != f"/{name}":
+        raise RequestRefusedError(
+            f"shared memory region '{name}': key must be '/{name}' (the region's name is its file's "
+            f"name, so each request naming it can be checked), got {key!r}"
+        )
+    _check_owned(rules, client, name, offset + size)
+
+
+def check_use(rules: RegionRules, client: Client, name: object, offset: int, size: int) -> None:
+    """An input or output that travels in region ``name`` at ``offset`` (``size`` bytes)."""
+    name = _check_name(name)
+    _check_owned(rules, client, name, offset + size)
+    mapped = _mapped_inodes(rules, name)
+    info = _region_file(rules, name)
+    if mapped and (info is None or info.st_ino not in mapped):
+        raise _forbidden(
+            f"shared memory region '{name}' is registered for a file that no longer exists; "
+            "unregister it and register your own"
+        )
+
+
+def check_uses(rules: RegionRules, client: Client, uses: list[RegionUse]) -> None:
+    """Every shared-memory range an inference request names."""
+    for use in uses:
+        check_use(rules, client, use.region, use.offset, use.byte_size)
+
+
+def check_unregister(rules: RegionRules, client: Client, name: str | None) -> None:
+    """Unregister one region (the owner's, or one whose file is gone), or all of them (admin only)."""
+    if not name:
+        if not client.admin:
+            raise _forbidden("unregistering every shared memory region needs the admin key; name yours")
+        return
+    _check_name(name)
+    if client.admin or _region_file(rules, name) is None:
+        return
+    _check_owned(rules, client, name, 0)
+
+
+def check_cuda(client: Client) -> None:
+    """CUDA shared memory carries IPC handles the fronts cannot attribute to a client."""
+    if not client.admin:
+        raise _forbidden("CUDA shared memory through this server's front needs the admin key")
