@@ -8,6 +8,16 @@ UNAVAILABLE. Over gRPC the metadata key is ``GRPC_ADMIN_HEADER`` (Triton adds it
 lives in ``TritonServer.admin_key`` and, for ``make serve``, in ``.run/admin.key`` (mode 0600).
 ``load_model`` below is the only loader our tools use: it refuses file overrides unless asked, and
 says which version keeps serving when a new one fails to load.
+
+Behind the fronts (``server.http_guard``, ``server.grpc_guard``), Triton's own port of that protocol
+also restricts the inference and shared-memory APIs to requests carrying ``FRONT_HEADER``, which the
+fronts add once their checks pass: a client connecting to Triton's loopback port directly cannot skip
+them. The value is the same secret under another header name, so a front can pass inference through
+without passing admin rights on. Without a front, ``key_shared_memory`` keys the shared-memory API
+with the admin key (the container, which binds every interface). The fronts read the key from the
+environment (``KEY_ENV``): a command line is readable by every local user in ``/proc``; so, note, is
+tritonserver's own, where Triton 2.51 takes these keys (mount ``/proc`` with ``hidepid=2`` on a
+shared host).
 """
 
 from __future__ import annotations
@@ -33,6 +43,10 @@ ADMIN_HEADER = "triton-admin-key"
 # Triton's gRPC frontend looks for the restricted-protocol key under this prefix
 GRPC_ADMIN_HEADER = f"triton-grpc-protocol-{ADMIN_HEADER}"
 RESTRICTED_APIS = ("model-repository", "trace", "logging")
+FRONT_HEADER = "triton-front-key"
+GRPC_FRONT_HEADER = f"triton-grpc-protocol-{FRONT_HEADER}"
+FRONTED_APIS = ("inference", "shared-memory")
+KEY_ENV = "TRITON_BATCHING_ADMIN_KEY"
 
 
 class AdminError(RuntimeError):
@@ -43,13 +57,20 @@ def new_admin_key() -> str:
     return secrets.token_urlsafe(24)
 
 
-def restricted_api_args(key: str) -> list[str]:
-    """tritonserver flags restricting ``RESTRICTED_APIS`` on both protocols to holders of ``key``."""
-    apis = ",".join(RESTRICTED_APIS)
-    return [
-        f"--http-restricted-api={apis}:{ADMIN_HEADER}={key}",
-        f"--grpc-restricted-protocol={apis}:{ADMIN_HEADER}={key}",
-    ]
+def restricted_api_args(
+    key: str, http_front: bool = False, grpc_front: bool = False, key_shared_memory: bool = False
+) -> list[str]:
+    """tritonserver flags restricting ``RESTRICTED_APIS`` on both protocols to holders of ``key``, and
+    on a protocol with a front, ``FRONTED_APIS`` to requests the front passed on (module doc)."""
+    args = []
+    for flag, fronted in (("--http-restricted-api", http_front), ("--grpc-restricted-protocol", grpc_front)):
+        admin_apis = list(RESTRICTED_APIS)
+        if fronted:
+            args.append(f"{flag}={','.join(FRONTED_APIS)}:{FRONT_HEADER}={key}")
+        elif key_shared_memory:
+            admin_apis.append("shared-memory")
+        args.append(f"{flag}={','.join(admin_apis)}:{ADMIN_HEADER}={key}")
+    return args
 
 
 def write_key(path: Path, key: str) -> None:
@@ -68,8 +89,11 @@ def read_key(path: Path) -> str | None:
 
 
 def headers(key: str, protocol: str = "http") -> dict[str, str]:
-    """The request header that unlocks the restricted APIs (gRPC metadata takes a prefixed name)."""
-    return {GRPC_ADMIN_HEADER if protocol == "grpc" else ADMIN_HEADER: key}
+    """The request headers that unlock every restricted API, on a front or on Triton's own port
+    (gRPC metadata takes prefixed names)."""
+    if protocol == "grpc":
+        return {GRPC_ADMIN_HEADER: key, GRPC_FRONT_HEADER: key}
+    return {ADMIN_HEADER: key, FRONT_HEADER: key}
 
 
 @dataclass(frozen=True)

@@ -1,223 +1,303 @@
 """An HTTP front for tritonserver 2.51: bounds and checks each request before Triton's own HTTP
-frontend sees it, because that frontend crashes the whole server on a few small inputs (issue #11,
-rows 5 and 6; gRPC answers the same inputs with INVALID_ARGUMENT):
+frontend sees it, because that frontend crashes the whole server on a few small inputs (issues 11,
+28 and 33) and blames the server (500) for many faulty ones:
 
-* a form-encoded body of a few MB (``curl -d``) is parsed as a query string by libevhtp and
-  segfaults the server: the guard forwards such bodies as ``application/json``, which is what they
-  are on every ``/v2`` route;
-* a declared shape like ``[64, 2^40]`` in a 300-byte body, or 200k nested ``[``, kills it while it
-  allocates or parses: the guard parses the JSON header itself (Python's parser refuses deep nesting
-  with an error) and refuses an input that declares more elements than bytes carry it;
-* a body above ``max_body_bytes`` is refused with 413 before it is buffered (aiohttp's limit);
-* pipelined requests and a ``Content-Length`` larger than the body: aiohttp parses the framing, the
-  guard buffers each whole body (408 after ``body_timeout_s``) and forwards complete requests only;
-* a number inside JSON ``BYTES`` data: Triton answers 500 without naming the input; the guard answers
-  400 naming it.
+* framing: a body above ``max_body_bytes`` is refused with 413 before it is buffered; each whole body
+  is buffered (408 after ``body_timeout_s``) and a request's headers must be complete within
+  ``header_timeout_s`` of their first byte (408; slowloris); pipelined requests are answered in order;
+* one reading: a header Triton reads (``Inference-Header-Content-Length``, ``Content-Type``, ...)
+  sent twice, a JSON key sent twice, or a number only one parser can hold is a 400, so the guard and
+  Triton can never check and run two different requests (``server.kserve_json``);
+* ``Content-Encoding: gzip|deflate`` bodies are inflated here, bounded by ``max_body_bytes``, and
+  forwarded plain (415 for other encodings, 400 for a body that does not inflate);
+* a form-encoded body (``curl -d``) is forwarded as ``application/json``, which it is on every ``/v2``
+  route (libevhtp would parse it as a query string and segfault);
+* inference JSON is checked field by field (400 naming the field where Triton says 500), and no input
+  may declare more elements than bytes carry it (``server.tensor_limits``);
+* system shared memory: a client may register and use only regions it owns (``server.shm_ownership``);
+* when Triton is unreachable, clients get JSON they can parse: 503 while it is down or starting, 502
+  when it drops a request, and the guard logs that once, not once per request.
 
-It is what production puts in front of an HTTP service (a reverse proxy that bounds body size,
-rejects malformed framing and buffers bodies), written on aiohttp (already a tritonclient
-dependency) because the shape check needs to read the KServe JSON header. Triton's own HTTP port
-then listens on a loopback port of its own. Errors use Triton's shape, ``{"error": "..."}``, so
-tritonclient reports them like Triton's. Costs: one extra loopback hop and a JSON parse per HTTP
-inference request; gRPC does not pass through it.
+Triton's own HTTP port listens on loopback, with the inference and shared-memory APIs restricted to
+requests carrying ``FRONT_HEADER`` (which only the fronts add), so the checks cannot be bypassed by
+connecting to it. Errors use Triton's shape, ``{"error": "..."}``, so tritonclient reports them like
+Triton's. Costs: one extra loopback hop and a JSON parse per inference request.
 
-Run as ``python -m server.http_guard --listen HOST:PORT --upstream HOST:PORT [--server-pid PID]``;
-with ``--server-pid`` it exits when that tritonserver does.
+Run as ``python -m server.http_guard --listen HOST:PORT --upstream HOST:PORT [--server-pid PID]``
+with the admin key in the environment (``KEY_ENV``); with ``--server-pid`` it exits when that
+tritonserver does.
 """
 
 from __future__ import annotations
 
-import argparse
 import asyncio
-import contextlib
 import json
 import logging
-import math
-import os
-import signal
+import re
+from collections import Counter
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 
-from aiohttp import ClientSession, ClientTimeout, TCPConnector, web
+from aiohttp import ClientConnectorError, ClientError, ClientSession, ClientTimeout, TCPConnector, web
+from aiohttp.web_protocol import RequestHandler
+from yarl import URL
+
+from server import shm_ownership
+from server.admin import ADMIN_HEADER, FRONT_HEADER
+from server.body_encoding import inflate
+from server.front_process import MIB, admin_key, front_parser, region_rules, run_front
+from server.kserve_json import check_generate, check_infer, check_register, load_json
+from server.peer import peer_uid
+from server.refusal import RequestRefusedError
+from server.upstream_state import UpstreamState
 
 log = logging.getLogger(__name__)
-MIB = 1 << 20
 HOP_BY_HOP = {
     "connection", "keep-alive", "proxy-authenticate", "proxy-authorization", "te", "trailer",
-    "transfer-encoding", "upgrade", "host", "content-length",
+    "transfer-encoding", "upgrade", "host", "content-length", FRONT_HEADER,
 }  # fmt: skip
 FORM_TYPES = ("application/x-www-form-urlencoded", "multipart/form-data")
+SYSTEM_SHM = re.compile(r"/v2/systemsharedmemory(?:/region/([^/]*))?/(register|unregister|status)")
+CUDA_SHM = re.compile(r"/v2/cudasharedmemory(?:/region/[^/]*)?/(register|unregister)")
+# Triton's 500s that are about the request's JSON, never the server: answered as the 400 they are.
+REQUEST_FAULTS = re.compile(
+    r"Unable to parse|attempt to access JSON|attempt to get members|failed to parse the request JSON"
+    r"|Expected JSON object|Unable to set 'classification'|failed to get request params"
+)
 
 
 @dataclass(frozen=True)
 class GuardLimits:
     max_body_bytes: int = 64 * MIB  # a batch-32 image request as JSON is about 8 MB
     body_timeout_s: float = 30.0
+    header_timeout_s: float = 10.0
+    idle_timeout_s: float = 75.0  # a kept-alive connection with no request
     upstream_timeout_s: float = 600.0
-
-
-class BadRequestError(ValueError):
-    """The request would reach a Triton 2.51 crash path; the message says what is wrong with it."""
-
-
-def _json_header(body: bytes, header_length: str | None) -> object:
-    """The KServe JSON header: the whole body, or its first ``Inference-Header-Content-Length`` bytes."""
-    if header_length is not None:
-        if not header_length.isdigit() or int(header_length) > len(body):
-            raise BadRequestError(f"Inference-Header-Content-Length {header_length!r} does not fit the body")
-        body = body[: int(header_length)]
-    try:
-        return json.loads(body)
-    except RecursionError as error:
-        raise BadRequestError("request JSON nests too deeply") from error
-    except ValueError as error:
-        raise BadRequestError(f"request body is not valid JSON: {error}") from error
-
-
-def check_infer_body(body: bytes, header_length: str | None) -> None:
-    """``BadRequestError`` unless every input's declared shape is plausible for the bytes that carry it.
-
-    Every element takes at least one byte of the body (JSON text or binary data), or of the shared
-    memory region the input names; an input declaring more is refused before Triton allocates for it.
-    """
-    document = _json_header(body, header_length)
-    inputs = document.get("inputs") if isinstance(document, dict) else None
-    if not isinstance(inputs, list):
-        raise BadRequestError("request JSON must be an object with an 'inputs' list")
-    for item in inputs:
-        if not isinstance(item, dict):
-            raise BadRequestError("each entry of 'inputs' must be an object")
-        name, shape = item.get("name"), item.get("shape")
-        if not isinstance(shape, list) or not all(
-            isinstance(d, int) and not isinstance(d, bool) and d >= 0 for d in shape
-        ):
-            raise BadRequestError(
-                f"input {name!r}: shape must be a list of non-negative integers, got {shape!r}"
-            )
-        parameters = item.get("parameters") if isinstance(item.get("parameters"), dict) else {}
-        carrier = len(body)
-        if "shared_memory_region" in parameters:
-            size = parameters.get("shared_memory_byte_size", 0)
-            carrier = size if isinstance(size, int) and size >= 0 else 0
-        elements = math.prod(shape)
-        if elements > carrier:
-            raise BadRequestError(
-                f"input {name!r} declares shape {shape} ({elements} elements) but the request carries "
-                f"only {carrier} bytes for it"
-            )
-        if item.get("datatype") == "BYTES" and "data" in item:
-            _check_strings(name, item["data"])
-
-
-def _check_strings(name: object, data: object) -> None:
-    """JSON ``BYTES`` data must be strings: Triton 2.51 answers anything else with a 500 that does not
-    name the input ("attempt to access JSON non-string as string")."""
-    pending = [data]
-    while pending:  # iterative: the JSON parser has already bounded the nesting
-        value = pending.pop()
-        if isinstance(value, list):
-            pending.extend(value)
-        elif not isinstance(value, str):
-            raise BadRequestError(
-                f"input {name!r}: BYTES data must be JSON strings, got {json.dumps(value)[:40]}"
-            )
+    shutdown_s: float = 5.0  # on exit, requests still in flight get this long
 
 
 def _error(status: int, message: str) -> web.Response:
     return web.json_response({"error": message}, status=status)
 
 
-def make_app(upstream: str, limits: GuardLimits = GuardLimits()) -> web.Application:
-    """The guard as an aiohttp application forwarding to ``upstream`` (``host:port``)."""
+def _content_type(request: web.BaseRequest) -> str:
+    """The media type alone, read without aiohttp's recursive header parser (239 ``(`` overflow it)."""
+    return request.headers.get("Content-Type", "").split(";", 1)[0].strip().lower()
 
-    async def start(app: web.Application) -> None:
-        app["session"] = ClientSession(
-            f"http://{upstream}",
+
+def _forwarded_headers(request: web.BaseRequest) -> dict[str, str]:
+    """The client's headers to forward; ``RequestRefusedError`` for one sent twice (Triton reads the first
+    of two, a dict keeps the last: one reading for both needs one value)."""
+    names = Counter(name.lower() for name in request.headers)
+    twice = sorted(name for name, count in names.items() if count > 1 and name not in HOP_BY_HOP)
+    if twice:
+        raise RequestRefusedError(f"header {twice[0]!r} is sent {names[twice[0]]} times; send it once")
+    return {k: v for k, v in request.headers.items() if k.lower() not in HOP_BY_HOP}
+
+
+class HeadTimeoutHandler(RequestHandler):
+    """aiohttp's connection handler plus a deadline for each request's headers.
+
+    aiohttp closes a connection that sends nothing for the idle timeout, but a connection that sends
+    its headers a byte at a time is kept as long as it trickles. Here the clock starts at the first
+    byte a request's head brings while the connection is idle, and stops when the head is complete;
+    at ``head_timeout_s`` the client gets a 408 and the connection is closed.
+    """
+
+    head_timeout_s = 10.0
+    _head_timer: asyncio.TimerHandle | None = None
+
+    def data_received(self, data: bytes) -> None:
+        idle = self._waiter is not None and not self._messages
+        super().data_received(data)
+        if self._messages:
+            self._stop_head_timer()
+        elif idle and data and self._head_timer is None:
+            self._head_timer = self._loop.call_later(self.head_timeout_s, self._head_expired)
+
+    def _stop_head_timer(self) -> None:
+        if self._head_timer is not None:
+            self._head_timer.cancel()
+            self._head_timer = None
+
+    def _head_expired(self) -> None:
+        self._head_timer = None
+        if self.transport is None or self._messages or self._waiter is None:
+            return
+        body = json.dumps({"error": f"request headers not complete within {self.head_timeout_s:g} s"})
+        self.transport.write(
+            (
+                "HTTP/1.1 408 Request Timeout\r\nContent-Type: application/json\r\n"
+                f"Content-Length: {len(body)}\r\nConnection: close\r\n\r\n{body}"
+            ).encode()
+        )
+        self.force_close()
+
+    def connection_lost(self, exc: BaseException | None) -> None:
+        self._stop_head_timer()
+        super().connection_lost(exc)
+
+
+class GuardServer(web.Server):
+    """aiohttp's low-level server with ``HeadTimeoutHandler`` connections and a body size bound."""
+
+    def __init__(self, handler, limits: GuardLimits, **kwargs) -> None:
+        super().__init__(handler, **kwargs)
+        self.limits = limits
+
+    def __call__(self) -> RequestHandler:
+        handler = HeadTimeoutHandler(self, loop=self._loop, **self._kwargs)
+        handler.head_timeout_s = self.limits.header_timeout_s
+        return handler
+
+    def _make_request(self, message, payload, protocol, writer, task) -> web.BaseRequest:
+        return web.BaseRequest(
+            message, payload, protocol, writer, task, self._loop, client_max_size=self.limits.max_body_bytes
+        )
+
+
+class Guard:
+    """The request handler: checks, forwards to ``upstream`` (``host:port``), answers."""
+
+    def __init__(
+        self, upstream: str, limits: GuardLimits, key: str, rules: shm_ownership.RegionRules
+    ) -> None:
+        self.upstream, self.limits, self.key, self.rules = upstream, limits, key, rules
+        self.state = UpstreamState(f"tritonserver at {upstream}", log)
+        self.session: ClientSession | None = None
+
+    async def open(self) -> None:
+        self.session = ClientSession(
+            f"http://{self.upstream}",
             connector=TCPConnector(limit=256),
-            timeout=ClientTimeout(total=limits.upstream_timeout_s),
+            timeout=ClientTimeout(total=self.limits.upstream_timeout_s),
             auto_decompress=False,
         )
 
-    async def close(app: web.Application) -> None:
-        await app["session"].close()
+    async def close(self) -> None:
+        if self.session is not None:
+            await self.session.close()
 
-    async def forward(request: web.Request) -> web.Response:
+    def _client(self, request: web.BaseRequest) -> shm_ownership.Client:
+        peer, local = (
+            request.transport.get_extra_info("peername"),
+            request.transport.get_extra_info("sockname"),
+        )
+        uid = peer_uid(peer[:2], local[:2]) if peer and local else None
+        admin = bool(self.key) and request.headers.get(ADMIN_HEADER) == self.key
+        return shm_ownership.Client(uid, admin)
+
+    def _check(self, request: web.BaseRequest, path: str, body: bytes) -> None:
+        """The checks of the route ``path`` (Triton's raw path: it does not decode names)."""
+        if request.method != "POST":
+            return
+        if path.endswith("/infer"):
+            uses = check_infer(body, request.headers.get("Inference-Header-Content-Length"))
+            if uses:
+                shm_ownership.check_uses(self.rules, self._client(request), uses)
+        elif match := SYSTEM_SHM.fullmatch(path):
+            name, action = match.groups()
+            if action == "register":
+                registration = check_register(body)
+                shm_ownership.check_register(
+                    self.rules, self._client(request), name or "", registration.key,
+                    registration.offset, registration.byte_size,
+                )  # fmt: skip
+            elif action == "unregister":
+                shm_ownership.check_unregister(self.rules, self._client(request), name)
+        elif CUDA_SHM.fullmatch(path):
+            shm_ownership.check_cuda(self._client(request))
+        elif path.endswith(("/generate", "/generate_stream")):
+            check_generate(body)
+        elif body:
+            load_json(body)  # every other /v2 POST body is JSON: one reading for both (duplicate keys)
+
+    async def handle(self, request: web.BaseRequest) -> web.StreamResponse:
         declared = request.content_length
-        if declared is not None and declared > limits.max_body_bytes:  # refuse before reading a byte
-            response = _error(413, f"request body of {declared} bytes exceeds {limits.max_body_bytes}")
+        if declared is not None and declared > self.limits.max_body_bytes:  # before reading a byte
+            response = _error(413, f"request body of {declared} bytes exceeds {self.limits.max_body_bytes}")
             response.force_close()
             return response
         try:
-            body = await asyncio.wait_for(request.read(), limits.body_timeout_s)
+            headers = _forwarded_headers(request)
+            body = await asyncio.wait_for(request.read(), self.limits.body_timeout_s)
+            encoding = next((headers.pop(k) for k in list(headers) if k.lower() == "content-encoding"), None)
+            body = inflate(body, encoding, self.limits.max_body_bytes)
+            self._check(request, request.raw_path.split("?", 1)[0], body)
         except asyncio.TimeoutError:
-            return _error(408, f"request body not complete within {limits.body_timeout_s:.0f} s")
-        headers = {k: v for k, v in request.headers.items() if k.lower() not in HOP_BY_HOP}
+            response = _error(408, f"request body not complete within {self.limits.body_timeout_s:g} s")
+            response.force_close()
+            return response
+        except web.HTTPRequestEntityTooLarge:
+            response = _error(413, f"request body exceeds {self.limits.max_body_bytes} bytes")
+            response.force_close()
+            return response
+        except RequestRefusedError as refusal:
+            return _error(refusal.kind.http_status, str(refusal))
         headers.setdefault("Accept-Encoding", "identity")  # aiohttp would ask for gzip on its own
-        if request.content_type in FORM_TYPES:
+        if _content_type(request) in FORM_TYPES:
             headers["Content-Type"] = "application/json"  # libevhtp would parse it as a query string
-        if request.method == "POST" and request.path.endswith("/infer"):
-            try:
-                check_infer_body(body, request.headers.get("Inference-Header-Content-Length"))
-            except BadRequestError as error:
-                return _error(400, str(error))
-        session: ClientSession = request.app["session"]
-        async with session.request(
-            request.method, request.rel_url, data=body, headers=headers, allow_redirects=False
-        ) as answer:
-            payload = await answer.read()
-            kept = {k: v for k, v in answer.headers.items() if k.lower() not in HOP_BY_HOP}
-            return web.Response(status=answer.status, body=payload, headers=kept)
+        if self.key:
+            headers[FRONT_HEADER] = self.key  # Triton's own port answers inference/shm only with it
+        return await self._forward(request, headers, body)
 
-    app = web.Application(client_max_size=limits.max_body_bytes)
-    app.on_startup.append(start)
-    app.on_cleanup.append(close)
-    app.router.add_route("*", "/{path:.*}", forward)
-    return app
-
-
-async def _watch(pid: int | None, stop: asyncio.Event) -> None:
-    """Return on SIGTERM, or once process ``pid`` is gone (the guard lives as long as its server)."""
-    while not stop.is_set():
-        if pid is None:
-            await stop.wait()
-            return
+    async def _forward(self, request: web.BaseRequest, headers: dict[str, str], body: bytes) -> web.Response:
+        assert self.session is not None
+        url = URL(request.raw_path, encoded=True)
         try:
-            os.kill(pid, 0)
-        except ProcessLookupError:
-            return
-        except PermissionError:
-            pass
-        with contextlib.suppress(asyncio.TimeoutError):
-            await asyncio.wait_for(stop.wait(), 1.0)
+            async with self.session.request(
+                request.method, url, data=body, headers=headers, allow_redirects=False
+            ) as answer:
+                payload = await answer.read()
+                status = answer.status
+                kept = {k: v for k, v in answer.headers.items() if k.lower() not in HOP_BY_HOP}
+        except ClientConnectorError as error:
+            self.state.down(error)
+            return _error(503, f"tritonserver is not reachable (starting, restarting or down): {error}")
+        except (ClientError, asyncio.TimeoutError) as error:
+            self.state.down(error)
+            return _error(502, f"tritonserver did not answer the request (it may have crashed): {error!r}")
+        self.state.up()
+        if status == 500 and REQUEST_FAULTS.search(payload.decode(errors="replace")):
+            status = 400
+        return web.Response(status=status, body=payload, headers=kept)
 
 
-async def serve(listen: str, upstream: str, limits: GuardLimits, server_pid: int | None) -> None:
+async def start_guard(listen: str, guard: Guard) -> Callable[[], Awaitable[None]]:
+    """Listen on ``listen`` (``host:port``); returns the coroutine function that stops the guard."""
     host, port = listen.rsplit(":", 1)
-    runner = web.AppRunner(make_app(upstream, limits), access_log=None)
+    await guard.open()
+    limits = guard.limits
+    server = GuardServer(
+        guard.handle, limits, keepalive_timeout=limits.idle_timeout_s, auto_decompress=False, access_log=None
+    )
+    runner = web.ServerRunner(server, shutdown_timeout=limits.shutdown_s)
     await runner.setup()
     await web.TCPSite(runner, host, int(port)).start()
-    log.info("http guard on %s -> %s", listen, upstream)
-    stop = asyncio.Event()
-    asyncio.get_running_loop().add_signal_handler(signal.SIGTERM, stop.set)
-    try:
-        await _watch(server_pid, stop)
-    finally:
-        # Stops listening, lets requests in flight finish, then closes the upstream connections
-        # (kept-alive ones would otherwise hold tritonserver's shutdown for its whole exit timeout).
+    log.info("http guard on %s -> %s", listen, guard.upstream)
+
+    async def stop() -> None:
+        # Stops listening, lets requests in flight finish (shutdown_s at most), then closes the upstream
+        # connections (kept-alive ones would otherwise hold tritonserver's exit for its exit timeout).
         await runner.cleanup()
+        await guard.close()
+
+    return stop
 
 
 def main(argv: list[str] | None = None) -> None:
-    parser = argparse.ArgumentParser(prog="python -m server.http_guard", description=__doc__)
-    parser.add_argument("--listen", required=True, help="host:port clients connect to")
-    parser.add_argument("--upstream", required=True, help="host:port of tritonserver's HTTP endpoint")
-    parser.add_argument("--server-pid", type=int, help="exit when this process exits")
+    parser = front_parser("python -m server.http_guard", __doc__, "host:port of tritonserver's HTTP endpoint")
     parser.add_argument("--max-body-mib", type=int, default=GuardLimits.max_body_bytes // MIB)
     parser.add_argument("--body-timeout-s", type=float, default=GuardLimits.body_timeout_s)
+    parser.add_argument("--header-timeout-s", type=float, default=GuardLimits.header_timeout_s)
     args = parser.parse_args(argv)
-    logging.basicConfig(level=logging.INFO, format="%(levelname)s %(name)s: %(message)s")
-    limits = GuardLimits(max_body_bytes=args.max_body_mib * MIB, body_timeout_s=args.body_timeout_s)
-    with contextlib.suppress(KeyboardInterrupt):
-        asyncio.run(serve(args.listen, args.upstream, limits, args.server_pid))
+    limits = GuardLimits(
+        max_body_bytes=args.max_body_mib * MIB,
+        body_timeout_s=args.body_timeout_s,
+        header_timeout_s=args.header_timeout_s,
+    )
+    guard = Guard(args.upstream, limits, admin_key(), region_rules(args))
+    run_front(lambda: start_guard(args.listen, guard), args)
 
 
 if __name__ == "__main__":

@@ -1,0 +1,293 @@
+"""The KServe v2 JSON the HTTP guard lets through to Triton 2.51: parsed once, one way, with every field
+Triton reads having the type Triton reads it as.
+
+Triton answers a field of the wrong JSON type with a 500 ("Unable to parse 'shape': attempt to access
+JSON non-array as array"), which blames the server for the client's request; here each such request
+gets a 400 naming the field. And the guard must never read a body differently from Triton:
+
+* **Duplicate keys** are refused wherever they occur (Python's parser keeps the last, Triton's the
+  first: a huge shape placed first passed the guard's check and aborted the server, issue 33).
+* **Numbers Triton's parser cannot hold** (an integer beyond a double, ``1e400``) and lone UTF-16
+  surrogates are refused: Triton would fail to parse them where Python succeeds.
+* The body must be UTF-8 (Python also guesses UTF-16 and UTF-32; Triton does not).
+
+The size checks themselves are ``server.tensor_limits``; ``check_infer`` returns the shared-memory
+ranges a request names so the guard can check who owns them (``server.shm_ownership``).
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import re
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+from server.refusal import RequestRefusedError
+from server.shm_ownership import RegionUse
+from server.tensor_limits import check_declared_size, check_shape, element_bytes
+
+HEADER_LENGTH = re.compile(r"[0-9]{1,12}")
+SURROGATE_ESCAPE = re.compile(r"\\u[dD][89a-fA-F]")
+MAX_DOUBLE_DIGITS = 308
+U64, I64 = 1 << 64, 1 << 63
+
+
+def _refuse_duplicates(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+    document = dict(pairs)
+    if len(document) != len(pairs):
+        seen: set[str] = set()
+        duplicate = next(key for key, _ in pairs if key in seen or seen.add(key))
+        raise RequestRefusedError(f"request JSON has the key {duplicate!r} twice in one object")
+    return document
+
+
+def _parse_int(text: str) -> int:
+    if len(text.lstrip("-")) > MAX_DOUBLE_DIGITS:
+        raise RequestRefusedError(
+            f"request JSON holds an integer of {len(text)} digits, beyond any number type"
+        )
+    return int(text)
+
+
+def _parse_float(text: str) -> float:
+    value = float(text)
+    if math.isinf(value):
+        raise RequestRefusedError(f"request JSON holds the number {text[:40]}, beyond a double")
+    return value
+
+
+def _check_strings(value: object) -> None:
+    """Every string in ``value`` is valid Unicode (a lone surrogate escape is not)."""
+    pending = [value]
+    while pending:
+        item = pending.pop()
+        if isinstance(item, dict):
+            pending.extend(item.keys())
+            pending.extend(item.values())
+        elif isinstance(item, list):
+            pending.extend(item)
+        elif isinstance(item, str):
+            try:
+                item.encode("utf-8")
+            except UnicodeEncodeError as error:
+                raise RequestRefusedError("request JSON holds a lone UTF-16 surrogate escape") from error
+
+
+def load_json(body: bytes) -> object:
+    """Parse a request body as Triton's parser would, or ``RequestRefusedError`` saying why not."""
+    try:
+        text = body.decode("utf-8")
+    except UnicodeDecodeError as error:
+        raise RequestRefusedError(f"request body is not UTF-8: {error}") from error
+    try:
+        document = json.loads(
+            text, object_pairs_hook=_refuse_duplicates, parse_int=_parse_int, parse_float=_parse_float
+        )
+    except RecursionError as error:
+        raise RequestRefusedError("request JSON nests too deeply") from error
+    except RequestRefusedError:
+        raise
+    except ValueError as error:
+        raise RequestRefusedError(f"request body is not valid JSON: {error}") from error
+    if SURROGATE_ESCAPE.search(text):
+        _check_strings(document)
+    return document
+
+
+def _field(container: dict, key: str, kinds: tuple[type, ...], where: str, required: bool = False) -> Any:
+    """``container[key]`` if it has one of ``kinds`` (bool is never an int here), else RequestRefusedError."""
+    if key not in container:
+        if required:
+            raise RequestRefusedError(f"{where}: '{key}' is missing")
+        return None
+    value = container[key]
+    if (isinstance(value, bool) and bool not in kinds) or not isinstance(value, kinds):
+        expected = " or ".join(KIND_NAMES[k] for k in kinds)
+        raise RequestRefusedError(f"{where}: '{key}' must be {expected}, got {json.dumps(value)[:40]}")
+    return value
+
+
+KIND_NAMES = {str: "a string", int: "an integer", bool: "true or false", dict: "an object", list: "a list"}
+
+
+def _unsigned(container: dict, key: str, where: str, required: bool = False) -> int | None:
+    value = _field(container, key, (int,), where, required)
+    if value is not None and not 0 <= value < U64:
+        raise RequestRefusedError(f"{where}: '{key}' must be a non-negative integer, got {value}")
+    return value
+
+
+def _parameters(container: dict, where: str, typed: dict[str, Callable[[dict, str, str], object]]) -> dict:
+    parameters = _field(container, "parameters", (dict,), where) or {}
+    for key, check in typed.items():
+        if key in parameters:
+            check(parameters, key, f"{where} parameters")
+    return parameters
+
+
+def _string(container: dict, key: str, where: str) -> object:
+    return _field(container, key, (str,), where)
+
+
+def _boolean(container: dict, key: str, where: str) -> object:
+    return _field(container, key, (bool,), where)
+
+
+def _sequence_id(container: dict, key: str, where: str) -> object:
+    value = _field(container, key, (int, str), where)
+    if isinstance(value, int) and not 0 <= value < U64:
+        raise RequestRefusedError(f"{where}: '{key}' must be a non-negative integer or a string, got {value}")
+    return value
+
+
+REQUEST_PARAMETERS = {
+    "sequence_id": _sequence_id, "sequence_start": _boolean, "sequence_end": _boolean,
+    "priority": _unsigned, "timeout": _unsigned, "binary_data_output": _boolean,
+}  # fmt: skip
+SHM_PARAMETERS = {
+    "shared_memory_region": _string, "shared_memory_byte_size": _unsigned, "shared_memory_offset": _unsigned,
+}  # fmt: skip
+INPUT_PARAMETERS = {"binary_data_size": _unsigned, **SHM_PARAMETERS}
+OUTPUT_PARAMETERS = {"binary_data": _boolean, "classification": _unsigned, **SHM_PARAMETERS}
+
+
+def _scalar_check(datatype: object) -> tuple[Callable[[object], bool], str] | None:
+    """What one JSON value of ``datatype`` must be for Triton to read it, and how to say so (None: a
+    datatype Triton will refuse by itself)."""
+    if datatype == "BOOL":
+        return (lambda v: v is True or v is False), "true or false"
+    if datatype == "BYTES":
+        return (lambda v: isinstance(v, str)), "JSON strings"
+    if datatype in ("FP16", "BF16", "FP32", "FP64"):
+        return (lambda v: type(v) is float or type(v) is int), "JSON numbers"
+    if isinstance(datatype, str) and datatype.startswith("UINT"):
+        return (lambda v: type(v) is int and 0 <= v < U64), "integers in [0, 2^64)"
+    if isinstance(datatype, str) and datatype.startswith("INT"):
+        return (lambda v: type(v) is int and -I64 <= v < I64), "integers in [-2^63, 2^63)"
+    return None
+
+
+def _check_data(name: object, datatype: object, shape: list[int], data: object) -> None:
+    """JSON ``data``: a list (nested any way) of exactly ``prod(shape)`` values Triton can read."""
+    if not isinstance(data, list):
+        raise RequestRefusedError(f"input {name!r}: 'data' must be a list, got {json.dumps(data)[:40]}")
+    check = _scalar_check(datatype)
+    count, pending = 0, [data]
+    while pending:  # iterative: the parser has already bounded the nesting
+        value = pending.pop()
+        if isinstance(value, list):
+            pending.extend(value)
+            continue
+        count += 1
+        if check is not None and not check[0](value):
+            raise RequestRefusedError(
+                f"input {name!r}: {datatype} data must be {check[1]}, got {json.dumps(value)[:40]}"
+            )
+    if count != math.prod(shape):
+        raise RequestRefusedError(
+            f"input {name!r}: 'data' holds {count} values but shape {shape} needs {math.prod(shape)}"
+        )
+
+
+def _region_use(parameters: dict, where: str) -> RegionUse | None:
+    if "shared_memory_region" not in parameters:
+        return None
+    size = _unsigned(parameters, "shared_memory_byte_size", f"{where} parameters", required=True)
+    return RegionUse(parameters["shared_memory_region"], parameters.get("shared_memory_offset", 0), size)
+
+
+def _check_input(item: object, body_bytes: int, binary: list[int]) -> RegionUse | None:
+    if not isinstance(item, dict):
+        raise RequestRefusedError("each entry of 'inputs' must be an object")
+    name = _field(item, "name", (str,), "input", required=True)
+    where = f"input {name!r}"
+    shape = check_shape(name, _field(item, "shape", (list,), where, required=True))
+    datatype = _field(item, "datatype", (str,), where, required=True)
+    parameters = _parameters(item, where, INPUT_PARAMETERS)
+    region = _region_use(parameters, where)
+    if region is not None:
+        check_declared_size(name, shape, element_bytes(datatype), region.byte_size, "its shared memory range")
+    elif "binary_data_size" in parameters:
+        size = parameters["binary_data_size"]
+        check_declared_size(name, shape, element_bytes(datatype), size, "its binary data")
+        binary.append(size)
+    else:
+        check_declared_size(name, shape, 1, body_bytes, "the request")
+        if "data" in item:
+            _check_data(name, datatype, shape, item["data"])
+    return region
+
+
+def _check_output(item: object) -> RegionUse | None:
+    if not isinstance(item, dict):
+        raise RequestRefusedError("each entry of 'outputs' must be an object")
+    name = _field(item, "name", (str,), "output", required=True)
+    return _region_use(_parameters(item, f"output {name!r}", OUTPUT_PARAMETERS), f"output {name!r}")
+
+
+def check_infer(body: bytes, header_length: str | None) -> list[RegionUse]:
+    """``RequestRefusedError`` unless the inference request is one Triton reads as the guard does and no
+    input declares more than it carries; returns the shared-memory ranges it names.
+
+    ``header_length`` is the ``Inference-Header-Content-Length`` header: the JSON is then the body's
+    first bytes and binary data follows. ``0`` is Triton's raw request (the whole body is the single
+    input's bytes; Triton deduces the shape from its size), which carries no JSON to check.
+    """
+    header = body
+    if header_length is not None:
+        if not HEADER_LENGTH.fullmatch(header_length) or int(header_length) > len(body):
+            raise RequestRefusedError(
+                f"Inference-Header-Content-Length {header_length[:40]!r} must be a number of bytes "
+                f"within the body ({len(body)} bytes)"
+            )
+        if int(header_length) == 0:
+            return []
+        header = body[: int(header_length)]
+    document = load_json(header)
+    if not isinstance(document, dict):
+        raise RequestRefusedError("request JSON must be an object with an 'inputs' list")
+    _field(document, "id", (str,), "request")
+    _parameters(document, "request", REQUEST_PARAMETERS)
+    inputs = _field(document, "inputs", (list,), "request", required=True)
+    binary: list[int] = []
+    uses = [_check_input(item, len(body), binary) for item in inputs]
+    uses += [_check_output(item) for item in _field(document, "outputs", (list,), "request") or []]
+    if sum(binary) > len(body) - len(header):
+        raise RequestRefusedError(
+            f"inputs declare {sum(binary)} bytes of binary data but the body carries "
+            f"{len(body) - len(header)} after the JSON header"
+        )
+    return [use for use in uses if use is not None]
+
+
+@dataclass(frozen=True)
+class Registration:
+    key: object
+    offset: int
+    byte_size: int
+
+
+def check_register(body: bytes) -> Registration:
+    """A system shared-memory register body: ``{"key": str, "offset": uint, "byte_size": uint}``."""
+    document = load_json(body)
+    if not isinstance(document, dict):
+        raise RequestRefusedError("shared memory register request must be a JSON object")
+    where = "shared memory register request"
+    key = _field(document, "key", (str,), where, required=True)
+    offset = _unsigned(document, "offset", where) or 0
+    return Registration(key, offset, _unsigned(document, "byte_size", where, required=True))
+
+
+def check_generate(body: bytes) -> None:
+    """A generate request: a JSON object whose ``parameters``, if any, is an object of scalars."""
+    document = load_json(body)
+    if not isinstance(document, dict):
+        raise RequestRefusedError("generate request must be a JSON object of input names to values")
+    parameters = _field(document, "parameters", (dict,), "generate request") or {}
+    for key, value in parameters.items():
+        if isinstance(value, dict | list) or value is None:
+            raise RequestRefusedError(
+                f"generate request: parameter {key!r} must be a string, number or boolean"
+            )
