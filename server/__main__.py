@@ -111,6 +111,7 @@ def _server_argv(args: argparse.Namespace) -> list[str]:
         f"--metrics-port={args.metrics_port}",
         f"--model-control-mode={args.model_control_mode}",
         "--http-guard" if args.http_guard else "--no-http-guard",
+        "--grpc-guard" if args.grpc_guard else "--no-grpc-guard",
         f"--startup-timeout={args.startup_timeout}",
     ]
 
@@ -139,6 +140,7 @@ def _supervise(args: argparse.Namespace) -> int:
         workdir=Path(".run/server").resolve(),
         port_wait_s=10.0,  # a server stopped a moment ago may still hold its ports
         http_guard=args.http_guard,  # Triton 2.51's HTTP frontend crashes on some inputs (README)
+        grpc_guard=args.grpc_guard,  # and its gRPC one takes 2 GiB messages and wrapping shapes
         startup_timeout_s=args.startup_timeout,
         watchdog_record=EVENTS.resolve(),
     )
@@ -189,6 +191,8 @@ def _record_state(server: TritonServer, args: argparse.Namespace) -> None:
         "model_control_mode": args.model_control_mode,
         "supervisor_pid": os.getpid(),
         "guard_pid": server.guard.pid if server.guard is not None else None,
+        "triton_grpc": server.triton_grpc_url,  # Triton itself (behind the gRPC front)
+        "grpc_front_pid": server.grpc_front.pid if server.grpc_front is not None else None,
         "watchdog_events": str(EVENTS.resolve()),
         "supervisor_record": str(SUPERVISOR.resolve()),
     }
@@ -291,8 +295,9 @@ def _stop(args: argparse.Namespace) -> int:
     pid = state["pid"]
     if _alive(pid):
         _drain(state, args.timeout)
-        # the guard's kept-alive upstream connections would hold Triton's exit for its exit timeout
+        # the fronts' kept-alive upstream connections would hold Triton's exit for its exit timeout
         _terminate(state.get("guard_pid"), b"http_guard", wait_s=10)
+        _terminate(state.get("grpc_front_pid"), b"grpc_guard", wait_s=10)
         os.kill(pid, signal.SIGTERM)
         deadline = time.monotonic() + args.timeout
         while _alive(pid) and time.monotonic() < deadline:
@@ -370,6 +375,12 @@ def _add_start_arguments(parser: argparse.ArgumentParser) -> None:
         action=argparse.BooleanOptionalAction,
         default=True,
         help="put server.http_guard in front of Triton's HTTP port (default; see README: Bad input)",
+    )
+    parser.add_argument(
+        "--grpc-guard",
+        action=argparse.BooleanOptionalAction,
+        default=True,
+        help="put server.grpc_guard in front of Triton's gRPC port (default; message size and shape checks)",
     )
     parser.add_argument("--startup-timeout", type=float, default=180.0, help="seconds to wait for ready")
 

@@ -39,9 +39,10 @@ from google.protobuf import text_format
 from tritonclient.grpc import model_config_pb2
 
 from python_backend.dtypes import BY_TRITON
-from server.admin import drain, new_admin_key, restricted_api_args
+from server.admin import KEY_ENV, drain, new_admin_key, restricted_api_args
 from server.admin import headers as admin_headers
 from server.install import ServerError, ServerInstall, assemble_backends, find_install
+from server.shm_regions import make_owner_only
 from server.stubs import kill_stray_stubs
 from server.watchdog import Watchdog
 
@@ -180,6 +181,11 @@ class ServerOptions:
     # http_port, Triton's own HTTP port becomes a loopback port of its own (``triton_http_url``).
     http_guard: bool = False
     http_guard_body_timeout_s: float = 30.0  # a body not complete by then gets 408
+    http_guard_header_timeout_s: float = 10.0  # headers not complete this long after their first byte: 408
+    # The same for gRPC (server.grpc_guard): clients use grpc_port, Triton's own is ``triton_grpc_url``.
+    grpc_guard: bool = False
+    # Without a front, key the shared-memory API with the admin key (the container binds every interface).
+    key_shared_memory: bool = False
     # Copy the server's log to this process's stdout as well (the container: stdout is the pod's log).
     echo_log: bool = False
 
@@ -200,6 +206,8 @@ class TritonServer:
         self.triton_http_port = free_port("127.0.0.1") if options.http_guard else self.http_port
         self.guard: subprocess.Popen | None = None
         self.grpc_port = options.grpc_port or free_port(options.host)
+        self.triton_grpc_port = free_port("127.0.0.1") if options.grpc_guard else self.grpc_port
+        self.grpc_front: subprocess.Popen | None = None
         self.metrics_port = options.metrics_port or free_port(options.host)
         self.shm_prefix = f"tb{os.getpid()}_{self.http_port}_"  # this server's Python-backend regions
         self.failed_models: dict[str, str] = {}  # name -> reason, for models that did not load
@@ -223,6 +231,11 @@ class TritonServer:
         return f"{self.options.host}:{self.grpc_port}"
 
     @property
+    def triton_grpc_url(self) -> str:
+        """Triton's own gRPC endpoint (the gRPC front's upstream when there is one)."""
+        return f"{'127.0.0.1' if self.options.grpc_guard else self.options.host}:{self.triton_grpc_port}"
+
+    @property
     def metrics_url(self) -> str:
         return f"http://{self.options.host}:{self.metrics_port}/metrics"
 
@@ -237,8 +250,8 @@ class TritonServer:
             f"--model-repository={Path(options.repository).resolve()}",
             f"--http-address={'127.0.0.1' if options.http_guard else options.host}",
             f"--http-port={self.triton_http_port}",
-            f"--grpc-address={options.host}",
-            f"--grpc-port={self.grpc_port}",
+            f"--grpc-address={'127.0.0.1' if options.grpc_guard else options.host}",
+            f"--grpc-port={self.triton_grpc_port}",
             f"--metrics-address={options.host}",
             f"--metrics-port={self.metrics_port}",
             "--model-control-mode=explicit",
@@ -255,7 +268,10 @@ class TritonServer:
         ]
         command.append(f"--backend-directory={assemble_backends(self.install, self._workdir / 'backends')}")
         command += [f"--load-model={m}" for m in options.load_models or ["*"]]
-        return command + restricted_api_args(self.admin_key) + options.extra_args
+        restricted = restricted_api_args(
+            self.admin_key, options.http_guard, options.grpc_guard, options.key_shared_memory
+        )
+        return command + restricted + options.extra_args
 
     def environment(self) -> dict[str, str]:
         """Environment for the server: the venv's packages and the wheel's shared libraries."""
@@ -283,6 +299,7 @@ class TritonServer:
         except BaseException:
             self.stop()
             raise
+        make_owner_only(self.shm_prefix)  # no other user may map the stubs' IPC (server.shm_regions)
         if self.options.self_heal and self.pid is not None:
             history = self.watchdog.state if self.watchdog is not None else None  # a restart keeps it
             self.watchdog = Watchdog(
@@ -302,8 +319,12 @@ class TritonServer:
             raise ServerError(f"model repository {self.options.repository} does not exist (run `make repo`)")
         for port in (self.http_port, self.grpc_port, self.metrics_port):
             check_port_free(self.options.host, port, self.options.port_wait_s)
-        if self.options.http_guard:
-            check_port_free("127.0.0.1", self.triton_http_port, self.options.port_wait_s)
+        for fronted, port in (
+            (self.options.http_guard, self.triton_http_port),
+            (self.options.grpc_guard, self.triton_grpc_port),
+        ):
+            if fronted:
+                check_port_free("127.0.0.1", port, self.options.port_wait_s)
         command = self.command()
         self.log_path.parent.mkdir(parents=True, exist_ok=True)
         if self.options.echo_log:
@@ -321,20 +342,34 @@ class TritonServer:
                     start_new_session=detach,
                 )
         if self.options.http_guard:
-            self._launch_guard(detach)
+            self.guard = self._launch_front(
+                "server.http_guard", self.http_port, self.triton_http_url, detach,
+                f"--body-timeout-s={self.options.http_guard_body_timeout_s}",
+                f"--header-timeout-s={self.options.http_guard_header_timeout_s}",
+            )  # fmt: skip
+        if self.options.grpc_guard:
+            self.grpc_front = self._launch_front(
+                "server.grpc_guard", self.grpc_port, self.triton_grpc_url, detach
+            )
 
-    def _launch_guard(self, detach: bool) -> None:
-        """Start ``server.http_guard`` on the public HTTP port; it exits with the server."""
+    @property
+    def fronts(self) -> list[subprocess.Popen]:
+        """The front processes started (HTTP guard, gRPC front)."""
+        return [front for front in (self.guard, self.grpc_front) if front is not None]
+
+    def _launch_front(
+        self, module: str, port: int, upstream: str, detach: bool, *more: str
+    ) -> subprocess.Popen:
+        """Start a front (``module``) on the public ``port``; it exits with the server. The admin key
+        travels in its environment, never on its command line."""
         command = [
-            sys.executable, "-m", "server.http_guard",
-            f"--listen={self.options.host}:{self.http_port}",
-            f"--upstream={self.triton_http_url}",
-            f"--server-pid={self.pid}",
-            f"--body-timeout-s={self.options.http_guard_body_timeout_s}",
+            sys.executable, "-m", module, f"--listen={self.options.host}:{port}", f"--upstream={upstream}",
+            f"--server-pid={self.pid}", f"--shm-prefix={self.shm_prefix}", *more,
         ]  # fmt: skip
-        with open(self.log_path.with_name("http_guard.log"), "wb") as log_file:
-            self.guard = subprocess.Popen(
-                command, stdout=log_file, stderr=subprocess.STDOUT, start_new_session=detach
+        environment = {**os.environ, KEY_ENV: self.admin_key}
+        with open(self.log_path.with_name(f"{module.rsplit('.', 1)[1]}.log"), "wb") as log_file:
+            return subprocess.Popen(
+                command, stdout=log_file, stderr=subprocess.STDOUT, start_new_session=detach, env=environment
             )
 
     def log_tail(self, lines: int = 40) -> str:
@@ -404,9 +439,11 @@ class TritonServer:
                 raise ServerError(
                     f"tritonserver exited with {self.process.returncode}; log:\n{self.log_tail()}"
                 )
-            if self.guard is not None and self.guard.poll() is not None:
-                guard_log = self.log_path.with_name("http_guard.log").read_text(errors="replace")
-                raise ServerError(f"the HTTP guard exited with {self.guard.returncode}:\n{guard_log[-2000:]}")
+            for front in self.fronts:
+                if front.poll() is not None:
+                    name = front.args[2].rsplit(".", 1)[1]
+                    front_log = self.log_path.with_name(f"{name}.log").read_text(errors="replace")
+                    raise ServerError(f"{name} exited with {front.returncode}:\n{front_log[-2000:]}")
             if self.is_ready() and self.process is not None and self.process.poll() is None:
                 # readiness is non-strict (see module doc): name any model that failed all the same
                 self._report_failures(self._settled_failures() or {})
@@ -440,11 +477,11 @@ class TritonServer:
         self.terminate()
 
     def terminate(self) -> None:
-        """``stop()`` without the drain: the guard, then SIGTERM as Kubernetes sends it (Triton finishes
+        """``stop()`` without the drain: the fronts, then SIGTERM as Kubernetes sends it (Triton finishes
         what is in flight for up to its exit timeout), SIGKILL after that (+5 s), then the cleanup."""
         if self.watchdog is not None:
             self.watchdog.stop()
-        self._stop_guard()
+        self._stop_fronts()
         if self.process is not None and self.process.poll() is None:
             self.process.send_signal(signal.SIGTERM)
             try:
@@ -459,17 +496,18 @@ class TritonServer:
         if self._owns_workdir:
             shutil.rmtree(self._workdir, ignore_errors=True)
 
-    def _stop_guard(self) -> None:
-        """The HTTP guard first: it stops listening, lets its requests in flight finish and closes
-        its kept-alive upstream connections, which would otherwise hold Triton's exit."""
-        if self.guard is None or self.guard.poll() is not None:
-            return
-        self.guard.terminate()
-        try:
-            self.guard.wait(timeout=self.options.stop_timeout_s)
-        except subprocess.TimeoutExpired:
-            self.guard.kill()
-            self.guard.wait(timeout=10)
+    def _stop_fronts(self) -> None:
+        """The fronts first: each stops listening, lets its requests in flight finish and closes its
+        kept-alive upstream connections, which would otherwise hold Triton's exit."""
+        running = [front for front in self.fronts if front.poll() is None]
+        for front in running:
+            front.terminate()
+        for front in running:
+            try:
+                front.wait(timeout=self.options.stop_timeout_s)
+            except subprocess.TimeoutExpired:
+                front.kill()
+                front.wait(timeout=10)
 
     def __enter__(self) -> TritonServer:
         return self.start()

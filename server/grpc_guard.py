@@ -1,0 +1,297 @@
+"""A gRPC front for tritonserver 2.51: the HTTP guard's protection for gRPC clients (issue 28, item 3).
+
+Triton's gRPC frontend accepts messages up to 2 GiB and computes input byte sizes in 64-bit integers:
+one 97-byte request (``INT64 [1, 2**61]`` with empty contents) wrapped the check to 0 and killed the
+text encoder's stub every time, and a 300 MB request left the server 1.4 GB larger for good. Triton
+2.51 has no option to bound either (``tritonserver --help``: no gRPC message size flag). This front
+listens where clients connect and forwards every call of ``inference.GRPCInferenceService`` to Triton's
+own gRPC port on loopback, unchanged, after:
+
+* a message-size bound (``max_message_bytes``, 64 MiB like the HTTP guard's body): larger messages get
+  ``RESOURCE_EXHAUSTED`` from gRPC itself before they are buffered whole;
+* for ``ModelInfer`` and each message of ``ModelStreamInfer``: no input may declare more bytes than its
+  raw contents, typed contents or shared-memory range carry (``server.tensor_limits``), and every
+  shared-memory range must be the client's own (``server.shm_ownership``); a refused stream message is
+  answered on the stream with its error, as Triton answers its own;
+* model names without control characters (Triton would read ``recommender\\x00x`` as ``recommender``);
+* system shared-memory register/unregister only for regions the client owns; CUDA shared memory with
+  the admin key only.
+
+Refusals are ``INVALID_ARGUMENT`` (``PERMISSION_DENIED`` for someone else's region) with a message
+naming the input. Everything else passes through as bytes: requests that pass are forwarded as the
+client sent them, not re-encoded. While Triton is unreachable, calls get ``UNAVAILABLE`` and the
+front logs that once.
+
+Run as ``python -m server.grpc_guard --listen HOST:PORT --upstream HOST:PORT [--server-pid PID]``
+with the admin key in the environment (``server.admin.KEY_ENV``).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import functools
+import logging
+from collections.abc import AsyncIterator, Awaitable, Callable
+from typing import Any
+
+import grpc
+from google.protobuf.message import DecodeError
+from tritonclient.grpc import service_pb2
+
+from server import shm_ownership
+from server.admin import GRPC_ADMIN_HEADER, GRPC_FRONT_HEADER
+from server.front_process import MIB, admin_key, front_parser, region_rules, run_front
+from server.peer import peer_uid
+from server.refusal import RequestRefusedError
+from server.tensor_limits import check_declared_size, check_model_name, check_shape, element_bytes
+from server.upstream_state import UpstreamState
+
+log = logging.getLogger(__name__)
+SERVICE = service_pb2.DESCRIPTOR.services_by_name["GRPCInferenceService"]
+PREFIX = f"/{SERVICE.full_name}/"
+REQUEST_TYPES = {
+    method.name: getattr(service_pb2, method.input_type.name, None) for method in SERVICE.methods
+}  # fmt: skip
+NAME_FIELDS = ("name", "model_name")  # of the requests that carry a model (or region) name
+CONTENTS = tuple(f.name for f in service_pb2.InferTensorContents.DESCRIPTOR.fields)
+NOT_FORWARDED = ("user-agent", "content-type", "te", "host", GRPC_FRONT_HEADER)
+MAX_MESSAGE_BYTES = 64 * MIB
+
+
+def _parameter(parameters: Any, key: str) -> Any:
+    """The value of an ``InferParameter`` map entry, whichever type it holds (None when absent)."""
+    if key not in parameters:
+        return None
+    parameter = parameters[key]
+    choice = parameter.WhichOneof("parameter_choice")
+    return getattr(parameter, choice) if choice else None
+
+
+def _region_use(parameters: Any, where: str) -> shm_ownership.RegionUse | None:
+    region = _parameter(parameters, "shared_memory_region")
+    if region is None:
+        return None
+    size, offset = (
+        _parameter(parameters, "shared_memory_byte_size"),
+        _parameter(parameters, "shared_memory_offset"),
+    )
+    if not isinstance(size, int) or size < 0 or not isinstance(offset or 0, int) or (offset or 0) < 0:
+        raise RequestRefusedError(
+            f"{where}: shared memory byte size and offset must be non-negative integers"
+        )
+    return shm_ownership.RegionUse(region, offset or 0, size)
+
+
+def check_infer_request(request: service_pb2.ModelInferRequest) -> list[shm_ownership.RegionUse]:
+    """``RequestRefusedError`` unless every input carries what its shape declares; returns the
+    shared-memory ranges the request names (checked against their owner by the caller)."""
+    check_model_name(request.model_name)
+    uses: list[shm_ownership.RegionUse] = []
+    raw_index = 0  # Triton hands raw contents, in order, to the inputs without shm or typed contents
+    for tensor in request.inputs:
+        shape = check_shape(tensor.name, list(tensor.shape))
+        region = _region_use(tensor.parameters, f"input {tensor.name!r}")
+        if region is not None:
+            uses.append(region)
+            check_declared_size(
+                tensor.name,
+                shape,
+                element_bytes(tensor.datatype),
+                region.byte_size,
+                "its shared memory range",
+            )
+        elif tensor.HasField("contents"):
+            values = max(len(getattr(tensor.contents, field)) for field in CONTENTS)
+            check_declared_size(tensor.name, shape, 1, values, "its typed data")
+        else:
+            raw = request.raw_input_contents
+            carried = len(raw[raw_index]) if raw_index < len(raw) else 0
+            raw_index += 1
+            check_declared_size(
+                tensor.name, shape, element_bytes(tensor.datatype), carried, "its raw data"
+            )
+    for output in request.outputs:
+        region = _region_use(output.parameters, f"output {output.name!r}")
+        if region is not None:
+            uses.append(region)
+    return uses
+
+
+class GrpcGuard(grpc.GenericRpcHandler):
+    """Checks each call of the inference service and forwards it to ``upstream`` as bytes."""
+
+    def __init__(self, upstream: str, key: str, rules: shm_ownership.RegionRules, listen: str) -> None:
+        self.upstream, self.key, self.rules = upstream, key, rules
+        host, port = listen.rsplit(":", 1)
+        self.local = (host.strip("[]"), int(port))
+        self.state = UpstreamState(f"tritonserver's gRPC at {upstream}", log)
+        self.channel = grpc.aio.insecure_channel(
+            upstream, options=[("grpc.max_receive_message_length", -1), ("grpc.max_send_message_length", -1)]
+        )
+        self.handlers = {
+            method.name: self._handler(method.name, method.client_streaming) for method in SERVICE.methods
+        }
+
+    def _handler(self, name: str, streaming: bool) -> grpc.RpcMethodHandler:
+        # partials, not lambdas: grpc.aio tells coroutine and async-generator behaviours by inspection
+        if streaming:
+            upstream_stream = self.channel.stream_stream(PREFIX + name)
+            return grpc.stream_stream_rpc_method_handler(functools.partial(self._stream, upstream_stream))
+        upstream_call = self.channel.unary_unary(PREFIX + name)
+        return grpc.unary_unary_rpc_method_handler(functools.partial(self._unary, name, upstream_call))
+
+    def service(self, handler_call_details: grpc.HandlerCallDetails) -> grpc.RpcMethodHandler | None:
+        method = handler_call_details.method
+        return self.handlers.get(method[len(PREFIX) :]) if method.startswith(PREFIX) else None
+
+    def _client(self, context: grpc.aio.ServicerContext) -> shm_ownership.Client:
+        peer = context.peer()  # "ipv4:127.0.0.1:54321" or "ipv6:[::1]:54321"
+        uid = None
+        if peer.startswith(("ipv4:", "ipv6:")):
+            host, _, port = peer.split(":", 1)[1].rpartition(":")
+            uid = peer_uid((host.strip("[]"), int(port)), self.local)
+        admin = bool(self.key) and dict(context.invocation_metadata()).get(GRPC_ADMIN_HEADER) == self.key
+        return shm_ownership.Client(uid, admin)
+
+    def _metadata(self, context: grpc.aio.ServicerContext) -> list[tuple[str, str]]:
+        kept = [
+            (k, v)
+            for k, v in context.invocation_metadata()
+            if k not in NOT_FORWARDED and not k.startswith((":", "grpc-"))
+        ]
+        return [*kept, (GRPC_FRONT_HEADER, self.key)] if self.key else kept
+
+    def _check(self, name: str, raw: bytes, context: grpc.aio.ServicerContext) -> None:
+        kind = REQUEST_TYPES.get(name)
+        if kind is None:
+            return
+        try:
+            request = kind.FromString(raw)
+        except DecodeError as error:
+            raise RequestRefusedError(f"{name}: not a valid {kind.__name__} message: {error}") from error
+        if name in ("ModelInfer", "ModelStreamInfer"):
+            uses = check_infer_request(request)
+            if uses:
+                shm_ownership.check_uses(self.rules, self._client(context), uses)
+        elif name == "SystemSharedMemoryRegister":
+            shm_ownership.check_register(
+                self.rules,
+                self._client(context),
+                request.name,
+                request.key,
+                request.offset,
+                request.byte_size,
+            )
+        elif name == "SystemSharedMemoryUnregister":
+            shm_ownership.check_unregister(self.rules, self._client(context), request.name)
+        elif name.startswith("CudaSharedMemory") and name != "CudaSharedMemoryStatus":
+            shm_ownership.check_cuda(self._client(context))
+        elif not name.startswith("SystemSharedMemory"):
+            for field in NAME_FIELDS:
+                if field in kind.DESCRIPTOR.fields_by_name:
+                    check_model_name(getattr(request, field))
+
+    async def _upstream_error(self, error: grpc.aio.AioRpcError, context: grpc.aio.ServicerContext) -> None:
+        """Answer the client with Triton's error; note when Triton itself is unreachable."""
+        if error.code() == grpc.StatusCode.UNAVAILABLE and "restricted" not in (error.details() or ""):
+            self.state.down(error.details())
+            await context.abort(
+                grpc.StatusCode.UNAVAILABLE, f"tritonserver is not reachable: {error.details()}"
+            )
+        await context.abort(error.code(), error.details() or "", error.trailing_metadata())
+
+    async def _unary(self, name: str, upstream_call, raw: bytes, context: grpc.aio.ServicerContext) -> bytes:
+        try:
+            self._check(name, raw, context)
+        except RequestRefusedError as refusal:
+            await context.abort(grpc.StatusCode[refusal.kind.grpc_code], str(refusal))
+        try:
+            answer = await upstream_call(
+                raw, metadata=self._metadata(context), timeout=context.time_remaining()
+            )
+        except grpc.aio.AioRpcError as error:
+            await self._upstream_error(error, context)
+        self.state.up()
+        return answer
+
+    async def _stream(self, upstream_stream, requests: AsyncIterator[bytes], context) -> AsyncIterator[bytes]:
+        """Forward the stream message by message; a refused message gets its error on the stream."""
+        call = upstream_stream(metadata=self._metadata(context), timeout=context.time_remaining())
+        answers: asyncio.Queue = asyncio.Queue()
+        finished = object()
+
+        async def send() -> None:
+            try:
+                await forward_requests()
+            except Exception as error:  # the stream ended under us: receive() reports what Triton said
+                log.debug("stream to tritonserver ended while sending: %r", error)
+
+        async def forward_requests() -> None:
+            async for raw in requests:
+                try:
+                    self._check("ModelStreamInfer", raw, context)
+                except RequestRefusedError as refusal:
+                    request = service_pb2.ModelInferRequest.FromString(raw) if raw else None
+                    answer = service_pb2.ModelStreamInferResponse(error_message=str(refusal))
+                    if request is not None:
+                        answer.infer_response.id = request.id
+                        answer.infer_response.model_name = request.model_name
+                    await answers.put(answer.SerializeToString())
+                    continue
+                await call.write(raw)
+            await call.done_writing()
+
+        async def receive() -> None:
+            try:
+                async for raw in call:
+                    await answers.put(raw)
+            except grpc.aio.AioRpcError as error:
+                await answers.put(error)
+            await answers.put(finished)
+
+        tasks = [asyncio.ensure_future(send()), asyncio.ensure_future(receive())]
+        try:
+            while (item := await answers.get()) is not finished:
+                if isinstance(item, grpc.aio.AioRpcError):
+                    await self._upstream_error(item, context)
+                yield item
+        finally:
+            for task in tasks:
+                task.cancel()
+            call.cancel()
+
+
+async def start_guard(
+    listen: str, guard: GrpcGuard, max_message_bytes: int = MAX_MESSAGE_BYTES
+) -> Callable[[], Awaitable[None]]:
+    """Listen on ``listen``; returns the coroutine function that stops the front."""
+    server = grpc.aio.server(options=[("grpc.max_receive_message_length", max_message_bytes)])
+    server.add_generic_rpc_handlers((guard,))
+    if server.add_insecure_port(listen) == 0:
+        raise OSError(f"gRPC front cannot listen on {listen}")
+    await server.start()
+    log.info("grpc guard on %s -> %s (messages up to %d bytes)", listen, guard.upstream, max_message_bytes)
+
+    async def stop() -> None:
+        await server.stop(grace=5)
+        await guard.channel.close()
+
+    return stop
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = front_parser("python -m server.grpc_guard", __doc__, "host:port of tritonserver's gRPC endpoint")
+    parser.add_argument("--max-message-mib", type=int, default=MAX_MESSAGE_BYTES // MIB)
+    args = parser.parse_args(argv)
+    run_front(
+        lambda: start_guard(
+            args.listen,
+            GrpcGuard(args.upstream, admin_key(), region_rules(args), args.listen),
+            args.max_message_mib * MIB,
+        ),
+        args,
+    )
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,338 @@
+"""The fronts' checks without a server: one reading of KServe JSON (issue 33), exact size checks for
+both protocols (issue 28 item 3), inflated bodies, and who may name a shared-memory region (item 2)."""
+
+from __future__ import annotations
+
+import contextlib
+import gzip
+import json
+import mmap
+import os
+import socket
+import time
+import zlib
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from tritonclient.grpc import service_pb2
+
+from server import shm_ownership
+from server.body_encoding import inflate
+from server.grpc_guard import check_infer_request
+from server.kserve_json import check_infer, check_register, load_json
+from server.peer import peer_uid
+from server.refusal import Refusal, RequestRefusedError
+from server.shm_ownership import Client, RegionRules
+from server.shm_regions import make_owner_only
+from server.tensor_limits import check_model_name
+
+NOBODY = 65534
+
+
+def _body(shape: list[int], parameters: dict | None = None, data: object = None) -> bytes:
+    item = {"name": "dense", "shape": shape, "datatype": "FP32", "data": [0.5] * 13 if data is None else data}
+    if parameters:
+        item["parameters"] = parameters
+        item.pop("data")
+    return json.dumps({"inputs": [item]}).encode()
+
+
+@contextlib.contextmanager
+def _refused(match: str, kind: Refusal = Refusal.INVALID) -> Iterator[None]:
+    """The block raises ``RequestRefusedError`` matching ``match``, of ``kind``."""
+    with pytest.raises(RequestRefusedError, match=match) as refused:
+        yield
+    assert refused.value.kind == kind, refused.value
+
+
+def test_duplicate_keys_are_named_wherever_they_are() -> None:
+    """Issue 33: Python keeps the last of two keys, Triton the first; a huge first shape aborted it."""
+    nested = b'{"inputs":[{"name":"dense","shape":[1099511627776],"shape":[1],"datatype":"FP32","data":[0]}]}'
+    with _refused("the key 'shape' twice"):
+        check_infer(nested, None)
+    top = b'{"inputs":[{"name":"d","shape":[1099511627776],"datatype":"FP32","data":[0]}],"inputs":[]}'
+    with _refused("the key 'inputs' twice"):
+        check_infer(top, None)
+    with _refused("the key 'key' twice"):
+        check_register(b'{"key":"/a","key":"/b","byte_size":4}')
+
+
+def test_json_only_one_parser_could_read_is_refused() -> None:
+    with _refused("integer of 400 digits"):
+        load_json(b"[" + b"9" * 400 + b"]")
+    with _refused("beyond a double"):
+        load_json(b"[1e400]")
+    with _refused("lone UTF-16 surrogate"):
+        load_json(b'{"id": "\\ud800"}')
+    assert load_json(b'{"id": "\\ud83d\\ude00"}') == {"id": "\U0001f600"}  # a proper pair is fine
+    with _refused("not UTF-8"):
+        load_json('{"id": "x"}'.encode("utf-16"))
+    with _refused("nests too deeply"):
+        load_json(b"[" * 100_000)
+    with _refused("not valid JSON"):
+        load_json(b"hello")
+
+
+def test_shapes_the_body_cannot_carry_are_refused() -> None:
+    assert check_infer(_body([1, 13]), None) == []
+    with _refused(
+        r"declares shape \[64, 1099511627776\] \(70368744177664 elements\) but the request carries"
+    ):
+        check_infer(_body([64, 2**40]), None)
+    with _refused("non-negative integers"):
+        check_infer(_body([-1, 13]), None)
+    shm = {"shared_memory_region": "r", "shared_memory_byte_size": 4 * 64 * 13}
+    [use] = check_infer(_body([64, 13], shm), None)  # carried by shared memory, not the body
+    assert (use.region, use.offset, use.byte_size) == ("r", 0, 3328)
+    with _refused("its shared memory range carries only 3328 bytes"):
+        check_infer(_body([64, 2**20], shm), None)
+    binary = _body([1, 13], {"binary_data_size": 52})
+    check_infer(binary + b"\0" * 52, str(len(binary)))  # binary tensor data after the header
+    with _refused("declare 52 bytes of binary data but the body carries 10"):
+        check_infer(binary + b"\0" * 10, str(len(binary)))
+    with _refused(r"shape \[1, 2305843009213693952\].*its binary data carries only 0 bytes"):
+        check_infer(_body([1, 2**61], {"binary_data_size": 0}), None)
+
+
+def test_inference_header_length_has_one_reading() -> None:
+    """Triton reads "+205", " 205" and "205abc" as 205 and "²" not at all; only ASCII digits pass."""
+    header = _body([1, 13])
+    for bad in ("²", "+5", "5abc", "0x10", "9" * 4301, str(len(header) + 1)):
+        with _refused("Inference-Header-Content-Length"):
+            check_infer(header, bad)
+    assert check_infer(b"\0" * 64, "0") == []  # Triton's raw request: the whole body is one input
+
+
+def test_fields_triton_answers_500_for_get_400_naming_them() -> None:
+    good = {"name": "dense", "shape": [1, 2], "datatype": "FP32", "data": [0.5, 1]}
+    cases = [
+        ({**good, "datatype": 5}, "input 'dense': 'datatype' must be a string, got 5"),
+        ({**good, "shape": "x"}, "input 'dense': 'shape' must be a list"),
+        ({**good, "data": "abc"}, "input 'dense': 'data' must be a list"),
+        ({**good, "data": [True, 1]}, "input 'dense': FP32 data must be JSON numbers, got true"),
+        ({**good, "data": [0.5]}, r"'data' holds 1 values but shape \[1, 2\] needs 2"),
+        (
+            {**good, "datatype": "INT64", "data": [1, 1.5]},
+            r"INT64 data must be integers in \[-2\^63, 2\^63\)",
+        ),
+        (
+            {**good, "datatype": "UINT8", "data": [1, -1]},
+            r"UINT8 data must be integers in \[0, 2\^64\), got -1",
+        ),
+        (
+            {**good, "datatype": "BYTES", "data": [42, "x"]},
+            "input 'dense': BYTES data must be JSON strings, got 42",
+        ),
+        ({**good, "parameters": [1]}, "input 'dense': 'parameters' must be an object"),
+    ]
+    for item, message in cases:
+        with _refused(message):
+            check_infer(json.dumps({"inputs": [item]}).encode(), None)
+    requests = [
+        ({"inputs": [good], "id": 5}, "request: 'id' must be a string"),
+        ({"inputs": [good], "parameters": {"priority": "x"}}, "'priority' must be an integer"),
+        (
+            {"inputs": [good], "parameters": {"binary_data_output": 1}},
+            "'binary_data_output' must be true or false",
+        ),
+        (
+            {"inputs": [good], "outputs": [{"name": "y", "parameters": {"classification": -1}}]},
+            "'classification' must be a non-negative integer, got -1",
+        ),
+        ({"inputs": {"a": 1}}, "request: 'inputs' must be a list"),
+        ([1], "must be an object with an 'inputs' list"),
+    ]
+    for document, message in requests:
+        with _refused(message):
+            check_infer(json.dumps(document).encode(), None)
+    nested = {**good, "shape": [2, 1], "data": [[0.5], [1]]}  # any nesting Triton reads is fine
+    assert check_infer(json.dumps({"inputs": [nested]}).encode(), None) == []
+
+
+def test_shared_memory_register_bodies() -> None:
+    registration = check_register(b'{"key": "/r1", "byte_size": 64}')
+    assert (registration.key, registration.offset, registration.byte_size) == ("/r1", 0, 64)
+    for body, message in (
+        (b'{"byte_size": 64}', "'key' is missing"),
+        (b'{"key": 5, "byte_size": 64}', "'key' must be a string"),
+        (b'{"key": "/r", "byte_size": "a"}', "'byte_size' must be an integer"),
+        (b'{"key": "/r", "byte_size": 4, "offset": -1}', "'offset' must be a non-negative integer"),
+        (b"{", "not valid JSON"),
+        (b"", "not valid JSON"),
+    ):
+        with _refused(message):
+            check_register(body)
+
+
+def test_compressed_bodies_are_inflated_with_a_bound() -> None:
+    plain = _body([1, 13])
+    assert inflate(gzip.compress(plain), "gzip", 1 << 20) == plain
+    assert inflate(zlib.compress(plain), "Deflate", 1 << 20) == plain
+    assert inflate(plain, None, 1 << 20) == inflate(plain, "identity", 1 << 20) == plain
+    with _refused("not valid gzip data"):
+        inflate(plain, "gzip", 1 << 20)  # issue 33: a plain body marked gzip was a 500
+    with _refused("inflates to more than 1048576 bytes", Refusal.TOO_LARGE):
+        inflate(gzip.compress(b"\0" * (64 << 20)), "gzip", 1 << 20)  # a 64 KB bomb of 64 MiB
+    with _refused("not one complete gzip stream"):
+        inflate(gzip.compress(plain)[:-8], "gzip", 1 << 20)
+    with _refused("'br' is not supported", Refusal.UNSUPPORTED):
+        inflate(plain, "br", 1 << 20)
+
+
+def _grpc_request(
+    shape: list[int], raw: bytes | None = b"", datatype: str = "INT64"
+) -> service_pb2.ModelInferRequest:
+    request = service_pb2.ModelInferRequest(model_name="text_embedding_encoder")
+    for name in ("input_ids", "attention_mask"):
+        tensor = request.inputs.add(name=name, datatype="INT64", shape=shape)
+        if raw is not None:
+            request.raw_input_contents.append(raw)
+        else:
+            tensor.contents.int64_contents.extend([1] * 2)
+    return request
+
+
+def test_grpc_inputs_must_carry_their_declared_bytes() -> None:
+    """Issue 28 item 3: INT64 [1, 2**61] with empty raw contents is 97 bytes; Triton wraps 2**64 to 0."""
+    overflow = _grpc_request([1, 2**61])
+    assert len(overflow.SerializeToString()) == 97
+    with _refused(r"'input_ids' declares shape \[1, 2305843009213693952\].*its raw data carries only 0"):
+        check_infer_request(overflow)
+    assert check_infer_request(_grpc_request([1, 2], b"\0" * 16)) == []
+    with _refused("its raw data carries only 15 bytes"):
+        check_infer_request(_grpc_request([1, 2], b"\0" * 15))
+    assert check_infer_request(_grpc_request([1, 2], None)) == []  # typed contents: 2 values each
+    with _refused("its typed data carries only 2 bytes"):
+        check_infer_request(_grpc_request([1, 3], None))
+    shm = _grpc_request([1, 2], None)
+    del shm.inputs[1]
+    shm.inputs[0].ClearField("contents")
+    shm.inputs[0].parameters["shared_memory_region"].string_param = "r1"
+    shm.inputs[0].parameters["shared_memory_byte_size"].int64_param = 16
+    shm.raw_input_contents.append(b"")  # raw contents are counted only for inputs without shm
+    [use] = check_infer_request(shm)
+    assert (use.region, use.byte_size) == ("r1", 16)
+    named = _grpc_request([1, 2], b"\0" * 16)
+    named.model_name = "recommender\x00x"
+    with _refused("holds a control character"):
+        check_infer_request(named)
+
+
+def test_model_names_with_control_characters_are_refused() -> None:
+    check_model_name("recommender")
+    check_model_name("")  # statistics of every model: Triton's to judge
+    for name in ("recommender\x00x", "a\nb", "a\x7f"):
+        with _refused("holds a control character"):
+            check_model_name(name)
+
+
+@pytest.fixture
+def regions(tmp_path: Path) -> RegionRules:
+    return RegionRules("srv_", lambda: {"stub_region"}, server_pid=os.getpid(), directory=tmp_path)
+
+
+def _region(rules: RegionRules, name: str, size: int = 64, uid: int | None = None) -> Path:
+    path = rules.directory / name
+    path.write_bytes(b"\0" * size)
+    if uid is not None:
+        os.chown(path, uid, -1)
+    return path
+
+
+def test_clients_register_only_regions_they_own(regions: RegionRules) -> None:
+    me = Client(os.getuid())
+    _region(regions, "mine")
+    shm_ownership.check_register(regions, me, "mine", "/mine", 0, 64)
+    with _refused("key must be '/other'"):
+        shm_ownership.check_register(regions, me, "other", "/mine", 0, 64)
+    with _refused("exceeds the file's 64 bytes"):
+        shm_ownership.check_register(regions, me, "mine", "/mine", 32, 64)
+    with _refused("does not exist"):
+        shm_ownership.check_register(regions, me, "gone", "/gone", 0, 64)
+    for name in ("srv_0001", "stub_region"):
+        _region(regions, name)
+        with _refused("the server's own IPC region", Refusal.FORBIDDEN):
+            shm_ownership.check_register(regions, me, name, f"/{name}", 0, 64)
+        shm_ownership.check_register(regions, Client(None, admin=True), name, f"/{name}", 0, 64)
+    with _refused("needs a client on this host", Refusal.FORBIDDEN):
+        shm_ownership.check_register(regions, Client(None), "mine", "/mine", 0, 64)
+    with _refused("must be 1-200 characters"):
+        shm_ownership.check_register(regions, me, "../etc", "/../etc", 0, 64)
+    os.symlink(regions.directory / "mine", regions.directory / "link")
+    with _refused("not a regular file", Refusal.FORBIDDEN):
+        shm_ownership.check_register(regions, me, "link", "/link", 0, 64)
+
+
+@pytest.mark.skipif(os.getuid() != 0, reason="needs root to make a file another uid owns")
+def test_a_region_of_another_user_is_refused(regions: RegionRules) -> None:
+    _region(regions, "theirs", uid=NOBODY)
+    with _refused(f"belongs to uid {NOBODY}, not to this client", Refusal.FORBIDDEN):
+        shm_ownership.check_register(regions, Client(os.getuid()), "theirs", "/theirs", 0, 64)
+    with _refused(f"belongs to uid {NOBODY}", Refusal.FORBIDDEN):
+        shm_ownership.check_use(regions, Client(os.getuid()), "theirs", 0, 64)
+    shm_ownership.check_use(regions, Client(NOBODY), "theirs", 0, 64)
+
+
+def test_unregistering_and_cuda(regions: RegionRules) -> None:
+    me = Client(os.getuid())
+    with _refused("needs the admin key", Refusal.FORBIDDEN):
+        shm_ownership.check_unregister(regions, me, None)
+    shm_ownership.check_unregister(regions, Client(None, admin=True), None)
+    shm_ownership.check_unregister(regions, me, "gone")  # its file is gone: nothing to protect
+    with _refused("needs the admin key", Refusal.FORBIDDEN):
+        shm_ownership.check_cuda(me)
+
+
+def test_a_registered_name_is_no_window_onto_a_deleted_file(regions: RegionRules) -> None:
+    """A client that died without unregistering leaves its memory mapped under its name; a new file of
+    that name must not read it. The server's mappings (here: this process's) tell which file it is."""
+    path = _region(regions, "r1", size=mmap.PAGESIZE)
+    with open(path, "r+b") as handle, mmap.mmap(handle.fileno(), mmap.PAGESIZE) as mapped:
+        shm_ownership.check_use(regions, Client(os.getuid()), "r1", 0, 16)
+        path.unlink()
+        _region(regions, "r1", size=mmap.PAGESIZE)  # someone's new file under the old name
+        with _refused("registered for a file that no longer exists", Refusal.FORBIDDEN):
+            shm_ownership.check_use(regions, Client(os.getuid()), "r1", 0, 16)
+        assert mapped[0] == 0
+
+
+def test_stub_regions_are_made_owner_only(tmp_path: Path) -> None:
+    for name, mode in (("tb1_a", 0o644), ("tb1_b", 0o600), ("other", 0o644)):
+        (tmp_path / name).write_bytes(b"")
+        os.chmod(tmp_path / name, mode)
+    assert make_owner_only("tb1_", tmp_path) == ["tb1_a"]
+    assert {p.name: p.stat().st_mode & 0o777 for p in tmp_path.iterdir()} == {
+        "tb1_a": 0o600, "tb1_b": 0o600, "other": 0o644,
+    }  # fmt: skip
+
+
+def test_peer_uid_finds_the_local_client(tmp_path: Path) -> None:
+    with socket.socket() as listener:
+        listener.bind(("127.0.0.1", 0))
+        listener.listen()
+        with socket.create_connection(listener.getsockname()):
+            connection, address = listener.accept()
+            with connection:
+                assert peer_uid(address, connection.getsockname()) == os.getuid()
+                assert peer_uid(address, ("0.0.0.0", connection.getsockname()[1])) == os.getuid()
+                assert peer_uid(("10.1.2.3", 4242), connection.getsockname()) is None
+
+
+@pytest.mark.skipif(os.getuid() != 0, reason="needs root to connect as another uid")
+def test_peer_uid_tells_users_apart() -> None:
+    with socket.socket() as listener:
+        listener.bind(("127.0.0.1", 0))
+        listener.listen()
+        child = os.fork()
+        if child == 0:  # another user's client: connect, wait to be looked at, leave
+            os.setuid(NOBODY)
+            client = socket.socket()
+            client.connect(listener.getsockname())
+            time.sleep(5)
+            os._exit(0)
+        connection, address = listener.accept()
+        with connection:
+            assert peer_uid(address, connection.getsockname()) == NOBODY
+        os.kill(child, 9)
+        os.waitpid(child, 0)
