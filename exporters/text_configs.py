@@ -14,6 +14,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from exporters.configs import dynamic_batching, instance_groups
+from exporters.guards import guard_parameters
 from exporters.model_config import (
     EnsembleStep,
     InstanceGroup,
@@ -72,7 +73,19 @@ def _warmups(spec: TextEmbeddingSpec) -> list[ModelWarmup]:
     ]
 
 
-def encoder_config(spec: TextEmbeddingSpec, num_gpus: int, ragged: bool = False) -> ModelConfig:
+def encoder_guards(vocab_size: int | None) -> dict[str, str]:
+    """The encoder holds direct requests to what the tokenizer gives it: ids inside the vocabulary, a
+    0/1 attention mask. The ensemble is not the only way in (a client may call the encoder by name), and
+    its checks must not be skipped that way; our onnxruntime backend enforces these, the native one
+    ignores the parameters."""
+    if vocab_size is None:
+        return {}
+    return guard_parameters({"input_ids": (0, vocab_size), "attention_mask": (0, 2)}, allow_non_finite=False)
+
+
+def encoder_config(
+    spec: TextEmbeddingSpec, num_gpus: int, ragged: bool = False, vocab_size: int | None = None
+) -> ModelConfig:
     """The ONNX encoder on the ``onnxruntime`` backend (or, ragged, on the Python backend)."""
     return ModelConfig(
         name=spec.encoder_name,
@@ -86,6 +99,7 @@ def encoder_config(spec: TextEmbeddingSpec, num_gpus: int, ragged: bool = False)
         parameters={
             "intra_op_thread_count": str(spec.threads.intra_op),
             "inter_op_thread_count": str(spec.threads.inter_op),
+            **encoder_guards(vocab_size),
         },
     )
 
@@ -113,6 +127,13 @@ def ensemble_config(spec: TextEmbeddingSpec) -> ModelConfig:
     )
 
 
-def text_configs(spec: TextEmbeddingSpec, num_gpus: int, ragged: bool = False) -> list[ModelConfig]:
-    """The ensemble's config first, then the tokenizer's and the encoder's."""
-    return [ensemble_config(spec), tokenizer_config(spec), encoder_config(spec, num_gpus, ragged)]
+def text_configs(
+    spec: TextEmbeddingSpec, num_gpus: int, ragged: bool = False, vocab_size: int | None = None
+) -> list[ModelConfig]:
+    """The ensemble's config first, then the tokenizer's and the encoder's (``vocab_size``: see
+    ``encoder_guards``)."""
+    return [
+        ensemble_config(spec),
+        tokenizer_config(spec),
+        encoder_config(spec, num_gpus, ragged, vocab_size),
+    ]

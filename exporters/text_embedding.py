@@ -243,8 +243,9 @@ def build_text_embedding(
     done: dict[str, Path] | None = None,
 ) -> BuiltTextEmbedding:  # fmt: skip
     """Build the ensemble, tokenizer and encoder folders of ``spec`` into ``repository``."""
-    configs = text_configs(spec, num_gpus, ragged)  # placement errors before the slow export
     folder = model_folder(spec.package)
+    vocab_size = json.loads((folder / "config.json").read_text())["vocab_size"]
+    configs = text_configs(spec, num_gpus, ragged, vocab_size)  # placement errors before the slow export
     record = export_encoder(spec, folder, repository / spec.encoder_name / "1", done)
     if ragged:  # padded to longest: our onnxruntime model.py, served as a Python-backend model
         install_onnxruntime_backend(repository / spec.encoder_name / "1")

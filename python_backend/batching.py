@@ -125,6 +125,30 @@ def validate(arrays: Arrays, inputs: Sequence[TensorInfo]) -> int:
     return rows or 0
 
 
+def shared_axes(session_inputs: Sequence) -> dict[str, list[tuple[str, int]]]:
+    """The model's named (symbolic) axes that two or more inputs share: ``{axis: [(input, index)]}``.
+
+    An ONNX graph that names an axis alike in two inputs (``sequence`` in ``input_ids`` and
+    ``attention_mask``) needs them equal; onnxruntime otherwise fails deep inside the graph with an
+    error that blames the server. Read from the model itself, so it holds for any model.
+    """
+    named: dict[str, list[tuple[str, int]]] = {}
+    for tensor in session_inputs:
+        for index, dim in enumerate(tensor.shape):
+            if isinstance(dim, str):
+                named.setdefault(dim, []).append((tensor.name, index))
+    return {axis: places for axis, places in named.items() if len(places) > 1}
+
+
+def check_shared_axes(arrays: dict, axes: dict[str, list[tuple[str, int]]]) -> None:
+    """``InvalidInputError`` unless every shared named axis has one size across the inputs."""
+    for axis, places in axes.items():
+        sizes = {(name, arrays[name].shape[index]) for name, index in places if arrays[name].ndim > index}
+        if len({size for _, size in sizes}) > 1:
+            described = ", ".join(f"'{name}' {size}" for name, size in sorted(sizes))
+            raise InvalidInputError(f"inputs must agree on axis '{axis}': {described}")
+
+
 def pad_concatenate(arrays: list[np.ndarray]) -> np.ndarray:
     """Concatenate along dim 0 after zero-padding dim 1 to the longest: a ragged batch made dense.
 

@@ -27,9 +27,11 @@ import triton_python_backend_utils as pb_utils  # noqa: E402
 from batching import (  # noqa: E402
     InvalidInputError,
     TensorInfo,
+    check_shared_axes,
     pad_concatenate,
     padding_counters,
     run_batched,
+    shared_axes,
     with_value_guards,
 )
 from onnxruntime.capi.onnxruntime_pybind11_state import InvalidArgument  # noqa: E402
@@ -130,6 +132,7 @@ class TritonPythonModel:
                 f"{self.name}: config inputs {sorted(declared)} != model {sorted(actual)}"
             )
         self.output_names = [t.name for t in self.outputs]
+        self.shared_axes = shared_axes(self.session.get_inputs())
         ragged = [e["name"] for e in config["input"] if e.get("allow_ragged_batch")]
         self.concatenate = pad_concatenate if ragged else np.concatenate
         self.ragged_input = ragged[0] if ragged else None
@@ -162,6 +165,10 @@ class TritonPythonModel:
             if tensor is None:
                 return InvalidInputError(f"input '{info.name}' is missing")
             arrays[info.name] = tensor.as_numpy()
+        try:
+            check_shared_axes(arrays, self.shared_axes)
+        except InvalidInputError as error:
+            return error
         if self.ragged_input is not None:
             self.elements.real.increment(int(arrays[self.ragged_input].size))
         return arrays

@@ -4,8 +4,8 @@ them, the HTTP guard's request check, and the artifact file hash."""
 from __future__ import annotations
 
 import json
-import re
 from pathlib import Path
+from types import SimpleNamespace
 
 import numpy as np
 import pytest
@@ -14,9 +14,18 @@ import torch
 from exporters.configs import build_model_config
 from exporters.file_hash import file_matches, file_sha256
 from exporters.guards import guard_parameters
-from python_backend.batching import InvalidInputError, TensorInfo, run_batched, validate, with_value_guards
+from exporters.spec import parse_spec
+from exporters.text_configs import text_configs
+from python_backend.batching import (
+    InvalidInputError,
+    TensorInfo,
+    check_shared_axes,
+    run_batched,
+    shared_axes,
+    validate,
+    with_value_guards,
+)
 from server import ServerOptions
-from server.http_guard import BadRequestError, check_infer_body
 from server.launcher import TritonServer
 
 DENSE = TensorInfo("dense", np.dtype(np.float32), (3,), finite=True)
@@ -75,52 +84,24 @@ def test_bad_guard_parameters_are_named() -> None:
         with_value_guards(infos, {"parameters": {"allow_non_finite_inputs": {"string_value": "maybe"}}})
 
 
-def _body(shape: list[int], parameters: dict | None = None) -> bytes:
-    item = {"name": "dense", "shape": shape, "datatype": "FP32", "data": [0.5] * 13}
-    if parameters:
-        item["parameters"] = parameters
-    return json.dumps({"inputs": [item]}).encode()
-
-
-def test_http_guard_refuses_shapes_the_body_cannot_carry() -> None:
-    check_infer_body(_body([1, 13]), None)
-    with pytest.raises(BadRequestError, match=r"declares shape \[64, 1099511627776\]"):
-        check_infer_body(_body([64, 2**40]), None)
-    with pytest.raises(BadRequestError, match="non-negative integers"):
-        check_infer_body(_body([-1, 13]), None)
-    shm = {"shared_memory_region": "r", "shared_memory_byte_size": 4 * 64 * 13}
-    check_infer_body(_body([64, 13], shm), None)  # carried by shared memory, not the body
-    with pytest.raises(BadRequestError, match="carries only 3328 bytes"):
-        check_infer_body(_body([64, 2**20], shm), None)
-    header = _body([1, 13])
-    check_infer_body(header + b"\0" * 52, str(len(header)))  # binary tensor data after the header
-    with pytest.raises(BadRequestError, match="does not fit the body"):
-        check_infer_body(header, str(len(header) + 1))
-    with pytest.raises(BadRequestError, match="nests too deeply"):
-        check_infer_body(b"[" * 100_000, None)
-    with pytest.raises(BadRequestError, match="not valid JSON"):
-        check_infer_body(b"hello", None)
-
-
-def test_http_guard_refuses_non_strings_in_bytes_data() -> None:
-    def body(data: list) -> bytes:
-        text = {"name": "text", "shape": [2, 1], "datatype": "BYTES", "data": data}
-        return json.dumps({"inputs": [text]}).encode()
-
-    check_infer_body(body(["hello", "wörld"]), None)
-    check_infer_body(body([["hello"], ["world"]]), None)  # nested rows are fine
-    for bad, shown in (([42, "x"], "42"), ([["x"], [None]], "null"), (["x", {"a": 1}], '{"a": 1}')):
-        message = f"input 'text': BYTES data must be JSON strings, got {shown}"
-        with pytest.raises(BadRequestError, match=re.escape(message)):
-            check_infer_body(body(bad), None)
-
-
-def test_launcher_hides_triton_http_behind_the_guard(tmp_path: Path) -> None:
-    server = TritonServer(ServerOptions(repository=tmp_path, http_guard=True, workdir=tmp_path / "w"))
+def test_launcher_hides_triton_behind_the_fronts(tmp_path: Path) -> None:
+    options = ServerOptions(repository=tmp_path, http_guard=True, grpc_guard=True, workdir=tmp_path / "w")
+    server = TritonServer(options)
     assert server.triton_http_port != server.http_port
     assert server.triton_http_url == f"127.0.0.1:{server.triton_http_port}"
+    assert server.triton_grpc_url == f"127.0.0.1:{server.triton_grpc_port}" != server.grpc_url
+    command = server.command()
+    assert f"--grpc-port={server.triton_grpc_port}" in command and "--grpc-address=127.0.0.1" in command
+    # Triton's own ports answer inference and shared memory only to what the fronts pass on
+    key = server.admin_key
+    assert f"--http-restricted-api=inference,shared-memory:triton-front-key={key}" in command
+    assert f"--grpc-restricted-protocol=inference,shared-memory:triton-front-key={key}" in command
     plain = TritonServer(ServerOptions(repository=tmp_path, workdir=tmp_path / "p"))
-    assert plain.triton_http_url == plain.http_url
+    assert plain.triton_http_url == plain.http_url and plain.triton_grpc_url == plain.grpc_url
+    assert not any("shared-memory" in arg for arg in plain.command())
+    keyed = TritonServer(ServerOptions(repository=tmp_path, workdir=tmp_path / "k", key_shared_memory=True))
+    restricted = f"model-repository,trace,logging,shared-memory:triton-admin-key={keyed.admin_key}"
+    assert f"--http-restricted-api={restricted}" in keyed.command()
 
 
 def test_file_hash_detects_a_changed_artifact(tmp_path: Path) -> None:
@@ -132,3 +113,37 @@ def test_file_hash_detects_a_changed_artifact(tmp_path: Path) -> None:
     assert not file_matches(path, digest)
     assert not file_matches(path, None)
     assert not file_matches(tmp_path / "missing.onnx", digest)
+
+
+def test_inputs_sharing_a_named_axis_must_agree() -> None:
+    """The text encoder's ``input_ids`` and ``attention_mask`` share ONNX axis ``sequence``: a direct
+    request with 2 ids and 3 mask values is the client's fault (onnxruntime alone: a 500)."""
+    inputs = [SimpleNamespace(name=n, shape=["batch", "sequence"]) for n in ("input_ids", "attention_mask")]
+    inputs.append(SimpleNamespace(name="dense", shape=["batch", 13]))
+    axes = shared_axes(inputs)
+    assert axes == {
+        "batch": [("input_ids", 0), ("attention_mask", 0), ("dense", 0)],
+        "sequence": [("input_ids", 1), ("attention_mask", 1)],
+    }
+    good = {"input_ids": np.zeros((1, 2)), "attention_mask": np.zeros((1, 2)), "dense": np.zeros((1, 13))}
+    check_shared_axes(good, axes)
+    with pytest.raises(
+        InvalidInputError, match="agree on axis 'sequence': 'attention_mask' 3, 'input_ids' 2"
+    ):
+        check_shared_axes({**good, "attention_mask": np.zeros((1, 3))}, axes)
+
+
+def test_the_encoder_holds_direct_requests_to_what_the_tokenizer_sends(spec_data) -> None:
+    """An ensemble member is no way around the ensemble's checks: the encoder refuses what the tokenizer
+    never sends (ids outside the vocabulary, a mask other than 0/1)."""
+    spec = parse_spec(spec_data).text_embeddings[0]
+    encoder = text_configs(spec, num_gpus=0, vocab_size=30522)[2].to_proto()
+    ranges = json.loads(encoder.parameters["input_ranges"].string_value)
+    assert ranges == {"input_ids": [0, 30522], "attention_mask": [0, 2]}
+    infos = [TensorInfo(n, np.dtype(np.int64), (-1,)) for n in ("input_ids", "attention_mask")]
+    entries = {"parameters": {k: {"string_value": v.string_value} for k, v in encoder.parameters.items()}}
+    guarded = with_value_guards(infos, entries)
+    with pytest.raises(InvalidInputError, match=r"input 'input_ids' holds -5, outside its declared range"):
+        validate({"input_ids": np.array([[-5, 1]]), "attention_mask": np.array([[1, 1]])}, guarded)
+    with pytest.raises(InvalidInputError, match=r"input 'attention_mask' holds 7, outside"):
+        validate({"input_ids": np.array([[5, 1]]), "attention_mask": np.array([[7, 1]])}, guarded)
