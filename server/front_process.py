@@ -11,6 +11,7 @@ import logging
 import os
 import signal
 from collections.abc import Awaitable, Callable
+from pathlib import Path
 
 from server.admin import KEY_ENV
 from server.shm_ownership import RegionRules
@@ -38,6 +39,15 @@ def region_rules(args: argparse.Namespace) -> RegionRules:
     return RegionRules(args.shm_prefix, stub_regions, args.server_pid)
 
 
+def _running(pid: int) -> bool:
+    """Is ``pid`` running? A zombie (exited, not yet reaped by its parent) is not."""
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return False
+    return stat[stat.rindex(")") + 2 :].split()[0] not in ("Z", "X")
+
+
 async def _until_stopped(pid: int | None, shm_prefix: str) -> None:
     """Return on SIGTERM, or once process ``pid`` is gone (a front lives as long as its server);
     meanwhile keep the server's shared-memory regions owner-only (``server.shm_regions``)."""
@@ -49,12 +59,8 @@ async def _until_stopped(pid: int | None, shm_prefix: str) -> None:
             with contextlib.suppress(asyncio.TimeoutError):
                 await asyncio.wait_for(stop.wait(), 1.0)
             continue
-        try:
-            os.kill(pid, 0)
-        except ProcessLookupError:
+        if not _running(pid):
             return
-        except PermissionError:
-            pass
         with contextlib.suppress(asyncio.TimeoutError):
             await asyncio.wait_for(stop.wait(), 1.0)
 

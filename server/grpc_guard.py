@@ -56,6 +56,15 @@ NAME_FIELDS = ("name", "model_name")  # of the requests that carry a model (or r
 CONTENTS = tuple(f.name for f in service_pb2.InferTensorContents.DESCRIPTOR.fields)
 NOT_FORWARDED = ("user-agent", "content-type", "te", "host", GRPC_FRONT_HEADER)
 MAX_MESSAGE_BYTES = 64 * MIB
+CHANNEL_OPTIONS = [
+    ("grpc.max_receive_message_length", -1),
+    ("grpc.max_send_message_length", -1),
+    # gRPC backs off up to 2 minutes between reconnects: after Triton starts or restarts, calls would
+    # fail fast that long; a second at most
+    ("grpc.initial_reconnect_backoff_ms", 100),
+    ("grpc.min_reconnect_backoff_ms", 100),
+    ("grpc.max_reconnect_backoff_ms", 1000),
+]
 
 
 def _parameter(parameters: Any, key: str) -> Any:
@@ -107,9 +116,7 @@ def check_infer_request(request: service_pb2.ModelInferRequest) -> list[shm_owne
             raw = request.raw_input_contents
             carried = len(raw[raw_index]) if raw_index < len(raw) else 0
             raw_index += 1
-            check_declared_size(
-                tensor.name, shape, element_bytes(tensor.datatype), carried, "its raw data"
-            )
+            check_declared_size(tensor.name, shape, element_bytes(tensor.datatype), carried, "its raw data")
     for output in request.outputs:
         region = _region_use(output.parameters, f"output {output.name!r}")
         if region is not None:
@@ -124,10 +131,8 @@ class GrpcGuard(grpc.GenericRpcHandler):
         self.upstream, self.key, self.rules = upstream, key, rules
         host, port = listen.rsplit(":", 1)
         self.local = (host.strip("[]"), int(port))
-        self.state = UpstreamState(f"tritonserver's gRPC at {upstream}", log)
-        self.channel = grpc.aio.insecure_channel(
-            upstream, options=[("grpc.max_receive_message_length", -1), ("grpc.max_send_message_length", -1)]
-        )
+        self.state = UpstreamState(f"tritonserver's gRPC at {upstream}", log, "UNAVAILABLE")
+        self.channel = grpc.aio.insecure_channel(upstream, options=CHANNEL_OPTIONS)
         self.handlers = {
             method.name: self._handler(method.name, method.client_streaming) for method in SERVICE.methods
         }
@@ -198,7 +203,7 @@ class GrpcGuard(grpc.GenericRpcHandler):
             await context.abort(
                 grpc.StatusCode.UNAVAILABLE, f"tritonserver is not reachable: {error.details()}"
             )
-        await context.abort(error.code(), error.details() or "", error.trailing_metadata())
+        await context.abort(error.code(), error.details() or "", tuple(error.trailing_metadata() or ()))
 
     async def _unary(self, name: str, upstream_call, raw: bytes, context: grpc.aio.ServicerContext) -> bytes:
         try:

@@ -56,6 +56,8 @@ HOP_BY_HOP = {
     "connection", "keep-alive", "proxy-authenticate", "proxy-authorization", "te", "trailer",
     "transfer-encoding", "upgrade", "host", "content-length", FRONT_HEADER,
 }  # fmt: skip
+TOKEN = r"[!#$%&'*+.^_`|~0-9a-z-]+"
+MEDIA_TYPE = re.compile(f"{TOKEN}/{TOKEN}")
 FORM_TYPES = ("application/x-www-form-urlencoded", "multipart/form-data")
 SYSTEM_SHM = re.compile(r"/v2/systemsharedmemory(?:/region/([^/]*))?/(register|unregister|status)")
 CUDA_SHM = re.compile(r"/v2/cudasharedmemory(?:/region/[^/]*)?/(register|unregister)")
@@ -81,14 +83,21 @@ def _error(status: int, message: str) -> web.Response:
 
 
 def _content_type(request: web.BaseRequest) -> str:
-    """The media type alone, read without aiohttp's recursive header parser (239 ``(`` overflow it)."""
-    return request.headers.get("Content-Type", "").split(";", 1)[0].strip().lower()
+    """The media type alone (``RequestRefusedError`` unless it is one), read without aiohttp's recursive
+    header parser: 239 ``(`` overflowed it into a 500 on every route, health included (issue 33)."""
+    value = request.headers.get("Content-Type")
+    if value is None:
+        return ""
+    media_type = value.split(";", 1)[0].strip().lower()
+    if not MEDIA_TYPE.fullmatch(media_type):
+        raise RequestRefusedError(f"Content-Type {value[:40]!r} is not a media type (type/subtype)")
+    return media_type
 
 
 def _forwarded_headers(request: web.BaseRequest) -> dict[str, str]:
     """The client's headers to forward; ``RequestRefusedError`` for one sent twice (Triton reads the first
     of two, a dict keeps the last: one reading for both needs one value)."""
-    names = Counter(name.lower() for name in request.headers)
+    names = Counter(name.decode("latin-1").lower() for name, _ in request.raw_headers)
     twice = sorted(name for name, count in names.items() if count > 1 and name not in HOP_BY_HOP)
     if twice:
         raise RequestRefusedError(f"header {twice[0]!r} is sent {names[twice[0]]} times; send it once")
@@ -220,6 +229,7 @@ class Guard:
             return response
         try:
             headers = _forwarded_headers(request)
+            form = _content_type(request) in FORM_TYPES
             body = await asyncio.wait_for(request.read(), self.limits.body_timeout_s)
             encoding = next((headers.pop(k) for k in list(headers) if k.lower() == "content-encoding"), None)
             body = inflate(body, encoding, self.limits.max_body_bytes)
@@ -235,7 +245,7 @@ class Guard:
         except RequestRefusedError as refusal:
             return _error(refusal.kind.http_status, str(refusal))
         headers.setdefault("Accept-Encoding", "identity")  # aiohttp would ask for gzip on its own
-        if _content_type(request) in FORM_TYPES:
+        if form:
             headers["Content-Type"] = "application/json"  # libevhtp would parse it as a query string
         if self.key:
             headers[FRONT_HEADER] = self.key  # Triton's own port answers inference/shm only with it

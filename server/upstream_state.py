@@ -13,13 +13,15 @@ import logging
 class UpstreamState:
     """``down(error)`` / ``up()`` after each forwarded request; logs the transitions only."""
 
-    def __init__(self, what: str, logger: logging.Logger) -> None:
-        self.what, self.log = what, logger
+    def __init__(self, what: str, logger: logging.Logger, answer: str = "502/503") -> None:
+        self.what, self.log, self.answer = what, logger, answer
         self.reachable: bool | None = None  # None: not tried yet
 
     def down(self, error: BaseException) -> None:
         if self.reachable is not False:
-            self.log.warning("%s is not answering (%s); clients get 502/503 until it does", self.what, error)
+            self.log.warning(
+                "%s is not answering (%s); clients get %s until it does", self.what, error, self.answer
+            )
         self.reachable = False
 
     def up(self) -> None:

@@ -7,8 +7,9 @@ process table holds anything orphaned. ``good_traffic`` and the autouse ``server
 last three around every test that uses the shared server.
 
 The shared server runs a small repository (recommender with declared id range, its embedding/dense
-pipeline, trivial, a trivial with a tiny queue) under explicit model control, so reload tests can
-load while others serve. Tests that must break a server (a corrupt model, a crash) start their own.
+pipeline, trivial, a trivial with a tiny queue, the text-embedding service) under explicit model
+control, so reload tests can load while others serve, with both fronts in front of it as ``make
+serve`` runs it. Tests that must break a server (a corrupt model, a crash) start their own.
 """
 
 from __future__ import annotations
@@ -57,16 +58,21 @@ def fault_spec(spec_data: dict[str, Any]) -> Spec:
         },
     )
     pipeline = {"name": "recommender_pipeline", "model": "recommender", "split": "embedding_dense"}
-    return parse_spec({"models": [recommender, trivial, tiny_queue], "pipelines": [pipeline]})
+    text = {**spec_data["text_embeddings"][0], "max_seq_length": 16, "buckets": [16]}  # one length: quick
+    return parse_spec(
+        {"models": [recommender, trivial, tiny_queue], "pipelines": [pipeline], "text_embeddings": [text]}
+    )
 
 
 @pytest.fixture(scope="session")
 def fault_repository(fault_spec: Spec, tmp_path_factory: pytest.TempPathFactory) -> Path:
     from exporters.pipeline_build import build_pipelines
+    from exporters.text_embedding import build_text_embeddings
 
     repository = tmp_path_factory.mktemp("fault_repository")
     build_repository(fault_spec, repository, num_gpus=0)
     build_pipelines(fault_spec, repository, num_gpus=0)
+    build_text_embeddings(fault_spec.text_embeddings, repository, num_gpus=0)
     return repository
 
 
@@ -78,6 +84,8 @@ def fault_server(fault_repository: Path) -> Iterator[TritonServer]:
         startup_timeout_s=240,
         http_guard=True,  # what `make serve` runs: HTTP faults go through the guard, as a user's would
         http_guard_body_timeout_s=3,
+        http_guard_header_timeout_s=2,
+        grpc_guard=True,  # and gRPC ones through the gRPC front
     )
     with TritonServer(options) as running:
         assert running.failed_models == {}, running.describe_failures()

@@ -14,6 +14,7 @@ import tritonclient.http as httpclient
 
 from client.connection import connect
 from server import TritonServer
+from server.stubs import STUB_NAME
 
 PROTOCOLS = ("http", "grpc")
 GOOD_MODEL = "trivial"  # the model good traffic runs on while a fault is injected elsewhere
@@ -40,8 +41,10 @@ def _processes() -> list[tuple[int, int, str]]:
 
 def orphans(server: TritonServer) -> list[str]:
     """Stubs of ``server`` not parented by it, and its ``/dev/shm`` regions that no live stub uses."""
-    stubs = [  # the server's own command line names the prefix too
-        (pid, ppid, cmd) for pid, ppid, cmd in _processes() if server.shm_prefix in cmd and pid != server.pid
+    stubs = [  # the server's and the fronts' command lines name the prefix too
+        (pid, ppid, cmd)
+        for pid, ppid, cmd in _processes()
+        if server.shm_prefix in cmd and STUB_NAME.decode() in cmd.split(" ", 1)[0]
     ]
     alive = server.process is not None and server.process.poll() is None
     problems = [f"stub {pid} has parent {ppid}" for pid, ppid, _ in stubs if not alive or ppid != server.pid]

@@ -1,0 +1,377 @@
+"""A small seeded mutation fuzzer for the HTTP front (issue 33), in the style of Triton's ``L0_http_fuzz``.
+
+It starts from valid requests to every endpoint ``make serve`` exposes (health, metadata, config,
+statistics, inference as JSON and as binary, generate, system shared memory, and the keyed admin
+routes), built from each model's own metadata, and mutates each into a case: the request line (method,
+path, version, NUL and traversal in names), the headers (duplicated, dropped, odd ``Content-Type``,
+``Inference-Header-Content-Length`` and ``Content-Encoding`` values, chunked framing) and the body
+(JSON values replaced, deleted or duplicated under the same key; bytes flipped, cut or inserted). Each
+case goes out on its own connection and must get an answer below 500 (a fault of the request is never
+the server's); the caller checks after every case that the server still lives, serves and kept its
+stubs. Seeded: one seed, one sequence of cases, so a finding replays.
+
+``fuzz()`` runs a fixed number of cases (the fault matrix runs a few hundred; ``make soak`` runs
+bursts of them among its faults).
+"""
+
+from __future__ import annotations
+
+import gzip
+import json
+import os
+import random
+import socket
+import struct
+import zlib
+from collections import Counter
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+import tritonclient.http as httpclient
+import tritonclient.utils.shared_memory as shared_memory
+from tritonclient.utils import triton_to_np_dtype
+
+TIMEOUT_S = 30.0  # a hang guard: every case must be answered or closed by then
+VALUES: list[Any] = [
+    2**40, 2**61, 2**63, 2**64, -1, -(2**63), 0, 1.5, 1e308, "x", "", "²", "\x00", "A" * 5000,
+    [], {}, None, True, False, [2**62, 13], [[[[[[[[[[1]]]]]]]]]], {"a": {"b": [1, {"c": None}]}},
+]  # fmt: skip
+DATATYPES = ["BOOL", "UINT8", "INT8", "INT64", "UINT64", "FP16", "BF16", "FP32", "FP64", "BYTES", "FP99", ""]
+CONTENT_TYPES = [
+    "(" * 300, "application/x-www-form-urlencoded", "multipart/form-data; boundary=zz", "text/plain",
+    "application/json; charset=utf-16", "", "a/b/c", "application/json\x00", "application/octet-stream",
+]  # fmt: skip
+HEADER_LENGTHS = ["²", "9" * 5000, "-1", "+5", "0", " 12", "1e3", "0x10"]
+ENCODINGS = ["gzip", "deflate", "gzip-plain", "br", "gzip, gzip", "identity", "x" * 300]
+SHM_REGION = f"fuzz_{os.getpid()}"
+NAME_TAILS = [
+    "%00x",
+    "\x00x",
+    "/../../etc/passwd",
+    "%2F..%2F",
+    "é",
+    "A" * 3000,
+    "/versions/99",
+    "/versions/-1",
+]
+
+
+@dataclass
+class Case:
+    """One request as sent: method, path, header list (duplicates allowed), body, what was mutated."""
+
+    method: str
+    path: str
+    headers: list[tuple[str, str]]
+    body: bytes = b""
+    mutations: list[str] = field(default_factory=list)
+
+    def describe(self) -> str:
+        return f"{self.method} {self.path[:80]} [{', '.join(self.mutations)}] body {self.body[:120]!r}"
+
+    def raw(self) -> bytes:
+        lines = [f"{self.method} {self.path} HTTP/1.1", "Host: fuzz"]
+        lines += [f"{name}: {value}" for name, value in self.headers]
+        chunked = any(n.lower() == "transfer-encoding" for n, _ in self.headers)
+        if not chunked:
+            lines.append(f"Content-Length: {len(self.body)}")
+            return ("\r\n".join(lines) + "\r\n\r\n").encode("utf-8", "surrogateescape") + self.body
+        head = ("\r\n".join(lines) + "\r\n\r\n").encode("utf-8", "surrogateescape")
+        half = len(self.body) // 2
+        chunks = [part for part in (self.body[:half], self.body[half:]) if part]
+        return head + b"".join(b"%x\r\n%s\r\n" % (len(c), c) for c in chunks) + b"0\r\n\r\n"
+
+
+@dataclass
+class Answer:
+    status: int | None  # None: no HTTP answer
+    body: bytes = b""
+    error: str = ""
+
+
+def send(host: str, port: int, case: Case, timeout: float = TIMEOUT_S) -> Answer:
+    """Send ``case`` on a fresh connection and read one response (or say why there was none)."""
+    try:
+        with socket.create_connection((host, port), timeout=timeout) as sock:
+            sock.sendall(case.raw())
+            buffer = b""
+            while b"\r\n\r\n" not in buffer:
+                chunk = sock.recv(65536)
+                if not chunk:
+                    return Answer(None, buffer, "connection closed without an answer")
+                buffer += chunk
+            head, _, rest = buffer.partition(b"\r\n\r\n")
+            status = int(head.split(b" ", 2)[1])
+            length = next(
+                (
+                    int(line.split(b":", 1)[1])
+                    for line in head.split(b"\r\n")
+                    if line.lower().startswith(b"content-length:")
+                ),
+                0,
+            )
+            while len(rest) < length:
+                chunk = sock.recv(65536)
+                if not chunk:
+                    break
+                rest += chunk
+            return Answer(status, rest[:length])
+    except (OSError, ValueError, IndexError) as error:
+        return Answer(None, b"", f"{type(error).__name__}: {error}")
+
+
+def _example(datatype: str, shape: list[int]) -> np.ndarray:
+    count = int(np.prod(shape))
+    if datatype == "BYTES":
+        return np.array([b"fuzz"] * count, dtype=object).reshape(shape)
+    if datatype == "BOOL":
+        return np.ones(shape, bool)
+    return np.ones(shape, triton_to_np_dtype(datatype))
+
+
+def _binary(array: np.ndarray, datatype: str) -> bytes:
+    if datatype != "BYTES":
+        return array.tobytes()
+    return b"".join(struct.pack("<I", len(item)) + item for item in array.flatten())
+
+
+def seed_cases(url: str, models: list[str]) -> list[Case]:
+    """Valid requests to every endpoint, built from each model's metadata on the server at ``url``."""
+    client = httpclient.InferenceServerClient(url)
+    json_type = [("Content-Type", "application/json")]
+    cases = [
+        Case("GET", "/v2/health/live", []), Case("GET", "/v2/health/ready", []), Case("GET", "/v2", []),
+        Case("GET", "/v2/models/stats", []), Case("POST", "/v2/systemsharedmemory/status", json_type),
+        Case("POST", "/v2/repository/index", json_type, b"{}"),
+        Case("POST", "/v2/logging", json_type, b'{"log_verbose_level": 1}'),
+        Case(
+            "POST", f"/v2/systemsharedmemory/region/{SHM_REGION}/register", json_type,
+            json.dumps({"key": f"/{SHM_REGION}", "byte_size": 64}).encode(),
+        ),
+        Case("POST", f"/v2/systemsharedmemory/region/{SHM_REGION}/unregister", json_type),
+    ]  # fmt: skip
+    for model in models:
+        metadata = client.get_model_metadata(model)
+        base = f"/v2/models/{model}"
+        cases += [Case("GET", base, []), Case("GET", f"{base}/config", []), Case("GET", f"{base}/ready", [])]
+        cases.append(Case("GET", f"{base}/stats", []))
+        inputs, binary, generate = [], [], {}
+        for tensor in metadata["inputs"]:
+            shape = [1 if d < 0 else d for d in tensor["shape"]]
+            if tensor["shape"] and tensor["shape"][-1] < 0:
+                shape[-1] = 4  # a variable axis: a few elements
+            array = _example(tensor["datatype"], shape)
+            data = (
+                [v.decode() for v in array.flatten()]
+                if tensor["datatype"] == "BYTES"
+                else array.flatten().tolist()
+            )
+            inputs.append(
+                {"name": tensor["name"], "shape": shape, "datatype": tensor["datatype"], "data": data}
+            )
+            binary.append((tensor, shape, _binary(array, tensor["datatype"])))
+            generate[tensor["name"]] = data
+        cases.append(Case("POST", f"{base}/infer", json_type, json.dumps({"inputs": inputs}).encode()))
+        header = {
+            "inputs": [
+                {
+                    "name": t["name"],
+                    "shape": s,
+                    "datatype": t["datatype"],
+                    "parameters": {"binary_data_size": len(b)},
+                }
+                for t, s, b in binary
+            ]
+        }
+        head = json.dumps(header).encode()
+        body = head + b"".join(b for _, _, b in binary)
+        cases.append(
+            Case(
+                "POST",
+                f"{base}/infer",
+                [
+                    ("Content-Type", "application/octet-stream"),
+                    ("Inference-Header-Content-Length", str(len(head))),
+                ],
+                body,
+            )
+        )
+        cases.append(Case("POST", f"{base}/generate", json_type, json.dumps(generate).encode()))
+    return cases
+
+
+def _dump(value: Any, duplicate: tuple[int, str, Any] | None) -> str:
+    """JSON text of ``value``; ``duplicate`` = (id of a dict, key, value) sends that key twice there."""
+    if isinstance(value, dict):
+        pairs = [f"{json.dumps(k)}:{_dump(v, duplicate)}" for k, v in value.items()]
+        if duplicate is not None and id(value) == duplicate[0]:
+            pairs.insert(0, f"{json.dumps(duplicate[1])}:{_dump(duplicate[2], None)}")
+        return "{" + ",".join(pairs) + "}"
+    if isinstance(value, list):
+        return "[" + ",".join(_dump(v, duplicate) for v in value) + "]"
+    return json.dumps(value)
+
+
+def _nodes(document: Any) -> list[tuple[Any, Any]]:
+    """(container, key) of every value in ``document`` (long lists sampled by their first items)."""
+    found, pending = [], [document]
+    while pending:
+        node = pending.pop()
+        items = (
+            node.items() if isinstance(node, dict) else enumerate(node[:8]) if isinstance(node, list) else ()
+        )
+        for key, value in items:
+            found.append((node, key))
+            pending.append(value)
+    return found
+
+
+class Mutator:
+    """Seeded mutations of a case: request line, headers, JSON structure, raw bytes."""
+
+    def __init__(self, seed: int) -> None:
+        self.rng = random.Random(seed)
+
+    def mutate(self, seed: Case) -> Case:
+        case = Case(seed.method, seed.path, list(seed.headers), seed.body)
+        operations = [self.line, self.header, self.json, self.bytes, self.encoding]
+        for _ in range(self.rng.randint(1, 3)):
+            self.rng.choice(operations)(case)
+        return case
+
+    def line(self, case: Case) -> None:
+        if self.rng.random() < 0.3:
+            case.method = self.rng.choice(["GET", "POST", "PUT", "DELETE", "PATCH", "OPTIONS"])
+            case.mutations.append(f"method {case.method}")
+        else:
+            parts = case.path.split("/")
+            index = self.rng.randrange(1, len(parts))
+            tail = self.rng.choice(NAME_TAILS)
+            parts[index] += tail
+            case.path = "/".join(parts) + ("?a=b" * self.rng.randint(0, 3))
+            case.mutations.append(f"path +{tail[:12]!r}")
+
+    def header(self, case: Case) -> None:
+        choice = self.rng.randrange(5)
+        if choice == 0 and case.headers:
+            name, _ = self.rng.choice(case.headers)
+            value = (
+                str(self.rng.randint(0, len(case.body) + 10)) if "length" in name.lower() else "text/plain"
+            )
+            case.headers.append((name, value))
+            case.mutations.append(f"duplicate {name}")
+        elif choice == 1:
+            case.headers = [h for h in case.headers if h[0].lower() != "content-type"]
+            case.headers.append(("Content-Type", self.rng.choice(CONTENT_TYPES)))
+            case.mutations.append("content-type")
+        elif choice == 2:
+            case.headers = [h for h in case.headers if h[0].lower() != "inference-header-content-length"]
+            case.headers.append(("Inference-Header-Content-Length", self.rng.choice(HEADER_LENGTHS)))
+            case.mutations.append("header length")
+        elif choice == 3:
+            case.headers.append(("Transfer-Encoding", "chunked"))
+            case.mutations.append("chunked")
+        else:
+            case.headers.append((f"X-Fuzz-{self.rng.randrange(99)}", "v" * self.rng.choice([1, 5000])))
+            case.mutations.append("extra header")
+
+    def encoding(self, case: Case) -> None:
+        encoding = self.rng.choice(ENCODINGS)
+        if encoding == "gzip":
+            case.body = gzip.compress(case.body)
+        elif encoding == "deflate":
+            case.body = zlib.compress(case.body)
+        case.headers.append(("Content-Encoding", encoding.removesuffix("-plain")))
+        case.mutations.append(f"encoding {encoding[:12]}")
+
+    def json(self, case: Case) -> None:
+        try:
+            document = json.loads(case.body)
+        except ValueError:
+            return self.bytes(case)
+        nodes = _nodes(document)
+        if not nodes:
+            return None
+        container, key = self.rng.choice(nodes)
+        operation = self.rng.randrange(4)
+        duplicate = None
+        if operation == 0:
+            container[key] = self.rng.choice(VALUES)
+            case.mutations.append(f"json {key!r}={str(container[key])[:20]}")
+        elif operation == 1:
+            del container[key]
+            case.mutations.append(f"json del {key!r}")
+        elif operation == 2 and isinstance(container, dict):
+            duplicate = (id(container), key, self.rng.choice(VALUES))
+            case.mutations.append(f"json duplicate {key!r}")
+        else:
+            item = next((n for n, k in nodes if isinstance(n, dict) and "datatype" in n), None)
+            if item is not None:
+                item["datatype"] = self.rng.choice(DATATYPES)
+                item["shape"] = [
+                    self.rng.choice([0, 1, 2, 13, 2**20, 2**40, 2**62]) for _ in range(self.rng.randint(0, 3))
+                ]
+                case.mutations.append(f"json {item['datatype']} {item['shape']}")
+        case.body = _dump(document, duplicate).encode()
+        return None
+
+    def bytes(self, case: Case) -> None:
+        body = bytearray(case.body)
+        operation = self.rng.randrange(3)
+        if operation == 0 and body:
+            for _ in range(self.rng.randint(1, 8)):
+                body[self.rng.randrange(len(body))] = self.rng.randrange(256)
+        elif operation == 1 and body:
+            del body[self.rng.randrange(len(body)) :]
+        else:
+            at = self.rng.randrange(len(body) + 1)
+            body[at:at] = bytes(self.rng.randrange(256) for _ in range(self.rng.randint(1, 64)))
+        case.body = bytes(body)
+        case.mutations.append(("flip", "cut", "insert")[operation])
+
+
+@dataclass
+class FuzzReport:
+    seed: int
+    cases: int = 0
+    statuses: Counter = field(default_factory=Counter)
+    findings: list[str] = field(default_factory=list)
+
+    def text(self) -> str:
+        counts = ", ".join(f"{status}: {n}" for status, n in sorted(self.statuses.items(), key=str))
+        lines = [f"http fuzz (seed {self.seed}): {self.cases} cases; answers {counts}"]
+        return "\n".join(lines + [f"  FINDING {f}" for f in self.findings])
+
+
+def fuzz(
+    url: str, models: list[str], cases: int, seed: int, after_each: Callable[[], list[str]] | None = None
+) -> FuzzReport:
+    """Send ``cases`` mutated requests to the HTTP front at ``url``; a finding is an answer of 500 or
+    more, no answer at all, or a problem ``after_each()`` reports (liveness, stubs, a good inference)."""
+    host, port = url.rsplit(":", 1)
+    seeds = seed_cases(url, models)
+    mutator = Mutator(seed)
+    report = FuzzReport(seed)
+    region = shared_memory.create_shared_memory_region(SHM_REGION, f"/{SHM_REGION}", 64)  # the seeds' own
+    try:
+        _run(host, int(port), seeds, mutator, cases, report, after_each)
+    finally:
+        shared_memory.destroy_shared_memory_region(region)
+    return report
+
+
+def _run(host, port, seeds, mutator, cases, report, after_each) -> None:
+    for number in range(cases):
+        case = mutator.mutate(mutator.rng.choice(seeds))
+        answer = send(host, port, case)
+        report.cases += 1
+        report.statuses[answer.status if answer.status is not None else "none"] += 1
+        problems = []
+        if answer.status is None and answer.error != "connection closed without an answer":
+            problems.append(f"no answer ({answer.error})")
+        elif answer.status is not None and answer.status >= 500:
+            problems.append(f"{answer.status} {answer.body[:160]!r}")
+        problems += after_each() if after_each else []
+        report.findings += [f"case {number}: {case.describe()}: {p}" for p in problems]

@@ -1,0 +1,151 @@
+"""Fault matrix: the HTTP guard's own edges (issue 28, item 9). Measured before: 300 of 300 connections
+whose headers never completed were still held after 58 s; with Triton down the guard answered
+``500 text/plain`` that tritonclient cannot parse; and it logged a full traceback per readiness poll
+while Triton started (8,746 lines per start).
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import socket
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+import tritonclient.http as httpclient
+from harness import trivial_inputs
+from resilience_fixtures import build_small_repository
+from tritonclient.utils import InferenceServerException
+
+from server import ServerOptions, TritonServer
+from server.launcher import free_port
+
+pytestmark = pytest.mark.integration
+HANG_GUARD_S = 90  # not a latency bound: only how long a broken guard may hold the test
+
+
+def test_headers_that_never_complete_are_timed_out(fault_server: TritonServer, good_traffic) -> None:
+    """50 connections trickle a header line every half second and never end their headers: each gets
+    a 408 (after the fault server's 2 s header timeout) and is closed; good traffic flows meanwhile."""
+    host, port = fault_server.http_url.rsplit(":", 1)
+    connections = []
+    for _ in range(50):
+        sock = socket.create_connection((host, int(port)), timeout=10)
+        sock.sendall(b"GET /v2/health/ready HTTP/1.1\r\nHost: slow\r\n")
+        sock.setblocking(False)
+        connections.append(sock)
+    answers: dict[int, bytes] = {}
+    deadline = time.monotonic() + HANG_GUARD_S
+    with good_traffic():
+        while len(answers) < len(connections) and time.monotonic() < deadline:
+            for index, sock in enumerate(connections):
+                if index in answers:
+                    continue
+                try:
+                    answers[index] = sock.recv(4096)  # the 408, or b"" once closed
+                except BlockingIOError:
+                    try:
+                        sock.send(b"X-Slow: 1\r\n")
+                    except OSError:
+                        answers[index] = b"closed"
+            time.sleep(0.5)
+    for sock in connections:
+        sock.close()
+    assert len(answers) == len(connections), f"{len(connections) - len(answers)} still open"
+    assert all(a.startswith(b"HTTP/1.1 408") for a in answers.values()), set(answers.values())
+    assert b'{"error": "request headers not complete within 2 s"}' in answers[0]
+
+
+def test_startup_is_logged_in_one_line_not_a_traceback_per_poll(fault_server: TritonServer) -> None:
+    log = fault_server.log_path.with_name("http_guard.log").read_text()
+    assert "Traceback" not in log
+    assert log.count("is not answering") <= 1
+
+
+@pytest.fixture
+def guard_without_triton(tmp_path: Path):
+    """The HTTP guard in front of a port nobody listens on: Triton down (or not started yet)."""
+    port, upstream = free_port(), free_port()
+    log_path = tmp_path / "http_guard.log"
+    with open(log_path, "wb") as log_file:
+        guard = subprocess.Popen(
+            [
+                sys.executable,
+                "-m",
+                "server.http_guard",
+                f"--listen=127.0.0.1:{port}",
+                f"--upstream=127.0.0.1:{upstream}",
+            ],
+            stdout=log_file,
+            stderr=subprocess.STDOUT,
+        )
+    client = httpclient.InferenceServerClient(f"127.0.0.1:{port}")
+    deadline = time.monotonic() + HANG_GUARD_S
+    while True:
+        try:
+            client.is_server_live()
+            break
+        except OSError:
+            assert time.monotonic() < deadline, log_path.read_text()
+            time.sleep(0.1)
+    yield client, log_path
+    guard.terminate()
+    guard.wait(timeout=30)
+
+
+def test_triton_down_is_a_json_503_logged_once(guard_without_triton) -> None:
+    client, log_path = guard_without_triton
+    for _ in range(20):
+        with pytest.raises(InferenceServerException) as error:
+            client.infer("trivial", trivial_inputs("http"))
+        assert error.value.status() == "503"
+        assert error.value.message().startswith(
+            "tritonserver is not reachable (starting, restarting or down)"
+        )
+        assert not client.is_server_ready()
+    log = log_path.read_text()
+    assert log.count("is not answering") == 1 and "Traceback" not in log, log
+
+
+@pytest.fixture(scope="module")
+def small_repository(spec_data: dict[str, Any], tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return build_small_repository(spec_data, tmp_path_factory.mktemp("guard_repository"), pipeline=False)
+
+
+def test_a_request_in_flight_when_triton_dies_gets_json(small_repository: Path, tmp_path: Path) -> None:
+    """Triton stops answering (SIGSTOP) with a request in flight, then dies (SIGKILL): the request gets
+    an answer tritonclient can read (502, or 503 had it not reached Triton yet), and the guard exits
+    with its server."""
+    options = ServerOptions(
+        repository=small_repository, http_guard=True, self_heal=False, startup_timeout_s=240, workdir=tmp_path
+    )
+    with TritonServer(options) as server:
+        client = httpclient.InferenceServerClient(server.http_url, network_timeout=HANG_GUARD_S)
+        outcome: list[BaseException] = []
+        os.kill(server.pid, signal.SIGSTOP)
+
+        def infer() -> None:
+            try:
+                client.infer("trivial", trivial_inputs("http"))
+            except BaseException as error:
+                outcome.append(error)
+
+        caller = threading.Thread(target=infer)
+        caller.start()
+        time.sleep(1)  # most likely in flight by now; if not yet, it meets a dead server: a 503
+        os.kill(server.pid, signal.SIGKILL)
+        os.kill(server.pid, signal.SIGCONT)
+        caller.join(HANG_GUARD_S)
+        assert server.guard is not None
+        server.guard.wait(timeout=HANG_GUARD_S)
+    [error] = outcome
+    assert isinstance(error, InferenceServerException), error
+    assert (error.status(), error.message().split(" (")[0]) in {
+        ("502", "tritonserver did not answer the request"),
+        ("503", "tritonserver is not reachable"),
+    }, error

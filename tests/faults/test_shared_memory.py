@@ -1,0 +1,236 @@
+"""Fault matrix: system shared memory (issue 28, item 2). Measured without the fronts: any client,
+without a key, registered a Python-backend stub's own IPC region (named in the stub's command line),
+read another client's request tensor through it, and crashed tritonserver by having an output
+written into it; the stubs' regions were world-readable. Now a client names only regions its own uid
+owns, never a stub's; a region cut short or replaced under its registered name is refused, not a
+SIGBUS or a window onto someone else's memory; and the stubs' regions are owner-only.
+
+Other users are played by a forked child that drops to uid 65534 (root only; skipped otherwise): it
+talks HTTP over a raw socket, as nothing else may be imported after it loses access to /root.
+"""
+
+from __future__ import annotations
+
+import json
+import mmap
+import os
+import socket
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+
+import numpy as np
+import pytest
+import tritonclient.grpc as grpcclient
+import tritonclient.http as httpclient
+import tritonclient.utils.shared_memory as shm
+from harness import PROTOCOLS, url
+from tritonclient.utils import InferenceServerException
+
+from client.__main__ import main as client_main
+from client.connection import connect
+from server import TritonServer
+from server.stubs import server_stubs
+
+pytestmark = pytest.mark.integration
+NOBODY = 65534
+REFUSED = {"http": "403", "grpc": "StatusCode.PERMISSION_DENIED"}
+INVALID = {"http": "400", "grpc": "StatusCode.INVALID_ARGUMENT"}
+root_only = pytest.mark.skipif(os.getuid() != 0, reason="plays another user with setuid: needs root")
+
+
+def _module(protocol: str):
+    return httpclient if protocol == "http" else grpcclient
+
+
+def _x_from_region(protocol: str, region: str, offset: int = 0) -> list:
+    tensor = _module(protocol).InferInput("x", [1, 16], "FP32")
+    tensor.set_shared_memory(region, 64, offset=offset)
+    return [tensor]
+
+
+def _stub_pids(server: TritonServer) -> set[int]:
+    return {stub.pid for stub in server_stubs(server.pid or 0) if stub.alive}
+
+
+@pytest.mark.parametrize("protocol", PROTOCOLS)
+def test_the_servers_own_region_cannot_be_registered(
+    fault_server: TritonServer, good_traffic, protocol
+) -> None:
+    client = connect(protocol, url(fault_server, protocol))
+    stubs = server_stubs(fault_server.pid or 0)
+    region = next(stub.shm_region for stub in stubs if stub.alive and stub.model == "recommender")
+    with good_traffic():
+        with pytest.raises(InferenceServerException) as error:
+            client.register_system_shared_memory(region, f"/{region}", 4096)
+        assert error.value.status() == REFUSED[protocol]
+        assert "is the server's own IPC region" in error.value.message()
+        with pytest.raises(InferenceServerException) as error:  # nor under another name
+            client.register_system_shared_memory("stolen", f"/{region}", 4096)
+        assert error.value.status() == INVALID[protocol]
+        assert "key must be '/stolen'" in error.value.message()
+    status = client.get_system_shared_memory_status(**({"as_json": True} if protocol == "grpc" else {}))
+    assert not status or not status.get("regions"), status
+
+
+def test_the_stubs_regions_are_owner_only(fault_server: TritonServer) -> None:
+    regions = sorted(Path("/dev/shm").glob(f"{fault_server.shm_prefix}*"))
+    assert regions
+    assert {p.name: oct(p.stat().st_mode & 0o777) for p in regions} == {p.name: "0o600" for p in regions}
+
+
+@root_only
+def test_another_user_cannot_open_the_stubs_regions(fault_server: TritonServer) -> None:
+    region = next(Path("/dev/shm").glob(f"{fault_server.shm_prefix}*"))
+    read, write = os.pipe()
+    child = os.fork()
+    if child == 0:
+        os.setuid(NOBODY)
+        try:
+            os.close(os.open(region, os.O_RDONLY))
+            os.write(write, b"opened")
+        except PermissionError:
+            os.write(write, b"refused")
+        os._exit(0)
+    os.waitpid(child, 0)
+    assert os.read(read, 16) == b"refused"
+
+
+def _raw_post(address: tuple[str, int], path: str, body: dict | None = None) -> tuple[int, bytes]:
+    """A POST over a plain socket (what a forked child that lost access to /root can still do)."""
+    payload = json.dumps(body).encode() if body is not None else b""
+    with socket.socket() as sock:  # not create_connection: its name lookup imports a codec
+        sock.settimeout(30)
+        sock.connect(address)
+        head = f"POST {path} HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+        sock.sendall(f"{head}Content-Length: {len(payload)}\r\nConnection: close\r\n\r\n".encode() + payload)
+        answer = b""
+        while chunk := sock.recv(65536):
+            answer += chunk
+    return int(answer.split(b" ", 2)[1]), answer.partition(b"\r\n\r\n")[2]
+
+
+@contextmanager
+def other_users_region(server: TritonServer, name: str, values: np.ndarray) -> Iterator[int]:
+    """Another user (uid 65534, a forked child) creates ``/dev/shm/name`` holding ``values``,
+    registers it through the HTTP front and keeps it registered until the block ends; yields the
+    status its own register got."""
+    host, port = server.http_url.rsplit(":", 1)
+    address = (host, int(port))
+    ready_read, ready_write = os.pipe()
+    done_read, done_write = os.pipe()
+    child = os.fork()
+    if child == 0:
+        status = 0
+        try:
+            os.setuid(NOBODY)
+            descriptor = os.open(f"/dev/shm/{name}", os.O_RDWR | os.O_CREAT | os.O_EXCL, 0o600)
+            os.write(descriptor, values.tobytes())
+            os.close(descriptor)
+            status, _ = _raw_post(address, f"/v2/systemsharedmemory/region/{name}/register", {
+                "key": f"/{name}", "byte_size": values.nbytes,
+            })  # fmt: skip
+        finally:
+            os.write(ready_write, str(status).encode())
+            os.read(done_read, 1)
+            _raw_post(address, f"/v2/systemsharedmemory/region/{name}/unregister")
+            os.unlink(f"/dev/shm/{name}")
+            os._exit(0)
+    try:
+        yield int(os.read(ready_read, 16) or 0)
+    finally:
+        os.write(done_write, b"x")
+        os.waitpid(child, 0)
+
+
+@root_only
+@pytest.mark.parametrize("protocol", PROTOCOLS)
+def test_another_users_region_is_neither_registered_nor_read(fault_server: TritonServer, protocol) -> None:
+    """The owner may register and use its region; another client may not register it under any name
+    nor run a model on the tensor in it (measured without the fronts: the other client got the
+    owner's tensor back through ``trivial``)."""
+    name = f"victim_{protocol}_{os.getpid()}"
+    secret = np.arange(16, dtype=np.float32).reshape(1, 16)
+    stubs = _stub_pids(fault_server)
+    with other_users_region(fault_server, name, secret) as owner_status:
+        assert owner_status == 200, "the owner's own region must register"
+        client = connect(protocol, url(fault_server, protocol))
+        with pytest.raises(InferenceServerException) as error:
+            client.register_system_shared_memory("stolen", f"/{name}", 64)
+        assert error.value.status() == INVALID[protocol]
+        with pytest.raises(InferenceServerException) as error:
+            client.register_system_shared_memory(name, f"/{name}", 64)
+        assert error.value.status() == REFUSED[protocol]
+        assert f"belongs to uid {NOBODY}, not to this client" in error.value.message()
+        with pytest.raises(InferenceServerException) as error:
+            client.infer("trivial", _x_from_region(protocol, name))
+        assert error.value.status() == REFUSED[protocol]
+        assert f"belongs to uid {NOBODY}" in error.value.message()
+    assert _stub_pids(fault_server) == stubs
+
+
+@pytest.mark.parametrize("protocol", PROTOCOLS)
+def test_the_client_keeps_its_shared_memory_path(fault_server: TritonServer, protocol: str) -> None:
+    """``python -m client infer --shm system`` through the fronts: its own regions, as before."""
+    argv = ["--protocol", protocol, "--url", url(fault_server, protocol), "infer", "--model", "recommender"]
+    assert client_main([*argv, "--shm", "system"]) == 0
+
+
+@contextmanager
+def own_region(client, name: str, size: int) -> Iterator[object]:
+    handle = shm.create_shared_memory_region(name, f"/{name}", size)
+    try:
+        client.register_system_shared_memory(name, f"/{name}", size)
+        yield handle
+    finally:
+        try:
+            client.unregister_system_shared_memory(name)
+        finally:
+            shm.destroy_shared_memory_region(handle)
+
+
+@pytest.mark.parametrize("protocol", PROTOCOLS)
+def test_a_region_cut_short_after_registration_is_refused(fault_server: TritonServer, protocol) -> None:
+    """A client truncating its own registered region: Triton 2.51 would read past the end of the file
+    (SIGBUS, the whole server gone); the front checks the file's size on every use."""
+    client = connect(protocol, url(fault_server, protocol))
+    name = f"cut_{protocol}_{os.getpid()}"
+    stubs = _stub_pids(fault_server)
+    with own_region(client, name, 1 << 20):
+        os.truncate(f"/dev/shm/{name}", 64)
+        with pytest.raises(InferenceServerException) as error:
+            client.infer("trivial", _x_from_region(protocol, name, offset=1 << 19))
+        assert error.value.status() == INVALID[protocol]
+        assert "exceeds the file's 64 bytes" in error.value.message()
+    assert _stub_pids(fault_server) == stubs
+
+
+@pytest.mark.parametrize("protocol", PROTOCOLS)
+def test_a_registered_name_is_no_window_onto_a_deleted_region(fault_server: TritonServer, protocol) -> None:
+    """A client that dies without unregistering leaves its memory mapped under its name; a new file of
+    that name must not read it (measured without the fronts: the old tensor came back)."""
+    client = connect(protocol, url(fault_server, protocol))
+    name = f"stale_{protocol}_{os.getpid()}"
+    path = Path(f"/dev/shm/{name}")
+    handle = shm.create_shared_memory_region(name, f"/{name}", mmap.PAGESIZE)
+    try:
+        shm.set_shared_memory_region(handle, [np.full((1, 16), 7.0, np.float32)])
+        client.register_system_shared_memory(name, f"/{name}", mmap.PAGESIZE)
+        path.unlink()  # the client is gone; its registration stays
+        path.write_bytes(b"\0" * mmap.PAGESIZE)  # a new file under the old name
+        with pytest.raises(InferenceServerException) as error:
+            client.infer("trivial", _x_from_region(protocol, name))
+        assert error.value.status() == REFUSED[protocol]
+        assert "registered for a file that no longer exists" in error.value.message()
+        client.unregister_system_shared_memory(name)  # the new file's owner may clear the name
+    finally:
+        shm.destroy_shared_memory_region(handle)
+        path.unlink(missing_ok=True)
+
+
+@pytest.mark.parametrize("protocol", PROTOCOLS)
+def test_unregistering_every_region_needs_the_admin_key(fault_server: TritonServer, protocol) -> None:
+    client = connect(protocol, url(fault_server, protocol))
+    with pytest.raises(InferenceServerException) as error:
+        client.unregister_system_shared_memory()
+    assert error.value.status() == REFUSED[protocol]
