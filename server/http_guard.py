@@ -104,13 +104,16 @@ def _forwarded_headers(request: web.BaseRequest) -> dict[str, str]:
     return {k: v for k, v in request.headers.items() if k.lower() not in HOP_BY_HOP}
 
 
-class HeadTimeoutHandler(RequestHandler):
-    """aiohttp's connection handler plus a deadline for each request's headers.
+class GuardConnection(RequestHandler):
+    """aiohttp's connection handler plus a deadline for each request's headers, and errors as JSON.
 
     aiohttp closes a connection that sends nothing for the idle timeout, but a connection that sends
     its headers a byte at a time is kept as long as it trickles. Here the clock starts at the first
     byte a request's head brings while the connection is idle, and stops when the head is complete;
     at ``head_timeout_s`` the client gets a 408 and the connection is closed.
+
+    Malformed HTTP (a bad request line, header or framing) gets a JSON 400 and one log line, not
+    aiohttp's text answer and a traceback per request: a client's fault must not fill the log.
     """
 
     head_timeout_s = 10.0
@@ -146,16 +149,29 @@ class HeadTimeoutHandler(RequestHandler):
         self._stop_head_timer()
         super().connection_lost(exc)
 
+    def handle_error(
+        self, request: web.BaseRequest, status: int = 500, exc: BaseException | None = None, message=None
+    ) -> web.StreamResponse:
+        if status >= 500:  # the guard's own failure: worth a traceback
+            self.log_exception("HTTP guard failed on a request from %s", request.remote, exc_info=exc)
+            text = f"the HTTP guard failed on this request: {exc!r}"
+        else:
+            text = "malformed HTTP request: " + " ".join(str(message or exc).split())  # one line
+            log.info("%s from %s", text, request.remote)
+        response = _error(status, text)
+        response.force_close()
+        return response
+
 
 class GuardServer(web.Server):
-    """aiohttp's low-level server with ``HeadTimeoutHandler`` connections and a body size bound."""
+    """aiohttp's low-level server with ``GuardConnection`` connections and a body size bound."""
 
     def __init__(self, handler, limits: GuardLimits, **kwargs) -> None:
         super().__init__(handler, **kwargs)
         self.limits = limits
 
     def __call__(self) -> RequestHandler:
-        handler = HeadTimeoutHandler(self, loop=self._loop, **self._kwargs)
+        handler = GuardConnection(self, loop=self._loop, **self._kwargs)
         handler.head_timeout_s = self.limits.header_timeout_s
         return handler
 

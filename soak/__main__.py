@@ -21,9 +21,10 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--duration", type=float, default=600.0, help="seconds of load (default 600)")
     parser.add_argument("--fault-every", type=float, default=20.0, help="mean seconds between faults")
     parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--fuzz-cases", type=int, default=100, help="mutated HTTP requests per fuzz burst")
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(message)s")
-    report = run_soak(args.repository, args.duration, args.seed, args.fault_every)
+    report = run_soak(args.repository, args.duration, args.seed, args.fault_every, args.fuzz_cases)
     print(report.text())
     return 0 if report.passed else 1
 

@@ -17,16 +17,20 @@ import signal
 import threading
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
+import grpc
 import numpy as np
+import tritonclient.grpc as grpcclient
 import tritonclient.http as httpclient
+from tritonclient.grpc import service_pb2, service_pb2_grpc
 from tritonclient.utils import InferenceServerException
 
 from client.infer import make_inputs
 from exporters.pipeline_live import embedding_update
 from server.launcher import TritonServer
 from server.stubs import Stub, server_stubs
+from soak.http_fuzz import fuzz
 from soak.mixed_load import PIPELINE
 from soak.report import Outage, SoakReport
 
@@ -36,6 +40,7 @@ BAD_DTYPE = "inference input 'x' data-type is 'FP64', but model 'trivial' expect
 DEAD_STUB = "is not healthy"
 UPDATE_RETRY_S = 60.0  # an update refused by a stage another fault has down is retried this long
 RESUME_AFTER_S = (2.0, 6.0)  # a stopped stub is resumed this long after (or never, half the time)
+VARIABLE_INT64_MODELS = ("text_embedding_encoder",)  # where an overflowing INT64 shape fits the config
 
 
 @dataclass
@@ -48,6 +53,8 @@ class Soak:
     report: SoakReport
     models: list[str]  # the models under load
     stub_models: list[str]  # the Python-backend models they depend on: what stub faults may hit
+    fuzz_cases: int = 100  # mutated HTTP requests per fuzz burst
+    fuzz_models: list[str] = field(default_factory=list)  # the served models the fuzzer builds requests for
 
 
 def _serving_stub(soak: Soak) -> Stub | None:
@@ -128,11 +135,93 @@ def update_embedding(soak: Soak) -> None:
     soak.report.check("embedding updates (acknowledged)").record(acknowledged)
 
 
+def overflowing_request(model: str, inputs: tuple[str, ...]) -> service_pb2.ModelInferRequest:
+    """INT64 ``[1, 2**61]`` for every input, with empty raw contents: 97 bytes for the text encoder's
+    two inputs, which Triton 2.51 alone sizes as 0 bytes (2**64 wraps) and hands to the stub."""
+    request = service_pb2.ModelInferRequest(model_name=model)
+    for name in inputs:
+        request.inputs.add(name=name, datatype="INT64", shape=[1, 2**61])
+        request.raw_input_contents.append(b"")
+    return request
+
+
+def _live_stubs(soak: Soak, model: str | None = None) -> set[int]:
+    stubs = server_stubs(soak.server.pid or 0)
+    return {s.pid for s in stubs if s.alive and (model is None or s.model == model)}
+
+
+def overflowing_grpc_shape(soak: Soak) -> None:
+    """The overflowing shape over gRPC to a model with a variable INT64 axis (the text encoder): it must
+    get INVALID_ARGUMENT from the gRPC front and no stub of that model may die."""
+    client = grpcclient.InferenceServerClient(soak.server.grpc_url)
+    target = next((m for m in VARIABLE_INT64_MODELS if client.is_model_ready(m)), None)
+    if target is None:
+        return
+    inputs = tuple(i.name for i in client.get_model_metadata(target).inputs)
+    before = _live_stubs(soak, target)
+    with grpc.insecure_channel(soak.server.grpc_url) as channel:
+        try:
+            service_pb2_grpc.GRPCInferenceServiceStub(channel).ModelInfer(
+                overflowing_request(target, inputs), timeout=60
+            )
+            refused = False
+        except grpc.RpcError as error:
+            refused = error.code() == grpc.StatusCode.INVALID_ARGUMENT and "declares shape" in error.details()
+    alive = before <= _live_stubs(soak, target)
+    soak.report.check("overflowing gRPC shapes (INVALID_ARGUMENT, no stub lost)").record(refused and alive)
+
+
+def shared_memory_probe(soak: Soak) -> None:
+    """A client registers a stub's own IPC region, over HTTP and gRPC: refused both times, and nothing
+    ends up registered (without the fronts it read other clients' tensors through it)."""
+    stubs = [s for s in server_stubs(soak.server.pid or 0) if s.alive and s.shm_region]
+    if not stubs:
+        return
+    region = soak.rng.choice(stubs).shm_region
+    grpc_client = grpcclient.InferenceServerClient(soak.server.grpc_url)
+    refused = []
+    for client, status in ((soak.client, "403"), (grpc_client, "StatusCode.PERMISSION_DENIED")):
+        try:
+            client.register_system_shared_memory(region, f"/{region}", 4096)
+            refused.append(False)
+        except InferenceServerException as error:
+            refused.append(error.status() == status)
+    registered = soak.client.get_system_shared_memory_status()
+    soak.report.check("shared-memory probes (refused)").record(all(refused) and not registered)
+
+
+def fuzz_burst(soak: Soak) -> None:
+    """``soak.fuzz_cases`` mutated HTTP requests (``soak.http_fuzz``): each answered below 500, the
+    server live after each; a stub a case kills shows as lost requests in the accounting."""
+    if not soak.fuzz_cases:
+        return
+    seed = soak.rng.randrange(1 << 31)
+    models = soak.fuzz_models or soak.models
+    report = fuzz(soak.server.http_url, models, soak.fuzz_cases, seed, after_each=lambda: _liveness(soak))
+    for finding in report.findings:
+        log.error("http fuzz: %s", finding)
+    check = soak.report.check("http fuzz cases (answered below 500, server live)")
+    failed = {finding.split(":", 1)[0] for finding in report.findings}
+    for number in range(report.cases):
+        check.record(f"case {number}" not in failed)
+    log.info("%s", report.text().splitlines()[0])
+
+
+def _liveness(soak: Soak) -> list[str]:
+    try:
+        return [] if soak.client.is_server_live() else ["server not live"]
+    except InferenceServerException as error:
+        return [f"server not live: {error}"]
+
+
 FAULTS: dict[str, Callable[[Soak], None]] = {
     "kill": kill_stub,
     "stop": stop_stub,
     "bad": bad_request,
     "update": update_embedding,
+    "shm": shared_memory_probe,
+    "overflow": overflowing_grpc_shape,
+    "fuzz": fuzz_burst,
 }
 
 

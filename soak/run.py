@@ -1,10 +1,11 @@
 """``make soak``: mixed load for minutes with faults injected at random; nothing lost, nothing leaked.
 
-One server on the built repository (free ports, like the tests), supervised as ``make serve``'s is.
-Callers over HTTP and gRPC send ``trivial``, ``recommender`` and ``recommender_pipeline`` back to back;
-every few seconds (at random, seeded) one fault of ``soak.faults.FAULTS`` is injected (a stub killed
-or stopped, a malformed request, an embedding update), each kind once per round in random order. At
-the end the server is drained and stopped under load.
+One server on the built repository (free ports, like the tests), supervised and with both fronts in
+front of it as ``make serve``'s is. Callers over HTTP and gRPC send ``trivial``, ``recommender`` and
+``recommender_pipeline`` back to back; every few seconds (at random, seeded) one fault of
+``soak.faults.FAULTS`` is injected (a stub killed or stopped, a malformed request, an embedding update,
+a shared-memory probe, the overflowing gRPC shape, a burst of the HTTP fuzzer), each kind once per
+round in random order. At the end the server is drained and stopped under load.
 
 Accounting (``soak.report``): a failure is excused only inside the outage a fault caused, for the
 model it hit, with the error that outage explains; any other failure of a request sent before the
@@ -44,13 +45,17 @@ def _rss_mib(pid: int) -> float:
     return 0.0
 
 
-def run_soak(repository: Path, duration_s: float, seed: int = 0, fault_every_s: float = 20.0) -> SoakReport:
-    """Mixed load on ``repository`` for ``duration_s`` with a random fault every ~``fault_every_s``."""
+def run_soak(
+    repository: Path, duration_s: float, seed: int = 0, fault_every_s: float = 20.0, fuzz_cases: int = 100
+) -> SoakReport:
+    """Mixed load on ``repository`` for ``duration_s`` with a random fault every ~``fault_every_s``
+    (``fuzz_cases``: mutated HTTP requests per fuzz burst)."""
     rng = random.Random(seed)
     report = SoakReport(duration_s)
     options = ServerOptions(
-        repository=repository, model_control_mode="explicit", exit_timeout_s=5, port_wait_s=10
-    )
+        repository=repository, model_control_mode="explicit", exit_timeout_s=5, port_wait_s=10,
+        http_guard=True, grpc_guard=True,  # as `make serve` runs it: the fronts face the faults
+    )  # fmt: skip
     server = TritonServer(options)
     # supervised as make serve is: a server that dies anyway is restarted, and the report says so
     supervisor = Supervisor(server, record_path=None)
@@ -64,7 +69,8 @@ def run_soak(repository: Path, duration_s: float, seed: int = 0, fault_every_s: 
         served_by = {m: {m} | {n for n in names if m == PIPELINE and n.startswith(f"{m}_")} for m in models}
         load = MixedLoad(server.http_url, server.grpc_url, models, max_s=duration_s + 120).start()
         client = httpclient.InferenceServerClient(server.http_url)
-        soak = Soak(server, client, rng, report, models, sorted(set().union(*served_by.values())))
+        soak = Soak(server, client, rng, report, models, sorted(set().union(*served_by.values())), fuzz_cases)
+        soak.fuzz_models = [m for m in (*models, "text_embedding") if m in names]
         load.wait_for(20)
         report.rss_start_mib = _rss_mib(server.pid or 0)
         end = time.monotonic() + duration_s

@@ -17,27 +17,18 @@ import pytest
 import tritonclient.grpc as grpcclient
 import tritonclient.http as httpclient
 from harness import PROTOCOLS, trivial_inputs, url
-from tritonclient.grpc import service_pb2, service_pb2_grpc
+from tritonclient.grpc import service_pb2_grpc
 from tritonclient.utils import InferenceServerException
 
 from client.connection import connect
 from server import TritonServer
 from server.stubs import server_stubs
+from soak.faults import overflowing_request
 
 pytestmark = pytest.mark.integration
 ENCODER, TEXT = "text_embedding_encoder", "text_embedding"
 INVALID = {"http": "400", "grpc": "StatusCode.INVALID_ARGUMENT"}
 RESTRICTED = {"http": "403", "grpc": "StatusCode.UNAVAILABLE"}
-
-
-def overflowing_request() -> service_pb2.ModelInferRequest:
-    """The issue's 97 bytes: INT64 [1, 2**61] for both encoder inputs, with empty raw contents."""
-    request = service_pb2.ModelInferRequest(model_name=ENCODER)
-    for name in ("input_ids", "attention_mask"):
-        request.inputs.add(name=name, datatype="INT64", shape=[1, 2**61])
-        request.raw_input_contents.append(b"")
-    assert request.ByteSize() == 97
-    return request
 
 
 def _live_stubs(server: TritonServer) -> set[int]:
@@ -57,7 +48,7 @@ def test_the_overflowing_shape_kills_no_stub(fault_server: TritonServer, good_tr
         service = service_pb2_grpc.GRPCInferenceServiceStub(channel)
         for _ in range(3):  # measured without the front: each one killed the encoder's stub
             with pytest.raises(grpc.RpcError) as error:
-                service.ModelInfer(overflowing_request(), timeout=60)
+                service.ModelInfer(overflowing_request(ENCODER, ("input_ids", "attention_mask")), timeout=60)
             assert error.value.code() == grpc.StatusCode.INVALID_ARGUMENT
             assert error.value.details() == (
                 "input 'input_ids' declares shape [1, 2305843009213693952] (2305843009213693952 elements) "

@@ -26,6 +26,7 @@ from server.refusal import Refusal, RequestRefusedError
 from server.shm_ownership import Client, RegionRules
 from server.shm_regions import make_owner_only
 from server.tensor_limits import check_model_name
+from soak.faults import overflowing_request
 
 NOBODY = 65534
 
@@ -195,8 +196,8 @@ def _grpc_request(
 
 def test_grpc_inputs_must_carry_their_declared_bytes() -> None:
     """Issue 28 item 3: INT64 [1, 2**61] with empty raw contents is 97 bytes; Triton wraps 2**64 to 0."""
-    overflow = _grpc_request([1, 2**61])
-    assert len(overflow.SerializeToString()) == 97
+    overflow = overflowing_request("text_embedding_encoder", ("input_ids", "attention_mask"))
+    assert overflow.ByteSize() == 97
     with _refused(r"'input_ids' declares shape \[1, 2305843009213693952\].*its raw data carries only 0"):
         check_infer_request(overflow)
     assert check_infer_request(_grpc_request([1, 2], b"\0" * 16)) == []
