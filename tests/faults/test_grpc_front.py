@@ -65,9 +65,12 @@ def test_a_stream_answers_the_overflowing_shape_on_the_stream(fault_server: Trit
     stubs = _live_stubs(fault_server)
     client.start_stream(callback=lambda result, error: answers.put((result, error)))
     try:
-        ids = grpcclient.InferInput("input_ids", [1, 2**61], "INT64")
-        mask = grpcclient.InferInput("attention_mask", [1, 2**61], "INT64")
-        client.async_stream_infer(ENCODER, [ids, mask], request_id="bad")
+        overflowing = []
+        for name in ("input_ids", "attention_mask"):  # empty raw contents declared as [1, 2**61]
+            tensor = grpcclient.InferInput(name, [1, 0], "INT64")
+            tensor.set_data_from_numpy(np.zeros((1, 0), np.int64))
+            overflowing.append(tensor.set_shape([1, 2**61]))
+        client.async_stream_infer(ENCODER, overflowing, request_id="bad")
         good = []
         for name in ("input_ids", "attention_mask"):
             tensor = grpcclient.InferInput(name, [1, 4], "INT64")
