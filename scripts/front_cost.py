@@ -5,7 +5,11 @@ One server as ``make serve`` runs it (``server.http_guard`` and ``server.grpc_gu
 Triton's loopback ports). Each round measures the same model twice, once through the front and once
 on Triton's own port (perf_analyzer passing the front key, as the fronts do), so both see the same
 server, the same batcher and the same moment of a shared machine; the ratios of each round are the
-result. Not a test: a measurement to repeat where the cost matters.
+result, with the CPU each route costs per request (the front process's, and tritonserver's with its
+stubs', from ``/proc``; requests counted by the server's statistics). The recommender runs without
+its queue policy: on Triton 2.51 a queue policy with one instance makes the batcher stall ~500 ms now
+and then (docs/SERVING.md), which would swamp both routes alike. A run perf_analyzer cannot make
+stable is reported and its round skipped. Not a test: a measurement to repeat where the cost matters.
 
     .venv/bin/python scripts/front_cost.py [--rounds 5] [--protocols grpc http] [--window-ms 3000]
 """
@@ -18,11 +22,15 @@ import tempfile
 from pathlib import Path
 
 import numpy as np
+import tritonclient.http as httpclient
 import yaml
 
+from client.stats import model_stats
 from exporters.repository import build_repository
 from exporters.spec import parse_spec
 from perf.analyzer import NOISY_MACHINE, find_perf_analyzer, run_perf_analyzer
+from perf.errors import StudyError
+from perf.server_view import process_tree_cpu_s
 from server import ServerOptions, TritonServer
 from server.admin import FRONT_HEADER, GRPC_FRONT_HEADER
 
@@ -30,10 +38,11 @@ MODEL = "recommender"
 
 
 def _inputs(rows: int = 16) -> dict[str, np.ndarray]:
+    """perf_analyzer's input pool; ids below 10 fit every embedding table of the recommender."""
     rng = np.random.default_rng(0)
     return {
-        "dense": rng.standard_normal((rows, 1, 13)).astype(np.float32),
-        "sparse_ids": rng.integers(0, 10_000, (rows, 1, 8)).astype(np.int64),
+        "dense": rng.standard_normal((rows, 13)).astype(np.float32),
+        "sparse_ids": rng.integers(0, 10, (rows, 8)).astype(np.int64),
     }
 
 
@@ -46,24 +55,46 @@ def _routes(server: TritonServer, protocol: str) -> dict[str, tuple[str, tuple[s
     return {"front": (server.http_url, ()), "direct": (own, ("-H", f"{header}:{server.admin_key}"))}
 
 
+def _cpu_and_requests(server: TritonServer, front_pid: int) -> tuple[float, float, int]:
+    """CPU seconds of the front and of tritonserver with its stubs, and the requests it has counted."""
+    stats = model_stats(httpclient.InferenceServerClient(server.triton_http_url), "http", MODEL)
+    return process_tree_cpu_s(front_pid), process_tree_cpu_s(server.pid or 0), stats.requests
+
+
 def _compare(server: TritonServer, protocol: str, args: argparse.Namespace, binary: Path, out: Path) -> None:
     ratios: dict[str, list[float]] = {"throughput": [], "p50": [], "p99": []}
-    print(f"{protocol}, {MODEL}, concurrency {args.concurrency}: inf/s, p50 ms, p99 ms")
+    front = server.grpc_front if protocol == "grpc" else server.guard
+    assert front is not None
+    header = "inf/s, p50 ms, p99 ms, CPU ms per request: front, server"
+    print(f"{protocol}, {MODEL}, concurrency {args.concurrency}: {header}")
     for round_number in range(1, args.rounds + 1):
         results = {}
         for route, (url, header) in _routes(server, protocol).items():
-            result = run_perf_analyzer(
-                binary, MODEL, url, protocol, args.concurrency, args.window_ms, out, _inputs(),
-                extra_args=(*header, *NOISY_MACHINE),
-            )  # fmt: skip
+            before = _cpu_and_requests(server, front.pid)
+            try:
+                result = run_perf_analyzer(
+                    binary, MODEL, url, protocol, args.concurrency, args.window_ms, out, _inputs(),
+                    extra_args=(*header, *NOISY_MACHINE),
+                )  # fmt: skip
+            except StudyError as error:
+                print(f"  round {round_number} {route:6} not stable, round skipped: {str(error)[:80]}")
+                break
             results[route] = result
-            figures = f"{result.throughput:8.0f} {result.p50_ms:7.2f} {result.p99_ms:7.2f}"
+            after = _cpu_and_requests(server, front.pid)
+            requests = max(after[2] - before[2], 1)
+            front_ms, server_ms = (1000 * (after[i] - before[i]) / requests for i in (0, 1))
+            cpu = f"{front_ms:6.2f} {server_ms:6.2f}"
+            figures = f"{result.throughput:8.0f} {result.p50_ms:7.2f} {result.p99_ms:7.2f} {cpu}"
             print(f"  round {round_number} {route:6} {figures}", flush=True)
-        front, direct = results["front"], results["direct"]
-        ratios["throughput"].append(front.throughput / direct.throughput)
-        ratios["p50"].append(front.p50_ms / direct.p50_ms)
-        ratios["p99"].append(front.p99_ms / direct.p99_ms)
+        if len(results) < 2:
+            continue
+        fronted, direct = results["front"], results["direct"]
+        ratios["throughput"].append(fronted.throughput / direct.throughput)
+        ratios["p50"].append(fronted.p50_ms / direct.p50_ms)
+        ratios["p99"].append(fronted.p99_ms / direct.p99_ms)
     for name, values in ratios.items():
+        if not values:
+            continue
         shown = ", ".join(f"{v:.2f}" for v in values)
         print(f"  front/direct {name}: median {statistics.median(values):.2f} (rounds: {shown})")
 
@@ -83,6 +114,7 @@ def main() -> None:
         raise SystemExit("no perf_analyzer: run `make perf-analyzer` first")
     data = yaml.safe_load(args.spec.read_text())
     data["models"] = [m for m in data["models"] if m["name"] == MODEL]
+    data["models"][0]["batching"].pop("queue", None)
     data.pop("pipelines", None), data.pop("text_embeddings", None)
     with tempfile.TemporaryDirectory() as folder:
         repository, out = Path(folder, "repository"), Path(folder, "out")

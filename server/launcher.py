@@ -13,6 +13,11 @@ loaded at start, its model-repository/trace/logging APIs restricted to a random 
 SIGTERM; and ``/v2/health/ready`` runs non-strict, because 2.51 keeps it false for good after one
 failed version load even while the old version serves; per-model readiness and ``python -m client
 health`` say which models serve.
+
+Fronts (``make serve`` runs both): ``http_guard`` and ``grpc_guard`` put ``server.http_guard`` and
+``server.grpc_guard`` on the public ports and move Triton's own to loopback ports, where inference and
+shared memory answer only what a front passed on (``server.admin``). The stubs' ``/dev/shm`` regions
+are made owner-only once the server is ready (``server.shm_regions``).
 """
 
 from __future__ import annotations
