@@ -20,7 +20,7 @@ from exporters.init_entry import entry_yaml, init_entry
 from exporters.model_config import ModelConfig
 from exporters.pipeline_build import BuiltPipeline, build_pipelines
 from exporters.repository import build_repository
-from exporters.spec import load_spec
+from exporters.resolve import load_spec
 from exporters.text_embedding import build_text_embeddings
 
 

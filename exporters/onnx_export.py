@@ -14,7 +14,6 @@ from __future__ import annotations
 import hashlib
 import json
 import logging
-import warnings
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
@@ -25,14 +24,14 @@ import onnxruntime as ort
 import torch
 from torch import nn
 
-from exporters.errors import ExportCheckError
 from exporters.file_hash import file_matches, file_sha256
+from exporters.onnx_files import OPSET, check_external_data
 from exporters.parity import compare_outputs
+from exporters.sources.load import load_source
 from exporters.spec import ModelSpec
 
 log = logging.getLogger(__name__)
 
-OPSET = 17
 EXPORTER_VERSION = "2"  # bump when the export procedure changes, to invalidate cached artifacts
 
 
@@ -75,54 +74,11 @@ def content_hash(spec: ModelSpec, identity: Any) -> str:
     return digest.hexdigest()
 
 
-def check_external_data(model_path: Path) -> None:
-    """Reject ONNX initializers stored outside the model's own folder (path traversal on load)."""
-    model = onnx.load(str(model_path), load_external_data=False)
-    root = model_path.parent.resolve()
-    for tensor in model.graph.initializer:
-        if tensor.data_location != onnx.TensorProto.EXTERNAL:
-            continue
-        location = next((e.value for e in tensor.external_data if e.key == "location"), "")
-        target = (root / location).resolve()
-        if Path(location).is_absolute() or not target.is_relative_to(root):
-            raise ExportCheckError(
-                f"{model_path}: initializer {tensor.name!r} points outside the model folder: {location!r}"
-            )
-
-
 def run_onnx(path: Path, spec: ModelSpec, inputs: list[np.ndarray]) -> list[np.ndarray]:
     session = ort.InferenceSession(str(path), providers=["CPUExecutionProvider"])
     return session.run(
         [t.name for t in spec.outputs], {t.name: a for t, a in zip(spec.inputs, inputs, strict=True)}
     )
-
-
-def export_module_onnx(
-    module: nn.Module,
-    example: tuple[torch.Tensor, ...],
-    input_names: list[str],
-    output_names: list[str],
-    path: Path,
-    variable_axes: dict[str, dict[int, str]] | None = None,
-) -> None:
-    """``torch.onnx.export`` with this project's conventions: the given tensor names, a dynamic batch
-    axis on every tensor (plus ``variable_axes``), ``OPSET``, the TorchScript-based exporter. Used for
-    models and pipeline stages."""
-    axes = {
-        name: {0: "batch", **(variable_axes or {}).get(name, {})} for name in [*input_names, *output_names]
-    }
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")
-        torch.onnx.export(
-            module,
-            example,
-            str(path),
-            input_names=input_names,
-            output_names=output_names,
-            dynamic_axes=axes,
-            opset_version=OPSET,
-            dynamo=False,
-        )
 
 
 def export_onnx(spec: ModelSpec, out_dir: Path) -> Artifact:
@@ -131,8 +87,6 @@ def export_onnx(spec: ModelSpec, out_dir: Path) -> Artifact:
     The file only takes its final name after ``onnx.checker`` and the parity check against the source
     (batch sizes 1 and 3, so the dynamic batch axis is exercised) have passed.
     """
-    from exporters.sources.load import load_source
-
     source = load_source(spec)
     source.check_signature()
     digest = content_hash(spec, source)

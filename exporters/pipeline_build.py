@@ -27,6 +27,7 @@ from torch import nn
 import python_backend
 from exporters.errors import SpecError
 from exporters.file_hash import file_matches, file_sha256
+from exporters.inputs import draw_inputs
 from exporters.model_config import ModelConfig, write_config
 from exporters.onnx_export import content_hash
 from exporters.pipeline_configs import pipeline_configs
@@ -43,9 +44,9 @@ from exporters.pipeline_stages import (
     run_stages,
     stage_examples,
 )
+from exporters.sources.load import build_torch_model
 from exporters.spec import ModelSpec, PipelineSpec, Spec
 from exporters.splitter import SplitPlan
-from exporters.zoo.reference import build_torch_model, sample_inputs
 
 log = logging.getLogger(__name__)
 
@@ -63,7 +64,7 @@ class BuiltPipeline:
 
 
 def _samples(spec: ModelSpec, model: nn.Module, batch: int, seed: int) -> Tensors:
-    arrays = sample_inputs(spec, model, batch, seed)
+    arrays = draw_inputs(spec, batch, seed, model)
     return {t.name: torch.from_numpy(a) for t, a in zip(spec.inputs, arrays, strict=True)}
 
 

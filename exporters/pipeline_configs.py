@@ -15,7 +15,8 @@ from exporters.configs import build_model_config, model_tensor, resolve_target
 from exporters.guards import guard_parameters
 from exporters.model_config import EnsembleStep, InstanceGroup, ModelConfig, ModelTensor, OptionalModelInput
 from exporters.pipeline_stages import Stage
-from exporters.spec import DTYPES, Batching, ModelSpec, PipelineSpec
+from exporters.spec import ModelSpec, PipelineSpec
+from exporters.spec_sections import DTYPES, Batching
 from python_backend.torch_stage.embedding_rows import UPDATE_ROW, UPDATE_TABLE, UPDATE_VALUES, UPDATE_VERSION
 
 

@@ -22,9 +22,9 @@ import torch
 from exporters.errors import SpecError
 from exporters.pipeline_build import make_stages
 from exporters.pipeline_stages import check_stages, export_stage, load_stage
+from exporters.sources.load import build_torch_model
 from exporters.spec import ModelSpec, PipelineSpec
 from exporters.zoo.recommender import Recommender
-from exporters.zoo.reference import build_torch_model
 from python_backend.dtypes import DTYPES
 from python_backend.torch_stage.embedding_rows import UPDATE_ROW, UPDATE_TABLE, UPDATE_VALUES
 

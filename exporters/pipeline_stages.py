@@ -20,10 +20,11 @@ import torch
 from torch import nn
 
 from exporters.errors import ExporterError, SpecError, StageExportError
-from exporters.onnx_export import check_external_data, export_module_onnx
+from exporters.onnx_files import check_external_data, export_module_onnx
 from exporters.parity import ParityReport, compare_outputs
 from exporters.pipeline_record import BoundaryRecord
-from exporters.spec import ModelSpec, PipelineSpec, TensorSpec
+from exporters.spec import ModelSpec, PipelineSpec
+from exporters.spec_sections import TensorSpec
 from exporters.splitter import SplitPlan, plan_split, split_blocks
 from exporters.zoo.recommender import Recommender
 from python_backend.dtypes import DTYPES

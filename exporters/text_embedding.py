@@ -33,7 +33,7 @@ from torch import nn
 from exporters.errors import ExportCheckError, SpecError
 from exporters.fp16 import to_fp16
 from exporters.model_config import ModelConfig, write_config
-from exporters.onnx_export import OPSET, check_external_data
+from exporters.onnx_files import OPSET, check_external_data
 from exporters.text_configs import TOKEN_INPUTS, text_configs
 from exporters.text_spec import TextEmbeddingSpec
 from python_backend import install_onnxruntime_backend, install_text_tokenizer

@@ -17,11 +17,12 @@ import torch
 from torch import nn
 
 from exporters.errors import SpecError
+from exporters.file_hash import hash_files
 from exporters.inputs import draw_inputs
-from exporters.onnx_export import export_module_onnx
-from exporters.sources.loading import hash_files
-from exporters.spec import VARIABLE, ModelSpec
-from exporters.zoo.reference import torch_reference
+from exporters.onnx_files import export_module_onnx
+from exporters.spec import ModelSpec
+from exporters.spec_sections import VARIABLE
+from exporters.torch_reference import torch_reference
 
 
 def check_output_shapes(spec: ModelSpec, outputs: list[np.ndarray], what: str) -> None:

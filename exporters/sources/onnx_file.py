@@ -19,10 +19,11 @@ import onnxruntime as ort
 
 from exporters.errors import ExportCheckError, SpecError
 from exporters.fp16 import to_fp16
-from exporters.inputs import widen
-from exporters.onnx_export import check_external_data
+from exporters.onnx_files import check_external_data
 from exporters.sources.base import LoadedSource
-from exporters.spec import VARIABLE, ModelSpec, OnnxSource, TensorSpec
+from exporters.spec import ModelSpec, OnnxSource
+from exporters.spec_sections import VARIABLE, TensorSpec
+from exporters.torch_reference import widen
 from python_backend.dtypes import DTYPES
 
 # ONNX element type -> spec name, from the one dtype table (types numpy, hence a model, can carry)

@@ -13,7 +13,8 @@ from pathlib import Path
 from typing import Any
 
 from exporters.errors import SpecError
-from exporters.spec import INTEGER_DTYPES, VARIABLE, ModelSpec, TensorSpec
+from exporters.spec import ModelSpec
+from exporters.spec_sections import INTEGER_DTYPES, VARIABLE, TensorSpec
 
 
 def to_tensor_specs(

@@ -23,11 +23,12 @@ import onnx
 import torch
 
 from exporters.errors import SpecError
+from exporters.file_hash import hash_files
 from exporters.fp16 import to_fp16
-from exporters.inputs import widen
 from exporters.sources.base import TorchModuleSource
-from exporters.sources.loading import hash_files
-from exporters.spec import MODEL_DTYPES, VARIABLE, ModelSpec, TensorSpec, TorchExportSource
+from exporters.spec import ModelSpec, TorchExportSource
+from exporters.spec_sections import MODEL_DTYPES, VARIABLE, TensorSpec
+from exporters.torch_reference import widen
 from python_backend.dtypes import DTYPES
 from python_backend.torch_stage.safe_program import UnsafeArtifactError, load_exported_program
 

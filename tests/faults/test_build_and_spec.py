@@ -17,7 +17,8 @@ from harness import PROTOCOLS, orphans, trivial_inputs, url
 
 from client.connection import connect
 from exporters.errors import ExportCheckError, SpecError
-from exporters.onnx_export import check_external_data, export_onnx
+from exporters.onnx_export import export_onnx
+from exporters.onnx_files import check_external_data
 from exporters.spec import parse_spec
 from server import ServerError, ServerOptions, TritonServer
 from server.launcher import python_shm_bytes

@@ -16,8 +16,8 @@ from exporters.model_config import read_config
 from exporters.pipeline_build import build_pipelines, make_stages
 from exporters.pipeline_record import PipelineRecord
 from exporters.pipeline_stages import Stage, check_stages, export_stage
+from exporters.sources.load import build_torch_model
 from exporters.spec import Spec, TensorSpec, parse_spec
-from exporters.zoo.reference import build_torch_model
 
 PIPELINES = [
     {"name": "rec", "model": "recommender", "split": "embedding_dense", "live_updates": True},
