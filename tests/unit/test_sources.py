@@ -19,8 +19,8 @@ from exporters.init_entry import entry_yaml, init_entry
 from exporters.inputs import draw_inputs
 from exporters.onnx_export import content_hash, export_onnx
 from exporters.repository import build_repository
-from exporters.sources.load import load_source
 from exporters.resolve import resolve_spec
+from exporters.sources.load import load_source
 from exporters.spec import Spec, parse_spec
 
 
