@@ -1,0 +1,80 @@
+"""Fault matrix row: a ``.pt2`` that would run pickled code is refused, and the code never runs.
+
+Each crafted archive (``crafted_programs``) is a valid program plus an entry torch 2.13 unpickles with
+``weights_only=False``; the pickle runs ``touch <marker>``. It is handed to ``python -m exporters
+build`` (a model's ``torch_export`` source), to ``python -m exporters init --torch-export``, and to the
+stage runner inside a real server (as a pipeline stage's ``stage.pt2``). Each must refuse it with an
+error naming the entry, and the marker must never appear.
+"""
+
+from __future__ import annotations
+
+import shutil
+from pathlib import Path
+
+import pytest
+import yaml
+from crafted_programs import VARIANTS, craft, linear_program
+from harness import orphans
+
+from exporters.__main__ import main as exporters_main
+from server import ServerOptions, TritonServer
+
+pytestmark = pytest.mark.integration
+
+EMBEDDING_STAGE = "recommender_pipeline_embedding"
+REFUSAL = "is not one that torch.export.save writes"
+
+
+@pytest.mark.parametrize("variant", VARIANTS)
+def test_build_and_init_refuse_a_program_that_would_unpickle(
+    variant: str, tmp_path: Path, capsys: pytest.CaptureFixture, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("COLUMNS", "1000")  # the CLI's console: one message, one line
+    marker = tmp_path / "pwned"
+    program = craft(variant, linear_program(tmp_path / "valid.pt2"), tmp_path / "crafted.pt2", marker)
+    spec = tmp_path / "models.yaml"
+    entry = {
+        "name": "crafted", "source": {"torch_export": "crafted.pt2"}, "max_batch_size": 8,
+        "inputs": [{"name": "input", "dtype": "fp32", "shape": [3]}],
+        "outputs": [{"name": "output", "dtype": "fp32", "shape": [2]}],
+    }  # fmt: skip
+    spec.write_text(yaml.safe_dump({"models": [entry]}))
+    repository = tmp_path / "repository"
+
+    code = exporters_main(["build", "--spec", str(spec), "--repository", str(repository), "--gpus", "0"])
+    built = capsys.readouterr().out
+    assert not marker.exists(), f"{variant}: the archive's pickle ran during the build"
+    assert code == 2, built
+    assert "crafted.source.torch_export: refused" in built and REFUSAL in built
+    assert not (repository / "crafted" / "1" / "model.onnx").exists()
+
+    code = exporters_main(["init", "--torch-export", str(program)])
+    assert not marker.exists(), f"{variant}: the archive's pickle ran during init"
+    assert code == 2 and REFUSAL in capsys.readouterr().out
+
+
+def test_the_stage_runner_in_the_server_refuses_them(fault_repository: Path, tmp_path: Path) -> None:
+    """Each crafted archive as the embedding stage's ``stage.pt2``, beside an untouched copy: the
+    untouched stage loads (the runner is not refusing everything), each crafted one fails to load with
+    the refusal as its reason, and none of their pickles runs."""
+    repository = tmp_path / "repository"
+    shutil.copytree(fault_repository / EMBEDDING_STAGE, repository / "stage_untouched")
+    markers = {}
+    for variant in VARIANTS:
+        folder = repository / f"stage_{variant}"
+        shutil.copytree(fault_repository / EMBEDDING_STAGE, folder)
+        markers[variant] = tmp_path / f"pwned_{variant}"
+        program = folder / "1" / "stage.pt2"
+        craft(variant, fault_repository / EMBEDDING_STAGE / "1" / "stage.pt2", program, markers[variant])
+    for folder in repository.iterdir():
+        config = folder / "config.pbtxt"
+        config.write_text(config.read_text().replace(f'name: "{EMBEDDING_STAGE}"', f'name: "{folder.name}"'))
+        (folder / "1" / "live_updates.wal").unlink(missing_ok=True)
+
+    with TritonServer(ServerOptions(repository=repository, startup_timeout_s=240)) as server:
+        assert sorted(server.failed_models) == sorted(f"stage_{v}" for v in VARIANTS), server.failed_models
+        for variant in VARIANTS:
+            assert REFUSAL in server.failed_models[f"stage_{variant}"], server.describe_failures()
+        assert not orphans(server)
+    assert [v for v, marker in markers.items() if marker.exists()] == [], "a stage's pickle ran in the server"
