@@ -20,9 +20,12 @@ from exporters.errors import ExportCheckError
 OPSET = 17
 
 
-def check_external_data(model_path: Path) -> None:
-    """Reject ONNX initializers stored outside the model's own folder (path traversal on load)."""
-    model = onnx.load(str(model_path), load_external_data=False)
+def check_external_data(model_path: Path, model: onnx.ModelProto | None = None) -> None:
+    """Reject ONNX initializers stored outside the model's own folder (path traversal on load).
+
+    ``model``: the file already loaded without its external data (read from ``model_path`` if None).
+    """
+    model = model if model is not None else onnx.load(str(model_path), load_external_data=False)
     root = model_path.parent.resolve()
     for tensor in model.graph.initializer:
         if tensor.data_location != onnx.TensorProto.EXTERNAL:

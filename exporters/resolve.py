@@ -11,11 +11,10 @@ from __future__ import annotations
 import dataclasses
 from pathlib import Path
 
-import yaml
-
 from exporters.errors import SpecError
 from exporters.sources.signature import read_signature
 from exporters.spec import SELF_DESCRIBING, ModelSpec, Spec, parse_spec
+from exporters.spec_yaml import load_spec_document
 from exporters.typed import nested
 
 
@@ -41,9 +40,6 @@ def resolve_spec(spec: Spec) -> Spec:
 
 
 def load_spec(path: str | Path) -> Spec:
-    """Read, validate and resolve a ``models.yaml`` file; its folder anchors the relative paths inside."""
-    try:
-        data = yaml.safe_load(Path(path).read_text())
-    except (OSError, yaml.YAMLError) as error:
-        raise SpecError(str(path), f"cannot read spec: {error}") from error
-    return resolve_spec(parse_spec(data, Path(path).resolve().parent))
+    """Read (within ``exporters.spec_yaml``'s bounds), validate and resolve a ``models.yaml`` file; its
+    folder anchors the relative paths inside it."""
+    return resolve_spec(parse_spec(load_spec_document(path), Path(path).resolve().parent))

@@ -31,6 +31,7 @@ from exporters.spec_sections import (
     TensorSpec,
     Threads,
 )
+from exporters.spec_yaml import check_expansion
 from exporters.text_spec import TextEmbeddingSpec, parse_text_embeddings
 from exporters.typed import at_least, check_fields, parse
 from exporters.zoo import ZOO
@@ -183,6 +184,9 @@ class ModelSpec:
             check_zoo_options(self.options)
         elif self.source_kind != "python" and self.options:
             raise SpecError("options", f"{self.source_kind} sources take no options (only zoo and python do)")
+        # Options reach the content hash (as JSON) and the user's factory: bounded as expanded, also when
+        # the spec was built from data that did not come through exporters.spec_yaml.
+        check_expansion({"options": self.options})
 
     def _check_tensors(self) -> None:
         for kind in ("inputs", "outputs"):

@@ -16,6 +16,7 @@ from typing import Any
 import numpy as np
 import onnx
 import onnxruntime as ort
+from google.protobuf.message import DecodeError
 
 from exporters.errors import ExportCheckError, SpecError
 from exporters.fp16 import to_fp16
@@ -150,16 +151,30 @@ class OnnxFileSource(LoadedSource):
         onnx.save(to_fp16(self.model) if needs_half else self.model, str(path))
 
 
-def load_checked(path: Path, field: str) -> onnx.ModelProto:
-    """The user's ONNX file, loaded with its external data after the confinement and checker checks."""
+def read_model(path: Path, field: str, load_external_data: bool = True) -> onnx.ModelProto:
+    """The ONNX file at ``path``; a ``SpecError`` naming ``field`` and the file when there is none or it
+    is not an ONNX model (``onnx: /etc/passwd`` fails to decode; some bytes decode to a message with no
+    graph)."""
     if not path.is_file():
         raise SpecError(field, f"no such file: {path}")
     try:
-        check_external_data(path)
-        model = onnx.load(str(path))
-        onnx.checker.check_model(model, full_check=True)
+        model = onnx.load(str(path), load_external_data=load_external_data)
+    except (DecodeError, OSError, ValueError) as error:
+        raise SpecError(field, f"{path} is not an ONNX model ({type(error).__name__}: {error})") from error
+    if not model.HasField("graph") or model.ir_version < 1:
+        raise SpecError(field, f"{path} is not an ONNX model (no graph or IR version in it)")
+    return model
+
+
+def load_checked(path: Path, field: str) -> onnx.ModelProto:
+    """The user's ONNX file, loaded with its external data after the confinement and checker checks."""
+    try:
+        check_external_data(path, read_model(path, field, load_external_data=False))
     except ExportCheckError as error:
         raise SpecError(field, str(error)) from error
+    model = read_model(path, field)  # its external data, now known to lie inside its folder
+    try:
+        onnx.checker.check_model(model, full_check=True)
     except (onnx.checker.ValidationError, onnx.shape_inference.InferenceError, OSError, ValueError) as error:
         raise SpecError(field, f"{path} is not a valid ONNX model: {error}") from error
     return model
