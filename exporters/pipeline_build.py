@@ -36,17 +36,20 @@ from exporters.pipeline_stages import (
     Stage,
     Tensors,
     block_stages,
+    check_stage_file,
     check_stages,
     describe_boundaries,
     embedding_dense_stages,
-    export_stage,
     load_stage,
     run_stages,
+    stage_artifact,
     stage_examples,
 )
+from exporters.records import read_record
 from exporters.sources.load import build_torch_model
 from exporters.spec import ModelSpec, PipelineSpec, Spec
 from exporters.splitter import SplitPlan
+from python_backend.atomic_files import staged
 
 log = logging.getLogger(__name__)
 
@@ -89,10 +92,11 @@ def make_stages(
 def _recorded(repository: Path, pipeline: PipelineSpec, digest: str) -> PipelineRecord | None:
     """The record of an identical earlier build whose artifacts are all still there, else None."""
     record_path = repository / pipeline.name / RECORD
-    if not record_path.exists():
+    data = read_record(record_path)
+    if data is None:
         return None
     try:
-        record = PipelineRecord.read(record_path)
+        record = PipelineRecord.from_json(data)
     except (KeyError, TypeError, ValueError):  # an older or damaged record: rebuild
         log.info("%s: unreadable %s, rebuilding", pipeline.name, record_path)
         return None
@@ -114,10 +118,8 @@ def _missing_folders(folder: Path) -> list[Path]:
     return missing[::-1]
 
 
-def _discard(partials: list[Path], created: list[Path]) -> None:
-    """Remove a failed build's ``.partial`` files, then the folders it made (innermost first, if empty)."""
-    for partial in partials:
-        partial.unlink(missing_ok=True)
+def _discard(created: list[Path]) -> None:
+    """Remove the folders a failed build made (innermost first, if empty)."""
     for folder in reversed(created):
         with contextlib.suppress(OSError):  # not empty: something else lives there now; leave it
             folder.rmdir()
@@ -127,7 +129,7 @@ def _export(
     pipeline: PipelineSpec, spec: ModelSpec, model: nn.Module, stages: list[Stage], plan: SplitPlan | None,
     repository: Path, digest: str,
 ) -> PipelineRecord:  # fmt: skip
-    """Check in torch, export to ``.partial`` files, check the artifacts, then commit; the record."""
+    """Check in torch, export to temporary files, check the artifacts, then commit; the record."""
     batches = sorted({1, min(3, spec.max_batch_size)})  # the export's batch axis ends at max_batch_size
     samples = [_samples(spec, model, batch, seed=100 + batch) for batch in batches]
 
@@ -146,33 +148,32 @@ def _export(
 
         what = f"{pipeline.name} ({pipeline.boundary_dtype} boundaries vs uncompressed pipeline)"
         compression = check_stages(stages, uncompressed, samples, pipeline.boundary_dtype, what).max_rel_error
-    partials: list[Path] = []
     created: list[Path] = []  # folders this call made, parents first
     try:
-        for stage, example in zip(stages, stage_examples(stages, samples[-1]), strict=True):
-            folder = repository / stage.name / "1"
-            created += _missing_folders(folder)
-            folder.mkdir(parents=True, exist_ok=True)
-            partial = folder / f"partial.{stage.artifact_name}"  # keeps the suffix torch.export.load wants
-            partials.append(partial)
-            export_stage(stage, example, spec.max_batch_size, partial)
-        loaded = [load_stage(stage, path) for stage, path in zip(stages, partials, strict=True)]
-        what = f"{pipeline.name} (exported stages vs {spec.name})"
-        artifacts = check_stages(stages, whole, samples, pipeline.boundary_dtype, what, fns=loaded)
+        with contextlib.ExitStack() as commit:  # a clean exit replaces every stage's artifact whole
+            partials = []
+            for stage, example in zip(stages, stage_examples(stages, samples[-1]), strict=True):
+                folder = repository / stage.name / "1"
+                created += _missing_folders(folder)
+                data = stage_artifact(stage, example, spec.max_batch_size)
+                partials.append(commit.enter_context(staged(folder / stage.artifact_name, len(data))))
+                partials[-1].write_bytes(data)
+                check_stage_file(stage, partials[-1])
+            loaded = [load_stage(stage, path) for stage, path in zip(stages, partials, strict=True)]
+            what = f"{pipeline.name} (exported stages vs {spec.name})"
+            artifacts = check_stages(stages, whole, samples, pipeline.boundary_dtype, what, fns=loaded)
+            hashes = [file_sha256(partial) for partial in partials]
     except BaseException:  # nothing half-built stays in the repository, whatever the failure
-        _discard(partials, created)
+        _discard(created)
         raise
-    for stage, partial in zip(stages, partials, strict=True):
-        partial.replace(partial.parent / stage.artifact_name)
     ranges = plan.stage_ranges() if plan else [None] * len(stages)
     return PipelineRecord(
         content_hash=digest, pipeline=pipeline.name, model=spec.name, split=pipeline.split,
         stages=tuple(
             StageRecord(
-                s.name, s.runtime, s.artifact_name, r, tuple(t.name for t in s.inputs), s.output.name,
-                file_sha256(repository / s.name / "1" / s.artifact_name),
+                s.name, s.runtime, s.artifact_name, r, tuple(t.name for t in s.inputs), s.output.name, sha256
             )
-            for s, r in zip(stages, ranges, strict=True)
+            for s, r, sha256 in zip(stages, ranges, hashes, strict=True)
         ),
         split_plan=plan, boundary_dtype=pipeline.boundary_dtype,
         boundaries=tuple(describe_boundaries(stages)), split_max_rel_error=split.max_rel_error,

@@ -13,6 +13,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
+from exporters.records import write_record
 from exporters.splitter import SplitPlan
 
 
@@ -91,7 +92,7 @@ class PipelineRecord:
         )  # fmt: skip
 
     def write(self, path: Path) -> None:
-        path.write_text(json.dumps(self.to_json(), indent=2))
+        write_record(path, self.to_json())
 
     @classmethod
     def read(cls, path: Path) -> PipelineRecord:

@@ -8,6 +8,7 @@ it back to fp32, so neither the runner nor the ensemble knows about compression 
 
 from __future__ import annotations
 
+import io
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -20,7 +21,7 @@ import torch
 from torch import nn
 
 from exporters.errors import ExporterError, SpecError, StageExportError
-from exporters.onnx_files import check_external_data, export_module_onnx
+from exporters.onnx_files import check_external_data, module_to_onnx
 from exporters.parity import ParityReport, compare_outputs
 from exporters.pipeline_record import BoundaryRecord
 from exporters.spec import ModelSpec, PipelineSpec
@@ -165,32 +166,49 @@ def _example_for(stage: Stage, tensors: Tensors) -> tuple[torch.Tensor, ...]:
     return tuple(tensors[t.name] for t in stage.inputs)
 
 
-def export_stage(stage: Stage, example: tuple[torch.Tensor, ...], max_batch_size: int, path: Path) -> None:
-    """Write the stage's artifact: a ``torch.export`` program with a dynamic batch axis, or ONNX.
+def stage_artifact(stage: Stage, example: tuple[torch.Tensor, ...], max_batch_size: int) -> bytes:
+    """The stage's artifact: a ``torch.export`` program with a dynamic batch axis, or ONNX.
 
     The example's batch must be within ``1..max_batch_size``; with a maximum of 1 the batch axis is static.
-    Any failure of the exporter surfaces as a ``StageExportError`` naming the stage.
+    Any failure of the exporter surfaces as a ``StageExportError`` naming the stage. Made in memory:
+    torch's zip writer aborts the process (SIGABRT) when the disk fills mid-file, while the caller's own
+    write of these bytes fails with a clear error.
     """
     try:
         if stage.runtime == "onnx":
-            export_module_onnx(
-                stage.module, example, [t.name for t in stage.inputs], [stage.output.name], path
-            )
-            onnx.checker.check_model(str(path), full_check=True)
-            check_external_data(path)
-            return
+            return module_to_onnx(stage.module, example, [t.name for t in stage.inputs], [stage.output.name])
         dynamic = None
         if max_batch_size > 1:  # torch.export has no Dim with min == max
             batch = torch.export.Dim("batch", min=1, max=max_batch_size)
             dynamic = tuple({0: batch} for _ in example)
         program = torch.export.export(stage.module, example, dynamic_shapes=dynamic)
-        torch.export.save(program, str(path))
+        buffer = io.BytesIO()
+        torch.export.save(program, buffer)
+        return buffer.getvalue()
     except ExporterError:
         raise
     except Exception as error:
         raise StageExportError(
             f"stage {stage.name}: {stage.runtime} export failed: {type(error).__name__}: {error}"
         ) from error
+
+
+def check_stage_file(stage: Stage, path: Path) -> None:
+    """An ONNX stage file must pass ``onnx.checker`` and keep its data inside its folder (a ``.pt2`` is
+    checked when it is loaded back, by the loader the server uses)."""
+    if stage.runtime != "onnx":
+        return
+    try:
+        onnx.checker.check_model(str(path), full_check=True)
+    except (onnx.checker.ValidationError, onnx.shape_inference.InferenceError) as error:
+        raise StageExportError(f"stage {stage.name}: {path.name} fails onnx.checker: {error}") from error
+    check_external_data(path)
+
+
+def export_stage(stage: Stage, example: tuple[torch.Tensor, ...], max_batch_size: int, path: Path) -> None:
+    """Write the stage's artifact (``stage_artifact``) to ``path`` and check it."""
+    path.write_bytes(stage_artifact(stage, example, max_batch_size))
+    check_stage_file(stage, path)
 
 
 def load_stage(stage: Stage, path: Path) -> StageFn:

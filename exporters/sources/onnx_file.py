@@ -145,10 +145,10 @@ class OnnxFileSource(LoadedSource):
     def fold_identity(self, digest: Any) -> None:
         digest.update(self.model.SerializeToString())
 
-    def write_onnx(self, path: Path) -> None:
+    def onnx_bytes(self) -> bytes:
         graph_inputs, _ = graph_tensors(self.model, self.field)
         needs_half = self.spec.precision == "fp16" and any(t.dtype == "fp32" for t in graph_inputs)
-        onnx.save(to_fp16(self.model) if needs_half else self.model, str(path))
+        return (to_fp16(self.model) if needs_half else self.model).SerializeToString()
 
 
 def read_model(path: Path, field: str, load_external_data: bool = True) -> onnx.ModelProto:
