@@ -17,6 +17,7 @@ import dataclasses
 import hashlib
 import json
 import logging
+import secrets
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from pathlib import Path
@@ -54,6 +55,7 @@ from python_backend.atomic_files import staged
 log = logging.getLogger(__name__)
 
 BUILD_VERSION = "1"  # bump when the pipeline build changes, to invalidate recorded artifacts
+BUILD_ID_BYTES = 4  # a fresh id per export names the boundary tensors (8 hex digits)
 RECORD = "pipeline.json"
 COST_BATCH = 8  # the batch the splitter times blocks at: a typical formed batch, not batch 1
 
@@ -80,13 +82,15 @@ def _identity(pipeline: PipelineSpec, spec: ModelSpec, model: nn.Module) -> str:
 
 
 def make_stages(
-    pipeline: PipelineSpec, spec: ModelSpec, model: nn.Module, plan: SplitPlan | None = None
-) -> tuple[list[Stage], SplitPlan | None]:
-    """The pipeline's stages in torch (planning the cuts now unless ``plan`` is given)."""
+    pipeline: PipelineSpec, spec: ModelSpec, model: nn.Module, plan: SplitPlan | None = None,
+    build_id: str = "",
+) -> tuple[list[Stage], SplitPlan | None]:  # fmt: skip
+    """The pipeline's stages in torch (planning the cuts now unless ``plan`` is given); ``build_id``
+    names their boundary tensors (``pipeline_stages.boundary_name``)."""
     if pipeline.split == "embedding_dense":
-        return embedding_dense_stages(pipeline, spec, model), None
+        return embedding_dense_stages(pipeline, spec, model, build_id), None
     example = _samples(spec, model, min(COST_BATCH, spec.max_batch_size), seed=0)[spec.inputs[0].name]
-    return block_stages(pipeline, spec, model, example, plan)
+    return block_stages(pipeline, spec, model, example, plan, build_id)
 
 
 def _recorded(repository: Path, pipeline: PipelineSpec, digest: str) -> PipelineRecord | None:
@@ -100,7 +104,7 @@ def _recorded(repository: Path, pipeline: PipelineSpec, digest: str) -> Pipeline
     except (KeyError, TypeError, ValueError):  # an older or damaged record: rebuild
         log.info("%s: unreadable %s, rebuilding", pipeline.name, record_path)
         return None
-    if record.content_hash != digest:
+    if record.content_hash != digest or not record.build_id:  # no build id: stages of an older build
         return None
     if not all(
         file_matches(repository / stage.name / "1" / stage.artifact, stage.sha256) for stage in record.stages
@@ -127,7 +131,7 @@ def _discard(created: list[Path]) -> None:
 
 def _export(
     pipeline: PipelineSpec, spec: ModelSpec, model: nn.Module, stages: list[Stage], plan: SplitPlan | None,
-    repository: Path, digest: str,
+    repository: Path, digest: str, build_id: str,
 ) -> PipelineRecord:  # fmt: skip
     """Check in torch, export to temporary files, check the artifacts, then commit; the record."""
     batches = sorted({1, min(3, spec.max_batch_size)})  # the export's batch axis ends at max_batch_size
@@ -138,7 +142,9 @@ def _export(
 
     exact = stages
     if pipeline.boundary_dtype != "fp32":
-        exact, _ = make_stages(dataclasses.replace(pipeline, boundary_dtype="fp32"), spec, model, plan)
+        exact, _ = make_stages(
+            dataclasses.replace(pipeline, boundary_dtype="fp32"), spec, model, plan, build_id
+        )
     split = check_stages(exact, whole, samples, "fp32", f"{pipeline.name} (stages in sequence)")
     compression = 0.0
     if pipeline.boundary_dtype != "fp32":
@@ -178,6 +184,7 @@ def _export(
         split_plan=plan, boundary_dtype=pipeline.boundary_dtype,
         boundaries=tuple(describe_boundaries(stages)), split_max_rel_error=split.max_rel_error,
         compression_max_rel_error=compression, artifact_max_rel_error=artifacts.max_rel_error,
+        build_id=build_id,
     )  # fmt: skip
 
 
@@ -197,11 +204,13 @@ def build_pipeline(
     model = build_torch_model(spec)
     digest = _identity(pipeline, spec, model)
     record = _recorded(repository, pipeline, digest)
-    stages, plan = make_stages(pipeline, spec, model, (record and record.split_plan) or plan)
-    configs = pipeline_configs(pipeline, spec, stages, num_gpus)  # placement errors before slow work
+    build_id = record.build_id if record is not None else secrets.token_hex(BUILD_ID_BYTES)
+    stages, plan = make_stages(pipeline, spec, model, (record and record.split_plan) or plan, build_id)
+    pipeline_configs(pipeline, spec, stages, num_gpus)  # placement errors before the slow work
     cached = record is not None
     if record is None:
-        record = _export(pipeline, spec, model, stages, plan, repository, digest)
+        record = _export(pipeline, spec, model, stages, plan, repository, digest, build_id)
+    configs = pipeline_configs(pipeline, spec, stages, num_gpus, {s.name: s.sha256 for s in record.stages})
     (repository / pipeline.name / "1").mkdir(parents=True, exist_ok=True)  # ensembles need a version
     for stage in stages:
         _install_runner(stage, repository / stage.name / "1")

@@ -52,6 +52,7 @@ class PipelineRecord:
     split_max_rel_error: float  # the stages in sequence vs the whole model, uncompressed (torch)
     compression_max_rel_error: float  # compressed vs uncompressed boundaries (0 for fp32)
     artifact_max_rel_error: float  # the exported artifacts, loaded as the server loads them
+    build_id: str = ""  # names the boundary tensors: stages of two builds cannot be chained
 
     @property
     def boundary_bytes_per_request(self) -> int:
@@ -89,6 +90,7 @@ class PipelineRecord:
             split_max_rel_error=data["split_max_rel_error"],
             compression_max_rel_error=data["compression_max_rel_error"],
             artifact_max_rel_error=data["artifact_max_rel_error"],
+            build_id=data.get("build_id", ""),
         )  # fmt: skip
 
     def write(self, path: Path) -> None:

@@ -31,7 +31,7 @@ from exporters.zoo.recommender import Recommender
 from python_backend.dtypes import DTYPES
 from python_backend.torch_stage.safe_program import load_exported_program
 
-EMBEDDINGS = "embeddings"  # the recommender's boundary tensor
+EMBEDDINGS = "embeddings"  # the recommender's boundary tensor (named per build: ``boundary_name``)
 Tensors = dict[str, torch.Tensor]
 StageFn = Callable[..., torch.Tensor]
 
@@ -105,13 +105,24 @@ def check_stages(
     return worst
 
 
+def boundary_name(base: str, build_id: str) -> str:
+    """A tensor that crosses a stage boundary, named for the build that made the stages.
+
+    Triton's ensemble chains stages by tensor name, so stages of two builds cannot be chained: reloading
+    one stage after a rebuild (new weights) breaks the pipeline with an error instead of serving the new
+    stage beside the old ones, a silently mixed model. (Triton checks the names; no stage needs to.)
+    """
+    return f"{base}_{build_id}" if build_id else base
+
+
 def _boundary(name: str, tensor: torch.Tensor, dtype: str) -> TensorSpec:
     return TensorSpec(name, dtype, tuple(tensor.shape[1:]))
 
 
 def block_stages(
-    pipeline: PipelineSpec, spec: ModelSpec, model: nn.Module, example: torch.Tensor, plan: SplitPlan | None
-) -> tuple[list[Stage], SplitPlan]:
+    pipeline: PipelineSpec, spec: ModelSpec, model: nn.Module, example: torch.Tensor, plan: SplitPlan | None,
+    build_id: str = "",
+) -> tuple[list[Stage], SplitPlan]:  # fmt: skip
     """Cut an ``nn.Sequential`` (at ``plan``'s cuts, or planned now) into stages with boundary casts."""
     if plan is None:
         plan = plan_split(
@@ -125,9 +136,8 @@ def block_stages(
         for index, (part, name) in enumerate(zip(parts, pipeline.stage_names, strict=True)):
             x = part(x)
             last = index == len(parts) - 1
-            output = (
-                spec.outputs[0] if last else _boundary(f"boundary{index + 1}", x, pipeline.boundary_dtype)
-            )
+            name_out = boundary_name(f"boundary{index + 1}", build_id)
+            output = spec.outputs[0] if last else _boundary(name_out, x, pipeline.boundary_dtype)
             module = BoundaryCasts(
                 part, widen_input=index > 0 and compress is not None, output_dtype=None if last else compress
             )
@@ -136,7 +146,9 @@ def block_stages(
     return stages, plan
 
 
-def embedding_dense_stages(pipeline: PipelineSpec, spec: ModelSpec, model: nn.Module) -> list[Stage]:
+def embedding_dense_stages(
+    pipeline: PipelineSpec, spec: ModelSpec, model: nn.Module, build_id: str = ""
+) -> list[Stage]:
     """The recommender's embedding tables (torch, updatable) and dense network (ONNX) as two stages."""
     if not isinstance(model, Recommender):
         raise SpecError(
@@ -150,7 +162,7 @@ def embedding_dense_stages(pipeline: PipelineSpec, spec: ModelSpec, model: nn.Mo
         )
     compress = pipeline.boundary_dtype != "fp32"
     dims = (len(model.table_sizes), model.embed.tables[0].embedding_dim)
-    embeddings = TensorSpec(EMBEDDINGS, pipeline.boundary_dtype, dims)
+    embeddings = TensorSpec(boundary_name(EMBEDDINGS, build_id), pipeline.boundary_dtype, dims)
     cast = DTYPES[pipeline.boundary_dtype].torch_dtype() if compress else None
     embed = BoundaryCasts(model.embed, False, cast)
     tables = tuple(f"inner.tables.{i}.weight" for i in range(len(model.table_sizes)))

@@ -118,8 +118,17 @@ def _read(path: str | Path) -> bytes:
         raise UnsafeArtifactError(f"{path}: not a torch.export archive ({error})") from error
 
 
-def load_exported_program(path: str | Path) -> torch.export.ExportedProgram:
-    """``torch.export.load`` of the very bytes ``check_archive`` accepted."""
-    data = _read(path)
-    check_archive(data, str(path))
+def read_program_bytes(path: str | Path) -> bytes:
+    """The archive's bytes (for ``load_program_bytes``; a caller may also hash them)."""
+    return _read(path)
+
+
+def load_program_bytes(data: bytes, where: str) -> torch.export.ExportedProgram:
+    """``torch.export.load`` of the very bytes ``check_archive`` accepted (``where`` names them)."""
+    check_archive(data, where)
     return torch.export.load(io.BytesIO(data))
+
+
+def load_exported_program(path: str | Path) -> torch.export.ExportedProgram:
+    """The program at ``path``, through ``check_archive``."""
+    return load_program_bytes(_read(path), str(path))

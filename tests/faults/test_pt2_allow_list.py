@@ -18,6 +18,7 @@ from crafted_programs import VARIANTS, craft, linear_program
 from harness import orphans
 
 from exporters.__main__ import main as exporters_main
+from exporters.file_hash import file_sha256
 from server import ServerOptions, TritonServer
 
 pytestmark = pytest.mark.integration
@@ -67,9 +68,12 @@ def test_the_stage_runner_in_the_server_refuses_them(fault_repository: Path, tmp
         markers[variant] = tmp_path / f"pwned_{variant}"
         program = folder / "1" / "stage.pt2"
         craft(variant, fault_repository / EMBEDDING_STAGE / "1" / "stage.pt2", program, markers[variant])
+    built_with = file_sha256(fault_repository / EMBEDDING_STAGE / "1" / "stage.pt2")
     for folder in repository.iterdir():
         config = folder / "config.pbtxt"
-        config.write_text(config.read_text().replace(f'name: "{EMBEDDING_STAGE}"', f'name: "{folder.name}"'))
+        text = config.read_text().replace(f'name: "{EMBEDDING_STAGE}"', f'name: "{folder.name}"')
+        # Whoever can write stage.pt2 can write its config too: the allow-list, not the hash, must refuse.
+        config.write_text(text.replace(built_with, file_sha256(folder / "1" / "stage.pt2")))
         (folder / "1" / "live_updates.wal").unlink(missing_ok=True)
 
     with TritonServer(ServerOptions(repository=repository, startup_timeout_s=240)) as server:

@@ -170,7 +170,8 @@ def test_rejected_update_changes_nothing(client, request_arrays) -> None:
 
 
 def test_dense_version_swap_under_load(server, client, spec: Spec, repository, request_arrays) -> None:
-    embeddings = _infer(client, EMBEDDING, {"sparse_ids": request_arrays["sparse_ids"]}, "embeddings")
+    boundary = client.get_model_config(EMBEDDING)["output"][0]["name"]  # embeddings_<build id>
+    embeddings = _infer(client, EMBEDDING, {"sparse_ids": request_arrays["sparse_ids"]}, boundary)
     old = _infer(client, PIPELINE, request_arrays, "probability")
     new_model = publish_dense_version(
         spec.pipeline(PIPELINE), spec.model("recommender"), repository, 2, seed=77

@@ -203,7 +203,8 @@ def stage_runner(monkeypatch: pytest.MonkeyPatch):
         del sys.modules[name]
 
 
-def test_a_failing_update_fails_alone(stage_runner, monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+def _embedding_stage(stage_runner, tmp_path: Path):
+    """The runner as ``initialize`` leaves an embedding stage over ``_tables()`` (no program file)."""
     model = stage_runner.TritonPythonModel()
     model.name, model.device = "rec_embedding", torch.device("cpu")
     model.inputs = [stage_runner.TensorInfo("sparse_ids", torch.int64, (2,))]
@@ -211,6 +212,11 @@ def test_a_failing_update_fails_alone(stage_runner, monkeypatch: pytest.MonkeyPa
     model.tables = _tables()
     model.log = stage_runner.update_log.UpdateLog(str(tmp_path / "live_updates.wal"), model.tables)
     model.module = lambda ids: torch.stack([t[ids[:, i]] for i, t in enumerate(model.tables)], dim=1)
+    return model
+
+
+def test_a_failing_update_fails_alone(stage_runner, monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    model = _embedding_stage(stage_runner, tmp_path)
 
     def broken(*args: object) -> int:
         raise RuntimeError("out of memory")
