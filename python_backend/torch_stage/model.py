@@ -173,13 +173,30 @@ class TritonPythonModel:
             output_tensors=[pb_utils.Tensor.from_dlpack(UPDATE_VERSION, to_dlpack(version))]
         )
 
+    def _carries(self, request, names) -> list:
+        return [name for name in names if pb_utils.get_input_tensor_by_name(request, name) is not None]
+
+    def _mixed(self, request) -> "pb_utils.InferenceResponse":
+        """An update that also carries ids to look up is refused whole: the two answers cannot share one
+        response (``update_version`` has a row per updated row, the lookup one per id row), and serving
+        only the update silently dropped the lookup."""
+        carried = ", ".join(self._carries(request, [*UPDATE_INPUTS, *(t.name for t in self.inputs)]))
+        error = InvalidInputError(
+            f"a request either updates rows ({', '.join(UPDATE_INPUTS)}) or looks ids up "
+            f"({', '.join(t.name for t in self.inputs)}), not both; this one carries {carried}: send two"
+        )
+        return pb_utils.InferenceResponse(error=self._error(error))
+
     def execute(self, requests: list) -> list:
-        is_update = [
-            bool(self.tables) and pb_utils.get_input_tensor_by_name(r, UPDATE_INPUTS[0]) is not None
-            for r in requests
-        ]
+        lookup_names = [t.name for t in self.inputs]
+        is_update = [bool(self.tables) and bool(self._carries(r, UPDATE_INPUTS)) for r in requests]
+        mixed = {i for i, r in enumerate(requests) if is_update[i] and self._carries(r, lookup_names)}
         # Updates first, each whole: the lookup batch below sees all of them or (next call) none.
-        updates = {i: self._update(r) for i, r in enumerate(requests) if is_update[i]}
+        updates = {
+            i: self._mixed(r) if i in mixed else self._update(r)
+            for i, r in enumerate(requests)
+            if is_update[i]
+        }
         lookups = [i for i in range(len(requests)) if not is_update[i]]
         results = run_batched(
             [self._read(requests[i], [t.name for t in self.inputs]) for i in lookups],

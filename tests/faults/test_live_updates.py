@@ -1,4 +1,4 @@
-"""Fault matrix row: embedding updates belong to the build they update (issue 28 item 5).
+"""Fault matrix rows: embedding updates belong to the build they update (issue 28 items 5 and 9).
 
 A rebuild with new weights (``seed: 1``) while the pipeline serves acknowledged row updates: the server
 keeps serving the old build whole until its models are reloaded; a stub reload under the old config
@@ -7,7 +7,10 @@ repository cannot chain with the other (the boundary tensor is named for its bui
 rather than mix; once every model is reloaded the answers are the new build's, with no old update
 replayed onto it (the old log is set aside beside it, and the stage says so in the server log).
 
-The test starts its own real server on a small repository (it rebuilds it).
+An update request that also carries ids to look up used to answer the update and drop the lookup:
+refused whole with a 400 / INVALID_ARGUMENT naming both, nothing applied.
+
+Each test starts its own real server on a small repository (it rebuilds or updates it).
 """
 
 from __future__ import annotations
@@ -25,7 +28,9 @@ from typing import Any
 import numpy as np
 import pytest
 import torch
+import tritonclient.grpc as grpcclient
 import tritonclient.http as httpclient
+from harness import trivial_inputs
 from tritonclient.utils import InferenceServerException
 
 from client.infer import make_inputs
@@ -173,3 +178,34 @@ def test_a_rebuild_never_replays_old_updates_or_serves_two_builds(
     assert "set aside as" in server.log_path.read_text()
     later = _update(server.http_url, 2, probe.ids[:, 2], 0.25)  # updates apply to the new build
     assert _same(probe.ask(server.http_url), probe.expected(seed=1, updates=[later]))
+
+
+def _mixed_request(protocol: str, probe: Probe) -> tuple[Any, list]:
+    module = httpclient if protocol == "http" else grpcclient
+    arrays = {
+        **embedding_update(0, probe.ids[:1, 0], np.ones((1, WIDTH), np.float32)),
+        "sparse_ids": probe.ids[:1],
+    }
+    return module, make_inputs(module, arrays)
+
+
+def test_an_update_that_also_carries_ids_is_refused_naming_both(
+    served: tuple[TritonServer, ModelSpec, Path],
+) -> None:
+    server, model, _ = served
+    probe = _probe(model)
+    before = probe.ask(server.http_url)
+    for protocol, url, code in (
+        ("http", server.http_url, "400"),
+        ("grpc", server.grpc_url, "INVALID_ARGUMENT"),
+    ):
+        module, inputs = _mixed_request(protocol, probe)
+        client = module.InferenceServerClient(url)
+        with pytest.raises(InferenceServerException) as refused:
+            client.infer(EMBEDDING, inputs)
+        assert code in str(refused.value.status()), (protocol, refused.value)
+        for name in ("update_table", "update_row", "update_values", "sparse_ids"):
+            assert name in refused.value.message(), refused.value.message()
+        assert _same(probe.ask(server.http_url), before), "the refused update was applied"
+        answer = client.infer("trivial", trivial_inputs(protocol)).as_numpy("y")  # the server serves on
+        assert np.array_equal(answer, np.full((1, 16), 2.0, np.float32))

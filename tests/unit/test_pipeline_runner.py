@@ -228,3 +228,17 @@ def test_a_failing_update_fails_alone(stage_runner, monkeypatch: pytest.MonkeyPa
     failed, answered = model.execute([update, lookup])
     assert failed.error.code == FakeError.INTERNAL and "out of memory" in failed.error.message
     assert answered.error is None and answered.outputs["embeddings"].shape == (1, 2, 2)
+
+
+def test_an_update_that_also_carries_ids_is_refused_naming_both(stage_runner, tmp_path: Path) -> None:
+    """The lookup used to be dropped silently (the update answered alone): refused whole, with a 400."""
+    model = _embedding_stage(stage_runner, tmp_path)
+    mixed = {UPDATE_TABLE: torch.tensor([[0]]), UPDATE_ROW: torch.tensor([[1]]),
+             UPDATE_VALUES: torch.tensor([[1.0, 1.0]]), "sparse_ids": torch.tensor([[4, 2]])}  # fmt: skip
+    refused, answered = model.execute([mixed, {"sparse_ids": torch.tensor([[4, 2]])}])
+    assert refused.error.code == FakeError.INVALID_ARG
+    assert all(
+        name in refused.error.message for name in (UPDATE_TABLE, UPDATE_ROW, UPDATE_VALUES, "sparse_ids")
+    )
+    assert torch.equal(model.tables[0], _tables()[0]) and model.log.version == 0  # nothing applied or logged
+    assert answered.error is None and answered.outputs["embeddings"].shape == (1, 2, 2)
