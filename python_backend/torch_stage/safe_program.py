@@ -10,19 +10,32 @@ pickle-free program (``ALLOWED``, plus the ``weight_<n>``/``tensor_<n>`` payload
 raw tensor bytes), all under one top folder, each name once, and its sample inputs load with
 ``weights_only=True``. Anything else is refused, naming the entry, before ``torch.export.load`` runs.
 
+Pickle is not the loader's only way to run code. The program's ``models/model.json`` holds shape
+expressions (``expr_str``) that the loader hands to ``sympy.sympify``, which evaluates them as Python;
+so every such expression must be a plain sympy constructor call (``Symbol('s0', integer=True)``,
+``Add(...)``, ``FloorDiv(...)``: the names in ``SYMPY_NAMES``, constants, shape-symbol names), checked
+with ``ast`` before anything is evaluated. And the program's ``guards_code`` strings are Python that
+``ExportedProgram.module()`` (by default) and the ONNX exporter execute: they are dropped from every
+program loaded here (the callers check input shapes themselves).
+
 The bytes are read once and both checked and loaded from memory, so the file cannot change between
 the check and the load. Standard library and torch only: copied beside each stage's model.py.
 """
 
 from __future__ import annotations
 
+import ast
 import io
 import json
 import re
 import zipfile
+from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
+import sympy
 import torch
+import torch.utils._sympy.functions as torch_sympy
 
 MODEL = "model"  # the program name ``torch.export.save`` writes (and ``torch.export.load`` returns)
 WEIGHTS_CONFIG = f"data/weights/{MODEL}_weights_config.json"
@@ -34,6 +47,22 @@ ALLOWED = frozenset((*REQUIRED, "byteorder", ".data/version", ".data/serializati
 # Payload files a config may name: raw tensor bytes (``use_pickle`` false) in the config's folder.
 PAYLOADS = {WEIGHTS_CONFIG: ("data/weights/", re.compile(r"weight_\d+")),
             CONSTANTS_CONFIG: ("data/constants/", re.compile(r"tensor_\d+"))}  # fmt: skip
+
+# What a program's shape expressions may call or name: sympy's number, arithmetic, relational and logic
+# classes and torch's own sympy functions. Nothing that parses a string as code (``S``, ``sympify``).
+SYMPY_NAMES = frozenset(
+    {
+        "Symbol", "Dummy", "Integer", "Rational", "Float", "Add", "Mul", "Pow", "Abs", "floor", "ceiling",
+        "Equality", "Unequality", "StrictLessThan", "StrictGreaterThan", "LessThan", "GreaterThan",
+        "Eq", "Ne", "Lt", "Le", "Gt", "Ge", "And", "Or", "Not", "BooleanTrue", "BooleanFalse", "true",
+        "false", "Half", "One", "Zero", "NegativeOne", "Infinity", "NegativeInfinity", "ComplexInfinity",
+        "NaN", "oo", "zoo", "nan", "Piecewise", "ExprCondPair", "Tuple", "IntInfinity",
+        "NegativeIntInfinity", "int_oo",
+    }
+    | {n for n, v in vars(torch_sympy).items() if isinstance(v, type) and issubclass(v, sympy.Basic)}
+)  # fmt: skip
+PLAIN_NODES = (ast.Expression, ast.keyword, ast.Load, ast.UnaryOp, ast.USub, ast.UAdd)  # besides calls
+SHAPE_SYMBOL = re.compile(r"[a-z]{1,3}\d+")  # s0, u3, ps12: a bare symbol name (sympify makes a Symbol)
 
 
 class UnsafeArtifactError(ValueError):
@@ -79,6 +108,55 @@ def _payload_names(archive: zipfile.ZipFile, entries: dict[str, str], where: str
     return named
 
 
+def _expressions(node: Any) -> Iterator[str]:
+    """Every ``expr_str`` in the program's JSON (the strings the loader passes to ``sympy.sympify``)."""
+    if isinstance(node, dict):
+        for key, value in node.items():
+            if key == "expr_str":
+                yield value if isinstance(value, str) else repr(value)
+            else:
+                yield from _expressions(value)
+    elif isinstance(node, list):
+        for item in node:
+            yield from _expressions(item)
+
+
+def _plain_expression(text: str) -> bool:
+    """Whether evaluating ``text`` can do nothing but build a sympy expression."""
+    try:
+        tree = ast.parse(text, mode="eval")
+    except (SyntaxError, ValueError):
+        return False
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Call):
+            if not isinstance(node.func, ast.Name) or node.func.id not in SYMPY_NAMES:
+                return False
+        elif isinstance(node, ast.Name):
+            if node.id not in SYMPY_NAMES and not SHAPE_SYMBOL.fullmatch(node.id):
+                return False
+        elif isinstance(node, ast.Constant):
+            if not isinstance(node.value, int | float | str | bool | type(None)):
+                return False
+        elif not isinstance(
+            node, ast.Expression | ast.keyword | ast.Load | ast.UnaryOp | ast.USub | ast.UAdd
+        ):
+            return False
+    return True
+
+
+def _check_expressions(archive: zipfile.ZipFile, name: str, where: str) -> None:
+    try:
+        program = json.loads(archive.read(name))
+    except ValueError as error:
+        raise UnsafeArtifactError(f"{where}: {name} is not JSON ({error})") from error
+    for text in _expressions(program):
+        if not _plain_expression(text):
+            raise UnsafeArtifactError(
+                f"{where}: {name} holds the shape expression {text[:120]!r}, which is not a plain sympy "
+                "expression; torch.export.load would evaluate it as Python"
+            )
+
+
 def check_archive(data: bytes, where: str) -> None:
     """Raise ``UnsafeArtifactError`` unless ``data`` holds only the entries of a pickle-free program."""
     try:
@@ -98,6 +176,7 @@ def check_archive(data: bytes, where: str) -> None:
                     "program (torch.export.load would unpickle legacy entries); re-export with "
                     "torch.export.save"
                 )
+        _check_expressions(archive, entries[f"models/{MODEL}.json"], where)
         try:
             torch.load(io.BytesIO(archive.read(entries[SAMPLE_INPUTS])), weights_only=True)
         except Exception as error:
@@ -126,7 +205,13 @@ def read_program_bytes(path: str | Path) -> bytes:
 def load_program_bytes(data: bytes, where: str) -> torch.export.ExportedProgram:
     """``torch.export.load`` of the very bytes ``check_archive`` accepted (``where`` names them)."""
     check_archive(data, where)
-    return torch.export.load(io.BytesIO(data))
+    program = torch.export.load(io.BytesIO(data))
+    if not hasattr(program, "_guards_code"):  # fail closed if torch moves them where this cannot see
+        raise UnsafeArtifactError(
+            f"{where}: this torch keeps a program's guard code where it cannot be dropped"
+        )
+    program._guards_code = []  # code strings from the file: never executed
+    return program
 
 
 def load_exported_program(path: str | Path) -> torch.export.ExportedProgram:

@@ -2,22 +2,27 @@
 torch 2.13's loader unpickles with ``weights_only=False``, holding an object whose ``__reduce__`` runs
 ``touch <marker>``. If anything loads such an archive, the marker file appears.
 
-The three ways in (issue 28 item 4): the legacy ``data/weights/<model>.pt`` and
+The three ways in through pickle (issue 28 item 4): the legacy ``data/weights/<model>.pt`` and
 ``data/constants/<model>.pt`` entries (preferred over the payload configs when present), and a pre-2.8
 archive's ``serialized_state_dict.pt`` beside a dummy weights config (the old deny-list wanted one).
+Two more need no pickle at all: a shape expression in ``models/model.json`` (the loader evaluates it
+with ``sympy.sympify``) and a guard in its ``guards_code`` (``module()`` executes those by default).
 """
 
 from __future__ import annotations
 
 import io
+import json
 import os
+import re
 import zipfile
+from collections.abc import Callable
 from pathlib import Path
 
 import torch
 from torch import nn
 
-VARIANTS = ("legacy_weights", "legacy_constants", "pre_2_8_state_dict")
+VARIANTS = ("legacy_weights", "legacy_constants", "pre_2_8_state_dict", "sympy_expression")
 
 
 class RunsCode:
@@ -52,6 +57,32 @@ def _with_entry(base: Path, target: Path, relative: str, data: bytes) -> None:
         new.writestr(f"{prefix}/{relative}", data)
 
 
+def _with_program(base: Path, target: Path, change: Callable[[str], str]) -> None:
+    """``base`` with its ``models/model.json`` text passed through ``change``."""
+    with zipfile.ZipFile(base) as old, zipfile.ZipFile(target, "w") as new:
+        for item in old.infolist():
+            data = old.read(item.filename)
+            if item.filename.endswith("/models/model.json"):
+                data = change(data.decode()).encode()
+            new.writestr(item, data)
+
+
+def _code(marker: Path) -> str:
+    return f"__import__('os').system('touch {marker}')"
+
+
+def with_guard_code(base: Path, target: Path, marker: Path) -> Path:
+    """``base`` with a guard that runs code: executed by ``ExportedProgram.module()`` (check_guards)."""
+
+    def change(text: str) -> str:
+        program = json.loads(text)
+        program["guards_code"] = [f"{_code(marker)} == 0"]
+        return json.dumps(program)
+
+    _with_program(base, target, change)
+    return target
+
+
 def _pre_2_8(target: Path, marker: Path) -> None:
     from torch._export.serde.serialize import SCHEMA_VERSION, serialize
 
@@ -71,6 +102,11 @@ def craft(variant: str, base: Path, target: Path, marker: Path) -> Path:
         _with_entry(base, target, "data/weights/model.pt", code_pickle(marker))
     elif variant == "legacy_constants":
         _with_entry(base, target, "data/constants/model.pt", code_pickle(marker))
+    elif variant == "sympy_expression":
+        expression = re.compile(r'"expr_str": "[^"]*"')
+        _with_program(
+            base, target, lambda text: expression.sub(json.dumps({"expr_str": _code(marker)})[1:-1], text, 1)
+        )
     else:
         _pre_2_8(target, marker)
     return target
