@@ -17,10 +17,8 @@ from __future__ import annotations
 
 import copy
 import dataclasses
-import json
 import os
 import signal
-import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -31,6 +29,7 @@ import torch
 import tritonclient.grpc as grpcclient
 import tritonclient.http as httpclient
 from harness import trivial_inputs
+from resilience_fixtures import explicit_options, wait_for
 from tritonclient.utils import InferenceServerException
 
 from client.infer import make_inputs
@@ -41,8 +40,9 @@ from exporters.repository import build_repository
 from exporters.sources.load import build_torch_model
 from exporters.spec import ModelSpec, parse_spec
 from python_backend.torch_stage.update_log import LOG_NAME
-from server import ServerOptions, TritonServer
+from server import TritonServer
 from server.admin import load_model
+from server.records import read_record
 from server.stubs import server_stubs
 
 pytestmark = pytest.mark.integration
@@ -77,8 +77,7 @@ def _build(spec_data: dict[str, Any], repository: Path, seed: int) -> ModelSpec:
 def served(spec_data: dict[str, Any], tmp_path: Path) -> Iterator[tuple[TritonServer, ModelSpec, Path]]:
     repository = tmp_path / "repository"
     model = _build(spec_data, repository, seed=0)
-    options = ServerOptions(repository=repository, model_control_mode="explicit", startup_timeout_s=240)
-    with TritonServer(options) as server:
+    with TritonServer(explicit_options(repository, tmp_path / "server")) as server:
         assert server.failed_models == {}, server.describe_failures()
         yield server, model, repository
 
@@ -124,16 +123,14 @@ def _same(answer: np.ndarray | str, expected: np.ndarray) -> bool:
     return not isinstance(answer, str) and np.allclose(answer, expected, rtol=1e-4, atol=1e-6)
 
 
-def _watchdog_outcome(server: TritonServer, stub_pid: int, timeout: float = 120) -> dict:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        record = server.watchdog_path
-        events = json.loads(record.read_text()).get("events", []) if record.exists() else []
-        done = [e for e in events if e["stub_pid"] == stub_pid and (e.get("healed_at") or e.get("error"))]
-        if done:
-            return done[-1]
-        time.sleep(0.5)
-    raise AssertionError(f"the watchdog did not act on stub {stub_pid}")
+def _watchdog_outcome(server: TritonServer, stub_pid: int) -> dict:
+    """The watchdog's record of what it did about ``stub_pid`` (healed it, or why it could not)."""
+
+    def acted() -> list[dict]:
+        events = read_record(server.watchdog_path).get("events", [])
+        return [e for e in events if e["stub_pid"] == stub_pid and (e.get("healed_at") or e.get("error"))]
+
+    return wait_for(acted, f"the watchdog to act on stub {stub_pid}")[-1]
 
 
 def test_a_rebuild_never_replays_old_updates_or_serves_two_builds(

@@ -9,8 +9,7 @@ what is served now differs from what is on disk (the rebuild changed a batching 
 client health`` and ``python -m server status`` must say so, naming the field, and stop saying so
 once the model is reloaded.
 
-Runs the real CLI in its own folder (its own ``.run/``) on free ports; the worktree's code is put
-first on the children's ``PYTHONPATH``.
+Runs the real CLI in its own folder (its own ``.run/``) on free ports, importing this tree's code.
 """
 
 from __future__ import annotations
@@ -28,6 +27,7 @@ import numpy as np
 import pytest
 import yaml
 from harness import trivial_inputs
+from resilience_fixtures import HANG_GUARD_S, tree_environment
 
 from client.__main__ import main as client_main
 from client.connection import connect
@@ -36,7 +36,6 @@ from server.__main__ import main as server_main
 from server.launcher import free_port
 
 pytestmark = pytest.mark.integration
-ROOT = Path(__file__).resolve().parents[2]
 DRIFT = "SERVED CONFIG DIFFERS from"
 
 
@@ -52,15 +51,10 @@ def _spec(spec_data: dict[str, Any], delay_us: int) -> dict[str, Any]:
 
 
 def _server(checkout: Path, *args: str) -> subprocess.CompletedProcess:
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")])}
     return subprocess.run(
-        [sys.executable, "-m", "server", *args],
-        cwd=checkout,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=300,
-    )
+        [sys.executable, "-m", "server", *args], cwd=checkout, env=tree_environment(), capture_output=True,
+        text=True, timeout=HANG_GUARD_S,
+    )  # fmt: skip
 
 
 @pytest.fixture
