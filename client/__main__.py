@@ -15,7 +15,7 @@ from pathlib import Path
 import numpy as np
 from tritonclient.utils import InferenceServerException
 
-from client.connection import connect
+from client.connection import connect, default_repository
 from client.errors import ClientError, MismatchError
 from client.health import report as health_report
 from client.infer import infer
@@ -24,7 +24,8 @@ from client.stats import fetch_stats, parse_version_stats
 
 def _health(client, args) -> int:
     paths = (args.admin_key_file, args.events, args.supervisor)
-    text, ok = health_report(client, args.protocol, args.models, *paths)
+    repository = args.repository or default_repository()
+    text, ok = health_report(client, args.protocol, args.models, *paths, repository=repository)
     print(text)
     return 0 if ok else 1
 
@@ -99,6 +100,9 @@ def _parser() -> argparse.ArgumentParser:
     health.add_argument("--events", type=Path, default=Path(".run/watchdog.json"), help="watchdog record")
     health.add_argument(
         "--supervisor", type=Path, default=Path(".run/supervisor.json"), help="supervisor record"
+    )
+    health.add_argument(
+        "--repository", type=Path, help="compare served configs with its config.pbtxt (default: make serve's)"
     )
     metadata = sub.add_parser("metadata", help="server metadata, or a model's with --model")
     metadata.add_argument("--model")

@@ -25,6 +25,14 @@ def default_url(protocol: str) -> str:
     return DEFAULT_URLS[protocol]
 
 
+def default_repository() -> Path | None:
+    """The repository ``make serve`` serves, as it recorded it (None when it recorded none)."""
+    if SERVER_STATE.exists():
+        recorded = json.loads(SERVER_STATE.read_text()).get("repository")
+        return Path(recorded) if recorded else None
+    return None
+
+
 def protocol_module(protocol: str) -> ModuleType:
     """``tritonclient.http`` or ``tritonclient.grpc``: both expose InferInput, InferRequestedOutput."""
     if protocol not in DEFAULT_URLS:

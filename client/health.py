@@ -5,8 +5,9 @@ the repository index: a failed new version next to a serving old one is "serving
 named), what the stub watchdog saw (a stub that died or hung, when it was reloaded) and what the
 supervisor of ``make serve`` did (how often it restarted tritonserver, the last cause). A model whose
 stub is dead or hung reports NOT SERVING until the watchdog has reloaded it, although Triton 2.51 says
-it is READY meanwhile. The exit status is 0 only if the server is live and every model checked serves,
-so it can be a readiness probe.
+it is READY meanwhile. With the repository, it also says when the config a model serves is no longer
+the ``config.pbtxt`` on disk (``server.config_drift``). The exit status is 0 only if the server is live
+and every model checked serves, so it can be a readiness probe.
 """
 
 from __future__ import annotations
@@ -18,7 +19,9 @@ from typing import Any
 from google.protobuf import json_format
 from tritonclient.utils import InferenceServerException
 
+from client.connection import model_config
 from server.admin import headers
+from server.config_drift import config_drift, describe_drift
 from server.records import read_record
 from server.supervisor import record_lines
 from server.watchdog import event_lines
@@ -30,6 +33,7 @@ class ModelHealth:
     serving: list[str] = field(default_factory=list)
     failed: dict[str, str] = field(default_factory=dict)  # version -> first line of the reason
     unavailable: str = ""  # why a stub of it cannot answer until the watchdog has reloaded it
+    drift: str = ""  # how the served config differs from config.pbtxt on disk (server.config_drift)
 
     @property
     def ok(self) -> bool:
@@ -44,6 +48,8 @@ class ModelHealth:
             state = "NOT READY"
         for version, reason in sorted(self.failed.items()):
             state += f"; version {version} failed to load: {reason}"
+        if self.drift:
+            state += f"; {self.drift}"
         return f"  {self.name}: {state}"
 
 
@@ -75,6 +81,16 @@ def model_health(
     return result
 
 
+def mark_drift(client: Any, protocol: str, healths: list[ModelHealth], repository: Path) -> None:
+    """Note, on each serving model, how its served config differs from its ``config.pbtxt`` (a rebuild
+    since it loaded); drift is reported, it does not make a model unhealthy."""
+    for health in healths:
+        if health.serving:
+            path = repository / health.name / "config.pbtxt"
+            found = config_drift(path, model_config(client, protocol, health.name))
+            health.drift = describe_drift(path, found) if found else ""
+
+
 def report(
     client: Any,
     protocol: str,
@@ -82,9 +98,11 @@ def report(
     key_path: Path | None,
     events_path: Path | None,
     supervisor_path: Path | None = None,
+    repository: Path | None = None,
 ) -> tuple[str, bool]:
     """The text ``client health`` prints and whether everything checked can serve. A server that does
-    not answer (down, or being restarted by its supervisor) is reported, not raised."""
+    not answer (down, or being restarted by its supervisor) is reported, not raised. With
+    ``repository``, whether each served config is still the one on disk."""
     try:
         live, ready = client.is_server_live(), client.is_server_ready()
     except (InferenceServerException, OSError) as error:
@@ -95,6 +113,8 @@ def report(
     events = read_record(events_path) if events_path else {}
     supervisor = read_record(supervisor_path) if supervisor_path else {}
     healths = model_health(client, protocol, models, key, events) if live else []
+    if repository is not None:
+        mark_drift(client, protocol, healths, repository)
     lines = [
         f"live: {live}  ready: {ready}",
         *down,

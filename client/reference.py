@@ -15,8 +15,9 @@ import numpy as np
 from client.errors import ClientError, MismatchError
 from exporters.errors import ExportCheckError, SpecError
 from exporters.parity import ParityReport, compare_outputs
+from exporters.resolve import load_spec
 from exporters.sources.load import load_source
-from exporters.spec import ModelSpec, load_spec
+from exporters.spec import ModelSpec
 
 
 @dataclass(frozen=True)

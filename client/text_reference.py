@@ -20,7 +20,7 @@ import numpy as np
 from client.errors import ClientError
 from client.infer import infer
 from exporters.errors import SpecError
-from exporters.spec import load_spec
+from exporters.resolve import load_spec
 from exporters.text_embedding import CHECK_TEXTS, FP16_MIN_COSINE, FP32_MAX_ABS_ERROR, model_folder
 from exporters.text_spec import TextEmbeddingSpec
 

@@ -20,8 +20,9 @@ from exporters.init_entry import entry_yaml, init_entry
 from exporters.model_config import ModelConfig
 from exporters.pipeline_build import BuiltPipeline, build_pipelines
 from exporters.repository import build_repository
-from exporters.spec import load_spec
+from exporters.resolve import load_spec
 from exporters.text_embedding import build_text_embeddings
+from python_backend.atomic_files import explain
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -115,6 +116,9 @@ def main(argv: list[str] | None = None) -> int:
         return 3
     except ExporterError as error:
         console.print(f"[red]error[/red] {error}")
+        return 1
+    except OSError as error:  # a full disk above all: one line naming the file and the space it needs
+        console.print(f"[red]error[/red] {explain(error)}")
         return 1
     table = Table(title=f"{args.repository} (planned GPUs: {gpus})")
     for column in ("model", "precision", "batching", "instances", "max rel err", "export"):

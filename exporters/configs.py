@@ -20,7 +20,8 @@ from exporters.model_config import (
     ModelWarmup,
     WarmupInput,
 )
-from exporters.spec import DTYPES, Batching, ModelSpec, TensorSpec
+from exporters.spec import ModelSpec
+from exporters.spec_sections import DTYPES, Batching, TensorSpec
 
 # Triton 2.51: any queue policy turns off the dynamic batcher's payload prefetching; a request then
 # wakes the batcher only if an instance is idle when it arrives, and requests that all came while every

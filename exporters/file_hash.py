@@ -11,6 +11,7 @@ from __future__ import annotations
 import hashlib
 import logging
 from pathlib import Path
+from typing import Any
 
 log = logging.getLogger(__name__)
 CHUNK = 1 << 20
@@ -39,3 +40,12 @@ def file_matches(path: Path, expected: str | None) -> bool:
         )  # fmt: skip
         return False
     return True
+
+
+def hash_files(files: list[Path], digest: Any | None = None) -> Any:
+    """Fold the names and bytes of ``files`` into ``digest`` (a hashlib object; a new sha256 if None)."""
+    digest = digest or hashlib.sha256()
+    for file in files:
+        digest.update(file.name.encode())
+        digest.update(file.read_bytes())
+    return digest

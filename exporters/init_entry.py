@@ -16,14 +16,8 @@ import numpy as np
 import yaml
 
 from exporters.errors import SpecError
-from exporters.spec import (
-    HuggingFaceSource,
-    ModelSpec,
-    OnnxSource,
-    PythonSource,
-    TensorSpec,
-    TorchExportSource,
-)
+from exporters.spec import HuggingFaceSource, ModelSpec, OnnxSource, PythonSource, TorchExportSource
+from exporters.spec_sections import TensorSpec
 from exporters.typed import to_data
 from python_backend.dtypes import DTYPES
 
@@ -90,10 +84,9 @@ def _python_tensors(
         raise SpecError(
             "--sample", "a module does not state its input shapes; name a sample function (module:fn)"
         )
-    from exporters.inputs import widen
     from exporters.sources.load import load_source
-    from exporters.sources.loading import import_object
-    from exporters.zoo.reference import torch_reference
+    from exporters.torch_reference import torch_reference, widen
+    from exporters.user_code import import_object
 
     function = import_object(sample, source.path, "--sample")
     draws = [function(2, np.random.default_rng(seed)) for seed in range(8)]

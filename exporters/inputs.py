@@ -15,14 +15,11 @@ from typing import Any
 import numpy as np
 
 from exporters.errors import SpecError
-from exporters.sources.loading import import_object
-from exporters.spec import VARIABLE, ModelSpec, TensorSpec
+from exporters.spec import ModelSpec
+from exporters.spec_sections import VARIABLE, TensorSpec
+from exporters.user_code import import_object
+from exporters.zoo import ZOO
 from python_backend.dtypes import DTYPES
-
-
-def widen(array: np.ndarray) -> np.ndarray:
-    """fp16 arrays as fp32: references run in fp32 whatever the served precision."""
-    return array.astype(np.float32) if array.dtype == np.float16 else array
 
 
 def _draw_length(spec: ModelSpec, rng: np.random.Generator) -> int:
@@ -82,8 +79,6 @@ def draw_inputs(spec: ModelSpec, batch: int, seed: int, model: Any = None) -> li
     if spec.sample is not None:
         arrays, what = _from_function(spec, batch, rng), f"sample function {spec.sample}"
     elif spec.source_kind == "zoo":
-        from exporters.zoo import ZOO
-
         zoo = ZOO[spec.source]
         model = model if model is not None else zoo.create(spec.options, spec.seed)
         arrays, what = zoo.sample(model, spec.options, batch, rng), f"zoo {spec.source}"

@@ -16,6 +16,7 @@ from google.protobuf import json_format, text_format
 from tritonclient.grpc import model_config_pb2
 
 from exporters.errors import SpecError
+from python_backend.atomic_files import write_text
 
 
 def _check_name(owner: str, name: str) -> None:
@@ -196,10 +197,9 @@ class ModelConfig:
 
 
 def write_config(config: ModelConfig, model_dir: Path) -> Path:
-    """Write ``config.pbtxt`` through the schema and return its path."""
-    model_dir.mkdir(parents=True, exist_ok=True)
+    """Write ``config.pbtxt`` through the schema (whole or not at all: Triton may read it any time)."""
     path = model_dir / "config.pbtxt"
-    path.write_text(text_format.MessageToString(config.to_proto()))
+    write_text(path, text_format.MessageToString(config.to_proto()))
     return path
 
 

@@ -14,7 +14,6 @@ from __future__ import annotations
 import hashlib
 import json
 import logging
-import warnings
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
@@ -25,14 +24,16 @@ import onnxruntime as ort
 import torch
 from torch import nn
 
-from exporters.errors import ExportCheckError
 from exporters.file_hash import file_matches, file_sha256
+from exporters.onnx_files import OPSET, check_external_data
 from exporters.parity import compare_outputs
+from exporters.records import read_record, write_record
+from exporters.sources.load import load_source
 from exporters.spec import ModelSpec
+from python_backend.atomic_files import staged
 
 log = logging.getLogger(__name__)
 
-OPSET = 17
 EXPORTER_VERSION = "2"  # bump when the export procedure changes, to invalidate cached artifacts
 
 
@@ -75,21 +76,6 @@ def content_hash(spec: ModelSpec, identity: Any) -> str:
     return digest.hexdigest()
 
 
-def check_external_data(model_path: Path) -> None:
-    """Reject ONNX initializers stored outside the model's own folder (path traversal on load)."""
-    model = onnx.load(str(model_path), load_external_data=False)
-    root = model_path.parent.resolve()
-    for tensor in model.graph.initializer:
-        if tensor.data_location != onnx.TensorProto.EXTERNAL:
-            continue
-        location = next((e.value for e in tensor.external_data if e.key == "location"), "")
-        target = (root / location).resolve()
-        if Path(location).is_absolute() or not target.is_relative_to(root):
-            raise ExportCheckError(
-                f"{model_path}: initializer {tensor.name!r} points outside the model folder: {location!r}"
-            )
-
-
 def run_onnx(path: Path, spec: ModelSpec, inputs: list[np.ndarray]) -> list[np.ndarray]:
     session = ort.InferenceSession(str(path), providers=["CPUExecutionProvider"])
     return session.run(
@@ -97,78 +83,55 @@ def run_onnx(path: Path, spec: ModelSpec, inputs: list[np.ndarray]) -> list[np.n
     )
 
 
-def export_module_onnx(
-    module: nn.Module,
-    example: tuple[torch.Tensor, ...],
-    input_names: list[str],
-    output_names: list[str],
-    path: Path,
-    variable_axes: dict[str, dict[int, str]] | None = None,
-) -> None:
-    """``torch.onnx.export`` with this project's conventions: the given tensor names, a dynamic batch
-    axis on every tensor (plus ``variable_axes``), ``OPSET``, the TorchScript-based exporter. Used for
-    models and pipeline stages."""
-    axes = {
-        name: {0: "batch", **(variable_axes or {}).get(name, {})} for name in [*input_names, *output_names]
-    }
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")
-        torch.onnx.export(
-            module,
-            example,
-            str(path),
-            input_names=input_names,
-            output_names=output_names,
-            dynamic_axes=axes,
-            opset_version=OPSET,
-            dynamo=False,
-        )
+def _recorded(record_path: Path, path: Path, digest: str) -> Artifact | None:
+    """The artifact an identical earlier export recorded, if its file is still exactly that file."""
+    record = read_record(record_path)
+    if record is None or record.get("content_hash") != digest:
+        return None
+    if not file_matches(path, record.get("file_sha256")):
+        return None
+    try:
+        return Artifact(path=path, cached=True, **{k: v for k, v in record.items() if k != "path"})
+    except TypeError:  # a record of another shape: rebuild
+        return None
 
 
 def export_onnx(spec: ModelSpec, out_dir: Path) -> Artifact:
     """Export ``spec``'s model to ``out_dir/model.onnx`` unless an identical export is already there.
 
-    The file only takes its final name after ``onnx.checker`` and the parity check against the source
-    (batch sizes 1 and 3, so the dynamic batch axis is exercised) have passed.
+    The file is written under a temporary name and only replaces ``model.onnx`` (whole, atomically)
+    after ``onnx.checker`` and the parity check against the source (batch sizes 1 and 3, so the dynamic
+    batch axis is exercised) have passed; any failure, a full disk included, leaves no part behind.
     """
-    from exporters.sources.load import load_source
-
     source = load_source(spec)
     source.check_signature()
     digest = content_hash(spec, source)
     path, record_path = out_dir / "model.onnx", out_dir / "export.json"
-    if path.exists() and record_path.exists():
-        record = json.loads(record_path.read_text())
-        if record.get("content_hash") == digest and file_matches(path, record.get("file_sha256")):
-            log.info("%s: export up to date (%s)", spec.name, digest[:12])
-            return Artifact(path=path, cached=True, **{k: v for k, v in record.items() if k != "path"})
-    out_dir.mkdir(parents=True, exist_ok=True)
-    staging = out_dir / "model.onnx.partial"
-    source.write_onnx(staging)
-    onnx.checker.check_model(str(staging), full_check=True)
-    check_external_data(staging)
+    cached = _recorded(record_path, path, digest)
+    if cached is not None:
+        log.info("%s: export up to date (%s)", spec.name, digest[:12])
+        return cached
     worst = None
-    for batch in (1, 3):
-        inputs = source.inputs(batch, seed=100 + batch)
-        report = compare_outputs(
-            run_onnx(staging, spec, inputs),
-            source.reference(inputs),
-            spec.precision,
-            f"{spec.name} ({spec.precision} ONNX, batch {batch})",
-        )
-        worst = report if worst is None or report.max_rel_error > worst.max_rel_error else worst
-    staging.replace(path)
+    data = source.onnx_bytes()
+    with staged(path, len(data)) as staging:
+        staging.write_bytes(data)
+        onnx.checker.check_model(str(staging), full_check=True)
+        check_external_data(staging)
+        for batch in (1, 3):
+            inputs = source.inputs(batch, seed=100 + batch)
+            report = compare_outputs(
+                run_onnx(staging, spec, inputs),
+                source.reference(inputs),
+                spec.precision,
+                f"{spec.name} ({spec.precision} ONNX, batch {batch})",
+            )
+            worst = report if worst is None or report.max_rel_error > worst.max_rel_error else worst
+        sha256 = file_sha256(staging)
+    assert worst is not None
     artifact = Artifact(
-        path,
-        digest,
-        spec.precision,
-        worst.max_abs_error,
-        worst.max_rel_error,
-        worst.tolerance,
-        file_sha256=file_sha256(path),
-    )
-    record_path.write_text(
-        json.dumps({k: v for k, v in asdict(artifact).items() if k not in ("path", "cached")}, indent=2)
-    )
+        path, digest, spec.precision, worst.max_abs_error, worst.max_rel_error, worst.tolerance,
+        file_sha256=sha256,
+    )  # fmt: skip
+    write_record(record_path, {k: v for k, v in asdict(artifact).items() if k not in ("path", "cached")})
     log.info("%s: exported %s, max rel error %.2e", spec.name, spec.precision, artifact.max_rel_error)
     return artifact

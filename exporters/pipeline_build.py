@@ -17,6 +17,7 @@ import dataclasses
 import hashlib
 import json
 import logging
+import secrets
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from pathlib import Path
@@ -27,6 +28,7 @@ from torch import nn
 import python_backend
 from exporters.errors import SpecError
 from exporters.file_hash import file_matches, file_sha256
+from exporters.inputs import draw_inputs
 from exporters.model_config import ModelConfig, write_config
 from exporters.onnx_export import content_hash
 from exporters.pipeline_configs import pipeline_configs
@@ -35,21 +37,25 @@ from exporters.pipeline_stages import (
     Stage,
     Tensors,
     block_stages,
+    check_stage_file,
     check_stages,
     describe_boundaries,
     embedding_dense_stages,
-    export_stage,
     load_stage,
     run_stages,
+    stage_artifact,
     stage_examples,
 )
+from exporters.records import read_record
+from exporters.sources.load import build_torch_model
 from exporters.spec import ModelSpec, PipelineSpec, Spec
 from exporters.splitter import SplitPlan
-from exporters.zoo.reference import build_torch_model, sample_inputs
+from python_backend.atomic_files import staged
 
 log = logging.getLogger(__name__)
 
 BUILD_VERSION = "1"  # bump when the pipeline build changes, to invalidate recorded artifacts
+BUILD_ID_BYTES = 4  # a fresh id per export names the boundary tensors (8 hex digits)
 RECORD = "pipeline.json"
 COST_BATCH = 8  # the batch the splitter times blocks at: a typical formed batch, not batch 1
 
@@ -63,7 +69,7 @@ class BuiltPipeline:
 
 
 def _samples(spec: ModelSpec, model: nn.Module, batch: int, seed: int) -> Tensors:
-    arrays = sample_inputs(spec, model, batch, seed)
+    arrays = draw_inputs(spec, batch, seed, model)
     return {t.name: torch.from_numpy(a) for t, a in zip(spec.inputs, arrays, strict=True)}
 
 
@@ -76,26 +82,29 @@ def _identity(pipeline: PipelineSpec, spec: ModelSpec, model: nn.Module) -> str:
 
 
 def make_stages(
-    pipeline: PipelineSpec, spec: ModelSpec, model: nn.Module, plan: SplitPlan | None = None
-) -> tuple[list[Stage], SplitPlan | None]:
-    """The pipeline's stages in torch (planning the cuts now unless ``plan`` is given)."""
+    pipeline: PipelineSpec, spec: ModelSpec, model: nn.Module, plan: SplitPlan | None = None,
+    build_id: str = "",
+) -> tuple[list[Stage], SplitPlan | None]:  # fmt: skip
+    """The pipeline's stages in torch (planning the cuts now unless ``plan`` is given); ``build_id``
+    names their boundary tensors (``pipeline_stages.boundary_name``)."""
     if pipeline.split == "embedding_dense":
-        return embedding_dense_stages(pipeline, spec, model), None
+        return embedding_dense_stages(pipeline, spec, model, build_id), None
     example = _samples(spec, model, min(COST_BATCH, spec.max_batch_size), seed=0)[spec.inputs[0].name]
-    return block_stages(pipeline, spec, model, example, plan)
+    return block_stages(pipeline, spec, model, example, plan, build_id)
 
 
 def _recorded(repository: Path, pipeline: PipelineSpec, digest: str) -> PipelineRecord | None:
     """The record of an identical earlier build whose artifacts are all still there, else None."""
     record_path = repository / pipeline.name / RECORD
-    if not record_path.exists():
+    data = read_record(record_path)
+    if data is None:
         return None
     try:
-        record = PipelineRecord.read(record_path)
+        record = PipelineRecord.from_json(data)
     except (KeyError, TypeError, ValueError):  # an older or damaged record: rebuild
         log.info("%s: unreadable %s, rebuilding", pipeline.name, record_path)
         return None
-    if record.content_hash != digest:
+    if record.content_hash != digest or not record.build_id:  # no build id: stages of an older build
         return None
     if not all(
         file_matches(repository / stage.name / "1" / stage.artifact, stage.sha256) for stage in record.stages
@@ -113,10 +122,8 @@ def _missing_folders(folder: Path) -> list[Path]:
     return missing[::-1]
 
 
-def _discard(partials: list[Path], created: list[Path]) -> None:
-    """Remove a failed build's ``.partial`` files, then the folders it made (innermost first, if empty)."""
-    for partial in partials:
-        partial.unlink(missing_ok=True)
+def _discard(created: list[Path]) -> None:
+    """Remove the folders a failed build made (innermost first, if empty)."""
     for folder in reversed(created):
         with contextlib.suppress(OSError):  # not empty: something else lives there now; leave it
             folder.rmdir()
@@ -124,9 +131,9 @@ def _discard(partials: list[Path], created: list[Path]) -> None:
 
 def _export(
     pipeline: PipelineSpec, spec: ModelSpec, model: nn.Module, stages: list[Stage], plan: SplitPlan | None,
-    repository: Path, digest: str,
+    repository: Path, digest: str, build_id: str,
 ) -> PipelineRecord:  # fmt: skip
-    """Check in torch, export to ``.partial`` files, check the artifacts, then commit; the record."""
+    """Check in torch, export to temporary files, check the artifacts, then commit; the record."""
     batches = sorted({1, min(3, spec.max_batch_size)})  # the export's batch axis ends at max_batch_size
     samples = [_samples(spec, model, batch, seed=100 + batch) for batch in batches]
 
@@ -135,7 +142,9 @@ def _export(
 
     exact = stages
     if pipeline.boundary_dtype != "fp32":
-        exact, _ = make_stages(dataclasses.replace(pipeline, boundary_dtype="fp32"), spec, model, plan)
+        exact, _ = make_stages(
+            dataclasses.replace(pipeline, boundary_dtype="fp32"), spec, model, plan, build_id
+        )
     split = check_stages(exact, whole, samples, "fp32", f"{pipeline.name} (stages in sequence)")
     compression = 0.0
     if pipeline.boundary_dtype != "fp32":
@@ -145,37 +154,37 @@ def _export(
 
         what = f"{pipeline.name} ({pipeline.boundary_dtype} boundaries vs uncompressed pipeline)"
         compression = check_stages(stages, uncompressed, samples, pipeline.boundary_dtype, what).max_rel_error
-    partials: list[Path] = []
     created: list[Path] = []  # folders this call made, parents first
     try:
-        for stage, example in zip(stages, stage_examples(stages, samples[-1]), strict=True):
-            folder = repository / stage.name / "1"
-            created += _missing_folders(folder)
-            folder.mkdir(parents=True, exist_ok=True)
-            partial = folder / f"partial.{stage.artifact_name}"  # keeps the suffix torch.export.load wants
-            partials.append(partial)
-            export_stage(stage, example, spec.max_batch_size, partial)
-        loaded = [load_stage(stage, path) for stage, path in zip(stages, partials, strict=True)]
-        what = f"{pipeline.name} (exported stages vs {spec.name})"
-        artifacts = check_stages(stages, whole, samples, pipeline.boundary_dtype, what, fns=loaded)
+        with contextlib.ExitStack() as commit:  # a clean exit replaces every stage's artifact whole
+            partials = []
+            for stage, example in zip(stages, stage_examples(stages, samples[-1]), strict=True):
+                folder = repository / stage.name / "1"
+                created += _missing_folders(folder)
+                data = stage_artifact(stage, example, spec.max_batch_size)
+                partials.append(commit.enter_context(staged(folder / stage.artifact_name, len(data))))
+                partials[-1].write_bytes(data)
+                check_stage_file(stage, partials[-1])
+            loaded = [load_stage(stage, path) for stage, path in zip(stages, partials, strict=True)]
+            what = f"{pipeline.name} (exported stages vs {spec.name})"
+            artifacts = check_stages(stages, whole, samples, pipeline.boundary_dtype, what, fns=loaded)
+            hashes = [file_sha256(partial) for partial in partials]
     except BaseException:  # nothing half-built stays in the repository, whatever the failure
-        _discard(partials, created)
+        _discard(created)
         raise
-    for stage, partial in zip(stages, partials, strict=True):
-        partial.replace(partial.parent / stage.artifact_name)
     ranges = plan.stage_ranges() if plan else [None] * len(stages)
     return PipelineRecord(
         content_hash=digest, pipeline=pipeline.name, model=spec.name, split=pipeline.split,
         stages=tuple(
             StageRecord(
-                s.name, s.runtime, s.artifact_name, r, tuple(t.name for t in s.inputs), s.output.name,
-                file_sha256(repository / s.name / "1" / s.artifact_name),
+                s.name, s.runtime, s.artifact_name, r, tuple(t.name for t in s.inputs), s.output.name, sha256
             )
-            for s, r in zip(stages, ranges, strict=True)
+            for s, r, sha256 in zip(stages, ranges, hashes, strict=True)
         ),
         split_plan=plan, boundary_dtype=pipeline.boundary_dtype,
         boundaries=tuple(describe_boundaries(stages)), split_max_rel_error=split.max_rel_error,
         compression_max_rel_error=compression, artifact_max_rel_error=artifacts.max_rel_error,
+        build_id=build_id,
     )  # fmt: skip
 
 
@@ -195,11 +204,13 @@ def build_pipeline(
     model = build_torch_model(spec)
     digest = _identity(pipeline, spec, model)
     record = _recorded(repository, pipeline, digest)
-    stages, plan = make_stages(pipeline, spec, model, (record and record.split_plan) or plan)
-    configs = pipeline_configs(pipeline, spec, stages, num_gpus)  # placement errors before slow work
+    build_id = record.build_id if record is not None else secrets.token_hex(BUILD_ID_BYTES)
+    stages, plan = make_stages(pipeline, spec, model, (record and record.split_plan) or plan, build_id)
+    pipeline_configs(pipeline, spec, stages, num_gpus)  # placement errors before the slow work
     cached = record is not None
     if record is None:
-        record = _export(pipeline, spec, model, stages, plan, repository, digest)
+        record = _export(pipeline, spec, model, stages, plan, repository, digest, build_id)
+    configs = pipeline_configs(pipeline, spec, stages, num_gpus, {s.name: s.sha256 for s in record.stages})
     (repository / pipeline.name / "1").mkdir(parents=True, exist_ok=True)  # ensembles need a version
     for stage in stages:
         _install_runner(stage, repository / stage.name / "1")

@@ -9,13 +9,14 @@ each stage separately: a batch formed before stage 0 does not survive into stage
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 
 from exporters.configs import build_model_config, model_tensor, resolve_target
 from exporters.guards import guard_parameters
 from exporters.model_config import EnsembleStep, InstanceGroup, ModelConfig, ModelTensor, OptionalModelInput
 from exporters.pipeline_stages import Stage
-from exporters.spec import DTYPES, Batching, ModelSpec, PipelineSpec
+from exporters.spec import ModelSpec, PipelineSpec
+from exporters.spec_sections import DTYPES, Batching
 from python_backend.torch_stage.embedding_rows import UPDATE_ROW, UPDATE_TABLE, UPDATE_VALUES, UPDATE_VERSION
 
 
@@ -54,9 +55,11 @@ def stage_batching(pipeline: PipelineSpec, index: int) -> Batching:
 
 
 def stage_config(
-    pipeline: PipelineSpec, spec: ModelSpec, stage: Stage, index: int, num_gpus: int
+    pipeline: PipelineSpec, spec: ModelSpec, stage: Stage, index: int, num_gpus: int, sha256: str = ""
 ) -> ModelConfig:
-    """An ONNX stage is an ordinary ``onnxruntime`` model; a torch stage runs on the Python backend."""
+    """An ONNX stage is an ordinary ``onnxruntime`` model; a torch stage runs on the Python backend and
+    is told the SHA-256 of the artifact it was built with (``stage_sha256``): the runner refuses any
+    other file, e.g. a rebuilt one loaded under this older config when a stub is reloaded."""
     config = build_model_config(
         spec, num_gpus, name=stage.name, inputs=stage.inputs, outputs=(stage.output,),
         batching=stage_batching(pipeline, index),
@@ -66,6 +69,7 @@ def stage_config(
         return config
     parameters = {
         "stage_program": stage.artifact_name,
+        **({"stage_sha256": sha256} if sha256 else {}),
         "intra_op_thread_count": str(spec.intra_op_threads),
         # Hand GPU tensors over as they are (DLPack); the default copies every input to the host.
         "FORCE_CPU_ONLY_INPUT_TENSORS": "no",
@@ -114,10 +118,13 @@ def ensemble_config(pipeline: PipelineSpec, spec: ModelSpec, stages: Sequence[St
 
 
 def pipeline_configs(
-    pipeline: PipelineSpec, spec: ModelSpec, stages: Sequence[Stage], num_gpus: int
-) -> list[ModelConfig]:
-    """The ensemble's config first, then each stage's, in pipeline order."""
+    pipeline: PipelineSpec, spec: ModelSpec, stages: Sequence[Stage], num_gpus: int,
+    artifacts: Mapping[str, str] | None = None,
+) -> list[ModelConfig]:  # fmt: skip
+    """The ensemble's config first, then each stage's, in pipeline order; ``artifacts`` maps stage names
+    to the SHA-256 of the artifact each was built with."""
+    hashes = artifacts or {}
     return [
         ensemble_config(pipeline, spec, stages),
-        *(stage_config(pipeline, spec, stage, k, num_gpus) for k, stage in enumerate(stages)),
+        *(stage_config(pipeline, spec, s, k, num_gpus, hashes.get(s.name, "")) for k, s in enumerate(stages)),
     ]

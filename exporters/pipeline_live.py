@@ -20,11 +20,13 @@ import numpy as np
 import torch
 
 from exporters.errors import SpecError
-from exporters.pipeline_build import make_stages
+from exporters.pipeline_build import RECORD, make_stages
+from exporters.pipeline_record import PipelineRecord
 from exporters.pipeline_stages import check_stages, export_stage, load_stage
+from exporters.records import read_record
+from exporters.sources.load import build_torch_model
 from exporters.spec import ModelSpec, PipelineSpec
 from exporters.zoo.recommender import Recommender
-from exporters.zoo.reference import build_torch_model
 from python_backend.dtypes import DTYPES
 from python_backend.torch_stage.embedding_rows import UPDATE_ROW, UPDATE_TABLE, UPDATE_VALUES
 
@@ -51,7 +53,13 @@ def publish_dense_version(
     if pipeline.split != "embedding_dense":
         raise SpecError(f"{pipeline.name}.split", "only an embedding_dense pipeline has a dense stage")
     model = build_torch_model(dataclasses.replace(spec, seed=seed))
-    stages, _ = make_stages(pipeline, spec, model)
+    record = read_record(repository / pipeline.name / RECORD)
+    if record is None:
+        raise SpecError(
+            pipeline.name, f"no {RECORD} in {repository / pipeline.name}: build the pipeline first"
+        )
+    # The new version joins the served build: its input takes that build's boundary tensor name.
+    stages, _ = make_stages(pipeline, spec, model, build_id=PipelineRecord.from_json(record).build_id)
     dense = stages[1]
     folder = repository / dense.name / str(version)
     if folder.exists():

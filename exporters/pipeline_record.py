@@ -13,6 +13,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
+from exporters.records import write_record
 from exporters.splitter import SplitPlan
 
 
@@ -51,6 +52,7 @@ class PipelineRecord:
     split_max_rel_error: float  # the stages in sequence vs the whole model, uncompressed (torch)
     compression_max_rel_error: float  # compressed vs uncompressed boundaries (0 for fp32)
     artifact_max_rel_error: float  # the exported artifacts, loaded as the server loads them
+    build_id: str = ""  # names the boundary tensors: stages of two builds cannot be chained
 
     @property
     def boundary_bytes_per_request(self) -> int:
@@ -88,10 +90,11 @@ class PipelineRecord:
             split_max_rel_error=data["split_max_rel_error"],
             compression_max_rel_error=data["compression_max_rel_error"],
             artifact_max_rel_error=data["artifact_max_rel_error"],
+            build_id=data.get("build_id", ""),
         )  # fmt: skip
 
     def write(self, path: Path) -> None:
-        path.write_text(json.dumps(self.to_json(), indent=2))
+        write_record(path, self.to_json())
 
     @classmethod
     def read(cls, path: Path) -> PipelineRecord:

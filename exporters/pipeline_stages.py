@@ -8,6 +8,7 @@ it back to fp32, so neither the runner nor the ensemble knows about compression 
 
 from __future__ import annotations
 
+import io
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -20,16 +21,17 @@ import torch
 from torch import nn
 
 from exporters.errors import ExporterError, SpecError, StageExportError
-from exporters.onnx_export import check_external_data, export_module_onnx
+from exporters.onnx_files import check_external_data, module_to_onnx
 from exporters.parity import ParityReport, compare_outputs
 from exporters.pipeline_record import BoundaryRecord
-from exporters.spec import ModelSpec, PipelineSpec, TensorSpec
+from exporters.spec import ModelSpec, PipelineSpec
+from exporters.spec_sections import TensorSpec
 from exporters.splitter import SplitPlan, plan_split, split_blocks
 from exporters.zoo.recommender import Recommender
 from python_backend.dtypes import DTYPES
 from python_backend.torch_stage.safe_program import load_exported_program
 
-EMBEDDINGS = "embeddings"  # the recommender's boundary tensor
+EMBEDDINGS = "embeddings"  # the recommender's boundary tensor (named per build: ``boundary_name``)
 Tensors = dict[str, torch.Tensor]
 StageFn = Callable[..., torch.Tensor]
 
@@ -103,13 +105,24 @@ def check_stages(
     return worst
 
 
+def boundary_name(base: str, build_id: str) -> str:
+    """A tensor that crosses a stage boundary, named for the build that made the stages.
+
+    Triton's ensemble chains stages by tensor name, so stages of two builds cannot be chained: reloading
+    one stage after a rebuild (new weights) breaks the pipeline with an error instead of serving the new
+    stage beside the old ones, a silently mixed model. (Triton checks the names; no stage needs to.)
+    """
+    return f"{base}_{build_id}" if build_id else base
+
+
 def _boundary(name: str, tensor: torch.Tensor, dtype: str) -> TensorSpec:
     return TensorSpec(name, dtype, tuple(tensor.shape[1:]))
 
 
 def block_stages(
-    pipeline: PipelineSpec, spec: ModelSpec, model: nn.Module, example: torch.Tensor, plan: SplitPlan | None
-) -> tuple[list[Stage], SplitPlan]:
+    pipeline: PipelineSpec, spec: ModelSpec, model: nn.Module, example: torch.Tensor, plan: SplitPlan | None,
+    build_id: str = "",
+) -> tuple[list[Stage], SplitPlan]:  # fmt: skip
     """Cut an ``nn.Sequential`` (at ``plan``'s cuts, or planned now) into stages with boundary casts."""
     if plan is None:
         plan = plan_split(
@@ -123,9 +136,8 @@ def block_stages(
         for index, (part, name) in enumerate(zip(parts, pipeline.stage_names, strict=True)):
             x = part(x)
             last = index == len(parts) - 1
-            output = (
-                spec.outputs[0] if last else _boundary(f"boundary{index + 1}", x, pipeline.boundary_dtype)
-            )
+            name_out = boundary_name(f"boundary{index + 1}", build_id)
+            output = spec.outputs[0] if last else _boundary(name_out, x, pipeline.boundary_dtype)
             module = BoundaryCasts(
                 part, widen_input=index > 0 and compress is not None, output_dtype=None if last else compress
             )
@@ -134,7 +146,9 @@ def block_stages(
     return stages, plan
 
 
-def embedding_dense_stages(pipeline: PipelineSpec, spec: ModelSpec, model: nn.Module) -> list[Stage]:
+def embedding_dense_stages(
+    pipeline: PipelineSpec, spec: ModelSpec, model: nn.Module, build_id: str = ""
+) -> list[Stage]:
     """The recommender's embedding tables (torch, updatable) and dense network (ONNX) as two stages."""
     if not isinstance(model, Recommender):
         raise SpecError(
@@ -148,7 +162,7 @@ def embedding_dense_stages(pipeline: PipelineSpec, spec: ModelSpec, model: nn.Mo
         )
     compress = pipeline.boundary_dtype != "fp32"
     dims = (len(model.table_sizes), model.embed.tables[0].embedding_dim)
-    embeddings = TensorSpec(EMBEDDINGS, pipeline.boundary_dtype, dims)
+    embeddings = TensorSpec(boundary_name(EMBEDDINGS, build_id), pipeline.boundary_dtype, dims)
     cast = DTYPES[pipeline.boundary_dtype].torch_dtype() if compress else None
     embed = BoundaryCasts(model.embed, False, cast)
     tables = tuple(f"inner.tables.{i}.weight" for i in range(len(model.table_sizes)))
@@ -164,32 +178,49 @@ def _example_for(stage: Stage, tensors: Tensors) -> tuple[torch.Tensor, ...]:
     return tuple(tensors[t.name] for t in stage.inputs)
 
 
-def export_stage(stage: Stage, example: tuple[torch.Tensor, ...], max_batch_size: int, path: Path) -> None:
-    """Write the stage's artifact: a ``torch.export`` program with a dynamic batch axis, or ONNX.
+def stage_artifact(stage: Stage, example: tuple[torch.Tensor, ...], max_batch_size: int) -> bytes:
+    """The stage's artifact: a ``torch.export`` program with a dynamic batch axis, or ONNX.
 
     The example's batch must be within ``1..max_batch_size``; with a maximum of 1 the batch axis is static.
-    Any failure of the exporter surfaces as a ``StageExportError`` naming the stage.
+    Any failure of the exporter surfaces as a ``StageExportError`` naming the stage. Made in memory:
+    torch's zip writer aborts the process (SIGABRT) when the disk fills mid-file, while the caller's own
+    write of these bytes fails with a clear error.
     """
     try:
         if stage.runtime == "onnx":
-            export_module_onnx(
-                stage.module, example, [t.name for t in stage.inputs], [stage.output.name], path
-            )
-            onnx.checker.check_model(str(path), full_check=True)
-            check_external_data(path)
-            return
+            return module_to_onnx(stage.module, example, [t.name for t in stage.inputs], [stage.output.name])
         dynamic = None
         if max_batch_size > 1:  # torch.export has no Dim with min == max
             batch = torch.export.Dim("batch", min=1, max=max_batch_size)
             dynamic = tuple({0: batch} for _ in example)
         program = torch.export.export(stage.module, example, dynamic_shapes=dynamic)
-        torch.export.save(program, str(path))
+        buffer = io.BytesIO()
+        torch.export.save(program, buffer)
+        return buffer.getvalue()
     except ExporterError:
         raise
     except Exception as error:
         raise StageExportError(
             f"stage {stage.name}: {stage.runtime} export failed: {type(error).__name__}: {error}"
         ) from error
+
+
+def check_stage_file(stage: Stage, path: Path) -> None:
+    """An ONNX stage file must pass ``onnx.checker`` and keep its data inside its folder (a ``.pt2`` is
+    checked when it is loaded back, by the loader the server uses)."""
+    if stage.runtime != "onnx":
+        return
+    try:
+        onnx.checker.check_model(str(path), full_check=True)
+    except (onnx.checker.ValidationError, onnx.shape_inference.InferenceError) as error:
+        raise StageExportError(f"stage {stage.name}: {path.name} fails onnx.checker: {error}") from error
+    check_external_data(path)
+
+
+def export_stage(stage: Stage, example: tuple[torch.Tensor, ...], max_batch_size: int, path: Path) -> None:
+    """Write the stage's artifact (``stage_artifact``) to ``path`` and check it."""
+    path.write_bytes(stage_artifact(stage, example, max_batch_size))
+    check_stage_file(stage, path)
 
 
 def load_stage(stage: Stage, path: Path) -> StageFn:

@@ -7,7 +7,6 @@ create.
 
 from __future__ import annotations
 
-import json
 import logging
 import shutil
 from collections.abc import Callable, Iterable
@@ -17,6 +16,7 @@ from pathlib import Path
 from exporters.configs import build_model_config
 from exporters.model_config import ModelConfig, write_config
 from exporters.onnx_export import Artifact, export_onnx
+from exporters.records import read_record, write_record
 from exporters.spec import ModelSpec, Spec
 
 log = logging.getLogger(__name__)
@@ -40,10 +40,8 @@ def build_model(spec: ModelSpec, repository: Path, num_gpus: int) -> BuiltModel:
 
 def _built_by_us(marker: Path) -> set[str]:
     """Model folders earlier builds created, as recorded in the marker (none if absent or unreadable)."""
-    try:
-        return set(json.loads(marker.read_text())["built"])
-    except (OSError, ValueError, KeyError, TypeError):
-        return set()
+    built = (read_record(marker) or {}).get("built")
+    return {name for name in built if isinstance(name, str)} if isinstance(built, list) else set()
 
 
 def prepare_repository(repository: Path, keep: Iterable[str]) -> None:
@@ -65,9 +63,7 @@ def prepare_repository(repository: Path, keep: Iterable[str]) -> None:
     ]
     if foreign:
         log.info("%s also holds %s, not built here; left in place", repository, sorted(foreign))
-    marker.write_text(
-        json.dumps({"generated_by": "python -m exporters build", "built": sorted(keep)}, indent=2)
-    )
+    write_record(marker, {"generated_by": "python -m exporters build", "built": sorted(keep)})
 
 
 def build_repository(

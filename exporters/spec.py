@@ -6,6 +6,10 @@ the allowed keys, its defaults the defaults, ``Literal`` hints the choices. Inva
 the same way. Parsing is strict: unknown keys, wrong types and impossible values raise ``SpecError``
 naming the field path (``models[1].batching.max_queue_delay_us: must be >= 0``), because a typo in a
 serving config otherwise surfaces as a silently different deployment.
+
+A pure schema: parsing reads no file. The tensors of a self-describing source (an ONNX file, a
+``.pt2`` program) that the spec leaves out are filled in by ``exporters.resolve``, which reads the
+artifact; the sections shared with ``text_embeddings:`` live in ``exporters.spec_sections``.
 """
 
 from __future__ import annotations
@@ -15,161 +19,33 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
 
-import yaml
-
 from exporters.errors import SpecError
 from exporters.guards import check_batch_bounds, check_zoo_options
-from exporters.typed import at_least, check_fields, nested, parse
+from exporters.spec_sections import (
+    INTEGER_DTYPES,
+    MODEL_DTYPES,
+    Batching,
+    Instances,
+    Precision,
+    Target,
+    TensorSpec,
+    Threads,
+)
+from exporters.spec_yaml import check_expansion
+from exporters.text_spec import TextEmbeddingSpec, parse_text_embeddings
+from exporters.typed import at_least, check_fields, parse
 from exporters.zoo import ZOO
-from python_backend import dtypes
 
-DTYPES = {key: d.triton for key, d in dtypes.DTYPES.items()}  # spec name -> Triton type (one table)
-Dtype = Literal[tuple(dtypes.DTYPES)]  # the table's names are the schema's choices
-MODEL_DTYPES = dtypes.MODEL_DTYPES  # bf16 only between pipeline stages (compressed boundaries)
-INTEGER_DTYPES = dtypes.INTEGER_DTYPES
-Precision = Literal["fp32", "fp16"]
-BatchingMode = Literal["none", "static", "dynamic"]
-Target = Literal["auto", "cpu", "gpu"]
 SplitKind = Literal["blocks", "embedding_dense"]
 Balance = Literal["latency", "flops", "params"]
 BoundaryDtype = Literal["fp32", "fp16", "bf16"]
-VARIABLE = -1  # a variable axis in a shape (bounded by ``max_shape``)
+DEFAULT_BATCHING = Batching()  # frozen: one shared default is safe
+DEFAULT_INSTANCES = Instances()
+DEFAULT_THREADS = Threads()
 
 
 def _name_like(value: str) -> bool:
     return value.replace("_", "").replace("-", "").isalnum()
-
-
-@dataclass(frozen=True)
-class TensorSpec:
-    """One input or output; ``shape`` excludes the batch dimension (Triton's convention).
-
-    ``-1`` marks a variable axis (a sequence length); ``max_shape`` then bounds it, because warm-up,
-    shared-memory sizing and generated inputs need a largest case. ``range: [lo, hi)`` (integer inputs)
-    is the half-open interval valid ids are drawn from.
-    """
-
-    name: str
-    dtype: Dtype
-    shape: tuple[int, ...]
-    max_shape: tuple[int, ...] | None = None
-    range: tuple[int, int] | None = None
-
-    def __post_init__(self) -> None:
-        check_fields(self)
-        if not self.name.isidentifier():
-            raise SpecError("name", f"must be an identifier-like string, got {self.name!r}")
-        if any(d < 1 and d != VARIABLE for d in self.shape):
-            raise SpecError(
-                "shape", f"must list positive integers or -1 (no batch dim), got {list(self.shape)}"
-            )
-        if self.max_shape is not None:
-            if len(self.max_shape) != len(self.shape) or any(
-                m < 1 or (d != VARIABLE and m != d) for d, m in zip(self.shape, self.max_shape, strict=True)
-            ):
-                raise SpecError(
-                    "max_shape",
-                    f"must have shape's length, a bound >= 1 at each -1 and shape's value elsewhere; "
-                    f"got {list(self.max_shape)} for shape {list(self.shape)}",
-                )
-        elif self.variable:
-            raise SpecError("max_shape", f"is required with a variable axis (shape {list(self.shape)})")
-        if self.range is not None:
-            if self.dtype not in INTEGER_DTYPES:
-                raise SpecError("range", f"is for integer tensors, {self.name} is {self.dtype}")
-            if self.range[0] >= self.range[1]:
-                raise SpecError("range", f"must be [lo, hi) with lo < hi, got {list(self.range)}")
-
-    @property
-    def variable(self) -> bool:
-        return VARIABLE in self.shape
-
-    @property
-    def largest(self) -> tuple[int, ...]:
-        """The shape with every variable axis at its bound (warm-up, memory sizing)."""
-        return self.max_shape if self.max_shape is not None else self.shape
-
-    def admits(self, dims: tuple[int, ...]) -> bool:
-        """Concrete ``dims`` (no batch axis) fit: fixed axes equal, variable ones within their bound."""
-        return len(dims) == len(self.shape) and all(
-            (1 <= n <= m) if d == VARIABLE else n == d
-            for n, d, m in zip(dims, self.shape, self.largest, strict=True)
-        )
-
-
-@dataclass(frozen=True)
-class QueuePolicy:
-    """Bounds the batcher's queue so overload is rejected instead of growing without limit."""
-
-    max_queue_size: int = at_least(0, 0)
-    timeout_us: int = at_least(0, 0)
-    timeout_action: Literal["reject", "delay"] = "reject"
-
-    def __post_init__(self) -> None:
-        check_fields(self)
-
-
-@dataclass(frozen=True)
-class Batching:
-    """How requests become batches: ``none`` (one request per execution), ``static`` (the client sends
-    batches of exactly ``batch_size``; the server adds no wait), or ``dynamic`` (Triton's dynamic
-    batcher merges requests, waiting at most ``max_queue_delay_us``, preferring
-    ``preferred_batch_sizes``; ``queue`` bounds what waits). Limits that need the model's
-    ``max_batch_size`` are checked by ``ModelSpec``.
-    """
-
-    mode: BatchingMode = "dynamic"
-    max_queue_delay_us: int = at_least(0, 1000)
-    preferred_batch_sizes: tuple[int, ...] = at_least(1, ())
-    batch_size: int = at_least(0, 0)
-    queue: QueuePolicy | None = None
-
-    def __post_init__(self) -> None:
-        check_fields(self)
-        object.__setattr__(self, "preferred_batch_sizes", tuple(sorted(set(self.preferred_batch_sizes))))
-        if self.mode == "static" and self.batch_size < 1:
-            raise SpecError("batch_size", "static batching needs batch_size >= 1")
-        default_delay = next(f.default for f in dataclasses.fields(self) if f.name == "max_queue_delay_us")
-        if self.mode != "dynamic" and (
-            self.preferred_batch_sizes or self.queue is not None or self.max_queue_delay_us != default_delay
-        ):
-            raise SpecError(
-                "mode",
-                f"preferred_batch_sizes, max_queue_delay_us and queue need mode: dynamic (is {self.mode})",
-            )
-
-    def formed_sizes(self, max_batch_size: int) -> tuple[int, ...]:
-        """Batch sizes a model with this batching runs: what the batcher forms, or the static size."""
-        if self.mode == "static":
-            return (self.batch_size,)
-        if self.mode == "dynamic":
-            return tuple(sorted({1, *self.preferred_batch_sizes, max_batch_size}))
-        return (1,)
-
-
-@dataclass(frozen=True)
-class Instances:
-    """``cpu`` instances on CPU targets; ``per_gpu`` instances on each GPU listed in ``gpus`` (or all)."""
-
-    cpu: int = at_least(1, 1)
-    per_gpu: int = at_least(1, 1)
-    gpus: Literal["all"] | tuple[int, ...] = at_least(0, "all")
-
-    def __post_init__(self) -> None:
-        check_fields(self)
-        if self.gpus != "all" and (not self.gpus or len(set(self.gpus)) != len(self.gpus)):
-            raise SpecError("gpus", f"must be 'all' or a list of distinct GPU indices, got {list(self.gpus)}")
-
-
-@dataclass(frozen=True)
-class Threads:
-    """onnxruntime's thread counts per instance (0: onnxruntime decides)."""
-
-    intra_op: int = at_least(0, 1)
-    inter_op: int = at_least(0, 1)
-
-    def __post_init__(self) -> None:
-        check_fields(self)
 
 
 def _resolve(base_dir: Path | None, location: str) -> str:
@@ -268,10 +144,10 @@ class ModelSpec:
     options: dict[str, Any] = field(default_factory=dict)
     seed: int = at_least(0, 0)
     precision: Precision = "fp32"
-    batching: Batching = Batching()
-    instances: Instances = Instances()
+    batching: Batching = DEFAULT_BATCHING
+    instances: Instances = DEFAULT_INSTANCES
     target: Target = "auto"
-    threads: Threads = Threads()
+    threads: Threads = DEFAULT_THREADS
     tensorrt_fp16: bool = False
     warmup: bool = True
     allow_non_finite: bool = False  # float inputs may carry NaN/±Inf (rejected with a 400 otherwise)
@@ -308,6 +184,9 @@ class ModelSpec:
             check_zoo_options(self.options)
         elif self.source_kind != "python" and self.options:
             raise SpecError("options", f"{self.source_kind} sources take no options (only zoo and python do)")
+        # Options reach the content hash (as JSON) and the user's factory: bounded as expanded, also when
+        # the spec was built from data that did not come through exporters.spec_yaml.
+        check_expansion({"options": self.options})
 
     def _check_tensors(self) -> None:
         for kind in ("inputs", "outputs"):
@@ -393,7 +272,7 @@ class PipelineSpec:
     balance: Balance = "latency"
     replicas: tuple[int, ...] = at_least(1, ())
     boundary_dtype: BoundaryDtype = "fp32"
-    batching: Batching = Batching()  # the first stage's; later stages wait at most 100 µs
+    batching: Batching = DEFAULT_BATCHING  # the first stage's; later stages wait at most 100 µs
     live_updates: bool = False
 
     def __post_init__(self) -> None:
@@ -452,7 +331,7 @@ class Spec:
 
     models: tuple[ModelSpec, ...]
     pipelines: tuple[PipelineSpec, ...] = ()
-    text_embeddings: tuple[Any, ...] = ()  # exporters.text_spec.TextEmbeddingSpec (its own module)
+    text_embeddings: tuple[TextEmbeddingSpec, ...] = ()
 
     def __post_init__(self) -> None:
         check_fields(self)
@@ -485,30 +364,13 @@ class Spec:
 # --- parsing: YAML → dataclasses (the dataclasses define and check everything) -------------------------
 
 
-def _complete_signature(spec: ModelSpec, path: str) -> ModelSpec:
-    """Tensors a self-describing artifact states (ONNX graph, torch.export program) fill what the spec
-    left out; tensors the spec gives are checked against the artifact when it is built."""
-    if spec.source_kind not in SELF_DESCRIBING or (spec.inputs and spec.outputs):
-        return spec
-    from exporters.sources.signature import read_signature  # reads the artifact; only for these sources
-
-    try:
-        inputs, outputs = read_signature(spec)
-    except SpecError as error:  # named by the model's name there; by its place in the file here
-        raise SpecError(path + error.path.removeprefix(spec.name), error.problem) from None
-    try:
-        return dataclasses.replace(spec, inputs=spec.inputs or inputs, outputs=spec.outputs or outputs)
-    except SpecError as error:
-        raise nested(path, error) from None
-
-
 def parse_model(data: Any, path: str, base_dir: Path | None = None) -> ModelSpec:
     """Parse one entry of ``models``; every error names ``path`` and the field. Paths in ``source`` are
     relative to ``base_dir`` (the spec file's folder)."""
     spec = parse(ModelSpec, data, path)
     if not isinstance(spec.source, str):
         spec = dataclasses.replace(spec, source=spec.source.resolved(base_dir))
-    return _complete_signature(spec, path)
+    return spec
 
 
 DEFAULT_STAGE_BATCHING = Batching(mode="dynamic", max_queue_delay_us=100)
@@ -553,19 +415,5 @@ def parse_spec(data: Any, base_dir: Path | None = None) -> Spec:
     if not isinstance(items, list):
         raise SpecError("pipelines", "must be a list")
     pipelines = tuple(parse_pipeline(item, f"pipelines[{i}]", models) for i, item in enumerate(items))
-    spec = Spec(models, pipelines)
-    from exporters.text_spec import parse_text_embeddings  # it builds on this module's dataclasses
-
     taken = {m.name for m in models} | {n for p in pipelines for n in p.repository_names}
-    return dataclasses.replace(
-        spec, text_embeddings=parse_text_embeddings(data.get("text_embeddings", []), taken)
-    )
-
-
-def load_spec(path: str | Path) -> Spec:
-    """Read and validate a ``models.yaml`` file; its folder anchors the relative paths inside it."""
-    try:
-        data = yaml.safe_load(Path(path).read_text())
-    except (OSError, yaml.YAMLError) as error:
-        raise SpecError(str(path), f"cannot read spec: {error}") from error
-    return parse_spec(data, Path(path).resolve().parent)
+    return Spec(models, pipelines, parse_text_embeddings(data.get("text_embeddings", []), taken))

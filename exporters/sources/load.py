@@ -1,4 +1,5 @@
-"""``load_source(spec)``: the ``LoadedSource`` for a model of the spec, whatever its source kind."""
+"""``load_source(spec)``: the ``LoadedSource`` for a model of the spec, whatever its source kind; and
+``build_torch_model(spec)``: its torch module, the reference the pipeline builder splits."""
 
 from __future__ import annotations
 
@@ -7,15 +8,14 @@ import inspect
 import torch
 from torch import nn
 
-from exporters.errors import SpecError
+from exporters.errors import ExportCheckError, SpecError
 from exporters.sources.base import LoadedSource, TorchModuleSource
-from exporters.sources.loading import import_object, module_files
 from exporters.spec import ModelSpec, PythonSource
+from exporters.user_code import import_object, module_files
+from exporters.zoo import ZOO
 
 
 def _zoo(spec: ModelSpec) -> LoadedSource:
-    from exporters.zoo import ZOO
-
     return TorchModuleSource(spec, ZOO[spec.source].create(spec.options, spec.seed))
 
 
@@ -64,3 +64,14 @@ def load_source(spec: ModelSpec) -> LoadedSource:
     from exporters.sources.huggingface import load_huggingface
 
     return load_huggingface(spec)
+
+
+def build_torch_model(spec: ModelSpec) -> nn.Module:
+    """The spec's torch model in fp32 (the reference for every precision): the zoo entry with its
+    seeded weights, or the module of the user's factory, ``.pt2`` program or Hugging Face folder."""
+    if spec.source_kind == "zoo":
+        return ZOO[spec.source].create(spec.options, spec.seed)
+    module = getattr(load_source(spec), "module", None)
+    if module is None:
+        raise ExportCheckError(f"{spec.name}: a {spec.source_kind} source has no torch module")
+    return module

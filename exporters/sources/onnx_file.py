@@ -16,13 +16,15 @@ from typing import Any
 import numpy as np
 import onnx
 import onnxruntime as ort
+from google.protobuf.message import DecodeError
 
 from exporters.errors import ExportCheckError, SpecError
 from exporters.fp16 import to_fp16
-from exporters.inputs import widen
-from exporters.onnx_export import check_external_data
+from exporters.onnx_files import check_external_data
 from exporters.sources.base import LoadedSource
-from exporters.spec import VARIABLE, ModelSpec, OnnxSource, TensorSpec
+from exporters.spec import ModelSpec, OnnxSource
+from exporters.spec_sections import VARIABLE, TensorSpec
+from exporters.torch_reference import widen
 from python_backend.dtypes import DTYPES
 
 # ONNX element type -> spec name, from the one dtype table (types numpy, hence a model, can carry)
@@ -143,22 +145,36 @@ class OnnxFileSource(LoadedSource):
     def fold_identity(self, digest: Any) -> None:
         digest.update(self.model.SerializeToString())
 
-    def write_onnx(self, path: Path) -> None:
+    def onnx_bytes(self) -> bytes:
         graph_inputs, _ = graph_tensors(self.model, self.field)
         needs_half = self.spec.precision == "fp16" and any(t.dtype == "fp32" for t in graph_inputs)
-        onnx.save(to_fp16(self.model) if needs_half else self.model, str(path))
+        return (to_fp16(self.model) if needs_half else self.model).SerializeToString()
+
+
+def read_model(path: Path, field: str, load_external_data: bool = True) -> onnx.ModelProto:
+    """The ONNX file at ``path``; a ``SpecError`` naming ``field`` and the file when there is none or it
+    is not an ONNX model (``onnx: /etc/passwd`` fails to decode; some bytes decode to a message with no
+    graph)."""
+    if not path.is_file():
+        raise SpecError(field, f"no such file: {path}")
+    try:
+        model = onnx.load(str(path), load_external_data=load_external_data)
+    except (DecodeError, OSError, ValueError) as error:
+        raise SpecError(field, f"{path} is not an ONNX model ({type(error).__name__}: {error})") from error
+    if not model.HasField("graph") or model.ir_version < 1:
+        raise SpecError(field, f"{path} is not an ONNX model (no graph or IR version in it)")
+    return model
 
 
 def load_checked(path: Path, field: str) -> onnx.ModelProto:
     """The user's ONNX file, loaded with its external data after the confinement and checker checks."""
-    if not path.is_file():
-        raise SpecError(field, f"no such file: {path}")
     try:
-        check_external_data(path)
-        model = onnx.load(str(path))
-        onnx.checker.check_model(model, full_check=True)
+        check_external_data(path, read_model(path, field, load_external_data=False))
     except ExportCheckError as error:
         raise SpecError(field, str(error)) from error
+    model = read_model(path, field)  # its external data, now known to lie inside its folder
+    try:
+        onnx.checker.check_model(model, full_check=True)
     except (onnx.checker.ValidationError, onnx.shape_inference.InferenceError, OSError, ValueError) as error:
         raise SpecError(field, f"{path} is not a valid ONNX model: {error}") from error
     return model

@@ -13,7 +13,8 @@ from pathlib import Path
 from typing import Any
 
 from exporters.errors import SpecError
-from exporters.spec import INTEGER_DTYPES, VARIABLE, ModelSpec, TensorSpec
+from exporters.spec import ModelSpec
+from exporters.spec_sections import INTEGER_DTYPES, VARIABLE, TensorSpec
 
 
 def to_tensor_specs(
@@ -51,13 +52,9 @@ def to_tensor_specs(
 def artifact_tensors(kind: str, location: str, where: str) -> tuple[list[Any], list[Any]]:
     """The raw inputs and outputs an ``onnx`` file or ``torch_export`` program states."""
     if kind == "onnx":
-        import onnx
+        from exporters.sources.onnx_file import graph_tensors, read_model
 
-        from exporters.sources.onnx_file import graph_tensors
-
-        if not Path(location).is_file():
-            raise SpecError(where, f"no such file: {location}")
-        return graph_tensors(onnx.load(location, load_external_data=False), where)
+        return graph_tensors(read_model(Path(location), where, load_external_data=False), where)
     from exporters.sources.torch_program import load_program, program_tensors
 
     return program_tensors(load_program(Path(location), where), where)

@@ -19,15 +19,15 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
-import onnx
 import torch
 
 from exporters.errors import SpecError
+from exporters.file_hash import hash_files
 from exporters.fp16 import to_fp16
-from exporters.inputs import widen
 from exporters.sources.base import TorchModuleSource
-from exporters.sources.loading import hash_files
-from exporters.spec import MODEL_DTYPES, VARIABLE, ModelSpec, TensorSpec, TorchExportSource
+from exporters.spec import ModelSpec, TorchExportSource
+from exporters.spec_sections import MODEL_DTYPES, VARIABLE, TensorSpec
+from exporters.torch_reference import widen
 from python_backend.dtypes import DTYPES
 from python_backend.torch_stage.safe_program import UnsafeArtifactError, load_exported_program
 
@@ -164,7 +164,7 @@ class TorchProgramSource(TorchModuleSource):
     def fold_identity(self, digest: Any) -> None:
         hash_files(self.files, digest)
 
-    def write_onnx(self, path: Path) -> None:
+    def onnx_bytes(self) -> bytes:
         example = tuple(torch.from_numpy(widen(a)) for a in self.inputs(2, seed=0))
         # The dynamo exporter prints progress and warns about torchvision ops it will not need.
         registration = logging.getLogger("torch.onnx._internal.exporter._registration")
@@ -173,12 +173,12 @@ class TorchProgramSource(TorchModuleSource):
         try:
             with warnings.catch_warnings(), contextlib.redirect_stdout(io.StringIO()):
                 warnings.simplefilter("ignore")
-                torch.onnx.export(
-                    self.program, example, str(path), input_names=[t.name for t in self.spec.inputs],
+                exported = torch.onnx.export(
+                    self.program, example, input_names=[t.name for t in self.spec.inputs],
                     output_names=[t.name for t in self.spec.outputs], dynamo=True, external_data=False,
                     opset_version=DYNAMO_OPSET,
                 )  # fmt: skip
         finally:
             registration.setLevel(level)
-        if self.spec.precision == "fp16":
-            onnx.save(to_fp16(onnx.load(str(path))), str(path))
+        model = exported.model_proto
+        return (to_fp16(model) if self.spec.precision == "fp16" else model).SerializeToString()

@@ -9,7 +9,7 @@ from collections.abc import Callable
 from datetime import datetime
 from pathlib import Path
 
-from exporters.spec import load_spec
+from exporters.resolve import load_spec
 from perf.analyzer import find_perf_analyzer
 from perf.loads import Load, read_trace, trace
 from perf.markdown import number

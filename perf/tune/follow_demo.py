@@ -18,7 +18,7 @@ import matplotlib
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt
 
-from exporters.spec import load_spec
+from exporters.resolve import load_spec
 from perf.markdown import number, table
 from perf.records import write_csv
 from perf.tune.engine import engine_from_args

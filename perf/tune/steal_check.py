@@ -18,7 +18,7 @@ from pathlib import Path
 
 from rich.console import Console
 
-from exporters.spec import load_spec
+from exporters.resolve import load_spec
 from perf.loads import poisson
 from perf.markdown import table
 from perf.tune.batcher_sim import BatcherConfig

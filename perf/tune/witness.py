@@ -171,7 +171,7 @@ def main(argv: list[str] | None = None) -> int:
 
     from rich.console import Console
 
-    from exporters.spec import load_spec
+    from exporters.resolve import load_spec
     from perf.tune.batcher_sim import BatcherConfig
 
     options = argparse.ArgumentParser(prog="python -m perf.tune.witness", description=main.__doc__)

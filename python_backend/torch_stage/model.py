@@ -10,15 +10,20 @@ Copied (with ``safe_program.py``, ``embedding_rows.py`` and the runtime helpers)
 * Triton hands ``execute`` a list of requests; they run as one concatenated batch
   (``batching.run_batched``), and a bad request gets its own error, prefixed with this stage's name
   so the ensemble's error says which stage failed.
-* The artifact is loaded only after ``safe_program.check_no_pickle``: a stage never unpickles.
+* The artifact is loaded only after ``safe_program.check_archive``: a stage never unpickles. It must be
+  the artifact the config was built with (parameter ``stage_sha256``): after a rebuild, a reload under
+  the old config (the watchdog reloads a model with its served config) refuses the new file rather than
+  serve a stage of another build beside the old ones.
 * An embedding stage (parameter ``embedding_tables``) also takes row updates while it serves: a request
   carrying ``update_table`` / ``update_row`` / ``update_values`` is applied whole, before the lookup
   batch of the same ``execute`` call and never during one (see ``embedding_rows.py``). Each update is
   written to a write-ahead log (``update_log.py``) before it is applied and acknowledged, and
   ``initialize`` replays that log, so a stub restart (the watchdog's reload) or a server restart loses
-  no acknowledged update.
+  no acknowledged update. The log names the artifact it was written against: after a rebuild it is set
+  aside, not replayed onto the new weights.
 """
 
+import hashlib
 import json
 import os
 
@@ -44,7 +49,7 @@ from embedding_rows import (  # noqa: E402
     check_ids,
     check_row_updates,
 )
-from safe_program import load_exported_program  # noqa: E402
+from safe_program import load_program_bytes, read_program_bytes  # noqa: E402
 from torch.export.passes import move_to_device_pass  # noqa: E402
 from torch.utils.dlpack import from_dlpack, to_dlpack  # noqa: E402
 
@@ -87,17 +92,37 @@ class TritonPythonModel:
         path = os.path.join(
             args["model_repository"], args["model_version"], _parameter(config, "stage_program")
         )
-        if not os.path.isfile(path):
-            raise pb_utils.TritonModelException(f"{self.name}: no stage program at {path}")
-        program = move_to_device_pass(load_exported_program(path), self.device)
+        program, artifact = self._program(path, _parameter(config, "stage_sha256"))
         # Guards re-check input shapes on every call; batching.validate already checked them per request.
         self.module = program.module(check_guards=False)
         table_names = [n for n in _parameter(config, "embedding_tables").split(",") if n]
         self.tables = [self.module.get_parameter(n) for n in table_names]
         log_path = os.path.join(args["model_repository"], args["model_version"], update_log.LOG_NAME)
-        self.log = update_log.UpdateLog(log_path, self.tables)  # its version: answered to each update
+        # Its version is answered to each update; its updates belong to this artifact's tables only.
+        self.log = update_log.UpdateLog(log_path, self.tables, artifact=artifact)
         if self.tables:
-            self.log.replay(apply_row_updates)
+            set_aside = self.log.replay(apply_row_updates)
+            if set_aside:
+                pb_utils.Logger.log_warn(
+                    f"{self.name}: the update log was written against another build of this stage; set "
+                    f"aside as {set_aside}, not replayed onto the new weights"
+                )
+
+    def _program(self, path: str, built_with: str) -> tuple:
+        """The stage's program on its device, and the SHA-256 of its file, which must be ``built_with``
+        (when the config names one): a rebuilt artifact under an older config is refused."""
+        if not os.path.isfile(path):
+            raise pb_utils.TritonModelException(f"{self.name}: no stage program at {path}")
+        data = read_program_bytes(path)
+        artifact = hashlib.sha256(data).hexdigest()
+        if built_with and artifact != built_with:
+            raise pb_utils.TritonModelException(
+                f"{self.name}: {path} (sha256 {artifact[:12]}) is not the artifact this config was built "
+                f"with ({built_with[:12]}): the pipeline was rebuilt since this config was loaded. Load all "
+                "of its models again from the repository (python -m server load <model>, stages first) or "
+                "restart the server, so that every stage comes from the same build"
+            )
+        return move_to_device_pass(load_program_bytes(data, path), self.device), artifact
 
     def _run(self, batch: dict) -> dict:
         ids = batch[self.inputs[0].name]
@@ -148,13 +173,30 @@ class TritonPythonModel:
             output_tensors=[pb_utils.Tensor.from_dlpack(UPDATE_VERSION, to_dlpack(version))]
         )
 
+    def _carries(self, request, names) -> list:
+        return [name for name in names if pb_utils.get_input_tensor_by_name(request, name) is not None]
+
+    def _mixed(self, request) -> "pb_utils.InferenceResponse":
+        """An update that also carries ids to look up is refused whole: the two answers cannot share one
+        response (``update_version`` has a row per updated row, the lookup one per id row), and serving
+        only the update silently dropped the lookup."""
+        carried = ", ".join(self._carries(request, [*UPDATE_INPUTS, *(t.name for t in self.inputs)]))
+        error = InvalidInputError(
+            f"a request either updates rows ({', '.join(UPDATE_INPUTS)}) or looks ids up "
+            f"({', '.join(t.name for t in self.inputs)}), not both; this one carries {carried}: send two"
+        )
+        return pb_utils.InferenceResponse(error=self._error(error))
+
     def execute(self, requests: list) -> list:
-        is_update = [
-            bool(self.tables) and pb_utils.get_input_tensor_by_name(r, UPDATE_INPUTS[0]) is not None
-            for r in requests
-        ]
+        lookup_names = [t.name for t in self.inputs]
+        is_update = [bool(self.tables) and bool(self._carries(r, UPDATE_INPUTS)) for r in requests]
+        mixed = {i for i, r in enumerate(requests) if is_update[i] and self._carries(r, lookup_names)}
         # Updates first, each whole: the lookup batch below sees all of them or (next call) none.
-        updates = {i: self._update(r) for i, r in enumerate(requests) if is_update[i]}
+        updates = {
+            i: self._mixed(r) if i in mixed else self._update(r)
+            for i, r in enumerate(requests)
+            if is_update[i]
+        }
         lookups = [i for i in range(len(requests)) if not is_update[i]]
         results = run_batched(
             [self._read(requests[i], [t.name for t in self.inputs]) for i in lookups],

@@ -1,9 +1,14 @@
 """A write-ahead log of embedding row updates, so an acknowledged update survives a stub or server restart.
 
 The embedding stage appends each update (after it is validated, before it is applied and acknowledged)
-as one record and fsyncs; ``initialize`` replays the log onto the freshly loaded tables. The log lives
-in the stage's version folder, so rebuilding the stage (new weights) starts a new log. A record torn by a
-crash mid-write fails its checksum and is cut off at replay: it was never acknowledged.
+as one record and fsyncs; ``initialize`` replays the log onto the freshly loaded tables. A record torn by
+a crash mid-write fails its checksum and is cut off at replay: it was never acknowledged.
+
+Updates are rows of one particular set of tables: the log's first record names the stage artifact it
+was written against (its SHA-256). A rebuild writes a new artifact into the same folder; at the next load
+a log naming another artifact (or none: a log of an older format) is not replayed onto the new weights
+but set aside beside it (``<log>.set-aside-<artifact>-<time>``), and ``replay`` says so, so the runner
+can log it. The new weights start a new log.
 
 The log is bounded by the tables, not by the number of updates: once it is larger than
 ``COMPACT_BYTES`` and than twice its last snapshot, ``UpdateLog`` rewrites it as a snapshot (the
@@ -14,6 +19,7 @@ leaves either the old log or the new one whole.
 Update record: ``MAGIC``, rows, width, crc32 of the payload, then int64 table[rows], int64 row[rows],
 float32 values[rows × width]. Base record (a snapshot's first): ``BASE_MAGIC``, 0, 0, crc32, then
 int64 the updates the snapshot stands for and int64 the update records after it that make it up.
+Artifact record (the log's first): ``ARTIFACT_MAGIC``, 0, 0, crc32, then the artifact's 32-byte SHA-256.
 Standard library and torch only: it runs inside the stub.
 """
 
@@ -21,6 +27,7 @@ from __future__ import annotations
 
 import os
 import struct
+import time
 import zlib
 from collections.abc import Callable, Iterator, Sequence
 
@@ -28,6 +35,8 @@ import torch
 
 MAGIC = b"EWL1"
 BASE_MAGIC = b"EWLB"
+ARTIFACT_MAGIC = b"EWLA"
+ARTIFACT_BYTES = 32  # a SHA-256
 HEADER = struct.Struct("<4sIII")
 BASE = struct.Struct("<qq")  # updates the snapshot stands for, records it is made of
 LOG_NAME = "live_updates.wal"
@@ -44,11 +53,24 @@ def encode(table: torch.Tensor, row: torch.Tensor, values: torch.Tensor) -> byte
     return HEADER.pack(MAGIC, rows, width, zlib.crc32(payload)) + payload
 
 
-def append(path: str, table: torch.Tensor, row: torch.Tensor, values: torch.Tensor) -> None:
-    """Append one update durably (one ``write`` on an ``O_APPEND`` descriptor, then ``fsync``)."""
+def encode_artifact(artifact: str) -> bytes:
+    """The record naming the artifact (hex SHA-256) a log's updates apply to; b"" when unknown."""
+    if not artifact:
+        return b""
+    payload = bytes.fromhex(artifact)
+    return HEADER.pack(ARTIFACT_MAGIC, 0, 0, zlib.crc32(payload)) + payload
+
+
+def append(
+    path: str, table: torch.Tensor, row: torch.Tensor, values: torch.Tensor, first: bytes = b""
+) -> None:
+    """Append one update durably (one ``write`` on an ``O_APPEND`` descriptor, then ``fsync``);
+    ``first`` (the artifact record) opens a log that is new or empty."""
     record = encode(table.cpu(), row.cpu(), values.cpu())
     descriptor = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o600)
     try:
+        if first and os.fstat(descriptor).st_size == 0:
+            record = first + record
         written = os.write(descriptor, record)
         if written != len(record):
             raise OSError(f"short write to {path}: {written} of {len(record)} bytes")
@@ -72,13 +94,18 @@ def read(path: str) -> tuple[int, list[Record]]:
     base, snapshot, records, offset = 0, 0, [], 0
     while offset + HEADER.size <= len(data):
         magic, rows, width, crc = HEADER.unpack_from(data, offset)
-        size = BASE.size if magic == BASE_MAGIC else rows * 16 + rows * width * 4
+        size = {BASE_MAGIC: BASE.size, ARTIFACT_MAGIC: ARTIFACT_BYTES}.get(
+            magic, rows * 16 + rows * width * 4
+        )
         start = offset + HEADER.size
         payload = data[start : start + size]
-        if magic not in (MAGIC, BASE_MAGIC) or len(payload) != size or zlib.crc32(payload) != crc:
+        known = (MAGIC, BASE_MAGIC, ARTIFACT_MAGIC)
+        if magic not in known or len(payload) != size or zlib.crc32(payload) != crc:
             break
         if magic == BASE_MAGIC:
             base, snapshot = BASE.unpack(payload)
+        elif magic == ARTIFACT_MAGIC:
+            pass  # names the artifact (``artifact_of``); carries no update
         else:
             ids = torch.frombuffer(bytearray(payload[: rows * 16]), dtype=torch.int64)
             values = torch.frombuffer(bytearray(payload[rows * 16 :]), dtype=torch.float32)
@@ -94,30 +121,66 @@ def replay(path: str) -> Iterator[Record]:
     yield from read(path)[1]
 
 
+def artifact_of(path: str) -> str:
+    """The artifact (hex SHA-256) the log at ``path`` names in its first record; "" when it names none."""
+    with open(path, "rb") as handle:
+        head = handle.read(HEADER.size + ARTIFACT_BYTES)
+    if len(head) < HEADER.size + ARTIFACT_BYTES:
+        return ""
+    magic, _, _, crc = HEADER.unpack_from(head)
+    payload = head[HEADER.size :]
+    return payload.hex() if magic == ARTIFACT_MAGIC and zlib.crc32(payload) == crc else ""
+
+
 class UpdateLog:
     """The log of one embedding stage: replays onto its tables, appends updates, compacts itself.
 
     ``version`` counts the updates applied since the stage was built (what an update request is
     answered); ``touched`` holds, per table, the rows any update wrote: the rows a snapshot keeps.
+    ``artifact`` is the SHA-256 of the stage artifact the tables were loaded from ("" when unknown: no
+    log is then set aside).
     """
 
-    def __init__(self, path: str, tables: Sequence[torch.Tensor], compact_bytes: int = COMPACT_BYTES) -> None:
-        self.path, self.tables, self.compact_bytes = path, tables, compact_bytes
+    def __init__(
+        self,
+        path: str,
+        tables: Sequence[torch.Tensor],
+        compact_bytes: int = COMPACT_BYTES,
+        *,
+        artifact: str = "",
+    ) -> None:
+        self.path, self.tables, self.compact_bytes, self.artifact = path, tables, compact_bytes, artifact
         self.touched: list[set[int]] = [set() for _ in tables]
         self.version = 0
         self.snapshot_bytes = 0  # the log's size after its last snapshot
 
-    def replay(self, apply: Callable[..., object]) -> None:
-        """Apply every logged update with ``apply(tables, table, row, values)``, then compact if due."""
+    def replay(self, apply: Callable[..., object]) -> str | None:
+        """Apply every logged update with ``apply(tables, table, row, values)``, then compact if due.
+
+        A log written against another artifact is set aside first, not replayed: the path it was moved
+        to is returned (None when the log, if any, belongs to these tables)."""
+        set_aside = self._set_aside_if_foreign()
         self.version, records = read(self.path)
         for record in records:
             apply(self.tables, *record)
             self._touch(record[0], record[1])
         self._compact_if_due()
+        return set_aside
+
+    def _set_aside_if_foreign(self) -> str | None:
+        if not self.artifact or not os.path.exists(self.path):
+            return None
+        written_for = artifact_of(self.path)
+        if written_for == self.artifact:
+            return None
+        aside = f"{self.path}.set-aside-{written_for[:12] or 'unknown'}-{int(time.time())}"
+        os.replace(self.path, aside)
+        _fsync_folder(self.path)
+        return aside
 
     def append(self, table: torch.Tensor, row: torch.Tensor, values: torch.Tensor) -> None:
         """Log one validated update durably (before it is applied and acknowledged)."""
-        append(self.path, table, row, values)
+        append(self.path, table, row, values, first=encode_artifact(self.artifact))
         self._touch(table, row)
         self.version += 1
 
@@ -143,7 +206,7 @@ class UpdateLog:
                 table = self.tables[index].detach()
                 values = table[row.to(table.device)].cpu()
                 parts.append(encode(torch.full_like(row, index), row, values))
-        parts.insert(0, encode_base(self.version, len(parts)))
+        parts[:0] = [encode_artifact(self.artifact), encode_base(self.version, len(parts))]
         temporary = f"{self.path}.compacting"
         descriptor = os.open(temporary, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
         try:
@@ -155,9 +218,14 @@ class UpdateLog:
         finally:
             os.close(descriptor)
         os.replace(temporary, self.path)
-        folder = os.open(os.path.dirname(self.path) or ".", os.O_RDONLY)
-        try:
-            os.fsync(folder)  # the rename itself is durable
-        finally:
-            os.close(folder)
+        _fsync_folder(self.path)
         self.snapshot_bytes = os.path.getsize(self.path)
+
+
+def _fsync_folder(path: str) -> None:
+    """Make a rename in ``path``'s folder durable."""
+    folder = os.open(os.path.dirname(path) or ".", os.O_RDONLY)
+    try:
+        os.fsync(folder)
+    finally:
+        os.close(folder)

@@ -35,7 +35,7 @@ from deploy_tools import (
 )
 
 from exporters.configs import build_model_config
-from exporters.spec import load_spec
+from exporters.resolve import load_spec
 
 # apiVersion/kind → dotted paths the published CRD schema marks required (and that must not be empty).
 CRD_REQUIRED: dict[tuple[str, str], list[str]] = {

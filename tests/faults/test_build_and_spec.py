@@ -1,6 +1,7 @@
 """Fault matrix: the build side. Row 7 (a truncated ``model.onnx`` is rebuilt, not reported "cached";
 a model that fails to load does not stop the others and is named with its own log lines), row 10
-(``max_batch_size`` and zoo option bounds), config typos, and unsafe ONNX external data."""
+(``max_batch_size`` and zoo option bounds), config typos, unsafe ONNX external data, and the spec's
+own bounds (a YAML alias bomb, an ``onnx:`` source that is not ONNX)."""
 
 from __future__ import annotations
 
@@ -13,11 +14,14 @@ from typing import Any
 import numpy as np
 import onnx
 import pytest
+import yaml
 from harness import PROTOCOLS, orphans, trivial_inputs, url
 
 from client.connection import connect
+from exporters.__main__ import main as exporters_main
 from exporters.errors import ExportCheckError, SpecError
-from exporters.onnx_export import check_external_data, export_onnx
+from exporters.onnx_export import export_onnx
+from exporters.onnx_files import check_external_data
 from exporters.spec import parse_spec
 from server import ServerError, ServerOptions, TritonServer
 from server.launcher import python_shm_bytes
@@ -143,3 +147,83 @@ def test_build_records_every_artifacts_hash(fault_repository: Path) -> None:
     assert all(len(stage["sha256"]) == 64 for stage in record["stages"])
     export = json.loads((fault_repository / "recommender" / "1" / "export.json").read_text())
     assert len(export["file_sha256"]) == 64
+
+
+LAUGHS = """
+models:
+  - name: laughs
+    source: {python: "factory:make", path: "."}
+    max_batch_size: 4
+    inputs: [{name: x, dtype: fp32, shape: [4]}]
+    outputs: [{name: y, dtype: fp32, shape: [4]}]
+    options:
+      a: &a [lol, lol, lol, lol, lol, lol, lol, lol, lol]
+      b: &b [*a, *a, *a, *a, *a, *a, *a, *a, *a]
+      c: &c [*b, *b, *b, *b, *b, *b, *b, *b, *b]
+      d: &d [*c, *c, *c, *c, *c, *c, *c, *c, *c]
+      e: &e [*d, *d, *d, *d, *d, *d, *d, *d, *d]
+      f: &f [*e, *e, *e, *e, *e, *e, *e, *e, *e]
+      g: &g [*f, *f, *f, *f, *f, *f, *f, *f, *f]
+      h: &h [*g, *g, *g, *g, *g, *g, *g, *g, *g]
+      i: &i [*h, *h, *h, *h, *h, *h, *h, *h, *h]
+"""
+
+
+def _cli(argv: list[str], capsys: pytest.CaptureFixture) -> tuple[int, str]:
+    """``python -m exporters`` in-process; its console output on one line per message."""
+    code = exporters_main(argv)
+    return code, capsys.readouterr().out
+
+
+def test_a_yaml_alias_bomb_is_a_spec_error_naming_the_field(
+    tmp_path: Path, capsys: pytest.CaptureFixture, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Billion laughs in a factory's options: 1.8e9 values from 700 bytes. Refused by ``validate``
+    (which passed it before) and by ``build`` (which grew to 5.2 GB), naming the alias that expands."""
+    monkeypatch.setenv("COLUMNS", "1000")
+    (tmp_path / "factory.py").write_text(
+        "import torch\n\ndef make(**options):\n    return torch.nn.Identity()\n"
+    )
+    spec = tmp_path / "models.yaml"
+    spec.write_text(LAUGHS)
+    message = "models[0].options.i: expands to 1,797,873,"
+    code, out = _cli(["validate", "--spec", str(spec)], capsys)
+    assert (code, message in out) == (2, True), out
+    code, out = _cli(
+        ["build", "--spec", str(spec), "--repository", str(tmp_path / "repo"), "--gpus", "0"], capsys
+    )
+    assert (code, message in out) == (2, True), out
+    with pytest.raises(SpecError, match=r"models\[0\]\.options\.i: expands to"):  # data not read by us
+        parse_spec(yaml.safe_load(LAUGHS))
+    spec.write_text(LAUGHS.split("      a: &a")[0] + "      a: &a [lol, *a]\n")  # an alias to itself
+    code, out = _cli(["validate", "--spec", str(spec)], capsys)
+    assert (code, "refers to itself (a recursive YAML alias)" in out) == (2, True), out
+
+
+@pytest.mark.parametrize("listed", [False, True], ids=["tensors_read_from_the_file", "tensors_listed"])
+@pytest.mark.parametrize("via_link", [False, True], ids=["path", "symlink"])
+def test_an_onnx_source_that_is_not_onnx_is_a_spec_error_naming_field_and_file(
+    listed: bool,
+    via_link: bool,
+    tmp_path: Path,
+    capsys: pytest.CaptureFixture,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """``onnx: /etc/passwd`` (or a link to it) gave an unhandled protobuf ``DecodeError`` traceback."""
+    monkeypatch.setenv("COLUMNS", "1000")
+    location = "/etc/passwd"
+    if via_link:
+        (tmp_path / "model.onnx").symlink_to(location)
+        location = "model.onnx"
+    entry: dict[str, Any] = {"name": "mine", "source": {"onnx": location}, "max_batch_size": 4}
+    if listed:
+        entry |= {"inputs": [{"name": "x", "dtype": "fp32", "shape": [4]}],
+                  "outputs": [{"name": "y", "dtype": "fp32", "shape": [4]}]}  # fmt: skip
+    spec = tmp_path / "models.yaml"
+    spec.write_text(yaml.safe_dump({"models": [entry]}))
+    code, out = _cli(
+        ["build", "--spec", str(spec), "--repository", str(tmp_path / "repo"), "--gpus", "0"], capsys
+    )
+    field = "mine.source.onnx" if listed else "models[0].source.onnx"
+    assert code == 2, out
+    assert f"spec error {field}: /etc/passwd is not an ONNX model (DecodeError" in out, out

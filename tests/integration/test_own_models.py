@@ -20,7 +20,7 @@ import yaml
 from client.__main__ import main as client_main
 from exporters.init_entry import init_entry
 from exporters.repository import build_repository
-from exporters.spec import load_spec
+from exporters.resolve import load_spec
 from exporters.typed import to_data
 from server import ServerOptions, TritonServer
 

@@ -11,7 +11,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from exporters.spec import load_spec
+from exporters.resolve import load_spec
 from perf.analyzer import find_perf_analyzer
 from perf.loads import poisson
 from perf.perf_analyzer_install import unavailable_reason

@@ -20,11 +20,12 @@ import tritonclient.http as httpclient
 from tritonclient.utils import InferenceServerException
 
 from client.infer import make_inputs
+from exporters.inputs import draw_inputs
 from exporters.parity import compare_outputs
 from exporters.pipeline_build import build_pipelines
 from exporters.repository import build_repository
+from exporters.sources.load import build_torch_model
 from exporters.spec import Spec, parse_spec
-from exporters.zoo.reference import build_torch_model, sample_inputs
 from server import ServerOptions, TritonServer
 
 pytestmark = pytest.mark.integration
@@ -72,7 +73,7 @@ def infer(client: httpclient.InferenceServerClient, model: str, arrays: dict[str
 
 def _inputs(spec: Spec, model: str, batch: int, seed: int) -> dict[str, np.ndarray]:
     model_spec = spec.model(model)
-    arrays = sample_inputs(model_spec, build_torch_model(model_spec), batch, seed)
+    arrays = draw_inputs(model_spec, batch, seed, build_torch_model(model_spec))
     return {t.name: a for t, a in zip(model_spec.inputs, arrays, strict=True)}
 
 

@@ -19,11 +19,12 @@ import torch
 import tritonclient.http as httpclient
 
 from client.infer import make_inputs
+from exporters.inputs import draw_inputs
 from exporters.pipeline_build import build_pipelines
 from exporters.pipeline_live import embedding_update, publish_dense_version
 from exporters.repository import build_repository
+from exporters.sources.load import build_torch_model
 from exporters.spec import Spec, parse_spec
-from exporters.zoo.reference import build_torch_model, sample_inputs
 from python_backend.torch_stage.embedding_rows import UPDATE_ROW, UPDATE_VERSION
 from server import ServerOptions, TritonServer
 from server.admin import headers as admin_headers
@@ -118,7 +119,7 @@ def client(server: TritonServer) -> Iterator[httpclient.InferenceServerClient]:
 @pytest.fixture(scope="module")
 def request_arrays(spec: Spec) -> dict[str, np.ndarray]:
     model_spec = spec.model("recommender")
-    dense, ids = sample_inputs(model_spec, build_torch_model(model_spec), 4, seed=21)
+    dense, ids = draw_inputs(model_spec, 4, seed=21, model=build_torch_model(model_spec))
     return {"dense": dense, "sparse_ids": ids}
 
 
@@ -169,7 +170,8 @@ def test_rejected_update_changes_nothing(client, request_arrays) -> None:
 
 
 def test_dense_version_swap_under_load(server, client, spec: Spec, repository, request_arrays) -> None:
-    embeddings = _infer(client, EMBEDDING, {"sparse_ids": request_arrays["sparse_ids"]}, "embeddings")
+    boundary = client.get_model_config(EMBEDDING)["output"][0]["name"]  # embeddings_<build id>
+    embeddings = _infer(client, EMBEDDING, {"sparse_ids": request_arrays["sparse_ids"]}, boundary)
     old = _infer(client, PIPELINE, request_arrays, "probability")
     new_model = publish_dense_version(
         spec.pipeline(PIPELINE), spec.model("recommender"), repository, 2, seed=77

@@ -13,7 +13,7 @@ import numpy as np
 import pytest
 
 from exporters.repository import build_repository
-from exporters.spec import load_spec
+from exporters.resolve import load_spec
 from perf.analyzer import find_perf_analyzer, run_perf_analyzer
 from perf.loads import read_trace
 from perf.perf_analyzer_install import unavailable_reason

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from exporters.spec import load_spec
+from exporters.resolve import load_spec
 from perf.tune.batcher_sim import BatcherConfig
 from perf.tune.engine import LoadEngine
 from perf.tune.pipeline_session import PipelineTuneSession

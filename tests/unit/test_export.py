@@ -9,9 +9,12 @@ import onnx
 import pytest
 
 from exporters.errors import ExportCheckError, SpecError
-from exporters.onnx_export import check_external_data, export_onnx, run_onnx
+from exporters.inputs import draw_inputs
+from exporters.onnx_export import export_onnx, run_onnx
+from exporters.onnx_files import check_external_data
 from exporters.parity import TOLERANCES, compare_outputs
-from exporters.zoo.reference import build_torch_model, sample_inputs, torch_reference
+from exporters.sources.load import build_torch_model
+from exporters.torch_reference import torch_reference
 
 
 @pytest.mark.parametrize("name", ["recommender", "recommender_fp16", "image_classifier"])
@@ -25,7 +28,7 @@ def test_export_matches_torch(model_spec, tmp_path: Path, name: str) -> None:
     assert graph.input[0].type.tensor_type.shape.dim[0].dim_param == "batch"
     # An independent draw at a batch size the exporter never checked.
     model = build_torch_model(spec)
-    inputs = sample_inputs(spec, model, 7, seed=1234)
+    inputs = draw_inputs(spec, 7, seed=1234, model=model)
     compare_outputs(
         run_onnx(artifact.path, spec, inputs), torch_reference(model, inputs), spec.precision, name
     )

@@ -16,8 +16,8 @@ from exporters.model_config import read_config
 from exporters.pipeline_build import build_pipelines, make_stages
 from exporters.pipeline_record import PipelineRecord
 from exporters.pipeline_stages import Stage, check_stages, export_stage
+from exporters.sources.load import build_torch_model
 from exporters.spec import Spec, TensorSpec, parse_spec
-from exporters.zoo.reference import build_torch_model
 
 PIPELINES = [
     {"name": "rec", "model": "recommender", "split": "embedding_dense", "live_updates": True},
@@ -106,11 +106,14 @@ def test_multi_gpu_placement_as_text(spec: Spec, tmp_path: Path) -> None:
 
 
 def test_ensemble_chains_stages_through_named_tensors(built) -> None:
-    repository, _ = built
+    """Boundary tensors carry the build's id: stages of two builds cannot be chained by Triton."""
+    repository, pipelines = built
     steps = read_config(repository / "cls3" / "config.pbtxt").ensemble_scheduling.step
     assert [s.model_name for s in steps] == ["cls3_stage0", "cls3_stage1", "cls3_stage2"]
-    assert [dict(s.input_map) for s in steps] == [{"image": "image"}, {"boundary1": "boundary1"},
-                                                  {"boundary2": "boundary2"}]  # fmt: skip
+    build = pipelines["cls3"].record.build_id
+    assert len(build) == 8 and build != pipelines["rec"].record.build_id
+    boundaries = [f"boundary1_{build}", f"boundary2_{build}"]
+    assert [dict(s.input_map) for s in steps] == [{"image": "image"}, *({b: b} for b in boundaries)]
     assert dict(steps[-1].output_map) == {"logits": "logits"}
     embedding = read_config(repository / "rec_embedding" / "config.pbtxt")
     assert [i.name for i in embedding.input if i.optional] == ["sparse_ids", "update_table", "update_row",

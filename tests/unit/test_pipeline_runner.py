@@ -203,7 +203,8 @@ def stage_runner(monkeypatch: pytest.MonkeyPatch):
         del sys.modules[name]
 
 
-def test_a_failing_update_fails_alone(stage_runner, monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+def _embedding_stage(stage_runner, tmp_path: Path):
+    """The runner as ``initialize`` leaves an embedding stage over ``_tables()`` (no program file)."""
     model = stage_runner.TritonPythonModel()
     model.name, model.device = "rec_embedding", torch.device("cpu")
     model.inputs = [stage_runner.TensorInfo("sparse_ids", torch.int64, (2,))]
@@ -211,6 +212,11 @@ def test_a_failing_update_fails_alone(stage_runner, monkeypatch: pytest.MonkeyPa
     model.tables = _tables()
     model.log = stage_runner.update_log.UpdateLog(str(tmp_path / "live_updates.wal"), model.tables)
     model.module = lambda ids: torch.stack([t[ids[:, i]] for i, t in enumerate(model.tables)], dim=1)
+    return model
+
+
+def test_a_failing_update_fails_alone(stage_runner, monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    model = _embedding_stage(stage_runner, tmp_path)
 
     def broken(*args: object) -> int:
         raise RuntimeError("out of memory")
@@ -221,4 +227,18 @@ def test_a_failing_update_fails_alone(stage_runner, monkeypatch: pytest.MonkeyPa
     lookup = {"sparse_ids": torch.tensor([[4, 2]])}
     failed, answered = model.execute([update, lookup])
     assert failed.error.code == FakeError.INTERNAL and "out of memory" in failed.error.message
+    assert answered.error is None and answered.outputs["embeddings"].shape == (1, 2, 2)
+
+
+def test_an_update_that_also_carries_ids_is_refused_naming_both(stage_runner, tmp_path: Path) -> None:
+    """The lookup used to be dropped silently (the update answered alone): refused whole, with a 400."""
+    model = _embedding_stage(stage_runner, tmp_path)
+    mixed = {UPDATE_TABLE: torch.tensor([[0]]), UPDATE_ROW: torch.tensor([[1]]),
+             UPDATE_VALUES: torch.tensor([[1.0, 1.0]]), "sparse_ids": torch.tensor([[4, 2]])}  # fmt: skip
+    refused, answered = model.execute([mixed, {"sparse_ids": torch.tensor([[4, 2]])}])
+    assert refused.error.code == FakeError.INVALID_ARG
+    assert all(
+        name in refused.error.message for name in (UPDATE_TABLE, UPDATE_ROW, UPDATE_VALUES, "sparse_ids")
+    )
+    assert torch.equal(model.tables[0], _tables()[0]) and model.log.version == 0  # nothing applied or logged
     assert answered.error is None and answered.outputs["embeddings"].shape == (1, 2, 2)

@@ -19,8 +19,9 @@ from exporters.init_entry import entry_yaml, init_entry
 from exporters.inputs import draw_inputs
 from exporters.onnx_export import content_hash, export_onnx
 from exporters.repository import build_repository
+from exporters.resolve import resolve_spec
 from exporters.sources.load import load_source
-from exporters.spec import parse_spec
+from exporters.spec import Spec, parse_spec
 
 
 class Scorer(nn.Module):
@@ -47,13 +48,18 @@ def _onnx(path: Path, dynamic_batch: bool = True) -> Path:
     return path
 
 
+def _resolved(data: dict[str, Any], base_dir: Path | None = None) -> Spec:
+    """The spec as the build sees it: parsed, then the tensors left out read from the artifact."""
+    return resolve_spec(parse_spec(data, base_dir))
+
+
 def _entry(source: dict[str, Any], **fields: Any) -> dict[str, Any]:
     return {"name": "mine", "source": source, "max_batch_size": 8, **fields}
 
 
 def test_onnx_tensors_left_out_are_read_from_the_graph(tmp_path: Path) -> None:
     path = _onnx(tmp_path / "scorer.onnx")
-    model = parse_spec({"models": [_entry({"onnx": "scorer.onnx"})]}, base_dir=tmp_path).model("mine")
+    model = _resolved({"models": [_entry({"onnx": "scorer.onnx"})]}, base_dir=tmp_path).model("mine")
     assert [(t.name, t.dtype, t.shape, t.range) for t in model.inputs] == [
         ("ids", "int64", (6,), (0, 50)),  # the range from the embedding table it indexes
         ("x", "fp32", (3,), None),
@@ -89,7 +95,7 @@ def test_onnx_tensors_left_out_are_read_from_the_graph(tmp_path: Path) -> None:
 )
 def test_onnx_signature_mismatch_names_model_and_field(tmp_path: Path, inputs: list, message: str) -> None:
     _onnx(tmp_path / "scorer.onnx")
-    model = parse_spec({"models": [_entry({"onnx": "scorer.onnx"}, inputs=inputs)]}, tmp_path).model("mine")
+    model = _resolved({"models": [_entry({"onnx": "scorer.onnx"}, inputs=inputs)]}, tmp_path).model("mine")
     with pytest.raises(SpecError, match=message):
         export_onnx(model, tmp_path / "repo")
     assert not (tmp_path / "repo" / "model.onnx").exists()
@@ -97,7 +103,7 @@ def test_onnx_signature_mismatch_names_model_and_field(tmp_path: Path, inputs: l
 
 def test_onnx_with_a_fixed_batch_or_unsafe_external_data_is_refused(tmp_path: Path) -> None:
     _onnx(tmp_path / "fixed.onnx", dynamic_batch=False)
-    model = parse_spec({"models": [_entry({"onnx": "fixed.onnx"})]}, tmp_path).model("mine")
+    model = _resolved({"models": [_entry({"onnx": "fixed.onnx"})]}, tmp_path).model("mine")
     with pytest.raises(SpecError, match=r"mine.source.onnx: ids's batch axis is fixed at 2"):
         export_onnx(model, tmp_path / "repo")
     tampered = onnx.load(str(_onnx(tmp_path / "scorer.onnx")))
@@ -107,14 +113,12 @@ def test_onnx_with_a_fixed_batch_or_unsafe_external_data_is_refused(tmp_path: Pa
     weight.external_data.add(key="location", value="../../etc/passwd")
     onnx.save(tampered, str(tmp_path / "tampered.onnx"))
     with pytest.raises(SpecError, match=r"mine.source.onnx: .* points outside the model folder"):
-        load_source(parse_spec({"models": [_entry({"onnx": "tampered.onnx"})]}, tmp_path).model("mine"))
+        load_source(_resolved({"models": [_entry({"onnx": "tampered.onnx"})]}, tmp_path).model("mine"))
 
 
 def test_fp16_from_an_fp32_onnx_file_is_half_and_held_to_the_file(tmp_path: Path) -> None:
     _onnx(tmp_path / "scorer.onnx")
-    model = parse_spec({"models": [_entry({"onnx": "scorer.onnx"}, precision="fp16")]}, tmp_path).model(
-        "mine"
-    )
+    model = _resolved({"models": [_entry({"onnx": "scorer.onnx"}, precision="fp16")]}, tmp_path).model("mine")
     assert model.inputs[1].dtype == "fp16" and model.outputs[0].dtype == "fp16"
     artifact = export_onnx(model, tmp_path / "repo")
     graph = onnx.load(str(artifact.path)).graph
@@ -141,7 +145,7 @@ def _python(root: Path, factory: str = "userpkg.nets:make", **fields: Any):
         outputs=[{"name": "y", "dtype": "fp32", "shape": [fields.pop("width", 4)]}],
         **fields,
     )
-    return parse_spec({"models": [entry]}, root).model("mine")
+    return _resolved({"models": [entry]}, root).model("mine")
 
 
 @pytest.mark.parametrize(
@@ -181,7 +185,7 @@ def test_inputs_drawn_from_the_spec_honour_range_lengths_and_bounds() -> None:
         outputs=[{"name": "y", "dtype": "fp32", "shape": [1]}],
         lengths=[3, 16],
     )
-    spec = parse_spec({"models": [entry]}).model("mine")
+    spec = _resolved({"models": [entry]}).model("mine")
     seen = set()
     for seed in range(12):
         ids, mask, x = draw_inputs(spec, 4, seed)
@@ -210,13 +214,13 @@ def test_a_program_with_a_static_batch_is_refused(tmp_path: Path) -> None:
     with pytest.raises(
         SpecError, match=r"mine.source.torch_export: .*batch axis is static; export with a dynamic"
     ):
-        export_onnx(parse_spec({"models": [entry]}, tmp_path).model("mine"), tmp_path / "repo")
+        export_onnx(_resolved({"models": [entry]}, tmp_path).model("mine"), tmp_path / "repo")
 
 
 def test_init_output_validates_and_builds(tmp_path: Path) -> None:
     path = _onnx(tmp_path / "scorer.onnx")
     text = entry_yaml(init_entry("onnx", str(path), max_batch_size=4))
-    spec = parse_spec(yaml.safe_load(text))
+    spec = _resolved(yaml.safe_load(text))
     assert spec.model("scorer").inputs[0].range == (0, 50)
     built = build_repository(spec, tmp_path / "repo", num_gpus=0)
     assert built[0].artifact.max_abs_error == 0.0 and (tmp_path / "repo" / "scorer" / "config.pbtxt").exists()
@@ -228,6 +232,6 @@ def test_init_output_validates_and_builds(tmp_path: Path) -> None:
 
 def test_an_artifact_that_cannot_be_read_is_named_by_its_place_in_the_spec(tmp_path: Path) -> None:
     with pytest.raises(SpecError, match=r"^models\[0\]\.source\.onnx: no such file: .*nope\.onnx"):
-        parse_spec({"models": [_entry({"onnx": "nope.onnx"})]}, tmp_path)
+        _resolved({"models": [_entry({"onnx": "nope.onnx"})]}, tmp_path)
     with pytest.raises(SpecError, match=r"^models\[0\]\.source\.torch_export: no such file"):
-        parse_spec({"models": [_entry({"torch_export": "nope.pt2"})]}, tmp_path)
+        _resolved({"models": [_entry({"torch_export": "nope.pt2"})]}, tmp_path)

@@ -10,7 +10,7 @@ import pytest
 import yaml
 
 from exporters.errors import SpecError
-from exporters.spec import load_spec
+from exporters.resolve import load_spec
 from perf.tune.batcher_sim import BatcherConfig
 from perf.tune.candidates import Grid, neighbours
 from perf.tune.overlay import apply_overlay, config_json, write_overlay

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from exporters.spec import load_spec
+from exporters.resolve import load_spec
 from perf.records import Record
 from perf.tune.cpu import CpuTimes, busy_cores, stolen_share
 from perf.tune.session import TuneSession

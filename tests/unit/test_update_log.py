@@ -112,3 +112,39 @@ def test_a_snapshot_keeps_counting_and_takes_later_updates(tmp_path: Path) -> No
     restarted = [torch.zeros(4, 4)]
     assert _serve(path, restarted, compact_bytes=1 << 20).version == 4
     assert restarted[0][2].tolist() == [3.0] * 4 and restarted[0][0].tolist() == [9.0] * 4
+
+
+def test_a_log_of_another_artifact_is_set_aside_not_replayed(tmp_path: Path) -> None:
+    """Rebuilt weights (another artifact) never get the old build's updates; the old log is kept aside."""
+    path = tmp_path / update_log.LOG_NAME
+    old, new = "a" * 64, "b" * 64
+    served = [torch.zeros(4, 4)]
+    first = update_log.UpdateLog(str(path), served, artifact=old)
+    assert first.replay(apply_row_updates) is None  # no log yet
+    for row, value in ((2, 5.0), (1, 6.0)):
+        first.append(*_update(0, [row], value))
+        apply_row_updates(served, *_update(0, [row], value))
+        if row == 2:
+            first.compact()  # a snapshot names its artifact too
+    assert update_log.artifact_of(str(path)) == old
+
+    same = [torch.zeros(4, 4)]
+    assert update_log.UpdateLog(str(path), same, artifact=old).replay(apply_row_updates) is None
+    assert same[0][2].tolist() == [5.0] * 4 and same[0][1].tolist() == [6.0] * 4
+
+    rebuilt = [torch.zeros(4, 4)]
+    log = update_log.UpdateLog(str(path), rebuilt, artifact=new)
+    aside = log.replay(apply_row_updates)
+    assert aside is not None and Path(aside).name.startswith(f"{update_log.LOG_NAME}.set-aside-{old[:12]}-")
+    assert not path.exists() and Path(aside).is_file()
+    assert rebuilt[0].count_nonzero() == 0 and log.version == 0
+    log.append(*_update(0, [3], 7.0))
+    assert update_log.artifact_of(str(path)) == new and update_log.read(str(path))[0] == 1
+
+
+def test_a_log_that_names_no_artifact_is_set_aside_once_the_artifact_is_known(tmp_path: Path) -> None:
+    path = tmp_path / update_log.LOG_NAME
+    update_log.append(str(path), *_update(0, [1], 1.0))  # the format before logs named their artifact
+    tables = [torch.zeros(4, 4)]
+    aside = update_log.UpdateLog(str(path), tables, artifact="c" * 64).replay(apply_row_updates)
+    assert aside is not None and "set-aside-unknown-" in aside and tables[0].count_nonzero() == 0

@@ -3,7 +3,6 @@
 
 from __future__ import annotations
 
-import hashlib
 import importlib
 import sys
 from pathlib import Path
@@ -57,12 +56,3 @@ def module_files(reference: str, path: str | None) -> list[Path]:
         if (file := getattr(module, "__file__", None)) and Path(file).resolve().is_relative_to(root)
     }
     return sorted(files)
-
-
-def hash_files(files: list[Path], digest: Any | None = None) -> Any:
-    """Fold the names and bytes of ``files`` into ``digest`` (a hashlib object; a new sha256 if None)."""
-    digest = digest or hashlib.sha256()
-    for file in files:
-        digest.update(file.name.encode())
-        digest.update(file.read_bytes())
-    return digest

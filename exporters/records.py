@@ -1,0 +1,37 @@
+"""The JSON records a build keeps beside its artifacts (``export.json``, ``pipeline.json``).
+
+Written whole or not at all (``python_backend.atomic_files``), and read so that a missing, empty or
+damaged record means "rebuild", never a crash: a record cut short by a full disk once made every later
+build fail with ``JSONDecodeError`` until it was deleted by hand.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+from pathlib import Path
+from typing import Any
+
+from python_backend.atomic_files import write_text
+
+log = logging.getLogger(__name__)
+
+
+def read_record(path: Path) -> dict[str, Any] | None:
+    """The record at ``path``, or None (logged) when it is missing, unreadable or not a JSON object."""
+    try:
+        data = json.loads(Path(path).read_text())
+    except FileNotFoundError:
+        return None
+    except (OSError, ValueError) as error:
+        log.warning("%s: unreadable build record (%s); rebuilding", path, error)
+        return None
+    if not isinstance(data, dict):
+        log.warning("%s: not a build record (a JSON %s); rebuilding", path, type(data).__name__)
+        return None
+    return data
+
+
+def write_record(path: Path, data: dict[str, Any]) -> None:
+    """Write the record atomically (a reader sees the old record or the new one)."""
+    write_text(path, json.dumps(data, indent=2))

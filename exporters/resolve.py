@@ -1,0 +1,45 @@
+"""``models.yaml`` → the ``Spec`` the build, the clients and perf work from.
+
+Parsing (``exporters.spec``) is a pure schema and reads no artifact. A self-describing source (an ONNX
+file, a ``torch.export`` program) may leave its ``inputs``/``outputs`` out of the spec; this step reads
+them from the artifact (``exporters.sources.signature``), so every consumer sees a complete signature.
+Tensors the spec does give are checked against the artifact when it is built.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from pathlib import Path
+
+from exporters.errors import SpecError
+from exporters.sources.signature import read_signature
+from exporters.spec import SELF_DESCRIBING, ModelSpec, Spec, parse_spec
+from exporters.spec_yaml import load_spec_document
+from exporters.typed import nested
+
+
+def resolve_model(spec: ModelSpec, path: str) -> ModelSpec:
+    """``spec`` with the tensors its artifact states filled in where the spec left them out; errors are
+    named by ``path``, the model's place in the file (``models[2]``)."""
+    if spec.source_kind not in SELF_DESCRIBING or (spec.inputs and spec.outputs):
+        return spec
+    try:
+        inputs, outputs = read_signature(spec)
+    except SpecError as error:  # named by the model's name there; by its place in the file here
+        raise SpecError(path + error.path.removeprefix(spec.name), error.problem) from None
+    try:
+        return dataclasses.replace(spec, inputs=spec.inputs or inputs, outputs=spec.outputs or outputs)
+    except SpecError as error:
+        raise nested(path, error) from None
+
+
+def resolve_spec(spec: Spec) -> Spec:
+    """Every model of ``spec`` with its signature complete (``resolve_model``)."""
+    models = tuple(resolve_model(model, f"models[{i}]") for i, model in enumerate(spec.models))
+    return spec if models == spec.models else dataclasses.replace(spec, models=models)
+
+
+def load_spec(path: str | Path) -> Spec:
+    """Read (within ``exporters.spec_yaml``'s bounds), validate and resolve a ``models.yaml`` file; its
+    folder anchors the relative paths inside it."""
+    return resolve_spec(parse_spec(load_spec_document(path), Path(path).resolve().parent))

@@ -1,0 +1,157 @@
+"""The sections every part of the spec shares: tensors, batching, queue policy, instances, threads.
+
+``models:`` entries (``exporters.spec``) and ``text_embeddings:`` entries (``exporters.text_spec``) are
+built from the same sections, so they live below both: each dataclass is the schema of its YAML mapping
+(``exporters.typed``), with its invariants in ``__post_init__``.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass
+from typing import Literal
+
+from exporters.errors import SpecError
+from exporters.typed import at_least, check_fields
+from python_backend import dtypes
+
+DTYPES = {key: d.triton for key, d in dtypes.DTYPES.items()}  # spec name -> Triton type (one table)
+Dtype = Literal[tuple(dtypes.DTYPES)]  # the table's names are the schema's choices
+MODEL_DTYPES = dtypes.MODEL_DTYPES  # bf16 only between pipeline stages (compressed boundaries)
+INTEGER_DTYPES = dtypes.INTEGER_DTYPES
+Precision = Literal["fp32", "fp16"]
+BatchingMode = Literal["none", "static", "dynamic"]
+Target = Literal["auto", "cpu", "gpu"]
+VARIABLE = -1  # a variable axis in a shape (bounded by ``max_shape``)
+
+
+@dataclass(frozen=True)
+class TensorSpec:
+    """One input or output; ``shape`` excludes the batch dimension (Triton's convention).
+
+    ``-1`` marks a variable axis (a sequence length); ``max_shape`` then bounds it, because warm-up,
+    shared-memory sizing and generated inputs need a largest case. ``range: [lo, hi)`` (integer inputs)
+    is the half-open interval valid ids are drawn from.
+    """
+
+    name: str
+    dtype: Dtype
+    shape: tuple[int, ...]
+    max_shape: tuple[int, ...] | None = None
+    range: tuple[int, int] | None = None
+
+    def __post_init__(self) -> None:
+        check_fields(self)
+        if not self.name.isidentifier():
+            raise SpecError("name", f"must be an identifier-like string, got {self.name!r}")
+        if any(d < 1 and d != VARIABLE for d in self.shape):
+            raise SpecError(
+                "shape", f"must list positive integers or -1 (no batch dim), got {list(self.shape)}"
+            )
+        if self.max_shape is not None:
+            if len(self.max_shape) != len(self.shape) or any(
+                m < 1 or (d != VARIABLE and m != d) for d, m in zip(self.shape, self.max_shape, strict=True)
+            ):
+                raise SpecError(
+                    "max_shape",
+                    f"must have shape's length, a bound >= 1 at each -1 and shape's value elsewhere; "
+                    f"got {list(self.max_shape)} for shape {list(self.shape)}",
+                )
+        elif self.variable:
+            raise SpecError("max_shape", f"is required with a variable axis (shape {list(self.shape)})")
+        if self.range is not None:
+            if self.dtype not in INTEGER_DTYPES:
+                raise SpecError("range", f"is for integer tensors, {self.name} is {self.dtype}")
+            if self.range[0] >= self.range[1]:
+                raise SpecError("range", f"must be [lo, hi) with lo < hi, got {list(self.range)}")
+
+    @property
+    def variable(self) -> bool:
+        return VARIABLE in self.shape
+
+    @property
+    def largest(self) -> tuple[int, ...]:
+        """The shape with every variable axis at its bound (warm-up, memory sizing)."""
+        return self.max_shape if self.max_shape is not None else self.shape
+
+    def admits(self, dims: tuple[int, ...]) -> bool:
+        """Concrete ``dims`` (no batch axis) fit: fixed axes equal, variable ones within their bound."""
+        return len(dims) == len(self.shape) and all(
+            (1 <= n <= m) if d == VARIABLE else n == d
+            for n, d, m in zip(dims, self.shape, self.largest, strict=True)
+        )
+
+
+@dataclass(frozen=True)
+class QueuePolicy:
+    """Bounds the batcher's queue so overload is rejected instead of growing without limit."""
+
+    max_queue_size: int = at_least(0, 0)
+    timeout_us: int = at_least(0, 0)
+    timeout_action: Literal["reject", "delay"] = "reject"
+
+    def __post_init__(self) -> None:
+        check_fields(self)
+
+
+@dataclass(frozen=True)
+class Batching:
+    """How requests become batches: ``none`` (one request per execution), ``static`` (the client sends
+    batches of exactly ``batch_size``; the server adds no wait), or ``dynamic`` (Triton's dynamic
+    batcher merges requests, waiting at most ``max_queue_delay_us``, preferring
+    ``preferred_batch_sizes``; ``queue`` bounds what waits). Limits that need the model's
+    ``max_batch_size`` are checked by ``ModelSpec``.
+    """
+
+    mode: BatchingMode = "dynamic"
+    max_queue_delay_us: int = at_least(0, 1000)
+    preferred_batch_sizes: tuple[int, ...] = at_least(1, ())
+    batch_size: int = at_least(0, 0)
+    queue: QueuePolicy | None = None
+
+    def __post_init__(self) -> None:
+        check_fields(self)
+        object.__setattr__(self, "preferred_batch_sizes", tuple(sorted(set(self.preferred_batch_sizes))))
+        if self.mode == "static" and self.batch_size < 1:
+            raise SpecError("batch_size", "static batching needs batch_size >= 1")
+        default_delay = next(f.default for f in dataclasses.fields(self) if f.name == "max_queue_delay_us")
+        if self.mode != "dynamic" and (
+            self.preferred_batch_sizes or self.queue is not None or self.max_queue_delay_us != default_delay
+        ):
+            raise SpecError(
+                "mode",
+                f"preferred_batch_sizes, max_queue_delay_us and queue need mode: dynamic (is {self.mode})",
+            )
+
+    def formed_sizes(self, max_batch_size: int) -> tuple[int, ...]:
+        """Batch sizes a model with this batching runs: what the batcher forms, or the static size."""
+        if self.mode == "static":
+            return (self.batch_size,)
+        if self.mode == "dynamic":
+            return tuple(sorted({1, *self.preferred_batch_sizes, max_batch_size}))
+        return (1,)
+
+
+@dataclass(frozen=True)
+class Instances:
+    """``cpu`` instances on CPU targets; ``per_gpu`` instances on each GPU listed in ``gpus`` (or all)."""
+
+    cpu: int = at_least(1, 1)
+    per_gpu: int = at_least(1, 1)
+    gpus: Literal["all"] | tuple[int, ...] = at_least(0, "all")
+
+    def __post_init__(self) -> None:
+        check_fields(self)
+        if self.gpus != "all" and (not self.gpus or len(set(self.gpus)) != len(self.gpus)):
+            raise SpecError("gpus", f"must be 'all' or a list of distinct GPU indices, got {list(self.gpus)}")
+
+
+@dataclass(frozen=True)
+class Threads:
+    """onnxruntime's thread counts per instance (0: onnxruntime decides)."""
+
+    intra_op: int = at_least(0, 1)
+    inter_op: int = at_least(0, 1)
+
+    def __post_init__(self) -> None:
+        check_fields(self)

@@ -1,0 +1,132 @@
+"""Files that readers see whole or not at all, and one clear error when the disk is full.
+
+A build rewrites folders a live server reads from (a stub that restarts reloads ``model.py`` and its
+helpers, Triton rereads ``config.pbtxt``), and a later build trusts what an earlier one left behind.
+So every file is written under a hidden temporary name in its own folder
+(``.partial-<pid>-<token>.<name>``, a name nothing loads), flushed and fsynced, then renamed over its
+final name (atomic on POSIX) and the folder fsynced: a reader sees the old file or the new one, never a
+part. A failure removes the temporary; one left by a process that was killed is removed by the next
+write into that folder once its process is gone.
+
+A full file system (``ENOSPC``, a quota, a file-size limit) becomes ``DiskFullError``, naming the file,
+the space left and the space the file needs, instead of a bare ``[Errno 28]`` from deep inside a
+library. Standard library only: the launcher and the exporters both write through it.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import errno
+import os
+import secrets
+import shutil
+from collections.abc import Iterator
+from pathlib import Path
+
+PARTIAL = ".partial-"
+FULL = (errno.ENOSPC, errno.EDQUOT, errno.EFBIG)
+
+
+def _size(count: int) -> str:
+    for unit in ("B", "KiB", "MiB", "GiB"):
+        if count < 1024 or unit == "GiB":
+            return f"{count} {unit}" if unit == "B" else f"{count:.1f} {unit}"
+        count /= 1024
+    return f"{count} B"
+
+
+def free_bytes(path: Path) -> int:
+    """Free bytes on the file system that holds ``path`` (or its nearest existing parent)."""
+    path = Path(path).absolute()
+    while not path.exists() and path != path.parent:
+        path = path.parent
+    return shutil.disk_usage(path).free
+
+
+class DiskFullError(OSError):
+    """A file could not be written whole: its file system has no room for it."""
+
+    def __init__(self, path: Path, needed: int, exact: bool) -> None:
+        self.path, self.needed, self.free = Path(path), needed, free_bytes(path)
+        need = f"it needs {_size(needed)}" if exact else f"it needs more than {_size(needed)}"
+        message = f"no space left to write {path}: {_size(self.free)} free on its file system, {need}"
+        super().__init__(errno.ENOSPC, message, str(path))
+
+    def __str__(self) -> str:
+        return str(self.strerror)
+
+
+def explain(error: OSError) -> str:
+    """One line for an ``OSError`` of a build: the disk-full form (with the free space) where it is one."""
+    if isinstance(error, DiskFullError) or error.errno not in FULL or not error.filename:
+        return str(error)
+    return f"no space left to write {error.filename}: {_size(free_bytes(Path(error.filename)))} free"
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+def _sweep(folder: Path) -> None:
+    """Remove temporaries that processes no longer running left in ``folder``."""
+    for leftover in folder.glob(f"{PARTIAL}*"):
+        pid = leftover.name.removeprefix(PARTIAL).split("-", 1)[0]
+        if pid.isdigit() and int(pid) != os.getpid() and not _alive(int(pid)):
+            with contextlib.suppress(OSError):
+                leftover.unlink()
+
+
+def _fsync(path: Path, flags: int = os.O_RDONLY) -> None:
+    descriptor = os.open(path, flags)
+    try:
+        os.fsync(descriptor)
+    finally:
+        os.close(descriptor)
+
+
+@contextlib.contextmanager
+def staged(path: Path, size: int | None = None) -> Iterator[Path]:
+    """``with staged(final) as temporary:`` write ``temporary`` (any way: a library's save); on a clean
+    exit it replaces ``final`` whole. ``size``: the bytes the file will take, when known (for the
+    disk-full message). On any failure the temporary is removed and ``final`` is left as it was."""
+    path = Path(path)
+    temporary = path.parent / f"{PARTIAL}{os.getpid()}-{secrets.token_hex(4)}.{path.name}"
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        _sweep(path.parent)
+        yield temporary
+        _fsync(temporary)
+        os.replace(temporary, path)
+        _fsync(path.parent)
+    except OSError as error:
+        if error.errno not in FULL or isinstance(error, DiskFullError):
+            raise
+        written = temporary.stat().st_size if temporary.exists() else 0
+        temporary.unlink(missing_ok=True)
+        raise DiskFullError(path, size if size is not None else written, exact=size is not None) from error
+    finally:
+        temporary.unlink(missing_ok=True)
+
+
+def write_bytes(path: Path, data: bytes) -> None:
+    """Write ``data`` to ``path`` whole or not at all."""
+    with staged(path, len(data)) as temporary, open(temporary, "wb") as handle:
+        handle.write(data)
+
+
+def write_text(path: Path, text: str) -> None:
+    """Write ``text`` (UTF-8) to ``path`` whole or not at all."""
+    write_bytes(path, text.encode())
+
+
+def copy_file(source: Path, destination: Path) -> None:
+    """Copy ``source`` (with its mode) to ``destination`` whole or not at all (``shutil.copy2`` over a
+    live file leaves it empty or short while it copies)."""
+    with staged(destination, Path(source).stat().st_size) as temporary:
+        shutil.copy2(source, temporary)

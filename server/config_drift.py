@@ -1,0 +1,96 @@
+"""Does each served model run the ``config.pbtxt`` on disk? A rebuild while serving says otherwise.
+
+Triton reads a model's config when it loads the model and keeps that copy; ``python -m exporters
+build`` rewrites ``config.pbtxt`` in place. Until the model is reloaded (``server load``, a restart, or
+a stub death that reloads the model's new files under the old config) the server runs one config and
+the disk holds another, silently. ``python -m client health`` and ``python -m server status`` call
+``config_drift`` to say so.
+
+The comparison is small on purpose: every field the file on disk sets must hold the same value in the
+served config (``GET /v2/models/<m>/config``); what Triton adds when it completes a config (defaults,
+instance names) is not drift. Fields are compared through ``model_config.proto``, so formatting, field
+order and JSON's int64-as-string make no difference.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from google.protobuf import json_format, text_format
+from google.protobuf.descriptor import FieldDescriptor
+from google.protobuf.message import Message
+from tritonclient.grpc import model_config_pb2
+
+MAX_LISTED = 3  # differences named per model; the rest are counted
+
+
+def _shown(field: FieldDescriptor, value: Any) -> str:
+    if field.type == FieldDescriptor.TYPE_ENUM:
+        known = field.enum_type.values_by_number.get(value)
+        return known.name if known is not None else str(value)
+    if isinstance(value, Message):
+        return "{" + text_format.MessageToString(value, as_one_line=True) + "}"
+    return repr(value) if isinstance(value, str) else str(value)
+
+
+def _map_differences(field: FieldDescriptor, on_disk: Any, served: Any, name: str) -> list[str]:
+    value_field = field.message_type.fields_by_name["value"]
+    found = []
+    for key in on_disk:
+        where = f"{name}[{key!r}]"
+        if key not in served:
+            found.append(f"{where}: on disk, not served")
+        elif value_field.type == FieldDescriptor.TYPE_MESSAGE:
+            found += differences(on_disk[key], served[key], where + ".")
+        elif on_disk[key] != served[key]:
+            mine, theirs = _shown(value_field, on_disk[key]), _shown(value_field, served[key])
+            found.append(f"{where}: {mine} on disk, {theirs} served")
+    return found
+
+
+def differences(on_disk: Message, served: Message, prefix: str = "") -> list[str]:
+    """Every field ``on_disk`` sets whose value ``served`` does not hold, as ``path: disk, served``."""
+    found: list[str] = []
+    for field, value in on_disk.ListFields():
+        name, other = prefix + field.name, getattr(served, field.name)
+        repeated = field.is_repeated
+        if repeated and field.message_type is not None and field.message_type.GetOptions().map_entry:
+            found += _map_differences(field, value, other, name)
+        elif repeated and field.type == FieldDescriptor.TYPE_MESSAGE:
+            if len(value) != len(other):
+                found.append(f"{name}: {len(value)} entries on disk, {len(other)} served")
+            else:
+                for index, (mine, theirs) in enumerate(zip(value, other, strict=True)):
+                    found += differences(mine, theirs, f"{name}[{index}].")
+        elif repeated:
+            if list(value) != list(other):
+                mine, theirs = [_shown(field, v) for v in value], [_shown(field, v) for v in other]
+                found.append(f"{name}: {mine} on disk, {theirs} served")
+        elif field.type == FieldDescriptor.TYPE_MESSAGE:
+            found += differences(value, other, name + ".")
+        elif value != other:
+            found.append(f"{name}: {_shown(field, value)} on disk, {_shown(field, other)} served")
+    return found
+
+
+def config_drift(config_path: Path, served: dict[str, Any]) -> list[str]:
+    """How the config at ``config_path`` differs from ``served`` (the model config API's JSON); empty
+    when the server runs what is on disk, or when there is no readable file to compare."""
+    try:
+        on_disk = text_format.Parse(Path(config_path).read_text(), model_config_pb2.ModelConfig())
+    except (OSError, text_format.ParseError):
+        return []
+    try:
+        running = json_format.ParseDict(served, model_config_pb2.ModelConfig(), ignore_unknown_fields=True)
+    except json_format.ParseError:  # not a config this proto reads: nothing to claim
+        return []
+    return differences(on_disk, running)
+
+
+def describe_drift(config_path: Path, found: list[str]) -> str:
+    """One line: the file, the first differences, and what to do about them."""
+    listed = "; ".join(found[:MAX_LISTED])
+    if len(found) > MAX_LISTED:
+        listed += f"; and {len(found) - MAX_LISTED} more"
+    return f"SERVED CONFIG DIFFERS from {config_path} ({listed}); reload the model to serve what is on disk"
