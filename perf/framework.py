@@ -5,8 +5,9 @@ A study is a small object with ``name``, ``title``, ``steps(profile)`` and ``run
 what it serves, starts a server with ``context.server(...)``, measures with ``context.measure(...)``
 (which honours the profile's protocol, shared memory, windows and seed, and reads the server's
 statistics over the same windows), judges its figures with ``perf.goals.GOALS`` and writes
-``<name>.md`` / ``<name>.json`` into ``context.folder``. ``studies()`` lists the studies that run after
-the batching study; docs/PERF.md ("Writing a new study") shows a whole one.
+``<name>.md`` / ``<name>.json`` into ``context.folder``. ``perf.studies.studies()`` lists the studies
+that run after the batching study (studies import this module, the list imports them); docs/PERF.md
+("Writing a new study") shows a whole one.
 """
 
 from __future__ import annotations
@@ -119,12 +120,3 @@ def write_report(
 
 def _plain(value: object) -> object:
     return asdict(value) if is_dataclass(value) and not isinstance(value, type) else str(value)
-
-
-def studies() -> list[Study]:
-    """The studies that run after the batching study, in order (imported here: they pull in torch)."""
-    from perf.pipeline_study import PipelineStudy
-    from perf.queue_policy_study import QueuePolicyStudy
-    from perf.text_study import TextStudy
-
-    return [PipelineStudy(), TextStudy(), QueuePolicyStudy()]
