@@ -30,8 +30,8 @@ from perf.errors import OptionError
 from perf.framework import StudyContext
 from perf.goals import Goal, all_goals
 from perf.profiles import PROFILES, Profile, get_profile
-from perf.study import StudyResult, StudyRunner, count_steps
 from perf.studies import studies
+from perf.study import StudyResult, StudyRunner, count_steps
 from perf.study_spec import FAMILIES, MODES
 from perf.tune.cli import add_parser as add_tune_parser
 from perf.tune.cli import command_tune

@@ -12,17 +12,18 @@ that run after the batching study (studies import this module, the list imports 
 
 from __future__ import annotations
 
-import json
 import logging
 from collections.abc import Sequence
-from dataclasses import asdict, dataclass, field, is_dataclass, replace
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, Protocol
 
 from exporters.spec import ModelSpec
+from perf import markdown
+from perf.engine import MeasureSettings
 from perf.goals import Goal
 from perf.loads import Load, poisson, read_trace
-from perf.measure import Measurement, MeasureSettings, measure
+from perf.measure import Measurement, measure
 from perf.profiles import Profile
 from perf.server_view import ServerEndpoints
 from perf.study import Progress
@@ -112,11 +113,5 @@ def write_report(
     context: StudyContext, study: Study, lines: Sequence[str], goals: list[Goal], figures: dict[str, Any]
 ) -> StudyReport:
     """``<name>.json`` (every figure, first: it survives a failing render) and ``<name>.md``."""
-    (context.folder / f"{study.name}.json").write_text(json.dumps(figures, indent=2, default=_plain))
-    path = context.folder / f"{study.name}.md"
-    path.write_text("\n".join(lines) + "\n")
+    path = markdown.write_report(context.folder / f"{study.name}.md", lines, figures)
     return StudyReport(study.name, study.title, path, goals)
-
-
-def _plain(value: object) -> object:
-    return asdict(value) if is_dataclass(value) and not isinstance(value, type) else str(value)
