@@ -17,21 +17,21 @@ def ms(values: np.ndarray) -> list[float]:
 
 
 def test_a_full_batch_leaves_without_waiting_for_the_delay() -> None:
-    # 4 arrivals at 0,1,2,3; the 4th fills max 4 at 3 (delay 10 never expires); runs 10 + 3·1 = 13.
+    # 4 arrivals at 0,1,2,3; the 4th fills max 4 at 3 (delay 10 never expires); takes 10 + 3·1 = 13.
     result = simulate([0, 0.001, 0.002, 0.003], BatcherConfig(4, 10_000), ServiceModel(0.010, 0.001))
     assert result.batch_sizes.tolist() == [4]
     assert ms(result.latencies_s) == [16, 15, 14, 13]
 
 
 def test_a_partial_batch_leaves_when_the_oldest_has_waited_the_delay() -> None:
-    # arrivals 0 and 1, delay 5: leaves at 5 with 2, runs 2: done at 7.
+    # arrivals 0 and 1, delay 5: leaves at 5 with 2, takes 2: done at 7.
     result = simulate([0, 0.001], BatcherConfig(8, 5_000), ServiceModel(0.002, 0.0))
     assert result.batch_sizes.tolist() == [2]
     assert ms(result.latencies_s) == [7, 6]
 
 
 def test_two_instances_run_side_by_side_and_the_third_request_waits() -> None:
-    # no batching, 3 arrivals at 0, runs of 10: two finish at 10, the third runs 10..20.
+    # no batching, 3 arrivals at 0, each taking 10: two finish at 10, the third runs from 10 to 20.
     result = simulate([0, 0, 0], BatcherConfig(1, 0, instances=2), ServiceModel(0.010, 0.0))
     assert result.batch_sizes.tolist() == [1, 1, 1]
     assert ms(result.latencies_s) == [10, 10, 20]
@@ -46,7 +46,7 @@ def test_arrivals_during_a_run_wait_and_leave_together_when_the_instance_frees()
 
 
 def test_a_preferred_size_leaves_at_once_and_the_rest_waits_for_the_delay() -> None:
-    # preferred 2: arrivals 0,1 leave at 1 (run 5, done 6); 2 finds the instance busy until 6, then waits
+    # preferred 2: arrivals 0,1 leave at 1 (take 5, done 6); 2 finds the instance busy until 6, then waits
     # for its delay (2 + 100 = 102) and runs to 107. Overhead 1 ms is added to every request.
     config = BatcherConfig(8, 100_000, preferred_batch_sizes=(2,))
     result = simulate([0, 0.001, 0.002], config, ServiceModel(0.005, 0.0, overhead_s=0.001))
@@ -81,7 +81,7 @@ def test_batching_sustains_more_than_no_batching_when_t_dominates() -> None:
 
 
 def test_per_request_cost_lengthens_every_run() -> None:
-    # T 2 + 1 per extra sample + 0.5 per request: a batch of 2 runs 2 + 1 + 1 = 4 ms.
+    # T 2 + 1 per extra sample + 0.5 per request: a batch of 2 takes 2 + 1 + 1 = 4 ms.
     result = simulate([0, 0], BatcherConfig(2, 0), ServiceModel(0.002, 0.001, per_request_s=0.0005))
     assert ms(result.latencies_s) == [4, 4]
 

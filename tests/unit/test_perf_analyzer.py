@@ -21,7 +21,7 @@ from perf.report import cross_check_section
 from perf.target import Target
 
 DATA = Path(__file__).resolve().parents[1] / "data"
-VERSION = 'if [ "$1" = --version ]; then echo "Perf Analyzer Version 2.41.0 (commit fbb030e)"; exit 0; fi'
+VERSION = 'if [ "$1" = --version ]; then echo "Perf Analyzer Version 2.41.0"; exit 0; fi'
 UNSTABLE = (
     "Failed to obtain stable measurement within 5 measurement windows for concurrency 4. Please try to "
     "increase the --measurement-interval."
