@@ -296,10 +296,12 @@ class PerfAnalyzerEngine:
         says."""
         try:
             done = subprocess.run(line, capture_output=True, text=True, timeout=120 + 3 * seconds)
+            returncode, output = done.returncode, done.stdout + done.stderr
         except subprocess.TimeoutExpired as error:
-            raise StudyError(f"perf_analyzer did not finish in {error.timeout:.0f} s") from error
-        output = done.stdout + done.stderr
+            returncode, output = -1, f"did not finish in {error.timeout:.0f} s"
         if self.log_folder is not None:
             with open(self.log_folder / "perf_analyzer.log", "a") as handle:
-                handle.write(f"# {label}\n$ {' '.join(line)}\n(exit {done.returncode})\n{output}\n")
-        return done.returncode, output
+                handle.write(f"# {label}\n$ {' '.join(line)}\n(exit {returncode})\n{output}\n")
+        if returncode == -1:
+            raise StudyError(f"perf_analyzer on {label}: {output}")
+        return returncode, output

@@ -91,24 +91,26 @@ def _ramp(
     plan: ProbePlan,
     out: list[tuple[BatcherConfig, Measurement]],
 ) -> Measurement:
-    """``config`` at ``rate``, ×``plan.step`` each run, until the server fell behind in two runs in a
-    row (one run a neighbour disturbed does not end a ramp); the one of them served the most is the
-    saturation returned. At most ``plan.max_runs``: a server that kept up with all of them saturates
-    at the last."""
+    """``config`` at ``rate``, ×``plan.step`` each run that kept up, until the server fell behind twice
+    at one rate (a run it fell behind on is measured again at the same rate: one run a neighbour
+    disturbed does not end a ramp, and the ramp never goes deeper into overload than the first rate it
+    fell behind at); the one of the two served the most is the saturation returned. At most
+    ``plan.max_runs``: a server that kept up with all of them saturates at the last."""
     server.prepare(config)
     behind: list[Measurement] = []
     for _ in range(plan.max_runs):
         run = server.measure(poisson(rate, plan.seed), f"probe {config.label} @ {rate:.0f}/s")
         out.append((config, run))
         log.info("%s: served %.0f/s, mean batch %.1f", run.label, run.throughput, run.stats.mean_batch)
-        behind = [*behind, run] if not run.sustained else []
+        if run.sustained:
+            behind = []
+            rate *= plan.step
+            continue
+        behind.append(run)
         if len(behind) == 2:
             return max(behind, key=lambda r: r.throughput)
-        rate *= plan.step
-    log.warning(
-        "%s kept up with its ramp up to %.0f/s: saturation not reached", config.label, rate / plan.step
-    )
-    return run
+    log.warning("%s: the ramp ended at %.0f/s without the server falling behind twice", config.label, rate)
+    return max(behind, key=lambda r: r.throughput) if behind else run
 
 
 def _server_ms_per_request(stats: ModelStats) -> float:
@@ -128,47 +130,10 @@ def probe(
     """Measure the service model for each instance count in ``instance_counts``."""
     plan = plan or ProbePlan()
     started = time.perf_counter()
-    runs: list[tuple[BatcherConfig, Measurement]] = []
-    saturation: dict[int, Measurement] = {}
-    rate = 0.0
-    for instances in instance_counts:
-        config = BatcherConfig(max_batch, 0, instances=instances)
-        if not runs:  # the first run: how long one request takes the server, alone
-            server.prepare(config)
-            first = server.measure(
-                poisson(plan.first_rate, plan.seed), f"probe {config.label} @ {plan.first_rate:.0f}/s"
-            )
-            runs.append((config, first))
-            alone_ms = max(first.stats.request_ms_per_request, _server_ms_per_request(first.stats), 0.05)
-            rate = max(plan.first_rate, 0.5 * 1e3 / alone_ms)  # half what one instance serves unbatched
-        saturation[instances] = _ramp(server, config, rate, plan, runs)
-        rate = 0.6 * saturation[instances].throughput
-    unbatched_start = max(plan.first_rate, 0.8 * 1e3 / max(runs[0][1].stats.request_ms_per_request, 0.05))
-    saturation[0] = _ramp(server, BatcherConfig(1), unbatched_start, plan, runs)
+    runs, saturation = _ramps(server, instance_counts, max_batch, plan)
     first = runs[0][1]
     overhead = max(0.0, first.figures.mean_ms - _server_ms_per_request(first.stats))
-    fits, per_request = {}, {}
-    per_batch = 0.0
-    for instances in instance_counts:
-        own = [run for config, run in runs if config.instances == instances and config.batching]
-        stats = _merged(own)
-        fit = fit_compute(
-            {s: b.compute_ns / b.executions / 1e6 for s, b in stats.batches.items()},
-            {s: b.executions for s, b in stats.batches.items()},
-        )
-        fits[instances] = fit
-        sat = saturation[instances].stats
-        batched = (
-            sat.mean_batch,
-            busy_per_batch_ms(sat.mean_batch, saturation[instances].throughput, instances),
-        )
-        if instances == instance_counts[0]:
-            single = saturation[0]
-            busy = busy_per_batch_ms(1.0, single.throughput, 1)
-            per_batch, per_request[instances] = per_batch_and_request_ms((1.0, busy), batched, fit)
-        else:  # per execution as with the first count; what more instances add is per request
-            extra = batched[1] - fit.batch_ms(batched[0]) - per_batch
-            per_request[instances] = max(0.0, extra / max(batched[0], 1.0))
+    fits, per_batch, per_request = _costs(runs, saturation, instance_counts)
     services = {
         n: ServiceModel(f.t_ms / 1e3, f.dt_ms / 1e3, per_request[n] / 1e3, overhead / 1e3, per_batch / 1e3)
         for n, f in fits.items()
@@ -178,6 +143,55 @@ def probe(
     result.floor_p99_ms = first.p99_ms
     result.seconds = time.perf_counter() - started
     return result
+
+
+def _ramps(
+    server: Server, instance_counts: tuple[int, ...], max_batch: int, plan: ProbePlan
+) -> tuple[list[tuple[BatcherConfig, Measurement]], dict[int, Measurement]]:
+    """Every run of the probe, in order, and the saturation of each instance count (0: unbatched).
+    The first run, at ``first_rate``, says how long the server takes for a request alone: the first
+    ramp starts at half what one instance serves so, each further count at 0.6 of what the one
+    before saturated at, the unbatched ramp at 0.8 of it."""
+    first_config = BatcherConfig(max_batch, 0, instances=instance_counts[0])
+    server.prepare(first_config)
+    label = f"probe {first_config.label} @ {plan.first_rate:.0f}/s"
+    first = server.measure(poisson(plan.first_rate, plan.seed), label)
+    runs: list[tuple[BatcherConfig, Measurement]] = [(first_config, first)]
+    alone_ms = max(first.stats.request_ms_per_request, _server_ms_per_request(first.stats), 0.05)
+    rate = max(plan.first_rate, 0.5 * 1e3 / alone_ms)
+    saturation: dict[int, Measurement] = {}
+    for instances in instance_counts:
+        saturation[instances] = _ramp(
+            server, BatcherConfig(max_batch, 0, instances=instances), rate, plan, runs
+        )
+        rate = 0.6 * saturation[instances].throughput
+    saturation[0] = _ramp(server, BatcherConfig(1), max(plan.first_rate, 0.8 * 1e3 / alone_ms), plan, runs)
+    return runs, saturation
+
+
+def _costs(
+    runs: list[tuple[BatcherConfig, Measurement]], saturation: dict[int, Measurement], counts: tuple[int, ...]
+) -> tuple[dict[int, LatencyFit], float, dict[int, float]]:
+    """Per instance count the compute fit over its batched runs' formed sizes, and the costs beyond
+    compute: per execution from the first count's saturation with and without batching, and per request
+    for each count (what more instances add shows there)."""
+    fits, per_request, per_batch = {}, {}, 0.0
+    for instances in counts:
+        own = [run for config, run in runs if config.instances == instances and config.batching]
+        stats = _merged(own)
+        fits[instances] = fit = fit_compute(
+            {s: b.compute_ns / b.executions / 1e6 for s, b in stats.batches.items()},
+            {s: b.executions for s, b in stats.batches.items()},
+        )
+        sat = saturation[instances]
+        batched = (sat.stats.mean_batch, busy_per_batch_ms(sat.stats.mean_batch, sat.throughput, instances))
+        if instances == counts[0]:
+            single = (1.0, busy_per_batch_ms(1.0, saturation[0].throughput, 1))
+            per_batch, per_request[instances] = per_batch_and_request_ms(single, batched, fit)
+        else:
+            extra = batched[1] - fit.batch_ms(batched[0]) - per_batch
+            per_request[instances] = max(0.0, extra / max(batched[0], 1.0))
+    return fits, per_batch, per_request
 
 
 def _with_cpu(

@@ -68,8 +68,8 @@ def headline(saved: dict) -> list[str]:
     return [
         f"# Tuning {saved['model']} for p99 ≤ {saved['budget_ms']:g} ms",
         "",
-        f"Chosen: **{saved['chosen']}** (the prediction alone ranks {saved['model_pick']} first); overlay "
-        "in `overlay.yaml`, the merged spec in `spec.tuned.yaml`.",
+        f"Chosen: **{saved['chosen']}** (the prediction alone ranks {saved['model_pick']} first)"
+        f"{unconfirmed(saved)}; overlay in `overlay.yaml`, the merged spec in `spec.tuned.yaml`.",
         "",
         f"At the operating point, {number(saved['operating_rate'], 0)} requests/s: predicted p99 "
         f"{number(operating['predicted']['p99_ms'])} ms, measured {p99(operating['measured'])} ms. Highest "
@@ -84,6 +84,20 @@ def headline(saved: dict) -> list[str]:
         "",
         goals_table(goals(saved)),
     ]
+
+
+def unconfirmed(saved: dict) -> str:
+    """Where the shortlist measured no candidate meeting the budget (at the target rate, given one),
+    the pick is the prediction's first and only the verification speaks for it."""
+    target = saved["target_rate"] or 0.0
+    if not saved["shortlist"] or any(
+        c["measured_rate"] and c["measured_rate"] >= target for c in saved["shortlist"]
+    ):
+        return ""
+    where = f" at {number(target, 0)}/s" if target else ""
+    return (
+        f"; **no shortlisted candidate met the budget{where}**: the prediction's first is kept, unconfirmed"
+    )
 
 
 def noise_section(saved: dict) -> list[str]:

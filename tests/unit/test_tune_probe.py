@@ -5,13 +5,15 @@ costs, and each instance count's own CPU-wait slice)."""
 from __future__ import annotations
 
 import dataclasses
+from types import SimpleNamespace
 
 import pytest
 from simulated_server import Noise, SimulatedServer
 
-from perf.model.batcher import ServiceModel
+from client.stats import ModelStats
+from perf.model.batcher import BatcherConfig, ServiceModel
 from perf.model.cpu import CpuModel
-from perf.tune.probe import ProbePlan, probe
+from perf.tune.probe import ProbePlan, _ramp, probe
 
 CPU = CpuModel(idle_cores=0.1, per_request_s=150e-6, per_execution_s=200e-6, cores=2)
 # two instances' threads compete for the cores more: a longer slice, as measured on two cores
@@ -40,9 +42,37 @@ def test_the_probe_ramps_each_instance_count_until_the_server_falls_behind_twice
         kept_up, last_two = ramp[:-2], ramp[-2:]
         assert all(r.sustained for r in kept_up) and not any(r.sustained for r in last_two)
         assert run is max(last_two, key=lambda r: r.throughput)  # the saturation: the one served most
+        assert last_two[0].load.rate == last_two[1].load.rate  # measured again, never deeper in overload
         rates = [r.load.rate for r in ramp]
         assert rates == sorted(rates)
     assert len(server.runs) == len(result.runs)
+
+
+class Disturbed:
+    """Keeps up to 1,000/s, except the first run at 320/s (a neighbour's burst)."""
+
+    cores = 2
+
+    def __init__(self) -> None:
+        self.rates: list[float] = []
+
+    def prepare(self, config) -> None:
+        pass
+
+    def measure(self, load, label):
+        self.rates.append(load.rate)
+        kept_up = load.rate <= 1000 and not (load.rate == 320 and self.rates.count(320) == 1)
+        served = load.rate if kept_up else min(load.rate, 1000) / 2
+        return SimpleNamespace(
+            label=label, sustained=kept_up, throughput=served, stats=ModelStats(), load=load
+        )
+
+
+def test_one_run_a_neighbour_disturbed_does_not_end_the_ramp() -> None:
+    server, runs = Disturbed(), []
+    saturated = _ramp(server, BatcherConfig(8), 200.0, ProbePlan(step=1.6), runs)
+    assert server.rates == pytest.approx([200, 320, 320, 512, 819.2, 1310.72, 1310.72])
+    assert saturated.throughput == 500  # behind twice at 1,311/s: the more served of the two
 
 
 def test_the_probe_measures_the_known_service_again(probed) -> None:
