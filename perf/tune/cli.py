@@ -16,11 +16,13 @@ from collections.abc import Callable
 from datetime import datetime
 from pathlib import Path
 
-from exporters.spec import load_spec
+from exporters.repository import build_repository
+from exporters.spec import Spec, load_spec
 from perf.analyzer import PerfAnalyzerEngine, find_perf_analyzer, unavailable_message
 from perf.engine import LoadEngine, MeasureSettings, OurEngine
 from perf.loads import Load, read_trace, trace
 from perf.markdown import number
+from perf.model.batcher import BatcherConfig
 from perf.model.grid import QUICK_GRID, WIDE_GRID
 from perf.raw import measure_raw
 from perf.tune.overlay import write_overlay
@@ -158,6 +160,23 @@ def command_tune(args: argparse.Namespace, console) -> int:
 
         return run_follow(args, folder, console)
     spec = load_spec(args.spec)
+    saved, chosen = measure_and_pick(args, spec, folder, console)
+    save(folder, saved)
+    note = f"python -m perf tune --model {args.model} --p99-ms {args.p99_ms:g}: {chosen.label}"
+    tuned = write_overlay(args.spec, spec.model(args.model), chosen, folder, note, args.keep_queue_policy)
+    console.print(f"  overlay validates; building {args.model} from spec.tuned.yaml")
+    build_repository(tuned, folder / "repository", num_gpus=0, only=[args.model])
+    report = render(folder)
+    console.print((folder / "overlay.yaml").read_text(), highlight=False)
+    print_summary(saved, report, console)
+    return 0
+
+
+def measure_and_pick(
+    args: argparse.Namespace, spec: Spec, folder: Path, console
+) -> tuple[dict, BatcherConfig]:
+    """The tuner (and the tools asked for) on one real server; the saved result and the pick. The raw
+    backend is measured once the server has stopped, so that it gets the cores."""
     grid = WIDE_GRID if args.grid == "wide" else QUICK_GRID
     request = TuneRequest(args.p99_ms, args.rate, grid, args.seed, _load_at(args), args.shortlist)
     engine = engine_from_args(args, folder)
@@ -169,9 +188,10 @@ def command_tune(args: argparse.Namespace, console) -> int:
         console.print(f"  {text}")
 
     windows = windows_from_args(args)
-    with TuneSession(
+    session = TuneSession(
         spec, args.model, grid.largest_batch, WORKDIR, engine, windows, keep_queue=args.keep_queue_policy
-    ) as session:
+    )
+    with session:
         result = tune(session, request, step=progress)
         saved = document(result, args.model, engine.name, session.noise, session.cores)
         if args.exhaustive:
@@ -183,29 +203,13 @@ def command_tune(args: argparse.Namespace, console) -> int:
 
             session.prepare(result.chosen)
             saved["sections"].append(witness_section(session, progress))
-        spec_model = session.base
-        raw = measure_raw(
-            session.model_file,
-            session.target.inputs,
-            [b for b in (1, 4, 16, 32) if b <= session.largest_batch],
-            spec_model.intra_op_threads,
-            spec_model.inter_op_threads,
-            seconds=0.3,
-        )
-        saved["raw"] = [dataclasses.asdict(point) for point in raw]
-    save(folder, saved)
-    note = f"python -m perf tune --model {args.model} --p99-ms {args.p99_ms:g}: {result.chosen.label}"
-    tuned = write_overlay(
-        args.spec, spec.model(args.model), result.chosen, folder, note, args.keep_queue_policy
+    model = session.base
+    sizes = [b for b in (1, 4, 16, 32) if b <= session.largest_batch]
+    raw = measure_raw(
+        session.model_file, session.target.inputs, sizes, model.intra_op_threads, model.inter_op_threads, 0.3
     )
-    console.print(f"  overlay validates; building {args.model} from spec.tuned.yaml")
-    from exporters.repository import build_repository
-
-    build_repository(tuned, folder / "repository", num_gpus=0, only=[args.model])
-    report = render(folder)
-    console.print((folder / "overlay.yaml").read_text(), highlight=False)
-    print_summary(saved, report, console)
-    return 0
+    saved["raw"] = [dataclasses.asdict(point) for point in raw]
+    return saved, result.chosen
 
 
 def print_summary(saved: dict, report: Path, console) -> None:

@@ -101,7 +101,13 @@ def _ramp(
     for _ in range(plan.max_runs):
         run = server.measure(poisson(rate, plan.seed), f"probe {config.label} @ {rate:.0f}/s")
         out.append((config, run))
-        log.info("%s: served %.0f/s, mean batch %.1f", run.label, run.throughput, run.stats.mean_batch)
+        log.info(
+            "%s: served %.0f/s, mean batch %.1f, p99 %.1f ms",
+            run.label,
+            run.throughput,
+            run.stats.mean_batch,
+            run.p99_ms,
+        )
         if run.sustained:
             behind = []
             rate *= plan.step

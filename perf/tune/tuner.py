@@ -251,10 +251,13 @@ def tune(
     ranking = rank(probed, request)
     predict_s = time.perf_counter() - started
     if ranking[0].best is None:
+        first_config, first = probed.runs[0]
         raise StudyError(
-            f"no candidate is predicted to meet p99 <= {request.budget_ms:g} ms at any rate; a batch of "
-            f"one takes {probed.fits[grid.instances[0]].t_ms:.2f} ms plus {probed.overhead_ms:.2f} ms "
-            "outside the server"
+            f"no candidate is predicted to meet p99 <= {request.budget_ms:g} ms at any rate: the probe's "
+            f"first run ({first_config.label}, {first.load.rate:.0f}/s) measured p99 {first.p99_ms:.1f} ms "
+            f"already; a batch of one takes {probed.fits[grid.instances[0]].t_ms:.2f} ms plus "
+            f"{probed.overhead_ms:.2f} ms outside the server, and the machine's cores were "
+            f"{100 * (probed.cpu.utilization(0, 0) if probed.cpu else 0):.0f}% busy without this load"
         )
     started = time.perf_counter()
     measured = []
