@@ -64,7 +64,7 @@ class Disturbed:
         kept_up = load.rate <= 1000 and not (load.rate == 320 and self.rates.count(320) == 1)
         served = load.rate if kept_up else min(load.rate, 1000) / 2
         return SimpleNamespace(
-            label=label, sustained=kept_up, throughput=served, stats=ModelStats(), load=load
+            label=label, sustained=kept_up, throughput=served, stats=ModelStats(), load=load, p99_ms=5.0
         )
 
 
