@@ -42,7 +42,7 @@ from pathlib import Path
 
 import numpy as np
 
-from perf.engine import Edge, EngineFigures, EngineRun, MeasureSettings
+from perf.engine import Edge, EngineFigures, EngineRun, Job, MeasureSettings
 from perf.errors import OptionError, StudyError
 from perf.loads import Load, arrival_times
 from perf.records import Record
@@ -233,15 +233,9 @@ class PerfAnalyzerEngine:
         self.name = f"perf_analyzer {match.group(1) if match else 'unknown version'}"
         self.log_folder = log_folder
 
-    def run(
-        self,
-        target: Target,
-        load: Load,
-        settings: MeasureSettings,
-        label: str = "",
-        at_edge: Edge | None = None,
-    ) -> EngineRun:
-        """``load`` in perf_analyzer's windows (``at_edge`` is not called: it runs in its own process)."""
+    def run(self, job: Job, at_edge: Edge | None = None) -> EngineRun:
+        """``job`` in perf_analyzer's windows (``at_edge`` is not called: it runs in its own process)."""
+        target, load, settings, label = job.target, job.load, job.settings, job.label
         with tempfile.TemporaryDirectory(prefix="perf_analyzer_") as scratch:
             folder = Path(scratch)
             for longer in (1.0, 2.0):

@@ -97,20 +97,23 @@ class EngineRun:
     own: EngineFigures | None = None  # the engine's own figures of the same windows, if it has any
 
 
+@dataclass(frozen=True)
+class Job:
+    """What an engine is asked to run: ``load`` against ``target`` in the windows ``settings`` says."""
+
+    target: Target
+    load: Load
+    settings: MeasureSettings
+    label: str = ""
+
+
 class LoadEngine(Protocol):
     """One way to send a measurement's requests (``OurEngine``, ``perf.analyzer.PerfAnalyzerEngine``)."""
 
     @property
     def name(self) -> str: ...
 
-    def run(
-        self,
-        target: Target,
-        load: Load,
-        settings: MeasureSettings,
-        label: str = "",
-        at_edge: Edge | None = None,
-    ) -> EngineRun: ...
+    def run(self, job: Job, at_edge: Edge | None = None) -> EngineRun: ...
 
 
 class OurEngine:
@@ -118,25 +121,12 @@ class OurEngine:
 
     name = "ours"
 
-    def run(
-        self,
-        target: Target,
-        load: Load,
-        settings: MeasureSettings,
-        label: str = "",
-        at_edge: Edge | None = None,
-    ) -> EngineRun:
-        return asyncio.run(self.run_async(target, load, settings, label, at_edge))
+    def run(self, job: Job, at_edge: Edge | None = None) -> EngineRun:
+        return asyncio.run(self.run_async(job, at_edge))
 
-    async def run_async(
-        self,
-        target: Target,
-        load: Load,
-        settings: MeasureSettings,
-        label: str = "",
-        at_edge: Edge | None = None,
-    ) -> EngineRun:
+    async def run_async(self, job: Job, at_edge: Edge | None = None) -> EngineRun:
         """``run`` for callers that already run an event loop (two loads on one server at once)."""
+        target, load, settings, label = job.target, job.load, job.settings, job.label
         t0 = time.perf_counter()
         slots = max(load.concurrency // max(target.collect, 1), 1) if load.kind == "closed" else None
         edge = (lambda at: asyncio.to_thread(at_edge, at)) if at_edge else None

@@ -20,7 +20,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from client.stats import ModelStats
-from perf.engine import EngineFigures, EngineRun, LoadEngine, MeasureSettings, OurEngine
+from perf.engine import EngineFigures, EngineRun, Job, LoadEngine, MeasureSettings, OurEngine
 from perf.loads import Load, arrival_times
 from perf.records import Record
 from perf.server_view import ServerDelta, ServerEndpoints, ServerSnapshot, delta, snapshot
@@ -121,7 +121,7 @@ def measure(
     before = take() if take else None
     edges: list[ServerSnapshot] = []
     at_edge = (lambda _at: edges.append(take())) if take else None
-    run = engine.run(target, load, settings, label, at_edge)
+    run = engine.run(Job(target, load, settings, label), at_edge)
     measurement = _measurement(label, target, load, run, engine.name)
     if take and before:
         after = _settled(take)
@@ -139,7 +139,7 @@ async def measure_async(
     """``measure`` with our engine, for callers that already run an event loop (two loads on one server
     at once); no server view."""
     started = time.perf_counter()
-    run = await OurEngine().run_async(target, load, settings, label)
+    run = await OurEngine().run_async(Job(target, load, settings, label))
     measurement = _measurement(label, target, load, run, OurEngine.name)
     measurement.wall_s = time.perf_counter() - started
     return measurement
