@@ -64,6 +64,12 @@ class Measurement:
     def measured_records(self) -> list[Record]:
         return in_span(self.records, *self.span)
 
+    def mean_window_rate(self) -> float:
+        """The mean of the counted windows' throughputs: perf_analyzer's own figure (its CSV), which
+        differs from the rate over their whole span where a stall stretched one window."""
+        first, last = self.used
+        return float(np.mean([summarize(self.records, a, b).throughput for a, b in self.windows[first:last]]))
+
     @property
     def p99_ms(self) -> float:
         return self.figures.p99_ms

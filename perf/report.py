@@ -235,11 +235,12 @@ def cross_check_section(result: StudyResult) -> str:
         return f"\n## perf_analyzer cross-check\n\n{result.analyzer_note or 'Not run.'}"
     rows = []
     for theirs, ours in result.cross_check:
-        own, records, mine = theirs.own, theirs.summary(), ours.summary()
+        own, mine = theirs.own, ours.summary()
         rows.append([
             ours.model, ours.load.concurrency, number(own.throughput, 0) if own else "–",
-            number(records.throughput, 0), number(mine.throughput, 0), number(own.p50_ms) if own else "–",
-            number(mine.p50_ms), number(own.p99_ms) if own else "–", number(mine.p99_ms),
+            number(theirs.mean_window_rate(), 0), number(mine.throughput, 0),
+            number(own.p50_ms) if own else "–", number(mine.p50_ms), number(own.p99_ms) if own else "–",
+            number(mine.p99_ms),
         ])  # fmt: skip
     header = ["model", "concurrency", "perf_analyzer inf/s (its CSV)", "perf_analyzer inf/s (its export)",
               "ours inf/s", "perf_analyzer p50 ms", "ours p50 ms", "perf_analyzer p99 ms",

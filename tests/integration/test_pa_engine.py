@@ -8,7 +8,6 @@ from __future__ import annotations
 from collections.abc import Iterator
 from pathlib import Path
 
-import numpy as np
 import pytest
 
 from exporters.spec import load_spec
@@ -18,7 +17,6 @@ from perf.loads import closed_loop, poisson
 from perf.model.batcher import BatcherConfig
 from perf.noise import NoisePolicy
 from perf.perf_analyzer_install import unavailable_reason
-from perf.summary import summarize
 from perf.tune.session import TuneSession
 from perf.tune.witness import CSV_ROW, EXPORT_ROW, witness_section
 
@@ -48,8 +46,7 @@ def test_closed_loop_records_agree_with_perf_analyzer_and_the_server(session: Tu
     assert run.engine.startswith("perf_analyzer 2.") and run.records
     assert run.figures.failed == 0, [r.status for r in run.records if not r.ok][:3]
     if run.own is not None:  # its windows agreed: its CSV is the mean of the same windows' rates
-        first, last = run.used
-        ours = np.mean([summarize(run.records, a, b).throughput for a, b in run.windows[first:last]])
+        ours = run.mean_window_rate()
         print(f"c={CONCURRENCY}: records {ours:.0f}/s, perf_analyzer's CSV {run.own.throughput:.0f}/s")
         assert ours == pytest.approx(run.own.throughput, rel=0.10), run.windows
     # the server counted every request perf_analyzer sent (the export holds each one it measured)
