@@ -138,11 +138,16 @@ def window_options(settings: MeasureSettings, longer: float = 1.0, closed: bool 
 
 
 def command(
-    binary: Path, target: Target, load_options: list[str], windows: tuple[str, ...], folder: Path
+    binary: Path,
+    target: Target,
+    load_options: list[str],
+    windows: tuple[str, ...],
+    folder: Path,
+    extra: tuple[str, ...] = (),
 ) -> list[str]:
     """The project's perf_analyzer command line: ``target`` with our inputs, ``load_options`` (a
     concurrency or request intervals), ``windows`` (``window_options``), its CSV and export into
-    ``folder``."""
+    ``folder``, and ``extra`` options (e.g. ``-H name:value``, a header on every request)."""
     if target.collect != 1:
         raise OptionError(f"perf_analyzer sends single samples, not collect={target.collect}")
     rows = min(INPUT_ROWS_MAX, next(iter(target.inputs.values())).shape[0]) if target.cycle else INPUT_ROWS
@@ -163,6 +168,7 @@ def command(
         str(folder / "export.json"),
         *load_options,
         *windows,
+        *extra,
     ]
     if target.shared_memory:
         line += ["--shared-memory", "system"]
@@ -226,9 +232,12 @@ class Export:
 
 class PerfAnalyzerEngine:
     """perf_analyzer as a ``perf.engine.LoadEngine``. ``log_folder``: where each run's command line and
-    output are appended (``perf_analyzer.log``), e.g. a report folder."""
+    output are appended (``perf_analyzer.log``), e.g. a report folder; ``extra``: options every run
+    adds (``command``)."""
 
-    def __init__(self, binary: Path | None = None, log_folder: Path | None = None) -> None:
+    def __init__(
+        self, binary: Path | None = None, log_folder: Path | None = None, extra: tuple[str, ...] = ()
+    ) -> None:
         found = binary or find_perf_analyzer()
         if found is None:
             raise OptionError(unavailable_message())
@@ -237,6 +246,7 @@ class PerfAnalyzerEngine:
         match = re.search(r"Version\s+(\S+)", version.stdout + version.stderr)
         self.name = f"perf_analyzer {match.group(1) if match else 'unknown version'}"
         self.log_folder = log_folder
+        self.extra = extra
 
     def run(self, job: Job, at_edge: Edge | None = None) -> EngineRun:
         """``job`` in perf_analyzer's windows (``at_edge`` is not called: it runs in its own process)."""
@@ -245,9 +255,8 @@ class PerfAnalyzerEngine:
             folder = Path(scratch)
             for longer in (1.0, 2.0):
                 windows = window_options(settings, longer, closed=load.kind == "closed")
-                line = command(
-                    self.binary, target, self._load_options(load, settings, folder), windows, folder
-                )
+                load_options = self._load_options(load, settings, folder)
+                line = command(self.binary, target, load_options, windows, folder, self.extra)
                 wall_ns, counter = time.time_ns(), time.perf_counter()
                 returncode, output = self._call(line, settings.longest_s * longer, label)
                 if returncode == 0 and (folder / "export.json").is_file():
