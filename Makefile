@@ -66,7 +66,7 @@ deploy-tools: setup ## prometheus/promtool (Debian package, into .venv) and kube
 
 deploy-repo: setup ## repository for the gpu overlay / compose: the spec's models, DEPLOY_GPUS GPUs
 	$(BIN)/python -m exporters build --spec $(SPEC) --gpus $(DEPLOY_GPUS) --repository $(DEPLOY_REPO) \
-		--models $$($(BIN)/python -c 'import sys; from exporters.spec import load_spec; \
+		--models $$($(BIN)/python -c 'import sys; from exporters.resolve import load_spec; \
 		print(",".join(m.name for m in load_spec(sys.argv[1]).models))' $(SPEC))
 
 deploy-rules: setup ## rewrite the PrometheusRule and Grafana dashboard from deploy/monitoring/rules

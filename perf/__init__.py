@@ -7,8 +7,9 @@ model at one load → ``Measurement`` with every request's ``Record`` and the se
 new study stands on ``perf.framework`` (``StudyContext``, ``Study``) and ``perf.goals.GOALS``.
 """
 
+from perf.engine import MeasureSettings
 from perf.loads import Load, closed_loop, poisson, trace
-from perf.measure import Measurement, MeasureSettings, measure
+from perf.measure import Measurement, measure
 from perf.records import Record
 from perf.summary import Summary, summarize
 from perf.target import Caller, Target, target_from_spec

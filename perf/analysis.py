@@ -13,8 +13,8 @@ from dataclasses import dataclass
 import numpy as np
 
 from client.stats import BatchBucket, ModelStats
-from perf.latency_model import LatencyFit, fit_latency
 from perf.measure import Measurement
+from perf.model.latency import LatencyFit, fit_latency
 from perf.raw import RawPoint
 from perf.study import FamilyResult, StudyResult
 from perf.study_spec import MODES

@@ -1,8 +1,26 @@
-"""NVIDIA perf_analyzer as a cross-check, where a real binary is installed.
+"""NVIDIA perf_analyzer: found where a real binary runs, driven through the one command line of the
+project, and wrapped as a load engine (``PerfAnalyzerEngine``) behind ``perf.engine.LoadEngine``.
 
 ``tritonclient[all]`` installs a ``perf_analyzer`` *Python package* that is only a placeholder, and the
 PyPI build of the real tool needs glibc ≥ 2.38; so the binary is searched for and run once before it
-is trusted. Absent, we say how to get it and stop cleanly.
+is trusted (``perf.perf_analyzer_install`` installs the 2.41.0 build that runs on glibc 2.34).
+
+Its measurement is its own: ``MeasureSettings`` become ``--measurement-interval``, ``--max-trials``
+and ``--stability-percentage``, and perf_analyzer keeps measuring windows until its last three agree
+within that percentage on throughput and average latency (the rule ``perf.engine.OurEngine`` applies
+too), or the trials run out. Measured with 2.41.0:
+
+* a window lasts 1.2 × ``--measurement-interval`` (``WINDOW_STRETCH``);
+* ``--profile-export-file`` holds every request of every window (``timestamp`` and
+  ``response_timestamps`` in nanoseconds of the wall clock, and the ``window_boundaries``); records
+  are built from it, and the last three windows count, as in perf_analyzer's own CSV;
+* a closed loop (``--concurrency-range``) whose windows never agree exits 2 with
+  "Failed to obtain stable measurement" and writes neither file: it is measured once more with windows
+  twice as long, as its message advises; twice unstable is an error. An open loop
+  (``--request-intervals``, ``--async``) whose windows never agree exits 0 and writes the export but
+  no CSV: the run is kept and marked unstable;
+* any failed call ends it ("Thread [0] had error: …"), and so does a model reload under load ("failed
+  to find the requested model version" at the next window), so ``--follow`` uses our engine.
 """
 
 from __future__ import annotations
@@ -10,17 +28,25 @@ from __future__ import annotations
 import base64
 import csv
 import io
+import itertools
 import json
 import logging
 import os
+import re
 import shutil
 import subprocess
+import tempfile
+import time
 from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
 
-from perf.errors import StudyError
+from perf.engine import Edge, EngineFigures, EngineRun, Job, MeasureSettings
+from perf.errors import OptionError, StudyError
+from perf.loads import Load, arrival_times
+from perf.records import Record
+from perf.target import Target
 
 log = logging.getLogger(__name__)
 
@@ -32,6 +58,12 @@ Our own load generator (`make perf`) does not need it; it is only a cross-check.
   * or build it from https://github.com/triton-inference-server/perf_analyzer
 Then set PERF_ANALYZER=/path/to/perf_analyzer (or put it on PATH) and run `make perf-analyzer` again.
 This machine's glibc: {glibc}."""
+WINDOW_STRETCH = 1.2  # a window lasts this × --measurement-interval (measured, 2.41.0)
+WINDOWS_JUDGED = 3  # perf_analyzer judges, and reports, its last three windows
+CLOSED_LOOP_TRIALS = 10  # perf_analyzer's own default --max-trials, the least a closed loop gets
+UNSTABLE = "Failed to obtain stable measurement"  # its words when its windows never agree
+INPUT_ROWS = 16  # rows of the input pool written to --input-data (a cycling target: all, up to the cap)
+INPUT_ROWS_MAX = 4096
 
 
 def glibc_version() -> str:
@@ -44,8 +76,7 @@ def glibc_version() -> str:
 def find_perf_analyzer() -> Path | None:
     """A perf_analyzer executable that is a real program and runs, or None.
 
-    Probed with ``--version``: the 2.41.0 release (the one that runs on glibc 2.34, installed into the
-    venv by ``perf.perf_analyzer_install``) rejects ``--help`` as an unrecognized option.
+    Probed with ``--version``: the 2.41.0 release rejects ``--help`` as an unrecognized option.
     """
     from perf.perf_analyzer_install import InstallError, installed_wrapper, probe
 
@@ -62,24 +93,12 @@ def find_perf_analyzer() -> Path | None:
     return None
 
 
-# Two cores shared with other work never give perf_analyzer's default 10% window stability (nor 50%:
-# measured; it then fails "Failed to obtain stable measurement"); with 100% it averages its last 3
-# windows like our fixed windows do, and at most 4 windows bound its time.
-NOISY_MACHINE = ("--stability-percentage", "100", "--max-trials", "4")
+def unavailable_message() -> str:
+    """Why perf_analyzer cannot run here, and how to fix it."""
+    from perf.perf_analyzer_install import unavailable_reason
 
-
-@dataclass(frozen=True)
-class AnalyzerResult:
-    concurrency: int
-    throughput: float
-    p50_ms: float
-    p90_ms: float
-    p99_ms: float
-    settings: tuple[str, ...] = ()  # the measurement options it ran with (reports print them)
-
-    @property
-    def settings_text(self) -> str:
-        return " ".join(self.settings)
+    reason = unavailable_reason() or "not installed or does not run"
+    return f"perf_analyzer is unavailable ({reason}); install it with `make perf-analyzer`"
 
 
 def _tensor_data(row: np.ndarray) -> dict:
@@ -90,8 +109,9 @@ def _tensor_data(row: np.ndarray) -> dict:
     return {"content": row.ravel().tolist(), "shape": list(row.shape)}
 
 
-def write_input_data(inputs: dict[str, np.ndarray], path: Path, rows: int = 16) -> Path:
-    """perf_analyzer's ``--input-data`` JSON from our input pool, so ids stay inside the tables."""
+def write_input_data(inputs: dict[str, np.ndarray], path: Path, rows: int = INPUT_ROWS) -> Path:
+    """perf_analyzer's ``--input-data`` JSON from our input pool (so ids stay inside the tables); it
+    sends the rows in turn."""
     data = [
         {name: _tensor_data(pool[i]) for name, pool in inputs.items()}
         for i in range(min(rows, next(iter(inputs.values())).shape[0]))
@@ -100,47 +120,196 @@ def write_input_data(inputs: dict[str, np.ndarray], path: Path, rows: int = 16) 
     return path
 
 
-UNSTABLE = "Failed to obtain stable measurement"  # perf_analyzer's words when its windows disagree
-LONGER_WINDOWS = 2  # the window length's factor for the one run after an unstable one
+def window_options(settings: MeasureSettings, longer: float = 1.0, closed: bool = False) -> tuple[str, ...]:
+    """``settings`` as perf_analyzer's options (windows ``longer`` times as long). A closed loop gets at
+    least perf_analyzer's own default of ``CLOSED_LOOP_TRIALS`` windows: without agreement it writes
+    nothing at all, and on two shared cores its windows at concurrency 16 agreed within 10% after five
+    (measured), more than a short profile's three."""
+    interval_ms = max(1, round(longer * settings.window_s * 1000 / WINDOW_STRETCH))
+    trials = max(WINDOWS_JUDGED, settings.max_windows, CLOSED_LOOP_TRIALS if closed else 0)
+    return (
+        "--measurement-interval",
+        str(interval_ms),
+        "--max-trials",
+        str(trials),
+        "--stability-percentage",
+        f"{100 * settings.tolerance:g}",
+    )
 
 
-def run_perf_analyzer(
-    binary: Path, model: str, url: str, protocol: str, concurrency: int, window_ms: int, out: Path,
-    inputs: dict[str, np.ndarray], extra_args: tuple[str, ...] = NOISY_MACHINE,
-) -> AnalyzerResult:  # fmt: skip
-    """Run perf_analyzer at one concurrency with our inputs; parse its CSV (latencies in µs).
+def command(
+    binary: Path,
+    target: Target,
+    load_options: list[str],
+    windows: tuple[str, ...],
+    folder: Path,
+    extra: tuple[str, ...] = (),
+) -> list[str]:
+    """The project's perf_analyzer command line: ``target`` with our inputs, ``load_options`` (a
+    concurrency or request intervals), ``windows`` (``window_options``), its CSV and export into
+    ``folder``, and ``extra`` options (e.g. ``-H name:value``, a header on every request)."""
+    if target.collect != 1:
+        raise OptionError(f"perf_analyzer sends single samples, not collect={target.collect}")
+    rows = min(INPUT_ROWS_MAX, next(iter(target.inputs.values())).shape[0]) if target.cycle else INPUT_ROWS
+    data = write_input_data(target.inputs, folder / "inputs.json", rows)
+    line = [
+        str(binary),
+        "-m",
+        target.model,
+        "-u",
+        target.url,
+        "-i",
+        target.protocol,
+        "--input-data",
+        str(data),
+        "-f",
+        str(folder / "figures.csv"),
+        "--profile-export-file",
+        str(folder / "export.json"),
+        *load_options,
+        *windows,
+        *extra,
+    ]
+    if target.shared_memory:
+        line += ["--shared-memory", "system"]
+    return line
 
-    ``extra_args`` default to the stability settings that converge on a shared 2-core machine. Where
-    its windows still disagree beyond them it is run once more with windows ``LONGER_WINDOWS`` times as
-    long, as its own message advises ("try to increase the --measurement-interval"): on a host the
-    hypervisor takes CPU from in stalls (``perf.tune.steal``), a 1 s window at c=4 came out unstable
-    with 100% (``make test`` on a fresh clone, a morning of 14-15 of 15 runs stolen), and a longer
-    window averages over more of the stalls. The result carries the settings of the run that counted.
-    """
-    csv_path = out / f"perf_analyzer_{model}_c{concurrency}.csv"
-    data = write_input_data(inputs, out / f"perf_analyzer_{model}_inputs.json")
-    log_text = ""
-    for window in (window_ms, LONGER_WINDOWS * window_ms):
-        settings = ("--measurement-interval", str(window), *extra_args)
-        command = [
-            str(binary), "-m", model, "-u", url, "-i", protocol, "--concurrency-range", str(concurrency),
-            "--percentile", "99", "-f", str(csv_path), "--input-data", str(data), *settings,
-        ]  # fmt: skip
-        done = subprocess.run(command, capture_output=True, text=True, timeout=600)
-        log_text += f"$ {' '.join(command)}\n{done.stdout}{done.stderr}"
-        (out / f"perf_analyzer_{model}_c{concurrency}.log").write_text(log_text)
-        if done.returncode == 0:
-            return read_analyzer_csv(csv_path, concurrency, settings)
-        if UNSTABLE not in done.stdout + done.stderr:
-            break
-        log.info("perf_analyzer unstable with %d ms windows at c=%d: once more, longer", window, concurrency)
-    raise StudyError(f"perf_analyzer failed ({done.returncode}): {done.stderr[-500:]}")
 
-
-def read_analyzer_csv(csv_path: Path, concurrency: int, settings: tuple[str, ...] = ()) -> AnalyzerResult:
+def read_analyzer_csv(path: Path, settings: tuple[str, ...] = ()) -> EngineFigures:
     """perf_analyzer's own figures from its ``-f`` CSV (first row; latencies there are in µs)."""
-    row = next(csv.DictReader(io.StringIO(csv_path.read_text())))
-    return AnalyzerResult(
-        concurrency, float(row["Inferences/Second"]), float(row["p50 latency"]) / 1e3,
-        float(row["p90 latency"]) / 1e3, float(row["p99 latency"]) / 1e3, settings,
-    )  # fmt: skip
+    row = next(csv.DictReader(io.StringIO(path.read_text())))
+    return EngineFigures(
+        float(row["Inferences/Second"]),
+        float(row["p50 latency"]) / 1e3,
+        float(row["p90 latency"]) / 1e3,
+        float(row["p99 latency"]) / 1e3,
+        settings,
+    )
+
+
+@dataclass(frozen=True)
+class Export:
+    """perf_analyzer's profile export of one experiment, times in wall-clock nanoseconds."""
+
+    sends_ns: np.ndarray
+    receives_ns: np.ndarray  # the last response of each request
+    windows_ns: tuple[int, ...]
+
+    @classmethod
+    def read(cls, path: Path) -> Export:
+        document = json.loads(path.read_text())
+        experiments = document.get("experiments") or []
+        if len(experiments) != 1:
+            raise StudyError(
+                f"{path}: expected one experiment in perf_analyzer's export, got {len(experiments)}"
+            )
+        requests = sorted(experiments[0]["requests"], key=lambda r: r["timestamp"])
+        return cls(
+            np.array([r["timestamp"] for r in requests], dtype=np.int64),
+            np.array([max(r["response_timestamps"]) for r in requests], dtype=np.int64),
+            tuple(int(b) for b in experiments[0]["window_boundaries"]),
+        )
+
+    @property
+    def windows(self) -> list[tuple[float, float]]:
+        """The windows in seconds from the first one's start (the records' clock)."""
+        edges = [(b - self.windows_ns[0]) / 1e9 for b in self.windows_ns]
+        return list(itertools.pairwise(edges))
+
+    def records(self, target: Target, label: str) -> list[Record]:
+        """One record per exported request, on the windows' clock; a request's arrival is its send
+        time (an open loop's sends lagged their schedule by at most 3.6 ms at 800/s, measured)."""
+        start = self.windows_ns[0]
+        sent = sum(a[0].nbytes for a in target.inputs.values())  # one row of each input
+        received = sum(target.output_row_bytes.values())
+        sends = ((self.sends_ns - start) / 1e9).tolist()
+        receives = ((self.receives_ns - start) / 1e9).tolist()
+        return [
+            Record(target.model, s, r, 1, sent, received, True, "ok", (s,), label)
+            for s, r in zip(sends, receives, strict=True)
+        ]
+
+
+class PerfAnalyzerEngine:
+    """perf_analyzer as a ``perf.engine.LoadEngine``. ``log_folder``: where each run's command line and
+    output are appended (``perf_analyzer.log``), e.g. a report folder; ``extra``: options every run
+    adds (``command``)."""
+
+    def __init__(
+        self, binary: Path | None = None, log_folder: Path | None = None, extra: tuple[str, ...] = ()
+    ) -> None:
+        found = binary or find_perf_analyzer()
+        if found is None:
+            raise OptionError(unavailable_message())
+        self.binary = found
+        version = subprocess.run([str(found), "--version"], capture_output=True, text=True, timeout=60)
+        match = re.search(r"Version\s+(\S+)", version.stdout + version.stderr)
+        self.name = f"perf_analyzer {match.group(1) if match else 'unknown version'}"
+        self.log_folder = log_folder
+        self.extra = extra
+
+    def run(self, job: Job, at_edge: Edge | None = None) -> EngineRun:
+        """``job`` in perf_analyzer's windows (``at_edge`` is not called: it runs in its own process)."""
+        target, load, settings, label = job.target, job.load, job.settings, job.label
+        with tempfile.TemporaryDirectory(prefix="perf_analyzer_") as scratch:
+            folder = Path(scratch)
+            for longer in (1.0, 2.0):
+                windows = window_options(settings, longer, closed=load.kind == "closed")
+                load_options = self._load_options(load, settings, folder)
+                line = command(self.binary, target, load_options, windows, folder, self.extra)
+                wall_ns, counter = time.time_ns(), time.perf_counter()
+                returncode, output = self._call(line, settings.longest_s * longer, label)
+                if returncode == 0 and (folder / "export.json").is_file():
+                    break
+                if UNSTABLE not in output or longer > 1:
+                    raise StudyError(
+                        f"perf_analyzer failed on {label or target.model}: {output[-600:].strip()}"
+                    )
+                log.info("%s: perf_analyzer's windows disagreed; once more, twice as long", label)
+            export = Export.read(folder / "export.json")
+            own = (
+                read_analyzer_csv(folder / "figures.csv", windows)
+                if (folder / "figures.csv").is_file()
+                else None
+            )
+        records = export.records(target, label)
+        count = len(export.windows)
+        return EngineRun(
+            records,
+            export.windows,
+            (max(0, count - WINDOWS_JUDGED), count),
+            UNSTABLE not in output,
+            len(records),
+            counter + (export.windows_ns[0] - wall_ns) / 1e9,
+            own,
+        )
+
+    @staticmethod
+    def _load_options(load: Load, settings: MeasureSettings, folder: Path) -> list[str]:
+        """A closed loop's concurrency, or an open loop's arrivals as intervals (µs) for every window
+        perf_analyzer may measure (it plays the file again from the top if its windows outlast it)."""
+        if load.kind == "closed":
+            return ["--concurrency-range", str(load.concurrency)]
+        seconds = settings.max_windows * settings.window_s * WINDOW_STRETCH + 1.0
+        arrivals = arrival_times(load, seconds)
+        if arrivals.size == 0:
+            raise OptionError(f"{load.name}: no arrival within {seconds:.1f} s")
+        gaps_us = np.maximum(1, np.rint(np.diff(np.concatenate([[0.0], arrivals])) * 1e6).astype(np.int64))
+        intervals = folder / "intervals.txt"
+        intervals.write_text("\n".join(map(str, gaps_us.tolist())) + "\n")
+        return ["--async", "--request-intervals", str(intervals)]
+
+    def _call(self, line: list[str], seconds: float, label: str) -> tuple[int, str]:
+        """Run ``line``: its exit status and output (stdout and stderr), logged where ``log_folder``
+        says."""
+        try:
+            done = subprocess.run(line, capture_output=True, text=True, timeout=120 + 3 * seconds)
+            returncode, output = done.returncode, done.stdout + done.stderr
+        except subprocess.TimeoutExpired as error:
+            returncode, output = -1, f"did not finish in {error.timeout:.0f} s"
+        if self.log_folder is not None:
+            with open(self.log_folder / "perf_analyzer.log", "a") as handle:
+                handle.write(f"# {label}\n$ {' '.join(line)}\n(exit {returncode})\n{output}\n")
+        if returncode == -1:
+            raise StudyError(f"perf_analyzer on {label}: {output}")
+        return returncode, output

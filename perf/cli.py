@@ -27,9 +27,10 @@ from rich.table import Table
 from perf import analysis
 from perf.analyzer import HOW_TO_GET_IT, find_perf_analyzer, glibc_version
 from perf.errors import OptionError
-from perf.framework import StudyContext, studies
+from perf.framework import StudyContext
 from perf.goals import Goal, all_goals
 from perf.profiles import PROFILES, Profile, get_profile
+from perf.studies import studies
 from perf.study import StudyResult, StudyRunner, count_steps
 from perf.study_spec import FAMILIES, MODES
 from perf.tune.cli import add_parser as add_tune_parser
@@ -131,7 +132,7 @@ def run_study(profile: Profile, folder: Path, show_progress: bool = True) -> Stu
 
 
 def run_more_studies(profile: Profile, folder: Path, spec_path: Path) -> None:
-    """The studies after the batching study (``perf.framework.studies``), each with its own bar."""
+    """The studies after the batching study (``perf.studies``), each with its own bar."""
     for study in studies():
         total = study.steps(profile)
         if not total:

@@ -5,23 +5,25 @@ A study is a small object with ``name``, ``title``, ``steps(profile)`` and ``run
 what it serves, starts a server with ``context.server(...)``, measures with ``context.measure(...)``
 (which honours the profile's protocol, shared memory, windows and seed, and reads the server's
 statistics over the same windows), judges its figures with ``perf.goals.GOALS`` and writes
-``<name>.md`` / ``<name>.json`` into ``context.folder``. ``studies()`` lists the studies that run after
-the batching study; docs/PERF.md ("Writing a new study") shows a whole one.
+``<name>.md`` / ``<name>.json`` into ``context.folder``. ``perf.studies.studies()`` lists the studies
+that run after the batching study (studies import this module, the list imports them); docs/PERF.md
+("Writing a new study") shows a whole one.
 """
 
 from __future__ import annotations
 
-import json
 import logging
 from collections.abc import Sequence
-from dataclasses import asdict, dataclass, field, is_dataclass, replace
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, Protocol
 
 from exporters.spec import ModelSpec
+from perf import markdown
+from perf.engine import MeasureSettings
 from perf.goals import Goal
 from perf.loads import Load, poisson, read_trace
-from perf.measure import Measurement, MeasureSettings, measure
+from perf.measure import Measurement, measure
 from perf.profiles import Profile
 from perf.server_view import ServerEndpoints
 from perf.study import Progress
@@ -111,20 +113,5 @@ def write_report(
     context: StudyContext, study: Study, lines: Sequence[str], goals: list[Goal], figures: dict[str, Any]
 ) -> StudyReport:
     """``<name>.json`` (every figure, first: it survives a failing render) and ``<name>.md``."""
-    (context.folder / f"{study.name}.json").write_text(json.dumps(figures, indent=2, default=_plain))
-    path = context.folder / f"{study.name}.md"
-    path.write_text("\n".join(lines) + "\n")
+    path = markdown.write_report(context.folder / f"{study.name}.md", lines, figures)
     return StudyReport(study.name, study.title, path, goals)
-
-
-def _plain(value: object) -> object:
-    return asdict(value) if is_dataclass(value) and not isinstance(value, type) else str(value)
-
-
-def studies() -> list[Study]:
-    """The studies that run after the batching study, in order (imported here: they pull in torch)."""
-    from perf.pipeline_study import PipelineStudy
-    from perf.queue_policy_study import QueuePolicyStudy
-    from perf.text_study import TextStudy
-
-    return [PipelineStudy(), TextStudy(), QueuePolicyStudy()]

@@ -64,6 +64,15 @@ def trace(inter_arrival_s: Sequence[float], name: str = "trace") -> Load:
     return Load("open", name, rate=len(gaps) / sum(gaps), arrivals=arrivals)
 
 
+def arrival_times(load: Load, seconds: float, limit: int = 200_000) -> np.ndarray:
+    """The first ``seconds`` of an open ``load``'s arrivals (at most ``limit``), as an engine sends
+    them and the batcher simulation replays them."""
+    if load.arrivals is None:
+        raise OptionError(f"{load.name}: a closed loop has no arrival times")
+    times = itertools.takewhile(lambda t: t <= seconds, load.arrivals())
+    return np.fromiter(itertools.islice(times, limit), dtype=float)
+
+
 def read_trace(path: str) -> Load:
     """A trace file: one inter-arrival time in seconds per line (``#`` comments allowed)."""
     with open(path) as handle:

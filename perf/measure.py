@@ -1,51 +1,34 @@
-"""Measure one model at one load: warm up, then measurement windows until three agree (or a cap).
+"""One measurement, whatever sends the load: the ``Measurement`` every study and the tuner read.
 
-``measure`` is the reusable entry point for any study: give it a ``Target`` and a ``Load`` and it
-returns a ``Measurement``: every record (warm-up and drain included, so nothing is lost), the windows,
-which of them count, and the server's own view over exactly those windows.
+``measure`` runs a ``Load`` against a ``Target`` with a load engine (``perf.engine``: our client by
+default, or perf_analyzer) in windows until they agree (or a cap), and reads the server's own view
+around it: its statistics, its processes' CPU and the whole machine's busy and stolen CPU
+(``perf.server_view``), over exactly the windows that count where the engine runs in this process, over
+the whole run where it does not. A ``Measurement`` keeps every record (warm-up and drain included, so
+nothing is lost), the windows, which of them count, and that view.
 """
 
 from __future__ import annotations
 
-import asyncio
+import functools
 import logging
+import math
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
+import numpy as np
+
 from client.stats import ModelStats
-from perf.drive import drive
-from perf.errors import OptionError
-from perf.loads import Load
+from perf.engine import EngineFigures, EngineRun, Job, LoadEngine, MeasureSettings, OurEngine
+from perf.loads import Load, arrival_times
 from perf.records import Record
 from perf.server_view import ServerDelta, ServerEndpoints, ServerSnapshot, delta, snapshot
-from perf.summary import Summary, in_span, summarize, window_is_stable
-from perf.target import Caller, Target
+from perf.summary import Summary, in_span, summarize
+from perf.target import Target
 
 log = logging.getLogger(__name__)
-
-
-@dataclass(frozen=True)
-class MeasureSettings:
-    """Like perf_analyzer: ``stable_windows`` consecutive windows within ``tolerance``, at most
-    ``max_windows``."""
-
-    warmup_s: float = 1.0
-    window_s: float = 2.0
-    stable_windows: int = 3
-    max_windows: int = 6
-    tolerance: float = 0.10
-
-    def __post_init__(self) -> None:
-        if not self.window_s > 0:
-            raise OptionError(f"window_s (--window) must be > 0 seconds, got {self.window_s}")
-        if self.stable_windows < 1:
-            raise OptionError(f"stable_windows must be >= 1, got {self.stable_windows}")
-        if self.max_windows < self.stable_windows:
-            raise OptionError(
-                f"max_windows (--max-windows) must be >= stable_windows ({self.stable_windows}), "
-                f"got {self.max_windows}"
-            )
+SUSTAINED = 0.95  # an open loop was kept up with when the server answered this share of its rate
 
 
 @dataclass
@@ -58,13 +41,22 @@ class Measurement:
     used: tuple[int, int]  # windows[used[0]:used[1]] are the measurement
     stable: bool
     attempts: int  # requests started plus arrivals shed: must equal len(records)
-    server: ServerDelta | None = None  # over the used windows
+    server: ServerDelta | None = None  # over the used windows (an engine in another process: the run)
     server_total: ModelStats | None = None  # from before warm-up to after the drain
+    engine: str = OurEngine.name
+    own: EngineFigures | None = None  # the engine's own figures of the used windows (perf_analyzer's)
+    wall_s: float = 0.0  # the whole run, warm-up, reads of the server and drain included
+    started_at: float = 0.0  # the time.perf_counter() reading the records' clock starts at
     extra: dict = field(default_factory=dict)
 
     @property
     def span(self) -> tuple[float, float]:
         return self.windows[self.used[0]][0], self.windows[self.used[1] - 1][1]
+
+    @functools.cached_property
+    def figures(self) -> Summary:
+        """``summary()``, computed once (the records do not change)."""
+        return self.summary()
 
     def summary(self) -> Summary:
         return summarize(self.records, *self.span)
@@ -72,79 +64,117 @@ class Measurement:
     def measured_records(self) -> list[Record]:
         return in_span(self.records, *self.span)
 
+    def mean_window_rate(self) -> float:
+        """The mean of the counted windows' throughputs: perf_analyzer's own figure (its CSV), which
+        differs from the rate over their whole span where a stall stretched one window."""
+        first, last = self.used
+        return float(np.mean([summarize(self.records, a, b).throughput for a, b in self.windows[first:last]]))
 
-def _window_figures(records: list[Record], start: float, end: float) -> tuple[float, float]:
-    summary = summarize(records, start, end)
-    return summary.throughput, summary.mean_ms
+    @property
+    def p99_ms(self) -> float:
+        return self.figures.p99_ms
+
+    @property
+    def throughput(self) -> float:
+        return self.figures.throughput
+
+    @functools.cached_property
+    def offered(self) -> float:
+        """An open loop's arrivals per second over the windows that count, as its load drew them
+        (a Poisson draw of a few seconds is a few % off its mean rate); 0 for a closed loop."""
+        if self.load.kind != "open":
+            return 0.0
+        start, end = self.span
+        times = arrival_times(self.load, end)
+        return float(np.count_nonzero(times >= start)) / (end - start) if end > start else 0.0
+
+    @property
+    def sustained(self) -> bool:
+        """Nothing failed, and an open loop's rate was kept up with."""
+        return bool(self.figures.failed == 0 and self.throughput >= SUSTAINED * self.offered)
+
+    def meets(self, budget_ms: float) -> bool:
+        """Kept up with, and p99 within ``budget_ms``."""
+        return self.sustained and self.p99_ms <= budget_ms
+
+    @property
+    def stats(self) -> ModelStats:
+        """The server's statistics over the measurement (empty without a server view)."""
+        return self.server.stats if self.server else ModelStats()
+
+    @property
+    def stolen_share(self) -> float:
+        """The share of the CPUs' time the hypervisor took over the measurement (NaN without a reading)."""
+        return self.server.stolen_share if self.server else math.nan
 
 
-def _settled(take: Callable[[float], ServerSnapshot], t0: float) -> ServerSnapshot:
+def measure(
+    target: Target,
+    load: Load,
+    settings: MeasureSettings | None = None,
+    endpoints: ServerEndpoints | None = None,
+    label: str = "",
+    related: tuple[str, ...] = (),
+    engine: LoadEngine | None = None,
+) -> Measurement:
+    """Measure ``target`` under ``load`` with ``engine`` (ours by default). ``endpoints`` adds the
+    server's view; ``related`` models (an ensemble's steps) get their statistics read over the same
+    span."""
+    engine = engine or OurEngine()
+    settings = settings or MeasureSettings()
+    started = time.perf_counter()
+    take = (lambda: snapshot(endpoints, target.model, time.perf_counter(), related)) if endpoints else None
+    before = take() if take else None
+    edges: list[ServerSnapshot] = []
+    at_edge = (lambda _at: edges.append(take())) if take else None
+    run = engine.run(Job(target, load, settings, label), at_edge)
+    measurement = _measurement(label, target, load, run, engine.name)
+    if take and before:
+        after = _settled(take)
+        measurement.server = delta(edges[run.used[0] : run.used[1] + 1] if edges else [before, after])
+        measurement.server_total = after.stats - before.stats
+    measurement.wall_s = time.perf_counter() - started
+    if not run.stable:
+        log.info("%s: windows did not agree; counting the last %d", label, run.used[1] - run.used[0])
+    return measurement
+
+
+async def measure_async(
+    target: Target, load: Load, settings: MeasureSettings, label: str = ""
+) -> Measurement:
+    """``measure`` with our engine, for callers that already run an event loop (two loads on one server
+    at once); no server view."""
+    started = time.perf_counter()
+    run = await OurEngine().run_async(Job(target, load, settings, label))
+    measurement = _measurement(label, target, load, run, OurEngine.name)
+    measurement.wall_s = time.perf_counter() - started
+    return measurement
+
+
+def _measurement(label: str, target: Target, load: Load, run: EngineRun, engine: str) -> Measurement:
+    return Measurement(
+        label,
+        target.model,
+        load,
+        run.records,
+        run.windows,
+        run.used,
+        run.stable,
+        run.attempts,
+        engine=engine,
+        own=run.own,
+        started_at=run.started_at,
+    )
+
+
+def _settled(take: Callable[[], ServerSnapshot]) -> ServerSnapshot:
     """A snapshot after the server has finished counting: Triton updates a request's statistics just
     after sending its response, so the last answers of a run can be missing from an immediate read."""
-    last = take(time.perf_counter() - t0)
+    last = take()
     for _ in range(40):
         time.sleep(0.05)
-        again = take(time.perf_counter() - t0)
+        again = take()
         if again.stats.requests == last.stats.requests and again.stats.failed == last.stats.failed:
             return again
         last = again
     return last
-
-
-async def measure_async(
-    target: Target, load: Load, settings: MeasureSettings, endpoints: ServerEndpoints | None = None,
-    label: str = "", on_window: Callable[[int], None] | None = None, related: tuple[str, ...] = (),
-) -> Measurement:  # fmt: skip
-    """See ``measure``; for callers that already run an event loop."""
-    t0 = time.perf_counter()
-    take = (lambda at: snapshot(endpoints, target.model, at, related)) if endpoints else None
-    before = take(0.0) if take else None
-    slots = max(load.concurrency // max(target.collect, 1), 1) if load.kind == "closed" else None
-    async with Caller(target, t0, label, slots) as caller:
-        stop, sink = asyncio.Event(), []
-        driver = asyncio.create_task(drive(caller, load, stop, sink))
-        await asyncio.sleep(settings.warmup_s)
-        now = time.perf_counter() - t0
-        snaps: list[ServerSnapshot] = [await asyncio.to_thread(take, now)] if take else []
-        windows: list[tuple[float, float]] = []
-        figures: list[tuple[float, float]] = []
-        stable = False
-        try:
-            while len(windows) < settings.max_windows and not driver.done():
-                start = windows[-1][1] if windows else now
-                await asyncio.sleep(max(0.0, start + settings.window_s - (time.perf_counter() - t0)))
-                end = time.perf_counter() - t0
-                windows.append((start, end))
-                if take:
-                    snaps.append(await asyncio.to_thread(take, end))
-                figures.append(_window_figures(sink, start, end))
-                if on_window:
-                    on_window(len(windows))
-                recent = figures[-settings.stable_windows :]
-                if len(recent) == settings.stable_windows and all(
-                    window_is_stable([f[i] for f in recent], settings.tolerance) for i in (0, 1)
-                ):
-                    stable = True
-                    break
-        finally:
-            stop.set()
-            await driver
-        attempts = caller.attempts
-    used = (max(0, len(windows) - settings.stable_windows), len(windows))
-    measurement = Measurement(label, target.model, load, sink, windows, used, stable, attempts)
-    if take:
-        measurement.server = delta(snaps[used[0] : used[1] + 1])
-        measurement.server_total = _settled(take, t0).stats - before.stats
-    if not stable:
-        log.info("%s: not stable after %d windows; using the last %d", label, len(windows), used[1] - used[0])
-    return measurement
-
-
-def measure(
-    target: Target, load: Load, settings: MeasureSettings | None = None,
-    endpoints: ServerEndpoints | None = None, label: str = "", related: tuple[str, ...] = (),
-) -> Measurement:  # fmt: skip
-    """Measure ``target`` under ``load`` (blocking). ``endpoints`` adds the server's view; ``related``
-    models (an ensemble's steps) get their statistics read over the same windows."""
-    settings = settings or MeasureSettings()
-    return asyncio.run(measure_async(target, load, settings, endpoints, label, related=related))

@@ -15,7 +15,7 @@ from perf.study import FamilyResult, StudyResult
 from perf.study_spec import MODES
 
 
-def _save(figure: plt.Figure, path: Path, axes: plt.Axes | None = None, grid: str = "") -> Path:
+def save_figure(figure: plt.Figure, path: Path, axes: plt.Axes | None = None, grid: str = "") -> Path:
     """Finish a plot the one way every plot here is finished: grid, legend, tight layout, PNG."""
     if axes is not None:
         if grid:
@@ -39,7 +39,7 @@ def throughput_vs_concurrency(result: StudyResult, family: FamilyResult, path: P
         )
     axes.set(xscale="log", yscale="log", xlabel="samples in flight (closed loop)", ylabel="inferences / s",
              title=f"{family.family}: throughput vs concurrency")  # fmt: skip
-    return _save(figure, path, axes, grid="both")
+    return save_figure(figure, path, axes, grid="both")
 
 
 def latency_vs_throughput(family: FamilyResult, path: Path) -> Path:
@@ -54,7 +54,7 @@ def latency_vs_throughput(family: FamilyResult, path: Path) -> Path:
         axes.annotate(mode, (summary.throughput, summary.p99_ms), fontsize=7)
     axes.set(yscale="log", xlabel="inferences / s", ylabel="p99 latency (ms)",
              title=f"{family.family}: p99 latency vs throughput (x: open loop)")  # fmt: skip
-    return _save(figure, path, axes, grid="both")
+    return save_figure(figure, path, axes, grid="both")
 
 
 def formed_batch_histogram(family: FamilyResult, path: Path) -> Path:
@@ -69,7 +69,7 @@ def formed_batch_histogram(family: FamilyResult, path: Path) -> Path:
     load = family.open_load.name if family.open_load else ""
     axes.set(xlabel="batch size formed by the server", ylabel="executions",
              title=f"{family.family}: formed batch sizes under {load}")  # fmt: skip
-    return _save(figure, path, axes)
+    return save_figure(figure, path, axes)
 
 
 def latency_model_fit(family: FamilyResult, path: Path) -> Path | None:
@@ -90,7 +90,7 @@ def latency_model_fit(family: FamilyResult, path: Path) -> Path | None:
                   label=f"raw fit T={raw_fit.t_ms:.2f} ms, Δt={raw_fit.dt_ms:.3f} ms")  # fmt: skip
     axes.set(xlabel="batch size N", ylabel="T_batch(N) (ms)",
              title=f"{family.family}: T_batch(N) = T + (N-1)·Δt")  # fmt: skip
-    return _save(figure, path, axes, grid="major")
+    return save_figure(figure, path, axes, grid="major")
 
 
 def all_plots(result: StudyResult, folder: Path) -> dict[str, list[Path]]:

@@ -14,8 +14,8 @@ from pathlib import Path
 from typing import Protocol
 
 from exporters.spec import ModelSpec
+from perf.engine import MeasureSettings
 from perf.errors import OptionError
-from perf.measure import MeasureSettings
 from perf.pipeline_plan import COMPARISONS
 from perf.study_spec import FAMILIES, MODES
 from perf.target import PROTOCOLS, Target, target_from_spec

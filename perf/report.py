@@ -8,7 +8,6 @@ closed-loop delay notes, the request accounting).
 
 from __future__ import annotations
 
-import json
 import os
 import platform
 import shutil
@@ -20,6 +19,7 @@ import yaml
 from perf import analysis
 from perf.goals import Goal, all_goals, goals_table
 from perf.markdown import number, ratio, table
+from perf.markdown import write_report as write_report_file
 from perf.plots import all_plots
 from perf.records import write_csv, write_json
 from perf.study import FamilyResult, StudyResult
@@ -235,19 +235,22 @@ def cross_check_section(result: StudyResult) -> str:
         return f"\n## perf_analyzer cross-check\n\n{result.analyzer_note or 'Not run.'}"
     rows = []
     for theirs, ours in result.cross_check:
-        mine = ours.summary()
+        own, mine = theirs.own, ours.summary()
         rows.append([
-            ours.model, theirs.concurrency, number(theirs.throughput, 0), number(mine.throughput, 0),
-            number(theirs.p50_ms), number(mine.p50_ms), number(theirs.p99_ms), number(mine.p99_ms),
+            ours.model, ours.load.concurrency, number(own.throughput, 0) if own else "–",
+            number(theirs.mean_window_rate(), 0), number(mine.throughput, 0),
+            number(own.p50_ms) if own else "–", number(mine.p50_ms), number(own.p99_ms) if own else "–",
+            number(mine.p99_ms),
         ])  # fmt: skip
-    header = ["model", "concurrency", "perf_analyzer inf/s", "ours inf/s", "perf_analyzer p50 ms",
-              "ours p50 ms", "perf_analyzer p99 ms", "ours p99 ms"]  # fmt: skip
-    settings = sorted({theirs.settings_text for theirs, _ in result.cross_check})
+    header = ["model", "concurrency", "perf_analyzer inf/s (its CSV)", "perf_analyzer inf/s (its export)",
+              "ours inf/s", "perf_analyzer p50 ms", "ours p50 ms", "perf_analyzer p99 ms",
+              "ours p99 ms"]  # fmt: skip
+    settings = sorted({theirs.own.settings_text for theirs, _ in result.cross_check if theirs.own})
     used = "; ".join(f"`{text}`" for text in settings) or "its defaults"
     return (
         "\n## perf_analyzer cross-check (same server, same model, back to back)\n\n" + table(header, rows)
-        + f"\n\nperf_analyzer ran with {used} (its default 10% stability never converges on two shared "
-        "cores; 100% averages the last 3 windows, as ours do)."
+        + f"\n\nperf_analyzer ran with {used}: the windows and stability percentage of this profile, "
+        "the rule our windows follow too (the last three within it on throughput and mean latency)."
     )  # fmt: skip
 
 
@@ -310,10 +313,8 @@ def write_report(result: StudyResult, folder: Path) -> Path:
         "status, arrivals); `figures.json`: every table's numbers; `study.yaml` and `configs/`: the exact "
         "spec and `config.pbtxt` files served; `server.log`: the server's log."
     )
-    path = folder / "report.md"
-    path.write_text("\n".join(sections) + "\n")
-    write_raw(result, folder, goals)
-    return path
+    write_raw(result, folder)
+    return write_report_file(folder / "report.md", sections, figures(result, goals), folder / "figures.json")
 
 
 def all_measurements(result: StudyResult) -> list:
@@ -323,11 +324,9 @@ def all_measurements(result: StudyResult) -> list:
     return out
 
 
-def write_raw(result: StudyResult, folder: Path, goals: list[Goal]) -> None:
-    records = [r for m in all_measurements(result) for r in m.records]
-    write_csv(records, folder / "records.csv")
-    write_json(records, folder / "records.json")
-    figures = {
+def figures(result: StudyResult, goals: list[Goal]) -> dict:
+    """Every table's numbers (``figures.json``)."""
+    return {
         "goals": [asdict(g) for g in goals],
         "measurements": [
             {"label": m.label, "model": m.model, "load": m.load.name, "stable": m.stable,
@@ -337,7 +336,13 @@ def write_raw(result: StudyResult, folder: Path, goals: list[Goal]) -> None:
         ],
         "raw": {name: [asdict(p) for p in f.raw] for name, f in result.families.items()},
     }  # fmt: skip
-    (folder / "figures.json").write_text(json.dumps(figures, indent=1, default=str))
+
+
+def write_raw(result: StudyResult, folder: Path) -> None:
+    """The records, the spec and the configs served, the server's log."""
+    records = [r for m in all_measurements(result) for r in m.records]
+    write_csv(records, folder / "records.csv")
+    write_json(records, folder / "records.json")
     entries = study_entries(list(result.profile.families), list(result.profile.modes), result.profile.seed)
     (folder / "study.yaml").write_text(yaml.safe_dump({"models": entries}, sort_keys=False))
     for config in result.repository.glob("*/config.pbtxt"):

@@ -5,12 +5,16 @@ snapshots taken at the edges of the measured windows.
   i.e. executions and compute time per batch size, which says which batches the batcher really formed.
 * the metrics endpoint: pending requests (a gauge, sampled) and cumulative queue duration.
 * ``/proc``: CPU seconds of tritonserver plus its Python-backend stub processes, so that server cost
-  per 1,000 inferences can be compared with raw onnxruntime's, a figure a busy client cannot distort.
+  per 1,000 inferences can be compared with raw onnxruntime's, a figure a busy client cannot distort;
+* ``/proc/stat``: the whole machine's busy time (the client's too: what a request competes with for a
+  core) and the time the hypervisor kept a runnable CPU of this machine waiting (steal), which says
+  whether a figure holds the host's other guests (``perf.noise``).
 """
 
 from __future__ import annotations
 
 import json
+import math
 import os
 import re
 import time
@@ -23,6 +27,54 @@ from client.stats import ModelStats, parse_model_stats
 
 CLOCK_TICKS = os.sysconf("SC_CLK_TCK")
 METRIC_LINE = re.compile(r"^(\w+)\{([^}]*)\}\s+([0-9.eE+-]+)$")
+PROC_STAT = Path("/proc/stat")
+IDLE_FIELDS = (3, 4)  # idle, iowait in the "cpu" line of /proc/stat
+STEAL_FIELD = 7  # steal: the hypervisor kept a runnable CPU of this machine off the host's cores
+
+
+def usable_cores() -> int:
+    """The cores this process may run on (the container's share, not the host's count)."""
+    try:
+        return len(os.sched_getaffinity(0))
+    except (AttributeError, OSError):
+        return os.cpu_count() or 1
+
+
+@dataclass(frozen=True)
+class HostCpu:
+    """The machine's CPU counters since boot, every CPU summed (jiffies)."""
+
+    busy: float  # running this machine's work (stolen time left out: it is not this machine's work)
+    total: float  # everything, stolen time included
+    stolen: float  # the hypervisor ran other guests while this one had work
+
+    @classmethod
+    def now(cls) -> HostCpu | None:
+        """The counters, or None where ``/proc/stat`` is not there (then no CPU figures)."""
+        try:
+            line = PROC_STAT.read_text().splitlines()[0]
+        except OSError:
+            return None
+        values = [float(v) for v in line.split()[1:9]]  # user..steal; guest is already in user
+        idle = sum(values[i] for i in IDLE_FIELDS)
+        stolen = values[STEAL_FIELD]
+        return cls(sum(values) - idle - stolen, sum(values), stolen)
+
+
+def busy_cores(before: HostCpu | None, after: HostCpu | None) -> float:
+    """Cores busy on average between two readings (0..usable cores); NaN without readings."""
+    if before is None or after is None or after.total <= before.total:
+        return math.nan
+    host_cores = os.cpu_count() or 1  # /proc/stat's "cpu" line sums every CPU of the host
+    fraction = (after.busy - before.busy) / (after.total - before.total)
+    return min(fraction * host_cores, float(usable_cores()))
+
+
+def stolen_share(before: HostCpu | None, after: HostCpu | None) -> float:
+    """The share of the CPUs' time the hypervisor took between two readings (0..1); NaN without."""
+    if before is None or after is None or after.total <= before.total:
+        return math.nan
+    return (after.stolen - before.stolen) / (after.total - before.total)
 
 
 def parse_metrics(text: str, model: str) -> dict[str, float]:
@@ -58,6 +110,7 @@ class ServerSnapshot:
     server_cpu_s: float
     client_cpu_s: float
     related: dict[str, ModelStats] = field(default_factory=dict)  # e.g. an ensemble's stage models
+    host: HostCpu | None = None
 
 
 @dataclass(frozen=True)
@@ -92,7 +145,7 @@ def snapshot(
     metrics = parse_metrics(_get(endpoints.metrics_url).decode(), model) if endpoints.metrics_url else {}
     server_cpu = process_tree_cpu_s(endpoints.pid) if endpoints.pid else 0.0
     others = {name: _model_stats(endpoints, name) for name in related}
-    return ServerSnapshot(at_s, stats, metrics, server_cpu, time.process_time(), others)
+    return ServerSnapshot(at_s, stats, metrics, server_cpu, time.process_time(), others, HostCpu.now())
 
 
 @dataclass(frozen=True)
@@ -106,10 +159,29 @@ class ServerDelta:
     server_cpu_s: float
     client_cpu_s: float
     related: dict[str, ModelStats] = field(default_factory=dict)  # each related model's difference
+    busy_cores: float = math.nan  # the whole machine's cores busy on average (``busy_cores``)
+    stolen_share: float = math.nan  # of the CPUs' time, what the hypervisor took (``stolen_share``)
 
     @property
     def server_cpu_s_per_1000(self) -> float:
         return 1000 * self.server_cpu_s / self.stats.inferences if self.stats.inferences else 0.0
+
+    def cpu_ms_per_request(self) -> tuple[float, float]:
+        """(server, everything else) CPU milliseconds per request the server counted. Everything else
+        is the load engine's client, mostly: on cores it shares with the server, what a client spends
+        per request the server goes without, which is why a Python client sustains less than a C++ one
+        against the same server. NaN where a reading is missing."""
+        if not self.stats.requests:
+            return math.nan, math.nan
+        per_request = 1e3 / self.stats.requests
+        machine_s = self.busy_cores * self.seconds
+        return self.server_cpu_s * per_request, (machine_s - self.server_cpu_s) * per_request
+
+    def cpu_load(self) -> tuple[float, float, float]:
+        """(requests/s, executions/s, busy cores) over the span: what ``perf.model.cpu`` is fitted to."""
+        if self.seconds <= 0:
+            return 0.0, 0.0, math.nan
+        return self.stats.requests / self.seconds, self.stats.executions / self.seconds, self.busy_cores
 
 
 def delta(snapshots: list[ServerSnapshot]) -> ServerDelta:
@@ -124,4 +196,6 @@ def delta(snapshots: list[ServerSnapshot]) -> ServerDelta:
         server_cpu_s=last.server_cpu_s - first.server_cpu_s,
         client_cpu_s=last.client_cpu_s - first.client_cpu_s,
         related={name: last.related[name] - first.related[name] for name in last.related},
+        busy_cores=busy_cores(first.host, last.host),
+        stolen_share=stolen_share(first.host, last.host),
     )

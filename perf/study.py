@@ -19,7 +19,8 @@ from pathlib import Path
 
 from exporters.repository import build_repository
 from exporters.spec import Spec
-from perf.analyzer import AnalyzerResult, find_perf_analyzer, glibc_version, run_perf_analyzer
+from perf.analyzer import PerfAnalyzerEngine, find_perf_analyzer, glibc_version
+from perf.engine import LoadEngine
 from perf.loads import Load, closed_loop, poisson, read_trace
 from perf.measure import Measurement, measure
 from perf.profiles import Profile
@@ -54,7 +55,7 @@ class StudyResult:
     ceiling: list[Measurement] = field(default_factory=list)
     families: dict[str, FamilyResult] = field(default_factory=dict)
     server_log: Path | None = None
-    cross_check: list[tuple[AnalyzerResult, Measurement]] = field(default_factory=list)
+    cross_check: list[tuple[Measurement, Measurement]] = field(default_factory=list)  # (perf_analyzer, ours)
     analyzer_note: str = ""
 
 
@@ -91,10 +92,13 @@ class StudyRunner:
     def target(self, server: TritonServer, model: str) -> Target:
         return self.profile.target(server, self.spec.model(model), self.collect.get(model, 1))
 
-    def _measure(self, server: TritonServer, model: str, load: Load, label: str) -> Measurement:
+    def _measure(
+        self, server: TritonServer, model: str, load: Load, label: str, engine: LoadEngine | None = None
+    ) -> Measurement:
         self.progress(f"{label}")
         endpoints = ServerEndpoints.of(server)
-        result = measure(self.target(server, model), load, self.profile.settings, endpoints, label)
+        target = self.target(server, model)
+        result = measure(target, load, self.profile.settings, endpoints, label, engine=engine)
         summary = result.summary()
         log.info("%s: %.0f inf/s, p99 %.1f ms, %d failed", label, summary.throughput, summary.p99_ms,
                  summary.failed)  # fmt: skip
@@ -131,12 +135,9 @@ class StudyRunner:
         ]
         model = model_name(self.profile.families[0], dynamic[0])
         load = closed_loop(self.profile.goal_concurrency)
-        self.progress(f"perf_analyzer cross-check on {model}")
-        url = server.grpc_url if self.profile.protocol == "grpc" else server.http_url
-        window_ms = int(1000 * self.profile.settings.window_s)
         try:  # a reference only: its failure must not throw away the study measured before it
-            theirs = run_perf_analyzer(binary, model, url, self.profile.protocol, load.concurrency, window_ms,
-                                       self.log_path.parent, self.target(server, model).inputs)  # fmt: skip
+            engine = PerfAnalyzerEngine(binary, log_folder=self.log_path.parent)
+            theirs = self._measure(server, model, load, f"{model} @ {load.name} (perf_analyzer)", engine)
             ours = self._measure(server, model, load, f"{model} @ {load.name} (next to perf_analyzer)")
         except Exception as error:
             log.exception("perf_analyzer cross-check on %s failed", model)

@@ -15,9 +15,9 @@ from dataclasses import dataclass
 from typing import Any
 
 from exporters.spec import Spec, parse_spec
+from perf.model.grid import MAX_BATCH
 
-MAX_BATCH = 32
-STATIC_BATCH = 32
+STATIC_BATCH = 32  # the article's static batch
 
 
 @dataclass(frozen=True)

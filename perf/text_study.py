@@ -30,10 +30,10 @@ from exporters.text_embedding import build_text_embedding, model_folder
 from exporters.text_spec import DEFAULT_BUCKETS, DEFAULT_PACKAGE, TextEmbeddingSpec
 from perf.framework import StudyContext, StudyReport, write_report
 from perf.goals import GOALS, Goal, goals_table
-from perf.latency_model import fit_latency
 from perf.loads import Load, closed_loop
 from perf.markdown import number, ratio, table
 from perf.measure import Measurement, measure_async
+from perf.model.latency import fit_latency
 from perf.profiles import Profile
 from perf.records import Record, write_csv
 from perf.summary import Summary

@@ -28,9 +28,13 @@ import yaml
 from client.stats import model_stats
 from exporters.repository import build_repository
 from exporters.spec import parse_spec
-from perf.analyzer import NOISY_MACHINE, find_perf_analyzer, run_perf_analyzer
+from perf.analyzer import PerfAnalyzerEngine, find_perf_analyzer
+from perf.engine import MeasureSettings
 from perf.errors import StudyError
+from perf.loads import closed_loop
+from perf.measure import measure
 from perf.server_view import process_tree_cpu_s
+from perf.target import Target
 from server import ServerOptions, TritonServer
 from server.admin import FRONT_HEADER, GRPC_FRONT_HEADER
 
@@ -61,21 +65,25 @@ def _cpu_and_requests(server: TritonServer, front_pid: int) -> tuple[float, floa
     return process_tree_cpu_s(front_pid), process_tree_cpu_s(server.pid or 0), stats.requests
 
 
-def _compare(server: TritonServer, protocol: str, args: argparse.Namespace, binary: Path, out: Path) -> None:
+def _compare(server: TritonServer, protocol: str, args: argparse.Namespace, binary: Path) -> None:
     ratios: dict[str, list[float]] = {"throughput": [], "p50": [], "p99": []}
     front = server.grpc_front if protocol == "grpc" else server.guard
     assert front is not None
     header = "inf/s, p50 ms, p99 ms, CPU ms per request: front, server"
+    # perf_analyzer's own stability check, as generous as a shared machine needs: the last three of at
+    # least ten windows within 100% of their mean on throughput and average latency
+    settings = MeasureSettings(warmup_s=0.0, window_s=args.window_ms / 1000, max_windows=4, tolerance=1.0)
     print(f"{protocol}, {MODEL}, concurrency {args.concurrency}: {header}")
     for round_number in range(1, args.rounds + 1):
         results = {}
         for route, (url, header) in _routes(server, protocol).items():
             before = _cpu_and_requests(server, front.pid)
+            target = Target(MODEL, url, _inputs(), {}, protocol)
+            engine = PerfAnalyzerEngine(binary, extra=header)
             try:
-                result = run_perf_analyzer(
-                    binary, MODEL, url, protocol, args.concurrency, args.window_ms, out, _inputs(),
-                    extra_args=(*header, *NOISY_MACHINE),
-                )  # fmt: skip
+                result = measure(target, closed_loop(args.concurrency), settings, engine=engine).own
+                if result is None:
+                    raise StudyError("perf_analyzer wrote no figures: its windows did not agree")
             except StudyError as error:
                 print(f"  round {round_number} {route:6} not stable, round skipped: {str(error)[:80]}")
                 break
@@ -117,13 +125,12 @@ def main() -> None:
     data["models"][0]["batching"].pop("queue", None)
     data.pop("pipelines", None), data.pop("text_embeddings", None)
     with tempfile.TemporaryDirectory() as folder:
-        repository, out = Path(folder, "repository"), Path(folder, "out")
-        out.mkdir()
+        repository = Path(folder, "repository")
         build_repository(parse_spec(data), repository, num_gpus=0)
         options = ServerOptions(repository=repository, http_guard=True, grpc_guard=True, self_heal=False)
         with TritonServer(options) as server:
             for protocol in args.protocols:
-                _compare(server, protocol, args, binary, out)
+                _compare(server, protocol, args, binary)
 
 
 if __name__ == "__main__":

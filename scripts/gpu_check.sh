@@ -16,7 +16,7 @@ $PY - <<'PYEOF'
 import time
 import numpy as np
 import onnxruntime as ort
-from exporters.spec import load_spec
+from exporters.resolve import load_spec
 from exporters.onnx_export import build_torch_model, sample_inputs
 
 rows = []

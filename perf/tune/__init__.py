@@ -1,7 +1,11 @@
-"""``python -m perf tune``: pick the batching configuration for a latency budget.
+"""``make tune``: pick the batching configuration for a p99 budget, predicted and verified on the server.
 
-Measure what the prediction needs (execution time per formed batch size, per-request overhead, the raw
-backend), simulate Triton's dynamic batcher for every candidate configuration under the target load,
-pick the one that sustains the most traffic within the p99 budget, write it as a spec overlay, build it
-and verify it on the real server. ``--exhaustive`` measures the whole grid instead (the yardstick).
+The path of ``python -m perf tune``, in the order it runs: ``cli`` → ``session`` (one real server, the
+tuner's ``Server``) → ``tuner`` (probe → predict → shortlist → pick → verify, with ``probe``) →
+``result`` (the saved JSON) → ``report`` (rendered from it) and ``overlay`` (the pick as a spec). The
+model it predicts with is ``perf.model``; measurement is ``perf.measure`` through ``perf.noise``.
+
+Beside it, importing it and never imported by it: ``scenarios`` (the article's two), ``follow``,
+``witness`` (perf_analyzer vs our client), ``sweep`` (every candidate measured), ``steal_check``, and
+``pipeline_session`` (a pipeline's stages as one model).
 """

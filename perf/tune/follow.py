@@ -1,35 +1,57 @@
-"""Follow the arrival pattern: watch the arrival rate on the metrics endpoint and, when it shifts,
-reload the model with the delay the batcher simulation prefers for the new rate.
+"""``python -m perf tune --follow``: follow the arrival rate, reloading the model with the delay the
+batcher simulation prefers for it; a rate step replayed with a fixed configuration and with one that
+follows.
 
 ``Follower`` reads ``nv_inference_request_success`` + ``nv_inference_request_failure`` of the model
 every ``interval_s`` (the counters Triton updates per request), turns them into a rate over the last
-``window_s``, and reloads (explicit model control, ``load_model`` with a config override) when the
-rate has moved more than ``hysteresis`` from the rate the current configuration was chosen for and
-the policy picks a different configuration. Reloads keep serving: Triton loads the new configuration
-beside the old one and swaps when it is ready, so requests in flight finish on the old one. The demo
-counts every failed request across reloads (there must be none).
+``window_s``, and reloads (explicit model control, ``load_model`` with a config override) when the rate
+has moved more than ``hysteresis`` from the rate the current configuration was chosen for and the
+policy picks a different configuration. Reloads keep serving: Triton loads the new configuration beside
+the old one and swaps when it is ready, so requests in flight finish on the old one.
+
+Both runs replay the same arrivals (low rate, high rate, low rate) from the same start, the
+configuration the policy picks for the peak; the report shows p99 per second for both, every reload,
+and the failed requests of each run (the client's count and the server's), which must be zero. A
+replay has its reloads in it: it is run once, with our client (perf_analyzer aborts after a reload),
+never measured again.
 """
 
 from __future__ import annotations
 
+import argparse
 import logging
 import threading
 import time
 import urllib.request
+from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from pathlib import Path
 
+import matplotlib
+
+matplotlib.use("Agg")
+import matplotlib.pyplot as plt
 import numpy as np
 
-from perf.loads import poisson
-from perf.records import Record, latencies
+from exporters.resolve import load_spec
+from perf.engine import MeasureSettings, OurEngine
+from perf.loads import Load, arrival_times, poisson
+from perf.markdown import number, table, write_report
+from perf.measure import Measurement, measure
+from perf.model.batcher import BatcherConfig, ServiceModel
+from perf.model.grid import MAX_BATCH
+from perf.model.predict import predict
+from perf.plots import save_figure
+from perf.records import Record, latencies, write_csv
 from perf.server_view import parse_metrics
-from perf.tune.batcher_sim import BatcherConfig, ServiceModel
-from perf.tune.predict import arrival_array, predict
-from perf.tune.session import Observed, TuneSession
+from perf.tune.probe import ProbePlan, probe
+from perf.tune.report import p99_plot
+from perf.tune.session import TuneSession
 
 log = logging.getLogger(__name__)
 COUNTERS = ("nv_inference_request_success", "nv_inference_request_failure")
+DELAYS_US = (0, 500, 1000, 2000, 5000, 10000)
 Policy = Callable[[float], BatcherConfig]
 
 
@@ -48,18 +70,18 @@ def delay_policy(
     capacity, where waiting would break the budget, the delay shrinks. If no delay fits, the one with
     the lowest predicted p99. A rate between rungs takes the rung at or below it."""
     ladder = sorted(rates)
-    table = []
+    chosen = []
     for rate in ladder:
         configs = [BatcherConfig(max_batch, d, (), instances) for d in sorted(delays_us)]
         scored = [(predict(c, service, poisson(rate), seconds=3.0), c) for c in configs]
         fitting = [c for p, c in scored if p.sustained and p.p99_ms <= margin * budget_ms]
-        table.append(fitting[-1] if fitting else min(scored, key=lambda pc: pc[0].p99_ms)[1])
+        chosen.append(fitting[-1] if fitting else min(scored, key=lambda pc: pc[0].p99_ms)[1])
 
     def policy(rate: float) -> BatcherConfig:
         index = max(0, int(np.searchsorted(ladder, rate, side="right")) - 1)
-        return table[index]
+        return chosen[index]
 
-    policy.table = list(zip(ladder, table, strict=True))  # type: ignore[attr-defined]
+    policy.table = list(zip(ladder, chosen, strict=True))  # type: ignore[attr-defined]
     return policy
 
 
@@ -119,7 +141,7 @@ def step_arrivals(phases: list[tuple[float, float]], seed: int = 0) -> np.ndarra
     """Poisson arrivals in phases of ``(rate, seconds)``: a trace with rate steps."""
     parts, offset = [], 0.0
     for index, (rate, seconds) in enumerate(phases):
-        parts.append(arrival_array(poisson(rate, seed + index), seconds) + offset)
+        parts.append(arrival_times(poisson(rate, seed + index), seconds) + offset)
         offset += seconds
     return np.concatenate(parts)
 
@@ -142,31 +164,158 @@ def p99_over_time(records: list[Record], bin_s: float = 1.0) -> list[tuple[float
 @dataclass
 class FollowRun:
     label: str
-    observed: Observed
+    observed: Measurement
     reloads: list[Reload]
     rates: list[tuple[float, float]]
+
+    @property
+    def failed(self) -> int:
+        return sum(not r.ok for r in self.observed.records)
 
     @property
     def server_failed(self) -> int:
         return self.observed.stats.failed
 
 
+def replay(session: TuneSession, arrivals: np.ndarray, label: str) -> Measurement:
+    """``arrivals`` sent once, whole, in one window, with our client; the server's view over it."""
+    times = arrivals.tolist()
+    load = Load("open", label, rate=len(times) / times[-1], arrivals=lambda: iter(times))
+    settings = MeasureSettings(warmup_s=0.0, window_s=times[-1] + 0.5, stable_windows=1, max_windows=1)
+    return measure(session.target, load, settings, session.endpoints, label, engine=OurEngine())
+
+
 def follow_run(
     session: TuneSession, arrivals: np.ndarray, start: BatcherConfig, policy: Policy | None, label: str
 ) -> FollowRun:
     """Replay ``arrivals`` from ``start``; with a ``policy``, a ``Follower`` reloads as the rate moves.
-    Reload and rate times come back on the records' clock (seconds from the first arrival)."""
+    Reload and rate times come back on the records' clock (seconds from the replay's start)."""
     session.load(start)
     follower = Follower(session, policy) if policy else None
     if follower:
         follower.start()
     try:
-        observed = session.open_loop(arrivals, label, wait_s=0)  # one trace, the reloads in it: not replayed
+        observed = replay(session, arrivals, label)
     finally:
         if follower:
             follower.stop.set()
             follower.join(timeout=30)
-    t0 = session.engine.last_start
+    t0 = observed.started_at
     reloads = [Reload(r.at_s - t0, r.rate, r.config, r.seconds) for r in follower.reloads] if follower else []
     rates = [(t - t0, rate) for t, rate in follower.rates] if follower else []
     return FollowRun(label, observed, reloads, rates)
+
+
+def plot_follow(runs: list[FollowRun], budget_ms: float, path: Path) -> Path:
+    figure, axes = plt.subplots(figsize=(7.5, 4.2))
+    for index, run in enumerate(runs):
+        series = p99_over_time(run.observed.records)
+        axes.plot([s[0] for s in series], [s[1] for s in series], "o-", color=f"C{index}", label=run.label)
+        for reload in run.reloads:
+            axes.axvline(reload.at_s, color=f"C{index}", alpha=0.4, linestyle=":")
+    p99_plot(
+        axes,
+        budget_ms,
+        "arrival time (s)",
+        "rate step: fixed configuration vs following the rate (dotted: reloads)",
+    )
+    return save_figure(figure, path, axes, grid="both")
+
+
+def run_follow(args: argparse.Namespace, folder: Path, console) -> int:
+    model = args.model or "recommender"
+    budget = args.p99_ms or 10.0
+    console.print(f"--follow on {model}: rate step, fixed vs following → {folder}")
+    with TuneSession(load_spec(args.spec), model, MAX_BATCH, Path(".run/tune"), OurEngine()) as session:
+        console.print("  probing the service model")
+        measured = probe(session, (1,), MAX_BATCH, ProbePlan(max_runs=6))
+        capacity = measured.capacity
+        # Well inside capacity: the probe's capacity is an upper bound on a machine shared with other work,
+        # and an overloaded run sheds requests whatever the configuration.
+        low, high = 0.1 * capacity, 0.4 * capacity
+        ladder = tuple(capacity * f for f in (0.05, 0.1, 0.15, 0.2, 0.3, 0.4, 0.5, 0.6))
+        delays = tuple(d for d in DELAYS_US if d / 1000 < budget)
+        policy = delay_policy(measured.services[1], MAX_BATCH, 1, delays, ladder, budget)
+        phases = [(low, args.seconds), (high, args.seconds), (low, args.seconds)]
+        arrivals = step_arrivals(phases, args.seed)
+        peak = policy(high)
+        console.print(f"  fixed at {peak.label} (the peak's pick), then following")
+        runs = [
+            follow_run(session, arrivals, peak, None, f"fixed: {peak.label}"),
+            follow_run(session, arrivals, peak, policy, "following the rate"),
+        ]
+    report = write_follow(runs, phases, policy, model, budget, folder)
+    console.print(report.read_text(), highlight=False, markup=False)
+    following = runs[1]  # the contract: reloading loses nothing
+    return 0 if following.failed == 0 and following.server_failed == 0 else 1
+
+
+def write_follow(
+    runs: list[FollowRun],
+    phases: list[tuple[float, float]],
+    policy: Policy,
+    model: str,
+    budget: float,
+    folder: Path,
+) -> Path:
+    plot = plot_follow(runs, budget, folder / "follow.png")
+    rows = []
+    for run in runs:
+        series = p99_over_time(run.observed.records)
+        worst, start = [], 0.0
+        for _, seconds in phases:
+            values = [p for t, p, _ in series if start <= t < start + seconds]
+            worst.append(number(max(values)) if values else "–")
+            start += seconds
+        rows.append(
+            [
+                run.label,
+                *worst,
+                number(run.observed.p99_ms),
+                f"{run.failed}/{len(run.observed.records)}",
+                run.server_failed,
+                len(run.reloads),
+                number(run.observed.stats.mean_batch),
+            ]
+        )
+    reloads = [
+        [number(r.at_s, 1), number(r.rate, 0), r.config, number(r.seconds, 2)] for r in runs[1].reloads
+    ]
+    (low, seconds), (high, _), _ = phases
+    lines = [
+        f"# --follow: {model}, p99 budget {budget:g} ms",
+        "",
+        f"Arrivals: Poisson {number(low, 0)}/s for {seconds:g} s, {number(high, 0)}/s, then "
+        f"{number(low, 0)}/s again (the same times in both runs); engine: ours.",
+        "",
+        "Policy (rate → the longest delay predicted to keep p99 within 80% of the budget): "
+        + "; ".join(f"{number(rate, 0)}/s: {config.label}" for rate, config in policy.table),  # type: ignore[attr-defined]
+        "",
+        f"![p99 over time]({plot.name})",
+        "",
+        table(
+            [
+                "run",
+                "worst p99/s low",
+                "worst p99/s high",
+                "worst p99/s low again",
+                "p99 overall",
+                "failed/sent (client)",
+                "failed (server)",
+                "reloads",
+                "mean formed batch",
+            ],
+            rows,
+        ),
+        "",
+        "Reloads of the following run:",
+        "",
+        table(["at (s)", "observed rate /s", "loaded", "took (s)"], reloads) if reloads else "none",
+    ]
+    for run, name in zip(runs, ("fixed", "following"), strict=True):
+        write_csv(run.observed.records, folder / f"follow_{name}.csv")
+        reasons = Counter(r.status.split(":")[0] for r in run.observed.records if not r.ok)
+        if reasons:
+            why = ", ".join(f"{reason} ×{count}" for reason, count in reasons.most_common())
+            lines += ["", f"{run.label}: failed requests by reason: {why} (`shed`: the server fell behind)."]
+    return write_report(folder / "follow.md", lines)

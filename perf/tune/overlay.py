@@ -20,7 +20,7 @@ from google.protobuf import json_format
 from exporters.configs import build_model_config
 from exporters.spec import Batching, ModelSpec, Spec, parse_spec
 from perf.errors import OptionError
-from perf.tune.batcher_sim import BatcherConfig
+from perf.model.batcher import BatcherConfig
 
 
 def candidate_spec(base: ModelSpec, config: BatcherConfig, keep_queue: bool = False) -> ModelSpec:

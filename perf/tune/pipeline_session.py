@@ -25,13 +25,14 @@ from exporters.pipeline_build import BuiltPipeline, build_pipelines
 from exporters.pipeline_configs import stage_batching
 from exporters.repository import build_repository
 from exporters.spec import Batching, PipelineSpec, Spec
-from perf.server_view import snapshot
+from perf.engine import LoadEngine, MeasureSettings
+from perf.loads import Load
+from perf.measure import Measurement, measure
+from perf.model.batcher import BatcherConfig
+from perf.noise import NoisePolicy
 from perf.target import Target
-from perf.tune.batcher_sim import BatcherConfig
-from perf.tune.engine import Engine
-from perf.tune.session import TuneSession
-from perf.tune.steal import STOLEN_WAIT_S
-from server import ServerOptions, TritonServer, admin
+from perf.tune.session import TUNE_WINDOWS, TuneSession
+from server import TritonServer, admin
 
 log = logging.getLogger(__name__)
 
@@ -80,13 +81,14 @@ class PipelineTuneSession(TuneSession):
         pipeline: str,
         largest_batch: int,
         workdir,
-        engine: Engine,
+        engine: LoadEngine,
+        settings: MeasureSettings = TUNE_WINDOWS,
+        noise: NoisePolicy | None = None,
         seed: int = 0,
-        stolen_wait_s: float = STOLEN_WAIT_S,
     ) -> None:
         self.pipeline: PipelineSpec = spec.pipeline(pipeline)
         super().__init__(
-            spec, self.pipeline.model, largest_batch, workdir, engine, seed=seed, stolen_wait_s=stolen_wait_s
+            spec, self.pipeline.model, largest_batch, workdir, engine, settings, noise, seed=seed
         )
         # The stages' batch axis is the model's: candidates stay within what the stages were built for.
         self.largest_batch = self.base.max_batch_size
@@ -103,14 +105,8 @@ class PipelineTuneSession(TuneSession):
         spec = Spec(models=(dataclasses.replace(self.base, warmup=False),), pipelines=(self.pipeline,))
         build_repository(spec, repository, num_gpus=0)  # the monolithic model: the raw reference
         (self.built,) = build_pipelines(spec, repository, num_gpus=0)
-        options = ServerOptions(
-            repository=repository,
-            model_control_mode="explicit",
-            load_models=[self.pipeline.name],  # the ensemble loads its stages
-            log_path=self.workdir / "server.log",
-            startup_timeout_s=240,
-        )
-        self.server = TritonServer(options).start()
+        # the ensemble loads its stages
+        self.server = TritonServer(self._options(repository, [self.pipeline.name])).start()
         self.current = first
         return self
 
@@ -141,12 +137,14 @@ class PipelineTuneSession(TuneSession):
         log.info("loaded %s on the stages of %s in %.1f s", config.label, self.pipeline.name, took)
         return took
 
-    def _stats(self) -> list[ModelStats]:
-        """Each stage's counters, in pipeline order."""
-        return [snapshot(self.endpoints, name, 0.0).stats for name in self.pipeline.stage_names]
-
-    def _delta(self, before: list[ModelStats], after: list[ModelStats]) -> ModelStats:
-        return pipeline_stats([a - b for a, b in zip(after, before, strict=True)])
+    def _measure_once(self, load: Load, label: str, settings: MeasureSettings) -> Measurement:
+        """A run through the ensemble, the server's view that of its stages (``pipeline_stats``)."""
+        stages = tuple(self.pipeline.stage_names)
+        run = measure(self.target, load, settings, self.endpoints, label, stages, self.engine)
+        if run.server is not None:
+            stats = pipeline_stats([run.server.related[name] for name in stages])
+            run.server = dataclasses.replace(run.server, stats=stats)
+        return run
 
     def loaded_configs(self) -> dict[str, dict]:
         """Each stage's configuration as the server reports it now."""

@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import argparse
 import copy
-import json
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -25,23 +24,22 @@ import yaml
 
 from exporters.inputs import draw_inputs
 from exporters.spec import ModelSpec, Spec, parse_spec
+from perf.engine import LoadEngine, MeasureSettings
 from perf.errors import OptionError
 from perf.loads import Load
-from perf.markdown import number, table
-from perf.tune.batcher_sim import BatcherConfig
-from perf.tune.engine import Engine, engine_from_args
-from perf.tune.predict import Prediction, max_rate
+from perf.markdown import number, table, write_report
+from perf.model.batcher import BatcherConfig
+from perf.model.grid import MAX_BATCH
+from perf.model.predict import Prediction, max_rate
 from perf.tune.probe import ProbePlan, ProbeResult, probe
-from perf.tune.session import TuneSession, to_console
-from perf.tune.steal import STOLEN_WAIT_S, stolen_paragraph
-from perf.tune.tuner import Point, TuneRequest, measure_point, predict_point, sustainable_from
+from perf.tune.session import TUNE_WINDOWS, TuneSession
+from perf.tune.tuner import Point, TuneRequest, measure_point, predict_point
 
 FPS = 30.0
-MAX_BATCH = 32
 VIDEO_DELAYS_US = (0, 1000, 2000, 5000, 10000)
 RECSYS_DELAYS_US = (0, 500, 1000, 2000, 5000)
 # Short on purpose: the scenario is a probe and a few points, not a study (≈ 1 min per model).
-SCENARIO_PROBE = ProbePlan(concurrencies=(1, 4, 16), seconds=2.0)
+SCENARIO_PROBE = ProbePlan(max_runs=6)
 ZIPF_POOL_ROWS = 4096  # distinct samples the recsys load cycles through (each request the next rows)
 
 
@@ -111,10 +109,16 @@ class Verdict:
     config: BatcherConfig
     predicted: Prediction | None  # the highest rate predicted within the budget
     points: list[Point]
-    measured_rate: float = 0.0  # the highest rate measured within the budget
+    budget_ms: float
 
     def at(self, rate: float) -> Point | None:
         return next((p for p in self.points if abs(p.rate - rate) < 1e-6), None)
+
+    @property
+    def measured_rate(self) -> float:
+        """The highest rate measured within the budget (0: none was)."""
+        met = [p.rate for p in self.points if p.measured and p.measured.meets(self.budget_ms)]
+        return max(met, default=0.0)
 
 
 def _best(
@@ -156,9 +160,8 @@ def _row(verdict: Verdict, unit: Callable[[float], str]) -> list[str]:
         number(p.p99_ms) if p else "–",
         unit(verdict.measured_rate) if p else "–",
         number(m.p99_ms) if m else "–",
-        ", ".join(number(r.p99_ms) for r in top.repeats) if top else "–",
         number(m.stats.mean_batch) if m else "–",
-        f"{m.failed}/{len(m.records)}" if m else "–",
+        f"{m.figures.failed}/{m.figures.requests}" if m else "–",
     ]
 
 
@@ -169,7 +172,6 @@ HEADER = [
     "pred p99 there (ms)",
     "measured max",
     "meas p99 at predicted max (ms)",
-    "each repeat",
     "meas mean batch",
     "failed/sent",
 ]
@@ -183,7 +185,7 @@ class ModelOutcome:
     measured: ProbeResult
     verdicts: list[Verdict]
     reload_s: list[float]
-    stolen: dict = field(default_factory=dict)  # ``perf.tune.steal.stolen_figures`` of its session
+    noise: dict = field(default_factory=dict)  # ``perf.noise.NoisePolicy.figures`` of its session
 
 
 def scenario_models(spec: Spec, model: str) -> list[str]:
@@ -193,14 +195,13 @@ def scenario_models(spec: Spec, model: str) -> list[str]:
     return [spec.pipeline(model).model, model] if model in names else [model]
 
 
-def _session(spec: Spec, model: str, engine: Engine, seed: int, stolen_wait_s: float) -> TuneSession:
+def _session(spec: Spec, model: str, engine: LoadEngine, seed: int, settings: MeasureSettings) -> TuneSession:
     workdir = Path(".run/tune")
     if model in {p.name for p in spec.pipelines}:
         from perf.tune.pipeline_session import PipelineTuneSession
 
-        pipeline = workdir / "pipeline"
-        return PipelineTuneSession(spec, model, MAX_BATCH, pipeline, engine, seed, stolen_wait_s)
-    return TuneSession(spec, model, MAX_BATCH, workdir, engine, seed=seed, stolen_wait_s=stolen_wait_s)
+        return PipelineTuneSession(spec, model, MAX_BATCH, workdir / "pipeline", engine, settings, seed=seed)
+    return TuneSession(spec, model, MAX_BATCH, workdir, engine, settings, seed=seed)
 
 
 def measure_model(
@@ -208,19 +209,17 @@ def measure_model(
     model: str,
     request: TuneRequest,
     delays: tuple[int, ...],
-    engine: Engine,
+    engine: LoadEngine,
     console,
     plan: ProbePlan = SCENARIO_PROBE,
     zipf: bool = False,
     article_delay_us: int | None = None,
-    repeats: int = 2,
-    stolen_wait_s: float = STOLEN_WAIT_S,
+    settings: MeasureSettings = TUNE_WINDOWS,
 ) -> ModelOutcome:
-    """Probe ``model``, predict no batching vs the best delay (and the article's), measure each point
-    ``repeats`` times in whole passes."""
+    """Probe ``model``, predict no batching vs the best delay (and the article's), measure each at its
+    predicted highest rate and at 80% of it."""
     budget, load_at = request.budget_ms, request.load
-    with _session(spec, model, engine, request.seed, stolen_wait_s) as session:
-        session.notify = to_console(console)
+    with _session(spec, model, engine, request.seed, settings) as session:
         # A pipeline's stages keep the batch limit they were built with (an ensemble's max_batch_size
         # may not exceed a stage's), so its candidates use that limit; a model's use MAX_BATCH.
         pipeline = model != session.base.name
@@ -244,20 +243,18 @@ def measure_model(
                 # delay-0 batcher is the one measured there
                 rates.append(single.rate)
             points = [predict_point(measured, request, config, rate) for rate in rates]
-            verdicts.append(Verdict(label, config, found, points))
-        for repeat in range(repeats):
-            console.print(f"  {model}: measuring, pass {repeat + 1}/{repeats}")
-            # every other pass in reverse: a pass starts on the configuration the last one ended on, one
-            # reload fewer per pass (a pipeline's reload restarts every stage: seconds each)
-            for verdict in verdicts if repeat % 2 == 0 else verdicts[::-1]:
-                for point in verdict.points:
-                    measure_point(session, request, point)
+            verdicts.append(Verdict(label, config, found, points, budget))
+        console.print(f"  {model}: measuring")
         for verdict in verdicts:
-            verdict.measured_rate = sustainable_from(verdict.points, budget)
-        return ModelOutcome(model, measured, verdicts, list(session.reload_s), session.stolen_figures())
+            session.prepare(verdict.config)
+            for point in verdict.points:
+                measure_point(session, request, point, "scenario")
+        return ModelOutcome(model, measured, verdicts, list(session.reload_s), session.noise.figures())
 
 
-def run_scenario(args: argparse.Namespace, folder: Path, console) -> int:
+def run_scenario(
+    args: argparse.Namespace, folder: Path, console, engine: LoadEngine, settings: MeasureSettings
+) -> int:
     document = yaml.safe_load(args.spec.read_text())
     video = args.scenario == "video"
     budget = args.p99_ms or (15.0 if video else 10.0)
@@ -267,29 +264,27 @@ def run_scenario(args: argparse.Namespace, folder: Path, console) -> int:
         delays = VIDEO_DELAYS_US
     else:
         model = args.model or "recommender"
-        load_at = lambda rate: recsys_load(rate, args.seed, args.seconds)  # noqa: E731
+        load_at = lambda rate: recsys_load(rate, args.seed, settings.window_s)  # noqa: E731
         delays = RECSYS_DELAYS_US
     spec = parse_spec(document)
     models = [model] if video else scenario_models(spec, model)
-    request = TuneRequest(budget, None, seconds=args.seconds, seed=args.seed, load_at=load_at)
-    engine = engine_from_args(args)
+    request = TuneRequest(budget, None, seed=args.seed, load_at=load_at)
     console.print(f"scenario {args.scenario}: {', '.join(models)}, p99 ≤ {budget:g} ms → {folder}")
-    with engine:
-        outcomes = [
-            measure_model(
-                spec,
-                name,
-                request,
-                delays,
-                engine,
-                console,
-                zipf=not video,
-                article_delay_us=10_000 if video else None,
-                stolen_wait_s=args.stolen_wait_s,
-            )
-            for name in models
-        ]
-    report = _write(args.scenario, folder, budget, outcomes, engine.name)
+    outcomes = [
+        measure_model(
+            spec,
+            name,
+            request,
+            delays,
+            engine,
+            console,
+            zipf=not video,
+            article_delay_us=10_000 if video else None,
+            settings=settings,
+        )
+        for name in models
+    ]
+    report = write_scenario(args.scenario, folder, budget, outcomes, engine.name)
     console.print(report.read_text(), highlight=False, markup=False)
     return 0
 
@@ -317,10 +312,10 @@ def _section(outcome: ModelOutcome, unit: Callable[[float], str], recsys: bool) 
     # a tuned configuration measured only at no batching's rate has no highest rate of its own
     meas_gain = _ratio(tuned.measured_rate, single.measured_rate) if tuned.predicted else float("nan")
     fit = measured.fits[1]
-    failed = sum(p.measured.failed for v in verdicts for p in v.points if p.measured)
-    sent = sum(len(run.records) for v in verdicts for p in v.points for run in p.repeats)
-    failed_all = sum(run.failed for v in verdicts for p in v.points for run in p.repeats)
-    shed = sum(r.shed for v in verdicts for p in v.points for run in p.repeats for r in run.records)
+    runs = [p.measured for v in verdicts for p in v.points if p.measured]
+    sent = sum(len(run.records) for run in runs)
+    failed_all = sum(not r.ok for run in runs for r in run.records)
+    shed = sum(r.shed for run in runs for r in run.records)
     lines = [
         f"## {outcome.model}",
         "",
@@ -336,7 +331,7 @@ def _section(outcome: ModelOutcome, unit: Callable[[float], str], recsys: bool) 
         f"run: {failed_all} of {sent}"
         + (f" ({shed} of them shed by the client's in-flight bound)." if shed else "."),
     ]
-    saturated, unbatched = measured.saturation.get(1), measured.unbatched
+    saturated, unbatched = measured.saturation.get(1), measured.saturation.get(0)
     if saturated and unbatched:
         figures_saturation = {
             "batched": saturated.throughput,
@@ -363,13 +358,12 @@ def _section(outcome: ModelOutcome, unit: Callable[[float], str], recsys: bool) 
         "failed": failed_all,
         "shed": shed,
         "sent": sent,
-        "failed_in_counted_repeats": failed,
         "rows": {
             v.label: {
                 "config": v.config.label,
                 "predicted": v.predicted.rate if v.predicted else 0,
                 "measured": v.measured_rate,
-                "mean_batch": [run.stats.mean_batch for p in v.points for run in p.repeats],
+                "mean_batch": [p.measured.stats.mean_batch for p in v.points if p.measured],
             }
             for v in verdicts
         },
@@ -388,9 +382,13 @@ def _section(outcome: ModelOutcome, unit: Callable[[float], str], recsys: bool) 
                 f"p99 at the same rate ({single.predicted.rate:.0f}/s), tuned vs no batching: "
                 f"predicted {100 * predicted_change:+.0f}%, measured {100 * change:+.0f}%.",
             ]
-    if outcome.stolen:
-        figures["stolen"] = outcome.stolen
-        lines += ["", stolen_paragraph(outcome.stolen)]
+    figures["noise"] = outcome.noise
+    again = outcome.noise.get("remeasured", [])
+    lines += [
+        "",
+        f"Host noise (`perf.noise`): {len(again)} of {outcome.noise.get('runs', 0)} runs measured again "
+        "for the hypervisor's steal.",
+    ]
     return lines, figures
 
 
@@ -429,19 +427,18 @@ def _summary(figures: dict[str, dict]) -> list[str]:
     return ["## Tuned batching vs no batching", "", table(header, rows), ""]
 
 
-def _write(scenario: str, folder: Path, budget: float, outcomes: list[ModelOutcome], engine: str) -> Path:
+def write_scenario(
+    scenario: str, folder: Path, budget: float, outcomes: list[ModelOutcome], engine: str
+) -> Path:
     video = scenario == "video"
     unit = (
         (lambda rate: f"{rate / FPS:.0f} streams ({rate:.0f}/s)") if video else (lambda rate: f"{rate:.0f}/s")
     )
-    repeats = max((len(p.repeats) for o in outcomes for v in o.verdicts for p in v.points), default=0)
     lines = [
         f"# Scenario {scenario}: {', '.join(o.model for o in outcomes)}, p99 ≤ {budget:g} ms",
         "",
-        f"Engine: {engine}; each point measured {repeats} time(s) in whole passes (a minute apart), the "
-        "least disturbed repeat counts. A pipeline's batching is its stages' (no batching: no stage "
-        "batches; tuned: the first stage waits the delay, later stages re-form the batch); load goes "
-        "through the ensemble.",
+        f"Engine: {engine}. A pipeline's batching is its stages' (no batching: no stage batches; tuned: the "
+        "first stage waits the delay, later stages re-form the batch); load goes through the ensemble.",
         "",
     ]
     figures = {}
@@ -457,7 +454,4 @@ def _write(scenario: str, folder: Path, budget: float, outcomes: list[ModelOutco
             f"range, {ZIPF_POOL_ROWS:,} distinct samples that each request takes the next of (our generator "
             "cycles through the pool; perf_analyzer through the same rows in its input-data file).",
         ]
-    (folder / f"scenario_{scenario}.json").write_text(json.dumps(figures, indent=1))
-    path = folder / f"scenario_{scenario}.md"
-    path.write_text("\n".join(lines) + "\n")
-    return path
+    return write_report(folder / f"scenario_{scenario}.md", lines, figures)

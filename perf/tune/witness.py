@@ -1,178 +1,146 @@
 """perf_analyzer as an independent witness for our load generator, side by side on the same server.
 
-Same model, same configuration (the one loaded), same concurrency, runs interleaved: perf_analyzer as
-the load engine (one run gives two rows: its own CSV figure, and our records built from its per-request
-export, which must agree with the CSV within a few % or our record-building is wrong), then our
-generator in one process and in several. Where the single process falls more than 10% behind
-perf_analyzer and several processes close the gap, the client was the bottleneck; ``--engine
-perf_analyzer`` removes it (the report says which engine produced each figure). Each run's CPU per
-request, the server's and the rest of the machine's (the client, mostly), says why where they do not:
-on cores the client shares with the server, a client that costs more CPU per request leaves the
-server less.
+Same model, same configuration (the one loaded), same closed loop, runs interleaved: perf_analyzer
+(one run gives two rows: its own CSV figure, and our records built from its per-request export, which
+must agree within a few % or our record-building is wrong), then our client. Each run's CPU per
+request, the server's and the rest of the machine's (the client, mostly), says why they differ where
+they do: on cores the client shares with the server, a client that costs more CPU per request leaves
+the server less.
+
+``python -m perf tune … --witness`` adds this section to the tuner's report; ``python -m
+perf.tune.witness`` runs it alone on one configuration.
 """
 
 from __future__ import annotations
 
+import argparse
 import logging
-from contextlib import ExitStack
+from collections.abc import Callable
 from pathlib import Path
 
-from perf.analyzer import find_perf_analyzer
+from perf.analyzer import PerfAnalyzerEngine, find_perf_analyzer, unavailable_message
+from perf.engine import LoadEngine, OurEngine
 from perf.errors import StudyError
+from perf.loads import closed_loop
 from perf.markdown import number, table
-from perf.perf_analyzer_install import unavailable_reason
-from perf.tune.engine import Engine, LoadEngine
-from perf.tune.pa_engine import PerfAnalyzerEngine
+from perf.measure import Measurement, measure
 from perf.tune.session import TuneSession
 
 log = logging.getLogger(__name__)
+HEADING = "## perf_analyzer vs our client (`--witness`)"
 CSV_ROW = "perf_analyzer (its own CSV)"
-HEADING = "## perf_analyzer vs our generator"
-CPU_COLUMNS = ("server CPU ms/request", "the rest of the machine's CPU ms/request (the client, mostly)")
-
-
-def _row(name: str, round_index: int, throughput: float, p99_ms: float, *cpu_ms: float) -> list[str | int]:
-    """One row of the table: engine, round (from 1), inf/s, p99 and the two CPU figures ("–" without)."""
-    cpu = [number(value, 3) for value in cpu_ms] or ["–", "–"]
-    return [name, round_index + 1, number(throughput, 0), number(p99_ms, 2), *cpu]
-
-
-def _note(text: str) -> dict:
-    return {"sections": ["", HEADING, "", text], "figures": {"perf_analyzer": text}}
-
-
-def _engines(session: TuneSession, stack: ExitStack) -> list[Engine]:
-    """perf_analyzer's engine, ours with 1 process and ours with several (the session's own when it is
-    one of them, so the tuner's engine is among those compared)."""
-    current = session.engine
-    analyzer = (
-        current if isinstance(current, PerfAnalyzerEngine) else stack.enter_context(PerfAnalyzerEngine())
-    )
-    processes = current.processes if isinstance(current, LoadEngine) and current.processes > 1 else 2
-    several = current if isinstance(current, LoadEngine) and current.processes > 1 else LoadEngine(processes)
-    if several is not current:
-        stack.enter_context(several)
-    return [analyzer, stack.enter_context(LoadEngine(1)), several]
+EXPORT_ROW = "perf_analyzer (our records from its export)"
 
 
 def side_by_side(
-    session: TuneSession, folder: Path, console, concurrency: int = 16, seconds: float = 3.0, rounds: int = 2
-) -> dict:
-    """Rows and figures of perf_analyzer vs our engines at ``concurrency`` (closed loop)."""
-    if find_perf_analyzer() is None:
-        return _note(
-            f"perf_analyzer did not run: {unavailable_reason() or 'not installed (run `make perf-analyzer`)'}"
-        )
-    console.print(f"  perf_analyzer vs our generator at concurrency {concurrency}")
-    rows, figures, settings = [], {}, ""
-    cpu: dict[str, list[list[float]]] = {}  # engine: [server, everything else] CPU ms per request, per round
-    keep = session.engine
-    with ExitStack() as stack:
-        engines = _engines(session, stack)
-        for round_index in range(rounds):
-            for engine in engines:
-                session.engine = engine
-                try:
-                    run = session.closed_loop(concurrency, seconds, f"{engine.name} c={concurrency}")
-                except StudyError as error:
-                    log.exception("%s failed", engine.name)
-                    return _note(f"{engine.name} failed: {error}")
-                finally:
-                    session.engine = keep
-                if isinstance(engine, PerfAnalyzerEngine) and engine.last_csv is not None:
-                    theirs = engine.last_csv
-                    # the same run's CPU is on the next row
-                    rows.append(_row(CSV_ROW, round_index, theirs.throughput, theirs.p99_ms))
-                    figures.setdefault("perf_analyzer", []).append([theirs.throughput, theirs.p99_ms])
-                    settings = theirs.settings_text
-                name = (
-                    f"{engine.name}: our records from its export"
-                    if isinstance(engine, PerfAnalyzerEngine)
-                    else engine.name
+    session: TuneSession, engines: list[LoadEngine], concurrency: int = 16, rounds: int = 2
+) -> dict[str, list[Measurement]]:
+    """Each engine's runs at ``concurrency`` (closed loop), ``rounds`` rounds, engines interleaved."""
+    runs: dict[str, list[Measurement]] = {engine.name: [] for engine in engines}
+    for round_index in range(rounds):
+        for engine in engines:
+            label = f"{engine.name} c={concurrency} round {round_index + 1}"
+            runs[engine.name].append(
+                measure(
+                    session.target,
+                    closed_loop(concurrency),
+                    session.settings,
+                    session.endpoints,
+                    label,
+                    engine=engine,
                 )
-                server_ms, client_ms = run.cpu_ms_per_request()
-                rows.append(_row(name, round_index, run.throughput, run.p99_ms, server_ms, client_ms))
-                figures.setdefault(name, []).append([run.throughput, run.p99_ms])
-                cpu.setdefault(name, []).append([server_ms, client_ms])
-    config = session.current.label if session.current else "?"
-    section = [
-        "",
-        f"{HEADING} (closed loop, concurrency {concurrency}, {config}, {session.protocol})",
-        "",
-        table(["engine", "round", "inf/s", "p99 ms", *CPU_COLUMNS], rows),
-        "",
-        _verdict(figures),
-        "",
-        cpu_verdict(figures, cpu),
-        "",
-        f"perf_analyzer settings: `{settings}` (three fixed windows; p99 of records skips the first 5%).",
-    ]
-    return {
-        "sections": section,
-        "figures": {"side_by_side": figures, "cpu_ms_per_request": cpu, "perf_analyzer_settings": settings},
-    }
+            )
+    return runs
 
 
-def _mean(rows: list[list[float]], column: int) -> float:
-    values = [row[column] for row in rows]
-    return sum(values) / len(values) if values else 0.0
+def _mean(values: list[float]) -> float:
+    return sum(values) / len(values) if values else float("nan")
 
 
-def _verdict(figures: dict[str, list[list[float]]]) -> str:
-    def mean(name: str) -> float:
-        return _mean(figures.get(name, []), 0)
+def rows(runs: dict[str, list[Measurement]]) -> list[list[str]]:
+    """One row per run (perf_analyzer's twice: its CSV, our records): engine, round, inf/s, p99, CPU."""
+    out = []
+    for name, measured in runs.items():
+        for index, run in enumerate(measured):
+            server_ms, rest_ms = run.server.cpu_ms_per_request() if run.server else (float("nan"),) * 2
+            stolen = f"{100 * run.stolen_share:.1f}%" if run.server else "–"
+            if run.own is not None:
+                out.append([CSV_ROW, index + 1, number(run.own.throughput, 0), number(run.own.p99_ms, 2)])
+                out[-1] += ["–", "–", stolen]
+            engine = EXPORT_ROW if name.startswith("perf_analyzer") else name
+            out.append(
+                [
+                    engine,
+                    index + 1,
+                    number(run.throughput, 0),
+                    number(run.p99_ms, 2),
+                    number(server_ms, 3),
+                    number(rest_ms, 3),
+                    stolen,
+                ]
+            )
+    return out
 
-    theirs = mean("perf_analyzer")
-    lines = []
-    for name in figures:
-        if name == "perf_analyzer" or not theirs:
-            continue
-        gap = mean(name) / theirs - 1
-        lines.append(
-            f"{name}: {100 * gap:+.0f}% vs perf_analyzer"
-            + (" (more than 10% apart)" if abs(gap) > 0.1 else "")
-        )
-    return "; ".join(lines) + "."
 
-
-def cpu_verdict(figures: dict[str, list[list[float]]], cpu: dict[str, list[list[float]]]) -> str:
-    """Why our generator sustains less than perf_analyzer, in CPU: each engine's client CPU per request
-    over perf_analyzer's, and the throughput gap the whole CPU per request (server + client) would give
-    if the shared cores were all that limited both, next to the gap measured (on two cores here the two
-    agreed: the README's "Why ours sends less, in CPU")."""
-    exported = next((name for name in cpu if name.endswith("our records from its export")), None)
-    if exported is None:
-        return "No CPU figures for perf_analyzer's run."
-    pa_server, pa_client = (_mean(cpu[exported], k) for k in (0, 1))
-    pa_rate = _mean(figures[exported], 0)
-    lines = []
-    for name, rows in cpu.items():
-        if name == exported or not pa_rate or not pa_client:
-            continue
-        server, client = _mean(rows, 0), _mean(rows, 1)
-        from_cpu = (pa_server + pa_client) / (server + client) - 1
-        measured = _mean(figures[name], 0) / pa_rate - 1
-        lines.append(
-            f"{name}: the client {client:.3f} ms CPU per request, {client / pa_client:.1f}× perf_analyzer's "
-            f"{pa_client:.3f}, so {from_cpu * 100:+.0f}% throughput if the cores limit both "
-            f"({measured * 100:+.0f}% measured)"
-        )
+def cpu_verdict(runs: dict[str, list[Measurement]]) -> str:
+    """Our client's CPU per request against perf_analyzer's, and the throughput gap the whole CPU per
+    request (server + client) would give if the shared cores limited both, beside the gap measured."""
+    analyzer = next((m for name, m in runs.items() if name.startswith("perf_analyzer")), None)
+    ours = runs.get(OurEngine.name)
+    if not analyzer or not ours or not all(run.server for run in [*analyzer, *ours]):
+        return "No CPU figures for both engines."
+    cpu = {name: [run.server.cpu_ms_per_request() for run in measured] for name, measured in runs.items()}
+    (pa_server, pa_client), (server, client) = (
+        tuple(_mean([x[k] for x in cpu[name]]) for k in (0, 1))
+        for name in (analyzer[0].engine, OurEngine.name)
+    )
+    from_cpu = (pa_server + pa_client) / (server + client) - 1
+    measured = _mean([r.throughput for r in ours]) / _mean([r.throughput for r in analyzer]) - 1
     return (
-        "CPU per request (server: tritonserver and its stubs in /proc; the rest: the whole machine's busy "
-        "time less the server's, the load engine's client mostly), on the cores client and server share: "
-        + "; ".join(lines)
-        + "."
+        f"Our client spends {client:.3f} ms of CPU per request, {client / pa_client:.1f}× perf_analyzer's "
+        f"{pa_client:.3f}: if the shared cores limited both, that gives {from_cpu * 100:+.0f}% throughput "
+        f"({measured * 100:+.0f}% measured)."
     )
 
 
+def witness_section(
+    session: TuneSession, step: Callable[[str], None] | None = None, concurrency: int = 16
+) -> list[str]:
+    """The side by side on the configuration loaded now, as a report section."""
+    if find_perf_analyzer() is None:
+        return [HEADING, "", f"perf_analyzer did not run: {unavailable_message()}."]
+    (step or (lambda text: None))(f"witness: perf_analyzer vs our client at concurrency {concurrency}")
+    try:
+        runs = side_by_side(session, [PerfAnalyzerEngine(), OurEngine()], concurrency)
+    except StudyError as error:
+        log.exception("the witness failed")
+        return [HEADING, "", f"The witness failed: {error}"]
+    config = session.current.label if session.current else "?"
+    settings = next((r.own.settings_text for m in runs.values() for r in m if r.own), "")
+    header = [
+        "engine",
+        "round",
+        "inf/s",
+        "p99 ms",
+        "server CPU ms/request",
+        "the rest's CPU ms/request",
+        "stolen",
+    ]
+    return [
+        f"{HEADING}: closed loop, concurrency {concurrency}, {config}",
+        "",
+        table(header, rows(runs)),
+        "",
+        cpu_verdict(runs),
+        "",
+        f"perf_analyzer ran with `{settings}`; ours with the same windows and stability rule.",
+    ]
+
+
 def main(argv: list[str] | None = None) -> int:
-    """``python -m perf.tune.witness``: only the side-by-side, on one configuration (no tuning)."""
-    import argparse
-
-    from rich.console import Console
-
+    """``python -m perf.tune.witness``: the side by side alone, on one configuration (no tuning)."""
     from exporters.resolve import load_spec
-    from perf.tune.batcher_sim import BatcherConfig
+    from perf.model.batcher import BatcherConfig
 
     options = argparse.ArgumentParser(prog="python -m perf.tune.witness", description=main.__doc__)
     options.add_argument("--model", default="recommender")
@@ -181,20 +149,12 @@ def main(argv: list[str] | None = None) -> int:
     options.add_argument("--delay-us", type=int, default=2000)
     options.add_argument("--instances", type=int, default=2)
     options.add_argument("--concurrency", type=int, default=16)
-    options.add_argument("--seconds", type=float, default=3.0)
-    options.add_argument("--rounds", type=int, default=2)
     options.add_argument("--workdir", type=Path, default=Path(".run/witness"))
     args = options.parse_args(argv)
-    console = Console()
     args.workdir.mkdir(parents=True, exist_ok=True)
-    config = BatcherConfig(args.max_batch, args.delay_us, instances=args.instances)
-    with (
-        LoadEngine(2) as engine,
-        TuneSession(load_spec(args.spec), args.model, args.max_batch, args.workdir, engine) as session,
-    ):
-        session.prepare(config)
-        extra = side_by_side(session, args.workdir, console, args.concurrency, args.seconds, args.rounds)
-    console.print("\n".join(extra["sections"]), highlight=False, soft_wrap=True)
+    with TuneSession(load_spec(args.spec), args.model, args.max_batch, args.workdir, OurEngine()) as session:
+        session.prepare(BatcherConfig(args.max_batch, args.delay_us, instances=args.instances))
+        print("\n".join(witness_section(session, concurrency=args.concurrency)))
     return 0
 
 

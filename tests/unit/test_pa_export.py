@@ -1,19 +1,20 @@
 """perf_analyzer's profile export → our records, on exports captured from real perf_analyzer 2.41.0
-runs (tests/data/README.md): the records must reproduce perf_analyzer's own CSV figure and every
-arrival of an open loop must end as exactly one record."""
+runs (tests/data/README.md): the records must reproduce perf_analyzer's own CSV figure, and an open
+loop's requests leave on our schedule."""
 
 from __future__ import annotations
 
+import itertools
 import json
 from pathlib import Path
 
 import numpy as np
 import pytest
 
-from perf.analyzer import read_analyzer_csv
+from perf.analyzer import Export, read_analyzer_csv
 from perf.errors import StudyError
+from perf.summary import summarize
 from perf.target import Target
-from perf.tune.pa_engine import UNANSWERED, WRAP_PAUSE_S, Export, records_from_export
 
 DATA = Path(__file__).resolve().parents[1] / "data"
 CLOSED = DATA / "perf_analyzer_2.41.0_closed_c2.json"
@@ -32,13 +33,19 @@ def throughput(records) -> float:
 
 def test_closed_loop_records_reproduce_perf_analyzers_own_csv(target: Target) -> None:
     raw = json.loads(CLOSED.read_text())["experiments"][0]["requests"]
-    records = records_from_export(Export.read(CLOSED), target, "c2")
+    export = Export.read(CLOSED)
+    records = export.records(target, "c2")
     assert len(records) == len(raw) and all(r.ok and r.batch == 1 for r in records)
     assert all(0 <= r.send_s < r.recv_s for r in records)
     assert [r.arrivals for r in records] == [(r.send_s,) for r in records]
     assert records[0].bytes_sent == 16 * 4 + 8 * 8 and records[0].bytes_received == 4
-    theirs = read_analyzer_csv(CLOSED.with_suffix(".csv"), 2)
-    assert throughput(records) == pytest.approx(theirs.throughput, rel=0.03)
+    windows = export.windows
+    assert len(windows) == 3 and windows[0][0] == 0.0
+    assert all(a[1] == b[0] for a, b in itertools.pairwise(windows))  # back to back
+    theirs = read_analyzer_csv(CLOSED.with_suffix(".csv"))
+    assert summarize(records, windows[0][0], windows[-1][1]).throughput == pytest.approx(
+        theirs.throughput, rel=0.03
+    )
     ours = sorted(r.recv_s - r.send_s for r in records)
     expected = sorted((max(r["response_timestamps"]) - r["timestamp"]) / 1e9 for r in raw)
     assert ours == pytest.approx(expected, abs=2e-6)
@@ -46,43 +53,12 @@ def test_closed_loop_records_reproduce_perf_analyzers_own_csv(target: Target) ->
     assert ours[len(ours) * 99 // 100 - 1] * 1e3 == pytest.approx(theirs.p99_ms, abs=0.002)
 
 
-def test_open_loop_records_follow_the_arrivals_given(target: Target) -> None:
+def test_open_loop_requests_leave_on_our_schedule(target: Target) -> None:
     arrivals = np.loadtxt(DATA / "perf_analyzer_2.41.0_open_arrivals.txt")
-    records = records_from_export(Export.read(OPEN), target, "open", arrivals.tolist())
-    assert len(records) == len(arrivals) and all(r.ok for r in records)
+    records = Export.read(OPEN).records(target, "open")
     sends = np.array([r.send_s for r in records])
-    assert np.all(np.diff(sends) >= 0)
+    assert np.all(np.diff(sends) >= 0) and len(records) == len(arrivals)
     assert np.abs(sends - arrivals).max() < 0.02  # sent on our schedule (the lag was ~1 ms)
-
-
-def test_arrivals_missing_from_the_export_are_failed_records(target: Target) -> None:
-    arrivals = np.loadtxt(DATA / "perf_analyzer_2.41.0_open_arrivals.txt")
-    late = arrivals[-1] + np.array([0.001, 0.002, 0.003])
-    export = Export.read(OPEN)
-    records = records_from_export(export, target, "open", [*arrivals.tolist(), *late.tolist()])
-    failed = [r for r in records if not r.ok]
-    assert len(records) == len(arrivals) + 3 and len(failed) == 3
-    assert [r.arrivals[0] for r in failed] == pytest.approx(late.tolist())
-    assert all(r.status == UNANSWERED and r.recv_s >= r.send_s for r in failed)
-    with pytest.raises(StudyError, match="sent 139 requests for 10 arrivals"):
-        records_from_export(export, target, "open", arrivals[:10].tolist())
-
-
-def test_a_schedule_played_again_after_its_closing_pause_is_cut_at_the_arrivals(target: Target) -> None:
-    """perf_analyzer plays the intervals file again when its windows outlast it (a saturation run,
-    the server's lag stretching them): requests sent after the last arrival plus the closing pause are
-    left out; the arrivals' own requests stay as sent."""
-    arrivals = np.loadtxt(DATA / "perf_analyzer_2.41.0_open_arrivals.txt")[:100]
-    export = Export.read(OPEN)
-    start, sends, receives = export.windows_ns[0], export.sends_ns.copy(), export.receives_ns.copy()
-    shift = int((arrivals[-1] + WRAP_PAUSE_S + 0.002) * 1e9) - int(sends[100] - start)
-    sends[100:] += shift  # the rest sent again after the pause
-    receives[100:] += shift
-    records = records_from_export(
-        Export(sends, receives, export.windows_ns), target, "open", arrivals.tolist()
-    )
-    assert len(records) == 100 and all(r.ok for r in records)
-    assert [r.send_s for r in records] == pytest.approx(((sends[:100] - start) / 1e9).tolist())
 
 
 def test_an_export_without_its_experiment_is_an_error(tmp_path: Path) -> None:
@@ -112,16 +88,16 @@ def test_engine_auto_takes_perf_analyzer_where_installed_and_ours_to_follow(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     from perf.cli import parser
-    from perf.tune.engine import engine_name
+    from perf.tune.cli import engine_name
 
     auto = parser().parse_args(["tune", "--model", "recommender", "--p99-ms", "10"])
     follow = parser().parse_args(["tune", "--follow"])
-    monkeypatch.setattr("perf.analyzer.find_perf_analyzer", lambda: Path("/opt/perf_analyzer"))
+    monkeypatch.setattr("perf.tune.cli.find_perf_analyzer", lambda: Path("/opt/perf_analyzer"))
     assert engine_name(auto) == "perf_analyzer" and engine_name(follow) == "ours"
-    monkeypatch.setattr("perf.analyzer.find_perf_analyzer", lambda: None)
+    monkeypatch.setattr("perf.tune.cli.find_perf_analyzer", lambda: None)
     assert engine_name(auto) == "ours"
     explicit = parser().parse_args(["tune", "--model", "recommender", "--p99-ms", "10", "--engine", "ours"])
-    monkeypatch.setattr("perf.analyzer.find_perf_analyzer", lambda: Path("/opt/perf_analyzer"))
+    monkeypatch.setattr("perf.tune.cli.find_perf_analyzer", lambda: Path("/opt/perf_analyzer"))
     assert engine_name(explicit) == "ours"
 
 

@@ -3,7 +3,7 @@
 import numpy as np
 import pytest
 
-from perf.latency_model import fit_latency
+from perf.model.latency import fit_latency
 
 
 def test_fit_recovers_exact_line():

@@ -1,11 +1,12 @@
 """Parsing the server's statistics and metrics, and differencing snapshots."""
 
+import math
 import os
 
 import pytest
 
 from client.stats import parse_model_stats
-from perf.server_view import parse_metrics, process_tree_cpu_s
+from perf.server_view import HostCpu, busy_cores, parse_metrics, process_tree_cpu_s, stolen_share
 
 
 def stats_payload(success, executions, inferences, batches):
@@ -56,3 +57,14 @@ def test_metrics_are_read_per_model():
 def test_process_cpu_reads_proc():
     sum(i * i for i in range(200_000))  # make sure this process has used some CPU
     assert process_tree_cpu_s(os.getpid()) > 0
+
+
+def test_proc_stat_reads_busy_and_stolen_time_apart() -> None:
+    now = HostCpu.now()
+    assert now is not None and 0 < now.busy <= now.total and 0 <= now.stolen <= now.total
+    # the hypervisor took 50 of 1,000 jiffies: 5% stolen, and not counted as this machine's work
+    before, after = HostCpu(100, 1000, 10), HostCpu(600, 2000, 60)
+    assert stolen_share(before, after) == pytest.approx(0.05)
+    assert 0 < busy_cores(before, after) <= os.cpu_count()
+    assert math.isnan(busy_cores(None, now)) and math.isnan(stolen_share(now, None))
+    assert math.isnan(busy_cores(now, now))  # no time passed: no figure, not a 0

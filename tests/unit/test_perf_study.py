@@ -8,8 +8,8 @@ from pathlib import Path
 import pytest
 
 from perf.cli import main
+from perf.engine import MeasureSettings
 from perf.errors import OptionError
-from perf.measure import MeasureSettings
 from perf.profiles import get_profile
 from perf.study import FamilyResult, StudyResult, StudyRunner
 
@@ -66,11 +66,11 @@ def runner(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> StudyRunner:
 
 
 def test_a_failed_cross_check_keeps_the_study(runner: StudyRunner, monkeypatch: pytest.MonkeyPatch) -> None:
-    def fails(*args: object) -> None:
+    def fails(*args: object, **kwargs: object) -> None:
         raise RuntimeError("perf_analyzer exited with status 1")
 
     monkeypatch.setattr("perf.study.find_perf_analyzer", lambda: Path("/usr/bin/perf_analyzer"))
-    monkeypatch.setattr("perf.study.run_perf_analyzer", fails)
+    monkeypatch.setattr("perf.study.PerfAnalyzerEngine", fails)
     result = StudyResult(runner.profile, runner.spec, runner.repository, started=None)
     runner._cross_check(SERVER, result)
     assert result.cross_check == [] and "exited with status 1" in result.analyzer_note

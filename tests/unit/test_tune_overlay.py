@@ -11,10 +11,10 @@ import yaml
 
 from exporters.errors import SpecError
 from exporters.resolve import load_spec
-from perf.tune.batcher_sim import BatcherConfig
-from perf.tune.candidates import Grid, neighbours
+from perf.loads import arrival_times
+from perf.model.batcher import BatcherConfig
+from perf.model.grid import Grid, neighbours
 from perf.tune.overlay import apply_overlay, config_json, write_overlay
-from perf.tune.predict import arrival_array
 from perf.tune.scenarios import recsys_load, step_load, video_load, zipf_ids
 
 SPEC = Path(__file__).resolve().parents[2] / "models.yaml"
@@ -80,11 +80,11 @@ def test_the_grid_leaves_out_delays_the_budget_cannot_hold() -> None:
 
 
 def test_video_streams_are_periodic_and_step_load_keeps_its_mean() -> None:
-    times = arrival_array(video_load(4, jitter_ms=0.0), 2.0)
+    times = arrival_times(video_load(4, jitter_ms=0.0), 2.0)
     assert len(times) == pytest.approx(4 * 30 * 2, abs=4)
     gaps = np.diff(np.sort(times))
     assert gaps.max() <= 1 / 30 + 1e-9  # four streams interleave within each frame period
-    step = arrival_array(step_load(400.0, phase_s=1.0), 8.0)
+    step = arrival_times(step_load(400.0, phase_s=1.0), 8.0)
     assert len(step) / 8.0 == pytest.approx(400, rel=0.15)
     first, second = np.sum(step < 1.0), np.sum((step >= 1.0) & (step < 2.0))
     assert second > 2 * first  # the step: 3× the rate in the second phase
@@ -92,7 +92,7 @@ def test_video_streams_are_periodic_and_step_load_keeps_its_mean() -> None:
 
 def test_each_recsys_window_sends_the_rate_it_is_labelled_with() -> None:
     for seconds in (3.0, 4.0):
-        window = arrival_array(recsys_load(1200.0, seed=1, window_s=seconds), seconds)
+        window = arrival_times(recsys_load(1200.0, seed=1, window_s=seconds), seconds)
         assert len(window) / seconds == pytest.approx(1200, rel=0.05)  # 2 s phases in 3 s sent 83%
 
 
@@ -129,8 +129,9 @@ def test_tune_options_are_checked_before_any_measurement(tmp_path: Path) -> None
     assert "--rate must be > 0" in errors("--model", "m", "--p99-ms", "5", "--rate", "-1")
     assert "no such file" in errors("--model", "m", "--p99-ms", "5", "--trace", str(tmp_path / "none"))
     assert errors("--scenario", "video") is None
-    assert "--stolen-wait-s must be >= 0" in errors("--scenario", "video", "--stolen-wait-s", "-1")
+    assert "--seconds must be > 0" in errors("--scenario", "video", "--seconds", "0")
+    assert "--shortlist must be >= 0" in errors("--model", "m", "--p99-ms", "5", "--shortlist", "-1")
     trace = tmp_path / "trace.txt"
     trace.write_text("0.01\n0.03\n")  # 50/s as recorded
     load_at = _load_at(parser().parse_args(["tune", "--trace", str(trace)]))
-    assert arrival_array(load_at(100.0), 1.0)[:2].tolist() == pytest.approx([0.005, 0.02])  # time ×0.5
+    assert arrival_times(load_at(100.0), 1.0)[:2].tolist() == pytest.approx([0.005, 0.02])  # time ×0.5

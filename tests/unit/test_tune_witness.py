@@ -1,43 +1,52 @@
 """The witness's CPU split (``perf.tune.witness``): each run's CPU per request, the server's and the rest
 of the machine's, and the sentence that says how much of the throughput gap to perf_analyzer the
-client's CPU explains. Hand-computed cases; the real split is checked against the kernel's own
-accounting of the client in tests/integration/test_pa_engine.py."""
+client's CPU explains. Hand-computed cases."""
 
 from __future__ import annotations
 
 import math
+from types import SimpleNamespace
 
 import pytest
 
 from client.stats import ModelStats
-from perf.tune.session import Observed
-from perf.tune.witness import cpu_verdict
+from perf.server_view import ServerDelta
+from perf.tune.witness import CSV_ROW, EXPORT_ROW, cpu_verdict, rows
 
-EXPORTED = "perf_analyzer 2.41.0: our records from its export"
+PA = "perf_analyzer 2.41.0"
+
+
+def delta(requests: int, busy_cores: float, server_cpu_s: float, seconds: float = 2.0) -> ServerDelta:
+    return ServerDelta(
+        seconds, ModelStats(requests=requests), 0.0, 0.0, server_cpu_s, 0.0, busy_cores=busy_cores
+    )
+
+
+def run(engine: str, throughput: float, server: ServerDelta, own=None) -> SimpleNamespace:
+    return SimpleNamespace(
+        engine=engine, throughput=throughput, p99_ms=9.0, server=server, own=own, stolen_share=0.0
+    )
 
 
 def test_a_runs_cpu_per_request_is_the_servers_and_the_rest_of_the_machines() -> None:
     # 1.5 cores busy over 2 s = 3 CPU seconds, 2 of them the server's, for 2,000 requests
-    run = Observed("c16", [], ModelStats(requests=2000), wall_s=2.0, cpu_cores=1.5, server_cpu_s=2.0)
-    assert run.cpu_ms_per_request() == pytest.approx((1.0, 0.5))
-    nothing = Observed("idle", [], ModelStats(), wall_s=2.0, cpu_cores=0.1, server_cpu_s=0.0)
-    assert all(math.isnan(value) for value in nothing.cpu_ms_per_request())
+    assert delta(2000, 1.5, 2.0).cpu_ms_per_request() == pytest.approx((1.0, 0.5))
+    assert all(math.isnan(value) for value in delta(0, 0.1, 0.0).cpu_ms_per_request())
 
 
-def test_the_verdict_gives_each_clients_cpu_against_perf_analyzers_and_the_gap_it_explains() -> None:
-    figures = {
-        "perf_analyzer": [[3010.0, 9.0]],
-        EXPORTED: [[3000.0, 9.0], [3000.0, 9.5]],
-        "ours (2 processes)": [[2100.0, 14.0], [1900.0, 15.0]],
-    }
-    cpu = {
-        EXPORTED: [[0.5, 0.1], [0.5, 0.15]],  # means: server 0.5, client 0.125 ms
-        "ours (2 processes)": [[0.45, 0.4], [0.55, 0.35]],  # means: 0.5, 0.375 ms
-    }
-    text = cpu_verdict(figures, cpu)
+def test_the_verdict_gives_our_clients_cpu_against_perf_analyzers_and_the_gap_it_explains() -> None:
+    # perf_analyzer: server 0.5 ms + client 0.125 ms per request; ours: 0.5 + 0.375 ms
+    theirs = [run(PA, 3000.0, delta(6000, 1.875, 3.0)), run(PA, 3000.0, delta(6000, 1.875, 3.0))]
+    ours = [run("ours", 2100.0, delta(4000, 1.75, 2.0)), run("ours", 1900.0, delta(4000, 1.75, 2.0))]
+    text = cpu_verdict({PA: theirs, "ours": ours})
     # 0.375 / 0.125 = 3.0×; (0.5 + 0.125) / (0.5 + 0.375) - 1 = -28.6%; 2,000 / 3,000 - 1 = -33%
-    assert "ours (2 processes): the client 0.375 ms CPU per request, 3.0× perf_analyzer's 0.125" in text
-    assert "-29% throughput if the cores limit both (-33% measured)" in text
-    assert EXPORTED + ": the client" not in text  # perf_analyzer is the yardstick, not a row
-    without_theirs = cpu_verdict(figures, {"ours (1 process)": [[0.5, 0.3]]})
-    assert without_theirs == "No CPU figures for perf_analyzer's run."
+    assert "Our client spends 0.375 ms of CPU per request, 3.0× perf_analyzer's 0.125" in text
+    assert "-29% throughput (-33% measured)" in text
+    assert cpu_verdict({"ours": ours}) == "No CPU figures for both engines."
+
+
+def test_perf_analyzers_runs_show_its_own_figure_beside_ours_from_its_export() -> None:
+    own = SimpleNamespace(throughput=3010.0, p99_ms=9.1)
+    table = rows({PA: [run(PA, 3000.0, delta(6000, 1.875, 3.0), own)], "ours": [run("ours", 2000.0, None)]})
+    assert [row[0] for row in table] == [CSV_ROW, EXPORT_ROW, "ours"]
+    assert table[0][2:4] == ["3,010", "9.10"] and table[1][2] == "3,000" and table[2][4] == "–"

@@ -1,30 +1,19 @@
 """Predictions from the batcher simulation: p99 at a load, and the highest rate within a p99 budget.
 
-Open-loop arrivals are drawn from the same ``perf.loads`` factories the load generator replays, so the
-simulation and the server see the very same arrival times.
+Open-loop arrivals are drawn from the same ``perf.loads`` factories the load engines replay, so a
+prediction and a measurement at one rate see arrivals of one seeded process.
 """
 
 from __future__ import annotations
 
-import itertools
 from collections.abc import Callable
 from dataclasses import dataclass
 
-import numpy as np
-
-from perf.errors import OptionError
-from perf.loads import Load, poisson
-from perf.tune.batcher_sim import BatcherConfig, ServiceModel, SimResult, simulate
+from perf.loads import Load, arrival_times, poisson
+from perf.model.batcher import BatcherConfig, ServiceModel, SimResult, simulate
 
 LoadAt = Callable[[float], Load]  # rate -> the load shape at that mean rate
-
-
-def arrival_array(load: Load, seconds: float, limit: int = 40_000) -> np.ndarray:
-    """The first ``seconds`` of ``load``'s arrivals (at most ``limit``), as the generator would send them."""
-    if load.arrivals is None:
-        raise OptionError(f"{load.name}: a closed loop has no arrival times to simulate")
-    times = itertools.takewhile(lambda t: t <= seconds, load.arrivals())
-    return np.fromiter(itertools.islice(times, limit), dtype=float)
+ARRIVALS_MAX = 40_000  # a prediction simulates at most this many arrivals (its seconds, or fewer)
 
 
 @dataclass(frozen=True)
@@ -42,7 +31,7 @@ class Prediction:
 
 
 def predict(config: BatcherConfig, service: ServiceModel, load: Load, seconds: float = 8.0) -> Prediction:
-    arrivals = arrival_array(load, seconds)
+    arrivals = arrival_times(load, seconds, ARRIVALS_MAX)
     result: SimResult = simulate(arrivals, config, service)
     offered = len(arrivals) / arrivals[-1] if len(arrivals) > 1 else 0.0
     return Prediction(
@@ -51,7 +40,7 @@ def predict(config: BatcherConfig, service: ServiceModel, load: Load, seconds: f
         result.p99_ms(),
         result.throughput,
         result.mean_batch,
-        result.throughput >= 0.95 * offered,
+        bool(result.throughput >= 0.95 * offered),
         result.cpu_utilization,
     )
 
@@ -60,19 +49,6 @@ def capacity_bound(config: BatcherConfig, service: ServiceModel) -> float:
     """Requests per second with every instance running full batches back to back: no rate beyond."""
     size = config.max_batch_size
     return config.instances * size / service.exec_s(size)
-
-
-TRICKLE_SHARE = 1 / 8  # of the capacity bound
-
-
-def trickle(
-    config: BatcherConfig, service: ServiceModel, load_at: LoadAt | None = None, seconds: float = 6.0
-) -> Prediction:
-    """The prediction at a trickle (``TRICKLE_SHARE`` of the capacity bound): batches rarely fill, so
-    a request waits about the whole delay, and p99 is the delay plus a batch's execution and the
-    overhead: about the least a candidate with a delay gets at any rate."""
-    load_at = load_at or (lambda rate: poisson(rate))
-    return predict(config, service, load_at(TRICKLE_SHARE * capacity_bound(config, service)), seconds)
 
 
 def max_rate(

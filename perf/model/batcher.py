@@ -12,7 +12,7 @@ The rules it follows (Triton's ``DynamicBatchScheduler`` as documented):
   ``exec_s(N)``, the service model (``T + (N-1)·Δt`` plus a per-request cost, from measurement);
 * a request's latency is its wait, its batch's execution and a fixed per-request overhead outside the
   batcher (client, network, frontend), also measured;
-* with a CPU model (``perf.tune.cpu``), each request also waits for a CPU as in an M/M/c queue (c
+* with a CPU model (``perf.model.cpu``), each request also waits for a CPU as in an M/M/c queue (c
   cores) at the utilization the simulated requests and executions put on them: what a machine whose
   server and clients share a few cores adds to the tail.
 
@@ -25,12 +25,12 @@ import bisect
 import heapq
 from collections import Counter
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import numpy as np
 
 from perf.errors import OptionError
-from perf.tune.cpu import CpuModel
+from perf.model.cpu import CpuModel
 
 
 @dataclass(frozen=True)
@@ -84,24 +84,26 @@ class ServiceModel:
     ``T`` and ``Δt`` are the compute the server reports; ``per_batch_s`` and ``per_request_s`` are what
     each execution and each request cost beyond it while the machine is saturated (the Python backend's
     IPC per execution; frontend work per request and, on a shared CPU, the client's own cycles),
-    calibrated so the simulated capacity equals the measured one with and without batching.
-    ``overhead_s`` is added to every request's latency outside the batcher and the instance; with
-    ``overhead_samples_s`` (overheads measured one request at a time) each request draws one of them
-    instead, so the tail of what happens outside the batcher (client and OS scheduling on a shared
-    machine) reaches the predicted p99 and not only its mean. ``cpu`` adds the wait for a CPU, which
-    grows with the load (``perf.tune.cpu``).
+    calibrated so the simulated capacity equals the measured one with and without batching
+    (``perf.model.service``). ``overhead_s`` is added to every request's latency outside the batcher
+    and the instance (client, network, frontend). ``cpu`` adds the wait for a CPU, which grows with the
+    load (``perf.model.cpu``).
     """
 
     t_s: float
     dt_s: float
     per_request_s: float = 0.0
     overhead_s: float = 0.0
-    overhead_samples_s: tuple[float, ...] = ()
     per_batch_s: float = 0.0
     cpu: CpuModel | None = None
 
+    def compute_s(self, batch: int) -> float:
+        """The compute of a batch of ``batch`` as the server's statistics count it: ``T + (N-1)·Δt``."""
+        return self.t_s + (batch - 1) * self.dt_s
+
     def exec_s(self, batch: int) -> float:
-        return self.t_s + (batch - 1) * self.dt_s + self.per_batch_s + batch * self.per_request_s
+        """How long an instance is busy with the batch: its compute and the costs beyond it."""
+        return self.compute_s(batch) + self.per_batch_s + batch * self.per_request_s
 
 
 @dataclass(frozen=True)
@@ -110,6 +112,7 @@ class SimResult:
     batch_sizes: np.ndarray  # per formed batch, in dispatch order
     span_s: float  # first arrival to last completion
     cpu_utilization: float = 0.0  # what the CPU model puts on the cores (0 without one)
+    starts_s: np.ndarray = field(default_factory=lambda: np.empty(0))  # per batch: when it left the queue
 
     def p99_ms(self, skip: float = 0.05) -> float:
         """p99 over requests after the first ``skip`` fraction (the empty-system start is not steady)."""
@@ -132,7 +135,7 @@ def simulate(
     arrivals_s: Sequence[float], config: BatcherConfig, service: ServiceModel, seed: int = 0
 ) -> SimResult:
     """Run ``arrivals_s`` (sorted seconds) through the batcher of ``config``; see the module rules.
-    ``seed`` draws the per-request overheads when the service model carries samples of them."""
+    ``seed`` draws the CPU waits when the service model has a CPU term."""
     arrivals = np.asarray(arrivals_s, dtype=float)
     if len(arrivals) and np.any(np.diff(arrivals) < 0):
         raise OptionError("arrivals must be sorted")
@@ -140,6 +143,7 @@ def simulate(
     count = len(times)
     done = np.empty(count)
     sizes: list[int] = []
+    starts: list[float] = []
     free = [0.0] * config.instances
     delay = config.max_queue_delay_us * 1e-6
     targets = config.targets
@@ -165,16 +169,13 @@ def simulate(
         finish = now + service.exec_s(size)
         done[oldest : oldest + size] = finish
         sizes.append(size)
+        starts.append(now)
         heapq.heappush(free, finish)
         oldest += size
-    if service.overhead_samples_s:
-        overheads = np.random.default_rng(seed).choice(np.asarray(service.overhead_samples_s), count)
-    else:
-        overheads = service.overhead_s
-    latencies = done - arrivals + overheads
+    latencies = done - arrivals + service.overhead_s
     span = float(done.max() - arrivals[0]) if count else 0.0
     utilization = 0.0
     if service.cpu is not None and span > 0:
         utilization = service.cpu.utilization(count / span, len(sizes) / span)
         latencies = latencies + service.cpu.waits_s(utilization, count, seed)
-    return SimResult(latencies, np.asarray(sizes, dtype=int), span, utilization)
+    return SimResult(latencies, np.asarray(sizes, dtype=int), span, utilization, np.asarray(starts))

@@ -1,18 +1,20 @@
-"""The grid of candidate configurations, shared by the tuner and the brute-force sweep."""
+"""The candidate configurations a search ranks: delays × max batch sizes × instance counts."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 
-from perf.tune.batcher_sim import BatcherConfig
+from perf.model.batcher import BatcherConfig
+
+MAX_BATCH = 32  # the largest batch the studies build and the tuner's default grid considers
 
 
 @dataclass(frozen=True)
 class Grid:
     delays_us: tuple[int, ...] = (0, 500, 1000, 2000, 5000)
-    max_batches: tuple[int, ...] = (8, 32)
+    max_batches: tuple[int, ...] = (8, MAX_BATCH)
     instances: tuple[int, ...] = (1, 2)
-    preferred: tuple[tuple[int, ...], ...] = ((),)  # preferred-size sets tried (filtered to <= max)
+    preferred: tuple[tuple[int, ...], ...] = ((),)  # preferred-size sets tried (filtered to < max)
     no_batching: bool = True  # the baseline: one request per execution, per instance count
 
     def candidates(self, budget_ms: float) -> list[BatcherConfig]:
@@ -40,7 +42,7 @@ class Grid:
 QUICK_GRID = Grid()
 WIDE_GRID = Grid(
     delays_us=(0, 250, 500, 1000, 2000, 4000, 8000),
-    max_batches=(4, 8, 16, 32),
+    max_batches=(4, 8, 16, MAX_BATCH),
     instances=(1, 2),
     preferred=((), (4, 8, 16)),
 )

@@ -1,0 +1,161 @@
+"""Load engines: what sends the requests of a measurement, behind one interface.
+
+A ``LoadEngine`` runs one ``Load`` (a closed loop, or open-loop arrival times) against one ``Target``
+in measurement windows, as ``MeasureSettings`` says: a warm-up, then windows until the last
+``stable_windows`` agree within ``tolerance`` (throughput and mean latency: perf_analyzer's rule), at
+most ``max_windows``. It hands back an ``EngineRun``: every request's ``Record``, the windows, which of
+them count and whether they agreed. ``perf.measure`` adds the server's view around it.
+
+Two engines implement it: ``OurEngine`` here (the project's asyncio client, ``perf.drive``, in this
+process) and ``perf.analyzer.PerfAnalyzerEngine`` (NVIDIA's C++ client; its own windows and stability
+check, our records from its per-request export). ``at_edge`` lets an engine that runs in this process
+call back at the start of the first window and at the end of each, so the server's statistics can be
+read over exactly the windows that count; an engine in another process does not call it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Protocol
+
+from perf.drive import drive
+from perf.errors import OptionError
+from perf.loads import Load
+from perf.records import Record
+from perf.summary import summarize, window_is_stable
+from perf.target import Caller, Target
+
+Edge = Callable[[float], None]  # called with the time (s on the records' clock) of a window edge
+
+
+@dataclass(frozen=True)
+class MeasureSettings:
+    """Like perf_analyzer: ``stable_windows`` consecutive windows within ``tolerance``, at most
+    ``max_windows``, after ``warmup_s``."""
+
+    warmup_s: float = 1.0
+    window_s: float = 2.0
+    stable_windows: int = 3
+    max_windows: int = 6
+    tolerance: float = 0.10
+
+    def __post_init__(self) -> None:
+        if not self.window_s > 0:
+            raise OptionError(f"window_s (--window) must be > 0 seconds, got {self.window_s}")
+        if self.stable_windows < 1:
+            raise OptionError(f"stable_windows must be >= 1, got {self.stable_windows}")
+        if self.max_windows < self.stable_windows:
+            raise OptionError(
+                f"max_windows (--max-windows) must be >= stable_windows ({self.stable_windows}), "
+                f"got {self.max_windows}"
+            )
+        if not self.tolerance > 0:
+            raise OptionError(f"tolerance must be > 0, got {self.tolerance}")
+
+    @property
+    def longest_s(self) -> float:
+        """The longest a measurement can take: warm-up and every window."""
+        return self.warmup_s + self.max_windows * self.window_s
+
+    def agree(self, figures: list[tuple[float, float]]) -> bool:
+        """Whether the last ``stable_windows`` (throughput, mean latency) pairs agree."""
+        recent = figures[-self.stable_windows :]
+        return len(recent) == self.stable_windows and all(
+            window_is_stable([f[i] for f in recent], self.tolerance) for i in (0, 1)
+        )
+
+
+@dataclass(frozen=True)
+class EngineFigures:
+    """An engine's own account of the windows that count (perf_analyzer's CSV), to hold ours against."""
+
+    throughput: float
+    p50_ms: float
+    p90_ms: float
+    p99_ms: float
+    settings: tuple[str, ...] = ()  # the measurement options it ran with (reports print them)
+
+    @property
+    def settings_text(self) -> str:
+        return " ".join(self.settings)
+
+
+@dataclass
+class EngineRun:
+    """What an engine hands back: the records on one clock (seconds from ``started_at``, a
+    ``time.perf_counter`` reading), the windows on that clock, and which of them count."""
+
+    records: list[Record]
+    windows: list[tuple[float, float]]
+    used: tuple[int, int]  # windows[used[0]:used[1]] are the measurement
+    stable: bool  # the used windows agreed (the engine's own check)
+    attempts: int  # requests started plus arrivals shed: every one ends as exactly one record
+    started_at: float
+    own: EngineFigures | None = None  # the engine's own figures of the same windows, if it has any
+
+
+@dataclass(frozen=True)
+class Job:
+    """What an engine is asked to run: ``load`` against ``target`` in the windows ``settings`` says."""
+
+    target: Target
+    load: Load
+    settings: MeasureSettings
+    label: str = ""
+
+
+class LoadEngine(Protocol):
+    """One way to send a measurement's requests (``OurEngine``, ``perf.analyzer.PerfAnalyzerEngine``)."""
+
+    @property
+    def name(self) -> str: ...
+
+    def run(self, job: Job, at_edge: Edge | None = None) -> EngineRun: ...
+
+
+class OurEngine:
+    """The project's asyncio client in this process: ``perf.drive`` on one ``Caller``."""
+
+    name = "ours"
+
+    def run(self, job: Job, at_edge: Edge | None = None) -> EngineRun:
+        return asyncio.run(self.run_async(job, at_edge))
+
+    async def run_async(self, job: Job, at_edge: Edge | None = None) -> EngineRun:
+        """``run`` for callers that already run an event loop (two loads on one server at once)."""
+        target, load, settings, label = job.target, job.load, job.settings, job.label
+        t0 = time.perf_counter()
+        slots = max(load.concurrency // max(target.collect, 1), 1) if load.kind == "closed" else None
+        edge = (lambda at: asyncio.to_thread(at_edge, at)) if at_edge else None
+        async with Caller(target, t0, label, slots) as caller:
+            stop, sink = asyncio.Event(), []
+            driver = asyncio.create_task(drive(caller, load, stop, sink))
+            await asyncio.sleep(settings.warmup_s)
+            now = time.perf_counter() - t0
+            if edge:
+                await edge(now)
+            windows: list[tuple[float, float]] = []
+            figures: list[tuple[float, float]] = []
+            stable = False
+            try:
+                while len(windows) < settings.max_windows and not driver.done():
+                    start = windows[-1][1] if windows else now
+                    await asyncio.sleep(max(0.0, start + settings.window_s - (time.perf_counter() - t0)))
+                    end = time.perf_counter() - t0
+                    windows.append((start, end))
+                    if edge:
+                        await edge(end)
+                    summary = summarize(sink, start, end)
+                    figures.append((summary.throughput, summary.mean_ms))
+                    if settings.agree(figures):
+                        stable = True
+                        break
+            finally:
+                stop.set()
+                await driver
+            attempts = caller.attempts
+        used = (max(0, len(windows) - settings.stable_windows), len(windows))
+        return EngineRun(sink, windows, used, stable, attempts, t0)

@@ -1,0 +1,92 @@
+"""The service model's costs beyond compute, calibrated from figures a measurement hands in.
+
+``T`` and ``Δt`` come from the compute the server reports per batch size (``perf.model.latency``).
+What the server does not report is what makes a small model on shared cores slow: the Python
+backend's IPC per execution, frontend work per request, the client's own cycles. Two saturated runs
+(the server behind the offered rate, every instance always busy) say how long an instance really spends
+per batch; what the fit does not account for is split into a cost per execution and a cost per
+request (``per_batch_and_request_ms``). The CPU wait's slice is what makes the simulated p99 of a run
+equal the measured one (``slice_for``).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+
+import numpy as np
+
+from perf.model.batcher import BatcherConfig, ServiceModel, simulate
+from perf.model.cpu import CpuModel
+from perf.model.latency import LatencyFit, fit_latency
+
+
+def fit_compute(compute_ms: dict[int, float], executions: dict[int, int]) -> LatencyFit:
+    """``T + (N-1)·Δt`` over the formed sizes (mean compute ms per execution), each weighted by its
+    executions. One size only (a run that formed nothing but single requests) gives ``Δt`` from
+    nothing: the slope is taken as 0. A fit that is no cost (``T`` ≤ 0 or ``Δt`` < 0, from sizes that
+    scatter) gives way to the line through the smallest and the largest size, its slope kept >= 0."""
+    if len(compute_ms) == 1:
+        ((_, ms),) = compute_ms.items()
+        return LatencyFit(ms, 0.0, 1.0, dict(compute_ms))
+    fit = fit_latency(compute_ms, executions)
+    if fit.t_ms > 0 and fit.dt_ms >= 0:
+        return fit
+    small, large = min(compute_ms), max(compute_ms)
+    dt = max(0.0, (compute_ms[large] - compute_ms[small]) / (large - small))
+    t = compute_ms[small] - (small - 1) * dt
+    return (
+        LatencyFit(t, dt, fit.r2, dict(compute_ms))
+        if t > 0
+        else LatencyFit(compute_ms[small], 0.0, fit.r2, dict(compute_ms))
+    )
+
+
+def busy_per_batch_ms(mean_batch: float, served_per_s: float, instances: int) -> float:
+    """Instance milliseconds per execution of a run the server could not keep up with: every instance
+    always busy, so each execution took ``instances × batch / served rate``."""
+    return 1e3 * instances * mean_batch / served_per_s if served_per_s > 0 else 0.0
+
+
+def per_batch_and_request_ms(
+    single: tuple[float, float], batched: tuple[float, float], fit: LatencyFit
+) -> tuple[float, float]:
+    """(per-batch ms, per-request ms) beyond the fitted compute that make the simulated capacity equal
+    the measured one both without batching (``single``: (mean batch 1, busy ms per execution)) and with
+    it (``batched``): two saturated runs, two unknowns. Negative solutions are clipped to 0 (then the
+    other absorbs all)."""
+    (b1, busy1), (b2, busy2) = single, batched
+    extra1, extra2 = busy1 - fit.batch_ms(b1), busy2 - fit.batch_ms(b2)
+    if b2 - b1 < 0.5:  # the batched run formed no real batches: one equation, put it all per request
+        return 0.0, max(0.0, extra2 / max(b2, 1.0))
+    per_request = (extra2 - extra1) / (b2 - b1)
+    per_batch = extra1 - b1 * per_request
+    if per_request < 0:
+        return max(0.0, extra1), 0.0
+    if per_batch < 0:
+        return 0.0, max(0.0, extra2 / b2)
+    return per_batch, per_request
+
+
+def slice_for(
+    arrivals: np.ndarray,
+    config: BatcherConfig,
+    service: ServiceModel,
+    cpu: CpuModel,
+    target_p99_ms: float,
+    high_s: float = 0.05,
+) -> float:
+    """The CPU wait's slice that makes the simulated p99 of ``arrivals`` equal ``target_p99_ms``
+    (bisection: with the random draws fixed, every wait scales with the slice, so the p99 grows with
+    it). 0 when the simulation alone already reaches the target; at most ``high_s``."""
+
+    def p99(slice_s: float) -> float:
+        model = dataclasses.replace(service, cpu=dataclasses.replace(cpu, slice_s=slice_s))
+        return simulate(arrivals, config, model).p99_ms()
+
+    if p99(0.0) >= target_p99_ms:
+        return 0.0
+    low, high = 0.0, high_s
+    for _ in range(30):
+        middle = (low + high) / 2
+        low, high = (middle, high) if p99(middle) < target_p99_ms else (low, middle)
+    return (low + high) / 2
