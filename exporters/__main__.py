@@ -65,13 +65,13 @@ def _init(args: argparse.Namespace) -> str:
 
 
 def _warn_queue_policies(configs: list[ModelConfig], console: Console) -> None:
-    """One warning for every config whose queue policy meets too few instances (README row 11)."""
+    """One warning for every config whose queue policy meets too few instances (docs/SERVING.md, row 11)."""
     names = [c.name for c in configs if lacks_spare_instances(c)]
     if names:
         console.print(
             f"[yellow]warning[/yellow] a queue policy with fewer than {QUEUE_POLICY_SPARE_INSTANCES} "
             f"instances per device: {', '.join(names)}. On Triton 2.51 their requests can wait ~500 ms "
-            f'now and then (README "Bad input and overload", row 11); give them '
+            f"now and then (docs/SERVING.md, row 11); give them "
             f"{QUEUE_POLICY_SPARE_INSTANCES} instances or drop the policy."
         )
 

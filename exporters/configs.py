@@ -25,7 +25,7 @@ from exporters.spec_sections import DTYPES, Batching, TensorSpec
 
 # Triton 2.51: any queue policy turns off the dynamic batcher's payload prefetching; a request then
 # wakes the batcher only if an instance is idle when it arrives, and requests that all came while every
-# instance was busy wait out the batcher's 500 ms sleep (README "Bad input and overload", row 11). With
+# instance was busy wait out the batcher's 500 ms sleep (docs/SERVING.md, row 11). With
 # this many instances per device one is almost always idle (measured every `make perf` by the queue-
 # policy study, perf/queue_policy_study.py).
 QUEUE_POLICY_SPARE_INSTANCES = 4

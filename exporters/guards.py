@@ -7,7 +7,7 @@ accepts ids in ``[-rows, rows)``, so a negative id silently wraps to the end of 
 
 The rules travel to the server as standard ``parameters`` entries of ``config.pbtxt`` (string key →
 string value), so the config stays valid for the native onnxruntime backend, which reads only the
-keys it knows and ignores these: there the guard does not run (see README "Bad input and overload").
+keys it knows and ignores these: there the guard does not run (see docs/SERVING.md, "Bad input and overload").
 Our python-based ``onnxruntime`` backend and the torch stage runner read them in ``initialize``
 (``python_backend.batching.with_value_guards``) and check every request before it is batched.
 

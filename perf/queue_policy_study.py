@@ -3,7 +3,7 @@
 On Triton 2.51 any queue policy (``max_queue_size``, a timeout) turns off the dynamic batcher's payload
 prefetching. Then an arriving request wakes the batcher only if an instance is waiting for work at that
 moment, and nothing wakes it when an instance becomes free: requests that all arrived while every
-instance was busy wait out the batcher's fixed 500 ms sleep (README, "Bad input and overload", row 11).
+instance was busy wait out the batcher's fixed 500 ms sleep (docs/SERVING.md, row 11).
 A model with spare instances almost always has one waiting, so arrivals wake the batcher again.
 
 The study serves the batching study's recommender (dynamic batching, 1 ms) four ways: with and without

@@ -1,5 +1,5 @@
-"""Reproduce the queue-policy stall of Triton 2.51 and its workaround (README "Bad input and
-overload", row 11).
+"""Reproduce the queue-policy stall of Triton 2.51 and its workaround (docs/SERVING.md, "Row 11: the
+queue-policy stall").
 
 Builds ``trivial`` several ways (no policy; ``max_queue_size: 512`` with a 100 µs and a 0 µs batcher
 delay; the policy with 2, 3 and 4 instances), serves them on one embedded tritonserver, and drives each

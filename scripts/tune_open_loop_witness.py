@@ -1,5 +1,5 @@
 """perf_analyzer's own open loop on a tuned configuration: an independent check of the p99s the tuner's
-verification measured (docs/TUNE.md, "Checking a pick with perf_analyzer").
+verification measured (docs/TUNE.md, "Tools beside the tuner").
 
 Serves ``<report>/repository`` (what ``make tune`` built) on the embedded tritonserver and measures each
 rate with Poisson arrivals through ``perf.analyzer.PerfAnalyzerEngine`` (the project's one

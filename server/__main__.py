@@ -140,7 +140,7 @@ def _supervise(args: argparse.Namespace) -> int:
         log_path=Path(".run/server.log").resolve(),
         workdir=Path(".run/server").resolve(),
         port_wait_s=10.0,  # a server stopped a moment ago may still hold its ports
-        http_guard=args.http_guard,  # Triton 2.51's HTTP frontend crashes on some inputs (README)
+        http_guard=args.http_guard,  # Triton 2.51's HTTP frontend crashes on some inputs (docs/SERVING.md)
         grpc_guard=args.grpc_guard,  # and its gRPC one takes 2 GiB messages and wrapping shapes
         startup_timeout_s=args.startup_timeout,
         watchdog_record=EVENTS.resolve(),
@@ -380,7 +380,7 @@ def _add_start_arguments(parser: argparse.ArgumentParser) -> None:
         "--http-guard",
         action=argparse.BooleanOptionalAction,
         default=True,
-        help="put server.http_guard in front of Triton's HTTP port (default; see README: Bad input)",
+        help="put server.http_guard in front of Triton's HTTP port (default; see docs/SERVING.md)",
     )
     parser.add_argument(
         "--grpc-guard",

@@ -125,7 +125,7 @@ def load_model(
 
     File overrides carry code the server would run; they are refused unless ``allow_file_override``.
     When the load fails but an older version still serves, the ``AdminError`` says so: the server is
-    still serving that model, which is what readiness reports (see ``README``, readiness).
+    still serving that model, which is what readiness reports (docs/SERVING.md, Readiness).
     """
     if files and not allow_file_override:
         raise AdminError(

@@ -99,7 +99,7 @@ def _resume(pid: int) -> None:
 
 
 def bad_request(soak: Soak) -> None:
-    """A wrong-dtype request to ``trivial``: it must get exactly the 400 the README promises."""
+    """A wrong-dtype request to ``trivial``: it must get exactly the 400 docs/SERVING.md promises."""
     try:
         soak.client.infer("trivial", make_inputs(httpclient, {"x": np.zeros((1, 16), np.float64)}))
         right = False

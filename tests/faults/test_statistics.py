@@ -1,7 +1,7 @@
 """Fault matrix row 12: what Triton 2.51's own counters say about failed requests, so that every
 figure we report takes failures from the right source.
 
-Measured and asserted here (a newer Triton that fixes it fails this test, and the README must change):
+Measured and asserted here (a newer Triton that fixes it fails this test, and docs/SERVING.md must change):
 a Python-backend model's error response counts as a *success* in ``/v2/models/<m>/stats`` and in
 ``nv_inference_request_success``; an ensemble counts each failure of a composing model twice. So
 succeeded/failed figures come from the client's own records (perf: one record per request; these

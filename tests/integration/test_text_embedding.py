@@ -121,7 +121,7 @@ BAD_JSON = [
         "inference input 'text' data-type is 'INT32'",
     ),
     # Triton 2.51's HTTP frontend rejects a JSON number inside BYTES data before any model runs, with
-    # 500 and no input name (a frontend limit, README "Text embeddings"); the server keeps answering.
+    # 500 and no input name (a frontend limit, docs/TEXT.md "Bad input"); the server keeps answering.
     (
         {"shape": [1, 1], "datatype": "BYTES", "data": [42]},
         500,
