@@ -13,6 +13,7 @@ import tritonclient.grpc as grpcclient
 import tritonclient.http as httpclient
 from tritonclient.utils import InferenceServerException
 
+from client.__main__ import main as client_main
 from client.connection import connect
 from client.infer import infer, infer_json
 from client.reference import reference
@@ -198,23 +199,23 @@ def test_overload_is_rejected_by_the_queue_policy(server: TritonServer) -> None:
 
 
 @pytest.mark.parametrize("protocol", PROTOCOLS)
-def test_client_cli_check(server: TritonServer, protocol: str, tmp_path: Path) -> None:
-    command = [sys.executable, "-m", "client", "--protocol", protocol, "--url", _url(server, protocol)]
-    good = subprocess.run(
-        [*command, "infer", "--model", "recommender", "--check"], capture_output=True, text=True, cwd=ROOT
-    )
-    assert good.returncode == 0, good.stderr
-    assert "match: max abs error" in good.stdout
+def test_client_cli_check(
+    server: TritonServer, protocol: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """``client infer --check`` passes on the right weights and catches other ones; ``python -m client``
+    is the command users run (the checks run in this process: the reference would import torch again)."""
+    command = ["--protocol", protocol, "--url", _url(server, protocol)]
+    check = [*command, "infer", "--model", "recommender", "--check", "--spec"]
+    assert client_main([*check, str(SPEC)]) == 0
+    assert "match: max abs error" in capsys.readouterr().out
     wrong_spec = tmp_path / "models.yaml"  # same model name, other weights: the check must catch it
     wrong_spec.write_text(SPEC.read_text().replace("seed: 0", "seed: 1", 1))
-    bad = subprocess.run(
-        [*command, "infer", "--model", "recommender", "--check", "--spec", str(wrong_spec)],
+    assert client_main([*check, str(wrong_spec)]) == 1
+    assert "MISMATCH" in capsys.readouterr().err
+    stats = subprocess.run(
+        [sys.executable, "-m", "client", *command, "stats", "--model", "recommender"],
         capture_output=True,
         text=True,
         cwd=ROOT,
-    )
-    assert bad.returncode == 1 and "MISMATCH" in bad.stderr
-    stats = subprocess.run(
-        [*command, "stats", "--model", "recommender"], capture_output=True, text=True, cwd=ROOT
     )
     assert stats.returncode == 0 and "executions (mean batch" in stats.stdout
