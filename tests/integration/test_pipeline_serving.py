@@ -14,10 +14,12 @@ from pathlib import Path
 import numpy as np
 import pytest
 import tritonclient.http as httpclient
+from counted import stats_counting
 from tritonclient.utils import InferenceServerException
 
 from client.__main__ import main as client_main
 from client.infer import make_inputs
+from client.stats import model_stats
 from exporters.inputs import draw_inputs
 from exporters.parity import compare_outputs
 from exporters.sources.load import build_torch_model
@@ -107,10 +109,11 @@ def test_failing_stage_names_ensemble_and_stage_and_server_keeps_answering(
 def test_every_stage_ran_for_the_ensemble(client, serving_spec: Spec) -> None:
     """Server statistics show each stage executing (what the perf study's per-boundary figures use)."""
     arrays = _inputs(serving_spec, "image_classifier", batch=2, seed=5)
+    stages = serving_spec.pipeline(HYBRID).stage_names
+    before = {stage: model_stats(client, "http", stage) for stage in stages}
     infer(client, HYBRID, arrays)
-    for stage in serving_spec.pipeline(HYBRID).stage_names:
-        stats = client.get_inference_statistics(stage)["model_stats"][0]
-        assert stats["inference_count"] >= 2, f"{stage} did not run"
+    for stage in stages:
+        assert stats_counting(client, "http", stage, before[stage], 2).inferences == 2, f"{stage} did not run"
 
 
 @pytest.mark.parametrize("pipeline", ["recommender_pipeline", "image_classifier_pipeline_fp16"])

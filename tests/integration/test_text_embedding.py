@@ -15,6 +15,7 @@ import numpy as np
 import pytest
 import tritonclient.grpc as grpcclient
 import tritonclient.http as httpclient
+from counted import stats_counting
 from tritonclient.utils import InferenceServerException
 
 from client.__main__ import main as client_main
@@ -73,8 +74,9 @@ def test_embedding_does_not_depend_on_batch_mates(server: TritonServer) -> None:
     with ThreadPoolExecutor(len(mates)) as pool:  # all inside one 300 ms batcher window
         batched = list(pool.map(lambda t: _embed(server, "http", SLOW, [t]), mates))
     in_long_request = _embed(server, "http", SLOW, [query, "long passage " * 120])[0]  # padded to 256
-    after = model_stats(connect("http", server.http_url), "http", f"{SLOW}_encoder")
-    formed = {size: b.executions for size, b in (after - before).batches.items() if b.executions}
+    sent = 1 + len(mates) + 2  # texts: each is one inference at the encoder
+    counted = stats_counting(connect("http", server.http_url), "http", f"{SLOW}_encoder", before, sent)
+    formed = {size: b.executions for size, b in counted.batches.items() if b.executions}
     assert max(formed) > 1, f"no batch was formed at the encoder: {formed}"
     for other in (batched[-1][0], in_long_request):
         assert float(np.abs(other - alone).max()) <= 1e-5
