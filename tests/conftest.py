@@ -23,11 +23,11 @@ ROOT = Path(__file__).resolve().parent.parent
 SHARED_FIXTURES = {"serving_repository": "integration-server", "fault_repository": "fault-server"}
 
 
-def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
-    for item in items:
-        fixtures = getattr(item, "fixturenames", ())
-        shared = [group for fixture, group in SHARED_FIXTURES.items() if fixture in fixtures]
-        item.add_marker(pytest.mark.xdist_group(shared[0] if shared else item.nodeid.split("::")[0]))
+def pytest_itemcollected(item: pytest.Item) -> None:
+    """Marks each test's worker group as it is collected, before pytest-xdist reads the groups."""
+    fixtures = getattr(item, "fixturenames", ())
+    shared = [group for fixture, group in SHARED_FIXTURES.items() if fixture in fixtures]
+    item.add_marker(pytest.mark.xdist_group(shared[0] if shared else item.nodeid.split("::")[0]))
 
 
 @pytest.fixture(scope="session")
