@@ -11,6 +11,8 @@ PERF ?= default
 DEPLOY_GPUS ?= $(shell sed -n 's/^GPUS=//p' deploy/k8s/gpus/gpus.env)
 DEPLOY_REPO ?= deploy-repository/gpu
 SOAK_S ?= 600
+# pytest-xdist workers for `make test`: most tests wait on a server, so two keep two cores busy.
+TEST_WORKERS ?= 2
 
 .DEFAULT_GOAL := help
 PA_STAMP := $(VENV)/perf_analyzer/.attempted
@@ -58,8 +60,8 @@ perf-analyzer: setup ## install NVIDIA perf_analyzer into .venv (if missing) and
 tune: setup ## pick batching for a p99 budget: make tune MODEL=recommender P99_MS=10 [RATE=…] [TUNE_ARGS=--exhaustive]
 	$(BIN)/python -m perf tune --spec $(SPEC) --model $(MODEL) --p99-ms $(P99_MS) $(if $(RATE),--rate $(RATE)) $(TUNE_ARGS)
 
-test: setup deploy-tools ## unit + integration tests (starts real tritonservers on free ports)
-	$(BIN)/python -m pytest -q
+test: setup deploy-tools ## unit + integration tests (starts real tritonservers on free ports; TEST_WORKERS=2)
+	$(BIN)/python -m pytest -q -n $(TEST_WORKERS) --dist loadgroup
 
 deploy-tools: setup ## prometheus/promtool (Debian package, into .venv) and kubectl where missing
 	@bash deploy/install-tools.sh $(VENV)

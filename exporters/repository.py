@@ -21,6 +21,7 @@ from exporters.spec import ModelSpec, Spec
 
 log = logging.getLogger(__name__)
 MARKER = ".built-by-triton-batching"
+EXPORT_RECORD = "export.json"  # what export_onnx writes beside model.onnx
 
 
 @dataclass(frozen=True)
@@ -31,11 +32,42 @@ class BuiltModel:
     config_path: Path
 
 
-def build_model(spec: ModelSpec, repository: Path, num_gpus: int) -> BuiltModel:
-    """Export one model into ``repository/<name>/1`` and write its config next to it."""
+def build_model(
+    spec: ModelSpec, repository: Path, num_gpus: int, earlier: Iterable[BuiltModel] = ()
+) -> BuiltModel:
+    """Export one model into ``repository/<name>/1`` and write its config next to it.
+
+    A model of ``earlier`` (built before it in the same build) with the same graph lends its export:
+    variants that differ only in batching or instances are exported once.
+    """
     config = build_model_config(spec, num_gpus)  # validates placement before the slow export
-    artifact = export_onnx(spec, repository / spec.name / "1")
+    out_dir = repository / spec.name / "1"
+    twin = next((b.artifact for b in earlier if same_graph(b.spec, spec)), None)
+    if twin is not None:
+        lend_export(twin, out_dir)
+    artifact = export_onnx(spec, out_dir)
     return BuiltModel(spec, config, artifact, write_config(config, repository / spec.name))
+
+
+def same_graph(a: ModelSpec, b: ModelSpec) -> bool:
+    """Whether two models export to the same file: equal in every field the export's content hash
+    reads (``onnx_export.content_hash``); the serving fields (name, batching, instances, ...) may differ."""
+    fields = ("source", "options", "seed", "precision", "inputs", "outputs")
+    return all(getattr(a, name) == getattr(b, name) for name in fields)
+
+
+def lend_export(artifact: Artifact, out_dir: Path) -> None:
+    """Copy ``artifact`` and its export record into ``out_dir``, unless it already holds that export.
+
+    ``export_onnx`` then checks the copy as it checks any earlier export (content hash and file
+    checksum) and exports afresh if they do not hold, so a copy can save work but never change a result.
+    """
+    record = artifact.path.with_name(EXPORT_RECORD)
+    if (read_record(out_dir / EXPORT_RECORD) or {}).get("content_hash") == artifact.content_hash:
+        return
+    out_dir.mkdir(parents=True, exist_ok=True)
+    shutil.copy2(artifact.path, out_dir / artifact.path.name)
+    shutil.copy2(record, out_dir / EXPORT_RECORD)
 
 
 def _built_by_us(marker: Path) -> set[str]:
@@ -86,9 +118,9 @@ def build_repository(
     keep = [m.name for m in spec.models] + [name for p in spec.pipelines for name in p.repository_names]
     keep += [name for t in spec.text_embeddings for name in t.repository_names]
     prepare_repository(repository, keep)
-    built = []
+    built: list[BuiltModel] = []
     for model in selected:
         if on_model is not None:
             on_model(model)
-        built.append(build_model(model, repository, num_gpus))
+        built.append(build_model(model, repository, num_gpus, earlier=built))
     return built

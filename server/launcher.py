@@ -57,6 +57,18 @@ WIDEST = 8  # bytes per element assumed for a type our dtype table lacks: never 
 MIB = 1 << 20
 DRAIN_GRACE_S = 1.0
 MAX_BATCH_BYTES = 1 << 30  # the spec's bound too (exporters.guards): shm per stub is 4x the largest batch
+START_ATTEMPTS = 2  # a start lost to the stub-lock abort below is tried once more
+STUB_LOCK_ABORT = "boost::interprocess::lock_exception"
+
+
+def starved_stub_abort(returncode: int | None, log_tail: str) -> bool:
+    """True when tritonserver died of Triton 2.51's stub-lock abort (SIGABRT, ``lock_exception``).
+
+    A Python-backend stub that gets no CPU for about a second while it starts is given up on, and
+    the server aborts when it runs again: a fault of a starved machine, not of the repository, so
+    ``start`` tries once more; any other failure (a bad model, a port in use) is reported at once.
+    """
+    return returncode == -signal.SIGABRT and STUB_LOCK_ABORT in log_tail
 
 
 def remove_shm_regions(prefix: str) -> list[str]:
@@ -294,16 +306,29 @@ class TritonServer:
     def start(self, detach: bool = False) -> TritonServer:
         """Launch and block until ready; ``detach`` puts it in its own session.
 
-        On any failure the process is stopped and the temporary folder removed before the error rises.
+        On any failure the process is stopped and the temporary folder removed before the error rises;
+        a start lost to Triton 2.51's stub-lock abort (``starved_stub_abort``) is tried once more first.
         A server that has died can be started again (``server.supervisor`` does): same ports, admin key
         and shared-memory prefix, and its watchdog's history.
         """
-        try:
-            self._launch(detach)
-            self.wait_ready()
-        except BaseException:
-            self.stop()
-            raise
+        for attempt in range(1, START_ATTEMPTS + 1):
+            try:
+                self._launch(detach)
+                self.wait_ready()
+                break
+            except ServerError:
+                returncode = self.process.poll() if self.process is not None else None
+                starved = starved_stub_abort(returncode, self.log_tail())
+                self.stop()
+                if not starved or attempt == START_ATTEMPTS:
+                    raise
+                log.warning(
+                    "tritonserver aborted while its stubs started (Triton 2.51 aborts when a stub it "
+                    "gave up on resumes, which a starved CPU causes); starting it once more"
+                )
+            except BaseException:
+                self.stop()
+                raise
         make_owner_only(self.shm_prefix)  # no other user may map the stubs' IPC (server.shm_regions)
         if self.options.self_heal and self.pid is not None:
             history = self.watchdog.state if self.watchdog is not None else None  # a restart keeps it

@@ -1,4 +1,10 @@
-"""Shared test fixtures: the project's spec, plus helpers to build repositories into tmp folders."""
+"""Shared test fixtures: the project's spec, plus helpers to build repositories into tmp folders.
+
+``make test`` runs two pytest-xdist workers (``--dist loadgroup``). Starting servers and exporting
+models is where the time goes, so each worker must start a server only once: the tests of one file
+stay on one worker (its module-scoped servers start once), and the files that share a session-scoped
+server or build (``SHARED_FIXTURES``) all go to the worker that starts it.
+"""
 
 from __future__ import annotations
 
@@ -13,6 +19,15 @@ import yaml
 from exporters.spec import ModelSpec, parse_spec
 
 ROOT = Path(__file__).resolve().parent.parent
+# session fixtures that start a server or build a repository -> the one worker group that uses them
+SHARED_FIXTURES = {"serving_repository": "integration-server", "fault_repository": "fault-server"}
+
+
+def pytest_itemcollected(item: pytest.Item) -> None:
+    """Marks each test's worker group as it is collected, before pytest-xdist reads the groups."""
+    fixtures = getattr(item, "fixturenames", ())
+    shared = [group for fixture, group in SHARED_FIXTURES.items() if fixture in fixtures]
+    item.add_marker(pytest.mark.xdist_group(shared[0] if shared else item.nodeid.split("::")[0]))
 
 
 @pytest.fixture(scope="session")

@@ -1,24 +1,43 @@
-"""A real tritonserver for the integration tests, on free ports, always stopped.
+"""One real tritonserver for the serving tests, on free ports, always stopped; and its build, reused.
 
-The repository holds every model of ``models.yaml`` plus test-only variants: a recommender whose
-batcher waits 300 ms (so concurrent requests provably share a batch) and one with a tiny queue (so
-overload is rejected, not queued without bound).
+Starting a server and exporting models are what the integration tests spend their time on, so the
+tests that only send requests share one repository and one server: every model, pipeline and text
+embedding of ``models.yaml``, plus test-only variants:
+
+* ``recommender_slow_batcher``: a batcher that waits 300 ms, so concurrent requests provably share a batch;
+* ``recommender_tiny_queue``: a queue of 2 behind a 500 ms batcher, so a burst is provably rejected,
+  not queued without bound, however slowly a busy machine sends it;
+* ``image_classifier_pipeline_hybrid``: the image classifier cut into three stages at given cut points,
+  bf16 boundaries, two replicas of the middle stage;
+* ``text_embedding_slow``: the fp32 text service behind a 300 ms batcher.
+
+Tests that change what a server serves (live updates, version swaps) or that serve a repository of
+their own start their own server; ``reuse_exports`` lets their build skip the exports this one made.
 """
 
 from __future__ import annotations
 
 import copy
-from collections.abc import Iterator
+import shutil
+from collections.abc import Callable, Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
 import pytest
 
+from exporters.pipeline_build import build_pipelines
 from exporters.repository import build_repository
 from exporters.spec import Spec, parse_spec
+from exporters.text_embedding import build_text_embeddings
 from server import ServerOptions, TritonServer
 
 pytestmark = pytest.mark.integration
+HYBRID = {
+    "name": "image_classifier_pipeline_hybrid", "model": "image_classifier", "split": "blocks",
+    "stages": 3, "cut_points": [2, 6], "replicas": [1, 2, 1], "boundary_dtype": "bf16",
+}  # fmt: skip
+SLOW_TEXT = "text_embedding_slow"
+ReuseExports = Callable[[Path, Mapping[str, str]], None]
 
 
 def _variant(spec_data: dict[str, Any], base: str, name: str, batching: dict[str, Any]) -> dict[str, Any]:
@@ -43,12 +62,15 @@ def serving_spec(spec_data: dict[str, Any]) -> Spec:
             "recommender_tiny_queue",
             {
                 "mode": "dynamic",
-                "max_queue_delay_us": 50_000,
+                "max_queue_delay_us": 500_000,
                 "preferred_batch_sizes": [64],
                 "queue": {"max_queue_size": 2},
             },
         ),
     ]
+    data["pipelines"] = [*data.get("pipelines", []), HYBRID]
+    slow = {**data["text_embeddings"][0], "name": SLOW_TEXT}
+    data["text_embeddings"].append(slow | {"batching": {"mode": "dynamic", "max_queue_delay_us": 300_000}})
     return parse_spec(data)
 
 
@@ -56,10 +78,35 @@ def serving_spec(spec_data: dict[str, Any]) -> Spec:
 def serving_repository(serving_spec: Spec, tmp_path_factory: pytest.TempPathFactory) -> Path:
     repository = tmp_path_factory.mktemp("repository")
     build_repository(serving_spec, repository, num_gpus=0)
+    build_pipelines(serving_spec, repository, num_gpus=0)
+    build_text_embeddings(serving_spec.text_embeddings, repository, num_gpus=0)
     return repository
 
 
 @pytest.fixture(scope="session")
 def server(serving_repository: Path) -> Iterator[TritonServer]:
-    with TritonServer(ServerOptions(repository=serving_repository, startup_timeout_s=240)) as running:
+    # About thirty Python-backend stubs, a dozen of them importing torch: on a loaded 2-core machine
+    # their start can take minutes; the allowance is a hang guard, nothing here times the server.
+    with TritonServer(ServerOptions(repository=serving_repository, startup_timeout_s=540)) as running:
+        assert running.failed_models == {}, running.describe_failures()
         yield running
+        # No drain at the end (the fault tests check draining): unloading thirty stubs took 80 s on a
+        # busy machine. Killed, the server is then cleaned up by stop(): its stubs and regions removed.
+        running.process.kill()
+        running.process.wait(timeout=60)
+
+
+@pytest.fixture(scope="session")
+def reuse_exports(serving_repository: Path) -> ReuseExports:
+    """``reuse_exports(repository, {folder: shared folder})`` copies folders of the shared build into
+    ``repository`` before a test builds its own there.
+
+    Each exporter checks the content hash and file checksum of what it finds and exports again on any
+    difference, so a copy can only save time: the build that follows still decides what is served.
+    """
+
+    def copy_folders(repository: Path, folders: Mapping[str, str]) -> None:
+        for target, source in folders.items():
+            shutil.copytree(serving_repository / source, repository / target, dirs_exist_ok=True)
+
+    return copy_folders

@@ -44,8 +44,10 @@ def spec(spec_data: dict[str, Any]) -> Spec:
 
 
 @pytest.fixture(scope="module")
-def repository(spec: Spec, tmp_path_factory: pytest.TempPathFactory):
+def repository(spec: Spec, tmp_path_factory: pytest.TempPathFactory, reuse_exports):
+    """A repository of its own (the tests change what it serves), built from the shared build's files."""
     path = tmp_path_factory.mktemp("live_repository")
+    reuse_exports(path, {name: name for name in ("recommender", *spec.pipeline(PIPELINE).repository_names)})
     build_repository(spec, path, num_gpus=0)
     build_pipelines(spec, path, num_gpus=0)
     return path

@@ -18,7 +18,7 @@ pytestmark = [pytest.mark.integration, pytest.mark.timeout(600)]
 @pytest.fixture(scope="module")
 def study(tmp_path_factory):
     folder = tmp_path_factory.mktemp("queue-policy-study")
-    profile = get_profile("smoke", queue_policy_s=1.5)
+    profile = get_profile("smoke", queue_policy_s=0.75)  # 8 spans of 0.75 s
     steps: list[str] = []
     report = QueuePolicyStudy().run(StudyContext(profile, folder, folder / "work", progress=steps.append))
     return report, json.loads((folder / "queue_policy.json").read_text()), steps, profile

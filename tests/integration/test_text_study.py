@@ -10,6 +10,7 @@ import pytest
 from perf.framework import StudyContext
 from perf.profiles import get_profile
 from perf.records import read_csv
+from perf.text_plan import MODES as MODE_PLANS
 from perf.text_study import TextStudy
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(600)]
@@ -17,8 +18,11 @@ MODES = ("none", "buckets", "longest")
 
 
 @pytest.fixture(scope="module")
-def study(tmp_path_factory):
+def study(tmp_path_factory, reuse_exports):
     folder = tmp_path_factory.mktemp("text-study")
+    # The study builds into work/text_repository; the shared build's fp32 encoder saves the export.
+    encoders = {MODE_PLANS[mode].spec().encoder_name: "text_embedding_encoder" for mode in MODES}
+    reuse_exports(folder / "work" / "text_repository", encoders)
     profile = get_profile("smoke", text_modes=MODES, text_corpus=48, text_reference_texts=8)
     steps: list[str] = []
     report = TextStudy().run(StudyContext(profile, folder, folder / "work", progress=steps.append))

@@ -6,6 +6,7 @@ from __future__ import annotations
 import copy
 import dataclasses
 import os
+import signal
 import socket
 from pathlib import Path
 from typing import Any
@@ -16,7 +17,14 @@ from exporters.configs import build_model_config
 from exporters.model_config import write_config
 from exporters.spec import parse_spec
 from server.install import ServerError, assemble_backends, find_install
-from server.launcher import MIB, ServerOptions, TritonServer, python_shm_bytes, remove_shm_regions
+from server.launcher import (
+    MIB,
+    ServerOptions,
+    TritonServer,
+    python_shm_bytes,
+    remove_shm_regions,
+    starved_stub_abort,
+)
 
 
 def test_wheel_server_is_found_by_default(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -155,3 +163,16 @@ def test_shared_memory_counts_a_variable_axis_at_its_max_shape(tmp_path: Path) -
     assert python_shm_bytes(tmp_path) >= 4 * 64 * one_sample
     write_config(build_model_config(dataclasses.replace(spec, warmup=False), 0), tmp_path / "seq")
     assert python_shm_bytes(tmp_path) < 4 * 64 * one_sample  # without warm-up shapes the bound is unknown
+
+
+def test_only_the_stub_lock_abort_earns_a_second_start() -> None:
+    abort = (
+        "I1203 model_lifecycle.cc] loading: recommender:1\n"
+        "terminate called after throwing an instance of 'boost::interprocess::lock_exception'\n"
+        "  what():  boost::interprocess::lock_exception\n"
+    )
+    assert starved_stub_abort(-signal.SIGABRT, abort)
+    assert not starved_stub_abort(-signal.SIGSEGV, abort)  # another crash is the repository's to explain
+    assert not starved_stub_abort(1, "E1203 failed to load 'recommender': no such file\n")
+    assert not starved_stub_abort(-signal.SIGABRT, "terminate called after throwing 'std::bad_alloc'\n")
+    assert not starved_stub_abort(None, abort)  # still running: a timeout, not a death

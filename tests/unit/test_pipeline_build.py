@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import copy
+import shutil
 from pathlib import Path
 from typing import Any
 
@@ -92,10 +93,14 @@ def test_cpu_placement_and_replicas(built) -> None:
     assert stage1.dynamic_batching.max_queue_delay_microseconds == 100  # downstream: re-forms the burst
 
 
-def test_multi_gpu_placement_as_text(spec: Spec, tmp_path: Path) -> None:
-    """Stage k on GPU k mod G, checked as the config text a 2-GPU host would get (no GPU needed)."""
-    built = {b.spec.name: b for b in build_pipelines(spec, tmp_path, num_gpus=2, only=["cls3", "rec"])}
-    texts = {c.name: text_format.MessageToString(c.to_proto()) for b in built.values() for c in b.configs}
+def test_multi_gpu_placement_as_text(spec: Spec, built, tmp_path: Path) -> None:
+    """Stage k on GPU k mod G, checked as the config text a 2-GPU host would get (no GPU needed).
+
+    Built over a copy of the module's build: placement changes the configs, not the exported stages."""
+    shutil.copytree(built[0], tmp_path, dirs_exist_ok=True)
+    placed = {b.spec.name: b for b in build_pipelines(spec, tmp_path, num_gpus=2, only=["cls3", "rec"])}
+    assert all(b.cached for b in placed.values())
+    texts = {c.name: text_format.MessageToString(c.to_proto()) for b in placed.values() for c in b.configs}
     for stage, gpu in (("cls3_stage0", 0), ("cls3_stage1", 1), ("cls3_stage2", 0)):
         assert f"instance_group {{\n  count: 1\n  gpus: {gpu}\n  kind: KIND_GPU\n}}" in texts[stage], texts[
             stage

@@ -1,10 +1,14 @@
-"""The build owns only what it created: rebuilds drop models the spec lost, never your own."""
+"""The build owns only what it created: rebuilds drop models the spec lost, never your own; variants of
+one graph are exported once."""
 
 from __future__ import annotations
 
+import copy
 from pathlib import Path
+from typing import Any
 
-from exporters.repository import prepare_repository
+from exporters.repository import build_repository, prepare_repository
+from exporters.spec import parse_spec
 
 
 def _model(repository: Path, name: str) -> Path:
@@ -36,3 +40,25 @@ def test_an_old_or_broken_marker_removes_nothing(tmp_path: Path) -> None:
     kept = _model(tmp_path, "old_model")
     prepare_repository(tmp_path, ["recommender"])
     assert kept.exists()
+
+
+def test_variants_of_one_graph_are_exported_once(spec_data: dict[str, Any], tmp_path: Path) -> None:
+    """Models that differ only in how they are served share the first one's export (the variants'
+    records say cached, their files are its file); another seed is another graph, exported afresh."""
+    trivial = next(m for m in spec_data["models"] if m["name"] == "trivial")
+    variants = [
+        {**copy.deepcopy(trivial), "name": "none", "batching": {"mode": "none"}},
+        {**copy.deepcopy(trivial), "name": "slow", "batching": {"mode": "dynamic", "max_queue_delay_us": 9}},
+        {**copy.deepcopy(trivial), "name": "twice", "instances": {"cpu": 2}},
+        {**copy.deepcopy(trivial), "name": "reseeded", "seed": 7},
+    ]
+    built = {b.spec.name: b for b in build_repository(parse_spec({"models": variants}), tmp_path, 0)}
+    first = built["none"].artifact
+    assert not first.cached and not built["reseeded"].artifact.cached
+    for name in ("slow", "twice"):
+        artifact = built[name].artifact
+        assert artifact.cached and artifact.content_hash == first.content_hash, name
+        assert artifact.path == tmp_path / name / "1" / "model.onnx"
+        assert artifact.path.read_bytes() == first.path.read_bytes()
+    assert built["reseeded"].artifact.content_hash != first.content_hash
+    assert "max_queue_delay_microseconds: 9" in built["slow"].config_path.read_text()

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import copy
-import time
 from typing import Any
 
 import numpy as np
@@ -117,11 +116,9 @@ def test_truncation_is_the_models_256_not_the_files_128(tokenizer_path: str) -> 
 def test_a_megabyte_text_is_cut_before_tokenizing_with_identical_tokens(tokenizer_path: str) -> None:
     tokens = TextTokenizer(tokenizer_path, 256, (16, 256))
     text = ("Grüße aus 東京, déjà vu 😀 and more words. " * 30000)[:1_000_000]
-    started = time.perf_counter()
     prefix = tokens.bounded(text)
     assert len(prefix) < 20_000  # tokenized: at most max_length × 64 characters, not the megabyte
     assert tokens.tokenizer.encode(prefix).ids == tokens.tokenizer.encode(text).ids
-    assert time.perf_counter() - started < 30  # a hang guard only; the size bound above is the check
     no_whitespace = "東" * 100_000  # no cut point: the whole text is tokenized, still correctly
     assert tokens.bounded(no_whitespace) == no_whitespace
 

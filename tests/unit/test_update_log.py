@@ -9,6 +9,8 @@ import torch
 from python_backend.torch_stage import update_log
 from python_backend.torch_stage.embedding_rows import apply_row_updates
 
+UPDATES = 1000
+
 
 def _update(table: int, rows: list[int], value: float, width: int = 4):
     count = len(rows)
@@ -60,14 +62,15 @@ def _serve(path: Path, tables: list[torch.Tensor], compact_bytes: int) -> update
 
 
 def test_log_stays_bounded_and_replays_to_the_same_tables_and_version(tmp_path: Path) -> None:
-    """5,000 updates to 40 rows: the log is rewritten as a snapshot whenever it outgrows the bound, and
-    a restart (a fresh stage replaying it) gets exactly the live tables and the same version."""
+    """1,000 updates to 40 rows: the log is rewritten as a snapshot whenever it outgrows the bound
+    (39 times here), and a restart (a fresh stage replaying it) gets exactly the live tables
+    and the same version."""
     path = tmp_path / update_log.LOG_NAME
     live = [torch.zeros(30, 4), torch.zeros(20, 4)]
     log = _serve(path, live, compact_bytes=4096)
     generator = torch.Generator().manual_seed(0)
     largest = 0
-    for step in range(5000):
+    for step in range(UPDATES):
         table = step % 2
         rows = torch.randint(0, 20, (3,), generator=generator).tolist()
         update = _update(table, rows, float(step))
@@ -75,11 +78,11 @@ def test_log_stays_bounded_and_replays_to_the_same_tables_and_version(tmp_path: 
         apply_row_updates(live, *update)
         log.after_apply()
         largest = max(largest, path.stat().st_size)
-    assert log.version == 5000
-    assert largest <= 2 * max(4096, log.snapshot_bytes) + 1024, largest  # never the 5,000 records' 370 KB
+    assert log.version == UPDATES
+    assert largest <= 2 * max(4096, log.snapshot_bytes) + 1024, largest  # never the 1,000 records' 74 KB
     restarted = [torch.zeros(30, 4), torch.zeros(20, 4)]
     again = _serve(path, restarted, compact_bytes=4096)
-    assert again.version == 5000
+    assert again.version == UPDATES
     for mine, theirs in zip(live, restarted, strict=True):
         assert torch.equal(mine, theirs)
     assert again.touched == log.touched
