@@ -115,7 +115,9 @@ def write_overlay(
     merged = apply_overlay(base_document, overlay)
     spec = parse_spec(merged)  # the same validation as models.yaml: a bad overlay fails here, by field
     header = f"# {note}\n"
-    anchored = f"# source paths made absolute (the base spec's were relative to {base_path.resolve().parent})\n"
+    anchored = (
+        f"# source paths made absolute (the base spec's are relative to {base_path.resolve().parent})\n"
+    )
     (folder / "overlay.yaml").write_text(header + yaml.safe_dump(overlay, sort_keys=False))
     (folder / "spec.tuned.yaml").write_text(header + anchored + yaml.safe_dump(merged, sort_keys=False))
     return spec
