@@ -147,8 +147,8 @@ def test_the_tuned_spec_of_an_outside_spec_with_relative_paths_builds_from_anywh
     project.mkdir()
     shutil.copy(FACTORIES / "factories.py", project / "factories.py")
     entry = {
-        "name": "tiny", "source": {"python": "factories:tiny_logits", "path": "."}, "sample": "factories:sample",
-        "options": {"scale": 1.0}, "max_batch_size": 4,
+        "name": "tiny", "source": {"python": "factories:tiny_logits", "path": "."},
+        "sample": "factories:sample", "options": {"scale": 1.0}, "max_batch_size": 4,
         "inputs": [{"name": "x", "dtype": "fp32", "shape": [16]}],
         "outputs": [{"name": "logits", "dtype": "fp32", "shape": [10]}],
     }  # fmt: skip
