@@ -57,8 +57,8 @@ stop: ## stop the server started by `make serve`
 status: setup ## show whether the `make serve` server is up, and its models
 	$(BIN)/python -m server status
 
-perf: setup ## the batching study on the embedded server; report in reports/<timestamp>/ (PERF=quick: about 5 min)
-	$(BIN)/python -m perf run --profile $(PERF) $(PERF_ARGS)
+perf: setup ## the batching study on the embedded server; report in reports/<timestamp>/ (PERF=quick: about 5 min; MODELS=your models of SPEC)
+	$(BIN)/python -m perf run --profile $(PERF) --spec $(SPEC) $(if $(MODELS),--models $(MODELS)) $(PERF_ARGS)
 
 soak: repo ## 10 min of mixed load with random faults (stubs killed or stopped, bad input, updates); SOAK_S=60 for a short one
 	$(BIN)/python -m soak --repository $(REPO) --duration $(SOAK_S)
