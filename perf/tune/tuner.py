@@ -264,6 +264,12 @@ def tune(
     started = time.perf_counter()
     ranking = rank(probed, request)
     predict_s = time.perf_counter() - started
+    if not ranking:
+        raise StudyError(
+            f"no candidate: even a batch of 2 computes for longer than the {request.budget_ms:g} ms budget "
+            f"({compute(2):.0f} ms measured) and the grid has no unbatched candidate; raise the budget or "
+            "serve without batching"
+        )
     if ranking[0].best is None:
         first_config, first = probed.runs[0]
         raise StudyError(

@@ -6,12 +6,11 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-from simulated_server import KneeService, Noise, SimulatedServer
+from simulated_server import TWO_CORES, KneeService, Noise, SimulatedServer
 
 from perf.errors import StudyError
 from perf.loads import Load
 from perf.measure import Measurement
-from perf.model.cpu import CpuModel
 from perf.model.grid import Grid
 from perf.tune.cli import partial_on_failure
 from perf.tune.probe import ProbePlan
@@ -19,12 +18,11 @@ from perf.tune.tuner import TuneRequest, compute_ms, tune
 
 BUDGET_MS = 200.0
 GRID = Grid(delays_us=(0, 5000, 20000), max_batches=(8, 32), instances=(1, 2))
-CPU = CpuModel(idle_cores=0.1, per_request_s=150e-6, per_execution_s=200e-6, cores=2, slice_s=0.0003)
 # vit_tiny-like: a batch of 8 takes 110 ms, a batch of 32 350 ms (a full batch alone misses 200 ms);
 # a second instance shares the two cores, each batch taking longer.
 SLOW = {
-    1: KneeService(40e-3, 10e-3, 0.1e-3, 1e-3, 0.5e-3, CPU),
-    2: KneeService(55e-3, 14e-3, 0.1e-3, 1e-3, 0.5e-3, CPU),
+    1: KneeService(40e-3, 10e-3, 0.1e-3, 1e-3, 0.5e-3, TWO_CORES),
+    2: KneeService(55e-3, 14e-3, 0.1e-3, 1e-3, 0.5e-3, TWO_CORES),
 }
 PLAN = ProbePlan(first_rate=2.0, step=1.6, max_runs=8)
 
@@ -77,3 +75,12 @@ def test_a_tune_that_fails_part_way_writes_what_it_measured(tmp_path: Path) -> N
     assert "**StudyError**: perf_analyzer failed on probe" in text
     assert "3 runs were measured before it" in text
     assert text.count("| probe ") == 3
+
+
+def test_a_grid_left_empty_by_the_bound_is_a_clear_error() -> None:
+    server = SimulatedServer(SLOW, Noise(), seed=2, seconds=20.0)
+    grid = Grid(delays_us=(0,), max_batches=(8,), instances=(1,), no_batching=False)
+    with pytest.raises(
+        StudyError, match=r"no candidate: even a batch of 2 computes for longer than the 45 ms"
+    ):
+        tune(server, TuneRequest(45.0, grid=grid, predict_s=20.0), PLAN)
