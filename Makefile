@@ -13,6 +13,9 @@ DEPLOY_REPO ?= deploy-repository/gpu
 SOAK_S ?= 600
 # pytest-xdist workers for `make test`: most tests wait on a server, so two keep two cores busy.
 TEST_WORKERS ?= 2
+HTTP_PORT ?= 8000
+GRPC_PORT ?= 8001
+METRICS_PORT ?= 8002
 
 .DEFAULT_GOAL := help
 PA_STAMP := $(VENV)/perf_analyzer/.attempted
@@ -20,8 +23,17 @@ PA_STAMP := $(VENV)/perf_analyzer/.attempted
 .PHONY: help setup repo serve stop status perf perf-analyzer tune test test-unit lint format gpu-check clean \
 	deploy-tools deploy-repo deploy-rules soak
 
-help: ## list the targets
+help: ## list the targets and the variables they take
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-14s %s\n", $$1, $$2}'
+	@echo "variables (make <target> NAME=value):"
+	@echo "  SPEC=$(SPEC)  the spec (repo, serve, tune, perf's own models)"
+	@echo "  REPO=$(REPO)  the built repository (repo, serve, soak)"
+	@echo "  MODELS=       make perf: comma list of zoo families or models of SPEC (default: the profile's)"
+	@echo "  PERF=$(PERF)  make perf profile: default, quick, smoke"
+	@echo "  MODEL= P99_MS= RATE=  make tune: the model of SPEC, the p99 budget (ms), an optional target rate"
+	@echo "  HTTP_PORT=$(HTTP_PORT) GRPC_PORT=$(GRPC_PORT) METRICS_PORT=$(METRICS_PORT)  make serve's ports"
+	@echo "  PERF_ARGS= TUNE_ARGS=  further options of python -m perf run / tune (--help lists them)"
+	@echo "  TEST_WORKERS=$(TEST_WORKERS)  make test: pytest-xdist workers"
 
 setup: $(STAMP) $(PA_STAMP) ## create .venv and install everything (torch CPU, tritonclient, onnx, nvidia-pytriton, perf_analyzer, ...)
 
@@ -38,8 +50,9 @@ $(PA_STAMP): $(STAMP)
 repo: setup ## export the models of $(SPEC) into $(REPO) (ONNX + config.pbtxt, checked against torch)
 	$(BIN)/python -m exporters build --spec $(SPEC) --repository $(REPO)
 
-serve: repo ## start tritonserver on $(REPO) in the background, supervised: restarted if it dies (127.0.0.1:8000 http, :8001 grpc)
-	$(BIN)/python -m server start --repository $(REPO)
+serve: repo ## start tritonserver on $(REPO) in the background, supervised: restarted if it dies (127.0.0.1, HTTP_PORT/GRPC_PORT/METRICS_PORT)
+	$(BIN)/python -m server start --repository $(REPO) --http-port $(HTTP_PORT) --grpc-port $(GRPC_PORT) \
+		--metrics-port $(METRICS_PORT)
 
 stop: ## stop the server started by `make serve`
 	@if [ -x $(BIN)/python ]; then $(BIN)/python -m server stop; else echo "nothing to stop"; fi
@@ -47,8 +60,8 @@ stop: ## stop the server started by `make serve`
 status: setup ## show whether the `make serve` server is up, and its models
 	$(BIN)/python -m server status
 
-perf: setup ## the batching study on the embedded server; report in reports/<timestamp>/ (PERF=quick: about 5 min)
-	$(BIN)/python -m perf run --profile $(PERF) $(PERF_ARGS)
+perf: setup ## the batching study on the embedded server; report in reports/<timestamp>/ (PERF=quick: about 5 min; MODELS=your models of SPEC)
+	$(BIN)/python -m perf run --profile $(PERF) --spec $(SPEC) $(if $(MODELS),--models $(MODELS)) $(PERF_ARGS)
 
 soak: repo ## 10 min of mixed load with random faults (stubs killed or stopped, bad input, updates); SOAK_S=60 for a short one
 	$(BIN)/python -m soak --repository $(REPO) --duration $(SOAK_S)

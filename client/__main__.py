@@ -1,8 +1,9 @@
 """``python -m client {health,metadata,infer,stats}``: talk to the served repository.
 
 ``infer --check`` rebuilds the torch model the served one was exported from (via ``models.yaml``),
-compares the answers within the precision's tolerance, and exits 1 on a mismatch, so it can gate a
-deployment script; a text-embedding service is held to sentence-transformers on the same texts.
+compares the answers within each output's tolerance (the build's check, ``exporters.parity``), and
+exits 1 on a mismatch, so it can gate a deployment script; a text-embedding service is held to
+sentence-transformers on the same texts.
 """
 
 from __future__ import annotations
@@ -66,7 +67,7 @@ def _infer(client, args) -> int:
         return 1
     print(
         f"match: max abs error {report.max_abs_error:.3g}, max rel error {report.max_rel_error:.3g} "
-        f"(tolerance {report.tolerance:g}, {expected.precision})"
+        f"({expected.precision}; " + "; ".join(check.summary() for check in report.checks) + ")"
     )
     return 0
 

@@ -28,12 +28,15 @@ class Reference:
     precision: str  # the tolerance to hold the server to (a pipeline's boundary dtype may loosen it)
 
     def compare(self, outputs: dict[str, np.ndarray], what: str) -> ParityReport:
-        """Raise ``MismatchError`` when the served outputs are outside the spec's tolerance."""
+        """Raise ``MismatchError`` when the served outputs are outside the spec's tolerances: the same
+        check, limits and defaults as the build's (``exporters.parity``)."""
         names = [t.name for t in self.spec.outputs]
+        tolerances = [t.tolerance for t in self.spec.outputs]
         try:
             return compare_outputs(
-                [outputs[n] for n in names], [self.expected[n] for n in names], self.precision, what
-            )
+                [outputs[n] for n in names], [self.expected[n] for n in names], self.precision, what, names,
+                tolerances,
+            )  # fmt: skip
         except ExportCheckError as error:
             raise MismatchError(str(error)) from error
 

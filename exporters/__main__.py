@@ -79,7 +79,8 @@ def _warn_queue_policies(configs: list[ModelConfig], console: Console) -> None:
 def main(argv: list[str] | None = None) -> int:
     args = _parser().parse_args(argv)
     logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
-    console = Console()
+    # Piped or redirected, rich would fold the tables to 80 columns and cut model names short.
+    console = Console() if sys.stdout.isatty() else Console(width=200)
     try:
         if args.command == "init":
             print(_init(args), end="")
@@ -121,8 +122,8 @@ def main(argv: list[str] | None = None) -> int:
         console.print(f"[red]error[/red] {explain(error)}")
         return 1
     table = Table(title=f"{args.repository} (planned GPUs: {gpus})")
-    for column in ("model", "precision", "batching", "instances", "max rel err", "export"):
-        table.add_column(column)
+    for column in ("model", "precision", "batching", "instances", "max rel err (limit)", "export"):
+        table.add_column(column, no_wrap=column == "model")
     for item in built:
         groups = ", ".join(f"{g.kind}×{g.count}{g.gpus or ''}" for g in item.config.instance_group)
         table.add_row(
@@ -130,7 +131,7 @@ def main(argv: list[str] | None = None) -> int:
             item.spec.precision,
             item.spec.batching.mode,
             groups,
-            f"{item.artifact.max_rel_error:.2e}",
+            f"{item.artifact.max_rel_error:.2e} ({item.artifact.tolerance:g})",
             "cached" if item.artifact.cached else "exported",
         )
     console.print(table)

@@ -1,7 +1,8 @@
-"""Which GPUs the build plans for: detected with ``nvidia-smi``, or given explicitly (``--gpus N``)."""
+"""What the build plans for: the GPUs (``nvidia-smi``, or ``--gpus N``) and the usable CPU cores."""
 
 from __future__ import annotations
 
+import os
 import shutil
 import subprocess
 
@@ -15,3 +16,11 @@ def detect_gpu_count() -> int:
     except (OSError, subprocess.SubprocessError):
         return 0
     return sum(1 for line in listing.stdout.splitlines() if line.startswith("GPU "))
+
+
+def usable_cores() -> int:
+    """The cores this process may run on (the container's share, not the host's count)."""
+    try:
+        return len(os.sched_getaffinity(0))
+    except (AttributeError, OSError):
+        return os.cpu_count() or 1

@@ -8,6 +8,7 @@ passes the same checks as the file it will be pasted into.
 
 from __future__ import annotations
 
+import dataclasses
 import re
 from pathlib import Path
 from typing import Any
@@ -15,6 +16,7 @@ from typing import Any
 import numpy as np
 import yaml
 
+from exporters.devices import usable_cores
 from exporters.errors import SpecError
 from exporters.spec import HuggingFaceSource, ModelSpec, OnnxSource, PythonSource, TorchExportSource
 from exporters.spec_sections import TensorSpec
@@ -76,7 +78,7 @@ def _varying(draws: list[dict[str, Any]], name: str, max_length: int | None) -> 
 
 
 def _python_tensors(
-    source: PythonSource, sample: str | None, options: dict[str, Any], max_length: int | None
+    source: PythonSource, sample: str | None, options: dict[str, Any], max_length: int | None, precision: str
 ) -> dict[str, Any]:
     """Inputs from the user's sample function (8 draws, to see which axes vary), outputs from running
     the factory's module on one of them."""
@@ -94,13 +96,23 @@ def _python_tensors(
         raise SpecError("--sample", f"{sample} must return a dict of arrays by input name for init")
     inputs = tuple(TensorSpec(name, **_varying(draws, name, max_length)) for name in draws[0])
     probe = ModelSpec(
-        "probe", source, 2, inputs, (TensorSpec("probe", "fp32", (1,)),), options, sample=sample
-    )
+        "probe", source, 2, _at_precision(inputs, "fp32"), (TensorSpec("probe", "fp32", (1,)),), options,
+        sample=sample,
+    )  # fmt: skip
     module = load_source(probe).module
     outputs = torch_reference(module, [widen(np.asarray(a)) for a in draws[0].values()])
     names = ["output"] if len(outputs) == 1 else [f"output{k}" for k in range(len(outputs))]
     out = tuple(TensorSpec(n, DTYPE_NAMES[o.dtype], o.shape[1:]) for n, o in zip(names, outputs, strict=True))
+    inputs, out = _at_precision(inputs, precision), _at_precision(out, precision)
     return {"inputs": inputs, "outputs": out, "sample": sample, "options": options}
+
+
+def _at_precision(tensors: tuple[TensorSpec, ...], precision: str) -> tuple[TensorSpec, ...]:
+    """Float tensors in the model's precision: the sample draws and the module answer in fp32 whatever
+    ``--precision`` asks for (the exporter casts the served model and its float inputs)."""
+    return tuple(
+        dataclasses.replace(t, dtype=precision) if t.dtype in ("fp32", "fp16") else t for t in tensors
+    )
 
 
 def init_entry(
@@ -119,7 +131,7 @@ def init_entry(
     python), checked like any spec entry."""
     if kind == "python":
         source: Any = PythonSource(location, path)
-        fields = _python_tensors(source.resolved(Path.cwd()), sample, options or {}, max_length)
+        fields = _python_tensors(source.resolved(Path.cwd()), sample, options or {}, max_length, precision)
         default_name = location.partition(":")[2]
     elif kind == "huggingface":
         source = HuggingFaceSource(location)
@@ -135,8 +147,22 @@ def init_entry(
     )  # fmt: skip
 
 
-def entry_yaml(spec: ModelSpec) -> str:
-    """The entry as YAML under ``models:``, ready to paste (defaults left out)."""
+def machine_hint(cores: int) -> str:
+    """What the defaults leave unused on this machine, as comment lines: one instance with one
+    onnxruntime thread runs on one core; more instances serve requests at once, more threads make each
+    batch faster. ``make tune`` measures which pays."""
+    if cores <= 1:
+        return "# this machine has 1 usable core: the defaults (one instance, one thread) use it\n"
+    return (
+        f"# this machine has {cores} usable cores; the defaults (instances: {{cpu: 1}}, threads:\n"
+        f"# {{intra_op: 1}}) use one. Add instances: {{cpu: {cores}}} (requests in parallel) or threads:\n"
+        f"# {{intra_op: {cores}}} (each batch faster), or let `make tune` measure which pays.\n"
+    )
+
+
+def entry_yaml(spec: ModelSpec, cores: int | None = None) -> str:
+    """The entry as YAML under ``models:``, ready to paste (defaults left out), with what the machine's
+    ``cores`` (default: this process's usable cores) allow beyond the defaults."""
     text = yaml.safe_dump({"models": [to_data(spec)]}, sort_keys=False, default_flow_style=None, width=110)
     header = "# from `python -m exporters init`; paths are relative to the folder of the spec file\n"
-    return header + text
+    return header + machine_hint(usable_cores() if cores is None else cores) + text

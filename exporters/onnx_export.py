@@ -14,7 +14,7 @@ from __future__ import annotations
 import hashlib
 import json
 import logging
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -26,7 +26,7 @@ from torch import nn
 
 from exporters.file_hash import file_matches, file_sha256
 from exporters.onnx_files import OPSET, check_external_data
-from exporters.parity import compare_outputs
+from exporters.parity import ParityReport, compare_outputs
 from exporters.records import read_record, write_record
 from exporters.sources.load import load_source
 from exporters.spec import ModelSpec
@@ -34,7 +34,7 @@ from python_backend.atomic_files import staged
 
 log = logging.getLogger(__name__)
 
-EXPORTER_VERSION = "2"  # bump when the export procedure changes, to invalidate cached artifacts
+EXPORTER_VERSION = "3"  # bump when the export procedure changes, to invalidate cached artifacts
 
 
 @dataclass(frozen=True)
@@ -49,6 +49,7 @@ class Artifact:
     tolerance: float
     cached: bool = False
     file_sha256: str = ""  # of model.onnx as written; a cache hit requires the file to still match
+    outputs: list[dict[str, Any]] = field(default_factory=list)  # per output: figures and limits (parity)
 
 
 def content_hash(spec: ModelSpec, identity: Any) -> str:
@@ -81,6 +82,15 @@ def run_onnx(path: Path, spec: ModelSpec, inputs: list[np.ndarray]) -> list[np.n
     return session.run(
         [t.name for t in spec.outputs], {t.name: a for t, a in zip(spec.inputs, inputs, strict=True)}
     )
+
+
+def check_parity(
+    spec: ModelSpec, actual: list[np.ndarray], expected: list[np.ndarray], what: str
+) -> ParityReport:
+    """``actual`` against the fp32 ``expected``, each output held to its ``tolerance:`` in the spec
+    (``exporters.parity``); raises ``ExportCheckError`` naming the output and the limit it broke."""
+    names = [t.name for t in spec.outputs]
+    return compare_outputs(actual, expected, spec.precision, what, names, [t.tolerance for t in spec.outputs])
 
 
 def _recorded(record_path: Path, path: Path, digest: str) -> Artifact | None:
@@ -119,18 +129,16 @@ def export_onnx(spec: ModelSpec, out_dir: Path) -> Artifact:
         check_external_data(staging)
         for batch in (1, 3):
             inputs = source.inputs(batch, seed=100 + batch)
-            report = compare_outputs(
-                run_onnx(staging, spec, inputs),
-                source.reference(inputs),
-                spec.precision,
+            report = check_parity(
+                spec, run_onnx(staging, spec, inputs), source.reference(inputs),
                 f"{spec.name} ({spec.precision} ONNX, batch {batch})",
-            )
-            worst = report if worst is None or report.max_rel_error > worst.max_rel_error else worst
+            )  # fmt: skip
+            worst = report.worse(worst)
         sha256 = file_sha256(staging)
     assert worst is not None
     artifact = Artifact(
         path, digest, spec.precision, worst.max_abs_error, worst.max_rel_error, worst.tolerance,
-        file_sha256=sha256,
+        file_sha256=sha256, outputs=[c.record() for c in worst.checks],
     )  # fmt: skip
     write_record(record_path, {k: v for k, v in asdict(artifact).items() if k not in ("path", "cached")})
     log.info("%s: exported %s, max rel error %.2e", spec.name, spec.precision, artifact.max_rel_error)

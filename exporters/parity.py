@@ -1,51 +1,240 @@
-"""Numerical parity between an exported artifact and the torch model it came from."""
+"""Numerical parity between an exported or served model and the fp32 source it came from: one check.
+
+Every artifact (each source kind, each precision, pipeline stages) and every ``client infer --check``
+goes through ``check_outputs``, so a model is held to the same limits at build time and when served.
+Per output it measures, against the fp32 reference:
+
+* ``max_rel``: the worst difference over the output's largest reference magnitude, with no floor under
+  that magnitude: an output whose values are all tiny is held to its own scale, not passed because
+  every error is below some absolute number;
+* collapse: an output the precision cannot carry fails whatever the differences say: all zero where
+  the reference is not, most nonzero reference values flushed to zero, or a reference whose largest
+  magnitude lies below the smallest normal number of the served dtype (fp16: 6.1e-05);
+* ``top1`` (class scores): the share of rows whose argmax agrees; a row whose two candidates lie within
+  the dtype's resolution of each other counts as agreeing, since the precision cannot order them;
+* ``cosine`` (embeddings): the least cosine similarity of a row;
+* ``max_abs`` where the spec asks for it.
+
+Limits come from the output's ``tolerance:`` in the spec, defaulted by kind and precision
+(``resolved``). The figures and the limits land in ``export.json``.
+"""
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import numpy as np
 
 from exporters.errors import ExportCheckError
+from exporters.spec_sections import Tolerance
 
-# Relative to the largest reference magnitude: fp32 should agree to float rounding, fp16 to ~3 digits;
-# bf16 (pipeline boundaries only) keeps 8 mantissa bits, about 2 digits.
-TOLERANCES = {"fp32": 1e-4, "fp16": 2e-2, "bf16": 5e-2}
+# Relative to the output's largest reference magnitude: fp32 should agree to float rounding, fp16 to
+# ~3 digits; bf16 (pipeline boundaries only) keeps 8 mantissa bits, about 2 digits.
+MAX_REL = {"fp32": 1e-4, "fp16": 2e-2, "bf16": 5e-2}
+COSINE = {"fp32": 0.99999, "fp16": 0.999, "bf16": 0.99}  # embeddings
+TOP1 = 1.0  # class scores: every row's argmax agrees (ties within the dtype's resolution excepted)
+# What each precision can represent: its smallest normal number and its relative resolution (epsilon).
+SMALLEST_NORMAL = {"fp32": float(np.finfo(np.float32).tiny), "fp16": float(np.finfo(np.float16).tiny),
+                   "bf16": 2.0**-126}  # fmt: skip
+EPSILON = {"fp32": float(np.finfo(np.float32).eps), "fp16": float(np.finfo(np.float16).eps), "bf16": 2.0**-7}
+FLUSHED_SHARE = 0.5  # more than this share of the reference's nonzero values served as 0: collapsed
+
+
+def resolved(tolerance: Tolerance | None, precision: str) -> Tolerance:
+    """``tolerance`` with every limit its kind uses filled in from the precision's defaults."""
+    given = tolerance or Tolerance()
+    return dataclasses.replace(
+        given,
+        max_rel=given.max_rel if given.max_rel is not None else MAX_REL[precision],
+        cosine=given.cosine if given.cosine is not None or given.kind != "embedding" else COSINE[precision],
+        top1=given.top1 if given.top1 is not None or given.kind != "class_scores" else TOP1,
+    )
+
+
+@dataclass(frozen=True)
+class OutputCheck:
+    """One output against its reference: the figures, the limits they were held to, what failed."""
+
+    name: str
+    precision: str
+    tolerance: Tolerance  # resolved: every limit that applied
+    max_abs_error: float
+    max_rel_error: float
+    scale: float  # the reference's largest magnitude (what max_rel divides by)
+    min_cosine: float | None = None
+    top1_agreement: float | None = None
+    problems: tuple[str, ...] = ()
+
+    @property
+    def ok(self) -> bool:
+        return not self.problems
+
+    def summary(self) -> str:
+        limit = self.tolerance
+        parts = [
+            f"max rel {self.max_rel_error:.3g} (≤ {limit.max_rel:g})",
+            f"max abs {self.max_abs_error:.3g}",
+        ]
+        if limit.max_abs is not None:
+            parts[-1] += f" (≤ {limit.max_abs:g})"
+        if self.min_cosine is not None:
+            parts.append(f"min cosine {self.min_cosine:.6f} (≥ {self.tolerance.cosine:g})")
+        if self.top1_agreement is not None:
+            parts.append(f"top-1 agreement {self.top1_agreement:.3f} (≥ {self.tolerance.top1:g})")
+        return f"{self.name}: {', '.join(parts)}"
+
+    def record(self) -> dict:
+        """The figures and limits as ``export.json`` keeps them."""
+        data = dataclasses.asdict(self)
+        data["tolerance"] = {k: v for k, v in data["tolerance"].items() if v is not None}
+        data["problems"] = list(self.problems)
+        return data
+
+
+def _rows(array: np.ndarray) -> np.ndarray:
+    return array.reshape(array.shape[0], -1) if array.ndim > 1 else array.reshape(1, -1)
+
+
+def _min_cosine(actual: np.ndarray, expected: np.ndarray) -> float:
+    a, e = _rows(actual), _rows(expected)
+    norms = np.linalg.norm(a, axis=1) * np.linalg.norm(e, axis=1)
+    dots = (a * e).sum(axis=1)
+    both_zero = (np.linalg.norm(a, axis=1) == 0) & (np.linalg.norm(e, axis=1) == 0)
+    cosine = np.where(both_zero, 1.0, np.divide(dots, norms, out=np.zeros_like(dots), where=norms > 0))
+    return float(cosine.min(initial=1.0))
+
+
+def _top1_agreement(actual: np.ndarray, expected: np.ndarray, precision: str) -> float:
+    """Share of rows (argmax over the last axis) where served and reference pick the same class, or
+    classes whose reference scores lie within the dtype's resolution of each other."""
+    a = actual.reshape(-1, actual.shape[-1]) if actual.ndim > 1 else actual.reshape(1, -1)
+    e = expected.reshape(-1, expected.shape[-1]) if expected.ndim > 1 else expected.reshape(1, -1)
+    if a.shape[0] == 0 or a.shape[1] == 0:
+        return 1.0
+    picked, truth = a.argmax(axis=1), e.argmax(axis=1)
+    rows = np.arange(e.shape[0])
+    best = e[rows, truth]
+    resolution = EPSILON[precision] * np.maximum(np.abs(e).max(axis=1), SMALLEST_NORMAL[precision])
+    agree = (picked == truth) | (best - e[rows, picked] <= resolution)
+    return float(agree.mean())
+
+
+def _collapse(actual: np.ndarray, expected: np.ndarray, scale: float, precision: str) -> list[str]:
+    """Why the output cannot be the reference in this precision whatever its differences, if it cannot."""
+    if scale == 0.0:
+        return []
+    if not np.any(actual):
+        return [f"collapsed: every value is 0 where the reference reaches {scale:.3g}"]
+    problems = []
+    if scale < SMALLEST_NORMAL[precision]:
+        problems.append(
+            f"collapsed: the reference's largest magnitude {scale:.3g} is below {precision}'s smallest "
+            f"normal number {SMALLEST_NORMAL[precision]:.3g}, so {precision} cannot carry it (scale the "
+            "output, or serve fp32)"
+        )
+    nonzero = expected != 0
+    flushed = int(np.count_nonzero(nonzero & (actual == 0)))
+    if flushed > FLUSHED_SHARE * int(np.count_nonzero(nonzero)):
+        problems.append(
+            f"collapsed: {flushed} of {int(np.count_nonzero(nonzero))} nonzero values flushed to 0"
+        )
+    return problems
+
+
+def check_outputs(
+    expected: np.ndarray,
+    actual: np.ndarray,
+    tolerance: Tolerance | None,
+    precision: str,
+    name: str = "output",
+) -> OutputCheck:
+    """One output held to ``tolerance`` (resolved for ``precision``); never raises on a mismatch: the
+    returned check's ``problems`` say what failed, its figures by how much."""
+    limits = resolved(tolerance, precision)
+    if actual.shape != expected.shape:
+        problem = f"shape {list(actual.shape)}, the reference has {list(expected.shape)}"
+        return OutputCheck(name, precision, limits, np.inf, np.inf, 0.0, problems=(problem,))
+    a, e = actual.astype(np.float64), expected.astype(np.float64)
+    problems = []
+    finite = np.isfinite(e)
+    if np.any(~np.isfinite(a) & finite):
+        problems.append(f"{int(np.count_nonzero(~np.isfinite(a) & finite))} values are NaN or ±Inf")
+    a, e = np.where(finite, a, 0.0), np.where(finite, e, 0.0)
+    a = np.where(np.isfinite(a), a, 0.0)
+    diff = float(np.max(np.abs(a - e), initial=0.0))
+    scale = float(np.max(np.abs(e), initial=0.0))
+    rel = diff / scale if scale > 0 else (0.0 if diff == 0 else np.inf)
+    problems += _collapse(a, e, scale, precision)
+    if rel > limits.max_rel:
+        problems.append(f"max relative error {rel:.3g} (max abs {diff:.3g}) exceeds {limits.max_rel:g}")
+    if limits.max_abs is not None and diff > limits.max_abs:
+        problems.append(f"max abs error {diff:.3g} exceeds {limits.max_abs:g}")
+    cosine = _min_cosine(a, e) if limits.cosine is not None else None
+    if cosine is not None and cosine < limits.cosine:
+        problems.append(f"min cosine {cosine:.6f} is below {limits.cosine:g}")
+    top1 = _top1_agreement(a, e, precision) if limits.top1 is not None else None
+    if top1 is not None and top1 < limits.top1:
+        problems.append(f"top-1 agreement {top1:.3f} is below {limits.top1:g}")
+    return OutputCheck(name, precision, limits, diff, rel, scale, cosine, top1, tuple(problems))
 
 
 @dataclass(frozen=True)
 class ParityReport:
-    max_abs_error: float
-    max_rel_error: float
-    tolerance: float
+    """Every output's check; the worst figures over them for one-line summaries."""
+
+    checks: tuple[OutputCheck, ...] = field(default_factory=tuple)
 
     @property
     def ok(self) -> bool:
-        return self.max_rel_error <= self.tolerance
+        return all(c.ok for c in self.checks)
+
+    @property
+    def max_abs_error(self) -> float:
+        return max((c.max_abs_error for c in self.checks), default=0.0)
+
+    @property
+    def max_rel_error(self) -> float:
+        return max((c.max_rel_error for c in self.checks), default=0.0)
+
+    @property
+    def tolerance(self) -> float:
+        """The tightest ``max_rel`` any output was held to."""
+        return min((c.tolerance.max_rel or 0.0 for c in self.checks), default=0.0)
+
+    def worse(self, other: ParityReport | None) -> ParityReport:
+        """Per output, the check with the larger relative error (the worst over several batches)."""
+        if other is None:
+            return self
+        pairs = zip(self.checks, other.checks, strict=True)
+        return ParityReport(tuple(max(a, b, key=lambda c: (not c.ok, c.max_rel_error)) for a, b in pairs))
 
 
 def compare_outputs(
-    actual: Sequence[np.ndarray], expected: Sequence[np.ndarray], precision: str, what: str
+    actual: Sequence[np.ndarray],
+    expected: Sequence[np.ndarray],
+    precision: str,
+    what: str,
+    names: Sequence[str] | None = None,
+    tolerances: Sequence[Tolerance | None] | None = None,
 ) -> ParityReport:
-    """Compare output lists; raise ``ExportCheckError`` naming ``what`` when outside the tolerance.
-
-    The relative error is ``max|a - e| / max|e|`` per output (the worst output counts), which stays
-    meaningful for probabilities near zero where an element-wise ratio explodes.
-    """
+    """Check every output (``check_outputs``); raise ``ExportCheckError`` naming ``what``, the output
+    and each limit it broke when any fails."""
     if len(actual) != len(expected):
         raise ExportCheckError(f"{what}: {len(actual)} outputs, torch gives {len(expected)}")
-    worst_abs, worst_rel = 0.0, 0.0
-    for index, (a, e) in enumerate(zip(actual, expected, strict=True)):
-        if a.shape != e.shape:
-            raise ExportCheckError(f"{what}: output {index} has shape {a.shape}, torch gives {e.shape}")
-        diff = float(np.max(np.abs(a.astype(np.float64) - e.astype(np.float64)), initial=0.0))
-        scale = max(float(np.max(np.abs(e.astype(np.float64)), initial=0.0)), 1e-6)
-        worst_abs, worst_rel = max(worst_abs, diff), max(worst_rel, diff / scale)
-    report = ParityReport(worst_abs, worst_rel, TOLERANCES[precision])
-    if not report.ok:
+    names = list(names) if names is not None else [f"output {i}" for i in range(len(expected))]
+    limits = list(tolerances) if tolerances is not None else [None] * len(expected)
+    report = ParityReport(
+        tuple(
+            check_outputs(e, a, t, precision, n)
+            for a, e, t, n in zip(actual, expected, limits, names, strict=True)
+        )
+    )
+    failed = [c for c in report.checks if not c.ok]
+    if failed:
         raise ExportCheckError(
-            f"{what}: max relative error {worst_rel:.3g} (max abs {worst_abs:.3g}) exceeds the {precision} "
-            f"tolerance {report.tolerance:g}"
+            f"{what} does not reproduce its fp32 source: "
+            + "; ".join(f"{c.name}: {', '.join(c.problems)}" for c in failed)
         )
     return report

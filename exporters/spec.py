@@ -33,7 +33,7 @@ from exporters.spec_sections import (
 )
 from exporters.spec_yaml import check_expansion
 from exporters.text_spec import TextEmbeddingSpec, parse_text_embeddings
-from exporters.typed import at_least, check_fields, parse
+from exporters.typed import at_least, check_fields, parse, to_data
 from exporters.zoo import ZOO
 
 SplitKind = Literal["blocks", "embedding_dense"]
@@ -205,6 +205,8 @@ class ModelSpec:
                     raise SpecError(f"{kind}[{index}].name", f"duplicate tensor name {tensor.name!r}")
                 if kind == "outputs" and tensor.range is not None:
                     raise SpecError(f"outputs[{index}].range", "ranges bound inputs only")
+                if kind == "inputs" and tensor.tolerance is not None:
+                    raise SpecError(f"inputs[{index}].tolerance", "tolerances are for outputs only")
                 needs_range = kind == "inputs" and self.source_kind != "zoo" and self.sample is None
                 if needs_range and tensor.dtype in INTEGER_DTYPES and tensor.range is None:
                     raise SpecError(
@@ -399,6 +401,25 @@ def parse_pipeline(data: Any, path: str, models: tuple[ModelSpec, ...]) -> Pipel
         stages = len(cut_points) + 1 if isinstance(cut_points, list) and cut_points else 2
         return parse(PipelineSpec, data, path, batching=batching, stages=stages)
     return parse(PipelineSpec, data, path)
+
+
+def with_absolute_paths(data: Any, base_dir: Path) -> Any:
+    """The spec document with every path of a model's ``source`` resolved against ``base_dir`` (the
+    spec file's folder), so a copy of it written elsewhere (the tuner's ``spec.tuned.yaml``) builds the
+    same models from any folder. Entries that do not parse are left for ``parse_spec`` to name."""
+    if not isinstance(data, dict) or not isinstance(data.get("models"), list):
+        return data
+    models = []
+    for index, entry in enumerate(data["models"]):
+        if isinstance(entry, dict) and isinstance(entry.get("source"), dict):
+            try:
+                source = parse_model(entry, f"models[{index}]", base_dir).source
+            except SpecError:
+                source = None
+            if source is not None:
+                entry = {**entry, "source": to_data(source)}
+        models.append(entry)
+    return {**data, "models": models}
 
 
 def parse_spec(data: Any, base_dir: Path | None = None) -> Spec:

@@ -21,8 +21,37 @@ MODEL_DTYPES = dtypes.MODEL_DTYPES  # bf16 only between pipeline stages (compres
 INTEGER_DTYPES = dtypes.INTEGER_DTYPES
 Precision = Literal["fp32", "fp16"]
 BatchingMode = Literal["none", "static", "dynamic"]
+OutputKind = Literal["values", "class_scores", "embedding"]
 Target = Literal["auto", "cpu", "gpu"]
 VARIABLE = -1  # a variable axis in a shape (bounded by ``max_shape``)
+
+
+@dataclass(frozen=True)
+class Tolerance:
+    """How closely an output must reproduce its fp32 source (``outputs[i].tolerance``).
+
+    ``kind`` picks the defaults (``exporters.parity``): ``values`` are held to ``max_rel`` (the worst
+    difference over the output's largest reference magnitude); ``class_scores`` also to ``top1``, the
+    share of rows whose argmax must agree; ``embedding`` also to ``cosine``, the least cosine similarity
+    of a row. A limit given here replaces the default; ``max_abs`` applies only when given.
+    """
+
+    kind: OutputKind = "values"
+    max_abs: float | None = None
+    max_rel: float | None = None
+    cosine: float | None = None
+    top1: float | None = None
+
+    def __post_init__(self) -> None:
+        check_fields(self)
+        for name in ("max_abs", "max_rel"):
+            value = getattr(self, name)
+            if value is not None and not value > 0:
+                raise SpecError(name, f"must be > 0, got {value}")
+        if self.cosine is not None and not -1.0 < self.cosine <= 1.0:
+            raise SpecError("cosine", f"must be in (-1, 1], got {self.cosine}")
+        if self.top1 is not None and not 0.0 < self.top1 <= 1.0:
+            raise SpecError("top1", f"must be a share of rows in (0, 1], got {self.top1}")
 
 
 @dataclass(frozen=True)
@@ -31,7 +60,8 @@ class TensorSpec:
 
     ``-1`` marks a variable axis (a sequence length); ``max_shape`` then bounds it, because warm-up,
     shared-memory sizing and generated inputs need a largest case. ``range: [lo, hi)`` (integer inputs)
-    is the half-open interval valid ids are drawn from.
+    is the half-open interval valid ids are drawn from. ``tolerance`` (outputs only) is how closely the
+    served output must match the source (``Tolerance``; defaults by kind and precision).
     """
 
     name: str
@@ -39,6 +69,7 @@ class TensorSpec:
     shape: tuple[int, ...]
     max_shape: tuple[int, ...] | None = None
     range: tuple[int, int] | None = None
+    tolerance: Tolerance | None = None
 
     def __post_init__(self) -> None:
         check_fields(self)
@@ -64,6 +95,11 @@ class TensorSpec:
                 raise SpecError("range", f"is for integer tensors, {self.name} is {self.dtype}")
             if self.range[0] >= self.range[1]:
                 raise SpecError("range", f"must be [lo, hi) with lo < hi, got {list(self.range)}")
+        if self.tolerance is not None and self.dtype in INTEGER_DTYPES:
+            raise SpecError(
+                "tolerance",
+                f"is for float outputs (integers must match exactly), {self.name} is {self.dtype}",
+            )
 
     @property
     def variable(self) -> bool:

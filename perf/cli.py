@@ -32,7 +32,7 @@ from perf.goals import Goal, all_goals
 from perf.profiles import PROFILES, Profile, get_profile
 from perf.studies import studies
 from perf.study import StudyResult, StudyRunner, count_steps
-from perf.study_spec import FAMILIES, MODES
+from perf.study_spec import FAMILIES, MODES, spec_families
 from perf.tune.cli import add_parser as add_tune_parser
 from perf.tune.cli import command_tune
 from perf.tune.cli import usage_errors as tune_usage_errors
@@ -54,7 +54,8 @@ def parser() -> argparse.ArgumentParser:
     commands = top.add_subparsers(dest="command", required=True)
     run = commands.add_parser("run", help="run the batching study and write reports/<timestamp>/")
     run.add_argument("--profile", default="default", choices=sorted(PROFILES))
-    run.add_argument("--models", default=env("PERF_MODELS"), help=f"comma list of {', '.join(FAMILIES)}")
+    run.add_argument("--models", default=env("PERF_MODELS"),
+                     help=f"comma list of {', '.join(FAMILIES)} (the zoo) or models of --spec")  # fmt: skip
     run.add_argument("--modes", default=env("PERF_MODES"), help=f"comma list of {', '.join(MODES)}")
     run.add_argument("--concurrency", default=env("PERF_CONCURRENCY"), help="comma list, e.g. 1,4,16")
     run.add_argument("--goal-concurrency", type=int, default=env("PERF_GOAL_CONCURRENCY"),
@@ -72,7 +73,8 @@ def parser() -> argparse.ArgumentParser:
     run.add_argument("--seed", type=int, default=None)
     run.add_argument("--reports", type=Path, default=Path("reports"), help="parent folder of the report")
     run.add_argument("--spec", type=Path, default=Path(env("PERF_SPEC", "models.yaml")),
-                     help="the spec whose pipelines the pipeline study serves (models.yaml)")  # fmt: skip
+                     help="the spec whose pipelines the pipeline study serves, and where --models that "
+                          "are not zoo families are found (models.yaml)")  # fmt: skip
     commands.add_parser("analyzer", help="cross-check with perf_analyzer where a working binary exists")
     add_tune_parser(commands)
     return top
@@ -87,6 +89,11 @@ def profile_from(args: argparse.Namespace) -> Profile:
         "max_windows": args.max_windows, "poisson_fraction": args.rate_fraction, "trace": args.trace,
         "seed": args.seed, "shared_memory": args.shm or None,
     }  # fmt: skip
+    own = [name for name in overrides["families"] or () if name not in FAMILIES]
+    if own:
+        overrides["spec_families"] = spec_families(args.spec, own)
+        if len(own) == len(overrides["families"]):  # the zoo's other studies measure zoo models only
+            overrides.update(text_modes=(), queue_policy_s=0.0)
     return get_profile(args.profile, **{k: v for k, v in overrides.items() if v is not None})
 
 

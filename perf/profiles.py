@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Protocol
+from typing import Any, Protocol
 
 from exporters.spec import ModelSpec
 from perf.engine import MeasureSettings
@@ -58,9 +58,17 @@ class Profile:
     # The queue-policy study: seconds each configuration is measured per load (0: not run). The wait it
     # looks for comes every few seconds at most, so each run is one fixed span, not stable windows.
     queue_policy_s: float = 12.0
+    # Models of the user's spec measured as families beside (or instead of) the zoo's, by name
+    # (``perf.study_spec.spec_families``).
+    spec_families: dict[str, dict[str, Any]] = field(default_factory=dict)
+
+    @property
+    def family_table(self) -> dict[str, dict[str, Any]]:
+        """Every family this profile may measure: the zoo's and the user's."""
+        return {**FAMILIES, **self.spec_families}
 
     def __post_init__(self) -> None:
-        _known("models (--models)", self.families, FAMILIES)
+        _known("models (--models)", self.families, self.family_table)
         _known("modes (--modes)", self.modes, MODES)
         _known("pipelines", self.pipelines, COMPARISONS)
         _known("text modes", self.text_modes, TEXT_MODES)

@@ -343,7 +343,8 @@ def write_raw(result: StudyResult, folder: Path) -> None:
     records = [r for m in all_measurements(result) for r in m.records]
     write_csv(records, folder / "records.csv")
     write_json(records, folder / "records.json")
-    entries = study_entries(list(result.profile.families), list(result.profile.modes), result.profile.seed)
+    profile = result.profile
+    entries = study_entries(list(profile.families), list(profile.modes), profile.seed, profile.family_table)
     (folder / "study.yaml").write_text(yaml.safe_dump({"models": entries}, sort_keys=False))
     for config in result.repository.glob("*/config.pbtxt"):
         target = folder / "configs" / config.parent.name / "config.pbtxt"

@@ -24,20 +24,13 @@ from pathlib import Path
 from typing import Any
 
 from client.stats import ModelStats, parse_model_stats
+from exporters.devices import usable_cores
 
 CLOCK_TICKS = os.sysconf("SC_CLK_TCK")
 METRIC_LINE = re.compile(r"^(\w+)\{([^}]*)\}\s+([0-9.eE+-]+)$")
 PROC_STAT = Path("/proc/stat")
 IDLE_FIELDS = (3, 4)  # idle, iowait in the "cpu" line of /proc/stat
 STEAL_FIELD = 7  # steal: the hypervisor kept a runnable CPU of this machine off the host's cores
-
-
-def usable_cores() -> int:
-    """The cores this process may run on (the container's share, not the host's count)."""
-    try:
-        return len(os.sched_getaffinity(0))
-    except (AttributeError, OSError):
-        return os.cpu_count() or 1
 
 
 @dataclass(frozen=True)

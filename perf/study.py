@@ -85,7 +85,9 @@ class StudyRunner:
         self.profile = profile
         self.log_path = log_path
         self.progress = progress or (lambda step: None)
-        self.spec = study_spec(list(profile.families), list(profile.modes), profile.seed)
+        self.spec = study_spec(
+            list(profile.families), list(profile.modes), profile.seed, profile.family_table
+        )
         self.repository = workdir / "repository"
         self.collect = {model_name(f, m): MODES[m].collect for f in profile.families for m in profile.modes}
 

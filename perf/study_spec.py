@@ -1,5 +1,8 @@
 """The study's own model spec: one Triton model per (model family, batching mode), plus ``trivial``.
 
+A family is a zoo model below (``FAMILIES``) or a model of the user's spec (``spec_families``: ``make
+perf SPEC=… MODELS=…``), whose graph the study serves in every mode like the zoo's.
+
 Every mode of a family serves the same ONNX graph (same options, same seed), so the modes differ only in
 their ``config.pbtxt``. ``max_batch_size`` is 32 everywhere, so dynamic batching can form at most what
 static batching always sends. The recommender is sized on purpose (docs/PERF.md, "Two regimes"): a
@@ -11,10 +14,17 @@ cannot win much.
 
 from __future__ import annotations
 
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
+from exporters.errors import SpecError
+from exporters.resolve import resolve_model
 from exporters.spec import Spec, parse_spec
+from exporters.spec_yaml import load_spec_document
+from exporters.typed import to_data
+from perf.errors import OptionError
 from perf.model.grid import MAX_BATCH
 
 STATIC_BATCH = 32  # the article's static batch
@@ -75,6 +85,36 @@ FAMILIES: dict[str, dict[str, Any]] = {
     },
 }  # fmt: skip
 
+# What makes a model of the user's spec the same graph in every mode; how it is batched, placed and
+# threaded is the study's (every mode one config.pbtxt of the same graph, as for the zoo families).
+GRAPH_FIELDS = ("source", "options", "seed", "precision", "inputs", "outputs", "sample", "lengths",
+                "allow_non_finite")  # fmt: skip
+
+
+def spec_families(spec_path: Path, names: Iterable[str]) -> dict[str, dict[str, Any]]:
+    """Models of the user's spec (``make perf SPEC=… MODELS=…``) as study families: each one's graph
+    (``GRAPH_FIELDS``, paths absolute as the spec resolves them), batched by every mode of the study."""
+    try:
+        spec = parse_spec(load_spec_document(spec_path), Path(spec_path).resolve().parent)
+    except SpecError as error:
+        raise OptionError(f"--spec {spec_path}: {error}") from error
+    have = [m.name for m in spec.models]
+    unknown = [name for name in names if name not in have]
+    if unknown:
+        raise OptionError(
+            f"unknown models (--models): {', '.join(unknown)}; neither zoo families ({', '.join(FAMILIES)}) "
+            f"nor models of --spec {spec_path} ({', '.join(have)})"
+        )
+    try:  # only these models' artifacts are read (a self-describing source's tensors)
+        models = {name: resolve_model(spec.model(name), f"models[{have.index(name)}]") for name in names}
+    except SpecError as error:
+        raise OptionError(f"--models from --spec {spec_path}: {error}") from error
+    return {
+        name: {key: value for key, value in to_data(model).items() if key in GRAPH_FIELDS}
+        for name, model in models.items()
+    }
+
+
 TRIVIAL = "trivial"
 TRIVIAL_ENTRY: dict[str, Any] = {
     "name": TRIVIAL, "source": "trivial", "options": {"features": 16}, "max_batch_size": MAX_BATCH,
@@ -89,26 +129,32 @@ def model_name(family: str, mode: str) -> str:
 
 
 def family_entry(
-    family: str, name: str, batching: dict[str, Any], instances: int = 1, seed: int = 0
-) -> dict[str, Any]:
-    """One ``models`` entry of ``family`` (its fixed graph and seed) with this batching and instances:
-    the entries of one family differ only in their ``config.pbtxt``."""
+    family: str, name: str, batching: dict[str, Any], instances: int = 1, seed: int = 0,
+    table: Mapping[str, dict[str, Any]] = FAMILIES,
+) -> dict[str, Any]:  # fmt: skip
+    """One ``models`` entry of ``family`` (its fixed graph and seed: the study's, unless the family
+    names its own) with this batching and instances: the entries of one family differ only in their
+    ``config.pbtxt``. ``table``: the zoo's families, or those plus the user's (``spec_families``)."""
     return {
-        "name": name, **FAMILIES[family], "seed": seed, "max_batch_size": MAX_BATCH, "batching": batching,
+        "name": name, "seed": seed, **table[family], "max_batch_size": MAX_BATCH, "batching": batching,
         "instances": {"cpu": instances}, "threads": {"intra_op": 1, "inter_op": 1}, "target": "cpu",
     }  # fmt: skip
 
 
-def study_entries(families: list[str], modes: list[str], seed: int = 0) -> list[dict[str, Any]]:
+def study_entries(
+    families: list[str], modes: list[str], seed: int = 0, table: Mapping[str, dict[str, Any]] = FAMILIES
+) -> list[dict[str, Any]]:
     """The spec document's ``models`` list (what goes into the report as the exact spec used)."""
     entries = [
-        family_entry(family, model_name(family, key), MODES[key].batching, MODES[key].instances, seed)
+        family_entry(family, model_name(family, key), MODES[key].batching, MODES[key].instances, seed, table)
         for family in families
         for key in modes
     ]
     return [*entries, TRIVIAL_ENTRY]
 
 
-def study_spec(families: list[str], modes: list[str], seed: int = 0) -> Spec:
-    """The study's spec (``Profile`` has already checked the names against ``FAMILIES`` and ``MODES``)."""
-    return parse_spec({"models": study_entries(families, modes, seed)})
+def study_spec(
+    families: list[str], modes: list[str], seed: int = 0, table: Mapping[str, dict[str, Any]] = FAMILIES
+) -> Spec:
+    """The study's spec (``Profile`` has already checked the names against ``table`` and ``MODES``)."""
+    return parse_spec({"models": study_entries(families, modes, seed, table)})

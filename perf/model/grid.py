@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 
 from perf.model.batcher import BatcherConfig
@@ -17,13 +18,31 @@ class Grid:
     preferred: tuple[tuple[int, ...], ...] = ((),)  # preferred-size sets tried (filtered to < max)
     no_batching: bool = True  # the baseline: one request per execution, per instance count
 
-    def candidates(self, budget_ms: float) -> list[BatcherConfig]:
-        """Every combination whose delay leaves room in the budget (a delay >= budget cannot meet it)."""
+    def batch_sizes(
+        self, budget_ms: float, compute_ms: Callable[[int], float] | None = None
+    ) -> tuple[int, ...]:
+        """The max batch sizes a candidate may have: the grid's, each bounded so that one full batch's
+        compute (``compute_ms``, measured) fits in the budget. A size whose batch alone takes longer
+        becomes the largest size that fits; none of 2 or more fits: no batching at all."""
+        if compute_ms is None:
+            return self.max_batches
+        sizes = []
+        for size in self.max_batches:
+            fitting = max((n for n in range(1, size + 1) if compute_ms(n) <= budget_ms), default=1)
+            if fitting > 1 and fitting not in sizes:
+                sizes.append(fitting)
+        return tuple(sizes)
+
+    def candidates(
+        self, budget_ms: float, compute_ms: Callable[[int], float] | None = None
+    ) -> list[BatcherConfig]:
+        """Every combination whose delay leaves room in the budget (a delay >= budget cannot meet it),
+        with batch sizes whose compute fits the budget (``batch_sizes``)."""
         out: list[BatcherConfig] = []
         for instances in self.instances:
             if self.no_batching:
                 out.append(BatcherConfig(1, 0, instances=instances))
-            for size in self.max_batches:
+            for size in self.batch_sizes(budget_ms, compute_ms):
                 for delay in self.delays_us:
                     if delay / 1000 >= budget_ms:
                         continue

@@ -10,9 +10,10 @@ the report rendered from it into ``reports/<timestamp>-tune/``. ``--scenario``, 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import dataclasses
 import logging
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from datetime import datetime
 from pathlib import Path
 
@@ -21,12 +22,14 @@ from exporters.resolve import load_spec
 from exporters.spec import Spec
 from perf.analyzer import PerfAnalyzerEngine, find_perf_analyzer, unavailable_message
 from perf.engine import LoadEngine, MeasureSettings, OurEngine
+from perf.errors import PerfError
 from perf.loads import Load, read_trace, trace
 from perf.markdown import number
 from perf.model.batcher import BatcherConfig
 from perf.model.grid import QUICK_GRID, WIDE_GRID
 from perf.raw import measure_raw
 from perf.tune.overlay import write_overlay
+from perf.tune.partial import write_partial
 from perf.tune.report import render
 from perf.tune.result import document, save
 from perf.tune.session import TUNE_WINDOWS, TuneSession
@@ -161,7 +164,12 @@ def command_tune(args: argparse.Namespace, console) -> int:
 
         return run_follow(args, folder, console)
     spec = load_spec(args.spec)
-    saved, chosen = measure_and_pick(args, spec, folder, console)
+    try:
+        saved, chosen = measure_and_pick(args, spec, folder, console)
+    except PerfError as error:
+        console.print(f"[red]tune failed[/red] {error}")
+        console.print(f"  what was measured before it: {folder / 'partial.md'}")
+        return 1
     save(folder, saved)
     note = f"python -m perf tune --model {args.model} --p99-ms {args.p99_ms:g}: {chosen.label}"
     tuned = write_overlay(args.spec, spec.model(args.model), chosen, folder, note, args.keep_queue_policy)
@@ -171,6 +179,18 @@ def command_tune(args: argparse.Namespace, console) -> int:
     console.print((folder / "overlay.yaml").read_text(), highlight=False)
     print_summary(saved, report, console)
     return 0
+
+
+@contextlib.contextmanager
+def partial_on_failure(folder: Path, title: str, session: TuneSession) -> Iterator[None]:
+    """On a ``PerfError`` (a measurement the engine could not make, no candidate within the budget),
+    write ``partial.md`` with the runs measured so far, then let the error through."""
+    try:
+        yield
+    except PerfError as error:
+        log.exception("%s failed", title)
+        write_partial(folder, title, error, session.runs)
+        raise
 
 
 def measure_and_pick(
@@ -192,7 +212,7 @@ def measure_and_pick(
     session = TuneSession(
         spec, args.model, grid.largest_batch, WORKDIR, engine, windows, keep_queue=args.keep_queue_policy
     )
-    with session:
+    with session, partial_on_failure(folder, f"Tuning {args.model} for p99 ≤ {args.p99_ms:g} ms", session):
         result = tune(session, request, step=progress)
         saved = document(result, args.model, engine.name, session.noise, session.cores)
         if args.exhaustive:

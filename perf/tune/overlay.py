@@ -18,7 +18,8 @@ import yaml
 from google.protobuf import json_format
 
 from exporters.configs import build_model_config
-from exporters.spec import Batching, ModelSpec, Spec, parse_spec
+from exporters.spec import Batching, ModelSpec, Spec, parse_spec, with_absolute_paths
+from exporters.spec_yaml import load_spec_document
 from perf.errors import OptionError
 from perf.model.batcher import BatcherConfig
 
@@ -104,14 +105,21 @@ def apply_overlay(base: dict[str, Any], overlay: dict[str, Any]) -> dict[str, An
 def write_overlay(
     base_path: Path, base: ModelSpec, config: BatcherConfig, folder: Path, note: str, keep_queue: bool = False
 ) -> Spec:
-    """Write ``overlay.yaml`` and the merged ``spec.tuned.yaml`` into ``folder``; return the checked spec."""
+    """Write ``overlay.yaml`` and the merged ``spec.tuned.yaml`` into ``folder``; return the checked spec.
+
+    The merged spec's source paths are absolute (resolved against the base spec's folder): it lives in
+    the report folder, where the base's relative paths point nowhere, and it builds from any folder.
+    """
     overlay = {"models": [overlay_entry(base, config, keep_queue)]}
-    base_document = yaml.safe_load(base_path.read_text())
+    base_document = with_absolute_paths(load_spec_document(base_path), base_path.resolve().parent)
     merged = apply_overlay(base_document, overlay)
     spec = parse_spec(merged)  # the same validation as models.yaml: a bad overlay fails here, by field
     header = f"# {note}\n"
+    anchored = (
+        f"# source paths made absolute (the base spec's are relative to {base_path.resolve().parent})\n"
+    )
     (folder / "overlay.yaml").write_text(header + yaml.safe_dump(overlay, sort_keys=False))
-    (folder / "spec.tuned.yaml").write_text(header + yaml.safe_dump(merged, sort_keys=False))
+    (folder / "spec.tuned.yaml").write_text(header + anchored + yaml.safe_dump(merged, sort_keys=False))
     return spec
 
 

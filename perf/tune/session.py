@@ -18,6 +18,7 @@ from pathlib import Path
 import numpy as np
 import tritonclient.http as httpclient
 
+from client.infer import infer
 from exporters.repository import build_repository
 from exporters.spec import ModelSpec, Spec
 from perf.engine import LoadEngine, MeasureSettings
@@ -36,6 +37,10 @@ RETIRE_WAIT_S = 6.0  # after a reload, at most this long for the replaced instan
 # Each run: a short warm-up, then windows until three agree within 10% (at most five). The three that
 # count cover 2.4 s: at 2,000 requests/s, a p99 from about 50 tail samples.
 TUNE_WINDOWS = MeasureSettings(warmup_s=0.5, window_s=0.8, stable_windows=3, max_windows=5, tolerance=0.10)
+# A window lasts at least this many of the slowest batches measured: perf_analyzer gives up on a window
+# no request completed in ("No valid requests recorded within time interval"), and a window of a few
+# batches says little about a p99. A model whose full batch takes 200 ms gets windows of 4 s.
+WINDOW_BATCHES = 20
 
 
 class TuneSession:
@@ -68,13 +73,40 @@ class TuneSession:
         self.reload_s: list[float] = []
         self.cores = usable_cores()
         self._target: Target | None = None
+        self.slowest_batch_s = 0.0  # the longest compute of one execution measured so far
+        self.runs: list[Measurement] = []  # every run, in order (a failed tune reports them)
 
     def __enter__(self) -> TuneSession:
         repository = self.workdir / "repository"
         build_spec = dataclasses.replace(self.base, max_batch_size=self.largest_batch, warmup=False)
         build_repository(Spec(models=(build_spec,)), repository, num_gpus=0)
         self.server = TritonServer(self._options(repository, [self.base.name])).start()
+        try:
+            self.slowest_batch_s = self._time_largest_batch()
+        except BaseException:
+            self.__exit__(None, None, None)
+            raise
+        log.info("a batch of %d takes %.0f ms", self.largest_batch, 1e3 * self.slowest_batch_s)
         return self
+
+    def _time_largest_batch(self) -> float:
+        """Seconds one request of the largest batch takes (the second of two: the first warms up), so
+        that the first measurement's windows are already sized for the model."""
+        assert self.server is not None
+        client = httpclient.InferenceServerClient(self.server.http_url, network_timeout=600.0)
+        try:
+            for _ in range(2):
+                started = time.perf_counter()
+                infer(client, "http", self.base.name, self.target.inputs)
+                took = time.perf_counter() - started
+        finally:
+            client.close()
+        return took
+
+    def sized(self, settings: MeasureSettings) -> MeasureSettings:
+        """``settings`` with windows of at least ``WINDOW_BATCHES`` of the slowest batch measured."""
+        floor = WINDOW_BATCHES * self.slowest_batch_s
+        return settings if settings.window_s >= floor else dataclasses.replace(settings, window_s=floor)
 
     def _options(self, repository: Path, load_models: list[str]) -> ServerOptions:
         return ServerOptions(
@@ -161,7 +193,15 @@ class TuneSession:
         return self.noise.measure(lambda: self._measure_once(load, label, settings or self.settings))
 
     def _measure_once(self, load: Load, label: str, settings: MeasureSettings) -> Measurement:
-        return measure(self.target, load, settings, self.endpoints, label, engine=self.engine)
+        sized = self.sized(settings)
+        if sized is not settings:
+            log.info("%s: windows of %.1f s (%d batches of %.0f ms)", label, sized.window_s, WINDOW_BATCHES,
+                     1e3 * self.slowest_batch_s)  # fmt: skip
+        run = measure(self.target, load, sized, self.endpoints, label, engine=self.engine)
+        self.runs.append(run)
+        executions = [b.compute_ns / b.executions / 1e9 for b in run.stats.batches.values() if b.executions]
+        self.slowest_batch_s = max([self.slowest_batch_s, *executions])
+        return run
 
     def config_text(self) -> str:
         """The model's configuration as the server reports it now (for the report)."""

@@ -131,11 +131,18 @@ class TuneResult:
         return min(self.points_of(self.chosen), key=lambda p: abs(p.rate - self.operating_rate))
 
 
+def compute_ms(result: ProbeResult) -> Callable[[int], float]:
+    """The probe's compute per batch size, the slowest of the instance counts' fits (instances that
+    share the cores each take longer per batch)."""
+    return lambda batch: max(fit.batch_ms(batch) for fit in result.fits.values())
+
+
 def rank(result: ProbeResult, request: TuneRequest) -> list[Ranked]:
     """Every candidate with its prediction, best first: feasible ones, then by predicted rate (ties:
-    less delay, fewer instances, smaller batches)."""
+    less delay, fewer instances, smaller batches). No candidate's full batch computes for longer than
+    the budget (``Grid.batch_sizes``): such a batch misses it whatever the simulation says."""
     ranked = []
-    for config in request.grid.candidates(request.budget_ms):
+    for config in request.grid.candidates(request.budget_ms, compute_ms(result)):
         service = result.services[config.instances]
         best = max_rate(config, service, request.budget_ms, request.load, request.predict_s)
         at_rate = (
@@ -244,10 +251,25 @@ def tune(
     grid = request.grid
     step("probing: compute per batch size, costs beyond it, the CPU term")
     probed = probe(server, grid.instances, grid.largest_batch, plan)
-    step(f"predicting {len(grid.candidates(request.budget_ms))} candidates (batcher simulation)")
+    compute = compute_ms(probed)
+    within = grid.batch_sizes(request.budget_ms, compute)
+    if within != grid.max_batches:
+        costs = ", ".join(f"{n}: {compute(n):.0f} ms" for n in grid.max_batches)
+        step(
+            f"max batch sizes {list(grid.max_batches)} bounded to {list(within)}: a full batch must "
+            f"compute within the {request.budget_ms:g} ms budget (measured: {costs})"
+        )
+    count = len(grid.candidates(request.budget_ms, compute))
+    step(f"predicting {count} candidates (batcher simulation)")
     started = time.perf_counter()
     ranking = rank(probed, request)
     predict_s = time.perf_counter() - started
+    if not ranking:
+        raise StudyError(
+            f"no candidate: even a batch of 2 computes for longer than the {request.budget_ms:g} ms budget "
+            f"({compute(2):.0f} ms measured) and the grid has no unbatched candidate; raise the budget or "
+            "serve without batching"
+        )
     if ranking[0].best is None:
         first_config, first = probed.runs[0]
         raise StudyError(

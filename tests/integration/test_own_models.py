@@ -1,6 +1,6 @@
-"""Your own models served by a real tritonserver: a factory module, an existing ONNX file (fp32 and fp16),
-a ``torch.export`` program and a Hugging Face folder (all-MiniLM-L6-v2 from its package), each answering
-``client infer --check`` against its own source.
+"""Your own models served by a real tritonserver: factory modules (a tagger, and an image classifier in
+plain torch), an existing ONNX file (fp32 and fp16), a ``torch.export`` program and a Hugging Face folder
+(all-MiniLM-L6-v2 from its package), each answering ``client infer --check`` against its own source.
 
 The example project (``examples/own_model``) is copied into a temporary folder and its artifacts are
 made there, as a user would have them; the ``.pt2`` and Hugging Face entries come from
@@ -26,7 +26,7 @@ from server import ServerOptions, TritonServer
 
 pytestmark = pytest.mark.integration
 EXAMPLE = Path(__file__).resolve().parents[2] / "examples" / "own_model"
-MODELS = ("tagger_python", "tagger_onnx", "tagger_onnx_fp16", "tagger_pt2", "minilm")
+MODELS = ("tagger_python", "vision_python", "tagger_onnx", "tagger_onnx_fp16", "tagger_pt2", "minilm")
 
 
 def _make_artifacts(folder: Path) -> None:

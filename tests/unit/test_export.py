@@ -12,7 +12,7 @@ from exporters.errors import ExportCheckError, SpecError
 from exporters.inputs import draw_inputs
 from exporters.onnx_export import export_onnx, run_onnx
 from exporters.onnx_files import check_external_data
-from exporters.parity import TOLERANCES, compare_outputs
+from exporters.parity import MAX_REL, compare_outputs
 from exporters.sources.load import build_torch_model
 from exporters.torch_reference import torch_reference
 
@@ -21,7 +21,7 @@ from exporters.torch_reference import torch_reference
 def test_export_matches_torch(model_spec, tmp_path: Path, name: str) -> None:
     spec = model_spec(name)
     artifact = export_onnx(spec, tmp_path)
-    assert artifact.max_rel_error <= TOLERANCES[spec.precision]
+    assert artifact.max_rel_error <= MAX_REL[spec.precision]
     graph = onnx.load(str(artifact.path)).graph
     assert [i.name for i in graph.input] == [t.name for t in spec.inputs]
     assert [o.name for o in graph.output] == [t.name for t in spec.outputs]
@@ -61,11 +61,13 @@ def test_spec_that_does_not_match_the_model_is_rejected(model_spec, tmp_path: Pa
 
 def test_parity_failure_names_the_model() -> None:
     expected = [np.linspace(0, 1, 10, dtype=np.float32)]
-    with pytest.raises(ExportCheckError, match="my_model: max relative error"):
+    with pytest.raises(
+        ExportCheckError, match="my_model does not reproduce its fp32 source: output 0: max relative"
+    ):
         compare_outputs([expected[0] + 0.01], expected, "fp32", "my_model")
     report = compare_outputs([expected[0] + 0.001], expected, "fp16", "my_model")
     assert report.max_abs_error == pytest.approx(0.001, rel=1e-3) == report.max_rel_error  # max|e| is 1
-    assert report.tolerance == TOLERANCES["fp16"]
+    assert report.tolerance == MAX_REL["fp16"]
 
 
 def test_external_data_outside_the_model_folder_is_rejected(tmp_path: Path) -> None:

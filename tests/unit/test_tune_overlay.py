@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import shutil
 from pathlib import Path
 
 import numpy as np
@@ -10,6 +11,7 @@ import pytest
 import yaml
 
 from exporters.errors import SpecError
+from exporters.repository import build_repository
 from exporters.resolve import load_spec
 from perf.loads import arrival_times
 from perf.model.batcher import BatcherConfig
@@ -18,6 +20,7 @@ from perf.tune.overlay import apply_overlay, config_json, write_overlay
 from perf.tune.scenarios import recsys_load, step_load, video_load, zipf_ids
 
 SPEC = Path(__file__).resolve().parents[2] / "models.yaml"
+FACTORIES = Path(__file__).resolve().parents[1] / "data" / "own_factories"
 
 
 def test_the_overlay_replaces_batching_whole_and_validates(tmp_path: Path) -> None:
@@ -135,3 +138,31 @@ def test_tune_options_are_checked_before_any_measurement(tmp_path: Path) -> None
     trace.write_text("0.01\n0.03\n")  # 50/s as recorded
     load_at = _load_at(parser().parse_args(["tune", "--trace", str(trace)]))
     assert arrival_times(load_at(100.0), 1.0)[:2].tolist() == pytest.approx([0.005, 0.02])  # time ×0.5
+
+
+def test_the_tuned_spec_of_an_outside_spec_with_relative_paths_builds_from_anywhere(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    project = tmp_path / "project"
+    project.mkdir()
+    shutil.copy(FACTORIES / "factories.py", project / "factories.py")
+    entry = {
+        "name": "tiny", "source": {"python": "factories:tiny_logits", "path": "."},
+        "sample": "factories:sample", "options": {"scale": 1.0}, "max_batch_size": 4,
+        "inputs": [{"name": "x", "dtype": "fp32", "shape": [16]}],
+        "outputs": [{"name": "logits", "dtype": "fp32", "shape": [10]}],
+    }  # fmt: skip
+    (project / "models.yaml").write_text(yaml.safe_dump({"models": [entry]}))
+    report = tmp_path / "reports" / "tune"
+    report.mkdir(parents=True)
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    monkeypatch.chdir(elsewhere)  # neither the spec's folder nor the report's
+    base = load_spec(project / "models.yaml").model("tiny")
+    write_overlay(project / "models.yaml", base, BatcherConfig(4, 500), report, "test")
+    tuned = yaml.safe_load((report / "spec.tuned.yaml").read_text())
+    assert tuned["models"][0]["source"] == {"python": "factories:tiny_logits", "path": str(project)}
+    built = build_repository(load_spec(report / "spec.tuned.yaml"), tmp_path / "repo", num_gpus=0)
+    assert [b.spec.name for b in built] == ["tiny"] and (
+        tmp_path / "repo" / "tiny" / "1" / "model.onnx"
+    ).exists()

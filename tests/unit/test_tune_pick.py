@@ -9,11 +9,10 @@ import dataclasses
 import time
 
 import pytest
-from simulated_server import KneeService, Noise, SimulatedServer
+from simulated_server import TWO_CORES, KneeService, Noise, SimulatedServer
 
 from perf.loads import poisson
 from perf.model.batcher import BatcherConfig
-from perf.model.cpu import CpuModel
 from perf.model.grid import Grid
 from perf.model.predict import max_rate
 from perf.noise import NoisePolicy
@@ -22,7 +21,7 @@ from perf.tune.tuner import TuneRequest, tune
 
 BUDGET_MS = 10.0
 GRID = Grid(delays_us=(0, 1000, 4000), max_batches=(8, 32), instances=(1, 2))
-CPU = CpuModel(idle_cores=0.1, per_request_s=150e-6, per_execution_s=200e-6, cores=2, slice_s=0.0003)
+CPU = TWO_CORES
 # A recommender-like model on two shared cores: a batch of one is mostly fixed cost (T ≫ Δt), each
 # execution pays the Python backend's IPC, and a second instance costs every request more CPU.
 LINEAR = {

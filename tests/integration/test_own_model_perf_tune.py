@@ -1,0 +1,100 @@
+"""Your own model measured like the zoo: ``make perf SPEC=… MODELS=…`` runs the batching study on a model
+of an outside spec (every mode, the latency-model fit, the report and plots), and ``make tune`` on a
+model slow for real (a batch of 8 takes ~100 ms or more) in a spec in another folder with ``path: .``
+finishes, proposes no batch whose compute alone exceeds the budget, and writes a ``spec.tuned.yaml``
+that builds from anywhere. Short settings: the pieces must fit; no figure is asserted."""
+
+from __future__ import annotations
+
+import re
+import shutil
+from pathlib import Path
+
+import pytest
+import yaml
+from rich.console import Console
+
+from exporters.repository import build_repository
+from exporters.resolve import load_spec
+from perf.cli import parser
+from perf.model.grid import Grid
+from perf.profiles import get_profile
+from perf.report import write_report
+from perf.study import StudyRunner
+from perf.study_spec import spec_families
+from perf.tune.cli import command_tune
+from perf.tune.result import load
+
+pytestmark = [pytest.mark.integration, pytest.mark.timeout(600)]
+ROOT = Path(__file__).resolve().parents[2]
+EXAMPLE = ROOT / "examples" / "own_model"
+FACTORIES = ROOT / "tests" / "data" / "own_factories" / "factories.py"
+
+
+def test_make_perf_measures_a_model_of_an_outside_spec(tmp_path: Path) -> None:
+    project = tmp_path / "project"
+    shutil.copytree(EXAMPLE, project, ignore=shutil.ignore_patterns("artifacts", "__pycache__"))
+    spec = project / "models.yaml"
+    data = yaml.safe_load(spec.read_text())
+    data["models"] = [m for m in data["models"] if m["name"] == "tagger_python"]  # no artifacts needed
+    spec.write_text(yaml.safe_dump(data, sort_keys=False))
+    own = spec_families(spec, ["tagger_python"])
+    profile = get_profile("smoke", perf_analyzer=False, families=("tagger_python",), spec_families=own)
+    result = StudyRunner(profile, tmp_path / "work", tmp_path / "server.log").run()
+    report = write_report(result, tmp_path).read_text()
+    for heading in ("## tagger_python", "### Same arrivals for every mode", "### Latency model", "### Plots"):
+        assert heading in report, heading
+    for name in ("throughput_vs_concurrency", "p99_vs_throughput", "formed_batches", "latency_model"):
+        png = tmp_path / f"tagger_python_{name}.png"
+        assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n", png
+    for mode in profile.modes:
+        assert (tmp_path / "configs" / f"tagger_python_{mode}" / "config.pbtxt").is_file()
+        measured = result.families["tagger_python"].sweep[mode]
+        assert measured and all(sum(r.ok for r in m.records) > 0 for m in measured), mode
+    assert str(project) in (tmp_path / "study.yaml").read_text()  # the user's factory, found by path
+
+
+SLOW_BUDGET_MS = 200.0
+SLOW_GRID = Grid(delays_us=(0,), max_batches=(4, 16), instances=(1,), no_batching=False)
+
+
+def test_make_tune_on_a_slow_model_of_an_outside_spec(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    project = tmp_path / "project"
+    project.mkdir()
+    shutil.copy(FACTORIES, project / "factories.py")
+    entry = {
+        "name": "slow", "source": {"python": "factories:slow", "path": "."}, "max_batch_size": 16,
+        "options": {"layers": 24},  # a batch of 8 takes 120 ms or more here, one of 16 240 ms or more
+        "inputs": [{"name": "x", "dtype": "fp32", "shape": [64, 512]}],
+        "outputs": [{"name": "y", "dtype": "fp32", "shape": [512]}],
+    }  # fmt: skip
+    (project / "models.yaml").write_text(yaml.safe_dump({"models": [entry]}, sort_keys=False))
+    monkeypatch.setattr("perf.tune.cli.QUICK_GRID", SLOW_GRID)
+    monkeypatch.setattr("perf.tune.cli.WORKDIR", tmp_path / "work")
+    monkeypatch.setattr("perf.tune.session.WINDOW_BATCHES", 3)  # windows of 3 of its slowest batches
+    args = parser().parse_args([
+        "tune", "--spec", str(project / "models.yaml"), "--model", "slow", "--p99-ms", f"{SLOW_BUDGET_MS:g}",
+        "--engine", "ours", "--seconds", "0.9", "--shortlist", "0", "--reports", str(tmp_path / "reports"),
+    ])  # fmt: skip
+    assert command_tune(args, Console(quiet=True)) == 0
+    (folder,) = (tmp_path / "reports").iterdir()
+    saved = load(folder)
+    assert (folder / "report.md").is_file() and not (folder / "partial.md").exists()
+    # the probe measured what a batch costs; nothing ranked or picked computes beyond the budget
+    fit = saved["probe"]["fits"]["1"]
+    compute = lambda n: fit["t_ms"] + (n - 1) * fit["dt_ms"]  # noqa: E731
+    assert compute(16) > SLOW_BUDGET_MS, "the factory is meant to be slow: a batch of 16 beyond 200 ms"
+    sizes = {
+        int(re.match(r"max (\d+),", c["config"])[1]) for c in saved["candidates"] if c["config"][:4] == "max "
+    }
+    assert 16 not in sizes and all(compute(n) <= SLOW_BUDGET_MS for n in sizes)
+    tuned = yaml.safe_load((folder / "spec.tuned.yaml").read_text())
+    assert tuned["models"][0]["source"]["path"] == str(project)
+    assert tuned["models"][0]["max_batch_size"] in sizes
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    monkeypatch.chdir(elsewhere)
+    built = build_repository(load_spec(folder / "spec.tuned.yaml"), tmp_path / "again", num_gpus=0)
+    assert [b.spec.name for b in built] == ["slow"]

@@ -1,0 +1,86 @@
+"""A slow model in the tuner, on the simulated server (the truth known): no candidate's full batch
+computes for longer than the budget, and a tune that fails part-way leaves a report of what it measured."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+from simulated_server import TWO_CORES, KneeService, Noise, SimulatedServer
+
+from perf.errors import StudyError
+from perf.loads import Load
+from perf.measure import Measurement
+from perf.model.grid import Grid
+from perf.tune.cli import partial_on_failure
+from perf.tune.probe import ProbePlan
+from perf.tune.tuner import TuneRequest, compute_ms, tune
+
+BUDGET_MS = 200.0
+GRID = Grid(delays_us=(0, 5000, 20000), max_batches=(8, 32), instances=(1, 2))
+# vit_tiny-like: a batch of 8 takes 110 ms, a batch of 32 350 ms (a full batch alone misses 200 ms);
+# a second instance shares the two cores, each batch taking longer.
+SLOW = {
+    1: KneeService(40e-3, 10e-3, 0.1e-3, 1e-3, 0.5e-3, TWO_CORES),
+    2: KneeService(55e-3, 14e-3, 0.1e-3, 1e-3, 0.5e-3, TWO_CORES),
+}
+PLAN = ProbePlan(first_rate=2.0, step=1.6, max_runs=8)
+
+
+def test_the_tuner_proposes_no_batch_whose_compute_exceeds_the_budget() -> None:
+    server = SimulatedServer(SLOW, Noise(), seed=1, seconds=20.0)
+    result = tune(server, TuneRequest(BUDGET_MS, grid=GRID, predict_s=20.0, shortlist=2), PLAN)
+    compute = compute_ms(result.probe)
+    sizes = {r.config.max_batch_size for r in result.ranking}
+    assert 32 not in sizes and max(sizes) > 8  # 32 bounded to what fits, not dropped to nothing
+    assert all(compute(n) <= BUDGET_MS for n in sizes)
+    # by the truth, too (the fit is measured, so within the noise of a measurement)
+    truth = SLOW[result.chosen.instances]
+    assert 1e3 * truth.compute_s(result.chosen.max_batch_size) <= 1.1 * BUDGET_MS
+    assert all(1e3 * SLOW[2].compute_s(n) <= 1.1 * BUDGET_MS for n in sizes)
+
+
+def test_a_budget_no_batch_of_two_fits_leaves_no_batching_only() -> None:
+    grid = Grid(max_batches=(8, 32), instances=(1,))
+    compute = SLOW[1].compute_s
+    assert grid.batch_sizes(45.0, lambda n: 1e3 * compute(n)) == ()
+    assert {c.max_batch_size for c in grid.candidates(45.0, lambda n: 1e3 * compute(n))} == {1}
+    assert grid.batch_sizes(200.0, lambda n: 1e3 * compute(n)) == (8, 17)
+
+
+class FailingServer(SimulatedServer):
+    """Fails the way perf_analyzer did on a slow model, after ``after`` runs."""
+
+    def __init__(self, *args, after: int, **kwargs) -> None:
+        super().__init__(*args, **kwargs)
+        self.after = after
+
+    def measure(self, load: Load, label: str) -> Measurement:
+        if len(self.runs) >= self.after:
+            raise StudyError(
+                f"perf_analyzer failed on {label}: No valid requests recorded within time interval"
+            )
+        return super().measure(load, label)
+
+
+def test_a_tune_that_fails_part_way_writes_what_it_measured(tmp_path: Path) -> None:
+    server = FailingServer(SLOW, Noise(), seed=1, seconds=20.0, after=3)
+    with (
+        pytest.raises(StudyError, match="No valid requests"),
+        partial_on_failure(tmp_path, "Tuning slow", server),
+    ):
+        tune(server, TuneRequest(BUDGET_MS, grid=GRID, predict_s=20.0), PLAN)
+    text = (tmp_path / "partial.md").read_text()
+    assert text.startswith("# Tuning slow: stopped before the pick")
+    assert "**StudyError**: perf_analyzer failed on probe" in text
+    assert "3 runs were measured before it" in text
+    assert text.count("| probe ") == 3
+
+
+def test_a_grid_left_empty_by_the_bound_is_a_clear_error() -> None:
+    server = SimulatedServer(SLOW, Noise(), seed=2, seconds=20.0)
+    grid = Grid(delays_us=(0,), max_batches=(8,), instances=(1,), no_batching=False)
+    with pytest.raises(
+        StudyError, match=r"no candidate: even a batch of 2 computes for longer than the 45 ms"
+    ):
+        tune(server, TuneRequest(45.0, grid=grid, predict_s=20.0), PLAN)
