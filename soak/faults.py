@@ -30,6 +30,7 @@ from client.infer import make_inputs
 from exporters.pipeline_live import embedding_update
 from server.launcher import TritonServer
 from server.stubs import Stub, server_stubs
+from server.watchdog import HealEvent
 from soak.http_fuzz import fuzz
 from soak.mixed_load import PIPELINE
 from soak.report import Outage, SoakReport
@@ -226,19 +227,26 @@ FAULTS: dict[str, Callable[[Soak], None]] = {
 
 
 def recover(soak: Soak) -> None:
-    """When the watchdog saw each killed or stopped stub and when it had reloaded the model, from its
-    record (epoch seconds, mapped to monotonic): the first event of that model after the fault."""
+    """When the watchdog saw each killed or stopped stub and when the model served again, from its
+    record (epoch seconds, mapped to monotonic)."""
     watchdog = soak.server.watchdog
-    if watchdog is None:
-        return
-    offset = time.monotonic() - time.time()
+    if watchdog is not None:
+        match_heal_events(soak.report.outages, watchdog.state.events, time.monotonic() - time.time())
+
+
+def match_heal_events(outages: list[Outage], events: list[HealEvent], offset: float) -> None:
+    """Each outage gets the first unclaimed event of its model after the fault (``detected_at``), and
+    recovers at the first reload of that model that healed from then on: a fault that lands on a
+    model still reloading from the last one can make that reload fail, and the model serves again
+    only after the watchdog's next."""
     claimed: set[int] = set()
-    for outage in sorted(soak.report.outages, key=lambda o: o.at):
-        for number, event in enumerate(watchdog.state.events):
+    for outage in sorted(outages, key=lambda o: o.at):
+        for number, event in enumerate(events):
             if number in claimed or event.model != outage.model or event.detected_at < outage.epoch - 1:
                 continue
             claimed.add(number)
             outage.detected_at = event.detected_at + offset
-            if event.healed_at:
-                outage.recovered_at = event.healed_at + offset
+            healed = [e.healed_at for e in events[number:] if e.model == outage.model and e.healed_at]
+            if healed:
+                outage.recovered_at = healed[0] + offset
             break
