@@ -79,7 +79,8 @@ def _warn_queue_policies(configs: list[ModelConfig], console: Console) -> None:
 def main(argv: list[str] | None = None) -> int:
     args = _parser().parse_args(argv)
     logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
-    # Piped or redirected, rich would fold the tables to 80 columns and cut model names short.
+    # Piped or redirected, rich would fold the tables to 80 columns and cut model names short; a
+    # message stays one line however long (soft_wrap), so logs and grep see it whole.
     console = Console() if sys.stdout.isatty() else Console(width=200)
     try:
         if args.command == "init":
@@ -110,16 +111,16 @@ def main(argv: list[str] | None = None) -> int:
             texts = build_text_embeddings(spec.text_embeddings, args.repository, gpus, only)
             progress.update(task, completed=count)
     except SpecError as error:
-        console.print(f"[red]spec error[/red] {error}")
+        console.print(f"[red]spec error[/red] {error}", soft_wrap=True)
         return 2
     except ExportCheckError as error:
-        console.print(f"[red]export check failed[/red] {error}")
+        console.print(f"[red]export check failed[/red] {error}", soft_wrap=True)
         return 3
     except ExporterError as error:
-        console.print(f"[red]error[/red] {error}")
+        console.print(f"[red]error[/red] {error}", soft_wrap=True)
         return 1
     except OSError as error:  # a full disk above all: one line naming the file and the space it needs
-        console.print(f"[red]error[/red] {explain(error)}")
+        console.print(f"[red]error[/red] {explain(error)}", soft_wrap=True)
         return 1
     table = Table(title=f"{args.repository} (planned GPUs: {gpus})")
     for column in ("model", "precision", "batching", "instances", "max rel err (limit)", "export"):
