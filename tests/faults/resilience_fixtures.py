@@ -33,6 +33,7 @@ __all__ = ["PIPELINE", "MixedLoad", "Outcome", "infer_once", "request_arrays"]
 
 EMBEDDING = f"{PIPELINE}_embedding"
 ROOT = Path(__file__).resolve().parents[2]
+COUNT_WAIT_S = 60.0
 HANG_GUARD_S = 300  # how long a fault test waits for something before it fails: a hang guard, not a bound
 
 
@@ -49,10 +50,19 @@ def build_small_repository(spec_data: dict[str, Any], path: Path, pipeline: bool
     return path
 
 
-def server_success_count(http_url: str, model: str) -> int:
-    """Successful inferences of ``model`` (all versions) as the server counts them."""
-    stats = httpclient.InferenceServerClient(http_url).get_inference_statistics(model)
-    return sum(int(s["inference_stats"]["success"]["count"]) for s in stats["model_stats"])
+def server_success_count(http_url: str, model: str, at_least: int = 0) -> int:
+    """Successful inferences of ``model`` (all versions) as the server counts them, read once they
+    reach ``at_least``: Triton counts a request as it releases it, just after its answer left, so a
+    read right after the last answer can miss it (``COUNT_WAIT_S`` is a hang guard; the caller
+    asserts the count)."""
+    client = httpclient.InferenceServerClient(http_url)
+    deadline = time.monotonic() + COUNT_WAIT_S
+    while True:
+        stats = client.get_inference_statistics(model)
+        count = sum(int(s["inference_stats"]["success"]["count"]) for s in stats["model_stats"])
+        if count >= at_least or time.monotonic() > deadline:
+            return count
+        time.sleep(0.05)
 
 
 def shm_regions(prefix: str) -> list[str]:

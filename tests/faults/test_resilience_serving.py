@@ -130,7 +130,7 @@ def test_admin_apis_need_the_key_and_file_overrides_are_refused(server: TritonSe
     for client, protocol in ((plain_http, "http"), (plain_grpc, "grpc")):
         for _ in range(5):
             infer_once(client, protocol, "trivial")
-    assert server_success_count(server.http_url, "trivial") - before == 10
+    assert server_success_count(server.http_url, "trivial", at_least=before + 10) - before == 10
     _assert_live_ready(server)
 
 
@@ -248,8 +248,9 @@ def test_killed_stub_is_healed_under_load_and_keeps_live_updates(
     dead = f"Stub process '{EMBEDDING}_0_0' is not healthy."
     assert all(dead in f.error for f in failures), {f.error for f in failures}
     assert all(f.sent < killed_at + recovered_after for f in failures)
-    trivial_served = server_success_count(server.http_url, "trivial") - trivial_before
-    assert trivial_served == len(load.ok(lambda o: o.model == "trivial"))
+    trivial_ok = len(load.ok(lambda o: o.model == "trivial"))
+    counted = server_success_count(server.http_url, "trivial", at_least=trivial_before + trivial_ok)
+    assert counted - trivial_before == trivial_ok
     np.testing.assert_array_equal(infer_once(http_client, "http", PIPELINE), restart.expected)
     assert stub.shm_region not in shm_regions(server.shm_prefix), "the dead stub's region was left behind"
     code, text = client_health(server)
