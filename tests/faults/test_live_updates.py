@@ -160,7 +160,8 @@ def test_a_rebuild_never_replays_old_updates_or_serves_two_builds(
     answers.append(probe.ask(server.http_url))
 
     # One stage reloaded from the repository: it cannot be chained with the other stage's build.
-    client = httpclient.InferenceServerClient(server.triton_http_url)
+    # (A load on a busy machine can take minutes: the timeout is a hang guard.)
+    client = httpclient.InferenceServerClient(server.triton_http_url, network_timeout=600)
     load_model(client, server.admin_key, EMBEDDING)
     answers.append(probe.ask(server.http_url))
     assert all(isinstance(a, str) or _same(a, old) for a in answers), answers  # old whole, or an error
