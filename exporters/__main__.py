@@ -50,7 +50,7 @@ def _parser() -> argparse.ArgumentParser:
     init.add_argument("--name", help="Triton model name (default: from the artifact)")
     init.add_argument("--max-batch-size", type=int, default=16)
     init.add_argument("--max-length", type=int, help="bound for variable axes the artifact leaves open")
-    init.add_argument("--precision", choices=("fp32", "fp16"), default="fp32")
+    init.add_argument("--precision", choices=("fp32", "fp16", "int8"), default="fp32")
     return parser
 
 
