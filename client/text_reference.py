@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import sys
 from collections.abc import Sequence
-from dataclasses import dataclass
 from functools import cache
 from pathlib import Path
 from typing import Any
@@ -20,30 +19,10 @@ import numpy as np
 from client.errors import ClientError
 from client.infer import infer
 from exporters.errors import SpecError
+from exporters.parity import OutputCheck, check_outputs
 from exporters.resolve import load_spec
-from exporters.text_embedding import CHECK_TEXTS, FP16_MIN_COSINE, FP32_MAX_ABS_ERROR, model_folder
+from exporters.text_embedding import CHECK_TEXTS, model_folder
 from exporters.text_spec import TextEmbeddingSpec
-
-
-@dataclass(frozen=True)
-class TextParity:
-    max_abs_error: float
-    min_cosine: float
-    precision: str
-
-    @property
-    def ok(self) -> bool:
-        if self.precision == "fp32":
-            return self.max_abs_error <= FP32_MAX_ABS_ERROR
-        return self.min_cosine >= FP16_MIN_COSINE
-
-    @property
-    def limit(self) -> str:
-        return (
-            f"max abs <= {FP32_MAX_ABS_ERROR:g}"
-            if self.precision == "fp32"
-            else f"cosine >= {FP16_MIN_COSINE}"
-        )
 
 
 @cache
@@ -58,13 +37,10 @@ def expected_embeddings(package: str, texts: Sequence[str]) -> np.ndarray:
     return sentence_transformer(package).encode(list(texts), normalize_embeddings=True, batch_size=32)
 
 
-def compare_embeddings(actual: np.ndarray, expected: np.ndarray, precision: str) -> TextParity:
-    """Worst element-wise error and worst cosine similarity over the rows."""
-    if actual.shape != expected.shape:
-        raise ValueError(f"served embeddings have shape {actual.shape}, expected {expected.shape}")
-    actual, expected = actual.astype(np.float64), expected.astype(np.float64)
-    cosine = (actual * expected).sum(1) / np.linalg.norm(actual, axis=1) / np.linalg.norm(expected, axis=1)
-    return TextParity(float(np.abs(actual - expected).max()), float(cosine.min()), precision)
+def compare_embeddings(actual: np.ndarray, expected: np.ndarray, entry: TextEmbeddingSpec) -> OutputCheck:
+    """Served embeddings against sentence-transformers' through the build's one check
+    (``exporters.parity``): the entry's tolerance, defaulted for its precision."""
+    return check_outputs(expected, actual, entry.output_tolerance, entry.precision, "embedding")
 
 
 def text_array(texts: Sequence[str]) -> np.ndarray:
@@ -95,11 +71,11 @@ def infer_text(
         print(f"{model} via {protocol}: {label!r} -> {np.array2string(row[:4], precision=4)}")
     if not check:
         return 0
-    parity = compare_embeddings(embeddings, expected_embeddings(entry.package, texts), entry.precision)
+    parity = compare_embeddings(embeddings, expected_embeddings(entry.package, texts), entry)
+    problems = f" ({'; '.join(parity.problems)})" if parity.problems else ""
     print(
         f"{'match' if parity.ok else 'MISMATCH'} vs sentence-transformers encode(normalize_embeddings=True) "
-        f"on {len(texts)} texts: max abs error {parity.max_abs_error:.3g}, min cosine "
-        f"{parity.min_cosine:.6f} ({entry.precision}: {parity.limit})",
+        f"on {len(texts)} texts ({entry.precision}): {parity.summary()}{problems}",
         file=sys.stdout if parity.ok else sys.stderr,
     )
     return 0 if parity.ok else 1

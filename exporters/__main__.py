@@ -50,7 +50,7 @@ def _parser() -> argparse.ArgumentParser:
     init.add_argument("--name", help="Triton model name (default: from the artifact)")
     init.add_argument("--max-batch-size", type=int, default=16)
     init.add_argument("--max-length", type=int, help="bound for variable axes the artifact leaves open")
-    init.add_argument("--precision", choices=("fp32", "fp16"), default="fp32")
+    init.add_argument("--precision", choices=("fp32", "fp16", "int8"), default="fp32")
     return parser
 
 
@@ -143,10 +143,16 @@ def main(argv: list[str] | None = None) -> int:
         record = item.record
         console.print(
             f"text embedding {item.spec.name} ({item.spec.precision}, buckets {list(item.spec.buckets)}): "
-            f"max abs error {record['max_abs_error']:.1e}, min cosine {record['min_cosine']:.6f} vs torch"
+            f"max abs error {record['max_abs_error']:.1e}, min cosine {record['min_cosine']:.6f} vs torch "
+            f"(limits: {_limits(record['outputs'][0]['tolerance'])})"
             f"{' (cached)' if record['cached'] else ''}"
         )
     return 0
+
+
+def _limits(tolerance: dict) -> str:
+    """A recorded tolerance as ``max_rel 0.0001, cosine 0.99999``."""
+    return ", ".join(f"{key} {value:g}" for key, value in tolerance.items() if key != "kind")
 
 
 def _pipeline_table(pipelines: list[BuiltPipeline]) -> Table:

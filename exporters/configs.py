@@ -36,6 +36,23 @@ TENSORRT_FP16 = {
 }
 
 
+# An int8 (QDQ) model asks TensorRT for INT8: it reads the graph's Q/DQ pairs as explicit precision,
+# so no TensorRT calibration cache is needed. Not measured here (no GPU); docs/SPEC.md.
+TENSORRT_INT8 = {
+    "name": "tensorrt",
+    "parameters": {"precision_mode": "INT8", "max_workspace_size_bytes": str(1 << 30)},
+}
+
+
+def gpu_accelerators(spec: ModelSpec, target: str) -> list[dict]:
+    """TensorRT on GPU targets: INT8 for an int8 model, FP16 when the spec asks for it."""
+    if target != "gpu":
+        return []
+    if spec.precision == "int8":
+        return [TENSORRT_INT8]
+    return [TENSORRT_FP16] if spec.tensorrt_fp16 else []
+
+
 def resolve_target(spec: ModelSpec, num_gpus: int) -> str:
     """``cpu`` or ``gpu``: ``auto`` picks GPU when the planned machine has one."""
     if spec.target == "gpu" and num_gpus == 0:
@@ -153,5 +170,5 @@ def build_model_config(
                 {t.name: t.range for t in inputs if t.range is not None}, spec.allow_non_finite
             ),
         },
-        gpu_execution_accelerator=[TENSORRT_FP16] if target == "gpu" and spec.tensorrt_fp16 else [],
+        gpu_execution_accelerator=gpu_accelerators(spec, target),
     )

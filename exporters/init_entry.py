@@ -19,7 +19,7 @@ import yaml
 from exporters.devices import usable_cores
 from exporters.errors import SpecError
 from exporters.spec import HuggingFaceSource, ModelSpec, OnnxSource, PythonSource, TorchExportSource
-from exporters.spec_sections import TensorSpec
+from exporters.spec_sections import TensorSpec, served_float
 from exporters.typed import to_data
 from python_backend.dtypes import DTYPES
 
@@ -111,7 +111,8 @@ def _at_precision(tensors: tuple[TensorSpec, ...], precision: str) -> tuple[Tens
     """Float tensors in the model's precision: the sample draws and the module answer in fp32 whatever
     ``--precision`` asks for (the exporter casts the served model and its float inputs)."""
     return tuple(
-        dataclasses.replace(t, dtype=precision) if t.dtype in ("fp32", "fp16") else t for t in tensors
+        dataclasses.replace(t, dtype=served_float(precision)) if t.dtype in ("fp32", "fp16") else t
+        for t in tensors
     )
 
 

@@ -40,20 +40,22 @@ def _from_spec(tensor: TensorSpec, batch: int, length: int, rng: np.random.Gener
     return rng.standard_normal(shape, dtype=np.float32)
 
 
-def _from_function(spec: ModelSpec, batch: int, rng: np.random.Generator) -> list[np.ndarray]:
+def _from_function(
+    spec: ModelSpec, batch: int, rng: np.random.Generator, key: str = "sample"
+) -> list[np.ndarray]:
+    """Inputs from the user's function the spec names under ``key`` (``sample`` or ``calibration``)."""
+    location = getattr(spec, key) or ""
     path = getattr(spec.source, "path", None)
-    function = import_object(spec.sample or "", path, f"{spec.name}.sample")
+    function = import_object(location, path, f"{spec.name}.{key}")
     result = function(batch, rng)
     names = [t.name for t in spec.inputs]
     if isinstance(result, dict):
         missing = sorted(set(names) - set(result))
         if missing:
-            raise SpecError(
-                f"{spec.name}.sample", f"{spec.sample} returned no {missing[0]!r} (inputs: {names})"
-            )
+            raise SpecError(f"{spec.name}.{key}", f"{location} returned no {missing[0]!r} (inputs: {names})")
         result = [result[name] for name in names]
     if not isinstance(result, list | tuple) or len(result) != len(names):
-        raise SpecError(f"{spec.name}.sample", f"{spec.sample} must return {len(names)} arrays ({names})")
+        raise SpecError(f"{spec.name}.{key}", f"{location} must return {len(names)} arrays ({names})")
     return [np.asarray(array) for array in result]
 
 
@@ -87,3 +89,25 @@ def draw_inputs(spec: ModelSpec, batch: int, seed: int, model: Any = None) -> li
         arrays, what = [_from_spec(t, batch, length, rng) for t in spec.inputs], "the spec"
     check_sample(spec, arrays, batch, what)
     return [a.astype(DTYPES[t.dtype].numpy_dtype()) for a, t in zip(arrays, spec.inputs, strict=True)]
+
+
+CALIBRATION_BATCHES = 8  # of CALIBRATION_ROWS rows: 128 examples, ONNX Runtime's usual order of magnitude
+CALIBRATION_ROWS = 16
+CALIBRATION_SEED = 1000  # seeds apart from the parity checks' (100 + batch), so int8 is checked on new data
+
+
+def calibration_inputs(spec: ModelSpec, model: Any = None) -> list[list[np.ndarray]]:
+    """The batches int8 activation ranges are calibrated on: from the spec's ``calibration:`` function
+    when it names one (real data, ideally), else drawn like every other input (``draw_inputs``)."""
+    batches = []
+    for index in range(CALIBRATION_BATCHES):
+        seed = CALIBRATION_SEED + index
+        if spec.calibration is None:
+            batches.append(draw_inputs(spec, CALIBRATION_ROWS, seed, model))
+            continue
+        arrays = _from_function(spec, CALIBRATION_ROWS, np.random.default_rng(seed), "calibration")
+        check_sample(spec, arrays, CALIBRATION_ROWS, f"calibration function {spec.calibration}")
+        batches.append(
+            [a.astype(DTYPES[t.dtype].numpy_dtype()) for a, t in zip(arrays, spec.inputs, strict=True)]
+        )
+    return batches

@@ -31,14 +31,21 @@ from exporters.errors import ExportCheckError
 from exporters.spec_sections import Tolerance
 
 # Relative to the output's largest reference magnitude: fp32 should agree to float rounding, fp16 to
-# ~3 digits; bf16 (pipeline boundaries only) keeps 8 mantissa bits, about 2 digits.
-MAX_REL = {"fp32": 1e-4, "fp16": 2e-2, "bf16": 5e-2}
-COSINE = {"fp32": 0.99999, "fp16": 0.999, "bf16": 0.99}  # embeddings
-TOP1 = 1.0  # class scores: every row's argmax agrees (ties within the dtype's resolution excepted)
+# ~3 digits; bf16 (pipeline boundaries only) keeps 8 mantissa bits, about 2 digits. int8 quantizes
+# every weighted layer's activations to 256 levels and its errors add up over the layers: its limits
+# come from measurement on the zoo and the text encoder (docs/SPEC.md) and hold the shape of the
+# answer (which class, which direction) more than its digits.
+MAX_REL = {"fp32": 1e-4, "fp16": 2e-2, "bf16": 5e-2, "int8": 0.1}
+COSINE = {"fp32": 0.99999, "fp16": 0.999, "bf16": 0.99, "int8": 0.99}  # embeddings
+# class scores: every row's argmax agrees (ties within the dtype's resolution excepted); int8 may
+# reorder a few close calls.
+TOP1 = {"fp32": 1.0, "fp16": 1.0, "bf16": 1.0, "int8": 0.95}
 # What each precision can represent: its smallest normal number and its relative resolution (epsilon).
+# int8 models give fp32 outputs (dequantized inside): fp32's range, and the resolution of 8 bits.
 SMALLEST_NORMAL = {"fp32": float(np.finfo(np.float32).tiny), "fp16": float(np.finfo(np.float16).tiny),
-                   "bf16": 2.0**-126}  # fmt: skip
-EPSILON = {"fp32": float(np.finfo(np.float32).eps), "fp16": float(np.finfo(np.float16).eps), "bf16": 2.0**-7}
+                   "bf16": 2.0**-126, "int8": float(np.finfo(np.float32).tiny)}  # fmt: skip
+EPSILON = {"fp32": float(np.finfo(np.float32).eps), "fp16": float(np.finfo(np.float16).eps), "bf16": 2.0**-7,
+           "int8": 2.0**-7}  # fmt: skip
 FLUSHED_SHARE = 0.5  # more than this share of the reference's nonzero values served as 0: collapsed
 
 
@@ -49,7 +56,7 @@ def resolved(tolerance: Tolerance | None, precision: str) -> Tolerance:
         given,
         max_rel=given.max_rel if given.max_rel is not None else MAX_REL[precision],
         cosine=given.cosine if given.cosine is not None or given.kind != "embedding" else COSINE[precision],
-        top1=given.top1 if given.top1 is not None or given.kind != "class_scores" else TOP1,
+        top1=given.top1 if given.top1 is not None or given.kind != "class_scores" else TOP1[precision],
     )
 
 

@@ -52,7 +52,7 @@ def build_model(
 def same_graph(a: ModelSpec, b: ModelSpec) -> bool:
     """Whether two models export to the same file: equal in every field the export's content hash
     reads (``onnx_export.content_hash``); the serving fields (name, batching, instances, ...) may differ."""
-    fields = ("source", "options", "seed", "precision", "inputs", "outputs")
+    fields = ("source", "options", "seed", "precision", "calibration", "inputs", "outputs")
     return all(getattr(a, name) == getattr(b, name) for name in fields)
 
 

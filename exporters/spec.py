@@ -30,6 +30,7 @@ from exporters.spec_sections import (
     Target,
     TensorSpec,
     Threads,
+    served_float,
 )
 from exporters.spec_yaml import check_expansion
 from exporters.text_spec import TextEmbeddingSpec, parse_text_embeddings
@@ -134,6 +135,10 @@ class ModelSpec:
     ``precision``. Example inputs for parity checks, warm-up, ``client infer --check`` and perf come from
     ``sample`` (``"module:function"``, called as ``function(batch, rng)``) when given, else from the zoo
     or the tensors' dtype, shape, ``range`` and the ``lengths`` variable axes take.
+
+    ``precision: int8`` quantizes the fp32 graph (``exporters.int8``); its float tensors stay fp32.
+    Its activation ranges are calibrated on batches from ``calibration`` (a function like ``sample``,
+    e.g. one that reads real data) when given, else from the same sampler as every other input.
     """
 
     name: str
@@ -152,6 +157,7 @@ class ModelSpec:
     warmup: bool = True
     allow_non_finite: bool = False  # float inputs may carry NaN/±Inf (rejected with a 400 otherwise)
     sample: str | None = None
+    calibration: str | None = None
     lengths: tuple[int, ...] = at_least(1, ())
 
     def __post_init__(self) -> None:
@@ -161,10 +167,15 @@ class ModelSpec:
         self._check_source()
         self._check_tensors()
         self._check_batch_limits()
-        if self.sample is not None:
-            module, _, function = self.sample.partition(":")
-            if not function or not all(p.isidentifier() for p in [*module.split("."), function]):
-                raise SpecError("sample", f"must be 'package.module:function', got {self.sample!r}")
+        for key in ("sample", "calibration"):
+            location = getattr(self, key)
+            module, _, function = (location or "").partition(":")
+            if location is not None and (
+                not function or not all(p.isidentifier() for p in [*module.split("."), function])
+            ):
+                raise SpecError(key, f"must be 'package.module:function', got {location!r}")
+        if self.calibration is not None and self.precision != "int8":
+            raise SpecError("calibration", f"calibrates int8 quantization; precision is {self.precision}")
 
     def _check_source(self) -> None:
         if isinstance(self.source, str):
@@ -196,10 +207,11 @@ class ModelSpec:
             for index, tensor in enumerate(tensors):
                 if tensor.dtype not in MODEL_DTYPES:
                     raise SpecError(f"{kind}[{index}].dtype", f"must be one of {', '.join(MODEL_DTYPES)}")
-                if tensor.dtype in ("fp32", "fp16") and tensor.dtype != self.precision:
+                if tensor.dtype in ("fp32", "fp16") and tensor.dtype != served_float(self.precision):
                     raise SpecError(
                         f"{kind}[{index}].dtype",
-                        f"float tensors must match precision {self.precision}, got {tensor.dtype}",
+                        f"float tensors of precision {self.precision} are {served_float(self.precision)}, "
+                        f"got {tensor.dtype}",
                     )
                 if tensor.name in [t.name for t in tensors[:index]]:
                     raise SpecError(f"{kind}[{index}].name", f"duplicate tensor name {tensor.name!r}")

@@ -19,11 +19,17 @@ DTYPES = {key: d.triton for key, d in dtypes.DTYPES.items()}  # spec name -> Tri
 Dtype = Literal[tuple(dtypes.DTYPES)]  # the table's names are the schema's choices
 MODEL_DTYPES = dtypes.MODEL_DTYPES  # bf16 only between pipeline stages (compressed boundaries)
 INTEGER_DTYPES = dtypes.INTEGER_DTYPES
-Precision = Literal["fp32", "fp16"]
+Precision = Literal["fp32", "fp16", "int8"]
 BatchingMode = Literal["none", "static", "dynamic"]
 OutputKind = Literal["values", "class_scores", "embedding"]
 Target = Literal["auto", "cpu", "gpu"]
 VARIABLE = -1  # a variable axis in a shape (bounded by ``max_shape``)
+
+
+def served_float(precision: str) -> str:
+    """The dtype a model's float inputs and outputs have: fp16 models take and give fp16; int8 models
+    keep them fp32 (the graph quantizes and dequantizes inside, so clients send what fp32 takes)."""
+    return "fp16" if precision == "fp16" else "fp32"
 
 
 @dataclass(frozen=True)

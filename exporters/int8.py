@@ -1,0 +1,84 @@
+"""fp32 ONNX graphs to int8, in one place: ONNX Runtime's static quantization, calibrated on real inputs.
+
+The result is a QDQ graph (QuantizeLinear/DequantizeLinear pairs around the quantized ops), the format
+ONNX Runtime recommends on CPU and the one TensorRT reads as explicit INT8 precision on a GPU. Weights
+are int8 per output channel; activations uint8 with ranges from the calibration batches (ONNX
+Runtime's U8S8 recommendation for x86; VNNI runs it natively). The graph's inputs and outputs stay
+fp32, so a client sends what the fp32 model takes.
+
+Only ops that carry weights are quantized (``MatMul`` and ``Gemm`` with a constant second operand,
+``Conv``): their cost dominates and their weights quantize well per channel. Products of two
+activations (attention scores) stay fp32: quantizing them too cost the text encoder most of its
+accuracy for little speed (docs/SPEC.md). ``keep`` leaves further nodes in fp32 (by a part of their
+name), for layers a model is known to be sensitive in. Whether the result is good enough is not
+decided here: the exporter holds it to the fp32 source with the one parity check (``exporters.parity``).
+"""
+
+from __future__ import annotations
+
+import tempfile
+from collections.abc import Iterable, Mapping, Sequence
+from pathlib import Path
+
+import numpy as np
+import onnx
+
+WEIGHTED_OPS = ("MatMul", "Gemm", "Conv")
+
+
+def weighted_nodes(model: onnx.ModelProto) -> list[str]:
+    """Names of the nodes to quantize: weight-carrying ops whose weight is an initializer."""
+    constants = {t.name for t in model.graph.initializer}
+    return [
+        node.name
+        for node in model.graph.node
+        if node.op_type in WEIGHTED_OPS and len(node.input) > 1 and node.input[1] in constants
+    ]
+
+
+def keep_out(nodes: Sequence[str], keep: Sequence[str]) -> list[str]:
+    """``nodes`` without those whose name contains one of ``keep`` (e.g. ``/output/dense/``)."""
+    return [name for name in nodes if not any(part in name for part in keep)]
+
+
+def _named(model: onnx.ModelProto) -> onnx.ModelProto:
+    """Every node with a unique name (the quantizer selects nodes by name; exporters may leave some out)."""
+    seen: set[str] = set()
+    for index, node in enumerate(model.graph.node):
+        if not node.name or node.name in seen:
+            node.name = f"{node.op_type}_{index}"
+        seen.add(node.name)
+    return model
+
+
+def to_int8(data: bytes, calibration: Iterable[Mapping[str, np.ndarray]], keep: Sequence[str] = ()) -> bytes:
+    """``data`` (an fp32 ONNX file) as a QDQ int8 graph calibrated on ``calibration`` (feeds by input
+    name); the graph's inputs and outputs stay fp32."""
+    from onnxruntime.quantization import CalibrationDataReader, QuantFormat, QuantType, quantize_static
+    from onnxruntime.quantization.shape_inference import quant_pre_process
+
+    class Feeds(CalibrationDataReader):
+        def __init__(self) -> None:
+            self.batches = iter(calibration)
+
+        def get_next(self) -> dict[str, np.ndarray] | None:
+            batch = next(self.batches, None)
+            return None if batch is None else dict(batch)
+
+    with tempfile.TemporaryDirectory(prefix="int8-") as folder:
+        exported, source, target = (Path(folder) / name for name in ("export.onnx", "fp32.onnx", "int8.onnx"))
+        exported.write_bytes(data)
+        # ONNX Runtime's pre-processing (shape inference, graph optimisation) before choosing nodes: the
+        # quantizer needs the shapes. Symbolic inference is skipped: it fails on a sequence axis that
+        # a Min() bounds, as in the text encoder's position ids.
+        quant_pre_process(str(exported), str(source), skip_symbolic_shape=True)
+        model = _named(onnx.load(str(source)))
+        onnx.save(model, str(source))
+        nodes = keep_out(weighted_nodes(model), keep)
+        quantize_static(
+            str(source), str(target), Feeds(), quant_format=QuantFormat.QDQ, per_channel=True,
+            activation_type=QuantType.QUInt8, weight_type=QuantType.QInt8,
+            op_types_to_quantize=list(WEIGHTED_OPS), nodes_to_quantize=nodes,
+            extra_options={"ActivationSymmetric": False, "WeightSymmetric": True},
+        )  # fmt: skip
+        return target.read_bytes()
