@@ -20,7 +20,7 @@ METRICS_PORT ?= 8002
 .DEFAULT_GOAL := help
 PA_STAMP := $(VENV)/perf_analyzer/.attempted
 
-.PHONY: help setup repo serve stop status perf perf-analyzer tune test test-unit lint format gpu-check clean \
+.PHONY: help setup repo serve stop status perf perf-analyzer tune plan test test-unit lint format gpu-check clean \
 	deploy-tools deploy-repo deploy-rules soak
 
 help: ## list the targets and the variables they take
@@ -72,6 +72,9 @@ perf-analyzer: setup ## install NVIDIA perf_analyzer into .venv (if missing) and
 
 tune: setup ## pick batching for a p99 budget: make tune MODEL=recommender P99_MS=10 [RATE=…] [TUNE_ARGS=--exhaustive]
 	$(BIN)/python -m perf tune --spec $(SPEC) --model $(MODEL) --p99-ms $(P99_MS) $(if $(RATE),--rate $(RATE)) $(TUNE_ARGS)
+
+plan: setup ## choose the serving strategy: make plan MODEL=recommender P99_MS=10 [TOPOLOGY=dgx1-v100] [ACCURACY=1e-3]
+	$(BIN)/python -m perf plan --spec $(SPEC) --model $(MODEL) --p99-ms $(P99_MS) $(if $(TOPOLOGY),--topology $(TOPOLOGY)) $(if $(ACCURACY),--accuracy $(ACCURACY)) $(PLAN_ARGS)
 
 test: setup deploy-tools ## unit + integration tests (starts real tritonservers on free ports; TEST_WORKERS=2)
 	$(BIN)/python -m pytest -q -n $(TEST_WORKERS) --dist loadgroup

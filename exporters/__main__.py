@@ -17,6 +17,7 @@ from exporters.configs import QUEUE_POLICY_SPARE_INSTANCES, lacks_spare_instance
 from exporters.devices import detect_gpu_count
 from exporters.errors import ExportCheckError, ExporterError, SpecError
 from exporters.init_entry import entry_yaml, init_entry
+from exporters.memory import measured_instance_memory
 from exporters.model_config import ModelConfig
 from exporters.pipeline_build import BuiltPipeline, build_pipelines
 from exporters.repository import build_repository
@@ -35,6 +36,10 @@ def _parser() -> argparse.ArgumentParser:
     build.add_argument(
         "--gpus", type=int, default=None, help="plan for N GPUs (default: detect; 0 forces CPU placement)"
     )
+    build.add_argument(
+        "--measure-memory", action="store_true",
+        help="also measure the memory one instance of each model holds at its max batch (once per file)",
+    )  # fmt: skip
     sub.add_parser("validate", help="check models.yaml and exit").add_argument(
         "--spec", type=Path, default=Path("models.yaml")
     )
@@ -110,6 +115,10 @@ def main(argv: list[str] | None = None) -> int:
             progress.update(task, description="exporting text embeddings")
             texts = build_text_embeddings(spec.text_embeddings, args.repository, gpus, only)
             progress.update(task, completed=count)
+            memory = {}
+            if args.measure_memory:
+                progress.update(task, description="measuring memory per instance")
+                memory = {b.spec.name: measured_instance_memory(b.spec, b.artifact.path) for b in built}
     except SpecError as error:
         console.print(f"[red]spec error[/red] {error}", soft_wrap=True)
         return 2
@@ -123,7 +132,8 @@ def main(argv: list[str] | None = None) -> int:
         console.print(f"[red]error[/red] {explain(error)}", soft_wrap=True)
         return 1
     table = Table(title=f"{args.repository} (planned GPUs: {gpus})")
-    for column in ("model", "precision", "batching", "instances", "max rel err (limit)", "export"):
+    columns = ["model", "precision", "batching", "instances", "max rel err (limit)", "export"]
+    for column in columns + (["MiB per instance (CPU)"] if memory else []):
         table.add_column(column, no_wrap=column == "model")
     for item in built:
         groups = ", ".join(f"{g.kind}×{g.count}{g.gpus or ''}" for g in item.config.instance_group)
@@ -134,6 +144,7 @@ def main(argv: list[str] | None = None) -> int:
             groups,
             f"{item.artifact.max_rel_error:.2e} ({item.artifact.tolerance:g})",
             "cached" if item.artifact.cached else "exported",
+            *([f"{memory[item.spec.name] / 2**20:.1f}"] if memory else []),
         )
     console.print(table)
     if pipelines:

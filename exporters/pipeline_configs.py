@@ -12,6 +12,7 @@ import dataclasses
 from collections.abc import Mapping, Sequence
 
 from exporters.configs import build_model_config, model_tensor, resolve_target
+from exporters.errors import SpecError
 from exporters.guards import guard_parameters
 from exporters.model_config import EnsembleStep, InstanceGroup, ModelConfig, ModelTensor, OptionalModelInput
 from exporters.pipeline_stages import Stage
@@ -39,11 +40,15 @@ DOWNSTREAM_QUEUE_DELAY_US = 100
 def stage_placement(
     pipeline: PipelineSpec, spec: ModelSpec, index: int, num_gpus: int
 ) -> list[InstanceGroup]:
-    """Stage ``index`` on GPU ``index mod num_gpus`` (or the CPU) with its replica count."""
+    """Stage ``index`` on GPU ``gpus[index]`` if the pipeline pins it, else ``index mod num_gpus`` (or
+    the CPU), with its replica count."""
     count = pipeline.stage_replicas(index)
     if resolve_target(spec, num_gpus) == "cpu":
         return [InstanceGroup(kind="KIND_CPU", count=count)]
-    return [InstanceGroup(kind="KIND_GPU", count=count, gpus=[index % num_gpus])]
+    gpu = pipeline.gpus[index] if pipeline.gpus else index % num_gpus
+    if gpu >= num_gpus:
+        raise SpecError(f"{pipeline.name}.gpus", f"GPU {gpu} does not exist (planned GPUs: {num_gpus})")
+    return [InstanceGroup(kind="KIND_GPU", count=count, gpus=[gpu])]
 
 
 def stage_batching(pipeline: PipelineSpec, index: int) -> Batching:

@@ -275,7 +275,8 @@ class PipelineSpec:
     equal). ``split: blocks`` cuts an ``nn.Sequential`` into ``stages`` contiguous stages (at
     ``cut_points`` or balanced by ``balance``); ``split: embedding_dense`` puts the recommender's
     embedding tables and its dense network in two stages. ``replicas[k]`` instances serve stage k
-    (hybrid parallel); ``boundary_dtype`` compresses the activations that cross stage boundaries.
+    (hybrid parallel); ``boundary_dtype`` compresses the activations that cross stage boundaries;
+    ``gpus`` pins stage k to GPU ``gpus[k]`` (the planner keeps each replica's boundary on one link).
     """
 
     name: str
@@ -288,6 +289,7 @@ class PipelineSpec:
     boundary_dtype: BoundaryDtype = "fp32"
     batching: Batching = DEFAULT_BATCHING  # the first stage's; later stages wait at most 100 µs
     live_updates: bool = False
+    gpus: tuple[int, ...] = at_least(0, ())  # the GPU of each stage (default: stage k on GPU k mod G)
 
     def __post_init__(self) -> None:
         check_fields(self)
@@ -306,6 +308,8 @@ class PipelineSpec:
             raise SpecError(
                 "replicas", f"must list one count per stage ({self.stages}), got {list(self.replicas)}"
             )
+        if self.gpus and len(self.gpus) != self.stages:
+            raise SpecError("gpus", f"must list one GPU per stage ({self.stages}), got {list(self.gpus)}")
         if self.live_updates and self.split != "embedding_dense":
             raise SpecError(
                 "live_updates", "only the embedding stage of an embedding_dense split takes updates"

@@ -10,26 +10,30 @@ from __future__ import annotations
 
 import argparse
 import contextlib
-import logging
 import math
 import os
 import shutil
 import signal
 import sys
 from collections.abc import Callable, Iterator
-from datetime import datetime
 from pathlib import Path
 
 from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
+from exporters.errors import SpecError
 from perf import analysis
 from perf.analyzer import HOW_TO_GET_IT, find_perf_analyzer, glibc_version
 from perf.errors import OptionError
 from perf.framework import StudyContext
 from perf.goals import Goal, all_goals
+from perf.plan.cli import add_parser as add_plan_parser
+from perf.plan.cli import command_plan
+from perf.plan.cli import usage_errors as plan_usage_errors
+from perf.plan.placement import PlacementError
 from perf.profiles import PROFILES, Profile, get_profile
+from perf.report_folder import report_folder
 from perf.studies import studies
 from perf.study import StudyResult, StudyRunner, count_steps
 from perf.study_spec import FAMILIES, MODES, spec_families
@@ -77,6 +81,7 @@ def parser() -> argparse.ArgumentParser:
                           "are not zoo families are found (models.yaml)")  # fmt: skip
     commands.add_parser("analyzer", help="cross-check with perf_analyzer where a working binary exists")
     add_tune_parser(commands)
+    add_plan_parser(commands)
     return top
 
 
@@ -181,13 +186,7 @@ def print_goals(goals: list[Goal], title: str = "goals") -> None:
 def command_run(args: argparse.Namespace, profile: Profile) -> int:
     from perf.report import write_report  # matplotlib only when a report is written
 
-    folder = args.reports / datetime.now().strftime("%Y%m%d-%H%M%S")
-    folder.mkdir(parents=True, exist_ok=True)
-    logging.basicConfig(
-        level=logging.INFO,
-        filename=folder / "perf.log",
-        format="%(asctime)s %(name)s %(levelname)s %(message)s",
-    )
+    folder = report_folder(args.reports, log_name="perf.log")
     _stop_on_sigterm()
     console.print(f"batching study, profile [bold]{profile.name}[/bold] → {folder}")
     try:
@@ -212,7 +211,7 @@ def command_analyzer(args: argparse.Namespace) -> int:
         return 0
     profile = get_profile("quick", modes=("none", "dyn1ms"), concurrencies=(1, 16))
     args.reports = Path("reports")
-    folder = args.reports / (datetime.now().strftime("%Y%m%d-%H%M%S") + "-perf-analyzer")
+    folder = report_folder(args.reports, "perf-analyzer")
     from perf.report import write_report
 
     result = run_study(profile, folder)
@@ -224,6 +223,15 @@ def command_analyzer(args: argparse.Namespace) -> int:
 def main(argv: list[str] | None = None) -> int:
     top = parser()
     args = top.parse_args(argv)
+    if args.command == "plan":
+        if error := plan_usage_errors(args):
+            top.error(error)
+        _stop_on_sigterm()  # a killed plan must not leave its tritonserver running
+        try:
+            return command_plan(args, console)
+        except (PlacementError, SpecError) as error:
+            console.print(f"[red]plan failed[/red]: {error}")
+            return 2
     if args.command in ("analyzer", "tune"):
         if args.command == "tune" and (error := tune_usage_errors(args)):
             top.error(error)

@@ -27,15 +27,17 @@ class RawPoint:
 def measure_raw(
     onnx_path: Path, inputs: dict[str, np.ndarray], batch_sizes: Sequence[int], intra_op_threads: int = 1,
     inter_op_threads: int = 1, seconds: float = 0.5, repeats: int = 5,
+    providers: Sequence[str] = ("CPUExecutionProvider",),
 ) -> list[RawPoint]:  # fmt: skip
     """Time ``session.run`` at each batch size: ``repeats`` rounds of ~``seconds/repeats``, median round.
 
-    ``inputs`` is a pool of rows as in ``Target``; batch ``b`` uses the first ``b`` rows.
+    ``inputs`` is a pool of rows as in ``Target``; batch ``b`` uses the first ``b`` rows. ``providers``:
+    the onnxruntime execution providers (the planner times the CUDA provider on a GPU host).
     """
     options = ort.SessionOptions()
     options.intra_op_num_threads = intra_op_threads
     options.inter_op_num_threads = inter_op_threads
-    session = ort.InferenceSession(str(onnx_path), options, providers=["CPUExecutionProvider"])
+    session = ort.InferenceSession(str(onnx_path), options, providers=list(providers))
     points = []
     for batch in batch_sizes:
         feeds = {name: pool[:batch] for name, pool in inputs.items()}

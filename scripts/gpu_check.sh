@@ -17,7 +17,8 @@ import time
 import numpy as np
 import onnxruntime as ort
 from exporters.resolve import load_spec
-from exporters.onnx_export import build_torch_model, sample_inputs
+from exporters.inputs import draw_inputs
+from exporters.sources.load import build_torch_model
 
 rows = []
 spec = load_spec("models.yaml")
@@ -27,7 +28,7 @@ for name in ("recommender", "image_classifier"):
     for provider in ("CPUExecutionProvider", "CUDAExecutionProvider"):
         session = ort.InferenceSession(f".run/gpu_repository/{name}/1/model.onnx", providers=[provider])
         for batch in (1, 32):
-            feeds = {t.name: a for t, a in zip(model_spec.inputs, sample_inputs(model_spec, model, batch, 0))}
+            feeds = {t.name: a for t, a in zip(model_spec.inputs, draw_inputs(model_spec, batch, 0, model))}
             for _ in range(10):
                 session.run(None, feeds)
             start, n = time.perf_counter(), 100
@@ -39,3 +40,16 @@ print(f"{'model':18} {'provider':8} {'batch':>5} {'ms/call':>9} {'inf/s':>10}")
 for row in rows:
     print(f"{row[0]:18} {row[1]:8} {row[2]:5d} {row[3]:9.3f} {row[4]:10.0f}")
 PYEOF
+# The planner on the GPUs found here (instances per GPU, fp32/fp16, placement, headroom), and the memory
+# one instance holds on the CUDA provider's arena (what the planner's headroom counts on a GPU).
+$PY - <<'PYEOF'
+from pathlib import Path
+from exporters.memory import measured_instance_memory
+from exporters.resolve import load_spec
+spec = load_spec("models.yaml").model("recommender")
+path = Path(".run/gpu_repository/recommender/1/model.onnx")
+cuda = measured_instance_memory(spec, path, provider="cuda")
+cpu = measured_instance_memory(spec, path)
+print(f"recommender, one instance at batch {spec.max_batch_size}: CUDA {cuda / 2**20:.1f} MiB, CPU {cpu / 2**20:.1f} MiB")
+PYEOF
+$PY -m perf plan --model recommender --p99-ms 10 --reports .run/gpu_plan

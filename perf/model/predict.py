@@ -68,9 +68,23 @@ def max_rate(
     the load at a rate (Poisson by default).
     """
     load_at = load_at or (lambda rate: poisson(rate))
-    bound = capacity_bound(config, service)
+    return highest_rate(
+        lambda rate: predict(config, service, load_at(rate), seconds),
+        capacity_bound(config, service),
+        budget_ms,
+        scan,
+        steps,
+    )
+
+
+def highest_rate(
+    predict_at: Callable[[float], Prediction], bound: float, budget_ms: float, scan: int = 8, steps: int = 7
+) -> Prediction | None:
+    """The scan and bisection of ``max_rate`` over any predictor (one batcher, or a tandem of them):
+    ``scan`` rates up to ``bound``, then ``steps`` halvings between the highest rate that met the
+    budget and the next one that did not."""
     rates = [bound * (k + 1) / scan for k in range(scan)]
-    results = [predict(config, service, load_at(rate), seconds) for rate in rates]
+    results = [predict_at(rate) for rate in rates]
     passing = [k for k, found in enumerate(results) if found.meets(budget_ms)]
     if not passing:
         return None
@@ -78,7 +92,7 @@ def max_rate(
     low, high = rates[passing[-1]], rates[passing[-1] + 1] if passing[-1] + 1 < scan else bound
     for _ in range(steps):
         rate = (low + high) / 2
-        found = predict(config, service, load_at(rate), seconds)
+        found = predict_at(rate)
         if found.meets(budget_ms):
             best, low = found, rate
         else:

@@ -14,7 +14,6 @@ import contextlib
 import dataclasses
 import logging
 from collections.abc import Callable, Iterator
-from datetime import datetime
 from pathlib import Path
 
 from exporters.repository import build_repository
@@ -28,6 +27,7 @@ from perf.markdown import number
 from perf.model.batcher import BatcherConfig
 from perf.model.grid import QUICK_GRID, WIDE_GRID
 from perf.raw import measure_raw
+from perf.report_folder import report_folder
 from perf.tune.overlay import write_overlay
 from perf.tune.partial import write_partial
 from perf.tune.report import render
@@ -148,13 +148,7 @@ def _load_at(args: argparse.Namespace) -> Callable[[float], Load] | None:
 
 
 def command_tune(args: argparse.Namespace, console) -> int:
-    folder = args.reports / (datetime.now().strftime("%Y%m%d-%H%M%S") + "-tune")
-    folder.mkdir(parents=True, exist_ok=True)
-    logging.basicConfig(
-        level=logging.INFO,
-        filename=folder / "tune.log",
-        format="%(asctime)s %(name)s %(levelname)s %(message)s",
-    )
+    folder = report_folder(args.reports, "tune", "tune.log")
     if args.scenario:
         from perf.tune.scenarios import run_scenario
 

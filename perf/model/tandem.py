@@ -1,0 +1,135 @@
+"""A tandem of batchers: the stages of a pipeline, each Triton's dynamic batcher, with a link between
+consecutive stages. What the planner predicts a split model (and a replica of one) with.
+
+Rules, beyond the single batcher's (``perf.model.batcher``):
+
+* a request enters stage 0 at its arrival; stage ``k`` batches, queues and runs it exactly as one
+  batcher does, with its own delay, max batch and instance count (``TandemStage``);
+* an ensemble hands each response of a batch on at once, so the batch's requests leave stage ``k``
+  together and cross the boundary together: one transfer of ``batch × bytes per sample`` over the
+  boundary's link (``perf.model.links.Transfer``), which takes the link's per-hop latency plus the
+  bytes over its bandwidth;
+* a link carries one transfer at a time (first finished, first sent): a boundary whose bytes outgrow
+  its bandwidth queues there, which is what "link-bound" means;
+* requests reach stage ``k+1`` in the order their transfers end (instances finish out of order);
+* a request's latency is the last stage's completion minus its arrival, plus ``overhead_s`` once (the
+  client, network and frontend are crossed once per request, not per stage).
+
+No I/O and no clock, as the rest of ``perf.model``.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import numpy as np
+
+from perf.errors import OptionError
+from perf.loads import Load, arrival_times
+from perf.model.batcher import BatcherConfig, ServiceModel, p99_ms, simulate
+from perf.model.links import Transfer
+from perf.model.predict import ARRIVALS_MAX, Prediction, capacity_bound
+
+
+@dataclass(frozen=True)
+class TandemStage:
+    """One stage: its batcher and how long its instances take per batch (no overhead of its own)."""
+
+    config: BatcherConfig
+    service: ServiceModel
+
+
+@dataclass(frozen=True)
+class TandemResult:
+    latencies_s: np.ndarray  # per request, in arrival order
+    stage_batches: tuple[np.ndarray, ...]  # per stage, the formed batch sizes
+    span_s: float
+    link_busy: tuple[float, ...]  # per boundary: the share of the span its link was sending
+
+    def p99_ms(self, skip: float = 0.05) -> float:
+        return p99_ms(self.latencies_s, skip)
+
+    @property
+    def throughput(self) -> float:
+        return len(self.latencies_s) / self.span_s if self.span_s > 0 else 0.0
+
+
+def _batches(sizes: np.ndarray) -> list[tuple[int, int]]:
+    """``[start, stop)`` of each formed batch over the stage's arrival order."""
+    stops = np.cumsum(sizes)
+    return list(zip((stops - sizes).tolist(), stops.tolist(), strict=True))
+
+
+def simulate_tandem(
+    arrivals_s: Sequence[float],
+    stages: Sequence[TandemStage],
+    transfers: Sequence[Transfer],
+    overhead_s: float = 0.0,
+    seed: int = 0,
+) -> TandemResult:
+    """Run ``arrivals_s`` (sorted seconds) through ``stages`` with ``transfers[k]`` between stage k and
+    k+1; see the module rules. A stage's CPU term, if any, draws its waits with ``seed + k``."""
+    if not stages:
+        raise OptionError("a tandem needs at least one stage")
+    if len(transfers) != len(stages) - 1:
+        raise OptionError(f"{len(stages)} stages need {len(stages) - 1} transfers, got {len(transfers)}")
+    origin = np.asarray(arrivals_s, dtype=float)
+    count = len(origin)
+    ids = np.arange(count)  # the original request behind each position of the current stage's order
+    times = origin.copy()
+    batches: list[np.ndarray] = []
+    busy: list[float] = []
+    for k, stage in enumerate(stages):
+        service = dataclasses.replace(stage.service, overhead_s=0.0)
+        result = simulate(times, stage.config, service, seed + k)
+        done = times + result.latencies_s
+        batches.append(result.batch_sizes)
+        if k == len(stages) - 1:
+            times = done
+            break
+        transfer, link_free, sent = transfers[k], 0.0, 0.0
+        arrive = np.empty(count)
+        spans = _batches(result.batch_sizes)
+        for start, stop in sorted(spans, key=lambda span: done[span[0]]):
+            took = transfer.seconds(stop - start)
+            begin = max(done[start], link_free)
+            link_free = begin + took
+            sent += took
+            arrive[start:stop] = link_free
+        order = np.argsort(arrive, kind="stable")
+        ids, times = ids[order], arrive[order]
+        busy.append(sent)
+    latencies = np.empty(count)
+    latencies[ids] = times - origin[ids] + overhead_s
+    span = float(times.max() - origin[0]) if count else 0.0
+    shares = tuple(b / span if span > 0 else 0.0 for b in busy)
+    return TandemResult(latencies, tuple(batches), span, shares)
+
+
+def predict_tandem(
+    stages: Sequence[TandemStage], transfers: Sequence[Transfer], load: Load, overhead_s: float = 0.0,
+    seconds: float = 6.0,
+) -> Prediction:  # fmt: skip
+    """p99 and throughput of the tandem at ``load``, as ``perf.model.predict.predict`` for one batcher
+    (the first stage's batcher stands for the configuration; ``mean_batch`` is the first stage's)."""
+    arrivals = arrival_times(load, seconds, ARRIVALS_MAX)
+    result = simulate_tandem(arrivals, stages, transfers, overhead_s)
+    offered = len(arrivals) / arrivals[-1] if len(arrivals) > 1 else 0.0
+    first = result.stage_batches[0]
+    return Prediction(
+        stages[0].config,
+        load.rate,
+        result.p99_ms(),
+        result.throughput,
+        float(np.mean(first)) if len(first) else 0.0,
+        bool(result.throughput >= 0.95 * offered),
+    )
+
+
+def tandem_bound(stages: Sequence[TandemStage], transfers: Sequence[Transfer]) -> float:
+    """Requests per second no rate exceeds: the slowest stage at full batches, or the slowest link."""
+    computes = [capacity_bound(s.config, s.service) for s in stages]
+    links = [t.capacity(stages[0].config.max_batch_size) for t in transfers]
+    return min(computes + links)

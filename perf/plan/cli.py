@@ -1,0 +1,177 @@
+"""``python -m perf plan`` (``make plan MODEL=… P99_MS=… [TOPOLOGY=…] [ACCURACY=…]``): the run.
+
+Topology (``--topology`` folder or shipped name, else this host's GPUs, else its CPU) → profile (the
+variants built and measured; on the CPU with the tuner's probe on the real server) → every strategy
+placed and predicted → the pick → on the CPU, the top architectures measured on the real server →
+``reports/<timestamp>-plan/``: ``plan.json``, ``report.md``, ``p99_vs_rate.png``, ``overlay.yaml``
+and ``spec.planned.yaml``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import logging
+import time
+from pathlib import Path
+
+from exporters.resolve import load_spec
+from perf.engine import OurEngine
+from perf.markdown import number
+from perf.plan.overlay import plan_overlay, read_document, server_flags, write_plan_overlay
+from perf.plan.placement import PlacementError
+from perf.plan.planner import PlanRequest, plan
+from perf.plan.profile import measure_profile
+from perf.plan.report import document, plot, render, save
+from perf.plan.strategy import Space
+from perf.plan.topology import Topology, cpu_topology, live_topology, topology_folder
+from perf.plan.verify import verify
+from perf.report_folder import report_folder
+from perf.tune.probe import ProbePlan, probe
+from perf.tune.session import TUNE_WINDOWS, TuneSession
+
+log = logging.getLogger(__name__)
+WORKDIR = Path(".run/plan")
+
+
+def add_parser(commands: argparse._SubParsersAction) -> None:
+    p = commands.add_parser(
+        "plan", help="choose the serving strategy (data/pipeline/hybrid, precision, placement)"
+    )
+    p.add_argument("--model", required=True, help="a model of the spec (e.g. recommender)")
+    p.add_argument("--spec", type=Path, default=Path("models.yaml"))
+    p.add_argument("--p99-ms", type=float, required=True, help="the latency budget (p99, milliseconds)")
+    p.add_argument("--topology", default=None, help="a folder with topo.txt and gpus.csv, or a shipped name")
+    p.add_argument("--accuracy", type=float, default=None, help="max relative error vs fp32 (default: any)")
+    p.add_argument("--instances", default="1,2", help="instances per GPU or stage to consider")
+    p.add_argument("--delays-us", default="0,1000", help="first-stage queue delays to consider (µs)")
+    p.add_argument("--no-split", action="store_true", help="the whole model only (no pipeline strategies)")
+    p.add_argument("--verify", type=int, default=2, help="on the CPU: architectures measured on the server")
+    p.add_argument(
+        "--probe-runs", type=int, default=6,
+        help="on the CPU: runs per ramp of the tuner's probe (0: none: compute alone, a quick plan)",
+    )  # fmt: skip
+    p.add_argument(
+        "--seconds", type=float, default=3 * TUNE_WINDOWS.window_s, help="measured seconds per run"
+    )
+    p.add_argument("--predict-s", type=float, default=3.0, help="seconds of arrivals per prediction")
+    p.add_argument("--reports", type=Path, default=Path("reports"))
+    p.add_argument("--workdir", type=Path, default=WORKDIR, help="where the variants are built and served")
+
+
+def usage_errors(args: argparse.Namespace) -> str | None:
+    if args.p99_ms <= 0:
+        return f"--p99-ms must be > 0, got {args.p99_ms}"
+    if args.accuracy is not None and args.accuracy < 0:
+        return f"--accuracy must be >= 0, got {args.accuracy}"
+    if args.seconds <= 0 or args.predict_s <= 0:
+        return "--seconds and --predict-s must be > 0"
+    if args.probe_runs < 0 or args.verify < 0:
+        return "--probe-runs and --verify must be >= 0"
+    return None
+
+
+def _ints(text: str, option: str) -> tuple[int, ...]:
+    try:
+        values = tuple(int(v) for v in text.split(",") if v.strip())
+    except ValueError as error:
+        raise PlacementError(f"{option} {text!r}: {error}") from error
+    if not values or min(values) < 0:
+        raise PlacementError(f"{option} {text!r}: needs non-negative integers")
+    return values
+
+
+def _topology(args: argparse.Namespace) -> tuple[Topology, bool]:
+    """The machine planned for, and whether this host runs it (a live GPU or the CPU here)."""
+    if args.topology:
+        return topology_folder(args.topology), False
+    live = live_topology()
+    return (live, True) if live is not None else (cpu_topology(), True)
+
+
+def command_plan(args: argparse.Namespace, console) -> int:
+    started = time.perf_counter()
+    folder = report_folder(args.reports, "plan", "plan.log")
+    spec = load_spec(args.spec)
+    spec.model(args.model)  # a clear error before anything is built
+    topology, here = _topology(args)
+    space = Space(
+        _ints(args.instances, "--instances"), _ints(args.delays_us, "--delays-us"), split=not args.no_split
+    )
+    request = PlanRequest(args.p99_ms, args.accuracy, space, args.predict_s)
+    console.print(
+        f"planning [bold]{args.model}[/bold] for p99 ≤ {args.p99_ms:g} ms on {topology.name} → {folder}"
+    )
+    for warning in topology.warnings:
+        console.print(f"  [yellow]warning[/yellow]: {warning}")
+    settings = dataclasses.replace(TUNE_WINDOWS, window_s=args.seconds / TUNE_WINDOWS.stable_windows)
+    engine = OurEngine()
+    probed = None
+    if not topology.on_gpu and args.probe_runs > 0:
+        console.print("  probing the whole model on the real server (the tuner's probe)")
+        largest = spec.model(args.model).max_batch_size
+        with TuneSession(spec, args.model, largest, args.workdir / "probe", engine, settings) as session:
+            probed = probe(
+                session, space.instances, session.largest_batch, ProbePlan(max_runs=args.probe_runs)
+            )
+    console.print(
+        "  building and measuring the variants (whole model per precision, split per boundary dtype)"
+    )
+    live_gpu = here and topology.on_gpu
+    providers = ("CUDAExecutionProvider",) if live_gpu else ("CPUExecutionProvider",)
+    device = "this host's GPU (CUDA provider)" if live_gpu else "this host's CPU"
+    profile = measure_profile(
+        spec, args.model, args.workdir / "repository", not args.no_split, probed, providers, device
+    )
+    chosen = plan(profile, topology, request, lambda text: console.print(f"  {text}"))
+    verification = []
+    if here and not topology.on_gpu and args.verify > 0:
+        verification = verify(
+            spec, args.model, chosen, args.verify, engine, settings, args.workdir,
+            lambda text: console.print(f"  {text}"),
+        )  # fmt: skip
+    assert chosen.chosen.placement is not None
+    overlay = plan_overlay(
+        read_document(args.spec),
+        spec,
+        args.model,
+        chosen.chosen.strategy,
+        chosen.chosen.placement,
+        topology.on_gpu,
+    )
+    note = (
+        f"python -m perf plan --model {args.model} --p99-ms {args.p99_ms:g} on {topology.name}: "
+        f"{chosen.chosen.strategy.label}"
+    )
+    write_plan_overlay(args.spec, overlay, folder, note)
+    flags = server_flags(chosen.chosen.placement)
+    saved = document(chosen, flags, verification, time.perf_counter() - started)
+    save(folder, saved)
+    plot(chosen, folder / "p99_vs_rate.png")
+    report = render(folder, saved)
+    print_summary(saved, report, console)
+    return 0
+
+
+def print_summary(saved: dict, report: Path, console) -> None:
+    chosen = saved["chosen"]
+    console.print(
+        f"chosen: [bold]{chosen['label']}[/bold]: predicted {number(chosen['rate'], 0)}/s within "
+        f"{saved['budget_ms']:g} ms (p99 {number(chosen['p99_ms'])} ms)"
+    )
+    for entry in saved["placement"]:
+        where = ", ".join(f"GPU{g}" for g in entry["gpus"]) or "CPU"
+        console.print(
+            f"  {entry['model']}: replica {entry['replica']}, stage {entry['stage']}, "
+            f"{entry['instances']}× on {where}"
+        )
+    if saved["server_flags"]:
+        console.print(f"  server flags: {' '.join(saved['server_flags'])}")
+    for row in saved["verification"]:
+        console.print(
+            f"  verified {row['strategy']} @ {row['rate']:.0f}/s: p99 predicted "
+            f"{number(row['predicted_p99_ms'])} ms, "
+            f"measured {number(row['measured_p99_ms'])} ms, served {row['measured_throughput']:.0f}/s "
+            f"({'within' if row['met'] else 'over'} budget)"
+        )
+    console.print(f"report {report}")

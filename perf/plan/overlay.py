@@ -1,0 +1,123 @@
+"""The chosen strategy as the spec says it, and the server flags that keep the headroom.
+
+The overlay holds what the plan decides: for the whole model, its ``models`` entry (precision,
+batching, instances with their ``gpus:`` list); for a split, one ``pipelines`` entry per replica,
+each with its stages' instances (``replicas``), boundary dtype, batching and ``gpus`` (the GPU of
+each stage, so each replica's boundary stays on the link its placement chose). Models merge over the
+base spec as the tuner's overlay does (``perf.tune.overlay.apply_overlay``); the plan's pipelines
+replace any of the same name and join the rest. The merged document goes through ``parse_spec``: a
+planned configuration passes exactly the checks a hand-written one does.
+
+``--model-load-gpu-limit <gpu>:0.80`` for every GPU the plan uses: Triton refuses a model load that
+would take a GPU past 80% of its memory (the headroom the placement kept), instead of running out
+of memory later under load.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from exporters.spec import Spec, parse_spec
+from perf.model.memory import HEADROOM
+from perf.plan.placement import Placement, replica_name
+from perf.plan.profile import precision_variant
+from perf.plan.strategy import Strategy
+from perf.tune.overlay import apply_overlay
+
+
+def _tensors(tensors) -> list[dict[str, Any]]:
+    out = []
+    for t in tensors:
+        entry: dict[str, Any] = {"name": t.name, "dtype": t.dtype, "shape": list(t.shape)}
+        if t.max_shape is not None:
+            entry["max_shape"] = list(t.max_shape)
+        if t.range is not None:
+            entry["range"] = list(t.range)
+        out.append(entry)
+    return out
+
+
+def plan_overlay(
+    document: dict[str, Any], spec: Spec, model: str, strategy: Strategy, placement: Placement, on_gpu: bool
+) -> dict:
+    """The overlay of ``strategy`` placed as ``placement`` over the spec ``document`` (see the module
+    docstring). Another precision is another model (pipelines split the fp32 one): the overlay then
+    names ``<model>_<precision>``, a copy of the model's entry in that precision unless the spec has
+    one of that name already."""
+    batching = {"mode": "dynamic", "max_queue_delay_us": strategy.delay_us}
+    base = spec.model(model)
+    if strategy.kind == "data":
+        (assignment,) = placement.assignments
+        instances: dict[str, Any] = (
+            {"per_gpu": assignment.instances, "gpus": list(assignment.gpus)}
+            if on_gpu
+            else {"cpu": assignment.instances}
+        )
+        entry: dict[str, Any] = {
+            "name": model, "max_batch_size": strategy.max_batch, "batching": batching, "instances": instances,
+        }  # fmt: skip
+        if strategy.precision != base.precision:
+            variant = precision_variant(base, strategy.precision)
+            known = {m.get("name"): m for m in document.get("models", [])}
+            copy = {} if variant.name in known else dict(known[model])
+            copy.pop("batching", None)
+            entry = {**copy, **entry, "name": variant.name, "precision": strategy.precision}
+            entry.update(inputs=_tensors(variant.inputs), outputs=_tensors(variant.outputs))
+        return {"models": [entry]}
+    pipeline = next(p for p in spec.pipelines if p.model == model)
+    entries = []
+    for replica in range(strategy.replicas):
+        stages = sorted((a for a in placement.assignments if a.replica == replica), key=lambda a: a.stage)
+        entry = {
+            "name": replica_name(pipeline.name, replica, strategy.replicas),
+            "model": model,
+            "split": pipeline.split,
+            "stages": pipeline.stages,
+            "replicas": list(strategy.instances),
+            "boundary_dtype": strategy.precision,
+            "batching": batching,
+        }
+        if pipeline.split == "blocks":
+            entry["balance"] = pipeline.balance
+            if pipeline.cut_points:
+                entry["cut_points"] = list(pipeline.cut_points)
+        if on_gpu:
+            entry["gpus"] = [a.gpus[0] for a in stages]
+        entries.append(entry)
+    return {"pipelines": entries}
+
+
+def merge(base: dict[str, Any], overlay: dict[str, Any]) -> dict[str, Any]:
+    """The base document with the overlay's models merged (a model the base lacks joins it) and its
+    pipelines in place of same-named ones."""
+    known = {m.get("name") for m in base.get("models", [])}
+    models = overlay.get("models", [])
+    merged = apply_overlay(base, {"models": [m for m in models if m["name"] in known]})
+    merged["models"] = merged["models"] + [m for m in models if m["name"] not in known]
+    planned = overlay.get("pipelines", [])
+    names = {p["name"] for p in planned}
+    merged["pipelines"] = [p for p in merged.get("pipelines", []) if p.get("name") not in names] + planned
+    return merged
+
+
+def write_plan_overlay(base_path: Path, overlay: dict[str, Any], folder: Path, note: str) -> Spec:
+    """``overlay.yaml`` and the merged ``spec.planned.yaml`` in ``folder``; the checked spec."""
+    merged = merge(read_document(base_path), overlay)
+    spec = parse_spec(merged, base_path.parent)
+    header = f"# {note}\n"
+    (folder / "overlay.yaml").write_text(header + yaml.safe_dump(overlay, sort_keys=False))
+    (folder / "spec.planned.yaml").write_text(header + yaml.safe_dump(merged, sort_keys=False))
+    return spec
+
+
+def read_document(path: Path) -> dict[str, Any]:
+    return yaml.safe_load(path.read_text())
+
+
+def server_flags(placement: Placement) -> list[str]:
+    """``--model-load-gpu-limit`` for each GPU the plan uses."""
+    gpus = sorted({g for a in placement.assignments for g in a.gpus})
+    return [f"--model-load-gpu-limit={g}:{HEADROOM:.2f}" for g in gpus]

@@ -1,0 +1,182 @@
+"""Where a strategy's instances go on the GPUs, within each GPU's headroom.
+
+Rules:
+
+* one stage per GPU, and a replica's stages on distinct GPUs, so replicas spread evenly;
+* a stage boundary goes over the fastest link available: the replicas' chains are chosen to maximise
+  the slowest boundary link among them, then the total bandwidth (on the DGX-1 an ``NV2`` or ``NV1``
+  pair before any ``SYS`` path);
+* no GPU over its headroom (``perf.model.memory``): instances × memory per instance, added to what the
+  GPU already uses, stays within 80% of it;
+* nothing fits: ``PlacementError``, saying what was needed and what each GPU had.
+
+Triton routes an ensemble's next step to whichever instance of the next stage model is free, not to
+the one beside the previous stage's GPU: a stage model with instances on several GPUs would send its
+boundary over every link between them. So each replica of a split is its own set of stage models
+(and ensemble), each pinned to the GPUs its chain was given; requests reach the replicas by the
+client spreading them over the replicas' ensembles (``Placement.routing``).
+"""
+
+from __future__ import annotations
+
+import itertools
+from dataclasses import dataclass
+
+from perf.model.links import HOST, Link
+from perf.model.memory import MIB
+from perf.plan.strategy import StageCost, Strategy
+from perf.plan.topology import Topology
+
+CPU_DEVICE = -1  # the device index of a CPU plan
+
+
+class PlacementError(ValueError):
+    """The strategy does not fit the machine; the message says why."""
+
+
+@dataclass(frozen=True)
+class Assignment:
+    """One served model of the plan: ``model`` (Triton name), its replica and stage, and its GPUs."""
+
+    model: str
+    replica: int
+    stage: int
+    gpus: tuple[int, ...]
+    instances: int  # per GPU
+
+
+@dataclass(frozen=True)
+class Placement:
+    assignments: tuple[Assignment, ...]
+    memory: dict[int, int]  # device -> bytes the plan puts there
+    links: tuple[tuple[Link, ...], ...]  # per replica, the link of each boundary
+    routing: str
+
+    def as_list(self) -> list[dict]:
+        return [
+            {
+                "model": a.model,
+                "replica": a.replica,
+                "stage": a.stage,
+                "gpus": list(a.gpus),
+                "instances": a.instances,
+            }
+            for a in self.assignments
+        ]
+
+
+def replica_name(base: str, replica: int, replicas: int) -> str:
+    return base if replicas == 1 else f"{base}_r{replica}"
+
+
+def _check_memory(topology: Topology, planned: dict[int, int]) -> None:
+    over = [d for d, needed in planned.items() if not topology.gpu(d).memory.fits(needed)]
+    if over:
+        details = "; ".join(
+            f"GPU{d} needs {planned[d] / MIB:.0f} MiB, has "
+            f"{topology.gpu(d).memory.budget_bytes / MIB:.0f} MiB "
+            "within 80%"
+            for d in over
+        )
+        raise PlacementError(f"over memory: {details}")
+
+
+def _chains(topology: Topology, stages: int, replicas: int) -> list[tuple[int, ...]]:
+    """``replicas`` disjoint chains of ``stages`` GPUs whose slowest boundary is the fastest possible
+    (then the most total bandwidth, then the lowest GPU indices)."""
+    gpus = topology.indices
+    if replicas * stages > len(gpus):
+        raise PlacementError(f"needs {replicas * stages} GPUs, the machine has {len(gpus)}")
+    chains = list(itertools.permutations(gpus, stages))
+
+    def links(chain: tuple[int, ...]) -> list[Link]:
+        return [topology.link(a, b) for a, b in itertools.pairwise(chain)]
+
+    best: tuple | None = None
+    chosen: list[tuple[int, ...]] = []
+
+    def search(start: int, picked: list[tuple[int, ...]], used: set[int]) -> None:
+        nonlocal best, chosen
+        if len(picked) == replicas:
+            every = [link for chain in picked for link in links(chain)]
+            slowest = min((link.gbs for link in every), default=float("inf"))
+            key = (slowest, sum(link.gbs for link in every), [-g for c in picked for g in c])
+            if best is None or key > best:
+                best, chosen = key, list(picked)
+            return
+        for index in range(start, len(chains)):
+            chain = chains[index]
+            if used.isdisjoint(chain) and (not picked or chain[0] > picked[-1][0]):
+                search(index + 1, [*picked, chain], used | set(chain))
+
+    search(0, [], set())
+    return chosen
+
+
+def _spread(topology: Topology, count: int) -> tuple[int, ...]:
+    """``count`` GPUs with the most room, lowest index first among equals."""
+    if count > len(topology.gpus):
+        raise PlacementError(f"needs {count} GPUs, the machine has {len(topology.gpus)}")
+    ranked = sorted(topology.gpus, key=lambda g: (-g.memory.budget_bytes, g.index))
+    return tuple(sorted(g.index for g in ranked[:count]))
+
+
+def split_models(split: str, suffixes: tuple[str, ...], replica: int, replicas: int) -> tuple[str, ...]:
+    """The Triton names of a replica's stage models: the replica's pipeline name (``replica_name``)
+    and each stage's suffix (``_embedding``, ``_stage1``, ... as ``PipelineSpec.stage_names``)."""
+    return tuple(replica_name(split, replica, replicas) + suffix for suffix in suffixes)
+
+
+def place(
+    strategy: Strategy,
+    costs: tuple[StageCost, ...],
+    topology: Topology,
+    split: tuple[str, tuple[str, ...]] = ("", ()),
+) -> Placement:
+    """Put ``strategy`` on ``topology`` (see the module rules); ``split`` is the split's pipeline name
+    and its stages' name suffixes (the served names: ``split_models``). The whole model is served
+    under its cost's name (``<model>`` or ``<model>_<precision>``, as the overlay names it)."""
+    name, suffixes = split
+    if not topology.on_gpu:
+        return _place_on_cpu(strategy, costs, split_models(name, suffixes, 0, 1))
+    if strategy.kind == "data":
+        gpus = _spread(topology, strategy.replicas)
+        per = strategy.instances[0] * costs[0].memory_bytes
+        planned = {g: per for g in gpus}
+        _check_memory(topology, planned)
+        assignment = Assignment(costs[0].name, 0, 0, gpus, strategy.instances[0])
+        routing = f"one model, its instances on GPUs {list(gpus)}: Triton's batcher feeds them all"
+        return Placement((assignment,), planned, ((),), routing)
+    chains = _chains(topology, strategy.stages, strategy.replicas)
+    planned: dict[int, int] = {}
+    assignments = []
+    for replica, chain in enumerate(chains):
+        for stage, gpu in enumerate(chain):
+            planned[gpu] = planned.get(gpu, 0) + strategy.instances[stage] * costs[stage].memory_bytes
+            served = split_models(name, suffixes, replica, strategy.replicas)[stage]
+            assignments.append(Assignment(served, replica, stage, (gpu,), strategy.instances[stage]))
+    _check_memory(topology, planned)
+    links = tuple(tuple(topology.link(a, b) for a, b in itertools.pairwise(chain)) for chain in chains)
+    ensembles = [replica_name(name, r, strategy.replicas) for r in range(strategy.replicas)]
+    routing = (
+        "one ensemble"
+        if strategy.replicas == 1
+        else f"the client spreads requests over the ensembles {ensembles}"
+    ) + ", each replica's stages pinned to their GPUs"
+    return Placement(tuple(assignments), planned, links, routing)
+
+
+def _place_on_cpu(
+    strategy: Strategy, costs: tuple[StageCost, ...], stage_models: tuple[str, ...]
+) -> Placement:
+    """A CPU plan: everything on the one device, boundaries through host memory."""
+    if strategy.kind == "data":
+        assignment = Assignment(costs[0].name, 0, 0, (), strategy.instances[0])
+        memory = strategy.instances[0] * costs[0].memory_bytes
+        return Placement((assignment,), {CPU_DEVICE: memory}, ((),), "one model on the CPU")
+    assignments = tuple(
+        Assignment(stage_models[k], 0, k, (), strategy.instances[k]) for k in range(strategy.stages)
+    )
+    memory = sum(n * c.memory_bytes for n, c in zip(strategy.instances, costs, strict=True))
+    links = ((HOST,) * (strategy.stages - 1),)
+    return Placement(assignments, {CPU_DEVICE: memory}, links, "one ensemble on the CPU")

@@ -1,0 +1,210 @@
+"""Every strategy placed, predicted and judged; the pick.
+
+For each strategy of the space: placed on the machine (``perf.plan.placement``: over memory or not
+enough GPUs ends it there), held to the accuracy tolerance (the variant's measured error), then
+predicted. The whole model is one batcher in front of all its instances (``perf.model.predict``); a
+split is a tandem of batchers with each boundary over the link its placement gave it
+(``perf.model.tandem``); a hybrid's replicas each take an equal share of the traffic, and the replica
+with the slowest links is the one predicted. Each gets the highest rate whose predicted p99 meets the
+budget.
+
+The pick: the highest rate; strategies within ``TIE_SHARE`` of it tie, and ties go to fewer devices,
+then fewer instances, then the shorter delay. Every other strategy gets the reason it lost: over
+memory, not enough GPUs, over the accuracy tolerance, over the budget at every rate, link-bound (its
+boundary's link carries less than its stages compute), or a lower rate than the pick.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+from perf.loads import Load, poisson
+from perf.model.batcher import ServiceModel
+from perf.model.links import Transfer
+from perf.model.predict import Prediction, capacity_bound, highest_rate, predict
+from perf.model.tandem import TandemStage, predict_tandem, tandem_bound
+from perf.plan.placement import Placement, PlacementError, place
+from perf.plan.strategy import ModelProfile, Space, Strategy, strategies
+from perf.plan.topology import Topology
+
+log = logging.getLogger(__name__)
+ARRIVALS = 15_000  # a prediction simulates at most this many arrivals per replica (p99 from 150 tail samples)
+TIE_SHARE = 0.03  # rates within 3% of the best tie (the simulation's own spread between seeds)
+KIND_ORDER = {"data": 0, "pipeline": 1, "hybrid": 2}
+
+
+@dataclass(frozen=True)
+class PlanRequest:
+    budget_ms: float
+    max_error: float | None = None  # the accuracy tolerance: max relative error vs fp32 (None: any)
+    space: Space = field(default_factory=Space)
+    predict_s: float = 4.0
+    seed: int = 0
+
+
+@dataclass
+class Judged:
+    """One strategy: where it goes, what it is predicted to do, and why it lost (empty for the pick)."""
+
+    strategy: Strategy
+    placement: Placement | None = None
+    best: Prediction | None = None  # per replica, at its highest rate within the budget
+    rate: float = 0.0  # all replicas together
+    error: float = 0.0
+    link_bound: str = ""
+    reason: str = ""
+
+    @property
+    def feasible(self) -> bool:
+        return self.placement is not None and self.best is not None
+
+
+@dataclass
+class Plan:
+    request: PlanRequest
+    profile: ModelProfile
+    topology: Topology
+    judged: list[Judged]  # best first
+    chosen: Judged
+
+
+class Predictor:
+    """How one placed strategy is predicted at any total rate (``at``), and its rate bound."""
+
+    def __init__(self, strategy: Strategy, profile: ModelProfile, placement: Placement, request: PlanRequest):
+        self.strategy, self.request = strategy, request
+        costs = profile.costs(strategy)
+        overheads = profile.overheads
+        self.overhead_s = overheads.overhead_s
+        if strategy.kind == "data":
+            self.service = overheads.service(costs[0], strategy.instances[0])
+            self.stages: list[TandemStage] = []
+            self.transfers: list[Transfer] = []
+            return
+        slowest = min(placement.links, key=lambda links: min((lk.gbs for lk in links), default=float("inf")))
+        self.stages = [
+            TandemStage(strategy.batcher(k), overheads.service(cost, strategy.instances[k], strategy.stages))
+            for k, cost in enumerate(costs)
+        ]
+        self.transfers = [Transfer(costs[k].out_bytes_per_sample, link) for k, link in enumerate(slowest)]
+
+    def load(self, rate: float) -> Load:
+        return poisson(rate, self.request.seed)
+
+    def at(self, rate: float) -> Prediction:
+        """The prediction at ``rate`` requests/s in all (one replica's share of it for a split)."""
+        replicas = self.strategy.replicas if self.strategy.kind != "data" else 1
+        seconds = min(self.request.predict_s, ARRIVALS * replicas / rate)
+        if self.strategy.kind == "data":
+            return predict(self.strategy.batcher(), self._with_overhead(), self.load(rate), seconds)
+        found = predict_tandem(
+            self.stages, self.transfers, self.load(rate / replicas), self.overhead_s, seconds
+        )
+        return dataclasses.replace(found, rate=rate, throughput=found.throughput * replicas)
+
+    def _with_overhead(self) -> ServiceModel:
+        return dataclasses.replace(self.service, overhead_s=self.overhead_s)
+
+    @property
+    def bound(self) -> float:
+        """Requests/s in all at most: every instance at full batches (a split: its slowest stage or link,
+        times its replicas)."""
+        if self.strategy.kind == "data":
+            return capacity_bound(self.strategy.batcher(), self.service)
+        return tandem_bound(self.stages, self.transfers) * self.strategy.replicas
+
+    def link_bound(self) -> str:
+        """Why the links, not the stages, bound this split (empty if they do not)."""
+        if not self.transfers:
+            return ""
+        computes = min(capacity_bound(s.config, s.service) for s in self.stages)
+        batch = self.strategy.max_batch
+        slowest = min(self.transfers, key=lambda t: t.capacity(batch))
+        carried = slowest.capacity(batch)
+        if carried >= computes:
+            return ""
+        return (
+            f"link-bound: its boundary over {slowest.link.label} carries at most {carried:,.0f}/s, "
+            "its stages "
+            f"compute {computes:,.0f}/s"
+        )
+
+
+def judge(strategy: Strategy, profile: ModelProfile, topology: Topology, request: PlanRequest) -> Judged:
+    judged = Judged(strategy, error=profile.error_of(strategy))
+    try:
+        judged.placement = place(strategy, profile.costs(strategy), topology, profile.split_of(strategy))
+    except PlacementError as error:
+        judged.reason = str(error)
+        return judged
+    if request.max_error is not None and judged.error > request.max_error:
+        judged.reason = (
+            f"over the accuracy tolerance: max relative error {judged.error:.2e} > {request.max_error:g}"
+        )
+        return judged
+    predictor = Predictor(strategy, profile, judged.placement, request)
+    judged.link_bound = predictor.link_bound()
+    best = highest_rate(predictor.at, predictor.bound, request.budget_ms, scan=6, steps=5)
+    if best is None:
+        judged.reason = f"over budget: p99 above {request.budget_ms:g} ms at every rate"
+        return judged
+    judged.best, judged.rate = best, best.rate
+    return judged
+
+
+def _order(judged: list[Judged]) -> list[Judged]:
+    feasible = [j for j in judged if j.feasible]
+    top = max((j.rate for j in feasible), default=0.0)
+
+    def key(j: Judged) -> tuple:
+        s = j.strategy
+        tied = j.feasible and j.rate >= (1 - TIE_SHARE) * top
+        return (
+            not j.feasible,
+            not tied,
+            s.devices if tied else 0,
+            sum(s.instances) * (s.replicas if tied else 1) if tied else 0,
+            -j.rate,
+            KIND_ORDER[s.kind],
+            s.delay_us,
+        )
+
+    return sorted(judged, key=key)
+
+
+def plan(
+    profile: ModelProfile, topology: Topology, request: PlanRequest, step: Callable[[str], None] | None = None
+) -> Plan:
+    """Judge every strategy of ``request.space`` and pick (see the module docstring)."""
+    candidates = strategies(profile, len(topology.gpus), request.space)
+    if step:
+        step(f"predicting {len(candidates)} strategies on {topology.name}")
+    judged = _order([judge(s, profile, topology, request) for s in candidates])
+    chosen = judged[0]
+    if not chosen.feasible:
+        reasons = sorted({j.reason.split(":")[0] for j in judged})
+        raise PlacementError(
+            f"no strategy fits within p99 {request.budget_ms:g} ms on {topology.name}: "
+            + "; ".join(f"{r}" for r in reasons)
+            + f" (first: {judged[0].strategy.label}: {judged[0].reason})"
+        )
+    for other in judged[1:]:
+        if other.feasible:
+            lower = f"lower rate: {other.rate:,.0f}/s against {chosen.rate:,.0f}/s"
+            if other.rate >= (1 - TIE_SHARE) * chosen.rate:
+                lower = (
+                    f"ties on rate ({other.rate:,.0f}/s); the pick needs no more devices, instances or delay"
+                )
+            other.reason = f"{lower}{'; ' + other.link_bound if other.link_bound else ''}"
+    return Plan(request, profile, topology, judged, chosen)
+
+
+def curve(judged: Judged, profile: ModelProfile, request: PlanRequest, points: int = 8) -> list[Prediction]:
+    """Predicted p99 from a fifth of the strategy's rate to 1.2× it (the report's plot)."""
+    assert judged.placement is not None
+    predictor = Predictor(judged.strategy, profile, judged.placement, request)
+    rates = [judged.rate * (0.2 + k * 1.0 / (points - 1)) for k in range(points)]
+    return [predictor.at(rate) for rate in rates]

@@ -1,0 +1,196 @@
+"""What the planner measures of a model before it predicts: ``ModelProfile``.
+
+1. The variants are built into the plan's work repository by the project's own builders: the whole
+   model in each precision (``exporters.repository``) and the split in each boundary dtype
+   (``exporters.pipeline_build``: its record has the bytes crossing each boundary and the compression
+   error). The memory of one whole-model instance at its largest batch is measured once per exported
+   file (``exporters.memory.measured_instance_memory``, kept in ``memory.json`` beside the export).
+2. Compute per batch: the whole model's ``T + (N-1)·Δt`` from onnxruntime in-process at batch 1 and
+   at ``max_batch_size`` (``perf.raw``), on the device planned for (CUDA on a GPU host, else the CPU).
+   Each stage gets the share of it that its served artifact takes when run alone at the same batches:
+   the split costs no compute of its own, only its boundaries and the costs beyond compute.
+3. Memory per stage instance: the whole model's measured memory, shared out by the stages' parameter
+   bytes (the weights are what an instance holds; activations follow the same cut).
+4. On the CPU, the costs beyond compute come from the tuner's probe of the whole model on the real
+   server (``perf.tune.probe``): compute as the server reports it replaces the raw figure, and the
+   per-execution and per-request costs, the overhead outside the server and the CPU term come with it.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+import statistics
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+import torch
+
+from exporters.inputs import draw_inputs
+from exporters.memory import measured_instance_memory
+from exporters.pipeline_build import BuiltPipeline, build_pipelines, make_stages
+from exporters.pipeline_stages import load_stage, stage_examples
+from exporters.repository import build_repository
+from exporters.sources.load import build_torch_model
+from exporters.spec import ModelSpec, PipelineSpec, Spec
+from perf.plan.strategy import BOUNDARY_DTYPES, PRECISIONS, TENSOR_DTYPE, ModelProfile, Overheads, StageCost
+from perf.raw import measure_raw
+from perf.tune.probe import ProbeResult
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class Variants:
+    """The specs the profile builds: the whole model per precision, the split per boundary dtype."""
+
+    whole: dict[str, ModelSpec]
+    split: dict[str, PipelineSpec]
+
+
+def precision_variant(model: ModelSpec, precision: str) -> ModelSpec:
+    """``model`` in ``precision`` (float tensors take ``TENSOR_DTYPE[precision]``), named ``<name>`` or
+    ``<name>_<precision>``."""
+    if precision == model.precision:
+        return model
+    floats, dtype = set(TENSOR_DTYPE.values()), TENSOR_DTYPE[precision]
+
+    def retyped(tensors):
+        return tuple(dataclasses.replace(t, dtype=dtype) if t.dtype in floats else t for t in tensors)
+
+    return dataclasses.replace(
+        model, name=f"{model.name}_{precision}", precision=precision,
+        inputs=retyped(model.inputs), outputs=retyped(model.outputs),
+    )  # fmt: skip
+
+
+def variants(spec: Spec, model: str, split: bool = True) -> Variants:
+    """The whole model in every precision, and the spec's first pipeline splitting it (each boundary
+    dtype, no live updates: a plan may give the first stage several instances)."""
+    base = spec.model(model)
+    whole = {p: precision_variant(base, p) for p in PRECISIONS}
+    pipelines = [p for p in spec.pipelines if p.model == model] if split else []
+    if not pipelines:
+        return Variants(whole, {})
+    first = dataclasses.replace(pipelines[0], live_updates=False, replicas=())
+    return Variants(
+        whole,
+        {d: dataclasses.replace(first, boundary_dtype=d, name=f"{first.name}_{d}") for d in BOUNDARY_DTYPES},
+    )
+
+
+def _median_s(fn, tensors: tuple[torch.Tensor, ...], repeats: int = 15) -> float:
+    with torch.no_grad():
+        for _ in range(3):
+            fn(*tensors)
+        times = []
+        for _ in range(repeats):
+            start = time.perf_counter()
+            fn(*tensors)
+            times.append(time.perf_counter() - start)
+    return statistics.median(times)
+
+
+def _line(at_one: float, at_max: float, max_batch: int) -> tuple[float, float]:
+    """``T`` and ``Δt`` through batch 1 and ``max_batch`` (slope kept >= 0)."""
+    return at_one, max(0.0, (at_max - at_one) / max(max_batch - 1, 1))
+
+
+def _stage_shares(
+    built: BuiltPipeline, base: ModelSpec, repository: Path
+) -> list[tuple[float, float, float]]:
+    """Per stage: its share of the chain's time at batch 1, at max batch, and of its parameter bytes."""
+    model = build_torch_model(base)
+    stages, _ = make_stages(built.spec, base, model, built.record.split_plan, built.record.build_id)
+    timings = []
+    for batch in (1, base.max_batch_size):
+        arrays = draw_inputs(base, batch, 0, model)
+        inputs = {t.name: torch.from_numpy(a) for t, a in zip(base.inputs, arrays, strict=True)}
+        examples = stage_examples(stages, inputs)
+        fns = [load_stage(s, repository / s.name / "1" / s.artifact_name) for s in stages]
+        timings.append([_median_s(fn, example) for fn, example in zip(fns, examples, strict=True)])
+    params = [sum(p.numel() * p.element_size() for p in s.module.parameters()) for s in stages]
+    shares = []
+    for k in range(len(stages)):
+        one, top = timings[0][k] / sum(timings[0]), timings[1][k] / sum(timings[1])
+        shares.append((one, top, params[k] / max(sum(params), 1)))
+    return shares
+
+
+def measure_profile(
+    spec: Spec, model: str, repository: Path, split: bool = True, probe: ProbeResult | None = None,
+    providers: tuple[str, ...] = ("CPUExecutionProvider",), device: str = "this host's CPU",
+) -> ModelProfile:  # fmt: skip
+    """Build the variants into ``repository`` and measure them (see the module docstring). With
+    ``probe`` (the fp32 whole model probed on the real server) the costs beyond compute come with it."""
+    chosen = variants(spec, model, split)
+    built = {
+        m.spec.precision: m
+        for m in build_repository(Spec(models=tuple(chosen.whole.values())), repository, 0)
+    }
+    base = chosen.whole["fp32"]
+    whole: dict[str, StageCost] = {}
+    accuracy: dict[str, float] = {}
+    raw_fp32 = (0.0, 0.0)
+    for precision, variant in chosen.whole.items():
+        artifact = built[precision].artifact
+        points = measure_raw(
+            artifact.path, inputs_pool(variant, variant.max_batch_size), [1, variant.max_batch_size],
+            variant.intra_op_threads,
+            variant.inter_op_threads, seconds=0.3, providers=providers,
+        )  # fmt: skip
+        t_s, dt_s = _line(points[0].batch_ms / 1e3, points[1].batch_ms / 1e3, variant.max_batch_size)
+        if precision == "fp32":
+            raw_fp32 = (t_s, dt_s)
+        memory = measured_instance_memory(variant, artifact.path)
+        whole[precision] = StageCost(variant.name, t_s, dt_s, memory)
+        accuracy[f"whole/{precision}"] = artifact.max_rel_error
+    source = f"onnxruntime in-process on {device}"
+    overheads = Overheads()
+    if probe is not None:
+        fit = probe.fits[min(probe.fits)]
+        scale_t = fit.t_ms / 1e3 / raw_fp32[0] if raw_fp32[0] > 0 else 1.0
+        scale_dt = fit.dt_ms / 1e3 / raw_fp32[1] if raw_fp32[1] > 0 else 1.0
+        whole = {
+            p: dataclasses.replace(c, t_s=c.t_s * scale_t, dt_s=c.dt_s * scale_dt) for p, c in whole.items()
+        }
+        overheads = Overheads(
+            probe.per_batch_ms / 1e3,
+            {n: ms / 1e3 for n, ms in probe.per_request_ms.items()},
+            probe.overhead_ms / 1e3,
+            {n: s.cpu for n, s in probe.services.items() if s.cpu is not None},
+        )
+        source = (
+            "the server's compute statistics (the tuner's probe of the fp32 whole model); other precisions "
+            "and the stages scaled by onnxruntime in-process"
+        )
+    stages: dict[str, tuple[StageCost, ...]] = {}
+    split_name = ""
+    if chosen.split:
+        pipelines = tuple(chosen.split.values())
+        pipeline_spec = Spec(models=(base,), pipelines=pipelines)
+        for pipeline in build_pipelines(pipeline_spec, repository, 0):
+            precision = pipeline.spec.boundary_dtype
+            shares = _stage_shares(pipeline, base, repository)
+            boundary = [b.bytes_per_row for b in pipeline.record.boundaries] + [0]
+            total = whole["fp32"]
+            stages[precision] = tuple(
+                StageCost(
+                    name, total.t_s * one, total.dt_s * top, int(total.memory_bytes * params), boundary[k]
+                )
+                for k, (name, (one, top, params)) in enumerate(
+                    zip(pipeline.spec.stage_names, shares, strict=True)
+                )
+            )
+            accuracy[f"split/{precision}"] = max(
+                pipeline.record.artifact_max_rel_error, pipeline.record.compression_max_rel_error
+            )
+        split_name = pipelines[0].name.removesuffix("_fp32")
+    return ModelProfile(model, base.max_batch_size, whole, stages, accuracy, overheads, source, split_name)
+
+
+def inputs_pool(model: ModelSpec, rows: int) -> dict[str, np.ndarray]:
+    arrays = draw_inputs(model, rows, 0)
+    return {t.name: a for t, a in zip(model.inputs, arrays, strict=True)}

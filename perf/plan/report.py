@@ -1,0 +1,140 @@
+"""The plan's record and report: ``plan.json`` (every figure), ``report.md`` rendered from it, and
+``p99_vs_rate.png`` (predicted p99 against the rate for the top three architectures)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+from perf.markdown import number, table, write_report
+from perf.model.memory import MIB
+from perf.plan.placement import CPU_DEVICE
+from perf.plan.planner import Judged, Plan, curve
+from perf.plots import plt, save_figure
+
+TOP = 3
+
+
+def _device(index: int) -> str:
+    return "CPU" if index == CPU_DEVICE else f"GPU{index}"
+
+
+def _strategy(judged: Judged) -> dict[str, Any]:
+    s = judged.strategy
+    return {
+        "label": s.label, "kind": s.kind, "precision": s.precision, "instances": list(s.instances),
+        "replicas": s.replicas, "delay_us": s.delay_us, "max_batch": s.max_batch, "devices": s.devices,
+        "rate": judged.rate, "p99_ms": judged.best.p99_ms if judged.best else None,
+        "memory_mib": {_device(d): b / MIB for d, b in judged.placement.memory.items()}
+        if judged.placement else {},
+        "links": [[lk.label for lk in links] for links in judged.placement.links] if judged.placement else [],
+        "max_rel_error": judged.error, "link_bound": judged.link_bound, "reason": judged.reason,
+    }  # fmt: skip
+
+
+def top_architectures(plan: Plan, count: int = TOP) -> list[Judged]:
+    """The best feasible strategy of each architecture (kind, precision, instances, replicas)."""
+    seen, out = set(), []
+    for judged in plan.judged:
+        s = judged.strategy
+        key = (s.kind, s.precision, s.instances, s.replicas)
+        if judged.feasible and key not in seen:
+            seen.add(key)
+            out.append(judged)
+    return out[:count]
+
+
+def document(plan: Plan, flags: list[str], verification: list[dict], seconds: float) -> dict[str, Any]:
+    chosen = plan.chosen
+    assert chosen.placement is not None
+    topology = plan.topology
+    return {
+        "model": plan.profile.model,
+        "budget_ms": plan.request.budget_ms,
+        "max_rel_error": plan.request.max_error,
+        "topology": {
+            "name": topology.name,
+            "gpus": [
+                {
+                    "index": g.index,
+                    "name": g.name,
+                    "memory_mib": g.memory.total_bytes / MIB,
+                    "used_mib": g.memory.used_bytes / MIB,
+                }
+                for g in topology.gpus
+            ],
+            "warnings": list(topology.warnings),
+        },
+        "compute_source": plan.profile.compute_source,
+        "chosen": _strategy(chosen),
+        "placement": chosen.placement.as_list(),
+        "routing": chosen.placement.routing,
+        "server_flags": flags,
+        "strategies": [_strategy(j) for j in plan.judged],
+        "verification": verification,
+        "seconds": seconds,
+    }
+
+
+def plot(plan: Plan, path: Path) -> Path:
+    figure, axes = plt.subplots(figsize=(7, 4.5))
+    for judged in top_architectures(plan):
+        points = curve(judged, plan.profile, plan.request)
+        axes.plot(
+            [p.rate for p in points], [p.p99_ms for p in points], marker="o", label=judged.strategy.label
+        )
+    axes.axhline(plan.request.budget_ms, color="grey", linestyle="--", label="p99 budget")
+    axes.set_xlabel("requests/s (predicted)")
+    axes.set_ylabel("p99 ms (predicted)")
+    axes.set_yscale("log")
+    axes.legend(fontsize=7)
+    return save_figure(figure, path, axes)
+
+
+def render(folder: Path, saved: dict[str, Any]) -> Path:
+    chosen = saved["chosen"]
+    lines = [
+        f"# Plan: {saved['model']}, p99 ≤ {saved['budget_ms']:g} ms on {saved['topology']['name']}",
+        "",
+        f"Chosen: **{chosen['label']}**: predicted {number(chosen['rate'], 0)} requests/s within the budget "
+        f"(p99 {number(chosen['p99_ms'])} ms there).",
+        "",
+        f"Requests reach it: {saved['routing']}. "
+        f"Server flags: `{' '.join(saved['server_flags']) or 'none'}`. "
+        "The spec overlay is `overlay.yaml` (merged: `spec.planned.yaml`).",
+        "",
+        f"Compute figures: {saved['compute_source']}.",
+        *(f"\n**Warning**: {w}" for w in saved["topology"]["warnings"]),
+        "",
+        "## Placement",
+        "",
+        table(["model", "replica", "stage", "GPUs", "instances"],
+              [[a["model"], a["replica"], a["stage"], ", ".join(map(str, a["gpus"])) or "CPU", a["instances"]]
+               for a in saved["placement"]]),
+        "",
+        "## Every strategy",
+        "",
+        table(["strategy", "rate/s", "p99 ms", "memory per device (MiB)", "links", "why it lost"],
+              [[s["label"], number(s["rate"], 0), number(s["p99_ms"]) if s["p99_ms"] else "–",
+                ", ".join(f"{d} {number(m)}" for d, m in s["memory_mib"].items()),
+                "; ".join(" ".join(links) for links in s["links"] if links) or "–", s["reason"] or "chosen"]
+               for s in saved["strategies"]]),
+        "",
+        "![predicted p99 vs rate](p99_vs_rate.png)",
+    ]  # fmt: skip
+    if saved["verification"]:
+        lines += [
+            "",
+            "## Predicted vs measured on this machine",
+            "",
+            table(["strategy", "rate/s", "p99 predicted", "p99 measured", "served/s", "within budget"],
+                  [[v["strategy"], number(v["rate"], 0), number(v["predicted_p99_ms"]),
+                    number(v["measured_p99_ms"]), number(v["measured_throughput"], 0),
+                    "yes" if v["met"] else "no"] for v in saved["verification"]]),
+        ]  # fmt: skip
+    return write_report(folder / "report.md", lines)
+
+
+def save(folder: Path, saved: dict[str, Any]) -> None:
+    (folder / "plan.json").write_text(json.dumps(saved, indent=1))

@@ -1,0 +1,185 @@
+"""What the planner chooses between, and what it knows of the model it plans for.
+
+A ``Strategy`` is an architecture: the whole model replicated (data parallel: ``per_device``
+instances on each of ``devices``), or the model split into stages by the project's splitter, one
+replica of the stages (pipeline parallel) or several (hybrid), with instances per stage. Its
+``precision`` is a parameter like any other: for the whole model one of ``PRECISIONS`` (the
+exporters' ``precision:``), for a split one of ``BOUNDARY_DTYPES`` (the splitter's compression of what
+crosses the boundaries). A precision the exporters gain joins ``TENSOR_DTYPE`` with the dtype its
+model's float inputs and outputs take; the profile then builds and measures it, its accuracy figure
+included, and the accuracy constraint (a maximum relative error) is an input of the plan.
+
+``ModelProfile`` holds the measured inputs (``perf.plan.profile`` measures them): per precision, the
+cost of the whole model and of each stage on the device planned for, memory per instance, the bytes
+crossing each boundary, and the accuracy each variant was measured at against the fp32 reference.
+"""
+
+from __future__ import annotations
+
+import itertools
+from dataclasses import dataclass, field
+from typing import Literal
+
+from perf.model.batcher import BatcherConfig, ServiceModel
+from perf.model.cpu import CpuModel
+
+# precision -> the dtype of the float inputs and outputs of the model exported in it
+TENSOR_DTYPE = {"fp32": "fp32", "fp16": "fp16"}
+PRECISIONS = tuple(TENSOR_DTYPE)
+BOUNDARY_DTYPES = ("fp32", "fp16")  # a split's boundary compression (``pipelines[].boundary_dtype``)
+Kind = Literal["data", "pipeline", "hybrid"]
+
+
+@dataclass(frozen=True)
+class StageCost:
+    """One stage (or the whole model) on the device planned for: ``T + (N-1)·Δt`` per batch, the
+    memory of one instance, and the bytes per sample its output sends to the next stage."""
+
+    name: str
+    t_s: float
+    dt_s: float
+    memory_bytes: int
+    out_bytes_per_sample: float = 0.0
+
+
+@dataclass(frozen=True)
+class Overheads:
+    """Costs beyond compute (calibrated by the tuner's probe on a CPU server; none on a GPU plan):
+    per execution, per request, once per request outside the server, and the CPU-wait term."""
+
+    per_batch_s: float = 0.0
+    per_request_s: dict[int, float] = field(default_factory=dict)  # per instance count
+    overhead_s: float = 0.0
+    cpu: dict[int, CpuModel] = field(default_factory=dict)  # per instance count
+
+    def service(self, cost: StageCost, instances: int, stages: int = 1) -> ServiceModel:
+        """The stage's service model with these costs; a stage of ``stages`` shares the CPU with the
+        others, so its CPU term counts every stage's requests and executions (``stages ×``)."""
+        cpu = self.cpu.get(instances) or self.cpu.get(min(self.cpu, default=0))
+        if cpu is not None and stages > 1:
+            cpu = CpuModel(
+                cpu.idle_cores,
+                stages * cpu.per_request_s,
+                stages * cpu.per_execution_s,
+                cpu.cores,
+                cpu.slice_s,
+            )
+        per_request = self.per_request_s.get(instances, max(self.per_request_s.values(), default=0.0))
+        return ServiceModel(cost.t_s, cost.dt_s, per_request, 0.0, self.per_batch_s, cpu)
+
+
+@dataclass(frozen=True)
+class ModelProfile:
+    """What the planner knows of one model on the device it plans for (see the module docstring)."""
+
+    model: str
+    max_batch: int
+    whole: dict[str, StageCost]  # precision -> the whole model
+    stages: dict[str, tuple[StageCost, ...]]  # precision -> the split's stages (empty: no split)
+    accuracy: dict[str, float]  # "whole/fp16", "split/fp32", ... -> max relative error vs fp32 torch
+    overheads: Overheads = field(default_factory=Overheads)
+    compute_source: str = ""  # where the compute figures were measured, for the report
+    split_name: str = ""  # the pipeline of the spec the split strategies serve
+
+    def precisions(self, kind: Kind) -> tuple[str, ...]:
+        if kind == "data":
+            return tuple(p for p in PRECISIONS if self.whole.get(p))
+        return tuple(p for p in BOUNDARY_DTYPES if self.stages.get(p))
+
+    def costs(self, strategy: Strategy) -> tuple[StageCost, ...]:
+        if strategy.kind == "data":
+            return (self.whole[strategy.precision],)
+        return self.stages[strategy.precision]
+
+    def split_of(self, strategy: Strategy) -> tuple[str, tuple[str, ...]]:
+        """The split's served pipeline name and its stages' name suffixes (the stage costs carry the
+        names the profile built them under, ``<split>_<precision><suffix>``)."""
+        if strategy.kind == "data":
+            return ("", ())
+        built = f"{self.split_name}_{strategy.precision}"
+        return self.split_name, tuple(c.name.removeprefix(built) for c in self.stages[strategy.precision])
+
+    def error_of(self, strategy: Strategy) -> float:
+        return self.accuracy.get(
+            f"{'whole' if strategy.kind == 'data' else 'split'}/{strategy.precision}", 0.0
+        )
+
+
+@dataclass(frozen=True)
+class Strategy:
+    """One architecture. Data parallel: ``replicas`` devices, ``instances[0]`` instances on each, one
+    batcher in front of all of them (one Triton model). Pipeline (``replicas`` 1) and hybrid: each
+    replica its own chain of stage models and ensemble, stage ``k`` with ``instances[k]`` instances."""
+
+    kind: Kind
+    precision: str
+    instances: tuple[int, ...]
+    replicas: int = 1
+    delay_us: int = 0
+    max_batch: int = 32
+
+    @property
+    def stages(self) -> int:
+        return len(self.instances)
+
+    @property
+    def devices(self) -> int:
+        """Devices it occupies (one stage per device on a GPU plan)."""
+        return self.replicas if self.kind == "data" else self.replicas * self.stages
+
+    def batcher(self, stage: int = 0) -> BatcherConfig:
+        """Stage ``stage``'s batcher: the delay on the first stage, a short re-forming wait after it
+        (``exporters.pipeline_configs.stage_batching``), every instance of the model behind one queue."""
+        from exporters.pipeline_configs import DOWNSTREAM_QUEUE_DELAY_US
+
+        delay = self.delay_us if stage == 0 else min(self.delay_us, DOWNSTREAM_QUEUE_DELAY_US)
+        count = self.instances[stage] * (self.replicas if self.kind == "data" else 1)
+        return BatcherConfig(self.max_batch, delay, instances=count)
+
+    @property
+    def label(self) -> str:
+        delay = f", delay {self.delay_us / 1000:g} ms"
+        if self.kind == "data":
+            where = f" on {self.replicas} GPUs" if self.replicas > 1 else ""
+            return f"whole model ×{self.instances[0]}{where}, {self.precision}{delay}"
+        stages = "+".join(str(n) for n in self.instances)
+        replicas = f"{self.replicas} replicas of " if self.replicas > 1 else ""
+        return f"{replicas}{self.stages} stages ×[{stages}], {self.precision} boundary{delay}"
+
+
+@dataclass(frozen=True)
+class Space:
+    """Which strategies to consider: instances per device or stage, delays, device counts."""
+
+    instances: tuple[int, ...] = (1, 2)
+    delays_us: tuple[int, ...] = (0, 1000)
+    devices: tuple[int, ...] | None = None  # data parallel device counts (None: 1, 2, 4, ... all)
+    split: bool = True
+
+
+def _powers_up_to(count: int) -> tuple[int, ...]:
+    counts = [n for n in (1, 2, 4, 8, 16) if n < count]
+    return tuple([*counts, count])
+
+
+def strategies(profile: ModelProfile, gpus: int, space: Space) -> list[Strategy]:
+    """Every strategy of ``space`` for ``profile`` on ``gpus`` GPUs (0: the CPU, one device)."""
+    out: list[Strategy] = []
+    devices = space.devices or (_powers_up_to(gpus) if gpus else (1,))
+    for precision, count, instances, delay in itertools.product(
+        profile.precisions("data"), devices, space.instances, space.delays_us
+    ):
+        out.append(Strategy("data", precision, (instances,), count, delay, profile.max_batch))
+    if not space.split:
+        return out
+    for precision in profile.precisions("pipeline"):
+        stages = len(profile.stages[precision])
+        most = max(1, gpus // stages) if gpus else 1
+        for replicas in _powers_up_to(most) if gpus >= stages or not gpus else ():
+            kind: Kind = "pipeline" if replicas == 1 else "hybrid"
+            for instances in itertools.product(space.instances, repeat=stages):
+                for delay in space.delays_us:
+                    out.append(
+                        Strategy(kind, precision, tuple(instances), replicas, delay, profile.max_batch)
+                    )
+    return out
