@@ -27,9 +27,9 @@ from perf.tune.follow import follow_run, step_arrivals
 from perf.tune.overlay import write_overlay
 from perf.tune.probe import ProbePlan
 from perf.tune.report import render
-from perf.tune.result import document, load, save
+from perf.tune.result import load
 from perf.tune.session import TuneSession
-from perf.tune.tuner import TuneRequest, tune
+from perf.tune.tuner import tune
 
 pytestmark = pytest.mark.integration
 SPEC = Path(__file__).resolve().parents[2] / "models.yaml"
@@ -51,36 +51,6 @@ def session(tmp_path_factory: pytest.TempPathFactory) -> Iterator[TuneSession]:
 def runs_of(result) -> list[Measurement]:
     points = [p for c in result.shortlist for p in c.points] + result.points
     return [run for _, run in result.probe.runs] + [p.measured for p in points]
-
-
-def test_the_tuner_runs_end_to_end_and_its_numbers_add_up(session: TuneSession, tmp_path: Path) -> None:
-    """probe → predict → shortlist → pick → verify on the server, small; then the saved result and the
-    report rendered from it alone."""
-    request = TuneRequest(BUDGET_MS, grid=TINY, shortlist=2, search_points=2, predict_s=2.0)
-    result = tune(session, request, ProbePlan(max_runs=4))
-    assert set(result.probe.services) == {1, 2} and result.probe.saturation
-    assert {r.config for r in result.ranking} == set(TINY.candidates(BUDGET_MS))
-    assert result.chosen in {c.config for c in result.shortlist} | {result.ranking[0].config}
-    assert result.operating_point.config == result.chosen
-    runs = runs_of(result)
-    assert len(runs) == session.noise.runs  # every run went through the noise policy, once counted
-    for run in runs:  # every request sent ended as one record, and the server counted the answered ones
-        assert run.attempts == len(run.records)
-        answered = sum(r.ok for r in run.records)
-        assert run.server_total is not None and run.server_total.requests == answered, run.label
-        assert run.server is not None and 0.0 <= run.stolen_share <= 1.0  # steal read for every run
-    saved = document(result, MODEL, session.engine.name, session.noise, session.cores)
-    save(tmp_path, saved)
-    report = render(tmp_path).read_text()
-    again = load(tmp_path)
-    assert again == json.loads(json.dumps(again))  # what was saved is what the report read
-    assert f"Chosen: **{result.chosen.label}**" in report and (tmp_path / "p99_vs_rate.png").is_file()
-    assert len(again["verification"]) == len(result.points) and len(again["probe"]["runs"]) == len(
-        result.probe.runs
-    )
-    for point, figures in zip(result.points, again["verification"], strict=True):
-        assert figures["measured"]["sent"] == point.measured.figures.requests
-        assert figures["measured"]["host_noise"] == session.noise.holds_noise(point.measured)
 
 
 def test_a_measurement_starts_after_the_replaced_instances_have_exited(session: TuneSession) -> None:
@@ -118,23 +88,51 @@ def test_follow_reloads_under_a_rate_step_without_a_failed_request(session: Tune
     assert not failed and run.server_failed == 0, failed[:3]
 
 
-def test_make_tune_with_a_target_rate_writes_its_pick_overlay_and_report(
+def test_make_tune_runs_end_to_end_and_its_numbers_add_up(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """``python -m perf tune … --rate`` as ``make tune RATE=…`` runs it, on a grid of four candidates."""
+    """``python -m perf tune … --rate`` as ``make tune RATE=…`` runs it, on a grid of four candidates:
+    probe → predict → shortlist → pick → verify on the server, the saved result, the report rendered
+    from it alone, the overlay built. One run, checked whole: every figure adds up."""
     monkeypatch.setattr("perf.tune.cli.QUICK_GRID", TINY)
     monkeypatch.setattr("perf.tune.cli.WORKDIR", tmp_path / "work")
+    seen: dict = {}
+
+    def tune_and_keep(server, request, plan=None, step=None):  # the CLI's tune, its result kept
+        seen["session"], seen["result"] = server, tune(server, request, ProbePlan(max_runs=4), step)
+        return seen["result"]
+
+    monkeypatch.setattr("perf.tune.cli.tune", tune_and_keep)
     args = parser().parse_args([
         "tune", "--spec", str(SPEC), "--model", MODEL, "--p99-ms", f"{BUDGET_MS:g}", "--rate", "200",
         "--engine", "ours", "--seconds", "0.9", "--shortlist", "2", "--reports", str(tmp_path / "reports"),
     ])  # fmt: skip
-    code = command_tune(args, Console(quiet=True))
-    assert code == 0
+    assert command_tune(args, Console(quiet=True)) == 0
+    result, session = seen["result"], seen["session"]
+    assert set(result.probe.services) == {1, 2} and result.probe.saturation
+    assert {r.config for r in result.ranking} == set(TINY.candidates(BUDGET_MS))
+    assert result.chosen in {c.config for c in result.shortlist} | {result.ranking[0].config}
+    assert result.operating_point.config == result.chosen
+    runs = runs_of(result)
+    assert len(runs) == session.noise.runs  # every run went through the noise policy, once counted
+    for run in runs:  # every request sent ended as one record, and the server counted the answered ones
+        assert run.attempts == len(run.records)
+        answered = sum(r.ok for r in run.records)
+        assert run.server_total is not None and run.server_total.requests == answered, run.label
+        assert run.server is not None and 0.0 <= run.stolen_share <= 1.0  # steal read for every run
+
     (folder,) = (tmp_path / "reports").iterdir()
     saved = load(folder)
+    assert saved == json.loads(json.dumps(saved))  # what was saved is what the report read
     assert saved["target_rate"] == 200 and saved["operating_rate"] == 200 and saved["engine"] == "ours"
     assert all(point["rate"] == 200 for c in saved["shortlist"] for point in c["points"][:1])
+    assert len(saved["verification"]) == len(result.points)
+    assert len(saved["probe"]["runs"]) == len(result.probe.runs)
+    for point, figures in zip(result.points, saved["verification"], strict=True):
+        assert figures["measured"]["sent"] == point.measured.figures.requests
+        assert figures["measured"]["host_noise"] == session.noise.holds_noise(point.measured)
     overlay = (folder / "overlay.yaml").read_text()
     assert saved["chosen"] in overlay.splitlines()[0]  # the overlay says which pick it holds
     assert (folder / "repository" / MODEL / "config.pbtxt").is_file()
-    assert f"Chosen: **{saved['chosen']}**" in (folder / "report.md").read_text()
+    report = render(folder).read_text()  # the report again, from the saved result alone
+    assert f"Chosen: **{saved['chosen']}**" in report and (folder / "p99_vs_rate.png").is_file()
