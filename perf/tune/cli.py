@@ -109,6 +109,8 @@ def usage_errors(args: argparse.Namespace) -> str | None:
         )
     if args.engine == "perf_analyzer" and find_perf_analyzer() is None:
         return f"--engine perf_analyzer: {unavailable_message()}"
+    if args.witness_smoke and args.witness != "model-analyzer":
+        return "--witness-smoke is a setting of --witness model-analyzer"
     if args.witness == "model-analyzer" and engine_name(args) != "perf_analyzer":
         return "--witness model-analyzer measures both picks with perf_analyzer, as Model Analyzer does: " + (
             "use --engine perf_analyzer" if find_perf_analyzer() else unavailable_message()
