@@ -245,6 +245,8 @@ def measure_and_pick(
     if args.witness == "model-analyzer":
         from perf.tune.versus import run_witness, search_space
 
+        save(folder, saved)  # the tuner's result stands even where Model Analyzer's long search fails
+
         space = search_space(session.largest_batch, grid.instances, smoke=args.witness_smoke)
         saved["model_analyzer"] = run_witness(
             spec, args.model, saved, result.chosen, space, lambda: new_session(WORKDIR / "yardstick"), folder,
