@@ -145,16 +145,24 @@ def measure_all(
     step: Callable[[str], None] = lambda text: None,
 ) -> list[Ramp]:
     """Every configuration's open and closed ramps, ``plan.rounds`` rounds, configurations interleaved
-    (each round in another order, so none is always measured first after a reload)."""
-    names = list(configs)
+    (each round in another order, so none is always measured first after a reload). Names that say
+    the same configuration (a pick that is the spec's own) share its ramps: it is measured once."""
+    aliases: dict[BatcherConfig, list[str]] = {}
+    for name, config in configs.items():
+        aliases.setdefault(config, []).append(name)
+    unique = list(aliases)
     ramps = []
     for index in range(plan.rounds):
-        shift = index % len(names)
-        for name in names[shift:] + names[:shift]:
-            step(f"yardstick round {index + 1}: {name} ({configs[name].label})")
-            session.prepare(configs[name])
-            ramps.append(open_ramp(session, name, plan, index + 1))
-            ramps.append(closed_ramp(session, name, plan, index + 1))
+        shift = index % len(unique)
+        for config in unique[shift:] + unique[:shift]:
+            first, *others = aliases[config]
+            step(f"yardstick round {index + 1}: {' = '.join(aliases[config])} ({config.label})")
+            session.prepare(config)
+            measured = [
+                open_ramp(session, first, plan, index + 1),
+                closed_ramp(session, first, plan, index + 1),
+            ]
+            ramps += measured + [dataclasses.replace(r, name=name) for name in others for r in measured]
     return ramps
 
 

@@ -67,6 +67,10 @@ def test_the_smoke_witness_runs_model_analyzer_and_one_yardstick(program: Path, 
     assert sorted((r["name"], r["kind"]) for r in ramps) == sorted(
         (name, kind) for name in (OURS, THEIRS, SPEC) for kind in ("open", "closed")
     )
+    # its pick is the spec's configuration: measured once, the same ramps under both names
+    assert [r["steps"] for r in ramps if r["name"] == THEIRS] == [
+        r["steps"] for r in ramps if r["name"] == SPEC
+    ]
     for ramp in ramps:
         assert 1 <= len(ramp["steps"]) <= 2
         measured = [s for s in ramp["steps"] if not s["error"]]
