@@ -1,6 +1,6 @@
 """Model Analyzer beside the tuner, without running it: the configuration written for it, reading its
 CSV, log and variants back, the yardstick's rule for a ramp's figure, and the report section rendered
-from saved figures. tests/integration/test_model_analyzer.py runs the real thing."""
+from saved figures. tests/integration/test_witness_model_analyzer.py runs the real thing."""
 
 from __future__ import annotations
 
