@@ -23,6 +23,10 @@ from exporters.model_config import (
 from exporters.spec import ModelSpec
 from exporters.spec_sections import DTYPES, Batching, TensorSpec
 
+# Asks the python-based onnxruntime backend to warm the sizes the loaded config forms beyond the
+# config's batch-1 warm-up (python_backend/onnxruntime/model.py reads it; the native backend ignores it).
+WARMUP_PARAMETER = "warmup_formed_sizes"
+
 # Triton 2.51: any queue policy turns off the dynamic batcher's payload prefetching; a request then
 # wakes the batcher only if an instance is idle when it arrives, and requests that all came while every
 # instance was busy wait out the batcher's 500 ms sleep (docs/SERVING.md, row 11). With
@@ -108,7 +112,13 @@ def lacks_spare_instances(config: ModelConfig) -> bool:
 
 
 def warmups(spec: ModelSpec, inputs: Sequence[TensorSpec], batching: Batching) -> list[ModelWarmup]:
-    """Warm up at every batch size the server will form, so the first real batch pays no setup cost.
+    """Warm up so that the first real request pays no setup cost.
+
+    Dynamic batching (and none) warms at batch 1 only: a size every ``max_batch_size`` allows, so a
+    config whose ``max_batch_size`` a tool (Model Analyzer) or a person lowers still loads, where a
+    sample above the new maximum would fail the load. The onnxruntime backend warms the larger sizes
+    the loaded config forms from that sample (``python_backend/onnxruntime/model.py``:
+    ``warmup_feeds``). Static batching warms its one size: the client sends exactly that.
 
     Variable axes warm up at their ``max_shape`` (the largest allocation). Every input warms up with
     zeros: random ids could fall outside an embedding table, and Triton's ``random_data`` fills floats
@@ -132,7 +142,7 @@ def warmups(spec: ModelSpec, inputs: Sequence[TensorSpec], batching: Batching) -
                 for t in inputs
             },
         )
-        for size in batching.formed_sizes(spec.max_batch_size)
+        for size in ((batching.batch_size,) if batching.mode == "static" else (1,))
     ]
 
 
@@ -166,6 +176,7 @@ def build_model_config(
         parameters={
             "intra_op_thread_count": str(spec.intra_op_threads),
             "inter_op_thread_count": str(spec.inter_op_threads),
+            **({WARMUP_PARAMETER: "true"} if spec.warmup and batching.mode == "dynamic" else {}),
             **guard_parameters(
                 {t.name: t.range for t in inputs if t.range is not None}, spec.allow_non_finite
             ),

@@ -173,6 +173,19 @@ def python_shm_bytes(repository: Path) -> int:
     return max(16 * MIB, -(-needed // MIB) * MIB)
 
 
+def server_environment(install: ServerInstall) -> dict[str, str]:
+    """The variables a tritonserver of ``install`` needs on top of this process's environment: the
+    venv's packages on ``PYTHONPATH`` (the Python-backend stub does not see the venv) and the wheel's
+    shared libraries on ``LD_LIBRARY_PATH``. Also for a server another tool starts (Model Analyzer)."""
+    site = [sysconfig.get_paths()["purelib"], sysconfig.get_paths()["platlib"]]
+    paths = [*site, *filter(None, os.environ.get("PYTHONPATH", "").split(os.pathsep))]
+    libs = [
+        *map(str, install.library_dirs),
+        *filter(None, os.environ.get("LD_LIBRARY_PATH", "").split(os.pathsep)),
+    ]
+    return {"PYTHONPATH": os.pathsep.join(dict.fromkeys(paths)), "LD_LIBRARY_PATH": os.pathsep.join(libs)}
+
+
 @dataclass
 class ServerOptions:
     repository: Path
@@ -292,16 +305,7 @@ class TritonServer:
 
     def environment(self) -> dict[str, str]:
         """Environment for the server: the venv's packages and the wheel's shared libraries."""
-        env = dict(os.environ)
-        site = [sysconfig.get_paths()["purelib"], sysconfig.get_paths()["platlib"]]
-        env["PYTHONPATH"] = os.pathsep.join(
-            dict.fromkeys([*site, *filter(None, env.get("PYTHONPATH", "").split(os.pathsep))])
-        )
-        libs = [str(p) for p in self.install.library_dirs]
-        env["LD_LIBRARY_PATH"] = os.pathsep.join(
-            [*libs, *filter(None, env.get("LD_LIBRARY_PATH", "").split(os.pathsep))]
-        )
-        return env
+        return {**os.environ, **server_environment(self.install)}
 
     def start(self, detach: bool = False) -> TritonServer:
         """Launch and block until ready; ``detach`` puts it in its own session.

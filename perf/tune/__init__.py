@@ -6,6 +6,7 @@ tuner's ``Server``) → ``tuner`` (probe → predict → shortlist → pick → 
 model it predicts with is ``perf.model``; measurement is ``perf.measure`` through ``perf.noise``.
 
 Beside it, importing it and never imported by it: ``scenarios`` (the article's two), ``follow``,
-``witness`` (perf_analyzer vs our client), ``sweep`` (every candidate measured), ``steal_check``, and
-``pipeline_session`` (a pipeline's stages as one model).
+``witness`` (perf_analyzer vs our client), ``versus`` (Model Analyzer's pick beside ours, with
+``model_analyzer`` and ``yardstick``; ``report`` renders what it saved through ``versus_report``),
+``steal_check``, and ``pipeline_session`` (a pipeline's stages as one model).
 """

@@ -2,9 +2,9 @@
 
 Probe the model on a real server, predict every candidate with the batcher simulation, measure a short
 shortlist, pick, verify, write the pick as a spec overlay, build it, and write ``result.json`` and
-the report rendered from it into ``reports/<timestamp>-tune/``. ``--scenario``, ``--follow``,
-``--witness`` and ``--exhaustive`` run the tools beside the tuner (``perf.tune.scenarios``,
-``perf.tune.follow``, ``perf.tune.witness``, ``perf.tune.sweep``).
+the report rendered from it into ``reports/<timestamp>-tune/``. ``--scenario``, ``--follow`` and
+``--witness`` run the tools beside the tuner (``perf.tune.scenarios``, ``perf.tune.follow``,
+``perf.tune.witness``; ``--witness model-analyzer``: ``perf.tune.versus``).
 """
 
 from __future__ import annotations
@@ -13,6 +13,7 @@ import argparse
 import contextlib
 import dataclasses
 import logging
+import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
@@ -38,6 +39,7 @@ from perf.tune.tuner import TuneRequest, tune
 log = logging.getLogger(__name__)
 WORKDIR = Path(".run/tune")
 ENGINES = ("auto", "ours", "perf_analyzer")
+WITNESSES = ("perf_analyzer", "model-analyzer")
 
 
 def add_parser(commands: argparse._SubParsersAction) -> None:
@@ -84,10 +86,18 @@ def add_parser(commands: argparse._SubParsersAction) -> None:
         "--follow", action="store_true", help="follow a rate step with reloads (explicit model control)"
     )
     tools.add_argument(
-        "--witness", action="store_true", help="after the tune, perf_analyzer and our client side by side"
+        "--witness",
+        nargs="?",
+        const="perf_analyzer",
+        choices=WITNESSES,
+        default=None,
+        help="after the tune: perf_analyzer and our client side by side (the default), or model-analyzer: "
+        "Model Analyzer's brute search, both picks measured with one yardstick (docs/TUNE.md)",
     )
     tools.add_argument(
-        "--exhaustive", action="store_true", help="after the tune, measure every candidate (the yardstick)"
+        "--witness-smoke",
+        action="store_true",
+        help="with --witness model-analyzer: Model Analyzer profiles the base configuration alone, one round",
     )
 
 
@@ -99,6 +109,12 @@ def usage_errors(args: argparse.Namespace) -> str | None:
         )
     if args.engine == "perf_analyzer" and find_perf_analyzer() is None:
         return f"--engine perf_analyzer: {unavailable_message()}"
+    if args.witness_smoke and args.witness != "model-analyzer":
+        return "--witness-smoke is a setting of --witness model-analyzer"
+    if args.witness == "model-analyzer" and engine_name(args) != "perf_analyzer":
+        return "--witness model-analyzer measures both picks with perf_analyzer, as Model Analyzer does: " + (
+            "use --engine perf_analyzer" if find_perf_analyzer() else unavailable_message()
+        )
     if args.seconds <= 0:
         return f"--seconds must be > 0, got {args.seconds}"
     if args.scenario or args.follow:
@@ -203,21 +219,33 @@ def measure_and_pick(
         console.print(f"  {text}")
 
     windows = windows_from_args(args)
-    session = TuneSession(
-        spec, args.model, grid.largest_batch, WORKDIR, engine, windows, keep_queue=args.keep_queue_policy
-    )
+
+    def new_session(workdir: Path = WORKDIR) -> TuneSession:
+        return TuneSession(
+            spec, args.model, grid.largest_batch, workdir, engine, windows, keep_queue=args.keep_queue_policy
+        )
+
+    started = time.perf_counter()
+    session = new_session()
     with session, partial_on_failure(folder, f"Tuning {args.model} for p99 ≤ {args.p99_ms:g} ms", session):
         result = tune(session, request, step=progress)
         saved = document(result, args.model, engine.name, session.noise, session.cores)
-        if args.exhaustive:
-            from perf.tune.sweep import sweep, sweep_section
-
-            saved["sections"].append(sweep_section(result, sweep(session, result, progress)))
-        if args.witness:
+        saved["seconds"]["make_tune"] = time.perf_counter() - started  # build and server start included
+        if args.witness == "perf_analyzer":
             from perf.tune.witness import witness_section
 
             session.prepare(result.chosen)
             saved["sections"].append(witness_section(session, progress))
+    if args.witness == "model-analyzer":
+        from perf.tune.versus import run_witness, search_space
+
+        save(folder, saved)  # the tuner's result stands even where Model Analyzer's long search fails
+
+        space = search_space(session.largest_batch, grid.instances, smoke=args.witness_smoke)
+        saved["model_analyzer"] = run_witness(
+            spec, args.model, saved, result.chosen, space, lambda: new_session(WORKDIR / "yardstick"), folder,
+            progress, rounds=1 if args.witness_smoke else 3,
+        )  # fmt: skip
     model = session.base
     sizes = [b for b in (1, 4, 16, 32) if b <= session.largest_batch]
     raw = measure_raw(

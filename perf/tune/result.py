@@ -132,7 +132,7 @@ def document(result: TuneResult, model: str, engine: str, noise: NoisePolicy, co
         ],
         "verification": [point_figures(p, noise, cores) for p in result.points],
         "noise": noise.figures(),
-        "sections": [],  # tools beside the tuner (witness, sweep) add rendered sections here
+        "sections": [],  # tools beside the tuner (the perf_analyzer witness) add rendered sections here
     }
 
 

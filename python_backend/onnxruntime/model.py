@@ -59,6 +59,45 @@ def _parameter(config: dict, key: str, default: int) -> int:
     return int(value)
 
 
+WARMUP_PARAMETER = "warmup_formed_sizes"  # exporters.configs writes it; the native backend ignores it
+
+
+def larger_sizes(config: dict) -> list[int]:
+    """The batch sizes above 1 this config's dynamic batcher forms: its preferred sizes and
+    ``max_batch_size``, read from the config as loaded (so an edited ``max_batch_size`` is followed)."""
+    top = int(config.get("max_batch_size", 0))
+    if top <= 1 or "dynamic_batching" not in config:
+        return []
+    preferred = (int(s) for s in config["dynamic_batching"].get("preferred_batch_size", []))
+    return sorted({*(s for s in preferred if 1 < s <= top), top})
+
+
+def warmup_feeds(config: dict) -> list[dict]:
+    """Zero inputs at every size ``larger_sizes`` gives, for each of the config's batch-1 warm-up
+    samples (their dims and types: a variable axis warms at the size the sample names). The config's
+    own ``model_warmup`` stays at batch 1, a size every ``max_batch_size`` allows: a config whose
+    ``max_batch_size`` a tool or a person lowers still loads, and this warm-up follows it. A config
+    without warm-up samples (``warmup: false`` in the spec) gets none here either, and only a config
+    whose ``WARMUP_PARAMETER`` is ``true`` gets it (the text encoder warms its lengths at batch 1)."""
+    if config.get("parameters", {}).get(WARMUP_PARAMETER, {}).get("string_value") != "true":
+        return []
+    feeds = []
+    for sample in config.get("model_warmup", []):
+        if int(sample.get("batch_size", 1)) != 1:
+            continue
+        for size in larger_sizes(config):
+            feeds.append(
+                {
+                    name: np.zeros(
+                        (size, *(int(d) for d in tensor["dims"])),
+                        np.dtype(pb_utils.triton_string_to_numpy(tensor["data_type"])),
+                    )
+                    for name, tensor in sample["inputs"].items()
+                }
+            )
+    return feeds
+
+
 def _wants_tensorrt(config: dict) -> bool:
     accelerators = config.get("optimization", {}).get("execution_accelerators", {})
     return any(a.get("name") == "tensorrt" for a in accelerators.get("gpu_execution_accelerator", []))
@@ -132,6 +171,8 @@ class TritonPythonModel:
                 f"{self.name}: config inputs {sorted(declared)} != model {sorted(actual)}"
             )
         self.output_names = [t.name for t in self.outputs]
+        for feeds in warmup_feeds(config):
+            self.session.run(self.output_names, feeds)
         self.shared_axes = shared_axes(self.session.get_inputs())
         ragged = [e["name"] for e in config["input"] if e.get("allow_ragged_batch")]
         self.concatenate = pad_concatenate if ragged else np.concatenate

@@ -8,7 +8,7 @@ import pytest
 from google.protobuf import json_format
 from tritonclient.grpc import model_config_pb2
 
-from exporters.configs import build_model_config
+from exporters.configs import WARMUP_PARAMETER, build_model_config
 from exporters.errors import SpecError
 from exporters.model_config import (
     EnsembleStep,
@@ -78,7 +78,9 @@ def test_selected_gpus_and_missing_gpu(model_spec) -> None:
 
 def test_warmup_uses_zeros_for_every_input(model_spec, tmp_path: Path) -> None:
     parsed = _round_trip(build_model_config(model_spec("recommender"), num_gpus=0), tmp_path)
-    assert [w.batch_size for w in parsed.model_warmup] == [1, 64]
+    # batch 1 only, a size every max_batch_size allows; the backend warms the larger sizes it forms
+    assert [w.batch_size for w in parsed.model_warmup] == [1]
+    assert parsed.parameters[WARMUP_PARAMETER].string_value == "true"
     inputs = parsed.model_warmup[0].inputs
     assert inputs["sparse_ids"].zero_data and not inputs["sparse_ids"].random_data
     assert inputs["dense"].zero_data and not inputs["dense"].random_data

@@ -134,6 +134,10 @@ def test_tune_options_are_checked_before_any_measurement(tmp_path: Path) -> None
     assert errors("--scenario", "video") is None
     assert "--seconds must be > 0" in errors("--scenario", "video", "--seconds", "0")
     assert "--shortlist must be >= 0" in errors("--model", "m", "--p99-ms", "5", "--shortlist", "-1")
+    assert "--witness model-analyzer" in errors("--model", "m", "--p99-ms", "5", "--witness-smoke")
+    ours = ("--model", "m", "--p99-ms", "5", "--engine", "ours")
+    assert "measures both picks with perf_analyzer" in errors(*ours, "--witness", "model-analyzer")
+    assert errors(*ours, "--witness") is None  # alone: perf_analyzer beside our client, as before
     trace = tmp_path / "trace.txt"
     trace.write_text("0.01\n0.03\n")  # 50/s as recorded
     load_at = _load_at(parser().parse_args(["tune", "--trace", str(trace)]))

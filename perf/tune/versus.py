@@ -1,0 +1,93 @@
+"""``python -m perf tune … --witness model-analyzer``: Model Analyzer's brute search beside the tuner,
+both picks (and the spec's configuration) measured with one yardstick.
+
+After the tuner has picked (its own server stopped), Model Analyzer searches the same model for the
+same budget over the same space (``perf.tune.model_analyzer``, its own server and venv, installed on
+first use). Then one fresh server measures the three configurations with ``perf.tune.yardstick``,
+rounds interleaved. ``run_witness`` returns what the saved result holds (``result.json``:
+``model_analyzer``); ``perf.tune.versus_report`` renders the report's section from it alone.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import asdict
+from pathlib import Path
+
+from exporters.spec import Spec
+from perf.errors import OptionError
+from perf.model.batcher import BatcherConfig
+from perf.model_analyzer_install import VERSION, InstallError, ensure
+from perf.tune import model_analyzer
+from perf.tune.session import TuneSession
+from perf.tune.versus_report import OURS, SPEC, THEIRS
+from perf.tune.yardstick import Plan, figures, measure_all, ramp_from
+
+SEARCH_TIMEOUT_S = 3 * 3600
+
+
+def search_space(
+    largest_batch: int, instances: tuple[int, ...], smoke: bool = False
+) -> model_analyzer.SearchSpace:
+    """Model Analyzer's space for the tuner's grid: its instance counts and batch sizes up to the
+    largest the tuner serves."""
+    return model_analyzer.SearchSpace(max(instances), largest_batch, smoke=smoke)
+
+
+def run_witness(
+    spec: Spec,
+    model: str,
+    saved: dict,
+    chosen: BatcherConfig,
+    space: model_analyzer.SearchSpace,
+    session_factory: Callable[[], TuneSession],
+    folder: Path,
+    step: Callable[[str], None],
+    rounds: int = 3,
+    max_steps: int = 16,
+    max_concurrency: int = 64,
+) -> dict:
+    """Model Analyzer's search, then the yardstick on both picks and the spec's configuration; the
+    figures the saved result keeps (``saved`` is the tuner's, for its budget, time and rates)."""
+    try:
+        program = ensure()
+    except InstallError as error:
+        raise OptionError(
+            f"--witness model-analyzer: Model Analyzer could not be installed: {error}"
+        ) from error
+    base = spec.model(model)
+    budget = saved["budget_ms"]
+    step(
+        f"Model Analyzer {VERSION}: brute search of {model} for p99 ≤ {budget:g} ms "
+        "(its files: model-analyzer/)"
+    )
+    found = model_analyzer.search(program, base, budget, space, folder / "model-analyzer", SEARCH_TIMEOUT_S)
+    configs = {OURS: chosen, SPEC: model_analyzer.base_config(base)}
+    if found.pick is not None:
+        configs = {OURS: chosen, THEIRS: found.pick, SPEC: configs[SPEC]}
+    start, rate_step = ramp_from(saved["measured_max_rate"] or saved["predicted_max_rate"])
+    plan = Plan(budget, start, rate_step, rounds, max_steps=max_steps, max_concurrency=max_concurrency)
+    with session_factory() as session:
+        ramps = measure_all(session, configs, plan, step)
+        engine = session.engine.name
+    return {
+        "version": VERSION,
+        "budget_ms": budget,
+        "configs": {name: config.label for name, config in configs.items()},
+        "search": {
+            "seconds": found.seconds,
+            "pick": found.pick.label if found.pick else None,
+            "pick_variant": found.pick_variant,
+            "pick_row": asdict(found.pick_row) if found.pick_row else None,
+            "variants": found.variants,
+            "profiled": found.profiled,
+            "rows": [asdict(row) for row in found.rows],
+            "config": str(found.config),
+            "smoke": space.smoke,
+        },
+        "ours": {
+            "seconds": saved["seconds"].get("make_tune", saved["seconds"]["tuner"]),
+            "tuner_s": saved["seconds"]["tuner"],
+        },
+        "yardstick": {"engine": engine, "plan": asdict(plan), "ramps": figures(ramps)},
+    }

@@ -1,0 +1,80 @@
+"""``--witness model-analyzer`` in its smoke setting against real servers: Model Analyzer (its own venv,
+installed on first use) profiles the prepared recommender on this project's tritonserver with
+perf_analyzer, its pick is read back, and the yardstick measures it beside the tuner's pick and the
+spec's configuration on a fresh server; the report section renders from the saved figures.
+
+Skipped, with the reason, where Model Analyzer cannot be installed or perf_analyzer does not run. No
+figure is held to a value: a shared machine measures what it measures."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from exporters.resolve import load_spec
+from perf.analyzer import PerfAnalyzerEngine, find_perf_analyzer, unavailable_message
+from perf.engine import MeasureSettings
+from perf.model.batcher import BatcherConfig
+from perf.model_analyzer_install import InstallError, ensure
+from perf.tune import model_analyzer
+from perf.tune.session import TuneSession
+from perf.tune.versus import run_witness, search_space
+from perf.tune.versus_report import OURS, SPEC, THEIRS, section
+
+pytestmark = pytest.mark.integration
+SPEC_FILE = Path(__file__).resolve().parents[2] / "models.yaml"
+MODEL = "recommender"
+SHORT = MeasureSettings(warmup_s=0.2, window_s=0.5, stable_windows=3, max_windows=4, tolerance=1.0)
+# A budget no stall of a busy host reaches: Model Analyzer's one measurement is within it, so it picks.
+BUDGET_MS = 5000.0
+
+
+@pytest.fixture(scope="module")
+def program() -> Path:
+    if find_perf_analyzer() is None:
+        pytest.skip(unavailable_message())
+    try:
+        return ensure()
+    except InstallError as error:
+        pytest.skip(f"Model Analyzer cannot be installed here: {error}")
+
+
+def test_the_smoke_witness_runs_model_analyzer_and_one_yardstick(program: Path, tmp_path: Path) -> None:
+    spec = load_spec(SPEC_FILE)
+    base = spec.model(MODEL)
+    saved = {"budget_ms": BUDGET_MS, "measured_max_rate": 500.0, "predicted_max_rate": 500.0}
+    saved["seconds"] = {"tuner": 1.0, "make_tune": 2.0}
+    ours = BatcherConfig(8, 2000, instances=1)
+    engine = PerfAnalyzerEngine(log_folder=tmp_path)
+
+    def session() -> TuneSession:
+        return TuneSession(spec, MODEL, 64, tmp_path / "yardstick", engine, SHORT)
+
+    figures = run_witness(
+        spec, MODEL, saved, ours, search_space(64, (1, 2), smoke=True), session, tmp_path, lambda text: None,
+        rounds=1, max_steps=2, max_concurrency=4,
+    )  # fmt: skip
+    search = figures["search"]
+    assert [tuple(run) for run in search["profiled"]] == [("recommender_config_default", 4)]
+    assert search["rows"] and all(row["concurrency"] == 4 for row in search["rows"])
+    # its one variant is the prepared base: read back from the file it wrote, it is the spec's batching
+    assert search["pick_variant"] == "recommender_config_default"
+    assert search["pick"] == model_analyzer.base_config(base).label
+    assert figures["configs"] == {OURS: ours.label, THEIRS: search["pick"], SPEC: search["pick"]}
+    ramps = figures["yardstick"]["ramps"]
+    assert sorted((r["name"], r["kind"]) for r in ramps) == sorted(
+        (name, kind) for name in (OURS, THEIRS, SPEC) for kind in ("open", "closed")
+    )
+    # its pick is the spec's configuration: measured once, the same ramps under both names
+    assert [r["steps"] for r in ramps if r["name"] == THEIRS] == [
+        r["steps"] for r in ramps if r["name"] == SPEC
+    ]
+    for ramp in ramps:
+        assert 1 <= len(ramp["steps"]) <= 2
+        measured = [s for s in ramp["steps"] if not s["error"]]
+        assert all(s["throughput"] > 0 and s["p99_ms"] > 0 for s in measured)
+    assert "yardstick" in (tmp_path / "perf_analyzer.log").read_text()
+    text = "\n".join(section(json.loads(json.dumps(figures))))  # as result.json holds it
+    assert ours.label in text and search["pick"] in text and "(Model Analyzer)" in text
