@@ -32,7 +32,8 @@ help: ## list the targets and the variables they take
 	@echo "  PERF=$(PERF)  make perf profile: default, quick, smoke"
 	@echo "  MODEL= P99_MS= RATE=  make tune: the model of SPEC, the p99 budget (ms), an optional target rate"
 	@echo "  HTTP_PORT=$(HTTP_PORT) GRPC_PORT=$(GRPC_PORT) METRICS_PORT=$(METRICS_PORT)  make serve's ports"
-	@echo "  PERF_ARGS= TUNE_ARGS=  further options of python -m perf run / tune (--help lists them)"
+	@echo "  TOPOLOGY= ACCURACY=  make plan: a recorded GPU topology (e.g. dgx1-v100), the accuracy limit"
+	@echo "  PERF_ARGS= TUNE_ARGS= PLAN_ARGS=  further options of python -m perf run / tune / plan (--help lists them)"
 	@echo "  TEST_WORKERS=$(TEST_WORKERS)  make test: pytest-xdist workers"
 
 setup: $(STAMP) $(PA_STAMP) ## create .venv and install everything (torch CPU, tritonclient, onnx, nvidia-pytriton, perf_analyzer, ...)
