@@ -1,6 +1,6 @@
 """Your own model measured like the zoo: ``make perf SPEC=… MODELS=…`` runs the batching study on a model
 of an outside spec (every mode, the latency-model fit, the report and plots), and ``make tune`` on a
-model slow for real (a batch of 8 takes ~100 ms or more) in a spec in another folder with ``path: .``
+model slow for real (a batch of 16 computes for well over the 80 ms budget) in a spec in another folder with ``path: .``
 finishes, proposes no batch whose compute alone exceeds the budget, and writes a ``spec.tuned.yaml``
 that builds from anywhere. Short settings: the pieces must fit; no figure is asserted."""
 
@@ -54,7 +54,7 @@ def test_make_perf_measures_a_model_of_an_outside_spec(tmp_path: Path) -> None:
     assert str(project) in (tmp_path / "study.yaml").read_text()  # the user's factory, found by path
 
 
-SLOW_BUDGET_MS = 200.0
+SLOW_BUDGET_MS = 80.0  # a batch of 16 takes 170 ms or more on these 2 cores, quiet or busy
 SLOW_GRID = Grid(delays_us=(0,), max_batches=(4, 16), instances=(1,), no_batching=False)
 
 
@@ -66,7 +66,7 @@ def test_make_tune_on_a_slow_model_of_an_outside_spec(
     shutil.copy(FACTORIES, project / "factories.py")
     entry = {
         "name": "slow", "source": {"python": "factories:slow", "path": "."}, "max_batch_size": 16,
-        "options": {"layers": 24},  # a batch of 8 takes 120 ms or more here, one of 16 240 ms or more
+        "options": {"layers": 24},
         "inputs": [{"name": "x", "dtype": "fp32", "shape": [64, 512]}],
         "outputs": [{"name": "y", "dtype": "fp32", "shape": [512]}],
     }  # fmt: skip
@@ -82,7 +82,7 @@ def test_make_tune_on_a_slow_model_of_an_outside_spec(
     (folder,) = (tmp_path / "reports").iterdir()
     if code == 1:  # a host so busy that the budget cannot be met: refused clearly, the runs kept
         partial = (folder / "partial.md").read_text()
-        refusals = ("even a batch of 2 computes for longer than the 200 ms", "no candidate is predicted")
+        refusals = (f"even a batch of 2 computes for longer than the {SLOW_BUDGET_MS:g} ms", "no candidate is predicted")
         assert any(refusal in partial for refusal in refusals), partial
         assert not (folder / "spec.tuned.yaml").exists()
         return
@@ -92,7 +92,7 @@ def test_make_tune_on_a_slow_model_of_an_outside_spec(
     # the probe measured what a batch costs; nothing ranked or picked computes beyond the budget
     fit = saved["probe"]["fits"]["1"]
     compute = lambda n: fit["t_ms"] + (n - 1) * fit["dt_ms"]  # noqa: E731
-    assert compute(16) > SLOW_BUDGET_MS, "the factory is meant to be slow: a batch of 16 beyond 200 ms"
+    assert compute(16) > SLOW_BUDGET_MS, "the factory is meant to be slow: a batch of 16 beyond the budget"
     sizes = {
         int(re.match(r"max (\d+),", c["config"])[1]) for c in saved["candidates"] if c["config"][:4] == "max "
     }
