@@ -40,7 +40,7 @@ setup: $(STAMP) $(PA_STAMP) ## create .venv and install everything (torch CPU, t
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
-	$(BIN)/pip install --quiet --disable-pip-version-check -e '.[dev,reference]'
+	$(BIN)/pip install --quiet --disable-pip-version-check --no-compile -e '.[dev,reference]'
 	touch $@
 
 # perf_analyzer 2.41.0 from the tritonclient wheel + libb64 + libcudart into .venv/perf_analyzer (never fails setup)

@@ -18,6 +18,8 @@ their own start their own server; ``reuse_exports`` lets their build skip the ex
 from __future__ import annotations
 
 import copy
+import dataclasses
+import functools
 import shutil
 from collections.abc import Callable, Iterator, Mapping
 from pathlib import Path
@@ -29,6 +31,8 @@ from exporters.pipeline_build import build_pipelines
 from exporters.repository import build_repository
 from exporters.spec import Spec, parse_spec
 from exporters.text_embedding import build_text_embeddings
+from perf.noise import NoisePolicy
+from perf.tune.session import TUNE_WINDOWS
 from server import ServerOptions, TritonServer
 
 pytestmark = pytest.mark.integration
@@ -38,6 +42,11 @@ HYBRID = {
 }  # fmt: skip
 SLOW_TEXT = "text_embedding_slow"
 ReuseExports = Callable[[Path, Mapping[str, str]], None]
+# The tuner's windows in tests: a short warm-up and never more than the three windows that count.
+QUICK_WINDOWS = dataclasses.replace(TUNE_WINDOWS, warmup_s=0.2, max_windows=TUNE_WINDOWS.stable_windows)
+# One run per measurement: on these VMs most runs see some steal, and measuring each again doubles a
+# tuner test. The policy's second run is tested on the simulated server (tests/unit/test_tune_pick.py).
+ONE_RUN = functools.partial(NoisePolicy, remeasure=False)
 
 
 def _variant(spec_data: dict[str, Any], base: str, name: str, batching: dict[str, Any]) -> dict[str, Any]:
@@ -110,3 +119,12 @@ def reuse_exports(serving_repository: Path) -> ReuseExports:
             shutil.copytree(serving_repository / source, repository / target, dirs_exist_ok=True)
 
     return copy_folders
+
+
+@pytest.fixture
+def quick_tuning(monkeypatch: pytest.MonkeyPatch) -> None:
+    """``make tune`` and ``make plan`` as their commands run them, with ``QUICK_WINDOWS`` and
+    ``ONE_RUN``: a test checks that the pieces fit, not what they measure."""
+    for command in ("perf.tune.cli", "perf.plan.cli"):
+        monkeypatch.setattr(f"{command}.TUNE_WINDOWS", QUICK_WINDOWS)
+    monkeypatch.setattr("perf.tune.session.NoisePolicy", ONE_RUN)

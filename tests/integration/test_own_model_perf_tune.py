@@ -59,7 +59,7 @@ SLOW_GRID = Grid(delays_us=(0,), max_batches=(4, 16), instances=(1,), no_batchin
 
 
 def test_make_tune_on_a_slow_model_of_an_outside_spec(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, quick_tuning: None
 ) -> None:
     project = tmp_path / "project"
     project.mkdir()

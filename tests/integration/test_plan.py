@@ -70,7 +70,9 @@ def check_common(saved: dict[str, Any]) -> dict[str, Any]:
     return {"spec": spec, "overlay": overlay, "report": report}
 
 
-def test_make_plan_on_this_cpu_picks_places_and_verifies_on_the_server(workdir: Path, tmp_path: Path) -> None:
+def test_make_plan_on_this_cpu_picks_places_and_verifies_on_the_server(
+    workdir: Path, tmp_path: Path, quick_tuning: None
+) -> None:
     saved = run_plan(tmp_path, workdir, "--no-split", "--probe-runs", "0", "--verify", "1")
     checked = check_common(saved)
     assert saved["topology"]["name"] == "cpu" and saved["topology"]["gpus"] == []

@@ -22,6 +22,7 @@ from perf.engine import MeasureSettings, OurEngine
 from perf.measure import Measurement
 from perf.model.batcher import BatcherConfig
 from perf.model.grid import Grid
+from perf.noise import NoisePolicy
 from perf.tune.cli import command_tune
 from perf.tune.follow import follow_run, step_arrivals
 from perf.tune.overlay import write_overlay
@@ -44,7 +45,8 @@ BUDGET_MS = 5000.0
 @pytest.fixture(scope="module")
 def session(tmp_path_factory: pytest.TempPathFactory) -> Iterator[TuneSession]:
     workdir = tmp_path_factory.mktemp("tune")
-    with TuneSession(load_spec(SPEC), MODEL, 8, workdir, OurEngine(), SHORT) as running:
+    noise = NoisePolicy(remeasure=False)
+    with TuneSession(load_spec(SPEC), MODEL, 8, workdir, OurEngine(), SHORT, noise) as running:
         yield running
 
 
@@ -89,7 +91,7 @@ def test_follow_reloads_under_a_rate_step_without_a_failed_request(session: Tune
 
 
 def test_make_tune_runs_end_to_end_and_its_numbers_add_up(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, quick_tuning: None
 ) -> None:
     """``python -m perf tune … --rate`` as ``make tune RATE=…`` runs it, on a grid of four candidates:
     probe → predict → shortlist → pick → verify on the server, the saved result, the report rendered

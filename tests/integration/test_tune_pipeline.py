@@ -14,6 +14,7 @@ import pytest
 from exporters.resolve import load_spec
 from perf.engine import MeasureSettings, OurEngine
 from perf.model.batcher import BatcherConfig
+from perf.noise import NoisePolicy
 from perf.tune.pipeline_session import PipelineTuneSession
 from perf.tune.probe import ProbePlan
 from perf.tune.scenarios import RECSYS_DELAYS_US, measure_model, step_load, write_scenario
@@ -33,7 +34,8 @@ class Quiet:
 @pytest.fixture(scope="module")
 def session(tmp_path_factory: pytest.TempPathFactory) -> Iterator[PipelineTuneSession]:
     workdir = tmp_path_factory.mktemp("tune_pipeline")
-    with PipelineTuneSession(load_spec(SPEC), PIPELINE, 32, workdir, OurEngine(), SHORT) as running:
+    noise = NoisePolicy(remeasure=False)
+    with PipelineTuneSession(load_spec(SPEC), PIPELINE, 32, workdir, OurEngine(), SHORT, noise) as running:
         yield running
 
 

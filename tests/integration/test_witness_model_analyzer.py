@@ -18,6 +18,7 @@ from perf.analyzer import PerfAnalyzerEngine, find_perf_analyzer, unavailable_me
 from perf.engine import MeasureSettings
 from perf.model.batcher import BatcherConfig
 from perf.model_analyzer_install import InstallError, ensure
+from perf.noise import NoisePolicy
 from perf.tune import model_analyzer
 from perf.tune.session import TuneSession
 from perf.tune.versus import run_witness, search_space
@@ -50,7 +51,7 @@ def test_the_smoke_witness_runs_model_analyzer_and_one_yardstick(program: Path, 
     engine = PerfAnalyzerEngine(log_folder=tmp_path)
 
     def session() -> TuneSession:
-        return TuneSession(spec, MODEL, 64, tmp_path / "yardstick", engine, SHORT)
+        return TuneSession(spec, MODEL, 64, tmp_path / "yardstick", engine, SHORT, NoisePolicy(remeasure=False))
 
     figures = run_witness(
         spec, MODEL, saved, ours, search_space(64, (1, 2), smoke=True), session, tmp_path, lambda text: None,
