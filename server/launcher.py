@@ -56,6 +56,9 @@ log = logging.getLogger(__name__)
 WIDEST = 8  # bytes per element assumed for a type our dtype table lacks: never too small a region
 MIB = 1 << 20
 DRAIN_GRACE_S = 1.0
+# After its exit timeout, tritonserver still unloads and joins its stubs: seconds on a loaded 2-core machine
+# with everything drained. SIGKILL only a server that hangs there, not one that is finishing its exit.
+EXIT_MARGIN_S = 30.0
 MAX_BATCH_BYTES = 1 << 30  # the spec's bound too (exporters.guards): shm per stub is 4x the largest batch
 START_ATTEMPTS = 2  # a start lost to the stub-lock abort below is tried once more
 STUB_LOCK_ABORT = "boost::interprocess::lock_exception"
@@ -493,7 +496,7 @@ class TritonServer:
 
     def stop(self) -> None:
         """Drain (through Triton's own HTTP endpoint, while the guard still forwards), stop the guard,
-        then SIGTERM; SIGKILL if it outlives its exit timeout (+5 s); then remove what the server
+        then SIGTERM; SIGKILL if it outlives its exit timeout (+``EXIT_MARGIN_S``); then remove what the server
         leaves behind: stray stubs, its shared-memory regions and a temporary workdir."""
         if self.watchdog is not None:
             self.watchdog.stop()
@@ -512,14 +515,15 @@ class TritonServer:
 
     def terminate(self) -> None:
         """``stop()`` without the drain: the fronts, then SIGTERM as Kubernetes sends it (Triton finishes
-        what is in flight for up to its exit timeout), SIGKILL after that (+5 s), then the cleanup."""
+        what is in flight for up to its exit timeout), SIGKILL if it is still there ``EXIT_MARGIN_S``
+        later, then the cleanup."""
         if self.watchdog is not None:
             self.watchdog.stop()
         self._stop_fronts()
         if self.process is not None and self.process.poll() is None:
             self.process.send_signal(signal.SIGTERM)
             try:
-                self.process.wait(timeout=self.options.exit_timeout_s + 5)
+                self.process.wait(timeout=self.options.exit_timeout_s + EXIT_MARGIN_S)
             except subprocess.TimeoutExpired:
                 log.warning("tritonserver ignored SIGTERM; killing it")
                 self.process.kill()
