@@ -78,7 +78,7 @@ plan: setup ## choose the serving strategy: make plan MODEL=recommender P99_MS=1
 	$(BIN)/python -m perf plan --spec $(SPEC) --model $(MODEL) --p99-ms $(P99_MS) $(if $(TOPOLOGY),--topology $(TOPOLOGY)) $(if $(ACCURACY),--accuracy $(ACCURACY)) $(PLAN_ARGS)
 
 test: setup deploy-tools ## unit + integration tests (starts real tritonservers on free ports; TEST_WORKERS=2)
-	$(BIN)/python -m pytest -q -n $(TEST_WORKERS) --dist loadgroup
+	$(BIN)/python -m pytest -q -n $(TEST_WORKERS) --dist loadgroup --no-loadscope-reorder
 
 deploy-tools: setup ## prometheus/promtool (Debian package, into .venv) and kubectl where missing
 	@bash deploy/install-tools.sh $(VENV)

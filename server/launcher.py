@@ -496,8 +496,8 @@ class TritonServer:
 
     def stop(self) -> None:
         """Drain (through Triton's own HTTP endpoint, while the guard still forwards), stop the guard,
-        then SIGTERM; SIGKILL if it outlives its exit timeout (+``EXIT_MARGIN_S``); then remove what the server
-        leaves behind: stray stubs, its shared-memory regions and a temporary workdir."""
+        then SIGTERM; SIGKILL if it outlives its exit timeout (+``EXIT_MARGIN_S``); then remove what the
+        server leaves behind: stray stubs, its shared-memory regions and a temporary workdir."""
         if self.watchdog is not None:
             self.watchdog.stop()
         if self.process is not None and self.process.poll() is None and self.is_ready():

@@ -3,7 +3,9 @@
 ``make test`` runs two pytest-xdist workers (``--dist loadgroup``). Starting servers and exporting
 models is where the time goes, so each worker must start a server only once: the tests of one file
 stay on one worker (its module-scoped servers start once), and the files that share a session-scoped
-server or build (``SHARED_FIXTURES``) all go to the worker that starts it.
+server or build (``SHARED_FIXTURES``) all go to the worker that starts it. The groups are handed out in
+collection order (``--no-loadscope-reorder``), longest work first, so that the many short unit files
+fill the end of the run instead of one worker finishing a server test alone.
 """
 
 from __future__ import annotations
@@ -21,6 +23,18 @@ from exporters.spec import ModelSpec, parse_spec
 ROOT = Path(__file__).resolve().parent.parent
 # session fixtures that start a server or build a repository -> the one worker group that uses them
 SHARED_FIXTURES = {"serving_repository": "integration-server", "fault_repository": "fault-server"}
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """Longest work first: the shared servers' groups, then the other tests that start servers, then
+    the rest; within each, the collected order (the sort is stable)."""
+
+    def rank(item: pytest.Item) -> int:
+        if any(fixture in getattr(item, "fixturenames", ()) for fixture in SHARED_FIXTURES):
+            return 0
+        return 1 if item.get_closest_marker("integration") else 2
+
+    items.sort(key=rank)
 
 
 def pytest_itemcollected(item: pytest.Item) -> None:

@@ -1,8 +1,9 @@
 """Your own model measured like the zoo: ``make perf SPEC=… MODELS=…`` runs the batching study on a model
 of an outside spec (every mode, the latency-model fit, the report and plots), and ``make tune`` on a
-model slow for real (a batch of 16 computes for well over the 80 ms budget) in a spec in another folder with ``path: .``
-finishes, proposes no batch whose compute alone exceeds the budget, and writes a ``spec.tuned.yaml``
-that builds from anywhere. Short settings: the pieces must fit; no figure is asserted."""
+model slow for real (a batch of 16 computes for well over the 80 ms budget) in a spec in another
+folder with ``path: .`` finishes, proposes no batch whose compute alone exceeds the budget, and writes
+a ``spec.tuned.yaml`` that builds from anywhere. Short settings: the pieces must fit; no figure is
+asserted."""
 
 from __future__ import annotations
 
@@ -82,7 +83,8 @@ def test_make_tune_on_a_slow_model_of_an_outside_spec(
     (folder,) = (tmp_path / "reports").iterdir()
     if code == 1:  # a host so busy that the budget cannot be met: refused clearly, the runs kept
         partial = (folder / "partial.md").read_text()
-        refusals = (f"even a batch of 2 computes for longer than the {SLOW_BUDGET_MS:g} ms", "no candidate is predicted")
+        too_slow = f"even a batch of 2 computes for longer than the {SLOW_BUDGET_MS:g} ms"
+        refusals = (too_slow, "no candidate is predicted")
         assert any(refusal in partial for refusal in refusals), partial
         assert not (folder / "spec.tuned.yaml").exists()
         return

@@ -51,7 +51,8 @@ def test_the_smoke_witness_runs_model_analyzer_and_one_yardstick(program: Path, 
     engine = PerfAnalyzerEngine(log_folder=tmp_path)
 
     def session() -> TuneSession:
-        return TuneSession(spec, MODEL, 64, tmp_path / "yardstick", engine, SHORT, NoisePolicy(remeasure=False))
+        noise = NoisePolicy(remeasure=False)
+        return TuneSession(spec, MODEL, 64, tmp_path / "yardstick", engine, SHORT, noise)
 
     figures = run_witness(
         spec, MODEL, saved, ours, search_space(64, (1, 2), smoke=True), session, tmp_path, lambda text: None,
