@@ -80,8 +80,9 @@ def install(prefix: Path | None = None, force: bool = False) -> Path:
         return executable(prefix)
     shutil.rmtree(home, ignore_errors=True)
     _run([sys._base_executable, "-m", "venv", str(home)])
+    # --no-compile: its modules are compiled as they are first imported, not all of them at install
     _run([str(home / "bin" / "python"), "-m", "pip", "install", "--quiet", "--disable-pip-version-check",
-          f"{PACKAGE}=={VERSION}"])  # fmt: skip
+          "--no-compile", f"{PACKAGE}=={VERSION}"])  # fmt: skip
     found = probe(executable(prefix))
     if found != VERSION:
         raise InstallError(f"{PACKAGE}: asked for {VERSION}, {executable(prefix)} says {found}")
