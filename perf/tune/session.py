@@ -12,6 +12,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import logging
+import statistics
 import time
 from pathlib import Path
 
@@ -37,10 +38,13 @@ RETIRE_WAIT_S = 6.0  # after a reload, at most this long for the replaced instan
 # Each run: a short warm-up, then windows until three agree within 10% (at most five). The three that
 # count cover 2.4 s: at 2,000 requests/s, a p99 from about 50 tail samples.
 TUNE_WINDOWS = MeasureSettings(warmup_s=0.5, window_s=0.8, stable_windows=3, max_windows=5, tolerance=0.10)
-# A window lasts at least this many of the slowest batches measured: perf_analyzer gives up on a window
-# no request completed in ("No valid requests recorded within time interval"), and a window of a few
-# batches says little about a p99. A model whose full batch takes 200 ms gets windows of 4 s.
+# A window lasts at least this many of the largest batch: perf_analyzer gives up on a window no request
+# completed in ("No valid requests recorded within time interval"), and a window of a few batches says
+# little about a p99. A model whose full batch takes 200 ms gets windows of 4 s.
 WINDOW_BATCHES = 20
+# The largest batch is timed this many times after a warm-up and the median kept: one stall of a shared
+# host would otherwise size every window of the session.
+TIMED_BATCHES = 3
 
 
 class TuneSession:
@@ -73,7 +77,7 @@ class TuneSession:
         self.reload_s: list[float] = []
         self.cores = usable_cores()
         self._target: Target | None = None
-        self.slowest_batch_s = 0.0  # the longest compute of one execution measured so far
+        self.largest_batch_s = 0.0  # one request of the largest batch, timed at the start
         self.runs: list[Measurement] = []  # every run, in order (a failed tune reports them)
 
     def __enter__(self) -> TuneSession:
@@ -82,30 +86,31 @@ class TuneSession:
         build_repository(Spec(models=(build_spec,)), repository, num_gpus=0)
         self.server = TritonServer(self._options(repository, [self.base.name])).start()
         try:
-            self.slowest_batch_s = self._time_largest_batch()
+            self.largest_batch_s = self._time_largest_batch()
         except BaseException:
             self.__exit__(None, None, None)
             raise
-        log.info("a batch of %d takes %.0f ms", self.largest_batch, 1e3 * self.slowest_batch_s)
+        log.info("a batch of %d takes %.0f ms", self.largest_batch, 1e3 * self.largest_batch_s)
         return self
 
     def _time_largest_batch(self) -> float:
-        """Seconds one request of the largest batch takes (the second of two: the first warms up), so
-        that the first measurement's windows are already sized for the model."""
+        """Seconds one request of the largest batch takes (the median of ``TIMED_BATCHES`` after one
+        that warms up): what every measurement's windows are sized by."""
         assert self.server is not None
         client = httpclient.InferenceServerClient(self.server.http_url, network_timeout=600.0)
+        took = []
         try:
-            for _ in range(2):
+            for _ in range(1 + TIMED_BATCHES):
                 started = time.perf_counter()
                 infer(client, "http", self.base.name, self.target.inputs)
-                took = time.perf_counter() - started
+                took.append(time.perf_counter() - started)
         finally:
             client.close()
-        return took
+        return statistics.median(took[1:])
 
     def sized(self, settings: MeasureSettings) -> MeasureSettings:
-        """``settings`` with windows of at least ``WINDOW_BATCHES`` of the slowest batch measured."""
-        floor = WINDOW_BATCHES * self.slowest_batch_s
+        """``settings`` with windows of at least ``WINDOW_BATCHES`` of the largest batch."""
+        floor = WINDOW_BATCHES * self.largest_batch_s
         return settings if settings.window_s >= floor else dataclasses.replace(settings, window_s=floor)
 
     def _options(self, repository: Path, load_models: list[str]) -> ServerOptions:
@@ -196,11 +201,9 @@ class TuneSession:
         sized = self.sized(settings)
         if sized is not settings:
             log.info("%s: windows of %.1f s (%d batches of %.0f ms)", label, sized.window_s, WINDOW_BATCHES,
-                     1e3 * self.slowest_batch_s)  # fmt: skip
+                     1e3 * self.largest_batch_s)  # fmt: skip
         run = measure(self.target, load, sized, self.endpoints, label, engine=self.engine)
         self.runs.append(run)
-        executions = [b.compute_ns / b.executions / 1e9 for b in run.stats.batches.values() if b.executions]
-        self.slowest_batch_s = max([self.slowest_batch_s, *executions])
         return run
 
     def config_text(self) -> str:
