@@ -1,10 +1,11 @@
-"""fp32 ONNX graphs to int8, in one place: ONNX Runtime's static quantization, calibrated on real inputs.
+"""fp32 ONNX graphs to int8, in one place: ONNX Runtime's static or dynamic quantization.
 
-The result is a QDQ graph (QuantizeLinear/DequantizeLinear pairs around the quantized ops), the format
-ONNX Runtime recommends on CPU and the one TensorRT reads as explicit INT8 precision on a GPU. Weights
-are int8 per output channel; activations uint8 with ranges from the calibration batches (ONNX
-Runtime's U8S8 recommendation for x86; VNNI runs it natively). The graph's inputs and outputs stay
-fp32, so a client sends what the fp32 model takes.
+``to_int8`` (every ``models:`` entry) is static quantization calibrated on real inputs. The result is a
+QDQ graph (QuantizeLinear/DequantizeLinear pairs around the quantized ops), the format ONNX Runtime
+recommends on CPU and the one TensorRT reads as explicit INT8 precision on a GPU. Weights are int8 per
+output channel; activations uint8 with ranges from the calibration batches (ONNX Runtime's U8S8
+recommendation for x86; VNNI runs it natively). The graph's inputs and outputs stay fp32, so a client
+sends what the fp32 model takes.
 
 Only ops that carry weights are quantized (``MatMul`` and ``Gemm`` with a constant second operand,
 ``Conv``): their cost dominates and their weights quantize well per channel. Products of two
@@ -12,6 +13,10 @@ activations (attention scores) stay fp32: quantizing them too cost the text enco
 accuracy for little speed (docs/SPEC.md). ``keep`` leaves further nodes in fp32 (by a part of their
 name), for layers a model is known to be sensitive in. Whether the result is good enough is not
 decided here: the exporter holds it to the fp32 source with the one parity check (``exporters.parity``).
+
+``to_int8_dynamic`` (the text encoder) quantizes activations at run time instead, after moving the
+outlier channels of each ``MatMul`` input to fp32: static QDQ of all-MiniLM-L6-v2 stayed below the
+cosine 0.99 its embedding is held to, whatever the calibration (docs/SPEC.md).
 """
 
 from __future__ import annotations
@@ -55,7 +60,6 @@ def to_int8(data: bytes, calibration: Iterable[Mapping[str, np.ndarray]], keep: 
     """``data`` (an fp32 ONNX file) as a QDQ int8 graph calibrated on ``calibration`` (feeds by input
     name); the graph's inputs and outputs stay fp32."""
     from onnxruntime.quantization import CalibrationDataReader, QuantFormat, QuantType, quantize_static
-    from onnxruntime.quantization.shape_inference import quant_pre_process
 
     class Feeds(CalibrationDataReader):
         def __init__(self) -> None:
@@ -66,15 +70,8 @@ def to_int8(data: bytes, calibration: Iterable[Mapping[str, np.ndarray]], keep: 
             return None if batch is None else dict(batch)
 
     with tempfile.TemporaryDirectory(prefix="int8-") as folder:
-        exported, source, target = (Path(folder) / name for name in ("export.onnx", "fp32.onnx", "int8.onnx"))
-        exported.write_bytes(data)
-        # ONNX Runtime's pre-processing (shape inference, graph optimisation) before choosing nodes: the
-        # quantizer needs the shapes. Symbolic inference is skipped: it fails on a sequence axis that
-        # a Min() bounds, as in the text encoder's position ids.
-        quant_pre_process(str(exported), str(source), skip_symbolic_shape=True)
-        model = _named(onnx.load(str(source)))
-        onnx.save(model, str(source))
-        nodes = keep_out(weighted_nodes(model), keep)
+        source, target = _prepared(data, Path(folder)), Path(folder) / "int8.onnx"
+        nodes = keep_out(weighted_nodes(onnx.load(str(source))), keep)
         quantize_static(
             str(source), str(target), Feeds(), quant_format=QuantFormat.QDQ, per_channel=True,
             activation_type=QuantType.QUInt8, weight_type=QuantType.QInt8,
@@ -82,3 +79,44 @@ def to_int8(data: bytes, calibration: Iterable[Mapping[str, np.ndarray]], keep: 
             extra_options={"ActivationSymmetric": False, "WeightSymmetric": True},
         )  # fmt: skip
         return target.read_bytes()
+
+
+def to_int8_dynamic(data: bytes, calibration: Iterable[Mapping[str, np.ndarray]]) -> bytes:
+    """``data`` (an fp32 ONNX file) with its weighted ``MatMul``s in int8, activations quantized at run
+    time (ONNX Runtime's dynamic quantization, weights per output channel), the outlier input channels
+    ``calibration`` reveals kept in fp32 (``exporters.outlier_split``). For transformer encoders, where
+    static QDQ's fixed activation ranges lose too much (docs/SPEC.md); not a QDQ graph, so TensorRT
+    does not read it as INT8."""
+    from onnxruntime.quantization import QuantType, quantize_dynamic
+
+    from exporters.outlier_split import split_outlier_channels
+
+    with tempfile.TemporaryDirectory(prefix="int8-") as folder:
+        source, target = _prepared(data, Path(folder)), Path(folder) / "int8.onnx"
+        model = onnx.load(str(source))
+        nodes = [name for name in weighted_nodes(model) if _op(model, name) == "MatMul"]
+        onnx.save(split_outlier_channels(model, nodes, calibration), str(source))
+        quantize_dynamic(
+            str(source), str(target), per_channel=True, weight_type=QuantType.QInt8,
+            op_types_to_quantize=["MatMul"], nodes_to_quantize=nodes,
+            extra_options={"MatMulConstBOnly": True},
+        )  # fmt: skip
+        return target.read_bytes()
+
+
+def _op(model: onnx.ModelProto, name: str) -> str:
+    return next(node.op_type for node in model.graph.node if node.name == name)
+
+
+def _prepared(data: bytes, folder: Path) -> Path:
+    """``data`` through ONNX Runtime's pre-processing (shape inference, graph optimisation: the
+    quantizers need the shapes), every node uniquely named, saved in ``folder``."""
+    from onnxruntime.quantization.shape_inference import quant_pre_process
+
+    exported, source = folder / "export.onnx", folder / "fp32.onnx"
+    exported.write_bytes(data)
+    # Symbolic inference is skipped: it fails on a sequence axis that a Min() bounds, as in the text
+    # encoder's position ids.
+    quant_pre_process(str(exported), str(source), skip_symbolic_shape=True)
+    onnx.save(_named(onnx.load(str(source))), str(source))
+    return source

@@ -1,16 +1,17 @@
 """Build a text-embedding service from packaged real weights: encoder ONNX, tokenizer stage, configs.
 
 The encoder is the package's BERT (loaded with ``transformers``, offline) plus sentence-transformers'
-mean pooling over the attention mask and L2 normalisation, exported as one graph so the served output
-is the sentence embedding itself. fp32 uses the TorchScript-based exporter (opset 17, ~2e-7 from
-torch); fp16 is that graph converted with onnxruntime's float16 tool, keeping ``LayerNormalization``
-and the graph's inputs/outputs in fp32 (a graph exported from a halved module does not load:
-onnxruntime binds LayerNormalization's inputs to different types). Both are checked against torch on
-real token batches of several lengths before they take their final name, through the one parity check
+mean pooling over the attention mask and L2 normalisation, exported as one graph so the served output is
+the sentence embedding itself. fp32 uses the TorchScript-based exporter (opset 17, ~2e-7 from torch);
+fp16 is that graph converted with onnxruntime's float16 tool, keeping ``LayerNormalization`` and the
+graph's inputs/outputs in fp32 (a graph exported from a halved module does not load: onnxruntime binds
+LayerNormalization's inputs to different types); int8 is that graph's ``MatMul``s quantized dynamically
+with their outlier input channels kept fp32 (``exporters.int8``). Each is checked against torch on real
+token batches of several lengths before they take their final name, through the one parity check
 (``exporters.parity``, kind ``embedding``: cosine and max_rel, the spec's ``tolerance:`` or the
 precision's defaults); ``export.json`` records the figures and limits, a content hash (weights,
-precision, exporter) and the file's SHA-256: a rebuild skips the work only while both still match (a truncated
-``model.onnx`` is rebuilt, never reported cached).
+precision, exporter) and the file's SHA-256: a rebuild skips the work only while both still match (a
+truncated ``model.onnx`` is rebuilt, never reported cached).
 """
 
 from __future__ import annotations
@@ -34,6 +35,7 @@ from torch import nn
 from exporters.errors import SpecError
 from exporters.file_hash import file_matches, file_sha256
 from exporters.fp16 import to_fp16
+from exporters.int8 import to_int8_dynamic
 from exporters.model_config import ModelConfig, write_config
 from exporters.onnx_files import OPSET, check_external_data, module_to_onnx
 from exporters.parity import ParityReport, compare_outputs
@@ -127,15 +129,43 @@ def content_hash(spec: TextEmbeddingSpec, folder: Path) -> str:
     return digest.hexdigest()
 
 
-def encoder_onnx(encoder: SentenceEncoder, example: dict[str, np.ndarray], precision: str) -> bytes:
+def calibration_batches(
+    vocab_size: int, special: tuple[int, int], batches: int = 8, rows: int = 16, length: int = 64
+) -> list[dict[str, np.ndarray]]:
+    """What int8 finds the encoder's outlier channels on: fixed-length batches of random token ids
+    framed by ``[CLS]``/``[SEP]`` (``special``), 4 to ``length`` tokens per row, the rest padding
+    masked out. The outliers are the model's (a few channels of the hidden state, largest on the
+    special tokens), so random ids find them without a corpus; seeded, so every build is the same."""
+    rng = np.random.default_rng(8)
+    first, last = special
+    out = []
+    for _ in range(batches):
+        ids = np.zeros((rows, length), dtype=np.int64)
+        mask = np.zeros((rows, length), dtype=np.int64)
+        for row, count in enumerate(rng.integers(4, length + 1, size=rows)):
+            ids[row, 1 : count - 1] = rng.integers(1000, vocab_size, size=count - 2)
+            ids[row, 0], ids[row, count - 1] = first, last
+            mask[row, :count] = 1
+        out.append({"input_ids": ids, "attention_mask": mask})
+    return out
+
+
+def encoder_onnx(
+    encoder: SentenceEncoder, example: dict[str, np.ndarray], precision: str,
+    calibration: list[dict[str, np.ndarray]] | None = None,
+) -> bytes:  # fmt: skip
     """The encoder as ONNX bytes: exported in fp32, converted for fp16 (LayerNormalization and the
-    graph's inputs and outputs kept fp32)."""
+    graph's inputs and outputs kept fp32), or quantized for int8 (dynamic, outlier channels of
+    ``calibration`` kept fp32: ``exporters.int8.to_int8_dynamic``)."""
     data = module_to_onnx(
         encoder, tuple(torch.from_numpy(example[name]) for name in TOKEN_INPUTS), list(TOKEN_INPUTS),
         ["embedding"], variable_axes={name: {1: "sequence"} for name in TOKEN_INPUTS},
     )  # fmt: skip
     if precision == "fp32":
         return data
+    if precision == "int8":
+        assert calibration is not None, "int8 needs calibration batches"
+        return to_int8_dynamic(data, calibration)
     model = onnx.load_from_string(data)
     return to_fp16(model, keep_io_types=True, block=["LayerNormalization"]).SerializeToString()
 
@@ -158,6 +188,14 @@ def check_against_torch(
         worst = report.worse(worst)
     assert worst is not None
     return worst
+
+
+def _calibration(folder: Path) -> list[dict[str, np.ndarray]]:
+    from tokenizers import Tokenizer
+
+    tokenizer = Tokenizer.from_file(str(folder / "tokenizer.json"))
+    special = (tokenizer.token_to_id("[CLS]"), tokenizer.token_to_id("[SEP]"))
+    return calibration_batches(json.loads((folder / "config.json").read_text())["vocab_size"], special)
 
 
 def _cached(out_dir: Path, digest: str) -> dict[str, Any] | None:
@@ -192,7 +230,7 @@ def export_encoder(
         return record
     encoder = load_encoder(folder)
     batches = check_batches(folder, spec.max_seq_length)
-    data = encoder_onnx(encoder, batches[-1], spec.precision)
+    data = encoder_onnx(encoder, batches[-1], spec.precision, _calibration(folder))
     with staged(path, len(data)) as staging:
         staging.write_bytes(data)
         onnx.checker.check_model(str(staging), full_check=True)
