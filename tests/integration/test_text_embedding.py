@@ -1,7 +1,7 @@
 """``text_embedding`` on a real tritonserver: equal to sentence-transformers, independent of batch mates,
 bad input answered per request.
 
-The server is the shared one (``conftest.py``): the two services of ``models.yaml`` plus
+The server is the shared one (``conftest.py``): the three services of ``models.yaml`` plus
 ``text_embedding_slow``, the fp32 service with a 300 ms batcher so that concurrent requests provably
 share a batch.
 """
@@ -53,7 +53,8 @@ def _embed(server: TritonServer, protocol: str, model: str, texts: list[str]) ->
 
 @pytest.mark.parametrize("protocol", ["http", "grpc"])
 @pytest.mark.parametrize(
-    ("model", "precision"), [("text_embedding", "fp32"), ("text_embedding_fp16", "fp16")]
+    ("model", "precision"),
+    [("text_embedding", "fp32"), ("text_embedding_fp16", "fp16"), ("text_embedding_int8", "int8")],
 )
 def test_equals_sentence_transformers(
     server: TritonServer, protocol: str, model: str, precision: str

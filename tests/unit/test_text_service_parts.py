@@ -29,11 +29,12 @@ def _with_text(spec_data: dict[str, Any], **changes: Any) -> dict[str, Any]:
     return data
 
 
-def test_models_yaml_serves_fp32_and_fp16_text_embeddings(spec_data: dict[str, Any]) -> None:
+def test_models_yaml_serves_fp32_fp16_and_int8_text_embeddings(spec_data: dict[str, Any]) -> None:
     entries = parse_spec(spec_data).text_embeddings
     assert [(t.name, t.precision) for t in entries] == [
         ("text_embedding", "fp32"),
         ("text_embedding_fp16", "fp16"),
+        ("text_embedding_int8", "int8"),
     ]
     assert entries[0].max_seq_length == 256 and entries[0].buckets[-1] == 256
     assert entries[0].repository_names == (
