@@ -35,7 +35,15 @@ from exporters.pipeline_stages import load_stage, stage_examples
 from exporters.repository import build_repository
 from exporters.sources.load import build_torch_model
 from exporters.spec import ModelSpec, PipelineSpec, Spec
-from perf.plan.strategy import BOUNDARY_DTYPES, PRECISIONS, TENSOR_DTYPE, ModelProfile, Overheads, StageCost
+from perf.plan.strategy import (
+    BOUNDARY_DTYPES,
+    OPT_IN_PRECISIONS,
+    PRECISIONS,
+    TENSOR_DTYPE,
+    ModelProfile,
+    Overheads,
+    StageCost,
+)
 from perf.raw import measure_raw
 from perf.tune.probe import ProbeResult
 
@@ -66,11 +74,35 @@ def precision_variant(model: ModelSpec, precision: str) -> ModelSpec:
     )  # fmt: skip
 
 
+def served_variant(spec: Spec, base: ModelSpec, precision: str) -> ModelSpec | None:
+    """The spec's entry serving ``base``'s model (same source, options and seed) in ``precision``."""
+    same = (base.source, base.options, base.seed)
+    matches = (m for m in spec.models if (m.source, m.options, m.seed) == same)
+    return next((m for m in matches if m.precision == precision), None)
+
+
+def whole_variants(spec: Spec, base: ModelSpec) -> dict[str, ModelSpec]:
+    """``base`` in every precision; an opt-in one (int8) only where the spec serves the model in it,
+    with that entry's calibration."""
+    whole = {}
+    for precision in PRECISIONS:
+        served = served_variant(spec, base, precision)
+        if precision in OPT_IN_PRECISIONS and served is None:
+            continue
+        variant = precision_variant(base, precision)
+        if precision in OPT_IN_PRECISIONS and precision != base.precision:
+            assert served is not None
+            variant = dataclasses.replace(variant, calibration=served.calibration)
+        whole[precision] = variant
+    return whole
+
+
 def variants(spec: Spec, model: str, split: bool = True) -> Variants:
-    """The whole model in every precision, and the spec's first pipeline splitting it (each boundary
-    dtype, no live updates: a plan may give the first stage several instances)."""
+    """The whole model in every precision it can be planned in (``whole_variants``), and the spec's
+    first pipeline splitting it (each boundary dtype, no live updates: a plan may give the first stage
+    several instances)."""
     base = spec.model(model)
-    whole = {p: precision_variant(base, p) for p in PRECISIONS}
+    whole = whole_variants(spec, base)
     pipelines = [p for p in spec.pipelines if p.model == model] if split else []
     if not pipelines:
         return Variants(whole, {})

@@ -7,7 +7,8 @@ replica of the stages (pipeline parallel) or several (hybrid), with instances pe
 exporters' ``precision:``), for a split one of ``BOUNDARY_DTYPES`` (the splitter's compression of what
 crosses the boundaries). A precision the exporters gain joins ``TENSOR_DTYPE`` with the dtype its
 model's float inputs and outputs take; the profile then builds and measures it, its accuracy figure
-included, and the accuracy constraint (a maximum relative error) is an input of the plan.
+included, and the accuracy constraint (a maximum relative error) is an input of the plan. int8 is
+considered where the spec has an int8 entry of the same model (``OPT_IN_PRECISIONS``).
 
 ``ModelProfile`` holds the measured inputs (``perf.plan.profile`` measures them): per precision, the
 cost of the whole model and of each stage on the device planned for, memory per instance, the bytes
@@ -23,8 +24,12 @@ from typing import Literal
 from perf.model.batcher import BatcherConfig, ServiceModel
 from perf.model.cpu import CpuModel
 
-# precision -> the dtype of the float inputs and outputs of the model exported in it
-TENSOR_DTYPE = {"fp32": "fp32", "fp16": "fp16"}
+# precision -> the dtype of the float inputs and outputs of the model exported in it (int8 graphs take
+# and give fp32: the quantization is inside)
+TENSOR_DTYPE = {"fp32": "fp32", "fp16": "fp16", "int8": "fp32"}
+# precisions a plan considers only where the spec already serves the model in them (a quantized
+# variant is the user's choice: its calibration data and tolerance are in that entry)
+OPT_IN_PRECISIONS = ("int8",)
 PRECISIONS = tuple(TENSOR_DTYPE)
 BOUNDARY_DTYPES = ("fp32", "fp16")  # a split's boundary compression (``pipelines[].boundary_dtype``)
 Kind = Literal["data", "pipeline", "hybrid"]

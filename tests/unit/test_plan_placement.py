@@ -18,7 +18,8 @@ from perf.model.memory import MIB
 from perf.plan.overlay import merge, plan_overlay, read_document, server_flags, write_plan_overlay
 from perf.plan.placement import PlacementError, place
 from perf.plan.planner import PlanRequest, plan
-from perf.plan.strategy import ModelProfile, Space, StageCost, Strategy
+from perf.plan.profile import variants
+from perf.plan.strategy import ModelProfile, Space, StageCost, Strategy, strategies
 from perf.plan.topology import FIXTURES, cpu_topology, parse_gpus, parse_topo, topology_folder
 
 SPEC = Path(__file__).resolve().parents[2] / "models.yaml"
@@ -152,6 +153,36 @@ def test_the_accuracy_tolerance_removes_the_fp16_variants() -> None:
     refused = [j for j in result.judged if j.strategy.precision == "fp16"]
     assert refused and all("over the accuracy tolerance" in j.reason for j in refused)
     assert result.chosen.strategy.precision == "fp32"
+
+
+def with_int8(p: ModelProfile, max_rel: float) -> ModelProfile:
+    """``p`` with an int8 whole model twice as fast as fp32, measured at ``max_rel`` against fp32."""
+    int8 = StageCost("recommender_int8", 2e-4, 1e-5, p.whole["fp32"].memory_bytes // 4)
+    return dataclasses.replace(
+        p, whole={**p.whole, "int8": int8}, accuracy={**p.accuracy, "whole/int8": max_rel}
+    )
+
+
+def test_int8_is_planned_only_where_the_spec_serves_the_model_in_int8() -> None:
+    spec = load_spec(SPEC)
+    whole = variants(spec, "recommender", split=False).whole  # models.yaml has recommender_int8
+    assert set(whole) == {"fp32", "fp16", "int8"}
+    int8 = whole["int8"]
+    assert int8.name == "recommender_int8" and int8.precision == "int8"
+    assert {t.dtype for t in int8.inputs + int8.outputs} == {"fp32", "int64"}  # int8 keeps fp32 tensors
+    assert set(variants(spec, "trivial", split=False).whole) == {"fp32", "fp16"}  # no trivial_int8
+
+
+def test_int8_is_a_data_parallel_precision_and_wins_within_the_tolerance() -> None:
+    p = with_int8(profile(), max_rel=0.02)
+    assert p.precisions("data") == ("fp32", "fp16", "int8") and p.precisions("pipeline") == ("fp32", "fp16")
+    assert {s.precision for s in strategies(p, 0, NARROW) if s.kind == "data"} == {"fp32", "fp16", "int8"}
+    topology = cpu_topology()
+    assert plan(p, topology, PlanRequest(10.0, None, NARROW, 0.5)).chosen.strategy.precision == "int8"
+    strict = plan(p, topology, PlanRequest(10.0, 1e-3, NARROW, 0.5))
+    refused = [j for j in strict.judged if j.strategy.precision == "int8"]
+    assert refused and all("over the accuracy tolerance" in j.reason for j in refused)
+    assert strict.chosen.strategy.precision in ("fp32", "fp16")
 
 
 def test_a_slow_link_makes_a_split_link_bound() -> None:
