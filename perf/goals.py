@@ -88,6 +88,7 @@ GOALS: dict[str, GoalSpec] = {
         # the text-embedding study
         GoalSpec("text served vs raw", "served / raw onnxruntime at the same batches ≥ {limit}×", 0.8),
         GoalSpec("text dynamic vs none", "dynamic (buckets) ≥ {limit}× no batching on short queries", 1.5),
+        GoalSpec("text int8 vs fp32", "int8 encoder ≥ {limit}× fp32's throughput at the same batch", 1.8),
         # the queue-policy study
         GoalSpec("queue policy with spare instances",
                  "requests over {stall} ms added by max_queue_size with {instances} instances ≤ {limit}", 0.0,

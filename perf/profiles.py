@@ -50,11 +50,12 @@ class Profile:
     pipelines: tuple[str, ...] = tuple(COMPARISONS)
     pipeline_load_fraction: float = 0.5
     live_updates: int = 20
-    # The text-embedding study: its modes (none: not run), corpus size, and how many of the corpus's
-    # texts the in-process references (raw onnxruntime, sentence-transformers) embed.
+    # The text-embedding study: its modes (none: not run), corpus size, how many of the corpus's texts
+    # the in-process references (raw onnxruntime, sentence-transformers) embed, and int8 vs fp32.
     text_modes: tuple[str, ...] = ("none", "exact", "buckets", "longest")
     text_corpus: int = 512
     text_reference_texts: int = 128
+    text_int8: bool = True  # also serve the int8 encoder (buckets) and compare it with fp32
     # The queue-policy study: seconds each configuration is measured per load (0: not run). The wait it
     # looks for comes every few seconds at most, so each run is one fixed span, not stable windows.
     queue_policy_s: float = 12.0

@@ -9,6 +9,9 @@ encoder file, so modes differ only in padding and batching:
 * ``buckets``: dynamic batching with length buckets (the shipped ``text_embedding``);
 * ``longest``: ragged batching: any lengths merge and each formed batch is padded to its longest member
   (the encoder on the Python backend; the native onnxruntime backend would not pad).
+
+``INT8`` is ``buckets`` with the int8 encoder: measured beside it (closed loop on the mixed corpus, and
+raw onnxruntime at the same batch) for int8's speed against fp32, not as a batching mode of its own.
 """
 
 from __future__ import annotations
@@ -16,6 +19,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from exporters.spec import Batching
+from exporters.spec_sections import Precision
 from exporters.text_spec import DEFAULT_BATCHING, DEFAULT_BUCKETS, TextEmbeddingSpec
 
 
@@ -26,9 +30,12 @@ class TextMode:
     buckets: tuple[int, ...]
     batching: Batching
     ragged: bool = False
+    precision: Precision = "fp32"
 
     def spec(self) -> TextEmbeddingSpec:
-        return TextEmbeddingSpec(name=f"text_{self.name}", buckets=self.buckets, batching=self.batching)
+        return TextEmbeddingSpec(
+            name=f"text_{self.name}", buckets=self.buckets, batching=self.batching, precision=self.precision
+        )
 
 
 MODES = {
@@ -40,3 +47,7 @@ MODES = {
         TextMode("longest", "dynamic, padded to longest (ragged)", (), DEFAULT_BATCHING, ragged=True),
     )
 }
+INT8 = TextMode(
+    "int8", "dynamic + length buckets, int8 encoder", DEFAULT_BUCKETS, DEFAULT_BATCHING, precision="int8"
+)
+TITLES = {m.name: m.title for m in (*MODES.values(), INT8)}

@@ -12,7 +12,9 @@ deterministic corpus (``perf.text_corpus``), one text per request:
   padding waste (computed / real tokens, from the tokenizer's and the ragged encoder's custom metrics);
 * references in the same run, server stopped: the encoder file in onnxruntime in-process, texts
   batched by bucket as the server batches them, and sentence-transformers' ``encode``; the latency
-  model ``T + (N−1)·Δt`` per padded length.
+  model ``T + (N−1)·Δt`` per padded length;
+* int8 vs fp32 (``text_int8``, with the ``buckets`` mode): the int8 encoder served the same way,
+  closed loop on the mixed corpus, and in onnxruntime in-process at the batch the fp32 one formed.
 
 Writes ``text_embedding.md`` / ``.json`` and ``text_records.csv`` into the report folder.
 """
@@ -46,7 +48,7 @@ from perf.text_corpus import (
     sentence_transformers_rate,
     text_pool,
 )
-from perf.text_plan import MODES, TextMode
+from perf.text_plan import INT8, MODES, TITLES, TextMode
 from python_backend.text_tokenizer.tokens import TextTokenizer
 from server import TritonServer
 
@@ -187,15 +189,33 @@ def measure_sharing(
 
 
 def build_study_repository(modes: list[TextMode], repository: Path) -> None:
-    """One ensemble per mode, all with the same encoder file (exported once, copied)."""
+    """One ensemble per mode, the fp32 ones with the same encoder file (exported once, copied)."""
     done: dict[str, Path] = {}
     for mode in modes:
         build_text_embedding(mode.spec(), repository, num_gpus=0, ragged=mode.ragged, done=done)
 
 
-def measure_references(profile: Profile, result: TextResult, corpus: list[CorpusText], onnx: Path) -> None:
+def compares_int8(profile: Profile) -> bool:
+    """Whether the study serves the int8 encoder beside the fp32 ``buckets`` mode."""
+    return profile.text_int8 and "buckets" in profile.text_modes
+
+
+def encoder_file(repository: Path, mode: TextMode) -> Path:
+    return repository / mode.spec().encoder_name / "1" / "model.onnx"
+
+
+def int8_batch(result: TextResult) -> int:
+    """The batch int8 and fp32 are compared at raw: the one the served fp32 encoder formed."""
+    served = result.point("buckets", "closed mixed")
+    return max(1, round(served.mean_batch)) if served and served.formed else max(LATENCY_BATCHES)
+
+
+def measure_references(
+    profile: Profile, result: TextResult, corpus: list[CorpusText], repository: Path, modes: list[TextMode]
+) -> None:
     """The in-process references on the corpus's first texts (server stopped: they get the cores)."""
     corpus = corpus[: profile.text_reference_texts]
+    onnx = encoder_file(repository, modes[0])
     tokenizer_path = str(model_folder(DEFAULT_PACKAGE) / "tokenizer.json")
     bucketed, exact = TextTokenizer(tokenizer_path, 256, DEFAULT_BUCKETS), TextTokenizer(tokenizer_path, 256)
     served = result.point("buckets", "closed mixed")
@@ -203,6 +223,10 @@ def measure_references(profile: Profile, result: TextResult, corpus: list[Corpus
     for batch in sorted({1, *same, max(LATENCY_BATCHES)}):
         rate, waste = raw_onnxruntime(str(onnx), bucketed, corpus, batch)
         result.raw[f"buckets, batch {batch}"] = [batch, rate, waste]
+    if compares_int8(profile):
+        batch = int8_batch(result)
+        rate, waste = raw_onnxruntime(str(encoder_file(repository, INT8)), bucketed, corpus, batch)
+        result.raw[f"int8 buckets, batch {batch}"] = [batch, rate, waste]
     rate, waste = raw_onnxruntime(str(onnx), exact, corpus, 1)
     result.raw["exact lengths, batch 1"] = [1, rate, waste]
     result.sentence_transformers = sentence_transformers_rate(DEFAULT_PACKAGE, corpus)
@@ -216,7 +240,9 @@ class TextStudy:
 
     def steps(self, profile: Profile) -> int:
         modes = len(profile.text_modes)
-        return 0 if not modes else 2 + 3 * modes - ("exact" in profile.text_modes) + 2 + 1
+        if not modes:
+            return 0
+        return 2 + 3 * modes - ("exact" in profile.text_modes) + 2 + 1 + compares_int8(profile)
 
     def run(self, context: StudyContext) -> StudyReport:
         result = self._measure(context)
@@ -227,7 +253,7 @@ class TextStudy:
         modes = [MODES[name] for name in profile.text_modes]
         repository = context.workdir / "text_repository"  # kept: a rebuild reuses the exported encoder
         context.progress("building the text study repository (encoder exported once)")
-        build_study_repository(modes, repository)
+        build_study_repository([*modes, INT8] if compares_int8(profile) else modes, repository)
         corpus = make_corpus(profile.text_corpus, seed=profile.seed)
         queries = [c for c in corpus if c.kind == "query"]
         passages = [c for c in corpus if c.kind == "passage"]
@@ -241,6 +267,8 @@ class TextStudy:
                     result.points.append(
                         measure_mode(context, server, mode, queries, saturate, "closed queries")
                     )
+            if compares_int8(profile):
+                result.points.append(measure_mode(context, server, INT8, corpus, saturate, "closed mixed"))
             anchor = result.point("buckets", "closed mixed") or result.points[0]
             result.rate = max(profile.poisson_fraction * anchor.summary.throughput, 1.0)
             for mode in modes:
@@ -252,8 +280,7 @@ class TextStudy:
             result.points.append(measure_mode(context, server, shared_mode, queries, load, "queries alone"))
             result.points += measure_sharing(context, server, shared_mode, queries, passages, load)
         context.progress("references in-process: raw onnxruntime, sentence-transformers, latency per length")
-        onnx = repository / modes[0].spec().encoder_name / "1" / "model.onnx"
-        measure_references(profile, result, corpus, onnx)
+        measure_references(profile, result, corpus, repository, modes)
         return result
 
 
@@ -322,8 +349,31 @@ def sharing(result: TextResult) -> Goal:
     )  # fmt: skip
 
 
+def int8_vs_fp32(result: TextResult) -> Goal:
+    """Reported, not required of a run: int8's raw speed over fp32's at the same batch, served beside."""
+    spec = GOALS["text int8 vs fp32"]
+    batch = int8_batch(result)
+    int8, fp32 = result.raw.get(f"int8 buckets, batch {batch}"), result.raw.get(f"buckets, batch {batch}")
+    if int8 is None or fp32 is None:
+        return Goal(spec.name, spec.target(), "not measured", None)
+    value = int8[1] / fp32[1]
+    measured = f"{ratio(value)} raw ({int8[1]:.1f} vs {fp32[1]:.1f} sentences/s at batch {batch})"
+    served, served_fp32 = result.point("int8", "closed mixed"), result.point("buckets", "closed mixed")
+    if served and served_fp32:
+        measured += (
+            f"; served {ratio(served.summary.throughput / served_fp32.summary.throughput)} "
+            f"({served.summary.throughput:.1f} vs {served_fp32.summary.throughput:.1f})"
+        )
+    return Goal(
+        spec.name, spec.target(), measured, spec.met(value),
+        "int8: MatMul weights int8, activations quantized at run time, outlier channels fp32; attention, "
+        "softmax and LayerNorm stay fp32, and served, the tokenizer and the hops cost the same",
+    )  # fmt: skip
+
+
 def goals(result: TextResult) -> list[Goal]:
-    return [served_vs_raw(result), dynamic_vs_none(result), sharing(result)]
+    listed = [served_vs_raw(result), dynamic_vs_none(result), sharing(result)]
+    return [*listed, int8_vs_fp32(result)] if compares_int8(result.profile) else listed
 
 
 HEADER = [
@@ -344,7 +394,7 @@ def _rows(result: TextResult, load: str) -> list[list[str]]:
     for point in (p for p in result.points if p.load == load):
         gain = point.summary.throughput / base.summary.throughput if base else math.nan
         rows.append([
-            MODES[point.mode].title, number(point.summary.throughput), number(point.summary.p50_ms),
+            TITLES[point.mode], number(point.summary.throughput), number(point.summary.p50_ms),
             number(point.summary.p99_ms), number(point.mean_batch, 2), ratio(point.padding_waste),
             f"{point.failed}/{point.sent}", ratio(gain),
         ])  # fmt: skip

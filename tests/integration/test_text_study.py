@@ -10,6 +10,7 @@ import pytest
 from perf.framework import StudyContext
 from perf.profiles import get_profile
 from perf.records import read_csv
+from perf.text_plan import INT8
 from perf.text_plan import MODES as MODE_PLANS
 from perf.text_study import TextStudy
 
@@ -20,8 +21,9 @@ MODES = ("none", "buckets", "longest")
 @pytest.fixture(scope="module")
 def study(tmp_path_factory, reuse_exports):
     folder = tmp_path_factory.mktemp("text-study")
-    # The study builds into work/text_repository; the shared build's fp32 encoder saves the export.
+    # The study builds into work/text_repository; the shared build's encoders save the exports.
     encoders = {MODE_PLANS[mode].spec().encoder_name: "text_embedding_encoder" for mode in MODES}
+    encoders[INT8.spec().encoder_name] = "text_embedding_int8_encoder"
     reuse_exports(folder / "work" / "text_repository", encoders)
     profile = get_profile("smoke", text_modes=MODES, text_corpus=48, text_reference_texts=8)
     steps: list[str] = []
@@ -36,7 +38,7 @@ def test_report_has_every_part(study) -> None:
                     "## References", "## Latency model per padded length", "## Goals"):  # fmt: skip
         assert heading in text, heading
     assert [g.name for g in report.goals] == [
-        "text served vs raw", "text dynamic vs none", "text short-query p99 shared"
+        "text served vs raw", "text dynamic vs none", "text short-query p99 shared", "text int8 vs fp32"
     ]  # fmt: skip
     assert (folder / "text-server.log").stat().st_size > 0
     assert len(steps) == TextStudy().steps(get_profile("smoke", text_modes=MODES))
@@ -45,7 +47,7 @@ def test_report_has_every_part(study) -> None:
 def test_every_request_is_recorded_and_succeeds(study) -> None:
     _, folder, figures, _ = study
     points = figures["points"]
-    assert {(p["mode"], p["load"]) for p in points} >= {(m, "closed mixed") for m in MODES}
+    assert {(p["mode"], p["load"]) for p in points} >= {(m, "closed mixed") for m in (*MODES, "int8")}
     for point in points:
         assert point["failed"] == 0, point
     records = read_csv(folder / "text_records.csv")

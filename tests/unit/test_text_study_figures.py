@@ -68,12 +68,31 @@ def test_goals_are_ratios_within_the_run() -> None:
         _point("buckets", "queries shared", 20, 40, {}),
     ]
     result.raw = {"buckets, batch 4": [4, 90.0, 1.3]}
-    served, dynamic, shared = goals(result)
+    served, dynamic, shared, _ = goals(result)
     assert served.met is True and "at batch 4" in served.measured  # 80/90 ≥ 0.8
     assert dynamic.met is True and dynamic.measured.startswith("2.00×")
     assert shared.met is False and shared.measured.startswith("4.00×")
     result.raw = {}
     assert goals(result)[0].met is None  # no raw reference at the served batch: not measured
+
+
+def test_int8_vs_fp32_is_a_reported_goal_at_the_served_fp32_batch() -> None:
+    result = TextResult(get_profile("quick"))
+    result.points = [
+        _point("buckets", "closed mixed", 80, 50, {4: 10}),
+        _point("int8", "closed mixed", 100, 40, {4: 10}),
+    ]
+    result.raw = {"buckets, batch 4": [4, 90.0, 1.3], "int8 buckets, batch 4": [4, 180.0, 1.3]}
+    int8 = goals(result)[-1]
+    assert int8.name == "text int8 vs fp32" and int8.target.startswith("int8 encoder ≥ 1.8×")
+    assert int8.met is True and int8.measured.startswith("2.00× raw (180.0 vs 90.0 sentences/s at batch 4)")
+    assert "; served 1.2" in int8.measured  # the served pair beside it (about 100 vs 80 over the window)
+    result.raw["int8 buckets, batch 4"] = [4, 120.0, 1.3]
+    assert goals(result)[-1].met is False  # 1.33×: reported as missed, the run still passes
+    del result.raw["int8 buckets, batch 4"]
+    assert goals(result)[-1].met is None and goals(result)[-1].measured == "not measured"
+    no_int8 = TextResult(get_profile("quick", text_int8=False))
+    assert [g.name for g in goals(no_int8)][-1] != "text int8 vs fp32"
 
 
 def test_profiles_check_text_modes() -> None:
