@@ -204,10 +204,16 @@ def encoder_file(repository: Path, mode: TextMode) -> Path:
     return repository / mode.spec().encoder_name / "1" / "model.onnx"
 
 
+def served_batch(result: TextResult) -> int:
+    """The mean batch the served fp32 encoder formed with buckets on the mixed corpus (0: unmeasured):
+    where the raw references are taken, to compare at the same batch."""
+    served = result.point("buckets", "closed mixed")
+    return max(1, round(served.mean_batch)) if served and served.formed else 0
+
+
 def int8_batch(result: TextResult) -> int:
     """The batch int8 and fp32 are compared at raw: the one the served fp32 encoder formed."""
-    served = result.point("buckets", "closed mixed")
-    return max(1, round(served.mean_batch)) if served and served.formed else max(LATENCY_BATCHES)
+    return served_batch(result) or max(LATENCY_BATCHES)
 
 
 def measure_references(
@@ -218,9 +224,7 @@ def measure_references(
     onnx = encoder_file(repository, modes[0])
     tokenizer_path = str(model_folder(DEFAULT_PACKAGE) / "tokenizer.json")
     bucketed, exact = TextTokenizer(tokenizer_path, 256, DEFAULT_BUCKETS), TextTokenizer(tokenizer_path, 256)
-    served = result.point("buckets", "closed mixed")
-    same = [max(1, round(served.mean_batch))] if served and served.formed else []
-    for batch in sorted({1, *same, max(LATENCY_BATCHES)}):
+    for batch in sorted({1, served_batch(result) or 1, max(LATENCY_BATCHES)}):
         rate, waste = raw_onnxruntime(str(onnx), bucketed, corpus, batch)
         result.raw[f"buckets, batch {batch}"] = [batch, rate, waste]
     if compares_int8(profile):
@@ -289,8 +293,7 @@ class TextStudy:
 
 def served_vs_raw(result: TextResult) -> Goal:
     spec = GOALS["text served vs raw"]
-    served = result.point("buckets", "closed mixed")
-    batch = max(1, round(served.mean_batch)) if served and served.formed else 0
+    served, batch = result.point("buckets", "closed mixed"), served_batch(result)
     raw = result.raw.get(f"buckets, batch {batch}")
     if not served or raw is None:
         return Goal(spec.name, spec.target(), "not measured", None)
