@@ -79,7 +79,7 @@ def split_outlier_channels(
                              name=f"{tensor}_outlier_gather"),
         ]  # fmt: skip
         for node in (by_name[name] for name in nodes if by_name[name].input[0] == tensor):
-            rows = f"{node.input[1]}_outlier_rows"
+            rows = f"{node.name}_outlier_rows"  # per node: a weight may serve several
             weight = numpy_helper.to_array(weights[node.input[1]])
             model.graph.initializer.append(numpy_helper.from_array(weight[channels], rows))
             result = node.output[0]
