@@ -40,7 +40,7 @@ print(f"{'model':18} {'provider':8} {'batch':>5} {'ms/call':>9} {'inf/s':>10}")
 for row in rows:
     print(f"{row[0]:18} {row[1]:8} {row[2]:5d} {row[3]:9.3f} {row[4]:10.0f}")
 PYEOF
-# The planner on the GPUs found here (instances per GPU, fp32/fp16, placement, headroom), and the memory
+# The planner on the GPUs found here (instances per GPU, fp32/fp16/int8, placement, headroom), and the memory
 # one instance holds on the CUDA provider's arena (what the planner's headroom counts on a GPU).
 $PY - <<'PYEOF'
 from pathlib import Path
