@@ -11,8 +11,9 @@ PERF ?= default
 DEPLOY_GPUS ?= $(shell sed -n 's/^GPUS=//p' deploy/k8s/gpus/gpus.env)
 DEPLOY_REPO ?= deploy-repository/gpu
 SOAK_S ?= 600
-# pytest-xdist workers for `make test`: most tests wait on a server, so two keep two cores busy.
-TEST_WORKERS ?= 2
+# pytest-xdist workers for `make test`: most tests wait on a server starting or healing, so three keep
+# two cores busy.
+TEST_WORKERS ?= 3
 HTTP_PORT ?= 8000
 GRPC_PORT ?= 8001
 METRICS_PORT ?= 8002
@@ -77,7 +78,7 @@ tune: setup ## pick batching for a p99 budget: make tune MODEL=recommender P99_M
 plan: setup ## choose the serving strategy: make plan MODEL=recommender P99_MS=10 [TOPOLOGY=dgx1-v100] [ACCURACY=1e-3]
 	$(BIN)/python -m perf plan --spec $(SPEC) --model $(MODEL) --p99-ms $(P99_MS) $(if $(TOPOLOGY),--topology $(TOPOLOGY)) $(if $(ACCURACY),--accuracy $(ACCURACY)) $(PLAN_ARGS)
 
-test: setup deploy-tools ## unit + integration tests (starts real tritonservers on free ports; TEST_WORKERS=2)
+test: setup deploy-tools ## unit + integration tests (starts real tritonservers on free ports; TEST_WORKERS=3)
 	$(BIN)/python -m pytest -q -n $(TEST_WORKERS) --dist loadgroup --no-loadscope-reorder
 
 deploy-tools: setup ## prometheus/promtool (Debian package, into .venv) and kubectl where missing

@@ -1,6 +1,6 @@
 """Shared test fixtures: the project's spec, plus helpers to build repositories into tmp folders.
 
-``make test`` runs two pytest-xdist workers (``--dist loadgroup``). Starting servers and exporting
+``make test`` runs three pytest-xdist workers (``--dist loadgroup``). Starting servers and exporting
 models is where the time goes, so each worker must start a server only once: the tests of one file
 stay on one worker (its module-scoped servers start once), and the files that share a session-scoped
 server or build (``SHARED_FIXTURES``) all go to the worker that starts it. The groups are handed out in
