@@ -104,6 +104,7 @@ class MixedLoad:
                 self.outcomes.append(Outcome(protocol, model, sent, time.monotonic(), error))
             if error:
                 time.sleep(0.02)
+        client.close()  # in this thread: the gevent pool cannot be joined from the collector's
 
     def start(self) -> MixedLoad:
         for thread in self._threads:

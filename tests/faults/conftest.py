@@ -136,6 +136,7 @@ def good_traffic(fault_server: TritonServer):
                     else:
                         self.traffic.failures.append(outcome)
                 time.sleep(0.005)
+            client.close()  # in this thread: the gevent pool cannot be joined from the collector's
 
         def __enter__(self) -> Traffic:
             stats = connect("grpc", fault_server.grpc_url)

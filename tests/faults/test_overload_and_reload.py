@@ -29,6 +29,8 @@ def test_overload_beyond_the_queue_is_rejected(fault_server: TritonServer, good_
             return "ok"
         except InferenceServerException as error:
             return "rejected" if "Exceeds maximum queue size" in error.message() else error.message()
+        finally:
+            client.close()  # in this thread: the gevent pool cannot be joined from the collector's
 
     with good_traffic(), ThreadPoolExecutor(24) as pool:
         outcomes = list(pool.map(one, range(48)))
