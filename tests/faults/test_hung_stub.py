@@ -37,6 +37,7 @@ from resilience_fixtures import (
 )
 
 from server import TritonServer
+from server.records import read_record
 from server.stubs import server_stubs
 
 pytestmark = pytest.mark.integration
@@ -60,11 +61,14 @@ def test_a_stopped_stub_is_reported_killed_and_reloaded_and_its_resume_harms_not
         stopped_at = time.monotonic()
         os.kill(stub.pid, signal.SIGSTOP)
 
-        def reported() -> str:
-            code, text = client_health(server, EMBEDDING)
-            return text if code == 1 and "NOT SERVING" in text else ""
-
-        report = wait_for(reported, "client health to report the stopped stub")
+        # The watchdog's record first, then `client health` once: polled alone on a busy machine, one
+        # check read the record just before the stub was reported and answered after its reload, so
+        # the outage fell between two checks and the test waited for a report that had come and gone.
+        wait_for(
+            lambda: EMBEDDING in read_record(server.watchdog_path).get("unavailable_now", {}),
+            "the watchdog to record the stopped stub",
+        )
+        code, report = client_health(server, EMBEDDING)
         with contextlib.suppress(ProcessLookupError):
             os.kill(stub.pid, signal.SIGCONT)  # the unlucky operator: on 2.51 this aborted the server
         wait_for(
@@ -75,6 +79,7 @@ def test_a_stopped_stub_is_reported_killed_and_reloaded_and_its_resume_harms_not
     finally:
         load.stop()
     assert server.process is not None and server.process.poll() is None, server.log_tail()
+    assert code == 1, report
     assert f"{EMBEDDING}: NOT SERVING: stub of {EMBEDDING}_0_0 hung (stopped, state T)" in report, report
     assert not process_alive(stub.pid), "the stopped stub was left to resume"
     failures = load.failed()
