@@ -295,6 +295,10 @@ class TritonServer:
             # One model that fails to load must not take the others down (2.51 exits by default);
             # wait_ready names the failed ones instead.
             "--exit-on-error=false",
+            # Every config.pbtxt the exporters write is complete. Auto-completing a Python-backend
+            # model starts a stub per load that only reads the model file and exits: a torch stage's
+            # imports torch for it (half of the stubs a test run started, and their CPU).
+            "--disable-auto-complete-config",
             f"--backend-config=python,shm-default-byte-size={python_shm_bytes(options.repository)}",
             f"--backend-config=python,shm-growth-byte-size={16 * MIB}",
             f"--backend-config=python,shm-region-prefix-name={self.shm_prefix}",
