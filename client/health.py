@@ -102,7 +102,13 @@ def report(
 ) -> tuple[str, bool]:
     """The text ``client health`` prints and whether everything checked can serve. A server that does
     not answer (down, or being restarted by its supervisor) is reported, not raised. With
-    ``repository``, whether each served config is still the one on disk."""
+    ``repository``, whether each served config is still the one on disk.
+
+    The records are read before the server is asked: while the watchdog reloads a model the server's
+    answers can take seconds, and a record read after them could already say the outage is over, so a
+    check that began during it would report the model serving."""
+    events = read_record(events_path) if events_path else {}
+    supervisor = read_record(supervisor_path) if supervisor_path else {}
     try:
         live, ready = client.is_server_live(), client.is_server_ready()
     except (InferenceServerException, OSError) as error:
@@ -110,8 +116,6 @@ def report(
     else:
         down = []
     key = key_path.read_text().strip() if key_path and key_path.is_file() else None
-    events = read_record(events_path) if events_path else {}
-    supervisor = read_record(supervisor_path) if supervisor_path else {}
     healths = model_health(client, protocol, models, key, events) if live else []
     if repository is not None:
         mark_drift(client, protocol, healths, repository)
