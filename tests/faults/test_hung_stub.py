@@ -61,9 +61,8 @@ def test_a_stopped_stub_is_reported_killed_and_reloaded_and_its_resume_harms_not
         stopped_at = time.monotonic()
         os.kill(stub.pid, signal.SIGSTOP)
 
-        # The watchdog's record first, then `client health` once. Polled alone, on a busy machine the
-        # outage once fell between two checks (a check that reads the record just before the stub is
-        # reported can answer after its reload), and the test waited for a report already gone.
+        # The watchdog's record first, so that the one `client health` check begins inside the outage
+        # (a reload can be over in a few seconds on a quiet machine; polling could miss it entirely).
         wait_for(
             lambda: EMBEDDING in read_record(server.watchdog_path).get("unavailable_now", {}),
             "the watchdog to record the stopped stub",
