@@ -20,10 +20,10 @@ from typing import Any
 
 import numpy as np
 import onnx
-import onnxruntime as ort
 import torch
 from torch import nn
 
+from exporters.errors import ExportCheckError
 from exporters.file_hash import file_matches, file_sha256
 from exporters.inputs import calibration_inputs
 from exporters.int8 import to_int8
@@ -34,6 +34,9 @@ from exporters.sources.base import LoadedSource
 from exporters.sources.load import load_source
 from exporters.spec import ModelSpec
 from python_backend.atomic_files import staged
+from python_backend.batching import InvalidInputError, check_shared_axes, shared_axes
+from python_backend.dtypes import DTYPES
+from python_backend.onnxruntime.ort_session import open_session
 
 log = logging.getLogger(__name__)
 
@@ -86,10 +89,27 @@ def content_hash(spec: ModelSpec, identity: Any) -> str:
 
 
 def run_onnx(path: Path, spec: ModelSpec, inputs: list[np.ndarray]) -> list[np.ndarray]:
-    session = ort.InferenceSession(str(path), providers=["CPUExecutionProvider"])
-    return session.run(
-        [t.name for t in spec.outputs], {t.name: a for t, a in zip(spec.inputs, inputs, strict=True)}
-    )
+    """``inputs`` through the file as the python-based onnxruntime backend runs it: the same session
+    options and the same reading of the file's named axes (inputs that must agree), after the
+    backend's warm-up request (zeros at batch 1, variable axes at ``max_shape``), so a file whose
+    requests or warm-up the backend would refuse fails the build instead of the server's load."""
+    session = open_session(str(path), spec.threads.intra_op, spec.threads.inter_op, ["CPUExecutionProvider"])
+    axes = shared_axes(session.get_inputs())
+    names = [t.name for t in spec.outputs]
+    feeds = [
+        {t.name: np.zeros((1, *t.largest), DTYPES[t.dtype].numpy_dtype()) for t in spec.inputs}
+    ] * spec.warmup
+    feeds.append({t.name: a for t, a in zip(spec.inputs, inputs, strict=True)})
+    for feed in feeds:
+        try:
+            check_shared_axes(feed, axes)
+        except InvalidInputError as error:
+            raise ExportCheckError(
+                f"{spec.name}: the backend would refuse these inputs ({error}): the ONNX file gives these "
+                "axes one name, so they must be equal; make max_shape and lengths agree, or rename the axes"
+            ) from error
+        outputs = session.run(names, feed)
+    return outputs
 
 
 def check_parity(

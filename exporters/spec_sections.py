@@ -32,6 +32,21 @@ def served_float(precision: str) -> str:
     return "fp16" if precision == "fp16" else "fp32"
 
 
+MAX_TENSOR_NAME = 256
+
+
+def check_tensor_name(name: str) -> None:
+    """A tensor name as exporters write them: ``save_infer_model/scale_0.tmp_1``, ``x:0``,
+    ``input.1`` are served unchanged. Triton's config asks only for a non-empty name; control
+    characters and surrounding spaces are refused: logs and YAML would hide them."""
+    if not name or len(name) > MAX_TENSOR_NAME or not name.isprintable() or name != name.strip():
+        raise SpecError(
+            "name",
+            f"must be 1 to {MAX_TENSOR_NAME} printable characters without surrounding spaces, got "
+            f"{name!r}; use the name the model file gives the tensor",
+        )
+
+
 @dataclass(frozen=True)
 class Tolerance:
     """How closely an output must reproduce its fp32 source (``outputs[i].tolerance``).
@@ -79,8 +94,7 @@ class TensorSpec:
 
     def __post_init__(self) -> None:
         check_fields(self)
-        if not self.name.isidentifier():
-            raise SpecError("name", f"must be an identifier-like string, got {self.name!r}")
+        check_tensor_name(self.name)
         if any(d < 1 and d != VARIABLE for d in self.shape):
             raise SpecError(
                 "shape", f"must list positive integers or -1 (no batch dim), got {list(self.shape)}"

@@ -125,17 +125,22 @@ def validate(arrays: Arrays, inputs: Sequence[TensorInfo]) -> int:
     return rows or 0
 
 
+ANONYMOUS_AXES = ("", "?")  # symbolic sizes that name no axis (onnxruntime shows them as given)
+
+
 def shared_axes(session_inputs: Sequence) -> dict[str, list[tuple[str, int]]]:
     """The model's named (symbolic) axes that two or more inputs share: ``{axis: [(input, index)]}``.
 
     An ONNX graph that names an axis alike in two inputs (``sequence`` in ``input_ids`` and
     ``attention_mask``) needs them equal; onnxruntime otherwise fails deep inside the graph with an
-    error that blames the server. Read from the model itself, so it holds for any model.
+    error that blames the server. Read from the model itself, so it holds for any model. An axis named
+    ``?`` (or nothing) is anonymous, not shared: exporters such as paddle2onnx write ``?`` for every
+    unknown size (``[?, 3, ?, ?]``: batch, height and width need not agree).
     """
     named: dict[str, list[tuple[str, int]]] = {}
     for tensor in session_inputs:
         for index, dim in enumerate(tensor.shape):
-            if isinstance(dim, str):
+            if isinstance(dim, str) and dim.strip() not in ANONYMOUS_AXES:
                 named.setdefault(dim, []).append((tensor.name, index))
     return {axis: places for axis, places in named.items() if len(places) > 1}
 

@@ -35,6 +35,7 @@ from batching import (  # noqa: E402
     with_value_guards,
 )
 from onnxruntime.capi.onnxruntime_pybind11_state import InvalidArgument  # noqa: E402
+from ort_session import open_session  # noqa: E402
 
 
 def _tensor_infos(entries: list[dict]) -> list[TensorInfo]:
@@ -154,16 +155,18 @@ class TritonPythonModel:
         path = os.path.join(version_dir, filename)
         if not os.path.isfile(path):
             raise pb_utils.TritonModelException(f"{self.name}: no model file at {path}")
-        options = ort.SessionOptions()
-        options.intra_op_num_threads = _parameter(config, "intra_op_thread_count", 0)
-        options.inter_op_num_threads = _parameter(config, "inter_op_thread_count", 0)
         providers = choose_providers(
             config,
             args["model_instance_kind"],
             int(args["model_instance_device_id"]),
             os.path.join(version_dir, "trt_cache"),
         )
-        self.session = ort.InferenceSession(path, options, providers=providers)
+        self.session = open_session(
+            path,
+            _parameter(config, "intra_op_thread_count", 0),
+            _parameter(config, "inter_op_thread_count", 0),
+            providers,
+        )
         declared = {t.name for t in self.inputs}
         actual = {i.name for i in self.session.get_inputs()}
         if declared != actual:

@@ -63,7 +63,8 @@ def test_choices_and_allowed_keys_come_from_the_dataclasses(spec_data: dict[str,
             "max_shape: is required with a variable axis",
         ),
         (lambda s: dataclasses.replace(s.inputs[0], range=(0, 9)), "range: is for integer tensors"),
-        (lambda s: dataclasses.replace(s.inputs[0], name="not a name"), "name: must be an identifier"),
+        (lambda s: dataclasses.replace(s.inputs[0], name="x\ty"), "name: must be 1 to 256 printable"),
+        (lambda s: dataclasses.replace(s.inputs[0], name=" x"), "without surrounding spaces"),
     ],
 )
 def test_replace_cannot_bypass_the_checks(model_spec, make, message: str) -> None:
