@@ -32,6 +32,7 @@ from exporters.spec_sections import (
     Threads,
     served_float,
 )
+from exporters.spec_shapes import Shapes
 from exporters.spec_yaml import check_expansion
 from exporters.text_spec import TextEmbeddingSpec, parse_text_embeddings
 from exporters.typed import at_least, check_fields, parse, to_data
@@ -159,6 +160,8 @@ class ModelSpec:
     sample: str | None = None
     calibration: str | None = None
     lengths: tuple[int, ...] = at_least(1, ())
+    shapes: Shapes | None = None  # the lengths requests take as served (perf, tune, plan)
+    buckets: tuple[int, ...] = at_least(1, ())  # lengths perf pads requests up to (the smallest that fits)
 
     def __post_init__(self) -> None:
         check_fields(self)
@@ -234,6 +237,16 @@ class ModelSpec:
         for index, length in enumerate(self.lengths):
             if length > max(bounds, default=0):
                 raise SpecError(f"lengths[{index}]", f"{length} exceeds every variable axis' max_shape")
+        for key in ("shapes", "buckets"):
+            if getattr(self, key) and not bounds:
+                raise SpecError(key, "is for variable axes (-1 in an input's shape); there are none")
+        for key, values in (("shapes.lengths", self.shapes.lengths if self.shapes else ()),
+                            ("buckets", self.buckets)):  # fmt: skip
+            for index, length in enumerate(values):
+                if length > max(bounds, default=0):
+                    raise SpecError(f"{key}[{index}]", f"{length} exceeds every variable axis' max_shape")
+        if list(self.buckets) != sorted(set(self.buckets)):
+            raise SpecError("buckets", f"must be strictly increasing lengths, got {list(self.buckets)}")
 
     def _check_batch_limits(self) -> None:
         check_batch_bounds(self.max_batch_size, [(t.dtype, t.largest) for t in (*self.inputs, *self.outputs)])

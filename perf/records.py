@@ -32,6 +32,10 @@ class Record:
     status: str = "ok"  # "ok", or the error's class and message
     arrivals: tuple[float, ...] = field(default_factory=tuple)
     label: str = ""  # which measurement point (mode, load) produced it
+    # A model with a variable axis (``perf.shapes``): the request's true length and the length it was
+    # sent at (a bucket's, when padded); 0 for fixed shapes.
+    length: int = 0
+    sent_length: int = 0
 
     @property
     def shed(self) -> bool:
@@ -82,6 +86,8 @@ def read_csv(path: Path) -> list[Record]:
                     status=row["status"],
                     arrivals=tuple(float(a) for a in row["arrivals"].split()),
                     label=row["label"],
+                    length=int(row.get("length") or 0),
+                    sent_length=int(row.get("sent_length") or 0),
                 )
             )
     return records

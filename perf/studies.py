@@ -13,6 +13,7 @@ def studies() -> list[Study]:
     """The studies after the batching study (imported here, when asked for: they pull in torch)."""
     from perf.pipeline_study import PipelineStudy
     from perf.queue_policy_study import QueuePolicyStudy
+    from perf.shape_study import ShapeStudy
     from perf.text_study import TextStudy
 
-    return [PipelineStudy(), TextStudy(), QueuePolicyStudy()]
+    return [PipelineStudy(), TextStudy(), QueuePolicyStudy(), ShapeStudy()]

@@ -88,7 +88,7 @@ FAMILIES: dict[str, dict[str, Any]] = {
 # What makes a model of the user's spec the same graph in every mode; how it is batched, placed and
 # threaded is the study's (every mode one config.pbtxt of the same graph, as for the zoo families).
 GRAPH_FIELDS = ("source", "options", "seed", "precision", "calibration", "inputs", "outputs", "sample",
-                "lengths", "allow_non_finite")  # fmt: skip
+                "lengths", "shapes", "buckets", "allow_non_finite")  # fmt: skip
 
 
 def spec_families(spec_path: Path, names: Iterable[str]) -> dict[str, dict[str, Any]]:

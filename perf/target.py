@@ -5,6 +5,11 @@ Inputs are made once (a pool of rows; a request of ``b`` samples sends the first
 client spends its CPU on sending, not on building arrays. With ``shared_memory`` the input pool lives in
 one read-only system shared-memory region and every in-flight slot owns an output region, all sized
 once, so nothing grows during a run.
+
+A model with a variable axis is sent at the lengths its traffic takes (``perf.shapes``): the target
+carries a ``ShapePlan`` (a pool per length sent, and each request's length in turn), and every record
+says its request's true and sent length. ``inputs`` is then the pool at the longest length sent, for
+consumers that send one shape (window sizing, perf_analyzer).
 """
 
 from __future__ import annotations
@@ -27,6 +32,7 @@ from exporters.inputs import draw_inputs
 from exporters.spec import ModelSpec
 from perf.errors import OptionError, StudyError
 from perf.records import SHED, Record
+from perf.shapes import ShapePlan, has_variable_axis, shape_plan
 from python_backend.dtypes import DTYPES
 
 log = logging.getLogger(__name__)
@@ -48,12 +54,15 @@ class Target:
     # Each request takes the next rows of the pool (wrapping) instead of the first ones: for pools whose
     # rows differ in cost, e.g. texts of different lengths, so that every row is really sent.
     cycle: bool = False
+    shapes: ShapePlan | None = None  # requests at the lengths the traffic takes (variable axes)
 
     def __post_init__(self) -> None:
         if self.protocol not in PROTOCOLS:
             raise OptionError(f"protocol must be one of {sorted(PROTOCOLS)}, got {self.protocol!r}")
         if self.cycle and self.shared_memory:
             raise OptionError("cycling through the input pool needs inputs in the request (no --shm)")
+        if self.shapes is not None and (self.shared_memory or self.cycle):
+            raise OptionError("requests of varying lengths need inputs in the request (no --shm, no cycle)")
         rows = {a.shape[0] for a in self.inputs.values()}
         if len(rows) != 1 or min(rows) < self.collect:
             raise OptionError(f"input pool needs equal rows >= collect ({self.collect}), got {rows}")
@@ -61,11 +70,23 @@ class Target:
 
 def target_from_spec(
     spec: ModelSpec, url: str, protocol: str = "grpc", collect: int = 1, shared_memory: bool = False,
-    seed: int = 0, rows: int | None = None,
+    seed: int = 0, rows: int | None = None, vary_shapes: bool = True, buckets: tuple[int, ...] | None = None,
 ) -> Target:  # fmt: skip
-    """A ``Target`` for a model of the spec, with valid inputs drawn the way the exporters draw them."""
+    """A ``Target`` for a model of the spec, with valid inputs drawn the way the exporters draw them.
+
+    A model with a variable axis is sent at the lengths its traffic takes (``vary_shapes``; not with
+    shared memory, whose regions are sized once), padded to ``buckets`` (default: the spec's);
+    ``vary_shapes=False`` sends every request at one drawn length."""
     rows = rows or max(collect, 1)
-    arrays = draw_inputs(spec, rows, seed)
+    plan = None
+    if vary_shapes and has_variable_axis(spec):
+        if shared_memory:
+            log.warning("%s: with shared memory every request is sent at one length", spec.name)
+        else:
+            plan = shape_plan(spec, rows, seed, spec.buckets if buckets is None else buckets)
+            log.info("%s: requests at %s", spec.name, plan.describe())
+    pool = plan.longest_pool if plan is not None else None
+    arrays = [pool[t.name] for t in spec.inputs] if pool is not None else draw_inputs(spec, rows, seed)
     outputs = {t.name: int(np.prod(t.largest)) * DTYPES[t.dtype].numpy_dtype().itemsize for t in spec.outputs}
     return Target(
         model=spec.name,
@@ -75,6 +96,7 @@ def target_from_spec(
         protocol=protocol,
         collect=collect,
         shared_memory=shared_memory,
+        shapes=plan,
     )
 
 
@@ -97,6 +119,8 @@ class Caller:
         self._regions: list[tuple[str, Any]] = []
         self._inputs: dict[tuple[int, int], list[Any]] = {}
         self._next_row = 0  # with ``target.cycle``: the pool row the next request starts at
+        self._next_shape = 0  # with ``target.shapes``: the index of the next request's lengths
+        self._shaped: dict[tuple[int, int], tuple[list[Any], int]] = {}
         self._outputs: dict[int, list[Any]] = {}
 
     async def __aenter__(self) -> Caller:
@@ -170,6 +194,26 @@ class Caller:
             self._inputs[key] = tensors
         return self._inputs[key]
 
+    def _shaped_inputs(self, batch: int) -> tuple[list[Any], int, int, int]:
+        """With ``target.shapes``: the next request's ``InferInput``s (built once per sent length and
+        batch size), its payload bytes, true length and sent length."""
+        plan = self.target.shapes
+        assert plan is not None
+        length, sent = plan.requests[self._next_shape % len(plan.requests)]
+        self._next_shape += 1
+        key = (sent, batch)
+        if key not in self._shaped:
+            tensors, nbytes = [], 0
+            for name, pool in plan.pools[sent].items():
+                rows = pool[:batch]
+                tensor = self.module.InferInput(name, list(rows.shape), np_to_triton_dtype(rows.dtype))
+                tensor.set_data_from_numpy(rows)
+                tensors.append(tensor)
+                nbytes += rows.nbytes
+            self._shaped[key] = (tensors, nbytes)
+        tensors, nbytes = self._shaped[key]
+        return tensors, nbytes, length, sent
+
     def _request_outputs(self, batch: int, slot: int) -> list[Any] | None:
         if not self.target.shared_memory:
             return None
@@ -187,9 +231,13 @@ class Caller:
         own_slot = slot is None
         if own_slot:
             slot = await self.free.get()
-        inputs = self._request_inputs(batch)
+        length = sent_length = 0
+        if self.target.shapes is not None:
+            inputs, sent_bytes, length, sent_length = self._shaped_inputs(batch)
+        else:
+            inputs = self._request_inputs(batch)
+            sent_bytes = sum(t.nbytes for t in self.target.inputs.values()) // self.pool_rows * batch
         outputs = self._request_outputs(batch, slot)
-        sent_bytes = sum(t.nbytes for t in self.target.inputs.values()) // self.pool_rows * batch
         send = time.perf_counter() - self.t0
         try:
             result = await self.client.infer(self.target.model, inputs, outputs=outputs)
@@ -202,7 +250,7 @@ class Caller:
             self.free.put_nowait(slot)
         return Record(
             self.target.model, send, recv, batch, sent_bytes, received, ok, status,
-            arrivals or (send,), self.label,
+            arrivals or (send,), self.label, length, sent_length,
         )  # fmt: skip
 
     def shed(self, arrivals: tuple[float, ...]) -> Record:

@@ -5,6 +5,9 @@ models whose faults are real, not mocked.
   every one of them underflows to 0, which a check with an absolute floor passes.
 * ``slow``: a model whose batch takes ~100 ms or more on one core for real (a chain of wide matmuls
   per sample), for the tuner's slow-model path.
+* ``sequence_gru``: a Conv1d+GRU over sequences of any length (``frames: [-1, FRAME_FEATURES]``), whose
+  cost grows with the length; ``sequence_sample`` draws lengths 10-200 as its traffic does (perf's
+  shapes as served, padding buckets).
 """
 
 from __future__ import annotations
@@ -52,3 +55,31 @@ def slow(width: int = 512, layers: int = 24) -> nn.Module:
 
 def sample(batch: int, rng: np.random.Generator) -> dict[str, np.ndarray]:
     return {"x": rng.standard_normal((batch, FEATURES), dtype=np.float32)}
+
+
+FRAME_FEATURES = 16
+SEQUENCE_LENGTHS = (10, 200)  # the lengths ``sequence_sample`` draws, both ends included
+
+
+class SequenceGru(nn.Module):
+    """Conv1d over time, then a GRU; the last hidden state is the output. Compute grows with length."""
+
+    def __init__(self, hidden: int) -> None:
+        super().__init__()
+        self.conv = nn.Conv1d(FRAME_FEATURES, hidden, kernel_size=3, padding=1)
+        self.gru = nn.GRU(hidden, hidden, batch_first=True)
+
+    def forward(self, frames: torch.Tensor) -> torch.Tensor:
+        features = torch.relu(self.conv(frames.transpose(1, 2))).transpose(1, 2)
+        _, state = self.gru(features)
+        return state[0]
+
+
+def sequence_gru(hidden: int = 32) -> nn.Module:
+    return SequenceGru(hidden)
+
+
+def sequence_sample(batch: int, rng: np.random.Generator) -> dict[str, np.ndarray]:
+    """One length per call, uniform in ``SEQUENCE_LENGTHS``: a batch's rows share it (one tensor)."""
+    length = int(rng.integers(SEQUENCE_LENGTHS[0], SEQUENCE_LENGTHS[1] + 1))
+    return {"frames": rng.standard_normal((batch, length, FRAME_FEATURES), dtype=np.float32)}

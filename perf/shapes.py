@@ -1,0 +1,328 @@
+"""Shapes as served: the lengths requests of a model with a variable axis take, and length buckets.
+
+Triton's dynamic batcher merges only requests of equal shapes. Sending every request at one length (one
+draw of the sampler) lets every request batch with every other, so the batching gain and every rate
+come out optimistic for a model whose traffic has many lengths. Here a model with a variable axis gets a
+``ShapeMix``: the lengths its requests take, from the spec's ``shapes:`` when given, else tallied from
+``SAMPLER_DRAWS`` calls of its sampler (``exporters.inputs.draw_inputs``: the ``sample:`` function,
+``lengths``, or uniform up to ``max_shape``). A ``ShapePlan`` turns it into what the client sends: one
+input pool per length sent and a seeded sequence of (true, sent) lengths, one per request.
+
+Buckets (``buckets:`` in the spec, or candidates at quantiles of the mix) pad each request to the
+smallest bucket length that fits, as the text service does with its token buckets: fewer shapes,
+larger batches, at the price of computing the padding. ``padding_cost`` measures that price as raw
+compute (the same ONNX file in-process) at the padded over the true lengths. Padding repeats the last
+position of each variable axis, which keeps every value valid for the input (ids stay in their range);
+the model sees it, so buckets suit models that mask or ignore what follows a sequence.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections import Counter
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+
+from exporters.inputs import draw_inputs
+from exporters.spec import ModelSpec
+from exporters.spec_sections import VARIABLE
+from perf.records import Record
+
+log = logging.getLogger(__name__)
+SAMPLER_DRAWS = 256  # sampler calls tallied into a ShapeMix when the spec states no ``shapes:``
+PLAN_REQUESTS = 4096  # the (true, sent) lengths a plan cycles through: the sequence repeats after these
+GAP_S = 0.0005  # responses of one shape this close together are counted as one formed batch
+
+
+def has_variable_axis(spec: ModelSpec) -> bool:
+    """Whether an input of ``spec`` has a non-batch variable axis (``-1`` in its shape)."""
+    return any(t.variable for t in spec.inputs)
+
+
+def axis_bound(spec: ModelSpec) -> int:
+    """The largest length any variable axis admits (its ``max_shape``)."""
+    bounds = [m for t in spec.inputs for d, m in zip(t.shape, t.largest, strict=True) if d == VARIABLE]
+    return max(bounds, default=0)
+
+
+def length_of(spec: ModelSpec, arrays: Sequence[np.ndarray]) -> int:
+    """The length of a request: the size of the first variable axis of the first input that has one
+    (``draw_inputs`` shares one length between every variable axis)."""
+    for tensor, array in zip(spec.inputs, arrays, strict=True):
+        if tensor.variable:
+            return int(array.shape[1 + tensor.shape.index(VARIABLE)])
+    return 0
+
+
+@dataclass(frozen=True)
+class ShapeMix:
+    """Lengths (ascending, distinct) and the share of requests that take each; ``source`` says where
+    they come from, for reports."""
+
+    lengths: tuple[int, ...]
+    weights: tuple[float, ...]
+    source: str
+
+    def draw(self, count: int, rng: np.random.Generator) -> np.ndarray:
+        return rng.choice(np.asarray(self.lengths), size=count, p=np.asarray(self.weights))
+
+    def quantile(self, q: float) -> int:
+        """The smallest length at least ``q`` of the requests do not exceed."""
+        cumulative = np.cumsum(self.weights)
+        index = int(np.searchsorted(cumulative, q - 1e-9))
+        return self.lengths[min(index, len(self.lengths) - 1)]
+
+    @property
+    def mean(self) -> float:
+        return float(np.dot(self.lengths, self.weights))
+
+    @property
+    def longest(self) -> int:
+        return self.lengths[-1]
+
+    def describe(self) -> str:
+        return (
+            f"{len(self.lengths)} lengths {self.lengths[0]}-{self.longest} (median {self.quantile(0.5)}, "
+            f"mean {self.mean:.0f}) from {self.source}"
+        )
+
+
+def mix_of(lengths: Sequence[int], source: str) -> ShapeMix:
+    """The ``ShapeMix`` of observed ``lengths``: each distinct length weighted by how often it came."""
+    counts = sorted(Counter(int(n) for n in lengths).items())
+    total = sum(c for _, c in counts)
+    return ShapeMix(tuple(n for n, _ in counts), tuple(c / total for _, c in counts), source)
+
+
+def shape_mix(spec: ModelSpec, seed: int = 0, draws: int = SAMPLER_DRAWS) -> ShapeMix:
+    """The lengths ``spec``'s requests take: its ``shapes:``, else ``draws`` calls of its sampler."""
+    if spec.shapes is not None:
+        return ShapeMix(tuple(spec.shapes.lengths), spec.shapes.probabilities, "the spec's shapes:")
+    observed = [length_of(spec, draw_inputs(spec, 1, seed + index)) for index in range(draws)]
+    if spec.sample is not None:
+        source = f"{draws} draws of {spec.sample}"
+    elif spec.lengths:
+        source = f"the spec's lengths {list(spec.lengths)}"
+    else:
+        source = f"lengths uniform up to max_shape ({axis_bound(spec)})"
+    return mix_of(observed, source)
+
+
+def bucket_of(length: int, buckets: Sequence[int], bound: int) -> int:
+    """The length a request of ``length`` is sent at: the smallest bucket that fits it, ``length``
+    itself without buckets, the axis bound when it is longer than every bucket."""
+    if not buckets:
+        return length
+    return next((b for b in sorted(buckets) if b >= length), max(bound, length))
+
+
+def bucket_candidates(mix: ShapeMix) -> dict[str, tuple[int, ...]]:
+    """What the tuner and the perf study try: no buckets, 2 and 4 buckets at quantiles of the mix (the
+    longest length always one of them, so no request is padded past what the traffic needs)."""
+    candidates: dict[str, tuple[int, ...]] = {"exact lengths": ()}
+    for count in (2, 4):
+        edges = tuple(sorted({*(mix.quantile(k / count) for k in range(1, count)), mix.longest}))
+        if len(edges) < len(mix.lengths) and edges not in candidates.values():
+            candidates[f"{count} buckets"] = edges
+    return candidates
+
+
+def padded_share(mix: ShapeMix, buckets: Sequence[int], bound: int) -> float:
+    """The share of sent positions that are padding: 1 - mean true length / mean sent length."""
+    sent = sum(w * bucket_of(n, buckets, bound) for n, w in zip(mix.lengths, mix.weights, strict=True))
+    return 1.0 - mix.mean / sent if sent else 0.0
+
+
+def resized(spec: ModelSpec, arrays: dict[str, np.ndarray], length: int) -> dict[str, np.ndarray]:
+    """``arrays`` with every variable axis cropped or padded (by repeating its last position) to
+    ``length`` (at most that axis' bound)."""
+    out = {}
+    for tensor in spec.inputs:
+        array = arrays[tensor.name]
+        for axis, (dim, bound) in enumerate(zip(tensor.shape, tensor.largest, strict=True)):
+            if dim != VARIABLE:
+                continue
+            target, current = min(length, bound), array.shape[axis + 1]
+            if target < current:
+                array = np.take(array, range(target), axis=axis + 1)
+            elif target > current:
+                widths = [(0, 0)] * array.ndim
+                widths[axis + 1] = (0, target - current)
+                array = np.pad(array, widths, mode="edge")
+        out[tensor.name] = np.ascontiguousarray(array)
+    return out
+
+
+@dataclass(frozen=True)
+class ShapePlan:
+    """What the client sends for a model with a variable axis: ``pools[sent length]`` (rows as in
+    ``Target.inputs``) and, per request in turn (cycling), its (true length, sent length)."""
+
+    mix: ShapeMix
+    buckets: tuple[int, ...]
+    pools: dict[int, dict[str, np.ndarray]]
+    requests: tuple[tuple[int, int], ...]
+
+    @property
+    def longest_pool(self) -> dict[str, np.ndarray]:
+        """The pool at the longest length sent: the conservative one for consumers that send one
+        shape (window sizing, perf_analyzer)."""
+        return self.pools[max(self.pools)]
+
+    def describe(self) -> str:
+        padded = f", padded to buckets {list(self.buckets)}" if self.buckets else ""
+        return f"{self.mix.describe()}{padded}"
+
+
+def shape_plan(
+    spec: ModelSpec, rows: int, seed: int = 0, buckets: Sequence[int] = (), mix: ShapeMix | None = None,
+    requests: int = PLAN_REQUESTS,
+) -> ShapePlan:  # fmt: skip
+    """A ``ShapePlan`` for ``spec``: request lengths drawn from ``mix`` (default ``shape_mix(spec)``)
+    with ``seed``, each sent at its bucket. The pools' values come from one ``draw_inputs`` call,
+    resized to each length sent."""
+    mix = mix or shape_mix(spec, seed)
+    bound = axis_bound(spec)
+    true = mix.draw(requests, np.random.default_rng(seed))
+    pairs = tuple((int(n), bucket_of(int(n), buckets, bound)) for n in true)
+    base = dict(zip((t.name for t in spec.inputs), draw_inputs(spec, rows, seed), strict=True))
+    pools = {sent: resized(spec, base, sent) for sent in sorted({s for _, s in pairs})}
+    return ShapePlan(mix, tuple(buckets), pools, pairs)
+
+
+# --- padding cost: raw compute at the padded over the true lengths -------------------------------------
+
+Timer = Callable[[int], float]  # seconds of one batch at a length
+
+
+def onnx_timer(onnx_path: Path, spec: ModelSpec, batch: int, seed: int = 0, seconds: float = 0.2) -> Timer:
+    """Seconds of one batch of ``batch`` at a length, timed in-process with onnxruntime (one thread,
+    as the served instances run) on ``onnx_path``."""
+    from perf.raw import measure_raw  # onnxruntime: only where a padding cost is measured
+
+    base = dict(zip((t.name for t in spec.inputs), draw_inputs(spec, batch, seed), strict=True))
+
+    def timer(length: int) -> float:
+        point = measure_raw(onnx_path, resized(spec, base, length), [batch], seconds=seconds, repeats=3)[0]
+        return point.batch_ms / 1e3
+
+    return timer
+
+
+@dataclass(frozen=True)
+class PaddingCost:
+    """Raw compute of the traffic with buckets over without: ``ratio`` 1.3 = padding costs 30% more
+    compute; ``padded_share`` the share of sent positions that are padding; ``timed`` the (length,
+    seconds per batch) points the ratio interpolates between."""
+
+    buckets: tuple[int, ...]
+    ratio: float
+    padded_share: float
+    timed: tuple[tuple[int, float], ...]
+
+
+def padding_cost(mix: ShapeMix, buckets: Sequence[int], bound: int, timer: Timer) -> PaddingCost:
+    """Σ share·T(sent length) / Σ share·T(true length), with T timed at the buckets and the mix's
+    quartiles and interpolated linearly between them (a length's cost is near-linear in it for
+    convolutions, recurrences and MLPs over positions; attention is timed at enough points to show)."""
+    sent = [bucket_of(n, buckets, bound) for n in mix.lengths]
+    points = sorted({mix.lengths[0], *(mix.quantile(q) for q in (0.25, 0.5, 0.75)), mix.longest, *sent})
+    timed = tuple((n, timer(n)) for n in points)
+    xs, ys = zip(*timed, strict=True)
+
+    def cost(lengths: Sequence[int]) -> float:
+        return float(np.dot(np.interp(lengths, xs, ys), mix.weights))
+
+    true_cost = cost(mix.lengths)
+    ratio = cost(sent) / true_cost if true_cost > 0 else float("nan")
+    return PaddingCost(tuple(buckets), ratio, padded_share(mix, buckets, bound), timed)
+
+
+# --- per-shape figures from the client's records ------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class ShapeRow:
+    """The requests sent at one length: how many, their true lengths, their latency, and the batches
+    they formed as the responses show them (Triton's statistics count executions per batch size, not
+    per shape; a batch's responses leave together, so responses of one shape arriving within
+    ``GAP_S`` of each other are counted as one batch, and where Triton's count of executions is known
+    the per-length counts are scaled to sum to it: the split between lengths from the client, the
+    total from the server)."""
+
+    sent_length: int
+    requests: int
+    share: float
+    shortest: int
+    longest: int
+    p50_ms: float
+    p99_ms: float
+    batches: float
+
+    @property
+    def mean_batch(self) -> float:
+        return self.requests / self.batches if self.batches else 0.0
+
+
+def formed_batches(recv_s: Sequence[float], max_batch: int, gap_s: float = GAP_S) -> int:
+    """Responses grouped into batches: a new batch where the gap to the previous response exceeds
+    ``gap_s`` or the group already holds ``max_batch``."""
+    batches, size, last = 0, 0, -np.inf
+    for at in sorted(recv_s):
+        if at - last > gap_s or size >= max_batch:
+            batches, size = batches + 1, 0
+        size, last = size + 1, at
+    return batches
+
+
+def shape_rows(
+    records: Sequence[Record], max_batch: int, executions: int = 0, gap_s: float = GAP_S
+) -> list[ShapeRow]:
+    """One ``ShapeRow`` per length sent, over the successful ``records`` that carry a length;
+    ``executions``: Triton's count over the same span (0: unknown), which the batches are scaled to."""
+    sized = [r for r in records if r.ok and r.sent_length]
+    by_length: dict[int, list[Record]] = {}
+    for record in sized:
+        by_length.setdefault(record.sent_length, []).append(record)
+    grouped = {n: formed_batches([r.recv_s for r in g], max_batch, gap_s) for n, g in by_length.items()}
+    scale = executions / sum(grouped.values()) if executions and grouped else 1.0
+    rows = []
+    for sent, group in sorted(by_length.items()):
+        lat_ms = np.concatenate([r.sample_latencies() for r in group]) * 1e3
+        p50, p99 = np.percentile(lat_ms, [50, 99])
+        rows.append(
+            ShapeRow(
+                sent, len(group), len(group) / len(sized), min(r.length for r in group),
+                max(r.length for r in group), float(p50), float(p99),
+                max(1.0, grouped[sent] * scale),
+            )
+        )  # fmt: skip
+    return rows
+
+
+def shape_table(rows: Sequence[ShapeRow], limit: int = 12) -> list[str]:
+    """Markdown lines of the per-shape table: the ``limit`` most requested lengths, then one line for
+    the rest (a sampler of 190 lengths would otherwise print 190 rows)."""
+    lines = [
+        "| length sent | true lengths | requests | share | p50 ms | p99 ms | formed batches | mean batch |",
+        "|---:|---|---:|---:|---:|---:|---:|---:|",
+    ]
+    shown = sorted(sorted(rows, key=lambda r: -r.requests)[:limit], key=lambda r: r.sent_length)
+    for r in shown:
+        true = f"{r.shortest}" if r.shortest == r.longest else f"{r.shortest}-{r.longest}"
+        lines.append(
+            f"| {r.sent_length} | {true} | {r.requests} | {r.share:.1%} | {r.p50_ms:.1f} | {r.p99_ms:.1f} "
+            f"| {r.batches:.0f} | {r.mean_batch:.2f} |"
+        )
+    rest = [r for r in rows if r not in shown]
+    if rest:
+        requests, batches = sum(r.requests for r in rest), sum(r.batches for r in rest)
+        share = sum(r.share for r in rest)
+        lines.append(
+            f"| {len(rest)} more lengths | | {requests} | {share:.1%} | | | {batches:.0f} "
+            f"| {requests / batches if batches else 0:.2f} |"
+        )
+    return lines

@@ -1,0 +1,159 @@
+"""Shapes as served (``perf.shapes``): request lengths follow the spec's sampler or its ``shapes:``,
+buckets are chosen at quantiles and pad to the smallest that fits, the padding cost is accounted from
+timed lengths, and formed batches per length come from the client's records. No server."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from exporters.errors import SpecError
+from exporters.spec import ModelSpec, parse_model
+from perf.records import Record
+from perf.shapes import (
+    ShapeMix,
+    bucket_candidates,
+    bucket_of,
+    formed_batches,
+    mix_of,
+    padded_share,
+    padding_cost,
+    resized,
+    shape_mix,
+    shape_plan,
+    shape_rows,
+    shape_table,
+)
+from perf.target import target_from_spec
+
+FACTORIES = Path(__file__).resolve().parents[1] / "data" / "own_factories"
+SEQUENCE = {
+    "name": "seq", "source": {"python": "factories:sequence_gru", "path": str(FACTORIES)},
+    "sample": "factories:sequence_sample", "max_batch_size": 8,
+    "inputs": [{"name": "frames", "dtype": "fp32", "shape": [-1, 16], "max_shape": [200, 16]}],
+    "outputs": [{"name": "state", "dtype": "fp32", "shape": [32]}],
+}  # fmt: skip
+
+
+def model(**fields: object) -> ModelSpec:
+    return parse_model({**SEQUENCE, **fields}, "models[0]")
+
+
+def test_lengths_follow_the_sampler() -> None:
+    mix = shape_mix(model(), seed=0)
+    # the factory's sampler draws 10-200 uniformly: 256 draws span most of it, mean near 105
+    assert mix.lengths[0] < 20 and mix.longest > 190 and 90 < mix.mean < 120
+    assert len(mix.lengths) > 100 and abs(sum(mix.weights) - 1) < 1e-9
+    assert "factories:sequence_sample" in mix.source
+
+
+def test_lengths_follow_the_spec_shapes_and_requests_draw_them() -> None:
+    spec = model(shapes={"lengths": [20, 150], "weights": [3, 1]})
+    mix = shape_mix(spec)
+    assert mix.lengths == (20, 150) and mix.weights == pytest.approx((0.75, 0.25))
+    plan = shape_plan(spec, rows=4, seed=1, requests=4000)
+    true = np.array([length for length, _ in plan.requests])
+    assert set(true) == {20, 150} and 0.72 < np.mean(true == 20) < 0.78
+    assert {n: p["frames"].shape for n, p in plan.pools.items()} == {20: (4, 20, 16), 150: (4, 150, 16)}
+
+
+def test_the_spec_lengths_are_the_sampler_without_a_sample_function() -> None:
+    spec = model(sample=None, lengths=[8, 64])
+    assert shape_mix(spec, draws=64).lengths == (8, 64)
+
+
+def test_a_target_sends_the_traffic_lengths_or_one() -> None:
+    spec = model()
+    varied = target_from_spec(spec, "unused", rows=4)
+    assert varied.shapes is not None and len(varied.shapes.pools) > 100
+    assert varied.inputs["frames"].shape[1] == max(varied.shapes.pools)  # the longest, for one-shape users
+    single = target_from_spec(spec, "unused", rows=4, vary_shapes=False)
+    assert single.shapes is None
+    with_shm = target_from_spec(spec, "unused", rows=4, shared_memory=True)
+    assert with_shm.shapes is None  # regions are sized once: one length
+
+
+@pytest.mark.parametrize(
+    ("fields", "problem"),
+    [
+        ({"shapes": {"lengths": [250]}}, "models[0].shapes.lengths[0]: 250 exceeds"),
+        ({"shapes": {"lengths": [10, 20], "weights": [1]}}, "models[0].shapes.weights: must give one"),
+        ({"shapes": {"lengths": [10], "weights": [-1]}}, "models[0].shapes.weights: must all be > 0"),
+        ({"shapes": {"lengths": [10, 10]}}, "models[0].shapes.lengths: must not repeat"),
+        ({"buckets": [100, 50]}, "models[0].buckets: must be strictly increasing"),
+        ({"buckets": [300]}, "models[0].buckets[0]: 300 exceeds"),
+    ],
+)
+def test_bad_shapes_and_buckets_name_the_field(fields: dict, problem: str) -> None:
+    with pytest.raises(SpecError, match=problem.replace("[", r"\[").replace("]", r"\]")):
+        model(**fields)
+
+
+def test_shapes_need_a_variable_axis() -> None:
+    fixed = {**SEQUENCE, "sample": None, "inputs": [{"name": "frames", "dtype": "fp32", "shape": [4, 16]}]}
+    with pytest.raises(SpecError, match=r"models\[0\]\.buckets: is for variable axes"):
+        parse_model({**fixed, "buckets": [2]}, "models[0]")
+
+
+def test_buckets_pad_to_the_smallest_that_fits() -> None:
+    assert bucket_of(37, (), 200) == 37
+    assert [bucket_of(n, (32, 64), 200) for n in (1, 32, 33, 64, 65)] == [32, 32, 64, 64, 200]
+
+
+def test_bucket_candidates_sit_at_quantiles_of_the_lengths() -> None:
+    mix = mix_of(range(1, 101), "test")  # 1..100, equally often
+    candidates = bucket_candidates(mix)
+    assert candidates == {"exact lengths": (), "2 buckets": (50, 100), "4 buckets": (25, 50, 75, 100)}
+    assert bucket_candidates(mix_of([5, 9], "test")) == {"exact lengths": ()}  # nothing to merge
+
+
+def test_padding_cost_is_compute_at_padded_over_true_lengths() -> None:
+    mix = ShapeMix((10, 50, 100), (0.5, 0.25, 0.25), "test")
+    timed: list[int] = []
+
+    def linear(length: int) -> float:  # a batch costs 1 ms plus 0.1 ms per position
+        timed.append(length)
+        return 1e-3 + 1e-4 * length
+
+    cost = padding_cost(mix, (50, 100), 100, linear)
+    true = 0.5 * 2e-3 + 0.25 * 6e-3 + 0.25 * 11e-3
+    padded = 0.75 * 6e-3 + 0.25 * 11e-3
+    assert cost.ratio == pytest.approx(padded / true)
+    assert cost.padded_share == pytest.approx(1 - 42.5 / 62.5) == padded_share(mix, (50, 100), 100)
+    assert {10, 50, 100} <= set(timed)
+    assert padding_cost(mix, (), 100, linear).ratio == pytest.approx(1.0)
+
+
+def test_resizing_crops_or_pads_with_valid_values() -> None:
+    spec = model()
+    frames = np.arange(2 * 3 * 16, dtype=np.float32).reshape(2, 3, 16)
+    longer = resized(spec, {"frames": frames}, 5)["frames"]
+    assert longer.shape == (2, 5, 16) and (longer[:, 3:] == frames[:, 2:3]).all()
+    assert resized(spec, {"frames": frames}, 2)["frames"].shape == (2, 2, 16)
+    assert resized(spec, {"frames": frames}, 999)["frames"].shape == (2, 200, 16)  # the axis bound
+
+
+def record(recv_s: float, length: int, sent: int, ok: bool = True) -> Record:
+    return Record("seq", recv_s - 0.01, recv_s, 1, 0, 0, ok, length=length, sent_length=sent)
+
+
+def test_formed_batches_per_length_from_the_responses() -> None:
+    # two batches of length 64 (3 and 2 responses arriving together), one request alone at 128
+    records = [record(t, n, 64) for t, n in [(1.0, 40), (1.0001, 60), (1.0002, 64), (1.02, 50), (1.0201, 33)]]
+    records += [record(1.01, 100, 128), record(1.03, 100, 128, ok=False)]
+    rows = shape_rows(records, max_batch=8)
+    assert [(r.sent_length, r.requests, r.batches, r.shortest, r.longest) for r in rows] == [
+        (64, 5, 2, 33, 64),
+        (128, 1, 1, 100, 100),
+    ]
+    assert rows[0].mean_batch == 2.5 and rows[0].share == pytest.approx(5 / 6)
+    assert formed_batches([0.0] * 10, max_batch=4) == 3  # never more than the largest batch in one
+    # Triton counted 6 executions over the span: the split between lengths stays the responses'
+    scaled = shape_rows(records, max_batch=8, executions=6)
+    assert [r.batches for r in scaled] == pytest.approx([4.0, 2.0])
+    lines = shape_table(rows)
+    assert lines[2].startswith("| 64 | 33-64 | 5 |") and lines[3].startswith("| 128 | 100 | 1 |")
+    many = shape_table(shape_rows([record(i, i, i) for i in range(1, 30)], 8), limit=5)
+    assert many[-1].startswith("| 24 more lengths |")
