@@ -10,32 +10,42 @@ pickle-free program (``ALLOWED``, plus the ``weight_<n>``/``tensor_<n>`` payload
 raw tensor bytes), all under one top folder, each name once, and its sample inputs load with
 ``weights_only=True``. Anything else is refused, naming the entry, before ``torch.export.load`` runs.
 
+The archive is read with torch's own zip reader, the one that loads it, after ``zip_layout`` has proved
+that the raw headers, Python's ``zipfile`` and that reader all see the same entries with the same bytes
+(a crafted archive can show each zip reader a different one; fault matrix row 48). The program is then
+loaded with ``load_pt2``, torch's reader alone: ``torch.export.load`` would retry a failed archive with
+``zipfile`` as a pre-2.8 one and unpickle its ``serialized_*.pt`` entries.
+
 Pickle is not the loader's only way to run code. The program's ``models/model.json`` holds shape
-expressions (``expr_str``) that the loader hands to ``sympy.sympify``, which evaluates them as Python;
-so every such expression must be a plain sympy constructor call (``Symbol('s0', integer=True)``,
-``Add(...)``, ``FloorDiv(...)``: the names in ``SYMPY_NAMES``, constants, shape-symbol names), checked
-with ``ast`` before anything is evaluated. And the program's ``guards_code`` strings are Python that
-``ExportedProgram.module()`` (by default) and the ONNX exporter execute: they are dropped from every
-program loaded here (the callers check input shapes themselves).
+expressions (``expr_str``) that the loader hands to ``sympy.sympify``, which evaluates them as Python
+(and many sympy constructors evaluate their own string arguments again): every one must parse with
+``shape_expressions``, our own parser over the exact grammar ``torch.export.save`` writes, before
+anything is evaluated (fault matrix rows 30 and 47). And the program's ``guards_code`` strings are
+Python that ``ExportedProgram.module()`` (by default) and the ONNX exporter execute: they are dropped
+from every program loaded here (the callers check input shapes themselves).
 
 The bytes are read once and both checked and loaded from memory, so the file cannot change between
-the check and the load. Standard library and torch only: copied beside each stage's model.py.
+the check and the load. Standard library, sympy and torch only: copied beside each stage's model.py.
 """
 
 from __future__ import annotations
 
-import ast
 import io
 import json
 import re
-import zipfile
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-import sympy
 import torch
-import torch.utils._sympy.functions as torch_sympy
+from torch.export.pt2_archive._package import load_pt2  # torch's zip reader alone, no zipfile fallback
+
+try:  # beside model.py inside the stub
+    from shape_expressions import ShapeExpressionError, parse_shape_expression
+    from zip_layout import ZipLayoutError, read_entries
+except ImportError:  # imported from the project (the exporters, the tests)
+    from python_backend.torch_stage.shape_expressions import ShapeExpressionError, parse_shape_expression
+    from python_backend.torch_stage.zip_layout import ZipLayoutError, read_entries
 
 MODEL = "model"  # the program name ``torch.export.save`` writes (and ``torch.export.load`` returns)
 WEIGHTS_CONFIG = f"data/weights/{MODEL}_weights_config.json"
@@ -48,30 +58,13 @@ ALLOWED = frozenset((*REQUIRED, "byteorder", ".data/version", ".data/serializati
 PAYLOADS = {WEIGHTS_CONFIG: ("data/weights/", re.compile(r"weight_\d+")),
             CONSTANTS_CONFIG: ("data/constants/", re.compile(r"tensor_\d+"))}  # fmt: skip
 
-# What a program's shape expressions may call or name: sympy's number, arithmetic, relational and logic
-# classes and torch's own sympy functions. Nothing that parses a string as code (``S``, ``sympify``).
-SYMPY_NAMES = frozenset(
-    {
-        "Symbol", "Dummy", "Integer", "Rational", "Float", "Add", "Mul", "Pow", "Abs", "floor", "ceiling",
-        "Equality", "Unequality", "StrictLessThan", "StrictGreaterThan", "LessThan", "GreaterThan",
-        "Eq", "Ne", "Lt", "Le", "Gt", "Ge", "And", "Or", "Not", "BooleanTrue", "BooleanFalse", "true",
-        "false", "Half", "One", "Zero", "NegativeOne", "Infinity", "NegativeInfinity", "ComplexInfinity",
-        "NaN", "oo", "zoo", "nan", "Piecewise", "ExprCondPair", "Tuple", "IntInfinity",
-        "NegativeIntInfinity", "int_oo",
-    }
-    | {n for n, v in vars(torch_sympy).items() if isinstance(v, type) and issubclass(v, sympy.Basic)}
-)  # fmt: skip
-PLAIN_NODES = (ast.Expression, ast.keyword, ast.Load, ast.UnaryOp, ast.USub, ast.UAdd)  # besides calls
-SHAPE_SYMBOL = re.compile(r"[a-z]{1,3}\d+")  # s0, u3, ps12: a bare symbol name (sympify makes a Symbol)
-
 
 class UnsafeArtifactError(ValueError):
     """The ``.pt2`` archive holds something other than a pickle-free program's entries."""
 
 
-def _entries(archive: zipfile.ZipFile, where: str) -> dict[str, str]:
+def _entries(names: list[str], where: str) -> dict[str, str]:
     """The archive's entries by their name under its one top folder (``relative -> full name``)."""
-    names = archive.namelist()
     anchor = next((n for n in names if n.endswith("/archive_version")), names[0] if names else "")
     prefix = anchor.split("/", 1)[0] + "/"
     entries: dict[str, str] = {}
@@ -86,12 +79,12 @@ def _entries(archive: zipfile.ZipFile, where: str) -> dict[str, str]:
     return entries
 
 
-def _payload_names(archive: zipfile.ZipFile, entries: dict[str, str], where: str) -> set[str]:
+def _payload_names(contents: dict[str, bytes], entries: dict[str, str], where: str) -> set[str]:
     """The payload files the configs name; refused unless every payload is raw tensor bytes."""
     named = set()
     for config_name, (folder, pattern) in PAYLOADS.items():
         try:
-            config = json.loads(archive.read(entries[config_name])).get("config", {})
+            config = json.loads(contents[entries[config_name]]).get("config", {})
         except (ValueError, AttributeError) as error:
             raise UnsafeArtifactError(f"{where}: {config_name} is not a payload config ({error})") from error
         for fqn, payload in config.items():
@@ -108,12 +101,12 @@ def _payload_names(archive: zipfile.ZipFile, entries: dict[str, str], where: str
     return named
 
 
-def _expressions(node: Any) -> Iterator[str]:
+def _expressions(node: Any) -> Iterator[Any]:
     """Every ``expr_str`` in the program's JSON (the strings the loader passes to ``sympy.sympify``)."""
     if isinstance(node, dict):
         for key, value in node.items():
             if key == "expr_str":
-                yield value if isinstance(value, str) else repr(value)
+                yield value
             else:
                 yield from _expressions(value)
     elif isinstance(node, list):
@@ -121,68 +114,52 @@ def _expressions(node: Any) -> Iterator[str]:
             yield from _expressions(item)
 
 
-def _plain_expression(text: str) -> bool:
-    """Whether evaluating ``text`` can do nothing but build a sympy expression."""
+def _check_expressions(text: bytes, name: str, where: str) -> None:
+    """Every shape expression parses by ``shape_expressions``' grammar (fault matrix row 47)."""
     try:
-        tree = ast.parse(text, mode="eval")
-    except (SyntaxError, ValueError):
-        return False
-    for node in ast.walk(tree):
-        if isinstance(node, ast.Call):
-            if not isinstance(node.func, ast.Name) or node.func.id not in SYMPY_NAMES:
-                return False
-        elif isinstance(node, ast.Name):
-            if node.id not in SYMPY_NAMES and not SHAPE_SYMBOL.fullmatch(node.id):
-                return False
-        elif isinstance(node, ast.Constant):
-            if not isinstance(node.value, int | float | str | bool | type(None)):
-                return False
-        elif not isinstance(
-            node, ast.Expression | ast.keyword | ast.Load | ast.UnaryOp | ast.USub | ast.UAdd
-        ):
-            return False
-    return True
-
-
-def _check_expressions(archive: zipfile.ZipFile, name: str, where: str) -> None:
-    try:
-        program = json.loads(archive.read(name))
-    except ValueError as error:
+        program = json.loads(text)
+    except (ValueError, RecursionError) as error:
         raise UnsafeArtifactError(f"{where}: {name} is not JSON ({error})") from error
-    for text in _expressions(program):
-        if not _plain_expression(text):
-            raise UnsafeArtifactError(
-                f"{where}: {name} holds the shape expression {text[:120]!r}, which is not a plain sympy "
-                "expression; torch.export.load would evaluate it as Python"
-            )
-
-
-def check_archive(data: bytes, where: str) -> None:
-    """Raise ``UnsafeArtifactError`` unless ``data`` holds only the entries of a pickle-free program."""
-    try:
-        archive = zipfile.ZipFile(io.BytesIO(data))
-    except zipfile.BadZipFile as error:
-        raise UnsafeArtifactError(f"{where}: not a torch.export archive ({error})") from error
-    with archive:
-        entries = _entries(archive, where)
-        missing = [name for name in REQUIRED if name not in entries]
-        if missing:
-            raise UnsafeArtifactError(f"{where}: no {missing[0]} (a legacy or foreign format)")
-        allowed = ALLOWED | _payload_names(archive, entries, where)
-        for relative, name in sorted(entries.items()):
-            if relative not in allowed:
-                raise UnsafeArtifactError(
-                    f"{where}: entry {name!r} is not one that torch.export.save writes for a pickle-free "
-                    "program (torch.export.load would unpickle legacy entries); re-export with "
-                    "torch.export.save"
-                )
-        _check_expressions(archive, entries[f"models/{MODEL}.json"], where)
+    for expression in _expressions(program):
         try:
-            torch.load(io.BytesIO(archive.read(entries[SAMPLE_INPUTS])), weights_only=True)
-        except Exception as error:
+            parse_shape_expression(expression)
+        except (ShapeExpressionError, RecursionError) as error:
             raise UnsafeArtifactError(
-                f"{where}: sample inputs {entries[SAMPLE_INPUTS]} do not load with weights_only=True"
+                f"{where}: {name} holds the shape expression {str(expression)[:120]!r}, which is not a "
+                f"plain shape expression ({error}); torch.export.load would evaluate it as Python"
             ) from error
+
+
+def check_archive(data: bytes, where: str) -> dict[str, bytes]:
+    """Raise ``UnsafeArtifactError`` unless ``data`` holds only the entries of a pickle-free program;
+    returns the entries' bytes as torch's zip reader reads them."""
+    try:
+        contents = read_entries(data)
+    except ZipLayoutError as error:
+        raise UnsafeArtifactError(
+            f"{where}: not a torch.export archive as torch.export.save lays it out: {error} (zip readers "
+            "could disagree on its entries)"
+        ) from error
+    entries = _entries(list(contents), where)
+    missing = [name for name in REQUIRED if name not in entries]
+    if missing:
+        raise UnsafeArtifactError(f"{where}: no {missing[0]} (a legacy or foreign format)")
+    allowed = ALLOWED | _payload_names(contents, entries, where)
+    for relative, name in sorted(entries.items()):
+        if relative not in allowed:
+            raise UnsafeArtifactError(
+                f"{where}: entry {name!r} is not one that torch.export.save writes for a pickle-free "
+                "program (torch.export.load would unpickle legacy entries); re-export with "
+                "torch.export.save"
+            )
+    _check_expressions(contents[entries[f"models/{MODEL}.json"]], entries[f"models/{MODEL}.json"], where)
+    try:
+        torch.load(io.BytesIO(contents[entries[SAMPLE_INPUTS]]), weights_only=True)
+    except Exception as error:
+        raise UnsafeArtifactError(
+            f"{where}: sample inputs {entries[SAMPLE_INPUTS]} do not load with weights_only=True"
+        ) from error
+    return contents
 
 
 def check_no_pickle(path: str | Path) -> None:
@@ -203,9 +180,13 @@ def read_program_bytes(path: str | Path) -> bytes:
 
 
 def load_program_bytes(data: bytes, where: str) -> torch.export.ExportedProgram:
-    """``torch.export.load`` of the very bytes ``check_archive`` accepted (``where`` names them)."""
+    """The program in the very bytes ``check_archive`` accepted (``where`` names them), loaded as
+    ``torch.export.load`` loads it but without its fallback to ``zipfile`` and the pre-2.8 format."""
     check_archive(data, where)
-    program = torch.export.load(io.BytesIO(data))
+    programs = load_pt2(io.BytesIO(data)).exported_programs
+    if list(programs) != [MODEL]:
+        raise UnsafeArtifactError(f"{where}: holds the programs {sorted(programs)}, not one {MODEL!r}")
+    program = programs[MODEL]
     if not hasattr(program, "_guards_code"):  # fail closed if torch moves them where this cannot see
         raise UnsafeArtifactError(
             f"{where}: this torch keeps a program's guard code where it cannot be dropped"
