@@ -15,13 +15,20 @@ output that travels in one) against these rules:
   can read ``/dev/shm`` and the server's memory directly anyway; for it the rules still refuse the
   stubs' regions, so a mistake cannot corrupt the server's IPC.
 * **Never a stub's region**: no name of a live Python-backend stub on this host, nor the server's
-  own region prefix.
+  own region prefix, nor a file that *is* one of the server's regions under another name (its device
+  and inode: a hard link or a rename; fault matrix row 43).
+* **One name per file**: a file with more than one link is refused. A hard link to another file
+  carries that file's owner but the link's name; Triton maps whatever the name reaches (measured:
+  an output written through a hard link to a stub's region, and the server died of SIGSEGV).
 * **Within the file**: ``offset + byte_size`` must fit the file's current size, at registration and
   on every use (a mapping past the end of a file is a SIGBUS in the server).
 * **The file the server mapped**: a client that dies without unregistering leaves its region mapped
   under its name after the file is gone; a new file of that name (another user's) must not become a
-  window onto the old memory, so a use is refused unless the server maps the file that carries the
-  name now (its inode, from ``/proc/<server>/maps``).
+  window onto the old memory, and a file swapped in under the name between the front's check and
+  Triton's open must not be used either. So a use is refused unless everything the server maps
+  under the name is the very file (device and inode, from ``/proc/<server>/maps``) that passes the
+  rules above now. Registering alone maps but neither reads nor writes; every use is checked, which
+  is where the rules hold (fault matrix rows 43 and 44).
 
 Holders of the admin key (the operator) skip the ownership rules, and only they may unregister every
 region at once or use the CUDA shared-memory API, whose IPC handles the fronts cannot attribute.
@@ -66,8 +73,39 @@ class RegionRules:
 
     server_prefix: str  # "": none known
     stub_regions: Callable[[], set[str]]
-    server_pid: int | None = None  # whose mappings tell which file a registered name stands for
+    # whose mappings tell which file a registered name stands for; a callable follows a server that
+    # the supervisor restarts (server.front_process)
+    server_pid: int | Callable[[], int | None] | None = None
     directory: Path = SHM_DIR
+
+    def current_server_pid(self) -> int | None:
+        return self.server_pid() if callable(self.server_pid) else self.server_pid
+
+
+FileId = tuple[int, int]  # (st_dev, st_ino): which file, whatever name reaches it
+_server_files: dict[FileId, str] = {}  # every server region seen by this process: file -> its name
+_REMEMBERED = 4096
+
+
+def _file_id(info: os.stat_result) -> FileId:
+    return (info.st_dev, info.st_ino)
+
+
+def remember_server_regions(rules: RegionRules) -> dict[FileId, str]:
+    """The server's own regions (its prefix, the live stubs' names) as files, remembered once seen, so
+    that a region renamed or hard-linked to another name is still known by its device and inode.
+    The fronts call this every second as well as on each check."""
+    names = set(rules.stub_regions())
+    if rules.server_prefix:
+        names |= {path.name for path in rules.directory.glob(f"{rules.server_prefix}*")}
+    for name in names:
+        try:
+            _server_files[_file_id(os.lstat(rules.directory / name))] = name
+        except OSError:
+            continue
+    while len(_server_files) > _REMEMBERED:  # oldest first (dicts keep insertion order)
+        del _server_files[next(iter(_server_files))]
+    return _server_files
 
 
 def _forbidden(message: str) -> RequestRefusedError:
@@ -85,21 +123,25 @@ def _region_file(rules: RegionRules, name: str) -> os.stat_result | None:
         ) from error
 
 
-def _mapped_inodes(rules: RegionRules, name: str) -> set[int]:
-    """Inodes of the files the server maps as ``/dev/shm/<name>`` (deleted ones included)."""
-    if rules.server_pid is None:
+def _mapped_files(rules: RegionRules, name: str) -> set[FileId]:
+    """Device and inode of every file the server maps as ``/dev/shm/<name>`` (deleted ones included).
+    ``/proc/<pid>/maps`` names a mapping by the path it was opened through, its device as hex
+    ``major:minor``."""
+    pid = rules.current_server_pid()
+    if pid is None:
         return set()
     try:
-        lines = Path(f"/proc/{rules.server_pid}/maps").read_text().splitlines()
+        lines = Path(f"/proc/{pid}/maps").read_text().splitlines()
     except OSError:
         return set()
     path = str(rules.directory / name)
-    inodes = set()
+    files = set()
     for line in lines:
         fields = line.split(maxsplit=5)
         if len(fields) == 6 and fields[5].removesuffix(" (deleted)") == path:
-            inodes.add(int(fields[4]))
-    return inodes
+            major, minor = (int(part, 16) for part in fields[3].split(":"))
+            files.add((os.makedev(major, minor), int(fields[4])))
+    return files
 
 
 def _check_name(name: object) -> str:
@@ -110,9 +152,27 @@ def _check_name(name: object) -> str:
     return name
 
 
-def _check_owned(rules: RegionRules, client: Client, name: str, end: int) -> None:
-    """The file ``name`` exists, is a regular file of at least ``end`` bytes, and (unless the client
-    holds the admin key) is owned by the client and is no stub's region."""
+def _check_one_file(rules: RegionRules, name: str, info: os.stat_result) -> None:
+    """The file has one name, and it is none of the server's regions under another name (a write there
+    kills the server)."""
+    if info.st_nlink != 1:
+        raise _forbidden(
+            f"shared memory region '{name}': /dev/shm/{name} has {info.st_nlink} links (a hard link "
+            "names another file); register a file with one name"
+        )
+    server_files = remember_server_regions(rules)
+    if _file_id(info) in server_files:
+        raise _forbidden(
+            f"shared memory region '{name}': /dev/shm/{name} is the server's own IPC region "
+            f"'{server_files[_file_id(info)]}' under another name"
+        )
+
+
+def _check_owned(rules: RegionRules, client: Client, name: str, end: int | None) -> None:
+    """The file ``name`` exists, is a regular file and (unless the client holds the admin key) is owned
+    by the client and is no stub's region by name. Unless ``end`` is None (an unregister, which only
+    unmaps): it has one link, is none of the server's regions under another name, and holds at least
+    ``end`` bytes."""
     info = _region_file(rules, name)
     if info is None:
         raise RequestRefusedError(f"shared memory region '{name}': /dev/shm/{name} does not exist")
@@ -131,6 +191,10 @@ def _check_owned(rules: RegionRules, client: Client, name: str, end: int) -> Non
             )
         if (rules.server_prefix and name.startswith(rules.server_prefix)) or name in rules.stub_regions():
             raise _forbidden(f"shared memory region '{name}' is the server's own IPC region")
+    if end is None:
+        return
+    if not client.admin:
+        _check_one_file(rules, name, info)
     if end > info.st_size:
         raise RequestRefusedError(
             f"shared memory region '{name}': offset + byte size {end} exceeds the file's {info.st_size} bytes"
@@ -154,9 +218,9 @@ def check_use(rules: RegionRules, client: Client, name: object, offset: int, siz
     """An input or output that travels in region ``name`` at ``offset`` (``size`` bytes)."""
     name = _check_name(name)
     _check_owned(rules, client, name, offset + size)
-    mapped = _mapped_inodes(rules, name)
+    mapped = _mapped_files(rules, name)
     info = _region_file(rules, name)
-    if mapped and (info is None or info.st_ino not in mapped):
+    if mapped and (info is None or mapped != {_file_id(info)}):
         raise _forbidden(
             f"shared memory region '{name}' is registered for a file that no longer exists; "
             "unregister it and register your own"
@@ -178,7 +242,7 @@ def check_unregister(rules: RegionRules, client: Client, name: str | None) -> No
     _check_name(name)
     if client.admin or _region_file(rules, name) is None:
         return
-    _check_owned(rules, client, name, 0)
+    _check_owned(rules, client, name, None)
 
 
 def check_cuda(client: Client) -> None:
