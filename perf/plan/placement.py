@@ -6,8 +6,12 @@ Rules:
 * a stage boundary goes over the fastest link available: the replicas' chains are chosen to maximise
   the slowest boundary link among them, then the total bandwidth (on the DGX-1 an ``NV2`` or ``NV1``
   pair before any ``SYS`` path);
-* no GPU over its headroom (``perf.model.memory``): instances × memory per instance, added to what the
-  GPU already uses, stays within 80% of it;
+* no GPU over its headroom (``perf.model.memory``): instances × memory per instance, plus the CUDA
+  context and workspaces once per GPU used (``context_bytes``, per GPU kind), added to what the GPU
+  already uses, stays within 80% of it;
+* ``sharded``: the dense part's instances and the context on each of the GPUs with the most room,
+  then the tables packed whole into what is left (``perf.plan.tables``); the exchange of looked-up
+  rows goes over the slowest link between a GPU and the tables' other GPUs;
 * nothing fits: ``PlacementError``, saying what was needed and what each GPU had.
 
 Triton routes an ensemble's next step to whichever instance of the next stage model is free, not to
@@ -19,12 +23,15 @@ client spreading them over the replicas' ensembles (``Placement.routing``).
 
 from __future__ import annotations
 
+import dataclasses
 import itertools
 from dataclasses import dataclass
 
-from perf.model.links import HOST, Link
-from perf.model.memory import MIB
+from perf.model.links import HOST, Link, Transfer
+from perf.model.memory import MIB, context_bytes
+from perf.plan.graph_memory import Table
 from perf.plan.strategy import StageCost, Strategy
+from perf.plan.tables import TablePackingError, exchange, pack_tables
 from perf.plan.topology import Topology
 
 CPU_DEVICE = -1  # the device index of a CPU plan
@@ -51,6 +58,8 @@ class Placement:
     memory: dict[int, int]  # device -> bytes the plan puts there
     links: tuple[tuple[Link, ...], ...]  # per replica, the link of each boundary
     routing: str
+    tables: dict[int, tuple[str, ...]] = dataclasses.field(default_factory=dict)  # GPU -> its tables
+    exchange: Transfer | None = None  # sharded: a request's looked-up rows from the other GPUs
 
     def as_list(self) -> list[dict]:
         return [
@@ -67,6 +76,11 @@ class Placement:
 
 def replica_name(base: str, replica: int, replicas: int) -> str:
     return base if replicas == 1 else f"{base}_r{replica}"
+
+
+def _with_context(topology: Topology, planned: dict[int, int]) -> dict[int, int]:
+    """``planned`` plus each used GPU's CUDA context and workspaces (once per GPU)."""
+    return {d: b + context_bytes(topology.gpu(d).name) for d, b in planned.items()}
 
 
 def _check_memory(topology: Topology, planned: dict[int, int]) -> None:
@@ -132,6 +146,7 @@ def place(
     costs: tuple[StageCost, ...],
     topology: Topology,
     split: tuple[str, tuple[str, ...]] = ("", ()),
+    tables: tuple[Table, ...] = (),
 ) -> Placement:
     """Put ``strategy`` on ``topology`` (see the module rules); ``split`` is the split's pipeline name
     and its stages' name suffixes (the served names: ``split_models``). The whole model is served
@@ -139,10 +154,12 @@ def place(
     name, suffixes = split
     if not topology.on_gpu:
         return _place_on_cpu(strategy, costs, split_models(name, suffixes, 0, 1))
+    if strategy.kind == "sharded":
+        return _place_sharded(strategy, costs[0], topology, tables)
     if strategy.kind == "data":
         gpus = _spread(topology, strategy.replicas)
         per = strategy.instances[0] * costs[0].memory_bytes
-        planned = {g: per for g in gpus}
+        planned = _with_context(topology, {g: per for g in gpus})
         _check_memory(topology, planned)
         assignment = Assignment(costs[0].name, 0, 0, gpus, strategy.instances[0])
         routing = f"one model, its instances on GPUs {list(gpus)}: Triton's batcher feeds them all"
@@ -155,6 +172,7 @@ def place(
             planned[gpu] = planned.get(gpu, 0) + strategy.instances[stage] * costs[stage].memory_bytes
             served = split_models(name, suffixes, replica, strategy.replicas)[stage]
             assignments.append(Assignment(served, replica, stage, (gpu,), strategy.instances[stage]))
+    planned = _with_context(topology, planned)
     _check_memory(topology, planned)
     links = tuple(tuple(topology.link(a, b) for a, b in itertools.pairwise(chain)) for chain in chains)
     ensembles = [replica_name(name, r, strategy.replicas) for r in range(strategy.replicas)]
@@ -164,6 +182,39 @@ def place(
         else f"the client spreads requests over the ensembles {ensembles}"
     ) + ", each replica's stages pinned to their GPUs"
     return Placement(tuple(assignments), planned, links, routing)
+
+
+def _place_sharded(
+    strategy: Strategy, dense: StageCost, topology: Topology, tables: tuple[Table, ...]
+) -> Placement:
+    """The dense part on ``strategy.replicas`` GPUs, the tables packed whole into the room left."""
+    gpus = _spread(topology, strategy.replicas)
+    planned = _with_context(topology, {g: strategy.instances[0] * dense.memory_bytes for g in gpus})
+    _check_memory(topology, planned)
+    room = {g: topology.gpu(g).memory.budget_bytes - planned[g] for g in gpus}
+    try:
+        packed = pack_tables(tables, room, strategy.precision)
+    except TablePackingError as error:
+        raise PlacementError(f"over memory: {error}") from error
+    for gpu, found in packed.items():
+        planned[gpu] += sum(t.bytes(strategy.precision) for t in found)
+    found = exchange(packed, topology.link, strategy.precision)
+    assignments = [Assignment(dense.name, 0, 0, gpus, strategy.instances[0])]
+    assignments += [
+        Assignment(f"tables {', '.join(t.name for t in packed[g])}", 0, 1, (g,), 1) for g in gpus if packed[g]
+    ]
+    routing = (
+        f"the dense part's instances on GPUs {list(gpus)} behind one batcher; each batch's lookups in "
+        f"the tables of other GPUs cross {found.link.label} ({found.bytes_per_request:,.0f} bytes a request)"
+    )
+    return Placement(
+        tuple(assignments),
+        planned,
+        ((found.link,),) if found.transfer.link is not HOST else ((),),
+        routing,
+        {g: tuple(t.name for t in packed[g]) for g in gpus},
+        found.transfer,
+    )
 
 
 def _place_on_cpu(

@@ -5,7 +5,9 @@ enough GPUs ends it there), held to the accuracy tolerance (the variant's measur
 predicted. The whole model is one batcher in front of all its instances (``perf.model.predict``); a
 split is a tandem of batchers with each boundary over the link its placement gave it
 (``perf.model.tandem``); a hybrid's replicas each take an equal share of the traffic, and the replica
-with the slowest links is the one predicted. Each gets the highest rate whose predicted p99 meets the
+with the slowest links is the one predicted. Tables spread over GPUs (``sharded``) are the whole
+model's batcher with each batch's exchange of looked-up rows over its link added to its service
+(``perf.plan.tables.with_exchange``). Each gets the highest rate whose predicted p99 meets the
 budget.
 
 The pick: the highest rate; strategies within ``TIE_SHARE`` of it tie, and ties go to fewer devices,
@@ -27,13 +29,14 @@ from perf.model.links import Transfer
 from perf.model.predict import Prediction, capacity_bound, highest_rate, predict
 from perf.model.tandem import TandemStage, predict_tandem, tandem_bound
 from perf.plan.placement import Placement, PlacementError, place
-from perf.plan.strategy import ModelProfile, Space, Strategy, strategies
+from perf.plan.strategy import WHOLE_KINDS, ModelProfile, Space, Strategy, strategies
+from perf.plan.tables import with_exchange
 from perf.plan.topology import Topology
 
 log = logging.getLogger(__name__)
 ARRIVALS = 15_000  # a prediction simulates at most this many arrivals per replica (p99 from 150 tail samples)
 TIE_SHARE = 0.03  # rates within 3% of the best tie (the simulation's own spread between seeds)
-KIND_ORDER = {"data": 0, "pipeline": 1, "hybrid": 2}
+KIND_ORDER = {"data": 0, "pipeline": 1, "hybrid": 2, "sharded": 3}
 
 
 @dataclass(frozen=True)
@@ -79,7 +82,9 @@ class Predictor:
         costs = profile.costs(strategy)
         overheads = profile.overheads
         self.overhead_s = overheads.overhead_s
-        if strategy.kind == "data":
+        if strategy.kind == "sharded" and placement.exchange is not None:
+            costs = (with_exchange(costs[0], placement.exchange),)
+        if strategy.kind in WHOLE_KINDS:
             self.service = overheads.service(costs[0], strategy.instances[0])
             self.stages: list[TandemStage] = []
             self.transfers: list[Transfer] = []
@@ -96,9 +101,9 @@ class Predictor:
 
     def at(self, rate: float) -> Prediction:
         """The prediction at ``rate`` requests/s in all (one replica's share of it for a split)."""
-        replicas = self.strategy.replicas if self.strategy.kind != "data" else 1
+        replicas = self.strategy.replicas if self.strategy.kind not in WHOLE_KINDS else 1
         seconds = min(self.request.predict_s, ARRIVALS * replicas / rate)
-        if self.strategy.kind == "data":
+        if self.strategy.kind in WHOLE_KINDS:
             return predict(self.strategy.batcher(), self._with_overhead(), self.load(rate), seconds)
         found = predict_tandem(
             self.stages, self.transfers, self.load(rate / replicas), self.overhead_s, seconds
@@ -112,7 +117,7 @@ class Predictor:
     def bound(self) -> float:
         """Requests/s in all at most: every instance at full batches (a split: its slowest stage or link,
         times its replicas)."""
-        if self.strategy.kind == "data":
+        if self.strategy.kind in WHOLE_KINDS:
             return capacity_bound(self.strategy.batcher(), self.service)
         return tandem_bound(self.stages, self.transfers) * self.strategy.replicas
 
@@ -136,7 +141,9 @@ class Predictor:
 def judge(strategy: Strategy, profile: ModelProfile, topology: Topology, request: PlanRequest) -> Judged:
     judged = Judged(strategy, error=profile.error_of(strategy))
     try:
-        judged.placement = place(strategy, profile.costs(strategy), topology, profile.split_of(strategy))
+        judged.placement = place(
+            strategy, profile.costs(strategy), topology, profile.split_of(strategy), profile.tables
+        )
     except PlacementError as error:
         judged.reason = str(error)
         return judged

@@ -3,14 +3,19 @@
 1. The variants are built into the plan's work repository by the project's own builders: the whole
    model in each precision (``exporters.repository``) and the split in each boundary dtype
    (``exporters.pipeline_build``: its record has the bytes crossing each boundary and the compression
-   error). The memory of one whole-model instance at its largest batch is measured once per exported
-   file (``exporters.memory.measured_instance_memory``, kept in ``memory.json`` beside the export).
+   error). The memory of one whole-model instance at its largest batch is counted from the model's
+   graph (``perf.plan.graph_memory``: parameters per precision and activations, nothing allocated);
+   a source without a torch module has it measured on its export instead
+   (``exporters.memory.measured_instance_memory``, kept in ``memory.json`` beside the export).
+   A model too big to build on this host (``too_big_to_build``) is timed on its compute proxy (the
+   same network with small tables, ``compute_proxy``) and planned with its own graph's memory.
 2. Compute per batch: the whole model's ``T + (N-1)·Δt`` from onnxruntime in-process at batch 1 and
    at ``max_batch_size`` (``perf.raw``), on the device planned for (CUDA on a GPU host, else the CPU).
    Each stage gets the share of it that its served artifact takes when run alone at the same batches:
    the split costs no compute of its own, only its boundaries and the costs beyond compute.
-3. Memory per stage instance: the whole model's measured memory, shared out by the stages' parameter
-   bytes (the weights are what an instance holds; activations follow the same cut).
+3. Memory per stage instance: the whole model's memory, shared out by the stages' parameter bytes
+   (the weights are what an instance holds; activations follow the same cut), each table at the
+   size of the model planned (not of its proxy).
 4. On the CPU, the costs beyond compute come from the tuner's probe of the whole model on the real
    server (``perf.tune.probe``): compute as the server reports it replaces the raw figure, and the
    per-execution and per-request costs, the overhead outside the server and the CPU term come with it.
@@ -35,6 +40,16 @@ from exporters.pipeline_stages import load_stage, stage_examples
 from exporters.repository import build_repository
 from exporters.sources.load import build_torch_model
 from exporters.spec import ModelSpec, PipelineSpec, Spec
+from perf.errors import OptionError
+from perf.model.memory import MIB
+from perf.plan.graph_memory import (
+    PROXY_ROWS,
+    GraphMemory,
+    GraphMemoryError,
+    compute_proxy,
+    graph_memory,
+    too_big_to_build,
+)
 from perf.plan.strategy import (
     BOUNDARY_DTYPES,
     OPT_IN_PRECISIONS,
@@ -97,13 +112,29 @@ def whole_variants(spec: Spec, base: ModelSpec) -> dict[str, ModelSpec]:
     return whole
 
 
-def variants(spec: Spec, model: str, split: bool = True) -> Variants:
+def plan_target(spec: Spec, name: str) -> tuple[str, str | None]:
+    """``MODEL=`` as the planner takes it: a model of the spec (its first pipeline is the split), or
+    a pipeline (its model, split as that pipeline says). Anything else: an error naming both lists."""
+    if any(m.name == name for m in spec.models):
+        return name, None
+    for pipeline in spec.pipelines:
+        if pipeline.name == name:
+            return pipeline.model, pipeline.name
+    raise OptionError(
+        f"no model or pipeline named {name!r} (models: {[m.name for m in spec.models]}; "
+        f"pipelines: {[p.name for p in spec.pipelines]})"
+    )
+
+
+def variants(spec: Spec, model: str, split: bool = True, pipeline: str | None = None) -> Variants:
     """The whole model in every precision it can be planned in (``whole_variants``), and the spec's
-    first pipeline splitting it (each boundary dtype, no live updates: a plan may give the first stage
-    several instances)."""
+    pipeline splitting it (``pipeline``, else its first; each boundary dtype, no live updates: a plan
+    may give the first stage several instances)."""
     base = spec.model(model)
     whole = whole_variants(spec, base)
     pipelines = [p for p in spec.pipelines if p.model == model] if split else []
+    if pipeline is not None:
+        pipelines = [p for p in pipelines if p.name == pipeline]
     if not pipelines:
         return Variants(whole, {})
     first = dataclasses.replace(pipelines[0], live_updates=False, replicas=())
@@ -130,8 +161,25 @@ def _line(at_one: float, at_max: float, max_batch: int) -> tuple[float, float]:
     return at_one, max(0.0, (at_max - at_one) / max(max_batch - 1, 1))
 
 
+def _stage_params(stages, memory: GraphMemory | None) -> list[int]:
+    """Each stage's parameter bytes in fp32, each embedding table at the size ``memory`` counted
+    (the model planned, where the stages are its compute proxy's), in module order."""
+    real = iter(memory.tables if memory is not None else ())
+    params = []
+    for stage in stages:
+        total = sum(p.numel() * p.element_size() for p in stage.module.parameters())
+        for child in stage.module.modules():
+            table = (
+                next(real, None) if isinstance(child, torch.nn.Embedding | torch.nn.EmbeddingBag) else None
+            )
+            if table is not None:
+                total += table.bytes("fp32") - child.weight.numel() * child.weight.element_size()
+        params.append(total)
+    return params
+
+
 def _stage_shares(
-    built: BuiltPipeline, base: ModelSpec, repository: Path
+    built: BuiltPipeline, base: ModelSpec, repository: Path, memory: GraphMemory | None = None
 ) -> list[tuple[float, float, float]]:
     """Per stage: its share of the chain's time at batch 1, at max batch, and of its parameter bytes."""
     model = build_torch_model(base)
@@ -143,7 +191,7 @@ def _stage_shares(
         examples = stage_examples(stages, inputs)
         fns = [load_stage(s, repository / s.name / "1" / s.artifact_name) for s in stages]
         timings.append([_median_s(fn, example) for fn, example in zip(fns, examples, strict=True)])
-    params = [sum(p.numel() * p.element_size() for p in s.module.parameters()) for s in stages]
+    params = _stage_params(stages, memory)
     shares = []
     for k in range(len(stages)):
         one, top = timings[0][k] / sum(timings[0]), timings[1][k] / sum(timings[1])
@@ -151,13 +199,38 @@ def _stage_shares(
     return shares
 
 
+def counted_memory(model: ModelSpec) -> GraphMemory | None:
+    """``model``'s memory from its graph, or None where its source has no torch module."""
+    try:
+        return graph_memory(model)
+    except GraphMemoryError as error:
+        log.info("memory measured on the export: %s", error)
+        return None
+
+
+def buildable(spec: Spec, model: str, memory: GraphMemory | None) -> tuple[Spec, str]:
+    """The spec the profile builds (``spec``, or its model's compute proxy in its place where the
+    model is too big for this host) and why the proxy (empty: none)."""
+    base = spec.model(model)
+    reason = too_big_to_build(base, memory) if memory is not None else ""
+    if not reason:
+        return spec, ""
+    proxy = compute_proxy(base)
+    if proxy is None:
+        raise OptionError(f"{reason}, and it has no smaller proxy to time its compute on")
+    return dataclasses.replace(spec, models=tuple(proxy if m is base else m for m in spec.models)), reason
+
+
 def measure_profile(
     spec: Spec, model: str, repository: Path, split: bool = True, probe: ProbeResult | None = None,
     providers: tuple[str, ...] = ("CPUExecutionProvider",), device: str = "this host's CPU",
+    pipeline: str | None = None,
 ) -> ModelProfile:  # fmt: skip
     """Build the variants into ``repository`` and measure them (see the module docstring). With
     ``probe`` (the fp32 whole model probed on the real server) the costs beyond compute come with it."""
-    chosen = variants(spec, model, split)
+    memory = counted_memory(spec.model(model))
+    spec, proxy_reason = buildable(spec, model, memory)
+    chosen = variants(spec, model, split, pipeline)
     built = {
         m.spec.precision: m
         for m in build_repository(Spec(models=tuple(chosen.whole.values())), repository, 0)
@@ -176,10 +249,16 @@ def measure_profile(
         t_s, dt_s = _line(points[0].batch_ms / 1e3, points[1].batch_ms / 1e3, variant.max_batch_size)
         if precision == "fp32":
             raw_fp32 = (t_s, dt_s)
-        memory = measured_instance_memory(variant, artifact.path)
-        whole[precision] = StageCost(variant.name, t_s, dt_s, memory)
+        instance = (
+            memory.instance_bytes(precision)
+            if memory is not None
+            else measured_instance_memory(variant, artifact.path)
+        )
+        whole[precision] = StageCost(variant.name, t_s, dt_s, instance)
         accuracy[f"whole/{precision}"] = artifact.max_rel_error
     source = f"onnxruntime in-process on {device}"
+    if proxy_reason:
+        source += f" on its compute proxy (tables capped at {PROXY_ROWS:,} rows; {proxy_reason})"
     overheads = Overheads()
     if probe is not None:
         fit = probe.fits[min(probe.fits)]
@@ -205,7 +284,7 @@ def measure_profile(
         pipeline_spec = Spec(models=(base,), pipelines=pipelines)
         for pipeline in build_pipelines(pipeline_spec, repository, 0):
             precision = pipeline.spec.boundary_dtype
-            shares = _stage_shares(pipeline, base, repository)
+            shares = _stage_shares(pipeline, base, repository, memory)
             boundary = [b.bytes_per_row for b in pipeline.record.boundaries] + [0]
             total = whole["fp32"]
             stages[precision] = tuple(
@@ -220,7 +299,25 @@ def measure_profile(
                 pipeline.record.artifact_max_rel_error, pipeline.record.compression_max_rel_error
             )
         split_name = pipelines[0].name.removesuffix("_fp32")
-    return ModelProfile(model, base.max_batch_size, whole, stages, accuracy, overheads, source, split_name)
+    tables = memory.tables if memory is not None and memory.tables_dominate else ()
+    return ModelProfile(
+        model, base.max_batch_size, whole, stages, accuracy, overheads, source, split_name, tables,
+        memory_source(memory),
+    )  # fmt: skip
+
+
+def memory_source(memory: GraphMemory | None) -> str:
+    """How memory per instance was found, for the report."""
+    if memory is None:
+        return "measured on the export (resident-set growth of one onnxruntime session)"
+    params, tables = memory.parameter_bytes("fp32") / MIB, memory.table_bytes("fp32") / MIB
+    activations = memory.activation_bytes("fp32") / MIB
+    return (
+        f"counted from the graph: parameters per precision (fp32 {params:,.1f} MiB, of which tables "
+        f"{tables:,.1f} MiB) and every activation of a batch of {memory.batch} ({activations:,.1f} MiB "
+        "in fp32, no buffer reuse); plus the CUDA context and workspaces once per GPU "
+        "(perf.model.memory.CONTEXT_MIB)"
+    )
 
 
 def inputs_pool(model: ModelSpec, rows: int) -> dict[str, np.ndarray]:

@@ -10,6 +10,11 @@ model's float inputs and outputs take; the profile then builds and measures it, 
 included, and the accuracy constraint (a maximum relative error) is an input of the plan. int8 is
 considered where the spec has an int8 entry of the same model (``OPT_IN_PRECISIONS``).
 
+A model that is mostly embedding tables gets one more architecture on a machine with several GPUs:
+its tables spread over ``devices`` GPUs, whole tables on each (``perf.plan.tables``), and its dense
+part on every one of them (``sharded``), the way DLRM serves; a request's lookups in the tables of
+other GPUs cross the link to the GPU running its dense part.
+
 ``ModelProfile`` holds the measured inputs (``perf.plan.profile`` measures them): per precision, the
 cost of the whole model and of each stage on the device planned for, memory per instance, the bytes
 crossing each boundary, and the accuracy each variant was measured at against the fp32 reference.
@@ -17,12 +22,14 @@ crossing each boundary, and the accuracy each variant was measured at against th
 
 from __future__ import annotations
 
+import dataclasses
 import itertools
 from dataclasses import dataclass, field
 from typing import Literal
 
 from perf.model.batcher import BatcherConfig, ServiceModel
 from perf.model.cpu import CpuModel
+from perf.plan.graph_memory import Table
 
 # precision -> the dtype of the float inputs and outputs of the model exported in it (int8 graphs take
 # and give fp32: the quantization is inside)
@@ -32,7 +39,8 @@ TENSOR_DTYPE = {"fp32": "fp32", "fp16": "fp16", "int8": "fp32"}
 OPT_IN_PRECISIONS = ("int8",)
 PRECISIONS = tuple(TENSOR_DTYPE)
 BOUNDARY_DTYPES = ("fp32", "fp16")  # a split's boundary compression (``pipelines[].boundary_dtype``)
-Kind = Literal["data", "pipeline", "hybrid"]
+Kind = Literal["data", "pipeline", "hybrid", "sharded"]
+WHOLE_KINDS = ("data", "sharded")  # the whole model's graph, one batcher in front of every instance
 
 
 @dataclass(frozen=True)
@@ -85,28 +93,36 @@ class ModelProfile:
     overheads: Overheads = field(default_factory=Overheads)
     compute_source: str = ""  # where the compute figures were measured, for the report
     split_name: str = ""  # the pipeline of the spec the split strategies serve
+    tables: tuple[Table, ...] = ()  # the embedding tables, where they dominate the parameters
+    memory_source: str = ""  # how memory per instance was found, for the report
 
     def precisions(self, kind: Kind) -> tuple[str, ...]:
-        if kind == "data":
+        if kind in WHOLE_KINDS:
             return tuple(p for p in PRECISIONS if self.whole.get(p))
         return tuple(p for p in BOUNDARY_DTYPES if self.stages.get(p))
 
     def costs(self, strategy: Strategy) -> tuple[StageCost, ...]:
+        """Per stage; for ``sharded``, the whole model's dense part (its memory without the tables,
+        which ``perf.plan.placement`` packs separately)."""
         if strategy.kind == "data":
             return (self.whole[strategy.precision],)
+        if strategy.kind == "sharded":
+            whole = self.whole[strategy.precision]
+            tables = sum(t.bytes(strategy.precision) for t in self.tables)
+            return (dataclasses.replace(whole, memory_bytes=max(0, whole.memory_bytes - tables)),)
         return self.stages[strategy.precision]
 
     def split_of(self, strategy: Strategy) -> tuple[str, tuple[str, ...]]:
         """The split's served pipeline name and its stages' name suffixes (the stage costs carry the
         names the profile built them under, ``<split>_<precision><suffix>``)."""
-        if strategy.kind == "data":
+        if strategy.kind in WHOLE_KINDS:
             return ("", ())
         built = f"{self.split_name}_{strategy.precision}"
         return self.split_name, tuple(c.name.removeprefix(built) for c in self.stages[strategy.precision])
 
     def error_of(self, strategy: Strategy) -> float:
         return self.accuracy.get(
-            f"{'whole' if strategy.kind == 'data' else 'split'}/{strategy.precision}", 0.0
+            f"{'whole' if strategy.kind in WHOLE_KINDS else 'split'}/{strategy.precision}", 0.0
         )
 
 
@@ -114,7 +130,8 @@ class ModelProfile:
 class Strategy:
     """One architecture. Data parallel: ``replicas`` devices, ``instances[0]`` instances on each, one
     batcher in front of all of them (one Triton model). Pipeline (``replicas`` 1) and hybrid: each
-    replica its own chain of stage models and ensemble, stage ``k`` with ``instances[k]`` instances."""
+    replica its own chain of stage models and ensemble, stage ``k`` with ``instances[k]`` instances.
+    Sharded: the tables spread over ``replicas`` GPUs, the dense part ``instances[0]`` times on each."""
 
     kind: Kind
     precision: str
@@ -130,7 +147,7 @@ class Strategy:
     @property
     def devices(self) -> int:
         """Devices it occupies (one stage per device on a GPU plan)."""
-        return self.replicas if self.kind == "data" else self.replicas * self.stages
+        return self.replicas if self.kind in WHOLE_KINDS else self.replicas * self.stages
 
     def batcher(self, stage: int = 0) -> BatcherConfig:
         """Stage ``stage``'s batcher: the delay on the first stage, a short re-forming wait after it
@@ -138,7 +155,7 @@ class Strategy:
         from exporters.pipeline_configs import DOWNSTREAM_QUEUE_DELAY_US
 
         delay = self.delay_us if stage == 0 else min(self.delay_us, DOWNSTREAM_QUEUE_DELAY_US)
-        count = self.instances[stage] * (self.replicas if self.kind == "data" else 1)
+        count = self.instances[stage] * (self.replicas if self.kind in WHOLE_KINDS else 1)
         return BatcherConfig(self.max_batch, delay, instances=count)
 
     @property
@@ -147,6 +164,11 @@ class Strategy:
         if self.kind == "data":
             where = f" on {self.replicas} GPUs" if self.replicas > 1 else ""
             return f"whole model ×{self.instances[0]}{where}, {self.precision}{delay}"
+        if self.kind == "sharded":
+            return (
+                f"tables over {self.replicas} GPUs, dense ×{self.instances[0]} on each, "
+                f"{self.precision}{delay}"
+            )
         stages = "+".join(str(n) for n in self.instances)
         replicas = f"{self.replicas} replicas of " if self.replicas > 1 else ""
         return f"{replicas}{self.stages} stages ×[{stages}], {self.precision} boundary{delay}"
@@ -175,6 +197,11 @@ def strategies(profile: ModelProfile, gpus: int, space: Space) -> list[Strategy]
         profile.precisions("data"), devices, space.instances, space.delays_us
     ):
         out.append(Strategy("data", precision, (instances,), count, delay, profile.max_batch))
+    if profile.tables and gpus >= 2:
+        for precision, count, instances, delay in itertools.product(
+            profile.precisions("sharded"), _powers_up_to(gpus)[1:], space.instances, space.delays_us
+        ):
+            out.append(Strategy("sharded", precision, (instances,), count, delay, profile.max_batch))
     if not space.split:
         return out
     for precision in profile.precisions("pipeline"):

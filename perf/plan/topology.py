@@ -3,7 +3,9 @@
 Read from the two outputs a GPU host gives: ``nvidia-smi topo -m`` (the matrix of link levels between
 devices, with its legend) and ``nvidia-smi --query-gpu=index,name,memory.total,memory.used
 --format=csv``. On a GPU host they are run here (``live_topology``); elsewhere ``TOPOLOGY=<folder>``
-names a folder holding them as ``topo.txt`` and ``gpus.csv`` (``perf/plan/topologies/`` ships four).
+names a folder holding them as ``topo.txt`` and ``gpus.csv`` (``perf/plan/topologies/`` ships five).
+A GPU the link table does not name plans with the generic figures of its links' types and its memory
+from ``gpus.csv``; the topology's warnings say so.
 A host without GPUs plans for its CPU (``cpu_topology``): one device, no links.
 """
 
@@ -19,7 +21,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from perf.errors import OptionError
-from perf.model.links import HOST, Link, link_for
+from perf.model.links import HOST, Link, generic_note, link_for
 from perf.model.memory import MIB, DeviceMemory
 
 log = logging.getLogger(__name__)
@@ -119,7 +121,8 @@ def topology_from(name: str, topo_text: str, gpus_text: str, warnings: tuple[str
     listed = {a for a, _ in levels}
     if len(gpus) > 1 and listed != {g.index for g in gpus}:
         raise OptionError(f"topo.txt lists GPUs {sorted(listed)}, gpus.csv {[g.index for g in gpus]}")
-    topology = Topology(name, gpus, levels, warnings)
+    generic = tuple(dict.fromkeys(note for g in gpus if (note := generic_note(g.name))))
+    topology = Topology(name, gpus, levels, warnings + generic)
     for a, b in levels:
         topology.link(a, b)  # every level and GPU known to the link table, or a clear error now
     return topology

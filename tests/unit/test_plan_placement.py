@@ -23,8 +23,8 @@ from perf.plan.strategy import ModelProfile, Space, StageCost, Strategy, strateg
 from perf.plan.topology import FIXTURES, cpu_topology, parse_gpus, parse_topo, topology_folder
 
 SPEC = Path(__file__).resolve().parents[2] / "models.yaml"
-FIXTURE_NAMES = ("dgx-a100", "dgx1-v100", "l4x4-pcie", "hgx-h200")
-GPUS = {"dgx-a100": 8, "dgx1-v100": 8, "l4x4-pcie": 4, "hgx-h200": 8}
+FIXTURE_NAMES = ("dgx-a100", "dgx1-v100", "l4x4-pcie", "hgx-h200", "a6000x4-pcie")
+GPUS = {"dgx-a100": 8, "dgx1-v100": 8, "l4x4-pcie": 4, "hgx-h200": 8, "a6000x4-pcie": 4}
 STAGES = ("recommender_pipeline_fp32_embedding", "recommender_pipeline_fp32_dense")
 SPLIT = ("recommender_pipeline", ("_embedding", "_dense"))
 NARROW = Space(instances=(1,), delays_us=(0,))
@@ -242,5 +242,5 @@ def test_an_overlay_model_the_base_lacks_joins_it() -> None:
     assert merged["models"] == [{"name": "a", "x": 1}, {"name": "b"}]
 
 
-def test_the_fixtures_folder_holds_the_four_machines() -> None:
+def test_the_fixtures_folder_holds_the_shipped_machines() -> None:
     assert sorted(p.name for p in FIXTURES.iterdir() if p.is_dir()) == sorted(FIXTURE_NAMES)

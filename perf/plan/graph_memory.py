@@ -1,0 +1,238 @@
+"""Memory per instance from the model's graph, without building it: ``graph_memory``.
+
+A model too big for this host (a recommender whose tables total 40 GB) must still be planned here, so
+the planner counts memory instead of measuring a build:
+
+* **Parameters**: the torch module is built on the ``meta`` device (every tensor has its shape and
+  dtype and no storage), so a 40 GB module costs nothing. Its elements fall in three kinds, because
+  each precision stores them differently (``BYTES``): the weights of the weighted ops (``Linear``,
+  ``Conv``: fp32 4 bytes, fp16 2, int8 1, as ``exporters.int8`` quantizes exactly these), embedding
+  tables (``Embedding``, ``EmbeddingBag``: int8 leaves their ``Gather`` in fp32) and the rest
+  (biases, norms, float buffers: fp32 in int8 too).
+* **Activations**: one forward of the meta module at ``max_batch_size`` under a dispatch mode that
+  adds up the bytes every operator writes (views excluded). Every intermediate counted at once is an
+  upper bound: onnxruntime's planner reuses buffers, so the figure errs on the side of fitting.
+  Float activations take the precision's element size (int8 graphs keep fp32 activations).
+* **Tables**: each embedding table, with the rows one request looks up in it (the lookup's output
+  per sample), which a table placed on another GPU sends over the link (``perf.plan.tables``).
+
+The CUDA context is not an instance's: ``perf.model.memory.context_bytes`` counts it once per GPU.
+A source with no torch module (an ONNX file, a ``.pt2`` program) raises ``GraphMemoryError``; the
+profile then measures a build (``exporters.memory``).
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+from dataclasses import dataclass
+
+import torch
+from torch import nn
+from torch.utils._python_dispatch import TorchDispatchMode
+
+from exporters.inputs import draw_inputs
+from exporters.spec import ModelSpec
+from exporters.zoo import ZOO
+
+log = logging.getLogger(__name__)
+WEIGHT_BYTES = {"fp32": 4, "fp16": 2, "int8": 1}  # a weighted op's weight (int8: quantized)
+FLOAT_BYTES = {"fp32": 4, "fp16": 2, "int8": 4}  # tables, biases, activations (int8 leaves them fp32)
+WEIGHTED = (nn.Linear, nn.Conv1d, nn.Conv2d, nn.Conv3d)
+TABLES = (nn.Embedding, nn.EmbeddingBag)
+HOST_SHARE = 0.5  # a model whose fp32 parameters exceed this share of the host's memory is not built
+PROXY_ROWS = 10_000  # the rows of each table of the compute proxy (``compute_proxy``)
+
+
+class GraphMemoryError(ValueError):
+    """The model's memory cannot be counted from its graph; the message says why."""
+
+
+@dataclass(frozen=True)
+class Table:
+    """One embedding table: its module path, ``rows × dim``, and the rows a request looks up in it."""
+
+    name: str
+    rows: int
+    dim: int
+    lookups: float = 1.0
+
+    def bytes(self, precision: str) -> int:
+        return self.rows * self.dim * FLOAT_BYTES[precision]
+
+    def request_bytes(self, precision: str) -> float:
+        """The bytes of the rows one request looks up here (what leaves the table's GPU)."""
+        return self.lookups * self.dim * FLOAT_BYTES[precision]
+
+
+@dataclass(frozen=True)
+class GraphMemory:
+    """Element counts of one model's graph (see the module docstring); bytes per precision."""
+
+    weights: int  # elements of the weighted ops' weights
+    other: int  # elements of the other float parameters and buffers
+    tables: tuple[Table, ...]
+    activations: int  # float elements written by one forward at ``batch``
+    fixed_bytes: int  # integer buffers and activations (ids, indices): the same in every precision
+    batch: int
+
+    def table_bytes(self, precision: str) -> int:
+        return sum(t.bytes(precision) for t in self.tables)
+
+    def parameter_bytes(self, precision: str) -> int:
+        return (
+            self.weights * WEIGHT_BYTES[precision]
+            + self.other * FLOAT_BYTES[precision]
+            + self.table_bytes(precision)
+        )
+
+    def activation_bytes(self, precision: str) -> int:
+        return self.activations * FLOAT_BYTES[precision] + self.fixed_bytes
+
+    def instance_bytes(self, precision: str) -> int:
+        """One instance at its largest batch: parameters plus activations."""
+        return self.parameter_bytes(precision) + self.activation_bytes(precision)
+
+    @property
+    def tables_dominate(self) -> bool:
+        """The tables are at least half the parameters: spreading them over GPUs is worth planning."""
+        return bool(self.tables) and 2 * self.table_bytes("fp32") >= self.parameter_bytes("fp32")
+
+
+class _Writes(TorchDispatchMode):
+    """Adds up what every operator writes (outputs that alias an input are views: not counted), and
+    the output of each embedding lookup per weight."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.float_elements = 0
+        self.fixed_bytes = 0
+        self.lookups: dict[int, int] = {}  # id of a table's weight -> elements its lookups wrote
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        out = func(*args, **(kwargs or {}))
+        returns = func._schema.returns
+        outputs = out if isinstance(out, tuple | list) else (out,)
+        for ret, tensor in zip(returns, outputs, strict=False):
+            if not isinstance(tensor, torch.Tensor) or ret.alias_info is not None:
+                continue
+            if tensor.is_floating_point():
+                self.float_elements += tensor.numel()
+            else:
+                self.fixed_bytes += tensor.numel() * tensor.element_size()
+        if func in (torch.ops.aten.embedding.default, torch.ops.aten._embedding_bag.default):
+            weight = args[0]  # both take the table first
+            self.lookups[id(weight)] = self.lookups.get(id(weight), 0) + outputs[0].numel()
+        return out
+
+
+def meta_module(spec: ModelSpec) -> nn.Module:
+    """``spec``'s torch module on the meta device (no storage, whatever its size)."""
+    with torch.device("meta"):
+        if spec.source_kind == "zoo":
+            return ZOO[spec.source].create(spec.options, spec.seed)
+        if spec.source_kind == "python":
+            from exporters.sources.load import load_source
+
+            return load_source(spec).module  # type: ignore[attr-defined]
+    raise GraphMemoryError(
+        f"{spec.name}: memory from the graph needs a torch module (a zoo or python source), "
+        f"not a {spec.source_kind} source"
+    )
+
+
+def _meta_inputs(spec: ModelSpec, module: nn.Module) -> list[torch.Tensor]:
+    """Inputs of the largest batch, as the exporters draw them, on the meta device."""
+    arrays = draw_inputs(spec, spec.max_batch_size, 0, module)
+    return [torch.from_numpy(a).to("meta") for a in arrays]
+
+
+def graph_memory(spec: ModelSpec) -> GraphMemory:
+    """Count ``spec``'s parameters, tables and activations at ``max_batch_size`` from its graph on
+    the meta device (see the module docstring); nothing is built or allocated."""
+    try:
+        module = meta_module(spec).eval()
+        inputs = _meta_inputs(spec, module)
+    except GraphMemoryError:
+        raise
+    except Exception as error:  # a user factory may refuse the meta device in any way
+        raise GraphMemoryError(f"{spec.name}: cannot build it on the meta device: {error}") from error
+    counted: set[int] = set()
+    weights = other = fixed = 0
+    tables: list[tuple[str, nn.Module]] = []
+    for name, child in module.named_modules():
+        for param in child.parameters(recurse=False):
+            if id(param) in counted:
+                continue
+            counted.add(id(param))
+            if isinstance(child, TABLES) and param is child.weight:
+                tables.append((name, child))
+                continue
+            if isinstance(child, WEIGHTED) and param is child.weight:
+                weights += param.numel()
+            elif param.is_floating_point():
+                other += param.numel()
+            else:
+                fixed += param.numel() * param.element_size()
+    for buffer in module.buffers():
+        if buffer.is_floating_point():
+            other += buffer.numel()
+        else:
+            fixed += buffer.numel() * buffer.element_size()
+    writes = _Writes()
+    try:
+        with torch.no_grad(), writes:
+            module(*inputs)
+    except Exception as error:  # an op without a meta kernel, a data-dependent branch
+        raise GraphMemoryError(
+            f"{spec.name}: its forward does not run on the meta device: {error}"
+        ) from error
+    batch = spec.max_batch_size
+    found = tuple(
+        Table(
+            name,
+            child.weight.shape[0],
+            child.weight.shape[1],
+            writes.lookups.get(id(child.weight), 0) / (batch * child.weight.shape[1]),
+        )
+        for name, child in tables
+    )
+    input_bytes = sum(t.numel() * t.element_size() for t in inputs)
+    return GraphMemory(weights, other, found, writes.float_elements, fixed + input_bytes, batch)
+
+
+def host_memory_bytes() -> int:
+    """This host's physical memory."""
+    return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+
+
+def too_big_to_build(spec: ModelSpec, memory: GraphMemory | None = None) -> str:
+    """Why ``spec`` is not built on this host (its fp32 parameters over ``HOST_SHARE`` of the host's
+    memory: a build holds the torch module and its export at once), or "" when it may be."""
+    try:
+        memory = memory or graph_memory(spec)
+    except GraphMemoryError:
+        return ""  # not countable: the build is the only way, as before
+    needed, host = memory.parameter_bytes("fp32"), host_memory_bytes()
+    if needed <= HOST_SHARE * host:
+        return ""
+    return (
+        f"{spec.name} holds {needed / 2**30:.1f} GiB of fp32 parameters, more than "
+        f"{HOST_SHARE:.0%} of this host's {host / 2**30:.1f} GiB: too big to build here"
+    )
+
+
+def compute_proxy(spec: ModelSpec) -> ModelSpec | None:
+    """A model like ``spec`` whose compute is the same and whose tables are small enough to build:
+    the zoo recommender with every table capped at ``PROXY_ROWS`` rows (a lookup costs the same in
+    a table of ten thousand rows as in one of ten million, but for cache effects). None where the
+    spec has no such knob (``table_sizes``)."""
+    import dataclasses
+
+    sizes = spec.options.get("table_sizes")
+    if spec.source_kind != "zoo" or not isinstance(sizes, list | tuple):
+        return None
+    capped = [min(int(size), PROXY_ROWS) for size in sizes]
+    return dataclasses.replace(
+        spec, name=f"{spec.name}_proxy", options={**spec.options, "table_sizes": capped}
+    )
