@@ -1,6 +1,13 @@
 """What the two front processes (``server.http_guard``, ``server.grpc_guard``) share as programs: their
-common flags, the admin key from the environment, the shared-memory rules, and living exactly as long
-as their tritonserver."""
+common flags, the admin key from the environment, the shared-memory rules, and how long they live.
+
+A front outlives a tritonserver that dies: while the supervisor restarts it on the same ports, clients
+get the JSON 503 / gRPC ``UNAVAILABLE`` the fronts give for an unreachable server, never "connection
+refused" (fault matrix row 46). It follows the server whose pid the launcher writes to
+``--server-pid-file`` at every start, and exits on SIGTERM (the launcher's ``stop_fronts``: ``make
+stop``, a supervisor that gives up) or once both the process that started it (``--owner-pid``) and the
+server are gone, so nothing outlives a crashed launcher and its server.
+"""
 
 from __future__ import annotations
 
@@ -14,7 +21,7 @@ from collections.abc import Awaitable, Callable
 from pathlib import Path
 
 from server.admin import KEY_ENV
-from server.shm_ownership import RegionRules
+from server.shm_ownership import RegionRules, remember_server_regions
 from server.shm_regions import make_owner_only
 from server.stubs import stub_regions
 
@@ -25,7 +32,8 @@ def front_parser(prog: str, description: str | None, upstream_help: str) -> argp
     parser = argparse.ArgumentParser(prog=prog, description=description)
     parser.add_argument("--listen", required=True, help="host:port clients connect to")
     parser.add_argument("--upstream", required=True, help=upstream_help)
-    parser.add_argument("--server-pid", type=int, help="exit when this process exits")
+    parser.add_argument("--server-pid-file", type=Path, help="holds the pid of the tritonserver to follow")
+    parser.add_argument("--owner-pid", type=int, help="the process that started this front")
     parser.add_argument("--shm-prefix", default="", help="the server's Python-backend region prefix")
     return parser
 
@@ -35,8 +43,18 @@ def admin_key() -> str:
     return os.environ.get(KEY_ENV, "")
 
 
+def current_server_pid(pid_file: Path | None) -> int | None:
+    """The pid of the tritonserver the launcher started last (None: no file, or not readable yet)."""
+    if pid_file is None:
+        return None
+    try:
+        return int(pid_file.read_text().strip())
+    except (OSError, ValueError):
+        return None
+
+
 def region_rules(args: argparse.Namespace) -> RegionRules:
-    return RegionRules(args.shm_prefix, stub_regions, args.server_pid)
+    return RegionRules(args.shm_prefix, stub_regions, lambda: current_server_pid(args.server_pid_file))
 
 
 def _running(pid: int) -> bool:
@@ -48,19 +66,28 @@ def _running(pid: int) -> bool:
     return stat[stat.rindex(")") + 2 :].split()[0] not in ("Z", "X")
 
 
-async def _until_stopped(pid: int | None, shm_prefix: str) -> None:
-    """Return on SIGTERM, or once process ``pid`` is gone (a front lives as long as its server);
-    meanwhile keep the server's shared-memory regions owner-only (``server.shm_regions``)."""
+def _still_needed(args: argparse.Namespace) -> bool:
+    """Someone may still restart or use the server: its owner (the supervisor) or the server itself
+    runs. Without either flag a front runs until SIGTERM."""
+    if args.owner_pid is None and args.server_pid_file is None:
+        return True
+    if args.owner_pid is not None and _running(args.owner_pid):
+        return True
+    server = current_server_pid(args.server_pid_file)
+    return server is not None and _running(server)
+
+
+async def _until_stopped(args: argparse.Namespace) -> None:
+    """Return on SIGTERM, or once neither the owner nor the server runs; meanwhile keep the server's
+    shared-memory regions owner-only (``server.shm_regions``, the second layer behind
+    ``server.shm_private``) and remember them as files, so that a rename or hard link cannot pass one
+    off as a client's (``server.shm_ownership``)."""
     stop = asyncio.Event()
     asyncio.get_running_loop().add_signal_handler(signal.SIGTERM, stop.set)
-    while not stop.is_set():
-        make_owner_only(shm_prefix)
-        if pid is None:
-            with contextlib.suppress(asyncio.TimeoutError):
-                await asyncio.wait_for(stop.wait(), 1.0)
-            continue
-        if not _running(pid):
-            return
+    rules = region_rules(args)
+    while not stop.is_set() and _still_needed(args):
+        make_owner_only(args.shm_prefix)
+        remember_server_regions(rules)
         with contextlib.suppress(asyncio.TimeoutError):
             await asyncio.wait_for(stop.wait(), 1.0)
 
@@ -69,13 +96,13 @@ def run_front(
     start: Callable[[], Awaitable[Callable[[], Awaitable[None]]]], args: argparse.Namespace
 ) -> None:
     """Run a front: ``start()`` listens and returns its ``stop()``; it runs until SIGTERM or until
-    ``args.server_pid`` exits, then stops."""
+    neither its owner nor its server runs (``_until_stopped``), then stops."""
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
 
     async def main() -> None:
         stop = await start()
         try:
-            await _until_stopped(args.server_pid, args.shm_prefix)
+            await _until_stopped(args)
         finally:
             await stop()
 

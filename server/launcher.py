@@ -16,8 +16,11 @@ health`` say which models serve.
 
 Fronts (``make serve`` runs both): ``http_guard`` and ``grpc_guard`` put ``server.http_guard`` and
 ``server.grpc_guard`` on the public ports and move Triton's own to loopback ports, where inference and
-shared memory answer only what a front passed on (``server.admin``). The stubs' ``/dev/shm`` regions
-are made owner-only once the server is ready (``server.shm_regions``).
+shared memory answer only what a front passed on (``server.admin``). The fronts outlive a tritonserver
+that dies: they follow the one the pid file names (``server_pid_file``), answering 503 / ``UNAVAILABLE``
+while the supervisor restarts it, and stop with ``stop()`` (or once this process and its server are both
+gone). The stubs' ``/dev/shm`` regions are private from creation (``server.shm_private``) and made
+owner-only again once the server is ready (``server.shm_regions``).
 """
 
 from __future__ import annotations
@@ -47,6 +50,7 @@ from python_backend.dtypes import BY_TRITON
 from server.admin import KEY_ENV, drain, new_admin_key, restricted_api_args
 from server.admin import headers as admin_headers
 from server.install import ServerError, ServerInstall, assemble_backends, find_install
+from server.shm_private import SERVER_UMASK, preload_environment
 from server.shm_regions import make_owner_only
 from server.stubs import kill_stray_stubs
 from server.watchdog import Watchdog
@@ -249,6 +253,8 @@ class TritonServer:
         self.watchdog_path = options.watchdog_record or self._workdir / "watchdog.json"
         self.drained: list[str] = []
         self.drain_finished_at: float | None = None  # time.monotonic() when stop()'s drain completed
+        # the tritonserver the fronts follow now (rewritten at every start; server.front_process)
+        self.server_pid_file = self._workdir / "tritonserver.pid"
 
     @property
     def http_url(self) -> str:
@@ -311,8 +317,9 @@ class TritonServer:
         return command + restricted + options.extra_args
 
     def environment(self) -> dict[str, str]:
-        """Environment for the server: the venv's packages and the wheel's shared libraries."""
-        return {**os.environ, **server_environment(self.install)}
+        """Environment for the server: the venv's packages, the wheel's shared libraries, and the
+        library that keeps the stubs' ``/dev/shm`` regions private from creation (``server.shm_private``)."""
+        return preload_environment(self._workdir, {**os.environ, **server_environment(self.install)})
 
     def start(self, detach: bool = False) -> TritonServer:
         """Launch and block until ready; ``detach`` puts it in its own session.
@@ -322,6 +329,7 @@ class TritonServer:
         A server that has died can be started again (``server.supervisor`` does): same ports, admin key
         and shared-memory prefix, and its watchdog's history.
         """
+        restart = bool(self.running_fronts)  # a restart keeps the fronts answering (fault matrix row 46)
         for attempt in range(1, START_ATTEMPTS + 1):
             try:
                 self._launch(detach)
@@ -330,7 +338,10 @@ class TritonServer:
             except ServerError:
                 returncode = self.process.poll() if self.process is not None else None
                 starved = starved_stub_abort(returncode, self.log_tail())
-                self.stop()
+                if restart:
+                    self.reap()
+                else:
+                    self.stop()
                 if not starved or attempt == START_ATTEMPTS:
                     raise
                 log.warning(
@@ -358,7 +369,10 @@ class TritonServer:
     def _launch(self, detach: bool) -> None:
         if not Path(self.options.repository).is_dir():
             raise ServerError(f"model repository {self.options.repository} does not exist (run `make repo`)")
-        for port in (self.http_port, self.grpc_port, self.metrics_port):
+        public = {self.metrics_port}  # a port our own running front holds stays with it
+        public |= {self.http_port} if self.guard is None or self.guard.poll() is not None else set()
+        public |= {self.grpc_port} if self.grpc_front is None or self.grpc_front.poll() is not None else set()
+        for port in sorted(public):
             check_port_free(self.options.host, port, self.options.port_wait_s)
         for fronted, port in (
             (self.options.http_guard, self.triton_http_port),
@@ -370,7 +384,11 @@ class TritonServer:
         self.log_path.parent.mkdir(parents=True, exist_ok=True)
         if self.options.echo_log:
             self.process = subprocess.Popen(
-                command, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, env=self.environment()
+                command,
+                stdout=subprocess.PIPE,
+                stderr=subprocess.STDOUT,
+                env=self.environment(),
+                umask=SERVER_UMASK,
             )
             threading.Thread(target=_tee, args=(self.process.stdout, self.log_path), daemon=True).start()
         else:
@@ -381,14 +399,16 @@ class TritonServer:
                     stderr=subprocess.STDOUT,
                     env=self.environment(),
                     start_new_session=detach,
+                    umask=SERVER_UMASK,
                 )
-        if self.options.http_guard:
+        self._write_server_pid()
+        if self.options.http_guard and self.guard not in self.running_fronts:
             self.guard = self._launch_front(
                 "server.http_guard", self.http_port, self.triton_http_url, detach,
                 f"--body-timeout-s={self.options.http_guard_body_timeout_s}",
                 f"--header-timeout-s={self.options.http_guard_header_timeout_s}",
             )  # fmt: skip
-        if self.options.grpc_guard:
+        if self.options.grpc_guard and self.grpc_front not in self.running_fronts:
             self.grpc_front = self._launch_front(
                 "server.grpc_guard", self.grpc_port, self.triton_grpc_url, detach
             )
@@ -398,14 +418,28 @@ class TritonServer:
         """The front processes started (HTTP guard, gRPC front)."""
         return [front for front in (self.guard, self.grpc_front) if front is not None]
 
+    @property
+    def running_fronts(self) -> list[subprocess.Popen]:
+        """The fronts still running (across a restart they keep their ports)."""
+        return [front for front in self.fronts if front.poll() is None]
+
+    def _write_server_pid(self) -> None:
+        """Tell the fronts which tritonserver to follow: written whole, then renamed over the old."""
+        partial = self.server_pid_file.with_name(f".{self.server_pid_file.name}.{os.getpid()}")
+        partial.write_text(f"{self.pid}\n")
+        partial.replace(self.server_pid_file)
+
     def _launch_front(
         self, module: str, port: int, upstream: str, detach: bool, *more: str
     ) -> subprocess.Popen:
-        """Start a front (``module``) on the public ``port``; it exits with the server. The admin key
-        travels in its environment, never on its command line."""
+        """Start a front (``module``) on the public ``port``. It follows the tritonserver named in
+        ``server_pid_file`` across restarts and exits on SIGTERM (``stop_fronts``) or once both this
+        process and that server are gone. The admin key travels in its environment, never on its
+        command line."""
         command = [
             sys.executable, "-m", module, f"--listen={self.options.host}:{port}", f"--upstream={upstream}",
-            f"--server-pid={self.pid}", f"--shm-prefix={self.shm_prefix}", *more,
+            f"--server-pid-file={self.server_pid_file}", f"--owner-pid={os.getpid()}",
+            f"--shm-prefix={self.shm_prefix}", *more,
         ]  # fmt: skip
         environment = {**os.environ, KEY_ENV: self.admin_key}
         with open(self.log_path.with_name(f"{module.rsplit('.', 1)[1]}.log"), "wb") as log_file:
@@ -521,9 +555,17 @@ class TritonServer:
         """``stop()`` without the drain: the fronts, then SIGTERM as Kubernetes sends it (Triton finishes
         what is in flight for up to its exit timeout), SIGKILL if it is still there ``EXIT_MARGIN_S``
         later, then the cleanup."""
+        self.stop_fronts()
+        self.reap()
+        if self._owns_workdir:
+            shutil.rmtree(self._workdir, ignore_errors=True)
+
+    def reap(self) -> None:
+        """The server process (SIGTERM, then SIGKILL), its stray stubs and ``/dev/shm`` regions, but
+        not the fronts nor the work folder: what the supervisor does before a restart, so that clients
+        keep getting 503 / ``UNAVAILABLE`` rather than "connection refused" (fault matrix row 46)."""
         if self.watchdog is not None:
             self.watchdog.stop()
-        self._stop_fronts()
         if self.process is not None and self.process.poll() is None:
             self.process.send_signal(signal.SIGTERM)
             try:
@@ -535,13 +577,11 @@ class TritonServer:
         if self.process is not None:
             kill_stray_stubs(self.shm_prefix)
             remove_shm_regions(self.shm_prefix)
-        if self._owns_workdir:
-            shutil.rmtree(self._workdir, ignore_errors=True)
 
-    def _stop_fronts(self) -> None:
+    def stop_fronts(self) -> None:
         """The fronts first: each stops listening, lets its requests in flight finish and closes its
         kept-alive upstream connections, which would otherwise hold Triton's exit."""
-        running = [front for front in self.fronts if front.poll() is None]
+        running = self.running_fronts
         for front in running:
             front.terminate()
         for front in running:

@@ -6,11 +6,13 @@ start-limit interval, capped at 30 s); more than ``StartLimitBurst`` restarts in
 ``StartLimitIntervalSec`` (5 in 300 s) and the supervisor gives up, as systemd marks the unit failed.
 A server that exits with status 0 stopped on purpose and is not restarted.
 
-The restart reuses the same ``TritonServer``: same ports (the HTTP guard's upstream too, so the guard
-started beside the new server forwards to the right place), same admin key, same shared-memory prefix
+The restart reuses the same ``TritonServer``: same ports, same admin key, same shared-memory prefix
 and the same repository, so acknowledged embedding updates come back from the stage's write-ahead
-log. The moment a death is seen, the dead server's stray stubs and ``/dev/shm`` regions are removed
-(a killed server leaves 16 MiB or more per stub behind) and its log is kept as ``<log>.1``. The stub
+log. The fronts stay up across the restart and follow the new server (``server.front_process``):
+meanwhile clients get HTTP 503 JSON / gRPC ``UNAVAILABLE``, never "connection refused" (fault matrix
+row 46). They stop when supervision ends for good: stopped, gave up, or a server that exited 0.
+The moment a death is seen, the dead server's stray stubs and ``/dev/shm`` regions are removed (a
+killed server leaves 16 MiB or more per stub behind) and its log is kept as ``<log>.1``. The stub
 watchdog runs in the same process, one thread per server, its history carried over.
 
 What happened is in ``SupervisorRecord``, written as JSON after every change: restarts, the last
@@ -186,6 +188,7 @@ class Supervisor:
                 if process.returncode == 0:
                     log.warning("tritonserver exited with status 0: stopped on purpose, not restarted")
                     self._cleanup()
+                    self.server.stop_fronts()
                     self.record.state = STOPPED
                     self._write()
                     return 0
@@ -209,6 +212,7 @@ class Supervisor:
             if self.policy.exhausted(self._restarts, moment):
                 limit = (self.policy.burst, self.policy.interval_s)
                 log.error("%d restarts within %.0f s: giving up (the start limit)", *limit)
+                self.server.stop_fronts()
                 self.record.state = GAVE_UP
                 self._write()
                 return False
@@ -249,8 +253,9 @@ class Supervisor:
         return 0
 
     def _cleanup(self) -> None:
-        """The dead server's guard, watchdog, stray stubs and ``/dev/shm`` regions, at once."""
-        self.server.stop()
+        """The dead server's watchdog, stray stubs and ``/dev/shm`` regions, at once; the fronts stay
+        and answer 503 / ``UNAVAILABLE`` until the restarted server serves."""
+        self.server.reap()
 
     def _keep_log(self) -> None:
         """The dead server's log becomes ``<log>.1``: the restarted server writes a new one."""

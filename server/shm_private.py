@@ -1,0 +1,65 @@
+"""The Python backend's ``/dev/shm`` regions are private (0600) from the moment they exist.
+
+Triton 2.51's Python backend creates each stub's IPC region through Boost.Interprocess, which calls
+``fchmod(fd, 0644)`` right after ``shm_open`` so that the umask cannot narrow it (measured: with a
+umask of 077 the regions still appear 0644). Until something tightens them, any local user can open
+one, keep the descriptor, and read every tensor the stub later sees; a chmod after the fact
+(``server.shm_regions``) does not close a descriptor opened before it (fault matrix row 42).
+
+So tritonserver runs with a umask of 077 and a small preloaded library (``shm_private.c``) that
+drops group and other bits from any chmod of a ``/dev/shm`` file: the region is created 0600 and
+stays so. The library is compiled with the system C compiler into the server's work folder (not a
+shared folder another user could write to). Without a compiler the server still starts, the
+regions are tightened once it is ready, and a warning says the window is open.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import shutil
+import subprocess
+from pathlib import Path
+
+log = logging.getLogger(__name__)
+
+SOURCE = Path(__file__).with_name("shm_private.c")
+SERVER_UMASK = 0o077
+LIBRARY_NAME = "shm_private.so"
+
+
+def build_library(folder: Path) -> Path | None:
+    """``folder/shm_private.so``, compiled if missing or older than its source; None without a C
+    compiler (or if it fails to build), after a warning."""
+    library = folder / LIBRARY_NAME
+    if library.exists() and library.stat().st_mtime >= SOURCE.stat().st_mtime:
+        return library
+    compiler = shutil.which(os.environ.get("CC", "cc")) or shutil.which("gcc")
+    if compiler is None:
+        log.warning(
+            "no C compiler: the Python backend's /dev/shm regions are 0644 until the server is ready "
+            "(another local user may open one then); install gcc to make them private from creation"
+        )
+        return None
+    folder.mkdir(parents=True, exist_ok=True)
+    partial = folder / f".{LIBRARY_NAME}.{os.getpid()}"
+    done = subprocess.run(
+        [compiler, "-shared", "-fPIC", "-O2", "-o", str(partial), str(SOURCE), "-ldl"],
+        capture_output=True,
+        text=True,
+    )
+    if done.returncode != 0:
+        partial.unlink(missing_ok=True)
+        log.warning("could not build %s (regions tightened only once ready): %s", SOURCE, done.stderr[-500:])
+        return None
+    partial.replace(library)
+    return library
+
+
+def preload_environment(folder: Path, environment: dict[str, str]) -> dict[str, str]:
+    """``environment`` with the library on ``LD_PRELOAD`` (ahead of anything already there)."""
+    library = build_library(folder)
+    if library is None:
+        return environment
+    preload = " ".join(filter(None, [str(library), environment.get("LD_PRELOAD", "")]))
+    return {**environment, "LD_PRELOAD": preload}
