@@ -18,10 +18,11 @@ from pathlib import Path
 from exporters.resolve import load_spec
 from perf.engine import OurEngine
 from perf.markdown import number
+from perf.plan.graph_memory import too_big_to_build
 from perf.plan.overlay import plan_overlay, read_document, server_flags, write_plan_overlay
 from perf.plan.placement import PlacementError
 from perf.plan.planner import PlanRequest, plan
-from perf.plan.profile import measure_profile
+from perf.plan.profile import measure_profile, plan_target
 from perf.plan.report import document, plot, render, save
 from perf.plan.strategy import Space
 from perf.plan.topology import Topology, cpu_topology, live_topology, topology_folder
@@ -93,7 +94,8 @@ def command_plan(args: argparse.Namespace, console) -> int:
     started = time.perf_counter()
     folder = report_folder(args.reports, "plan", "plan.log")
     spec = load_spec(args.spec)
-    spec.model(args.model)  # a clear error before anything is built
+    model, pipeline = plan_target(spec, args.model)  # a model or a pipeline; a clear error before building
+    too_big = too_big_to_build(spec.model(model))
     topology, here = _topology(args)
     space = Space(
         _ints(args.instances, "--instances"), _ints(args.delays_us, "--delays-us"), split=not args.no_split
@@ -107,10 +109,12 @@ def command_plan(args: argparse.Namespace, console) -> int:
     settings = dataclasses.replace(TUNE_WINDOWS, window_s=args.seconds / TUNE_WINDOWS.stable_windows)
     engine = OurEngine()
     probed = None
-    if not topology.on_gpu and args.probe_runs > 0:
+    if too_big and here and not topology.on_gpu:
+        console.print(f"  no probe or verification on the server: {too_big}")
+    if not topology.on_gpu and args.probe_runs > 0 and not too_big:
         console.print("  probing the whole model on the real server (the tuner's probe)")
-        largest = spec.model(args.model).max_batch_size
-        with TuneSession(spec, args.model, largest, args.workdir / "probe", engine, settings) as session:
+        largest = spec.model(model).max_batch_size
+        with TuneSession(spec, model, largest, args.workdir / "probe", engine, settings) as session:
             probed = probe(
                 session, space.instances, session.largest_batch, ProbePlan(max_runs=args.probe_runs)
             )
@@ -121,29 +125,31 @@ def command_plan(args: argparse.Namespace, console) -> int:
     providers = ("CUDAExecutionProvider",) if live_gpu else ("CPUExecutionProvider",)
     device = "this host's GPU (CUDA provider)" if live_gpu else "this host's CPU"
     profile = measure_profile(
-        spec, args.model, args.workdir / "repository", not args.no_split, probed, providers, device
+        spec, model, args.workdir / "repository", not args.no_split, probed, providers, device, pipeline
     )
     chosen = plan(profile, topology, request, lambda text: console.print(f"  {text}"))
     verification = []
-    if here and not topology.on_gpu and args.verify > 0:
+    if here and not topology.on_gpu and args.verify > 0 and not too_big:
         verification = verify(
-            spec, args.model, chosen, args.verify, engine, settings, args.workdir,
+            spec, model, chosen, args.verify, engine, settings, args.workdir,
             lambda text: console.print(f"  {text}"),
         )  # fmt: skip
     assert chosen.chosen.placement is not None
-    overlay = plan_overlay(
-        read_document(args.spec),
-        spec,
-        args.model,
-        chosen.chosen.strategy,
-        chosen.chosen.placement,
-        topology.on_gpu,
-    )
-    note = (
-        f"python -m perf plan --model {args.model} --p99-ms {args.p99_ms:g} on {topology.name}: "
-        f"{chosen.chosen.strategy.label}"
-    )
-    write_plan_overlay(args.spec, overlay, folder, note)
+    if chosen.chosen.strategy.kind == "sharded":
+        console.print(
+            "  no spec overlay: a spec cannot yet place a model's tables on other GPUs than its dense "
+            "part; plan.json and report.md hold the table placement"
+        )
+    else:
+        overlay = plan_overlay(
+            read_document(args.spec), spec, model, chosen.chosen.strategy, chosen.chosen.placement,
+            topology.on_gpu,
+        )  # fmt: skip
+        note = (
+            f"python -m perf plan --model {args.model} --p99-ms {args.p99_ms:g} on {topology.name}: "
+            f"{chosen.chosen.strategy.label}"
+        )
+        write_plan_overlay(args.spec, overlay, folder, note)
     flags = server_flags(chosen.chosen.placement)
     saved = document(chosen, flags, verification, time.perf_counter() - started)
     save(folder, saved)

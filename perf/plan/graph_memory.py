@@ -226,13 +226,12 @@ def compute_proxy(spec: ModelSpec) -> ModelSpec | None:
     """A model like ``spec`` whose compute is the same and whose tables are small enough to build:
     the zoo recommender with every table capped at ``PROXY_ROWS`` rows (a lookup costs the same in
     a table of ten thousand rows as in one of ten million, but for cache effects). None where the
-    spec has no such knob (``table_sizes``)."""
+    spec has no such knob (``table_sizes``). It keeps the model's name: its variants and split are
+    built and timed under the names the plan serves."""
     import dataclasses
 
     sizes = spec.options.get("table_sizes")
     if spec.source_kind != "zoo" or not isinstance(sizes, list | tuple):
         return None
     capped = [min(int(size), PROXY_ROWS) for size in sizes]
-    return dataclasses.replace(
-        spec, name=f"{spec.name}_proxy", options={**spec.options, "table_sizes": capped}
-    )
+    return dataclasses.replace(spec, options={**spec.options, "table_sizes": capped})
