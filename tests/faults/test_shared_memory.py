@@ -15,6 +15,7 @@ import json
 import mmap
 import os
 import socket
+import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -24,7 +25,7 @@ import pytest
 import tritonclient.grpc as grpcclient
 import tritonclient.http as httpclient
 import tritonclient.utils.shared_memory as shm
-from harness import PROTOCOLS, url
+from harness import PROTOCOLS, trivial_inputs, url
 from tritonclient.utils import InferenceServerException
 
 from client.__main__ import main as client_main
@@ -234,3 +235,113 @@ def test_unregistering_every_region_needs_the_admin_key(fault_server: TritonServ
     with pytest.raises(InferenceServerException) as error:
         client.unregister_system_shared_memory()
     assert error.value.status() == REFUSED[protocol]
+
+
+def _open_as_nobody_while_starting(prefix: str, results_fd: int, stop_fd: int) -> None:
+    """In a forked child: as uid 65534, open every ``/dev/shm/<prefix>*`` as soon as it appears, until
+    the parent writes to ``stop_fd``; report ``opened refused`` counts on ``results_fd``."""
+    opened = refused = 0
+    os.setuid(NOBODY)
+    os.set_blocking(stop_fd, False)
+    tried: set[str] = set()
+    while True:
+        for entry in os.scandir("/dev/shm"):
+            if entry.name.startswith(prefix) and entry.name not in tried:
+                try:
+                    os.close(os.open(entry.path, os.O_RDONLY))
+                    opened += 1
+                    tried.add(entry.name)
+                except PermissionError:
+                    refused += 1  # tried again: it must stay refused while the server starts
+                except FileNotFoundError:
+                    continue
+        try:
+            if os.read(stop_fd, 1):
+                break
+        except BlockingIOError:
+            continue
+    os.write(results_fd, f"{opened} {refused}".encode())
+
+
+@root_only
+def test_the_stubs_regions_are_private_from_creation(spec_data, tmp_path: Path) -> None:
+    """Another user polling ``/dev/shm`` while the server starts never opens a stub's region (fault
+    matrix row 42). Before, Boost created them 0644 and the launcher tightened them only once the
+    server was ready: an open descriptor from that window outlived the chmod."""
+    from resilience_fixtures import build_small_repository, explicit_options
+
+    repository = build_small_repository(spec_data, tmp_path / "repository", pipeline=False)
+    server = TritonServer(explicit_options(repository, tmp_path / "server"))
+    results_read, results_write = os.pipe()
+    stop_read, stop_write = os.pipe()
+    child = os.fork()
+    if child == 0:
+        try:
+            _open_as_nobody_while_starting(server.shm_prefix, results_write, stop_read)
+        finally:
+            os._exit(0)
+    try:
+        with server:
+            time.sleep(0.5)
+            regions = sorted(Path("/dev/shm").glob(f"{server.shm_prefix}*"))
+    finally:
+        os.write(stop_write, b"x")
+        os.waitpid(child, 0)
+    opened, refused = map(int, os.read(results_read, 64).split())
+    assert regions and opened == 0 and refused > 0, (regions, opened, refused)
+
+
+def _a_stub_region(server: TritonServer) -> Path:
+    stub = next(stub for stub in server_stubs(server.pid or 0) if stub.alive and stub.model == "trivial")
+    return Path("/dev/shm") / stub.shm_region
+
+
+@pytest.mark.parametrize("protocol", PROTOCOLS)
+def test_a_hard_link_to_a_stubs_region_is_refused(fault_server: TritonServer, good_traffic, protocol) -> None:
+    """Fault matrix row 43. Measured without the rule: Triton registered the link and mapped the
+    stub's region through it; an output written there, and the server died of SIGSEGV."""
+    client = connect(protocol, url(fault_server, protocol))
+    name = f"link_{protocol}_{os.getpid()}"
+    link = Path("/dev/shm") / name
+    pid, stubs = fault_server.pid, _stub_pids(fault_server)
+    with good_traffic():
+        os.link(_a_stub_region(fault_server), link)
+        try:
+            with pytest.raises(InferenceServerException) as error:
+                client.register_system_shared_memory(name, f"/{name}", 4096)
+            assert error.value.status() == REFUSED[protocol]
+            assert "has 2 links" in error.value.message()
+        finally:
+            link.unlink()
+    assert (fault_server.pid, _stub_pids(fault_server)) == (pid, stubs)
+
+
+@pytest.mark.parametrize("protocol", PROTOCOLS)
+def test_a_stubs_region_renamed_over_a_registered_one_is_refused(
+    fault_server: TritonServer, good_traffic, protocol
+) -> None:
+    """Fault matrix row 44: the client's own region passes at registration; then a stub's region is
+    renamed over it. Its name, owner and link count look like the client's; its device and inode are
+    the server's: every use is refused, the stub keeps its region."""
+    client = connect(protocol, url(fault_server, protocol))
+    name = f"renamed_{protocol}_{os.getpid()}"
+    pid, stubs = fault_server.pid, _stub_pids(fault_server)
+    with good_traffic(), own_region(client, name, 4096):
+        region = _a_stub_region(fault_server)
+        region.rename(Path("/dev/shm") / name)
+        try:
+            for use in ("input", "output"):
+                inputs = _x_from_region(protocol, name)
+                outputs = None
+                if use == "output":
+                    inputs = trivial_inputs(protocol)
+                    outputs = [_module(protocol).InferRequestedOutput("y")]
+                    outputs[0].set_shared_memory(name, 64)
+                with pytest.raises(InferenceServerException) as error:
+                    client.infer("trivial", inputs, outputs=outputs)
+                assert error.value.status() == REFUSED[protocol], use
+                assert "is the server's own IPC region" in error.value.message(), use
+        finally:
+            (Path("/dev/shm") / name).rename(region)
+            Path(f"/dev/shm/{name}").write_bytes(b"\0" * 4096)  # for own_region's cleanup
+    assert (fault_server.pid, _stub_pids(fault_server)) == (pid, stubs)
