@@ -1,10 +1,11 @@
-"""The Python backend's ``/dev/shm`` regions of one server are made owner-only (0600).
+"""The Python backend's ``/dev/shm`` regions of one server are made owner-only (0600): the second layer.
 
 Triton 2.51's Python backend creates them world-readable (0644, set explicitly through Boost, so a
-umask does not help): any local user could map them and read every request tensor the stubs see.
-Nothing the server runs needs another user to open them (the server and its stubs run as one user), so
-the launcher tightens them once the server is ready and the fronts, which live as long as the server,
-tighten the regions of reloaded or restarted stubs within a second of their creation.
+umask alone does not help): any local user could map them and read every request tensor the stubs
+see. ``server.shm_private`` keeps them 0600 from creation (fault matrix row 42); where it cannot (no C
+compiler), this is what remains: the launcher tightens them once the server is ready and the fronts
+tighten those of reloaded or restarted stubs within a second of their creation. Nothing the server
+runs needs another user to open them (the server and its stubs run as one user).
 """
 
 from __future__ import annotations
