@@ -29,11 +29,13 @@ from perf.model.batcher import BatcherConfig
 from perf.model.grid import QUICK_GRID, WIDE_GRID
 from perf.raw import measure_raw
 from perf.report_folder import report_folder
+from perf.shapes import has_variable_axis
 from perf.tune.overlay import write_overlay
 from perf.tune.partial import write_partial
 from perf.tune.report import render
 from perf.tune.result import document, save
 from perf.tune.session import TUNE_WINDOWS, TuneSession
+from perf.tune.shapes_section import shapes_section
 from perf.tune.tuner import TuneRequest, tune
 
 log = logging.getLogger(__name__)
@@ -236,6 +238,9 @@ def measure_and_pick(
 
             session.prepare(result.chosen)
             saved["sections"].append(witness_section(session, progress))
+        if result.operating_rate > 0 and has_variable_axis(session.base):  # the tuner chooses buckets
+            load = request.load(result.operating_rate)
+            saved["sections"].append(shapes_section(session, result.chosen, load, args.p99_ms, progress))
     if args.witness == "model-analyzer":
         from perf.tune.versus import run_witness, search_space
 

@@ -5,6 +5,10 @@ backend's shared memory fits every candidate); each candidate is then a ``load_m
 override, which takes seconds where rebuilding and restarting would take a minute. Every run is one
 ``perf.measure.measure`` with the session's load engine and windows, through the host-noise policy
 (``perf.noise``) the session was given: a ``Measurement`` with the records and the server's own view.
+
+A model with a variable axis is measured at the lengths its traffic takes (``perf.shapes``: the spec's
+``shapes:`` or its sampler, padded to the spec's ``buckets:``), so the probe's formed batches and every
+rate are those of mixed lengths; ``use_buckets`` changes the padding for the runs that follow.
 """
 
 from __future__ import annotations
@@ -77,6 +81,9 @@ class TuneSession:
         self.reload_s: list[float] = []
         self.cores = usable_cores()
         self._target: Target | None = None
+        self.buckets: tuple[int, ...] | None = None  # None: the spec's ``buckets:``
+        self.vary_shapes = True
+        self._sending: dict[tuple[tuple[int, ...] | None, bool], Target] = {}  # targets made, by options
         self.largest_batch_s = 0.0  # one request of the largest batch, timed at the start
         self.runs: list[Measurement] = []  # every run, in order (a failed tune reports them)
 
@@ -143,9 +150,18 @@ class TuneSession:
             assert self.server is not None
             url = self.server.grpc_url if self.protocol == "grpc" else self.server.http_url
             self._target = target_from_spec(
-                self.base, url, self.protocol, seed=self.seed, rows=self.largest_batch
-            )
+                self.base, url, self.protocol, seed=self.seed, rows=self.largest_batch,
+                vary_shapes=self.vary_shapes, buckets=self.buckets,
+            )  # fmt: skip
         return self._target
+
+    def use_buckets(self, buckets: tuple[int, ...] | None, vary_shapes: bool = True) -> None:
+        """Send the runs that follow padded to ``buckets`` (``()``: each request at its own length;
+        None: the spec's), or every request at one length (``vary_shapes=False``, for comparison)."""
+        if self._target is not None:
+            self._sending[(self.buckets, self.vary_shapes)] = self._target
+        self.buckets, self.vary_shapes = buckets, vary_shapes
+        self._target = self._sending.get((buckets, vary_shapes))
 
     def cycle_through(self, pool: dict[str, np.ndarray]) -> None:
         """Send the rows of ``pool`` in turn (each request the next ones, wrapping) instead of the same

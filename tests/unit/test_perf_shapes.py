@@ -157,3 +157,26 @@ def test_formed_batches_per_length_from_the_responses() -> None:
     assert lines[2].startswith("| 64 | 33-64 | 5 |") and lines[3].startswith("| 128 | 100 | 1 |")
     many = shape_table(shape_rows([record(i, i, i) for i in range(1, 30)], 8), limit=5)
     assert many[-1].startswith("| 24 more lengths |")
+
+
+class Measured:
+    """The figures ``choose`` reads of a measurement (a stand-in value, not a server)."""
+
+    def __init__(self, throughput: float, p99_ms: float, sustained: bool = True) -> None:
+        self.throughput, self.p99_ms, self.sustained = throughput, p99_ms, sustained
+
+    def meets(self, budget_ms: float) -> bool:
+        return self.sustained and self.p99_ms <= budget_ms
+
+
+def test_the_tuner_chooses_the_buckets_that_meet_the_budget_with_the_lowest_p99() -> None:
+    from perf.tune.shapes_section import BucketRun, choose
+
+    one = BucketRun("one length (172)", None, Measured(900, 5.0), None)  # optimistic, not the traffic
+    exact = BucketRun("exact lengths", (), Measured(500, 30.0), None)
+    two = BucketRun("2 buckets", (112, 198), Measured(500, 12.0), None)
+    four = BucketRun("4 buckets", (67, 112, 158, 198), Measured(500, 15.0), None)
+    assert choose([one, exact, two, four], budget_ms=20.0) is two
+    # nothing meets the budget: the one that served the most, still never the one-length run
+    slow = [one, BucketRun("exact lengths", (), Measured(300, 90.0, False), None), four]
+    assert choose(slow, budget_ms=10.0) is four
