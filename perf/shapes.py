@@ -167,10 +167,11 @@ class ShapePlan:
     requests: tuple[tuple[int, int], ...]
 
     @property
-    def longest_pool(self) -> dict[str, np.ndarray]:
-        """The pool at the longest length sent: the conservative one for consumers that send one
-        shape (window sizing, perf_analyzer)."""
-        return self.pools[max(self.pools)]
+    def typical_pool(self) -> dict[str, np.ndarray]:
+        """The pool at the median length sent: the one shape for consumers that send one (window
+        sizing, perf_analyzer, the raw reference), neither the shortest nor the longest."""
+        sent = sorted(s for _, s in self.requests)
+        return self.pools[sent[len(sent) // 2]]
 
     def describe(self) -> str:
         padded = f", padded to buckets {list(self.buckets)}" if self.buckets else ""

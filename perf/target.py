@@ -8,8 +8,8 @@ once, so nothing grows during a run.
 
 A model with a variable axis is sent at the lengths its traffic takes (``perf.shapes``): the target
 carries a ``ShapePlan`` (a pool per length sent, and each request's length in turn), and every record
-says its request's true and sent length. ``inputs`` is then the pool at the longest length sent, for
-consumers that send one shape (window sizing, perf_analyzer).
+says its request's true and sent length. ``inputs`` is then the pool at the median length sent, for
+consumers that send one shape (window sizing, perf_analyzer, the raw reference).
 """
 
 from __future__ import annotations
@@ -85,7 +85,7 @@ def target_from_spec(
         else:
             plan = shape_plan(spec, rows, seed, spec.buckets if buckets is None else buckets)
             log.info("%s: requests at %s", spec.name, plan.describe())
-    pool = plan.longest_pool if plan is not None else None
+    pool = plan.typical_pool if plan is not None else None
     arrays = [pool[t.name] for t in spec.inputs] if pool is not None else draw_inputs(spec, rows, seed)
     outputs = {t.name: int(np.prod(t.largest)) * DTYPES[t.dtype].numpy_dtype().itemsize for t in spec.outputs}
     return Target(
