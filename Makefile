@@ -33,6 +33,7 @@ help: ## list the targets and the variables they take
 	@echo "  PERF=$(PERF)  make perf profile: default, quick, smoke"
 	@echo "  MODEL= P99_MS= RATE=  make tune: the model of SPEC, the p99 budget (ms), an optional target rate"
 	@echo "  HTTP_PORT=$(HTTP_PORT) GRPC_PORT=$(GRPC_PORT) METRICS_PORT=$(METRICS_PORT)  make serve's ports"
+	@echo "  ALLOW_PARTIAL=1  make serve keeps serving when some models fail to load (default: exit 1)"
 	@echo "  TOPOLOGY= ACCURACY=  make plan: a recorded GPU topology (e.g. dgx1-v100), the accuracy limit"
 	@echo "  PERF_ARGS= TUNE_ARGS= PLAN_ARGS=  further options of python -m perf run / tune / plan (--help lists them)"
 	@echo "  TEST_WORKERS=$(TEST_WORKERS)  make test: pytest-xdist workers"
@@ -59,7 +60,7 @@ repo: setup ## export the models of $(SPEC) into $(REPO) (ONNX + config.pbtxt, c
 
 serve: repo ## start tritonserver on $(REPO) in the background, supervised: restarted if it dies (127.0.0.1, HTTP_PORT/GRPC_PORT/METRICS_PORT)
 	$(BIN)/python -m server start --repository $(REPO) --http-port $(HTTP_PORT) --grpc-port $(GRPC_PORT) \
-		--metrics-port $(METRICS_PORT)
+		--metrics-port $(METRICS_PORT) $(if $(ALLOW_PARTIAL),--allow-partial)
 
 stop: ## stop the server started by `make serve`
 	@if [ -x $(BIN)/python ]; then $(BIN)/python -m server stop; else echo "nothing to stop"; fi

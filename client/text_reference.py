@@ -30,6 +30,9 @@ def sentence_transformer(package: str):  # -> sentence_transformers.SentenceTran
     """The package's model loaded by sentence-transformers from local files (no hub access)."""
     from sentence_transformers import SentenceTransformer
 
+    from exporters.sources.huggingface import quiet_transformers
+
+    quiet_transformers()
     return SentenceTransformer(str(model_folder(package)), device="cpu", local_files_only=True)
 
 

@@ -178,7 +178,9 @@ def build_model_config(
             "inter_op_thread_count": str(spec.inter_op_threads),
             **({WARMUP_PARAMETER: "true"} if spec.warmup and batching.mode == "dynamic" else {}),
             **guard_parameters(
-                {t.name: t.range for t in inputs if t.range is not None}, spec.allow_non_finite
+                {t.name: t.range for t in inputs if t.range is not None},
+                spec.allow_non_finite,
+                {t.name: t.largest for t in inputs if t.variable},
             ),
         },
         gpu_execution_accelerator=gpu_accelerators(spec, target),

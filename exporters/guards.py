@@ -28,6 +28,7 @@ from python_backend.dtypes import DTYPES
 # Keys of config.pbtxt ``parameters`` our backend reads (the native backend ignores unknown keys).
 RANGES_PARAMETER = "input_ranges"  # JSON: {"sparse_ids": [0, 1000]}, half-open
 ALLOW_NON_FINITE_PARAMETER = "allow_non_finite_inputs"  # "true" | "false"
+MAX_SHAPES_PARAMETER = "input_max_shapes"  # JSON: {"tokens": [200]}, each input's max_shape (no batch)
 
 MAX_BATCH_SIZE = 4096
 MAX_BATCH_BYTES = 1 << 30  # inputs + outputs of one full batch; the Python backend's shm is 4× this
@@ -72,9 +73,17 @@ def check_zoo_options(options: Mapping[str, Any]) -> None:
             raise SpecError(f"options.{key}", f"must be a positive integer or a list of them, got {value!r}")
 
 
-def guard_parameters(ranges: Mapping[str, tuple[int, int]], allow_non_finite: bool) -> dict[str, str]:
-    """The ``parameters`` entries that carry the guards to the python-based backend."""
+def guard_parameters(
+    ranges: Mapping[str, tuple[int, int]],
+    allow_non_finite: bool,
+    max_shapes: Mapping[str, tuple[int, ...]] | None = None,
+) -> dict[str, str]:
+    """The ``parameters`` entries that carry the guards to the python-based backend. ``max_shapes``
+    (inputs with a variable axis: their ``max_shape``) bounds what the config's ``-1`` dims admit:
+    Triton checks only fixed dims, and a request past the bound the spec promised would run."""
     parameters = {ALLOW_NON_FINITE_PARAMETER: "true" if allow_non_finite else "false"}
     if ranges:
         parameters[RANGES_PARAMETER] = json.dumps({name: list(bounds) for name, bounds in ranges.items()})
+    if max_shapes:
+        parameters[MAX_SHAPES_PARAMETER] = json.dumps({name: list(dims) for name, dims in max_shapes.items()})
     return parameters

@@ -88,10 +88,10 @@ def _python_tensors(
         )
     from exporters.sources.load import load_source
     from exporters.torch_reference import torch_reference, widen
-    from exporters.user_code import import_object
+    from exporters.user_code import call_sampler, import_object
 
     function = import_object(sample, source.path, "--sample")
-    draws = [function(2, np.random.default_rng(seed)) for seed in range(8)]
+    draws = [call_sampler(function, sample, "--sample", 2, np.random.default_rng(seed)) for seed in range(8)]
     if not all(isinstance(d, dict) for d in draws):
         raise SpecError("--sample", f"{sample} must return a dict of arrays by input name for init")
     inputs = tuple(TensorSpec(name, **_varying(draws, name, max_length)) for name in draws[0])
@@ -102,6 +102,20 @@ def _python_tensors(
     module = load_source(probe).module
     outputs = torch_reference(module, [widen(np.asarray(a)) for a in draws[0].values()])
     names = ["output"] if len(outputs) == 1 else [f"output{k}" for k in range(len(outputs))]
+    for name, output in zip(names, outputs, strict=True):
+        if output.ndim == 0 or output.shape[0] != 2:
+            raise SpecError(
+                f"--python {source.python}",
+                f"the model has no batch axis: for a batch of 2 its {name} has shape {list(output.shape)}; "
+                "a batching model answers each row (first axis = the batch). Return one row per input row; "
+                "models without a batch axis (Triton's max_batch_size: 0) are not served here",
+            )
+        if output.ndim == 1:
+            raise SpecError(
+                f"--python {source.python}",
+                f"its {name} is one value per row (shape [batch]); Triton's batching models need an axis "
+                "beyond the batch: return shape [batch, 1] (y.unsqueeze(1))",
+            )
     out = tuple(TensorSpec(n, DTYPE_NAMES[o.dtype], o.shape[1:]) for n, o in zip(names, outputs, strict=True))
     inputs, out = _at_precision(inputs, precision), _at_precision(out, precision)
     return {"inputs": inputs, "outputs": out, "sample": sample, "options": options}

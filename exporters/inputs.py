@@ -17,7 +17,7 @@ import numpy as np
 from exporters.errors import SpecError
 from exporters.spec import ModelSpec
 from exporters.spec_sections import VARIABLE, TensorSpec
-from exporters.user_code import import_object
+from exporters.user_code import call_sampler, import_object
 from exporters.zoo import ZOO
 from python_backend.dtypes import DTYPES
 
@@ -47,7 +47,7 @@ def _from_function(
     location = getattr(spec, key) or ""
     path = getattr(spec.source, "path", None)
     function = import_object(location, path, f"{spec.name}.{key}")
-    result = function(batch, rng)
+    result = call_sampler(function, location, f"{spec.name}.{key}", batch, rng)
     names = [t.name for t in spec.inputs]
     if isinstance(result, dict):
         missing = sorted(set(names) - set(result))

@@ -90,6 +90,9 @@ def load_encoder(folder: Path) -> SentenceEncoder:
     """The fp32 encoder from local files only (no hub access); eager attention traces cleanly."""
     from transformers import AutoModel  # heavy import, only where a text model is built
 
+    from exporters.sources.huggingface import quiet_transformers
+
+    quiet_transformers()
     bert = AutoModel.from_pretrained(str(folder), local_files_only=True, attn_implementation="eager")
     return SentenceEncoder(bert).eval()
 

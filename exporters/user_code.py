@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import importlib
+import inspect
 import sys
 from pathlib import Path
 from typing import Any
@@ -28,6 +29,33 @@ def import_object(reference: str, path: str | None, field: str) -> Any:
         return getattr(module, name)
     except AttributeError as error:
         raise SpecError(field, f"module {module_name!r} has no {name!r}") from error
+
+
+def call_sampler(function: Any, reference: str, field: str, batch: int, rng: Any) -> Any:
+    """``function(batch, rng)``, as ``sample:`` and ``calibration:`` functions are called; a function
+    that does not take those two arguments, or raises, is a ``SpecError`` naming ``field`` in one line."""
+    try:
+        signature = inspect.signature(function)
+    except (TypeError, ValueError):  # not callable, or a builtin without a signature: the call says
+        signature = None
+    if signature is not None:
+        try:
+            signature.bind(batch, rng)
+        except TypeError as error:
+            name = reference.partition(":")[2]
+            raise SpecError(
+                field,
+                f"{reference}({', '.join(signature.parameters)}) cannot be called as {name}(batch, rng) "
+                f"({error}); define it as "
+                f"def {name}(batch: int, rng: numpy.random.Generator) returning arrays by input name",
+            ) from error
+    try:
+        return function(batch, rng)
+    except Exception as error:  # the user's function may raise anything
+        first = str(error).strip().splitlines()[0] if str(error).strip() else ""
+        raise SpecError(
+            field, f"{reference}(batch={batch}, rng) raised {type(error).__name__}: {first}; fix the function"
+        ) from error
 
 
 def _forget_other_copies(package: str, path: Path) -> None:

@@ -81,9 +81,20 @@ def row(result: StudyResult, mode: str, measurement: Measurement) -> Row:
         client_cores=server.client_cpu_s / seconds if server else 0.0,
         client_bound=rps >= CLIENT_BOUND * ceiling_rps(result, in_flight), ratios={},
         send_lag_p99_ms=send_lag_p99_ms(measurement),
-        outside_server_ms=summary.mean_ms - stats.queue_ms_per_request - stats.compute_ms_per_request
-        if collect == 1 and server else float("nan"),
+        outside_server_ms=outside_server_ms(
+            summary.mean_ms, stats.queue_ms_per_request, stats.compute_ms_per_request
+        ) if collect == 1 and server else float("nan"),
     )  # fmt: skip
+
+
+def outside_server_ms(client_mean_ms: float, queue_ms: float, compute_ms: float) -> float:
+    """The client's mean latency not spent in the server's queue or compute; NaN (shown "–") where
+    the server's share exceeds the client's whole mean. The two have different time bases: the
+    client's mean covers the answers of its measured windows, the server's per-request figures its
+    statistics between two snapshots (and the Python backend counts error responses as successes), so
+    a negative difference says the bases disagree, not that time ran backwards."""
+    outside = client_mean_ms - queue_ms - compute_ms
+    return outside if outside >= 0 else float("nan")
 
 
 def send_lag_p99_ms(measurement: Measurement) -> float:

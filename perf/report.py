@@ -63,7 +63,14 @@ def server_table(rows: list[analysis.Row], raw: FamilyResult) -> str:
          number(analysis.raw_cpu_at(raw.raw, max(r.mean_batch, 1)), 3) if raw.raw else "–"]
         for r in rows
     ]  # fmt: skip
-    return table(header, body)
+    return table(header, body) + OUTSIDE_SERVER_NOTE
+
+
+OUTSIDE_SERVER_NOTE = (
+    "\n_outside server ms: the client's mean latency minus the server's queue and compute per request; "
+    "– where the server's share exceeded the client's mean (their statistics cover different spans) "
+    "or modes collect several requests per call._\n"
+)
 
 
 def article_section(family: FamilyResult) -> str:

@@ -46,14 +46,16 @@ class TensorInfo:
     dims: tuple[int, ...]
     finite: bool = False  # reject NaN / ±Inf (float inputs)
     bounds: tuple[int, int] | None = None  # integer inputs must lie in [lo, hi)
+    max_dims: tuple[int, ...] | None = None  # the largest dims (no batch) a request may have
 
 
 def with_value_guards(inputs: Sequence[TensorInfo], config: dict) -> list[TensorInfo]:
     """``inputs`` with the guards the model config asks for (``ValueError`` names a bad parameter).
 
     ``allow_non_finite_inputs`` ("true"/"false", default false: NaN/±Inf are rejected) and
-    ``input_ranges`` (JSON ``{input: [lo, hi)}``) are ``parameters`` entries written by
-    ``exporters.guards``; configs without them get the default (finite floats, no ranges).
+    ``input_ranges`` (JSON ``{input: [lo, hi)}``) and ``input_max_shapes`` (JSON ``{input: [dims]}``,
+    the bound of each ``-1`` dim) are ``parameters`` entries written by ``exporters.guards``; configs
+    without them get the default (finite floats, no ranges, no bounds beyond the config's dims).
     """
     parameters = config.get("parameters", {})
     allow = parameters.get("allow_non_finite_inputs", {}).get("string_value", "false").strip().lower()
@@ -67,9 +69,28 @@ def with_value_guards(inputs: Sequence[TensorInfo], config: dict) -> list[Tensor
     unknown = sorted(set(ranges) - {info.name for info in inputs})
     if unknown:
         raise ValueError(f"parameter input_ranges names no input of the model: {unknown}")
+    max_dims = _max_shapes(parameters, inputs)
     return [
-        dataclasses.replace(info, finite=allow == "false", bounds=ranges.get(info.name)) for info in inputs
+        dataclasses.replace(
+            info, finite=allow == "false", bounds=ranges.get(info.name), max_dims=max_dims.get(info.name)
+        )
+        for info in inputs
     ]
+
+
+def _max_shapes(parameters: dict, inputs: Sequence[TensorInfo]) -> dict[str, tuple[int, ...]]:
+    """``input_max_shapes`` (JSON ``{input: [dims]}``, written by ``exporters.guards``): each named
+    input's largest dims, one per config dim (``ValueError`` names a bad parameter)."""
+    text = parameters.get("input_max_shapes", {}).get("string_value", "").strip() or "{}"
+    try:
+        found = {name: tuple(int(d) for d in dims) for name, dims in json.loads(text).items()}
+    except (ValueError, TypeError, AttributeError) as error:
+        raise ValueError(f"parameter input_max_shapes must map input names to dims, got {text!r}") from error
+    by_name = {info.name: info for info in inputs}
+    for name, dims in found.items():
+        if name not in by_name or len(dims) != len(by_name[name].dims):
+            raise ValueError(f"parameter input_max_shapes: {name!r} {list(dims)} fits no input of the model")
+    return found
 
 
 def _is_float(array) -> bool:
@@ -114,6 +135,11 @@ def validate(arrays: Arrays, inputs: Sequence[TensorInfo]) -> int:
         ):
             raise InvalidInputError(
                 f"input '{info.name}' has shape {list(array.shape)}, expected [batch, {info.dims}]"
+            )
+        if info.max_dims is not None and any(t > m for t, m in zip(trailing, info.max_dims, strict=True)):
+            raise InvalidInputError(
+                f"input '{info.name}' has shape {list(array.shape)}, beyond its max_shape "
+                f"[batch, {', '.join(map(str, info.max_dims))}]; send at most that"
             )
         _check_values(array, info)
         if rows is None:

@@ -77,7 +77,7 @@ def _start(args: argparse.Namespace) -> int:
     if STATE.exists():
         state = json.loads(STATE.read_text())
         if _alive(state["pid"]) or _supervising(state):
-            print(f"already running: {STATE.read_text()}", file=sys.stderr)
+            print(_already_running(state), file=sys.stderr)
             return 1
         _clear_leftovers(state)  # a server that died without `make stop`: clear what it left behind
     SUPERVISOR_LOG.parent.mkdir(exist_ok=True)
@@ -92,6 +92,16 @@ def _start(args: argparse.Namespace) -> int:
     if not report.get("ready"):
         print(f"error: {report.get('error', 'the supervisor said nothing')}", file=sys.stderr)
         return 1
+    if report.get("failed") and not args.allow_partial:
+        print(report["failed"], file=sys.stderr)
+        _stop(argparse.Namespace(timeout=35.0))
+        print(
+            f"error: {report['failed_count']} model(s) failed to load: {', '.join(report['failed_models'])} "
+            f"(reasons above; the server is stopped). Fix them, or serve the others with "
+            "`make serve ALLOW_PARTIAL=1` (python -m server start --allow-partial)",
+            file=sys.stderr,
+        )
+        return 1
     print(f"tritonserver ready: http {report['http']}  grpc {report['grpc']}  metrics {report['metrics']}")
     if report.get("failed"):
         print(
@@ -100,6 +110,16 @@ def _start(args: argparse.Namespace) -> int:
         print(report["failed"], file=sys.stderr)
     print(f"log: {report['log']}   stop with: make stop   admin key: {KEY}")
     return 0
+
+
+def _already_running(state: dict) -> str:
+    """One line: which server this checkout runs (one per checkout: ``.run/`` holds its state) and how
+    to stop it."""
+    return (
+        f"error: this checkout already runs a server (tritonserver pid {state['pid']}, supervisor pid "
+        f"{state.get('supervisor_pid')}, http {state['http']}, grpc {state['grpc']}, repository "
+        f"{state.get('repository')}); one server per checkout: stop it first with `make stop`"
+    )
 
 
 def _server_argv(args: argparse.Namespace) -> list[str]:
@@ -161,6 +181,7 @@ def _supervise(args: argparse.Namespace) -> int:
             "metrics": server.metrics_url,
             "log": str(server.log_path),
             "failed_count": len(server.failed_models),
+            "failed_models": sorted(server.failed_models),
             "failed": server.describe_failures() if server.failed_models else "",
         }
     )
@@ -399,6 +420,11 @@ def main(argv: list[str] | None = None) -> int:
         start, Path("model_repository"), "127.0.0.1", "bind address (Triton 2.51 has CVEs: keep it local)"
     )
     _add_start_arguments(start)
+    start.add_argument(
+        "--allow-partial",
+        action="store_true",
+        help="keep serving when some models fail to load (default: name them, stop, exit 1)",
+    )
     stop = sub.add_parser("stop", help="SIGTERM the recorded server, SIGKILL after --timeout")
     stop.add_argument("--timeout", type=float, default=35.0)
     sub.add_parser("status", help="is the recorded server up; which models")

@@ -21,7 +21,7 @@ from exporters.file_hash import hash_files
 from exporters.inputs import draw_inputs
 from exporters.onnx_files import module_to_onnx
 from exporters.spec import ModelSpec
-from exporters.spec_sections import VARIABLE
+from exporters.spec_sections import INTEGER_DTYPES, VARIABLE
 from exporters.torch_reference import torch_reference
 
 
@@ -87,6 +87,27 @@ class TorchModuleSource(LoadedSource):
     def reference(self, inputs: list[np.ndarray]) -> list[np.ndarray]:
         return torch_reference(self.module, inputs)
 
+    def check_signature(self) -> None:
+        """As for every source; a module whose ``forward`` fails on the spec's inputs (a wrong dtype:
+        ``mat1 and mat2 must have the same dtype``) is a spec error in one line, not torch's traceback."""
+        inputs = self.inputs(2, seed=0)
+        try:
+            outputs = self.reference(inputs)
+        except Exception as error:  # the user's forward may raise anything
+            raise SpecError(
+                f"{self.spec.name}.{failing_field(self.spec, error, self.module)}",
+                forward_failure(self.spec, inputs, error, self.module),
+            ) from error
+        check_output_shapes(self.spec, outputs, "the model")
+        for index, (array, tensor) in enumerate(zip(outputs, self.spec.outputs, strict=True)):
+            floats = array.dtype.kind == "f"
+            if floats != (tensor.dtype not in INTEGER_DTYPES):
+                raise SpecError(
+                    f"{self.spec.name}.outputs[{index}].dtype",
+                    f"is {tensor.dtype}, the model gives {array.dtype} for {tensor.name!r}; "
+                    f"write dtype: {'fp32' if floats else 'int64'}",
+                )
+
     def fold_identity(self, digest: Any) -> None:
         hash_files(self.files, digest)
         for name, tensor in self.module.state_dict().items():
@@ -101,6 +122,32 @@ class TorchModuleSource(LoadedSource):
             module, example, [t.name for t in self.spec.inputs], [t.name for t in self.spec.outputs],
             variable_axes=variable_axes(self.spec),
         )  # fmt: skip
+
+
+def failing_field(spec: ModelSpec, error: Exception, module: nn.Module) -> str:
+    """``inputs[i].dtype`` when torch complains of a dtype and one input alone is integer in a model
+    whose weights are all floating point; else ``inputs``."""
+    text = str(error).lower()
+    floats = all(p.dtype.is_floating_point for p in module.parameters())
+    integers = [i for i, t in enumerate(spec.inputs) if t.dtype in INTEGER_DTYPES]
+    if ("dtype" in text or "scalar type" in text) and floats and len(integers) == 1:
+        return f"inputs[{integers[0]}].dtype"
+    return "inputs"
+
+
+def forward_failure(spec: ModelSpec, inputs: list[np.ndarray], error: Exception, module: nn.Module) -> str:
+    """Why ``forward`` failed on the spec's inputs, in one line: what was given, what the model holds,
+    torch's own first line, and the fix."""
+    given = ", ".join(
+        f"{t.name}: {t.dtype} {list(a.shape)}" for t, a in zip(spec.inputs, inputs, strict=True)
+    )
+    weights = sorted({str(p.dtype).removeprefix("torch.") for p in module.parameters()})
+    first_line = str(error).strip().splitlines()[0] if str(error).strip() else ""
+    held = f"; its weights are {', '.join(weights)}" if weights else ""
+    return (
+        f"the model's forward fails on the inputs the spec declares ({given}){held}: "
+        f"{type(error).__name__}: {first_line}; give each input the dtype and shape forward takes"
+    )
 
 
 def variable_axes(spec: ModelSpec) -> dict[str, dict[int, str]]:

@@ -56,11 +56,19 @@ class NamedOutputs(nn.Module):
         return tuple(result[name] for name in self.output_names)
 
 
-def load_model(folder: Path) -> nn.Module:
-    from transformers import AutoModel
+def quiet_transformers() -> None:
+    """No progress bar and no weight-loading report (missing or unexpected keys, as a table) on every
+    command that loads a model: transformers prints them by default; errors still show."""
     from transformers.utils import logging as transformers_logging
 
     transformers_logging.disable_progress_bar()
+    transformers_logging.set_verbosity_error()
+
+
+def load_model(folder: Path) -> nn.Module:
+    from transformers import AutoModel
+
+    quiet_transformers()
     # Eager attention: one plain graph that both exporters and onnxruntime handle at every length.
     return AutoModel.from_pretrained(str(folder), local_files_only=True, attn_implementation="eager").eval()
 

@@ -46,6 +46,12 @@ class GraphTensor:
     dims: tuple[int, ...]
     batch_fixed: int | None
     range: tuple[int, int] | None = None
+    rank: int | None = None  # None: the file states no shape
+
+    @property
+    def scalar(self) -> bool:
+        """No axis at all, so no batch axis either."""
+        return self.rank == 0
 
 
 def _dims(value: onnx.ValueInfoProto) -> tuple[int | None, tuple[int, ...]]:
@@ -80,9 +86,39 @@ def graph_tensors(model: onnx.ModelProto, where: str) -> tuple[list[GraphTensor]
                     where, f"tensor {value.name!r} has type {name}; served types: fp32, fp16, int64, int32"
                 )
             batch, dims = _dims(value)
-            tensors.append(GraphTensor(value.name, ONNX_DTYPES[elem], dims, batch, ranges.get(value.name)))
+            shape = value.type.tensor_type
+            rank = len(shape.shape.dim) if shape.HasField("shape") else None
+            tensors.append(
+                GraphTensor(value.name, ONNX_DTYPES[elem], dims, batch, ranges.get(value.name), rank)
+            )
         result.append(tensors)
+    check_batch_axis(result[0], result[1], where)
     return result[0], result[1]
+
+
+def check_batch_axis(inputs: list[GraphTensor], outputs: list[GraphTensor], where: str) -> None:
+    """``SpecError`` in plain words when the graph has no batch axis: a tensor with no axis at all, or
+    one whose first axis has a fixed size. Triton batches (and this project serves) models whose every
+    input and output starts with an axis of any size; without it the spec's shapes would be read one
+    axis off (an output of ``[]``)."""
+    named = [(kind, t) for kind, tensors in (("input", inputs), ("output", outputs)) for t in tensors]
+    for kind, tensor in named:
+        if tensor.scalar or tensor.batch_fixed is not None:
+            shape = "[] (a scalar)" if tensor.scalar else str([tensor.batch_fixed, *tensor.dims])
+            raise SpecError(
+                where,
+                f"the model has no batch axis: {kind} {tensor.name!r} is {shape}, where a batching model's "
+                "tensors start with an axis of any size; re-export it with a dynamic first axis (torch: "
+                f"dynamic_axes={{{tensor.name!r}: {{0: 'batch'}}}}, outputs too). Models without one "
+                "(Triton's max_batch_size: 0) are not served here",
+            )
+    for kind, tensor in named:
+        if tensor.rank == 1:
+            raise SpecError(
+                where,
+                f"{kind} {tensor.name!r} has only the batch axis ([?]); Triton's batching models need an "
+                "axis beyond it: re-export it as [batch, 1]",
+            )
 
 
 def _check_against(
