@@ -12,6 +12,7 @@ Rules:
 * ``sharded``: the dense part's instances and the context on each of the GPUs with the most room,
   then the tables packed whole into what is left (``perf.plan.tables``); the exchange of looked-up
   rows goes over the slowest link between a GPU and the tables' other GPUs;
+* a CPU plan: everything within 80% of this host's memory;
 * nothing fits: ``PlacementError``, saying what was needed and what each GPU had.
 
 Triton routes an ensemble's next step to whichever instance of the next stage model is free, not to
@@ -28,8 +29,8 @@ import itertools
 from dataclasses import dataclass
 
 from perf.model.links import HOST, Link, Transfer
-from perf.model.memory import MIB, context_bytes
-from perf.plan.graph_memory import Table
+from perf.model.memory import HEADROOM, MIB, context_bytes
+from perf.plan.graph_memory import Table, host_memory_bytes
 from perf.plan.strategy import StageCost, Strategy
 from perf.plan.tables import TablePackingError, exchange, pack_tables
 from perf.plan.topology import Topology
@@ -217,6 +218,16 @@ def _place_sharded(
     )
 
 
+def _check_host_memory(memory: int) -> None:
+    """A CPU plan within ``HEADROOM`` of this host's memory (a model bigger than the host is over)."""
+    budget = int(HEADROOM * host_memory_bytes())
+    if memory > budget:
+        raise PlacementError(
+            f"over memory: the CPU needs {memory / MIB:.0f} MiB, "
+            f"this host has {budget / MIB:.0f} MiB within 80%"
+        )
+
+
 def _place_on_cpu(
     strategy: Strategy, costs: tuple[StageCost, ...], stage_models: tuple[str, ...]
 ) -> Placement:
@@ -224,10 +235,12 @@ def _place_on_cpu(
     if strategy.kind == "data":
         assignment = Assignment(costs[0].name, 0, 0, (), strategy.instances[0])
         memory = strategy.instances[0] * costs[0].memory_bytes
+        _check_host_memory(memory)
         return Placement((assignment,), {CPU_DEVICE: memory}, ((),), "one model on the CPU")
     assignments = tuple(
         Assignment(stage_models[k], 0, k, (), strategy.instances[k]) for k in range(strategy.stages)
     )
     memory = sum(n * c.memory_bytes for n, c in zip(strategy.instances, costs, strict=True))
+    _check_host_memory(memory)
     links = ((HOST,) * (strategy.stages - 1),)
     return Placement(assignments, {CPU_DEVICE: memory}, links, "one ensemble on the CPU")

@@ -6,16 +6,23 @@ naming a pipeline."""
 from __future__ import annotations
 
 import dataclasses
+import io
+import json
 import resource
 from pathlib import Path
 
 import pytest
+from rich.console import Console
 
 from exporters.resolve import load_spec
 from exporters.sources.load import build_torch_model
+from perf.cli import parser
 from perf.errors import OptionError
 from perf.model.links import GENERIC_NVLINK_GBS, PCIE_GBS, link_for
 from perf.model.memory import GENERIC_CONTEXT_MIB, MIB, context_bytes
+from perf.plan import graph_memory as graph
+from perf.plan import placement as placement_module
+from perf.plan.cli import command_plan
 from perf.plan.graph_memory import (
     FLOAT_BYTES,
     Table,
@@ -24,11 +31,11 @@ from perf.plan.graph_memory import (
     too_big_to_build,
 )
 from perf.plan.placement import PlacementError, place
-from perf.plan.planner import PlanRequest, plan
+from perf.plan.planner import PlanRequest, Predictor, plan
 from perf.plan.profile import plan_target, variants
 from perf.plan.strategy import ModelProfile, Space, StageCost, Strategy, strategies
 from perf.plan.tables import TablePackingError, exchange, pack_tables
-from perf.plan.topology import topology_folder
+from perf.plan.topology import cpu_topology, topology_folder
 
 ROOT = Path(__file__).resolve().parents[2]
 SPEC = load_spec(ROOT / "models.yaml")
@@ -134,7 +141,6 @@ def test_the_exchange_slows_the_prediction() -> None:
     topology = topology_folder("l4x4-pcie")
     profile = _table_profile(40)
     strategy = Strategy("sharded", "fp16", (1,), 4, 0, 64)
-    from perf.plan.planner import Predictor
 
     placement = place(strategy, profile.costs(strategy), topology, ("", ()), profile.tables)
     with_links = Predictor(strategy, profile, placement, PlanRequest(50.0))
@@ -192,3 +198,65 @@ def test_sharded_strategies_appear_only_with_tables_and_several_gpus() -> None:
     assert not any(s.kind == "sharded" for s in strategies(profile, 1, NARROW))
     no_tables = dataclasses.replace(profile, tables=())
     assert not any(s.kind == "sharded" for s in strategies(no_tables, 4, NARROW))
+
+
+HOST_24_GIB = 24 * 1024 * MIB
+
+
+@pytest.fixture
+def small_host(monkeypatch: pytest.MonkeyPatch) -> None:
+    """This host as the project's 24 GiB machine, whatever runs the test."""
+    monkeypatch.setattr(graph, "host_memory_bytes", lambda: HOST_24_GIB)
+    monkeypatch.setattr(placement_module, "host_memory_bytes", lambda: HOST_24_GIB)
+
+
+def test_a_cpu_plan_bigger_than_the_host_is_over_memory(small_host: None) -> None:
+    with pytest.raises(PlacementError, match="over memory: the CPU needs"):
+        plan(_table_profile(60), cpu_topology(), PlanRequest(50.0, space=NARROW))  # fp16: 30 GB
+    fits = plan(_table_profile(30), cpu_topology(), PlanRequest(50.0, space=NARROW))  # fp16: 15 GB
+    assert fits.chosen.strategy.precision == "fp16"
+
+
+def _run_plan(tmp_path: Path, *options: str) -> tuple[int, str]:
+    folders = ["--reports", str(tmp_path / "reports"), "--workdir", str(tmp_path / "work")]
+    small = ["--no-split", "--instances", "1", "--delays-us", "0", "--predict-s", "1"]
+    argv = ["plan", "--spec", str(BIG_SPEC), "--model", "recommender_40gb", "--p99-ms", "50"]
+    argv += [*small, *folders, *options]
+    out = io.StringIO()
+    code = command_plan(parser().parse_args(argv), Console(file=out, width=300))
+    return code, out.getvalue()
+
+
+def test_make_plan_places_the_40_gb_recommender_over_the_l4s_without_building_it(
+    tmp_path: Path, small_host: None
+) -> None:
+    code, printed = _run_plan(tmp_path, "--topology", "l4x4-pcie")
+    assert code == 0, printed
+    (folder,) = (tmp_path / "reports").glob("*-plan")
+    saved = json.loads((folder / "plan.json").read_text())
+    assert saved["chosen"]["kind"] == "sharded"
+    placed = [a["model"] for a in saved["placement"] if a["stage"] == 1]
+    assert sorted(name for entry in placed for name in entry.removeprefix("tables ").split(", ")) == sorted(
+        f"embed.tables.{k}" for k in range(8)
+    )
+    totals = {g["index"]: g["memory_mib"] for g in saved["topology"]["gpus"]}
+    for device, mib in saved["chosen"]["memory_mib"].items():
+        assert mib <= 0.80 * totals[int(device.removeprefix("GPU"))]
+    assert "too big to build here" in saved["compute_source"]
+    assert "counted from the graph" in saved["memory_source"]
+    assert not (folder / "spec.planned.yaml").exists()  # the spec cannot serve tables apart yet
+    # the proxy was built, the 40 GB model never: its largest export is a few MiB
+    exported = [p.stat().st_size for p in (tmp_path / "work").rglob("*.onnx")]
+    assert exported and max(exported) < 64 * MIB
+
+
+def test_make_plan_on_this_cpu_skips_the_server_runs_of_a_model_too_big_to_build(
+    tmp_path: Path, small_host: None
+) -> None:
+    code, printed = _run_plan(tmp_path, "--verify", "1")
+    assert "no probe or verification on the server" in printed and "too big to build here" in printed
+    assert code == 0, printed
+    (folder,) = (tmp_path / "reports").glob("*-plan")
+    saved = json.loads((folder / "plan.json").read_text())
+    assert saved["verification"] == []
+    assert saved["chosen"]["precision"] == "fp16"  # fp32's 40 GB is over 80% of the host; fp16's 20 GB is not
