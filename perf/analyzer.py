@@ -46,6 +46,7 @@ from perf.engine import Edge, EngineFigures, EngineRun, Job, MeasureSettings
 from perf.errors import OptionError, StudyError
 from perf.loads import Load, arrival_times
 from perf.records import Record
+from perf.shapes import ShapePlan
 from perf.target import Target
 
 log = logging.getLogger(__name__)
@@ -64,6 +65,7 @@ CLOSED_LOOP_TRIALS = 10  # perf_analyzer's own default --max-trials, the least a
 UNSTABLE = "Failed to obtain stable measurement"  # its words when its windows never agree
 INPUT_ROWS = 16  # rows of the input pool written to --input-data (a cycling target: all, up to the cap)
 INPUT_ROWS_MAX = 4096
+SHAPED_REQUESTS = 256  # requests of a variable-length target written to --input-data, each at its length
 
 
 def glibc_version() -> str:
@@ -120,6 +122,18 @@ def write_input_data(inputs: dict[str, np.ndarray], path: Path, rows: int = INPU
     return path
 
 
+def write_shaped_input_data(plan: ShapePlan, path: Path, requests: int = SHAPED_REQUESTS) -> Path:
+    """``--input-data`` for a model with a variable axis: one entry per request of ``plan`` in turn,
+    each at the length it is sent at (perf_analyzer sends the entries round-robin), so its runs carry
+    the traffic's lengths as ours do (``perf.shapes``)."""
+    data = [
+        {name: _tensor_data(pool[0]) for name, pool in plan.pools[sent].items()}
+        for _, sent in plan.requests[:requests]
+    ]
+    path.write_text(json.dumps({"data": data}))
+    return path
+
+
 def window_options(settings: MeasureSettings, longer: float = 1.0, closed: bool = False) -> tuple[str, ...]:
     """``settings`` as perf_analyzer's options (windows ``longer`` times as long). A closed loop gets at
     least perf_analyzer's own default of ``CLOSED_LOOP_TRIALS`` windows: without agreement it writes
@@ -151,7 +165,10 @@ def command(
     if target.collect != 1:
         raise OptionError(f"perf_analyzer sends single samples, not collect={target.collect}")
     rows = min(INPUT_ROWS_MAX, next(iter(target.inputs.values())).shape[0]) if target.cycle else INPUT_ROWS
-    data = write_input_data(target.inputs, folder / "inputs.json", rows)
+    if target.shapes is not None:
+        data = write_shaped_input_data(target.shapes, folder / "inputs.json")
+    else:
+        data = write_input_data(target.inputs, folder / "inputs.json", rows)
     line = [
         str(binary),
         "-m",

@@ -209,16 +209,25 @@ class TuneSession:
             1 for s in server_stubs(self.server.pid) if s.alive and s.model == name and s.instance != name
         )
 
-    def measure(self, load: Load, label: str, settings: MeasureSettings | None = None) -> Measurement:
-        """``load`` on the configuration loaded now, through the session's noise policy."""
-        return self.noise.measure(lambda: self._measure_once(load, label, settings or self.settings))
+    def measure(
+        self,
+        load: Load,
+        label: str,
+        settings: MeasureSettings | None = None,
+        engine: LoadEngine | None = None,
+    ) -> Measurement:
+        """``load`` on the configuration loaded now, through the session's noise policy, with the
+        session's engine or ``engine`` (ours where every request's length must be in the records)."""
+        return self.noise.measure(lambda: self._measure_once(load, label, settings or self.settings, engine))
 
-    def _measure_once(self, load: Load, label: str, settings: MeasureSettings) -> Measurement:
+    def _measure_once(
+        self, load: Load, label: str, settings: MeasureSettings, engine: LoadEngine | None = None
+    ) -> Measurement:
         sized = self.sized(settings)
         if sized is not settings:
             log.info("%s: windows of %.1f s (%d batches of %.0f ms)", label, sized.window_s, WINDOW_BATCHES,
                      1e3 * self.largest_batch_s)  # fmt: skip
-        run = measure(self.target, load, sized, self.endpoints, label, engine=self.engine)
+        run = measure(self.target, load, sized, self.endpoints, label, engine=engine or self.engine)
         self.runs.append(run)
         return run
 

@@ -8,7 +8,8 @@ again at the price of computing the padding. Here, on the pick's configuration a
 one run at a single length beside them for comparison. The choice: the candidate that meets the budget
 with the lowest p99 (at an equal offered rate, the served rates are equal), else the one that served
 the most. Each run's formed batches per length and each bucketed run's padding cost (raw compute at the
-padded over the true lengths) go into the section.
+padded over the true lengths) go into the section. These runs use our client whatever the tuner's
+engine: its records carry each request's length.
 """
 
 from __future__ import annotations
@@ -17,6 +18,7 @@ import logging
 from collections.abc import Callable
 from dataclasses import dataclass
 
+from perf.engine import OurEngine
 from perf.loads import Load
 from perf.markdown import number, ratio, table
 from perf.measure import Measurement
@@ -73,11 +75,12 @@ def bucket_runs(session: TuneSession, load: Load, step: Callable[[str], None]) -
         session.use_buckets(None, vary_shapes=False)
         length = length_of(session.base, list(session.target.inputs.values()))
         step(f"shapes: every request at one length ({length})")
-        runs.append(BucketRun(f"one length ({length})", None, session.measure(load, "one length"), None))
+        measured = session.measure(load, "one length", engine=OurEngine())
+        runs.append(BucketRun(f"one length ({length})", None, measured, None))
         for name, buckets in ways.items():
             step(f"shapes: {name}")
             session.use_buckets(buckets)
-            measured = session.measure(load, f"shapes: {name}")
+            measured = session.measure(load, f"shapes: {name}", engine=OurEngine())
             cost = padding_cost(mix, buckets, bound, timer) if buckets else None
             runs.append(BucketRun(name, buckets, measured, cost))
     finally:
@@ -121,7 +124,8 @@ def shapes_section(
         f"Request lengths: {shape_mix(session.base, session.seed).describe()}. The tuning above measured "
         "them as they come (Triton batches only equal shapes); here the same arrivals are sent at one "
         "length, at each length, and padded to bucket candidates. Choice: the lowest p99 that meets the "
-        f"budget, else the most served: **{chosen.name}**: {advice}.",
+        f"budget, else the most served: **{chosen.name}**: {advice}. Measured with our client (its records "
+        "carry each request's length).",
         "",
         table(header, rows),
         "",

@@ -181,3 +181,15 @@ def test_the_tuner_chooses_the_buckets_that_meet_the_budget_with_the_lowest_p99(
     # nothing meets the budget: the one that served the most, still never the one-length run
     slow = [one, BucketRun("exact lengths", (), Measured(300, 90.0, False), None), four]
     assert choose(slow, budget_ms=10.0) is four
+
+
+def test_perf_analyzer_input_data_carries_each_request_length(tmp_path: Path) -> None:
+    import json
+
+    from perf.analyzer import write_shaped_input_data
+
+    plan = shape_plan(model(shapes={"lengths": [20, 150]}), rows=2, seed=3, buckets=(64, 200))
+    written = write_shaped_input_data(plan, tmp_path / "inputs.json", requests=50)
+    data = json.loads(written.read_text())["data"]
+    assert [entry["frames"]["shape"] for entry in data] == [[sent, 16] for _, sent in plan.requests[:50]]
+    assert {entry["frames"]["shape"][0] for entry in data} == {64, 200}  # padded to the buckets
