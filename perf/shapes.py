@@ -169,7 +169,7 @@ class ShapePlan:
     @property
     def typical_pool(self) -> dict[str, np.ndarray]:
         """The pool at the median length sent: the one shape for consumers that send one (window
-        sizing, perf_analyzer, the raw reference), neither the shortest nor the longest."""
+        sizing, the raw reference), neither the shortest nor the longest."""
         sent = sorted(s for _, s in self.requests)
         return self.pools[sent[len(sent) // 2]]
 

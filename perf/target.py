@@ -9,7 +9,7 @@ once, so nothing grows during a run.
 A model with a variable axis is sent at the lengths its traffic takes (``perf.shapes``): the target
 carries a ``ShapePlan`` (a pool per length sent, and each request's length in turn), and every record
 says its request's true and sent length. ``inputs`` is then the pool at the median length sent, for
-consumers that send one shape (window sizing, perf_analyzer, the raw reference).
+consumers that send one shape (window sizing, the raw reference).
 """
 
 from __future__ import annotations
