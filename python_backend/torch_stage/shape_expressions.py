@@ -15,7 +15,7 @@ Grammar (spaces between tokens are ignored)::
     call       := "Integer(" int ")" | "Rational(" int "," int ")" | symbol | function
     symbol     := "Symbol(" name ("," assumption "=" ("True" | "False"))* ")"
     function   := FUNCTION "(" expression ("," expression)* ")"      (arity fixed per FUNCTION)
-    int        := "-"? digits (at most 19)        name := "'" [a-z]{1,3} digits "'"
+    int        := "-"? digits (at most 39)        name := "'" [a-z]{1,3} digits "'"
 
 Standard library, sympy and torch only: copied beside each stage's model.py.
 """
@@ -56,7 +56,7 @@ ASSUMPTIONS = frozenset(("integer", "positive", "nonnegative", "negative", "nonp
                          "finite", "zero", "nonzero", "rational", "even", "odd", "commutative"))  # fmt: skip
 CONSTANTS = {"true": sympy.true, "false": sympy.false}
 TOKEN = re.compile(
-    r" *(?:(?P<name>[A-Za-z]\w*)|(?P<int>-?\d{1,19})|'(?P<symbol>[a-z]{1,3}\d{1,9})'|(?P<punct>[(),=]))",
+    r" *(?:(?P<name>[A-Za-z]\w*)|(?P<int>-?\d{1,39})|'(?P<symbol>[a-z]{1,3}\d{1,9})'|(?P<punct>[(),=]))",
     re.ASCII,
 )
 # Numbers stay small enough to compute at once: a power's exponent, and any number a function returns.
@@ -118,11 +118,11 @@ class _Parser:
             return CONSTANTS[name]
         self.take("punct", "(")
         if name == "Integer":
-            value = sympy.Integer(int(self.take("int")))
+            value = sympy.Integer(self.integer())
         elif name == "Rational":
-            numerator = int(self.take("int"))
+            numerator = self.integer()
             self.take("punct", ",")
-            denominator = int(self.take("int"))
+            denominator = self.integer()
             if denominator == 0:
                 raise ShapeExpressionError("Rational with a zero denominator")
             value = sympy.Rational(numerator, denominator)
@@ -133,6 +133,12 @@ class _Parser:
         else:
             raise ShapeExpressionError(f"{name!r} is not a shape function torch writes")
         self.take("punct", ")")
+        return value
+
+    def integer(self) -> int:
+        value = int(self.take("int"))
+        if abs(value) > MAX_NUMBER:
+            raise ShapeExpressionError("an integer beyond 2**128")
         return value
 
     def symbol(self) -> sympy.Symbol:
@@ -164,7 +170,7 @@ class _Parser:
             raise ShapeExpressionError(f"{name} with an exponent beyond {MAX_EXPONENT}")
         try:
             value = FUNCTIONS[name](*arguments)
-        except (TypeError, ValueError, ArithmeticError, AttributeError) as error:
+        except Exception as error:  # sympy's and torch's classes raise many kinds (AssertionError too)
             raise ShapeExpressionError(f"{name} refused its arguments ({error})") from error
         if value.is_Number and value.is_finite and abs(value) > MAX_NUMBER:
             raise ShapeExpressionError(f"{name} makes a number beyond 2**128")

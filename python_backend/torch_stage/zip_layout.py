@@ -97,6 +97,9 @@ def _zip64_sizes(extra: bytes, size: int, compressed: int, offset: int) -> tuple
         body = extra[position + 4 : position + 4 + length]
         if kind == 1:
             values = list(struct.unpack_from(f"<{len(body) // 8}Q", body))
+            wanted = [size, compressed, offset].count(0xFFFFFFFF)
+            if len(values) < wanted:
+                raise ZipLayoutError("a zip64 extra field lacks the sizes its entry defers to it")
             if size == 0xFFFFFFFF:
                 size = values.pop(0)
             if compressed == 0xFFFFFFFF:
@@ -107,6 +110,13 @@ def _zip64_sizes(extra: bytes, size: int, compressed: int, offset: int) -> tuple
     if position != len(extra):
         raise ZipLayoutError("an extra field runs past its length")
     return size, compressed, offset
+
+
+def _name(raw: bytes, flags: int) -> str:
+    try:
+        return raw.decode("utf-8" if flags & UTF8_FLAG else "cp437")
+    except UnicodeDecodeError as error:
+        raise ZipLayoutError(f"entry name {raw[:80]!r} is not valid UTF-8") from error
 
 
 def _central_directory(data: bytes, total: int, cd_offset: int, cd_end: int) -> list[Entry]:
@@ -121,7 +131,7 @@ def _central_directory(data: bytes, total: int, cd_offset: int, cd_end: int) -> 
         size, compressed, offset = _zip64_sizes(extra, size, compressed, offset)
         if signature != b"PK\x01\x02" or method != 0 or compressed != size or comment_length or disk:
             raise ZipLayoutError(f"central directory entry {raw_name[:80]!r} is not a plain stored entry")
-        name = raw_name.decode("utf-8" if flags & UTF8_FLAG else "cp437")
+        name = _name(raw_name, flags)
         if name in seen:
             raise ZipLayoutError(f"entry {name!r} is listed twice")
         seen.add(name)
@@ -148,7 +158,7 @@ def _walk_local_headers(data: bytes, entries: list[Entry], cd_offset: int) -> di
         extra = data[name_at + name_length : name_at + name_length + extra_length]
         if signature != b"PK\x03\x04" or method != 0 or flags != entry.flags:
             raise ZipLayoutError(f"the local header of {entry.name!r} disagrees with the central directory")
-        if raw_name.decode("utf-8" if flags & UTF8_FLAG else "cp437") != entry.name:
+        if _name(raw_name, flags) != entry.name:
             raise ZipLayoutError(
                 f"the local header at byte {position} names {raw_name[:80]!r}, not {entry.name!r}"
             )
@@ -184,7 +194,7 @@ def _zipfile_listing(data: bytes) -> list[tuple[str, int, int]]:
     try:
         with zipfile.ZipFile(io.BytesIO(data)) as archive:
             return [(i.filename, i.header_offset, i.file_size) for i in archive.infolist()]
-    except (zipfile.BadZipFile, ValueError, OSError) as error:
+    except Exception as error:  # zipfile raises many kinds on a malformed archive
         raise ZipLayoutError(f"Python's zip reader refuses it ({error})") from error
 
 
