@@ -2,11 +2,14 @@
 torch 2.13's loader unpickles with ``weights_only=False``, holding an object whose ``__reduce__`` runs
 ``touch <marker>``. If anything loads such an archive, the marker file appears.
 
-The three ways in through pickle (issue 28 item 4): the legacy ``data/weights/<model>.pt`` and
+The three ways in through pickle: the legacy ``data/weights/<model>.pt`` and
 ``data/constants/<model>.pt`` entries (preferred over the payload configs when present), and a pre-2.8
 archive's ``serialized_state_dict.pt`` beside a dummy weights config (the old deny-list wanted one).
-Two more need no pickle at all: a shape expression in ``models/model.json`` (the loader evaluates it
-with ``sympy.sympify``) and a guard in its ``guards_code`` (``module()`` executes those by default).
+A fourth shows the legacy entry to torch's zip reader only (``crafted_archives``: two central
+directories). Three more need no pickle at all: a shape expression in ``models/model.json`` (the loader
+evaluates it with ``sympy.sympify``), one that is a plain sympy constructor call whose string argument
+sympy evaluates in turn (``Tuple("__import__('os')...")``), and a guard in its ``guards_code``
+(``module()`` executes those by default).
 """
 
 from __future__ import annotations
@@ -22,7 +25,8 @@ from pathlib import Path
 import torch
 from torch import nn
 
-VARIANTS = ("legacy_weights", "legacy_constants", "pre_2_8_state_dict", "sympy_expression")
+VARIANTS = ("legacy_weights", "legacy_constants", "pre_2_8_state_dict", "sympy_expression",
+            "sympy_string_argument", "two_central_directories")  # fmt: skip
 
 
 class RunsCode:
@@ -71,6 +75,14 @@ def _code(marker: Path) -> str:
     return f"__import__('os').system('touch {marker}')"
 
 
+def with_expression(base: Path, target: Path, expression: str) -> Path:
+    """``base`` with its first shape expression (an ``expr_str``) replaced by ``expression``."""
+    pattern = re.compile(r'"expr_str": "(?:[^"\\]|\\.)*"')
+    replacement = json.dumps({"expr_str": expression})[1:-1]
+    _with_program(base, target, lambda text: pattern.sub(lambda _: replacement, text, 1))
+    return target
+
+
 def with_guard_code(base: Path, target: Path, marker: Path) -> Path:
     """``base`` with a guard that runs code: executed by ``ExportedProgram.module()`` (check_guards)."""
 
@@ -103,10 +115,13 @@ def craft(variant: str, base: Path, target: Path, marker: Path) -> Path:
     elif variant == "legacy_constants":
         _with_entry(base, target, "data/constants/model.pt", code_pickle(marker))
     elif variant == "sympy_expression":
-        expression = re.compile(r'"expr_str": "[^"]*"')
-        _with_program(
-            base, target, lambda text: expression.sub(json.dumps({"expr_str": _code(marker)})[1:-1], text, 1)
-        )
+        with_expression(base, target, _code(marker))
+    elif variant == "sympy_string_argument":  # a sympy class the old check allowed; it sympifies its argument
+        with_expression(base, target, f"Tuple({_code(marker)!r})")
+    elif variant == "two_central_directories":
+        from crafted_archives import hostile_archive  # it builds on this module's pickle
+
+        target.write_bytes(hostile_archive(variant, base, marker))
     else:
         _pre_2_8(target, marker)
     return target
