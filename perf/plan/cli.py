@@ -94,7 +94,7 @@ def command_plan(args: argparse.Namespace, console) -> int:
     started = time.perf_counter()
     folder = report_folder(args.reports, "plan", "plan.log")
     spec = load_spec(args.spec)
-    model, pipeline = plan_target(spec, args.model)  # a model or a pipeline; a clear error before building
+    spec, model = plan_target(spec, args.model)  # a model or a pipeline; a clear error before building
     too_big = too_big_to_build(spec.model(model))
     topology, here = _topology(args)
     space = Space(
@@ -125,7 +125,7 @@ def command_plan(args: argparse.Namespace, console) -> int:
     providers = ("CUDAExecutionProvider",) if live_gpu else ("CPUExecutionProvider",)
     device = "this host's GPU (CUDA provider)" if live_gpu else "this host's CPU"
     profile = measure_profile(
-        spec, model, args.workdir / "repository", not args.no_split, probed, providers, device, pipeline
+        spec, model, args.workdir / "repository", not args.no_split, probed, providers, device
     )
     chosen = plan(profile, topology, request, lambda text: console.print(f"  {text}"))
     verification = []

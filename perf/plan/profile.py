@@ -112,29 +112,30 @@ def whole_variants(spec: Spec, base: ModelSpec) -> dict[str, ModelSpec]:
     return whole
 
 
-def plan_target(spec: Spec, name: str) -> tuple[str, str | None]:
+def plan_target(spec: Spec, name: str) -> tuple[Spec, str]:
     """``MODEL=`` as the planner takes it: a model of the spec (its first pipeline is the split), or
-    a pipeline (its model, split as that pipeline says). Anything else: an error naming both lists."""
+    a pipeline (its model, split as that pipeline says: the spec comes back with that pipeline first,
+    where the profile, the verification and the overlay take the split from). Anything else: an
+    error naming both lists."""
     if any(m.name == name for m in spec.models):
-        return name, None
+        return spec, name
     for pipeline in spec.pipelines:
         if pipeline.name == name:
-            return pipeline.model, pipeline.name
+            others = tuple(p for p in spec.pipelines if p is not pipeline)
+            return dataclasses.replace(spec, pipelines=(pipeline, *others)), pipeline.model
     raise OptionError(
         f"no model or pipeline named {name!r} (models: {[m.name for m in spec.models]}; "
         f"pipelines: {[p.name for p in spec.pipelines]})"
     )
 
 
-def variants(spec: Spec, model: str, split: bool = True, pipeline: str | None = None) -> Variants:
+def variants(spec: Spec, model: str, split: bool = True) -> Variants:
     """The whole model in every precision it can be planned in (``whole_variants``), and the spec's
-    pipeline splitting it (``pipeline``, else its first; each boundary dtype, no live updates: a plan
-    may give the first stage several instances)."""
+    first pipeline splitting it (each boundary dtype, no live updates: a plan may give the first stage
+    several instances; ``plan_target`` puts a pipeline named by ``MODEL=`` first)."""
     base = spec.model(model)
     whole = whole_variants(spec, base)
     pipelines = [p for p in spec.pipelines if p.model == model] if split else []
-    if pipeline is not None:
-        pipelines = [p for p in pipelines if p.name == pipeline]
     if not pipelines:
         return Variants(whole, {})
     first = dataclasses.replace(pipelines[0], live_updates=False, replicas=())
@@ -224,13 +225,12 @@ def buildable(spec: Spec, model: str, memory: GraphMemory | None) -> tuple[Spec,
 def measure_profile(
     spec: Spec, model: str, repository: Path, split: bool = True, probe: ProbeResult | None = None,
     providers: tuple[str, ...] = ("CPUExecutionProvider",), device: str = "this host's CPU",
-    pipeline: str | None = None,
 ) -> ModelProfile:  # fmt: skip
     """Build the variants into ``repository`` and measure them (see the module docstring). With
     ``probe`` (the fp32 whole model probed on the real server) the costs beyond compute come with it."""
     memory = counted_memory(spec.model(model))
     spec, proxy_reason = buildable(spec, model, memory)
-    chosen = variants(spec, model, split, pipeline)
+    chosen = variants(spec, model, split)
     built = {
         m.spec.precision: m
         for m in build_repository(Spec(models=tuple(chosen.whole.values())), repository, 0)

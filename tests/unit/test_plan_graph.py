@@ -181,9 +181,12 @@ def test_a_topology_of_rtx_a6000s_plans_and_says_its_figures_are_generic() -> No
 
 
 def test_model_accepts_a_pipeline_name() -> None:
-    assert plan_target(SPEC, "recommender") == ("recommender", None)
-    assert plan_target(SPEC, "recommender_pipeline") == ("recommender", "recommender_pipeline")
-    chosen = variants(SPEC, "image_classifier", pipeline="image_classifier_pipeline_fp16")
+    assert plan_target(SPEC, "recommender") == (SPEC, "recommender")
+    assert plan_target(SPEC, "recommender_pipeline")[1] == "recommender"
+    spec, model = plan_target(SPEC, "image_classifier_pipeline_fp16")  # the model's second pipeline
+    assert model == "image_classifier"
+    assert next(p.name for p in spec.pipelines if p.model == model) == "image_classifier_pipeline_fp16"
+    chosen = variants(spec, model)
     assert {p.name for p in chosen.split.values()} == {
         "image_classifier_pipeline_fp16_fp32",
         "image_classifier_pipeline_fp16_fp16",
