@@ -35,15 +35,24 @@ from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import Any
 
 import grpc
-from google.protobuf.message import DecodeError
+from google.protobuf import json_format
+from google.protobuf.message import DecodeError, Message
 from tritonclient.grpc import service_pb2
 
 from server import shm_ownership
 from server.admin import GRPC_ADMIN_HEADER, GRPC_FRONT_HEADER
 from server.front_process import MIB, admin_key, front_parser, region_rules, run_front
+from server.model_shapes import ModelShapesCache
 from server.peer import peer_uid
 from server.refusal import RequestRefusedError
-from server.tensor_limits import check_declared_size, check_model_name, check_shape, element_bytes
+from server.tensor_limits import (
+    ModelShapes,
+    check_declared_size,
+    check_fits_model,
+    check_model_name,
+    check_shape,
+    element_bytes,
+)
 from server.upstream_state import UpstreamState
 
 log = logging.getLogger(__name__)
@@ -65,6 +74,10 @@ CHANNEL_OPTIONS = [
     ("grpc.min_reconnect_backoff_ms", 100),
     ("grpc.max_reconnect_backoff_ms", 1000),
 ]
+# A connection must finish its HTTP/2 preface and SETTINGS within this (grpc core's default: 120 s),
+# or it is closed: 300 half-open connections were held (fault matrix row 41).
+HANDSHAKE_TIMEOUT_MS = 10_000
+MAX_IDLE_MS = 300_000  # a connection with no call for 5 minutes is closed (GOAWAY: clients reconnect)
 
 
 def _parameter(parameters: Any, key: str) -> Any:
@@ -91,9 +104,12 @@ def _region_use(parameters: Any, where: str) -> shm_ownership.RegionUse | None:
     return shm_ownership.RegionUse(region, offset or 0, size)
 
 
-def check_infer_request(request: service_pb2.ModelInferRequest) -> list[shm_ownership.RegionUse]:
-    """``RequestRefusedError`` unless every input carries what its shape declares; returns the
-    shared-memory ranges the request names (checked against their owner by the caller)."""
+def check_infer_request(
+    request: service_pb2.ModelInferRequest, model: ModelShapes | None = None
+) -> list[shm_ownership.RegionUse]:
+    """``RequestRefusedError`` unless every input carries what its shape declares and fits what
+    ``model`` (the config of the model it names, when known) allows; returns the shared-memory ranges
+    the request names (checked against their owner by the caller)."""
     check_model_name(request.model_name)
     uses: list[shm_ownership.RegionUse] = []
     raw_index = 0  # Triton hands raw contents, in order, to the inputs without shm or typed contents
@@ -117,6 +133,7 @@ def check_infer_request(request: service_pb2.ModelInferRequest) -> list[shm_owne
             carried = len(raw[raw_index]) if raw_index < len(raw) else 0
             raw_index += 1
             check_declared_size(tensor.name, shape, element_bytes(tensor.datatype), carried, "its raw data")
+        check_fits_model(tensor.name, shape, element_bytes(tensor.datatype), model)
     for output in request.outputs:
         region = _region_use(output.parameters, f"output {output.name!r}")
         if region is not None:
@@ -133,6 +150,12 @@ class GrpcGuard(grpc.GenericRpcHandler):
         self.local = (host.strip("[]"), int(port))
         self.state = UpstreamState(f"tritonserver's gRPC at {upstream}", log, "UNAVAILABLE")
         self.channel = grpc.aio.insecure_channel(upstream, options=CHANNEL_OPTIONS)
+        self.config_call = self.channel.unary_unary(
+            PREFIX + "ModelConfig",
+            request_serializer=service_pb2.ModelConfigRequest.SerializeToString,
+            response_deserializer=service_pb2.ModelConfigResponse.FromString,
+        )
+        self.shapes = ModelShapesCache(self._model_config)
         self.handlers = {
             method.name: self._handler(method.name, method.client_streaming) for method in SERVICE.methods
         }
@@ -148,6 +171,14 @@ class GrpcGuard(grpc.GenericRpcHandler):
     def service(self, handler_call_details: grpc.HandlerCallDetails) -> grpc.RpcMethodHandler | None:
         method = handler_call_details.method
         return self.handlers.get(method[len(PREFIX) :]) if method.startswith(PREFIX) else None
+
+    async def _model_config(self, model: str, version: str) -> dict | None:
+        """The config Triton serves for ``model``, as a dict, or None when it has none."""
+        try:
+            answer = await self.config_call(service_pb2.ModelConfigRequest(name=model, version=version))
+        except grpc.aio.AioRpcError:
+            return None
+        return json_format.MessageToDict(answer.config, preserving_proto_field_name=True)
 
     def _client(self, context: grpc.aio.ServicerContext) -> shm_ownership.Client:
         peer = context.peer()  # "ipv4:127.0.0.1:54321" or "ipv6:[::1]:54321"
@@ -166,16 +197,19 @@ class GrpcGuard(grpc.GenericRpcHandler):
         ]
         return [*kept, (GRPC_FRONT_HEADER, self.key)] if self.key else kept
 
-    def _check(self, name: str, raw: bytes, context: grpc.aio.ServicerContext) -> None:
+    async def _check(self, name: str, raw: bytes, context: grpc.aio.ServicerContext) -> Message | None:
+        """``RequestRefusedError`` unless the call's message passes the checks; returns it parsed."""
         kind = REQUEST_TYPES.get(name)
         if kind is None:
-            return
+            return None
         try:
             request = kind.FromString(raw)
         except DecodeError as error:
             raise RequestRefusedError(f"{name}: not a valid {kind.__name__} message: {error}") from error
         if name in ("ModelInfer", "ModelStreamInfer"):
-            uses = check_infer_request(request)
+            check_model_name(request.model_name)
+            model = await self.shapes.get(request.model_name, request.model_version)
+            uses = check_infer_request(request, model)
             if uses:
                 shm_ownership.check_uses(self.rules, self._client(context), uses)
         elif name == "SystemSharedMemoryRegister":
@@ -195,6 +229,7 @@ class GrpcGuard(grpc.GenericRpcHandler):
             for field in NAME_FIELDS:
                 if field in kind.DESCRIPTOR.fields_by_name:
                     check_model_name(getattr(request, field))
+        return request
 
     async def _upstream_error(self, error: grpc.aio.AioRpcError, context: grpc.aio.ServicerContext) -> None:
         """Answer the client with Triton's error; note when Triton itself is unreachable."""
@@ -207,7 +242,7 @@ class GrpcGuard(grpc.GenericRpcHandler):
 
     async def _unary(self, name: str, upstream_call, raw: bytes, context: grpc.aio.ServicerContext) -> bytes:
         try:
-            self._check(name, raw, context)
+            request = await self._check(name, raw, context)
         except RequestRefusedError as refusal:
             await context.abort(grpc.StatusCode[refusal.kind.grpc_code], str(refusal))
         try:
@@ -217,10 +252,14 @@ class GrpcGuard(grpc.GenericRpcHandler):
         except grpc.aio.AioRpcError as error:
             await self._upstream_error(error, context)
         self.state.up()
+        if name in ("RepositoryModelLoad", "RepositoryModelUnload") and request is not None:
+            self.shapes.forget(request.model_name)
         return answer
 
     async def _stream(self, upstream_stream, requests: AsyncIterator[bytes], context) -> AsyncIterator[bytes]:
-        """Forward the stream message by message; a refused message gets its error on the stream."""
+        """Forward the stream message by message; a refused message gets its error on the stream, and
+        one that is not a ``ModelInferRequest`` at all ends the stream with ``INVALID_ARGUMENT`` (there
+        is no request to answer; fault matrix row 40)."""
         call = upstream_stream(metadata=self._metadata(context), timeout=context.time_remaining())
         answers: asyncio.Queue = asyncio.Queue()
         finished = object()
@@ -234,13 +273,16 @@ class GrpcGuard(grpc.GenericRpcHandler):
         async def forward_requests() -> None:
             async for raw in requests:
                 try:
-                    self._check("ModelStreamInfer", raw, context)
+                    await self._check("ModelStreamInfer", raw, context)
                 except RequestRefusedError as refusal:
-                    request = service_pb2.ModelInferRequest.FromString(raw) if raw else None
+                    try:
+                        request = service_pb2.ModelInferRequest.FromString(raw)
+                    except DecodeError:
+                        await answers.put(refusal)
+                        return
                     answer = service_pb2.ModelStreamInferResponse(error_message=str(refusal))
-                    if request is not None:
-                        answer.infer_response.id = request.id
-                        answer.infer_response.model_name = request.model_name
+                    answer.infer_response.id = request.id
+                    answer.infer_response.model_name = request.model_name
                     await answers.put(answer.SerializeToString())
                     continue
                 await call.write(raw)
@@ -259,6 +301,8 @@ class GrpcGuard(grpc.GenericRpcHandler):
             while (item := await answers.get()) is not finished:
                 if isinstance(item, grpc.aio.AioRpcError):
                     await self._upstream_error(item, context)
+                if isinstance(item, RequestRefusedError):
+                    await context.abort(grpc.StatusCode[item.kind.grpc_code], str(item))
                 yield item
         finally:
             for task in tasks:
@@ -270,7 +314,13 @@ async def start_guard(
     listen: str, guard: GrpcGuard, max_message_bytes: int = MAX_MESSAGE_BYTES
 ) -> Callable[[], Awaitable[None]]:
     """Listen on ``listen``; returns the coroutine function that stops the front."""
-    server = grpc.aio.server(options=[("grpc.max_receive_message_length", max_message_bytes)])
+    server = grpc.aio.server(
+        options=[
+            ("grpc.max_receive_message_length", max_message_bytes),
+            ("grpc.server_handshake_timeout_ms", HANDSHAKE_TIMEOUT_MS),
+            ("grpc.max_connection_idle_ms", MAX_IDLE_MS),
+        ]
+    )
     server.add_generic_rpc_handlers((guard,))
     if server.add_insecure_port(listen) == 0:
         raise OSError(f"gRPC front cannot listen on {listen}")

@@ -47,8 +47,11 @@ from server.admin import ADMIN_HEADER, FRONT_HEADER
 from server.body_encoding import inflate
 from server.front_process import MIB, admin_key, front_parser, region_rules, run_front
 from server.kserve_json import check_generate, check_infer, check_register, load_json
+from server.model_shapes import ModelShapesCache
 from server.peer import peer_uid
 from server.refusal import RequestRefusedError
+from server.request_target import checked_target, forwarded_target
+from server.tensor_limits import ModelShapes
 from server.upstream_state import UpstreamState
 
 log = logging.getLogger(__name__)
@@ -61,6 +64,9 @@ MEDIA_TYPE = re.compile(f"{TOKEN}/{TOKEN}")
 FORM_TYPES = ("application/x-www-form-urlencoded", "multipart/form-data")
 SYSTEM_SHM = re.compile(r"/v2/systemsharedmemory(?:/region/([^/]*))?/(register|unregister|status)")
 CUDA_SHM = re.compile(r"/v2/cudasharedmemory(?:/region/[^/]*)?/(register|unregister)")
+INFER = re.compile(r"/v2/models/([^/]+)(?:/versions/([^/]+))?/infer")
+REPOSITORY_CHANGE = re.compile(r"/v2/repository/models/([^/]+)/(?:load|unload)")
+QUICK_METHODS = ("GET", "HEAD")  # health, metadata, config, statistics: their own upstream connections
 # Triton's 500s that are about the request's JSON, never the server: answered as the 400 they are.
 REQUEST_FAULTS = re.compile(
     r"Unable to parse|attempt to access JSON|attempt to get members|failed to parse the request JSON"
@@ -76,6 +82,13 @@ class GuardLimits:
     idle_timeout_s: float = 75.0  # a kept-alive connection with no request
     upstream_timeout_s: float = 600.0
     shutdown_s: float = 5.0  # on exit, requests still in flight get this long
+    # Upstream connections (fault matrix row 38): POSTs share ``upstream_connections``, of which one
+    # client (peer address) may hold ``max_client_requests``; GET/HEAD requests have their own
+    # ``quick_connections``, so health and metadata are answered while inference fills the rest.
+    upstream_connections: int = 256
+    max_client_requests: int = 64
+    quick_connections: int = 32
+    quick_timeout_s: float = 60.0
 
 
 def _error(status: int, message: str) -> web.Response:
@@ -190,18 +203,41 @@ class Guard:
         self.upstream, self.limits, self.key, self.rules = upstream, limits, key, rules
         self.state = UpstreamState(f"tritonserver at {upstream}", log)
         self.session: ClientSession | None = None
+        self.quick: ClientSession | None = None
+        self.shapes = ModelShapesCache(self._model_config)
+        self.in_flight: Counter[str] = Counter()  # POSTs upstream, by client address
 
     async def open(self) -> None:
         self.session = ClientSession(
             f"http://{self.upstream}",
-            connector=TCPConnector(limit=256),
+            connector=TCPConnector(limit=self.limits.upstream_connections),
             timeout=ClientTimeout(total=self.limits.upstream_timeout_s),
+            auto_decompress=False,
+        )
+        self.quick = ClientSession(
+            f"http://{self.upstream}",
+            connector=TCPConnector(limit=self.limits.quick_connections),
+            timeout=ClientTimeout(total=self.limits.quick_timeout_s),
             auto_decompress=False,
         )
 
     async def close(self) -> None:
-        if self.session is not None:
-            await self.session.close()
+        for session in (self.session, self.quick):
+            if session is not None:
+                await session.close()
+
+    async def _model_config(self, model: str, version: str) -> dict | None:
+        """The config Triton serves for ``model`` (raw, as named in the path), or None."""
+        assert self.quick is not None
+        versioned = f"/versions/{version}" if version else ""
+        url = URL(f"/v2/models/{model}{versioned}/config", encoded=True)
+        async with self.quick.get(url, headers={"Accept-Encoding": "identity"}) as answer:
+            document = await answer.json(content_type=None) if answer.status == 200 else None
+        return document if isinstance(document, dict) else None
+
+    async def _model_shapes(self, request: web.BaseRequest, path: str) -> ModelShapes | None:
+        match = INFER.fullmatch(path) if request.method == "POST" else None
+        return await self.shapes.get(match[1], match[2] or "") if match else None
 
     def _client(self, request: web.BaseRequest) -> shm_ownership.Client:
         peer, local = (
@@ -212,12 +248,13 @@ class Guard:
         admin = bool(self.key) and request.headers.get(ADMIN_HEADER) == self.key
         return shm_ownership.Client(uid, admin)
 
-    def _check(self, request: web.BaseRequest, path: str, body: bytes) -> None:
-        """The checks of the route ``path`` (Triton's raw path: it does not decode names)."""
+    def _check(self, request: web.BaseRequest, path: str, body: bytes, model: ModelShapes | None) -> None:
+        """The checks of the route ``path`` (Triton's raw path: it does not decode names); ``model``
+        is what the config of the model it names allows."""
         if request.method != "POST":
             return
         if path.endswith("/infer"):
-            uses = check_infer(body, request.headers.get("Inference-Header-Content-Length"))
+            uses = check_infer(body, request.headers.get("Inference-Header-Content-Length"), model)
             if uses:
                 shm_ownership.check_uses(self.rules, self._client(request), uses)
         elif match := SYSTEM_SHM.fullmatch(path):
@@ -244,12 +281,13 @@ class Guard:
             response.force_close()
             return response
         try:
+            path, query = checked_target(request.raw_path)  # fault matrix row 35
             headers = _forwarded_headers(request)
             form = _content_type(request) in FORM_TYPES
             body = await asyncio.wait_for(request.read(), self.limits.body_timeout_s)
             encoding = next((headers.pop(k) for k in list(headers) if k.lower() == "content-encoding"), None)
             body = inflate(body, encoding, self.limits.max_body_bytes)
-            self._check(request, request.raw_path.split("?", 1)[0], body)
+            self._check(request, path, body, await self._model_shapes(request, path))
         except asyncio.TimeoutError:
             response = _error(408, f"request body not complete within {self.limits.body_timeout_s:g} s")
             response.force_close()
@@ -265,13 +303,48 @@ class Guard:
             headers["Content-Type"] = "application/json"  # libevhtp would parse it as a query string
         if self.key:
             headers[FRONT_HEADER] = self.key  # Triton's own port answers inference/shm only with it
-        return await self._forward(request, headers, body)
+        answer = await self._forward(request, forwarded_target(path, query), headers, body)
+        if match := REPOSITORY_CHANGE.fullmatch(path):
+            self.shapes.forget(match[1])
+        return answer
 
-    async def _forward(self, request: web.BaseRequest, headers: dict[str, str], body: bytes) -> web.Response:
+    async def _forward(
+        self, request: web.BaseRequest, target: str, headers: dict[str, str], body: bytes
+    ) -> web.Response:
+        """Send the checked ``target`` upstream; GET/HEAD on their own connections, other methods on
+        the shared ones within the client's share (429 beyond it). A client that hangs up cancels
+        this (the server's ``handler_cancellation``), which closes its upstream connection."""
+        if request.method in QUICK_METHODS:
+            assert self.quick is not None
+            return await self._exchange(self.quick, request, target, headers, body)
         assert self.session is not None
-        url = URL(request.raw_path, encoded=True)
+        client = request.remote or ""
+        if self.in_flight[client] >= self.limits.max_client_requests:
+            return _error(
+                429,
+                f"this client ({client}) already has {self.in_flight[client]} requests waiting on "
+                f"tritonserver, its share of {self.limits.upstream_connections}; send more when those "
+                "are answered",
+            )
+        self.in_flight[client] += 1
         try:
-            async with self.session.request(
+            return await self._exchange(self.session, request, target, headers, body)
+        finally:
+            self.in_flight[client] -= 1
+            if not self.in_flight[client]:
+                del self.in_flight[client]
+
+    async def _exchange(
+        self,
+        session: ClientSession,
+        request: web.BaseRequest,
+        target: str,
+        headers: dict[str, str],
+        body: bytes,
+    ) -> web.Response:
+        url = URL(target, encoded=True)
+        try:
+            async with session.request(
                 request.method, url, data=body, headers=headers, allow_redirects=False
             ) as answer:
                 payload = await answer.read()
@@ -295,7 +368,12 @@ async def start_guard(listen: str, guard: Guard) -> Callable[[], Awaitable[None]
     await guard.open()
     limits = guard.limits
     server = GuardServer(
-        guard.handle, limits, keepalive_timeout=limits.idle_timeout_s, auto_decompress=False, access_log=None
+        guard.handle,
+        limits,
+        handler_cancellation=True,  # a client that hangs up frees its upstream connection (row 38)
+        keepalive_timeout=limits.idle_timeout_s,
+        auto_decompress=False,
+        access_log=None,
     )
     runner = web.ServerRunner(server, shutdown_timeout=limits.shutdown_s)
     await runner.setup()
@@ -316,11 +394,18 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--max-body-mib", type=int, default=GuardLimits.max_body_bytes // MIB)
     parser.add_argument("--body-timeout-s", type=float, default=GuardLimits.body_timeout_s)
     parser.add_argument("--header-timeout-s", type=float, default=GuardLimits.header_timeout_s)
+    parser.add_argument(
+        "--max-client-requests",
+        type=int,
+        default=GuardLimits.max_client_requests,
+        help="requests one client address may have waiting on tritonserver (429 beyond)",
+    )
     args = parser.parse_args(argv)
     limits = GuardLimits(
         max_body_bytes=args.max_body_mib * MIB,
         body_timeout_s=args.body_timeout_s,
         header_timeout_s=args.header_timeout_s,
+        max_client_requests=args.max_client_requests,
     )
     guard = Guard(args.upstream, limits, admin_key(), region_rules(args))
     run_front(lambda: start_guard(args.listen, guard), args)

@@ -26,7 +26,13 @@ from typing import Any
 
 from server.refusal import RequestRefusedError
 from server.shm_ownership import RegionUse
-from server.tensor_limits import check_declared_size, check_shape, element_bytes
+from server.tensor_limits import (
+    ModelShapes,
+    check_declared_size,
+    check_fits_model,
+    check_shape,
+    element_bytes,
+)
 
 HEADER_LENGTH = re.compile(r"[0-9]{1,12}")
 SURROGATE_ESCAPE = re.compile(r"\\u[dD][89a-fA-F]")
@@ -198,7 +204,9 @@ def _region_use(parameters: dict, where: str) -> RegionUse | None:
     return RegionUse(parameters["shared_memory_region"], parameters.get("shared_memory_offset", 0), size)
 
 
-def _check_input(item: object, body_bytes: int, binary: list[int]) -> RegionUse | None:
+def _check_input(
+    item: object, body_bytes: int, binary: list[int], model: ModelShapes | None
+) -> RegionUse | None:
     if not isinstance(item, dict):
         raise RequestRefusedError("each entry of 'inputs' must be an object")
     name = _field(item, "name", (str,), "input", required=True)
@@ -217,6 +225,7 @@ def _check_input(item: object, body_bytes: int, binary: list[int]) -> RegionUse 
         check_declared_size(name, shape, 1, body_bytes, "the request")
         if "data" in item:
             _check_data(name, datatype, shape, item["data"])
+    check_fits_model(name, shape, element_bytes(datatype), model)
     return region
 
 
@@ -227,13 +236,15 @@ def _check_output(item: object) -> RegionUse | None:
     return _region_use(_parameters(item, f"output {name!r}", OUTPUT_PARAMETERS), f"output {name!r}")
 
 
-def check_infer(body: bytes, header_length: str | None) -> list[RegionUse]:
+def check_infer(body: bytes, header_length: str | None, model: ModelShapes | None = None) -> list[RegionUse]:
     """``RequestRefusedError`` unless the inference request is one Triton reads as the guard does and no
     input declares more than it carries; returns the shared-memory ranges it names.
 
     ``header_length`` is the ``Inference-Header-Content-Length`` header: the JSON is then the body's
     first bytes and binary data follows. ``0`` is Triton's raw request (the whole body is the single
-    input's bytes; Triton deduces the shape from its size), which carries no JSON to check.
+    input's bytes; Triton deduces the shape from its size), which carries no JSON to check. ``model``
+    is what the model's config allows (``server.model_shapes``); without it only the bounds that need
+    no config apply.
     """
     header = body
     if header_length is not None:
@@ -252,7 +263,7 @@ def check_infer(body: bytes, header_length: str | None) -> list[RegionUse]:
     _parameters(document, "request", REQUEST_PARAMETERS)
     inputs = _field(document, "inputs", (list,), "request", required=True)
     binary: list[int] = []
-    uses = [_check_input(item, len(body), binary) for item in inputs]
+    uses = [_check_input(item, len(body), binary, model) for item in inputs]
     uses += [_check_output(item) for item in _field(document, "outputs", (list,), "request") or []]
     if sum(binary) > len(body) - len(header):
         raise RequestRefusedError(

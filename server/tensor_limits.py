@@ -13,7 +13,9 @@ so ``recommender\\x00x`` would reach ``recommender``.
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
 
 from server.refusal import RequestRefusedError
 
@@ -63,4 +65,63 @@ def check_declared_size(
         raise RequestRefusedError(
             f"input {name!r} declares shape {list(shape)} ({elements} elements) but {what} carries only "
             f"{carried} bytes for it"
+        )
+
+
+# No dimension above 2^31 - 1 (fault matrix row 37): a real tensor that long on one axis needs 2 GiB or
+# more, beyond the fronts' 64 MiB bodies and messages; only an input with another dimension of 0 can
+# declare one, and Triton left such requests (``[2^62, 0]``) unanswered, each holding a connection.
+MAX_ANY_DIM = (1 << 31) - 1
+
+
+@dataclass(frozen=True)
+class ModelShapes:
+    """What one model's config lets its inputs declare: ``max_batch_size`` (0: no batch dimension) and
+    each input's ``dims`` (-1: any length), read from the config Triton serves."""
+
+    model: str
+    max_batch_size: int
+    dims: dict[str, tuple[int, ...]]
+
+    @classmethod
+    def from_config(cls, model: str, config: Mapping[str, Any]) -> ModelShapes:
+        """From a config as JSON (Triton's ``/v2/models/<m>/config``, or the gRPC ``ModelConfig`` as a
+        dict: int64 fields may come as strings)."""
+        inputs = config.get("input") or []
+        dims = {str(item["name"]): tuple(int(d) for d in item.get("dims") or ()) for item in inputs}
+        return cls(model, int(config.get("max_batch_size") or 0), dims)
+
+
+def _listed(dims: Sequence[int]) -> str:
+    return "[" + ",".join(str(d) for d in dims) + "]"
+
+
+def check_fits_model(name: object, shape: Sequence[int], per_element: int, model: ModelShapes | None) -> None:
+    """``RequestRefusedError`` unless ``shape`` is one the model can run (fault matrix row 37): no
+    dimension above ``MAX_ANY_DIM``, a byte size that fits int64 whatever the zeros, and, where the
+    model's config is known, its rank, fixed dims and ``max_batch_size``. The messages for the last
+    two are Triton's own, so a client reads the same answer with the fronts or without."""
+    if any(d > MAX_ANY_DIM for d in shape):
+        raise RequestRefusedError(
+            f"input {name!r} declares shape {list(shape)}: a dimension above {MAX_ANY_DIM} fits no model"
+        )
+    if math.prod(d for d in shape if d) * per_element > MAX_DIM:
+        raise RequestRefusedError(
+            f"input {name!r} declares shape {list(shape)}, whose size overflows a 64-bit integer"
+        )
+    if model is None or not isinstance(name, str) or name not in model.dims:
+        return  # an unknown model or input: Triton names it
+    dims, batched = model.dims[name], model.max_batch_size > 0
+    if len(shape) != len(dims) + batched or any(
+        d != -1 and s != d for s, d in zip(shape[batched:], dims, strict=True)
+    ):
+        expected = [-1, *dims] if batched else list(dims)
+        raise RequestRefusedError(
+            f"unexpected shape for input '{name}' for model '{model.model}'. Expected {_listed(expected)}, "
+            f"got {_listed(shape)}."
+        )
+    if batched and shape[0] > model.max_batch_size:
+        raise RequestRefusedError(
+            f"input {name!r} declares a batch of {shape[0]}: inference request batch-size must be <= "
+            f"{model.max_batch_size} for '{model.model}'"
         )
