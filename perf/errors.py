@@ -5,6 +5,8 @@ is kept apart from a study that failed while running (``StudyError``), so the CL
 with a usage message before anything is built or measured, and report the second as a failure.
 """
 
+from __future__ import annotations
+
 
 class PerfError(Exception):
     """Base of every error raised by ``perf``."""
@@ -16,3 +18,32 @@ class OptionError(PerfError, ValueError):
 
 class StudyError(PerfError, RuntimeError):
     """A study could not complete (a response of the wrong shape, a phase that did not finish)."""
+
+
+# Exit statuses of ``python -m perf tune|plan``: 0 an answer, 1 a runtime error, 2 a usage or spec error,
+# 3 nothing measured met the budget (a verdict about this machine, not a failure of the tool).
+EXIT_RUNTIME, EXIT_USAGE, EXIT_NOTHING_MEETS = 1, 2, 3
+
+
+class NothingMeetsError(PerfError):
+    """Nothing measured here met the latency budget: the tool's honest answer, kept apart from errors so
+    that the CLI exits ``EXIT_NOTHING_MEETS`` and writes no spec as an answer. ``str()`` is the one-line
+    verdict; ``detail`` says more (the report's business, not the console's)."""
+
+    def __init__(self, verdict: str, detail: str = "") -> None:
+        super().__init__(verdict)
+        self.verdict, self.detail = verdict, detail
+
+    @classmethod
+    def closest(
+        cls, budget_ms: float, label: str, rate: float, p99_ms: float, behind: float | None = None,
+        detail: str = "",
+    ) -> NothingMeetsError:  # fmt: skip
+        """The verdict naming the closest figure measured: ``label`` at ``rate``/s with p99 ``p99_ms``
+        (``behind``: what it served, where it fell behind the offered rate)."""
+        served = f", serving only {behind:,.0f}/s of it" if behind is not None else ""
+        return cls(
+            f"nothing meets p99 <= {budget_ms:g} ms here: the closest measured was {label} at "
+            f"{rate:,.0f}/s with p99 {p99_ms:,.1f} ms{served}",
+            detail,
+        )

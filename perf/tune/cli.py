@@ -1,10 +1,12 @@
 """``python -m perf tune`` (``make tune MODEL=… P99_MS=… [RATE=…]``): options and the run.
 
 Probe the model on a real server, predict every candidate with the batcher simulation, measure a short
-shortlist, pick, verify, write the pick as a spec overlay, build it, and write ``result.json`` and
-the report rendered from it into ``reports/<timestamp>-tune/``. ``--scenario``, ``--follow`` and
-``--witness`` run the tools beside the tuner (``perf.tune.scenarios``, ``perf.tune.follow``,
-``perf.tune.witness``; ``--witness model-analyzer``: ``perf.tune.versus``).
+shortlist, pick, verify (a pick that misses the budget at its operating rate is demoted), write the
+answer as a spec overlay, build it, and write ``result.json`` and the report rendered from it into
+``reports/<timestamp>-tune/``. Where nothing measured meets the budget: one line naming the closest
+figure, ``partial.md`` with every run (not an answer), no ``spec.tuned.yaml``, exit status 3.
+``--scenario``, ``--follow`` and ``--witness`` run the tools beside the tuner (``perf.tune.scenarios``,
+``perf.tune.follow``, ``perf.tune.witness``; ``--witness model-analyzer``: ``perf.tune.versus``).
 """
 
 from __future__ import annotations
@@ -22,7 +24,7 @@ from exporters.resolve import load_spec
 from exporters.spec import Spec
 from perf.analyzer import PerfAnalyzerEngine, find_perf_analyzer, unavailable_message
 from perf.engine import LoadEngine, MeasureSettings, OurEngine
-from perf.errors import PerfError
+from perf.errors import EXIT_NOTHING_MEETS, EXIT_RUNTIME, NothingMeetsError, PerfError
 from perf.loads import Load, read_trace, trace
 from perf.markdown import number
 from perf.model.batcher import BatcherConfig
@@ -178,10 +180,14 @@ def command_tune(args: argparse.Namespace, console) -> int:
     spec = load_spec(args.spec)
     try:
         saved, chosen = measure_and_pick(args, spec, folder, console)
+    except NothingMeetsError as verdict:
+        console.print(verdict.verdict, highlight=False, markup=False)
+        console.print(f"  no answer written; every run measured (not an answer): {folder / 'partial.md'}")
+        return EXIT_NOTHING_MEETS
     except PerfError as error:
         console.print(f"[red]tune failed[/red] {error}")
         console.print(f"  what was measured before it: {folder / 'partial.md'}")
-        return 1
+        return EXIT_RUNTIME
     save(folder, saved)
     note = f"python -m perf tune --model {args.model} --p99-ms {args.p99_ms:g}: {chosen.label}"
     tuned = write_overlay(args.spec, spec.model(args.model), chosen, folder, note, args.keep_queue_policy)
@@ -195,10 +201,14 @@ def command_tune(args: argparse.Namespace, console) -> int:
 
 @contextlib.contextmanager
 def partial_on_failure(folder: Path, title: str, session: TuneSession) -> Iterator[None]:
-    """On a ``PerfError`` (a measurement the engine could not make, no candidate within the budget),
-    write ``partial.md`` with the runs measured so far, then let the error through."""
+    """On a ``PerfError`` (a measurement the engine could not make) or the verdict that nothing meets
+    the budget, write ``partial.md`` with the runs measured so far, then let it through."""
     try:
         yield
+    except NothingMeetsError as verdict:
+        log.info("%s: %s. %s", title, verdict, verdict.detail)
+        write_partial(folder, title, verdict, session.runs)
+        raise
     except PerfError as error:
         log.exception("%s failed", title)
         write_partial(folder, title, error, session.runs)

@@ -10,6 +10,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from pathlib import Path
 
+from perf.errors import NothingMeetsError
 from perf.markdown import number, table
 from perf.measure import Measurement
 
@@ -25,10 +26,18 @@ def write_partial(folder: Path, title: str, error: BaseException, runs: Sequence
         for run in runs
     ]  # fmt: skip
     header = ["run", "offered /s", "served /s", "p99 ms", "mean batch", "window s"]
+    if isinstance(error, NothingMeetsError):  # a verdict, not a failure: still no answer to use
+        head = [
+            f"# {title}: no answer",
+            "",
+            f"**{error.verdict}**.",
+            *(["", error.detail] if error.detail else []),
+        ]
+        head += ["", "Nothing below is an answer: no `spec.tuned.yaml` was written."]
+    else:
+        head = [f"# {title}: stopped before the pick", "", f"**{type(error).__name__}**: {error}"]
     lines = [
-        f"# {title}: stopped before the pick",
-        "",
-        f"**{type(error).__name__}**: {error}",
+        *head,
         "",
         f"{len(runs)} runs were measured before it:" if runs else "No run was measured before it.",
         "",

@@ -76,6 +76,7 @@ def headline(saved: dict) -> list[str]:
         f"{number(operating['predicted']['p99_ms'])} ms, measured {p99(operating['measured'])} ms. Highest "
         f"rate within the budget: predicted {number(saved['predicted_max_rate'], 0)}/s, measured "
         f"{number(saved['measured_max_rate'], 0)}/s (the highest verified rate that met it).",
+        *demotions(saved),
         "",
         f"Time: probe {seconds['probe']:.0f} s, prediction {seconds['predict']:.1f} s, shortlist "
         f"{seconds['shortlist']:.0f} s (the tuner: {seconds['tuner']:.0f} s), verification "
@@ -85,6 +86,20 @@ def headline(saved: dict) -> list[str]:
         "",
         goals_table(goals(saved)),
     ]
+
+
+def demotions(saved: dict) -> list[str]:
+    """The picks the verification demoted before this one: each missed the budget at its operating
+    rate, so it is not the answer however well it did in the shortlist."""
+    demoted = saved.get("demoted") or []
+    if not demoted:
+        return []
+    misses = "; ".join(
+        f"{p['config']} at {number(p['rate'], 0)}/s: p99 {p99(p['measured'])} ms, served "
+        f"{number(p['measured']['served'], 0)}/s"
+        for p in demoted
+    )
+    return ["", f"Demoted (measured over the budget at their operating rate, not answers): {misses}."]
 
 
 def unconfirmed(saved: dict) -> str:
@@ -249,10 +264,15 @@ def shortlist_section(saved: dict) -> list[str]:
     ]
 
 
+def demoted_mark(saved: dict, point: dict) -> str:
+    demoted = {(p["config"], p["rate"]) for p in saved.get("demoted") or []}
+    return " (demoted)" if (point["config"], point["rate"]) in demoted else ""
+
+
 def verification_section(saved: dict, plot: Path) -> list[str]:
     rows = [
         [
-            p["config"] + (" **chosen**" if p["config"] == saved["chosen"] else ""),
+            p["config"] + (" **chosen**" if p["config"] == saved["chosen"] else "") + demoted_mark(saved, p),
             number(p["rate"], 0),
             number(p["predicted"]["p99_ms"]),
             p99(p["measured"]),

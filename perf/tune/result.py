@@ -131,6 +131,8 @@ def document(result: TuneResult, model: str, engine: str, noise: NoisePolicy, co
             for c in result.shortlist
         ],
         "verification": [point_figures(p, noise, cores) for p in result.points],
+        # picks the verification demoted: each measured over the budget at its operating rate
+        "demoted": [point_figures(p, noise, cores) for p in result.demoted],
         "noise": noise.figures(),
         "sections": [],  # tools beside the tuner (the perf_analyzer witness) add rendered sections here
     }

@@ -1,16 +1,20 @@
 """The tuner, as a pipeline: probe → predict every candidate → measure a shortlist around its
-predictions → pick → verify.
+predictions → pick → verify, demoting a pick the verification does not confirm.
 
 1. ``probe``: the service model per instance count, measured (``perf.tune.probe``).
 2. ``rank``: every candidate of the grid predicted by the batcher simulation: the highest rate its p99
    stays within the budget (with a target rate: whether it does there).
 3. ``shortlist`` and ``search_rate``: the best predicted of each family (instance count, max batch
    size) measured in a few runs around its prediction: up after a run that met the budget, down after
-   one that missed, then between the two.
-4. ``pick``: the shortlisted candidate measured to sustain the most (with a target rate, at least
-   that); the prediction's first where none sustained anything.
-5. ``verify``: the pick at its operating rate (the target, or ``OPERATING_SHARE`` of what it sustained)
-   and around it, and its neighbours one delay step either side, each predicted and measured.
+   one that missed, then between the two. With no shortlist, the prediction's first is searched so.
+4. ``contenders``: the candidates measured to sustain something within the budget (with a target
+   rate, at least that), the most sustained first; ``pick`` is the first of them.
+5. ``settle``: each contender in turn measured at its operating rate (the target, or
+   ``OPERATING_SHARE`` of what it sustained). The first that meets the budget there is the answer; one
+   that misses, by however little, is demoted and the next takes its place. None left: ``NothingMeetsError``,
+   naming the closest figure measured. The answer is a configuration and a rate a run met the budget at.
+6. ``verify``: the answer around its operating rate, and its neighbours one delay step either side,
+   each predicted and measured (the report's comparison; the answer is settled already).
 
 Every run goes through the ``Server`` handed in, which owns how a run is measured (load engine,
 windows, the host-noise policy); the search only asks "this configuration at this rate".
@@ -21,10 +25,10 @@ from __future__ import annotations
 import logging
 import math
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
-from perf.errors import StudyError
+from perf.errors import NothingMeetsError, StudyError
 from perf.loads import Load, poisson
 from perf.measure import Measurement
 from perf.model.batcher import BatcherConfig
@@ -106,7 +110,8 @@ class TuneResult:
     shortlist: list[Candidate]
     chosen: BatcherConfig
     operating_rate: float
-    points: list[Point] = field(default_factory=list)  # the verification
+    points: list[Point] = field(default_factory=list)  # the verification, demoted picks' runs first
+    demoted: list[Point] = field(default_factory=list)  # each demoted pick at its operating rate, a miss
     predict_s: float = 0.0
     shortlist_s: float = 0.0
     verify_s: float = 0.0
@@ -214,11 +219,69 @@ def search_rate(server: Server, result: ProbeResult, request: TuneRequest, entry
     return Candidate(entry.config, entry.rate, points, time.perf_counter() - started, budget)
 
 
+def contenders(measured: list[Candidate], request: TuneRequest) -> list[Candidate]:
+    """The measured candidates that met the budget at some rate (with a target rate: at least there),
+    the most sustained first; ties keep the prediction's order."""
+    sustaining = [c for c in measured if c.rate > 0 and c.rate >= (request.rate or 0.0)]
+    return sorted(sustaining, key=lambda c: -c.rate)
+
+
 def pick(measured: list[Candidate], ranking: list[Ranked], request: TuneRequest) -> BatcherConfig:
     """The candidate measured to sustain the most (with a target rate, only one that sustained it);
-    ties go to the prediction's order. None did, or none was measured: the prediction's first."""
-    sustaining = [c for c in measured if c.rate > 0 and c.rate >= (request.rate or 0.0)]
-    return max(sustaining, key=lambda c: c.rate).config if sustaining else ranking[0].config
+    ties go to the prediction's order. None did, or none was measured: the prediction's first (which
+    ``settle`` then holds to a measurement like any other)."""
+    found = contenders(measured, request)
+    return found[0].config if found else ranking[0].config
+
+
+def operating_rate(candidate: Candidate, request: TuneRequest) -> float:
+    """Where a contender is verified and would run: the target, or ``OPERATING_SHARE`` of its measured
+    sustained rate."""
+    return request.rate or OPERATING_SHARE * candidate.rate
+
+
+def settle(
+    server: Server, result: ProbeResult, request: TuneRequest, measured: list[Candidate], step: Step
+) -> tuple[Candidate, Point, list[Point]]:
+    """The answer: the first of the ``contenders`` among ``measured`` whose run at its operating rate
+    meets the budget, that run, and the demoted ones' runs (each a miss there, however small: 50.2 ms is
+    not within 50 ms). Raises ``NothingMeetsError`` when every contender is demoted (or there was none),
+    naming the closest figure of every run the search and the verification made."""
+    demoted: list[Point] = []
+    for candidate in contenders(measured, request):
+        rate = operating_rate(candidate, request)
+        step(f"verifying {candidate.config.label} at {rate:.0f}/s")
+        server.prepare(candidate.config)
+        point = measure_point(
+            server, request, predict_point(result, request, candidate.config, rate), "verify"
+        )
+        assert point.measured is not None
+        if point.measured.meets(request.budget_ms):
+            return candidate, point, demoted
+        step(
+            f"{candidate.config.label} missed the budget at {rate:.0f}/s (p99 "
+            f"{point.measured.p99_ms:.1f} ms, served {point.measured.throughput:.0f}/s): demoted"
+        )
+        demoted.append(point)
+    raise nothing_meets(request, result, [p for c in measured for p in c.points] + demoted)
+
+
+def nothing_meets(
+    request: TuneRequest, result: ProbeResult, points: Sequence[Point], detail: str = ""
+) -> NothingMeetsError:
+    """The one-line verdict with the closest figure measured: the lowest p99 among ``points`` (with a
+    target rate, among those run at it, where any were), else among the probe's runs."""
+    runs = [(p.config, p.rate, p.measured) for p in points if p.measured is not None]
+    if request.rate and any(rate >= request.rate for _, rate, _ in runs):
+        runs = [run for run in runs if run[1] >= request.rate]
+    runs = runs or [(config, run.load.rate, run) for config, run in result.runs]
+    if not runs:
+        return NothingMeetsError(
+            f"nothing meets p99 <= {request.budget_ms:g} ms here: nothing was measured", detail
+        )
+    config, rate, run = min(runs, key=lambda r: r[2].p99_ms if math.isfinite(r[2].p99_ms) else math.inf)
+    behind = None if run.sustained else run.throughput
+    return NothingMeetsError.closest(request.budget_ms, config.label, rate, run.p99_ms, behind, detail)
 
 
 def verify(
@@ -230,14 +293,20 @@ def verify(
     reference: float,
     fractions: tuple[float, ...] = (0.5, 0.75, 1.0, 1.15),
     neighbour_fractions: tuple[float, ...] = (0.75, 1.0),
+    done: Sequence[Point] = (),
 ) -> list[Point]:
     """The pick at ``operating`` and at ``fractions`` of ``reference``, its neighbours at
-    ``neighbour_fractions``: predicted, then measured, one configuration after the other."""
+    ``neighbour_fractions``: predicted, then measured, one configuration after the other. A point of
+    ``done`` (the operating run ``settle`` measured) takes its place in the plan, not measured again."""
     plan = [(chosen, rate) for rate in sorted({operating, *(f * reference for f in fractions)})]
     for config in neighbours(chosen, request.grid):
         plan += [(config, f * reference) for f in neighbour_fractions]
+    taken = {(p.config, p.rate): p for p in done}
     points = []
     for config, rate in plan:
+        if (config, rate) in taken:
+            points.append(taken.pop((config, rate)))
+            continue
         server.prepare(config)
         points.append(measure_point(server, request, predict_point(result, request, config, rate), "verify"))
     return points
@@ -246,7 +315,8 @@ def verify(
 def tune(
     server: Server, request: TuneRequest, plan: ProbePlan | None = None, step: Step | None = None
 ) -> TuneResult:
-    """The whole tuner on ``server`` (a started ``TuneSession``, or a simulated server)."""
+    """The whole tuner on ``server`` (a started ``TuneSession``, or a simulated server). Raises
+    ``NothingMeetsError`` where nothing measured meets the budget."""
     step = step or (lambda text: None)
     grid = request.grid
     step("probing: compute per batch size, costs beyond it, the CPU term")
@@ -272,26 +342,31 @@ def tune(
         )
     if ranking[0].best is None:
         first_config, first = probed.runs[0]
-        raise StudyError(
+        raise nothing_meets(
+            request,
+            probed,
+            [],
             f"no candidate is predicted to meet p99 <= {request.budget_ms:g} ms at any rate: the probe's "
             f"first run ({first_config.label}, {first.load.rate:.0f}/s) measured p99 {first.p99_ms:.1f} ms "
             f"already; a batch of one takes {probed.fits[grid.instances[0]].t_ms:.2f} ms plus "
             f"{probed.overhead_ms:.2f} ms outside the server, and the machine's cores were "
-            f"{100 * (probed.cpu.utilization(0, 0) if probed.cpu else 0):.0f}% busy without this load"
+            f"{100 * (probed.cpu.utilization(0, 0) if probed.cpu else 0):.0f}% busy without this load",
         )
     started = time.perf_counter()
     measured = []
-    for entry in shortlist(ranking, request):
+    # With no shortlist the prediction's first is still searched on the server: the answer is measured.
+    for entry in shortlist(ranking, request) or ranking[:1]:
         step(f"shortlist: {entry.config.label} around {request.rate or entry.rate:.0f}/s")
         measured.append(search_rate(server, probed, request, entry))
-    chosen = pick(measured, ranking, request)
     shortlist_s = time.perf_counter() - started
-    found = next((c.rate for c in measured if c.config == chosen and c.rate > 0), 0.0)
-    reference = found or next(r.rate for r in ranking if r.config == chosen) or request.rate or 0.0
-    operating = request.rate or OPERATING_SHARE * reference
-    step(f"verifying {chosen.label} at {operating:.0f}/s and around it")
     started = time.perf_counter()
-    points = verify(server, probed, request, chosen, operating, reference)
-    result = TuneResult(request, probed, ranking, measured, chosen, operating, points, predict_s, shortlist_s)
+    answer, operating_point, demoted = settle(server, probed, request, measured, step)
+    chosen, operating = answer.config, operating_point.rate
+    step(f"verifying {chosen.label} around {operating:.0f}/s, and its neighbours")
+    points = verify(server, probed, request, chosen, operating, answer.rate, done=[operating_point])
+    result = TuneResult(
+        request, probed, ranking, measured, chosen, operating, demoted + points, predict_s, shortlist_s
+    )
+    result.demoted = demoted
     result.verify_s = time.perf_counter() - started
     return result
