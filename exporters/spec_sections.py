@@ -43,7 +43,8 @@ def check_tensor_name(name: str) -> None:
         raise SpecError(
             "name",
             f"must be 1 to {MAX_TENSOR_NAME} printable characters without surrounding spaces, got "
-            f"{name!r}; use the name the model file gives the tensor",
+            f"{name!r}; write the name the model file gives the tensor (if that is the name, rename "
+            "the tensor where the model is exported)",
         )
 
 

@@ -45,7 +45,10 @@ def to_tensor_specs(
                 "unknown; list the inputs in the spec with range: [lo, hi)",
             )
         dtype = served_float(precision) if item.dtype in ("fp32", "fp16") else item.dtype
-        tensors.append(TensorSpec(item.name, dtype, tuple(item.dims), max_shape, id_range))
+        try:
+            tensors.append(TensorSpec(item.name, dtype, tuple(item.dims), max_shape, id_range))
+        except SpecError as error:  # named by the artifact's tensor, and the field that holds it
+            raise SpecError(f"{where}: {kind}[{len(tensors)}].{error.path}", error.problem) from error
     return tuple(tensors)
 
 

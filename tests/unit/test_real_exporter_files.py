@@ -52,6 +52,14 @@ def test_a_name_no_tool_could_show_is_refused_with_the_fix(name: str) -> None:
         TensorSpec(name, "fp32", (1,))
 
 
+def test_a_name_from_the_artifact_is_named_by_its_field(tmp_path: Path) -> None:
+    path = paddle_like(tmp_path / "spaced.onnx", input_name="x ")
+    with pytest.raises(
+        SpecError, match=r"^--onnx .*spaced.onnx: inputs\[0\].name: must be 1 to 256 .*rename"
+    ):
+        init_entry("onnx", str(path), max_length=8)
+
+
 def test_the_build_runs_a_file_as_the_backend_will(tmp_path: Path) -> None:
     """A file that names height and width alike makes the backend hold them equal; a spec whose bounds
     differ (64 × 32) would then fail its own warm-up at load. The build's check reads the axes the

@@ -27,17 +27,17 @@ def _save(graph: onnx.GraphProto, path: Path) -> Path:
     return path
 
 
-def paddle_like(path: Path, height: str = "?", width: str = "?") -> Path:
+def paddle_like(path: Path, height: str = "?", width: str = "?", input_name: str = INPUT) -> Path:
     """Global average pooling over height and width, then a linear head: ``[?, 3, ?, ?] -> [?, 4]``
     (``height`` and ``width`` name those axes otherwise: one name for both says they are equal)."""
     weights = np.random.default_rng(0).standard_normal((3, CLASSES)).astype(np.float32)
     nodes = [
-        helper.make_node("ReduceMean", [INPUT], ["pool_0.tmp_0"], axes=[2, 3], keepdims=0),
+        helper.make_node("ReduceMean", [input_name], ["pool_0.tmp_0"], axes=[2, 3], keepdims=0),
         helper.make_node("MatMul", ["pool_0.tmp_0", "linear_0.w_0"], [OUTPUT]),
     ]
     graph = helper.make_graph(
         nodes, "paddle_like",
-        [helper.make_tensor_value_info(INPUT, TensorProto.FLOAT, ["?", 3, height, width])],
+        [helper.make_tensor_value_info(input_name, TensorProto.FLOAT, ["?", 3, height, width])],
         [helper.make_tensor_value_info(OUTPUT, TensorProto.FLOAT, ["?", CLASSES])],
         [numpy_helper.from_array(weights, "linear_0.w_0")],
     )  # fmt: skip
