@@ -182,6 +182,15 @@ def _order(judged: list[Judged]) -> list[Judged]:
     return sorted(judged, key=key)
 
 
+class NoStrategyError(PlacementError):
+    """No strategy is feasible; ``judged`` says why each lost (a caller tells "over budget at every rate"
+    apart from "does not fit")."""
+
+    def __init__(self, message: str, judged: list[Judged]) -> None:
+        super().__init__(message)
+        self.judged = judged
+
+
 def plan(
     profile: ModelProfile, topology: Topology, request: PlanRequest, step: Callable[[str], None] | None = None
 ) -> Plan:
@@ -193,10 +202,11 @@ def plan(
     chosen = judged[0]
     if not chosen.feasible:
         reasons = sorted({j.reason.split(":")[0] for j in judged})
-        raise PlacementError(
+        raise NoStrategyError(
             f"no strategy fits within p99 {request.budget_ms:g} ms on {topology.name}: "
             + "; ".join(f"{r}" for r in reasons)
-            + f" (first: {judged[0].strategy.label}: {judged[0].reason})"
+            + f" (first: {judged[0].strategy.label}: {judged[0].reason})",
+            judged,
         )
     for other in judged[1:]:
         if other.feasible:
