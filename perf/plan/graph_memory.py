@@ -18,7 +18,8 @@ the planner counts memory instead of measuring a build:
 
 The CUDA context is not an instance's: ``perf.model.memory.context_bytes`` counts it once per GPU.
 A source with no torch module (an ONNX file, a ``.pt2`` program) raises ``GraphMemoryError``; the
-profile then measures a build (``exporters.memory``).
+profile then counts each precision's exported ONNX file instead (``onnx_instance_bytes``: its
+initializers and ONNX shape inference at the largest batch).
 """
 
 from __future__ import annotations
@@ -26,6 +27,7 @@ from __future__ import annotations
 import logging
 import os
 from dataclasses import dataclass
+from pathlib import Path
 
 import torch
 from torch import nn
@@ -235,3 +237,42 @@ def compute_proxy(spec: ModelSpec) -> ModelSpec | None:
         return None
     capped = [min(int(size), PROXY_ROWS) for size in sizes]
     return dataclasses.replace(spec, options={**spec.options, "table_sizes": capped})
+
+
+def onnx_instance_bytes(path: Path, batch: int) -> int:
+    """One instance of the exported ONNX file at ``batch``: its initializers as stored (each precision
+    exactly, int8's scales included) plus every tensor the graph computes, from ONNX shape inference
+    with the batch axis set to ``batch`` (for a source with no torch module: the file is all there
+    is). An axis other than the batch that inference leaves unknown counts as 1: an underestimate
+    the report's memory line names."""
+    import math
+
+    import onnx
+
+    model = onnx.load(str(path), load_external_data=False)
+    graph = model.graph
+
+    def size(elem_type: int, dims) -> int:
+        return math.prod(dims) * onnx.helper.tensor_dtype_to_np_dtype(elem_type).itemsize
+
+    params = sum(size(t.data_type, t.dims) for t in graph.initializer)
+    initializers = {t.name for t in graph.initializer}
+    for tensor in graph.input:
+        dims = tensor.type.tensor_type.shape.dim
+        if tensor.name not in initializers and dims and not dims[0].HasField("dim_value"):
+            dims[0].dim_value = batch
+    inferred = onnx.shape_inference.infer_shapes(model).graph
+    # a quantized weight's DequantizeLinear is fused into its int8 op by onnxruntime: not an activation
+    fused = {
+        node.output[0]
+        for node in graph.node
+        if node.op_type == "DequantizeLinear" and node.input[0] in initializers
+    }
+    activations = 0
+    for value in (*inferred.input, *inferred.value_info, *inferred.output):
+        if value.name in initializers | fused or not value.type.HasField("tensor_type"):
+            continue
+        tensor = value.type.tensor_type
+        dims = [d.dim_value if d.HasField("dim_value") else 1 for d in tensor.shape.dim]
+        activations += size(tensor.elem_type, dims)
+    return params + activations

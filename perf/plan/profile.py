@@ -5,8 +5,8 @@
    (``exporters.pipeline_build``: its record has the bytes crossing each boundary and the compression
    error). The memory of one whole-model instance at its largest batch is counted from the model's
    graph (``perf.plan.graph_memory``: parameters per precision and activations, nothing allocated);
-   a source without a torch module has it measured on its export instead
-   (``exporters.memory.measured_instance_memory``, kept in ``memory.json`` beside the export).
+   a source without a torch module has each precision's exported ONNX file counted instead
+   (initializers and ONNX shape inference at the largest batch).
    A model too big to build on this host (``too_big_to_build``) is timed on its compute proxy (the
    same network with small tables, ``compute_proxy``) and planned with its own graph's memory.
 2. Compute per batch: the whole model's ``T + (N-1)·Δt`` from onnxruntime in-process at batch 1 and
@@ -48,6 +48,7 @@ from perf.plan.graph_memory import (
     GraphMemoryError,
     compute_proxy,
     graph_memory,
+    onnx_instance_bytes,
     too_big_to_build,
 )
 from perf.plan.strategy import (
@@ -250,9 +251,7 @@ def measure_profile(
         if precision == "fp32":
             raw_fp32 = (t_s, dt_s)
         instance = (
-            memory.instance_bytes(precision)
-            if memory is not None
-            else measured_instance_memory(variant, artifact.path)
+            memory.instance_bytes(precision) if memory is not None else _export_memory(variant, artifact.path)
         )
         whole[precision] = StageCost(variant.name, t_s, dt_s, instance)
         accuracy[f"whole/{precision}"] = artifact.max_rel_error
@@ -306,10 +305,22 @@ def measure_profile(
     )  # fmt: skip
 
 
+def _export_memory(variant: ModelSpec, artifact: Path) -> int:
+    """A model without a torch module: its exported ONNX file counted (``onnx_instance_bytes``), or
+    measured where the export is not ONNX."""
+    if artifact.suffix == ".onnx":
+        return onnx_instance_bytes(artifact, variant.max_batch_size)
+    return measured_instance_memory(variant, artifact)
+
+
 def memory_source(memory: GraphMemory | None) -> str:
     """How memory per instance was found, for the report."""
     if memory is None:
-        return "measured on the export (resident-set growth of one onnxruntime session)"
+        return (
+            "counted from each precision's exported ONNX file: its initializers and every tensor ONNX "
+            "shape inference gives at the largest batch (an axis it leaves unknown counts as 1); plus "
+            "the CUDA context and workspaces once per GPU (perf.model.memory.CONTEXT_MIB)"
+        )
     params, tables = memory.parameter_bytes("fp32") / MIB, memory.table_bytes("fp32") / MIB
     activations = memory.activation_bytes("fp32") / MIB
     return (

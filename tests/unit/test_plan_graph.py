@@ -14,8 +14,10 @@ from pathlib import Path
 import pytest
 from rich.console import Console
 
+from exporters.repository import build_repository
 from exporters.resolve import load_spec
 from exporters.sources.load import build_torch_model
+from exporters.spec import Spec
 from perf.cli import parser
 from perf.errors import OptionError
 from perf.model.links import GENERIC_NVLINK_GBS, PCIE_GBS, link_for
@@ -28,11 +30,12 @@ from perf.plan.graph_memory import (
     Table,
     compute_proxy,
     graph_memory,
+    onnx_instance_bytes,
     too_big_to_build,
 )
 from perf.plan.placement import PlacementError, place
 from perf.plan.planner import PlanRequest, Predictor, plan
-from perf.plan.profile import plan_target, variants
+from perf.plan.profile import plan_target, precision_variant, variants
 from perf.plan.strategy import ModelProfile, Space, StageCost, Strategy, strategies
 from perf.plan.tables import TablePackingError, exchange, pack_tables
 from perf.plan.topology import cpu_topology, topology_folder
@@ -57,6 +60,20 @@ def test_the_graph_counts_exactly_the_parameters_of_the_built_model(name: str) -
     buffers = sum(b.numel() for b in built.buffers() if b.is_floating_point())
     assert counted == _parameters(built) + buffers
     assert memory.parameter_bytes("fp32") == 4 * counted
+
+
+def test_an_exported_onnx_file_is_counted_as_the_torch_graph_counts_it(tmp_path: Path) -> None:
+    """Two independent counts agree: the export's initializers and shape inference (what a source
+    without a torch module gets) and the meta-device module, in fp32 and fp16."""
+
+    base = SPEC.model("recommender")
+    models = tuple(precision_variant(base, p) for p in ("fp32", "fp16"))
+    built = {b.spec.precision: b.artifact.path for b in build_repository(Spec(models=models), tmp_path, 0)}
+    memory = graph_memory(base)
+    for precision, path in built.items():
+        counted = onnx_instance_bytes(path, base.max_batch_size)
+        assert counted == pytest.approx(memory.instance_bytes(precision), rel=0.03), precision
+    assert onnx_instance_bytes(built["fp16"], 64) < 0.55 * onnx_instance_bytes(built["fp32"], 64)
 
 
 def test_fp16_halves_every_float_byte_even_for_a_tiny_model() -> None:
