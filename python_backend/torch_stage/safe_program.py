@@ -101,17 +101,28 @@ def _payload_names(contents: dict[str, bytes], entries: dict[str, str], where: s
     return named
 
 
-def _expressions(node: Any) -> Iterator[Any]:
-    """Every ``expr_str`` in the program's JSON (the strings the loader passes to ``sympy.sympify``)."""
+def _symbolic_values(node: Any) -> Iterator[dict]:
+    """Every object in the program's JSON holding an ``expr_str`` (a ``SymExpr``: the string the loader
+    passes to ``sympy.sympify``, and its ``hint``)."""
     if isinstance(node, dict):
+        if "expr_str" in node:
+            yield node
         for key, value in node.items():
-            if key == "expr_str":
-                yield value
-            else:
-                yield from _expressions(value)
+            if key != "expr_str":
+                yield from _symbolic_values(value)
     elif isinstance(node, list):
         for item in node:
-            yield from _expressions(item)
+            yield from _symbolic_values(item)
+
+
+def _plain_hint(hint: Any) -> bool:
+    """Whether a shape expression's hint is absent or one number (the loader hands it to sympy)."""
+    if hint is None:
+        return True
+    if not isinstance(hint, dict) or len(hint) != 1:
+        return False
+    kind, value = next(iter(hint.items()))
+    return kind in ("as_int", "as_float", "as_bool") and isinstance(value, int | float)
 
 
 def _check_expressions(text: bytes, name: str, where: str) -> None:
@@ -120,9 +131,12 @@ def _check_expressions(text: bytes, name: str, where: str) -> None:
         program = json.loads(text)
     except (ValueError, RecursionError) as error:
         raise UnsafeArtifactError(f"{where}: {name} is not JSON ({error})") from error
-    for expression in _expressions(program):
+    for value in _symbolic_values(program):
+        expression = value["expr_str"]
         try:
             parse_shape_expression(expression)
+            if not _plain_hint(value.get("hint")):
+                raise ShapeExpressionError(f"its hint {str(value.get('hint'))[:80]} is not one number")
         except (ShapeExpressionError, RecursionError) as error:
             raise UnsafeArtifactError(
                 f"{where}: {name} holds the shape expression {str(expression)[:120]!r}, which is not a "

@@ -61,7 +61,7 @@ def _with_entry(base: Path, target: Path, relative: str, data: bytes) -> None:
         new.writestr(f"{prefix}/{relative}", data)
 
 
-def _with_program(base: Path, target: Path, change: Callable[[str], str]) -> None:
+def with_program_text(base: Path, target: Path, change: Callable[[str], str]) -> Path:
     """``base`` with its ``models/model.json`` text passed through ``change``."""
     with zipfile.ZipFile(base) as old, zipfile.ZipFile(target, "w") as new:
         for item in old.infolist():
@@ -69,6 +69,7 @@ def _with_program(base: Path, target: Path, change: Callable[[str], str]) -> Non
             if item.filename.endswith("/models/model.json"):
                 data = change(data.decode()).encode()
             new.writestr(item, data)
+    return target
 
 
 def _code(marker: Path) -> str:
@@ -79,7 +80,7 @@ def with_expression(base: Path, target: Path, expression: str) -> Path:
     """``base`` with its first shape expression (an ``expr_str``) replaced by ``expression``."""
     pattern = re.compile(r'"expr_str": "(?:[^"\\]|\\.)*"')
     replacement = json.dumps({"expr_str": expression})[1:-1]
-    _with_program(base, target, lambda text: pattern.sub(lambda _: replacement, text, 1))
+    with_program_text(base, target, lambda text: pattern.sub(lambda _: replacement, text, 1))
     return target
 
 
@@ -91,7 +92,7 @@ def with_guard_code(base: Path, target: Path, marker: Path) -> Path:
         program["guards_code"] = [f"{_code(marker)} == 0"]
         return json.dumps(program)
 
-    _with_program(base, target, change)
+    with_program_text(base, target, change)
     return target
 
 

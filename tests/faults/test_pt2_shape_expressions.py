@@ -15,12 +15,13 @@ from __future__ import annotations
 import io
 import logging
 import random
+import re
 from pathlib import Path
 
 import pytest
 import sympy
 import torch
-from crafted_programs import linear_program, with_expression
+from crafted_programs import linear_program, with_expression, with_program_text
 from torch import nn
 
 from python_backend.torch_stage.safe_program import UnsafeArtifactError, load_exported_program
@@ -65,6 +66,17 @@ def test_no_string_in_a_shape_expression_reaches_sympy(tmp_path: Path) -> None:
         assert not marker.exists(), f"the archive's code ran: {expression}"
     assert accepted == [], accepted[:5]
     assert len(expressions) > 1000
+
+
+def test_a_hint_that_is_not_a_number_is_refused(tmp_path: Path) -> None:
+    """The loader hands a shape's ``hint`` to sympy as well: only one number is let through."""
+    base = linear_program(tmp_path / "valid.pt2")
+    hint = re.compile(r'"hint": \{"as_int": (\d+)\}')
+    target = with_program_text(
+        base, tmp_path / "crafted.pt2", lambda text: hint.sub(r'"hint": {"as_int": "\1"}', text, 1)
+    )
+    with pytest.raises(UnsafeArtifactError, match="is not one number"):
+        load_exported_program(target)
 
 
 def _random_expression(chooser: random.Random, depth: int) -> sympy.Basic:
