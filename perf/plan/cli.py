@@ -2,9 +2,11 @@
 
 Topology (``--topology`` folder or shipped name, else this host's GPUs, else its CPU) → profile (the
 variants built and measured; on the CPU with the tuner's probe on the real server) → every strategy
-placed and predicted → the pick → on the CPU, the top architectures measured on the real server →
+placed and predicted → the pick → on the CPU, the top architectures measured on the real server, the
+answer the one measured to hold the budget at the highest rate (``perf.plan.verify.settle``) →
 ``reports/<timestamp>-plan/``: ``plan.json``, ``report.md``, ``p99_vs_rate.png``, ``overlay.yaml``
-and ``spec.planned.yaml``.
+and ``spec.planned.yaml``. Where nothing meets the budget (every strategy predicted over it, or every
+verified one measured over it): one line with the closest figure, no overlay, exit status 3.
 """
 
 from __future__ import annotations
@@ -12,23 +14,25 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import logging
+import math
 import time
 from pathlib import Path
 
 from exporters.resolve import load_spec
 from perf.engine import OurEngine
+from perf.errors import EXIT_NOTHING_MEETS, NothingMeetsError
 from perf.markdown import number
 from perf.plan.graph_memory import too_big_to_build
 from perf.plan.overlay import plan_overlay, read_document, server_flags, write_plan_overlay
 from perf.plan.placement import PlacementError
-from perf.plan.planner import PlanRequest, plan
+from perf.plan.planner import Judged, NoStrategyError, PlanRequest, plan
 from perf.plan.profile import measure_profile, plan_target
 from perf.plan.report import document, plot, render, save
 from perf.plan.strategy import Space
 from perf.plan.topology import Topology, cpu_topology, live_topology, topology_folder
-from perf.plan.verify import verify
+from perf.plan.verify import settle, verify
 from perf.report_folder import report_folder
-from perf.tune.probe import ProbePlan, probe
+from perf.tune.probe import ProbePlan, ProbeResult, probe
 from perf.tune.session import TUNE_WINDOWS, TuneSession
 
 log = logging.getLogger(__name__)
@@ -127,13 +131,28 @@ def command_plan(args: argparse.Namespace, console) -> int:
     profile = measure_profile(
         spec, model, args.workdir / "repository", not args.no_split, probed, providers, device
     )
-    chosen = plan(profile, topology, request, lambda text: console.print(f"  {text}"))
+    try:
+        chosen = plan(profile, topology, request, lambda text: console.print(f"  {text}"))
+    except NoStrategyError as error:
+        if not over_budget_everywhere(error.judged):
+            raise
+        return nothing_meets(predicted_verdict(args.p99_ms, model, topology, probed), console)
     verification = []
     if here and not topology.on_gpu and args.verify > 0 and not too_big:
         verification = verify(
             spec, model, chosen, args.verify, engine, settings, args.workdir,
             lambda text: console.print(f"  {text}"),
         )  # fmt: skip
+    measured_rate = None
+    if verification:
+        try:
+            chosen, measured_rate = settle(chosen, verification)
+        except NothingMeetsError as verdict:
+            saved = document(chosen, [], verification, time.perf_counter() - started)
+            saved["verdict"] = verdict.verdict
+            save(folder, saved)
+            plot(chosen, folder / "p99_vs_rate.png")
+            return nothing_meets(verdict, console, render(folder, saved))
     assert chosen.chosen.placement is not None
     if chosen.chosen.strategy.kind == "sharded":
         console.print(
@@ -152,6 +171,7 @@ def command_plan(args: argparse.Namespace, console) -> int:
         write_plan_overlay(args.spec, overlay, folder, note)
     flags = server_flags(chosen.chosen.placement)
     saved = document(chosen, flags, verification, time.perf_counter() - started)
+    saved["measured_rate"] = measured_rate  # the highest verified rate within the budget (None: unverified)
     save(folder, saved)
     plot(chosen, folder / "p99_vs_rate.png")
     report = render(folder, saved)
@@ -159,11 +179,43 @@ def command_plan(args: argparse.Namespace, console) -> int:
     return 0
 
 
+def over_budget_everywhere(judged: list[Judged]) -> bool:
+    """No strategy is feasible, and some that fit the machine lost only on the budget: a verdict about
+    the budget on this machine, not a plan that cannot be placed."""
+    return any(j.placement is not None and j.reason.startswith("over budget") for j in judged)
+
+
+def predicted_verdict(
+    budget_ms: float, model: str, topology: Topology, probed: ProbeResult | None
+) -> NothingMeetsError:
+    """Every strategy predicted over the budget: the closest figure the probe measured on this host's
+    server, or, with nothing measured (a recorded topology, no probe), the prediction's verdict."""
+    runs = [(config, run) for config, run in probed.runs if math.isfinite(run.p99_ms)] if probed else []
+    if not runs:
+        return NothingMeetsError(
+            f"nothing meets p99 <= {budget_ms:g} ms on {topology.name}: every strategy that fits is "
+            "predicted over the budget at every rate (nothing was measured)"
+        )
+    config, run = min(runs, key=lambda pair: pair[1].p99_ms)
+    behind = None if run.sustained else run.throughput
+    return NothingMeetsError.closest(budget_ms, f"{model} {config.label}", run.load.rate, run.p99_ms, behind)
+
+
+def nothing_meets(verdict: NothingMeetsError, console, report: Path | None = None) -> int:
+    """The verdict in one line; what was measured, labelled as no answer; exit status 3."""
+    console.print(verdict.verdict, highlight=False, markup=False)
+    if report is not None:
+        console.print(f"  no answer written; what was measured (not an answer): {report}")
+    return EXIT_NOTHING_MEETS
+
+
 def print_summary(saved: dict, report: Path, console) -> None:
     chosen = saved["chosen"]
+    measured = saved.get("measured_rate")
+    held = f"; measured within it up to {number(measured, 0)}/s here" if measured else ""
     console.print(
         f"chosen: [bold]{chosen['label']}[/bold]: predicted {number(chosen['rate'], 0)}/s within "
-        f"{saved['budget_ms']:g} ms (p99 {number(chosen['p99_ms'])} ms)"
+        f"{saved['budget_ms']:g} ms (p99 {number(chosen['p99_ms'])} ms){held}"
     )
     for entry in saved["placement"]:
         where = ", ".join(f"GPU{g}" for g in entry["gpus"]) or "CPU"

@@ -93,17 +93,39 @@ def plot(plan: Plan, path: Path) -> Path:
     return save_figure(figure, path, axes)
 
 
-def render(folder: Path, saved: dict[str, Any]) -> Path:
+def answer(saved: dict[str, Any]) -> list[str]:
+    """The headline: the pick, with the rate the server measured it to hold the budget at; or, where
+    nothing measured held it, the verdict and that nothing here is an answer."""
     chosen = saved["chosen"]
-    lines = [
-        f"# Plan: {saved['model']}, p99 ≤ {saved['budget_ms']:g} ms on {saved['topology']['name']}",
-        "",
+    if saved.get("verdict"):
+        return [
+            f"**No answer: {saved['verdict']}.** Nothing below is an answer: no `overlay.yaml` or "
+            f"`spec.planned.yaml` was written. The prediction's pick was {chosen['label']} "
+            f"({number(chosen['rate'], 0)} requests/s predicted within the budget); the verification below "
+            "measured every architecture it served over the budget.",
+        ]
+    measured = saved.get("measured_rate")
+    held = (
+        f" Measured on this machine: within the budget up to {number(measured, 0)} requests/s (the highest "
+        "verified rate that held it; an architecture that held it at no rate tried was demoted)."
+        if measured
+        else ""
+    )
+    return [
         f"Chosen: **{chosen['label']}**: predicted {number(chosen['rate'], 0)} requests/s within the budget "
-        f"(p99 {number(chosen['p99_ms'])} ms there).",
+        f"(p99 {number(chosen['p99_ms'])} ms there).{held}",
         "",
         f"Requests reach it: {saved['routing']}. "
         f"Server flags: `{' '.join(saved['server_flags']) or 'none'}`. "
         "The spec overlay is `overlay.yaml` (merged: `spec.planned.yaml`).",
+    ]
+
+
+def render(folder: Path, saved: dict[str, Any]) -> Path:
+    lines = [
+        f"# Plan: {saved['model']}, p99 ≤ {saved['budget_ms']:g} ms on {saved['topology']['name']}",
+        "",
+        *answer(saved),
         "",
         f"Compute figures: {saved['compute_source']}.",
         *([f"\nMemory figures: {saved['memory_source']}."] if saved.get("memory_source") else []),

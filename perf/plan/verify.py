@@ -1,18 +1,24 @@
 """The plan checked on the real server, where it can run (a CPU plan): the top architectures built,
 served and measured at their predicted rate and below it, through the tuner's sessions
 (``perf.tune.session.TuneSession`` for the whole model, ``perf.tune.pipeline_session`` for a split)
-and its measurement layer: the same runs ``make tune`` makes, side by side with the predictions."""
+and its measurement layer: the same runs ``make tune`` makes, side by side with the predictions.
+
+The answer is what was measured (``settle``): of the architectures verified, the one measured to hold
+the budget at the highest rate; one that held it at no rate is demoted, however well it was predicted.
+Where none held it, ``NothingMeetsError`` names the closest figure measured."""
 
 from __future__ import annotations
 
 import dataclasses
 import logging
+import math
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 from exporters.spec import Spec
 from perf.engine import LoadEngine, MeasureSettings
+from perf.errors import NothingMeetsError
 from perf.loads import poisson
 from perf.model.batcher import BatcherConfig
 from perf.plan.planner import Plan, Predictor
@@ -23,14 +29,18 @@ from perf.tune.session import TuneSession
 
 log = logging.getLogger(__name__)
 FRACTIONS = (0.7, 1.0)  # of the predicted highest rate within the budget
+# Where neither held the budget: down from the lowest, ×SEARCH_STEP a run, at most SEARCH_RUNS more runs,
+# until one holds (a prediction several times too high is measured down to a quarter of it).
+SEARCH_STEP, SEARCH_RUNS = 0.6, 2
 
 
 def verify(
     spec: Spec, model: str, plan: Plan, count: int, engine: LoadEngine, settings: MeasureSettings,
     workdir: Path, step: Callable[[str], None],
 ) -> list[dict[str, Any]]:  # fmt: skip
-    """The ``count`` best architectures, each at ``FRACTIONS`` of its predicted rate: predicted and
-    measured p99, the served rate, and whether the budget held."""
+    """The ``count`` best architectures, each at ``FRACTIONS`` of its predicted rate (and, where neither
+    held the budget, further down: ``SEARCH_STEP``): predicted and measured p99, the served rate, and
+    whether the budget held."""
     rows = []
     base = spec.model(model)
     for index, judged in enumerate(top_architectures(plan, count)):
@@ -58,7 +68,9 @@ def verify(
         step(f"verifying {s.label} on the real server")
         with session:
             session.prepare(config)
-            for fraction in FRACTIONS:
+            fractions = list(FRACTIONS)
+            while fractions:
+                fraction = fractions.pop(0)
                 rate = fraction * judged.rate
                 measured = session.measure(poisson(rate, plan.request.seed), f"plan {s.label} @ {rate:.0f}/s")
                 predicted = predictor.at(rate)
@@ -66,7 +78,54 @@ def verify(
                     "strategy": s.label, "fraction": fraction, "rate": rate,
                     "predicted_p99_ms": predicted.p99_ms, "measured_p99_ms": measured.p99_ms,
                     "predicted_throughput": predicted.throughput, "measured_throughput": measured.throughput,
-                    "met": measured.meets(plan.request.budget_ms),
+                    "sustained": measured.sustained, "met": measured.meets(plan.request.budget_ms),
                 })  # fmt: skip
                 log.info("%s", rows[-1])
+                searched = len(rows_of(rows, s.label)) - len(FRACTIONS)
+                if not fractions and not measured_rate(rows, s.label) and searched < SEARCH_RUNS:
+                    fractions.append(min(fraction, *FRACTIONS) * SEARCH_STEP)
     return rows
+
+
+def rows_of(rows: list[dict[str, Any]], label: str) -> list[dict[str, Any]]:
+    return [row for row in rows if row["strategy"] == label]
+
+
+def measured_rate(rows: list[dict[str, Any]], label: str) -> float:
+    """The highest rate a verification run of ``label`` held the budget at (0: none did)."""
+    return max((row["rate"] for row in rows_of(rows, label) if row["met"]), default=0.0)
+
+
+def settle(plan: Plan, rows: list[dict[str, Any]]) -> tuple[Plan, float]:
+    """The plan as measured: the verified architecture that held the budget at the highest rate (ties:
+    the plan's order) becomes the pick, with that rate; the verified ones that held it nowhere are
+    demoted, their reason saying so. Raises ``NothingMeetsError`` (the closest figure measured) where
+    none held it."""
+    budget = plan.request.budget_ms
+    verified = [j for j in plan.judged if rows_of(rows, j.strategy.label)]
+    for judged in verified:
+        if not measured_rate(rows, judged.strategy.label):
+            closest = min(rows_of(rows, judged.strategy.label), key=lambda row: row["measured_p99_ms"])
+            judged.reason = (
+                "demoted: measured over the budget at every rate tried (p99 "
+                f"{closest['measured_p99_ms']:,.1f} ms at {closest['rate']:,.0f}/s, predicted "
+                f"{judged.rate:,.0f}/s within it)"
+            )
+    held = [j for j in verified if measured_rate(rows, j.strategy.label)]
+    if not held:
+        row = min(
+            rows, key=lambda r: r["measured_p99_ms"] if math.isfinite(r["measured_p99_ms"]) else math.inf
+        )
+        behind = None if row.get("sustained", True) else row["measured_throughput"]
+        raise NothingMeetsError.closest(budget, row["strategy"], row["rate"], row["measured_p99_ms"], behind)
+    best = max(held, key=lambda j: measured_rate(rows, j.strategy.label))  # max keeps the first of a tie
+    rate = measured_rate(rows, best.strategy.label)
+    if best is not plan.chosen:
+        previous = plan.chosen
+        if not previous.reason:
+            previous.reason = (
+                f"lower measured rate: {measured_rate(rows, previous.strategy.label):,.0f}/s against "
+                f"{rate:,.0f}/s"
+            )
+        best.reason = ""
+    return dataclasses.replace(plan, chosen=best), rate
