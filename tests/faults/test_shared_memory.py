@@ -315,6 +315,7 @@ def test_a_hard_link_to_a_stubs_region_is_refused(fault_server: TritonServer, go
         finally:
             link.unlink()
     assert (fault_server.pid, _stub_pids(fault_server)) == (pid, stubs)
+    client.close()  # here, not in whichever thread collects it (gevent)
 
 
 @pytest.mark.parametrize("protocol", PROTOCOLS)
@@ -346,6 +347,7 @@ def test_a_stubs_region_renamed_over_a_registered_one_is_refused(
             (Path("/dev/shm") / name).rename(region)
             Path(f"/dev/shm/{name}").write_bytes(b"\0" * 4096)  # for own_region's cleanup
     assert (fault_server.pid, _stub_pids(fault_server)) == (pid, stubs)
+    client.close()  # here, not in whichever thread collects it (gevent)
 
 
 RACE_S = 15.0  # unfixed, the server died within about 3 s of this race on an idle machine
@@ -394,3 +396,4 @@ def test_a_region_truncated_while_triton_copies_does_not_kill_the_server(
     assert fault_server.process.poll() is None, f"tritonserver died after {answered + refused} requests"
     assert answered > 0 and refused > 0, (answered, refused)  # both sides of the race were hit
     assert (fault_server.pid, _stub_pids(fault_server)) == (pid, stubs)
+    client.close()  # here, not in whichever thread collects it (gevent)
