@@ -119,10 +119,10 @@ def craft(variant: str, base: Path, target: Path, marker: Path) -> Path:
         with_expression(base, target, _code(marker))
     elif variant == "sympy_string_argument":  # a sympy class the old check allowed; it sympifies its argument
         with_expression(base, target, f"Tuple({_code(marker)!r})")
-    elif variant == "two_central_directories":
+    elif variant == "pre_2_8_state_dict":
+        _pre_2_8(target, marker)
+    else:  # an archive two zip readers read differently (``crafted_archives.CONSTRUCTIONS``)
         from crafted_archives import hostile_archive  # it builds on this module's pickle
 
         target.write_bytes(hostile_archive(variant, base, marker))
-    else:
-        _pre_2_8(target, marker)
     return target
