@@ -3,7 +3,8 @@
 It starts from valid requests to every endpoint ``make serve`` exposes (health, metadata, config,
 statistics, inference as JSON and as binary, generate, system shared memory, and the keyed admin
 routes), built from each model's own metadata, and mutates each into a case: the request line (method,
-path, version, NUL and traversal in names), the headers (duplicated, dropped, odd ``Content-Type``,
+path, version, NUL and traversal in names), the request target (``mutate_target``: each spelling
+a front and Triton could route differently), the headers (duplicated, dropped, odd ``Content-Type``,
 ``Inference-Header-Content-Length`` and ``Content-Encoding`` values, chunked framing) and the body
 (JSON values replaced, deleted or duplicated under the same key; bytes flipped, cut or inserted). Each
 case goes out on its own connection and must get an answer below 500 (a fault of the request is never
@@ -56,6 +57,48 @@ NAME_TAILS = [
     "/versions/99",
     "/versions/-1",
 ]
+
+
+BACKSLASH = chr(0x5C)
+QUERIES = ["?", "?a=b", "?a=b&c", "?%2F", "?#", "?a=" + BACKSLASH]
+ODD_CHARACTERS = ["\x00", "\t", "\x7f", "\u00e9", "\x1b", " "]
+
+
+def _escape(character: str, upper: bool) -> str:
+    return "".join(f"%{byte:02X}" if upper else f"%{byte:02x}" for byte in character.encode())
+
+
+def mutate_target(path: str, rng: random.Random) -> tuple[str, str]:
+    """One seeded spelling of the request target ``path`` (a plain ``/v2/...`` path) and what was done:
+    the spellings on which a front and Triton could read two different routes (fault matrix row 35):
+    fragments, dot and empty segments, escaped separators and letters, absolute-form, backslashes,
+    control and non-ASCII bytes, parameters, queries, case, and the target ``*``."""
+    slashes = [i for i, c in enumerate(path) if c == "/"] or [0]  # a target mutated before may have none
+    at = rng.choice(slashes)
+    if not any(c.isalpha() for c in path):
+        path += "v"  # something to escape or change the case of
+    letter = rng.choice([i for i, c in enumerate(path) if c.isalpha()])
+    choices: list[tuple[str, str]] = [
+        (f"{path}#{rng.choice(['x', '', '/../../v2/health/ready', '?a=b'])}", "fragment"),
+        (f"{path[:at]}/{path[at:]}", "empty segment"),
+        (f"{path[:at]}/.{path[at:]}", "dot segment"),
+        (f"{path[:at]}/x/..{path[at:]}", "dot-dot segment"),
+        (f"{path}/", "trailing slash"),
+        (f"/{path}", "leading double slash"),
+        (f"{path[:at]}{_escape('/', rng.random() < 0.5)}{path[at + 1 :]}", "escaped slash"),
+        (path[:at] + BACKSLASH + path[at + 1 :], "backslash"),
+        (f"{path[:at]}%5C{path[at + 1 :]}", "escaped backslash"),
+        (f"{path[:letter]}{_escape(path[letter], rng.random() < 0.5)}{path[letter + 1 :]}", "escaped letter"),
+        (f"{path[:letter]}%25{ord(path[letter]):02X}{path[letter + 1 :]}", "double escape"),
+        (f"{path}{rng.choice(['%23x', '%3Fa=b', '%2E', '%00', '%', '%g1', '%2e%2e'])}", "escaped tail"),
+        (f"http://{rng.choice(['fuzz', '127.0.0.1', 'localhost:1'])}{path}", "absolute-form"),
+        (path + rng.choice(QUERIES), "query"),
+        (f"{path};{rng.choice(['x', 'a=b', ''])}", "parameter"),
+        (f"{path[:letter]}{path[letter].swapcase()}{path[letter + 1 :]}", "case"),
+        (path[:at] + rng.choice(ODD_CHARACTERS) + path[at:], "control or non-ASCII"),
+        (rng.choice(["*", "fuzz:80", "v2/health/ready", path.lstrip("/")]), "not origin-form"),
+    ]
+    return rng.choice(choices)
 
 
 @dataclass
@@ -236,7 +279,7 @@ class Mutator:
 
     def mutate(self, seed: Case) -> Case:
         case = Case(seed.method, seed.path, list(seed.headers), seed.body)
-        operations = [self.line, self.header, self.json, self.bytes, self.encoding]
+        operations = [self.line, self.target, self.header, self.json, self.bytes, self.encoding]
         for _ in range(self.rng.randint(1, 3)):
             self.rng.choice(operations)(case)
         return case
@@ -252,6 +295,10 @@ class Mutator:
             parts[index] += tail
             case.path = "/".join(parts) + ("?a=b" * self.rng.randint(0, 3))
             case.mutations.append(f"path +{tail[:12]!r}")
+
+    def target(self, case: Case) -> None:
+        case.path, what = mutate_target(case.path, self.rng)
+        case.mutations.append(f"target {what}")
 
     def header(self, case: Case) -> None:
         choice = self.rng.randrange(5)

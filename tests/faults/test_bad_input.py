@@ -104,8 +104,9 @@ def test_json_bodies(fault_server: TritonServer, good_traffic) -> None:
         )
 
 
-def test_paths_outside_the_api_are_not_found(fault_server: TritonServer) -> None:
-    """Path traversal through the URL reaches no file: each is an unknown model or route (404)."""
+def test_paths_outside_the_api_are_refused(fault_server: TritonServer) -> None:
+    """Path traversal through the URL reaches no file: the HTTP front refuses any target that is not a
+    plain /v2 path (fault matrix row 35), 400 naming the problem."""
     for path in (
         "/v2/models/..%2F..%2Fetc%2Fpasswd",
         "/v2/models/../../etc/passwd/infer",
@@ -113,5 +114,5 @@ def test_paths_outside_the_api_are_not_found(fault_server: TritonServer) -> None
     ):
         with pytest.raises(urllib.error.HTTPError) as error:
             urllib.request.urlopen(f"http://{fault_server.http_url}{path}", timeout=10)
-        assert error.value.code == 404, path
-        assert "not found" in error.value.read().decode().lower(), path
+        assert error.value.code == 400, path
+        assert json.loads(error.value.read())["error"].startswith(f"request target {path!r}"), path

@@ -1,0 +1,268 @@
+"""Fault matrix rows 37–41: requests Triton never answers, and connections that hold a front's slots.
+
+Before: ``INT64 [2^62, 0]`` with empty data passed both fronts (0 elements, 0 bytes) and Triton never
+answered it; 260 of them held the HTTP front's 256 upstream connections for its 600 s timeout, even
+after their clients hung up, and every HTTP request, health included, timed out for minutes. Over gRPC
+the call was never answered; a stream whose first message was garbage hung; 300 connections that never
+sent the HTTP/2 preface were held for good.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+from typing import Any
+
+import grpc
+import numpy as np
+import pytest
+import tritonclient.grpc as grpcclient
+import tritonclient.http as httpclient
+from harness import exchange, trivial_inputs
+from resilience_fixtures import build_small_repository
+from tritonclient.grpc import service_pb2, service_pb2_grpc
+from tritonclient.utils import InferenceServerException
+
+from server import ServerOptions, TritonServer
+from server.launcher import free_port
+from server.stubs import server_stubs
+
+pytestmark = pytest.mark.integration
+ENCODER = "text_embedding_encoder"
+INPUTS = ("input_ids", "attention_mask")
+HUGE = 2**62
+REFUSED = f"input 'input_ids' declares shape [{HUGE}, 0]: a dimension above 2147483647 fits no model"
+HANG_GUARD_S = 60  # not a latency bound: how long a request may go unanswered before it counts as never
+FLOOD = 300  # more than the HTTP front's 256 upstream connections
+
+
+def _live_stubs(server: TritonServer) -> set[int]:
+    return {stub.pid for stub in server_stubs(server.pid or 0) if stub.alive}
+
+
+def _never_answered_http() -> bytes:
+    body = json.dumps(
+        {"inputs": [{"name": n, "shape": [HUGE, 0], "datatype": "INT64", "data": []} for n in INPUTS]}
+    ).encode()
+    return (
+        f"POST /v2/models/{ENCODER}/infer HTTP/1.1\r\nHost: test\r\nContent-Type: application/json\r\n"
+        f"Content-Length: {len(body)}\r\n\r\n"
+    ).encode() + body
+
+
+def _never_answered_grpc() -> service_pb2.ModelInferRequest:
+    request = service_pb2.ModelInferRequest(model_name=ENCODER, id="huge")
+    for name in INPUTS:
+        request.inputs.add(name=name, datatype="INT64", shape=[HUGE, 0])
+        request.raw_input_contents.append(b"")
+    return request
+
+
+def test_a_flood_triton_never_answers_is_refused_while_http_serves(
+    fault_server: TritonServer, good_traffic
+) -> None:
+    """300 ``[2^62, 0]`` requests, 32 at a time: each a 400 naming the input; health and good
+    inference over both protocols answered throughout; no stub lost, the server's PID unchanged."""
+    pid, stubs = fault_server.pid, _live_stubs(fault_server)
+    raw = _never_answered_http()
+    ready = b"GET /v2/health/ready HTTP/1.1\r\nHost: test\r\nContent-Length: 0\r\n\r\n"
+
+    def one(_: int) -> tuple[int, dict]:  # raw sockets: a tritonclient client is not for threads
+        [(status, body)] = exchange(fault_server, raw, timeout=HANG_GUARD_S)
+        assert exchange(fault_server, ready, timeout=HANG_GUARD_S)[0][0] == 200
+        return status, json.loads(body)
+
+    with good_traffic(), ThreadPoolExecutor(32) as pool:
+        answers = list(pool.map(one, range(FLOOD)))
+    assert answers == [(400, {"error": REFUSED})] * FLOOD
+    assert fault_server.pid == pid and _live_stubs(fault_server) == stubs
+
+
+def test_grpc_answers_the_shape_unary_and_on_a_stream(fault_server: TritonServer, good_traffic) -> None:
+    with grpc.insecure_channel(fault_server.grpc_url) as channel, good_traffic():
+        service = service_pb2_grpc.GRPCInferenceServiceStub(channel)
+        with pytest.raises(grpc.RpcError) as error:
+            service.ModelInfer(_never_answered_grpc(), timeout=HANG_GUARD_S)
+        assert (error.value.code(), error.value.details()) == (grpc.StatusCode.INVALID_ARGUMENT, REFUSED)
+        [answer] = list(service.ModelStreamInfer(iter([_never_answered_grpc()]), timeout=HANG_GUARD_S))
+    assert answer.error_message == REFUSED and answer.infer_response.id == "huge"
+
+
+@pytest.mark.parametrize("garbage", [b"\xff\xff\xff\xff", b"\x0a\xff"])
+def test_a_stream_whose_first_message_is_garbage_is_closed(
+    fault_server: TritonServer, garbage: bytes
+) -> None:
+    with grpc.insecure_channel(fault_server.grpc_url) as channel:
+        stream = channel.stream_stream("/inference.GRPCInferenceService/ModelStreamInfer")
+        with pytest.raises(grpc.RpcError) as error:
+            list(stream(iter([garbage]), timeout=HANG_GUARD_S))
+    assert error.value.code() == grpc.StatusCode.INVALID_ARGUMENT, error.value
+    assert error.value.details().startswith("ModelStreamInfer: not a valid ModelInferRequest message")
+
+
+def test_a_model_batch_above_its_config_is_refused_by_both_fronts(fault_server: TritonServer) -> None:
+    """A shape the encoder's config does not allow (rank, batch) is refused before Triton, naming the
+    input, in Triton's words."""
+    for protocol, module in (("http", httpclient), ("grpc", grpcclient)):
+        client = (
+            httpclient.InferenceServerClient(fault_server.http_url)
+            if protocol == "http"
+            else grpcclient.InferenceServerClient(fault_server.grpc_url)
+        )
+        tensors = []
+        for name in INPUTS:
+            tensor = module.InferInput(name, [1, 1, 0], "INT64")
+            tensor.set_data_from_numpy(np.zeros((1, 1, 0), np.int64))
+            tensors.append(tensor)
+        with pytest.raises(InferenceServerException) as error:
+            client.infer(ENCODER, tensors)
+        assert error.value.message().startswith(
+            f"unexpected shape for input 'input_ids' for model '{ENCODER}'. Expected [-1,-1], got [1,1,0]"
+        ), (protocol, error.value.message())
+
+
+def test_half_open_http2_connections_are_closed(fault_server: TritonServer) -> None:
+    """50 connections to the gRPC front that never finish the HTTP/2 preface: closed by the front's
+    handshake timeout (10 s) while good calls are answered."""
+    host, port = fault_server.grpc_url.rsplit(":", 1)
+    connections = []
+    for number in range(50):
+        sock = socket.create_connection((host, int(port)), timeout=HANG_GUARD_S)
+        if number % 2:
+            sock.sendall(b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n")  # the preface, no SETTINGS
+        connections.append(sock)
+    client = grpcclient.InferenceServerClient(fault_server.grpc_url)
+    assert client.infer("trivial", trivial_inputs("grpc")).as_numpy("y").shape == (1, 16)
+    deadline = time.monotonic() + HANG_GUARD_S
+    open_ = list(connections)
+    while open_ and time.monotonic() < deadline:
+        for sock in list(open_):
+            sock.settimeout(max(0.1, deadline - time.monotonic()) / len(open_))
+            try:
+                if sock.recv(4096) == b"":
+                    open_.remove(sock)
+            except TimeoutError:
+                pass
+            except OSError:
+                open_.remove(sock)
+    for sock in connections:
+        sock.close()
+    assert open_ == [], f"{len(open_)} of {len(connections)} half-open connections still open"
+
+
+@pytest.fixture(scope="module")
+def small_server(
+    spec_data: dict[str, Any], tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[TritonServer]:
+    repository = build_small_repository(
+        spec_data, tmp_path_factory.mktemp("slots_repository"), pipeline=False
+    )
+    options = ServerOptions(
+        repository=repository,
+        self_heal=False,
+        startup_timeout_s=240,
+        workdir=tmp_path_factory.mktemp("slots"),
+    )
+    with TritonServer(options) as server:
+        yield server
+
+
+@pytest.fixture
+def guard_with_two_slots(small_server: TritonServer, tmp_path: Path) -> Iterator[int]:
+    """An HTTP front in front of ``small_server``, where one client may have 2 requests upstream."""
+    port = free_port()
+    log_path = tmp_path / "http_guard.log"
+    with open(log_path, "wb") as log_file:
+        guard = subprocess.Popen(
+            [
+                sys.executable, "-m", "server.http_guard", f"--listen=127.0.0.1:{port}",
+                f"--upstream={small_server.http_url}", "--max-client-requests=2",
+            ],
+            stdout=log_file,
+            stderr=subprocess.STDOUT,
+        )  # fmt: skip
+    client = httpclient.InferenceServerClient(f"127.0.0.1:{port}")
+    deadline = time.monotonic() + HANG_GUARD_S
+    while True:
+        try:
+            client.is_server_live()
+            break
+        except OSError:
+            assert time.monotonic() < deadline, log_path.read_text()
+            time.sleep(0.1)
+    yield port
+    guard.terminate()
+    guard.wait(timeout=30)
+
+
+# a POST (which counts against the client's share) that changes nothing upstream
+STATUS = b"POST /v2/systemsharedmemory/status HTTP/1.1\r\nHost: test\r\nContent-Length: 0\r\n\r\n"
+
+
+def _held_or_answer(port: int, wait_s: float) -> tuple[socket.socket, bytes]:
+    """Send one request; the socket and what came back within ``wait_s`` (b"": held upstream)."""
+    sock = socket.create_connection(("127.0.0.1", port), timeout=HANG_GUARD_S)
+    sock.sendall(STATUS)
+    sock.settimeout(wait_s)
+    try:
+        return sock, sock.recv(4096)
+    except TimeoutError:
+        return sock, b""
+
+
+def _hold(port: int, count: int) -> list[socket.socket]:
+    """``count`` requests held upstream (a 429 meanwhile: a slot not freed yet, try again)."""
+    held: list[socket.socket] = []
+    deadline = time.monotonic() + HANG_GUARD_S
+    while len(held) < count:
+        assert time.monotonic() < deadline, "the client's slots were never freed"
+        sock, answer = _held_or_answer(port, 2.0)
+        if answer:
+            assert answer.startswith(b"HTTP/1.1 429"), answer
+            sock.close()
+            time.sleep(0.5)
+        else:
+            held.append(sock)
+    return held
+
+
+def test_one_client_holds_its_share_and_a_hang_up_frees_it(
+    small_server: TritonServer, guard_with_two_slots: int
+) -> None:
+    """Triton stops answering (SIGSTOP): a client's third request is refused at once with a JSON 429,
+    not queued behind the two held; once it hangs up on those two, two more are forwarded (the
+    upstream requests were cancelled), and a third is again a 429."""
+    port = guard_with_two_slots
+    os.kill(small_server.pid, signal.SIGSTOP)
+    held: list[socket.socket] = []
+    try:
+        held = _hold(port, 2)
+        sock, answer = _held_or_answer(port, HANG_GUARD_S)
+        sock.close()
+        head, _, body = answer.partition(b"\r\n\r\n")
+        assert head.startswith(b"HTTP/1.1 429"), answer
+        assert json.loads(body)["error"].startswith("this client (127.0.0.1) already has 2 requests waiting")
+        for sock in held:
+            sock.close()  # the client hangs up
+        held = _hold(port, 2)
+        sock, answer = _held_or_answer(port, HANG_GUARD_S)
+        sock.close()
+        assert answer.startswith(b"HTTP/1.1 429"), answer
+    finally:
+        os.kill(small_server.pid, signal.SIGCONT)
+    for sock in held:
+        sock.settimeout(HANG_GUARD_S)
+        answer = sock.recv(4096)  # Triton's own answer (a 405: the status route is a GET)
+        assert answer.startswith(b"HTTP/1.1 405"), (
+            f"a held request was not answered once Triton was: {answer!r}"
+        )
+        sock.close()
+    assert small_server.process is not None and small_server.process.poll() is None
