@@ -17,6 +17,9 @@ TEST_WORKERS ?= 3
 HTTP_PORT ?= 8000
 GRPC_PORT ?= 8001
 METRICS_PORT ?= 8002
+# make perf/tune/plan/soak: take every server's ports from this base (5 per server) instead of the OS's.
+PORT_BASE ?=
+PORT_ARGS = $(if $(PORT_BASE),--port-base $(PORT_BASE))
 
 .DEFAULT_GOAL := help
 PA_STAMP := $(VENV)/perf_analyzer/.attempted
@@ -35,6 +38,8 @@ help: ## list the targets and the variables they take
 	@echo "  HTTP_PORT=$(HTTP_PORT) GRPC_PORT=$(GRPC_PORT) METRICS_PORT=$(METRICS_PORT)  make serve's ports"
 	@echo "  ALLOW_PARTIAL=1  make serve keeps serving when some models fail to load (default: exit 1)"
 	@echo "  TOPOLOGY= ACCURACY=  make plan: a recorded GPU topology (e.g. dgx1-v100), the accuracy limit"
+	@echo "  PORT_BASE=     make perf/tune/plan/soak: every server's ports from this base (HTTP, gRPC, metrics,"
+	@echo "                 Triton's own two behind the fronts: 5 per server) instead of free ports the OS picks"
 	@echo "  PERF_ARGS= TUNE_ARGS= PLAN_ARGS=  further options of python -m perf run / tune / plan (--help lists them)"
 	@echo "  TEST_WORKERS=$(TEST_WORKERS)  make test: pytest-xdist workers"
 
@@ -69,20 +74,20 @@ status: setup ## show whether the `make serve` server is up, and its models
 	$(BIN)/python -m server status
 
 perf: setup ## the batching study on the embedded server; report in reports/<timestamp>/ (PERF=quick: about 5 min; MODELS=your models of SPEC)
-	$(BIN)/python -m perf run --profile $(PERF) --spec $(SPEC) $(if $(MODELS),--models $(MODELS)) $(PERF_ARGS)
+	$(BIN)/python -m perf run --profile $(PERF) --spec $(SPEC) $(if $(MODELS),--models $(MODELS)) $(PORT_ARGS) $(PERF_ARGS)
 
 soak: repo ## 10 min of mixed load with random faults (stubs killed or stopped, bad input, updates); SOAK_S=60 for a short one
-	$(BIN)/python -m soak --repository $(REPO) --duration $(SOAK_S)
+	$(BIN)/python -m soak --repository $(REPO) --duration $(SOAK_S) $(PORT_ARGS)
 
 perf-analyzer: setup ## install NVIDIA perf_analyzer into .venv (if missing) and cross-check one model with it
 	$(BIN)/python -m perf.perf_analyzer_install
 	$(BIN)/python -m perf analyzer
 
 tune: setup ## pick batching for a p99 budget: make tune MODEL=recommender P99_MS=10 [RATE=…] [TUNE_ARGS="--witness model-analyzer"]
-	$(BIN)/python -m perf tune --spec $(SPEC) --model $(MODEL) --p99-ms $(P99_MS) $(if $(RATE),--rate $(RATE)) $(TUNE_ARGS)
+	$(BIN)/python -m perf tune --spec $(SPEC) --model $(MODEL) --p99-ms $(P99_MS) $(if $(RATE),--rate $(RATE)) $(PORT_ARGS) $(TUNE_ARGS)
 
 plan: setup ## choose the serving strategy: make plan MODEL=recommender P99_MS=10 [TOPOLOGY=dgx1-v100] [ACCURACY=1e-3]
-	$(BIN)/python -m perf plan --spec $(SPEC) --model $(MODEL) --p99-ms $(P99_MS) $(if $(TOPOLOGY),--topology $(TOPOLOGY)) $(if $(ACCURACY),--accuracy $(ACCURACY)) $(PLAN_ARGS)
+	$(BIN)/python -m perf plan --spec $(SPEC) --model $(MODEL) --p99-ms $(P99_MS) $(if $(TOPOLOGY),--topology $(TOPOLOGY)) $(if $(ACCURACY),--accuracy $(ACCURACY)) $(PORT_ARGS) $(PLAN_ARGS)
 
 test: setup deploy-tools ## unit + integration tests (starts real tritonservers on free ports; TEST_WORKERS=3)
 	$(BIN)/python -m pytest -q -n $(TEST_WORKERS) --dist loadgroup --no-loadscope-reorder

@@ -40,6 +40,7 @@ from perf.study_spec import FAMILIES, MODES, spec_families
 from perf.tune.cli import add_parser as add_tune_parser
 from perf.tune.cli import command_tune
 from perf.tune.cli import usage_errors as tune_usage_errors
+from server.ports import add_port_base_option, use_port_base
 
 console = Console(width=max(shutil.get_terminal_size((150, 40)).columns, 100))
 WORKDIR = Path(".run/perf")
@@ -79,6 +80,7 @@ def parser() -> argparse.ArgumentParser:
     run.add_argument("--spec", type=Path, default=Path(env("PERF_SPEC", "models.yaml")),
                      help="the spec whose pipelines the pipeline study serves, and where --models that "
                           "are not zoo families are found (models.yaml)")  # fmt: skip
+    add_port_base_option(run)
     commands.add_parser("analyzer", help="cross-check with perf_analyzer where a working binary exists")
     add_tune_parser(commands)
     add_plan_parser(commands)
@@ -223,6 +225,7 @@ def command_analyzer(args: argparse.Namespace) -> int:
 def main(argv: list[str] | None = None) -> int:
     top = parser()
     args = top.parse_args(argv)
+    use_port_base(getattr(args, "port_base", None))  # every server this run starts (server.ports)
     if args.command == "plan":
         if error := plan_usage_errors(args):
             top.error(error)

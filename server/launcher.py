@@ -47,6 +47,7 @@ from google.protobuf import text_format
 from tritonclient.grpc import model_config_pb2
 
 from python_backend.dtypes import BY_TRITON
+from server import ports
 from server.admin import KEY_ENV, drain, new_admin_key, restricted_api_args
 from server.admin import headers as admin_headers
 from server.install import ServerError, ServerInstall, assemble_backends, find_install
@@ -104,7 +105,7 @@ def _tee(source: IO[bytes], path: Path) -> None:
             sys.stdout.buffer.flush()
 
 
-def check_port_free(host: str, port: int, wait_s: float = 0.0) -> None:
+def check_port_free(host: str, port: int, wait_s: float = 0.0, name: str = "") -> None:
     """``ServerError`` if something still listens on ``host:port`` after ``wait_s`` seconds.
 
     Without this, another Triton on the same port (e.g. an NGC container) answers the readiness probe
@@ -122,7 +123,7 @@ def check_port_free(host: str, port: int, wait_s: float = 0.0) -> None:
             except OSError as error:
                 if time.monotonic() >= deadline:
                     raise ServerError(
-                        f"port {port} on {host} is in use ({error.strerror}); pick another or stop it"
+                        f"port {name or port} on {host} is in use ({error.strerror}); pick another or stop it"
                     ) from error
         time.sleep(0.25)
 
@@ -238,14 +239,19 @@ class TritonServer:
         self._workdir = Path(options.workdir or tempfile.mkdtemp(prefix="tritonserver-"))
         self._workdir.mkdir(parents=True, exist_ok=True)
         self.log_path = options.log_path or self._workdir / "server.log"
-        self.http_port = options.http_port or free_port(options.host)
+        # With a port base (``server.ports``) every port comes from it, else the OS picks free ones.
+        self.base_ports = ports.reserve()
+        base = self.base_ports
+        self.http_port = options.http_port or (base.http if base else free_port(options.host))
         # With the guard, Triton's HTTP endpoint moves to a port of its own on loopback.
-        self.triton_http_port = free_port("127.0.0.1") if options.http_guard else self.http_port
+        own_http = base.triton_http if base else free_port("127.0.0.1")
+        self.triton_http_port = own_http if options.http_guard else self.http_port
         self.guard: subprocess.Popen | None = None
-        self.grpc_port = options.grpc_port or free_port(options.host)
-        self.triton_grpc_port = free_port("127.0.0.1") if options.grpc_guard else self.grpc_port
+        self.grpc_port = options.grpc_port or (base.grpc if base else free_port(options.host))
+        own_grpc = base.triton_grpc if base else free_port("127.0.0.1")
+        self.triton_grpc_port = own_grpc if options.grpc_guard else self.grpc_port
         self.grpc_front: subprocess.Popen | None = None
-        self.metrics_port = options.metrics_port or free_port(options.host)
+        self.metrics_port = options.metrics_port or (base.metrics if base else free_port(options.host))
         self.shm_prefix = f"tb{os.getpid()}_{self.http_port}_"  # this server's Python-backend regions
         self.failed_models: dict[str, str] = {}  # name -> reason, for models that did not load
         self.admin_key = options.admin_key or new_admin_key()
@@ -372,14 +378,15 @@ class TritonServer:
         public = {self.metrics_port}  # a port our own running front holds stays with it
         public |= {self.http_port} if self.guard is None or self.guard.poll() is not None else set()
         public |= {self.grpc_port} if self.grpc_front is None or self.grpc_front.poll() is not None else set()
+        ports.hold(self.base_ports)
         for port in sorted(public):
-            check_port_free(self.options.host, port, self.options.port_wait_s)
+            check_port_free(self.options.host, port, self.options.port_wait_s, self._named(port))
         for fronted, port in (
             (self.options.http_guard, self.triton_http_port),
             (self.options.grpc_guard, self.triton_grpc_port),
         ):
             if fronted:
-                check_port_free("127.0.0.1", port, self.options.port_wait_s)
+                check_port_free("127.0.0.1", port, self.options.port_wait_s, self._named(port))
         command = self.command()
         self.log_path.parent.mkdir(parents=True, exist_ok=True)
         if self.options.echo_log:
@@ -557,8 +564,13 @@ class TritonServer:
         later, then the cleanup."""
         self.stop_fronts()
         self.reap()
+        ports.release(self.base_ports)  # the next server of this process may take them
         if self._owns_workdir:
             shutil.rmtree(self._workdir, ignore_errors=True)
+
+    def _named(self, port: int) -> str:
+        """How a port-in-use error names ``port``: from the port base, which one it is."""
+        return self.base_ports.describe(port) if self.base_ports else str(port)
 
     def reap(self) -> None:
         """The server process (SIGTERM, then SIGKILL), its stray stubs and ``/dev/shm`` regions, but

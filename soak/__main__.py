@@ -8,6 +8,7 @@ import sys
 from pathlib import Path
 
 import soak.run
+from server.ports import add_port_base_option, use_port_base
 from soak.run import run_soak
 
 
@@ -22,7 +23,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--fault-every", type=float, default=20.0, help="mean seconds between faults")
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--fuzz-cases", type=int, default=100, help="mutated HTTP requests per fuzz burst")
+    add_port_base_option(parser)
     args = parser.parse_args(argv)
+    use_port_base(args.port_base)  # the soak's server (server.ports)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(message)s")
     report = run_soak(args.repository, args.duration, args.seed, args.fault_every, args.fuzz_cases)
     print(report.text())

@@ -34,6 +34,7 @@ from perf.plan.verify import settle, verify
 from perf.report_folder import report_folder
 from perf.tune.probe import ProbePlan, ProbeResult, probe
 from perf.tune.session import TUNE_WINDOWS, TuneSession
+from server.ports import add_port_base_option
 
 log = logging.getLogger(__name__)
 WORKDIR = Path(".run/plan")
@@ -62,6 +63,7 @@ def add_parser(commands: argparse._SubParsersAction) -> None:
     p.add_argument("--predict-s", type=float, default=3.0, help="seconds of arrivals per prediction")
     p.add_argument("--reports", type=Path, default=Path("reports"))
     p.add_argument("--workdir", type=Path, default=WORKDIR, help="where the variants are built and served")
+    add_port_base_option(p)
 
 
 def usage_errors(args: argparse.Namespace) -> str | None:

@@ -39,6 +39,7 @@ from perf.tune.result import document, save
 from perf.tune.session import TUNE_WINDOWS, TuneSession
 from perf.tune.shapes_section import shapes_section
 from perf.tune.tuner import TuneRequest, tune
+from server.ports import add_port_base_option
 
 log = logging.getLogger(__name__)
 WORKDIR = Path(".run/tune")
@@ -82,6 +83,7 @@ def add_parser(commands: argparse._SubParsersAction) -> None:
     )
     tune_parser.add_argument("--seed", type=int, default=0)
     tune_parser.add_argument("--reports", type=Path, default=Path("reports"))
+    add_port_base_option(tune_parser)
     tools = tune_parser.add_argument_group("tools beside the tuner")
     tools.add_argument(
         "--scenario", choices=["video", "recsys"], default=None, help="the article's scenarios (docs/TUNE.md)"

@@ -40,6 +40,7 @@ from perf.analyzer import find_perf_analyzer, unavailable_message, write_input_d
 from perf.errors import OptionError, StudyError
 from perf.model.batcher import BatcherConfig
 from perf.target import target_from_spec
+from server import ports
 from server.install import assemble_backends, find_install
 from server.launcher import free_port, server_environment
 
@@ -195,6 +196,8 @@ def analyzer_config(spec: ModelSpec, budget_ms: float, space: SearchSpace, paths
         search = {"run_config_search_disable": True}
         model["parameters"] = {"concurrency": [space.smoke_concurrency], "batch_sizes": [1]}
     prefix = f"ma{os.getpid()}_"
+    # Its server takes ports from the port base like ours (``server.ports``); held for this process.
+    base = ports.reserve()
     return {
         "model_repository": str(paths.repository.resolve()),
         "output_model_repository_path": str(paths.variants.resolve()),
@@ -211,9 +214,9 @@ def analyzer_config(spec: ModelSpec, budget_ms: float, space: SearchSpace, paths
             "backend-directory": str(assemble_backends(install, paths.backends).resolve()),
             "backend-config": f"python,shm-region-prefix-name={prefix}",
         },
-        "triton_http_endpoint": f"{host}:{free_port(host)}",
-        "triton_grpc_endpoint": f"{host}:{free_port(host)}",
-        "triton_metrics_url": f"http://{host}:{free_port(host)}/metrics",
+        "triton_http_endpoint": f"{host}:{base.http if base else free_port(host)}",
+        "triton_grpc_endpoint": f"{host}:{base.grpc if base else free_port(host)}",
+        "triton_metrics_url": f"http://{host}:{base.metrics if base else free_port(host)}/metrics",
         "client_protocol": "grpc",
         "perf_analyzer_path": str(analyzer),
         "inference_output_fields": list(OUTPUT_FIELDS),
