@@ -192,7 +192,11 @@ def command_tune(args: argparse.Namespace, console) -> int:
         return EXIT_RUNTIME
     save(folder, saved)
     note = f"python -m perf tune --model {args.model} --p99-ms {args.p99_ms:g}: {chosen.label}"
-    tuned = write_overlay(args.spec, spec.model(args.model), chosen, folder, note, args.keep_queue_policy)
+    buckets = saved.get("buckets")  # chosen for a variable-length model (None: leave the spec's)
+    tuned = write_overlay(
+        args.spec, spec.model(args.model), chosen, folder, note, args.keep_queue_policy,
+        None if buckets is None else tuple(buckets),
+    )  # fmt: skip
     console.print(f"  overlay validates; building {args.model} from spec.tuned.yaml")
     build_repository(tuned, folder / "repository", num_gpus=0, only=[args.model])
     report = render(folder)
@@ -252,7 +256,8 @@ def measure_and_pick(
             saved["sections"].append(witness_section(session, progress))
         if result.operating_rate > 0 and has_variable_axis(session.base):  # the tuner chooses buckets
             load = request.load(result.operating_rate)
-            saved["sections"].append(shapes_section(session, result.chosen, load, args.p99_ms, progress))
+            section, saved["buckets"] = shapes_section(session, result.chosen, load, args.p99_ms, progress)
+            saved["sections"].append(section)
     if args.witness == "model-analyzer":
         from perf.tune.versus import run_witness, search_space
 

@@ -51,8 +51,11 @@ def candidate_spec(base: ModelSpec, config: BatcherConfig, keep_queue: bool = Fa
     )
 
 
-def overlay_entry(base: ModelSpec, config: BatcherConfig, keep_queue: bool = False) -> dict[str, Any]:
-    """The overlay's entry for one model: only the fields the tuner decides (``batching`` whole)."""
+def overlay_entry(
+    base: ModelSpec, config: BatcherConfig, keep_queue: bool = False, buckets: tuple[int, ...] | None = None
+) -> dict[str, Any]:
+    """The overlay's entry for one model: only the fields the tuner decides (``batching`` whole, and
+    for a variable-length model the length ``buckets`` it chose, ``()`` for none)."""
     tuned = candidate_spec(base, config, keep_queue)
     batching: dict[str, Any] = {"mode": tuned.batching.mode}
     if config.batching:
@@ -67,12 +70,15 @@ def overlay_entry(base: ModelSpec, config: BatcherConfig, keep_queue: bool = Fal
                 "timeout_us": queue.timeout_us,
                 "timeout_action": queue.timeout_action,
             }
-    return {
+    entry = {
         "name": base.name,
         "max_batch_size": tuned.max_batch_size,
         "batching": batching,
         "instances": {"cpu": config.instances},
     }
+    if buckets is not None:
+        entry["buckets"] = list(buckets)
+    return entry
 
 
 def _merge(base: Any, over: Any) -> Any:
@@ -103,14 +109,20 @@ def apply_overlay(base: dict[str, Any], overlay: dict[str, Any]) -> dict[str, An
 
 
 def write_overlay(
-    base_path: Path, base: ModelSpec, config: BatcherConfig, folder: Path, note: str, keep_queue: bool = False
+    base_path: Path,
+    base: ModelSpec,
+    config: BatcherConfig,
+    folder: Path,
+    note: str,
+    keep_queue: bool = False,
+    buckets: tuple[int, ...] | None = None,
 ) -> Spec:
     """Write ``overlay.yaml`` and the merged ``spec.tuned.yaml`` into ``folder``; return the checked spec.
 
     The merged spec's source paths are absolute (resolved against the base spec's folder): it lives in
     the report folder, where the base's relative paths point nowhere, and it builds from any folder.
     """
-    overlay = {"models": [overlay_entry(base, config, keep_queue)]}
+    overlay = {"models": [overlay_entry(base, config, keep_queue, buckets)]}
     base_document = with_absolute_paths(load_spec_document(base_path), base_path.resolve().parent)
     merged = apply_overlay(base_document, overlay)
     spec = parse_spec(merged)  # the same validation as models.yaml: a bad overlay fails here, by field

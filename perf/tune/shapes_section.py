@@ -91,11 +91,12 @@ def bucket_runs(session: TuneSession, load: Load, step: Callable[[str], None]) -
 def shapes_section(
     session: TuneSession, config: BatcherConfig, load: Load, budget_ms: float,
     step: Callable[[str], None] | None = None,
-) -> list[str]:  # fmt: skip
-    """The bucket runs on ``config`` under ``load`` and the choice, as the tuner report's section ([]
-    for fixed shapes)."""
+) -> tuple[list[str], list[int] | None]:  # fmt: skip
+    """The bucket runs on ``config`` under ``load`` as the tuner report's section, and the buckets
+    chosen (``[]``: none) where the choice meets the budget; None where nothing does (the spec's
+    ``buckets:`` stay) or the shapes are fixed."""
     if not has_variable_axis(session.base):
-        return []
+        return [], None
     session.prepare(config)
     runs = bucket_runs(session, load, step or (lambda text: None))
     chosen = choose(runs, budget_ms)
@@ -111,12 +112,17 @@ def shapes_section(
          "yes" if run.measured.meets(budget_ms) else "no"]
         for run in runs
     ]  # fmt: skip
-    advice = (
-        f"add `buckets: {list(chosen.buckets)}` to the model's spec (perf, tune and plan then pad to them; "
-        "the client pads, the model computes the padding)"
-        if chosen.buckets
-        else "send each request at its own length (no buckets)"
-    )
+    meets = chosen.measured.meets(budget_ms)
+    if not meets:
+        advice = "no way of sending meets the budget here; the spec's `buckets:` stay as they are"
+    elif chosen.buckets:
+        advice = (
+            f"`spec.tuned.yaml` carries `buckets: {list(chosen.buckets)}` (perf, tune and plan pad to them; "
+            "the client pads, the model computes the padding)"
+        )
+    else:
+        advice = "each request at its own length: `spec.tuned.yaml` carries `buckets: []`"
+
     config = session.current.label if session.current else "?"
     lines = [
         f"{HEADING}: {config}, {load.name}",
@@ -138,4 +144,4 @@ def shapes_section(
             continue
         lines += ["", f"### {run.name}: formed batches per length sent", ""]
         lines += shape_table(shape_rows(records, max_batch, measured.stats.executions))
-    return lines
+    return lines, (list(chosen.buckets or ()) if meets else None)

@@ -88,5 +88,8 @@ def test_make_tune_measures_the_traffic_lengths_and_chooses_buckets(
         assert f"| {run}" in section, run
     (chosen,) = [line for line in section.splitlines() if "(chosen)" in line]
     assert not chosen.startswith("| one length")  # the one-length run is not the traffic
+    # the choice met the budget (500 ms at 200/s): spec.tuned.yaml carries it
+    tuned = yaml.safe_load((folder / "spec.tuned.yaml").read_text())["models"][0]
+    assert chosen.split("|")[2].strip() == (str(tuned["buckets"]) if tuned["buckets"] else "–")
     assert "### 2 buckets: formed batches per length sent" in section
     assert re.search(r"^\| \d+ \| \d+-\d+ \| \d+ \|", section, re.MULTILINE)  # a bucket's row of true lengths

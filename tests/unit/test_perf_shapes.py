@@ -193,3 +193,21 @@ def test_perf_analyzer_input_data_carries_each_request_length(tmp_path: Path) ->
     data = json.loads(written.read_text())["data"]
     assert [entry["frames"]["shape"] for entry in data] == [[sent, 16] for _, sent in plan.requests[:50]]
     assert {entry["frames"]["shape"][0] for entry in data} == {64, 200}  # padded to the buckets
+
+
+def test_the_chosen_buckets_go_into_the_tuned_spec_and_are_validated(tmp_path: Path) -> None:
+    import yaml
+
+    from perf.model.batcher import BatcherConfig
+    from perf.tune.overlay import write_overlay
+
+    base_path = tmp_path / "models.yaml"
+    base_path.write_text(yaml.safe_dump({"models": [{**SEQUENCE, "buckets": [100, 200]}]}))
+    config = BatcherConfig(8, 1000)
+    tuned = write_overlay(base_path, model(buckets=[100, 200]), config, tmp_path, "test", buckets=(64, 200))
+    assert tuned.model("seq").buckets == (64, 200)
+    assert write_overlay(base_path, model(), config, tmp_path, "test", buckets=()).model("seq").buckets == ()
+    kept = write_overlay(base_path, model(), config, tmp_path, "test")  # nothing chosen: the spec's stay
+    assert kept.model("seq").buckets == (100, 200)
+    with pytest.raises(SpecError, match=r"models\[0\]\.buckets\[0\]: 300 exceeds"):
+        write_overlay(base_path, model(), config, tmp_path, "test", buckets=(300,))
