@@ -10,6 +10,7 @@ import sys
 from pathlib import Path
 
 from rich.console import Console
+from rich.markup import escape
 from rich.progress import Progress
 from rich.table import Table
 
@@ -120,16 +121,16 @@ def main(argv: list[str] | None = None) -> int:
                 progress.update(task, description="measuring memory per instance")
                 memory = {b.spec.name: measured_instance_memory(b.spec, b.artifact.path) for b in built}
     except SpecError as error:
-        console.print(f"[red]spec error[/red] {error}", soft_wrap=True)
+        console.print(f"[red]spec error[/red] {escape(str(error))}", soft_wrap=True)
         return 2
     except ExportCheckError as error:
-        console.print(f"[red]export check failed[/red] {error}", soft_wrap=True)
+        console.print(f"[red]export check failed[/red] {escape(str(error))}", soft_wrap=True)
         return 3
     except ExporterError as error:
-        console.print(f"[red]error[/red] {error}", soft_wrap=True)
+        console.print(f"[red]error[/red] {escape(str(error))}", soft_wrap=True)
         return 1
     except OSError as error:  # a full disk above all: one line naming the file and the space it needs
-        console.print(f"[red]error[/red] {explain(error)}", soft_wrap=True)
+        console.print(f"[red]error[/red] {escape(explain(error))}", soft_wrap=True)
         return 1
     table = Table(title=f"{args.repository} (planned GPUs: {gpus})")
     columns = ["model", "precision", "batching", "instances", "max rel err (limit)", "export"]

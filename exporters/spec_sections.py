@@ -96,6 +96,12 @@ class TensorSpec:
     def __post_init__(self) -> None:
         check_fields(self)
         check_tensor_name(self.name)
+        if not self.shape:
+            raise SpecError(
+                "shape",
+                "is [] (one value per row, or no batch axis at all); Triton's batching models need an axis "
+                "beyond the batch: make the model give [batch, 1] (y.unsqueeze(1)) and write shape: [1]",
+            )
         if any(d < 1 and d != VARIABLE for d in self.shape):
             raise SpecError(
                 "shape", f"must list positive integers or -1 (no batch dim), got {list(self.shape)}"

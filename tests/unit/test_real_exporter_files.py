@@ -78,6 +78,8 @@ def test_a_model_without_a_batch_axis_is_named_plainly(tmp_path: Path) -> None:
         init_entry("onnx", str(without_batch_axis(tmp_path / "sum.onnx")), max_length=8)
     with pytest.raises(SpecError, match=r"--python own_nets:total: the model has no batch axis"):
         init_entry("python", "own_nets:total", path=str(DATA), sample="own_nets:sample")
+    with pytest.raises(SpecError, match=r"shape: is \[\] .*give \[batch, 1\] .*write shape: \[1\]"):
+        TensorSpec("y", "fp32", ())  # a spec written by hand: refused when validated, not at build
 
 
 def test_a_wrong_dtype_in_a_factory_spec_is_one_line_naming_the_field(tmp_path: Path) -> None:
