@@ -25,7 +25,7 @@ from rich.table import Table
 from exporters.errors import SpecError
 from perf import analysis
 from perf.analyzer import HOW_TO_GET_IT, find_perf_analyzer, glibc_version
-from perf.errors import OptionError
+from perf.errors import EXIT_USAGE, OptionError
 from perf.framework import StudyContext
 from perf.goals import Goal, all_goals
 from perf.plan.cli import add_parser as add_plan_parser
@@ -234,13 +234,16 @@ def main(argv: list[str] | None = None) -> int:
             return command_plan(args, console)
         except (PlacementError, SpecError) as error:
             console.print(f"[red]plan failed[/red]: {error}")
-            return 2
+            return EXIT_USAGE
     if args.command in ("analyzer", "tune"):
         if args.command == "tune" and (error := tune_usage_errors(args)):
             top.error(error)
         _stop_on_sigterm()  # a killed tune must not leave its tritonserver running
         try:
             return command_analyzer(args) if args.command == "analyzer" else command_tune(args, console)
+        except SpecError as error:  # the spec the user gave: a usage error, before anything is measured
+            console.print(f"[red]{args.command} failed[/red]: {error}")
+            return EXIT_USAGE
         except KeyboardInterrupt:
             console.print(INTERRUPTED)
             return 130

@@ -132,3 +132,10 @@ def test_make_tune_exits_3_and_writes_no_tuned_spec_when_nothing_meets(
     assert not (folder / "spec.tuned.yaml").exists() and not (folder / "overlay.yaml").exists()
     partial = (folder / "partial.md").read_text()
     assert partial.startswith("# Tuning recommender: no answer") and "Nothing below is an answer" in partial
+
+
+def test_make_tune_exits_2_on_a_spec_it_cannot_read(tmp_path: Path) -> None:
+    """A usage or spec error (2) is kept apart from a failed run (1) and from "nothing meets" (3)."""
+    missing = tmp_path / "missing.yaml"
+    args = ["tune", "--spec", str(missing), "--model", "m", "--p99-ms", "10", "--reports", str(tmp_path)]
+    assert main(args) == 2
