@@ -84,10 +84,10 @@ async def _until_stopped(args: argparse.Namespace) -> None:
     off as a client's (``server.shm_ownership``)."""
     stop = asyncio.Event()
     asyncio.get_running_loop().add_signal_handler(signal.SIGTERM, stop.set)
-    rules = region_rules(args)
+    own_regions = RegionRules(args.shm_prefix, set)  # this server's prefix alone: no /proc scan a second
     while not stop.is_set() and _still_needed(args):
         make_owner_only(args.shm_prefix)
-        remember_server_regions(rules)
+        remember_server_regions(own_regions)
         with contextlib.suppress(asyncio.TimeoutError):
             await asyncio.wait_for(stop.wait(), 1.0)
 

@@ -1,20 +1,14 @@
-"""Fault matrix rows 45 and 46: the fronts stay up while the supervisor restarts a tritonserver that died.
+"""Fault matrix row 46: the fronts stay up while the supervisor restarts a tritonserver that died.
 
 Before, each front exited with its tritonserver and the supervisor started new ones with the new
 server: in the gap, clients got "connection refused" instead of the JSON 503 / gRPC ``UNAVAILABLE``
 the fronts promise. Now a ``kill -9`` of tritonserver is answered 503 JSON over HTTP and
 ``UNAVAILABLE: tritonserver is not reachable …`` over gRPC by the same front processes until the
 restarted server serves, and the fronts stop once the supervisor gives up.
-
-Row 45 is the one crash a client can still cause through the fronts: truncating its own registered
-region while Triton copies from or to it (SIGBUS; the fronts check the size before they forward, not
-while Triton reads). It costs one restart of the supervisor's budget; other clients are answered
-again once the server is back.
 """
 
 from __future__ import annotations
 
-import contextlib
 import json
 import os
 import signal
@@ -24,18 +18,10 @@ import time
 from pathlib import Path
 from typing import Any
 
-import numpy as np
 import pytest
 import tritonclient.grpc as grpcclient
-import tritonclient.utils.shared_memory as shm
 from harness import PROTOCOLS, trivial_inputs, url
-from resilience_fixtures import (
-    HANG_GUARD_S,
-    build_small_repository,
-    explicit_options,
-    process_alive,
-    wait_for,
-)
+from resilience_fixtures import build_small_repository, explicit_options, process_alive, wait_for
 from tritonclient.utils import InferenceServerException
 
 from client.connection import connect
@@ -136,7 +122,8 @@ def test_the_fronts_answer_through_a_restart_gap_and_stop_when_supervision_gives
             wait_for(lambda: _serves(server, first), "the restarted server to serve through the fronts")
         assert [front.pid for front in server.running_fronts] == fronts, "the same fronts, still running"
         assert "refused" not in seen["http"] and seen["http"].get("503 json"), seen["http"]
-        assert set(seen["http"]) <= {"200", "503 json"}, seen["http"]
+        # 502: a request in flight at the kill, or on a kept-alive connection to the dead server
+        assert set(seen["http"]) <= {"200", "502 json", "503 json"}, seen["http"]
         assert seen["grpc"].get("front: unavailable"), seen["grpc"]
         assert set(seen["grpc"]) <= {"ready", "not ready", "front: unavailable"}, seen["grpc"]
 
@@ -145,71 +132,6 @@ def test_the_fronts_answer_through_a_restart_gap_and_stop_when_supervision_gives
         assert outcome == [1] and supervisor.record.state == GAVE_UP
         assert not any(process_alive(pid) for pid in fronts), "the fronts stop with the supervision"
         assert _http_ready(server.http_url) == "refused"
-    finally:
-        supervisor.release()
-        runner.join(timeout=120)
-        server.stop()
-
-
-def _truncate_while_requesting(server: TritonServer, name: str, size: int) -> str:
-    """A client races its own region's size against its requests (output into the region, at its
-    end) until tritonserver dies; returns how it went."""
-    client = grpcclient.InferenceServerClient(server.grpc_url)
-    handle = shm.create_shared_memory_region(name, f"/{name}", size)
-    client.register_system_shared_memory(name, f"/{name}", size)
-    descriptor = os.open(f"/dev/shm/{name}", os.O_RDWR)
-    stop = threading.Event()
-
-    def toggle() -> None:
-        while not stop.is_set():
-            os.ftruncate(descriptor, 0)
-            os.ftruncate(descriptor, size)
-
-    toggler = threading.Thread(target=toggle, daemon=True)
-    toggler.start()
-    x = grpcclient.InferInput("x", [1, 16], "FP32")
-    x.set_data_from_numpy(np.ones((1, 16), np.float32))
-    y = grpcclient.InferRequestedOutput("y")
-    y.set_shared_memory(name, 64, offset=size - 64)
-    victim, sent = server.pid, 0
-    deadline = time.monotonic() + HANG_GUARD_S
-    try:
-        while server.pid == victim and process_alive(victim or 0) and time.monotonic() < deadline:
-            sent += 1
-            # refused by the front (cut short when checked), or the server just died
-            with contextlib.suppress(InferenceServerException):
-                client.infer("trivial", [x], outputs=[y])
-    finally:
-        stop.set()
-        toggler.join(timeout=10)
-        os.close(descriptor)
-        shm.destroy_shared_memory_region(handle)
-        client.close()
-    return f"{sent} requests; server {victim} {'died' if not process_alive(victim or 0) else 'still runs'}"
-
-
-def test_a_client_truncating_its_region_mid_request_costs_one_restart(
-    spec_data: dict[str, Any], tmp_path: Path
-) -> None:
-    repository = build_small_repository(spec_data, tmp_path / "repository", pipeline=False)
-    options = explicit_options(repository, tmp_path / "server")
-    options.http_guard = options.grpc_guard = True
-    server = TritonServer(options)
-    supervisor = Supervisor(server, tmp_path / "supervisor.json")
-    supervisor.start()
-    runner = threading.Thread(target=supervisor.run, daemon=True)
-    runner.start()
-    try:
-        first, fronts = server.pid, [front.pid for front in server.fronts]
-        with GapWatcher(server) as seen:
-            how = _truncate_while_requesting(server, f"cut_mid_request_{os.getpid()}", 1 << 16)
-            assert "died" in how, f"the race no longer kills tritonserver ({how}): make row 45 a refusal"
-            wait_for(lambda: _serves(server, first), "the restarted server to serve through the fronts")
-        assert supervisor.record.restarts == 1
-        assert supervisor.record.last_cause.startswith("killed by SIGBUS"), supervisor.record.last_cause
-        assert [front.pid for front in server.running_fronts] == fronts
-        assert "refused" not in seen["http"], seen["http"]
-        assert set(seen["grpc"]) <= {"ready", "not ready", "front: unavailable"}, seen["grpc"]
     finally:
         supervisor.release()
         runner.join(timeout=120)
