@@ -37,13 +37,14 @@ class NothingMeetsError(PerfError):
     @classmethod
     def closest(
         cls, budget_ms: float, label: str, rate: float, p99_ms: float, behind: float | None = None,
-        detail: str = "",
+        detail: str = "", note: str = "",
     ) -> NothingMeetsError:  # fmt: skip
         """The verdict naming the closest figure measured: ``label`` at ``rate``/s with p99 ``p99_ms``
-        (``behind``: what it served, where it fell behind the offered rate)."""
+        (``behind``: what it served, where it fell behind the offered rate; ``note``: why a run within
+        the budget is still no answer)."""
         served = f", serving only {behind:,.0f}/s of it" if behind is not None else ""
         return cls(
             f"nothing meets p99 <= {budget_ms:g} ms here: the closest measured was {label} at "
-            f"{rate:,.0f}/s with p99 {p99_ms:,.1f} ms{served}",
+            f"{rate:,.0f}/s with p99 {p99_ms:,.1f} ms{served}{f' ({note})' if note else ''}",
             detail,
         )

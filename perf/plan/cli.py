@@ -200,7 +200,12 @@ def predicted_verdict(
         )
     config, run = min(runs, key=lambda pair: pair[1].p99_ms)
     behind = None if run.sustained else run.throughput
-    return NothingMeetsError.closest(budget_ms, f"{model} {config.label}", run.load.rate, run.p99_ms, behind)
+    note = (
+        "a probe run; no strategy is predicted within the budget at any rate" if run.meets(budget_ms) else ""
+    )
+    return NothingMeetsError.closest(
+        budget_ms, f"{model} {config.label}", run.load.rate, run.p99_ms, behind, note=note
+    )
 
 
 def nothing_meets(verdict: NothingMeetsError, console, report: Path | None = None) -> int:

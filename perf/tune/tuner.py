@@ -270,7 +270,8 @@ def nothing_meets(
     request: TuneRequest, result: ProbeResult, points: Sequence[Point], detail: str = ""
 ) -> NothingMeetsError:
     """The one-line verdict with the closest figure measured: the lowest p99 among ``points`` (with a
-    target rate, among those run at it, where any were), else among the probe's runs."""
+    target rate, among those run at it, where any were), else among the probe's runs. A closest run
+    that met the budget is no answer all the same, and the line says why."""
     runs = [(p.config, p.rate, p.measured) for p in points if p.measured is not None]
     if request.rate and any(rate >= request.rate for _, rate, _ in runs):
         runs = [run for run in runs if run[1] >= request.rate]
@@ -281,7 +282,14 @@ def nothing_meets(
         )
     config, rate, run = min(runs, key=lambda r: r[2].p99_ms if math.isfinite(r[2].p99_ms) else math.inf)
     behind = None if run.sustained else run.throughput
-    return NothingMeetsError.closest(request.budget_ms, config.label, rate, run.p99_ms, behind, detail)
+    note = ""
+    if run.meets(request.budget_ms):
+        note = (
+            "a search run met the budget there; the verification at the operating rate missed it"
+            if points
+            else "a probe run; no candidate is predicted within the budget at any rate"
+        )
+    return NothingMeetsError.closest(request.budget_ms, config.label, rate, run.p99_ms, behind, detail, note)
 
 
 def verify(

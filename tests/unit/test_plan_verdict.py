@@ -161,3 +161,26 @@ def plan_cli_main(extra: list[str]) -> int:
     from perf.cli import main
 
     return main(["plan", "--model", "recommender", "--probe-runs", "0", "--verify", "2", *extra])
+
+
+def test_a_probe_run_within_the_budget_is_named_with_why_it_is_no_answer() -> None:
+    """A busy host: every strategy predicted over the budget, though the probe's lowest rate held it."""
+    from perf.model.batcher import BatcherConfig
+
+    def run(rate: float, p99: float) -> SimpleNamespace:
+        return SimpleNamespace(
+            p99_ms=p99, sustained=True, throughput=rate, load=SimpleNamespace(rate=rate),
+            meets=lambda budget: p99 <= budget,
+        )  # fmt: skip
+
+    config = BatcherConfig(64, 0)
+    probed = SimpleNamespace(runs=[(config, run(50.0, 8.6)), (config, run(80.0, 14.0))])
+    verdict = str(plan_cli.predicted_verdict(10.0, "recommender", cpu_topology(), probed))
+    assert verdict == (
+        "nothing meets p99 <= 10 ms here: the closest measured was recommender max 64, 0 ms ×1 at 50/s "
+        "with p99 8.6 ms (a probe run; no strategy is predicted within the budget at any rate)"
+    )
+    probed.runs = [(config, run(80.0, 14.0))]
+    assert str(plan_cli.predicted_verdict(10.0, "recommender", cpu_topology(), probed)).endswith(
+        "p99 14.0 ms"
+    )
