@@ -79,13 +79,9 @@ def with_value_guards(inputs: Sequence[TensorInfo], config: dict) -> list[Tensor
 
 
 def _max_shapes(parameters: dict, inputs: Sequence[TensorInfo]) -> dict[str, tuple[int, ...]]:
-    """``input_max_shapes`` (JSON ``{input: [dims]}``, written by ``exporters.guards``): each named
-    input's largest dims, one per config dim (``ValueError`` names a bad parameter)."""
-    text = parameters.get("input_max_shapes", {}).get("string_value", "").strip() or "{}"
-    try:
-        found = {name: tuple(int(d) for d in dims) for name, dims in json.loads(text).items()}
-    except (ValueError, TypeError, AttributeError) as error:
-        raise ValueError(f"parameter input_max_shapes must map input names to dims, got {text!r}") from error
+    """``input_max_shapes``: each named input's largest dims, one per config dim (``ValueError`` names a
+    bad parameter)."""
+    found = parse_max_shapes(parameters)
     by_name = {info.name: info for info in inputs}
     for name, dims in found.items():
         if name not in by_name or len(dims) != len(by_name[name].dims):
@@ -120,6 +116,26 @@ def _check_values(array, info: TensorInfo) -> None:
             )
 
 
+def parse_max_shapes(parameters: dict) -> dict[str, tuple[int, ...]]:
+    """The ``input_max_shapes`` parameter (JSON ``{input: [dims]}``, written by ``exporters.guards``)
+    of a config's ``parameters`` (``ValueError`` when it is not that)."""
+    text = parameters.get("input_max_shapes", {}).get("string_value", "").strip() or "{}"
+    try:
+        return {name: tuple(int(d) for d in dims) for name, dims in json.loads(text).items()}
+    except (ValueError, TypeError, AttributeError) as error:
+        raise ValueError(f"parameter input_max_shapes must map input names to dims, got {text!r}") from error
+
+
+def beyond_max_shape(name: str, shape: list[int], max_dims: Sequence[int]) -> str | None:
+    """Why a request's ``shape`` (batch first) exceeds the input's ``max_dims``, or None: the config's
+    ``-1`` dims admit any length, the model promised only its ``max_shape``. One message for the
+    backends and the fronts."""
+    if len(shape) != len(max_dims) + 1 or all(s <= m for s, m in zip(shape[1:], max_dims, strict=True)):
+        return None
+    bound = ", ".join(map(str, max_dims))
+    return f"input '{name}' has shape {shape}, beyond its max_shape [batch, {bound}]; send at most that"
+
+
 def validate(arrays: Arrays, inputs: Sequence[TensorInfo]) -> int:
     """Check one request's inputs against the config; return its batch size (rows)."""
     rows = None
@@ -136,11 +152,10 @@ def validate(arrays: Arrays, inputs: Sequence[TensorInfo]) -> int:
             raise InvalidInputError(
                 f"input '{info.name}' has shape {list(array.shape)}, expected [batch, {info.dims}]"
             )
-        if info.max_dims is not None and any(t > m for t, m in zip(trailing, info.max_dims, strict=True)):
-            raise InvalidInputError(
-                f"input '{info.name}' has shape {list(array.shape)}, beyond its max_shape "
-                f"[batch, {', '.join(map(str, info.max_dims))}]; send at most that"
-            )
+        if info.max_dims is not None:
+            excess = beyond_max_shape(info.name, list(array.shape), info.max_dims)
+            if excess:
+                raise InvalidInputError(excess)
         _check_values(array, info)
         if rows is None:
             rows = array.shape[0]

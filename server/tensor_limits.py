@@ -14,9 +14,10 @@ from __future__ import annotations
 
 import math
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
+from python_backend.batching import beyond_max_shape, parse_max_shapes
 from server.refusal import RequestRefusedError
 
 # Bytes per element of each Triton datatype; BYTES elements carry at least their 4-byte length prefix.
@@ -82,14 +83,20 @@ class ModelShapes:
     model: str
     max_batch_size: int
     dims: dict[str, tuple[int, ...]]
+    max_dims: dict[str, tuple[int, ...]] = field(default_factory=dict)  # the -1 dims' bounds, if written
 
     @classmethod
     def from_config(cls, model: str, config: Mapping[str, Any]) -> ModelShapes:
         """From a config as JSON (Triton's ``/v2/models/<m>/config``, or the gRPC ``ModelConfig`` as a
-        dict: int64 fields may come as strings)."""
+        dict: int64 fields may come as strings). ``max_dims``: the ``input_max_shapes`` parameter our
+        builds write; one that does not parse is left to the backend, which refuses to load with it."""
         inputs = config.get("input") or []
         dims = {str(item["name"]): tuple(int(d) for d in item.get("dims") or ()) for item in inputs}
-        return cls(model, int(config.get("max_batch_size") or 0), dims)
+        try:
+            max_dims = parse_max_shapes(dict(config.get("parameters") or {}))
+        except ValueError:
+            max_dims = {}
+        return cls(model, int(config.get("max_batch_size") or 0), dims, max_dims)
 
 
 def _listed(dims: Sequence[int]) -> str:
@@ -120,6 +127,13 @@ def check_fits_model(name: object, shape: Sequence[int], per_element: int, model
             f"unexpected shape for input '{name}' for model '{model.model}'. Expected {_listed(expected)}, "
             f"got {_listed(shape)}."
         )
+    excess = (
+        beyond_max_shape(name, list(shape), model.max_dims[name])
+        if batched and name in model.max_dims
+        else None
+    )
+    if excess:
+        raise RequestRefusedError(excess)
     if batched and shape[0] > model.max_batch_size:
         raise RequestRefusedError(
             f"input {name!r} declares a batch of {shape[0]}: inference request batch-size must be <= "

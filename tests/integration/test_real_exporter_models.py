@@ -28,6 +28,7 @@ import tritonclient.grpc as grpcclient
 import yaml
 from tritonclient.utils import InferenceServerException
 
+from server.admin import FRONT_HEADER, GRPC_FRONT_HEADER
 from server.launcher import free_port
 
 pytestmark = pytest.mark.integration
@@ -90,14 +91,14 @@ def _check(folder: Path, model: str, protocol: str) -> None:
     assert done.returncode == 0 and "match: max abs error" in done.stdout, done.stdout + done.stderr
 
 
-def _too_long_over_http(http_url: str) -> tuple[int, str]:
+def _too_long_over_http(http_url: str, headers: dict[str, str]) -> tuple[int, str]:
     shape = [1, 3, MAX_LENGTH + 1, 8]
     body = {
         "inputs": [{"name": INPUT, "shape": shape, "datatype": "FP32", "data": [0.0] * int(np.prod(shape))}]
     }
     request = urllib.request.Request(
         f"http://{http_url}/v2/models/paddle_cls/infer", json.dumps(body).encode(),
-        {"Content-Type": "application/json"},
+        {"Content-Type": "application/json", **headers},
     )  # fmt: skip
     try:
         with urllib.request.urlopen(request, timeout=60) as answer:
@@ -115,14 +116,22 @@ def test_real_exporter_files_serve_and_answer_like_their_source(project: Path) -
             for protocol in ("http", "grpc"):
                 _check(project, model, protocol)
 
-        status, text = _too_long_over_http(state["http"])
-        assert status == 400 and f"input '{INPUT}'" in text and "max_shape" in text, (status, text)
-        client = grpcclient.InferenceServerClient(state["grpc"])
+        # the fronts, and Triton's own ports behind them (as the fronts pass requests on): the backend
+        key = (project / ".run" / "admin.key").read_text().strip()
+        for http_url, headers in ((state["http"], {}), (state["triton_http"], {FRONT_HEADER: key})):
+            status, text = _too_long_over_http(http_url, headers)
+            assert status == 400 and f"input '{INPUT}'" in text and "max_shape" in text, (
+                http_url,
+                status,
+                text,
+            )
         image = grpcclient.InferInput(INPUT, [1, 3, MAX_LENGTH + 1, 8], "FP32")
         image.set_data_from_numpy(np.zeros((1, 3, MAX_LENGTH + 1, 8), np.float32))
-        with pytest.raises(InferenceServerException) as refused:
-            client.infer("paddle_cls", [image])
-        assert refused.value.status() == "StatusCode.INVALID_ARGUMENT" and INPUT in refused.value.message()
+        for grpc_url, headers in ((state["grpc"], {}), (state["triton_grpc"], {GRPC_FRONT_HEADER: key})):
+            with pytest.raises(InferenceServerException) as refused:
+                grpcclient.InferenceServerClient(grpc_url).infer("paddle_cls", [image], headers=headers)
+            assert refused.value.status() == "StatusCode.INVALID_ARGUMENT", (grpc_url, refused.value)
+            assert INPUT in refused.value.message() and "max_shape" in refused.value.message()
 
         second = _run(project, "server", "start", *_ports())
         line = second.stderr.strip()

@@ -27,6 +27,8 @@ from perf.analysis import outside_server_ms
 from perf.goals import GOAL_FAMILY, Goal, for_model
 from python_backend.batching import InvalidInputError, TensorInfo, shared_axes, validate, with_value_guards
 from server.__main__ import _already_running
+from server.refusal import RequestRefusedError
+from server.tensor_limits import ModelShapes, check_fits_model
 
 DATA = Path(__file__).resolve().parents[1] / "data" / "real_exporters"
 sys.path.insert(0, str(DATA))
@@ -122,6 +124,26 @@ def test_max_shape_travels_in_the_config_and_the_backend_refuses_beyond_it(tmp_p
     with pytest.raises(ValueError, match="input_max_shapes: 'x:0' \\[3\\] fits no input"):
         bad = {"parameters": {"input_max_shapes": {"string_value": '{"x:0": [3]}'}}}
         with_value_guards([TensorInfo(INPUT, np.dtype(np.float32), (3, -1, -1))], bad)
+
+
+def test_the_fronts_read_the_bound_from_the_served_config(tmp_path: Path) -> None:
+    """Both fronts check declared shapes against the config Triton serves; the ``input_max_shapes``
+    parameter in it bounds the ``-1`` dims there too, with the backend's message."""
+    spec = init_entry("onnx", str(paddle_like(tmp_path / "inference.onnx")), max_length=200)
+    parameters = {k: {"string_value": v} for k, v in build_model_config(spec, num_gpus=0).parameters.items()}
+    served = {
+        "max_batch_size": 16,
+        "input": [{"name": INPUT, "dims": ["3", "-1", "-1"]}],
+        "parameters": parameters,
+    }
+    model = ModelShapes.from_config("paddle_cls", served)
+    check_fits_model(INPUT, [4, 3, 200, 17], 4, model)
+    with pytest.raises(
+        RequestRefusedError, match=r"input 'x:0' has shape \[1, 3, 300, 17\], beyond its max_shape"
+    ):
+        check_fits_model(INPUT, [1, 3, 300, 17], 4, model)
+    unbounded = ModelShapes.from_config("paddle_cls", {**served, "parameters": {}})
+    check_fits_model(INPUT, [1, 3, 300, 17], 4, unbounded)  # a config without it: the dims alone
 
 
 def test_a_second_server_in_one_checkout_is_one_line_with_the_holder_and_the_fix() -> None:
