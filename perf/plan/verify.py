@@ -29,9 +29,10 @@ from perf.tune.session import TuneSession
 
 log = logging.getLogger(__name__)
 FRACTIONS = (0.7, 1.0)  # of the predicted highest rate within the budget
-# Where neither held the budget: down from the lowest, ×SEARCH_STEP a run, at most SEARCH_RUNS more runs,
-# until one holds (a prediction several times too high is measured down to a quarter of it).
-SEARCH_STEP, SEARCH_RUNS = 0.6, 2
+# Where neither held the budget: at most SEARCH_RUNS more runs, down from the lowest ×SEARCH_STEP, or to
+# SERVED_SHARE of the most the server served where that is lower (a prediction twenty times too high is
+# searched where the server answered, not a fixed step at a time), until one holds.
+SEARCH_STEP, SEARCH_RUNS, SERVED_SHARE = 0.6, 2, 0.8
 
 
 def verify(
@@ -39,8 +40,8 @@ def verify(
     workdir: Path, step: Callable[[str], None],
 ) -> list[dict[str, Any]]:  # fmt: skip
     """The ``count`` best architectures, each at ``FRACTIONS`` of its predicted rate (and, where neither
-    held the budget, further down: ``SEARCH_STEP``): predicted and measured p99, the served rate, and
-    whether the budget held."""
+    held the budget, further down: ``SEARCH_STEP``, ``SERVED_SHARE``): predicted and measured p99, the
+    served rate, and whether the budget held."""
     rows = []
     base = spec.model(model)
     for index, judged in enumerate(top_architectures(plan, count)):
@@ -81,9 +82,15 @@ def verify(
                     "sustained": measured.sustained, "met": measured.meets(plan.request.budget_ms),
                 })  # fmt: skip
                 log.info("%s", rows[-1])
-                searched = len(rows_of(rows, s.label)) - len(FRACTIONS)
-                if not fractions and not measured_rate(rows, s.label) and searched < SEARCH_RUNS:
-                    fractions.append(min(fraction, *FRACTIONS) * SEARCH_STEP)
+                runs = rows_of(rows, s.label)
+                if (
+                    not fractions
+                    and not measured_rate(rows, s.label)
+                    and len(runs) - len(FRACTIONS) < SEARCH_RUNS
+                ):
+                    served = max(row["measured_throughput"] for row in runs)
+                    lowest = min(row["fraction"] for row in runs)
+                    fractions.append(min(lowest * SEARCH_STEP, SERVED_SHARE * served / judged.rate))
     return rows
 
 

@@ -79,6 +79,7 @@ class ScriptedSession:
     """Stands in for the tuner's session in the verification: holds the budget up to ``capacity``/s."""
 
     capacity = 0.0
+    serves = float("inf")  # the most it answers per second, whatever is offered
     rates: ClassVar[list[float]] = []
 
     def __init__(self, *args, **kwargs) -> None:
@@ -97,23 +98,38 @@ class ScriptedSession:
         self.rates.append(load.rate)
         held = load.rate <= self.capacity
         p99 = 5.0 if held else 50.0
+        served = min(load.rate, self.serves)
         return SimpleNamespace(
-            p99_ms=p99, throughput=load.rate, sustained=True, meets=lambda budget: p99 <= budget
+            p99_ms=p99,
+            throughput=served,
+            sustained=served >= 0.95 * load.rate,
+            meets=lambda budget: p99 <= budget,
         )
 
 
 @pytest.mark.parametrize(
-    ("capacity_share", "fractions"), [(0.0, [0.7, 1.0, 0.42, 0.252]), (0.5, [0.7, 1.0, 0.42])]
+    ("capacity_share", "serves_share", "fractions"),
+    [
+        (0.0, float("inf"), [0.7, 1.0, 0.42, 0.252]),  # never holds: two runs past the usual two
+        (0.5, float("inf"), [0.7, 1.0, 0.42]),  # holds at 42%: no further
+        (0.1, 0.15, [0.7, 1.0, 0.12, 0.072]),  # served 15% of the prediction: searched from there
+    ],
 )
 def test_the_verification_searches_down_from_the_prediction_until_the_budget_holds(
-    capacity_share: float, fractions: list[float], monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+    capacity_share: float,
+    serves_share: float,
+    fractions: list[float],
+    monkeypatch: pytest.MonkeyPatch,
+    tmp_path: Path,
 ) -> None:
-    """A prediction several times too high (the served rate a quarter of it) is measured down to a
-    quarter of it, two runs past the usual two, and no further once a run holds the budget."""
+    """A prediction too high is measured further down, ×0.6 a run, or from 80% of the most the server
+    served where that is lower (a prediction twenty times too high), two runs past the usual two, and
+    no further once a run holds the budget."""
     result = planned(dataclasses.replace(NARROW, split=False))
     judged = result.chosen
     assert judged.strategy.kind == "data"
     ScriptedSession.capacity, ScriptedSession.rates = capacity_share * judged.rate, []
+    ScriptedSession.serves = serves_share * judged.rate
     monkeypatch.setattr(plan_verify, "TuneSession", ScriptedSession)
     spec = plan_cli.load_spec(Path(__file__).resolve().parents[2] / "models.yaml")
     rows = plan_verify.verify(spec, "recommender", result, 1, None, None, tmp_path, lambda text: None)
