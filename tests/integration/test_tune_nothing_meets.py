@@ -1,0 +1,70 @@
+"""``make tune`` on a real tritonserver where nothing can meet the budget (p99 <= 0.05 ms: the client's
+own round trip is longer): one line naming the closest figure, exit status 3, ``partial.md`` with every
+run headed "no answer", no ``spec.tuned.yaml``; the server took its ports from ``--port-base``."""
+
+from __future__ import annotations
+
+import socket
+from pathlib import Path
+
+import pytest
+from rich.console import Console
+
+from perf.cli import main
+from perf.errors import EXIT_NOTHING_MEETS
+from perf.model.grid import Grid
+from perf.tune.probe import ProbePlan
+from perf.tune.tuner import tune
+from server import ports
+
+pytestmark = pytest.mark.integration
+SPEC = Path(__file__).resolve().parents[2] / "models.yaml"
+TINY = Grid(delays_us=(0,), max_batches=(8,), instances=(1,))
+
+
+def free_base() -> int:
+    """A base whose five ports nothing listens on now."""
+    for base in range(31000 + 10 * (hash(Path.cwd()) % 500), 60000, 89):
+        try:
+            for port in range(base, base + ports.PORTS_PER_SERVER):
+                with socket.socket() as sock:
+                    sock.bind(("127.0.0.1", port))
+        except OSError:
+            continue
+        return base
+    raise AssertionError("no free block of ports")
+
+
+def test_make_tune_says_nothing_meets_in_one_line_and_exits_3(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture, quick_tuning: None
+) -> None:
+    monkeypatch.setattr("perf.tune.cli.QUICK_GRID", TINY)
+    monkeypatch.setattr("perf.tune.cli.WORKDIR", tmp_path / "work")
+    monkeypatch.setattr("perf.cli.console", Console(width=400))
+    seen: dict = {}
+
+    def tune_briefly(server, request, plan=None, step=None):  # the CLI's tune, three probe runs a ramp
+        seen["http_port"] = server.server.http_port
+        return tune(server, request, ProbePlan(max_runs=3), step)
+
+    monkeypatch.setattr("perf.tune.cli.tune", tune_briefly)
+    base = free_base()
+    reports = tmp_path / "reports"
+    try:
+        code = main([
+            "tune", "--spec", str(SPEC), "--model", "trivial", "--p99-ms", "0.05", "--engine", "ours",
+            "--seconds", "0.9", "--reports", str(reports), "--port-base", str(base),
+        ])  # fmt: skip
+    finally:
+        ports.use_port_base(None)
+    assert code == EXIT_NOTHING_MEETS == 3
+    verdict = [line for line in capsys.readouterr().out.splitlines() if line.startswith("nothing meets")]
+    assert len(verdict) == 1, verdict
+    assert verdict[0].startswith("nothing meets p99 <= 0.05 ms here: the closest measured was ")
+    assert "/s with p99 " in verdict[0]
+    assert seen["http_port"] == base  # the server's ports came from the base
+    (folder,) = reports.iterdir()
+    assert not (folder / "spec.tuned.yaml").exists() and not (folder / "overlay.yaml").exists()
+    partial = (folder / "partial.md").read_text()
+    assert partial.startswith("# Tuning trivial for p99 ≤ 0.05 ms: no answer")
+    assert "| probe max 8, 0 ms ×1 @ " in partial and "| probe no batching ×1 @ " in partial
