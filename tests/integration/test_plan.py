@@ -37,9 +37,9 @@ def workdir(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return tmp_path_factory.mktemp("plan-work")
 
 
-def run_plan(reports: Path, workdir: Path, *options: str) -> dict[str, Any]:
+def run_plan(reports: Path, workdir: Path, *options: str, budget_ms: float = BUDGET_MS) -> dict[str, Any]:
     """``python -m perf plan`` as ``make plan`` runs it; the report folder's ``plan.json``."""
-    argv = ["plan", "--spec", str(SPEC), "--model", MODEL, "--p99-ms", f"{BUDGET_MS:g}", *TINY, *options]
+    argv = ["plan", "--spec", str(SPEC), "--model", MODEL, "--p99-ms", f"{budget_ms:g}", *TINY, *options]
     args = parser().parse_args([*argv, "--reports", str(reports), "--workdir", str(workdir)])
     assert command_plan(args, Console(width=200)) == 0
     (folder,) = reports.glob("*-plan")
@@ -53,9 +53,9 @@ def run_plan(reports: Path, workdir: Path, *options: str) -> dict[str, Any]:
 def check_common(saved: dict[str, Any]) -> dict[str, Any]:
     """What every plan holds, on any machine; returns the planned spec document."""
     folder, chosen = saved["folder"], saved["chosen"]
-    assert saved["model"] == MODEL and saved["budget_ms"] == BUDGET_MS
+    assert saved["model"] == MODEL
     assert chosen["precision"] in PRECISIONS and chosen["reason"] == ""
-    assert chosen["rate"] > 0 and chosen["p99_ms"] <= BUDGET_MS  # the pick meets the budget it was given
+    assert chosen["rate"] > 0 and chosen["p99_ms"] <= saved["budget_ms"]  # predicted within the budget
     assert chosen == saved["strategies"][0]
     assert all(s["reason"] for s in saved["strategies"][1:])  # every loser says why
     assert saved["placement"] and saved["routing"] and saved["compute_source"]
@@ -73,17 +73,21 @@ def check_common(saved: dict[str, Any]) -> dict[str, Any]:
 def test_make_plan_on_this_cpu_picks_places_and_verifies_on_the_server(
     workdir: Path, tmp_path: Path, quick_tuning: None
 ) -> None:
-    saved = run_plan(tmp_path, workdir, "--no-split", "--probe-runs", "0", "--verify", "1")
+    # A budget the server holds at some rate even on a busy host: the answer is what it measured, and a
+    # plan whose verification held the budget nowhere would end "nothing meets" (exit 3) instead.
+    saved = run_plan(tmp_path, workdir, "--no-split", "--probe-runs", "0", "--verify", "1", budget_ms=2000.0)
     checked = check_common(saved)
     assert saved["topology"]["name"] == "cpu" and saved["topology"]["gpus"] == []
     assert {s["precision"] for s in saved["strategies"]} == set(PRECISIONS)
     assert {s["kind"] for s in saved["strategies"]} == {"data"}  # --no-split
     (entry,) = saved["placement"]
     assert entry["gpus"] == [] and entry["instances"] == 1 and saved["server_flags"] == []
-    # The pick was served and measured at two rates, and the report shows it.
+    # The pick was served and measured at two rates (more where neither held the budget), and the
+    # rate the plan answers with is one a run held the budget at.
     rows = saved["verification"]
-    assert [r["strategy"] for r in rows] == [saved["chosen"]["label"]] * 2
+    assert len(rows) >= 2 and {r["strategy"] for r in rows} == {saved["chosen"]["label"]}
     assert all(r["measured_throughput"] > 0 and isinstance(r["met"], bool) for r in rows)
+    assert saved["measured_rate"] == max(r["rate"] for r in rows if r["met"])
     assert "## Predicted vs measured on this machine" in checked["report"]
     # The overlay names the served model, which builds into a valid config for the CPU.
     (planned,) = checked["overlay"]["models"]
@@ -98,7 +102,7 @@ def test_make_plan_on_a_recorded_dgx1_places_with_headroom_and_nvlink_boundaries
     saved = run_plan(tmp_path, workdir, "--topology", "dgx1-v100")
     checked = check_common(saved)
     assert saved["topology"]["name"] == "dgx1-v100" and len(saved["topology"]["gpus"]) == 8
-    assert saved["verification"] == []  # not this host: nothing to serve
+    assert saved["verification"] == [] and saved["measured_rate"] is None  # not this host: nothing served
     used = sorted({g for entry in saved["placement"] for g in entry["gpus"]})
     assert used and set(used) <= set(range(8))
     assert saved["server_flags"] == [f"--model-load-gpu-limit={g}:0.80" for g in used]
