@@ -13,6 +13,10 @@ own gRPC port on loopback, unchanged, after:
   raw contents, typed contents or shared-memory range carry (``server.tensor_limits``), and every
   shared-memory range must be the client's own (``server.shm_ownership``); a refused stream message is
   answered on the stream with its error, as Triton answers its own;
+* no input may declare a shape its model's config does not allow, nor a dimension above 2^31 - 1
+  (``server.tensor_limits``; fault matrix rows 37 and 39: Triton never answered ``[2^62, 0]``);
+* a stream message that is no ``ModelInferRequest`` ends the stream with ``INVALID_ARGUMENT`` (row
+  40), and a connection must finish its HTTP/2 handshake within 10 s (row 41);
 * model names without control characters (Triton would read ``recommender\\x00x`` as ``recommender``);
 * system shared-memory register/unregister only for regions the client owns; CUDA shared memory with
   the admin key only.

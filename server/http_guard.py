@@ -2,6 +2,11 @@
 frontend sees it, because that frontend crashes the whole server on a few small inputs (issues 11,
 28 and 33) and blames the server (500) for many faulty ones:
 
+* the request target: only a plain origin-form ``/v2/...`` path, and Triton gets the path that was
+  checked, never the raw target (``server.request_target``; fault matrix row 35);
+* upstream connections: one client address may have ``max_client_requests`` requests waiting on
+  Triton (429 beyond), GET/HEAD have connections of their own, and a client that hangs up cancels
+  its upstream request (row 38);
 * framing: a body above ``max_body_bytes`` is refused with 413 before it is buffered; each whole body
   is buffered (408 after ``body_timeout_s``) and a request's headers must be complete within
   ``header_timeout_s`` of their first byte (408; slowloris); pipelined requests are answered in order;
@@ -13,7 +18,8 @@ frontend sees it, because that frontend crashes the whole server on a few small 
 * a form-encoded body (``curl -d``) is forwarded as ``application/json``, which it is on every ``/v2``
   route (libevhtp would parse it as a query string and segfault);
 * inference JSON is checked field by field (400 naming the field where Triton says 500), and no input
-  may declare more elements than bytes carry it (``server.tensor_limits``);
+  may declare more elements than bytes carry it, nor a shape its model's config does not allow
+  (``server.tensor_limits``, ``server.model_shapes``; row 37);
 * system shared memory: a client may register and use only regions it owns (``server.shm_ownership``);
 * when Triton is unreachable, clients get JSON they can parse: 503 while it is down or starting, 502
   when it drops a request, and the guard logs that once, not once per request.
