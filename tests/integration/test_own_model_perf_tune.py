@@ -81,10 +81,10 @@ def test_make_tune_on_a_slow_model_of_an_outside_spec(
     ])  # fmt: skip
     code = command_tune(args, Console(quiet=True))
     (folder,) = (tmp_path / "reports").iterdir()
-    if code == 1:  # a host so busy that the budget cannot be met: refused clearly, the runs kept
+    if code in (1, 3):  # a host so busy that the budget cannot be met: refused clearly, the runs kept
         partial = (folder / "partial.md").read_text()
         too_slow = f"even a batch of 2 computes for longer than the {SLOW_BUDGET_MS:g} ms"
-        refusals = (too_slow, "no candidate is predicted")
+        refusals = (too_slow, f"nothing meets p99 <= {SLOW_BUDGET_MS:g} ms here")
         assert any(refusal in partial for refusal in refusals), partial
         assert not (folder / "spec.tuned.yaml").exists()
         return
