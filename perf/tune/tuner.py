@@ -372,9 +372,7 @@ def tune(
     chosen, operating = answer.config, operating_point.rate
     step(f"verifying {chosen.label} around {operating:.0f}/s, and its neighbours")
     points = verify(server, probed, request, chosen, operating, answer.rate, done=[operating_point])
-    result = TuneResult(
-        request, probed, ranking, measured, chosen, operating, demoted + points, predict_s, shortlist_s
-    )
-    result.demoted = demoted
-    result.verify_s = time.perf_counter() - started
-    return result
+    return TuneResult(
+        request, probed, ranking, measured, chosen, operating, points=demoted + points, demoted=demoted,
+        predict_s=predict_s, shortlist_s=shortlist_s, verify_s=time.perf_counter() - started,
+    )  # fmt: skip

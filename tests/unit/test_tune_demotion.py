@@ -147,3 +147,9 @@ def test_make_tune_exits_2_on_a_spec_it_cannot_read(tmp_path: Path) -> None:
     missing = tmp_path / "missing.yaml"
     args = ["tune", "--spec", str(missing), "--model", "m", "--p99-ms", "10", "--reports", str(tmp_path)]
     assert main(args) == 2
+
+
+def test_the_result_keeps_each_step_s_time_apart(unhindered) -> None:
+    """The saved seconds of each step are what each took (the shortlist's not filed as the prediction's)."""
+    assert unhindered.predict_s > 0 and unhindered.shortlist_s > 0 and unhindered.verify_s > 0
+    assert unhindered.demoted == []
