@@ -30,10 +30,11 @@ from client.infer import make_inputs
 from exporters.pipeline_live import embedding_update
 from server.launcher import TritonServer
 from server.stubs import Stub, server_stubs
+from server.supervisor import Supervisor
 from server.watchdog import HealEvent
 from soak.http_fuzz import fuzz
 from soak.mixed_load import PIPELINE
-from soak.report import Outage, SoakReport
+from soak.report import SERVER_KILLED, Outage, SoakReport
 
 log = logging.getLogger(__name__)
 BAD_DTYPE = "inference input 'x' data-type is 'FP64', but model 'trivial' expects 'FP32'"
@@ -56,6 +57,7 @@ class Soak:
     stub_models: list[str]  # the Python-backend models they depend on: what stub faults may hit
     fuzz_cases: int = 100  # mutated HTTP requests per fuzz burst
     fuzz_models: list[str] = field(default_factory=list)  # the served models the fuzzer builds requests for
+    supervisor: Supervisor | None = None  # restarts the server the kill-server fault kills
 
 
 def _serving_stub(soak: Soak) -> Stub | None:
@@ -202,9 +204,12 @@ def fuzz_burst(soak: Soak) -> None:
     for finding in report.findings:
         log.error("http fuzz: %s", finding)
     check = soak.report.check("http fuzz cases (answered below 500, server live)")
+    targets = soak.report.check("  of which request-target mutations (fault matrix rows 35-36)")
     failed = {finding.split(":", 1)[0] for finding in report.findings}
     for number in range(report.cases):
         check.record(f"case {number}" not in failed)
+        if number in report.target_cases:
+            targets.record(f"case {number}" not in failed)
     log.info("%s", report.text().splitlines()[0])
 
 
@@ -241,6 +246,8 @@ def match_heal_events(outages: list[Outage], events: list[HealEvent], offset: fl
     only after the watchdog's next."""
     claimed: set[int] = set()
     for outage in sorted(outages, key=lambda o: o.at):
+        if outage.fault == SERVER_KILLED:  # recovered when the supervisor served again, not a reload
+            continue
         for number, event in enumerate(events):
             if number in claimed or event.model != outage.model or event.detected_at < outage.epoch - 1:
                 continue

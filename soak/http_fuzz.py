@@ -385,6 +385,7 @@ class FuzzReport:
     cases: int = 0
     statuses: Counter = field(default_factory=Counter)
     findings: list[str] = field(default_factory=list)
+    target_cases: list[int] = field(default_factory=list)  # the cases whose request target was mutated
 
     def text(self) -> str:
         counts = ", ".join(f"{status}: {n}" for status, n in sorted(self.statuses.items(), key=str))
@@ -414,6 +415,8 @@ def _run(host, port, seeds, mutator, cases, report, after_each) -> None:
         case = mutator.mutate(mutator.rng.choice(seeds))
         answer = send(host, port, case)
         report.cases += 1
+        if any(m.startswith("target ") for m in case.mutations):
+            report.target_cases.append(number)
         report.statuses[answer.status if answer.status is not None else "none"] += 1
         problems = []
         if answer.status is None and answer.error != "connection closed without an answer":

@@ -1,8 +1,11 @@
 """What ``make soak`` found, and the rule that sorts every request into ok, excused or lost.
 
 A failure is *excused* only when a fault took the model it depends on out of service on purpose
-(an ``Outage``), the request was sent inside that outage's window, and its error says why (the
-outage's ``symptom``); any other failure of a request sent before the final drain is *lost*. Requests
+(an ``Outage``: a stub killed or stopped, or the soak's own kill of tritonserver), the request was sent
+inside that outage's window or was still in flight when the fault struck, and its error says why (one
+of the outage's ``symptom``s: for the server's restart gap, the fronts' 503/502 JSON and gRPC
+UNAVAILABLE); any other failure of a request sent before the final drain is *lost*, either unanswered
+(no answer came back: refused, reset, timed out) or answered wrongly (any other error answer). Requests
 sent during the drain must be answered or refused cleanly (``soak.mixed_load.refused_cleanly``).
 """
 
@@ -14,6 +17,19 @@ from dataclasses import dataclass, field
 from soak.mixed_load import Outcome, refused_cleanly
 
 RECOVERY_GRACE_S = 1.0  # a request sent just before the reload finished may still meet the old stub
+SERVER_KILLED = "server killed"  # the soak's own kill -9 of tritonserver (soak.attacks.kill_server)
+# errors that mean no answer came back at all (the rest are answers, wrong ones when not excused),
+# unless a front said so: its answers quote what it met upstream
+FRONT_ANSWERS = ("tritonserver is not reachable", "tritonserver did not answer")
+UNANSWERED = (
+    "Connection refused",
+    "failed to connect",
+    "connection closed",
+    "Connection reset",
+    "RemoteDisconnected",
+    "timed out",
+    "DEADLINE_EXCEEDED",
+)
 
 
 @dataclass
@@ -24,13 +40,16 @@ class Outage:
     model: str
     at: float  # time.monotonic(), like the load's outcomes
     epoch: float  # time.time(), like the watchdog's record
-    symptom: str  # text every failure it causes carries
+    symptom: str | tuple[str, ...]  # text every failure it causes carries (one of them)
     detected_at: float | None = None  # monotonic, when the watchdog saw it (None: not recorded)
     recovered_at: float | None = None  # monotonic
 
     def excuses(self, outcome: Outcome) -> bool:
         end = self.recovered_at if self.recovered_at is not None else float("inf")
-        return self.at - 0.1 <= outcome.sent <= end + RECOVERY_GRACE_S and self.symptom in outcome.error
+        symptoms = (self.symptom,) if isinstance(self.symptom, str) else self.symptom
+        # sent inside the outage, or still in flight when the fault struck (a busy server answers late)
+        inside = outcome.received >= self.at - 0.1 and outcome.sent <= end + RECOVERY_GRACE_S
+        return inside and any(symptom in outcome.error for symptom in symptoms)
 
 
 @dataclass
@@ -52,11 +71,15 @@ class SoakReport:
     ok: int = 0
     answered_during_drain: int = 0
     excused: int = 0
+    excused_by: Counter = field(default_factory=Counter)  # the fault whose outage excused each failure
     lost: list[str] = field(default_factory=list)
+    lost_unanswered: int = 0  # of the lost: no answer at all (refused, reset, timed out)
     refused_after_drain: int = 0
     outages: list[Outage] = field(default_factory=list)
     checks: dict[str, Check] = field(default_factory=dict)  # what each answered fault must get
-    server_restarts: list[str] = field(default_factory=list)  # the supervisor's: why each server died
+    server_restarts: list[str] = field(default_factory=list)  # deaths the soak did not cause: why each
+    server_kills: list[int] = field(default_factory=list)  # pids of the servers the soak killed itself
+    server_pids: list[int] = field(default_factory=list)  # every tritonserver pid of the run, in order
     rss_start_mib: float = 0.0
     rss_end_mib: float = 0.0
     leaked_stubs: list[int] = field(default_factory=list)
@@ -84,23 +107,28 @@ class SoakReport:
             recoveries = [o.recovered_at - o.at for o in outages if o.recovered_at is not None]
             detections = [o.detected_at - o.at for o in outages if o.detected_at is not None]
             lines.append(
-                f"  {fault}: {len(outages)} ({Counter(o.model for o in outages)}); "
+                f"  {fault}: {len({o.at for o in outages})} ({Counter(o.model for o in outages)}); "
                 f"all recovered: {len(recoveries) == len(outages)}; fault to detected {_spread(detections)}; "
                 f"fault to recovered {_spread(recoveries)}"
             )
         return lines
 
     def text(self) -> str:
-        lost = f"{len(self.lost)}" + "".join(f"\n    lost: {text}" for text in self.lost[:5])
+        wrong = len(self.lost) - self.lost_unanswered
+        lost = f"{len(self.lost)} (unanswered {self.lost_unanswered}, answered wrongly {wrong})"
+        lost += "".join(f"\n    lost: {text}" for text in self.lost[:5])
+        excused = ", ".join(f"{fault} {n}" for fault, n in sorted(self.excused_by.items()))
         return "\n".join(
             [
                 f"soak {self.duration_s:.0f} s: {'PASSED' if self.passed else 'FAILED'}",
                 f"  requests sent before the drain: {self.sent}; ok {self.ok}; "
-                f"failed inside a fault's outage window {self.excused}; lost {lost}",
+                f"failed inside a fault's outage window {self.excused} ({excused or 'none'}); lost {lost}",
                 f"  sent during the final drain: answered {self.answered_during_drain}, "
                 f"refused cleanly {self.refused_after_drain}",
                 *self.outage_lines(),
-                f"  tritonserver restarts by the supervisor: {len(self.server_restarts)}"
+                f"  tritonserver killed by the soak: {len(self.server_kills)}; pids "
+                + " -> ".join(str(pid) for pid in self.server_pids),
+                f"  tritonserver deaths the soak did not cause: {len(self.server_restarts)}"
                 + "".join(f"; {cause}" for cause in self.server_restarts),
                 *(f"  {what}: {c.injected}, answered right: {c.right}" for what, c in self.checks.items()),
                 f"  server RSS: {self.rss_start_mib:.0f} MiB at start, {self.rss_end_mib:.0f} MiB at the end",
@@ -153,7 +181,33 @@ def account(
         report.sent += 1
         if not outcome.error:
             report.ok += 1
-        elif any(o.model in served_by[outcome.model] and o.excuses(outcome) for o in report.outages):
+            continue
+        excusing = [o for o in report.outages if o.model in served_by[outcome.model] and o.excuses(outcome)]
+        if excusing:
             report.excused += 1
-        else:
-            report.lost.append(f"{_when(outcome, report.outages, served_by)}: {outcome.error[:200]}")
+            report.excused_by[excusing[0].fault] += 1
+            continue
+        unanswered = any(t in outcome.error for t in UNANSWERED) and not any(
+            t in outcome.error for t in FRONT_ANSWERS
+        )
+        report.lost_unanswered += unanswered
+        how = "unanswered" if unanswered else "answered wrongly"
+        report.lost.append(f"{how}: {_when(outcome, report.outages, served_by)}: {outcome.error[:200]}")
+
+
+def close_by_restarts(outages: list[Outage]) -> None:
+    """A stub outage the watchdog never healed because the soak killed the whole server meanwhile ends
+    when that server serves again: the restart loads every model afresh."""
+    kills = [o for o in outages if o.fault == SERVER_KILLED and o.recovered_at is not None]
+    for outage in outages:
+        if outage.recovered_at is not None:
+            continue
+        later = [k for k in kills if k.model == outage.model and k.at >= outage.at]
+        if later:
+            outage.recovered_at = min(later, key=lambda k: k.at).recovered_at
+
+
+def own_restarts(report: SoakReport, history: list[dict]) -> None:
+    """Sort the supervisor's record of deaths: a server the soak killed itself was meant to die (its
+    restart is counted, not failed); any other death fails the run."""
+    report.server_restarts = [d["cause"] for d in history if d.get("pid") not in report.server_kills]

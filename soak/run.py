@@ -3,17 +3,23 @@
 One server on the built repository (free ports, like the tests), supervised and with both fronts in
 front of it as ``make serve``'s is. Callers over HTTP and gRPC send ``trivial``, ``recommender`` and
 ``recommender_pipeline`` back to back; every few seconds (at random, seeded) one fault of
-``soak.faults.FAULTS`` is injected (a stub killed or stopped, a malformed request, an embedding update,
-a shared-memory probe, the overflowing gRPC shape, a burst of the HTTP fuzzer), each kind once per
-round in random order. At the end the server is drained and stopped under load.
+``soak.faults.FAULTS`` or ``soak.attacks.ATTACKS`` is injected (a stub killed or stopped, a malformed
+request, an embedding update, a shared-memory probe, the overflowing gRPC shape, a burst of the HTTP
+fuzzer with its request-target mutations, ``[2^62, 0]`` shapes over both protocols, a garbage first
+stream message, half-open HTTP/2 connections, hard-linked and renamed stub regions, tritonserver itself
+killed), each kind once per round in random order. At the end the server is drained and stopped under
+load.
 
 Accounting (``soak.report``): a failure is excused only inside the outage a fault caused, for the
 model it hit, with the error that outage explains; any other failure of a request sent before the
 drain is lost. Faults that must get one exact answer (a 400, an acknowledgement) must all get it.
 Leaks: stubs or ``/dev/shm`` regions left after the stop, and the server's resident memory at the
 start vs the end. For each stub fault it reports how long the watchdog took to see it and to have the
-model serving again; a tritonserver that died anyway (and was restarted) fails the run. Exit status 0
-only if nothing was lost or leaked and the server never died.
+model serving again. The soak's own kill of tritonserver is an outage of every model until the
+supervisor serves again (the fronts' 503/502 JSON and gRPC UNAVAILABLE in that gap are excused); a
+tritonserver that died of anything else fails the run. A lost request is either unanswered or answered
+wrongly, and the report says which. Exit status 0 only if nothing was lost or leaked and the server
+never died but by the soak's hand.
 """
 
 from __future__ import annotations
@@ -29,13 +35,15 @@ import tritonclient.http as httpclient
 from server.launcher import ServerOptions, TritonServer
 from server.stubs import stubs_with_prefix
 from server.supervisor import Supervisor
+from soak.attacks import ATTACKS
 from soak.faults import FAULTS, Soak, recover
 from soak.mixed_load import PIPELINE, MixedLoad
-from soak.report import SoakReport, account
+from soak.report import SoakReport, account, close_by_restarts, own_restarts
 
 log = logging.getLogger("soak")
 LOAD_MODELS = ("trivial", "recommender", PIPELINE)
 HEAL_WAIT_S = 15  # let the last fault heal before the final drain
+ALL_FAULTS = {**FAULTS, **ATTACKS}
 
 
 def _rss_mib(pid: int) -> float:
@@ -71,8 +79,10 @@ def run_soak(
         client = httpclient.InferenceServerClient(server.http_url)
         soak = Soak(server, client, rng, report, models, sorted(set().union(*served_by.values())), fuzz_cases)
         soak.fuzz_models = [m for m in (*models, "text_embedding") if m in names]
+        soak.supervisor = supervisor
         load.wait_for(20)
         report.rss_start_mib = _rss_mib(server.pid or 0)
+        report.server_pids.append(server.pid or 0)
         end = time.monotonic() + duration_s
         pending: list[str] = []
         while time.monotonic() < end:
@@ -80,13 +90,16 @@ def run_soak(
             if time.monotonic() >= end:
                 break
             if not pending:  # each kind once per round, in random order
-                pending = rng.sample(sorted(FAULTS), len(FAULTS))
-            FAULTS[pending.pop()](soak)
+                pending = rng.sample(sorted(ALL_FAULTS), len(ALL_FAULTS))
+            ALL_FAULTS[pending.pop()](soak)
+            if server.pid and server.pid != report.server_pids[-1]:
+                report.server_pids.append(server.pid)
         time.sleep(HEAL_WAIT_S)
         recover(soak)
         supervisor.release()
         supervising.join(timeout=120)
-        report.server_restarts = [d["cause"] for d in supervisor.record.history]
+        own_restarts(report, supervisor.record.history)
+        close_by_restarts(report.outages)
         report.rss_end_mib = _rss_mib(server.pid or 0)
         drain_at = time.monotonic()
         server.stop()

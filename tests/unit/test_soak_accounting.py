@@ -6,7 +6,7 @@ from __future__ import annotations
 from server.watchdog import HealEvent
 from soak.faults import match_heal_events
 from soak.mixed_load import Outcome
-from soak.report import Outage, SoakReport, account
+from soak.report import SERVER_KILLED, Outage, SoakReport, account, close_by_restarts, own_restarts
 
 UNHEALTHY = "[500] Stub process 'recommender_0_0' is not healthy."
 SERVED_BY = {"recommender": {"recommender"}, "trivial": {"trivial"}}
@@ -31,8 +31,12 @@ def test_failures_inside_the_outage_of_their_model_are_excused_and_nothing_else(
     ]
     account(report, outcomes, (100.0, 101.0), SERVED_BY)
     assert (report.sent, report.ok, report.excused, len(report.lost)) == (6, 1, 2, 3)
-    assert report.lost[0].startswith("http recommender (answered in 1.0 s, sent 5.0 s after 'stub stopped'")
-    assert report.lost[1].startswith("http trivial (answered in 0.1 s, no outage of its models before it)")
+    assert report.lost[0].startswith(
+        "answered wrongly: http recommender (answered in 1.0 s, sent 5.0 s after 'stub stopped'"
+    )
+    assert report.lost[1].startswith(
+        "answered wrongly: http trivial (answered in 0.1 s, no outage of its models before it)"
+    )
     assert not report.passed
 
 
@@ -65,3 +69,66 @@ def test_a_model_never_healed_has_no_recovery() -> None:
     killed = Outage("stub killed", "embedding", at=100.0, epoch=1000.0, symptom="is not healthy")
     match_heal_events([killed], [HealEvent("embedding", "e", 1, detected_at=1000.25)], offset=-900.0)
     assert killed.detected_at == 100.25 and killed.recovered_at is None
+
+
+GAP = ("tritonserver is not reachable", "tritonserver did not answer", "StatusCode.UNAVAILABLE")
+NOT_REACHABLE = "[503] tritonserver is not reachable (starting, restarting or down): connect failed"
+
+
+def _killed_at(at: float, recovered_at: float) -> list[Outage]:
+    outages = [Outage(SERVER_KILLED, m, at=at, epoch=0.0, symptom=GAP) for m in ("recommender", "trivial")]
+    for outage in outages:
+        outage.recovered_at = recovered_at
+    return outages
+
+
+def test_a_restart_gap_the_soak_caused_excuses_the_fronts_answers_in_it_and_nothing_else() -> None:
+    """The fronts answer 503/502 JSON and gRPC UNAVAILABLE while the server the soak killed restarts:
+    expected there, and for a request still in flight at the kill; the same answers before the kill or
+    after the restart are lost (answered wrongly: the front quoting a reset is still an answer), and a
+    refused connection is lost as unanswered (the fronts must stay up)."""
+    report = SoakReport(duration_s=60)
+    report.outages.extend(_killed_at(20.0, 40.0))
+    in_flight = "[502] tritonserver did not answer the request (it may have crashed): ServerDisconnectedError"
+    reset = (
+        "[StatusCode.UNAVAILABLE] tritonserver is not reachable: Stream removed (Connection reset by peer)"
+    )
+    outcomes = [
+        Outcome("http", "trivial", 21.0, 21.1, NOT_REACHABLE),
+        Outcome("grpc", "recommender", 22.0, 22.1, "[StatusCode.UNAVAILABLE] tritonserver is not reachable"),
+        Outcome("http", "recommender", 13.0, 20.2, in_flight),  # sent 7 s before the kill, answered at it
+        Outcome("http", "trivial", 13.0, 19.0, in_flight),  # answered before the kill: wrong
+        Outcome("grpc", "trivial", 45.0, 45.1, reset),  # after the restart: wrong
+        Outcome("http", "trivial", 25.0, 25.1, "[Errno 111] Connection refused"),  # no front: unanswered
+    ]
+    account(report, outcomes, (100.0, 101.0), SERVED_BY)
+    assert (report.excused, report.excused_by) == (3, {SERVER_KILLED: 3})
+    assert len(report.lost) == 3 and report.lost_unanswered == 1
+    assert [lost.split(":")[0] for lost in report.lost] == ["answered wrongly"] * 2 + ["unanswered"]
+    assert "lost 3 (unanswered 1, answered wrongly 2)" in report.text()
+
+
+def test_only_deaths_the_soak_did_not_cause_fail_the_run() -> None:
+    report = SoakReport(duration_s=60)
+    report.server_kills = [111]
+    history = [{"pid": 111, "cause": "killed by signal 9 (SIGKILL)"}]
+    own_restarts(report, history)
+    assert report.server_restarts == [] and report.passed
+    own_restarts(report, [*history, {"pid": 222, "cause": "killed by signal 7 (SIGBUS)"}])
+    assert report.server_restarts == ["killed by signal 7 (SIGBUS)"] and not report.passed
+
+
+def test_a_stub_outage_the_server_kill_cut_short_recovers_with_the_restart() -> None:
+    """A stub killed, then the whole server before the watchdog healed it: no heal event will come;
+    the model serves again when the restarted server does. The kill's own outages take no heal event."""
+    stub = Outage("stub killed", "recommender", at=10.0, epoch=1000.0, symptom="is not healthy")
+    killed = _killed_at(12.0, 30.0)
+    events = [HealEvent("recommender", "recommender_0_0", 1, detected_at=1000.5, error="reload failed")]
+    match_heal_events([stub, *killed], events, offset=-990.0)
+    assert stub.detected_at == 10.5 and stub.recovered_at is None
+    assert all(k.recovered_at == 30.0 and k.detected_at is None for k in killed)
+    close_by_restarts([stub, *killed])
+    assert stub.recovered_at == 30.0
+    late = Outage("stub killed", "trivial", at=50.0, epoch=0.0, symptom="is not healthy")
+    close_by_restarts([late, *killed])  # a kill before it heals nothing
+    assert late.recovered_at is None

@@ -1,0 +1,291 @@
+"""``make soak``'s attack faults: the request kinds fault matrix rows 37–46 close, sent among the load.
+
+Each must get its one documented answer while the load runs, and no stub of the server may die:
+
+* ``[2^62, 0]`` INT64 shapes with empty data to the text encoder (rows 37–39), over HTTP, gRPC unary
+  and a gRPC stream: each a 400 / ``INVALID_ARGUMENT`` naming the input (before, Triton never answered
+  and the requests held the HTTP front's upstream connections);
+* a gRPC stream whose first message is garbage (row 40): closed with ``INVALID_ARGUMENT``, not hung;
+* half-open HTTP/2 connections to the gRPC front (row 41): closed by the front's handshake timeout;
+* a hard link to a stub's region registered (row 43) and a stub's region renamed over a client's
+  registered one (row 44): refused, the stub keeps its region;
+* ``kill -9`` of tritonserver itself: the supervisor restarts it and the fronts stay up, answering
+  503/502 JSON and gRPC ``UNAVAILABLE`` in the gap. The load's failures in that gap are an outage of
+  every model (excused only with those answers); the restart is the soak's own, not a death.
+
+The request-target mutations (rows 35–36) go out inside the HTTP fuzz bursts (``soak.http_fuzz``).
+"""
+
+from __future__ import annotations
+
+import functools
+import json
+import logging
+import os
+import signal
+import socket
+import threading
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+import grpc
+import tritonclient.grpc as grpcclient
+import tritonclient.http as httpclient
+import tritonclient.utils.shared_memory as shared_memory
+from tritonclient.grpc import service_pb2, service_pb2_grpc
+from tritonclient.utils import InferenceServerException
+
+from server.stubs import server_stubs
+from soak.faults import Soak, _live_stubs
+from soak.report import Outage
+
+log = logging.getLogger(__name__)
+ENCODER = "text_embedding_encoder"
+HUGE = 2**62
+NEVER_ANSWERED = f"declares shape [{HUGE}, 0]: a dimension above 2147483647 fits no model"
+ANSWER_WITHIN_S = 60.0  # a hang guard, not a latency bound: unanswered by then counts as never
+GARBAGE_FIRST_MESSAGES = (b"\xff\xff\xff\xff", b"\x0a\xff")
+NOT_A_REQUEST = "ModelStreamInfer: not a valid ModelInferRequest message"
+HALF_OPEN = 4  # connections per fault; half send the HTTP/2 preface and stop
+HALF_OPEN_CLOSED_WITHIN_S = 30.0  # the front's handshake timeout is 10 s; grpc's own default, 60 s
+SERVER_OWN = "is the server's own IPC region"
+REFUSED = {"http": "403", "grpc": "StatusCode.PERMISSION_DENIED"}
+# what the load may get while tritonserver is down and restarting: the fronts' 503/502 JSON and gRPC
+# UNAVAILABLE (fault matrix, "fronts across restarts"), and a model not loaded yet after the restart
+RESTART_GAP = (
+    "tritonserver is not reachable",
+    "tritonserver did not answer",
+    "StatusCode.UNAVAILABLE",
+    "Request for unknown model",
+    "is not ready",
+)
+RESTART_WITHIN_S = 300.0  # the supervisor's backoff plus a start on a busy host
+
+
+def _encoder_inputs(soak: Soak) -> tuple[str, ...] | None:
+    """The text encoder's input names, or None when this repository does not serve it."""
+    try:
+        return tuple(i["name"] for i in soak.client.get_model_metadata(ENCODER)["inputs"])
+    except InferenceServerException:
+        return None
+
+
+def _http_exchange(url: str, raw: bytes) -> tuple[int, bytes]:
+    """One raw HTTP/1.1 request on its own connection: (status, body); (0, b"") if never answered."""
+    host, port = url.rsplit(":", 1)
+    with socket.create_connection((host, int(port)), timeout=ANSWER_WITHIN_S) as sock:
+        sock.sendall(raw)
+        buffer = b""
+        try:
+            while b"\r\n\r\n" not in buffer or len(buffer) < _expected_length(buffer):
+                chunk = sock.recv(1 << 16)
+                if not chunk:
+                    break
+                buffer += chunk
+        except TimeoutError:
+            return 0, b""
+    head, _, body = buffer.partition(b"\r\n\r\n")
+    return (int(head.split()[1]) if head else 0), body
+
+
+def _expected_length(buffer: bytes) -> int:
+    head, _, _ = buffer.partition(b"\r\n\r\n")
+    for line in head.split(b"\r\n")[1:]:
+        name, _, value = line.partition(b":")
+        if name.strip().lower() == b"content-length":
+            return len(head) + 4 + int(value)
+    return len(buffer)
+
+
+def unanswered_shapes(soak: Soak) -> None:
+    """``[2^62, 0]`` with empty data to the text encoder over HTTP, gRPC unary and a gRPC stream:
+    each refused naming the input, no stub of the encoder lost (fault matrix rows 37–39)."""
+    inputs = _encoder_inputs(soak)
+    if inputs is None:
+        return
+    before = _live_stubs(soak, ENCODER)
+    body = json.dumps(
+        {"inputs": [{"name": n, "shape": [HUGE, 0], "datatype": "INT64", "data": []} for n in inputs]}
+    ).encode()
+    raw = (
+        f"POST /v2/models/{ENCODER}/infer HTTP/1.1\r\nHost: soak\r\nContent-Type: application/json\r\n"
+        f"Content-Length: {len(body)}\r\n\r\n"
+    ).encode() + body
+    status, answer = _http_exchange(soak.server.http_url, raw)
+    http_right = status == 400 and NEVER_ANSWERED in answer.decode("utf-8", "replace")
+    request = service_pb2.ModelInferRequest(model_name=ENCODER, id="soak")
+    for name in inputs:
+        request.inputs.add(name=name, datatype="INT64", shape=[HUGE, 0])
+        request.raw_input_contents.append(b"")
+    with grpc.insecure_channel(soak.server.grpc_url) as channel:
+        service = service_pb2_grpc.GRPCInferenceServiceStub(channel)
+        try:
+            service.ModelInfer(request, timeout=ANSWER_WITHIN_S)
+            unary_right = False
+        except grpc.RpcError as error:
+            unary_right = (
+                error.code() == grpc.StatusCode.INVALID_ARGUMENT and NEVER_ANSWERED in error.details()
+            )
+        try:
+            answers = list(service.ModelStreamInfer(iter([request]), timeout=ANSWER_WITHIN_S))
+            stream_right = len(answers) == 1 and NEVER_ANSWERED in answers[0].error_message
+        except grpc.RpcError as error:
+            log.error("[2^62, 0] on a stream: %s", error)
+            stream_right = False
+    alive = before <= _live_stubs(soak, ENCODER)
+    for what, right in (
+        ("HTTP 400", http_right),
+        ("gRPC INVALID_ARGUMENT", unary_right),
+        ("stream", stream_right),
+    ):
+        soak.report.check(f"[2^62, 0] shapes, {what} (refused, no stub lost)").record(right and alive)
+
+
+def garbage_stream(soak: Soak) -> None:
+    """A gRPC stream whose first message is not a ``ModelInferRequest``: closed with INVALID_ARGUMENT
+    (fault matrix row 40), not left hanging."""
+    garbage = soak.rng.choice(GARBAGE_FIRST_MESSAGES)
+    with grpc.insecure_channel(soak.server.grpc_url) as channel:
+        stream = channel.stream_stream("/inference.GRPCInferenceService/ModelStreamInfer")
+        try:
+            list(stream(iter([garbage]), timeout=ANSWER_WITHIN_S))
+            right = False
+        except grpc.RpcError as error:
+            right = error.code() == grpc.StatusCode.INVALID_ARGUMENT and NOT_A_REQUEST in (
+                error.details() or ""
+            )
+    soak.report.check("garbage first stream messages (INVALID_ARGUMENT)").record(right)
+
+
+def half_open_http2(soak: Soak) -> None:
+    """A few connections to the gRPC front that never finish the HTTP/2 handshake (half of them send
+    the preface and stop): each must be closed by the front within ``HALF_OPEN_CLOSED_WITHIN_S``
+    (fault matrix row 41). Watched from a thread, so the soak goes on meanwhile."""
+    host, port = soak.server.grpc_url.rsplit(":", 1)
+    connections = []
+    for number in range(HALF_OPEN):
+        sock = socket.create_connection((host, int(port)), timeout=ANSWER_WITHIN_S)
+        if number % 2:
+            sock.sendall(b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n")  # the preface, no SETTINGS
+        connections.append(sock)
+    check = soak.report.check("half-open HTTP/2 connections (closed by the gRPC front)")
+    threading.Thread(target=_watch_closed, args=(connections, check.record), daemon=True).start()
+
+
+def _watch_closed(connections: list[socket.socket], record: Callable[[bool], None]) -> None:
+    deadline = time.monotonic() + HALF_OPEN_CLOSED_WITHIN_S
+    for sock in connections:
+        closed = False
+        while not closed and time.monotonic() < deadline:
+            sock.settimeout(max(0.1, deadline - time.monotonic()))
+            try:
+                closed = sock.recv(4096) == b""
+            except TimeoutError:
+                break
+            except OSError:
+                closed = True
+        sock.close()
+        record(closed)
+
+
+def _stub_region(soak: Soak) -> Path | None:
+    stubs = [s for s in server_stubs(soak.server.pid or 0) if s.alive and s.shm_region]
+    return Path("/dev/shm") / soak.rng.choice(stubs).shm_region if stubs else None
+
+
+def _refused(call: Callable[[], object], protocol: str, says: str) -> bool:
+    try:
+        call()
+        return False
+    except InferenceServerException as error:
+        return error.status() == REFUSED[protocol] and says in (error.message() or "")
+
+
+def shared_memory_identity(soak: Soak) -> None:
+    """A hard link to a stub's region registered (row 43), and a stub's region renamed over a client's
+    registered region and used as an input (row 44), over both protocols: refused each time, the
+    region given back, no stub lost."""
+    region = _stub_region(soak)
+    if region is None:
+        return
+    before = _live_stubs(soak)
+    clients = {
+        "http": soak.client,
+        "grpc": grpcclient.InferenceServerClient(soak.server.grpc_url),
+    }
+    for protocol, client in clients.items():
+        name = f"soak_link_{protocol}_{os.getpid()}"
+        link = Path("/dev/shm") / name
+        os.link(region, link)
+        try:
+            register = functools.partial(client.register_system_shared_memory, name, f"/{name}", 4096)
+            linked = _refused(register, protocol, "has 2 links")
+        finally:
+            link.unlink()
+        soak.report.check("hard links to a stub's region (refused)").record(linked)
+        soak.report.check("stub regions renamed over a client's (refused)").record(
+            _renamed_over(client, protocol, region)
+        )
+    alive = before <= _live_stubs(soak)
+    soak.report.check("shared-memory identity attacks (no stub lost)").record(alive)
+
+
+def _renamed_over(client: object, protocol: str, region: Path) -> bool:
+    module = httpclient if protocol == "http" else grpcclient
+    name = f"soak_renamed_{protocol}_{os.getpid()}"
+    handle = shared_memory.create_shared_memory_region(name, f"/{name}", 4096)
+    try:
+        client.register_system_shared_memory(name, f"/{name}", 4096)
+        region.rename(Path("/dev/shm") / name)
+        try:
+            tensor = module.InferInput("x", [1, 16], "FP32")
+            tensor.set_shared_memory(name, 64)
+            return _refused(lambda: client.infer("trivial", [tensor]), protocol, SERVER_OWN)
+        finally:
+            (Path("/dev/shm") / name).rename(region)
+            Path(f"/dev/shm/{name}").write_bytes(b"\0" * 4096)  # the client's file, for its cleanup
+    finally:
+        try:
+            client.unregister_system_shared_memory(name)
+        finally:
+            shared_memory.destroy_shared_memory_region(handle)
+
+
+def kill_server(soak: Soak) -> None:
+    """``kill -9`` of tritonserver: the supervisor restarts it and the fronts answer in the gap. Every
+    model under load is out from the kill until the supervisor says it serves again; this waits for
+    that, so the next fault meets a serving server."""
+    supervisor = soak.supervisor
+    pid = soak.server.pid
+    if supervisor is None or pid is None:
+        return
+    deaths = len(supervisor.record.history)
+    at, epoch = time.monotonic(), time.time()
+    os.kill(pid, signal.SIGKILL)
+    outages = [
+        Outage("server killed", m, at, epoch, RESTART_GAP) for m in sorted({*soak.models, *soak.stub_models})
+    ]
+    soak.report.outages.extend(outages)
+    soak.report.server_kills.append(pid)
+    log.info("killed tritonserver (pid %s)", pid)
+    deadline = time.monotonic() + RESTART_WITHIN_S
+    while time.monotonic() < deadline:
+        history = supervisor.record.history
+        if len(history) > deaths and history[-1].get("serving_again_at"):
+            recovered = history[-1]["serving_again_at"] + time.monotonic() - time.time()
+            for outage in outages:
+                outage.detected_at, outage.recovered_at = at, recovered
+            log.info("tritonserver serving again (pid %s -> %s)", pid, soak.server.pid)
+            return
+        time.sleep(0.5)
+    log.error("tritonserver not serving again %.0f s after the kill", RESTART_WITHIN_S)
+
+
+ATTACKS: dict[str, Callable[[Soak], None]] = {
+    "unanswered": unanswered_shapes,
+    "garbage-stream": garbage_stream,
+    "half-open": half_open_http2,
+    "shm-identity": shared_memory_identity,
+    "kill-server": kill_server,
+}
