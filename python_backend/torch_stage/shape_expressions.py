@@ -14,7 +14,7 @@ Grammar (spaces between tokens are ignored)::
     expression := "true" | "false" | call
     call       := "Integer(" int ")" | "Rational(" int "," int ")" | symbol | function
     symbol     := "Symbol(" name ("," assumption "=" ("True" | "False"))* ")"
-    function   := FUNCTION "(" expression ("," expression)* ")"      (arity fixed per FUNCTION)
+    function   := FUNCTION "(" expression ("," expression)* ")"      (ARITY: arguments per FUNCTION)
     int        := "-"? digits (at most 39)        name := "'" [a-z]{1,3} digits "'"
 
 Standard library, sympy and torch only: copied beside each stage's model.py.
@@ -41,14 +41,16 @@ UNARY = ("Not", "Abs", "floor", "ceiling", "CeilToInt", "FloorToInt", "TruncToFl
 BINARY = ("Pow", "Mod", "FloorDiv", "CeilDiv", "CleanDiv", "PythonMod", "PowByNatural", "FloatPow",
           "FloatTrueDiv", "IntTrueDiv", "LShift", "RShift", "RoundDecimal", "Equality", "Unequality",
           "StrictLessThan", "StrictGreaterThan", "LessThan", "GreaterThan")  # fmt: skip
-# (least, most) arguments; None: any number from the least. Each takes sympy expressions only.
-ARITY: dict[str, tuple[int, int | None]] = {
-    **dict.fromkeys(("Add", "Mul", "Max", "Min", "And", "Or"), (2, None)),
-    **dict.fromkeys(("IsNonOverlappingAndDenseIndicator",), (2, None)),
+# (least, most) arguments, a nested Max's or Min's counted as its own (sympy flattens them); each
+# argument a sympy expression.
+ARITY: dict[str, tuple[int, int]] = {
+    **dict.fromkeys(("Add", "Mul", "And", "Or", "IsNonOverlappingAndDenseIndicator"), (2, 256)),
+    **dict.fromkeys(("Max", "Min"), (2, 16)),  # sympy compares their arguments pairwise, slowly
     **dict.fromkeys(("ModularIndexing", "Where"), (3, 3)),
     **dict.fromkeys(UNARY, (1, 1)),
     **dict.fromkeys(BINARY, (2, 2)),
 }
+FLATTENED = frozenset(("Add", "Mul", "Max", "Min", "And", "Or"))  # sympy merges a nested call into its own
 FUNCTIONS: dict[str, Callable[..., sympy.Basic]] = {
     name: getattr(torch_sympy if name in TORCH_FUNCTIONS else sympy, name) for name in ARITY
 }
@@ -59,10 +61,18 @@ TOKEN = re.compile(
     r" *(?:(?P<name>[A-Za-z]\w*)|(?P<int>-?\d{1,39})|'(?P<symbol>[a-z]{1,3}\d{1,9})'|(?P<punct>[(),=]))",
     re.ASCII,
 )
-# Numbers stay small enough to compute at once: a power's exponent, and any number a function returns.
+# Numbers stay small enough to compute at once: a power's exponent, and every number a power makes
+# (its value, or a coefficient it raises: only powers grow numbers faster than the text grows).
 POWERS = frozenset(("Pow", "PowByNatural", "FloatPow", "LShift"))
 MAX_EXPONENT = 128
 MAX_NUMBER = 2**128
+
+
+def _small(number: sympy.Number) -> bool:
+    """Whether ``number`` (its numerator and denominator, if rational) lies within ``MAX_NUMBER``."""
+    if number.is_Rational:
+        return abs(number.p) <= MAX_NUMBER and number.q <= MAX_NUMBER
+    return not number.is_finite or abs(number) <= MAX_NUMBER
 
 
 class ShapeExpressionError(ValueError):
@@ -162,17 +172,17 @@ class _Parser:
             self.take("punct", ",")
             arguments.append(self.expression(depth + 1))
         least, most = ARITY[name]
-        if len(arguments) < least or (most is not None and len(arguments) > most):
-            raise ShapeExpressionError(
-                f"{name} takes {least}..{most or 'any'} arguments, not {len(arguments)}"
-            )
+        flattens = name in FLATTENED
+        count = sum(len(a.args) if flattens and a.func is FUNCTIONS[name] else 1 for a in arguments)
+        if len(arguments) < least or count > most:
+            raise ShapeExpressionError(f"{name} takes {least}..{most} arguments, not {count}")
         if name in POWERS and arguments[1].is_Number and abs(arguments[1]) > MAX_EXPONENT:
             raise ShapeExpressionError(f"{name} with an exponent beyond {MAX_EXPONENT}")
         try:
             value = FUNCTIONS[name](*arguments)
         except Exception as error:  # sympy's and torch's classes raise many kinds (AssertionError too)
             raise ShapeExpressionError(f"{name} refused its arguments ({error})") from error
-        if value.is_Number and value.is_finite and abs(value) > MAX_NUMBER:
+        if name in POWERS and not all(map(_small, value.atoms(sympy.Number))):
             raise ShapeExpressionError(f"{name} makes a number beyond 2**128")
         return value
 

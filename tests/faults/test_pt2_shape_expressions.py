@@ -89,7 +89,7 @@ def _random_expression(chooser: random.Random, depth: int) -> sympy.Basic:
     integer_functions = ("Add", "Mul", "Max", "Min", "FloorDiv", "Mod", "PythonMod", "CleanDiv", "CeilDiv")
     name = chooser.choice(integer_functions)
     least, most = ARITY[name]
-    arguments = [_random_expression(chooser, depth - 1) for _ in range(chooser.randint(least, most or 4))]
+    arguments = [_random_expression(chooser, depth - 1) for _ in range(chooser.randint(least, min(most, 4)))]
     try:
         return FUNCTIONS[name](*arguments)
     except (ArithmeticError, ValueError, TypeError, AssertionError):  # arguments the function refuses
@@ -110,12 +110,24 @@ def test_random_valid_expressions_parse_as_torch_reads_them(seed: int) -> None:
         assert sympy.srepr(parsed) == text
 
 
+def _symbols(first: int, last: int) -> str:
+    return ", ".join(f"Symbol('s{i}', integer=True)" for i in range(first, last))
+
+
+SEVENTEEN = _symbols(0, 17)
+TINY_POWER = f"Pow(Mul(Rational(1, {2**128 - 1}), Symbol('s0', integer=True)), Integer(128))"
+
+
 @pytest.mark.parametrize(
     "text",
     ["Tuple('s0')", "Symbol('s0', integer=True, integer=True)", "Add(Integer(1))", "Integer(1.5)",
-     "Pow(Integer(2), Integer(1000000))", "Symbol('S0')", "Integer(٣)", "Symbol('s0') ", "true()"],
+     "Pow(Integer(2), Integer(1000000))", "Symbol('S0')", "Integer(٣)", "Symbol('s0') ", "true()",
+     f"Max({SEVENTEEN})", f"Min(Min({_symbols(0, 9)}), Min({_symbols(9, 18)}))",
+     f"Pow(Pow({TINY_POWER}, Integer(128)), Integer(128))", f"Integer({2**128 + 1})"],
 )  # fmt: skip
 def test_strings_outside_the_grammar_are_refused(text: str) -> None:
+    """Among them, strings whose evaluation would take minutes (a Max of many arguments, numbers
+    raised again and again): the check refuses them before building them."""
     if text.endswith(" "):  # trailing spaces are whitespace between tokens: allowed
         assert parse_shape_expression(text) == sympy.Symbol("s0")
         return
