@@ -138,7 +138,7 @@ class ModelSpec:
     or the tensors' dtype, shape, ``range`` and the ``lengths`` variable axes take.
 
     ``shapes`` (the lengths requests take as served) and ``buckets`` (lengths to pad requests up to)
-    are for perf, tune and plan (``perf.shapes``): Triton batches only requests of equal shapes.
+    are for perf, tune and plan (``perf.measure.shapes``): Triton batches only requests of equal shapes.
 
     ``precision: int8`` quantizes the fp32 graph (``exporters.int8``); its float tensors stay fp32.
     Its activation ranges are calibrated on batches from ``calibration`` (a function like ``sample``,

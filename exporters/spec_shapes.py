@@ -3,7 +3,7 @@
 Triton's dynamic batcher merges only requests of equal shapes, so a model with a variable axis batches
 as well as its traffic's lengths allow. ``shapes:`` states that traffic for perf, tune and plan when
 the model's ``sample:`` function (or the spec's ``lengths``) does not draw lengths the way real requests
-come (``perf.shapes``). Checks that need the model's inputs (a variable axis to apply to, its bound)
+come (``perf.measure.shapes``). Checks that need the model's inputs (a variable axis to apply to, its bound)
 live in ``ModelSpec``.
 """
 

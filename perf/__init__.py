@@ -7,12 +7,12 @@ model at one load → ``Measurement`` with every request's ``Record`` and the se
 new study stands on ``perf.framework`` (``StudyContext``, ``Study``) and ``perf.goals.GOALS``.
 """
 
-from perf.engine import MeasureSettings
-from perf.loads import Load, closed_loop, poisson, trace
-from perf.measure import Measurement, measure
-from perf.records import Record
-from perf.summary import Summary, summarize
-from perf.target import Caller, Target, target_from_spec
+from perf.measure.engine import MeasureSettings
+from perf.measure.loads import Load, closed_loop, poisson, trace
+from perf.measure.measurement import Measurement, measure
+from perf.measure.records import Record
+from perf.measure.summary import Summary, summarize
+from perf.measure.target import Caller, Target, target_from_spec
 
 __all__ = [
     "Caller", "Load", "MeasureSettings", "Measurement", "Record", "Summary", "Target", "closed_loop",

@@ -13,9 +13,9 @@ from dataclasses import dataclass
 import numpy as np
 
 from client.stats import BatchBucket, ModelStats
-from perf.measure import Measurement
+from perf.measure.measurement import Measurement
+from perf.measure.raw import RawPoint
 from perf.model.latency import LatencyFit, fit_latency
-from perf.raw import RawPoint
 from perf.study import FamilyResult, StudyResult
 from perf.study_spec import MODES
 

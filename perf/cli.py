@@ -24,10 +24,10 @@ from rich.table import Table
 
 from exporters.errors import SpecError
 from perf import analysis
-from perf.analyzer import HOW_TO_GET_IT, find_perf_analyzer, glibc_version
 from perf.errors import EXIT_USAGE, OptionError
 from perf.framework import StudyContext
 from perf.goals import Goal, all_goals
+from perf.measure.analyzer import HOW_TO_GET_IT, find_perf_analyzer, glibc_version
 from perf.plan.cli import add_parser as add_plan_parser
 from perf.plan.cli import command_plan
 from perf.plan.cli import usage_errors as plan_usage_errors

@@ -20,14 +20,14 @@ from typing import Any, Protocol
 
 from exporters.spec import ModelSpec
 from perf import markdown
-from perf.engine import MeasureSettings
 from perf.goals import Goal
-from perf.loads import Load, poisson, read_trace
-from perf.measure import Measurement, measure
+from perf.measure.engine import MeasureSettings
+from perf.measure.loads import Load, poisson, read_trace
+from perf.measure.measurement import Measurement, measure
+from perf.measure.server_view import ServerEndpoints
+from perf.measure.target import Target
 from perf.profiles import Profile
-from perf.server_view import ServerEndpoints
 from perf.study import Progress
-from perf.target import Target
 from server import ServerOptions, TritonServer
 
 log = logging.getLogger(__name__)
@@ -62,9 +62,10 @@ class StudyContext:
         self, server: TritonServer, target: Target, load: Load, label: str = "", related: Sequence[str] = (),
         settings: MeasureSettings | None = None,
     ) -> Measurement:  # fmt: skip
-        """``perf.measure`` with the profile's windows (or ``settings``: a study that counts rare events
-        needs a fixed, longer run) and the server's view over the measured windows; ``related`` models
-        (an ensemble's steps) get their statistics read over the same windows."""
+        """``perf.measure.measurement.measure`` with the profile's windows (or ``settings``: a study
+        that counts rare events needs a fixed, longer run) and the server's view over the measured
+        windows; ``related`` models (an ensemble's steps) get their statistics read over the same
+        windows."""
         label = label or f"{target.model} @ {load.name}"
         self.progress(label)
         endpoints = ServerEndpoints.of(server)

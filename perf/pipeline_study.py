@@ -42,12 +42,12 @@ from exporters.spec import Spec, parse_spec
 from perf.errors import StudyError
 from perf.framework import StudyContext, StudyReport, write_report
 from perf.goals import GOALS, Goal, goals_table
-from perf.loads import Load, closed_loop
 from perf.markdown import table
-from perf.measure import Measurement
+from perf.measure.loads import Load, closed_loop
+from perf.measure.measurement import Measurement
+from perf.measure.server_view import ServerDelta
 from perf.pipeline_plan import COMPARISONS, LIVE_PIPELINE, VARIANTS, Comparison
 from perf.profiles import Profile
-from perf.server_view import ServerDelta
 from server import TritonServer
 from server.admin import headers as admin_headers
 

@@ -14,11 +14,11 @@ from pathlib import Path
 from typing import Any, Protocol
 
 from exporters.spec import ModelSpec
-from perf.engine import MeasureSettings
 from perf.errors import OptionError
+from perf.measure.engine import MeasureSettings
+from perf.measure.target import PROTOCOLS, Target, target_from_spec
 from perf.pipeline_plan import COMPARISONS
 from perf.study_spec import FAMILIES, MODES
-from perf.target import PROTOCOLS, Target, target_from_spec
 from perf.text_plan import MODES as TEXT_MODES
 
 

@@ -20,8 +20,8 @@ from perf import analysis
 from perf.goals import Goal, all_goals, goals_table
 from perf.markdown import number, ratio, table
 from perf.markdown import write_report as write_report_file
+from perf.measure.records import write_csv, write_json
 from perf.plots import all_plots
-from perf.records import write_csv, write_json
 from perf.study import FamilyResult, StudyResult
 from perf.study_spec import MODES, study_entries
 

@@ -3,7 +3,7 @@
 For each model of the user's spec (``make perf SPEC=… MODELS=…``) whose inputs have a variable axis,
 the study serves it with dynamic batching (1 ms) and measures the same closed loop (the goal
 concurrency) several ways: every request at one length (one draw of the sampler: what perf, tune and
-plan measured before they drew shapes as served), at the lengths the traffic takes (``perf.shapes``:
+plan measured before they drew shapes as served), at the lengths the traffic takes (``perf.measure.shapes``:
 the spec's ``shapes:`` or its sampler), and padded to buckets (the spec's ``buckets:`` and candidates
 at quantiles of the lengths). Triton's dynamic batcher merges only equal shapes, so the single-length
 rate is the optimistic one; buckets buy back batching at the price of computing the padding, which
@@ -25,12 +25,10 @@ from exporters.repository import build_repository
 from exporters.spec import ModelSpec, parse_spec
 from exporters.typed import to_data
 from perf.framework import StudyContext, StudyReport, write_report
-from perf.loads import closed_loop
 from perf.markdown import number, ratio, table
-from perf.measure import Measurement
-from perf.model.grid import MAX_BATCH
-from perf.profiles import Profile
-from perf.shapes import (
+from perf.measure.loads import closed_loop
+from perf.measure.measurement import Measurement
+from perf.measure.shapes import (
     PaddingCost,
     ShapeRow,
     axis_bound,
@@ -43,8 +41,10 @@ from perf.shapes import (
     shape_rows,
     shape_table,
 )
+from perf.measure.target import Target, target_from_spec
+from perf.model.grid import MAX_BATCH
+from perf.profiles import Profile
 from perf.study_spec import dynamic, family_entry
-from perf.target import Target, target_from_spec
 
 log = logging.getLogger(__name__)
 DELAY_US = 1_000

@@ -19,15 +19,15 @@ from pathlib import Path
 
 from exporters.repository import build_repository
 from exporters.spec import Spec
-from perf.analyzer import PerfAnalyzerEngine, find_perf_analyzer, glibc_version
-from perf.engine import LoadEngine
-from perf.loads import Load, closed_loop, poisson, read_trace
-from perf.measure import Measurement, measure
+from perf.measure.analyzer import PerfAnalyzerEngine, find_perf_analyzer, glibc_version
+from perf.measure.engine import LoadEngine
+from perf.measure.loads import Load, closed_loop, poisson, read_trace
+from perf.measure.measurement import Measurement, measure
+from perf.measure.raw import RawPoint, measure_raw
+from perf.measure.server_view import ServerEndpoints
+from perf.measure.target import Target
 from perf.profiles import Profile
-from perf.raw import RawPoint, measure_raw
-from perf.server_view import ServerEndpoints
 from perf.study_spec import MODES, TRIVIAL, model_name, study_spec
-from perf.target import Target
 from server import ServerOptions, TritonServer
 
 log = logging.getLogger(__name__)

@@ -32,14 +32,14 @@ from exporters.text_embedding import build_text_embedding, model_folder
 from exporters.text_spec import DEFAULT_BUCKETS, DEFAULT_PACKAGE, TextEmbeddingSpec
 from perf.framework import StudyContext, StudyReport, write_report
 from perf.goals import GOALS, Goal, goals_table
-from perf.loads import Load, closed_loop
 from perf.markdown import number, ratio, table
-from perf.measure import Measurement, measure_async
+from perf.measure.loads import Load, closed_loop
+from perf.measure.measurement import Measurement, measure_async
+from perf.measure.records import Record, write_csv
+from perf.measure.summary import Summary
+from perf.measure.target import Target
 from perf.model.latency import fit_latency
 from perf.profiles import Profile
-from perf.records import Record, write_csv
-from perf.summary import Summary
-from perf.target import Target
 from perf.text_corpus import (
     CorpusText,
     bucket_latency,

@@ -28,13 +28,13 @@ import yaml
 from client.stats import model_stats
 from exporters.repository import build_repository
 from exporters.spec import parse_spec
-from perf.analyzer import PerfAnalyzerEngine, find_perf_analyzer
-from perf.engine import MeasureSettings
 from perf.errors import StudyError
-from perf.loads import closed_loop
-from perf.measure import measure
-from perf.server_view import process_tree_cpu_s
-from perf.target import Target
+from perf.measure.analyzer import PerfAnalyzerEngine, find_perf_analyzer
+from perf.measure.engine import MeasureSettings
+from perf.measure.loads import closed_loop
+from perf.measure.measurement import measure
+from perf.measure.server_view import process_tree_cpu_s
+from perf.measure.target import Target
 from server import ServerOptions, TritonServer
 from server.admin import FRONT_HEADER, GRPC_FRONT_HEADER
 

@@ -2,7 +2,7 @@
 verification measured (docs/TUNE.md, "Tools beside the tuner").
 
 Serves ``<report>/repository`` (what ``make tune`` built) on the embedded tritonserver and measures each
-rate with Poisson arrivals through ``perf.analyzer.PerfAnalyzerEngine`` (the project's one
+rate with Poisson arrivals through ``perf.measure.analyzer.PerfAnalyzerEngine`` (the project's one
 perf_analyzer command line, its stability check on), inputs drawn from the report's ``spec.tuned.yaml``.
 Prints inf/s, p50 and p99 per round, and whether perf_analyzer's windows agreed. Not a test: a
 measurement.
@@ -16,12 +16,12 @@ import argparse
 from pathlib import Path
 
 from exporters.resolve import load_spec
-from perf.analyzer import PerfAnalyzerEngine
-from perf.engine import MeasureSettings
-from perf.loads import poisson
-from perf.measure import measure
-from perf.server_view import ServerEndpoints
-from perf.target import target_from_spec
+from perf.measure.analyzer import PerfAnalyzerEngine
+from perf.measure.engine import MeasureSettings
+from perf.measure.loads import poisson
+from perf.measure.measurement import measure
+from perf.measure.server_view import ServerEndpoints
+from perf.measure.target import target_from_spec
 from server import ServerOptions, TritonServer
 
 

@@ -13,7 +13,7 @@ two cores, predicted half the p99 the server showed at 60% of its capacity. So:
   from an exponential of mean ``s/(c(1-ρ))``, else none. ``s`` is calibrated from measured runs
   (``perf.model.service.slice_for``). One parameter, a textbook shape.
 
-The readings themselves (``/proc/stat``) are the measurement layer's (``perf.server_view``).
+The readings themselves (``/proc/stat``) are the measurement layer's (``perf.measure.server_view``).
 """
 
 from __future__ import annotations

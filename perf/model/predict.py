@@ -1,6 +1,6 @@
 """Predictions from the batcher simulation: p99 at a load, and the highest rate within a p99 budget.
 
-Open-loop arrivals are drawn from the same ``perf.loads`` factories the load engines replay, so a
+Open-loop arrivals are drawn from the same ``perf.measure.loads`` factories the load engines replay, so a
 prediction and a measurement at one rate see arrivals of one seeded process.
 """
 
@@ -9,7 +9,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from perf.loads import Load, arrival_times, poisson
+from perf.measure.loads import Load, arrival_times, poisson
 from perf.model.batcher import BatcherConfig, ServiceModel, SimResult, simulate
 
 LoadAt = Callable[[float], Load]  # rate -> the load shape at that mean rate

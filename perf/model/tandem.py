@@ -27,7 +27,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from perf.errors import OptionError
-from perf.loads import Load, arrival_times
+from perf.measure.loads import Load, arrival_times
 from perf.model.batcher import BatcherConfig, ServiceModel, p99_ms, simulate
 from perf.model.links import Transfer
 from perf.model.predict import ARRIVALS_MAX, Prediction, capacity_bound

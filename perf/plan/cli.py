@@ -19,9 +19,9 @@ import time
 from pathlib import Path
 
 from exporters.resolve import load_spec
-from perf.engine import OurEngine
 from perf.errors import EXIT_NOTHING_MEETS, NothingMeetsError
 from perf.markdown import number
+from perf.measure.engine import OurEngine
 from perf.plan.graph_memory import too_big_to_build
 from perf.plan.overlay import plan_overlay, read_document, server_flags, write_plan_overlay
 from perf.plan.placement import PlacementError

@@ -23,7 +23,7 @@ import logging
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
-from perf.loads import Load, poisson
+from perf.measure.loads import Load, poisson
 from perf.model.batcher import ServiceModel
 from perf.model.links import Transfer
 from perf.model.predict import Prediction, capacity_bound, highest_rate, predict

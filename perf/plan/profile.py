@@ -10,7 +10,7 @@
    A model too big to build on this host (``too_big_to_build``) is timed on its compute proxy (the
    same network with small tables, ``compute_proxy``) and planned with its own graph's memory.
 2. Compute per batch: the whole model's ``T + (N-1)·Δt`` from onnxruntime in-process at batch 1 and
-   at ``max_batch_size`` (``perf.raw``), on the device planned for (CUDA on a GPU host, else the CPU).
+   at ``max_batch_size`` (``perf.measure.raw``), on the device planned for (CUDA on a GPU host, else the CPU).
    Each stage gets the share of it that its served artifact takes when run alone at the same batches:
    the split costs no compute of its own, only its boundaries and the costs beyond compute.
 3. Memory per stage instance: the whole model's memory, shared out by the stages' parameter bytes
@@ -41,6 +41,7 @@ from exporters.repository import build_repository
 from exporters.sources.load import build_torch_model
 from exporters.spec import ModelSpec, PipelineSpec, Spec
 from perf.errors import OptionError
+from perf.measure.raw import measure_raw
 from perf.model.memory import MIB
 from perf.plan.graph_memory import (
     PROXY_ROWS,
@@ -60,7 +61,6 @@ from perf.plan.strategy import (
     Overheads,
     StageCost,
 )
-from perf.raw import measure_raw
 from perf.tune.probe import ProbeResult
 
 log = logging.getLogger(__name__)

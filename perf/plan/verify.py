@@ -17,9 +17,9 @@ from pathlib import Path
 from typing import Any
 
 from exporters.spec import Spec
-from perf.engine import LoadEngine, MeasureSettings
 from perf.errors import NothingMeetsError
-from perf.loads import poisson
+from perf.measure.engine import LoadEngine, MeasureSettings
+from perf.measure.loads import poisson
 from perf.model.batcher import BatcherConfig
 from perf.plan.planner import Plan, Predictor
 from perf.plan.profile import precision_variant, variants

@@ -3,7 +3,8 @@
 The path of ``python -m perf tune``, in the order it runs: ``cli`` → ``session`` (one real server, the
 tuner's ``Server``) → ``tuner`` (probe → predict → shortlist → pick → verify, with ``probe``) →
 ``result`` (the saved JSON) → ``report`` (rendered from it) and ``overlay`` (the pick as a spec). The
-model it predicts with is ``perf.model``; measurement is ``perf.measure`` through ``perf.noise``.
+model it predicts with is ``perf.model``; measurement is ``perf.measure.measurement`` through
+``perf.measure.noise``.
 
 Beside it, importing it and never imported by it: ``scenarios`` (the article's two), ``follow``,
 ``witness`` (perf_analyzer vs our client), ``versus`` (Model Analyzer's pick beside ours, with

@@ -22,16 +22,16 @@ from pathlib import Path
 from exporters.repository import build_repository
 from exporters.resolve import load_spec
 from exporters.spec import Spec
-from perf.analyzer import PerfAnalyzerEngine, find_perf_analyzer, unavailable_message
-from perf.engine import LoadEngine, MeasureSettings, OurEngine
 from perf.errors import EXIT_NOTHING_MEETS, EXIT_RUNTIME, NothingMeetsError, PerfError
-from perf.loads import Load, read_trace, trace
 from perf.markdown import number
+from perf.measure.analyzer import PerfAnalyzerEngine, find_perf_analyzer, unavailable_message
+from perf.measure.engine import LoadEngine, MeasureSettings, OurEngine
+from perf.measure.loads import Load, read_trace, trace
+from perf.measure.raw import measure_raw
+from perf.measure.shapes import has_variable_axis
 from perf.model.batcher import BatcherConfig
 from perf.model.grid import QUICK_GRID, WIDE_GRID
-from perf.raw import measure_raw
 from perf.report_folder import report_folder
-from perf.shapes import has_variable_axis
 from perf.tune.overlay import write_overlay
 from perf.tune.partial import write_partial
 from perf.tune.report import render

@@ -35,16 +35,16 @@ import matplotlib.pyplot as plt
 import numpy as np
 
 from exporters.resolve import load_spec
-from perf.engine import MeasureSettings, OurEngine
-from perf.loads import Load, arrival_times, poisson
 from perf.markdown import number, table, write_report
-from perf.measure import Measurement, measure
+from perf.measure.engine import MeasureSettings, OurEngine
+from perf.measure.loads import Load, arrival_times, poisson
+from perf.measure.measurement import Measurement, measure
+from perf.measure.records import Record, latencies, write_csv
+from perf.measure.server_view import parse_metrics
 from perf.model.batcher import BatcherConfig, ServiceModel
 from perf.model.grid import MAX_BATCH
 from perf.model.predict import predict
 from perf.plots import save_figure
-from perf.records import Record, latencies, write_csv
-from perf.server_view import parse_metrics
 from perf.tune.probe import ProbePlan, probe
 from perf.tune.report import p99_plot
 from perf.tune.session import TuneSession

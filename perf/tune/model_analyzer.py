@@ -36,10 +36,10 @@ from tritonclient.grpc import model_config_pb2
 
 from exporters.repository import build_repository
 from exporters.spec import ModelSpec, Spec
-from perf.analyzer import find_perf_analyzer, unavailable_message, write_input_data
 from perf.errors import OptionError, StudyError
+from perf.measure.analyzer import find_perf_analyzer, unavailable_message, write_input_data
+from perf.measure.target import target_from_spec
 from perf.model.batcher import BatcherConfig
-from perf.target import target_from_spec
 from server import ports
 from server.install import assemble_backends, find_install
 from server.launcher import free_port, server_environment

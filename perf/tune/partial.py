@@ -12,7 +12,7 @@ from pathlib import Path
 
 from perf.errors import NothingMeetsError
 from perf.markdown import number, table
-from perf.measure import Measurement
+from perf.measure.measurement import Measurement
 
 
 def write_partial(folder: Path, title: str, error: BaseException, runs: Sequence[Measurement]) -> Path:

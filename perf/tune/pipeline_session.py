@@ -25,12 +25,12 @@ from exporters.pipeline_build import BuiltPipeline, build_pipelines
 from exporters.pipeline_configs import stage_batching
 from exporters.repository import build_repository
 from exporters.spec import Batching, PipelineSpec, Spec
-from perf.engine import LoadEngine, MeasureSettings
-from perf.loads import Load
-from perf.measure import Measurement, measure
+from perf.measure.engine import LoadEngine, MeasureSettings
+from perf.measure.loads import Load
+from perf.measure.measurement import Measurement, measure
+from perf.measure.noise import NoisePolicy
+from perf.measure.target import Target
 from perf.model.batcher import BatcherConfig
-from perf.noise import NoisePolicy
-from perf.target import Target
 from perf.tune.session import TUNE_WINDOWS, TuneSession
 from server import TritonServer, admin
 

@@ -32,8 +32,8 @@ from typing import Protocol
 import numpy as np
 
 from client.stats import ModelStats
-from perf.loads import Load, arrival_times, poisson
-from perf.measure import Measurement
+from perf.measure.loads import Load, arrival_times, poisson
+from perf.measure.measurement import Measurement
 from perf.model.batcher import BatcherConfig, ServiceModel, simulate
 from perf.model.cpu import CpuModel, fit_cpu_model
 from perf.model.latency import LatencyFit

@@ -20,7 +20,7 @@ from perf.plots import save_figure
 from perf.tune.result import load
 from perf.tune.versus_report import section as model_analyzer_section
 
-NOISE_MARK = "†"  # beside a figure whose run the hypervisor took CPU from (``perf.noise``)
+NOISE_MARK = "†"  # beside a figure whose run the hypervisor took CPU from (``perf.measure.noise``)
 
 
 def p99_plot(axes: plt.Axes, budget_ms: float, xlabel: str, title: str) -> None:
@@ -123,7 +123,7 @@ def noise_section(saved: dict) -> list[str]:
     again = noise["remeasured"]
     lines = [
         "",
-        "## Host noise (`perf.noise`)",
+        "## Host noise (`perf.measure.noise`)",
         "",
         f"A run with {100 * noise['stolen_limit']:.1f}% or more of the CPUs' time stolen by the hypervisor "
         "(steal in `/proc/stat`) measures the host's other guests as well as the configuration: it is "

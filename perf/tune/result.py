@@ -13,9 +13,9 @@ import math
 from pathlib import Path
 
 from perf.markdown import plain
-from perf.measure import Measurement
+from perf.measure.measurement import Measurement
+from perf.measure.noise import NoisePolicy
 from perf.model.predict import Prediction
-from perf.noise import NoisePolicy
 from perf.tune.tuner import Point, TuneResult
 
 RESULT_FILE = "result.json"

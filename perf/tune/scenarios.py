@@ -24,10 +24,10 @@ import yaml
 
 from exporters.inputs import draw_inputs
 from exporters.spec import ModelSpec, Spec, parse_spec
-from perf.engine import LoadEngine, MeasureSettings
 from perf.errors import OptionError
-from perf.loads import Load
 from perf.markdown import number, table, write_report
+from perf.measure.engine import LoadEngine, MeasureSettings
+from perf.measure.loads import Load
 from perf.model.batcher import BatcherConfig
 from perf.model.grid import MAX_BATCH
 from perf.model.predict import Prediction, max_rate
@@ -185,7 +185,7 @@ class ModelOutcome:
     measured: ProbeResult
     verdicts: list[Verdict]
     reload_s: list[float]
-    noise: dict = field(default_factory=dict)  # ``perf.noise.NoisePolicy.figures`` of its session
+    noise: dict = field(default_factory=dict)  # ``perf.measure.noise.NoisePolicy.figures`` of its session
 
 
 def scenario_models(spec: Spec, model: str) -> list[str]:
@@ -386,8 +386,8 @@ def _section(outcome: ModelOutcome, unit: Callable[[float], str], recsys: bool) 
     again = outcome.noise.get("remeasured", [])
     lines += [
         "",
-        f"Host noise (`perf.noise`): {len(again)} of {outcome.noise.get('runs', 0)} runs measured again "
-        "for the hypervisor's steal.",
+        f"Host noise (`perf.measure.noise`): {len(again)} of {outcome.noise.get('runs', 0)} runs "
+        "measured again for the hypervisor's steal.",
     ]
     return lines, figures
 

@@ -3,10 +3,10 @@
 The model's files are built once (at the largest ``max_batch_size`` of the grid, so the Python
 backend's shared memory fits every candidate); each candidate is then a ``load_model`` with a config
 override, which takes seconds where rebuilding and restarting would take a minute. Every run is one
-``perf.measure.measure`` with the session's load engine and windows, through the host-noise policy
-(``perf.noise``) the session was given: a ``Measurement`` with the records and the server's own view.
+``perf.measure.measurement.measure`` with the session's load engine and windows, through the host-noise policy
+(``perf.measure.noise``) the session was given: a ``Measurement`` with the records and the server's own view.
 
-A model with a variable axis is measured at the lengths its traffic takes (``perf.shapes``: the spec's
+A model with a variable axis is measured at the lengths its traffic takes (``perf.measure.shapes``: the spec's
 ``shapes:`` or its sampler, padded to the spec's ``buckets:``), so the probe's formed batches and every
 rate are those of mixed lengths; ``use_buckets`` changes the padding for the runs that follow.
 """
@@ -26,13 +26,13 @@ import tritonclient.http as httpclient
 from client.infer import infer
 from exporters.repository import build_repository
 from exporters.spec import ModelSpec, Spec
-from perf.engine import LoadEngine, MeasureSettings
-from perf.loads import Load
-from perf.measure import Measurement, measure
+from perf.measure.engine import LoadEngine, MeasureSettings
+from perf.measure.loads import Load
+from perf.measure.measurement import Measurement, measure
+from perf.measure.noise import NoisePolicy
+from perf.measure.server_view import ServerEndpoints, usable_cores
+from perf.measure.target import Target, target_from_spec
 from perf.model.batcher import BatcherConfig
-from perf.noise import NoisePolicy
-from perf.server_view import ServerEndpoints, usable_cores
-from perf.target import Target, target_from_spec
 from perf.tune.overlay import candidate_spec, config_json
 from server import ServerOptions, TritonServer, admin
 from server.stubs import server_stubs

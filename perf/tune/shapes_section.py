@@ -3,7 +3,7 @@
 The tuner measures such a model at the lengths its traffic takes (``perf.tune.session``); Triton merges
 only equal shapes, so those requests batch poorly. Padding them to a few bucket lengths lets them batch
 again at the price of computing the padding. Here, on the pick's configuration at its operating rate
-(the same arrivals every run), each bucket candidate of ``perf.shapes.bucket_candidates`` (no buckets,
+(the same arrivals every run), each bucket candidate of ``perf.measure.shapes.bucket_candidates`` (no buckets,
 2 and 4 lengths at quantiles of the traffic's lengths, and the spec's own ``buckets:``) is measured, with
 one run at a single length beside them for comparison. The choice: the candidate that meets the budget
 with the lowest p99 (at an equal offered rate, the served rates are equal), else the one that served
@@ -18,12 +18,11 @@ import logging
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from perf.engine import OurEngine
-from perf.loads import Load
 from perf.markdown import number, ratio, table
-from perf.measure import Measurement
-from perf.model.batcher import BatcherConfig
-from perf.shapes import (
+from perf.measure.engine import OurEngine
+from perf.measure.loads import Load
+from perf.measure.measurement import Measurement
+from perf.measure.shapes import (
     PaddingCost,
     axis_bound,
     bucket_candidates,
@@ -35,6 +34,7 @@ from perf.shapes import (
     shape_rows,
     shape_table,
 )
+from perf.model.batcher import BatcherConfig
 from perf.tune.session import TuneSession
 
 log = logging.getLogger(__name__)

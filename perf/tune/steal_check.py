@@ -1,7 +1,7 @@
 """``python -m perf.tune.steal_check``: is this machine's p99 the model's or the hypervisor's?
 
 One configuration at one fixed rate, measured run after run, nothing measured again; each run's p99
-beside the share of the CPUs' time the hypervisor took during it (``perf.noise``); last, the runs
+beside the share of the CPUs' time the hypervisor took during it (``perf.measure.noise``); last, the runs
 that hold the host's noise against the others: how many missed the budget, their p99 range and median.
 Worth a minute on any virtual machine before trusting a p99 measured on it.
 """
@@ -14,11 +14,11 @@ import tempfile
 from pathlib import Path
 
 from exporters.resolve import load_spec
-from perf.loads import poisson
 from perf.markdown import table
-from perf.measure import Measurement
+from perf.measure.loads import poisson
+from perf.measure.measurement import Measurement
+from perf.measure.noise import NoisePolicy
 from perf.model.batcher import BatcherConfig
-from perf.noise import NoisePolicy
 from perf.tune.cli import ENGINES, engine_from_args
 from perf.tune.session import TuneSession
 

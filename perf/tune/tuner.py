@@ -29,8 +29,8 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
 from perf.errors import NothingMeetsError, StudyError
-from perf.loads import Load, poisson
-from perf.measure import Measurement
+from perf.measure.loads import Load, poisson
+from perf.measure.measurement import Measurement
 from perf.model.batcher import BatcherConfig
 from perf.model.grid import Grid, neighbours
 from perf.model.predict import LoadAt, Prediction, max_rate, predict

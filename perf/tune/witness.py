@@ -18,12 +18,12 @@ import logging
 from collections.abc import Callable
 from pathlib import Path
 
-from perf.analyzer import PerfAnalyzerEngine, find_perf_analyzer, unavailable_message
-from perf.engine import LoadEngine, OurEngine
 from perf.errors import StudyError
-from perf.loads import closed_loop
 from perf.markdown import number, table
-from perf.measure import Measurement, measure
+from perf.measure.analyzer import PerfAnalyzerEngine, find_perf_analyzer, unavailable_message
+from perf.measure.engine import LoadEngine, OurEngine
+from perf.measure.loads import closed_loop
+from perf.measure.measurement import Measurement, measure
 from perf.tune.session import TuneSession
 
 log = logging.getLogger(__name__)

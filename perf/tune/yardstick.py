@@ -2,7 +2,7 @@
 interleaved, so that what the host does meanwhile falls on all of them alike.
 
 Two views of each configuration, both through the session's engine (perf_analyzer, the project's one
-command line ``perf.analyzer``) and its noise policy:
+command line ``perf.measure.analyzer``) and its noise policy:
 
 * **open loop** (the tuner's question): Poisson arrivals from ``start`` in steps of ``step`` until a
   run misses the budget; the highest rate a run met it at, and the p99 there;
@@ -22,7 +22,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from perf.errors import StudyError
-from perf.loads import Load, closed_loop, poisson
+from perf.measure.loads import Load, closed_loop, poisson
 from perf.model.batcher import BatcherConfig
 from perf.tune.session import TuneSession
 

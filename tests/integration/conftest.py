@@ -31,7 +31,7 @@ from exporters.pipeline_build import build_pipelines
 from exporters.repository import build_repository
 from exporters.spec import Spec, parse_spec
 from exporters.text_embedding import build_text_embeddings
-from perf.noise import NoisePolicy
+from perf.measure.noise import NoisePolicy
 from perf.tune.session import TUNE_WINDOWS
 from server import ServerOptions, TritonServer
 

@@ -11,11 +11,11 @@ from pathlib import Path
 import pytest
 
 from exporters.resolve import load_spec
-from perf.analyzer import PerfAnalyzerEngine, find_perf_analyzer
-from perf.engine import MeasureSettings
-from perf.loads import closed_loop, poisson
+from perf.measure.analyzer import PerfAnalyzerEngine, find_perf_analyzer
+from perf.measure.engine import MeasureSettings
+from perf.measure.loads import closed_loop, poisson
+from perf.measure.noise import NoisePolicy
 from perf.model.batcher import BatcherConfig
-from perf.noise import NoisePolicy
 from perf.perf_analyzer_install import unavailable_reason
 from perf.tune.session import TuneSession
 from perf.tune.witness import CSV_ROW, EXPORT_ROW, witness_section

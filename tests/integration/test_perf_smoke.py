@@ -8,8 +8,8 @@ import numpy as np
 import pytest
 
 from perf.analysis import open_loop_rows
+from perf.measure.records import read_csv
 from perf.profiles import get_profile
-from perf.records import read_csv
 from perf.report import all_measurements, write_report
 from perf.study import StudyRunner
 

@@ -8,8 +8,8 @@ import json
 import pytest
 
 from perf.framework import StudyContext
+from perf.measure.records import read_csv
 from perf.profiles import get_profile
-from perf.records import read_csv
 from perf.text_plan import INT8
 from perf.text_plan import MODES as MODE_PLANS
 from perf.text_study import TextStudy

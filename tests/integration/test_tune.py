@@ -18,11 +18,11 @@ from rich.console import Console
 from exporters.repository import build_repository
 from exporters.resolve import load_spec
 from perf.cli import parser
-from perf.engine import MeasureSettings, OurEngine
-from perf.measure import Measurement
+from perf.measure.engine import MeasureSettings, OurEngine
+from perf.measure.measurement import Measurement
+from perf.measure.noise import NoisePolicy
 from perf.model.batcher import BatcherConfig
 from perf.model.grid import Grid
-from perf.noise import NoisePolicy
 from perf.tune.cli import command_tune
 from perf.tune.follow import follow_run, step_arrivals
 from perf.tune.overlay import write_overlay

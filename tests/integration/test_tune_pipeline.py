@@ -12,9 +12,9 @@ from pathlib import Path
 import pytest
 
 from exporters.resolve import load_spec
-from perf.engine import MeasureSettings, OurEngine
+from perf.measure.engine import MeasureSettings, OurEngine
+from perf.measure.noise import NoisePolicy
 from perf.model.batcher import BatcherConfig
-from perf.noise import NoisePolicy
 from perf.tune.pipeline_session import PipelineTuneSession
 from perf.tune.probe import ProbePlan
 from perf.tune.scenarios import RECSYS_DELAYS_US, measure_model, step_load, write_scenario

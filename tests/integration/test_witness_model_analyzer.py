@@ -14,11 +14,11 @@ from pathlib import Path
 import pytest
 
 from exporters.resolve import load_spec
-from perf.analyzer import PerfAnalyzerEngine, find_perf_analyzer, unavailable_message
-from perf.engine import MeasureSettings
+from perf.measure.analyzer import PerfAnalyzerEngine, find_perf_analyzer, unavailable_message
+from perf.measure.engine import MeasureSettings
+from perf.measure.noise import NoisePolicy
 from perf.model.batcher import BatcherConfig
 from perf.model_analyzer_install import InstallError, ensure
-from perf.noise import NoisePolicy
 from perf.tune import model_analyzer
 from perf.tune.session import TuneSession
 from perf.tune.versus import run_witness, search_space

@@ -16,13 +16,13 @@ import dataclasses
 import numpy as np
 
 from client.stats import BatchBucket, ModelStats
-from perf.loads import Load, arrival_times
-from perf.measure import Measurement
+from perf.measure.loads import Load, arrival_times
+from perf.measure.measurement import Measurement
+from perf.measure.noise import NoisePolicy
+from perf.measure.records import Record
+from perf.measure.server_view import ServerDelta
 from perf.model.batcher import BatcherConfig, ServiceModel, simulate
 from perf.model.cpu import CpuModel
-from perf.noise import NoisePolicy
-from perf.records import Record
-from perf.server_view import ServerDelta
 
 # Two shared cores: what the client's and the server's CPU work per request and per execution costs here.
 TWO_CORES = CpuModel(idle_cores=0.1, per_request_s=150e-6, per_execution_s=200e-6, cores=2, slice_s=0.0003)

@@ -12,7 +12,7 @@ from google.protobuf import text_format
 from tritonclient.grpc import model_config_pb2
 
 from exporters.resolve import load_spec
-from perf.analyzer import find_perf_analyzer
+from perf.measure.analyzer import find_perf_analyzer
 from perf.model.batcher import BatcherConfig
 from perf.tune import model_analyzer
 from perf.tune.model_analyzer import Measured, Paths, SearchSpace

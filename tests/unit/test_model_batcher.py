@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from perf.loads import arrival_times, poisson
+from perf.measure.loads import arrival_times, poisson
 from perf.model.batcher import BatcherConfig, ServiceModel, simulate
 from perf.model.latency import LatencyFit
 from perf.model.predict import max_rate, predict

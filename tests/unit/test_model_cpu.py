@@ -9,7 +9,7 @@ import math
 import numpy as np
 import pytest
 
-from perf.loads import arrival_times, poisson
+from perf.measure.loads import arrival_times, poisson
 from perf.model.batcher import BatcherConfig, ServiceModel, simulate
 from perf.model.cpu import CpuModel, erlang_c, fit_cpu_model
 from perf.model.predict import max_rate

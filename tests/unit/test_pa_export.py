@@ -11,10 +11,10 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from perf.analyzer import Export, read_analyzer_csv
 from perf.errors import StudyError
-from perf.summary import summarize
-from perf.target import Target
+from perf.measure.analyzer import Export, read_analyzer_csv
+from perf.measure.summary import summarize
+from perf.measure.target import Target
 
 DATA = Path(__file__).resolve().parents[1] / "data"
 CLOSED = DATA / "perf_analyzer_2.41.0_closed_c2.json"
@@ -104,7 +104,7 @@ def test_engine_auto_takes_perf_analyzer_where_installed_and_ours_to_follow(
 def test_fp16_inputs_go_to_perf_analyzer_as_raw_bytes(tmp_path: Path) -> None:
     import base64
 
-    from perf.analyzer import write_input_data
+    from perf.measure.analyzer import write_input_data
 
     pool = {"dense": np.arange(6, dtype=np.float16).reshape(2, 3), "ids": np.arange(4).reshape(2, 2)}
     data = json.loads(write_input_data(pool, tmp_path / "inputs.json").read_text())["data"]

@@ -12,13 +12,13 @@ from types import SimpleNamespace
 import numpy as np
 import pytest
 
-from perf.analyzer import WINDOW_STRETCH, PerfAnalyzerEngine, find_perf_analyzer
-from perf.engine import MeasureSettings
 from perf.errors import StudyError
-from perf.loads import arrival_times, closed_loop, poisson
-from perf.measure import measure
+from perf.measure.analyzer import WINDOW_STRETCH, PerfAnalyzerEngine, find_perf_analyzer
+from perf.measure.engine import MeasureSettings
+from perf.measure.loads import arrival_times, closed_loop, poisson
+from perf.measure.measurement import measure
+from perf.measure.target import Target
 from perf.report import cross_check_section
-from perf.target import Target
 
 DATA = Path(__file__).resolve().parents[1] / "data"
 VERSION = 'if [ "$1" = --version ]; then echo "Perf Analyzer Version 2.41.0"; exit 0; fi'

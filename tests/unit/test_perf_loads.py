@@ -5,7 +5,7 @@ import itertools
 import numpy as np
 import pytest
 
-from perf.loads import closed_loop, poisson, read_trace, trace
+from perf.measure.loads import closed_loop, poisson, read_trace, trace
 
 
 def take(load, count):

@@ -6,7 +6,7 @@ import os
 import pytest
 
 from client.stats import parse_model_stats
-from perf.server_view import HostCpu, busy_cores, parse_metrics, process_tree_cpu_s, stolen_share
+from perf.measure.server_view import HostCpu, busy_cores, parse_metrics, process_tree_cpu_s, stolen_share
 
 
 def stats_payload(success, executions, inferences, batches):

@@ -1,4 +1,4 @@
-"""Shapes as served (``perf.shapes``): request lengths follow the spec's sampler or its ``shapes:``,
+"""Shapes as served (``perf.measure.shapes``): request lengths follow the spec's sampler or its ``shapes:``,
 buckets are chosen at quantiles and pad to the smallest that fits, the padding cost is accounted from
 timed lengths, and formed batches per length come from the client's records. No server."""
 
@@ -11,8 +11,8 @@ import pytest
 
 from exporters.errors import SpecError
 from exporters.spec import ModelSpec, parse_model
-from perf.records import Record
-from perf.shapes import (
+from perf.measure.records import Record
+from perf.measure.shapes import (
     ShapeMix,
     bucket_candidates,
     bucket_of,
@@ -26,7 +26,7 @@ from perf.shapes import (
     shape_rows,
     shape_table,
 )
-from perf.target import target_from_spec
+from perf.measure.target import target_from_spec
 
 FACTORIES = Path(__file__).resolve().parents[1] / "data" / "own_factories"
 SEQUENCE = {
@@ -186,7 +186,7 @@ def test_the_tuner_chooses_the_buckets_that_meet_the_budget_with_the_lowest_p99(
 def test_perf_analyzer_input_data_carries_each_request_length(tmp_path: Path) -> None:
     import json
 
-    from perf.analyzer import write_shaped_input_data
+    from perf.measure.analyzer import write_shaped_input_data
 
     plan = shape_plan(model(shapes={"lengths": [20, 150]}), rows=2, seed=3, buckets=(64, 200))
     written = write_shaped_input_data(plan, tmp_path / "inputs.json", requests=50)

@@ -8,8 +8,8 @@ from pathlib import Path
 import pytest
 
 from perf.cli import main
-from perf.engine import MeasureSettings
 from perf.errors import OptionError
+from perf.measure.engine import MeasureSettings
 from perf.profiles import get_profile
 from perf.study import FamilyResult, StudyResult, StudyRunner
 

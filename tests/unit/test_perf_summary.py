@@ -5,8 +5,8 @@ import math
 import numpy as np
 import pytest
 
-from perf.records import Record, read_csv, write_csv
-from perf.summary import summarize, window_is_stable
+from perf.measure.records import Record, read_csv, write_csv
+from perf.measure.summary import summarize, window_is_stable
 
 
 def record(send, recv, batch=1, ok=True, arrivals=()):

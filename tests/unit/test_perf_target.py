@@ -8,8 +8,8 @@ import types
 import numpy as np
 import pytest
 
-from perf import target as target_module
-from perf.target import Caller, Target
+from perf.measure import target as target_module
+from perf.measure.target import Caller, Target
 
 
 class FakeClient:

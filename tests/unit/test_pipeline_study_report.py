@@ -13,6 +13,7 @@ from client.stats import ModelStats
 from exporters.pipeline_record import BoundaryRecord, PipelineRecord
 from perf.errors import OptionError, StudyError
 from perf.framework import StudyContext
+from perf.measure.server_view import ServerDelta
 from perf.pipeline_plan import COMPARISONS
 from perf.pipeline_study import (
     Figures,
@@ -25,7 +26,6 @@ from perf.pipeline_study import (
     write_pipeline_report,
 )
 from perf.profiles import get_profile
-from perf.server_view import ServerDelta
 
 RECORD = PipelineRecord(
     content_hash="x", pipeline="recommender_pipeline", model="recommender", split="embedding_dense",

@@ -6,10 +6,10 @@ import numpy as np
 import pytest
 
 from perf.errors import OptionError
+from perf.measure.records import Record
+from perf.measure.summary import summarize
+from perf.measure.target import Caller, Target
 from perf.profiles import get_profile
-from perf.records import Record
-from perf.summary import summarize
-from perf.target import Caller, Target
 from perf.text_corpus import make_corpus, text_pool
 from perf.text_study import Point, TextResult, goals, padding_waste, token_counters
 

@@ -18,8 +18,8 @@ from test_tune_pick import BUDGET_MS, GRID, LINEAR
 
 from perf.cli import main
 from perf.errors import EXIT_NOTHING_MEETS, NothingMeetsError
-from perf.loads import Load
-from perf.measure import Measurement
+from perf.measure.loads import Load
+from perf.measure.measurement import Measurement
 from perf.model.batcher import BatcherConfig
 from perf.tune import cli as tune_cli
 from perf.tune.probe import ProbePlan

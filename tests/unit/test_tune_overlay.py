@@ -13,7 +13,7 @@ import yaml
 from exporters.errors import SpecError
 from exporters.repository import build_repository
 from exporters.resolve import load_spec
-from perf.loads import arrival_times
+from perf.measure.loads import arrival_times
 from perf.model.batcher import BatcherConfig
 from perf.model.grid import Grid, neighbours
 from perf.tune.overlay import apply_overlay, config_json, write_overlay
@@ -108,7 +108,7 @@ def test_zipf_ids_stay_inside_their_tables_and_favour_low_ranks() -> None:
 def test_recsys_load_cycles_through_distinct_zipf_samples(model_spec) -> None:
     """The recsys scenario's requests each take the next rows of a 4,096-sample pool, not the same
     first rows every time: Zipf ids vary across requests, as real traffic's do."""
-    from perf.target import Caller, Target
+    from perf.measure.target import Caller, Target
     from perf.tune.scenarios import ZIPF_POOL_ROWS, _zipf_pool
 
     spec = model_spec("recommender")

@@ -12,11 +12,11 @@ import pytest
 from simulated_server import TWO_CORES, KneeService, Noise, SimulatedServer
 
 from perf.errors import NothingMeetsError
-from perf.loads import poisson
+from perf.measure.loads import poisson
+from perf.measure.noise import NoisePolicy
 from perf.model.batcher import BatcherConfig
 from perf.model.grid import Grid
 from perf.model.predict import max_rate
-from perf.noise import NoisePolicy
 from perf.tune.probe import ProbePlan
 from perf.tune.tuner import TuneRequest, tune
 

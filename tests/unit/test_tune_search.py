@@ -8,7 +8,7 @@ from types import SimpleNamespace
 
 import pytest
 
-from perf.loads import Load
+from perf.measure.loads import Load
 from perf.model.batcher import BatcherConfig, ServiceModel
 from perf.model.grid import Grid
 from perf.model.predict import Prediction

@@ -9,7 +9,7 @@ from types import SimpleNamespace
 import pytest
 
 from exporters.resolve import load_spec
-from perf.engine import MeasureSettings, OurEngine
+from perf.measure.engine import MeasureSettings, OurEngine
 from perf.tune.session import WINDOW_BATCHES, TuneSession
 
 SPEC = Path(__file__).resolve().parents[2] / "models.yaml"

@@ -9,8 +9,8 @@ import pytest
 from simulated_server import TWO_CORES, KneeService, Noise, SimulatedServer
 
 from perf.errors import StudyError
-from perf.loads import Load
-from perf.measure import Measurement
+from perf.measure.loads import Load
+from perf.measure.measurement import Measurement
 from perf.model.grid import Grid
 from perf.tune.cli import partial_on_failure
 from perf.tune.probe import ProbePlan

@@ -6,9 +6,9 @@ from __future__ import annotations
 from simulated_server import Noise, SimulatedServer
 from test_tune_pick import BUDGET_MS, KNEE
 
-from perf.loads import poisson
+from perf.measure.loads import poisson
+from perf.measure.noise import NoisePolicy
 from perf.model.batcher import BatcherConfig
-from perf.noise import NoisePolicy
 from perf.tune.steal_check import summary
 
 

@@ -10,7 +10,7 @@ from types import SimpleNamespace
 import pytest
 
 from client.stats import ModelStats
-from perf.server_view import ServerDelta
+from perf.measure.server_view import ServerDelta
 from perf.tune.witness import CSV_ROW, EXPORT_ROW, cpu_verdict, rows
 
 PA = "perf_analyzer 2.41.0"

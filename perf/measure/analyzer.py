@@ -1,5 +1,5 @@
 """NVIDIA perf_analyzer: found where a real binary runs, driven through the one command line of the
-project, and wrapped as a load engine (``PerfAnalyzerEngine``) behind ``perf.engine.LoadEngine``.
+project, and wrapped as a load engine (``PerfAnalyzerEngine``) behind ``perf.measure.engine.LoadEngine``.
 
 ``tritonclient[all]`` installs a ``perf_analyzer`` *Python package* that is only a placeholder, and the
 PyPI build of the real tool needs glibc ≥ 2.38; so the binary is searched for and run once before it
@@ -7,7 +7,7 @@ is trusted (``perf.perf_analyzer_install`` installs the 2.41.0 build that runs o
 
 Its measurement is its own: ``MeasureSettings`` become ``--measurement-interval``, ``--max-trials``
 and ``--stability-percentage``, and perf_analyzer keeps measuring windows until its last three agree
-within that percentage on throughput and average latency (the rule ``perf.engine.OurEngine`` applies
+within that percentage on throughput and average latency (the rule ``perf.measure.engine.OurEngine`` applies
 too), or the trials run out. Measured with 2.41.0:
 
 * a window lasts 1.2 × ``--measurement-interval`` (``WINDOW_STRETCH``);
@@ -42,12 +42,12 @@ from pathlib import Path
 
 import numpy as np
 
-from perf.engine import Edge, EngineFigures, EngineRun, Job, MeasureSettings
 from perf.errors import OptionError, StudyError
-from perf.loads import Load, arrival_times
-from perf.records import Record
-from perf.shapes import ShapePlan
-from perf.target import Target
+from perf.measure.engine import Edge, EngineFigures, EngineRun, Job, MeasureSettings
+from perf.measure.loads import Load, arrival_times
+from perf.measure.records import Record
+from perf.measure.shapes import ShapePlan
+from perf.measure.target import Target
 
 log = logging.getLogger(__name__)
 
@@ -125,7 +125,7 @@ def write_input_data(inputs: dict[str, np.ndarray], path: Path, rows: int = INPU
 def write_shaped_input_data(plan: ShapePlan, path: Path, requests: int = SHAPED_REQUESTS) -> Path:
     """``--input-data`` for a model with a variable axis: one entry per request of ``plan`` in turn,
     each at the length it is sent at (perf_analyzer sends the entries round-robin), so its runs carry
-    the traffic's lengths as ours do (``perf.shapes``)."""
+    the traffic's lengths as ours do (``perf.measure.shapes``)."""
     data = [
         {name: _tensor_data(pool[0]) for name, pool in plan.pools[sent].items()}
         for _, sent in plan.requests[:requests]
@@ -248,8 +248,8 @@ class Export:
 
 
 class PerfAnalyzerEngine:
-    """perf_analyzer as a ``perf.engine.LoadEngine``. ``log_folder``: where each run's command line and
-    output are appended (``perf_analyzer.log``), e.g. a report folder; ``extra``: options every run
+    """perf_analyzer as a ``perf.measure.engine.LoadEngine``. ``log_folder``: where each run's command
+    line and output are appended (``perf_analyzer.log``), e.g. a report folder; ``extra``: options every run
     adds (``command``)."""
 
     def __init__(

@@ -8,7 +8,7 @@ snapshots taken at the edges of the measured windows.
   per 1,000 inferences can be compared with raw onnxruntime's, a figure a busy client cannot distort;
 * ``/proc/stat``: the whole machine's busy time (the client's too: what a request competes with for a
   core) and the time the hypervisor kept a runnable CPU of this machine waiting (steal), which says
-  whether a figure holds the host's other guests (``perf.noise``).
+  whether a figure holds the host's other guests (``perf.measure.noise``).
 """
 
 from __future__ import annotations

@@ -1,11 +1,11 @@
 """One measurement, whatever sends the load: the ``Measurement`` every study and the tuner read.
 
-``measure`` runs a ``Load`` against a ``Target`` with a load engine (``perf.engine``: our client by
+``measure`` runs a ``Load`` against a ``Target`` with a load engine (``perf.measure.engine``: our client by
 default, or perf_analyzer) in windows until they agree (or a cap), and reads the server's own view
 around it: its statistics, its processes' CPU and the whole machine's busy and stolen CPU
-(``perf.server_view``), over exactly the windows that count where the engine runs in this process, over
-the whole run where it does not. A ``Measurement`` keeps every record (warm-up and drain included, so
-nothing is lost), the windows, which of them count, and that view.
+(``perf.measure.server_view``), over exactly the windows that count where the engine runs in this
+process, over the whole run where it does not. A ``Measurement`` keeps every record (warm-up and
+drain included, so nothing is lost), the windows, which of them count, and that view.
 """
 
 from __future__ import annotations
@@ -20,12 +20,12 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from client.stats import ModelStats
-from perf.engine import EngineFigures, EngineRun, Job, LoadEngine, MeasureSettings, OurEngine
-from perf.loads import Load, arrival_times
-from perf.records import Record
-from perf.server_view import ServerDelta, ServerEndpoints, ServerSnapshot, delta, snapshot
-from perf.summary import Summary, in_span, summarize
-from perf.target import Target
+from perf.measure.engine import EngineFigures, EngineRun, Job, LoadEngine, MeasureSettings, OurEngine
+from perf.measure.loads import Load, arrival_times
+from perf.measure.records import Record
+from perf.measure.server_view import ServerDelta, ServerEndpoints, ServerSnapshot, delta, snapshot
+from perf.measure.summary import Summary, in_span, summarize
+from perf.measure.target import Target
 
 log = logging.getLogger(__name__)
 SUSTAINED = 0.95  # an open loop was kept up with when the server answered this share of its rate

@@ -1,7 +1,7 @@
 """Host noise, as one measurement policy: which runs hold the host's other work, measured once more.
 
 On a virtual machine, a CPU of ours that has work waits while the host runs other guests, and
-``/proc/stat`` counts that wait as steal (``perf.server_view``). A stall of tens of milliseconds is
+``/proc/stat`` counts that wait as steal (``perf.measure.server_view``). A stall of tens of milliseconds is
 the whole tail of a 10 ms budget: such a run measures the host as much as the configuration. A
 host with no steal (a GPU server of one's own) never meets this policy.
 
@@ -19,7 +19,7 @@ import math
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
-from perf.measure import Measurement
+from perf.measure.measurement import Measurement
 
 log = logging.getLogger(__name__)
 STOLEN_LIMIT = 0.005  # of the CPUs' time: from 0.5% stolen over a run, the run holds the host's noise

@@ -11,9 +11,9 @@ from __future__ import annotations
 import asyncio
 import time
 
-from perf.loads import Load
-from perf.records import Record
-from perf.target import Caller
+from perf.measure.loads import Load
+from perf.measure.records import Record
+from perf.measure.target import Caller
 
 
 async def drive(caller: Caller, load: Load, stop: asyncio.Event, sink: list[Record]) -> None:

@@ -11,7 +11,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from perf.records import Record, latencies
+from perf.measure.records import Record, latencies
 
 
 @dataclass(frozen=True)

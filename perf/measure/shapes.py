@@ -29,7 +29,7 @@ import numpy as np
 from exporters.inputs import draw_inputs
 from exporters.spec import ModelSpec
 from exporters.spec_sections import VARIABLE
-from perf.records import Record
+from perf.measure.records import Record
 
 log = logging.getLogger(__name__)
 SAMPLER_DRAWS = 256  # sampler calls tallied into a ShapeMix when the spec states no ``shapes:``
@@ -202,7 +202,7 @@ Timer = Callable[[int], float]  # seconds of one batch at a length
 def onnx_timer(onnx_path: Path, spec: ModelSpec, batch: int, seed: int = 0, seconds: float = 0.2) -> Timer:
     """Seconds of one batch of ``batch`` at a length, timed in-process with onnxruntime (one thread,
     as the served instances run) on ``onnx_path``."""
-    from perf.raw import measure_raw  # onnxruntime: only where a padding cost is measured
+    from perf.measure.raw import measure_raw  # onnxruntime: only where a padding cost is measured
 
     base = dict(zip((t.name for t in spec.inputs), draw_inputs(spec, batch, seed), strict=True))
 

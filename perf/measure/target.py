@@ -6,7 +6,7 @@ client spends its CPU on sending, not on building arrays. With ``shared_memory``
 one read-only system shared-memory region and every in-flight slot owns an output region, all sized
 once, so nothing grows during a run.
 
-A model with a variable axis is sent at the lengths its traffic takes (``perf.shapes``): the target
+A model with a variable axis is sent at the lengths its traffic takes (``perf.measure.shapes``): the target
 carries a ``ShapePlan`` (a pool per length sent, and each request's length in turn), and every record
 says its request's true and sent length. ``inputs`` is then the pool at the median length sent, for
 consumers that send one shape (window sizing, the raw reference).
@@ -31,8 +31,8 @@ from tritonclient.utils import np_to_triton_dtype
 from exporters.inputs import draw_inputs
 from exporters.spec import ModelSpec
 from perf.errors import OptionError, StudyError
-from perf.records import SHED, Record
-from perf.shapes import ShapePlan, has_variable_axis, shape_plan
+from perf.measure.records import SHED, Record
+from perf.measure.shapes import ShapePlan, has_variable_axis, shape_plan
 from python_backend.dtypes import DTYPES
 
 log = logging.getLogger(__name__)

@@ -32,7 +32,7 @@ class Record:
     status: str = "ok"  # "ok", or the error's class and message
     arrivals: tuple[float, ...] = field(default_factory=tuple)
     label: str = ""  # which measurement point (mode, load) produced it
-    # A model with a variable axis (``perf.shapes``): the request's true length and the length it was
+    # A model with a variable axis (``perf.measure.shapes``): the request's true length and the length it was
     # sent at (a bucket's, when padded); 0 for fixed shapes.
     length: int = 0
     sent_length: int = 0

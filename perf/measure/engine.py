@@ -4,10 +4,10 @@ A ``LoadEngine`` runs one ``Load`` (a closed loop, or open-loop arrival times) a
 in measurement windows, as ``MeasureSettings`` says: a warm-up, then windows until the last
 ``stable_windows`` agree within ``tolerance`` (throughput and mean latency: perf_analyzer's rule), at
 most ``max_windows``. It hands back an ``EngineRun``: every request's ``Record``, the windows, which of
-them count and whether they agreed. ``perf.measure`` adds the server's view around it.
+them count and whether they agreed. ``perf.measure.measurement`` adds the server's view around it.
 
-Two engines implement it: ``OurEngine`` here (the project's asyncio client, ``perf.drive``, in this
-process) and ``perf.analyzer.PerfAnalyzerEngine`` (NVIDIA's C++ client; its own windows and stability
+Two engines implement it: ``OurEngine`` here (the project's asyncio client, ``perf.measure.drive``, in this
+process) and ``perf.measure.analyzer.PerfAnalyzerEngine`` (NVIDIA's C++ client; its own windows and stability
 check, our records from its per-request export). ``at_edge`` lets an engine that runs in this process
 call back at the start of the first window and at the end of each, so the server's statistics can be
 read over exactly the windows that count; an engine in another process does not call it.
@@ -21,12 +21,12 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Protocol
 
-from perf.drive import drive
 from perf.errors import OptionError
-from perf.loads import Load
-from perf.records import Record
-from perf.summary import summarize, window_is_stable
-from perf.target import Caller, Target
+from perf.measure.drive import drive
+from perf.measure.loads import Load
+from perf.measure.records import Record
+from perf.measure.summary import summarize, window_is_stable
+from perf.measure.target import Caller, Target
 
 Edge = Callable[[float], None]  # called with the time (s on the records' clock) of a window edge
 
@@ -108,7 +108,7 @@ class Job:
 
 
 class LoadEngine(Protocol):
-    """One way to send a measurement's requests (``OurEngine``, ``perf.analyzer.PerfAnalyzerEngine``)."""
+    """One way to send a measurement's requests (``OurEngine``, ``analyzer.PerfAnalyzerEngine``)."""
 
     @property
     def name(self) -> str: ...
@@ -117,7 +117,7 @@ class LoadEngine(Protocol):
 
 
 class OurEngine:
-    """The project's asyncio client in this process: ``perf.drive`` on one ``Caller``."""
+    """The project's asyncio client in this process: ``perf.measure.drive`` on one ``Caller``."""
 
     name = "ours"
 
