@@ -32,8 +32,8 @@ from perf.plan.strategy import Space
 from perf.plan.topology import Topology, cpu_topology, live_topology, topology_folder
 from perf.plan.verify import settle, verify
 from perf.report_folder import report_folder
-from perf.tune.probe import ProbePlan, ProbeResult, probe
-from perf.tune.session import TUNE_WINDOWS, TuneSession
+from perf.session.model import TUNE_WINDOWS, ModelSession
+from perf.session.probe import ProbePlan, ProbeResult, probe
 from server.ports import add_port_base_option
 
 log = logging.getLogger(__name__)
@@ -120,7 +120,7 @@ def command_plan(args: argparse.Namespace, console) -> int:
     if not topology.on_gpu and args.probe_runs > 0 and not too_big:
         console.print("  probing the whole model on the real server (the tuner's probe)")
         largest = spec.model(model).max_batch_size
-        with TuneSession(spec, model, largest, args.workdir / "probe", engine, settings) as session:
+        with ModelSession(spec, model, largest, args.workdir / "probe", engine, settings) as session:
             probed = probe(
                 session, space.instances, session.largest_batch, ProbePlan(max_runs=args.probe_runs)
             )

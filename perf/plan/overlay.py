@@ -4,7 +4,7 @@ The overlay holds what the plan decides: for the whole model, its ``models`` ent
 batching, instances with their ``gpus:`` list); for a split, one ``pipelines`` entry per replica,
 each with its stages' instances (``replicas``), boundary dtype, batching and ``gpus`` (the GPU of
 each stage, so each replica's boundary stays on the link its placement chose). Models merge over the
-base spec as the tuner's overlay does (``perf.tune.overlay.apply_overlay``); the plan's pipelines
+base spec as the tuner's overlay does (``perf.spec_overlay.apply_overlay``); the plan's pipelines
 replace any of the same name and join the rest. The merged document goes through ``parse_spec``: a
 planned configuration passes exactly the checks a hand-written one does.
 
@@ -25,7 +25,7 @@ from perf.model.memory import HEADROOM
 from perf.plan.placement import Placement, replica_name
 from perf.plan.profile import precision_variant
 from perf.plan.strategy import Strategy
-from perf.tune.overlay import apply_overlay
+from perf.spec_overlay import apply_overlay
 
 
 def _tensors(tensors) -> list[dict[str, Any]]:

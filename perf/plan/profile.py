@@ -17,7 +17,7 @@
    (the weights are what an instance holds; activations follow the same cut), each table at the
    size of the model planned (not of its proxy).
 4. On the CPU, the costs beyond compute come from the tuner's probe of the whole model on the real
-   server (``perf.tune.probe``): compute as the server reports it replaces the raw figure, and the
+   server (``perf.session.probe``): compute as the server reports it replaces the raw figure, and the
    per-execution and per-request costs, the overhead outside the server and the CPU term come with it.
 """
 
@@ -61,7 +61,7 @@ from perf.plan.strategy import (
     Overheads,
     StageCost,
 )
-from perf.tune.probe import ProbeResult
+from perf.session.probe import ProbeResult
 
 log = logging.getLogger(__name__)
 

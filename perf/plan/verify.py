@@ -1,6 +1,6 @@
 """The plan checked on the real server, where it can run (a CPU plan): the top architectures built,
 served and measured at their predicted rate and below it, through the tuner's sessions
-(``perf.tune.session.TuneSession`` for the whole model, ``perf.tune.pipeline_session`` for a split)
+(``perf.session.model.ModelSession`` for the whole model, ``perf.session.pipeline`` for a split)
 and its measurement layer: the same runs ``make tune`` makes, side by side with the predictions.
 
 The answer is what was measured (``settle``): of the architectures verified, the one measured to hold
@@ -24,8 +24,8 @@ from perf.model.batcher import BatcherConfig
 from perf.plan.planner import Plan, Predictor
 from perf.plan.profile import precision_variant, variants
 from perf.plan.report import top_architectures
-from perf.tune.pipeline_session import PipelineTuneSession
-from perf.tune.session import TuneSession
+from perf.session.model import ModelSession
+from perf.session.pipeline import PipelineSession
 
 log = logging.getLogger(__name__)
 FRACTIONS = (0.7, 1.0)  # of the predicted highest rate within the budget
@@ -49,13 +49,13 @@ def verify(
         folder = workdir / f"verify{index}"
         if s.kind == "data":
             variant = precision_variant(base, s.precision)
-            session = TuneSession(
+            session = ModelSession(
                 Spec(models=(variant,)), variant.name, s.max_batch, folder, engine, settings
             )
             config = BatcherConfig(s.max_batch, s.delay_us, instances=s.instances[0])
         else:
             pipeline = dataclasses.replace(variants(spec, model).split[s.precision], replicas=s.instances)
-            session = PipelineTuneSession(
+            session = PipelineSession(
                 Spec(models=(base,), pipelines=(pipeline,)),
                 pipeline.name,
                 s.max_batch,

@@ -32,11 +32,11 @@ from perf.measure.shapes import has_variable_axis
 from perf.model.batcher import BatcherConfig
 from perf.model.grid import QUICK_GRID, WIDE_GRID
 from perf.report_folder import report_folder
-from perf.tune.overlay import write_overlay
+from perf.session.model import TUNE_WINDOWS, ModelSession
+from perf.spec_overlay import write_overlay
 from perf.tune.partial import write_partial
 from perf.tune.report import render
 from perf.tune.result import document, save
-from perf.tune.session import TUNE_WINDOWS, TuneSession
 from perf.tune.shapes_section import shapes_section
 from perf.tune.tuner import TuneRequest, tune
 from server.ports import add_port_base_option
@@ -206,7 +206,7 @@ def command_tune(args: argparse.Namespace, console) -> int:
 
 
 @contextlib.contextmanager
-def partial_on_failure(folder: Path, title: str, session: TuneSession) -> Iterator[None]:
+def partial_on_failure(folder: Path, title: str, session: ModelSession) -> Iterator[None]:
     """On a ``PerfError`` (a measurement the engine could not make) or the verdict that nothing meets
     the budget, write ``partial.md`` with the runs measured so far, then let it through."""
     try:
@@ -238,8 +238,8 @@ def measure_and_pick(
 
     windows = windows_from_args(args)
 
-    def new_session(workdir: Path = WORKDIR) -> TuneSession:
-        return TuneSession(
+    def new_session(workdir: Path = WORKDIR) -> ModelSession:
+        return ModelSession(
             spec, args.model, grid.largest_batch, workdir, engine, windows, keep_queue=args.keep_queue_policy
         )
 

@@ -45,9 +45,9 @@ from perf.model.batcher import BatcherConfig, ServiceModel
 from perf.model.grid import MAX_BATCH
 from perf.model.predict import predict
 from perf.plots import save_figure
-from perf.tune.probe import ProbePlan, probe
+from perf.session.model import ModelSession
+from perf.session.probe import ProbePlan, probe
 from perf.tune.report import p99_plot
-from perf.tune.session import TuneSession
 
 log = logging.getLogger(__name__)
 COUNTERS = ("nv_inference_request_success", "nv_inference_request_failure")
@@ -101,7 +101,7 @@ class Reload:
 
 @dataclass(eq=False)  # a Thread must stay hashable
 class Follower(threading.Thread):
-    session: TuneSession
+    session: ModelSession
     policy: Policy
     interval_s: float = 0.25
     window_s: float = 1.0
@@ -177,7 +177,7 @@ class FollowRun:
         return self.observed.stats.failed
 
 
-def replay(session: TuneSession, arrivals: np.ndarray, label: str) -> Measurement:
+def replay(session: ModelSession, arrivals: np.ndarray, label: str) -> Measurement:
     """``arrivals`` sent once, whole, in one window, with our client; the server's view over it."""
     times = arrivals.tolist()
     load = Load("open", label, rate=len(times) / times[-1], arrivals=lambda: iter(times))
@@ -186,7 +186,7 @@ def replay(session: TuneSession, arrivals: np.ndarray, label: str) -> Measuremen
 
 
 def follow_run(
-    session: TuneSession, arrivals: np.ndarray, start: BatcherConfig, policy: Policy | None, label: str
+    session: ModelSession, arrivals: np.ndarray, start: BatcherConfig, policy: Policy | None, label: str
 ) -> FollowRun:
     """Replay ``arrivals`` from ``start``; with a ``policy``, a ``Follower`` reloads as the rate moves.
     Reload and rate times come back on the records' clock (seconds from the replay's start)."""
@@ -226,7 +226,7 @@ def run_follow(args: argparse.Namespace, folder: Path, console) -> int:
     model = args.model or "recommender"
     budget = args.p99_ms or 10.0
     console.print(f"--follow on {model}: rate step, fixed vs following → {folder}")
-    with TuneSession(load_spec(args.spec), model, MAX_BATCH, Path(".run/tune"), OurEngine()) as session:
+    with ModelSession(load_spec(args.spec), model, MAX_BATCH, Path(".run/tune"), OurEngine()) as session:
         console.print("  probing the service model")
         measured = probe(session, (1,), MAX_BATCH, ProbePlan(max_runs=6))
         capacity = measured.capacity

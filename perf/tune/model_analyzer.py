@@ -2,7 +2,7 @@
 
 ``prepare`` builds the model into a repository every variant of the search loads from: the spec's
 configuration without its queue policy (on Triton 2.51 a ``default_queue_policy`` stalls the dynamic
-batcher ~510 ms, as ``perf.tune.overlay`` explains), at the largest ``max_batch_size`` searched, and
+batcher ~510 ms, as ``perf.spec_overlay`` explains), at the largest ``max_batch_size`` searched, and
 the input rows perf_analyzer sends (``--input-data``: ids inside the embedding tables; its random
 data would fall outside them). ``analyzer_config`` writes Model Analyzer's YAML for the same budget
 and search space as the tuner's grid: local launch mode with the server the project uses

@@ -31,8 +31,8 @@ from perf.measure.loads import Load
 from perf.model.batcher import BatcherConfig
 from perf.model.grid import MAX_BATCH
 from perf.model.predict import Prediction, max_rate
-from perf.tune.probe import ProbePlan, ProbeResult, probe
-from perf.tune.session import TUNE_WINDOWS, TuneSession
+from perf.session.model import TUNE_WINDOWS, ModelSession
+from perf.session.probe import ProbePlan, ProbeResult, probe
 from perf.tune.tuner import Point, TuneRequest, measure_point, predict_point
 
 FPS = 30.0
@@ -195,13 +195,15 @@ def scenario_models(spec: Spec, model: str) -> list[str]:
     return [spec.pipeline(model).model, model] if model in names else [model]
 
 
-def _session(spec: Spec, model: str, engine: LoadEngine, seed: int, settings: MeasureSettings) -> TuneSession:
+def _session(
+    spec: Spec, model: str, engine: LoadEngine, seed: int, settings: MeasureSettings
+) -> ModelSession:
     workdir = Path(".run/tune")
     if model in {p.name for p in spec.pipelines}:
-        from perf.tune.pipeline_session import PipelineTuneSession
+        from perf.session.pipeline import PipelineSession
 
-        return PipelineTuneSession(spec, model, MAX_BATCH, workdir / "pipeline", engine, settings, seed=seed)
-    return TuneSession(spec, model, MAX_BATCH, workdir, engine, settings, seed=seed)
+        return PipelineSession(spec, model, MAX_BATCH, workdir / "pipeline", engine, settings, seed=seed)
+    return ModelSession(spec, model, MAX_BATCH, workdir, engine, settings, seed=seed)
 
 
 def measure_model(

@@ -1,6 +1,6 @@
 """The tuner's choice of length buckets for a model with a variable axis, as a report section.
 
-The tuner measures such a model at the lengths its traffic takes (``perf.tune.session``); Triton merges
+The tuner measures such a model at the lengths its traffic takes (``perf.session.model``); Triton merges
 only equal shapes, so those requests batch poorly. Padding them to a few bucket lengths lets them batch
 again at the price of computing the padding. Here, on the pick's configuration at its operating rate
 (the same arrivals every run), each bucket candidate of ``perf.measure.shapes.bucket_candidates`` (no buckets,
@@ -35,7 +35,7 @@ from perf.measure.shapes import (
     shape_table,
 )
 from perf.model.batcher import BatcherConfig
-from perf.tune.session import TuneSession
+from perf.session.model import ModelSession
 
 log = logging.getLogger(__name__)
 HEADING = "## Shapes as served: length buckets"
@@ -60,7 +60,7 @@ def choose(runs: list[BucketRun], budget_ms: float) -> BucketRun:
     return max(shaped, key=lambda run: run.measured.throughput)
 
 
-def bucket_runs(session: TuneSession, load: Load, step: Callable[[str], None]) -> list[BucketRun]:
+def bucket_runs(session: ModelSession, load: Load, step: Callable[[str], None]) -> list[BucketRun]:
     """One run at a single length, then one per bucket candidate, all under ``load`` on the
     configuration loaded now; the session is left sending as it did before."""
     mix = shape_mix(session.base, session.seed)
@@ -89,7 +89,7 @@ def bucket_runs(session: TuneSession, load: Load, step: Callable[[str], None]) -
 
 
 def shapes_section(
-    session: TuneSession, config: BatcherConfig, load: Load, budget_ms: float,
+    session: ModelSession, config: BatcherConfig, load: Load, budget_ms: float,
     step: Callable[[str], None] | None = None,
 ) -> tuple[list[str], list[int] | None]:  # fmt: skip
     """The bucket runs on ``config`` under ``load`` as the tuner report's section, and the buckets

@@ -19,8 +19,8 @@ from perf.measure.loads import poisson
 from perf.measure.measurement import Measurement
 from perf.measure.noise import NoisePolicy
 from perf.model.batcher import BatcherConfig
+from perf.session.model import ModelSession
 from perf.tune.cli import ENGINES, engine_from_args
-from perf.tune.session import TuneSession
 
 
 def summary(runs: list[Measurement], budget_ms: float, noise: NoisePolicy) -> list[list[str]]:
@@ -58,7 +58,7 @@ def main(argv: list[str] | None = None) -> int:
     engine = engine_from_args(args)
     with (
         tempfile.TemporaryDirectory(prefix="steal_check_") as workdir,
-        TuneSession(
+        ModelSession(
             load_spec(args.spec), args.model, args.max_batch, Path(workdir), engine, noise=noise
         ) as session,
     ):

@@ -1,7 +1,7 @@
 """The tuner, as a pipeline: probe → predict every candidate → measure a shortlist around its
 predictions → pick → verify, demoting a pick the verification does not confirm.
 
-1. ``probe``: the service model per instance count, measured (``perf.tune.probe``).
+1. ``probe``: the service model per instance count, measured (``perf.session.probe``).
 2. ``rank``: every candidate of the grid predicted by the batcher simulation: the highest rate its p99
    stays within the budget (with a target rate: whether it does there).
 3. ``shortlist`` and ``search_rate``: the best predicted of each family (instance count, max batch
@@ -34,7 +34,7 @@ from perf.measure.measurement import Measurement
 from perf.model.batcher import BatcherConfig
 from perf.model.grid import Grid, neighbours
 from perf.model.predict import LoadAt, Prediction, max_rate, predict
-from perf.tune.probe import ProbePlan, ProbeResult, Server, probe
+from perf.session.probe import ProbePlan, ProbeResult, Server, probe
 
 log = logging.getLogger(__name__)
 Step = Callable[[str], None]
@@ -323,7 +323,7 @@ def verify(
 def tune(
     server: Server, request: TuneRequest, plan: ProbePlan | None = None, step: Step | None = None
 ) -> TuneResult:
-    """The whole tuner on ``server`` (a started ``TuneSession``, or a simulated server). Raises
+    """The whole tuner on ``server`` (a started ``ModelSession``, or a simulated server). Raises
     ``NothingMeetsError`` where nothing measured meets the budget."""
     step = step or (lambda text: None)
     grid = request.grid

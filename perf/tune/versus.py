@@ -18,8 +18,8 @@ from exporters.spec import Spec
 from perf.errors import OptionError
 from perf.model.batcher import BatcherConfig
 from perf.model_analyzer_install import VERSION, InstallError, ensure
+from perf.session.model import ModelSession
 from perf.tune import model_analyzer
-from perf.tune.session import TuneSession
 from perf.tune.versus_report import OURS, SPEC, THEIRS
 from perf.tune.yardstick import Plan, figures, measure_all, ramp_from
 
@@ -40,7 +40,7 @@ def run_witness(
     saved: dict,
     chosen: BatcherConfig,
     space: model_analyzer.SearchSpace,
-    session_factory: Callable[[], TuneSession],
+    session_factory: Callable[[], ModelSession],
     folder: Path,
     step: Callable[[str], None],
     rounds: int = 3,

@@ -24,7 +24,7 @@ from perf.measure.analyzer import PerfAnalyzerEngine, find_perf_analyzer, unavai
 from perf.measure.engine import LoadEngine, OurEngine
 from perf.measure.loads import closed_loop
 from perf.measure.measurement import Measurement, measure
-from perf.tune.session import TuneSession
+from perf.session.model import ModelSession
 
 log = logging.getLogger(__name__)
 HEADING = "## perf_analyzer vs our client (`--witness`)"
@@ -33,7 +33,7 @@ EXPORT_ROW = "perf_analyzer (our records from its export)"
 
 
 def side_by_side(
-    session: TuneSession, engines: list[LoadEngine], concurrency: int = 16, rounds: int = 2
+    session: ModelSession, engines: list[LoadEngine], concurrency: int = 16, rounds: int = 2
 ) -> dict[str, list[Measurement]]:
     """Each engine's runs at ``concurrency`` (closed loop), ``rounds`` rounds, engines interleaved."""
     runs: dict[str, list[Measurement]] = {engine.name: [] for engine in engines}
@@ -104,7 +104,7 @@ def cpu_verdict(runs: dict[str, list[Measurement]]) -> str:
 
 
 def witness_section(
-    session: TuneSession, step: Callable[[str], None] | None = None, concurrency: int = 16
+    session: ModelSession, step: Callable[[str], None] | None = None, concurrency: int = 16
 ) -> list[str]:
     """The side by side on the configuration loaded now, as a report section."""
     if find_perf_analyzer() is None:
@@ -152,7 +152,7 @@ def main(argv: list[str] | None = None) -> int:
     options.add_argument("--workdir", type=Path, default=Path(".run/witness"))
     args = options.parse_args(argv)
     args.workdir.mkdir(parents=True, exist_ok=True)
-    with TuneSession(load_spec(args.spec), args.model, args.max_batch, args.workdir, OurEngine()) as session:
+    with ModelSession(load_spec(args.spec), args.model, args.max_batch, args.workdir, OurEngine()) as session:
         session.prepare(BatcherConfig(args.max_batch, args.delay_us, instances=args.instances))
         print("\n".join(witness_section(session, concurrency=args.concurrency)))
     return 0

@@ -24,7 +24,7 @@ from dataclasses import dataclass, field
 from perf.errors import StudyError
 from perf.measure.loads import Load, closed_loop, poisson
 from perf.model.batcher import BatcherConfig
-from perf.tune.session import TuneSession
+from perf.session.model import ModelSession
 
 log = logging.getLogger(__name__)
 DOWN_STEPS = 2  # an open ramp whose first run misses starts again from half the rate, this many times
@@ -86,7 +86,7 @@ class Plan:
     max_concurrency: int = 64
 
 
-def _step(session: TuneSession, load: Load, value: float, label: str, budget_ms: float) -> Step:
+def _step(session: ModelSession, load: Load, value: float, label: str, budget_ms: float) -> Step:
     """One run; perf_analyzer's failure to measure becomes a step without a measurement."""
     try:
         run = session.measure(load, label)
@@ -97,7 +97,7 @@ def _step(session: TuneSession, load: Load, value: float, label: str, budget_ms:
     return Step(value, run.p99_ms, run.throughput, run.meets(budget_ms), 100 * run.stolen_share, holds_noise)
 
 
-def open_ramp(session: TuneSession, name: str, plan: Plan, round_: int) -> Ramp:
+def open_ramp(session: ModelSession, name: str, plan: Plan, round_: int) -> Ramp:
     """Poisson from ``plan.start`` in steps of ``plan.step`` until a run misses the budget; where the
     first run misses already, from half that rate (at most ``DOWN_STEPS`` times) instead."""
     ramp = Ramp(name, round_, "open")
@@ -117,7 +117,7 @@ def open_ramp(session: TuneSession, name: str, plan: Plan, round_: int) -> Ramp:
     return ramp
 
 
-def closed_ramp(session: TuneSession, name: str, plan: Plan, round_: int) -> Ramp:
+def closed_ramp(session: ModelSession, name: str, plan: Plan, round_: int) -> Ramp:
     """Concurrency ``plan.first_concurrency``, twice that, … until a run misses the budget."""
     ramp = Ramp(name, round_, "closed")
     concurrency = plan.first_concurrency
@@ -139,7 +139,7 @@ def ramp_from(rate: float) -> tuple[float, float]:
 
 
 def measure_all(
-    session: TuneSession,
+    session: ModelSession,
     configs: dict[str, BatcherConfig],
     plan: Plan,
     step: Callable[[str], None] = lambda text: None,

@@ -32,7 +32,7 @@ from exporters.repository import build_repository
 from exporters.spec import Spec, parse_spec
 from exporters.text_embedding import build_text_embeddings
 from perf.measure.noise import NoisePolicy
-from perf.tune.session import TUNE_WINDOWS
+from perf.session.model import TUNE_WINDOWS
 from server import ServerOptions, TritonServer
 
 pytestmark = pytest.mark.integration
@@ -127,4 +127,4 @@ def quick_tuning(monkeypatch: pytest.MonkeyPatch) -> None:
     ``ONE_RUN``: a test checks that the pieces fit, not what they measure."""
     for command in ("perf.tune.cli", "perf.plan.cli"):
         monkeypatch.setattr(f"{command}.TUNE_WINDOWS", QUICK_WINDOWS)
-    monkeypatch.setattr("perf.tune.session.NoisePolicy", ONE_RUN)
+    monkeypatch.setattr("perf.session.model.NoisePolicy", ONE_RUN)

@@ -74,7 +74,7 @@ def test_make_tune_on_a_slow_model_of_an_outside_spec(
     (project / "models.yaml").write_text(yaml.safe_dump({"models": [entry]}, sort_keys=False))
     monkeypatch.setattr("perf.tune.cli.QUICK_GRID", SLOW_GRID)
     monkeypatch.setattr("perf.tune.cli.WORKDIR", tmp_path / "work")
-    monkeypatch.setattr("perf.tune.session.WINDOW_BATCHES", 3)  # windows of 3 of its largest batch
+    monkeypatch.setattr("perf.session.model.WINDOW_BATCHES", 3)  # windows of 3 of its largest batch
     args = parser().parse_args([
         "tune", "--spec", str(project / "models.yaml"), "--model", "slow", "--p99-ms", f"{SLOW_BUDGET_MS:g}",
         "--engine", "ours", "--seconds", "0.9", "--shortlist", "0", "--reports", str(tmp_path / "reports"),

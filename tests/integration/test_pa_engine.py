@@ -17,7 +17,7 @@ from perf.measure.loads import closed_loop, poisson
 from perf.measure.noise import NoisePolicy
 from perf.model.batcher import BatcherConfig
 from perf.perf_analyzer_install import unavailable_reason
-from perf.tune.session import TuneSession
+from perf.session.model import ModelSession
 from perf.tune.witness import CSV_ROW, EXPORT_ROW, witness_section
 
 pytestmark = pytest.mark.integration
@@ -28,20 +28,20 @@ WINDOWS = MeasureSettings(warmup_s=0.2, window_s=0.5, stable_windows=3, max_wind
 
 
 @pytest.fixture(scope="module")
-def session(tmp_path_factory: pytest.TempPathFactory) -> Iterator[TuneSession]:
+def session(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ModelSession]:
     if find_perf_analyzer() is None:
         pytest.skip(f"perf_analyzer not installed: {unavailable_reason() or 'run make perf-analyzer'}")
     workdir = tmp_path_factory.mktemp("pa_engine")
     engine = PerfAnalyzerEngine(log_folder=workdir)
     # each run is compared with its own CSV: never measured again
-    with TuneSession(
+    with ModelSession(
         load_spec(SPEC), "recommender", 8, workdir, engine, WINDOWS, NoisePolicy(remeasure=False)
     ) as running:
         running.prepare(BatcherConfig(8, 2000))
         yield running
 
 
-def test_closed_loop_records_agree_with_perf_analyzer_and_the_server(session: TuneSession) -> None:
+def test_closed_loop_records_agree_with_perf_analyzer_and_the_server(session: ModelSession) -> None:
     run = session.measure(closed_loop(CONCURRENCY), "c16")
     assert run.engine.startswith("perf_analyzer 2.") and run.records
     assert run.figures.failed == 0, [r.status for r in run.records if not r.ok][:3]
@@ -55,7 +55,7 @@ def test_closed_loop_records_agree_with_perf_analyzer_and_the_server(session: Tu
 
 
 def test_an_open_loop_is_sent_in_perf_analyzers_windows_and_every_request_answered(
-    session: TuneSession,
+    session: ModelSession,
 ) -> None:
     run = session.measure(poisson(400.0, seed=11), "open 400/s")
     assert run.records and all(r.ok for r in run.records)
@@ -66,7 +66,7 @@ def test_an_open_loop_is_sent_in_perf_analyzers_windows_and_every_request_answer
     assert sends == sorted(sends) and run.used[1] == len(run.windows) and run.used[1] - run.used[0] == 3
 
 
-def test_the_witness_shows_which_engine_produced_each_figure(session: TuneSession) -> None:
+def test_the_witness_shows_which_engine_produced_each_figure(session: ModelSession) -> None:
     text = "\n".join(witness_section(session))
     print(text)
     assert "perf_analyzer vs our client" in text and f"concurrency {CONCURRENCY}" in text

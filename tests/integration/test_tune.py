@@ -23,13 +23,13 @@ from perf.measure.measurement import Measurement
 from perf.measure.noise import NoisePolicy
 from perf.model.batcher import BatcherConfig
 from perf.model.grid import Grid
+from perf.session.model import ModelSession
+from perf.session.probe import ProbePlan
+from perf.spec_overlay import write_overlay
 from perf.tune.cli import command_tune
 from perf.tune.follow import follow_run, step_arrivals
-from perf.tune.overlay import write_overlay
-from perf.tune.probe import ProbePlan
 from perf.tune.report import render
 from perf.tune.result import load
-from perf.tune.session import TuneSession
 from perf.tune.tuner import tune
 
 pytestmark = pytest.mark.integration
@@ -43,10 +43,10 @@ BUDGET_MS = 5000.0
 
 
 @pytest.fixture(scope="module")
-def session(tmp_path_factory: pytest.TempPathFactory) -> Iterator[TuneSession]:
+def session(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ModelSession]:
     workdir = tmp_path_factory.mktemp("tune")
     noise = NoisePolicy(remeasure=False)
-    with TuneSession(load_spec(SPEC), MODEL, 8, workdir, OurEngine(), SHORT, noise) as running:
+    with ModelSession(load_spec(SPEC), MODEL, 8, workdir, OurEngine(), SHORT, noise) as running:
         yield running
 
 
@@ -55,7 +55,7 @@ def runs_of(result) -> list[Measurement]:
     return [run for _, run in result.probe.runs] + [p.measured for p in points]
 
 
-def test_a_measurement_starts_after_the_replaced_instances_have_exited(session: TuneSession) -> None:
+def test_a_measurement_starts_after_the_replaced_instances_have_exited(session: ModelSession) -> None:
     """``load_model`` returns while the replaced instances' stubs still run: a bare ``load`` leaves
     them running, ``prepare`` (what every measurement loads with) waits them out."""
     session.prepare(BatcherConfig(8, 0, instances=2))
@@ -65,7 +65,7 @@ def test_a_measurement_starts_after_the_replaced_instances_have_exited(session: 
     assert session.live_stubs() == 1
 
 
-def test_the_written_overlay_validates_and_builds(session: TuneSession, tmp_path: Path) -> None:
+def test_the_written_overlay_validates_and_builds(session: ModelSession, tmp_path: Path) -> None:
     tuned = write_overlay(SPEC, session.base, BatcherConfig(16, 2000, instances=2), tmp_path, "test")
     built = build_repository(tuned, tmp_path / "repository", num_gpus=0, only=[MODEL])
     text = built[0].config_path.read_text()
@@ -73,7 +73,7 @@ def test_the_written_overlay_validates_and_builds(session: TuneSession, tmp_path
     assert "count: 2" in text and "default_queue_policy" not in text
 
 
-def test_follow_reloads_under_a_rate_step_without_a_failed_request(session: TuneSession) -> None:
+def test_follow_reloads_under_a_rate_step_without_a_failed_request(session: ModelSession) -> None:
     low, high = BatcherConfig(8, 0), BatcherConfig(8, 2000)
 
     def policy(rate: float) -> BatcherConfig:

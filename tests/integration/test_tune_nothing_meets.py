@@ -13,7 +13,7 @@ from rich.console import Console
 from perf.cli import main
 from perf.errors import EXIT_NOTHING_MEETS
 from perf.model.grid import Grid
-from perf.tune.probe import ProbePlan
+from perf.session.probe import ProbePlan
 from perf.tune.tuner import tune
 from server import ports
 

@@ -15,8 +15,8 @@ from exporters.resolve import load_spec
 from perf.measure.engine import MeasureSettings, OurEngine
 from perf.measure.noise import NoisePolicy
 from perf.model.batcher import BatcherConfig
-from perf.tune.pipeline_session import PipelineTuneSession
-from perf.tune.probe import ProbePlan
+from perf.session.pipeline import PipelineSession
+from perf.session.probe import ProbePlan
 from perf.tune.scenarios import RECSYS_DELAYS_US, measure_model, step_load, write_scenario
 from perf.tune.tuner import TuneRequest
 
@@ -32,20 +32,20 @@ class Quiet:
 
 
 @pytest.fixture(scope="module")
-def session(tmp_path_factory: pytest.TempPathFactory) -> Iterator[PipelineTuneSession]:
+def session(tmp_path_factory: pytest.TempPathFactory) -> Iterator[PipelineSession]:
     workdir = tmp_path_factory.mktemp("tune_pipeline")
     noise = NoisePolicy(remeasure=False)
-    with PipelineTuneSession(load_spec(SPEC), PIPELINE, 32, workdir, OurEngine(), SHORT, noise) as running:
+    with PipelineSession(load_spec(SPEC), PIPELINE, 32, workdir, OurEngine(), SHORT, noise) as running:
         yield running
 
 
-def stage_batchers(session: PipelineTuneSession) -> dict[str, dict | None]:
+def stage_batchers(session: PipelineSession) -> dict[str, dict | None]:
     """Each stage's ``dynamic_batching`` as the server reports its loaded config."""
     return {name: config.get("dynamic_batching") for name, config in session.loaded_configs().items()}
 
 
 def test_the_scenario_batches_the_stages_and_no_request_fails_at_the_server(
-    session: PipelineTuneSession, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    session: PipelineSession, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """The scenario's own path (probe, predict, measure, write) on the running session: the candidates'
     batching reaches the stages (loaded configs, formed batch sizes), and the report is written."""
@@ -95,10 +95,10 @@ def test_the_scenario_batches_the_stages_and_no_request_fails_at_the_server(
 class _Borrowed:
     """The module's running session as ``measure_model``'s context manager, left running on exit."""
 
-    def __init__(self, session: PipelineTuneSession) -> None:
+    def __init__(self, session: PipelineSession) -> None:
         self.session = session
 
-    def __enter__(self) -> PipelineTuneSession:
+    def __enter__(self) -> PipelineSession:
         return self.session
 
     def __exit__(self, *exc_info: object) -> None:

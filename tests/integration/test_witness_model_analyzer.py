@@ -19,8 +19,8 @@ from perf.measure.engine import MeasureSettings
 from perf.measure.noise import NoisePolicy
 from perf.model.batcher import BatcherConfig
 from perf.model_analyzer_install import InstallError, ensure
+from perf.session.model import ModelSession
 from perf.tune import model_analyzer
-from perf.tune.session import TuneSession
 from perf.tune.versus import run_witness, search_space
 from perf.tune.versus_report import OURS, SPEC, THEIRS, section
 
@@ -50,9 +50,9 @@ def test_the_smoke_witness_runs_model_analyzer_and_one_yardstick(program: Path, 
     ours = BatcherConfig(8, 2000, instances=1)
     engine = PerfAnalyzerEngine(log_folder=tmp_path)
 
-    def session() -> TuneSession:
+    def session() -> ModelSession:
         noise = NoisePolicy(remeasure=False)
-        return TuneSession(spec, MODEL, 64, tmp_path / "yardstick", engine, SHORT, noise)
+        return ModelSession(spec, MODEL, 64, tmp_path / "yardstick", engine, SHORT, noise)
 
     figures = run_witness(
         spec, MODEL, saved, ours, search_space(64, (1, 2), smoke=True), session, tmp_path, lambda text: None,

@@ -199,7 +199,7 @@ def test_the_chosen_buckets_go_into_the_tuned_spec_and_are_validated(tmp_path: P
     import yaml
 
     from perf.model.batcher import BatcherConfig
-    from perf.tune.overlay import write_overlay
+    from perf.spec_overlay import write_overlay
 
     base_path = tmp_path / "models.yaml"
     base_path.write_text(yaml.safe_dump({"models": [{**SEQUENCE, "buckets": [100, 200]}]}))

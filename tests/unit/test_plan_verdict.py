@@ -130,7 +130,7 @@ def test_the_verification_searches_down_from_the_prediction_until_the_budget_hol
     assert judged.strategy.kind == "data"
     ScriptedSession.capacity, ScriptedSession.rates = capacity_share * judged.rate, []
     ScriptedSession.serves = serves_share * judged.rate
-    monkeypatch.setattr(plan_verify, "TuneSession", ScriptedSession)
+    monkeypatch.setattr(plan_verify, "ModelSession", ScriptedSession)
     spec = plan_cli.load_spec(Path(__file__).resolve().parents[2] / "models.yaml")
     rows = plan_verify.verify(spec, "recommender", result, 1, None, None, tmp_path, lambda text: None)
     assert ScriptedSession.rates == pytest.approx([f * judged.rate for f in fractions])

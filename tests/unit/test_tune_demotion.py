@@ -21,8 +21,8 @@ from perf.errors import EXIT_NOTHING_MEETS, NothingMeetsError
 from perf.measure.loads import Load
 from perf.measure.measurement import Measurement
 from perf.model.batcher import BatcherConfig
+from perf.session.probe import ProbePlan
 from perf.tune import cli as tune_cli
-from perf.tune.probe import ProbePlan
 from perf.tune.tuner import TuneRequest, tune
 
 MISS_MS = 0.2  # how far over the budget a demoted pick's verification lands: 10.2 ms against 10

@@ -16,7 +16,7 @@ from exporters.resolve import load_spec
 from perf.measure.loads import arrival_times
 from perf.model.batcher import BatcherConfig
 from perf.model.grid import Grid, neighbours
-from perf.tune.overlay import apply_overlay, config_json, write_overlay
+from perf.spec_overlay import apply_overlay, config_json, write_overlay
 from perf.tune.scenarios import recsys_load, step_load, video_load, zipf_ids
 
 SPEC = Path(__file__).resolve().parents[2] / "models.yaml"
@@ -65,7 +65,7 @@ def test_a_bad_overlay_fails_through_the_spec_naming_the_field() -> None:
 
 def test_the_config_override_is_triton_json_with_the_candidate() -> None:
     base = load_spec(SPEC).model("recommender")
-    from perf.tune.overlay import candidate_spec
+    from perf.spec_overlay import candidate_spec
 
     config = json.loads(config_json(candidate_spec(base, BatcherConfig(8, 1500, instances=2))))
     assert config["maxBatchSize"] == 8

@@ -17,7 +17,7 @@ from perf.measure.noise import NoisePolicy
 from perf.model.batcher import BatcherConfig
 from perf.model.grid import Grid
 from perf.model.predict import max_rate
-from perf.tune.probe import ProbePlan
+from perf.session.probe import ProbePlan
 from perf.tune.tuner import TuneRequest, tune
 
 BUDGET_MS = 10.0

@@ -13,7 +13,7 @@ from simulated_server import Noise, SimulatedServer
 from client.stats import ModelStats
 from perf.model.batcher import BatcherConfig, ServiceModel
 from perf.model.cpu import CpuModel
-from perf.tune.probe import ProbePlan, _ramp, probe
+from perf.session.probe import ProbePlan, _ramp, probe
 
 CPU = CpuModel(idle_cores=0.1, per_request_s=150e-6, per_execution_s=200e-6, cores=2)
 # two instances' threads compete for the cores more: a longer slice, as measured on two cores

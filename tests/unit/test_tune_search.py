@@ -12,7 +12,7 @@ from perf.measure.loads import Load
 from perf.model.batcher import BatcherConfig, ServiceModel
 from perf.model.grid import Grid
 from perf.model.predict import Prediction
-from perf.tune.probe import ProbeResult
+from perf.session.probe import ProbeResult
 from perf.tune.tuner import (
     Candidate,
     Point,

@@ -10,7 +10,7 @@ import pytest
 
 from exporters.resolve import load_spec
 from perf.measure.engine import MeasureSettings, OurEngine
-from perf.tune.session import WINDOW_BATCHES, TuneSession
+from perf.session.model import WINDOW_BATCHES, ModelSession
 
 SPEC = Path(__file__).resolve().parents[2] / "models.yaml"
 SETTINGS = MeasureSettings(warmup_s=0.1, window_s=0.1, stable_windows=3, max_windows=3)
@@ -19,7 +19,7 @@ SETTINGS = MeasureSettings(warmup_s=0.1, window_s=0.1, stable_windows=3, max_win
 def test_a_stalled_run_does_not_lengthen_the_windows_after_it(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    session = TuneSession(load_spec(SPEC), "recommender", 8, tmp_path, OurEngine(), SETTINGS)
+    session = ModelSession(load_spec(SPEC), "recommender", 8, tmp_path, OurEngine(), SETTINGS)
     session.largest_batch_s = 0.02  # as timed at the start
     # a run in which the host stalled one execution of a batch of 8 for two seconds
     stalled = SimpleNamespace(
@@ -31,9 +31,9 @@ def test_a_stalled_run_does_not_lengthen_the_windows_after_it(
         windows.append(settings.window_s)
         return stalled
 
-    monkeypatch.setattr("perf.tune.session.measure", measure)
-    monkeypatch.setattr(TuneSession, "endpoints", property(lambda self: None))
-    monkeypatch.setattr(TuneSession, "target", property(lambda self: None))
+    monkeypatch.setattr("perf.session.model.measure", measure)
+    monkeypatch.setattr(ModelSession, "endpoints", property(lambda self: None))
+    monkeypatch.setattr(ModelSession, "target", property(lambda self: None))
     for label in ("first", "after the stall"):
         session.measure(load=None, label=label)
     assert windows == [pytest.approx(WINDOW_BATCHES * 0.02)] * 2

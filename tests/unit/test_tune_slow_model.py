@@ -12,8 +12,8 @@ from perf.errors import StudyError
 from perf.measure.loads import Load
 from perf.measure.measurement import Measurement
 from perf.model.grid import Grid
+from perf.session.probe import ProbePlan
 from perf.tune.cli import partial_on_failure
-from perf.tune.probe import ProbePlan
 from perf.tune.tuner import TuneRequest, compute_ms, tune
 
 BUDGET_MS = 200.0

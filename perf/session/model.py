@@ -33,7 +33,7 @@ from perf.measure.noise import NoisePolicy
 from perf.measure.server_view import ServerEndpoints, usable_cores
 from perf.measure.target import Target, target_from_spec
 from perf.model.batcher import BatcherConfig
-from perf.tune.overlay import candidate_spec, config_json
+from perf.spec_overlay import candidate_spec, config_json
 from server import ServerOptions, TritonServer, admin
 from server.stubs import server_stubs
 
@@ -51,8 +51,8 @@ WINDOW_BATCHES = 20
 TIMED_BATCHES = 3
 
 
-class TuneSession:
-    """Build, serve and reload one model; ``with TuneSession(...) as session``."""
+class ModelSession:
+    """Build, serve and reload one model; ``with ModelSession(...) as session``."""
 
     def __init__(
         self,
@@ -87,7 +87,7 @@ class TuneSession:
         self.largest_batch_s = 0.0  # one request of the largest batch, timed at the start
         self.runs: list[Measurement] = []  # every run, in order (a failed tune reports them)
 
-    def __enter__(self) -> TuneSession:
+    def __enter__(self) -> ModelSession:
         repository = self.workdir / "repository"
         build_spec = dataclasses.replace(self.base, max_batch_size=self.largest_batch, warmup=False)
         build_repository(Spec(models=(build_spec,)), repository, num_gpus=0)

@@ -43,7 +43,7 @@ log = logging.getLogger(__name__)
 
 
 class Server(Protocol):
-    """What the probe and the search need of a server: the real one (``perf.tune.session``) or a
+    """What the probe and the search need of a server: the real one (``perf.session.model``) or a
     simulated one (the tests'). ``measure`` takes the load on the configuration prepared last."""
 
     cores: int  # the cores the server and its clients share (the CPU term's ``c``)

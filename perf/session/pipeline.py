@@ -31,7 +31,7 @@ from perf.measure.measurement import Measurement, measure
 from perf.measure.noise import NoisePolicy
 from perf.measure.target import Target
 from perf.model.batcher import BatcherConfig
-from perf.tune.session import TUNE_WINDOWS, TuneSession
+from perf.session.model import TUNE_WINDOWS, ModelSession
 from server import TritonServer, admin
 
 log = logging.getLogger(__name__)
@@ -71,8 +71,8 @@ def pipeline_stats(stages: list[ModelStats]) -> ModelStats:
     return dataclasses.replace(stages[0], failed=max(s.failed for s in stages))
 
 
-class PipelineTuneSession(TuneSession):
-    """``TuneSession`` for a pipeline: ``base`` is the model it splits (its inputs and batch limit),
+class PipelineSession(ModelSession):
+    """``ModelSession`` for a pipeline: ``base`` is the model it splits (its inputs and batch limit),
     load goes to the ensemble, candidates reload the stages."""
 
     def __init__(
@@ -94,7 +94,7 @@ class PipelineTuneSession(TuneSession):
         self.largest_batch = self.base.max_batch_size
         self.built: BuiltPipeline | None = None
 
-    def __enter__(self) -> PipelineTuneSession:
+    def __enter__(self) -> PipelineSession:
         repository = self.workdir / "repository"
         # Built with the probe's first candidate (every stage batching, no delay), so the server starts
         # with it loaded: one reload of every stage (seconds each) fewer.
