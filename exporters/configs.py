@@ -31,7 +31,7 @@ WARMUP_PARAMETER = "warmup_formed_sizes"
 # wakes the batcher only if an instance is idle when it arrives, and requests that all came while every
 # instance was busy wait out the batcher's 500 ms sleep (docs/SERVING.md, row 11). With
 # this many instances per device one is almost always idle (measured every `make perf` by the queue-
-# policy study, perf/queue_policy_study.py).
+# policy study, perf/studies/queue_policy_study.py).
 QUEUE_POLICY_SPARE_INSTANCES = 4
 
 TENSORRT_FP16 = {

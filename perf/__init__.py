@@ -3,8 +3,8 @@
 The public pieces for other studies: ``Target``, ``target_from_spec`` and ``Caller`` (what to load,
 over which protocol), the load shapes ``closed_loop``, ``poisson`` and ``trace``, ``measure`` (one
 model at one load → ``Measurement`` with every request's ``Record`` and the server's own view),
-``summarize`` (records → figures) and ``perf.report`` (figures → markdown tables and plots). A whole
-new study stands on ``perf.framework`` (``StudyContext``, ``Study``) and ``perf.goals.GOALS``.
+``summarize`` (records → figures) and ``perf.studies.report`` (figures → markdown tables and plots). A whole
+new study stands on ``perf.studies.framework`` (``StudyContext``, ``Study``) and ``perf.studies.goals.GOALS``.
 """
 
 from perf.measure.engine import MeasureSettings

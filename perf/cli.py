@@ -3,7 +3,7 @@
 Options default to the profile's values; environment variables ``PERF_MODELS``, ``PERF_MODES``,
 ``PERF_CONCURRENCY``, ``PERF_GOAL_CONCURRENCY``, ``PERF_PROTOCOL``, ``PERF_SHM``, ``PERF_WINDOW``,
 ``PERF_TRACE``, ``PERF_SPEC`` work as well, so ``make perf PERF=quick PERF_PROTOCOL=http`` needs no
-Makefile changes. One ``Profile`` carries every option to every study (``perf.framework``).
+Makefile changes. One ``Profile`` carries every option to every study (``perf.studies.framework``).
 """
 
 from __future__ import annotations
@@ -23,20 +23,20 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 from rich.table import Table
 
 from exporters.errors import SpecError
-from perf import analysis
 from perf.errors import EXIT_USAGE, OptionError
-from perf.framework import StudyContext
-from perf.goals import Goal, all_goals
 from perf.measure.analyzer import HOW_TO_GET_IT, find_perf_analyzer, glibc_version
 from perf.plan.cli import add_parser as add_plan_parser
 from perf.plan.cli import command_plan
 from perf.plan.cli import usage_errors as plan_usage_errors
 from perf.plan.placement import PlacementError
-from perf.profiles import PROFILES, Profile, get_profile
 from perf.report_folder import report_folder
-from perf.studies import studies
-from perf.study import StudyResult, StudyRunner, count_steps
-from perf.study_spec import FAMILIES, MODES, spec_families
+from perf.studies import analysis
+from perf.studies.catalog import studies
+from perf.studies.framework import StudyContext
+from perf.studies.goals import Goal, all_goals
+from perf.studies.profiles import PROFILES, Profile, get_profile
+from perf.studies.study import StudyResult, StudyRunner, count_steps
+from perf.studies.study_spec import FAMILIES, MODES, spec_families
 from perf.tune.cli import add_parser as add_tune_parser
 from perf.tune.cli import command_tune
 from perf.tune.cli import usage_errors as tune_usage_errors
@@ -146,7 +146,7 @@ def run_study(profile: Profile, folder: Path, show_progress: bool = True) -> Stu
 
 
 def run_more_studies(profile: Profile, folder: Path, spec_path: Path) -> None:
-    """The studies after the batching study (``perf.studies``), each with its own bar."""
+    """The studies after the batching study (``perf.studies.catalog``), each with its own bar."""
     for study in studies():
         total = study.steps(profile)
         if not total:
@@ -186,7 +186,7 @@ def print_goals(goals: list[Goal], title: str = "goals") -> None:
 
 
 def command_run(args: argparse.Namespace, profile: Profile) -> int:
-    from perf.report import write_report  # matplotlib only when a report is written
+    from perf.studies.report import write_report  # matplotlib only when a report is written
 
     folder = report_folder(args.reports, log_name="perf.log")
     _stop_on_sigterm()
@@ -214,7 +214,7 @@ def command_analyzer(args: argparse.Namespace) -> int:
     profile = get_profile("quick", modes=("none", "dyn1ms"), concurrencies=(1, 16))
     args.reports = Path("reports")
     folder = report_folder(args.reports, "perf-analyzer")
-    from perf.report import write_report
+    from perf.studies.report import write_report
 
     result = run_study(profile, folder)
     report = write_report(result, folder)

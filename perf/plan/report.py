@@ -11,7 +11,7 @@ from perf.markdown import number, table, write_report
 from perf.model.memory import MIB
 from perf.plan.placement import CPU_DEVICE
 from perf.plan.planner import Judged, Plan, curve
-from perf.plots import plt, save_figure
+from perf.studies.plots import plt, save_figure
 
 TOP = 3
 

@@ -44,9 +44,9 @@ from perf.measure.server_view import parse_metrics
 from perf.model.batcher import BatcherConfig, ServiceModel
 from perf.model.grid import MAX_BATCH
 from perf.model.predict import predict
-from perf.plots import save_figure
 from perf.session.model import ModelSession
 from perf.session.probe import ProbePlan, probe
+from perf.studies.plots import save_figure
 from perf.tune.report import p99_plot
 
 log = logging.getLogger(__name__)

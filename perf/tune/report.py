@@ -14,9 +14,9 @@ import matplotlib
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt
 
-from perf.goals import GOALS, Goal, goals_table
 from perf.markdown import number, table, write_report
-from perf.plots import save_figure
+from perf.studies.goals import GOALS, Goal, goals_table
+from perf.studies.plots import save_figure
 from perf.tune.result import load
 from perf.tune.versus_report import section as model_analyzer_section
 

@@ -6,8 +6,8 @@ from __future__ import annotations
 import statistics
 from dataclasses import asdict
 
-from perf.goals import GOALS, Goal, goals_table
 from perf.markdown import number, table
+from perf.studies.goals import GOALS, Goal, goals_table
 from perf.tune.yardstick import Step, held
 
 HEADING = "## Model Analyzer beside the tuner (`--witness model-analyzer`)"

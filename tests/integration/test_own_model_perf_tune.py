@@ -19,10 +19,10 @@ from exporters.repository import build_repository
 from exporters.resolve import load_spec
 from perf.cli import parser
 from perf.model.grid import Grid
-from perf.profiles import get_profile
-from perf.report import write_report
-from perf.study import StudyRunner
-from perf.study_spec import spec_families
+from perf.studies.profiles import get_profile
+from perf.studies.report import write_report
+from perf.studies.study import StudyRunner
+from perf.studies.study_spec import spec_families
 from perf.tune.cli import command_tune
 from perf.tune.result import load
 

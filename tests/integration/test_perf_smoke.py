@@ -7,11 +7,11 @@ import json
 import numpy as np
 import pytest
 
-from perf.analysis import open_loop_rows
 from perf.measure.records import read_csv
-from perf.profiles import get_profile
-from perf.report import all_measurements, write_report
-from perf.study import StudyRunner
+from perf.studies.analysis import open_loop_rows
+from perf.studies.profiles import get_profile
+from perf.studies.report import all_measurements, write_report
+from perf.studies.study import StudyRunner
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(300)]
 

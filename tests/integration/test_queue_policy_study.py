@@ -8,9 +8,9 @@ import json
 
 import pytest
 
-from perf.framework import StudyContext
-from perf.profiles import get_profile
-from perf.queue_policy_study import POLICY, STALL_MS, VARIANTS, QueuePolicyStudy
+from perf.studies.framework import StudyContext
+from perf.studies.profiles import get_profile
+from perf.studies.queue_policy_study import POLICY, STALL_MS, VARIANTS, QueuePolicyStudy
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(600)]
 

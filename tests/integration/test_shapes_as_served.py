@@ -15,11 +15,11 @@ import yaml
 from rich.console import Console
 
 from perf.cli import parser
-from perf.framework import StudyContext
 from perf.model.grid import Grid
-from perf.profiles import get_profile
-from perf.shape_study import SINGLE, ShapeStudy
-from perf.study_spec import spec_families
+from perf.studies.framework import StudyContext
+from perf.studies.profiles import get_profile
+from perf.studies.shape_study import SINGLE, ShapeStudy
+from perf.studies.study_spec import spec_families
 from perf.tune.cli import command_tune
 from perf.tune.shapes_section import HEADING
 

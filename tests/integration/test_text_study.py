@@ -7,12 +7,12 @@ import json
 
 import pytest
 
-from perf.framework import StudyContext
 from perf.measure.records import read_csv
-from perf.profiles import get_profile
-from perf.text_plan import INT8
-from perf.text_plan import MODES as MODE_PLANS
-from perf.text_study import TextStudy
+from perf.studies.framework import StudyContext
+from perf.studies.profiles import get_profile
+from perf.studies.text_plan import INT8
+from perf.studies.text_plan import MODES as MODE_PLANS
+from perf.studies.text_study import TextStudy
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(600)]
 MODES = ("none", "buckets", "longest")

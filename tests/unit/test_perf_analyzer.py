@@ -18,7 +18,7 @@ from perf.measure.engine import MeasureSettings
 from perf.measure.loads import arrival_times, closed_loop, poisson
 from perf.measure.measurement import measure
 from perf.measure.target import Target
-from perf.report import cross_check_section
+from perf.studies.report import cross_check_section
 
 DATA = Path(__file__).resolve().parents[1] / "data"
 VERSION = 'if [ "$1" = --version ]; then echo "Perf Analyzer Version 2.41.0"; exit 0; fi'

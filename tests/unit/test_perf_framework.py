@@ -8,8 +8,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from perf.framework import StudyContext
-from perf.profiles import get_profile
+from perf.studies.framework import StudyContext
+from perf.studies.profiles import get_profile
 
 SERVER = types.SimpleNamespace(grpc_url="127.0.0.1:1", http_url="127.0.0.1:2")
 

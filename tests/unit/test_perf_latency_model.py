@@ -36,7 +36,7 @@ def test_fit_needs_two_batch_sizes():
 
 
 def test_closed_loop_prediction_switches_to_the_delay_when_it_outlasts_a_batch():
-    from perf.analysis import predicted_throughput
+    from perf.studies.analysis import predicted_throughput
 
     fit = fit_latency({1: 2.0, 17: 6.0})  # T = 2 ms, Δt = 0.25 ms: T_batch(16) = 5.75 ms
     # 1 ms < 5.75 ms: back-to-back batches of the formed sizes.

@@ -8,7 +8,7 @@ import pytest
 
 from perf.cli import parser, profile_from
 from perf.errors import OptionError
-from perf.study_spec import MODES, study_spec
+from perf.studies.study_spec import MODES, study_spec
 
 EXAMPLE = Path(__file__).resolve().parents[2] / "examples" / "own_model" / "models.yaml"
 

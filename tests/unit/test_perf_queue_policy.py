@@ -8,8 +8,15 @@ import pytest
 from exporters.configs import build_model_config, lacks_spare_instances
 from exporters.spec import parse_spec
 from perf.errors import OptionError
-from perf.profiles import get_profile
-from perf.queue_policy_study import VARIANTS, Point, QueuePolicyStudy, capacity, stall_goal, study_models
+from perf.studies.profiles import get_profile
+from perf.studies.queue_policy_study import (
+    VARIANTS,
+    Point,
+    QueuePolicyStudy,
+    capacity,
+    stall_goal,
+    study_models,
+)
 
 
 def _point(variant: str, load: str, slow: int = 0, throughput: float = 100.0) -> Point:

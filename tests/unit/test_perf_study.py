@@ -10,8 +10,8 @@ import pytest
 from perf.cli import main
 from perf.errors import OptionError
 from perf.measure.engine import MeasureSettings
-from perf.profiles import get_profile
-from perf.study import FamilyResult, StudyResult, StudyRunner
+from perf.studies.profiles import get_profile
+from perf.studies.study import FamilyResult, StudyResult, StudyRunner
 
 SERVER = types.SimpleNamespace(grpc_url="localhost:1", http_url="localhost:2")
 
@@ -69,8 +69,8 @@ def test_a_failed_cross_check_keeps_the_study(runner: StudyRunner, monkeypatch: 
     def fails(*args: object, **kwargs: object) -> None:
         raise RuntimeError("perf_analyzer exited with status 1")
 
-    monkeypatch.setattr("perf.study.find_perf_analyzer", lambda: Path("/usr/bin/perf_analyzer"))
-    monkeypatch.setattr("perf.study.PerfAnalyzerEngine", fails)
+    monkeypatch.setattr("perf.studies.study.find_perf_analyzer", lambda: Path("/usr/bin/perf_analyzer"))
+    monkeypatch.setattr("perf.studies.study.PerfAnalyzerEngine", fails)
     result = StudyResult(runner.profile, runner.spec, runner.repository, started=None)
     runner._cross_check(SERVER, result)
     assert result.cross_check == [] and "exited with status 1" in result.analyzer_note
@@ -89,7 +89,7 @@ def test_zero_capacity_skips_the_open_loop_with_a_note(
         return nothing
 
     monkeypatch.setattr(runner, "_measure", measure)
-    monkeypatch.setattr("perf.study.measure_raw", lambda *args: [])
+    monkeypatch.setattr("perf.studies.study.measure_raw", lambda *args: [])
     family = runner._run_family(SERVER, "recommender")
     assert isinstance(family, FamilyResult) and family.capacity == 0
     assert family.open_loop == {} and family.open_load is None and "did not run" in family.open_loop_note

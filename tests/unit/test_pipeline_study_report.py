@@ -12,10 +12,10 @@ import pytest
 from client.stats import ModelStats
 from exporters.pipeline_record import BoundaryRecord, PipelineRecord
 from perf.errors import OptionError, StudyError
-from perf.framework import StudyContext
 from perf.measure.server_view import ServerDelta
-from perf.pipeline_plan import COMPARISONS
-from perf.pipeline_study import (
+from perf.studies.framework import StudyContext
+from perf.studies.pipeline_plan import COMPARISONS
+from perf.studies.pipeline_study import (
     Figures,
     Live,
     PipelineStudy,
@@ -25,7 +25,7 @@ from perf.pipeline_study import (
     steps_of,
     write_pipeline_report,
 )
-from perf.profiles import get_profile
+from perf.studies.profiles import get_profile
 
 RECORD = PipelineRecord(
     content_hash="x", pipeline="recommender_pipeline", model="recommender", split="embedding_dense",

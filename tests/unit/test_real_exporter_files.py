@@ -23,8 +23,8 @@ from exporters.errors import ExportCheckError, SpecError
 from exporters.init_entry import init_entry
 from exporters.onnx_export import export_onnx
 from exporters.spec_sections import TensorSpec
-from perf.analysis import outside_server_ms
-from perf.goals import GOAL_FAMILY, Goal, for_model
+from perf.studies.analysis import outside_server_ms
+from perf.studies.goals import GOAL_FAMILY, Goal, for_model
 from python_backend.batching import InvalidInputError, TensorInfo, shared_axes, validate, with_value_guards
 from server.__main__ import _already_running
 from server.refusal import RequestRefusedError

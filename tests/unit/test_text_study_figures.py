@@ -9,9 +9,9 @@ from perf.errors import OptionError
 from perf.measure.records import Record
 from perf.measure.summary import summarize
 from perf.measure.target import Caller, Target
-from perf.profiles import get_profile
-from perf.text_corpus import make_corpus, text_pool
-from perf.text_study import Point, TextResult, goals, padding_waste, token_counters
+from perf.studies.profiles import get_profile
+from perf.studies.text_corpus import make_corpus, text_pool
+from perf.studies.text_study import Point, TextResult, goals, padding_waste, token_counters
 
 METRICS = """# HELP text_tokens_total tokens handed to the encoder
 text_tokens_total{kind="real",model="text_buckets_tokenizer"} 1000

@@ -50,7 +50,7 @@ def dynamic(delay_us: int, queue: dict[str, Any] | None = None) -> dict[str, Any
 
     The batching study's modes have no queue policy: on this Triton (2.51) a policy makes requests wait
     ~500 ms now and then unless the model has spare instances (measured each run by the queue-policy
-    study, ``perf/queue_policy_study.py``); its single-instance modes would show that wait instead of
+    study, ``perf/studies/queue_policy_study.py``); its single-instance modes would show that wait instead of
     what batching does. The study bounds the queue from the client instead: at most 256 requests in
     flight; further arrivals are shed and counted as failures."""
     return {"mode": "dynamic", "max_queue_delay_us": delay_us, **({"queue": queue} if queue else {})}

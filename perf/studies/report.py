@@ -16,14 +16,14 @@ from pathlib import Path
 
 import yaml
 
-from perf import analysis
-from perf.goals import Goal, all_goals, goals_table
 from perf.markdown import number, ratio, table
 from perf.markdown import write_report as write_report_file
 from perf.measure.records import write_csv, write_json
-from perf.plots import all_plots
-from perf.study import FamilyResult, StudyResult
-from perf.study_spec import MODES, study_entries
+from perf.studies import analysis
+from perf.studies.goals import Goal, all_goals, goals_table
+from perf.studies.plots import all_plots
+from perf.studies.study import FamilyResult, StudyResult
+from perf.studies.study_spec import MODES, study_entries
 
 ARTICLE_QPS, ARTICLE_P99 = 0.12, 0.23  # static 32 vs dynamic 50 ms in the source article
 REGIME_COMPUTE_BOUND = "mostly compute-bound: batching saves per-request overhead, not compute"

@@ -4,8 +4,8 @@ measure it with the server's view, one kind of goal, one place a report is writt
 A study is a small object with ``name``, ``title``, ``steps(profile)`` and ``run(context)``; it builds
 what it serves, starts a server with ``context.server(...)``, measures with ``context.measure(...)``
 (which honours the profile's protocol, shared memory, windows and seed, and reads the server's
-statistics over the same windows), judges its figures with ``perf.goals.GOALS`` and writes
-``<name>.md`` / ``<name>.json`` into ``context.folder``. ``perf.studies.studies()`` lists the studies
+statistics over the same windows), judges its figures with ``perf.studies.goals.GOALS`` and writes
+``<name>.md`` / ``<name>.json`` into ``context.folder``. ``perf.studies.catalog.studies()`` lists the studies
 that run after the batching study (studies import this module, the list imports them); docs/PERF.md
 ("Writing a new study") shows a whole one.
 """
@@ -20,14 +20,14 @@ from typing import Any, Protocol
 
 from exporters.spec import ModelSpec
 from perf import markdown
-from perf.goals import Goal
 from perf.measure.engine import MeasureSettings
 from perf.measure.loads import Load, poisson, read_trace
 from perf.measure.measurement import Measurement, measure
 from perf.measure.server_view import ServerEndpoints
 from perf.measure.target import Target
-from perf.profiles import Profile
-from perf.study import Progress
+from perf.studies.goals import Goal
+from perf.studies.profiles import Profile
+from perf.studies.study import Progress
 from server import ServerOptions, TritonServer
 
 log = logging.getLogger(__name__)

@@ -26,8 +26,8 @@ from perf.measure.measurement import Measurement, measure
 from perf.measure.raw import RawPoint, measure_raw
 from perf.measure.server_view import ServerEndpoints
 from perf.measure.target import Target
-from perf.profiles import Profile
-from perf.study_spec import MODES, TRIVIAL, model_name, study_spec
+from perf.studies.profiles import Profile
+from perf.studies.study_spec import MODES, TRIVIAL, model_name, study_spec
 from server import ServerOptions, TritonServer
 
 log = logging.getLogger(__name__)

@@ -24,7 +24,6 @@ from pathlib import Path
 from exporters.repository import build_repository
 from exporters.spec import ModelSpec, parse_spec
 from exporters.typed import to_data
-from perf.framework import StudyContext, StudyReport, write_report
 from perf.markdown import number, ratio, table
 from perf.measure.loads import closed_loop
 from perf.measure.measurement import Measurement
@@ -43,8 +42,9 @@ from perf.measure.shapes import (
 )
 from perf.measure.target import Target, target_from_spec
 from perf.model.grid import MAX_BATCH
-from perf.profiles import Profile
-from perf.study_spec import dynamic, family_entry
+from perf.studies.framework import StudyContext, StudyReport, write_report
+from perf.studies.profiles import Profile
+from perf.studies.study_spec import dynamic, family_entry
 
 log = logging.getLogger(__name__)
 DELAY_US = 1_000

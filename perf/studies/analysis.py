@@ -16,8 +16,8 @@ from client.stats import BatchBucket, ModelStats
 from perf.measure.measurement import Measurement
 from perf.measure.raw import RawPoint
 from perf.model.latency import LatencyFit, fit_latency
-from perf.study import FamilyResult, StudyResult
-from perf.study_spec import MODES
+from perf.studies.study import FamilyResult, StudyResult
+from perf.studies.study_spec import MODES
 
 CLIENT_BOUND = 0.8  # a result within 80% of the harness ceiling is flagged client-bound
 MIN_EXECUTIONS = 5  # batch sizes seen fewer times are too noisy to fit

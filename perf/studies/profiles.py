@@ -17,9 +17,9 @@ from exporters.spec import ModelSpec
 from perf.errors import OptionError
 from perf.measure.engine import MeasureSettings
 from perf.measure.target import PROTOCOLS, Target, target_from_spec
-from perf.pipeline_plan import COMPARISONS
-from perf.study_spec import FAMILIES, MODES
-from perf.text_plan import MODES as TEXT_MODES
+from perf.studies.pipeline_plan import COMPARISONS
+from perf.studies.study_spec import FAMILIES, MODES
+from perf.studies.text_plan import MODES as TEXT_MODES
 
 
 class ServerURLs(Protocol):
@@ -60,7 +60,7 @@ class Profile:
     # looks for comes every few seconds at most, so each run is one fixed span, not stable windows.
     queue_policy_s: float = 12.0
     # Models of the user's spec measured as families beside (or instead of) the zoo's, by name
-    # (``perf.study_spec.spec_families``).
+    # (``perf.studies.study_spec.spec_families``).
     spec_families: dict[str, dict[str, Any]] = field(default_factory=dict)
 
     @property

@@ -13,10 +13,10 @@ import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from perf import analysis
 from perf.markdown import table
-from perf.study import FamilyResult, StudyResult
-from perf.study_spec import MODES
+from perf.studies import analysis
+from perf.studies.study import FamilyResult, StudyResult
+from perf.studies.study_spec import MODES
 
 GOAL_FAMILY = "recommender"
 OVERHEAD_NOTE = (

@@ -10,9 +10,9 @@ matplotlib.use("Agg")
 import matplotlib.pyplot as plt
 import numpy as np
 
-from perf import analysis
-from perf.study import FamilyResult, StudyResult
-from perf.study_spec import MODES
+from perf.studies import analysis
+from perf.studies.study import FamilyResult, StudyResult
+from perf.studies.study_spec import MODES
 
 
 def save_figure(figure: plt.Figure, path: Path, axes: plt.Axes | None = None, grid: str = "") -> Path:

@@ -13,9 +13,9 @@ What it measures (docs/PIPELINE.md), all as ratios within the run because the ma
 * **live updates**: failed / sent under fixed load while embedding rows are updated and the dense stage
   is swapped to a new version (the server runs with explicit model control for this).
 
-A study on ``perf.framework``: the ``Profile`` says what and how (protocol, shared memory, windows,
+A study on ``perf.studies.framework``: the ``Profile`` says what and how (protocol, shared memory, windows,
 seed, which comparisons), ``StudyContext.measure`` times every request and reads the server's view,
-``perf.goals.GOALS`` judges. This module builds the repository and says what to compare.
+``perf.studies.goals.GOALS`` judges. This module builds the repository and says what to compare.
 """
 
 from __future__ import annotations
@@ -40,14 +40,14 @@ from exporters.repository import build_repository
 from exporters.sources.load import build_torch_model
 from exporters.spec import Spec, parse_spec
 from perf.errors import StudyError
-from perf.framework import StudyContext, StudyReport, write_report
-from perf.goals import GOALS, Goal, goals_table
 from perf.markdown import table
 from perf.measure.loads import Load, closed_loop
 from perf.measure.measurement import Measurement
 from perf.measure.server_view import ServerDelta
-from perf.pipeline_plan import COMPARISONS, LIVE_PIPELINE, VARIANTS, Comparison
-from perf.profiles import Profile
+from perf.studies.framework import StudyContext, StudyReport, write_report
+from perf.studies.goals import GOALS, Goal, goals_table
+from perf.studies.pipeline_plan import COMPARISONS, LIVE_PIPELINE, VARIANTS, Comparison
+from perf.studies.profiles import Profile
 from server import TritonServer
 from server.admin import headers as admin_headers
 

@@ -19,7 +19,7 @@ class Comparison:
     model: str
     boundaries: int
     role: str  # what the row shows: "pipeline …", "fp16 boundary", "replicas [1, 2]", ...
-    goals: tuple[str, ...] = ()  # keys of ``perf.goals.GOALS`` this row is judged by
+    goals: tuple[str, ...] = ()  # keys of ``perf.studies.goals.GOALS`` this row is judged by
 
 
 VARIANTS: tuple[dict[str, Any], ...] = (

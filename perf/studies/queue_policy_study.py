@@ -26,15 +26,15 @@ import tritonclient.http as httpclient
 from exporters.configs import QUEUE_POLICY_SPARE_INSTANCES
 from exporters.repository import build_repository
 from exporters.spec import parse_spec
-from perf.framework import StudyContext, StudyReport, write_report
-from perf.goals import GOALS, Goal, goals_table
 from perf.markdown import number, table
 from perf.measure.engine import MeasureSettings
 from perf.measure.loads import closed_loop
 from perf.measure.measurement import Measurement
 from perf.measure.records import latencies
-from perf.profiles import Profile
-from perf.study_spec import dynamic, family_entry
+from perf.studies.framework import StudyContext, StudyReport, write_report
+from perf.studies.goals import GOALS, Goal, goals_table
+from perf.studies.profiles import Profile
+from perf.studies.study_spec import dynamic, family_entry
 
 FAMILY = "recommender"
 DELAY_US = 1_000

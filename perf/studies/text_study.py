@@ -1,8 +1,8 @@
 """The text-embedding study: how variable-length text batches, measured on all-MiniLM-L6-v2.
 
-One server serves the same encoder in the profile's ``text_modes`` (``perf.text_plan``: no batching,
+One server serves the same encoder in the profile's ``text_modes`` (``perf.studies.text_plan``: no batching,
 dynamic on exact lengths, dynamic with length buckets, padded to longest). Every mode gets the same
-deterministic corpus (``perf.text_corpus``), one text per request:
+deterministic corpus (``perf.studies.text_corpus``), one text per request:
 
 * closed loop at the goal concurrency on the mixed corpus and on short queries alone;
 * open loop (the profile's trace, else Poisson at ``poisson_fraction`` of the bucketed mode's capacity),
@@ -30,8 +30,6 @@ from pathlib import Path
 
 from exporters.text_embedding import build_text_embedding, model_folder
 from exporters.text_spec import DEFAULT_BUCKETS, DEFAULT_PACKAGE, TextEmbeddingSpec
-from perf.framework import StudyContext, StudyReport, write_report
-from perf.goals import GOALS, Goal, goals_table
 from perf.markdown import number, ratio, table
 from perf.measure.loads import Load, closed_loop
 from perf.measure.measurement import Measurement, measure_async
@@ -39,8 +37,10 @@ from perf.measure.records import Record, write_csv
 from perf.measure.summary import Summary
 from perf.measure.target import Target
 from perf.model.latency import fit_latency
-from perf.profiles import Profile
-from perf.text_corpus import (
+from perf.studies.framework import StudyContext, StudyReport, write_report
+from perf.studies.goals import GOALS, Goal, goals_table
+from perf.studies.profiles import Profile
+from perf.studies.text_corpus import (
     CorpusText,
     bucket_latency,
     make_corpus,
@@ -48,7 +48,7 @@ from perf.text_corpus import (
     sentence_transformers_rate,
     text_pool,
 )
-from perf.text_plan import INT8, MODES, TITLES, TextMode
+from perf.studies.text_plan import INT8, MODES, TITLES, TextMode
 from python_backend.text_tokenizer.tokens import TextTokenizer
 from server import TritonServer
 
