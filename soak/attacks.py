@@ -9,6 +9,8 @@ Each must get its one documented answer while the load runs, and no stub of the 
 * half-open HTTP/2 connections to the gRPC front (row 41): closed by the front's handshake timeout;
 * a hard link to a stub's region registered (row 43) and a stub's region renamed over a client's
   registered one (row 44): refused, the stub keeps its region;
+* a client truncating its own registered region while Triton copies an output into it (row 45),
+  briefly: answered or refused, the server kept;
 * ``kill -9`` of tritonserver itself: the supervisor restarts it and the fronts stay up, answering
   503/502 JSON and gRPC ``UNAVAILABLE`` in the gap. The load's failures in that gap are an outage of
   every model (excused only with those answers); the restart is the soak's own, not a death.
@@ -36,8 +38,10 @@ import tritonclient.utils.shared_memory as shared_memory
 from tritonclient.grpc import service_pb2, service_pb2_grpc
 from tritonclient.utils import InferenceServerException
 
+from client.infer import make_inputs
 from server.stubs import server_stubs
 from soak.faults import Soak, _live_stubs
+from soak.mixed_load import request_arrays
 from soak.report import Outage
 
 log = logging.getLogger(__name__)
@@ -60,6 +64,7 @@ RESTART_GAP = (
     "Request for unknown model",
     "is not ready",
 )
+RACE_S = 3.0  # per protocol: brief, the fault matrix runs it longer
 RESTART_WITHIN_S = 300.0  # the supervisor's backoff plus a start on a busy host
 
 
@@ -252,6 +257,64 @@ def _renamed_over(client: object, protocol: str, region: Path) -> bool:
             shared_memory.destroy_shared_memory_region(handle)
 
 
+def truncate_race(soak: Soak) -> None:
+    """A client cuts its own registered region short and restores it, over and over, for
+    ``RACE_S`` per protocol while its requests have ``trivial``'s output copied into the region's last
+    bytes (fault matrix row 45): each request answered, or refused with the front's "exceeds the
+    file's"; tritonserver's pid and stubs unchanged."""
+    pid, before = soak.server.pid, _live_stubs(soak)
+    clients = {"http": soak.client, "grpc": grpcclient.InferenceServerClient(soak.server.grpc_url)}
+    answers_right = True
+    for protocol, client in clients.items():
+        answers_right &= _race(client, protocol, f"soak_cut_{protocol}_{os.getpid()}")
+    unchanged = soak.server.pid == pid and before <= _live_stubs(soak)
+    soak.report.check("regions truncated while Triton copies (answered or refused, server kept)").record(
+        answers_right and unchanged
+    )
+
+
+def _race(client: object, protocol: str, name: str) -> bool:
+    module = httpclient if protocol == "http" else grpcclient
+    size = 1 << 16
+    output = module.InferRequestedOutput("y")
+    output.set_shared_memory(name, 64, offset=size - 64)
+    handle = shared_memory.create_shared_memory_region(name, f"/{name}", size)
+    descriptor = os.open(f"/dev/shm/{name}", os.O_RDWR)
+    stop = threading.Event()
+
+    def cut_and_restore() -> None:
+        while not stop.is_set():
+            os.ftruncate(descriptor, 0)
+            os.ftruncate(descriptor, size)
+
+    cutter = threading.Thread(target=cut_and_restore, daemon=True)
+    right, answered, refused = True, 0, 0
+    try:
+        client.register_system_shared_memory(name, f"/{name}", size)
+        cutter.start()
+        deadline = time.monotonic() + RACE_S
+        while time.monotonic() < deadline:
+            try:
+                client.infer("trivial", make_inputs(module, request_arrays("trivial")), outputs=[output])
+                answered += 1
+            except InferenceServerException as error:
+                refused += 1
+                if "exceeds the file's" not in (error.message() or ""):
+                    log.error("truncate race over %s: %s", protocol, error)
+                    right = False
+    finally:
+        stop.set()
+        if cutter.is_alive():
+            cutter.join(timeout=10)
+        os.close(descriptor)
+        try:
+            client.unregister_system_shared_memory(name)
+        finally:
+            shared_memory.destroy_shared_memory_region(handle)
+    log.info("truncate race over %s: %d answered, %d refused by the front", protocol, answered, refused)
+    return right
+
+
 def kill_server(soak: Soak) -> None:
     """``kill -9`` of tritonserver: the supervisor restarts it and the fronts answer in the gap. Every
     model under load is out from the kill until the supervisor says it serves again; this waits for
@@ -288,4 +351,5 @@ ATTACKS: dict[str, Callable[[Soak], None]] = {
     "half-open": half_open_http2,
     "shm-identity": shared_memory_identity,
     "kill-server": kill_server,
+    "truncate-race": truncate_race,
 }
