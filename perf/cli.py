@@ -23,6 +23,8 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 from rich.table import Table
 
 from exporters.errors import SpecError
+from perf.bench import steal_check, witness
+from perf.bench.cli import command_tune
 from perf.errors import EXIT_USAGE, OptionError
 from perf.measure.analyzer import HOW_TO_GET_IT, find_perf_analyzer, glibc_version
 from perf.plan.cli import add_parser as add_plan_parser
@@ -38,10 +40,14 @@ from perf.studies.profiles import PROFILES, Profile, get_profile
 from perf.studies.study import StudyResult, StudyRunner, count_steps
 from perf.studies.study_spec import FAMILIES, MODES, spec_families
 from perf.tune.cli import add_parser as add_tune_parser
-from perf.tune.cli import command_tune
 from perf.tune.cli import usage_errors as tune_usage_errors
 from server.ports import add_port_base_option, use_port_base
 
+# ``python -m perf <tool> …``: a tool beside the tuner, run alone with its own options.
+TOOLS: dict[str, tuple[Callable[[list[str] | None], int], str]] = {
+    "witness": (witness.main, "perf_analyzer and our client side by side on one configuration"),
+    "steal-check": (steal_check.main, "one configuration at one rate, run after run: how often steal misses"),
+}
 console = Console(width=max(shutil.get_terminal_size((150, 40)).columns, 100))
 WORKDIR = Path(".run/perf")
 
@@ -84,6 +90,8 @@ def parser() -> argparse.ArgumentParser:
     commands.add_parser("analyzer", help="cross-check with perf_analyzer where a working binary exists")
     add_tune_parser(commands)
     add_plan_parser(commands)
+    for name, (_, text) in TOOLS.items():  # their own parsers take the rest (``--help`` lists it)
+        commands.add_parser(name, help=text, add_help=False)
     return top
 
 
@@ -224,7 +232,11 @@ def command_analyzer(args: argparse.Namespace) -> int:
 
 def main(argv: list[str] | None = None) -> int:
     top = parser()
-    args = top.parse_args(argv)
+    args, rest = top.parse_known_args(argv)
+    if args.command in TOOLS:  # their own options, parsed by their own parser
+        return TOOLS[args.command][0](rest)
+    if rest:
+        top.error(f"unrecognized arguments: {' '.join(rest)}")
     use_port_base(getattr(args, "port_base", None))  # every server this run starts (server.ports)
     if args.command == "plan":
         if error := plan_usage_errors(args):

@@ -5,8 +5,8 @@ shortlist, pick, verify (a pick that misses the budget at its operating rate is 
 answer as a spec overlay, build it, and write ``result.json`` and the report rendered from it into
 ``reports/<timestamp>-tune/``. Where nothing measured meets the budget: one line naming the closest
 figure, ``partial.md`` with every run (not an answer), no ``spec.tuned.yaml``, exit status 3.
-``--scenario``, ``--follow`` and ``--witness`` run the tools beside the tuner (``perf.tune.scenarios``,
-``perf.tune.follow``, ``perf.tune.witness``; ``--witness model-analyzer``: ``perf.tune.versus``).
+``--scenario``, ``--follow`` and ``--witness`` are options of this parser; the tools they run live in
+``perf.bench`` (``perf.bench.cli`` dispatches them), and reach the tuner's run only through ``Beside``.
 """
 
 from __future__ import annotations
@@ -18,6 +18,7 @@ import logging
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
+from typing import Any
 
 from exporters.repository import build_repository
 from exporters.resolve import load_spec
@@ -45,6 +46,32 @@ log = logging.getLogger(__name__)
 WORKDIR = Path(".run/tune")
 ENGINES = ("auto", "ours", "perf_analyzer")
 WITNESSES = ("perf_analyzer", "model-analyzer")
+
+
+@dataclasses.dataclass(frozen=True)
+class TunedRun:
+    """What a tool beside the tuner gets once the tuner's server stopped: the pick, the saved result
+    (which it may add to before the report is rendered), and a fresh session on another workdir."""
+
+    spec: Spec
+    model: str
+    saved: dict[str, Any]
+    chosen: BatcherConfig
+    largest_batch: int
+    instances: tuple[int, ...]
+    new_session: Callable[[], ModelSession]
+    folder: Path
+    progress: Callable[[str], None]
+
+
+@dataclasses.dataclass(frozen=True)
+class Beside:
+    """Tools run in the same ``make tune``, handed in by the caller so that the tuner knows none of
+    them: ``on_server`` returns a report section, measured on the tuned server with the pick loaded;
+    ``after`` runs once that server stopped."""
+
+    on_server: Callable[[ModelSession, Callable[[str], None]], list[str]] | None = None
+    after: Callable[[TunedRun], None] | None = None
 
 
 def add_parser(commands: argparse._SubParsersAction) -> None:
@@ -169,19 +196,13 @@ def _load_at(args: argparse.Namespace) -> Callable[[float], Load] | None:
     )
 
 
-def command_tune(args: argparse.Namespace, console) -> int:
+def command_tune(args: argparse.Namespace, console, beside: Beside = Beside()) -> int:
+    """The tuner's run (``--scenario`` and ``--follow`` are ``perf.bench.cli``'s); ``beside``: the
+    ``--witness`` tools."""
+    spec = load_spec(args.spec)  # a spec error before any report folder is made
     folder = report_folder(args.reports, "tune", "tune.log")
-    if args.scenario:
-        from perf.tune.scenarios import run_scenario
-
-        return run_scenario(args, folder, console, engine_from_args(args, folder), windows_from_args(args))
-    if args.follow:
-        from perf.tune.follow import run_follow
-
-        return run_follow(args, folder, console)
-    spec = load_spec(args.spec)
     try:
-        saved, chosen = measure_and_pick(args, spec, folder, console)
+        saved, chosen = measure_and_pick(args, spec, folder, console, beside)
     except NothingMeetsError as verdict:
         console.print(verdict.verdict, highlight=False, markup=False)
         console.print(f"  no answer written; every run measured (not an answer): {folder / 'partial.md'}")
@@ -222,7 +243,7 @@ def partial_on_failure(folder: Path, title: str, session: ModelSession) -> Itera
 
 
 def measure_and_pick(
-    args: argparse.Namespace, spec: Spec, folder: Path, console
+    args: argparse.Namespace, spec: Spec, folder: Path, console, beside: Beside = Beside()
 ) -> tuple[dict, BatcherConfig]:
     """The tuner (and the tools asked for) on one real server; the saved result and the pick. The raw
     backend is measured once the server has stopped, so that it gets the cores."""
@@ -249,24 +270,20 @@ def measure_and_pick(
         result = tune(session, request, step=progress)
         saved = document(result, args.model, engine.name, session.noise, session.cores)
         saved["seconds"]["make_tune"] = time.perf_counter() - started  # build and server start included
-        if args.witness == "perf_analyzer":
-            from perf.tune.witness import witness_section
-
+        if beside.on_server:
             session.prepare(result.chosen)
-            saved["sections"].append(witness_section(session, progress))
+            saved["sections"].append(beside.on_server(session, progress))
         if result.operating_rate > 0 and has_variable_axis(session.base):  # the tuner chooses buckets
             load = request.load(result.operating_rate)
             section, saved["buckets"] = shapes_section(session, result.chosen, load, args.p99_ms, progress)
             saved["sections"].append(section)
-    if args.witness == "model-analyzer":
-        from perf.tune.versus import run_witness, search_space
-
-        save(folder, saved)  # the tuner's result stands even where Model Analyzer's long search fails
-
-        space = search_space(session.largest_batch, grid.instances, smoke=args.witness_smoke)
-        saved["model_analyzer"] = run_witness(
-            spec, args.model, saved, result.chosen, space, lambda: new_session(WORKDIR / "yardstick"), folder,
-            progress, rounds=1 if args.witness_smoke else 3,
+    if beside.after:
+        save(folder, saved)  # the tuner's result stands even where a long tool beside it fails
+        beside.after(
+            TunedRun(
+                spec, args.model, saved, result.chosen, session.largest_batch, grid.instances,
+                lambda: new_session(WORKDIR / "yardstick"), folder, progress,
+            )
         )  # fmt: skip
     model = session.base
     sizes = [b for b in (1, 4, 16, 32) if b <= session.largest_batch]

@@ -18,7 +18,6 @@ from perf.markdown import number, table, write_report
 from perf.studies.goals import GOALS, Goal, goals_table
 from perf.studies.plots import save_figure
 from perf.tune.result import load
-from perf.tune.versus_report import section as model_analyzer_section
 
 NOISE_MARK = "†"  # beside a figure whose run the hypervisor took CPU from (``perf.measure.noise``)
 
@@ -334,8 +333,6 @@ def render(folder: Path) -> Path:
     ]
     for section in saved["sections"]:
         lines += ["", *section]
-    if saved.get("model_analyzer"):
-        lines += ["", *model_analyzer_section(saved["model_analyzer"])]
     return write_report(folder / "report.md", lines)
 
 

@@ -11,6 +11,7 @@ from pathlib import Path
 import pytest
 
 from exporters.resolve import load_spec
+from perf.bench.witness import CSV_ROW, EXPORT_ROW, witness_section
 from perf.measure.analyzer import PerfAnalyzerEngine, find_perf_analyzer
 from perf.measure.engine import MeasureSettings
 from perf.measure.loads import closed_loop, poisson
@@ -18,7 +19,6 @@ from perf.measure.noise import NoisePolicy
 from perf.model.batcher import BatcherConfig
 from perf.perf_analyzer_install import unavailable_reason
 from perf.session.model import ModelSession
-from perf.tune.witness import CSV_ROW, EXPORT_ROW, witness_section
 
 pytestmark = pytest.mark.integration
 SPEC = Path(__file__).resolve().parents[2] / "models.yaml"

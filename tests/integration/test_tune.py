@@ -17,6 +17,7 @@ from rich.console import Console
 
 from exporters.repository import build_repository
 from exporters.resolve import load_spec
+from perf.bench.follow import follow_run, step_arrivals
 from perf.cli import parser
 from perf.measure.engine import MeasureSettings, OurEngine
 from perf.measure.measurement import Measurement
@@ -27,7 +28,6 @@ from perf.session.model import ModelSession
 from perf.session.probe import ProbePlan
 from perf.spec_overlay import write_overlay
 from perf.tune.cli import command_tune
-from perf.tune.follow import follow_run, step_arrivals
 from perf.tune.report import render
 from perf.tune.result import load
 from perf.tune.tuner import tune

@@ -12,12 +12,12 @@ from pathlib import Path
 import pytest
 
 from exporters.resolve import load_spec
+from perf.bench.scenarios import RECSYS_DELAYS_US, measure_model, step_load, write_scenario
 from perf.measure.engine import MeasureSettings, OurEngine
 from perf.measure.noise import NoisePolicy
 from perf.model.batcher import BatcherConfig
 from perf.session.pipeline import PipelineSession
 from perf.session.probe import ProbePlan
-from perf.tune.scenarios import RECSYS_DELAYS_US, measure_model, step_load, write_scenario
 from perf.tune.tuner import TuneRequest
 
 pytestmark = pytest.mark.integration
@@ -49,7 +49,7 @@ def test_the_scenario_batches_the_stages_and_no_request_fails_at_the_server(
 ) -> None:
     """The scenario's own path (probe, predict, measure, write) on the running session: the candidates'
     batching reaches the stages (loaded configs, formed batch sizes), and the report is written."""
-    monkeypatch.setattr("perf.tune.scenarios._session", lambda *args: _Borrowed(session))
+    monkeypatch.setattr("perf.bench.scenarios._session", lambda *args: _Borrowed(session))
     # a budget no stall of a busy host reaches, not the scenario's 10 ms: with a machine's cores full of
     # other work nothing is predicted within 10 ms, and no point is measured; this test is about the
     # stages' batching and failures, not the budget

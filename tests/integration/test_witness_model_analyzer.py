@@ -14,15 +14,15 @@ from pathlib import Path
 import pytest
 
 from exporters.resolve import load_spec
+from perf.bench import model_analyzer
+from perf.bench.versus import run_witness, search_space
+from perf.bench.versus_report import OURS, SPEC, THEIRS, section
 from perf.measure.analyzer import PerfAnalyzerEngine, find_perf_analyzer, unavailable_message
 from perf.measure.engine import MeasureSettings
 from perf.measure.noise import NoisePolicy
 from perf.model.batcher import BatcherConfig
 from perf.model_analyzer_install import InstallError, ensure
 from perf.session.model import ModelSession
-from perf.tune import model_analyzer
-from perf.tune.versus import run_witness, search_space
-from perf.tune.versus_report import OURS, SPEC, THEIRS, section
 
 pytestmark = pytest.mark.integration
 SPEC_FILE = Path(__file__).resolve().parents[2] / "models.yaml"

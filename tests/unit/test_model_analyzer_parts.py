@@ -12,12 +12,12 @@ from google.protobuf import text_format
 from tritonclient.grpc import model_config_pb2
 
 from exporters.resolve import load_spec
+from perf.bench import model_analyzer
+from perf.bench.model_analyzer import Measured, Paths, SearchSpace
+from perf.bench.versus_report import OURS, SPEC, THEIRS, section
+from perf.bench.yardstick import Step, held, ramp_from
 from perf.measure.analyzer import find_perf_analyzer
 from perf.model.batcher import BatcherConfig
-from perf.tune import model_analyzer
-from perf.tune.model_analyzer import Measured, Paths, SearchSpace
-from perf.tune.versus_report import OURS, SPEC, THEIRS, section
-from perf.tune.yardstick import Step, held, ramp_from
 
 SPEC_FILE = Path(__file__).resolve().parents[2] / "models.yaml"
 HEADER = (

@@ -13,11 +13,11 @@ import yaml
 from exporters.errors import SpecError
 from exporters.repository import build_repository
 from exporters.resolve import load_spec
+from perf.bench.scenarios import recsys_load, step_load, video_load, zipf_ids
 from perf.measure.loads import arrival_times
 from perf.model.batcher import BatcherConfig
 from perf.model.grid import Grid, neighbours
 from perf.spec_overlay import apply_overlay, config_json, write_overlay
-from perf.tune.scenarios import recsys_load, step_load, video_load, zipf_ids
 
 SPEC = Path(__file__).resolve().parents[2] / "models.yaml"
 FACTORIES = Path(__file__).resolve().parents[1] / "data" / "own_factories"
@@ -108,8 +108,8 @@ def test_zipf_ids_stay_inside_their_tables_and_favour_low_ranks() -> None:
 def test_recsys_load_cycles_through_distinct_zipf_samples(model_spec) -> None:
     """The recsys scenario's requests each take the next rows of a 4,096-sample pool, not the same
     first rows every time: Zipf ids vary across requests, as real traffic's do."""
+    from perf.bench.scenarios import ZIPF_POOL_ROWS, _zipf_pool
     from perf.measure.target import Caller, Target
-    from perf.tune.scenarios import ZIPF_POOL_ROWS, _zipf_pool
 
     spec = model_spec("recommender")
     pool = _zipf_pool(spec, seed=0)

@@ -6,10 +6,10 @@ from __future__ import annotations
 from simulated_server import Noise, SimulatedServer
 from test_tune_pick import BUDGET_MS, KNEE
 
+from perf.bench.steal_check import summary
 from perf.measure.loads import poisson
 from perf.measure.noise import NoisePolicy
 from perf.model.batcher import BatcherConfig
-from perf.tune.steal_check import summary
 
 
 def test_steal_check_sets_the_runs_that_hold_noise_apart() -> None:

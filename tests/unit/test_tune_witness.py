@@ -1,4 +1,4 @@
-"""The witness's CPU split (``perf.tune.witness``): each run's CPU per request, the server's and the rest
+"""The witness's CPU split (``perf.bench.witness``): each run's CPU per request, the server's and the rest
 of the machine's, and the sentence that says how much of the throughput gap to perf_analyzer the
 client's CPU explains. Hand-computed cases."""
 
@@ -10,8 +10,8 @@ from types import SimpleNamespace
 import pytest
 
 from client.stats import ModelStats
+from perf.bench.witness import CSV_ROW, EXPORT_ROW, cpu_verdict, rows
 from perf.measure.server_view import ServerDelta
-from perf.tune.witness import CSV_ROW, EXPORT_ROW, cpu_verdict, rows
 
 PA = "perf_analyzer 2.41.0"
 

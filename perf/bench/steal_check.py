@@ -1,4 +1,4 @@
-"""``python -m perf.tune.steal_check``: is this machine's p99 the model's or the hypervisor's?
+"""``python -m perf steal-check``: is this machine's p99 the model's or the hypervisor's?
 
 One configuration at one fixed rate, measured run after run, nothing measured again; each run's p99
 beside the share of the CPUs' time the hypervisor took during it (``perf.measure.noise``); last, the runs
@@ -39,7 +39,7 @@ def summary(runs: list[Measurement], budget_ms: float, noise: NoisePolicy) -> li
 
 
 def main(argv: list[str] | None = None) -> int:
-    options = argparse.ArgumentParser(prog="python -m perf.tune.steal_check", description=__doc__)
+    options = argparse.ArgumentParser(prog="python -m perf steal-check", description=__doc__)
     options.add_argument("--model", default="recommender")
     options.add_argument("--spec", type=Path, default=Path("models.yaml"))
     options.add_argument("--rate", type=float, default=1800.0, help="Poisson arrivals per second")

@@ -8,7 +8,7 @@ they do: on cores the client shares with the server, a client that costs more CP
 the server less.
 
 ``python -m perf tune … --witness`` adds this section to the tuner's report; ``python -m
-perf.tune.witness`` runs it alone on one configuration.
+perf.bench.witness`` runs it alone on one configuration.
 """
 
 from __future__ import annotations
@@ -138,11 +138,11 @@ def witness_section(
 
 
 def main(argv: list[str] | None = None) -> int:
-    """``python -m perf.tune.witness``: the side by side alone, on one configuration (no tuning)."""
+    """``python -m perf witness``: the side by side alone, on one configuration (no tuning)."""
     from exporters.resolve import load_spec
     from perf.model.batcher import BatcherConfig
 
-    options = argparse.ArgumentParser(prog="python -m perf.tune.witness", description=main.__doc__)
+    options = argparse.ArgumentParser(prog="python -m perf witness", description=main.__doc__)
     options.add_argument("--model", default="recommender")
     options.add_argument("--spec", type=Path, default=Path("models.yaml"))
     options.add_argument("--max-batch", type=int, default=8)

@@ -2,10 +2,10 @@
 both picks (and the spec's configuration) measured with one yardstick.
 
 After the tuner has picked (its own server stopped), Model Analyzer searches the same model for the
-same budget over the same space (``perf.tune.model_analyzer``, its own server and venv, installed on
-first use). Then one fresh server measures the three configurations with ``perf.tune.yardstick``,
+same budget over the same space (``perf.bench.model_analyzer``, its own server and venv, installed on
+first use). Then one fresh server measures the three configurations with ``perf.bench.yardstick``,
 rounds interleaved. ``run_witness`` returns what the saved result holds (``result.json``:
-``model_analyzer``); ``perf.tune.versus_report`` renders the report's section from it alone.
+``model_analyzer``); ``perf.bench.versus_report`` renders the report's section from it alone.
 """
 
 from __future__ import annotations
@@ -15,13 +15,13 @@ from dataclasses import asdict
 from pathlib import Path
 
 from exporters.spec import Spec
+from perf.bench import model_analyzer
+from perf.bench.versus_report import OURS, SPEC, THEIRS
+from perf.bench.yardstick import Plan, figures, measure_all, ramp_from
 from perf.errors import OptionError
 from perf.model.batcher import BatcherConfig
 from perf.model_analyzer_install import VERSION, InstallError, ensure
 from perf.session.model import ModelSession
-from perf.tune import model_analyzer
-from perf.tune.versus_report import OURS, SPEC, THEIRS
-from perf.tune.yardstick import Plan, figures, measure_all, ramp_from
 
 SEARCH_TIMEOUT_S = 3 * 3600
 

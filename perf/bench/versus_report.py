@@ -1,4 +1,4 @@
-"""The report's section for ``--witness model-analyzer`` (``perf.tune.versus``), rendered from the saved
+"""The report's section for ``--witness model-analyzer`` (``perf.bench.versus``), rendered from the saved
 figures alone (``result.json``: ``model_analyzer``), every figure named with the tool behind it."""
 
 from __future__ import annotations
@@ -6,9 +6,9 @@ from __future__ import annotations
 import statistics
 from dataclasses import asdict
 
+from perf.bench.yardstick import Step, held
 from perf.markdown import number, table
 from perf.studies.goals import GOALS, Goal, goals_table
-from perf.tune.yardstick import Step, held
 
 HEADING = "## Model Analyzer beside the tuner (`--witness model-analyzer`)"
 OURS, THEIRS, SPEC = "make tune", "Model Analyzer", "models.yaml"
