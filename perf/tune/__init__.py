@@ -7,8 +7,6 @@ server, the tuner's ``Server``) → ``tuner`` (probe → predict → shortlist �
 model it predicts with is ``perf.model``; measurement is ``perf.measure.measurement`` through
 ``perf.measure.noise``.
 
-Beside it, importing it and never imported by it: ``scenarios`` (the article's two), ``follow``,
-``witness`` (perf_analyzer vs our client), ``versus`` (Model Analyzer's pick beside ours, with
-``model_analyzer`` and ``yardstick``; ``report`` renders what it saved through ``versus_report``),
-and ``steal_check``.
+The tools beside it (scenarios, follow, the witnesses, the steal check) are ``perf.bench``'s: they
+import the tuner, it imports none of them (they reach its run through ``cli.Beside``).
 """
