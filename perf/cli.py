@@ -25,7 +25,15 @@ from rich.table import Table
 from exporters.errors import SpecError
 from perf.bench import steal_check, witness
 from perf.bench.cli import command_tune
-from perf.errors import EXIT_USAGE, OptionError
+from perf.errors import (
+    EXIT_INTERRUPTED,
+    EXIT_NOTHING_MEETS,
+    EXIT_RUNTIME,
+    EXIT_USAGE,
+    NothingMeetsError,
+    OptionError,
+    PerfError,
+)
 from perf.measure.analyzer import HOW_TO_GET_IT, find_perf_analyzer, glibc_version
 from perf.plan.cli import add_parser as add_plan_parser
 from perf.plan.cli import command_plan
@@ -199,18 +207,10 @@ def command_run(args: argparse.Namespace, profile: Profile) -> int:
     folder = report_folder(args.reports, log_name="perf.log")
     _stop_on_sigterm()
     console.print(f"batching study, profile [bold]{profile.name}[/bold] → {folder}")
-    try:
-        result = run_study(profile, folder)
-    except KeyboardInterrupt:
-        console.print(INTERRUPTED)
-        return 130
+    result = run_study(profile, folder)  # Ctrl-C: main says so and exits 130; the server was stopped
     report = write_report(result, folder)
     print_summary(result, report)
-    try:
-        run_more_studies(profile, folder, args.spec)
-    except KeyboardInterrupt:
-        console.print(INTERRUPTED)
-        return 130
+    run_more_studies(profile, folder, args.spec)
     return 0
 
 
@@ -230,7 +230,13 @@ def command_analyzer(args: argparse.Namespace) -> int:
     return 0
 
 
+USAGE_ERRORS = (OptionError, SpecError, PlacementError)
+
+
 def main(argv: list[str] | None = None) -> int:
+    """Every ``python -m perf`` command, and the one place where what went wrong becomes the exit
+    status: a usage or spec error 2 (one line; argparse's own too), nothing meeting the budget 3 (the
+    verdict's line), a runtime failure 1, Ctrl-C or SIGTERM 130 (the server was stopped)."""
     top = parser()
     args, rest = top.parse_known_args(argv)
     if args.command in TOOLS:  # their own options, parsed by their own parser
@@ -238,27 +244,44 @@ def main(argv: list[str] | None = None) -> int:
     if rest:
         top.error(f"unrecognized arguments: {' '.join(rest)}")
     use_port_base(getattr(args, "port_base", None))  # every server this run starts (server.ports)
+    try:
+        return run_command(top, args)
+    except KeyboardInterrupt:
+        console.print(INTERRUPTED)
+        return EXIT_INTERRUPTED
+    except NothingMeetsError as verdict:
+        console.print(verdict.verdict, highlight=False, markup=False)
+        _print_hint(verdict)
+        return EXIT_NOTHING_MEETS
+    except USAGE_ERRORS as error:  # the options or the spec the user gave, before anything is measured
+        console.print(f"[red]{args.command} failed[/red]: {error}", highlight=False)
+        return EXIT_USAGE
+    except PerfError as error:
+        console.print(f"[red]{args.command} failed[/red]: {error}", highlight=False)
+        _print_hint(error)
+        return EXIT_RUNTIME
+
+
+def _print_hint(error: PerfError) -> None:
+    if error.hint:
+        console.print(f"  {error.hint}", highlight=False, markup=False)
+
+
+def run_command(top: argparse.ArgumentParser, args: argparse.Namespace) -> int:
+    """Check the options (a usage error exits 2 before any report folder is made), then run."""
     if args.command == "plan":
         if error := plan_usage_errors(args):
             top.error(error)
         _stop_on_sigterm()  # a killed plan must not leave its tritonserver running
-        try:
-            return command_plan(args, console)
-        except (PlacementError, SpecError) as error:
-            console.print(f"[red]plan failed[/red]: {error}")
-            return EXIT_USAGE
-    if args.command in ("analyzer", "tune"):
-        if args.command == "tune" and (error := tune_usage_errors(args)):
+        return command_plan(args, console)
+    if args.command == "tune":
+        if error := tune_usage_errors(args):
             top.error(error)
         _stop_on_sigterm()  # a killed tune must not leave its tritonserver running
-        try:
-            return command_analyzer(args) if args.command == "analyzer" else command_tune(args, console)
-        except SpecError as error:  # the spec the user gave: a usage error, before anything is measured
-            console.print(f"[red]{args.command} failed[/red]: {error}")
-            return EXIT_USAGE
-        except KeyboardInterrupt:
-            console.print(INTERRUPTED)
-            return 130
+        return command_tune(args, console)
+    if args.command == "analyzer":
+        _stop_on_sigterm()
+        return command_analyzer(args)
     try:
         profile = profile_from(args)
     except OptionError as error:  # a usage error, before any folder is made or minutes are measured

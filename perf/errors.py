@@ -9,7 +9,10 @@ from __future__ import annotations
 
 
 class PerfError(Exception):
-    """Base of every error raised by ``perf``."""
+    """Base of every error raised by ``perf``. ``hint``: a line the CLI prints after the message (where
+    to find what was measured before it), set by the command that knows it."""
+
+    hint: str = ""
 
 
 class OptionError(PerfError, ValueError):
@@ -20,9 +23,10 @@ class StudyError(PerfError, RuntimeError):
     """A study could not complete (a response of the wrong shape, a phase that did not finish)."""
 
 
-# Exit statuses of ``python -m perf tune|plan``: 0 an answer, 1 a runtime error, 2 a usage or spec error,
-# 3 nothing measured met the budget (a verdict about this machine, not a failure of the tool).
-EXIT_RUNTIME, EXIT_USAGE, EXIT_NOTHING_MEETS = 1, 2, 3
+# Exit statuses of every ``python -m perf`` command (``perf.cli.main`` maps exceptions to them): 0 an
+# answer, 1 a runtime error, 2 a usage or spec error, 3 nothing measured met the budget (a verdict about
+# this machine, not a failure of the tool), 130 interrupted (Ctrl-C or SIGTERM; the server was stopped).
+EXIT_RUNTIME, EXIT_USAGE, EXIT_NOTHING_MEETS, EXIT_INTERRUPTED = 1, 2, 3, 130
 
 
 class NothingMeetsError(PerfError):

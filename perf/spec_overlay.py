@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import copy
 import dataclasses
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -108,6 +109,35 @@ def apply_overlay(base: dict[str, Any], overlay: dict[str, Any]) -> dict[str, An
     return merged
 
 
+def base_document(base_path: Path) -> dict[str, Any]:
+    """The base spec's document (the bounded reader every spec goes through) with its models' source
+    paths made absolute, resolved against the base spec's folder: a spec merged from it and written
+    elsewhere (a report folder, where the base's relative paths point nowhere) builds from any folder."""
+    return with_absolute_paths(load_spec_document(base_path), base_path.resolve().parent)
+
+
+def write_merged_spec(
+    base_path: Path,
+    overlay: dict[str, Any],
+    folder: Path,
+    name: str,
+    note: str,
+    merge: Callable[[dict[str, Any], dict[str, Any]], dict[str, Any]] = apply_overlay,
+) -> Spec:
+    """Write ``overlay.yaml`` and the base spec merged with it (``merge``) as ``name`` into ``folder``;
+    return the checked spec. The tuner's and the planner's one writer (``spec.tuned.yaml``,
+    ``spec.planned.yaml``); the merged spec's source paths are absolute (``base_document``)."""
+    merged = merge(base_document(base_path), overlay)
+    spec = parse_spec(merged)  # the same validation as models.yaml: a bad overlay fails here, by field
+    header = f"# {note}\n"
+    anchored = (
+        f"# source paths made absolute (the base spec's are relative to {base_path.resolve().parent})\n"
+    )
+    (folder / "overlay.yaml").write_text(header + yaml.safe_dump(overlay, sort_keys=False))
+    (folder / name).write_text(header + anchored + yaml.safe_dump(merged, sort_keys=False))
+    return spec
+
+
 def write_overlay(
     base_path: Path,
     base: ModelSpec,
@@ -117,22 +147,9 @@ def write_overlay(
     keep_queue: bool = False,
     buckets: tuple[int, ...] | None = None,
 ) -> Spec:
-    """Write ``overlay.yaml`` and the merged ``spec.tuned.yaml`` into ``folder``; return the checked spec.
-
-    The merged spec's source paths are absolute (resolved against the base spec's folder): it lives in
-    the report folder, where the base's relative paths point nowhere, and it builds from any folder.
-    """
+    """Write ``overlay.yaml`` and the merged ``spec.tuned.yaml`` into ``folder``; return the checked spec."""
     overlay = {"models": [overlay_entry(base, config, keep_queue, buckets)]}
-    base_document = with_absolute_paths(load_spec_document(base_path), base_path.resolve().parent)
-    merged = apply_overlay(base_document, overlay)
-    spec = parse_spec(merged)  # the same validation as models.yaml: a bad overlay fails here, by field
-    header = f"# {note}\n"
-    anchored = (
-        f"# source paths made absolute (the base spec's are relative to {base_path.resolve().parent})\n"
-    )
-    (folder / "overlay.yaml").write_text(header + yaml.safe_dump(overlay, sort_keys=False))
-    (folder / "spec.tuned.yaml").write_text(header + anchored + yaml.safe_dump(merged, sort_keys=False))
-    return spec
+    return write_merged_spec(base_path, overlay, folder, "spec.tuned.yaml", note)
 
 
 def config_json(spec: ModelSpec) -> str:

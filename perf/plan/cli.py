@@ -19,11 +19,11 @@ import time
 from pathlib import Path
 
 from exporters.resolve import load_spec
-from perf.errors import EXIT_NOTHING_MEETS, NothingMeetsError
+from perf.errors import NothingMeetsError
 from perf.markdown import number
 from perf.measure.engine import OurEngine
 from perf.plan.graph_memory import too_big_to_build
-from perf.plan.overlay import plan_overlay, read_document, server_flags, write_plan_overlay
+from perf.plan.overlay import plan_overlay, server_flags, write_plan_overlay
 from perf.plan.placement import PlacementError
 from perf.plan.planner import Judged, NoStrategyError, PlanRequest, plan
 from perf.plan.profile import measure_profile, plan_target
@@ -34,6 +34,7 @@ from perf.plan.verify import settle, verify
 from perf.report_folder import report_folder
 from perf.session.model import TUNE_WINDOWS, ModelSession
 from perf.session.probe import ProbePlan, ProbeResult, probe
+from perf.spec_overlay import base_document
 from server.ports import add_port_base_option
 
 log = logging.getLogger(__name__)
@@ -98,7 +99,6 @@ def _topology(args: argparse.Namespace) -> tuple[Topology, bool]:
 
 def command_plan(args: argparse.Namespace, console) -> int:
     started = time.perf_counter()
-    folder = report_folder(args.reports, "plan", "plan.log")
     spec = load_spec(args.spec)
     spec, model = plan_target(spec, args.model)  # a model or a pipeline; a clear error before building
     too_big = too_big_to_build(spec.model(model))
@@ -106,6 +106,7 @@ def command_plan(args: argparse.Namespace, console) -> int:
     space = Space(
         _ints(args.instances, "--instances"), _ints(args.delays_us, "--delays-us"), split=not args.no_split
     )
+    folder = report_folder(args.reports, "plan", "plan.log")  # once the options and the spec are read
     request = PlanRequest(args.p99_ms, args.accuracy, space, args.predict_s)
     console.print(
         f"planning [bold]{args.model}[/bold] for p99 ≤ {args.p99_ms:g} ms on {topology.name} → {folder}"
@@ -138,7 +139,7 @@ def command_plan(args: argparse.Namespace, console) -> int:
     except NoStrategyError as error:
         if not over_budget_everywhere(error.judged):
             raise
-        return nothing_meets(predicted_verdict(args.p99_ms, model, topology, probed), console)
+        raise predicted_verdict(args.p99_ms, model, topology, probed) from None
     verification = []
     if here and not topology.on_gpu and args.verify > 0 and not too_big:
         verification = verify(
@@ -154,7 +155,8 @@ def command_plan(args: argparse.Namespace, console) -> int:
             saved["verdict"] = verdict.verdict
             save(folder, saved)
             plot(chosen, folder / "p99_vs_rate.png")
-            return nothing_meets(verdict, console, render(folder, saved))
+            verdict.hint = f"no answer written; what was measured (not an answer): {render(folder, saved)}"
+            raise
     assert chosen.chosen.placement is not None
     if chosen.chosen.strategy.kind == "sharded":
         console.print(
@@ -163,7 +165,7 @@ def command_plan(args: argparse.Namespace, console) -> int:
         )
     else:
         overlay = plan_overlay(
-            read_document(args.spec), spec, model, chosen.chosen.strategy, chosen.chosen.placement,
+            base_document(args.spec), spec, model, chosen.chosen.strategy, chosen.chosen.placement,
             topology.on_gpu,
         )  # fmt: skip
         note = (
@@ -206,14 +208,6 @@ def predicted_verdict(
     return NothingMeetsError.closest(
         budget_ms, f"{model} {config.label}", run.load.rate, run.p99_ms, behind, note=note
     )
-
-
-def nothing_meets(verdict: NothingMeetsError, console, report: Path | None = None) -> int:
-    """The verdict in one line; what was measured, labelled as no answer; exit status 3."""
-    console.print(verdict.verdict, highlight=False, markup=False)
-    if report is not None:
-        console.print(f"  no answer written; what was measured (not an answer): {report}")
-    return EXIT_NOTHING_MEETS
 
 
 def print_summary(saved: dict, report: Path, console) -> None:

@@ -18,14 +18,12 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-import yaml
-
-from exporters.spec import Spec, parse_spec
+from exporters.spec import Spec
 from perf.model.memory import HEADROOM
 from perf.plan.placement import Placement, replica_name
 from perf.plan.profile import precision_variant
 from perf.plan.strategy import Strategy
-from perf.spec_overlay import apply_overlay
+from perf.spec_overlay import apply_overlay, write_merged_spec
 
 
 def _tensors(tensors) -> list[dict[str, Any]]:
@@ -104,17 +102,9 @@ def merge(base: dict[str, Any], overlay: dict[str, Any]) -> dict[str, Any]:
 
 
 def write_plan_overlay(base_path: Path, overlay: dict[str, Any], folder: Path, note: str) -> Spec:
-    """``overlay.yaml`` and the merged ``spec.planned.yaml`` in ``folder``; the checked spec."""
-    merged = merge(read_document(base_path), overlay)
-    spec = parse_spec(merged, base_path.parent)
-    header = f"# {note}\n"
-    (folder / "overlay.yaml").write_text(header + yaml.safe_dump(overlay, sort_keys=False))
-    (folder / "spec.planned.yaml").write_text(header + yaml.safe_dump(merged, sort_keys=False))
-    return spec
-
-
-def read_document(path: Path) -> dict[str, Any]:
-    return yaml.safe_load(path.read_text())
+    """``overlay.yaml`` and the merged ``spec.planned.yaml`` in ``folder`` (source paths absolute, so it
+    builds from any folder); the checked spec."""
+    return write_merged_spec(base_path, overlay, folder, "spec.planned.yaml", note, merge)
 
 
 def server_flags(placement: Placement) -> list[str]:

@@ -23,7 +23,7 @@ from typing import Any
 from exporters.repository import build_repository
 from exporters.resolve import load_spec
 from exporters.spec import Spec
-from perf.errors import EXIT_NOTHING_MEETS, EXIT_RUNTIME, NothingMeetsError, PerfError
+from perf.errors import NothingMeetsError, PerfError
 from perf.markdown import number
 from perf.measure.analyzer import PerfAnalyzerEngine, find_perf_analyzer, unavailable_message
 from perf.measure.engine import LoadEngine, MeasureSettings, OurEngine
@@ -203,14 +203,12 @@ def command_tune(args: argparse.Namespace, console, beside: Beside = Beside()) -
     folder = report_folder(args.reports, "tune", "tune.log")
     try:
         saved, chosen = measure_and_pick(args, spec, folder, console, beside)
-    except NothingMeetsError as verdict:
-        console.print(verdict.verdict, highlight=False, markup=False)
-        console.print(f"  no answer written; every run measured (not an answer): {folder / 'partial.md'}")
-        return EXIT_NOTHING_MEETS
-    except PerfError as error:
-        console.print(f"[red]tune failed[/red] {error}")
-        console.print(f"  what was measured before it: {folder / 'partial.md'}")
-        return EXIT_RUNTIME
+    except NothingMeetsError as verdict:  # exit status 3 (perf.cli.main), no answer written
+        verdict.hint = f"no answer written; every run measured (not an answer): {folder / 'partial.md'}"
+        raise
+    except PerfError as error:  # exit status 1 (perf.cli.main)
+        error.hint = f"what was measured before it: {folder / 'partial.md'}"
+        raise
     save(folder, saved)
     note = f"python -m perf tune --model {args.model} --p99-ms {args.p99_ms:g}: {chosen.label}"
     buckets = saved.get("buckets")  # chosen for a variable-length model (None: leave the spec's)

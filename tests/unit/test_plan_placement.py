@@ -15,12 +15,13 @@ from exporters.pipeline_configs import stage_placement
 from exporters.resolve import load_spec
 from perf.errors import OptionError
 from perf.model.memory import MIB
-from perf.plan.overlay import merge, plan_overlay, read_document, server_flags, write_plan_overlay
+from perf.plan.overlay import merge, plan_overlay, server_flags, write_plan_overlay
 from perf.plan.placement import PlacementError, place
 from perf.plan.planner import PlanRequest, plan
 from perf.plan.profile import variants
 from perf.plan.strategy import ModelProfile, Space, StageCost, Strategy, strategies
 from perf.plan.topology import FIXTURES, cpu_topology, parse_gpus, parse_topo, topology_folder
+from perf.spec_overlay import base_document
 
 SPEC = Path(__file__).resolve().parents[2] / "models.yaml"
 FIXTURE_NAMES = ("dgx-a100", "dgx1-v100", "l4x4-pcie", "hgx-h200", "a6000x4-pcie")
@@ -213,7 +214,7 @@ def test_the_overlay_validates_and_builds_the_placed_configs(kind: str, tmp_path
         else Strategy("hybrid", "fp16", (1, 2), 2, 1000)
     )
     placed = place(strategy, costs(p, strategy), topology, SPLIT)
-    overlay = plan_overlay(read_document(SPEC), spec, "recommender", strategy, placed, on_gpu=True)
+    overlay = plan_overlay(base_document(SPEC), spec, "recommender", strategy, placed, on_gpu=True)
     planned = write_plan_overlay(SPEC, overlay, tmp_path, "test")
     assert (tmp_path / "overlay.yaml").is_file() and (tmp_path / "spec.planned.yaml").is_file()
     if kind == "data":

@@ -1,0 +1,101 @@
+"""Every ``python -m perf`` command ends with one of four statuses, decided in one place
+(``perf.cli.main``): 2 for a usage or spec error (one line, before any report folder is made), 1 for
+a run that failed, 130 for Ctrl-C, 3 for "nothing meets the budget" (test_tune_demotion and
+test_plan_verdict hold that one). The tuning itself is replaced here; no server starts."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+from rich.console import Console
+
+from perf.cli import main
+from perf.errors import EXIT_INTERRUPTED, EXIT_RUNTIME, EXIT_USAGE, StudyError
+from perf.tune import cli as tune_cli
+
+SPEC = Path(__file__).resolve().parents[2] / "models.yaml"
+
+
+@pytest.fixture
+def printed(monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture):
+    """What the CLI printed, as lines (a console wide enough that no line wraps)."""
+    monkeypatch.setattr("perf.cli.console", Console(width=400))
+    return lambda: [line.strip() for line in capsys.readouterr().out.splitlines() if line.strip()]
+
+
+def tune_args(reports: Path, spec: Path = SPEC) -> list[str]:
+    return ["tune", "--spec", str(spec), "--model", "recommender", "--p99-ms", "10", "--engine", "ours",
+            "--reports", str(reports)]  # fmt: skip
+
+
+@pytest.mark.parametrize("command", ["tune", "plan"])
+def test_a_spec_that_does_not_exist_exits_2_in_one_line_and_makes_no_report_folder(
+    command: str, tmp_path: Path, printed
+) -> None:
+    missing, reports = tmp_path / "missing.yaml", tmp_path / "reports"
+    args = [command, "--spec", str(missing), "--model", "m", "--p99-ms", "10", "--reports", str(reports)]
+    assert main(args) == EXIT_USAGE == 2
+    (line,) = printed()
+    assert line.startswith(f"{command} failed: ") and str(missing) in line
+    assert not reports.exists()
+
+
+def test_a_model_the_spec_lacks_exits_2_and_makes_no_report_folder(tmp_path: Path, printed) -> None:
+    reports = tmp_path / "reports"
+    args = [
+        "plan",
+        "--spec",
+        str(SPEC),
+        "--model",
+        "no_such_model",
+        "--p99-ms",
+        "10",
+        "--reports",
+        str(reports),
+    ]
+    assert main(args) == EXIT_USAGE
+    (line,) = printed()
+    assert "no_such_model" in line
+    assert not reports.exists()
+
+
+def test_a_run_that_fails_exits_1_naming_the_error_and_what_was_measured(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, printed
+) -> None:
+    def fails(*args: object) -> None:
+        raise StudyError("the engine lost the server")
+
+    monkeypatch.setattr(tune_cli, "measure_and_pick", fails)
+    assert main(tune_args(tmp_path / "reports")) == EXIT_RUNTIME == 1
+    lines = printed()
+    assert lines[-2] == "tune failed: the engine lost the server"
+    (folder,) = (tmp_path / "reports").iterdir()
+    assert lines[-1] == f"what was measured before it: {folder / 'partial.md'}"
+
+
+def test_ctrl_c_exits_130_saying_the_server_was_stopped(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, printed
+) -> None:
+    def interrupted(*args: object) -> None:
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(tune_cli, "measure_and_pick", interrupted)
+    assert main(tune_args(tmp_path / "reports")) == EXIT_INTERRUPTED == 130
+    assert printed()[-1] == "interrupted; the server was stopped"
+
+
+def test_an_option_out_of_range_is_argparse_s_usage_error_with_status_2(tmp_path: Path) -> None:
+    with pytest.raises(SystemExit) as exit_info:
+        main(["tune", "--spec", str(SPEC), "--model", "recommender", "--p99-ms", "-1"])
+    assert exit_info.value.code == EXIT_USAGE
+
+
+def test_a_tool_beside_the_tuner_is_its_own_subcommand_with_its_own_options(
+    capsys: pytest.CaptureFixture,
+) -> None:
+    for tool in ("witness", "steal-check"):
+        with pytest.raises(SystemExit) as exit_info:
+            main([tool, "--help"])
+        assert exit_info.value.code == 0
+        assert f"usage: python -m perf {tool} " in capsys.readouterr().out
