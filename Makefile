@@ -76,7 +76,7 @@ status: setup ## show whether the `make serve` server is up, and its models
 perf: setup ## the batching study on the embedded server; report in reports/<timestamp>/ (PERF=quick: about 5 min; MODELS=your models of SPEC)
 	$(BIN)/python -m perf run --profile $(PERF) --spec $(SPEC) $(if $(MODELS),--models $(MODELS)) $(PORT_ARGS) $(PERF_ARGS)
 
-soak: repo ## 10 min of mixed load with random faults (stubs killed or stopped, bad input, updates); SOAK_S=60 for a short one
+soak: repo ## 10 min of mixed load with random faults (stubs killed or stopped, tritonserver killed, bad input and the fault matrix's attacks, updates); SOAK_S=60 for a short one
 	$(BIN)/python -m soak --repository $(REPO) --duration $(SOAK_S) $(PORT_ARGS)
 
 perf-analyzer: setup ## install NVIDIA perf_analyzer into .venv (if missing) and cross-check one model with it
