@@ -47,6 +47,7 @@ from perf.studies.goals import Goal, all_goals
 from perf.studies.profiles import PROFILES, Profile, get_profile
 from perf.studies.study import StudyResult, StudyRunner, count_steps
 from perf.studies.study_spec import FAMILIES, MODES, spec_families
+from perf.tune.cli import THE_SETUP, TuneSetup
 from perf.tune.cli import add_parser as add_tune_parser
 from perf.tune.cli import usage_errors as tune_usage_errors
 from server.ports import add_port_base_option, use_port_base
@@ -233,7 +234,7 @@ def command_analyzer(args: argparse.Namespace) -> int:
 USAGE_ERRORS = (OptionError, SpecError, PlacementError)
 
 
-def main(argv: list[str] | None = None) -> int:
+def main(argv: list[str] | None = None, tune_setup: TuneSetup = THE_SETUP) -> int:
     """Every ``python -m perf`` command, and the one place where what went wrong becomes the exit
     status: a usage or spec error 2 (one line; argparse's own too), nothing meeting the budget 3 (the
     verdict's line), a runtime failure 1, Ctrl-C or SIGTERM 130 (the server was stopped)."""
@@ -245,7 +246,7 @@ def main(argv: list[str] | None = None) -> int:
         top.error(f"unrecognized arguments: {' '.join(rest)}")
     use_port_base(getattr(args, "port_base", None))  # every server this run starts (server.ports)
     try:
-        return run_command(top, args)
+        return run_command(top, args, tune_setup)
     except KeyboardInterrupt:
         console.print(INTERRUPTED)
         return EXIT_INTERRUPTED
@@ -267,7 +268,7 @@ def _print_hint(error: PerfError) -> None:
         console.print(f"  {error.hint}", highlight=False, markup=False)
 
 
-def run_command(top: argparse.ArgumentParser, args: argparse.Namespace) -> int:
+def run_command(top: argparse.ArgumentParser, args: argparse.Namespace, tune_setup: TuneSetup) -> int:
     """Check the options (a usage error exits 2 before any report folder is made), then run."""
     if args.command == "plan":
         if error := plan_usage_errors(args):
@@ -278,7 +279,7 @@ def run_command(top: argparse.ArgumentParser, args: argparse.Namespace) -> int:
         if error := tune_usage_errors(args):
             top.error(error)
         _stop_on_sigterm()  # a killed tune must not leave its tritonserver running
-        return command_tune(args, console)
+        return command_tune(args, console, tune_setup)
     if args.command == "analyzer":
         _stop_on_sigterm()
         return command_analyzer(args)

@@ -22,7 +22,7 @@ from perf.bench.versus_report import section as model_analyzer_section
 from perf.bench.witness import witness_section
 from perf.report_folder import report_folder
 from perf.tune import cli as tune_cli
-from perf.tune.cli import Beside, TunedRun
+from perf.tune.cli import THE_SETUP, Beside, TunedRun, TuneSetup
 
 
 def _versus(run: TunedRun, smoke: bool) -> None:
@@ -46,7 +46,7 @@ def beside_the_tuner(args: argparse.Namespace) -> Beside:
     return Beside()
 
 
-def command_tune(args: argparse.Namespace, console) -> int:
+def command_tune(args: argparse.Namespace, console, setup: TuneSetup = THE_SETUP) -> int:
     """``python -m perf tune``: a scenario or the follow run where asked, the tuner otherwise."""
     if args.scenario or args.follow:
         folder = report_folder(args.reports, "tune", "tune.log")
@@ -54,4 +54,4 @@ def command_tune(args: argparse.Namespace, console) -> int:
             engine = tune_cli.engine_from_args(args, folder)
             return run_scenario(args, folder, console, engine, tune_cli.windows_from_args(args))
         return run_follow(args, folder, console)
-    return tune_cli.command_tune(args, console, beside_the_tuner(args))
+    return tune_cli.command_tune(args, console, beside_the_tuner(args), setup)

@@ -31,7 +31,7 @@ from perf.measure.loads import Load, read_trace, trace
 from perf.measure.raw import measure_raw
 from perf.measure.shapes import has_variable_axis
 from perf.model.batcher import BatcherConfig
-from perf.model.grid import QUICK_GRID, WIDE_GRID
+from perf.model.grid import QUICK_GRID, WIDE_GRID, Grid
 from perf.report_folder import report_folder
 from perf.session.model import TUNE_WINDOWS, ModelSession
 from perf.spec_overlay import write_overlay
@@ -39,13 +39,28 @@ from perf.tune.partial import write_partial
 from perf.tune.report import render
 from perf.tune.result import document, save
 from perf.tune.shapes_section import shapes_section
-from perf.tune.tuner import TuneRequest, tune
+from perf.tune.tuner import TuneRequest, TuneResult, tune
 from server.ports import add_port_base_option
 
 log = logging.getLogger(__name__)
 WORKDIR = Path(".run/tune")
 ENGINES = ("auto", "ours", "perf_analyzer")
 WITNESSES = ("perf_analyzer", "model-analyzer")
+
+
+@dataclasses.dataclass(frozen=True)
+class TuneSetup:
+    """What a ``make tune`` run is built from beyond its options: the grids ``--grid`` names, the
+    server's work folder and the tuner itself. A test hands in a smaller grid, its own folder or a
+    tuner that keeps its result, instead of patching this module's names."""
+
+    quick_grid: Grid = QUICK_GRID
+    wide_grid: Grid = WIDE_GRID
+    workdir: Path = WORKDIR
+    tuner: Callable[..., TuneResult] = tune
+
+
+THE_SETUP = TuneSetup()  # what make tune runs with
 
 
 @dataclasses.dataclass(frozen=True)
@@ -196,13 +211,15 @@ def _load_at(args: argparse.Namespace) -> Callable[[float], Load] | None:
     )
 
 
-def command_tune(args: argparse.Namespace, console, beside: Beside = Beside()) -> int:
+def command_tune(
+    args: argparse.Namespace, console, beside: Beside = Beside(), setup: TuneSetup = TuneSetup()
+) -> int:
     """The tuner's run (``--scenario`` and ``--follow`` are ``perf.bench.cli``'s); ``beside``: the
     ``--witness`` tools."""
     spec = load_spec(args.spec)  # a spec error before any report folder is made
     folder = report_folder(args.reports, "tune", "tune.log")
     try:
-        saved, chosen = measure_and_pick(args, spec, folder, console, beside)
+        saved, chosen = measure_and_pick(args, spec, folder, console, beside, setup)
     except NothingMeetsError as verdict:  # exit status 3 (perf.cli.main), no answer written
         verdict.hint = f"no answer written; every run measured (not an answer): {folder / 'partial.md'}"
         raise
@@ -241,11 +258,12 @@ def partial_on_failure(folder: Path, title: str, session: ModelSession) -> Itera
 
 
 def measure_and_pick(
-    args: argparse.Namespace, spec: Spec, folder: Path, console, beside: Beside = Beside()
-) -> tuple[dict, BatcherConfig]:
+    args: argparse.Namespace, spec: Spec, folder: Path, console, beside: Beside = Beside(),
+    setup: TuneSetup = TuneSetup(),
+) -> tuple[dict, BatcherConfig]:  # fmt: skip
     """The tuner (and the tools asked for) on one real server; the saved result and the pick. The raw
     backend is measured once the server has stopped, so that it gets the cores."""
-    grid = WIDE_GRID if args.grid == "wide" else QUICK_GRID
+    grid = setup.wide_grid if args.grid == "wide" else setup.quick_grid
     request = TuneRequest(args.p99_ms, args.rate, grid, args.seed, _load_at(args), args.shortlist)
     engine = engine_from_args(args, folder)
     console.print(
@@ -257,7 +275,7 @@ def measure_and_pick(
 
     windows = windows_from_args(args)
 
-    def new_session(workdir: Path = WORKDIR) -> ModelSession:
+    def new_session(workdir: Path = setup.workdir) -> ModelSession:
         return ModelSession(
             spec, args.model, grid.largest_batch, workdir, engine, windows, keep_queue=args.keep_queue_policy
         )
@@ -265,7 +283,7 @@ def measure_and_pick(
     started = time.perf_counter()
     session = new_session()
     with session, partial_on_failure(folder, f"Tuning {args.model} for p99 ≤ {args.p99_ms:g} ms", session):
-        result = tune(session, request, step=progress)
+        result = setup.tuner(session, request, step=progress)
         saved = document(result, args.model, engine.name, session.noise, session.cores)
         saved["seconds"]["make_tune"] = time.perf_counter() - started  # build and server start included
         if beside.on_server:
@@ -280,7 +298,7 @@ def measure_and_pick(
         beside.after(
             TunedRun(
                 spec, args.model, saved, result.chosen, session.largest_batch, grid.instances,
-                lambda: new_session(WORKDIR / "yardstick"), folder, progress,
+                lambda: new_session(setup.workdir / "yardstick"), folder, progress,
             )
         )  # fmt: skip
     model = session.base

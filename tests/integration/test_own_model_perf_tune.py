@@ -13,17 +13,16 @@ from pathlib import Path
 
 import pytest
 import yaml
-from rich.console import Console
 
 from exporters.repository import build_repository
 from exporters.resolve import load_spec
-from perf.cli import parser
+from perf.cli import main
 from perf.model.grid import Grid
 from perf.studies.profiles import get_profile
 from perf.studies.report import write_report
 from perf.studies.study import StudyRunner
 from perf.studies.study_spec import spec_families
-from perf.tune.cli import command_tune
+from perf.tune.cli import TuneSetup
 from perf.tune.result import load
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(600)]
@@ -72,14 +71,11 @@ def test_make_tune_on_a_slow_model_of_an_outside_spec(
         "outputs": [{"name": "y", "dtype": "fp32", "shape": [512]}],
     }  # fmt: skip
     (project / "models.yaml").write_text(yaml.safe_dump({"models": [entry]}, sort_keys=False))
-    monkeypatch.setattr("perf.tune.cli.QUICK_GRID", SLOW_GRID)
-    monkeypatch.setattr("perf.tune.cli.WORKDIR", tmp_path / "work")
     monkeypatch.setattr("perf.session.model.WINDOW_BATCHES", 3)  # windows of 3 of its largest batch
-    args = parser().parse_args([
+    code = main([
         "tune", "--spec", str(project / "models.yaml"), "--model", "slow", "--p99-ms", f"{SLOW_BUDGET_MS:g}",
         "--engine", "ours", "--seconds", "0.9", "--shortlist", "0", "--reports", str(tmp_path / "reports"),
-    ])  # fmt: skip
-    code = command_tune(args, Console(quiet=True))
+    ], tune_setup=TuneSetup(quick_grid=SLOW_GRID, workdir=tmp_path / "work"))  # fmt: skip
     (folder,) = (tmp_path / "reports").iterdir()
     if code in (1, 3):  # a host so busy that the budget cannot be met: refused clearly, the runs kept
         partial = (folder / "partial.md").read_text()

@@ -20,7 +20,7 @@ from perf.studies.framework import StudyContext
 from perf.studies.profiles import get_profile
 from perf.studies.shape_study import SINGLE, ShapeStudy
 from perf.studies.study_spec import spec_families
-from perf.tune.cli import command_tune
+from perf.tune.cli import TuneSetup, command_tune
 from perf.tune.shapes_section import HEADING
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(900)]
@@ -72,13 +72,13 @@ def test_make_tune_measures_the_traffic_lengths_and_chooses_buckets(
 ) -> None:
     spec = tmp_path / "models.yaml"
     spec.write_text(yaml.safe_dump({"models": [ENTRY]}, sort_keys=False))
-    monkeypatch.setattr("perf.tune.cli.QUICK_GRID", TUNE_GRID)
-    monkeypatch.setattr("perf.tune.cli.WORKDIR", tmp_path / "work")
     args = parser().parse_args([
         "tune", "--spec", str(spec), "--model", "sequence", "--p99-ms", "500", "--rate", "200",
         "--engine", "ours", "--seconds", "0.9", "--shortlist", "0", "--reports", str(tmp_path / "reports"),
     ])  # fmt: skip
-    code = command_tune(args, Console(quiet=True))
+    code = command_tune(
+        args, Console(quiet=True), setup=TuneSetup(quick_grid=TUNE_GRID, workdir=tmp_path / "work")
+    )
     (folder,) = (tmp_path / "reports").iterdir()
     assert code == 0, (folder / "partial.md").read_text() if (folder / "partial.md").exists() else code
     report = (folder / "report.md").read_text()

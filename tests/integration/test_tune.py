@@ -8,7 +8,6 @@ is checked where the truth is known, against a simulated server (tests/unit/test
 
 from __future__ import annotations
 
-import json
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -27,7 +26,7 @@ from perf.model.grid import Grid
 from perf.session.model import ModelSession
 from perf.session.probe import ProbePlan
 from perf.spec_overlay import write_overlay
-from perf.tune.cli import command_tune
+from perf.tune.cli import TuneSetup, command_tune
 from perf.tune.report import render
 from perf.tune.result import load
 from perf.tune.tuner import tune
@@ -60,9 +59,9 @@ def test_a_measurement_starts_after_the_replaced_instances_have_exited(session: 
     them running, ``prepare`` (what every measurement loads with) waits them out."""
     session.prepare(BatcherConfig(8, 0, instances=2))
     session.load(BatcherConfig(8, 500, instances=2))
-    assert session.live_stubs() > 2  # the two replaced stubs are still there
+    assert session.live_stubs() >= 2  # the new two; the replaced two may have exited by now, or not
     session.prepare(BatcherConfig(8, 1000, instances=1))
-    assert session.live_stubs() == 1
+    assert session.live_stubs() == 1  # without the wait, replaced stubs would still be counted here
 
 
 def test_the_written_overlay_validates_and_builds(session: ModelSession, tmp_path: Path) -> None:
@@ -96,20 +95,18 @@ def test_make_tune_runs_end_to_end_and_its_numbers_add_up(
     """``python -m perf tune … --rate`` as ``make tune RATE=…`` runs it, on a grid of four candidates:
     probe → predict → shortlist → pick → verify on the server, the saved result, the report rendered
     from it alone, the overlay built. One run, checked whole: every figure adds up."""
-    monkeypatch.setattr("perf.tune.cli.QUICK_GRID", TINY)
-    monkeypatch.setattr("perf.tune.cli.WORKDIR", tmp_path / "work")
     seen: dict = {}
 
     def tune_and_keep(server, request, plan=None, step=None):  # the CLI's tune, its result kept
         seen["session"], seen["result"] = server, tune(server, request, ProbePlan(max_runs=4), step)
         return seen["result"]
 
-    monkeypatch.setattr("perf.tune.cli.tune", tune_and_keep)
     args = parser().parse_args([
         "tune", "--spec", str(SPEC), "--model", MODEL, "--p99-ms", f"{BUDGET_MS:g}", "--rate", "200",
         "--engine", "ours", "--seconds", "0.9", "--shortlist", "2", "--reports", str(tmp_path / "reports"),
     ])  # fmt: skip
-    assert command_tune(args, Console(quiet=True)) == 0
+    setup = TuneSetup(quick_grid=TINY, workdir=tmp_path / "work", tuner=tune_and_keep)
+    assert command_tune(args, Console(quiet=True), setup=setup) == 0
     result, session = seen["result"], seen["session"]
     assert set(result.probe.services) == {1, 2} and result.probe.saturation
     assert {r.config for r in result.ranking} == set(TINY.candidates(BUDGET_MS))
@@ -125,7 +122,7 @@ def test_make_tune_runs_end_to_end_and_its_numbers_add_up(
 
     (folder,) = (tmp_path / "reports").iterdir()
     saved = load(folder)
-    assert saved == json.loads(json.dumps(saved))  # what was saved is what the report read
+    assert saved["chosen"] == result.chosen.label and saved["model_pick"] == result.ranking[0].config.label
     assert saved["target_rate"] == 200 and saved["operating_rate"] == 200 and saved["engine"] == "ours"
     assert all(point["rate"] == 200 for c in saved["shortlist"] for point in c["points"][:1])
     assert len(saved["verification"]) == len(result.points)

@@ -14,6 +14,7 @@ from perf.cli import main
 from perf.errors import EXIT_NOTHING_MEETS
 from perf.model.grid import Grid
 from perf.session.probe import ProbePlan
+from perf.tune.cli import TuneSetup
 from perf.tune.tuner import tune
 from server import ports
 
@@ -38,8 +39,6 @@ def free_base() -> int:
 def test_make_tune_says_nothing_meets_in_one_line_and_exits_3(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture, quick_tuning: None
 ) -> None:
-    monkeypatch.setattr("perf.tune.cli.QUICK_GRID", TINY)
-    monkeypatch.setattr("perf.tune.cli.WORKDIR", tmp_path / "work")
     monkeypatch.setattr("perf.cli.console", Console(width=400))
     seen: dict = {}
 
@@ -47,14 +46,13 @@ def test_make_tune_says_nothing_meets_in_one_line_and_exits_3(
         seen["http_port"] = server.server.http_port
         return tune(server, request, ProbePlan(max_runs=3), step)
 
-    monkeypatch.setattr("perf.tune.cli.tune", tune_briefly)
     base = free_base()
     reports = tmp_path / "reports"
     try:
         code = main([
             "tune", "--spec", str(SPEC), "--model", "trivial", "--p99-ms", "0.05", "--engine", "ours",
             "--seconds", "0.9", "--reports", str(reports), "--port-base", str(base),
-        ])  # fmt: skip
+        ], tune_setup=TuneSetup(quick_grid=TINY, workdir=tmp_path / "work", tuner=tune_briefly))  # fmt: skip
     finally:
         ports.use_port_base(None)
     assert code == EXIT_NOTHING_MEETS == 3

@@ -122,7 +122,7 @@ def test_make_tune_exits_3_and_writes_no_tuned_spec_when_nothing_meets(
     """``python -m perf tune`` as ``make tune`` runs it, the tuning itself replaced by the simulated
     server's verdict (no real server here): exit 3, the one line printed, no spec written as answer."""
 
-    def nothing_meets(args, spec, folder, console, beside=None):
+    def nothing_meets(args, spec, folder, console, beside=None, setup=None):
         server = MissingVerification(LINEAR, None, seed=1)
         with tune_cli.partial_on_failure(folder, "Tuning recommender", server):
             tune(server, TuneRequest(BUDGET_MS, grid=GRID, predict_s=3.0), ProbePlan())
