@@ -28,7 +28,7 @@ import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
-from perf.errors import NothingMeetsError, StudyError
+from perf.errors import NothingMeetsError
 from perf.measure.loads import Load, poisson
 from perf.measure.measurement import Measurement
 from perf.model.batcher import BatcherConfig
@@ -342,11 +342,14 @@ def tune(
     started = time.perf_counter()
     ranking = rank(probed, request)
     predict_s = time.perf_counter() - started
-    if not ranking:
-        raise StudyError(
+    if not ranking:  # what was measured rules every candidate out: the honest answer, not an error
+        raise nothing_meets(
+            request,
+            probed,
+            [],
             f"no candidate: even a batch of 2 computes for longer than the {request.budget_ms:g} ms budget "
             f"({compute(2):.0f} ms measured) and the grid has no unbatched candidate; raise the budget or "
-            "serve without batching"
+            "serve without batching",
         )
     if ranking[0].best is None:
         first_config, first = probed.runs[0]

@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 from simulated_server import TWO_CORES, KneeService, Noise, SimulatedServer
 
-from perf.errors import StudyError
+from perf.errors import NothingMeetsError, StudyError
 from perf.measure.loads import Load
 from perf.measure.measurement import Measurement
 from perf.model.grid import Grid
@@ -77,10 +77,13 @@ def test_a_tune_that_fails_part_way_writes_what_it_measured(tmp_path: Path) -> N
     assert text.count("| probe ") == 3
 
 
-def test_a_grid_left_empty_by_the_bound_is_a_clear_error() -> None:
+def test_a_grid_left_empty_by_the_bound_is_nothing_meets_with_the_reason() -> None:
+    """Every candidate ruled out by what the probe measured is the tool's answer "nothing meets" (exit 3),
+    with the closest probe run, not a runtime error."""
     server = SimulatedServer(SLOW, Noise(), seed=2, seconds=20.0)
     grid = Grid(delays_us=(0,), max_batches=(8,), instances=(1,), no_batching=False)
     with pytest.raises(
-        StudyError, match=r"no candidate: even a batch of 2 computes for longer than the 45 ms"
-    ):
+        NothingMeetsError, match=r"^nothing meets p99 <= 45 ms here: the closest measured"
+    ) as caught:
         tune(server, TuneRequest(45.0, grid=grid, predict_s=20.0), PLAN)
+    assert "no candidate: even a batch of 2 computes for longer than the 45 ms" in caught.value.detail
