@@ -125,7 +125,9 @@ def _stub_pids(server: TritonServer) -> set[int]:
 
 
 @pytest.mark.parametrize("name", NAMED)
-def test_issue_33_request(fault_server: TritonServer, good_traffic, name: str) -> None:
+def test_a_named_malformed_request_is_refused_naming_its_fault(
+    fault_server: TritonServer, good_traffic, name: str
+) -> None:
     raw, status, message = NAMED[name]
     stubs = _stub_pids(fault_server)
     with good_traffic():
