@@ -176,6 +176,7 @@ def command_plan(args: argparse.Namespace, console) -> int:
     flags = server_flags(chosen.chosen.placement)
     saved = document(chosen, flags, verification, time.perf_counter() - started)
     saved["measured_rate"] = measured_rate  # the highest verified rate within the budget (None: unverified)
+    saved["overlay_written"] = chosen.chosen.strategy.kind != "sharded"
     save(folder, saved)
     plot(chosen, folder / "p99_vs_rate.png")
     report = render(folder, saved)

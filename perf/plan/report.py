@@ -117,7 +117,10 @@ def answer(saved: dict[str, Any]) -> list[str]:
         "",
         f"Requests reach it: {saved['routing']}. "
         f"Server flags: `{' '.join(saved['server_flags']) or 'none'}`. "
-        "The spec overlay is `overlay.yaml` (merged: `spec.planned.yaml`).",
+        "The spec overlay is `overlay.yaml` (merged: `spec.planned.yaml`)."
+        if saved.get("overlay_written", True)
+        else "No spec overlay was written: a spec cannot yet place a model's tables on other GPUs than its "
+        "dense part; the table placement is below and in `plan.json`.",
     ]
 
 

@@ -265,6 +265,8 @@ def test_make_plan_places_the_40_gb_recommender_over_the_l4s_without_building_it
     assert "too big to build here" in saved["compute_source"]
     assert "counted from the graph" in saved["memory_source"]
     assert not (folder / "spec.planned.yaml").exists()  # the spec cannot serve tables apart yet
+    report = (folder / "report.md").read_text()
+    assert "No spec overlay was written" in report and "`overlay.yaml`" not in report
     # the proxy was built, the 40 GB model never: its largest export is a few MiB
     exported = [p.stat().st_size for p in (tmp_path / "work").rglob("*.onnx")]
     assert exported and max(exported) < 64 * MIB
