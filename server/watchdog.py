@@ -12,7 +12,10 @@ shared-memory region, and records the event in a JSON file that ``python -m clie
 A *hung* stub is worse than a dead one. A stub that is stopped (SIGSTOP: ``/proc`` state ``T``) gets
 the same 500 for every request while the model reports READY, and once it resumes, tritonserver 2.51
 aborts (``boost::interprocess::lock_exception``): every model goes down. Killing the stub while it is
-still stopped, then reloading the model as for a dead stub, never triggered that abort in our trials.
+still stopped, then reloading the model as for a dead stub, avoids that, unless the stub stopped while
+it owned the Python backend's pool mutex: killed then, it leaves the mutex owner-died and the server
+aborts at its next execute on that instance. So a stopped stub that owns one is let run for a
+millisecond at a time until it owns none (``server.stub_locks``), and only then killed.
 So a serving stub that is stopped, or whose threads have not run at all for ``silent_after_s`` (a
 healthy stub's health thread runs every 300 ms: ``server.stubs.activity``), is killed at once and
 healed like a dead one; its model is reported unavailable from detection until the reload is done.
@@ -49,11 +52,13 @@ import tritonclient.http as httpclient
 
 from server.admin import AdminError, load_model, model_versions
 from server.records import write_record
+from server.stub_locks import owned_mutexes
 from server.stubs import Stub, activity, server_stubs
 
 log = logging.getLogger(__name__)
 DIED = "died"
 SILENT_AFTER_S = 2.0  # a healthy stub's threads run every 0.3 s; one that has not run for this long is hung
+RELEASE_TRIES = 50  # a stopped stub owning a pool mutex is let run this many times (1 ms each) to release it
 KILL_WAIT_S = 5.0  # how long a killed hung stub may take to exit before the reload starts anyway
 STUCK_AFTER_S = 10.0  # requests waiting and nothing finished for this long: the model's stubs are stuck
 PROGRESS_EVERY_S = 1.0  # how often the metrics are read for that
@@ -231,12 +236,34 @@ class Watchdog:
                 self._progress[model] = (done, now)  # judged once; its reload starts the clock again
         return stuck
 
+    def _release_mutexes(self, stub: Stub) -> None:
+        """A stopped stub killed while it owns one of the Python backend's robust mutexes (its pool's)
+        leaves it owner-died, and tritonserver's next execute on that instance aborts the server
+        (``lock_exception``; ``server.stub_locks``). So let it run for a millisecond at a time, stopped
+        again in between, until it owns none; the resume is over long before Triton gives up on it."""
+        for _ in range(RELEASE_TRIES):
+            held = owned_mutexes(stub.pid, stub.shm_region)
+            if not held:
+                return
+            try:
+                os.kill(stub.pid, signal.SIGCONT)
+                time.sleep(0.001)
+                os.kill(stub.pid, signal.SIGSTOP)
+            except ProcessLookupError:
+                return
+            time.sleep(0.001)  # the stop is delivered before the next read
+        log.warning(
+            "stub of %s (pid %s) still owns mutexes at %s; killing it anyway", stub.instance, stub.pid, held
+        )
+
     def _kill_hung(self, scan: list[Stub]) -> bool:
         """SIGKILL every hung stub at once, before it can resume (whatever its model is doing: a stub
         that resumes after Triton gave up on it aborts the server); its death is then healed like any
         other, under the event recorded here. True if it killed one."""
         killed = False
         for stub, cause in self.hung_stubs(scan):
+            if stub.stopped:
+                self._release_mutexes(stub)
             try:
                 os.kill(stub.pid, signal.SIGKILL)  # a stopped process dies too; it never runs again
             except ProcessLookupError:

@@ -1,0 +1,158 @@
+"""Try to reproduce Triton 2.51's abort after the watchdog kills a stopped stub (docs/SERVING.md, fault
+matrix row 25 and "What is still open").
+
+Serves ``trivial`` and ``recommender_pipeline`` (built small, as the fault tests build it) on the
+embedded tritonserver with the stub watchdog, then repeats: SIGSTOP the pipeline's embedding stub
+(never resumed), wait for the watchdog to kill it and reload its model, watch ``--settle-s`` more, and
+see whether tritonserver survived. By default the pipeline and ``trivial`` get closed-loop traffic over
+HTTP and gRPC throughout (``--callers`` per model and protocol), so the stop often lands while a
+request is in the stub and the ensemble's dense stage runs; ``--idle`` stops it with no traffic.
+
+``--holding N`` tests the likeliest mechanism: the Python backend's health mutex, message-queue and
+pool mutexes are robust process-shared mutexes in the stub's ``/dev/shm`` region, and a lock of one
+whose owner died raises ``boost::interprocess::lock_exception`` in tritonserver. The script then stops
+and resumes the stub (a few ms each) until it is stopped owning one of them (a word of the region
+holds one of its thread ids), and reports aborts separately for stops owning a mutex and owning none.
+What it showed before the watchdog let a stopped stub release the pool mutex first: 0 aborts in 20
+random stops, 2 aborts in 2 stops owning the mutex at offset 184 (each 2.3 s after the kill, thrown
+in ``TRITONBACKEND_ModelInstanceExecute``); after: 0 aborts, the same stops included.
+
+A server that dies is counted (its log lines before the abort are printed) and started again. Not a
+test: a measurement of the abort rate, to repeat after a change to ``server/watchdog.py`` or on
+another Triton release.
+
+    .venv/bin/python scripts/stopped_stub_abort.py [--iterations 10] [--callers 1] [--idle]
+        [--holding 150] [--settle-s 3] [--repository built_small_repository]
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import yaml
+
+from server import TritonServer
+from server.records import read_record
+from server.stubs import server_stubs
+from soak.mixed_load import PIPELINE, MixedLoad
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT / "tests" / "faults"))
+from resilience_fixtures import build_small_repository, explicit_options  # noqa: E402
+from stub_mutex import stop_owning_a_mutex  # noqa: E402
+
+EMBEDDING = f"{PIPELINE}_embedding"
+log = logging.getLogger("stopped_stub_abort")
+HEAL_WAIT_S = 90.0
+
+
+def embedding_stub_pid(server: TritonServer) -> int | None:
+    live = [
+        s for s in server_stubs(server.pid) if s.alive and s.model == EMBEDDING and s.instance != EMBEDDING
+    ]
+    return live[0].pid if live else None
+
+
+def healed(server: TritonServer, stopped_pid: int) -> bool:
+    """The stopped stub is gone, a new stub serves the model and the watchdog marks nothing unavailable."""
+    if any(s.pid == stopped_pid and s.alive for s in server_stubs(server.pid)):
+        return False
+    fresh = embedding_stub_pid(server)
+    return fresh is not None and not read_record(server.watchdog_path).get("unavailable_now")
+
+
+def one_stop(server: TritonServer, settle_s: float, tries: int) -> tuple[bool, float, bool]:
+    """Stop the embedding stub once (``tries`` > 1: until it is stopped owning a mutex); (server
+    survived, seconds from the stop to the healed state, the stub owned a mutex when it stopped)."""
+    stub = next(s for s in server_stubs(server.pid) if s.pid == embedding_stub_pid(server))
+    pid = stub.pid
+    stopped = time.monotonic()
+    held, attempts = stop_owning_a_mutex(pid, stub.shm_region, tries)
+    holding = bool(held)
+    log.info("stub %s stopped after %d tries, owning mutexes at offsets %s", pid, attempts, held)
+    deadline = stopped + HEAL_WAIT_S
+    while time.monotonic() < deadline and server.process.poll() is None and not healed(server, pid):
+        time.sleep(0.05)
+    took = time.monotonic() - stopped
+    end = time.monotonic() + settle_s  # the soak's abort came 2.4 s after the kill
+    while time.monotonic() < end and server.process.poll() is None:
+        time.sleep(0.05)
+    return server.process.poll() is None, took, holding
+
+
+def abort_lines(server: TritonServer) -> str:
+    tail = server.log_tail(60).splitlines()
+    return "\n".join(tail[-25:])
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    parser.add_argument("--iterations", type=int, default=10)
+    parser.add_argument("--callers", type=int, default=1, help="closed-loop callers per model and protocol")
+    parser.add_argument("--idle", action="store_true", help="stop the stub with no traffic")
+    parser.add_argument("--settle-s", type=float, default=3.0, help="watch this long after each heal")
+    parser.add_argument(
+        "--holding", type=int, default=1, metavar="TRIES",
+        help="stop and resume the stub up to TRIES times until it is stopped owning a mutex",
+    )  # fmt: skip
+    parser.add_argument("--repository", type=Path, help="a built small repository (default: build one)")
+    args = parser.parse_args()
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(message)s")
+
+    work = Path(tempfile.mkdtemp(prefix="stopped_stub_abort-"))
+    repository = args.repository
+    if repository is None:
+        repository = build_small_repository(yaml.safe_load((ROOT / "models.yaml").read_text()), work / "repo")
+        print(f"repository built in {repository}", flush=True)
+    aborts, survived = 0, 0
+    by_lock: dict[bool, list[int]] = {True: [0, 0], False: [0, 0]}  # owned a mutex -> [aborts, stops]
+    server = TritonServer(explicit_options(repository, work / "server")).start()
+    try:
+        for iteration in range(1, args.iterations + 1):
+            load = (
+                None
+                if args.idle
+                else MixedLoad(
+                    server.http_url, server.grpc_url, ["trivial", PIPELINE], callers_per=args.callers
+                )
+            )
+            if load is not None:
+                load.start()
+                load.wait_for(20)
+            try:
+                alive, took, holding = one_stop(server, args.settle_s, args.holding)
+            finally:
+                if load is not None:
+                    load.stop()
+            by_lock[holding][1] += 1
+            owned = "owning a mutex" if holding else "owning no mutex"
+            if alive:
+                survived += 1
+                print(f"{iteration}: stopped {owned}: survived, healed in {took:.1f} s", flush=True)
+                continue
+            aborts += 1
+            by_lock[holding][0] += 1
+            print(
+                f"{iteration}: stopped {owned}: tritonserver died ({server.process.returncode}), {took:.1f} s"
+            )
+            print(abort_lines(server), flush=True)
+            server.reap()
+            server.start()
+    finally:
+        server.stop()
+    mode = "idle" if args.idle else "under load"
+    print(f"stopped stub {mode}: {aborts} aborts in {aborts + survived} stops", flush=True)
+    for holding, (died, stops) in by_lock.items():
+        print(f"  stopped {'owning a mutex' if holding else 'owning none'}: {died} aborts in {stops}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
