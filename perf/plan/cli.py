@@ -3,7 +3,9 @@
 Topology (``--topology`` folder or shipped name, else this host's GPUs, else its CPU) → profile (the
 variants built and measured; on the CPU with the tuner's probe on the real server) → every strategy
 placed and predicted → the pick → on the CPU, the top architectures measured on the real server, the
-answer the one measured to hold the budget at the highest rate (``perf.plan.verify.settle``) →
+answer the one measured to hold the budget at the highest rate (``perf.plan.verify.settle``) → for a
+model with a variable axis, its formed batches per length and length buckets at that rate
+(``perf.plan.shapes``) →
 ``reports/<timestamp>-plan/``: ``plan.json``, ``report.md``, ``p99_vs_rate.png``, ``overlay.yaml``
 and ``spec.planned.yaml``. Where nothing meets the budget (every strategy predicted over it, or every
 verified one measured over it): one line with the closest figure, no overlay, exit status 3.
@@ -28,6 +30,7 @@ from perf.plan.placement import PlacementError
 from perf.plan.planner import Judged, NoStrategyError, PlanRequest, plan
 from perf.plan.profile import measure_profile, plan_target
 from perf.plan.report import document, plot, render, save
+from perf.plan.shapes import plan_shapes
 from perf.plan.strategy import Space
 from perf.plan.topology import Topology, cpu_topology, live_topology, topology_folder
 from perf.plan.verify import settle, verify
@@ -158,6 +161,12 @@ def command_plan(args: argparse.Namespace, console) -> int:
             verdict.hint = f"no answer written; what was measured (not an answer): {render(folder, saved)}"
             raise
     assert chosen.chosen.placement is not None
+    shapes = None
+    if measured_rate:  # a variable-length model: formed batches per length and buckets at the measured rate
+        shapes = plan_shapes(
+            spec.model(model), chosen, measured_rate, engine, settings, args.workdir,
+            lambda text: console.print(f"  {text}"),
+        )  # fmt: skip
     if chosen.chosen.strategy.kind == "sharded":
         console.print(
             "  no spec overlay: a spec cannot yet place a model's tables on other GPUs than its dense "
@@ -166,7 +175,7 @@ def command_plan(args: argparse.Namespace, console) -> int:
     else:
         overlay = plan_overlay(
             base_document(args.spec), spec, model, chosen.chosen.strategy, chosen.chosen.placement,
-            topology.on_gpu,
+            topology.on_gpu, shapes["buckets"] if shapes else None,
         )  # fmt: skip
         note = (
             f"python -m perf plan --model {args.model} --p99-ms {args.p99_ms:g} on {topology.name}: "
@@ -177,6 +186,8 @@ def command_plan(args: argparse.Namespace, console) -> int:
     saved = document(chosen, flags, verification, time.perf_counter() - started)
     saved["measured_rate"] = measured_rate  # the highest verified rate within the budget (None: unverified)
     saved["overlay_written"] = chosen.chosen.strategy.kind != "sharded"
+    if shapes:
+        saved["shapes"] = shapes  # the section's lines and the buckets chosen (None: the spec's stay)
     save(folder, saved)
     plot(chosen, folder / "p99_vs_rate.png")
     report = render(folder, saved)
@@ -234,4 +245,9 @@ def print_summary(saved: dict, report: Path, console) -> None:
             f"measured {number(row['measured_p99_ms'])} ms, served {row['measured_throughput']:.0f}/s "
             f"({'within' if row['met'] else 'over'} budget)"
         )
+    shapes = saved.get("shapes")
+    if shapes:
+        buckets = shapes["buckets"]
+        choice = "the spec's stay (no way met the budget)" if buckets is None else f"buckets: {buckets}"
+        console.print(f"  shapes as served (formed batches per length in the report): {choice}")
     console.print(f"report {report}")

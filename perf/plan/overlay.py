@@ -39,12 +39,14 @@ def _tensors(tensors) -> list[dict[str, Any]]:
 
 
 def plan_overlay(
-    document: dict[str, Any], spec: Spec, model: str, strategy: Strategy, placement: Placement, on_gpu: bool
-) -> dict:
+    document: dict[str, Any], spec: Spec, model: str, strategy: Strategy, placement: Placement, on_gpu: bool,
+    buckets: list[int] | None = None,
+) -> dict:  # fmt: skip
     """The overlay of ``strategy`` placed as ``placement`` over the spec ``document`` (see the module
     docstring). Another precision is another model (pipelines split the fp32 one): the overlay then
     names ``<model>_<precision>``, a copy of the model's entry in that precision unless the spec has
-    one of that name already."""
+    one of that name already. ``buckets``: the length buckets the shapes section chose for the whole
+    model (``[]``: none; None: the spec's stay)."""
     batching = {"mode": "dynamic", "max_queue_delay_us": strategy.delay_us}
     base = spec.model(model)
     if strategy.kind == "data":
@@ -64,6 +66,8 @@ def plan_overlay(
             copy.pop("batching", None)
             entry = {**copy, **entry, "name": variant.name, "precision": strategy.precision}
             entry.update(inputs=_tensors(variant.inputs), outputs=_tensors(variant.outputs))
+        if buckets is not None:
+            entry["buckets"] = list(buckets)
         return {"models": [entry]}
     pipeline = next(p for p in spec.pipelines if p.model == model)
     entries = []

@@ -160,6 +160,8 @@ def render(folder: Path, saved: dict[str, Any]) -> Path:
                     number(v["measured_p99_ms"]), number(v["measured_throughput"], 0),
                     "yes" if v["met"] else "no"] for v in saved["verification"]]),
         ]  # fmt: skip
+    if saved.get("shapes"):
+        lines += ["", *saved["shapes"]["section"]]
     return write_report(folder / "report.md", lines)
 
 

@@ -16,7 +16,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from exporters.spec import Spec
+from exporters.spec import ModelSpec, Spec
 from perf.errors import NothingMeetsError
 from perf.measure.engine import LoadEngine, MeasureSettings
 from perf.measure.loads import poisson
@@ -24,6 +24,7 @@ from perf.model.batcher import BatcherConfig
 from perf.plan.planner import Plan, Predictor
 from perf.plan.profile import precision_variant, variants
 from perf.plan.report import top_architectures
+from perf.plan.strategy import Strategy
 from perf.session.model import ModelSession
 from perf.session.pipeline import PipelineSession
 
@@ -48,11 +49,7 @@ def verify(
         s = judged.strategy
         folder = workdir / f"verify{index}"
         if s.kind == "data":
-            variant = precision_variant(base, s.precision)
-            session = ModelSession(
-                Spec(models=(variant,)), variant.name, s.max_batch, folder, engine, settings
-            )
-            config = BatcherConfig(s.max_batch, s.delay_us, instances=s.instances[0])
+            session, config = data_session(base, s, folder, engine, settings)
         else:
             pipeline = dataclasses.replace(variants(spec, model).split[s.precision], replicas=s.instances)
             session = PipelineSession(
@@ -92,6 +89,17 @@ def verify(
                     lowest = min(row["fraction"] for row in runs)
                     fractions.append(min(lowest * SEARCH_STEP, SERVED_SHARE * served / judged.rate))
     return rows
+
+
+def data_session(
+    base: ModelSpec, strategy: Strategy, folder: Path, engine: LoadEngine, settings: MeasureSettings
+) -> tuple[ModelSession, BatcherConfig]:
+    """The session that serves a whole-model strategy (its precision's variant of ``base``) and the
+    configuration it is loaded with."""
+    variant = precision_variant(base, strategy.precision)
+    spec = Spec(models=(variant,))
+    session = ModelSession(spec, variant.name, strategy.max_batch, folder, engine, settings)
+    return session, BatcherConfig(strategy.max_batch, strategy.delay_us, instances=strategy.instances[0])
 
 
 def rows_of(rows: list[dict[str, Any]], label: str) -> list[dict[str, Any]]:

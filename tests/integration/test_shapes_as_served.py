@@ -1,8 +1,10 @@
 """Shapes as served on the real server: a Conv1d+GRU factory over sequences of 10-200 frames, measured
 by the shapes study of ``make perf`` at one length, at the lengths its sampler draws and padded to
 bucket candidates. The report names the lengths sent, holds the formed batches per length and the
-padding cost of each bucketed run, and both the one-length and the varied rates. No direction is
-asserted between them (host noise can flip a small difference); short settings, no figure judged."""
+padding cost of each bucketed run, and both the one-length and the varied rates; ``make tune`` and
+``make plan`` run the same bucket section on their pick and carry the chosen buckets into their merged
+spec. No direction is asserted between them (host noise can flip a small difference); short settings,
+no figure judged."""
 
 from __future__ import annotations
 
@@ -16,12 +18,13 @@ from rich.console import Console
 
 from perf.cli import parser
 from perf.model.grid import Grid
+from perf.plan.cli import command_plan
+from perf.session.shapes_section import HEADING
 from perf.studies.framework import StudyContext
 from perf.studies.profiles import get_profile
 from perf.studies.shape_study import SINGLE, ShapeStudy
 from perf.studies.study_spec import spec_families
 from perf.tune.cli import TuneSetup, command_tune
-from perf.tune.shapes_section import HEADING
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(900)]
 FACTORIES = Path(__file__).resolve().parents[1] / "data" / "own_factories"
@@ -93,3 +96,34 @@ def test_make_tune_measures_the_traffic_lengths_and_chooses_buckets(
     assert chosen.split("|")[2].strip() == (str(tuned["buckets"]) if tuned["buckets"] else "–")
     assert "### 2 buckets: formed batches per length sent" in section
     assert re.search(r"^\| \d+ \| \d+-\d+ \| \d+ \|", section, re.MULTILINE)  # a bucket's row of true lengths
+
+
+def test_make_plan_reports_formed_batches_per_length_and_chooses_buckets(
+    tmp_path: Path, quick_tuning: None
+) -> None:
+    spec = tmp_path / "models.yaml"
+    spec.write_text(yaml.safe_dump({"models": [ENTRY]}, sort_keys=False))
+    args = parser().parse_args([
+        "plan", "--spec", str(spec), "--model", "sequence", "--p99-ms", "500", "--no-split",
+        "--instances", "1", "--delays-us", "1000", "--verify", "1", "--probe-runs", "2", "--seconds", "0.9",
+        "--predict-s", "1", "--reports", str(tmp_path / "reports"), "--workdir", str(tmp_path / "work"),
+    ])  # fmt: skip
+    code = command_plan(args, Console(quiet=True))
+    (folder,) = (tmp_path / "reports").iterdir()
+    assert code == 0, (folder / "plan.log").read_text()
+    saved = json.loads((folder / "plan.json").read_text())
+    report = (folder / "report.md").read_text()
+    section = report[report.index(HEADING) :]
+    assert saved["shapes"]["section"][0].startswith(HEADING) and section.startswith(HEADING)
+    for run in ("one length (", "exact lengths", "2 buckets"):
+        assert f"| {run}" in section, run
+    assert "### 2 buckets: formed batches per length sent" in section
+    assert re.search(r"^\| \d+ \| \d+-\d+ \| \d+ \|", section, re.MULTILINE)  # a bucket's row of true lengths
+    # the choice met the budget (500 ms at the measured rate): the planned spec carries it, as tune's does
+    (chosen,) = [line for line in section.splitlines() if "(chosen)" in line]
+    assert not chosen.startswith("| one length") and "`spec.planned.yaml` carries `buckets:" in section
+    (entry,) = yaml.safe_load((folder / "overlay.yaml").read_text())["models"]  # sequence or a precision's
+    models = yaml.safe_load((folder / "spec.planned.yaml").read_text())["models"]
+    (planned,) = [m for m in models if m["name"] == entry["name"]]
+    assert saved["shapes"]["buckets"] == planned["buckets"]
+    assert chosen.split("|")[2].strip() == (str(planned["buckets"]) if planned["buckets"] else "–")

@@ -1,0 +1,47 @@
+"""Shapes as served for ``make plan``: where the model has a variable axis, the verified pick is served
+once more and the same section ``make tune`` runs (``perf.session.shapes_section``) measures it at the
+plan's measured operating rate: the traffic at one length, at its own lengths and padded to bucket
+candidates, with the formed batches per length and the padding cost. Triton batches only equal
+shapes, so the per-length table says what batching the planned rate really rests on. The buckets
+chosen go into the plan's overlay only where the choice met the budget, as the tuner's do.
+
+A split pick (a pipeline) is not measured this way: the section serves one whole model."""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from exporters.spec import ModelSpec
+from perf.measure.engine import LoadEngine, MeasureSettings
+from perf.measure.loads import poisson
+from perf.measure.shapes import has_variable_axis
+from perf.plan.planner import Plan
+from perf.plan.verify import data_session
+from perf.session.shapes_section import shapes_section
+
+log = logging.getLogger(__name__)
+
+
+def plan_shapes(
+    base: ModelSpec, plan: Plan, rate: float, engine: LoadEngine, settings: MeasureSettings, workdir: Path,
+    step: Callable[[str], None],
+) -> dict[str, Any] | None:  # fmt: skip
+    """The shapes section of the plan's pick at ``rate`` (the highest verified rate within the budget):
+    ``{"section": report lines, "buckets": the lengths chosen ([]: none) or None where the choice missed
+    the budget}``; None for a model without a variable axis, or a pick that is not the whole model."""
+    strategy = plan.chosen.strategy
+    if not has_variable_axis(base) or rate <= 0:
+        return None
+    if strategy.kind != "data":
+        step(f"shapes: not measured for {strategy.label} (the bucket runs serve the whole model)")
+        return None
+    session, config = data_session(base, strategy, workdir / "shapes", engine, settings)
+    load = poisson(rate, plan.request.seed)
+    with session:
+        section, buckets = shapes_section(
+            session, config, load, plan.request.budget_ms, step, written="spec.planned.yaml"
+        )
+    return {"section": section, "buckets": buckets}
