@@ -241,6 +241,7 @@ class Watchdog:
         leaves it owner-died, and tritonserver's next execute on that instance aborts the server
         (``lock_exception``; ``server.stub_locks``). So let it run for a millisecond at a time, stopped
         again in between, until it owns none; the resume is over long before Triton gives up on it."""
+        held: list[int] = []
         for _ in range(RELEASE_TRIES):
             held = owned_mutexes(stub.pid, stub.shm_region)
             if not held:
