@@ -35,6 +35,7 @@ log = logging.getLogger(__name__)
 SAMPLER_DRAWS = 256  # sampler calls tallied into a ShapeMix when the spec states no ``shapes:``
 PLAN_REQUESTS = 4096  # the (true, sent) lengths a plan cycles through: the sequence repeats after these
 GAP_S = 0.0005  # responses of one shape this close together are counted as one formed batch
+PADDING_BATCH = 4  # the batch the padding cost's raw compute is timed at (the tuner, the planner, the study)
 
 
 def has_variable_axis(spec: ModelSpec) -> bool:
@@ -128,6 +129,15 @@ def bucket_candidates(mix: ShapeMix) -> dict[str, tuple[int, ...]]:
         if len(edges) < len(mix.lengths) and edges not in candidates.values():
             candidates[f"{count} buckets"] = edges
     return candidates
+
+
+def bucket_ways(model: ModelSpec, seed: int = 0) -> dict[str, tuple[int, ...]]:
+    """The bucket sets the tuner, the planner and the perf study measure: ``bucket_candidates`` of the
+    model's traffic, and the spec's own ``buckets:`` where they are not among them."""
+    ways = bucket_candidates(shape_mix(model, seed))
+    if model.buckets and model.buckets not in ways.values():
+        ways["the spec's buckets"] = model.buckets
+    return ways
 
 
 def padded_share(mix: ShapeMix, buckets: Sequence[int], bound: int) -> float:

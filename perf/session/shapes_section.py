@@ -24,9 +24,10 @@ from perf.measure.engine import OurEngine
 from perf.measure.loads import Load
 from perf.measure.measurement import Measurement
 from perf.measure.shapes import (
+    PADDING_BATCH,
     PaddingCost,
     axis_bound,
-    bucket_candidates,
+    bucket_ways,
     has_variable_axis,
     length_of,
     onnx_timer,
@@ -40,7 +41,6 @@ from perf.session.model import ModelSession
 
 log = logging.getLogger(__name__)
 HEADING = "## Shapes as served: length buckets"
-PADDING_BATCH = 4  # the batch the padding cost's raw compute is timed at
 
 
 @dataclass(frozen=True)
@@ -65,9 +65,7 @@ def bucket_runs(session: ModelSession, load: Load, step: Callable[[str], None]) 
     """One run at a single length, then one per bucket candidate, all under ``load`` on the
     configuration loaded now; the session is left sending as it did before."""
     mix = shape_mix(session.base, session.seed)
-    ways: dict[str, tuple[int, ...]] = bucket_candidates(mix)
-    if session.base.buckets and session.base.buckets not in ways.values():
-        ways["the spec's buckets"] = session.base.buckets
+    ways = bucket_ways(session.base, session.seed)
     before = (session.buckets, session.vary_shapes)
     timer = onnx_timer(session.model_file, session.base, PADDING_BATCH, session.seed)
     bound = axis_bound(session.base)

@@ -28,10 +28,11 @@ from perf.markdown import number, ratio, table
 from perf.measure.loads import closed_loop
 from perf.measure.measurement import Measurement
 from perf.measure.shapes import (
+    PADDING_BATCH,
     PaddingCost,
     ShapeRow,
     axis_bound,
-    bucket_candidates,
+    bucket_ways,
     has_variable_axis,
     length_of,
     onnx_timer,
@@ -48,7 +49,6 @@ from perf.studies.study_spec import dynamic, family_entry
 
 log = logging.getLogger(__name__)
 DELAY_US = 1_000
-PADDING_BATCH = 4  # the batch the padding cost's raw compute is timed at
 SINGLE = "one length"
 
 
@@ -109,10 +109,7 @@ class ShapeStudy:
     @staticmethod
     def _ways(model: ModelSpec, profile: Profile) -> dict[str, tuple[int, ...]]:
         """The bucket sets measured: the candidates at quantiles, and the spec's own buckets."""
-        ways = bucket_candidates(shape_mix(model, profile.seed))
-        if model.buckets and model.buckets not in ways.values():
-            ways["the spec's buckets"] = model.buckets
-        return ways
+        return bucket_ways(model, profile.seed)
 
     def run(self, context: StudyContext) -> StudyReport:
         profile = context.profile

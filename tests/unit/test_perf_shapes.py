@@ -16,6 +16,7 @@ from perf.measure.shapes import (
     ShapeMix,
     bucket_candidates,
     bucket_of,
+    bucket_ways,
     formed_batches,
     mix_of,
     padded_share,
@@ -108,6 +109,14 @@ def test_bucket_candidates_sit_at_quantiles_of_the_lengths() -> None:
     candidates = bucket_candidates(mix)
     assert candidates == {"exact lengths": (), "2 buckets": (50, 100), "4 buckets": (25, 50, 75, 100)}
     assert bucket_candidates(mix_of([5, 9], "test")) == {"exact lengths": ()}  # nothing to merge
+
+
+def test_the_ways_measured_add_the_spec_buckets_where_the_candidates_lack_them() -> None:
+    spec = model(shapes={"lengths": list(range(1, 101))})
+    assert bucket_ways(spec) == bucket_candidates(shape_mix(spec))  # no spec buckets: the candidates
+    assert bucket_ways(model(shapes={"lengths": list(range(1, 101))}, buckets=[50, 100])) == bucket_ways(spec)
+    ways = bucket_ways(model(shapes={"lengths": list(range(1, 101))}, buckets=[64, 200]))
+    assert ways["the spec's buckets"] == (64, 200) and len(ways) == len(bucket_ways(spec)) + 1
 
 
 def test_padding_cost_is_compute_at_padded_over_true_lengths() -> None:
