@@ -8,11 +8,11 @@ see whether tritonserver survived. By default the pipeline and ``trivial`` get c
 HTTP and gRPC throughout (``--callers`` per model and protocol), so the stop often lands while a
 request is in the stub and the ensemble's dense stage runs; ``--idle`` stops it with no traffic.
 
-``--holding N`` tests the likeliest mechanism: the Python backend's health mutex, message-queue and
-pool mutexes are robust process-shared mutexes in the stub's ``/dev/shm`` region, and a lock of one
-whose owner died raises ``boost::interprocess::lock_exception`` in tritonserver. The script then stops
-and resumes the stub (a few ms each) until it is stopped owning one of them (a word of the region
-holds one of its thread ids), and reports aborts separately for stops owning a mutex and owning none.
+``--holding S`` tests the mechanism: the Python backend's pool mutex is a robust process-shared mutex
+in the stub's ``/dev/shm`` region, and a lock of one whose owner died raises
+``boost::interprocess::lock_exception`` in tritonserver. The script then watches the running stub's
+region for up to S seconds and stops it when it owns such a mutex (``server.stub_locks``), and
+reports aborts separately for stops owning a mutex and owning none.
 What it showed before the watchdog let a stopped stub release the pool mutex first: 0 aborts in 20
 random stops, 2 aborts in 2 stops owning the mutex at offset 184 (each 2.3 s after the kill, thrown
 in ``TRITONBACKEND_ModelInstanceExecute``); after: 0 aborts, the same stops included.
@@ -22,7 +22,7 @@ test: a measurement of the abort rate, to repeat after a change to ``server/watc
 another Triton release.
 
     .venv/bin/python scripts/stopped_stub_abort.py [--iterations 10] [--callers 1] [--idle]
-        [--holding 150] [--settle-s 3] [--repository built_small_repository]
+        [--holding 15] [--settle-s 3] [--repository built_small_repository]
 """
 
 from __future__ import annotations
@@ -66,15 +66,15 @@ def healed(server: TritonServer, stopped_pid: int) -> bool:
     return fresh is not None and not read_record(server.watchdog_path).get("unavailable_now")
 
 
-def one_stop(server: TritonServer, settle_s: float, tries: int) -> tuple[bool, float, bool]:
-    """Stop the embedding stub once (``tries`` > 1: until it is stopped owning a mutex); (server
+def one_stop(server: TritonServer, settle_s: float, holding_s: float) -> tuple[bool, float, bool]:
+    """Stop the embedding stub once (``holding_s`` > 0: when it owns a mutex, watched that long); (server
     survived, seconds from the stop to the healed state, the stub owned a mutex when it stopped)."""
     stub = next(s for s in server_stubs(server.pid) if s.pid == embedding_stub_pid(server))
     pid = stub.pid
     stopped = time.monotonic()
-    held, attempts = stop_owning_a_mutex(pid, stub.shm_region, tries)
+    held, attempts = stop_owning_a_mutex(pid, stub.shm_region, holding_s)
     holding = bool(held)
-    log.info("stub %s stopped after %d tries, owning mutexes at offsets %s", pid, attempts, held)
+    log.info("stub %s stopped after %d stops, owning mutexes at offsets %s", pid, attempts, held)
     deadline = stopped + HEAL_WAIT_S
     while time.monotonic() < deadline and server.process.poll() is None and not healed(server, pid):
         time.sleep(0.05)
@@ -99,8 +99,8 @@ def main() -> int:
     parser.add_argument("--idle", action="store_true", help="stop the stub with no traffic")
     parser.add_argument("--settle-s", type=float, default=3.0, help="watch this long after each heal")
     parser.add_argument(
-        "--holding", type=int, default=1, metavar="TRIES",
-        help="stop and resume the stub up to TRIES times until it is stopped owning a mutex",
+        "--holding", type=float, default=0.0, metavar="S",
+        help="watch the running stub up to S seconds and stop it when it owns a mutex",
     )  # fmt: skip
     parser.add_argument("--repository", type=Path, help="a built small repository (default: build one)")
     args = parser.parse_args()

@@ -5,28 +5,33 @@ killed, made tritonserver 2.51 abort (``server.stub_locks``)."""
 from __future__ import annotations
 
 import os
-import random
 import signal
 import time
 
 from server.stub_locks import owned_mutexes
 
 
-def stop_owning_a_mutex(pid: int, region: str, tries: int) -> tuple[list[int], int]:
-    """SIGSTOP the stub; while it owns no mutex, resume it and try again a moment later (up to
-    ``tries``): a stop of a few ms harms nothing, and the stub runs most of the time between tries, so
-    the watchdog seldom sees it stopped first. Returns (offsets of the mutexes it owns, tries used);
-    the stub is left stopped (or the watchdog has killed it: ([], tries))."""
-    attempt = 0
+def stop_owning_a_mutex(pid: int, region: str, seconds: float) -> tuple[list[int], int]:
+    """SIGSTOP the stub at a moment it owns a mutex, watched for up to ``seconds``; stopped anyway then.
+
+    The region is read while the stub runs (a read costs about a millisecond and the stub never
+    waits for it); when a mutex looks owned, the stub is stopped and the region read again, and if it
+    was released meanwhile, resumed after a stop of a few ms that harms nothing. The watchdog seldom
+    sees those stops. Returns (offsets of the mutexes it owns when left stopped, stops made); ([], n)
+    when none was caught, or when the watchdog killed it during one of the short stops."""
+    stops = 0
+    deadline = time.monotonic() + seconds
     try:
-        for attempt in range(1, tries + 1):
+        while time.monotonic() < deadline:
+            if not owned_mutexes(pid, region):
+                continue
             os.kill(pid, signal.SIGSTOP)
+            stops += 1
             held = owned_mutexes(pid, region)
             if held:
-                return held, attempt
-            if attempt < tries:
-                os.kill(pid, signal.SIGCONT)
-                time.sleep(0.1 * random.random())
+                return held, stops
+            os.kill(pid, signal.SIGCONT)
+        os.kill(pid, signal.SIGSTOP)
+        return owned_mutexes(pid, region), stops + 1
     except ProcessLookupError:  # the watchdog saw one of the short stops and killed the stub
-        pass
-    return [], attempt
+        return [], stops
