@@ -34,11 +34,11 @@ from perf.model.batcher import BatcherConfig
 from perf.model.grid import QUICK_GRID, WIDE_GRID, Grid
 from perf.report_folder import report_folder
 from perf.session.model import TUNE_WINDOWS, ModelSession
+from perf.session.shapes_section import shapes_section
 from perf.spec_overlay import write_overlay
 from perf.tune.partial import write_partial
 from perf.tune.report import render
 from perf.tune.result import document, save
-from perf.tune.shapes_section import shapes_section
 from perf.tune.tuner import TuneRequest, TuneResult, tune
 from server.ports import add_port_base_option
 
