@@ -137,10 +137,12 @@ class PipelineSession(ModelSession):
         log.info("loaded %s on the stages of %s in %.1f s", config.label, self.pipeline.name, took)
         return took
 
-    def _measure_once(self, load: Load, label: str, settings: MeasureSettings) -> Measurement:
+    def _measure_once(
+        self, load: Load, label: str, settings: MeasureSettings, engine: LoadEngine | None = None
+    ) -> Measurement:
         """A run through the ensemble, the server's view that of its stages (``pipeline_stats``)."""
         stages = tuple(self.pipeline.stage_names)
-        run = measure(self.target, load, settings, self.endpoints, label, stages, self.engine)
+        run = measure(self.target, load, settings, self.endpoints, label, stages, engine or self.engine)
         if run.server is not None:
             stats = pipeline_stats([run.server.related[name] for name in stages])
             run.server = dataclasses.replace(run.server, stats=stats)
