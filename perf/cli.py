@@ -15,8 +15,10 @@ import os
 import shutil
 import signal
 import sys
+import threading
 from collections.abc import Callable, Iterator
 from pathlib import Path
+from typing import Any
 
 from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
@@ -133,6 +135,24 @@ def _stop_on_sigterm() -> None:
     signal.signal(signal.SIGTERM, handler)
     # A shell that starts us in the background hands us SIGINT ignored; Ctrl-C must still stop us.
     signal.signal(signal.SIGINT, signal.default_int_handler)
+    sys.unraisablehook = _redeliver_lost_interrupts(sys.unraisablehook)
+
+
+def _redeliver_lost_interrupts(previous: Callable[[Any], None]) -> Callable[[Any], None]:
+    """An unraisable-exception hook that sends SIGTERM again when the interrupt was lost.
+
+    A signal handler's exception that lands in a garbage-collector or weakref callback is printed and
+    dropped ("Exception ignored in ..."): the run would go on as if never told to stop. So a dropped
+    KeyboardInterrupt is delivered once more, a moment later, from a timer thread (a signal raised
+    from inside the hook would be dropped with it)."""
+
+    def hook(unraisable: Any) -> None:
+        if isinstance(unraisable.exc_value, KeyboardInterrupt):
+            threading.Timer(0.05, os.kill, (os.getpid(), signal.SIGTERM)).start()
+            return
+        previous(unraisable)
+
+    return hook
 
 
 @contextlib.contextmanager

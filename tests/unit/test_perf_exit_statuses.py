@@ -99,3 +99,30 @@ def test_a_tool_beside_the_tuner_is_its_own_subcommand_with_its_own_options(
             main([tool, "--help"])
         assert exit_info.value.code == 0
         assert f"usage: python -m perf {tool} " in capsys.readouterr().out
+
+
+def test_an_interrupt_dropped_in_a_callback_is_delivered_again() -> None:
+    """A SIGTERM whose KeyboardInterrupt landed in a weakref or GC callback is printed and dropped by
+    Python; the hook sends SIGTERM once more so the run still stops (exit 130), and other unraisable
+    exceptions reach the previous hook unchanged."""
+    import signal
+    import threading
+    import types
+
+    from perf.cli import _redeliver_lost_interrupts
+
+    passed_on: list[object] = []
+    hook = _redeliver_lost_interrupts(passed_on.append)
+    delivered = threading.Event()
+    previous = signal.signal(signal.SIGTERM, lambda signum, frame: delivered.set())
+    try:
+        hook(types.SimpleNamespace(exc_value=KeyboardInterrupt()))
+        for _ in range(100):  # the handler runs in the main thread, between bytecodes
+            if delivered.wait(0.02):
+                break
+        assert delivered.is_set(), "the dropped interrupt was not delivered again"
+        other = types.SimpleNamespace(exc_value=ValueError("x"))
+        hook(other)
+        assert passed_on == [other]
+    finally:
+        signal.signal(signal.SIGTERM, previous)
