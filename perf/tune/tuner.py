@@ -10,8 +10,9 @@ predictions → pick → verify, demoting a pick the verification does not confi
 4. ``contenders``: the candidates measured to sustain something within the budget (with a target
    rate, at least that), the most sustained first; ``pick`` is the first of them.
 5. ``settle``: each contender in turn measured at its operating rate (the target, or
-   ``OPERATING_SHARE`` of what it sustained). The first that meets the budget there is the answer; one
-   that misses, by however little, is demoted and the next takes its place. None left: ``NothingMeetsError``,
+   ``OPERATING_SHARE`` of what it sustained; without a target, lower rates after a miss, twice). The
+   first that meets the budget is the answer; one that misses at every rate tried, by however little,
+   is demoted and the next takes its place. None left: ``NothingMeetsError``,
    naming the closest figure measured. The answer is a configuration and a rate a run met the budget at.
 6. ``verify``: the answer around its operating rate, and its neighbours one delay step either side,
    each predicted and measured (the report's comparison; the answer is settled already).
@@ -39,6 +40,7 @@ from perf.session.probe import ProbePlan, ProbeResult, Server, probe
 log = logging.getLogger(__name__)
 Step = Callable[[str], None]
 OPERATING_SHARE = 0.85  # of the rate the pick was measured to sustain: where it is verified and run
+VERIFY_RATES, VERIFY_STEP_DOWN = 3, 0.7  # a verification that misses is tried again lower, twice
 
 
 @dataclass(frozen=True)
@@ -240,30 +242,44 @@ def operating_rate(candidate: Candidate, request: TuneRequest) -> float:
     return request.rate or OPERATING_SHARE * candidate.rate
 
 
+def verify_rates(candidate: Candidate, request: TuneRequest) -> list[float]:
+    """The rates a contender is verified at, in turn, until one meets the budget: its operating rate,
+    then ``VERIFY_STEP_DOWN`` of it, twice (a host slower than during the shortlist still gets a
+    measured answer). With a target rate, the target alone."""
+    rate = operating_rate(candidate, request)
+    return [rate] if request.rate else [rate * VERIFY_STEP_DOWN**k for k in range(VERIFY_RATES)]
+
+
 def settle(
     server: Server, result: ProbeResult, request: TuneRequest, measured: list[Candidate], step: Step
-) -> tuple[Candidate, Point, list[Point]]:
-    """The answer: the first of the ``contenders`` among ``measured`` whose run at its operating rate
-    meets the budget, that run, and the demoted ones' runs (each a miss there, however small: 50.2 ms is
-    not within 50 ms). Raises ``NothingMeetsError`` when every contender is demoted (or there was none),
-    naming the closest figure of every run the search and the verification made."""
+) -> tuple[Candidate, Point, list[Point], list[Point]]:
+    """The answer: the first of the ``contenders`` among ``measured`` with a run within the budget at
+    one of its ``verify_rates``, that run, the demoted ones' runs at their operating rate (each a miss
+    there, however small: 50.2 ms is not within 50 ms), and the misses at lower rates. Raises
+    ``NothingMeetsError`` when every contender is demoted (or there was none), naming the closest
+    figure of every run the search and the verification made."""
     demoted: list[Point] = []
+    stepped: list[Point] = []
     for candidate in contenders(measured, request):
-        rate = operating_rate(candidate, request)
-        step(f"verifying {candidate.config.label} at {rate:.0f}/s")
         server.prepare(candidate.config)
-        point = measure_point(
-            server, request, predict_point(result, request, candidate.config, rate), "verify"
-        )
-        assert point.measured is not None
-        if point.measured.meets(request.budget_ms):
-            return candidate, point, demoted
-        step(
-            f"{candidate.config.label} missed the budget at {rate:.0f}/s (p99 "
-            f"{point.measured.p99_ms:.1f} ms, served {point.measured.throughput:.0f}/s): demoted"
-        )
-        demoted.append(point)
-    raise nothing_meets(request, result, [p for c in measured for p in c.points] + demoted)
+        misses = []
+        for rate in verify_rates(candidate, request):
+            step(f"verifying {candidate.config.label} at {rate:.0f}/s")
+            point = measure_point(
+                server, request, predict_point(result, request, candidate.config, rate), "verify"
+            )
+            assert point.measured is not None
+            if point.measured.meets(request.budget_ms):
+                return candidate, point, demoted, stepped + misses
+            step(
+                f"{candidate.config.label} missed the budget at {rate:.0f}/s (p99 "
+                f"{point.measured.p99_ms:.1f} ms, served {point.measured.throughput:.0f}/s)"
+            )
+            misses.append(point)
+        step(f"{candidate.config.label}: demoted")
+        demoted.append(misses[0])
+        stepped.extend(misses[1:])
+    raise nothing_meets(request, result, [p for c in measured for p in c.points] + demoted + stepped)
 
 
 def nothing_meets(
@@ -371,11 +387,11 @@ def tune(
         measured.append(search_rate(server, probed, request, entry))
     shortlist_s = time.perf_counter() - started
     started = time.perf_counter()
-    answer, operating_point, demoted = settle(server, probed, request, measured, step)
+    answer, operating_point, demoted, stepped = settle(server, probed, request, measured, step)
     chosen, operating = answer.config, operating_point.rate
     step(f"verifying {chosen.label} around {operating:.0f}/s, and its neighbours")
     points = verify(server, probed, request, chosen, operating, answer.rate, done=[operating_point])
     return TuneResult(
-        request, probed, ranking, measured, chosen, operating, points=demoted + points, demoted=demoted,
-        predict_s=predict_s, shortlist_s=shortlist_s, verify_s=time.perf_counter() - started,
+        request, probed, ranking, measured, chosen, operating, points=demoted + stepped + points,
+        demoted=demoted, predict_s=predict_s, shortlist_s=shortlist_s, verify_s=time.perf_counter() - started,
     )  # fmt: skip

@@ -153,3 +153,31 @@ def test_the_result_keeps_each_step_s_time_apart(unhindered) -> None:
     """The saved seconds of each step are what each took (the shortlist's not filed as the prediction's)."""
     assert unhindered.predict_s > 0 and unhindered.shortlist_s > 0 and unhindered.verify_s > 0
     assert unhindered.demoted == []
+
+
+class FirstVerificationMisses(MissingVerification):
+    """Verification runs at the first rate verified miss (a host slower for a moment; the noise
+    policy's rematch of that run misses too); every other run as measured: the tuner tries the same
+    pick lower before it demotes it."""
+
+    def __init__(self, *args, **kwargs) -> None:
+        super().__init__(*args, **kwargs)
+        self.first_rate: str | None = None
+
+    def _run(self, load: Load, label: str) -> Measurement:
+        if label.startswith("verify"):
+            rate = label.rsplit("@", 1)[1]
+            self.first_rate = self.first_rate or rate
+            if rate != self.first_rate:
+                return SimulatedServer._run(self, load, label)
+        return super()._run(load, label)
+
+
+def test_a_pick_that_misses_once_is_verified_lower_before_it_is_demoted(unhindered) -> None:
+    server = FirstVerificationMisses(LINEAR, {unhindered.chosen}, seed=1)
+    result = tune(server, TuneRequest(BUDGET_MS, grid=GRID, predict_s=3.0), ProbePlan())
+    assert result.chosen == unhindered.chosen and not result.demoted
+    assert result.operating_rate == pytest.approx(0.7 * unhindered.operating_rate)
+    assert result.operating_point.measured.meets(BUDGET_MS)
+    missed = [p for p in result.points if p.rate == pytest.approx(unhindered.operating_rate)]
+    assert missed and not missed[0].measured.meets(BUDGET_MS)  # the miss is kept in the result
