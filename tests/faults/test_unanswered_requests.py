@@ -180,27 +180,28 @@ def small_server(
 
 @pytest.fixture
 def guard_with_two_slots(small_server: TritonServer, tmp_path: Path) -> Iterator[int]:
-    """An HTTP front in front of ``small_server``, where one client may have 2 requests upstream."""
-    port = free_port()
+    """An HTTP front in front of ``small_server``, where one client may have 2 requests upstream. A port
+    taken between ``free_port()`` and the front's bind (by a server of a test beside this one) is left
+    for another: the front is used only once its own log says it listens."""
     log_path = tmp_path / "http_guard.log"
-    with open(log_path, "wb") as log_file:
-        guard = subprocess.Popen(
-            [
-                sys.executable, "-m", "server.http_guard", f"--listen=127.0.0.1:{port}",
-                f"--upstream={small_server.http_url}", "--max-client-requests=2",
-            ],
-            stdout=log_file,
-            stderr=subprocess.STDOUT,
-        )  # fmt: skip
-    client = httpclient.InferenceServerClient(f"127.0.0.1:{port}")
     deadline = time.monotonic() + HANG_GUARD_S
     while True:
-        try:
-            client.is_server_live()
-            break
-        except OSError:
+        port = free_port()
+        with open(log_path, "wb") as log_file:
+            guard = subprocess.Popen(
+                [
+                    sys.executable, "-m", "server.http_guard", f"--listen=127.0.0.1:{port}",
+                    f"--upstream={small_server.http_url}", "--max-client-requests=2",
+                ],
+                stdout=log_file,
+                stderr=subprocess.STDOUT,
+            )  # fmt: skip
+        while guard.poll() is None and f"http guard on 127.0.0.1:{port}" not in log_path.read_text():
             assert time.monotonic() < deadline, log_path.read_text()
             time.sleep(0.1)
+        if guard.poll() is None:
+            break
+        assert time.monotonic() < deadline, log_path.read_text()  # exited: the port was taken; another
     yield port
     guard.terminate()
     guard.wait(timeout=30)
