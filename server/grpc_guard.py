@@ -1,4 +1,5 @@
-"""A gRPC front for tritonserver 2.51: the HTTP guard's protection for gRPC clients (issue 28, item 3).
+"""A gRPC front for tritonserver 2.51: the HTTP guard's protection for gRPC clients (fault matrix
+rows 19–21 and 37–41).
 
 Triton's gRPC frontend accepts messages up to 2 GiB and computes input byte sizes in 64-bit integers:
 one 97-byte request (``INT64 [1, 2**61]`` with empty contents) wrapped the check to 0 and killed the

@@ -1,6 +1,6 @@
 """An HTTP front for tritonserver 2.51: bounds and checks each request before Triton's own HTTP
-frontend sees it, because that frontend crashes the whole server on a few small inputs (issues 11,
-28 and 33) and blames the server (500) for many faulty ones:
+frontend sees it, because that frontend crashes the whole server on a few small inputs (the
+fault matrix's HTTP-front rows, docs/SERVING.md) and blames the server (500) for many faulty ones:
 
 * the request target: only a plain origin-form ``/v2/...`` path, and Triton gets the path that was
   checked, never the raw target (``server.request_target``; fault matrix row 35);
@@ -103,7 +103,8 @@ def _error(status: int, message: str) -> web.Response:
 
 def _content_type(request: web.BaseRequest) -> str:
     """The media type alone (``RequestRefusedError`` unless it is one), read without aiohttp's recursive
-    header parser: 239 ``(`` overflowed it into a 500 on every route, health included (issue 33)."""
+    header parser: 239 ``(`` overflowed it into a 500 on every route, health included (fault matrix
+    row 16)."""
     value = request.headers.get("Content-Type")
     if value is None:
         return ""
