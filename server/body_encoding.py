@@ -2,7 +2,7 @@
 
 Triton 2.51 inflates ``gzip`` and ``deflate`` bodies itself, so a front that checks the inflated body
 must forward exactly that body without the header (forwarding the inflated body still marked gzip
-made Triton refuse a valid request, issue 33). Inflating here also bounds a compression bomb: at most
+made Triton refuse a valid request). Inflating here also bounds a compression bomb: at most
 ``limit`` bytes come out, whatever the ratio.
 """
 

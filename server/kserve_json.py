@@ -6,7 +6,7 @@ JSON non-array as array"), which blames the server for the client's request; her
 gets a 400 naming the field. And the guard must never read a body differently from Triton:
 
 * **Duplicate keys** are refused wherever they occur (Python's parser keeps the last, Triton's the
-  first: a huge shape placed first passed the guard's check and aborted the server, issue 33).
+  first: a huge shape placed first passed the guard's check and aborted the server).
 * **Numbers Triton's parser cannot hold** (an integer beyond a double, ``1e400``) and lone UTF-16
   surrogates are refused: Triton would fail to parse them where Python succeeds.
 * The body must be UTF-8 (Python also guesses UTF-16 and UTF-32; Triton does not).

@@ -2,7 +2,7 @@
 
 Triton 2.51 computes an input's byte size as ``elements × element size`` in 64-bit integers: a shape
 like ``[1, 2**61]`` of INT64 wraps to 0, passes its byte-size check with empty contents, and the
-Python-backend stub then aborts building a numpy array of 2**61 elements (issue 28, item 3); a shape
+Python-backend stub then aborts building a numpy array of 2**61 elements; a shape
 like ``[64, 2**40]`` in a 300-byte HTTP body crashed the HTTP frontend while it allocated. Here the
 product is taken in Python's unbounded integers and compared with the bytes that actually carry the
 input (the body, the binary part, or the named shared-memory range), so an input can never declare

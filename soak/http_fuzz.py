@@ -1,4 +1,4 @@
-"""A small seeded mutation fuzzer for the HTTP front (issue 33), in the style of Triton's ``L0_http_fuzz``.
+"""A small seeded mutation fuzzer for the HTTP front, in the style of Triton's ``L0_http_fuzz``.
 
 It starts from valid requests to every endpoint ``make serve`` exposes (health, metadata, config,
 statistics, inference as JSON and as binary, generate, system shared memory, and the keyed admin

@@ -1,7 +1,7 @@
 """The fault matrix harness: one real tritonserver shared by the fault tests, and what each test checks.
 
-Every fault test does something bad to the server and then holds it to the same four promises
-(issue #11): the client gets the exact error, good requests sent alongside all succeed (the client's
+Every fault test does something bad to the server and then holds it to the same four promises:
+the client gets the exact error, good requests sent alongside all succeed (the client's
 count equals the server's), the server is live and ready afterwards, and neither ``/dev/shm`` nor the
 process table holds anything orphaned. ``good_traffic`` and the autouse ``server_survives`` check the
 last three around every test that uses the shared server.

@@ -1,4 +1,4 @@
-"""Fault matrix row (issue #28 item 1): the pod's readiness probe tells the truth about hung stubs and
+"""Fault matrix row: the pod's readiness probe tells the truth about hung stubs and
 dead servers.
 
 The image's entry point (``python -m server.container``, the cpu overlay's container) supervises

@@ -1,4 +1,4 @@
-"""Fault matrix row: a full disk never wedges the build (issue 28 item 7).
+"""Fault matrix row: a full disk never wedges the build.
 
 The build runs on a small tmpfs filled to leave room for the files before one of the files it writes
 and none (or half) for that file, for every file it writes (the marker, each model's ``model.onnx``,

@@ -1,4 +1,4 @@
-"""Fault matrix: issue 33, the HTTP fuzz. Every request the issue names is a regression test here
+"""Fault matrix rows 15-18: the HTTP fuzz. Every request those rows name is a regression test here
 (measured before: the duplicate keys aborted tritonserver, every stub, the guard and the watchdog with
 it; the rest were 500s from the guard or Triton for a fault of the request), and a seeded mutation
 fuzzer (``soak.http_fuzz``) runs a few hundred cases over every endpoint ``make serve`` exposes,
@@ -68,7 +68,7 @@ DUPLICATE_SHAPE = (
 )
 HUGE_FIRST = b'{"inputs":[{"name":"dense","shape":[1099511627776],"datatype":"FP32","data":[0]}],"inputs":['
 CLASSIFY = [{"name": "probability", "parameters": {"classification": "x"}}]
-# name -> (request, status, error message): the requests of issue 33, one by one
+# name -> (request, status, error message): the requests of rows 15-17, one by one
 NAMED = {
     "duplicate_shape_key": _json(DUPLICATE_SHAPE, "request JSON has the key 'shape' twice in one object"),
     "duplicate_inputs_key": _json(
@@ -138,7 +138,7 @@ def test_a_named_malformed_request_is_refused_naming_its_fault(
 
 @pytest.mark.parametrize("encoding", ["gzip", "deflate"])
 def test_a_compressed_body_is_answered_as_the_plain_one(fault_server: TritonServer, encoding: str) -> None:
-    """Issue 33: a valid gzip body got 400 through the guard but 200 directly (the guard forwarded the
+    """A valid gzip body got 400 through the guard but 200 directly (the guard forwarded the
     inflated body still marked gzip)."""
     packed = gzip.compress(GOOD) if encoding == "gzip" else zlib.compress(GOOD)
     [(status, body)] = exchange(

@@ -1,4 +1,4 @@
-"""Fault matrix: the HTTP guard's own edges (issue 28, item 9). Measured before: 300 of 300 connections
+"""Fault matrix: the HTTP guard's own edges. Measured before: 300 of 300 connections
 whose headers never completed were still held after 58 s; with Triton down the guard answered
 ``500 text/plain`` that tritonclient cannot parse; and it logged a full traceback per readiness poll
 while Triton started (8,746 lines per start).

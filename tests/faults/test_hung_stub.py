@@ -1,4 +1,4 @@
-"""Fault matrix row (issue #28 item 1): a Python-backend stub that hangs instead of dying.
+"""Fault matrix row: a Python-backend stub that hangs instead of dying.
 
 ``kill -STOP`` of the pipeline's embedding stage under load: Triton 2.51 answers every request to it
 ``Stub process ... is not healthy`` while every readiness endpoint says READY, and once the stub is

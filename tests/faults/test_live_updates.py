@@ -1,4 +1,4 @@
-"""Fault matrix rows: embedding updates belong to the build they update (issue 28 items 5 and 9).
+"""Fault matrix rows: embedding updates belong to the build they update.
 
 A rebuild with new weights (``seed: 1``) while the pipeline serves acknowledged row updates: the server
 keeps serving the old build whole until its models are reloaded; a stub reload under the old config

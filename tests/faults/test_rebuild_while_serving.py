@@ -1,5 +1,4 @@
-"""Fault matrix row: ``python -m exporters build`` while ``make serve`` serves the repository (issue 28
-item 6).
+"""Fault matrix row: ``python -m exporters build`` while ``make serve`` serves the repository.
 
 Every file the build writes must land whole: a reader that holds a file open across the rebuild (as a
 stub that starts meanwhile would) still reads the whole old file, because the new one is written

@@ -1,4 +1,4 @@
-"""Fault matrix, serving-resilience rows (issue #11 rows 1-4): one real server, faults injected under load.
+"""Fault matrix, serving-resilience rows: one real server, faults injected under load.
 
 In order, the module tells one story: the admin APIs refuse strangers (row 4); a version that fails
 to load leaves the old one serving and the server ready (row 3); embedding updates are acknowledged,

@@ -1,4 +1,4 @@
-"""Fault matrix: system shared memory (issue 28, item 2). Measured without the fronts: any client,
+"""Fault matrix: system shared memory. Measured without the fronts: any client,
 without a key, registered a Python-backend stub's own IPC region (named in the stub's command line),
 read another client's request tensor through it, and crashed tritonserver by having an output
 written into it; the stubs' regions were world-readable. Now a client names only regions its own uid

@@ -1,4 +1,4 @@
-"""Fault matrix row (issue #28 item 1): a stub that runs but never answers.
+"""Fault matrix row: a stub that runs but never answers.
 
 A Python-backend model whose ``execute`` never returns for one request (here: a test model that sleeps
 for an hour on a negative input, as a deadlock or a call that waits forever would): its process and

@@ -1,4 +1,4 @@
-"""Fault matrix row (issue #28 items 1 and 9): tritonserver itself dies under ``make serve``.
+"""Fault matrix row: tritonserver itself dies under ``make serve``.
 
 ``kill -9`` of the tritonserver that ``python -m server start`` launched: its supervisor must remove
 the dead server's ``/dev/shm`` regions and stray stubs, restart it on the same ports (the HTTP guard

@@ -1,5 +1,5 @@
-"""The fronts' checks without a server: one reading of KServe JSON (issue 33), exact size checks for
-both protocols (issue 28 item 3), inflated bodies, and who may name a shared-memory region (item 2)."""
+"""The fronts' checks without a server: one reading of KServe JSON, exact size checks for
+both protocols, inflated bodies, and who may name a shared-memory region."""
 
 from __future__ import annotations
 
@@ -48,7 +48,7 @@ def _refused(match: str, kind: Refusal = Refusal.INVALID) -> Iterator[None]:
 
 
 def test_duplicate_keys_are_named_wherever_they_are() -> None:
-    """Issue 33: Python keeps the last of two keys, Triton the first; a huge first shape aborted it."""
+    """Python keeps the last of two keys, Triton the first; a huge first shape aborted it."""
     nested = b'{"inputs":[{"name":"dense","shape":[1099511627776],"shape":[1],"datatype":"FP32","data":[0]}]}'
     with _refused("the key 'shape' twice"):
         check_infer(nested, None)
@@ -172,7 +172,7 @@ def test_compressed_bodies_are_inflated_with_a_bound() -> None:
     assert inflate(zlib.compress(plain), "Deflate", 1 << 20) == plain
     assert inflate(plain, None, 1 << 20) == inflate(plain, "identity", 1 << 20) == plain
     with _refused("not valid gzip data"):
-        inflate(plain, "gzip", 1 << 20)  # issue 33: a plain body marked gzip was a 500
+        inflate(plain, "gzip", 1 << 20)  # a plain body marked gzip was a 500
     with _refused("inflates to more than 1048576 bytes", Refusal.TOO_LARGE):
         inflate(gzip.compress(b"\0" * (64 << 20)), "gzip", 1 << 20)  # a 64 KB bomb of 64 MiB
     with _refused("not one complete gzip stream"):
@@ -195,7 +195,7 @@ def _grpc_request(
 
 
 def test_grpc_inputs_must_carry_their_declared_bytes() -> None:
-    """Issue 28 item 3: INT64 [1, 2**61] with empty raw contents is 97 bytes; Triton wraps 2**64 to 0."""
+    """INT64 [1, 2**61] with empty raw contents is 97 bytes; Triton wraps 2**64 to 0."""
     overflow = overflowing_request("text_embedding_encoder", ("input_ids", "attention_mask"))
     assert overflow.ByteSize() == 97
     with _refused(r"'input_ids' declares shape \[1, 2305843009213693952\].*its raw data carries only 0"):
