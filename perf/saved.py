@@ -1,0 +1,47 @@
+"""Saved documents (``result.json``, ``plan.json``): frozen dataclasses written as JSON and read back
+through the same types.
+
+A report rendered later, or another tool reading a run, gets typed attributes instead of string keys:
+a field renamed on one side, a figure of the wrong type or a missing section fails when the file is
+read, naming the field (pydantic validates the stdlib dataclasses), not as a ``KeyError`` deep in a
+report. Non-finite figures are written as JSON's ``NaN``/``Infinity``, as ``json`` does, and read back.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+from pathlib import Path
+from typing import Any, TypeVar
+
+from pydantic import TypeAdapter, ValidationError
+
+from perf.errors import OptionError
+from perf.markdown import plain
+
+Document = TypeVar("Document")
+
+
+def save_document(path: Path, document: Any) -> Path:
+    """Write the dataclass ``document`` to ``path`` as indented JSON; returns ``path``."""
+    if not dataclasses.is_dataclass(document) or isinstance(document, type):
+        raise TypeError(f"save_document takes a dataclass instance, got {type(document).__name__}")
+    path.write_text(json.dumps(dataclasses.asdict(document), indent=1, default=plain))
+    return path
+
+
+def load_document(path: Path, kind: type[Document]) -> Document:
+    """``path`` read back as ``kind``; an ``OptionError`` naming the file and each field it got wrong."""
+    try:
+        data = json.loads(path.read_text())
+    except FileNotFoundError as error:
+        raise OptionError(f"{path}: no such file") from error
+    except json.JSONDecodeError as error:
+        raise OptionError(f"{path}: not JSON ({error})") from error
+    try:
+        return TypeAdapter(kind).validate_python(data)
+    except ValidationError as error:
+        fields = "; ".join(
+            f"{'.'.join(map(str, e['loc'])) or '(top)'}: {e['msg']}" for e in error.errors()[:5]
+        )
+        raise OptionError(f"{path}: not a {kind.__name__} document: {fields}") from error
