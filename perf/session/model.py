@@ -51,6 +51,12 @@ WINDOW_BATCHES = 20
 TIMED_BATCHES = 3
 
 
+def windows_for(settings: MeasureSettings, largest_batch_s: float) -> MeasureSettings:
+    """``settings`` with windows of at least ``WINDOW_BATCHES`` batches of ``largest_batch_s`` seconds."""
+    floor = WINDOW_BATCHES * largest_batch_s
+    return settings if settings.window_s >= floor else dataclasses.replace(settings, window_s=floor)
+
+
 class ModelSession:
     """Build, serve and reload one model; ``with ModelSession(...) as session``."""
 
@@ -116,9 +122,9 @@ class ModelSession:
         return statistics.median(took[1:])
 
     def sized(self, settings: MeasureSettings) -> MeasureSettings:
-        """``settings`` with windows of at least ``WINDOW_BATCHES`` of the largest batch."""
-        floor = WINDOW_BATCHES * self.largest_batch_s
-        return settings if settings.window_s >= floor else dataclasses.replace(settings, window_s=floor)
+        """``settings`` with windows sized by the largest batch as timed at the start, never by what a
+        run measured (one stalled execution would otherwise lengthen every run after it)."""
+        return windows_for(settings, self.largest_batch_s)
 
     def _options(self, repository: Path, load_models: list[str]) -> ServerOptions:
         return ServerOptions(

@@ -1,5 +1,5 @@
 """The tuner session's windows: sized once from the largest batch timed at the start, never from what a
-run measured (no server: ``measure`` is replaced by one that records the windows it was given)."""
+run measured (a host that stalls one execution must not lengthen every run after it)."""
 
 from __future__ import annotations
 
@@ -10,30 +10,26 @@ import pytest
 
 from exporters.resolve import load_spec
 from perf.measure.engine import MeasureSettings, OurEngine
-from perf.session.model import WINDOW_BATCHES, ModelSession
+from perf.session.model import WINDOW_BATCHES, ModelSession, windows_for
 
 SPEC = Path(__file__).resolve().parents[2] / "models.yaml"
 SETTINGS = MeasureSettings(warmup_s=0.1, window_s=0.1, stable_windows=3, max_windows=3)
 
 
-def test_a_stalled_run_does_not_lengthen_the_windows_after_it(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
+def test_windows_last_at_least_the_batches_of_the_largest_batch_timed() -> None:
+    assert windows_for(SETTINGS, 0.02).window_s == pytest.approx(WINDOW_BATCHES * 0.02)
+    assert windows_for(SETTINGS, 0.001) is SETTINGS  # 20 batches of 1 ms fit the 0.1 s window
+    lengthened = windows_for(SETTINGS, 0.02)
+    assert (lengthened.warmup_s, lengthened.stable_windows, lengthened.max_windows) == (0.1, 3, 3)
+
+
+def test_a_stalled_run_does_not_lengthen_the_windows_after_it(tmp_path: Path) -> None:
     session = ModelSession(load_spec(SPEC), "recommender", 8, tmp_path, OurEngine(), SETTINGS)
     session.largest_batch_s = 0.02  # as timed at the start
+    before = session.sized(SETTINGS)
     # a run in which the host stalled one execution of a batch of 8 for two seconds
-    stalled = SimpleNamespace(
-        stolen_share=0.0, stats=SimpleNamespace(batches={8: SimpleNamespace(compute_ns=2e9, executions=1)})
+    session.runs.append(
+        SimpleNamespace(stats=SimpleNamespace(batches={8: SimpleNamespace(compute_ns=2e9, executions=1)}))
     )
-    windows: list[float] = []
-
-    def measure(target, load, settings, *args, **kwargs):
-        windows.append(settings.window_s)
-        return stalled
-
-    monkeypatch.setattr("perf.session.model.measure", measure)
-    monkeypatch.setattr(ModelSession, "endpoints", property(lambda self: None))
-    monkeypatch.setattr(ModelSession, "target", property(lambda self: None))
-    for label in ("first", "after the stall"):
-        session.measure(load=None, label=label)
-    assert windows == [pytest.approx(WINDOW_BATCHES * 0.02)] * 2
+    assert session.sized(SETTINGS) == before
+    assert before.window_s == pytest.approx(WINDOW_BATCHES * 0.02)
