@@ -20,6 +20,7 @@ from harness import PROTOCOLS, orphans, trivial_inputs, url
 from client.connection import connect
 from exporters.__main__ import main as exporters_main
 from exporters.errors import ExportCheckError, SpecError
+from exporters.file_hash import file_sha256
 from exporters.onnx_export import export_onnx
 from exporters.onnx_files import check_external_data
 from exporters.spec import parse_spec
@@ -143,10 +144,14 @@ def test_a_model_that_fails_to_load_does_not_stop_the_others(fault_repository: P
 
 
 def test_build_records_every_artifacts_hash(fault_repository: Path) -> None:
+    """Each recorded hash is the sha256 of the file the repository serves (a rebuild trusts it)."""
     record = json.loads((fault_repository / "recommender_pipeline" / "pipeline.json").read_text())
-    assert all(len(stage["sha256"]) == 64 for stage in record["stages"])
+    assert record["stages"]
+    for stage in record["stages"]:
+        artifact = fault_repository / stage["name"] / "1" / stage["artifact"]
+        assert stage["sha256"] == file_sha256(artifact), stage["name"]
     export = json.loads((fault_repository / "recommender" / "1" / "export.json").read_text())
-    assert len(export["file_sha256"]) == 64
+    assert export["file_sha256"] == file_sha256(fault_repository / "recommender" / "1" / "model.onnx")
 
 
 LAUGHS = """
