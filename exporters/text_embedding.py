@@ -47,7 +47,7 @@ from python_backend.atomic_files import copy_file, staged
 
 log = logging.getLogger(__name__)
 
-EXPORT_VERSION = "2"  # bump when the procedure changes, to invalidate cached artifacts
+EXPORT_VERSION = "3"  # bump when the procedure changes, to invalidate cached artifacts (3: int8 in 7 bits)
 RECORD = "export.json"
 # Texts the build check runs: short, accented, CJK, emoji, and one past the truncation length.
 CHECK_TEXTS = (
