@@ -8,6 +8,7 @@ where its instances go on the machine's GPUs.
 - ``placement``: stages and replicas on GPUs, over the fastest links, within each GPU's headroom;
   ``tables``: embedding tables packed over GPUs and the exchange of looked-up rows;
 - ``planner``: every strategy predicted (``perf.model``'s batcher and tandem) and the pick;
-- ``profile``, ``verify``, ``overlay``, ``report``, ``cli``: the measured inputs, the check on the real
-  server, the spec overlay with the server flags, and the report.
+- ``profile``, ``verify``, ``overlay``, ``document``, ``report``, ``cli``: the measured inputs, the
+  check on the real server, the spec overlay with the server flags, ``plan.json`` as types, and the
+  report.
 """

@@ -24,17 +24,19 @@ from exporters.resolve import load_spec
 from perf.errors import NothingMeetsError
 from perf.markdown import number
 from perf.measure.engine import OurEngine
+from perf.plan.document import PlanDocument, plan_document
 from perf.plan.graph_memory import too_big_to_build
 from perf.plan.overlay import plan_overlay, server_flags, write_plan_overlay
 from perf.plan.placement import PlacementError
 from perf.plan.planner import Judged, NoStrategyError, PlanRequest, plan
 from perf.plan.profile import measure_profile, plan_target
-from perf.plan.report import document, plot, render, save
+from perf.plan.report import plot, render
 from perf.plan.shapes import plan_shapes
 from perf.plan.strategy import Space
 from perf.plan.topology import Topology, cpu_topology, live_topology, topology_folder
 from perf.plan.verify import settle, verify
 from perf.report_folder import report_folder
+from perf.saved import save_document
 from perf.session.model import TUNE_WINDOWS, ModelSession
 from perf.session.probe import ProbePlan, ProbeResult, probe
 from perf.spec_overlay import base_document
@@ -154,9 +156,10 @@ def command_plan(args: argparse.Namespace, console) -> int:
         try:
             chosen, measured_rate = settle(chosen, verification)
         except NothingMeetsError as verdict:
-            saved = document(chosen, [], verification, time.perf_counter() - started)
-            saved["verdict"] = verdict.verdict
-            save(folder, saved)
+            saved = plan_document(
+                chosen, (), verification, time.perf_counter() - started, verdict=verdict.verdict
+            )
+            save_document(folder / "plan.json", saved)
             plot(chosen, folder / "p99_vs_rate.png")
             verdict.hint = f"no answer written; what was measured (not an answer): {render(folder, saved)}"
             raise
@@ -175,7 +178,7 @@ def command_plan(args: argparse.Namespace, console) -> int:
     else:
         overlay = plan_overlay(
             base_document(args.spec), spec, model, chosen.chosen.strategy, chosen.chosen.placement,
-            topology.on_gpu, shapes["buckets"] if shapes else None,
+            topology.on_gpu, shapes.buckets if shapes else None,
         )  # fmt: skip
         note = (
             f"python -m perf plan --model {args.model} --p99-ms {args.p99_ms:g} on {topology.name}: "
@@ -183,12 +186,11 @@ def command_plan(args: argparse.Namespace, console) -> int:
         )
         write_plan_overlay(args.spec, overlay, folder, note)
     flags = server_flags(chosen.chosen.placement)
-    saved = document(chosen, flags, verification, time.perf_counter() - started)
-    saved["measured_rate"] = measured_rate  # the highest verified rate within the budget (None: unverified)
-    saved["overlay_written"] = chosen.chosen.strategy.kind != "sharded"
-    if shapes:
-        saved["shapes"] = shapes  # the section's lines and the buckets chosen (None: the spec's stay)
-    save(folder, saved)
+    saved = plan_document(
+        chosen, flags, verification, time.perf_counter() - started,
+        measured_rate=measured_rate, overlay_written=chosen.chosen.strategy.kind != "sharded", shapes=shapes,
+    )  # fmt: skip
+    save_document(folder / "plan.json", saved)
     plot(chosen, folder / "p99_vs_rate.png")
     report = render(folder, saved)
     print_summary(saved, report, console)
@@ -222,32 +224,29 @@ def predicted_verdict(
     )
 
 
-def print_summary(saved: dict, report: Path, console) -> None:
-    chosen = saved["chosen"]
-    measured = saved.get("measured_rate")
+def print_summary(saved: PlanDocument, report: Path, console) -> None:
+    chosen, measured = saved.chosen, saved.measured_rate
     held = f"; measured within it up to {number(measured, 0)}/s here" if measured else ""
     console.print(
-        f"chosen: [bold]{chosen['label']}[/bold]: predicted {number(chosen['rate'], 0)}/s within "
-        f"{saved['budget_ms']:g} ms (p99 {number(chosen['p99_ms'])} ms){held}"
+        f"chosen: [bold]{chosen.label}[/bold]: predicted {number(chosen.rate, 0)}/s within "
+        f"{saved.budget_ms:g} ms (p99 {number(chosen.p99_ms)} ms){held}"
     )
-    for entry in saved["placement"]:
-        where = ", ".join(f"GPU{g}" for g in entry["gpus"]) or "CPU"
+    for entry in saved.placement:
+        where = ", ".join(f"GPU{g}" for g in entry.gpus) or "CPU"
         console.print(
-            f"  {entry['model']}: replica {entry['replica']}, stage {entry['stage']}, "
-            f"{entry['instances']}× on {where}"
+            f"  {entry.model}: replica {entry.replica}, stage {entry.stage}, {entry.instances}× on {where}"
         )
-    if saved["server_flags"]:
-        console.print(f"  server flags: {' '.join(saved['server_flags'])}")
-    for row in saved["verification"]:
+    if saved.server_flags:
+        console.print(f"  server flags: {' '.join(saved.server_flags)}")
+    for row in saved.verification:
         console.print(
-            f"  verified {row['strategy']} @ {row['rate']:.0f}/s: p99 predicted "
-            f"{number(row['predicted_p99_ms'])} ms, "
-            f"measured {number(row['measured_p99_ms'])} ms, served {row['measured_throughput']:.0f}/s "
-            f"({'within' if row['met'] else 'over'} budget)"
+            f"  verified {row.strategy} @ {row.rate:.0f}/s: p99 predicted {number(row.predicted_p99_ms)} ms, "
+            f"measured {number(row.measured_p99_ms)} ms, served {row.measured_throughput:.0f}/s "
+            f"({'within' if row.met else 'over'} budget)"
         )
-    shapes = saved.get("shapes")
+    shapes = saved.shapes
     if shapes:
-        buckets = shapes["buckets"]
-        choice = "the spec's stay (no way met the budget)" if buckets is None else f"buckets: {buckets}"
+        buckets = shapes.buckets
+        choice = "the spec's stay (no way met the budget)" if buckets is None else f"buckets: {list(buckets)}"
         console.print(f"  shapes as served (formed batches per length in the report): {choice}")
     console.print(f"report {report}")

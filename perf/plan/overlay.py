@@ -15,6 +15,7 @@ of memory later under load.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -40,7 +41,7 @@ def _tensors(tensors) -> list[dict[str, Any]]:
 
 def plan_overlay(
     document: dict[str, Any], spec: Spec, model: str, strategy: Strategy, placement: Placement, on_gpu: bool,
-    buckets: list[int] | None = None,
+    buckets: Sequence[int] | None = None,
 ) -> dict:  # fmt: skip
     """The overlay of ``strategy`` placed as ``placement`` over the spec ``document`` (see the module
     docstring). Another precision is another model (pipelines split the fp32 one): the overlay then

@@ -62,18 +62,6 @@ class Placement:
     tables: dict[int, tuple[str, ...]] = dataclasses.field(default_factory=dict)  # GPU -> its tables
     exchange: Transfer | None = None  # sharded: a request's looked-up rows from the other GPUs
 
-    def as_list(self) -> list[dict]:
-        return [
-            {
-                "model": a.model,
-                "replica": a.replica,
-                "stage": a.stage,
-                "gpus": list(a.gpus),
-                "instances": a.instances,
-            }
-            for a in self.assignments
-        ]
-
 
 def replica_name(base: str, replica: int, replicas: int) -> str:
     return base if replicas == 1 else f"{base}_r{replica}"

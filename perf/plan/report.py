@@ -1,36 +1,17 @@
-"""The plan's record and report: ``plan.json`` (every figure), ``report.md`` rendered from it, and
-``p99_vs_rate.png`` (predicted p99 against the rate for the top three architectures)."""
+"""The plan's report: ``report.md`` rendered from its record alone (``plan.json``,
+``perf.plan.document.PlanDocument``), and ``p99_vs_rate.png`` (predicted p99 against the rate for the
+top three architectures)."""
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
-from typing import Any
 
 from perf.markdown import number, table, write_report
-from perf.model.memory import MIB
-from perf.plan.placement import CPU_DEVICE
+from perf.plan.document import PlanDocument
 from perf.plan.planner import Judged, Plan, curve
 from perf.studies.plots import plt, save_figure
 
 TOP = 3
-
-
-def _device(index: int) -> str:
-    return "CPU" if index == CPU_DEVICE else f"GPU{index}"
-
-
-def _strategy(judged: Judged) -> dict[str, Any]:
-    s = judged.strategy
-    return {
-        "label": s.label, "kind": s.kind, "precision": s.precision, "instances": list(s.instances),
-        "replicas": s.replicas, "delay_us": s.delay_us, "max_batch": s.max_batch, "devices": s.devices,
-        "rate": judged.rate, "p99_ms": judged.best.p99_ms if judged.best else None,
-        "memory_mib": {_device(d): b / MIB for d, b in judged.placement.memory.items()}
-        if judged.placement else {},
-        "links": [[lk.label for lk in links] for links in judged.placement.links] if judged.placement else [],
-        "max_rel_error": judged.error, "link_bound": judged.link_bound, "reason": judged.reason,
-    }  # fmt: skip
 
 
 def top_architectures(plan: Plan, count: int = TOP) -> list[Judged]:
@@ -43,39 +24,6 @@ def top_architectures(plan: Plan, count: int = TOP) -> list[Judged]:
             seen.add(key)
             out.append(judged)
     return out[:count]
-
-
-def document(plan: Plan, flags: list[str], verification: list[dict], seconds: float) -> dict[str, Any]:
-    chosen = plan.chosen
-    assert chosen.placement is not None
-    topology = plan.topology
-    return {
-        "model": plan.profile.model,
-        "budget_ms": plan.request.budget_ms,
-        "max_rel_error": plan.request.max_error,
-        "topology": {
-            "name": topology.name,
-            "gpus": [
-                {
-                    "index": g.index,
-                    "name": g.name,
-                    "memory_mib": g.memory.total_bytes / MIB,
-                    "used_mib": g.memory.used_bytes / MIB,
-                }
-                for g in topology.gpus
-            ],
-            "warnings": list(topology.warnings),
-        },
-        "compute_source": plan.profile.compute_source,
-        "memory_source": plan.profile.memory_source,
-        "chosen": _strategy(chosen),
-        "placement": chosen.placement.as_list(),
-        "routing": chosen.placement.routing,
-        "server_flags": flags,
-        "strategies": [_strategy(j) for j in plan.judged],
-        "verification": verification,
-        "seconds": seconds,
-    }
 
 
 def plot(plan: Plan, path: Path) -> Path:
@@ -93,18 +41,18 @@ def plot(plan: Plan, path: Path) -> Path:
     return save_figure(figure, path, axes)
 
 
-def answer(saved: dict[str, Any]) -> list[str]:
+def answer(saved: PlanDocument) -> list[str]:
     """The headline: the pick, with the rate the server measured it to hold the budget at; or, where
     nothing measured held it, the verdict and that nothing here is an answer."""
-    chosen = saved["chosen"]
-    if saved.get("verdict"):
+    chosen = saved.chosen
+    if saved.verdict:
         return [
-            f"**No answer: {saved['verdict']}.** Nothing below is an answer: no `overlay.yaml` or "
-            f"`spec.planned.yaml` was written. The prediction's pick was {chosen['label']} "
-            f"({number(chosen['rate'], 0)} requests/s predicted within the budget); the verification below "
+            f"**No answer: {saved.verdict}.** Nothing below is an answer: no `overlay.yaml` or "
+            f"`spec.planned.yaml` was written. The prediction's pick was {chosen.label} "
+            f"({number(chosen.rate, 0)} requests/s predicted within the budget); the verification below "
             "measured every architecture it served over the budget.",
         ]
-    measured = saved.get("measured_rate")
+    measured = saved.measured_rate
     held = (
         f" Measured on this machine: within the budget up to {number(measured, 0)} requests/s (the highest "
         "verified rate that held it; an architecture that held it at no rate tried was demoted)."
@@ -112,58 +60,54 @@ def answer(saved: dict[str, Any]) -> list[str]:
         else ""
     )
     return [
-        f"Chosen: **{chosen['label']}**: predicted {number(chosen['rate'], 0)} requests/s within the budget "
-        f"(p99 {number(chosen['p99_ms'])} ms there).{held}",
+        f"Chosen: **{chosen.label}**: predicted {number(chosen.rate, 0)} requests/s within the budget "
+        f"(p99 {number(chosen.p99_ms)} ms there).{held}",
         "",
-        f"Requests reach it: {saved['routing']}. "
-        f"Server flags: `{' '.join(saved['server_flags']) or 'none'}`. "
+        f"Requests reach it: {saved.routing}. "
+        f"Server flags: `{' '.join(saved.server_flags) or 'none'}`. "
         "The spec overlay is `overlay.yaml` (merged: `spec.planned.yaml`)."
-        if saved.get("overlay_written", True)
+        if saved.overlay_written
         else "No spec overlay was written: a spec cannot yet place a model's tables on other GPUs than its "
         "dense part; the table placement is below and in `plan.json`.",
     ]
 
 
-def render(folder: Path, saved: dict[str, Any]) -> Path:
+def render(folder: Path, saved: PlanDocument) -> Path:
+    """``report.md`` from the plan's document alone (the one built, or ``plan.json`` read back)."""
     lines = [
-        f"# Plan: {saved['model']}, p99 ≤ {saved['budget_ms']:g} ms on {saved['topology']['name']}",
+        f"# Plan: {saved.model}, p99 ≤ {saved.budget_ms:g} ms on {saved.topology.name}",
         "",
         *answer(saved),
         "",
-        f"Compute figures: {saved['compute_source']}.",
-        *([f"\nMemory figures: {saved['memory_source']}."] if saved.get("memory_source") else []),
-        *(f"\n**Warning**: {w}" for w in saved["topology"]["warnings"]),
+        f"Compute figures: {saved.compute_source}.",
+        *([f"\nMemory figures: {saved.memory_source}."] if saved.memory_source else []),
+        *(f"\n**Warning**: {w}" for w in saved.topology.warnings),
         "",
         "## Placement",
         "",
         table(["model", "replica", "stage", "GPUs", "instances"],
-              [[a["model"], a["replica"], a["stage"], ", ".join(map(str, a["gpus"])) or "CPU", a["instances"]]
-               for a in saved["placement"]]),
+              [[a.model, a.replica, a.stage, ", ".join(map(str, a.gpus)) or "CPU", a.instances]
+               for a in saved.placement]),
         "",
         "## Every strategy",
         "",
         table(["strategy", "rate/s", "p99 ms", "memory per device (MiB)", "links", "why it lost"],
-              [[s["label"], number(s["rate"], 0), number(s["p99_ms"]) if s["p99_ms"] else "–",
-                ", ".join(f"{d} {number(m)}" for d, m in s["memory_mib"].items()),
-                "; ".join(" ".join(links) for links in s["links"] if links) or "–", s["reason"] or "chosen"]
-               for s in saved["strategies"]]),
+              [[s.label, number(s.rate, 0), number(s.p99_ms) if s.p99_ms else "–",
+                ", ".join(f"{d} {number(m)}" for d, m in s.memory_mib.items()),
+                "; ".join(" ".join(links) for links in s.links if links) or "–", s.reason or "chosen"]
+               for s in saved.strategies]),
         "",
         "![predicted p99 vs rate](p99_vs_rate.png)",
     ]  # fmt: skip
-    if saved["verification"]:
+    if saved.verification:
         lines += [
             "",
             "## Predicted vs measured on this machine",
             "",
             table(["strategy", "rate/s", "p99 predicted", "p99 measured", "served/s", "within budget"],
-                  [[v["strategy"], number(v["rate"], 0), number(v["predicted_p99_ms"]),
-                    number(v["measured_p99_ms"]), number(v["measured_throughput"], 0),
-                    "yes" if v["met"] else "no"] for v in saved["verification"]]),
+                  [[v.strategy, number(v.rate, 0), number(v.predicted_p99_ms), number(v.measured_p99_ms),
+                    number(v.measured_throughput, 0), "yes" if v.met else "no"] for v in saved.verification]),
         ]  # fmt: skip
-    if saved.get("shapes"):
-        lines += ["", *saved["shapes"]["section"]]
+    if saved.shapes:
+        lines += ["", *saved.shapes.section]
     return write_report(folder / "report.md", lines)
-
-
-def save(folder: Path, saved: dict[str, Any]) -> None:
-    (folder / "plan.json").write_text(json.dumps(saved, indent=1))

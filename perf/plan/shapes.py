@@ -12,12 +12,12 @@ from __future__ import annotations
 import logging
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
 
 from exporters.spec import ModelSpec
 from perf.measure.engine import LoadEngine, MeasureSettings
 from perf.measure.loads import poisson
 from perf.measure.shapes import has_variable_axis
+from perf.plan.document import ShapesFigures
 from perf.plan.planner import Plan
 from perf.plan.verify import data_session
 from perf.session.shapes_section import shapes_section
@@ -28,10 +28,10 @@ log = logging.getLogger(__name__)
 def plan_shapes(
     base: ModelSpec, plan: Plan, rate: float, engine: LoadEngine, settings: MeasureSettings, workdir: Path,
     step: Callable[[str], None],
-) -> dict[str, Any] | None:  # fmt: skip
+) -> ShapesFigures | None:  # fmt: skip
     """The shapes section of the plan's pick at ``rate`` (the highest verified rate within the budget):
-    ``{"section": report lines, "buckets": the lengths chosen ([]: none) or None where the choice missed
-    the budget}``; None for a model without a variable axis, or a pick that is not the whole model."""
+    its report lines and the lengths chosen (``()``: none; None where the choice missed the budget);
+    None for a model without a variable axis, or a pick that is not the whole model."""
     strategy = plan.chosen.strategy
     if not has_variable_axis(base) or rate <= 0:
         return None
@@ -44,4 +44,4 @@ def plan_shapes(
         section, buckets = shapes_section(
             session, config, load, plan.request.budget_ms, step, written="spec.planned.yaml"
         )
-    return {"section": section, "buckets": buckets}
+    return ShapesFigures(tuple(section), None if buckets is None else tuple(buckets))

@@ -12,15 +12,15 @@ from __future__ import annotations
 import dataclasses
 import logging
 import math
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import Any
 
 from exporters.spec import ModelSpec, Spec
 from perf.errors import NothingMeetsError
 from perf.measure.engine import LoadEngine, MeasureSettings
 from perf.measure.loads import poisson
 from perf.model.batcher import BatcherConfig
+from perf.plan.document import VerificationRow
 from perf.plan.planner import Plan, Predictor
 from perf.plan.profile import precision_variant, variants
 from perf.plan.report import top_architectures
@@ -39,7 +39,7 @@ SEARCH_STEP, SEARCH_RUNS, SERVED_SHARE = 0.6, 2, 0.8
 def verify(
     spec: Spec, model: str, plan: Plan, count: int, engine: LoadEngine, settings: MeasureSettings,
     workdir: Path, step: Callable[[str], None],
-) -> list[dict[str, Any]]:  # fmt: skip
+) -> list[VerificationRow]:  # fmt: skip
     """The ``count`` best architectures, each at ``FRACTIONS`` of its predicted rate (and, where neither
     held the budget, further down: ``SEARCH_STEP``, ``SERVED_SHARE``): predicted and measured p99, the
     served rate, and whether the budget held."""
@@ -72,12 +72,12 @@ def verify(
                 rate = fraction * judged.rate
                 measured = session.measure(poisson(rate, plan.request.seed), f"plan {s.label} @ {rate:.0f}/s")
                 predicted = predictor.at(rate)
-                rows.append({
-                    "strategy": s.label, "fraction": fraction, "rate": rate,
-                    "predicted_p99_ms": predicted.p99_ms, "measured_p99_ms": measured.p99_ms,
-                    "predicted_throughput": predicted.throughput, "measured_throughput": measured.throughput,
-                    "sustained": measured.sustained, "met": measured.meets(plan.request.budget_ms),
-                })  # fmt: skip
+                rows.append(VerificationRow(
+                    strategy=s.label, fraction=fraction, rate=rate,
+                    predicted_p99_ms=predicted.p99_ms, measured_p99_ms=measured.p99_ms,
+                    predicted_throughput=predicted.throughput, measured_throughput=measured.throughput,
+                    sustained=measured.sustained, met=measured.meets(plan.request.budget_ms),
+                ))  # fmt: skip
                 log.info("%s", rows[-1])
                 runs = rows_of(rows, s.label)
                 if (
@@ -85,8 +85,8 @@ def verify(
                     and not measured_rate(rows, s.label)
                     and len(runs) - len(FRACTIONS) < SEARCH_RUNS
                 ):
-                    served = max(row["measured_throughput"] for row in runs)
-                    lowest = min(row["fraction"] for row in runs)
+                    served = max(row.measured_throughput for row in runs)
+                    lowest = min(row.fraction for row in runs)
                     fractions.append(min(lowest * SEARCH_STEP, SERVED_SHARE * served / judged.rate))
     return rows
 
@@ -102,16 +102,16 @@ def data_session(
     return session, BatcherConfig(strategy.max_batch, strategy.delay_us, instances=strategy.instances[0])
 
 
-def rows_of(rows: list[dict[str, Any]], label: str) -> list[dict[str, Any]]:
-    return [row for row in rows if row["strategy"] == label]
+def rows_of(rows: Sequence[VerificationRow], label: str) -> list[VerificationRow]:
+    return [row for row in rows if row.strategy == label]
 
 
-def measured_rate(rows: list[dict[str, Any]], label: str) -> float:
+def measured_rate(rows: Sequence[VerificationRow], label: str) -> float:
     """The highest rate a verification run of ``label`` held the budget at (0: none did)."""
-    return max((row["rate"] for row in rows_of(rows, label) if row["met"]), default=0.0)
+    return max((row.rate for row in rows_of(rows, label) if row.met), default=0.0)
 
 
-def settle(plan: Plan, rows: list[dict[str, Any]]) -> tuple[Plan, float]:
+def settle(plan: Plan, rows: Sequence[VerificationRow]) -> tuple[Plan, float]:
     """The plan as measured: the verified architecture that held the budget at the highest rate (ties:
     the plan's order) becomes the pick, with that rate; the verified ones that held it nowhere are
     demoted, their reason saying so. Raises ``NothingMeetsError`` (the closest figure measured) where
@@ -120,19 +120,17 @@ def settle(plan: Plan, rows: list[dict[str, Any]]) -> tuple[Plan, float]:
     verified = [j for j in plan.judged if rows_of(rows, j.strategy.label)]
     for judged in verified:
         if not measured_rate(rows, judged.strategy.label):
-            closest = min(rows_of(rows, judged.strategy.label), key=lambda row: row["measured_p99_ms"])
+            closest = min(rows_of(rows, judged.strategy.label), key=lambda row: row.measured_p99_ms)
             judged.reason = (
                 "demoted: measured over the budget at every rate tried (p99 "
-                f"{closest['measured_p99_ms']:,.1f} ms at {closest['rate']:,.0f}/s, predicted "
+                f"{closest.measured_p99_ms:,.1f} ms at {closest.rate:,.0f}/s, predicted "
                 f"{judged.rate:,.0f}/s within it)"
             )
     held = [j for j in verified if measured_rate(rows, j.strategy.label)]
     if not held:
-        row = min(
-            rows, key=lambda r: r["measured_p99_ms"] if math.isfinite(r["measured_p99_ms"]) else math.inf
-        )
-        behind = None if row.get("sustained", True) else row["measured_throughput"]
-        raise NothingMeetsError.closest(budget, row["strategy"], row["rate"], row["measured_p99_ms"], behind)
+        row = min(rows, key=lambda r: r.measured_p99_ms if math.isfinite(r.measured_p99_ms) else math.inf)
+        behind = None if row.sustained else row.measured_throughput
+        raise NothingMeetsError.closest(budget, row.strategy, row.rate, row.measured_p99_ms, behind)
     best = max(held, key=lambda j: measured_rate(rows, j.strategy.label))  # max keeps the first of a tie
     rate = measured_rate(rows, best.strategy.label)
     if best is not plan.chosen:

@@ -19,6 +19,8 @@ from rich.console import Console
 from perf.cli import parser
 from perf.model.grid import Grid
 from perf.plan.cli import command_plan
+from perf.plan.document import PlanDocument
+from perf.saved import load_document
 from perf.session.shapes_section import HEADING
 from perf.studies.framework import StudyContext
 from perf.studies.profiles import get_profile
@@ -111,10 +113,10 @@ def test_make_plan_reports_formed_batches_per_length_and_chooses_buckets(
     code = command_plan(args, Console(quiet=True))
     (folder,) = (tmp_path / "reports").iterdir()
     assert code == 0, (folder / "plan.log").read_text()
-    saved = json.loads((folder / "plan.json").read_text())
+    saved = load_document(folder / "plan.json", PlanDocument)
     report = (folder / "report.md").read_text()
     section = report[report.index(HEADING) :]
-    assert saved["shapes"]["section"][0].startswith(HEADING) and section.startswith(HEADING)
+    assert saved.shapes and saved.shapes.section[0].startswith(HEADING) and section.startswith(HEADING)
     for run in ("one length (", "exact lengths", "2 buckets"):
         assert f"| {run}" in section, run
     assert "### 2 buckets: formed batches per length sent" in section
@@ -125,5 +127,5 @@ def test_make_plan_reports_formed_batches_per_length_and_chooses_buckets(
     (entry,) = yaml.safe_load((folder / "overlay.yaml").read_text())["models"]  # sequence or a precision's
     models = yaml.safe_load((folder / "spec.planned.yaml").read_text())["models"]
     (planned,) = [m for m in models if m["name"] == entry["name"]]
-    assert saved["shapes"]["buckets"] == planned["buckets"]
+    assert saved.shapes.buckets == tuple(planned["buckets"])
     assert chosen.split("|")[2].strip() == (str(planned["buckets"]) if planned["buckets"] else "–")

@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import dataclasses
 import io
-import json
 import resource
 from pathlib import Path
 
@@ -25,6 +24,7 @@ from perf.model.memory import GENERIC_CONTEXT_MIB, MIB, context_bytes
 from perf.plan import graph_memory as graph
 from perf.plan import placement as placement_module
 from perf.plan.cli import command_plan
+from perf.plan.document import PlanDocument
 from perf.plan.graph_memory import (
     FLOAT_BYTES,
     Table,
@@ -39,6 +39,7 @@ from perf.plan.profile import plan_target, precision_variant, variants
 from perf.plan.strategy import ModelProfile, Space, StageCost, Strategy, strategies
 from perf.plan.tables import TablePackingError, exchange, pack_tables
 from perf.plan.topology import cpu_topology, topology_folder
+from perf.saved import load_document
 
 ROOT = Path(__file__).resolve().parents[2]
 SPEC = load_spec(ROOT / "models.yaml")
@@ -253,17 +254,17 @@ def test_make_plan_places_the_40_gb_recommender_over_the_l4s_without_building_it
     code, printed = _run_plan(tmp_path, "--topology", "l4x4-pcie")
     assert code == 0, printed
     (folder,) = (tmp_path / "reports").glob("*-plan")
-    saved = json.loads((folder / "plan.json").read_text())
-    assert saved["chosen"]["kind"] == "sharded"
-    placed = [a["model"] for a in saved["placement"] if a["stage"] == 1]
+    saved = load_document(folder / "plan.json", PlanDocument)
+    assert saved.chosen.kind == "sharded" and not saved.overlay_written
+    placed = [a.model for a in saved.placement if a.stage == 1]
     assert sorted(name for entry in placed for name in entry.removeprefix("tables ").split(", ")) == sorted(
         f"embed.tables.{k}" for k in range(8)
     )
-    totals = {g["index"]: g["memory_mib"] for g in saved["topology"]["gpus"]}
-    for device, mib in saved["chosen"]["memory_mib"].items():
+    totals = {g.index: g.memory_mib for g in saved.topology.gpus}
+    for device, mib in saved.chosen.memory_mib.items():
         assert mib <= 0.80 * totals[int(device.removeprefix("GPU"))]
-    assert "too big to build here" in saved["compute_source"]
-    assert "counted from the graph" in saved["memory_source"]
+    assert "too big to build here" in saved.compute_source
+    assert "counted from the graph" in saved.memory_source
     assert not (folder / "spec.planned.yaml").exists()  # the spec cannot serve tables apart yet
     report = (folder / "report.md").read_text()
     assert "No spec overlay was written" in report and "`overlay.yaml`" not in report
@@ -279,6 +280,6 @@ def test_make_plan_on_this_cpu_skips_the_server_runs_of_a_model_too_big_to_build
     assert "no probe or verification on the server" in printed and "too big to build here" in printed
     assert code == 0, printed
     (folder,) = (tmp_path / "reports").glob("*-plan")
-    saved = json.loads((folder / "plan.json").read_text())
-    assert saved["verification"] == []
-    assert saved["chosen"]["precision"] == "fp16"  # fp32's 40 GB is over 80% of the host; fp16's 20 GB is not
+    saved = load_document(folder / "plan.json", PlanDocument)
+    assert saved.verification == ()
+    assert saved.chosen.precision == "fp16"  # fp32's 40 GB is over 80% of the host; fp16's 20 GB is not

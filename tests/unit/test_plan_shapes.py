@@ -17,8 +17,9 @@ from test_plan_verdict import planned
 from exporters.errors import SpecError
 from exporters.spec import Spec, parse_model
 from perf.measure.engine import OurEngine
+from perf.plan.document import ShapesFigures, plan_document
 from perf.plan.overlay import plan_overlay, write_plan_overlay
-from perf.plan.report import document, render
+from perf.plan.report import render
 from perf.plan.shapes import plan_shapes
 from perf.session.model import TUNE_WINDOWS
 from perf.session.shapes_section import HEADING
@@ -50,9 +51,9 @@ def test_a_split_pick_of_a_variable_length_model_says_why_it_is_not_measured(tmp
 
 
 def test_the_report_holds_the_shapes_section_only_where_the_plan_measured_one(tmp_path: Path) -> None:
-    saved = document(planned(), [], [], 1.0)
+    saved = plan_document(planned(), [], [], 1.0)
     assert HEADING not in render(tmp_path, saved).read_text()
-    saved["shapes"] = {"section": SECTION, "buckets": [64, 200]}
+    saved = dataclasses.replace(saved, shapes=ShapesFigures(tuple(SECTION), (64, 200)))
     report = render(tmp_path, saved).read_text()
     assert report.index(HEADING) > report.index("## Every strategy")
     assert "### 2 buckets: formed batches per length sent" in report

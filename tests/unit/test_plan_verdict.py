@@ -18,6 +18,7 @@ from test_plan_placement import NARROW, profile
 from perf.errors import EXIT_NOTHING_MEETS, NothingMeetsError
 from perf.plan import cli as plan_cli
 from perf.plan import verify as plan_verify
+from perf.plan.document import VerificationRow
 from perf.plan.planner import NoStrategyError, Plan, PlanRequest, plan
 from perf.plan.report import top_architectures
 from perf.plan.strategy import Space
@@ -31,14 +32,14 @@ def planned(space: Space = NARROW) -> Plan:
     return plan(profile(), cpu_topology(), PlanRequest(BUDGET_MS, space=space, predict_s=0.5))
 
 
-def row(judged, fraction: float, p99_ms: float, sustained: bool = True) -> dict:
+def row(judged, fraction: float, p99_ms: float, sustained: bool = True) -> VerificationRow:
     rate = fraction * judged.rate
-    return {
-        "strategy": judged.strategy.label, "fraction": fraction, "rate": rate, "predicted_p99_ms": 5.0,
-        "measured_p99_ms": p99_ms, "predicted_throughput": rate,
-        "measured_throughput": rate if sustained else 0.3 * rate, "sustained": sustained,
-        "met": sustained and p99_ms <= BUDGET_MS,
-    }  # fmt: skip
+    return VerificationRow(
+        strategy=judged.strategy.label, fraction=fraction, rate=rate, predicted_p99_ms=5.0,
+        measured_p99_ms=p99_ms, predicted_throughput=rate,
+        measured_throughput=rate if sustained else 0.3 * rate, sustained=sustained,
+        met=sustained and p99_ms <= BUDGET_MS,
+    )  # fmt: skip
 
 
 def test_a_verified_pick_that_held_the_budget_nowhere_is_demoted_for_the_next() -> None:
@@ -134,7 +135,7 @@ def test_the_verification_searches_down_from_the_prediction_until_the_budget_hol
     spec = plan_cli.load_spec(Path(__file__).resolve().parents[2] / "models.yaml")
     rows = plan_verify.verify(spec, "recommender", result, 1, None, None, tmp_path, lambda text: None)
     assert ScriptedSession.rates == pytest.approx([f * judged.rate for f in fractions])
-    assert [r["met"] for r in rows] == [r["rate"] <= ScriptedSession.capacity for r in rows]
+    assert [r.met for r in rows] == [r.rate <= ScriptedSession.capacity for r in rows]
 
 
 def test_every_strategy_predicted_over_the_budget_is_a_verdict_not_a_placement_error() -> None:

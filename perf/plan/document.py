@@ -1,0 +1,148 @@
+"""``plan.json`` as types: the plan's record (every figure the report shows) built once from the plan
+and what the run measured, written and read back through ``perf.saved``, so ``report.md`` and the
+console summary read attributes, and a field renamed or of the wrong type fails when the file is read,
+naming it, not as a ``KeyError`` in the report."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from perf.model.memory import MIB
+from perf.plan.placement import CPU_DEVICE, Assignment
+from perf.plan.planner import Judged, Plan
+
+
+@dataclass(frozen=True)
+class GpuFigures:
+    index: int
+    name: str
+    memory_mib: float
+    used_mib: float  # already in use when the topology was read
+
+
+@dataclass(frozen=True)
+class TopologyFigures:
+    name: str
+    gpus: tuple[GpuFigures, ...]  # none: the CPU
+    warnings: tuple[str, ...]
+
+
+@dataclass(frozen=True)
+class StrategyFigures:
+    """One strategy as planned: what it is, where it went, what it is predicted to do, why it lost."""
+
+    label: str
+    kind: str
+    precision: str
+    instances: tuple[int, ...]
+    replicas: int
+    delay_us: int
+    max_batch: int
+    devices: int
+    rate: float  # predicted, all replicas together, within the budget
+    p99_ms: float | None  # there; None: nothing within the budget
+    memory_mib: dict[str, float]  # "GPU0" / "CPU" -> MiB the plan puts there
+    links: tuple[tuple[str, ...], ...]  # per replica, the link of each boundary
+    max_rel_error: float
+    link_bound: str
+    reason: str  # empty for the pick
+
+
+@dataclass(frozen=True)
+class VerificationRow:
+    """One run of the verification on the real server: a strategy at a fraction of its predicted rate,
+    predicted against measured, and whether the budget held."""
+
+    strategy: str  # the strategy's label
+    fraction: float  # of its predicted rate
+    rate: float  # offered, requests/s
+    predicted_p99_ms: float
+    measured_p99_ms: float
+    predicted_throughput: float
+    measured_throughput: float
+    sustained: bool  # the server kept up with the offered rate
+    met: bool  # within the budget (and sustained)
+
+
+@dataclass(frozen=True)
+class ShapesFigures:
+    """Shapes as served (``perf.plan.shapes``): the report section's lines, and the buckets chosen
+    (``()``: each request at its own length; None: the choice missed the budget, the spec's stay)."""
+
+    section: tuple[str, ...]
+    buckets: tuple[int, ...] | None
+
+
+@dataclass(frozen=True)
+class PlanDocument:
+    """``plan.json``: every figure of one ``make plan`` run."""
+
+    model: str
+    budget_ms: float
+    max_rel_error: float | None  # None: any accuracy
+    topology: TopologyFigures
+    compute_source: str
+    memory_source: str
+    chosen: StrategyFigures
+    placement: tuple[Assignment, ...]
+    routing: str  # how requests reach the replicas
+    server_flags: tuple[str, ...]
+    strategies: tuple[StrategyFigures, ...]  # best first, the pick among them
+    verification: tuple[VerificationRow, ...]  # empty: nothing served (not this host, or too big)
+    seconds: float
+    verdict: str | None  # set: nothing measured held the budget, and nothing here is an answer
+    measured_rate: float | None  # the highest verified rate within the budget (None: unverified)
+    overlay_written: bool  # overlay.yaml and spec.planned.yaml were written
+    shapes: ShapesFigures | None  # None: fixed shapes, a split pick, or unverified
+
+
+def _device(index: int) -> str:
+    return "CPU" if index == CPU_DEVICE else f"GPU{index}"
+
+
+def strategy_figures(judged: Judged) -> StrategyFigures:
+    s, placement = judged.strategy, judged.placement
+    return StrategyFigures(
+        label=s.label, kind=s.kind, precision=s.precision, instances=s.instances, replicas=s.replicas,
+        delay_us=s.delay_us, max_batch=s.max_batch, devices=s.devices, rate=judged.rate,
+        p99_ms=judged.best.p99_ms if judged.best else None,
+        memory_mib={_device(d): b / MIB for d, b in placement.memory.items()} if placement else {},
+        links=tuple(tuple(lk.label for lk in links) for links in placement.links) if placement else (),
+        max_rel_error=judged.error, link_bound=judged.link_bound, reason=judged.reason,
+    )  # fmt: skip
+
+
+def plan_document(
+    plan: Plan, flags: Sequence[str], verification: Sequence[VerificationRow], seconds: float, *,
+    verdict: str | None = None, measured_rate: float | None = None, overlay_written: bool = False,
+    shapes: ShapesFigures | None = None,
+) -> PlanDocument:  # fmt: skip
+    """The document of ``plan`` (its pick placed) with what the run measured: the verification, the
+    verdict where nothing measured held the budget, the measured rate, whether the overlay was written
+    and the shapes section."""
+    chosen, topology = plan.chosen, plan.topology
+    assert chosen.placement is not None
+    gpus = tuple(
+        GpuFigures(g.index, g.name, g.memory.total_bytes / MIB, g.memory.used_bytes / MIB)
+        for g in topology.gpus
+    )
+    return PlanDocument(
+        model=plan.profile.model,
+        budget_ms=plan.request.budget_ms,
+        max_rel_error=plan.request.max_error,
+        topology=TopologyFigures(topology.name, gpus, tuple(topology.warnings)),
+        compute_source=plan.profile.compute_source,
+        memory_source=plan.profile.memory_source,
+        chosen=strategy_figures(chosen),
+        placement=chosen.placement.assignments,
+        routing=chosen.placement.routing,
+        server_flags=tuple(flags),
+        strategies=tuple(strategy_figures(j) for j in plan.judged),
+        verification=tuple(verification),
+        seconds=seconds,
+        verdict=verdict,
+        measured_rate=measured_rate,
+        overlay_written=overlay_written,
+        shapes=shapes,
+    )
