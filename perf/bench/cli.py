@@ -18,23 +18,24 @@ import functools
 from perf.bench.follow import run_follow
 from perf.bench.scenarios import run_scenario
 from perf.bench.versus import run_witness, search_space
-from perf.bench.versus_report import section as model_analyzer_section
+from perf.bench.versus_report import witnessed
 from perf.bench.witness import witness_section
 from perf.report_folder import report_folder
 from perf.tune import cli as tune_cli
 from perf.tune.cli import THE_SETUP, Beside, TunedRun, TuneSetup
+from perf.tune.result import TuneDocument
 
 
-def _versus(run: TunedRun, smoke: bool) -> None:
-    """Model Analyzer's search and both picks measured with one yardstick; its section joins the report."""
+def _versus(run: TunedRun, smoke: bool) -> TuneDocument:
+    """Model Analyzer's search and both picks measured with one yardstick: the saved result with its
+    figures, and its section joining the report."""
     space = search_space(run.largest_batch, run.instances, smoke=smoke)
+    saved = run.saved
     witness = run_witness(
-        run.spec, run.model, run.saved, run.chosen, space, run.new_session, run.folder, run.progress,
-        rounds=1 if smoke else 3,
+        run.spec, run.model, saved.budget_ms, saved.measured_max_rate or saved.predicted_max_rate,
+        saved.seconds, run.chosen, space, run.new_session, run.folder, run.progress, rounds=1 if smoke else 3,
     )  # fmt: skip
-    run.saved["model_analyzer"] = witness
-    if witness:
-        run.saved["sections"].append(model_analyzer_section(witness))
+    return witnessed(run.saved, witness)
 
 
 def beside_the_tuner(args: argparse.Namespace) -> Beside:

@@ -5,23 +5,32 @@ After the tuner has picked (its own server stopped), Model Analyzer searches the
 same budget over the same space (``perf.bench.model_analyzer``, its own server and venv, installed on
 first use). Then one fresh server measures the three configurations with ``perf.bench.yardstick``,
 rounds interleaved. ``run_witness`` returns what the saved result holds (``result.json``:
-``model_analyzer``); ``perf.bench.versus_report`` renders the report's section from it alone.
+``model_analyzer``, a ``WitnessFigures``); ``perf.bench.versus_report`` renders the report's section
+from it alone.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import asdict
 from pathlib import Path
 
 from exporters.spec import Spec
 from perf.bench import model_analyzer
-from perf.bench.versus_report import OURS, SPEC, THEIRS
+from perf.bench.versus_report import (
+    OURS,
+    SPEC,
+    THEIRS,
+    OursFigures,
+    SearchFigures,
+    WitnessFigures,
+    YardstickFigures,
+)
 from perf.bench.yardstick import Plan, figures, measure_all, ramp_from
 from perf.errors import OptionError
 from perf.model.batcher import BatcherConfig
 from perf.model_analyzer_install import VERSION, InstallError, ensure
 from perf.session.model import ModelSession
+from perf.tune.result import Seconds
 
 SEARCH_TIMEOUT_S = 3 * 3600
 
@@ -37,7 +46,9 @@ def search_space(
 def run_witness(
     spec: Spec,
     model: str,
-    saved: dict,
+    budget_ms: float,
+    rate: float,
+    seconds: Seconds,
     chosen: BatcherConfig,
     space: model_analyzer.SearchSpace,
     session_factory: Callable[[], ModelSession],
@@ -46,9 +57,10 @@ def run_witness(
     rounds: int = 3,
     max_steps: int = 16,
     max_concurrency: int = 64,
-) -> dict:
+) -> WitnessFigures:
     """Model Analyzer's search, then the yardstick on both picks and the spec's configuration; the
-    figures the saved result keeps (``saved`` is the tuner's, for its budget, time and rates)."""
+    figures the saved result keeps. ``budget_ms``, ``rate`` (where the yardstick's ramp starts from) and
+    ``seconds`` are the tuner's result's."""
     try:
         program = ensure()
     except InstallError as error:
@@ -56,38 +68,39 @@ def run_witness(
             f"--witness model-analyzer: Model Analyzer could not be installed: {error}"
         ) from error
     base = spec.model(model)
-    budget = saved["budget_ms"]
     step(
-        f"Model Analyzer {VERSION}: brute search of {model} for p99 ≤ {budget:g} ms "
+        f"Model Analyzer {VERSION}: brute search of {model} for p99 ≤ {budget_ms:g} ms "
         "(its files: model-analyzer/)"
     )
-    found = model_analyzer.search(program, base, budget, space, folder / "model-analyzer", SEARCH_TIMEOUT_S)
+    found = model_analyzer.search(
+        program, base, budget_ms, space, folder / "model-analyzer", SEARCH_TIMEOUT_S
+    )
     configs = {OURS: chosen, SPEC: model_analyzer.base_config(base)}
     if found.pick is not None:
         configs = {OURS: chosen, THEIRS: found.pick, SPEC: configs[SPEC]}
-    start, rate_step = ramp_from(saved["measured_max_rate"] or saved["predicted_max_rate"])
-    plan = Plan(budget, start, rate_step, rounds, max_steps=max_steps, max_concurrency=max_concurrency)
+    start, rate_step = ramp_from(rate)
+    plan = Plan(budget_ms, start, rate_step, rounds, max_steps=max_steps, max_concurrency=max_concurrency)
     with session_factory() as session:
         ramps = measure_all(session, configs, plan, step)
         engine = session.engine.name
-    return {
-        "version": VERSION,
-        "budget_ms": budget,
-        "configs": {name: config.label for name, config in configs.items()},
-        "search": {
-            "seconds": found.seconds,
-            "pick": found.pick.label if found.pick else None,
-            "pick_variant": found.pick_variant,
-            "pick_row": asdict(found.pick_row) if found.pick_row else None,
-            "variants": found.variants,
-            "profiled": found.profiled,
-            "rows": [asdict(row) for row in found.rows],
-            "config": str(found.config),
-            "smoke": space.smoke,
-        },
-        "ours": {
-            "seconds": saved["seconds"].get("make_tune", saved["seconds"]["tuner"]),
-            "tuner_s": saved["seconds"]["tuner"],
-        },
-        "yardstick": {"engine": engine, "plan": asdict(plan), "ramps": figures(ramps)},
-    }
+    return WitnessFigures(
+        version=VERSION,
+        budget_ms=budget_ms,
+        configs={name: config.label for name, config in configs.items()},
+        search=SearchFigures(
+            seconds=found.seconds,
+            pick=found.pick.label if found.pick else None,
+            pick_variant=found.pick_variant,
+            pick_row=found.pick_row,
+            variants=tuple(found.variants),
+            profiled=tuple(found.profiled),
+            rows=tuple(found.rows),
+            config=str(found.config),
+            smoke=space.smoke,
+        ),
+        ours=OursFigures(
+            seconds=seconds.tuner if seconds.make_tune is None else seconds.make_tune,
+            tuner_s=seconds.tuner,
+        ),
+        yardstick=YardstickFigures(engine, plan, figures(ramps)),
+    )

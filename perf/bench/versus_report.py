@@ -1,60 +1,110 @@
 """The report's section for ``--witness model-analyzer`` (``perf.bench.versus``), rendered from the saved
-figures alone (``result.json``: ``model_analyzer``), every figure named with the tool behind it."""
+figures alone (``result.json``: ``model_analyzer``, a ``WitnessFigures``), every figure named with the
+tool behind it."""
 
 from __future__ import annotations
 
 import statistics
-from dataclasses import asdict
+from dataclasses import dataclass
 
-from perf.bench.yardstick import Step, held
+from perf.bench.model_analyzer import Measured
+from perf.bench.yardstick import Plan, RampFigures
 from perf.markdown import number, table
 from perf.studies.goals import GOALS, Goal, goals_table
+from perf.tune.result import TuneDocument
 
 HEADING = "## Model Analyzer beside the tuner (`--witness model-analyzer`)"
 OURS, THEIRS, SPEC = "make tune", "Model Analyzer", "models.yaml"
 
 
-def _held(ramp: dict) -> dict | None:
-    """The saved ramp's last step within the budget before the first miss (``yardstick.held``)."""
-    found = held([Step(**step) for step in ramp["steps"]])
-    return asdict(found) if found else None
+@dataclass(frozen=True)
+class SearchFigures:
+    """Model Analyzer's brute search: what it ran, what it picked, its own figure for the pick."""
+
+    seconds: float
+    pick: str | None  # the pick as the tuner's candidate label (None: nothing within the budget)
+    pick_variant: str | None
+    pick_row: Measured | None
+    variants: tuple[str, ...]
+    profiled: tuple[tuple[str, int], ...]  # every perf_analyzer run it made: (variant, concurrency)
+    rows: tuple[Measured, ...]
+    config: str  # the configuration file written for it
+    smoke: bool
 
 
-def _ramps(witness: dict, name: str, kind: str) -> list[dict]:
-    return [r for r in witness["yardstick"]["ramps"] if r["name"] == name and r["kind"] == kind]
+@dataclass(frozen=True)
+class OursFigures:
+    """What the tuner took: the whole ``make tune`` and the probe and shortlist alone."""
+
+    seconds: float
+    tuner_s: float
 
 
-def held_values(witness: dict, name: str, kind: str) -> list[float]:
+@dataclass(frozen=True)
+class YardstickFigures:
+    engine: str
+    plan: Plan
+    ramps: tuple[RampFigures, ...]
+
+
+@dataclass(frozen=True)
+class WitnessFigures:
+    """What ``--witness model-analyzer`` adds to the saved result (``perf.bench.versus.run_witness``)."""
+
+    version: str
+    budget_ms: float
+    configs: dict[str, str]  # OURS, THEIRS (where it picked), SPEC -> the configuration's label
+    search: SearchFigures
+    ours: OursFigures
+    yardstick: YardstickFigures
+
+
+@dataclass(frozen=True)
+class WitnessedTuneDocument(TuneDocument):
+    """A tune's ``result.json`` with Model Analyzer's figures beside it (its section among ``sections``)."""
+
+    model_analyzer: WitnessFigures | None = None
+
+
+def witnessed(saved: TuneDocument, witness: WitnessFigures) -> WitnessedTuneDocument:
+    """``saved`` with the witness's figures and the section rendered from them."""
+    return WitnessedTuneDocument(**vars(saved), model_analyzer=witness).with_section(section(witness))
+
+
+def _ramps(witness: WitnessFigures, name: str, kind: str) -> list[RampFigures]:
+    return [r for r in witness.yardstick.ramps if r.name == name and r.kind == kind]
+
+
+def held_values(witness: WitnessFigures, name: str, kind: str) -> list[float]:
     """Each round's highest load within the budget (0 where the first step missed)."""
-    return [(_held(r) or {"load": 0.0})["load"] for r in _ramps(witness, name, kind)]
+    return [r.held.load if r.held else 0.0 for r in _ramps(witness, name, kind)]
 
 
-def _rounds_text(witness: dict, name: str, kind: str, unit: str) -> str:
+def _rounds_text(witness: WitnessFigures, name: str, kind: str, unit: str) -> str:
     cells = []
     for ramp in _ramps(witness, name, kind):
-        held = _held(ramp)
-        noise = "†" if held and held["host_noise"] else ""
+        held = ramp.held
+        noise = "†" if held and held.host_noise else ""
         if held is None:
             cells.append("none")
         elif kind == "open":
-            cells.append(f"{number(held['load'], 0)}{unit} (p99 {number(held['p99_ms'])}{noise})")
+            cells.append(f"{number(held.load, 0)}{unit} (p99 {number(held.p99_ms)}{noise})")
         else:
             cells.append(
-                f"c={held['load']:.0f}: {number(held['throughput'], 0)}/s "
-                f"(p99 {number(held['p99_ms'])}{noise})"
+                f"c={held.load:.0f}: {number(held.throughput, 0)}/s (p99 {number(held.p99_ms)}{noise})"
             )
     return "; ".join(cells) or "–"
 
 
-def goals(witness: dict) -> list[Goal]:
+def goals(witness: WitnessFigures) -> list[Goal]:
     """The tuner's pick against Model Analyzer's on the yardstick's open loop, and the time each took."""
-    if THEIRS not in witness["configs"]:
+    if THEIRS not in witness.configs:
         return []
     pick, took = GOALS["tuner pick"], GOALS["tuner time"]
     ours = statistics.median(held_values(witness, OURS, "open"))
     theirs = statistics.median(held_values(witness, THEIRS, "open"))
     share = ours / theirs if theirs else float("nan")
-    mine_s, their_s = witness["ours"]["seconds"], witness["search"]["seconds"]
+    mine_s, their_s = witness.ours.seconds, witness.search.seconds
     return [
         Goal(
             pick.name,
@@ -71,42 +121,41 @@ def goals(witness: dict) -> list[Goal]:
     ]
 
 
-def section(witness: dict) -> list[str]:
+def section(witness: WitnessFigures) -> list[str]:
     """The report's section, from the saved figures alone."""
-    search, engine = witness["search"], witness["yardstick"]["engine"]
-    plan = witness["yardstick"]["plan"]
-    budget = witness["budget_ms"]
-    row = search["pick_row"]
-    runs = len(search["profiled"])
+    search, engine = witness.search, witness.yardstick.engine
+    plan = witness.yardstick.plan
+    budget = witness.budget_ms
+    row = search.pick_row
+    runs = len(search.profiled)
     their_own = (
-        f"{number(row['throughput'], 0)}/s at p99 {number(row['p99_ms'])} ms, "
-        f"concurrency {row['concurrency']} "
-        f"(`{search['pick_variant']}`)"
+        f"{number(row.throughput, 0)}/s at p99 {number(row.p99_ms)} ms, "
+        f"concurrency {row.concurrency} "
+        f"(`{search.pick_variant}`)"
         if row
         else "no measurement within the budget"
     )
     lines = [
         HEADING,
         "",
-        f"Model Analyzer {witness['version']} ran its brute search (objective throughput, constraint p99 ≤ "
-        f"{budget:g} ms, local launch with this project's server; configuration: `{search['config']}`)"
-        + (" in its smoke setting: the base configuration alone, one concurrency" if search["smoke"] else "")
+        f"Model Analyzer {witness.version} ran its brute search (objective throughput, constraint p99 ≤ "
+        f"{budget:g} ms, local launch with this project's server; configuration: `{search.config}`)"
+        + (" in its smoke setting: the base configuration alone, one concurrency" if search.smoke else "")
         + ".",
         "",
         table(
             ["", OURS, THEIRS],
             [
-                ["pick", witness["configs"][OURS], search["pick"] or "none within the budget"],
+                ["pick", witness.configs[OURS], search.pick or "none within the budget"],
                 [
                     "search time",
-                    f"{witness['ours']['seconds']:.0f} s "
-                    f"(probe + shortlist: {witness['ours']['tuner_s']:.0f} s)",
-                    f"{search['seconds']:.0f} s",
+                    f"{witness.ours.seconds:.0f} s (probe + shortlist: {witness.ours.tuner_s:.0f} s)",
+                    f"{search.seconds:.0f} s",
                 ],
                 [
                     "what it measured",
                     "Poisson arrivals (open loop), perf_analyzer",
-                    f"{len(search['variants'])} configurations, {runs} perf_analyzer runs (closed loop)",
+                    f"{len(search.variants)} configurations, {runs} perf_analyzer runs (closed loop)",
                 ],
                 [
                     "its own figure for its pick",
@@ -116,11 +165,11 @@ def section(witness: dict) -> list[str]:
             ],
         ),
         "",
-        f"**One yardstick** ({engine}, one server, {plan['rounds']} rounds, configurations interleaved): "
-        f"the highest Poisson rate within the budget, from {plan['start']:.0f}/s in steps of "
-        f"{plan['step']:.0f}/s "
+        f"**One yardstick** ({engine}, one server, {plan.rounds} rounds, configurations interleaved): "
+        f"the highest Poisson rate within the budget, from {plan.start:.0f}/s in steps of "
+        f"{plan.step:.0f}/s "
         "until a run misses, and the p99 there; then the closed loop Model Analyzer reports, concurrency "
-        f"{plan['first_concurrency']}, {2 * plan['first_concurrency']}, … until a run misses (a run whose "
+        f"{plan.first_concurrency}, {2 * plan.first_concurrency}, … until a run misses (a run whose "
         "windows never agreed is skipped). Every figure below is perf_analyzer's, driven by this project "
         f"({engine}); † marks a run that holds the host's noise. The spec's configuration is measured "
         "without its queue policy (Triton 2.51's stall).",
@@ -141,7 +190,7 @@ def section(witness: dict) -> list[str]:
                     number(statistics.median(held_values(witness, name, "open")), 0),
                     _rounds_text(witness, name, "closed", ""),
                 ]
-                for name, label in witness["configs"].items()
+                for name, label in witness.configs.items()
             ],
         ),
     ]

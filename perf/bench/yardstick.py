@@ -18,7 +18,7 @@ from __future__ import annotations
 import dataclasses
 import logging
 import math
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
 from perf.errors import StudyError
@@ -60,7 +60,7 @@ class Ramp:
         return held(self.steps)
 
 
-def held(steps: list[Step]) -> Step | None:
+def held(steps: Sequence[Step]) -> Step | None:
     """The last step within the budget before the first miss; steps without a measurement skipped."""
     last = None
     for step in steps:
@@ -166,15 +166,22 @@ def measure_all(
     return ramps
 
 
-def figures(ramps: list[Ramp]) -> list[dict]:
+@dataclass(frozen=True)
+class RampFigures:
+    """One ramp as the saved result holds it."""
+
+    name: str
+    round: int
+    kind: str  # "open" or "closed"
+    start: float
+    steps: tuple[Step, ...]
+
+    @property
+    def held(self) -> Step | None:
+        """The last run within the budget before the first miss (``held``)."""
+        return held(self.steps)
+
+
+def figures(ramps: list[Ramp]) -> tuple[RampFigures, ...]:
     """The ramps as the saved result holds them."""
-    return [
-        {
-            "name": r.name,
-            "round": r.round,
-            "kind": r.kind,
-            "start": r.start,
-            "steps": [dataclasses.asdict(s) for s in r.steps],
-        }
-        for r in ramps
-    ]
+    return tuple(RampFigures(r.name, r.round, r.kind, r.start, tuple(r.steps)) for r in ramps)

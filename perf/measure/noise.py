@@ -17,7 +17,7 @@ from __future__ import annotations
 import logging
 import math
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
 
 from perf.measure.measurement import Measurement
 
@@ -35,6 +35,16 @@ class Remeasured:
     seconds: float
     again_stolen_share: float
     again_p99_ms: float
+
+
+@dataclass(frozen=True)
+class NoiseFigures:
+    """The policy's account of a run of measurements, as a saved result keeps it."""
+
+    stolen_limit: float
+    runs: int  # measurements taken through the policy
+    remeasured: tuple[Remeasured, ...]  # those measured once more for the host's steal
+    remeasured_s: float  # what measuring them again took
 
 
 @dataclass
@@ -72,11 +82,11 @@ class NoisePolicy:
         )
         return again if not again.stolen_share > first.stolen_share else first
 
-    def figures(self) -> dict:
+    def account(self) -> NoiseFigures:
         """The policy's account for a saved result: its limit, the runs, those measured again."""
-        return {
-            "stolen_limit": self.stolen_limit,
-            "runs": self.runs,
-            "remeasured": [vars(r) for r in self.remeasured],
-            "remeasured_s": sum(r.seconds for r in self.remeasured),
-        }
+        again = tuple(self.remeasured)
+        return NoiseFigures(self.stolen_limit, self.runs, again, float(sum(r.seconds for r in again)))
+
+    def figures(self) -> dict:
+        """``account`` as a plain dict (a scenario's figures)."""
+        return asdict(self.account())

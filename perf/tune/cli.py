@@ -18,7 +18,6 @@ import logging
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import Any
 
 from exporters.repository import build_repository
 from exporters.resolve import load_spec
@@ -38,7 +37,7 @@ from perf.session.shapes_section import shapes_section
 from perf.spec_overlay import write_overlay
 from perf.tune.partial import write_partial
 from perf.tune.report import render
-from perf.tune.result import document, save
+from perf.tune.result import TuneDocument, document, save
 from perf.tune.tuner import TuneRequest, TuneResult, tune
 from server.ports import add_port_base_option
 
@@ -66,11 +65,12 @@ THE_SETUP = TuneSetup()  # what make tune runs with
 @dataclasses.dataclass(frozen=True)
 class TunedRun:
     """What a tool beside the tuner gets once the tuner's server stopped: the pick, the saved result
-    (which it may add to before the report is rendered), and a fresh session on another workdir."""
+    (to which it returns its additions, as a new document, before the report is rendered), and a
+    fresh session on another workdir."""
 
     spec: Spec
     model: str
-    saved: dict[str, Any]
+    saved: TuneDocument
     chosen: BatcherConfig
     largest_batch: int
     instances: tuple[int, ...]
@@ -83,10 +83,10 @@ class TunedRun:
 class Beside:
     """Tools run in the same ``make tune``, handed in by the caller so that the tuner knows none of
     them: ``on_server`` returns a report section, measured on the tuned server with the pick loaded;
-    ``after`` runs once that server stopped."""
+    ``after`` runs once that server stopped and returns the saved result with what it adds."""
 
     on_server: Callable[[ModelSession, Callable[[str], None]], list[str]] | None = None
-    after: Callable[[TunedRun], None] | None = None
+    after: Callable[[TunedRun], TuneDocument] | None = None
 
 
 def add_parser(commands: argparse._SubParsersAction) -> None:
@@ -228,11 +228,9 @@ def command_tune(
         raise
     save(folder, saved)
     note = f"python -m perf tune --model {args.model} --p99-ms {args.p99_ms:g}: {chosen.label}"
-    buckets = saved.get("buckets")  # chosen for a variable-length model (None: leave the spec's)
     tuned = write_overlay(
-        args.spec, spec.model(args.model), chosen, folder, note, args.keep_queue_policy,
-        None if buckets is None else tuple(buckets),
-    )  # fmt: skip
+        args.spec, spec.model(args.model), chosen, folder, note, args.keep_queue_policy, saved.buckets
+    )
     console.print(f"  overlay validates; building {args.model} from spec.tuned.yaml")
     build_repository(tuned, folder / "repository", num_gpus=0, only=[args.model])
     report = render(folder)
@@ -260,7 +258,7 @@ def partial_on_failure(folder: Path, title: str, session: ModelSession) -> Itera
 def measure_and_pick(
     args: argparse.Namespace, spec: Spec, folder: Path, console, beside: Beside = Beside(),
     setup: TuneSetup = TuneSetup(),
-) -> tuple[dict, BatcherConfig]:  # fmt: skip
+) -> tuple[TuneDocument, BatcherConfig]:  # fmt: skip
     """The tuner (and the tools asked for) on one real server; the saved result and the pick. The raw
     backend is measured once the server has stopped, so that it gets the cores."""
     grid = setup.wide_grid if args.grid == "wide" else setup.quick_grid
@@ -285,17 +283,20 @@ def measure_and_pick(
     with session, partial_on_failure(folder, f"Tuning {args.model} for p99 ≤ {args.p99_ms:g} ms", session):
         result = setup.tuner(session, request, step=progress)
         saved = document(result, args.model, engine.name, session.noise, session.cores)
-        saved["seconds"]["make_tune"] = time.perf_counter() - started  # build and server start included
+        took = time.perf_counter() - started  # build and server start included
+        saved = dataclasses.replace(saved, seconds=dataclasses.replace(saved.seconds, make_tune=took))
         if beside.on_server:
             session.prepare(result.chosen)
-            saved["sections"].append(beside.on_server(session, progress))
+            saved = saved.with_section(beside.on_server(session, progress))
         if result.operating_rate > 0 and has_variable_axis(session.base):  # the tuner chooses buckets
             load = request.load(result.operating_rate)
-            section, saved["buckets"] = shapes_section(session, result.chosen, load, args.p99_ms, progress)
-            saved["sections"].append(section)
+            section, buckets = shapes_section(session, result.chosen, load, args.p99_ms, progress)
+            saved = dataclasses.replace(
+                saved.with_section(section), buckets=None if buckets is None else tuple(buckets)
+            )
     if beside.after:
         save(folder, saved)  # the tuner's result stands even where a long tool beside it fails
-        beside.after(
+        saved = beside.after(
             TunedRun(
                 spec, args.model, saved, result.chosen, session.largest_batch, grid.instances,
                 lambda: new_session(setup.workdir / "yardstick"), folder, progress,
@@ -306,21 +307,20 @@ def measure_and_pick(
     raw = measure_raw(
         session.model_file, session.target.inputs, sizes, model.intra_op_threads, model.inter_op_threads, 0.3
     )
-    saved["raw"] = [dataclasses.asdict(point) for point in raw]
-    return saved, result.chosen
+    return dataclasses.replace(saved, raw=tuple(raw)), result.chosen
 
 
-def print_summary(saved: dict, report: Path, console) -> None:
-    operating, noise = saved["operating"], saved["noise"]
-    measured = operating["measured"]
-    held = " (holds the host's noise)" if measured and measured["host_noise"] else ""
-    p99 = number(measured["p99_ms"]) if measured else "–"
-    console.print(f"chosen: [bold]{saved['chosen']}[/bold] (the prediction's first: {saved['model_pick']})")
+def print_summary(saved: TuneDocument, report: Path, console) -> None:
+    operating, noise = saved.operating, saved.noise
+    measured = operating.measured
+    held = " (holds the host's noise)" if measured and measured.host_noise else ""
+    p99 = number(measured.p99_ms) if measured else "–"
+    console.print(f"chosen: [bold]{saved.chosen}[/bold] (the prediction's first: {saved.model_pick})")
     console.print(
-        f"  p99 at {number(saved['operating_rate'], 0)}/s: predicted "
-        f"{number(operating['predicted']['p99_ms'])} ms, measured {p99} ms{held}; highest rate within the "
-        f"budget: predicted {number(saved['predicted_max_rate'], 0)}/s, measured "
-        f"{number(saved['measured_max_rate'], 0)}/s; tuner {saved['seconds']['tuner']:.0f} s; engine "
-        f"{saved['engine']}; {len(noise['remeasured'])} of {noise['runs']} runs measured again for steal; "
+        f"  p99 at {number(saved.operating_rate, 0)}/s: predicted "
+        f"{number(operating.predicted.p99_ms)} ms, measured {p99} ms{held}; highest rate within the "
+        f"budget: predicted {number(saved.predicted_max_rate, 0)}/s, measured "
+        f"{number(saved.measured_max_rate, 0)}/s; tuner {saved.seconds.tuner:.0f} s; engine "
+        f"{saved.engine}; {len(noise.remeasured)} of {noise.runs} runs measured again for steal; "
         f"report {report}"
     )

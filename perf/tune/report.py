@@ -7,6 +7,7 @@ what was predicted, what was chosen, how it held up, and which figures hold the 
 from __future__ import annotations
 
 import argparse
+import sys
 from pathlib import Path
 
 import matplotlib
@@ -14,10 +15,11 @@ import matplotlib
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt
 
+from perf.errors import EXIT_USAGE, OptionError
 from perf.markdown import number, table, write_report
 from perf.studies.goals import GOALS, Goal, goals_table
 from perf.studies.plots import save_figure
-from perf.tune.result import load
+from perf.tune.result import CpuFigures, PointFigures, RunFigures, TuneDocument, load
 
 NOISE_MARK = "†"  # beside a figure whose run the hypervisor took CPU from (``perf.measure.noise``)
 
@@ -28,58 +30,61 @@ def p99_plot(axes: plt.Axes, budget_ms: float, xlabel: str, title: str) -> None:
     axes.set(xlabel=xlabel, ylabel="p99 latency (ms)", yscale="log", title=title)
 
 
-def plot_verification(saved: dict, path: Path) -> Path:
+def plot_verification(saved: TuneDocument, path: Path) -> Path:
     """Predicted (lines) and measured (markers) p99 against the offered rate, per configuration."""
     figure, axes = plt.subplots(figsize=(7.5, 4.5))
-    configs = list(dict.fromkeys([saved["chosen"], *(p["config"] for p in saved["verification"])]))
+    configs = list(dict.fromkeys([saved.chosen, *(p.config for p in saved.verification)]))
     for index, config in enumerate(configs):
-        points = sorted((p for p in saved["verification"] if p["config"] == config), key=lambda p: p["rate"])
-        label = config + (" (chosen)" if config == saved["chosen"] else "")
-        for kind, style in (("predicted", "-"), ("measured", "o")):
-            shown = [(p["rate"], p[kind]["p99_ms"]) for p in points if p[kind] and p[kind]["p99_ms"]]
+        points = sorted((p for p in saved.verification if p.config == config), key=lambda p: p.rate)
+        label = config + (" (chosen)" if config == saved.chosen else "")
+        for kind, style, figures in (
+            ("predicted", "-", [(p.rate, p.predicted) for p in points]),
+            ("measured", "o", [(p.rate, p.measured) for p in points]),
+        ):
+            shown = [(rate, f.p99_ms) for rate, f in figures if f and f.p99_ms]
             if shown:
                 rates, p99s = zip(*shown, strict=True)
                 axes.plot(rates, p99s, style, color=f"C{index}", label=f"{label}: {kind}")
-    p99_plot(axes, saved["budget_ms"], "offered rate (requests / s)", "p99 vs rate: simulation vs the server")
+    p99_plot(axes, saved.budget_ms, "offered rate (requests / s)", "p99 vs rate: simulation vs the server")
     return save_figure(figure, path, axes, grid="both")
 
 
-def p99(run: dict | None) -> str:
+def p99(run: RunFigures | None) -> str:
     """A measured p99, marked where it holds the host's noise."""
     if not run:
         return "–"
-    return number(run["p99_ms"]) + (NOISE_MARK if run["host_noise"] else "")
+    return number(run.p99_ms) + (NOISE_MARK if run.host_noise else "")
 
 
-def _error(point: dict) -> float:
-    measured = point["measured"]["p99_ms"] if point["measured"] else None
-    return 100 * (point["predicted"]["p99_ms"] - measured) / measured if measured else float("nan")
+def _error(point: PointFigures) -> float:
+    measured = point.measured.p99_ms if point.measured else None
+    return 100 * (point.predicted.p99_ms - measured) / measured if measured else float("nan")
 
 
-def goals(saved: dict) -> list[Goal]:
+def goals(saved: TuneDocument) -> list[Goal]:
     spec = GOALS["tuner p99 prediction"]
-    error = _error(saved["operating"])
+    error = _error(saved.operating)
     return [Goal(spec.name, spec.target(), f"{error:+.0f}%", spec.met(abs(error)))]
 
 
-def headline(saved: dict) -> list[str]:
-    operating = saved["operating"]
-    seconds = saved["seconds"]
+def headline(saved: TuneDocument) -> list[str]:
+    operating = saved.operating
+    seconds = saved.seconds
     return [
-        f"# Tuning {saved['model']} for p99 ≤ {saved['budget_ms']:g} ms",
+        f"# Tuning {saved.model} for p99 ≤ {saved.budget_ms:g} ms",
         "",
-        f"Chosen: **{saved['chosen']}** (the prediction alone ranks {saved['model_pick']} first)"
+        f"Chosen: **{saved.chosen}** (the prediction alone ranks {saved.model_pick} first)"
         f"{unconfirmed(saved)}; overlay in `overlay.yaml`, the merged spec in `spec.tuned.yaml`.",
         "",
-        f"At the operating point, {number(saved['operating_rate'], 0)} requests/s: predicted p99 "
-        f"{number(operating['predicted']['p99_ms'])} ms, measured {p99(operating['measured'])} ms. Highest "
-        f"rate within the budget: predicted {number(saved['predicted_max_rate'], 0)}/s, measured "
-        f"{number(saved['measured_max_rate'], 0)}/s (the highest verified rate that met it).",
+        f"At the operating point, {number(saved.operating_rate, 0)} requests/s: predicted p99 "
+        f"{number(operating.predicted.p99_ms)} ms, measured {p99(operating.measured)} ms. Highest "
+        f"rate within the budget: predicted {number(saved.predicted_max_rate, 0)}/s, measured "
+        f"{number(saved.measured_max_rate, 0)}/s (the highest verified rate that met it).",
         *demotions(saved),
         "",
-        f"Time: probe {seconds['probe']:.0f} s, prediction {seconds['predict']:.1f} s, shortlist "
-        f"{seconds['shortlist']:.0f} s (the tuner: {seconds['tuner']:.0f} s), verification "
-        f"{seconds['verify']:.0f} s. Load engine for every server figure: {saved['engine']}.",
+        f"Time: probe {seconds.probe:.0f} s, prediction {seconds.predict:.1f} s, shortlist "
+        f"{seconds.shortlist:.0f} s (the tuner: {seconds.tuner:.0f} s), verification "
+        f"{seconds.verify:.0f} s. Load engine for every server figure: {saved.engine}.",
         "",
         "## Goals",
         "",
@@ -87,27 +92,24 @@ def headline(saved: dict) -> list[str]:
     ]
 
 
-def demotions(saved: dict) -> list[str]:
+def demotions(saved: TuneDocument) -> list[str]:
     """The picks the verification demoted before this one: each missed the budget at its operating
     rate, so it is not the answer however well it did in the shortlist."""
-    demoted = saved.get("demoted") or []
-    if not demoted:
+    if not saved.demoted:
         return []
     misses = "; ".join(
-        f"{p['config']} at {number(p['rate'], 0)}/s: p99 {p99(p['measured'])} ms, served "
-        f"{number(p['measured']['served'], 0)}/s"
-        for p in demoted
+        f"{p.config} at {number(p.rate, 0)}/s: p99 {p99(p.measured)} ms, served "
+        f"{number(p.measured.served, 0)}/s"
+        for p in saved.demoted
     )
     return ["", f"Demoted (measured over the budget at their operating rate, not answers): {misses}."]
 
 
-def unconfirmed(saved: dict) -> str:
+def unconfirmed(saved: TuneDocument) -> str:
     """Where the shortlist measured no candidate meeting the budget (at the target rate, given one),
     the pick is the prediction's first and only the verification speaks for it."""
-    target = saved["target_rate"] or 0.0
-    if not saved["shortlist"] or any(
-        c["measured_rate"] and c["measured_rate"] >= target for c in saved["shortlist"]
-    ):
+    target = saved.target_rate or 0.0
+    if not saved.shortlist or any(c.measured_rate and c.measured_rate >= target for c in saved.shortlist):
         return ""
     where = f" at {number(target, 0)}/s" if target else ""
     return (
@@ -115,54 +117,52 @@ def unconfirmed(saved: dict) -> str:
     )
 
 
-def noise_section(saved: dict) -> list[str]:
-    noise = saved["noise"]
+def noise_section(saved: TuneDocument) -> list[str]:
+    noise = saved.noise
     runs = [run for run in _runs(saved) if run]
-    noisy = [run for run in runs if run["host_noise"]]
-    again = noise["remeasured"]
+    noisy = [run for run in runs if run.host_noise]
+    again = noise.remeasured
     lines = [
         "",
         "## Host noise (`perf.measure.noise`)",
         "",
-        f"A run with {100 * noise['stolen_limit']:.1f}% or more of the CPUs' time stolen by the hypervisor "
+        f"A run with {100 * noise.stolen_limit:.1f}% or more of the CPUs' time stolen by the hypervisor "
         "(steal in `/proc/stat`) measures the host's other guests as well as the configuration: it is "
         "measured once more and the less stolen of the two counts. "
-        f"{len(again)} of {noise['runs']} runs were measured again ({noise['remeasured_s']:.0f} s).",
+        f"{len(again)} of {noise.runs} runs were measured again ({noise.remeasured_s:.0f} s).",
         "",
     ]
     if noisy:
         lines.append(
             f"{len(noisy)} of the {len(runs)} figures below still hold the host's noise (marked "
-            f"{NOISE_MARK}): "
-            + ", ".join(f"{run['label']} ({number(run['stolen_pct'])}%)" for run in noisy)
-            + "."
+            f"{NOISE_MARK}): " + ", ".join(f"{run.label} ({number(run.stolen_pct)}%)" for run in noisy) + "."
         )
     else:
         lines.append("No figure below holds the host's noise.")
     return lines
 
 
-def _runs(saved: dict) -> list[dict | None]:
-    points = [p for c in saved["shortlist"] for p in c["points"]] + saved["verification"]
-    return saved["probe"]["runs"] + [p["measured"] for p in points]
+def _runs(saved: TuneDocument) -> list[RunFigures | None]:
+    points = [p for c in saved.shortlist for p in c.points] + list(saved.verification)
+    return [*saved.probe.runs, *(p.measured for p in points)]
 
 
-def probe_section(saved: dict) -> list[str]:
-    probe = saved["probe"]
+def probe_section(saved: TuneDocument) -> list[str]:
+    probe = saved.probe
     fits = table(
         ["instances", "T (ms)", "Δt (ms)", "R²", "per execution + per request beyond compute (ms)"],
         [
             [
                 n,
-                number(f["t_ms"], 3),
-                number(f["dt_ms"], 3),
-                number(f["r2"], 3),
-                f"{number(probe['per_batch_ms'], 3)} + {number(probe['per_request_ms'][n], 3)}",
+                number(f.t_ms, 3),
+                number(f.dt_ms, 3),
+                number(f.r2, 3),
+                f"{number(probe.per_batch_ms, 3)} + {number(probe.per_request_ms[n], 3)}",
             ]
-            for n, f in probe["fits"].items()
+            for n, f in probe.fits.items()
         ],
     )
-    cpu = probe["cpu"]
+    cpu = probe.cpu
     contention = cpu_sentence(cpu) if cpu else "No CPU term (no CPU readings)."
     runs = table(
         [
@@ -176,23 +176,23 @@ def probe_section(saved: dict) -> list[str]:
         ],
         [
             [
-                run["label"],
-                number(run["served"], 0),
-                number(run["mean_batch"]),
+                run.label,
+                number(run.served, 0),
+                number(run.mean_batch),
                 p99(run),
-                number(run["cpu_cores"], 2),
-                "yes" if run["stable"] else "no",
-                ", ".join(f"{s}: {c}" for s, c in run["batches"].items()),
+                number(run.cpu_cores, 2),
+                "yes" if run.stable else "no",
+                ", ".join(f"{s}: {c}" for s, c in run.batches.items()),
             ]
-            for run in probe["runs"]
+            for run in probe.runs
         ],
     )
     return [
         "",
         "## What the prediction was built from (probe)",
         "",
-        f"Latency outside the server at the lowest rate: {number(probe['overhead_ms'], 3)} ms; p99 there "
-        f"{number(probe['floor_p99_ms'])} ms.",
+        f"Latency outside the server at the lowest rate: {number(probe.overhead_ms, 3)} ms; p99 there "
+        f"{number(probe.floor_p99_ms)} ms.",
         "",
         fits,
         "",
@@ -202,12 +202,12 @@ def probe_section(saved: dict) -> list[str]:
     ]
 
 
-def cpu_sentence(cpu: dict) -> str:
+def cpu_sentence(cpu: CpuFigures) -> str:
     fit = (
-        f"**{number(cpu['idle_cores'], 2)} idle + {number(cpu['per_request_us'], 0)} µs per request + "
-        f"{number(cpu['per_execution_us'], 0)} µs per execution** on {cpu['cores']} cores"
+        f"**{number(cpu.idle_cores, 2)} idle + {number(cpu.per_request_us, 0)} µs per request + "
+        f"{number(cpu.per_execution_us, 0)} µs per execution** on {cpu.cores} cores"
     )
-    slices = ", ".join(f"{number(ms, 3)} ms with {n} instance(s)" for n, ms in cpu["slice_ms"].items())
+    slices = ", ".join(f"{number(ms, 3)} ms with {n} instance(s)" for n, ms in cpu.slice_ms.items())
     return (
         f"CPU term: the machine's busy cores over the runs that kept up, fitted: {fit}; each request waits "
         f"for a core as in an M/M/c queue with a slice of {slices} (the median of what that count's busier "
@@ -215,18 +215,18 @@ def cpu_sentence(cpu: dict) -> str:
     )
 
 
-def candidates_section(saved: dict) -> list[str]:
-    target = saved["target_rate"]
+def candidates_section(saved: TuneDocument) -> list[str]:
+    target = saved.target_rate
     rows = [
         [
-            c["config"] + ("" if c["feasible"] else " (infeasible)"),
-            number(c["best"]["rate"], 0) if c["best"] else "–",
-            number(c["best"]["p99_ms"]) if c["best"] else "–",
-            number(c["best"]["mean_batch"]) if c["best"] else "–",
-            number(c["best"]["cpu_cores"], 2) if c["best"] else "–",
-            *([number(c["at_rate"]["p99_ms"])] if target else []),
+            c.config + ("" if c.feasible else " (infeasible)"),
+            number(c.best.rate, 0) if c.best else "–",
+            number(c.best.p99_ms) if c.best else "–",
+            number(c.best.mean_batch) if c.best else "–",
+            number(c.best.cpu_cores, 2) if c.best else "–",
+            *([number(c.at_rate.p99_ms)] if target else []),
         ]
-        for c in saved["candidates"]
+        for c in saved.candidates
     ]
     header = [
         "candidate",
@@ -239,18 +239,18 @@ def candidates_section(saved: dict) -> list[str]:
     return ["", "## Every candidate, predicted", "", table(header, rows)]
 
 
-def shortlist_section(saved: dict) -> list[str]:
-    if not saved["shortlist"]:
-        return ["", f"No shortlist was measured: the prediction alone picked {saved['chosen']}."]
+def shortlist_section(saved: TuneDocument) -> list[str]:
+    if not saved.shortlist:
+        return ["", f"No shortlist was measured: the prediction alone picked {saved.chosen}."]
     rows = [
         [
-            c["config"] + (" **chosen**" if c["config"] == saved["chosen"] else ""),
-            number(c["predicted_rate"], 0),
-            number(c["measured_rate"], 0) if c["measured_rate"] else "none met",
-            "; ".join(f"{number(p['rate'], 0)}/s: {p99(p['measured'])} ms" for p in c["points"]),
-            number(c["seconds"], 0),
+            c.config + (" **chosen**" if c.config == saved.chosen else ""),
+            number(c.predicted_rate, 0),
+            number(c.measured_rate, 0) if c.measured_rate else "none met",
+            "; ".join(f"{number(p.rate, 0)}/s: {p99(p.measured)} ms" for p in c.points),
+            number(c.seconds, 0),
         ]
-        for c in saved["shortlist"]
+        for c in saved.shortlist
     ]
     return [
         "",
@@ -263,28 +263,26 @@ def shortlist_section(saved: dict) -> list[str]:
     ]
 
 
-def demoted_mark(saved: dict, point: dict) -> str:
-    demoted = {(p["config"], p["rate"]) for p in saved.get("demoted") or []}
-    return " (demoted)" if (point["config"], point["rate"]) in demoted else ""
+def demoted_mark(saved: TuneDocument, point: PointFigures) -> str:
+    demoted = {(p.config, p.rate) for p in saved.demoted}
+    return " (demoted)" if (point.config, point.rate) in demoted else ""
 
 
-def verification_section(saved: dict, plot: Path) -> list[str]:
+def verification_section(saved: TuneDocument, plot: Path) -> list[str]:
     rows = [
         [
-            p["config"] + (" **chosen**" if p["config"] == saved["chosen"] else "") + demoted_mark(saved, p),
-            number(p["rate"], 0),
-            number(p["predicted"]["p99_ms"]),
-            p99(p["measured"]),
-            f"{_error(p):+.0f}%" if p["measured"] else "–",
-            number(p["measured"]["served"], 0) if p["measured"] else "–",
-            number(p["predicted"]["mean_batch"]),
-            number(p["measured"]["mean_batch"]) if p["measured"] else "–",
-            f"{number(p['predicted']['cpu_cores'], 2)} / {number(p['measured']['cpu_cores'], 2)}"
-            if p["measured"]
-            else "–",
-            f"{p['measured']['failed']}/{p['measured']['sent']}" if p["measured"] else "–",
+            p.config + (" **chosen**" if p.config == saved.chosen else "") + demoted_mark(saved, p),
+            number(p.rate, 0),
+            number(p.predicted.p99_ms),
+            p99(p.measured),
+            f"{_error(p):+.0f}%" if p.measured else "–",
+            number(p.measured.served, 0) if p.measured else "–",
+            number(p.predicted.mean_batch),
+            number(p.measured.mean_batch) if p.measured else "–",
+            f"{number(p.predicted.cpu_cores, 2)} / {number(p.measured.cpu_cores, 2)}" if p.measured else "–",
+            f"{p.measured.failed}/{p.measured.sent}" if p.measured else "–",
         ]
-        for p in saved["verification"]
+        for p in saved.verification
     ]
     header = [
         "config",
@@ -301,14 +299,12 @@ def verification_section(saved: dict, plot: Path) -> list[str]:
     return ["", "## Predicted vs measured", "", f"![p99 vs rate]({plot.name})", "", table(header, rows)]
 
 
-def raw_section(saved: dict) -> list[str]:
-    raw = saved.get("raw") or []
-    if not raw:
+def raw_section(saved: TuneDocument) -> list[str]:
+    if not saved.raw:
         return []
-    fit = saved["probe"]["fits"][next(iter(saved["probe"]["fits"]))]
+    fit = next(iter(saved.probe.fits.values()))
     rows = [
-        [p["batch"], number(p["batch_ms"], 3), number(fit["t_ms"] + (p["batch"] - 1) * fit["dt_ms"], 3)]
-        for p in raw
+        [p.batch, number(p.batch_ms, 3), number(fit.t_ms + (p.batch - 1) * fit.dt_ms, 3)] for p in saved.raw
     ]
     return [
         "",
@@ -320,7 +316,11 @@ def raw_section(saved: dict) -> list[str]:
 
 def render(folder: Path) -> Path:
     """``report.md`` and its plot in ``folder``, from ``folder/result.json``."""
-    saved = load(folder)
+    return render_document(load(folder), folder)
+
+
+def render_document(saved: TuneDocument, folder: Path) -> Path:
+    """``report.md`` and its plot in ``folder``, from ``saved``."""
     plot = plot_verification(saved, folder / "p99_vs_rate.png")
     lines = [
         *headline(saved),
@@ -331,7 +331,7 @@ def render(folder: Path) -> Path:
         *shortlist_section(saved),
         *verification_section(saved, plot),
     ]
-    for section in saved["sections"]:
+    for section in saved.sections:
         lines += ["", *section]
     return write_report(folder / "report.md", lines)
 
@@ -339,7 +339,11 @@ def render(folder: Path) -> Path:
 def main(argv: list[str] | None = None) -> int:
     options = argparse.ArgumentParser(prog="python -m perf.tune.report", description=render.__doc__)
     options.add_argument("folder", type=Path, help="a make tune report folder (with result.json)")
-    print(render(options.parse_args(argv).folder))
+    try:
+        print(render(options.parse_args(argv).folder))
+    except OptionError as error:  # not a tune result: the file and the field it got wrong, one line
+        print(f"{options.prog}: {error}", file=sys.stderr)
+        return EXIT_USAGE
     return 0
 
 

@@ -1,6 +1,11 @@
 """The tuner's saved result: one JSON document (``result.json``) with every figure of a run, from which
 the report is rendered (``perf.tune.report``), now or later, and which other tools read.
 
+The document is ``TuneDocument``, frozen dataclasses whose field names are the file's keys; it is
+written and read back through ``perf.saved``, so a reader gets typed attributes and a file that is
+not a tune result is refused when read, naming the field. Tools beside the tuner add to it by
+building a new one (``with_section``, ``dataclasses.replace``), never by changing it.
+
 Each measured run is saved with the figures a reader judges it by, and with the host-noise policy's
 verdict on it (``host_noise``: its stolen share reached the policy's limit, so the figure holds the
 host's other work as well as the configuration).
@@ -8,141 +13,284 @@ host's other work as well as the configuration).
 
 from __future__ import annotations
 
-import json
+import dataclasses
 import math
+from collections.abc import Sequence
+from dataclasses import dataclass
 from pathlib import Path
 
-from perf.markdown import plain
 from perf.measure.measurement import Measurement
-from perf.measure.noise import NoisePolicy
+from perf.measure.noise import NoiseFigures, NoisePolicy
+from perf.measure.raw import RawPoint
 from perf.model.predict import Prediction
+from perf.saved import load_document, save_document
 from perf.tune.tuner import Point, TuneResult
 
 RESULT_FILE = "result.json"
+
+
+@dataclass(frozen=True)
+class RunFigures:
+    """One measured run as saved (``None``: a latency or CPU figure the run could not give)."""
+
+    label: str
+    offered: float
+    served: float
+    p50_ms: float | None
+    p99_ms: float | None
+    sent: int
+    failed: int
+    met_rate: bool
+    stable: bool
+    mean_batch: float
+    batches: dict[str, int]  # batch size -> executions Triton formed of it
+    cpu_cores: float | None
+    stolen_pct: float | None
+    host_noise: bool
+    engine: str
+
+
+@dataclass(frozen=True)
+class ProbeRunFigures(RunFigures):
+    """One of the probe's runs, with the configuration it ran."""
+
+    config: str
+
+
+@dataclass(frozen=True)
+class PredictionFigures:
+    rate: float
+    p99_ms: float
+    served: float
+    mean_batch: float
+    met_rate: bool
+    cpu_cores: float
+
+
+@dataclass(frozen=True)
+class PointFigures:
+    """One configuration at one rate: predicted, and measured where the server ran it."""
+
+    config: str
+    rate: float
+    predicted: PredictionFigures
+    measured: RunFigures | None
+
+
+@dataclass(frozen=True)
+class Seconds:
+    """Each step's wall time; ``make_tune``: the whole command, build and server start included."""
+
+    probe: float
+    predict: float
+    shortlist: float
+    verify: float
+    tuner: float
+    make_tune: float | None = None
+
+
+@dataclass(frozen=True)
+class FitFigures:
+    """The probe's compute fit of one instance count: ``T + (batch - 1)·Δt`` ms."""
+
+    t_ms: float
+    dt_ms: float
+    r2: float
+
+
+@dataclass(frozen=True)
+class CpuFigures:
+    idle_cores: float
+    per_request_us: float
+    per_execution_us: float
+    cores: int
+    slice_ms: dict[str, float]  # instance count -> the CPU wait's slice
+
+
+@dataclass(frozen=True)
+class ProbeFigures:
+    fits: dict[str, FitFigures]  # instance count -> compute fit
+    per_batch_ms: float
+    per_request_ms: dict[str, float]  # instance count -> per-request cost beyond compute
+    overhead_ms: float
+    floor_p99_ms: float
+    cpu: CpuFigures | None
+    runs: tuple[ProbeRunFigures, ...]
+
+
+@dataclass(frozen=True)
+class CandidateFigures:
+    config: str
+    feasible: bool
+    best: PredictionFigures | None
+    at_rate: PredictionFigures | None
+
+
+@dataclass(frozen=True)
+class ShortlistFigures:
+    config: str
+    predicted_rate: float
+    measured_rate: float
+    seconds: float
+    points: tuple[PointFigures, ...]
+
+
+@dataclass(frozen=True)
+class TuneDocument:
+    """``result.json``: every figure of one tune."""
+
+    model: str
+    budget_ms: float
+    target_rate: float | None
+    engine: str
+    chosen: str
+    model_pick: str
+    operating_rate: float
+    predicted_max_rate: float
+    measured_max_rate: float
+    operating: PointFigures
+    seconds: Seconds
+    probe: ProbeFigures
+    candidates: tuple[CandidateFigures, ...]
+    shortlist: tuple[ShortlistFigures, ...]
+    verification: tuple[PointFigures, ...]
+    demoted: tuple[PointFigures, ...]  # picks the verification demoted: each over the budget at its rate
+    noise: NoiseFigures
+    sections: tuple[tuple[str, ...], ...] = ()  # rendered by tools beside the tuner (the witnesses)
+    buckets: tuple[int, ...] | None = None  # chosen for a variable-length model (None: the spec's stay)
+    raw: tuple[RawPoint, ...] = ()  # the raw backend, measured once the server stopped
+
+    def with_section(self, lines: Sequence[str]) -> TuneDocument:
+        """This document with one more report section after the tuner's own."""
+        return dataclasses.replace(self, sections=(*self.sections, tuple(lines)))
 
 
 def _finite(value: float) -> float | None:
     return float(value) if value is not None and math.isfinite(value) else None
 
 
-def run_figures(run: Measurement, noise: NoisePolicy) -> dict:
+def run_figures(run: Measurement, noise: NoisePolicy) -> RunFigures:
     """One measured run as saved."""
     summary = run.figures
     cpu = run.server.cpu_load() if run.server else (math.nan, math.nan, math.nan)
-    return {
-        "label": run.label,
-        "offered": run.offered,
-        "served": summary.throughput,
-        "p50_ms": _finite(summary.p50_ms),
-        "p99_ms": _finite(summary.p99_ms),
-        "sent": summary.requests,
-        "failed": summary.failed,
-        "met_rate": run.sustained,
-        "stable": run.stable,
-        "mean_batch": run.stats.mean_batch,
-        "batches": {str(size): bucket.executions for size, bucket in sorted(run.stats.batches.items())},
-        "cpu_cores": _finite(cpu[2]),
-        "stolen_pct": _finite(100 * run.stolen_share),
-        "host_noise": noise.holds_noise(run),
-        "engine": run.engine,
-    }
+    return RunFigures(
+        label=run.label,
+        offered=run.offered,
+        served=summary.throughput,
+        p50_ms=_finite(summary.p50_ms),
+        p99_ms=_finite(summary.p99_ms),
+        sent=summary.requests,
+        failed=summary.failed,
+        met_rate=run.sustained,
+        stable=run.stable,
+        mean_batch=run.stats.mean_batch,
+        batches={str(size): bucket.executions for size, bucket in sorted(run.stats.batches.items())},
+        cpu_cores=_finite(cpu[2]),
+        stolen_pct=_finite(100 * run.stolen_share),
+        host_noise=noise.holds_noise(run),
+        engine=run.engine,
+    )
 
 
-def prediction_figures(prediction: Prediction | None, cores: int) -> dict | None:
-    if prediction is None:
-        return None
-    return {
-        "rate": prediction.rate,
-        "p99_ms": prediction.p99_ms,
-        "served": prediction.throughput,
-        "mean_batch": prediction.mean_batch,
-        "met_rate": prediction.sustained,
-        "cpu_cores": prediction.cpu_utilization * cores,
-    }
+def prediction_figures(prediction: Prediction, cores: int) -> PredictionFigures:
+    return PredictionFigures(
+        rate=prediction.rate,
+        p99_ms=prediction.p99_ms,
+        served=prediction.throughput,
+        mean_batch=prediction.mean_batch,
+        met_rate=prediction.sustained,
+        cpu_cores=prediction.cpu_utilization * cores,
+    )
 
 
-def point_figures(point: Point, noise: NoisePolicy, cores: int) -> dict:
-    return {
-        "config": point.config.label,
-        "rate": point.rate,
-        "predicted": prediction_figures(point.predicted, cores),
-        "measured": run_figures(point.measured, noise) if point.measured else None,
-    }
+def _maybe(prediction: Prediction | None, cores: int) -> PredictionFigures | None:
+    return None if prediction is None else prediction_figures(prediction, cores)
 
 
-def document(result: TuneResult, model: str, engine: str, noise: NoisePolicy, cores: int) -> dict:
+def point_figures(point: Point, noise: NoisePolicy, cores: int) -> PointFigures:
+    return PointFigures(
+        config=point.config.label,
+        rate=point.rate,
+        predicted=prediction_figures(point.predicted, cores),
+        measured=run_figures(point.measured, noise) if point.measured else None,
+    )
+
+
+def probe_figures(result: TuneResult, noise: NoisePolicy) -> ProbeFigures:
+    probe, cpu = result.probe, result.probe.cpu
+    return ProbeFigures(
+        fits={str(n): FitFigures(f.t_ms, f.dt_ms, f.r2) for n, f in probe.fits.items()},
+        per_batch_ms=probe.per_batch_ms,
+        per_request_ms={str(n): ms for n, ms in probe.per_request_ms.items()},
+        overhead_ms=probe.overhead_ms,
+        floor_p99_ms=probe.floor_p99_ms,
+        cpu=None
+        if cpu is None
+        else CpuFigures(
+            idle_cores=cpu.idle_cores,
+            per_request_us=1e6 * cpu.per_request_s,
+            per_execution_us=1e6 * cpu.per_execution_s,
+            cores=cpu.cores,
+            slice_ms={str(n): 1e3 * s.cpu.slice_s for n, s in probe.services.items() if s.cpu},
+        ),
+        runs=tuple(ProbeRunFigures(**vars(run_figures(run, noise)), config=c.label) for c, run in probe.runs),
+    )
+
+
+def document(result: TuneResult, model: str, engine: str, noise: NoisePolicy, cores: int) -> TuneDocument:
     """Every figure of ``result`` (``engine``: the load engine's name; ``cores``: the CPU term's)."""
     request, probe = result.request, result.probe
     chosen = next(r for r in result.ranking if r.config == result.chosen)
-    operating = result.operating_point
-    cpu = probe.cpu
-    return {
-        "model": model,
-        "budget_ms": request.budget_ms,
-        "target_rate": request.rate,
-        "engine": engine,
-        "chosen": result.chosen.label,
-        "model_pick": result.ranking[0].config.label,
-        "operating_rate": result.operating_rate,
-        "predicted_max_rate": chosen.rate,
-        "measured_max_rate": result.measured_rate,
-        "operating": point_figures(operating, noise, cores),
-        "seconds": {
-            "probe": probe.seconds,
-            "predict": result.predict_s,
-            "shortlist": result.shortlist_s,
-            "verify": result.verify_s,
-            "tuner": result.tuner_s,
-        },
-        "probe": {
-            "fits": {str(n): {"t_ms": f.t_ms, "dt_ms": f.dt_ms, "r2": f.r2} for n, f in probe.fits.items()},
-            "per_batch_ms": probe.per_batch_ms,
-            "per_request_ms": {str(n): ms for n, ms in probe.per_request_ms.items()},
-            "overhead_ms": probe.overhead_ms,
-            "floor_p99_ms": probe.floor_p99_ms,
-            "cpu": None
-            if cpu is None
-            else {
-                "idle_cores": cpu.idle_cores,
-                "per_request_us": 1e6 * cpu.per_request_s,
-                "per_execution_us": 1e6 * cpu.per_execution_s,
-                "cores": cpu.cores,
-                "slice_ms": {str(n): 1e3 * s.cpu.slice_s for n, s in probe.services.items() if s.cpu},
-            },
-            "runs": [{"config": c.label, **run_figures(run, noise)} for c, run in probe.runs],
-        },
-        "candidates": [
-            {
-                "config": r.config.label,
-                "feasible": r.feasible(request),
-                "best": prediction_figures(r.best, cores),
-                "at_rate": prediction_figures(r.at_rate, cores),
-            }
+    return TuneDocument(
+        model=model,
+        budget_ms=request.budget_ms,
+        target_rate=request.rate,
+        engine=engine,
+        chosen=result.chosen.label,
+        model_pick=result.ranking[0].config.label,
+        operating_rate=result.operating_rate,
+        predicted_max_rate=chosen.rate,
+        measured_max_rate=result.measured_rate,
+        operating=point_figures(result.operating_point, noise, cores),
+        seconds=Seconds(
+            probe=probe.seconds,
+            predict=result.predict_s,
+            shortlist=result.shortlist_s,
+            verify=result.verify_s,
+            tuner=result.tuner_s,
+        ),
+        probe=probe_figures(result, noise),
+        candidates=tuple(
+            CandidateFigures(
+                config=r.config.label,
+                feasible=r.feasible(request),
+                best=_maybe(r.best, cores),
+                at_rate=_maybe(r.at_rate, cores),
+            )
             for r in result.ranking
-        ],
-        "shortlist": [
-            {
-                "config": c.config.label,
-                "predicted_rate": c.predicted_rate,
-                "measured_rate": c.rate,
-                "seconds": c.seconds,
-                "points": [point_figures(p, noise, cores) for p in c.points],
-            }
+        ),
+        shortlist=tuple(
+            ShortlistFigures(
+                config=c.config.label,
+                predicted_rate=c.predicted_rate,
+                measured_rate=c.rate,
+                seconds=c.seconds,
+                points=tuple(point_figures(p, noise, cores) for p in c.points),
+            )
             for c in result.shortlist
-        ],
-        "verification": [point_figures(p, noise, cores) for p in result.points],
-        # picks the verification demoted: each measured over the budget at its operating rate
-        "demoted": [point_figures(p, noise, cores) for p in result.demoted],
-        "noise": noise.figures(),
-        "sections": [],  # tools beside the tuner (the perf_analyzer witness) add rendered sections here
-    }
+        ),
+        verification=tuple(point_figures(p, noise, cores) for p in result.points),
+        demoted=tuple(point_figures(p, noise, cores) for p in result.demoted),
+        noise=noise.account(),
+    )
 
 
-def save(folder: Path, saved: dict) -> Path:
-    path = folder / RESULT_FILE
-    path.write_text(json.dumps(saved, indent=1, default=plain))
-    return path
+def save(folder: Path, saved: TuneDocument) -> Path:
+    """``saved`` as ``folder/result.json``."""
+    return save_document(folder / RESULT_FILE, saved)
 
 
-def load(folder: Path) -> dict:
-    return json.loads((folder / RESULT_FILE).read_text())
+def load(folder: Path, kind: type[TuneDocument] = TuneDocument) -> TuneDocument:
+    """``folder/result.json`` read back as ``kind`` (a tool's document built on ``TuneDocument``); an
+    ``OptionError`` naming the field where it is not one."""
+    return load_document(folder / RESULT_FILE, kind)

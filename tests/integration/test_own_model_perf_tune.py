@@ -88,12 +88,10 @@ def test_make_tune_on_a_slow_model_of_an_outside_spec(
     saved = load(folder)
     assert (folder / "report.md").is_file() and not (folder / "partial.md").exists()
     # the probe measured what a batch costs; nothing ranked or picked computes beyond the budget
-    fit = saved["probe"]["fits"]["1"]
-    compute = lambda n: fit["t_ms"] + (n - 1) * fit["dt_ms"]  # noqa: E731
+    fit = saved.probe.fits["1"]
+    compute = lambda n: fit.t_ms + (n - 1) * fit.dt_ms  # noqa: E731
     assert compute(16) > SLOW_BUDGET_MS, "the factory is meant to be slow: a batch of 16 beyond the budget"
-    sizes = {
-        int(re.match(r"max (\d+),", c["config"])[1]) for c in saved["candidates"] if c["config"][:4] == "max "
-    }
+    sizes = {int(re.match(r"max (\d+),", c.config)[1]) for c in saved.candidates if c.config[:4] == "max "}
     assert 16 not in sizes and all(compute(n) <= SLOW_BUDGET_MS for n in sizes)
     tuned = yaml.safe_load((folder / "spec.tuned.yaml").read_text())
     assert tuned["models"][0]["source"]["path"] == str(project)

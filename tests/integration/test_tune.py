@@ -122,16 +122,17 @@ def test_make_tune_runs_end_to_end_and_its_numbers_add_up(
 
     (folder,) = (tmp_path / "reports").iterdir()
     saved = load(folder)
-    assert saved["chosen"] == result.chosen.label and saved["model_pick"] == result.ranking[0].config.label
-    assert saved["target_rate"] == 200 and saved["operating_rate"] == 200 and saved["engine"] == "ours"
-    assert all(point["rate"] == 200 for c in saved["shortlist"] for point in c["points"][:1])
-    assert len(saved["verification"]) == len(result.points)
-    assert len(saved["probe"]["runs"]) == len(result.probe.runs)
-    for point, figures in zip(result.points, saved["verification"], strict=True):
-        assert figures["measured"]["sent"] == point.measured.figures.requests
-        assert figures["measured"]["host_noise"] == session.noise.holds_noise(point.measured)
+    assert saved.chosen == result.chosen.label and saved.model_pick == result.ranking[0].config.label
+    assert saved.target_rate == 200 and saved.operating_rate == 200 and saved.engine == "ours"
+    assert all(point.rate == 200 for c in saved.shortlist for point in c.points[:1])
+    assert len(saved.verification) == len(result.points)
+    assert len(saved.probe.runs) == len(result.probe.runs)
+    for point, figures in zip(result.points, saved.verification, strict=True):
+        assert figures.measured.sent == point.measured.figures.requests
+        assert figures.measured.host_noise == session.noise.holds_noise(point.measured)
+    assert saved.seconds.make_tune >= saved.seconds.tuner and saved.raw  # the whole command; the raw backend
     overlay = (folder / "overlay.yaml").read_text()
-    assert saved["chosen"] in overlay.splitlines()[0]  # the overlay says which pick it holds
+    assert saved.chosen in overlay.splitlines()[0]  # the overlay says which pick it holds
     assert (folder / "repository" / MODEL / "config.pbtxt").is_file()
     report = render(folder).read_text()  # the report again, from the saved result alone
-    assert f"Chosen: **{saved['chosen']}**" in report and (folder / "p99_vs_rate.png").is_file()
+    assert f"Chosen: **{saved.chosen}**" in report and (folder / "p99_vs_rate.png").is_file()

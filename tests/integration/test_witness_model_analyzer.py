@@ -8,7 +8,6 @@ figure is held to a value: a shared machine measures what it measures."""
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
 import pytest
@@ -16,13 +15,15 @@ import pytest
 from exporters.resolve import load_spec
 from perf.bench import model_analyzer
 from perf.bench.versus import run_witness, search_space
-from perf.bench.versus_report import OURS, SPEC, THEIRS, section
+from perf.bench.versus_report import OURS, SPEC, THEIRS, WitnessFigures, section
 from perf.measure.analyzer import PerfAnalyzerEngine, find_perf_analyzer, unavailable_message
 from perf.measure.engine import MeasureSettings
 from perf.measure.noise import NoisePolicy
 from perf.model.batcher import BatcherConfig
 from perf.model_analyzer_install import InstallError, ensure
+from perf.saved import load_document, save_document
 from perf.session.model import ModelSession
+from perf.tune.result import Seconds
 
 pytestmark = pytest.mark.integration
 SPEC_FILE = Path(__file__).resolve().parents[2] / "models.yaml"
@@ -45,8 +46,7 @@ def program() -> Path:
 def test_the_smoke_witness_runs_model_analyzer_and_one_yardstick(program: Path, tmp_path: Path) -> None:
     spec = load_spec(SPEC_FILE)
     base = spec.model(MODEL)
-    saved = {"budget_ms": BUDGET_MS, "measured_max_rate": 500.0, "predicted_max_rate": 500.0}
-    saved["seconds"] = {"tuner": 1.0, "make_tune": 2.0}
+    seconds = Seconds(probe=0.5, predict=0.2, shortlist=0.3, verify=0.5, tuner=1.0, make_tune=2.0)
     ours = BatcherConfig(8, 2000, instances=1)
     engine = PerfAnalyzerEngine(log_folder=tmp_path)
 
@@ -55,28 +55,29 @@ def test_the_smoke_witness_runs_model_analyzer_and_one_yardstick(program: Path, 
         return ModelSession(spec, MODEL, 64, tmp_path / "yardstick", engine, SHORT, noise)
 
     figures = run_witness(
-        spec, MODEL, saved, ours, search_space(64, (1, 2), smoke=True), session, tmp_path, lambda text: None,
-        rounds=1, max_steps=2, max_concurrency=4,
+        spec, MODEL, BUDGET_MS, 500.0, seconds, ours, search_space(64, (1, 2), smoke=True), session, tmp_path,
+        lambda text: None, rounds=1, max_steps=2, max_concurrency=4,
     )  # fmt: skip
-    search = figures["search"]
-    assert [tuple(run) for run in search["profiled"]] == [("recommender_config_default", 4)]
-    assert search["rows"] and all(row["concurrency"] == 4 for row in search["rows"])
+    search = figures.search
+    assert search.profiled == (("recommender_config_default", 4),)
+    assert search.rows and all(row.concurrency == 4 for row in search.rows)
     # its one variant is the prepared base: read back from the file it wrote, it is the spec's batching
-    assert search["pick_variant"] == "recommender_config_default"
-    assert search["pick"] == model_analyzer.base_config(base).label
-    assert figures["configs"] == {OURS: ours.label, THEIRS: search["pick"], SPEC: search["pick"]}
-    ramps = figures["yardstick"]["ramps"]
-    assert sorted((r["name"], r["kind"]) for r in ramps) == sorted(
+    assert search.pick_variant == "recommender_config_default"
+    assert search.pick == model_analyzer.base_config(base).label
+    assert figures.configs == {OURS: ours.label, THEIRS: search.pick, SPEC: search.pick}
+    ramps = figures.yardstick.ramps
+    assert sorted((r.name, r.kind) for r in ramps) == sorted(
         (name, kind) for name in (OURS, THEIRS, SPEC) for kind in ("open", "closed")
     )
     # its pick is the spec's configuration: measured once, the same ramps under both names
-    assert [r["steps"] for r in ramps if r["name"] == THEIRS] == [
-        r["steps"] for r in ramps if r["name"] == SPEC
-    ]
+    assert [r.steps for r in ramps if r.name == THEIRS] == [r.steps for r in ramps if r.name == SPEC]
     for ramp in ramps:
-        assert 1 <= len(ramp["steps"]) <= 2
-        measured = [s for s in ramp["steps"] if not s["error"]]
-        assert all(s["throughput"] > 0 and s["p99_ms"] > 0 for s in measured)
+        assert 1 <= len(ramp.steps) <= 2
+        measured = [s for s in ramp.steps if not s.error]
+        assert all(s.throughput > 0 and s.p99_ms > 0 for s in measured)
+    assert figures.ours.seconds == 2.0 and figures.ours.tuner_s == 1.0  # the whole make tune, and the tuner
     assert "yardstick" in (tmp_path / "perf_analyzer.log").read_text()
-    text = "\n".join(section(json.loads(json.dumps(figures))))  # as result.json holds it
-    assert ours.label in text and search["pick"] in text and "(Model Analyzer)" in text
+    saved = load_document(save_document(tmp_path / "witness.json", figures), WitnessFigures)  # as written
+    text = "\n".join(section(saved))
+    assert text == "\n".join(section(figures))
+    assert ours.label in text and search.pick in text and "(Model Analyzer)" in text

@@ -14,8 +14,17 @@ from tritonclient.grpc import model_config_pb2
 from exporters.resolve import load_spec
 from perf.bench import model_analyzer
 from perf.bench.model_analyzer import Measured, Paths, SearchSpace
-from perf.bench.versus_report import OURS, SPEC, THEIRS, section
-from perf.bench.yardstick import Step, held, ramp_from
+from perf.bench.versus_report import (
+    OURS,
+    SPEC,
+    THEIRS,
+    OursFigures,
+    SearchFigures,
+    WitnessFigures,
+    YardstickFigures,
+    section,
+)
+from perf.bench.yardstick import Plan, RampFigures, Step, held, ramp_from
 from perf.measure.analyzer import find_perf_analyzer
 from perf.model.batcher import BatcherConfig
 
@@ -145,44 +154,38 @@ def test_a_ramps_figure_is_the_last_load_within_the_budget_before_the_first_miss
     assert ramp_from(1800.0) == (400.0, 200.0)
 
 
-def witness(with_pick: bool) -> dict:
+def witness(with_pick: bool) -> WitnessFigures:
     steps = {
-        OURS: [step(1000, True), step(1500, True), step(2000, False)],
-        THEIRS: [step(1000, True), step(1500, False)],
-        SPEC: [step(1000, False)],
+        OURS: (step(1000, True), step(1500, True), step(2000, False)),
+        THEIRS: (step(1000, True), step(1500, False)),
+        SPEC: (step(1000, False),),
     }
     names = [OURS, THEIRS, SPEC] if with_pick else [OURS, SPEC]
-    ramps = [
-        {"name": n, "round": 1, "kind": kind, "start": 1000.0, "steps": [s.__dict__ for s in steps[n]]}
-        for n in names
-        for kind in ("open", "closed")
-    ]
-    return {
-        "version": "1.58.0",
-        "budget_ms": 10.0,
-        "configs": {OURS: "max 8, 2 ms ×2", THEIRS: "max 16, 0 ms ×2", SPEC: "max 64, 1 ms ×1"}
+    ramps = tuple(RampFigures(n, 1, kind, 1000.0, steps[n]) for n in names for kind in ("open", "closed"))
+    return WitnessFigures(
+        version="1.58.0",
+        budget_ms=10.0,
+        configs={OURS: "max 8, 2 ms ×2", THEIRS: "max 16, 0 ms ×2", SPEC: "max 64, 1 ms ×1"}
         if with_pick
         else {OURS: "max 8, 2 ms ×2", SPEC: "max 64, 1 ms ×1"},
-        "search": {
-            "seconds": 1000.0,
-            "pick": "max 16, 0 ms ×2" if with_pick else None,
-            "pick_variant": "recommender_config_3" if with_pick else None,
-            "pick_row": Measured("recommender_config_3", 16, 2, 16, True, 4000.0, 9.3).__dict__
-            if with_pick
-            else None,
-            "variants": ["recommender_config_default", "recommender_config_3"],
-            "profiled": [["recommender_config_default", 1], ["recommender_config_3", 16]],
-            "rows": [],
-            "config": "config.yaml",
-            "smoke": False,
-        },
-        "ours": {"seconds": 300.0, "tuner_s": 200.0},
-        "yardstick": {
-            "engine": "perf_analyzer 2.41.0",
-            "plan": {"rounds": 1, "start": 1000.0, "step": 500.0, "first_concurrency": 4},
-            "ramps": ramps,
-        },
-    }
+        search=SearchFigures(
+            seconds=1000.0,
+            pick="max 16, 0 ms ×2" if with_pick else None,
+            pick_variant="recommender_config_3" if with_pick else None,
+            pick_row=Measured("recommender_config_3", 16, 2, 16, True, 4000.0, 9.3) if with_pick else None,
+            variants=("recommender_config_default", "recommender_config_3"),
+            profiled=(("recommender_config_default", 1), ("recommender_config_3", 16)),
+            rows=(),
+            config="config.yaml",
+            smoke=False,
+        ),
+        ours=OursFigures(seconds=300.0, tuner_s=200.0),
+        yardstick=YardstickFigures(
+            engine="perf_analyzer 2.41.0",
+            plan=Plan(10.0, start=1000.0, step=500.0, rounds=1, first_concurrency=4),
+            ramps=ramps,
+        ),
+    )
 
 
 def test_the_section_names_both_picks_their_times_and_the_tool_behind_each_figure() -> None:
