@@ -25,8 +25,7 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 from rich.table import Table
 
 from exporters.errors import SpecError
-from perf.bench import steal_check, witness
-from perf.bench.cli import command_tune
+from perf.bench.cli import command_steal_check, command_tune, command_witness
 from perf.errors import (
     EXIT_INTERRUPTED,
     EXIT_NOTHING_MEETS,
@@ -56,8 +55,11 @@ from server.ports import add_port_base_option, use_port_base
 
 # ``python -m perf <tool> …``: a tool beside the tuner, run alone with its own options.
 TOOLS: dict[str, tuple[Callable[[list[str] | None], int], str]] = {
-    "witness": (witness.main, "perf_analyzer and our client side by side on one configuration"),
-    "steal-check": (steal_check.main, "one configuration at one rate, run after run: how often steal misses"),
+    "witness": (command_witness, "perf_analyzer and our client side by side on one configuration"),
+    "steal-check": (
+        command_steal_check,
+        "one configuration at one rate, run after run: how often steal misses",
+    ),
 }
 console = Console(width=max(shutil.get_terminal_size((150, 40)).columns, 100))
 WORKDIR = Path(".run/perf")

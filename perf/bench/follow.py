@@ -18,7 +18,6 @@ never measured again.
 
 from __future__ import annotations
 
-import argparse
 import logging
 import threading
 import time
@@ -35,6 +34,7 @@ import matplotlib.pyplot as plt
 import numpy as np
 
 from exporters.resolve import load_spec
+from perf.errors import OptionError
 from perf.markdown import number, table, write_report
 from perf.measure.engine import MeasureSettings, OurEngine
 from perf.measure.loads import Load, arrival_times, poisson
@@ -53,6 +53,29 @@ log = logging.getLogger(__name__)
 COUNTERS = ("nv_inference_request_success", "nv_inference_request_failure")
 DELAYS_US = (0, 500, 1000, 2000, 5000, 10000)
 Policy = Callable[[float], BatcherConfig]
+
+
+@dataclass(frozen=True)
+class FollowOptions:
+    """What ``--follow`` runs with, checked before any server starts or report folder is made
+    (``perf.bench.cli`` builds it from the command line). ``seconds``: each phase of the rate step
+    (low, high, low again)."""
+
+    seconds: float
+    spec: Path = Path("models.yaml")
+    model: str = "recommender"
+    p99_ms: float = 10.0
+    seed: int = 0
+
+    def __post_init__(self) -> None:
+        if self.seconds <= 0:
+            raise OptionError(f"--seconds must be > 0, got {self.seconds}")
+        if not self.model:
+            raise OptionError("--model must name a model of the spec, got ''")
+        if self.p99_ms <= 0:
+            raise OptionError(f"--p99-ms must be > 0, got {self.p99_ms}")
+        if self.seed < 0:  # numpy's generators take no negative seed
+            raise OptionError(f"--seed must be >= 0, got {self.seed}")
 
 
 def delay_policy(
@@ -222,11 +245,10 @@ def plot_follow(runs: list[FollowRun], budget_ms: float, path: Path) -> Path:
     return save_figure(figure, path, axes, grid="both")
 
 
-def run_follow(args: argparse.Namespace, folder: Path, console) -> int:
-    model = args.model or "recommender"
-    budget = args.p99_ms or 10.0
+def run_follow(options: FollowOptions, folder: Path, console) -> int:
+    model, budget = options.model, options.p99_ms
     console.print(f"--follow on {model}: rate step, fixed vs following → {folder}")
-    with ModelSession(load_spec(args.spec), model, MAX_BATCH, Path(".run/tune"), OurEngine()) as session:
+    with ModelSession(load_spec(options.spec), model, MAX_BATCH, Path(".run/tune"), OurEngine()) as session:
         console.print("  probing the service model")
         measured = probe(session, (1,), MAX_BATCH, ProbePlan(max_runs=6))
         capacity = measured.capacity
@@ -236,8 +258,8 @@ def run_follow(args: argparse.Namespace, folder: Path, console) -> int:
         ladder = tuple(capacity * f for f in (0.05, 0.1, 0.15, 0.2, 0.3, 0.4, 0.5, 0.6))
         delays = tuple(d for d in DELAYS_US if d / 1000 < budget)
         policy = delay_policy(measured.services[1], MAX_BATCH, 1, delays, ladder, budget)
-        phases = [(low, args.seconds), (high, args.seconds), (low, args.seconds)]
-        arrivals = step_arrivals(phases, args.seed)
+        phases = [(low, options.seconds), (high, options.seconds), (low, options.seconds)]
+        arrivals = step_arrivals(phases, options.seed)
         peak = policy(high)
         console.print(f"  fixed at {peak.label} (the peak's pick), then following")
         runs = [

@@ -13,7 +13,6 @@ the predicted operating points.
 
 from __future__ import annotations
 
-import argparse
 import copy
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
@@ -41,6 +40,41 @@ RECSYS_DELAYS_US = (0, 500, 1000, 2000, 5000)
 # Short on purpose: the scenario is a probe and a few points, not a study (≈ 1 min per model).
 SCENARIO_PROBE = ProbePlan(max_runs=6)
 ZIPF_POOL_ROWS = 4096  # distinct samples the recsys load cycles through (each request the next rows)
+SCENARIOS = ("video", "recsys")
+
+
+@dataclass(frozen=True)
+class ScenarioOptions:
+    """What ``--scenario`` runs with, checked before any server starts or report folder is made
+    (``perf.bench.cli`` builds it from the command line). ``p99_ms`` None: the scenario's own budget;
+    ``model``: the recsys scenario's (video serves the image classifier in fp16 whatever it says)."""
+
+    scenario: str
+    spec: Path = Path("models.yaml")
+    p99_ms: float | None = None
+    model: str = "recommender"
+    seed: int = 0
+
+    def __post_init__(self) -> None:
+        if self.scenario not in SCENARIOS:
+            raise OptionError(f"--scenario must be one of {', '.join(SCENARIOS)}, got {self.scenario!r}")
+        if self.p99_ms is not None and self.p99_ms <= 0:
+            raise OptionError(f"--p99-ms must be > 0, got {self.p99_ms}")
+        if not self.model:
+            raise OptionError("--model must name a model of the spec, got ''")
+        if self.seed < 0:  # numpy's generators take no negative seed
+            raise OptionError(f"--seed must be >= 0, got {self.seed}")
+
+    @property
+    def video(self) -> bool:
+        return self.scenario == "video"
+
+    @property
+    def budget_ms(self) -> float:
+        """``--p99-ms``, or the article's budget for the scenario: 15 ms for video, 10 ms for recsys."""
+        if self.p99_ms is not None:
+            return self.p99_ms
+        return 15.0 if self.video else 10.0
 
 
 def video_load(
@@ -255,23 +289,22 @@ def measure_model(
 
 
 def run_scenario(
-    args: argparse.Namespace, folder: Path, console, engine: LoadEngine, settings: MeasureSettings
+    options: ScenarioOptions, folder: Path, console, engine: LoadEngine, settings: MeasureSettings
 ) -> int:
-    document = yaml.safe_load(args.spec.read_text())
-    video = args.scenario == "video"
-    budget = args.p99_ms or (15.0 if video else 10.0)
+    document = yaml.safe_load(options.spec.read_text())
+    video, budget = options.video, options.budget_ms
     if video:
         document, model = _video_spec(document)
-        load_at = lambda rate: streams_load(rate, args.seed)  # noqa: E731
+        load_at = lambda rate: streams_load(rate, options.seed)  # noqa: E731
         delays = VIDEO_DELAYS_US
     else:
-        model = args.model or "recommender"
-        load_at = lambda rate: recsys_load(rate, args.seed, settings.window_s)  # noqa: E731
+        model = options.model
+        load_at = lambda rate: recsys_load(rate, options.seed, settings.window_s)  # noqa: E731
         delays = RECSYS_DELAYS_US
     spec = parse_spec(document)
     models = [model] if video else scenario_models(spec, model)
-    request = TuneRequest(budget, None, seed=args.seed, load_at=load_at)
-    console.print(f"scenario {args.scenario}: {', '.join(models)}, p99 ≤ {budget:g} ms → {folder}")
+    request = TuneRequest(budget, None, seed=options.seed, load_at=load_at)
+    console.print(f"scenario {options.scenario}: {', '.join(models)}, p99 ≤ {budget:g} ms → {folder}")
     outcomes = [
         measure_model(
             spec,
@@ -286,7 +319,7 @@ def run_scenario(
         )
         for name in models
     ]
-    report = write_scenario(args.scenario, folder, budget, outcomes, engine.name)
+    report = write_scenario(options.scenario, folder, budget, outcomes, engine.name)
     console.print(report.read_text(), highlight=False, markup=False)
     return 0
 

@@ -8,19 +8,49 @@ Worth a minute on any virtual machine before trusting a p99 measured on it.
 
 from __future__ import annotations
 
-import argparse
 import statistics
 import tempfile
+from dataclasses import dataclass
 from pathlib import Path
 
 from exporters.resolve import load_spec
+from perf.errors import OptionError
 from perf.markdown import table
+from perf.measure.engine import LoadEngine
 from perf.measure.loads import poisson
 from perf.measure.measurement import Measurement
 from perf.measure.noise import NoisePolicy
 from perf.model.batcher import BatcherConfig
 from perf.session.model import ModelSession
-from perf.tune.cli import ENGINES, engine_from_args
+
+
+@dataclass(frozen=True)
+class StealCheckOptions:
+    """What ``python -m perf steal-check`` runs with: one configuration (``max_batch``, ``delay_us``,
+    ``instances``), Poisson arrivals at ``rate`` for ``runs`` runs, misses counted against ``p99_ms``.
+    ``perf.bench.cli`` builds it from the command line, whose defaults are these."""
+
+    model: str = "recommender"
+    spec: Path = Path("models.yaml")
+    rate: float = 1800.0
+    runs: int = 20
+    max_batch: int = 32
+    delay_us: int = 1000
+    instances: int = 1
+    p99_ms: float = 10.0
+
+    def __post_init__(self) -> None:
+        for option, value, least in (
+            ("--runs", self.runs, 1), ("--max-batch", self.max_batch, 1), ("--delay-us", self.delay_us, 0),
+            ("--instances", self.instances, 1),
+        ):  # fmt: skip
+            if value < least:
+                raise OptionError(f"{option} must be >= {least}, got {value}")
+        for option, value in (("--rate", self.rate), ("--p99-ms", self.p99_ms)):
+            if value <= 0:
+                raise OptionError(f"{option} must be > 0, got {value}")
+        if not self.model:
+            raise OptionError("--model must name a model of the spec, got ''")
 
 
 def summary(runs: list[Measurement], budget_ms: float, noise: NoisePolicy) -> list[list[str]]:
@@ -38,34 +68,21 @@ def summary(runs: list[Measurement], budget_ms: float, noise: NoisePolicy) -> li
     return rows
 
 
-def main(argv: list[str] | None = None) -> int:
-    options = argparse.ArgumentParser(prog="python -m perf steal-check", description=__doc__)
-    options.add_argument("--model", default="recommender")
-    options.add_argument("--spec", type=Path, default=Path("models.yaml"))
-    options.add_argument("--rate", type=float, default=1800.0, help="Poisson arrivals per second")
-    options.add_argument("--runs", type=int, default=20)
-    options.add_argument("--max-batch", type=int, default=32)
-    options.add_argument("--delay-us", type=int, default=1000)
-    options.add_argument("--instances", type=int, default=1)
-    options.add_argument("--p99-ms", type=float, default=10.0, help="the budget misses are counted against")
-    options.add_argument("--engine", choices=ENGINES, default="auto")
-    args = options.parse_args(argv)
-    if args.runs < 1 or args.rate <= 0:
-        options.error("--runs and --rate must be positive")
-    config = BatcherConfig(args.max_batch, args.delay_us, instances=args.instances)
+def run_steal_check(options: StealCheckOptions, engine: LoadEngine) -> int:
+    """The runs, one line each as it ends, then the summary table; printed."""
+    config = BatcherConfig(options.max_batch, options.delay_us, instances=options.instances)
     noise = NoisePolicy(remeasure=False)
     runs: list[Measurement] = []
-    engine = engine_from_args(args)
     with (
         tempfile.TemporaryDirectory(prefix="steal_check_") as workdir,
         ModelSession(
-            load_spec(args.spec), args.model, args.max_batch, Path(workdir), engine, noise=noise
+            load_spec(options.spec), options.model, options.max_batch, Path(workdir), engine, noise=noise
         ) as session,
     ):
         session.prepare(config)
-        print(f"{args.model} {config.label} at {args.rate:.0f}/s, {engine.name}, {args.runs} runs")
-        for index in range(args.runs):
-            run = session.measure(poisson(args.rate, index), f"steal check {index}")
+        print(f"{options.model} {config.label} at {options.rate:.0f}/s, {engine.name}, {options.runs} runs")
+        for index in range(options.runs):
+            run = session.measure(poisson(options.rate, index), f"steal check {index}")
             runs.append(run)
             server_ms, rest_ms = run.server.cpu_ms_per_request() if run.server else (float("nan"),) * 2
             print(
@@ -73,10 +90,6 @@ def main(argv: list[str] | None = None) -> int:
                 f"{100 * run.stolen_share:5.2f}% stolen, CPU per request {server_ms:.2f} ms server + "
                 f"{rest_ms:.2f} ms the rest (the client, mostly)"
             )
-    header = ["runs", "count", f"missed {args.p99_ms:g} ms", "p99 ms", "median"]
-    print(table(header, summary(runs, args.p99_ms, noise)))
+    header = ["runs", "count", f"missed {options.p99_ms:g} ms", "p99 ms", "median"]
+    print(table(header, summary(runs, options.p99_ms, noise)))
     return 0
-
-
-if __name__ == "__main__":
-    raise SystemExit(main())

@@ -7,18 +7,18 @@ request, the server's and the rest of the machine's (the client, mostly), says w
 they do: on cores the client shares with the server, a client that costs more CPU per request leaves
 the server less.
 
-``python -m perf tune … --witness`` adds this section to the tuner's report; ``python -m
-perf.bench.witness`` runs it alone on one configuration.
+``python -m perf tune … --witness`` adds this section to the tuner's report; ``python -m perf
+witness`` runs it alone on one configuration (``witness_alone``).
 """
 
 from __future__ import annotations
 
-import argparse
 import logging
 from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
 
-from perf.errors import StudyError
+from perf.errors import OptionError, StudyError
 from perf.markdown import number, table
 from perf.measure.analyzer import PerfAnalyzerEngine, find_perf_analyzer, unavailable_message
 from perf.measure.engine import LoadEngine, OurEngine
@@ -30,6 +30,31 @@ log = logging.getLogger(__name__)
 HEADING = "## perf_analyzer vs our client (`--witness`)"
 CSV_ROW = "perf_analyzer (its own CSV)"
 EXPORT_ROW = "perf_analyzer (our records from its export)"
+
+
+@dataclass(frozen=True)
+class WitnessOptions:
+    """What ``python -m perf witness`` runs with: the one configuration loaded (``max_batch``,
+    ``delay_us``, ``instances``) and the closed loop both engines drive. ``perf.bench.cli`` builds it
+    from the command line, whose defaults are these."""
+
+    model: str = "recommender"
+    spec: Path = Path("models.yaml")
+    max_batch: int = 8
+    delay_us: int = 2000
+    instances: int = 2
+    concurrency: int = 16
+    workdir: Path = Path(".run/witness")
+
+    def __post_init__(self) -> None:
+        for option, value, least in (
+            ("--max-batch", self.max_batch, 1), ("--delay-us", self.delay_us, 0),
+            ("--instances", self.instances, 1), ("--concurrency", self.concurrency, 1),
+        ):  # fmt: skip
+            if value < least:
+                raise OptionError(f"{option} must be >= {least}, got {value}")
+        if not self.model:
+            raise OptionError("--model must name a model of the spec, got ''")
 
 
 def side_by_side(
@@ -137,26 +162,14 @@ def witness_section(
     ]
 
 
-def main(argv: list[str] | None = None) -> int:
-    """``python -m perf witness``: the side by side alone, on one configuration (no tuning)."""
+def witness_alone(options: WitnessOptions) -> int:
+    """The side by side alone, on the one configuration ``options`` names (no tuning); printed."""
     from exporters.resolve import load_spec
     from perf.model.batcher import BatcherConfig
 
-    options = argparse.ArgumentParser(prog="python -m perf witness", description=main.__doc__)
-    options.add_argument("--model", default="recommender")
-    options.add_argument("--spec", type=Path, default=Path("models.yaml"))
-    options.add_argument("--max-batch", type=int, default=8)
-    options.add_argument("--delay-us", type=int, default=2000)
-    options.add_argument("--instances", type=int, default=2)
-    options.add_argument("--concurrency", type=int, default=16)
-    options.add_argument("--workdir", type=Path, default=Path(".run/witness"))
-    args = options.parse_args(argv)
-    args.workdir.mkdir(parents=True, exist_ok=True)
-    with ModelSession(load_spec(args.spec), args.model, args.max_batch, args.workdir, OurEngine()) as session:
-        session.prepare(BatcherConfig(args.max_batch, args.delay_us, instances=args.instances))
-        print("\n".join(witness_section(session, concurrency=args.concurrency)))
+    options.workdir.mkdir(parents=True, exist_ok=True)
+    spec = load_spec(options.spec)
+    with ModelSession(spec, options.model, options.max_batch, options.workdir, OurEngine()) as session:
+        session.prepare(BatcherConfig(options.max_batch, options.delay_us, instances=options.instances))
+        print("\n".join(witness_section(session, concurrency=options.concurrency)))
     return 0
-
-
-if __name__ == "__main__":
-    raise SystemExit(main())
