@@ -13,7 +13,7 @@ that run after the batching study (studies import this module, the list imports 
 from __future__ import annotations
 
 import logging
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, Protocol
@@ -27,10 +27,10 @@ from perf.measure.server_view import ServerEndpoints
 from perf.measure.target import Target
 from perf.studies.goals import Goal
 from perf.studies.profiles import Profile
-from perf.studies.study import Progress
 from server import ServerOptions, TritonServer
 
 log = logging.getLogger(__name__)
+Progress = Callable[[str], None]  # called as each step starts, with what it is (every study)
 
 
 @dataclass(frozen=True)
