@@ -73,7 +73,7 @@ stop: ## stop the server started by `make serve`
 status: setup ## show whether the `make serve` server is up, and its models
 	$(BIN)/python -m server status
 
-perf: setup ## the batching study on the embedded server; report in reports/<timestamp>/ (PERF=quick: about 5 min; MODELS=your models of SPEC)
+perf: setup ## every study (the batching study first) on the embedded server; report in reports/<timestamp>/ (PERF=quick: about 5 min; MODELS=your models of SPEC)
 	$(BIN)/python -m perf run --profile $(PERF) --spec $(SPEC) $(if $(MODELS),--models $(MODELS)) $(PORT_ARGS) $(PERF_ARGS)
 
 soak: repo ## 10 min of mixed load with random faults (stubs killed or stopped, tritonserver killed, bad input and the fault matrix's attacks, updates); SOAK_S=60 for a short one

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import argparse
 import contextlib
-import math
 import os
 import shutil
 import signal
@@ -41,12 +40,11 @@ from perf.plan.cli import command_plan
 from perf.plan.cli import usage_errors as plan_usage_errors
 from perf.plan.placement import PlacementError
 from perf.report_folder import report_folder
-from perf.studies import analysis
+from perf.studies.batching import BatchingStudy
 from perf.studies.catalog import studies
-from perf.studies.framework import StudyContext
-from perf.studies.goals import Goal, all_goals
+from perf.studies.framework import Study, StudyContext, StudyReport
+from perf.studies.goals import Goal
 from perf.studies.profiles import PROFILES, Profile, get_profile
-from perf.studies.study import StudyResult, StudyRunner, count_steps
 from perf.studies.study_spec import FAMILIES, MODES, spec_families
 from perf.tune.cli import THE_SETUP, TuneSetup
 from perf.tune.cli import add_parser as add_tune_parser
@@ -76,7 +74,7 @@ def parser() -> argparse.ArgumentParser:
     env = os.environ.get
     top = argparse.ArgumentParser(prog="python -m perf", description=__doc__.splitlines()[0])
     commands = top.add_subparsers(dest="command", required=True)
-    run = commands.add_parser("run", help="run the batching study and write reports/<timestamp>/")
+    run = commands.add_parser("run", help="run every study and write reports/<timestamp>/")
     run.add_argument("--profile", default="default", choices=sorted(PROFILES))
     run.add_argument("--models", default=env("PERF_MODELS"),
                      help=f"comma list of {', '.join(FAMILIES)} (the zoo) or models of --spec")  # fmt: skip
@@ -177,42 +175,38 @@ def progress_bar(total: int, show: bool = True) -> Iterator[Callable[[str], None
         progress.update(task, completed=total, description="done")
 
 
-def run_study(profile: Profile, folder: Path, show_progress: bool = True) -> StudyResult:
-    """Run ``profile`` with a progress bar; the report folder receives the log and server log."""
-    folder.mkdir(parents=True, exist_ok=True)
-    with progress_bar(count_steps(profile), show_progress) as step:
-        return StudyRunner(profile, WORKDIR, folder / "server.log", step).run()
-
-
-def run_more_studies(profile: Profile, folder: Path, spec_path: Path) -> None:
-    """The studies after the batching study (``perf.studies.catalog``), each with its own bar."""
+def run_studies(profile: Profile, folder: Path, spec_path: Path) -> None:
+    """Every study of ``make perf`` (``perf.studies.catalog``) in order, each with its own bar."""
     for study in studies():
-        total = study.steps(profile)
-        if not total:
+        if not study.steps(profile):
             console.print(f"{study.title}: not in profile {profile.name}; skipped")
             continue
-        console.print(f"{study.title} …")
-        with progress_bar(total) as step:
-            report = study.run(StudyContext(profile, folder, WORKDIR, spec_path, step))
+        print_report(run_one(study, profile, folder, spec_path))
+
+
+def run_one(
+    study: Study, profile: Profile, folder: Path, spec_path: Path = Path("models.yaml")
+) -> StudyReport:
+    """One study with a progress bar of its steps; it writes into ``folder``."""
+    console.print(f"{study.title} …")
+    with progress_bar(study.steps(profile)) as step:
+        return study.run(StudyContext(profile, folder, WORKDIR, spec_path, step))
+
+
+def print_report(report: StudyReport) -> None:
+    """A study's summary tables and goals where it has tables (its report is too long), else its report."""
+    if not report.summary:
         console.print(report.path.read_text(), highlight=False, markup=False)
-
-
-def print_summary(result: StudyResult, report: Path) -> None:
-    for name, family in result.families.items():
-        load = family.open_load.name if family.open_load else ""
-        table = Table(title=f"{name}: every mode under the same arrivals ({load})")
-        for column in ("mode", "QPS", "p50 ms", "p90 ms", "p99 ms", "mean batch", "failed/sent", "QPS ×none",
-                       "p99 ×none"):  # fmt: skip
-            table.add_column(column, justify="left" if column == "mode" else "right")
-        for r in analysis.open_loop_rows(result, family):
-            table.add_row(
-                MODES[r.mode].title, f"{r.throughput:.0f}", f"{r.p50_ms:.1f}", f"{r.p90_ms:.1f}",
-                f"{r.p99_ms:.1f}", f"{r.mean_batch:.1f}", f"{r.failed}/{r.sent}",
-                f"{r.ratios.get('throughput', math.nan):.2f}", f"{r.ratios.get('p99_ms', math.nan):.2f}",
-            )  # fmt: skip
+        return
+    for summary in report.summary:
+        table = Table(title=summary.title)
+        for index, column in enumerate(summary.header):
+            table.add_column(column, justify="right" if index else "left")
+        for row in summary.rows:
+            table.add_row(*row)
         console.print(table)
-    print_goals(all_goals(result))
-    console.print(f"report: [bold]{report}[/bold]")
+    print_goals(report.goals)
+    console.print(f"report: [bold]{report.path}[/bold]")
 
 
 def print_goals(goals: list[Goal], title: str = "goals") -> None:
@@ -225,15 +219,10 @@ def print_goals(goals: list[Goal], title: str = "goals") -> None:
 
 
 def command_run(args: argparse.Namespace, profile: Profile) -> int:
-    from perf.studies.report import write_report  # matplotlib only when a report is written
-
     folder = report_folder(args.reports, log_name="perf.log")
     _stop_on_sigterm()
-    console.print(f"batching study, profile [bold]{profile.name}[/bold] → {folder}")
-    result = run_study(profile, folder)  # Ctrl-C: main says so and exits 130; the server was stopped
-    report = write_report(result, folder)
-    print_summary(result, report)
-    run_more_studies(profile, folder, args.spec)
+    console.print(f"profile [bold]{profile.name}[/bold] → {folder}")
+    run_studies(profile, folder, args.spec)  # Ctrl-C: main says so and exits 130; the server was stopped
     return 0
 
 
@@ -245,11 +234,7 @@ def command_analyzer(args: argparse.Namespace) -> int:
     profile = get_profile("quick", modes=("none", "dyn1ms"), concurrencies=(1, 16))
     args.reports = Path("reports")
     folder = report_folder(args.reports, "perf-analyzer")
-    from perf.studies.report import write_report
-
-    result = run_study(profile, folder)
-    report = write_report(result, folder)
-    print_summary(result, report)
+    print_report(run_one(BatchingStudy(), profile, folder))
     return 0
 
 
@@ -309,7 +294,7 @@ def run_command(top: argparse.ArgumentParser, args: argparse.Namespace, tune_set
         profile = profile_from(args)
     except OptionError as error:  # a usage error, before any folder is made or minutes are measured
         top.error(str(error))
-    if not args.spec.is_file() and any(s.steps(profile) for s in studies()):
+    if not args.spec.is_file() and any(s.serves_spec and s.steps(profile) for s in studies()):
         top.error(f"--spec {args.spec}: no such file (the pipeline study serves its pipelines)")
     return command_run(args, profile)
 

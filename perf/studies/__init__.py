@@ -1,5 +1,6 @@
-"""The studies of ``make perf``: the batching study (``study``, ``analysis``, ``goals``, ``report``,
-``plots``, with ``study_spec`` and ``profiles``), the framework the others stand on (``framework``)
-and the others (``pipeline_study``, ``text_study``, ``queue_policy_study``, ``shape_study``), listed
-in order by ``catalog``. They stand on ``perf.measure``; tune and plan borrow ``goals`` and ``plots``.
+"""The studies of ``make perf``, all on the framework (``framework``) and listed in order by ``catalog``:
+the batching study first (``batching``, which runs ``study`` and judges with ``batching_goals``,
+``analysis``, ``report``, ``plots``, with ``study_spec`` and ``profiles``), then ``pipeline_study``,
+``text_study``, ``queue_policy_study`` and ``shape_study``. They stand on ``perf.measure``; tune and
+plan borrow ``goals`` and ``plots``.
 """

@@ -1,4 +1,4 @@
-"""The studies ``make perf`` runs after the batching study, in order.
+"""The studies ``make perf`` runs, in order: the batching study first, then the others.
 
 Apart from ``perf.studies.framework`` so that the framework knows no study: each study imports the framework,
 this list imports the studies.
@@ -10,10 +10,11 @@ from perf.studies.framework import Study
 
 
 def studies() -> list[Study]:
-    """The studies after the batching study (imported here, when asked for: they pull in torch)."""
+    """Every study of ``make perf``, in order (imported here, when asked for: they pull in torch)."""
+    from perf.studies.batching import BatchingStudy
     from perf.studies.pipeline_study import PipelineStudy
     from perf.studies.queue_policy_study import QueuePolicyStudy
     from perf.studies.shape_study import ShapeStudy
     from perf.studies.text_study import TextStudy
 
-    return [PipelineStudy(), TextStudy(), QueuePolicyStudy(), ShapeStudy()]
+    return [BatchingStudy(), PipelineStudy(), TextStudy(), QueuePolicyStudy(), ShapeStudy()]

@@ -6,14 +6,14 @@ what it serves, starts a server with ``context.server(...)``, measures with ``co
 (which honours the profile's protocol, shared memory, windows and seed, and reads the server's
 statistics over the same windows), judges its figures with ``perf.studies.goals.GOALS`` and writes
 ``<name>.md`` / ``<name>.json`` into ``context.folder``. ``perf.studies.catalog.studies()`` lists the studies
-that run after the batching study (studies import this module, the list imports them); docs/PERF.md
-("Writing a new study") shows a whole one.
+in the order ``make perf`` runs them, the batching study first (studies import this module, the list
+imports them); docs/PERF.md ("Writing a new study") shows a whole one.
 """
 
 from __future__ import annotations
 
 import logging
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, Protocol
@@ -27,10 +27,10 @@ from perf.measure.server_view import ServerEndpoints
 from perf.measure.target import Target
 from perf.studies.goals import Goal
 from perf.studies.profiles import Profile
-from perf.studies.study import Progress
 from server import ServerOptions, TritonServer
 
 log = logging.getLogger(__name__)
+Progress = Callable[[str], None]  # called as each step starts, with what it is (every study)
 
 
 @dataclass(frozen=True)
@@ -88,20 +88,32 @@ class StudyContext:
 
 
 @dataclass(frozen=True)
+class SummaryTable:
+    """A table for the console at the end of a study: plain text cells, laid out by ``perf.cli``."""
+
+    title: str
+    header: tuple[str, ...]
+    rows: tuple[tuple[str, ...], ...]
+
+
+@dataclass(frozen=True)
 class StudyReport:
-    """What a study hands back: its markdown report, its goals (for the summary), its figures."""
+    """What a study hands back: its markdown report, its goals, and what the console shows of it: its
+    ``summary`` tables and goals where it has tables (a report too long to print), else the report."""
 
     name: str
     title: str
     path: Path  # <folder>/<name>.md
     goals: list[Goal]
+    summary: tuple[SummaryTable, ...] = ()
 
 
 class Study(Protocol):
-    """A study of ``make perf`` (the pipeline study is one; see docs/PERF.md)."""
+    """A study of ``make perf`` (the batching and pipeline studies are two; see docs/PERF.md)."""
 
     name: str  # file stem of its report: <name>.md, <name>.json
     title: str  # one line for the console
+    serves_spec: bool  # serves models of ``context.spec_path``: ``--spec`` must exist when it runs
 
     def steps(self, profile: Profile) -> int:
         """Progress steps ``run`` will report (0: the profile does not ask for this study)."""

@@ -173,6 +173,7 @@ def study_spec(spec_path: Path, wanted: list[Comparison]) -> Spec:
 class PipelineStudy:
     name = "pipeline"
     title = "pipeline study (ensembles of stages vs their monolithic models)"
+    serves_spec = True  # the pipelines of the user's spec
 
     def steps(self, profile: Profile) -> int:
         wanted = comparisons(profile)

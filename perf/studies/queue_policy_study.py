@@ -109,6 +109,7 @@ def fixed_span(seconds: float, warmup_s: float) -> MeasureSettings:
 class QueuePolicyStudy:
     name = "queue_policy"
     title = "queue policy: Triton 2.51's 500 ms wait and the spare-instance workaround"
+    serves_spec = False
 
     def steps(self, profile: Profile) -> int:
         return 2 + len(VARIANTS) * len(LOADS) if profile.queue_policy_s else 0

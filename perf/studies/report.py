@@ -20,7 +20,8 @@ from perf.markdown import number, ratio, table
 from perf.markdown import write_report as write_report_file
 from perf.measure.records import write_csv, write_json
 from perf.studies import analysis
-from perf.studies.goals import Goal, all_goals, goals_table
+from perf.studies.batching_goals import all_goals
+from perf.studies.goals import Goal, goals_table
 from perf.studies.plots import all_plots
 from perf.studies.study import FamilyResult, StudyResult
 from perf.studies.study_spec import MODES, study_entries

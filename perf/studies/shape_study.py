@@ -101,6 +101,7 @@ def shape_run(
 class ShapeStudy:
     name = "shapes"
     title = "shapes as served: variable-length models at their traffic's lengths, and buckets"
+    serves_spec = False
 
     def steps(self, profile: Profile) -> int:
         families = shaped_families(profile)

@@ -12,7 +12,6 @@ Order of work, all in one run so that ratios compare like with like on a shared 
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import datetime
 from pathlib import Path
@@ -26,12 +25,12 @@ from perf.measure.measurement import Measurement, measure
 from perf.measure.raw import RawPoint, measure_raw
 from perf.measure.server_view import ServerEndpoints
 from perf.measure.target import Target
+from perf.studies.framework import Progress
 from perf.studies.profiles import Profile
 from perf.studies.study_spec import MODES, TRIVIAL, model_name, study_spec
 from server import ServerOptions, TritonServer
 
 log = logging.getLogger(__name__)
-Progress = Callable[[str], None]  # called as each step starts, with what it is (every study)
 
 
 @dataclass

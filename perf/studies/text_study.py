@@ -241,6 +241,7 @@ def measure_references(
 class TextStudy:
     name = "text_embedding"
     title = "text-embedding study (all-MiniLM-L6-v2: no batching, exact lengths, buckets, padded to longest)"
+    serves_spec = False
 
     def steps(self, profile: Profile) -> int:
         modes = len(profile.text_modes)

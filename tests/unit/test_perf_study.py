@@ -1,4 +1,5 @@
-"""The study's guards without a server: bad options stop before measuring, late failures do not lose it."""
+"""The studies' guards without a server: bad options stop before measuring, late failures do not lose
+the batching study, and ``make perf`` runs every study, the batching study first, through one loop."""
 
 from __future__ import annotations
 
@@ -7,11 +8,15 @@ from pathlib import Path
 
 import pytest
 
-from perf.cli import main
+from perf.cli import main, run_studies
 from perf.errors import OptionError
 from perf.measure.engine import MeasureSettings
+from perf.studies.batching import BatchingStudy
+from perf.studies.catalog import studies
+from perf.studies.framework import StudyContext, StudyReport, SummaryTable
+from perf.studies.goals import Goal
 from perf.studies.profiles import get_profile
-from perf.studies.study import FamilyResult, StudyResult, StudyRunner
+from perf.studies.study import FamilyResult, StudyResult, StudyRunner, count_steps
 
 SERVER = types.SimpleNamespace(grpc_url="localhost:1", http_url="localhost:2")
 
@@ -94,3 +99,54 @@ def test_zero_capacity_skips_the_open_loop_with_a_note(
     assert isinstance(family, FamilyResult) and family.capacity == 0
     assert family.open_loop == {} and family.open_load is None and "did not run" in family.open_loop_note
     assert set(loads) == {"closed"}
+
+
+def test_make_perf_runs_the_batching_study_first_like_the_others() -> None:
+    profile = get_profile("smoke")
+    listed = studies()
+    assert isinstance(listed[0], BatchingStudy) and listed[0].steps(profile) == count_steps(profile)
+    assert all(s.name and s.title and isinstance(s.serves_spec, bool) for s in listed)
+
+
+class FakeStudy:
+    serves_spec = False
+
+    def __init__(self, name: str, steps: int, summary: tuple[SummaryTable, ...] = ()) -> None:
+        self.name, self.title, self.total, self.summary = name, f"{name} study", steps, summary
+
+    def steps(self, profile: object) -> int:
+        return self.total
+
+    def run(self, context: StudyContext) -> StudyReport:
+        for index in range(self.total):
+            context.progress(f"{self.name} step {index}")
+        path = context.folder / f"{self.name}.md"
+        path.write_text(f"# the {self.name} report\n")
+        return StudyReport(self.name, self.title, path, [Goal("g", "t", "m", True)], self.summary)
+
+
+def test_every_study_runs_through_one_loop(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture
+) -> None:
+    """In catalog order; a study the profile does not ask for is skipped; a study with summary tables
+    shows them and its goals, another its whole report."""
+    table = SummaryTable("first: every mode", ("mode", "QPS"), (("none", "12"),))
+    ran = [FakeStudy("first", 2, (table,)), FakeStudy("skipped", 0), FakeStudy("last", 1)]
+    monkeypatch.setattr("perf.cli.studies", lambda: ran)
+    run_studies(get_profile("smoke"), tmp_path, tmp_path / "models.yaml")
+    out = capsys.readouterr().out
+    assert (
+        out.index("first study") < out.index("skipped study: not in profile smoke") < out.index("last study")
+    )
+    assert "│ none │  12 │" in out and "# the first report" not in out and "first.md" in out
+    assert "# the last report" in out
+    assert not (tmp_path / "skipped.md").exists()
+
+
+def test_a_missing_spec_stops_only_a_profile_whose_studies_serve_it(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    ran: list[Path] = []
+    monkeypatch.setattr("perf.cli.command_run", lambda args, profile: ran.append(args.spec) or 0)
+    missing = tmp_path / "no-such.yaml"
+    assert main(["run", "--profile", "smoke", "--spec", str(missing)]) == 0 and ran == [missing]

@@ -24,7 +24,8 @@ from exporters.init_entry import init_entry
 from exporters.onnx_export import export_onnx
 from exporters.spec_sections import TensorSpec
 from perf.studies.analysis import outside_server_ms
-from perf.studies.goals import GOAL_FAMILY, Goal, for_model
+from perf.studies.batching_goals import GOAL_FAMILY, for_model
+from perf.studies.goals import Goal
 from python_backend.batching import InvalidInputError, TensorInfo, shared_axes, validate, with_value_guards
 from server.__main__ import _already_running
 from server.refusal import RequestRefusedError
