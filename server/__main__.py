@@ -318,8 +318,8 @@ def _stop(args: argparse.Namespace) -> int:
     if _alive(pid):
         _drain(state, args.timeout)
         # the fronts' kept-alive upstream connections would hold Triton's exit for its exit timeout
-        _terminate(state.get("guard_pid"), b"http_guard", wait_s=10)
-        _terminate(state.get("grpc_front_pid"), b"grpc_guard", wait_s=10)
+        _terminate(state.get("guard_pid"), b"http_front", wait_s=10)
+        _terminate(state.get("grpc_front_pid"), b"grpc_front", wait_s=10)
         os.kill(pid, signal.SIGTERM)
         deadline = time.monotonic() + args.timeout
         while _alive(pid) and time.monotonic() < deadline:
@@ -401,13 +401,14 @@ def _add_start_arguments(parser: argparse.ArgumentParser) -> None:
         "--http-guard",
         action=argparse.BooleanOptionalAction,
         default=True,
-        help="put server.http_guard in front of Triton's HTTP port (default; see docs/SERVING.md)",
+        help="put server.fronts.http_front in front of Triton's HTTP port (default; see docs/SERVING.md)",
     )
     parser.add_argument(
         "--grpc-guard",
         action=argparse.BooleanOptionalAction,
         default=True,
-        help="put server.grpc_guard in front of Triton's gRPC port (default; message size and shape checks)",
+        help="put server.fronts.grpc_front in front of Triton's gRPC port "
+        "(default; message size and shape checks)",
     )
     parser.add_argument("--startup-timeout", type=float, default=180.0, help="seconds to wait for ready")
 

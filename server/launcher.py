@@ -14,8 +14,8 @@ SIGTERM; and ``/v2/health/ready`` runs non-strict, because 2.51 keeps it false f
 failed version load even while the old version serves; per-model readiness and ``python -m client
 health`` say which models serve.
 
-Fronts (``make serve`` runs both): ``http_guard`` and ``grpc_guard`` put ``server.http_guard`` and
-``server.grpc_guard`` on the public ports and move Triton's own to loopback ports, where inference and
+Fronts (``make serve`` runs both): ``http_guard`` and ``grpc_guard`` put ``server.fronts.http_front`` and
+``server.fronts.grpc_front`` on the public ports and move Triton's own to loopback ports, where inference and
 shared memory answer only what a front passed on (``server.admin``). The fronts outlive a tritonserver
 that dies: they follow the one the pid file names (``server_pid_file``), answering 503 / ``UNAVAILABLE``
 while the supervisor restarts it, and stop with ``stop()`` (or once this process and its server are both
@@ -215,12 +215,13 @@ class ServerOptions:
     workdir: Path | None = None  # backend folder and log; None: a temporary one removed on stop
     watchdog_record: Path | None = None  # the watchdog's JSON record; None: <workdir>/watchdog.json
     extra_args: list[str] = field(default_factory=list)
-    # Put server.http_guard in front of Triton's HTTP endpoint (``make serve`` does): clients use
+    # Put server.fronts.http_front in front of Triton's HTTP endpoint (``make serve`` does): clients use
     # http_port, Triton's own HTTP port becomes a loopback port of its own (``triton_http_url``).
     http_guard: bool = False
     http_guard_body_timeout_s: float = 30.0  # a body not complete by then gets 408
     http_guard_header_timeout_s: float = 10.0  # headers not complete this long after their first byte: 408
-    # The same for gRPC (server.grpc_guard): clients use grpc_port, Triton's own is ``triton_grpc_url``.
+    # The same for gRPC (server.fronts.grpc_front): clients use grpc_port, Triton's own is
+    # ``triton_grpc_url``.
     grpc_guard: bool = False
     # Without a front, key the shared-memory API with the admin key (the container binds every interface).
     key_shared_memory: bool = False
@@ -259,7 +260,7 @@ class TritonServer:
         self.watchdog_path = options.watchdog_record or self._workdir / "watchdog.json"
         self.drained: list[str] = []
         self.drain_finished_at: float | None = None  # time.monotonic() when stop()'s drain completed
-        # the tritonserver the fronts follow now (rewritten at every start; server.front_process)
+        # the tritonserver the fronts follow now (rewritten at every start; server.fronts.process)
         self.server_pid_file = self._workdir / "tritonserver.pid"
 
     @property
@@ -411,13 +412,13 @@ class TritonServer:
         self._write_server_pid()
         if self.options.http_guard and self.guard not in self.running_fronts:
             self.guard = self._launch_front(
-                "server.http_guard", self.http_port, self.triton_http_url, detach,
+                "server.fronts.http_front", self.http_port, self.triton_http_url, detach,
                 f"--body-timeout-s={self.options.http_guard_body_timeout_s}",
                 f"--header-timeout-s={self.options.http_guard_header_timeout_s}",
             )  # fmt: skip
         if self.options.grpc_guard and self.grpc_front not in self.running_fronts:
             self.grpc_front = self._launch_front(
-                "server.grpc_guard", self.grpc_port, self.triton_grpc_url, detach
+                "server.fronts.grpc_front", self.grpc_port, self.triton_grpc_url, detach
             )
 
     @property

@@ -1,5 +1,5 @@
 """Fault matrix rows 5 and 6: requests that crash or hang Triton 2.51's HTTP frontend, sent to the
-server as ``make serve`` runs it (``server.http_guard`` in front of Triton's HTTP port), with good
+server as ``make serve`` runs it (``server.fronts.http_front`` in front of Triton's HTTP port), with good
 traffic alongside. Measured without the guard (docs/SERVING.md, the fault matrix): the huge shapes,
 the 5 MB form-encoded body and the deep nesting each killed tritonserver; the short body held its
 connection until the client gave up. gRPC answers the same shapes with INVALID_ARGUMENT.

@@ -170,5 +170,5 @@ def test_fuzz_the_http_front(fault_server: TritonServer) -> None:
     print(report.text())
     assert report.cases == 300
     assert report.findings == [], report.text()
-    guard_log = fault_server.log_path.with_name("http_guard.log").read_text()
+    guard_log = fault_server.log_path.with_name("http_front.log").read_text()
     assert "Traceback" not in guard_log  # a client's malformed request is one log line, not a traceback

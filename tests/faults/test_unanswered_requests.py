@@ -183,14 +183,14 @@ def guard_with_two_slots(small_server: TritonServer, tmp_path: Path) -> Iterator
     """An HTTP front in front of ``small_server``, where one client may have 2 requests upstream. A port
     taken between ``free_port()`` and the front's bind (by a server of a test beside this one) is left
     for another: the front is used only once its own log says it listens."""
-    log_path = tmp_path / "http_guard.log"
+    log_path = tmp_path / "http_front.log"
     deadline = time.monotonic() + HANG_GUARD_S
     while True:
         port = free_port()
         with open(log_path, "wb") as log_file:
             guard = subprocess.Popen(
                 [
-                    sys.executable, "-m", "server.http_guard", f"--listen=127.0.0.1:{port}",
+                    sys.executable, "-m", "server.fronts.http_front", f"--listen=127.0.0.1:{port}",
                     f"--upstream={small_server.http_url}", "--max-client-requests=2",
                 ],
                 stdout=log_file,

@@ -17,15 +17,15 @@ from pathlib import Path
 import pytest
 from tritonclient.grpc import service_pb2
 
-from server import shm_ownership
-from server.body_encoding import inflate
-from server.grpc_guard import check_infer_request
-from server.kserve_json import check_infer, check_register, load_json
-from server.peer import peer_uid
-from server.refusal import Refusal, RequestRefusedError
-from server.shm_ownership import Client, RegionRules
+from server.fronts import shm_ownership
+from server.fronts.body_encoding import inflate
+from server.fronts.grpc_front import check_infer_request
+from server.fronts.kserve_json import check_infer, check_register, load_json
+from server.fronts.peer import peer_uid
+from server.fronts.refusal import Refusal, RequestRefusedError
+from server.fronts.shm_ownership import Client, RegionRules
+from server.fronts.tensor_limits import check_model_name
 from server.shm_regions import make_owner_only
-from server.tensor_limits import check_model_name
 from soak.faults import overflowing_request
 
 NOBODY = 65534

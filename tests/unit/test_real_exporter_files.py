@@ -27,8 +27,8 @@ from perf.studies.analysis import outside_server_ms
 from perf.studies.goals import GOAL_FAMILY, Goal, for_model
 from python_backend.batching import InvalidInputError, TensorInfo, shared_axes, validate, with_value_guards
 from server.__main__ import _already_running
-from server.refusal import RequestRefusedError
-from server.tensor_limits import ModelShapes, check_fits_model
+from server.fronts.refusal import RequestRefusedError
+from server.fronts.tensor_limits import ModelShapes, check_fits_model
 
 DATA = Path(__file__).resolve().parents[1] / "data" / "real_exporters"
 sys.path.insert(0, str(DATA))

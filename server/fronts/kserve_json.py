@@ -11,8 +11,8 @@ gets a 400 naming the field. And the guard must never read a body differently fr
   surrogates are refused: Triton would fail to parse them where Python succeeds.
 * The body must be UTF-8 (Python also guesses UTF-16 and UTF-32; Triton does not).
 
-The size checks themselves are ``server.tensor_limits``; ``check_infer`` returns the shared-memory
-ranges a request names so the guard can check who owns them (``server.shm_ownership``).
+The size checks themselves are ``server.fronts.tensor_limits``; ``check_infer`` returns the shared-memory
+ranges a request names so the guard can check who owns them (``server.fronts.shm_ownership``).
 """
 
 from __future__ import annotations
@@ -24,9 +24,9 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from server.refusal import RequestRefusedError
-from server.shm_ownership import RegionUse
-from server.tensor_limits import (
+from server.fronts.refusal import RequestRefusedError
+from server.fronts.shm_ownership import RegionUse
+from server.fronts.tensor_limits import (
     ModelShapes,
     check_declared_size,
     check_fits_model,
@@ -243,7 +243,7 @@ def check_infer(body: bytes, header_length: str | None, model: ModelShapes | Non
     ``header_length`` is the ``Inference-Header-Content-Length`` header: the JSON is then the body's
     first bytes and binary data follows. ``0`` is Triton's raw request (the whole body is the single
     input's bytes; Triton deduces the shape from its size), which carries no JSON to check. ``model``
-    is what the model's config allows (``server.model_shapes``); without it only the bounds that need
+    is what the model's config allows (``server.fronts.model_shapes``); without it only the bounds that need
     no config apply.
     """
     header = body

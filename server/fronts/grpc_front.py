@@ -11,11 +11,11 @@ own gRPC port on loopback, unchanged, after:
 * a message-size bound (``max_message_bytes``, 64 MiB like the HTTP guard's body): larger messages get
   ``RESOURCE_EXHAUSTED`` from gRPC itself before they are buffered whole;
 * for ``ModelInfer`` and each message of ``ModelStreamInfer``: no input may declare more bytes than its
-  raw contents, typed contents or shared-memory range carry (``server.tensor_limits``), and every
-  shared-memory range must be the client's own (``server.shm_ownership``); a refused stream message is
+  raw contents, typed contents or shared-memory range carry (``server.fronts.tensor_limits``), and every
+  shared-memory range must be the client's own (``server.fronts.shm_ownership``); a refused stream message is
   answered on the stream with its error, as Triton answers its own;
 * no input may declare a shape its model's config does not allow, nor a dimension above 2^31 - 1
-  (``server.tensor_limits``; fault matrix rows 37 and 39: Triton never answered ``[2^62, 0]``);
+  (``server.fronts.tensor_limits``; fault matrix rows 37 and 39: Triton never answered ``[2^62, 0]``);
 * a stream message that is no ``ModelInferRequest`` ends the stream with ``INVALID_ARGUMENT`` (row
   40), and a connection must finish its HTTP/2 handshake within 10 s (row 41);
 * model names without control characters (Triton would read ``recommender\\x00x`` as ``recommender``);
@@ -27,7 +27,7 @@ naming the input. Everything else passes through as bytes: requests that pass ar
 client sent them, not re-encoded. While Triton is unreachable, calls get ``UNAVAILABLE`` and the
 front logs that once.
 
-Run as ``python -m server.grpc_guard --listen HOST:PORT --upstream HOST:PORT [--server-pid PID]``
+Run as ``python -m server.fronts.grpc_front --listen HOST:PORT --upstream HOST:PORT [--server-pid PID]``
 with the admin key in the environment (``server.admin.KEY_ENV``).
 """
 
@@ -44,13 +44,13 @@ from google.protobuf import json_format
 from google.protobuf.message import DecodeError, Message
 from tritonclient.grpc import service_pb2
 
-from server import shm_ownership
 from server.admin import GRPC_ADMIN_HEADER, GRPC_FRONT_HEADER
-from server.front_process import MIB, admin_key, front_parser, region_rules, run_front
-from server.model_shapes import ModelShapesCache
-from server.peer import peer_uid
-from server.refusal import RequestRefusedError
-from server.tensor_limits import (
+from server.fronts import shm_ownership
+from server.fronts.model_shapes import ModelShapesCache
+from server.fronts.peer import peer_uid
+from server.fronts.process import MIB, admin_key, front_parser, region_rules, run_front
+from server.fronts.refusal import RequestRefusedError
+from server.fronts.tensor_limits import (
     ModelShapes,
     check_declared_size,
     check_fits_model,
@@ -58,7 +58,7 @@ from server.tensor_limits import (
     check_shape,
     element_bytes,
 )
-from server.upstream_state import UpstreamState
+from server.fronts.upstream_state import UpstreamState
 
 log = logging.getLogger(__name__)
 SERVICE = service_pb2.DESCRIPTOR.services_by_name["GRPCInferenceService"]
@@ -340,7 +340,9 @@ async def start_guard(
 
 
 def main(argv: list[str] | None = None) -> None:
-    parser = front_parser("python -m server.grpc_guard", __doc__, "host:port of tritonserver's gRPC endpoint")
+    parser = front_parser(
+        "python -m server.fronts.grpc_front", __doc__, "host:port of tritonserver's gRPC endpoint"
+    )
     parser.add_argument("--max-message-mib", type=int, default=MAX_MESSAGE_BYTES // MIB)
     args = parser.parse_args(argv)
     run_front(

@@ -3,7 +3,7 @@ frontend sees it, because that frontend crashes the whole server on a few small 
 fault matrix's HTTP-front rows, docs/SERVING.md) and blames the server (500) for many faulty ones:
 
 * the request target: only a plain origin-form ``/v2/...`` path, and Triton gets the path that was
-  checked, never the raw target (``server.request_target``; fault matrix row 35);
+  checked, never the raw target (``server.fronts.request_target``; fault matrix row 35);
 * upstream connections: one client address may have ``max_client_requests`` requests waiting on
   Triton (429 beyond), GET/HEAD have connections of their own, and a client that hangs up cancels
   its upstream request (row 38);
@@ -12,15 +12,15 @@ fault matrix's HTTP-front rows, docs/SERVING.md) and blames the server (500) for
   ``header_timeout_s`` of their first byte (408; slowloris); pipelined requests are answered in order;
 * one reading: a header Triton reads (``Inference-Header-Content-Length``, ``Content-Type``, ...)
   sent twice, a JSON key sent twice, or a number only one parser can hold is a 400, so the guard and
-  Triton can never check and run two different requests (``server.kserve_json``);
+  Triton can never check and run two different requests (``server.fronts.kserve_json``);
 * ``Content-Encoding: gzip|deflate`` bodies are inflated here, bounded by ``max_body_bytes``, and
   forwarded plain (415 for other encodings, 400 for a body that does not inflate);
 * a form-encoded body (``curl -d``) is forwarded as ``application/json``, which it is on every ``/v2``
   route (libevhtp would parse it as a query string and segfault);
 * inference JSON is checked field by field (400 naming the field where Triton says 500), and no input
   may declare more elements than bytes carry it, nor a shape its model's config does not allow
-  (``server.tensor_limits``, ``server.model_shapes``; row 37);
-* system shared memory: a client may register and use only regions it owns (``server.shm_ownership``);
+  (``server.fronts.tensor_limits``, ``server.fronts.model_shapes``; row 37);
+* system shared memory: a client may register and use only regions it owns (``server.fronts.shm_ownership``);
 * when Triton is unreachable, clients get JSON they can parse: 503 while it is down or starting, 502
   when it drops a request, and the guard logs that once, not once per request.
 
@@ -29,7 +29,7 @@ requests carrying ``FRONT_HEADER`` (which only the fronts add), so the checks ca
 connecting to it. Errors use Triton's shape, ``{"error": "..."}``, so tritonclient reports them like
 Triton's. Costs: one extra loopback hop and a JSON parse per inference request.
 
-Run as ``python -m server.http_guard --listen HOST:PORT --upstream HOST:PORT [--server-pid PID]``
+Run as ``python -m server.fronts.http_front --listen HOST:PORT --upstream HOST:PORT [--server-pid PID]``
 with the admin key in the environment (``KEY_ENV``); with ``--server-pid`` it exits when that
 tritonserver does.
 """
@@ -48,17 +48,17 @@ from aiohttp import ClientConnectorError, ClientError, ClientSession, ClientTime
 from aiohttp.web_protocol import RequestHandler
 from yarl import URL
 
-from server import shm_ownership
 from server.admin import ADMIN_HEADER, FRONT_HEADER
-from server.body_encoding import inflate
-from server.front_process import MIB, admin_key, front_parser, region_rules, run_front
-from server.kserve_json import check_generate, check_infer, check_register, load_json
-from server.model_shapes import ModelShapesCache
-from server.peer import peer_uid
-from server.refusal import RequestRefusedError
-from server.request_target import checked_target, forwarded_target
-from server.tensor_limits import ModelShapes
-from server.upstream_state import UpstreamState
+from server.fronts import shm_ownership
+from server.fronts.body_encoding import inflate
+from server.fronts.kserve_json import check_generate, check_infer, check_register, load_json
+from server.fronts.model_shapes import ModelShapesCache
+from server.fronts.peer import peer_uid
+from server.fronts.process import MIB, admin_key, front_parser, region_rules, run_front
+from server.fronts.refusal import RequestRefusedError
+from server.fronts.request_target import checked_target, forwarded_target
+from server.fronts.tensor_limits import ModelShapes
+from server.fronts.upstream_state import UpstreamState
 
 log = logging.getLogger(__name__)
 HOP_BY_HOP = {
@@ -397,7 +397,9 @@ async def start_guard(listen: str, guard: Guard) -> Callable[[], Awaitable[None]
 
 
 def main(argv: list[str] | None = None) -> None:
-    parser = front_parser("python -m server.http_guard", __doc__, "host:port of tritonserver's HTTP endpoint")
+    parser = front_parser(
+        "python -m server.fronts.http_front", __doc__, "host:port of tritonserver's HTTP endpoint"
+    )
     parser.add_argument("--max-body-mib", type=int, default=GuardLimits.max_body_bytes // MIB)
     parser.add_argument("--body-timeout-s", type=float, default=GuardLimits.body_timeout_s)
     parser.add_argument("--header-timeout-s", type=float, default=GuardLimits.header_timeout_s)

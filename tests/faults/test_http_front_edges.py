@@ -63,7 +63,7 @@ def test_headers_that_never_complete_are_timed_out(fault_server: TritonServer, g
 
 
 def test_startup_is_logged_in_one_line_not_a_traceback_per_poll(fault_server: TritonServer) -> None:
-    log = fault_server.log_path.with_name("http_guard.log").read_text()
+    log = fault_server.log_path.with_name("http_front.log").read_text()
     assert "Traceback" not in log
     assert log.count("is not answering") <= 1
 
@@ -72,13 +72,13 @@ def test_startup_is_logged_in_one_line_not_a_traceback_per_poll(fault_server: Tr
 def guard_without_triton(tmp_path: Path):
     """The HTTP guard in front of a port nobody listens on: Triton down (or not started yet)."""
     port, upstream = free_port(), free_port()
-    log_path = tmp_path / "http_guard.log"
+    log_path = tmp_path / "http_front.log"
     with open(log_path, "wb") as log_file:
         guard = subprocess.Popen(
             [
                 sys.executable,
                 "-m",
-                "server.http_guard",
+                "server.fronts.http_front",
                 f"--listen=127.0.0.1:{port}",
                 f"--upstream=127.0.0.1:{upstream}",
             ],
