@@ -67,7 +67,7 @@ def _cpu_and_requests(server: TritonServer, front_pid: int) -> tuple[float, floa
 
 def _compare(server: TritonServer, protocol: str, args: argparse.Namespace, binary: Path) -> None:
     ratios: dict[str, list[float]] = {"throughput": [], "p50": [], "p99": []}
-    front = server.grpc_front if protocol == "grpc" else server.guard
+    front = server.grpc_front if protocol == "grpc" else server.http_front
     assert front is not None
     header = "inf/s, p50 ms, p99 ms, CPU ms per request: front, server"
     # perf_analyzer's own stability check, as generous as a shared machine needs: the last three of at
@@ -127,7 +127,7 @@ def main() -> None:
     with tempfile.TemporaryDirectory() as folder:
         repository = Path(folder, "repository")
         build_repository(parse_spec(data), repository, num_gpus=0)
-        options = ServerOptions(repository=repository, http_guard=True, grpc_guard=True, self_heal=False)
+        options = ServerOptions(repository=repository, http_front=True, grpc_front=True, self_heal=False)
         with TritonServer(options) as server:
             for protocol in args.protocols:
                 _compare(server, protocol, args, binary)

@@ -1,4 +1,4 @@
-"""A gRPC front for tritonserver 2.51: the HTTP guard's protection for gRPC clients (fault matrix
+"""A gRPC front for tritonserver 2.51: the HTTP front's protection for gRPC clients (fault matrix
 rows 19–21 and 37–41).
 
 Triton's gRPC frontend accepts messages up to 2 GiB and computes input byte sizes in 64-bit integers:
@@ -8,7 +8,7 @@ text encoder's stub every time, and a 300 MB request left the server 1.4 GB larg
 listens where clients connect and forwards every call of ``inference.GRPCInferenceService`` to Triton's
 own gRPC port on loopback, unchanged, after:
 
-* a message-size bound (``max_message_bytes``, 64 MiB like the HTTP guard's body): larger messages get
+* a message-size bound (``max_message_bytes``, 64 MiB like the HTTP front's body): larger messages get
   ``RESOURCE_EXHAUSTED`` from gRPC itself before they are buffered whole;
 * for ``ModelInfer`` and each message of ``ModelStreamInfer``: no input may declare more bytes than its
   raw contents, typed contents or shared-memory range carry (``server.fronts.tensor_limits``), and every
@@ -146,7 +146,7 @@ def check_infer_request(
     return uses
 
 
-class GrpcGuard(grpc.GenericRpcHandler):
+class GrpcFront(grpc.GenericRpcHandler):
     """Checks each call of the inference service and forwards it to ``upstream`` as bytes."""
 
     def __init__(self, upstream: str, key: str, rules: shm_ownership.RegionRules, listen: str) -> None:
@@ -315,8 +315,8 @@ class GrpcGuard(grpc.GenericRpcHandler):
             call.cancel()
 
 
-async def start_guard(
-    listen: str, guard: GrpcGuard, max_message_bytes: int = MAX_MESSAGE_BYTES
+async def start_front(
+    listen: str, front: GrpcFront, max_message_bytes: int = MAX_MESSAGE_BYTES
 ) -> Callable[[], Awaitable[None]]:
     """Listen on ``listen``; returns the coroutine function that stops the front."""
     server = grpc.aio.server(
@@ -326,15 +326,15 @@ async def start_guard(
             ("grpc.max_connection_idle_ms", MAX_IDLE_MS),
         ]
     )
-    server.add_generic_rpc_handlers((guard,))
+    server.add_generic_rpc_handlers((front,))
     if server.add_insecure_port(listen) == 0:
         raise OSError(f"gRPC front cannot listen on {listen}")
     await server.start()
-    log.info("grpc guard on %s -> %s (messages up to %d bytes)", listen, guard.upstream, max_message_bytes)
+    log.info("grpc front on %s -> %s (messages up to %d bytes)", listen, front.upstream, max_message_bytes)
 
     async def stop() -> None:
         await server.stop(grace=5)
-        await guard.channel.close()
+        await front.channel.close()
 
     return stop
 
@@ -346,9 +346,9 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--max-message-mib", type=int, default=MAX_MESSAGE_BYTES // MIB)
     args = parser.parse_args(argv)
     run_front(
-        lambda: start_guard(
+        lambda: start_front(
             args.listen,
-            GrpcGuard(args.upstream, admin_key(), region_rules(args), args.listen),
+            GrpcFront(args.upstream, admin_key(), region_rules(args), args.listen),
             args.max_message_mib * MIB,
         ),
         args,
