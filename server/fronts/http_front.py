@@ -29,9 +29,9 @@ requests carrying ``FRONT_HEADER`` (which only the fronts add), so the checks ca
 connecting to it. Errors use Triton's shape, ``{"error": "..."}``, so tritonclient reports them like
 Triton's. Costs: one extra loopback hop and a JSON parse per inference request.
 
-Run as ``python -m server.fronts.http_front --listen HOST:PORT --upstream HOST:PORT [--server-pid PID]``
-with the admin key in the environment (``KEY_ENV``); with ``--server-pid`` it exits when that
-tritonserver does.
+Run as ``python -m server.fronts.http_front --listen HOST:PORT --upstream HOST:PORT``, with the
+admin key in the environment (``KEY_ENV``) and the lifetime flags of ``server.fronts.process`` (the
+launcher passes them: the front follows its tritonserver across restarts and exits once both are gone).
 """
 
 from __future__ import annotations
