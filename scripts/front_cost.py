@@ -1,15 +1,15 @@
 """What the fronts cost: perf_analyzer on the recommender at concurrency 16, through a front and
 straight to Triton's own port of the same server, run after run in turns.
 
-One server as ``make serve`` runs it (``server.http_guard`` and ``server.grpc_guard`` in front of
-Triton's loopback ports). Each round measures the same model twice, once through the front and once
-on Triton's own port (perf_analyzer passing the front key, as the fronts do), so both see the same
+One server as ``make serve`` runs it (``server.fronts.http_front`` and ``server.fronts.grpc_front`` in
+front of Triton's loopback ports). Each round measures the same model twice, once through the front and
+once on Triton's own port (perf_analyzer passing the front key, as the fronts do), so both see the same
 server, the same batcher and the same moment of a shared machine; the ratios of each round are the
 result, with the CPU each route costs per request (the front process's, and tritonserver's with its
-stubs', from ``/proc``; requests counted by the server's statistics). The recommender runs without
-its queue policy: on Triton 2.51 a queue policy with one instance makes the batcher stall ~500 ms now
-and then (docs/SERVING.md), which would swamp both routes alike. A run perf_analyzer cannot make
-stable is reported and its round skipped. Not a test: a measurement to repeat where the cost matters.
+stubs', from ``/proc``; requests counted by the server's statistics). The recommender runs without its
+queue policy: on Triton 2.51 a queue policy with one instance makes the batcher stall ~500 ms now and
+then (docs/SERVING.md), which would swamp both routes alike. A run perf_analyzer cannot make stable is
+reported and its round skipped. Not a test: a measurement to repeat where the cost matters.
 
     .venv/bin/python scripts/front_cost.py [--rounds 5] [--protocols grpc http] [--window-ms 3000]
 """
@@ -67,7 +67,7 @@ def _cpu_and_requests(server: TritonServer, front_pid: int) -> tuple[float, floa
 
 def _compare(server: TritonServer, protocol: str, args: argparse.Namespace, binary: Path) -> None:
     ratios: dict[str, list[float]] = {"throughput": [], "p50": [], "p99": []}
-    front = server.grpc_front if protocol == "grpc" else server.guard
+    front = server.grpc_front if protocol == "grpc" else server.http_front
     assert front is not None
     header = "inf/s, p50 ms, p99 ms, CPU ms per request: front, server"
     # perf_analyzer's own stability check, as generous as a shared machine needs: the last three of at
@@ -127,7 +127,7 @@ def main() -> None:
     with tempfile.TemporaryDirectory() as folder:
         repository = Path(folder, "repository")
         build_repository(parse_spec(data), repository, num_gpus=0)
-        options = ServerOptions(repository=repository, http_guard=True, grpc_guard=True, self_heal=False)
+        options = ServerOptions(repository=repository, http_front=True, grpc_front=True, self_heal=False)
         with TritonServer(options) as server:
             for protocol in args.protocols:
                 _compare(server, protocol, args, binary)

@@ -1,7 +1,7 @@
 """``python -m server start|stop|status|drain|load|unload``: the server behind ``make serve``.
 
 ``start`` launches the supervisor (``supervise``, a detached process of its own session, see
-``server.supervisor``), which starts tritonserver (with its HTTP guard and stub watchdog), restarts it
+``server.supervisor``), which starts tritonserver (with its HTTP front and stub watchdog), restarts it
 on the same ports when it dies, and records pid, ports, log path and supervisor in
 ``.run/server.json`` so ``stop`` and ``status`` (and the client's defaults) can find it; ``start``
 returns once the server is ready, with what the supervisor reported. The admin key for the restricted
@@ -131,8 +131,8 @@ def _server_argv(args: argparse.Namespace) -> list[str]:
         f"--grpc-port={args.grpc_port}",
         f"--metrics-port={args.metrics_port}",
         f"--model-control-mode={args.model_control_mode}",
-        "--http-guard" if args.http_guard else "--no-http-guard",
-        "--grpc-guard" if args.grpc_guard else "--no-grpc-guard",
+        "--http-front" if args.http_front else "--no-http-front",
+        "--grpc-front" if args.grpc_front else "--no-grpc-front",
         f"--startup-timeout={args.startup_timeout}",
     ]
 
@@ -160,8 +160,8 @@ def _supervise(args: argparse.Namespace) -> int:
         log_path=Path(".run/server.log").resolve(),
         workdir=Path(".run/server").resolve(),
         port_wait_s=10.0,  # a server stopped a moment ago may still hold its ports
-        http_guard=args.http_guard,  # Triton 2.51's HTTP frontend crashes on some inputs (docs/SERVING.md)
-        grpc_guard=args.grpc_guard,  # and its gRPC one takes 2 GiB messages and wrapping shapes
+        http_front=args.http_front,  # Triton 2.51's HTTP frontend crashes on some inputs (docs/SERVING.md)
+        grpc_front=args.grpc_front,  # and its gRPC one takes 2 GiB messages and wrapping shapes
         startup_timeout_s=args.startup_timeout,
         watchdog_record=EVENTS.resolve(),
     )
@@ -204,7 +204,7 @@ def _record_state(server: TritonServer, args: argparse.Namespace) -> None:
     state = {
         "pid": server.pid,
         "http": server.http_url,
-        "triton_http": server.triton_http_url,  # Triton itself (behind the HTTP guard): admin calls
+        "triton_http": server.triton_http_url,  # Triton itself (behind the HTTP front): admin calls
         "grpc": server.grpc_url,
         "metrics": server.metrics_url,
         "log": str(server.log_path),
@@ -212,7 +212,7 @@ def _record_state(server: TritonServer, args: argparse.Namespace) -> None:
         "shm_prefix": server.shm_prefix,
         "model_control_mode": args.model_control_mode,
         "supervisor_pid": os.getpid(),
-        "guard_pid": server.guard.pid if server.guard is not None else None,
+        "http_front_pid": server.http_front.pid if server.http_front is not None else None,
         "triton_grpc": server.triton_grpc_url,  # Triton itself (behind the gRPC front)
         "grpc_front_pid": server.grpc_front.pid if server.grpc_front is not None else None,
         "watchdog_events": str(EVENTS.resolve()),
@@ -288,7 +288,7 @@ def _drain(state: dict, timeout: float) -> int:
 
 
 def _admin_url(state: dict) -> str:
-    """Triton's own HTTP endpoint: admin calls do not go through the HTTP guard."""
+    """Triton's own HTTP endpoint: admin calls do not go through the HTTP front."""
     return state.get("triton_http", state["http"])
 
 
@@ -318,8 +318,8 @@ def _stop(args: argparse.Namespace) -> int:
     if _alive(pid):
         _drain(state, args.timeout)
         # the fronts' kept-alive upstream connections would hold Triton's exit for its exit timeout
-        _terminate(state.get("guard_pid"), b"http_guard", wait_s=10)
-        _terminate(state.get("grpc_front_pid"), b"grpc_guard", wait_s=10)
+        _terminate(state.get("http_front_pid"), b"http_front", wait_s=10)
+        _terminate(state.get("grpc_front_pid"), b"grpc_front", wait_s=10)
         os.kill(pid, signal.SIGTERM)
         deadline = time.monotonic() + args.timeout
         while _alive(pid) and time.monotonic() < deadline:
@@ -398,16 +398,17 @@ def _unload(args: argparse.Namespace) -> int:
 
 def _add_start_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
-        "--http-guard",
+        "--http-front",
         action=argparse.BooleanOptionalAction,
         default=True,
-        help="put server.http_guard in front of Triton's HTTP port (default; see docs/SERVING.md)",
+        help="put server.fronts.http_front in front of Triton's HTTP port (default; see docs/SERVING.md)",
     )
     parser.add_argument(
-        "--grpc-guard",
+        "--grpc-front",
         action=argparse.BooleanOptionalAction,
         default=True,
-        help="put server.grpc_guard in front of Triton's gRPC port (default; message size and shape checks)",
+        help="put server.fronts.grpc_front in front of Triton's gRPC port "
+        "(default; message size and shape checks)",
     )
     parser.add_argument("--startup-timeout", type=float, default=180.0, help="seconds to wait for ready")
 

@@ -9,15 +9,14 @@ lives in ``TritonServer.admin_key`` and, for ``make serve``, in ``.run/admin.key
 ``load_model`` below is the only loader our tools use: it refuses file overrides unless asked, and
 says which version keeps serving when a new one fails to load.
 
-Behind the fronts (``server.http_guard``, ``server.grpc_guard``), Triton's own port of that protocol
-also restricts the inference and shared-memory APIs to requests carrying ``FRONT_HEADER``, which the
-fronts add once their checks pass: a client connecting to Triton's loopback port directly cannot skip
+Behind the fronts (``server.fronts.http_front``, ``server.fronts.grpc_front``), Triton's own port of that
+protocol also restricts the inference and shared-memory APIs to requests carrying ``FRONT_HEADER``, which
+the fronts add once their checks pass: a client connecting to Triton's loopback port directly cannot skip
 them. The value is the same secret under another header name, so a front can pass inference through
-without passing admin rights on. Without a front, ``key_shared_memory`` keys the shared-memory API
-with the admin key (the container, which binds every interface). The fronts read the key from the
-environment (``KEY_ENV``): a command line is readable by every local user in ``/proc``; so, note, is
-tritonserver's own, where Triton 2.51 takes these keys (mount ``/proc`` with ``hidepid=2`` on a
-shared host).
+without passing admin rights on. Without a front, ``key_shared_memory`` keys the shared-memory API with
+the admin key (the container, which binds every interface). The fronts read the key from the environment
+(``KEY_ENV``): a command line is readable by every local user in ``/proc``; so, note, is tritonserver's
+own, where Triton 2.51 takes these keys (mount ``/proc`` with ``hidepid=2`` on a shared host).
 """
 
 from __future__ import annotations

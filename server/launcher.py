@@ -14,8 +14,8 @@ SIGTERM; and ``/v2/health/ready`` runs non-strict, because 2.51 keeps it false f
 failed version load even while the old version serves; per-model readiness and ``python -m client
 health`` say which models serve.
 
-Fronts (``make serve`` runs both): ``http_guard`` and ``grpc_guard`` put ``server.http_guard`` and
-``server.grpc_guard`` on the public ports and move Triton's own to loopback ports, where inference and
+Fronts (``make serve`` runs both): ``http_front`` and ``grpc_front`` put ``server.fronts.http_front`` and
+``server.fronts.grpc_front`` on the public ports and move Triton's own to loopback ports, where inference and
 shared memory answer only what a front passed on (``server.admin``). The fronts outlive a tritonserver
 that dies: they follow the one the pid file names (``server_pid_file``), answering 503 / ``UNAVAILABLE``
 while the supervisor restarts it, and stop with ``stop()`` (or once this process and its server are both
@@ -215,13 +215,14 @@ class ServerOptions:
     workdir: Path | None = None  # backend folder and log; None: a temporary one removed on stop
     watchdog_record: Path | None = None  # the watchdog's JSON record; None: <workdir>/watchdog.json
     extra_args: list[str] = field(default_factory=list)
-    # Put server.http_guard in front of Triton's HTTP endpoint (``make serve`` does): clients use
+    # Put server.fronts.http_front in front of Triton's HTTP endpoint (``make serve`` does): clients use
     # http_port, Triton's own HTTP port becomes a loopback port of its own (``triton_http_url``).
-    http_guard: bool = False
-    http_guard_body_timeout_s: float = 30.0  # a body not complete by then gets 408
-    http_guard_header_timeout_s: float = 10.0  # headers not complete this long after their first byte: 408
-    # The same for gRPC (server.grpc_guard): clients use grpc_port, Triton's own is ``triton_grpc_url``.
-    grpc_guard: bool = False
+    http_front: bool = False
+    http_front_body_timeout_s: float = 30.0  # a body not complete by then gets 408
+    http_front_header_timeout_s: float = 10.0  # headers not complete this long after their first byte: 408
+    # The same for gRPC (server.fronts.grpc_front): clients use grpc_port, Triton's own is
+    # ``triton_grpc_url``.
+    grpc_front: bool = False
     # Without a front, key the shared-memory API with the admin key (the container binds every interface).
     key_shared_memory: bool = False
     # Copy the server's log to this process's stdout as well (the container: stdout is the pod's log).
@@ -243,13 +244,13 @@ class TritonServer:
         self.base_ports = ports.reserve()
         base = self.base_ports
         self.http_port = options.http_port or (base.http if base else free_port(options.host))
-        # With the guard, Triton's HTTP endpoint moves to a port of its own on loopback.
+        # With the front, Triton's HTTP endpoint moves to a port of its own on loopback.
         own_http = base.triton_http if base else free_port("127.0.0.1")
-        self.triton_http_port = own_http if options.http_guard else self.http_port
-        self.guard: subprocess.Popen | None = None
+        self.triton_http_port = own_http if options.http_front else self.http_port
+        self.http_front: subprocess.Popen | None = None
         self.grpc_port = options.grpc_port or (base.grpc if base else free_port(options.host))
         own_grpc = base.triton_grpc if base else free_port("127.0.0.1")
-        self.triton_grpc_port = own_grpc if options.grpc_guard else self.grpc_port
+        self.triton_grpc_port = own_grpc if options.grpc_front else self.grpc_port
         self.grpc_front: subprocess.Popen | None = None
         self.metrics_port = options.metrics_port or (base.metrics if base else free_port(options.host))
         self.shm_prefix = f"tb{os.getpid()}_{self.http_port}_"  # this server's Python-backend regions
@@ -259,7 +260,7 @@ class TritonServer:
         self.watchdog_path = options.watchdog_record or self._workdir / "watchdog.json"
         self.drained: list[str] = []
         self.drain_finished_at: float | None = None  # time.monotonic() when stop()'s drain completed
-        # the tritonserver the fronts follow now (rewritten at every start; server.front_process)
+        # the tritonserver the fronts follow now (rewritten at every start; server.fronts.process)
         self.server_pid_file = self._workdir / "tritonserver.pid"
 
     @property
@@ -268,8 +269,8 @@ class TritonServer:
 
     @property
     def triton_http_url(self) -> str:
-        """Triton's own HTTP endpoint (the guard's upstream when there is a guard)."""
-        return f"{'127.0.0.1' if self.options.http_guard else self.options.host}:{self.triton_http_port}"
+        """Triton's own HTTP endpoint (the front's upstream when there is one)."""
+        return f"{'127.0.0.1' if self.options.http_front else self.options.host}:{self.triton_http_port}"
 
     @property
     def grpc_url(self) -> str:
@@ -278,7 +279,7 @@ class TritonServer:
     @property
     def triton_grpc_url(self) -> str:
         """Triton's own gRPC endpoint (the gRPC front's upstream when there is one)."""
-        return f"{'127.0.0.1' if self.options.grpc_guard else self.options.host}:{self.triton_grpc_port}"
+        return f"{'127.0.0.1' if self.options.grpc_front else self.options.host}:{self.triton_grpc_port}"
 
     @property
     def metrics_url(self) -> str:
@@ -293,9 +294,9 @@ class TritonServer:
         command = [
             str(self.install.binary),
             f"--model-repository={Path(options.repository).resolve()}",
-            f"--http-address={'127.0.0.1' if options.http_guard else options.host}",
+            f"--http-address={'127.0.0.1' if options.http_front else options.host}",
             f"--http-port={self.triton_http_port}",
-            f"--grpc-address={'127.0.0.1' if options.grpc_guard else options.host}",
+            f"--grpc-address={'127.0.0.1' if options.grpc_front else options.host}",
             f"--grpc-port={self.triton_grpc_port}",
             f"--metrics-address={options.host}",
             f"--metrics-port={self.metrics_port}",
@@ -318,7 +319,7 @@ class TritonServer:
         command.append(f"--backend-directory={assemble_backends(self.install, self._workdir / 'backends')}")
         command += [f"--load-model={m}" for m in options.load_models or ["*"]]
         restricted = restricted_api_args(
-            self.admin_key, options.http_guard, options.grpc_guard, options.key_shared_memory
+            self.admin_key, options.http_front, options.grpc_front, options.key_shared_memory
         )
         return command + restricted + options.extra_args
 
@@ -376,14 +377,14 @@ class TritonServer:
         if not Path(self.options.repository).is_dir():
             raise ServerError(f"model repository {self.options.repository} does not exist (run `make repo`)")
         public = {self.metrics_port}  # a port our own running front holds stays with it
-        public |= {self.http_port} if self.guard is None or self.guard.poll() is not None else set()
+        public |= {self.http_port} if self.http_front is None or self.http_front.poll() is not None else set()
         public |= {self.grpc_port} if self.grpc_front is None or self.grpc_front.poll() is not None else set()
         ports.hold(self.base_ports)
         for port in sorted(public):
             check_port_free(self.options.host, port, self.options.port_wait_s, self._named(port))
         for fronted, port in (
-            (self.options.http_guard, self.triton_http_port),
-            (self.options.grpc_guard, self.triton_grpc_port),
+            (self.options.http_front, self.triton_http_port),
+            (self.options.grpc_front, self.triton_grpc_port),
         ):
             if fronted:
                 check_port_free("127.0.0.1", port, self.options.port_wait_s, self._named(port))
@@ -409,21 +410,21 @@ class TritonServer:
                     umask=SERVER_UMASK,
                 )
         self._write_server_pid()
-        if self.options.http_guard and self.guard not in self.running_fronts:
-            self.guard = self._launch_front(
-                "server.http_guard", self.http_port, self.triton_http_url, detach,
-                f"--body-timeout-s={self.options.http_guard_body_timeout_s}",
-                f"--header-timeout-s={self.options.http_guard_header_timeout_s}",
+        if self.options.http_front and self.http_front not in self.running_fronts:
+            self.http_front = self._launch_front(
+                "server.fronts.http_front", self.http_port, self.triton_http_url, detach,
+                f"--body-timeout-s={self.options.http_front_body_timeout_s}",
+                f"--header-timeout-s={self.options.http_front_header_timeout_s}",
             )  # fmt: skip
-        if self.options.grpc_guard and self.grpc_front not in self.running_fronts:
+        if self.options.grpc_front and self.grpc_front not in self.running_fronts:
             self.grpc_front = self._launch_front(
-                "server.grpc_guard", self.grpc_port, self.triton_grpc_url, detach
+                "server.fronts.grpc_front", self.grpc_port, self.triton_grpc_url, detach
             )
 
     @property
     def fronts(self) -> list[subprocess.Popen]:
-        """The front processes started (HTTP guard, gRPC front)."""
-        return [front for front in (self.guard, self.grpc_front) if front is not None]
+        """The front processes started (HTTP front, gRPC front)."""
+        return [front for front in (self.http_front, self.grpc_front) if front is not None]
 
     @property
     def running_fronts(self) -> list[subprocess.Popen]:
@@ -540,7 +541,7 @@ class TritonServer:
         )
 
     def stop(self) -> None:
-        """Drain (through Triton's own HTTP endpoint, while the guard still forwards), stop the guard,
+        """Drain (through Triton's own HTTP endpoint, while the front still forwards), stop the front,
         then SIGTERM; SIGKILL if it outlives its exit timeout (+``EXIT_MARGIN_S``); then remove what the
         server leaves behind: stray stubs, its shared-memory regions and a temporary workdir."""
         if self.watchdog is not None:

@@ -2,11 +2,11 @@
 
 The tools that start servers of their own (``python -m perf run|tune|plan``, ``python -m soak``) pick
 free ports from the OS by default, which a shared host or a firewall cannot plan for. With a base, every
-server such a process starts takes ``PORTS_PER_SERVER`` consecutive ports from it: HTTP, gRPC, metrics,
-and the loopback ports Triton's own HTTP and gRPC endpoints move to behind the fronts (``make serve``'s
-guard and gRPC front). Servers that run one after the other reuse the same ports; one started while
-another of this process still runs takes the next block, at most ``MAX_SERVERS`` blocks. A port already
-taken by something else is an error that names it, never a silent move to another port.
+server such a process starts takes ``PORTS_PER_SERVER`` consecutive ports from it: HTTP, gRPC, metrics, and
+the loopback ports Triton's own HTTP and gRPC endpoints move to behind the fronts (``make serve``'s HTTP and
+gRPC fronts). Servers that run one after the other reuse the same ports; one started while another of this
+process still runs takes the next block, at most ``MAX_SERVERS`` blocks. A port already taken by something
+else is an error that names it, never a silent move to another port.
 """
 
 from __future__ import annotations
@@ -24,7 +24,7 @@ ROLES = (
     "HTTP",
     "gRPC",
     "metrics",
-    "Triton's own HTTP behind the guard",
+    "Triton's own HTTP behind the front",
     "Triton's own gRPC behind the front",
 )
 

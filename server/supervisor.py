@@ -8,7 +8,7 @@ A server that exits with status 0 stopped on purpose and is not restarted.
 
 The restart reuses the same ``TritonServer``: same ports, same admin key, same shared-memory prefix
 and the same repository, so acknowledged embedding updates come back from the stage's write-ahead
-log. The fronts stay up across the restart and follow the new server (``server.front_process``):
+log. The fronts stay up across the restart and follow the new server (``server.fronts.process``):
 meanwhile clients get HTTP 503 JSON / gRPC ``UNAVAILABLE``, never "connection refused" (fault matrix
 row 46). They stop when supervision ends for good: stopped, gave up, or a server that exited 0.
 The moment a death is seen, the dead server's stray stubs and ``/dev/shm`` regions are removed (a

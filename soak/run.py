@@ -62,7 +62,7 @@ def run_soak(
     report = SoakReport(duration_s)
     options = ServerOptions(
         repository=repository, model_control_mode="explicit", exit_timeout_s=5, port_wait_s=10,
-        http_guard=True, grpc_guard=True,  # as `make serve` runs it: the fronts face the faults
+        http_front=True, grpc_front=True,  # as `make serve` runs it: the fronts face the faults
     )  # fmt: skip
     server = TritonServer(options)
     # supervised as make serve is: a server that dies anyway is restarted, and the report says so

@@ -82,10 +82,10 @@ def fault_server(fault_repository: Path) -> Iterator[TritonServer]:
         repository=fault_repository,
         model_control_mode="explicit",
         startup_timeout_s=240,
-        http_guard=True,  # what `make serve` runs: HTTP faults go through the guard, as a user's would
-        http_guard_body_timeout_s=3,
-        http_guard_header_timeout_s=2,
-        grpc_guard=True,  # and gRPC ones through the gRPC front
+        http_front=True,  # what `make serve` runs: HTTP faults go through the front, as a user's would
+        http_front_body_timeout_s=3,
+        http_front_header_timeout_s=2,
+        grpc_front=True,  # and gRPC ones through the gRPC front
     )
     with TritonServer(options) as running:
         assert running.failed_models == {}, running.describe_failures()

@@ -83,7 +83,7 @@ def _post(server: TritonServer, body: bytes) -> tuple[int, dict]:
 
 
 def test_json_bodies(fault_server: TritonServer, good_traffic) -> None:
-    """Malformed JSON gets a 400 from the HTTP guard (Triton 2.51 alone answers 500); a bare NaN
+    """Malformed JSON gets a 400 from the HTTP front (Triton 2.51 alone answers 500); a bare NaN
     literal, which Triton's parser accepts, reaches the model's guard: 400, not a NaN answer."""
     nan_literal = (
         b'{"inputs":[{"name":"dense","shape":[1,13],"datatype":"FP32","data":[NaN,1,1,1,1,1,1,1,1,1,1,1,1]},'

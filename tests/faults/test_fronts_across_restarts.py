@@ -105,7 +105,7 @@ def test_the_fronts_answer_through_a_restart_gap_and_stop_when_supervision_gives
 ) -> None:
     repository = build_small_repository(spec_data, tmp_path / "repository", pipeline=False)
     options = explicit_options(repository, tmp_path / "server")
-    options.http_guard = options.grpc_guard = True
+    options.http_front = options.grpc_front = True
     server = TritonServer(options)
     # one restart allowed, 2 s after the death: a gap long enough to be seen from outside
     supervisor = Supervisor(server, tmp_path / "supervisor.json", RestartPolicy(first_delay_s=2.0, burst=1))

@@ -1,4 +1,4 @@
-"""Fault matrix: gRPC gets the HTTP guard's protection.
+"""Fault matrix: gRPC gets the HTTP front's protection.
 
 Measured without the gRPC front: one 97-byte request (``text_embedding_encoder``, ``INT64 [1, 2**61]``
 with empty raw contents) wrapped Triton's byte-size check to 0 and killed the encoder's stub every

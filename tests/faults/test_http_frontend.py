@@ -1,6 +1,6 @@
 """Fault matrix rows 5 and 6: requests that crash or hang Triton 2.51's HTTP frontend, sent to the
-server as ``make serve`` runs it (``server.http_guard`` in front of Triton's HTTP port), with good
-traffic alongside. Measured without the guard (docs/SERVING.md, the fault matrix): the huge shapes,
+server as ``make serve`` runs it (``server.fronts.http_front`` in front of Triton's HTTP port), with good
+traffic alongside. Measured without the front (docs/SERVING.md, the fault matrix): the huge shapes,
 the 5 MB form-encoded body and the deep nesting each killed tritonserver; the short body held its
 connection until the client gave up. gRPC answers the same shapes with INVALID_ARGUMENT.
 """
@@ -64,7 +64,7 @@ def test_deep_nesting_is_refused(fault_server: TritonServer, good_traffic) -> No
 
 def test_number_inside_bytes_data_is_named(fault_server: TritonServer, good_traffic) -> None:
     """Triton alone answers a JSON number in BYTES data with a 500 that names no input (measured on the
-    text model, tests/integration/test_text_embedding.py); through the guard it is a 400 that does."""
+    text model, tests/integration/test_text_embedding.py); through the front it is a 400 that does."""
     text = {"name": "text", "shape": [1, 1], "datatype": "BYTES", "data": [42]}
     with good_traffic():
         [(status, body)] = exchange(fault_server, raw_request(json.dumps({"inputs": [text]}).encode()))
@@ -80,7 +80,7 @@ def test_body_above_the_limit_is_refused(fault_server: TritonServer, good_traffi
 
 
 def test_short_body_times_out_and_frees_the_connection(fault_server: TritonServer, good_traffic) -> None:
-    """Content-Length 1000 with 10 bytes sent: 408 after the guard's body timeout (3 s here)."""
+    """Content-Length 1000 with 10 bytes sent: 408 after the front's body timeout (3 s here)."""
     with good_traffic():
         [(status, body)] = exchange(fault_server, raw_request(b'{"inputs":', length=1000), timeout=20)
     assert (status, json.loads(body)) == (408, {"error": "request body not complete within 3 s"})

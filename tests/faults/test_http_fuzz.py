@@ -1,6 +1,6 @@
 """Fault matrix rows 15-18: the HTTP fuzz. Every request those rows name is a regression test here
-(measured before: the duplicate keys aborted tritonserver, every stub, the guard and the watchdog with
-it; the rest were 500s from the guard or Triton for a fault of the request), and a seeded mutation
+(measured before: the duplicate keys aborted tritonserver, every stub, the front and the watchdog with
+it; the rest were 500s from the front or Triton for a fault of the request), and a seeded mutation
 fuzzer (``soak.http_fuzz``) runs a few hundred cases over every endpoint ``make serve`` exposes,
 checking after each that the server lives, kept its stubs and answers a good request.
 """
@@ -138,7 +138,7 @@ def test_a_named_malformed_request_is_refused_naming_its_fault(
 
 @pytest.mark.parametrize("encoding", ["gzip", "deflate"])
 def test_a_compressed_body_is_answered_as_the_plain_one(fault_server: TritonServer, encoding: str) -> None:
-    """A valid gzip body got 400 through the guard but 200 directly (the guard forwarded the
+    """A valid gzip body got 400 through the front but 200 directly (the front forwarded the
     inflated body still marked gzip)."""
     packed = gzip.compress(GOOD) if encoding == "gzip" else zlib.compress(GOOD)
     [(status, body)] = exchange(
@@ -170,5 +170,5 @@ def test_fuzz_the_http_front(fault_server: TritonServer) -> None:
     print(report.text())
     assert report.cases == 300
     assert report.findings == [], report.text()
-    guard_log = fault_server.log_path.with_name("http_guard.log").read_text()
-    assert "Traceback" not in guard_log  # a client's malformed request is one log line, not a traceback
+    front_log = fault_server.log_path.with_name("http_front.log").read_text()
+    assert "Traceback" not in front_log  # a client's malformed request is one log line, not a traceback

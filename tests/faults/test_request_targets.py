@@ -23,8 +23,8 @@ import tritonclient.http as httpclient
 import tritonclient.utils.shared_memory as shared_memory
 
 from server import TritonServer
-from server.refusal import RequestRefusedError
-from server.request_target import checked_target
+from server.fronts.refusal import RequestRefusedError
+from server.fronts.request_target import checked_target
 from server.stubs import server_stubs
 from soak.http_fuzz import Case, mutate_target, send
 

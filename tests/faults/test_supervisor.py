@@ -1,7 +1,7 @@
 """Fault matrix row: tritonserver itself dies under ``make serve``.
 
 ``kill -9`` of the tritonserver that ``python -m server start`` launched: its supervisor must remove
-the dead server's ``/dev/shm`` regions and stray stubs, restart it on the same ports (the HTTP guard
+the dead server's ``/dev/shm`` regions and stray stubs, restart it on the same ports (the HTTP front
 forwarding to it again), report the restart and its cause in ``server status`` and ``client health``,
 and serve the embedding updates acknowledged before the kill. ``server stop`` then stops everything
 (the supervisor first, so it restarts nothing). Runs the real CLI in its own folder (its own ``.run/``).
@@ -83,7 +83,7 @@ def test_a_killed_server_is_restarted_on_its_ports_with_its_updates_and_nothing_
     assert code == 0, (out, err)
     try:
         before = _state(checkout)
-        expected = acknowledged_updates(before["http"])  # through the HTTP guard
+        expected = acknowledged_updates(before["http"])  # through the HTTP front
         dead_stubs = [s.pid for s in server_stubs(before["pid"]) if s.alive]
         dead_regions = shm_regions(before["shm_prefix"])
         assert dead_stubs and dead_regions

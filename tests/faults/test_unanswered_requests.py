@@ -179,32 +179,32 @@ def small_server(
 
 
 @pytest.fixture
-def guard_with_two_slots(small_server: TritonServer, tmp_path: Path) -> Iterator[int]:
-    """An HTTP front in front of ``small_server``, where one client may have 2 requests upstream. A port
+def front_with_two_slots(small_server: TritonServer, tmp_path: Path) -> Iterator[int]:
+    """An HTTP front before ``small_server``, where one client may have 2 requests upstream. A port
     taken between ``free_port()`` and the front's bind (by a server of a test beside this one) is left
     for another: the front is used only once its own log says it listens."""
-    log_path = tmp_path / "http_guard.log"
+    log_path = tmp_path / "http_front.log"
     deadline = time.monotonic() + HANG_GUARD_S
     while True:
         port = free_port()
         with open(log_path, "wb") as log_file:
-            guard = subprocess.Popen(
+            front = subprocess.Popen(
                 [
-                    sys.executable, "-m", "server.http_guard", f"--listen=127.0.0.1:{port}",
+                    sys.executable, "-m", "server.fronts.http_front", f"--listen=127.0.0.1:{port}",
                     f"--upstream={small_server.http_url}", "--max-client-requests=2",
                 ],
                 stdout=log_file,
                 stderr=subprocess.STDOUT,
             )  # fmt: skip
-        while guard.poll() is None and f"http guard on 127.0.0.1:{port}" not in log_path.read_text():
+        while front.poll() is None and f"http front on 127.0.0.1:{port}" not in log_path.read_text():
             assert time.monotonic() < deadline, log_path.read_text()
             time.sleep(0.1)
-        if guard.poll() is None:
+        if front.poll() is None:
             break
         assert time.monotonic() < deadline, log_path.read_text()  # exited: the port was taken; another
     yield port
-    guard.terminate()
-    guard.wait(timeout=30)
+    front.terminate()
+    front.wait(timeout=30)
 
 
 # a POST (which counts against the client's share) that changes nothing upstream
@@ -239,12 +239,12 @@ def _hold(port: int, count: int) -> list[socket.socket]:
 
 
 def test_one_client_holds_its_share_and_a_hang_up_frees_it(
-    small_server: TritonServer, guard_with_two_slots: int
+    small_server: TritonServer, front_with_two_slots: int
 ) -> None:
     """Triton stops answering (SIGSTOP): a client's third request is refused at once with a JSON 429,
     not queued behind the two held; once it hangs up on those two, two more are forwarded (the
     upstream requests were cancelled), and a third is again a 429."""
-    port = guard_with_two_slots
+    port = front_with_two_slots
     os.kill(small_server.pid, signal.SIGSTOP)
     held: list[socket.socket] = []
     try:

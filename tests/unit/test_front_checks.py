@@ -17,15 +17,15 @@ from pathlib import Path
 import pytest
 from tritonclient.grpc import service_pb2
 
-from server import shm_ownership
-from server.body_encoding import inflate
-from server.grpc_guard import check_infer_request
-from server.kserve_json import check_infer, check_register, load_json
-from server.peer import peer_uid
-from server.refusal import Refusal, RequestRefusedError
-from server.shm_ownership import Client, RegionRules
+from server.fronts import shm_ownership
+from server.fronts.body_encoding import inflate
+from server.fronts.grpc_request import check_infer_request, check_request, model_to_check, parse_request
+from server.fronts.kserve_json import check_infer, check_register, load_json
+from server.fronts.peer import peer_uid
+from server.fronts.refusal import Refusal, RequestRefusedError
+from server.fronts.shm_ownership import Client, RegionRules
+from server.fronts.tensor_limits import check_model_name
 from server.shm_regions import make_owner_only
-from server.tensor_limits import check_model_name
 from soak.faults import overflowing_request
 
 NOBODY = 65534
@@ -218,6 +218,35 @@ def test_grpc_inputs_must_carry_their_declared_bytes() -> None:
     named.model_name = "recommender\x00x"
     with _refused("holds a control character"):
         check_infer_request(named)
+
+
+def test_grpc_calls_are_checked_by_method(regions: RegionRules) -> None:
+    """Each method gets the checks of its message; who calls is asked only where shared memory is."""
+    with _refused("ModelInfer: not a valid ModelInferRequest message"):
+        parse_request("ModelInfer", b"\xff\xff")
+    assert parse_request("NoSuchMethod", b"\xff") is None  # not the service's: forwarded as it is
+    request = parse_request("ModelInfer", _grpc_request([1, 2], b"\0" * 16).SerializeToString())
+    assert model_to_check("ModelInfer", request) == ("text_embedding_encoder", "")
+    assert model_to_check("ModelMetadata", service_pb2.ModelMetadataRequest(name="x")) is None
+    request.model_name = "recommender\x00x"
+    with _refused("holds a control character"):
+        model_to_check("ModelInfer", request)  # before its name is sent to Triton to ask for a config
+
+    def nobody_asks() -> Client:
+        raise AssertionError("the client was asked for a call without shared memory")
+
+    check_request("ModelInfer", _grpc_request([1, 2], b"\0" * 16), regions, nobody_asks)
+    with _refused("holds a control character"):
+        check_request("ModelMetadata", service_pb2.ModelMetadataRequest(name="a\x00b"), regions, nobody_asks)
+    me = Client(os.getuid())
+    with _refused("needs the admin key", Refusal.FORBIDDEN):
+        check_request(
+            "CudaSharedMemoryRegister", service_pb2.CudaSharedMemoryRegisterRequest(), regions, lambda: me
+        )
+    _region(regions, "srv_0001")
+    register = service_pb2.SystemSharedMemoryRegisterRequest(name="srv_0001", key="/srv_0001", byte_size=64)
+    with _refused("the server's own IPC region", Refusal.FORBIDDEN):
+        check_request("SystemSharedMemoryRegister", register, regions, lambda: me)
 
 
 def test_model_names_with_control_characters_are_refused() -> None:

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from server.front_process import _still_needed, current_server_pid
+from server.fronts.process import _still_needed, current_server_pid
 
 
 @pytest.fixture

@@ -1,5 +1,5 @@
 """Input guards without a server: value checks in the batching core, the config parameters that carry
-them, the HTTP guard's request check, and the artifact file hash."""
+them, the HTTP front's request check, and the artifact file hash."""
 
 from __future__ import annotations
 
@@ -85,7 +85,7 @@ def test_bad_guard_parameters_are_named() -> None:
 
 
 def test_launcher_hides_triton_behind_the_fronts(tmp_path: Path) -> None:
-    options = ServerOptions(repository=tmp_path, http_guard=True, grpc_guard=True, workdir=tmp_path / "w")
+    options = ServerOptions(repository=tmp_path, http_front=True, grpc_front=True, workdir=tmp_path / "w")
     server = TritonServer(options)
     assert server.triton_http_port != server.http_port
     assert server.triton_http_url == f"127.0.0.1:{server.triton_http_port}"

@@ -43,7 +43,7 @@ def base() -> Iterator[int]:
 
 def fronted(tmp_path: Path) -> TritonServer:
     """A server with both fronts, as ``make serve`` and the soak run it: all five ports in use."""
-    return TritonServer(ServerOptions(repository=tmp_path, http_guard=True, grpc_guard=True))
+    return TritonServer(ServerOptions(repository=tmp_path, http_front=True, grpc_front=True))
 
 
 def used(server: TritonServer) -> list[int]:

@@ -28,8 +28,8 @@ from perf.studies.batching_goals import GOAL_FAMILY, for_model
 from perf.studies.goals import Goal
 from python_backend.batching import InvalidInputError, TensorInfo, shared_axes, validate, with_value_guards
 from server.__main__ import _already_running
-from server.refusal import RequestRefusedError
-from server.tensor_limits import ModelShapes, check_fits_model
+from server.fronts.refusal import RequestRefusedError
+from server.fronts.tensor_limits import ModelShapes, check_fits_model
 
 DATA = Path(__file__).resolve().parents[1] / "data" / "real_exporters"
 sys.path.insert(0, str(DATA))

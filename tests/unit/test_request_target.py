@@ -6,9 +6,9 @@ from __future__ import annotations
 
 import pytest
 
-from server.refusal import RequestRefusedError
-from server.request_target import checked_target, forwarded_target
-from server.tensor_limits import ModelShapes, check_fits_model
+from server.fronts.refusal import RequestRefusedError
+from server.fronts.request_target import checked_target, forwarded_target
+from server.fronts.tensor_limits import ModelShapes, check_fits_model
 
 ENCODER = ModelShapes.from_config(
     "text_embedding_encoder",

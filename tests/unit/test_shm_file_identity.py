@@ -11,9 +11,9 @@ from pathlib import Path
 
 import pytest
 
-from server import shm_ownership
-from server.refusal import Refusal, RequestRefusedError
-from server.shm_ownership import Client, RegionRules
+from server.fronts import shm_ownership
+from server.fronts.refusal import Refusal, RequestRefusedError
+from server.fronts.shm_ownership import Client, RegionRules
 
 
 @pytest.fixture

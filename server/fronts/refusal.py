@@ -1,5 +1,5 @@
-"""One exception for every request a front (``server.http_guard``, ``server.grpc_guard``) refuses, with
-the kind of refusal each protocol maps to its own status: the checks are written once and both
+"""One exception for every request a front (``server.fronts.http_front``, ``server.fronts.grpc_front``)
+refuses, with the kind of refusal each protocol maps to its own status: the checks are written once and both
 fronts answer them alike (HTTP 400 where gRPC says INVALID_ARGUMENT, and so on)."""
 
 from __future__ import annotations

@@ -1,8 +1,8 @@
 """Which local user is at the other end of a TCP connection, read from the kernel's socket tables.
 
 System shared memory is a local-host feature: a client names a ``/dev/shm`` file and the server maps
-it. The fronts (``server.http_guard``, ``server.grpc_guard``) let a client name only files it owns,
-so they need the client's uid. For a loopback connection the client's own socket is listed in
+it. The fronts (``server.fronts.http_front``, ``server.fronts.grpc_front``) let a client name only
+files it owns, so they need the client's uid. For a loopback connection the client's own socket is listed in
 ``/proc/net/tcp`` or ``tcp6`` (an IPv4 address on a dual-stack socket appears there as
 ``::ffff:a.b.c.d``) with the uid that opened it: its local address is our peer's address and its
 remote address is our end. A peer on another host (or in another network namespace) has no such

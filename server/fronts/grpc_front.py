@@ -1,4 +1,4 @@
-"""A gRPC front for tritonserver 2.51: the HTTP guard's protection for gRPC clients (fault matrix
+"""A gRPC front for tritonserver 2.51: the HTTP front's protection for gRPC clients (fault matrix
 rows 19–21 and 37–41).
 
 Triton's gRPC frontend accepts messages up to 2 GiB and computes input byte sizes in 64-bit integers:
@@ -8,27 +8,24 @@ text encoder's stub every time, and a 300 MB request left the server 1.4 GB larg
 listens where clients connect and forwards every call of ``inference.GRPCInferenceService`` to Triton's
 own gRPC port on loopback, unchanged, after:
 
-* a message-size bound (``max_message_bytes``, 64 MiB like the HTTP guard's body): larger messages get
+* a message-size bound (``max_message_bytes``, 64 MiB like the HTTP front's body): larger messages get
   ``RESOURCE_EXHAUSTED`` from gRPC itself before they are buffered whole;
-* for ``ModelInfer`` and each message of ``ModelStreamInfer``: no input may declare more bytes than its
-  raw contents, typed contents or shared-memory range carry (``server.tensor_limits``), and every
-  shared-memory range must be the client's own (``server.shm_ownership``); a refused stream message is
-  answered on the stream with its error, as Triton answers its own;
-* no input may declare a shape its model's config does not allow, nor a dimension above 2^31 - 1
-  (``server.tensor_limits``; fault matrix rows 37 and 39: Triton never answered ``[2^62, 0]``);
-* a stream message that is no ``ModelInferRequest`` ends the stream with ``INVALID_ARGUMENT`` (row
-  40), and a connection must finish its HTTP/2 handshake within 10 s (row 41);
-* model names without control characters (Triton would read ``recommender\\x00x`` as ``recommender``);
-* system shared-memory register/unregister only for regions the client owns; CUDA shared memory with
-  the admin key only.
+* the checks of each message (``server.fronts.grpc_request``): for ``ModelInfer`` and each message of
+  ``ModelStreamInfer``, inputs that carry the bytes their shapes declare and fit their model's config
+  (rows 19, 37 and 39: Triton never answered ``[2^62, 0]``) and shared-memory ranges the client owns;
+  shared-memory calls only for the client's own regions; model names without control characters. A
+  refused stream message is answered on the stream with its error, as Triton answers its own, and a
+  stream message that is no ``ModelInferRequest`` ends the stream with ``INVALID_ARGUMENT`` (row 40);
+* a connection must finish its HTTP/2 handshake within 10 s (row 41).
 
 Refusals are ``INVALID_ARGUMENT`` (``PERMISSION_DENIED`` for someone else's region) with a message
 naming the input. Everything else passes through as bytes: requests that pass are forwarded as the
 client sent them, not re-encoded. While Triton is unreachable, calls get ``UNAVAILABLE`` and the
 front logs that once.
 
-Run as ``python -m server.grpc_guard --listen HOST:PORT --upstream HOST:PORT [--server-pid PID]``
-with the admin key in the environment (``server.admin.KEY_ENV``).
+Run as ``python -m server.fronts.grpc_front --listen HOST:PORT --upstream HOST:PORT``, with the
+admin key in the environment (``server.admin.KEY_ENV``) and the lifetime flags of
+``server.fronts.process`` (the launcher passes them).
 """
 
 from __future__ import annotations
@@ -37,37 +34,23 @@ import asyncio
 import functools
 import logging
 from collections.abc import AsyncIterator, Awaitable, Callable
-from typing import Any
 
 import grpc
 from google.protobuf import json_format
 from google.protobuf.message import DecodeError, Message
 from tritonclient.grpc import service_pb2
 
-from server import shm_ownership
 from server.admin import GRPC_ADMIN_HEADER, GRPC_FRONT_HEADER
-from server.front_process import MIB, admin_key, front_parser, region_rules, run_front
-from server.model_shapes import ModelShapesCache
-from server.peer import peer_uid
-from server.refusal import RequestRefusedError
-from server.tensor_limits import (
-    ModelShapes,
-    check_declared_size,
-    check_fits_model,
-    check_model_name,
-    check_shape,
-    element_bytes,
-)
-from server.upstream_state import UpstreamState
+from server.fronts import shm_ownership
+from server.fronts.grpc_request import SERVICE, check_request, model_to_check, parse_request
+from server.fronts.model_shapes import ModelShapesCache
+from server.fronts.peer import peer_uid
+from server.fronts.process import MIB, admin_key, front_parser, region_rules, run_front
+from server.fronts.refusal import RequestRefusedError
+from server.fronts.upstream_state import UpstreamState
 
 log = logging.getLogger(__name__)
-SERVICE = service_pb2.DESCRIPTOR.services_by_name["GRPCInferenceService"]
 PREFIX = f"/{SERVICE.full_name}/"
-REQUEST_TYPES = {
-    method.name: getattr(service_pb2, method.input_type.name, None) for method in SERVICE.methods
-}  # fmt: skip
-NAME_FIELDS = ("name", "model_name")  # of the requests that carry a model (or region) name
-CONTENTS = tuple(f.name for f in service_pb2.InferTensorContents.DESCRIPTOR.fields)
 NOT_FORWARDED = ("user-agent", "content-type", "te", "host", GRPC_FRONT_HEADER)
 MAX_MESSAGE_BYTES = 64 * MIB
 CHANNEL_OPTIONS = [
@@ -85,68 +68,7 @@ HANDSHAKE_TIMEOUT_MS = 10_000
 MAX_IDLE_MS = 300_000  # a connection with no call for 5 minutes is closed (GOAWAY: clients reconnect)
 
 
-def _parameter(parameters: Any, key: str) -> Any:
-    """The value of an ``InferParameter`` map entry, whichever type it holds (None when absent)."""
-    if key not in parameters:
-        return None
-    parameter = parameters[key]
-    choice = parameter.WhichOneof("parameter_choice")
-    return getattr(parameter, choice) if choice else None
-
-
-def _region_use(parameters: Any, where: str) -> shm_ownership.RegionUse | None:
-    region = _parameter(parameters, "shared_memory_region")
-    if region is None:
-        return None
-    size, offset = (
-        _parameter(parameters, "shared_memory_byte_size"),
-        _parameter(parameters, "shared_memory_offset"),
-    )
-    if not isinstance(size, int) or size < 0 or not isinstance(offset or 0, int) or (offset or 0) < 0:
-        raise RequestRefusedError(
-            f"{where}: shared memory byte size and offset must be non-negative integers"
-        )
-    return shm_ownership.RegionUse(region, offset or 0, size)
-
-
-def check_infer_request(
-    request: service_pb2.ModelInferRequest, model: ModelShapes | None = None
-) -> list[shm_ownership.RegionUse]:
-    """``RequestRefusedError`` unless every input carries what its shape declares and fits what
-    ``model`` (the config of the model it names, when known) allows; returns the shared-memory ranges
-    the request names (checked against their owner by the caller)."""
-    check_model_name(request.model_name)
-    uses: list[shm_ownership.RegionUse] = []
-    raw_index = 0  # Triton hands raw contents, in order, to the inputs without shm or typed contents
-    for tensor in request.inputs:
-        shape = check_shape(tensor.name, list(tensor.shape))
-        region = _region_use(tensor.parameters, f"input {tensor.name!r}")
-        if region is not None:
-            uses.append(region)
-            check_declared_size(
-                tensor.name,
-                shape,
-                element_bytes(tensor.datatype),
-                region.byte_size,
-                "its shared memory range",
-            )
-        elif tensor.HasField("contents"):
-            values = max(len(getattr(tensor.contents, field)) for field in CONTENTS)
-            check_declared_size(tensor.name, shape, 1, values, "its typed data")
-        else:
-            raw = request.raw_input_contents
-            carried = len(raw[raw_index]) if raw_index < len(raw) else 0
-            raw_index += 1
-            check_declared_size(tensor.name, shape, element_bytes(tensor.datatype), carried, "its raw data")
-        check_fits_model(tensor.name, shape, element_bytes(tensor.datatype), model)
-    for output in request.outputs:
-        region = _region_use(output.parameters, f"output {output.name!r}")
-        if region is not None:
-            uses.append(region)
-    return uses
-
-
-class GrpcGuard(grpc.GenericRpcHandler):
+class GrpcFront(grpc.GenericRpcHandler):
     """Checks each call of the inference service and forwards it to ``upstream`` as bytes."""
 
     def __init__(self, upstream: str, key: str, rules: shm_ownership.RegionRules, listen: str) -> None:
@@ -203,37 +125,14 @@ class GrpcGuard(grpc.GenericRpcHandler):
         return [*kept, (GRPC_FRONT_HEADER, self.key)] if self.key else kept
 
     async def _check(self, name: str, raw: bytes, context: grpc.aio.ServicerContext) -> Message | None:
-        """``RequestRefusedError`` unless the call's message passes the checks; returns it parsed."""
-        kind = REQUEST_TYPES.get(name)
-        if kind is None:
+        """``RequestRefusedError`` unless the call's message passes the checks
+        (``server.fronts.grpc_request``); returns it parsed."""
+        request = parse_request(name, raw)
+        if request is None:
             return None
-        try:
-            request = kind.FromString(raw)
-        except DecodeError as error:
-            raise RequestRefusedError(f"{name}: not a valid {kind.__name__} message: {error}") from error
-        if name in ("ModelInfer", "ModelStreamInfer"):
-            check_model_name(request.model_name)
-            model = await self.shapes.get(request.model_name, request.model_version)
-            uses = check_infer_request(request, model)
-            if uses:
-                shm_ownership.check_uses(self.rules, self._client(context), uses)
-        elif name == "SystemSharedMemoryRegister":
-            shm_ownership.check_register(
-                self.rules,
-                self._client(context),
-                request.name,
-                request.key,
-                request.offset,
-                request.byte_size,
-            )
-        elif name == "SystemSharedMemoryUnregister":
-            shm_ownership.check_unregister(self.rules, self._client(context), request.name)
-        elif name.startswith("CudaSharedMemory") and name != "CudaSharedMemoryStatus":
-            shm_ownership.check_cuda(self._client(context))
-        elif not name.startswith("SystemSharedMemory"):
-            for field in NAME_FIELDS:
-                if field in kind.DESCRIPTOR.fields_by_name:
-                    check_model_name(getattr(request, field))
+        wanted = model_to_check(name, request)
+        model = await self.shapes.get(*wanted) if wanted else None
+        check_request(name, request, self.rules, functools.partial(self._client, context), model)
         return request
 
     async def _upstream_error(self, error: grpc.aio.AioRpcError, context: grpc.aio.ServicerContext) -> None:
@@ -315,8 +214,8 @@ class GrpcGuard(grpc.GenericRpcHandler):
             call.cancel()
 
 
-async def start_guard(
-    listen: str, guard: GrpcGuard, max_message_bytes: int = MAX_MESSAGE_BYTES
+async def start_front(
+    listen: str, front: GrpcFront, max_message_bytes: int = MAX_MESSAGE_BYTES
 ) -> Callable[[], Awaitable[None]]:
     """Listen on ``listen``; returns the coroutine function that stops the front."""
     server = grpc.aio.server(
@@ -326,27 +225,29 @@ async def start_guard(
             ("grpc.max_connection_idle_ms", MAX_IDLE_MS),
         ]
     )
-    server.add_generic_rpc_handlers((guard,))
+    server.add_generic_rpc_handlers((front,))
     if server.add_insecure_port(listen) == 0:
         raise OSError(f"gRPC front cannot listen on {listen}")
     await server.start()
-    log.info("grpc guard on %s -> %s (messages up to %d bytes)", listen, guard.upstream, max_message_bytes)
+    log.info("grpc front on %s -> %s (messages up to %d bytes)", listen, front.upstream, max_message_bytes)
 
     async def stop() -> None:
         await server.stop(grace=5)
-        await guard.channel.close()
+        await front.channel.close()
 
     return stop
 
 
 def main(argv: list[str] | None = None) -> None:
-    parser = front_parser("python -m server.grpc_guard", __doc__, "host:port of tritonserver's gRPC endpoint")
+    parser = front_parser(
+        "python -m server.fronts.grpc_front", __doc__, "host:port of tritonserver's gRPC endpoint"
+    )
     parser.add_argument("--max-message-mib", type=int, default=MAX_MESSAGE_BYTES // MIB)
     args = parser.parse_args(argv)
     run_front(
-        lambda: start_guard(
+        lambda: start_front(
             args.listen,
-            GrpcGuard(args.upstream, admin_key(), region_rules(args), args.listen),
+            GrpcFront(args.upstream, admin_key(), region_rules(args), args.listen),
             args.max_message_mib * MIB,
         ),
         args,

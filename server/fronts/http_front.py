@@ -3,7 +3,7 @@ frontend sees it, because that frontend crashes the whole server on a few small 
 fault matrix's HTTP-front rows, docs/SERVING.md) and blames the server (500) for many faulty ones:
 
 * the request target: only a plain origin-form ``/v2/...`` path, and Triton gets the path that was
-  checked, never the raw target (``server.request_target``; fault matrix row 35);
+  checked, never the raw target (``server.fronts.request_target``; fault matrix row 35);
 * upstream connections: one client address may have ``max_client_requests`` requests waiting on
   Triton (429 beyond), GET/HEAD have connections of their own, and a client that hangs up cancels
   its upstream request (row 38);
@@ -11,27 +11,27 @@ fault matrix's HTTP-front rows, docs/SERVING.md) and blames the server (500) for
   is buffered (408 after ``body_timeout_s``) and a request's headers must be complete within
   ``header_timeout_s`` of their first byte (408; slowloris); pipelined requests are answered in order;
 * one reading: a header Triton reads (``Inference-Header-Content-Length``, ``Content-Type``, ...)
-  sent twice, a JSON key sent twice, or a number only one parser can hold is a 400, so the guard and
-  Triton can never check and run two different requests (``server.kserve_json``);
+  sent twice, a JSON key sent twice, or a number only one parser can hold is a 400, so the front and
+  Triton can never check and run two different requests (``server.fronts.kserve_json``);
 * ``Content-Encoding: gzip|deflate`` bodies are inflated here, bounded by ``max_body_bytes``, and
   forwarded plain (415 for other encodings, 400 for a body that does not inflate);
 * a form-encoded body (``curl -d``) is forwarded as ``application/json``, which it is on every ``/v2``
   route (libevhtp would parse it as a query string and segfault);
 * inference JSON is checked field by field (400 naming the field where Triton says 500), and no input
   may declare more elements than bytes carry it, nor a shape its model's config does not allow
-  (``server.tensor_limits``, ``server.model_shapes``; row 37);
-* system shared memory: a client may register and use only regions it owns (``server.shm_ownership``);
+  (``server.fronts.tensor_limits``, ``server.fronts.model_shapes``; row 37);
+* system shared memory: a client may register and use only regions it owns (``server.fronts.shm_ownership``);
 * when Triton is unreachable, clients get JSON they can parse: 503 while it is down or starting, 502
-  when it drops a request, and the guard logs that once, not once per request.
+  when it drops a request, and the front logs that once, not once per request.
 
 Triton's own HTTP port listens on loopback, with the inference and shared-memory APIs restricted to
 requests carrying ``FRONT_HEADER`` (which only the fronts add), so the checks cannot be bypassed by
 connecting to it. Errors use Triton's shape, ``{"error": "..."}``, so tritonclient reports them like
 Triton's. Costs: one extra loopback hop and a JSON parse per inference request.
 
-Run as ``python -m server.http_guard --listen HOST:PORT --upstream HOST:PORT [--server-pid PID]``
-with the admin key in the environment (``KEY_ENV``); with ``--server-pid`` it exits when that
-tritonserver does.
+Run as ``python -m server.fronts.http_front --listen HOST:PORT --upstream HOST:PORT``, with the
+admin key in the environment (``KEY_ENV``) and the lifetime flags of ``server.fronts.process`` (the
+launcher passes them: the front follows its tritonserver across restarts and exits once both are gone).
 """
 
 from __future__ import annotations
@@ -48,17 +48,17 @@ from aiohttp import ClientConnectorError, ClientError, ClientSession, ClientTime
 from aiohttp.web_protocol import RequestHandler
 from yarl import URL
 
-from server import shm_ownership
 from server.admin import ADMIN_HEADER, FRONT_HEADER
-from server.body_encoding import inflate
-from server.front_process import MIB, admin_key, front_parser, region_rules, run_front
-from server.kserve_json import check_generate, check_infer, check_register, load_json
-from server.model_shapes import ModelShapesCache
-from server.peer import peer_uid
-from server.refusal import RequestRefusedError
-from server.request_target import checked_target, forwarded_target
-from server.tensor_limits import ModelShapes
-from server.upstream_state import UpstreamState
+from server.fronts import shm_ownership
+from server.fronts.body_encoding import inflate
+from server.fronts.kserve_json import check_generate, check_infer, check_register, load_json
+from server.fronts.model_shapes import ModelShapesCache
+from server.fronts.peer import peer_uid
+from server.fronts.process import MIB, admin_key, front_parser, region_rules, run_front
+from server.fronts.refusal import RequestRefusedError
+from server.fronts.request_target import checked_target, forwarded_target
+from server.fronts.tensor_limits import ModelShapes
+from server.fronts.upstream_state import UpstreamState
 
 log = logging.getLogger(__name__)
 HOP_BY_HOP = {
@@ -81,7 +81,7 @@ REQUEST_FAULTS = re.compile(
 
 
 @dataclass(frozen=True)
-class GuardLimits:
+class FrontLimits:
     max_body_bytes: int = 64 * MIB  # a batch-32 image request as JSON is about 8 MB
     body_timeout_s: float = 30.0
     header_timeout_s: float = 10.0
@@ -124,7 +124,7 @@ def _forwarded_headers(request: web.BaseRequest) -> dict[str, str]:
     return {k: v for k, v in request.headers.items() if k.lower() not in HOP_BY_HOP}
 
 
-class GuardConnection(RequestHandler):
+class FrontConnection(RequestHandler):
     """aiohttp's connection handler plus a deadline for each request's headers, and errors as JSON.
 
     aiohttp closes a connection that sends nothing for the idle timeout, but a connection that sends
@@ -172,9 +172,9 @@ class GuardConnection(RequestHandler):
     def handle_error(
         self, request: web.BaseRequest, status: int = 500, exc: BaseException | None = None, message=None
     ) -> web.StreamResponse:
-        if status >= 500:  # the guard's own failure: worth a traceback
-            self.log_exception("HTTP guard failed on a request from %s", request.remote, exc_info=exc)
-            text = f"the HTTP guard failed on this request: {exc!r}"
+        if status >= 500:  # the front's own failure: worth a traceback
+            self.log_exception("HTTP front failed on a request from %s", request.remote, exc_info=exc)
+            text = f"the HTTP front failed on this request: {exc!r}"
         else:
             text = "malformed HTTP request: " + " ".join(str(message or exc).split())  # one line
             log.info("%s from %s", text, request.remote)
@@ -183,15 +183,15 @@ class GuardConnection(RequestHandler):
         return response
 
 
-class GuardServer(web.Server):
-    """aiohttp's low-level server with ``GuardConnection`` connections and a body size bound."""
+class FrontServer(web.Server):
+    """aiohttp's low-level server with ``FrontConnection`` connections and a body size bound."""
 
-    def __init__(self, handler, limits: GuardLimits, **kwargs) -> None:
+    def __init__(self, handler, limits: FrontLimits, **kwargs) -> None:
         super().__init__(handler, **kwargs)
         self.limits = limits
 
     def __call__(self) -> RequestHandler:
-        handler = GuardConnection(self, loop=self._loop, **self._kwargs)
+        handler = FrontConnection(self, loop=self._loop, **self._kwargs)
         handler.head_timeout_s = self.limits.header_timeout_s
         return handler
 
@@ -201,11 +201,11 @@ class GuardServer(web.Server):
         )
 
 
-class Guard:
+class HttpFront:
     """The request handler: checks, forwards to ``upstream`` (``host:port``), answers."""
 
     def __init__(
-        self, upstream: str, limits: GuardLimits, key: str, rules: shm_ownership.RegionRules
+        self, upstream: str, limits: FrontLimits, key: str, rules: shm_ownership.RegionRules
     ) -> None:
         self.upstream, self.limits, self.key, self.rules = upstream, limits, key, rules
         self.state = UpstreamState(f"tritonserver at {upstream}", log)
@@ -369,13 +369,13 @@ class Guard:
         return web.Response(status=status, body=payload, headers=kept)
 
 
-async def start_guard(listen: str, guard: Guard) -> Callable[[], Awaitable[None]]:
-    """Listen on ``listen`` (``host:port``); returns the coroutine function that stops the guard."""
+async def start_front(listen: str, front: HttpFront) -> Callable[[], Awaitable[None]]:
+    """Listen on ``listen`` (``host:port``); returns the coroutine function that stops the front."""
     host, port = listen.rsplit(":", 1)
-    await guard.open()
-    limits = guard.limits
-    server = GuardServer(
-        guard.handle,
+    await front.open()
+    limits = front.limits
+    server = FrontServer(
+        front.handle,
         limits,
         handler_cancellation=True,  # a client that hangs up frees its upstream connection (row 38)
         keepalive_timeout=limits.idle_timeout_s,
@@ -385,37 +385,39 @@ async def start_guard(listen: str, guard: Guard) -> Callable[[], Awaitable[None]
     runner = web.ServerRunner(server, shutdown_timeout=limits.shutdown_s)
     await runner.setup()
     await web.TCPSite(runner, host, int(port)).start()
-    log.info("http guard on %s -> %s", listen, guard.upstream)
+    log.info("http front on %s -> %s", listen, front.upstream)
 
     async def stop() -> None:
         # Stops listening, lets requests in flight finish (shutdown_s at most), then closes the upstream
         # connections (kept-alive ones would otherwise hold tritonserver's exit for its exit timeout).
         await runner.cleanup()
-        await guard.close()
+        await front.close()
 
     return stop
 
 
 def main(argv: list[str] | None = None) -> None:
-    parser = front_parser("python -m server.http_guard", __doc__, "host:port of tritonserver's HTTP endpoint")
-    parser.add_argument("--max-body-mib", type=int, default=GuardLimits.max_body_bytes // MIB)
-    parser.add_argument("--body-timeout-s", type=float, default=GuardLimits.body_timeout_s)
-    parser.add_argument("--header-timeout-s", type=float, default=GuardLimits.header_timeout_s)
+    parser = front_parser(
+        "python -m server.fronts.http_front", __doc__, "host:port of tritonserver's HTTP endpoint"
+    )
+    parser.add_argument("--max-body-mib", type=int, default=FrontLimits.max_body_bytes // MIB)
+    parser.add_argument("--body-timeout-s", type=float, default=FrontLimits.body_timeout_s)
+    parser.add_argument("--header-timeout-s", type=float, default=FrontLimits.header_timeout_s)
     parser.add_argument(
         "--max-client-requests",
         type=int,
-        default=GuardLimits.max_client_requests,
+        default=FrontLimits.max_client_requests,
         help="requests one client address may have waiting on tritonserver (429 beyond)",
     )
     args = parser.parse_args(argv)
-    limits = GuardLimits(
+    limits = FrontLimits(
         max_body_bytes=args.max_body_mib * MIB,
         body_timeout_s=args.body_timeout_s,
         header_timeout_s=args.header_timeout_s,
         max_client_requests=args.max_client_requests,
     )
-    guard = Guard(args.upstream, limits, admin_key(), region_rules(args))
-    run_front(lambda: start_guard(args.listen, guard), args)
+    front = HttpFront(args.upstream, limits, admin_key(), region_rules(args))
+    run_front(lambda: start_front(args.listen, front), args)
 
 
 if __name__ == "__main__":

@@ -1,5 +1,5 @@
-"""Fault matrix: the HTTP guard's own edges. Measured before: 300 of 300 connections
-whose headers never completed were still held after 58 s; with Triton down the guard answered
+"""Fault matrix: the HTTP front's own edges. Measured before: 300 of 300 connections
+whose headers never completed were still held after 58 s; with Triton down the front answered
 ``500 text/plain`` that tritonclient cannot parse; and it logged a full traceback per readiness poll
 while Triton started (8,746 lines per start).
 """
@@ -26,7 +26,7 @@ from server import ServerOptions, TritonServer
 from server.launcher import free_port
 
 pytestmark = pytest.mark.integration
-HANG_GUARD_S = 90  # not a latency bound: only how long a broken guard may hold the test
+HANG_GUARD_S = 90  # not a latency bound: only how long a broken front may hold the test
 
 
 def test_headers_that_never_complete_are_timed_out(fault_server: TritonServer, good_traffic) -> None:
@@ -63,22 +63,22 @@ def test_headers_that_never_complete_are_timed_out(fault_server: TritonServer, g
 
 
 def test_startup_is_logged_in_one_line_not_a_traceback_per_poll(fault_server: TritonServer) -> None:
-    log = fault_server.log_path.with_name("http_guard.log").read_text()
+    log = fault_server.log_path.with_name("http_front.log").read_text()
     assert "Traceback" not in log
     assert log.count("is not answering") <= 1
 
 
 @pytest.fixture
-def guard_without_triton(tmp_path: Path):
-    """The HTTP guard in front of a port nobody listens on: Triton down (or not started yet)."""
+def front_without_triton(tmp_path: Path):
+    """The HTTP front before a port nobody listens on: Triton down (or not started yet)."""
     port, upstream = free_port(), free_port()
-    log_path = tmp_path / "http_guard.log"
+    log_path = tmp_path / "http_front.log"
     with open(log_path, "wb") as log_file:
-        guard = subprocess.Popen(
+        front = subprocess.Popen(
             [
                 sys.executable,
                 "-m",
-                "server.http_guard",
+                "server.fronts.http_front",
                 f"--listen=127.0.0.1:{port}",
                 f"--upstream=127.0.0.1:{upstream}",
             ],
@@ -95,12 +95,12 @@ def guard_without_triton(tmp_path: Path):
             assert time.monotonic() < deadline, log_path.read_text()
             time.sleep(0.1)
     yield client, log_path
-    guard.terminate()
-    guard.wait(timeout=30)
+    front.terminate()
+    front.wait(timeout=30)
 
 
-def test_triton_down_is_a_json_503_logged_once(guard_without_triton) -> None:
-    client, log_path = guard_without_triton
+def test_triton_down_is_a_json_503_logged_once(front_without_triton) -> None:
+    client, log_path = front_without_triton
     for _ in range(20):
         with pytest.raises(InferenceServerException) as error:
             client.infer("trivial", trivial_inputs("http"))
@@ -115,16 +115,16 @@ def test_triton_down_is_a_json_503_logged_once(guard_without_triton) -> None:
 
 @pytest.fixture(scope="module")
 def small_repository(spec_data: dict[str, Any], tmp_path_factory: pytest.TempPathFactory) -> Path:
-    return build_small_repository(spec_data, tmp_path_factory.mktemp("guard_repository"), pipeline=False)
+    return build_small_repository(spec_data, tmp_path_factory.mktemp("front_repository"), pipeline=False)
 
 
 def test_a_request_in_flight_when_triton_dies_gets_json(small_repository: Path, tmp_path: Path) -> None:
     """Triton stops answering (SIGSTOP) with a request in flight, then dies (SIGKILL): the request gets
-    an answer tritonclient can read (502, or 503 had it not reached Triton yet). The guard outlives its
+    an answer tritonclient can read (502, or 503 had it not reached Triton yet). The front outlives its
     dead server while the launcher that started it runs (a supervisor would restart the server behind it:
     fault matrix row 46) and exits when the launcher stops."""
     options = ServerOptions(
-        repository=small_repository, http_guard=True, self_heal=False, startup_timeout_s=240, workdir=tmp_path
+        repository=small_repository, http_front=True, self_heal=False, startup_timeout_s=240, workdir=tmp_path
     )
     with TritonServer(options) as server:
         client = httpclient.InferenceServerClient(server.http_url, network_timeout=HANG_GUARD_S)
@@ -143,10 +143,10 @@ def test_a_request_in_flight_when_triton_dies_gets_json(small_repository: Path, 
         os.kill(server.pid, signal.SIGKILL)
         os.kill(server.pid, signal.SIGCONT)
         caller.join(HANG_GUARD_S)
-        guard = server.guard
-        assert guard is not None
-        assert guard.poll() is None, "the guard must keep answering while its launcher runs"
-    assert guard.wait(timeout=HANG_GUARD_S) is not None
+        front = server.http_front
+        assert front is not None
+        assert front.poll() is None, "the front must keep answering while its launcher runs"
+    assert front.wait(timeout=HANG_GUARD_S) is not None
     [error] = outcome
     assert isinstance(error, InferenceServerException), error
     assert (error.status(), error.message().split(" (")[0]) in {

@@ -18,7 +18,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from python_backend.batching import beyond_max_shape, parse_max_shapes
-from server.refusal import RequestRefusedError
+from server.fronts.refusal import RequestRefusedError
 
 # Bytes per element of each Triton datatype; BYTES elements carry at least their 4-byte length prefix.
 ELEMENT_BYTES = {

@@ -17,7 +17,7 @@ import time
 from collections.abc import Awaitable, Callable, Mapping
 from typing import Any
 
-from server.tensor_limits import ModelShapes
+from server.fronts.tensor_limits import ModelShapes
 
 log = logging.getLogger(__name__)
 Fetch = Callable[[str, str], Awaitable[Mapping[str, Any] | None]]

@@ -1,18 +1,18 @@
-"""The KServe v2 JSON the HTTP guard lets through to Triton 2.51: parsed once, one way, with every field
+"""The KServe v2 JSON the HTTP front lets through to Triton 2.51: parsed once, one way, with every field
 Triton reads having the type Triton reads it as.
 
 Triton answers a field of the wrong JSON type with a 500 ("Unable to parse 'shape': attempt to access
 JSON non-array as array"), which blames the server for the client's request; here each such request
-gets a 400 naming the field. And the guard must never read a body differently from Triton:
+gets a 400 naming the field. And the front must never read a body differently from Triton:
 
 * **Duplicate keys** are refused wherever they occur (Python's parser keeps the last, Triton's the
-  first: a huge shape placed first passed the guard's check and aborted the server).
+  first: a huge shape placed first passed the front's check and aborted the server).
 * **Numbers Triton's parser cannot hold** (an integer beyond a double, ``1e400``) and lone UTF-16
   surrogates are refused: Triton would fail to parse them where Python succeeds.
 * The body must be UTF-8 (Python also guesses UTF-16 and UTF-32; Triton does not).
 
-The size checks themselves are ``server.tensor_limits``; ``check_infer`` returns the shared-memory
-ranges a request names so the guard can check who owns them (``server.shm_ownership``).
+The size checks themselves are ``server.fronts.tensor_limits``; ``check_infer`` returns the shared-memory
+ranges a request names so the front can check who owns them (``server.fronts.shm_ownership``).
 """
 
 from __future__ import annotations
@@ -24,9 +24,9 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from server.refusal import RequestRefusedError
-from server.shm_ownership import RegionUse
-from server.tensor_limits import (
+from server.fronts.refusal import RequestRefusedError
+from server.fronts.shm_ownership import RegionUse
+from server.fronts.tensor_limits import (
     ModelShapes,
     check_declared_size,
     check_fits_model,
@@ -237,13 +237,13 @@ def _check_output(item: object) -> RegionUse | None:
 
 
 def check_infer(body: bytes, header_length: str | None, model: ModelShapes | None = None) -> list[RegionUse]:
-    """``RequestRefusedError`` unless the inference request is one Triton reads as the guard does and no
+    """``RequestRefusedError`` unless the inference request is one Triton reads as the front does and no
     input declares more than it carries; returns the shared-memory ranges it names.
 
     ``header_length`` is the ``Inference-Header-Content-Length`` header: the JSON is then the body's
     first bytes and binary data follows. ``0`` is Triton's raw request (the whole body is the single
     input's bytes; Triton deduces the shape from its size), which carries no JSON to check. ``model``
-    is what the model's config allows (``server.model_shapes``); without it only the bounds that need
+    is what the model's config allows (``server.fronts.model_shapes``); without it only the bounds that need
     no config apply.
     """
     header = body

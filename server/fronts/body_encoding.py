@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import zlib
 
-from server.refusal import Refusal, RequestRefusedError
+from server.fronts.refusal import Refusal, RequestRefusedError
 
 WBITS = {"gzip": 16 + zlib.MAX_WBITS, "deflate": zlib.MAX_WBITS}  # deflate is the zlib format (RFC 9110)
 

@@ -9,7 +9,7 @@ output that travels in one) against these rules:
 * **One name, one file.** A region's registered name must be its key without the leading ``/``
   (``register_system_shared_memory("r1", "/r1", ...)``, as ``client.shm`` does), so every later
   request that names the region also names its file, and the check needs no registry of its own.
-* **Owned means the file's owner is the connected client's uid** (``server.peer``): on one host the
+* **Owned means the file's owner is the connected client's uid** (``server.fronts.peer``): on one host the
   kernel's uid is the boundary between users, a file a client created is owned by it, and Triton,
   which runs as the server's user, must not be its confused deputy. A process of the server's own uid
   can read ``/dev/shm`` and the server's memory directly anyway; for it the rules still refuse the
@@ -43,7 +43,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
-from server.refusal import Refusal, RequestRefusedError
+from server.fronts.refusal import Refusal, RequestRefusedError
 
 SHM_DIR = Path("/dev/shm")
 NAME = re.compile(r"[A-Za-z0-9._-]{1,200}")  # what a /dev/shm name may be here: one file, no escapes
@@ -74,7 +74,7 @@ class RegionRules:
     server_prefix: str  # "": none known
     stub_regions: Callable[[], set[str]]
     # whose mappings tell which file a registered name stands for; a callable follows a server that
-    # the supervisor restarts (server.front_process)
+    # the supervisor restarts (server.fronts.process)
     server_pid: int | Callable[[], int | None] | None = None
     directory: Path = SHM_DIR
 

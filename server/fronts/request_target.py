@@ -24,7 +24,7 @@ from __future__ import annotations
 
 import re
 
-from server.refusal import RequestRefusedError
+from server.fronts.refusal import RequestRefusedError
 
 PRINTABLE = re.compile(r"[\x21-\x7e]*")
 ESCAPE = re.compile(r"%(?:[0-9A-Fa-f]{2})?")

@@ -1,5 +1,6 @@
-"""What the two front processes (``server.http_guard``, ``server.grpc_guard``) share as programs: their
-common flags, the admin key from the environment, the shared-memory rules, and how long they live.
+"""What the two front processes (``server.fronts.http_front``, ``server.fronts.grpc_front``) share as
+programs: their common flags, the admin key from the environment, the shared-memory rules, and how long
+they live.
 
 A front outlives a tritonserver that dies: while the supervisor restarts it on the same ports, clients
 get the JSON 503 / gRPC ``UNAVAILABLE`` the fronts give for an unreachable server, never "connection
@@ -21,7 +22,7 @@ from collections.abc import Awaitable, Callable
 from pathlib import Path
 
 from server.admin import KEY_ENV
-from server.shm_ownership import RegionRules, remember_server_regions
+from server.fronts.shm_ownership import RegionRules, remember_server_regions
 from server.shm_regions import make_owner_only
 from server.stubs import stub_regions
 
@@ -81,7 +82,7 @@ async def _until_stopped(args: argparse.Namespace) -> None:
     """Return on SIGTERM, or once neither the owner nor the server runs; meanwhile keep the server's
     shared-memory regions owner-only (``server.shm_regions``, the second layer behind
     ``server.shm_private``) and remember them as files, so that a rename or hard link cannot pass one
-    off as a client's (``server.shm_ownership``)."""
+    off as a client's (``server.fronts.shm_ownership``)."""
     stop = asyncio.Event()
     asyncio.get_running_loop().add_signal_handler(signal.SIGTERM, stop.set)
     own_regions = RegionRules(args.shm_prefix, set)  # this server's prefix alone: no /proc scan a second

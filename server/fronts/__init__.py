@@ -1,0 +1,6 @@
+"""The two fronts that stand before tritonserver 2.51 on its public ports, and the request checks only
+they use: ``http_front`` and ``grpc_front`` are the serving processes (``python -m
+server.fronts.http_front``, started by ``server.launcher``); the checks of a request are pure functions
+in modules of their own (``request_target``, ``kserve_json``, ``body_encoding`` for HTTP,
+``grpc_request`` for gRPC), over what both share (``tensor_limits``, ``refusal``, ``shm_ownership``).
+See docs/SERVING.md, "The fronts"."""

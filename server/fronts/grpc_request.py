@@ -1,0 +1,156 @@
+"""What the gRPC front refuses of a call and why, as functions over the call's decoded message: the
+gRPC counterpart of the HTTP front's ``request_target``, ``kserve_json`` and ``body_encoding``, checked
+by ``server.fronts.grpc_front`` before a message is forwarded.
+
+* a message that is not the method's request type is refused (a stream message that is no
+  ``ModelInferRequest`` ends the stream there; fault matrix row 40);
+* ``ModelInfer`` and each ``ModelStreamInfer`` message: no input may declare more bytes than its raw
+  contents, typed contents or shared-memory range carry, nor a shape its model's config does not allow,
+  nor a dimension above 2^31 - 1 (``server.fronts.tensor_limits``, shared with the HTTP front; rows 19,
+  37 and 39), and every shared-memory range it names must be the client's own;
+* system shared-memory register/unregister only for regions the client owns, CUDA shared memory with
+  the admin key only (``server.fronts.shm_ownership``, shared with the HTTP front);
+* model names without control characters (Triton would read ``recommender\\x00x`` as ``recommender``;
+  row 21).
+
+Each refusal is a ``RequestRefusedError`` (``server.fronts.refusal``), which the front answers with the
+gRPC status of its kind and its message.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+from google.protobuf.message import DecodeError, Message
+from tritonclient.grpc import service_pb2
+
+from server.fronts import shm_ownership
+from server.fronts.refusal import RequestRefusedError
+from server.fronts.tensor_limits import (
+    ModelShapes,
+    check_declared_size,
+    check_fits_model,
+    check_model_name,
+    check_shape,
+    element_bytes,
+)
+
+SERVICE = service_pb2.DESCRIPTOR.services_by_name["GRPCInferenceService"]
+REQUEST_TYPES = {
+    method.name: getattr(service_pb2, method.input_type.name, None) for method in SERVICE.methods
+}  # fmt: skip
+INFER_METHODS = ("ModelInfer", "ModelStreamInfer")
+NAME_FIELDS = ("name", "model_name")  # of the requests that carry a model (or region) name
+CONTENTS = tuple(f.name for f in service_pb2.InferTensorContents.DESCRIPTOR.fields)
+
+
+def parse_request(method: str, raw: bytes) -> Message | None:
+    """The message of a call to ``method``, decoded; None for a method whose request type is not known
+    here (it is forwarded as it is). ``RequestRefusedError`` when ``raw`` is not such a message."""
+    kind = REQUEST_TYPES.get(method)
+    if kind is None:
+        return None
+    try:
+        return kind.FromString(raw)
+    except DecodeError as error:
+        raise RequestRefusedError(f"{method}: not a valid {kind.__name__} message: {error}") from error
+
+
+def model_to_check(method: str, request: Message) -> tuple[str, str] | None:
+    """The (model, version) whose config the checks of an inference call need, or None for other
+    calls. The name is checked first: the front sends it to Triton to ask for that config."""
+    if method not in INFER_METHODS:
+        return None
+    check_model_name(request.model_name)
+    return request.model_name, request.model_version
+
+
+def _parameter(parameters: Any, key: str) -> Any:
+    """The value of an ``InferParameter`` map entry, whichever type it holds (None when absent)."""
+    if key not in parameters:
+        return None
+    parameter = parameters[key]
+    choice = parameter.WhichOneof("parameter_choice")
+    return getattr(parameter, choice) if choice else None
+
+
+def _region_use(parameters: Any, where: str) -> shm_ownership.RegionUse | None:
+    region = _parameter(parameters, "shared_memory_region")
+    if region is None:
+        return None
+    size, offset = (
+        _parameter(parameters, "shared_memory_byte_size"),
+        _parameter(parameters, "shared_memory_offset"),
+    )
+    if not isinstance(size, int) or size < 0 or not isinstance(offset or 0, int) or (offset or 0) < 0:
+        raise RequestRefusedError(
+            f"{where}: shared memory byte size and offset must be non-negative integers"
+        )
+    return shm_ownership.RegionUse(region, offset or 0, size)
+
+
+def check_infer_request(
+    request: service_pb2.ModelInferRequest, model: ModelShapes | None = None
+) -> list[shm_ownership.RegionUse]:
+    """``RequestRefusedError`` unless every input carries what its shape declares and fits what
+    ``model`` (the config of the model it names, when known) allows; returns the shared-memory ranges
+    the request names (checked against their owner by ``check_request``)."""
+    check_model_name(request.model_name)
+    uses: list[shm_ownership.RegionUse] = []
+    raw_index = 0  # Triton hands raw contents, in order, to the inputs without shm or typed contents
+    for tensor in request.inputs:
+        shape = check_shape(tensor.name, list(tensor.shape))
+        region = _region_use(tensor.parameters, f"input {tensor.name!r}")
+        if region is not None:
+            uses.append(region)
+            check_declared_size(
+                tensor.name,
+                shape,
+                element_bytes(tensor.datatype),
+                region.byte_size,
+                "its shared memory range",
+            )
+        elif tensor.HasField("contents"):
+            values = max(len(getattr(tensor.contents, field)) for field in CONTENTS)
+            check_declared_size(tensor.name, shape, 1, values, "its typed data")
+        else:
+            raw = request.raw_input_contents
+            carried = len(raw[raw_index]) if raw_index < len(raw) else 0
+            raw_index += 1
+            check_declared_size(tensor.name, shape, element_bytes(tensor.datatype), carried, "its raw data")
+        check_fits_model(tensor.name, shape, element_bytes(tensor.datatype), model)
+    for output in request.outputs:
+        region = _region_use(output.parameters, f"output {output.name!r}")
+        if region is not None:
+            uses.append(region)
+    return uses
+
+
+def check_request(
+    method: str,
+    request: Message,
+    rules: shm_ownership.RegionRules,
+    client: Callable[[], shm_ownership.Client],
+    model: ModelShapes | None = None,
+) -> None:
+    """``RequestRefusedError`` unless the call of ``method`` with ``request`` may reach Triton.
+    ``model`` is what the config of the model an inference call names allows (``model_to_check``);
+    ``client`` says who is calling, asked only for calls that touch shared memory (it reads the
+    kernel's socket tables)."""
+    if method in INFER_METHODS:
+        uses = check_infer_request(request, model)
+        if uses:
+            shm_ownership.check_uses(rules, client(), uses)
+    elif method == "SystemSharedMemoryRegister":
+        shm_ownership.check_register(
+            rules, client(), request.name, request.key, request.offset, request.byte_size
+        )
+    elif method == "SystemSharedMemoryUnregister":
+        shm_ownership.check_unregister(rules, client(), request.name)
+    elif method.startswith("CudaSharedMemory") and method != "CudaSharedMemoryStatus":
+        shm_ownership.check_cuda(client())
+    elif not method.startswith("SystemSharedMemory"):
+        for field in NAME_FIELDS:
+            if field in request.DESCRIPTOR.fields_by_name:
+                check_model_name(getattr(request, field))
