@@ -19,6 +19,13 @@ class OptionError(PerfError, ValueError):
     """A study option, profile field or load parameter is invalid; the message names it."""
 
 
+def check_at_least(bounds: tuple[tuple[str, float, float], ...]) -> None:
+    """Each ``(option, value, least)``: an ``OptionError`` naming the first option below its least."""
+    for option, value, least in bounds:
+        if value < least:
+            raise OptionError(f"{option} must be >= {least}, got {value}")
+
+
 class StudyError(PerfError, RuntimeError):
     """A study could not complete (a response of the wrong shape, a phase that did not finish)."""
 

@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from exporters.resolve import load_spec
-from perf.errors import OptionError
+from perf.errors import OptionError, check_at_least
 from perf.markdown import table
 from perf.measure.engine import LoadEngine
 from perf.measure.loads import poisson
@@ -40,12 +40,10 @@ class StealCheckOptions:
     p99_ms: float = 10.0
 
     def __post_init__(self) -> None:
-        for option, value, least in (
+        check_at_least((
             ("--runs", self.runs, 1), ("--max-batch", self.max_batch, 1), ("--delay-us", self.delay_us, 0),
             ("--instances", self.instances, 1),
-        ):  # fmt: skip
-            if value < least:
-                raise OptionError(f"{option} must be >= {least}, got {value}")
+        ))  # fmt: skip
         for option, value in (("--rate", self.rate), ("--p99-ms", self.p99_ms)):
             if value <= 0:
                 raise OptionError(f"{option} must be > 0, got {value}")

@@ -18,7 +18,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
-from perf.errors import OptionError, StudyError
+from perf.errors import OptionError, StudyError, check_at_least
 from perf.markdown import number, table
 from perf.measure.analyzer import PerfAnalyzerEngine, find_perf_analyzer, unavailable_message
 from perf.measure.engine import LoadEngine, OurEngine
@@ -47,12 +47,10 @@ class WitnessOptions:
     workdir: Path = Path(".run/witness")
 
     def __post_init__(self) -> None:
-        for option, value, least in (
+        check_at_least((
             ("--max-batch", self.max_batch, 1), ("--delay-us", self.delay_us, 0),
             ("--instances", self.instances, 1), ("--concurrency", self.concurrency, 1),
-        ):  # fmt: skip
-            if value < least:
-                raise OptionError(f"{option} must be >= {least}, got {value}")
+        ))  # fmt: skip
         if not self.model:
             raise OptionError("--model must name a model of the spec, got ''")
 
