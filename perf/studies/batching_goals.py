@@ -8,6 +8,8 @@ compute time per batch well above raw onnxruntime's at the same batch size).
 
 from __future__ import annotations
 
+import dataclasses
+
 from perf.markdown import fit_text, number, percent, ratio
 from perf.studies import analysis
 from perf.studies.goals import GOALS, Goal
@@ -176,22 +178,22 @@ RECOMMENDER_ONLY_NOTE = (
 
 
 def for_model(goal: Goal, model: str) -> Goal:
-    """``goal`` as it applies to ``model``: a goal whose threshold was written for the recommender
-    (``dynamic vs none``'s 4×) reads "n/a" with the measured figures kept, for any other model; a
-    compute-bound model would read MISSED however well it is served."""
+    """``goal`` as it applies to ``model``, named with it: a goal whose threshold was written for the
+    recommender (``dynamic vs none``'s 4×) reads "n/a" with the measured figures kept, for any other
+    model; a compute-bound model would read MISSED however well it is served."""
     if model == GOAL_FAMILY or goal.name != "dynamic vs none":
-        return goal
+        return dataclasses.replace(goal, model=model)
     note = RECOMMENDER_ONLY_NOTE.format(limit=GOALS["dynamic QPS"].target(), model=model)
-    return Goal(goal.name, goal.target, goal.measured, None, note)
+    return Goal(goal.name, goal.target, goal.measured, None, note, model)
 
 
 def all_goals(result: StudyResult) -> list[Goal]:
-    model = GOAL_FAMILY if GOAL_FAMILY in result.families else next(iter(result.families), None)
-    if model is None:
-        return []
-    family = result.families[model]
-    goals = [
-        dynamic_vs_none(result, family), served_vs_raw(result, family),
-        *latency_model(result, family), poisson_bound(result, family),
-    ]  # fmt: skip
-    return [for_model(goal, model) for goal in goals]
+    """Every model's goals, model by model in the order they were measured (``MODELS=a,b``)."""
+    goals = []
+    for model, family in result.families.items():
+        judged = [
+            dynamic_vs_none(result, family), served_vs_raw(result, family),
+            *latency_model(result, family), poisson_bound(result, family),
+        ]  # fmt: skip
+        goals += [for_model(goal, model) for goal in judged]
+    return goals
