@@ -33,6 +33,15 @@ def default_repository() -> Path | None:
     return None
 
 
+def served_spec() -> Path | None:
+    """The spec ``make serve`` built its repository from, as it recorded it (None when it recorded
+    none: a server started without ``--spec``, or none running)."""
+    if SERVER_STATE.exists():
+        recorded = json.loads(SERVER_STATE.read_text()).get("spec")
+        return Path(recorded) if recorded else None
+    return None
+
+
 def protocol_module(protocol: str) -> ModuleType:
     """``tritonclient.http`` or ``tritonclient.grpc``: both expose InferInput, InferRequestedOutput."""
     if protocol not in DEFAULT_URLS:

@@ -134,6 +134,7 @@ def _server_argv(args: argparse.Namespace) -> list[str]:
         "--http-front" if args.http_front else "--no-http-front",
         "--grpc-front" if args.grpc_front else "--no-grpc-front",
         f"--startup-timeout={args.startup_timeout}",
+        *([f"--spec={args.spec}"] if args.spec else []),
     ]
 
 
@@ -209,6 +210,7 @@ def _record_state(server: TritonServer, args: argparse.Namespace) -> None:
         "metrics": server.metrics_url,
         "log": str(server.log_path),
         "repository": str(Path(args.repository).resolve()),
+        "spec": str(Path(args.spec).resolve()) if args.spec else None,  # `client infer`'s default
         "shm_prefix": server.shm_prefix,
         "model_control_mode": args.model_control_mode,
         "supervisor_pid": os.getpid(),
@@ -411,6 +413,9 @@ def _add_start_arguments(parser: argparse.ArgumentParser) -> None:
         "(default; message size and shape checks)",
     )
     parser.add_argument("--startup-timeout", type=float, default=180.0, help="seconds to wait for ready")
+    parser.add_argument(
+        "--spec", type=Path, help="the spec the repository was built from (read by `client infer`)"
+    )
 
 
 def main(argv: list[str] | None = None) -> int:

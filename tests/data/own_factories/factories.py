@@ -83,3 +83,55 @@ def sequence_sample(batch: int, rng: np.random.Generator) -> dict[str, np.ndarra
     """One length per call, uniform in ``SEQUENCE_LENGTHS``: a batch's rows share it (one tensor)."""
     length = int(rng.integers(SEQUENCE_LENGTHS[0], SEQUENCE_LENGTHS[1] + 1))
     return {"frames": rng.standard_normal((batch, length, FRAME_FEATURES), dtype=np.float32)}
+
+
+class TinyUnet(nn.Module):
+    """A UNet-shaped image model: ``levels`` halvings (max-pool) down, as many doublings back up, each
+    added to the skip of its level. An image whose side is not a multiple of 2**levels comes back up
+    one pixel short of its skip, and the add cannot broadcast (as in the PP-OCR detector): H and W
+    must be multiples of 32 at 5 levels."""
+
+    def __init__(self, channels: int, levels: int) -> None:
+        super().__init__()
+        self.stem = nn.Conv2d(3, channels, kernel_size=3, padding=1)
+        self.down = nn.ModuleList(nn.Conv2d(channels, channels, 3, padding=1) for _ in range(levels))
+        self.head = nn.Conv2d(channels, 1, kernel_size=1)
+
+    def forward(self, image: torch.Tensor) -> torch.Tensor:
+        x = torch.relu(self.stem(image))
+        skips = []
+        for conv in self.down:
+            skips.append(x)
+            x = torch.relu(conv(nn.functional.max_pool2d(x, 2)))
+        for skip in reversed(skips):
+            x = nn.functional.interpolate(x, scale_factor=2.0, mode="nearest") + skip
+        return torch.sigmoid(self.head(x))
+
+
+def tiny_unet(channels: int = 4, levels: int = 5) -> nn.Module:
+    return TinyUnet(channels, levels)
+
+
+class SingleSequence(nn.Module):
+    """The Conv1d+GRU of ``SequenceGru`` written for one sequence ``[T, FRAME_FEATURES]``, without a batch
+    axis: a batch ``[B, T, F]`` reaches the convolution with the wrong axis as channels and fails."""
+
+    def __init__(self, hidden: int) -> None:
+        super().__init__()
+        self.conv = nn.Conv1d(FRAME_FEATURES, hidden, kernel_size=3, padding=1)
+        self.gru = nn.GRU(hidden, hidden)
+
+    def forward(self, frames: torch.Tensor) -> torch.Tensor:
+        features = torch.relu(self.conv(frames.transpose(0, 1))).transpose(0, 1)
+        _, state = self.gru(features)
+        return state[0]
+
+
+def single_sequence(hidden: int = 32) -> nn.Module:
+    return SingleSequence(hidden)
+
+
+def one_sequence_sample(batch: int, rng: np.random.Generator) -> dict[str, np.ndarray]:
+    """One sequence whatever ``batch`` asks: a sampler written for a model without a batch axis."""
+    length = int(rng.integers(SEQUENCE_LENGTHS[0], SEQUENCE_LENGTHS[1] + 1))
+    return {"frames": rng.standard_normal((length, FRAME_FEATURES), dtype=np.float32)}
