@@ -18,11 +18,12 @@ from pathlib import Path
 import numpy as np
 from tritonclient.utils import InferenceServerException
 
-from client.connection import connect, default_repository, served_spec
+from client.connection import connect, default_repository, model_config, recorded_warmup, served_spec
 from client.errors import ClientError, MismatchError
 from client.health import report as health_report
 from client.infer import infer
-from client.stats import fetch_stats, parse_version_stats
+from client.stats import fetch_stats, parse_version_stats, without_warmup
+from server.warmup_record import warmup_counts
 
 DEFAULT_SPEC = Path("models.yaml")
 
@@ -78,16 +79,28 @@ def _infer(client, args) -> int:
 
 
 def _stats(client, args) -> int:
+    """Each model's statistics from its traffic alone: the warm-up Triton ran at load is subtracted
+    where ``make serve`` recorded it, and said to be included where it did not."""
+    warmups = recorded_warmup(args.url)
     for entry in fetch_stats(client, args.protocol, args.model).get("model_stats", []):
-        stats = parse_version_stats(entry)
+        name, version = entry["name"], entry.get("version", "")
+        stats, warmup = without_warmup(parse_version_stats(entry), (warmups or {}).get(name, {}).get(version))
+        if warmup is None:
+            executions, inferences = warmup_counts(model_config(client, args.protocol, name))
+            if executions and stats.executions:
+                warm = f"; includes the warm-up Triton ran at load ({inferences} inferences), not recorded"
+            else:
+                warm = ""
+        else:
+            warm = f"; without the warm-up Triton ran at load ({warmup.inferences} inferences, subtracted)"
         if not stats.inferences and not args.model:
             continue
-        name, version = entry["name"], entry.get("version", "")
         print(
             f"{name} v{version}: {stats.inferences} inferences in {stats.executions} executions "
             f"(mean batch {stats.mean_batch:.2f}); server-counted success {stats.requests} / fail "
             f"{stats.failed} (2.51 counts Python-backend errors as success); queue "
             f"{stats.queue_ms_per_request:.3f} ms/req, compute {stats.compute_ms_per_request:.3f} ms/req"
+            + warm
         )
         for size, bucket in sorted(stats.batches.items()):
             each = stats.compute_ms_at(size)

@@ -42,6 +42,18 @@ def served_spec() -> Path | None:
     return None
 
 
+def recorded_warmup(url: str | None) -> dict[str, dict[str, dict[str, Any]]] | None:
+    """The warm-up statistics ``make serve`` recorded for its server (``server.warmup_record``):
+    ``{model: {version: statistics}}``; None where the client talks to another server (``url`` not
+    the recorded one) or nothing was recorded."""
+    if not SERVER_STATE.exists():
+        return None
+    state = json.loads(SERVER_STATE.read_text())
+    if url is not None and url not in (state.get("http"), state.get("grpc")):
+        return None
+    return state.get("warmup")
+
+
 def protocol_module(protocol: str) -> ModuleType:
     """``tritonclient.http`` or ``tritonclient.grpc``: both expose InferInput, InferRequestedOutput."""
     if protocol not in DEFAULT_URLS:

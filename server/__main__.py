@@ -36,6 +36,7 @@ from server.launcher import ServerError, TritonServer, remove_shm_regions
 from server.records import read_record, write_record
 from server.stubs import kill_stray_stubs
 from server.supervisor import Supervisor, record_lines
+from server.warmup_record import warmup_snapshot
 from server.watchdog import event_lines
 
 STATE = Path(".run/server.json")
@@ -219,6 +220,8 @@ def _record_state(server: TritonServer, args: argparse.Namespace) -> None:
         "grpc_front_pid": server.grpc_front.pid if server.grpc_front is not None else None,
         "watchdog_events": str(EVENTS.resolve()),
         "supervisor_record": str(SUPERVISOR.resolve()),
+        # what the server ran itself at load, before any client: `client stats` subtracts it
+        "warmup": warmup_snapshot(server.triton_http_url),
     }
     write_record(STATE, state)
 

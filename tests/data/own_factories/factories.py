@@ -7,7 +7,12 @@ models whose faults are real, not mocked.
   per sample), for the tuner's slow-model path.
 * ``sequence_gru``: a Conv1d+GRU over sequences of any length (``frames: [-1, FRAME_FEATURES]``), whose
   cost grows with the length; ``sequence_sample`` draws lengths 10-200 as its traffic does (perf's
-  shapes as served, padding buckets).
+  shapes as served). Its answer changes when a sequence is padded: no length buckets for it.
+* ``masked_pool``: per-frame features averaged under a ``mask`` input, with ``masked_sample``: padding
+  with the mask at 0 changes nothing, so length buckets are offered for it.
+* ``tiny_unet``: a UNet-shaped image model that runs only at sides that are multiples of 32.
+* ``single_sequence`` with ``one_sequence_sample``: the GRU written for one sequence, without a batch
+  axis, and a sampler without one (``exporters init``'s errors).
 """
 
 from __future__ import annotations
@@ -135,3 +140,27 @@ def one_sequence_sample(batch: int, rng: np.random.Generator) -> dict[str, np.nd
     """One sequence whatever ``batch`` asks: a sampler written for a model without a batch axis."""
     length = int(rng.integers(SEQUENCE_LENGTHS[0], SEQUENCE_LENGTHS[1] + 1))
     return {"frames": rng.standard_normal((length, FRAME_FEATURES), dtype=np.float32)}
+
+
+class MaskedPool(nn.Module):
+    """Per-frame features (a Conv1d of kernel 1) averaged over the frames its ``mask`` marks: frames
+    padded with the mask at 0 leave the answer as it was, so length buckets suit it."""
+
+    def __init__(self, hidden: int) -> None:
+        super().__init__()
+        self.frame = nn.Conv1d(FRAME_FEATURES, hidden, kernel_size=1)
+
+    def forward(self, frames: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+        features = torch.tanh(self.frame(frames.transpose(1, 2))).transpose(1, 2)
+        weights = mask.unsqueeze(-1).to(features.dtype)
+        return (features * weights).sum(dim=1) / weights.sum(dim=1).clamp(min=1.0)
+
+
+def masked_pool(hidden: int = 32) -> nn.Module:
+    return MaskedPool(hidden)
+
+
+def masked_sample(batch: int, rng: np.random.Generator) -> dict[str, np.ndarray]:
+    """``sequence_sample``'s frames, and a mask of ones over them (a request is all real frames)."""
+    frames = sequence_sample(batch, rng)["frames"]
+    return {"frames": frames, "mask": np.ones(frames.shape[:2], dtype=np.int64)}
