@@ -49,6 +49,10 @@ class Row:
     ratios: dict[str, float]
     send_lag_p99_ms: float = float("nan")  # how late the client sent, after the last sample arrived
     outside_server_ms: float = float("nan")  # mean latency not spent in the server's queue or compute
+    # A variable-length model: the share of the positions computed that are padding, and positions
+    # computed per position the requests hold (static batching pads each batch to its longest).
+    padded_share: float = float("nan")
+    padded_compute: float = float("nan")
 
 
 def ceiling_rps(result: StudyResult, in_flight: int | None) -> float:
@@ -72,6 +76,7 @@ def row(result: StudyResult, mode: str, measurement: Measurement) -> Row:
     in_flight = max(1, measurement.load.concurrency // collect) if measurement.load.kind == "closed" else None
     seconds = server.seconds if server and server.seconds else 1.0
     p50, p90, p99 = latency_figures(measurement)
+    padded_share, padded_compute = padding(measurement) or (float("nan"), float("nan"))
     return Row(
         mode=mode, load=measurement.load.name, throughput=summary.throughput, requests_per_s=rps,
         p50_ms=p50, p90_ms=p90, p99_ms=p99, mean_batch=stats.mean_batch,
@@ -86,6 +91,7 @@ def row(result: StudyResult, mode: str, measurement: Measurement) -> Row:
         outside_server_ms=outside_server_ms(
             summary.mean_ms, stats.queue_ms_per_request, stats.compute_ms_per_request
         ) if collect == 1 and server else float("nan"),
+        padded_share=padded_share, padded_compute=padded_compute,
     )  # fmt: skip
 
 
@@ -150,6 +156,17 @@ def closed_loop_rows(result: StudyResult, family: FamilyResult, concurrency: int
         if measurement is not None:
             rows.append(row(result, mode, measurement))
     return with_ratios(rows)
+
+
+def padding(measurement: Measurement) -> tuple[float, float] | None:
+    """(padded share, positions computed per position needed) of the requests ``measurement`` sent,
+    from their true and sent lengths (a static batch: padded to its longest); None for fixed shapes."""
+    sized = [r for r in measurement.measured_records() if r.ok and r.sent_length]
+    sent = sum(r.batch * r.sent_length for r in sized)
+    needed = sum(r.batch * r.length for r in sized)
+    if not sent or not needed:
+        return None
+    return 1 - needed / sent, sent / needed
 
 
 # --- latency model ---------------------------------------------------------------------------------

@@ -52,8 +52,11 @@ def change(value: float, base: float) -> float:
 
 
 def mode_table(rows: list[analysis.Row]) -> str:
+    """Each mode's figures and their ratios to no batching; for a variable-length model, the padding
+    each mode computed (static batching pads each batch of arrivals to its longest)."""
+    padded = any(not math.isnan(r.padded_share) for r in rows)
     header = ["mode", "load", "QPS", "p50 ms", "p90 ms", "p99 ms", "mean batch", "failed/sent",
-              "QPS ×none", "p50 ×none", "p90 ×none", "p99 ×none", "note"]  # fmt: skip
+              "QPS ×none", "p50 ×none", "p90 ×none", "p99 ×none", *["padding"] * padded, "note"]  # fmt: skip
     body = []
     for r in rows:
         notes = [n for n, on in (("client-bound", r.client_bound), ("not stable", not r.stable)) if on]
@@ -61,9 +64,24 @@ def mode_table(rows: list[analysis.Row]) -> str:
             MODES[r.mode].title, r.load, number(r.throughput, 0), number(r.p50_ms), number(r.p90_ms),
             number(r.p99_ms), number(r.mean_batch), f"{r.failed}/{r.sent}",
             *(ratio(r.ratios.get(k, float("nan"))) for k in ("throughput", "p50_ms", "p90_ms", "p99_ms")),
-            ", ".join(notes),
+            *[padding_cell(r)] * padded, ", ".join(notes),
         ])  # fmt: skip
-    return table(header, body)
+    note = PADDING_NOTE if padded else ""
+    return table(header, body) + note
+
+
+PADDING_NOTE = (
+    "\n\n_padding: the share of the positions computed that are padding, and the positions computed per "
+    "position the requests hold. Every mode sends the same traffic (the same lengths in the same order); "
+    "static batching sends each batch of 32 arrivals padded to its longest (to its bucket, with "
+    "`buckets:`), the other modes each request at its own length (or its bucket)._"
+)
+
+
+def padding_cell(row: analysis.Row) -> str:
+    if math.isnan(row.padded_share):
+        return "–"
+    return f"{row.padded_share:.0%} ({ratio(row.padded_compute)} computed)"
 
 
 def server_table(rows: list[analysis.Row], raw: FamilyResult) -> str:
@@ -127,6 +145,14 @@ def article_section(family: FamilyResult) -> str:
         "cores) is large against compute, that, not batch size, sets the capacity gap, which is why "
         "ours is far larger than the article's GPU figure.",
     ]
+    padded = analysis.padding(family.open_loop["static32"])
+    if padded is not None:
+        lines.append(
+            f"- This model takes requests of many lengths, and both modes sent the same ones in the same "
+            f"order: static batching padded each batch of 32 arrivals to its longest, so {padded[0]:.0%} of "
+            f"the positions it computed were padding ({ratio(padded[1])} the positions the requests hold), "
+            "while dynamic batching merged only requests of equal length."
+        )
     return "\n".join(lines)
 
 
