@@ -90,7 +90,9 @@ def row(result: StudyResult, mode: str, measurement: Measurement) -> Row:
         send_lag_p99_ms=send_lag_p99_ms(measurement),
         outside_server_ms=outside_server_ms(
             summary.mean_ms, stats.queue_ms_per_request, stats.compute_ms_per_request
-        ) if collect == 1 and server else float("nan"),
+        ) if collect == 1 and server else Unmeasured(
+            "a static batch waits in the client for its arrivals" if server else "no server statistics"
+        ),
         padded_share=padded_share, padded_compute=padded_compute,
     )  # fmt: skip
 
@@ -108,13 +110,15 @@ def latency_figures(measurement: Measurement) -> tuple[float, float, float]:
 
 
 def outside_server_ms(client_mean_ms: float, queue_ms: float, compute_ms: float) -> float:
-    """The client's mean latency not spent in the server's queue or compute; NaN (shown "–") where
+    """The client's mean latency not spent in the server's queue or compute; ``Unmeasured`` where
     the server's share exceeds the client's whole mean. The two have different time bases: the
     client's mean covers the answers of its measured windows, the server's per-request figures its
     statistics between two snapshots (and the Python backend counts error responses as successes), so
     a negative difference says the bases disagree, not that time ran backwards."""
     outside = client_mean_ms - queue_ms - compute_ms
-    return outside if outside >= 0 else float("nan")
+    if outside >= 0:
+        return outside
+    return Unmeasured("the server's queue and compute exceed the client's mean (different spans)")
 
 
 def send_lag_p99_ms(measurement: Measurement) -> float:

@@ -99,9 +99,7 @@ def server_table(rows: list[analysis.Row], raw: FamilyResult) -> str:
 
 
 OUTSIDE_SERVER_NOTE = (
-    "\n_outside server ms: the client's mean latency minus the server's queue and compute per request; "
-    "not measured where the server's share exceeded the client's mean (their statistics cover different "
-    "spans) or modes collect several requests per call._\n"
+    "\n_outside server ms: the client's mean latency minus the server's queue and compute per request._\n"
 )
 
 
