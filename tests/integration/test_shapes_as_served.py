@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 import re
+import sys
 from pathlib import Path
 
 import pytest
@@ -31,19 +32,10 @@ from perf.tune.cli import TuneSetup, command_tune
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(900)]
 FACTORIES = Path(__file__).resolve().parents[1] / "data" / "own_factories"
-FRAMES = {"name": "frames", "dtype": "fp32", "shape": [-1, 16], "max_shape": [200, 16]}
-ENTRY = {
-    "name": "sequence", "source": {"python": "factories:masked_pool", "path": str(FACTORIES)},
-    "sample": "factories:masked_sample", "max_batch_size": 8,
-    "inputs": [FRAMES, {"name": "mask", "dtype": "int64", "shape": [-1], "max_shape": [200],
-                        "range": [0, 2]}],
-    "outputs": [{"name": "pooled", "dtype": "fp32", "shape": [32]}],
-}  # fmt: skip
-GRU = {
-    "name": "sequence", "source": {"python": "factories:sequence_gru", "path": str(FACTORIES)},
-    "sample": "factories:sequence_sample", "max_batch_size": 8, "inputs": [FRAMES],
-    "outputs": [{"name": "state", "dtype": "fp32", "shape": [32]}],
-}  # fmt: skip
+sys.path.insert(0, str(FACTORIES))
+from entries import gru_entry, masked_entry  # noqa: E402
+
+ENTRY, GRU = masked_entry(), gru_entry()
 
 
 def test_the_shapes_study_reports_formed_batches_per_length_and_padding(tmp_path: Path) -> None:

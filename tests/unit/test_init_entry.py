@@ -139,12 +139,10 @@ def test_init_python_on_a_model_without_a_batch_axis_names_the_side_to_change() 
 def test_validate_checks_a_samples_signature_without_building(
     tmp_path: Path, capsys: pytest.CaptureFixture
 ) -> None:
-    entry = {
-        "name": "sequence", "source": {"python": "factories:sequence_gru", "path": str(FACTORIES)},
-        "sample": "factories:sequence_gru", "max_batch_size": 4,
-        "inputs": [{"name": "frames", "dtype": "fp32", "shape": [-1, 16], "max_shape": [200, 16]}],
-        "outputs": [{"name": "state", "dtype": "fp32", "shape": [32]}],
-    }  # fmt: skip
+    sys.path.insert(0, str(FACTORIES))
+    from entries import gru_entry
+
+    entry = {**gru_entry(), "sample": "factories:sequence_gru"}  # the factory, not a sampler
     spec = tmp_path / "models.yaml"
     spec.write_text(yaml.safe_dump({"models": [entry]}))
     assert main(["validate", "--spec", str(spec)]) == 2

@@ -5,6 +5,7 @@ input is padded with zeros (every bucket set offered). No server: the checks run
 
 from __future__ import annotations
 
+import sys
 from pathlib import Path
 
 import numpy as np
@@ -15,20 +16,10 @@ from exporters.spec import ModelSpec, parse_model
 from perf.measure.padding_check import offered_ways, refused_lines
 from perf.measure.shapes import bucket_ways, resized, shape_mix
 
-FACTORIES = Path(__file__).resolve().parents[1] / "data" / "own_factories"
-FRAMES = {"name": "frames", "dtype": "fp32", "shape": [-1, 16], "max_shape": [200, 16]}
-GRU = {
-    "name": "gru", "source": {"python": "factories:sequence_gru", "path": str(FACTORIES)},
-    "sample": "factories:sequence_sample", "max_batch_size": 4, "inputs": [FRAMES],
-    "outputs": [{"name": "state", "dtype": "fp32", "shape": [32]}],
-}  # fmt: skip
-MASKED = {
-    "name": "masked", "source": {"python": "factories:masked_pool", "path": str(FACTORIES)},
-    "sample": "factories:masked_sample", "max_batch_size": 4,
-    "inputs": [FRAMES, {"name": "mask", "dtype": "int64", "shape": [-1], "max_shape": [200],
-                        "range": [0, 2]}],
-    "outputs": [{"name": "pooled", "dtype": "fp32", "shape": [32]}],
-}  # fmt: skip
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "data" / "own_factories"))
+from entries import gru_entry, masked_entry
+
+GRU, MASKED = gru_entry("gru", 4), masked_entry("masked", 4)
 
 
 def _exported(entry: dict, folder: Path) -> tuple[ModelSpec, Path]:
