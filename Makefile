@@ -64,8 +64,8 @@ repo: setup ## export the models of $(SPEC) into $(REPO) (ONNX + config.pbtxt, c
 	$(BIN)/python -m exporters build --spec $(SPEC) --repository $(REPO)
 
 serve: repo ## start tritonserver on $(REPO) in the background, supervised: restarted if it dies (127.0.0.1, HTTP_PORT/GRPC_PORT/METRICS_PORT)
-	$(BIN)/python -m server start --repository $(REPO) --http-port $(HTTP_PORT) --grpc-port $(GRPC_PORT) \
-		--metrics-port $(METRICS_PORT) $(if $(ALLOW_PARTIAL),--allow-partial)
+	$(BIN)/python -m server start --repository $(REPO) --spec $(SPEC) --http-port $(HTTP_PORT) \
+		--grpc-port $(GRPC_PORT) --metrics-port $(METRICS_PORT) $(if $(ALLOW_PARTIAL),--allow-partial)
 
 stop: ## stop the server started by `make serve`
 	@if [ -x $(BIN)/python ]; then $(BIN)/python -m server stop; else echo "nothing to stop"; fi

@@ -10,17 +10,22 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
+import select
 import sys
 from pathlib import Path
 
 import numpy as np
 from tritonclient.utils import InferenceServerException
 
-from client.connection import connect, default_repository
+from client.connection import connect, default_repository, model_config, recorded_warmup, served_spec
 from client.errors import ClientError, MismatchError
 from client.health import report as health_report
 from client.infer import infer
-from client.stats import fetch_stats, parse_version_stats
+from client.stats import fetch_stats, parse_version_stats, without_warmup
+from server.warmup_record import warmup_counts
+
+DEFAULT_SPEC = Path("models.yaml")
 
 
 def _health(client, args) -> int:
@@ -47,12 +52,13 @@ def _metadata(client, args) -> int:
 def _infer(client, args) -> int:
     from client.text_reference import infer_text, text_entry  # torch: only for the command that needs it
 
-    entry = text_entry(args.spec, args.model, bool(args.text))
+    spec = args.spec or served_spec() or DEFAULT_SPEC
+    entry = text_entry(spec, args.model, bool(args.text))
     if entry is not None:
         return infer_text(client, args.protocol, args.model, entry, args.text, args.check)
     from client.reference import reference  # torch and the zoo, only for the command that needs them
 
-    expected = reference(args.spec, args.model, args.batch, args.seed)
+    expected = reference(spec, args.model, args.batch, args.seed)
     outputs = infer(client, args.protocol, args.model, expected.inputs, use_shm=args.shm == "system")
     via = f"{args.protocol}{' + system shm' if args.shm == 'system' else ''}"
     for name, array in outputs.items():
@@ -73,21 +79,53 @@ def _infer(client, args) -> int:
 
 
 def _stats(client, args) -> int:
+    """Each model's statistics from its traffic alone: the warm-up Triton ran at load is subtracted
+    where ``make serve`` recorded it, and said to be included where it did not."""
+    warmups = recorded_warmup(args.url)
     for entry in fetch_stats(client, args.protocol, args.model).get("model_stats", []):
-        stats = parse_version_stats(entry)
+        name, version = entry["name"], entry.get("version", "")
+        stats, warmup = without_warmup(parse_version_stats(entry), (warmups or {}).get(name, {}).get(version))
+        if warmup is None:
+            executions, inferences = warmup_counts(model_config(client, args.protocol, name))
+            if executions and stats.executions:
+                warm = f"; includes the warm-up Triton ran at load ({inferences} inferences), not recorded"
+            else:
+                warm = ""
+        else:
+            warm = f"; without the warm-up Triton ran at load ({warmup.inferences} inferences, subtracted)"
         if not stats.inferences and not args.model:
             continue
-        name, version = entry["name"], entry.get("version", "")
         print(
             f"{name} v{version}: {stats.inferences} inferences in {stats.executions} executions "
             f"(mean batch {stats.mean_batch:.2f}); server-counted success {stats.requests} / fail "
             f"{stats.failed} (2.51 counts Python-backend errors as success); queue "
             f"{stats.queue_ms_per_request:.3f} ms/req, compute {stats.compute_ms_per_request:.3f} ms/req"
+            + warm
         )
         for size, bucket in sorted(stats.batches.items()):
             each = stats.compute_ms_at(size)
             print(f"    batch {size:4d}: {bucket.executions:7d} executions, {each:.3f} ms each")
     return 0
+
+
+def stdout_gone() -> bool:
+    """Whether stdout is a pipe whose reader has closed it (``client health | head``): the pipe then
+    polls as an error, whatever is buffered."""
+    try:
+        poller = select.poll()
+        poller.register(sys.stdout.fileno(), select.POLLOUT)
+        return any(events & (select.POLLERR | select.POLLHUP) for _, events in poller.poll(0))
+    except (OSError, ValueError, AttributeError):  # not a file descriptor (captured): not a pipe
+        return False
+
+
+def reader_gone() -> int:
+    """End quietly, as a Unix tool does when its reader stops reading: what is still buffered goes to
+    /dev/null (Python's own flush at exit would report the pipe again), exit status 141 (128 + SIGPIPE)."""
+    devnull = os.open(os.devnull, os.O_WRONLY)
+    os.dup2(devnull, sys.stdout.fileno())
+    os.close(devnull)
+    return 141
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -111,7 +149,7 @@ def _parser() -> argparse.ArgumentParser:
     run.add_argument("--model", required=True)
     run.add_argument("--batch", type=int, default=4)
     run.add_argument("--seed", type=int, default=0)
-    run.add_argument("--spec", type=Path, default=Path("models.yaml"))
+    run.add_argument("--spec", type=Path, help=f"the model's spec (default: make serve's, or {DEFAULT_SPEC})")
     run.add_argument(
         "--shm", choices=("none", "system"), default="none", help="pass tensors by system shared memory"
     )
@@ -131,7 +169,14 @@ def main(argv: list[str] | None = None) -> int:
     handlers = {"health": _health, "metadata": _metadata, "infer": _infer, "stats": _stats}
     try:
         client = connect(args.protocol, args.url)
-        return handlers[args.command](client, args)
+        status = handlers[args.command](client, args)
+        sys.stdout.flush()  # a reader that went away (`| head`) shows here, inside the handling below
+        return status
+    except BrokenPipeError as error:  # a ConnectionError too: which end broke decides what it means
+        if stdout_gone():
+            return reader_gone()
+        print(f"cannot reach the server: {error} (is it running? `make serve`)", file=sys.stderr)
+        return 2
     except InferenceServerException as error:
         print(f"server error: {error}", file=sys.stderr)
         return 2

@@ -33,6 +33,27 @@ def default_repository() -> Path | None:
     return None
 
 
+def served_spec() -> Path | None:
+    """The spec ``make serve`` built its repository from, as it recorded it (None when it recorded
+    none: a server started without ``--spec``, or none running)."""
+    if SERVER_STATE.exists():
+        recorded = json.loads(SERVER_STATE.read_text()).get("spec")
+        return Path(recorded) if recorded else None
+    return None
+
+
+def recorded_warmup(url: str | None) -> dict[str, dict[str, dict[str, Any]]] | None:
+    """The warm-up statistics ``make serve`` recorded for its server (``server.warmup_record``):
+    ``{model: {version: statistics}}``; None where the client talks to another server (``url`` not
+    the recorded one) or nothing was recorded."""
+    if not SERVER_STATE.exists():
+        return None
+    state = json.loads(SERVER_STATE.read_text())
+    if url is not None and url not in (state.get("http"), state.get("grpc")):
+        return None
+    return state.get("warmup")
+
+
 def protocol_module(protocol: str) -> ModuleType:
     """``tritonclient.http`` or ``tritonclient.grpc``: both expose InferInput, InferRequestedOutput."""
     if protocol not in DEFAULT_URLS:

@@ -46,10 +46,16 @@ def reference(spec_path: Path, model: str, batch: int, seed: int = 0) -> Referen
     it splits, at the tolerance of its boundary dtype)."""
     try:
         document = load_spec(spec_path)
-        pipeline = next((p for p in document.pipelines if p.name == model), None)
-        spec = document.model(pipeline.model if pipeline else model)
-    except SpecError as error:  # the user's --spec or --model, in the client's terms
+    except SpecError as error:  # the user's --spec, in the client's terms
         raise ClientError(str(error)) from error
+    pipeline = next((p for p in document.pipelines if p.name == model), None)
+    names = [m.name for m in document.models] + [p.name for p in document.pipelines]
+    if pipeline is None and model not in names:
+        raise ClientError(
+            f"{spec_path} has no model or pipeline named {model!r} (it has {', '.join(names)}); pass --spec "
+            "with the spec the server's repository was built from (`make serve SPEC=…` records it for you)"
+        )
+    spec = document.model(pipeline.model if pipeline else model)
     precision = pipeline.boundary_dtype if pipeline and pipeline.boundary_dtype != "fp32" else spec.precision
     try:
         source = load_source(spec)

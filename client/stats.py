@@ -129,3 +129,18 @@ def fetch_stats(client: Any, protocol: str, model: str = "") -> dict[str, Any]:
 def model_stats(client: Any, protocol: str, model: str) -> ModelStats:
     """``model``'s statistics over all its loaded versions."""
     return parse_model_stats(fetch_stats(client, protocol, model))
+
+
+def without_warmup(
+    stats: ModelStats, recorded: dict[str, Any] | None
+) -> tuple[ModelStats, ModelStats | None]:
+    """``stats`` less the warm-up statistics ``make serve`` recorded for this model version
+    (``server.warmup_record``), and the warm-up subtracted; ``stats`` unchanged and None where nothing
+    was recorded or the record is not this load's (a counter below it: the model was loaded again)."""
+    if not recorded:
+        return stats, None
+    warmup = parse_version_stats(recorded)
+    counters = ("requests", "inferences", "executions", "compute_ns", "queue_ns")
+    if any(getattr(stats, key) < getattr(warmup, key) for key in counters):
+        return stats, None
+    return stats - warmup, warmup

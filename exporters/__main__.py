@@ -17,7 +17,9 @@ from rich.table import Table
 from exporters.configs import QUEUE_POLICY_SPARE_INSTANCES, lacks_spare_instances
 from exporters.devices import detect_gpu_count
 from exporters.errors import ExportCheckError, ExporterError, SpecError
-from exporters.init_entry import entry_yaml, init_entry
+from exporters.init_entry import entry_yaml, init_entry, parse_ranges
+from exporters.init_shapes import tried_lengths
+from exporters.inputs import check_samplers
 from exporters.memory import measured_instance_memory
 from exporters.model_config import ModelConfig
 from exporters.pipeline_build import BuiltPipeline, build_pipelines
@@ -57,6 +59,10 @@ def _parser() -> argparse.ArgumentParser:
     init.add_argument("--max-batch-size", type=int, default=16)
     init.add_argument("--max-length", type=int, help="bound for variable axes the artifact leaves open")
     init.add_argument("--precision", choices=("fp32", "fp16", "int8"), default="fp32")
+    init.add_argument(
+        "--range", action="append", metavar="NAME=LO:HI",
+        help="valid ids LO..HI-1 of an integer input the artifact does not bound (repeatable)",
+    )  # fmt: skip
     return parser
 
 
@@ -65,9 +71,12 @@ def _init(args: argparse.Namespace) -> str:
     spec = init_entry(
         kind, getattr(args, kind), name=args.name, max_batch_size=args.max_batch_size,
         max_length=args.max_length, precision=args.precision, sample=args.sample, path=args.path,
-        options=args.options,
+        options=args.options, ranges=parse_ranges(args.range),
     )  # fmt: skip
-    return entry_yaml(spec)
+    note = ""
+    if kind == "onnx":  # the file states its axes variable, not which lengths it runs at: try them
+        spec, note = tried_lengths(spec, Path(args.onnx), f"--onnx {args.onnx}")
+    return entry_yaml(spec, notes=[note] if note else [])
 
 
 def _warn_queue_policies(configs: list[ModelConfig], console: Console) -> None:
@@ -94,6 +103,7 @@ def main(argv: list[str] | None = None) -> int:
             return 0
         spec = load_spec(args.spec)
         if args.command == "validate":
+            check_samplers(spec)  # the functions the build would call, imported and their signature read
             console.print(
                 f"{args.spec}: {len(spec.models)} models, {len(spec.pipelines)} pipelines, "
                 f"{len(spec.text_embeddings)} text embeddings, valid"

@@ -10,6 +10,8 @@ from __future__ import annotations
 
 import dataclasses
 import re
+import textwrap
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -19,8 +21,9 @@ import yaml
 from exporters.devices import usable_cores
 from exporters.errors import SpecError
 from exporters.spec import HuggingFaceSource, ModelSpec, OnnxSource, PythonSource, TorchExportSource
-from exporters.spec_sections import TensorSpec, served_float
+from exporters.spec_sections import INTEGER_DTYPES, TensorSpec, served_float
 from exporters.typed import to_data
+from exporters.user_code import call_sampler, import_object
 from python_backend.dtypes import DTYPES
 
 # numpy dtype -> spec name, from the one dtype table
@@ -31,15 +34,33 @@ def _name(text: str) -> str:
     return re.sub(r"[^A-Za-z0-9_]+", "_", text).strip("_") or "model"
 
 
-def _artifact_tensors(kind: str, location: str, precision: str, max_length: int | None) -> dict[str, Any]:
+def _artifact_tensors(
+    kind: str, location: str, precision: str, max_length: int | None, ranges: dict[str, tuple[int, int]]
+) -> dict[str, Any]:
     from exporters.sources.signature import artifact_tensors, to_tensor_specs
 
     where = f"--{kind.replace('_', '-')} {location}"
     inputs, outputs = artifact_tensors(kind, location, where)
     return {
-        "inputs": to_tensor_specs(inputs, "inputs", precision, where, max_length),
+        "inputs": to_tensor_specs(inputs, "inputs", precision, where, max_length, ranges),
         "outputs": to_tensor_specs(outputs, "outputs", precision, where, max_length),
     }
+
+
+def parse_ranges(texts: list[str] | None) -> dict[str, tuple[int, int]]:
+    """``--range NAME=LO:HI`` options as ``{name: (lo, hi)}``: the valid ids ``lo`` to ``hi - 1`` of an
+    integer input the artifact does not bound."""
+    ranges = {}
+    for text in texts or ():
+        name, _, bounds = text.rpartition("=")
+        lo, _, hi = bounds.partition(":")
+        try:
+            ranges[name] = (int(lo), int(hi))
+        except ValueError:
+            raise SpecError("--range", f"{text!r} is not NAME=LO:HI (e.g. token_ids=0:30522)") from None
+        if not name or ranges[name][0] >= ranges[name][1]:
+            raise SpecError("--range", f"{text!r}: needs an input name and LO < HI")
+    return ranges
 
 
 def _huggingface_tensors(location: str, max_length: int | None) -> dict[str, Any]:
@@ -77,6 +98,22 @@ def _varying(draws: list[dict[str, Any]], name: str, max_length: int | None) -> 
     }
 
 
+def _check_batch_axis(sample: str, function: Any, drawn: dict[str, Any]) -> None:
+    """The sampler's side: for ``batch`` = 2 (and 3) every array must have the batch as its first axis;
+    otherwise the error names the input, its shape and that the sampler is what to change."""
+    again = call_sampler(function, sample, "--sample", 3, np.random.default_rng(0))
+    for batch, arrays in ((2, drawn), (3, again if isinstance(again, dict) else {})):
+        for name, array in arrays.items():
+            shape = list(np.shape(array))
+            if not shape or shape[0] != batch:
+                raise SpecError(
+                    "--sample",
+                    f"{sample}(batch={batch}, rng) gives input {name!r} shape {shape}: the first axis must "
+                    f"be the batch ({batch}). The sampler's side: return {batch} rows of each input "
+                    f"(shape [batch, ...]), as Triton sends a batching model",
+                )
+
+
 def _python_tensors(
     source: PythonSource, sample: str | None, options: dict[str, Any], max_length: int | None, precision: str
 ) -> dict[str, Any]:
@@ -88,27 +125,41 @@ def _python_tensors(
         )
     from exporters.sources.load import load_source
     from exporters.torch_reference import torch_reference, widen
-    from exporters.user_code import call_sampler, import_object
 
     function = import_object(sample, source.path, "--sample")
     draws = [call_sampler(function, sample, "--sample", 2, np.random.default_rng(seed)) for seed in range(8)]
     if not all(isinstance(d, dict) for d in draws):
         raise SpecError("--sample", f"{sample} must return a dict of arrays by input name for init")
+    _check_batch_axis(sample, function, draws[0])
     inputs = tuple(TensorSpec(name, **_varying(draws, name, max_length)) for name in draws[0])
     probe = ModelSpec(
         "probe", source, 2, _at_precision(inputs, "fp32"), (TensorSpec("probe", "fp32", (1,)),), options,
         sample=sample,
     )  # fmt: skip
     module = load_source(probe).module
-    outputs = torch_reference(module, [widen(np.asarray(a)) for a in draws[0].values()])
+    arrays = [widen(np.asarray(a)) for a in draws[0].values()]
+    try:
+        outputs = torch_reference(module, arrays)
+    except Exception as error:  # the user's forward may raise anything
+        first = (str(error).strip().splitlines() or [""])[0]
+        shapes = ", ".join(f"{name} {list(np.shape(a))}" for name, a in draws[0].items())
+        raise SpecError(
+            f"--python {source.python}",
+            f"the model's forward raised {type(error).__name__} on a batch of 2 from {sample} ({shapes}): "
+            f"{first}. The model side: a batching model takes the batch as the first axis of every input "
+            "and answers one row per input row; if forward takes one example without a batch axis, give "
+            "it one (loop or torch.vmap over the rows inside forward). Models without a batch axis "
+            "(Triton's max_batch_size: 0) are not served here",
+        ) from error
     names = ["output"] if len(outputs) == 1 else [f"output{k}" for k in range(len(outputs))]
     for name, output in zip(names, outputs, strict=True):
         if output.ndim == 0 or output.shape[0] != 2:
             raise SpecError(
                 f"--python {source.python}",
-                f"the model has no batch axis: for a batch of 2 its {name} has shape {list(output.shape)}; "
-                "a batching model answers each row (first axis = the batch). Return one row per input row; "
-                "models without a batch axis (Triton's max_batch_size: 0) are not served here",
+                f"the model has no batch axis: for a batch of 2 from {sample} its {name} has shape "
+                f"{list(output.shape)}. The model side: a batching model answers each row (first axis = the "
+                "batch); return one row per input row. Models without a batch axis (Triton's "
+                "max_batch_size: 0) are not served here",
             )
         if output.ndim == 1:
             raise SpecError(
@@ -119,6 +170,16 @@ def _python_tensors(
     out = tuple(TensorSpec(n, DTYPE_NAMES[o.dtype], o.shape[1:]) for n, o in zip(names, outputs, strict=True))
     inputs, out = _at_precision(inputs, precision), _at_precision(out, precision)
     return {"inputs": inputs, "outputs": out, "sample": sample, "options": options}
+
+
+def _ranged(inputs: tuple[TensorSpec, ...], ranges: dict[str, tuple[int, int]]) -> tuple[TensorSpec, ...]:
+    """``inputs`` with the ``--range`` of each integer input named (a sampler draws the ids; served
+    requests outside the range get HTTP 400)."""
+    integers = [t.name for t in inputs if t.dtype in INTEGER_DTYPES]
+    unknown = sorted(set(ranges) - set(integers))
+    if unknown:
+        raise SpecError("--range", f"{unknown[0]!r} is not an integer input (integer inputs: {integers})")
+    return tuple(dataclasses.replace(t, range=ranges[t.name]) if t.name in ranges else t for t in inputs)
 
 
 def _at_precision(tensors: tuple[TensorSpec, ...], precision: str) -> tuple[TensorSpec, ...]:
@@ -141,12 +202,16 @@ def init_entry(
     sample: str | None = None,
     path: str | None = None,
     options: dict[str, Any] | None = None,
+    ranges: dict[str, tuple[int, int]] | None = None,
 ) -> ModelSpec:
     """The ``ModelSpec`` for the artifact at ``location`` (``kind``: onnx, torch_export, huggingface,
     python), checked like any spec entry."""
+    if ranges and kind == "huggingface":
+        raise SpecError("--range", "a Hugging Face model's ids are its vocabulary's; init reads them")
     if kind == "python":
         source: Any = PythonSource(location, path)
         fields = _python_tensors(source.resolved(Path.cwd()), sample, options or {}, max_length, precision)
+        fields["inputs"] = _ranged(fields["inputs"], ranges or {})
         default_name = location.partition(":")[2]
     elif kind == "huggingface":
         source = HuggingFaceSource(location)
@@ -154,7 +219,7 @@ def init_entry(
         default_name = Path(location).name
     else:
         source = OnnxSource(location) if kind == "onnx" else TorchExportSource(location)
-        fields = _artifact_tensors(kind, location, precision, max_length)
+        fields = _artifact_tensors(kind, location, precision, max_length, ranges or {})
         default_name = Path(location).stem
     return ModelSpec(
         name=_name(name or default_name), source=source, max_batch_size=max_batch_size, precision=precision,
@@ -175,9 +240,13 @@ def machine_hint(cores: int) -> str:
     )
 
 
-def entry_yaml(spec: ModelSpec, cores: int | None = None) -> str:
+def entry_yaml(spec: ModelSpec, cores: int | None = None, notes: Sequence[str] = ()) -> str:
     """The entry as YAML under ``models:``, ready to paste (defaults left out), with what the machine's
-    ``cores`` (default: this process's usable cores) allow beyond the defaults."""
+    ``cores`` (default: this process's usable cores) allow beyond the defaults, and ``notes`` (what
+    init found and changed, e.g. ``exporters.init_shapes``) as comments."""
     text = yaml.safe_dump({"models": [to_data(spec)]}, sort_keys=False, default_flow_style=None, width=110)
     header = "# from `python -m exporters init`; paths are relative to the folder of the spec file\n"
-    return header + machine_hint(usable_cores() if cores is None else cores) + text
+    comments = "".join(
+        "".join(f"# {line}\n" for line in textwrap.wrap(note, 100, break_on_hyphens=False)) for note in notes
+    )
+    return header + comments + machine_hint(usable_cores() if cores is None else cores) + text

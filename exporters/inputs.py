@@ -15,9 +15,9 @@ from typing import Any
 import numpy as np
 
 from exporters.errors import SpecError
-from exporters.spec import ModelSpec
+from exporters.spec import ModelSpec, Spec
 from exporters.spec_sections import VARIABLE, TensorSpec
-from exporters.user_code import call_sampler, import_object
+from exporters.user_code import call_sampler, check_sampler_signature, import_object
 from exporters.zoo import ZOO
 from python_backend.dtypes import DTYPES
 
@@ -38,6 +38,18 @@ def _from_spec(tensor: TensorSpec, batch: int, length: int, rng: np.random.Gener
         low, high = tensor.range if tensor.range is not None else (0, 1)
         return rng.integers(low, high, shape, dtype=DTYPES[tensor.dtype].numpy_dtype())
     return rng.standard_normal(shape, dtype=np.float32)
+
+
+def check_samplers(spec: Spec) -> None:
+    """Every ``sample:`` and ``calibration:`` function of ``spec``'s models imports and takes
+    ``(batch, rng)``: what ``exporters validate`` can check without an artifact or a call."""
+    for model in spec.models:
+        for key in ("sample", "calibration"):
+            location = getattr(model, key)
+            if location:
+                field = f"{model.name}.{key}"
+                function = import_object(location, getattr(model.source, "path", None), field)
+                check_sampler_signature(function, location, field)
 
 
 def _from_function(

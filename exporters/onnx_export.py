@@ -28,6 +28,7 @@ from exporters.file_hash import file_matches, file_sha256
 from exporters.inputs import calibration_inputs
 from exporters.int8 import to_int8
 from exporters.onnx_files import OPSET, check_external_data
+from exporters.ort_failures import run_or_explain
 from exporters.parity import ParityReport, compare_outputs
 from exporters.records import read_record, write_record
 from exporters.sources.base import LoadedSource
@@ -108,7 +109,8 @@ def run_onnx(path: Path, spec: ModelSpec, inputs: list[np.ndarray]) -> list[np.n
                 f"{spec.name}: the backend would refuse these inputs ({error}): the ONNX file gives these "
                 "axes one name, so they must be equal; make max_shape and lengths agree, or rename the axes"
             ) from error
-        outputs = session.run(names, feed)
+        what = "the warm-up, at max_shape" if feed is not feeds[-1] else "inputs drawn as the spec says"
+        outputs = run_or_explain(session, names, feed, spec.name, what)
     return outputs
 
 

@@ -31,24 +31,31 @@ def import_object(reference: str, path: str | None, field: str) -> Any:
         raise SpecError(field, f"module {module_name!r} has no {name!r}") from error
 
 
+def check_sampler_signature(function: Any, reference: str, field: str) -> None:
+    """A ``SpecError`` naming ``field`` unless ``function`` can be called as ``function(batch, rng)``
+    (``exporters validate`` checks it without calling it)."""
+    name = reference.partition(":")[2]
+    if not callable(function):
+        raise SpecError(field, f"{reference} is not a function; define def {name}(batch, rng)")
+    try:
+        signature = inspect.signature(function)
+    except (TypeError, ValueError):  # a builtin without a signature: only a call can tell
+        return
+    try:
+        signature.bind(2, None)
+    except TypeError as error:
+        raise SpecError(
+            field,
+            f"{reference}({', '.join(signature.parameters)}) cannot be called as {name}(batch, rng) "
+            f"({error}); define it as "
+            f"def {name}(batch: int, rng: numpy.random.Generator) returning arrays by input name",
+        ) from error
+
+
 def call_sampler(function: Any, reference: str, field: str, batch: int, rng: Any) -> Any:
     """``function(batch, rng)``, as ``sample:`` and ``calibration:`` functions are called; a function
     that does not take those two arguments, or raises, is a ``SpecError`` naming ``field`` in one line."""
-    try:
-        signature = inspect.signature(function)
-    except (TypeError, ValueError):  # not callable, or a builtin without a signature: the call says
-        signature = None
-    if signature is not None:
-        try:
-            signature.bind(batch, rng)
-        except TypeError as error:
-            name = reference.partition(":")[2]
-            raise SpecError(
-                field,
-                f"{reference}({', '.join(signature.parameters)}) cannot be called as {name}(batch, rng) "
-                f"({error}); define it as "
-                f"def {name}(batch: int, rng: numpy.random.Generator) returning arrays by input name",
-            ) from error
+    check_sampler_signature(function, reference, field)
     try:
         return function(batch, rng)
     except Exception as error:  # the user's function may raise anything

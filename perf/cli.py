@@ -210,11 +210,13 @@ def print_report(report: StudyReport) -> None:
 
 
 def print_goals(goals: list[Goal], title: str = "goals") -> None:
+    """The goals' verdicts, with the model each judged where a study judges several."""
+    per_model = any(g.model for g in goals)
     table = Table(title=title)
-    for column in ("goal", "measured", "verdict"):
+    for column in ("model",) * per_model + ("goal", "measured", "verdict"):
         table.add_column(column)
     for g in goals:
-        table.add_row(g.name, g.measured, g.verdict)
+        table.add_row(*(g.model,) * per_model, g.name, g.measured, g.verdict)
     console.print(table)
 
 

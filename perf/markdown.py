@@ -3,23 +3,45 @@
 from __future__ import annotations
 
 import json
-import math
 from collections.abc import Sequence
 from dataclasses import asdict, is_dataclass
 from pathlib import Path
 from typing import Any
 
+from perf.unmeasured import unmeasured_text, why_unmeasured
 
-def number(value: float, digits: int = 1) -> str:
-    if value is None or (isinstance(value, float) and math.isnan(value)):
-        return "–"
+
+def number(value: float | None, digits: int = 1, signed: bool = False, unit: str = "") -> str:
+    """A figure as the reports print it, followed by ``unit``; "could not be measured: <why>" (no unit)
+    for NaN, infinity, an ``Unmeasured`` value, and a negative one unless ``signed``
+    (``perf.unmeasured``)."""
+    why = why_unmeasured(value, signed)
+    if why is not None:
+        return unmeasured_text(why)
     if abs(value) >= 1000:
-        return f"{value:,.0f}"
-    return f"{value:.{digits}f}"
+        return f"{value:,.0f}{unit}"
+    return f"{value:.{digits}f}{unit}"
 
 
-def ratio(value: float) -> str:
-    return "–" if value is None or math.isnan(value) else f"{value:.2f}×"
+def ratio(value: float | None, signed: bool = False) -> str:
+    """``value`` as ``1.23×``; not a figure as ``number`` says."""
+    why = why_unmeasured(value, signed)
+    return unmeasured_text(why) if why is not None else f"{value:.2f}×"
+
+
+def percent(value: float | None) -> str:
+    """A change or an error in percent, signed (``+12%``); NaN and infinity as ``number`` says."""
+    why = why_unmeasured(value, signed=True)
+    return unmeasured_text(why) if why is not None else f"{value:+.0f}%"
+
+
+def fit_text(fit: Any, digits: int = 3) -> str:
+    """``T = …, Δt = …, R² = …`` of a ``perf.model.latency.LatencyFit``; a term below zero is no
+    figure, and the report says so (``LatencyFit.flaw`` says why)."""
+    return (
+        f"T = {number(fit.t_ms, digits, unit=' ms')}, Δt = {number(fit.dt_ms, digits + 1, unit=' ms')}, "
+        f"R² = {number(fit.r2, 3)}"
+    )
 
 
 def table(header: Sequence[str], rows: Sequence[Sequence[object]]) -> str:

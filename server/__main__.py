@@ -36,6 +36,7 @@ from server.launcher import ServerError, TritonServer, remove_shm_regions
 from server.records import read_record, write_record
 from server.stubs import kill_stray_stubs
 from server.supervisor import Supervisor, record_lines
+from server.warmup_record import warmup_snapshot
 from server.watchdog import event_lines
 
 STATE = Path(".run/server.json")
@@ -134,6 +135,7 @@ def _server_argv(args: argparse.Namespace) -> list[str]:
         "--http-front" if args.http_front else "--no-http-front",
         "--grpc-front" if args.grpc_front else "--no-grpc-front",
         f"--startup-timeout={args.startup_timeout}",
+        *([f"--spec={args.spec}"] if args.spec else []),
     ]
 
 
@@ -209,6 +211,7 @@ def _record_state(server: TritonServer, args: argparse.Namespace) -> None:
         "metrics": server.metrics_url,
         "log": str(server.log_path),
         "repository": str(Path(args.repository).resolve()),
+        "spec": str(Path(args.spec).resolve()) if args.spec else None,  # `client infer`'s default
         "shm_prefix": server.shm_prefix,
         "model_control_mode": args.model_control_mode,
         "supervisor_pid": os.getpid(),
@@ -217,6 +220,8 @@ def _record_state(server: TritonServer, args: argparse.Namespace) -> None:
         "grpc_front_pid": server.grpc_front.pid if server.grpc_front is not None else None,
         "watchdog_events": str(EVENTS.resolve()),
         "supervisor_record": str(SUPERVISOR.resolve()),
+        # what the server ran itself at load, before any client: `client stats` subtracts it
+        "warmup": warmup_snapshot(server.triton_http_url),
     }
     write_record(STATE, state)
 
@@ -411,6 +416,9 @@ def _add_start_arguments(parser: argparse.ArgumentParser) -> None:
         "(default; message size and shape checks)",
     )
     parser.add_argument("--startup-timeout", type=float, default=180.0, help="seconds to wait for ready")
+    parser.add_argument(
+        "--spec", type=Path, help="the spec the repository was built from (read by `client infer`)"
+    )
 
 
 def main(argv: list[str] | None = None) -> int:

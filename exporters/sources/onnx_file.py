@@ -21,6 +21,7 @@ from google.protobuf.message import DecodeError
 from exporters.errors import ExportCheckError, SpecError
 from exporters.fp16 import to_fp16
 from exporters.onnx_files import check_external_data
+from exporters.ort_failures import run_or_explain
 from exporters.sources.base import LoadedSource
 from exporters.spec import ModelSpec, OnnxSource
 from exporters.spec_sections import VARIABLE, TensorSpec
@@ -164,8 +165,10 @@ class OnnxFileSource(LoadedSource):
         self.model = load_checked(self.path, self.field)
         graph_inputs, _ = graph_tensors(self.model, self.field)
         self.float_inputs = {t.name for t in graph_inputs if t.dtype in ("fp32", "fp16")}
+        options = ort.SessionOptions()
+        options.log_severity_level = 4  # a shape it refuses is explained by run_or_explain, not logged raw
         self.session = ort.InferenceSession(
-            self.model.SerializeToString(), providers=["CPUExecutionProvider"]
+            self.model.SerializeToString(), options, providers=["CPUExecutionProvider"]
         )
 
     def check_signature(self) -> None:
@@ -176,7 +179,9 @@ class OnnxFileSource(LoadedSource):
 
     def reference(self, inputs: list[np.ndarray]) -> list[np.ndarray]:
         feeds = {t.name: widen(a) for t, a in zip(self.spec.inputs, inputs, strict=True)}
-        return [widen(o) for o in self.session.run([t.name for t in self.spec.outputs], feeds)]
+        names = [t.name for t in self.spec.outputs]
+        outputs = run_or_explain(self.session, names, feeds, self.spec.name, "your ONNX file")
+        return [widen(o) for o in outputs]
 
     def fold_identity(self, digest: Any) -> None:
         digest.update(self.model.SerializeToString())

@@ -9,6 +9,7 @@ when the input indexes an embedding table, else an error asking for ``range:``).
 from __future__ import annotations
 
 import math
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
@@ -18,9 +19,19 @@ from exporters.spec_sections import INTEGER_DTYPES, VARIABLE, TensorSpec, served
 
 
 def to_tensor_specs(
-    found: list[Any], kind: str, precision: str, where: str, max_length: int | None = None
-) -> tuple[TensorSpec, ...]:
-    """``GraphTensor``/``ProgramTensor``s as spec tensors (floats in ``precision``)."""
+    found: list[Any], kind: str, precision: str, where: str, max_length: int | None = None,
+    ranges: Mapping[str, tuple[int, int]] | None = None,
+) -> tuple[TensorSpec, ...]:  # fmt: skip
+    """``GraphTensor``/``ProgramTensor``s as spec tensors (floats in ``precision``); ``ranges``: the
+    valid ids of integer inputs by name (``exporters init --range``), over what the artifact shows."""
+    ranges = ranges or {}
+    if kind == "inputs":
+        integers = [item.name for item in found if item.dtype in INTEGER_DTYPES]
+        unknown = sorted(set(ranges) - set(integers))
+        if unknown:
+            raise SpecError(
+                "--range", f"{unknown[0]!r} is not an integer input of {where} (integer inputs: {integers})"
+            )
     tensors = []
     for item in found:
         bounds = tuple(getattr(item, "bounds", item.dims))
@@ -37,12 +48,13 @@ def to_tensor_specs(
                 (b if b != VARIABLE and math.isfinite(b) else max_length) if d == VARIABLE else d
                 for d, b in zip(item.dims, bounds, strict=True)
             )
-        id_range = item.range if kind == "inputs" else None
+        id_range = (ranges.get(item.name) or item.range) if kind == "inputs" else None
         if kind == "inputs" and item.dtype in INTEGER_DTYPES and id_range is None:
             raise SpecError(
                 where,
                 f"integer input {item.name!r} does not index an embedding table, so its valid ids are "
-                "unknown; list the inputs in the spec with range: [lo, hi)",
+                f"unknown; give them: exporters init --range {item.name}=LO:HI (ids LO to HI-1), or list "
+                "the inputs in the spec with range: [lo, hi)",
             )
         dtype = served_float(precision) if item.dtype in ("fp32", "fp16") else item.dtype
         try:

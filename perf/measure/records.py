@@ -33,7 +33,8 @@ class Record:
     arrivals: tuple[float, ...] = field(default_factory=tuple)
     label: str = ""  # which measurement point (mode, load) produced it
     # A model with a variable axis (``perf.measure.shapes``): the request's true length and the length it was
-    # sent at (a bucket's, when padded); 0 for fixed shapes.
+    # sent at (a bucket's, when padded); 0 for fixed shapes. A request collecting several arrivals (static
+    # batching) is sent at the longest of their lengths: ``length`` is then their mean, rounded.
     length: int = 0
     sent_length: int = 0
 

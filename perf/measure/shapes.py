@@ -12,8 +12,10 @@ Buckets (``buckets:`` in the spec, or candidates at quantiles of the mix) pad ea
 smallest bucket length that fits, as the text service does with its token buckets: fewer shapes,
 larger batches, at the price of computing the padding. ``padding_cost`` measures that price as raw
 compute (the same ONNX file in-process) at the padded over the true lengths. Padding repeats the last
-position of each variable axis, which keeps every value valid for the input (ids stay in their range);
-the model sees it, so buckets suit models that mask or ignore what follows a sequence.
+position of each variable axis, which keeps every value valid for the input (ids stay in their range),
+and pads a mask input (an integer input named ``*mask*``) with zeros; the model sees the padding, so
+buckets are offered only where padding leaves its answer within the spec's tolerance
+(``perf.measure.padding_check``).
 """
 
 from __future__ import annotations
@@ -28,7 +30,7 @@ import numpy as np
 
 from exporters.inputs import draw_inputs
 from exporters.spec import ModelSpec
-from exporters.spec_sections import VARIABLE
+from exporters.spec_sections import INTEGER_DTYPES, VARIABLE, TensorSpec
 from perf.measure.records import Record
 
 log = logging.getLogger(__name__)
@@ -146,9 +148,15 @@ def padded_share(mix: ShapeMix, buckets: Sequence[int], bound: int) -> float:
     return 1.0 - mix.mean / sent if sent else 0.0
 
 
+def is_mask(tensor: TensorSpec) -> bool:
+    """An integer input named as a mask (``attention_mask``, ``mask``): padding it with zeros tells the
+    model which positions are padding."""
+    return tensor.dtype in INTEGER_DTYPES and "mask" in tensor.name.lower()
+
+
 def resized(spec: ModelSpec, arrays: dict[str, np.ndarray], length: int) -> dict[str, np.ndarray]:
-    """``arrays`` with every variable axis cropped or padded (by repeating its last position) to
-    ``length`` (at most that axis' bound)."""
+    """``arrays`` with every variable axis cropped or padded to ``length`` (at most that axis' bound):
+    padded by repeating its last position, a mask input (``is_mask``) by zeros."""
     out = {}
     for tensor in spec.inputs:
         array = arrays[tensor.name]
@@ -161,7 +169,7 @@ def resized(spec: ModelSpec, arrays: dict[str, np.ndarray], length: int) -> dict
             elif target > current:
                 widths = [(0, 0)] * array.ndim
                 widths[axis + 1] = (0, target - current)
-                array = np.pad(array, widths, mode="edge")
+                array = np.pad(array, widths, mode="constant" if is_mask(tensor) else "edge")
         out[tensor.name] = np.ascontiguousarray(array)
     return out
 

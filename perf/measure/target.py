@@ -196,11 +196,17 @@ class Caller:
 
     def _shaped_inputs(self, batch: int) -> tuple[list[Any], int, int, int]:
         """With ``target.shapes``: the next request's ``InferInput``s (built once per sent length and
-        batch size), its payload bytes, true length and sent length."""
+        batch size), its payload bytes, true length and sent length. A request that collects several
+        arrivals (static batching) takes the next ``batch`` lengths of the traffic, as they arrive, and
+        is sent padded to the longest of them (to its bucket, with buckets); its true length is then
+        their mean, rounded."""
         plan = self.target.shapes
         assert plan is not None
-        length, sent = plan.requests[self._next_shape % len(plan.requests)]
-        self._next_shape += 1
+        count = batch if self.target.collect > 1 else 1
+        pairs = [plan.requests[(self._next_shape + k) % len(plan.requests)] for k in range(count)]
+        self._next_shape += count
+        length = round(sum(n for n, _ in pairs) / count)
+        sent = max(s for _, s in pairs)
         key = (sent, batch)
         if key not in self._shaped:
             tensors, nbytes = [], 0

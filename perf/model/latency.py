@@ -23,6 +23,20 @@ class LatencyFit:
     r2: float
     points: dict[int, float]  # batch size -> measured ms (what was fitted)
 
+    @property
+    def flaw(self) -> str | None:
+        """Why this fit is not a cost model (None: it is): a least-squares T or Δt below zero, which no
+        batch costs. Its T or Δt is then reported as not measured (``perf.markdown``), and nothing is
+        predicted from it."""
+        if self.t_ms < 0:
+            return (
+                "the fit's T (a batch of one) came out negative: the times per batch size do not extend "
+                "to batch 1 as T + (N−1)·Δt"
+            )
+        if self.dt_ms < 0:
+            return "the fit's Δt came out negative: the time per batch fell as batches grew (noise)"
+        return None
+
     def batch_ms(self, batch: float) -> float:
         return self.t_ms + (batch - 1) * self.dt_ms
 

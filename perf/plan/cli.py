@@ -157,8 +157,9 @@ def command_plan(args: argparse.Namespace, console) -> int:
             chosen, measured_rate = settle(chosen, verification)
         except NothingMeetsError as verdict:
             saved = plan_document(
-                chosen, (), verification, time.perf_counter() - started, verdict=verdict.verdict
-            )
+                chosen, (), verification, time.perf_counter() - started, verdict=verdict.verdict,
+                asked=args.model,
+            )  # fmt: skip
             save_document(folder / "plan.json", saved)
             plot(chosen, folder / "p99_vs_rate.png")
             verdict.hint = f"no answer written; what was measured (not an answer): {render(folder, saved)}"
@@ -189,6 +190,7 @@ def command_plan(args: argparse.Namespace, console) -> int:
     saved = plan_document(
         chosen, flags, verification, time.perf_counter() - started,
         measured_rate=measured_rate, overlay_written=chosen.chosen.strategy.kind != "sharded", shapes=shapes,
+        asked=args.model,
     )  # fmt: skip
     save_document(folder / "plan.json", saved)
     plot(chosen, folder / "p99_vs_rate.png")

@@ -95,6 +95,7 @@ class PlanDocument:
     measured_rate: float | None  # the highest verified rate within the budget (None: unverified)
     overlay_written: bool  # overlay.yaml and spec.planned.yaml were written
     shapes: ShapesFigures | None  # None: fixed shapes, a split pick, or unverified
+    asked: str = ""  # MODEL= as given: ``model`` itself, or a pipeline of the spec that splits it
 
 
 def _device(index: int) -> str:
@@ -116,11 +117,11 @@ def strategy_figures(judged: Judged) -> StrategyFigures:
 def plan_document(
     plan: Plan, flags: Sequence[str], verification: Sequence[VerificationRow], seconds: float, *,
     verdict: str | None = None, measured_rate: float | None = None, overlay_written: bool = False,
-    shapes: ShapesFigures | None = None,
+    shapes: ShapesFigures | None = None, asked: str = "",
 ) -> PlanDocument:  # fmt: skip
     """The document of ``plan`` (its pick placed) with what the run measured: the verification, the
     verdict where nothing measured held the budget, the measured rate, whether the overlay was written
-    and the shapes section."""
+    and the shapes section; ``asked``: the name planned for as the user gave it (a pipeline's)."""
     chosen, topology = plan.chosen, plan.topology
     assert chosen.placement is not None
     gpus = tuple(
@@ -145,4 +146,5 @@ def plan_document(
         measured_rate=measured_rate,
         overlay_written=overlay_written,
         shapes=shapes,
+        asked=asked or plan.profile.model,
     )

@@ -72,10 +72,17 @@ def answer(saved: PlanDocument) -> list[str]:
     ]
 
 
+def title(saved: PlanDocument) -> str:
+    """The name planned for as ``MODEL=`` gave it; a pipeline's says which model it splits."""
+    if saved.asked and saved.asked != saved.model:
+        return f"{saved.asked} (a pipeline splitting {saved.model})"
+    return saved.model
+
+
 def render(folder: Path, saved: PlanDocument) -> Path:
     """``report.md`` from the plan's document alone (the one built, or ``plan.json`` read back)."""
     lines = [
-        f"# Plan: {saved.model}, p99 ≤ {saved.budget_ms:g} ms on {saved.topology.name}",
+        f"# Plan: {title(saved)}, p99 ≤ {saved.budget_ms:g} ms on {saved.topology.name}",
         "",
         *answer(saved),
         "",

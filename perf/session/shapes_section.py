@@ -6,7 +6,9 @@ Triton merges only equal shapes, so those requests batch poorly. Padding them to
 them batch again at the price of computing the padding. Here, on the pick's configuration at its operating
 rate (the same arrivals every run), each bucket candidate of ``perf.measure.shapes.bucket_candidates`` (no
 buckets, 2 and 4 lengths at quantiles of the traffic's lengths, and the spec's own ``buckets:``) is
-measured, with one run at a single length beside them for comparison. The choice: the candidate that meets
+measured, with one run at a single length beside them for comparison; a candidate whose padding changes the
+model's answer beyond the spec's tolerance (``perf.measure.padding_check``) is neither measured nor chosen,
+and the section says why. The choice: the candidate that meets
 the budget with the lowest p99 (at an equal offered rate, the served rates are equal), else the one that
 served the most. Each run's formed batches per length and each bucketed run's padding cost (raw compute at
 the padded over the true lengths) go into the section. These runs use our client whatever the tuner's
@@ -23,6 +25,7 @@ from perf.markdown import number, ratio, table
 from perf.measure.engine import OurEngine
 from perf.measure.loads import Load
 from perf.measure.measurement import Measurement
+from perf.measure.padding_check import offered_ways, refused_lines
 from perf.measure.shapes import (
     PADDING_BATCH,
     PaddingCost,
@@ -61,11 +64,12 @@ def choose(runs: list[BucketRun], budget_ms: float) -> BucketRun:
     return max(shaped, key=lambda run: run.measured.throughput)
 
 
-def bucket_runs(session: ModelSession, load: Load, step: Callable[[str], None]) -> list[BucketRun]:
-    """One run at a single length, then one per bucket candidate, all under ``load`` on the
+def bucket_runs(
+    session: ModelSession, load: Load, step: Callable[[str], None], ways: dict[str, tuple[int, ...]]
+) -> list[BucketRun]:
+    """One run at a single length, then one per bucket set of ``ways``, all under ``load`` on the
     configuration loaded now; the session is left sending as it did before."""
     mix = shape_mix(session.base, session.seed)
-    ways = bucket_ways(session.base, session.seed)
     before = (session.buckets, session.vary_shapes)
     timer = onnx_timer(session.model_file, session.base, PADDING_BATCH, session.seed)
     bound = axis_bound(session.base)
@@ -97,7 +101,11 @@ def shapes_section(
     if not has_variable_axis(session.base):
         return [], None
     session.prepare(config)
-    runs = bucket_runs(session, load, step or (lambda text: None))
+    mix = shape_mix(session.base, session.seed)
+    ways, refused = offered_ways(
+        bucket_ways(session.base, session.seed), session.model_file, session.base, mix, session.seed
+    )
+    runs = bucket_runs(session, load, step or (lambda text: None), ways)
     chosen = choose(runs, budget_ms)
     max_batch = session.current.max_batch_size if session.current else session.largest_batch
     header = ["sent", "buckets", "inf/s", "p99 ms", "mean batch (Triton)", "padding: compute ×",
@@ -126,7 +134,7 @@ def shapes_section(
     lines = [
         f"{HEADING}: {config}, {load.name}",
         "",
-        f"Request lengths: {shape_mix(session.base, session.seed).describe()}. The runs above measured "
+        f"Request lengths: {mix.describe()}. The runs above measured "
         "them as they come (Triton batches only equal shapes); here the same arrivals are sent at one "
         "length, at each length, and padded to bucket candidates. Choice: the lowest p99 that meets the "
         f"budget, else the most served: **{chosen.name}**: {advice}. Measured with our client (its records "
@@ -135,6 +143,7 @@ def shapes_section(
         table(header, rows),
         "",
         f"Padding cost: raw compute (onnxruntime, batch {PADDING_BATCH}), padded over true lengths.",
+        *("\n" + line for line in refused_lines(refused)),
     ]
     for run in runs:
         measured = run.measured

@@ -18,6 +18,7 @@ from perf.measure.raw import RawPoint
 from perf.model.latency import LatencyFit, fit_latency
 from perf.studies.study import FamilyResult, StudyResult
 from perf.studies.study_spec import MODES
+from perf.unmeasured import Unmeasured
 
 CLIENT_BOUND = 0.8  # a result within 80% of the harness ceiling is flagged client-bound
 MIN_EXECUTIONS = 5  # batch sizes seen fewer times are too noisy to fit
@@ -48,6 +49,10 @@ class Row:
     ratios: dict[str, float]
     send_lag_p99_ms: float = float("nan")  # how late the client sent, after the last sample arrived
     outside_server_ms: float = float("nan")  # mean latency not spent in the server's queue or compute
+    # A variable-length model: the share of the positions computed that are padding, and positions
+    # computed per position the requests hold (static batching pads each batch to its longest).
+    padded_share: float = float("nan")
+    padded_compute: float = float("nan")
 
 
 def ceiling_rps(result: StudyResult, in_flight: int | None) -> float:
@@ -70,9 +75,11 @@ def row(result: StudyResult, mode: str, measurement: Measurement) -> Row:
     collect = MODES[mode].collect if mode in MODES else 1
     in_flight = max(1, measurement.load.concurrency // collect) if measurement.load.kind == "closed" else None
     seconds = server.seconds if server and server.seconds else 1.0
+    p50, p90, p99 = latency_figures(measurement)
+    padded_share, padded_compute = padding(measurement) or (float("nan"), float("nan"))
     return Row(
         mode=mode, load=measurement.load.name, throughput=summary.throughput, requests_per_s=rps,
-        p50_ms=summary.p50_ms, p90_ms=summary.p90_ms, p99_ms=summary.p99_ms, mean_batch=stats.mean_batch,
+        p50_ms=p50, p90_ms=p90, p99_ms=p99, mean_batch=stats.mean_batch,
         sent=measurement.attempts, failed=sum(not r.ok for r in measurement.records),
         stable=measurement.stable, queue_ms=stats.queue_ms_per_request,
         compute_ms=stats.compute_ms_per_request,
@@ -83,18 +90,35 @@ def row(result: StudyResult, mode: str, measurement: Measurement) -> Row:
         send_lag_p99_ms=send_lag_p99_ms(measurement),
         outside_server_ms=outside_server_ms(
             summary.mean_ms, stats.queue_ms_per_request, stats.compute_ms_per_request
-        ) if collect == 1 and server else float("nan"),
+        ) if collect == 1 and server else Unmeasured(
+            "a static batch waits in the client for its arrivals" if server else "no server statistics"
+        ),
+        padded_share=padded_share, padded_compute=padded_compute,
     )  # fmt: skip
 
 
+def latency_figures(measurement: Measurement) -> tuple[float, float, float]:
+    """p50, p90, p99 of ``measurement``; ``Unmeasured`` (with what happened) where no request was
+    answered in its measured windows."""
+    summary = measurement.summary()
+    if summary.succeeded:
+        return summary.p50_ms, summary.p90_ms, summary.p99_ms
+    failed = sum(not r.ok for r in measurement.records)
+    sent = measurement.attempts
+    why = Unmeasured(f"no request answered ({failed} of {sent} failed)" if sent else "no request was sent")
+    return why, why, why
+
+
 def outside_server_ms(client_mean_ms: float, queue_ms: float, compute_ms: float) -> float:
-    """The client's mean latency not spent in the server's queue or compute; NaN (shown "–") where
+    """The client's mean latency not spent in the server's queue or compute; ``Unmeasured`` where
     the server's share exceeds the client's whole mean. The two have different time bases: the
     client's mean covers the answers of its measured windows, the server's per-request figures its
     statistics between two snapshots (and the Python backend counts error responses as successes), so
     a negative difference says the bases disagree, not that time ran backwards."""
     outside = client_mean_ms - queue_ms - compute_ms
-    return outside if outside >= 0 else float("nan")
+    if outside >= 0:
+        return outside
+    return Unmeasured("the server's queue and compute exceed the client's mean (different spans)")
 
 
 def send_lag_p99_ms(measurement: Measurement) -> float:
@@ -136,6 +160,17 @@ def closed_loop_rows(result: StudyResult, family: FamilyResult, concurrency: int
         if measurement is not None:
             rows.append(row(result, mode, measurement))
     return with_ratios(rows)
+
+
+def padding(measurement: Measurement) -> tuple[float, float] | None:
+    """(padded share, positions computed per position needed) of the requests ``measurement`` sent,
+    from their true and sent lengths (a static batch: padded to its longest); None for fixed shapes."""
+    sized = [r for r in measurement.measured_records() if r.ok and r.sent_length]
+    sent = sum(r.batch * r.sent_length for r in sized)
+    needed = sum(r.batch * r.length for r in sized)
+    if not sent or not needed:
+        return None
+    return 1 - needed / sent, sent / needed
 
 
 # --- latency model ---------------------------------------------------------------------------------
@@ -256,17 +291,27 @@ def efficiencies(family: FamilyResult, concurrency: int) -> list[Efficiency]:
             continue
         stats = measurement.server.stats
         batch = stats.mean_batch or 1.0
-        raw_busy = sum(raw_fit.batch_ms(size) * b.executions for size, b in stats.batches.items())
-        served_busy = sum(b.compute_ns / 1e6 for b in stats.batches.values())
         out.append(
             Efficiency(
                 mode,
                 batch,
                 measurement.summary().throughput,
                 raw_throughput_at(raw, batch),
-                raw_busy / served_busy if served_busy else float("nan"),
+                compute_ratio(raw_fit, stats),
                 measurement.server.server_cpu_s_per_1000,
                 raw_cpu_at(raw, batch),
             )
         )
     return out
+
+
+def compute_ratio(raw_fit: LatencyFit | None, stats: ModelStats) -> float:
+    """Raw onnxruntime's time for the batches the server ran (from the raw fit) over the server's
+    compute time for them; ``Unmeasured`` where either side has nothing to give."""
+    served_busy = sum(b.compute_ns / 1e6 for b in stats.batches.values())
+    if not served_busy:
+        return Unmeasured("the server reported no compute time in these windows")
+    if raw_fit is None or raw_fit.flaw:
+        return Unmeasured(f"raw onnxruntime: {raw_fit.flaw if raw_fit else 'fewer than two batch sizes'}")
+    raw_busy = sum(raw_fit.batch_ms(size) * b.executions for size, b in stats.batches.items())
+    return raw_busy / served_busy

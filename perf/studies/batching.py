@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import math
 
+from perf.markdown import number, ratio
 from perf.studies import analysis
 from perf.studies.batching_goals import all_goals
 from perf.studies.framework import StudyContext, StudyReport, SummaryTable
@@ -48,9 +49,9 @@ def summary_tables(result: StudyResult) -> tuple[SummaryTable, ...]:
     for name, family in result.families.items():
         load = family.open_load.name if family.open_load else ""
         rows = tuple(
-            (MODES[r.mode].title, f"{r.throughput:.0f}", f"{r.p50_ms:.1f}", f"{r.p90_ms:.1f}",
-             f"{r.p99_ms:.1f}", f"{r.mean_batch:.1f}", f"{r.failed}/{r.sent}",
-             f"{r.ratios.get('throughput', math.nan):.2f}", f"{r.ratios.get('p99_ms', math.nan):.2f}")
+            (MODES[r.mode].title, number(r.throughput, 0), number(r.p50_ms), number(r.p90_ms),
+             number(r.p99_ms), number(r.mean_batch), f"{r.failed}/{r.sent}",
+             ratio(r.ratios.get("throughput", math.nan)), ratio(r.ratios.get("p99_ms", math.nan)))
             for r in analysis.open_loop_rows(result, family)
         )  # fmt: skip
         tables.append(

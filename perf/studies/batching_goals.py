@@ -8,10 +8,14 @@ compute time per batch well above raw onnxruntime's at the same batch size).
 
 from __future__ import annotations
 
+import dataclasses
+
+from perf.markdown import fit_text, number, percent, ratio
 from perf.studies import analysis
 from perf.studies.goals import GOALS, Goal
 from perf.studies.study import FamilyResult, StudyResult
 from perf.studies.study_spec import MODES
+from perf.unmeasured import why_unmeasured
 
 GOAL_FAMILY = "recommender"
 OVERHEAD_NOTE = (
@@ -26,6 +30,11 @@ SLOW_BACKEND = 0.9  # raw / server compute time below this: the Python backend's
 LATE_MS = 1.0  # client lateness or time outside the server above this many ms is worth naming
 
 
+def slow_backend(compute_ratio: float) -> bool:
+    """Raw over served compute time measured, and low enough to name the Python backend as a limit."""
+    return why_unmeasured(compute_ratio) is None and 0 < compute_ratio < SLOW_BACKEND
+
+
 def limits_of(row: analysis.Row, efficiency: analysis.Efficiency | None = None) -> str:
     notes = []
     if row.client_bound:
@@ -38,9 +47,9 @@ def limits_of(row: analysis.Row, efficiency: analysis.Efficiency | None = None) 
         notes.append(
             f"cores: server {row.server_cores:.2f} + client {row.client_cores:.2f} of {analysis.CORES} busy"
         )
-    if efficiency is not None and efficiency.compute_ratio < SLOW_BACKEND:
+    if efficiency is not None and slow_backend(efficiency.compute_ratio):
         notes.append(
-            f"Python-backend execution: server compute is {1 / efficiency.compute_ratio:.2f}× raw "
+            f"Python-backend execution: server compute is {ratio(1 / efficiency.compute_ratio)} raw "
             f"onnxruntime's at the same batch sizes (IPC, concatenation, thread contention)"
         )
     if row.send_lag_p99_ms > LATE_MS:
@@ -65,7 +74,7 @@ def dynamic_vs_none(result: StudyResult, family: FamilyResult) -> Goal:
         return Goal("dynamic vs none", target, "not measured", None)
     best = max(dynamic, key=lambda r: (bool(p99.met(r.ratios["p99_ms"])), r.ratios["throughput"]))
     text = ", ".join(
-        f"{r.mode}: {r.ratios['throughput']:.2f}× QPS, p99 {r.ratios['p99_ms']:.2f}×" for r in dynamic
+        f"{r.mode}: {ratio(r.ratios['throughput'])} QPS, p99 {ratio(r.ratios['p99_ms'])}" for r in dynamic
     )
     met = bool(qps.met(best.ratios["throughput"])) and bool(p99.met(best.ratios["p99_ms"]))
     effs = {e.mode: e for e in analysis.efficiencies(family, concurrency)}
@@ -83,7 +92,7 @@ def served_vs_raw(result: StudyResult, family: FamilyResult) -> Goal:
     ]
     if not effs:
         return Goal(goal.name, goal.target(), "not measured", None)
-    text = ", ".join(f"{e.mode} (batch {e.mean_batch:.1f}): {e.ratio:.2f}×" for e in effs)
+    text = ", ".join(f"{e.mode} (batch {number(e.mean_batch)}): {ratio(e.ratio)}" for e in effs)
     best = max(effs, key=lambda e: e.ratio)
     met = goal.met(best.ratio)
     limits = ""
@@ -112,14 +121,17 @@ def latency_model(result: StudyResult, family: FamilyResult) -> list[Goal]:
     fit = analysis.fit_served(family)
     if fit is None:
         return [Goal(fit_goal.name, fit_goal.target(), "too few batch sizes formed", None)]
-    measured = f"R² = {fit.r2:.3f} (T = {fit.t_ms:.2f} ms, Δt = {fit.dt_ms:.3f} ms, {len(fit.points)} sizes)"
+    measured = f"{fit_text(fit)} ({len(fit.points)} sizes)"
+    if fit.flaw:  # a fit no batch follows: not a model, however well it matches the points
+        return [Goal(fit_goal.name, fit_goal.target(), measured, False, fit.flaw)]
     met = fit_goal.met(fit.r2)
     scatter = "" if met else "compute times per batch size scatter (shared cores)"
     goals = [Goal(fit_goal.name, fit_goal.target(), measured, met, scatter)]
     checks = analysis.gain_checks(family, fit, result.profile.goal_concurrency)
     if checks:
         text = ", ".join(
-            f"{c.mode}: predicted {c.predicted:.2f}× vs measured {c.measured:.2f}× ({c.error_pct:+.0f}%)"
+            f"{c.mode}: predicted {ratio(c.predicted)} vs measured {ratio(c.measured)} "
+            f"({percent(c.error_pct)})"
             for c in checks
         )
         met = all(gain_goal.met(abs(c.error_pct)) for c in checks)
@@ -142,7 +154,7 @@ def poisson_bound(result: StudyResult, family: FamilyResult) -> Goal:
         p99 = rows[mode].p99_ms
         ok = goal.met(p99 - waited)
         met &= ok
-        parts.append(f"{mode}: p99 {p99:.1f} ms vs bound {bound:.1f} ms")
+        parts.append(f"{mode}: p99 {number(p99)} ms vs bound {number(bound)} ms")
         if not ok:
             note = f"{mode} over by {p99 - bound:.1f} ms: " + limits_of(rows[mode])
             if rows[mode].queue_ms > delay:
@@ -166,22 +178,22 @@ RECOMMENDER_ONLY_NOTE = (
 
 
 def for_model(goal: Goal, model: str) -> Goal:
-    """``goal`` as it applies to ``model``: a goal whose threshold was written for the recommender
-    (``dynamic vs none``'s 4×) reads "n/a" with the measured figures kept, for any other model; a
-    compute-bound model would read MISSED however well it is served."""
+    """``goal`` as it applies to ``model``, named with it: a goal whose threshold was written for the
+    recommender (``dynamic vs none``'s 4×) reads "n/a" with the measured figures kept, for any other
+    model; a compute-bound model would read MISSED however well it is served."""
     if model == GOAL_FAMILY or goal.name != "dynamic vs none":
-        return goal
+        return dataclasses.replace(goal, model=model)
     note = RECOMMENDER_ONLY_NOTE.format(limit=GOALS["dynamic QPS"].target(), model=model)
-    return Goal(goal.name, goal.target, goal.measured, None, note)
+    return Goal(goal.name, goal.target, goal.measured, None, note, model)
 
 
 def all_goals(result: StudyResult) -> list[Goal]:
-    model = GOAL_FAMILY if GOAL_FAMILY in result.families else next(iter(result.families), None)
-    if model is None:
-        return []
-    family = result.families[model]
-    goals = [
-        dynamic_vs_none(result, family), served_vs_raw(result, family),
-        *latency_model(result, family), poisson_bound(result, family),
-    ]  # fmt: skip
-    return [for_model(goal, model) for goal in goals]
+    """Every model's goals, model by model in the order they were measured (``MODELS=a,b``)."""
+    goals = []
+    for model, family in result.families.items():
+        judged = [
+            dynamic_vs_none(result, family), served_vs_raw(result, family),
+            *latency_model(result, family), poisson_bound(result, family),
+        ]  # fmt: skip
+        goals += [for_model(goal, model) for goal in judged]
+    return goals

@@ -25,6 +25,7 @@ class Goal:
     measured: str
     met: bool | None  # None: not measured in this run
     limits: str = ""
+    model: str = ""  # the model it judged, where a study judges each of several ("": the whole run)
 
     @property
     def verdict(self) -> str:
@@ -96,8 +97,10 @@ GOALS: dict[str, GoalSpec] = {
 
 
 def goals_table(goals: Sequence[Goal]) -> str:
-    """The markdown table every study's report shows its goals in."""
+    """The markdown table every study's report shows its goals in (with a model column where the
+    goals judge models one by one)."""
+    per_model = any(g.model for g in goals)
     return table(
-        ["goal", "target", "measured", "verdict", "what limits it"],
-        [[g.name, g.target, g.measured, f"**{g.verdict}**", g.limits] for g in goals],
+        ["model"] * per_model + ["goal", "target", "measured", "verdict", "what limits it"],
+        [[g.model] * per_model + [g.name, g.target, g.measured, f"**{g.verdict}**", g.limits] for g in goals],
     )

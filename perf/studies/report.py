@@ -8,6 +8,7 @@ closed-loop delay notes, the request accounting).
 
 from __future__ import annotations
 
+import math
 import os
 import platform
 import shutil
@@ -16,7 +17,7 @@ from pathlib import Path
 
 import yaml
 
-from perf.markdown import number, ratio, table
+from perf.markdown import fit_text, number, percent, ratio, table
 from perf.markdown import write_report as write_report_file
 from perf.measure.records import write_csv, write_json
 from perf.studies import analysis
@@ -25,6 +26,7 @@ from perf.studies.goals import Goal, goals_table
 from perf.studies.plots import all_plots
 from perf.studies.study import FamilyResult, StudyResult
 from perf.studies.study_spec import MODES, study_entries
+from perf.unmeasured import why_unmeasured
 
 ARTICLE_QPS, ARTICLE_P99 = 0.12, 0.23  # static 32 vs dynamic 50 ms in the source article
 REGIME_COMPUTE_BOUND = "mostly compute-bound: batching saves per-request overhead, not compute"
@@ -35,12 +37,26 @@ DELAY_BOUND_MS, DELAY_BOUND_FILL = 2.0, 0.9
 
 
 def percent_error(predicted: float, measured: float | None) -> str:
-    return f"{100 * (predicted - measured) / measured:+.0f}%" if measured else "–"
+    """How far ``predicted`` is from ``measured``, in percent; not measured where either is not a
+    figure (a prediction below zero, nothing measured)."""
+    if not measured:
+        return "–"  # nothing at this batch size to compare with
+    if why_unmeasured(predicted) or why_unmeasured(measured):
+        return percent(math.nan)
+    return percent(100 * (predicted - measured) / measured)
+
+
+def change(value: float, base: float) -> float:
+    """``value`` over ``base`` − 1, in percent; NaN where ``base`` is no figure to divide by."""
+    return 100 * (value / base - 1) if base and not math.isnan(base) else math.nan
 
 
 def mode_table(rows: list[analysis.Row]) -> str:
+    """Each mode's figures and their ratios to no batching; for a variable-length model, the padding
+    each mode computed (static batching pads each batch of arrivals to its longest)."""
+    padded = any(not math.isnan(r.padded_share) for r in rows)
     header = ["mode", "load", "QPS", "p50 ms", "p90 ms", "p99 ms", "mean batch", "failed/sent",
-              "QPS ×none", "p50 ×none", "p90 ×none", "p99 ×none", "note"]  # fmt: skip
+              "QPS ×none", "p50 ×none", "p90 ×none", "p99 ×none", *["padding"] * padded, "note"]  # fmt: skip
     body = []
     for r in rows:
         notes = [n for n, on in (("client-bound", r.client_bound), ("not stable", not r.stable)) if on]
@@ -48,9 +64,24 @@ def mode_table(rows: list[analysis.Row]) -> str:
             MODES[r.mode].title, r.load, number(r.throughput, 0), number(r.p50_ms), number(r.p90_ms),
             number(r.p99_ms), number(r.mean_batch), f"{r.failed}/{r.sent}",
             *(ratio(r.ratios.get(k, float("nan"))) for k in ("throughput", "p50_ms", "p90_ms", "p99_ms")),
-            ", ".join(notes),
+            *[padding_cell(r)] * padded, ", ".join(notes),
         ])  # fmt: skip
-    return table(header, body)
+    note = PADDING_NOTE if padded else ""
+    return table(header, body) + note
+
+
+PADDING_NOTE = (
+    "\n\n_padding: the share of the positions computed that are padding, and the positions computed per "
+    "position the requests hold. Every mode sends the same traffic (the same lengths in the same order); "
+    "static batching sends each batch of 32 arrivals padded to its longest (to its bucket, with "
+    "`buckets:`), the other modes each request at its own length (or its bucket)._"
+)
+
+
+def padding_cell(row: analysis.Row) -> str:
+    if math.isnan(row.padded_share):
+        return "–"
+    return f"{row.padded_share:.0%} ({ratio(row.padded_compute)} computed)"
 
 
 def server_table(rows: list[analysis.Row], raw: FamilyResult) -> str:
@@ -68,9 +99,7 @@ def server_table(rows: list[analysis.Row], raw: FamilyResult) -> str:
 
 
 OUTSIDE_SERVER_NOTE = (
-    "\n_outside server ms: the client's mean latency minus the server's queue and compute per request; "
-    "– where the server's share exceeded the client's mean (their statistics cover different spans) "
-    "or modes collect several requests per call._\n"
+    "\n_outside server ms: the client's mean latency minus the server's queue and compute per request._\n"
 )
 
 
@@ -79,23 +108,25 @@ def article_section(family: FamilyResult) -> str:
     if "static32" not in family.open_loop or "dyn50ms" not in family.open_loop:
         return "_Static 32 or dynamic 50 ms was not in this run; no comparison with the article._"
     static, dynamic = family.open_loop["static32"].summary(), family.open_loop["dyn50ms"].summary()
-    cap_static = max(m.summary().throughput for m in family.sweep["static32"])
-    cap_dynamic = max(m.summary().throughput for m in family.sweep["dyn50ms"])
-    qps, p99 = static.throughput / dynamic.throughput - 1, static.p99_ms / dynamic.p99_ms - 1
-    capacity = cap_static / cap_dynamic - 1
+    cap_static = max((m.summary().throughput for m in family.sweep.get("static32", [])), default=0.0)
+    cap_dynamic = max((m.summary().throughput for m in family.sweep.get("dyn50ms", [])), default=0.0)
+    qps, p99 = change(static.throughput, dynamic.throughput), change(static.p99_ms, dynamic.p99_ms)
+    capacity = change(cap_static, cap_dynamic)
     rate = family.open_load.rate if family.open_load else 0.0
     fill_ms = 1000 * 31 / rate if rate else float("nan")
     formed = family.open_loop["dyn50ms"].server.stats.mean_batch if family.open_loop["dyn50ms"].server else 0
-    agree = capacity > 0 and p99 > 0
+    comparable = not (why_unmeasured(capacity, signed=True) or why_unmeasured(p99, signed=True))
+    agree = comparable and capacity > 0 and p99 > 0
     static_run, dynamic_run = family.open_loop["static32"].server, family.open_loop["dyn50ms"].server
     static_cpu = static_run.server_cpu_s_per_1000 if static_run else float("nan")
     dynamic_cpu = dynamic_run.server_cpu_s_per_1000 if dynamic_run else float("nan")
     lines = [
         f"Static 32 vs dynamic 50 ms, same arrivals ({family.open_load.name if family.open_load else ''}): "
-        f"QPS {qps:+.0%}, p99 {p99:+.0%}; at capacity (best closed loop): QPS {capacity:+.0%}. "
+        f"QPS {percent(qps)}, p99 {percent(p99)}; at capacity (best closed loop): QPS {percent(capacity)}. "
         f"The article reports +{ARTICLE_QPS:.0%} QPS and +{ARTICLE_P99:.0%} p99.",
         "",
-        f"**{'Agrees in direction' if agree else 'Does not agree'}** with the article's trade-off. Why:",
+        f"**{'Agrees in direction' if agree else 'Does not agree' if comparable else 'Cannot be compared'}** "
+        "with the article's trade-off. Why:",
         "- Under an open loop that both modes keep up with, both deliver the offered rate, so QPS can only "
         "differ at capacity (closed loop, best throughput of the sweep).",
         "- Static batching always runs full batches of 32, the cheapest per sample, but every sample first "
@@ -112,6 +143,14 @@ def article_section(family: FamilyResult) -> str:
         "cores) is large against compute, that, not batch size, sets the capacity gap, which is why "
         "ours is far larger than the article's GPU figure.",
     ]
+    padded = analysis.padding(family.open_loop["static32"])
+    if padded is not None:
+        lines.append(
+            f"- This model takes requests of many lengths, and both modes sent the same ones in the same "
+            f"order: static batching padded each batch of 32 arrivals to its longest, so {padded[0]:.0%} of "
+            f"the positions it computed were padding ({ratio(padded[1])} the positions the requests hold), "
+            "while dynamic batching merged only requests of equal length."
+        )
     return "\n".join(lines)
 
 
@@ -157,18 +196,20 @@ def latency_model_section(result: StudyResult, family: FamilyResult) -> str:
     fit, raw_fit = analysis.fit_served(family), analysis.fit_raw(family.raw)
     if fit is None:
         return "_Too few batch sizes were formed to fit the model._"
+    regime = ""
+    if not fit.flaw:
+        pays = "batching pays" if fit.dt_ms < BATCHING_PAYS * fit.t_ms else REGIME_COMPUTE_BOUND
+        regime = f" (T/Δt = {number(fit.t_ms / fit.dt_ms) if fit.dt_ms > 0 else '∞'}: {pays})"
     lines = [
         f"Fitted to the server's compute time per formed batch size (`batch_stats`, sizes seen ≥ "
         f"{analysis.MIN_EXECUTIONS} times, single-instance modes, weighted by executions): "
-        f"**T = {fit.t_ms:.3f} ms, Δt = "
-        f"{fit.dt_ms:.4f} ms, R² = {fit.r2:.3f}** over {len(fit.points)} batch sizes "
-        f"(T/Δt = {fit.t_ms / fit.dt_ms if fit.dt_ms > 0 else float('inf'):.1f}: "
-        f"{'batching pays' if fit.dt_ms < BATCHING_PAYS * fit.t_ms else REGIME_COMPUTE_BOUND}).",
+        f"**{fit_text(fit)}** over {len(fit.points)} batch sizes{regime}.",
     ]
     if raw_fit is not None:
-        lines.append(
-            f"Raw onnxruntime: T = {raw_fit.t_ms:.3f} ms, Δt = {raw_fit.dt_ms:.4f} ms, R² = {raw_fit.r2:.3f}."
-        )
+        lines.append(f"Raw onnxruntime: {fit_text(raw_fit)}.")
+    if fit.flaw:
+        lines.append(f"\nNo prediction from this fit: {fit.flaw}.")
+        return "\n".join(lines)
     lines.append("\nPredicted throughput of one instance, N / T_batch(N), against measurements:\n")
     served = {}
     for mode, runs in family.sweep.items():
@@ -196,7 +237,7 @@ def latency_model_section(result: StudyResult, family: FamilyResult) -> str:
                      "T_batch:\n")  # fmt: skip
         lines.append(table(["mode", "predicted gain", "measured gain", "error"],
                            [[MODES[c.mode].title, ratio(c.predicted), ratio(c.measured),
-                             f"{c.error_pct:+.0f}%"] for c in checks]))  # fmt: skip
+                             percent(c.error_pct)] for c in checks]))  # fmt: skip
     return "\n".join(lines)
 
 

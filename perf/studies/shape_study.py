@@ -5,7 +5,9 @@ the study serves it with dynamic batching (1 ms) and measures the same closed lo
 concurrency) several ways: every request at one length (one draw of the sampler: what perf, tune and
 plan measured before they drew shapes as served), at the lengths the traffic takes (``perf.measure.shapes``:
 the spec's ``shapes:`` or its sampler), and padded to buckets (the spec's ``buckets:`` and candidates
-at quantiles of the lengths). Triton's dynamic batcher merges only equal shapes, so the single-length
+at quantiles of the lengths) where padding leaves the model's answer within the spec's tolerance
+(``perf.measure.padding_check``; the others are named, with what padding did, and not measured). Triton's
+dynamic batcher merges only equal shapes, so the single-length
 rate is the optimistic one; buckets buy back batching at the price of computing the padding, which
 the study measures as raw compute (the same ONNX file in-process) at the padded over the true lengths.
 Per run it reports the formed batches per length sent (from the client's records: every request's
@@ -27,6 +29,7 @@ from exporters.typed import to_data
 from perf.markdown import number, ratio, table
 from perf.measure.loads import closed_loop
 from perf.measure.measurement import Measurement
+from perf.measure.padding_check import PaddingVerdict, offered_ways, refused_lines
 from perf.measure.shapes import (
     PADDING_BATCH,
     PaddingCost,
@@ -119,14 +122,14 @@ class ShapeStudy:
         context.workdir.mkdir(parents=True, exist_ok=True)
         for family in shaped_families(profile):
             with tempfile.TemporaryDirectory(prefix="shapes-", dir=context.workdir) as scratch:
-                runs, mix_text, pick = self._family(context, _model(profile, family), Path(scratch))
-            figures[family] = {"lengths": mix_text, "runs": runs, "pick": pick}
-            lines += family_lines(family, mix_text, runs, pick, profile)
+                runs, mix_text, pick, refused = self._family(context, _model(profile, family), Path(scratch))
+            figures[family] = {"lengths": mix_text, "runs": runs, "pick": pick, "not_offered": refused}
+            lines += family_lines(family, mix_text, runs, pick, profile, refused)
         return write_report(context, self, lines, [], figures)
 
     def _family(
         self, context: StudyContext, model: ModelSpec, scratch: Path
-    ) -> tuple[list[ShapeRun], str, str]:
+    ) -> tuple[list[ShapeRun], str, str, dict[str, PaddingVerdict]]:
         profile = context.profile
         repository = scratch / "repository"
         context.progress(f"building {model.name}")
@@ -134,6 +137,10 @@ class ShapeStudy:
         mix = shape_mix(model, profile.seed)
         load = closed_loop(profile.goal_concurrency)
         runs: list[ShapeRun] = []
+        onnx_file = repository / model.name / "1" / "model.onnx"
+        ways, refused = offered_ways(self._ways(model, profile), onnx_file, model, mix, profile.seed)
+        for name in refused:  # the steps counted them: say why they are not measured
+            context.progress(f"{model.name}, {name}: not measured (padding changes the answer)")
         context.progress("starting tritonserver")
         with context.server(repository, f"{model.name}-server.log") as server:
             url = server.grpc_url if profile.protocol == "grpc" else server.http_url
@@ -146,13 +153,13 @@ class ShapeStudy:
             length = length_of(model, list(single.inputs.values()))
             measured = context.measure(server, single, load, f"{model.name} at one length ({length})")
             runs.append(shape_run(SINGLE, f"every request at {length}", single, measured, MAX_BATCH, length))
-            for name, buckets in self._ways(model, profile).items():
+            for name, buckets in ways.items():
                 shaped = target(buckets=buckets)
                 measured = context.measure(server, shaped, load, f"{model.name}, {name}")
                 sent = f"buckets {list(buckets)}" if buckets else "each request at its own length"
                 runs.append(shape_run(name, sent, shaped, measured, MAX_BATCH))
         context.progress("padding cost (raw compute)")
-        timer = onnx_timer(repository / model.name / "1" / "model.onnx", model, PADDING_BATCH, profile.seed)
+        timer = onnx_timer(onnx_file, model, PADDING_BATCH, profile.seed)
         bound = axis_bound(model)
         runs = [
             dataclasses.replace(run, padding=padding_cost(mix, run.buckets, bound, timer))
@@ -162,11 +169,15 @@ class ShapeStudy:
         ]
         varied = [run for run in runs if run.name != SINGLE]
         pick = max(varied, key=lambda run: run.throughput).name
-        return runs, mix.describe(), pick
+        return runs, mix.describe(), pick, refused
 
 
-def family_lines(family: str, lengths: str, runs: list[ShapeRun], pick: str, profile: Profile) -> list[str]:
-    """The markdown of one model: the runs side by side, then each run's per-length table."""
+def family_lines(
+    family: str, lengths: str, runs: list[ShapeRun], pick: str, profile: Profile,
+    refused: dict[str, PaddingVerdict] | None = None,
+) -> list[str]:  # fmt: skip
+    """The markdown of one model: the runs side by side, the bucket sets not offered (padding changes the
+    answer), then each run's per-length table."""
     single = next(run for run in runs if run.name == SINGLE)
     header = ["sent", "lengths", "inf/s", "× one length", "p50 ms", "p99 ms", "failed", "mean batch (Triton)",
               "padding: compute ×", "padded share"]  # fmt: skip
@@ -190,6 +201,7 @@ def family_lines(family: str, lengths: str, runs: list[ShapeRun], pick: str, pro
         f"Pick: **{pick}** (the most served of the ways that send the traffic's lengths). Padding cost: raw "
         f"compute of the padded lengths over the true ones, one onnxruntime thread, batch {PADDING_BATCH}.",
         "",
+        *(line + "\n" for line in refused_lines(refused or {})),
     ]
     for run in runs:
         executions = ", ".join(f"{size}: {count}" for size, count in run.executions.items()) or "none read"

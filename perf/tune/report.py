@@ -16,7 +16,7 @@ matplotlib.use("Agg")
 import matplotlib.pyplot as plt
 
 from perf.errors import EXIT_USAGE, OptionError
-from perf.markdown import number, table, write_report
+from perf.markdown import number, percent, table, write_report
 from perf.studies.goals import GOALS, Goal, goals_table
 from perf.studies.plots import save_figure
 from perf.tune.result import CpuFigures, PointFigures, RunFigures, TuneDocument, load
@@ -64,7 +64,7 @@ def _error(point: PointFigures) -> float:
 def goals(saved: TuneDocument) -> list[Goal]:
     spec = GOALS["tuner p99 prediction"]
     error = _error(saved.operating)
-    return [Goal(spec.name, spec.target(), f"{error:+.0f}%", spec.met(abs(error)))]
+    return [Goal(spec.name, spec.target(), percent(error), spec.met(abs(error)))]
 
 
 def headline(saved: TuneDocument) -> list[str]:
@@ -275,7 +275,7 @@ def verification_section(saved: TuneDocument, plot: Path) -> list[str]:
             number(p.rate, 0),
             number(p.predicted.p99_ms),
             p99(p.measured),
-            f"{_error(p):+.0f}%" if p.measured else "–",
+            percent(_error(p)) if p.measured else "–",
             number(p.measured.served, 0) if p.measured else "–",
             number(p.predicted.mean_batch),
             number(p.measured.mean_batch) if p.measured else "–",

@@ -4,6 +4,7 @@ timed lengths, and formed batches per length come from the client's records. No 
 
 from __future__ import annotations
 
+import types
 from pathlib import Path
 
 import numpy as np
@@ -220,3 +221,29 @@ def test_the_chosen_buckets_go_into_the_tuned_spec_and_are_validated(tmp_path: P
     assert kept.model("seq").buckets == (100, 200)
     with pytest.raises(SpecError, match=r"models\[0\]\.buckets\[0\]: 300 exceeds"):
         write_overlay(base_path, model(), config, tmp_path, "test", buckets=(300,))
+
+
+def test_a_static_batch_takes_the_traffic_as_it_arrives_padded_to_its_longest() -> None:
+    from perf.measure.target import Caller
+    from perf.studies.analysis import padding
+
+    spec = model()
+    static = Caller(target_from_spec(spec, "unused", collect=32, rows=32), 0.0)
+    requests = static.target.shapes.requests
+    for start in (0, 32):  # each batch of 32 takes the next 32 arrivals' lengths
+        tensors, _, length, sent = static._shaped_inputs(32)
+        arrivals = requests[start : start + 32]
+        assert sent == max(n for n, _ in arrivals) and length == round(np.mean([n for n, _ in arrivals]))
+        assert tensors[0].shape() == [32, sent, 16]
+    bucketed = Caller(target_from_spec(spec, "unused", collect=32, rows=32, buckets=(120, 200)), 0.0)
+    assert bucketed._shaped_inputs(32)[3] in (120, 200)  # the longest arrival's bucket
+    dynamic = Caller(target_from_spec(spec, "unused", rows=4), 0.0)
+    assert [dynamic._shaped_inputs(1)[2] for _ in range(3)] == [
+        n for n, _ in dynamic.target.shapes.requests[:3]
+    ]
+    # the padding the report shows: positions computed that are padding, from the records' lengths
+    records = [Record("m", 0.1, 0.2, 32, 0, 0, True, length=50, sent_length=200),
+               Record("m", 0.3, 0.4, 32, 0, 0, True, length=100, sent_length=200)]  # fmt: skip
+    measured = types.SimpleNamespace(measured_records=lambda: records)
+    assert padding(measured) == pytest.approx((1 - 150 / 400, 400 / 150))
+    assert padding(types.SimpleNamespace(measured_records=lambda: [Record("m", 0, 1, 1, 0, 0, True)])) is None

@@ -150,3 +150,21 @@ def test_a_missing_spec_stops_only_a_profile_whose_studies_serve_it(
     monkeypatch.setattr("perf.cli.command_run", lambda args, profile: ran.append(args.spec) or 0)
     missing = tmp_path / "no-such.yaml"
     assert main(["run", "--profile", "smoke", "--spec", str(missing)]) == 0 and ran == [missing]
+
+
+def test_every_model_of_a_two_model_run_has_its_goals_named_by_model(tmp_path: Path, capsys) -> None:
+    from test_unmeasured_figures import result as one_model_run
+
+    from perf.cli import print_goals
+    from perf.studies.batching_goals import all_goals
+    from perf.studies.goals import goals_table
+
+    result = one_model_run.__wrapped__(tmp_path)
+    result.families["tagger"] = result.families["recommender"]
+    goals = all_goals(result)
+    names = [g.name for g in goals if g.model == "recommender"]
+    assert names and [g.name for g in goals if g.model == "tagger"] == names  # each model, the same goals
+    assert goals_table(goals).splitlines()[0].startswith("| model | goal |")
+    print_goals(goals)
+    console = capsys.readouterr().out
+    assert "┃ model " in console and "tagger" in console and "recommender" in console

@@ -58,3 +58,11 @@ def test_a_built_plan_cannot_be_changed_after_the_fact() -> None:
     saved = built(None)
     with pytest.raises(dataclasses.FrozenInstanceError):
         saved.verdict = "changed"  # type: ignore[misc]
+
+
+def test_a_plan_for_a_pipeline_is_titled_by_the_pipeline(tmp_path: Path) -> None:
+    saved = dataclasses.replace(built(None), asked="recommender_pipeline")
+    assert saved.model == "recommender"  # the model it splits: the profile's
+    title = render(tmp_path, saved).read_text().splitlines()[0]
+    assert title.startswith("# Plan: recommender_pipeline (a pipeline splitting recommender), p99 ≤")
+    assert render(tmp_path, built(None)).read_text().startswith(f"# Plan: {saved.model}, p99")

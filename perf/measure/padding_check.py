@@ -1,0 +1,134 @@
+"""Whether padding a request to a bucket leaves the model's answer as it was, checked before buckets
+are offered.
+
+Buckets batch requests of different lengths by padding each to the bucket above it, and the model
+computes the padding. A model that masks it (an ``attention_mask`` padded with zeros), pools with a
+maximum, or answers per position (cropped back to the true length) gives the same answer; a recurrence
+or a mean over time does not: the Conv1d+GRU of the tests, padded from 40 frames to 59, moves its state
+by 0.058 on values of 0.21. So before perf, tune or plan measure (and offer) a bucket set, the served
+ONNX file runs a few rows at lengths of the traffic (its quantiles) as they are and padded as the
+bucket set would pad them, and each output is held to the spec's own tolerance (``exporters.parity``,
+the build's check): the set is offered only where every output stays within it, and the report says
+which length, padded to what, moved which output by how much where it does not.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+
+from exporters.inputs import draw_inputs
+from exporters.parity import check_outputs
+from exporters.spec import ModelSpec
+from perf.measure.shapes import ShapeMix, axis_bound, bucket_of, length_of, resized
+
+ROWS = 2  # rows per run: enough to see a difference, cheap at the longest bucket
+QUANTILES = (0.0, 0.1, 0.25, 0.5, 0.75, 0.9)  # the traffic's lengths that are padded and compared
+
+
+@dataclass(frozen=True)
+class PaddingVerdict:
+    """One bucket set: whether padding to it keeps every output within the spec's tolerance, and
+    what was compared (``detail``, one clause for the report)."""
+
+    buckets: tuple[int, ...]
+    harmless: bool
+    detail: str
+
+
+class PaddingProbe:
+    """The served ONNX file in-process (one thread); ``compare(n, m)`` runs ``ROWS`` rows at length ``n``
+    and the same rows padded to ``m``, and holds the padded run's outputs (cropped back to the true
+    run's shape) to the spec's tolerance."""
+
+    def __init__(self, onnx_path: Path, spec: ModelSpec, seed: int = 0) -> None:
+        import onnxruntime as ort  # only where buckets are judged
+
+        options = ort.SessionOptions()
+        options.intra_op_num_threads = options.inter_op_num_threads = 1
+        self.session = ort.InferenceSession(str(onnx_path), options, providers=["CPUExecutionProvider"])
+        self.spec = spec
+        self.base = longest_draw(spec, seed)
+
+    def _run(self, feed: dict[str, np.ndarray]) -> list[np.ndarray]:
+        return self.session.run([t.name for t in self.spec.outputs], feed)
+
+    def compare(self, length: int, padded_to: int) -> tuple[bool, str]:
+        """(within tolerance, what the worst output did) for ``length`` padded to ``padded_to``."""
+        true = resized(self.spec, self.base, length)
+        expected = self._run(true)
+        actual = self._run(resized(self.spec, true, padded_to))
+        checks = []
+        for tensor, want, got in zip(self.spec.outputs, expected, actual, strict=True):
+            cropped = got[tuple(slice(0, size) for size in want.shape)]
+            checks.append(check_outputs(want, cropped, tensor.tolerance, self.spec.precision, tensor.name))
+        worst = max(checks, key=lambda c: (not c.ok, c.max_rel_error))
+        words = (
+            f"length {length} padded to {padded_to}: {worst.name} moved by up to {worst.max_abs_error:.3g} "
+            f"on values up to {worst.scale:.3g} (max rel {worst.max_rel_error:.3g}, the spec's tolerance "
+            f"{worst.tolerance.max_rel:g})"
+        )
+        return all(c.ok for c in checks), words
+
+
+def longest_draw(spec: ModelSpec, seed: int, draws: int = 16) -> dict[str, np.ndarray]:
+    """``ROWS`` rows as the model's inputs are drawn (``exporters.inputs``): at the axis bound where the
+    spec draws them, else the longest of ``draws`` calls of its sampler (shorter lengths are cropped
+    from it; longer ones repeat its last position, as padding does)."""
+    if spec.sample is None:
+        spec = dataclasses.replace(spec, lengths=(axis_bound(spec),))
+    names = [t.name for t in spec.inputs]
+    count = draws if spec.sample is not None else 1
+    candidates = [dict(zip(names, draw_inputs(spec, ROWS, seed + k), strict=True)) for k in range(count)]
+    return max(candidates, key=lambda arrays: length_of(spec, list(arrays.values())))
+
+
+def padding_verdict(probe: PaddingProbe, mix: ShapeMix, buckets: Sequence[int], bound: int) -> PaddingVerdict:
+    """Pad the mix's quantile lengths as ``buckets`` would and compare; the first length whose
+    answer moves beyond the tolerance decides (and is named)."""
+    lengths = sorted({mix.quantile(q) if q else mix.lengths[0] for q in QUANTILES})
+    pairs = [(n, bucket_of(n, buckets, bound)) for n in lengths]
+    pairs = [(n, m) for n, m in pairs if m != n]
+    if not pairs:
+        return PaddingVerdict(tuple(buckets), True, "no length of the traffic is padded")
+    worst = ""
+    for length, padded_to in pairs:
+        harmless, words = probe.compare(length, padded_to)
+        if not harmless:
+            return PaddingVerdict(tuple(buckets), False, f"padding changes the answer: {words}")
+        worst = worst or words
+    return PaddingVerdict(
+        tuple(buckets), True, f"{len(pairs)} lengths padded, every output within the tolerance ({worst})"
+    )
+
+
+def offered_ways(
+    ways: dict[str, tuple[int, ...]], onnx_path: Path, spec: ModelSpec, mix: ShapeMix, seed: int = 0
+) -> tuple[dict[str, tuple[int, ...]], dict[str, PaddingVerdict]]:
+    """``ways`` split into the bucket sets padding leaves harmless (offered, measured) and those it does
+    not (with the verdict that says why); "exact lengths" (no buckets) is always offered."""
+    probe = PaddingProbe(onnx_path, spec, seed)
+    bound = axis_bound(spec)
+    offered, refused = {}, {}
+    for name, buckets in ways.items():
+        verdict = padding_verdict(probe, mix, buckets, bound) if buckets else None
+        if verdict is None or verdict.harmless:
+            offered[name] = buckets
+        else:
+            refused[name] = verdict
+    return offered, refused
+
+
+def refused_lines(refused: dict[str, PaddingVerdict]) -> list[str]:
+    """The report's sentence for bucket sets not offered ([] where none was refused)."""
+    if not refused:
+        return []
+    parts = [f"{name} {list(v.buckets)}: {v.detail}" for name, v in refused.items()]
+    return [
+        f"Not offered, not measured (padding checked on the served ONNX file, {ROWS} rows at the traffic's "
+        "lengths, padded as each set pads, outputs held to the spec's tolerance): " + "; ".join(parts) + "."
+    ]

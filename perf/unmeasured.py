@@ -1,0 +1,57 @@
+"""A figure that could not be measured, and why: a NaN that carries its reason to the report.
+
+Every perf, tune and plan report formats its figures with ``perf.markdown`` (``number``, ``ratio``,
+``percent``), which prints "could not be measured: <why>" for such a value, for any other NaN or
+infinity, and for a negative value where the figure cannot be negative (a time, a rate, a ratio of
+them, a fit's T or Δt). A least-squares fit or a ratio of two noisy differences can come out below
+zero; printed as a figure, it would be a claim the run did not make. Where the code that computes a
+figure knows why it has none (no request answered, a fit whose intercept came out negative), it
+returns ``Unmeasured(why)`` and the report says so; arithmetic on it gives a plain NaN, reported
+with the generic reason.
+"""
+
+from __future__ import annotations
+
+import math
+
+UNMEASURED = "could not be measured"
+NO_VALUE = "no value in this run"
+NEGATIVE = "came out negative (noise larger than the effect)"
+INFINITE = "came out infinite (nothing measured to divide by)"
+
+
+class Unmeasured(float):
+    """NaN with the reason it is not a figure (``why``). It is a float, so the dataclasses, the JSON
+    writer and comparisons that take figures take it too (JSON keeps ``NaN``; the reason lives in the
+    report)."""
+
+    why: str
+
+    def __new__(cls, why: str = "") -> Unmeasured:
+        value = super().__new__(cls, math.nan)
+        value.why = why if isinstance(why, str) else ""  # a copy rebuilds from the float, then the state
+        return value
+
+    def __repr__(self) -> str:
+        return f"Unmeasured({self.why!r})"
+
+
+def why_unmeasured(value: float | None, signed: bool = False) -> str | None:
+    """Why ``value`` is not a figure to print (None: it is one). ``signed``: a figure that may be
+    negative (a change, an error in percent)."""
+    if value is None:
+        return NO_VALUE
+    if isinstance(value, Unmeasured):
+        return value.why or NO_VALUE
+    if math.isnan(value):
+        return NO_VALUE
+    if math.isinf(value):
+        return INFINITE
+    if value < 0 and not signed:
+        return NEGATIVE
+    return None
+
+
+def unmeasured_text(why: str) -> str:
+    """The words a report shows in place of a figure."""
+    return f"{UNMEASURED}: {why}"
