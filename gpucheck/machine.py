@@ -123,8 +123,8 @@ def gpu_used_mib() -> float | None:
 def stub_libpython(carried: Path | None, workdir: Path) -> str:
     """Make sure the Python-backend stub will find ``libpython3.X.so.1.0`` (it links it; a static
     Python has none): the loader's own, else this Python's ``LIBDIR`` (added to ``LD_LIBRARY_PATH``),
-    else the carried one (``gpucheck.carry``), unpacked into ``workdir`` and run with this Python's
-    standard library (``PYTHONHOME``). Changes this process's environment, which the server inherits;
+    else the carried one (``gpucheck.carry``), unpacked into ``workdir``; the last two run with this
+    Python's standard library (``PYTHONHOME``). Changes this process's environment, which the server inherits;
     returns where it came from, or raises ``RuntimeError`` saying what is missing."""
     soname = f"libpython{sys.version_info.major}.{sys.version_info.minor}.so.1.0"
     try:
@@ -135,7 +135,10 @@ def stub_libpython(carried: Path | None, workdir: Path) -> str:
     libdir = sysconfig.get_config_var("LIBDIR") or ""
     if libdir and (Path(libdir) / soname).is_file():
         _prepend("LD_LIBRARY_PATH", libdir)
-        return f"{soname} from {libdir} (this Python's LIBDIR)"
+        # This Python's own build: its standard library is where this Python's is, wherever the build
+        # thought it would be installed (a relocated build, e.g. uv's, finds it only so).
+        os.environ["PYTHONHOME"] = sys.base_prefix
+        return f"{soname} from {libdir} (this Python's LIBDIR), with PYTHONHOME={sys.base_prefix}"
     packed = carried / f"{soname}.gz" if carried else None
     if packed is not None and packed.is_file():
         workdir.mkdir(parents=True, exist_ok=True)

@@ -34,7 +34,8 @@ from pathlib import Path
 from gpucheck.carry import CARRIED, build_carry
 
 ROOT = Path(__file__).resolve().parent.parent
-WORK = Path(".run/gpu-rehearsal")
+WORK = ROOT / ".run" / "gpu-rehearsal"
+DOWNLOADS = ROOT / ".run" / "gpu-downloads"
 # Distributions the GPU machine's python3 has (DESIGN.md §3) that the check imports; their own
 # requirements come along (``closure``). onnxruntime-gpu is this .venv's onnxruntime (the CPU provider).
 MACHINE_PACKAGES = (
@@ -148,7 +149,7 @@ def validate(out: Path) -> list[str]:
 def rehearse(out: Path, work: Path = WORK) -> tuple[int, float]:
     """Run the check's script here (see the module docstring); ``(exit status, seconds)``."""
     version = f"{sys.version_info.major}.{sys.version_info.minor}"
-    carried = build_carry(work / "carry", version, Path(".run/gpu-downloads"))
+    carried = build_carry(work / "carry", version, DOWNLOADS)
     machine_site = work / "machine-site"
     link_packages(closure(MACHINE_PACKAGES), machine_site)
     python = fresh_python(work / "python")
