@@ -24,7 +24,8 @@ PORT_ARGS = $(if $(PORT_BASE),--port-base $(PORT_BASE))
 .DEFAULT_GOAL := help
 PA_STAMP := $(VENV)/perf_analyzer/.attempted
 
-.PHONY: help setup repo serve stop status perf perf-analyzer tune plan test test-unit lint format gpu-check clean \
+.PHONY: help setup repo serve stop status perf perf-analyzer tune plan test test-unit lint format gpu-carry \
+	gpu-check gpu-rehearsal clean \
 	deploy-tools deploy-repo deploy-rules soak
 
 help: ## list the targets and the variables they take
@@ -114,8 +115,14 @@ format: setup ## apply ruff fixes and formatting
 	$(BIN)/ruff check --fix .
 	$(BIN)/ruff format .
 
-gpu-check: setup ## on a GPU host: GPU tests and a short GPU benchmark, table last
+gpu-carry: setup ## build .gpu-carry: the wheels the lent GPU machine lacks (needs PyPI), size against its 64 MiB
+	$(BIN)/python -m gpucheck carry
+
+gpu-check: ## ON THE GPU MACHINE (its python3, .gpu-carry carried): the GPU check; files in OUT (docs/GPU.md)
 	bash scripts/gpu_check.sh
 
+gpu-rehearsal: setup ## the GPU check's script here on the CPU, tiny grid, only what the GPU machine has (docs/GPU.md)
+	$(BIN)/python -m gpucheck rehearse
+
 clean: ## remove the built repository, reports and the virtual environment
-	rm -rf $(REPO)/*/ $(REPO)/.built-by-triton-batching reports .run $(VENV)
+	rm -rf $(REPO)/*/ $(REPO)/.built-by-triton-batching reports .run .gpu-carry $(VENV)

@@ -60,3 +60,23 @@ def write_inputs(handle: Any, arrays: list[np.ndarray]) -> list[int]:
 
 def read_output(handle: Any, dtype: np.dtype, shape: tuple[int, ...], offset: int) -> np.ndarray:
     return shm.get_contents_as_numpy(handle, dtype, shape, offset=offset).copy()
+
+
+@contextlib.contextmanager
+def cuda_region(client: Any, byte_size: int, device_id: int = 0) -> Iterator[tuple[str, Any]]:
+    """A CUDA shared-memory region of ``byte_size`` bytes on GPU ``device_id``, registered with the
+    server (it maps the region through a CUDA IPC handle: tensors stay on the GPU); yields
+    ``(name, handle)``, always unregistered and freed afterwards. Needs tritonclient's ``cuda`` extra
+    (cuda-python) and a CUDA device."""
+    import tritonclient.utils.cuda_shared_memory as cudashm
+
+    name = f"tb_cuda_{os.getpid()}_{uuid.uuid4().hex[:8]}"
+    handle = cudashm.create_shared_memory_region(name, byte_size, device_id)
+    try:
+        client.register_cuda_shared_memory(name, cudashm.get_raw_handle(handle), device_id, byte_size)
+        try:
+            yield name, handle
+        finally:
+            client.unregister_cuda_shared_memory(name)
+    finally:
+        cudashm.destroy_shared_memory_region(handle)

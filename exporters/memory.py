@@ -12,7 +12,8 @@ keyed by the model file's SHA-256 (and the provider and batch), so each exported
   (``VmHWM``). A fresh process holds nothing else, so the growth is the session's weights, its arena
   and the buffers of that batch. onnxruntime's CPU arena keeps what it allocated, so the peak is what
   the instance keeps holding while it serves.
-* **GPU** (``--provider cuda``, measured by ``make gpu-check``): the same process on the CUDA provider;
+* **GPU** (``--provider cuda``, on a GPU host with onnxruntime-gpu; the lent GPU machine has none and
+  ``make gpu-check`` measures the torch path instead, docs/GPU.md): the same process on the CUDA provider;
   the figure is the memory the driver attributes to the process (``nvidia-smi
   --query-compute-apps``) after the batch, less what it held after creating its CUDA context (one
   tiny tensor on the device), so it counts the CUDA arena, weights and workspaces of the instance and

@@ -72,6 +72,26 @@ def stage_config(
     config.instance_group = stage_placement(pipeline, spec, index, num_gpus)
     if stage.runtime == "onnx":
         return config
+    config = torch_program_config(config, spec, stage, sha256)
+    if not (stage.embedding_tables and pipeline.live_updates):
+        return config
+    width = stage.output.shape[-1]
+    # Update requests carry no ids and lookups no updates: every input is optional.
+    inputs = [OptionalModelInput(t.name, t.data_type, t.dims) for t in config.input]
+    updates, version = _update_tensors(width)
+    return dataclasses.replace(
+        config,
+        input=inputs + updates,
+        output=[*config.output, version],
+        parameters={**config.parameters, "embedding_tables": ",".join(stage.embedding_tables)},
+    )
+
+
+def torch_program_config(config: ModelConfig, spec: ModelSpec, stage: Stage, sha256: str = "") -> ModelConfig:
+    """``config`` served by the torch stage runner (``python_backend/torch_stage``) on the Python
+    backend, running ``stage``'s ``.pt2`` program on the device its instance group names: a pipeline
+    stage, or a whole model served by torch (the GPU check's path where no onnxruntime CUDA provider
+    exists). The runner refuses any artifact but the one of ``sha256``."""
     parameters = {
         "stage_program": stage.artifact_name,
         **({"stage_sha256": sha256} if sha256 else {}),
@@ -83,23 +103,7 @@ def stage_config(
             spec.allow_non_finite,
         ),
     }
-    inputs, outputs = list(config.input), list(config.output)
-    if stage.embedding_tables and pipeline.live_updates:
-        width = stage.output.shape[-1]
-        parameters["embedding_tables"] = ",".join(stage.embedding_tables)
-        # Update requests carry no ids and lookups no updates: every input is optional.
-        inputs = [OptionalModelInput(t.name, t.data_type, t.dims) for t in inputs]
-        updates, version = _update_tensors(width)
-        inputs += updates
-        outputs.append(version)
-    return dataclasses.replace(
-        config,
-        backend="python",
-        input=inputs,
-        output=outputs,
-        parameters=parameters,
-        gpu_execution_accelerator=[],
-    )
+    return dataclasses.replace(config, backend="python", parameters=parameters, gpu_execution_accelerator=[])
 
 
 def ensemble_config(pipeline: PipelineSpec, spec: ModelSpec, stages: Sequence[Stage]) -> ModelConfig:

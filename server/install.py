@@ -8,6 +8,7 @@ python-based ``onnxruntime`` backend; a native install keeps its own.
 
 from __future__ import annotations
 
+import importlib.util
 import os
 import shutil
 import sys
@@ -30,11 +31,12 @@ class ServerInstall:
 
 
 def _wheel_root() -> Path | None:
-    try:
-        import pytriton
-    except ImportError:
+    """The wheel's ``tritonserver`` folder, found without importing PyTriton: its Python API needs
+    packages (pyzmq, sh, typer...) that a machine given only the wheel lacks (the GPU check's)."""
+    spec = importlib.util.find_spec("pytriton")
+    if spec is None or not spec.submodule_search_locations:
         return None
-    return Path(pytriton.__file__).parent / "tritonserver"
+    return Path(next(iter(spec.submodule_search_locations))) / "tritonserver"
 
 
 def find_install() -> ServerInstall:

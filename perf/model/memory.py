@@ -22,8 +22,9 @@ MIB = 1024 * 1024
 # shows them for a process that only touched the device are a few hundred MiB, larger on GPUs with
 # more SMs, and lazy module loading (CUDA_MODULE_LOADING=LAZY, the default since CUDA 12.2) keeps
 # them there. The cuBLAS part is its recommended workspace per handle, 32 MiB on Hopper and 4 MiB
-# elsewhere (cuBLAS API reference, cublasSetWorkspace), for a few handles. ``make gpu-check``'s
-# memory figure excludes the context, so the two add up without counting it twice.
+# elsewhere (cuBLAS API reference, cublasSetWorkspace), for a few handles. ``exporters.memory``'s CUDA
+# figure excludes the context, so the two add up without counting it twice; ``make gpu-check`` sets
+# each Python-backend stub's whole figure (a context of its own included) beside these (docs/GPU.md).
 CONTEXT_MIB = {"P100": 300, "V100": 350, "A100": 450, "L4": 350, "L40": 400, "H100": 550, "H200": 550,
                "B200": 600}  # fmt: skip
 GENERIC_CONTEXT_MIB = 500  # a GPU the table does not name

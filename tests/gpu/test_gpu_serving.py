@@ -1,4 +1,7 @@
-"""GPU placement for real: run by `make gpu-check` on a GPU host, skipped (with the reason) elsewhere."""
+"""GPU placement for real on a GPU host with the project's ``.venv`` (onnxruntime-gpu's CUDA and TensorRT
+providers): ``.venv/bin/python -m pytest -m gpu tests/gpu``; skipped (with the reason) elsewhere. The lent
+GPU machine has no onnxruntime-gpu: there ``make gpu-check`` (``gpucheck``) checks KIND_GPU instances on
+the torch path instead (docs/GPU.md)."""
 
 from __future__ import annotations
 

@@ -1,0 +1,301 @@
+"""``make gpu-carry``: the ignored folder of wheels the GPU check needs and the lent machine lacks.
+
+The machine reaches no registry; what travels with a command is the working tree plus the folders it
+names (64 MiB in all). So the folder holds, for the machine's Python (3.12, x86-64):
+
+* ``tritonclient`` and what its gRPC and HTTP clients import there: ``protobuf`` and ``grpcio`` too,
+  because tritonclient's generated code refuses older ones (protobuf gencode 6.33, grpcio 1.81) and
+  the machine's versions are not known; the HTTP client's ``geventhttpclient`` stack and
+  ``python-rapidjson``. Versions are those this project's ``.venv`` runs (``CARRIED``), so the
+  rehearsal here and the check there import the same client code.
+* ``nvidia-pytriton`` trimmed (``trim_pytriton``): tritonserver, its libraries and the Python backend,
+  with only the stub of the target Python. The stubs of other Pythons and the libpython 3.13 that
+  one of them needs are a third of the wheel and never run there.
+* A stripped ``libpython3.X.so.1.0`` when a shared Python of that version is found here: the stub
+  links it and a machine whose Python is static lacks it (the check uses it only then;
+  ``gpucheck.machine.libpython``).
+
+Installed there with ``pip install --no-index --no-deps --target`` (``scripts/gpu_check.sh``).
+Standard library only (and pip, run as a subprocess).
+"""
+
+from __future__ import annotations
+
+import argparse
+import base64
+import gzip
+import hashlib
+import importlib.metadata
+import json
+import logging
+import shutil
+import subprocess
+import sys
+import zipfile
+from dataclasses import dataclass
+from pathlib import Path
+
+log = logging.getLogger(__name__)
+
+MIB = 1 << 20
+TRAVEL_LIMIT = 64 * MIB  # what one device command may take along: the working tree plus carried folders
+TREE_MARGIN = 2 * MIB  # room for the working tree to grow before the carry has to shrink
+PYTRITON = "nvidia-pytriton"
+# Distributions the check imports that the lent machine lacks or may hold in too old a version.
+CARRIED = (
+    PYTRITON, "tritonclient", "protobuf", "grpcio", "python-rapidjson", "geventhttpclient", "gevent",
+    "greenlet", "zope.event", "zope.interface", "brotli",
+)  # fmt: skip
+# pip matches manylinux tags exactly: every one the carried wheels use (the machine's glibc is newer).
+PLATFORMS = (
+    *(f"manylinux_2_{n}_x86_64" for n in (17, 24, 27, 28, 31, 34, 35)),
+    "manylinux2014_x86_64",
+    "manylinux1_x86_64",
+)
+GPU_PYTHON = "3.12"  # the lent machine's python3
+MANIFEST = "MANIFEST.json"
+
+
+class CarryError(RuntimeError):
+    """The carried folder cannot be built, or does not fit; the message says what to do."""
+
+
+@dataclass(frozen=True)
+class CarriedFile:
+    path: Path
+    size: int
+
+
+def pinned_versions(names: tuple[str, ...] = CARRIED) -> dict[str, str]:
+    """Each carried distribution at the version this environment runs (the project's ``.venv``)."""
+    versions = {}
+    for name in names:
+        try:
+            versions[name] = importlib.metadata.version(name)
+        except importlib.metadata.PackageNotFoundError as error:
+            raise CarryError(f"{name} is not installed here; run `make setup` first") from error
+    return versions
+
+
+def download(versions: dict[str, str], python_version: str, folder: Path) -> list[Path]:
+    """``pip download`` each pinned wheel for ``python_version`` on x86-64 Linux into ``folder``
+    (pip reuses what it already downloaded there)."""
+    folder.mkdir(parents=True, exist_ok=True)
+    command = [
+        sys.executable, "-m", "pip", "download", "--quiet", "--disable-pip-version-check", "--no-deps",
+        "--only-binary=:all:", "--python-version", python_version, "--implementation", "cp",
+        *(arg for platform in PLATFORMS for arg in ("--platform", platform)), "-d", str(folder),
+        *(f"{name}=={version}" for name, version in versions.items()),
+    ]  # fmt: skip
+    done = subprocess.run(command, capture_output=True, text=True)
+    if done.returncode != 0:
+        raise CarryError(f"pip download failed (needs PyPI):\n{done.stderr[-3000:]}")
+    wheels = []
+    for name, version in versions.items():
+        found = _wheel_of(folder, name, version, python_version)
+        if found is None:
+            raise CarryError(f"pip download left no wheel of {name}=={version} in {folder}")
+        wheels.append(found)
+    return wheels
+
+
+def _normalized(name: str) -> str:
+    return name.replace("-", "_").replace(".", "_").lower()
+
+
+def _version_tuple(digits: str) -> tuple[int, int]:
+    return int(digits[0]), int(digits[1:] or 0)
+
+
+def installs_on(wheel_name: str, python_version: str) -> bool:
+    """Whether a wheel (by its file name's tags) installs on CPython ``python_version``."""
+    python_tags, abi, _ = wheel_name[: -len(".whl")].split("-")[-3:]
+    target = _version_tuple(python_version.replace(".", ""))
+    for tag in python_tags.split("."):
+        if tag.startswith("py3"):
+            return True
+        if tag.startswith("cp") and tag[2:].isdigit():
+            version = _version_tuple(tag[2:])
+            if version == target or (abi == "abi3" and version <= target):
+                return True
+    return False
+
+
+def _wheel_of(folder: Path, name: str, version: str, python_version: str) -> Path | None:
+    """The wheel of ``name==version`` in ``folder`` that installs on ``python_version``."""
+    for wheel in sorted(folder.glob("*.whl")):
+        parts = wheel.name.split("-")
+        same = _normalized(parts[0]) == _normalized(name) and parts[1] == version
+        if same and installs_on(wheel.name, python_version):
+            return wheel
+    return None
+
+
+def _drop_from_pytriton(name: str, python_version: str) -> bool:
+    """The wheel entries the machine never runs: other Pythons' stubs, the libpython one of them
+    bundles."""
+    if name.startswith("pytriton/tritonserver/python_backend_stubs/"):
+        return name.split("/")[3] != python_version
+    return name.startswith("nvidia_pytriton.libs/libpython")
+
+
+def trim_pytriton(wheel: Path, python_version: str, destination: Path) -> Path:
+    """``wheel`` without what ``_drop_from_pytriton`` names, its ``RECORD`` rewritten to match (the
+    kept entries' bytes and hashes are unchanged), as a valid wheel of the same name."""
+    target = destination / wheel.name
+    with (
+        zipfile.ZipFile(wheel) as source,
+        zipfile.ZipFile(target, "w", zipfile.ZIP_DEFLATED, compresslevel=9) as out,
+    ):
+        kept = [i for i in source.infolist() if not _drop_from_pytriton(i.filename, python_version)]
+        stubs = [i for i in kept if i.filename.startswith("pytriton/tritonserver/python_backend_stubs/")]
+        if not stubs:
+            raise CarryError(f"{wheel.name} has no Python-backend stub for Python {python_version}")
+        for info in kept:
+            data = source.read(info)
+            if info.filename.endswith(".dist-info/RECORD"):
+                names = {i.filename for i in kept}
+                lines = [line for line in data.decode().splitlines() if line.split(",")[0] in names]
+                data = ("\n".join(lines) + "\n").encode()
+            out.writestr(info, data)
+    return target
+
+
+def _strip(library: Path, destination: Path) -> None:
+    """``library`` without its symbols (a third of its size), gzipped; a plain copy without ``strip``."""
+    plain = destination.with_suffix("")
+    shutil.copyfile(library, plain)
+    if shutil.which("strip"):
+        subprocess.run(["strip", "--strip-unneeded", str(plain)], check=False, capture_output=True)
+    with open(plain, "rb") as source, gzip.open(destination, "wb", compresslevel=9) as out:
+        shutil.copyfileobj(source, out)
+    plain.unlink()
+
+
+def local_libpython(python_version: str) -> Path | None:
+    """A shared ``libpython<version>.so.1.0`` of a Python installed here (pyenv or the system), if any."""
+    soname = f"libpython{python_version}.so.1.0"
+    candidates = [Path(sys.base_prefix) / "lib" / soname]
+    candidates += sorted(Path.home().glob(f".pyenv/versions/{python_version}*/lib/{soname}"))
+    candidates += [Path("/usr/lib/x86_64-linux-gnu") / soname, Path("/usr/local/lib") / soname]
+    return next((c for c in candidates if c.is_file()), None)
+
+
+def working_tree_bytes(root: Path) -> int:
+    """What travels of the checkout itself: tracked files plus untracked files git does not ignore."""
+    listing = subprocess.run(
+        ["git", "-C", str(root), "ls-files", "-z", "--cached", "--others", "--exclude-standard"],
+        capture_output=True,
+        check=True,
+    ).stdout
+    total = 0
+    for name in filter(None, listing.split(b"\0")):
+        path = root / name.decode()
+        if path.is_file() and not path.is_symlink():
+            total += path.stat().st_size
+    return total
+
+
+def folder_files(folder: Path) -> list[CarriedFile]:
+    return sorted(
+        (CarriedFile(p, p.stat().st_size) for p in folder.rglob("*") if p.is_file()),
+        key=lambda f: -f.size,
+    )
+
+
+def _sha256(path: Path) -> str:
+    return base64.urlsafe_b64encode(hashlib.sha256(path.read_bytes()).digest()).decode().rstrip("=")
+
+
+def _up_to_date(destination: Path, wanted: dict) -> bool:
+    try:
+        manifest = json.loads((destination / MANIFEST).read_text())
+    except (OSError, ValueError):
+        return False
+    if {k: manifest.get(k) for k in wanted} != wanted:
+        return False
+    return all(
+        (destination / name).is_file() and (destination / name).stat().st_size == size
+        for name, size in manifest.get("files", {}).items()
+    )
+
+
+def build_carry(
+    destination: Path, python_version: str = GPU_PYTHON, downloads: Path = Path(".run/gpu-downloads")
+) -> Path:
+    """Build (or keep, when it is up to date) the carried folder for ``python_version``."""
+    versions = pinned_versions()
+    wanted = {"python": python_version, "versions": versions}
+    if _up_to_date(destination, wanted):
+        log.info("%s is up to date", destination)
+        return destination
+    wheels_folder = destination / "wheels"
+    if destination.exists():
+        shutil.rmtree(destination)
+    wheels_folder.mkdir(parents=True)
+    for wheel in download(versions, python_version, downloads):
+        if wheel.name.startswith(_normalized(PYTRITON)):
+            trim_pytriton(wheel, python_version, wheels_folder)
+        else:
+            shutil.copy2(wheel, wheels_folder / wheel.name)
+    library = local_libpython(python_version)
+    if library is not None:
+        (destination / "libpython").mkdir()
+        _strip(library, destination / "libpython" / f"{library.name}.gz")
+    else:
+        log.warning(
+            "no shared libpython%s here: the check will need the GPU machine's own (its stub links it)",
+            python_version,
+        )
+    files = {
+        str(f.path.relative_to(destination)): f.size
+        for f in folder_files(destination)
+        if f.path.name != MANIFEST
+    }
+    hashes = {name: _sha256(destination / name) for name in files}
+    manifest = {**wanted, "files": files, "sha256": hashes}
+    (destination / MANIFEST).write_text(json.dumps(manifest, indent=1, sort_keys=True) + "\n")
+    return destination
+
+
+def check_budget(destination: Path, root: Path) -> tuple[int, int]:
+    """``(carried bytes, working tree bytes)``; ``CarryError`` naming the largest carried files when
+    the two together leave less than ``TREE_MARGIN`` of ``TRAVEL_LIMIT``."""
+    carried = sum(f.size for f in folder_files(destination))
+    tree = working_tree_bytes(root)
+    if carried + tree > TRAVEL_LIMIT - TREE_MARGIN:
+        largest = "\n".join(
+            f"  {f.size / MIB:6.1f} MiB  {f.path.relative_to(destination)}"
+            for f in folder_files(destination)[:6]
+        )
+        raise CarryError(
+            f"{destination} ({carried / MIB:.1f} MiB) plus the working tree ({tree / MIB:.1f} MiB) leaves "
+            f"less than {TREE_MARGIN / MIB:.0f} MiB of the {TRAVEL_LIMIT / MIB:.0f} MiB a device command "
+            f"carries. Largest carried files:\n{largest}\nDrop one the check can do without (e.g. a "
+            "package whose version the machine already has: CARRIED in gpucheck/carry.py), or shrink the "
+            "working tree"
+        )
+    return carried, tree
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m gpucheck carry", description=__doc__)
+    parser.add_argument("--dest", type=Path, default=Path(".gpu-carry"))
+    parser.add_argument("--python-version", default=GPU_PYTHON, help="the Python the wheels are for")
+    parser.add_argument("--downloads", type=Path, default=Path(".run/gpu-downloads"))
+    args = parser.parse_args(argv)
+    try:
+        destination = build_carry(args.dest, args.python_version, args.downloads)
+        carried, tree = check_budget(destination, Path.cwd())
+    except CarryError as error:
+        print(f"gpu-carry: {error}", file=sys.stderr)
+        return 1
+    for item in folder_files(destination):
+        print(f"  {item.size / MIB:7.2f} MiB  {item.path.relative_to(destination)}")
+    left = TRAVEL_LIMIT - carried - tree
+    print(
+        f"{destination}: {carried / MIB:.1f} MiB for Python {args.python_version}; with the working tree "
+        f"({tree / MIB:.1f} MiB) {(carried + tree) / MIB:.1f} of {TRAVEL_LIMIT / MIB:.0f} MiB "
+        f"({left / MIB:.1f} MiB left)"
+    )
+    return 0

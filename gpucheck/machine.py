@@ -1,0 +1,158 @@
+"""What the machine running the check is: its Python, torch, GPU and driver, and what its stubs need.
+
+Read, never changed: the card's clocks, power and modes stay as found. ``nvidia-smi`` is asked for
+the driver, the GPU's memory and each process's memory (the stubs'); where it lists no processes
+(a PID namespace can hide them) the report says so instead of a figure.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import gzip
+import importlib.metadata
+import logging
+import os
+import platform
+import shutil
+import subprocess
+import sys
+import sysconfig
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+import torch
+
+log = logging.getLogger(__name__)
+MIB = 1 << 20
+
+
+@dataclass
+class MachineFacts:
+    python: str
+    torch: str
+    torch_cuda: str | None
+    numpy: str
+    onnxruntime: str
+    onnxruntime_providers: list[str]
+    device: str  # torch.cuda.get_device_name(0), or "cpu"
+    cuda_available: bool
+    gpu_total_mib: float | None = None
+    driver: str | None = None
+    smi_header: str = ""
+    libpython: str = ""  # where the stub's libpython came from
+    cpu_count: int = 0
+    tritonserver: str = ""
+    notes: list[str] = field(default_factory=list)
+
+
+def _version(name: str) -> str:
+    try:
+        return importlib.metadata.version(name)
+    except importlib.metadata.PackageNotFoundError:
+        return "not installed"
+
+
+def smi(*query: str) -> str | None:
+    """``nvidia-smi`` with ``query`` (CSV, no header, no units), or None where it is absent or fails."""
+    if shutil.which("nvidia-smi") is None:
+        return None
+    try:
+        done = subprocess.run(
+            ["nvidia-smi", *query, "--format=csv,noheader,nounits"],
+            capture_output=True,
+            text=True,
+            timeout=30,
+        )
+    except (OSError, subprocess.SubprocessError):
+        return None
+    return done.stdout if done.returncode == 0 else None
+
+
+def facts() -> MachineFacts:
+    import onnxruntime
+
+    cuda = torch.cuda.is_available()
+    found = MachineFacts(
+        python=platform.python_version(),
+        torch=torch.__version__,
+        torch_cuda=torch.version.cuda,
+        numpy=np.__version__,
+        onnxruntime=_version("onnxruntime")
+        if _version("onnxruntime") != "not installed"
+        else _version("onnxruntime-gpu"),
+        onnxruntime_providers=list(onnxruntime.get_available_providers()),
+        device=torch.cuda.get_device_name(0) if cuda else "cpu",
+        cuda_available=cuda,
+        cpu_count=os.cpu_count() or 0,
+    )
+    if cuda:
+        found.gpu_total_mib = torch.cuda.get_device_properties(0).total_memory / MIB
+        driver = smi("--query-gpu=driver_version")
+        found.driver = driver.strip().splitlines()[0] if driver else None
+        try:
+            header = subprocess.run(["nvidia-smi"], capture_output=True, text=True, timeout=30).stdout
+            found.smi_header = "\n".join(header.splitlines()[:4])
+        except (OSError, subprocess.SubprocessError):
+            found.smi_header = ""
+    return found
+
+
+def process_memory_mib() -> dict[int, float] | None:
+    """``{pid: MiB}`` nvidia-smi lists on the GPU; None without nvidia-smi or where it lists none."""
+    listing = smi("--query-compute-apps=pid,used_memory")
+    if not listing:
+        return None
+    memory = {}
+    for line in listing.strip().splitlines():
+        pid, used = (part.strip() for part in line.split(","))
+        if pid.isdigit() and used.replace(".", "").isdigit():
+            memory[int(pid)] = float(used)
+    return memory or None
+
+
+def gpu_used_mib() -> float | None:
+    """The GPU's used memory as nvidia-smi counts it (every process's, the contexts included)."""
+    used = smi("--query-gpu=memory.used")
+    try:
+        return float(used.strip().splitlines()[0]) if used else None
+    except ValueError:
+        return None
+
+
+def stub_libpython(carried: Path | None, workdir: Path) -> str:
+    """Make sure the Python-backend stub will find ``libpython3.X.so.1.0`` (it links it; a static
+    Python has none): the loader's own, else this Python's ``LIBDIR`` (added to ``LD_LIBRARY_PATH``),
+    else the carried one (``gpucheck.carry``), unpacked into ``workdir``; the last two run with this
+    Python's standard library (``PYTHONHOME``). Changes this process's environment, which the server inherits;
+    returns where it came from, or raises ``RuntimeError`` saying what is missing."""
+    soname = f"libpython{sys.version_info.major}.{sys.version_info.minor}.so.1.0"
+    try:
+        ctypes.CDLL(soname)
+        return f"{soname} from the system's library path"
+    except OSError:
+        pass
+    libdir = sysconfig.get_config_var("LIBDIR") or ""
+    if libdir and (Path(libdir) / soname).is_file():
+        _prepend("LD_LIBRARY_PATH", libdir)
+        # This Python's own build: its standard library is where this Python's is, wherever the build
+        # thought it would be installed (a relocated build, e.g. uv's, finds it only so).
+        os.environ["PYTHONHOME"] = sys.base_prefix
+        return f"{soname} from {libdir} (this Python's LIBDIR), with PYTHONHOME={sys.base_prefix}"
+    packed = carried / f"{soname}.gz" if carried else None
+    if packed is not None and packed.is_file():
+        workdir.mkdir(parents=True, exist_ok=True)
+        with gzip.open(packed) as source, open(workdir / soname, "wb") as out:
+            shutil.copyfileobj(source, out)
+        _prepend("LD_LIBRARY_PATH", str(workdir))
+        os.environ["PYTHONHOME"] = sys.base_prefix  # the stub's interpreter takes this Python's stdlib
+        return f"{soname} carried (gpucheck/carry.py), with PYTHONHOME={sys.base_prefix}"
+    raise RuntimeError(
+        f"the Python-backend stub links {soname}, which this machine lacks (not on the library path, not in "
+        f"{libdir or 'LIBDIR'}) and the carried folder does not hold: rebuild it with `make gpu-carry` on a "
+        "machine with a shared Python of this version"
+    )
+
+
+def _prepend(variable: str, path: str) -> None:
+    os.environ[variable] = os.pathsep.join(filter(None, [path, os.environ.get(variable, "")]))

@@ -1,0 +1,180 @@
+"""``make gpu-rehearsal``: the GPU check's own script on this CPU, so that a machine nobody has here is
+not the first place it runs.
+
+It runs ``scripts/gpu_check.sh`` exactly as the lent machine does (the same install of carried wheels
+with ``pip install --no-index --no-deps --target``, the same ``python -m gpucheck run``), with a tiny
+grid and ``KIND_CPU``, under a Python that holds only what the GPU machine's ``python3`` holds:
+
+* a fresh virtual environment of this Python (its ``site-packages`` empty but for pip);
+* the carried wheels, built by ``gpucheck.carry`` for this Python's version (the compiled wheels differ
+  from the GPU machine's 3.12 ones by their tag alone; the versions are the same);
+* ``MACHINE_PACKAGES`` from the project's ``.venv``, standing in for the GPU machine's own copies
+  (DESIGN.md §3: torch, numpy, onnx, onnxruntime, pyyaml, matplotlib, aiohttp, tqdm, rich), with the
+  packages they require, linked into one folder on ``PYTHONPATH``. Nothing else of the ``.venv``: a
+  check that imported pydantic, PyTriton's Python API or anything else the GPU machine lacks fails here.
+
+CUDA is the one thing it cannot exercise: GPU memory and CUDA shared memory are reported as not
+measured. ``validate`` checks what the run wrote (``tests/gpu/test_gpu_rehearsal.py`` calls both).
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib.metadata
+import json
+import os
+import re
+import shutil
+import subprocess
+import sys
+import time
+import venv
+from pathlib import Path
+
+from gpucheck.carry import CARRIED, build_carry
+
+ROOT = Path(__file__).resolve().parent.parent
+WORK = ROOT / ".run" / "gpu-rehearsal"
+DOWNLOADS = ROOT / ".run" / "gpu-downloads"
+# Distributions the GPU machine's python3 has (DESIGN.md §3) that the check imports; their own
+# requirements come along (``closure``). onnxruntime-gpu is this .venv's onnxruntime (the CPU provider).
+MACHINE_PACKAGES = (
+    "torch", "numpy", "onnx", "onnxruntime-gpu", "pyyaml", "matplotlib", "aiohttp", "tqdm", "rich",
+    "packaging", "urllib3", "certifi", "ml-dtypes", "typing-extensions",
+)  # fmt: skip
+MAX_FILES = 8  # what the device tool brings back from $OUT
+
+
+def _name(requirement: str) -> str:
+    return re.split(r"[\s;<>=!~\[(]", requirement, maxsplit=1)[0].lower().replace("_", "-")
+
+
+def _applies(requirement: str) -> bool:
+    """Whether a ``Requires-Dist`` line applies here with no extra asked for."""
+    if ";" not in requirement:
+        return True
+    marker = requirement.split(";", 1)[1]
+    if "extra" in marker:
+        return False
+    from packaging.markers import Marker
+
+    return Marker(marker).evaluate()
+
+
+def closure(
+    roots: tuple[str, ...], excluded: tuple[str, ...] = CARRIED
+) -> list[importlib.metadata.Distribution]:
+    """``roots`` and every distribution they require (no extras), as installed here, less ``excluded``."""
+    skip = {e.lower().replace("_", "-") for e in excluded}
+    seen: dict[str, importlib.metadata.Distribution] = {}
+    pending = [r.lower() for r in roots]
+    while pending:
+        name = pending.pop()
+        if name in seen or name in skip:
+            continue
+        try:
+            dist = importlib.metadata.distribution(name)
+        except importlib.metadata.PackageNotFoundError:
+            continue  # an optional platform package this environment never installed
+        seen[name] = dist
+        pending += [_name(r) for r in dist.requires or () if _applies(r)]
+    return list(seen.values())
+
+
+def link_packages(dists: list[importlib.metadata.Distribution], folder: Path) -> None:
+    """Link every top-level file and folder of ``dists`` (their ``.dist-info`` too) into ``folder``."""
+    if folder.exists():
+        shutil.rmtree(folder)
+    folder.mkdir(parents=True)
+    for dist in dists:
+        base = Path(str(dist.locate_file("")))
+        tops = {Path(str(f)).parts[0] for f in dist.files or () if not str(f).startswith("..")}
+        for top in sorted(tops):
+            source, target = base / top, folder / top
+            if (
+                (source.exists() or source.is_symlink())
+                and not target.exists()
+                and top not in ("bin", "__pycache__")
+            ):
+                target.symlink_to(source.resolve(), target_is_directory=source.is_dir())
+
+
+def fresh_python(folder: Path) -> Path:
+    """A virtual environment of this Python with nothing but pip (made once, then reused)."""
+    python = folder / "bin" / "python"
+    if not python.exists():
+        venv.EnvBuilder(with_pip=True, clear=True, symlinks=True).create(folder)
+    return python
+
+
+def validate(out: Path) -> list[str]:
+    """What is wrong with a run's output (empty when nothing): at most ``MAX_FILES`` files, the report
+    and figures, a well-formed compute profile, and a report that shows every section the JSON holds."""
+    from gpucheck import report
+
+    problems = []
+    files = [p for p in out.rglob("*") if p.is_file()]
+    if len(files) > MAX_FILES:
+        problems.append(f"{len(files)} files in {out}; the device tool brings back {MAX_FILES}")
+    missing = [name for name in (report.REPORT, report.FIGURES, *report.PLOTS) if not (out / name).is_file()]
+    problems += [f"{name} is missing" for name in missing]
+    if missing:
+        return problems
+    document = json.loads((out / report.FIGURES).read_text())
+    text = (out / report.REPORT).read_text()
+    profile = document.get("compute_profile", {})
+    if not isinstance(profile.get("device"), str) or not isinstance(profile.get("source"), str):
+        problems.append("compute_profile lacks its device or source")
+    for model, by_precision in profile.get("models", {}).items():
+        for precision, fit in by_precision.items():
+            if precision not in ("fp32", "fp16") or not {"T_ms", "dt_ms", "batches"} <= set(fit):
+                problems.append(f"compute_profile.models.{model}.{precision} is not {{T_ms, dt_ms, batches}}")
+            elif not all(isinstance(v, float) and v > 0 for v in fit["batches"].values()):
+                problems.append(
+                    f"compute_profile.models.{model}.{precision}.batches holds a non-positive time"
+                )
+            elif f"{fit['T_ms']:.4f}" not in text:
+                problems.append(f"the report does not show {model} {precision}'s T ({fit['T_ms']:.4f} ms)")
+    for name, section in document.get("sections", {}).items():
+        if section.get("status") != "ok":
+            problems.append(
+                f"section {name}: {section.get('status')} {section.get('error') or section.get('reason')}"
+            )
+    for item in document.get("not_measured", []):
+        if item["what"] not in text:
+            problems.append(f"the report does not list what it did not measure: {item['what']}")
+    return problems
+
+
+def rehearse(out: Path, work: Path = WORK) -> tuple[int, float]:
+    """Run the check's script here (see the module docstring); ``(exit status, seconds)``."""
+    version = f"{sys.version_info.major}.{sys.version_info.minor}"
+    carried = build_carry(work / "carry", version, DOWNLOADS)
+    machine_site = work / "machine-site"
+    link_packages(closure(MACHINE_PACKAGES), machine_site)
+    python = fresh_python(work / "python")
+    if out.exists():
+        shutil.rmtree(out)
+    environment = {
+        **{k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "VIRTUAL_ENV", "PYTHONHOME")},
+        "PYTHON": str(python.absolute()),
+        "PYTHONPATH": str(machine_site.resolve()),
+        "GPU_CARRY": str(carried.resolve()),
+        "GRID": "rehearsal",
+        "OUT": str(out.resolve()),
+    }
+    began = time.monotonic()
+    done = subprocess.run(["bash", str(ROOT / "scripts" / "gpu_check.sh")], env=environment, cwd=ROOT)
+    return done.returncode, time.monotonic() - began
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m gpucheck rehearse", description=__doc__)
+    parser.add_argument("--out", type=Path, default=WORK / "out")
+    args = parser.parse_args(argv)
+    status, seconds = rehearse(args.out)
+    problems = validate(args.out)
+    for problem in problems:
+        print(f"gpu-rehearsal: {problem}", file=sys.stderr)
+    print(f"gpu-rehearsal: the check's script ran {seconds:.0f} s here, exit {status}; output in {args.out}")
+    return status or (1 if problems else 0)

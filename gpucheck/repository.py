@@ -1,0 +1,227 @@
+"""The check's repository, built on the machine that serves it, from ``models.yaml``, with its torch.
+
+Every model here runs on torch through the Python backend (``python_backend/torch_stage``): on the
+lent GPU machine that is the only GPU path (no onnxruntime CUDA provider, no TensorRT), and the
+program is exported there by that machine's torch (a ``.pt2`` is not carried between versions). The
+same build on a CPU-only machine places every instance on ``KIND_CPU`` (the rehearsal).
+
+What it serves, all at ``max_batch_size`` = the grid's largest batch:
+
+* the grid's latency models: ``recommender``, ``image_classifier`` and their ``_fp16`` variants
+  (``perf.plan.profile``'s rule: float tensors in fp16), one instance, no dynamic batching: the
+  latency model's served side, so a request of N rows is one execution of N rows, no batcher delay;
+* ``recommender_dynamic``: the recommender with the spec's dynamic batching (its queue delay; no queue
+  policy, whose Triton 2.51 stall would swamp the figures, docs/SERVING.md row 11);
+* ``image_classifier_x<N>``: N instances on GPU 0, no dynamic batching;
+* the grid's pipelines of the spec: the two-stage ``image_classifier_pipeline`` (fp32 boundary) and
+  ``_fp16`` (fp16 boundary), their stages on GPU 0 batching with no queue delay;
+* ``payload_<N>mib``: the zoo's ``trivial`` doubler taking one input of N MiB, for shared memory.
+
+Each model's program is checked against the eager fp32 model at the precision's tolerance before it
+is written (``exporters.parity``), as every export of the project is.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+import torch
+
+import python_backend
+from exporters.configs import build_model_config
+from exporters.file_hash import file_sha256
+from exporters.inputs import draw_inputs
+from exporters.model_config import InstanceGroup, ModelConfig, write_config
+from exporters.parity import ParityReport, compare_outputs
+from exporters.pipeline_build import BuiltPipeline, build_pipelines
+from exporters.pipeline_configs import torch_program_config
+from exporters.pipeline_stages import Stage, load_stage, stage_artifact
+from exporters.sources.load import build_torch_model
+from exporters.spec import ModelSpec, Spec
+from exporters.spec_sections import Batching, TensorSpec
+from gpucheck.grid import Grid
+from perf.plan.profile import precision_variant
+
+log = logging.getLogger(__name__)
+
+BATCHING_MODEL = "recommender"
+INSTANCE_MODEL = "image_classifier"
+NO_BATCHER = Batching(mode="none")
+
+
+@dataclass(frozen=True)
+class CheckModel:
+    """One served model of the check: the spec as served, what it is a variant of, and its placement."""
+
+    spec: ModelSpec
+    base: str  # the models.yaml entry it serves
+    precision: str
+    instances: int = 1
+
+    @property
+    def name(self) -> str:
+        return self.spec.name
+
+
+@dataclass(frozen=True)
+class BuiltCheckModel:
+    model: CheckModel
+    config: ModelConfig
+    sha256: str
+    parity: ParityReport  # the written program against the eager fp32 model
+
+
+@dataclass
+class CheckRepository:
+    path: Path
+    device: str  # "gpu" (KIND_GPU on GPU 0) or "cpu" (KIND_CPU)
+    models: dict[str, BuiltCheckModel]
+    pipelines: dict[str, BuiltPipeline]
+
+    def names(self, *groups: str) -> list[str]:
+        """Every Triton model of the named check models and pipelines (a pipeline's stages first)."""
+        names: list[str] = []
+        for group in groups:
+            if group in self.pipelines:
+                names += [*self.pipelines[group].spec.stage_names, group]
+            else:
+                names.append(group)
+        return names
+
+
+def variant_name(base: str, precision: str) -> str:
+    return base if precision == "fp32" else f"{base}_{precision}"
+
+
+def check_models(spec: Spec, grid: Grid) -> list[CheckModel]:
+    """The served models the check measures (see the module docstring), from ``spec``'s entries."""
+    models = []
+    for base, precision in grid.latency_models:
+        entry = dataclasses.replace(spec.model(base), max_batch_size=grid.max_batch, batching=NO_BATCHER)
+        models.append(CheckModel(precision_variant(entry, precision), base, precision))
+    recommender = spec.model(BATCHING_MODEL)
+    dynamic = Batching(mode="dynamic", max_queue_delay_us=recommender.batching.max_queue_delay_us)
+    models.append(
+        CheckModel(
+            dataclasses.replace(
+                recommender, name=f"{BATCHING_MODEL}_dynamic", max_batch_size=grid.max_batch, batching=dynamic
+            ),
+            BATCHING_MODEL,
+            "fp32",
+        )
+    )
+    image = spec.model(INSTANCE_MODEL)
+    for count in grid.instances:
+        if count > 1:
+            served = dataclasses.replace(
+                image, name=f"{INSTANCE_MODEL}_x{count}", max_batch_size=grid.max_batch, batching=NO_BATCHER
+            )
+            models.append(CheckModel(served, INSTANCE_MODEL, "fp32", count))
+    models.append(CheckModel(payload_spec(spec, grid.shm_mib), "trivial", "fp32"))
+    return models
+
+
+def payload_spec(spec: Spec, mib: int) -> ModelSpec:
+    """The zoo's doubler taking one fp32 input of ``mib`` MiB (and answering as much), batch 1."""
+    features = mib * (1 << 20) // 4
+    trivial = spec.model("trivial")
+    return dataclasses.replace(
+        trivial,
+        name=f"payload_{mib}mib",
+        options={**trivial.options, "features": features},
+        max_batch_size=1,
+        batching=NO_BATCHER,
+        inputs=(dataclasses.replace(trivial.inputs[0], shape=(features,)),),
+        outputs=(dataclasses.replace(trivial.outputs[0], shape=(features,)),),
+    )
+
+
+def torch_module(model: CheckModel) -> torch.nn.Module:
+    """The eager module that serves ``model``: the spec's fp32 model, its float parameters in fp16 for
+    an fp16 variant (whose float inputs and outputs are fp16)."""
+    module = build_torch_model(model.spec).eval()
+    return module.half() if model.precision == "fp16" else module
+
+
+def tensors(
+    spec: ModelSpec, batch: int, seed: int, module: torch.nn.Module | None = None
+) -> list[np.ndarray]:
+    """Inputs of ``batch`` rows drawn as the exporters draw them (in the spec's dtypes)."""
+    return draw_inputs(spec, batch, seed, module)
+
+
+def _placement(device: str, count: int) -> list[InstanceGroup]:
+    if device == "gpu":
+        return [InstanceGroup(kind="KIND_GPU", count=count, gpus=[0])]
+    return [InstanceGroup(kind="KIND_CPU", count=count)]
+
+
+def build_check_model(model: CheckModel, repository: Path, device: str) -> BuiltCheckModel:
+    """Export ``model`` as one torch program, check it against the eager fp32 model, write its config."""
+    spec = model.spec
+    module = torch_module(model)
+    reference = build_torch_model(spec).eval()
+    stage = Stage(spec.name, module, tuple(spec.inputs), spec.outputs[0], "torch_export")
+    example = tuple(torch.from_numpy(a) for a in tensors(spec, min(3, spec.max_batch_size), 7, reference))
+    folder = repository / spec.name / "1"
+    folder.mkdir(parents=True, exist_ok=True)
+    path = folder / stage.artifact_name
+    path.write_bytes(stage_artifact(stage, example, spec.max_batch_size))
+    loaded = load_stage(stage, path)  # through the server's no-pickle gate
+    sample = [torch.from_numpy(a) for a in tensors(spec, min(4, spec.max_batch_size), 11, reference)]
+    with torch.inference_mode():
+        actual = loaded(*sample).float().numpy()
+        expected = reference(*(t.float() if t.is_floating_point() else t for t in sample)).numpy()
+    parity = compare_outputs(
+        [actual], [expected], model.precision, f"{spec.name} (torch program vs eager fp32)"
+    )
+    python_backend.install_torch_stage(folder)
+    sha256 = file_sha256(path)
+    config = build_model_config(spec, 1 if device == "gpu" else 0)
+    config = torch_program_config(config, spec, stage, sha256)
+    config.instance_group = _placement(device, model.instances)
+    write_config(config, repository / spec.name)
+    return BuiltCheckModel(model, config, sha256, parity)
+
+
+def check_spec(spec: Spec, grid: Grid) -> Spec:
+    """``spec`` with the pipelines the check serves, their model at the grid's largest batch and
+    their stages batching with no queue delay (comparable with the monolith, which has no batcher)."""
+    image = dataclasses.replace(
+        spec.model(INSTANCE_MODEL), max_batch_size=grid.max_batch, batching=NO_BATCHER
+    )
+    pipelines = tuple(
+        dataclasses.replace(p, batching=Batching(mode="dynamic", max_queue_delay_us=0))
+        for p in spec.pipelines
+        if p.name in grid.pipelines
+    )
+    models = tuple(image if m.name == INSTANCE_MODEL else m for m in spec.models)
+    return dataclasses.replace(spec, models=models, pipelines=pipelines, text_embeddings=())
+
+
+def build(spec: Spec, grid: Grid, repository: Path, device: str) -> CheckRepository:
+    """Build every model and pipeline of the check into ``repository`` for ``device``."""
+    repository.mkdir(parents=True, exist_ok=True)
+    built = {}
+    for model in check_models(spec, grid):
+        log.info(
+            "building %s (%s, %d instance(s) on %s)", model.name, model.precision, model.instances, device
+        )
+        built[model.name] = build_check_model(model, repository, device)
+    pipelines = build_pipelines(check_spec(spec, grid), repository, num_gpus=1 if device == "gpu" else 0)
+    return CheckRepository(repository, device, built, {p.spec.name: p for p in pipelines})
+
+
+def boundary_row_bytes(pipeline: BuiltPipeline) -> tuple[int, int]:
+    """Bytes one request row moves across the pipeline's stage boundaries: as sent, and in fp32."""
+    return (
+        sum(b.bytes_per_row for b in pipeline.record.boundaries),
+        sum(b.fp32_bytes_per_row for b in pipeline.record.boundaries),
+    )
+
+
+__all__ = ["CheckModel", "CheckRepository", "TensorSpec", "boundary_row_bytes", "build", "check_models"]

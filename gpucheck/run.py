@@ -1,0 +1,216 @@
+"""``python -m gpucheck run --out DIR``: the whole check in one process, most important first.
+
+1. the machine's facts, and the stub's libpython (``machine``);
+2. raw torch on the device: the batching curve of each model and precision, the compute profile
+   ``make plan --compute-profile`` reads (``raw``);
+3. the repository, built here (``repository``), and one tritonserver (``serving``);
+4. the studies (``studies``): latency model, fp16/fp32 parity and memory per instance (one group of
+   models), then dynamic batching, instances, the pipeline, shared memory.
+
+A study that fails is recorded with its error and the next one runs; past the grid's deadline the
+remaining studies are recorded as skipped. The report is written in every case (``report``), and the
+exit status says whether everything ran: 0 all measured, 1 something failed or was skipped.
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import logging
+import shutil
+import sys
+import tempfile
+import time
+import traceback
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from exporters.resolve import load_spec
+from gpucheck import machine, report, studies
+from gpucheck.grid import GRIDS
+from gpucheck.raw import raw_curve
+from gpucheck.repository import build, check_models
+from gpucheck.serving import Session
+
+log = logging.getLogger("gpucheck")
+LOG_NAME = "gpu-check.log"
+SERVER_LOG_LINES = 200
+
+
+class Recorder:
+    """Runs each step, timing it and keeping its figures or its failure; skips steps past the deadline."""
+
+    def __init__(self, deadline_s: float) -> None:
+        self.started = time.monotonic()
+        self.deadline_s = deadline_s
+        self.sections: dict[str, dict[str, Any]] = {}
+
+    def run(self, name: str, step: Callable[[], dict[str, Any]], needs: tuple[str, ...] = ()) -> dict | None:
+        elapsed = time.monotonic() - self.started
+        missing = [n for n in needs if self.sections.get(n, {}).get("status") != "ok"]
+        if missing:
+            self.sections[name] = {
+                "status": "skipped",
+                "reason": f"needs {', '.join(missing)}, which did not run",
+            }
+            log.warning("%s skipped: needs %s", name, missing)
+            return None
+        if elapsed > self.deadline_s:
+            reason = f"out of time ({elapsed:.0f} s of the {self.deadline_s:.0f} s the grid allows)"
+            self.sections[name] = {"status": "skipped", "reason": reason}
+            log.warning("%s skipped: %s", name, reason)
+            return None
+        log.info("== %s", name)
+        began = time.monotonic()
+        try:
+            figures = step()
+        except Exception as error:
+            log.error("%s failed: %s\n%s", name, error, traceback.format_exc())
+            self.sections[name] = {
+                "status": "failed",
+                "error": f"{type(error).__name__}: {error}"[:4000],
+                "seconds": time.monotonic() - began,
+            }
+            return None
+        self.sections[name] = {"status": "ok", "seconds": time.monotonic() - began, **figures}
+        return figures
+
+    @property
+    def complete(self) -> bool:
+        return all(s["status"] == "ok" for s in self.sections.values())
+
+
+def _logging(out: Path) -> None:
+    handlers: list[logging.Handler] = [logging.StreamHandler(sys.stdout), logging.FileHandler(out / LOG_NAME)]
+    logging.basicConfig(
+        level=logging.INFO, format="%(asctime)s %(name)s %(levelname)s %(message)s", handlers=handlers
+    )
+    for noisy in ("torch", "onnxruntime", "matplotlib"):
+        logging.getLogger(noisy).setLevel(logging.WARNING)
+
+
+def check(out: Path, grid_name: str, spec_path: Path, carried: Path | None) -> int:
+    grid = GRIDS[grid_name]
+    out.mkdir(parents=True, exist_ok=True)
+    _logging(out)
+    work = Path(tempfile.mkdtemp(prefix="gpucheck-"))
+    recorder = Recorder(grid.deadline_s)
+    facts = machine.facts()
+    device = torch.device("cuda", 0) if facts.cuda_available else torch.device("cpu")
+    on_gpu = device.type == "cuda"
+    log.info("%s on %s: torch %s, Python %s", grid.name, facts.device, facts.torch, facts.python)
+    spec = load_spec(spec_path)
+    models = {m.name: m for m in check_models(spec, grid)}
+    raw: dict[tuple[str, str], Any] = {}
+
+    def raw_step() -> dict[str, Any]:
+        for name in studies.latency_group(grid):
+            model = models[name]
+            raw[(model.base, model.precision)] = raw_curve(model, grid, device)
+        return {"curves": [report.curve_record(c) for c in raw.values()]}
+
+    def libpython_step() -> dict[str, Any]:
+        facts.libpython = machine.stub_libpython(
+            carried / "libpython" if carried else None, work / "libpython"
+        )
+        return {"libpython": facts.libpython}
+
+    recorder.run("raw", raw_step)
+    recorder.run("stub", libpython_step)
+    holder: dict[str, Any] = {}
+
+    def build_step() -> dict[str, Any]:
+        began = time.monotonic()
+        holder["repository"] = repository = build(spec, grid, work / "repository", "gpu" if on_gpu else "cpu")
+        return {
+            "build_s": time.monotonic() - began,
+            "models": {
+                name: {
+                    "precision": b.model.precision,
+                    "instances": b.model.instances,
+                    "max_rel_error": b.parity.max_rel_error,
+                }
+                for name, b in repository.models.items()
+            },
+            "pipelines": {
+                name: {"stages": list(p.spec.stage_names), "boundary_dtype": p.spec.boundary_dtype,
+                       "max_rel_error": p.record.artifact_max_rel_error}
+                for name, p in repository.pipelines.items()
+            },
+        }  # fmt: skip
+
+    recorder.run("build", build_step)
+    session = None
+    if "repository" in holder:
+        repository = holder["repository"]
+        session = Session(repository.path, on_gpu, work / "server")
+        try:
+            recorder.run("server", lambda: _start(session), needs=("stub",))
+            if recorder.sections["server"]["status"] == "ok":
+                _studies(recorder, studies.Context(grid, repository, session, raw, facts.device))
+        finally:
+            if recorder.sections.get("server", {}).get("status") == "ok":
+                session.__exit__(None, None, None)
+    document = report.figures(grid, facts, recorder.sections, raw, time.monotonic() - recorder.started)
+    report.write(out, document)
+    if session is not None:
+        log.info(
+            "server log (last %d lines):\n%s", SERVER_LOG_LINES, session.server.log_tail(SERVER_LOG_LINES)
+        )
+    shutil.rmtree(work, ignore_errors=True)
+    print(report.summary(document))
+    return 0 if recorder.complete else 1
+
+
+def _start(session: Session) -> dict[str, Any]:
+    began = time.monotonic()
+    session.__enter__()
+    return {
+        "start_s": time.monotonic() - began,
+        "install": str(session.server.install.binary),
+        "failed_models": dict(session.server.failed_models),
+    }
+
+
+def _studies(recorder: Recorder, context: studies.Context) -> None:
+    """Each study, most important first, once the models it needs are known to have loaded."""
+    session, repository, grid = context.session, context.repository, context.grid
+
+    def with_models(names: list[str], study: Callable[[studies.Context], dict]) -> Callable[[], dict]:
+        def step() -> dict[str, Any]:
+            session.require(names)
+            return study(context)
+
+        return step
+
+    group = studies.latency_group(grid)
+    recorder.run("latency", with_models(group, studies.latency))
+    recorder.run("parity", with_models(group, studies.parity))
+    recorder.run("memory", with_models(group, studies.memory), needs=("latency",))
+    batching = [studies.BATCHING_MODEL, f"{studies.BATCHING_MODEL}_dynamic"]
+    recorder.run("batching", with_models(batching, studies.batching))
+    recorder.run("instances", with_models(studies.instance_names(grid), studies.instances))
+    recorder.run(
+        "pipeline",
+        with_models([studies.INSTANCE_MODEL, *repository.names(*grid.pipelines)], studies.pipeline),
+    )
+    payload = [n for n, b in repository.models.items() if b.model.base == "trivial"]
+    recorder.run("shared_memory", with_models(payload, studies.shared_memory))
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m gpucheck run", description=__doc__)
+    parser.add_argument("--out", type=Path, required=True, help="the folder the report and figures go to")
+    parser.add_argument("--grid", choices=sorted(GRIDS), default="gpu")
+    parser.add_argument("--spec", type=Path, default=Path("models.yaml"))
+    parser.add_argument(
+        "--carried", type=Path, default=Path(".gpu-carry"), help="the carried folder (libpython)"
+    )
+    args = parser.parse_args(argv)
+    return check(args.out, args.grid, args.spec, args.carried if args.carried.is_dir() else None)
+
+
+__all__ = ["Recorder", "check", "dataclasses", "main"]

@@ -1,0 +1,330 @@
+"""What the check measures through the real server, one function per study, each returning plain
+figures (JSON-ready) that the report reads; ``run`` orders them and records a failure of one without
+losing the others.
+
+Served figures are what a client sees over gRPC, one request in flight unless a load says otherwise,
+beside the server's own compute time per batch (``/v2/models/<m>/stats``) and raw torch on the same
+device (``gpucheck.raw``): the same model, the same rows. Throughput points are one window of a closed
+loop (``perf.measure``), not a search for stability: the lent machine's minutes are few, and ratios
+between the points of one run are what the report draws conclusions from.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+import statistics
+import time
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+import torch
+import tritonclient.grpc as grpcclient
+import tritonclient.utils.shared_memory as system_shm
+
+from client import shm
+from exporters.parity import check_outputs
+from exporters.sources.load import build_torch_model
+from gpucheck import machine
+from gpucheck.grid import Grid
+from gpucheck.raw import RawCurve
+from gpucheck.repository import (
+    BATCHING_MODEL,
+    INSTANCE_MODEL,
+    CheckRepository,
+    boundary_row_bytes,
+    tensors,
+    variant_name,
+)
+from gpucheck.serving import Session
+from perf.measure.engine import MeasureSettings
+from perf.measure.loads import closed_loop
+from perf.measure.measurement import measure
+from perf.measure.server_view import ServerEndpoints
+from perf.measure.target import target_from_spec
+from perf.model.latency import fit_latency
+from perf.model.memory import context_bytes
+from perf.plan.graph_memory import GraphMemoryError, graph_memory
+
+log = logging.getLogger(__name__)
+MIB = 1 << 20
+PARITY_ROWS = 8
+SEED = 21
+
+
+@dataclass
+class Context:
+    grid: Grid
+    repository: CheckRepository
+    session: Session
+    raw: dict[tuple[str, str], RawCurve]  # (base, precision) -> curve
+    device: str  # torch's name of the GPU, or "cpu"
+
+    @property
+    def on_gpu(self) -> bool:
+        return self.repository.device == "gpu"
+
+    def settings(self) -> MeasureSettings:
+        return MeasureSettings(
+            warmup_s=self.grid.warmup_s, window_s=self.grid.window_s, stable_windows=1, max_windows=1
+        )
+
+
+def _fit(points: dict[int, float]) -> dict[str, float]:
+    fit = fit_latency(points)
+    return {"T_ms": fit.t_ms, "dt_ms": fit.dt_ms, "r2": fit.r2}
+
+
+def latency_group(grid: Grid) -> list[str]:
+    return [variant_name(base, precision) for base, precision in grid.latency_models]
+
+
+def latency(context: Context) -> dict[str, Any]:
+    """``T + (N−1)·Δt`` served: each batch size one request at a time, client time and the server's
+    compute per batch, beside raw torch at the same batch."""
+    session, grid = context.session, context.grid
+    models = {}
+    for name in latency_group(context.grid):
+        built = context.repository.models[name]
+        spec = built.model.spec
+        raw = context.raw.get((built.model.base, built.model.precision))
+        points = {}
+        for batch in grid.batches:
+            arrays = dict(zip([t.name for t in spec.inputs], tensors(spec, batch, SEED), strict=True))
+            before = session.stats(name)
+            times = session.timed(name, arrays, grid.requests_per_batch)
+            compute = (session.stats(name) - before).compute_ms_at(batch)
+            points[batch] = {
+                "client_ms": statistics.median(times),
+                "client_p90_ms": float(np.percentile(times, 90)),
+                "compute_ms": compute,
+                "raw_ms": raw.batch_ms.get(batch) if raw else None,
+            }
+        models[name] = {
+            "base": built.model.base,
+            "precision": built.model.precision,
+            "batches": points,
+            "fit_client": _fit({b: p["client_ms"] for b, p in points.items()}),
+            "fit_compute": _fit({b: p["compute_ms"] for b, p in points.items() if p["compute_ms"] > 0}),
+            "fit_raw": _fit(raw.batch_ms) if raw else None,
+        }
+    return {"models": models}
+
+
+def parity(context: Context) -> dict[str, Any]:
+    """Each latency model's served outputs against the eager fp32 model on the CPU, held to its
+    precision's tolerance (``exporters.parity``): fp16 on the GPU against fp32, and fp32 on the GPU
+    against fp32 on the CPU."""
+    results = {}
+    for name in latency_group(context.grid):
+        built = context.repository.models[name]
+        spec = built.model.spec
+        reference = build_torch_model(spec).eval()
+        arrays = tensors(spec, min(PARITY_ROWS, spec.max_batch_size), SEED + 1)
+        served = context.session.infer(name, dict(zip([t.name for t in spec.inputs], arrays, strict=True)),
+                                       [spec.outputs[0].name])[spec.outputs[0].name]  # fmt: skip
+        with torch.inference_mode():
+            expected = reference(*(torch.from_numpy(a).float() if a.dtype.kind == "f" else torch.from_numpy(a)
+                                   for a in arrays)).numpy()  # fmt: skip
+        check = check_outputs(
+            expected, served.astype(np.float32), spec.outputs[0].tolerance, built.model.precision
+        )
+        results[name] = {
+            "precision": built.model.precision,
+            "max_rel_error": check.max_rel_error,
+            "max_abs_error": check.max_abs_error,
+            "limit": check.tolerance.max_rel,
+            "ok": check.ok,
+            "problems": list(check.problems),
+        }
+    return {"models": results}
+
+
+def _stub_memory(context: Context, model: str) -> list[float] | None:
+    listed = machine.process_memory_mib()
+    if listed is None:
+        return None
+    return [listed[pid] for pid in context.session.stub_pids(model) if pid in listed]
+
+
+def _predicted_mib(spec: Any, precision: str) -> float | None:
+    try:
+        return graph_memory(spec).instance_bytes(precision) / MIB
+    except GraphMemoryError as error:
+        log.warning("no memory prediction for %s: %s", spec.name, error)
+        return None
+
+
+def memory(context: Context) -> dict[str, Any]:
+    """Per latency model (one instance, after a request of the largest batch): what nvidia-smi says
+    its stub holds, torch's allocator in this process for the same module, and what ``make plan``
+    counts (``perf.plan.graph_memory`` per instance, plus ``perf.model.memory``'s CUDA context for
+    this GPU, which the planner counts once per GPU)."""
+    context_mib = context_bytes(context.device) / MIB if context.on_gpu else None
+    models = {}
+    for name in latency_group(context.grid):
+        built = context.repository.models[name]
+        raw = context.raw.get((built.model.base, built.model.precision))
+        predicted = _predicted_mib(built.model.spec, built.model.precision)
+        stubs = _stub_memory(context, name) if context.on_gpu else None
+        models[name] = {
+            "precision": built.model.precision,
+            "stub_mib": stubs,
+            "raw_weights_mib": raw.weights_mib if raw else None,
+            "raw_peak_mib": raw.peak_mib if raw else None,
+            "predicted_instance_mib": predicted,
+            "predicted_context_mib": context_mib,
+        }
+    return {"models": models, "gpu_used_mib": machine.gpu_used_mib(), "batch": context.grid.max_batch}
+
+
+def _point(context: Context, spec: Any, concurrency: int, label: str) -> dict[str, Any]:
+    target = target_from_spec(spec, context.session.server.grpc_url, rows=max(concurrency, 1), seed=SEED)
+    measurement = measure(
+        target,
+        closed_loop(concurrency),
+        context.settings(),
+        ServerEndpoints.of(context.session.server),
+        label,
+    )
+    figures = measurement.figures
+    return {
+        "concurrency": concurrency,
+        "throughput": figures.throughput,
+        "p50_ms": figures.p50_ms,
+        "p99_ms": figures.p99_ms,
+        "failed": figures.failed,
+        "requests": figures.requests,
+        "mean_batch": measurement.stats.mean_batch,
+    }
+
+
+def batching(context: Context) -> dict[str, Any]:
+    """The recommender with the spec's dynamic batching against none, batch-1 requests at each
+    concurrency: throughput, p50/p99 and the batch the server formed."""
+    none_spec = context.repository.models[BATCHING_MODEL].model.spec
+    dynamic = context.repository.models[f"{BATCHING_MODEL}_dynamic"].model.spec
+    points = []
+    for concurrency in context.grid.concurrencies:
+        off = _point(context, none_spec, concurrency, f"none c{concurrency}")
+        on = _point(context, dynamic, concurrency, f"dynamic c{concurrency}")
+        ratio = on["throughput"] / off["throughput"] if off["throughput"] else None
+        points.append({"concurrency": concurrency, "none": off, "dynamic": on, "throughput_ratio": ratio})
+    return {"model": BATCHING_MODEL, "queue_delay_us": dynamic.batching.max_queue_delay_us, "points": points}
+
+
+def instance_names(grid: Grid) -> list[str]:
+    return [INSTANCE_MODEL if n == 1 else f"{INSTANCE_MODEL}_x{n}" for n in grid.instances]
+
+
+def instances(context: Context) -> dict[str, Any]:
+    """1, 2, 4 instances of the image classifier on GPU 0 (no dynamic batching): what
+    ``instance_group { count: N kind: KIND_GPU }`` buys at one concurrency, and what each holds."""
+    rows = []
+    for count, name in zip(context.grid.instances, instance_names(context.grid), strict=True):
+        spec = context.repository.models[name].model.spec
+        point = _point(context, spec, context.grid.instance_concurrency, name)
+        rows.append(
+            {"instances": count, **point, "stub_mib": _stub_memory(context, name) if context.on_gpu else None}
+        )
+    base = rows[0]["throughput"] or None
+    for row in rows:
+        row["throughput_ratio"] = row["throughput"] / base if base else None
+    return {"model": INSTANCE_MODEL, "concurrency": context.grid.instance_concurrency, "rows": rows}
+
+
+def pipeline(context: Context) -> dict[str, Any]:
+    """The two-stage image classifier with fp32 and fp16 boundaries against the monolith: latency at
+    each batch (one in flight), throughput at one concurrency, and the bytes crossing the boundary."""
+    monolith = context.repository.models[INSTANCE_MODEL].model.spec
+    rows = []
+    for name in (INSTANCE_MODEL, *context.grid.pipelines):
+        spec = dataclasses.replace(monolith, name=name)
+        sent, fp32 = (
+            boundary_row_bytes(context.repository.pipelines[name])
+            if name in context.grid.pipelines
+            else (0, 0)
+        )
+        latencies = {}
+        for batch in context.grid.pipeline_batches:
+            arrays = dict(zip([t.name for t in spec.inputs], tensors(spec, batch, SEED), strict=True))
+            times = context.session.timed(name, arrays, context.grid.requests_per_batch)
+            latencies[batch] = {"client_ms": statistics.median(times), "boundary_bytes": sent * batch}
+        point = _point(context, spec, context.grid.pipeline_concurrency, name)
+        boundary = (
+            context.repository.pipelines[name].record.boundaries if name in context.grid.pipelines else ()
+        )
+        rows.append({
+            "model": name,
+            "boundary": [{"tensor": b.tensor, "dtype": b.dtype, "shape": list(b.shape)} for b in boundary],
+            "boundary_bytes_per_row": sent,
+            "boundary_fp32_bytes_per_row": fp32,
+            "batches": latencies,
+            "throughput": point,
+        })  # fmt: skip
+    return {"rows": rows}
+
+
+def _transport_times(
+    context: Context, model: str, array: np.ndarray, transport: str
+) -> tuple[list[float], bool]:
+    """Times of ``shm_requests`` requests of ``array`` through ``transport`` (``grpc``: in the
+    message; ``system``: one /dev/shm region for input and output; ``cuda``: one CUDA region), and
+    whether the last answer was right (the model doubles its input)."""
+    client, count = context.session.grpc, context.grid.shm_requests
+    size = array.nbytes
+    tensor = grpcclient.InferInput("x", list(array.shape), "FP32")
+    output = grpcclient.InferRequestedOutput("y")
+
+    def run() -> list[float]:
+        for _ in range(3):
+            client.infer(model, [tensor], outputs=[output])
+        times = []
+        for _ in range(count):
+            began = time.perf_counter()
+            client.infer(model, [tensor], outputs=[output])
+            times.append((time.perf_counter() - began) * 1e3)
+        return times
+
+    if transport == "grpc":
+        tensor.set_data_from_numpy(array)
+        times = run()
+        answer = client.infer(model, [tensor], outputs=[output]).as_numpy("y")
+        return times, bool(np.array_equal(answer, array * 2))
+    if transport == "system":
+        with shm.system_region(client, 2 * size) as (region, handle):
+            system_shm.set_shared_memory_region(handle, [array])
+            tensor.set_shared_memory(region, size, 0)
+            output.set_shared_memory(region, size, size)
+            times = run()
+            answer = shm.read_output(handle, np.dtype(np.float32), array.shape, size)
+        return times, bool(np.array_equal(answer, array * 2))
+    import tritonclient.utils.cuda_shared_memory as cudashm
+
+    with shm.cuda_region(client, 2 * size) as (region, handle):
+        cudashm.set_shared_memory_region(handle, [array])
+        tensor.set_shared_memory(region, size, 0)
+        output.set_shared_memory(region, size, size)
+        times = run()
+        answer = cudashm.get_contents_as_numpy(handle, np.float32, array.shape, offset=size)
+    return times, bool(np.array_equal(answer, array * 2))
+
+
+def shared_memory(context: Context) -> dict[str, Any]:
+    """One input of ``shm_mib`` MiB (and as large an output) through plain gRPC, system shared memory
+    and CUDA shared memory, one request at a time: what each transport costs."""
+    spec = next(m.model.spec for m in context.repository.models.values() if m.model.base == "trivial")
+    array = np.ascontiguousarray(tensors(spec, 1, SEED)[0], dtype=np.float32)
+    transports = ["grpc", "system"] + (["cuda"] if context.on_gpu else [])
+    rows, not_measured = [], []
+    for transport in transports:
+        times, correct = _transport_times(context, spec.name, array, transport)
+        median = statistics.median(times)
+        rows.append({
+            "transport": transport, "median_ms": median, "p90_ms": float(np.percentile(times, 90)),
+            "requests": len(times), "correct": correct, "mib_per_s": 2 * array.nbytes / MIB / (median / 1e3),
+        })  # fmt: skip
+    if not context.on_gpu:
+        not_measured.append("cuda: no CUDA device here (the rehearsal); measured on the GPU machine")
+    return {"model": spec.name, "input_bytes": array.nbytes, "rows": rows, "not_measured": not_measured}
