@@ -15,7 +15,6 @@ constraints. The archive's SHA-256 is its identity in the content hash.
 
 from __future__ import annotations
 
-import logging
 from pathlib import Path
 from typing import Any
 
@@ -30,8 +29,6 @@ from exporters.sources.onnx_file import OnnxModelSource
 from exporters.spec import ModelSpec, TorchExportSource
 from exporters.spec_sections import VARIABLE, TensorSpec
 from exporters.torch_reference import widen
-
-log = logging.getLogger(__name__)
 
 EXAMPLE_BATCH = 2  # the dynamo exporter's example; the program's own dynamic axes decide the graph's
 CHECK_BATCHES = (1, 3)  # as the exporter's parity check (3 exercises the batch axis beyond the example)
@@ -116,11 +113,14 @@ class TorchProgramSource(OnnxModelSource):
                 raise
             except Exception as error:  # onnxruntime refusing the converted file, or outputs of other shapes
                 raise ExportCheckError(f"{what}: {type(error).__name__}: {error}") from error
-        log.info(
-            "%s: the ONNX converted in the sandbox gives the program's outputs within max abs error %.1e, "
-            "max rel error %.1e (limit %g)",
-            self.spec.name, worst.max_abs_error, worst.max_rel_error, worst.tolerance,
-        )  # fmt: skip
+        self._conversion = {
+            "check": "the ONNX converted in the sandbox vs the program's own outputs there (fp32)",
+            "max_abs_error": worst.max_abs_error, "max_rel_error": worst.max_rel_error,
+            "tolerance": worst.tolerance, "outputs": [c.record() for c in worst.checks],
+        }  # fmt: skip
+
+    def conversion(self) -> dict[str, Any]:
+        return self._conversion
 
     def fold_identity(self, digest: Any) -> None:
         digest.update(f"torch_export {CONVERTER_VERSION} {self.archive_sha256}".encode())
