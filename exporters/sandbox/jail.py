@@ -4,9 +4,10 @@ What the sandboxed process can reach (``jail_arguments``):
 
 * **Files:** read-only binds of what Python needs (``/usr`` and the ``/lib`` links, the interpreter's
   install, the virtual environment, the project's ``exporters`` and ``python_backend`` packages) and
-  of the caller's inputs under ``/in``; nothing else of the host (no home folder, no ``/etc``, no
-  ``/sys``). The only writable place is ``/tmp``, a tmpfs of ``Bounds.scratch_bytes`` that vanishes
-  with the sandbox (the root it is mounted in is read-only). Results leave through one pipe (``frames``).
+  of the caller's inputs under ``/in``; nothing else of the host (no home folder, no ``/etc`` but the
+  loader's cache, no ``/sys``). The only writable place is ``/tmp``, a tmpfs of
+  ``Bounds.scratch_bytes`` that vanishes with the sandbox (the root it is mounted in is read-only).
+  Results leave through one pipe (``frames``).
 * **Identity:** a new user namespace as uid/gid 65534 with every capability dropped and no further
   user namespaces (``--disable-userns``), so it cannot remount a bind writable or gain privileges
   back; its own session (no terminal injection), PID, IPC, UTS and cgroup namespaces.
