@@ -199,9 +199,10 @@ def jail_arguments(
         "--setenv", "LANG", "C.UTF-8", "--setenv", "PYTHONPATH", python_path(),
         "--setenv", "PYTHONDONTWRITEBYTECODE", "1",
         *(["--setenv", RESULT_FD_ENV, str(result_fd)] if result_fd is not None else []),
-        *_runtime_binds(),
-        "--proc", "/proc", "--dev", "/dev",
+        # /tmp first: a bind below it (a project or venv under /tmp) is then mounted on the tmpfs, not hidden
         "--perms", "1777", "--size", str(bounds.scratch_bytes), "--tmpfs", "/tmp",
+        "--proc", "/proc", "--dev", "/dev",
+        *_runtime_binds(),
     ]  # fmt: skip
     for inside, host in inputs.items():
         arguments += ["--ro-bind", str(host), str(INPUTS / inside)]
