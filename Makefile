@@ -23,6 +23,7 @@ PORT_ARGS = $(if $(PORT_BASE),--port-base $(PORT_BASE))
 
 .DEFAULT_GOAL := help
 PA_STAMP := $(VENV)/perf_analyzer/.attempted
+BWRAP_STAMP := $(VENV)/bubblewrap/.attempted
 
 .PHONY: help setup repo serve stop status perf perf-analyzer tune plan test test-unit lint format gpu-carry \
 	gpu-check gpu-rehearsal clean \
@@ -44,7 +45,7 @@ help: ## list the targets and the variables they take
 	@echo "  PERF_ARGS= TUNE_ARGS= PLAN_ARGS=  further options of python -m perf run / tune / plan (--help lists them)"
 	@echo "  TEST_WORKERS=$(TEST_WORKERS)  make test: pytest-xdist workers"
 
-setup: $(STAMP) $(PA_STAMP) ## create .venv and install everything (torch CPU, tritonclient, onnx, nvidia-pytriton, perf_analyzer, ...)
+setup: $(STAMP) $(PA_STAMP) $(BWRAP_STAMP) ## create .venv and install everything (torch CPU, tritonclient, onnx, nvidia-pytriton, perf_analyzer, bubblewrap, ...)
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -60,6 +61,12 @@ $(STAMP): pyproject.toml
 $(PA_STAMP): $(STAMP)
 	$(BIN)/python -m perf.perf_analyzer_install
 	touch $@
+
+# bubblewrap (bwrap, Debian's package) into .venv/bubblewrap: the sandbox outside archives are opened in
+# (exporters/sandbox/). Never fails setup: a build that needs it says how to install it.
+$(BWRAP_STAMP): $(STAMP)
+	@bash deploy/install-tools.sh $(VENV) bubblewrap
+	@mkdir -p $(@D) && touch $@
 
 repo: setup ## export the models of $(SPEC) into $(REPO) (ONNX + config.pbtxt, checked against torch)
 	$(BIN)/python -m exporters build --spec $(SPEC) --repository $(REPO)
@@ -94,7 +101,7 @@ test: setup deploy-tools ## unit + integration tests (starts real tritonservers 
 	$(BIN)/python -m pytest -q -n $(TEST_WORKERS) --dist loadgroup --no-loadscope-reorder
 
 deploy-tools: setup ## prometheus/promtool (Debian package, into .venv) and kubectl where missing
-	@bash deploy/install-tools.sh $(VENV)
+	@bash deploy/install-tools.sh $(VENV) prometheus kubectl
 
 deploy-repo: setup ## repository for the gpu overlay / compose: the spec's models, DEPLOY_GPUS GPUs
 	$(BIN)/python -m exporters build --spec $(SPEC) --gpus $(DEPLOY_GPUS) --repository $(DEPLOY_REPO) \

@@ -2,7 +2,8 @@
 
 The spec says where a served model came from (a zoo entry and seed, the user's factory, the fp32 ONNX
 file, the ``.pt2`` program, the Hugging Face folder), so the client can load that source again and
-hold the server to the same tolerance the exporter used.
+hold the server to the same tolerance the exporter used. A ``.pt2`` program is held to the ONNX it
+was converted to in the sandbox (``exporters.sandbox``): the program itself is never loaded here.
 """
 
 from __future__ import annotations

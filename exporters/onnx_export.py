@@ -61,6 +61,9 @@ class Artifact:
     cached: bool = False
     file_sha256: str = ""  # of model.onnx as written; a cache hit requires the file to still match
     outputs: list[dict[str, Any]] = field(default_factory=list)  # per output: figures and limits (parity)
+    # A source converted before it is served (a torch_export program, in the sandbox): how the converted
+    # file matched the original there (``LoadedSource.conversion``); empty for the others.
+    conversion: dict[str, Any] = field(default_factory=dict)
 
 
 def content_hash(spec: ModelSpec, identity: Any) -> str:
@@ -179,7 +182,7 @@ def export_onnx(spec: ModelSpec, out_dir: Path) -> Artifact:
     assert worst is not None
     artifact = Artifact(
         path, digest, spec.precision, worst.max_abs_error, worst.max_rel_error, worst.tolerance,
-        file_sha256=sha256, outputs=[c.record() for c in worst.checks],
+        file_sha256=sha256, outputs=[c.record() for c in worst.checks], conversion=source.conversion(),
     )  # fmt: skip
     write_record(record_path, {k: v for k, v in asdict(artifact).items() if k not in ("path", "cached")})
     log.info("%s: exported %s, max rel error %.2e", spec.name, spec.precision, artifact.max_rel_error)

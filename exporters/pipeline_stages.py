@@ -29,7 +29,6 @@ from exporters.spec_sections import TensorSpec
 from exporters.splitter import SplitPlan, plan_split, split_blocks
 from exporters.zoo.recommender import Recommender
 from python_backend.dtypes import DTYPES
-from python_backend.torch_stage.safe_program import load_exported_program
 
 EMBEDDINGS = "embeddings"  # the recommender's boundary tensor (named per build: ``boundary_name``)
 Tensors = dict[str, torch.Tensor]
@@ -207,7 +206,7 @@ def stage_artifact(stage: Stage, example: tuple[torch.Tensor, ...], max_batch_si
 
 def check_stage_file(stage: Stage, path: Path) -> None:
     """An ONNX stage file must pass ``onnx.checker`` and keep its data inside its folder (a ``.pt2`` is
-    checked when it is loaded back, by the loader the server uses)."""
+    checked when it is loaded back and run against the whole model)."""
     if stage.runtime != "onnx":
         return
     try:
@@ -224,10 +223,10 @@ def export_stage(stage: Stage, example: tuple[torch.Tensor, ...], max_batch_size
 
 
 def load_stage(stage: Stage, path: Path) -> StageFn:
-    """Load an artifact the way the server will (``.pt2`` through the no-pickle gate), as a callable."""
+    """Load an artifact this build just wrote the way the server will, as a callable."""
     try:
         if stage.runtime == "torch_export":
-            return load_exported_program(path).module()
+            return torch.export.load(io.BytesIO(path.read_bytes())).module()
         session = ort.InferenceSession(str(path), providers=["CPUExecutionProvider"])
     except Exception as error:
         raise StageExportError(

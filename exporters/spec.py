@@ -407,6 +407,20 @@ def parse_model(data: Any, path: str, base_dir: Path | None = None) -> ModelSpec
     return spec
 
 
+MODULE_KINDS = ("zoo", "python", "huggingface")  # the sources that give a torch module in this process
+
+
+def no_torch_module(kind: str) -> str:
+    """Why a source of ``kind`` (``onnx``, ``torch_export``) gives no torch module to split or profile."""
+    if kind == "torch_export":
+        return (
+            "a torch_export source is an archive from outside, opened only in the sandbox and served as the "
+            "ONNX converted there, so this process has no torch module of it; to split it into a pipeline, "
+            "use the python factory that made the program (source: {python: ...})"
+        )
+    return f"a {kind} source has no torch module (only zoo, python and huggingface sources do)"
+
+
 DEFAULT_STAGE_BATCHING = Batching(mode="dynamic", max_queue_delay_us=100)
 
 
@@ -423,6 +437,9 @@ def parse_pipeline(data: Any, path: str, models: tuple[ModelSpec, ...]) -> Pipel
             raise SpecError(
                 f"{path}.model", f"pipelines split fp32 models; {model.name} is {model.precision}"
             )
+        if model.source_kind not in MODULE_KINDS:
+            raise SpecError(f"{path}.model", f"pipelines cut a torch module into stages; {model.name}: "
+                            f"{no_torch_module(model.source_kind)}")  # fmt: skip
         if data.get("split") == "embedding_dense" and model.source != "recommender":
             raise SpecError(
                 f"{path}.split", f"embedding_dense needs a recommender model, {model.name} is {model.source}"

@@ -87,14 +87,11 @@ def model_folder(package: str) -> Path:
 
 
 def load_encoder(folder: Path) -> SentenceEncoder:
-    """The fp32 encoder from local files only (no hub access); eager attention traces cleanly."""
-    from transformers import AutoModel  # heavy import, only where a text model is built
+    """The fp32 encoder from local safetensors files only (no hub access, no pickle); eager attention
+    traces cleanly."""
+    from exporters.sources.huggingface import load_model  # heavy import, only where a text model is built
 
-    from exporters.sources.huggingface import quiet_transformers
-
-    quiet_transformers()
-    bert = AutoModel.from_pretrained(str(folder), local_files_only=True, attn_implementation="eager")
-    return SentenceEncoder(bert).eval()
+    return SentenceEncoder(load_model(folder)).eval()
 
 
 def check_batches(folder: Path, max_length: int) -> list[dict[str, np.ndarray]]:

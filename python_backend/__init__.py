@@ -18,9 +18,8 @@ HERE = Path(__file__).parent
 # Imported by every model.py here; standard library (runtime_paths, dtypes) or numpy/torch-agnostic.
 RUNTIME_HELPERS = ("runtime_paths.py", "batching.py", "dtypes.py")
 ONNXRUNTIME_BACKEND = ("onnxruntime/model.py", "onnxruntime/ort_session.py", *RUNTIME_HELPERS)
-TORCH_STAGE = ("torch_stage/model.py", "torch_stage/safe_program.py", "torch_stage/shape_expressions.py",
-               "torch_stage/zip_layout.py", "torch_stage/embedding_rows.py",
-               "torch_stage/update_log.py", *RUNTIME_HELPERS)  # fmt: skip
+TORCH_STAGE = ("torch_stage/model.py", "torch_stage/embedding_rows.py", "torch_stage/update_log.py",
+               *RUNTIME_HELPERS)  # fmt: skip
 TEXT_TOKENIZER = ("text_tokenizer/model.py", "text_tokenizer/tokens.py", *RUNTIME_HELPERS)
 
 

@@ -11,7 +11,7 @@ fill the end of the run instead of one worker finishing a server test alone.
 from __future__ import annotations
 
 import copy
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -60,3 +60,13 @@ def model_spec(spec_data: dict[str, Any]) -> Callable[..., ModelSpec]:
         return parse_spec(data).model(name)
 
     return make
+
+
+@pytest.fixture(scope="session", autouse=True)
+def conversion_cache(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
+    """Outside archives converted in the sandbox are cached in a folder of the test session, not in
+    the user's ``~/.cache`` (``exporters.sandbox.outside_archive.cache_root``)."""
+    folder = tmp_path_factory.mktemp("conversion-cache")
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setenv("TRITON_BATCHING_CACHE", str(folder))
+        yield folder

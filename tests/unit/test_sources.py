@@ -14,13 +14,13 @@ import torch
 import yaml
 from torch import nn
 
-from exporters.errors import SpecError
+from exporters.errors import ExportCheckError, SpecError
 from exporters.init_entry import entry_yaml, init_entry
 from exporters.inputs import draw_inputs
 from exporters.onnx_export import content_hash, export_onnx
 from exporters.repository import build_repository
 from exporters.resolve import resolve_spec
-from exporters.sources.load import load_source
+from exporters.sources.load import build_torch_model, load_source
 from exporters.spec import Spec, parse_spec
 
 
@@ -236,3 +236,70 @@ def test_an_artifact_that_cannot_be_read_is_named_by_its_place_in_the_spec(tmp_p
         _resolved({"models": [_entry({"onnx": "nope.onnx"})]}, tmp_path)
     with pytest.raises(SpecError, match=r"^models\[0\]\.source\.torch_export: no such file"):
         _resolved({"models": [_entry({"torch_export": "nope.pt2"})]}, tmp_path)
+
+
+def _scorer_program(path: Path) -> Path:
+    torch.manual_seed(0)
+    batch = torch.export.Dim("batch", min=1, max=64)
+    example = (torch.zeros(2, 6, dtype=torch.long), torch.zeros(2, 3))
+    program = torch.export.export(Scorer().eval(), example, dynamic_shapes=({0: batch}, {0: batch}))
+    torch.export.save(program, str(path))
+    return path
+
+
+def test_a_torch_export_source_is_served_as_the_onnx_converted_in_the_sandbox(tmp_path: Path) -> None:
+    """The signature is read in the sandbox (the id range from the embedding table too), the served
+    file is the converted ONNX, and the torch module's own answer agrees with it."""
+    program = _scorer_program(tmp_path / "scorer.pt2")
+    spec = _resolved({"models": [_entry({"torch_export": "scorer.pt2"})]}, tmp_path)
+    model = spec.model("mine")
+    assert [t.name for t in model.inputs] == ["ids", "x"] and model.inputs[0].range == (0, 50)
+    built = build_repository(spec, tmp_path / "repo", num_gpus=0)
+    served = tmp_path / "repo" / "mine" / "1" / "model.onnx"
+    assert built[0].artifact.max_rel_error == 0.0 and list((tmp_path / "repo").rglob("*.pt2")) == []
+    source = load_source(model)
+    assert source.path.name == "model.onnx" and source.path.read_bytes() == served.read_bytes()
+    inputs = source.inputs(3, seed=5)
+    torch.manual_seed(0)
+    expected = Scorer().eval()(*(torch.from_numpy(a) for a in inputs)).detach().numpy()
+    np.testing.assert_allclose(source.reference(inputs)[0], expected, rtol=1e-5, atol=1e-6)
+    assert program.read_bytes()  # the archive itself is untouched and never copied into the repository
+
+
+def test_a_pipeline_cannot_split_a_torch_export_source(tmp_path: Path) -> None:
+    """Refused when the spec is read, before anything opens the archive (none exists here)."""
+    tensors = {"inputs": [{"name": "x", "dtype": "fp32", "shape": [3]}],
+               "outputs": [{"name": "y", "dtype": "fp32", "shape": [2]}]}  # fmt: skip
+    data = {
+        "models": [_entry({"torch_export": "nowhere.pt2"}, **tensors)],
+        "pipelines": [{"name": "mine_pipeline", "model": "mine", "split": "blocks", "stages": 2}],
+    }
+    with pytest.raises(
+        SpecError, match=r"pipelines\[0\]\.model: .*opened only in the sandbox.*source: \{python"
+    ):
+        parse_spec(data, tmp_path)
+    with pytest.raises(ExportCheckError, match="opened only in the sandbox"):
+        build_torch_model(parse_spec({"models": data["models"]}, tmp_path).model("mine"))
+
+
+class WritesMarker:
+    def __init__(self, marker: Path) -> None:
+        self.marker = marker
+
+    def __reduce__(self) -> tuple:
+        return (Path.touch, (self.marker,))
+
+
+def test_a_huggingface_folder_is_read_from_safetensors_only(tmp_path: Path) -> None:
+    """A ``pytorch_model.bin`` is a pickle torch would deserialise: refused, never opened."""
+    folder = tmp_path / "model"
+    folder.mkdir()
+    (folder / "config.json").write_text('{"model_type": "bert", "vocab_size": 50, "hidden_size": 16}')
+    marker = tmp_path / "pwned"
+    torch.save({"weight": WritesMarker(marker)}, folder / "pytorch_model.bin")
+    entry = _entry({"huggingface": str(folder)}, inputs=[{"name": "input_ids", "dtype": "int64", "shape": [4],
+                                                           "range": [0, 50]}],
+                   outputs=[{"name": "last_hidden_state", "dtype": "fp32", "shape": [4, 16]}])  # fmt: skip
+    with pytest.raises(SpecError, match=r"mine\.source\.huggingface: .* has no safetensors weights"):
+        load_source(_resolved({"models": [entry]}).model("mine"))
+    assert not marker.exists()

@@ -1,0 +1,40 @@
+"""``python -m exporters.sandbox.bounded AS CPU FSIZE NOFILE -- COMMAND...``: COMMAND under rlimits.
+
+The first program the sandbox runs: it lowers its own soft and hard limits (address space, CPU
+seconds, file size, open files, no core files) and then becomes COMMAND (``execv``), so whatever
+COMMAND loads runs bounded and, with every capability dropped, can never raise them again. Set here
+rather than by the parent before it starts bubblewrap: a ``preexec_fn`` in a process with threads
+(torch's) can deadlock. Standard library only, imported before anything from the archive is.
+"""
+
+from __future__ import annotations
+
+import os
+import resource
+import sys
+
+CPU_GRACE_S = 5  # SIGXCPU at the soft limit, SIGKILL this much later (a handler cannot outlive it)
+
+
+def apply_bounds(address_space: int, cpu_s: int, file_size: int, open_files: int) -> None:
+    """Lower this process's limits for good (children inherit them)."""
+    for limit, value in (
+        (resource.RLIMIT_AS, (address_space, address_space)),
+        (resource.RLIMIT_CPU, (cpu_s, cpu_s + CPU_GRACE_S)),
+        (resource.RLIMIT_FSIZE, (file_size, file_size)),
+        (resource.RLIMIT_NOFILE, (open_files, open_files)),
+        (resource.RLIMIT_CORE, (0, 0)),
+    ):
+        resource.setrlimit(limit, value)
+
+
+def main(argv: list[str]) -> None:
+    separator = argv.index("--")
+    address_space, cpu_s, file_size, open_files = (int(v) for v in argv[:separator])
+    command = argv[separator + 1 :]
+    apply_bounds(address_space, cpu_s, file_size, open_files)
+    os.execv(command[0], command)
+
+
+if __name__ == "__main__":
+    main(sys.argv[1:])

@@ -1,0 +1,191 @@
+"""The parent's side of an outside archive: its signature and its ONNX conversion, made in the sandbox.
+
+``OutsideArchive(path, field)`` reads the archive's bytes once: those bytes are hashed, copied into a
+private folder and bound read-only into the sandbox, so the file cannot change between the hash and
+the load. ``describe`` gives the program's signature, ``convert`` its fp32 ONNX file with the spec's
+tensor names and the program's own outputs for the inputs the caller drew. Both run
+``exporters.sandbox.child`` through ``jail.run_in_sandbox``; what comes back is parsed as untrusted
+data (``frames``, ``program_signature.from_json``, ``numpy.load`` without pickle).
+
+Results are kept in a cache (``cache_root()``: ``$TRITON_BATCHING_CACHE``, else
+``$XDG_CACHE_HOME/triton-batching``, else ``~/.cache/triton-batching``), one folder per archive hash
+and request, each file recorded with its SHA-256: ``exporters build``, ``client infer --check`` and
+``make perf`` then reuse one conversion instead of starting the sandbox each time. A folder whose files
+no longer match their record is made again.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import io
+import json
+import logging
+import os
+import shutil
+import tempfile
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+import torch
+
+from exporters.errors import SpecError
+from exporters.file_hash import file_matches, file_sha256
+from exporters.sandbox.frames import FrameError, read_frames
+from exporters.sandbox.jail import Bounds, SandboxRunError, failure, run_in_sandbox
+from exporters.sandbox.program_signature import ProgramTensor, from_json
+
+log = logging.getLogger(__name__)
+
+CONVERTER_VERSION = "1"  # bump when the child's conversion changes, to invalidate cached conversions
+CACHE_ENV = "TRITON_BATCHING_CACHE"
+FOUND, ONNX, OUTPUTS, ERROR, RECORD = "found.json", "model.onnx", "outputs.npz", "error.json", "record.json"
+CHILD = "exporters.sandbox.child"
+USER_ERROR = 2  # ``child.USER_ERROR``: error.json says what the user can fix
+MAX_PROBLEM = 600  # characters of a reason the sandbox gives
+
+
+def cache_root() -> Path:
+    configured = os.environ.get(CACHE_ENV)
+    if configured:
+        return Path(configured)
+    base = os.environ.get("XDG_CACHE_HOME") or str(Path.home() / ".cache")
+    return Path(base) / "triton-batching"
+
+
+@dataclass(frozen=True)
+class Conversion:
+    """A cached conversion: the ONNX file, the program's signature, and its outputs per input set."""
+
+    folder: Path
+    inputs: list[ProgramTensor]
+    outputs: list[ProgramTensor]
+
+    @property
+    def onnx_path(self) -> Path:
+        return self.folder / ONNX
+
+    def program_outputs(self, sets: int, count: int) -> list[list[np.ndarray]]:
+        """The program's ``count`` outputs for each of the ``sets`` input sets, as the sandbox sent them."""
+        with np.load(self.folder / OUTPUTS, allow_pickle=False) as arrays:
+            return [[np.asarray(arrays[f"{k}_{j}"]) for j in range(count)] for k in range(sets)]
+
+
+def _printable(text: str) -> str:
+    return "".join(c if c.isprintable() else " " for c in text)[:MAX_PROBLEM]
+
+
+class OutsideArchive:
+    """An archive the user brought: opened only in the sandbox; ``field`` names it in errors."""
+
+    def __init__(self, path: Path, field: str, bounds: Bounds | None = None) -> None:
+        if not path.is_file():
+            raise SpecError(field, f"no such file: {path}")
+        self.path, self.field = path, field
+        self.data = path.read_bytes()
+        self.sha256 = hashlib.sha256(self.data).hexdigest()
+        self.bounds = bounds or Bounds.from_environment()
+
+    def describe(self) -> tuple[list[ProgramTensor], list[ProgramTensor]]:
+        """The program's user inputs and outputs (``program_signature.program_tensors``)."""
+        folder = self._cached(self._key("describe"), (FOUND,))
+        if folder is None:
+            folder = self._run("describe", {}, self._key("describe"), (FOUND,))
+        return from_json((folder / FOUND).read_bytes())
+
+    def convert(
+        self, input_names: list[str], output_names: list[str], sets: list[list[np.ndarray]]
+    ) -> Conversion:
+        """The program as an fp32 ONNX file with these tensor names, and its outputs for ``sets``."""
+        buffer = io.BytesIO()
+        np.savez(buffer, **{f"{k}_{i}": a for k, arrays in enumerate(sets) for i, a in enumerate(arrays)})
+        request = json.dumps({"inputs": input_names, "outputs": output_names}).encode()
+        key = self._key("convert", request, buffer.getvalue())
+        names = (FOUND, ONNX, OUTPUTS)
+        folder = self._cached(key, names)
+        if folder is None:
+            extra = {"request.json": request, "inputs.npz": buffer.getvalue()}
+            folder = self._run("convert", extra, key, names)
+        inputs, outputs = from_json((folder / FOUND).read_bytes())
+        return Conversion(folder, inputs, outputs)
+
+    def _key(self, mode: str, *parts: bytes) -> str:
+        digest = hashlib.sha256(f"{CONVERTER_VERSION}\0{torch.__version__}\0{mode}\0{self.sha256}".encode())
+        for part in parts:
+            digest.update(hashlib.sha256(part).digest())
+        return digest.hexdigest()
+
+    def _cached(self, key: str, names: tuple[str, ...]) -> Path | None:
+        folder = cache_root() / "outside-archives" / key
+        try:
+            record = json.loads((folder / RECORD).read_text())
+        except (OSError, ValueError):
+            return None
+        if isinstance(record, dict) and all(file_matches(folder / n, record.get(n)) for n in names):
+            return folder
+        return None
+
+    def _run(self, mode: str, extra: dict[str, bytes], key: str, names: tuple[str, ...]) -> Path:
+        """Run the child in the sandbox on a private copy of the archive; its results, checked as
+        frames of exactly ``names``, go into the cache folder ``key``."""
+        what = f"{self.field}: opening {self.path.name} in the sandbox"
+        log.info(
+            "%s: %s %s in the sandbox (bounds: %s)", self.field, mode, self.path.name, self.bounds.describe()
+        )
+        with tempfile.TemporaryDirectory(prefix="outside-archive-") as private:
+            inputs = {"program.pt2": Path(private) / "program.pt2"}
+            inputs["program.pt2"].write_bytes(self.data)
+            for name, data in extra.items():
+                (Path(private) / name).write_bytes(data)
+                inputs[name] = Path(private) / name
+            jailed = run_in_sandbox(["-m", CHILD, mode], inputs, self.bounds, what)
+        try:
+            files = read_frames(jailed.result, frozenset((*names, ERROR)))
+        except FrameError as error:
+            if jailed.returncode != 0:
+                raise SandboxRunError(f"{what} failed: {failure(jailed, self.bounds)}") from error
+            raise SandboxRunError(f"{what} failed: {error}") from error
+        if jailed.returncode == USER_ERROR and set(files) == {ERROR}:
+            try:
+                problem = str(json.loads(files[ERROR])["problem"])
+            except (ValueError, KeyError, TypeError):
+                problem = "it gave a reason that does not parse"
+            raise SpecError(self.field, f"{_printable(problem)} (as found in the sandbox)")
+        if jailed.returncode != 0 or set(files) != set(names):
+            reason = (
+                failure(jailed, self.bounds)
+                if jailed.returncode
+                else f"it sent {sorted(files)}, not {list(names)}"
+            )
+            raise SandboxRunError(f"{what} failed: {reason}")
+        try:
+            from_json(files[FOUND])
+        except (ValueError, RecursionError) as error:
+            raise SandboxRunError(f"{what}: it sent a signature that is not one ({error})") from error
+        return self._store(key, files)
+
+    def _store(self, key: str, files: dict[str, bytes]) -> Path:
+        """The files as cache folder ``key``, written whole under a temporary name and then renamed."""
+        root = cache_root() / "outside-archives"
+        root.mkdir(parents=True, exist_ok=True)
+        staging = Path(tempfile.mkdtemp(prefix=f".{key[:12]}-", dir=root))
+        try:
+            for name, data in files.items():
+                (staging / name).write_bytes(data)
+            record = {name: file_sha256(staging / name) for name in files}
+            (staging / RECORD).write_text(json.dumps(record))
+            final = root / key
+            with contextlib.suppress(FileNotFoundError):
+                shutil.rmtree(final)  # a damaged entry (its files did not match the record)
+            os.replace(staging, final)
+        except OSError:
+            shutil.rmtree(staging, ignore_errors=True)
+            concurrent = self._cached(key, tuple(files))  # another process stored the same conversion
+            if concurrent is None:
+                raise
+            return concurrent
+        except BaseException:
+            shutil.rmtree(staging, ignore_errors=True)
+            raise
+        return final

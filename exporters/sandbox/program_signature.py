@@ -1,0 +1,140 @@
+"""A ``torch.export`` program's user inputs and outputs, read inside the sandbox and sent out as JSON.
+
+``program_tensors`` runs in the sandbox on the loaded program (torch only); ``to_json`` and
+``from_json`` carry its answer across. What comes back is untrusted data: ``from_json`` accepts only
+the exact shape of a ``ProgramTensor`` (names as strings, dtypes the spec knows, whole-number dims)
+and raises ``ValueError`` on anything else.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from dataclasses import asdict, dataclass
+from typing import Any
+
+from exporters.spec_sections import MODEL_DTYPES, VARIABLE
+
+MAX_TENSORS = 1024
+
+
+class SignatureError(ValueError):
+    """The program has a tensor that cannot be served (a dtype, or no batch axis)."""
+
+
+@dataclass(frozen=True)
+class ProgramTensor:
+    """A user input or output of the program: dims without the batch axis (-1 where dynamic, with its
+    upper bound in ``bounds``), and the batch axis' range; ``range`` for ids feeding an embedding."""
+
+    name: str
+    dtype: str
+    dims: tuple[int, ...]
+    bounds: tuple[int, ...]
+    batch_range: tuple[int, float] | None  # None: the batch axis is static
+    range: tuple[int, int] | None = None
+
+
+def _axis(size: Any, program: Any) -> tuple[int, float, float]:
+    """(value or -1, lower, upper) of one axis: symbolic sizes read their range constraint."""
+    if isinstance(size, int):
+        return size, size, size
+    bounds = program.range_constraints.get(size.node.expr)
+    lower = int(bounds.lower) if bounds is not None else 0
+    upper = float(bounds.upper) if bounds is not None and bounds.upper.is_finite else math.inf
+    return VARIABLE, lower, upper
+
+
+def _tensor(name: str, value: Any, program: Any, table_rows: int | None) -> ProgramTensor:
+    from python_backend.dtypes import DTYPES
+
+    by_torch = {d.torch_dtype(): key for key, d in DTYPES.items() if key in MODEL_DTYPES}
+    if value.dtype not in by_torch:
+        raise SignatureError(
+            f"program tensor {name!r} is {value.dtype}; served types: fp32, fp16, int64, int32"
+        )
+    axes = [_axis(size, program) for size in value.shape]
+    if not axes:
+        raise SignatureError(f"program tensor {name!r} is a scalar; served tensors have a batch axis")
+    batch, rest = axes[0], axes[1:]
+    return ProgramTensor(
+        name,
+        by_torch[value.dtype],
+        tuple(a[0] for a in rest),
+        tuple(int(a[2]) if a[0] == VARIABLE and math.isfinite(a[2]) else a[0] for a in rest),
+        None if batch[0] != VARIABLE else (batch[1], batch[2]),
+        None if table_rows is None else (0, table_rows),
+    )
+
+
+def program_tensors(program: Any) -> tuple[list[ProgramTensor], list[ProgramTensor]]:
+    """The program's user inputs and outputs; outputs are called ``output`` (``output<k>`` for several);
+    an input that indexes an embedding table gets that table's rows as its ``range``."""
+    import torch
+
+    signature = program.graph_signature
+    placeholders = {n.name: n for n in program.graph.nodes if n.op == "placeholder"}
+    tables = {}
+    for node in program.graph.nodes:
+        if node.op == "call_function" and node.target is torch.ops.aten.embedding.default:
+            weight, ids = node.args[0], node.args[1]
+            tables[ids.name] = int(weight.meta["val"].shape[0])
+    inputs = [
+        _tensor(name, placeholders[name].meta["val"], program, tables.get(name))
+        for name in signature.user_inputs
+    ]
+    output_node = next(n for n in program.graph.nodes if n.op == "output")
+    values = [arg.meta["val"] for arg in output_node.args[0][: len(signature.user_outputs)]]
+    names = ["output"] if len(values) == 1 else [f"output{k}" for k in range(len(values))]
+    outputs = [_tensor(n, v, program, None) for n, v in zip(names, values, strict=True)]
+    return inputs, outputs
+
+
+def to_json(inputs: list[ProgramTensor], outputs: list[ProgramTensor]) -> bytes:
+    return json.dumps(
+        {"inputs": [asdict(t) for t in inputs], "outputs": [asdict(t) for t in outputs]}
+    ).encode()
+
+
+def _ints(value: Any, length: int | None = None) -> tuple[int, ...]:
+    if not isinstance(value, list) or (length is not None and len(value) != length):
+        raise ValueError(f"{value!r:.80} is not a list of {length or 'some'} whole numbers")
+    if not all(isinstance(v, int) and not isinstance(v, bool) for v in value):
+        raise ValueError(f"{value!r:.80} is not a list of whole numbers")
+    return tuple(value)
+
+
+def _parse_tensor(data: Any) -> ProgramTensor:
+    if not isinstance(data, dict) or set(data) != {"name", "dtype", "dims", "bounds", "batch_range", "range"}:
+        raise ValueError(f"{str(data)[:120]} is not a program tensor")
+    name, dtype = data["name"], data["dtype"]
+    if not isinstance(name, str) or not isinstance(dtype, str) or dtype not in MODEL_DTYPES:
+        raise ValueError(f"tensor {str(name)[:80]!r} has no name or a dtype the spec does not know")
+    dims = _ints(data["dims"])
+    batch = data["batch_range"]
+    if batch is not None:
+        if (
+            not isinstance(batch, list)
+            or len(batch) != 2
+            or not all(isinstance(b, int | float) for b in batch)
+        ):
+            raise ValueError(
+                f"tensor {name[:80]!r} has a batch range {str(batch)[:80]} that is not two numbers"
+            )
+        batch = (int(batch[0]), float(batch[1]))
+    id_range = None if data["range"] is None else _ints(data["range"], 2)
+    return ProgramTensor(name, dtype, dims, _ints(data["bounds"], len(dims)), batch, id_range)
+
+
+def from_json(text: bytes) -> tuple[list[ProgramTensor], list[ProgramTensor]]:
+    """The signature ``to_json`` wrote; ``ValueError`` on anything but exactly that."""
+    data = json.loads(text)
+    if not isinstance(data, dict) or set(data) != {"inputs", "outputs"}:
+        raise ValueError("not an object of inputs and outputs")
+    found = []
+    for kind in ("inputs", "outputs"):
+        items = data[kind]
+        if not isinstance(items, list) or not 0 < len(items) <= MAX_TENSORS:
+            raise ValueError(f"{kind} is not a list of 1 to {MAX_TENSORS} tensors")
+        found.append([_parse_tensor(item) for item in items])
+    return found[0], found[1]
