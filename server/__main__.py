@@ -134,6 +134,7 @@ def _server_argv(args: argparse.Namespace) -> list[str]:
         "--http-front" if args.http_front else "--no-http-front",
         "--grpc-front" if args.grpc_front else "--no-grpc-front",
         f"--startup-timeout={args.startup_timeout}",
+        *(["--trusted-shared-memory"] if args.trusted_shared_memory else []),
     ]
 
 
