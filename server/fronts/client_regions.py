@@ -158,6 +158,11 @@ def _check_file(
     where = f"shared memory region '{name}': /dev/shm/{file_name}"
     if not stat.S_ISREG(info.st_mode):
         raise _forbidden(f"{where} is not a regular file")
+    if info.st_nlink != 1:
+        raise _forbidden(
+            f"{where} has {info.st_nlink} links (a hard link names another file); register a file "
+            "with one name"
+        )
     own = server.which(file_name, info)
     if own is not None:
         raise _forbidden(f"{where} is the server's own IPC region '{own}'")
@@ -165,11 +170,6 @@ def _check_file(
         raise _forbidden(
             f"{where} belongs to uid {info.st_uid}, not to this client (uid {uid}); register regions "
             "your own process created"
-        )
-    if info.st_nlink != 1:
-        raise _forbidden(
-            f"{where} has {info.st_nlink} links (a hard link names another file); register a file "
-            "with one name"
         )
     if end > info.st_size:
         raise RequestRefusedError(
@@ -268,8 +268,9 @@ class RegionTable:
         data = os.pread(region.descriptor, use.byte_size, start)
         if len(data) != use.byte_size:
             raise RequestRefusedError(
-                f"shared memory region '{region.name}': its file holds {start + len(data)} bytes, fewer "
-                f"than the {start + use.byte_size} this input needs (it was cut short after registration)"
+                f"shared memory region '{region.name}': its file holds {os.fstat(region.descriptor).st_size} "
+                f"bytes, fewer than the {start + use.byte_size} this input needs (it was cut short after "
+                "registration)"
             )
         return data
 
