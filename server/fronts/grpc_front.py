@@ -156,7 +156,8 @@ class GrpcFront(grpc.GenericRpcHandler):
                 return answer
             if uses:
                 client = self._client(context)
-                raw, outputs = self.shm.to_triton(client, request)  # Triton never maps it
+                rewritten, outputs = self.shm.to_triton(client, request)  # Triton never maps it
+                raw = rewritten or raw
         except RequestRefusedError as refusal:
             await context.abort(grpc.StatusCode[refusal.kind.grpc_code], str(refusal))
         try:

@@ -239,7 +239,8 @@ def test_grpc_inputs_in_regions_travel_as_raw_contents(server: ServerRegions, ta
     output.parameters["shared_memory_region"].string_param = "r1"
     output.parameters["shared_memory_byte_size"].int64_param = 64
     output.parameters["shared_memory_offset"].int64_param = 128
-    outputs = shm_grpc.raw_request(table, ME, request)
+    raw, outputs = shm_grpc.raw_request(table, ME, request)
+    request = service_pb2.ModelInferRequest.FromString(shm_grpc.wire(request, raw))  # what Triton reads
     assert list(request.raw_input_contents) == [
         np.array([5, -6], np.int64).tobytes(), values.tobytes(), b"\2\0\0\0hi",
     ]  # fmt: skip
@@ -250,6 +251,19 @@ def test_grpc_inputs_in_regions_travel_as_raw_contents(server: ServerRegions, ta
     shm_grpc.client_response(table, ME, outputs, response)
     assert list(response.raw_output_contents) == [b"", b"Z"]
     assert (server.directory / "r1").read_bytes()[128:144] == b"Y" * 16
+
+
+def test_raw_contents_on_the_wire_are_protobuf_fields() -> None:
+    """``wire`` appends raw contents as fields rather than re-serializing them; protobuf reads them
+    back in order, beside those the message kept, whatever their length (varints past one byte)."""
+    request = service_pb2.ModelInferRequest(model_name="m", id="i")
+    request.inputs.add(name="a")
+    sizes = [0, 1, 127, 128, 300, 70_000]
+    raw = [bytes([n % 251]) * n for n in sizes]
+    parsed = service_pb2.ModelInferRequest.FromString(shm_grpc.wire(request, raw))
+    assert (
+        list(parsed.raw_input_contents) == raw and parsed.model_name == "m" and parsed.inputs[0].name == "a"
+    )
 
 
 def test_a_stream_finds_each_answer_by_the_fronts_id(server: ServerRegions) -> None:
@@ -264,7 +278,9 @@ def test_a_stream_finds_each_answer_by_the_fronts_id(server: ServerRegions) -> N
         output.parameters["shared_memory_region"].string_param = "r1"
         output.parameters["shared_memory_byte_size"].int64_param = 4
         output.parameters["shared_memory_offset"].int64_param = 4 * index
-        tokens.append(service_pb2.ModelInferRequest.FromString(stream.to_triton(request)).id)
+        forwarded = service_pb2.ModelInferRequest.FromString(stream.to_triton(request))
+        assert forwarded.model_name == "m" and not forwarded.outputs[0].parameters
+        tokens.append(forwarded.id)
     assert len(set(tokens)) == 2 and not set(tokens) & {"client-0", "client-1"}
     for index in (1, 0):  # answered in the other order
         answer = service_pb2.ModelStreamInferResponse()
