@@ -5,7 +5,8 @@ Triton 2.51 maps a registered region at its offset and adds the offset again whe
 (DESIGN.md §3): a region registered at offset 4096 is read and written one page beyond its mapping,
 in whatever Triton mapped next (another client's region), and a larger offset is a SIGSEGV inside
 the server. No check on the client's file can make that mapping safe; only not letting Triton map it
-can. So the fronts serve the system shared-memory API themselves, from this table:
+can. So the fronts serve the system shared-memory API themselves, from this table (fault matrix rows
+24, 43–45 and 49–52):
 
 * ``register`` opens the client's file once and keeps the descriptor. The key names one file directly
   in ``/dev/shm`` (``/name``, as ``shm_open`` takes it), opened with ``O_NOFOLLOW``: a regular file
@@ -34,7 +35,7 @@ import os
 import re
 import resource
 import stat
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -45,6 +46,7 @@ SHM_DIR = Path("/dev/shm")
 KEY = re.compile(r"/?([A-Za-z0-9._-]{1,255})")
 MAX_PER_CLIENT = 256
 MAX_REGIONS = 2048
+MAX_REQUEST_BYTES = 64 << 20  # the fronts' own bound on a body or a message
 FileId = tuple[int, int]  # (st_dev, st_ino): which file, whatever name reaches it
 _server_files: dict[FileId, str] = {}  # every server region this process has seen: file -> its name
 _REMEMBERED = 4096
@@ -112,6 +114,17 @@ def _file_name(name: str, key: object) -> str:
             "('/name': 1-255 characters of A-Z a-z 0-9 . _ -)"
         )
     return match[1]
+
+
+def check_copy_size(uses: Iterable[RegionUse], limit: int = MAX_REQUEST_BYTES) -> None:
+    """One request's shared-memory inputs are copied into the front's memory: bounded as a body is."""
+    total = sum(use.byte_size for use in uses)
+    if total > limit:
+        raise RequestRefusedError(
+            f"the shared-memory inputs of this request hold {total} bytes; the front copies at most "
+            f"{limit} bytes a request, as it takes at most that in a request body",
+            Refusal.TOO_LARGE,
+        )
 
 
 def client_uid(client: Client, name: str) -> int:

@@ -16,7 +16,7 @@ own gRPC port on loopback, unchanged, after:
   A refused stream message is answered on the stream with its error, as Triton answers its own, and a
   stream message that is no ``ModelInferRequest`` ends the stream with ``INVALID_ARGUMENT`` (row 40);
 * system shared memory served here, from the front's own table: Triton never maps a client's file
-  (``server.fronts.shm_grpc``; fault matrix rows 24 and 49–53);
+  (``server.fronts.shm_grpc``; fault matrix rows 24, 43–45 and 49–52);
 * a connection must finish its HTTP/2 handshake within 10 s (row 41).
 
 Refusals are ``INVALID_ARGUMENT`` (``PERMISSION_DENIED`` for someone else's file) with a message
@@ -269,7 +269,9 @@ def main(argv: list[str] | None = None) -> None:
             GrpcFront(
                 args.upstream,
                 admin_key(),
-                GrpcSharedMemory(server_regions(args), args.trusted_shared_memory),
+                GrpcSharedMemory(
+                    server_regions(args), args.trusted_shared_memory, args.max_message_mib * MIB
+                ),
                 args.listen,
             ),
             args.max_message_mib * MIB,

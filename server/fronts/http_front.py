@@ -21,7 +21,7 @@ fault matrix's HTTP-front rows, docs/SERVING.md) and blames the server (500) for
   may declare more elements than bytes carry it, nor a shape its model's config does not allow
   (``server.fronts.tensor_limits``, ``server.fronts.model_shapes``; row 37);
 * system shared memory is served here, from the front's own table: Triton never maps a client's file
-  (``server.fronts.shm_http``, ``server.fronts.client_regions``; fault matrix rows 24 and 49–53);
+  (``server.fronts.shm_http``, ``server.fronts.client_regions``; fault matrix rows 24, 43–45, 49–52);
 * when Triton is unreachable, clients get JSON they can parse: 503 while it is down or starting, 502
   when it drops a request, and the front logs that once, not once per request.
 
@@ -416,7 +416,7 @@ def main(argv: list[str] | None = None) -> None:
         header_timeout_s=args.header_timeout_s,
         max_client_requests=args.max_client_requests,
     )
-    shm = HttpSharedMemory(server_regions(args), args.trusted_shared_memory)
+    shm = HttpSharedMemory(server_regions(args), args.trusted_shared_memory, limits.max_body_bytes)
     front = HttpFront(args.upstream, limits, admin_key(), shm)
     run_front(lambda: start_front(args.listen, front), args)
 

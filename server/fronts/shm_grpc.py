@@ -29,7 +29,15 @@ import numpy as np
 from google.protobuf.message import Message
 from tritonclient.grpc import service_pb2
 
-from server.fronts.client_regions import Client, RegionTable, RegionUse, ServerRegions, open_client_file
+from server.fronts.client_regions import (
+    MAX_REQUEST_BYTES,
+    Client,
+    RegionTable,
+    RegionUse,
+    ServerRegions,
+    check_copy_size,
+    open_client_file,
+)
 from server.fronts.refusal import Refusal, RequestRefusedError
 from server.fronts.shm_http import REGION_PARAMETERS, output_too_small
 
@@ -80,11 +88,15 @@ def _raw_contents(tensor: service_pb2.ModelInferRequest.InferInputTensor) -> byt
 
 
 def raw_request(
-    table: RegionTable, client: Client, request: service_pb2.ModelInferRequest
+    table: RegionTable,
+    client: Client,
+    request: service_pb2.ModelInferRequest,
+    limit: int = MAX_REQUEST_BYTES,
 ) -> tuple[list[bytes], dict[str, RegionUse]]:
     """Rewrite ``request`` (already checked: ``grpc_request.check_infer_request``) in place as Triton
     gets it: every input named in a region read from the client's file into raw contents, in input
-    order, every output wanted in a region asked for as raw contents. Returns the raw contents, taken
+    order (``limit`` bytes in all at most), every output wanted in a region asked for as raw contents.
+    Returns the raw contents, taken
     out of the message (``wire`` puts them back), and the outputs to write back (output name ->
     range), their regions and ranges checked before Triton runs."""
     given = list(request.raw_input_contents)
@@ -92,6 +104,7 @@ def raw_request(
     raw: list[bytes] = []
     index = 0
     inputs = [(tensor, _ours(table, client, tensor.parameters)) for tensor in request.inputs]
+    check_copy_size((use for _, use in inputs if use is not None), limit)
     if not any(use is not None for _, use in inputs):
         raw, index = given, len(given)
     else:
@@ -163,6 +176,7 @@ class GrpcSharedMemory:
 
     server: ServerRegions
     trusted: bool = False
+    max_request_bytes: int = MAX_REQUEST_BYTES  # what one request may copy in: the front's message bound
 
     def __post_init__(self) -> None:
         self.table = None if self.trusted else RegionTable(self.server)
@@ -209,7 +223,9 @@ class GrpcSharedMemory:
         self, client: Client, request: service_pb2.ModelInferRequest
     ) -> tuple[list[bytes], dict[str, RegionUse]] | None:
         """``raw_request``'s rewrite, or None where Triton maps the files itself (``trusted``)."""
-        return None if self.table is None else raw_request(self.table, client, request)
+        return (
+            None if self.table is None else raw_request(self.table, client, request, self.max_request_bytes)
+        )
 
     def to_client(self, client: Client, outputs: dict[str, RegionUse], raw: bytes) -> bytes:
         """Triton's answer to a rewritten ``ModelInfer``, as the client gets it."""

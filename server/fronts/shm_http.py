@@ -27,7 +27,15 @@ from dataclasses import dataclass
 
 from aiohttp import web
 
-from server.fronts.client_regions import Client, RegionTable, RegionUse, ServerRegions, open_client_file
+from server.fronts.client_regions import (
+    MAX_REQUEST_BYTES,
+    Client,
+    RegionTable,
+    RegionUse,
+    ServerRegions,
+    check_copy_size,
+    open_client_file,
+)
 from server.fronts.kserve_json import check_register
 from server.fronts.refusal import Refusal, RequestRefusedError
 
@@ -67,14 +75,22 @@ def _ours(table: RegionTable, client: Client, parameters: dict) -> bool:
 
 
 def binary_request(
-    table: RegionTable, client: Client, body: bytes, header_length: str | None
+    table: RegionTable,
+    client: Client,
+    body: bytes,
+    header_length: str | None,
+    limit: int = MAX_REQUEST_BYTES,
 ) -> tuple[bytes, int, dict[str, RegionUse]]:
     """An inference request (already checked: ``kserve_json.check_infer``) as Triton gets it: every
-    input named in a region read from the client's file and sent as binary data in input order,
-    every output wanted in a region asked for as binary. Returns the body, its JSON header's length
-    and the outputs to write back (output name -> range)."""
+    input named in a region read from the client's file and sent as binary data in input order
+    (``limit`` bytes in all at most), every output wanted in a region asked for as binary. Returns
+    the body, its JSON header's length and the outputs to write back (output name -> range)."""
     split = int(header_length) if header_length is not None else len(body)
     document = json.loads(body[:split])
+    check_copy_size(
+        (_use(p) for p in (i.get("parameters") or {} for i in document["inputs"]) if _ours(table, client, p)),
+        limit,
+    )
     binary, carried = [], memoryview(body)[split:]
     for item in document["inputs"]:
         parameters = item.get("parameters") or {}
@@ -148,6 +164,7 @@ class HttpSharedMemory:
 
     server: ServerRegions
     trusted: bool = False
+    max_request_bytes: int = MAX_REQUEST_BYTES  # what one request may copy in: the front's body bound
 
     def __post_init__(self) -> None:
         self.table = None if self.trusted else RegionTable(self.server)
@@ -197,7 +214,9 @@ class HttpSharedMemory:
         if self.table is None:
             return body, None
         length = next((headers.pop(k) for k in list(headers) if k.lower() == HEADER_LENGTH.lower()), None)
-        body, header_length, outputs = binary_request(self.table, client, body, length)
+        body, header_length, outputs = binary_request(
+            self.table, client, body, length, self.max_request_bytes
+        )
         headers[HEADER_LENGTH] = str(header_length)
         return body, outputs
 

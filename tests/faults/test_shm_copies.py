@@ -314,3 +314,32 @@ def test_a_region_truncated_while_in_use_costs_only_its_owner(
     assert answered > 0, (answered, refused)
     assert (fault_server.pid, stub_pids(fault_server)) == (pid, stubs)
     client.close()  # here, not in whichever thread collects it (gevent)
+
+
+def test_the_trusted_option_keeps_tritons_own_mapping(spec_data, tmp_path: Path) -> None:
+    """``--trusted-shared-memory`` (a server whose only client is trusted): the fronts check a
+    registration as before and pass it on, and Triton maps the file and copies itself (its own
+    status lists the region; its faults come back: docs/SERVING.md, Shared memory)."""
+    from resilience_fixtures import build_small_repository, explicit_options
+
+    repository = build_small_repository(spec_data, tmp_path / "repository", pipeline=False)
+    options = explicit_options(repository, tmp_path / "server")
+    options.http_front = options.grpc_front = True
+    options.trusted_shared_memory = True
+    with TritonServer(options) as server:
+        own = httpclient.InferenceServerClient(server.triton_http_url)
+        for protocol in PROTOCOLS:
+            client = connect(protocol, url(server, protocol))
+            values, name = _values(53), f"trusted_{protocol}_{os.getpid()}"
+            expected = _expected(client, protocol, values)
+            with client_file(name, 4096, 0, values) as path:
+                client.register_system_shared_memory(name, f"/{name}", 4096)
+                try:
+                    listed = own.get_system_shared_memory_status(headers={FRONT_HEADER: server.admin_key})
+                    assert name in {r["name"] for r in listed}, listed
+                    _infer_in_region(client, protocol, name, 0, ROW)
+                    np.testing.assert_array_equal(_floats(path, ROW), expected)
+                    with pytest.raises(InferenceServerException, match="is the server's own IPC region"):
+                        client.register_system_shared_memory("stub", f"/{a_stub_region(server).name}", 64)
+                finally:
+                    client.unregister_system_shared_memory(name)

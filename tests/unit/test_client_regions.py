@@ -187,6 +187,8 @@ def test_http_inputs_in_regions_travel_as_binary(server: ServerRegions, table: R
         [{"name": "y", "parameters": {"shared_memory_region": "r1", "shared_memory_byte_size": 64}}],
         b"AAAAAAAA" + b"DDDD",
     )
+    with _refused("hold 32 bytes; the front copies at most 16 bytes a request", Refusal.TOO_LARGE):
+        shm_http.binary_request(table, ME, body, length, limit=16)  # bounded as a body is
     rewritten, split, outputs = shm_http.binary_request(table, ME, body, length)
     document = json.loads(rewritten[:split])
     assert document["inputs"][1]["parameters"] == {"binary_data_size": 32}
