@@ -19,12 +19,10 @@ is checked once per round. Not a test: a measurement to repeat where the cost ma
 from __future__ import annotations
 
 import argparse
-import os
 import statistics
 import tempfile
 import time
-from collections.abc import Iterator
-from contextlib import ExitStack, contextmanager
+from contextlib import ExitStack
 from pathlib import Path
 
 import numpy as np
@@ -33,6 +31,7 @@ import tritonclient.http as httpclient
 import tritonclient.utils.shared_memory as shm
 import yaml
 
+from client.shm import system_region
 from exporters.repository import build_repository
 from exporters.spec import parse_spec
 from perf.measure.server_view import process_tree_cpu_s
@@ -57,21 +56,10 @@ def _repository(spec: Path, folder: Path) -> Path:
     return repository
 
 
-@contextmanager
-def _region(client, name: str, size: int) -> Iterator[object]:
-    handle = shm.create_shared_memory_region(name, f"/{name}", size)
-    try:
-        client.register_system_shared_memory(name, f"/{name}", size)
-        yield handle
-    finally:
-        client.unregister_system_shared_memory(name)
-        shm.destroy_shared_memory_region(handle)
-
-
 class Route:
     """One way to send the request: through a front, its tensors in a region or in the body."""
 
-    def __init__(self, server: TritonServer, protocol: str, rows: int, region: str | None, stack: ExitStack):
+    def __init__(self, server: TritonServer, protocol: str, rows: int, in_region: bool, stack: ExitStack):
         self.module = httpclient if protocol == "http" else grpcclient
         self.url = server.http_url if protocol == "http" else server.grpc_url
         self.front = server.http_front if protocol == "http" else server.grpc_front
@@ -83,10 +71,10 @@ class Route:
             self.module.InferRequestedOutput("y", **({"binary_data": True} if protocol == "http" else {}))
         ]
         self.handle = None
-        if region is None:
+        if not in_region:
             self.inputs[0].set_data_from_numpy(self.values)
         else:
-            self.handle = stack.enter_context(_region(self.client, region, 2 * size))
+            region, self.handle = stack.enter_context(system_region(self.client, 2 * size))
             shm.set_shared_memory_region(self.handle, [self.values])
             self.inputs[0].set_shared_memory(region, size)
             self.outputs[0].set_shared_memory(region, size, offset=size)
@@ -115,14 +103,13 @@ class Route:
 
 def _compare(servers: dict[str, TritonServer], protocol: str, rows: int, args: argparse.Namespace) -> None:
     with ExitStack() as stack:
-        name = f"cost_{protocol}_{rows}_{os.getpid()}"
         routes = {
-            "copy": Route(servers["copy"], protocol, rows, f"{name}_copy", stack),
-            "trusted": Route(servers["trusted"], protocol, rows, f"{name}_trusted", stack),
-            "body": Route(servers["copy"], protocol, rows, None, stack),
+            "copy": Route(servers["copy"], protocol, rows, True, stack),
+            "trusted": Route(servers["trusted"], protocol, rows, True, stack),
+            "body": Route(servers["copy"], protocol, rows, False, stack),
         }
         print(f"{protocol}, {rows} MiB FP32 input (and output), ms per request (front CPU ms):")
-        ratios = []
+        ratios, rounds = [], []
         for round_number in range(1, args.rounds + 1):
             figures = {}
             for route_name, route in routes.items():
@@ -130,10 +117,13 @@ def _compare(servers: dict[str, TritonServer], protocol: str, rows: int, args: a
                 figures[route_name] = route.measure(args.requests)
             ratio = figures["copy"][0] / figures["trusted"][0]
             ratios.append(ratio)
+            rounds.append(figures)
             shown = "  ".join(f"{r} {ms:7.2f} ({cpu:5.2f})" for r, (ms, cpu) in figures.items())
             print(f"  round {round_number}  {shown}  copy/trusted {ratio:.2f}", flush=True)
         listed = ", ".join(f"{r:.2f}" for r in ratios)
-        print(f"  copy/trusted: median {statistics.median(ratios):.2f} (rounds: {listed})")
+        middle = {r: [statistics.median(f[r][i] for f in rounds) for i in (0, 1)] for r in ROUTES}
+        medians = "  ".join(f"{r} {ms:7.2f} ({cpu:5.2f})" for r, (ms, cpu) in middle.items())
+        print(f"  median   {medians}  copy/trusted {statistics.median(ratios):.2f} (rounds: {listed})")
 
 
 def _server(repository: Path, mode: str) -> TritonServer:

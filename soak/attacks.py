@@ -30,6 +30,7 @@ import socket
 import threading
 import time
 from collections.abc import Callable
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import grpc
@@ -275,14 +276,27 @@ def truncate_race(soak: Soak) -> None:
     clients = {"http": soak.client, "grpc": grpcclient.InferenceServerClient(soak.server.grpc_url)}
     answers_right = True
     for protocol, client in clients.items():
-        answers_right &= _race(client, protocol, f"soak_cut_{protocol}_{os.getpid()}")
+        answers_right &= not race_truncation(client, protocol, f"soak_cut_{protocol}_{os.getpid()}").wrong
     unchanged = soak.server.pid == pid and before <= _live_stubs(soak)
     soak.report.check("regions truncated while in use (answered or refused, server kept)").record(
         answers_right and unchanged
     )
 
 
-def _race(client: object, protocol: str, name: str) -> bool:
+@dataclass
+class Race:
+    """How a truncation race went: requests answered, refused by the front, and any other errors."""
+
+    answered: int = 0
+    refused: int = 0
+    wrong: list[str] = field(default_factory=list)
+
+
+def race_truncation(client: object, protocol: str, name: str, seconds: float = RACE_S) -> Race:
+    """A client cuts its own registered region ``/dev/shm/name`` short and restores it, over and over,
+    for ``seconds``, while it runs ``trivial`` with the input read from the region and the output
+    written into its last bytes (fault matrix row 45). Each request must be answered, or refused with
+    the front's "cut short after registration"; anything else is ``wrong``."""
     module = httpclient if protocol == "http" else grpcclient
     size = 1 << 16
     output = module.InferRequestedOutput("y")
@@ -299,20 +313,19 @@ def _race(client: object, protocol: str, name: str) -> bool:
             os.ftruncate(descriptor, size)
 
     cutter = threading.Thread(target=cut_and_restore, daemon=True)
-    right, answered, refused = True, 0, 0
+    race = Race()
     try:
         client.register_system_shared_memory(name, f"/{name}", size)
         cutter.start()
-        deadline = time.monotonic() + RACE_S
+        deadline = time.monotonic() + seconds
         while time.monotonic() < deadline:
             try:
                 client.infer("trivial", [tensor], outputs=[output])
-                answered += 1
+                race.answered += 1
             except InferenceServerException as error:
-                refused += 1
+                race.refused += 1
                 if "cut short after registration" not in (error.message() or ""):
-                    log.error("truncate race over %s: %s", protocol, error)
-                    right = False
+                    race.wrong.append(f"{protocol}: {error}")
     finally:
         stop.set()
         if cutter.is_alive():
@@ -322,8 +335,12 @@ def _race(client: object, protocol: str, name: str) -> bool:
             client.unregister_system_shared_memory(name)
         finally:
             shared_memory.destroy_shared_memory_region(handle)
-    log.info("truncate race over %s: %d answered, %d refused by the front", protocol, answered, refused)
-    return right
+    log.info(
+        "truncate race over %s: %d answered, %d refused by the front", protocol, race.answered, race.refused
+    )
+    for wrong in race.wrong:
+        log.error("truncate race: %s", wrong)
+    return race
 
 
 def kill_server(soak: Soak) -> None:

@@ -303,6 +303,36 @@ class RegionTable:
         self._regions.clear()
 
 
+@dataclass
+class FrontRegions:
+    """What a front does with system shared memory, whatever its protocol (``shm_http``,
+    ``shm_grpc``): serve it from its own table, or, ``trusted``, check each registration and leave
+    the region to Triton, which maps the file (docs/SERVING.md, "Shared memory")."""
+
+    server: ServerRegions
+    trusted: bool = False
+    max_request_bytes: int = MAX_REQUEST_BYTES  # what one request may copy in: the front's body bound
+
+    def __post_init__(self) -> None:
+        self.table: RegionTable | None = None if self.trusted else RegionTable(self.server)
+
+    def register(self, client: Client, name: str, key: object, offset: int, byte_size: int) -> bool:
+        """True once the region is in the front's table (answer the client); False once the file
+        passed the checks of a trusted server (forward the registration to Triton)."""
+        if self.table is None:
+            os.close(open_client_file(self.server, client, name, key, offset, byte_size))
+            return False
+        self.table.register(client, name, key, offset, byte_size)
+        return True
+
+    @staticmethod
+    def check_cuda(client: Client) -> None:
+        """CUDA shared memory carries IPC handles of another process's GPU memory, which the front
+        cannot attribute to a client: the operator's alone (the admin key)."""
+        if not client.admin:
+            raise _forbidden("CUDA shared memory through this server's front needs the admin key")
+
+
 def _allow_descriptors(regions: int) -> None:
     """Raise this process's soft descriptor limit (up to its hard limit) so a full table still leaves
     room for the front's sockets."""

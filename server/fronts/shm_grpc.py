@@ -19,10 +19,8 @@
 from __future__ import annotations
 
 import itertools
-import os
 import uuid
 from collections.abc import Callable
-from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
@@ -32,11 +30,10 @@ from tritonclient.grpc import service_pb2
 from server.fronts.client_regions import (
     MAX_REQUEST_BYTES,
     Client,
+    FrontRegions,
     RegionTable,
     RegionUse,
-    ServerRegions,
     check_copy_size,
-    open_client_file,
 )
 from server.fronts.refusal import Refusal, RequestRefusedError
 from server.fronts.shm_http import REGION_PARAMETERS, output_too_small
@@ -170,34 +167,20 @@ def client_response(
         response.raw_output_contents[index] = b""
 
 
-@dataclass
-class GrpcSharedMemory:
-    """What the gRPC front does with shared memory: its own table (``trusted``: Triton's, as before)."""
-
-    server: ServerRegions
-    trusted: bool = False
-    max_request_bytes: int = MAX_REQUEST_BYTES  # what one request may copy in: the front's message bound
-
-    def __post_init__(self) -> None:
-        self.table = None if self.trusted else RegionTable(self.server)
+class GrpcSharedMemory(FrontRegions):
+    """What the gRPC front does with shared memory (``FrontRegions``), in gRPC's terms."""
 
     def answer(self, method: str, request: Message | None, client: Callable[[], Client]) -> bytes | None:
         """The front's answer to a shared-memory call, or None to forward it (after its checks).
         ``RequestRefusedError`` for what is refused."""
         if method.startswith("CudaSharedMemory"):
-            if not client().admin:
-                raise RequestRefusedError(
-                    "CUDA shared memory through this server's front needs the admin key", Refusal.FORBIDDEN
-                )
+            self.check_cuda(client())
             return None
         if not method.startswith("SystemSharedMemory") or request is None:
             return None
         if method == "SystemSharedMemoryRegister":
-            fields = (request.name, request.key, request.offset, request.byte_size)
-            if self.table is None:  # trusted: check, then let Triton map it
-                os.close(open_client_file(self.server, client(), *fields))
+            if not self.register(client(), request.name, request.key, request.offset, request.byte_size):
                 return None
-            self.table.register(client(), *fields)
             return service_pb2.SystemSharedMemoryRegisterResponse().SerializeToString()
         if self.table is None:
             return None

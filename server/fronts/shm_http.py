@@ -20,24 +20,21 @@ CUDA shared memory carries IPC handles the front cannot attribute to a client: o
 from __future__ import annotations
 
 import json
-import os
 import re
 from collections.abc import Callable
-from dataclasses import dataclass
 
 from aiohttp import web
 
 from server.fronts.client_regions import (
     MAX_REQUEST_BYTES,
     Client,
+    FrontRegions,
     RegionTable,
     RegionUse,
-    ServerRegions,
     check_copy_size,
-    open_client_file,
 )
 from server.fronts.kserve_json import check_register
-from server.fronts.refusal import Refusal, RequestRefusedError
+from server.fronts.refusal import RequestRefusedError
 
 SYSTEM_SHM = re.compile(r"/v2/systemsharedmemory(?:/region/([^/]*))?/(register|unregister|status)")
 CUDA_SHM = re.compile(r"/v2/cudasharedmemory(?:/region/[^/]*)?/(register|unregister|status)")
@@ -158,16 +155,8 @@ def _empty() -> web.Response:
     return web.Response(status=200, content_type="application/json")
 
 
-@dataclass
-class HttpSharedMemory:
-    """What the HTTP front does with shared memory: its own table (``trusted``: Triton's, as before)."""
-
-    server: ServerRegions
-    trusted: bool = False
-    max_request_bytes: int = MAX_REQUEST_BYTES  # what one request may copy in: the front's body bound
-
-    def __post_init__(self) -> None:
-        self.table = None if self.trusted else RegionTable(self.server)
+class HttpSharedMemory(FrontRegions):
+    """What the HTTP front does with shared memory (``FrontRegions``), in HTTP's terms."""
 
     def answer(
         self, method: str, path: str, body: bytes, client: Callable[[], Client]
@@ -175,10 +164,7 @@ class HttpSharedMemory:
         """The front's answer to a shared-memory API call, or None to forward it (after its checks).
         ``RequestRefusedError`` for what is refused."""
         if CUDA_SHM.fullmatch(path):
-            if not client().admin:
-                raise RequestRefusedError(
-                    "CUDA shared memory through this server's front needs the admin key", Refusal.FORBIDDEN
-                )
+            self.check_cuda(client())
             return None
         match = SYSTEM_SHM.fullmatch(path)
         if match is None:
@@ -194,11 +180,7 @@ class HttpSharedMemory:
                 )
             registration = check_register(body)
             fields = (registration.key, registration.offset, registration.byte_size)
-            if self.table is None:  # trusted: check, then let Triton map it
-                os.close(open_client_file(self.server, client(), name, *fields))
-                return None
-            self.table.register(client(), name, *fields)
-            return _empty()
+            return _empty() if self.register(client(), name, *fields) else None
         if self.table is None:
             return None
         if action == "unregister":

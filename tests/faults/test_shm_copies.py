@@ -14,8 +14,6 @@ Other users are played by a forked child that drops to uid 65534 (``shm_harness`
 from __future__ import annotations
 
 import os
-import threading
-import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -32,6 +30,7 @@ from tritonclient.utils import InferenceServerException
 from client.connection import connect
 from server import TritonServer
 from server.admin import ADMIN_HEADER, FRONT_HEADER, GRPC_ADMIN_HEADER, GRPC_FRONT_HEADER
+from soak.attacks import race_truncation
 
 pytestmark = pytest.mark.integration
 SHM = Path("/dev/shm")
@@ -267,51 +266,23 @@ def test_tritons_own_shared_memory_api_refuses_clients(fault_server: TritonServe
             channel.close()
 
 
-RACE_S = 10.0
-
-
 @pytest.mark.parametrize("protocol", PROTOCOLS)
 def test_a_region_truncated_while_in_use_costs_only_its_owner(
     fault_server: TritonServer, good_traffic, protocol: str
 ) -> None:
     """Fault matrix row 45: a client cuts its own registered region short and restores it, over and
     over, while its requests read their input from it and have their output written into its last
-    bytes. Each request is answered, or refused with the front's 400 for a region cut short; the
-    server and every other client carry on (Triton 2.51 alone: SIGBUS, every model down; before:
-    survived by a preloaded SIGBUS handler in tritonserver; now nothing maps the file)."""
+    bytes (``soak.attacks.race_truncation``, which ``make soak`` runs too). Each request is answered,
+    or refused with the front's 400 for a region cut short; the server and every other client carry
+    on (Triton 2.51 alone: SIGBUS, every model down; before: survived by a SIGBUS handler preloaded
+    into tritonserver; now nothing maps the file)."""
     client = connect(protocol, url(fault_server, protocol))
-    name, size = f"cut_mid_copy_{protocol}_{os.getpid()}", 1 << 16
     pid, stubs = fault_server.pid, stub_pids(fault_server)
-    answered = refused = 0
     # the race runs on good traffic's model too: the server's count includes it
-    with good_traffic(server_count=False), client_file(name, size) as path:
-        client.register_system_shared_memory(name, f"/{name}", size)
-        descriptor = os.open(path, os.O_RDWR)
-        stop = threading.Event()
-
-        def cut_and_restore() -> None:
-            while not stop.is_set():
-                os.ftruncate(descriptor, 0)
-                os.ftruncate(descriptor, size)
-
-        cutter = threading.Thread(target=cut_and_restore, daemon=True)
-        cutter.start()
-        deadline = time.monotonic() + RACE_S
-        try:
-            while time.monotonic() < deadline and fault_server.process.poll() is None:
-                try:
-                    _infer_in_region(client, protocol, name, 0, size - ROW)
-                    answered += 1
-                except InferenceServerException as error:
-                    assert "cut short after registration" in error.message(), error.message()
-                    refused += 1
-        finally:
-            stop.set()
-            cutter.join(timeout=10)
-            os.close(descriptor)
-            client.unregister_system_shared_memory(name)
-    assert fault_server.process.poll() is None, f"tritonserver died after {answered + refused} requests"
-    assert answered > 0, (answered, refused)
+    with good_traffic(server_count=False):
+        race = race_truncation(client, protocol, f"cut_mid_copy_{protocol}_{os.getpid()}", seconds=10.0)
+    assert fault_server.process.poll() is None, f"tritonserver died during {race}"
+    assert race.answered > 0 and race.wrong == [], race
     assert (fault_server.pid, stub_pids(fault_server)) == (pid, stubs)
     client.close()  # here, not in whichever thread collects it (gevent)
 
