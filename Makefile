@@ -39,6 +39,8 @@ help: ## list the targets and the variables they take
 	@echo "  MODEL= P99_MS= RATE=  make tune: the model of SPEC, the p99 budget (ms), an optional target rate"
 	@echo "  HTTP_PORT=$(HTTP_PORT) GRPC_PORT=$(GRPC_PORT) METRICS_PORT=$(METRICS_PORT)  make serve's ports"
 	@echo "  ALLOW_PARTIAL=1  make serve keeps serving when some models fail to load (default: exit 1)"
+	@echo "  TRUSTED_SHM=1  make serve lets tritonserver map clients' shared memory (trusted clients only:"
+	@echo "                 docs/SERVING.md, Shared memory); default: the fronts copy it"
 	@echo "  TOPOLOGY= ACCURACY=  make plan: a recorded GPU topology (e.g. dgx1-v100), the accuracy limit"
 	@echo "  PORT_BASE=     make perf/tune/plan/soak: every server's ports from this base (HTTP, gRPC, metrics,"
 	@echo "                 Triton's own two behind the fronts: 5 per server) instead of free ports the OS picks"
@@ -73,7 +75,8 @@ repo: setup ## export the models of $(SPEC) into $(REPO) (ONNX + config.pbtxt, c
 
 serve: repo ## start tritonserver on $(REPO) in the background, supervised: restarted if it dies (127.0.0.1, HTTP_PORT/GRPC_PORT/METRICS_PORT)
 	$(BIN)/python -m server start --repository $(REPO) --spec $(SPEC) --http-port $(HTTP_PORT) \
-		--grpc-port $(GRPC_PORT) --metrics-port $(METRICS_PORT) $(if $(ALLOW_PARTIAL),--allow-partial)
+		--grpc-port $(GRPC_PORT) --metrics-port $(METRICS_PORT) $(if $(ALLOW_PARTIAL),--allow-partial) \
+		$(if $(TRUSTED_SHM),--trusted-shared-memory)
 
 stop: ## stop the server started by `make serve`
 	@if [ -x $(BIN)/python ]; then $(BIN)/python -m server stop; else echo "nothing to stop"; fi

@@ -136,6 +136,7 @@ def _server_argv(args: argparse.Namespace) -> list[str]:
         "--grpc-front" if args.grpc_front else "--no-grpc-front",
         f"--startup-timeout={args.startup_timeout}",
         *([f"--spec={args.spec}"] if args.spec else []),
+        *(["--trusted-shared-memory"] if args.trusted_shared_memory else []),
     ]
 
 

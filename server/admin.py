@@ -10,13 +10,16 @@ lives in ``TritonServer.admin_key`` and, for ``make serve``, in ``.run/admin.key
 says which version keeps serving when a new one fails to load.
 
 Behind the fronts (``server.fronts.http_front``, ``server.fronts.grpc_front``), Triton's own port of that
-protocol also restricts the inference and shared-memory APIs to requests carrying ``FRONT_HEADER``, which
-the fronts add once their checks pass: a client connecting to Triton's loopback port directly cannot skip
-them. The value is the same secret under another header name, so a front can pass inference through
-without passing admin rights on. Without a front, ``key_shared_memory`` keys the shared-memory API with
-the admin key (the container, which binds every interface). The fronts read the key from the environment
-(``KEY_ENV``): a command line is readable by every local user in ``/proc``; so, note, is tritonserver's
-own, where Triton 2.51 takes these keys (mount ``/proc`` with ``hidepid=2`` on a shared host).
+protocol also restricts the inference API to requests carrying ``FRONT_HEADER``, which the fronts add
+once their checks pass: a client connecting to Triton's loopback port directly cannot skip them. The
+value is the same secret under another header name, so a front can pass inference through without passing
+admin rights on. Triton's system and CUDA shared-memory API is the operator's alone (the admin key): the
+fronts serve system shared memory from their own table, so Triton never maps a client's file
+(``server.fronts.client_regions``). Only ``trusted_shared_memory`` (a server whose only client is
+trusted) opens it: to what a front passed on, or to anyone on a protocol without a front. The fronts read
+the key from the environment (``KEY_ENV``): a command line is readable by every local user in ``/proc``;
+so, note, is tritonserver's own, where Triton 2.51 takes these keys (mount ``/proc`` with ``hidepid=2``
+on a shared host).
 """
 
 from __future__ import annotations
@@ -44,7 +47,8 @@ GRPC_ADMIN_HEADER = f"triton-grpc-protocol-{ADMIN_HEADER}"
 RESTRICTED_APIS = ("model-repository", "trace", "logging")
 FRONT_HEADER = "triton-front-key"
 GRPC_FRONT_HEADER = f"triton-grpc-protocol-{FRONT_HEADER}"
-FRONTED_APIS = ("inference", "shared-memory")
+FRONTED_APIS = ("inference",)
+SHARED_MEMORY_API = "shared-memory"  # Triton's system and CUDA shared memory alike
 KEY_ENV = "TRITON_BATCHING_ADMIN_KEY"
 
 
@@ -57,17 +61,21 @@ def new_admin_key() -> str:
 
 
 def restricted_api_args(
-    key: str, http_front: bool = False, grpc_front: bool = False, key_shared_memory: bool = False
+    key: str, http_front: bool = False, grpc_front: bool = False, trusted_shared_memory: bool = False
 ) -> list[str]:
-    """tritonserver flags restricting ``RESTRICTED_APIS`` on both protocols to holders of ``key``, and
-    on a protocol with a front, ``FRONTED_APIS`` to requests the front passed on (module doc)."""
+    """tritonserver flags restricting ``RESTRICTED_APIS`` and Triton's shared-memory API on both
+    protocols to holders of ``key``, and on a protocol with a front, ``FRONTED_APIS`` to requests the
+    front passed on. ``trusted_shared_memory`` lets Triton map clients' files (module doc): its
+    shared-memory API then goes with the front's requests, or is open without a front."""
     args = []
     for flag, fronted in (("--http-restricted-api", http_front), ("--grpc-restricted-protocol", grpc_front)):
-        admin_apis = list(RESTRICTED_APIS)
+        admin_apis, fronted_apis = list(RESTRICTED_APIS), list(FRONTED_APIS)
+        if not trusted_shared_memory:
+            admin_apis.append(SHARED_MEMORY_API)
+        elif fronted:
+            fronted_apis.append(SHARED_MEMORY_API)
         if fronted:
-            args.append(f"{flag}={','.join(FRONTED_APIS)}:{FRONT_HEADER}={key}")
-        elif key_shared_memory:
-            admin_apis.append("shared-memory")
+            args.append(f"{flag}={','.join(fronted_apis)}:{FRONT_HEADER}={key}")
         args.append(f"{flag}={','.join(admin_apis)}:{ADMIN_HEADER}={key}")
     return args
 

@@ -19,6 +19,15 @@ def add_server_arguments(
     parser.add_argument("--grpc-port", type=int, default=8001)
     parser.add_argument("--metrics-port", type=int, default=8002)
     parser.add_argument("--model-control-mode", choices=("none", "explicit"), default="none")
+    parser.add_argument(
+        "--trusted-shared-memory",
+        action="store_true",
+        help="let tritonserver map the /dev/shm files clients register, as Triton does by default, "
+        "instead of the fronts copying the bytes; only for a server whose only client is trusted: "
+        "Triton 2.51 applies a registration's offset twice (reading and writing beyond the region, "
+        "into other clients' memory or a crash), maps whatever file the name reaches when it "
+        "registers, and dies of SIGBUS if a file is cut short under a copy (docs/SERVING.md, Shared memory)",
+    )
 
 
 def server_options(args: argparse.Namespace, **more: Any) -> ServerOptions:
@@ -30,5 +39,6 @@ def server_options(args: argparse.Namespace, **more: Any) -> ServerOptions:
         grpc_port=args.grpc_port,
         metrics_port=args.metrics_port,
         model_control_mode=args.model_control_mode,
+        trusted_shared_memory=args.trusted_shared_memory,
         **more,
     )

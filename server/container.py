@@ -50,9 +50,8 @@ def container_server(args: argparse.Namespace) -> TritonServer:
         port_wait_s=10.0,  # a restart may find the dead server's ports still held for a moment
         # the keyed admin APIs (server.admin): a Secret's key, or a random one nobody outside holds
         admin_key=os.environ.get(ADMIN_KEY_ENV) or None,
-        # no front here, and every interface bound: a client naming a Python-backend region could
-        # read other clients' tensors, so the shared-memory API needs the admin key too
-        key_shared_memory=True,
+        # no front here, and every interface bound: Triton's shared-memory API needs the admin key
+        # unless --trusted-shared-memory (server.cli_options)
     )
     return TritonServer(options)
 

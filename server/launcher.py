@@ -15,12 +15,13 @@ failed version load even while the old version serves; per-model readiness and `
 health`` say which models serve.
 
 Fronts (``make serve`` runs both): ``http_front`` and ``grpc_front`` put ``server.fronts.http_front`` and
-``server.fronts.grpc_front`` on the public ports and move Triton's own to loopback ports, where inference and
-shared memory answer only what a front passed on (``server.admin``). The fronts outlive a tritonserver
-that dies: they follow the one the pid file names (``server_pid_file``), answering 503 / ``UNAVAILABLE``
-while the supervisor restarts it, and stop with ``stop()`` (or once this process and its server are both
-gone). The stubs' ``/dev/shm`` regions are private from creation (``server.shm_private``) and made
-owner-only again once the server is ready (``server.shm_regions``).
+``server.fronts.grpc_front`` on the public ports and move Triton's own to loopback ports, where inference
+answers only what a front passed on (``server.admin``). Triton never maps a client's shared-memory file
+unless ``trusted_shared_memory`` says the clients are trusted (the fronts copy the bytes instead). The
+fronts outlive a tritonserver that dies: they follow the one the pid file names (``server_pid_file``),
+answering 503 / ``UNAVAILABLE`` while the supervisor restarts it, and stop with ``stop()`` (or once this
+process and its server are both gone). The stubs' ``/dev/shm`` regions are private from creation
+(``server.shm_private``) and made owner-only again once the server is ready (``server.shm_regions``).
 """
 
 from __future__ import annotations
@@ -223,8 +224,13 @@ class ServerOptions:
     # The same for gRPC (server.fronts.grpc_front): clients use grpc_port, Triton's own is
     # ``triton_grpc_url``.
     grpc_front: bool = False
-    # Without a front, key the shared-memory API with the admin key (the container binds every interface).
-    key_shared_memory: bool = False
+    # Whether Triton may map a client's /dev/shm file (docs/SERVING.md, Shared memory). False: never;
+    # the fronts serve system shared memory from their own table and copy the bytes, and Triton's own
+    # shared-memory API needs the admin key. True: Triton maps it, with 2.51's faults (the offset applied
+    # twice); only for a server whose clients are trusted. None: True without fronts (an in-process
+    # server on loopback, whose client is the process that started it: make perf, the tests), False
+    # with them. `python -m server start` and the container pass False unless --trusted-shared-memory.
+    trusted_shared_memory: bool | None = None
     # Copy the server's log to this process's stdout as well (the container: stdout is the pod's log).
     echo_log: bool = False
 
@@ -286,6 +292,12 @@ class TritonServer:
         return f"http://{self.options.host}:{self.metrics_port}/metrics"
 
     @property
+    def trusts_shared_memory(self) -> bool:
+        """Whether Triton maps clients' shared-memory files (``ServerOptions.trusted_shared_memory``)."""
+        trusted = self.options.trusted_shared_memory
+        return not (self.options.http_front or self.options.grpc_front) if trusted is None else trusted
+
+    @property
     def pid(self) -> int | None:
         return self.process.pid if self.process else None
 
@@ -319,7 +331,7 @@ class TritonServer:
         command.append(f"--backend-directory={assemble_backends(self.install, self._workdir / 'backends')}")
         command += [f"--load-model={m}" for m in options.load_models or ["*"]]
         restricted = restricted_api_args(
-            self.admin_key, options.http_front, options.grpc_front, options.key_shared_memory
+            self.admin_key, options.http_front, options.grpc_front, self.trusts_shared_memory
         )
         return command + restricted + options.extra_args
 
@@ -448,6 +460,7 @@ class TritonServer:
             sys.executable, "-m", module, f"--listen={self.options.host}:{port}", f"--upstream={upstream}",
             f"--server-pid-file={self.server_pid_file}", f"--owner-pid={os.getpid()}",
             f"--shm-prefix={self.shm_prefix}", *more,
+            *(["--trusted-shared-memory"] if self.trusts_shared_memory else []),
         ]  # fmt: skip
         environment = {**os.environ, KEY_ENV: self.admin_key}
         with open(self.log_path.with_name(f"{module.rsplit('.', 1)[1]}.log"), "wb") as log_file:

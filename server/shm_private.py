@@ -1,26 +1,20 @@
-"""The Python backend's ``/dev/shm`` regions are private (0600) from the moment they exist, and a
-client's region cut short while Triton copies is no crash.
+"""The Python backend's ``/dev/shm`` regions are private (0600) from the moment they exist.
 
 Triton 2.51's Python backend creates each stub's IPC region through Boost.Interprocess, which calls
 ``fchmod(fd, 0644)`` right after ``shm_open`` so that the umask cannot narrow it (measured: with a
 umask of 077 the regions still appear 0644). Until something tightens them, any local user can open
 one, keep the descriptor, and read every tensor the stub later sees; a chmod after the fact
-(``server.shm_regions``) does not close a descriptor opened before it (fault matrix row 42).
+(``server.shm_regions``) does not close a descriptor opened before it (fault matrix row 42). This is
+the server's own IPC, whoever its clients are: a separate matter from the files clients register,
+which Triton never maps unless the server trusts its clients (``server.fronts.client_regions``).
 
 So tritonserver runs with a umask of 077 and a small preloaded library (``shm_private.c``) that
 drops group and other bits from any chmod of a ``/dev/shm`` file: the region is created 0600 and
 stays so.
 
-The same library answers a SIGBUS on a page of a shared ``/dev/shm`` mapping with a private zero
-page (fault matrix row 45). The fronts check a region's size before they forward a request, but a
-client can still truncate its own region before Triton copies from or to it; the copy used to kill
-the server (SIGBUS). Now the copy completes: that client reads zeros or loses that output, and its
-registration keeps the private page until it unregisters. Any other SIGBUS is fatal as before.
-
 The library is compiled with the system C compiler into the server's work folder (not a shared
 folder another user could write to). Without a compiler the server still starts, the regions are
-tightened once it is ready, a truncation race can still kill it (the supervisor restarts it), and
-a warning says so.
+tightened once it is ready, and a warning says so.
 """
 
 from __future__ import annotations
@@ -48,8 +42,7 @@ def build_library(folder: Path) -> Path | None:
     if compiler is None:
         log.warning(
             "no C compiler: the Python backend's /dev/shm regions are 0644 until the server is ready "
-            "(another local user may open one then) and a client truncating its own region during a "
-            "request kills the server; install gcc (server/shm_private.c)"
+            "(another local user may open one then); install gcc (server/shm_private.c)"
         )
         return None
     folder.mkdir(parents=True, exist_ok=True)

@@ -113,7 +113,7 @@ def stubs_with_prefix(prefix: str) -> list[int]:
 
 def stub_regions() -> set[str]:
     """The ``/dev/shm`` names the live stubs of every server on this host use for their IPC: no
-    client may register one of them as its own shared memory (``server.fronts.shm_ownership``)."""
+    client may register one of them as its own shared memory (``server.fronts.client_regions``)."""
     return {region for _, region in _live_stubs()}
 
 

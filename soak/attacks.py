@@ -7,10 +7,11 @@ Each must get its one documented answer while the load runs, and no stub of the 
   and the requests held the HTTP front's upstream connections);
 * a gRPC stream whose first message is garbage (row 40): closed with ``INVALID_ARGUMENT``, not hung;
 * half-open HTTP/2 connections to the gRPC front (row 41): closed by the front's handshake timeout;
-* a hard link to a stub's region registered (row 43) and a stub's region renamed over a client's
-  registered one (row 44): refused, the stub keeps its region;
-* a client truncating its own registered region while Triton copies an output into it (row 45),
-  briefly: answered or refused, the server kept;
+* a hard link to a stub's region registered (row 43): refused; and a stub's region renamed over a
+  client's registered one (row 44): the client's input still read from the file it registered, the
+  stub keeps its region;
+* a client truncating its own registered region while the front copies its input from it and its
+  output into it (row 45), briefly: answered or refused, the server kept;
 * ``kill -9`` of tritonserver itself: the supervisor restarts it and the fronts stay up, answering
   503/502 JSON and gRPC ``UNAVAILABLE`` in the gap. The load's failures in that gap are an outage of
   every model (excused only with those answers); the restart is the soak's own, not a death.
@@ -29,9 +30,11 @@ import socket
 import threading
 import time
 from collections.abc import Callable
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import grpc
+import numpy as np
 import tritonclient.grpc as grpcclient
 import tritonclient.http as httpclient
 import tritonclient.utils.shared_memory as shared_memory
@@ -41,7 +44,6 @@ from tritonclient.utils import InferenceServerException
 from client.infer import make_inputs
 from server.stubs import server_stubs
 from soak.faults import Soak, _live_stubs
-from soak.mixed_load import request_arrays
 from soak.report import Outage
 
 log = logging.getLogger(__name__)
@@ -53,7 +55,6 @@ GARBAGE_FIRST_MESSAGES = (b"\xff\xff\xff\xff", b"\x0a\xff")
 NOT_A_REQUEST = "ModelStreamInfer: not a valid ModelInferRequest message"
 HALF_OPEN = 4  # connections per fault; half send the HTTP/2 preface and stop
 HALF_OPEN_CLOSED_WITHIN_S = 30.0  # the front's handshake timeout is 10 s; grpc's own default, 60 s
-SERVER_OWN = "is the server's own IPC region"
 REFUSED = {"http": "403", "grpc": "StatusCode.PERMISSION_DENIED"}
 # what the load may get while tritonserver is down and restarting: the fronts' 503/502 JSON and gRPC
 # UNAVAILABLE (fault matrix, "fronts across restarts"), and a model not loaded yet after the restart
@@ -208,9 +209,9 @@ def _refused(call: Callable[[], object], protocol: str, says: str) -> bool:
 
 
 def shared_memory_identity(soak: Soak) -> None:
-    """A hard link to a stub's region registered (row 43), and a stub's region renamed over a client's
-    registered region and used as an input (row 44), over both protocols: refused each time, the
-    region given back, no stub lost."""
+    """A hard link to a stub's region registered (row 43): refused; and a stub's region renamed over a
+    client's registered region and used as an input (row 44): answered from the file the client
+    registered; over both protocols, the region given back, no stub lost."""
     region = _stub_region(soak)
     if region is None:
         return
@@ -229,7 +230,7 @@ def shared_memory_identity(soak: Soak) -> None:
         finally:
             link.unlink()
         soak.report.check("hard links to a stub's region (refused)").record(linked)
-        soak.report.check("stub regions renamed over a client's (refused)").record(
+        soak.report.check("stub regions renamed over a client's (its own file read)").record(
             _renamed_over(client, protocol, region)
         )
     alive = before <= _live_stubs(soak)
@@ -239,14 +240,23 @@ def shared_memory_identity(soak: Soak) -> None:
 def _renamed_over(client: object, protocol: str, region: Path) -> bool:
     module = httpclient if protocol == "http" else grpcclient
     name = f"soak_renamed_{protocol}_{os.getpid()}"
+    values = np.full((1, 16), 3.5, np.float32)
     handle = shared_memory.create_shared_memory_region(name, f"/{name}", 4096)
     try:
+        shared_memory.set_shared_memory_region(handle, [values])
         client.register_system_shared_memory(name, f"/{name}", 4096)
+        direct = make_inputs(module, {"x": values})
+        expected = client.infer("trivial", direct).as_numpy("y")
         region.rename(Path("/dev/shm") / name)
         try:
             tensor = module.InferInput("x", [1, 16], "FP32")
             tensor.set_shared_memory(name, 64)
-            return _refused(lambda: client.infer("trivial", [tensor]), protocol, SERVER_OWN)
+            try:
+                answer = client.infer("trivial", [tensor]).as_numpy("y")
+            except InferenceServerException as error:
+                log.error("stub region renamed over a client's, over %s: %s", protocol, error)
+                return False
+            return bool(np.array_equal(answer, expected))
         finally:
             (Path("/dev/shm") / name).rename(region)
             Path(f"/dev/shm/{name}").write_bytes(b"\0" * 4096)  # the client's file, for its cleanup
@@ -259,25 +269,40 @@ def _renamed_over(client: object, protocol: str, region: Path) -> bool:
 
 def truncate_race(soak: Soak) -> None:
     """A client cuts its own registered region short and restores it, over and over, for
-    ``RACE_S`` per protocol while its requests have ``trivial``'s output copied into the region's last
-    bytes (fault matrix row 45): each request answered, or refused with the front's "exceeds the
-    file's"; tritonserver's pid and stubs unchanged."""
+    ``RACE_S`` per protocol while its requests read ``trivial``'s input from the region and have the
+    output copied into its last bytes (fault matrix row 45): each request answered, or refused with
+    the front's "cut short after registration"; tritonserver's pid and stubs unchanged."""
     pid, before = soak.server.pid, _live_stubs(soak)
     clients = {"http": soak.client, "grpc": grpcclient.InferenceServerClient(soak.server.grpc_url)}
     answers_right = True
     for protocol, client in clients.items():
-        answers_right &= _race(client, protocol, f"soak_cut_{protocol}_{os.getpid()}")
+        answers_right &= not race_truncation(client, protocol, f"soak_cut_{protocol}_{os.getpid()}").wrong
     unchanged = soak.server.pid == pid and before <= _live_stubs(soak)
-    soak.report.check("regions truncated while Triton copies (answered or refused, server kept)").record(
+    soak.report.check("regions truncated while in use (answered or refused, server kept)").record(
         answers_right and unchanged
     )
 
 
-def _race(client: object, protocol: str, name: str) -> bool:
+@dataclass
+class Race:
+    """How a truncation race went: requests answered, refused by the front, and any other errors."""
+
+    answered: int = 0
+    refused: int = 0
+    wrong: list[str] = field(default_factory=list)
+
+
+def race_truncation(client: object, protocol: str, name: str, seconds: float = RACE_S) -> Race:
+    """A client cuts its own registered region ``/dev/shm/name`` short and restores it, over and over,
+    for ``seconds``, while it runs ``trivial`` with the input read from the region and the output
+    written into its last bytes (fault matrix row 45). Each request must be answered, or refused with
+    the front's "cut short after registration"; anything else is ``wrong``."""
     module = httpclient if protocol == "http" else grpcclient
     size = 1 << 16
     output = module.InferRequestedOutput("y")
     output.set_shared_memory(name, 64, offset=size - 64)
+    tensor = module.InferInput("x", [1, 16], "FP32")
+    tensor.set_shared_memory(name, 64)
     handle = shared_memory.create_shared_memory_region(name, f"/{name}", size)
     descriptor = os.open(f"/dev/shm/{name}", os.O_RDWR)
     stop = threading.Event()
@@ -288,20 +313,19 @@ def _race(client: object, protocol: str, name: str) -> bool:
             os.ftruncate(descriptor, size)
 
     cutter = threading.Thread(target=cut_and_restore, daemon=True)
-    right, answered, refused = True, 0, 0
+    race = Race()
     try:
         client.register_system_shared_memory(name, f"/{name}", size)
         cutter.start()
-        deadline = time.monotonic() + RACE_S
+        deadline = time.monotonic() + seconds
         while time.monotonic() < deadline:
             try:
-                client.infer("trivial", make_inputs(module, request_arrays("trivial")), outputs=[output])
-                answered += 1
+                client.infer("trivial", [tensor], outputs=[output])
+                race.answered += 1
             except InferenceServerException as error:
-                refused += 1
-                if "exceeds the file's" not in (error.message() or ""):
-                    log.error("truncate race over %s: %s", protocol, error)
-                    right = False
+                race.refused += 1
+                if "cut short after registration" not in (error.message() or ""):
+                    race.wrong.append(f"{protocol}: {error}")
     finally:
         stop.set()
         if cutter.is_alive():
@@ -311,8 +335,12 @@ def _race(client: object, protocol: str, name: str) -> bool:
             client.unregister_system_shared_memory(name)
         finally:
             shared_memory.destroy_shared_memory_region(handle)
-    log.info("truncate race over %s: %d answered, %d refused by the front", protocol, answered, refused)
-    return right
+    log.info(
+        "truncate race over %s: %d answered, %d refused by the front", protocol, race.answered, race.refused
+    )
+    for wrong in race.wrong:
+        log.error("truncate race: %s", wrong)
+    return race
 
 
 def kill_server(soak: Soak) -> None:

@@ -2,5 +2,6 @@
 they use: ``http_front`` and ``grpc_front`` are the serving processes (``python -m
 server.fronts.http_front``, started by ``server.launcher``); the checks of a request are pure functions
 in modules of their own (``request_target``, ``kserve_json``, ``body_encoding`` for HTTP,
-``grpc_request`` for gRPC), over what both share (``tensor_limits``, ``refusal``, ``shm_ownership``).
+``grpc_request`` for gRPC), over what both share (``tensor_limits``, ``refusal``); system shared memory
+is served by the fronts themselves (``client_regions``, the table; ``shm_http``, ``shm_grpc``).
 See docs/SERVING.md, "The fronts"."""

@@ -12,16 +12,17 @@ own gRPC port on loopback, unchanged, after:
   ``RESOURCE_EXHAUSTED`` from gRPC itself before they are buffered whole;
 * the checks of each message (``server.fronts.grpc_request``): for ``ModelInfer`` and each message of
   ``ModelStreamInfer``, inputs that carry the bytes their shapes declare and fit their model's config
-  (rows 19, 37 and 39: Triton never answered ``[2^62, 0]``) and shared-memory ranges the client owns;
-  shared-memory calls only for the client's own regions; model names without control characters. A
-  refused stream message is answered on the stream with its error, as Triton answers its own, and a
+  (rows 19, 37 and 39: Triton never answered ``[2^62, 0]``); model names without control characters.
+  A refused stream message is answered on the stream with its error, as Triton answers its own, and a
   stream message that is no ``ModelInferRequest`` ends the stream with ``INVALID_ARGUMENT`` (row 40);
+* system shared memory served here, from the front's own table: Triton never maps a client's file
+  (``server.fronts.shm_grpc``; fault matrix rows 24, 43–45 and 49–52);
 * a connection must finish its HTTP/2 handshake within 10 s (row 41).
 
-Refusals are ``INVALID_ARGUMENT`` (``PERMISSION_DENIED`` for someone else's region) with a message
+Refusals are ``INVALID_ARGUMENT`` (``PERMISSION_DENIED`` for someone else's file) with a message
 naming the input. Everything else passes through as bytes: requests that pass are forwarded as the
-client sent them, not re-encoded. While Triton is unreachable, calls get ``UNAVAILABLE`` and the
-front logs that once.
+client sent them, not re-encoded, unless they name shared memory. While Triton is unreachable, calls
+get ``UNAVAILABLE`` and the front logs that once.
 
 Run as ``python -m server.fronts.grpc_front --listen HOST:PORT --upstream HOST:PORT``, with the
 admin key in the environment (``server.admin.KEY_ENV``) and the lifetime flags of
@@ -41,12 +42,13 @@ from google.protobuf.message import DecodeError, Message
 from tritonclient.grpc import service_pb2
 
 from server.admin import GRPC_ADMIN_HEADER, GRPC_FRONT_HEADER
-from server.fronts import shm_ownership
+from server.fronts.client_regions import Client, RegionUse
 from server.fronts.grpc_request import SERVICE, check_request, model_to_check, parse_request
 from server.fronts.model_shapes import ModelShapesCache
 from server.fronts.peer import peer_uid
-from server.fronts.process import MIB, admin_key, front_parser, region_rules, run_front
+from server.fronts.process import MIB, admin_key, front_parser, run_front, server_regions
 from server.fronts.refusal import RequestRefusedError
+from server.fronts.shm_grpc import GrpcSharedMemory, StreamOutputs
 from server.fronts.upstream_state import UpstreamState
 
 log = logging.getLogger(__name__)
@@ -71,8 +73,8 @@ MAX_IDLE_MS = 300_000  # a connection with no call for 5 minutes is closed (GOAW
 class GrpcFront(grpc.GenericRpcHandler):
     """Checks each call of the inference service and forwards it to ``upstream`` as bytes."""
 
-    def __init__(self, upstream: str, key: str, rules: shm_ownership.RegionRules, listen: str) -> None:
-        self.upstream, self.key, self.rules = upstream, key, rules
+    def __init__(self, upstream: str, key: str, shm: GrpcSharedMemory, listen: str) -> None:
+        self.upstream, self.key, self.shm = upstream, key, shm
         host, port = listen.rsplit(":", 1)
         self.local = (host.strip("[]"), int(port))
         self.state = UpstreamState(f"tritonserver's gRPC at {upstream}", log, "UNAVAILABLE")
@@ -107,14 +109,14 @@ class GrpcFront(grpc.GenericRpcHandler):
             return None
         return json_format.MessageToDict(answer.config, preserving_proto_field_name=True)
 
-    def _client(self, context: grpc.aio.ServicerContext) -> shm_ownership.Client:
+    def _client(self, context: grpc.aio.ServicerContext) -> Client:
         peer = context.peer()  # "ipv4:127.0.0.1:54321" or "ipv6:[::1]:54321"
         uid = None
         if peer.startswith(("ipv4:", "ipv6:")):
             host, _, port = peer.split(":", 1)[1].rpartition(":")
             uid = peer_uid((host.strip("[]"), int(port)), self.local)
         admin = bool(self.key) and dict(context.invocation_metadata()).get(GRPC_ADMIN_HEADER) == self.key
-        return shm_ownership.Client(uid, admin)
+        return Client(uid, admin)
 
     def _metadata(self, context: grpc.aio.ServicerContext) -> list[tuple[str, str]]:
         kept = [
@@ -124,16 +126,17 @@ class GrpcFront(grpc.GenericRpcHandler):
         ]
         return [*kept, (GRPC_FRONT_HEADER, self.key)] if self.key else kept
 
-    async def _check(self, name: str, raw: bytes, context: grpc.aio.ServicerContext) -> Message | None:
+    async def _check(
+        self, name: str, raw: bytes, context: grpc.aio.ServicerContext
+    ) -> tuple[Message | None, list[RegionUse]]:
         """``RequestRefusedError`` unless the call's message passes the checks
-        (``server.fronts.grpc_request``); returns it parsed."""
+        (``server.fronts.grpc_request``); returns it parsed, and the shared-memory ranges it names."""
         request = parse_request(name, raw)
         if request is None:
-            return None
+            return None, []
         wanted = model_to_check(name, request)
         model = await self.shapes.get(*wanted) if wanted else None
-        check_request(name, request, self.rules, functools.partial(self._client, context), model)
-        return request
+        return request, check_request(name, request, model)
 
     async def _upstream_error(self, error: grpc.aio.AioRpcError, context: grpc.aio.ServicerContext) -> None:
         """Answer the client with Triton's error; note when Triton itself is unreachable."""
@@ -145,8 +148,16 @@ class GrpcFront(grpc.GenericRpcHandler):
         await context.abort(error.code(), error.details() or "", tuple(error.trailing_metadata() or ()))
 
     async def _unary(self, name: str, upstream_call, raw: bytes, context: grpc.aio.ServicerContext) -> bytes:
+        client, outputs = None, {}
         try:
-            request = await self._check(name, raw, context)
+            request, uses = await self._check(name, raw, context)
+            answer = self.shm.answer(name, request, functools.partial(self._client, context))
+            if answer is not None:  # the shared-memory API, served by the front itself
+                return answer
+            if uses:
+                client = self._client(context)
+                rewritten, outputs = self.shm.to_triton(client, request)  # Triton never maps it
+                raw = rewritten or raw
         except RequestRefusedError as refusal:
             await context.abort(grpc.StatusCode[refusal.kind.grpc_code], str(refusal))
         try:
@@ -158,6 +169,11 @@ class GrpcFront(grpc.GenericRpcHandler):
         self.state.up()
         if name in ("RepositoryModelLoad", "RepositoryModelUnload") and request is not None:
             self.shapes.forget(request.model_name)
+        if outputs and client is not None:
+            try:
+                answer = self.shm.to_client(client, outputs, answer)
+            except RequestRefusedError as refusal:
+                await context.abort(grpc.StatusCode[refusal.kind.grpc_code], str(refusal))
         return answer
 
     async def _stream(self, upstream_stream, requests: AsyncIterator[bytes], context) -> AsyncIterator[bytes]:
@@ -165,6 +181,7 @@ class GrpcFront(grpc.GenericRpcHandler):
         one that is not a ``ModelInferRequest`` at all ends the stream with ``INVALID_ARGUMENT`` (there
         is no request to answer; fault matrix row 40)."""
         call = upstream_stream(metadata=self._metadata(context), timeout=context.time_remaining())
+        regions = StreamOutputs(self.shm, functools.partial(self._client, context))
         answers: asyncio.Queue = asyncio.Queue()
         finished = object()
 
@@ -177,7 +194,9 @@ class GrpcFront(grpc.GenericRpcHandler):
         async def forward_requests() -> None:
             async for raw in requests:
                 try:
-                    await self._check("ModelStreamInfer", raw, context)
+                    request, uses = await self._check("ModelStreamInfer", raw, context)
+                    if uses:
+                        raw = regions.to_triton(request) or raw  # Triton never maps it
                 except RequestRefusedError as refusal:
                     try:
                         request = service_pb2.ModelInferRequest.FromString(raw)
@@ -195,7 +214,7 @@ class GrpcFront(grpc.GenericRpcHandler):
         async def receive() -> None:
             try:
                 async for raw in call:
-                    await answers.put(raw)
+                    await answers.put(regions.to_client(raw))
             except grpc.aio.AioRpcError as error:
                 await answers.put(error)
             await answers.put(finished)
@@ -247,7 +266,14 @@ def main(argv: list[str] | None = None) -> None:
     run_front(
         lambda: start_front(
             args.listen,
-            GrpcFront(args.upstream, admin_key(), region_rules(args), args.listen),
+            GrpcFront(
+                args.upstream,
+                admin_key(),
+                GrpcSharedMemory(
+                    server_regions(args), args.trusted_shared_memory, args.max_message_mib * MIB
+                ),
+                args.listen,
+            ),
             args.max_message_mib * MIB,
         ),
         args,

@@ -7,9 +7,8 @@ by ``server.fronts.grpc_front`` before a message is forwarded.
 * ``ModelInfer`` and each ``ModelStreamInfer`` message: no input may declare more bytes than its raw
   contents, typed contents or shared-memory range carry, nor a shape its model's config does not allow,
   nor a dimension above 2^31 - 1 (``server.fronts.tensor_limits``, shared with the HTTP front; rows 19,
-  37 and 39), and every shared-memory range it names must be the client's own;
-* system shared-memory register/unregister only for regions the client owns, CUDA shared memory with
-  the admin key only (``server.fronts.shm_ownership``, shared with the HTTP front);
+  37 and 39); the shared-memory ranges it names are returned for the front to copy
+  (``server.fronts.shm_grpc``, which also answers the shared-memory calls);
 * model names without control characters (Triton would read ``recommender\\x00x`` as ``recommender``;
   row 21).
 
@@ -19,13 +18,12 @@ gRPC status of its kind and its message.
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from typing import Any
 
 from google.protobuf.message import DecodeError, Message
 from tritonclient.grpc import service_pb2
 
-from server.fronts import shm_ownership
+from server.fronts.client_regions import RegionUse
 from server.fronts.refusal import RequestRefusedError
 from server.fronts.tensor_limits import (
     ModelShapes,
@@ -75,7 +73,7 @@ def _parameter(parameters: Any, key: str) -> Any:
     return getattr(parameter, choice) if choice else None
 
 
-def _region_use(parameters: Any, where: str) -> shm_ownership.RegionUse | None:
+def _region_use(parameters: Any, where: str) -> RegionUse | None:
     region = _parameter(parameters, "shared_memory_region")
     if region is None:
         return None
@@ -87,17 +85,17 @@ def _region_use(parameters: Any, where: str) -> shm_ownership.RegionUse | None:
         raise RequestRefusedError(
             f"{where}: shared memory byte size and offset must be non-negative integers"
         )
-    return shm_ownership.RegionUse(region, offset or 0, size)
+    return RegionUse(region, offset or 0, size)
 
 
 def check_infer_request(
     request: service_pb2.ModelInferRequest, model: ModelShapes | None = None
-) -> list[shm_ownership.RegionUse]:
+) -> list[RegionUse]:
     """``RequestRefusedError`` unless every input carries what its shape declares and fits what
     ``model`` (the config of the model it names, when known) allows; returns the shared-memory ranges
-    the request names (checked against their owner by ``check_request``)."""
+    the request names."""
     check_model_name(request.model_name)
-    uses: list[shm_ownership.RegionUse] = []
+    uses: list[RegionUse] = []
     raw_index = 0  # Triton hands raw contents, in order, to the inputs without shm or typed contents
     for tensor in request.inputs:
         shape = check_shape(tensor.name, list(tensor.shape))
@@ -127,30 +125,14 @@ def check_infer_request(
     return uses
 
 
-def check_request(
-    method: str,
-    request: Message,
-    rules: shm_ownership.RegionRules,
-    client: Callable[[], shm_ownership.Client],
-    model: ModelShapes | None = None,
-) -> None:
+def check_request(method: str, request: Message, model: ModelShapes | None = None) -> list[RegionUse]:
     """``RequestRefusedError`` unless the call of ``method`` with ``request`` may reach Triton.
-    ``model`` is what the config of the model an inference call names allows (``model_to_check``);
-    ``client`` says who is calling, asked only for calls that touch shared memory (it reads the
-    kernel's socket tables)."""
+    ``model`` is what the config of the model an inference call names allows (``model_to_check``).
+    Returns the shared-memory ranges an inference call names (the front copies them)."""
     if method in INFER_METHODS:
-        uses = check_infer_request(request, model)
-        if uses:
-            shm_ownership.check_uses(rules, client(), uses)
-    elif method == "SystemSharedMemoryRegister":
-        shm_ownership.check_register(
-            rules, client(), request.name, request.key, request.offset, request.byte_size
-        )
-    elif method == "SystemSharedMemoryUnregister":
-        shm_ownership.check_unregister(rules, client(), request.name)
-    elif method.startswith("CudaSharedMemory") and method != "CudaSharedMemoryStatus":
-        shm_ownership.check_cuda(client())
-    elif not method.startswith("SystemSharedMemory"):
+        return check_infer_request(request, model)
+    if not method.startswith(("SystemSharedMemory", "CudaSharedMemory")):
         for field in NAME_FIELDS:
             if field in request.DESCRIPTOR.fields_by_name:
                 check_model_name(getattr(request, field))
+    return []

@@ -20,14 +20,16 @@ fault matrix's HTTP-front rows, docs/SERVING.md) and blames the server (500) for
 * inference JSON is checked field by field (400 naming the field where Triton says 500), and no input
   may declare more elements than bytes carry it, nor a shape its model's config does not allow
   (``server.fronts.tensor_limits``, ``server.fronts.model_shapes``; row 37);
-* system shared memory: a client may register and use only regions it owns (``server.fronts.shm_ownership``);
+* system shared memory is served here, from the front's own table: Triton never maps a client's file
+  (``server.fronts.shm_http``, ``server.fronts.client_regions``; fault matrix rows 24, 43–45, 49–52);
 * when Triton is unreachable, clients get JSON they can parse: 503 while it is down or starting, 502
   when it drops a request, and the front logs that once, not once per request.
 
-Triton's own HTTP port listens on loopback, with the inference and shared-memory APIs restricted to
-requests carrying ``FRONT_HEADER`` (which only the fronts add), so the checks cannot be bypassed by
-connecting to it. Errors use Triton's shape, ``{"error": "..."}``, so tritonclient reports them like
-Triton's. Costs: one extra loopback hop and a JSON parse per inference request.
+Triton's own HTTP port listens on loopback, with the inference API restricted to requests carrying
+``FRONT_HEADER`` (which only the fronts add) and its shared-memory API to the admin key, so the checks
+cannot be bypassed by connecting to it. Errors use Triton's shape, ``{"error": "..."}``, so
+tritonclient reports them like Triton's. Costs: one extra loopback hop and a JSON parse per inference
+request.
 
 Run as ``python -m server.fronts.http_front --listen HOST:PORT --upstream HOST:PORT``, with the
 admin key in the environment (``KEY_ENV``) and the lifetime flags of ``server.fronts.process`` (the
@@ -49,14 +51,15 @@ from aiohttp.web_protocol import RequestHandler
 from yarl import URL
 
 from server.admin import ADMIN_HEADER, FRONT_HEADER
-from server.fronts import shm_ownership
 from server.fronts.body_encoding import inflate
-from server.fronts.kserve_json import check_generate, check_infer, check_register, load_json
+from server.fronts.client_regions import Client, RegionUse
+from server.fronts.kserve_json import check_generate, check_infer, load_json
 from server.fronts.model_shapes import ModelShapesCache
 from server.fronts.peer import peer_uid
-from server.fronts.process import MIB, admin_key, front_parser, region_rules, run_front
+from server.fronts.process import MIB, admin_key, front_parser, run_front, server_regions
 from server.fronts.refusal import RequestRefusedError
 from server.fronts.request_target import checked_target, forwarded_target
+from server.fronts.shm_http import HttpSharedMemory
 from server.fronts.tensor_limits import ModelShapes
 from server.fronts.upstream_state import UpstreamState
 
@@ -68,8 +71,6 @@ HOP_BY_HOP = {
 TOKEN = r"[!#$%&'*+.^_`|~0-9a-z-]+"
 MEDIA_TYPE = re.compile(f"{TOKEN}/{TOKEN}")
 FORM_TYPES = ("application/x-www-form-urlencoded", "multipart/form-data")
-SYSTEM_SHM = re.compile(r"/v2/systemsharedmemory(?:/region/([^/]*))?/(register|unregister|status)")
-CUDA_SHM = re.compile(r"/v2/cudasharedmemory(?:/region/[^/]*)?/(register|unregister)")
 INFER = re.compile(r"/v2/models/([^/]+)(?:/versions/([^/]+))?/infer")
 REPOSITORY_CHANGE = re.compile(r"/v2/repository/models/([^/]+)/(?:load|unload)")
 QUICK_METHODS = ("GET", "HEAD")  # health, metadata, config, statistics: their own upstream connections
@@ -204,10 +205,8 @@ class FrontServer(web.Server):
 class HttpFront:
     """The request handler: checks, forwards to ``upstream`` (``host:port``), answers."""
 
-    def __init__(
-        self, upstream: str, limits: FrontLimits, key: str, rules: shm_ownership.RegionRules
-    ) -> None:
-        self.upstream, self.limits, self.key, self.rules = upstream, limits, key, rules
+    def __init__(self, upstream: str, limits: FrontLimits, key: str, shm: HttpSharedMemory) -> None:
+        self.upstream, self.limits, self.key, self.shm = upstream, limits, key, shm
         self.state = UpstreamState(f"tritonserver at {upstream}", log)
         self.session: ClientSession | None = None
         self.quick: ClientSession | None = None
@@ -246,40 +245,30 @@ class HttpFront:
         match = INFER.fullmatch(path) if request.method == "POST" else None
         return await self.shapes.get(match[1], match[2] or "") if match else None
 
-    def _client(self, request: web.BaseRequest) -> shm_ownership.Client:
+    def _client(self, request: web.BaseRequest) -> Client:
         peer, local = (
             request.transport.get_extra_info("peername"),
             request.transport.get_extra_info("sockname"),
         )
         uid = peer_uid(peer[:2], local[:2]) if peer and local else None
         admin = bool(self.key) and request.headers.get(ADMIN_HEADER) == self.key
-        return shm_ownership.Client(uid, admin)
+        return Client(uid, admin)
 
-    def _check(self, request: web.BaseRequest, path: str, body: bytes, model: ModelShapes | None) -> None:
+    def _check(
+        self, request: web.BaseRequest, path: str, body: bytes, model: ModelShapes | None
+    ) -> list[RegionUse]:
         """The checks of the route ``path`` (Triton's raw path: it does not decode names); ``model``
-        is what the config of the model it names allows."""
+        is what the config of the model it names allows. Returns the shared-memory ranges an
+        inference request names."""
         if request.method != "POST":
-            return
+            return []
         if path.endswith("/infer"):
-            uses = check_infer(body, request.headers.get("Inference-Header-Content-Length"), model)
-            if uses:
-                shm_ownership.check_uses(self.rules, self._client(request), uses)
-        elif match := SYSTEM_SHM.fullmatch(path):
-            name, action = match.groups()
-            if action == "register":
-                registration = check_register(body)
-                shm_ownership.check_register(
-                    self.rules, self._client(request), name or "", registration.key,
-                    registration.offset, registration.byte_size,
-                )  # fmt: skip
-            elif action == "unregister":
-                shm_ownership.check_unregister(self.rules, self._client(request), name)
-        elif CUDA_SHM.fullmatch(path):
-            shm_ownership.check_cuda(self._client(request))
-        elif path.endswith(("/generate", "/generate_stream")):
+            return check_infer(body, request.headers.get("Inference-Header-Content-Length"), model)
+        if path.endswith(("/generate", "/generate_stream")):
             check_generate(body)
         elif body:
             load_json(body)  # every other /v2 POST body is JSON: one reading for both (duplicate keys)
+        return []
 
     async def handle(self, request: web.BaseRequest) -> web.StreamResponse:
         declared = request.content_length
@@ -294,7 +283,13 @@ class HttpFront:
             body = await asyncio.wait_for(request.read(), self.limits.body_timeout_s)
             encoding = next((headers.pop(k) for k in list(headers) if k.lower() == "content-encoding"), None)
             body = inflate(body, encoding, self.limits.max_body_bytes)
-            self._check(request, path, body, await self._model_shapes(request, path))
+            answer = self.shm.answer(request.method, path, body, lambda: self._client(request))
+            if answer is not None:  # the shared-memory API, served by the front itself
+                return answer
+            client, outputs = None, None
+            if self._check(request, path, body, await self._model_shapes(request, path)):
+                client = self._client(request)
+                body, outputs = self.shm.to_triton(client, body, headers)  # Triton never maps it
         except asyncio.TimeoutError:
             response = _error(408, f"request body not complete within {self.limits.body_timeout_s:g} s")
             response.force_close()
@@ -313,6 +308,11 @@ class HttpFront:
         answer = await self._forward(request, forwarded_target(path, query), headers, body)
         if match := REPOSITORY_CHANGE.fullmatch(path):
             self.shapes.forget(match[1])
+        if outputs and client is not None:
+            try:
+                return self.shm.to_client(client, outputs, answer)
+            except RequestRefusedError as refusal:
+                return _error(refusal.kind.http_status, str(refusal))
         return answer
 
     async def _forward(
@@ -416,7 +416,8 @@ def main(argv: list[str] | None = None) -> None:
         header_timeout_s=args.header_timeout_s,
         max_client_requests=args.max_client_requests,
     )
-    front = HttpFront(args.upstream, limits, admin_key(), region_rules(args))
+    shm = HttpSharedMemory(server_regions(args), args.trusted_shared_memory, limits.max_body_bytes)
+    front = HttpFront(args.upstream, limits, admin_key(), shm)
     run_front(lambda: start_front(args.listen, front), args)
 
 

@@ -12,7 +12,7 @@ gets a 400 naming the field. And the front must never read a body differently fr
 * The body must be UTF-8 (Python also guesses UTF-16 and UTF-32; Triton does not).
 
 The size checks themselves are ``server.fronts.tensor_limits``; ``check_infer`` returns the shared-memory
-ranges a request names so the front can check who owns them (``server.fronts.shm_ownership``).
+ranges a request names so the front can copy them (``server.fronts.shm_http``).
 """
 
 from __future__ import annotations
@@ -24,8 +24,8 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
+from server.fronts.client_regions import RegionUse
 from server.fronts.refusal import RequestRefusedError
-from server.fronts.shm_ownership import RegionUse
 from server.fronts.tensor_limits import (
     ModelShapes,
     check_declared_size,

@@ -7,15 +7,25 @@ files it owns, so they need the client's uid. For a loopback connection the clie
 ``::ffff:a.b.c.d``) with the uid that opened it: its local address is our peer's address and its
 remote address is our end. A peer on another host (or in another network namespace) has no such
 entry, and gets ``None``: it cannot share memory with this host anyway.
+
+Reading those tables costs the kernel a walk over every socket (17 ms a lookup on a busy machine), so
+the kernel's socket diagnostics (``NETLINK_SOCK_DIAG``) are asked first, for the one socket by its
+addresses and ports (well under a millisecond); the tables remain for where netlink is not allowed or
+our end listens on every address.
 """
 
 from __future__ import annotations
 
 import ipaddress
+import socket
+import struct
 import sys
 from pathlib import Path
 
 TABLES = (Path("/proc/net/tcp"), Path("/proc/net/tcp6"))
+NETLINK_SOCK_DIAG, SOCK_DIAG_BY_FAMILY, NLMSG_ERROR, NLM_F_REQUEST = 4, 20, 2, 1
+NO_COOKIE = 0xFFFFFFFF  # INET_DIAG_NOCOOKIE: match by addresses and ports alone
+UID_AT = 16 + 64  # netlink header, then inet_diag_msg up to idiag_uid
 
 
 def _words(packed: bytes) -> str:
@@ -35,10 +45,48 @@ def _spellings(host: str) -> set[str]:
     return {_words(address.packed)}
 
 
+def _diag_uid(peer: tuple[str, int], local: tuple[str, int]) -> tuple[bool, int | None]:
+    """The kernel's answer for the one TCP socket whose own end is ``peer`` and whose other end is
+    ``local`` (an ``inet_diag_req_v2`` lookup): (answered, its uid or None when there is no such
+    socket on this host). Not answered: netlink is refused here, or the families differ."""
+    address = ipaddress.ip_address(peer[0].strip("[]"))
+    ours = ipaddress.ip_address(local[0].strip("[]"))
+    if address.version == 6 and address.ipv4_mapped is not None and ours.version == 6 and ours.ipv4_mapped:
+        address, ours = address.ipv4_mapped, ours.ipv4_mapped  # an IPv4 client of a dual-stack socket
+    if address.version != ours.version:
+        return False, None
+    family = socket.AF_INET if address.version == 4 else socket.AF_INET6
+    socket_id = (
+        struct.pack(">HH", peer[1], local[1])
+        + address.packed.ljust(16, b"\0")
+        + ours.packed.ljust(16, b"\0")
+        + struct.pack("=III", 0, NO_COOKIE, NO_COOKIE)
+    )
+    request = struct.pack("=BBBBI", family, socket.IPPROTO_TCP, 0, 0, 0xFFFFFFFF) + socket_id
+    header = struct.pack("=IHHII", 16 + len(request), SOCK_DIAG_BY_FAMILY, NLM_F_REQUEST, 1, 0)
+    try:
+        with socket.socket(socket.AF_NETLINK, socket.SOCK_DGRAM, NETLINK_SOCK_DIAG) as diag:
+            diag.settimeout(1.0)
+            diag.sendto(header + request, (0, 0))
+            answer = diag.recv(4096)
+    except OSError:
+        return False, None
+    if struct.unpack_from("=H", answer, 4)[0] == NLMSG_ERROR or len(answer) < UID_AT + 4:
+        return True, None
+    return True, struct.unpack_from("=I", answer, UID_AT)[0]
+
+
 def peer_uid(peer: tuple[str, int], local: tuple[str, int]) -> int | None:
     """The uid owning the client socket ``peer`` connected to our ``local`` (host, port); None when
     the peer's socket is not on this host (or the tables cannot be read). A ``local`` host of
     ``0.0.0.0`` or ``::`` (listening on every interface) matches our port on any address."""
+    try:
+        if not ipaddress.ip_address(local[0].strip("[]")).is_unspecified:
+            answered, uid = _diag_uid(peer, local)
+            if answered:
+                return uid
+    except ValueError:
+        return None
     try:
         peers = {f"{spelling}:{peer[1]:04X}" for spelling in _spellings(peer[0])}
         any_address = ipaddress.ip_address(local[0].strip("[]")).is_unspecified

@@ -1,6 +1,6 @@
 """What the two front processes (``server.fronts.http_front``, ``server.fronts.grpc_front``) share as
-programs: their common flags, the admin key from the environment, the shared-memory rules, and how long
-they live.
+programs: their common flags, the admin key from the environment, the server's own shared-memory
+regions, and how long they live.
 
 A front outlives a tritonserver that dies: while the supervisor restarts it on the same ports, clients
 get the JSON 503 / gRPC ``UNAVAILABLE`` the fronts give for an unreachable server, never "connection
@@ -22,7 +22,7 @@ from collections.abc import Awaitable, Callable
 from pathlib import Path
 
 from server.admin import KEY_ENV
-from server.fronts.shm_ownership import RegionRules, remember_server_regions
+from server.fronts.client_regions import ServerRegions
 from server.shm_regions import make_owner_only
 from server.stubs import stub_regions
 
@@ -36,6 +36,12 @@ def front_parser(prog: str, description: str | None, upstream_help: str) -> argp
     parser.add_argument("--server-pid-file", type=Path, help="holds the pid of the tritonserver to follow")
     parser.add_argument("--owner-pid", type=int, help="the process that started this front")
     parser.add_argument("--shm-prefix", default="", help="the server's Python-backend region prefix")
+    parser.add_argument(
+        "--trusted-shared-memory",
+        action="store_true",
+        help="forward system shared memory to Triton, which maps the client's file itself (a server "
+        "whose only client is trusted; docs/SERVING.md, Shared memory)",
+    )
     return parser
 
 
@@ -54,8 +60,9 @@ def current_server_pid(pid_file: Path | None) -> int | None:
         return None
 
 
-def region_rules(args: argparse.Namespace) -> RegionRules:
-    return RegionRules(args.shm_prefix, stub_regions, lambda: current_server_pid(args.server_pid_file))
+def server_regions(args: argparse.Namespace) -> ServerRegions:
+    """The server's own regions (its prefix, every live stub's), which no client may register."""
+    return ServerRegions(args.shm_prefix, stub_regions)
 
 
 def _running(pid: int) -> bool:
@@ -82,13 +89,13 @@ async def _until_stopped(args: argparse.Namespace) -> None:
     """Return on SIGTERM, or once neither the owner nor the server runs; meanwhile keep the server's
     shared-memory regions owner-only (``server.shm_regions``, the second layer behind
     ``server.shm_private``) and remember them as files, so that a rename or hard link cannot pass one
-    off as a client's (``server.fronts.shm_ownership``)."""
+    off as a client's (``server.fronts.client_regions``)."""
     stop = asyncio.Event()
     asyncio.get_running_loop().add_signal_handler(signal.SIGTERM, stop.set)
-    own_regions = RegionRules(args.shm_prefix, set)  # this server's prefix alone: no /proc scan a second
+    own_regions = ServerRegions(args.shm_prefix)  # this server's prefix alone: no /proc scan a second
     while not stop.is_set() and _still_needed(args):
         make_owner_only(args.shm_prefix)
-        remember_server_regions(own_regions)
+        own_regions.remember()
         with contextlib.suppress(asyncio.TimeoutError):
             await asyncio.wait_for(stop.wait(), 1.0)
 

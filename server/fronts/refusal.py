@@ -12,6 +12,9 @@ class Refusal(Enum):
 
     INVALID = (400, "INVALID_ARGUMENT")
     FORBIDDEN = (403, "PERMISSION_DENIED")
+    NOT_FOUND = (404, "NOT_FOUND")  # Triton's answer for an unknown shared-memory region
+    ALREADY_EXISTS = (400, "ALREADY_EXISTS")  # and for a region name registered twice
+    TOO_MANY = (429, "RESOURCE_EXHAUSTED")  # a bounded table is full for this client
     TOO_LARGE = (413, "RESOURCE_EXHAUSTED")
     UNSUPPORTED = (415, "UNIMPLEMENTED")
 

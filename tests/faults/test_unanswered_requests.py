@@ -207,8 +207,9 @@ def front_with_two_slots(small_server: TritonServer, tmp_path: Path) -> Iterator
     front.wait(timeout=30)
 
 
-# a POST (which counts against the client's share) that changes nothing upstream
-STATUS = b"POST /v2/systemsharedmemory/status HTTP/1.1\r\nHost: test\r\nContent-Length: 0\r\n\r\n"
+# a POST (which counts against the client's share) that changes nothing upstream: without the admin
+# key, Triton refuses it (the front serves shared memory itself, so that API no longer reaches Triton)
+STATUS = b"POST /v2/repository/index HTTP/1.1\r\nHost: test\r\nContent-Length: 0\r\n\r\n"
 
 
 def _held_or_answer(port: int, wait_s: float) -> tuple[socket.socket, bytes]:
@@ -264,8 +265,8 @@ def test_one_client_holds_its_share_and_a_hang_up_frees_it(
         os.kill(small_server.pid, signal.SIGCONT)
     for sock in held:
         sock.settimeout(HANG_GUARD_S)
-        answer = sock.recv(4096)  # Triton's own answer (a 405: the status route is a GET)
-        assert answer.startswith(b"HTTP/1.1 405"), (
+        answer = sock.recv(4096)  # Triton's own answer (a 403: the repository API is keyed)
+        assert answer.startswith(b"HTTP/1.1 403"), (
             f"a held request was not answered once Triton was: {answer!r}"
         )
         sock.close()

@@ -1,12 +1,12 @@
 """The fronts' checks without a server: one reading of KServe JSON, exact size checks for
-both protocols, inflated bodies, and who may name a shared-memory region."""
+both protocols, inflated bodies, and who is at the other end of a connection (the shared-memory table:
+test_client_regions.py)."""
 
 from __future__ import annotations
 
 import contextlib
 import gzip
 import json
-import mmap
 import os
 import socket
 import time
@@ -17,13 +17,11 @@ from pathlib import Path
 import pytest
 from tritonclient.grpc import service_pb2
 
-from server.fronts import shm_ownership
 from server.fronts.body_encoding import inflate
 from server.fronts.grpc_request import check_infer_request, check_request, model_to_check, parse_request
 from server.fronts.kserve_json import check_infer, check_register, load_json
 from server.fronts.peer import peer_uid
 from server.fronts.refusal import Refusal, RequestRefusedError
-from server.fronts.shm_ownership import Client, RegionRules
 from server.fronts.tensor_limits import check_model_name
 from server.shm_regions import make_owner_only
 from soak.faults import overflowing_request
@@ -220,8 +218,9 @@ def test_grpc_inputs_must_carry_their_declared_bytes() -> None:
         check_infer_request(named)
 
 
-def test_grpc_calls_are_checked_by_method(regions: RegionRules) -> None:
-    """Each method gets the checks of its message; who calls is asked only where shared memory is."""
+def test_grpc_calls_are_checked_by_method() -> None:
+    """Each method gets the checks of its message; an inference call's shared-memory ranges are
+    returned for the front to copy."""
     with _refused("ModelInfer: not a valid ModelInferRequest message"):
         parse_request("ModelInfer", b"\xff\xff")
     assert parse_request("NoSuchMethod", b"\xff") is None  # not the service's: forwarded as it is
@@ -232,21 +231,9 @@ def test_grpc_calls_are_checked_by_method(regions: RegionRules) -> None:
     with _refused("holds a control character"):
         model_to_check("ModelInfer", request)  # before its name is sent to Triton to ask for a config
 
-    def nobody_asks() -> Client:
-        raise AssertionError("the client was asked for a call without shared memory")
-
-    check_request("ModelInfer", _grpc_request([1, 2], b"\0" * 16), regions, nobody_asks)
+    assert check_request("ModelInfer", _grpc_request([1, 2], b"\0" * 16)) == []
     with _refused("holds a control character"):
-        check_request("ModelMetadata", service_pb2.ModelMetadataRequest(name="a\x00b"), regions, nobody_asks)
-    me = Client(os.getuid())
-    with _refused("needs the admin key", Refusal.FORBIDDEN):
-        check_request(
-            "CudaSharedMemoryRegister", service_pb2.CudaSharedMemoryRegisterRequest(), regions, lambda: me
-        )
-    _region(regions, "srv_0001")
-    register = service_pb2.SystemSharedMemoryRegisterRequest(name="srv_0001", key="/srv_0001", byte_size=64)
-    with _refused("the server's own IPC region", Refusal.FORBIDDEN):
-        check_request("SystemSharedMemoryRegister", register, regions, lambda: me)
+        check_request("ModelMetadata", service_pb2.ModelMetadataRequest(name="a\x00b"))
 
 
 def test_model_names_with_control_characters_are_refused() -> None:
@@ -255,76 +242,6 @@ def test_model_names_with_control_characters_are_refused() -> None:
     for name in ("recommender\x00x", "a\nb", "a\x7f"):
         with _refused("holds a control character"):
             check_model_name(name)
-
-
-@pytest.fixture
-def regions(tmp_path: Path) -> RegionRules:
-    return RegionRules("srv_", lambda: {"stub_region"}, server_pid=os.getpid(), directory=tmp_path)
-
-
-def _region(rules: RegionRules, name: str, size: int = 64, uid: int | None = None) -> Path:
-    path = rules.directory / name
-    path.write_bytes(b"\0" * size)
-    if uid is not None:
-        os.chown(path, uid, -1)
-    return path
-
-
-def test_clients_register_only_regions_they_own(regions: RegionRules) -> None:
-    me = Client(os.getuid())
-    _region(regions, "mine")
-    shm_ownership.check_register(regions, me, "mine", "/mine", 0, 64)
-    with _refused("key must be '/other'"):
-        shm_ownership.check_register(regions, me, "other", "/mine", 0, 64)
-    with _refused("exceeds the file's 64 bytes"):
-        shm_ownership.check_register(regions, me, "mine", "/mine", 32, 64)
-    with _refused("does not exist"):
-        shm_ownership.check_register(regions, me, "gone", "/gone", 0, 64)
-    for name in ("srv_0001", "stub_region"):
-        _region(regions, name)
-        with _refused("the server's own IPC region", Refusal.FORBIDDEN):
-            shm_ownership.check_register(regions, me, name, f"/{name}", 0, 64)
-        shm_ownership.check_register(regions, Client(None, admin=True), name, f"/{name}", 0, 64)
-    with _refused("needs a client on this host", Refusal.FORBIDDEN):
-        shm_ownership.check_register(regions, Client(None), "mine", "/mine", 0, 64)
-    with _refused("must be 1-200 characters"):
-        shm_ownership.check_register(regions, me, "../etc", "/../etc", 0, 64)
-    os.symlink(regions.directory / "mine", regions.directory / "link")
-    with _refused("not a regular file", Refusal.FORBIDDEN):
-        shm_ownership.check_register(regions, me, "link", "/link", 0, 64)
-
-
-@pytest.mark.skipif(os.getuid() != 0, reason="needs root to make a file another uid owns")
-def test_a_region_of_another_user_is_refused(regions: RegionRules) -> None:
-    _region(regions, "theirs", uid=NOBODY)
-    with _refused(f"belongs to uid {NOBODY}, not to this client", Refusal.FORBIDDEN):
-        shm_ownership.check_register(regions, Client(os.getuid()), "theirs", "/theirs", 0, 64)
-    with _refused(f"belongs to uid {NOBODY}", Refusal.FORBIDDEN):
-        shm_ownership.check_use(regions, Client(os.getuid()), "theirs", 0, 64)
-    shm_ownership.check_use(regions, Client(NOBODY), "theirs", 0, 64)
-
-
-def test_unregistering_and_cuda(regions: RegionRules) -> None:
-    me = Client(os.getuid())
-    with _refused("needs the admin key", Refusal.FORBIDDEN):
-        shm_ownership.check_unregister(regions, me, None)
-    shm_ownership.check_unregister(regions, Client(None, admin=True), None)
-    shm_ownership.check_unregister(regions, me, "gone")  # its file is gone: nothing to protect
-    with _refused("needs the admin key", Refusal.FORBIDDEN):
-        shm_ownership.check_cuda(me)
-
-
-def test_a_registered_name_is_no_window_onto_a_deleted_file(regions: RegionRules) -> None:
-    """A client that died without unregistering leaves its memory mapped under its name; a new file of
-    that name must not read it. The server's mappings (here: this process's) tell which file it is."""
-    path = _region(regions, "r1", size=mmap.PAGESIZE)
-    with open(path, "r+b") as handle, mmap.mmap(handle.fileno(), mmap.PAGESIZE) as mapped:
-        shm_ownership.check_use(regions, Client(os.getuid()), "r1", 0, 16)
-        path.unlink()
-        _region(regions, "r1", size=mmap.PAGESIZE)  # someone's new file under the old name
-        with _refused("registered for a file that no longer exists", Refusal.FORBIDDEN):
-            shm_ownership.check_use(regions, Client(os.getuid()), "r1", 0, 16)
-        assert mapped[0] == 0
 
 
 def test_stub_regions_are_made_owner_only(tmp_path: Path) -> None:

@@ -4,6 +4,7 @@ them, the HTTP front's request check, and the artifact file hash."""
 from __future__ import annotations
 
 import json
+from dataclasses import replace
 from pathlib import Path
 from types import SimpleNamespace
 
@@ -92,14 +93,25 @@ def test_launcher_hides_triton_behind_the_fronts(tmp_path: Path) -> None:
     assert server.triton_grpc_url == f"127.0.0.1:{server.triton_grpc_port}" != server.grpc_url
     command = server.command()
     assert f"--grpc-port={server.triton_grpc_port}" in command and "--grpc-address=127.0.0.1" in command
-    # Triton's own ports answer inference and shared memory only to what the fronts pass on
+    # Triton's own ports answer inference only to what the fronts pass on, and shared memory only to
+    # the operator: the fronts serve it from their own table (Triton never maps a client's file)
     key = server.admin_key
-    assert f"--http-restricted-api=inference,shared-memory:triton-front-key={key}" in command
-    assert f"--grpc-restricted-protocol=inference,shared-memory:triton-front-key={key}" in command
+    operator = f"model-repository,trace,logging,shared-memory:triton-admin-key={key}"
+    for flag in ("--http-restricted-api", "--grpc-restricted-protocol"):
+        assert f"{flag}=inference:triton-front-key={key}" in command
+        assert f"{flag}={operator}" in command
+    trusted = TritonServer(replace(options, trusted_shared_memory=True, workdir=tmp_path / "t"))
+    assert f"--http-restricted-api=inference,shared-memory:triton-front-key={trusted.admin_key}" in (
+        trusted.command()
+    )
+    # without fronts: an in-process server's client is its own process (trusted, open on loopback)...
     plain = TritonServer(ServerOptions(repository=tmp_path, workdir=tmp_path / "p"))
     assert plain.triton_http_url == plain.http_url and plain.triton_grpc_url == plain.grpc_url
     assert not any("shared-memory" in arg for arg in plain.command())
-    keyed = TritonServer(ServerOptions(repository=tmp_path, workdir=tmp_path / "k", key_shared_memory=True))
+    # ...unless told otherwise (`python -m server start --no-http-front`, the container): the operator's
+    keyed = TritonServer(
+        ServerOptions(repository=tmp_path, workdir=tmp_path / "k", trusted_shared_memory=False)
+    )
     restricted = f"model-repository,trace,logging,shared-memory:triton-admin-key={keyed.admin_key}"
     assert f"--http-restricted-api={restricted}" in keyed.command()
 

@@ -1,0 +1,343 @@
+"""The fronts' own table of the system shared-memory regions clients register: Triton never maps a
+client's file.
+
+Triton 2.51 maps a registered region at its offset and adds the offset again when it copies
+(DESIGN.md §3): a region registered at offset 4096 is read and written one page beyond its mapping,
+in whatever Triton mapped next (another client's region), and a larger offset is a SIGSEGV inside
+the server. No check on the client's file can make that mapping safe; only not letting Triton map it
+can. So the fronts serve the system shared-memory API themselves, from this table (fault matrix rows
+24, 43–45 and 49–52):
+
+* ``register`` opens the client's file once and keeps the descriptor. The key names one file directly
+  in ``/dev/shm`` (``/name``, as ``shm_open`` takes it), opened with ``O_NOFOLLOW``: a regular file
+  with one link (a hard link carries another file's owner under a name the client chose), owned by
+  the uid at the other end of the connection (``server.fronts.peer``), with ``offset + byte_size``
+  inside it, and none of the server's own regions (the stubs' IPC, by name and by device and inode:
+  ``ServerRegions``).
+* ``read`` and ``write`` go through that descriptor (``os.pread`` / ``os.pwrite``, the offset applied
+  once, here): a rename, a swap or an unlink of the name after registering changes nothing, and a
+  file cut short reads short (a clear 400), never a SIGBUS, since nothing maps it.
+* The table is per client: the uid is the namespace, so a name one uid registered is unknown to every
+  other uid (using, unregistering or listing it), and no byte crosses clients.
+* It is bounded (``max_per_client`` regions per uid, ``max_regions`` in all) and ``unregister`` closes
+  the descriptor. A front that restarts starts with an empty table: the client's next use of a region
+  gets Triton's own answer for an unknown one (404 / ``NOT_FOUND`` "Unable to find shared memory
+  region"), and registering again fixes it.
+
+Copies are synchronous, on the front's event loop: a region's descriptor is closed only between two
+requests, so no copy can ever read a descriptor number reused by another file.
+"""
+
+from __future__ import annotations
+
+import errno
+import os
+import re
+import resource
+import stat
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass
+from pathlib import Path
+
+from server.fronts.refusal import Refusal, RequestRefusedError
+
+SHM_DIR = Path("/dev/shm")
+# What a key may name: one file directly in /dev/shm, as shm_open takes it ("/name" or "name").
+KEY = re.compile(r"/?([A-Za-z0-9._-]{1,255})")
+MAX_PER_CLIENT = 256
+MAX_REGIONS = 2048
+MAX_REQUEST_BYTES = 64 << 20  # the fronts' own bound on a body or a message
+FileId = tuple[int, int]  # (st_dev, st_ino): which file, whatever name reaches it
+_server_files: dict[FileId, str] = {}  # every server region this process has seen: file -> its name
+_REMEMBERED = 4096
+
+
+@dataclass(frozen=True)
+class Client:
+    """Who sends a request: the uid of its socket (None: not on this host) and whether it holds the
+    admin key."""
+
+    uid: int | None
+    admin: bool = False
+
+
+@dataclass(frozen=True)
+class RegionUse:
+    """A shared-memory range an input or output of an inference request names."""
+
+    region: object
+    offset: int
+    byte_size: int
+
+
+@dataclass(frozen=True)
+class ServerRegions:
+    """The server's own ``/dev/shm`` regions (its Python-backend stubs' IPC), which no client may
+    register: the server's region ``prefix`` and the live stubs' names (``server.stubs``). Each one
+    seen is remembered by device and inode, so a region renamed or hard-linked to another name is
+    still known; the fronts call ``remember`` every second as well as on each registration."""
+
+    prefix: str
+    stub_regions: Callable[[], set[str]] = set
+    directory: Path = SHM_DIR
+
+    def remember(self) -> dict[FileId, str]:
+        names = set(self.stub_regions())
+        if self.prefix:
+            names |= {path.name for path in self.directory.glob(f"{self.prefix}*")}
+        for name in names:
+            try:
+                info = os.lstat(self.directory / name)
+            except OSError:
+                continue
+            _server_files[(info.st_dev, info.st_ino)] = name
+        while len(_server_files) > _REMEMBERED:  # oldest first (dicts keep insertion order)
+            del _server_files[next(iter(_server_files))]
+        return _server_files
+
+    def which(self, name: str, info: os.stat_result) -> str | None:
+        """The server region the file ``name`` (with ``info``) is, by name or by file; None if none."""
+        if (self.prefix and name.startswith(self.prefix)) or name in self.stub_regions():
+            return name
+        return self.remember().get((info.st_dev, info.st_ino))
+
+
+def _forbidden(message: str) -> RequestRefusedError:
+    return RequestRefusedError(message, Refusal.FORBIDDEN)
+
+
+def _file_name(name: str, key: object) -> str:
+    match = KEY.fullmatch(key) if isinstance(key, str) else None
+    if match is None or match[1] in (".", ".."):
+        raise RequestRefusedError(
+            f"shared memory region '{name}': key {key!r} must name one file in /dev/shm "
+            "('/name': 1-255 characters of A-Z a-z 0-9 . _ -)"
+        )
+    return match[1]
+
+
+def check_copy_size(uses: Iterable[RegionUse], limit: int = MAX_REQUEST_BYTES) -> None:
+    """One request's shared-memory inputs are copied into the front's memory: bounded as a body is."""
+    total = sum(use.byte_size for use in uses)
+    if total > limit:
+        raise RequestRefusedError(
+            f"the shared-memory inputs of this request hold {total} bytes; the front copies at most "
+            f"{limit} bytes a request, as it takes at most that in a request body",
+            Refusal.TOO_LARGE,
+        )
+
+
+def client_uid(client: Client, name: str) -> int:
+    """The client's uid: system shared memory is for clients on this host (403 for others)."""
+    if client.uid is None:
+        raise _forbidden(
+            f"shared memory region '{name}': system shared memory needs a client on this host (the "
+            "connection's owner could not be found)"
+        )
+    return client.uid
+
+
+def open_client_file(
+    server: ServerRegions, client: Client, name: str, key: object, offset: int, byte_size: int
+) -> int:
+    """A descriptor (read-write) of the file ``key`` names, once it passes every rule of a
+    registration (module doc); ``RequestRefusedError`` saying which rule it breaks otherwise."""
+    uid = client_uid(client, name)
+    file_name = _file_name(name, key)
+    path = server.directory / file_name
+    try:
+        descriptor = os.open(path, os.O_RDWR | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
+    except OSError as error:
+        if error.errno == errno.ELOOP:
+            raise _forbidden(
+                f"shared memory region '{name}': /dev/shm/{file_name} is a symbolic link"
+            ) from error
+        kind = Refusal.FORBIDDEN if error.errno == errno.EACCES else Refusal.INVALID
+        raise RequestRefusedError(
+            f"Unable to open shared memory region: '{key}' ({error.strerror})", kind
+        ) from error
+    try:
+        info = os.fstat(descriptor)
+        _check_file(server, uid, name, file_name, info, offset + byte_size)
+    except BaseException:
+        os.close(descriptor)
+        raise
+    return descriptor
+
+
+def _check_file(
+    server: ServerRegions, uid: int, name: str, file_name: str, info: os.stat_result, end: int
+) -> None:
+    where = f"shared memory region '{name}': /dev/shm/{file_name}"
+    if not stat.S_ISREG(info.st_mode):
+        raise _forbidden(f"{where} is not a regular file")
+    if info.st_nlink != 1:
+        raise _forbidden(
+            f"{where} has {info.st_nlink} links (a hard link names another file); register a file "
+            "with one name"
+        )
+    own = server.which(file_name, info)
+    if own is not None:
+        raise _forbidden(f"{where} is the server's own IPC region '{own}'")
+    if info.st_uid != uid:
+        raise _forbidden(
+            f"{where} belongs to uid {info.st_uid}, not to this client (uid {uid}); register regions "
+            "your own process created"
+        )
+    if end > info.st_size:
+        raise RequestRefusedError(
+            f"{where}: offset + byte size {end} exceeds the file's {info.st_size} bytes"
+        )
+
+
+@dataclass(frozen=True)
+class Region:
+    """One registration: what the client asked for, and the descriptor of the file it named then."""
+
+    name: str
+    key: str
+    offset: int
+    byte_size: int
+    descriptor: int
+
+    def status(self) -> dict[str, object]:
+        """As Triton lists a region (``/v2/systemsharedmemory/status``)."""
+        return {"name": self.name, "key": self.key, "offset": self.offset, "byte_size": self.byte_size}
+
+
+class RegionTable:
+    """The regions clients registered, by uid and name; every copy to or from a client's memory."""
+
+    def __init__(
+        self,
+        server: ServerRegions,
+        max_per_client: int = MAX_PER_CLIENT,
+        max_regions: int = MAX_REGIONS,
+    ) -> None:
+        self.server, self.max_per_client, self.max_regions = server, max_per_client, max_regions
+        self._regions: dict[int, dict[str, Region]] = {}
+        _allow_descriptors(max_regions)
+
+    def register(self, client: Client, name: str, key: object, offset: int, byte_size: int) -> None:
+        uid = client_uid(client, name)
+        if not isinstance(name, str) or not name or any(ord(c) < 0x20 for c in name):
+            raise RequestRefusedError(f"shared memory region name {name!r} must be a printable string")
+        own = self._regions.get(uid, {})
+        if name in own:
+            raise RequestRefusedError(
+                f"shared memory region '{name}' already in manager", Refusal.ALREADY_EXISTS
+            )
+        if len(own) >= self.max_per_client or self.count() >= self.max_regions:
+            raise RequestRefusedError(
+                f"shared memory region '{name}': this client has {len(own)} regions registered (at most "
+                f"{self.max_per_client}, {self.max_regions} for all clients); unregister some first",
+                Refusal.TOO_MANY,
+            )
+        descriptor = open_client_file(self.server, client, name, key, offset, byte_size)
+        self._regions.setdefault(uid, {})[name] = Region(name, str(key), offset, byte_size, descriptor)
+
+    def unregister(self, client: Client, name: str | None) -> None:
+        """Unregister the client's region ``name`` (nothing if it has none of that name), or every
+        region of this client when ``name`` is empty; other clients' regions are never touched."""
+        uid = client_uid(client, name or "")
+        own = self._regions.get(uid, {})
+        for region in [own.pop(name, None)] if name else [own.pop(n) for n in list(own)]:
+            if region is not None:
+                os.close(region.descriptor)
+        if not own:
+            self._regions.pop(uid, None)
+
+    def status(self, client: Client, name: str | None = None) -> list[Region]:
+        """The client's regions (only ``name`` if given: Triton's 404 if it has none of that name)."""
+        own = self._regions.get(client_uid(client, name or ""), {})
+        if not name:
+            return list(own.values())
+        if name not in own:
+            raise RequestRefusedError(
+                f"Unable to find system shared memory region: '{name}'", Refusal.NOT_FOUND
+            )
+        return [own[name]]
+
+    def count(self) -> int:
+        return sum(len(own) for own in self._regions.values())
+
+    def check(self, client: Client, use: RegionUse) -> tuple[Region, int]:
+        """The client's region ``use`` names and the file offset ``use`` starts at (404 / 400 as Triton
+        answers an unknown region or a range outside it)."""
+        name = use.region if isinstance(use.region, str) else repr(use.region)
+        region = self._regions.get(client_uid(client, name), {}).get(name)
+        if region is None:
+            raise RequestRefusedError(f"Unable to find shared memory region: '{name}'", Refusal.NOT_FOUND)
+        if use.offset < 0 or use.byte_size < 0 or use.offset + use.byte_size > region.byte_size:
+            raise RequestRefusedError(f"Invalid offset + byte size for shared memory region: '{name}'")
+        return region, region.offset + use.offset
+
+    def has(self, client: Client, name: object) -> bool:
+        return client.uid is not None and name in self._regions.get(client.uid, {})
+
+    def read(self, client: Client, use: RegionUse) -> bytes:
+        """The ``use.byte_size`` bytes at ``use.offset`` of the client's region."""
+        region, start = self.check(client, use)
+        data = os.pread(region.descriptor, use.byte_size, start)
+        if len(data) != use.byte_size:
+            raise RequestRefusedError(
+                f"shared memory region '{region.name}': its file holds {os.fstat(region.descriptor).st_size} "
+                f"bytes, fewer than the {start + use.byte_size} this input needs (it was cut short after "
+                "registration)"
+            )
+        return data
+
+    def write(self, client: Client, use: RegionUse, data: bytes) -> None:
+        """``data`` into the client's region at ``use.offset`` (``use.byte_size`` is what the client
+        set aside: at least ``len(data)``, checked by the caller with Triton's message)."""
+        region, start = self.check(client, use)
+        view = memoryview(data)
+        while view:
+            written = os.pwrite(region.descriptor, view, start)
+            view, start = view[written:], start + written
+
+    def close(self) -> None:
+        for own in self._regions.values():
+            for region in own.values():
+                os.close(region.descriptor)
+        self._regions.clear()
+
+
+@dataclass
+class FrontRegions:
+    """What a front does with system shared memory, whatever its protocol (``shm_http``,
+    ``shm_grpc``): serve it from its own table, or, ``trusted``, check each registration and leave
+    the region to Triton, which maps the file (docs/SERVING.md, "Shared memory")."""
+
+    server: ServerRegions
+    trusted: bool = False
+    max_request_bytes: int = MAX_REQUEST_BYTES  # what one request may copy in: the front's body bound
+
+    def __post_init__(self) -> None:
+        self.table: RegionTable | None = None if self.trusted else RegionTable(self.server)
+
+    def register(self, client: Client, name: str, key: object, offset: int, byte_size: int) -> bool:
+        """True once the region is in the front's table (answer the client); False once the file
+        passed the checks of a trusted server (forward the registration to Triton)."""
+        if self.table is None:
+            os.close(open_client_file(self.server, client, name, key, offset, byte_size))
+            return False
+        self.table.register(client, name, key, offset, byte_size)
+        return True
+
+    @staticmethod
+    def check_cuda(client: Client) -> None:
+        """CUDA shared memory carries IPC handles of another process's GPU memory, which the front
+        cannot attribute to a client: the operator's alone (the admin key)."""
+        if not client.admin:
+            raise _forbidden("CUDA shared memory through this server's front needs the admin key")
+
+
+def _allow_descriptors(regions: int) -> None:
+    """Raise this process's soft descriptor limit (up to its hard limit) so a full table still leaves
+    room for the front's sockets."""
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    wanted = regions + 4096
+    if soft != resource.RLIM_INFINITY and soft < wanted:
+        limit = wanted if hard == resource.RLIM_INFINITY else min(wanted, hard)
+        resource.setrlimit(resource.RLIMIT_NOFILE, (max(soft, limit), hard))

@@ -1,0 +1,221 @@
+"""System shared memory over HTTP, served by the HTTP front from its own table
+(``server.fronts.client_regions``): Triton never maps a client's file.
+
+* ``/v2/systemsharedmemory/...`` register, unregister and status are answered here, in Triton's own
+  formats and words, from the client's part of the table; Triton's own shared-memory API is keyed to
+  the operator (``server.admin``) and never reached from here.
+* An inference request naming regions is rewritten before Triton sees it (``binary_request``): each
+  input in a region becomes binary tensor data read from the client's file (``binary_data_size``,
+  after the JSON header: the binary extension), each output wanted in a region asks for binary data.
+  Triton's answer is rewritten back (``client_response``): each such output's bytes are written into
+  the client's region and its entry left as Triton leaves a shared-memory output, without data.
+* ``--trusted-shared-memory`` (``trusted``): today's path, for a server whose only client is trusted.
+  A registration is checked as above and then forwarded, and Triton maps the file itself, with its
+  faults (docs/SERVING.md, "Shared memory").
+
+CUDA shared memory carries IPC handles the front cannot attribute to a client: only the operator
+(the admin key) may use it, forwarded to Triton, which keys it the same way.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import Callable
+
+from aiohttp import web
+
+from server.fronts.client_regions import (
+    MAX_REQUEST_BYTES,
+    Client,
+    FrontRegions,
+    RegionTable,
+    RegionUse,
+    check_copy_size,
+)
+from server.fronts.kserve_json import check_register
+from server.fronts.refusal import RequestRefusedError
+
+SYSTEM_SHM = re.compile(r"/v2/systemsharedmemory(?:/region/([^/]*))?/(register|unregister|status)")
+CUDA_SHM = re.compile(r"/v2/cudasharedmemory(?:/region/[^/]*)?/(register|unregister|status)")
+HEADER_LENGTH = "Inference-Header-Content-Length"
+REGION_PARAMETERS = ("shared_memory_region", "shared_memory_offset", "shared_memory_byte_size")
+JSON_SEPARATORS = (",", ":")
+
+
+def _use(parameters: dict) -> RegionUse:
+    return RegionUse(
+        parameters["shared_memory_region"],
+        parameters.get("shared_memory_offset", 0),
+        parameters["shared_memory_byte_size"],
+    )
+
+
+def _without_region(parameters: dict) -> dict:
+    return {k: v for k, v in parameters.items() if k not in REGION_PARAMETERS}
+
+
+def output_too_small(name: str, use: RegionUse, size: int) -> RequestRefusedError:
+    """Triton's words for an output region too small for the output (a 400: it is the client's)."""
+    return RequestRefusedError(
+        f"shared memory size specified with the request for output '{name}' ({use.byte_size} bytes) "
+        f"should be at least {size} bytes to hold the results"
+    )
+
+
+def _ours(table: RegionTable, client: Client, parameters: dict) -> bool:
+    """Does the front copy this tensor? Yes if it names a region; a region the client never
+    registered here is left to Triton only for the operator (the admin key: CUDA regions)."""
+    if "shared_memory_region" not in parameters:
+        return False
+    return not client.admin or table.has(client, parameters["shared_memory_region"])
+
+
+def binary_request(
+    table: RegionTable,
+    client: Client,
+    body: bytes,
+    header_length: str | None,
+    limit: int = MAX_REQUEST_BYTES,
+) -> tuple[bytes, int, dict[str, RegionUse]]:
+    """An inference request (already checked: ``kserve_json.check_infer``) as Triton gets it: every
+    input named in a region read from the client's file and sent as binary data in input order
+    (``limit`` bytes in all at most), every output wanted in a region asked for as binary. Returns
+    the body, its JSON header's length and the outputs to write back (output name -> range)."""
+    split = int(header_length) if header_length is not None else len(body)
+    document = json.loads(body[:split])
+    check_copy_size(
+        (_use(p) for p in (i.get("parameters") or {} for i in document["inputs"]) if _ours(table, client, p)),
+        limit,
+    )
+    binary, carried = [], memoryview(body)[split:]
+    for item in document["inputs"]:
+        parameters = item.get("parameters") or {}
+        if _ours(table, client, parameters):
+            data = table.read(client, _use(parameters))
+            item["parameters"] = {**_without_region(parameters), "binary_data_size": len(data)}
+            binary.append(data)
+        elif "binary_data_size" in parameters:
+            binary.append(carried[: parameters["binary_data_size"]])
+            carried = carried[parameters["binary_data_size"] :]
+    outputs = {}
+    for item in document.get("outputs") or []:
+        parameters = item.get("parameters") or {}
+        if _ours(table, client, parameters):
+            use = _use(parameters)
+            table.check(client, use)  # an unknown region or a range outside it: refused before Triton runs
+            outputs[item["name"]] = use
+            item["parameters"] = {**_without_region(parameters), "binary_data": True}
+    header = json.dumps(document, separators=JSON_SEPARATORS).encode()
+    return b"".join([header, *binary]), len(header), outputs
+
+
+def client_response(
+    table: RegionTable,
+    client: Client,
+    outputs: dict[str, RegionUse],
+    payload: bytes,
+    header_length: str | None,
+) -> tuple[bytes, int | None]:
+    """Triton's answer as the client gets it: each output in ``outputs`` written into the client's
+    region and left without data, as Triton answers a shared-memory output. Returns the payload and
+    its JSON header's length (None: no binary data left). ``RequestRefusedError`` naming the output
+    when a region is too small for it (checked for all before any is written)."""
+    split = int(header_length) if header_length is not None else len(payload)
+    document = json.loads(payload[:split])
+    kept, carried, writes = [], memoryview(payload)[split:], []
+    for item in document.get("outputs") or []:
+        parameters = item.get("parameters") or {}
+        size = parameters.get("binary_data_size")
+        if size is None:
+            continue
+        data, carried = carried[:size], carried[size:]
+        use = outputs.get(item.get("name"))
+        if use is None:
+            kept.append(data)
+            continue
+        if size > use.byte_size:
+            raise output_too_small(item["name"], use, size)
+        writes.append((use, data))
+        del parameters["binary_data_size"]
+        if not parameters:
+            del item["parameters"]
+    for use, data in writes:
+        table.write(client, use, data)
+    header = json.dumps(document, separators=JSON_SEPARATORS).encode()
+    return b"".join([header, *kept]), len(header) if kept else None
+
+
+def _json(document: object, status: int = 200) -> web.Response:
+    return web.Response(status=status, body=json.dumps(document).encode(), content_type="application/json")
+
+
+def _empty() -> web.Response:
+    """Triton's answer to a register or unregister that worked: 200, JSON, no body."""
+    return web.Response(status=200, content_type="application/json")
+
+
+class HttpSharedMemory(FrontRegions):
+    """What the HTTP front does with shared memory (``FrontRegions``), in HTTP's terms."""
+
+    def answer(
+        self, method: str, path: str, body: bytes, client: Callable[[], Client]
+    ) -> web.Response | None:
+        """The front's answer to a shared-memory API call, or None to forward it (after its checks).
+        ``RequestRefusedError`` for what is refused."""
+        if CUDA_SHM.fullmatch(path):
+            self.check_cuda(client())
+            return None
+        match = SYSTEM_SHM.fullmatch(path)
+        if match is None:
+            return None
+        name, action = match[1] or "", match[2]
+        if (method == "GET") != (action == "status"):
+            return _json({"error": "Method Not Allowed"}, 405)  # as Triton answers
+        if action == "register":
+            if not name:
+                raise RequestRefusedError(
+                    "shared memory register request names no region: POST "
+                    "/v2/systemsharedmemory/region/<name>/register"
+                )
+            registration = check_register(body)
+            fields = (registration.key, registration.offset, registration.byte_size)
+            return _empty() if self.register(client(), name, *fields) else None
+        if self.table is None:
+            return None
+        if action == "unregister":
+            self.table.unregister(client(), name)
+            return _empty()
+        return _json([region.status() for region in self.table.status(client(), name)])
+
+    def to_triton(
+        self, client: Client, body: bytes, headers: dict[str, str]
+    ) -> tuple[bytes, dict[str, RegionUse] | None]:
+        """An inference request that names regions, as Triton gets it (``binary_request``), and the
+        outputs to write back; ``headers`` are updated for the new body."""
+        if self.table is None:
+            return body, None
+        length = next((headers.pop(k) for k in list(headers) if k.lower() == HEADER_LENGTH.lower()), None)
+        body, header_length, outputs = binary_request(
+            self.table, client, body, length, self.max_request_bytes
+        )
+        headers[HEADER_LENGTH] = str(header_length)
+        return body, outputs
+
+    def to_client(self, client: Client, outputs: dict[str, RegionUse], answer: web.Response) -> web.Response:
+        """Triton's answer to a rewritten request, as the client gets it (``client_response``)."""
+        if answer.status != 200 or not outputs or self.table is None:
+            return answer
+        assert isinstance(answer.body, bytes)
+        payload, length = client_response(
+            self.table, client, outputs, answer.body, answer.headers.get(HEADER_LENGTH)
+        )
+        headers = {
+            k: v
+            for k, v in answer.headers.items()
+            if k.lower() not in ("content-type", HEADER_LENGTH.lower())
+        }
+        if length is not None:
+            headers[HEADER_LENGTH] = str(length)
+        content_type = "application/octet-stream" if length is not None else "application/json"
+        return web.Response(status=200, body=payload, headers=headers, content_type=content_type)
