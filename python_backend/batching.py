@@ -163,9 +163,10 @@ def check_layout(arrays: Arrays, inputs: Sequence[TensorInfo]) -> int:
         array = arrays[info.name]
         if array.dtype != info.dtype:
             raise InvalidInputError(f"input '{info.name}' has dtype {array.dtype}, expected {info.dtype}")
-        trailing = array.shape[1:]
-        if len(trailing) != len(info.dims) or any(
-            d not in (-1, t) for d, t in zip(info.dims, trailing, strict=True)
+        trailing = tuple(array.shape[1:])
+        if trailing != info.dims and (  # the common case is one tuple comparison; -1 dims need a look
+            len(trailing) != len(info.dims)
+            or any(d not in (-1, t) for d, t in zip(info.dims, trailing, strict=True))
         ):
             raise InvalidInputError(
                 f"input '{info.name}' has shape {list(array.shape)}, expected [batch, {info.dims}]"

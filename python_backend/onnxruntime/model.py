@@ -177,7 +177,13 @@ class TritonPythonModel:
         self.output_names = [t.name for t in self.outputs]
         for feeds in warmup_feeds(config):
             self.session.run(self.output_names, feeds)
-        self.shared_axes = shared_axes(self.session.get_inputs())
+        # An axis shared at dim 0 alone is the batch: batching.check_layout holds every input of a
+        # request to one row count already, so only the others are checked per request.
+        self.shared_axes = {
+            axis: places
+            for axis, places in shared_axes(self.session.get_inputs()).items()
+            if any(index > 0 for _, index in places)
+        }
         ragged = [e["name"] for e in config["input"] if e.get("allow_ragged_batch")]
         self.concatenate = pad_concatenate if ragged else np.concatenate
         self.ragged_input = ragged[0] if ragged else None
