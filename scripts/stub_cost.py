@@ -1,22 +1,30 @@
 """Where a served execution's time goes: Triton's ``compute_infer`` per execution of the recommender at
-batch 1 and 8, served by two copies of our python-based onnxruntime backend side by side, with raw
-onnxruntime at the same batch.
+batch 1 and 8, on two versions of our python-based onnxruntime backend and on an empty Python model,
+with raw onnxruntime at the same batch.
 
-One server, one repository, two models built from ``models.yaml``'s ``recommender`` (same ONNX file,
-same threads): ``recommender_before`` runs the backend files of ``--baseline`` (another checkout of this
-project, e.g. ``git worktree add --detach /tmp/main main``) and ``recommender_after`` this checkout's.
-Both are served with ``backend: "python"`` and the backend files in their version folder, so each stub
-imports its own copy. perf_analyzer drives one model at a time in a closed loop: concurrency 1 for
-executions of one request, concurrency 8 for executions of eight requests of one row each (the
-batcher prefers 8 and waits up to 2 ms for it). Each round measures both models at both batches, the
-models' order rotating from round to round, and times raw onnxruntime in this process while the server
-idles. ``compute_infer`` is read from the server's ``batch_stats`` for exactly that batch size, so
-executions of other sizes never mix in. Reported per batch: each model's median over rounds, the
-median of the rounds' after/before ratios, and raw onnxruntime; served minus raw is what serving adds
-per execution (the stub's IPC, Triton's request handling and our Python). Not a test: a measurement to
-repeat where the backend changes.
+One server, one repository, three models built from ``models.yaml``'s ``recommender`` (same ONNX file,
+same threads, same inputs and outputs), each served with ``backend: "python"`` and its files in its
+version folder, so each stub imports its own copy:
 
-    .venv/bin/python scripts/stub_cost.py --baseline /tmp/main [--rounds 3] [--window-ms 1500]
+* ``recommender_before``: the backend files of ``--baseline``, another checkout of this project
+  (``git worktree add --detach /tmp/baseline main``);
+* ``recommender_after``: this checkout's;
+* ``recommender_floor``: a model whose ``execute`` reads each request's rows and answers zeros, the
+  least a Python-backend model can do (``FLOOR_MODEL``): its time is the Python backend's own round
+  trip (Triton's request handling, the stub's IPC and shared-memory copies), which no model.py removes.
+
+perf_analyzer drives one model at a time in a closed loop: concurrency 1 for executions of one request,
+concurrency 8 for executions of eight requests of one row each (the batcher prefers 8 and waits up to
+2 ms for it). Each round measures every model at both batches, the order rotating from round to round,
+then times raw onnxruntime in this process while the server idles. ``compute_infer`` is read from the
+server's ``batch_stats`` for exactly that batch size, so executions of other sizes never mix in.
+
+Printed per batch: medians over rounds, the median of the rounds' after/before ratios (and in how many
+rounds after was the faster), raw onnxruntime, and the split of ``after``: the floor, raw onnxruntime,
+and what is left (our backend's Python: reading, checks, concatenation, split, responses). Not a test:
+a measurement to repeat where the backend changes. On a shared machine, prefer more rounds.
+
+    .venv/bin/python scripts/stub_cost.py --baseline /tmp/baseline [--rounds 12] [--window-ms 800]
 """
 
 from __future__ import annotations
@@ -44,14 +52,32 @@ from perf.measure.target import target_from_spec
 from server import ServerOptions, TritonServer
 
 MODEL = "recommender"
-VARIANTS = ("before", "after")
+VARIANTS = ("before", "after", "floor")
 BATCHES = (1, 8)
+FLOOR_MODEL = '''"""The least a Python-backend model does: each request's rows read, zeros answered."""
+from runtime_paths import add_launcher_paths
+
+add_launcher_paths()
+
+import numpy as np
+import triton_python_backend_utils as pb_utils
+
+
+class TritonPythonModel:
+    def execute(self, requests):
+        responses = []
+        for request in requests:
+            rows = request.inputs()[0].as_numpy().shape[0]
+            output = pb_utils.Tensor("probability", np.zeros((rows, 1), np.float32))
+            responses.append(pb_utils.InferenceResponse(output_tensors=[output]))
+        return responses
+'''
 
 
 def _spec_data(spec_path: Path) -> dict:
-    """The spec's recommender twice (``_before``, ``_after``), without its queue policy (on Triton 2.51
-    a queue policy with one instance stalls the batcher ~500 ms now and then, docs/SERVING.md) and with a
-    batcher that forms batches of 8 when 8 requests are in flight."""
+    """The spec's recommender once per variant, without its queue policy (on Triton 2.51 a queue policy
+    with one instance stalls the batcher ~500 ms now and then, docs/SERVING.md) and with a batcher that
+    forms batches of 8 when 8 requests are in flight."""
     data = yaml.safe_load(spec_path.read_text())
     entry = next(m for m in data["models"] if m["name"] == MODEL)
     entry["batching"] = {"mode": "dynamic", "max_queue_delay_us": 2000, "preferred_batch_sizes": [8]}
@@ -60,14 +86,18 @@ def _spec_data(spec_path: Path) -> dict:
     return data
 
 
-def _serve_from(model_dir: Path, backend_files: Path) -> None:
-    """Serve ``model_dir`` on the Python backend with the onnxruntime backend files of ``backend_files``
-    (a ``python_backend`` folder) beside its ``model.onnx``."""
-    for name in python_backend.ONNXRUNTIME_BACKEND:
+def _serve_from(model_dir: Path, backend_files: Path | None) -> None:
+    """Serve ``model_dir`` on the Python backend: the onnxruntime backend files of ``backend_files`` (a
+    ``python_backend`` folder) beside its ``model.onnx``, or ``FLOOR_MODEL`` where it is None."""
+    version = model_dir / "1"
+    if backend_files is None:  # numpy from the venv, as our models find it
+        (version / "model.py").write_text(FLOOR_MODEL)
+        (version / "runtime_paths.py").write_bytes(Path(python_backend.HERE, "runtime_paths.py").read_bytes())
+    for name in python_backend.ONNXRUNTIME_BACKEND if backend_files else ():
         source = backend_files / name
         if not source.is_file():
             raise SystemExit(f"{source} is missing: --baseline must be a checkout of this project")
-        (model_dir / "1" / Path(name).name).write_bytes(source.read_bytes())
+        (version / Path(name).name).write_bytes(source.read_bytes())
     config = read_config(model_dir / "config.pbtxt")
     config.backend = "python"
     config.ClearField("default_model_filename")
@@ -97,24 +127,21 @@ def _served_ms(server: TritonServer, target, batch: int, settings: MeasureSettin
 
 
 def _report(served: dict[tuple[str, int], list[float]], raw: dict[int, list[float]]) -> None:
-    print("\nmedian over rounds, ms per execution (compute_infer; raw: session.run):")
-    columns = (
-        ("before", 8),
-        ("after", 8),
-        ("after/before", 13),
-        ("raw", 7),
-        ("before-raw", 11),
-        ("after-raw", 10),
-    )
-    print(f"{'batch':>5} " + " ".join(f"{name:>{width}}" for name, width in columns))
+    print("\nmedians over rounds, ms per execution (served: compute_infer; raw: session.run)")
+    columns = ("before", "after", "after/before", "faster in", "floor", "raw", "after-floor-raw")
+    print(f"{'batch':>5} " + " ".join(f"{name:>{max(len(name), 7)}}" for name in columns))
     for batch in BATCHES:
         before, after = served["before", batch], served["after", batch]
         ratios = [a / b for a, b in zip(after, before, strict=True)]
-        mb, ma, mr = statistics.median(before), statistics.median(after), statistics.median(raw[batch])
+        faster = f"{sum(r < 1 for r in ratios)}/{len(ratios)}"
+        mb, ma = statistics.median(before), statistics.median(after)
+        floor, mr = statistics.median(served["floor", batch]), statistics.median(raw[batch])
+        figures = (f"{mb:.3f}", f"{ma:.3f}", f"{statistics.median(ratios):.2f}", faster, f"{floor:.3f}",
+                   f"{mr:.3f}", f"{ma - floor - mr:.3f}")  # fmt: skip
         print(
-            f"{batch:>5} {mb:8.3f} {ma:8.3f} {statistics.median(ratios):13.2f} {mr:7.3f} {mb - mr:11.3f} "
-            f"{ma - mr:10.3f}   (rounds' ratios: {', '.join(f'{r:.2f}' for r in ratios)})"
+            f"{batch:>5} " + " ".join(f"{v:>{max(len(n), 7)}}" for v, n in zip(figures, columns, strict=True))
         )
+        print(f"      rounds' after/before: {', '.join(f'{r:.2f}' for r in ratios)}")
 
 
 def main() -> None:
@@ -122,8 +149,8 @@ def main() -> None:
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
     parser.add_argument("--baseline", type=Path, required=True, help="another checkout of this project")
-    parser.add_argument("--rounds", type=int, default=3)
-    parser.add_argument("--window-ms", type=int, default=1500)
+    parser.add_argument("--rounds", type=int, default=12)
+    parser.add_argument("--window-ms", type=int, default=800)
     parser.add_argument("--spec", type=Path, default=Path("models.yaml"))
     args = parser.parse_args()
     binary = find_perf_analyzer()
@@ -139,21 +166,21 @@ def main() -> None:
         repository = Path(folder, "repository")
         build_repository(spec, repository, num_gpus=0)
         for variant in VARIANTS:
-            _serve_from(repository / f"{MODEL}_{variant}", sources[variant])
+            _serve_from(repository / f"{MODEL}_{variant}", sources.get(variant))
         onnx_path = repository / f"{MODEL}_after" / "1" / "model.onnx"
         served: dict[tuple[str, int], list[float]] = {(v, b): [] for v in VARIANTS for b in BATCHES}
         raw: dict[int, list[float]] = {b: [] for b in BATCHES}
         with TritonServer(ServerOptions(repository=repository, self_heal=False)) as server:
+            targets = {m.name: target_from_spec(m, server.grpc_url, rows=16) for m in spec.models}
             for round_number in range(args.rounds):
-                order = VARIANTS[round_number % 2 :] + VARIANTS[: round_number % 2]
+                shift = round_number % len(VARIANTS)
+                order = VARIANTS[shift:] + VARIANTS[:shift]
                 for batch in BATCHES:
                     for variant in order:
-                        model_spec = next(m for m in spec.models if m.name == f"{MODEL}_{variant}")
-                        target = target_from_spec(model_spec, server.grpc_url, rows=16)
-                        ms = _served_ms(server, target, batch, settings, engine)
+                        ms = _served_ms(server, targets[f"{MODEL}_{variant}"], batch, settings, engine)
                         served[variant, batch].append(ms)
                         print(f"round {round_number + 1} batch {batch} {variant:6} {ms:7.3f} ms", flush=True)
-                for point in measure_raw(onnx_path, target.inputs, BATCHES, seconds=1.0):
+                for point in measure_raw(onnx_path, targets[f"{MODEL}_after"].inputs, BATCHES, seconds=1.0):
                     raw[point.batch].append(point.batch_ms)
                     print(
                         f"round {round_number + 1} batch {point.batch} raw    {point.batch_ms:7.3f} ms",
