@@ -32,6 +32,7 @@ from __future__ import annotations
 import argparse
 import statistics
 import tempfile
+from dataclasses import dataclass
 from pathlib import Path
 
 import tritonclient.http as httpclient
@@ -48,12 +49,16 @@ from perf.measure.engine import MeasureSettings
 from perf.measure.loads import closed_loop
 from perf.measure.measurement import measure
 from perf.measure.raw import measure_raw
+from perf.measure.server_view import process_tree_cpu_s
 from perf.measure.target import target_from_spec
 from server import ServerOptions, TritonServer
+from server.stubs import server_stubs
 
 MODEL = "recommender"
 VARIANTS = ("before", "after", "floor")
 BATCHES = (1, 8)
+COLUMNS = ("before", "after", "after/before", "faster in", "floor", "raw", "after-floor-raw")
+Series = dict[tuple[str, int], list[float]]  # (variant, batch) -> one figure per round
 FLOOR_MODEL = '''"""The least a Python-backend model does: each request's rows read, zeros answered."""
 from runtime_paths import add_launcher_paths
 
@@ -104,44 +109,68 @@ def _serve_from(model_dir: Path, backend_files: Path | None) -> None:
     (model_dir / "config.pbtxt").write_text(text_format.MessageToString(config))
 
 
-def _infer_at(server: TritonServer, model: str, batch: int) -> tuple[int, int]:
-    """Executions of exactly ``batch`` and their ``compute_infer`` nanoseconds, so far."""
-    client = httpclient.InferenceServerClient(server.http_url)
-    for entry in fetch_stats(client, "http", model).get("model_stats", []):
-        for bucket in entry.get("batch_stats", []):
-            if int(bucket["batch_size"]) == batch:
-                infer = bucket.get("compute_infer", {})
-                return int(infer.get("count", 0)), int(infer.get("ns", 0))
-    return 0, 0
+@dataclass(frozen=True)
+class Figures:
+    """One model's counters: executions of one batch size and their ``compute_infer``, every execution,
+    and the CPU seconds of its stub."""
 
+    executions: int
+    infer_ns: int
+    all_executions: int
+    stub_cpu_s: float
 
-def _served_ms(server: TritonServer, target, batch: int, settings: MeasureSettings, engine) -> float:
-    """``compute_infer`` ms per execution of ``batch`` requests while perf_analyzer keeps ``batch`` in
-    flight."""
-    count, ns = _infer_at(server, target.model, batch)
-    measure(target, closed_loop(batch), settings, engine=engine)
-    count_after, ns_after = _infer_at(server, target.model, batch)
-    if count_after <= count:
-        raise SystemExit(f"{target.model}: no execution of batch {batch} was formed")
-    return (ns_after - ns) / (count_after - count) / 1e6
-
-
-def _report(served: dict[tuple[str, int], list[float]], raw: dict[int, list[float]]) -> None:
-    print("\nmedians over rounds, ms per execution (served: compute_infer; raw: session.run)")
-    columns = ("before", "after", "after/before", "faster in", "floor", "raw", "after-floor-raw")
-    print(f"{'batch':>5} " + " ".join(f"{name:>{max(len(name), 7)}}" for name in columns))
-    for batch in BATCHES:
-        before, after = served["before", batch], served["after", batch]
-        ratios = [a / b for a, b in zip(after, before, strict=True)]
-        faster = f"{sum(r < 1 for r in ratios)}/{len(ratios)}"
-        mb, ma = statistics.median(before), statistics.median(after)
-        floor, mr = statistics.median(served["floor", batch]), statistics.median(raw[batch])
-        figures = (f"{mb:.3f}", f"{ma:.3f}", f"{statistics.median(ratios):.2f}", faster, f"{floor:.3f}",
-                   f"{mr:.3f}", f"{ma - floor - mr:.3f}")  # fmt: skip
-        print(
-            f"{batch:>5} " + " ".join(f"{v:>{max(len(n), 7)}}" for v, n in zip(figures, columns, strict=True))
+    @classmethod
+    def read(cls, server: TritonServer, model: str, batch: int) -> Figures:
+        client = httpclient.InferenceServerClient(server.http_url)
+        (entry,) = fetch_stats(client, "http", model).get("model_stats", [])
+        bucket = next((b for b in entry.get("batch_stats", []) if int(b["batch_size"]) == batch), {})
+        infer = bucket.get("compute_infer", {})
+        (stub,) = [s for s in server_stubs(server.pid or 0) if s.model == model and s.alive]
+        return cls(
+            int(infer.get("count", 0)),
+            int(infer.get("ns", 0)),
+            int(entry.get("execution_count", 0)),
+            process_tree_cpu_s(stub.pid),
         )
-        print(f"      rounds' after/before: {', '.join(f'{r:.2f}' for r in ratios)}")
+
+
+def _served(
+    server: TritonServer, target, batch: int, settings: MeasureSettings, engine
+) -> tuple[float, float]:
+    """``compute_infer`` ms per execution of ``batch`` requests while perf_analyzer keeps ``batch`` in
+    flight, and the stub's CPU ms per execution (any size: at 8 in flight nearly all are 8)."""
+    before = Figures.read(server, target.model, batch)
+    measure(target, closed_loop(batch), settings, engine=engine)
+    after = Figures.read(server, target.model, batch)
+    if after.executions <= before.executions:
+        raise SystemExit(f"{target.model}: no execution of batch {batch} was formed")
+    infer_ms = (after.infer_ns - before.infer_ns) / (after.executions - before.executions) / 1e6
+    cpu_ms = 1e3 * (after.stub_cpu_s - before.stub_cpu_s) / (after.all_executions - before.all_executions)
+    return infer_ms, cpu_ms
+
+
+def _line(batch: int, what: str, served: Series, raw: dict[int, list[float]]) -> str:
+    before, after = served["before", batch], served["after", batch]
+    ratios = [a / b for a, b in zip(after, before, strict=True)]
+    mb, ma = statistics.median(before), statistics.median(after)
+    floor, mr = statistics.median(served["floor", batch]), statistics.median(raw[batch])
+    faster = f"{sum(r < 1 for r in ratios)}/{len(ratios)}"
+    figures = (f"{mb:.3f}", f"{ma:.3f}", f"{statistics.median(ratios):.2f}", faster, f"{floor:.3f}",
+               f"{mr:.3f}", f"{ma - floor - mr:.3f}")  # fmt: skip
+    cells = " ".join(f"{v:>{max(len(n), 7)}}" for v, n in zip(figures, COLUMNS, strict=True))
+    rounds = ", ".join(f"{r:.2f}" for r in ratios)
+    return f"{batch:>5} {what:>8} {cells}\n{'':>15}rounds' after/before: {rounds}"
+
+
+def _report(
+    wall: Series, cpu: Series, raw_wall: dict[int, list[float]], raw_cpu: dict[int, list[float]]
+) -> None:
+    print("\nmedians over rounds, ms per execution. wall: compute_infer (raw: session.run's time); CPU: the")
+    print("stub process's user + system time per execution (raw: this process's CPU per session.run)")
+    print(f"{'batch':>5} {'':>8} " + " ".join(f"{name:>{max(len(name), 7)}}" for name in COLUMNS))
+    for batch in BATCHES:
+        print(_line(batch, "wall", wall, raw_wall))
+        print(_line(batch, "CPU", cpu, raw_cpu))
 
 
 def main() -> None:
@@ -168,8 +197,10 @@ def main() -> None:
         for variant in VARIANTS:
             _serve_from(repository / f"{MODEL}_{variant}", sources.get(variant))
         onnx_path = repository / f"{MODEL}_after" / "1" / "model.onnx"
-        served: dict[tuple[str, int], list[float]] = {(v, b): [] for v in VARIANTS for b in BATCHES}
-        raw: dict[int, list[float]] = {b: [] for b in BATCHES}
+        wall: Series = {(v, b): [] for v in VARIANTS for b in BATCHES}
+        cpu: Series = {(v, b): [] for v in VARIANTS for b in BATCHES}
+        raw_wall: dict[int, list[float]] = {b: [] for b in BATCHES}
+        raw_cpu: dict[int, list[float]] = {b: [] for b in BATCHES}
         with TritonServer(ServerOptions(repository=repository, self_heal=False)) as server:
             targets = {m.name: target_from_spec(m, server.grpc_url, rows=16) for m in spec.models}
             for round_number in range(args.rounds):
@@ -177,16 +208,21 @@ def main() -> None:
                 order = VARIANTS[shift:] + VARIANTS[:shift]
                 for batch in BATCHES:
                     for variant in order:
-                        ms = _served_ms(server, targets[f"{MODEL}_{variant}"], batch, settings, engine)
-                        served[variant, batch].append(ms)
-                        print(f"round {round_number + 1} batch {batch} {variant:6} {ms:7.3f} ms", flush=True)
+                        infer_ms, cpu_ms = _served(
+                            server, targets[f"{MODEL}_{variant}"], batch, settings, engine
+                        )
+                        wall[variant, batch].append(infer_ms)
+                        cpu[variant, batch].append(cpu_ms)
+                        figures = f"{infer_ms:7.3f} ms, CPU {cpu_ms:7.3f} ms"
+                        print(f"round {round_number + 1} batch {batch} {variant:6} {figures}", flush=True)
                 for point in measure_raw(onnx_path, targets[f"{MODEL}_after"].inputs, BATCHES, seconds=1.0):
-                    raw[point.batch].append(point.batch_ms)
+                    raw_wall[point.batch].append(point.batch_ms)
+                    raw_cpu[point.batch].append(point.cpu_s_per_1000 * point.batch)  # CPU ms per run
                     print(
                         f"round {round_number + 1} batch {point.batch} raw    {point.batch_ms:7.3f} ms",
                         flush=True,
                     )
-        _report(served, raw)
+        _report(wall, cpu, raw_wall, raw_cpu)
 
 
 if __name__ == "__main__":
