@@ -134,7 +134,7 @@ class TritonPythonModel:
         return {self.output_names[0]: output.contiguous()}
 
     def _read(self, given: dict, names) -> dict:
-        """``names`` from ``given`` (a request's inputs by name, see ``_inputs``) as torch tensors."""
+        """``names`` of ``given`` (a request's inputs by name, listed once in ``execute``) as tensors."""
         arrays = {}
         for name in names:
             tensor = given.get(name)
