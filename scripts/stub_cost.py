@@ -1,28 +1,31 @@
 """Where a served execution's time goes: Triton's ``compute_infer`` per execution of the recommender at
-batch 1 and 8, on two versions of our python-based onnxruntime backend and on an empty Python model,
-with raw onnxruntime at the same batch.
+batch 1 and 8, on two versions of our python-based onnxruntime backend and on two minimal Python
+models, with raw onnxruntime at the same batch.
 
-One server, one repository, three models built from ``models.yaml``'s ``recommender`` (same ONNX file,
+One server, one repository, four models built from ``models.yaml``'s ``recommender`` (same ONNX file,
 same threads, same inputs and outputs), each served with ``backend: "python"`` and its files in its
 version folder, so each stub imports its own copy:
 
 * ``recommender_before``: the backend files of ``--baseline``, another checkout of this project
   (``git worktree add --detach /tmp/baseline main``);
 * ``recommender_after``: this checkout's;
-* ``recommender_floor``: a model whose ``execute`` reads each request's rows and answers zeros, the
-  least a Python-backend model can do (``FLOOR_MODEL``): its time is the Python backend's own round
-  trip (Triton's request handling, the stub's IPC and shared-memory copies), which no model.py removes.
+* ``recommender_bare``: concatenate, run, split, nothing else (``stub_cost_models/bare.py``);
+* ``recommender_floor``: each request's rows read and zeros answered (``stub_cost_models/floor.py``),
+  the least a Python-backend model does: its time is the Python backend's own round trip (Triton's
+  request handling, the stub's IPC and shared-memory copies), which no model.py removes.
 
 perf_analyzer drives one model at a time in a closed loop: concurrency 1 for executions of one request,
 concurrency 8 for executions of eight requests of one row each (the batcher prefers 8 and waits up to
 2 ms for it). Each round measures every model at both batches, the order rotating from round to round,
 then times raw onnxruntime in this process while the server idles. ``compute_infer`` is read from the
-server's ``batch_stats`` for exactly that batch size, so executions of other sizes never mix in.
+server's ``batch_stats`` for exactly that batch size, so executions of other sizes never mix in; beside
+it, the stub process's CPU time per execution, which a machine busy with other work distorts far less.
 
-Printed per batch: medians over rounds, the median of the rounds' after/before ratios (and in how many
-rounds after was the faster), raw onnxruntime, and the split of ``after``: the floor, raw onnxruntime,
-and what is left (our backend's Python: reading, checks, concatenation, split, responses). Not a test:
-a measurement to repeat where the backend changes. On a shared machine, prefer more rounds.
+Printed per batch, wall and CPU: medians over rounds, the median of the rounds' after/before ratios
+(and in how many rounds after was the cheaper), and the split of ``after``: the floor, onnxruntime in
+the stub (bare − floor, against raw onnxruntime in a hot loop here), and our backend's own work (after
+− bare: reading, checks, errors kept per request). Not a test: a measurement to repeat where the
+backend changes; on a shared machine, prefer more rounds.
 
     .venv/bin/python scripts/stub_cost.py --baseline /tmp/baseline [--rounds 12] [--window-ms 800]
 """
@@ -55,28 +58,11 @@ from server import ServerOptions, TritonServer
 from server.stubs import server_stubs
 
 MODEL = "recommender"
-VARIANTS = ("before", "after", "floor")
+VARIANTS = ("before", "after", "bare", "floor")
+OWN_MODELS = Path(__file__).parent / "stub_cost_models"  # bare.py, floor.py: served as model.py
 BATCHES = (1, 8)
-COLUMNS = ("before", "after", "after/before", "faster in", "floor", "raw", "after-floor-raw")
+COLUMNS = ("before", "after", "after/before", "cheaper in", "floor", "bare-floor", "raw", "after-bare")
 Series = dict[tuple[str, int], list[float]]  # (variant, batch) -> one figure per round
-FLOOR_MODEL = '''"""The least a Python-backend model does: each request's rows read, zeros answered."""
-from runtime_paths import add_launcher_paths
-
-add_launcher_paths()
-
-import numpy as np
-import triton_python_backend_utils as pb_utils
-
-
-class TritonPythonModel:
-    def execute(self, requests):
-        responses = []
-        for request in requests:
-            rows = request.inputs()[0].as_numpy().shape[0]
-            output = pb_utils.Tensor("probability", np.zeros((rows, 1), np.float32))
-            responses.append(pb_utils.InferenceResponse(output_tensors=[output]))
-        return responses
-'''
 
 
 def _spec_data(spec_path: Path) -> dict:
@@ -91,12 +77,13 @@ def _spec_data(spec_path: Path) -> dict:
     return data
 
 
-def _serve_from(model_dir: Path, backend_files: Path | None) -> None:
+def _serve_from(model_dir: Path, variant: str, backend_files: Path | None) -> None:
     """Serve ``model_dir`` on the Python backend: the onnxruntime backend files of ``backend_files`` (a
-    ``python_backend`` folder) beside its ``model.onnx``, or ``FLOOR_MODEL`` where it is None."""
+    ``python_backend`` folder) beside its ``model.onnx``, or, where it is None, ``OWN_MODELS``'s model
+    of that ``variant``."""
     version = model_dir / "1"
-    if backend_files is None:  # numpy from the venv, as our models find it
-        (version / "model.py").write_text(FLOOR_MODEL)
+    if backend_files is None:  # with the runtime helper that finds the venv's packages, as ours do
+        (version / "model.py").write_bytes((OWN_MODELS / f"{variant}.py").read_bytes())
         (version / "runtime_paths.py").write_bytes(Path(python_backend.HERE, "runtime_paths.py").read_bytes())
     for name in python_backend.ONNXRUNTIME_BACKEND if backend_files else ():
         source = backend_files / name
@@ -152,11 +139,11 @@ def _served(
 def _line(batch: int, what: str, served: Series, raw: dict[int, list[float]]) -> str:
     before, after = served["before", batch], served["after", batch]
     ratios = [a / b for a, b in zip(after, before, strict=True)]
-    mb, ma = statistics.median(before), statistics.median(after)
-    floor, mr = statistics.median(served["floor", batch]), statistics.median(raw[batch])
-    faster = f"{sum(r < 1 for r in ratios)}/{len(ratios)}"
-    figures = (f"{mb:.3f}", f"{ma:.3f}", f"{statistics.median(ratios):.2f}", faster, f"{floor:.3f}",
-               f"{mr:.3f}", f"{ma - floor - mr:.3f}")  # fmt: skip
+    median = {variant: statistics.median(served[variant, batch]) for variant in VARIANTS}
+    cheaper = f"{sum(r < 1 for r in ratios)}/{len(ratios)}"
+    figures = (f"{median['before']:.3f}", f"{median['after']:.3f}", f"{statistics.median(ratios):.2f}",
+               cheaper, f"{median['floor']:.3f}", f"{median['bare'] - median['floor']:.3f}",
+               f"{statistics.median(raw[batch]):.3f}", f"{median['after'] - median['bare']:.3f}")  # fmt: skip
     cells = " ".join(f"{v:>{max(len(n), 7)}}" for v, n in zip(figures, COLUMNS, strict=True))
     rounds = ", ".join(f"{r:.2f}" for r in ratios)
     return f"{batch:>5} {what:>8} {cells}\n{'':>15}rounds' after/before: {rounds}"
@@ -195,7 +182,7 @@ def main() -> None:
         repository = Path(folder, "repository")
         build_repository(spec, repository, num_gpus=0)
         for variant in VARIANTS:
-            _serve_from(repository / f"{MODEL}_{variant}", sources.get(variant))
+            _serve_from(repository / f"{MODEL}_{variant}", variant, sources.get(variant))
         onnx_path = repository / f"{MODEL}_after" / "1" / "model.onnx"
         wall: Series = {(v, b): [] for v in VARIANTS for b in BATCHES}
         cpu: Series = {(v, b): [] for v in VARIANTS for b in BATCHES}
