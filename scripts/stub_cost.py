@@ -14,10 +14,13 @@ version folder, so each stub imports its own copy:
   the least a Python-backend model does: its time is the Python backend's own round trip (Triton's
   request handling, the stub's IPC and shared-memory copies), which no model.py removes.
 
-perf_analyzer drives one model at a time in a closed loop: concurrency 1 for executions of one request,
+perf_analyzer drives the models in a closed loop: concurrency 1 for executions of one request,
 concurrency 8 for executions of eight requests of one row each (the batcher prefers 8 and waits up to
-2 ms for it). Each round measures every model at both batches, the order rotating from round to round,
-then times raw onnxruntime in this process while the server idles. ``compute_infer`` is read from the
+2 ms for it). The two models compared are driven at the same time, one perf_analyzer each (``PAIRS``):
+on a host busy with other work, both then see the same moments, and the ratio of a round compares like
+with like (each pays for the other's load too, alike). Each round measures both pairs at both
+batches, the pairs' order alternating, then times raw onnxruntime in this process while the server
+idles. ``compute_infer`` is read from the
 server's ``batch_stats`` for exactly that batch size, so executions of other sizes never mix in; beside
 it, the stub process's CPU time per execution, which a machine busy with other work distorts far less.
 
@@ -35,6 +38,7 @@ from __future__ import annotations
 import argparse
 import statistics
 import tempfile
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -59,6 +63,7 @@ from server.stubs import server_stubs
 
 MODEL = "recommender"
 VARIANTS = ("before", "after", "bare", "floor")
+PAIRS = (("before", "after"), ("bare", "floor"))  # measured at the same time
 OWN_MODELS = Path(__file__).parent / "stub_cost_models"  # bare.py, floor.py: served as model.py
 BATCHES = (1, 8)
 COLUMNS = ("before", "after", "after/before", "cheaper in", "floor", "bare-floor", "raw", "after-bare")
@@ -191,17 +196,24 @@ def main() -> None:
         with TritonServer(ServerOptions(repository=repository, self_heal=False)) as server:
             targets = {m.name: target_from_spec(m, server.grpc_url, rows=16) for m in spec.models}
             for round_number in range(args.rounds):
-                shift = round_number % len(VARIANTS)
-                order = VARIANTS[shift:] + VARIANTS[:shift]
+                pairs = PAIRS[round_number % 2 :] + PAIRS[: round_number % 2]
                 for batch in BATCHES:
-                    for variant in order:
-                        infer_ms, cpu_ms = _served(
-                            server, targets[f"{MODEL}_{variant}"], batch, settings, engine
-                        )
-                        wall[variant, batch].append(infer_ms)
-                        cpu[variant, batch].append(cpu_ms)
-                        figures = f"{infer_ms:7.3f} ms, CPU {cpu_ms:7.3f} ms"
-                        print(f"round {round_number + 1} batch {batch} {variant:6} {figures}", flush=True)
+                    for pair in pairs:
+                        # the two of a pair at the same time: whatever else the host runs meanwhile,
+                        # both see it (each pays for the other too, alike)
+                        with ThreadPoolExecutor(len(pair)) as pool:
+                            runs = {
+                                variant: pool.submit(
+                                    _served, server, targets[f"{MODEL}_{variant}"], batch, settings, engine
+                                )
+                                for variant in pair
+                            }
+                        for variant, run in runs.items():
+                            infer_ms, cpu_ms = run.result()
+                            wall[variant, batch].append(infer_ms)
+                            cpu[variant, batch].append(cpu_ms)
+                            figures = f"{infer_ms:7.3f} ms, CPU {cpu_ms:7.3f} ms"
+                            print(f"round {round_number + 1} batch {batch} {variant:6} {figures}", flush=True)
                 for point in measure_raw(onnx_path, targets[f"{MODEL}_after"].inputs, BATCHES, seconds=1.0):
                     raw_wall[point.batch].append(point.batch_ms)
                     raw_cpu[point.batch].append(point.cpu_s_per_1000 * point.batch)  # CPU ms per run
