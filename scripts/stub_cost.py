@@ -26,8 +26,9 @@ it, the stub process's CPU time per execution, which a machine busy with other w
 
 Printed per batch, wall and CPU: medians over rounds, the median of the rounds' after/before ratios
 (and in how many rounds after was the cheaper), and the split of ``after``: the floor, onnxruntime in
-the stub (bare − floor, against raw onnxruntime in a hot loop here), and our backend's own work (after
-− bare: reading, checks, errors kept per request). Not a test: a measurement to repeat where the
+the stub (bare − floor, against raw onnxruntime in a hot loop here, and its CPU with the caches made
+cold between runs, as the other processes of a served execution leave them), and our backend's own
+work (after − bare: reading, checks, errors kept per request). Not a test: a measurement to repeat where the
 backend changes; on a shared machine, prefer more rounds.
 
     .venv/bin/python scripts/stub_cost.py --baseline /tmp/baseline [--rounds 12] [--window-ms 800]
@@ -38,10 +39,13 @@ from __future__ import annotations
 import argparse
 import statistics
 import tempfile
+import time
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 
+import numpy as np
+import onnxruntime as ort
 import tritonclient.http as httpclient
 import yaml
 from google.protobuf import text_format
@@ -66,8 +70,10 @@ VARIANTS = ("before", "after", "bare", "floor")
 PAIRS = (("before", "after"), ("bare", "floor"))  # measured at the same time
 OWN_MODELS = Path(__file__).parent / "stub_cost_models"  # bare.py, floor.py: served as model.py
 BATCHES = (1, 8)
+EVICT_BYTES = 16 * 2**20  # more than this host's caches
 COLUMNS = ("before", "after", "after/before", "cheaper in", "floor", "bare-floor", "raw", "after-bare")
 Series = dict[tuple[str, int], list[float]]  # (variant, batch) -> one figure per round
+Raw = dict[int, list[float]]  # batch -> one figure per round
 
 
 def _spec_data(spec_path: Path) -> dict:
@@ -141,6 +147,23 @@ def _served(
     return infer_ms, cpu_ms
 
 
+def _raw_cold_cpu_ms(onnx_path: Path, inputs: dict, batch: int, runs: int = 200) -> float:
+    """Raw onnxruntime's CPU ms per run of ``batch`` rows with ``EVICT_BYTES`` touched between runs, as
+    the other processes of a served execution (perf_analyzer, tritonserver, other stubs) touch theirs:
+    what the same run costs with cold caches."""
+    options = ort.SessionOptions()
+    options.intra_op_num_threads = options.inter_op_num_threads = 1
+    session = ort.InferenceSession(str(onnx_path), options, providers=["CPUExecutionProvider"])
+    feeds = {name: pool[:batch] for name, pool in inputs.items()}
+    junk, spent = np.zeros(EVICT_BYTES // 8), 0.0
+    for _ in range(runs):
+        junk += 1.0
+        started = time.thread_time()
+        session.run(None, feeds)
+        spent += time.thread_time() - started
+    return 1e3 * spent / runs
+
+
 def _line(batch: int, what: str, served: Series, raw: dict[int, list[float]]) -> str:
     before, after = served["before", batch], served["after", batch]
     ratios = [a / b for a, b in zip(after, before, strict=True)]
@@ -154,15 +177,15 @@ def _line(batch: int, what: str, served: Series, raw: dict[int, list[float]]) ->
     return f"{batch:>5} {what:>8} {cells}\n{'':>15}rounds' after/before: {rounds}"
 
 
-def _report(
-    wall: Series, cpu: Series, raw_wall: dict[int, list[float]], raw_cpu: dict[int, list[float]]
-) -> None:
+def _report(wall: Series, cpu: Series, raw_wall: Raw, raw_cpu: Raw, raw_cold: Raw) -> None:
     print("\nmedians over rounds, ms per execution. wall: compute_infer (raw: session.run's time); CPU: the")
     print("stub process's user + system time per execution (raw: this process's CPU per session.run)")
     print(f"{'batch':>5} {'':>8} " + " ".join(f"{name:>{max(len(name), 7)}}" for name in COLUMNS))
     for batch in BATCHES:
         print(_line(batch, "wall", wall, raw_wall))
         print(_line(batch, "CPU", cpu, raw_cpu))
+        cold = statistics.median(raw_cold[batch])
+        print(f"{'':>15}raw onnxruntime's CPU with caches cold between runs: {cold:.3f} ms")
 
 
 def main() -> None:
@@ -191,8 +214,9 @@ def main() -> None:
         onnx_path = repository / f"{MODEL}_after" / "1" / "model.onnx"
         wall: Series = {(v, b): [] for v in VARIANTS for b in BATCHES}
         cpu: Series = {(v, b): [] for v in VARIANTS for b in BATCHES}
-        raw_wall: dict[int, list[float]] = {b: [] for b in BATCHES}
-        raw_cpu: dict[int, list[float]] = {b: [] for b in BATCHES}
+        raw_wall: Raw = {b: [] for b in BATCHES}
+        raw_cpu: Raw = {b: [] for b in BATCHES}
+        raw_cold: Raw = {b: [] for b in BATCHES}
         with TritonServer(ServerOptions(repository=repository, self_heal=False)) as server:
             targets = {m.name: target_from_spec(m, server.grpc_url, rows=16) for m in spec.models}
             for round_number in range(args.rounds):
@@ -214,14 +238,16 @@ def main() -> None:
                             cpu[variant, batch].append(cpu_ms)
                             figures = f"{infer_ms:7.3f} ms, CPU {cpu_ms:7.3f} ms"
                             print(f"round {round_number + 1} batch {batch} {variant:6} {figures}", flush=True)
-                for point in measure_raw(onnx_path, targets[f"{MODEL}_after"].inputs, BATCHES, seconds=1.0):
+                inputs = targets[f"{MODEL}_after"].inputs
+                for point in measure_raw(onnx_path, inputs, BATCHES, seconds=1.0):
                     raw_wall[point.batch].append(point.batch_ms)
                     raw_cpu[point.batch].append(point.cpu_s_per_1000 * point.batch)  # CPU ms per run
+                    raw_cold[point.batch].append(_raw_cold_cpu_ms(onnx_path, inputs, point.batch))
                     print(
                         f"round {round_number + 1} batch {point.batch} raw    {point.batch_ms:7.3f} ms",
                         flush=True,
                     )
-        _report(wall, cpu, raw_wall, raw_cpu)
+        _report(wall, cpu, raw_wall, raw_cpu, raw_cold)
 
 
 if __name__ == "__main__":
