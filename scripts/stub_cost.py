@@ -31,7 +31,7 @@ cold between runs, as the other processes of a served execution leave them), and
 work (after − bare: reading, checks, errors kept per request). Not a test: a measurement to repeat where the
 backend changes; on a shared machine, prefer more rounds.
 
-    .venv/bin/python scripts/stub_cost.py --baseline /tmp/baseline [--rounds 12] [--window-ms 800]
+    .venv/bin/python scripts/stub_cost.py --baseline /tmp/baseline [--rounds 16] [--window-ms 800]
 """
 
 from __future__ import annotations
@@ -193,7 +193,7 @@ def main() -> None:
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
     parser.add_argument("--baseline", type=Path, required=True, help="another checkout of this project")
-    parser.add_argument("--rounds", type=int, default=12)
+    parser.add_argument("--rounds", type=int, default=16)
     parser.add_argument("--window-ms", type=int, default=800)
     parser.add_argument("--spec", type=Path, default=Path("models.yaml"))
     args = parser.parse_args()
