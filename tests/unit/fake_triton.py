@@ -136,6 +136,8 @@ def load_model_module(monkeypatch: pytest.MonkeyPatch, folder: str) -> types.Mod
 
 
 def forget_modules(before: set[str]) -> None:
-    """Drop modules imported since ``before``: top-level ``batching`` etc. must not leak to other tests."""
+    """Drop our backend's modules imported since ``before``: top-level ``batching`` etc. must not leak to
+    other tests. Libraries imported meanwhile stay (torch cannot register its ops twice)."""
     for name in set(sys.modules) - before:
-        del sys.modules[name]
+        if str(getattr(sys.modules[name], "__file__", "") or "").startswith(str(PYTHON_BACKEND)):
+            del sys.modules[name]
