@@ -7,8 +7,13 @@ pays when the model does. Invariants, relied on by every model here:
 * A request whose inputs fail validation gets its own error; the rest still run as one batch.
 * If the batched run itself fails (e.g. one request carries an out-of-range id), every request is
   retried alone, so only the culprit gets the error, and every caller gets an answer.
-* Value guards (``TensorInfo.finite``, ``TensorInfo.bounds``) run per request before batching: Triton
-  checks dtypes and shapes but never values, and a NaN or a negative id would otherwise be answered.
+* Value guards (``TensorInfo.finite``, ``TensorInfo.bounds``): Triton checks dtypes and shapes but never
+  values, and a NaN or a negative id would otherwise be answered. They run once on the concatenated
+  batch (a few vectorised reductions, whatever the number of requests); only when that check fails do
+  they run per request, to name the culprits, which fail alone while the rest run as one batch.
+  Layout checks (presence, dtype, shape, rows) stay per request: concatenation needs them.
+* Outputs are split as views of the batch's arrays (no copy): a row slice of a C-contiguous array is
+  C-contiguous, which is all a response tensor needs.
 
 No Triton import, so it is unit-tested without a server. Arrays are numpy by default; the torch stage
 runners pass ``concatenate=torch.cat`` and torch dtypes in ``TensorInfo`` so tensors that arrived by
@@ -18,6 +23,7 @@ DLPack stay on their device (splitting is plain slicing, which both libraries sh
 from __future__ import annotations
 
 import dataclasses
+import itertools
 import json
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -94,17 +100,19 @@ def _is_float(array) -> bool:
 
 
 def _check_values(array, info: TensorInfo) -> None:
-    """The value guards; ``array`` is a numpy array or a torch tensor (both have min/max/isfinite)."""
+    """The value guards; ``array`` is a numpy array or a torch tensor (both have min/max/isfinite).
+
+    The happy path is one reduction per guard (``all``, ``min``, ``max``); the count in the message is
+    taken only once something is wrong."""
     empty = array.size == 0 if isinstance(array, np.ndarray) else array.numel() == 0
     if empty:
         return
     if info.finite and _is_float(array):
         finite = np.isfinite(array) if isinstance(array, np.ndarray) else array.isfinite()
-        bad = int((~finite).sum())
-        if bad:
+        if not bool(finite.all()):
             raise InvalidInputError(
-                f"input '{info.name}' holds {bad} non-finite value(s) (NaN or Inf); the model takes "
-                "finite numbers only"
+                f"input '{info.name}' holds {int((~finite).sum())} non-finite value(s) (NaN or Inf); the "
+                "model takes finite numbers only"
             )
     if info.bounds is not None:
         low, high = info.bounds
@@ -114,6 +122,15 @@ def _check_values(array, info: TensorInfo) -> None:
             raise InvalidInputError(
                 f"input '{info.name}' holds {culprit}, outside its declared range [{low}, {high})"
             )
+
+
+def check_values(arrays: Arrays, inputs: Sequence[TensorInfo]) -> None:
+    """The value guards of every input (``InvalidInputError`` names the first bad one). ``arrays`` may
+    be one request or a whole concatenated batch: the guards are elementwise, so a batch passes exactly
+    when each of its requests does."""
+    for info in inputs:
+        if info.finite or info.bounds is not None:
+            _check_values(arrays[info.name], info)
 
 
 def parse_max_shapes(parameters: dict) -> dict[str, tuple[int, ...]]:
@@ -136,8 +153,9 @@ def beyond_max_shape(name: str, shape: list[int], max_dims: Sequence[int]) -> st
     return f"input '{name}' has shape {shape}, beyond its max_shape [batch, {bound}]; send at most that"
 
 
-def validate(arrays: Arrays, inputs: Sequence[TensorInfo]) -> int:
-    """Check one request's inputs against the config; return its batch size (rows)."""
+def check_layout(arrays: Arrays, inputs: Sequence[TensorInfo]) -> int:
+    """Check one request's inputs against the config's names, dtypes and shapes (not their values);
+    return its batch size (rows). Metadata only: it reads no element."""
     rows = None
     for info in inputs:
         if info.name not in arrays:
@@ -145,9 +163,10 @@ def validate(arrays: Arrays, inputs: Sequence[TensorInfo]) -> int:
         array = arrays[info.name]
         if array.dtype != info.dtype:
             raise InvalidInputError(f"input '{info.name}' has dtype {array.dtype}, expected {info.dtype}")
-        trailing = array.shape[1:]
-        if len(trailing) != len(info.dims) or any(
-            d not in (-1, t) for d, t in zip(info.dims, trailing, strict=True)
+        trailing = tuple(array.shape[1:])
+        if trailing != info.dims and (  # the common case is one tuple comparison; -1 dims need a look
+            len(trailing) != len(info.dims)
+            or any(d not in (-1, t) for d, t in zip(info.dims, trailing, strict=True))
         ):
             raise InvalidInputError(
                 f"input '{info.name}' has shape {list(array.shape)}, expected [batch, {info.dims}]"
@@ -156,7 +175,6 @@ def validate(arrays: Arrays, inputs: Sequence[TensorInfo]) -> int:
             excess = beyond_max_shape(info.name, list(array.shape), info.max_dims)
             if excess:
                 raise InvalidInputError(excess)
-        _check_values(array, info)
         if rows is None:
             rows = array.shape[0]
         elif array.shape[0] != rows:
@@ -164,6 +182,13 @@ def validate(arrays: Arrays, inputs: Sequence[TensorInfo]) -> int:
                 f"input '{info.name}' has {array.shape[0]} rows, other inputs have {rows}"
             )
     return rows or 0
+
+
+def validate(arrays: Arrays, inputs: Sequence[TensorInfo]) -> int:
+    """Check one request's inputs against the config, layout and values; return its batch size."""
+    rows = check_layout(arrays, inputs)
+    check_values(arrays, inputs)
+    return rows
 
 
 ANONYMOUS_AXES = ("", "?")  # symbolic sizes that name no axis (onnxruntime shows them as given)
@@ -213,7 +238,8 @@ def pad_concatenate(arrays: list[np.ndarray]) -> np.ndarray:
 
 
 def _split(outputs: Arrays, sizes: Sequence[int]) -> list[Arrays]:
-    bounds = [0, *np.cumsum(sizes).tolist()]
+    """Each request's rows of every output, as views (slices copy nothing)."""
+    bounds = [0, *itertools.accumulate(sizes)]
     return [
         {name: array[bounds[i] : bounds[i + 1]] for name, array in outputs.items()} for i in range(len(sizes))
     ]
@@ -228,13 +254,40 @@ def _run_alone(run: RunFn, arrays: Arrays) -> Arrays | Exception:
         return ModelRunError(f"{type(error).__name__}: {error}")
 
 
+def _batch(
+    requests: Sequence[Arrays],
+    members: Sequence[int],
+    inputs: Sequence[TensorInfo],
+    concatenate: ConcatenateFn,
+) -> Arrays:
+    """The members' inputs along dim 0; a single member's arrays as they are (nothing to join)."""
+    if len(members) == 1:
+        return requests[members[0]]
+    return {info.name: concatenate([requests[i][info.name] for i in members]) for info in inputs}
+
+
+def _value_culprits(
+    requests: Sequence[Arrays], members: Sequence[int], inputs: Sequence[TensorInfo]
+) -> dict[int, InvalidInputError]:
+    """The members whose values fail the guards, each with its own error: run only after the batch's
+    check failed, so the per-request cost is paid only when some request is bad."""
+    culprits = {}
+    for index in members:
+        try:
+            check_values(requests[index], inputs)
+        except InvalidInputError as error:
+            culprits[index] = error
+    return culprits
+
+
 def run_batched(
     requests: Sequence[Arrays | Exception],
     inputs: Sequence[TensorInfo],
     run: RunFn,
     concatenate: ConcatenateFn = np.concatenate,
 ) -> list[Arrays | Exception]:
-    """Validate, concatenate along dim 0, run once, split; per-request errors stay per request.
+    """Check layouts, concatenate along dim 0, check values once, run once, split; per-request errors
+    stay per request.
 
     ``requests`` items that are already exceptions (failed to read) pass straight through.
     """
@@ -245,16 +298,30 @@ def run_batched(
         if isinstance(arrays, Exception):
             continue
         try:
-            sizes.append(validate(arrays, inputs))
+            sizes.append(check_layout(arrays, inputs))
             good.append(index)
         except InvalidInputError as error:
             results[index] = error
     if not good:
         return results
+    batch = _batch(requests, good, inputs, concatenate)
+    try:
+        check_values(batch, inputs)
+    except InvalidInputError:
+        # Some request is bad (or, with padding, only the padding is out of range: then none is, and
+        # the batch runs as it is). Name the culprits; the rest run as one batch without them.
+        culprits = _value_culprits(requests, good, inputs)
+        if culprits:
+            for index, error in culprits.items():
+                results[index] = error
+            kept = [(i, rows) for i, rows in zip(good, sizes, strict=True) if i not in culprits]
+            if not kept:
+                return results
+            good, sizes = [i for i, _ in kept], [rows for _, rows in kept]
+            batch = _batch(requests, good, inputs, concatenate)
     if len(good) == 1:
-        results[good[0]] = _run_alone(run, requests[good[0]])
+        results[good[0]] = _run_alone(run, batch)
         return results
-    batch = {info.name: concatenate([requests[i][info.name] for i in good]) for info in inputs}
     try:
         outputs = run(batch)
     except Exception:

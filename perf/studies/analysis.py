@@ -16,6 +16,7 @@ from client.stats import BatchBucket, ModelStats
 from perf.measure.measurement import Measurement
 from perf.measure.raw import RawPoint
 from perf.model.latency import LatencyFit, fit_latency
+from perf.studies.overhead import Overhead, overhead_of
 from perf.studies.study import FamilyResult, StudyResult
 from perf.studies.study_spec import MODES
 from perf.unmeasured import Unmeasured
@@ -271,6 +272,7 @@ class Efficiency:
     compute_ratio: float  # raw batch time / server compute time, at the formed batch sizes
     server_cpu_per_1000: float
     raw_cpu_per_1000: float
+    overhead: Overhead | None = None  # serving's cost per execution over raw, at the formed batches
 
     @property
     def ratio(self) -> float:
@@ -300,6 +302,7 @@ def efficiencies(family: FamilyResult, concurrency: int) -> list[Efficiency]:
                 compute_ratio(raw_fit, stats),
                 measurement.server.server_cpu_s_per_1000,
                 raw_cpu_at(raw, batch),
+                overhead_of(stats.batches, raw),
             )
         )
     return out

@@ -20,7 +20,7 @@ import yaml
 from perf.markdown import fit_text, number, percent, ratio, table
 from perf.markdown import write_report as write_report_file
 from perf.measure.records import write_csv, write_json
-from perf.studies import analysis
+from perf.studies import analysis, overhead
 from perf.studies.batching_goals import all_goals
 from perf.studies.goals import Goal, goals_table
 from perf.studies.plots import all_plots
@@ -183,13 +183,30 @@ def references_section(result: StudyResult, family: FamilyResult) -> str:
                      "one or two batches in flight):\n")  # fmt: skip
         parts.append(table(
             ["mode", "mean batch", "served inf/s", "raw inf/s", "served/raw", "compute raw/served",
-             "server CPU s/1k", "raw CPU s/1k"],
+             "overhead ms / execution", "server CPU s/1k", "raw CPU s/1k"],
             [[MODES[e.mode].title, number(e.mean_batch), number(e.served, 0), number(e.raw, 0),
-              ratio(e.ratio), ratio(e.compute_ratio), number(e.server_cpu_per_1000, 3),
-              number(e.raw_cpu_per_1000, 3)]
+              ratio(e.ratio), ratio(e.compute_ratio), overhead.overhead_cell(e.overhead),
+              number(e.server_cpu_per_1000, 3), number(e.raw_cpu_per_1000, 3)]
              for e in effs],
         ))  # fmt: skip
+        parts.append(overhead_section(family))
     return "".join(parts)
+
+
+def overhead_section(family: FamilyResult) -> str:
+    """Serving's cost per execution at each raw batch size the server formed (``perf.studies.overhead``)."""
+    sizes = overhead.at_raw_sizes(analysis.served_batches(family), family.raw, analysis.MIN_EXECUTIONS)
+    note = (
+        "\n\n_overhead ms / execution: the server's compute per execution (`batch_stats`: input + infer + "
+        "output) minus raw onnxruntime's time for the same batch sizes (interpolated between the raw "
+        "sizes), over the executions that row's run formed. What serving adds to every execution, "
+        "whatever the batch: the stub's IPC, Triton's request handling, the backend's Python._\n\n"
+        "Overhead per execution at the raw batch sizes the server formed (single-instance modes, sizes "
+        f"seen ≥ {analysis.MIN_EXECUTIONS} times):\n\n"
+    )
+    if not sizes:
+        return note + f"_{overhead.NOT_MEASURED}: no raw batch size was formed often enough._"
+    return note + overhead.by_batch_table(sizes)
 
 
 def latency_model_section(result: StudyResult, family: FamilyResult) -> str:

@@ -177,7 +177,13 @@ class TritonPythonModel:
         self.output_names = [t.name for t in self.outputs]
         for feeds in warmup_feeds(config):
             self.session.run(self.output_names, feeds)
-        self.shared_axes = shared_axes(self.session.get_inputs())
+        # An axis shared at dim 0 alone is the batch: batching.check_layout holds every input of a
+        # request to one row count already, so only the others are checked per request.
+        self.shared_axes = {
+            axis: places
+            for axis, places in shared_axes(self.session.get_inputs()).items()
+            if any(index > 0 for _, index in places)
+        }
         ragged = [e["name"] for e in config["input"] if e.get("allow_ragged_batch")]
         self.concatenate = pad_concatenate if ragged else np.concatenate
         self.ragged_input = ragged[0] if ragged else None
@@ -204,9 +210,11 @@ class TritonPythonModel:
         return dict(zip(self.output_names, outputs, strict=True))
 
     def _read(self, request) -> dict:
+        # One pass over the request's inputs: pb_utils.get_input_tensor_by_name lists them all per name.
+        given = {tensor.name(): tensor for tensor in request.inputs()}
         arrays = {}
         for info in self.inputs:
-            tensor = pb_utils.get_input_tensor_by_name(request, info.name)
+            tensor = given.get(info.name)
             if tensor is None:
                 return InvalidInputError(f"input '{info.name}' is missing")
             arrays[info.name] = tensor.as_numpy()
@@ -214,19 +222,23 @@ class TritonPythonModel:
             check_shared_axes(arrays, self.shared_axes)
         except InvalidInputError as error:
             return error
-        if self.ragged_input is not None:
-            self.elements.real.increment(int(arrays[self.ragged_input].size))
         return arrays
 
     def execute(self, requests: list) -> list:
-        results = run_batched([self._read(r) for r in requests], self.inputs, self._run, self.concatenate)
-        responses = []
-        for result in results:
-            if isinstance(result, Exception):
-                responses.append(pb_utils.InferenceResponse(error=_error(result)))
-            else:
-                tensors = [
-                    pb_utils.Tensor(name, np.ascontiguousarray(result[name])) for name in self.output_names
-                ]
-                responses.append(pb_utils.InferenceResponse(output_tensors=tensors))
-        return responses
+        read = [self._read(r) for r in requests]
+        if self.ragged_input is not None:  # one metric update per execute: each is a call to the server
+            received = sum(a[self.ragged_input].size for a in read if not isinstance(a, Exception))
+            if received:
+                self.elements.real.increment(int(received))
+        results = run_batched(read, self.inputs, self._run, self.concatenate)
+        # Each result is a row slice of the batch's outputs: C-contiguous, so pb_utils.Tensor takes it
+        # as it is (it copies only non-contiguous arrays; the copy into shared memory comes later either
+        # way), and nothing else is done per request.
+        return [
+            pb_utils.InferenceResponse(error=_error(result))
+            if isinstance(result, Exception)
+            else pb_utils.InferenceResponse(
+                output_tensors=[pb_utils.Tensor(name, result[name]) for name in self.output_names]
+            )
+            for result in results
+        ]

@@ -56,8 +56,6 @@ class TritonPythonModel:
             return pb_utils.InferenceResponse(
                 error=pb_utils.TritonError(f"{self.name}: {result}", pb_utils.TritonError.INVALID_ARG)
             )
-        self.tokens_counted.real.increment(result.real_tokens)
-        self.tokens_counted.padded.increment(int(result.input_ids.size))
         return pb_utils.InferenceResponse(
             output_tensors=[
                 pb_utils.Tensor("input_ids", result.input_ids),
@@ -65,5 +63,14 @@ class TritonPythonModel:
             ]
         )
 
+    def _count(self, results: list[TokenizedRequest | Exception]) -> None:
+        """The execute's tokens, real and padded: one update per counter, each a call to the server."""
+        tokenized = [r for r in results if not isinstance(r, Exception)]
+        if tokenized:
+            self.tokens_counted.real.increment(sum(r.real_tokens for r in tokenized))
+            self.tokens_counted.padded.increment(sum(int(r.input_ids.size) for r in tokenized))
+
     def execute(self, requests: list) -> list:
-        return [self._response(r) for r in self.tokens.tokenize([self._read(r) for r in requests])]
+        results = self.tokens.tokenize([self._read(r) for r in requests])
+        self._count(results)
+        return [self._response(r) for r in results]

@@ -141,12 +141,14 @@ class TritonPythonModel:
             check_ids(ids, self.tables, self.inputs[0].name)
         with torch.inference_mode():
             output = self.module(*(batch[i.name].to(self.device) for i in self.inputs))
-        return {self.output_names[0]: output}
+        # Contiguous once per batch, so every request's rows are a contiguous view DLPack can hand on.
+        return {self.output_names[0]: output.contiguous()}
 
-    def _read(self, request, names) -> dict:
+    def _read(self, given: dict, names) -> dict:
+        """``names`` of ``given`` (a request's inputs by name, listed once in ``execute``) as tensors."""
         arrays = {}
         for name in names:
-            tensor = pb_utils.get_input_tensor_by_name(request, name)
+            tensor = given.get(name)
             if tensor is None:
                 return InvalidInputError(f"input '{name}' is missing")
             arrays[name] = from_dlpack(tensor.to_dlpack())
@@ -160,10 +162,10 @@ class TritonPythonModel:
         )
         return pb_utils.TritonError(f"{self.name}: {error}", code)
 
-    def _update(self, request) -> "pb_utils.InferenceResponse":
+    def _update(self, given: dict) -> "pb_utils.InferenceResponse":
         """Apply one update request; any failure answers this request alone (lookups still run)."""
         try:
-            arrays = self._read(request, UPDATE_INPUTS)
+            arrays = self._read(given, UPDATE_INPUTS)
             if isinstance(arrays, Exception):
                 raise arrays
             update = [arrays[n] for n in UPDATE_INPUTS]
@@ -184,14 +186,12 @@ class TritonPythonModel:
             output_tensors=[pb_utils.Tensor.from_dlpack(UPDATE_VERSION, to_dlpack(version))]
         )
 
-    def _carries(self, request, names) -> list:
-        return [name for name in names if pb_utils.get_input_tensor_by_name(request, name) is not None]
-
-    def _mixed(self, request) -> "pb_utils.InferenceResponse":
+    def _mixed(self, given: dict) -> "pb_utils.InferenceResponse":
         """An update that also carries ids to look up is refused whole: the two answers cannot share one
         response (``update_version`` has a row per updated row, the lookup one per id row), and serving
         only the update silently dropped the lookup."""
-        carried = ", ".join(self._carries(request, [*UPDATE_INPUTS, *(t.name for t in self.inputs)]))
+        names = [*UPDATE_INPUTS, *(t.name for t in self.inputs)]
+        carried = ", ".join(name for name in names if name in given)
         error = InvalidInputError(
             f"a request either updates rows ({', '.join(UPDATE_INPUTS)}) or looks ids up "
             f"({', '.join(t.name for t in self.inputs)}), not both; this one carries {carried}: send two"
@@ -199,30 +199,28 @@ class TritonPythonModel:
         return pb_utils.InferenceResponse(error=self._error(error))
 
     def execute(self, requests: list) -> list:
+        # Each request's inputs listed once (pb_utils.get_input_tensor_by_name lists them all per name);
+        # only an embedding stage looks for update inputs, which no other stage's requests can carry.
+        given = [{tensor.name(): tensor for tensor in r.inputs()} for r in requests]
         lookup_names = [t.name for t in self.inputs]
-        is_update = [bool(self.tables) and bool(self._carries(r, UPDATE_INPUTS)) for r in requests]
-        mixed = {i for i, r in enumerate(requests) if is_update[i] and self._carries(r, lookup_names)}
-        # Updates first, each whole: the lookup batch below sees all of them or (next call) none.
-        updates = {
-            i: self._mixed(r) if i in mixed else self._update(r)
-            for i, r in enumerate(requests)
-            if is_update[i]
-        }
-        lookups = [i for i in range(len(requests)) if not is_update[i]]
+        updates = {}
+        if self.tables:  # updates first, each whole: the lookup batch below sees all of them or none
+            for index, inputs in enumerate(given):
+                if any(name in inputs for name in UPDATE_INPUTS):
+                    mixed = any(name in inputs for name in lookup_names)
+                    updates[index] = self._mixed(inputs) if mixed else self._update(inputs)
+        lookups = [i for i in range(len(requests)) if i not in updates]
         results = run_batched(
-            [self._read(requests[i], [t.name for t in self.inputs]) for i in lookups],
+            [self._read(given[i], lookup_names) for i in lookups],
             self.inputs,
             self._run,
             concatenate=torch.cat,
         )
-        responses = dict(updates)
+        responses = updates
         for index, result in zip(lookups, results, strict=True):
             if isinstance(result, Exception):
                 responses[index] = pb_utils.InferenceResponse(error=self._error(result))
-            else:
-                tensors = [
-                    pb_utils.Tensor.from_dlpack(name, to_dlpack(result[name].contiguous()))
-                    for name in self.output_names
-                ]
+            else:  # a view of the batch's contiguous output (see _run): handed on by DLPack, not copied
+                tensors = [pb_utils.Tensor.from_dlpack(n, to_dlpack(result[n])) for n in self.output_names]
                 responses[index] = pb_utils.InferenceResponse(output_tensors=tensors)
         return [responses[i] for i in range(len(requests))]

@@ -4,8 +4,17 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+import torch
 
-from python_backend.batching import InvalidInputError, ModelRunError, TensorInfo, run_batched, validate
+from python_backend import batching
+from python_backend.batching import (
+    InvalidInputError,
+    ModelRunError,
+    TensorInfo,
+    pad_concatenate,
+    run_batched,
+    validate,
+)
 
 INPUTS = [TensorInfo("x", np.dtype(np.float32), (2,)), TensorInfo("ids", np.dtype(np.int64), (1,))]
 
@@ -84,3 +93,112 @@ def test_a_model_that_changes_the_batch_size_fails_every_request_instead_of_spli
 
     results = run_batched([_request(2, 0), _request(1, 5)], INPUTS, summing)
     assert all(isinstance(r, ModelRunError) and "rows for a batch of 3" in str(r) for r in results)
+
+
+# --- value guards: once on the batch, per request only to name the culprits ------------------------
+
+GUARDED = [
+    TensorInfo("x", np.dtype(np.float32), (2,), finite=True),
+    TensorInfo("ids", np.dtype(np.int64), (1,), bounds=(0, 10)),
+]
+
+
+class KeepingModel(CountingModel):
+    """``CountingModel`` that keeps each output it returns, to tell views from copies."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.outputs: list[np.ndarray] = []
+
+    def __call__(self, arrays: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+        outputs = super().__call__(arrays)
+        self.outputs.append(outputs["y"])
+        return outputs
+
+
+def _expected(request: dict[str, np.ndarray]) -> np.ndarray:
+    return request["x"].sum(axis=1, keepdims=True) * request["ids"]
+
+
+def test_a_bad_value_in_the_middle_fails_alone_named_and_the_rest_run_once_exactly() -> None:
+    model = KeepingModel()
+    nan = _request(2, 10)
+    nan["x"][1, 0] = np.nan
+    requests = [_request(1, 0), _request(3, 100), nan, _request(2, 1000), _request(1, 5)]
+    results = run_batched(requests, GUARDED, model)
+    assert isinstance(results[2], InvalidInputError)
+    assert str(results[2]) == (
+        "input 'x' holds 1 non-finite value(s) (NaN or Inf); the model takes finite numbers only"
+    )
+    assert model.calls == [7]  # the four good requests, one batch, the culprit left out
+    for index in (0, 1, 3, 4):
+        np.testing.assert_array_equal(results[index]["y"], _expected(requests[index]))
+
+
+def test_several_culprits_each_get_their_own_error() -> None:
+    model = CountingModel()
+    inf, outside = _request(1, 0), _request(2, 0)
+    inf["x"][0, 1] = np.inf
+    outside["ids"][1, 0] = -4
+    requests = [inf, _request(2, 3), outside, _request(1, 7)]
+    results = run_batched(requests, GUARDED, model)
+    assert "input 'x' holds 1 non-finite" in str(results[0])
+    assert str(results[2]) == "input 'ids' holds -4, outside its declared range [0, 10)"
+    assert model.calls == [3]
+    np.testing.assert_array_equal(results[1]["y"], _expected(requests[1]))
+    np.testing.assert_array_equal(results[3]["y"], _expected(requests[3]))
+
+
+def test_every_request_bad_runs_nothing_and_a_lone_culprit_too() -> None:
+    model = CountingModel()
+    bad = _request(1, 0)
+    bad["ids"][0, 0] = 10
+    results = run_batched([bad, dict(bad)], GUARDED, model)
+    assert all("holds 10, outside" in str(r) for r in results) and model.calls == []
+    assert "holds 10, outside" in str(run_batched([bad], GUARDED, model)[0]) and model.calls == []
+
+
+def test_values_are_checked_once_per_batch_not_per_request(monkeypatch: pytest.MonkeyPatch) -> None:
+    checked: list[int] = []
+    original = batching._check_values
+
+    def counting(array: np.ndarray, info: TensorInfo) -> None:
+        checked.append(array.shape[0])
+        original(array, info)
+
+    monkeypatch.setattr(batching, "_check_values", counting)
+    run_batched([_request(1, 0), _request(2, 0), _request(3, 0)], GUARDED, CountingModel())
+    assert checked == [6, 6]  # each guarded input once, on the batch of six rows
+
+
+def test_outputs_are_views_of_the_batch_output_in_request_order() -> None:
+    model = KeepingModel()
+    requests = [_request(2, 0), _request(1, 50), _request(3, 500)]
+    results = run_batched(requests, GUARDED, model)
+    (output,) = model.outputs
+    rows = 0
+    for request, result in zip(requests, results, strict=True):
+        assert result["y"].base is output and result["y"].flags.c_contiguous  # a view, no copy
+        np.testing.assert_array_equal(result["y"], output[rows : rows + len(request["x"])])
+        rows += len(request["x"])
+
+
+def test_padding_outside_a_range_is_not_blamed_on_any_request() -> None:
+    """Ragged requests are zero-padded after the per-request checks; a range that excludes zero holds for
+    every request's own values, so the batch runs whole (the padding is ours, not the client's)."""
+    info = TensorInfo("tokens", np.dtype(np.int64), (-1,), bounds=(1, 100))
+    requests = [{"tokens": np.array([[5, 6, 7]])}, {"tokens": np.array([[8]])}]
+    results = run_batched(requests, [info], lambda b: {"n": b["tokens"].sum(1)}, pad_concatenate)
+    assert [r["n"].tolist() for r in results] == [[18], [8]]
+
+
+def test_torch_batch_with_a_culprit_in_the_middle() -> None:
+    info = TensorInfo("v", torch.float32, (1,), finite=True)
+    requests = [
+        {"v": torch.ones(2, 1)},
+        {"v": torch.tensor([[float("nan")]])},
+        {"v": torch.full((1, 1), 3.0)},
+    ]
+    results = run_batched(requests, [info], lambda b: {"w": b["v"] * 2}, concatenate=torch.cat)
+    assert "input 'v' holds 1 non-finite" in str(results[1])
+    assert results[0]["w"].tolist() == [[2.0], [2.0]] and results[2]["w"].tolist() == [[6.0]]

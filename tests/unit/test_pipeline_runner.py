@@ -3,15 +3,14 @@ torch batching."""
 
 from __future__ import annotations
 
-import importlib.util
 import io
 import sys
-import types
 import zipfile
 from pathlib import Path
 
 import pytest
 import torch
+from fake_triton import FakeError, FakeRequest, forget_modules, load_model_module
 from torch import nn
 
 from exporters.file_hash import file_sha256
@@ -115,60 +114,12 @@ def test_run_batched_concatenates_torch_tensors_once() -> None:
     assert isinstance(results[2], InvalidInputError) and "dtype" in str(results[2])
 
 
-class FakeTensor:
-    def __init__(self, tensor: torch.Tensor) -> None:
-        self.tensor = tensor
-
-    def to_dlpack(self):
-        return torch.utils.dlpack.to_dlpack(self.tensor)
-
-
-class FakeResponse:
-    def __init__(self, output_tensors: list | None = None, error: object = None) -> None:
-        self.outputs = {t.name: t.tensor for t in output_tensors or []}
-        self.error = error
-
-
-class FakeError:
-    INVALID_ARG, INTERNAL = "INVALID_ARG", "INTERNAL"
-
-    def __init__(self, message: str, code: str) -> None:
-        self.message, self.code = message, code
-
-
-def _fake_pb_utils() -> types.ModuleType:
-    """The slice of ``triton_python_backend_utils`` the stage runner uses; requests are dicts."""
-    module = types.ModuleType("triton_python_backend_utils")
-    module.get_input_tensor_by_name = lambda request, name: (
-        FakeTensor(request[name]) if name in request else None
-    )
-    module.Tensor = types.SimpleNamespace(
-        from_dlpack=lambda name, capsule: types.SimpleNamespace(
-            name=name, tensor=torch.utils.dlpack.from_dlpack(capsule)
-        )
-    )
-    module.InferenceResponse, module.TritonError = FakeResponse, FakeError
-    module.TritonModelException = RuntimeError
-    return module
-
-
 @pytest.fixture()
 def stage_runner(monkeypatch: pytest.MonkeyPatch):
     """``torch_stage/model.py`` imported the way the stub imports it (its folder on ``sys.path``)."""
-    root = Path(__file__).resolve().parents[2] / "python_backend"
     before = set(sys.modules)
-    monkeypatch.setitem(sys.modules, "triton_python_backend_utils", _fake_pb_utils())
-    monkeypatch.syspath_prepend(str(root))
-    monkeypatch.syspath_prepend(str(root / "torch_stage"))
-    spec = importlib.util.spec_from_file_location(
-        "torch_stage_model_under_test", root / "torch_stage" / "model.py"
-    )
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    yield module
-    for name in set(sys.modules) - before:  # top-level ``batching`` etc. must not leak to other tests
-        if str(getattr(sys.modules[name], "__file__", "") or "").startswith(str(root)):
-            del sys.modules[name]  # (torch's own modules stay: torch cannot register its ops twice)
+    yield load_model_module(monkeypatch, "torch_stage")
+    forget_modules(before)
 
 
 def _stage(stage_runner):
@@ -220,7 +171,7 @@ def test_a_failing_update_fails_alone(stage_runner, monkeypatch: pytest.MonkeyPa
     update = {UPDATE_TABLE: torch.tensor([[0]]), UPDATE_ROW: torch.tensor([[1]]),
               UPDATE_VALUES: torch.tensor([[1.0, 1.0]])}  # fmt: skip
     lookup = {"sparse_ids": torch.tensor([[4, 2]])}
-    failed, answered = model.execute([update, lookup])
+    failed, answered = model.execute([FakeRequest(update), FakeRequest(lookup)])
     assert failed.error.code == FakeError.INTERNAL and "out of memory" in failed.error.message
     assert answered.error is None and answered.outputs["embeddings"].shape == (1, 2, 2)
 
@@ -230,10 +181,34 @@ def test_an_update_that_also_carries_ids_is_refused_naming_both(stage_runner, tm
     model = _embedding_stage(stage_runner, tmp_path)
     mixed = {UPDATE_TABLE: torch.tensor([[0]]), UPDATE_ROW: torch.tensor([[1]]),
              UPDATE_VALUES: torch.tensor([[1.0, 1.0]]), "sparse_ids": torch.tensor([[4, 2]])}  # fmt: skip
-    refused, answered = model.execute([mixed, {"sparse_ids": torch.tensor([[4, 2]])}])
+    refused, answered = model.execute(
+        [FakeRequest(mixed), FakeRequest({"sparse_ids": torch.tensor([[4, 2]])})]
+    )
     assert refused.error.code == FakeError.INVALID_ARG
     assert all(
         name in refused.error.message for name in (UPDATE_TABLE, UPDATE_ROW, UPDATE_VALUES, "sparse_ids")
     )
     assert torch.equal(model.tables[0], _tables()[0]) and model.log.version == 0  # nothing applied or logged
     assert answered.error is None and answered.outputs["embeddings"].shape == (1, 2, 2)
+
+
+def test_each_request_lists_its_inputs_once_and_lookups_batch_around_an_update(
+    stage_runner, tmp_path: Path
+) -> None:
+    """The stage reads each request's inputs in one listing (Triton's lookup by name lists them all,
+    every time), whether it updates or looks up; the lookups run as one batch, in request order."""
+    model = _embedding_stage(stage_runner, tmp_path)
+    for table in model.tables:  # distinct rows, so a lookup of the wrong row shows
+        table.copy_(torch.arange(table.numel(), dtype=torch.float32).reshape(table.shape))
+    tables = [table.clone() for table in model.tables]
+    update = {UPDATE_TABLE: torch.tensor([[1]]), UPDATE_ROW: torch.tensor([[0]]),
+              UPDATE_VALUES: torch.tensor([[9.0, 9.0]])}  # fmt: skip
+    sent = [{"sparse_ids": torch.tensor([[1, 0]])}, update, {"sparse_ids": torch.tensor([[4, 2], [0, 0]])}]
+    requests = [FakeRequest(inputs) for inputs in sent]
+    first, updated, second = model.execute(requests)
+    assert all(r.listings == 1 for r in requests)
+    assert updated.error is None and updated.outputs["update_version"].tolist() == [[1]]
+    tables[1][0] = 9.0  # the update is applied before the lookups of the same execute
+    assert torch.equal(first.outputs["embeddings"], torch.stack([tables[0][[1]], tables[1][[0]]], dim=1))
+    expected = torch.stack([tables[0][[4, 0]], tables[1][[2, 0]]], dim=1)
+    assert torch.equal(second.outputs["embeddings"], expected)

@@ -3,10 +3,12 @@
 from __future__ import annotations
 
 import copy
+import sys
 from typing import Any
 
 import numpy as np
 import pytest
+from fake_triton import FakeError, FakeRequest, forget_modules, load_model_module
 
 from exporters.errors import SpecError
 from exporters.model_config import read_config, write_config
@@ -157,3 +159,28 @@ def test_pad_concatenate_pads_each_request_to_the_longest() -> None:
     batch = pad_concatenate([np.ones((1, 3), np.int64), np.ones((2, 5), np.int64)])
     assert batch.shape == (3, 5)
     assert batch[0].tolist() == [1, 1, 1, 0, 0] and batch[1:].sum() == 10
+
+
+def test_the_tokenizer_stage_counts_tokens_once_per_execute(
+    tokenizer_path: str, monkeypatch: pytest.MonkeyPatch, tmp_path
+) -> None:
+    """Each metric update is a call from the stub to the server: one per counter per execute, whatever
+    the number of requests, and a bad request still fails alone."""
+    before = set(sys.modules)
+    try:
+        stage = load_model_module(monkeypatch, "text_tokenizer")
+        model = stage.TritonPythonModel()
+        model.name = "text_tokenizer"
+        model.tokens = TextTokenizer(tokenizer_path, 256, (16, 256))
+        model.tokens_counted = stage.padding_counters(stage.pb_utils, "text_tokens_total", "", model.name)
+        texts = [["a short query"], [b"\xff\xfe"], ["another one", "and a third"]]
+        requests = [FakeRequest({"text": np.array(t, dtype=object)}) for t in texts]
+        first, bad, second = model.execute(requests)
+    finally:
+        forget_modules(before)
+    assert bad.error.code == FakeError.INVALID_ARG and "not valid UTF-8" in bad.error.message
+    real = int(first.outputs["attention_mask"].sum() + second.outputs["attention_mask"].sum())
+    assert model.tokens_counted.real.increments == [real]
+    assert model.tokens_counted.padded.increments == [
+        first.outputs["input_ids"].size + second.outputs["input_ids"].size
+    ]
