@@ -19,7 +19,7 @@ from torch import nn
 
 from exporters.errors import SpecError
 from exporters.sources.base import LoadedSource, TorchModuleSource
-from exporters.spec import HuggingFaceSource, ModelSpec
+from exporters.spec.models import HuggingFaceSource, ModelSpec
 
 
 def model_folder(location: str, field: str) -> Path:

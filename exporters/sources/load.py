@@ -10,8 +10,8 @@ from torch import nn
 
 from exporters.errors import ExportCheckError, SpecError
 from exporters.sources.base import LoadedSource, TorchModuleSource
-from exporters.spec import MODULE_KINDS, ModelSpec, PythonSource, no_torch_module
-from exporters.user_code import import_object, module_files
+from exporters.sources.user_code import import_object, module_files
+from exporters.spec.models import MODULE_KINDS, ModelSpec, PythonSource, no_torch_module
 from exporters.zoo import ZOO
 
 
