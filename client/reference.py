@@ -17,8 +17,8 @@ from client.errors import ClientError, MismatchError
 from exporters.artifacts.parity import ParityReport, compare_outputs
 from exporters.errors import ExportCheckError, SpecError
 from exporters.resolve import load_spec
+from exporters.schema.models import ModelSpec
 from exporters.sources.load import load_source
-from exporters.spec.models import ModelSpec
 
 
 @dataclass(frozen=True)

@@ -21,7 +21,7 @@ from client.infer import infer
 from exporters.artifacts.parity import OutputCheck, check_outputs
 from exporters.errors import SpecError
 from exporters.resolve import load_spec
-from exporters.spec.text_embeddings import TextEmbeddingSpec
+from exporters.schema.text_embeddings import TextEmbeddingSpec
 from exporters.text.embedding import CHECK_TEXTS, model_folder
 
 

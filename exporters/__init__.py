@@ -10,7 +10,7 @@ exported and checked, and the repository is written from what the layers below m
 LAYERS: tuple[tuple[str, ...], ...] = (
     ("errors", "devices"),  # the exceptions; the GPUs and cores a build plans for
     ("zoo", "precision"),  # the project's own torch models; fp32 ONNX at fp16 or int8
-    ("spec",),  # models.yaml and its schema
+    ("schema",),  # models.yaml: the spec, its dataclasses the schema
     ("configs", "artifacts"),  # Triton configs as typed dataclasses; an ONNX artifact and its checks
     ("sandbox",),  # archives from outside, opened only in a sandbox
     ("sources",),  # where a model comes from, and the example inputs drawn for it

@@ -41,7 +41,7 @@ from exporters.artifacts.records import read_record, write_record
 from exporters.errors import ExporterError
 
 if TYPE_CHECKING:  # the spec imports torch and the zoo: not for the measuring process
-    from exporters.spec.models import ModelSpec
+    from exporters.schema.models import ModelSpec
 
 TIMEOUT_S = 300
 MEMORY_RECORD = "memory.json"  # beside export.json: {file_sha256, instance_bytes: {"cpu@32": bytes}}

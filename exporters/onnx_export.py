@@ -30,10 +30,10 @@ from exporters.artifacts.parity import ParityReport, compare_outputs
 from exporters.artifacts.records import read_record, write_record
 from exporters.errors import ExportCheckError
 from exporters.precision.int8 import to_int8
+from exporters.schema.models import ModelSpec
 from exporters.sources.base import LoadedSource
 from exporters.sources.inputs import calibration_inputs
 from exporters.sources.load import load_source
-from exporters.spec.models import ModelSpec
 from python_backend.atomic_files import staged
 from python_backend.batching import InvalidInputError, check_shared_axes, shared_axes
 from python_backend.dtypes import DTYPES

@@ -17,7 +17,7 @@ from exporters.artifacts.records import read_record, write_record
 from exporters.configs.model_config import ModelConfig, write_config
 from exporters.configs.models import build_model_config
 from exporters.onnx_export import Artifact, export_onnx
-from exporters.spec.models import ModelSpec, Spec
+from exporters.schema.models import ModelSpec, Spec
 
 log = logging.getLogger(__name__)
 MARKER = ".built-by-triton-batching"

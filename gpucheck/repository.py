@@ -39,10 +39,10 @@ from exporters.configs.models import build_model_config
 from exporters.pipelines.build import BuiltPipeline, build_pipelines
 from exporters.pipelines.configs import torch_program_config
 from exporters.pipelines.stages import Stage, load_stage, stage_artifact
+from exporters.schema.models import ModelSpec, Spec
+from exporters.schema.sections import Batching, TensorSpec
 from exporters.sources.inputs import draw_inputs
 from exporters.sources.load import build_torch_model
-from exporters.spec.models import ModelSpec, Spec
-from exporters.spec.sections import Batching, TensorSpec
 from gpucheck.grid import Grid
 from perf.plan.profile import precision_variant
 

@@ -67,7 +67,7 @@ DRAIN_GRACE_S = 1.0
 EXIT_MARGIN_S = 30.0
 MAX_BATCH_BYTES = (
     1 << 30
-)  # the spec's bound too (exporters.spec.guards): shm per stub is 4x the largest batch
+)  # the spec's bound too (exporters.schema.guards): shm per stub is 4x the largest batch
 START_ATTEMPTS = 2  # a start lost to the stub-lock abort below is tried once more
 STUB_LOCK_ABORT = "boost::interprocess::lock_exception"
 

@@ -19,9 +19,9 @@ from exporters.configs.model_config import (
     WarmupInput,
 )
 from exporters.errors import SpecError
-from exporters.spec.guards import guard_parameters
-from exporters.spec.models import ModelSpec
-from exporters.spec.sections import DTYPES, Batching, TensorSpec
+from exporters.schema.guards import guard_parameters
+from exporters.schema.models import ModelSpec
+from exporters.schema.sections import DTYPES, Batching, TensorSpec
 
 # Asks the python-based onnxruntime backend to warm the sizes the loaded config forms beyond the
 # config's batch-1 warm-up (python_backend/onnxruntime/model.py reads it; the native backend ignores it).

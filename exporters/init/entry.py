@@ -20,10 +20,10 @@ import yaml
 
 from exporters.devices import usable_cores
 from exporters.errors import SpecError
+from exporters.schema.models import HuggingFaceSource, ModelSpec, OnnxSource, PythonSource, TorchExportSource
+from exporters.schema.sections import INTEGER_DTYPES, TensorSpec, served_float
+from exporters.schema.typed import to_data
 from exporters.sources.user_code import call_sampler, import_object
-from exporters.spec.models import HuggingFaceSource, ModelSpec, OnnxSource, PythonSource, TorchExportSource
-from exporters.spec.sections import INTEGER_DTYPES, TensorSpec, served_float
-from exporters.spec.typed import to_data
 from python_backend.dtypes import DTYPES
 
 # numpy dtype -> spec name, from the one dtype table

@@ -19,9 +19,9 @@ import numpy as np
 
 from exporters.artifacts.ort_failures import LENGTHS_FIX, ORT_ERRORS, ort_reason, shapes_text
 from exporters.errors import SpecError
+from exporters.schema.models import ModelSpec
+from exporters.schema.sections import VARIABLE, TensorSpec
 from exporters.sources.inputs import draw_inputs
-from exporters.spec.models import ModelSpec
-from exporters.spec.sections import VARIABLE, TensorSpec
 
 STRIDES = tuple(2**k for k in range(1, 9))  # 2 … 256: UNet-like models halve up to 5 or 6 times
 MAX_LENGTHS = 16  # lengths written at most; more multiples are thinned out evenly

@@ -47,9 +47,9 @@ from exporters.pipelines.stages import (
     stage_artifact,
     stage_examples,
 )
+from exporters.schema.models import ModelSpec, PipelineSpec, Spec
 from exporters.sources.inputs import draw_inputs
 from exporters.sources.load import build_torch_model
-from exporters.spec.models import ModelSpec, PipelineSpec, Spec
 from python_backend.atomic_files import staged
 
 log = logging.getLogger(__name__)

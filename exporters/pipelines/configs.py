@@ -21,9 +21,9 @@ from exporters.configs.model_config import (
 from exporters.configs.models import build_model_config, model_tensor, resolve_target
 from exporters.errors import SpecError
 from exporters.pipelines.stages import Stage
-from exporters.spec.guards import guard_parameters
-from exporters.spec.models import ModelSpec, PipelineSpec
-from exporters.spec.sections import DTYPES, Batching
+from exporters.schema.guards import guard_parameters
+from exporters.schema.models import ModelSpec, PipelineSpec
+from exporters.schema.sections import DTYPES, Batching
 from python_backend.torch_stage.embedding_rows import UPDATE_ROW, UPDATE_TABLE, UPDATE_VALUES, UPDATE_VERSION
 
 

@@ -25,8 +25,8 @@ from exporters.artifacts.parity import ParityReport, compare_outputs
 from exporters.errors import ExporterError, SpecError, StageExportError
 from exporters.pipelines.record import BoundaryRecord
 from exporters.pipelines.splitter import SplitPlan, plan_split, split_blocks
-from exporters.spec.models import ModelSpec, PipelineSpec
-from exporters.spec.sections import TensorSpec
+from exporters.schema.models import ModelSpec, PipelineSpec
+from exporters.schema.sections import TensorSpec
 from exporters.zoo.recommender import Recommender
 from python_backend.dtypes import DTYPES
 

@@ -20,9 +20,9 @@ from exporters.artifacts.file_hash import hash_files
 from exporters.artifacts.onnx_files import module_to_onnx
 from exporters.artifacts.torch_reference import torch_reference
 from exporters.errors import SpecError
+from exporters.schema.models import ModelSpec
+from exporters.schema.sections import INTEGER_DTYPES, VARIABLE
 from exporters.sources.inputs import draw_inputs
-from exporters.spec.models import ModelSpec
-from exporters.spec.sections import INTEGER_DTYPES, VARIABLE
 
 
 def check_output_shapes(spec: ModelSpec, outputs: list[np.ndarray], what: str) -> None:

@@ -23,9 +23,9 @@ from exporters.artifacts.ort_failures import run_or_explain
 from exporters.artifacts.torch_reference import widen
 from exporters.errors import ExportCheckError, SpecError
 from exporters.precision.fp16 import to_fp16
+from exporters.schema.models import ModelSpec, OnnxSource
+from exporters.schema.sections import VARIABLE, TensorSpec
 from exporters.sources.base import LoadedSource
-from exporters.spec.models import ModelSpec, OnnxSource
-from exporters.spec.sections import VARIABLE, TensorSpec
 from python_backend.dtypes import DTYPES
 
 # ONNX element type -> spec name, from the one dtype table (types numpy, hence a model, can carry)

@@ -22,8 +22,8 @@ from exporters.configs.model_config import (
     WarmupInput,
 )
 from exporters.configs.models import dynamic_batching, instance_groups
-from exporters.spec.guards import guard_parameters
-from exporters.spec.text_embeddings import TextEmbeddingSpec
+from exporters.schema.guards import guard_parameters
+from exporters.schema.text_embeddings import TextEmbeddingSpec
 
 EMBEDDING_DIM = 384
 TOKEN_INPUTS = ("input_ids", "attention_mask")

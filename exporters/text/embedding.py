@@ -40,7 +40,7 @@ from exporters.configs.model_config import ModelConfig, write_config
 from exporters.errors import SpecError
 from exporters.precision.fp16 import to_fp16
 from exporters.precision.int8 import to_int8_dynamic
-from exporters.spec.text_embeddings import TextEmbeddingSpec
+from exporters.schema.text_embeddings import TextEmbeddingSpec
 from exporters.text.configs import TOKEN_INPUTS, text_configs
 from python_backend import install_onnxruntime_backend, install_text_tokenizer
 from python_backend.atomic_files import copy_file, staged

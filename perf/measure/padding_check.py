@@ -22,8 +22,8 @@ from pathlib import Path
 import numpy as np
 
 from exporters.artifacts.parity import check_outputs
+from exporters.schema.models import ModelSpec
 from exporters.sources.inputs import draw_inputs
-from exporters.spec.models import ModelSpec
 from perf.measure.shapes import ShapeMix, axis_bound, bucket_of, length_of, resized
 
 ROWS = 2  # rows per run: enough to see a difference, cheap at the longest bucket

@@ -28,9 +28,9 @@ from pathlib import Path
 
 import numpy as np
 
+from exporters.schema.models import ModelSpec
+from exporters.schema.sections import INTEGER_DTYPES, VARIABLE, TensorSpec
 from exporters.sources.inputs import draw_inputs
-from exporters.spec.models import ModelSpec
-from exporters.spec.sections import INTEGER_DTYPES, VARIABLE, TensorSpec
 from perf.measure.records import Record
 
 log = logging.getLogger(__name__)

@@ -33,8 +33,8 @@ import torch
 from torch import nn
 from torch.utils._python_dispatch import TorchDispatchMode
 
+from exporters.schema.models import ModelSpec
 from exporters.sources.inputs import draw_inputs
-from exporters.spec.models import ModelSpec
 from exporters.zoo import ZOO
 
 log = logging.getLogger(__name__)

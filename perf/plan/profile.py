@@ -37,9 +37,9 @@ from exporters.memory import measured_instance_memory
 from exporters.pipelines.build import BuiltPipeline, build_pipelines, make_stages
 from exporters.pipelines.stages import load_stage, stage_examples
 from exporters.repository import build_repository
+from exporters.schema.models import ModelSpec, PipelineSpec, Spec
 from exporters.sources.inputs import draw_inputs
 from exporters.sources.load import build_torch_model
-from exporters.spec.models import ModelSpec, PipelineSpec, Spec
 from perf.errors import OptionError
 from perf.measure.raw import measure_raw
 from perf.model.memory import MIB

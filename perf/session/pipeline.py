@@ -24,7 +24,7 @@ from exporters.configs.models import dynamic_batching
 from exporters.pipelines.build import BuiltPipeline, build_pipelines
 from exporters.pipelines.configs import stage_batching
 from exporters.repository import build_repository
-from exporters.spec.models import Batching, PipelineSpec, Spec
+from exporters.schema.models import Batching, PipelineSpec, Spec
 from perf.measure.engine import LoadEngine, MeasureSettings
 from perf.measure.loads import Load
 from perf.measure.measurement import Measurement, measure

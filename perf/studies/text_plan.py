@@ -18,9 +18,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from exporters.spec.models import Batching
-from exporters.spec.sections import Precision
-from exporters.spec.text_embeddings import DEFAULT_BATCHING, DEFAULT_BUCKETS, TextEmbeddingSpec
+from exporters.schema.models import Batching
+from exporters.schema.sections import Precision
+from exporters.schema.text_embeddings import DEFAULT_BATCHING, DEFAULT_BUCKETS, TextEmbeddingSpec
 
 
 @dataclass(frozen=True)

@@ -37,7 +37,7 @@ from tritonclient.utils import InferenceServerException
 
 from client.stats import ModelStats, model_stats
 from exporters.repository import build_repository
-from exporters.spec.models import parse_spec
+from exporters.schema.models import parse_spec
 from server import admin
 from server.container import ADMIN_KEY_ENV
 from server.launcher import free_port, remove_shm_regions

@@ -29,7 +29,7 @@ from tritonclient.utils import InferenceServerException
 from client.connection import connect
 from client.stats import model_stats
 from exporters.repository import build_repository
-from exporters.spec.models import Spec, parse_spec
+from exporters.schema.models import Spec, parse_spec
 from server import ServerOptions, TritonServer
 
 pytestmark = pytest.mark.integration

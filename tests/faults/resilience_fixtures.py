@@ -24,7 +24,7 @@ from client.infer import make_inputs
 from exporters.pipelines.build import build_pipelines
 from exporters.pipelines.live import embedding_update
 from exporters.repository import build_repository
-from exporters.spec.models import parse_spec
+from exporters.schema.models import parse_spec
 from server import ServerOptions, TritonServer
 from server.stubs import Stub, server_stubs
 from soak.mixed_load import PIPELINE, MixedLoad, Outcome, infer_once, request_arrays

@@ -23,7 +23,7 @@ from exporters.artifacts.file_hash import file_sha256
 from exporters.artifacts.onnx_files import check_external_data
 from exporters.errors import ExportCheckError, SpecError
 from exporters.onnx_export import export_onnx
-from exporters.spec.models import parse_spec
+from exporters.schema.models import parse_spec
 from server import ServerError, ServerOptions, TritonServer
 from server.launcher import python_shm_bytes
 

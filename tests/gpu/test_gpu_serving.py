@@ -17,7 +17,7 @@ from client.reference import reference
 from exporters.artifacts.parity import compare_outputs
 from exporters.devices import detect_gpu_count
 from exporters.repository import build_repository
-from exporters.spec.models import parse_spec
+from exporters.schema.models import parse_spec
 from server import ServerOptions, TritonServer
 
 GPUS = detect_gpu_count()

@@ -29,7 +29,7 @@ import pytest
 
 from exporters.pipelines.build import build_pipelines
 from exporters.repository import build_repository
-from exporters.spec.models import Spec, parse_spec
+from exporters.schema.models import Spec, parse_spec
 from exporters.text.embedding import build_text_embeddings
 from perf.measure.noise import NoisePolicy
 from perf.session.model import TUNE_WINDOWS

@@ -16,7 +16,7 @@ import yaml
 from rich.console import Console
 
 from exporters.configs.models import build_model_config
-from exporters.spec.models import parse_spec
+from exporters.schema.models import parse_spec
 from perf.cli import parser
 from perf.plan.cli import command_plan
 from perf.plan.document import PlanDocument

@@ -17,7 +17,7 @@ TOP_LEVEL_MODULES = 12  # more, and the top of the package is a hall again: give
 
 
 def part(module: str) -> str:
-    """The part a module belongs to: ``exporters.spec.models`` → ``spec``, ``exporters.resolve`` →
+    """The part a module belongs to: ``exporters.schema.models`` → ``schema``, ``exporters.resolve`` →
     ``resolve``; the package itself is ``""``."""
     return module.split(".")[1] if "." in module else ""
 
@@ -60,18 +60,18 @@ def test_exporters_has_no_import_circle() -> None:
 
 
 def test_the_check_finds_an_import_against_the_order() -> None:
-    layers = (("errors",), ("spec",), ("sources", "configs"))
+    layers = (("errors",), ("schema",), ("sources", "configs"))
     graph = {
         "exporters": set(),
         "exporters.errors": set(),
-        "exporters.spec.models": {"exporters.errors", "exporters.spec.typed"},  # below; its own part
-        "exporters.spec.typed": {"exporters.sources.load"},  # upward
+        "exporters.schema.models": {"exporters.errors", "exporters.schema.typed"},  # below; its own part
+        "exporters.schema.typed": {"exporters.sources.load"},  # upward
         "exporters.sources.load": {"exporters.configs.models", "exporters"},  # sideways; the package
         "exporters.configs.models": set(),
     }
     assert breaches(graph, layers) == [
+        ("exporters.schema.typed", "exporters.sources.load"),
         ("exporters.sources.load", "exporters.configs.models"),
-        ("exporters.spec.typed", "exporters.sources.load"),
     ]
     assert breaches({"exporters": {"exporters.errors"}, "exporters.errors": set()}, layers) == [
         ("exporters", "exporters.errors")

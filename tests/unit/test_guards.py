@@ -14,8 +14,8 @@ import torch
 
 from exporters.artifacts.file_hash import file_matches, file_sha256
 from exporters.configs.models import build_model_config
-from exporters.spec.guards import guard_parameters
-from exporters.spec.models import parse_spec
+from exporters.schema.guards import guard_parameters
+from exporters.schema.models import parse_spec
 from exporters.text.configs import text_configs
 from python_backend.batching import (
     InvalidInputError,

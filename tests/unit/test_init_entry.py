@@ -17,7 +17,7 @@ from exporters.__main__ import main
 from exporters.errors import SpecError
 from exporters.init.entry import entry_yaml, init_entry, machine_hint
 from exporters.onnx_export import export_onnx
-from exporters.spec.models import parse_spec
+from exporters.schema.models import parse_spec
 
 FACTORIES = Path(__file__).resolve().parents[1] / "data" / "own_factories"
 

@@ -15,10 +15,10 @@ from exporters.artifacts.torch_reference import torch_reference
 from exporters.configs.models import TENSORRT_INT8, build_model_config
 from exporters.errors import ExportCheckError, SpecError
 from exporters.onnx_export import export_onnx, run_onnx
+from exporters.schema.models import ModelSpec, OnnxSource
+from exporters.schema.sections import TensorSpec
 from exporters.sources.inputs import draw_inputs
 from exporters.sources.load import build_torch_model
-from exporters.spec.models import ModelSpec, OnnxSource
-from exporters.spec.sections import TensorSpec
 
 INPUTS = (
     TensorSpec("dense", "fp32", (13,)),

@@ -15,7 +15,7 @@ import pytest
 
 from exporters.configs.model_config import write_config
 from exporters.configs.models import build_model_config
-from exporters.spec.models import parse_spec
+from exporters.schema.models import parse_spec
 from server.install import ServerError, assemble_backends, find_install
 from server.launcher import (
     MIB,

@@ -17,8 +17,8 @@ from exporters.errors import ExportCheckError, StageExportError
 from exporters.pipelines.build import build_pipelines, make_stages
 from exporters.pipelines.record import PipelineRecord
 from exporters.pipelines.stages import Stage, check_stages, export_stage
+from exporters.schema.models import Spec, TensorSpec, parse_spec
 from exporters.sources.load import build_torch_model
-from exporters.spec.models import Spec, TensorSpec, parse_spec
 
 PIPELINES = [
     {"name": "rec", "model": "recommender", "split": "embedding_dense", "live_updates": True},

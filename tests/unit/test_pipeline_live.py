@@ -13,7 +13,7 @@ import pytest
 from exporters.errors import ExportCheckError, SpecError
 from exporters.pipelines.build import build_pipelines
 from exporters.pipelines.live import publish_dense_version
-from exporters.spec.models import parse_spec
+from exporters.schema.models import parse_spec
 
 
 def test_a_failed_publish_leaves_no_version_and_a_retry_succeeds(

@@ -22,7 +22,7 @@ from exporters.configs.models import build_model_config
 from exporters.errors import ExportCheckError, SpecError
 from exporters.init.entry import init_entry
 from exporters.onnx_export import export_onnx
-from exporters.spec.sections import TensorSpec
+from exporters.schema.sections import TensorSpec
 from perf.studies.analysis import outside_server_ms
 from perf.studies.batching_goals import GOAL_FAMILY, for_model
 from perf.studies.goals import Goal

@@ -14,8 +14,8 @@ from onnx import helper, numpy_helper
 from exporters.errors import ExportCheckError
 from exporters.precision.int8 import to_int8_dynamic
 from exporters.precision.outlier_split import outlier_channels, split_outlier_channels
-from exporters.spec.sections import Tolerance
-from exporters.spec.text_embeddings import DEFAULT_PACKAGE, TextEmbeddingSpec
+from exporters.schema.sections import Tolerance
+from exporters.schema.text_embeddings import DEFAULT_PACKAGE, TextEmbeddingSpec
 from exporters.text.embedding import export_encoder, model_folder
 
 WIDTH, OUT, LOUD = 64, 48, (5, 40)  # input channels, output channels, the channels made large

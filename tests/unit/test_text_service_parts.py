@@ -10,8 +10,8 @@ import pytest
 
 from exporters.configs.model_config import read_config, write_config
 from exporters.errors import SpecError
-from exporters.spec.models import parse_spec
-from exporters.spec.sections import Tolerance
+from exporters.schema.models import parse_spec
+from exporters.schema.sections import Tolerance
 from exporters.text.configs import text_configs
 from exporters.text.embedding import model_folder
 from python_backend.batching import InvalidInputError, pad_concatenate
@@ -75,7 +75,7 @@ def _unit_rows(rows: int, seed: int) -> np.ndarray:
 
 def test_embeddings_go_through_the_one_check_with_their_precision_defaults() -> None:
     from client.text_reference import compare_embeddings
-    from exporters.spec.text_embeddings import TextEmbeddingSpec
+    from exporters.schema.text_embeddings import TextEmbeddingSpec
 
     expected = _unit_rows(6, seed=0)
     fp16, fp32 = TextEmbeddingSpec("t", precision="fp16"), TextEmbeddingSpec("t")

@@ -1,8 +1,9 @@
 """The sections every part of the spec shares: tensors, batching, queue policy, instances, threads.
 
-``models:`` entries (``exporters.spec.models``) and ``text_embeddings:`` entries
-(``exporters.spec.text_embeddings``) are built from the same sections, so they live below both: each dataclass
-is the schema of its YAML mapping (``exporters.spec.typed``), with its invariants in ``__post_init__``.
+``models:`` entries (``exporters.schema.models``) and ``text_embeddings:`` entries
+(``exporters.schema.text_embeddings``) are built from the same sections, so they live below both: each
+dataclass is the schema of its YAML mapping (``exporters.schema.typed``), with its invariants in
+``__post_init__``.
 """
 
 from __future__ import annotations
@@ -12,7 +13,7 @@ from dataclasses import dataclass
 from typing import Literal
 
 from exporters.errors import SpecError
-from exporters.spec.typed import at_least, check_fields
+from exporters.schema.typed import at_least, check_fields
 from python_backend import dtypes
 
 DTYPES = {key: d.triton for key, d in dtypes.DTYPES.items()}  # spec name -> Triton type (one table)
