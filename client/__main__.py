@@ -1,7 +1,7 @@
 """``python -m client {health,metadata,infer,stats}``: talk to the served repository.
 
 ``infer --check`` rebuilds the torch model the served one was exported from (via ``models.yaml``),
-compares the answers within each output's tolerance (the build's check, ``exporters.parity``), and
+compares the answers within each output's tolerance (the build's check, ``exporters.artifacts.parity``), and
 exits 1 on a mismatch, so it can gate a deployment script; a text-embedding service is held to
 sentence-transformers on the same texts.
 """

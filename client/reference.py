@@ -14,11 +14,11 @@ from pathlib import Path
 import numpy as np
 
 from client.errors import ClientError, MismatchError
+from exporters.artifacts.parity import ParityReport, compare_outputs
 from exporters.errors import ExportCheckError, SpecError
-from exporters.parity import ParityReport, compare_outputs
 from exporters.resolve import load_spec
+from exporters.schema.models import ModelSpec
 from exporters.sources.load import load_source
-from exporters.spec import ModelSpec
 
 
 @dataclass(frozen=True)
@@ -30,7 +30,7 @@ class Reference:
 
     def compare(self, outputs: dict[str, np.ndarray], what: str) -> ParityReport:
         """Raise ``MismatchError`` when the served outputs are outside the spec's tolerances: the same
-        check, limits and defaults as the build's (``exporters.parity``)."""
+        check, limits and defaults as the build's (``exporters.artifacts.parity``)."""
         names = [t.name for t in self.spec.outputs]
         tolerances = [t.tolerance for t in self.spec.outputs]
         try:

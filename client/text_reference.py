@@ -18,11 +18,11 @@ import numpy as np
 
 from client.errors import ClientError
 from client.infer import infer
+from exporters.artifacts.parity import OutputCheck, check_outputs
 from exporters.errors import SpecError
-from exporters.parity import OutputCheck, check_outputs
 from exporters.resolve import load_spec
-from exporters.text_embedding import CHECK_TEXTS, model_folder
-from exporters.text_spec import TextEmbeddingSpec
+from exporters.schema.text_embeddings import TextEmbeddingSpec
+from exporters.text.embedding import CHECK_TEXTS, model_folder
 
 
 @cache
@@ -42,7 +42,7 @@ def expected_embeddings(package: str, texts: Sequence[str]) -> np.ndarray:
 
 def compare_embeddings(actual: np.ndarray, expected: np.ndarray, entry: TextEmbeddingSpec) -> OutputCheck:
     """Served embeddings against sentence-transformers' through the build's one check
-    (``exporters.parity``): the entry's tolerance, defaulted for its precision."""
+    (``exporters.artifacts.parity``): the entry's tolerance, defaulted for its precision."""
     return check_outputs(expected, actual, entry.output_tolerance, entry.precision, "embedding")
 
 

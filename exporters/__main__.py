@@ -14,18 +14,18 @@ from rich.markup import escape
 from rich.progress import Progress
 from rich.table import Table
 
-from exporters.configs import QUEUE_POLICY_SPARE_INSTANCES, lacks_spare_instances
+from exporters.configs.model_config import ModelConfig
+from exporters.configs.models import QUEUE_POLICY_SPARE_INSTANCES, lacks_spare_instances
 from exporters.devices import detect_gpu_count
 from exporters.errors import ExportCheckError, ExporterError, SpecError
-from exporters.init_entry import entry_yaml, init_entry, parse_ranges
-from exporters.init_shapes import tried_lengths
-from exporters.inputs import check_samplers
+from exporters.init.entry import entry_yaml, init_entry, parse_ranges
+from exporters.init.shapes import tried_lengths
 from exporters.memory import measured_instance_memory
-from exporters.model_config import ModelConfig
-from exporters.pipeline_build import BuiltPipeline, build_pipelines
+from exporters.pipelines.build import BuiltPipeline, build_pipelines
 from exporters.repository import build_repository
 from exporters.resolve import load_spec
-from exporters.text_embedding import build_text_embeddings
+from exporters.sources.inputs import check_samplers
+from exporters.text.embedding import build_text_embeddings
 from python_backend.atomic_files import explain
 
 

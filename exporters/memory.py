@@ -36,12 +36,12 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
+from exporters.artifacts.file_hash import file_sha256
+from exporters.artifacts.records import read_record, write_record
 from exporters.errors import ExporterError
-from exporters.file_hash import file_sha256
-from exporters.records import read_record, write_record
 
 if TYPE_CHECKING:  # the spec imports torch and the zoo: not for the measuring process
-    from exporters.spec import ModelSpec
+    from exporters.schema.models import ModelSpec
 
 TIMEOUT_S = 300
 MEMORY_RECORD = "memory.json"  # beside export.json: {file_sha256, instance_bytes: {"cpu@32": bytes}}
@@ -101,7 +101,7 @@ def measured_instance_memory(spec: ModelSpec, model: Path, provider: str = "cpu"
     """``instance_memory`` of ``spec``'s exported ``model`` at its ``max_batch_size``, from
     ``memory.json`` beside it when that holds a figure for this very file (its SHA-256), else measured
     now and recorded there."""
-    from exporters.inputs import draw_inputs  # torch and the zoo, as the spec: not at module level
+    from exporters.sources.inputs import draw_inputs  # torch and the zoo, as the spec: not at module level
 
     record_path, sha256 = model.with_name(MEMORY_RECORD), file_sha256(model)
     key = f"{provider}@{spec.max_batch_size}"

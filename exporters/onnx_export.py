@@ -23,17 +23,17 @@ import onnx
 import torch
 from torch import nn
 
+from exporters.artifacts.file_hash import file_matches, file_sha256
+from exporters.artifacts.onnx_files import OPSET, check_external_data
+from exporters.artifacts.ort_failures import run_or_explain
+from exporters.artifacts.parity import ParityReport, compare_outputs
+from exporters.artifacts.records import read_record, write_record
 from exporters.errors import ExportCheckError
-from exporters.file_hash import file_matches, file_sha256
-from exporters.inputs import calibration_inputs
-from exporters.int8 import to_int8
-from exporters.onnx_files import OPSET, check_external_data
-from exporters.ort_failures import run_or_explain
-from exporters.parity import ParityReport, compare_outputs
-from exporters.records import read_record, write_record
+from exporters.precision.int8 import to_int8
+from exporters.schema.models import ModelSpec
 from exporters.sources.base import LoadedSource
+from exporters.sources.inputs import calibration_inputs
 from exporters.sources.load import load_source
-from exporters.spec import ModelSpec
 from python_backend.atomic_files import staged
 from python_backend.batching import InvalidInputError, check_shared_axes, shared_axes
 from python_backend.dtypes import DTYPES
@@ -41,7 +41,7 @@ from python_backend.onnxruntime.ort_session import open_session
 
 log = logging.getLogger(__name__)
 
-EXPORTER_VERSION = "5"  # 5: int8 weights in 7 bits (exporters.int8.REDUCE_RANGE)
+EXPORTER_VERSION = "5"  # 5: int8 weights in 7 bits (exporters.precision.int8.REDUCE_RANGE)
 # Batch sizes the parity check runs (3 exercises the dynamic batch axis: the export's example has 2).
 # int8 is judged on agreement over many rows (top-1 share, worst cosine): one batch of 64.
 CHECK_BATCHES = {"int8": (64,)}
@@ -121,14 +121,14 @@ def check_parity(
     spec: ModelSpec, actual: list[np.ndarray], expected: list[np.ndarray], what: str
 ) -> ParityReport:
     """``actual`` against the fp32 ``expected``, each output held to its ``tolerance:`` in the spec
-    (``exporters.parity``); raises ``ExportCheckError`` naming the output and the limit it broke."""
+    (``exporters.artifacts.parity``); raises ``ExportCheckError`` naming the output and the limit it broke."""
     names = [t.name for t in spec.outputs]
     return compare_outputs(actual, expected, spec.precision, what, names, [t.tolerance for t in spec.outputs])
 
 
 def served_onnx(spec: ModelSpec, source: LoadedSource) -> bytes:
     """The file to serve: the source's export in the spec's precision; for int8 its fp32 export,
-    quantized and calibrated on the spec's calibration batches (``exporters.int8``)."""
+    quantized and calibrated on the spec's calibration batches (``exporters.precision.int8``)."""
     data = source.onnx_bytes()
     if spec.precision != "int8":
         return data

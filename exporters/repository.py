@@ -13,11 +13,11 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from pathlib import Path
 
-from exporters.configs import build_model_config
-from exporters.model_config import ModelConfig, write_config
+from exporters.artifacts.records import read_record, write_record
+from exporters.configs.model_config import ModelConfig, write_config
+from exporters.configs.models import build_model_config
 from exporters.onnx_export import Artifact, export_onnx
-from exporters.records import read_record, write_record
-from exporters.spec import ModelSpec, Spec
+from exporters.schema.models import ModelSpec, Spec
 
 log = logging.getLogger(__name__)
 MARKER = ".built-by-triton-batching"
@@ -107,7 +107,7 @@ def build_repository(
 ) -> list[BuiltModel]:
     """Build every model of ``spec`` (or those named in ``only``); ``on_model`` reports progress.
 
-    ``only`` may also name pipelines (``pipeline_build.build_pipelines`` builds those); the folders of
+    ``only`` may also name pipelines (``pipelines.build.build_pipelines`` builds those); the folders of
     every model and pipeline of the spec are kept.
     """
     selected = [m for m in spec.models if only is None or m.name in set(only)]

@@ -1,8 +1,9 @@
 """``models.yaml`` → the ``Spec`` the build, the clients and perf work from.
 
-Parsing (``exporters.spec``) is a pure schema and reads no artifact. A self-describing source (an ONNX
-file, a ``torch.export`` program) may leave its ``inputs``/``outputs`` out of the spec; this step reads
-them from the artifact (``exporters.sources.signature``), so every consumer sees a complete signature.
+Parsing (``exporters.schema.models``) is a pure schema and reads no artifact. A self-describing source
+(an ONNX file, a ``torch.export`` program) may leave its ``inputs``/``outputs`` out of the spec; this
+step reads them from the artifact (``exporters.sources.signature``), so every consumer sees a complete
+signature.
 Tensors the spec does give are checked against the artifact when it is built.
 """
 
@@ -12,10 +13,10 @@ import dataclasses
 from pathlib import Path
 
 from exporters.errors import SpecError
+from exporters.schema.bounded_yaml import load_spec_document
+from exporters.schema.models import SELF_DESCRIBING, ModelSpec, Spec, parse_spec
+from exporters.schema.typed import nested
 from exporters.sources.signature import read_signature
-from exporters.spec import SELF_DESCRIBING, ModelSpec, Spec, parse_spec
-from exporters.spec_yaml import load_spec_document
-from exporters.typed import nested
 
 
 def resolve_model(spec: ModelSpec, path: str) -> ModelSpec:
@@ -40,6 +41,6 @@ def resolve_spec(spec: Spec) -> Spec:
 
 
 def load_spec(path: str | Path) -> Spec:
-    """Read (within ``exporters.spec_yaml``'s bounds), validate and resolve a ``models.yaml`` file; its
-    folder anchors the relative paths inside it."""
+    """Read (within ``exporters.schema.bounded_yaml``'s bounds), validate and resolve a ``models.yaml`` file;
+    its folder anchors the relative paths inside it."""
     return resolve_spec(parse_spec(load_spec_document(path), Path(path).resolve().parent))

@@ -143,7 +143,7 @@ def _parity_lines(section: dict) -> list[str]:
         rows.append([name, m["precision"], f"{m['max_rel_error']:.3g}", f"{m['limit']:g}", within])
     return [
         "Served outputs (8 rows) against the eager fp32 model on the CPU, held to the precision's "
-        "tolerance (`exporters.parity`).",
+        "tolerance (`exporters.artifacts.parity`).",
         "",
         table(["model", "precision", "max rel error", "limit", "within"], rows),
     ]

@@ -18,7 +18,7 @@ What it serves, all at ``max_batch_size`` = the grid's largest batch:
 * ``payload_<N>mib``: the zoo's ``trivial`` doubler taking one input of N MiB, for shared memory.
 
 Each model's program is checked against the eager fp32 model at the precision's tolerance before it
-is written (``exporters.parity``), as every export of the project is.
+is written (``exporters.artifacts.parity``), as every export of the project is.
 """
 
 from __future__ import annotations
@@ -32,17 +32,17 @@ import numpy as np
 import torch
 
 import python_backend
-from exporters.configs import build_model_config
-from exporters.file_hash import file_sha256
-from exporters.inputs import draw_inputs
-from exporters.model_config import InstanceGroup, ModelConfig, write_config
-from exporters.parity import ParityReport, compare_outputs
-from exporters.pipeline_build import BuiltPipeline, build_pipelines
-from exporters.pipeline_configs import torch_program_config
-from exporters.pipeline_stages import Stage, load_stage, stage_artifact
+from exporters.artifacts.file_hash import file_sha256
+from exporters.artifacts.parity import ParityReport, compare_outputs
+from exporters.configs.model_config import InstanceGroup, ModelConfig, write_config
+from exporters.configs.models import build_model_config
+from exporters.pipelines.build import BuiltPipeline, build_pipelines
+from exporters.pipelines.configs import torch_program_config
+from exporters.pipelines.stages import Stage, load_stage, stage_artifact
+from exporters.schema.models import ModelSpec, Spec
+from exporters.schema.sections import Batching, TensorSpec
+from exporters.sources.inputs import draw_inputs
 from exporters.sources.load import build_torch_model
-from exporters.spec import ModelSpec, Spec
-from exporters.spec_sections import Batching, TensorSpec
 from gpucheck.grid import Grid
 from perf.plan.profile import precision_variant
 

@@ -24,7 +24,7 @@ import tritonclient.grpc as grpcclient
 import tritonclient.utils.shared_memory as system_shm
 
 from client import shm
-from exporters.parity import check_outputs
+from exporters.artifacts.parity import check_outputs
 from exporters.sources.load import build_torch_model
 from gpucheck import machine
 from gpucheck.grid import Grid
@@ -114,7 +114,7 @@ def latency(context: Context) -> dict[str, Any]:
 
 def parity(context: Context) -> dict[str, Any]:
     """Each latency model's served outputs against the eager fp32 model on the CPU, held to its
-    precision's tolerance (``exporters.parity``): fp16 on the GPU against fp32, and fp32 on the GPU
+    precision's tolerance (``exporters.artifacts.parity``): fp16 on the GPU against fp32, and fp32 on the GPU
     against fp32 on the CPU."""
     results = {}
     for name in latency_group(context.grid):

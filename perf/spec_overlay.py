@@ -2,7 +2,7 @@
 
 An overlay is a spec document holding only what the tuner changes (``max_batch_size``, ``batching``
 and the CPU instance count), per model name; ``apply_overlay`` merges it over the base document and
-``exporters.spec.parse_spec`` validates the result, so a tuned configuration goes through exactly the
+``exporters.schema.models.parse_spec`` validates the result, so a tuned configuration goes through exactly the
 checks a hand-written one does. The config JSON is what ``load_model(..., config=...)`` takes to
 reload a model with another batching configuration on a server in explicit model-control mode.
 """
@@ -18,9 +18,9 @@ from typing import Any
 import yaml
 from google.protobuf import json_format
 
-from exporters.configs import build_model_config
-from exporters.spec import Batching, ModelSpec, Spec, parse_spec, with_absolute_paths
-from exporters.spec_yaml import load_spec_document
+from exporters.configs.models import build_model_config
+from exporters.schema.bounded_yaml import load_spec_document
+from exporters.schema.models import Batching, ModelSpec, Spec, parse_spec, with_absolute_paths
 from perf.errors import OptionError
 from perf.model.batcher import BatcherConfig
 

@@ -60,7 +60,7 @@ def with_value_guards(inputs: Sequence[TensorInfo], config: dict) -> list[Tensor
 
     ``allow_non_finite_inputs`` ("true"/"false", default false: NaN/±Inf are rejected) and
     ``input_ranges`` (JSON ``{input: [lo, hi)}``) and ``input_max_shapes`` (JSON ``{input: [dims]}``,
-    the bound of each ``-1`` dim) are ``parameters`` entries written by ``exporters.guards``; configs
+    the bound of each ``-1`` dim) are ``parameters`` entries written by ``exporters.schema.guards``; configs
     without them get the default (finite floats, no ranges, no bounds beyond the config's dims).
     """
     parameters = config.get("parameters", {})
@@ -134,7 +134,7 @@ def check_values(arrays: Arrays, inputs: Sequence[TensorInfo]) -> None:
 
 
 def parse_max_shapes(parameters: dict) -> dict[str, tuple[int, ...]]:
-    """The ``input_max_shapes`` parameter (JSON ``{input: [dims]}``, written by ``exporters.guards``)
+    """The ``input_max_shapes`` parameter (JSON ``{input: [dims]}``, written by ``exporters.schema.guards``)
     of a config's ``parameters`` (``ValueError`` when it is not that)."""
     text = parameters.get("input_max_shapes", {}).get("string_value", "").strip() or "{}"
     try:

@@ -27,7 +27,7 @@ import yaml
 
 from client.stats import model_stats
 from exporters.repository import build_repository
-from exporters.spec import parse_spec
+from exporters.schema.models import parse_spec
 from perf.errors import StudyError
 from perf.measure.analyzer import PerfAnalyzerEngine, find_perf_analyzer
 from perf.measure.engine import MeasureSettings

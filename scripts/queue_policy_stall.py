@@ -23,7 +23,7 @@ import numpy as np
 import tritonclient.grpc as grpcclient
 
 from exporters.repository import build_repository
-from exporters.spec import parse_spec
+from exporters.schema.models import parse_spec
 from server import ServerOptions, TritonServer
 
 TRIVIAL = {

@@ -33,7 +33,7 @@ import yaml
 
 from client.shm import system_region
 from exporters.repository import build_repository
-from exporters.spec import parse_spec
+from exporters.schema.models import parse_spec
 from perf.measure.server_view import process_tree_cpu_s
 from server import ServerOptions, TritonServer
 

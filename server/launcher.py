@@ -65,7 +65,9 @@ DRAIN_GRACE_S = 1.0
 # After its exit timeout, tritonserver still unloads and joins its stubs: seconds on a loaded 2-core machine
 # with everything drained. SIGKILL only a server that hangs there, not one that is finishing its exit.
 EXIT_MARGIN_S = 30.0
-MAX_BATCH_BYTES = 1 << 30  # the spec's bound too (exporters.guards): shm per stub is 4x the largest batch
+MAX_BATCH_BYTES = (
+    1 << 30
+)  # the spec's bound too (exporters.schema.guards): shm per stub is 4x the largest batch
 START_ATTEMPTS = 2  # a start lost to the stub-lock abort below is tried once more
 STUB_LOCK_ABORT = "boost::interprocess::lock_exception"
 

@@ -27,7 +27,7 @@ from tritonclient.grpc import service_pb2, service_pb2_grpc
 from tritonclient.utils import InferenceServerException
 
 from client.infer import make_inputs
-from exporters.pipeline_live import embedding_update
+from exporters.pipelines.live import embedding_update
 from server.launcher import TritonServer
 from server.stubs import Stub, server_stubs
 from server.supervisor import Supervisor

@@ -18,7 +18,7 @@ from typing import Any
 import pytest
 import yaml
 
-from exporters.spec import ModelSpec, parse_spec
+from exporters.schema.models import ModelSpec, parse_spec
 
 ROOT = Path(__file__).resolve().parent.parent
 # session fixtures that start a server or build a repository -> the one worker group that uses them

@@ -30,8 +30,8 @@ from pathlib import Path
 import numpy as np
 import torch
 
+from exporters.artifacts.file_hash import file_matches, file_sha256
 from exporters.errors import SpecError
-from exporters.file_hash import file_matches, file_sha256
 from exporters.sandbox.frames import FrameError, read_frames
 from exporters.sandbox.jail import Bounds, SandboxRunError, failure, run_in_sandbox
 from exporters.sandbox.program_signature import ProgramTensor, from_json

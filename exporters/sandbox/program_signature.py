@@ -13,7 +13,7 @@ import math
 from dataclasses import asdict, dataclass
 from typing import Any
 
-from exporters.spec_sections import MODEL_DTYPES, VARIABLE
+from exporters.schema.sections import MODEL_DTYPES, VARIABLE
 
 MAX_TENSORS = 1024
 

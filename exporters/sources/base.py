@@ -16,13 +16,13 @@ import numpy as np
 import torch
 from torch import nn
 
+from exporters.artifacts.file_hash import hash_files
+from exporters.artifacts.onnx_files import module_to_onnx
+from exporters.artifacts.torch_reference import torch_reference
 from exporters.errors import SpecError
-from exporters.file_hash import hash_files
-from exporters.inputs import draw_inputs
-from exporters.onnx_files import module_to_onnx
-from exporters.spec import ModelSpec
-from exporters.spec_sections import INTEGER_DTYPES, VARIABLE
-from exporters.torch_reference import torch_reference
+from exporters.schema.models import ModelSpec
+from exporters.schema.sections import INTEGER_DTYPES, VARIABLE
+from exporters.sources.inputs import draw_inputs
 
 
 def check_output_shapes(spec: ModelSpec, outputs: list[np.ndarray], what: str) -> None:
@@ -47,7 +47,7 @@ class LoadedSource(ABC):
         self.spec = spec
 
     def inputs(self, batch: int, seed: int) -> list[np.ndarray]:
-        """Example inputs (``exporters.inputs.draw_inputs``), the same for every consumer."""
+        """Example inputs (``exporters.sources.inputs.draw_inputs``), the same for every consumer."""
         return draw_inputs(self.spec, batch, seed, self.zoo_model)
 
     @property

@@ -18,8 +18,8 @@ import torch
 from torch import nn
 
 from exporters.errors import SpecError
+from exporters.schema.models import HuggingFaceSource, ModelSpec
 from exporters.sources.base import LoadedSource, TorchModuleSource
-from exporters.spec import HuggingFaceSource, ModelSpec
 
 
 def model_folder(location: str, field: str) -> Path:

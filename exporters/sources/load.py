@@ -9,9 +9,9 @@ import torch
 from torch import nn
 
 from exporters.errors import ExportCheckError, SpecError
+from exporters.schema.models import MODULE_KINDS, ModelSpec, PythonSource, no_torch_module
 from exporters.sources.base import LoadedSource, TorchModuleSource
-from exporters.spec import MODULE_KINDS, ModelSpec, PythonSource, no_torch_module
-from exporters.user_code import import_object, module_files
+from exporters.sources.user_code import import_object, module_files
 from exporters.zoo import ZOO
 
 

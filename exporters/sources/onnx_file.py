@@ -3,7 +3,7 @@
 Checked before anything is written: the external-data confinement check on the user's file (its
 initializers may not point outside its folder), ``onnx.checker`` (full), a dynamic batch axis, and the
 spec's signature against the graph (names, dtypes, shapes). The copy is a single self-contained file.
-``precision: fp16`` from an fp32 file converts the graph with ``exporters.fp16`` (fp16 tensors
+``precision: fp16`` from an fp32 file converts the graph with ``exporters.precision.fp16`` (fp16 tensors
 in and out) and holds it to the fp32 file, run in onnxruntime, at the fp16 tolerance.
 """
 
@@ -18,14 +18,14 @@ import onnx
 import onnxruntime as ort
 from google.protobuf.message import DecodeError
 
+from exporters.artifacts.onnx_files import check_external_data
+from exporters.artifacts.ort_failures import run_or_explain
+from exporters.artifacts.torch_reference import widen
 from exporters.errors import ExportCheckError, SpecError
-from exporters.fp16 import to_fp16
-from exporters.onnx_files import check_external_data
-from exporters.ort_failures import run_or_explain
+from exporters.precision.fp16 import to_fp16
+from exporters.schema.models import ModelSpec, OnnxSource
+from exporters.schema.sections import VARIABLE, TensorSpec
 from exporters.sources.base import LoadedSource
-from exporters.spec import ModelSpec, OnnxSource
-from exporters.spec_sections import VARIABLE, TensorSpec
-from exporters.torch_reference import widen
 from python_backend.dtypes import DTYPES
 
 # ONNX element type -> spec name, from the one dtype table (types numpy, hence a model, can carry)

@@ -14,8 +14,8 @@ from pathlib import Path
 from typing import Any
 
 from exporters.errors import SpecError
-from exporters.spec import ModelSpec
-from exporters.spec_sections import INTEGER_DTYPES, VARIABLE, TensorSpec, served_float
+from exporters.schema.models import ModelSpec
+from exporters.schema.sections import INTEGER_DTYPES, VARIABLE, TensorSpec, served_float
 
 
 def to_tensor_specs(

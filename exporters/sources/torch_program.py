@@ -20,15 +20,15 @@ from typing import Any
 
 import numpy as np
 
+from exporters.artifacts.parity import compare_outputs
+from exporters.artifacts.torch_reference import widen
 from exporters.errors import ExportCheckError, SpecError
-from exporters.inputs import draw_inputs
-from exporters.parity import compare_outputs
 from exporters.sandbox.outside_archive import CONVERTER_VERSION, OutsideArchive
 from exporters.sandbox.program_signature import ProgramTensor
+from exporters.schema.models import ModelSpec, TorchExportSource
+from exporters.schema.sections import VARIABLE, TensorSpec
+from exporters.sources.inputs import draw_inputs
 from exporters.sources.onnx_file import OnnxModelSource
-from exporters.spec import ModelSpec, TorchExportSource
-from exporters.spec_sections import VARIABLE, TensorSpec
-from exporters.torch_reference import widen
 
 EXAMPLE_BATCH = 2  # the dynamo exporter's example; the program's own dynamic axes decide the graph's
 CHECK_BATCHES = (1, 3)  # as the exporter's parity check (3 exercises the batch axis beyond the example)

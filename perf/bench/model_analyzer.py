@@ -35,7 +35,7 @@ from google.protobuf import text_format
 from tritonclient.grpc import model_config_pb2
 
 from exporters.repository import build_repository
-from exporters.spec import ModelSpec, Spec
+from exporters.schema.models import ModelSpec, Spec
 from perf.errors import OptionError, StudyError
 from perf.measure.analyzer import find_perf_analyzer, unavailable_message, write_input_data
 from perf.measure.target import target_from_spec

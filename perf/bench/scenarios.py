@@ -21,8 +21,8 @@ from pathlib import Path
 import numpy as np
 import yaml
 
-from exporters.inputs import draw_inputs
-from exporters.spec import ModelSpec, Spec, parse_spec
+from exporters.schema.models import ModelSpec, Spec, parse_spec
+from exporters.sources.inputs import draw_inputs
 from perf.errors import OptionError
 from perf.markdown import number, table, write_report
 from perf.measure.engine import LoadEngine, MeasureSettings

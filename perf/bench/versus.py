@@ -14,7 +14,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from pathlib import Path
 
-from exporters.spec import Spec
+from exporters.schema.models import Spec
 from perf.bench import model_analyzer
 from perf.bench.versus_report import (
     OURS,

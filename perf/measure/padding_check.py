@@ -7,9 +7,9 @@ maximum, or answers per position (cropped back to the true length) gives the sam
 or a mean over time does not: the Conv1d+GRU of the tests, padded from 40 frames to 59, moves its state
 by 0.058 on values of 0.21. So before perf, tune or plan measure (and offer) a bucket set, the served
 ONNX file runs a few rows at lengths of the traffic (its quantiles) as they are and padded as the
-bucket set would pad them, and each output is held to the spec's own tolerance (``exporters.parity``,
-the build's check): the set is offered only where every output stays within it, and the report says
-which length, padded to what, moved which output by how much where it does not.
+bucket set would pad them, and each output is held to the spec's own tolerance
+(``exporters.artifacts.parity``, the build's check): the set is offered only where every output stays within
+it, and the report says which length, padded to what, moved which output by how much where it does not.
 """
 
 from __future__ import annotations
@@ -21,9 +21,9 @@ from pathlib import Path
 
 import numpy as np
 
-from exporters.inputs import draw_inputs
-from exporters.parity import check_outputs
-from exporters.spec import ModelSpec
+from exporters.artifacts.parity import check_outputs
+from exporters.schema.models import ModelSpec
+from exporters.sources.inputs import draw_inputs
 from perf.measure.shapes import ShapeMix, axis_bound, bucket_of, length_of, resized
 
 ROWS = 2  # rows per run: enough to see a difference, cheap at the longest bucket
@@ -76,8 +76,8 @@ class PaddingProbe:
 
 
 def longest_draw(spec: ModelSpec, seed: int, draws: int = 16) -> dict[str, np.ndarray]:
-    """``ROWS`` rows as the model's inputs are drawn (``exporters.inputs``): at the axis bound where the
-    spec draws them, else the longest of ``draws`` calls of its sampler (shorter lengths are cropped
+    """``ROWS`` rows as the model's inputs are drawn (``exporters.sources.inputs``): at the axis bound where
+    the spec draws them, else the longest of ``draws`` calls of its sampler (shorter lengths are cropped
     from it; longer ones repeat its last position, as padding does)."""
     if spec.sample is None:
         spec = dataclasses.replace(spec, lengths=(axis_bound(spec),))

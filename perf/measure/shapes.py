@@ -4,7 +4,7 @@ Triton's dynamic batcher merges only requests of equal shapes. Sending every req
 draw of the sampler) lets every request batch with every other, so the batching gain and every rate
 come out optimistic for a model whose traffic has many lengths. Here a model with a variable axis gets a
 ``ShapeMix``: the lengths its requests take, from the spec's ``shapes:`` when given, else tallied from
-``SAMPLER_DRAWS`` calls of its sampler (``exporters.inputs.draw_inputs``: the ``sample:`` function,
+``SAMPLER_DRAWS`` calls of its sampler (``exporters.sources.inputs.draw_inputs``: the ``sample:`` function,
 ``lengths``, or uniform up to ``max_shape``). A ``ShapePlan`` turns it into what the client sends: one
 input pool per length sent and a seeded sequence of (true, sent) lengths, one per request.
 
@@ -28,9 +28,9 @@ from pathlib import Path
 
 import numpy as np
 
-from exporters.inputs import draw_inputs
-from exporters.spec import ModelSpec
-from exporters.spec_sections import INTEGER_DTYPES, VARIABLE, TensorSpec
+from exporters.schema.models import ModelSpec
+from exporters.schema.sections import INTEGER_DTYPES, VARIABLE, TensorSpec
+from exporters.sources.inputs import draw_inputs
 from perf.measure.records import Record
 
 log = logging.getLogger(__name__)

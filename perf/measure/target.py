@@ -28,8 +28,8 @@ import tritonclient.http.aio as http_aio
 import tritonclient.utils.shared_memory as shm
 from tritonclient.utils import np_to_triton_dtype
 
-from exporters.inputs import draw_inputs
-from exporters.spec import ModelSpec
+from exporters.schema.models import ModelSpec
+from exporters.sources.inputs import draw_inputs
 from perf.errors import OptionError, StudyError
 from perf.measure.records import SHED, Record
 from perf.measure.shapes import ShapePlan, has_variable_axis, shape_plan

@@ -6,7 +6,7 @@ the planner counts memory instead of measuring a build:
 * **Parameters**: the torch module is built on the ``meta`` device (every tensor has its shape and
   dtype and no storage), so a 40 GB module costs nothing. Its elements fall in three kinds, because
   each precision stores them differently (``BYTES``): the weights of the weighted ops (``Linear``,
-  ``Conv``: fp32 4 bytes, fp16 2, int8 1, as ``exporters.int8`` quantizes exactly these), embedding
+  ``Conv``: fp32 4 bytes, fp16 2, int8 1, as ``exporters.precision.int8`` quantizes exactly these), embedding
   tables (``Embedding``, ``EmbeddingBag``: int8 leaves their ``Gather`` in fp32) and the rest
   (biases, norms, float buffers: fp32 in int8 too).
 * **Activations**: one forward of the meta module at ``max_batch_size`` under a dispatch mode that
@@ -33,8 +33,8 @@ import torch
 from torch import nn
 from torch.utils._python_dispatch import TorchDispatchMode
 
-from exporters.inputs import draw_inputs
-from exporters.spec import ModelSpec
+from exporters.schema.models import ModelSpec
+from exporters.sources.inputs import draw_inputs
 from exporters.zoo import ZOO
 
 log = logging.getLogger(__name__)

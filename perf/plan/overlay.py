@@ -19,7 +19,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from exporters.spec import Spec
+from exporters.schema.models import Spec
 from perf.model.memory import HEADROOM
 from perf.plan.placement import Placement, replica_name
 from perf.plan.profile import precision_variant

@@ -2,7 +2,7 @@
 
 1. The variants are built into the plan's work repository by the project's own builders: the whole
    model in each precision (``exporters.repository``) and the split in each boundary dtype
-   (``exporters.pipeline_build``: its record has the bytes crossing each boundary and the compression
+   (``exporters.pipelines.build``: its record has the bytes crossing each boundary and the compression
    error). The memory of one whole-model instance at its largest batch is counted from the model's
    graph (``perf.plan.graph_memory``: parameters per precision and activations, nothing allocated);
    a source without a torch module has each precision's exported ONNX file counted instead
@@ -33,13 +33,13 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from exporters.inputs import draw_inputs
 from exporters.memory import measured_instance_memory
-from exporters.pipeline_build import BuiltPipeline, build_pipelines, make_stages
-from exporters.pipeline_stages import load_stage, stage_examples
+from exporters.pipelines.build import BuiltPipeline, build_pipelines, make_stages
+from exporters.pipelines.stages import load_stage, stage_examples
 from exporters.repository import build_repository
+from exporters.schema.models import ModelSpec, PipelineSpec, Spec
+from exporters.sources.inputs import draw_inputs
 from exporters.sources.load import build_torch_model
-from exporters.spec import ModelSpec, PipelineSpec, Spec
 from perf.errors import OptionError
 from perf.measure.raw import measure_raw
 from perf.model.memory import MIB

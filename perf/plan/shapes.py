@@ -13,7 +13,7 @@ import logging
 from collections.abc import Callable
 from pathlib import Path
 
-from exporters.spec import ModelSpec
+from exporters.schema.models import ModelSpec
 from perf.measure.engine import LoadEngine, MeasureSettings
 from perf.measure.loads import poisson
 from perf.measure.shapes import has_variable_axis

@@ -151,8 +151,8 @@ class Strategy:
 
     def batcher(self, stage: int = 0) -> BatcherConfig:
         """Stage ``stage``'s batcher: the delay on the first stage, a short re-forming wait after it
-        (``exporters.pipeline_configs.stage_batching``), every instance of the model behind one queue."""
-        from exporters.pipeline_configs import DOWNSTREAM_QUEUE_DELAY_US
+        (``exporters.pipelines.configs.stage_batching``), every instance of the model behind one queue."""
+        from exporters.pipelines.configs import DOWNSTREAM_QUEUE_DELAY_US
 
         delay = self.delay_us if stage == 0 else min(self.delay_us, DOWNSTREAM_QUEUE_DELAY_US)
         count = self.instances[stage] * (self.replicas if self.kind in WHOLE_KINDS else 1)

@@ -15,7 +15,7 @@ import math
 from collections.abc import Callable, Sequence
 from pathlib import Path
 
-from exporters.spec import ModelSpec, Spec
+from exporters.schema.models import ModelSpec, Spec
 from perf.errors import NothingMeetsError
 from perf.measure.engine import LoadEngine, MeasureSettings
 from perf.measure.loads import poisson

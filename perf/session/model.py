@@ -25,7 +25,7 @@ import tritonclient.http as httpclient
 
 from client.infer import infer
 from exporters.repository import build_repository
-from exporters.spec import ModelSpec, Spec
+from exporters.schema.models import ModelSpec, Spec
 from perf.measure.engine import LoadEngine, MeasureSettings
 from perf.measure.loads import Load
 from perf.measure.measurement import Measurement, measure

@@ -2,7 +2,7 @@
 
 A candidate's batching is the stages' batching: the ensemble only routes, so "no batching" is every
 stage without a dynamic batcher and "delay d" is the first stage waiting ``d`` and later stages the
-short re-forming wait the build gives them (``exporters.pipeline_configs.stage_batching``). Each
+short re-forming wait the build gives them (``exporters.pipelines.configs.stage_batching``). Each
 candidate reloads every stage with a config override (explicit model control); Triton reloads the
 ensemble that depends on them. Load goes through the ensemble, which takes the monolithic model's
 inputs; the server view is the first stage's (``pipeline_stats``).
@@ -19,12 +19,12 @@ import tritonclient.http as httpclient
 from google.protobuf import json_format
 
 from client.stats import ModelStats
-from exporters.configs import dynamic_batching
-from exporters.model_config import ModelConfig
-from exporters.pipeline_build import BuiltPipeline, build_pipelines
-from exporters.pipeline_configs import stage_batching
+from exporters.configs.model_config import ModelConfig
+from exporters.configs.models import dynamic_batching
+from exporters.pipelines.build import BuiltPipeline, build_pipelines
+from exporters.pipelines.configs import stage_batching
 from exporters.repository import build_repository
-from exporters.spec import Batching, PipelineSpec, Spec
+from exporters.schema.models import Batching, PipelineSpec, Spec
 from perf.measure.engine import LoadEngine, MeasureSettings
 from perf.measure.loads import Load
 from perf.measure.measurement import Measurement, measure

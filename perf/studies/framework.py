@@ -18,7 +18,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, Protocol
 
-from exporters.spec import ModelSpec
+from exporters.schema.models import ModelSpec
 from perf import markdown
 from perf.measure.engine import MeasureSettings
 from perf.measure.loads import Load, poisson, read_trace

@@ -33,12 +33,12 @@ import tritonclient.http as httpclient
 import yaml
 
 from client.infer import make_inputs
-from exporters.pipeline_build import build_pipelines
-from exporters.pipeline_live import embedding_update, publish_dense_version
-from exporters.pipeline_record import PipelineRecord
+from exporters.pipelines.build import build_pipelines
+from exporters.pipelines.live import embedding_update, publish_dense_version
+from exporters.pipelines.record import PipelineRecord
 from exporters.repository import build_repository
+from exporters.schema.models import Spec, parse_spec
 from exporters.sources.load import build_torch_model
-from exporters.spec import Spec, parse_spec
 from perf.errors import StudyError
 from perf.markdown import table
 from perf.measure.loads import Load, closed_loop

@@ -13,7 +13,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, Protocol
 
-from exporters.spec import ModelSpec
+from exporters.schema.models import ModelSpec
 from perf.errors import OptionError
 from perf.measure.engine import MeasureSettings
 from perf.measure.target import PROTOCOLS, Target, target_from_spec

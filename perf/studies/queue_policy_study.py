@@ -23,9 +23,9 @@ from pathlib import Path
 
 import tritonclient.http as httpclient
 
-from exporters.configs import QUEUE_POLICY_SPARE_INSTANCES
+from exporters.configs.models import QUEUE_POLICY_SPARE_INSTANCES
 from exporters.repository import build_repository
-from exporters.spec import parse_spec
+from exporters.schema.models import parse_spec
 from perf.markdown import number, table
 from perf.measure.engine import MeasureSettings
 from perf.measure.loads import closed_loop

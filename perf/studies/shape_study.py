@@ -24,8 +24,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from exporters.repository import build_repository
-from exporters.spec import ModelSpec, parse_spec
-from exporters.typed import to_data
+from exporters.schema.models import ModelSpec, parse_spec
+from exporters.schema.typed import to_data
 from perf.markdown import number, ratio, table
 from perf.measure.loads import closed_loop
 from perf.measure.measurement import Measurement

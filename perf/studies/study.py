@@ -17,7 +17,7 @@ from datetime import datetime
 from pathlib import Path
 
 from exporters.repository import build_repository
-from exporters.spec import Spec
+from exporters.schema.models import Spec
 from perf.measure.analyzer import PerfAnalyzerEngine, find_perf_analyzer, glibc_version
 from perf.measure.engine import LoadEngine
 from perf.measure.loads import Load, closed_loop, poisson, read_trace

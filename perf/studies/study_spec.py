@@ -21,9 +21,9 @@ from typing import Any
 
 from exporters.errors import SpecError
 from exporters.resolve import resolve_model
-from exporters.spec import Spec, parse_spec
-from exporters.spec_yaml import load_spec_document
-from exporters.typed import to_data
+from exporters.schema.bounded_yaml import load_spec_document
+from exporters.schema.models import Spec, parse_spec
+from exporters.schema.typed import to_data
 from perf.errors import OptionError
 from perf.model.grid import MAX_BATCH
 

@@ -18,9 +18,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from exporters.spec import Batching
-from exporters.spec_sections import Precision
-from exporters.text_spec import DEFAULT_BATCHING, DEFAULT_BUCKETS, TextEmbeddingSpec
+from exporters.schema.models import Batching
+from exporters.schema.sections import Precision
+from exporters.schema.text_embeddings import DEFAULT_BATCHING, DEFAULT_BUCKETS, TextEmbeddingSpec
 
 
 @dataclass(frozen=True)

@@ -28,8 +28,8 @@ import urllib.request
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from exporters.text_embedding import build_text_embedding, model_folder
-from exporters.text_spec import DEFAULT_BUCKETS, DEFAULT_PACKAGE, TextEmbeddingSpec
+from exporters.schema.text_embeddings import DEFAULT_BUCKETS, DEFAULT_PACKAGE, TextEmbeddingSpec
+from exporters.text.embedding import build_text_embedding, model_folder
 from perf.markdown import number, ratio, table
 from perf.measure.loads import Load, closed_loop
 from perf.measure.measurement import Measurement, measure_async

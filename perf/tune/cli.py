@@ -21,7 +21,7 @@ from pathlib import Path
 
 from exporters.repository import build_repository
 from exporters.resolve import load_spec
-from exporters.spec import Spec
+from exporters.schema.models import Spec
 from perf.errors import NothingMeetsError, PerfError
 from perf.markdown import number
 from perf.measure.analyzer import PerfAnalyzerEngine, find_perf_analyzer, unavailable_message

@@ -5,7 +5,7 @@ Placed at ``<backend-dir>/onnxruntime/model.py`` by the launcher, so the same re
 here and on the native backend inside the NGC container. It reads only standard config fields:
 ``default_model_filename``, the ``intra_op_thread_count`` / ``inter_op_thread_count`` parameters, and a
 ``tensorrt`` GPU execution accelerator, and the input guards' ``input_ranges`` /
-``allow_non_finite_inputs`` / ``input_max_shapes`` parameters (written by ``exporters.guards``; the
+``allow_non_finite_inputs`` / ``input_max_shapes`` parameters (written by ``exporters.schema.guards``; the
 native backend ignores them). The whole list of requests Triton hands to ``execute`` runs as one
 onnxruntime call (see ``batching.py``); a bad request gets its own error response. The session is
 opened by ``ort_session.open_session``, as the build's check opens it.
@@ -61,7 +61,7 @@ def _parameter(config: dict, key: str, default: int) -> int:
     return int(value)
 
 
-WARMUP_PARAMETER = "warmup_formed_sizes"  # exporters.configs writes it; the native backend ignores it
+WARMUP_PARAMETER = "warmup_formed_sizes"  # exporters.configs.models writes it; the native backend ignores it
 
 
 def larger_sizes(config: dict) -> list[int]:

@@ -34,7 +34,7 @@ from deploy_tools import (
     rule_groups,
 )
 
-from exporters.configs import build_model_config
+from exporters.configs.models import build_model_config
 from exporters.resolve import load_spec
 
 # apiVersion/kind → dotted paths the published CRD schema marks required (and that must not be empty).

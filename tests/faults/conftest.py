@@ -29,7 +29,7 @@ from tritonclient.utils import InferenceServerException
 from client.connection import connect
 from client.stats import model_stats
 from exporters.repository import build_repository
-from exporters.spec import Spec, parse_spec
+from exporters.schema.models import Spec, parse_spec
 from server import ServerOptions, TritonServer
 
 pytestmark = pytest.mark.integration
@@ -66,8 +66,8 @@ def fault_spec(spec_data: dict[str, Any]) -> Spec:
 
 @pytest.fixture(scope="session")
 def fault_repository(fault_spec: Spec, tmp_path_factory: pytest.TempPathFactory) -> Path:
-    from exporters.pipeline_build import build_pipelines
-    from exporters.text_embedding import build_text_embeddings
+    from exporters.pipelines.build import build_pipelines
+    from exporters.text.embedding import build_text_embeddings
 
     repository = tmp_path_factory.mktemp("fault_repository")
     build_repository(fault_spec, repository, num_gpus=0)

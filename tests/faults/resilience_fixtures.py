@@ -21,10 +21,10 @@ import tritonclient.http as httpclient
 
 from client.__main__ import main as client_main
 from client.infer import make_inputs
-from exporters.pipeline_build import build_pipelines
-from exporters.pipeline_live import embedding_update
+from exporters.pipelines.build import build_pipelines
+from exporters.pipelines.live import embedding_update
 from exporters.repository import build_repository
-from exporters.spec import parse_spec
+from exporters.schema.models import parse_spec
 from server import ServerOptions, TritonServer
 from server.stubs import Stub, server_stubs
 from soak.mixed_load import PIPELINE, MixedLoad, Outcome, infer_once, request_arrays

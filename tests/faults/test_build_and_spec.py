@@ -19,11 +19,11 @@ from harness import PROTOCOLS, orphans, trivial_inputs, url
 
 from client.connection import connect
 from exporters.__main__ import main as exporters_main
+from exporters.artifacts.file_hash import file_sha256
+from exporters.artifacts.onnx_files import check_external_data
 from exporters.errors import ExportCheckError, SpecError
-from exporters.file_hash import file_sha256
 from exporters.onnx_export import export_onnx
-from exporters.onnx_files import check_external_data
-from exporters.spec import parse_spec
+from exporters.schema.models import parse_spec
 from server import ServerError, ServerOptions, TritonServer
 from server.launcher import python_shm_bytes
 

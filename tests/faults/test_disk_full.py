@@ -30,8 +30,8 @@ import yaml
 
 import python_backend
 from exporters.__main__ import main as exporters_main
-from exporters.file_hash import file_sha256
-from exporters.model_config import read_config
+from exporters.artifacts.file_hash import file_sha256
+from exporters.configs.model_config import read_config
 
 pytestmark = pytest.mark.integration
 

@@ -33,12 +33,12 @@ from resilience_fixtures import explicit_options, wait_for
 from tritonclient.utils import InferenceServerException
 
 from client.infer import make_inputs
-from exporters.inputs import draw_inputs
-from exporters.pipeline_build import build_pipelines
-from exporters.pipeline_live import embedding_update
+from exporters.pipelines.build import build_pipelines
+from exporters.pipelines.live import embedding_update
 from exporters.repository import build_repository
+from exporters.schema.models import ModelSpec, parse_spec
+from exporters.sources.inputs import draw_inputs
 from exporters.sources.load import build_torch_model
-from exporters.spec import ModelSpec, parse_spec
 from python_backend.torch_stage.update_log import LOG_NAME
 from server import TritonServer
 from server.admin import load_model

@@ -42,6 +42,7 @@ from client.infer import make_inputs
 from server import TritonServer
 from server.admin import ADMIN_HEADER, GRPC_ADMIN_HEADER, AdminError, headers, load_model
 from server.stubs import server_stubs, stubs_with_prefix
+from server.watchdog import Watchdog
 from soak.mixed_load import refused_cleanly
 
 pytestmark = pytest.mark.integration
@@ -140,11 +141,16 @@ def _live_stubs(server: TritonServer, model: str) -> int:
 
 def test_a_reload_with_fewer_instances_is_not_healed_as_a_dead_stub(server: TritonServer) -> None:
     """Scaling a model down through the repository API retires a stub on purpose: the watchdog must
-    leave it (it used to reload the model mid-traffic, as if the stub had been killed)."""
+    leave it (it used to reload the model mid-traffic, as if the stub had been killed).
+
+    A watchdog of our own, polled once by hand (``check_once``) after the ×2 → ×1 load, judges the
+    retired stub; ``stop`` waits for the judgement it started, so no sleep has to outlast the
+    server's own watchdog."""
     client = httpclient.InferenceServerClient(server.http_url)
     original = client.get_model_config("trivial")
     assert server.watchdog is not None
     events_before = len(server.watchdog.state.events)
+    probe = Watchdog(server.pid, server.triton_http_url, server.admin_key, events_path=None)
     try:
         for count in (2, 1):
             config = {**original, "instance_group": [{"kind": "KIND_CPU", "count": count}]}
@@ -153,10 +159,17 @@ def test_a_reload_with_fewer_instances_is_not_healed_as_a_dead_stub(server: Trit
             while time.monotonic() < deadline and _live_stubs(server, "trivial") != count:
                 time.sleep(0.1)
             assert _live_stubs(server, "trivial") == count
-        time.sleep(2.0)  # four watchdog polls after the ×2 stubs exited
+            if count == 2:
+                probe.dead_stubs()  # it knows both stubs before one of them is retired
+        started = probe.check_once()
+        probe.stop()
+        assert "trivial" in started  # it saw the retired stub exit and judged it ...
+        assert [e for e in probe.state.events if e.model == "trivial"] == []  # ... a retirement
+        assert probe.state.unavailable_now == {}
         assert server.watchdog.state.events[events_before:] == []
         infer_once(client, "http", "trivial")
     finally:
+        probe.stop()
         load_model(client, server.admin_key, "trivial", config=original)
 
 

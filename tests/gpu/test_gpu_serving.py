@@ -14,10 +14,10 @@ import pytest
 from client.connection import connect
 from client.infer import infer
 from client.reference import reference
+from exporters.artifacts.parity import compare_outputs
 from exporters.devices import detect_gpu_count
-from exporters.parity import compare_outputs
 from exporters.repository import build_repository
-from exporters.spec import parse_spec
+from exporters.schema.models import parse_spec
 from server import ServerOptions, TritonServer
 
 GPUS = detect_gpu_count()

@@ -27,10 +27,10 @@ from typing import Any
 
 import pytest
 
-from exporters.pipeline_build import build_pipelines
+from exporters.pipelines.build import build_pipelines
 from exporters.repository import build_repository
-from exporters.spec import Spec, parse_spec
-from exporters.text_embedding import build_text_embeddings
+from exporters.schema.models import Spec, parse_spec
+from exporters.text.embedding import build_text_embeddings
 from perf.measure.noise import NoisePolicy
 from perf.session.model import TUNE_WINDOWS
 from server import ServerOptions, TritonServer

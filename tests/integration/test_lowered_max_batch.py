@@ -18,7 +18,7 @@ from tritonclient.utils import InferenceServerException
 
 from exporters.repository import build_repository
 from exporters.resolve import load_spec
-from exporters.spec import Spec
+from exporters.schema.models import Spec
 from perf.measure.target import target_from_spec
 from server import ServerOptions, TritonServer
 

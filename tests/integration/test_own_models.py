@@ -18,10 +18,10 @@ import pytest
 import yaml
 
 from client.__main__ import main as client_main
-from exporters.init_entry import init_entry
+from exporters.init.entry import init_entry
 from exporters.repository import build_repository
 from exporters.resolve import load_spec
-from exporters.typed import to_data
+from exporters.schema.typed import to_data
 from server import ServerOptions, TritonServer
 
 pytestmark = pytest.mark.integration

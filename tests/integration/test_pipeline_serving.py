@@ -20,10 +20,10 @@ from tritonclient.utils import InferenceServerException
 from client.__main__ import main as client_main
 from client.infer import make_inputs
 from client.stats import model_stats
-from exporters.inputs import draw_inputs
-from exporters.parity import compare_outputs
+from exporters.artifacts.parity import compare_outputs
+from exporters.schema.models import Spec
+from exporters.sources.inputs import draw_inputs
 from exporters.sources.load import build_torch_model
-from exporters.spec import Spec
 from server import TritonServer
 
 pytestmark = pytest.mark.integration

@@ -19,12 +19,12 @@ import torch
 import tritonclient.http as httpclient
 
 from client.infer import make_inputs
-from exporters.inputs import draw_inputs
-from exporters.pipeline_build import build_pipelines
-from exporters.pipeline_live import embedding_update, publish_dense_version
+from exporters.pipelines.build import build_pipelines
+from exporters.pipelines.live import embedding_update, publish_dense_version
 from exporters.repository import build_repository
+from exporters.schema.models import Spec, parse_spec
+from exporters.sources.inputs import draw_inputs
 from exporters.sources.load import build_torch_model
-from exporters.spec import Spec, parse_spec
 from python_backend.torch_stage.embedding_rows import UPDATE_ROW, UPDATE_VERSION
 from server import ServerOptions, TritonServer
 from server.admin import headers as admin_headers

@@ -15,8 +15,8 @@ import pytest
 import yaml
 from rich.console import Console
 
-from exporters.configs import build_model_config
-from exporters.spec import parse_spec
+from exporters.configs.models import build_model_config
+from exporters.schema.models import parse_spec
 from perf.cli import parser
 from perf.plan.cli import command_plan
 from perf.plan.document import PlanDocument

@@ -19,7 +19,7 @@ from client.connection import connect
 from client.infer import infer, infer_json
 from client.reference import reference
 from client.stats import model_stats
-from exporters.spec import Spec
+from exporters.schema.models import Spec
 from server import TritonServer
 
 pytestmark = pytest.mark.integration

@@ -23,8 +23,8 @@ from client.connection import connect
 from client.infer import infer, infer_json
 from client.stats import model_stats
 from client.text_reference import compare_embeddings, expected_embeddings, text_array
-from exporters.text_embedding import CHECK_TEXTS
-from exporters.text_spec import TextEmbeddingSpec
+from exporters.schema.text_embeddings import TextEmbeddingSpec
+from exporters.text.embedding import CHECK_TEXTS
 from server import TritonServer
 
 pytestmark = pytest.mark.integration

@@ -8,13 +8,13 @@ import numpy as np
 import onnx
 import pytest
 
+from exporters.artifacts.onnx_files import check_external_data
+from exporters.artifacts.parity import MAX_REL, compare_outputs
+from exporters.artifacts.torch_reference import torch_reference
 from exporters.errors import ExportCheckError, SpecError
-from exporters.inputs import draw_inputs
 from exporters.onnx_export import export_onnx, run_onnx
-from exporters.onnx_files import check_external_data
-from exporters.parity import MAX_REL, compare_outputs
+from exporters.sources.inputs import draw_inputs
 from exporters.sources.load import build_torch_model
-from exporters.torch_reference import torch_reference
 
 
 @pytest.mark.parametrize("name", ["recommender", "recommender_fp16", "image_classifier"])

@@ -5,9 +5,9 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+from exporters.artifacts.records import write_record
 from exporters.memory import MEMORY_RECORD, measured_instance_memory, weights_bytes
 from exporters.onnx_export import export_onnx
-from exporters.records import write_record
 
 
 def test_export_alone_measures_no_memory(model_spec, tmp_path: Path) -> None:

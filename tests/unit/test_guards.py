@@ -12,11 +12,11 @@ import numpy as np
 import pytest
 import torch
 
-from exporters.configs import build_model_config
-from exporters.file_hash import file_matches, file_sha256
-from exporters.guards import guard_parameters
-from exporters.spec import parse_spec
-from exporters.text_configs import text_configs
+from exporters.artifacts.file_hash import file_matches, file_sha256
+from exporters.configs.models import build_model_config
+from exporters.schema.guards import guard_parameters
+from exporters.schema.models import parse_spec
+from exporters.text.configs import text_configs
 from python_backend.batching import (
     InvalidInputError,
     TensorInfo,

@@ -15,9 +15,9 @@ import yaml
 
 from exporters.__main__ import main
 from exporters.errors import SpecError
-from exporters.init_entry import entry_yaml, init_entry, machine_hint
+from exporters.init.entry import entry_yaml, init_entry, machine_hint
 from exporters.onnx_export import export_onnx
-from exporters.spec import parse_spec
+from exporters.schema.models import parse_spec
 
 FACTORIES = Path(__file__).resolve().parents[1] / "data" / "own_factories"
 

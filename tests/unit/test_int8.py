@@ -10,15 +10,15 @@ from pathlib import Path
 import onnx
 import pytest
 
-from exporters.configs import TENSORRT_INT8, build_model_config
+from exporters.artifacts.parity import check_outputs
+from exporters.artifacts.torch_reference import torch_reference
+from exporters.configs.models import TENSORRT_INT8, build_model_config
 from exporters.errors import ExportCheckError, SpecError
-from exporters.inputs import draw_inputs
 from exporters.onnx_export import export_onnx, run_onnx
-from exporters.parity import check_outputs
+from exporters.schema.models import ModelSpec, OnnxSource
+from exporters.schema.sections import TensorSpec
+from exporters.sources.inputs import draw_inputs
 from exporters.sources.load import build_torch_model
-from exporters.spec import ModelSpec, OnnxSource
-from exporters.spec_sections import TensorSpec
-from exporters.torch_reference import torch_reference
 
 INPUTS = (
     TensorSpec("dense", "fp32", (13,)),

@@ -13,9 +13,9 @@ from typing import Any
 
 import pytest
 
-from exporters.configs import build_model_config
-from exporters.model_config import write_config
-from exporters.spec import parse_spec
+from exporters.configs.model_config import write_config
+from exporters.configs.models import build_model_config
+from exporters.schema.models import parse_spec
 from server.install import ServerError, assemble_backends, find_install
 from server.launcher import (
     MIB,

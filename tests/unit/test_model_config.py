@@ -8,9 +8,7 @@ import pytest
 from google.protobuf import json_format
 from tritonclient.grpc import model_config_pb2
 
-from exporters.configs import WARMUP_PARAMETER, build_model_config
-from exporters.errors import SpecError
-from exporters.model_config import (
+from exporters.configs.model_config import (
     EnsembleStep,
     InstanceGroup,
     ModelConfig,
@@ -19,6 +17,8 @@ from exporters.model_config import (
     read_config,
     write_config,
 )
+from exporters.configs.models import WARMUP_PARAMETER, build_model_config
+from exporters.errors import SpecError
 
 
 def _round_trip(config: ModelConfig, tmp_path: Path) -> model_config_pb2.ModelConfig:

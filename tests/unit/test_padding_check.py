@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 
 from exporters.onnx_export import export_onnx
-from exporters.spec import ModelSpec, parse_model
+from exporters.schema.models import ModelSpec, parse_model
 from perf.measure.padding_check import offered_ways, refused_lines
 from perf.measure.shapes import bucket_ways, resized, shape_mix
 

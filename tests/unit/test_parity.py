@@ -12,11 +12,11 @@ import pytest
 
 from client.errors import MismatchError
 from client.reference import Reference
+from exporters.artifacts.parity import MAX_REL, check_outputs, resolved
 from exporters.errors import ExportCheckError, SpecError
 from exporters.onnx_export import export_onnx
-from exporters.parity import MAX_REL, check_outputs, resolved
-from exporters.spec import parse_spec
-from exporters.spec_sections import Tolerance
+from exporters.schema.models import parse_spec
+from exporters.schema.sections import Tolerance
 
 FACTORIES = Path(__file__).resolve().parents[1] / "data" / "own_factories"
 

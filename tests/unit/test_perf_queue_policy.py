@@ -5,8 +5,8 @@ from __future__ import annotations
 
 import pytest
 
-from exporters.configs import build_model_config, lacks_spare_instances
-from exporters.spec import parse_spec
+from exporters.configs.models import build_model_config, lacks_spare_instances
+from exporters.schema.models import parse_spec
 from perf.errors import OptionError
 from perf.studies.profiles import get_profile
 from perf.studies.queue_policy_study import (

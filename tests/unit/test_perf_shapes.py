@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 
 from exporters.errors import SpecError
-from exporters.spec import ModelSpec, parse_model
+from exporters.schema.models import ModelSpec, parse_model
 from perf.measure.records import Record
 from perf.measure.shapes import (
     ShapeMix,

@@ -13,7 +13,7 @@ import torch
 from fake_triton import FakeError, FakeRequest, forget_modules, load_model_module
 from torch import nn
 
-from exporters.file_hash import file_sha256
+from exporters.artifacts.file_hash import file_sha256
 from python_backend.batching import InvalidInputError, TensorInfo, run_batched
 from python_backend.torch_stage.embedding_rows import (
     UPDATE_ROW,

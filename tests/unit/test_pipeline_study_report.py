@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from client.stats import ModelStats
-from exporters.pipeline_record import BoundaryRecord, PipelineRecord
+from exporters.pipelines.record import BoundaryRecord, PipelineRecord
 from perf.errors import OptionError, StudyError
 from perf.measure.server_view import ServerDelta
 from perf.studies.framework import StudyContext

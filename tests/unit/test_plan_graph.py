@@ -15,8 +15,8 @@ from rich.console import Console
 
 from exporters.repository import build_repository
 from exporters.resolve import load_spec
+from exporters.schema.models import Spec
 from exporters.sources.load import build_torch_model
-from exporters.spec import Spec
 from perf.cli import parser
 from perf.errors import OptionError
 from perf.model.links import GENERIC_NVLINK_GBS, PCIE_GBS, link_for

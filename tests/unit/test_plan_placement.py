@@ -10,8 +10,8 @@ from pathlib import Path
 
 import pytest
 
-from exporters.configs import build_model_config
-from exporters.pipeline_configs import stage_placement
+from exporters.configs.models import build_model_config
+from exporters.pipelines.configs import stage_placement
 from exporters.resolve import load_spec
 from perf.errors import OptionError
 from perf.model.memory import MIB

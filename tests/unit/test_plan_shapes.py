@@ -15,7 +15,7 @@ from test_perf_shapes import SEQUENCE, model
 from test_plan_verdict import planned
 
 from exporters.errors import SpecError
-from exporters.spec import Spec, parse_model
+from exporters.schema.models import Spec, parse_model
 from perf.measure.engine import OurEngine
 from perf.plan.document import ShapesFigures, plan_document
 from perf.plan.overlay import plan_overlay, write_plan_overlay

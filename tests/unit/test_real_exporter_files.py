@@ -18,11 +18,11 @@ import numpy as np
 import onnxruntime as ort
 import pytest
 
-from exporters.configs import build_model_config
+from exporters.configs.models import build_model_config
 from exporters.errors import ExportCheckError, SpecError
-from exporters.init_entry import init_entry
+from exporters.init.entry import init_entry
 from exporters.onnx_export import export_onnx
-from exporters.spec_sections import TensorSpec
+from exporters.schema.sections import TensorSpec
 from perf.studies.analysis import outside_server_ms
 from perf.studies.batching_goals import GOAL_FAMILY, for_model
 from perf.studies.goals import Goal

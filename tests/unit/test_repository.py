@@ -8,7 +8,7 @@ from pathlib import Path
 from typing import Any
 
 from exporters.repository import build_repository, prepare_repository
-from exporters.spec import parse_spec
+from exporters.schema.models import parse_spec
 
 
 def _model(repository: Path, name: str) -> Path:

@@ -15,13 +15,13 @@ import yaml
 from torch import nn
 
 from exporters.errors import ExportCheckError, SpecError
-from exporters.init_entry import entry_yaml, init_entry
-from exporters.inputs import draw_inputs
+from exporters.init.entry import entry_yaml, init_entry
 from exporters.onnx_export import content_hash, export_onnx
 from exporters.repository import build_repository
 from exporters.resolve import resolve_spec
+from exporters.schema.models import Spec, parse_spec
+from exporters.sources.inputs import draw_inputs
 from exporters.sources.load import build_torch_model, load_source
-from exporters.spec import Spec, parse_spec
 
 
 class Scorer(nn.Module):

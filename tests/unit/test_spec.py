@@ -8,7 +8,7 @@ from typing import Any
 import pytest
 
 from exporters.errors import SpecError
-from exporters.spec import parse_spec
+from exporters.schema.models import parse_spec
 
 
 def test_shipped_spec_parses(spec_data: dict[str, Any]) -> None:

@@ -10,8 +10,8 @@ from typing import Any
 import pytest
 
 from exporters.errors import SpecError
-from exporters.spec import Batching, Instances, ModelSpec, PipelineSpec, TensorSpec, parse_spec
-from exporters.typed import choices, field_names, to_data
+from exporters.schema.models import Batching, Instances, ModelSpec, PipelineSpec, TensorSpec, parse_spec
+from exporters.schema.typed import choices, field_names, to_data
 
 
 def test_every_section_round_trips_through_yaml_data(spec_data: dict[str, Any]) -> None:

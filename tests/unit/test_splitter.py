@@ -9,9 +9,9 @@ import pytest
 import torch
 from torch import nn
 
-from exporters import splitter
 from exporters.errors import SpecError
-from exporters.splitter import SplitPlan, balanced_cuts, plan_split, sequential_blocks, split_blocks
+from exporters.pipelines import splitter
+from exporters.pipelines.splitter import SplitPlan, balanced_cuts, plan_split, sequential_blocks, split_blocks
 
 
 def _max_stage(costs: list[float], cuts: tuple[int, ...]) -> float:

@@ -12,11 +12,11 @@ import pytest
 from onnx import helper, numpy_helper
 
 from exporters.errors import ExportCheckError
-from exporters.int8 import to_int8_dynamic
-from exporters.outlier_split import outlier_channels, split_outlier_channels
-from exporters.spec_sections import Tolerance
-from exporters.text_embedding import export_encoder, model_folder
-from exporters.text_spec import DEFAULT_PACKAGE, TextEmbeddingSpec
+from exporters.precision.int8 import to_int8_dynamic
+from exporters.precision.outlier_split import outlier_channels, split_outlier_channels
+from exporters.schema.sections import Tolerance
+from exporters.schema.text_embeddings import DEFAULT_PACKAGE, TextEmbeddingSpec
+from exporters.text.embedding import export_encoder, model_folder
 
 WIDTH, OUT, LOUD = 64, 48, (5, 40)  # input channels, output channels, the channels made large
 
@@ -79,7 +79,7 @@ def plain_dynamic(model: onnx.ModelProto, folder: Path) -> bytes:
     same 7 bits as ours, so that only the outlier split differs)."""
     from onnxruntime.quantization import QuantType, quantize_dynamic
 
-    from exporters.int8 import REDUCE_RANGE
+    from exporters.precision.int8 import REDUCE_RANGE
 
     source, target = folder / "fp32.onnx", folder / "int8.onnx"
     onnx.save(model, str(source))

@@ -10,12 +10,12 @@ import numpy as np
 import pytest
 from fake_triton import FakeError, FakeRequest, forget_modules, load_model_module
 
+from exporters.configs.model_config import read_config, write_config
 from exporters.errors import SpecError
-from exporters.model_config import read_config, write_config
-from exporters.spec import parse_spec
-from exporters.spec_sections import Tolerance
-from exporters.text_configs import text_configs
-from exporters.text_embedding import model_folder
+from exporters.schema.models import parse_spec
+from exporters.schema.sections import Tolerance
+from exporters.text.configs import text_configs
+from exporters.text.embedding import model_folder
 from python_backend.batching import InvalidInputError, pad_concatenate
 from python_backend.text_tokenizer.tokens import TextTokenizer, decode_texts
 
@@ -77,7 +77,7 @@ def _unit_rows(rows: int, seed: int) -> np.ndarray:
 
 def test_embeddings_go_through_the_one_check_with_their_precision_defaults() -> None:
     from client.text_reference import compare_embeddings
-    from exporters.text_spec import TextEmbeddingSpec
+    from exporters.schema.text_embeddings import TextEmbeddingSpec
 
     expected = _unit_rows(6, seed=0)
     fp16, fp32 = TextEmbeddingSpec("t", precision="fp16"), TextEmbeddingSpec("t")

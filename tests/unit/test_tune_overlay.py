@@ -57,7 +57,7 @@ def test_a_bad_overlay_fails_through_the_spec_naming_the_field() -> None:
         document,
         {"models": [{"name": "recommender", "batching": {"mode": "dynamic", "max_queue_delay_us": -1}}]},
     )
-    from exporters.spec import parse_spec
+    from exporters.schema.models import parse_spec
 
     with pytest.raises(SpecError, match="max_queue_delay_us"):
         parse_spec(merged)

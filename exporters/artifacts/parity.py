@@ -28,7 +28,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from exporters.errors import ExportCheckError
-from exporters.spec_sections import Tolerance
+from exporters.schema.sections import Tolerance
 
 # Relative to the output's largest reference magnitude: fp32 should agree to float rounding, fp16 to
 # ~3 digits; bf16 (pipeline boundaries only) keeps 8 mantissa bits, about 2 digits. int8 quantizes

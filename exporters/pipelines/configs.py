@@ -11,13 +11,19 @@ from __future__ import annotations
 import dataclasses
 from collections.abc import Mapping, Sequence
 
-from exporters.configs import build_model_config, model_tensor, resolve_target
+from exporters.configs.model_config import (
+    EnsembleStep,
+    InstanceGroup,
+    ModelConfig,
+    ModelTensor,
+    OptionalModelInput,
+)
+from exporters.configs.models import build_model_config, model_tensor, resolve_target
 from exporters.errors import SpecError
-from exporters.guards import guard_parameters
-from exporters.model_config import EnsembleStep, InstanceGroup, ModelConfig, ModelTensor, OptionalModelInput
-from exporters.pipeline_stages import Stage
-from exporters.spec import ModelSpec, PipelineSpec
-from exporters.spec_sections import DTYPES, Batching
+from exporters.pipelines.stages import Stage
+from exporters.schema.guards import guard_parameters
+from exporters.schema.models import ModelSpec, PipelineSpec
+from exporters.schema.sections import DTYPES, Batching
 from python_backend.torch_stage.embedding_rows import UPDATE_ROW, UPDATE_TABLE, UPDATE_VALUES, UPDATE_VERSION
 
 

@@ -2,10 +2,10 @@
 
 The build runs the file at ``max_shape`` (the warm-up) and at lengths drawn from ``lengths:`` (else
 uniform up to ``max_shape``), shared by every variable axis. A file whose axes take only some lengths
-(``exporters.ort_failures``) would pass ``init`` and fail the build. So ``init`` runs the file first, at
-batch 1, at the bound and at lengths of every parity (``probe_lengths``). Where all run, the entry stands.
-Where one fails, it looks for the stride the axes take: the smallest power of two whose multiples all run
-(its smallest, its largest within the bound and one between), and writes ``lengths:`` at multiples of it
+(``exporters.artifacts.ort_failures``) would pass ``init`` and fail the build. So ``init`` runs the file
+first, at batch 1, at the bound and at lengths of every parity (``probe_lengths``). Where all run, the entry
+stands. Where one fails, it looks for the stride the axes take: the smallest power of two whose multiples all
+run (its smallest, its largest within the bound and one between), and writes ``lengths:`` at multiples of it
 and ``max_shape`` at the largest multiple within the bound. Where no stride runs, the error names the
 input shape, onnxruntime's reason and what to write.
 """
@@ -17,11 +17,11 @@ from pathlib import Path
 
 import numpy as np
 
+from exporters.artifacts.ort_failures import LENGTHS_FIX, ORT_ERRORS, ort_reason, shapes_text
 from exporters.errors import SpecError
-from exporters.inputs import draw_inputs
-from exporters.ort_failures import LENGTHS_FIX, ORT_ERRORS, ort_reason, shapes_text
-from exporters.spec import ModelSpec
-from exporters.spec_sections import VARIABLE, TensorSpec
+from exporters.schema.models import ModelSpec
+from exporters.schema.sections import VARIABLE, TensorSpec
+from exporters.sources.inputs import draw_inputs
 
 STRIDES = tuple(2**k for k in range(1, 9))  # 2 … 256: UNet-like models halve up to 5 or 6 times
 MAX_LENGTHS = 16  # lengths written at most; more multiples are thinned out evenly

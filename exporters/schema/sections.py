@@ -1,8 +1,9 @@
 """The sections every part of the spec shares: tensors, batching, queue policy, instances, threads.
 
-``models:`` entries (``exporters.spec``) and ``text_embeddings:`` entries (``exporters.text_spec``) are
-built from the same sections, so they live below both: each dataclass is the schema of its YAML mapping
-(``exporters.typed``), with its invariants in ``__post_init__``.
+``models:`` entries (``exporters.schema.models``) and ``text_embeddings:`` entries
+(``exporters.schema.text_embeddings``) are built from the same sections, so they live below both: each
+dataclass is the schema of its YAML mapping (``exporters.schema.typed``), with its invariants in
+``__post_init__``.
 """
 
 from __future__ import annotations
@@ -12,7 +13,7 @@ from dataclasses import dataclass
 from typing import Literal
 
 from exporters.errors import SpecError
-from exporters.typed import at_least, check_fields
+from exporters.schema.typed import at_least, check_fields
 from python_backend import dtypes
 
 DTYPES = {key: d.triton for key, d in dtypes.DTYPES.items()}  # spec name -> Triton type (one table)
@@ -52,8 +53,8 @@ def check_tensor_name(name: str) -> None:
 class Tolerance:
     """How closely an output must reproduce its fp32 source (``outputs[i].tolerance``).
 
-    ``kind`` picks the defaults (``exporters.parity``): ``values`` are held to ``max_rel`` (the worst
-    difference over the output's largest reference magnitude); ``class_scores`` also to ``top1``, the
+    ``kind`` picks the defaults (``exporters.artifacts.parity``): ``values`` are held to ``max_rel`` (the
+    worst difference over the output's largest reference magnitude); ``class_scores`` also to ``top1``, the
     share of rows whose argmax must agree; ``embedding`` also to ``cosine``, the least cosine similarity
     of a row. A limit given here replaces the default; ``max_abs`` applies only when given.
     """

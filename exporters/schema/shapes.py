@@ -12,7 +12,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from exporters.errors import SpecError
-from exporters.typed import at_least, check_fields
+from exporters.schema.typed import at_least, check_fields
 
 
 @dataclass(frozen=True)

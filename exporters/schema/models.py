@@ -1,7 +1,7 @@
 """The declarative spec (``models.yaml``): what to serve, where it comes from, how to batch and place it.
 
-Each section is a frozen dataclass, and the dataclass is the schema (``exporters.typed``): its fields are
-the allowed keys, its defaults the defaults, ``Literal`` hints the choices. Invariants live in
+Each section is a frozen dataclass, and the dataclass is the schema (``exporters.schema.typed``): its
+fields are the allowed keys, its defaults the defaults, ``Literal`` hints the choices. Invariants live in
 ``__post_init__``, so an object built by the parser, by hand or by ``dataclasses.replace`` is checked
 the same way. Parsing is strict: unknown keys, wrong types and impossible values raise ``SpecError``
 naming the field path (``models[1].batching.max_queue_delay_us: must be >= 0``), because a typo in a
@@ -9,7 +9,7 @@ serving config otherwise surfaces as a silently different deployment.
 
 A pure schema: parsing reads no file. The tensors of a self-describing source (an ONNX file, a
 ``.pt2`` program) that the spec leaves out are filled in by ``exporters.resolve``, which reads the
-artifact; the sections shared with ``text_embeddings:`` live in ``exporters.spec_sections``.
+artifact; the sections shared with ``text_embeddings:`` live in ``exporters.schema.sections``.
 """
 
 from __future__ import annotations
@@ -20,8 +20,9 @@ from pathlib import Path
 from typing import Any, Literal
 
 from exporters.errors import SpecError
-from exporters.guards import check_batch_bounds, check_zoo_options
-from exporters.spec_sections import (
+from exporters.schema.bounded_yaml import check_expansion
+from exporters.schema.guards import check_batch_bounds, check_zoo_options
+from exporters.schema.sections import (
     INTEGER_DTYPES,
     MODEL_DTYPES,
     Batching,
@@ -32,10 +33,9 @@ from exporters.spec_sections import (
     Threads,
     served_float,
 )
-from exporters.spec_shapes import Shapes
-from exporters.spec_yaml import check_expansion
-from exporters.text_spec import TextEmbeddingSpec, parse_text_embeddings
-from exporters.typed import at_least, check_fields, parse, to_data
+from exporters.schema.shapes import Shapes
+from exporters.schema.text_embeddings import TextEmbeddingSpec, parse_text_embeddings
+from exporters.schema.typed import at_least, check_fields, parse, to_data
 from exporters.zoo import ZOO
 
 SplitKind = Literal["blocks", "embedding_dense"]
@@ -140,7 +140,7 @@ class ModelSpec:
     ``shapes`` (the lengths requests take as served) and ``buckets`` (lengths to pad requests up to)
     are for perf, tune and plan (``perf.measure.shapes``): Triton batches only requests of equal shapes.
 
-    ``precision: int8`` quantizes the fp32 graph (``exporters.int8``); its float tensors stay fp32.
+    ``precision: int8`` quantizes the fp32 graph (``exporters.precision.int8``); its float tensors stay fp32.
     Its activation ranges are calibrated on batches from ``calibration`` (a function like ``sample``,
     e.g. one that reads real data) when given, else from the same sampler as every other input.
     """
@@ -202,7 +202,7 @@ class ModelSpec:
         elif self.source_kind != "python" and self.options:
             raise SpecError("options", f"{self.source_kind} sources take no options (only zoo and python do)")
         # Options reach the content hash (as JSON) and the user's factory: bounded as expanded, also when
-        # the spec was built from data that did not come through exporters.spec_yaml.
+        # the spec was built from data that did not come through exporters.schema.bounded_yaml.
         check_expansion({"options": self.options})
 
     def _check_tensors(self) -> None:

@@ -20,13 +20,13 @@ import onnxruntime as ort
 import torch
 from torch import nn
 
+from exporters.artifacts.onnx_files import check_external_data, module_to_onnx
+from exporters.artifacts.parity import ParityReport, compare_outputs
 from exporters.errors import ExporterError, SpecError, StageExportError
-from exporters.onnx_files import check_external_data, module_to_onnx
-from exporters.parity import ParityReport, compare_outputs
-from exporters.pipeline_record import BoundaryRecord
-from exporters.spec import ModelSpec, PipelineSpec
-from exporters.spec_sections import TensorSpec
-from exporters.splitter import SplitPlan, plan_split, split_blocks
+from exporters.pipelines.record import BoundaryRecord
+from exporters.pipelines.splitter import SplitPlan, plan_split, split_blocks
+from exporters.schema.models import ModelSpec, PipelineSpec
+from exporters.schema.sections import TensorSpec
 from exporters.zoo.recommender import Recommender
 from python_backend.dtypes import DTYPES
 

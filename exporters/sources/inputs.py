@@ -15,9 +15,9 @@ from typing import Any
 import numpy as np
 
 from exporters.errors import SpecError
-from exporters.spec import ModelSpec, Spec
-from exporters.spec_sections import VARIABLE, TensorSpec
-from exporters.user_code import call_sampler, check_sampler_signature, import_object
+from exporters.schema.models import ModelSpec, Spec
+from exporters.schema.sections import VARIABLE, TensorSpec
+from exporters.sources.user_code import call_sampler, check_sampler_signature, import_object
 from exporters.zoo import ZOO
 from python_backend.dtypes import DTYPES
 

@@ -20,10 +20,10 @@ import yaml
 
 from exporters.devices import usable_cores
 from exporters.errors import SpecError
-from exporters.spec import HuggingFaceSource, ModelSpec, OnnxSource, PythonSource, TorchExportSource
-from exporters.spec_sections import INTEGER_DTYPES, TensorSpec, served_float
-from exporters.typed import to_data
-from exporters.user_code import call_sampler, import_object
+from exporters.schema.models import HuggingFaceSource, ModelSpec, OnnxSource, PythonSource, TorchExportSource
+from exporters.schema.sections import INTEGER_DTYPES, TensorSpec, served_float
+from exporters.schema.typed import to_data
+from exporters.sources.user_code import call_sampler, import_object
 from python_backend.dtypes import DTYPES
 
 # numpy dtype -> spec name, from the one dtype table
@@ -123,8 +123,8 @@ def _python_tensors(
         raise SpecError(
             "--sample", "a module does not state its input shapes; name a sample function (module:fn)"
         )
+    from exporters.artifacts.torch_reference import torch_reference, widen
     from exporters.sources.load import load_source
-    from exporters.torch_reference import torch_reference, widen
 
     function = import_object(sample, source.path, "--sample")
     draws = [call_sampler(function, sample, "--sample", 2, np.random.default_rng(seed)) for seed in range(8)]
@@ -243,7 +243,7 @@ def machine_hint(cores: int) -> str:
 def entry_yaml(spec: ModelSpec, cores: int | None = None, notes: Sequence[str] = ()) -> str:
     """The entry as YAML under ``models:``, ready to paste (defaults left out), with what the machine's
     ``cores`` (default: this process's usable cores) allow beyond the defaults, and ``notes`` (what
-    init found and changed, e.g. ``exporters.init_shapes``) as comments."""
+    init found and changed, e.g. ``exporters.init.shapes``) as comments."""
     text = yaml.safe_dump({"models": [to_data(spec)]}, sort_keys=False, default_flow_style=None, width=110)
     header = "# from `python -m exporters init`; paths are relative to the folder of the spec file\n"
     comments = "".join(

@@ -19,13 +19,13 @@ from pathlib import Path
 import numpy as np
 import torch
 
+from exporters.artifacts.records import read_record
 from exporters.errors import SpecError
-from exporters.pipeline_build import RECORD, make_stages
-from exporters.pipeline_record import PipelineRecord
-from exporters.pipeline_stages import check_stages, export_stage, load_stage
-from exporters.records import read_record
+from exporters.pipelines.build import RECORD, make_stages
+from exporters.pipelines.record import PipelineRecord
+from exporters.pipelines.stages import check_stages, export_stage, load_stage
+from exporters.schema.models import ModelSpec, PipelineSpec
 from exporters.sources.load import build_torch_model
-from exporters.spec import ModelSpec, PipelineSpec
 from exporters.zoo.recommender import Recommender
 from python_backend.dtypes import DTYPES
 from python_backend.torch_stage.embedding_rows import UPDATE_ROW, UPDATE_TABLE, UPDATE_VALUES

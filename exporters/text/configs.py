@@ -13,9 +13,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from exporters.configs import dynamic_batching, instance_groups
-from exporters.guards import guard_parameters
-from exporters.model_config import (
+from exporters.configs.model_config import (
     EnsembleStep,
     InstanceGroup,
     ModelConfig,
@@ -23,7 +21,9 @@ from exporters.model_config import (
     ModelWarmup,
     WarmupInput,
 )
-from exporters.text_spec import TextEmbeddingSpec
+from exporters.configs.models import dynamic_batching, instance_groups
+from exporters.schema.guards import guard_parameters
+from exporters.schema.text_embeddings import TextEmbeddingSpec
 
 EMBEDDING_DIM = 384
 TOKEN_INPUTS = ("input_ids", "attention_mask")

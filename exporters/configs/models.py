@@ -9,9 +9,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from exporters.errors import SpecError
-from exporters.guards import guard_parameters
-from exporters.model_config import (
+from exporters.configs.model_config import (
     InstanceGroup,
     ModelConfig,
     ModelDynamicBatching,
@@ -20,8 +18,10 @@ from exporters.model_config import (
     ModelWarmup,
     WarmupInput,
 )
-from exporters.spec import ModelSpec
-from exporters.spec_sections import DTYPES, Batching, TensorSpec
+from exporters.errors import SpecError
+from exporters.schema.guards import guard_parameters
+from exporters.schema.models import ModelSpec
+from exporters.schema.sections import DTYPES, Batching, TensorSpec
 
 # Asks the python-based onnxruntime backend to warm the sizes the loaded config forms beyond the
 # config's batch-1 warm-up (python_backend/onnxruntime/model.py reads it; the native backend ignores it).

@@ -13,8 +13,8 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
-from exporters.records import write_record
-from exporters.splitter import SplitPlan
+from exporters.artifacts.records import write_record
+from exporters.pipelines.splitter import SplitPlan
 
 
 @dataclass(frozen=True)

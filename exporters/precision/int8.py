@@ -12,7 +12,8 @@ Only ops that carry weights are quantized (``MatMul`` and ``Gemm`` with a consta
 activations (attention scores) stay fp32: quantizing them too cost the text encoder most of its
 accuracy for little speed (docs/SPEC.md). ``keep`` leaves further nodes in fp32 (by a part of their
 name), for layers a model is known to be sensitive in. Whether the result is good enough is not
-decided here: the exporter holds it to the fp32 source with the one parity check (``exporters.parity``).
+decided here: the exporter holds it to the fp32 source with the one parity check
+(``exporters.artifacts.parity``).
 
 ``to_int8_dynamic`` (the text encoder) quantizes activations at run time instead, after moving the
 outlier channels of each ``MatMul`` input to fp32: static QDQ of all-MiniLM-L6-v2 stayed below the
@@ -90,12 +91,12 @@ def to_int8(data: bytes, calibration: Iterable[Mapping[str, np.ndarray]], keep: 
 def to_int8_dynamic(data: bytes, calibration: Iterable[Mapping[str, np.ndarray]]) -> bytes:
     """``data`` (an fp32 ONNX file) with its weighted ``MatMul``s in int8, activations quantized at run
     time (ONNX Runtime's dynamic quantization, weights per output channel), the outlier input channels
-    ``calibration`` reveals kept in fp32 (``exporters.outlier_split``). For transformer encoders, where
-    static QDQ's fixed activation ranges lose too much (docs/SPEC.md); not a QDQ graph, so TensorRT
-    does not read it as INT8."""
+    ``calibration`` reveals kept in fp32 (``exporters.precision.outlier_split``). For transformer
+    encoders, where static QDQ's fixed activation ranges lose too much (docs/SPEC.md); not a QDQ graph,
+    so TensorRT does not read it as INT8."""
     from onnxruntime.quantization import QuantType, quantize_dynamic
 
-    from exporters.outlier_split import split_outlier_channels
+    from exporters.precision.outlier_split import split_outlier_channels
 
     with tempfile.TemporaryDirectory(prefix="int8-") as folder:
         source, target = _prepared(data, Path(folder)), Path(folder) / "int8.onnx"

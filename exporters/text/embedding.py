@@ -6,9 +6,9 @@ the sentence embedding itself. fp32 uses the TorchScript-based exporter (opset 1
 fp16 is that graph converted with onnxruntime's float16 tool, keeping ``LayerNormalization`` and the
 graph's inputs/outputs in fp32 (a graph exported from a halved module does not load: onnxruntime binds
 LayerNormalization's inputs to different types); int8 is that graph's ``MatMul``s quantized dynamically
-with their outlier input channels kept fp32 (``exporters.int8``). Each is checked against torch on real
-token batches of several lengths before they take their final name, through the one parity check
-(``exporters.parity``, kind ``embedding``: cosine and max_rel, the spec's ``tolerance:`` or the
+with their outlier input channels kept fp32 (``exporters.precision.int8``). Each is checked against torch on
+real token batches of several lengths before they take their final name, through the one parity check
+(``exporters.artifacts.parity``, kind ``embedding``: cosine and max_rel, the spec's ``tolerance:`` or the
 precision's defaults); ``export.json`` records the figures and limits, a content hash (weights,
 precision, exporter) and the file's SHA-256: a rebuild skips the work only while both still match (a
 truncated ``model.onnx`` is rebuilt, never reported cached).
@@ -32,16 +32,16 @@ import torch
 import torch.nn.functional as F  # noqa: N812 (the conventional name)
 from torch import nn
 
+from exporters.artifacts.file_hash import file_matches, file_sha256
+from exporters.artifacts.onnx_files import OPSET, check_external_data, module_to_onnx
+from exporters.artifacts.parity import ParityReport, compare_outputs
+from exporters.artifacts.records import read_record, write_record
+from exporters.configs.model_config import ModelConfig, write_config
 from exporters.errors import SpecError
-from exporters.file_hash import file_matches, file_sha256
-from exporters.fp16 import to_fp16
-from exporters.int8 import to_int8_dynamic
-from exporters.model_config import ModelConfig, write_config
-from exporters.onnx_files import OPSET, check_external_data, module_to_onnx
-from exporters.parity import ParityReport, compare_outputs
-from exporters.records import read_record, write_record
-from exporters.text_configs import TOKEN_INPUTS, text_configs
-from exporters.text_spec import TextEmbeddingSpec
+from exporters.precision.fp16 import to_fp16
+from exporters.precision.int8 import to_int8_dynamic
+from exporters.schema.text_embeddings import TextEmbeddingSpec
+from exporters.text.configs import TOKEN_INPUTS, text_configs
 from python_backend import install_onnxruntime_backend, install_text_tokenizer
 from python_backend.atomic_files import copy_file, staged
 
@@ -156,7 +156,7 @@ def encoder_onnx(
 ) -> bytes:  # fmt: skip
     """The encoder as ONNX bytes: exported in fp32, converted for fp16 (LayerNormalization and the
     graph's inputs and outputs kept fp32), or quantized for int8 (dynamic, outlier channels of
-    ``calibration`` kept fp32: ``exporters.int8.to_int8_dynamic``)."""
+    ``calibration`` kept fp32: ``exporters.precision.int8.to_int8_dynamic``)."""
     data = module_to_onnx(
         encoder, tuple(torch.from_numpy(example[name]) for name in TOKEN_INPUTS), list(TOKEN_INPUTS),
         ["embedding"], variable_axes={name: {1: "sequence"} for name in TOKEN_INPUTS},
@@ -174,7 +174,8 @@ def check_against_torch(
     path: Path, encoder: SentenceEncoder, batches: Iterable[dict[str, np.ndarray]], spec: TextEmbeddingSpec
 ) -> ParityReport:
     """The ONNX file's embeddings against torch's over ``batches``, through the one check
-    (``exporters.parity``, kind ``embedding``); the worst figures, or ``ExportCheckError`` naming them."""
+    (``exporters.artifacts.parity``, kind ``embedding``); the worst figures, or ``ExportCheckError`` naming
+    them."""
     session = ort.InferenceSession(str(path), providers=["CPUExecutionProvider"])
     worst = None
     for batch in batches:

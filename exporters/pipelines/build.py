@@ -26,14 +26,15 @@ import torch
 from torch import nn
 
 import python_backend
+from exporters.artifacts.file_hash import file_matches, file_sha256
+from exporters.artifacts.records import read_record
+from exporters.configs.model_config import ModelConfig, write_config
 from exporters.errors import SpecError
-from exporters.file_hash import file_matches, file_sha256
-from exporters.inputs import draw_inputs
-from exporters.model_config import ModelConfig, write_config
 from exporters.onnx_export import content_hash
-from exporters.pipeline_configs import pipeline_configs
-from exporters.pipeline_record import PipelineRecord, StageRecord
-from exporters.pipeline_stages import (
+from exporters.pipelines.configs import pipeline_configs
+from exporters.pipelines.record import PipelineRecord, StageRecord
+from exporters.pipelines.splitter import SplitPlan
+from exporters.pipelines.stages import (
     Stage,
     Tensors,
     block_stages,
@@ -46,10 +47,9 @@ from exporters.pipeline_stages import (
     stage_artifact,
     stage_examples,
 )
-from exporters.records import read_record
+from exporters.schema.models import ModelSpec, PipelineSpec, Spec
+from exporters.sources.inputs import draw_inputs
 from exporters.sources.load import build_torch_model
-from exporters.spec import ModelSpec, PipelineSpec, Spec
-from exporters.splitter import SplitPlan
 from python_backend.atomic_files import staged
 
 log = logging.getLogger(__name__)
@@ -86,7 +86,7 @@ def make_stages(
     build_id: str = "",
 ) -> tuple[list[Stage], SplitPlan | None]:  # fmt: skip
     """The pipeline's stages in torch (planning the cuts now unless ``plan`` is given); ``build_id``
-    names their boundary tensors (``pipeline_stages.boundary_name``)."""
+    names their boundary tensors (``stages.boundary_name``)."""
     if pipeline.split == "embedding_dense":
         return embedding_dense_stages(pipeline, spec, model, build_id), None
     example = _samples(spec, model, min(COST_BATCH, spec.max_batch_size), seed=0)[spec.inputs[0].name]
