@@ -52,9 +52,9 @@ from google.protobuf import text_format
 
 import python_backend
 from client.stats import fetch_stats
-from exporters.model_config import read_config
+from exporters.configs.model_config import read_config
 from exporters.repository import build_repository
-from exporters.spec import parse_spec
+from exporters.schema.models import parse_spec
 from perf.measure.analyzer import PerfAnalyzerEngine, find_perf_analyzer
 from perf.measure.engine import MeasureSettings
 from perf.measure.loads import closed_loop
