@@ -34,6 +34,7 @@ import asyncio
 import functools
 import logging
 from collections.abc import AsyncIterator, Awaitable, Callable
+from dataclasses import dataclass, field
 
 import grpc
 from google.protobuf import json_format
@@ -42,11 +43,29 @@ from tritonclient.grpc import service_pb2
 
 from server.admin import GRPC_ADMIN_HEADER, GRPC_FRONT_HEADER
 from server.fronts import shm_ownership
+from server.fronts.allow_list import ModelSignature
+from server.fronts.client_slots import ClientSlots, SlotLimits
+from server.fronts.deadlines import (
+    DEFAULT_DEADLINE_S,
+    DEFAULT_MAX_OVERDUE,
+    OVERDUE_TIMEOUT_S,
+    Overdue,
+    within_deadline,
+)
 from server.fronts.grpc_request import SERVICE, check_request, model_to_check, parse_request
-from server.fronts.model_shapes import ModelShapesCache
+from server.fronts.model_shapes import ModelSignatures
 from server.fronts.peer import peer_uid
-from server.fronts.process import MIB, admin_key, front_parser, region_rules, run_front
-from server.fronts.refusal import RequestRefusedError
+from server.fronts.process import (
+    MIB,
+    add_slot_arguments,
+    admin_key,
+    front_parser,
+    region_rules,
+    run_front,
+    slot_limits,
+)
+from server.fronts.refusal import Refusal, RequestRefusedError
+from server.fronts.stream_waits import STREAM_WATCH_S, StreamWaits
 from server.fronts.upstream_state import UpstreamState
 
 log = logging.getLogger(__name__)
@@ -65,14 +84,42 @@ CHANNEL_OPTIONS = [
 # A connection must finish its HTTP/2 preface and SETTINGS within this (grpc's default: 60 s, measured),
 # or it is closed (fault matrix row 41): a client could hold 300 half-open connections that long.
 HANDSHAKE_TIMEOUT_MS = 10_000
+# Triton's answers for a model it has no config for: passed on as they are, in its words
+TRITON_REFUSALS = {
+    grpc.StatusCode.NOT_FOUND: Refusal.NOT_FOUND,
+    grpc.StatusCode.INVALID_ARGUMENT: Refusal.INVALID,
+}
 MAX_IDLE_MS = 300_000  # a connection with no call for 5 minutes is closed (GOAWAY: clients reconnect)
+
+
+@dataclass(frozen=True)
+class GrpcLimits:
+    max_message_bytes: int = MAX_MESSAGE_BYTES  # any call; an inference is bounded by its model's too
+    deadline_s: float = DEFAULT_DEADLINE_S  # an inference, unless its config's request_deadline_s says
+    max_overdue: int = DEFAULT_MAX_OVERDUE  # per model: requests past their deadline Triton still runs
+    slots: SlotLimits = field(default_factory=SlotLimits)  # inference calls (a stream: one for its life)
+
+
+def _peer(context: grpc.aio.ServicerContext) -> tuple[str, str]:
+    """(address, connection) of the caller: ``ipv4:127.0.0.1:54321`` is address ``127.0.0.1``."""
+    peer = context.peer() or ""
+    host = peer.split(":", 1)[1].rpartition(":")[0] if peer.startswith(("ipv4:", "ipv6:")) else peer
+    return host, peer
 
 
 class GrpcFront(grpc.GenericRpcHandler):
     """Checks each call of the inference service and forwards it to ``upstream`` as bytes."""
 
-    def __init__(self, upstream: str, key: str, rules: shm_ownership.RegionRules, listen: str) -> None:
+    def __init__(
+        self,
+        upstream: str,
+        key: str,
+        rules: shm_ownership.RegionRules,
+        listen: str,
+        limits: GrpcLimits | None = None,
+    ) -> None:
         self.upstream, self.key, self.rules = upstream, key, rules
+        self.limits = limits or GrpcLimits()
         host, port = listen.rsplit(":", 1)
         self.local = (host.strip("[]"), int(port))
         self.state = UpstreamState(f"tritonserver's gRPC at {upstream}", log, "UNAVAILABLE")
@@ -82,7 +129,9 @@ class GrpcFront(grpc.GenericRpcHandler):
             request_serializer=service_pb2.ModelConfigRequest.SerializeToString,
             response_deserializer=service_pb2.ModelConfigResponse.FromString,
         )
-        self.shapes = ModelShapesCache(self._model_config)
+        self.signatures = ModelSignatures(self._model_config, self.limits.max_message_bytes)
+        self.slots = ClientSlots(self.limits.slots)
+        self.overdue = Overdue(self.limits.max_overdue)
         self.handlers = {
             method.name: self._handler(method.name, method.client_streaming) for method in SERVICE.methods
         }
@@ -99,12 +148,14 @@ class GrpcFront(grpc.GenericRpcHandler):
         method = handler_call_details.method
         return self.handlers.get(method[len(PREFIX) :]) if method.startswith(PREFIX) else None
 
-    async def _model_config(self, model: str, version: str) -> dict | None:
-        """The config Triton serves for ``model``, as a dict, or None when it has none."""
+    async def _model_config(self, model: str, version: str) -> dict:
+        """The config Triton serves for ``model``, as a dict, or Triton's refusal when it has none."""
         try:
             answer = await self.config_call(service_pb2.ModelConfigRequest(name=model, version=version))
-        except grpc.aio.AioRpcError:
-            return None
+        except grpc.aio.AioRpcError as error:
+            if error.code() in TRITON_REFUSALS:
+                raise RequestRefusedError(error.details() or "", TRITON_REFUSALS[error.code()]) from error
+            raise
         return json_format.MessageToDict(answer.config, preserving_proto_field_name=True)
 
     def _client(self, context: grpc.aio.ServicerContext) -> shm_ownership.Client:
@@ -124,16 +175,25 @@ class GrpcFront(grpc.GenericRpcHandler):
         ]
         return [*kept, (GRPC_FRONT_HEADER, self.key)] if self.key else kept
 
-    async def _check(self, name: str, raw: bytes, context: grpc.aio.ServicerContext) -> Message | None:
+    async def _check(
+        self, name: str, raw: bytes, context: grpc.aio.ServicerContext
+    ) -> tuple[Message | None, ModelSignature | None]:
         """``RequestRefusedError`` unless the call's message passes the checks
-        (``server.fronts.grpc_request``); returns it parsed."""
+        (``server.fronts.grpc_request``); returns it parsed, with its model's config for an inference
+        (whose message must also be no larger than the model's largest valid request)."""
         request = parse_request(name, raw)
         if request is None:
-            return None
+            return None, None
         wanted = model_to_check(name, request)
-        model = await self.shapes.get(*wanted) if wanted else None
+        model = await self.signatures.get(*wanted) if wanted else None
+        if model is not None and len(raw) > model.largest_request_bytes():
+            raise RequestRefusedError(
+                f"message of {len(raw)} bytes exceeds {model.largest_request_bytes()}, the largest request "
+                f"model '{model.model}' takes",
+                Refusal.TOO_LARGE,
+            )
         check_request(name, request, self.rules, functools.partial(self._client, context), model)
-        return request
+        return request, model
 
     async def _upstream_error(self, error: grpc.aio.AioRpcError, context: grpc.aio.ServicerContext) -> None:
         """Answer the client with Triton's error; note when Triton itself is unreachable."""
@@ -144,28 +204,56 @@ class GrpcFront(grpc.GenericRpcHandler):
             )
         await context.abort(error.code(), error.details() or "", tuple(error.trailing_metadata() or ()))
 
+    def _upstream_timeout(self, context: grpc.aio.ServicerContext) -> float:
+        """How long a call may wait on Triton: the client's own deadline, at most ``OVERDUE_TIMEOUT_S``
+        (an overdue call runs on until Triton answers it, not for ever)."""
+        remaining = context.time_remaining()
+        return OVERDUE_TIMEOUT_S if remaining is None else min(remaining, OVERDUE_TIMEOUT_S)
+
     async def _unary(self, name: str, upstream_call, raw: bytes, context: grpc.aio.ServicerContext) -> bytes:
         try:
-            request = await self._check(name, raw, context)
+            request, model = await self._check(name, raw, context)
+            call = functools.partial(
+                upstream_call, raw, metadata=self._metadata(context), timeout=self._upstream_timeout(context)
+            )
+            if model is None:
+                answer = await call()
+            else:
+                address, connection = _peer(context)
+                deadline = model.deadline_s or self.limits.deadline_s
+                answer = await within_deadline(
+                    self.slots, address, connection, self.overdue, model.model, deadline, call
+                )
         except RequestRefusedError as refusal:
             await context.abort(grpc.StatusCode[refusal.kind.grpc_code], str(refusal))
-        try:
-            answer = await upstream_call(
-                raw, metadata=self._metadata(context), timeout=context.time_remaining()
-            )
         except grpc.aio.AioRpcError as error:
             await self._upstream_error(error, context)
         self.state.up()
         if name in ("RepositoryModelLoad", "RepositoryModelUnload") and request is not None:
-            self.shapes.forget(request.model_name)
+            self.signatures.forget(request.model_name)
         return answer
 
     async def _stream(self, upstream_stream, requests: AsyncIterator[bytes], context) -> AsyncIterator[bytes]:
+        """A stream holds one slot for its life (``wait_s``: the front's deadline to get one); see
+        ``_relay`` for its messages."""
+        address, connection = _peer(context)
+        try:
+            async with self.slots.held(address, connection, wait_s=self.limits.deadline_s):
+                async for answer in self._relay(upstream_stream, requests, context):
+                    yield answer
+        except RequestRefusedError as refusal:
+            await context.abort(grpc.StatusCode[refusal.kind.grpc_code], str(refusal))
+
+    async def _relay(self, upstream_stream, requests: AsyncIterator[bytes], context) -> AsyncIterator[bytes]:
         """Forward the stream message by message; a refused message gets its error on the stream, and
         one that is not a ``ModelInferRequest`` at all ends the stream with ``INVALID_ARGUMENT`` (there
-        is no request to answer; fault matrix row 40)."""
-        call = upstream_stream(metadata=self._metadata(context), timeout=context.time_remaining())
+        is no request to answer; fault matrix row 40). At most ``per_connection`` messages wait for
+        their answer (the next gets an error on the stream), and a message its model does not answer
+        within its deadline ends the stream with ``DEADLINE_EXCEEDED`` (Triton drops what the ended
+        call still had queued)."""
+        call = upstream_stream(metadata=self._metadata(context), timeout=self._upstream_timeout(context))
         answers: asyncio.Queue = asyncio.Queue()
+        waiting = StreamWaits(self.limits.slots.per_connection)
         finished = object()
 
         async def send() -> None:
@@ -177,7 +265,9 @@ class GrpcFront(grpc.GenericRpcHandler):
         async def forward_requests() -> None:
             async for raw in requests:
                 try:
-                    await self._check("ModelStreamInfer", raw, context)
+                    request, model = await self._check("ModelStreamInfer", raw, context)
+                    assert model is not None
+                    waiting.add(request, model.deadline_s or self.limits.deadline_s)
                 except RequestRefusedError as refusal:
                     try:
                         request = service_pb2.ModelInferRequest.FromString(raw)
@@ -195,12 +285,21 @@ class GrpcFront(grpc.GenericRpcHandler):
         async def receive() -> None:
             try:
                 async for raw in call:
+                    waiting.answered(raw)
                     await answers.put(raw)
             except grpc.aio.AioRpcError as error:
                 await answers.put(error)
             await answers.put(finished)
 
-        tasks = [asyncio.ensure_future(send()), asyncio.ensure_future(receive())]
+        async def watch() -> None:
+            while True:
+                await asyncio.sleep(STREAM_WATCH_S)
+                late = waiting.overdue()
+                if late is not None:
+                    await answers.put(late)
+                    return
+
+        tasks = [asyncio.ensure_future(job()) for job in (send, receive, watch)]
         try:
             while (item := await answers.get()) is not finished:
                 if isinstance(item, grpc.aio.AioRpcError):
@@ -214,10 +313,9 @@ class GrpcFront(grpc.GenericRpcHandler):
             call.cancel()
 
 
-async def start_front(
-    listen: str, front: GrpcFront, max_message_bytes: int = MAX_MESSAGE_BYTES
-) -> Callable[[], Awaitable[None]]:
+async def start_front(listen: str, front: GrpcFront) -> Callable[[], Awaitable[None]]:
     """Listen on ``listen``; returns the coroutine function that stops the front."""
+    max_message_bytes = front.limits.max_message_bytes
     server = grpc.aio.server(
         options=[
             ("grpc.max_receive_message_length", max_message_bytes),
@@ -243,12 +341,12 @@ def main(argv: list[str] | None = None) -> None:
         "python -m server.fronts.grpc_front", __doc__, "host:port of tritonserver's gRPC endpoint"
     )
     parser.add_argument("--max-message-mib", type=int, default=MAX_MESSAGE_BYTES // MIB)
+    add_slot_arguments(parser)
     args = parser.parse_args(argv)
-    run_front(
+    limits = GrpcLimits(args.max_message_mib * MIB, args.deadline_s, args.max_overdue, slot_limits(args))
+    run_front(  # the front is made inside the event loop: its channel belongs to that loop
         lambda: start_front(
-            args.listen,
-            GrpcFront(args.upstream, admin_key(), region_rules(args), args.listen),
-            args.max_message_mib * MIB,
+            args.listen, GrpcFront(args.upstream, admin_key(), region_rules(args), args.listen, limits)
         ),
         args,
     )

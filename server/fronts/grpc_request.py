@@ -5,9 +5,10 @@ by ``server.fronts.grpc_front`` before a message is forwarded.
 * a message that is not the method's request type is refused (a stream message that is no
   ``ModelInferRequest`` ends the stream there; fault matrix row 40);
 * ``ModelInfer`` and each ``ModelStreamInfer`` message: no input may declare more bytes than its raw
-  contents, typed contents or shared-memory range carry, nor a shape its model's config does not allow,
-  nor a dimension above 2^31 - 1 (``server.fronts.tensor_limits``, shared with the HTTP front; rows 19,
-  37 and 39), and every shared-memory range it names must be the client's own;
+  contents, typed contents or shared-memory range carry, nor a dimension above 2^31 - 1
+  (``server.fronts.tensor_limits``; rows 19, 37 and 39); then the request must be one its model's
+  config accepts, exactly (``server.fronts.allow_list``, shared with the HTTP front; rows 49–51); and
+  every shared-memory range it names must be the client's own;
 * system shared-memory register/unregister only for regions the client owns, CUDA shared memory with
   the admin key only (``server.fronts.shm_ownership``, shared with the HTTP front);
 * model names without control characters (Triton would read ``recommender\\x00x`` as ``recommender``;
@@ -26,15 +27,9 @@ from google.protobuf.message import DecodeError, Message
 from tritonclient.grpc import service_pb2
 
 from server.fronts import shm_ownership
+from server.fronts.allow_list import CarriedInput, Carrier, ModelSignature, check_allowed
 from server.fronts.refusal import RequestRefusedError
-from server.fronts.tensor_limits import (
-    ModelShapes,
-    check_declared_size,
-    check_fits_model,
-    check_model_name,
-    check_shape,
-    element_bytes,
-)
+from server.fronts.tensor_limits import check_declared_size, check_model_name, check_shape, element_bytes
 
 SERVICE = service_pb2.DESCRIPTOR.services_by_name["GRPCInferenceService"]
 REQUEST_TYPES = {
@@ -90,40 +85,80 @@ def _region_use(parameters: Any, where: str) -> shm_ownership.RegionUse | None:
     return shm_ownership.RegionUse(region, offset or 0, size)
 
 
+# The typed-contents field of each datatype (FP16 and BF16 have none: raw contents only)
+TYPED_FIELDS = {
+    "BOOL": "bool_contents", "INT8": "int_contents", "INT16": "int_contents", "INT32": "int_contents",
+    "INT64": "int64_contents", "UINT8": "uint_contents", "UINT16": "uint_contents",
+    "UINT32": "uint_contents", "UINT64": "uint64_contents", "FP32": "fp32_contents",
+    "FP64": "fp64_contents", "BYTES": "bytes_contents",
+}  # fmt: skip
+
+
+def _typed(tensor: service_pb2.ModelInferRequest.InferInputTensor) -> CarriedInput:
+    """An input sent as typed contents: the values of its datatype's field, and no other field."""
+    field = TYPED_FIELDS.get(tensor.datatype)
+    used = [name for name in CONTENTS if len(getattr(tensor.contents, name))]
+    if field is None or any(name != field for name in used):
+        expected = f"goes in {field}" if field else "has no typed contents field: send it as raw contents"
+        raise RequestRefusedError(
+            f"input {tensor.name!r}: {tensor.datatype} data {expected}, got {', '.join(used) or 'none'}"
+        )
+    values = len(getattr(tensor.contents, field))
+    return CarriedInput(tensor.name, tensor.datatype, tuple(tensor.shape), Carrier.TYPED, values)
+
+
 def check_infer_request(
-    request: service_pb2.ModelInferRequest, model: ModelShapes | None = None
+    request: service_pb2.ModelInferRequest, model: ModelSignature
 ) -> list[shm_ownership.RegionUse]:
-    """``RequestRefusedError`` unless every input carries what its shape declares and fits what
-    ``model`` (the config of the model it names, when known) allows; returns the shared-memory ranges
-    the request names (checked against their owner by ``check_request``)."""
+    """``RequestRefusedError`` unless every input carries what its shape declares and ``model``'s config
+    (the model the request names) accepts the request (``server.fronts.allow_list``); returns the
+    shared-memory ranges it names (checked against their owner by ``check_request``)."""
     check_model_name(request.model_name)
     uses: list[shm_ownership.RegionUse] = []
+    carried: list[CarriedInput] = []
+    raw = request.raw_input_contents
     raw_index = 0  # Triton hands raw contents, in order, to the inputs without shm or typed contents
     for tensor in request.inputs:
         shape = check_shape(tensor.name, list(tensor.shape))
+        per_element = element_bytes(tensor.datatype)
         region = _region_use(tensor.parameters, f"input {tensor.name!r}")
         if region is not None:
             uses.append(region)
-            check_declared_size(
-                tensor.name,
-                shape,
-                element_bytes(tensor.datatype),
-                region.byte_size,
-                "its shared memory range",
+            check_declared_size(tensor.name, shape, per_element, region.byte_size, "its shared memory range")
+            size = region.byte_size
+            carried.append(
+                CarriedInput(tensor.name, tensor.datatype, tuple(shape), Carrier.SHARED_MEMORY, size)
             )
         elif tensor.HasField("contents"):
+            if raw:
+                raise RequestRefusedError(
+                    f"input {tensor.name!r}: contents field must not be specified when using "
+                    f"raw_input_contents for model {request.model_name!r}"
+                )
             values = max(len(getattr(tensor.contents, field)) for field in CONTENTS)
             check_declared_size(tensor.name, shape, 1, values, "its typed data")
+            carried.append(_typed(tensor))
         else:
-            raw = request.raw_input_contents
-            carried = len(raw[raw_index]) if raw_index < len(raw) else 0
+            if raw_index >= len(raw):
+                raise RequestRefusedError(
+                    f"input {tensor.name!r} carries no data: no shared memory region, no typed contents "
+                    "and no raw_input_contents entry for it"
+                )
+            payload = raw[raw_index]
             raw_index += 1
-            check_declared_size(tensor.name, shape, element_bytes(tensor.datatype), carried, "its raw data")
-        check_fits_model(tensor.name, shape, element_bytes(tensor.datatype), model)
+            check_declared_size(tensor.name, shape, per_element, len(payload), "its raw data")
+            carried.append(
+                CarriedInput(tensor.name, tensor.datatype, tuple(shape), Carrier.RAW, len(payload), payload)
+            )
+    if raw_index != len(raw):
+        raise RequestRefusedError(
+            f"the request has {len(raw)} raw_input_contents entries for {raw_index} inputs sent as raw data"
+        )
     for output in request.outputs:
         region = _region_use(output.parameters, f"output {output.name!r}")
         if region is not None:
             uses.append(region)
+    check_allowed(model, carried, [output.name for output in request.outputs])
     return uses
 
 
@@ -132,13 +167,15 @@ def check_request(
     request: Message,
     rules: shm_ownership.RegionRules,
     client: Callable[[], shm_ownership.Client],
-    model: ModelShapes | None = None,
+    model: ModelSignature | None = None,
 ) -> None:
     """``RequestRefusedError`` unless the call of ``method`` with ``request`` may reach Triton.
-    ``model`` is what the config of the model an inference call names allows (``model_to_check``);
-    ``client`` says who is calling, asked only for calls that touch shared memory (it reads the
-    kernel's socket tables)."""
+    ``model`` is the config of the model an inference call names (``model_to_check``): an inference
+    call is never checked without one. ``client`` says who is calling, asked only for calls that touch
+    shared memory (it reads the kernel's socket tables)."""
     if method in INFER_METHODS:
+        if model is None:
+            raise ValueError(f"{method} is checked against its model's config; none was given")
         uses = check_infer_request(request, model)
         if uses:
             shm_ownership.check_uses(rules, client(), uses)

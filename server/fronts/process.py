@@ -22,6 +22,8 @@ from collections.abc import Awaitable, Callable
 from pathlib import Path
 
 from server.admin import KEY_ENV
+from server.fronts.client_slots import SlotLimits
+from server.fronts.deadlines import DEFAULT_DEADLINE_S, DEFAULT_MAX_OVERDUE
 from server.fronts.shm_ownership import RegionRules, remember_server_regions
 from server.shm_regions import make_owner_only
 from server.stubs import stub_regions
@@ -37,6 +39,44 @@ def front_parser(prog: str, description: str | None, upstream_help: str) -> argp
     parser.add_argument("--owner-pid", type=int, help="the process that started this front")
     parser.add_argument("--shm-prefix", default="", help="the server's Python-backend region prefix")
     return parser
+
+
+def add_slot_arguments(parser: argparse.ArgumentParser) -> None:
+    """The deadline and per-client limits, the same flags on both fronts (``server.fronts.deadlines``,
+    ``server.fronts.client_slots``)."""
+    slots = SlotLimits()
+    parser.add_argument(
+        "--deadline-s",
+        type=float,
+        default=DEFAULT_DEADLINE_S,
+        help="an inference is answered within this (504 / DEADLINE_EXCEEDED after it), unless its model's "
+        "config sets the request_deadline_s parameter",
+    )
+    parser.add_argument(
+        "--max-overdue",
+        type=int,
+        default=DEFAULT_MAX_OVERDUE,
+        help="requests past their deadline tritonserver may still run per model (503 / UNAVAILABLE beyond)",
+    )
+    parser.add_argument(
+        "--upstream-slots", type=int, default=slots.capacity, help="requests forwarded at once, all clients"
+    )
+    parser.add_argument(
+        "--max-client-requests",
+        type=int,
+        default=slots.per_address,
+        help="requests one client address may have waiting (429 / RESOURCE_EXHAUSTED beyond)",
+    )
+    parser.add_argument(
+        "--max-connection-requests",
+        type=int,
+        default=slots.per_connection,
+        help="requests one client connection may have waiting (429 / RESOURCE_EXHAUSTED beyond)",
+    )
+
+
+def slot_limits(args: argparse.Namespace) -> SlotLimits:
+    return SlotLimits(args.upstream_slots, args.max_client_requests, args.max_connection_requests)
 
 
 def admin_key() -> str:

@@ -12,8 +12,12 @@ class Refusal(Enum):
 
     INVALID = (400, "INVALID_ARGUMENT")
     FORBIDDEN = (403, "PERMISSION_DENIED")
+    NOT_FOUND = (404, "NOT_FOUND")  # an unknown model, in Triton's words
     TOO_LARGE = (413, "RESOURCE_EXHAUSTED")
     UNSUPPORTED = (415, "UNIMPLEMENTED")
+    TOO_MANY = (429, "RESOURCE_EXHAUSTED")  # a client over its share of requests in flight
+    UNAVAILABLE = (503, "UNAVAILABLE")  # Triton unreachable, or the front's parsers all busy
+    DEADLINE = (504, "DEADLINE_EXCEEDED")  # the model did not answer within its deadline
 
     @property
     def http_status(self) -> int:
@@ -30,3 +34,7 @@ class RequestRefusedError(ValueError):
     def __init__(self, message: str, kind: Refusal = Refusal.INVALID) -> None:
         super().__init__(message)
         self.kind = kind
+
+    def __reduce__(self) -> tuple:
+        """Pickled with its kind: the HTTP front checks large JSON bodies in a worker process."""
+        return type(self), (str(self), self.kind)
