@@ -11,7 +11,7 @@ from tritonclient.grpc import model_config_pb2
 
 SLOW = "slow"
 DEADLINE_S = 3.0  # the model's request_deadline_s: the fronts answer 504 after this long
-MAX_BATCH = 8
+MAX_BATCH = 64  # the requests that wait are answered by one sleep, so a drain is quick
 MODEL_PY = '''
 import os
 import sys
@@ -34,13 +34,13 @@ class TritonPythonModel:
 '''
 
 
-def write_slow_model(repository: Path, deadline_s: float = DEADLINE_S) -> None:
+def write_slow_model(repository: Path, deadline_s: float = DEADLINE_S, instances: int = 1) -> None:
     """``slow``: ``seconds`` FP32 [batch, 1] in, the same out, after sleeping that long; dynamic batching
     gathers the requests that wait, so one sleep answers a batch of them."""
     config = model_config_pb2.ModelConfig(name=SLOW, backend="python", max_batch_size=MAX_BATCH)
     config.input.add(name="seconds", data_type=model_config_pb2.TYPE_FP32, dims=[1])
     config.output.add(name="slept", data_type=model_config_pb2.TYPE_FP32, dims=[1])
-    config.instance_group.add(kind=model_config_pb2.ModelInstanceGroup.KIND_CPU, count=1)
+    config.instance_group.add(kind=model_config_pb2.ModelInstanceGroup.KIND_CPU, count=instances)
     config.dynamic_batching.max_queue_delay_microseconds = 1000
     config.parameters["request_deadline_s"].string_value = f"{deadline_s:g}"
     (repository / SLOW / "1").mkdir(parents=True)
