@@ -160,7 +160,10 @@ class GrpcFront(grpc.GenericRpcHandler):
         except grpc.aio.AioRpcError as error:
             if error.code() in TRITON_REFUSALS:
                 raise RequestRefusedError(error.details() or "", TRITON_REFUSALS[error.code()]) from error
+            if error.code() == grpc.StatusCode.UNAVAILABLE:
+                self.state.down(error.details())
             raise
+        self.state.up()
         return json_format.MessageToDict(answer.config, preserving_proto_field_name=True)
 
     def _client(self, context: grpc.aio.ServicerContext) -> shm_ownership.Client:

@@ -267,9 +267,14 @@ class HttpFront:
         assert self.quick is not None
         versioned = f"/versions/{version}" if version else ""
         url = URL(f"/v2/models/{model}{versioned}/config", encoded=True)
-        async with self.quick.get(url, headers={"Accept-Encoding": "identity"}) as answer:
-            document = await answer.json(content_type=None)
-            status = answer.status
+        try:
+            async with self.quick.get(url, headers={"Accept-Encoding": "identity"}) as answer:
+                document = await answer.json(content_type=None)
+                status = answer.status
+        except (ClientError, asyncio.TimeoutError) as error:
+            self.state.down(error)  # logged once, like a forwarded request that finds Triton down
+            raise
+        self.state.up()
         if status == 200 and isinstance(document, dict):
             return document
         message = document.get("error") if isinstance(document, dict) else None
