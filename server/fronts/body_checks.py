@@ -15,9 +15,12 @@ needs no parsing. Smaller bodies are checked on the loop: moving them would cost
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import ctypes
 import functools
 import logging
 import multiprocessing
+import signal
 from collections.abc import Callable
 from concurrent.futures import ProcessPoolExecutor
 from concurrent.futures.process import BrokenProcessPool
@@ -30,6 +33,16 @@ T = TypeVar("T")
 INLINE_BYTES = 256 << 10  # about 30k JSON numbers: some 50 ms on the loop
 DEFAULT_WORKERS = 1
 DEFAULT_MAX_LARGE = 4
+
+
+PR_SET_PDEATHSIG = 1  # prctl(2): the signal a process gets when its parent dies
+
+
+def _die_with_the_front() -> None:
+    """A worker's initializer: it is killed when its front dies, however the front dies (a SIGKILL
+    leaves no time to shut the pool down)."""
+    with contextlib.suppress(OSError, AttributeError):
+        ctypes.CDLL(None, use_errno=True).prctl(PR_SET_PDEATHSIG, signal.SIGKILL)
 
 
 def _ready() -> bool:
@@ -53,7 +66,9 @@ class BodyCheckers:
 
     def start(self) -> None:
         """Start the workers now (a spawned interpreter takes a second), not on the first large body."""
-        self._pool = ProcessPoolExecutor(self.workers, mp_context=multiprocessing.get_context("spawn"))
+        self._pool = ProcessPoolExecutor(
+            self.workers, mp_context=multiprocessing.get_context("spawn"), initializer=_die_with_the_front
+        )
         self._pool.submit(_ready)
 
     def close(self) -> None:
