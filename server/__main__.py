@@ -32,7 +32,8 @@ from tritonclient.utils import InferenceServerException
 from server import admin
 from server.cli_options import add_server_arguments, server_options
 from server.config_drift import config_drift, describe_drift
-from server.launcher import ServerError, ServerOptions, TritonServer, remove_shm_regions
+from server.fronts.process import add_share_arguments, shares_from_args
+from server.launcher import ServerError, TritonServer, remove_shm_regions
 from server.records import read_record, write_record
 from server.stubs import kill_stray_stubs
 from server.supervisor import Supervisor, record_lines
@@ -134,10 +135,7 @@ def _server_argv(args: argparse.Namespace) -> list[str]:
         "--http-front" if args.http_front else "--no-http-front",
         "--grpc-front" if args.grpc_front else "--no-grpc-front",
         f"--startup-timeout={args.startup_timeout}",
-        f"--front-deadline-s={args.front_deadline_s}",
-        f"--upstream-slots={args.upstream_slots}",
-        f"--max-client-requests={args.max_client_requests}",
-        f"--max-connection-requests={args.max_connection_requests}",
+        *(f"--front-{flag[2:]}" for flag in shares_from_args(args, "front-").flags()),
     ]
 
 
@@ -168,10 +166,7 @@ def _supervise(args: argparse.Namespace) -> int:
         grpc_front=args.grpc_front,  # and its gRPC one takes 2 GiB messages and wrapping shapes
         startup_timeout_s=args.startup_timeout,
         watchdog_record=EVENTS.resolve(),
-        front_deadline_s=args.front_deadline_s,
-        front_upstream_slots=args.upstream_slots,
-        front_max_client_requests=args.max_client_requests,
-        front_max_connection_requests=args.max_connection_requests,
+        front_shares=shares_from_args(args, "front-"),
     )
     server = TritonServer(options)
     supervisor = Supervisor(server, SUPERVISOR.resolve(), on_serving=lambda s: _record_state(s, args))
@@ -419,32 +414,7 @@ def _add_start_arguments(parser: argparse.ArgumentParser) -> None:
         "(default; message size and shape checks)",
     )
     parser.add_argument("--startup-timeout", type=float, default=180.0, help="seconds to wait for ready")
-    defaults = ServerOptions(Path())
-    parser.add_argument(
-        "--front-deadline-s",
-        type=float,
-        default=defaults.front_deadline_s,
-        help="the fronts answer an inference within this (504 / DEADLINE_EXCEEDED after), unless its "
-        "model's config sets request_deadline_s",
-    )
-    parser.add_argument(
-        "--upstream-slots",
-        type=int,
-        default=defaults.front_upstream_slots,
-        help="requests each front forwards to tritonserver at once, all clients together",
-    )
-    parser.add_argument(
-        "--max-client-requests",
-        type=int,
-        default=defaults.front_max_client_requests,
-        help="requests one client address may have waiting on a front (429 / RESOURCE_EXHAUSTED beyond)",
-    )
-    parser.add_argument(
-        "--max-connection-requests",
-        type=int,
-        default=defaults.front_max_connection_requests,
-        help="requests one client connection may have waiting on a front",
-    )
+    add_share_arguments(parser, prefix="front-")
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -50,6 +50,7 @@ from python_backend.dtypes import BY_TRITON
 from server import ports
 from server.admin import KEY_ENV, drain, new_admin_key, restricted_api_args
 from server.admin import headers as admin_headers
+from server.fronts.process import FrontShares
 from server.install import ServerError, ServerInstall, assemble_backends, find_install
 from server.shm_private import SERVER_UMASK, preload_environment
 from server.shm_regions import make_owner_only
@@ -223,13 +224,10 @@ class ServerOptions:
     # The same for gRPC (server.fronts.grpc_front): clients use grpc_port, Triton's own is
     # ``triton_grpc_url``.
     grpc_front: bool = False
-    # Both fronts (docs/SERVING.md, "Deadlines and client shares"): an inference is answered within
-    # its model's request_deadline_s or this (504 / DEADLINE_EXCEEDED); requests forwarded at once, and
-    # each client address's and connection's share of them (429 / RESOURCE_EXHAUSTED beyond).
-    front_deadline_s: float = 60.0
-    front_upstream_slots: int = 256
-    front_max_client_requests: int = 64
-    front_max_connection_requests: int = 32
+    # Both fronts (docs/SERVING.md, "Deadlines and client shares"): an inference's deadline unless its
+    # config sets request_deadline_s (504 / DEADLINE_EXCEEDED), requests forwarded at once, and each
+    # client address's and connection's share of them (429 / RESOURCE_EXHAUSTED beyond).
+    front_shares: FrontShares = field(default_factory=FrontShares)
     # Without a front, key the shared-memory API with the admin key (the container binds every interface).
     key_shared_memory: bool = False
     # Copy the server's log to this process's stdout as well (the container: stdout is the pod's log).
@@ -417,7 +415,7 @@ class TritonServer:
                     umask=SERVER_UMASK,
                 )
         self._write_server_pid()
-        shares = self._front_shares()
+        shares = self.options.front_shares.flags()
         if self.options.http_front and self.http_front not in self.running_fronts:
             self.http_front = self._launch_front(
                 "server.fronts.http_front", self.http_port, self.triton_http_url, detach, *shares,
@@ -428,16 +426,6 @@ class TritonServer:
             self.grpc_front = self._launch_front(
                 "server.fronts.grpc_front", self.grpc_port, self.triton_grpc_url, detach, *shares
             )
-
-    def _front_shares(self) -> list[str]:
-        """The flags both fronts take for deadlines and client shares (``server.fronts.process``)."""
-        options = self.options
-        return [
-            f"--deadline-s={options.front_deadline_s}",
-            f"--upstream-slots={options.front_upstream_slots}",
-            f"--max-client-requests={options.front_max_client_requests}",
-            f"--max-connection-requests={options.front_max_connection_requests}",
-        ]
 
     @property
     def fronts(self) -> list[subprocess.Popen]:

@@ -44,25 +44,20 @@ from tritonclient.grpc import service_pb2
 from server.admin import GRPC_ADMIN_HEADER, GRPC_FRONT_HEADER
 from server.fronts import shm_ownership
 from server.fronts.allow_list import ModelSignature
-from server.fronts.client_slots import ClientSlots, SlotLimits
-from server.fronts.deadlines import (
-    DEFAULT_DEADLINE_S,
-    DEFAULT_MAX_OVERDUE,
-    OVERDUE_TIMEOUT_S,
-    Overdue,
-    within_deadline,
-)
+from server.fronts.client_slots import ClientSlots
+from server.fronts.deadlines import OVERDUE_TIMEOUT_S, Overdue, within_deadline
 from server.fronts.grpc_request import SERVICE, check_request, model_to_check, parse_request
 from server.fronts.model_shapes import ModelSignatures
 from server.fronts.peer import peer_uid
 from server.fronts.process import (
     MIB,
-    add_slot_arguments,
+    FrontShares,
+    add_share_arguments,
     admin_key,
     front_parser,
     region_rules,
     run_front,
-    slot_limits,
+    shares_from_args,
 )
 from server.fronts.refusal import Refusal, RequestRefusedError
 from server.fronts.stream_waits import STREAM_WATCH_S, StreamWaits
@@ -100,9 +95,7 @@ MAX_IDLE_MS = 300_000  # a connection with no call for 5 minutes is closed (GOAW
 @dataclass(frozen=True)
 class GrpcLimits:
     max_message_bytes: int = MAX_MESSAGE_BYTES  # any call; an inference is bounded by its model's too
-    deadline_s: float = DEFAULT_DEADLINE_S  # an inference, unless its config's request_deadline_s says
-    max_overdue: int = DEFAULT_MAX_OVERDUE  # per model: requests past their deadline Triton still runs
-    slots: SlotLimits = field(default_factory=SlotLimits)  # inference calls (a stream: one for its life)
+    shares: FrontShares = field(default_factory=FrontShares)  # inference calls (a stream: one slot)
 
 
 def _peer(context: grpc.aio.ServicerContext) -> tuple[str, str]:
@@ -135,8 +128,8 @@ class GrpcFront(grpc.GenericRpcHandler):
             response_deserializer=service_pb2.ModelConfigResponse.FromString,
         )
         self.signatures = ModelSignatures(self._model_config, self.limits.max_message_bytes)
-        self.slots = ClientSlots(self.limits.slots)
-        self.overdue = Overdue(self.limits.max_overdue)
+        self.slots = ClientSlots(self.limits.shares.slots)
+        self.overdue = Overdue(self.limits.shares.max_overdue)
         self.handlers = {
             method.name: self._handler(method.name, method.client_streaming) for method in SERVICE.methods
         }
@@ -228,7 +221,7 @@ class GrpcFront(grpc.GenericRpcHandler):
                 answer = await call()
             else:
                 address, connection = _peer(context)
-                deadline = model.deadline_s or self.limits.deadline_s
+                deadline = model.deadline_s or self.limits.shares.deadline_s
                 answer = await within_deadline(
                     self.slots, address, connection, self.overdue, model.model, deadline, call
                 )
@@ -246,7 +239,7 @@ class GrpcFront(grpc.GenericRpcHandler):
         ``_relay`` for its messages."""
         address, connection = _peer(context)
         try:
-            async with self.slots.held(address, connection, wait_s=self.limits.deadline_s):
+            async with self.slots.held(address, connection, wait_s=self.limits.shares.deadline_s):
                 async for answer in self._relay(upstream_stream, requests, context):
                     yield answer
         except RequestRefusedError as refusal:
@@ -261,7 +254,7 @@ class GrpcFront(grpc.GenericRpcHandler):
         call still had queued)."""
         call = upstream_stream(metadata=self._metadata(context), timeout=self._upstream_timeout(context))
         answers: asyncio.Queue = asyncio.Queue()
-        waiting = StreamWaits(self.limits.slots.per_connection)
+        waiting = StreamWaits(self.limits.shares.slots.per_connection)
         finished = object()
 
         async def send() -> None:
@@ -275,7 +268,7 @@ class GrpcFront(grpc.GenericRpcHandler):
                 try:
                     request, model = await self._check("ModelStreamInfer", raw, context)
                     assert model is not None
-                    waiting.add(request, model.deadline_s or self.limits.deadline_s)
+                    waiting.add(request, model.deadline_s or self.limits.shares.deadline_s)
                 except RequestRefusedError as refusal:
                     try:
                         request = service_pb2.ModelInferRequest.FromString(raw)
@@ -351,9 +344,9 @@ def main(argv: list[str] | None = None) -> None:
         "python -m server.fronts.grpc_front", __doc__, "host:port of tritonserver's gRPC endpoint"
     )
     parser.add_argument("--max-message-mib", type=int, default=MAX_MESSAGE_BYTES // MIB)
-    add_slot_arguments(parser)
+    add_share_arguments(parser)
     args = parser.parse_args(argv)
-    limits = GrpcLimits(args.max_message_mib * MIB, args.deadline_s, args.max_overdue, slot_limits(args))
+    limits = GrpcLimits(args.max_message_mib * MIB, shares_from_args(args))
     run_front(  # the front is made inside the event loop: its channel belongs to that loop
         lambda: start_front(
             args.listen, GrpcFront(args.upstream, admin_key(), region_rules(args), args.listen, limits)

@@ -62,19 +62,20 @@ from server.fronts import shm_ownership
 from server.fronts.allow_list import ModelSignature
 from server.fronts.body_checks import DEFAULT_MAX_LARGE, DEFAULT_WORKERS, BodyCheckers, LargePlace
 from server.fronts.body_encoding import inflate
-from server.fronts.client_slots import ClientSlots, SlotLimits
-from server.fronts.deadlines import DEFAULT_DEADLINE_S, DEFAULT_MAX_OVERDUE, Overdue, within_deadline
+from server.fronts.client_slots import ClientSlots
+from server.fronts.deadlines import Overdue, within_deadline
 from server.fronts.kserve_json import check_generate, check_infer, check_json, check_register
 from server.fronts.model_shapes import ModelSignatures
 from server.fronts.peer import peer_uid
 from server.fronts.process import (
     MIB,
-    add_slot_arguments,
+    FrontShares,
+    add_share_arguments,
     admin_key,
     front_parser,
     region_rules,
     run_front,
-    slot_limits,
+    shares_from_args,
 )
 from server.fronts.refusal import Refusal, RequestRefusedError
 from server.fronts.request_target import checked_target, forwarded_target
@@ -107,13 +108,11 @@ class FrontLimits:
     header_timeout_s: float = 10.0
     idle_timeout_s: float = 75.0  # a kept-alive connection with no request
     upstream_timeout_s: float = 600.0  # a POST that is no inference (a repository load can take minutes)
-    deadline_s: float = DEFAULT_DEADLINE_S  # an inference, unless its config's request_deadline_s says
-    max_overdue: int = DEFAULT_MAX_OVERDUE  # per model: requests past their deadline Triton still runs
     shutdown_s: float = 5.0  # on exit, requests still in flight get this long
-    # POSTs share ``slots.capacity`` upstream connections within each client's share (fault matrix
-    # rows 38 and 53); GET/HEAD requests have their own ``quick_connections``, so health and metadata
-    # are answered while inference fills the rest.
-    slots: SlotLimits = field(default_factory=SlotLimits)
+    # An inference's deadline; POSTs share ``shares.slots.capacity`` upstream connections within each
+    # client's share (fault matrix rows 38, 52 and 53); GET/HEAD requests have their own
+    # ``quick_connections``, so health and metadata are answered while inference fills the rest.
+    shares: FrontShares = field(default_factory=FrontShares)
     quick_connections: int = 32
     quick_timeout_s: float = 60.0
     body_workers: int = DEFAULT_WORKERS  # processes that check large bodies (row 55)
@@ -235,14 +234,14 @@ class HttpFront:
         self.session: ClientSession | None = None
         self.quick: ClientSession | None = None
         self.signatures = ModelSignatures(self._model_config, limits.max_body_bytes)
-        self.slots = ClientSlots(limits.slots)
-        self.overdue = Overdue(limits.max_overdue)
+        self.slots = ClientSlots(limits.shares.slots)
+        self.overdue = Overdue(limits.shares.max_overdue)
         self.checkers = BodyCheckers(limits.body_workers, limits.max_large_bodies)
 
     async def open(self) -> None:
         self.checkers.start()
         # room for the slots' requests and for the overdue ones still running beside them
-        upstream = self.limits.slots.capacity * 2
+        upstream = self.limits.shares.slots.capacity * 2
         self.session = ClientSession(
             f"http://{self.upstream}",
             connector=TCPConnector(limit=upstream),
@@ -417,7 +416,7 @@ class HttpFront:
         if model is None:
             async with self.slots.held(address, connection):
                 return await exchange()
-        deadline = model.deadline_s or self.limits.deadline_s
+        deadline = model.deadline_s or self.limits.shares.deadline_s
         return await within_deadline(
             self.slots, address, connection, self.overdue, model.model, deadline, exchange
         )
@@ -496,15 +495,13 @@ def main(argv: list[str] | None = None) -> None:
         default=FrontLimits.max_large_bodies,
         help="large bodies read or checked at once (503 beyond: send binary tensor data)",
     )
-    add_slot_arguments(parser)
+    add_share_arguments(parser)
     args = parser.parse_args(argv)
     limits = FrontLimits(
         max_body_bytes=args.max_body_mib * MIB,
         body_timeout_s=args.body_timeout_s,
         header_timeout_s=args.header_timeout_s,
-        deadline_s=args.deadline_s,
-        max_overdue=args.max_overdue,
-        slots=slot_limits(args),
+        shares=shares_from_args(args),
         body_workers=args.body_workers,
         max_large_bodies=args.max_large_bodies,
     )
