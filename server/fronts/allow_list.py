@@ -377,6 +377,22 @@ def raw_request_input(model: ModelSignature, size: int) -> CarriedInput:
             )
         # one element whatever the size: Triton prepends its length prefix itself
         return CarriedInput(name, "BYTES", (*shape, *rule.fixed), Carrier.RAW, size + 4)
-    fixed = element_bytes(rule.datatype) * math.prod(d for d in rule.fixed if d != -1)
-    dims = [size // fixed if d == -1 else d for d in rule.fixed]
-    return CarriedInput(name, rule.datatype, (*shape, *dims), Carrier.RAW, size)
+    elements = size // element_bytes(rule.datatype)
+    return CarriedInput(name, rule.datatype, (*shape, *_filled(rule, elements)), Carrier.RAW, size)
+
+
+def _filled(rule: InputRule, elements: int) -> list[int]:
+    """The config's dims with its one ``-1`` dim as long as ``elements`` make it (Triton's deduction)."""
+    fixed = math.prod(d for d in rule.fixed if d != -1)
+    return [elements // max(fixed, 1) if d == -1 else d for d in rule.fixed]
+
+
+def generate_input(model: ModelSignature, name: str, values: int) -> CarriedInput:
+    """An input of a generate request (``/generate``: inputs as top-level JSON values, ``values`` of
+    them) with the shape Triton gives it: the batch of 1, then the config's dims with the one ``-1``
+    dim as long as the values make it; Triton's refusal when no such shape holds them."""
+    rule = model.inputs[name]
+    shape = (*([1] if model.batched else []), *_filled(rule, values))
+    if rule.fixed.count(-1) > 1 or math.prod(shape) != values:
+        raise RequestRefusedError(f"The schema can not convert input '{name}' to tensor with proper shape")
+    return CarriedInput(name, rule.datatype, shape, Carrier.JSON, values)

@@ -91,7 +91,8 @@ MEDIA_TYPE = re.compile(f"{TOKEN}/{TOKEN}")
 FORM_TYPES = ("application/x-www-form-urlencoded", "multipart/form-data")
 SYSTEM_SHM = re.compile(r"/v2/systemsharedmemory(?:/region/([^/]*))?/(register|unregister|status)")
 CUDA_SHM = re.compile(r"/v2/cudasharedmemory(?:/region/[^/]*)?/(register|unregister)")
-INFER = re.compile(r"/v2/models/([^/]+)(?:/versions/([^/]+))?/infer")
+# the routes that run a model: checked against its config (the allow-list), within its deadline
+INFER = re.compile(r"/v2/models/([^/]+)(?:/versions/([^/]+))?/(?:infer|generate|generate_stream)")
 REPOSITORY_CHANGE = re.compile(r"/v2/repository/models/([^/]+)/(?:load|unload)")
 QUICK_METHODS = ("GET", "HEAD")  # health, metadata, config, statistics: their own upstream connections
 # Triton's 500s that are about the request's JSON, never the server: answered as the 400 they are.
@@ -300,7 +301,9 @@ class HttpFront:
         if request.method != "POST":
             return
         check = functools.partial(self.checkers.check, len(body))
-        if model is not None:
+        if model is not None and path.endswith(("/generate", "/generate_stream")):
+            await check(check_generate, body, model)
+        elif model is not None:
             header_length = request.headers.get("Inference-Header-Content-Length")
             uses = await check(check_infer, body, header_length, model)
             if uses:
@@ -317,8 +320,6 @@ class HttpFront:
                 shm_ownership.check_unregister(self.rules, self._client(request), name)
         elif CUDA_SHM.fullmatch(path):
             shm_ownership.check_cuda(self._client(request))
-        elif path.endswith(("/generate", "/generate_stream")):
-            await check(check_generate, body)
         elif body:
             await check(check_json, body)  # every other /v2 POST body is JSON: one reading for both
 

@@ -31,6 +31,7 @@ from server.fronts.allow_list import (
     Carrier,
     ModelSignature,
     check_allowed,
+    generate_input,
     raw_request_input,
 )
 from server.fronts.refusal import RequestRefusedError
@@ -351,14 +352,33 @@ def check_register(body: bytes) -> Registration:
     return Registration(key, offset, _unsigned(document, "byte_size", where, required=True))
 
 
-def check_generate(body: bytes) -> None:
-    """A generate request: a JSON object whose ``parameters``, if any, is an object of scalars."""
+def check_generate(body: bytes, model: ModelSignature) -> None:
+    """A generate request (``/generate``, ``/generate_stream``): a JSON object whose keys that name an
+    input of ``model`` hold a value or a flat list of values of its datatype, the other keys Triton
+    reads as parameters (scalars); the inputs then pass the allow-list with the shape Triton gives
+    them (``allow_list.generate_input``): ``{"input_ids": []}`` is ``[1, 0]`` and refused there."""
     document = load_json(body)
     if not isinstance(document, dict):
         raise RequestRefusedError("generate request must be a JSON object of input names to values")
     parameters = _field(document, "parameters", (dict,), "generate request") or {}
-    for key, value in parameters.items():
+    scalars = [
+        (key, value) for key, value in document.items() if key not in model.inputs and key != "parameters"
+    ]
+    for key, value in [*parameters.items(), *scalars]:
         if isinstance(value, dict | list) or value is None:
             raise RequestRefusedError(
                 f"generate request: parameter {key!r} must be a string, number or boolean"
             )
+    carried = []
+    for name, value in document.items():
+        if name not in model.inputs:
+            continue
+        values = value if isinstance(value, list) else [value]
+        if any(isinstance(item, list | dict) for item in values):
+            raise RequestRefusedError(
+                f"The schema can not convert input '{name}' to tensor with proper shape"
+            )
+        datatype = model.inputs[name].datatype
+        _check_data(name, datatype, [len(values)], values)
+        carried.append(generate_input(model, name, len(values)))
+    check_allowed(model, carried, [])

@@ -18,7 +18,7 @@ from dataclasses import dataclass, field
 import grpc
 import numpy as np
 import pytest
-from harness import PROTOCOLS, exchange
+from harness import PROTOCOLS, exchange, raw_request
 from tritonclient.grpc import service_pb2, service_pb2_grpc
 
 from server import TritonServer
@@ -189,3 +189,17 @@ def test_requests_the_config_does_not_allow_are_refused_naming_the_input(
             else:
                 expected[name] = (case.status[1], case.grpc_message or case.message)
     assert answers == expected
+
+
+def test_a_generate_request_gets_the_same_allow_list(fault_server: TritonServer) -> None:
+    """``/generate`` takes inputs as top-level JSON values and Triton shapes them itself: empty lists
+    to the encoder became ``[1, 0]`` and a 500 from onnxruntime; now the zero dim is refused as over
+    ``/infer``, and a good generate request is answered."""
+    body = json.dumps({"input_ids": [], "attention_mask": []}).encode()
+    path = f"/v2/models/{ENCODER}/generate"
+    [(status, answer)] = exchange(fault_server, raw_request(body, path=path), timeout=ANSWER_GUARD_S)
+    expected = _outside("input_ids", ENCODER, "[1,0]", "[1..32,1..16]", ZERO)
+    assert (status, json.loads(answer)) == (400, {"error": expected})
+    good = json.dumps({"input_ids": [101, 102], "attention_mask": [1, 1]}).encode()
+    [(status, answer)] = exchange(fault_server, raw_request(good, path=path), timeout=ANSWER_GUARD_S)
+    assert status == 200 and len(json.loads(answer)["embedding"]) == 384, answer[:200]

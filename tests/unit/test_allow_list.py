@@ -5,6 +5,7 @@ real server over both protocols (tests/faults/test_allow_list.py)."""
 from __future__ import annotations
 
 import asyncio
+import json
 import math
 import struct
 
@@ -17,6 +18,7 @@ from server.fronts.allow_list import (
     check_allowed,
     raw_request_input,
 )
+from server.fronts.kserve_json import check_generate
 from server.fronts.model_shapes import ModelSignatures
 from server.fronts.refusal import Refusal, RequestRefusedError
 
@@ -228,3 +230,27 @@ def test_configs_are_cached_and_refusals_keep_tritons_words() -> None:
 
     asyncio.run(run())
     assert calls == ["text_embedding_encoder", "x", "down", "down", "text_embedding_encoder"]
+
+
+def test_a_generate_request_is_shaped_as_triton_shapes_it() -> None:
+    """``/generate`` takes inputs as top-level JSON values: Triton makes ``{"input_ids": []}`` the
+    shape ``[1, 0]``, which reached onnxruntime as a 500; through the fronts it is the zero dim it is."""
+    two = ModelSignature.from_config(
+        "two",
+        {
+            **ENCODER_CONFIG,
+            "input": [ENCODER_CONFIG["input"][0], {**ENCODER_CONFIG["input"][0], "name": "mask"}],
+        },
+        LIMIT,
+    )
+    check_generate(json.dumps({"input_ids": [1, 2], "mask": [1, 1], "temperature": 1}).encode(), two)
+    with pytest.raises(RequestRefusedError, match=r"has shape \[1,0\], outside what its config allows"):
+        check_generate(json.dumps({"input_ids": [], "mask": []}).encode(), two)
+    with pytest.raises(RequestRefusedError, match="can not convert input 'input_ids' to tensor"):
+        check_generate(json.dumps({"input_ids": [[1]], "mask": [1]}).encode(), two)
+    with pytest.raises(RequestRefusedError, match="missing required input"):
+        check_generate(json.dumps({"input_ids": [1]}).encode(), two)
+    with pytest.raises(RequestRefusedError, match="INT64 data must be integers"):
+        check_generate(json.dumps({"input_ids": [0.5], "mask": [1]}).encode(), two)
+    with pytest.raises(RequestRefusedError, match="parameter 'extra' must be a string, number or boolean"):
+        check_generate(json.dumps({"input_ids": [1], "mask": [1], "extra": [1]}).encode(), two)
