@@ -126,6 +126,7 @@ def _already_running(state: dict) -> str:
 def _server_argv(args: argparse.Namespace) -> list[str]:
     """``start``'s server flags, for the supervisor to start the same server."""
     return [
+        *(f"--front-{flag[2:]}" for flag in shares_from_args(args, "front-").flags()),
         f"--repository={args.repository}",
         f"--host={args.host}",
         f"--http-port={args.http_port}",
@@ -135,7 +136,6 @@ def _server_argv(args: argparse.Namespace) -> list[str]:
         "--http-front" if args.http_front else "--no-http-front",
         "--grpc-front" if args.grpc_front else "--no-grpc-front",
         f"--startup-timeout={args.startup_timeout}",
-        *(f"--front-{flag[2:]}" for flag in shares_from_args(args, "front-").flags()),
     ]
 
 
@@ -400,6 +400,7 @@ def _unload(args: argparse.Namespace) -> int:
 
 
 def _add_start_arguments(parser: argparse.ArgumentParser) -> None:
+    add_share_arguments(parser, prefix="front-")  # the fronts' deadline and client shares
     parser.add_argument(
         "--http-front",
         action=argparse.BooleanOptionalAction,
@@ -414,7 +415,6 @@ def _add_start_arguments(parser: argparse.ArgumentParser) -> None:
         "(default; message size and shape checks)",
     )
     parser.add_argument("--startup-timeout", type=float, default=180.0, help="seconds to wait for ready")
-    add_share_arguments(parser, prefix="front-")
 
 
 def main(argv: list[str] | None = None) -> int:
