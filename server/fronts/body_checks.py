@@ -8,7 +8,7 @@ Here a body above ``inline_bytes`` is checked by a pure function in a worker pro
 (``concurrent.futures``, started with ``spawn``: no copy of the event loop's state), while the loop
 answers everyone else; at most ``max_large`` such bodies are read or checked at once, counted from
 their ``Content-Length`` before a byte is read (a chunked body from the moment it grows past
-``inline_bytes``), and the next is refused with 503 saying to send the tensor data as binary, which
+``inline_bytes``), and the next is refused with 429 saying to send the tensor data as binary, which
 needs no parsing. Smaller bodies are checked on the loop: moving them would cost more than it saves.
 """
 
@@ -90,7 +90,7 @@ class BodyCheckers:
                 f"the front is already reading or checking {self.taken} large request bodies (over "
                 f"{self.inline_bytes} bytes each); retry, or send the tensor data as binary (tritonclient's "
                 "binary_data=True: a JSON header and raw bytes), which needs no parsing",
-                Refusal.UNAVAILABLE,
+                Refusal.TOO_MANY,
             )
         self.taken += 1
 

@@ -64,7 +64,7 @@ class ClientSlots:
     async def held(self, address: str, connection: str, wait_s: float | None = None) -> AsyncIterator[None]:
         """Hold a slot for the block: ``RequestRefusedError`` (``TOO_MANY``) over the client's share,
         else at once or once one frees (the caller's deadline bounds the wait; ``wait_s``, where there
-        is none, is how long to wait before ``UNAVAILABLE``)."""
+        is none, is how long to wait before ``TOO_MANY``)."""
         refusal = self._refusal(address, connection)
         if refusal is not None:
             raise refusal
@@ -77,7 +77,7 @@ class ClientSlots:
             except TimeoutError:
                 raise RequestRefusedError(
                     f"no slot of the {self.limits.capacity} to {self.what} freed within {wait_s:g} s; retry",
-                    Refusal.UNAVAILABLE,
+                    Refusal.TOO_MANY,
                 ) from None
             try:
                 yield

@@ -11,7 +11,7 @@ the deadline, and its slot goes to the next request at once.
 Triton's HTTP frontend does not stop a request whose connection closes (measured: all of them ran), so
 a request past its deadline is not cut off: it runs on in the background until Triton answers it
 (``OVERDUE_TIMEOUT_S`` at most), and counts as overdue for its model. A model with
-``max_overdue`` such requests gets 503 / ``UNAVAILABLE`` for new ones until Triton answers some: a
+``max_overdue`` such requests gets 429 / ``RESOURCE_EXHAUSTED`` for new ones until Triton answers some: a
 slow model cannot pile up requests inside Triton, and other models are not affected.
 """
 
@@ -41,12 +41,12 @@ class Overdue:
         self.running: Counter[str] = Counter()
 
     def check(self, model: str) -> None:
-        """``RequestRefusedError`` (``UNAVAILABLE``) while ``model`` has ``max_overdue`` overdue requests."""
+        """``RequestRefusedError`` (``TOO_MANY``) while ``model`` has ``max_overdue`` overdue requests."""
         if self.running[model] >= self.max_overdue:
             raise RequestRefusedError(
                 f"model '{model}' already has {self.running[model]} requests past their deadline that "
                 "tritonserver is still running; it takes no more until it answers some (retry later)",
-                Refusal.UNAVAILABLE,
+                Refusal.TOO_MANY,
             )
 
     def add(self, model: str, task: asyncio.Future) -> None:
@@ -80,7 +80,7 @@ async def within_deadline(
 ) -> T:
     """``await call()`` (one upstream exchange) holding a slot of ``slots`` for the client, or
     ``RequestRefusedError``: over the client's share (``TOO_MANY``), ``model`` overdue
-    (``UNAVAILABLE``), or no answer within ``deadline_s`` (``DEADLINE``; the exchange runs on,
+    (``TOO_MANY``), or no answer within ``deadline_s`` (``DEADLINE``; the exchange runs on,
     counted as overdue). A client that goes away (the caller is cancelled) cancels the exchange."""
     overdue.check(model)
     scope = asyncio.timeout(deadline_s)

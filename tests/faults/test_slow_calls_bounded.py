@@ -8,7 +8,7 @@ start`` / ``stop``, as ``make serve`` / ``make stop`` run it), each round sends 
 and 2,000 calls to ``slow`` asking 5 s (its deadline is 3 s) at once on one connection: the first are
 refused at once, the others are answered within the hang guard, at most one client address's share
 of them reaching Triton (``RESOURCE_EXHAUSTED`` beyond), each of those ``DEADLINE_EXCEEDED`` naming the
-model (or ``UNAVAILABLE`` while the model has its share of overdue requests); tritonserver's memory
+model (or ``RESOURCE_EXHAUSTED`` while the model has its share of overdue requests); tritonserver's memory
 after four rounds is within a bound of what it was after the first; and the stop drains.
 """
 
@@ -82,7 +82,7 @@ KINDS = {  # (status, how the message starts) -> what the answer says
     ("INVALID_ARGUMENT", "input 'input_ids' for model 'text_embedding_encoder' has shape [0,0]"): "refused",
     ("RESOURCE_EXHAUSTED", "this client connection ("): "over its share",
     ("DEADLINE_EXCEEDED", f"model '{SLOW}' did not answer within its deadline"): "late",
-    ("UNAVAILABLE", f"model '{SLOW}' already has"): "overdue",
+    ("RESOURCE_EXHAUSTED", f"model '{SLOW}' already has"): "overdue",
 }
 
 

@@ -156,7 +156,7 @@ def test_large_bodies_are_checked_in_a_worker_a_bounded_number_at_a_time() -> No
                 assert await checkers.check(len(body), check_infer, body, None, model) == []
                 with pytest.raises(RequestRefusedError, match="send the tensor data as binary") as busy:
                     checkers.place().need(len(body))
-                assert busy.value.kind == Refusal.UNAVAILABLE
+                assert busy.value.kind == Refusal.TOO_MANY
             bad = body.replace(b'"FP32"', b'"INT64"')
             with checkers.place() as place, pytest.raises(RequestRefusedError, match="INT64 data must be"):
                 place.need(len(bad))
