@@ -80,7 +80,7 @@ def _slow() -> service_pb2.ModelInferRequest:
 
 KINDS = {  # (status, how the message starts) -> what the answer says
     ("INVALID_ARGUMENT", "input 'input_ids' for model 'text_embedding_encoder' has shape [0,0]"): "refused",
-    ("RESOURCE_EXHAUSTED", "this client connection ("): "over its share",
+    ("RESOURCE_EXHAUSTED", "this client "): "over its share",  # its connection's or its address's
     ("DEADLINE_EXCEEDED", f"model '{SLOW}' did not answer within its deadline"): "late",
     ("RESOURCE_EXHAUSTED", f"model '{SLOW}' already has"): "overdue",
 }
