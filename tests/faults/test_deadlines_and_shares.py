@@ -127,6 +127,33 @@ def test_a_model_slower_than_its_deadline_is_answered_504_and_frees_the_slot(
     assert _slow_answered(server) == answered, "the share was served only once Triton answered the slow one"
 
 
+@pytest.mark.parametrize("protocol", ["http", "grpc"])
+def test_a_request_in_shared_memory_has_the_same_deadline(server: TritonServer, protocol: str) -> None:
+    """The slow request again, its input read from the client's own region and its output wanted
+    there: 504 / DEADLINE_EXCEEDED like any other request (Triton cannot have answered it: it asks 20
+    s), its output range untouched. Before the flood below: its overdue requests would fill the
+    model's overdue share for minutes. Triton's success count is not compared here: the slow
+    requests of the test above end meanwhile."""
+    client = connect(protocol, url(server, protocol))
+    module = client_module(protocol)
+    name = f"deadline_{protocol}_{os.getpid()}"
+    path = Path("/dev/shm") / name
+    path.write_bytes(np.float32([SLEEP_S]).tobytes() + b"\xff" * 4)
+    client.register_system_shared_memory(name, f"/{name}", 8)
+    try:
+        seconds = module.InferInput("seconds", [1, 1], "FP32")
+        seconds.set_shared_memory(name, 4)
+        slept = module.InferRequestedOutput("slept")
+        slept.set_shared_memory(name, 4, offset=4)
+        with pytest.raises(InferenceServerException) as late:
+            client.infer(SLOW, [seconds], outputs=[slept])
+        assert late.value.message() == LATE
+        assert path.read_bytes()[4:] == b"\xff" * 4, "the output range was written"
+    finally:
+        client.unregister_system_shared_memory(name)
+        path.unlink()
+
+
 async def _send(port: int, source: str, request: bytes, guard_s: float) -> tuple[int, bytes]:
     """One request from the loopback address ``source``; (status, body), status 0 if unanswered."""
     reader, writer = await asyncio.open_connection("127.0.0.1", port, local_addr=(source, 0))
@@ -188,30 +215,3 @@ def test_four_addresses_of_64_cannot_starve_a_fifth(server: TritonServer) -> Non
     assert json.loads(body)["outputs"][0]["shape"] == [1, 16]
     assert sorted({s for s, _ in flood}) == [504], sorted({s for s, _ in flood})
     assert {json.loads(b)["error"] for _, b in flood} == {LATE}
-
-
-@pytest.mark.parametrize("protocol", ["http", "grpc"])
-def test_a_request_in_shared_memory_has_the_same_deadline(server: TritonServer, protocol: str) -> None:
-    """The slow request again, its input read from the client's own region and its output wanted
-    there: 504 / DEADLINE_EXCEEDED like any other request, before Triton answers it, and nothing is
-    written into the output's range once the client has its answer."""
-    client = connect(protocol, url(server, protocol))
-    module = client_module(protocol)
-    name = f"deadline_{protocol}_{os.getpid()}"
-    path = Path("/dev/shm") / name
-    path.write_bytes(np.float32([SLEEP_S]).tobytes() + b"\xff" * 4)
-    answered = _slow_answered(server)
-    client.register_system_shared_memory(name, f"/{name}", 8)
-    try:
-        seconds = module.InferInput("seconds", [1, 1], "FP32")
-        seconds.set_shared_memory(name, 4)
-        slept = module.InferRequestedOutput("slept")
-        slept.set_shared_memory(name, 4, offset=4)
-        with pytest.raises(InferenceServerException) as late:
-            client.infer(SLOW, [seconds], outputs=[slept])
-        assert late.value.message() == LATE
-        assert _slow_answered(server) == answered, "Triton answered the slow request before the front's 504"
-    finally:
-        client.unregister_system_shared_memory(name)
-    assert path.read_bytes()[4:] == b"\xff" * 4, "the output range was written after the 504"
-    path.unlink()
