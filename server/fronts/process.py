@@ -77,7 +77,7 @@ def add_share_arguments(parser: argparse.ArgumentParser, prefix: str = "") -> No
         ("deadline-s", float, shares.deadline_s, "an inference is answered within this many seconds "
          "(504 / DEADLINE_EXCEEDED after), unless its model's config sets request_deadline_s"),
         ("max-overdue", int, shares.max_overdue, "requests past their deadline tritonserver may still "
-         "run per model (503 / UNAVAILABLE beyond)"),
+         "run per model (429 / RESOURCE_EXHAUSTED beyond)"),
         ("upstream-slots", int, slots.capacity, "requests a front forwards at once, all clients together"),
         ("max-client-requests", int, slots.per_address, "requests one client address may have waiting "
          "(429 / RESOURCE_EXHAUSTED beyond)"),
