@@ -64,7 +64,13 @@ from yarl import URL
 
 from server.admin import ADMIN_HEADER, FRONT_HEADER
 from server.fronts.allow_list import ModelSignature
-from server.fronts.body_checks import DEFAULT_MAX_LARGE, DEFAULT_WORKERS, BodyCheckers, LargePlace
+from server.fronts.body_checks import (
+    DEFAULT_MAX_LARGE,
+    DEFAULT_WORKERS,
+    INLINE_BYTES,
+    BodyCheckers,
+    LargePlace,
+)
 from server.fronts.body_encoding import inflate
 from server.fronts.client_regions import Client, RegionUse
 from server.fronts.client_slots import ClientSlots
@@ -85,7 +91,7 @@ from server.fronts.process import (
 )
 from server.fronts.refusal import Refusal, RequestRefusedError
 from server.fronts.request_target import checked_target, forwarded_target
-from server.fronts.shm_http import MAX_CALL_BYTES, SYSTEM_SHM, HttpSharedMemory
+from server.fronts.shm_http import SYSTEM_SHM, HttpSharedMemory
 from server.fronts.upstream_state import UpstreamState
 
 log = logging.getLogger(__name__)
@@ -316,12 +322,12 @@ class HttpFront:
 
     def _body_limit(self, path: str, model: ModelSignature | None) -> tuple[int, str]:
         """How large a body the route ``path`` takes, and why: an inference, its model's largest valid
-        request; a shared-memory call, a registration's few fields (it is read on the event loop);
-        any other, the front's own bound."""
+        request; a shared-memory call, what the event loop parses inline (it is read there: a
+        registration is a few fields); any other, the front's own bound."""
         if model is not None:
             return model.largest_request_bytes(), f"the largest request model '{model.model}' takes"
         if SYSTEM_SHM.fullmatch(path):
-            return MAX_CALL_BYTES, "the largest a shared-memory call takes"
+            return INLINE_BYTES, "the largest a shared-memory call takes"
         return self.limits.max_body_bytes, "the largest the front takes"
 
     async def _model(self, request: web.BaseRequest, path: str) -> ModelSignature | None:

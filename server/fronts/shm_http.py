@@ -28,6 +28,7 @@ from collections.abc import Callable
 from aiohttp import web
 
 from server.fronts.allow_list import ModelSignature, check_region_bytes
+from server.fronts.body_checks import INLINE_BYTES
 from server.fronts.client_regions import (
     Client,
     FrontRegions,
@@ -36,16 +37,13 @@ from server.fronts.client_regions import (
     check_copy_size,
 )
 from server.fronts.kserve_json import check_register
-from server.fronts.refusal import RequestRefusedError
+from server.fronts.refusal import Refusal, RequestRefusedError
 
 SYSTEM_SHM = re.compile(r"/v2/systemsharedmemory(?:/region/([^/]*))?/(register|unregister|status)")
 CUDA_SHM = re.compile(r"/v2/cudasharedmemory(?:/region/[^/]*)?/(register|unregister|status)")
 HEADER_LENGTH = "Inference-Header-Content-Length"
 REGION_PARAMETERS = ("shared_memory_region", "shared_memory_offset", "shared_memory_byte_size")
 JSON_SEPARATORS = (",", ":")
-# A shared-memory call's body, read and parsed on the front's event loop: a registration's JSON is a
-# key and two numbers
-MAX_CALL_BYTES = 64 << 10
 
 
 def _use(parameters: dict) -> RegionUse:
@@ -88,8 +86,17 @@ def binary_request(
     gets it: every input named in a region read from the client's file, walked by the allow-list
     (``check_region_bytes``) and sent as binary data in input order (``limit`` bytes in all at most),
     every output wanted in a region asked for as binary. Returns the body, its JSON header's length
-    and the outputs to write back (output name -> range)."""
+    and the outputs to write back (output name -> range). The header is parsed again here, on the
+    front's event loop: at most what the loop checks inline (``body_checks.INLINE_BYTES``; more
+    would stall every other client)."""
     split = int(header_length) if header_length is not None else len(body)
+    if split > INLINE_BYTES:
+        raise RequestRefusedError(
+            f"the JSON header of this request is {split} bytes; a request with tensors in shared memory "
+            f"takes at most {INLINE_BYTES} (the front rewrites it on its event loop): send its other "
+            "tensors as binary data or in shared memory too",
+            Refusal.TOO_LARGE,
+        )
     document = json.loads(body[:split])
     check_copy_size(
         (_use(p) for p in (i.get("parameters") or {} for i in document["inputs"]) if _ours(table, client, p)),

@@ -277,3 +277,4 @@ def test_tensors_in_shared_memory_pass_the_same_allow_list(
             finally:
                 client.unregister_system_shared_memory(name)
                 path.unlink(missing_ok=True)
+    client.close()  # here, not in whichever thread collects it (gevent)

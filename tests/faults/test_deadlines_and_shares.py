@@ -152,6 +152,7 @@ def test_a_request_in_shared_memory_has_the_same_deadline(server: TritonServer, 
     finally:
         client.unregister_system_shared_memory(name)
         path.unlink()
+        client.close()  # here, not in whichever thread collects it (gevent)
 
 
 async def _send(port: int, source: str, request: bytes, guard_s: float) -> tuple[int, bytes]:

@@ -81,19 +81,19 @@ def test_body_above_the_limit_is_refused(fault_server: TritonServer, good_traffi
     """A declared body above what its route takes is refused from its headers alone, before a byte of
     it is read: 65 MiB on any route above the front's 64 MiB, an inference above its model's largest
     valid request (row 60: the recommender's 64 rows of 21 values at 40 JSON characters each, plus 64
-    KiB of header), and a shared-memory call above 64 KiB (the front parses it on its event loop)."""
+    KiB of header), and a shared-memory call above 256 KiB (the front parses it on its event loop)."""
     register = "/v2/systemsharedmemory/region/r/register"
     with good_traffic():
         [(status, body)] = exchange(
             fault_server, raw_request(b"", length=65 << 20, path="/v2/repository/index")
         )
         [(to_model, refusal)] = exchange(fault_server, raw_request(b"", length=200_000))
-        [(to_shm, shm_refusal)] = exchange(fault_server, raw_request(b"", length=70_000, path=register))
+        [(to_shm, shm_refusal)] = exchange(fault_server, raw_request(b"", length=300_000, path=register))
     expected = "request body of 68157440 bytes exceeds 67108864, the largest the front takes"
     assert (status, json.loads(body)) == (413, {"error": expected})
     expected = "request body of 200000 bytes exceeds 119296, the largest request model 'recommender' takes"
     assert (to_model, json.loads(refusal)) == (413, {"error": expected})
-    expected = "request body of 70000 bytes exceeds 65536, the largest a shared-memory call takes"
+    expected = "request body of 300000 bytes exceeds 262144, the largest a shared-memory call takes"
     assert (to_shm, json.loads(shm_refusal)) == (413, {"error": expected})
 
 

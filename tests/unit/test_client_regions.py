@@ -203,6 +203,11 @@ def test_http_inputs_in_regions_travel_as_binary(server: ServerRegions, table: R
     model = _model(("a", "INT32", [2]), ("b", "FP32", [8]), ("c", "INT32", [1]), ("d", "INT32", [1]))
     with _refused("hold 32 bytes; the front copies at most 16 bytes a request", Refusal.TOO_LARGE):
         shm_http.binary_request(table, ME, body, length, model, limit=16)  # bounded as a body is
+    padded = json.loads(body[: int(length)])
+    padded["id"] = "p" * (256 << 10)  # a header the front would parse on its event loop for seconds
+    header = json.dumps(padded).encode()
+    with _refused("a request with tensors in shared memory takes at most 262144", Refusal.TOO_LARGE):
+        shm_http.binary_request(table, ME, header + body[int(length) :], str(len(header)), model, LIMIT)
     rewritten, split, outputs = shm_http.binary_request(table, ME, body, length, model, LIMIT)
     document = json.loads(rewritten[:split])
     assert document["inputs"][1]["parameters"] == {"binary_data_size": 32}
