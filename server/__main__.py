@@ -32,6 +32,7 @@ from tritonclient.utils import InferenceServerException
 from server import admin
 from server.cli_options import add_server_arguments, server_options
 from server.config_drift import config_drift, describe_drift
+from server.fronts.process import add_share_arguments, shares_from_args
 from server.launcher import ServerError, TritonServer, remove_shm_regions
 from server.records import read_record, write_record
 from server.stubs import kill_stray_stubs
@@ -126,6 +127,7 @@ def _already_running(state: dict) -> str:
 def _server_argv(args: argparse.Namespace) -> list[str]:
     """``start``'s server flags, for the supervisor to start the same server."""
     return [
+        *(f"--front-{flag[2:]}" for flag in shares_from_args(args, "front-").flags()),
         f"--repository={args.repository}",
         f"--host={args.host}",
         f"--http-port={args.http_port}",
@@ -167,6 +169,7 @@ def _supervise(args: argparse.Namespace) -> int:
         grpc_front=args.grpc_front,  # and its gRPC one takes 2 GiB messages and wrapping shapes
         startup_timeout_s=args.startup_timeout,
         watchdog_record=EVENTS.resolve(),
+        front_shares=shares_from_args(args, "front-"),
     )
     server = TritonServer(options)
     supervisor = Supervisor(server, SUPERVISOR.resolve(), on_serving=lambda s: _record_state(s, args))
@@ -403,6 +406,7 @@ def _unload(args: argparse.Namespace) -> int:
 
 
 def _add_start_arguments(parser: argparse.ArgumentParser) -> None:
+    add_share_arguments(parser, prefix="front-")  # the fronts' deadline and client shares
     parser.add_argument(
         "--http-front",
         action=argparse.BooleanOptionalAction,

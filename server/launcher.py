@@ -51,6 +51,7 @@ from python_backend.dtypes import BY_TRITON
 from server import ports
 from server.admin import KEY_ENV, drain, new_admin_key, restricted_api_args
 from server.admin import headers as admin_headers
+from server.fronts.process import FrontShares
 from server.install import ServerError, ServerInstall, assemble_backends, find_install
 from server.shm_private import SERVER_UMASK, preload_environment
 from server.shm_regions import make_owner_only
@@ -226,6 +227,10 @@ class ServerOptions:
     # The same for gRPC (server.fronts.grpc_front): clients use grpc_port, Triton's own is
     # ``triton_grpc_url``.
     grpc_front: bool = False
+    # Both fronts (docs/SERVING.md, "Deadlines and client shares"): an inference's deadline unless its
+    # config sets request_deadline_s (504 / DEADLINE_EXCEEDED), requests forwarded at once, and each
+    # client address's and connection's share of them (429 / RESOURCE_EXHAUSTED beyond).
+    front_shares: FrontShares = field(default_factory=FrontShares)
     # Whether Triton may map a client's /dev/shm file (docs/SERVING.md, Shared memory). False: never;
     # the fronts serve system shared memory from their own table and copy the bytes, and Triton's own
     # shared-memory API needs the admin key. True: Triton maps it, with 2.51's faults (the offset applied
@@ -424,15 +429,16 @@ class TritonServer:
                     umask=SERVER_UMASK,
                 )
         self._write_server_pid()
+        shares = self.options.front_shares.flags()
         if self.options.http_front and self.http_front not in self.running_fronts:
             self.http_front = self._launch_front(
-                "server.fronts.http_front", self.http_port, self.triton_http_url, detach,
+                "server.fronts.http_front", self.http_port, self.triton_http_url, detach, *shares,
                 f"--body-timeout-s={self.options.http_front_body_timeout_s}",
                 f"--header-timeout-s={self.options.http_front_header_timeout_s}",
             )  # fmt: skip
         if self.options.grpc_front and self.grpc_front not in self.running_fronts:
             self.grpc_front = self._launch_front(
-                "server.fronts.grpc_front", self.grpc_port, self.triton_grpc_url, detach
+                "server.fronts.grpc_front", self.grpc_port, self.triton_grpc_url, detach, *shares
             )
 
     @property

@@ -290,7 +290,7 @@ class Mutator:
             case.mutations.append(f"method {case.method}")
         else:
             parts = case.path.split("/")
-            index = self.rng.randrange(1, len(parts))
+            index = self.rng.randrange(1, len(parts)) if len(parts) > 1 else 0  # "*" has no "/"
             tail = self.rng.choice(NAME_TAILS)
             parts[index] += tail
             case.path = "/".join(parts) + ("?a=b" * self.rng.randint(0, 3))

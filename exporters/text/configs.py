@@ -73,14 +73,15 @@ def _warmups(spec: TextEmbeddingSpec) -> list[ModelWarmup]:
     ]
 
 
-def encoder_guards(vocab_size: int | None) -> dict[str, str]:
+def encoder_guards(spec: TextEmbeddingSpec, vocab_size: int | None) -> dict[str, str]:
     """The encoder holds direct requests to what the tokenizer gives it: ids inside the vocabulary, a
-    0/1 attention mask. The ensemble is not the only way in (a client may call the encoder by name), and
-    its checks must not be skipped that way; our onnxruntime backend enforces these, the native one
-    ignores the parameters."""
-    if vocab_size is None:
-        return {}
-    return guard_parameters({"input_ids": (0, vocab_size), "attention_mask": (0, 2)}, allow_non_finite=False)
+    0/1 attention mask, at most ``max_seq_length`` tokens. The ensemble is not the only way in (a client
+    may call the encoder by name), and its checks must not be skipped that way; our onnxruntime backend
+    enforces these, the native one ignores the parameters, and the fronts bound the sequence axis by
+    the last (``input_max_shapes``) before Triton sees a request."""
+    ranges = {"input_ids": (0, vocab_size), "attention_mask": (0, 2)} if vocab_size is not None else {}
+    longest = {name: (spec.max_seq_length,) for name in TOKEN_INPUTS}
+    return guard_parameters(ranges, allow_non_finite=False, max_shapes=longest)
 
 
 def encoder_config(
@@ -99,7 +100,7 @@ def encoder_config(
         parameters={
             "intra_op_thread_count": str(spec.threads.intra_op),
             "inter_op_thread_count": str(spec.threads.inter_op),
-            **encoder_guards(vocab_size),
+            **encoder_guards(spec, vocab_size),
         },
     )
 

@@ -46,7 +46,6 @@ SHM_DIR = Path("/dev/shm")
 KEY = re.compile(r"/?([A-Za-z0-9._-]{1,255})")
 MAX_PER_CLIENT = 256
 MAX_REGIONS = 2048
-MAX_REQUEST_BYTES = 64 << 20  # the fronts' own bound on a body or a message
 FileId = tuple[int, int]  # (st_dev, st_ino): which file, whatever name reaches it
 _server_files: dict[FileId, str] = {}  # every server region this process has seen: file -> its name
 _REMEMBERED = 4096
@@ -116,7 +115,7 @@ def _file_name(name: str, key: object) -> str:
     return match[1]
 
 
-def check_copy_size(uses: Iterable[RegionUse], limit: int = MAX_REQUEST_BYTES) -> None:
+def check_copy_size(uses: Iterable[RegionUse], limit: int) -> None:
     """One request's shared-memory inputs are copied into the front's memory: bounded as a body is."""
     total = sum(use.byte_size for use in uses)
     if total > limit:
@@ -310,8 +309,8 @@ class FrontRegions:
     the region to Triton, which maps the file (docs/SERVING.md, "Shared memory")."""
 
     server: ServerRegions
+    max_request_bytes: int  # what one request may copy in: the front's bound on a body or message
     trusted: bool = False
-    max_request_bytes: int = MAX_REQUEST_BYTES  # what one request may copy in: the front's body bound
 
     def __post_init__(self) -> None:
         self.table: RegionTable | None = None if self.trusted else RegionTable(self.server)

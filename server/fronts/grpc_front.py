@@ -11,12 +11,20 @@ own gRPC port on loopback, unchanged, after:
 * a message-size bound (``max_message_bytes``, 64 MiB like the HTTP front's body): larger messages get
   ``RESOURCE_EXHAUSTED`` from gRPC itself before they are buffered whole;
 * the checks of each message (``server.fronts.grpc_request``): for ``ModelInfer`` and each message of
-  ``ModelStreamInfer``, inputs that carry the bytes their shapes declare and fit their model's config
-  (rows 19, 37 and 39: Triton never answered ``[2^62, 0]``); model names without control characters.
-  A refused stream message is answered on the stream with its error, as Triton answers its own, and a
+  ``ModelStreamInfer``, inputs that carry the bytes their shapes declare (rows 19, 37 and 39: Triton
+  never answered ``[2^62, 0]``) in a request its model's config accepts, exactly
+  (``server.fronts.allow_list``; rows 53–55), whatever carries the inputs; an unknown model is refused
+  with Triton's ``NOT_FOUND``, never forwarded unchecked; model names without control characters. A
+  refused stream message is answered on the stream with its error, as Triton answers its own, and a
   stream message that is no ``ModelInferRequest`` ends the stream with ``INVALID_ARGUMENT`` (row 40);
 * system shared memory served here, from the front's own table: Triton never maps a client's file
-  (``server.fronts.shm_grpc``; fault matrix rows 24, 43–45 and 49–52);
+  (``server.fronts.shm_grpc``; fault matrix rows 24, 43–45 and 49–52); the bytes are read from the
+  client's region only once the request passed the allow-list, and walked by it before Triton sees them
+  (row 61);
+* deadlines and client shares: an inference call is answered within its model's deadline
+  (``DEADLINE_EXCEEDED`` after; ``server.fronts.deadlines``, row 56) and a client connection and
+  address may each have a share of the calls waiting on Triton (``RESOURCE_EXHAUSTED`` beyond;
+  ``server.fronts.client_slots``, row 57); a stream holds one slot and bounds its waiting messages;
 * a connection must finish its HTTP/2 handshake within 10 s (row 41).
 
 Refusals are ``INVALID_ARGUMENT`` (``PERMISSION_DENIED`` for someone else's file) with a message
@@ -35,6 +43,7 @@ import asyncio
 import functools
 import logging
 from collections.abc import AsyncIterator, Awaitable, Callable
+from dataclasses import dataclass, field
 
 import grpc
 from google.protobuf import json_format
@@ -42,19 +51,32 @@ from google.protobuf.message import DecodeError, Message
 from tritonclient.grpc import service_pb2
 
 from server.admin import GRPC_ADMIN_HEADER, GRPC_FRONT_HEADER
+from server.fronts.allow_list import ModelSignature
 from server.fronts.client_regions import Client, RegionUse
+from server.fronts.client_slots import ClientSlots
+from server.fronts.deadlines import OVERDUE_TIMEOUT_S, Overdue, within_deadline
 from server.fronts.grpc_request import SERVICE, check_request, model_to_check, parse_request
-from server.fronts.model_shapes import ModelShapesCache
+from server.fronts.model_shapes import ModelSignatures
 from server.fronts.peer import peer_uid
-from server.fronts.process import MIB, admin_key, front_parser, run_front, server_regions
-from server.fronts.refusal import RequestRefusedError
+from server.fronts.process import (
+    MAX_REQUEST_BYTES,
+    MIB,
+    FrontShares,
+    add_share_arguments,
+    admin_key,
+    front_parser,
+    run_front,
+    server_regions,
+    shares_from_args,
+)
+from server.fronts.refusal import Refusal, RequestRefusedError
 from server.fronts.shm_grpc import GrpcSharedMemory, StreamOutputs
+from server.fronts.stream_waits import STREAM_WATCH_S, StreamWaits
 from server.fronts.upstream_state import UpstreamState
 
 log = logging.getLogger(__name__)
 PREFIX = f"/{SERVICE.full_name}/"
 NOT_FORWARDED = ("user-agent", "content-type", "te", "host", GRPC_FRONT_HEADER)
-MAX_MESSAGE_BYTES = 64 * MIB
 CHANNEL_OPTIONS = [
     ("grpc.max_receive_message_length", -1),
     ("grpc.max_send_message_length", -1),
@@ -67,14 +89,49 @@ CHANNEL_OPTIONS = [
 # A connection must finish its HTTP/2 preface and SETTINGS within this (grpc's default: 60 s, measured),
 # or it is closed (fault matrix row 41): a client could hold 300 half-open connections that long.
 HANDSHAKE_TIMEOUT_MS = 10_000
+# Triton's answers for a model it has no config for: passed on as they are, in its words
+TRITON_REFUSALS = {
+    grpc.StatusCode.NOT_FOUND: Refusal.NOT_FOUND,
+    grpc.StatusCode.INVALID_ARGUMENT: Refusal.INVALID,
+}
+# Calls received but not yet taken up by the front's event loop: beyond grpc's default of 1,000 it
+# cancels new calls at random (CANCELLED, measured with 2,000 sent at once on one connection), which no
+# client can tell from a failure. Up to this many wait instead, and the client shares
+# (``server.fronts.client_slots``) refuse what is beyond a client's share as RESOURCE_EXHAUSTED.
+MAX_PENDING_CALLS = 20_000
 MAX_IDLE_MS = 300_000  # a connection with no call for 5 minutes is closed (GOAWAY: clients reconnect)
+
+
+@dataclass(frozen=True)
+class GrpcLimits:
+    max_message_bytes: int = MAX_REQUEST_BYTES  # any call; an inference is bounded by its model's too
+    shares: FrontShares = field(default_factory=FrontShares)  # inference calls (a stream: one slot)
+
+
+def _peer(context: grpc.aio.ServicerContext) -> tuple[str, str, int | None]:
+    """(address, connection, port) of the caller, as the client shares and the shared-memory table
+    know it: ``ipv4:127.0.0.1:54321`` is address ``127.0.0.1``, port 54321; ``ipv6:[::1]:54321``
+    address ``::1`` (a caller not on TCP: its whole peer string, no port)."""
+    peer = context.peer() or ""
+    if not peer.startswith(("ipv4:", "ipv6:")):
+        return peer, peer, None
+    host, _, port = peer.split(":", 1)[1].rpartition(":")
+    return host.strip("[]"), peer, int(port)
 
 
 class GrpcFront(grpc.GenericRpcHandler):
     """Checks each call of the inference service and forwards it to ``upstream`` as bytes."""
 
-    def __init__(self, upstream: str, key: str, shm: GrpcSharedMemory, listen: str) -> None:
+    def __init__(
+        self,
+        upstream: str,
+        key: str,
+        shm: GrpcSharedMemory,
+        listen: str,
+        limits: GrpcLimits | None = None,
+    ) -> None:
         self.upstream, self.key, self.shm = upstream, key, shm
+        self.limits = limits or GrpcLimits()
         host, port = listen.rsplit(":", 1)
         self.local = (host.strip("[]"), int(port))
         self.state = UpstreamState(f"tritonserver's gRPC at {upstream}", log, "UNAVAILABLE")
@@ -84,7 +141,9 @@ class GrpcFront(grpc.GenericRpcHandler):
             request_serializer=service_pb2.ModelConfigRequest.SerializeToString,
             response_deserializer=service_pb2.ModelConfigResponse.FromString,
         )
-        self.shapes = ModelShapesCache(self._model_config)
+        self.signatures = ModelSignatures(self._model_config, self.limits.max_message_bytes)
+        self.slots = ClientSlots(self.limits.shares.slots)
+        self.overdue = Overdue(self.limits.shares.max_overdue)
         self.handlers = {
             method.name: self._handler(method.name, method.client_streaming) for method in SERVICE.methods
         }
@@ -101,20 +160,22 @@ class GrpcFront(grpc.GenericRpcHandler):
         method = handler_call_details.method
         return self.handlers.get(method[len(PREFIX) :]) if method.startswith(PREFIX) else None
 
-    async def _model_config(self, model: str, version: str) -> dict | None:
-        """The config Triton serves for ``model``, as a dict, or None when it has none."""
+    async def _model_config(self, model: str, version: str) -> dict:
+        """The config Triton serves for ``model``, as a dict, or Triton's refusal when it has none."""
         try:
             answer = await self.config_call(service_pb2.ModelConfigRequest(name=model, version=version))
-        except grpc.aio.AioRpcError:
-            return None
+        except grpc.aio.AioRpcError as error:
+            if error.code() in TRITON_REFUSALS:
+                raise RequestRefusedError(error.details() or "", TRITON_REFUSALS[error.code()]) from error
+            if error.code() == grpc.StatusCode.UNAVAILABLE:
+                self.state.down(error.details())
+            raise
+        self.state.up()
         return json_format.MessageToDict(answer.config, preserving_proto_field_name=True)
 
     def _client(self, context: grpc.aio.ServicerContext) -> Client:
-        peer = context.peer()  # "ipv4:127.0.0.1:54321" or "ipv6:[::1]:54321"
-        uid = None
-        if peer.startswith(("ipv4:", "ipv6:")):
-            host, _, port = peer.split(":", 1)[1].rpartition(":")
-            uid = peer_uid((host.strip("[]"), int(port)), self.local)
+        address, _, port = _peer(context)
+        uid = None if port is None else peer_uid((address, port), self.local)
         admin = bool(self.key) and dict(context.invocation_metadata()).get(GRPC_ADMIN_HEADER) == self.key
         return Client(uid, admin)
 
@@ -128,15 +189,23 @@ class GrpcFront(grpc.GenericRpcHandler):
 
     async def _check(
         self, name: str, raw: bytes, context: grpc.aio.ServicerContext
-    ) -> tuple[Message | None, list[RegionUse]]:
+    ) -> tuple[Message | None, ModelSignature | None, list[RegionUse]]:
         """``RequestRefusedError`` unless the call's message passes the checks
-        (``server.fronts.grpc_request``); returns it parsed, and the shared-memory ranges it names."""
+        (``server.fronts.grpc_request``); returns it parsed, with its model's config for an inference
+        (whose message must also be no larger than the model's largest valid request) and the
+        shared-memory ranges it names."""
         request = parse_request(name, raw)
         if request is None:
-            return None, []
+            return None, None, []
         wanted = model_to_check(name, request)
-        model = await self.shapes.get(*wanted) if wanted else None
-        return request, check_request(name, request, model)
+        model = await self.signatures.get(*wanted) if wanted else None
+        if model is not None and len(raw) > model.largest_request_bytes():
+            raise RequestRefusedError(
+                f"message of {len(raw)} bytes exceeds {model.largest_request_bytes()}, the largest request "
+                f"model '{model.model}' takes",
+                Refusal.TOO_LARGE,
+            )
+        return request, model, check_request(name, request, model)
 
     async def _upstream_error(self, error: grpc.aio.AioRpcError, context: grpc.aio.ServicerContext) -> None:
         """Answer the client with Triton's error; note when Triton itself is unreachable."""
@@ -147,28 +216,42 @@ class GrpcFront(grpc.GenericRpcHandler):
             )
         await context.abort(error.code(), error.details() or "", tuple(error.trailing_metadata() or ()))
 
+    def _upstream_timeout(self, context: grpc.aio.ServicerContext) -> float:
+        """How long a call may wait on Triton: the client's own deadline, at most ``OVERDUE_TIMEOUT_S``
+        (an overdue call runs on until Triton answers it, not for ever)."""
+        remaining = context.time_remaining()
+        return OVERDUE_TIMEOUT_S if remaining is None else min(remaining, OVERDUE_TIMEOUT_S)
+
     async def _unary(self, name: str, upstream_call, raw: bytes, context: grpc.aio.ServicerContext) -> bytes:
         client, outputs = None, {}
         try:
-            request, uses = await self._check(name, raw, context)
+            request, model, uses = await self._check(name, raw, context)
             answer = self.shm.answer(name, request, functools.partial(self._client, context))
             if answer is not None:  # the shared-memory API, served by the front itself
                 return answer
             if uses:
+                assert model is not None  # an inference: check_request needs its config
                 client = self._client(context)
-                rewritten, outputs = self.shm.to_triton(client, request)  # Triton never maps it
+                rewritten, outputs = self.shm.to_triton(client, request, model)  # Triton never maps it
                 raw = rewritten or raw
+            call = functools.partial(
+                upstream_call, raw, metadata=self._metadata(context), timeout=self._upstream_timeout(context)
+            )
+            if model is None:
+                answer = await call()
+            else:
+                address, connection, _ = _peer(context)
+                deadline = model.deadline_s or self.limits.shares.deadline_s
+                answer = await within_deadline(
+                    self.slots, address, connection, self.overdue, model.model, deadline, call
+                )
         except RequestRefusedError as refusal:
             await context.abort(grpc.StatusCode[refusal.kind.grpc_code], str(refusal))
-        try:
-            answer = await upstream_call(
-                raw, metadata=self._metadata(context), timeout=context.time_remaining()
-            )
         except grpc.aio.AioRpcError as error:
             await self._upstream_error(error, context)
         self.state.up()
         if name in ("RepositoryModelLoad", "RepositoryModelUnload") and request is not None:
-            self.shapes.forget(request.model_name)
+            self.signatures.forget(request.model_name)
         if outputs and client is not None:
             try:
                 answer = self.shm.to_client(client, outputs, answer)
@@ -177,12 +260,27 @@ class GrpcFront(grpc.GenericRpcHandler):
         return answer
 
     async def _stream(self, upstream_stream, requests: AsyncIterator[bytes], context) -> AsyncIterator[bytes]:
+        """A stream holds one slot for its life (``wait_s``: the front's deadline to get one); see
+        ``_relay`` for its messages."""
+        address, connection, _ = _peer(context)
+        try:
+            async with self.slots.held(address, connection, wait_s=self.limits.shares.deadline_s):
+                async for answer in self._relay(upstream_stream, requests, context):
+                    yield answer
+        except RequestRefusedError as refusal:
+            await context.abort(grpc.StatusCode[refusal.kind.grpc_code], str(refusal))
+
+    async def _relay(self, upstream_stream, requests: AsyncIterator[bytes], context) -> AsyncIterator[bytes]:
         """Forward the stream message by message; a refused message gets its error on the stream, and
         one that is not a ``ModelInferRequest`` at all ends the stream with ``INVALID_ARGUMENT`` (there
-        is no request to answer; fault matrix row 40)."""
-        call = upstream_stream(metadata=self._metadata(context), timeout=context.time_remaining())
+        is no request to answer; fault matrix row 40). At most ``per_connection`` messages wait for
+        their answer (the next gets an error on the stream), and a message its model does not answer
+        within its deadline ends the stream with ``DEADLINE_EXCEEDED`` (Triton drops what the ended
+        call still had queued)."""
+        call = upstream_stream(metadata=self._metadata(context), timeout=self._upstream_timeout(context))
         regions = StreamOutputs(self.shm, functools.partial(self._client, context))
         answers: asyncio.Queue = asyncio.Queue()
+        waiting = StreamWaits(self.limits.shares.slots.per_connection)
         finished = object()
 
         async def send() -> None:
@@ -194,9 +292,13 @@ class GrpcFront(grpc.GenericRpcHandler):
         async def forward_requests() -> None:
             async for raw in requests:
                 try:
-                    request, uses = await self._check("ModelStreamInfer", raw, context)
+                    request, model, uses = await self._check("ModelStreamInfer", raw, context)
+                    assert model is not None
+                    waiting.check_room()  # before any region is read
                     if uses:
-                        raw = regions.to_triton(request) or raw  # Triton never maps it
+                        raw = regions.to_triton(request, model) or raw  # Triton never maps it
+                    # under the id Triton answers with (the front's own when outputs go to regions)
+                    waiting.add(request, model.deadline_s or self.limits.shares.deadline_s)
                 except RequestRefusedError as refusal:
                     try:
                         request = service_pb2.ModelInferRequest.FromString(raw)
@@ -214,12 +316,21 @@ class GrpcFront(grpc.GenericRpcHandler):
         async def receive() -> None:
             try:
                 async for raw in call:
+                    waiting.answered(raw)
                     await answers.put(regions.to_client(raw))
             except grpc.aio.AioRpcError as error:
                 await answers.put(error)
             await answers.put(finished)
 
-        tasks = [asyncio.ensure_future(send()), asyncio.ensure_future(receive())]
+        async def watch() -> None:
+            while True:
+                await asyncio.sleep(STREAM_WATCH_S)
+                late = waiting.overdue()
+                if late is not None:
+                    await answers.put(late)
+                    return
+
+        tasks = [asyncio.ensure_future(job()) for job in (send, receive, watch)]
         try:
             while (item := await answers.get()) is not finished:
                 if isinstance(item, grpc.aio.AioRpcError):
@@ -233,15 +344,16 @@ class GrpcFront(grpc.GenericRpcHandler):
             call.cancel()
 
 
-async def start_front(
-    listen: str, front: GrpcFront, max_message_bytes: int = MAX_MESSAGE_BYTES
-) -> Callable[[], Awaitable[None]]:
+async def start_front(listen: str, front: GrpcFront) -> Callable[[], Awaitable[None]]:
     """Listen on ``listen``; returns the coroutine function that stops the front."""
+    max_message_bytes = front.limits.max_message_bytes
     server = grpc.aio.server(
         options=[
             ("grpc.max_receive_message_length", max_message_bytes),
             ("grpc.server_handshake_timeout_ms", HANDSHAKE_TIMEOUT_MS),
             ("grpc.max_connection_idle_ms", MAX_IDLE_MS),
+            ("grpc.server.max_pending_requests", MAX_PENDING_CALLS),
+            ("grpc.server.max_pending_requests_hard_limit", MAX_PENDING_CALLS),
         ]
     )
     server.add_generic_rpc_handlers((front,))
@@ -261,21 +373,13 @@ def main(argv: list[str] | None = None) -> None:
     parser = front_parser(
         "python -m server.fronts.grpc_front", __doc__, "host:port of tritonserver's gRPC endpoint"
     )
-    parser.add_argument("--max-message-mib", type=int, default=MAX_MESSAGE_BYTES // MIB)
+    parser.add_argument("--max-message-mib", type=int, default=MAX_REQUEST_BYTES // MIB)
+    add_share_arguments(parser)
     args = parser.parse_args(argv)
-    run_front(
-        lambda: start_front(
-            args.listen,
-            GrpcFront(
-                args.upstream,
-                admin_key(),
-                GrpcSharedMemory(
-                    server_regions(args), args.trusted_shared_memory, args.max_message_mib * MIB
-                ),
-                args.listen,
-            ),
-            args.max_message_mib * MIB,
-        ),
+    limits = GrpcLimits(args.max_message_mib * MIB, shares_from_args(args))
+    shm = GrpcSharedMemory(server_regions(args), limits.max_message_bytes, args.trusted_shared_memory)
+    run_front(  # the front is made inside the event loop: its channel belongs to that loop
+        lambda: start_front(args.listen, GrpcFront(args.upstream, admin_key(), shm, args.listen, limits)),
         args,
     )
 

@@ -5,9 +5,11 @@ by ``server.fronts.grpc_front`` before a message is forwarded.
 * a message that is not the method's request type is refused (a stream message that is no
   ``ModelInferRequest`` ends the stream there; fault matrix row 40);
 * ``ModelInfer`` and each ``ModelStreamInfer`` message: no input may declare more bytes than its raw
-  contents, typed contents or shared-memory range carry, nor a shape its model's config does not allow,
-  nor a dimension above 2^31 - 1 (``server.fronts.tensor_limits``, shared with the HTTP front; rows 19,
-  37 and 39); the shared-memory ranges it names are returned for the front to copy
+  contents, typed contents or shared-memory range carry, nor a dimension above 2^31 - 1
+  (``server.fronts.tensor_limits``; rows 19, 37 and 39); then the request must be one its model's
+  config accepts, exactly (``server.fronts.allow_list``, shared with the HTTP front; rows 53–55),
+  whatever carries its inputs: a shared-memory range counts its byte size here, and the bytes the
+  front reads from it are walked by the same allow-list before Triton sees them
   (``server.fronts.shm_grpc``, which also answers the shared-memory calls);
 * model names without control characters (Triton would read ``recommender\\x00x`` as ``recommender``;
   row 21).
@@ -23,16 +25,10 @@ from typing import Any
 from google.protobuf.message import DecodeError, Message
 from tritonclient.grpc import service_pb2
 
+from server.fronts.allow_list import CarriedInput, Carrier, ModelSignature, check_allowed
 from server.fronts.client_regions import RegionUse
 from server.fronts.refusal import RequestRefusedError
-from server.fronts.tensor_limits import (
-    ModelShapes,
-    check_declared_size,
-    check_fits_model,
-    check_model_name,
-    check_shape,
-    element_bytes,
-)
+from server.fronts.tensor_limits import check_declared_size, check_model_name, check_shape, element_bytes
 
 SERVICE = service_pb2.DESCRIPTOR.services_by_name["GRPCInferenceService"]
 REQUEST_TYPES = {
@@ -88,48 +84,89 @@ def _region_use(parameters: Any, where: str) -> RegionUse | None:
     return RegionUse(region, offset or 0, size)
 
 
-def check_infer_request(
-    request: service_pb2.ModelInferRequest, model: ModelShapes | None = None
-) -> list[RegionUse]:
-    """``RequestRefusedError`` unless every input carries what its shape declares and fits what
-    ``model`` (the config of the model it names, when known) allows; returns the shared-memory ranges
-    the request names."""
+# The typed-contents field of each datatype (FP16 and BF16 have none: raw contents only)
+TYPED_FIELDS = {
+    "BOOL": "bool_contents", "INT8": "int_contents", "INT16": "int_contents", "INT32": "int_contents",
+    "INT64": "int64_contents", "UINT8": "uint_contents", "UINT16": "uint_contents",
+    "UINT32": "uint_contents", "UINT64": "uint64_contents", "FP32": "fp32_contents",
+    "FP64": "fp64_contents", "BYTES": "bytes_contents",
+}  # fmt: skip
+
+
+def _typed(tensor: service_pb2.ModelInferRequest.InferInputTensor) -> CarriedInput:
+    """An input sent as typed contents: the values of its datatype's field, and no other field."""
+    field = TYPED_FIELDS.get(tensor.datatype)
+    used = [name for name in CONTENTS if len(getattr(tensor.contents, name))]
+    if field is None or any(name != field for name in used):
+        expected = f"goes in {field}" if field else "has no typed contents field: send it as raw contents"
+        raise RequestRefusedError(
+            f"input {tensor.name!r}: {tensor.datatype} data {expected}, got {', '.join(used) or 'none'}"
+        )
+    values = len(getattr(tensor.contents, field))
+    return CarriedInput(tensor.name, tensor.datatype, tuple(tensor.shape), Carrier.TYPED, values)
+
+
+def check_infer_request(request: service_pb2.ModelInferRequest, model: ModelSignature) -> list[RegionUse]:
+    """``RequestRefusedError`` unless every input carries what its shape declares and ``model``'s config
+    (the model the request names) accepts the request (``server.fronts.allow_list``); returns the
+    shared-memory ranges it names (the front copies them: ``server.fronts.shm_grpc``)."""
     check_model_name(request.model_name)
     uses: list[RegionUse] = []
+    carried: list[CarriedInput] = []
+    raw = request.raw_input_contents
     raw_index = 0  # Triton hands raw contents, in order, to the inputs without shm or typed contents
     for tensor in request.inputs:
         shape = check_shape(tensor.name, list(tensor.shape))
+        per_element = element_bytes(tensor.datatype)
         region = _region_use(tensor.parameters, f"input {tensor.name!r}")
         if region is not None:
             uses.append(region)
-            check_declared_size(
-                tensor.name,
-                shape,
-                element_bytes(tensor.datatype),
-                region.byte_size,
-                "its shared memory range",
+            check_declared_size(tensor.name, shape, per_element, region.byte_size, "its shared memory range")
+            size = region.byte_size
+            carried.append(
+                CarriedInput(tensor.name, tensor.datatype, tuple(shape), Carrier.SHARED_MEMORY, size)
             )
         elif tensor.HasField("contents"):
+            if raw:
+                raise RequestRefusedError(
+                    f"input {tensor.name!r}: contents field must not be specified when using "
+                    f"raw_input_contents for model {request.model_name!r}"
+                )
             values = max(len(getattr(tensor.contents, field)) for field in CONTENTS)
             check_declared_size(tensor.name, shape, 1, values, "its typed data")
+            carried.append(_typed(tensor))
         else:
-            raw = request.raw_input_contents
-            carried = len(raw[raw_index]) if raw_index < len(raw) else 0
+            if raw_index >= len(raw):
+                raise RequestRefusedError(
+                    f"input {tensor.name!r} carries no data: no shared memory region, no typed contents "
+                    "and no raw_input_contents entry for it"
+                )
+            payload = raw[raw_index]
             raw_index += 1
-            check_declared_size(tensor.name, shape, element_bytes(tensor.datatype), carried, "its raw data")
-        check_fits_model(tensor.name, shape, element_bytes(tensor.datatype), model)
+            check_declared_size(tensor.name, shape, per_element, len(payload), "its raw data")
+            carried.append(
+                CarriedInput(tensor.name, tensor.datatype, tuple(shape), Carrier.RAW, len(payload), payload)
+            )
+    if raw_index != len(raw):
+        raise RequestRefusedError(
+            f"the request has {len(raw)} raw_input_contents entries for {raw_index} inputs sent as raw data"
+        )
     for output in request.outputs:
         region = _region_use(output.parameters, f"output {output.name!r}")
         if region is not None:
             uses.append(region)
+    check_allowed(model, carried, [output.name for output in request.outputs])
     return uses
 
 
-def check_request(method: str, request: Message, model: ModelShapes | None = None) -> list[RegionUse]:
+def check_request(method: str, request: Message, model: ModelSignature | None = None) -> list[RegionUse]:
     """``RequestRefusedError`` unless the call of ``method`` with ``request`` may reach Triton.
-    ``model`` is what the config of the model an inference call names allows (``model_to_check``).
-    Returns the shared-memory ranges an inference call names (the front copies them)."""
+    ``model`` is the config of the model an inference call names (``model_to_check``): an inference
+    call is never checked without one. Returns the shared-memory ranges an inference call names (the
+    front copies them); the shared-memory calls themselves are ``server.fronts.shm_grpc``'s."""
     if method in INFER_METHODS:
+        if model is None:
+            raise ValueError(f"{method} is checked against its model's config; none was given")
         return check_infer_request(request, model)
     if not method.startswith(("SystemSharedMemory", "CudaSharedMemory")):
         for field in NAME_FIELDS:

@@ -4,12 +4,18 @@ fault matrix's HTTP-front rows, docs/SERVING.md) and blames the server (500) for
 
 * the request target: only a plain origin-form ``/v2/...`` path, and Triton gets the path that was
   checked, never the raw target (``server.fronts.request_target``; fault matrix row 35);
-* upstream connections: one client address may have ``max_client_requests`` requests waiting on
-  Triton (429 beyond), GET/HEAD have connections of their own, and a client that hangs up cancels
-  its upstream request (row 38);
-* framing: a body above ``max_body_bytes`` is refused with 413 before it is buffered; each whole body
-  is buffered (408 after ``body_timeout_s``) and a request's headers must be complete within
-  ``header_timeout_s`` of their first byte (408; slowloris); pipelined requests are answered in order;
+* upstream slots: a client connection and a client address may each have a share of the requests
+  waiting on Triton (429 beyond), a free slot goes to the waiting address holding the fewest
+  (``server.fronts.client_slots``), GET/HEAD have connections of their own, and a client that hangs
+  up cancels its upstream request (rows 38 and 57);
+* deadlines: an inference is answered within its model's deadline, 504 after it
+  (``server.fronts.deadlines``; row 56);
+* framing: a body above what its route accepts (an inference: the largest valid request of its
+  model, ``server.fronts.allow_list``; else ``max_body_bytes``) is refused with 413 from its
+  ``Content-Length`` before it is read, a chunked one as it arrives; each whole body is buffered (408
+  after ``body_timeout_s``) and a request's headers must be complete within ``header_timeout_s`` of
+  their first byte (408; slowloris); pipelined requests are answered in order; a large body is
+  checked in a worker process (``server.fronts.body_checks``; row 59);
 * one reading: a header Triton reads (``Inference-Header-Content-Length``, ``Content-Type``, ...)
   sent twice, a JSON key sent twice, or a number only one parser can hold is a 400, so the front and
   Triton can never check and run two different requests (``server.fronts.kserve_json``);
@@ -17,11 +23,16 @@ fault matrix's HTTP-front rows, docs/SERVING.md) and blames the server (500) for
   forwarded plain (415 for other encodings, 400 for a body that does not inflate);
 * a form-encoded body (``curl -d``) is forwarded as ``application/json``, which it is on every ``/v2``
   route (libevhtp would parse it as a query string and segfault);
-* inference JSON is checked field by field (400 naming the field where Triton says 500), and no input
-  may declare more elements than bytes carry it, nor a shape its model's config does not allow
-  (``server.fronts.tensor_limits``, ``server.fronts.model_shapes``; row 37);
+* inference JSON is checked field by field (400 naming the field where Triton says 500), no input
+  may declare more elements than bytes carry it (``server.fronts.tensor_limits``; row 37), and the
+  request must be one its model's config accepts, exactly (``server.fronts.allow_list`` against the
+  config Triton serves, ``server.fronts.model_shapes``; rows 53–55): an unknown model is refused with
+  Triton's 404, never forwarded unchecked;
 * system shared memory is served here, from the front's own table: Triton never maps a client's file
   (``server.fronts.shm_http``, ``server.fronts.client_regions``; fault matrix rows 24, 43–45, 49–52);
+  an inference's shared-memory inputs pass the same allow-list as any other, before the front reads
+  a byte of the client's region, and the bytes it reads are walked by it before Triton sees them
+  (row 61);
 * when Triton is unreachable, clients get JSON they can parse: 503 while it is down or starting, 502
   when it drops a request, and the front logs that once, not once per request.
 
@@ -39,28 +50,48 @@ launcher passes them: the front follows its tritonserver across restarts and exi
 from __future__ import annotations
 
 import asyncio
+import functools
 import json
 import logging
 import re
 from collections import Counter
 from collections.abc import Awaitable, Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from aiohttp import ClientConnectorError, ClientError, ClientSession, ClientTimeout, TCPConnector, web
 from aiohttp.web_protocol import RequestHandler
 from yarl import URL
 
 from server.admin import ADMIN_HEADER, FRONT_HEADER
+from server.fronts.allow_list import ModelSignature
+from server.fronts.body_checks import (
+    DEFAULT_MAX_LARGE,
+    DEFAULT_WORKERS,
+    INLINE_BYTES,
+    BodyCheckers,
+    LargePlace,
+)
 from server.fronts.body_encoding import inflate
 from server.fronts.client_regions import Client, RegionUse
-from server.fronts.kserve_json import check_generate, check_infer, load_json
-from server.fronts.model_shapes import ModelShapesCache
+from server.fronts.client_slots import ClientSlots
+from server.fronts.deadlines import Overdue, within_deadline
+from server.fronts.kserve_json import check_generate, check_infer, check_json
+from server.fronts.model_shapes import ModelSignatures
 from server.fronts.peer import peer_uid
-from server.fronts.process import MIB, admin_key, front_parser, run_front, server_regions
-from server.fronts.refusal import RequestRefusedError
+from server.fronts.process import (
+    MAX_REQUEST_BYTES,
+    MIB,
+    FrontShares,
+    add_share_arguments,
+    admin_key,
+    front_parser,
+    run_front,
+    server_regions,
+    shares_from_args,
+)
+from server.fronts.refusal import Refusal, RequestRefusedError
 from server.fronts.request_target import checked_target, forwarded_target
-from server.fronts.shm_http import HttpSharedMemory
-from server.fronts.tensor_limits import ModelShapes
+from server.fronts.shm_http import SYSTEM_SHM, HttpSharedMemory
 from server.fronts.upstream_state import UpstreamState
 
 log = logging.getLogger(__name__)
@@ -71,7 +102,8 @@ HOP_BY_HOP = {
 TOKEN = r"[!#$%&'*+.^_`|~0-9a-z-]+"
 MEDIA_TYPE = re.compile(f"{TOKEN}/{TOKEN}")
 FORM_TYPES = ("application/x-www-form-urlencoded", "multipart/form-data")
-INFER = re.compile(r"/v2/models/([^/]+)(?:/versions/([^/]+))?/infer")
+# the routes that run a model: checked against its config (the allow-list), within its deadline
+INFER = re.compile(r"/v2/models/([^/]+)(?:/versions/([^/]+))?/(?:infer|generate|generate_stream)")
 REPOSITORY_CHANGE = re.compile(r"/v2/repository/models/([^/]+)/(?:load|unload)")
 QUICK_METHODS = ("GET", "HEAD")  # health, metadata, config, statistics: their own upstream connections
 # Triton's 500s that are about the request's JSON, never the server: answered as the 400 they are.
@@ -83,19 +115,20 @@ REQUEST_FAULTS = re.compile(
 
 @dataclass(frozen=True)
 class FrontLimits:
-    max_body_bytes: int = 64 * MIB  # a batch-32 image request as JSON is about 8 MB
+    max_body_bytes: int = MAX_REQUEST_BYTES  # an inference is bounded by its model's largest request too
     body_timeout_s: float = 30.0
     header_timeout_s: float = 10.0
     idle_timeout_s: float = 75.0  # a kept-alive connection with no request
-    upstream_timeout_s: float = 600.0
+    upstream_timeout_s: float = 600.0  # a POST that is no inference (a repository load can take minutes)
     shutdown_s: float = 5.0  # on exit, requests still in flight get this long
-    # Upstream connections (fault matrix row 38): POSTs share ``upstream_connections``, of which one
-    # client (peer address) may hold ``max_client_requests``; GET/HEAD requests have their own
+    # An inference's deadline; POSTs share ``shares.slots.capacity`` upstream connections within each
+    # client's share (fault matrix rows 38, 56 and 57); GET/HEAD requests have their own
     # ``quick_connections``, so health and metadata are answered while inference fills the rest.
-    upstream_connections: int = 256
-    max_client_requests: int = 64
+    shares: FrontShares = field(default_factory=FrontShares)
     quick_connections: int = 32
     quick_timeout_s: float = 60.0
+    body_workers: int = DEFAULT_WORKERS  # processes that check large bodies (row 59)
+    max_large_bodies: int = DEFAULT_MAX_LARGE  # large bodies read or checked at once
 
 
 def _error(status: int, message: str) -> web.Response:
@@ -210,13 +243,18 @@ class HttpFront:
         self.state = UpstreamState(f"tritonserver at {upstream}", log)
         self.session: ClientSession | None = None
         self.quick: ClientSession | None = None
-        self.shapes = ModelShapesCache(self._model_config)
-        self.in_flight: Counter[str] = Counter()  # POSTs upstream, by client address
+        self.signatures = ModelSignatures(self._model_config, limits.max_body_bytes)
+        self.slots = ClientSlots(limits.shares.slots)
+        self.overdue = Overdue(limits.shares.max_overdue)
+        self.checkers = BodyCheckers(limits.body_workers, limits.max_large_bodies)
 
     async def open(self) -> None:
+        self.checkers.start()
+        # room for the slots' requests and for the overdue ones still running beside them
+        upstream = self.limits.shares.slots.capacity * 2
         self.session = ClientSession(
             f"http://{self.upstream}",
-            connector=TCPConnector(limit=self.limits.upstream_connections),
+            connector=TCPConnector(limit=upstream),
             timeout=ClientTimeout(total=self.limits.upstream_timeout_s),
             auto_decompress=False,
         )
@@ -231,19 +269,28 @@ class HttpFront:
         for session in (self.session, self.quick):
             if session is not None:
                 await session.close()
+        self.checkers.close()
 
-    async def _model_config(self, model: str, version: str) -> dict | None:
-        """The config Triton serves for ``model`` (raw, as named in the path), or None."""
+    async def _model_config(self, model: str, version: str) -> dict:
+        """The config Triton serves for ``model`` (raw, as named in the path), or Triton's refusal."""
         assert self.quick is not None
         versioned = f"/versions/{version}" if version else ""
         url = URL(f"/v2/models/{model}{versioned}/config", encoded=True)
-        async with self.quick.get(url, headers={"Accept-Encoding": "identity"}) as answer:
-            document = await answer.json(content_type=None) if answer.status == 200 else None
-        return document if isinstance(document, dict) else None
-
-    async def _model_shapes(self, request: web.BaseRequest, path: str) -> ModelShapes | None:
-        match = INFER.fullmatch(path) if request.method == "POST" else None
-        return await self.shapes.get(match[1], match[2] or "") if match else None
+        try:
+            async with self.quick.get(url, headers={"Accept-Encoding": "identity"}) as answer:
+                document = await answer.json(content_type=None)
+                status = answer.status
+        except (ClientError, asyncio.TimeoutError) as error:
+            self.state.down(error)  # logged once, like a forwarded request that finds Triton down
+            raise
+        self.state.up()
+        if status == 200 and isinstance(document, dict):
+            return document
+        message = document.get("error") if isinstance(document, dict) else None
+        if 400 <= status < 500 and isinstance(message, str):
+            kind = Refusal.NOT_FOUND if status == 404 else Refusal.INVALID
+            raise RequestRefusedError(message, kind)  # Triton's own answer: no such model (version)
+        raise ConnectionError(f"tritonserver answered the config of '{model}' with {status}")
 
     def _client(self, request: web.BaseRequest) -> Client:
         peer, local = (
@@ -254,60 +301,104 @@ class HttpFront:
         admin = bool(self.key) and request.headers.get(ADMIN_HEADER) == self.key
         return Client(uid, admin)
 
-    def _check(
-        self, request: web.BaseRequest, path: str, body: bytes, model: ModelShapes | None
+    async def _check(
+        self, request: web.BaseRequest, path: str, body: bytes, model: ModelSignature | None
     ) -> list[RegionUse]:
         """The checks of the route ``path`` (Triton's raw path: it does not decode names); ``model``
-        is what the config of the model it names allows. Returns the shared-memory ranges an
-        inference request names."""
+        is the config of the model an inference names. What reads the body is a pure function, run in
+        a worker for a large body (``BodyCheckers``). Returns the shared-memory ranges an inference
+        request names (the front copies them once they passed: ``HttpSharedMemory.to_triton``)."""
         if request.method != "POST":
             return []
-        if path.endswith("/infer"):
-            return check_infer(body, request.headers.get("Inference-Header-Content-Length"), model)
-        if path.endswith(("/generate", "/generate_stream")):
-            check_generate(body)
+        check = functools.partial(self.checkers.check, len(body))
+        if model is not None and path.endswith(("/generate", "/generate_stream")):
+            await check(check_generate, body, model)
+        elif model is not None:
+            header_length = request.headers.get("Inference-Header-Content-Length")
+            return await check(check_infer, body, header_length, model)
         elif body:
-            load_json(body)  # every other /v2 POST body is JSON: one reading for both (duplicate keys)
+            await check(check_json, body)  # every other /v2 POST body is JSON: one reading for both
         return []
 
+    def _body_limit(self, path: str, model: ModelSignature | None) -> tuple[int, str]:
+        """How large a body the route ``path`` takes, and why: an inference, its model's largest valid
+        request; a shared-memory call, what the event loop parses inline (it is read there: a
+        registration is a few fields); any other, the front's own bound."""
+        if model is not None:
+            return model.largest_request_bytes(), f"the largest request model '{model.model}' takes"
+        if SYSTEM_SHM.fullmatch(path):
+            return INLINE_BYTES, "the largest a shared-memory call takes"
+        return self.limits.max_body_bytes, "the largest the front takes"
+
+    async def _model(self, request: web.BaseRequest, path: str) -> ModelSignature | None:
+        """The config of the model an inference names (``RequestRefusedError`` when Triton has none:
+        never forwarded unchecked); None for other routes."""
+        match = INFER.fullmatch(path) if request.method == "POST" else None
+        return await self.signatures.get(match[1], match[2] or "") if match else None
+
+    async def _read_body(self, request: web.BaseRequest, limit: int, what: str, place: LargePlace) -> bytes:
+        """The whole body, counted as it arrives: 413 (``TOO_LARGE``) past ``limit`` (a chunked body
+        has no ``Content-Length`` to check first), a large-body place taken as soon as it is large."""
+        chunks, size = [], 0
+        async for chunk in request.content.iter_any():
+            size += len(chunk)
+            if size > limit:
+                raise RequestRefusedError(f"request body exceeds {limit} bytes, {what}", Refusal.TOO_LARGE)
+            place.need(size)
+            chunks.append(chunk)
+        return b"".join(chunks)
+
     async def handle(self, request: web.BaseRequest) -> web.StreamResponse:
-        declared = request.content_length
-        if declared is not None and declared > self.limits.max_body_bytes:  # before reading a byte
-            response = _error(413, f"request body of {declared} bytes exceeds {self.limits.max_body_bytes}")
-            response.force_close()
-            return response
+        body_read = False
         try:
             path, query = checked_target(request.raw_path)  # fault matrix row 35
             headers = _forwarded_headers(request)
             form = _content_type(request) in FORM_TYPES
-            body = await asyncio.wait_for(request.read(), self.limits.body_timeout_s)
-            encoding = next((headers.pop(k) for k in list(headers) if k.lower() == "content-encoding"), None)
-            body = inflate(body, encoding, self.limits.max_body_bytes)
-            answer = self.shm.answer(request.method, path, body, lambda: self._client(request))
-            if answer is not None:  # the shared-memory API, served by the front itself
-                return answer
-            client, outputs = None, None
-            if self._check(request, path, body, await self._model_shapes(request, path)):
-                client = self._client(request)
-                body, outputs = self.shm.to_triton(client, body, headers)  # Triton never maps it
+            model = await self._model(request, path)
+            limit, what = self._body_limit(path, model)
+            declared = request.content_length
+            if declared is not None and declared > limit:  # before reading a byte
+                raise RequestRefusedError(
+                    f"request body of {declared} bytes exceeds {limit}, {what}", Refusal.TOO_LARGE
+                )
+            with self.checkers.place() as place:
+                place.need(declared)
+                reading = self._read_body(request, limit, what, place)
+                body = await asyncio.wait_for(reading, self.limits.body_timeout_s)
+                body_read = True
+                encoding = next(
+                    (headers.pop(k) for k in list(headers) if k.lower() == "content-encoding"), None
+                )
+                body = inflate(body, encoding, limit)
+                place.need(len(body))
+                answer = self.shm.answer(request.method, path, body, lambda: self._client(request))
+                if answer is not None:  # the shared-memory API, served by the front itself
+                    return answer
+                client, outputs = None, None
+                if await self._check(request, path, body, model):
+                    assert model is not None  # only an inference names regions
+                    client = self._client(request)
+                    body, outputs = self.shm.to_triton(client, body, headers, model)  # Triton never maps it
         except asyncio.TimeoutError:
             response = _error(408, f"request body not complete within {self.limits.body_timeout_s:g} s")
             response.force_close()
             return response
-        except web.HTTPRequestEntityTooLarge:
-            response = _error(413, f"request body exceeds {self.limits.max_body_bytes} bytes")
-            response.force_close()
-            return response
         except RequestRefusedError as refusal:
-            return _error(refusal.kind.http_status, str(refusal))
+            response = _error(refusal.kind.http_status, str(refusal))
+            if not body_read:  # the body is still on the connection: close it rather than read it
+                response.force_close()
+            return response
         headers.setdefault("Accept-Encoding", "identity")  # aiohttp would ask for gzip on its own
         if form:
             headers["Content-Type"] = "application/json"  # libevhtp would parse it as a query string
         if self.key:
             headers[FRONT_HEADER] = self.key  # Triton's own port answers inference/shm only with it
-        answer = await self._forward(request, forwarded_target(path, query), headers, body)
+        try:
+            answer = await self._forward(request, forwarded_target(path, query), headers, body, model)
+        except RequestRefusedError as refusal:
+            return _error(refusal.kind.http_status, str(refusal))
         if match := REPOSITORY_CHANGE.fullmatch(path):
-            self.shapes.forget(match[1])
+            self.signatures.forget(match[1])
         if outputs and client is not None:
             try:
                 return self.shm.to_client(client, outputs, answer)
@@ -316,30 +407,33 @@ class HttpFront:
         return answer
 
     async def _forward(
-        self, request: web.BaseRequest, target: str, headers: dict[str, str], body: bytes
+        self,
+        request: web.BaseRequest,
+        target: str,
+        headers: dict[str, str],
+        body: bytes,
+        model: ModelSignature | None,
     ) -> web.Response:
         """Send the checked ``target`` upstream; GET/HEAD on their own connections, other methods on
-        the shared ones within the client's share (429 beyond it). A client that hangs up cancels
-        this (the server's ``handler_cancellation``), which closes its upstream connection."""
+        the shared ones within the client's share (``ClientSlots``), an inference within its model's
+        deadline (``within_deadline``). A client that hangs up cancels this (the server's
+        ``handler_cancellation``), which closes its upstream connection."""
         if request.method in QUICK_METHODS:
             assert self.quick is not None
             return await self._exchange(self.quick, request, target, headers, body)
         assert self.session is not None
-        client = request.remote or ""
-        if self.in_flight[client] >= self.limits.max_client_requests:
-            return _error(
-                429,
-                f"this client ({client}) already has {self.in_flight[client]} requests waiting on "
-                f"tritonserver, its share of {self.limits.upstream_connections}; send more when those "
-                "are answered",
-            )
-        self.in_flight[client] += 1
-        try:
-            return await self._exchange(self.session, request, target, headers, body)
-        finally:
-            self.in_flight[client] -= 1
-            if not self.in_flight[client]:
-                del self.in_flight[client]
+        session = self.session
+        peer = request.transport.get_extra_info("peername") if request.transport else None
+        address = request.remote or ""
+        connection = f"{peer[0]}:{peer[1]}" if peer else address
+        exchange = functools.partial(self._exchange, session, request, target, headers, body)
+        if model is None:
+            async with self.slots.held(address, connection):
+                return await exchange()
+        deadline = model.deadline_s or self.limits.shares.deadline_s
+        return await within_deadline(
+            self.slots, address, connection, self.overdue, model.model, deadline, exchange
+        )
 
     async def _exchange(
         self,
@@ -404,19 +498,28 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--body-timeout-s", type=float, default=FrontLimits.body_timeout_s)
     parser.add_argument("--header-timeout-s", type=float, default=FrontLimits.header_timeout_s)
     parser.add_argument(
-        "--max-client-requests",
+        "--body-workers",
         type=int,
-        default=FrontLimits.max_client_requests,
-        help="requests one client address may have waiting on tritonserver (429 beyond)",
+        default=FrontLimits.body_workers,
+        help="processes that check request bodies above 256 KiB off the event loop",
     )
+    parser.add_argument(
+        "--max-large-bodies",
+        type=int,
+        default=FrontLimits.max_large_bodies,
+        help="large bodies read or checked at once (429 beyond: send binary tensor data)",
+    )
+    add_share_arguments(parser)
     args = parser.parse_args(argv)
     limits = FrontLimits(
         max_body_bytes=args.max_body_mib * MIB,
         body_timeout_s=args.body_timeout_s,
         header_timeout_s=args.header_timeout_s,
-        max_client_requests=args.max_client_requests,
+        shares=shares_from_args(args),
+        body_workers=args.body_workers,
+        max_large_bodies=args.max_large_bodies,
     )
-    shm = HttpSharedMemory(server_regions(args), args.trusted_shared_memory, limits.max_body_bytes)
+    shm = HttpSharedMemory(server_regions(args), limits.max_body_bytes, args.trusted_shared_memory)
     front = HttpFront(args.upstream, limits, admin_key(), shm)
     run_front(lambda: start_front(args.listen, front), args)
 

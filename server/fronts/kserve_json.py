@@ -11,8 +11,11 @@ gets a 400 naming the field. And the front must never read a body differently fr
   surrogates are refused: Triton would fail to parse them where Python succeeds.
 * The body must be UTF-8 (Python also guesses UTF-16 and UTF-32; Triton does not).
 
-The size checks themselves are ``server.fronts.tensor_limits``; ``check_infer`` returns the shared-memory
-ranges a request names so the front can copy them (``server.fronts.shm_http``).
+``check_infer`` reads an inference request into what the allow-list checks against the model's config
+(``server.fronts.allow_list``: names, datatypes, shapes, and exactly the data each shape needs, in
+JSON values, binary data after the header, or a shared-memory range), and returns the shared-memory
+ranges it names so the front can copy them (``server.fronts.shm_http``, which walks the bytes it
+reads through the same allow-list).
 """
 
 from __future__ import annotations
@@ -24,12 +27,18 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
+from server.fronts.allow_list import (
+    CarriedInput,
+    Carrier,
+    ModelSignature,
+    check_allowed,
+    generate_input,
+    raw_request_input,
+)
 from server.fronts.client_regions import RegionUse
 from server.fronts.refusal import RequestRefusedError
 from server.fronts.tensor_limits import (
-    ModelShapes,
     check_declared_size,
-    check_fits_model,
     check_shape,
     element_bytes,
 )
@@ -100,6 +109,12 @@ def load_json(body: bytes) -> object:
     if SURROGATE_ESCAPE.search(text):
         _check_strings(document)
     return document
+
+
+def check_json(body: bytes) -> None:
+    """``load_json`` without its result: a body only checked (run in a worker, its document would be
+    sent back for nothing)."""
+    load_json(body)
 
 
 def _field(container: dict, key: str, kinds: tuple[type, ...], where: str, required: bool = False) -> Any:
@@ -204,9 +219,19 @@ def _region_use(parameters: dict, where: str) -> RegionUse | None:
     return RegionUse(parameters["shared_memory_region"], parameters.get("shared_memory_offset", 0), size)
 
 
-def _check_input(
-    item: object, body_bytes: int, binary: list[int], model: ModelShapes | None
-) -> RegionUse | None:
+@dataclass
+class _Input:
+    """One entry of ``inputs`` as read, before its binary data (if any) is located in the body."""
+
+    name: str
+    datatype: str
+    shape: list[int]
+    region: RegionUse | None = None
+    binary_size: int | None = None
+    values: int | None = None
+
+
+def _read_input(item: object, body_bytes: int) -> _Input:
     if not isinstance(item, dict):
         raise RequestRefusedError("each entry of 'inputs' must be an object")
     name = _field(item, "name", (str,), "input", required=True)
@@ -214,37 +239,77 @@ def _check_input(
     shape = check_shape(name, _field(item, "shape", (list,), where, required=True))
     datatype = _field(item, "datatype", (str,), where, required=True)
     parameters = _parameters(item, where, INPUT_PARAMETERS)
-    region = _region_use(parameters, where)
-    if region is not None:
-        check_declared_size(name, shape, element_bytes(datatype), region.byte_size, "its shared memory range")
+    carriers = [
+        key for key, present in (
+            ("'data'", "data" in item),
+            ("'binary_data_size' in 'parameters'", "binary_data_size" in parameters),
+            ("'shared_memory_region' in 'parameters'", "shared_memory_region" in parameters),
+        ) if present
+    ]  # fmt: skip
+    if len(carriers) != 1:
+        raise RequestRefusedError(
+            f"{where} must set only one of the following fields: 'data', 'binary_data_size' in "
+            f"'parameters', 'shared_memory_region' in 'parameters'. But "
+            f"{' and '.join(carriers) if carriers else 'no field'} {'is' if len(carriers) < 2 else 'are'} set"
+        )
+    read = _Input(name, datatype, shape)
+    read.region = _region_use(parameters, where)
+    if read.region is not None:
+        size = read.region.byte_size
+        check_declared_size(name, shape, element_bytes(datatype), size, "its shared memory range")
     elif "binary_data_size" in parameters:
-        size = parameters["binary_data_size"]
-        check_declared_size(name, shape, element_bytes(datatype), size, "its binary data")
-        binary.append(size)
+        read.binary_size = parameters["binary_data_size"]
+        check_declared_size(name, shape, element_bytes(datatype), read.binary_size, "its binary data")
     else:
         check_declared_size(name, shape, 1, body_bytes, "the request")
-        if "data" in item:
-            _check_data(name, datatype, shape, item["data"])
-    check_fits_model(name, shape, element_bytes(datatype), model)
-    return region
+        _check_data(name, datatype, shape, item["data"])
+        read.values = math.prod(shape)
+    return read
 
 
-def _check_output(item: object) -> RegionUse | None:
+def _output_name(item: object, uses: list[RegionUse]) -> str:
     if not isinstance(item, dict):
         raise RequestRefusedError("each entry of 'outputs' must be an object")
     name = _field(item, "name", (str,), "output", required=True)
-    return _region_use(_parameters(item, f"output {name!r}", OUTPUT_PARAMETERS), f"output {name!r}")
+    region = _region_use(_parameters(item, f"output {name!r}", OUTPUT_PARAMETERS), f"output {name!r}")
+    if region is not None:
+        uses.append(region)
+    return name
 
 
-def check_infer(body: bytes, header_length: str | None, model: ModelShapes | None = None) -> list[RegionUse]:
-    """``RequestRefusedError`` unless the inference request is one Triton reads as the front does and no
-    input declares more than it carries; returns the shared-memory ranges it names.
+def _carried(read: list[_Input], body: bytes, header_bytes: int) -> list[CarriedInput]:
+    """Each input with what carries it; binary data follows the header in the order of the inputs."""
+    binary = sum(item.binary_size for item in read if item.binary_size is not None)
+    if binary != len(body) - header_bytes:
+        raise RequestRefusedError(
+            f"inputs declare {binary} bytes of binary data but the body carries "
+            f"{len(body) - header_bytes} after the JSON header"
+        )
+    carried, offset, view = [], header_bytes, memoryview(body)
+    for item in read:
+        shape = tuple(item.shape)
+        if item.region is not None:
+            carried.append(
+                CarriedInput(item.name, item.datatype, shape, Carrier.SHARED_MEMORY, item.region.byte_size)
+            )
+        elif item.binary_size is not None:
+            payload = view[offset : offset + item.binary_size]
+            offset += item.binary_size
+            size = len(payload)
+            carried.append(CarriedInput(item.name, item.datatype, shape, Carrier.BINARY, size, payload))
+        else:
+            carried.append(CarriedInput(item.name, item.datatype, shape, Carrier.JSON, item.values or 0))
+    return carried
+
+
+def check_infer(body: bytes, header_length: str | None, model: ModelSignature) -> list[RegionUse]:
+    """``RequestRefusedError`` unless the inference request is one Triton reads as the front does and
+    ``model``'s config accepts it (``server.fronts.allow_list``); returns the shared-memory ranges it
+    names.
 
     ``header_length`` is the ``Inference-Header-Content-Length`` header: the JSON is then the body's
-    first bytes and binary data follows. ``0`` is Triton's raw request (the whole body is the single
-    input's bytes; Triton deduces the shape from its size), which carries no JSON to check. ``model``
-    is what the model's config allows (``server.fronts.model_shapes``); without it only the bounds that need
-    no config apply.
+    first bytes and binary data follows. ``0`` is Triton's raw request: the whole body is the single
+    input's bytes, its shape deduced from the config as Triton deduces it.
     """
     header = body
     if header_length is not None:
@@ -254,6 +319,7 @@ def check_infer(body: bytes, header_length: str | None, model: ModelShapes | Non
                 f"within the body ({len(body)} bytes)"
             )
         if int(header_length) == 0:
+            check_allowed(model, [raw_request_input(model, len(body))], [])
             return []
         header = body[: int(header_length)]
     document = load_json(header)
@@ -262,15 +328,11 @@ def check_infer(body: bytes, header_length: str | None, model: ModelShapes | Non
     _field(document, "id", (str,), "request")
     _parameters(document, "request", REQUEST_PARAMETERS)
     inputs = _field(document, "inputs", (list,), "request", required=True)
-    binary: list[int] = []
-    uses = [_check_input(item, len(body), binary, model) for item in inputs]
-    uses += [_check_output(item) for item in _field(document, "outputs", (list,), "request") or []]
-    if sum(binary) > len(body) - len(header):
-        raise RequestRefusedError(
-            f"inputs declare {sum(binary)} bytes of binary data but the body carries "
-            f"{len(body) - len(header)} after the JSON header"
-        )
-    return [use for use in uses if use is not None]
+    read = [_read_input(item, len(body)) for item in inputs]
+    uses = [item.region for item in read if item.region is not None]
+    outputs = [_output_name(item, uses) for item in _field(document, "outputs", (list,), "request") or []]
+    check_allowed(model, _carried(read, body, len(header)), outputs)
+    return uses
 
 
 @dataclass(frozen=True)
@@ -291,14 +353,33 @@ def check_register(body: bytes) -> Registration:
     return Registration(key, offset, _unsigned(document, "byte_size", where, required=True))
 
 
-def check_generate(body: bytes) -> None:
-    """A generate request: a JSON object whose ``parameters``, if any, is an object of scalars."""
+def check_generate(body: bytes, model: ModelSignature) -> None:
+    """A generate request (``/generate``, ``/generate_stream``): a JSON object whose keys that name an
+    input of ``model`` hold a value or a flat list of values of its datatype, the other keys Triton
+    reads as parameters (scalars); the inputs then pass the allow-list with the shape Triton gives
+    them (``allow_list.generate_input``): ``{"input_ids": []}`` is ``[1, 0]`` and refused there."""
     document = load_json(body)
     if not isinstance(document, dict):
         raise RequestRefusedError("generate request must be a JSON object of input names to values")
     parameters = _field(document, "parameters", (dict,), "generate request") or {}
-    for key, value in parameters.items():
+    scalars = [
+        (key, value) for key, value in document.items() if key not in model.inputs and key != "parameters"
+    ]
+    for key, value in [*parameters.items(), *scalars]:
         if isinstance(value, dict | list) or value is None:
             raise RequestRefusedError(
                 f"generate request: parameter {key!r} must be a string, number or boolean"
             )
+    carried = []
+    for name, value in document.items():
+        if name not in model.inputs:
+            continue
+        values = value if isinstance(value, list) else [value]
+        if any(isinstance(item, list | dict) for item in values):
+            raise RequestRefusedError(
+                f"The schema can not convert input '{name}' to tensor with proper shape"
+            )
+        datatype = model.inputs[name].datatype
+        _check_data(name, datatype, [len(values)], values)
+        carried.append(generate_input(model, name, len(values)))
+    check_allowed(model, carried, [])

@@ -1,12 +1,17 @@
-"""Each model's input shapes as Triton serves them, cached for the fronts (fault matrix row 37).
+"""Each served model's config as the fronts check requests against it (``ModelSignature``), cached
+(fault matrix rows 37 and 53).
 
-The fronts refuse a declared shape the model's config does not allow (``tensor_limits.check_fits_model``)
-before Triton sees it, so they need each model's config. They ask Triton (``/v2/models/<m>/config``
-or gRPC ``ModelConfig``) rather than read ``config.pbtxt``: what Triton serves is what it checks
-against, whatever the repository on disk says since. A config is kept ``ttl_s`` seconds and dropped at
-once when a load or unload of its model passes through the front, so a model loaded through the other
-front or by the launcher is seen within ``ttl_s``. When Triton does not answer in ``timeout_s`` (or
-the model is unknown), the check falls back to the bounds that need no config.
+The fronts allow-list every inference request against its model's config
+(``server.fronts.allow_list``) before Triton sees it, so they need each model's config. They ask
+Triton (``/v2/models/<m>/config`` or gRPC ``ModelConfig``) rather than read ``config.pbtxt``: what
+Triton serves is what it runs, whatever the repository on disk says since. A config is kept
+``ttl_s`` seconds and dropped at once when a load or unload of its model passes through the front, so
+a model loaded through the other front or by the launcher is seen within ``ttl_s``.
+
+A request is never forwarded unchecked: a model Triton has no config for is refused with Triton's own
+answer (404 / ``NOT_FOUND`` ``Request for unknown model: 'x' is not found``), remembered for
+``unknown_ttl_s`` only, so a model just loaded is served at once; while Triton does not answer, with
+503 / ``UNAVAILABLE``, never remembered.
 """
 
 from __future__ import annotations
@@ -17,48 +22,73 @@ import time
 from collections.abc import Awaitable, Callable, Mapping
 from typing import Any
 
-from server.fronts.tensor_limits import ModelShapes
+from server.fronts.allow_list import ModelSignature
+from server.fronts.refusal import Refusal, RequestRefusedError
 
 log = logging.getLogger(__name__)
-Fetch = Callable[[str, str], Awaitable[Mapping[str, Any] | None]]
+# fetch(model, version): the config as a dict, RequestRefusedError with Triton's answer when it has
+# none for that model, any other exception when Triton cannot be asked
+Fetch = Callable[[str, str], Awaitable[Mapping[str, Any]]]
 MAX_ENTRIES = 1024  # requests naming many unknown models must not grow the cache without bound
 
 
-class ModelShapesCache:
-    """``await get(model, version)``: the model's ``ModelShapes`` or None; ``forget(model)`` on reloads.
+class ModelSignatures:
+    """``await get(model, version)``: the model's ``ModelSignature``, or ``RequestRefusedError`` saying
+    why there is none; ``forget(model)`` on loads and unloads. Concurrent requests for one model share
+    one fetch. ``body_limit`` is the front's bound on a body or message (``ModelSignature``)."""
 
-    ``fetch(model, version)`` returns the config as a dict, or None when Triton has none for it.
-    Concurrent requests for one model share one fetch."""
-
-    def __init__(self, fetch: Fetch, ttl_s: float = 5.0, timeout_s: float = 5.0) -> None:
-        self.fetch, self.ttl_s, self.timeout_s = fetch, ttl_s, timeout_s
-        self._entries: dict[tuple[str, str], tuple[float, ModelShapes | None]] = {}
+    def __init__(
+        self,
+        fetch: Fetch,
+        body_limit: int,
+        ttl_s: float = 5.0,
+        unknown_ttl_s: float = 1.0,
+        timeout_s: float = 5.0,
+    ) -> None:
+        self.fetch, self.body_limit = fetch, body_limit
+        self.ttl_s, self.unknown_ttl_s, self.timeout_s = ttl_s, unknown_ttl_s, timeout_s
+        self._entries: dict[tuple[str, str], tuple[float, ModelSignature | RequestRefusedError]] = {}
         self._pending: dict[tuple[str, str], asyncio.Future] = {}
 
-    async def get(self, model: str, version: str = "") -> ModelShapes | None:
+    async def get(self, model: str, version: str = "") -> ModelSignature:
         key = (model, version)
         entry = self._entries.get(key)
-        if entry is not None and time.monotonic() - entry[0] < self.ttl_s:
-            return entry[1]
+        if entry is not None and time.monotonic() < entry[0]:
+            return _known(entry[1])
         pending = self._pending.get(key)
         if pending is None:
             pending = self._pending[key] = asyncio.ensure_future(self._load(key))
             pending.add_done_callback(lambda _: self._pending.pop(key, None))
-        return await asyncio.shield(pending)
+        return _known(await asyncio.shield(pending))
 
-    async def _load(self, key: tuple[str, str]) -> ModelShapes | None:
+    async def _load(self, key: tuple[str, str]) -> ModelSignature | RequestRefusedError:
         try:
             config = await asyncio.wait_for(self.fetch(*key), self.timeout_s)
-            shapes = ModelShapes.from_config(key[0], config) if config else None
-        except Exception as error:  # any failure: check without the config
+            found: ModelSignature | RequestRefusedError = ModelSignature.from_config(
+                key[0], config, self.body_limit
+            )
+            expires = time.monotonic() + self.ttl_s
+        except RequestRefusedError as refusal:  # Triton's answer: no such model (version)
+            found, expires = refusal, time.monotonic() + self.unknown_ttl_s
+        except Exception as error:  # Triton unreachable or silent: refuse, remember nothing
             log.debug("no config for model %r: %r", key[0], error)
-            shapes = None
+            return RequestRefusedError(
+                f"tritonserver is not reachable (starting, restarting or down), so the config of model "
+                f"'{key[0]}' cannot be checked: {error!r}",
+                Refusal.UNAVAILABLE,
+            )
         if len(self._entries) >= MAX_ENTRIES:
             self._entries.clear()
-        self._entries[key] = (time.monotonic(), shapes)
-        return shapes
+        self._entries[key] = (expires, found)
+        return found
 
     def forget(self, model: str) -> None:
         """Drop what is known of ``model`` (every version): it is being loaded or unloaded."""
         for key in [key for key in self._entries if key[0] == model]:
             del self._entries[key]
+
+
+def _known(found: ModelSignature | RequestRefusedError) -> ModelSignature:
+    if isinstance(found, RequestRefusedError):
+        raise RequestRefusedError(str(found), found.kind)  # a fresh one per request: no shared traceback
+    return found

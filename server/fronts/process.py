@@ -19,14 +19,20 @@ import logging
 import os
 import signal
 from collections.abc import Awaitable, Callable
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from server.admin import KEY_ENV
 from server.fronts.client_regions import ServerRegions
+from server.fronts.client_slots import SlotLimits
+from server.fronts.deadlines import DEFAULT_DEADLINE_S, DEFAULT_MAX_OVERDUE
 from server.shm_regions import make_owner_only
 from server.stubs import stub_regions
 
 MIB = 1 << 20
+# The fronts' own bound on any body or message, and on what one request may copy in from shared memory
+# (a batch-32 image request as JSON is about 8 MB); an inference is bounded by its model's config too.
+MAX_REQUEST_BYTES = 64 * MIB
 
 
 def front_parser(prog: str, description: str | None, upstream_help: str) -> argparse.ArgumentParser:
@@ -43,6 +49,54 @@ def front_parser(prog: str, description: str | None, upstream_help: str) -> argp
         "whose only client is trusted; docs/SERVING.md, Shared memory)",
     )
     return parser
+
+
+@dataclass(frozen=True)
+class FrontShares:
+    """How long an inference may take and how much of Triton each client may hold, the same on both
+    fronts (``server.fronts.deadlines``, ``server.fronts.client_slots``); ``ServerOptions.front_shares``."""
+
+    deadline_s: float = DEFAULT_DEADLINE_S  # unless the model's config sets request_deadline_s
+    max_overdue: int = DEFAULT_MAX_OVERDUE  # per model: requests past their deadline Triton still runs
+    slots: SlotLimits = field(default_factory=SlotLimits)
+
+    def flags(self) -> list[str]:
+        """The fronts' command-line flags for these shares."""
+        return [
+            f"--deadline-s={self.deadline_s}", f"--max-overdue={self.max_overdue}",
+            f"--upstream-slots={self.slots.capacity}", f"--max-client-requests={self.slots.per_address}",
+            f"--max-connection-requests={self.slots.per_connection}",
+        ]  # fmt: skip
+
+
+def add_share_arguments(parser: argparse.ArgumentParser, prefix: str = "") -> None:
+    """The flags of ``FrontShares``: ``--deadline-s`` … on a front, ``--front-deadline-s`` … with
+    ``prefix="front-"`` on ``python -m server start``."""
+    shares, slots = FrontShares(), SlotLimits()
+    flags = [
+        ("deadline-s", float, shares.deadline_s, "an inference is answered within this many seconds "
+         "(504 / DEADLINE_EXCEEDED after), unless its model's config sets request_deadline_s"),
+        ("max-overdue", int, shares.max_overdue, "requests past their deadline tritonserver may still "
+         "run per model (429 / RESOURCE_EXHAUSTED beyond)"),
+        ("upstream-slots", int, slots.capacity, "requests a front forwards at once, all clients together"),
+        ("max-client-requests", int, slots.per_address, "requests one client address may have waiting "
+         "(429 / RESOURCE_EXHAUSTED beyond)"),
+        ("max-connection-requests", int, slots.per_connection, "requests one client connection may "
+         "have waiting (429 / RESOURCE_EXHAUSTED beyond)"),
+    ]  # fmt: skip
+    for name, kind, default, text in flags:
+        parser.add_argument(f"--{prefix}{name}", type=kind, default=default, help=text)
+
+
+def shares_from_args(args: argparse.Namespace, prefix: str = "") -> FrontShares:
+    """The ``FrontShares`` of the flags ``add_share_arguments`` added with ``prefix``."""
+    value = {name: getattr(args, (prefix + name).replace("-", "_")) for name in (
+        "deadline-s", "max-overdue", "upstream-slots", "max-client-requests", "max-connection-requests",
+    )}  # fmt: skip
+    slots = SlotLimits(
+        value["upstream-slots"], value["max-client-requests"], value["max-connection-requests"]
+    )
+    return FrontShares(value["deadline-s"], value["max-overdue"], slots)
 
 
 def admin_key() -> str:

@@ -12,11 +12,14 @@ class Refusal(Enum):
 
     INVALID = (400, "INVALID_ARGUMENT")
     FORBIDDEN = (403, "PERMISSION_DENIED")
-    NOT_FOUND = (404, "NOT_FOUND")  # Triton's answer for an unknown shared-memory region
-    ALREADY_EXISTS = (400, "ALREADY_EXISTS")  # and for a region name registered twice
-    TOO_MANY = (429, "RESOURCE_EXHAUSTED")  # a bounded table is full for this client
+    NOT_FOUND = (404, "NOT_FOUND")  # Triton's words for an unknown model or shared-memory region
+    ALREADY_EXISTS = (400, "ALREADY_EXISTS")  # and for a shared-memory region name registered twice
     TOO_LARGE = (413, "RESOURCE_EXHAUSTED")
     UNSUPPORTED = (415, "UNIMPLEMENTED")
+    # a client over its share: requests in flight, regions registered, a model's overdue requests
+    TOO_MANY = (429, "RESOURCE_EXHAUSTED")
+    UNAVAILABLE = (503, "UNAVAILABLE")  # Triton unreachable, or the front's parsers all busy
+    DEADLINE = (504, "DEADLINE_EXCEEDED")  # the model did not answer within its deadline
 
     @property
     def http_status(self) -> int:
@@ -33,3 +36,7 @@ class RequestRefusedError(ValueError):
     def __init__(self, message: str, kind: Refusal = Refusal.INVALID) -> None:
         super().__init__(message)
         self.kind = kind
+
+    def __reduce__(self) -> tuple:
+        """Pickled with its kind: the HTTP front checks large JSON bodies in a worker process."""
+        return type(self), (str(self), self.kind)

@@ -4,14 +4,19 @@
 
 * ``SystemSharedMemoryRegister``, ``...Unregister`` and ``...Status`` are answered here with Triton's
   own messages, from the client's part of the table.
-* A ``ModelInfer`` request, or a ``ModelStreamInfer`` message, that names regions is rewritten before
-  Triton sees it (``raw_request``): each input in a region becomes raw contents read from the client's
-  file (and typed contents of the other inputs raw contents too: Triton reads no typed contents
-  beside raw ones), each output wanted in a region comes back as raw contents. Triton's answer is
+* A ``ModelInfer`` request, or a ``ModelStreamInfer`` message, that names regions has passed the
+  allow-list (``server.fronts.allow_list``, with each range's byte size; fault matrix row 61) before
+  it gets here; it is
+  then rewritten before Triton sees it (``raw_request``): each input in a region becomes raw contents
+  read from the client's file and walked by the allow-list (``check_region_bytes``), typed contents
+  of the other inputs raw contents too (Triton reads no typed contents beside raw ones), and each
+  output wanted in a region comes back as raw contents. Triton's answer is
   rewritten back (``client_response``): those bytes written into the client's region, the output's
   raw contents left empty, as Triton answers a shared-memory output.
 * On a stream, answers may come in any order, so a message with outputs in regions travels under an
-  id of the front's own (``StreamOutputs``); the client's id is put back on its answer.
+  id of the front's own (``StreamOutputs``); the client's id is put back on its answer. How many such
+  messages may wait is the stream's share (``server.fronts.stream_waits``): each leaves on its
+  answer, and a stream whose message is late ends.
 * ``--trusted-shared-memory``: a registration is checked, then forwarded, and Triton maps the file
   itself (docs/SERVING.md, "Shared memory"). CUDA shared memory needs the admin key either way.
 """
@@ -27,15 +32,15 @@ import numpy as np
 from google.protobuf.message import Message
 from tritonclient.grpc import service_pb2
 
+from server.fronts.allow_list import ModelSignature, check_region_bytes
 from server.fronts.client_regions import (
-    MAX_REQUEST_BYTES,
     Client,
     FrontRegions,
     RegionTable,
     RegionUse,
     check_copy_size,
 )
-from server.fronts.refusal import Refusal, RequestRefusedError
+from server.fronts.refusal import RequestRefusedError
 from server.fronts.shm_http import REGION_PARAMETERS, output_too_small
 
 # Typed contents as raw bytes: the field each datatype travels in, and its numpy type.
@@ -50,7 +55,6 @@ TYPED_CONTENTS = {
 RAW_TAG = bytes(
     [service_pb2.ModelInferRequest.DESCRIPTOR.fields_by_name["raw_input_contents"].number << 3 | 2]
 )
-MAX_PENDING = 1024  # stream messages with outputs in regions whose answers have not come back yet
 
 
 def _parameter(parameters: Any, key: str) -> Any:
@@ -88,14 +92,15 @@ def raw_request(
     table: RegionTable,
     client: Client,
     request: service_pb2.ModelInferRequest,
-    limit: int = MAX_REQUEST_BYTES,
+    model: ModelSignature,
+    limit: int,
 ) -> tuple[list[bytes], dict[str, RegionUse]]:
-    """Rewrite ``request`` (already checked: ``grpc_request.check_infer_request``) in place as Triton
-    gets it: every input named in a region read from the client's file into raw contents, in input
-    order (``limit`` bytes in all at most), every output wanted in a region asked for as raw contents.
-    Returns the raw contents, taken
-    out of the message (``wire`` puts them back), and the outputs to write back (output name ->
-    range), their regions and ranges checked before Triton runs."""
+    """Rewrite ``request`` (already checked against ``model``: ``grpc_request.check_infer_request``)
+    in place as Triton gets it: every input named in a region read from the client's file, walked by
+    the allow-list (``check_region_bytes``) and put in raw contents, in input order (``limit`` bytes
+    in all at most), every output wanted in a region asked for as raw contents. Returns the raw
+    contents, taken out of the message (``wire`` puts them back), and the outputs to write back
+    (output name -> range), their regions and ranges checked before Triton runs."""
     given = list(request.raw_input_contents)
     del request.raw_input_contents[:]
     raw: list[bytes] = []
@@ -107,7 +112,9 @@ def raw_request(
     else:
         for tensor, use in inputs:
             if use is not None:
-                raw.append(table.read(client, use))
+                data = table.read(client, use)
+                check_region_bytes(model, tensor.name, tensor.datatype, tensor.shape, data)
+                raw.append(data)
             elif "shared_memory_region" in tensor.parameters:
                 continue  # the operator's own region, left to Triton
             elif tensor.HasField("contents"):
@@ -195,20 +202,20 @@ class GrpcSharedMemory(FrontRegions):
         return status.SerializeToString()
 
     def to_triton(
-        self, client: Client, request: service_pb2.ModelInferRequest
+        self, client: Client, request: service_pb2.ModelInferRequest, model: ModelSignature
     ) -> tuple[bytes | None, dict[str, RegionUse]]:
-        """An inference request that names regions, as Triton gets it (None: forward it as sent), and
-        the outputs to write back."""
-        rewritten = self.trusted_or_rewritten(client, request)
+        """An inference request that names regions, checked against ``model``, as Triton gets it (None:
+        forward it as sent), and the outputs to write back."""
+        rewritten = self.trusted_or_rewritten(client, request, model)
         return (None, {}) if rewritten is None else (wire(request, rewritten[0]), rewritten[1])
 
     def trusted_or_rewritten(
-        self, client: Client, request: service_pb2.ModelInferRequest
+        self, client: Client, request: service_pb2.ModelInferRequest, model: ModelSignature
     ) -> tuple[list[bytes], dict[str, RegionUse]] | None:
         """``raw_request``'s rewrite, or None where Triton maps the files itself (``trusted``)."""
-        return (
-            None if self.table is None else raw_request(self.table, client, request, self.max_request_bytes)
-        )
+        if self.table is None:
+            return None
+        return raw_request(self.table, client, request, model, self.max_request_bytes)
 
     def to_client(self, client: Client, outputs: dict[str, RegionUse], raw: bytes) -> bytes:
         """Triton's answer to a rewritten ``ModelInfer``, as the client gets it."""
@@ -235,19 +242,15 @@ class StreamOutputs:
             self._who = self._client()
         return self._who
 
-    def to_triton(self, request: service_pb2.ModelInferRequest) -> bytes | None:
-        """The message as Triton gets it (None: forward it as sent)."""
-        rewritten = self.shm.trusted_or_rewritten(self.client(), request)
+    def to_triton(self, request: service_pb2.ModelInferRequest, model: ModelSignature) -> bytes | None:
+        """The message, checked against ``model``, as Triton gets it (None: forward it as sent). The
+        stream's share of waiting messages (``StreamWaits``) bounds ``pending`` too: the caller makes
+        room there before this."""
+        rewritten = self.shm.trusted_or_rewritten(self.client(), request, model)
         if rewritten is None:
             return None
         raw, outputs = rewritten
         if outputs:
-            if len(self.pending) >= MAX_PENDING:
-                raise RequestRefusedError(
-                    f"this stream has {MAX_PENDING} requests with outputs in shared memory waiting for "
-                    "their answers; send more once those are answered",
-                    Refusal.TOO_MANY,
-                )
             token = f"{self._prefix}{next(self._numbers)}"
             self.pending[token] = (request.id, outputs)
             request.id = token

@@ -4,9 +4,11 @@
 * ``/v2/systemsharedmemory/...`` register, unregister and status are answered here, in Triton's own
   formats and words, from the client's part of the table; Triton's own shared-memory API is keyed to
   the operator (``server.admin``) and never reached from here.
-* An inference request naming regions is rewritten before Triton sees it (``binary_request``): each
-  input in a region becomes binary tensor data read from the client's file (``binary_data_size``,
-  after the JSON header: the binary extension), each output wanted in a region asks for binary data.
+* An inference request naming regions has passed the allow-list (``server.fronts.allow_list``, with
+  each range's byte size; fault matrix row 61) before it gets here; it is then rewritten before Triton sees it
+  (``binary_request``): each input in a region becomes binary tensor data read from the client's file
+  (``binary_data_size``, after the JSON header: the binary extension) and walked by the allow-list
+  (``check_region_bytes``), each output wanted in a region asks for binary data.
   Triton's answer is rewritten back (``client_response``): each such output's bytes are written into
   the client's region and its entry left as Triton leaves a shared-memory output, without data.
 * ``--trusted-shared-memory`` (``trusted``): today's path, for a server whose only client is trusted.
@@ -25,8 +27,9 @@ from collections.abc import Callable
 
 from aiohttp import web
 
+from server.fronts.allow_list import ModelSignature, check_region_bytes
+from server.fronts.body_checks import INLINE_BYTES
 from server.fronts.client_regions import (
-    MAX_REQUEST_BYTES,
     Client,
     FrontRegions,
     RegionTable,
@@ -34,7 +37,7 @@ from server.fronts.client_regions import (
     check_copy_size,
 )
 from server.fronts.kserve_json import check_register
-from server.fronts.refusal import RequestRefusedError
+from server.fronts.refusal import Refusal, RequestRefusedError
 
 SYSTEM_SHM = re.compile(r"/v2/systemsharedmemory(?:/region/([^/]*))?/(register|unregister|status)")
 CUDA_SHM = re.compile(r"/v2/cudasharedmemory(?:/region/[^/]*)?/(register|unregister|status)")
@@ -76,13 +79,24 @@ def binary_request(
     client: Client,
     body: bytes,
     header_length: str | None,
-    limit: int = MAX_REQUEST_BYTES,
+    model: ModelSignature,
+    limit: int,
 ) -> tuple[bytes, int, dict[str, RegionUse]]:
-    """An inference request (already checked: ``kserve_json.check_infer``) as Triton gets it: every
-    input named in a region read from the client's file and sent as binary data in input order
-    (``limit`` bytes in all at most), every output wanted in a region asked for as binary. Returns
-    the body, its JSON header's length and the outputs to write back (output name -> range)."""
+    """An inference request (already checked against ``model``: ``kserve_json.check_infer``) as Triton
+    gets it: every input named in a region read from the client's file, walked by the allow-list
+    (``check_region_bytes``) and sent as binary data in input order (``limit`` bytes in all at most),
+    every output wanted in a region asked for as binary. Returns the body, its JSON header's length
+    and the outputs to write back (output name -> range). The header is parsed again here, on the
+    front's event loop: at most what the loop checks inline (``body_checks.INLINE_BYTES``; more
+    would stall every other client)."""
     split = int(header_length) if header_length is not None else len(body)
+    if split > INLINE_BYTES:
+        raise RequestRefusedError(
+            f"the JSON header of this request is {split} bytes; a request with tensors in shared memory "
+            f"takes at most {INLINE_BYTES} (the front rewrites it on its event loop): send its other "
+            "tensors as binary data or in shared memory too",
+            Refusal.TOO_LARGE,
+        )
     document = json.loads(body[:split])
     check_copy_size(
         (_use(p) for p in (i.get("parameters") or {} for i in document["inputs"]) if _ours(table, client, p)),
@@ -93,6 +107,7 @@ def binary_request(
         parameters = item.get("parameters") or {}
         if _ours(table, client, parameters):
             data = table.read(client, _use(parameters))
+            check_region_bytes(model, item["name"], item["datatype"], item["shape"], data)
             item["parameters"] = {**_without_region(parameters), "binary_data_size": len(data)}
             binary.append(data)
         elif "binary_data_size" in parameters:
@@ -189,15 +204,15 @@ class HttpSharedMemory(FrontRegions):
         return _json([region.status() for region in self.table.status(client(), name)])
 
     def to_triton(
-        self, client: Client, body: bytes, headers: dict[str, str]
+        self, client: Client, body: bytes, headers: dict[str, str], model: ModelSignature
     ) -> tuple[bytes, dict[str, RegionUse] | None]:
-        """An inference request that names regions, as Triton gets it (``binary_request``), and the
-        outputs to write back; ``headers`` are updated for the new body."""
+        """An inference request that names regions, checked against ``model``, as Triton gets it
+        (``binary_request``), and the outputs to write back; ``headers`` are updated for the new body."""
         if self.table is None:
             return body, None
         length = next((headers.pop(k) for k in list(headers) if k.lower() == HEADER_LENGTH.lower()), None)
         body, header_length, outputs = binary_request(
-            self.table, client, body, length, self.max_request_bytes
+            self.table, client, body, length, model, self.max_request_bytes
         )
         headers[HEADER_LENGTH] = str(header_length)
         return body, outputs

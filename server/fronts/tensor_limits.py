@@ -1,4 +1,5 @@
-"""The checks both fronts make on every inference input before Triton sees it, whatever the protocol.
+"""The checks both fronts make on every inference input before Triton sees it, whatever the protocol and
+whatever the model: the bounds that need no config (``server.fronts.allow_list`` holds the model's).
 
 Triton 2.51 computes an input's byte size as ``elements × element size`` in 64-bit integers: a shape
 like ``[1, 2**61]`` of INT64 wraps to 0, passes its byte-size check with empty contents, and the
@@ -13,11 +14,8 @@ so ``recommender\\x00x`` would reach ``recommender``.
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
-from typing import Any
+from collections.abc import Sequence
 
-from python_backend.batching import beyond_max_shape, parse_max_shapes
 from server.fronts.refusal import RequestRefusedError
 
 # Bytes per element of each Triton datatype; BYTES elements carry at least their 4-byte length prefix.
@@ -26,6 +24,11 @@ ELEMENT_BYTES = {
     "UINT32": 4, "INT32": 4, "FP32": 4, "UINT64": 8, "INT64": 8, "FP64": 8, "BYTES": 4,
 }  # fmt: skip
 MAX_DIM = (1 << 63) - 1  # Triton reads dims as int64
+# No dimension above 2^31 - 1 (fault matrix row 37): a real tensor that long on one axis needs 2 GiB or
+# more, beyond the fronts' 64 MiB bodies and messages; only an input with another dimension of 0 can
+# declare one, and Triton left such requests (``[2^62, 0]``) unanswered, each holding a connection.
+MAX_ANY_DIM = (1 << 31) - 1
+LENGTH_PREFIX = 4  # a BYTES element in binary form: its length, 4 bytes little-endian, then its bytes
 
 
 def check_model_name(name: object) -> None:
@@ -51,7 +54,7 @@ def check_shape(name: object, shape: object) -> list[int]:
 
 def element_bytes(datatype: object) -> int:
     """The fewest bytes one element of ``datatype`` takes in binary form (an unknown datatype counts
-    one byte; Triton then names it)."""
+    one byte; the allow-list then names it)."""
     return ELEMENT_BYTES.get(datatype, 1) if isinstance(datatype, str) else 1
 
 
@@ -60,7 +63,8 @@ def check_declared_size(
 ) -> None:
     """``RequestRefusedError`` if the input's ``shape``, at ``per_element`` bytes or more per element, needs
     more than the ``carried`` bytes of ``what`` (e.g. "the request", "its binary data", "its shared
-    memory range"). The product is exact here, never wrapped."""
+    memory range"). The product is exact here, never wrapped. A first bound, checked before anything
+    is counted; the allow-list then asks for exactly what the shape needs."""
     elements = math.prod(shape)
     if elements * per_element > carried:
         raise RequestRefusedError(
@@ -69,45 +73,9 @@ def check_declared_size(
         )
 
 
-# No dimension above 2^31 - 1 (fault matrix row 37): a real tensor that long on one axis needs 2 GiB or
-# more, beyond the fronts' 64 MiB bodies and messages; only an input with another dimension of 0 can
-# declare one, and Triton left such requests (``[2^62, 0]``) unanswered, each holding a connection.
-MAX_ANY_DIM = (1 << 31) - 1
-
-
-@dataclass(frozen=True)
-class ModelShapes:
-    """What one model's config lets its inputs declare: ``max_batch_size`` (0: no batch dimension) and
-    each input's ``dims`` (-1: any length), read from the config Triton serves."""
-
-    model: str
-    max_batch_size: int
-    dims: dict[str, tuple[int, ...]]
-    max_dims: dict[str, tuple[int, ...]] = field(default_factory=dict)  # the -1 dims' bounds, if written
-
-    @classmethod
-    def from_config(cls, model: str, config: Mapping[str, Any]) -> ModelShapes:
-        """From a config as JSON (Triton's ``/v2/models/<m>/config``, or the gRPC ``ModelConfig`` as a
-        dict: int64 fields may come as strings). ``max_dims``: the ``input_max_shapes`` parameter our
-        builds write; one that does not parse is left to the backend, which refuses to load with it."""
-        inputs = config.get("input") or []
-        dims = {str(item["name"]): tuple(int(d) for d in item.get("dims") or ()) for item in inputs}
-        try:
-            max_dims = parse_max_shapes(dict(config.get("parameters") or {}))
-        except ValueError:
-            max_dims = {}
-        return cls(model, int(config.get("max_batch_size") or 0), dims, max_dims)
-
-
-def _listed(dims: Sequence[int]) -> str:
-    return "[" + ",".join(str(d) for d in dims) + "]"
-
-
-def check_fits_model(name: object, shape: Sequence[int], per_element: int, model: ModelShapes | None) -> None:
-    """``RequestRefusedError`` unless ``shape`` is one the model can run (fault matrix row 37): no
-    dimension above ``MAX_ANY_DIM``, a byte size that fits int64 whatever the zeros, and, where the
-    model's config is known, its rank, fixed dims and ``max_batch_size``. The messages for the last
-    two are Triton's own, so a client reads the same answer with the fronts or without."""
+def check_dims_fit_int64(name: object, shape: Sequence[int], per_element: int) -> None:
+    """``RequestRefusedError`` for a shape no model can run, whatever its config says (fault matrix
+    row 37): a dimension above ``MAX_ANY_DIM``, or a byte size beyond int64 whatever the zeros."""
     if any(d > MAX_ANY_DIM for d in shape):
         raise RequestRefusedError(
             f"input {name!r} declares shape {list(shape)}: a dimension above {MAX_ANY_DIM} fits no model"
@@ -116,26 +84,19 @@ def check_fits_model(name: object, shape: Sequence[int], per_element: int, model
         raise RequestRefusedError(
             f"input {name!r} declares shape {list(shape)}, whose size overflows a 64-bit integer"
         )
-    if model is None or not isinstance(name, str) or name not in model.dims:
-        return  # an unknown model or input: Triton names it
-    dims, batched = model.dims[name], model.max_batch_size > 0
-    if len(shape) != len(dims) + batched or any(
-        d != -1 and s != d for s, d in zip(shape[batched:], dims, strict=True)
-    ):
-        expected = [-1, *dims] if batched else list(dims)
-        raise RequestRefusedError(
-            f"unexpected shape for input '{name}' for model '{model.model}'. Expected {_listed(expected)}, "
-            f"got {_listed(shape)}."
-        )
-    excess = (
-        beyond_max_shape(name, list(shape), model.max_dims[name])
-        if batched and name in model.max_dims
-        else None
-    )
-    if excess:
-        raise RequestRefusedError(excess)
-    if batched and shape[0] > model.max_batch_size:
-        raise RequestRefusedError(
-            f"input {name!r} declares a batch of {shape[0]}: inference request batch-size must be <= "
-            f"{model.max_batch_size} for '{model.model}'"
-        )
+
+
+def count_bytes_elements(payload: bytes | memoryview, expected: int) -> tuple[int, int]:
+    """Walk the length prefixes of BYTES elements in binary form: ``(elements, bytes walked)``. The walk
+    stops at a prefix that runs past the end, so ``bytes walked < len(payload)`` says the buffer is not
+    whole elements (a short prefix, a length beyond the end), and after ``expected + 1`` elements (one
+    more than the shape needs already says it is wrong)."""
+    view = memoryview(payload)
+    elements = offset = 0
+    while offset + LENGTH_PREFIX <= len(view) and elements <= expected:
+        length = int.from_bytes(view[offset : offset + LENGTH_PREFIX], "little")
+        if offset + LENGTH_PREFIX + length > len(view):
+            break
+        offset += LENGTH_PREFIX + length
+        elements += 1
+    return elements, offset

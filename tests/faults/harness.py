@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import re
 import socket
+import threading
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -77,18 +78,33 @@ class Traffic:
     failures: list[str] = field(default_factory=list)
 
 
-def exchange(server: TritonServer, raw: bytes, responses: int = 1, timeout: float = 30) -> list[tuple]:
-    """Send raw bytes on one connection; read ``responses`` HTTP responses as (status, body)."""
+def content_length(head: bytes | str) -> int:
+    """The ``Content-Length`` of an HTTP response's head."""
+    text = head.decode("latin-1") if isinstance(head, bytes) else head
+    return int(re.search(r"(?i)content-length: *(\d+)", text).group(1))
+
+
+def exchange(
+    server: TritonServer,
+    raw: bytes,
+    responses: int = 1,
+    timeout: float = 30,
+    sent: threading.Event | None = None,
+) -> list[tuple]:
+    """Send raw bytes on one connection (``sent`` is set once they are all written); read
+    ``responses`` HTTP responses as (status, body)."""
     host, port = server.http_url.rsplit(":", 1)
     answers: list[tuple[int, bytes]] = []
     with socket.create_connection((host, int(port)), timeout=timeout) as sock:
         sock.sendall(raw)
+        if sent is not None:
+            sent.set()
         buffer = b""
         while len(answers) < responses:
             head_end = buffer.find(b"\r\n\r\n")
             if head_end >= 0:
                 head = buffer[:head_end].decode("latin-1")
-                length = int(re.search(r"(?i)content-length: *(\d+)", head).group(1))
+                length = content_length(head)
                 if len(buffer) >= head_end + 4 + length:
                     status = int(head.split()[1])
                     answers.append((status, buffer[head_end + 4 : head_end + 4 + length]))

@@ -41,7 +41,8 @@ CASES = [
      "unexpected shape for input 'dense' for model '{model}'. Expected [-1,13], got [1,12]."),
     ("batch_above_max", {"rows": 65}, "inference request batch-size must be <= 64 for '{model}'"),
     ("empty_batch", {"rows": 0},
-     "input byte size mismatch for input 'sparse_ids' for model '{model}'. Expected 64, got 0"),
+     "input 'dense' for model '{model}' has shape [0,13], outside what its config allows: [1..64,13] "
+     "(a batch of at least 1)"),
     ("rows_disagree", {"id_rows": 2}, "input 'dense' batch size does not match other inputs for '{model}'"),
     ("nan", {"value": np.nan},
      "input 'dense' holds 13 non-finite value(s) (NaN or Inf); the model takes finite numbers only"),

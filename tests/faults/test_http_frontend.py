@@ -47,18 +47,23 @@ def test_huge_declared_shape(fault_server: TritonServer, good_traffic, shape: li
 
 
 def test_large_form_encoded_body_is_answered(fault_server: TritonServer, good_traffic) -> None:
-    """``curl -d`` sends form-encoded: a valid 5 MB request (padded with JSON whitespace) is answered."""
-    dense = {"name": "dense", "shape": [1, 13], "datatype": "FP32", "data": [0.5] * 13}
-    body = json.dumps({"inputs": [dense, IDS]}).encode() + b" " * (5 << 20)
+    """``curl -d`` sends form-encoded: a valid 5 MB request (padded with JSON whitespace) is answered.
+    To the text model: its BYTES input bounds no body below the front's 64 MiB (the recommender's
+    largest valid request is far smaller, and a 5 MB body to it is a 413: row 60)."""
+    text = {"name": "text", "shape": [1, 1], "datatype": "BYTES", "data": ["a form-encoded request"]}
+    body = json.dumps({"inputs": [text]}).encode() + b" " * (5 << 20)
+    request = raw_request(body, "application/x-www-form-urlencoded", path="/v2/models/text_embedding/infer")
     with good_traffic():
-        [(status, answer)] = exchange(fault_server, raw_request(body, "application/x-www-form-urlencoded"))
+        [(status, answer)] = exchange(fault_server, request)
     assert status == 200, answer[:200]
-    assert json.loads(answer)["outputs"][0]["shape"] == [1, 1]
+    assert json.loads(answer)["outputs"][0]["shape"] == [1, 384]
 
 
 def test_deep_nesting_is_refused(fault_server: TritonServer, good_traffic) -> None:
     with good_traffic():
-        [(status, body)] = exchange(fault_server, raw_request(b"[" * 200_000))
+        # to the text model: the recommender takes no 200 kB body (row 60)
+        request = raw_request(b"[" * 200_000, path="/v2/models/text_embedding/infer")
+        [(status, body)] = exchange(fault_server, request)
     assert (status, json.loads(body)) == (400, {"error": "request JSON nests too deeply"})
 
 
@@ -73,10 +78,23 @@ def test_number_inside_bytes_data_is_named(fault_server: TritonServer, good_traf
 
 
 def test_body_above_the_limit_is_refused(fault_server: TritonServer, good_traffic) -> None:
-    """A declared 65 MiB body is refused from its headers alone, before a byte of it is read."""
+    """A declared body above what its route takes is refused from its headers alone, before a byte of
+    it is read: 65 MiB on any route above the front's 64 MiB, an inference above its model's largest
+    valid request (row 60: the recommender's 64 rows of 21 values at 40 JSON characters each, plus 64
+    KiB of header), and a shared-memory call above 256 KiB (the front parses it on its event loop)."""
+    register = "/v2/systemsharedmemory/region/r/register"
     with good_traffic():
-        [(status, body)] = exchange(fault_server, raw_request(b"", length=65 << 20))
-    assert (status, json.loads(body)) == (413, {"error": "request body of 68157440 bytes exceeds 67108864"})
+        [(status, body)] = exchange(
+            fault_server, raw_request(b"", length=65 << 20, path="/v2/repository/index")
+        )
+        [(to_model, refusal)] = exchange(fault_server, raw_request(b"", length=200_000))
+        [(to_shm, shm_refusal)] = exchange(fault_server, raw_request(b"", length=300_000, path=register))
+    expected = "request body of 68157440 bytes exceeds 67108864, the largest the front takes"
+    assert (status, json.loads(body)) == (413, {"error": expected})
+    expected = "request body of 200000 bytes exceeds 119296, the largest request model 'recommender' takes"
+    assert (to_model, json.loads(refusal)) == (413, {"error": expected})
+    expected = "request body of 300000 bytes exceeds 262144, the largest a shared-memory call takes"
+    assert (to_shm, json.loads(shm_refusal)) == (413, {"error": expected})
 
 
 def test_short_body_times_out_and_frees_the_connection(fault_server: TritonServer, good_traffic) -> None:

@@ -290,7 +290,9 @@ def test_a_region_truncated_while_in_use_costs_only_its_owner(
 def test_the_trusted_option_keeps_tritons_own_mapping(spec_data, tmp_path: Path) -> None:
     """``--trusted-shared-memory`` (a server whose only client is trusted): the fronts check a
     registration as before and pass it on, and Triton maps the file and copies itself (its own
-    status lists the region; its faults come back: docs/SERVING.md, Shared memory)."""
+    status lists the region; its faults come back: docs/SERVING.md, Shared memory). The allow-list
+    still holds: a request whose region carries what the config does not accept never reaches
+    Triton (row 61)."""
     from resilience_fixtures import build_small_repository, explicit_options
 
     repository = build_small_repository(spec_data, tmp_path / "repository", pipeline=False)
@@ -310,7 +312,57 @@ def test_the_trusted_option_keeps_tritons_own_mapping(spec_data, tmp_path: Path)
                     assert name in {r["name"] for r in listed}, listed
                     _infer_in_region(client, protocol, name, 0, ROW)
                     np.testing.assert_array_equal(_floats(path, ROW), expected)
+                    wide = client_module(protocol).InferInput("x", [1, 16], "FP64")
+                    wide.set_shared_memory(name, 2 * ROW)
+                    with pytest.raises(InferenceServerException, match="data-type is 'FP64', but model"):
+                        client.infer("trivial", [wide])
                     with pytest.raises(InferenceServerException, match="is the server's own IPC region"):
                         client.register_system_shared_memory("stub", f"/{a_stub_region(server).name}", 64)
                 finally:
                     client.unregister_system_shared_memory(name)
+
+
+def _stream_message(request_id: str, region: str, datatype: str, y_at: int) -> service_pb2.ModelInferRequest:
+    """trivial with x read from ``region``'s start as ``datatype`` and y written there at ``y_at``."""
+    request = service_pb2.ModelInferRequest(model_name="trivial", id=request_id)
+    tensor = request.inputs.add(name="x", datatype=datatype, shape=[1, 16])
+    output = request.outputs.add(name="y")
+    for parameters, size, offset in ((tensor.parameters, 16 * (8 if datatype == "FP64" else 4), 0),
+                                     (output.parameters, ROW, y_at)):  # fmt: skip
+        parameters["shared_memory_region"].string_param = region
+        parameters["shared_memory_byte_size"].int64_param = size
+        parameters["shared_memory_offset"].int64_param = offset
+    return request
+
+
+def test_a_stream_in_shared_memory_gets_the_allow_list_and_its_ids(fault_server: TritonServer) -> None:
+    """Rows 44 and 61 on a gRPC stream: each message is checked against the config before the front
+    reads its region (one the config refuses gets the allow-list's error on the stream, under its own
+    id, and the stream goes on), and the answers of the others come back under the client's ids, their
+    outputs written where each asked, whatever order Triton answers them in."""
+    client = connect("grpc", url(fault_server, "grpc"))
+    values, name = _values(61), f"stream_{os.getpid()}"
+    expected = _expected(client, "grpc", values)
+    with client_file(name, 4096, 0, values) as path, grpc.insecure_channel(fault_server.grpc_url) as channel:
+        client.register_system_shared_memory(name, f"/{name}", 4096)
+        try:
+            messages = [
+                _stream_message("a", name, "FP32", ROW),
+                _stream_message("b", name, "FP64", 2 * ROW),
+                _stream_message("c", name, "FP32", 3 * ROW),
+            ]
+            stream = service_pb2_grpc.GRPCInferenceServiceStub(channel).ModelStreamInfer(
+                iter(messages), timeout=60
+            )
+            answers = {answer.infer_response.id: answer for answer in stream}
+        finally:
+            client.unregister_system_shared_memory(name)
+        assert sorted(answers) == ["a", "b", "c"], sorted(answers)
+        refusal = "inference input 'x' data-type is 'FP64', but model 'trivial' expects 'FP32'"
+        assert answers["b"].error_message == refusal
+        for request_id, at in (("a", ROW), ("c", 3 * ROW)):
+            assert answers[request_id].error_message == "", answers[request_id].error_message
+            assert list(answers[request_id].infer_response.raw_output_contents) == [b""]
+            np.testing.assert_array_equal(_floats(path, at), expected)
+        assert path.read_bytes()[2 * ROW : 3 * ROW] == b"\0" * ROW, "the refused message's output was written"
+    client.close()

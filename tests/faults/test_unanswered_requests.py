@@ -254,7 +254,9 @@ def test_one_client_holds_its_share_and_a_hang_up_frees_it(
         sock.close()
         head, _, body = answer.partition(b"\r\n\r\n")
         assert head.startswith(b"HTTP/1.1 429"), answer
-        assert json.loads(body)["error"].startswith("this client (127.0.0.1) already has 2 requests waiting")
+        assert json.loads(body)["error"].startswith(
+            "this client address (127.0.0.1) already has 2 requests waiting on tritonserver"
+        )
         for sock in held:
             sock.close()  # the client hangs up
         held = _hold(port, 2)

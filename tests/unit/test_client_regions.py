@@ -16,11 +16,24 @@ import pytest
 from tritonclient.grpc import service_pb2
 
 from server.fronts import shm_grpc, shm_http
+from server.fronts.allow_list import ModelSignature
 from server.fronts.client_regions import Client, RegionTable, RegionUse, ServerRegions
 from server.fronts.refusal import Refusal, RequestRefusedError
 
 NOBODY = 65534
 ME = Client(os.getuid())
+LIMIT = 64 << 20
+
+
+def _model(*inputs: tuple[str, str, list[int]], outputs: tuple[str, ...] = ("y", "z")) -> ModelSignature:
+    """The config of a model ``m`` without batching: ``(name, datatype, dims)`` for each input."""
+    config = {
+        "input": [{"name": n, "data_type": f"TYPE_{t}", "dims": d} for n, t, d in inputs],
+        "output": [{"name": name, "data_type": "TYPE_FP32", "dims": [1]} for name in outputs],
+    }
+    return ModelSignature.from_config("m", config, LIMIT)
+
+
 root_only = pytest.mark.skipif(os.getuid() != 0, reason="needs root to make a file another uid owns")
 
 
@@ -187,9 +200,15 @@ def test_http_inputs_in_regions_travel_as_binary(server: ServerRegions, table: R
         [{"name": "y", "parameters": {"shared_memory_region": "r1", "shared_memory_byte_size": 64}}],
         b"AAAAAAAA" + b"DDDD",
     )
+    model = _model(("a", "INT32", [2]), ("b", "FP32", [8]), ("c", "INT32", [1]), ("d", "INT32", [1]))
     with _refused("hold 32 bytes; the front copies at most 16 bytes a request", Refusal.TOO_LARGE):
-        shm_http.binary_request(table, ME, body, length, limit=16)  # bounded as a body is
-    rewritten, split, outputs = shm_http.binary_request(table, ME, body, length)
+        shm_http.binary_request(table, ME, body, length, model, limit=16)  # bounded as a body is
+    padded = json.loads(body[: int(length)])
+    padded["id"] = "p" * (256 << 10)  # a header the front would parse on its event loop for seconds
+    header = json.dumps(padded).encode()
+    with _refused("a request with tensors in shared memory takes at most 262144", Refusal.TOO_LARGE):
+        shm_http.binary_request(table, ME, header + body[int(length) :], str(len(header)), model, LIMIT)
+    rewritten, split, outputs = shm_http.binary_request(table, ME, body, length, model, LIMIT)
     document = json.loads(rewritten[:split])
     assert document["inputs"][1]["parameters"] == {"binary_data_size": 32}
     assert document["outputs"] == [{"name": "y", "parameters": {"binary_data": True}}]
@@ -241,7 +260,8 @@ def test_grpc_inputs_in_regions_travel_as_raw_contents(server: ServerRegions, ta
     output.parameters["shared_memory_region"].string_param = "r1"
     output.parameters["shared_memory_byte_size"].int64_param = 64
     output.parameters["shared_memory_offset"].int64_param = 128
-    raw, outputs = shm_grpc.raw_request(table, ME, request)
+    model = _model(("a", "INT64", [2]), ("b", "FP32", [4]), ("c", "BYTES", [1]))
+    raw, outputs = shm_grpc.raw_request(table, ME, request, model, LIMIT)
     request = service_pb2.ModelInferRequest.FromString(shm_grpc.wire(request, raw))  # what Triton reads
     assert list(request.raw_input_contents) == [
         np.array([5, -6], np.int64).tobytes(), values.tobytes(), b"\2\0\0\0hi",
@@ -269,7 +289,7 @@ def test_raw_contents_on_the_wire_are_protobuf_fields() -> None:
 
 
 def test_a_stream_finds_each_answer_by_the_fronts_id(server: ServerRegions) -> None:
-    shm = shm_grpc.GrpcSharedMemory(server)
+    shm = shm_grpc.GrpcSharedMemory(server, LIMIT)
     _file(server, "r1")
     shm.table.register(ME, "r1", "/r1", 0, 4096)
     stream = shm_grpc.StreamOutputs(shm, lambda: ME)
@@ -280,7 +300,7 @@ def test_a_stream_finds_each_answer_by_the_fronts_id(server: ServerRegions) -> N
         output.parameters["shared_memory_region"].string_param = "r1"
         output.parameters["shared_memory_byte_size"].int64_param = 4
         output.parameters["shared_memory_offset"].int64_param = 4 * index
-        forwarded = service_pb2.ModelInferRequest.FromString(stream.to_triton(request))
+        forwarded = service_pb2.ModelInferRequest.FromString(stream.to_triton(request, _model()))
         assert forwarded.model_name == "m" and not forwarded.outputs[0].parameters
         tokens.append(forwarded.id)
     assert len(set(tokens)) == 2 and not set(tokens) & {"client-0", "client-1"}
@@ -293,3 +313,39 @@ def test_a_stream_finds_each_answer_by_the_fronts_id(server: ServerRegions) -> N
         assert back.infer_response.id == f"client-{index}"
         assert list(back.infer_response.raw_output_contents) == [b""]
     assert (server.directory / "r1").read_bytes()[:8] == b"AAAABBBB" and not stream.pending
+
+
+def _strings(*values: bytes) -> bytes:
+    return b"".join(len(v).to_bytes(4, "little") + v for v in values)
+
+
+def test_bytes_read_from_a_region_are_walked_by_the_allow_list(
+    server: ServerRegions, table: RegionTable
+) -> None:
+    """Before the front reads a region, the allow-list can check only the range's size; the bytes it
+    then reads pass the same walk of BYTES length prefixes as any carried bytes, on both protocols,
+    before Triton sees them."""
+    good = _strings(b"ab", b"cde")
+    bad = _strings(b"ab")[:6] + (300).to_bytes(4, "little") + b"cde"  # the second length runs past the end
+    assert len(good) == len(bad) == 13
+    _file(server, "r1", good + bad + b"\0" * 4070)
+    table.register(ME, "r1", "/r1", 0, 4096)
+    model = _model(("s", "BYTES", [2]))
+    for offset in (0, 13):
+        region = {"shared_memory_region": "r1", "shared_memory_offset": offset, "shared_memory_byte_size": 13}
+        body, length = _http_infer(
+            [{"name": "s", "shape": [2], "datatype": "BYTES", "parameters": region}], []
+        )
+        request = service_pb2.ModelInferRequest(model_name="m")
+        tensor = request.inputs.add(name="s", datatype="BYTES", shape=[2])
+        tensor.parameters["shared_memory_region"].string_param = "r1"
+        tensor.parameters["shared_memory_offset"].int64_param = offset
+        tensor.parameters["shared_memory_byte_size"].int64_param = 13
+        if offset == 0:
+            assert shm_http.binary_request(table, ME, body, length, model, LIMIT)[0].endswith(good)
+            assert shm_grpc.raw_request(table, ME, request, model, LIMIT)[0] == [good]
+            continue
+        with _refused("expected 2 string elements for inference input 's' for model 'm', got 1"):
+            shm_http.binary_request(table, ME, body, length, model, LIMIT)
+        with _refused("expected 2 string elements for inference input 's' for model 'm', got 1"):
+            shm_grpc.raw_request(table, ME, request, model, LIMIT)

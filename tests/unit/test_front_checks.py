@@ -17,6 +17,7 @@ from pathlib import Path
 import pytest
 from tritonclient.grpc import service_pb2
 
+from server.fronts.allow_list import ModelSignature
 from server.fronts.body_encoding import inflate
 from server.fronts.grpc_request import check_infer_request, check_request, model_to_check, parse_request
 from server.fronts.kserve_json import check_infer, check_register, load_json
@@ -27,6 +28,22 @@ from server.shm_regions import make_owner_only
 from soak.faults import overflowing_request
 
 NOBODY = 65534
+LIMIT = 64 << 20
+
+
+def _signature(name: str, batch: int, **inputs: tuple[str, list[int]]) -> ModelSignature:
+    """A model's config as Triton serves it: ``input=(datatype, dims)`` for each input, one output."""
+    config = {
+        "max_batch_size": batch,
+        "input": [{"name": n, "data_type": f"TYPE_{t}", "dims": d} for n, (t, d) in inputs.items()],
+        "output": [{"name": "y", "data_type": "TYPE_FP32", "dims": [1]}],
+    }
+    return ModelSignature.from_config(name, config, LIMIT)
+
+
+DENSE = _signature("recommender_dense", 64, dense=("FP32", [13]))
+FLEX = _signature("flex", 8, dense=("FP32", [-1]))
+ENCODER = _signature("text_embedding_encoder", 32, input_ids=("INT64", [-1]), attention_mask=("INT64", [-1]))
 
 
 def _body(shape: list[int], parameters: dict | None = None, data: object = None) -> bytes:
@@ -49,10 +66,10 @@ def test_duplicate_keys_are_named_wherever_they_are() -> None:
     """Python keeps the last of two keys, Triton the first; a huge first shape aborted it."""
     nested = b'{"inputs":[{"name":"dense","shape":[1099511627776],"shape":[1],"datatype":"FP32","data":[0]}]}'
     with _refused("the key 'shape' twice"):
-        check_infer(nested, None)
+        check_infer(nested, None, DENSE)
     top = b'{"inputs":[{"name":"d","shape":[1099511627776],"datatype":"FP32","data":[0]}],"inputs":[]}'
     with _refused("the key 'inputs' twice"):
-        check_infer(top, None)
+        check_infer(top, None, DENSE)
     with _refused("the key 'key' twice"):
         check_register(b'{"key":"/a","key":"/b","byte_size":4}')
 
@@ -74,24 +91,26 @@ def test_json_only_one_parser_could_read_is_refused() -> None:
 
 
 def test_shapes_the_body_cannot_carry_are_refused() -> None:
-    assert check_infer(_body([1, 13]), None) == []
+    assert check_infer(_body([1, 13]), None, DENSE) == []
     with _refused(
         r"declares shape \[64, 1099511627776\] \(70368744177664 elements\) but the request carries"
     ):
-        check_infer(_body([64, 2**40]), None)
+        check_infer(_body([64, 2**40]), None, DENSE)
     with _refused("non-negative integers"):
-        check_infer(_body([-1, 13]), None)
+        check_infer(_body([-1, 13]), None, DENSE)
     shm = {"shared_memory_region": "r", "shared_memory_byte_size": 4 * 64 * 13}
-    [use] = check_infer(_body([64, 13], shm), None)  # carried by shared memory, not the body
+    [use] = check_infer(_body([64, 13], shm), None, DENSE)  # carried by shared memory, not the body
     assert (use.region, use.offset, use.byte_size) == ("r", 0, 3328)
     with _refused("its shared memory range carries only 3328 bytes"):
-        check_infer(_body([64, 2**20], shm), None)
+        check_infer(_body([64, 2**20], shm), None, DENSE)
     binary = _body([1, 13], {"binary_data_size": 52})
-    check_infer(binary + b"\0" * 52, str(len(binary)))  # binary tensor data after the header
+    check_infer(binary + b"\0" * 52, str(len(binary)), DENSE)  # binary tensor data after the header
     with _refused("declare 52 bytes of binary data but the body carries 10"):
-        check_infer(binary + b"\0" * 10, str(len(binary)))
+        check_infer(binary + b"\0" * 10, str(len(binary)), DENSE)
+    with _refused("declare 52 bytes of binary data but the body carries 60"):
+        check_infer(binary + b"\0" * 60, str(len(binary)), DENSE)  # bytes after the inputs' own
     with _refused(r"shape \[1, 2305843009213693952\].*its binary data carries only 0 bytes"):
-        check_infer(_body([1, 2**61], {"binary_data_size": 0}), None)
+        check_infer(_body([1, 2**61], {"binary_data_size": 0}), None, DENSE)
 
 
 def test_inference_header_length_has_one_reading() -> None:
@@ -99,8 +118,12 @@ def test_inference_header_length_has_one_reading() -> None:
     header = _body([1, 13])
     for bad in ("²", "+5", "5abc", "0x10", "9" * 4301, str(len(header) + 1)):
         with _refused("Inference-Header-Content-Length"):
-            check_infer(header, bad)
-    assert check_infer(b"\0" * 64, "0") == []  # Triton's raw request: the whole body is one input
+            check_infer(header, bad, DENSE)
+    assert check_infer(b"\0" * 52, "0", DENSE) == []  # Triton's raw request: the body is one input's
+    with _refused(r"input byte size mismatch for input 'dense' .*Expected 52, got 64"):
+        check_infer(b"\0" * 64, "0", DENSE)  # shaped [1, 13] as Triton deduces it from the config
+    with _refused("Raw request must only have 1 input"):
+        check_infer(b"\0" * 16, "0", ENCODER)
 
 
 def test_fields_triton_answers_500_for_get_400_naming_them() -> None:
@@ -127,7 +150,7 @@ def test_fields_triton_answers_500_for_get_400_naming_them() -> None:
     ]
     for item, message in cases:
         with _refused(message):
-            check_infer(json.dumps({"inputs": [item]}).encode(), None)
+            check_infer(json.dumps({"inputs": [item]}).encode(), None, FLEX)
     requests = [
         ({"inputs": [good], "id": 5}, "request: 'id' must be a string"),
         ({"inputs": [good], "parameters": {"priority": "x"}}, "'priority' must be an integer"),
@@ -144,9 +167,9 @@ def test_fields_triton_answers_500_for_get_400_naming_them() -> None:
     ]
     for document, message in requests:
         with _refused(message):
-            check_infer(json.dumps(document).encode(), None)
+            check_infer(json.dumps(document).encode(), None, FLEX)
     nested = {**good, "shape": [2, 1], "data": [[0.5], [1]]}  # any nesting Triton reads is fine
-    assert check_infer(json.dumps({"inputs": [nested]}).encode(), None) == []
+    assert check_infer(json.dumps({"inputs": [nested]}).encode(), None, FLEX) == []
 
 
 def test_shared_memory_register_bodies() -> None:
@@ -197,25 +220,32 @@ def test_grpc_inputs_must_carry_their_declared_bytes() -> None:
     overflow = overflowing_request("text_embedding_encoder", ("input_ids", "attention_mask"))
     assert overflow.ByteSize() == 97
     with _refused(r"'input_ids' declares shape \[1, 2305843009213693952\].*its raw data carries only 0"):
-        check_infer_request(overflow)
-    assert check_infer_request(_grpc_request([1, 2], b"\0" * 16)) == []
+        check_infer_request(overflow, ENCODER)
+    assert check_infer_request(_grpc_request([1, 2], b"\0" * 16), ENCODER) == []
     with _refused("its raw data carries only 15 bytes"):
-        check_infer_request(_grpc_request([1, 2], b"\0" * 15))
-    assert check_infer_request(_grpc_request([1, 2], None)) == []  # typed contents: 2 values each
+        check_infer_request(_grpc_request([1, 2], b"\0" * 15), ENCODER)
+    with _refused("input byte size mismatch for input 'input_ids' .*Expected 16, got 17"):
+        check_infer_request(_grpc_request([1, 2], b"\0" * 17), ENCODER)
+    assert check_infer_request(_grpc_request([1, 2], None), ENCODER) == []  # typed contents: 2 values each
     with _refused("its typed data carries only 2 bytes"):
-        check_infer_request(_grpc_request([1, 3], None))
+        check_infer_request(_grpc_request([1, 3], None), ENCODER)
+    with _refused("its typed contents hold 2 values but shape \\[1,1\\] needs 1"):
+        check_infer_request(_grpc_request([1, 1], None), ENCODER)
     shm = _grpc_request([1, 2], None)
-    del shm.inputs[1]
     shm.inputs[0].ClearField("contents")
     shm.inputs[0].parameters["shared_memory_region"].string_param = "r1"
     shm.inputs[0].parameters["shared_memory_byte_size"].int64_param = 16
-    shm.raw_input_contents.append(b"")  # raw contents are counted only for inputs without shm
-    [use] = check_infer_request(shm)
+    shm.inputs[1].ClearField("contents")
+    shm.raw_input_contents.append(b"\0" * 16)  # raw contents go to the inputs without shm, in order
+    [use] = check_infer_request(shm, ENCODER)
     assert (use.region, use.byte_size) == ("r1", 16)
+    shm.raw_input_contents.append(b"")
+    with _refused("2 raw_input_contents entries for 1 inputs sent as raw data"):
+        check_infer_request(shm, ENCODER)
     named = _grpc_request([1, 2], b"\0" * 16)
     named.model_name = "recommender\x00x"
     with _refused("holds a control character"):
-        check_infer_request(named)
+        check_infer_request(named, ENCODER)
 
 
 def test_grpc_calls_are_checked_by_method() -> None:
@@ -231,7 +261,9 @@ def test_grpc_calls_are_checked_by_method() -> None:
     with _refused("holds a control character"):
         model_to_check("ModelInfer", request)  # before its name is sent to Triton to ask for a config
 
-    assert check_request("ModelInfer", _grpc_request([1, 2], b"\0" * 16)) == []
+    assert check_request("ModelInfer", _grpc_request([1, 2], b"\0" * 16), ENCODER) == []
+    with pytest.raises(ValueError, match="checked against its model's config"):
+        check_request("ModelInfer", _grpc_request([1, 2], b"\0" * 16))  # never without a config
     with _refused("holds a control character"):
         check_request("ModelMetadata", service_pb2.ModelMetadataRequest(name="a\x00b"))
 

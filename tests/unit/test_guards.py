@@ -147,11 +147,13 @@ def test_inputs_sharing_a_named_axis_must_agree() -> None:
 
 def test_the_encoder_holds_direct_requests_to_what_the_tokenizer_sends(spec_data) -> None:
     """An ensemble member is no way around the ensemble's checks: the encoder refuses what the tokenizer
-    never sends (ids outside the vocabulary, a mask other than 0/1)."""
+    never sends (ids outside the vocabulary, a mask other than 0/1, more than max_seq_length tokens)."""
     spec = parse_spec(spec_data).text_embeddings[0]
     encoder = text_configs(spec, num_gpus=0, vocab_size=30522)[2].to_proto()
     ranges = json.loads(encoder.parameters["input_ranges"].string_value)
     assert ranges == {"input_ids": [0, 30522], "attention_mask": [0, 2]}
+    longest = json.loads(encoder.parameters["input_max_shapes"].string_value)  # the fronts bound it too
+    assert longest == {"input_ids": [spec.max_seq_length], "attention_mask": [spec.max_seq_length]}
     infos = [TensorInfo(n, np.dtype(np.int64), (-1,)) for n in ("input_ids", "attention_mask")]
     entries = {"parameters": {k: {"string_value": v.string_value} for k, v in encoder.parameters.items()}}
     guarded = with_value_guards(infos, entries)

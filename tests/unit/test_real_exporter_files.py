@@ -28,8 +28,8 @@ from perf.studies.batching_goals import GOAL_FAMILY, for_model
 from perf.studies.goals import Goal
 from python_backend.batching import InvalidInputError, TensorInfo, shared_axes, validate, with_value_guards
 from server.__main__ import _already_running
+from server.fronts.allow_list import CarriedInput, Carrier, ModelSignature, check_allowed
 from server.fronts.refusal import RequestRefusedError
-from server.fronts.tensor_limits import ModelShapes, check_fits_model
 
 DATA = Path(__file__).resolve().parents[1] / "data" / "real_exporters"
 sys.path.insert(0, str(DATA))
@@ -127,6 +127,11 @@ def test_max_shape_travels_in_the_config_and_the_backend_refuses_beyond_it(tmp_p
         with_value_guards([TensorInfo(INPUT, np.dtype(np.float32), (3, -1, -1))], bad)
 
 
+def _fits(model: ModelSignature, shape: tuple[int, ...]) -> None:
+    carried = CarriedInput(INPUT, "FP32", shape, Carrier.BINARY, 4 * math.prod(shape))
+    check_allowed(model, [carried], [])
+
+
 def test_the_fronts_read_the_bound_from_the_served_config(tmp_path: Path) -> None:
     """Both fronts check declared shapes against the config Triton serves; the ``input_max_shapes``
     parameter in it bounds the ``-1`` dims there too, with the backend's message."""
@@ -134,17 +139,17 @@ def test_the_fronts_read_the_bound_from_the_served_config(tmp_path: Path) -> Non
     parameters = {k: {"string_value": v} for k, v in build_model_config(spec, num_gpus=0).parameters.items()}
     served = {
         "max_batch_size": 16,
-        "input": [{"name": INPUT, "dims": ["3", "-1", "-1"]}],
+        "input": [{"name": INPUT, "data_type": "TYPE_FP32", "dims": ["3", "-1", "-1"]}],
         "parameters": parameters,
     }
-    model = ModelShapes.from_config("paddle_cls", served)
-    check_fits_model(INPUT, [4, 3, 200, 17], 4, model)
+    model = ModelSignature.from_config("paddle_cls", served, 64 << 20)
+    _fits(model, (4, 3, 200, 17))
     with pytest.raises(
         RequestRefusedError, match=r"input 'x:0' has shape \[1, 3, 300, 17\], beyond its max_shape"
     ):
-        check_fits_model(INPUT, [1, 3, 300, 17], 4, model)
-    unbounded = ModelShapes.from_config("paddle_cls", {**served, "parameters": {}})
-    check_fits_model(INPUT, [1, 3, 300, 17], 4, unbounded)  # a config without it: the dims alone
+        _fits(model, (1, 3, 300, 17))
+    unbounded = ModelSignature.from_config("paddle_cls", {**served, "parameters": {}}, 64 << 20)
+    _fits(unbounded, (1, 3, 300, 17))  # a config without it: what fits in the front's limit
 
 
 def test_a_second_server_in_one_checkout_is_one_line_with_the_holder_and_the_fix() -> None:

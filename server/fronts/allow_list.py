@@ -1,0 +1,414 @@
+"""The allow-list: a request reaches Triton only if the served model's config accepts it (fault matrix
+rows 53–55), checked the same way by both fronts, whatever carries each input.
+
+Each protocol's parser (``server.fronts.kserve_json``, ``server.fronts.grpc_request``) turns a request
+into what is checked here: for every input its name, datatype, shape, and what carries its data
+(``CarriedInput``: JSON values, typed contents, binary or raw bytes, a shared-memory range), plus the
+names of the outputs it asks for. ``check_allowed`` then accepts exactly what the model's config
+(``ModelSignature``, read from the config Triton serves) allows:
+
+* input names: every input of the model once (an ``optional`` input may be left out), none it lacks;
+* each input's datatype equal to the config's;
+* each dim within ``[1, bound]``: the batch dim (models with ``max_batch_size`` > 0) from 1 to
+  ``max_batch_size`` and equal across inputs; fixed dims equal; a ``-1`` dim up to the input's
+  ``input_max_shapes`` entry (the parameter our builds write), or where there is none up to what fits
+  in the front's body limit at the input's smallest element size (``ModelSignature.from_config``);
+* a dim of 0 only where the config says so: a fixed dim of 0, or a 0 in the input's
+  ``input_min_shapes`` entry (a parameter like ``input_max_shapes``; none of our builds write it, so
+  zero is refused: Triton 2.51 never answered ``[0, 0]`` for the text encoder);
+* what carries the data holds exactly what the shape needs: ``elements × size`` bytes, a BYTES
+  buffer whose length prefixes walk it exactly, or as many JSON values or typed contents as elements;
+* requested outputs among the model's outputs, each once.
+
+Shared memory is no exception (fault matrix row 61): an input in a client's region is checked here
+with the range's byte size before the front reads a byte of it, an output wanted in a region is a
+requested output like any other, and the bytes the front then reads from the region are walked here
+too (``check_region_bytes``) before Triton sees them.
+
+Where Triton has a message for a fault its wording is kept (``inference input 'dense' data-type is
+'FP64', but model 'recommender' expects 'FP32'``), so a client reads the same answer with the fronts
+or without; the others name the input and what the config allows.
+
+``ModelSignature`` also says what bounds a request to the model before its body is read: the
+largest valid request in bytes (``largest_request_bytes``) and its deadline (``deadline_s``, from
+the ``request_deadline_s`` parameter, else the front's default).
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from collections import Counter
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
+from enum import Enum
+from typing import Any
+
+from python_backend.batching import beyond_max_shape, parse_max_shapes
+from server.fronts.refusal import RequestRefusedError
+from server.fronts.tensor_limits import (
+    MAX_ANY_DIM,
+    check_dims_fit_int64,
+    count_bytes_elements,
+    element_bytes,
+)
+
+MIN_SHAPES_PARAMETER = "input_min_shapes"  # JSON {input: [dims]}: a 0 lets that dim be 0
+DEADLINE_PARAMETER = "request_deadline_s"  # the longest one request to the model may take, queue included
+# The largest valid request in bytes: each element at most this many characters of JSON (repr of any
+# double is at most 24, plus a separator and the brackets of a one-element row; no element of any
+# datatype takes more bytes in binary), the header at most HEADER_ALLOWANCE (names, parameters, an id).
+JSON_CHARS_PER_VALUE = 40
+HEADER_ALLOWANCE = 64 << 10
+
+
+class Carrier(Enum):
+    """What carries an input's data, as a refusal names it; JSON values and typed contents are counted
+    in values, the others in bytes."""
+
+    JSON = "its JSON data"
+    TYPED = "its typed contents"
+    BINARY = "its binary data"
+    RAW = "its raw data"
+    SHARED_MEMORY = "its shared memory range"
+
+    @property
+    def counts_values(self) -> bool:
+        return self in (Carrier.JSON, Carrier.TYPED)
+
+
+@dataclass(frozen=True)
+class CarriedInput:
+    """One input of a request as the allow-list sees it. ``size``: values (JSON, typed contents) or
+    bytes (the others) carried; ``payload``: the bytes themselves where the front holds them, so a
+    BYTES input's length prefixes can be walked. A shared-memory range has none when the request is
+    checked, before the front reads a byte of it: its size is then checked against the shortest
+    elements, and the bytes the front reads are walked afterwards (``check_region_bytes``)."""
+
+    name: str
+    datatype: str
+    shape: tuple[int, ...]
+    carrier: Carrier
+    size: int
+    payload: bytes | memoryview | None = None
+
+
+def protocol_datatype(config_type: str) -> str:
+    """A config's ``TYPE_FP32`` as the protocol's ``FP32`` (``TYPE_STRING`` is ``BYTES``)."""
+    name = config_type.removeprefix("TYPE_")
+    return "BYTES" if name == "STRING" else name
+
+
+@dataclass(frozen=True)
+class InputRule:
+    """What one input may be: its datatype, and each of its config dims (no batch) within
+    ``[low, high]``, ``fixed`` for dims the config names (``-1`` otherwise)."""
+
+    datatype: str
+    fixed: tuple[int, ...]
+    bounds: tuple[tuple[int, int], ...]
+    optional: bool = False
+    declared_max: tuple[int, ...] | None = None  # the input_max_shapes entry, when the config has one
+
+    def largest_elements(self, max_batch_size: int) -> int:
+        return max(max_batch_size, 1) * math.prod(high for _, high in self.bounds)
+
+
+def _dims_parameter(parameters: Mapping[str, Any], key: str) -> dict[str, tuple[int, ...]]:
+    """``{input: dims}`` from a JSON string parameter; one that does not parse counts as absent (the
+    backend refuses to load with a bad ``input_max_shapes``; ``input_min_shapes`` is read only here)."""
+    if key == "input_max_shapes":
+        try:
+            return parse_max_shapes(dict(parameters))
+        except ValueError:
+            return {}
+    text = (parameters.get(key) or {}).get("string_value", "") or "{}"
+    try:
+        return {name: tuple(int(d) for d in dims) for name, dims in json.loads(text).items()}
+    except (ValueError, TypeError, AttributeError):
+        return {}
+
+
+def _deadline(parameters: Mapping[str, Any]) -> float | None:
+    text = (parameters.get(DEADLINE_PARAMETER) or {}).get("string_value", "")
+    try:
+        value = float(text)
+    except (TypeError, ValueError):
+        return None
+    return value if 0 < value < math.inf else None
+
+
+def _rule(item: Mapping[str, Any], parameters: Mapping[str, Any], body_limit: int) -> InputRule:
+    name = str(item["name"])
+    datatype = protocol_datatype(str(item.get("data_type", "")))
+    fixed = tuple(int(d) for d in item.get("dims") or ())
+    declared_max = _dims_parameter(parameters, "input_max_shapes").get(name)
+    if declared_max is not None and len(declared_max) != len(fixed):
+        declared_max = None  # fits no dims of this input: the backend refuses to load with it
+    minimum = _dims_parameter(parameters, MIN_SHAPES_PARAMETER).get(name)
+    if minimum is not None and len(minimum) != len(fixed):
+        minimum = None
+    per_element = element_bytes(datatype)
+    fixed_bytes = per_element * math.prod(d for d in fixed if d > 0)
+    # a -1 dim without a declared max: as long as one input of batch 1 can be and still fit the body
+    derived = max(1, min(MAX_ANY_DIM, body_limit // max(fixed_bytes, 1)))
+    bounds = []
+    for axis, dim in enumerate(fixed):
+        if dim >= 0:
+            bounds.append((dim, dim))
+            continue
+        low = 0 if minimum is not None and minimum[axis] == 0 else 1
+        high = declared_max[axis] if declared_max is not None else derived
+        bounds.append((low, max(low, high)))
+    return InputRule(datatype, fixed, tuple(bounds), bool(item.get("optional")), declared_max)
+
+
+@dataclass(frozen=True)
+class ModelSignature:
+    """What one model's config lets a request be (see the module's docstring), read from the config
+    Triton serves; ``body_limit`` is the front's own bound on a body or message."""
+
+    model: str
+    max_batch_size: int
+    inputs: dict[str, InputRule]
+    outputs: tuple[str, ...]
+    body_limit: int
+    deadline_s: float | None = None  # the request_deadline_s parameter, when the config has one
+
+    @classmethod
+    def from_config(cls, model: str, config: Mapping[str, Any], body_limit: int) -> ModelSignature:
+        """From a config as JSON (Triton's ``/v2/models/<m>/config``, or the gRPC ``ModelConfig`` as a
+        dict: int64 fields may come as strings)."""
+        parameters = config.get("parameters") or {}
+        inputs = {
+            str(item["name"]): _rule(item, parameters, body_limit) for item in config.get("input") or []
+        }
+        outputs = tuple(str(item["name"]) for item in config.get("output") or [])
+        batch = int(config.get("max_batch_size") or 0)
+        return cls(model, batch, inputs, outputs, body_limit, _deadline(parameters))
+
+    @property
+    def batched(self) -> bool:
+        return self.max_batch_size > 0
+
+    def largest_request_bytes(self) -> int:
+        """The largest body or message a valid request to this model can be, as JSON or binary (BYTES
+        elements have no bound in a config: a model with one takes up to the front's limit)."""
+        if any(rule.datatype == "BYTES" for rule in self.inputs.values()):
+            return self.body_limit
+        values = sum(rule.largest_elements(self.max_batch_size) for rule in self.inputs.values())
+        return min(self.body_limit, HEADER_ALLOWANCE + values * JSON_CHARS_PER_VALUE)
+
+    def allowed(self, name: str) -> str:
+        """An input's dims as the config allows them: ``[1..64,13]``, ``[1..32,1..256]``."""
+        rule = self.inputs[name]
+        dims = [f"1..{self.max_batch_size}"] if self.batched else []
+        dims += [str(low) if low == high else f"{low}..{high}" for low, high in rule.bounds]
+        return "[" + ",".join(dims) + "]"
+
+
+def _listed(dims: Iterable[int]) -> str:
+    return "[" + ",".join(str(d) for d in dims) + "]"
+
+
+def _quoted(names: Iterable[str]) -> str:
+    return "[" + ",".join(f"'{name}'" for name in names) + "]"
+
+
+def _check_names(model: ModelSignature, inputs: Sequence[CarriedInput]) -> None:
+    """Every input of the model once, none it lacks (Triton's messages)."""
+    counts = Counter(carried.name for carried in inputs)
+    twice = next((name for name, count in counts.items() if count > 1), None)
+    if twice is not None:
+        raise RequestRefusedError(f"input '{twice}' already exists in request")
+    unknown = next((name for name in counts if name not in model.inputs), None)
+    if unknown is not None:
+        raise RequestRefusedError(f"unexpected inference input '{unknown}' for model '{model.model}'")
+    missing = [name for name, rule in model.inputs.items() if not rule.optional and name not in counts]
+    if missing:
+        raise RequestRefusedError(
+            f"expected {len(model.inputs)} inputs but got {len(inputs)} inputs for model "
+            f"'{model.model}'. Got input(s) {_quoted(counts)}, but missing required input(s) "
+            f"{_quoted(missing)}. Please provide all required input(s)."
+        )
+
+
+def _check_batch(model: ModelSignature, inputs: Sequence[CarriedInput]) -> None:
+    """One batch size for all inputs, from 1 to ``max_batch_size`` (Triton takes it from the input it
+    reads first, the last one sent, and names the first that differs)."""
+    batch = None
+    for carried in reversed(inputs):
+        if not carried.shape:
+            raise RequestRefusedError(
+                f"input '{carried.name}' has no shape but model requires batch dimension for '{model.model}'"
+            )
+        if batch is None:
+            batch = carried.shape[0]
+        elif carried.shape[0] != batch:
+            raise RequestRefusedError(
+                f"input '{carried.name}' batch size does not match other inputs for '{model.model}'"
+            )
+    if batch is not None and batch > model.max_batch_size:
+        raise RequestRefusedError(
+            f"input '{inputs[-1].name}' declares a batch of {batch}: inference request batch-size must "
+            f"be <= {model.max_batch_size} for '{model.model}'"
+        )
+
+
+def _outside(model: ModelSignature, carried: CarriedInput, why: str) -> RequestRefusedError:
+    return RequestRefusedError(
+        f"input '{carried.name}' for model '{model.model}' has shape {_listed(carried.shape)}, outside "
+        f"what its config allows: {model.allowed(carried.name)} ({why})"
+    )
+
+
+def _check_shape(model: ModelSignature, carried: CarriedInput) -> None:
+    rule = model.inputs[carried.name]
+    if carried.datatype != rule.datatype:
+        raise RequestRefusedError(
+            f"inference input '{carried.name}' data-type is '{carried.datatype}', but model "
+            f"'{model.model}' expects '{rule.datatype}'"
+        )
+    dims = carried.shape[1:] if model.batched else carried.shape
+    if len(dims) != len(rule.fixed) or any(f != -1 and d != f for d, f in zip(dims, rule.fixed, strict=True)):
+        expected = [-1, *rule.fixed] if model.batched else list(rule.fixed)
+        raise RequestRefusedError(
+            f"unexpected shape for input '{carried.name}' for model '{model.model}'. Expected "
+            f"{_listed(expected)}, got {_listed(carried.shape)}."
+        )
+    if model.batched and carried.shape[0] < 1:
+        raise _outside(model, carried, "a batch of at least 1")
+    for dim, (low, high), fixed in zip(dims, rule.bounds, rule.fixed, strict=True):
+        if fixed != -1:
+            continue
+        if dim < low:
+            raise _outside(
+                model, carried, f"a dimension may be 0 only where the config's {MIN_SHAPES_PARAMETER} says so"
+            )
+        if dim > high and rule.declared_max is not None:
+            excess = beyond_max_shape(carried.name, list(carried.shape), rule.declared_max)
+            if excess and model.batched:
+                raise RequestRefusedError(excess)
+            raise _outside(model, carried, "its input_max_shapes")
+        if dim > high:
+            limit = model.body_limit
+            raise _outside(model, carried, f"a -1 dim without input_max_shapes: what fits in {limit} bytes")
+
+
+def _check_size(model: ModelSignature, carried: CarriedInput) -> None:
+    """What carries the input holds exactly what its shape needs."""
+    elements = math.prod(carried.shape)
+    where = f"input '{carried.name}' for model '{model.model}'"
+    if carried.carrier.counts_values:
+        if carried.size != elements:
+            raise RequestRefusedError(
+                f"{where}: {carried.carrier.value} hold {carried.size} values but shape "
+                f"{_listed(carried.shape)} needs {elements}"
+            )
+        return
+    if carried.datatype != "BYTES":
+        expected = elements * element_bytes(carried.datatype)
+        if carried.size != expected:
+            raise RequestRefusedError(
+                f"input byte size mismatch for input '{carried.name}' for model '{model.model}'. "
+                f"Expected {expected}, got {carried.size}"
+            )
+        return
+    if carried.payload is None:  # a range not read: at least each element's length prefix
+        if carried.size < 4 * elements:
+            raise RequestRefusedError(
+                f"{where}: {carried.carrier.value} holds {carried.size} bytes, too few for the length "
+                f"prefixes of {elements} BYTES elements"
+            )
+        return
+    found, walked = count_bytes_elements(carried.payload, elements)
+    if found != elements:
+        raise RequestRefusedError(
+            f"expected {elements} string elements for inference input '{carried.name}' for model "
+            f"'{model.model}', got {found}"
+        )
+    if walked != len(carried.payload):
+        raise RequestRefusedError(
+            f"{where}: {carried.carrier.value} holds {len(carried.payload) - walked} bytes after the "
+            f"{elements} BYTES elements its shape needs"
+        )
+
+
+def check_region_bytes(
+    model: ModelSignature, name: str, datatype: str, shape: Sequence[int], payload: bytes | memoryview
+) -> None:
+    """The bytes a front read from a client's shared-memory range for an input that passed
+    ``check_allowed`` first (which, before the front read a byte, could check only the range's size):
+    checked as any carried bytes are, so a BYTES input's length prefixes walk them exactly."""
+    size = len(payload)
+    _check_size(model, CarriedInput(name, datatype, tuple(shape), Carrier.SHARED_MEMORY, size, payload))
+
+
+def _check_outputs(model: ModelSignature, outputs: Sequence[str]) -> None:
+    counts = Counter(outputs)
+    for name, count in counts.items():
+        if name not in model.outputs:
+            raise RequestRefusedError(f"unexpected inference output '{name}' for model '{model.model}'")
+        if count > 1:
+            raise RequestRefusedError(
+                f"output '{name}' of model '{model.model}' is requested {count} times; ask for it once"
+            )
+
+
+def check_allowed(model: ModelSignature, inputs: Sequence[CarriedInput], outputs: Sequence[str]) -> None:
+    """``RequestRefusedError`` unless ``model``'s config accepts a request of these ``inputs``, asking
+    for ``outputs`` (see the module's docstring); the order of the checks is Triton's."""
+    for carried in inputs:
+        check_dims_fit_int64(carried.name, carried.shape, element_bytes(carried.datatype))
+    _check_names(model, inputs)
+    if model.batched:
+        _check_batch(model, inputs)
+    for carried in inputs:
+        _check_shape(model, carried)
+    for carried in inputs:
+        _check_size(model, carried)
+    _check_outputs(model, outputs)
+
+
+def raw_request_input(model: ModelSignature, size: int) -> CarriedInput:
+    """The one input of Triton's raw binary request (the whole body, ``size`` bytes, is its data), with
+    the shape Triton deduces for it from the config, or Triton's refusal: a model of one input, with
+    at most one ``-1`` dim (whose length the byte count gives), BYTES only as one element."""
+    if len(model.inputs) != 1:
+        raise RequestRefusedError(
+            f"Raw request must only have 1 input (found 1) to be deduced but got {len(model.inputs)} "
+            f"inputs in '{model.model}' model configuration"
+        )
+    [(name, rule)] = model.inputs.items()
+    if rule.fixed.count(-1) > 1:
+        raise RequestRefusedError(
+            f"The shape of the raw input '{name}' can not be deduced because there are more than one "
+            "variable-sized dimension"
+        )
+    shape = [1] if model.batched else []
+    if rule.datatype == "BYTES":
+        if rule.fixed.count(-1) or math.prod(rule.fixed) != 1:
+            raise RequestRefusedError(
+                f"For BYTE datatype raw input '{name}', the model must have input shape [1]"
+            )
+        # one element whatever the size: Triton prepends its length prefix itself
+        return CarriedInput(name, "BYTES", (*shape, *rule.fixed), Carrier.RAW, size + 4)
+    elements = size // element_bytes(rule.datatype)
+    return CarriedInput(name, rule.datatype, (*shape, *_filled(rule, elements)), Carrier.RAW, size)
+
+
+def _filled(rule: InputRule, elements: int) -> list[int]:
+    """The config's dims with its one ``-1`` dim as long as ``elements`` make it (Triton's deduction)."""
+    fixed = math.prod(d for d in rule.fixed if d != -1)
+    return [elements // max(fixed, 1) if d == -1 else d for d in rule.fixed]
+
+
+def generate_input(model: ModelSignature, name: str, values: int) -> CarriedInput:
+    """An input of a generate request (``/generate``: inputs as top-level JSON values, ``values`` of
+    them) with the shape Triton gives it: the batch of 1, then the config's dims with the one ``-1``
+    dim as long as the values make it; Triton's refusal when no such shape holds them."""
+    rule = model.inputs[name]
+    shape = (*([1] if model.batched else []), *_filled(rule, values))
+    if rule.fixed.count(-1) > 1 or math.prod(shape) != values:
+        raise RequestRefusedError(f"The schema can not convert input '{name}' to tensor with proper shape")
+    return CarriedInput(name, rule.datatype, shape, Carrier.JSON, values)

@@ -1,0 +1,133 @@
+"""Large request bodies are checked in worker processes, a bounded number at a time, so one body never
+stalls the HTTP front's other clients (fault matrix row 59).
+
+Reading a request's JSON, with every number checked for one reading (``server.fronts.kserve_json``),
+takes about 27 s for a 60 MiB body of FP32 values on these machines; on the front's one event loop
+that was 27 s in which no other client was answered, and 50 such bodies took the front to 4.5 GB.
+Here a body above ``inline_bytes`` is checked by a pure function in a worker process
+(``concurrent.futures``, started with ``spawn``: no copy of the event loop's state), while the loop
+answers everyone else; at most ``max_large`` such bodies are read or checked at once, counted from
+their ``Content-Length`` before a byte is read (a chunked body from the moment it grows past
+``inline_bytes``), and the next is refused with 429 saying to send the tensor data as binary, which
+needs no parsing. Smaller bodies are checked on the loop: moving them would cost more than it saves.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import ctypes
+import functools
+import logging
+import multiprocessing
+import signal
+from collections.abc import Callable
+from concurrent.futures import ProcessPoolExecutor
+from concurrent.futures.process import BrokenProcessPool
+from typing import Any, TypeVar
+
+from server.fronts.refusal import Refusal, RequestRefusedError
+
+log = logging.getLogger(__name__)
+T = TypeVar("T")
+INLINE_BYTES = 256 << 10  # about 30k JSON numbers: some 50 ms on the loop
+DEFAULT_WORKERS = 1
+DEFAULT_MAX_LARGE = 4
+
+
+PR_SET_PDEATHSIG = 1  # prctl(2): the signal a process gets when its parent dies
+
+
+def _die_with_the_front() -> None:
+    """A worker's initializer: it is killed when its front dies, however the front dies (a SIGKILL
+    leaves no time to shut the pool down)."""
+    with contextlib.suppress(OSError, AttributeError):
+        ctypes.CDLL(None, use_errno=True).prctl(PR_SET_PDEATHSIG, signal.SIGKILL)
+
+
+def _ready() -> bool:
+    return True
+
+
+class BodyCheckers:
+    """``with checkers.place() as place:`` around reading and checking a body;
+    ``await checkers.check(size, function, *args)`` runs ``function`` in a worker for a large body
+    (inline for a small one)."""
+
+    def __init__(
+        self,
+        workers: int = DEFAULT_WORKERS,
+        max_large: int = DEFAULT_MAX_LARGE,
+        inline_bytes: int = INLINE_BYTES,
+    ) -> None:
+        self.workers, self.max_large, self.inline_bytes = workers, max_large, inline_bytes
+        self.taken = 0
+        self._pool: ProcessPoolExecutor | None = None
+
+    def start(self) -> None:
+        """Start the workers now (a spawned interpreter takes a second), not on the first large body."""
+        self._pool = ProcessPoolExecutor(
+            self.workers, mp_context=multiprocessing.get_context("spawn"), initializer=_die_with_the_front
+        )
+        self._pool.submit(_ready)
+
+    def close(self) -> None:
+        if self._pool is not None:
+            self._pool.shutdown(wait=False, cancel_futures=True)
+            self._pool = None
+
+    def is_large(self, size: int | None) -> bool:
+        return size is not None and size > self.inline_bytes
+
+    def place(self) -> LargePlace:
+        """``with checkers.place() as place:`` around reading and checking one body; ``place.need(size)``
+        as soon as the body is known to be ``size`` bytes."""
+        return LargePlace(self)
+
+    def _take(self) -> None:
+        if self.taken >= self.max_large:
+            raise RequestRefusedError(
+                f"the front is already reading or checking {self.taken} large request bodies (over "
+                f"{self.inline_bytes} bytes each); retry, or send the tensor data as binary (tritonclient's "
+                "binary_data=True: a JSON header and raw bytes), which needs no parsing",
+                Refusal.TOO_MANY,
+            )
+        self.taken += 1
+
+    async def check(self, size: int, function: Callable[..., T], *args: Any) -> T:
+        """``function(*args)`` for a body of ``size`` bytes: in a worker when it is large (the caller
+        holds a ``place()`` that ``need``ed it), else here."""
+        if not self.is_large(size) or self._pool is None:
+            return function(*args)
+        loop = asyncio.get_running_loop()
+        try:
+            return await loop.run_in_executor(self._pool, functools.partial(function, *args))
+        except BrokenProcessPool as error:  # a worker died (out of memory?): start new ones
+            log.warning("a body-check worker died (%s); starting new ones", error)
+            self.close()
+            self.start()
+            raise RequestRefusedError(
+                "the front's body-check worker died while checking this request; retry",
+                Refusal.UNAVAILABLE,
+            ) from error
+
+
+class LargePlace:
+    """One body's claim on a large-body place: taken by the first ``need`` of a large size (or
+    ``RequestRefusedError``), given back on exit."""
+
+    def __init__(self, checkers: BodyCheckers) -> None:
+        self.checkers, self.held = checkers, False
+
+    def need(self, size: int | None) -> None:
+        if not self.held and self.checkers.is_large(size):
+            self.checkers._take()
+            self.held = True
+
+    def __enter__(self) -> LargePlace:
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        if self.held:
+            self.checkers.taken -= 1
+            self.held = False

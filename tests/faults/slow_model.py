@@ -1,0 +1,48 @@
+"""A real Python-backend model whose requests take as long as they ask (``seconds``), for the deadline
+and per-client limit rows of the fault matrix (rows 56–58): a stand-in for any model slower than its
+deadline, served by the real tritonserver like every model of the repository."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from google.protobuf import text_format
+from tritonclient.grpc import model_config_pb2
+
+SLOW = "slow"
+DEADLINE_S = 3.0  # the model's request_deadline_s: the fronts answer 504 after this long
+MAX_BATCH = 64  # the requests that wait are answered by one sleep, so a drain is quick
+MODEL_PY = '''
+import os
+import sys
+import time
+
+# the stub ignores PYTHONPATH (see python_backend/runtime_paths.py): put the launcher's on sys.path
+sys.path[:0] = [p for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p and p not in sys.path]
+import numpy as np  # noqa: E402
+import triton_python_backend_utils as pb_utils  # noqa: E402
+
+
+class TritonPythonModel:
+    """Sleeps as long as the longest request of the batch asks (at most 60 s), then answers each
+    request with what it asked: a model that is simply slow."""
+
+    def execute(self, requests):
+        asked = [pb_utils.get_input_tensor_by_name(r, "seconds").as_numpy() for r in requests]
+        time.sleep(min(60.0, max(float(a.max()) for a in asked)))
+        return [pb_utils.InferenceResponse([pb_utils.Tensor("slept", a.astype(np.float32))]) for a in asked]
+'''
+
+
+def write_slow_model(repository: Path, deadline_s: float = DEADLINE_S, instances: int = 1) -> None:
+    """``slow``: ``seconds`` FP32 [batch, 1] in, the same out, after sleeping that long; dynamic batching
+    gathers the requests that wait, so one sleep answers a batch of them."""
+    config = model_config_pb2.ModelConfig(name=SLOW, backend="python", max_batch_size=MAX_BATCH)
+    config.input.add(name="seconds", data_type=model_config_pb2.TYPE_FP32, dims=[1])
+    config.output.add(name="slept", data_type=model_config_pb2.TYPE_FP32, dims=[1])
+    config.instance_group.add(kind=model_config_pb2.ModelInstanceGroup.KIND_CPU, count=instances)
+    config.dynamic_batching.max_queue_delay_microseconds = 1000
+    config.parameters["request_deadline_s"].string_value = f"{deadline_s:g}"
+    (repository / SLOW / "1").mkdir(parents=True)
+    (repository / SLOW / "config.pbtxt").write_text(text_format.MessageToString(config))
+    (repository / SLOW / "1" / "model.py").write_text(MODEL_PY)

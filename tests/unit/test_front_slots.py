@@ -1,0 +1,184 @@
+"""The fronts' client shares, deadlines and large-body checks without a server (fault matrix rows
+56–59); the fault matrix runs them against the real server (tests/faults/test_deadlines_and_shares.py,
+test_large_json.py)."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+
+import pytest
+from tritonclient.grpc import service_pb2
+
+from server.fronts.allow_list import ModelSignature
+from server.fronts.body_checks import BodyCheckers
+from server.fronts.client_slots import ClientSlots, SlotLimits
+from server.fronts.deadlines import Overdue, within_deadline
+from server.fronts.kserve_json import check_infer
+from server.fronts.refusal import Refusal, RequestRefusedError
+from server.fronts.stream_waits import StreamWaits
+
+
+def test_a_client_over_its_share_is_refused_at_once() -> None:
+    async def run() -> None:
+        slots = ClientSlots(SlotLimits(capacity=10, per_address=3, per_connection=2))
+        async with slots.held("a", "a:1"), slots.held("a", "a:1"):
+            with pytest.raises(RequestRefusedError, match=r"connection \(a:1\) already has 2") as refusal:
+                async with slots.held("a", "a:1"):
+                    pass
+            assert refusal.value.kind == Refusal.TOO_MANY
+            async with slots.held("a", "a:2"):
+                with pytest.raises(RequestRefusedError, match=r"address \(a\) already has 3 requests"):
+                    async with slots.held("a", "a:3"):
+                        pass
+        assert slots.taken == 0 and not slots.by_address and not slots.by_connection
+
+    asyncio.run(run())
+
+
+def test_a_free_slot_goes_to_the_waiting_address_holding_the_fewest() -> None:
+    """Two addresses flood a front of 4 slots; a third that sends one request is served at the next
+    free slot, before the flooders' queued ones."""
+
+    async def run() -> list[str]:
+        slots = ClientSlots(SlotLimits(capacity=4, per_address=64, per_connection=64))
+        order: list[str] = []
+        release = asyncio.Event()
+
+        async def request(address: str) -> None:
+            async with slots.held(address, f"{address}:1"):
+                order.append(address)
+                await release.wait()
+
+        flood = [asyncio.create_task(request(a)) for a in ("a", "b") * 4]
+        await asyncio.sleep(0)
+        assert slots.taken == 4 and sum(len(q) for q in slots.queues.values()) == 4
+        newcomer = asyncio.create_task(request("c"))
+        await asyncio.sleep(0)
+        release.set()
+        await asyncio.gather(*flood, newcomer)
+        return order
+
+    order = asyncio.run(run())
+    assert order[:4] == ["a", "b", "a", "b"] and order[4] == "c", order
+
+
+def test_a_wait_that_is_given_up_leaves_the_queue() -> None:
+    async def run() -> None:
+        slots = ClientSlots(SlotLimits(capacity=1))
+        async with slots.held("a", "a:1"):
+            with pytest.raises(RequestRefusedError, match="no slot of the 1 to tritonserver freed within"):
+                async with slots.held("b", "b:1", wait_s=0.05):
+                    pass
+            waiter = asyncio.create_task(slots.held("c", "c:1").__aenter__())
+            await asyncio.sleep(0)
+            waiter.cancel()
+            await asyncio.sleep(0)
+        assert slots.taken == 0 and not slots.queues and not slots.by_address
+
+    asyncio.run(run())
+
+
+def test_a_model_slower_than_its_deadline_gets_504_and_is_counted_overdue() -> None:
+    """The client's slot is freed at the deadline; the upstream exchange runs on, counted against
+    its model, and the model is refused while ``max_overdue`` such exchanges run."""
+
+    async def run() -> None:
+        slots, overdue = ClientSlots(SlotLimits()), Overdue(max_overdue=1)
+        answer = asyncio.Event()
+
+        async def slow() -> str:
+            await answer.wait()
+            return "late"
+
+        with pytest.raises(RequestRefusedError) as refusal:
+            await within_deadline(slots, "a", "a:1", overdue, "slow", 0.05, slow)
+        assert refusal.value.kind == Refusal.DEADLINE
+        assert str(refusal.value).startswith("model 'slow' did not answer within its deadline of 0.05 s")
+        assert slots.taken == 0 and overdue.running["slow"] == 1
+        with pytest.raises(RequestRefusedError, match="'slow' already has 1 requests past their deadline"):
+            await within_deadline(slots, "b", "b:1", overdue, "slow", 1, slow)
+
+        async def quick() -> str:
+            return "ok"
+
+        assert await within_deadline(slots, "b", "b:1", overdue, "other", 1, quick) == "ok"
+        answer.set()
+        for _ in range(5):
+            await asyncio.sleep(0)
+        assert not overdue.running
+
+    asyncio.run(run())
+
+
+def test_a_client_that_goes_away_cancels_its_exchange() -> None:
+    async def run() -> None:
+        slots, overdue = ClientSlots(SlotLimits()), Overdue()
+        started, cancelled = asyncio.Event(), asyncio.Event()
+
+        async def upstream() -> None:
+            started.set()
+            try:
+                await asyncio.sleep(60)
+            except asyncio.CancelledError:
+                cancelled.set()
+                raise
+
+        caller = asyncio.create_task(within_deadline(slots, "a", "a:1", overdue, "m", 60, upstream))
+        await started.wait()
+        caller.cancel()
+        await asyncio.wait_for(cancelled.wait(), 5)
+        assert slots.taken == 0 and not overdue.running
+
+    asyncio.run(run())
+
+
+def _json_body(values: int) -> bytes:
+    return json.dumps(
+        {"inputs": [{"name": "x", "shape": [1, values], "datatype": "FP32", "data": [0.5] * values}]}
+    ).encode()
+
+
+def test_large_bodies_are_checked_in_a_worker_a_bounded_number_at_a_time() -> None:
+    model = ModelSignature.from_config(
+        "wide",
+        {"max_batch_size": 1, "input": [{"name": "x", "data_type": "TYPE_FP32", "dims": [-1]}]},
+        64 << 20,
+    )
+
+    async def run() -> None:
+        checkers = BodyCheckers(workers=1, max_large=1, inline_bytes=1024)
+        checkers.start()
+        try:
+            body = _json_body(1000)
+            with checkers.place() as place:
+                place.need(len(body))
+                assert await checkers.check(len(body), check_infer, body, None, model) == []
+                with pytest.raises(RequestRefusedError, match="send the tensor data as binary") as busy:
+                    checkers.place().need(len(body))
+                assert busy.value.kind == Refusal.TOO_MANY
+            bad = body.replace(b'"FP32"', b'"INT64"')
+            with checkers.place() as place, pytest.raises(RequestRefusedError, match="INT64 data must be"):
+                place.need(len(bad))
+                await checkers.check(len(bad), check_infer, bad, None, model)  # refused in the worker
+            assert checkers.taken == 0
+        finally:
+            checkers.close()
+
+    asyncio.run(run())
+
+
+def test_a_stream_bounds_its_waiting_messages_and_names_the_late_one() -> None:
+    waits = StreamWaits(limit=2)
+    first = service_pb2.ModelInferRequest(model_name="slow", id="1")
+    waits.add(first, deadline_s=0.0)
+    waits.add(service_pb2.ModelInferRequest(model_name="fast", id="2"), deadline_s=60.0)
+    with pytest.raises(RequestRefusedError, match="already has 2 requests waiting") as refusal:
+        waits.add(first, deadline_s=60.0)
+    assert refusal.value.kind == Refusal.TOO_MANY
+    late = waits.overdue()
+    assert late is not None and late.kind == Refusal.DEADLINE and "model 'slow'" in str(late)
+    answer = service_pb2.ModelStreamInferResponse()
+    answer.infer_response.id = "1"
+    waits.answered(answer.SerializeToString())
+    assert waits.overdue() is None and [w.request_id for w in waits.waiting] == ["2"]
