@@ -101,7 +101,7 @@ def encode_headers(headers: list[tuple[bytes, bytes]]) -> bytes:
     return bytes(block)
 
 
-def frame(kind: int, flags: int, stream_id: int, payload: bytes = b"") -> bytes:
+def frame(kind: int, flags: int, stream_id: int, payload: bytes | memoryview = b"") -> bytes:
     return _FRAME.pack(len(payload) << 8 | kind, flags, stream_id) + payload
 
 
@@ -207,19 +207,20 @@ class Endpoint(asyncio.Protocol):
             self.preface_seen = True
         position, size = 0, len(buffer)
         try:
-            while size - position >= 9:
-                head, flags, stream_id = _FRAME.unpack_from(buffer, position)
-                length = head >> 8
-                if length > self.max_frame_in:
-                    raise ProtocolError(FRAME_SIZE_ERROR, f"a frame of {length} bytes")
-                end = position + 9 + length
-                if end > size:
-                    break
-                payload = bytes(buffer[position + 9 : end])
-                position = end
-                self._frame(head & 0xFF, flags, stream_id & 0x7FFFFFFF, payload)
-                if self.closed:
-                    return
+            with memoryview(buffer) as view:
+                while size - position >= 9:
+                    head, flags, stream_id = _FRAME.unpack_from(view, position)
+                    length = head >> 8
+                    if length > self.max_frame_in:
+                        raise ProtocolError(FRAME_SIZE_ERROR, f"a frame of {length} bytes")
+                    end = position + 9 + length
+                    if end > size:
+                        break
+                    payload = bytes(view[position + 9 : end])
+                    position = end
+                    self._frame(head & 0xFF, flags, stream_id & 0x7FFFFFFF, payload)
+                    if self.closed:
+                        return
         except ProtocolError as error:
             log.debug("HTTP/2 protocol error from the peer: %s", error)
             self.close(error.code, str(error))
@@ -361,7 +362,7 @@ class Endpoint(asyncio.Protocol):
         frames.append(frame(CONTINUATION, END_HEADERS, stream_id, chunks[-1]))
         self.write(b"".join(frames))
 
-    def send_data(self, stream_id: int, data: bytes, end_stream: bool = False) -> None:
+    def send_data(self, stream_id: int, data: bytes | memoryview, end_stream: bool = False) -> None:
         """``data`` on ``stream_id`` as the windows allow; the rest waits for ``WINDOW_UPDATE``."""
         sending = self.sending.get(stream_id)
         if sending is None:
@@ -373,8 +374,11 @@ class Endpoint(asyncio.Protocol):
         if rest is not None:
             sending.waiting.append((rest, end_stream))
 
-    def _write_data(self, stream_id: int, sending: _Sending, data: bytes, end_stream: bool) -> bytes | None:
-        """Write what the windows allow of ``data``; returns the rest (None: all written)."""
+    def _write_data(
+        self, stream_id: int, sending: _Sending, data: bytes | memoryview, end_stream: bool
+    ) -> memoryview | None:
+        """Write what the windows allow of ``data``; returns the rest (None: all written), a view of
+        ``data``: a large message waiting for window is never copied again."""
         allowed = min(sending.window, self.send_window)
         if len(data) <= allowed and len(data) <= self.peer_frame:
             sending.window -= len(data)
@@ -383,22 +387,23 @@ class Endpoint(asyncio.Protocol):
                 self._ended(stream_id)
             self.write(frame(DATA, END_STREAM if end_stream else 0, stream_id, data))
             return None
+        view = memoryview(data)
         if allowed <= 0:
-            return data
-        view, frames, sent = memoryview(data), [], 0
-        while sent < min(allowed, len(data)):
-            chunk = bytes(view[sent : sent + min(self.peer_frame, allowed - sent)])
+            return view
+        frames, sent, size = [], 0, min(allowed, len(view))
+        while sent < size:
+            chunk = view[sent : sent + min(self.peer_frame, size - sent)]
             sent += len(chunk)
-            last = sent == len(data)
+            last = sent == len(view)
             frames.append(frame(DATA, END_STREAM if last and end_stream else 0, stream_id, chunk))
         sending.window -= sent
         self.send_window -= sent
         self.write(b"".join(frames))
-        if sent == len(data):
+        if sent == len(view):
             if end_stream:
                 self._ended(stream_id)
             return None
-        return data[sent:]
+        return view[sent:]
 
     def _send_waiting(self, stream_id: int) -> None:
         sending = self.sending.get(stream_id)

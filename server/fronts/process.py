@@ -155,13 +155,10 @@ async def _until_stopped(args: argparse.Namespace) -> None:
 
 
 def run_front(
-    start: Callable[[], Awaitable[Callable[[], Awaitable[None]]]],
-    args: argparse.Namespace,
-    loop_factory: Callable[[], asyncio.AbstractEventLoop] | None = None,
+    start: Callable[[], Awaitable[Callable[[], Awaitable[None]]]], args: argparse.Namespace
 ) -> None:
     """Run a front: ``start()`` listens and returns its ``stop()``; it runs until SIGTERM or until
-    neither its owner nor its server runs (``_until_stopped``), then stops. ``loop_factory`` makes
-    the event loop (asyncio's own by default)."""
+    neither its owner nor its server runs (``_until_stopped``), then stops."""
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
 
     async def main() -> None:
@@ -171,5 +168,5 @@ def run_front(
         finally:
             await stop()
 
-    with contextlib.suppress(KeyboardInterrupt), asyncio.Runner(loop_factory=loop_factory) as runner:
-        runner.run(main())
+    with contextlib.suppress(KeyboardInterrupt):
+        asyncio.run(main())
