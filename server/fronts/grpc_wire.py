@@ -164,6 +164,8 @@ class ServerCall:
                 self.metadata.append((name, value))
         self.reader = MessageReader(connection.front_limits.max_message_bytes, encoding)
         self.messages: deque[tuple[bytes, int]] = deque()
+        self.queued = 0  # bytes of the messages waiting for the handler
+        self.withheld = 0  # bytes received and not yet given back as window
         self.ended = False  # the client sent all it will
         self.waiter: asyncio.Future | None = None
         self.task: asyncio.Task | None = None
@@ -190,9 +192,9 @@ class ServerCall:
             if self.task is not None:
                 self.task.cancel()
             return
-        if not self.streaming:
-            self.connection.consumed(self.stream_id, len(data))
         self.messages.extend(messages)
+        self.queued += sum(size for _, size in messages)
+        self._give_window(len(data))
         if end_stream:
             self.ended = True
             if self.reader.pending:
@@ -221,8 +223,18 @@ class ServerCall:
             await self.waiter
             self.waiter = None
         message, size = self.messages.popleft()
-        self.connection.consumed(self.stream_id, size)
+        self.queued -= size
+        self._give_window(0)
         return message
+
+    def _give_window(self, received: int) -> None:
+        """Let the client send more: at once while the messages waiting for the handler stay under
+        one stream window (a message larger than the window can still arrive whole), else once the
+        handler takes them."""
+        self.withheld += received
+        if self.withheld and (not self.streaming or self.queued <= h2c.STREAM_WINDOW):
+            self.connection.consumed(self.stream_id, self.withheld)
+            self.withheld = 0
 
     def send_message(self, message: bytes) -> None:
         if self.done:

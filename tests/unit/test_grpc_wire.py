@@ -235,3 +235,54 @@ def test_a_call_is_answered_and_one_above_the_bound_refused_from_its_prefix() ->
         assert not connection.calls
 
     asyncio.run(run())
+
+
+def test_a_stream_gets_window_for_a_message_larger_than_one_but_not_for_a_backlog() -> None:
+    """A stream's window is given back as its bytes arrive while the messages waiting for the handler
+    stay under one window (else a message above the window could never arrive whole), and withheld
+    beyond that until the handler takes them."""
+
+    async def run() -> None:
+        taken: list[bytes] = []
+        go = asyncio.Event()
+
+        async def serve(call: ServerCall) -> None:
+            await go.wait()
+            while (message := await call.receive()) is not None:
+                taken.append(message)
+
+        limits = ConnectionLimits(max_message_bytes=64 << 20, handshake_s=10.0, idle_s=300.0)
+        methods = {"ModelStreamInfer": True}
+        connection = FrontConnection(limits, methods, "/inference.GRPCInferenceService/", serve, set())
+        transport = MemoryTransport()
+        connection.connection_made(transport)
+        headers = [(b":method", b"POST"), (b":path", b"/inference.GRPCInferenceService/ModelStreamInfer")]
+        connection.data_received(
+            h2c.PREFACE
+            + h2c.settings_frame({})
+            + h2c.frame(h2c.HEADERS, h2c.END_HEADERS, 1, h2c.encode_headers(headers))
+        )
+
+        async def send(data: bytes) -> int:
+            """Feed ``data`` as DATA frames; the window the front gave back for stream 1 meanwhile."""
+            transport.data.clear()
+            for start in range(0, len(data), h2c.DEFAULT_FRAME):
+                connection.data_received(h2c.frame(h2c.DATA, 0, 1, data[start : start + h2c.DEFAULT_FRAME]))
+            await asyncio.sleep(0)  # the front writes once per turn of the loop
+            updates = [
+                p
+                for kind, _, stream, p in frames(transport.data)
+                if kind == h2c.WINDOW_UPDATE and stream == 1
+            ]
+            return sum(struct.unpack(">I", p)[0] for p in updates)
+
+        large = frame_message(b"x" * (6 << 20))  # above the 4 MiB window: must get window as it comes
+        assert await send(large) >= len(large) - h2c.STREAM_WINDOW
+        backlog = frame_message(b"y" * (1 << 20)) * 6  # whole messages the handler has not taken
+        assert await send(backlog) == 0
+        go.set()
+        await asyncio.sleep(0.05)
+        assert len(taken) == 7
+        await asyncio.sleep(0)
+
+    asyncio.run(run())
