@@ -14,7 +14,7 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections import deque
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Awaitable
 
 from server.fronts import h2c
 from server.fronts.grpc_wire import (
@@ -52,6 +52,7 @@ class UpstreamCall:
         self.messages: deque[bytes] = deque()
         self.status: GrpcError | None = None  # set when the call ended (code OK: fine)
         self.waiter: asyncio.Future | None = None
+        self.answer: asyncio.Future | None = None  # a unary call's (``unary_answer``)
         self.ended = False  # the front's side
 
     def write(self, message: bytes, end: bool = False) -> None:
@@ -103,6 +104,18 @@ class UpstreamCall:
             self.status = status
             self.connection.call_ended(self)
         self._wake()
+        if self.answer is not None and not self.answer.done():
+            self._settle(self.answer, status)
+
+    def _settle(self, answer: asyncio.Future, status: GrpcError) -> None:
+        if status.code != OK:
+            answer.set_exception(status)
+        elif len(self.messages) != 1:
+            answer.set_exception(
+                GrpcError(INTERNAL, f"tritonserver answered a unary call with {len(self.messages)} messages")
+            )
+        else:
+            answer.set_result((self.messages[0], self.initial or [], status.trailing))
 
     def _wake(self) -> None:
         if self.waiter is not None and not self.waiter.done():
@@ -131,17 +144,14 @@ class UpstreamCall:
                 return
             await self._wait()
 
-    async def unary(self) -> tuple[bytes, Headers, Headers]:
-        """The one answer of a unary call: (message, initial metadata, trailing metadata)."""
-        while self.status is None:
-            await self._wait()
-        if self.status.code != OK:
-            raise self.status
-        if len(self.messages) != 1:
-            raise GrpcError(
-                INTERNAL, f"tritonserver answered a unary call with {len(self.messages)} messages"
-            )
-        return self.messages[0], self.initial or [], self.status.trailing
+    def unary_answer(self) -> asyncio.Future:
+        """The one answer of a unary call, as a future of (message, initial metadata, trailing
+        metadata) or ``GrpcError``: no task per call. Cancelling it cancels the call."""
+        answer = self.answer = self.connection.loop.create_future()
+        answer.add_done_callback(lambda done: self.cancel() if done.cancelled() else None)
+        if self.status is not None:
+            self._settle(answer, self.status)
+        return answer
 
 
 class UpstreamConnection(h2c.Endpoint):
@@ -213,10 +223,13 @@ class Upstream:
         self.connecting: asyncio.Future | None = None
         self.heads: dict[bytes, bytes] = {}
 
+    def _usable(self) -> UpstreamConnection | None:
+        return next((connection for connection in self.connections if connection.usable()), None)
+
     async def connection(self) -> UpstreamConnection:
-        for connection in self.connections:
-            if connection.usable():
-                return connection
+        connection = self._usable()
+        if connection is not None:
+            return connection
         if self.connecting is None:
             self.connecting = asyncio.ensure_future(self._connect())
         return await asyncio.shield(self.connecting)
@@ -249,21 +262,34 @@ class Upstream:
             ])  # fmt: skip
         return head
 
+    def _block(self, path: bytes, metadata: bytes, timeout_s: float) -> bytes:
+        return (
+            self._head(path) + metadata + h2c.encode_headers([(b"grpc-timeout", format_timeout(timeout_s))])
+        )
+
     async def start(self, path: bytes, metadata: bytes, timeout_s: float) -> UpstreamCall:
         """A call to ``path`` with ``metadata`` (an encoded block) and ``timeout_s``."""
         connection = await self.connection()
-        block = (
-            self._head(path) + metadata + h2c.encode_headers([(b"grpc-timeout", format_timeout(timeout_s))])
-        )
-        return connection.start(block)
+        return connection.start(self._block(path, metadata, timeout_s))
 
-    async def unary(
+    def unary(
+        self, path: bytes, metadata: bytes, timeout_s: float, message: bytes
+    ) -> Awaitable[tuple[bytes, Headers, Headers]]:
+        """One unary call: (Triton's message, initial metadata, trailing metadata), or ``GrpcError``.
+        On a connection already up, a plain future (``UpstreamCall.unary_answer``)."""
+        connection = self._usable()
+        if connection is None:
+            return asyncio.ensure_future(self._unary_connecting(path, metadata, timeout_s, message))
+        call = connection.start(self._block(path, metadata, timeout_s))
+        call.write(message, end=True)
+        return call.unary_answer()
+
+    async def _unary_connecting(
         self, path: bytes, metadata: bytes, timeout_s: float, message: bytes
     ) -> tuple[bytes, Headers, Headers]:
-        """One unary call: (Triton's message, initial metadata, trailing metadata), or ``GrpcError``."""
         call = await self.start(path, metadata, timeout_s)
         call.write(message, end=True)
-        return await call.unary()
+        return await call.unary_answer()
 
     async def close(self) -> None:
         for connection in list(self.connections):

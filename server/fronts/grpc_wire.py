@@ -39,6 +39,8 @@ TIMEOUT_UNITS = {b"H": 3600.0, b"M": 60.0, b"S": 1.0, b"m": 1e-3, b"u": 1e-6, b"
 PREFIX_BYTES = 5  # a message's compressed flag and 32-bit length
 RESPONSE_HEADERS = [(b":status", b"200"), (b"content-type", b"application/grpc")]
 RESPONSE_BLOCK = h2c.encode_headers(RESPONSE_HEADERS)
+OK_TRAILERS = h2c.encode_headers([(b"grpc-status", b"0")])
+OK_ALONE = RESPONSE_BLOCK + OK_TRAILERS  # trailers-only
 
 
 class GrpcError(Exception):
@@ -259,8 +261,11 @@ class ServerCall:
         if self.done:
             return
         self.done = True
-        status = status_headers(code, details, trailing or [])
-        block = h2c.encode_headers(status if self.headers_sent else RESPONSE_HEADERS + status)
+        if code == OK and not details and not trailing:
+            block = OK_TRAILERS if self.headers_sent else OK_ALONE
+        else:
+            status = status_headers(code, details, trailing or [])
+            block = h2c.encode_headers(status if self.headers_sent else RESPONSE_HEADERS + status)
         connection = self.connection
         connection.send_headers(self.stream_id, block, end_stream=True)
         if not self.ended and self.stream_id not in connection.sending:
