@@ -182,6 +182,8 @@ class UpstreamConnection(h2c.Endpoint):
     def call_ended(self, call: UpstreamCall) -> None:
         self.calls.pop(call.stream_id, None)
         self.stream_received.pop(call.stream_id, None)
+        if call.stream_id in self.sending:  # Triton answered before the front sent all: not needed
+            self.reset(call.stream_id, h2c.CANCEL)
 
     def on_headers(self, stream_id: int, headers: Headers, end_stream: bool) -> None:
         call = self.calls.get(stream_id)

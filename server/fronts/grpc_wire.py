@@ -367,8 +367,10 @@ class FrontConnection(h2c.Endpoint):
         if call is not None:  # trailers from the client: its side ends
             call.feed(b"", True)
             return
-        if not self.handshaken or stream_id % 2 == 0 or stream_id <= self.last_stream:
-            raise h2c.ProtocolError(h2c.PROTOCOL_ERROR, f"a new stream {stream_id} out of order")
+        if not self.handshaken or stream_id % 2 == 0:
+            raise h2c.ProtocolError(h2c.PROTOCOL_ERROR, f"a client stream of id {stream_id}")
+        if stream_id <= self.last_stream:  # a call the front has ended already (trailers of it)
+            return
         self.last_stream = stream_id
         if self.stopping:
             self.reset(stream_id, h2c.REFUSED_STREAM)
