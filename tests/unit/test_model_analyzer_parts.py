@@ -5,6 +5,7 @@ from saved figures. tests/integration/test_witness_model_analyzer.py runs the re
 from __future__ import annotations
 
 import json
+import math
 from pathlib import Path
 
 import pytest
@@ -24,7 +25,7 @@ from perf.bench.versus_report import (
     YardstickFigures,
     section,
 )
-from perf.bench.yardstick import Plan, RampFigures, Step, held, ramp_from
+from perf.bench.yardstick import Plan, RampFigures, Step, held_at
 from perf.measure.analyzer import find_perf_analyzer
 from perf.model.batcher import BatcherConfig
 
@@ -142,16 +143,16 @@ def step(load: float, met: bool, error: str = "") -> Step:
     return Step(load, 5.0 if met else 20.0, load, met, 0.0, False, error)
 
 
-def test_a_ramps_figure_is_the_last_load_within_the_budget_before_the_first_miss() -> None:
-    assert held([step(100, True), step(200, True), step(300, False), step(400, True)]).load == 200
-    assert held([step(100, False), step(200, True)]) is None
-    assert (
-        held(
-            [step(4, True), step(8, False, error="Failed to obtain stable measurement."), step(16, True)]
-        ).load
-        == 16
-    )
-    assert ramp_from(1800.0) == (400.0, 200.0)
+def test_a_ramps_figure_is_the_highest_load_a_point_held_the_budget_at_by_the_searchs_rule() -> None:
+    assert held_at([step(100, True), step(200, True), step(300, False), step(300, False)], 10.0, "open") == 200
+    assert held_at([step(100, False), step(100, False)], 10.0, "open") is None
+    # one miss alone decides nothing: its point holds once a second run met the budget and a third agreed
+    noisy = [step(100, True), step(200, False), step(200, True), step(200, True), step(300, False)]
+    assert held_at(noisy, 10.0, "open") == 200
+    # a closed loop whose windows never agreed says nothing of the budget: skipped
+    failed = Step(8, math.nan, math.nan, False, math.nan, False, "Failed to obtain stable measurement.")
+    assert held_at([step(4, True), failed, step(16, True)], 10.0, "closed") == 16
+    assert held_at([step(4, True), failed], 10.0, "open") == 4  # in the open loop: a miss by far
 
 
 def witness(with_pick: bool) -> WitnessFigures:
@@ -161,7 +162,11 @@ def witness(with_pick: bool) -> WitnessFigures:
         SPEC: (step(1000, False),),
     }
     names = [OURS, THEIRS, SPEC] if with_pick else [OURS, SPEC]
-    ramps = tuple(RampFigures(n, 1, kind, 1000.0, steps[n]) for n in names for kind in ("open", "closed"))
+    ramps = tuple(
+        RampFigures(n, 1, kind, 1000.0, steps[n], held_at(steps[n], 10.0, kind))
+        for n in names
+        for kind in ("open", "closed")
+    )
     return WitnessFigures(
         version="1.58.0",
         budget_ms=10.0,
@@ -182,7 +187,7 @@ def witness(with_pick: bool) -> WitnessFigures:
         ours=OursFigures(seconds=300.0, tuner_s=200.0),
         yardstick=YardstickFigures(
             engine="perf_analyzer 2.41.0",
-            plan=Plan(10.0, start=1000.0, step=500.0, rounds=1, first_concurrency=4),
+            plan=Plan(10.0, start=1000.0, rounds=1, first_concurrency=4),
             ramps=ramps,
         ),
     )
