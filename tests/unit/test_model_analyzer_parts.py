@@ -144,7 +144,9 @@ def step(load: float, met: bool, error: str = "") -> Step:
 
 
 def test_a_ramps_figure_is_the_highest_load_a_point_held_the_budget_at_by_the_searchs_rule() -> None:
-    assert held_at([step(100, True), step(200, True), step(300, False), step(300, False)], 10.0, "open") == 200
+    assert (
+        held_at([step(100, True), step(200, True), step(300, False), step(300, False)], 10.0, "open") == 200
+    )
     assert held_at([step(100, False), step(100, False)], 10.0, "open") is None
     # one miss alone decides nothing: its point holds once a second run met the budget and a third agreed
     noisy = [step(100, True), step(200, False), step(200, True), step(200, True), step(300, False)]

@@ -127,7 +127,9 @@ def test_where_no_point_holds_the_verdict_is_one_line_naming_the_closest_run_ove
         tuned(server)
     verdict = str(caught.value)
     assert "\n" not in verdict
-    assert re.match(r"^nothing meets p99 <= 10 ms here: the closest measured was .+ at [\d,]+/s with p99 ", verdict)
+    assert re.match(
+        r"^nothing meets p99 <= 10 ms here: the closest measured was .+ at [\d,]+/s with p99 ", verdict
+    )
     p99 = float(re.search(r"with p99 ([\d.,]+) ms", verdict).group(1).replace(",", ""))
     assert p99 == pytest.approx(OVER * BUDGET_MS, rel=0.01) and p99 > BUDGET_MS
     assert len(server.made) <= 20  # every run misses by far: no ramp goes on, no miss is measured again

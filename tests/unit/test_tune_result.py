@@ -10,9 +10,9 @@ import json
 from pathlib import Path
 
 import pytest
-from test_model_analyzer_parts import witness
 from scripted_server import ScriptedServer
 from simulated_server import Noise
+from test_model_analyzer_parts import witness
 from test_tune_demotion import by_family, remeasured
 from test_tune_pick import BUDGET_MS, GRID, LINEAR
 
@@ -31,7 +31,9 @@ def built() -> TuneDocument:
     again (the simulated host's steal), and what the tools beside it add."""
     server = ScriptedServer(LINEAR, BUDGET_MS, by_family, seed=1, noise=Noise(stolen_runs=0.3))
     recheck, _ = remeasured(server, "always")
-    result = tune(server, TuneRequest(BUDGET_MS, grid=GRID, predict_s=2.0), ProbePlan(max_runs=5), recheck=recheck)
+    result = tune(
+        server, TuneRequest(BUDGET_MS, grid=GRID, predict_s=2.0), ProbePlan(max_runs=5), recheck=recheck
+    )
     saved = document(result, "recommender", "ours", server.policy, server.cores)
     assert saved.demoted and saved.noise.remeasured and saved.probe.cpu
     seconds = dataclasses.replace(saved.seconds, make_tune=saved.seconds.tuner + 5.0)

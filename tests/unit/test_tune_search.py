@@ -74,7 +74,9 @@ class Holding:
     def measure(self, load: Load, label: str) -> SimpleNamespace:
         assert self.current is not None
         self.runs.append((self.current, load.rate))
-        return SimpleNamespace(label=label, p99_ms=5.0, throughput=load.rate, sustained=True, meets=lambda b: True)
+        return SimpleNamespace(
+            label=label, p99_ms=5.0, throughput=load.rate, sustained=True, meets=lambda b: True
+        )
 
 
 def test_the_verification_measures_the_answer_around_its_rate_and_its_neighbours_once() -> None:
