@@ -298,8 +298,8 @@ def keep_dead_server_log(folder: Path) -> Iterator[None]:
         yield
     except ServerDiedError as error:
         source = Path(error.log_path)
-        if not error.kept and source.is_file():
-            kept = folder / "server.log"
+        kept = folder / "server.log"
+        if not error.kept and source.is_file() and source.resolve() != kept.resolve():
             shutil.copyfile(source, kept)
             error.kept = str(kept)
             error.args = (f"{error.args[0]}; its log is kept in {kept}",)
