@@ -262,7 +262,10 @@ def recorded_profile(args: argparse.Namespace, topology: Topology, model: str) -
             "--compute-profile gives a GPU's compute: plan for a GPU topology with it (TOPOLOGY=…), not "
             "for this host's CPU"
         )
-    recorded = read_compute_profile(Path(args.compute_profile))
+    try:
+        recorded = read_compute_profile(Path(args.compute_profile))
+    except OptionError as error:
+        raise OptionError(f"--compute-profile {error}") from error
     recorded.of(model, f"--compute-profile {args.compute_profile}")
     return recorded
 

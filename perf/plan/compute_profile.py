@@ -19,7 +19,6 @@ against the machine planned for, in words a reader cannot take for a GPU figure 
 
 from __future__ import annotations
 
-import json
 from collections import Counter
 from dataclasses import dataclass
 from pathlib import Path
@@ -78,25 +77,11 @@ class ComputeProfile:
         return dict(self.models[model])
 
 
-@dataclass(frozen=True)
-class GpuCheckFigures:
-    """The GPU check's whole figures file, of which only the profile is read here."""
-
-    compute_profile: ComputeProfile
-
-
 def read_compute_profile(path: Path) -> ComputeProfile:
-    """``path`` read as a compute profile: the GPU check's figures file or the object alone. An
-    ``OptionError`` (exit status 2) naming the file and the field it got wrong."""
-    try:
-        data = json.loads(path.read_text())
-    except FileNotFoundError as error:
-        raise OptionError(f"--compute-profile {path}: no such file") from error
-    except json.JSONDecodeError as error:
-        raise OptionError(f"--compute-profile {path}: not JSON ({error})") from error
-    if isinstance(data, dict) and "compute_profile" in data:
-        return load_document(path, GpuCheckFigures).compute_profile
-    return load_document(path, ComputeProfile)
+    """``path`` read as a compute profile: the GPU check's figures file (the profile under its
+    ``compute_profile``) or the object alone. An ``OptionError`` (exit status 2) naming the file and the
+    field it got wrong."""
+    return load_document(path, ComputeProfile, under="compute_profile")
 
 
 def gpus_named(names: list[str]) -> str:
