@@ -252,7 +252,7 @@ def document(result: TuneResult, model: str, engine: str, noise: NoisePolicy, co
         target_rate=request.rate,
         engine=engine,
         chosen=result.chosen.label,
-        model_pick=result.ranking[0].config.label,
+        model_pick=result.ranking[0].config.label if result.ranking else "no candidate",
         operating_rate=result.operating_rate,
         predicted_max_rate=chosen.rate if chosen else None,
         measured_max_rate=result.measured_rate,
