@@ -8,8 +8,9 @@ whole-model strategy they served (``probe_evidence``), the search's for the arch
 shapes step's for the pick at its rate. The answer is the best point that holds the budget by the
 search's rule (``settle``), searched before it stands; an architecture that held it at no rate tried is
 demoted, however well it was predicted. Where no architecture is predicted within the budget, those a
-probe run held it with are searched instead: a prediction that nothing fits does not override a
-measurement that fits. Where no point holds, ``NothingMeetsError`` names the closest run over the budget.
+probe run held it with are searched instead (none: the one whose run came closest, from that run, a
+miss alone being no verdict): a prediction that nothing fits does not override a measurement. Where no
+point holds, ``NothingMeetsError`` names the closest run over the budget.
 """
 
 from __future__ import annotations
@@ -98,14 +99,15 @@ def probe_evidence(
         evidence.add(key, run.load.rate, run)
 
 
-def candidates(plan: Plan, evidence: Evidence[str], count: int) -> list[Judged]:
-    """What the verification searches: the ``count`` best architectures predicted within the budget,
-    or, where none is, the strategies a probe run held it with (the highest held rate first)."""
+def candidates(plan: Plan, evidence: Evidence[str], count: int) -> list[tuple[Judged, float]]:
+    """What the verification searches, and from which rate: the ``count`` best architectures predicted
+    within the budget, from their predicted rate; or, where none is, the strategies a probe run held
+    it with (none: the one whose run came closest, from that run; ``Evidence.worth_searching``)."""
     top = top_architectures(plan, count)
     if top:
-        return top
-    held = [j for j in placed(plan) if evidence.held_rate(j.strategy.label) > 0]
-    return sorted(held, key=lambda j: -evidence.held_rate(j.strategy.label))[: max(count, 1)]
+        return [(j, j.rate) for j in top]
+    labels = {j.strategy.label: j for j in placed(plan)}
+    return [(labels[label], rate) for label, rate in evidence.worth_searching(list(labels), max(count, 1))]
 
 
 def placed(plan: Plan) -> list[Judged]:
@@ -114,16 +116,19 @@ def placed(plan: Plan) -> list[Judged]:
 
 
 def search_strategy(
-    judged: Judged, plan: Plan, evidence: Evidence[str], serve: Serve, step: Callable[[str], None]
+    judged: Judged,
+    start: float,
+    plan: Plan,
+    evidence: Evidence[str],
+    serve: Serve,
+    step: Callable[[str], None],
 ) -> None:
-    """``judged`` served and searched from its predicted rate (or the highest rate a probe run held it
-    at); every run joins ``evidence``."""
+    """``judged`` served and searched from ``start``; every run joins ``evidence``."""
     s = judged.strategy
     step(f"searching {s.label} on the real server")
     session, config = serve(s)
     with session as running:
         running.prepare(config)
-        start = judged.rate or evidence.held_rate(s.label)
         search(
             running, evidence, s.label, lambda rate: poisson(rate, plan.request.seed), start,
             plan=SearchPlan(), label=f"plan {s.label}", step=step,
@@ -138,14 +143,14 @@ def measure_plan(
     where it was not yet (a probe run's strategy), and checked once more by ``recheck`` (the shapes
     step), whose miss reopens it. Raises ``NothingMeetsError`` where no point holds."""
     searched: set[str] = set()
-    for judged in candidates(plan, evidence, count):
-        search_strategy(judged, plan, evidence, serve, step)
+    for judged, start in candidates(plan, evidence, count):
+        search_strategy(judged, start, plan, evidence, serve, step)
         searched.add(judged.strategy.label)
     for _ in range(SETTLE_ROUNDS):
         settled, rate = settle(plan, evidence)
         label = settled.chosen.strategy.label
         if label not in searched:
-            search_strategy(settled.chosen, plan, evidence, serve, step)
+            search_strategy(settled.chosen, rate, plan, evidence, serve, step)
             searched.add(label)
             continue
         if recheck is None or recheck(settled, rate):

@@ -156,6 +156,18 @@ class Evidence(Generic[K]):
         key, rate = min(ranked, key=lambda pair: (-pair[1], order.get(pair[0], len(order))))
         return key, (at if at is not None else rate)
 
+    def worth_searching(self, keys: Sequence[K] | None = None, count: int = 1) -> list[tuple[K, float]]:
+        """Where no prediction proposes anything to search: the configurations (of ``keys``) a point
+        holds for, the highest held rate first, each with that rate; where none holds, the one whose
+        run missed the budget closest, at that run's rate (a miss alone decides nothing: the search
+        measures that point again before "nothing meets" stands). At most ``count``."""
+        keys = list(self.runs) if keys is None else [k for k in keys if k in self.runs]
+        held = sorted((k for k in keys if self.held_rate(k) > 0), key=lambda k: -self.held_rate(k))
+        if held:
+            return [(k, self.held_rate(k)) for k in held[:count]]
+        closest = self.closest_miss(keys=keys)
+        return [(closest[0], closest[1])] if closest is not None else []
+
     def closest_miss(
         self, at_least: float = 0.0, keys: Sequence[K] | None = None
     ) -> tuple[K, float, Run] | None:
@@ -235,9 +247,12 @@ def search(
     the search. Returns the rates it measured, in order; ``evidence.held_rate(key)`` is the answer."""
     visited: list[float] = []
     up, down = UP, DOWN
-    rate: float | None = target if target else on_ladder(max(start, plan.floor))
+    # the first rate: the target, a point of ``key`` measured already (measured again where still open),
+    # else the rung nearest ``start``
+    rate: float | None = target or (start if evidence.of(key, start) else on_ladder(max(start, plan.floor)))
     held, missed, _ = _bracket(evidence, key)
-    if target is None and (held is not None or missed is not None):
+    reopen = bool(evidence.of(key, start)) and evidence.verdict(key, start) is Verdict.OPEN
+    if target is None and (held is not None or missed is not None) and not reopen:
         rate = _next(held, missed, None, up, down, plan)  # what is known already steers it
     last: Verdict | None = None
     while rate is not None and len(visited) < plan.max_points:

@@ -8,8 +8,8 @@ the answer, the best point a run on the server held the budget at.
 3. ``shortlist``: the best predicted of each family (instance count, max batch size), each searched on
    the server by the one measured search (``perf.session.search``) from its prediction (with a target
    rate: from the target). Where no candidate is predicted within the budget, the configurations a
-   probe run held it with are searched instead: a prediction that nothing fits does not override a
-   measurement that fits.
+   probe run held it with are searched instead (none: the one whose run came closest, from that run):
+   a prediction that nothing fits does not override a measurement.
 4. ``settle``: the answer is the best point of every run made that holds the budget under the
    search's rule (the highest rate; with a target rate, one that holds there), searched before it
    stands. It is verified around its rate (each point predicted, then measured: the report's
@@ -232,12 +232,6 @@ def search_candidate(
     return Candidate(config, predicted, points, time.perf_counter() - started, held)
 
 
-def held_configs(evidence: Evidence[BatcherConfig], request: TuneRequest) -> list[BatcherConfig]:
-    """The configurations with a point that holds the budget, the highest held rate first."""
-    held = [c for c in evidence.runs if evidence.held_rate(c) > 0]
-    return sorted(held, key=lambda c: -evidence.held_rate(c))
-
-
 def verify(
     server: Server, result: ProbeResult, request: TuneRequest, evidence: Evidence[BatcherConfig],
     chosen: BatcherConfig, operating: float,
@@ -260,16 +254,17 @@ def verify(
 def settle(
     server: Server, result: ProbeResult, request: TuneRequest, evidence: Evidence[BatcherConfig],
     searched: dict[BatcherConfig, Candidate], order: Sequence[BatcherConfig], step: Step,
-    recheck: Recheck | None = None,
+    recheck: Recheck | None = None, detail: str = "",
 ) -> tuple[BatcherConfig, float, list[Point], list[Point]]:  # fmt: skip
     """The answer (the module docstring, 4): its configuration, its rate, its verification points and
-    the answers a later run refuted. Raises ``NothingMeetsError`` where no point holds."""
+    the answers a later run refuted. Raises ``NothingMeetsError`` (with ``detail``) where no point
+    holds."""
     demoted: list[Point] = []
     answers: list[BatcherConfig] = []
     for _ in range(SETTLE_ROUNDS):
         found = evidence.best(at=request.rate, prefer=[*answers, *order])
         if found is None:
-            raise nothing_meets(request, evidence)
+            raise nothing_meets(request, evidence, detail)
         config, rate = found
         if config not in searched:  # a probe run's configuration: searched before it stands
             step(f"searching {config.label}: a probe run held the budget at {rate:,.0f}/s")
@@ -315,12 +310,13 @@ def to_search(
 ) -> list[tuple[BatcherConfig, float, float]]:
     """What the shortlist searches: (configuration, predicted rate, first rate). The shortlist (with
     none, the prediction's first), or, where no candidate is predicted within the budget, the
-    configurations a probe run held it with."""
+    configurations a probe run held it with (none held: the one whose run came closest, measured
+    again from there: a single miss is no verdict)."""
     predicted = shortlist(ranking, request) or [e for e in ranking[:1] if e.best is not None]
     if predicted:
         return [(e.config, e.rate, request.rate or e.rate) for e in predicted]
-    held = held_configs(evidence, request)[: max(request.shortlist, 1)]
-    return [(c, 0.0, request.rate or evidence.held_rate(c)) for c in held]
+    found = evidence.worth_searching(count=max(request.shortlist, 1))
+    return [(config, 0.0, request.rate or rate) for config, rate in found]
 
 
 def why_none(result: ProbeResult, request: TuneRequest, ranking: list[Ranked]) -> str:
@@ -333,12 +329,14 @@ def why_none(result: ProbeResult, request: TuneRequest, ranking: list[Ranked]) -
             "serve without batching"
         )
     first_config, first = result.runs[0]
+    busy = 100 * (result.cpu.utilization(0, 0) if result.cpu else 0)
+    one = result.fits[grid.instances[0]].t_ms
     return (
-        f"no candidate is predicted to meet p99 <= {request.budget_ms:g} ms at any rate, and no probe run "
-        f"met it: the probe's first run ({first_config.label}, {first.load.rate:.0f}/s) measured p99 "
-        f"{first.p99_ms:.1f} ms already; a batch of one takes {result.fits[grid.instances[0]].t_ms:.2f} ms "
-        f"plus {result.overhead_ms:.2f} ms outside the server, and the machine's cores were "
-        f"{100 * (result.cpu.utilization(0, 0) if result.cpu else 0):.0f}% busy without this load"
+        f"no candidate is predicted to meet p99 <= {request.budget_ms:g} ms at any rate, and no point "
+        f"measured held it: the probe's first run ({first_config.label}, {first.load.rate:.0f}/s) "
+        f"measured p99 {first.p99_ms:.1f} ms already; a batch of one takes {one:.2f} ms plus "
+        f"{result.overhead_ms:.2f} ms outside the server, and the machine's cores were {busy:.0f}% busy "
+        "without this load"
     )
 
 
@@ -370,10 +368,12 @@ def tune(
     ranking = rank(probed, request)
     predict_s = time.perf_counter() - started
     entries = to_search(ranking, request, evidence)
+    unpredicted = not ranking or ranking[0].best is None
+    detail = why_none(probed, request, ranking) if unpredicted else ""
     if not entries:
-        raise nothing_meets(request, evidence, why_none(probed, request, ranking))
-    if not ranking or ranking[0].best is None:
-        step("no candidate is predicted within the budget; searching what a probe run held it with")
+        raise nothing_meets(request, evidence, detail)
+    if unpredicted:
+        step("no candidate is predicted within the budget; searching what the probe measured closest to it")
     started = time.perf_counter()
     searched: dict[BatcherConfig, Candidate] = {}
     for config, predicted, start in entries:
@@ -383,7 +383,7 @@ def tune(
     started = time.perf_counter()
     order = [config for config, _, _ in entries] + [r.config for r in ranking]
     chosen, operating, points, demoted = settle(
-        server, probed, request, evidence, searched, order, step, recheck
+        server, probed, request, evidence, searched, order, step, recheck, detail
     )
     return TuneResult(
         request, probed, ranking, list(searched.values()), chosen, operating, evidence, points=points,
