@@ -99,7 +99,8 @@ def at_rung(index: int) -> float:
 
 
 def on_ladder(rate: float) -> float:
-    """The rung nearest ``rate``: every rate a tool measures, except a target the user named."""
+    """The rung nearest ``rate``: every rate the search measures, but a target the user named and a
+    point measured already (a probe's run) it measures again."""
     return at_rung(round(rung(rate)))
 
 
