@@ -113,7 +113,7 @@ def add_parser(commands: argparse._SubParsersAction) -> None:
         help="seconds the three measurement windows that count cover, per run",
     )
     tune_parser.add_argument(
-        "--shortlist", type=int, default=4, help="families measured before the pick; 0: the prediction picks"
+        "--shortlist", type=int, default=4, help="families searched on the server (0: the prediction's first)"
     )
     tune_parser.add_argument(
         "--engine",
