@@ -266,10 +266,10 @@ def settle(
         if found is None:
             raise nothing_meets(request, evidence, detail)
         config, rate = found
-        if config not in searched:  # a probe run's configuration: searched before it stands
-            step(f"searching {config.label}: a probe run held the budget at {rate:,.0f}/s")
+        if config not in searched:  # a probe run's or a neighbour's configuration: searched before it stands
+            step(f"searching {config.label}: a run held the budget at {rate:,.0f}/s")
             start = request.rate or evidence.held_rate(config)
-            searched[config] = search_candidate(server, result, request, evidence, config, rate, start, step)
+            searched[config] = search_candidate(server, result, request, evidence, config, 0.0, start, step)
             continue
         answers.insert(0, config)
         step(f"verifying {config.label} around {rate:,.0f}/s, and its neighbours")
