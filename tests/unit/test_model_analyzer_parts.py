@@ -7,6 +7,7 @@ from __future__ import annotations
 import json
 import math
 from pathlib import Path
+from types import SimpleNamespace
 
 import pytest
 from google.protobuf import text_format
@@ -25,9 +26,11 @@ from perf.bench.versus_report import (
     YardstickFigures,
     section,
 )
-from perf.bench.yardstick import Plan, RampFigures, Step, held_at
+from perf.bench.yardstick import Plan, RampFigures, Step, closed_ramp, held_at, open_ramp
+from perf.errors import StudyError
 from perf.measure.analyzer import find_perf_analyzer
 from perf.model.batcher import BatcherConfig
+from perf.session.search import at_rung, on_ladder, rung
 
 SPEC_FILE = Path(__file__).resolve().parents[2] / "models.yaml"
 HEADER = (
@@ -205,3 +208,33 @@ def test_the_section_names_both_picks_their_times_and_the_tool_behind_each_figur
     assert "| tuner time |" in text and "0.30×" in text
     without = "\n".join(section(witness(with_pick=False)))
     assert "none within the budget" in without and "| tuner pick |" not in without
+
+
+class Yardstick:
+    """Stands in for the yardstick's session: holds the budget up to ``capacity`` (a rate, or a
+    concurrency for a closed loop); perf_analyzer fails to measure at ``failing``."""
+
+    noise = SimpleNamespace(holds_noise=lambda run: False)
+
+    def __init__(self, capacity: float, failing: tuple[float, ...] = ()) -> None:
+        self.capacity, self.failing = capacity, failing
+
+    def measure(self, load, label: str) -> SimpleNamespace:
+        value = load.rate or load.concurrency
+        if value in self.failing:
+            raise StudyError("perf_analyzer: Failed to obtain stable measurement.")
+        p99 = 5.0 if value <= self.capacity else 60.0
+        served = load.rate or 100.0 * value
+        return SimpleNamespace(
+            p99_ms=p99, throughput=served, stolen_share=0.0, meets=lambda budget: p99 <= budget
+        )
+
+
+def test_the_yardsticks_open_loop_is_the_one_search_and_its_closed_loop_the_same_rule() -> None:
+    plan = Plan(10.0, start=on_ladder(1500.0), rounds=1)
+    ramp = open_ramp(Yardstick(1000.0), "ours", plan, 1)
+    assert ramp.steps[0].load == plan.start and all(s.load == on_ladder(s.load) for s in ramp.steps)
+    assert held_at(ramp.steps, 10.0, "open") == at_rung(int(rung(1000.0)))  # the search's answer
+    closed = closed_ramp(Yardstick(16.0, failing=(8.0,)), "ours", plan, 1)
+    assert [s.load for s in closed.steps] == [4, 8, 16, 32]  # a run without a measurement is skipped
+    assert closed.steps[1].error and held_at(closed.steps, 10.0, "closed") == 16
