@@ -20,9 +20,9 @@ own statistics and the machine's CPU counters:
 The first run, at ``first_rate``, also says where to start: the server's time per request there bounds
 the rate one instance serves without batching. A probe run is evidence like any other run
 (``perf.session.search``): its configuration at its rate. Given the budget, a ramp stops raising the
-rate at a run whose p99 is over ``FAR_MISS`` × the budget: beyond it no rate says anything about the
-budget, and deeper overload only makes runs long (a p99 of seconds) and the host slow for everything
-else.
+rate at a run whose p99 is over ``FAR_MISS`` × the budget (measured once more at that rate, as a run
+the server fell behind on is): beyond it no rate says anything about the budget, and deeper overload
+only makes runs long (a p99 of seconds) and the host slow for everything else.
 """
 
 from __future__ import annotations
@@ -101,8 +101,9 @@ def _ramp(
     at one rate (a run it fell behind on is measured again at the same rate:
     one run a neighbour disturbed does not end a ramp, and the ramp never goes deeper into overload than
     the first rate it fell behind at); the one of the two served the most is the saturation returned.
-    A run whose p99 is over ``FAR_MISS`` × ``budget_ms`` ends the ramp at once: it is the saturation
-    returned. At most ``plan.max_runs``: a server that kept up with all of them saturates at the last."""
+    A run whose p99 is over ``FAR_MISS`` × ``budget_ms`` counts as one the server fell behind on: the
+    rate goes no higher, and a second such run at it ends the ramp (one stalled run does not). At most
+    ``plan.max_runs``: a server that kept up with all of them saturates at the last."""
     server.prepare(config)
     behind: list[Measurement] = []
     for _ in range(plan.max_runs):
@@ -115,10 +116,12 @@ def _ramp(
             run.stats.mean_batch,
             run.p99_ms,
         )
-        if budget_ms is not None and not run.p99_ms <= FAR_MISS * budget_ms:
-            log.info("%s: p99 over %g× the %g ms budget: the ramp ends here", run.label, FAR_MISS, budget_ms)
-            return max([*behind, run], key=lambda r: r.throughput)
-        if run.sustained:
+        over = budget_ms is not None and not run.p99_ms <= FAR_MISS * budget_ms
+        if over:
+            log.info(
+                "%s: p99 over %g× the %g ms budget: the rate goes no higher", run.label, FAR_MISS, budget_ms
+            )
+        if run.sustained and not over:
             behind = []
             rate *= plan.step
             continue
@@ -145,7 +148,7 @@ def probe(
     budget_ms: float | None = None,
 ) -> ProbeResult:  # fmt: skip
     """Measure the service model for each instance count in ``instance_counts``; with ``budget_ms``, no
-    ramp goes past a run whose p99 is over ``FAR_MISS`` × the budget."""
+    ramp goes past a rate at which a run's p99 was over ``FAR_MISS`` × the budget."""
     plan = plan or ProbePlan()
     started = time.perf_counter()
     runs, saturation = _ramps(server, instance_counts, max_batch, plan, budget_ms)
