@@ -49,7 +49,7 @@ def rate_sentence(saved: PlanDocument) -> str:
     predicted = (
         f"predicted {number(chosen.rate, 0)} requests/s {origin} (a prediction)"
         if chosen.rate
-        else f"no strategy was predicted within it {origin}"
+        else f"the prediction put it over the budget at every rate {origin} (a prediction; a run held it)"
     )
     if saved.measured_rate:
         return (
