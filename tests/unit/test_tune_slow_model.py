@@ -6,14 +6,17 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
+from scripted_server import ScriptedServer
 from simulated_server import TWO_CORES, KneeService, Noise, SimulatedServer
 
 from perf.errors import NothingMeetsError, StudyError
 from perf.measure.loads import Load
 from perf.measure.measurement import Measurement
+from perf.model.batcher import BatcherConfig
 from perf.model.grid import Grid
 from perf.session.probe import ProbePlan
 from perf.tune.cli import partial_on_failure
+from perf.tune.result import document
 from perf.tune.tuner import TuneRequest, compute_ms, tune
 
 BUDGET_MS = 200.0
@@ -87,3 +90,16 @@ def test_a_grid_left_empty_by_the_bound_is_nothing_meets_with_the_reason() -> No
     ) as caught:
         tune(server, TuneRequest(45.0, grid=grid, predict_s=20.0), PLAN)
     assert "no candidate: even a batch of 2 computes for longer than the 45 ms" in caught.value.detail
+
+
+def test_a_grid_left_empty_by_the_bound_still_answers_with_a_probe_run_that_held_the_budget() -> None:
+    """The same empty grid, on a server scripted to hold the budget up to 30/s: the probe's runs at its
+    lowest rates met it, so the probe's configuration is searched and is the answer, and its document is
+    written (the prediction ranked nothing)."""
+    server = ScriptedServer(SLOW, 45.0, lambda config: 30.0, seed=2, seconds=20.0)
+    grid = Grid(delays_us=(0,), max_batches=(8,), instances=(1,), no_batching=False)
+    result = tune(server, TuneRequest(45.0, grid=grid, predict_s=20.0), PLAN)
+    assert result.ranking == [] and result.chosen == BatcherConfig(8, 0)
+    assert 0 < result.measured_rate <= 30.0
+    saved = document(result, "slow", "ours", server.policy, server.cores)
+    assert saved.model_pick == "no candidate" and saved.predicted_max_rate is None
