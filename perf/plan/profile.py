@@ -33,6 +33,7 @@ import statistics
 import time
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import numpy as np
 import torch
@@ -47,7 +48,6 @@ from exporters.spec import ModelSpec, PipelineSpec, Spec
 from perf.errors import OptionError
 from perf.measure.raw import measure_raw
 from perf.model.memory import MIB
-from perf.plan.compute_profile import ComputeProfile, PrecisionCompute
 from perf.plan.graph_memory import (
     PROXY_ROWS,
     GraphMemory,
@@ -67,6 +67,10 @@ from perf.plan.strategy import (
     StageCost,
 )
 from perf.session.probe import ProbeResult
+
+if TYPE_CHECKING:  # annotations only: reading a profile needs pydantic, which the GPU check's machine
+    # lacks, and the check imports this module (``precision_variant``)
+    from perf.plan.compute_profile import ComputeProfile, PrecisionCompute
 
 log = logging.getLogger(__name__)
 
