@@ -35,6 +35,34 @@ def test_the_gpu_checks_figures_file_and_the_profile_alone_read_the_same() -> No
         whole.of("vit", "--compute-profile x.json")
 
 
+def test_the_figures_file_the_gpu_check_writes_is_read_as_its_profile(tmp_path: Path) -> None:
+    """The GPU check's own writer (not a fixture shaped like it): what ``make gpu-check`` leaves is what
+    ``--compute-profile`` reads, each precision's fit and batches as the check recorded them."""
+    from gpucheck import report
+    from gpucheck.grid import GPU
+    from gpucheck.machine import MachineFacts
+    from gpucheck.raw import RawCurve
+    from perf.model.latency import fit_latency
+
+    points = {"fp32": {1: 0.2, 8: 0.27, 64: 0.83}, "fp16": {1: 0.1, 8: 0.135, 64: 0.415}}
+    raw = {
+        ("recommender", precision): RawCurve(
+            "recommender", precision, "cuda:0", batches, fit_latency(batches)
+        )
+        for precision, batches in points.items()
+    }
+    facts = MachineFacts(
+        "3.12", "2.13.0", "13.0", "2.5", "1.30", ["CUDAExecutionProvider"], "NVIDIA H200", True
+    )
+    report.write(tmp_path, report.figures(GPU, facts, {"raw": {"status": "ok", "seconds": 1.0}}, raw, 1.0))
+    recorded = read_compute_profile(tmp_path / report.FIGURES).of("recommender", "here")
+    assert set(recorded) == {"fp32", "fp16"}
+    for precision, batches in points.items():
+        fit = raw["recommender", precision].fit
+        assert recorded[precision].batches == batches
+        assert (recorded[precision].T_ms, recorded[precision].dt_ms) == pytest.approx((fit.t_ms, fit.dt_ms))
+
+
 @pytest.mark.parametrize(
     ("change", "named"),
     [
