@@ -31,6 +31,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
 from perf.errors import NothingMeetsError, StudyError
+from perf.markdown import number
 from perf.measure.loads import Load, poisson
 from perf.measure.measurement import Measurement
 from perf.model.batcher import BatcherConfig
@@ -330,13 +331,13 @@ def why_none(result: ProbeResult, request: TuneRequest, ranking: list[Ranked]) -
         )
     first_config, first = result.runs[0]
     busy = 100 * (result.cpu.utilization(0, 0) if result.cpu else 0)
-    one = result.fits[grid.instances[0]].t_ms
+    one = result.fits[grid.instances[0]].t_ms  # a fit's T can come out negative: no figure then
     return (
         f"no candidate is predicted to meet p99 <= {request.budget_ms:g} ms at any rate, and no point "
         f"measured held it: the probe's first run ({first_config.label}, {first.load.rate:.0f}/s) "
-        f"measured p99 {first.p99_ms:.1f} ms already; a batch of one takes {one:.2f} ms plus "
-        f"{result.overhead_ms:.2f} ms outside the server, and the machine's cores were {busy:.0f}% busy "
-        "without this load"
+        f"measured p99 {first.p99_ms:.1f} ms already; a batch of one: {number(one, 2, unit=' ms')} "
+        f"computing, {number(result.overhead_ms, 2, unit=' ms')} outside the server; the machine's cores "
+        f"were {busy:.0f}% busy without this load"
     )
 
 

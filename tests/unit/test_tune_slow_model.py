@@ -3,6 +3,7 @@ computes for longer than the budget, and a tune that fails part-way leaves a rep
 
 from __future__ import annotations
 
+import dataclasses
 from pathlib import Path
 
 import pytest
@@ -14,10 +15,10 @@ from perf.measure.loads import Load
 from perf.measure.measurement import Measurement
 from perf.model.batcher import BatcherConfig
 from perf.model.grid import Grid
-from perf.session.probe import ProbePlan
+from perf.session.probe import ProbePlan, probe
 from perf.tune.cli import partial_on_failure
 from perf.tune.result import document
-from perf.tune.tuner import TuneRequest, compute_ms, tune
+from perf.tune.tuner import TuneRequest, compute_ms, rank, tune, why_none
 
 BUDGET_MS = 200.0
 GRID = Grid(delays_us=(0, 5000, 20000), max_batches=(8, 32), instances=(1, 2))
@@ -103,3 +104,17 @@ def test_a_grid_left_empty_by_the_bound_still_answers_with_a_probe_run_that_held
     assert 0 < result.measured_rate <= 30.0
     saved = document(result, "slow", "ours", server.policy, server.cores)
     assert saved.model_pick == "no candidate" and saved.predicted_max_rate is None
+
+
+def test_why_nothing_is_proposed_prints_no_negative_fit_as_a_figure() -> None:
+    """A least-squares T below zero (as a Paddle classifier's came out) is no time a batch of one
+    takes: the verdict's detail says it could not be measured instead of printing it."""
+    probed = probe(SimulatedServer(SLOW, Noise(), seed=1, seconds=5.0), (1,), 32, PLAN)
+    request = TuneRequest(BUDGET_MS, grid=Grid(max_batches=(8,), instances=(1,)))
+    ranking = rank(probed, request)
+    fit = probed.fits[1]
+    text = why_none(probed, request, ranking)
+    assert f"a batch of one: {fit.t_ms:.2f} ms computing" in text
+    negative = dataclasses.replace(probed, fits={1: dataclasses.replace(fit, t_ms=-0.182)})
+    text = why_none(negative, request, ranking)
+    assert "a batch of one: could not be measured: came out negative" in text and "-0.18" not in text
