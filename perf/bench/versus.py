@@ -25,11 +25,12 @@ from perf.bench.versus_report import (
     WitnessFigures,
     YardstickFigures,
 )
-from perf.bench.yardstick import Plan, figures, measure_all, ramp_from
+from perf.bench.yardstick import Plan, figures, measure_all
 from perf.errors import OptionError
 from perf.model.batcher import BatcherConfig
 from perf.model_analyzer_install import VERSION, InstallError, ensure
 from perf.session.model import ModelSession
+from perf.session.search import FLOOR, on_ladder
 from perf.tune.result import Seconds
 
 SEARCH_TIMEOUT_S = 3 * 3600
@@ -78,8 +79,8 @@ def run_witness(
     configs = {OURS: chosen, SPEC: model_analyzer.base_config(base)}
     if found.pick is not None:
         configs = {OURS: chosen, THEIRS: found.pick, SPEC: configs[SPEC]}
-    start, rate_step = ramp_from(rate)
-    plan = Plan(budget_ms, start, rate_step, rounds, max_steps=max_steps, max_concurrency=max_concurrency)
+    start = on_ladder(max(rate, FLOOR))  # the search starts where the tuner measured its pick
+    plan = Plan(budget_ms, start, rounds, max_steps=max_steps, max_concurrency=max_concurrency)
     with session_factory() as session:
         ramps = measure_all(session, configs, plan, step)
         engine = session.engine.name
@@ -102,5 +103,5 @@ def run_witness(
             seconds=seconds.tuner if seconds.make_tune is None else seconds.make_tune,
             tuner_s=seconds.tuner,
         ),
-        yardstick=YardstickFigures(engine, plan, figures(ramps)),
+        yardstick=YardstickFigures(engine, plan, figures(ramps, budget_ms)),
     )

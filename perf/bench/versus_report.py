@@ -166,13 +166,13 @@ def section(witness: WitnessFigures) -> list[str]:
         ),
         "",
         f"**One yardstick** ({engine}, one server, {plan.rounds} rounds, configurations interleaved): "
-        f"the highest Poisson rate within the budget, from {plan.start:.0f}/s in steps of "
-        f"{plan.step:.0f}/s "
-        "until a run misses, and the p99 there; then the closed loop Model Analyzer reports, concurrency "
-        f"{plan.first_concurrency}, {2 * plan.first_concurrency}, … until a run misses (a run whose "
-        "windows never agreed is skipped). Every figure below is perf_analyzer's, driven by this project "
-        f"({engine}); † marks a run that holds the host's noise. The spec's configuration is measured "
-        "without its queue policy (Triton 2.51's stall).",
+        "the highest Poisson rate within the budget by the one measured search of `make tune` and `make "
+        f"plan` (`perf.session.search`), from {plan.start:.0f}/s, and the p99 there; then the closed loop "
+        f"Model Analyzer reports, concurrency {plan.first_concurrency}, {2 * plan.first_concurrency}, … "
+        "until one misses (each point decided by the search's rule: a miss alone is measured again; a "
+        "run whose windows never agreed is skipped). Every figure below is perf_analyzer's, driven by this "
+        f"project ({engine}); † marks a run that holds the host's noise. The spec's configuration is "
+        "measured without its queue policy (Triton 2.51's stall).",
         "",
         table(
             [

@@ -4,13 +4,17 @@ interleaved, so that what the host does meanwhile falls on all of them alike.
 Two views of each configuration, both through the session's engine (perf_analyzer, the project's one
 command line ``perf.measure.analyzer``) and its noise policy:
 
-* **open loop** (the tuner's question): Poisson arrivals from ``start`` in steps of ``step`` until a
-  run misses the budget; the highest rate a run met it at, and the p99 there;
-* **closed loop** (what Model Analyzer reports): concurrency 4, 8, 16, … until a run misses the budget;
-  the highest concurrency within it, its throughput and p99.
+* **open loop** (the tuner's question): the one measured search (``perf.session.search``, the same as
+  ``make tune`` and ``make plan``) from the tuner's measured rate, Poisson arrivals: the highest rate a
+  point held the budget at by the search's rule, and the p99 there;
+* **closed loop** (what Model Analyzer reports): concurrency 4, 8, 16, … each point decided by the same
+  rule (a miss alone is measured again), until one misses; the highest concurrency that held, its
+  throughput and p99.
 
-A configuration's figure is never a guess between runs: the last rate (or concurrency) a run met the
-budget at, or none where the first already missed.
+A configuration's figure is never a guess between runs: the highest rate (or concurrency) a point held
+the budget at, or none. A run perf_analyzer could not measure (a closed loop whose windows never agreed)
+is kept as a step without a measurement: in the open loop it counts as a miss by far, in the closed
+loop it is skipped.
 """
 
 from __future__ import annotations
@@ -25,9 +29,9 @@ from perf.errors import StudyError
 from perf.measure.loads import Load, closed_loop, poisson
 from perf.model.batcher import BatcherConfig
 from perf.session.model import ModelSession
+from perf.session.search import Evidence, SearchPlan, Verdict, decide, search
 
 log = logging.getLogger(__name__)
-DOWN_STEPS = 2  # an open ramp whose first run misses starts again from half the rate, this many times
 
 
 @dataclass(frozen=True)
@@ -43,6 +47,29 @@ class Step:
     error: str = ""  # perf_analyzer gave no measurement (e.g. a closed loop whose windows never agreed)
 
 
+@dataclass(frozen=True)
+class StepRun:
+    """A step as the search's rule reads a run."""
+
+    step: Step
+    label: str = ""
+
+    @property
+    def p99_ms(self) -> float:
+        return self.step.p99_ms
+
+    @property
+    def throughput(self) -> float:
+        return self.step.throughput if math.isfinite(self.step.throughput) else 0.0
+
+    @property
+    def sustained(self) -> bool:
+        return not self.step.error
+
+    def meets(self, budget_ms: float) -> bool:
+        return self.step.met
+
+
 @dataclass
 class Ramp:
     """One configuration's ramp in one round."""
@@ -51,91 +78,84 @@ class Ramp:
     round: int
     kind: str  # "open" or "closed"
     steps: list[Step] = field(default_factory=list)
-    start: float = 0.0  # where an open ramp started (below the plan's start where that missed)
-
-    @property
-    def held(self) -> Step | None:
-        """The last run within the budget before the first miss (a run without a measurement is
-        neither)."""
-        return held(self.steps)
+    start: float = 0.0  # where an open ramp's search started
 
 
-def held(steps: Sequence[Step]) -> Step | None:
-    """The last step within the budget before the first miss; steps without a measurement skipped."""
-    last = None
+def held_at(steps: Sequence[Step], budget_ms: float, kind: str) -> float | None:
+    """The highest load a point of ``steps`` held the budget at by the search's rule (a closed-loop step
+    without a measurement skipped), or None."""
+    evidence: Evidence[str] = Evidence(budget_ms)
     for step in steps:
-        if step.error:
-            continue
-        if not step.met:
-            break
-        last = step
-    return last
+        if not (step.error and kind == "closed"):
+            evidence.add(kind, step.load, StepRun(step))
+    return evidence.held_rate(kind) or None
 
 
 @dataclass(frozen=True)
 class Plan:
-    """The yardstick's settings: the open loop's first rate and step, the rounds."""
+    """The yardstick's settings: the open loop's first rate, the rounds, the closed loop's range."""
 
     budget_ms: float
     start: float
-    step: float
     rounds: int = 3
     seed: int = 0
-    max_steps: int = 16  # open-loop runs per ramp at most: a hang guard, far above what a budget allows
+    max_steps: int = SearchPlan().max_points  # rates per open search at most (the search's guard)
     first_concurrency: int = 4  # below it a closed loop is far inside any budget worth tuning for
     max_concurrency: int = 64
 
 
-def _step(session: ModelSession, load: Load, value: float, label: str, budget_ms: float) -> Step:
-    """One run; perf_analyzer's failure to measure becomes a step without a measurement."""
-    try:
-        run = session.measure(load, label)
-    except StudyError as error:
-        log.warning("%s: no measurement: %s", label, error)
-        return Step(value, math.nan, math.nan, False, math.nan, False, str(error).splitlines()[-1][:200])
-    holds_noise = session.noise.holds_noise(run)
-    return Step(value, run.p99_ms, run.throughput, run.meets(budget_ms), 100 * run.stolen_share, holds_noise)
+class Recorder:
+    """The session as the search sees it, keeping every run as a step (a failed one as a step without
+    a measurement, which the rule reads as a miss by far)."""
+
+    def __init__(self, session: ModelSession, budget_ms: float) -> None:
+        self.session, self.budget_ms = session, budget_ms
+        self.steps: list[Step] = []
+
+    def measure(self, load: Load, label: str) -> StepRun:
+        value = load.rate or float(load.concurrency)
+        try:
+            run = self.session.measure(load, label)
+        except StudyError as error:
+            log.warning("%s: no measurement: %s", label, error)
+            reason = str(error).splitlines()[-1][:200]
+            step = Step(value, math.nan, math.nan, False, math.nan, False, reason)
+        else:
+            noisy = self.session.noise.holds_noise(run)
+            step = Step(
+                value, run.p99_ms, run.throughput, run.meets(self.budget_ms), 100 * run.stolen_share, noisy
+            )
+        self.steps.append(step)
+        return StepRun(step, label)
 
 
 def open_ramp(session: ModelSession, name: str, plan: Plan, round_: int) -> Ramp:
-    """Poisson from ``plan.start`` in steps of ``plan.step`` until a run misses the budget; where the
-    first run misses already, from half that rate (at most ``DOWN_STEPS`` times) instead."""
-    ramp = Ramp(name, round_, "open")
-    start = plan.start
-    for k in range(plan.max_steps):
-        rate = start + len(ramp.steps) * plan.step if ramp.steps and ramp.steps[-1].met else start
-        seed = plan.seed + 1000 * round_ + k
-        label = f"yardstick {name} round {round_} @ {rate:.0f}/s"
-        ramp.steps.append(_step(session, poisson(rate, seed), rate, label, plan.budget_ms))
-        if ramp.steps[-1].met:
-            continue
-        if held(ramp.steps) is not None or k >= DOWN_STEPS:  # a failed call ends it too
-            break
-        start = rate / 2
-        ramp.steps.clear()  # a ramp from a lower start: the misses above it stay in perf_analyzer.log
-    ramp.start = start
-    return ramp
+    """The one measured search from ``plan.start``, Poisson arrivals of this round's seed."""
+    recorder = Recorder(session, plan.budget_ms)
+    evidence: Evidence[str] = Evidence(plan.budget_ms)
+    seed = plan.seed + 1000 * round_
+    search(
+        recorder, evidence, name, lambda rate: poisson(rate, seed), plan.start,
+        plan=SearchPlan(max_points=plan.max_steps), label=f"yardstick {name} round {round_}",
+    )  # fmt: skip
+    return Ramp(name, round_, "open", recorder.steps, plan.start)
 
 
 def closed_ramp(session: ModelSession, name: str, plan: Plan, round_: int) -> Ramp:
-    """Concurrency ``plan.first_concurrency``, twice that, … until a run misses the budget."""
-    ramp = Ramp(name, round_, "closed")
+    """Concurrency ``plan.first_concurrency``, twice that, … each decided by the search's rule, until
+    one misses the budget (one perf_analyzer could not measure says nothing of the budget: skipped)."""
+    recorder = Recorder(session, plan.budget_ms)
+    evidence: Evidence[str] = Evidence(plan.budget_ms)
     concurrency = plan.first_concurrency
     while concurrency <= plan.max_concurrency:
-        label = f"yardstick {name} round {round_} c={concurrency}"
-        ramp.steps.append(_step(session, closed_loop(concurrency), concurrency, label, plan.budget_ms))
-        last = ramp.steps[-1]
-        if not last.met and not last.error:  # windows that never agree say nothing of the budget
+        found = decide(
+            recorder, evidence, name, float(concurrency), lambda c: closed_loop(int(c)),
+            f"yardstick {name} round {round_} c={concurrency}",
+        )  # fmt: skip
+        if found is Verdict.MISSES and not recorder.steps[-1].error:
             break
         concurrency *= 2
-    return ramp
-
-
-def ramp_from(rate: float) -> tuple[float, float]:
-    """The open loop's first rate and step for configurations around ``rate`` (the tuner's measured
-    highest rate): steps of a tenth of it, rounded to 50/s, from two steps up."""
-    step = max(50.0, 50.0 * round(rate / 10 / 50))
-    return 2 * step, step
+    return Ramp(name, round_, "closed", recorder.steps)
 
 
 def measure_all(
@@ -168,20 +188,25 @@ def measure_all(
 
 @dataclass(frozen=True)
 class RampFigures:
-    """One ramp as the saved result holds it."""
+    """One ramp as the saved result holds it: its steps, and the highest load a point held the budget
+    at by the search's rule (None: none held)."""
 
     name: str
     round: int
     kind: str  # "open" or "closed"
     start: float
     steps: tuple[Step, ...]
+    held_at: float | None = None
 
     @property
     def held(self) -> Step | None:
-        """The last run within the budget before the first miss (``held``)."""
-        return held(self.steps)
+        """The last step at ``held_at`` (its p99 and throughput are the figure's)."""
+        return next((s for s in reversed(self.steps) if s.load == self.held_at and s.met), None)
 
 
-def figures(ramps: list[Ramp]) -> tuple[RampFigures, ...]:
+def figures(ramps: list[Ramp], budget_ms: float) -> tuple[RampFigures, ...]:
     """The ramps as the saved result holds them."""
-    return tuple(RampFigures(r.name, r.round, r.kind, r.start, tuple(r.steps)) for r in ramps)
+    return tuple(
+        RampFigures(r.name, r.round, r.kind, r.start, tuple(r.steps), held_at(r.steps, budget_ms, r.kind))
+        for r in ramps
+    )

@@ -6,6 +6,10 @@ override, which takes seconds where rebuilding and restarting would take a minut
 ``perf.measure.measurement.measure`` with the session's load engine and windows, through the host-noise policy
 (``perf.measure.noise``) the session was given: a ``Measurement`` with the records and the server's own view.
 
+A server that dies during a run, a reload included, is reported as such (``ServerDiedError``, exit status
+1, with how it died as ``server.supervisor`` says it): the run is no evidence about the configuration,
+and the commands keep its log in their report folder (``keep_dead_server_log``).
+
 A model with a variable axis is measured at the lengths its traffic takes (``perf.measure.shapes``: the spec's
 ``shapes:`` or its sampler, padded to the spec's ``buckets:``), so the probe's formed batches and every
 rate are those of mixed lengths; ``use_buckets`` changes the padding for the runs that follow.
@@ -13,11 +17,14 @@ rate are those of mixed lengths; ``use_buckets`` changes the padding for the run
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import json
 import logging
+import shutil
 import statistics
 import time
+from collections.abc import Iterator
 from pathlib import Path
 
 import numpy as np
@@ -26,6 +33,7 @@ import tritonclient.http as httpclient
 from client.infer import infer
 from exporters.repository import build_repository
 from exporters.schema.models import ModelSpec, Spec
+from perf.errors import ServerDiedError
 from perf.measure.engine import LoadEngine, MeasureSettings
 from perf.measure.loads import Load
 from perf.measure.measurement import Measurement, measure
@@ -36,6 +44,7 @@ from perf.model.batcher import BatcherConfig
 from perf.spec_overlay import candidate_spec, config_json
 from server import ServerOptions, TritonServer, admin
 from server.stubs import server_stubs
+from server.supervisor import death_cause
 
 log = logging.getLogger(__name__)
 RETIRE_WAIT_S = 6.0  # after a reload, at most this long for the replaced instances' stubs to exit
@@ -174,10 +183,41 @@ class ModelSession:
         first rows every time: traffic whose samples differ (the recsys scenario's Zipf ids)."""
         self._target = dataclasses.replace(self.target, inputs=pool, cycle=True)
 
+    def died(self, during: str) -> ServerDiedError | None:
+        """The server's death during ``during`` (how it died, its log), or None while it runs."""
+        process = self.server.process if self.server is not None else None
+        code = process.poll() if process is not None else None
+        if code is None or self.server is None:
+            return None
+        cause = death_cause(code, self.server.log_tail(80))
+        log.error("tritonserver died during %s: %s", during, cause)
+        return ServerDiedError(
+            f"tritonserver died during {during}: {cause}", cause, str(self.server.log_path)
+        )
+
+    @contextlib.contextmanager
+    def watching(self, during: str) -> Iterator[None]:
+        """Raise ``ServerDiedError`` where the server died during the block (whatever the block raised
+        of it: a reset connection, a run of failed requests)."""
+        try:
+            yield
+        except Exception as error:
+            dead = self.died(during)
+            if dead is not None:
+                raise dead from error
+            raise
+        dead = self.died(during)
+        if dead is not None:
+            raise dead
+
     def load(self, config: BatcherConfig) -> float:
         """Reload the model with ``config`` (no-op if already loaded); returns the seconds it took."""
         if config == self.current:
             return 0.0
+        with self.watching(f"the reload of {config.label}"):
+            return self._reload(config)
+
+    def _reload(self, config: BatcherConfig) -> float:
         assert self.server is not None
         started = time.perf_counter()
         client = httpclient.InferenceServerClient(self.server.http_url)
@@ -224,7 +264,10 @@ class ModelSession:
     ) -> Measurement:
         """``load`` on the configuration loaded now, through the session's noise policy, with the
         session's engine or ``engine`` (ours where every request's length must be in the records)."""
-        return self.noise.measure(lambda: self._measure_once(load, label, settings or self.settings, engine))
+        with self.watching(label):
+            return self.noise.measure(
+                lambda: self._measure_once(load, label, settings or self.settings, engine)
+            )
 
     def _measure_once(
         self, load: Load, label: str, settings: MeasureSettings, engine: LoadEngine | None = None
@@ -245,3 +288,19 @@ class ModelSession:
             return json.dumps(client.get_model_config(self.base.name), indent=1)
         finally:
             client.close()
+
+
+@contextlib.contextmanager
+def keep_dead_server_log(folder: Path) -> Iterator[None]:
+    """Where the server died, its log copied into ``folder`` (the next command's server would overwrite
+    the one in the work folder) and the error saying so; then the error goes on (exit status 1)."""
+    try:
+        yield
+    except ServerDiedError as error:
+        source = Path(error.log_path)
+        kept = folder / "server.log"
+        if not error.kept and source.is_file() and source.resolve() != kept.resolve():
+            shutil.copyfile(source, kept)
+            error.kept = str(kept)
+            error.args = (f"{error.args[0]}; its log is kept in {kept}",)
+        raise

@@ -116,10 +116,8 @@ class PipelineSession(ModelSession):
             self._target = dataclasses.replace(super().target, model=self.pipeline.name)
         return self._target
 
-    def load(self, config: BatcherConfig) -> float:
-        """Reload every stage with ``config``'s batching (no-op if already loaded)."""
-        if config == self.current:
-            return 0.0
+    def _reload(self, config: BatcherConfig) -> float:
+        """Reload every stage with ``config``'s batching."""
         assert self.server is not None and self.built is not None
         if config.instances != 1:
             raise ValueError("a pipeline's candidates keep the stages' instance counts (instances = 1)")

@@ -1,10 +1,13 @@
 """``python -m perf tune`` (``make tune MODEL=… P99_MS=… [RATE=…]``): options and the run.
 
-Probe the model on a real server, predict every candidate with the batcher simulation, measure a short
-shortlist, pick, verify (a pick that misses the budget at its operating rate is demoted), write the
-answer as a spec overlay, build it, and write ``result.json`` and the report rendered from it into
-``reports/<timestamp>-tune/``. Where nothing measured meets the budget: one line naming the closest
-figure, ``partial.md`` with every run (not an answer), no ``spec.tuned.yaml``, exit status 3.
+Probe the model on a real server (at most the spec's ``max_batch_size``), predict every candidate with
+the batcher simulation, search a shortlist on the server with the one measured search
+(``perf.session.search``), answer with the best point a run held the budget at (verified around it, and
+for a model with a variable axis measured once more by the shapes step, whose miss reopens it), write
+the answer as a spec overlay, build it, and write ``result.json`` and the report rendered from it into
+``reports/<timestamp>-tune/``. Where no run holds the budget: one line naming the closest run over it,
+``partial.md`` with every run (not an answer), no ``spec.tuned.yaml``, exit status 3. A server that
+died during a run: exit status 1, saying how it died, its log kept in the report folder.
 ``--scenario``, ``--follow`` and ``--witness`` are options of this parser; the tools they run live in
 ``perf.bench`` (``perf.bench.cli`` dispatches them), and reach the tuner's run only through ``Beside``.
 """
@@ -22,18 +25,19 @@ from pathlib import Path
 from exporters.repository import build_repository
 from exporters.resolve import load_spec
 from exporters.schema.models import Spec
-from perf.errors import NothingMeetsError, PerfError
+from perf.errors import NothingMeetsError, OptionError, PerfError
 from perf.markdown import number
 from perf.measure.analyzer import PerfAnalyzerEngine, find_perf_analyzer, unavailable_message
 from perf.measure.engine import LoadEngine, MeasureSettings, OurEngine
 from perf.measure.loads import Load, read_trace, trace
+from perf.measure.measurement import Measurement
 from perf.measure.raw import measure_raw
 from perf.measure.shapes import has_variable_axis
 from perf.model.batcher import BatcherConfig
 from perf.model.grid import QUICK_GRID, WIDE_GRID, Grid
 from perf.report_folder import report_folder
-from perf.session.model import TUNE_WINDOWS, ModelSession
-from perf.session.shapes_section import shapes_section
+from perf.session.model import TUNE_WINDOWS, ModelSession, keep_dead_server_log
+from perf.session.shapes_section import ShapesOutcome, shapes_outcome
 from perf.spec_overlay import write_overlay
 from perf.tune.partial import write_partial
 from perf.tune.report import render
@@ -109,7 +113,7 @@ def add_parser(commands: argparse._SubParsersAction) -> None:
         help="seconds the three measurement windows that count cover, per run",
     )
     tune_parser.add_argument(
-        "--shortlist", type=int, default=4, help="families measured before the pick; 0: the prediction picks"
+        "--shortlist", type=int, default=4, help="families searched on the server (0: the prediction's first)"
     )
     tune_parser.add_argument(
         "--engine",
@@ -180,6 +184,15 @@ def usage_errors(args: argparse.Namespace) -> str | None:
     return None
 
 
+def within_spec(grid: Grid, max_batch_size: int) -> Grid:
+    """``grid`` with no max batch size above the spec's ``max_batch_size`` (the batch the model was
+    exported, sized and checked for): a larger one becomes it."""
+    if max_batch_size < 2:
+        raise OptionError(f"the spec's max_batch_size is {max_batch_size}: there is no batching to tune")
+    sizes = tuple(dict.fromkeys(min(size, max_batch_size) for size in grid.max_batches))
+    return dataclasses.replace(grid, max_batches=sizes)
+
+
 def engine_name(args: argparse.Namespace) -> str:
     """``--engine``: perf_analyzer where asked, or with ``auto`` where it is installed and the run does
     not reload under load (``--follow``: it aborts after a reload); our client otherwise."""
@@ -217,9 +230,11 @@ def command_tune(
     """The tuner's run (``--scenario`` and ``--follow`` are ``perf.bench.cli``'s); ``beside``: the
     ``--witness`` tools."""
     spec = load_spec(args.spec)  # a spec error before any report folder is made
+    within_spec(setup.quick_grid, spec.model(args.model).max_batch_size)  # ... and a batch limit of 1
     folder = report_folder(args.reports, "tune", "tune.log")
     try:
-        saved, chosen = measure_and_pick(args, spec, folder, console, beside, setup)
+        with keep_dead_server_log(folder):
+            saved, chosen = measure_and_pick(args, spec, folder, console, beside, setup)
     except NothingMeetsError as verdict:  # exit status 3 (perf.cli.main), no answer written
         verdict.hint = f"no answer written; every run measured (not an answer): {folder / 'partial.md'}"
         raise
@@ -262,6 +277,7 @@ def measure_and_pick(
     """The tuner (and the tools asked for) on one real server; the saved result and the pick. The raw
     backend is measured once the server has stopped, so that it gets the cores."""
     grid = setup.wide_grid if args.grid == "wide" else setup.quick_grid
+    grid = within_spec(grid, spec.model(args.model).max_batch_size)
     request = TuneRequest(args.p99_ms, args.rate, grid, args.seed, _load_at(args), args.shortlist)
     engine = engine_from_args(args, folder)
     console.print(
@@ -280,19 +296,27 @@ def measure_and_pick(
 
     started = time.perf_counter()
     session = new_session()
+    shapes: list[ShapesOutcome] = []  # the shapes step of each answer, the last one's the answer's
+
+    def shapes_step(config: BatcherConfig, rate: float) -> Measurement | None:
+        """The length buckets on the answer at its rate (the tuner chooses them); where no way met the
+        budget, the run of the way the search sent is evidence about the answer's point."""
+        shapes.append(shapes_outcome(session, config, request.load(rate), args.p99_ms, progress))
+        return shapes[-1].as_searched if shapes[-1].buckets is None else None
+
     with session, partial_on_failure(folder, f"Tuning {args.model} for p99 ≤ {args.p99_ms:g} ms", session):
-        result = setup.tuner(session, request, step=progress)
+        recheck = shapes_step if has_variable_axis(session.base) else None
+        result = setup.tuner(session, request, step=progress, **({"recheck": recheck} if recheck else {}))
         saved = document(result, args.model, engine.name, session.noise, session.cores)
         took = time.perf_counter() - started  # build and server start included
         saved = dataclasses.replace(saved, seconds=dataclasses.replace(saved.seconds, make_tune=took))
         if beside.on_server:
             session.prepare(result.chosen)
             saved = saved.with_section(beside.on_server(session, progress))
-        if result.operating_rate > 0 and has_variable_axis(session.base):  # the tuner chooses buckets
-            load = request.load(result.operating_rate)
-            section, buckets = shapes_section(session, result.chosen, load, args.p99_ms, progress)
+        if shapes:
+            buckets = shapes[-1].buckets
             saved = dataclasses.replace(
-                saved.with_section(section), buckets=None if buckets is None else tuple(buckets)
+                saved.with_section(shapes[-1].lines), buckets=None if buckets is None else tuple(buckets)
             )
     if beside.after:
         save(folder, saved)  # the tuner's result stands even where a long tool beside it fails
@@ -315,12 +339,18 @@ def print_summary(saved: TuneDocument, report: Path, console) -> None:
     measured = operating.measured
     held = " (holds the host's noise)" if measured and measured.host_noise else ""
     p99 = number(measured.p99_ms) if measured else "–"
-    console.print(f"chosen: [bold]{saved.chosen}[/bold] (the prediction's first: {saved.model_pick})")
+    predicted = (
+        f"predicted {number(saved.predicted_max_rate, 0)}/s (a prediction)"
+        if saved.predicted_max_rate is not None
+        else "no candidate was predicted within it"
+    )
     console.print(
-        f"  p99 at {number(saved.operating_rate, 0)}/s: predicted "
-        f"{number(operating.predicted.p99_ms)} ms, measured {p99} ms{held}; highest rate within the "
-        f"budget: predicted {number(saved.predicted_max_rate, 0)}/s, measured "
-        f"{number(saved.measured_max_rate, 0)}/s; tuner {saved.seconds.tuner:.0f} s; engine "
-        f"{saved.engine}; {len(noise.remeasured)} of {noise.runs} runs measured again for steal; "
-        f"report {report}"
+        f"chosen: [bold]{saved.chosen}[/bold]: measured within p99 {saved.budget_ms:g} ms up to "
+        f"{number(saved.measured_max_rate, 0)}/s (the prediction's first: {saved.model_pick})"
+    )
+    console.print(
+        f"  p99 at {number(saved.operating_rate, 0)}/s: measured {p99} ms{held}, predicted "
+        f"{number(operating.predicted.p99_ms)} ms; highest rate within the budget: {predicted}; search "
+        f"{saved.seconds.tuner:.0f} s; engine {saved.engine}; {len(noise.remeasured)} of {noise.runs} runs "
+        f"measured again for steal; report {report}"
     )

@@ -5,7 +5,9 @@ from saved figures. tests/integration/test_witness_model_analyzer.py runs the re
 from __future__ import annotations
 
 import json
+import math
 from pathlib import Path
+from types import SimpleNamespace
 
 import pytest
 from google.protobuf import text_format
@@ -24,9 +26,11 @@ from perf.bench.versus_report import (
     YardstickFigures,
     section,
 )
-from perf.bench.yardstick import Plan, RampFigures, Step, held, ramp_from
+from perf.bench.yardstick import Plan, RampFigures, Step, closed_ramp, held_at, open_ramp
+from perf.errors import StudyError
 from perf.measure.analyzer import find_perf_analyzer
 from perf.model.batcher import BatcherConfig
+from perf.session.search import at_rung, on_ladder, rung
 
 SPEC_FILE = Path(__file__).resolve().parents[2] / "models.yaml"
 HEADER = (
@@ -142,16 +146,18 @@ def step(load: float, met: bool, error: str = "") -> Step:
     return Step(load, 5.0 if met else 20.0, load, met, 0.0, False, error)
 
 
-def test_a_ramps_figure_is_the_last_load_within_the_budget_before_the_first_miss() -> None:
-    assert held([step(100, True), step(200, True), step(300, False), step(400, True)]).load == 200
-    assert held([step(100, False), step(200, True)]) is None
+def test_a_ramps_figure_is_the_highest_load_a_point_held_the_budget_at_by_the_searchs_rule() -> None:
     assert (
-        held(
-            [step(4, True), step(8, False, error="Failed to obtain stable measurement."), step(16, True)]
-        ).load
-        == 16
+        held_at([step(100, True), step(200, True), step(300, False), step(300, False)], 10.0, "open") == 200
     )
-    assert ramp_from(1800.0) == (400.0, 200.0)
+    assert held_at([step(100, False), step(100, False)], 10.0, "open") is None
+    # one miss alone decides nothing: its point holds once a second run met the budget and a third agreed
+    noisy = [step(100, True), step(200, False), step(200, True), step(200, True), step(300, False)]
+    assert held_at(noisy, 10.0, "open") == 200
+    # a closed loop whose windows never agreed says nothing of the budget: skipped
+    failed = Step(8, math.nan, math.nan, False, math.nan, False, "Failed to obtain stable measurement.")
+    assert held_at([step(4, True), failed, step(16, True)], 10.0, "closed") == 16
+    assert held_at([step(4, True), failed], 10.0, "open") == 4  # in the open loop: a miss by far
 
 
 def witness(with_pick: bool) -> WitnessFigures:
@@ -161,7 +167,11 @@ def witness(with_pick: bool) -> WitnessFigures:
         SPEC: (step(1000, False),),
     }
     names = [OURS, THEIRS, SPEC] if with_pick else [OURS, SPEC]
-    ramps = tuple(RampFigures(n, 1, kind, 1000.0, steps[n]) for n in names for kind in ("open", "closed"))
+    ramps = tuple(
+        RampFigures(n, 1, kind, 1000.0, steps[n], held_at(steps[n], 10.0, kind))
+        for n in names
+        for kind in ("open", "closed")
+    )
     return WitnessFigures(
         version="1.58.0",
         budget_ms=10.0,
@@ -182,7 +192,7 @@ def witness(with_pick: bool) -> WitnessFigures:
         ours=OursFigures(seconds=300.0, tuner_s=200.0),
         yardstick=YardstickFigures(
             engine="perf_analyzer 2.41.0",
-            plan=Plan(10.0, start=1000.0, step=500.0, rounds=1, first_concurrency=4),
+            plan=Plan(10.0, start=1000.0, rounds=1, first_concurrency=4),
             ramps=ramps,
         ),
     )
@@ -198,3 +208,33 @@ def test_the_section_names_both_picks_their_times_and_the_tool_behind_each_figur
     assert "| tuner time |" in text and "0.30×" in text
     without = "\n".join(section(witness(with_pick=False)))
     assert "none within the budget" in without and "| tuner pick |" not in without
+
+
+class Yardstick:
+    """Stands in for the yardstick's session: holds the budget up to ``capacity`` (a rate, or a
+    concurrency for a closed loop); perf_analyzer fails to measure at ``failing``."""
+
+    noise = SimpleNamespace(holds_noise=lambda run: False)
+
+    def __init__(self, capacity: float, failing: tuple[float, ...] = ()) -> None:
+        self.capacity, self.failing = capacity, failing
+
+    def measure(self, load, label: str) -> SimpleNamespace:
+        value = load.rate or load.concurrency
+        if value in self.failing:
+            raise StudyError("perf_analyzer: Failed to obtain stable measurement.")
+        p99 = 5.0 if value <= self.capacity else 60.0
+        served = load.rate or 100.0 * value
+        return SimpleNamespace(
+            p99_ms=p99, throughput=served, stolen_share=0.0, meets=lambda budget: p99 <= budget
+        )
+
+
+def test_the_yardsticks_open_loop_is_the_one_search_and_its_closed_loop_the_same_rule() -> None:
+    plan = Plan(10.0, start=on_ladder(1500.0), rounds=1)
+    ramp = open_ramp(Yardstick(1000.0), "ours", plan, 1)
+    assert ramp.steps[0].load == plan.start and all(s.load == on_ladder(s.load) for s in ramp.steps)
+    assert held_at(ramp.steps, 10.0, "open") == at_rung(int(rung(1000.0)))  # the search's answer
+    closed = closed_ramp(Yardstick(16.0, failing=(8.0,)), "ours", plan, 1)
+    assert [s.load for s in closed.steps] == [4, 8, 16, 32]  # a run without a measurement is skipped
+    assert closed.steps[1].error and held_at(closed.steps, 10.0, "closed") == 16

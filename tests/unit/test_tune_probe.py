@@ -14,6 +14,7 @@ from client.stats import ModelStats
 from perf.model.batcher import BatcherConfig, ServiceModel
 from perf.model.cpu import CpuModel
 from perf.session.probe import ProbePlan, _ramp, probe
+from perf.session.search import FAR_MISS
 
 CPU = CpuModel(idle_cores=0.1, per_request_s=150e-6, per_execution_s=200e-6, cores=2)
 # two instances' threads compete for the cores more: a longer slice, as measured on two cores
@@ -49,11 +50,12 @@ def test_the_probe_ramps_each_instance_count_until_the_server_falls_behind_twice
 
 
 class Disturbed:
-    """Keeps up to 1,000/s, except the first run at 320/s (a neighbour's burst)."""
+    """Keeps up to 1,000/s, except the first run at ``disturbed``/s (a neighbour's burst)."""
 
     cores = 2
 
-    def __init__(self) -> None:
+    def __init__(self, disturbed: float) -> None:
+        self.disturbed = disturbed
         self.rates: list[float] = []
 
     def prepare(self, config) -> None:
@@ -61,7 +63,7 @@ class Disturbed:
 
     def measure(self, load, label):
         self.rates.append(load.rate)
-        kept_up = load.rate <= 1000 and not (load.rate == 320 and self.rates.count(320) == 1)
+        kept_up = load.rate <= 1000 and not (load.rate == self.disturbed and self.rates.count(load.rate) == 1)
         served = load.rate if kept_up else min(load.rate, 1000) / 2
         return SimpleNamespace(
             label=label, sustained=kept_up, throughput=served, stats=ModelStats(), load=load, p99_ms=5.0
@@ -69,10 +71,26 @@ class Disturbed:
 
 
 def test_one_run_a_neighbour_disturbed_does_not_end_the_ramp() -> None:
-    server, runs = Disturbed(), []
+    server, runs = Disturbed(disturbed=320.0), []
     saturated = _ramp(server, BatcherConfig(8), 200.0, ProbePlan(step=1.6), runs)
     assert server.rates == pytest.approx([200, 320, 320, 512, 819.2, 1310.72, 1310.72])
     assert saturated.throughput == 500  # behind twice at 1,311/s: the more served of the two
+
+
+def test_a_run_far_over_the_budget_ends_the_ramp_once_measured_again() -> None:
+    """Given the budget, a run whose p99 is over ``FAR_MISS`` × it stops the ramp's rate (deeper overload
+    only makes runs long): measured once more at that rate, as a run the server fell behind on is."""
+
+    class Slowing(Disturbed):
+        def measure(self, load, label):
+            run = super().measure(load, label)
+            run.p99_ms = 5.0 if load.rate < 500 else 50.0  # sustained, but far over a 10 ms budget
+            return run
+
+    server, runs = Slowing(disturbed=-1.0), []
+    ended = _ramp(server, BatcherConfig(8), 200.0, ProbePlan(step=1.6), runs, budget_ms=10.0)
+    assert FAR_MISS * 10.0 < 50.0 and server.rates == pytest.approx([200, 320, 512, 512])
+    assert ended.load.rate == 512  # a run over the bound stands for the saturation
 
 
 def test_the_probe_measures_the_known_service_again(probed) -> None:

@@ -10,8 +10,10 @@ import json
 from pathlib import Path
 
 import pytest
+from scripted_server import ScriptedServer
+from simulated_server import Noise
 from test_model_analyzer_parts import witness
-from test_tune_demotion import MissingVerification
+from test_tune_demotion import by_family, remeasured
 from test_tune_pick import BUDGET_MS, GRID, LINEAR
 
 from perf.bench.versus_report import HEADING, WitnessedTuneDocument, witnessed
@@ -25,11 +27,13 @@ from perf.tune.tuner import TuneRequest, tune
 
 @pytest.fixture(scope="module")
 def built() -> TuneDocument:
-    """A whole tune's document: a demoted pick (its first pick misses at verification), runs the
-    noise policy measured again (the simulated host's steal), and what the tools beside it add."""
-    first = tune(MissingVerification(LINEAR, set(), seed=1), TuneRequest(BUDGET_MS, grid=GRID, predict_s=3.0))
-    server = MissingVerification(LINEAR, {first.chosen}, seed=1)
-    result = tune(server, TuneRequest(BUDGET_MS, grid=GRID, predict_s=3.0), ProbePlan())
+    """A whole tune's document: an answer a later run refuted (reopened), runs the noise policy measured
+    again (the simulated host's steal), and what the tools beside it add."""
+    server = ScriptedServer(LINEAR, BUDGET_MS, by_family, seed=1, noise=Noise(stolen_runs=0.3))
+    recheck, _ = remeasured(server, "always")
+    result = tune(
+        server, TuneRequest(BUDGET_MS, grid=GRID, predict_s=2.0), ProbePlan(max_runs=5), recheck=recheck
+    )
     saved = document(result, "recommender", "ours", server.policy, server.cores)
     assert saved.demoted and saved.noise.remeasured and saved.probe.cpu
     seconds = dataclasses.replace(saved.seconds, make_tune=saved.seconds.tuner + 5.0)
@@ -57,7 +61,8 @@ def test_a_tune_result_reads_back_as_written_and_renders_the_same_report(
     assert back.raw == built.raw and back.buckets == (16, 64) and back.seconds.make_tune is not None
     from_file = report.render(folder).read_text()
     assert from_file == rendered(built, tmp_path / "built")
-    assert "Demoted (measured over the budget" in from_file and "Raw backend" in from_file
+    assert "Reopened (a later run missed the budget" in from_file and "Raw backend" in from_file
+    assert "(reopened)" in from_file and "measured (the highest rate a point held" in from_file
     assert from_file.rstrip().endswith("a section a tool rendered")
     assert "operating" in json.loads((folder / RESULT_FILE).read_text())  # the file's keys: the fields
 

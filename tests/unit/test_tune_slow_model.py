@@ -3,18 +3,22 @@ computes for longer than the budget, and a tune that fails part-way leaves a rep
 
 from __future__ import annotations
 
+import dataclasses
 from pathlib import Path
 
 import pytest
+from scripted_server import ScriptedServer
 from simulated_server import TWO_CORES, KneeService, Noise, SimulatedServer
 
 from perf.errors import NothingMeetsError, StudyError
 from perf.measure.loads import Load
 from perf.measure.measurement import Measurement
+from perf.model.batcher import BatcherConfig
 from perf.model.grid import Grid
-from perf.session.probe import ProbePlan
+from perf.session.probe import ProbePlan, probe
 from perf.tune.cli import partial_on_failure
-from perf.tune.tuner import TuneRequest, compute_ms, tune
+from perf.tune.result import document
+from perf.tune.tuner import TuneRequest, compute_ms, rank, tune, why_none
 
 BUDGET_MS = 200.0
 GRID = Grid(delays_us=(0, 5000, 20000), max_batches=(8, 32), instances=(1, 2))
@@ -87,3 +91,30 @@ def test_a_grid_left_empty_by_the_bound_is_nothing_meets_with_the_reason() -> No
     ) as caught:
         tune(server, TuneRequest(45.0, grid=grid, predict_s=20.0), PLAN)
     assert "no candidate: even a batch of 2 computes for longer than the 45 ms" in caught.value.detail
+
+
+def test_a_grid_left_empty_by_the_bound_still_answers_with_a_probe_run_that_held_the_budget() -> None:
+    """The same empty grid, on a server scripted to hold the budget up to 30/s: the probe's runs at its
+    lowest rates met it, so the probe's configuration is searched and is the answer, and its document is
+    written (the prediction ranked nothing)."""
+    server = ScriptedServer(SLOW, 45.0, lambda config: 30.0, seed=2, seconds=20.0)
+    grid = Grid(delays_us=(0,), max_batches=(8,), instances=(1,), no_batching=False)
+    result = tune(server, TuneRequest(45.0, grid=grid, predict_s=20.0), PLAN)
+    assert result.ranking == [] and result.chosen == BatcherConfig(8, 0)
+    assert 0 < result.measured_rate <= 30.0
+    saved = document(result, "slow", "ours", server.policy, server.cores)
+    assert saved.model_pick == "no candidate" and saved.predicted_max_rate is None
+
+
+def test_why_nothing_is_proposed_prints_no_negative_fit_as_a_figure() -> None:
+    """A least-squares T below zero (as a Paddle classifier's came out) is no time a batch of one
+    takes: the verdict's detail says it could not be measured instead of printing it."""
+    probed = probe(SimulatedServer(SLOW, Noise(), seed=1, seconds=5.0), (1,), 32, PLAN)
+    request = TuneRequest(BUDGET_MS, grid=Grid(max_batches=(8,), instances=(1,)))
+    ranking = rank(probed, request)
+    fit = probed.fits[1]
+    text = why_none(probed, request, ranking)
+    assert f"a batch of one: {fit.t_ms:.2f} ms computing" in text
+    negative = dataclasses.replace(probed, fits={1: dataclasses.replace(fit, t_ms=-0.182)})
+    text = why_none(negative, request, ranking)
+    assert "a batch of one: could not be measured: came out negative" in text and "-0.18" not in text
