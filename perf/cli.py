@@ -24,7 +24,7 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 from rich.table import Table
 
 from exporters.errors import SpecError
-from perf.bench.cli import command_steal_check, command_tune, command_witness
+from perf.bench.witness import command_witness
 from perf.errors import (
     EXIT_INTERRUPTED,
     EXIT_NOTHING_MEETS,
@@ -46,7 +46,7 @@ from perf.studies.framework import Study, StudyContext, StudyReport
 from perf.studies.goals import Goal
 from perf.studies.profiles import PROFILES, Profile, get_profile
 from perf.studies.study_spec import FAMILIES, MODES, spec_families
-from perf.tune.cli import THE_SETUP, TuneSetup
+from perf.tune.cli import THE_SETUP, TuneSetup, command_tune
 from perf.tune.cli import add_parser as add_tune_parser
 from perf.tune.cli import usage_errors as tune_usage_errors
 from server.ports import add_port_base_option, use_port_base
@@ -54,10 +54,6 @@ from server.ports import add_port_base_option, use_port_base
 # ``python -m perf <tool> …``: a tool beside the tuner, run alone with its own options.
 TOOLS: dict[str, tuple[Callable[[list[str] | None], int], str]] = {
     "witness": (command_witness, "perf_analyzer and our client side by side on one configuration"),
-    "steal-check": (
-        command_steal_check,
-        "one configuration at one rate, run after run: how often steal misses",
-    ),
 }
 console = Console(width=max(shutil.get_terminal_size((150, 40)).columns, 100))
 WORKDIR = Path(".run/perf")
@@ -285,7 +281,7 @@ def run_command(top: argparse.ArgumentParser, args: argparse.Namespace, tune_set
         _stop_on_sigterm()  # a killed plan must not leave its tritonserver running
         return command_plan(args, console)
     if args.command == "tune":
-        if error := tune_usage_errors(args):
+        if error := tune_usage_errors(args, tune_setup):
             top.error(error)
         _stop_on_sigterm()  # a killed tune must not leave its tritonserver running
         return command_tune(args, console, tune_setup)

@@ -7,12 +7,13 @@ request, the server's and the rest of the machine's (the client, mostly), says w
 they do: on cores the client shares with the server, a client that costs more CPU per request leaves
 the server less.
 
-``python -m perf tune … --witness`` adds this section to the tuner's report; ``python -m perf
-witness`` runs it alone on one configuration (``witness_alone``).
+``python -m perf witness`` runs it on one configuration (``witness_alone``); give it a tuned pick's
+``--max-batch``, ``--delay-us`` and ``--instances`` to witness what ``make tune`` chose.
 """
 
 from __future__ import annotations
 
+import argparse
 import logging
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -27,7 +28,7 @@ from perf.measure.measurement import Measurement, measure
 from perf.session.model import ModelSession
 
 log = logging.getLogger(__name__)
-HEADING = "## perf_analyzer vs our client (`--witness`)"
+HEADING = "## perf_analyzer vs our client (`python -m perf witness`)"
 CSV_ROW = "perf_analyzer (its own CSV)"
 EXPORT_ROW = "perf_analyzer (our records from its export)"
 
@@ -35,7 +36,7 @@ EXPORT_ROW = "perf_analyzer (our records from its export)"
 @dataclass(frozen=True)
 class WitnessOptions:
     """What ``python -m perf witness`` runs with: the one configuration loaded (``max_batch``,
-    ``delay_us``, ``instances``) and the closed loop both engines drive. ``perf.bench.cli`` builds it
+    ``delay_us``, ``instances``) and the closed loop both engines drive. ``command_witness`` builds it
     from the command line, whose defaults are these."""
 
     model: str = "recommender"
@@ -171,3 +172,29 @@ def witness_alone(options: WitnessOptions) -> int:
         session.prepare(BatcherConfig(options.max_batch, options.delay_us, instances=options.instances))
         print("\n".join(witness_section(session, concurrency=options.concurrency)))
     return 0
+
+
+def witness_parser() -> argparse.ArgumentParser:
+    """``python -m perf witness``'s options; their defaults are ``WitnessOptions``'."""
+    defaults = WitnessOptions()
+    options = argparse.ArgumentParser(prog="python -m perf witness", description=command_witness.__doc__)
+    options.add_argument("--model", default=defaults.model)
+    options.add_argument("--spec", type=Path, default=defaults.spec)
+    options.add_argument("--max-batch", type=int, default=defaults.max_batch)
+    options.add_argument("--delay-us", type=int, default=defaults.delay_us)
+    options.add_argument("--instances", type=int, default=defaults.instances)
+    options.add_argument("--concurrency", type=int, default=defaults.concurrency)
+    options.add_argument("--workdir", type=Path, default=defaults.workdir)
+    return options
+
+
+def command_witness(argv: list[str] | None = None) -> int:
+    """``python -m perf witness``: the side by side alone, on one configuration (no tuning). A value it
+    cannot run with is an ``OptionError`` naming the option (exit status 2) before any server starts."""
+    parser = witness_parser()
+    args = vars(parser.parse_args(argv))
+    try:
+        options = WitnessOptions(**args)
+    except OptionError as error:
+        parser.error(str(error))
+    return witness_alone(options)

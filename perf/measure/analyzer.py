@@ -20,7 +20,7 @@ too), or the trials run out. Measured with 2.41.0:
   (``--request-intervals``, ``--async``) whose windows never agree exits 0 and writes the export but
   no CSV: the run is kept and marked unstable;
 * any failed call ends it ("Thread [0] had error: …"), and so does a model reload under load ("failed
-  to find the requested model version" at the next window), so ``--follow`` uses our engine.
+  to find the requested model version" at the next window): a run never reloads under load.
 """
 
 from __future__ import annotations

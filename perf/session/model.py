@@ -27,7 +27,6 @@ import time
 from collections.abc import Iterator
 from pathlib import Path
 
-import numpy as np
 import tritonclient.http as httpclient
 
 from client.infer import infer
@@ -93,7 +92,6 @@ class ModelSession:
         self.keep_queue = keep_queue
         self.server: TritonServer | None = None
         self.current: BatcherConfig | None = None
-        self.reload_s: list[float] = []
         self.cores = usable_cores()
         self._target: Target | None = None
         self.buckets: tuple[int, ...] | None = None  # None: the spec's ``buckets:``
@@ -178,11 +176,6 @@ class ModelSession:
         self.buckets, self.vary_shapes = buckets, vary_shapes
         self._target = self._sending.get((buckets, vary_shapes))
 
-    def cycle_through(self, pool: dict[str, np.ndarray]) -> None:
-        """Send the rows of ``pool`` in turn (each request the next ones, wrapping) instead of the same
-        first rows every time: traffic whose samples differ (the recsys scenario's Zipf ids)."""
-        self._target = dataclasses.replace(self.target, inputs=pool, cycle=True)
-
     def died(self, during: str) -> ServerDiedError | None:
         """The server's death during ``during`` (how it died, its log), or None while it runs."""
         process = self.server.process if self.server is not None else None
@@ -229,7 +222,6 @@ class ModelSession:
             client.close()
         self.current = config
         took = time.perf_counter() - started
-        self.reload_s.append(took)
         log.info("loaded %s in %.1f s", config.label, took)
         return took
 
@@ -237,8 +229,7 @@ class ModelSession:
         """Load ``config`` for a measurement: after a reload, wait (at most ``RETIRE_WAIT_S``) until the
         replaced instances' stubs have exited. ``load_model`` returns while they still run (here 1.1-2.6
         s more, one stub after the other), so a run right after a reload would share the cores with
-        their exit. The new instances warm up at load (``model_warmup``). ``load`` stays a bare reload
-        (``--follow`` reloads under the user's traffic)."""
+        their exit. The new instances warm up at load (``model_warmup``)."""
         if not self.load(config):
             return
         deadline = time.perf_counter() + RETIRE_WAIT_S
@@ -279,15 +270,6 @@ class ModelSession:
         run = measure(self.target, load, sized, self.endpoints, label, engine=engine or self.engine)
         self.runs.append(run)
         return run
-
-    def config_text(self) -> str:
-        """The model's configuration as the server reports it now (for the report)."""
-        assert self.server is not None
-        client = httpclient.InferenceServerClient(self.server.http_url)
-        try:
-            return json.dumps(client.get_model_config(self.base.name), indent=1)
-        finally:
-            client.close()
 
 
 @contextlib.contextmanager

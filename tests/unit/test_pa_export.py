@@ -68,37 +68,33 @@ def test_an_export_without_its_experiment_is_an_error(tmp_path: Path) -> None:
         Export.read(empty)
 
 
-def test_engine_perf_analyzer_needs_perf_analyzer(monkeypatch: pytest.MonkeyPatch) -> None:
+def test_engine_perf_analyzer_needs_perf_analyzer() -> None:
     from perf.cli import parser
-    from perf.tune.cli import usage_errors
+    from perf.tune.cli import TuneSetup, usage_errors
 
-    monkeypatch.setattr("perf.tune.cli.find_perf_analyzer", lambda: None)
+    absent = TuneSetup(perf_analyzer=lambda: None)
     args = parser().parse_args(
         ["tune", "--model", "recommender", "--p99-ms", "10", "--engine", "perf_analyzer"]
     )
-    error = usage_errors(args)
+    error = usage_errors(args, absent)
     assert error is not None and "make perf-analyzer" in error
+    assert usage_errors(args, TuneSetup(perf_analyzer=lambda: Path("/opt/perf_analyzer"))) is None
     default = parser().parse_args(["tune", "--model", "recommender", "--p99-ms", "10"])
-    assert default.engine == "auto" and usage_errors(default) is None
-    follow = parser().parse_args(["tune", "--follow", "--engine", "perf_analyzer"])
-    assert "--engine ours" in (usage_errors(follow) or "")
+    assert default.engine == "auto" and usage_errors(default, absent) is None
 
 
-def test_engine_auto_takes_perf_analyzer_where_installed_and_ours_to_follow(
-    monkeypatch: pytest.MonkeyPatch,
-) -> None:
+def test_engine_auto_takes_perf_analyzer_where_installed() -> None:
     from perf.cli import parser
-    from perf.tune.cli import engine_name
+    from perf.tune.cli import TuneSetup, engine_name
 
+    here, absent = (
+        TuneSetup(perf_analyzer=lambda: Path("/opt/perf_analyzer")),
+        TuneSetup(perf_analyzer=lambda: None),
+    )
     auto = parser().parse_args(["tune", "--model", "recommender", "--p99-ms", "10"])
-    follow = parser().parse_args(["tune", "--follow"])
-    monkeypatch.setattr("perf.tune.cli.find_perf_analyzer", lambda: Path("/opt/perf_analyzer"))
-    assert engine_name(auto) == "perf_analyzer" and engine_name(follow) == "ours"
-    monkeypatch.setattr("perf.tune.cli.find_perf_analyzer", lambda: None)
-    assert engine_name(auto) == "ours"
+    assert engine_name(auto, here) == "perf_analyzer" and engine_name(auto, absent) == "ours"
     explicit = parser().parse_args(["tune", "--model", "recommender", "--p99-ms", "10", "--engine", "ours"])
-    monkeypatch.setattr("perf.tune.cli.find_perf_analyzer", lambda: Path("/opt/perf_analyzer"))
-    assert engine_name(explicit) == "ours"
+    assert engine_name(explicit, here) == "ours"
 
 
 def test_fp16_inputs_go_to_perf_analyzer_as_raw_bytes(tmp_path: Path) -> None:

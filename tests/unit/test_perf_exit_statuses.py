@@ -94,7 +94,7 @@ def test_an_option_out_of_range_is_argparse_s_usage_error_with_status_2(tmp_path
 def test_a_tool_beside_the_tuner_is_its_own_subcommand_with_its_own_options(
     capsys: pytest.CaptureFixture,
 ) -> None:
-    for tool in ("witness", "steal-check"):
+    for tool in ("witness",):
         with pytest.raises(SystemExit) as exit_info:
             main([tool, "--help"])
         assert exit_info.value.code == 0

@@ -1,4 +1,4 @@
-"""The tuner's overlay goes through the spec's own validation; candidates and scenario loads."""
+"""The tuner's overlay goes through the spec's own validation; its candidates and its options."""
 
 from __future__ import annotations
 
@@ -6,14 +6,12 @@ import json
 import shutil
 from pathlib import Path
 
-import numpy as np
 import pytest
 import yaml
 
 from exporters.errors import SpecError
 from exporters.repository import build_repository
 from exporters.resolve import load_spec
-from perf.bench.scenarios import recsys_load, step_load, video_load, zipf_ids
 from perf.measure.loads import arrival_times
 from perf.model.batcher import BatcherConfig
 from perf.model.grid import Grid, neighbours
@@ -82,44 +80,6 @@ def test_the_grid_leaves_out_delays_the_budget_cannot_hold() -> None:
     assert {c.max_queue_delay_us for c in neighbours(BatcherConfig(8, 1000), grid)} == {0, 5000}
 
 
-def test_video_streams_are_periodic_and_step_load_keeps_its_mean() -> None:
-    times = arrival_times(video_load(4, jitter_ms=0.0), 2.0)
-    assert len(times) == pytest.approx(4 * 30 * 2, abs=4)
-    gaps = np.diff(np.sort(times))
-    assert gaps.max() <= 1 / 30 + 1e-9  # four streams interleave within each frame period
-    step = arrival_times(step_load(400.0, phase_s=1.0), 8.0)
-    assert len(step) / 8.0 == pytest.approx(400, rel=0.15)
-    first, second = np.sum(step < 1.0), np.sum((step >= 1.0) & (step < 2.0))
-    assert second > 2 * first  # the step: 3× the rate in the second phase
-
-
-def test_each_recsys_window_sends_the_rate_it_is_labelled_with() -> None:
-    for seconds in (3.0, 4.0):
-        window = arrival_times(recsys_load(1200.0, seed=1, window_s=seconds), seconds)
-        assert len(window) / seconds == pytest.approx(1200, rel=0.05)  # 2 s phases in 3 s sent 83%
-
-
-def test_zipf_ids_stay_inside_their_tables_and_favour_low_ranks() -> None:
-    ids = zipf_ids([100, 10], rows=5000)
-    assert ids.min() >= 0 and ids[:, 0].max() < 100 and ids[:, 1].max() < 10
-    assert np.mean(ids[:, 0] == 0) > 0.1  # rank 1 alone: 1/zeta(1.2) ≈ 18% (uniform: 1%)
-
-
-def test_recsys_load_cycles_through_distinct_zipf_samples(model_spec) -> None:
-    """The recsys scenario's requests each take the next rows of a 4,096-sample pool, not the same
-    first rows every time: Zipf ids vary across requests, as real traffic's do."""
-    from perf.bench.scenarios import ZIPF_POOL_ROWS, _zipf_pool
-    from perf.measure.target import Caller, Target
-
-    spec = model_spec("recommender")
-    pool = _zipf_pool(spec, seed=0)
-    assert {name: a.shape[0] for name, a in pool.items()} == {t.name: ZIPF_POOL_ROWS for t in spec.inputs}
-    assert len({tuple(r) for r in pool["sparse_ids"][:64]}) > 32  # distinct requests
-    caller = Caller(Target("recommender", "localhost:1", pool, {"probability": 4}, cycle=True), 0.0, "t", 1)
-    first, second = (caller._request_inputs(1) for _ in range(2))
-    assert first is not second  # the second request starts at the next row
-
-
 def test_tune_options_are_checked_before_any_measurement(tmp_path: Path) -> None:
     from perf.cli import parser
     from perf.tune.cli import _load_at, usage_errors
@@ -131,13 +91,9 @@ def test_tune_options_are_checked_before_any_measurement(tmp_path: Path) -> None
     assert "--p99-ms must be > 0" in errors("--model", "m", "--p99-ms", "0")
     assert "--rate must be > 0" in errors("--model", "m", "--p99-ms", "5", "--rate", "-1")
     assert "no such file" in errors("--model", "m", "--p99-ms", "5", "--trace", str(tmp_path / "none"))
-    assert errors("--scenario", "video") is None
-    assert "--seconds must be > 0" in errors("--scenario", "video", "--seconds", "0")
+    assert "--seconds must be > 0" in errors("--model", "m", "--p99-ms", "5", "--seconds", "0")
     assert "--shortlist must be >= 0" in errors("--model", "m", "--p99-ms", "5", "--shortlist", "-1")
-    assert "--witness model-analyzer" in errors("--model", "m", "--p99-ms", "5", "--witness-smoke")
-    ours = ("--model", "m", "--p99-ms", "5", "--engine", "ours")
-    assert "measures both picks with perf_analyzer" in errors(*ours, "--witness", "model-analyzer")
-    assert errors(*ours, "--witness") is None  # alone: perf_analyzer beside our client, as before
+    assert errors("--model", "m", "--p99-ms", "5", "--engine", "ours") is None
     trace = tmp_path / "trace.txt"
     trace.write_text("0.01\n0.03\n")  # 50/s as recorded
     load_at = _load_at(parser().parse_args(["tune", "--trace", str(trace)]))

@@ -1,6 +1,6 @@
 """The tuner's ``result.json`` is its typed document written out: a tune on the simulated server, saved
-and read back, is the same ``TuneDocument`` and renders the same report; what tools beside the tuner
-add (a witness's figures, sections, the raw backend, buckets) reads back too; and a file that is not a
+and read back, is the same ``TuneDocument`` and renders the same report; what is added to it
+(sections, the raw backend, buckets) reads back too; and a file that is not a
 tune result is refused in one line naming the field, by ``python -m perf.tune.report`` with status 2."""
 
 from __future__ import annotations
@@ -12,11 +12,9 @@ from pathlib import Path
 import pytest
 from scripted_server import ScriptedServer
 from simulated_server import Noise
-from test_model_analyzer_parts import witness
 from test_tune_demotion import by_family, remeasured
 from test_tune_pick import BUDGET_MS, GRID, LINEAR
 
-from perf.bench.versus_report import HEADING, WitnessedTuneDocument, witnessed
 from perf.errors import EXIT_USAGE, OptionError
 from perf.measure.raw import RawPoint
 from perf.session.probe import ProbePlan
@@ -65,18 +63,6 @@ def test_a_tune_result_reads_back_as_written_and_renders_the_same_report(
     assert "(reopened)" in from_file and "measured (the highest rate a point held" in from_file
     assert from_file.rstrip().endswith("a section a tool rendered")
     assert "operating" in json.loads((folder / RESULT_FILE).read_text())  # the file's keys: the fields
-
-
-def test_a_witnessed_result_keeps_model_analyzers_figures_and_its_section(
-    built: TuneDocument, tmp_path: Path
-) -> None:
-    figures = witness(with_pick=True)
-    saved = witnessed(built, figures)
-    assert saved.model_analyzer == figures and saved.sections[-1][0] == HEADING
-    assert built.sections == saved.sections[:-1]  # the tuner's document is left as it was
-    save(tmp_path, saved)
-    assert load(tmp_path, WitnessedTuneDocument) == saved
-    assert report.render(tmp_path).read_text() == rendered(saved, tmp_path / "built")  # read as a tune's
 
 
 def test_a_field_of_the_wrong_type_is_refused_naming_it(built: TuneDocument, tmp_path: Path) -> None:
