@@ -50,18 +50,15 @@ RETIRE_WAIT_S = 6.0  # after a reload, at most this long for the replaced instan
 # Each run: a short warm-up, then windows until three agree within 10% (at most five). The three that
 # count cover 2.4 s: at 2,000 requests/s, a p99 from about 50 tail samples.
 TUNE_WINDOWS = MeasureSettings(warmup_s=0.5, window_s=0.8, stable_windows=3, max_windows=5, tolerance=0.10)
-# A window lasts at least this many of the largest batch: perf_analyzer gives up on a window no request
-# completed in ("No valid requests recorded within time interval"), and a window of a few batches says
-# little about a p99. A model whose full batch takes 200 ms gets windows of 4 s.
-WINDOW_BATCHES = 20
 # The largest batch is timed this many times after a warm-up and the median kept: one stall of a shared
 # host would otherwise size every window of the session.
 TIMED_BATCHES = 3
 
 
 def windows_for(settings: MeasureSettings, largest_batch_s: float) -> MeasureSettings:
-    """``settings`` with windows of at least ``WINDOW_BATCHES`` batches of ``largest_batch_s`` seconds."""
-    floor = WINDOW_BATCHES * largest_batch_s
+    """``settings`` with windows of at least ``settings.window_batches`` batches of ``largest_batch_s``
+    seconds."""
+    floor = settings.window_batches * largest_batch_s
     return settings if settings.window_s >= floor else dataclasses.replace(settings, window_s=floor)
 
 
@@ -86,7 +83,7 @@ class ModelSession:
         self.workdir = workdir
         self.engine = engine
         self.settings = settings
-        self.noise = noise or NoisePolicy()
+        self.noise = noise or NoisePolicy(remeasure=settings.remeasure_stolen)
         self.protocol = protocol
         self.seed = seed
         self.keep_queue = keep_queue
@@ -265,8 +262,8 @@ class ModelSession:
     ) -> Measurement:
         sized = self.sized(settings)
         if sized is not settings:
-            log.info("%s: windows of %.1f s (%d batches of %.0f ms)", label, sized.window_s, WINDOW_BATCHES,
-                     1e3 * self.largest_batch_s)  # fmt: skip
+            log.info("%s: windows of %.1f s (%d batches of %.0f ms)", label, sized.window_s,
+                     sized.window_batches, 1e3 * self.largest_batch_s)  # fmt: skip
         run = measure(self.target, load, sized, self.endpoints, label, engine=engine or self.engine)
         self.runs.append(run)
         return run

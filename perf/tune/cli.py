@@ -51,13 +51,17 @@ ENGINES = ("auto", "ours", "perf_analyzer")
 @dataclasses.dataclass(frozen=True)
 class TuneSetup:
     """What a ``make tune`` run is built from beyond its options: the grids ``--grid`` names, the
-    server's work folder, the tuner itself and where perf_analyzer is (None: not here). A test hands in
-    a smaller grid, its own folder, a tuner that keeps its result or fails, or a host with or without
-    perf_analyzer, instead of patching this module's names."""
+    server's work folder, the windows every run is measured in (``--seconds`` sets their length), the
+    session on the real server, the tuner itself and where perf_analyzer is (None: not here). A test
+    hands in a smaller grid, its own folder, shorter windows, a scripted session, a tuner that keeps
+    its result or fails, or a host with or without perf_analyzer, instead of patching this module's
+    names."""
 
     quick_grid: Grid = QUICK_GRID
     wide_grid: Grid = WIDE_GRID
     workdir: Path = WORKDIR
+    windows: MeasureSettings = TUNE_WINDOWS
+    session: Callable[..., ModelSession] = ModelSession
     tuner: Callable[..., TuneResult] = tune
     perf_analyzer: Callable[[], Path | None] = find_perf_analyzer
 
@@ -146,11 +150,6 @@ def engine_from_args(args: argparse.Namespace, folder: Path, setup: TuneSetup = 
     return OurEngine()
 
 
-def windows_from_args(args: argparse.Namespace) -> MeasureSettings:
-    """The tuner's windows, the three that count covering ``--seconds``."""
-    return dataclasses.replace(TUNE_WINDOWS, window_s=args.seconds / TUNE_WINDOWS.stable_windows)
-
-
 def _load_at(args: argparse.Namespace) -> Callable[[float], Load] | None:
     """With ``--trace``: the file's inter-arrival pattern, time-scaled to each rate asked for."""
     if not args.trace:
@@ -222,17 +221,11 @@ def measure_and_pick(
     def progress(text: str) -> None:
         console.print(f"  {text}")
 
-    windows = windows_from_args(args)
-
+    windows = dataclasses.replace(setup.windows, window_s=args.seconds / setup.windows.stable_windows)
     started = time.perf_counter()
-    session = ModelSession(
-        spec,
-        args.model,
-        grid.largest_batch,
-        setup.workdir,
-        engine,
-        windows,
-        keep_queue=args.keep_queue_policy,
+    keep = args.keep_queue_policy
+    session = setup.session(
+        spec, args.model, grid.largest_batch, setup.workdir, engine, windows, keep_queue=keep
     )
     shapes: list[ShapesOutcome] = []  # the shapes step of each answer, the last one's the answer's
 

@@ -75,7 +75,7 @@ def test_the_written_overlay_validates_and_builds(session: ModelSession, tmp_pat
 
 
 def test_make_tune_runs_end_to_end_and_its_numbers_add_up(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, quick_tuning: None
+    tmp_path: Path, quick_windows: MeasureSettings
 ) -> None:
     """``python -m perf tune … --rate`` as ``make tune RATE=…`` runs it, on a grid of four candidates:
     probe → predict → search → answer → verify on the server, the saved result, the report rendered from
@@ -92,7 +92,7 @@ def test_make_tune_runs_end_to_end_and_its_numbers_add_up(
         "tune", "--spec", str(SPEC), "--model", MODEL, "--p99-ms", f"{BUDGET_MS:g}", "--rate", "200",
         "--engine", "ours", "--seconds", "0.9", "--shortlist", "2", "--reports", str(tmp_path / "reports"),
     ])  # fmt: skip
-    setup = TuneSetup(quick_grid=TINY, workdir=tmp_path / "work", tuner=tune_and_keep)
+    setup = TuneSetup(quick_grid=TINY, workdir=tmp_path / "work", windows=quick_windows, tuner=tune_and_keep)
     try:
         code = command_tune(args, Console(quiet=True), setup=setup)
     except NothingMeetsError:

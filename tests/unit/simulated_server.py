@@ -12,10 +12,12 @@ the simulation formed, as the real server's and ``/proc/stat`` would.
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Callable
 
 import numpy as np
 
 from client.stats import BatchBucket, ModelStats
+from exporters.schema.models import ModelSpec, Spec
 from perf.measure.loads import Load, arrival_times
 from perf.measure.measurement import Measurement
 from perf.measure.noise import NoisePolicy
@@ -73,6 +75,23 @@ class SimulatedServer:
         self.policy = policy or NoisePolicy()
         self.current: BatcherConfig | None = None
         self.runs: list[Measurement] = []
+        self.base: ModelSpec | None = None  # the spec's model, as ``make tune`` hands it to a session
+
+    def __enter__(self) -> SimulatedServer:  # a session's context: nothing starts or stops
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        pass
+
+    def as_session(self) -> Callable[..., SimulatedServer]:
+        """``TuneSetup.session``: ``make tune`` gets this server in place of the real one, for the
+        model of the spec it asks a session for."""
+
+        def session(spec: Spec, model: str, *args: object, **kwargs: object) -> SimulatedServer:
+            self.base = spec.model(model)
+            return self
+
+        return session
 
     def prepare(self, config: BatcherConfig) -> None:
         self.current = config

@@ -7,6 +7,7 @@ from __future__ import annotations
 import io
 import json
 import os
+import sys
 from pathlib import Path
 
 import pytest
@@ -43,7 +44,7 @@ def test_a_reader_that_closes_stdout_is_not_an_unreachable_server(
     read_end, write_end = os.pipe()
     os.close(read_end)  # `| head` has read what it wanted and gone
     stdout = io.TextIOWrapper(os.fdopen(write_end, "wb"))
-    monkeypatch.setattr("sys.stdout", stdout)
+    monkeypatch.setattr(sys, "stdout", stdout)
     try:
         assert client_cli.main(["--url", "127.0.0.1:1", "health", "m"]) == 141
     finally:

@@ -73,16 +73,21 @@ def test_the_trimmed_pytriton_keeps_the_server_and_only_the_target_pythons_stub(
         carry.trim_pytriton(source, "3.9", out)
 
 
-def test_a_carry_over_the_travel_budget_names_its_largest_files(tmp_path: Path, monkeypatch) -> None:
+def test_a_carry_over_the_travel_budget_names_its_largest_files(tmp_path: Path) -> None:
     folder = tmp_path / "carry"
     (folder / "wheels").mkdir(parents=True)
     (folder / "wheels" / "big.whl").write_bytes(b"\0" * (3 << 20))
     (folder / "wheels" / "small.whl").write_bytes(b"\0" * 10)
-    monkeypatch.setattr(carry, "working_tree_bytes", lambda root: carry.TRAVEL_LIMIT - (4 << 20))
+    checkout = tmp_path / "checkout"  # a working tree whose one untracked file is sized as asked (sparse)
+    checkout.mkdir()
+    subprocess.run(["git", "init", "-q", str(checkout)], check=True)
+    with open(checkout / "data.bin", "wb") as tree_file:
+        tree_file.truncate(carry.TRAVEL_LIMIT - (4 << 20))
     with pytest.raises(carry.CarryError, match=r"(?s)leaves less than 2 MiB.*3\.0 MiB  wheels/big\.whl"):
-        carry.check_budget(folder, tmp_path)
-    monkeypatch.setattr(carry, "working_tree_bytes", lambda root: 1 << 20)
-    assert carry.check_budget(folder, tmp_path) == ((3 << 20) + 10, 1 << 20)
+        carry.check_budget(folder, checkout)
+    with open(checkout / "data.bin", "wb") as tree_file:
+        tree_file.truncate(1 << 20)
+    assert carry.check_budget(folder, checkout) == ((3 << 20) + 10, 1 << 20)
 
 
 def _run(code: str) -> str:

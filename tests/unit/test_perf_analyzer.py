@@ -39,8 +39,7 @@ def test_fake_or_broken_binaries_are_not_trusted(tmp_path, monkeypatch):
     fake = _script(tmp_path / "perf_analyzer", "echo hello\nexit 0")
     monkeypatch.setenv("PERF_ANALYZER", str(fake))
     monkeypatch.setenv("PATH", str(tmp_path))
-    monkeypatch.setattr("perf.perf_analyzer_install.installed_wrapper", lambda: tmp_path / "absent")
-    assert find_perf_analyzer() is None
+    assert find_perf_analyzer(prefix=tmp_path / "no-venv") is None  # none installed there either
 
 
 def test_a_binary_that_rejects_help_but_answers_version_is_found(tmp_path, monkeypatch):

@@ -5,23 +5,36 @@ test_plan_verdict hold that one). The tuning itself is replaced here; no server 
 
 from __future__ import annotations
 
+import dataclasses
 from pathlib import Path
 
 import pytest
 from rich.console import Console
+from simulated_server import SimulatedServer
 
-from perf.cli import main
+from perf.cli import PerfSetup, main
 from perf.errors import EXIT_INTERRUPTED, EXIT_RUNTIME, EXIT_USAGE, StudyError
-from perf.tune import cli as tune_cli
+from perf.tune.cli import TuneSetup
 
 SPEC = Path(__file__).resolve().parents[2] / "models.yaml"
 
 
+WIDE = PerfSetup(Console(width=400))  # a console wide enough that no line wraps
+
+
 @pytest.fixture
-def printed(monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture):
-    """What the CLI printed, as lines (a console wide enough that no line wraps)."""
-    monkeypatch.setattr("perf.cli.console", Console(width=400))
+def printed(capsys: pytest.CaptureFixture):
+    """What the CLI printed, as lines."""
     return lambda: [line.strip() for line in capsys.readouterr().out.splitlines() if line.strip()]
+
+
+def failing(error: BaseException) -> PerfSetup:
+    """``make tune`` whose tuning raises ``error`` (no server starts)."""
+
+    def tuner(*args: object, **kwargs: object) -> None:
+        raise error
+
+    return dataclasses.replace(WIDE, tune=TuneSetup(session=SimulatedServer({}).as_session(), tuner=tuner))
 
 
 def tune_args(reports: Path, spec: Path = SPEC) -> list[str]:
@@ -35,7 +48,7 @@ def test_a_spec_that_does_not_exist_exits_2_in_one_line_and_makes_no_report_fold
 ) -> None:
     missing, reports = tmp_path / "missing.yaml", tmp_path / "reports"
     args = [command, "--spec", str(missing), "--model", "m", "--p99-ms", "10", "--reports", str(reports)]
-    assert main(args) == EXIT_USAGE == 2
+    assert main(args, WIDE) == EXIT_USAGE == 2
     (line,) = printed()
     assert line.startswith(f"{command} failed: ") and str(missing) in line
     assert not reports.exists()
@@ -54,34 +67,23 @@ def test_a_model_the_spec_lacks_exits_2_and_makes_no_report_folder(tmp_path: Pat
         "--reports",
         str(reports),
     ]
-    assert main(args) == EXIT_USAGE
+    assert main(args, WIDE) == EXIT_USAGE
     (line,) = printed()
     assert "no_such_model" in line
     assert not reports.exists()
 
 
-def test_a_run_that_fails_exits_1_naming_the_error_and_what_was_measured(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, printed
-) -> None:
-    def fails(*args: object) -> None:
-        raise StudyError("the engine lost the server")
-
-    monkeypatch.setattr(tune_cli, "measure_and_pick", fails)
-    assert main(tune_args(tmp_path / "reports")) == EXIT_RUNTIME == 1
+def test_a_run_that_fails_exits_1_naming_the_error_and_what_was_measured(tmp_path: Path, printed) -> None:
+    lost = failing(StudyError("the engine lost the server"))
+    assert main(tune_args(tmp_path / "reports"), lost) == EXIT_RUNTIME == 1
     lines = printed()
     assert lines[-2] == "tune failed: the engine lost the server"
     (folder,) = (tmp_path / "reports").iterdir()
     assert lines[-1] == f"what was measured before it: {folder / 'partial.md'}"
 
 
-def test_ctrl_c_exits_130_saying_the_server_was_stopped(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, printed
-) -> None:
-    def interrupted(*args: object) -> None:
-        raise KeyboardInterrupt
-
-    monkeypatch.setattr(tune_cli, "measure_and_pick", interrupted)
-    assert main(tune_args(tmp_path / "reports")) == EXIT_INTERRUPTED == 130
+def test_ctrl_c_exits_130_saying_the_server_was_stopped(tmp_path: Path, printed) -> None:
+    assert main(tune_args(tmp_path / "reports"), failing(KeyboardInterrupt())) == EXIT_INTERRUPTED == 130
     assert printed()[-1] == "interrupted; the server was stopped"
 
 

@@ -14,6 +14,7 @@ from tritonclient.grpc import model_config_pb2
 
 from exporters.configs.model_config import read_config
 from exporters.errors import ExportCheckError, StageExportError
+from exporters.pipelines import build as pipeline_build
 from exporters.pipelines.build import build_pipelines, make_stages
 from exporters.pipelines.record import PipelineRecord
 from exporters.pipelines.stages import Stage, check_stages, export_stage
@@ -169,7 +170,7 @@ def test_a_failed_build_leaves_nothing_half_built(spec: Spec, tmp_path: Path, mo
     def broken_load(stage, path):
         raise StageExportError(f"stage {stage.name}: does not load back")
 
-    monkeypatch.setattr("exporters.pipelines.build.load_stage", broken_load)
+    monkeypatch.setattr(pipeline_build, "load_stage", broken_load)
     with pytest.raises(StageExportError, match="cls_stage0"):
         build_pipelines(spec, tmp_path, num_gpus=0, only=["cls"])
     assert sorted(p.relative_to(tmp_path).as_posix() for p in tmp_path.rglob("*")) == [

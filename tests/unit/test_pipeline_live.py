@@ -11,6 +11,7 @@ import onnx
 import pytest
 
 from exporters.errors import ExportCheckError, SpecError
+from exporters.pipelines import live
 from exporters.pipelines.build import build_pipelines
 from exporters.pipelines.live import publish_dense_version
 from exporters.schema.models import parse_spec
@@ -31,7 +32,7 @@ def test_a_failed_publish_leaves_no_version_and_a_retry_succeeds(
         raise ExportCheckError("rec_dense v2: does not match torch")
 
     with monkeypatch.context() as patch:
-        patch.setattr("exporters.pipelines.live.check_stages", mismatch)
+        patch.setattr(live, "check_stages", mismatch)
         with pytest.raises(ExportCheckError, match="rec_dense v2"):
             publish_dense_version(pipeline, model, tmp_path, version=2, seed=7)
     assert sorted(p.name for p in (tmp_path / "rec_dense").iterdir()) == ["1", "config.pbtxt"]

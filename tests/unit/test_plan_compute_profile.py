@@ -8,18 +8,20 @@ from __future__ import annotations
 import dataclasses
 import json
 import re
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
 from rich.console import Console
 from test_plan_placement import profile
 
-from perf.cli import main
+from perf.cli import PerfSetup, main
 from perf.errors import EXIT_USAGE, OptionError
-from perf.plan import cli as plan_cli
+from perf.plan.cli import THE_SETUP, PlanSetup
 from perf.plan.compute_profile import compute_origin, read_compute_profile
 from perf.plan.document import PlanDocument
 from perf.plan.profile import with_recorded
+from perf.plan.topology import Topology
 from perf.saved import load_document
 
 FIXTURES = Path(__file__).resolve().parents[1] / "data" / "compute_profile"
@@ -116,7 +118,9 @@ def test_the_origin_names_where_the_compute_was_measured_against_the_gpus_planne
     )
 
 
-def planned(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, *extra: str) -> tuple[int, PlanDocument | None]:
+def planned(
+    tmp_path: Path, *extra: str, live_topology: Callable[[], Topology | None] = THE_SETUP.live_topology
+) -> tuple[int, PlanDocument | None]:
     """``make plan`` on a recorded topology, the variants' build and timing replaced by fixed figures
     (the recorded profile applied to them as the real profile does)."""
 
@@ -127,20 +131,19 @@ def planned(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, *extra: str) -> tup
         whole, source = with_recorded(fixed.whole, recorded.of(model, "--compute-profile"), recorded)
         return dataclasses.replace(fixed, whole=whole, compute_source=source)
 
-    monkeypatch.setattr(plan_cli, "measure_profile", measured)
-    monkeypatch.setattr("perf.cli.console", Console(width=300))
+    setup = PlanSetup(live_topology=live_topology, measure_profile=measured)
     reports = tmp_path / "reports"
     argv = ["plan", "--model", "recommender", "--p99-ms", "10", "--no-split", "--instances", "1",
             "--delays-us", "0", "--predict-s", "0.5", "--reports", str(reports), *extra]  # fmt: skip
-    code = main(argv)
+    code = main(argv, PerfSetup(Console(width=300), plan=setup))
     folders = list(reports.glob("*-plan")) if reports.exists() else []
     return code, load_document(folders[0] / "plan.json", PlanDocument) if folders and code == 0 else None
 
 
 def test_a_gpu_plan_without_a_profile_says_its_rate_comes_from_this_hosts_cpu(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture
+    tmp_path: Path, capsys: pytest.CaptureFixture
 ) -> None:
-    code, saved = planned(tmp_path, monkeypatch, "--topology", "a6000x4-pcie")
+    code, saved = planned(tmp_path, "--topology", "a6000x4-pcie")
     assert code == 0 and saved is not None and saved.measured_rate is None
     report = (next((tmp_path / "reports").glob("*-plan")) / "report.md").read_text()
     headline = next(line for line in report.splitlines() if line.startswith("Chosen: "))
@@ -153,13 +156,9 @@ def test_a_gpu_plan_without_a_profile_says_its_rate_comes_from_this_hosts_cpu(
     )
 
 
-def test_a_gpu_plan_with_a_recorded_profile_predicts_from_it_and_says_so(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    _, cpu = planned(tmp_path / "cpu", monkeypatch, "--topology", "hgx-h200")
-    code, gpu = planned(
-        tmp_path / "gpu", monkeypatch, "--topology", "hgx-h200", "--compute-profile", str(WHOLE_FILE)
-    )
+def test_a_gpu_plan_with_a_recorded_profile_predicts_from_it_and_says_so(tmp_path: Path) -> None:
+    _, cpu = planned(tmp_path / "cpu", "--topology", "hgx-h200")
+    code, gpu = planned(tmp_path / "gpu", "--topology", "hgx-h200", "--compute-profile", str(WHOLE_FILE))
     assert code == 0 and gpu is not None and cpu is not None
     assert gpu.compute_origin == "from the compute profile recorded on NVIDIA H200"
     assert gpu.compute_source.startswith("the compute profile recorded on NVIDIA H200")
@@ -179,13 +178,12 @@ def test_a_profile_that_cannot_be_used_is_a_usage_error_before_any_report_folder
     extra: list[str],
     said: str,
     tmp_path: Path,
-    monkeypatch: pytest.MonkeyPatch,
     capsys: pytest.CaptureFixture,
 ) -> None:
-    if not extra:  # this host's CPU, with a GPU's profile
-        monkeypatch.setattr(plan_cli, "live_topology", lambda: None)
-        extra = ["--compute-profile", str(WHOLE_FILE)]
-    code, _ = planned(tmp_path, monkeypatch, *extra)
+    here = THE_SETUP.live_topology
+    if not extra:  # this host's CPU (no GPU here), with a GPU's profile
+        extra, here = ["--compute-profile", str(WHOLE_FILE)], lambda: None
+    code, _ = planned(tmp_path, *extra, live_topology=here)
     assert code == EXIT_USAGE == 2
     printed = capsys.readouterr()
     assert said in printed.out + printed.err

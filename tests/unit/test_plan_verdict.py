@@ -16,6 +16,7 @@ import pytest
 from rich.console import Console
 from test_plan_placement import NARROW, profile
 
+from perf.cli import PerfSetup, main
 from perf.errors import EXIT_NOTHING_MEETS, NothingMeetsError
 from perf.model.batcher import BatcherConfig
 from perf.plan import cli as plan_cli
@@ -176,19 +177,21 @@ def test_every_strategy_predicted_over_the_budget_with_nothing_measured_is_the_p
 
 @pytest.mark.parametrize("where", ["predicted", "verified"])
 def test_make_plan_exits_3_and_writes_no_planned_spec_when_nothing_meets(
-    where: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture
+    where: str, tmp_path: Path, capsys: pytest.CaptureFixture
 ) -> None:
-    """``python -m perf plan`` as ``make plan`` runs it on this CPU, the profile and the server replaced
-    by fixed figures and a scripted session over the budget at every rate: exit 3, the one line, no
-    overlay or planned spec."""
-    monkeypatch.setattr(plan_cli, "measure_profile", lambda *args, **kwargs: profile())
-    monkeypatch.setattr(plan_cli, "_topology", lambda args: (cpu_topology(), True))
+    """``python -m perf plan`` as ``make plan`` runs it on this CPU (a host without GPUs), the profile
+    and the server replaced by fixed figures and a scripted session over the budget at every rate: exit
+    3, the one line, no overlay or planned spec."""
     budget = "0.01" if where == "predicted" else "10"
     session = ScriptedSession(0.0, serves=0.0)
-    monkeypatch.setattr(plan_cli, "real_server", lambda *args: lambda strategy: (session, None))
-    monkeypatch.setattr("perf.cli.console", Console(width=300))
+    setup = plan_cli.PlanSetup(
+        live_topology=lambda: None,
+        measure_profile=lambda *args, **kwargs: profile(),
+        real_server=lambda *args: lambda strategy: (session, None),
+    )
     reports = tmp_path / "reports"
-    code = plan_cli_main(["--p99-ms", budget, "--reports", str(reports), "--workdir", str(tmp_path / "w")])
+    argv = ["--p99-ms", budget, "--reports", str(reports), "--workdir", str(tmp_path / "w")]
+    code = plan_cli_main(argv, PerfSetup(Console(width=300), plan=setup))
     assert code == EXIT_NOTHING_MEETS == 3
     printed = capsys.readouterr().out
     assert f"nothing meets p99 <= {budget} ms" in printed
@@ -199,10 +202,8 @@ def test_make_plan_exits_3_and_writes_no_planned_spec_when_nothing_meets(
         assert session.rates  # the search ran on the server before the verdict
 
 
-def plan_cli_main(extra: list[str]) -> int:
-    from perf.cli import main
-
-    return main(["plan", "--model", "recommender", "--probe-runs", "0", "--verify", "2", *extra])
+def plan_cli_main(extra: list[str], setup: PerfSetup) -> int:
+    return main(["plan", "--model", "recommender", "--probe-runs", "0", "--verify", "2", *extra], setup)
 
 
 class NearlyHolding(ScriptedSession):

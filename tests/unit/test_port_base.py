@@ -9,11 +9,15 @@ import argparse
 import socket
 from collections.abc import Iterator
 from pathlib import Path
+from typing import NoReturn
 
 import pytest
 
 import soak.__main__ as soak_main
 from perf import cli as perf_cli
+from perf.errors import EXIT_RUNTIME, StudyError
+from perf.plan.cli import PlanSetup
+from perf.tune.cli import TuneSetup
 from server import ports
 from server.install import ServerError
 from server.launcher import ServerOptions, TritonServer
@@ -97,31 +101,43 @@ def test_the_base_is_checked_where_it_is_given() -> None:
         perf_cli.parser().parse_args(["tune", "--port-base", "80"])
 
 
+class PortProbe:
+    """Where a tool would start its first server: the port base in force then, recorded; then it stops
+    the tool (``StudyError``: exit status 1) before anything is built or served."""
+
+    name, title, serves_spec = "probe", "probe study", False
+
+    def __init__(self) -> None:
+        self.seen: list[int | None] = []
+
+    def __call__(self, *args: object, **kwargs: object) -> NoReturn:
+        self.seen.append(ports.port_base())
+        raise StudyError("stopped where the first server would start")
+
+    def steps(self, profile: object) -> int:
+        return 1
+
+    def run(self, context: object) -> NoReturn:
+        self(context)
+
+
 @pytest.mark.parametrize("command", ["run", "tune", "plan", "soak"])
-def test_each_tool_hands_its_port_base_to_the_servers_it_starts(
-    command: str, monkeypatch: pytest.MonkeyPatch
-) -> None:
+def test_each_tool_hands_its_port_base_to_the_servers_it_starts(command: str, tmp_path: Path) -> None:
     """``python -m perf run|tune|plan`` and ``python -m soak`` with ``--port-base``: the base is in force
-    when the tool starts its servers (the tool itself replaced by a probe of the setting)."""
-    seen: list[int | None] = []
-
-    def started(*args, **kwargs) -> int:
-        seen.append(ports.port_base())
-        return 0
-
-    monkeypatch.setattr(perf_cli, "command_run", started)
-    monkeypatch.setattr(perf_cli, "command_tune", started)
-    monkeypatch.setattr(perf_cli, "command_plan", started)
-    monkeypatch.setattr(soak_main, "run_soak", lambda *args: type("R", (), {"passed": True, "text": str})())
-    monkeypatch.setattr(ports, "reserve", lambda: seen.append(ports.port_base()))
+    when the tool starts its first server (its setup's first step replaced by a probe of the setting)."""
+    probe = PortProbe()
+    setup = perf_cli.PerfSetup(
+        studies=lambda: [probe], tune=TuneSetup(session=probe), plan=PlanSetup(measure_profile=probe)
+    )
     try:
         if command == "soak":
-            soak_main.main(["--duration", "1", "--port-base", "9450"])
-            seen.append(ports.port_base())
+            with pytest.raises(StudyError):
+                soak_main.main(["--duration", "1", "--port-base", "9450"], run=probe)
         else:
-            required = {"run": [], "tune": ["--model", "recommender", "--p99-ms", "10"]}
-            required["plan"] = required["tune"]
-            perf_cli.main([command, *required[command], "--port-base", "9450"])
-        assert seen and seen[-1] == 9450
+            required = {"run": [], "tune": ["--model", "recommender", "--p99-ms", "10", "--engine", "ours"]}
+            required["plan"] = ["--model", "recommender", "--p99-ms", "10", "--probe-runs", "0"]
+            argv = [command, *required[command], "--port-base", "9450", "--reports", str(tmp_path)]
+            assert perf_cli.main(argv, setup) == EXIT_RUNTIME
+        assert probe.seen == [9450]
     finally:
         ports.use_port_base(None)

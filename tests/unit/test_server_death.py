@@ -11,15 +11,16 @@ from pathlib import Path
 
 import pytest
 from rich.console import Console
+from simulated_server import SimulatedServer
 
 from exporters.resolve import load_spec
-from perf.cli import main
+from perf.cli import PerfSetup, main
 from perf.errors import EXIT_RUNTIME, ServerDiedError
 from perf.measure.engine import OurEngine
 from perf.measure.loads import poisson
 from perf.model.batcher import BatcherConfig
 from perf.session.model import ModelSession, keep_dead_server_log
-from perf.tune import cli as tune_cli
+from perf.tune.cli import TuneSetup
 
 SPEC = Path(__file__).resolve().parents[2] / "models.yaml"
 CRASH_LINE = "Signal (11) received."
@@ -90,21 +91,20 @@ def test_a_run_that_fails_while_the_server_lives_is_its_own_error(session: Model
 
 
 def test_make_tune_exits_1_saying_the_server_died_and_keeps_its_log(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture
+    tmp_path: Path, capsys: pytest.CaptureFixture
 ) -> None:
     log = tmp_path / "work" / "server.log"
     log.parent.mkdir()
     log.write_text(f"{CRASH_LINE}\n")
 
-    def dies(args, spec, folder, console, beside=None, setup=None):
+    def dies(*args: object, **kwargs: object) -> None:
         raise ServerDiedError("tritonserver died during probe max 8, 0 ms ×1 @ 50/s: killed by SIGSEGV",
                               "killed by SIGSEGV", str(log))  # fmt: skip
 
-    monkeypatch.setattr(tune_cli, "measure_and_pick", dies)
-    monkeypatch.setattr("perf.cli.console", Console(width=300))
+    setup = TuneSetup(session=SimulatedServer({}).as_session(), tuner=dies)
     reports = tmp_path / "reports"
     argv = ["tune", "--model", "recommender", "--p99-ms", "1", "--engine", "ours", "--reports", str(reports)]
-    assert main(argv) == EXIT_RUNTIME == 1
+    assert main(argv, PerfSetup(Console(width=300), tune=setup)) == EXIT_RUNTIME == 1
     (folder,) = reports.iterdir()
     printed = capsys.readouterr().out
     assert "tritonserver died during probe" in printed and "killed by SIGSEGV" in printed

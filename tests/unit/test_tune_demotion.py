@@ -15,14 +15,14 @@ from rich.console import Console
 from scripted_server import OVER, ScriptedServer
 from test_tune_pick import BUDGET_MS, GRID, LINEAR
 
-from perf.cli import main
+from perf.cli import PerfSetup, main
 from perf.errors import EXIT_NOTHING_MEETS, NothingMeetsError
 from perf.measure.loads import poisson
 from perf.model.batcher import BatcherConfig
 from perf.session.probe import ProbePlan
 from perf.session.search import Verdict, at_rung, rung
-from perf.tune import cli as tune_cli
 from perf.tune import tuner
+from perf.tune.cli import TuneSetup
 from perf.tune.tuner import TuneRequest, tune
 
 FAMILIES = {(2, 8): 2000.0, (1, 8): 1500.0, (2, 32): 1200.0, (1, 32): 1000.0}
@@ -136,21 +136,17 @@ def test_where_no_point_holds_the_verdict_is_one_line_naming_the_closest_run_ove
 
 
 def test_make_tune_exits_3_and_writes_no_tuned_spec_when_nothing_meets(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture
+    tmp_path: Path, capsys: pytest.CaptureFixture
 ) -> None:
-    """``python -m perf tune`` as ``make tune`` runs it, the tuning itself replaced by the scripted
-    server's verdict (no real server here): exit 3, the one line printed, no spec written as answer."""
-
-    def nothing_meets(args, spec, folder, console, beside=None, setup=None):
-        server = ScriptedServer(LINEAR, BUDGET_MS, lambda config: 0.5, seed=1)
-        with tune_cli.partial_on_failure(folder, "Tuning recommender", server):
-            tuned(server)
-
-    monkeypatch.setattr(tune_cli, "measure_and_pick", nothing_meets)
-    monkeypatch.setattr("perf.cli.console", Console(width=300))
+    """``python -m perf tune`` as ``make tune`` runs it, on the scripted server in place of the real one
+    (every configuration over the budget at every rate): exit 3, the one line printed, no spec written
+    as answer."""
+    server = ScriptedServer(LINEAR, BUDGET_MS, lambda config: 0.5, seed=1)
+    setup = TuneSetup(session=server.as_session(), tuner=lambda session, request, **kwargs: tuned(session))
     reports = tmp_path / "reports"
     code = main(
-        ["tune", "--model", "recommender", "--p99-ms", "10", "--engine", "ours", "--reports", str(reports)]
+        ["tune", "--model", "recommender", "--p99-ms", "10", "--engine", "ours", "--reports", str(reports)],
+        PerfSetup(Console(width=300), tune=setup),
     )
     assert code == EXIT_NOTHING_MEETS == 3
     printed = capsys.readouterr().out
@@ -158,7 +154,8 @@ def test_make_tune_exits_3_and_writes_no_tuned_spec_when_nothing_meets(
     (folder,) = reports.iterdir()
     assert not (folder / "spec.tuned.yaml").exists() and not (folder / "overlay.yaml").exists()
     partial = (folder / "partial.md").read_text()
-    assert partial.startswith("# Tuning recommender: no answer") and "Nothing below is an answer" in partial
+    assert partial.startswith("# Tuning recommender for p99 ≤ 10 ms: no answer")
+    assert "Nothing below is an answer" in partial
 
 
 def test_make_tune_exits_2_on_a_spec_it_cannot_read(tmp_path: Path) -> None:
