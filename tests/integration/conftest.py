@@ -43,7 +43,7 @@ SLOW_TEXT = "text_embedding_slow"
 ReuseExports = Callable[[Path, Mapping[str, str]], None]
 # The tuner's windows in tests: a short warm-up and never more than the three windows that count.
 # One run per measurement: on these VMs most runs see some steal, and measuring each again doubles a
-# tuner test. The policy's second run is tested on the simulated server (tests/unit/test_tune_pick.py).
+# tuner test. The policy's second run is tested on the simulated server (tests/unit/perf/tune/test_tuner.py).
 QUICK_WINDOWS = dataclasses.replace(
     TUNE_WINDOWS, warmup_s=0.2, max_windows=TUNE_WINDOWS.stable_windows, remeasure_stolen=False
 )

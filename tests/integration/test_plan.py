@@ -4,7 +4,8 @@ a recorded GPU machine (placement, headroom flags, the overlay), through the com
 Nothing here holds a rate, a p99 or a memory figure to a number, nor whether a loaded host lets the
 budget be met: on this CPU ``make plan`` must answer with a point a run held the budget at or say
 nothing meets naming a run over it (``outcomes``). The planner's choices are checked where the truth is
-known, on hand-built profiles (tests/unit/test_plan_placement.py, tests/unit/test_plan_tandem.py)."""
+known, on hand-built profiles (tests/unit/perf/plan/test_placement.py,
+tests/unit/perf/model/test_tandem.py)."""
 
 from __future__ import annotations
 

@@ -5,8 +5,8 @@ waits out the replaced instances.
 Nothing here holds a latency, a throughput or a prediction to a figure, nor whether a loaded host lets
 the budget be met: ``make tune`` must answer with a point a run held the budget at or say nothing meets
 naming a run over it (``outcomes``). The tuner's pick is checked where the truth is known, against a
-simulated server (tests/unit/test_tune_pick.py), and its outcome on a scripted one
-(tests/unit/test_tune_demotion.py)."""
+simulated server (tests/unit/perf/tune/test_tuner.py), and its outcome on a scripted one
+(tests/unit/perf/tune/test_tuner_evidence.py)."""
 
 from __future__ import annotations
 

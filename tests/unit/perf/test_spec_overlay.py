@@ -12,9 +12,7 @@ import yaml
 from exporters.errors import SpecError
 from exporters.repository import build_repository
 from exporters.resolve import load_spec
-from perf.measure.loads import arrival_times
 from perf.model.batcher import BatcherConfig
-from perf.model.grid import Grid, neighbours
 from perf.spec_overlay import apply_overlay, config_json, write_overlay
 
 SPEC = Path(__file__).resolve().parents[3] / "models.yaml"
@@ -70,34 +68,6 @@ def test_the_config_override_is_triton_json_with_the_candidate() -> None:
     assert config["dynamicBatching"]["maxQueueDelayMicroseconds"] == "1500"
     assert config["instanceGroup"][0]["count"] == 2
     assert "defaultQueuePolicy" not in config["dynamicBatching"]
-
-
-def test_the_grid_leaves_out_delays_the_budget_cannot_hold() -> None:
-    grid = Grid(delays_us=(0, 1000, 5000), max_batches=(8,), instances=(1,))
-    delays = {c.max_queue_delay_us for c in grid.candidates(budget_ms=4)}
-    assert delays == {0, 1000}
-    assert BatcherConfig(1) in grid.candidates(budget_ms=4)
-    assert {c.max_queue_delay_us for c in neighbours(BatcherConfig(8, 1000), grid)} == {0, 5000}
-
-
-def test_tune_options_are_checked_before_any_measurement(tmp_path: Path) -> None:
-    from perf.cli import parser
-    from perf.tune.cli import _load_at, usage_errors
-
-    def errors(*argv: str) -> str | None:
-        return usage_errors(parser().parse_args(["tune", *argv]))
-
-    assert "--model and --p99-ms" in errors("--model", "recommender")
-    assert "--p99-ms must be > 0" in errors("--model", "m", "--p99-ms", "0")
-    assert "--rate must be > 0" in errors("--model", "m", "--p99-ms", "5", "--rate", "-1")
-    assert "no such file" in errors("--model", "m", "--p99-ms", "5", "--trace", str(tmp_path / "none"))
-    assert "--seconds must be > 0" in errors("--model", "m", "--p99-ms", "5", "--seconds", "0")
-    assert "--shortlist must be >= 0" in errors("--model", "m", "--p99-ms", "5", "--shortlist", "-1")
-    assert errors("--model", "m", "--p99-ms", "5", "--engine", "ours") is None
-    trace = tmp_path / "trace.txt"
-    trace.write_text("0.01\n0.03\n")  # 50/s as recorded
-    load_at = _load_at(parser().parse_args(["tune", "--trace", str(trace)]))
-    assert arrival_times(load_at(100.0), 1.0)[:2].tolist() == pytest.approx([0.005, 0.02])  # time ×0.5
 
 
 def test_the_tuned_spec_of_an_outside_spec_with_relative_paths_builds_from_anywhere(

@@ -1,6 +1,10 @@
-"""The batching invariants of python_backend/batching.py, without a server."""
+"""The batching core of ``python_backend/batching.py`` without a server: its invariants, and its input
+guards (non-finite floats and ids outside their range named, on numpy and torch alike, failing only the
+culprit; inputs that share a named axis must agree)."""
 
 from __future__ import annotations
+
+from types import SimpleNamespace
 
 import numpy as np
 import pytest
@@ -11,8 +15,10 @@ from python_backend.batching import (
     InvalidInputError,
     ModelRunError,
     TensorInfo,
+    check_shared_axes,
     pad_concatenate,
     run_batched,
+    shared_axes,
     validate,
 )
 
@@ -202,3 +208,53 @@ def test_torch_batch_with_a_culprit_in_the_middle() -> None:
     results = run_batched(requests, [info], lambda b: {"w": b["v"] * 2}, concatenate=torch.cat)
     assert "input 'v' holds 1 non-finite" in str(results[1])
     assert results[0]["w"].tolist() == [[2.0], [2.0]] and results[2]["w"].tolist() == [[6.0]]
+
+
+DENSE = TensorInfo("dense", np.dtype(np.float32), (3,), finite=True)
+
+
+IDS = TensorInfo("ids", np.dtype(np.int64), (2,), bounds=(0, 10))
+
+
+def test_non_finite_floats_and_ids_outside_the_range_are_named() -> None:
+    good = {"dense": np.zeros((2, 3), np.float32), "ids": np.ones((2, 2), np.int64)}
+    assert validate(good, [DENSE, IDS]) == 2
+    with pytest.raises(InvalidInputError, match=r"input 'dense' holds 2 non-finite value\(s\)"):
+        validate({**good, "dense": np.array([[np.nan, 0, np.inf], [0, 0, 0]], np.float32)}, [DENSE, IDS])
+    with pytest.raises(
+        InvalidInputError, match=r"input 'ids' holds -1, outside its declared range \[0, 10\)"
+    ):
+        validate({**good, "ids": np.array([[1, -1], [2, 3]])}, [DENSE, IDS])
+    with pytest.raises(InvalidInputError, match=r"holds 10, outside"):
+        validate({**good, "ids": np.array([[1, 10], [2, 3]])}, [DENSE, IDS])
+    unguarded = TensorInfo("dense", np.dtype(np.float32), (3,))
+    assert validate({"dense": np.full((1, 3), np.nan, np.float32)}, [unguarded]) == 1
+
+
+def test_guards_work_on_torch_tensors_and_fail_only_the_culprit() -> None:
+    info = TensorInfo("ids", torch.int64, (2,), bounds=(0, 10))
+    requests = [{"ids": torch.ones(1, 2, dtype=torch.int64)}, {"ids": torch.tensor([[1, -3]])}]
+    results = run_batched(requests, [info], lambda batch: {"out": batch["ids"] * 2}, concatenate=torch.cat)
+    assert torch.equal(results[0]["out"], torch.full((1, 2), 2))
+    assert isinstance(results[1], InvalidInputError) and "holds -3" in str(results[1])
+    finite = TensorInfo("x", torch.float32, (1,), finite=True)
+    with pytest.raises(InvalidInputError, match="non-finite"):
+        validate({"x": torch.tensor([[float("inf")]])}, [finite])
+
+
+def test_inputs_sharing_a_named_axis_must_agree() -> None:
+    """The text encoder's ``input_ids`` and ``attention_mask`` share ONNX axis ``sequence``: a direct
+    request with 2 ids and 3 mask values is the client's fault (onnxruntime alone: a 500)."""
+    inputs = [SimpleNamespace(name=n, shape=["batch", "sequence"]) for n in ("input_ids", "attention_mask")]
+    inputs.append(SimpleNamespace(name="dense", shape=["batch", 13]))
+    axes = shared_axes(inputs)
+    assert axes == {
+        "batch": [("input_ids", 0), ("attention_mask", 0), ("dense", 0)],
+        "sequence": [("input_ids", 1), ("attention_mask", 1)],
+    }
+    good = {"input_ids": np.zeros((1, 2)), "attention_mask": np.zeros((1, 2)), "dense": np.zeros((1, 13))}
+    check_shared_axes(good, axes)
+    with pytest.raises(
+        InvalidInputError, match="agree on axis 'sequence': 'attention_mask' 3, 'input_ids' 2"
+    ):
+        check_shared_axes({**good, "attention_mask": np.zeros((1, 3))}, axes)

@@ -8,6 +8,7 @@ import dataclasses
 import os
 import signal
 import socket
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -176,3 +177,34 @@ def test_only_the_stub_lock_abort_earns_a_second_start() -> None:
     assert not starved_stub_abort(1, "E1203 failed to load 'recommender': no such file\n")
     assert not starved_stub_abort(-signal.SIGABRT, "terminate called after throwing 'std::bad_alloc'\n")
     assert not starved_stub_abort(None, abort)  # still running: a timeout, not a death
+
+
+def test_launcher_hides_triton_behind_the_fronts(tmp_path: Path) -> None:
+    options = ServerOptions(repository=tmp_path, http_front=True, grpc_front=True, workdir=tmp_path / "w")
+    server = TritonServer(options)
+    assert server.triton_http_port != server.http_port
+    assert server.triton_http_url == f"127.0.0.1:{server.triton_http_port}"
+    assert server.triton_grpc_url == f"127.0.0.1:{server.triton_grpc_port}" != server.grpc_url
+    command = server.command()
+    assert f"--grpc-port={server.triton_grpc_port}" in command and "--grpc-address=127.0.0.1" in command
+    # Triton's own ports answer inference only to what the fronts pass on, and shared memory only to
+    # the operator: the fronts serve it from their own table (Triton never maps a client's file)
+    key = server.admin_key
+    operator = f"model-repository,trace,logging,shared-memory:triton-admin-key={key}"
+    for flag in ("--http-restricted-api", "--grpc-restricted-protocol"):
+        assert f"{flag}=inference:triton-front-key={key}" in command
+        assert f"{flag}={operator}" in command
+    trusted = TritonServer(replace(options, trusted_shared_memory=True, workdir=tmp_path / "t"))
+    assert f"--http-restricted-api=inference,shared-memory:triton-front-key={trusted.admin_key}" in (
+        trusted.command()
+    )
+    # without fronts: an in-process server's client is its own process (trusted, open on loopback)...
+    plain = TritonServer(ServerOptions(repository=tmp_path, workdir=tmp_path / "p"))
+    assert plain.triton_http_url == plain.http_url and plain.triton_grpc_url == plain.grpc_url
+    assert not any("shared-memory" in arg for arg in plain.command())
+    # ...unless told otherwise (`python -m server start --no-http-front`, the container): the operator's
+    keyed = TritonServer(
+        ServerOptions(repository=tmp_path, workdir=tmp_path / "k", trusted_shared_memory=False)
+    )
+    restricted = f"model-repository,trace,logging,shared-memory:triton-admin-key={keyed.admin_key}"
+    assert f"--http-restricted-api={restricted}" in keyed.command()

@@ -68,35 +68,6 @@ def test_an_export_without_its_experiment_is_an_error(tmp_path: Path) -> None:
         Export.read(empty)
 
 
-def test_engine_perf_analyzer_needs_perf_analyzer() -> None:
-    from perf.cli import parser
-    from perf.tune.cli import TuneSetup, usage_errors
-
-    absent = TuneSetup(perf_analyzer=lambda: None)
-    args = parser().parse_args(
-        ["tune", "--model", "recommender", "--p99-ms", "10", "--engine", "perf_analyzer"]
-    )
-    error = usage_errors(args, absent)
-    assert error is not None and "make perf-analyzer" in error
-    assert usage_errors(args, TuneSetup(perf_analyzer=lambda: Path("/opt/perf_analyzer"))) is None
-    default = parser().parse_args(["tune", "--model", "recommender", "--p99-ms", "10"])
-    assert default.engine == "auto" and usage_errors(default, absent) is None
-
-
-def test_engine_auto_takes_perf_analyzer_where_installed() -> None:
-    from perf.cli import parser
-    from perf.tune.cli import TuneSetup, engine_name
-
-    here, absent = (
-        TuneSetup(perf_analyzer=lambda: Path("/opt/perf_analyzer")),
-        TuneSetup(perf_analyzer=lambda: None),
-    )
-    auto = parser().parse_args(["tune", "--model", "recommender", "--p99-ms", "10"])
-    assert engine_name(auto, here) == "perf_analyzer" and engine_name(auto, absent) == "ours"
-    explicit = parser().parse_args(["tune", "--model", "recommender", "--p99-ms", "10", "--engine", "ours"])
-    assert engine_name(explicit, here) == "ours"
-
-
 def test_fp16_inputs_go_to_perf_analyzer_as_raw_bytes(tmp_path: Path) -> None:
     import base64
 

@@ -1,5 +1,6 @@
 """The tuner's steps around the one measured search (``perf.session.search``, tested on its own in
-``test_measured_search``): which candidates the shortlist searches, and the verification's points."""
+``tests/unit/perf/session/test_search.py``): which candidates the shortlist searches, and the
+verification's points."""
 
 from __future__ import annotations
 
