@@ -1,4 +1,6 @@
-"""``python -m perf run`` (``make perf``) and ``python -m perf analyzer`` (``make perf-analyzer``).
+"""``python -m perf``: ``run`` (``make perf``), ``analyzer`` (``make perf-analyzer``), and where the
+exit status of ``tune``, ``plan`` and ``witness`` is decided (their options and runs are
+``perf.tune.cli``'s, ``perf.plan.cli``'s and ``perf.bench.witness``').
 
 Options default to the profile's values; environment variables ``PERF_MODELS``, ``PERF_MODES``,
 ``PERF_CONCURRENCY``, ``PERF_GOAL_CONCURRENCY``, ``PERF_PROTOCOL``, ``PERF_SHM``, ``PERF_WINDOW``,
@@ -25,6 +27,7 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 from rich.table import Table
 
 from exporters.errors import SpecError
+from perf.bench.witness import add_parser as add_witness_parser
 from perf.bench.witness import command_witness
 from perf.errors import (
     EXIT_INTERRUPTED,
@@ -53,10 +56,6 @@ from perf.tune.cli import add_parser as add_tune_parser
 from perf.tune.cli import usage_errors as tune_usage_errors
 from server.ports import add_port_base_option, use_port_base
 
-# ``python -m perf <tool> …``: a tool beside the tuner, run alone with its own options.
-TOOLS: dict[str, tuple[Callable[[list[str] | None], int], str]] = {
-    "witness": (command_witness, "perf_analyzer and our client side by side on one configuration"),
-}
 WORKDIR = Path(".run/perf")
 
 
@@ -113,8 +112,7 @@ def parser() -> argparse.ArgumentParser:
     commands.add_parser("analyzer", help="cross-check with perf_analyzer where a working binary exists")
     add_tune_parser(commands)
     add_plan_parser(commands)
-    for name, (_, text) in TOOLS.items():  # their own parsers take the rest (``--help`` lists it)
-        commands.add_parser(name, help=text, add_help=False)
+    add_witness_parser(commands)
     return top
 
 
@@ -263,11 +261,7 @@ def main(argv: list[str] | None = None, setup: PerfSetup | None = None) -> int:
     status: a usage or spec error 2 (one line; argparse's own too), nothing meeting the budget 3 (the
     verdict's line), a runtime failure 1, Ctrl-C or SIGTERM 130 (the server was stopped)."""
     top = parser()
-    args, rest = top.parse_known_args(argv)
-    if args.command in TOOLS:  # their own options, parsed by their own parser
-        return TOOLS[args.command][0](rest)
-    if rest:
-        top.error(f"unrecognized arguments: {' '.join(rest)}")
+    args = top.parse_args(argv)
     setup = setup or PerfSetup()
     console = setup.console
     use_port_base(getattr(args, "port_base", None))  # every server this run starts (server.ports)
@@ -309,6 +303,9 @@ def run_command(top: argparse.ArgumentParser, args: argparse.Namespace, setup: P
     if args.command == "analyzer":
         _stop_on_sigterm()
         return command_analyzer(args, setup.console)
+    if args.command == "witness":
+        _stop_on_sigterm()
+        return command_witness(args)
     try:
         profile = profile_from(args)
     except OptionError as error:  # a usage error, before any folder is made or minutes are measured

@@ -14,6 +14,7 @@ the server less.
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import logging
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -174,27 +175,30 @@ def witness_alone(options: WitnessOptions) -> int:
     return 0
 
 
-def witness_parser() -> argparse.ArgumentParser:
+def add_parser(commands: argparse._SubParsersAction) -> None:
     """``python -m perf witness``'s options; their defaults are ``WitnessOptions``'."""
     defaults = WitnessOptions()
-    options = argparse.ArgumentParser(prog="python -m perf witness", description=command_witness.__doc__)
-    options.add_argument("--model", default=defaults.model)
-    options.add_argument("--spec", type=Path, default=defaults.spec)
-    options.add_argument("--max-batch", type=int, default=defaults.max_batch)
-    options.add_argument("--delay-us", type=int, default=defaults.delay_us)
-    options.add_argument("--instances", type=int, default=defaults.instances)
-    options.add_argument("--concurrency", type=int, default=defaults.concurrency)
-    options.add_argument("--workdir", type=Path, default=defaults.workdir)
-    return options
+    witness = commands.add_parser(
+        "witness", help="perf_analyzer and our client side by side on one configuration",
+        description=command_witness.__doc__,
+    )  # fmt: skip
+    witness.add_argument("--model", default=defaults.model)
+    witness.add_argument("--spec", type=Path, default=defaults.spec)
+    witness.add_argument("--max-batch", type=int, default=defaults.max_batch)
+    witness.add_argument("--delay-us", type=int, default=defaults.delay_us)
+    witness.add_argument("--instances", type=int, default=defaults.instances)
+    witness.add_argument("--concurrency", type=int, default=defaults.concurrency)
+    witness.add_argument("--workdir", type=Path, default=defaults.workdir)
 
 
-def command_witness(argv: list[str] | None = None) -> int:
-    """``python -m perf witness``: the side by side alone, on one configuration (no tuning). A value it
-    cannot run with is an ``OptionError`` naming the option (exit status 2) before any server starts."""
-    parser = witness_parser()
-    args = vars(parser.parse_args(argv))
-    try:
-        options = WitnessOptions(**args)
-    except OptionError as error:
-        parser.error(str(error))
-    return witness_alone(options)
+def options_from(args: argparse.Namespace) -> WitnessOptions:
+    """The parsed options as ``WitnessOptions``: a value it cannot run with is an ``OptionError`` naming
+    the option (exit status 2, ``perf.cli.main``) before any server starts."""
+    return WitnessOptions(
+        **{field.name: getattr(args, field.name) for field in dataclasses.fields(WitnessOptions)}
+    )
+
+
+def command_witness(args: argparse.Namespace) -> int:
+    """``python -m perf witness``: the side by side alone, on one configuration (no tuning)."""
+    return witness_alone(options_from(args))

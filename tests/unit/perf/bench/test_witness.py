@@ -14,10 +14,11 @@ from pathlib import Path
 from types import SimpleNamespace
 
 import pytest
+from rich.console import Console
 
 from client.stats import ModelStats
-from perf.bench.witness import CSV_ROW, EXPORT_ROW, WitnessOptions, cpu_verdict, rows, witness_parser
-from perf.cli import main
+from perf.bench.witness import CSV_ROW, EXPORT_ROW, WitnessOptions, cpu_verdict, options_from, rows
+from perf.cli import PerfSetup, main, parser
 from perf.errors import EXIT_USAGE, OptionError
 from perf.measure.server_view import ServerDelta
 
@@ -47,19 +48,18 @@ def every_field_differs_from_its_default(options: object) -> bool:
 
 
 def test_the_witness_command_line_carries_each_field_and_defaults_to_its_options() -> None:
-    assert WitnessOptions(**vars(witness_parser().parse_args([]))) == WitnessOptions()
-    argv = ["--model", "text_encoder", "--spec", "s.yaml", "--max-batch", "4", "--delay-us", "500",
+    assert options_from(parser().parse_args(["witness"])) == WitnessOptions()
+    argv = ["witness", "--model", "text_encoder", "--spec", "s.yaml", "--max-batch", "4", "--delay-us", "500",
             "--instances", "1", "--concurrency", "4", "--workdir", "w"]  # fmt: skip
     witness = WitnessOptions("text_encoder", Path("s.yaml"), 4, 500, 1, 4, Path("w"))
-    assert WitnessOptions(**vars(witness_parser().parse_args(argv))) == witness
+    assert options_from(parser().parse_args(argv)) == witness
     assert every_field_differs_from_its_default(witness)
 
 
-def test_the_witness_refuses_a_bad_value_as_a_usage_error(capsys: pytest.CaptureFixture) -> None:
-    with pytest.raises(SystemExit) as exit_info:
-        main(["witness", "--instances", "0"])
-    assert exit_info.value.code == EXIT_USAGE
-    assert "error: --instances must be >= 1, got 0" in capsys.readouterr().err
+def test_the_witness_refuses_a_bad_value_in_one_line_before_any_server(capsys: pytest.CaptureFixture) -> None:
+    assert main(["witness", "--instances", "0"], PerfSetup(Console(width=300))) == EXIT_USAGE
+    (line,) = [line for line in capsys.readouterr().out.splitlines() if line.strip()]
+    assert line == "witness failed: --instances must be >= 1, got 0"
 
 
 PA = "perf_analyzer 2.41.0"
