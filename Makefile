@@ -95,7 +95,7 @@ perf-analyzer: setup ## install NVIDIA perf_analyzer into .venv (if missing) and
 	$(BIN)/python -m perf.perf_analyzer_install
 	$(BIN)/python -m perf analyzer
 
-tune: setup ## pick batching for a p99 budget: make tune MODEL=recommender P99_MS=10 [RATE=…] [TUNE_ARGS="--witness model-analyzer"]
+tune: setup ## pick batching for a p99 budget: make tune MODEL=recommender P99_MS=10 [RATE=…] [TUNE_ARGS="--engine ours"]
 	$(BIN)/python -m perf tune --spec $(SPEC) --model $(MODEL) --p99-ms $(P99_MS) $(if $(RATE),--rate $(RATE)) $(PORT_ARGS) $(TUNE_ARGS)
 
 plan: setup ## choose the serving strategy: make plan MODEL=recommender P99_MS=10 [TOPOLOGY=dgx1-v100] [ACCURACY=1e-3] [COMPUTE_PROFILE=gpu_check.json]

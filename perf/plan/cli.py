@@ -38,9 +38,9 @@ from perf.plan.planner import Judged, NoStrategyError, Plan, PlanRequest, plan
 from perf.plan.profile import measure_profile, plan_target
 from perf.plan.report import plot, rate_sentence, render
 from perf.plan.shapes import plan_shapes
-from perf.plan.strategy import Space
+from perf.plan.strategy import ModelProfile, Space
 from perf.plan.topology import Topology, cpu_topology, live_topology, topology_folder
-from perf.plan.verify import measure_plan, probe_evidence, real_server, verification_rows
+from perf.plan.verify import Serve, measure_plan, probe_evidence, real_server, verification_rows
 from perf.report_folder import report_folder
 from perf.saved import save_document
 from perf.session.model import TUNE_WINDOWS, ModelSession, keep_dead_server_log
@@ -51,6 +51,23 @@ from server.ports import add_port_base_option
 
 log = logging.getLogger(__name__)
 WORKDIR = Path(".run/plan")
+
+
+@dataclasses.dataclass(frozen=True)
+class PlanSetup:
+    """What a ``make plan`` run is built from beyond its options: the windows every run is measured in
+    (``--seconds`` sets their length), this host's GPUs (None: none, the CPU is planned for), how the
+    variants are built and timed (the profile) and how a strategy is served for its verification. A
+    test hands in shorter windows, a host without GPUs, fixed figures or a scripted session instead of
+    patching this module's names."""
+
+    windows: MeasureSettings = TUNE_WINDOWS
+    live_topology: Callable[[], Topology | None] = live_topology
+    measure_profile: Callable[..., ModelProfile] = measure_profile
+    real_server: Callable[..., Serve] = real_server
+
+
+THE_SETUP = PlanSetup()  # what make plan runs with
 
 
 def add_parser(commands: argparse._SubParsersAction) -> None:
@@ -105,20 +122,20 @@ def _ints(text: str, option: str) -> tuple[int, ...]:
     return values
 
 
-def _topology(args: argparse.Namespace) -> tuple[Topology, bool]:
+def _topology(args: argparse.Namespace, setup: PlanSetup) -> tuple[Topology, bool]:
     """The machine planned for, and whether this host runs it (a live GPU or the CPU here)."""
     if args.topology:
         return topology_folder(args.topology), False
-    live = live_topology()
+    live = setup.live_topology()
     return (live, True) if live is not None else (cpu_topology(), True)
 
 
-def command_plan(args: argparse.Namespace, console) -> int:
+def command_plan(args: argparse.Namespace, console, setup: PlanSetup = THE_SETUP) -> int:
     started = time.perf_counter()
     spec = load_spec(args.spec)
     spec, model = plan_target(spec, args.model)  # a model or a pipeline; a clear error before building
     too_big = too_big_to_build(spec.model(model))
-    topology, here = _topology(args)
+    topology, here = _topology(args, setup)
     space = Space(
         _ints(args.instances, "--instances"), _ints(args.delays_us, "--delays-us"), split=not args.no_split
     )
@@ -134,7 +151,7 @@ def command_plan(args: argparse.Namespace, console) -> int:
     def step(text: str) -> None:
         console.print(f"  {text}")
 
-    settings = dataclasses.replace(TUNE_WINDOWS, window_s=args.seconds / TUNE_WINDOWS.stable_windows)
+    settings = dataclasses.replace(setup.windows, window_s=args.seconds / setup.windows.stable_windows)
     engine = OurEngine()
     measuring = here and not topology.on_gpu and not too_big  # this CPU: the server measures
     if too_big and here and not topology.on_gpu:
@@ -157,7 +174,7 @@ def command_plan(args: argparse.Namespace, console) -> int:
         live_gpu = here and topology.on_gpu
         providers = ("CUDAExecutionProvider",) if live_gpu else ("CPUExecutionProvider",)
         device = "this host's GPU (CUDA provider)" if live_gpu else "this host's CPU"
-        profile = measure_profile(
+        profile = setup.measure_profile(
             spec, model, args.workdir / "repository", not args.no_split, probed, providers, device, recorded
         )
         origin = compute_origin(
@@ -176,7 +193,7 @@ def command_plan(args: argparse.Namespace, console) -> int:
             probe_evidence(evidence, planned, probed, spec.model(model).precision, model)
         measured_rate = None
         if measuring and (args.verify > 0 or not planned.chosen.feasible):
-            serve = real_server(spec, model, engine, settings, args.workdir)
+            serve = setup.real_server(spec, model, engine, settings, args.workdir)
             if has_variable_axis(spec.model(model)):
                 shapes = PlanShapes(spec.model(model), engine, settings, args.workdir, evidence, step)
             try:

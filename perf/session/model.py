@@ -27,7 +27,6 @@ import time
 from collections.abc import Iterator
 from pathlib import Path
 
-import numpy as np
 import tritonclient.http as httpclient
 
 from client.infer import infer
@@ -51,18 +50,15 @@ RETIRE_WAIT_S = 6.0  # after a reload, at most this long for the replaced instan
 # Each run: a short warm-up, then windows until three agree within 10% (at most five). The three that
 # count cover 2.4 s: at 2,000 requests/s, a p99 from about 50 tail samples.
 TUNE_WINDOWS = MeasureSettings(warmup_s=0.5, window_s=0.8, stable_windows=3, max_windows=5, tolerance=0.10)
-# A window lasts at least this many of the largest batch: perf_analyzer gives up on a window no request
-# completed in ("No valid requests recorded within time interval"), and a window of a few batches says
-# little about a p99. A model whose full batch takes 200 ms gets windows of 4 s.
-WINDOW_BATCHES = 20
 # The largest batch is timed this many times after a warm-up and the median kept: one stall of a shared
 # host would otherwise size every window of the session.
 TIMED_BATCHES = 3
 
 
 def windows_for(settings: MeasureSettings, largest_batch_s: float) -> MeasureSettings:
-    """``settings`` with windows of at least ``WINDOW_BATCHES`` batches of ``largest_batch_s`` seconds."""
-    floor = WINDOW_BATCHES * largest_batch_s
+    """``settings`` with windows of at least ``settings.window_batches`` batches of ``largest_batch_s``
+    seconds."""
+    floor = settings.window_batches * largest_batch_s
     return settings if settings.window_s >= floor else dataclasses.replace(settings, window_s=floor)
 
 
@@ -87,13 +83,12 @@ class ModelSession:
         self.workdir = workdir
         self.engine = engine
         self.settings = settings
-        self.noise = noise or NoisePolicy()
+        self.noise = noise or NoisePolicy(remeasure=settings.remeasure_stolen)
         self.protocol = protocol
         self.seed = seed
         self.keep_queue = keep_queue
         self.server: TritonServer | None = None
         self.current: BatcherConfig | None = None
-        self.reload_s: list[float] = []
         self.cores = usable_cores()
         self._target: Target | None = None
         self.buckets: tuple[int, ...] | None = None  # None: the spec's ``buckets:``
@@ -178,11 +173,6 @@ class ModelSession:
         self.buckets, self.vary_shapes = buckets, vary_shapes
         self._target = self._sending.get((buckets, vary_shapes))
 
-    def cycle_through(self, pool: dict[str, np.ndarray]) -> None:
-        """Send the rows of ``pool`` in turn (each request the next ones, wrapping) instead of the same
-        first rows every time: traffic whose samples differ (the recsys scenario's Zipf ids)."""
-        self._target = dataclasses.replace(self.target, inputs=pool, cycle=True)
-
     def died(self, during: str) -> ServerDiedError | None:
         """The server's death during ``during`` (how it died, its log), or None while it runs."""
         process = self.server.process if self.server is not None else None
@@ -229,7 +219,6 @@ class ModelSession:
             client.close()
         self.current = config
         took = time.perf_counter() - started
-        self.reload_s.append(took)
         log.info("loaded %s in %.1f s", config.label, took)
         return took
 
@@ -237,8 +226,7 @@ class ModelSession:
         """Load ``config`` for a measurement: after a reload, wait (at most ``RETIRE_WAIT_S``) until the
         replaced instances' stubs have exited. ``load_model`` returns while they still run (here 1.1-2.6
         s more, one stub after the other), so a run right after a reload would share the cores with
-        their exit. The new instances warm up at load (``model_warmup``). ``load`` stays a bare reload
-        (``--follow`` reloads under the user's traffic)."""
+        their exit. The new instances warm up at load (``model_warmup``)."""
         if not self.load(config):
             return
         deadline = time.perf_counter() + RETIRE_WAIT_S
@@ -274,20 +262,11 @@ class ModelSession:
     ) -> Measurement:
         sized = self.sized(settings)
         if sized is not settings:
-            log.info("%s: windows of %.1f s (%d batches of %.0f ms)", label, sized.window_s, WINDOW_BATCHES,
-                     1e3 * self.largest_batch_s)  # fmt: skip
+            log.info("%s: windows of %.1f s (%d batches of %.0f ms)", label, sized.window_s,
+                     sized.window_batches, 1e3 * self.largest_batch_s)  # fmt: skip
         run = measure(self.target, load, sized, self.endpoints, label, engine=engine or self.engine)
         self.runs.append(run)
         return run
-
-    def config_text(self) -> str:
-        """The model's configuration as the server reports it now (for the report)."""
-        assert self.server is not None
-        client = httpclient.InferenceServerClient(self.server.http_url)
-        try:
-            return json.dumps(client.get_model_config(self.base.name), indent=1)
-        finally:
-            client.close()
 
 
 @contextlib.contextmanager

@@ -131,7 +131,6 @@ class PipelineSession(ModelSession):
             client.close()
         self.current = config
         took = time.perf_counter() - started
-        self.reload_s.append(took)
         log.info("loaded %s on the stages of %s in %.1f s", config.label, self.pipeline.name, took)
         return took
 
@@ -154,6 +153,3 @@ class PipelineSession(ModelSession):
             return {name: client.get_model_config(name) for name in self.pipeline.stage_names}
         finally:
             client.close()
-
-    def config_text(self) -> str:
-        return json.dumps(self.loaded_configs(), indent=1)

@@ -1,7 +1,7 @@
 """The one measured search: at what rate does a served configuration hold a p99 budget?
 
-``make tune`` (its shortlist and its answer), ``make plan`` (its verification) and the yardstick of
-``--witness model-analyzer`` ask it through ``search``; no other module searches rates. Two pieces:
+``make tune`` (its shortlist and its answer) and ``make plan`` (its verification) ask it through
+``search``; no other module searches rates. Two pieces:
 
 * **The rule** (``verdict``), for a *point*: one configuration at one rate. A run that met the budget
   (the server kept up, p99 within it) shows that the configuration holds it there: a shared host's

@@ -106,22 +106,14 @@ class ShapesOutcome:
     as_searched: Measurement | None
 
 
-def shapes_section(
-    session: ModelSession, config: BatcherConfig, load: Load, budget_ms: float,
-    step: Callable[[str], None] | None = None, written: str = "spec.tuned.yaml",
-) -> tuple[list[str], list[int] | None]:  # fmt: skip
-    """The bucket runs on ``config`` under ``load`` as a report section, and the buckets chosen (``[]``:
-    none) where the choice meets the budget; None where nothing does (the spec's ``buckets:`` stay) or
-    the shapes are fixed. ``written``: the merged spec that carries the choice (tune's or plan's)."""
-    outcome = shapes_outcome(session, config, load, budget_ms, step, written)
-    return outcome.lines, outcome.buckets
-
-
 def shapes_outcome(
     session: ModelSession, config: BatcherConfig, load: Load, budget_ms: float,
     step: Callable[[str], None] | None = None, written: str = "spec.tuned.yaml",
 ) -> ShapesOutcome:  # fmt: skip
-    """``shapes_section`` with the run of the way the search sent (``ShapesOutcome``)."""
+    """The bucket runs on ``config`` under ``load`` as a report section, the buckets chosen (``[]``:
+    none) where the choice meets the budget, None where nothing does (the spec's ``buckets:`` stay) or
+    the shapes are fixed, and the run of the way the search sent. ``written``: the merged spec that
+    carries the choice (tune's or plan's)."""
     if not has_variable_axis(session.base):
         return ShapesOutcome([], None, None)
     searched = session.buckets if session.buckets is not None else tuple(session.base.buckets)

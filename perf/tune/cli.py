@@ -8,8 +8,6 @@ the answer as a spec overlay, build it, and write ``result.json`` and the report
 ``reports/<timestamp>-tune/``. Where no run holds the budget: one line naming the closest run over it,
 ``partial.md`` with every run (not an answer), no ``spec.tuned.yaml``, exit status 3. A server that
 died during a run: exit status 1, saying how it died, its log kept in the report folder.
-``--scenario``, ``--follow`` and ``--witness`` are options of this parser; the tools they run live in
-``perf.bench`` (``perf.bench.cli`` dispatches them), and reach the tuner's run only through ``Beside``.
 """
 
 from __future__ import annotations
@@ -48,49 +46,27 @@ from server.ports import add_port_base_option
 log = logging.getLogger(__name__)
 WORKDIR = Path(".run/tune")
 ENGINES = ("auto", "ours", "perf_analyzer")
-WITNESSES = ("perf_analyzer", "model-analyzer")
 
 
 @dataclasses.dataclass(frozen=True)
 class TuneSetup:
     """What a ``make tune`` run is built from beyond its options: the grids ``--grid`` names, the
-    server's work folder and the tuner itself. A test hands in a smaller grid, its own folder or a
-    tuner that keeps its result, instead of patching this module's names."""
+    server's work folder, the windows every run is measured in (``--seconds`` sets their length), the
+    session on the real server, the tuner itself and where perf_analyzer is (None: not here). A test
+    hands in a smaller grid, its own folder, shorter windows, a scripted session, a tuner that keeps
+    its result or fails, or a host with or without perf_analyzer, instead of patching this module's
+    names."""
 
     quick_grid: Grid = QUICK_GRID
     wide_grid: Grid = WIDE_GRID
     workdir: Path = WORKDIR
+    windows: MeasureSettings = TUNE_WINDOWS
+    session: Callable[..., ModelSession] = ModelSession
     tuner: Callable[..., TuneResult] = tune
+    perf_analyzer: Callable[[], Path | None] = find_perf_analyzer
 
 
 THE_SETUP = TuneSetup()  # what make tune runs with
-
-
-@dataclasses.dataclass(frozen=True)
-class TunedRun:
-    """What a tool beside the tuner gets once the tuner's server stopped: the pick, the saved result
-    (to which it returns its additions, as a new document, before the report is rendered), and a
-    fresh session on another workdir."""
-
-    spec: Spec
-    model: str
-    saved: TuneDocument
-    chosen: BatcherConfig
-    largest_batch: int
-    instances: tuple[int, ...]
-    new_session: Callable[[], ModelSession]
-    folder: Path
-    progress: Callable[[str], None]
-
-
-@dataclasses.dataclass(frozen=True)
-class Beside:
-    """Tools run in the same ``make tune``, handed in by the caller so that the tuner knows none of
-    them: ``on_server`` returns a report section, measured on the tuned server with the pick loaded;
-    ``after`` runs once that server stopped and returns the saved result with what it adds."""
-
-    on_server: Callable[[ModelSession, Callable[[str], None]], list[str]] | None = None
-    after: Callable[[TunedRun], TuneDocument] | None = None
 
 
 def add_parser(commands: argparse._SubParsersAction) -> None:
@@ -120,7 +96,7 @@ def add_parser(commands: argparse._SubParsersAction) -> None:
         choices=ENGINES,
         default="auto",
         help="load engine: our client, perf_analyzer (`make perf-analyzer`), or auto: perf_analyzer where "
-        "installed (ours with --follow)",
+        "installed",
     )
     tune_parser.add_argument(
         "--keep-queue-policy",
@@ -130,49 +106,15 @@ def add_parser(commands: argparse._SubParsersAction) -> None:
     tune_parser.add_argument("--seed", type=int, default=0)
     tune_parser.add_argument("--reports", type=Path, default=Path("reports"))
     add_port_base_option(tune_parser)
-    tools = tune_parser.add_argument_group("tools beside the tuner")
-    tools.add_argument(
-        "--scenario", choices=["video", "recsys"], default=None, help="the article's scenarios (docs/TUNE.md)"
-    )
-    tools.add_argument(
-        "--follow", action="store_true", help="follow a rate step with reloads (explicit model control)"
-    )
-    tools.add_argument(
-        "--witness",
-        nargs="?",
-        const="perf_analyzer",
-        choices=WITNESSES,
-        default=None,
-        help="after the tune: perf_analyzer and our client side by side (the default), or model-analyzer: "
-        "Model Analyzer's brute search, both picks measured with one yardstick (docs/TUNE.md)",
-    )
-    tools.add_argument(
-        "--witness-smoke",
-        action="store_true",
-        help="with --witness model-analyzer: Model Analyzer profiles the base configuration alone, one round",
-    )
 
 
-def usage_errors(args: argparse.Namespace) -> str | None:
-    if args.engine == "perf_analyzer" and args.follow:
-        return (
-            "--follow reloads the model under load, and perf_analyzer 2.41.0 aborts at its next window after "
-            "a reload; use --engine ours with --follow"
-        )
-    if args.engine == "perf_analyzer" and find_perf_analyzer() is None:
+def usage_errors(args: argparse.Namespace, setup: TuneSetup = THE_SETUP) -> str | None:
+    if args.engine == "perf_analyzer" and setup.perf_analyzer() is None:
         return f"--engine perf_analyzer: {unavailable_message()}"
-    if args.witness_smoke and args.witness != "model-analyzer":
-        return "--witness-smoke is a setting of --witness model-analyzer"
-    if args.witness == "model-analyzer" and engine_name(args) != "perf_analyzer":
-        return "--witness model-analyzer measures both picks with perf_analyzer, as Model Analyzer does: " + (
-            "use --engine perf_analyzer" if find_perf_analyzer() else unavailable_message()
-        )
     if args.seconds <= 0:
         return f"--seconds must be > 0, got {args.seconds}"
-    if args.scenario or args.follow:
-        return None
     if not args.model or args.p99_ms is None:
-        return "--model and --p99-ms are required (or --scenario video|recsys, or --follow)"
+        return "--model and --p99-ms are required"
     if args.p99_ms <= 0:
         return f"--p99-ms must be > 0, got {args.p99_ms}"
     if args.rate is not None and args.rate <= 0:
@@ -193,23 +135,19 @@ def within_spec(grid: Grid, max_batch_size: int) -> Grid:
     return dataclasses.replace(grid, max_batches=sizes)
 
 
-def engine_name(args: argparse.Namespace) -> str:
-    """``--engine``: perf_analyzer where asked, or with ``auto`` where it is installed and the run does
-    not reload under load (``--follow``: it aborts after a reload); our client otherwise."""
-    wanted = getattr(args, "engine", "ours")
-    if wanted != "auto":
-        return wanted
-    return "ours" if getattr(args, "follow", False) or find_perf_analyzer() is None else "perf_analyzer"
+def engine_name(args: argparse.Namespace, setup: TuneSetup = THE_SETUP) -> str:
+    """``--engine``: perf_analyzer where asked, or with ``auto`` where it is installed; our client
+    otherwise."""
+    if args.engine != "auto":
+        return args.engine
+    return "ours" if setup.perf_analyzer() is None else "perf_analyzer"
 
 
-def engine_from_args(args: argparse.Namespace, folder: Path | None = None) -> LoadEngine:
+def engine_from_args(args: argparse.Namespace, folder: Path, setup: TuneSetup = THE_SETUP) -> LoadEngine:
     """The engine ``engine_name`` names; perf_analyzer logs its runs into ``folder``."""
-    return PerfAnalyzerEngine(log_folder=folder) if engine_name(args) == "perf_analyzer" else OurEngine()
-
-
-def windows_from_args(args: argparse.Namespace) -> MeasureSettings:
-    """The tuner's windows, the three that count covering ``--seconds``."""
-    return dataclasses.replace(TUNE_WINDOWS, window_s=args.seconds / TUNE_WINDOWS.stable_windows)
+    if engine_name(args, setup) == "perf_analyzer":
+        return PerfAnalyzerEngine(log_folder=folder)
+    return OurEngine()
 
 
 def _load_at(args: argparse.Namespace) -> Callable[[float], Load] | None:
@@ -224,17 +162,14 @@ def _load_at(args: argparse.Namespace) -> Callable[[float], Load] | None:
     )
 
 
-def command_tune(
-    args: argparse.Namespace, console, beside: Beside = Beside(), setup: TuneSetup = TuneSetup()
-) -> int:
-    """The tuner's run (``--scenario`` and ``--follow`` are ``perf.bench.cli``'s); ``beside``: the
-    ``--witness`` tools."""
+def command_tune(args: argparse.Namespace, console, setup: TuneSetup = THE_SETUP) -> int:
+    """``python -m perf tune``: the tuner's run, its answer written, built and reported."""
     spec = load_spec(args.spec)  # a spec error before any report folder is made
     within_spec(setup.quick_grid, spec.model(args.model).max_batch_size)  # ... and a batch limit of 1
     folder = report_folder(args.reports, "tune", "tune.log")
     try:
         with keep_dead_server_log(folder):
-            saved, chosen = measure_and_pick(args, spec, folder, console, beside, setup)
+            saved, chosen = measure_and_pick(args, spec, folder, console, setup)
     except NothingMeetsError as verdict:  # exit status 3 (perf.cli.main), no answer written
         verdict.hint = f"no answer written; every run measured (not an answer): {folder / 'partial.md'}"
         raise
@@ -271,15 +206,14 @@ def partial_on_failure(folder: Path, title: str, session: ModelSession) -> Itera
 
 
 def measure_and_pick(
-    args: argparse.Namespace, spec: Spec, folder: Path, console, beside: Beside = Beside(),
-    setup: TuneSetup = TuneSetup(),
-) -> tuple[TuneDocument, BatcherConfig]:  # fmt: skip
-    """The tuner (and the tools asked for) on one real server; the saved result and the pick. The raw
-    backend is measured once the server has stopped, so that it gets the cores."""
+    args: argparse.Namespace, spec: Spec, folder: Path, console, setup: TuneSetup = THE_SETUP
+) -> tuple[TuneDocument, BatcherConfig]:
+    """The tuner on one real server; the saved result and the pick. The raw backend is measured once
+    the server has stopped, so that it gets the cores."""
     grid = setup.wide_grid if args.grid == "wide" else setup.quick_grid
     grid = within_spec(grid, spec.model(args.model).max_batch_size)
     request = TuneRequest(args.p99_ms, args.rate, grid, args.seed, _load_at(args), args.shortlist)
-    engine = engine_from_args(args, folder)
+    engine = engine_from_args(args, folder, setup)
     console.print(
         f"tuning [bold]{args.model}[/bold] for p99 ≤ {args.p99_ms:g} ms with {engine.name} → {folder}"
     )
@@ -287,15 +221,12 @@ def measure_and_pick(
     def progress(text: str) -> None:
         console.print(f"  {text}")
 
-    windows = windows_from_args(args)
-
-    def new_session(workdir: Path = setup.workdir) -> ModelSession:
-        return ModelSession(
-            spec, args.model, grid.largest_batch, workdir, engine, windows, keep_queue=args.keep_queue_policy
-        )
-
+    windows = dataclasses.replace(setup.windows, window_s=args.seconds / setup.windows.stable_windows)
     started = time.perf_counter()
-    session = new_session()
+    keep = args.keep_queue_policy
+    session = setup.session(
+        spec, args.model, grid.largest_batch, setup.workdir, engine, windows, keep_queue=keep
+    )
     shapes: list[ShapesOutcome] = []  # the shapes step of each answer, the last one's the answer's
 
     def shapes_step(config: BatcherConfig, rate: float) -> Measurement | None:
@@ -310,22 +241,11 @@ def measure_and_pick(
         saved = document(result, args.model, engine.name, session.noise, session.cores)
         took = time.perf_counter() - started  # build and server start included
         saved = dataclasses.replace(saved, seconds=dataclasses.replace(saved.seconds, make_tune=took))
-        if beside.on_server:
-            session.prepare(result.chosen)
-            saved = saved.with_section(beside.on_server(session, progress))
         if shapes:
             buckets = shapes[-1].buckets
             saved = dataclasses.replace(
                 saved.with_section(shapes[-1].lines), buckets=None if buckets is None else tuple(buckets)
             )
-    if beside.after:
-        save(folder, saved)  # the tuner's result stands even where a long tool beside it fails
-        saved = beside.after(
-            TunedRun(
-                spec, args.model, saved, result.chosen, session.largest_batch, grid.instances,
-                lambda: new_session(setup.workdir / "yardstick"), folder, progress,
-            )
-        )  # fmt: skip
     model = session.base
     sizes = [b for b in (1, 4, 16, 32) if b <= session.largest_batch]
     raw = measure_raw(

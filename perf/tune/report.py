@@ -24,12 +24,6 @@ from perf.tune.result import CpuFigures, PointFigures, RunFigures, TuneDocument,
 NOISE_MARK = "†"  # beside a figure whose run the hypervisor took CPU from (``perf.measure.noise``)
 
 
-def p99_plot(axes: plt.Axes, budget_ms: float, xlabel: str, title: str) -> None:
-    """The budget line, log p99 axis and labels every tuner plot shares."""
-    axes.axhline(budget_ms, color="k", linestyle="--", label=f"budget {budget_ms:g} ms")
-    axes.set(xlabel=xlabel, ylabel="p99 latency (ms)", yscale="log", title=title)
-
-
 def plot_verification(saved: TuneDocument, path: Path) -> Path:
     """Predicted (lines) and measured (markers) p99 against the offered rate, per configuration."""
     figure, axes = plt.subplots(figsize=(7.5, 4.5))
@@ -45,7 +39,9 @@ def plot_verification(saved: TuneDocument, path: Path) -> Path:
             if shown:
                 rates, p99s = zip(*shown, strict=True)
                 axes.plot(rates, p99s, style, color=f"C{index}", label=f"{label}: {kind}")
-    p99_plot(axes, saved.budget_ms, "offered rate (requests / s)", "p99 vs rate: simulation vs the server")
+    axes.axhline(saved.budget_ms, color="k", linestyle="--", label=f"budget {saved.budget_ms:g} ms")
+    title = "p99 vs rate: simulation vs the server"
+    axes.set(xlabel="offered rate (requests / s)", ylabel="p99 latency (ms)", yscale="log", title=title)
     return save_figure(figure, path, axes, grid="both")
 
 

@@ -3,8 +3,8 @@ the report is rendered (``perf.tune.report``), now or later, and which other too
 
 The document is ``TuneDocument``, frozen dataclasses whose field names are the file's keys; it is
 written and read back through ``perf.saved``, so a reader gets typed attributes and a file that is
-not a tune result is refused when read, naming the field. Tools beside the tuner add to it by
-building a new one (``with_section``, ``dataclasses.replace``), never by changing it.
+not a tune result is refused when read, naming the field. A step after the tuner (the shapes step)
+adds to it by building a new one (``with_section``, ``dataclasses.replace``), never by changing it.
 
 Each measured run is saved with the figures a reader judges it by, and with the host-noise policy's
 verdict on it (``host_noise``: its stolen share reached the policy's limit, so the figure holds the
@@ -159,7 +159,7 @@ class TuneDocument:
     verification: tuple[PointFigures, ...]
     demoted: tuple[PointFigures, ...]  # answers a later run refuted: each missed the budget at its point
     noise: NoiseFigures
-    sections: tuple[tuple[str, ...], ...] = ()  # rendered by tools beside the tuner (the witnesses)
+    sections: tuple[tuple[str, ...], ...] = ()  # rendered beside the tuner's own (the shapes step's)
     buckets: tuple[int, ...] | None = None  # chosen for a variable-length model (None: the spec's stay)
     raw: tuple[RawPoint, ...] = ()  # the raw backend, measured once the server stopped
 
@@ -295,7 +295,6 @@ def save(folder: Path, saved: TuneDocument) -> Path:
     return save_document(folder / RESULT_FILE, saved)
 
 
-def load(folder: Path, kind: type[TuneDocument] = TuneDocument) -> TuneDocument:
-    """``folder/result.json`` read back as ``kind`` (a tool's document built on ``TuneDocument``); an
-    ``OptionError`` naming the field where it is not one."""
-    return load_document(folder / RESULT_FILE, kind)
+def load(folder: Path) -> TuneDocument:
+    """``folder/result.json`` read back; an ``OptionError`` naming the field where it is not a tune's."""
+    return load_document(folder / RESULT_FILE, TuneDocument)

@@ -188,23 +188,6 @@ def predict_point(result: ProbeResult, request: TuneRequest, config: BatcherConf
     return Point(config, rate, predict(config, service, request.load(rate), request.predict_s))
 
 
-def measure_point(server: Server, request: TuneRequest, point: Point, purpose: str) -> Point:
-    """``point`` measured once on the configuration loaded now, on the load its prediction used (the
-    scenarios' points; the tuner's own go through the search's rule)."""
-    point.measured = server.measure(
-        request.load(point.rate), f"{purpose} {point.config.label} @ {point.rate:.0f}/s"
-    )
-    point.runs = 1
-    log.info(
-        "%s: predicted p99 %.1f ms, measured %.1f ms (%.0f/s served)",
-        point.measured.label,
-        point.predicted.p99_ms,
-        point.measured.p99_ms,
-        point.measured.throughput,
-    )
-    return point
-
-
 def point_of(
     result: ProbeResult, request: TuneRequest, evidence: Evidence[BatcherConfig], config: BatcherConfig,
     rate: float,

@@ -2,7 +2,7 @@
 busy host decides: answer (exit 0) with a point a run held the budget at, or say nothing meets (exit 3)
 naming a closest run over the budget, never one within it. Tests of the real server assert this, not
 which of the two a host's load gives; the outcome itself is asserted on scripted servers
-(tests/unit/test_tune_demotion.py, tests/unit/test_plan_verdict.py)."""
+(tests/unit/perf/tune/test_tuner_evidence.py, tests/unit/perf/plan/test_verify.py)."""
 
 from __future__ import annotations
 

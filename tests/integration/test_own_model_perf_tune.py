@@ -7,6 +7,7 @@ asserted."""
 
 from __future__ import annotations
 
+import dataclasses
 import re
 import shutil
 from pathlib import Path
@@ -17,7 +18,8 @@ from outcomes import tune_outcome
 
 from exporters.repository import build_repository
 from exporters.resolve import load_spec
-from perf.cli import main
+from perf.cli import PerfSetup, main
+from perf.measure.engine import MeasureSettings
 from perf.model.grid import Grid
 from perf.studies.profiles import get_profile
 from perf.studies.report import write_report
@@ -59,7 +61,7 @@ SLOW_GRID = Grid(delays_us=(0,), max_batches=(4, 16), instances=(1,), no_batchin
 
 
 def test_make_tune_on_a_slow_model_of_an_outside_spec(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, quick_tuning: None
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, quick_windows: MeasureSettings
 ) -> None:
     project = tmp_path / "project"
     project.mkdir()
@@ -71,11 +73,13 @@ def test_make_tune_on_a_slow_model_of_an_outside_spec(
         "outputs": [{"name": "y", "dtype": "fp32", "shape": [512]}],
     }  # fmt: skip
     (project / "models.yaml").write_text(yaml.safe_dump({"models": [entry]}, sort_keys=False))
-    monkeypatch.setattr("perf.session.model.WINDOW_BATCHES", 3)  # windows of 3 of its largest batch
     code = main([
         "tune", "--spec", str(project / "models.yaml"), "--model", "slow", "--p99-ms", f"{SLOW_BUDGET_MS:g}",
         "--engine", "ours", "--seconds", "0.9", "--shortlist", "0", "--reports", str(tmp_path / "reports"),
-    ], tune_setup=TuneSetup(quick_grid=SLOW_GRID, workdir=tmp_path / "work"))  # fmt: skip
+    ], PerfSetup(tune=TuneSetup(
+        quick_grid=SLOW_GRID, workdir=tmp_path / "work",
+        windows=dataclasses.replace(quick_windows, window_batches=3),  # windows of 3 of its largest batch
+    )))  # fmt: skip
     (folder,) = (tmp_path / "reports").iterdir()
     saved = tune_outcome(code, folder, SLOW_BUDGET_MS)  # an answer a run held, or a run over the budget
     if saved is None:

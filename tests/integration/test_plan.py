@@ -4,7 +4,8 @@ a recorded GPU machine (placement, headroom flags, the overlay), through the com
 Nothing here holds a rate, a p99 or a memory figure to a number, nor whether a loaded host lets the
 budget be met: on this CPU ``make plan`` must answer with a point a run held the budget at or say
 nothing meets naming a run over it (``outcomes``). The planner's choices are checked where the truth is
-known, on hand-built profiles (tests/unit/test_plan_placement.py, tests/unit/test_plan_tandem.py)."""
+known, on hand-built profiles (tests/unit/perf/plan/test_placement.py,
+tests/unit/perf/model/test_tandem.py)."""
 
 from __future__ import annotations
 
@@ -21,7 +22,8 @@ from exporters.configs.models import build_model_config
 from exporters.schema.models import parse_spec
 from perf.cli import parser
 from perf.errors import NothingMeetsError
-from perf.plan.cli import command_plan
+from perf.measure.engine import MeasureSettings
+from perf.plan.cli import THE_SETUP, PlanSetup, command_plan
 from perf.plan.document import PlanDocument
 from perf.plan.report import render
 from perf.plan.strategy import PRECISIONS
@@ -44,7 +46,7 @@ def workdir(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 
 def run_plan(
-    reports: Path, workdir: Path, *options: str, budget_ms: float = BUDGET_MS
+    reports: Path, workdir: Path, *options: str, budget_ms: float = BUDGET_MS, setup: PlanSetup = THE_SETUP
 ) -> tuple[PlanDocument, Path]:
     """``python -m perf plan`` as ``make plan`` runs it; the report folder's ``plan.json`` read back,
     and the folder. On this CPU the outcome is what the tool must make of its runs (``outcomes``): an
@@ -52,7 +54,7 @@ def run_plan(
     argv = ["plan", "--spec", str(SPEC), "--model", MODEL, "--p99-ms", f"{budget_ms:g}", *TINY, *options]
     args = parser().parse_args([*argv, "--reports", str(reports), "--workdir", str(workdir)])
     try:
-        code = command_plan(args, Console(width=200))
+        code = command_plan(args, Console(width=200), setup)
     except NothingMeetsError:
         code = 3
     (folder,) = reports.glob("*-plan")
@@ -90,13 +92,14 @@ def check_common(saved: PlanDocument, folder: Path) -> dict[str, Any]:
 
 
 def test_make_plan_on_this_cpu_picks_places_and_verifies_on_the_server(
-    workdir: Path, tmp_path: Path, quick_tuning: None
+    workdir: Path, tmp_path: Path, quick_windows: MeasureSettings
 ) -> None:
     # A budget the server holds at some rate even on a busy host: the answer is what it measured, and a
     # plan whose verification held the budget nowhere would end "nothing meets" (exit 3) instead.
     saved, folder = run_plan(
-        tmp_path, workdir, "--no-split", "--probe-runs", "0", "--verify", "1", budget_ms=2000.0
-    )
+        tmp_path, workdir, "--no-split", "--probe-runs", "0", "--verify", "1", budget_ms=2000.0,
+        setup=PlanSetup(windows=quick_windows),
+    )  # fmt: skip
     if saved.verdict:  # no point held the budget on this host (``outcomes`` checked the verdict)
         return
     checked = check_common(saved, folder)

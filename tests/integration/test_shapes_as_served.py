@@ -23,8 +23,9 @@ from rich.console import Console
 
 from perf.cli import parser
 from perf.errors import NothingMeetsError
+from perf.measure.engine import MeasureSettings
 from perf.model.grid import Grid
-from perf.plan.cli import command_plan
+from perf.plan.cli import PlanSetup, command_plan
 from perf.session.shapes_section import HEADING
 from perf.studies.framework import StudyContext
 from perf.studies.profiles import get_profile
@@ -75,7 +76,7 @@ TUNE_GRID = Grid(delays_us=(1_000,), max_batches=(8,), instances=(1,), no_batchi
 
 
 def test_make_tune_measures_the_traffic_lengths_and_chooses_buckets(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, quick_tuning: None
+    tmp_path: Path, quick_windows: MeasureSettings
 ) -> None:
     """What ``make tune`` must do with the runs it got: answer with a point a run held the budget at, or
     say nothing meets naming a run over it (a loaded host decides which, not this test). With an
@@ -87,7 +88,7 @@ def test_make_tune_measures_the_traffic_lengths_and_chooses_buckets(
         "tune", "--spec", str(spec), "--model", "sequence", "--p99-ms", "500", "--rate", "200",
         "--engine", "ours", "--seconds", "0.9", "--shortlist", "0", "--reports", str(tmp_path / "reports"),
     ])  # fmt: skip
-    setup = TuneSetup(quick_grid=TUNE_GRID, workdir=tmp_path / "work")
+    setup = TuneSetup(quick_grid=TUNE_GRID, workdir=tmp_path / "work", windows=quick_windows)
     try:
         code = command_tune(args, Console(quiet=True), setup=setup)
     except NothingMeetsError:
@@ -114,7 +115,7 @@ def test_make_tune_measures_the_traffic_lengths_and_chooses_buckets(
 
 
 def test_make_plan_offers_no_buckets_for_a_model_whose_answer_padding_changes(
-    tmp_path: Path, quick_tuning: None
+    tmp_path: Path, quick_windows: MeasureSettings
 ) -> None:
     """As for ``make tune``: an answer at a point that held the budget, or the verdict; with an answer,
     the shapes section of the pick at its measured rate offers no bucket set (padding changes the GRU's
@@ -128,7 +129,7 @@ def test_make_plan_offers_no_buckets_for_a_model_whose_answer_padding_changes(
         "--predict-s", "1", "--reports", str(tmp_path / "reports"), "--workdir", str(tmp_path / "work"),
     ])  # fmt: skip
     try:
-        code = command_plan(args, Console(quiet=True))
+        code = command_plan(args, Console(quiet=True), PlanSetup(windows=quick_windows))
     except NothingMeetsError:
         code = 3
     (folder,) = (tmp_path / "reports").iterdir()

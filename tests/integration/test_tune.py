@@ -1,12 +1,12 @@
 """The tuner against a real tritonserver (explicit model control): the whole pipeline runs end to end
 and its numbers add up, the report renders from the saved result, the overlay builds, a measurement
-waits out the replaced instances, and ``--follow`` reloads without a failed request.
+waits out the replaced instances.
 
 Nothing here holds a latency, a throughput or a prediction to a figure, nor whether a loaded host lets
 the budget be met: ``make tune`` must answer with a point a run held the budget at or say nothing meets
 naming a run over it (``outcomes``). The tuner's pick is checked where the truth is known, against a
-simulated server (tests/unit/test_tune_pick.py), and its outcome on a scripted one
-(tests/unit/test_tune_demotion.py)."""
+simulated server (tests/unit/perf/tune/test_tuner.py), and its outcome on a scripted one
+(tests/unit/perf/tune/test_tuner_evidence.py)."""
 
 from __future__ import annotations
 
@@ -19,7 +19,6 @@ from rich.console import Console
 
 from exporters.repository import build_repository
 from exporters.resolve import load_spec
-from perf.bench.follow import follow_run, step_arrivals
 from perf.cli import parser
 from perf.errors import NothingMeetsError
 from perf.measure.engine import MeasureSettings, OurEngine
@@ -75,25 +74,8 @@ def test_the_written_overlay_validates_and_builds(session: ModelSession, tmp_pat
     assert "count: 2" in text and "default_queue_policy" not in text
 
 
-def test_follow_reloads_under_a_rate_step_without_a_failed_request(session: ModelSession) -> None:
-    low, high = BatcherConfig(8, 0), BatcherConfig(8, 2000)
-
-    def policy(rate: float) -> BatcherConfig:
-        return low if rate < 300 else high
-
-    arrivals = step_arrivals([(100.0, 2.0), (500.0, 2.5), (100.0, 2.5)], seed=5)
-    run = follow_run(session, arrivals, low, policy, "follow")
-    assert len(run.reloads) >= 1, run.rates
-    assert {r.config for r in run.reloads} & {high.label}
-    assert len(run.observed.records) == len(arrivals)  # every arrival ends as one record
-    # no request failed across the reloads; on a host stalled long enough, the client may shed arrivals
-    # beyond its in-flight bound (recorded, never sent): those are the client's, not a reload's
-    failed = [r.status for r in run.observed.records if not r.ok and not r.shed]
-    assert not failed and run.server_failed == 0, failed[:3]
-
-
 def test_make_tune_runs_end_to_end_and_its_numbers_add_up(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, quick_tuning: None
+    tmp_path: Path, quick_windows: MeasureSettings
 ) -> None:
     """``python -m perf tune … --rate`` as ``make tune RATE=…`` runs it, on a grid of four candidates:
     probe → predict → search → answer → verify on the server, the saved result, the report rendered from
@@ -110,7 +92,7 @@ def test_make_tune_runs_end_to_end_and_its_numbers_add_up(
         "tune", "--spec", str(SPEC), "--model", MODEL, "--p99-ms", f"{BUDGET_MS:g}", "--rate", "200",
         "--engine", "ours", "--seconds", "0.9", "--shortlist", "2", "--reports", str(tmp_path / "reports"),
     ])  # fmt: skip
-    setup = TuneSetup(quick_grid=TINY, workdir=tmp_path / "work", tuner=tune_and_keep)
+    setup = TuneSetup(quick_grid=TINY, workdir=tmp_path / "work", windows=quick_windows, tuner=tune_and_keep)
     try:
         code = command_tune(args, Console(quiet=True), setup=setup)
     except NothingMeetsError:

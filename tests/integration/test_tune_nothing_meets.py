@@ -11,8 +11,9 @@ import pytest
 from outcomes import over_the_budget
 from rich.console import Console
 
-from perf.cli import main
+from perf.cli import PerfSetup, main
 from perf.errors import EXIT_NOTHING_MEETS
+from perf.measure.engine import MeasureSettings
 from perf.model.grid import Grid
 from perf.session.probe import ProbePlan
 from perf.tune.cli import TuneSetup
@@ -38,9 +39,8 @@ def free_base() -> int:
 
 
 def test_make_tune_says_nothing_meets_in_one_line_and_exits_3(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture, quick_tuning: None
+    tmp_path: Path, capsys: pytest.CaptureFixture, quick_windows: MeasureSettings
 ) -> None:
-    monkeypatch.setattr("perf.cli.console", Console(width=400))
     seen: dict = {}
 
     def tune_briefly(server, request, plan=None, step=None, **kwargs):  # the CLI's tune, 3 probe runs a ramp
@@ -53,7 +53,9 @@ def test_make_tune_says_nothing_meets_in_one_line_and_exits_3(
         code = main([
             "tune", "--spec", str(SPEC), "--model", "trivial", "--p99-ms", "0.05", "--engine", "ours",
             "--seconds", "0.9", "--reports", str(reports), "--port-base", str(base),
-        ], tune_setup=TuneSetup(quick_grid=TINY, workdir=tmp_path / "work", tuner=tune_briefly))  # fmt: skip
+        ], PerfSetup(Console(width=400), tune=TuneSetup(
+            quick_grid=TINY, workdir=tmp_path / "work", windows=quick_windows, tuner=tune_briefly,
+        )))  # fmt: skip
     finally:
         ports.use_port_base(None)
     assert code == EXIT_NOTHING_MEETS == 3

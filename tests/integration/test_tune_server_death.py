@@ -13,8 +13,9 @@ from pathlib import Path
 import pytest
 from rich.console import Console
 
-from perf.cli import main
+from perf.cli import PerfSetup, main
 from perf.errors import EXIT_RUNTIME
+from perf.measure.engine import MeasureSettings
 from perf.model.grid import Grid
 from perf.session.probe import ProbePlan
 from perf.tune.cli import TuneSetup
@@ -26,9 +27,8 @@ TINY = Grid(delays_us=(0,), max_batches=(8,), instances=(1,))
 
 
 def test_a_server_killed_during_a_tune_exits_1_naming_its_death_and_keeping_its_log(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture, quick_tuning: None
+    tmp_path: Path, capsys: pytest.CaptureFixture, quick_windows: MeasureSettings
 ) -> None:
-    monkeypatch.setattr("perf.cli.console", Console(width=400))
     killed: list[int] = []
 
     def tune_then_crash(server, request, plan=None, step=None, **kwargs):
@@ -49,7 +49,9 @@ def test_a_server_killed_during_a_tune_exits_1_naming_its_death_and_keeping_its_
     code = main([
         "tune", "--spec", str(SPEC), "--model", "trivial", "--p99-ms", "50", "--engine", "ours",
         "--seconds", "0.9", "--reports", str(reports),
-    ], tune_setup=TuneSetup(quick_grid=TINY, workdir=tmp_path / "work", tuner=tune_then_crash))  # fmt: skip
+    ], PerfSetup(Console(width=400), tune=TuneSetup(
+        quick_grid=TINY, workdir=tmp_path / "work", windows=quick_windows, tuner=tune_then_crash,
+    )))  # fmt: skip
     assert killed, "the tune ended before the server was killed"
     assert code == EXIT_RUNTIME == 1
     printed = capsys.readouterr().out.replace("\n", " ")
