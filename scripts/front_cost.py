@@ -258,7 +258,7 @@ def compare(
 def table(results: dict[tuple[str, int], Rounds]) -> str:
     """The medians as a markdown table: one row per protocol, concurrency and route."""
     lines = [
-        "| protocol | c | route | throughput / direct, median (rounds) | p50 / direct "
+        "| protocol | c | route | throughput / direct, median (rounds) | p50 ms (/ direct) "
         "| CPU ms/request in between | server CPU ms/request | formed batch |",
         "|---|---|---|---|---|---|---|---|",
     ]
@@ -268,7 +268,7 @@ def table(results: dict[tuple[str, int], Rounds]) -> str:
             continue
         for route in rounds.routes:
             ratio, each = rounds.ratio(route, "throughput")
-            p50, _ = rounds.ratio(route, "p50_ms")
+            p50 = f"{rounds.median(route, 'p50_ms'):.2f} ({rounds.ratio(route, 'p50_ms')[0]:.2f}×)"
             shown = (
                 f"{ratio:.2f} ({', '.join(f'{v:.2f}' for v in each)})"
                 if route != "direct"
@@ -276,7 +276,7 @@ def table(results: dict[tuple[str, int], Rounds]) -> str:
             )
             between = f"{rounds.median(route, 'between_ms'):.2f}" if route != "direct" else "–"
             lines.append(
-                f"| {protocol} | {concurrency} | {route} | {shown} | {p50:.2f} | {between} | "
+                f"| {protocol} | {concurrency} | {route} | {shown} | {p50} | {between} | "
                 f"{rounds.median(route, 'server_ms'):.2f} | {rounds.median(route, 'batch'):.1f} |"
             )
     return "\n".join(lines)
