@@ -22,17 +22,25 @@ perf_analyzer cannot make stable is reported and its round skipped. Not a test: 
 where the cost matters. caddy comes from Debian (``apt-get download caddy && dpkg -x caddy_*.deb DIR``;
 the binary is ``DIR/usr/bin/caddy``); without ``--caddy`` the proxy route is left out.
 
+``--profile FILE`` says where the gRPC front's time goes: after the rounds, a second gRPC front with the
+same flags as the server's runs under cProfile beside it, perf_analyzer runs once through it at the
+highest concurrency asked, and its statistics are written to FILE (``pstats``) and their top printed.
+cProfile slows the Python it counts, so read the shares, not the rate.
+
     .venv/bin/python scripts/front_cost.py [--rounds 3] [--protocols grpc http] [--concurrency 1 4 16]
-        [--caddy PATH] [--window-ms 3000]
+        [--caddy PATH] [--window-ms 3000] [--profile FILE]
 """
 
 from __future__ import annotations
 
 import argparse
 import contextlib
+import os
+import pstats
 import socket
 import statistics
 import subprocess
+import sys
 import tempfile
 import time
 from collections.abc import Iterator
@@ -55,7 +63,7 @@ from perf.measure.measurement import measure
 from perf.measure.server_view import process_tree_cpu_s
 from perf.measure.target import Target
 from server import ServerOptions, TritonServer
-from server.admin import FRONT_HEADER, GRPC_FRONT_HEADER
+from server.admin import FRONT_HEADER, GRPC_FRONT_HEADER, KEY_ENV
 from server.launcher import free_port
 
 MODEL = "recommender"
@@ -151,23 +159,96 @@ def caddy_proxy(binary: Path, server: TritonServer) -> Iterator[tuple[subprocess
         )
         try:
             for port in (grpc_port, http_port):
-                _wait_listening(port, process, Path(folder, "caddy.log"))
+                _wait_listening(port, process, Path(folder, "caddy.log"), "caddy")
             yield process, f"127.0.0.1:{grpc_port}", f"127.0.0.1:{http_port}"
         finally:
             process.terminate()
             process.wait(timeout=10)
 
 
-def _wait_listening(port: int, process: subprocess.Popen, log: Path, wait_s: float = 20.0) -> None:
-    """Return once something listens on ``port``; ``SystemExit`` with caddy's log if it exits first."""
+def _wait_listening(port: int, process: subprocess.Popen, log: Path, name: str, wait_s: float = 20.0) -> None:
+    """Return once something listens on ``port``; ``SystemExit`` with ``name``'s log if it exits first."""
     deadline = time.monotonic() + wait_s
     while time.monotonic() < deadline:
         if process.poll() is not None:
-            raise SystemExit(f"caddy exited: {log.read_text()[-2000:]}")
+            raise SystemExit(f"{name} exited: {log.read_text()[-2000:]}")
         with contextlib.suppress(OSError), socket.create_connection(("127.0.0.1", port), timeout=1.0):
             return
         time.sleep(0.2)
-    raise SystemExit(f"caddy did not listen on {port} within {wait_s:g} s: {log.read_text()[-2000:]}")
+    raise SystemExit(f"{name} did not listen on {port} within {wait_s:g} s: {log.read_text()[-2000:]}")
+
+
+@contextmanager
+def profiled_grpc_front(server: TritonServer, statistics_file: Path) -> Iterator[Route]:
+    """A second gRPC front under cProfile, with the flags of the server's own (read from ``/proc``, as the
+    launcher keeps them nowhere else) on a port of its own: the route through it. Its statistics are
+    written to ``statistics_file`` when it stops on SIGTERM, as a front does for ``make stop``."""
+    assert server.grpc_front is not None
+    flags = Path(f"/proc/{server.grpc_front.pid}/cmdline").read_bytes().decode().split("\0")[3:-1]
+    port = free_port()
+    flags = [f"--listen=127.0.0.1:{port}" if flag.startswith("--listen=") else flag for flag in flags]
+    profiler = [sys.executable, "-m", "cProfile", "-o", str(statistics_file)]
+    with tempfile.TemporaryDirectory() as folder:
+        log = Path(folder, "front.log")
+        with log.open("wb") as output:
+            process = subprocess.Popen(
+                [*profiler, "-m", "server.fronts.grpc_front", *flags],
+                stdout=output,
+                stderr=subprocess.STDOUT,
+                env={**os.environ, KEY_ENV: server.admin_key},
+            )
+        try:
+            _wait_listening(port, process, log, "the profiled gRPC front")
+            yield Route("profiled", f"127.0.0.1:{port}", process.pid)
+        finally:
+            process.terminate()
+            process.wait(timeout=30)
+
+
+def profile_grpc_front(
+    server: TritonServer, concurrency: int, args: argparse.Namespace, binary: Path
+) -> None:
+    """One perf_analyzer run through a profiled gRPC front; prints its figures and the profile's top."""
+    with profiled_grpc_front(server, args.profile) as route:
+        f = run_route(server, route, "grpc", concurrency, args.window_ms, binary)
+    print(
+        f"grpc, profiled front, concurrency {concurrency}: {f.throughput:.0f} inf/s, p50 {f.p50_ms:.2f} ms, "
+        f"{f.between_ms:.3f} ms front CPU/request under cProfile; statistics in {args.profile}"
+    )
+    print("share of the front's busy time (its own time per function, grouped; waiting in epoll apart):")
+    for share, part in busy_shares(args.profile):
+        print(f"  {100 * share:5.1f}%  {part}")
+    pstats.Stats(str(args.profile)).sort_stats("tottime").print_stats(20)
+
+
+def busy_shares(statistics_file: Path) -> list[tuple[float, str]]:
+    """A profile's own time grouped by where it was spent: each module of ``server/fronts``, the asyncio
+    loop, socket calls, HPACK, protobuf, the rest; as shares of the time not spent waiting in epoll
+    (whose share of the whole is the first entry), largest first. A builtin's time counts for whoever
+    called it (``len`` in ``h2c`` is ``h2c``'s time)."""
+
+    def part_of(file: str, function: str) -> str:
+        if "server/fronts/" in file:
+            return file.split("server/fronts/")[1]
+        known = ("asyncio", "asyncio loop"), ("hpack", "HPACK"), ("protobuf", "protobuf")
+        return next((name for key, name in known if key in file), "other")
+
+    spent: dict[str, float] = {}
+    for (file, _, function), (_, _, own_s, _, callers) in pstats.Stats(str(statistics_file)).stats.items():
+        if "epoll" in function:
+            parts = [("idle: waiting in epoll", own_s)]
+        elif "_socket.socket" in function:
+            parts = [("socket calls (send, recv)", own_s)]
+        elif file == "~" and callers:  # a builtin: its time where it was called from
+            parts = [(part_of(caller[0], caller[2]), times[2]) for caller, times in callers.items()]
+        else:
+            parts = [(part_of(file, function), own_s)]
+        for part, seconds in parts:
+            spent[part] = spent.get(part, 0.0) + seconds
+    idle = spent.pop("idle: waiting in epoll", 0.0)
+    busy = sum(spent.values()) or 1.0
+    shares = sorted(((own_s / busy, part) for part, own_s in spent.items()), reverse=True)
+    return [(idle / (idle + busy), "idle: waiting in epoll (of all its time)"), *shares]
 
 
 def routes(
@@ -292,6 +373,9 @@ def main() -> None:
     parser.add_argument("--window-ms", type=int, default=3000)
     parser.add_argument("--caddy", type=Path, help="a caddy binary: adds the plain proxy route")
     parser.add_argument("--spec", type=Path, default=Path("models.yaml"))
+    parser.add_argument(
+        "--profile", type=Path, help="where to write a cProfile of the gRPC front (pstats file)"
+    )
     args = parser.parse_args()
     binary = find_perf_analyzer()
     if binary is None:
@@ -317,6 +401,8 @@ def main() -> None:
                     results[protocol, concurrency] = compare(
                         server, protocol, concurrency, found, args, binary
                     )
+            if args.profile is not None:
+                profile_grpc_front(server, max(args.concurrency), args, binary)
     print()
     print(table(results))
 
