@@ -58,6 +58,7 @@ BYTES_FAULTS = ("past-end", "huge-length", "cut-prefix", "trailing", "one-short"
 FILE_SIZES = (PAGE, 3 * PAGE + 13, (2 << 20) + PAGE + 13)
 REGISTRATION_KEYS = ("own", "own", "own", "theirs", "stub", "missing")
 OTHER_UID_ACTIONS = ("", "", "status", "infer")
+REPLAYABLE = ("Case", "TensorCase", "OutputCase", "ShmRange", "Registration")  # what a printed Case names
 
 
 @dataclass(frozen=True)
