@@ -27,7 +27,7 @@ def main(argv: list[str] | None = None) -> int:
         "--invariant-s",
         type=float,
         default=None,
-        help="seconds of the invariant fuzz before the faults (default: a quarter of --duration; 0: none)",
+        help="seconds of the invariant fuzz before the faults (default: half of --duration; 0: none)",
     )
     add_port_base_option(parser)
     args = parser.parse_args(argv)

@@ -18,7 +18,7 @@ violation, and so is another client's canary found in a file or an answer.
 from __future__ import annotations
 
 import json
-from collections.abc import Callable, Iterable
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -81,9 +81,7 @@ class ClientFile:
 class Regions:
     """Both clients' regions on both fronts (module docstring). ``tag`` keeps this run's names apart."""
 
-    def __init__(
-        self, client: Client, other: OtherUser | None, tag: str, stub_region: Callable[[], str]
-    ) -> None:
+    def __init__(self, client: Client, other: OtherUser | None, tag: str, stub_region: str) -> None:
         self.client, self.other, self.tag, self.stub_region = client, other, tag, stub_region
         self.marks = {"a": canary("A", tag), "b": canary("B", tag)}
         self.files: dict[str, ClientFile] = {}
@@ -152,7 +150,7 @@ class Regions:
         else:
             file_name = {
                 "theirs": f"{self.tag}_b_theirs",
-                "stub": self.stub_region(),
+                "stub": self.stub_region,
                 "missing": f"{self.tag}_missing",
             }[key]
         return self.register(

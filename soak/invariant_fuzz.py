@@ -105,6 +105,15 @@ def served_spaces(target: FuzzTarget) -> dict[str, ModelSpace]:
         own.close()
 
 
+def _running(pid: int | None, parent: int | None = None) -> bool:
+    """Whether ``pid`` runs (a zombie does not), as a child of ``parent`` if given."""
+    try:
+        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    except (OSError, IndexError):
+        return False
+    return fields[0] not in ("Z", "X") and (parent is None or int(fields[1]) == parent)
+
+
 def rss_mib(pid: int | None) -> float:
     try:
         for line in Path(f"/proc/{pid}/status").read_text().splitlines():
@@ -173,7 +182,7 @@ class InvariantReport:
                 f"  reached: {', '.join(f'{what} {n}' for what, n in sorted(self.covered.items()))}",
                 *first,
                 *(
-                    [f"  first violation: case {self.first_failure[0] + 1}, {self.first_failure[1]:.0f} s in"]
+                    [f"  first violation: case {self.first_failure[0]}, {self.first_failure[1]:.0f} s in"]
                     if self.first_failure
                     else []
                 ),
@@ -200,7 +209,9 @@ class InvariantFuzz:
         self.client = Client(target.http_url, target.grpc_url)
         self.other = OtherUser(target.http_url, target.grpc_url) if OtherUser.available() else None
         self.report.other_uid = self.other is not None
-        self.regions = Regions(self.client, self.other, f"fz{os.getpid()}", self._stub_region)
+        stubs = [stub for stub in server_stubs(target.server_pid() or 0) if stub.alive]
+        stub_region = stubs[0].shm_region if stubs else "no-stub-region"  # a key no client may register
+        self.regions = Regions(self.client, self.other, f"fz{os.getpid()}", stub_region)
         self.regions.setup()
         self._judge(self.regions.setup_answers, 30.0, "setup")
         report = self.report
@@ -220,10 +231,6 @@ class InvariantFuzz:
 
     def _stub_pids(self) -> set[int]:
         return {stub.pid for stub in server_stubs(self.target.server_pid() or 0) if stub.alive}
-
-    def _stub_region(self) -> str:
-        stubs = [stub for stub in server_stubs(self.target.server_pid() or 0) if stub.alive]
-        return stubs[0].shm_region if stubs else "no-stub-region"
 
     def _judge(self, answers: Sequence[Answer], deadline_s: float, what: str) -> list[str]:
         """Invariant (a) over ``answers``."""
@@ -247,13 +254,14 @@ class InvariantFuzz:
         """Invariant (c), but for the RSS bound (``InvariantReport.passed``)."""
         report, target, problems = self.report, self.target, []
         pid = target.server_pid()
-        alive = pid is not None and Path(f"/proc/{pid}").exists()
+        alive = _running(pid)
         if pid != report.server_pid or not alive:
             problems.append(f"(c) tritonserver {report.server_pid} is gone (now {pid}, alive {alive})")
         fronts = target.front_pids()
         if fronts != report.front_pids:
             problems.append(f"(c) the fronts {sorted(report.front_pids)} are now {sorted(fronts)}")
-        stubs = self._stub_pids()
+        gone = [stub for stub in self.stub_pids if not _running(stub, parent=pid)]
+        stubs = self._stub_pids() if gone else self.stub_pids  # the full scan of /proc only when needed
         if stubs != self.stub_pids:
             problems.append(
                 f"(c) stubs died {sorted(self.stub_pids - stubs)}, new {sorted(stubs - self.stub_pids)}"
@@ -265,11 +273,20 @@ class InvariantFuzz:
         return problems
 
     def check(self, case: Case) -> None:
-        """Send ``case`` and hold the three invariants; ``AssertionError`` lists what broke."""
-        if self.fatal:
-            raise AssertionError(f"the server broke earlier: {self.fatal}")
-        if time.monotonic() >= self.stop_at:
+        """Send ``case`` and hold the three invariants; ``AssertionError`` lists what broke. Once the
+        server broke (invariant (c)), every case fails at once with that, from the same line:
+        hypothesis takes a failure that moves for a flaky one."""
+        if time.monotonic() >= self.stop_at and not self.fatal:
             return
+        problems = [f"the server broke earlier: {self.fatal}"] if self.fatal else self._held(case)
+        if problems:
+            if not self.report.failing_cases:
+                self.report.first_failure = (self.report.examples, time.monotonic() - self._started)
+            self.report.failing_cases.append(repr(case))
+            raise AssertionError("\n".join(problems))
+
+    def _held(self, case: Case) -> list[str]:
+        """What ``case`` broke of the three invariants."""
         space = self.spaces.get(case.model) or self.spaces.get(case.model.rstrip("_"))
         deadline_s = space.deadline_s if space is not None else self.target.default_deadline_s
         answers, problems = self._send(case, space, deadline_s)
@@ -285,13 +302,8 @@ class InvariantFuzz:
         if case.registration is not None:
             front = "http" if case.protocol == "http" else "grpc"
             problems += self._judge(self.regions.end_fresh(front), 30.0, "unregister")
-        problems += isolated + self._kept()
         self.report.examples += 1
-        if problems:
-            if not self.report.failing_cases:
-                self.report.first_failure = (self.report.examples, time.monotonic() - self._started)
-            self.report.failing_cases.append(repr(case))
-            raise AssertionError("\n".join(problems))
+        return problems + isolated + self._kept()
 
     def _send(
         self, case: Case, space: ModelSpace | None, deadline_s: float

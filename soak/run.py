@@ -58,7 +58,7 @@ def run_soak(
     fuzz_cases: int = 100,
     invariant_s: float | None = None,
 ) -> SoakReport:
-    """Mixed load on ``repository``: first ``invariant_s`` (default a quarter of ``duration_s``) of the
+    """Mixed load on ``repository``: first ``invariant_s`` (default half of ``duration_s``) of the
     invariant fuzz, then ``duration_s`` with a random fault every ~``fault_every_s`` (``fuzz_cases``:
     mutated HTTP requests per fuzz burst)."""
     rng = random.Random(seed)
@@ -78,7 +78,7 @@ def run_soak(
         models = [m for m in LOAD_MODELS if m in names]
         # which stub-backed models each loaded model depends on (an ensemble fails when a stage dies)
         served_by = {m: {m} | {n for n in names if m == PIPELINE and n.startswith(f"{m}_")} for m in models}
-        fuzz_s = duration_s / 4 if invariant_s is None else invariant_s
+        fuzz_s = duration_s / 2 if invariant_s is None else invariant_s
         load = MixedLoad(server.http_url, server.grpc_url, models, max_s=fuzz_s + duration_s + 120).start()
         client = httpclient.InferenceServerClient(server.http_url)
         soak = Soak(server, client, rng, report, models, sorted(set().union(*served_by.values())), fuzz_cases)

@@ -11,7 +11,7 @@ test: a valid request answered for every served model, shared-memory inputs and 
 fronts, registrations accepted and refused, and the other user's requests.
 
 Budget and replay (docs/SERVING.md, "The invariant fuzz"): ``INVARIANT_FUZZ_EXAMPLES`` (cases, default
-800) and ``INVARIANT_FUZZ_SEED`` (default 0); a failure prints hypothesis's smallest failing case and
+500) and ``INVARIANT_FUZZ_SEED`` (default 0); a failure prints hypothesis's smallest failing case and
 its ``@reproduce_failure`` blob: ``INVARIANT_FUZZ_REPLAY='<version> <blob>'`` runs that case again, and
 ``INVARIANT_FUZZ_CASE='Case(...)'`` sends the printed case itself.
 """
@@ -27,7 +27,7 @@ from soak.invariant_fuzz import FuzzTarget, InvariantFuzz, replay_case, run_exam
 from soak.other_uid import OtherUser
 
 pytestmark = pytest.mark.integration
-EXAMPLES = int(os.environ.get("INVARIANT_FUZZ_EXAMPLES", "800"))
+EXAMPLES = int(os.environ.get("INVARIANT_FUZZ_EXAMPLES", "500"))
 SEED = int(os.environ.get("INVARIANT_FUZZ_SEED", "0"))
 
 
