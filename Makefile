@@ -42,6 +42,7 @@ help: ## list the targets and the variables they take
 	@echo "  TRUSTED_SHM=1  make serve lets tritonserver map clients' shared memory (trusted clients only:"
 	@echo "                 docs/SERVING.md, Shared memory); default: the fronts copy it"
 	@echo "  TOPOLOGY= ACCURACY=  make plan: a recorded GPU topology (e.g. dgx1-v100), the accuracy limit"
+	@echo "  COMPUTE_PROFILE=     make plan: a GPU's recorded compute (the GPU check's figures JSON)"
 	@echo "  SOAK_S=$(SOAK_S) INVARIANT_S=  make soak: seconds of faults; seconds of the invariant fuzz before them"
 	@echo "                 (default SOAK_S/2; docs/SERVING.md, The invariant fuzz)"
 	@echo "  PORT_BASE=     make perf/tune/plan/soak: every server's ports from this base (HTTP, gRPC, metrics,"
@@ -96,11 +97,11 @@ perf-analyzer: setup ## install NVIDIA perf_analyzer into .venv (if missing) and
 	$(BIN)/python -m perf.perf_analyzer_install
 	$(BIN)/python -m perf analyzer
 
-tune: setup ## pick batching for a p99 budget: make tune MODEL=recommender P99_MS=10 [RATE=…] [TUNE_ARGS="--witness model-analyzer"]
+tune: setup ## pick batching for a p99 budget: make tune MODEL=recommender P99_MS=10 [RATE=…] [TUNE_ARGS="--engine ours"]
 	$(BIN)/python -m perf tune --spec $(SPEC) --model $(MODEL) --p99-ms $(P99_MS) $(if $(RATE),--rate $(RATE)) $(PORT_ARGS) $(TUNE_ARGS)
 
-plan: setup ## choose the serving strategy: make plan MODEL=recommender P99_MS=10 [TOPOLOGY=dgx1-v100] [ACCURACY=1e-3]
-	$(BIN)/python -m perf plan --spec $(SPEC) --model $(MODEL) --p99-ms $(P99_MS) $(if $(TOPOLOGY),--topology $(TOPOLOGY)) $(if $(ACCURACY),--accuracy $(ACCURACY)) $(PORT_ARGS) $(PLAN_ARGS)
+plan: setup ## choose the serving strategy: make plan MODEL=recommender P99_MS=10 [TOPOLOGY=dgx1-v100] [ACCURACY=1e-3] [COMPUTE_PROFILE=gpu_check.json]
+	$(BIN)/python -m perf plan --spec $(SPEC) --model $(MODEL) --p99-ms $(P99_MS) $(if $(TOPOLOGY),--topology $(TOPOLOGY)) $(if $(ACCURACY),--accuracy $(ACCURACY)) $(if $(COMPUTE_PROFILE),--compute-profile $(COMPUTE_PROFILE)) $(PORT_ARGS) $(PLAN_ARGS)
 
 test: setup deploy-tools ## unit + integration tests (starts real tritonservers on free ports; TEST_WORKERS=3)
 	$(BIN)/python -m pytest -q -n $(TEST_WORKERS) --dist loadgroup --no-loadscope-reorder

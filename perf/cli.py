@@ -1,4 +1,6 @@
-"""``python -m perf run`` (``make perf``) and ``python -m perf analyzer`` (``make perf-analyzer``).
+"""``python -m perf``: ``run`` (``make perf``), ``analyzer`` (``make perf-analyzer``), and where the
+exit status of ``tune``, ``plan`` and ``witness`` is decided (their options and runs are
+``perf.tune.cli``'s, ``perf.plan.cli``'s and ``perf.bench.witness``').
 
 Options default to the profile's values; environment variables ``PERF_MODELS``, ``PERF_MODES``,
 ``PERF_CONCURRENCY``, ``PERF_GOAL_CONCURRENCY``, ``PERF_PROTOCOL``, ``PERF_SHM``, ``PERF_WINDOW``,
@@ -10,12 +12,13 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import dataclasses
 import os
 import shutil
 import signal
 import sys
 import threading
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -24,7 +27,8 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 from rich.table import Table
 
 from exporters.errors import SpecError
-from perf.bench.cli import command_steal_check, command_tune, command_witness
+from perf.bench.witness import add_parser as add_witness_parser
+from perf.bench.witness import command_witness
 from perf.errors import (
     EXIT_INTERRUPTED,
     EXIT_NOTHING_MEETS,
@@ -35,8 +39,9 @@ from perf.errors import (
     PerfError,
 )
 from perf.measure.analyzer import HOW_TO_GET_IT, find_perf_analyzer, glibc_version
+from perf.plan.cli import THE_SETUP as THE_PLAN_SETUP
+from perf.plan.cli import PlanSetup, command_plan
 from perf.plan.cli import add_parser as add_plan_parser
-from perf.plan.cli import command_plan
 from perf.plan.cli import usage_errors as plan_usage_errors
 from perf.plan.placement import PlacementError
 from perf.report_folder import report_folder
@@ -46,21 +51,27 @@ from perf.studies.framework import Study, StudyContext, StudyReport
 from perf.studies.goals import Goal
 from perf.studies.profiles import PROFILES, Profile, get_profile
 from perf.studies.study_spec import FAMILIES, MODES, spec_families
-from perf.tune.cli import THE_SETUP, TuneSetup
+from perf.tune.cli import THE_SETUP, TuneSetup, command_tune
 from perf.tune.cli import add_parser as add_tune_parser
 from perf.tune.cli import usage_errors as tune_usage_errors
 from server.ports import add_port_base_option, use_port_base
 
-# ``python -m perf <tool> …``: a tool beside the tuner, run alone with its own options.
-TOOLS: dict[str, tuple[Callable[[list[str] | None], int], str]] = {
-    "witness": (command_witness, "perf_analyzer and our client side by side on one configuration"),
-    "steal-check": (
-        command_steal_check,
-        "one configuration at one rate, run after run: how often steal misses",
-    ),
-}
-console = Console(width=max(shutil.get_terminal_size((150, 40)).columns, 100))
 WORKDIR = Path(".run/perf")
+
+
+@dataclasses.dataclass(frozen=True)
+class PerfSetup:
+    """What ``python -m perf`` is built from beyond its options: the console it prints to, the studies
+    ``make perf`` runs (``perf.studies.catalog``), and what ``tune`` and ``plan`` are built from. A
+    test hands in a console wide enough that no line wraps, studies of its own, or a tune or plan
+    setup, instead of patching this module's names."""
+
+    console: Console = dataclasses.field(
+        default_factory=lambda: Console(width=max(shutil.get_terminal_size((150, 40)).columns, 100))
+    )
+    studies: Callable[[], Sequence[Study]] = studies
+    tune: TuneSetup = THE_SETUP
+    plan: PlanSetup = THE_PLAN_SETUP
 
 
 def _csv(value: str | None, kind: type = str, option: str = "") -> tuple | None:
@@ -101,8 +112,7 @@ def parser() -> argparse.ArgumentParser:
     commands.add_parser("analyzer", help="cross-check with perf_analyzer where a working binary exists")
     add_tune_parser(commands)
     add_plan_parser(commands)
-    for name, (_, text) in TOOLS.items():  # their own parsers take the rest (``--help`` lists it)
-        commands.add_parser(name, help=text, add_help=False)
+    add_witness_parser(commands)
     return top
 
 
@@ -156,7 +166,7 @@ def _redeliver_lost_interrupts(previous: Callable[[Any], None]) -> Callable[[Any
 
 
 @contextlib.contextmanager
-def progress_bar(total: int, show: bool = True) -> Iterator[Callable[[str], None]]:
+def progress_bar(total: int, console: Console, show: bool = True) -> Iterator[Callable[[str], None]]:
     """A progress bar of ``total`` steps; yields the callback a study calls as each step starts."""
     with Progress(
         TextColumn("[bold]{task.description:<60}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
@@ -175,25 +185,27 @@ def progress_bar(total: int, show: bool = True) -> Iterator[Callable[[str], None
         progress.update(task, completed=total, description="done")
 
 
-def run_studies(profile: Profile, folder: Path, spec_path: Path) -> None:
-    """Every study of ``make perf`` (``perf.studies.catalog``) in order, each with its own bar."""
-    for study in studies():
+def run_studies(
+    listed: Sequence[Study], profile: Profile, folder: Path, spec_path: Path, console: Console
+) -> None:
+    """Every study of ``make perf`` in order, each with its own bar."""
+    for study in listed:
         if not study.steps(profile):
             console.print(f"{study.title}: not in profile {profile.name}; skipped")
             continue
-        print_report(run_one(study, profile, folder, spec_path))
+        print_report(run_one(study, profile, folder, console, spec_path), console)
 
 
 def run_one(
-    study: Study, profile: Profile, folder: Path, spec_path: Path = Path("models.yaml")
+    study: Study, profile: Profile, folder: Path, console: Console, spec_path: Path = Path("models.yaml")
 ) -> StudyReport:
     """One study with a progress bar of its steps; it writes into ``folder``."""
     console.print(f"{study.title} …")
-    with progress_bar(study.steps(profile)) as step:
+    with progress_bar(study.steps(profile), console) as step:
         return study.run(StudyContext(profile, folder, WORKDIR, spec_path, step))
 
 
-def print_report(report: StudyReport) -> None:
+def print_report(report: StudyReport, console: Console) -> None:
     """A study's summary tables and goals where it has tables (its report is too long), else its report."""
     if not report.summary:
         console.print(report.path.read_text(), highlight=False, markup=False)
@@ -205,11 +217,11 @@ def print_report(report: StudyReport) -> None:
         for row in summary.rows:
             table.add_row(*row)
         console.print(table)
-    print_goals(report.goals)
+    print_goals(report.goals, console)
     console.print(f"report: [bold]{report.path}[/bold]")
 
 
-def print_goals(goals: list[Goal], title: str = "goals") -> None:
+def print_goals(goals: list[Goal], console: Console, title: str = "goals") -> None:
     """The goals' verdicts, with the model each judged where a study judges several."""
     per_model = any(g.model for g in goals)
     table = Table(title=title)
@@ -220,15 +232,16 @@ def print_goals(goals: list[Goal], title: str = "goals") -> None:
     console.print(table)
 
 
-def command_run(args: argparse.Namespace, profile: Profile) -> int:
+def command_run(args: argparse.Namespace, profile: Profile, setup: PerfSetup) -> int:
     folder = report_folder(args.reports, log_name="perf.log")
     _stop_on_sigterm()
-    console.print(f"profile [bold]{profile.name}[/bold] → {folder}")
-    run_studies(profile, folder, args.spec)  # Ctrl-C: main says so and exits 130; the server was stopped
+    setup.console.print(f"profile [bold]{profile.name}[/bold] → {folder}")
+    # Ctrl-C: main says so and exits 130; the server was stopped
+    run_studies(setup.studies(), profile, folder, args.spec, setup.console)
     return 0
 
 
-def command_analyzer(args: argparse.Namespace) -> int:
+def command_analyzer(args: argparse.Namespace, console: Console) -> int:
     binary = find_perf_analyzer()
     if binary is None:
         console.print(HOW_TO_GET_IT.format(glibc=glibc_version()), highlight=False)
@@ -236,69 +249,70 @@ def command_analyzer(args: argparse.Namespace) -> int:
     profile = get_profile("quick", modes=("none", "dyn1ms"), concurrencies=(1, 16))
     args.reports = Path("reports")
     folder = report_folder(args.reports, "perf-analyzer")
-    print_report(run_one(BatchingStudy(), profile, folder))
+    print_report(run_one(BatchingStudy(), profile, folder, console), console)
     return 0
 
 
 USAGE_ERRORS = (OptionError, SpecError, PlacementError)
 
 
-def main(argv: list[str] | None = None, tune_setup: TuneSetup = THE_SETUP) -> int:
+def main(argv: list[str] | None = None, setup: PerfSetup | None = None) -> int:
     """Every ``python -m perf`` command, and the one place where what went wrong becomes the exit
     status: a usage or spec error 2 (one line; argparse's own too), nothing meeting the budget 3 (the
     verdict's line), a runtime failure 1, Ctrl-C or SIGTERM 130 (the server was stopped)."""
     top = parser()
-    args, rest = top.parse_known_args(argv)
-    if args.command in TOOLS:  # their own options, parsed by their own parser
-        return TOOLS[args.command][0](rest)
-    if rest:
-        top.error(f"unrecognized arguments: {' '.join(rest)}")
+    args = top.parse_args(argv)
+    setup = setup or PerfSetup()
+    console = setup.console
     use_port_base(getattr(args, "port_base", None))  # every server this run starts (server.ports)
     try:
-        return run_command(top, args, tune_setup)
+        return run_command(top, args, setup)
     except KeyboardInterrupt:
         console.print(INTERRUPTED)
         return EXIT_INTERRUPTED
     except NothingMeetsError as verdict:
         console.print(verdict.verdict, highlight=False, markup=False)
-        _print_hint(verdict)
+        _print_hint(verdict, console)
         return EXIT_NOTHING_MEETS
     except USAGE_ERRORS as error:  # the options or the spec the user gave, before anything is measured
         console.print(f"[red]{args.command} failed[/red]: {error}", highlight=False)
         return EXIT_USAGE
     except PerfError as error:
         console.print(f"[red]{args.command} failed[/red]: {error}", highlight=False)
-        _print_hint(error)
+        _print_hint(error, console)
         return EXIT_RUNTIME
 
 
-def _print_hint(error: PerfError) -> None:
+def _print_hint(error: PerfError, console: Console) -> None:
     if error.hint:
         console.print(f"  {error.hint}", highlight=False, markup=False)
 
 
-def run_command(top: argparse.ArgumentParser, args: argparse.Namespace, tune_setup: TuneSetup) -> int:
+def run_command(top: argparse.ArgumentParser, args: argparse.Namespace, setup: PerfSetup) -> int:
     """Check the options (a usage error exits 2 before any report folder is made), then run."""
     if args.command == "plan":
         if error := plan_usage_errors(args):
             top.error(error)
         _stop_on_sigterm()  # a killed plan must not leave its tritonserver running
-        return command_plan(args, console)
+        return command_plan(args, setup.console, setup.plan)
     if args.command == "tune":
-        if error := tune_usage_errors(args):
+        if error := tune_usage_errors(args, setup.tune):
             top.error(error)
         _stop_on_sigterm()  # a killed tune must not leave its tritonserver running
-        return command_tune(args, console, tune_setup)
+        return command_tune(args, setup.console, setup.tune)
     if args.command == "analyzer":
         _stop_on_sigterm()
-        return command_analyzer(args)
+        return command_analyzer(args, setup.console)
+    if args.command == "witness":
+        _stop_on_sigterm()
+        return command_witness(args)
     try:
         profile = profile_from(args)
     except OptionError as error:  # a usage error, before any folder is made or minutes are measured
         top.error(str(error))
-    if not args.spec.is_file() and any(s.serves_spec and s.steps(profile) for s in studies()):
+    if not args.spec.is_file() and any(s.serves_spec and s.steps(profile) for s in setup.studies()):
         top.error(f"--spec {args.spec}: no such file (the pipeline study serves its pipelines)")
-    return command_run(args, profile)
+    return command_run(args, profile, setup)
 
 
 if __name__ == "__main__":

@@ -30,6 +30,17 @@ class StudyError(PerfError, RuntimeError):
     """A study could not complete (a response of the wrong shape, a phase that did not finish)."""
 
 
+class ServerDiedError(StudyError):
+    """The server died during a run (exit status 1, never "nothing meets"): the run is no evidence about
+    the configuration. ``cause``: how it died, as the supervisor says it (``server.supervisor.death_cause``);
+    ``log_path``: its log, which the command copies into its report folder (``kept``) before the next
+    run overwrites it."""
+
+    def __init__(self, message: str, cause: str, log_path: str) -> None:
+        super().__init__(message)
+        self.cause, self.log_path, self.kept = cause, log_path, ""
+
+
 # Exit statuses of every ``python -m perf`` command (``perf.cli.main`` maps exceptions to them): 0 an
 # answer, 1 a runtime error, 2 a usage or spec error, 3 nothing measured met the budget (a verdict about
 # this machine, not a failure of the tool), 130 interrupted (Ctrl-C or SIGTERM; the server was stopped).
@@ -53,9 +64,15 @@ class NothingMeetsError(PerfError):
         """The verdict naming the closest figure measured: ``label`` at ``rate``/s with p99 ``p99_ms``
         (``behind``: what it served, where it fell behind the offered rate; ``note``: why a run within
         the budget is still no answer)."""
-        served = f", serving only {behind:,.0f}/s of it" if behind is not None else ""
+        served = f", serving only {_per_second(behind)} of it" if behind is not None else ""
+        figure = f"with p99 {p99_ms:,.1f} ms{served}" if p99_ms == p99_ms else "where no request was answered"
         return cls(
             f"nothing meets p99 <= {budget_ms:g} ms here: the closest measured was {label} at "
-            f"{rate:,.0f}/s with p99 {p99_ms:,.1f} ms{served}{f' ({note})' if note else ''}",
+            f"{_per_second(rate)} {figure}{f' ({note})' if note else ''}",
             detail,
         )
+
+
+def _per_second(rate: float) -> str:
+    """``1,290/s``, or ``3.2/s`` under ten (a whole number would say 0 of a rate under one)."""
+    return f"{rate:,.0f}/s" if rate >= 10 else f"{rate:.1f}/s"

@@ -30,14 +30,17 @@ def save_document(path: Path, document: Any) -> Path:
     return path
 
 
-def load_document(path: Path, kind: type[Document]) -> Document:
-    """``path`` read back as ``kind``; an ``OptionError`` naming the file and each field it got wrong."""
+def load_document(path: Path, kind: type[Document], under: str | None = None) -> Document:
+    """``path`` read back as ``kind`` (with ``under``: the object under that key, where the file is a
+    larger document holding it); an ``OptionError`` naming the file and each field it got wrong."""
     try:
         data = json.loads(path.read_text())
     except FileNotFoundError as error:
         raise OptionError(f"{path}: no such file") from error
     except json.JSONDecodeError as error:
         raise OptionError(f"{path}: not JSON ({error})") from error
+    if under is not None and isinstance(data, dict) and under in data:
+        data = data[under]
     try:
         return TypeAdapter(kind).validate_python(data)
     except ValidationError as error:

@@ -188,7 +188,7 @@ def python_shm_bytes(repository: Path) -> int:
 def server_environment(install: ServerInstall) -> dict[str, str]:
     """The variables a tritonserver of ``install`` needs on top of this process's environment: the
     venv's packages on ``PYTHONPATH`` (the Python-backend stub does not see the venv) and the wheel's
-    shared libraries on ``LD_LIBRARY_PATH``. Also for a server another tool starts (Model Analyzer)."""
+    shared libraries on ``LD_LIBRARY_PATH``."""
     site = [sysconfig.get_paths()["purelib"], sysconfig.get_paths()["platlib"]]
     paths = [*site, *filter(None, os.environ.get("PYTHONPATH", "").split(os.pathsep))]
     libs = [

@@ -5,14 +5,17 @@ from __future__ import annotations
 import argparse
 import logging
 import sys
+from collections.abc import Callable
 from pathlib import Path
 
 import soak.run
 from server.ports import add_port_base_option, use_port_base
+from soak.report import SoakReport
 from soak.run import run_soak
 
 
-def main(argv: list[str] | None = None) -> int:
+def main(argv: list[str] | None = None, run: Callable[..., SoakReport] = run_soak) -> int:
+    """``make soak``; ``run``: the soak itself (a test hands in one that starts nothing)."""
     parser = argparse.ArgumentParser(
         prog="python -m soak",
         description=soak.run.__doc__,
@@ -33,7 +36,7 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     use_port_base(args.port_base)  # the soak's server (server.ports)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(message)s")
-    report = run_soak(
+    report = run(
         args.repository, args.duration, args.seed, args.fault_every, args.fuzz_cases, args.invariant_s
     )
     print(report.text())

@@ -7,12 +7,14 @@ request, the server's and the rest of the machine's (the client, mostly), says w
 they do: on cores the client shares with the server, a client that costs more CPU per request leaves
 the server less.
 
-``python -m perf tune … --witness`` adds this section to the tuner's report; ``python -m perf
-witness`` runs it alone on one configuration (``witness_alone``).
+``python -m perf witness`` runs it on one configuration (``witness_alone``); give it a tuned pick's
+``--max-batch``, ``--delay-us`` and ``--instances`` to witness what ``make tune`` chose.
 """
 
 from __future__ import annotations
 
+import argparse
+import dataclasses
 import logging
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -27,7 +29,7 @@ from perf.measure.measurement import Measurement, measure
 from perf.session.model import ModelSession
 
 log = logging.getLogger(__name__)
-HEADING = "## perf_analyzer vs our client (`--witness`)"
+HEADING = "## perf_analyzer vs our client (`python -m perf witness`)"
 CSV_ROW = "perf_analyzer (its own CSV)"
 EXPORT_ROW = "perf_analyzer (our records from its export)"
 
@@ -35,7 +37,7 @@ EXPORT_ROW = "perf_analyzer (our records from its export)"
 @dataclass(frozen=True)
 class WitnessOptions:
     """What ``python -m perf witness`` runs with: the one configuration loaded (``max_batch``,
-    ``delay_us``, ``instances``) and the closed loop both engines drive. ``perf.bench.cli`` builds it
+    ``delay_us``, ``instances``) and the closed loop both engines drive. ``command_witness`` builds it
     from the command line, whose defaults are these."""
 
     model: str = "recommender"
@@ -171,3 +173,32 @@ def witness_alone(options: WitnessOptions) -> int:
         session.prepare(BatcherConfig(options.max_batch, options.delay_us, instances=options.instances))
         print("\n".join(witness_section(session, concurrency=options.concurrency)))
     return 0
+
+
+def add_parser(commands: argparse._SubParsersAction) -> None:
+    """``python -m perf witness``'s options; their defaults are ``WitnessOptions``'."""
+    defaults = WitnessOptions()
+    witness = commands.add_parser(
+        "witness", help="perf_analyzer and our client side by side on one configuration",
+        description=command_witness.__doc__,
+    )  # fmt: skip
+    witness.add_argument("--model", default=defaults.model)
+    witness.add_argument("--spec", type=Path, default=defaults.spec)
+    witness.add_argument("--max-batch", type=int, default=defaults.max_batch)
+    witness.add_argument("--delay-us", type=int, default=defaults.delay_us)
+    witness.add_argument("--instances", type=int, default=defaults.instances)
+    witness.add_argument("--concurrency", type=int, default=defaults.concurrency)
+    witness.add_argument("--workdir", type=Path, default=defaults.workdir)
+
+
+def options_from(args: argparse.Namespace) -> WitnessOptions:
+    """The parsed options as ``WitnessOptions``: a value it cannot run with is an ``OptionError`` naming
+    the option (exit status 2, ``perf.cli.main``) before any server starts."""
+    return WitnessOptions(
+        **{field.name: getattr(args, field.name) for field in dataclasses.fields(WitnessOptions)}
+    )
+
+
+def command_witness(args: argparse.Namespace) -> int:
+    """``python -m perf witness``: the side by side alone, on one configuration (no tuning)."""
+    return witness_alone(options_from(args))

@@ -20,7 +20,7 @@ too), or the trials run out. Measured with 2.41.0:
   (``--request-intervals``, ``--async``) whose windows never agree exits 0 and writes the export but
   no CSV: the run is kept and marked unstable;
 * any failed call ends it ("Thread [0] had error: …"), and so does a model reload under load ("failed
-  to find the requested model version" at the next window), so ``--follow`` uses our engine.
+  to find the requested model version" at the next window): a run never reloads under load.
 """
 
 from __future__ import annotations
@@ -75,14 +75,15 @@ def glibc_version() -> str:
         return "unknown"
 
 
-def find_perf_analyzer() -> Path | None:
-    """A perf_analyzer executable that is a real program and runs, or None.
+def find_perf_analyzer(prefix: Path | None = None) -> Path | None:
+    """A perf_analyzer executable that is a real program and runs, or None: ``$PERF_ANALYZER``, the one
+    ``make perf-analyzer`` installed into the venv at ``prefix`` (this one's by default), then ``PATH``.
 
     Probed with ``--version``: the 2.41.0 release rejects ``--help`` as an unrecognized option.
     """
     from perf.perf_analyzer_install import InstallError, installed_wrapper, probe
 
-    candidates = [os.environ.get("PERF_ANALYZER"), installed_wrapper(), shutil.which("perf_analyzer")]
+    candidates = [os.environ.get("PERF_ANALYZER"), installed_wrapper(prefix), shutil.which("perf_analyzer")]
     for candidate in filter(None, candidates):
         path = Path(candidate)
         if not (path.is_file() and os.access(path, os.X_OK)):

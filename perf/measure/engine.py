@@ -34,13 +34,20 @@ Edge = Callable[[float], None]  # called with the time (s on the records' clock)
 @dataclass(frozen=True)
 class MeasureSettings:
     """Like perf_analyzer: ``stable_windows`` consecutive windows within ``tolerance``, at most
-    ``max_windows``, after ``warmup_s``."""
+    ``max_windows``, after ``warmup_s``. A session on one server (``perf.session.model``) also reads
+    the last two: its windows last at least ``window_batches`` of its largest batch, and a run the
+    hypervisor stole from is measured once more where ``remeasure_stolen`` (``perf.measure.noise``)."""
 
     warmup_s: float = 1.0
     window_s: float = 2.0
     stable_windows: int = 3
     max_windows: int = 6
     tolerance: float = 0.10
+    # perf_analyzer gives up on a window no request completed in ("No valid requests recorded within
+    # time interval"), and a window of a few batches says little about a p99: a model whose full batch
+    # takes 200 ms gets windows of 4 s.
+    window_batches: int = 20
+    remeasure_stolen: bool = True
 
     def __post_init__(self) -> None:
         if not self.window_s > 0:
@@ -54,6 +61,8 @@ class MeasureSettings:
             )
         if not self.tolerance > 0:
             raise OptionError(f"tolerance must be > 0, got {self.tolerance}")
+        if self.window_batches < 1:
+            raise OptionError(f"window_batches must be >= 1, got {self.window_batches}")
 
     @property
     def longest_s(self) -> float:

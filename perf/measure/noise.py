@@ -17,7 +17,7 @@ from __future__ import annotations
 import logging
 import math
 from collections.abc import Callable
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field
 
 from perf.measure.measurement import Measurement
 
@@ -86,7 +86,3 @@ class NoisePolicy:
         """The policy's account for a saved result: its limit, the runs, those measured again."""
         again = tuple(self.remeasured)
         return NoiseFigures(self.stolen_limit, self.runs, again, float(sum(r.seconds for r in again)))
-
-    def figures(self) -> dict:
-        """``account`` as a plain dict (a scenario's figures)."""
-        return asdict(self.account())

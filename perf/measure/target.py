@@ -19,6 +19,7 @@ import logging
 import os
 import time
 import uuid
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -100,19 +101,31 @@ def target_from_spec(
     )
 
 
+def _connect(target: Target, slots: int) -> Any:
+    """tritonclient's asyncio client for ``target``'s protocol, ``slots`` connections for HTTP."""
+    if target.protocol == "http":
+        return http_aio.InferenceServerClient(target.url, conn_limit=slots)
+    return grpc_aio.InferenceServerClient(target.url)
+
+
 class Caller:
     """An open asyncio client for one ``Target``; ``await call(batch, arrivals)`` gives a ``Record``.
 
     Use as ``async with Caller(target, t0) as caller``. ``slots`` bounds the requests in flight; each
-    call holds one (its output region, with shared memory).
+    call holds one (its output region, with shared memory). ``connect(target, slots)`` opens the
+    client (tritonclient's asyncio client of the target's protocol; a test hands in one of its own).
     """
 
-    def __init__(self, target: Target, t0: float, label: str = "", slots: int | None = None) -> None:
+    def __init__(
+        self, target: Target, t0: float, label: str = "", slots: int | None = None,
+        connect: Callable[[Target, int], Any] | None = None,
+    ) -> None:  # fmt: skip
         self.target = target
         self.t0 = t0
         self.label = label
         self.module = PROTOCOLS[target.protocol]
         self.slot_count = slots or target.max_in_flight
+        self.connect = connect or _connect
         self.client: Any = None
         self.attempts = 0  # calls started plus arrivals shed; every one ends as exactly one record
         self.free: asyncio.Queue[int] = asyncio.Queue()
@@ -124,10 +137,7 @@ class Caller:
         self._outputs: dict[int, list[Any]] = {}
 
     async def __aenter__(self) -> Caller:
-        if self.target.protocol == "http":
-            self.client = http_aio.InferenceServerClient(self.target.url, conn_limit=self.slot_count)
-        else:
-            self.client = grpc_aio.InferenceServerClient(self.target.url)
+        self.client = self.connect(self.target, self.slot_count)
         for slot in range(self.slot_count):
             self.free.put_nowait(slot)
         if self.target.shared_memory:

@@ -23,7 +23,6 @@ from __future__ import annotations
 
 import bisect
 import heapq
-from collections import Counter
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
@@ -126,9 +125,6 @@ class SimResult:
     @property
     def throughput(self) -> float:
         return len(self.latencies_s) / self.span_s if self.span_s > 0 else 0.0
-
-    def batch_histogram(self) -> dict[int, int]:
-        return dict(sorted(Counter(int(b) for b in self.batch_sizes).items()))
 
     @property
     def mean_batch(self) -> float:

@@ -65,10 +65,6 @@ class Link:
     generic: bool = False  # the figure is the link type's generic one (the GPU is not in the table)
 
     @property
-    def nvlink(self) -> bool:
-        return self.level.startswith("NV")
-
-    @property
     def label(self) -> str:
         if self.level == "host":
             return self.level

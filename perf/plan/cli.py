@@ -1,14 +1,15 @@
-"""``python -m perf plan`` (``make plan MODEL=… P99_MS=… [TOPOLOGY=…] [ACCURACY=…]``): the run.
+"""``python -m perf plan`` (``make plan MODEL=… P99_MS=… [TOPOLOGY=…] [ACCURACY=…] [COMPUTE_PROFILE=…]``).
 
 Topology (``--topology`` folder or shipped name, else this host's GPUs, else its CPU) → profile (the
-variants built and measured; on the CPU with the tuner's probe on the real server) → every strategy
-placed and predicted → the pick → on the CPU, the top architectures measured on the real server, the
-answer the one measured to hold the budget at the highest rate (``perf.plan.verify.settle``) → for a
-model with a variable axis, its formed batches per length and length buckets at that rate
-(``perf.plan.shapes``) →
-``reports/<timestamp>-plan/``: ``plan.json``, ``report.md``, ``p99_vs_rate.png``, ``overlay.yaml``
-and ``spec.planned.yaml``. Where nothing meets the budget (every strategy predicted over it, or every
-verified one measured over it): one line with the closest figure, no overlay, exit status 3.
+variants built and measured; on the CPU with the tuner's probe on the real server; for a GPU this host
+lacks, a recorded compute profile where one is given) → every strategy placed and predicted → on the
+CPU, the top architectures searched on the real server by the one measured search, the answer the best
+point a run held the budget at (``perf.plan.verify``), a probe run included → for a model with a
+variable axis, its formed batches per length and length buckets at that rate (``perf.plan.shapes``),
+whose miss reopens the answer → ``reports/<timestamp>-plan/``: ``plan.json``, ``report.md``,
+``p99_vs_rate.png``, ``overlay.yaml`` and ``spec.planned.yaml``. Where nothing meets the budget (every
+strategy predicted over it and no run held it, or no point measured held it): one line with the closest
+run over the budget, no overlay, exit status 3. A server that died: exit status 1, its log kept.
 """
 
 from __future__ import annotations
@@ -16,34 +17,57 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import logging
-import math
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 from exporters.resolve import load_spec
-from perf.errors import NothingMeetsError
+from exporters.schema.models import ModelSpec
+from perf.errors import NothingMeetsError, OptionError
 from perf.markdown import number
-from perf.measure.engine import OurEngine
-from perf.plan.document import PlanDocument, plan_document
+from perf.measure.engine import LoadEngine, MeasureSettings, OurEngine
+from perf.measure.loads import poisson
+from perf.measure.measurement import Measurement
+from perf.measure.shapes import has_variable_axis
+from perf.plan.compute_profile import ComputeProfile, compute_origin, read_compute_profile
+from perf.plan.document import PlanDocument, ShapesFigures, plan_document
 from perf.plan.graph_memory import too_big_to_build
 from perf.plan.overlay import plan_overlay, server_flags, write_plan_overlay
 from perf.plan.placement import PlacementError
-from perf.plan.planner import Judged, NoStrategyError, PlanRequest, plan
+from perf.plan.planner import Judged, NoStrategyError, Plan, PlanRequest, plan
 from perf.plan.profile import measure_profile, plan_target
-from perf.plan.report import plot, render
+from perf.plan.report import plot, rate_sentence, render
 from perf.plan.shapes import plan_shapes
-from perf.plan.strategy import Space
+from perf.plan.strategy import ModelProfile, Space
 from perf.plan.topology import Topology, cpu_topology, live_topology, topology_folder
-from perf.plan.verify import settle, verify
+from perf.plan.verify import Serve, measure_plan, probe_evidence, real_server, verification_rows
 from perf.report_folder import report_folder
 from perf.saved import save_document
-from perf.session.model import TUNE_WINDOWS, ModelSession
-from perf.session.probe import ProbePlan, ProbeResult, probe
+from perf.session.model import TUNE_WINDOWS, ModelSession, keep_dead_server_log
+from perf.session.probe import ProbePlan, probe
+from perf.session.search import Evidence, Verdict, decide
 from perf.spec_overlay import base_document
 from server.ports import add_port_base_option
 
 log = logging.getLogger(__name__)
 WORKDIR = Path(".run/plan")
+
+
+@dataclasses.dataclass(frozen=True)
+class PlanSetup:
+    """What a ``make plan`` run is built from beyond its options: the windows every run is measured in
+    (``--seconds`` sets their length), this host's GPUs (None: none, the CPU is planned for), how the
+    variants are built and timed (the profile) and how a strategy is served for its verification. A
+    test hands in shorter windows, a host without GPUs, fixed figures or a scripted session instead of
+    patching this module's names."""
+
+    windows: MeasureSettings = TUNE_WINDOWS
+    live_topology: Callable[[], Topology | None] = live_topology
+    measure_profile: Callable[..., ModelProfile] = measure_profile
+    real_server: Callable[..., Serve] = real_server
+
+
+THE_SETUP = PlanSetup()  # what make plan runs with
 
 
 def add_parser(commands: argparse._SubParsersAction) -> None:
@@ -69,6 +93,10 @@ def add_parser(commands: argparse._SubParsersAction) -> None:
     p.add_argument("--predict-s", type=float, default=3.0, help="seconds of arrivals per prediction")
     p.add_argument("--reports", type=Path, default=Path("reports"))
     p.add_argument("--workdir", type=Path, default=WORKDIR, help="where the variants are built and served")
+    p.add_argument(
+        "--compute-profile", default=None,
+        help="a GPU's recorded compute (the GPU check's figures JSON): a GPU topology's rates from it",
+    )  # fmt: skip
     add_port_base_option(p)
 
 
@@ -94,23 +122,24 @@ def _ints(text: str, option: str) -> tuple[int, ...]:
     return values
 
 
-def _topology(args: argparse.Namespace) -> tuple[Topology, bool]:
+def _topology(args: argparse.Namespace, setup: PlanSetup) -> tuple[Topology, bool]:
     """The machine planned for, and whether this host runs it (a live GPU or the CPU here)."""
     if args.topology:
         return topology_folder(args.topology), False
-    live = live_topology()
+    live = setup.live_topology()
     return (live, True) if live is not None else (cpu_topology(), True)
 
 
-def command_plan(args: argparse.Namespace, console) -> int:
+def command_plan(args: argparse.Namespace, console, setup: PlanSetup = THE_SETUP) -> int:
     started = time.perf_counter()
     spec = load_spec(args.spec)
     spec, model = plan_target(spec, args.model)  # a model or a pipeline; a clear error before building
     too_big = too_big_to_build(spec.model(model))
-    topology, here = _topology(args)
+    topology, here = _topology(args, setup)
     space = Space(
         _ints(args.instances, "--instances"), _ints(args.delays_us, "--delays-us"), split=not args.no_split
     )
+    recorded = recorded_profile(args, topology, model)
     folder = report_folder(args.reports, "plan", "plan.log")  # once the options and the spec are read
     request = PlanRequest(args.p99_ms, args.accuracy, space, args.predict_s)
     console.print(
@@ -118,85 +147,144 @@ def command_plan(args: argparse.Namespace, console) -> int:
     )
     for warning in topology.warnings:
         console.print(f"  [yellow]warning[/yellow]: {warning}")
-    settings = dataclasses.replace(TUNE_WINDOWS, window_s=args.seconds / TUNE_WINDOWS.stable_windows)
+
+    def step(text: str) -> None:
+        console.print(f"  {text}")
+
+    settings = dataclasses.replace(setup.windows, window_s=args.seconds / setup.windows.stable_windows)
     engine = OurEngine()
-    probed = None
+    measuring = here and not topology.on_gpu and not too_big  # this CPU: the server measures
     if too_big and here and not topology.on_gpu:
         console.print(f"  no probe or verification on the server: {too_big}")
-    if not topology.on_gpu and args.probe_runs > 0 and not too_big:
-        console.print("  probing the whole model on the real server (the tuner's probe)")
-        largest = spec.model(model).max_batch_size
-        with ModelSession(spec, model, largest, args.workdir / "probe", engine, settings) as session:
-            probed = probe(
-                session, space.instances, session.largest_batch, ProbePlan(max_runs=args.probe_runs)
-            )
-    console.print(
-        "  building and measuring the variants (whole model per precision, split per boundary dtype)"
-    )
-    live_gpu = here and topology.on_gpu
-    providers = ("CUDAExecutionProvider",) if live_gpu else ("CPUExecutionProvider",)
-    device = "this host's GPU (CUDA provider)" if live_gpu else "this host's CPU"
-    profile = measure_profile(
-        spec, model, args.workdir / "repository", not args.no_split, probed, providers, device
-    )
-    try:
-        chosen = plan(profile, topology, request, lambda text: console.print(f"  {text}"))
-    except NoStrategyError as error:
-        if not over_budget_everywhere(error.judged):
-            raise
-        raise predicted_verdict(args.p99_ms, model, topology, probed) from None
-    verification = []
-    if here and not topology.on_gpu and args.verify > 0 and not too_big:
-        verification = verify(
-            spec, model, chosen, args.verify, engine, settings, args.workdir,
-            lambda text: console.print(f"  {text}"),
-        )  # fmt: skip
-    measured_rate = None
-    if verification:
+    evidence: Evidence[str] = Evidence(args.p99_ms)
+    shapes: PlanShapes | None = None
+    with keep_dead_server_log(folder):
+        probed = None
+        if measuring and args.probe_runs > 0:
+            console.print("  probing the whole model on the real server (the tuner's probe)")
+            largest = spec.model(model).max_batch_size
+            with ModelSession(spec, model, largest, args.workdir / "probe", engine, settings) as session:
+                probed = probe(
+                    session, space.instances, session.largest_batch, ProbePlan(max_runs=args.probe_runs),
+                    args.p99_ms,
+                )  # fmt: skip
+        console.print(
+            "  building and measuring the variants (whole model per precision, split per boundary dtype)"
+        )
+        live_gpu = here and topology.on_gpu
+        providers = ("CUDAExecutionProvider",) if live_gpu else ("CPUExecutionProvider",)
+        device = "this host's GPU (CUDA provider)" if live_gpu else "this host's CPU"
+        profile = setup.measure_profile(
+            spec, model, args.workdir / "repository", not args.no_split, probed, providers, device, recorded
+        )
+        origin = compute_origin(
+            recorded.device if recorded else device,
+            recorded is not None,
+            [g.name for g in topology.gpus],
+            here,
+        )
         try:
-            chosen, measured_rate = settle(chosen, verification)
-        except NothingMeetsError as verdict:
-            saved = plan_document(
-                chosen, (), verification, time.perf_counter() - started, verdict=verdict.verdict,
-                asked=args.model,
-            )  # fmt: skip
-            save_document(folder / "plan.json", saved)
-            plot(chosen, folder / "p99_vs_rate.png")
-            verdict.hint = f"no answer written; what was measured (not an answer): {render(folder, saved)}"
-            raise
-    assert chosen.chosen.placement is not None
-    shapes = None
-    if measured_rate:  # a variable-length model: formed batches per length and buckets at the measured rate
-        shapes = plan_shapes(
-            spec.model(model), chosen, measured_rate, engine, settings, args.workdir,
-            lambda text: console.print(f"  {text}"),
-        )  # fmt: skip
-    if chosen.chosen.strategy.kind == "sharded":
+            planned = plan(profile, topology, request, step)
+        except NoStrategyError as error:
+            if not over_budget_everywhere(error.judged):
+                raise
+            planned = Plan(request, profile, topology, error.judged, error.judged[0])
+        if probed is not None:
+            probe_evidence(evidence, planned, probed, spec.model(model).precision, model)
+        measured_rate = None
+        if measuring and (args.verify > 0 or not planned.chosen.feasible):
+            serve = setup.real_server(spec, model, engine, settings, args.workdir)
+            if has_variable_axis(spec.model(model)):
+                shapes = PlanShapes(spec.model(model), engine, settings, args.workdir, evidence, step)
+            try:
+                planned, measured_rate = measure_plan(
+                    planned, evidence, args.verify, serve, step, shapes.recheck if shapes else None
+                )
+            except NothingMeetsError as verdict:
+                saved = plan_document(
+                    planned, (), verification_rows(planned, evidence), time.perf_counter() - started,
+                    verdict=verdict.verdict, compute_origin=origin, asked=args.model,
+                )  # fmt: skip
+                save_document(folder / "plan.json", saved)
+                plot(planned, folder / "p99_vs_rate.png")
+                verdict.hint = (
+                    f"no answer written; what was measured (not an answer): {render(folder, saved)}"
+                )
+                raise
+        elif not planned.chosen.feasible:
+            raise predicted_verdict(args.p99_ms, topology, evidence)
+    assert planned.chosen.placement is not None
+    shaped = shapes.figures if measured_rate and shapes else None
+    if planned.chosen.strategy.kind == "sharded":
         console.print(
             "  no spec overlay: a spec cannot yet place a model's tables on other GPUs than its dense "
             "part; plan.json and report.md hold the table placement"
         )
     else:
         overlay = plan_overlay(
-            base_document(args.spec), spec, model, chosen.chosen.strategy, chosen.chosen.placement,
-            topology.on_gpu, shapes.buckets if shapes else None,
+            base_document(args.spec), spec, model, planned.chosen.strategy, planned.chosen.placement,
+            topology.on_gpu, shaped.buckets if shaped else None,
         )  # fmt: skip
         note = (
             f"python -m perf plan --model {args.model} --p99-ms {args.p99_ms:g} on {topology.name}: "
-            f"{chosen.chosen.strategy.label}"
+            f"{planned.chosen.strategy.label}"
         )
         write_plan_overlay(args.spec, overlay, folder, note)
-    flags = server_flags(chosen.chosen.placement)
+    flags = server_flags(planned.chosen.placement)
     saved = plan_document(
-        chosen, flags, verification, time.perf_counter() - started,
-        measured_rate=measured_rate, overlay_written=chosen.chosen.strategy.kind != "sharded", shapes=shapes,
-        asked=args.model,
+        planned, flags, verification_rows(planned, evidence), time.perf_counter() - started,
+        measured_rate=measured_rate, overlay_written=planned.chosen.strategy.kind != "sharded", shapes=shaped,
+        compute_origin=origin, asked=args.model,
     )  # fmt: skip
     save_document(folder / "plan.json", saved)
-    plot(chosen, folder / "p99_vs_rate.png")
+    plot(planned, folder / "p99_vs_rate.png")
     report = render(folder, saved)
     print_summary(saved, report, console)
     return 0
+
+
+class PlanShapes:
+    """The shapes step of ``make plan`` on its answer (``perf.plan.shapes``), as ``measure_plan``'s
+    recheck: the buckets measured at the answer's rate, and where no way met the budget the run of the
+    way the search sent counted as evidence and the point measured again by the search's rule."""
+
+    def __init__(
+        self, base: ModelSpec, engine: LoadEngine, settings: MeasureSettings, workdir: Path,
+        evidence: Evidence[str], step: Callable[[str], None],
+    ) -> None:  # fmt: skip
+        self.base, self.engine, self.settings, self.workdir = base, engine, settings, workdir
+        self.evidence, self.step = evidence, step
+        self.figures: ShapesFigures | None = None
+
+    def recheck(self, planned: Plan, rate: float) -> bool:
+        label = planned.chosen.strategy.label
+
+        def confirm(session: ModelSession, run: Measurement) -> None:
+            self.evidence.add(label, rate, run)
+            load_at = lambda r: poisson(r, planned.request.seed)  # noqa: E731
+            decide(session, self.evidence, label, rate, load_at, f"re-measure {label}")
+
+        self.figures = plan_shapes(
+            self.base, planned, rate, self.engine, self.settings, self.workdir, self.step, confirm
+        )
+        return self.evidence.verdict(label, rate) is Verdict.HOLDS
+
+
+def recorded_profile(args: argparse.Namespace, topology: Topology, model: str) -> ComputeProfile | None:
+    """``--compute-profile``, read and checked before anything is built (an error: exit status 2)."""
+    if not args.compute_profile:
+        return None
+    if not topology.on_gpu:
+        raise OptionError(
+            "--compute-profile gives a GPU's compute: plan for a GPU topology with it (TOPOLOGY=…), not "
+            "for this host's CPU"
+        )
+    try:
+        recorded = read_compute_profile(Path(args.compute_profile))
+    except OptionError as error:
+        raise OptionError(f"--compute-profile {error}") from error
+    recorded.of(model, f"--compute-profile {args.compute_profile}")
+    return recorded
 
 
 def over_budget_everywhere(judged: list[Judged]) -> bool:
@@ -205,34 +293,20 @@ def over_budget_everywhere(judged: list[Judged]) -> bool:
     return any(j.placement is not None and j.reason.startswith("over budget") for j in judged)
 
 
-def predicted_verdict(
-    budget_ms: float, model: str, topology: Topology, probed: ProbeResult | None
-) -> NothingMeetsError:
-    """Every strategy predicted over the budget: the closest figure the probe measured on this host's
-    server, or, with nothing measured (a recorded topology, no probe), the prediction's verdict."""
-    runs = [(config, run) for config, run in probed.runs if math.isfinite(run.p99_ms)] if probed else []
-    if not runs:
+def predicted_verdict(budget_ms: float, topology: Topology, evidence: Evidence[str]) -> NothingMeetsError:
+    """Every strategy predicted over the budget, and nothing measured holds it: the closest run over
+    the budget the probe measured on this host's server, or, with nothing measured (a recorded
+    topology, no probe), the prediction's verdict."""
+    if not evidence.runs:
         return NothingMeetsError(
             f"nothing meets p99 <= {budget_ms:g} ms on {topology.name}: every strategy that fits is "
             "predicted over the budget at every rate (nothing was measured)"
         )
-    config, run = min(runs, key=lambda pair: pair[1].p99_ms)
-    behind = None if run.sustained else run.throughput
-    note = (
-        "a probe run; no strategy is predicted within the budget at any rate" if run.meets(budget_ms) else ""
-    )
-    return NothingMeetsError.closest(
-        budget_ms, f"{model} {config.label}", run.load.rate, run.p99_ms, behind, note=note
-    )
+    return evidence.nothing_meets(str)
 
 
 def print_summary(saved: PlanDocument, report: Path, console) -> None:
-    chosen, measured = saved.chosen, saved.measured_rate
-    held = f"; measured within it up to {number(measured, 0)}/s here" if measured else ""
-    console.print(
-        f"chosen: [bold]{chosen.label}[/bold]: predicted {number(chosen.rate, 0)}/s within "
-        f"{saved.budget_ms:g} ms (p99 {number(chosen.p99_ms)} ms){held}"
-    )
+    console.print(f"chosen: [bold]{saved.chosen.label}[/bold]: {rate_sentence(saved).replace('**', '')}")
     for entry in saved.placement:
         where = ", ".join(f"GPU{g}" for g in entry.gpus) or "CPU"
         console.print(
@@ -242,9 +316,9 @@ def print_summary(saved: PlanDocument, report: Path, console) -> None:
         console.print(f"  server flags: {' '.join(saved.server_flags)}")
     for row in saved.verification:
         console.print(
-            f"  verified {row.strategy} @ {row.rate:.0f}/s: p99 predicted {number(row.predicted_p99_ms)} ms, "
-            f"measured {number(row.measured_p99_ms)} ms, served {row.measured_throughput:.0f}/s "
-            f"({'within' if row.met else 'over'} budget)"
+            f"  measured {row.strategy} @ {row.rate:.0f}/s: p99 {number(row.measured_p99_ms)} ms (predicted "
+            f"{number(row.predicted_p99_ms)} ms), served {row.measured_throughput:.0f}/s; {row.runs} run(s), "
+            f"{row.verdict or ('holds' if row.met else 'misses')}"
         )
     shapes = saved.shapes
     if shapes:

@@ -51,18 +51,21 @@ class StrategyFigures:
 
 @dataclass(frozen=True)
 class VerificationRow:
-    """One run of the verification on the real server: a strategy at a fraction of its predicted rate,
-    predicted against measured, and whether the budget held."""
+    """One point measured on the real server (a strategy at one rate, by the probe, the search or the
+    shapes step): predicted against measured (its last run), how many runs it had and what the
+    search's rule made of them (``perf.session.search``)."""
 
     strategy: str  # the strategy's label
-    fraction: float  # of its predicted rate
+    fraction: float  # of its predicted rate (0: none was predicted within the budget)
     rate: float  # offered, requests/s
     predicted_p99_ms: float
     measured_p99_ms: float
     predicted_throughput: float
     measured_throughput: float
-    sustained: bool  # the server kept up with the offered rate
-    met: bool  # within the budget (and sustained)
+    sustained: bool  # the server kept up with the offered rate (the last run)
+    met: bool  # the last run was within the budget (and sustained)
+    runs: int = 1
+    verdict: str = ""  # holds / misses / open: the point, by the search's rule
 
 
 @dataclass(frozen=True)
@@ -96,6 +99,9 @@ class PlanDocument:
     overlay_written: bool  # overlay.yaml and spec.planned.yaml were written
     shapes: ShapesFigures | None  # None: fixed shapes, a split pick, or unverified
     asked: str = ""  # MODEL= as given: ``model`` itself, or a pipeline of the spec that splits it
+    # where the compute behind every predicted rate was measured, against the machine planned for:
+    # "from compute measured on this host's CPU, not on the 4× NVIDIA RTX A6000 named"
+    compute_origin: str = ""
 
 
 def _device(index: int) -> str:
@@ -117,11 +123,12 @@ def strategy_figures(judged: Judged) -> StrategyFigures:
 def plan_document(
     plan: Plan, flags: Sequence[str], verification: Sequence[VerificationRow], seconds: float, *,
     verdict: str | None = None, measured_rate: float | None = None, overlay_written: bool = False,
-    shapes: ShapesFigures | None = None, asked: str = "",
+    shapes: ShapesFigures | None = None, asked: str = "", compute_origin: str = "",
 ) -> PlanDocument:  # fmt: skip
     """The document of ``plan`` (its pick placed) with what the run measured: the verification, the
     verdict where nothing measured held the budget, the measured rate, whether the overlay was written
-    and the shapes section; ``asked``: the name planned for as the user gave it (a pipeline's)."""
+    and the shapes section; ``asked``: the name planned for as the user gave it (a pipeline's);
+    ``compute_origin``: where the compute behind the predicted rates was measured."""
     chosen, topology = plan.chosen, plan.topology
     assert chosen.placement is not None
     gpus = tuple(
@@ -147,4 +154,5 @@ def plan_document(
         overlay_written=overlay_written,
         shapes=shapes,
         asked=asked or plan.profile.model,
+        compute_origin=compute_origin,
     )

@@ -19,6 +19,10 @@
 4. On the CPU, the costs beyond compute come from the tuner's probe of the whole model on the real
    server (``perf.session.probe``): compute as the server reports it replaces the raw figure, and the
    per-execution and per-request costs, the overhead outside the server and the CPU term come with it.
+5. For a GPU this host does not have, a recorded compute profile (``perf.plan.compute_profile``, the
+   GPU check's output) replaces the whole model's compute in the precisions it recorded; a precision
+   it lacks is scaled by the recorded over this host's figure of one it has, and the stages follow the
+   whole model's share as always.
 """
 
 from __future__ import annotations
@@ -29,6 +33,7 @@ import statistics
 import time
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import numpy as np
 import torch
@@ -62,6 +67,10 @@ from perf.plan.strategy import (
     StageCost,
 )
 from perf.session.probe import ProbeResult
+
+if TYPE_CHECKING:  # annotations only: reading a profile needs pydantic, which the GPU check's machine
+    # lacks, and the check imports this module (``precision_variant``)
+    from perf.plan.compute_profile import ComputeProfile, PrecisionCompute
 
 log = logging.getLogger(__name__)
 
@@ -226,9 +235,11 @@ def buildable(spec: Spec, model: str, memory: GraphMemory | None) -> tuple[Spec,
 def measure_profile(
     spec: Spec, model: str, repository: Path, split: bool = True, probe: ProbeResult | None = None,
     providers: tuple[str, ...] = ("CPUExecutionProvider",), device: str = "this host's CPU",
+    recorded: ComputeProfile | None = None,
 ) -> ModelProfile:  # fmt: skip
     """Build the variants into ``repository`` and measure them (see the module docstring). With
-    ``probe`` (the fp32 whole model probed on the real server) the costs beyond compute come with it."""
+    ``probe`` (the fp32 whole model probed on the real server) the costs beyond compute come with it;
+    with ``recorded``, the whole model's compute is the recorded profile's."""
     memory = counted_memory(spec.model(model))
     spec, proxy_reason = buildable(spec, model, memory)
     chosen = variants(spec, model, split)
@@ -276,6 +287,8 @@ def measure_profile(
             "the server's compute statistics (the tuner's probe of the fp32 whole model); other precisions "
             "and the stages scaled by onnxruntime in-process"
         )
+    if recorded is not None:
+        whole, source = with_recorded(whole, recorded.of(model, "--compute-profile"), recorded)
     stages: dict[str, tuple[StageCost, ...]] = {}
     split_name = ""
     if chosen.split:
@@ -303,6 +316,37 @@ def measure_profile(
         model, base.max_batch_size, whole, stages, accuracy, overheads, source, split_name, tables,
         memory_source(memory),
     )  # fmt: skip
+
+
+def with_recorded(
+    whole: dict[str, StageCost], figures: dict[str, PrecisionCompute], recorded: ComputeProfile
+) -> tuple[dict[str, StageCost], str]:
+    """``whole`` with the recorded compute where the profile has the precision, the others scaled by
+    the recorded over this host's figure of the first precision it has; and the source, in words."""
+    shared = [p for p in ("fp32", *figures) if p in figures and p in whole]
+    if not shared:
+        raise OptionError(
+            f"--compute-profile: no precision the plan considers ({', '.join(whole)}) is recorded"
+        )
+    reference = shared[0]
+    base, taken = whole[reference], figures[reference]
+    scale_t = taken.T_ms / 1e3 / base.t_s if base.t_s > 0 else 1.0
+    scale_dt = taken.dt_ms / 1e3 / base.dt_s if base.dt_s > 0 else 1.0
+    out = {}
+    for precision, cost in whole.items():
+        mine = figures.get(precision)
+        t_s, dt_s = (
+            (mine.T_ms / 1e3, mine.dt_ms / 1e3) if mine else (cost.t_s * scale_t, cost.dt_s * scale_dt)
+        )
+        out[precision] = dataclasses.replace(cost, t_s=t_s, dt_s=dt_s)
+    scaled = [p for p in whole if p not in figures]
+    source = (
+        f"the compute profile recorded on {recorded.device} ({recorded.source}): "
+        f"{', '.join(p for p in whole if p in figures)}"
+        + (f"; {', '.join(scaled)} scaled from its {reference} by this host's ratio" if scaled else "")
+        + "; the stages by their share timed here"
+    )
+    return out, source
 
 
 def _export_memory(variant: ModelSpec, artifact: Path) -> int:

@@ -41,27 +41,41 @@ def plot(plan: Plan, path: Path) -> Path:
     return save_figure(figure, path, axes)
 
 
+def rate_sentence(saved: PlanDocument) -> str:
+    """The rate the plan answers with, and in the same sentence where its figure comes from: what the
+    server measured, else the prediction, labelled as one, with the origin of the compute behind it."""
+    chosen = saved.chosen
+    origin = saved.compute_origin or f"from {saved.compute_source}"
+    predicted = (
+        f"predicted {number(chosen.rate, 0)} requests/s {origin} (a prediction)"
+        if chosen.rate
+        else f"the prediction put it over the budget at every rate {origin} (a prediction; a run held it)"
+    )
+    if saved.measured_rate:
+        return (
+            f"measured within the budget up to **{number(saved.measured_rate, 0)} requests/s** on this "
+            f"machine (the highest rate a point held it at, by the search's rule); {predicted}"
+        )
+    return (
+        f"up to {number(chosen.rate, 0)} requests/s predicted {origin} (p99 {number(chosen.p99_ms)} ms "
+        "there, predicted; not measured)"
+    )
+
+
 def answer(saved: PlanDocument) -> list[str]:
-    """The headline: the pick, with the rate the server measured it to hold the budget at; or, where
-    nothing measured held it, the verdict and that nothing here is an answer."""
+    """The headline: the pick with the rate the server measured it to hold the budget at (else the
+    prediction's, saying where its compute was measured); or, where nothing measured held it, the
+    verdict and that nothing here is an answer."""
     chosen = saved.chosen
     if saved.verdict:
         return [
             f"**No answer: {saved.verdict}.** Nothing below is an answer: no `overlay.yaml` or "
             f"`spec.planned.yaml` was written. The prediction's pick was {chosen.label} "
-            f"({number(chosen.rate, 0)} requests/s predicted within the budget); the verification below "
-            "measured every architecture it served over the budget.",
+            f"({number(chosen.rate, 0)} requests/s predicted within the budget {saved.compute_origin}); "
+            "no point the server measured held the budget (the table below).",
         ]
-    measured = saved.measured_rate
-    held = (
-        f" Measured on this machine: within the budget up to {number(measured, 0)} requests/s (the highest "
-        "verified rate that held it; an architecture that held it at no rate tried was demoted)."
-        if measured
-        else ""
-    )
     return [
-        f"Chosen: **{chosen.label}**: predicted {number(chosen.rate, 0)} requests/s within the budget "
-        f"(p99 {number(chosen.p99_ms)} ms there).{held}",
+        f"Chosen: **{chosen.label}**: {rate_sentence(saved)}.",
         "",
         f"Requests reach it: {saved.routing}. "
         f"Server flags: `{' '.join(saved.server_flags) or 'none'}`. "
@@ -111,9 +125,15 @@ def render(folder: Path, saved: PlanDocument) -> Path:
             "",
             "## Predicted vs measured on this machine",
             "",
-            table(["strategy", "rate/s", "p99 predicted", "p99 measured", "served/s", "within budget"],
+            "Every point the server measured (the probe's runs of a strategy, the search's, the shapes "
+            "step's re-measure): the last run's figures, how many runs the point had and what the search's "
+            "rule made of them (a miss alone stays open; a point holds when more of its runs met the budget "
+            "than missed).",
+            "",
+            table(["strategy", "rate/s", "p99 predicted", "p99 measured", "served/s", "runs", "point"],
                   [[v.strategy, number(v.rate, 0), number(v.predicted_p99_ms), number(v.measured_p99_ms),
-                    number(v.measured_throughput, 0), "yes" if v.met else "no"] for v in saved.verification]),
+                    number(v.measured_throughput, 0), v.runs, v.verdict or ("holds" if v.met else "misses")]
+                   for v in saved.verification]),
         ]  # fmt: skip
     if saved.shapes:
         lines += ["", *saved.shapes.section]

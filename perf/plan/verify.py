@@ -1,94 +1,70 @@
-"""The plan checked on the real server, where it can run (a CPU plan): the top architectures built,
-served and measured at their predicted rate and below it, through the tuner's sessions
-(``perf.session.model.ModelSession`` for the whole model, ``perf.session.pipeline`` for a split)
-and its measurement layer: the same runs ``make tune`` makes, side by side with the predictions.
+"""The plan measured on the real server, where it can run (a CPU plan): the top architectures built,
+served by the tuner's sessions (``perf.session.model.ModelSession`` for the whole model,
+``perf.session.pipeline`` for a split) and searched by the one measured search that ``make tune``
+uses (``perf.session.search``), from their predicted rate.
 
-The answer is what was measured (``settle``): of the architectures verified, the one measured to hold
-the budget at the highest rate; one that held it at no rate is demoted, however well it was predicted.
-Where none held it, ``NothingMeetsError`` names the closest figure measured."""
+Every run is evidence (``Evidence``, keyed by the strategy's label): the probe's runs count for the
+whole-model strategy they served (``probe_evidence``), the search's for the architecture searched, the
+shapes step's for the pick at its rate. The answer is the best point that holds the budget by the
+search's rule (``settle``), searched before it stands; an architecture that held it at no rate tried is
+demoted, however well it was predicted. Where no architecture is predicted within the budget, those a
+probe run held it with are searched instead (none: the one whose run came closest, from that run, a
+miss alone being no verdict): a prediction that nothing fits does not override a measurement. Where no
+point holds, ``NothingMeetsError`` names the closest run over the budget.
+"""
 
 from __future__ import annotations
 
 import dataclasses
 import logging
-import math
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
+from contextlib import AbstractContextManager
 from pathlib import Path
 
 from exporters.schema.models import ModelSpec, Spec
-from perf.errors import NothingMeetsError
+from perf.errors import StudyError
 from perf.measure.engine import LoadEngine, MeasureSettings
 from perf.measure.loads import poisson
 from perf.model.batcher import BatcherConfig
 from perf.plan.document import VerificationRow
-from perf.plan.planner import Plan, Predictor
+from perf.plan.planner import Judged, Plan, Predictor
 from perf.plan.profile import precision_variant, variants
 from perf.plan.report import top_architectures
 from perf.plan.strategy import Strategy
 from perf.session.model import ModelSession
 from perf.session.pipeline import PipelineSession
+from perf.session.probe import ProbeResult
+from perf.session.search import Evidence, SearchPlan, search
 
 log = logging.getLogger(__name__)
-FRACTIONS = (0.7, 1.0)  # of the predicted highest rate within the budget
-# Where neither held the budget: at most SEARCH_RUNS more runs, down from the lowest ×SEARCH_STEP, or to
-# SERVED_SHARE of the most the server served where that is lower (a prediction twenty times too high is
-# searched where the server answered, not a fixed step at a time), until one holds.
-SEARCH_STEP, SEARCH_RUNS, SERVED_SHARE = 0.6, 2, 0.8
+SETTLE_ROUNDS = 12  # a hang guard: each round searches an answer or refutes one
+# A served strategy: its session (entered for the runs) and the configuration it is loaded with.
+Serve = Callable[[Strategy], tuple[AbstractContextManager, BatcherConfig]]
+# The shapes step on the answer at its rate: True where its point still holds the budget afterwards.
+Recheck = Callable[[Plan, float], bool]
 
 
-def verify(
-    spec: Spec, model: str, plan: Plan, count: int, engine: LoadEngine, settings: MeasureSettings,
-    workdir: Path, step: Callable[[str], None],
-) -> list[VerificationRow]:  # fmt: skip
-    """The ``count`` best architectures, each at ``FRACTIONS`` of its predicted rate (and, where neither
-    held the budget, further down: ``SEARCH_STEP``, ``SERVED_SHARE``): predicted and measured p99, the
-    served rate, and whether the budget held."""
-    rows = []
+def real_server(
+    spec: Spec, model: str, engine: LoadEngine, settings: MeasureSettings, workdir: Path
+) -> Serve:
+    """Each strategy served by a session of its own on the real server (``verify0``, ``verify1``, …)."""
+    served = iter(range(1_000))
     base = spec.model(model)
-    for index, judged in enumerate(top_architectures(plan, count)):
-        s = judged.strategy
-        folder = workdir / f"verify{index}"
-        if s.kind == "data":
-            session, config = data_session(base, s, folder, engine, settings)
-        else:
-            pipeline = dataclasses.replace(variants(spec, model).split[s.precision], replicas=s.instances)
-            session = PipelineSession(
-                Spec(models=(base,), pipelines=(pipeline,)),
-                pipeline.name,
-                s.max_batch,
-                folder,
-                engine,
-                settings,
-            )
-            config = BatcherConfig(base.max_batch_size, s.delay_us)
-        assert judged.placement is not None
-        predictor = Predictor(s, plan.profile, judged.placement, plan.request)
-        step(f"verifying {s.label} on the real server")
-        with session:
-            session.prepare(config)
-            fractions = list(FRACTIONS)
-            while fractions:
-                fraction = fractions.pop(0)
-                rate = fraction * judged.rate
-                measured = session.measure(poisson(rate, plan.request.seed), f"plan {s.label} @ {rate:.0f}/s")
-                predicted = predictor.at(rate)
-                rows.append(VerificationRow(
-                    strategy=s.label, fraction=fraction, rate=rate,
-                    predicted_p99_ms=predicted.p99_ms, measured_p99_ms=measured.p99_ms,
-                    predicted_throughput=predicted.throughput, measured_throughput=measured.throughput,
-                    sustained=measured.sustained, met=measured.meets(plan.request.budget_ms),
-                ))  # fmt: skip
-                log.info("%s", rows[-1])
-                runs = rows_of(rows, s.label)
-                if (
-                    not fractions
-                    and not measured_rate(rows, s.label)
-                    and len(runs) - len(FRACTIONS) < SEARCH_RUNS
-                ):
-                    served = max(row.measured_throughput for row in runs)
-                    lowest = min(row.fraction for row in runs)
-                    fractions.append(min(lowest * SEARCH_STEP, SERVED_SHARE * served / judged.rate))
-    return rows
+
+    def serve(strategy: Strategy) -> tuple[AbstractContextManager, BatcherConfig]:
+        folder = workdir / f"verify{next(served)}"
+        if strategy.kind == "data":
+            return data_session(base, strategy, folder, engine, settings)
+        pipeline = dataclasses.replace(
+            variants(spec, model).split[strategy.precision], replicas=strategy.instances
+        )
+        session = PipelineSession(
+            Spec(models=(base,), pipelines=(pipeline,)), pipeline.name, strategy.max_batch, folder, engine,
+            settings,
+        )  # fmt: skip
+        return session, BatcherConfig(base.max_batch_size, strategy.delay_us)
+
+    return serve
 
 
 def data_session(
@@ -102,43 +78,132 @@ def data_session(
     return session, BatcherConfig(strategy.max_batch, strategy.delay_us, instances=strategy.instances[0])
 
 
-def rows_of(rows: Sequence[VerificationRow], label: str) -> list[VerificationRow]:
-    return [row for row in rows if row.strategy == label]
+def served_by(strategy: Strategy, config: BatcherConfig, precision: str) -> bool:
+    """Whether the probe's ``config`` of the whole model (in ``precision``) is ``strategy`` served."""
+    return (
+        strategy.kind == "data" and strategy.replicas == 1 and strategy.precision == precision
+        and strategy.instances == (config.instances,) and strategy.delay_us == config.max_queue_delay_us
+        and strategy.max_batch == config.max_batch_size and config.batching
+    )  # fmt: skip
 
 
-def measured_rate(rows: Sequence[VerificationRow], label: str) -> float:
-    """The highest rate a verification run of ``label`` held the budget at (0: none did)."""
-    return max((row.rate for row in rows_of(rows, label) if row.met), default=0.0)
+def probe_evidence(
+    evidence: Evidence[str], plan: Plan, probed: ProbeResult, precision: str, model: str
+) -> None:
+    """The probe's runs as evidence: each for the whole-model strategy it served (a configuration no
+    strategy is, such as no batching, under its own name: it can be the closest run named, never the
+    answer)."""
+    for config, run in probed.runs:
+        judged = next((j for j in plan.judged if served_by(j.strategy, config, precision)), None)
+        key = judged.strategy.label if judged else f"{model} {config.label}"
+        evidence.add(key, run.load.rate, run)
 
 
-def settle(plan: Plan, rows: Sequence[VerificationRow]) -> tuple[Plan, float]:
-    """The plan as measured: the verified architecture that held the budget at the highest rate (ties:
-    the plan's order) becomes the pick, with that rate; the verified ones that held it nowhere are
-    demoted, their reason saying so. Raises ``NothingMeetsError`` (the closest figure measured) where
-    none held it."""
-    budget = plan.request.budget_ms
-    verified = [j for j in plan.judged if rows_of(rows, j.strategy.label)]
-    for judged in verified:
-        if not measured_rate(rows, judged.strategy.label):
-            closest = min(rows_of(rows, judged.strategy.label), key=lambda row: row.measured_p99_ms)
+def candidates(plan: Plan, evidence: Evidence[str], count: int) -> list[tuple[Judged, float]]:
+    """What the verification searches, and from which rate: the ``count`` best architectures predicted
+    within the budget, from their predicted rate; or, where none is, the strategies a probe run held
+    it with (none: the one whose run came closest, from that run; ``Evidence.worth_searching``)."""
+    top = top_architectures(plan, count)
+    if top:
+        return [(j, j.rate) for j in top]
+    labels = {j.strategy.label: j for j in placed(plan)}
+    return [(labels[label], rate) for label, rate in evidence.worth_searching(list(labels), max(count, 1))]
+
+
+def placed(plan: Plan) -> list[Judged]:
+    """The strategies that fit the machine (an answer must be placed), in the plan's order."""
+    return [j for j in plan.judged if j.placement is not None]
+
+
+def search_strategy(
+    judged: Judged,
+    start: float,
+    plan: Plan,
+    evidence: Evidence[str],
+    serve: Serve,
+    step: Callable[[str], None],
+) -> None:
+    """``judged`` served and searched from ``start``; every run joins ``evidence``."""
+    s = judged.strategy
+    step(f"searching {s.label} on the real server")
+    session, config = serve(s)
+    with session as running:
+        running.prepare(config)
+        search(
+            running, evidence, s.label, lambda rate: poisson(rate, plan.request.seed), start,
+            plan=SearchPlan(), label=f"plan {s.label}", step=step,
+        )  # fmt: skip
+
+
+def measure_plan(
+    plan: Plan, evidence: Evidence[str], count: int, serve: Serve, step: Callable[[str], None],
+    recheck: Recheck | None = None,
+) -> tuple[Plan, float]:  # fmt: skip
+    """The plan as measured: the ``candidates`` searched, the answer settled (``settle``), searched
+    where it was not yet (a probe run's strategy), and checked once more by ``recheck`` (the shapes
+    step), whose miss reopens it. Raises ``NothingMeetsError`` where no point holds."""
+    searched: set[str] = set()
+    for judged, start in candidates(plan, evidence, count):
+        search_strategy(judged, start, plan, evidence, serve, step)
+        searched.add(judged.strategy.label)
+    for _ in range(SETTLE_ROUNDS):
+        settled, rate = settle(plan, evidence)
+        label = settled.chosen.strategy.label
+        if label not in searched:
+            search_strategy(settled.chosen, rate, plan, evidence, serve, step)
+            searched.add(label)
+            continue
+        if recheck is None or recheck(settled, rate):
+            return settled, rate
+        step(f"{label} at {rate:,.0f}/s: a later run missed the budget there; the answer is reopened")
+    raise StudyError(f"the plan's answer did not settle in {SETTLE_ROUNDS} rounds")
+
+
+def settle(plan: Plan, evidence: Evidence[str]) -> tuple[Plan, float]:
+    """The plan as measured: the placed strategy with the best point that holds the budget (ties: the
+    plan's order) is the pick, with that rate; the measured ones that held it nowhere are demoted, the
+    others lose on their measured rate, each reason saying so. Raises ``NothingMeetsError`` (the
+    closest run over the budget) where no point holds."""
+    labels = {j.strategy.label: j for j in placed(plan)}
+    found = evidence.best(keys=list(labels), prefer=list(labels))
+    for label, judged in labels.items():
+        closest = evidence.closest_miss(keys=[label])
+        if closest is not None and not evidence.held_rate(label):
+            _, at, run = closest
             judged.reason = (
-                "demoted: measured over the budget at every rate tried (p99 "
-                f"{closest.measured_p99_ms:,.1f} ms at {closest.rate:,.0f}/s, predicted "
-                f"{judged.rate:,.0f}/s within it)"
+                f"demoted: measured over the budget at every rate tried (p99 {run.p99_ms:,.1f} ms at "
+                f"{at:,.0f}/s" + (f", predicted {judged.rate:,.0f}/s within it)" if judged.rate else ")")
             )
-    held = [j for j in verified if measured_rate(rows, j.strategy.label)]
-    if not held:
-        row = min(rows, key=lambda r: r.measured_p99_ms if math.isfinite(r.measured_p99_ms) else math.inf)
-        behind = None if row.sustained else row.measured_throughput
-        raise NothingMeetsError.closest(budget, row.strategy, row.rate, row.measured_p99_ms, behind)
-    best = max(held, key=lambda j: measured_rate(rows, j.strategy.label))  # max keeps the first of a tie
-    rate = measured_rate(rows, best.strategy.label)
-    if best is not plan.chosen:
-        previous = plan.chosen
-        if not previous.reason:
-            previous.reason = (
-                f"lower measured rate: {measured_rate(rows, previous.strategy.label):,.0f}/s against "
-                f"{rate:,.0f}/s"
-            )
-        best.reason = ""
+    if found is None:
+        raise evidence.nothing_meets(str)
+    label, rate = found
+    best = labels[label]
+    for other_label, other in labels.items():
+        held = evidence.held_rate(other_label)
+        if other is not best and held:
+            other.reason = f"lower measured rate: {held:,.0f}/s against {rate:,.0f}/s"
+    best.reason = ""
     return dataclasses.replace(plan, chosen=best), rate
+
+
+def verification_rows(plan: Plan, evidence: Evidence[str]) -> list[VerificationRow]:
+    """One row per point measured of a placed strategy, predicted and measured (its last run, how many
+    and the rule's verdict), in the order measured."""
+    rows = []
+    for judged in placed(plan):
+        label = judged.strategy.label
+        if label not in evidence.runs:
+            continue
+        assert judged.placement is not None
+        predictor = Predictor(judged.strategy, plan.profile, judged.placement, plan.request)
+        for rate in evidence.runs[label]:
+            runs = evidence.of(label, rate)
+            last, predicted = runs[-1], predictor.at(rate)
+            rows.append(VerificationRow(
+                strategy=label, fraction=rate / judged.rate if judged.rate else 0.0, rate=rate,
+                predicted_p99_ms=predicted.p99_ms, measured_p99_ms=last.p99_ms,
+                predicted_throughput=predicted.throughput, measured_throughput=last.throughput,
+                sustained=last.sustained, met=last.meets(plan.request.budget_ms), runs=len(runs),
+                verdict=evidence.verdict(label, rate).value,
+            ))  # fmt: skip
+    return rows

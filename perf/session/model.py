@@ -6,6 +6,10 @@ override, which takes seconds where rebuilding and restarting would take a minut
 ``perf.measure.measurement.measure`` with the session's load engine and windows, through the host-noise policy
 (``perf.measure.noise``) the session was given: a ``Measurement`` with the records and the server's own view.
 
+A server that dies during a run, a reload included, is reported as such (``ServerDiedError``, exit status
+1, with how it died as ``server.supervisor`` says it): the run is no evidence about the configuration,
+and the commands keep its log in their report folder (``keep_dead_server_log``).
+
 A model with a variable axis is measured at the lengths its traffic takes (``perf.measure.shapes``: the spec's
 ``shapes:`` or its sampler, padded to the spec's ``buckets:``), so the probe's formed batches and every
 rate are those of mixed lengths; ``use_buckets`` changes the padding for the runs that follow.
@@ -13,19 +17,22 @@ rate are those of mixed lengths; ``use_buckets`` changes the padding for the run
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import json
 import logging
+import shutil
 import statistics
 import time
+from collections.abc import Iterator
 from pathlib import Path
 
-import numpy as np
 import tritonclient.http as httpclient
 
 from client.infer import infer
 from exporters.repository import build_repository
 from exporters.schema.models import ModelSpec, Spec
+from perf.errors import ServerDiedError
 from perf.measure.engine import LoadEngine, MeasureSettings
 from perf.measure.loads import Load
 from perf.measure.measurement import Measurement, measure
@@ -36,24 +43,22 @@ from perf.model.batcher import BatcherConfig
 from perf.spec_overlay import candidate_spec, config_json
 from server import ServerOptions, TritonServer, admin
 from server.stubs import server_stubs
+from server.supervisor import death_cause
 
 log = logging.getLogger(__name__)
 RETIRE_WAIT_S = 6.0  # after a reload, at most this long for the replaced instances' stubs to exit
 # Each run: a short warm-up, then windows until three agree within 10% (at most five). The three that
 # count cover 2.4 s: at 2,000 requests/s, a p99 from about 50 tail samples.
 TUNE_WINDOWS = MeasureSettings(warmup_s=0.5, window_s=0.8, stable_windows=3, max_windows=5, tolerance=0.10)
-# A window lasts at least this many of the largest batch: perf_analyzer gives up on a window no request
-# completed in ("No valid requests recorded within time interval"), and a window of a few batches says
-# little about a p99. A model whose full batch takes 200 ms gets windows of 4 s.
-WINDOW_BATCHES = 20
 # The largest batch is timed this many times after a warm-up and the median kept: one stall of a shared
 # host would otherwise size every window of the session.
 TIMED_BATCHES = 3
 
 
 def windows_for(settings: MeasureSettings, largest_batch_s: float) -> MeasureSettings:
-    """``settings`` with windows of at least ``WINDOW_BATCHES`` batches of ``largest_batch_s`` seconds."""
-    floor = WINDOW_BATCHES * largest_batch_s
+    """``settings`` with windows of at least ``settings.window_batches`` batches of ``largest_batch_s``
+    seconds."""
+    floor = settings.window_batches * largest_batch_s
     return settings if settings.window_s >= floor else dataclasses.replace(settings, window_s=floor)
 
 
@@ -78,13 +83,12 @@ class ModelSession:
         self.workdir = workdir
         self.engine = engine
         self.settings = settings
-        self.noise = noise or NoisePolicy()
+        self.noise = noise or NoisePolicy(remeasure=settings.remeasure_stolen)
         self.protocol = protocol
         self.seed = seed
         self.keep_queue = keep_queue
         self.server: TritonServer | None = None
         self.current: BatcherConfig | None = None
-        self.reload_s: list[float] = []
         self.cores = usable_cores()
         self._target: Target | None = None
         self.buckets: tuple[int, ...] | None = None  # None: the spec's ``buckets:``
@@ -169,15 +173,41 @@ class ModelSession:
         self.buckets, self.vary_shapes = buckets, vary_shapes
         self._target = self._sending.get((buckets, vary_shapes))
 
-    def cycle_through(self, pool: dict[str, np.ndarray]) -> None:
-        """Send the rows of ``pool`` in turn (each request the next ones, wrapping) instead of the same
-        first rows every time: traffic whose samples differ (the recsys scenario's Zipf ids)."""
-        self._target = dataclasses.replace(self.target, inputs=pool, cycle=True)
+    def died(self, during: str) -> ServerDiedError | None:
+        """The server's death during ``during`` (how it died, its log), or None while it runs."""
+        process = self.server.process if self.server is not None else None
+        code = process.poll() if process is not None else None
+        if code is None or self.server is None:
+            return None
+        cause = death_cause(code, self.server.log_tail(80))
+        log.error("tritonserver died during %s: %s", during, cause)
+        return ServerDiedError(
+            f"tritonserver died during {during}: {cause}", cause, str(self.server.log_path)
+        )
+
+    @contextlib.contextmanager
+    def watching(self, during: str) -> Iterator[None]:
+        """Raise ``ServerDiedError`` where the server died during the block (whatever the block raised
+        of it: a reset connection, a run of failed requests)."""
+        try:
+            yield
+        except Exception as error:
+            dead = self.died(during)
+            if dead is not None:
+                raise dead from error
+            raise
+        dead = self.died(during)
+        if dead is not None:
+            raise dead
 
     def load(self, config: BatcherConfig) -> float:
         """Reload the model with ``config`` (no-op if already loaded); returns the seconds it took."""
         if config == self.current:
             return 0.0
+        with self.watching(f"the reload of {config.label}"):
+            return self._reload(config)
+
+    def _reload(self, config: BatcherConfig) -> float:
         assert self.server is not None
         started = time.perf_counter()
         client = httpclient.InferenceServerClient(self.server.http_url)
@@ -189,7 +219,6 @@ class ModelSession:
             client.close()
         self.current = config
         took = time.perf_counter() - started
-        self.reload_s.append(took)
         log.info("loaded %s in %.1f s", config.label, took)
         return took
 
@@ -197,8 +226,7 @@ class ModelSession:
         """Load ``config`` for a measurement: after a reload, wait (at most ``RETIRE_WAIT_S``) until the
         replaced instances' stubs have exited. ``load_model`` returns while they still run (here 1.1-2.6
         s more, one stub after the other), so a run right after a reload would share the cores with
-        their exit. The new instances warm up at load (``model_warmup``). ``load`` stays a bare reload
-        (``--follow`` reloads under the user's traffic)."""
+        their exit. The new instances warm up at load (``model_warmup``)."""
         if not self.load(config):
             return
         deadline = time.perf_counter() + RETIRE_WAIT_S
@@ -224,24 +252,34 @@ class ModelSession:
     ) -> Measurement:
         """``load`` on the configuration loaded now, through the session's noise policy, with the
         session's engine or ``engine`` (ours where every request's length must be in the records)."""
-        return self.noise.measure(lambda: self._measure_once(load, label, settings or self.settings, engine))
+        with self.watching(label):
+            return self.noise.measure(
+                lambda: self._measure_once(load, label, settings or self.settings, engine)
+            )
 
     def _measure_once(
         self, load: Load, label: str, settings: MeasureSettings, engine: LoadEngine | None = None
     ) -> Measurement:
         sized = self.sized(settings)
         if sized is not settings:
-            log.info("%s: windows of %.1f s (%d batches of %.0f ms)", label, sized.window_s, WINDOW_BATCHES,
-                     1e3 * self.largest_batch_s)  # fmt: skip
+            log.info("%s: windows of %.1f s (%d batches of %.0f ms)", label, sized.window_s,
+                     sized.window_batches, 1e3 * self.largest_batch_s)  # fmt: skip
         run = measure(self.target, load, sized, self.endpoints, label, engine=engine or self.engine)
         self.runs.append(run)
         return run
 
-    def config_text(self) -> str:
-        """The model's configuration as the server reports it now (for the report)."""
-        assert self.server is not None
-        client = httpclient.InferenceServerClient(self.server.http_url)
-        try:
-            return json.dumps(client.get_model_config(self.base.name), indent=1)
-        finally:
-            client.close()
+
+@contextlib.contextmanager
+def keep_dead_server_log(folder: Path) -> Iterator[None]:
+    """Where the server died, its log copied into ``folder`` (the next command's server would overwrite
+    the one in the work folder) and the error saying so; then the error goes on (exit status 1)."""
+    try:
+        yield
+    except ServerDiedError as error:
+        source = Path(error.log_path)
+        kept = folder / "server.log"
+        if not error.kept and source.is_file() and source.resolve() != kept.resolve():
+            shutil.copyfile(source, kept)
+            error.kept = str(kept)
+            error.args = (f"{error.args[0]}; its log is kept in {kept}",)
+        raise

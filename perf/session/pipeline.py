@@ -116,10 +116,8 @@ class PipelineSession(ModelSession):
             self._target = dataclasses.replace(super().target, model=self.pipeline.name)
         return self._target
 
-    def load(self, config: BatcherConfig) -> float:
-        """Reload every stage with ``config``'s batching (no-op if already loaded)."""
-        if config == self.current:
-            return 0.0
+    def _reload(self, config: BatcherConfig) -> float:
+        """Reload every stage with ``config``'s batching."""
         assert self.server is not None and self.built is not None
         if config.instances != 1:
             raise ValueError("a pipeline's candidates keep the stages' instance counts (instances = 1)")
@@ -133,7 +131,6 @@ class PipelineSession(ModelSession):
             client.close()
         self.current = config
         took = time.perf_counter() - started
-        self.reload_s.append(took)
         log.info("loaded %s on the stages of %s in %.1f s", config.label, self.pipeline.name, took)
         return took
 
@@ -156,6 +153,3 @@ class PipelineSession(ModelSession):
             return {name: client.get_model_config(name) for name in self.pipeline.stage_names}
         finally:
             client.close()
-
-    def config_text(self) -> str:
-        return json.dumps(self.loaded_configs(), indent=1)

@@ -18,7 +18,11 @@ own statistics and the machine's CPU counters:
   which the simulation reproduces its busier runs' p99.
 
 The first run, at ``first_rate``, also says where to start: the server's time per request there bounds
-the rate one instance serves without batching.
+the rate one instance serves without batching. A probe run is evidence like any other run
+(``perf.session.search``): its configuration at its rate. Given the budget, a ramp stops raising the
+rate at a run whose p99 is over ``FAR_MISS`` × the budget (measured once more at that rate, as a run
+the server fell behind on is): beyond it no rate says anything about the budget, and deeper overload
+only makes runs long (a p99 of seconds) and the host slow for everything else.
 """
 
 from __future__ import annotations
@@ -38,6 +42,7 @@ from perf.model.batcher import BatcherConfig, ServiceModel, simulate
 from perf.model.cpu import CpuModel, fit_cpu_model
 from perf.model.latency import LatencyFit
 from perf.model.service import busy_per_batch_ms, fit_compute, per_batch_and_request_ms, slice_for
+from perf.session.search import FAR_MISS
 
 log = logging.getLogger(__name__)
 
@@ -90,11 +95,14 @@ def _ramp(
     rate: float,
     plan: ProbePlan,
     out: list[tuple[BatcherConfig, Measurement]],
+    budget_ms: float | None = None,
 ) -> Measurement:
     """``config`` at ``rate``, ×``plan.step`` each run that kept up, until the server fell behind twice
-    at one rate (a run it fell behind on is measured again at the same rate: one run a neighbour
-    disturbed does not end a ramp, and the ramp never goes deeper into overload than the first rate it
-    fell behind at); the one of the two served the most is the saturation returned. At most
+    at one rate (a run it fell behind on is measured again at the same rate:
+    one run a neighbour disturbed does not end a ramp, and the ramp never goes deeper into overload than
+    the first rate it fell behind at); the one of the two served the most is the saturation returned.
+    A run whose p99 is over ``FAR_MISS`` × ``budget_ms`` counts as one the server fell behind on: the
+    rate goes no higher, and a second such run at it ends the ramp (one stalled run does not). At most
     ``plan.max_runs``: a server that kept up with all of them saturates at the last."""
     server.prepare(config)
     behind: list[Measurement] = []
@@ -108,7 +116,12 @@ def _ramp(
             run.stats.mean_batch,
             run.p99_ms,
         )
-        if run.sustained:
+        over = budget_ms is not None and not run.p99_ms <= FAR_MISS * budget_ms
+        if over:
+            log.info(
+                "%s: p99 over %g× the %g ms budget: the rate goes no higher", run.label, FAR_MISS, budget_ms
+            )
+        if run.sustained and not over:
             behind = []
             rate *= plan.step
             continue
@@ -131,12 +144,14 @@ def _merged(runs: list[Measurement]) -> ModelStats:
 
 
 def probe(
-    server: Server, instance_counts: tuple[int, ...], max_batch: int, plan: ProbePlan | None = None
-) -> ProbeResult:
-    """Measure the service model for each instance count in ``instance_counts``."""
+    server: Server, instance_counts: tuple[int, ...], max_batch: int, plan: ProbePlan | None = None,
+    budget_ms: float | None = None,
+) -> ProbeResult:  # fmt: skip
+    """Measure the service model for each instance count in ``instance_counts``; with ``budget_ms``, no
+    ramp goes past a rate at which a run's p99 was over ``FAR_MISS`` × the budget."""
     plan = plan or ProbePlan()
     started = time.perf_counter()
-    runs, saturation = _ramps(server, instance_counts, max_batch, plan)
+    runs, saturation = _ramps(server, instance_counts, max_batch, plan, budget_ms)
     first = runs[0][1]
     overhead = max(0.0, first.figures.mean_ms - _server_ms_per_request(first.stats))
     fits, per_batch, per_request = _costs(runs, saturation, instance_counts)
@@ -152,7 +167,7 @@ def probe(
 
 
 def _ramps(
-    server: Server, instance_counts: tuple[int, ...], max_batch: int, plan: ProbePlan
+    server: Server, instance_counts: tuple[int, ...], max_batch: int, plan: ProbePlan, budget_ms: float | None
 ) -> tuple[list[tuple[BatcherConfig, Measurement]], dict[int, Measurement]]:
     """Every run of the probe, in order, and the saturation of each instance count (0: unbatched).
     The first run, at ``first_rate``, says how long the server takes for a request alone: the first
@@ -168,10 +183,11 @@ def _ramps(
     saturation: dict[int, Measurement] = {}
     for instances in instance_counts:
         saturation[instances] = _ramp(
-            server, BatcherConfig(max_batch, 0, instances=instances), rate, plan, runs
+            server, BatcherConfig(max_batch, 0, instances=instances), rate, plan, runs, budget_ms
         )
-        rate = 0.6 * saturation[instances].throughput
-    saturation[0] = _ramp(server, BatcherConfig(1), max(plan.first_rate, 0.8 * 1e3 / alone_ms), plan, runs)
+        rate = max(plan.first_rate, 0.6 * saturation[instances].throughput)
+    unbatched = max(plan.first_rate, 0.8 * 1e3 / alone_ms)
+    saturation[0] = _ramp(server, BatcherConfig(1), unbatched, plan, runs, budget_ms)
     return runs, saturation
 
 

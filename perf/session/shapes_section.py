@@ -13,6 +13,10 @@ the budget with the lowest p99 (at an equal offered rate, the served rates are e
 served the most. Each run's formed batches per length and each bucketed run's padding cost (raw compute at
 the padded over the true lengths) go into the section. These runs use our client whatever the tuner's
 engine: its records carry each request's length.
+
+The run of the way the search sent (the spec's ``buckets:``, or each request at its own length) is one
+more run of the answer at its rate: where no way meets the budget, the caller counts it as evidence
+(``ShapesOutcome.as_searched``), and a miss there reopens the answer (``perf.session.search``).
 """
 
 from __future__ import annotations
@@ -91,21 +95,35 @@ def bucket_runs(
     return runs
 
 
-def shapes_section(
+@dataclass(frozen=True)
+class ShapesOutcome:
+    """The section's lines, the buckets chosen (``[]``: none; None where no way met the budget: the
+    spec's stay) and the run of the way the search sent (None for a fixed-shape model, or where that
+    way's padding changes the answer: refused, not measured)."""
+
+    lines: list[str]
+    buckets: list[int] | None
+    as_searched: Measurement | None
+
+
+def shapes_outcome(
     session: ModelSession, config: BatcherConfig, load: Load, budget_ms: float,
     step: Callable[[str], None] | None = None, written: str = "spec.tuned.yaml",
-) -> tuple[list[str], list[int] | None]:  # fmt: skip
-    """The bucket runs on ``config`` under ``load`` as a report section, and the buckets chosen (``[]``:
-    none) where the choice meets the budget; None where nothing does (the spec's ``buckets:`` stay) or
-    the shapes are fixed. ``written``: the merged spec that carries the choice (tune's or plan's)."""
+) -> ShapesOutcome:  # fmt: skip
+    """The bucket runs on ``config`` under ``load`` as a report section, the buckets chosen (``[]``:
+    none) where the choice meets the budget, None where nothing does (the spec's ``buckets:`` stay) or
+    the shapes are fixed, and the run of the way the search sent. ``written``: the merged spec that
+    carries the choice (tune's or plan's)."""
     if not has_variable_axis(session.base):
-        return [], None
+        return ShapesOutcome([], None, None)
+    searched = session.buckets if session.buckets is not None else tuple(session.base.buckets)
     session.prepare(config)
     mix = shape_mix(session.base, session.seed)
     ways, refused = offered_ways(
         bucket_ways(session.base, session.seed), session.model_file, session.base, mix, session.seed
     )
     runs = bucket_runs(session, load, step or (lambda text: None), ways)
+    as_searched = next((run.measured for run in runs if run.buckets == searched), None)
     chosen = choose(runs, budget_ms)
     max_batch = session.current.max_batch_size if session.current else session.largest_batch
     header = ["sent", "buckets", "inf/s", "p99 ms", "mean batch (Triton)", "padding: compute ×",
@@ -152,4 +170,4 @@ def shapes_section(
             continue
         lines += ["", f"### {run.name}: formed batches per length sent", ""]
         lines += shape_table(shape_rows(records, max_batch, measured.stats.executions))
-    return lines, (list(chosen.buckets or ()) if meets else None)
+    return ShapesOutcome(lines, list(chosen.buckets or ()) if meets else None, as_searched)

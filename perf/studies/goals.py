@@ -84,13 +84,9 @@ GOALS: dict[str, GoalSpec] = {
                  higher_is_better=False),
         GoalSpec("text short-query p99 shared", "short-query p99 with long passages sharing ≤ {limit}× alone",
                  1.5, higher_is_better=False),
-        # the tuner (make tune), and its pick against Model Analyzer's (--witness model-analyzer)
+        # the tuner (make tune)
         GoalSpec("tuner p99 prediction",
                  "predicted p99 at the operating point within {limit}% of the measured", 20.0,
-                 higher_is_better=False),
-        GoalSpec("tuner pick", "the pick sustains ≥ {limit}× the Poisson rate Model Analyzer's pick sustains "
-                 "(one yardstick, median of the rounds)", 0.9),
-        GoalSpec("tuner time", "make tune's time ≤ {limit}× Model Analyzer's brute search", 0.5,
                  higher_is_better=False),
     )
 }  # fmt: skip

@@ -12,6 +12,7 @@ Order of work, all in one run so that ratios compare like with like on a shared 
 from __future__ import annotations
 
 import logging
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import datetime
 from pathlib import Path
@@ -58,6 +59,18 @@ class StudyResult:
     analyzer_note: str = ""
 
 
+@dataclass(frozen=True)
+class StudyTools:
+    """What the batching study measures with: one measurement, the raw backend, where perf_analyzer is
+    (None: not here) and its engine. A test hands in a measurement that records its loads, or a
+    perf_analyzer that fails, instead of patching this module's names."""
+
+    measure: Callable[..., Measurement] = measure
+    measure_raw: Callable[..., list[RawPoint]] = measure_raw
+    perf_analyzer: Callable[[], Path | None] = find_perf_analyzer
+    analyzer_engine: Callable[..., LoadEngine] = PerfAnalyzerEngine
+
+
 def sweep_loads(profile: Profile, mode: str) -> list[Load]:
     """The closed loops of a mode. Static batching sends whole batches, so its concurrencies collapse
     to distinct numbers of batches in flight (``concurrency // 32``, at least one; and two)."""
@@ -79,9 +92,11 @@ class StudyRunner:
     """Runs one profile against one server; ``run`` returns everything measured."""
 
     def __init__(
-        self, profile: Profile, workdir: Path, log_path: Path, progress: Progress | None = None
-    ) -> None:
+        self, profile: Profile, workdir: Path, log_path: Path, progress: Progress | None = None,
+        tools: StudyTools = StudyTools(),
+    ) -> None:  # fmt: skip
         self.profile = profile
+        self.tools = tools
         self.log_path = log_path
         self.progress = progress or (lambda step: None)
         self.spec = study_spec(
@@ -99,7 +114,7 @@ class StudyRunner:
         self.progress(f"{label}")
         endpoints = ServerEndpoints.of(server)
         target = self.target(server, model)
-        result = measure(target, load, self.profile.settings, endpoints, label, engine=engine)
+        result = self.tools.measure(target, load, self.profile.settings, endpoints, label, engine=engine)
         summary = result.summary()
         log.info("%s: %.0f inf/s, p99 %.1f ms, %d failed", label, summary.throughput, summary.p99_ms,
                  summary.failed)  # fmt: skip
@@ -124,7 +139,7 @@ class StudyRunner:
 
     def _cross_check(self, server: TritonServer, result: StudyResult) -> None:
         """perf_analyzer on the first family's first dynamic mode at the goal concurrency, if installed."""
-        binary = find_perf_analyzer() if self.profile.perf_analyzer else None
+        binary = self.tools.perf_analyzer() if self.profile.perf_analyzer else None
         if binary is None:
             result.analyzer_note = (
                 f"perf_analyzer is not installed here (glibc {glibc_version()}; its PyPI build needs 2.38); "
@@ -137,7 +152,7 @@ class StudyRunner:
         model = model_name(self.profile.families[0], dynamic[0])
         load = closed_loop(self.profile.goal_concurrency)
         try:  # a reference only: its failure must not throw away the study measured before it
-            engine = PerfAnalyzerEngine(binary, log_folder=self.log_path.parent)
+            engine = self.tools.analyzer_engine(binary, log_folder=self.log_path.parent)
             theirs = self._measure(server, model, load, f"{model} @ {load.name} (perf_analyzer)", engine)
             ours = self._measure(server, model, load, f"{model} @ {load.name} (next to perf_analyzer)")
         except Exception as error:
@@ -179,7 +194,7 @@ class StudyRunner:
             )
         self.progress(f"{family}: raw onnxruntime")
         reference = self.spec.model(model_name(family, self.profile.modes[0]))
-        out.raw = measure_raw(
+        out.raw = self.tools.measure_raw(
             self.repository / reference.name / "1" / "model.onnx",
             self.target(server, reference.name).inputs,
             self.profile.raw_batch_sizes,

@@ -7,6 +7,6 @@ server, the tuner's ``Server``) → ``tuner`` (probe → predict → shortlist �
 model it predicts with is ``perf.model``; measurement is ``perf.measure.measurement`` through
 ``perf.measure.noise``.
 
-The tools beside it (scenarios, follow, the witnesses, the steal check) are ``perf.bench``'s: they
-import the tuner, it imports none of them (they reach its run through ``cli.Beside``).
+The tool beside it (perf_analyzer beside our client, ``python -m perf witness``) is ``perf.bench``'s:
+a subcommand of its own, which the tuner does not import.
 """

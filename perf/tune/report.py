@@ -24,12 +24,6 @@ from perf.tune.result import CpuFigures, PointFigures, RunFigures, TuneDocument,
 NOISE_MARK = "†"  # beside a figure whose run the hypervisor took CPU from (``perf.measure.noise``)
 
 
-def p99_plot(axes: plt.Axes, budget_ms: float, xlabel: str, title: str) -> None:
-    """The budget line, log p99 axis and labels every tuner plot shares."""
-    axes.axhline(budget_ms, color="k", linestyle="--", label=f"budget {budget_ms:g} ms")
-    axes.set(xlabel=xlabel, ylabel="p99 latency (ms)", yscale="log", title=title)
-
-
 def plot_verification(saved: TuneDocument, path: Path) -> Path:
     """Predicted (lines) and measured (markers) p99 against the offered rate, per configuration."""
     figure, axes = plt.subplots(figsize=(7.5, 4.5))
@@ -45,7 +39,9 @@ def plot_verification(saved: TuneDocument, path: Path) -> Path:
             if shown:
                 rates, p99s = zip(*shown, strict=True)
                 axes.plot(rates, p99s, style, color=f"C{index}", label=f"{label}: {kind}")
-    p99_plot(axes, saved.budget_ms, "offered rate (requests / s)", "p99 vs rate: simulation vs the server")
+    axes.axhline(saved.budget_ms, color="k", linestyle="--", label=f"budget {saved.budget_ms:g} ms")
+    title = "p99 vs rate: simulation vs the server"
+    axes.set(xlabel="offered rate (requests / s)", ylabel="p99 latency (ms)", yscale="log", title=title)
     return save_figure(figure, path, axes, grid="both")
 
 
@@ -73,17 +69,16 @@ def headline(saved: TuneDocument) -> list[str]:
     return [
         f"# Tuning {saved.model} for p99 ≤ {saved.budget_ms:g} ms",
         "",
-        f"Chosen: **{saved.chosen}** (the prediction alone ranks {saved.model_pick} first)"
-        f"{unconfirmed(saved)}; overlay in `overlay.yaml`, the merged spec in `spec.tuned.yaml`.",
+        f"Chosen: **{saved.chosen}**: {answer_sentence(saved)}; overlay in `overlay.yaml`, the merged spec "
+        "in `spec.tuned.yaml`.",
         "",
-        f"At the operating point, {number(saved.operating_rate, 0)} requests/s: predicted p99 "
-        f"{number(operating.predicted.p99_ms)} ms, measured {p99(operating.measured)} ms. Highest "
-        f"rate within the budget: predicted {number(saved.predicted_max_rate, 0)}/s, measured "
-        f"{number(saved.measured_max_rate, 0)}/s (the highest verified rate that met it).",
+        f"At {number(saved.operating_rate, 0)} requests/s: measured p99 {p99(operating.measured)} ms "
+        f"({runs_text(operating)}); the batcher simulation predicted {number(operating.predicted.p99_ms)} ms "
+        f"there. {prediction_sentence(saved)}",
         *demotions(saved),
         "",
         f"Time: probe {seconds.probe:.0f} s, prediction {seconds.predict:.1f} s, shortlist "
-        f"{seconds.shortlist:.0f} s (the tuner: {seconds.tuner:.0f} s), verification "
+        f"{seconds.shortlist:.0f} s (the search: {seconds.tuner:.0f} s), answer and verification "
         f"{seconds.verify:.0f} s. Load engine for every server figure: {saved.engine}.",
         "",
         "## Goals",
@@ -92,29 +87,50 @@ def headline(saved: TuneDocument) -> list[str]:
     ]
 
 
+def answer_sentence(saved: TuneDocument) -> str:
+    """The measured figure the answer stands on."""
+    if saved.target_rate:
+        return (
+            f"holds p99 ≤ {saved.budget_ms:g} ms at the target, {number(saved.target_rate, 0)} requests/s, "
+            f"measured (and up to {number(saved.measured_max_rate, 0)}/s)"
+        )
+    return (
+        f"holds p99 ≤ {saved.budget_ms:g} ms up to **{number(saved.measured_max_rate, 0)} requests/s**, "
+        "measured (the highest rate a point held the budget at, by the search's rule)"
+    )
+
+
+def prediction_sentence(saved: TuneDocument) -> str:
+    """The prediction's figures, labelled as such."""
+    if saved.predicted_max_rate is None:
+        return (
+            f"The prediction ranked {saved.model_pick} first and put no candidate within the budget; a "
+            "probe run held it with this configuration, and its search measured the rest."
+        )
+    return (
+        f"Prediction (not a measurement): {number(saved.predicted_max_rate, 0)}/s within the budget; "
+        f"the prediction alone ranks {saved.model_pick} first."
+    )
+
+
+def runs_text(point: PointFigures) -> str:
+    """How many runs a point had and what the search's rule made of them."""
+    runs = f"{point.runs} run{'s' if point.runs != 1 else ''}"
+    return f"{runs}, {point.verdict}" if point.verdict else runs
+
+
 def demotions(saved: TuneDocument) -> list[str]:
-    """The picks the verification demoted before this one: each missed the budget at its operating
-    rate, so it is not the answer however well it did in the shortlist."""
+    """The answers a later run refuted before this one: each point, once measured again, no longer
+    held the budget, so it is not the answer however well it did before."""
     if not saved.demoted:
         return []
     misses = "; ".join(
         f"{p.config} at {number(p.rate, 0)}/s: p99 {p99(p.measured)} ms, served "
-        f"{number(p.measured.served, 0)}/s"
+        f"{number(p.measured.served, 0)}/s ({runs_text(p)})"
         for p in saved.demoted
+        if p.measured
     )
-    return ["", f"Demoted (measured over the budget at their operating rate, not answers): {misses}."]
-
-
-def unconfirmed(saved: TuneDocument) -> str:
-    """Where the shortlist measured no candidate meeting the budget (at the target rate, given one),
-    the pick is the prediction's first and only the verification speaks for it."""
-    target = saved.target_rate or 0.0
-    if not saved.shortlist or any(c.measured_rate and c.measured_rate >= target for c in saved.shortlist):
-        return ""
-    where = f" at {number(target, 0)}/s" if target else ""
-    return (
-        f"; **no shortlisted candidate met the budget{where}**: the prediction's first is kept, unconfirmed"
-    )
+    return ["", f"Reopened (a later run missed the budget at the answer's point, not answers): {misses}."]
 
 
 def noise_section(saved: TuneDocument) -> list[str]:
@@ -245,9 +261,9 @@ def shortlist_section(saved: TuneDocument) -> list[str]:
     rows = [
         [
             c.config + (" **chosen**" if c.config == saved.chosen else ""),
-            number(c.predicted_rate, 0),
-            number(c.measured_rate, 0) if c.measured_rate else "none met",
-            "; ".join(f"{number(p.rate, 0)}/s: {p99(p.measured)} ms" for p in c.points),
+            number(c.predicted_rate, 0) if c.predicted_rate else "–",
+            number(c.measured_rate, 0) if c.measured_rate else "none held",
+            "; ".join(f"{number(p.rate, 0)}/s: {p99(p.measured)} ms ({runs_text(p)})" for p in c.points),
             number(c.seconds, 0),
         ]
         for c in saved.shortlist
@@ -256,16 +272,21 @@ def shortlist_section(saved: TuneDocument) -> list[str]:
         "",
         "## The shortlist, measured",
         "",
-        "The best predicted candidate of each family (instances, max batch size), measured around its "
-        "predicted rate: up after a run that met the budget, down after one that missed, then between.",
+        "The best predicted candidate of each family (instances, max batch size), searched on the server "
+        "by the one measured search (`perf.session.search`): rates on one ladder, up after a point that held "
+        "the budget, down after one that missed, then between until they are neighbouring rungs; a point "
+        "holds when more of its runs met the budget than missed it (a miss alone is measured again).",
         "",
-        table(["candidate", "predicted max rate /s", "measured max rate /s", "runs (p99)", "seconds"], rows),
+        table(
+            ["candidate", "predicted max rate /s", "measured max rate /s", "points (p99, runs)", "seconds"],
+            rows,
+        ),
     ]
 
 
 def demoted_mark(saved: TuneDocument, point: PointFigures) -> str:
     demoted = {(p.config, p.rate) for p in saved.demoted}
-    return " (demoted)" if (point.config, point.rate) in demoted else ""
+    return " (reopened)" if (point.config, point.rate) in demoted else ""
 
 
 def verification_section(saved: TuneDocument, plot: Path) -> list[str]:
@@ -281,6 +302,7 @@ def verification_section(saved: TuneDocument, plot: Path) -> list[str]:
             number(p.measured.mean_batch) if p.measured else "–",
             f"{number(p.predicted.cpu_cores, 2)} / {number(p.measured.cpu_cores, 2)}" if p.measured else "–",
             f"{p.measured.failed}/{p.measured.sent}" if p.measured else "–",
+            runs_text(p) if p.measured else "–",
         ]
         for p in saved.verification
     ]
@@ -295,8 +317,19 @@ def verification_section(saved: TuneDocument, plot: Path) -> list[str]:
         "meas batch",
         "CPU busy pred / meas",
         "failed/sent",
+        "runs, rule",
     ]
-    return ["", "## Predicted vs measured", "", f"![p99 vs rate]({plot.name})", "", table(header, rows)]
+    return [
+        "",
+        "## Predicted vs measured",
+        "",
+        f"![p99 vs rate]({plot.name})",
+        "",
+        "The answer and its neighbours around its measured rate; a point the search measured already is "
+        "shown with its runs, the others were measured once here (a miss alone stays open).",
+        "",
+        table(header, rows),
+    ]
 
 
 def raw_section(saved: TuneDocument) -> list[str]:

@@ -3,8 +3,8 @@ the report is rendered (``perf.tune.report``), now or later, and which other too
 
 The document is ``TuneDocument``, frozen dataclasses whose field names are the file's keys; it is
 written and read back through ``perf.saved``, so a reader gets typed attributes and a file that is
-not a tune result is refused when read, naming the field. Tools beside the tuner add to it by
-building a new one (``with_section``, ``dataclasses.replace``), never by changing it.
+not a tune result is refused when read, naming the field. A step after the tuner (the shapes step)
+adds to it by building a new one (``with_section``, ``dataclasses.replace``), never by changing it.
 
 Each measured run is saved with the figures a reader judges it by, and with the host-noise policy's
 verdict on it (``host_noise``: its stolen share reached the policy's limit, so the figure holds the
@@ -69,12 +69,15 @@ class PredictionFigures:
 
 @dataclass(frozen=True)
 class PointFigures:
-    """One configuration at one rate: predicted, and measured where the server ran it."""
+    """One configuration at one rate: predicted, and measured where the server ran it (``measured``:
+    its last run of ``runs``; ``verdict``: the search's rule on them, holds / misses / open)."""
 
     config: str
     rate: float
     predicted: PredictionFigures
     measured: RunFigures | None
+    runs: int = 1
+    verdict: str | None = None
 
 
 @dataclass(frozen=True)
@@ -146,7 +149,7 @@ class TuneDocument:
     chosen: str
     model_pick: str
     operating_rate: float
-    predicted_max_rate: float
+    predicted_max_rate: float | None  # None: the answer is no candidate the prediction ranked
     measured_max_rate: float
     operating: PointFigures
     seconds: Seconds
@@ -154,9 +157,9 @@ class TuneDocument:
     candidates: tuple[CandidateFigures, ...]
     shortlist: tuple[ShortlistFigures, ...]
     verification: tuple[PointFigures, ...]
-    demoted: tuple[PointFigures, ...]  # picks the verification demoted: each over the budget at its rate
+    demoted: tuple[PointFigures, ...]  # answers a later run refuted: each missed the budget at its point
     noise: NoiseFigures
-    sections: tuple[tuple[str, ...], ...] = ()  # rendered by tools beside the tuner (the witnesses)
+    sections: tuple[tuple[str, ...], ...] = ()  # rendered beside the tuner's own (the shapes step's)
     buckets: tuple[int, ...] | None = None  # chosen for a variable-length model (None: the spec's stay)
     raw: tuple[RawPoint, ...] = ()  # the raw backend, measured once the server stopped
 
@@ -213,6 +216,8 @@ def point_figures(point: Point, noise: NoisePolicy, cores: int) -> PointFigures:
         rate=point.rate,
         predicted=prediction_figures(point.predicted, cores),
         measured=run_figures(point.measured, noise) if point.measured else None,
+        runs=point.runs,
+        verdict=point.verdict.value if point.verdict else None,
     )
 
 
@@ -240,16 +245,16 @@ def probe_figures(result: TuneResult, noise: NoisePolicy) -> ProbeFigures:
 def document(result: TuneResult, model: str, engine: str, noise: NoisePolicy, cores: int) -> TuneDocument:
     """Every figure of ``result`` (``engine``: the load engine's name; ``cores``: the CPU term's)."""
     request, probe = result.request, result.probe
-    chosen = next(r for r in result.ranking if r.config == result.chosen)
+    chosen = next((r for r in result.ranking if r.config == result.chosen), None)
     return TuneDocument(
         model=model,
         budget_ms=request.budget_ms,
         target_rate=request.rate,
         engine=engine,
         chosen=result.chosen.label,
-        model_pick=result.ranking[0].config.label,
+        model_pick=result.ranking[0].config.label if result.ranking else "no candidate",
         operating_rate=result.operating_rate,
-        predicted_max_rate=chosen.rate,
+        predicted_max_rate=chosen.rate if chosen else None,
         measured_max_rate=result.measured_rate,
         operating=point_figures(result.operating_point, noise, cores),
         seconds=Seconds(
@@ -273,7 +278,7 @@ def document(result: TuneResult, model: str, engine: str, noise: NoisePolicy, co
             ShortlistFigures(
                 config=c.config.label,
                 predicted_rate=c.predicted_rate,
-                measured_rate=c.rate,
+                measured_rate=result.evidence.held_rate(c.config),
                 seconds=c.seconds,
                 points=tuple(point_figures(p, noise, cores) for p in c.points),
             )
@@ -290,7 +295,6 @@ def save(folder: Path, saved: TuneDocument) -> Path:
     return save_document(folder / RESULT_FILE, saved)
 
 
-def load(folder: Path, kind: type[TuneDocument] = TuneDocument) -> TuneDocument:
-    """``folder/result.json`` read back as ``kind`` (a tool's document built on ``TuneDocument``); an
-    ``OptionError`` naming the field where it is not one."""
-    return load_document(folder / RESULT_FILE, kind)
+def load(folder: Path) -> TuneDocument:
+    """``folder/result.json`` read back; an ``OptionError`` naming the field where it is not a tune's."""
+    return load_document(folder / RESULT_FILE, TuneDocument)

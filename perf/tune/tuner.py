@@ -1,21 +1,22 @@
-"""The tuner, as a pipeline: probe → predict every candidate → measure a shortlist around its
-predictions → pick → verify, demoting a pick the verification does not confirm.
+"""The tuner, as a pipeline: probe → predict every candidate → search a shortlist on the server →
+the answer, the best point a run on the server held the budget at.
 
-1. ``probe``: the service model per instance count, measured (``perf.session.probe``).
+1. ``probe``: the service model per instance count, measured (``perf.session.probe``). Its runs are
+   evidence like any other: each is its configuration at its rate.
 2. ``rank``: every candidate of the grid predicted by the batcher simulation: the highest rate its p99
    stays within the budget (with a target rate: whether it does there).
-3. ``shortlist`` and ``search_rate``: the best predicted of each family (instance count, max batch
-   size) measured in a few runs around its prediction: up after a run that met the budget, down after
-   one that missed, then between the two. With no shortlist, the prediction's first is searched so.
-4. ``contenders``: the candidates measured to sustain something within the budget (with a target
-   rate, at least that), the most sustained first; ``pick`` is the first of them.
-5. ``settle``: each contender in turn measured at its operating rate (the target, or
-   ``OPERATING_SHARE`` of what it sustained; without a target, lower rates after a miss, twice). The
-   first that meets the budget is the answer; one that misses at every rate tried, by however little,
-   is demoted and the next takes its place. None left: ``NothingMeetsError``,
-   naming the closest figure measured. The answer is a configuration and a rate a run met the budget at.
-6. ``verify``: the answer around its operating rate, and its neighbours one delay step either side,
-   each predicted and measured (the report's comparison; the answer is settled already).
+3. ``shortlist``: the best predicted of each family (instance count, max batch size), each searched on
+   the server by the one measured search (``perf.session.search``) from its prediction (with a target
+   rate: from the target). Where no candidate is predicted within the budget, the configurations a
+   probe run held it with are searched instead (none: the one whose run came closest, from that run):
+   a prediction that nothing fits does not override a measurement.
+4. ``settle``: the answer is the best point of every run made that holds the budget under the
+   search's rule (the highest rate; with a target rate, one that holds there), searched before it
+   stands. It is verified around its rate (each point predicted, then measured: the report's
+   comparison, and more evidence), and measured once more where the caller asks (``recheck``: the
+   shapes step). A later run that misses reopens it: its point is decided by the rule, and where it no
+   longer holds the next best point is the answer. No point holds: ``NothingMeetsError``, naming the
+   closest run over the budget.
 
 Every run goes through the ``Server`` handed in, which owns how a run is measured (load engine,
 windows, the host-noise policy); the search only asks "this configuration at this rate".
@@ -29,18 +30,24 @@ import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
-from perf.errors import NothingMeetsError
+from perf.errors import NothingMeetsError, StudyError
+from perf.markdown import number
 from perf.measure.loads import Load, poisson
 from perf.measure.measurement import Measurement
 from perf.model.batcher import BatcherConfig
 from perf.model.grid import Grid, neighbours
 from perf.model.predict import LoadAt, Prediction, max_rate, predict
 from perf.session.probe import ProbePlan, ProbeResult, Server, probe
+from perf.session.search import Evidence, SearchPlan, Verdict, at_rung, decide, rung, search
 
 log = logging.getLogger(__name__)
 Step = Callable[[str], None]
-OPERATING_SHARE = 0.85  # of the rate the pick was measured to sustain: where it is verified and run
-VERIFY_RATES, VERIFY_STEP_DOWN = 3, 0.7  # a verification that misses is tried again lower, twice
+# A further run of the answer the caller makes (the shapes step): the run of the configuration as
+# searched, where it is evidence about the answer's point; None where it is not (another way met).
+Recheck = Callable[[BatcherConfig, float], Measurement | None]
+VERIFY_RUNGS = (-6, -3, 0, 1)  # the answer at 50, 71, 100 and 112% of its measured rate (ladder rungs)
+NEIGHBOUR_RUNGS = (-3, 0)  # its neighbours one delay step either side, at 71 and 100%
+SETTLE_ROUNDS = 24  # a hang guard: each round searches, verifies or refutes something new
 
 
 @dataclass(frozen=True)
@@ -50,8 +57,8 @@ class TuneRequest:
     grid: Grid = field(default_factory=Grid)
     seed: int = 0
     load_at: LoadAt | None = None  # rate -> load; Poisson by default
-    shortlist: int = 4  # families measured before the pick (0: the prediction alone picks)
-    search_points: int = 3  # runs per shortlisted candidate
+    shortlist: int = 4  # families searched on the server (0: the prediction's first alone)
+    search: SearchPlan = field(default_factory=SearchPlan)
     predict_s: float = 6.0  # seconds of arrivals each prediction simulates
 
     def load(self, rate: float) -> Load:
@@ -79,29 +86,27 @@ class Ranked:
 
 @dataclass
 class Point:
-    """One configuration at one rate: predicted, and measured once the server has run it."""
+    """One configuration at one rate: predicted, and measured once the server has run it
+    (``measured``: its last run; ``runs`` of them, ``verdict`` by the search's rule)."""
 
     config: BatcherConfig
     rate: float
     predicted: Prediction
     measured: Measurement | None = None
+    runs: int = 0
+    verdict: Verdict | None = None
 
 
 @dataclass
 class Candidate:
-    """A shortlisted candidate and the runs that searched its sustainable rate."""
+    """A configuration searched on the server: the points its search measured, and the highest rate
+    it held the budget at once searched (0: none)."""
 
     config: BatcherConfig
     predicted_rate: float
     points: list[Point]
     seconds: float
-    budget_ms: float
-
-    @property
-    def rate(self) -> float:
-        """The highest rate measured within the budget (0: none was)."""
-        met = [p.rate for p in self.points if p.measured and p.measured.meets(self.budget_ms)]
-        return max(met, default=0.0)
+    rate: float
 
 
 @dataclass
@@ -111,16 +116,17 @@ class TuneResult:
     ranking: list[Ranked]
     shortlist: list[Candidate]
     chosen: BatcherConfig
-    operating_rate: float
-    points: list[Point] = field(default_factory=list)  # the verification, demoted picks' runs first
-    demoted: list[Point] = field(default_factory=list)  # each demoted pick at its operating rate, a miss
+    operating_rate: float  # the answer's rate: the target, or the highest rate it held the budget at
+    evidence: Evidence[BatcherConfig]
+    points: list[Point] = field(default_factory=list)  # the answer's verification and its neighbours'
+    demoted: list[Point] = field(default_factory=list)  # answers a later run refuted, each at its rate
     predict_s: float = 0.0
     shortlist_s: float = 0.0
     verify_s: float = 0.0
 
     @property
     def tuner_s(self) -> float:
-        """What the pick cost: probe, prediction and shortlist (not the verification)."""
+        """What the search cost: probe, prediction and shortlist (not the verification)."""
         return self.probe.seconds + self.predict_s + self.shortlist_s
 
     def points_of(self, config: BatcherConfig) -> list[Point]:
@@ -128,14 +134,12 @@ class TuneResult:
 
     @property
     def measured_rate(self) -> float:
-        """The highest verified rate of the pick within the budget (0: none)."""
-        budget = self.request.budget_ms
-        met = [p.rate for p in self.points_of(self.chosen) if p.measured and p.measured.meets(budget)]
-        return max(met, default=0.0)
+        """The highest rate the answer held the budget at, by the search's rule."""
+        return self.evidence.held_rate(self.chosen)
 
     @property
     def operating_point(self) -> Point:
-        return min(self.points_of(self.chosen), key=lambda p: abs(p.rate - self.operating_rate))
+        return next(p for p in self.points_of(self.chosen) if p.rate == self.operating_rate)
 
 
 def compute_ms(result: ProbeResult) -> Callable[[int], float]:
@@ -180,171 +184,160 @@ def shortlist(ranking: list[Ranked], request: TuneRequest) -> list[Ranked]:
 
 
 def predict_point(result: ProbeResult, request: TuneRequest, config: BatcherConfig, rate: float) -> Point:
-    service = result.services[config.instances]
+    service = result.services.get(config.instances) or next(iter(result.services.values()))
     return Point(config, rate, predict(config, service, request.load(rate), request.predict_s))
 
 
-def measure_point(server: Server, request: TuneRequest, point: Point, purpose: str) -> Point:
-    """``point`` measured on the configuration loaded now, on the load its prediction used."""
-    point.measured = server.measure(
-        request.load(point.rate), f"{purpose} {point.config.label} @ {point.rate:.0f}/s"
-    )
-    log.info(
-        "%s: predicted p99 %.1f ms, measured %.1f ms (%.0f/s served)",
-        point.measured.label,
-        point.predicted.p99_ms,
-        point.measured.p99_ms,
-        point.measured.throughput,
-    )
+def point_of(
+    result: ProbeResult, request: TuneRequest, evidence: Evidence[BatcherConfig], config: BatcherConfig,
+    rate: float,
+) -> Point:  # fmt: skip
+    """``config`` at ``rate`` predicted, with what ``evidence`` holds of it."""
+    point = predict_point(result, request, config, rate)
+    runs = evidence.of(config, rate)
+    if runs:
+        point.measured, point.runs, point.verdict = runs[-1], len(runs), evidence.verdict(config, rate)
     return point
 
 
-def search_rate(server: Server, result: ProbeResult, request: TuneRequest, entry: Ranked) -> Candidate:
-    """``entry`` measured around its prediction (with a target rate: from it): ``request.search_points``
-    runs, ×1.25 after one that met the budget and ×0.7 after one that missed, then the geometric middle
-    of the highest met and the lowest missed. With a target rate, a miss at the target ends it."""
+def search_candidate(
+    server: Server, result: ProbeResult, request: TuneRequest, evidence: Evidence[BatcherConfig],
+    config: BatcherConfig, predicted: float, start: float, step: Step,
+) -> Candidate:  # fmt: skip
+    """``config`` searched on the server from ``start`` (with a target rate: from it)."""
     started = time.perf_counter()
-    server.prepare(entry.config)
-    budget = request.budget_ms
-    rate, passed, missed = request.rate or entry.rate, 0.0, math.inf
-    points = []
-    for _ in range(request.search_points):
-        point = measure_point(
-            server, request, predict_point(result, request, entry.config, rate), "shortlist"
-        )
-        points.append(point)
-        met = point.measured is not None and point.measured.meets(budget)
-        passed, missed = (max(passed, rate), missed) if met else (passed, min(missed, rate))
-        if request.rate and not passed:
-            break
-        rate = math.sqrt(passed * missed) if passed and missed < math.inf else rate * (1.25 if met else 0.7)
-    return Candidate(entry.config, entry.rate, points, time.perf_counter() - started, budget)
-
-
-def contenders(measured: list[Candidate], request: TuneRequest) -> list[Candidate]:
-    """The measured candidates that met the budget at some rate (with a target rate: at least there),
-    the most sustained first; ties keep the prediction's order."""
-    sustaining = [c for c in measured if c.rate > 0 and c.rate >= (request.rate or 0.0)]
-    return sorted(sustaining, key=lambda c: -c.rate)
-
-
-def pick(measured: list[Candidate], ranking: list[Ranked], request: TuneRequest) -> BatcherConfig:
-    """The candidate measured to sustain the most (with a target rate, only one that sustained it);
-    ties go to the prediction's order. None did, or none was measured: the prediction's first (which
-    ``settle`` then holds to a measurement like any other)."""
-    found = contenders(measured, request)
-    return found[0].config if found else ranking[0].config
-
-
-def operating_rate(candidate: Candidate, request: TuneRequest) -> float:
-    """Where a contender is verified and would run: the target, or ``OPERATING_SHARE`` of its measured
-    sustained rate."""
-    return request.rate or OPERATING_SHARE * candidate.rate
-
-
-def verify_rates(candidate: Candidate, request: TuneRequest) -> list[float]:
-    """The rates a contender is verified at, in turn, until one meets the budget: its operating rate,
-    then ``VERIFY_STEP_DOWN`` of it, twice (a host slower than during the shortlist still gets a
-    measured answer). With a target rate, the target alone."""
-    rate = operating_rate(candidate, request)
-    return [rate] if request.rate else [rate * VERIFY_STEP_DOWN**k for k in range(VERIFY_RATES)]
-
-
-def settle(
-    server: Server, result: ProbeResult, request: TuneRequest, measured: list[Candidate], step: Step
-) -> tuple[Candidate, Point, list[Point], list[Point]]:
-    """The answer: the first of the ``contenders`` among ``measured`` with a run within the budget at
-    one of its ``verify_rates``, that run, the demoted ones' runs at their operating rate (each a miss
-    there, however small: 50.2 ms is not within 50 ms), and the misses at lower rates. Raises
-    ``NothingMeetsError`` when every contender is demoted (or there was none), naming the closest
-    figure of every run the search and the verification made."""
-    demoted: list[Point] = []
-    stepped: list[Point] = []
-    for candidate in contenders(measured, request):
-        server.prepare(candidate.config)
-        misses = []
-        for rate in verify_rates(candidate, request):
-            step(f"verifying {candidate.config.label} at {rate:.0f}/s")
-            point = measure_point(
-                server, request, predict_point(result, request, candidate.config, rate), "verify"
-            )
-            assert point.measured is not None
-            if point.measured.meets(request.budget_ms):
-                return candidate, point, demoted, stepped + misses
-            step(
-                f"{candidate.config.label} missed the budget at {rate:.0f}/s (p99 "
-                f"{point.measured.p99_ms:.1f} ms, served {point.measured.throughput:.0f}/s)"
-            )
-            misses.append(point)
-        step(f"{candidate.config.label}: demoted")
-        demoted.append(misses[0])
-        stepped.extend(misses[1:])
-    raise nothing_meets(request, result, [p for c in measured for p in c.points] + demoted + stepped)
-
-
-def nothing_meets(
-    request: TuneRequest, result: ProbeResult, points: Sequence[Point], detail: str = ""
-) -> NothingMeetsError:
-    """The one-line verdict with the closest figure measured: the lowest p99 among ``points`` (with a
-    target rate, among those run at it, where any were), else among the probe's runs. A closest run
-    that met the budget is no answer all the same, and the line says why."""
-    runs = [(p.config, p.rate, p.measured) for p in points if p.measured is not None]
-    if request.rate and any(rate >= request.rate for _, rate, _ in runs):
-        runs = [run for run in runs if run[1] >= request.rate]
-    runs = runs or [(config, run.load.rate, run) for config, run in result.runs]
-    if not runs:
-        return NothingMeetsError(
-            f"nothing meets p99 <= {request.budget_ms:g} ms here: nothing was measured", detail
-        )
-    config, rate, run = min(runs, key=lambda r: r[2].p99_ms if math.isfinite(r[2].p99_ms) else math.inf)
-    behind = None if run.sustained else run.throughput
-    note = ""
-    if run.meets(request.budget_ms):
-        note = (
-            "a search run met the budget there; the verification at the operating rate missed it"
-            if points
-            else "a probe run; no candidate is predicted within the budget at any rate"
-        )
-    return NothingMeetsError.closest(request.budget_ms, config.label, rate, run.p99_ms, behind, detail, note)
+    server.prepare(config)
+    rates = search(
+        server, evidence, config, request.load, start, target=request.rate, plan=request.search,
+        label=f"search {config.label}", step=step,
+    )  # fmt: skip
+    points = [point_of(result, request, evidence, config, rate) for rate in rates]
+    held = evidence.held_rate(config)
+    return Candidate(config, predicted, points, time.perf_counter() - started, held)
 
 
 def verify(
-    server: Server,
-    result: ProbeResult,
-    request: TuneRequest,
-    chosen: BatcherConfig,
-    operating: float,
-    reference: float,
-    fractions: tuple[float, ...] = (0.5, 0.75, 1.0, 1.15),
-    neighbour_fractions: tuple[float, ...] = (0.75, 1.0),
-    done: Sequence[Point] = (),
-) -> list[Point]:
-    """The pick at ``operating`` and at ``fractions`` of ``reference``, its neighbours at
-    ``neighbour_fractions``: predicted, then measured, one configuration after the other. A point of
-    ``done`` (the operating run ``settle`` measured) takes its place in the plan, not measured again."""
-    plan = [(chosen, rate) for rate in sorted({operating, *(f * reference for f in fractions)})]
+    server: Server, result: ProbeResult, request: TuneRequest, evidence: Evidence[BatcherConfig],
+    chosen: BatcherConfig, operating: float,
+) -> list[Point]:  # fmt: skip
+    """The answer at ``operating`` and at ``VERIFY_RUNGS`` of its measured rate, its neighbours at
+    ``NEIGHBOUR_RUNGS``: predicted, and measured once where no run was made there yet (a point the
+    search decided is not measured again). One configuration after the other."""
+    base = math.floor(rung(evidence.held_rate(chosen)) + 1e-9)
+    plan = [(chosen, rate) for rate in sorted({operating, *(at_rung(base + k) for k in VERIFY_RUNGS)})]
     for config in neighbours(chosen, request.grid):
-        plan += [(config, f * reference) for f in neighbour_fractions]
-    taken = {(p.config, p.rate): p for p in done}
-    points = []
+        plan += [(config, at_rung(base + k)) for k in NEIGHBOUR_RUNGS]
     for config, rate in plan:
-        if (config, rate) in taken:
-            points.append(taken.pop((config, rate)))
+        if not evidence.of(config, rate):
+            server.prepare(config)
+            run = server.measure(request.load(rate), f"verify {config.label} @ {rate:,.0f}/s")
+            evidence.add(config, rate, run)
+    return [point_of(result, request, evidence, config, rate) for config, rate in plan]
+
+
+def settle(
+    server: Server, result: ProbeResult, request: TuneRequest, evidence: Evidence[BatcherConfig],
+    searched: dict[BatcherConfig, Candidate], order: Sequence[BatcherConfig], step: Step,
+    recheck: Recheck | None = None, detail: str = "",
+) -> tuple[BatcherConfig, float, list[Point], list[Point]]:  # fmt: skip
+    """The answer (the module docstring, 4): its configuration, its rate, its verification points and
+    the answers a later run refuted. Raises ``NothingMeetsError`` (with ``detail``) where no point
+    holds."""
+    demoted: list[Point] = []
+    answers: list[BatcherConfig] = []
+    for _ in range(SETTLE_ROUNDS):
+        found = evidence.best(at=request.rate, prefer=[*answers, *order])
+        if found is None:
+            raise nothing_meets(request, evidence, detail)
+        config, rate = found
+        if config not in searched:  # a probe run's or a neighbour's configuration: searched before it stands
+            step(f"searching {config.label}: a run held the budget at {rate:,.0f}/s")
+            start = request.rate or evidence.held_rate(config)
+            searched[config] = search_candidate(server, result, request, evidence, config, 0.0, start, step)
             continue
-        server.prepare(config)
-        points.append(measure_point(server, request, predict_point(result, request, config, rate), "verify"))
-    return points
+        answers.insert(0, config)
+        step(f"verifying {config.label} around {rate:,.0f}/s, and its neighbours")
+        points = verify(server, result, request, evidence, config, rate)
+        if evidence.best(at=request.rate, prefer=answers) != found:
+            continue  # a verification run held it further up: the answer moved
+        if recheck is None:
+            return config, rate, points, demoted
+        run = recheck(config, rate)
+        if run is not None:
+            evidence.add(config, rate, run)
+            server.prepare(config)
+            decide(server, evidence, config, rate, request.load, f"re-measure {config.label}")
+        if evidence.verdict(config, rate) is Verdict.HOLDS:
+            return config, rate, point_refreshed(points, result, request, evidence), demoted
+        demoted.append(point_of(result, request, evidence, config, rate))
+        step(f"{config.label} at {rate:,.0f}/s: a later run missed the budget there; the answer is reopened")
+    raise StudyError(f"the answer did not settle in {SETTLE_ROUNDS} rounds of search and verification")
+
+
+def point_refreshed(
+    points: list[Point], result: ProbeResult, request: TuneRequest, evidence: Evidence[BatcherConfig]
+) -> list[Point]:
+    """``points`` with the runs ``evidence`` holds now (a re-measure added some)."""
+    return [point_of(result, request, evidence, p.config, p.rate) for p in points]
+
+
+def nothing_meets(
+    request: TuneRequest, evidence: Evidence[BatcherConfig], detail: str = ""
+) -> NothingMeetsError:
+    """The one-line verdict, naming the closest run over the budget (with a target rate, among those
+    run at it or above, where any were)."""
+    return evidence.nothing_meets(lambda config: config.label, detail, request.rate or 0.0)
+
+
+def to_search(
+    ranking: list[Ranked], request: TuneRequest, evidence: Evidence[BatcherConfig]
+) -> list[tuple[BatcherConfig, float, float]]:
+    """What the shortlist searches: (configuration, predicted rate, first rate). The shortlist (with
+    none, the prediction's first), or, where no candidate is predicted within the budget, the
+    configurations a probe run held it with (none held: the one whose run came closest, measured
+    again from there: a single miss is no verdict)."""
+    predicted = shortlist(ranking, request) or [e for e in ranking[:1] if e.best is not None]
+    if predicted:
+        return [(e.config, e.rate, request.rate or e.rate) for e in predicted]
+    found = evidence.worth_searching(count=max(request.shortlist, 1))
+    return [(config, 0.0, request.rate or rate) for config, rate in found]
+
+
+def why_none(result: ProbeResult, request: TuneRequest, ranking: list[Ranked]) -> str:
+    """Why the prediction proposes nothing to search (the verdict's detail)."""
+    compute, grid = compute_ms(result), request.grid
+    if not ranking:
+        return (
+            f"no candidate: even a batch of 2 computes for longer than the {request.budget_ms:g} ms budget "
+            f"({compute(2):.0f} ms measured) and the grid has no unbatched candidate; raise the budget or "
+            "serve without batching"
+        )
+    first_config, first = result.runs[0]
+    busy = 100 * (result.cpu.utilization(0, 0) if result.cpu else 0)
+    one = result.fits[grid.instances[0]].t_ms  # a fit's T can come out negative: no figure then
+    return (
+        f"no candidate is predicted to meet p99 <= {request.budget_ms:g} ms at any rate, and no point "
+        f"measured held it: the probe's first run ({first_config.label}, {first.load.rate:.0f}/s) "
+        f"measured p99 {first.p99_ms:.1f} ms already; a batch of one: {number(one, 2, unit=' ms')} "
+        f"computing, {number(result.overhead_ms, 2, unit=' ms')} outside the server; the machine's cores "
+        f"were {busy:.0f}% busy without this load"
+    )
 
 
 def tune(
-    server: Server, request: TuneRequest, plan: ProbePlan | None = None, step: Step | None = None
-) -> TuneResult:
+    server: Server, request: TuneRequest, plan: ProbePlan | None = None, step: Step | None = None,
+    recheck: Recheck | None = None,
+) -> TuneResult:  # fmt: skip
     """The whole tuner on ``server`` (a started ``ModelSession``, or a simulated server). Raises
-    ``NothingMeetsError`` where nothing measured meets the budget."""
+    ``NothingMeetsError`` where no run held the budget under the search's rule."""
     step = step or (lambda text: None)
     grid = request.grid
+    evidence: Evidence[BatcherConfig] = Evidence(request.budget_ms)
     step("probing: compute per batch size, costs beyond it, the CPU term")
-    probed = probe(server, grid.instances, grid.largest_batch, plan)
+    probed = probe(server, grid.instances, grid.largest_batch, plan, request.budget_ms)
+    if request.load_at is None:  # Poisson, as the probe's: its runs are points of the same load
+        for config, run in probed.runs:
+            evidence.add(config, run.load.rate, run)
     compute = compute_ms(probed)
     within = grid.batch_sizes(request.budget_ms, compute)
     if within != grid.max_batches:
@@ -358,40 +351,25 @@ def tune(
     started = time.perf_counter()
     ranking = rank(probed, request)
     predict_s = time.perf_counter() - started
-    if not ranking:  # what was measured rules every candidate out: the honest answer, not an error
-        raise nothing_meets(
-            request,
-            probed,
-            [],
-            f"no candidate: even a batch of 2 computes for longer than the {request.budget_ms:g} ms budget "
-            f"({compute(2):.0f} ms measured) and the grid has no unbatched candidate; raise the budget or "
-            "serve without batching",
-        )
-    if ranking[0].best is None:
-        first_config, first = probed.runs[0]
-        raise nothing_meets(
-            request,
-            probed,
-            [],
-            f"no candidate is predicted to meet p99 <= {request.budget_ms:g} ms at any rate: the probe's "
-            f"first run ({first_config.label}, {first.load.rate:.0f}/s) measured p99 {first.p99_ms:.1f} ms "
-            f"already; a batch of one takes {probed.fits[grid.instances[0]].t_ms:.2f} ms plus "
-            f"{probed.overhead_ms:.2f} ms outside the server, and the machine's cores were "
-            f"{100 * (probed.cpu.utilization(0, 0) if probed.cpu else 0):.0f}% busy without this load",
-        )
+    entries = to_search(ranking, request, evidence)
+    unpredicted = not ranking or ranking[0].best is None
+    detail = why_none(probed, request, ranking) if unpredicted else ""
+    if not entries:
+        raise nothing_meets(request, evidence, detail)
+    if unpredicted:
+        step("no candidate is predicted within the budget; searching what the probe measured closest to it")
     started = time.perf_counter()
-    measured = []
-    # With no shortlist the prediction's first is still searched on the server: the answer is measured.
-    for entry in shortlist(ranking, request) or ranking[:1]:
-        step(f"shortlist: {entry.config.label} around {request.rate or entry.rate:.0f}/s")
-        measured.append(search_rate(server, probed, request, entry))
+    searched: dict[BatcherConfig, Candidate] = {}
+    for config, predicted, start in entries:
+        step(f"shortlist: {config.label} from {start:,.0f}/s")
+        searched[config] = search_candidate(server, probed, request, evidence, config, predicted, start, step)
     shortlist_s = time.perf_counter() - started
     started = time.perf_counter()
-    answer, operating_point, demoted, stepped = settle(server, probed, request, measured, step)
-    chosen, operating = answer.config, operating_point.rate
-    step(f"verifying {chosen.label} around {operating:.0f}/s, and its neighbours")
-    points = verify(server, probed, request, chosen, operating, answer.rate, done=[operating_point])
+    order = [config for config, _, _ in entries] + [r.config for r in ranking]
+    chosen, operating, points, demoted = settle(
+        server, probed, request, evidence, searched, order, step, recheck, detail
+    )
     return TuneResult(
-        request, probed, ranking, measured, chosen, operating, points=demoted + stepped + points,
+        request, probed, ranking, list(searched.values()), chosen, operating, evidence, points=points,
         demoted=demoted, predict_s=predict_s, shortlist_s=shortlist_s, verify_s=time.perf_counter() - started,
     )  # fmt: skip

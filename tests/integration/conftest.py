@@ -19,7 +19,6 @@ from __future__ import annotations
 
 import copy
 import dataclasses
-import functools
 import shutil
 from collections.abc import Callable, Iterator, Mapping
 from pathlib import Path
@@ -31,7 +30,7 @@ from exporters.pipelines.build import build_pipelines
 from exporters.repository import build_repository
 from exporters.schema.models import Spec, parse_spec
 from exporters.text.embedding import build_text_embeddings
-from perf.measure.noise import NoisePolicy
+from perf.measure.engine import MeasureSettings
 from perf.session.model import TUNE_WINDOWS
 from server import ServerOptions, TritonServer
 
@@ -43,10 +42,11 @@ HYBRID = {
 SLOW_TEXT = "text_embedding_slow"
 ReuseExports = Callable[[Path, Mapping[str, str]], None]
 # The tuner's windows in tests: a short warm-up and never more than the three windows that count.
-QUICK_WINDOWS = dataclasses.replace(TUNE_WINDOWS, warmup_s=0.2, max_windows=TUNE_WINDOWS.stable_windows)
 # One run per measurement: on these VMs most runs see some steal, and measuring each again doubles a
-# tuner test. The policy's second run is tested on the simulated server (tests/unit/test_tune_pick.py).
-ONE_RUN = functools.partial(NoisePolicy, remeasure=False)
+# tuner test. The policy's second run is tested on the simulated server (tests/unit/perf/tune/test_tuner.py).
+QUICK_WINDOWS = dataclasses.replace(
+    TUNE_WINDOWS, warmup_s=0.2, max_windows=TUNE_WINDOWS.stable_windows, remeasure_stolen=False
+)
 
 
 def _variant(spec_data: dict[str, Any], base: str, name: str, batching: dict[str, Any]) -> dict[str, Any]:
@@ -122,9 +122,8 @@ def reuse_exports(serving_repository: Path) -> ReuseExports:
 
 
 @pytest.fixture
-def quick_tuning(monkeypatch: pytest.MonkeyPatch) -> None:
-    """``make tune`` and ``make plan`` as their commands run them, with ``QUICK_WINDOWS`` and
-    ``ONE_RUN``: a test checks that the pieces fit, not what they measure."""
-    for command in ("perf.tune.cli", "perf.plan.cli"):
-        monkeypatch.setattr(f"{command}.TUNE_WINDOWS", QUICK_WINDOWS)
-    monkeypatch.setattr("perf.session.model.NoisePolicy", ONE_RUN)
+def quick_windows() -> MeasureSettings:
+    """The windows ``make tune`` and ``make plan`` run with in a test (``TuneSetup.windows``,
+    ``PlanSetup.windows``): short, one run per measurement. A test checks that the pieces fit, not
+    what they measure."""
+    return QUICK_WINDOWS

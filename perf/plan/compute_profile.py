@@ -1,0 +1,113 @@
+"""A recorded GPU compute profile: what a model's batches cost on a GPU this host does not have, so that
+``make plan`` on that GPU's topology predicts from the GPU's compute instead of this host's CPU.
+
+The GPU check (``make gpu-check`` on a lent GPU machine) writes one under the key ``compute_profile`` of
+its figures JSON; ``make plan … COMPUTE_PROFILE=FILE`` (``--compute-profile FILE``) reads that whole
+file or a file that is just the object::
+
+    {"compute_profile": {"device": "NVIDIA H200", "source": "raw torch on CUDA, make gpu-check",
+      "models": {"recommender": {"fp32": {"T_ms": 0.21, "dt_ms": 0.004, "batches": {"1": 0.21, "8": 0.24}},
+                                 "fp16": {...}}}}}
+
+``T_ms`` and ``dt_ms`` are the fit of the article's ``T_batch(N) = T + (N-1)·Δt``; ``batches`` the
+timings it was fitted to. The file is read through frozen dataclasses (``perf.saved``): a field
+missing, misspelt or of the wrong type is refused in one line naming it (exit status 2).
+
+``compute_origin`` says, for the headline, where the compute behind a plan's rates was measured,
+against the machine planned for, in words a reader cannot take for a GPU figure when it is not one.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from dataclasses import dataclass
+from pathlib import Path
+from typing import ClassVar, Literal
+
+from pydantic import ConfigDict
+
+from perf.errors import OptionError
+from perf.saved import load_document
+
+Precision = Literal["fp32", "fp16"]
+
+
+@dataclass(frozen=True)
+class PrecisionCompute:
+    """One model in one precision on the device: ``T + (N-1)·Δt`` ms and the batches it was fitted to."""
+
+    __pydantic_config__: ClassVar[ConfigDict] = ConfigDict(extra="forbid")
+
+    T_ms: float  # the file's key: the article's T
+    dt_ms: float
+    batches: dict[int, float]  # batch size -> ms
+
+    def __post_init__(self) -> None:
+        if not self.T_ms > 0:
+            raise ValueError(f"T_ms must be > 0, got {self.T_ms}")
+        if not self.dt_ms >= 0:
+            raise ValueError(f"dt_ms must be >= 0, got {self.dt_ms}")
+        for size, ms in self.batches.items():
+            if size < 1 or not ms > 0:
+                raise ValueError(f"batches: batch {size} at {ms} ms (a batch of 1 or more, ms > 0)")
+
+
+@dataclass(frozen=True)
+class ComputeProfile:
+    """The recorded profile: the device, what measured it, and per model and precision the fit."""
+
+    __pydantic_config__: ClassVar[ConfigDict] = ConfigDict(extra="forbid")
+
+    device: str
+    source: str
+    models: dict[str, dict[Precision, PrecisionCompute]]
+
+    def __post_init__(self) -> None:
+        if not self.device.strip():
+            raise ValueError("device must name the GPU the figures were measured on")
+        if not self.models:
+            raise ValueError("models is empty: no model's compute was recorded")
+
+    def of(self, model: str, where: str) -> dict[str, PrecisionCompute]:
+        """``model``'s figures per precision; an ``OptionError`` naming the models it has otherwise."""
+        if model not in self.models:
+            raise OptionError(
+                f"{where}: no figures for model {model!r} (it has: {', '.join(sorted(self.models))})"
+            )
+        return dict(self.models[model])
+
+
+def read_compute_profile(path: Path) -> ComputeProfile:
+    """``path`` read as a compute profile: the GPU check's figures file (the profile under its
+    ``compute_profile``) or the object alone. An ``OptionError`` (exit status 2) naming the file and the
+    field it got wrong."""
+    return load_document(path, ComputeProfile, under="compute_profile")
+
+
+def gpus_named(names: list[str]) -> str:
+    """``4× NVIDIA RTX A6000`` (each distinct name with its count)."""
+    return " + ".join(f"{count}× {name}" for name, count in Counter(names).items())
+
+
+def same_device(recorded: str, named: list[str]) -> bool:
+    """Whether the profile's device is every GPU the topology names (``NVIDIA H200`` and ``H200`` alike)."""
+
+    def plain(text: str) -> str:
+        return text.lower().replace("nvidia", "").replace("tesla", "").strip()
+
+    mine = plain(recorded)
+    return bool(named) and all(mine in plain(n) or plain(n) in mine for n in named)
+
+
+def compute_origin(device: str, recorded: bool, gpus: list[str], here: bool) -> str:
+    """Where the compute behind a plan's predicted rates comes from, against the machine planned for
+    (``gpus``: its GPUs' names, none for a CPU plan; ``here``: the plan is for this host)."""
+    if not gpus:
+        return f"from compute measured on {device}"
+    named = gpus_named(gpus)
+    if recorded:
+        where = f"from the compute profile recorded on {device}"
+        return where if same_device(device, gpus) else f"{where}, not on the {named} named"
+    if here:
+        return f"from compute measured on this host's {named}"
+    return f"from compute measured on {device}, not on the {named} named"

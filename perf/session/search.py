@@ -1,0 +1,289 @@
+"""The one measured search: at what rate does a served configuration hold a p99 budget?
+
+``make tune`` (its shortlist and its answer) and ``make plan`` (its verification) ask it through
+``search``; no other module searches rates. Two pieces:
+
+* **The rule** (``verdict``), for a *point*: one configuration at one rate. A run that met the budget
+  (the server kept up, p99 within it) shows that the configuration holds it there: a shared host's
+  noise adds latency, it never takes any away. A miss may be that noise, so a miss alone decides
+  nothing and the point is measured again. The point holds when more of its runs met the budget than
+  missed it; it misses when more missed and either two did or one missed by far (``misses_far``: p99
+  over ``FAR_MISS`` × the budget, or less than ``BEHIND`` of the offered rate served: no stall of a
+  neighbour does that, and measuring it again only loads the host further); as many met as missed: one
+  run more. A fresh point so takes one run (it met, or missed by far), two (two misses) or three (a
+  miss and a met, then the third). A point measured again later (the shapes step, a re-measure) is
+  decided the same way with the new run counted: a later miss reopens it, a single one does not close it.
+* **The search** (``search``): rates on one ladder (``RUNGS`` per doubling, 12% apart, the same for
+  every tool), so that two tools asking about the same configuration measure the same points. From
+  what is known of the configuration (its points so far, else the first rate given: a prediction, a
+  target, a rate a run met the budget at): up ``UP`` rungs after a point that held, down ``DOWN`` after
+  one that missed (at once to what the server served, where a run missed by far serving less), each
+  step twice the last in the same direction; then the gap between the highest rate that held and the
+  lowest above it that missed is halved until they are neighbouring rungs. Its answer is the highest
+  rate that held, never a guess between runs.
+
+``Evidence`` keeps every run a tool made (probe, search, verification, shapes step) by point. The
+answer is the best point that holds, at the rate it was measured; "nothing meets" only where no point
+holds, naming the closest run over the budget (``nothing_meets``).
+"""
+
+from __future__ import annotations
+
+import enum
+import logging
+import math
+from collections.abc import Callable, Hashable, Sequence
+from dataclasses import dataclass, field
+from typing import Generic, Protocol, TypeVar
+
+from perf.errors import NothingMeetsError
+from perf.measure.loads import Load
+
+log = logging.getLogger(__name__)
+FAR_MISS = 4.0  # a run whose p99 is over this × the budget misses by far
+BEHIND = 0.8  # ... as does one that served less than this share of the offered rate
+RUNGS = 6  # rungs of the rate ladder per doubling (each 2 ** (1/6) ≈ 1.12× the one below)
+UP, DOWN = 2, 3  # first steps after a hold (×1.26) and after a miss (×0.71), in rungs
+FLOOR = 1.0  # requests/s: the search goes no lower
+
+
+class Verdict(enum.Enum):
+    HOLDS = "holds"
+    MISSES = "misses"
+    OPEN = "open"  # one miss alone, or as many met as missed: measured once more
+
+
+class Run(Protocol):
+    """What the rule reads of a run (``perf.measure.measurement.Measurement`` has it)."""
+
+    label: str
+    p99_ms: float
+    throughput: float
+    sustained: bool  # the server kept up with the offered load
+
+    def meets(self, budget_ms: float) -> bool: ...
+
+
+class Server(Protocol):
+    """What the search needs of a server: a run of a load on the configuration prepared now."""
+
+    def measure(self, load: Load, label: str) -> Run: ...
+
+
+def misses_far(run: Run, offered: float, budget_ms: float) -> bool:
+    """A miss no neighbour's noise explains: p99 over ``FAR_MISS`` × the budget (or none), or less than
+    ``BEHIND`` of ``offered`` served (``offered`` 0: a closed loop, no rate to fall behind)."""
+    p99 = run.p99_ms
+    return not math.isfinite(p99) or p99 > FAR_MISS * budget_ms or run.throughput < BEHIND * offered
+
+
+def verdict(runs: Sequence[Run], offered: float, budget_ms: float) -> Verdict:
+    """The rule (module docstring): what ``runs`` of one point at ``offered`` requests/s say."""
+    met = sum(1 for run in runs if run.meets(budget_ms))
+    missed = len(runs) - met
+    if met > missed:
+        return Verdict.HOLDS
+    far = any(misses_far(run, offered, budget_ms) for run in runs if not run.meets(budget_ms))
+    if missed > met and (missed >= 2 or far):
+        return Verdict.MISSES
+    return Verdict.OPEN
+
+
+def rung(rate: float) -> float:
+    """``rate``'s place on the ladder (a whole number for a rung)."""
+    return RUNGS * math.log2(rate)
+
+
+def at_rung(index: int) -> float:
+    return 2.0 ** (index / RUNGS)
+
+
+def on_ladder(rate: float) -> float:
+    """The rung nearest ``rate``: every rate the search measures, but a target the user named and a
+    point measured already (a probe's run) it measures again."""
+    return at_rung(round(rung(rate)))
+
+
+def rungs_between(low: float, high: float) -> list[int]:
+    """The rungs strictly between ``low`` and ``high``."""
+    first, last = math.floor(rung(low) + 1e-9) + 1, math.ceil(rung(high) - 1e-9) - 1
+    return list(range(first, last + 1))
+
+
+K = TypeVar("K", bound=Hashable)
+
+
+@dataclass
+class Evidence(Generic[K]):
+    """Every run of one tool, by configuration (``K``: a ``BatcherConfig``, a strategy's label) and
+    rate, in the order measured; the rule applied to them."""
+
+    budget_ms: float
+    runs: dict[K, dict[float, list[Run]]] = field(default_factory=dict)
+
+    def add(self, key: K, rate: float, run: Run) -> None:
+        self.runs.setdefault(key, {}).setdefault(rate, []).append(run)
+
+    def of(self, key: K, rate: float) -> list[Run]:
+        return self.runs.get(key, {}).get(rate, [])
+
+    def verdict(self, key: K, rate: float) -> Verdict:
+        return verdict(self.of(key, rate), rate, self.budget_ms)
+
+    def rates(self, key: K) -> list[float]:
+        return sorted(self.runs.get(key, {}))
+
+    def held_rate(self, key: K) -> float:
+        """The highest rate a point of ``key`` holds at (0: none holds)."""
+        return max((r for r in self.rates(key) if self.verdict(key, r) is Verdict.HOLDS), default=0.0)
+
+    def best(
+        self, keys: Sequence[K] | None = None, at: float | None = None, prefer: Sequence[K] = ()
+    ) -> tuple[K, float] | None:
+        """The best point that holds: the configuration held to the highest rate, and that rate (with
+        ``at``, a target: only those whose point at ``at`` holds, answered at ``at``). Ties go to the
+        order of ``prefer``, then to the order configurations were first measured in. None: no point
+        holds."""
+        keys = list(self.runs) if keys is None else [k for k in keys if k in self.runs]
+        if at is not None:
+            keys = [k for k in keys if self.verdict(k, at) is Verdict.HOLDS]
+        ranked = [(k, self.held_rate(k)) for k in keys]
+        ranked = [(k, rate) for k, rate in ranked if rate > 0]
+        if not ranked:
+            return None
+        order: dict[K, int] = {}
+        for k in [*prefer, *self.runs]:
+            order.setdefault(k, len(order))
+        key, rate = min(ranked, key=lambda pair: (-pair[1], order.get(pair[0], len(order))))
+        return key, (at if at is not None else rate)
+
+    def worth_searching(self, keys: Sequence[K] | None = None, count: int = 1) -> list[tuple[K, float]]:
+        """Where no prediction proposes anything to search: the configurations (of ``keys``) a point
+        holds for, the highest held rate first, each with that rate; where none holds, the one whose
+        run missed the budget closest, at that run's rate (a miss alone decides nothing: the search
+        measures that point again before "nothing meets" stands). At most ``count``."""
+        keys = list(self.runs) if keys is None else [k for k in keys if k in self.runs]
+        held = sorted((k for k in keys if self.held_rate(k) > 0), key=lambda k: -self.held_rate(k))
+        if held:
+            return [(k, self.held_rate(k)) for k in held[:count]]
+        closest = self.closest_miss(keys=keys)
+        return [(closest[0], closest[1])] if closest is not None else []
+
+    def closest_miss(
+        self, at_least: float = 0.0, keys: Sequence[K] | None = None
+    ) -> tuple[K, float, Run] | None:
+        """The run that missed the budget closest to it (those over it first: a run that fell behind
+        with a p99 inside the budget is named only where no other missed), at ``at_least``/s or more
+        where any was measured there; of ``keys`` only, where given."""
+        missed = [
+            (key, rate, run)
+            for key, points in self.runs.items()
+            if keys is None or key in keys
+            for rate, runs in points.items()
+            for run in runs
+            if not run.meets(self.budget_ms)
+        ]
+        if at_least and any(rate >= at_least for _, rate, _ in missed):
+            missed = [m for m in missed if m[1] >= at_least]
+
+        def closeness(item: tuple[K, float, Run]) -> tuple[bool, float]:
+            p99 = item[2].p99_ms
+            return (p99 <= self.budget_ms, p99 if math.isfinite(p99) else math.inf)
+
+        return min(missed, key=closeness, default=None)
+
+    def nothing_meets(
+        self, name: Callable[[K], str], detail: str = "", at_least: float = 0.0, where: str = "here"
+    ) -> NothingMeetsError:
+        """The verdict where no point holds: one line naming the closest run over the budget."""
+        closest = self.closest_miss(at_least)
+        if closest is None:
+            return NothingMeetsError(
+                f"nothing meets p99 <= {self.budget_ms:g} ms {where}: nothing was measured", detail
+            )
+        key, rate, run = closest
+        behind = None if run.sustained else run.throughput
+        return NothingMeetsError.closest(self.budget_ms, name(key), rate, run.p99_ms, behind, detail)
+
+
+def decide(
+    server: Server, evidence: Evidence[K], key: K, rate: float, load_at: Callable[[float], Load], label: str
+) -> Verdict:
+    """Measure ``key`` (the configuration prepared on ``server`` now) at ``rate`` until the rule
+    decides its point; a point decided already is not measured again."""
+    while (found := evidence.verdict(key, rate)) is Verdict.OPEN:
+        run = server.measure(load_at(rate), f"{label} @ {rate:,.0f}/s")
+        evidence.add(key, rate, run)
+        log.info("%s: p99 %.1f ms, served %.0f/s: %s", run.label, run.p99_ms, run.throughput,
+                 evidence.verdict(key, rate).value)  # fmt: skip
+    return found
+
+
+@dataclass(frozen=True)
+class SearchPlan:
+    """How far one search may go: ``max_points`` rates at most (a guard: from a first rate within a
+    factor of four it needs about six), none below ``floor`` requests/s."""
+
+    max_points: int = 10
+    floor: float = FLOOR
+
+
+def _bracket(evidence: Evidence[K], key: K) -> tuple[float | None, float | None, Run | None]:
+    """The highest rate of ``key`` that holds, the lowest above it that misses, and that miss's last
+    run (points still open count as neither)."""
+    decided = [(r, evidence.verdict(key, r)) for r in evidence.rates(key)]
+    held = max((r for r, v in decided if v is Verdict.HOLDS), default=None)
+    above = [r for r, v in decided if v is Verdict.MISSES and (held is None or r > held)]
+    missed = min(above, default=None)
+    return held, missed, evidence.of(key, missed)[-1] if missed is not None else None
+
+
+def search(
+    server: Server, evidence: Evidence[K], key: K, load_at: Callable[[float], Load], start: float, *,
+    target: float | None = None, plan: SearchPlan = SearchPlan(), label: str = "search",
+    step: Callable[[str], None] | None = None,
+) -> list[float]:  # fmt: skip
+    """Search the highest rate at which ``key`` (prepared on ``server``) holds the budget (module
+    docstring); every run joins ``evidence``. With ``target``: its point first, and a miss there ends
+    the search. Returns the rates it measured, in order; ``evidence.held_rate(key)`` is the answer."""
+    visited: list[float] = []
+    up, down = UP, DOWN
+    # the first rate: the target, a point of ``key`` measured already (measured again where still open),
+    # else the rung nearest ``start``
+    rate: float | None = target or (start if evidence.of(key, start) else on_ladder(max(start, plan.floor)))
+    held, missed, _ = _bracket(evidence, key)
+    reopen = bool(evidence.of(key, start)) and evidence.verdict(key, start) is Verdict.OPEN
+    if target is None and (held is not None or missed is not None) and not reopen:
+        rate = _next(held, missed, None, up, down, plan)  # what is known already steers it
+    last: Verdict | None = None
+    while rate is not None and len(visited) < plan.max_points:
+        if step:
+            step(f"{label}: {rate:,.0f}/s")
+        found = decide(server, evidence, key, rate, load_at, label)
+        visited.append(rate)
+        if target is not None and rate == target and found is Verdict.MISSES:
+            break
+        if last is found:  # twice the step in the same direction
+            up, down = (2 * up, down) if found is Verdict.HOLDS else (up, 2 * down)
+        last = found
+        held, missed, miss = _bracket(evidence, key)
+        rate = _next(held, missed, miss, up, down, plan)
+    return visited
+
+
+def _next(
+    held: float | None, missed: float | None, miss: Run | None, up: int, down: int, plan: SearchPlan
+) -> float | None:
+    """The next rate to measure, or None where the search is done."""
+    if held is not None and missed is not None:
+        between = rungs_between(held, missed)
+        return at_rung(between[len(between) // 2]) if between else None
+    if held is not None:
+        return at_rung(math.floor(rung(held) + 1e-9) + up)
+    if missed is None:
+        return None
+    index = math.ceil(rung(missed) - 1e-9) - down
+    if miss is not None and 0 < miss.throughput < BEHIND * missed:  # fell far behind: from what it served
+        index = min(index, math.floor(rung(BEHIND * miss.throughput)))
+    rate = at_rung(index)
+    return rate if rate >= plan.floor else None

@@ -1,0 +1,145 @@
+"""perf_analyzer: detection (the Python placeholder tritonclient installs is no tool; the 2.41.0 binary
+answers ``--version`` and rejects ``--help``), and the engine around the project's one command line,
+driven against a stand-in binary that writes the files a real 2.41.0 run wrote (tests/data)."""
+
+from __future__ import annotations
+
+import shutil
+import stat
+from pathlib import Path
+from types import SimpleNamespace
+
+import numpy as np
+import pytest
+
+from perf.errors import StudyError
+from perf.measure.analyzer import WINDOW_STRETCH, PerfAnalyzerEngine, find_perf_analyzer
+from perf.measure.engine import MeasureSettings
+from perf.measure.loads import arrival_times, closed_loop, poisson
+from perf.measure.measurement import measure
+from perf.measure.target import Target
+from perf.studies.report import cross_check_section
+
+DATA = Path(__file__).resolve().parents[3] / "data"
+VERSION = 'if [ "$1" = --version ]; then echo "Perf Analyzer Version 2.41.0"; exit 0; fi'
+UNSTABLE = (
+    "Failed to obtain stable measurement within 5 measurement windows for concurrency 4. Please try to "
+    "increase the --measurement-interval."
+)
+SETTINGS = MeasureSettings(warmup_s=0.2, window_s=0.6, stable_windows=3, max_windows=5, tolerance=0.25)
+
+
+def _script(path: Path, body: str) -> Path:
+    path.write_text(f"#!/bin/sh\n{body}\n")
+    path.chmod(path.stat().st_mode | stat.S_IEXEC)
+    return path
+
+
+def test_fake_or_broken_binaries_are_not_trusted(tmp_path, monkeypatch):
+    fake = _script(tmp_path / "perf_analyzer", "echo hello\nexit 0")
+    monkeypatch.setenv("PERF_ANALYZER", str(fake))
+    monkeypatch.setenv("PATH", str(tmp_path))
+    assert find_perf_analyzer(prefix=tmp_path / "no-venv") is None  # none installed there either
+
+
+def test_a_binary_that_rejects_help_but_answers_version_is_found(tmp_path, monkeypatch):
+    tool = _script(tmp_path / "perf_analyzer", VERSION + "\necho \"unrecognized option '$1'\"; exit 1")
+    monkeypatch.setenv("PERF_ANALYZER", str(tool))
+    assert find_perf_analyzer() == tool
+
+
+def stand_in(tmp_path: Path, stable_from_ms: int = 0, rate_mode_unstable: bool = False) -> Path:
+    """A perf_analyzer that records its arguments and writes a real 2.41.0 run's CSV and export where
+    asked; with windows shorter than ``stable_from_ms`` it says its windows disagreed (a closed loop:
+    exit 2 and no files, as 2.41.0 does; ``rate_mode_unstable``: exit 0, the export, no CSV)."""
+    shutil.copy(DATA / "perf_analyzer_2.41.0_closed_c2.csv", tmp_path / "run.csv")
+    shutil.copy(DATA / "perf_analyzer_2.41.0_closed_c2.json", tmp_path / "run.json")
+    keep = 'cp "$intervals" ' + str(tmp_path / "intervals.txt") + " 2>/dev/null"
+    return _script(
+        tmp_path / "perf_analyzer",
+        f'{VERSION}\necho "$@" >> {tmp_path}/argv\n'
+        'while [ $# -gt 0 ]; do case "$1" in -f) shift; out="$1";; --profile-export-file) shift; exp="$1";; '
+        '--measurement-interval) shift; w="$1";; --request-intervals) shift; intervals="$1";; esac; '
+        "shift; done\n"
+        f"{keep}\n"
+        f'if [ "$w" -lt {stable_from_ms} ]; then echo "{UNSTABLE}"; '
+        + (f'cp {tmp_path}/run.json "$exp"; exit 0; fi\n' if rate_mode_unstable else "exit 2; fi\n")
+        + f'cp {tmp_path}/run.csv "$out"; cp {tmp_path}/run.json "$exp"',
+    )
+
+
+def argv(tmp_path: Path) -> list[list[str]]:
+    return [line.split() for line in (tmp_path / "argv").read_text().splitlines()]
+
+
+def value(line: list[str], option: str) -> str:
+    return line[line.index(option) + 1]
+
+
+@pytest.fixture
+def target() -> Target:
+    inputs = {"dense": np.zeros((4, 16), np.float32), "sparse_ids": np.zeros((4, 8), np.int64)}
+    return Target("recommender", "127.0.0.1:1", inputs, {"score": 4})
+
+
+def test_perf_analyzer_keeps_its_stability_check_with_our_windows(tmp_path, target):
+    engine = PerfAnalyzerEngine(stand_in(tmp_path), log_folder=tmp_path)
+    assert engine.name == "perf_analyzer 2.41.0"
+    run = measure(target, closed_loop(4), SETTINGS, engine=engine)
+    (line,) = argv(tmp_path)
+    assert value(line, "--stability-percentage") == "25"  # the settings' tolerance, not switched off
+    assert value(line, "--concurrency-range") == "4"
+    assert (
+        value(line, "--max-trials") == "10"
+    )  # a closed loop gets perf_analyzer's default: no agreement, no file
+    assert int(value(line, "--measurement-interval")) == round(600 / WINDOW_STRETCH)  # windows of 0.6 s
+    assert "--percentile" not in line  # it judges mean latency, as our windows do
+    assert run.stable and run.engine == "perf_analyzer 2.41.0" and run.own is not None
+    assert run.used == (0, 3) and len(run.windows) == 3 and run.attempts == len(run.records)
+    assert run.summary().throughput == pytest.approx(run.own.throughput, rel=0.03)  # one run, two accounts
+    assert "perf_analyzer --version" not in (tmp_path / "perf_analyzer.log").read_text()
+    assert "(exit 0)" in (tmp_path / "perf_analyzer.log").read_text()
+
+
+def test_a_closed_loop_whose_windows_disagree_is_measured_once_more_twice_as_long(tmp_path, target):
+    engine = PerfAnalyzerEngine(stand_in(tmp_path, stable_from_ms=800))
+    run = measure(target, closed_loop(4), SETTINGS, engine=engine)
+    windows = [int(value(line, "--measurement-interval")) for line in argv(tmp_path)]
+    assert windows == [500, 1000] and run.stable
+    assert run.own.settings[run.own.settings.index("--measurement-interval") + 1] == "1000"
+    (tmp_path / "never").mkdir()
+    never = PerfAnalyzerEngine(stand_in(tmp_path / "never", stable_from_ms=10**6))
+    with pytest.raises(StudyError, match="Failed to obtain stable measurement"):
+        measure(target, closed_loop(4), SETTINGS, engine=never)
+    assert len(argv(tmp_path / "never")) == 2  # once more, not again and again
+
+
+def test_other_failures_are_errors_that_say_why_and_are_not_run_again(tmp_path, target):
+    broken = _script(
+        tmp_path / "broken", f'{VERSION}\necho "$@" >> {tmp_path}/calls\necho "no such model" >&2; exit 1'
+    )
+    with pytest.raises(StudyError, match="no such model"):
+        measure(target, closed_loop(4), SETTINGS, engine=PerfAnalyzerEngine(broken))
+    assert len((tmp_path / "calls").read_text().splitlines()) == 1
+
+
+def test_an_open_loop_replays_the_loads_arrivals_and_keeps_a_run_whose_windows_disagreed(tmp_path, target):
+    engine = PerfAnalyzerEngine(stand_in(tmp_path, stable_from_ms=10**6, rate_mode_unstable=True))
+    load = poisson(300.0, seed=3)
+    run = measure(target, load, SETTINGS, engine=engine)
+    (line,) = argv(tmp_path)
+    assert value(line, "--max-trials") == "5"  # an open loop keeps what it measured: the settings' own
+    assert "--async" in line and "--concurrency-range" not in line
+    gaps = np.loadtxt(tmp_path / "intervals.txt") / 1e6
+    seconds = SETTINGS.max_windows * SETTINGS.window_s * WINDOW_STRETCH + 1.0  # every window it may measure
+    expected = arrival_times(load, seconds)
+    assert np.cumsum(gaps) == pytest.approx(expected, abs=1e-5 * len(expected))
+    assert not run.stable and run.own is None and run.records  # kept, marked: no CSV to hold it to
+
+
+def test_the_study_report_says_which_settings_perf_analyzer_used(tmp_path, target):
+    theirs = measure(target, closed_loop(2), SETTINGS, engine=PerfAnalyzerEngine(stand_in(tmp_path)))
+    summary = SimpleNamespace(throughput=1000.0, p50_ms=2.0, p99_ms=5.0)
+    ours = SimpleNamespace(model="m", load=closed_loop(2), summary=lambda: summary)
+    text = cross_check_section(SimpleNamespace(cross_check=[(theirs, ours)], analyzer_note=""))
+    assert "`--measurement-interval 500 --max-trials 10 --stability-percentage 25`" in text

@@ -1,0 +1,231 @@
+"""``make plan``'s answer is what was measured: every point its runs made (the probe's of a whole-model
+strategy, the search's) is evidence, and the strategy with the best point that holds the budget by the
+one search's rule is the pick; one that held it at no rate tried is demoted; a probe run that held it
+answers even where every strategy is predicted over it; where no point holds (or, with nothing measured,
+nothing is predicted within the budget) the verdict is one line with the closest run over the budget,
+no ``spec.planned.yaml``, exit status 3. A profile of fixed figures stands in for a measured one, and a
+scripted session for the server."""
+
+from __future__ import annotations
+
+import dataclasses
+from pathlib import Path
+from types import SimpleNamespace
+
+import pytest
+from rich.console import Console
+
+from perf.cli import PerfSetup, main
+from perf.errors import EXIT_NOTHING_MEETS, NothingMeetsError
+from perf.model.batcher import BatcherConfig
+from perf.plan import cli as plan_cli
+from perf.plan.document import VerificationRow
+from perf.plan.planner import NoStrategyError, Plan, PlanRequest, plan
+from perf.plan.report import top_architectures
+from perf.plan.strategy import Space
+from perf.plan.topology import cpu_topology
+from perf.plan.verify import measure_plan, probe_evidence, settle, verification_rows
+from perf.session.search import Evidence, Verdict, at_rung
+from tests.unit.perf.plan.test_placement import NARROW, profile
+
+BUDGET_MS = 10.0
+
+
+def planned(space: Space = NARROW) -> Plan:
+    return plan(profile(), cpu_topology(), PlanRequest(BUDGET_MS, space=space, predict_s=0.5))
+
+
+def row(judged, fraction: float, p99_ms: float, sustained: bool = True) -> VerificationRow:
+    rate = fraction * judged.rate
+    return VerificationRow(
+        strategy=judged.strategy.label, fraction=fraction, rate=rate, predicted_p99_ms=5.0,
+        measured_p99_ms=p99_ms, predicted_throughput=rate,
+        measured_throughput=rate if sustained else 0.3 * rate, sustained=sustained,
+        met=sustained and p99_ms <= BUDGET_MS,
+    )  # fmt: skip
+
+
+def run(p99_ms: float, served: float, rate: float | None = None) -> SimpleNamespace:
+    """A run (as the search reads it) that served ``served``/s of ``rate`` (default: all of it)."""
+    sustained = rate is None or served >= 0.95 * rate
+    return SimpleNamespace(
+        label="run", p99_ms=p99_ms, throughput=served, sustained=sustained,
+        load=SimpleNamespace(rate=rate or served), meets=lambda budget: sustained and p99_ms <= budget,
+    )  # fmt: skip
+
+
+def test_a_measured_pick_that_held_the_budget_nowhere_is_demoted_for_the_next() -> None:
+    result = planned()
+    first, second = top_architectures(result, 2)
+    assert result.chosen is first
+    evidence: Evidence[str] = Evidence(BUDGET_MS)
+    for rate in (0.7 * first.rate, 0.4 * first.rate):
+        evidence.add(first.strategy.label, rate, run(BUDGET_MS + 0.2, rate))  # 10.2 ms: a miss, twice
+        evidence.add(first.strategy.label, rate, run(BUDGET_MS + 0.3, rate))
+    evidence.add(second.strategy.label, 0.7 * second.rate, run(6.0, 0.7 * second.rate))
+    settled, rate = settle(result, evidence)
+    assert settled.chosen is second and settled.chosen.reason == ""
+    assert rate == pytest.approx(0.7 * second.rate)  # a rate a run held the budget at, not the prediction
+    assert first.reason.startswith("demoted: measured over the budget at every rate tried (p99 10.2 ms")
+
+
+def test_the_pick_is_the_strategy_with_the_best_point_that_holds() -> None:
+    result = planned()
+    first, second = top_architectures(result, 2)
+    evidence: Evidence[str] = Evidence(BUDGET_MS)
+    evidence.add(first.strategy.label, 700.0, run(6.0, 700.0))
+    evidence.add(first.strategy.label, 900.0, run(30.0, 900.0))
+    evidence.add(second.strategy.label, 800.0, run(8.0, 800.0))
+    evidence.add(second.strategy.label, 1000.0, run(10.4, 1000.0))  # one miss alone: open, not held
+    settled, rate = settle(result, evidence)
+    assert settled.chosen is second and rate == 800.0
+    assert first.reason == "lower measured rate: 700/s against 800/s"
+
+
+def test_where_no_point_holds_the_verdict_names_the_closest_run_over_the_budget() -> None:
+    result = planned()
+    first, second = top_architectures(result, 2)
+    evidence: Evidence[str] = Evidence(BUDGET_MS)
+    evidence.add(first.strategy.label, 100.0, run(9.0, 40.0, rate=100.0))  # behind, p99 within it
+    evidence.add(first.strategy.label, 200.0, run(90.0, 200.0))
+    evidence.add(second.strategy.label, 300.0, run(10.5, 300.0))
+    evidence.add(second.strategy.label, 300.0, run(10.4, 300.0))
+    with pytest.raises(NothingMeetsError) as caught:
+        settle(result, evidence)
+    assert str(caught.value) == (
+        f"nothing meets p99 <= 10 ms here: the closest measured was {second.strategy.label} at 300/s with "
+        "p99 10.4 ms"
+    )
+
+
+class ScriptedSession:
+    """Stands in for a served strategy: holds the budget up to ``capacity``/s; beyond it answers at most
+    ``serves``/s at a p99 of 60 ms. Every run's rate kept in ``rates``."""
+
+    def __init__(self, capacity: float, serves: float = float("inf")) -> None:
+        self.capacity, self.serves = capacity, serves
+        self.rates: list[float] = []
+
+    def __enter__(self) -> ScriptedSession:
+        return self
+
+    def __exit__(self, *exc) -> None:
+        pass
+
+    def prepare(self, config) -> None:
+        pass
+
+    def measure(self, load, label: str) -> SimpleNamespace:
+        self.rates.append(load.rate)
+        if load.rate <= self.capacity:
+            return run(5.0, load.rate, rate=load.rate)
+        return run(60.0, min(load.rate, self.serves), rate=load.rate)
+
+
+@pytest.mark.parametrize(("capacity_share", "serves_share"), [(0.5, float("inf")), (0.05, 0.06), (0.0, 0.0)])
+def test_the_verification_searches_from_the_prediction_to_where_the_budget_holds(
+    capacity_share: float, serves_share: float
+) -> None:
+    """A prediction too high is searched down (at once to what the server served, where it fell far
+    behind: a prediction twenty times too high), and the answer is the highest rate a point held."""
+    result = planned(dataclasses.replace(NARROW, split=False))
+    judged = result.chosen
+    session = ScriptedSession(capacity_share * judged.rate, serves_share * judged.rate)
+    evidence: Evidence[str] = Evidence(BUDGET_MS)
+    serve = lambda strategy: (session, None)  # noqa: E731
+    if capacity_share == 0.0:
+        with pytest.raises(NothingMeetsError):
+            measure_plan(result, evidence, 1, serve, lambda text: None)
+        return
+    settled, rate = measure_plan(result, evidence, 1, serve, lambda text: None)
+    assert settled.chosen is judged and 0.8 * session.capacity < rate <= session.capacity
+    if serves_share < 1:
+        assert session.rates[1] <= 0.8 * session.serves  # from what it served, not ×0.7 of the prediction
+    rows = verification_rows(settled, evidence)
+    assert [r.rate for r in rows] == session.rates and all(r.verdict for r in rows)
+    assert [r.verdict == "holds" for r in rows] == [r <= session.capacity for r in session.rates]
+
+
+def test_a_probe_run_within_the_budget_answers_where_every_strategy_is_predicted_over_it() -> None:
+    """A busy host: every strategy predicted over the budget, though the probe's lowest rate held it
+    (the whole model, one instance, no delay): that strategy is searched and is the answer."""
+    with pytest.raises(NoStrategyError) as caught:
+        plan(profile(), cpu_topology(), PlanRequest(0.01, space=NARROW, predict_s=0.5))
+    assert plan_cli.over_budget_everywhere(caught.value.judged)
+    judged = caught.value.judged
+    result = Plan(PlanRequest(10.0, space=NARROW), profile(), cpu_topology(), judged, judged[0])
+    config = BatcherConfig(32, 0)
+    probed = SimpleNamespace(runs=[(config, run(8.6, 50.0, rate=50.0)), (config, run(40.0, 80.0, rate=80.0)),
+                                   (BatcherConfig(1), run(9.0, 50.0, rate=50.0))])  # fmt: skip
+    evidence: Evidence[str] = Evidence(10.0)
+    probe_evidence(evidence, result, probed, "fp32", "recommender")
+    session = ScriptedSession(60.0)
+    settled, rate = measure_plan(result, evidence, 2, lambda strategy: (session, config), lambda text: None)
+    chosen = settled.chosen.strategy
+    assert (chosen.kind, chosen.precision, chosen.instances, chosen.delay_us) == ("data", "fp32", (1,), 0)
+    assert 50.0 <= rate <= 60.0 and session.rates  # searched up from the probe's run
+    assert evidence.verdict("recommender no batching ×1", 50.0) is Verdict.HOLDS  # evidence, no answer
+    assert settled.chosen.strategy.label != "recommender no batching ×1"
+
+
+def test_every_strategy_predicted_over_the_budget_with_nothing_measured_is_the_predictions_verdict() -> None:
+    verdict = plan_cli.predicted_verdict(0.01, cpu_topology(), Evidence(0.01))
+    assert str(verdict).startswith(
+        "nothing meets p99 <= 0.01 ms on cpu: every strategy that fits is predicted"
+    )
+
+
+@pytest.mark.parametrize("where", ["predicted", "verified"])
+def test_make_plan_exits_3_and_writes_no_planned_spec_when_nothing_meets(
+    where: str, tmp_path: Path, capsys: pytest.CaptureFixture
+) -> None:
+    """``python -m perf plan`` as ``make plan`` runs it on this CPU (a host without GPUs), the profile
+    and the server replaced by fixed figures and a scripted session over the budget at every rate: exit
+    3, the one line, no overlay or planned spec."""
+    budget = "0.01" if where == "predicted" else "10"
+    session = ScriptedSession(0.0, serves=0.0)
+    setup = plan_cli.PlanSetup(
+        live_topology=lambda: None,
+        measure_profile=lambda *args, **kwargs: profile(),
+        real_server=lambda *args: lambda strategy: (session, None),
+    )
+    reports = tmp_path / "reports"
+    argv = ["--p99-ms", budget, "--reports", str(reports), "--workdir", str(tmp_path / "w")]
+    code = plan_cli_main(argv, PerfSetup(Console(width=300), plan=setup))
+    assert code == EXIT_NOTHING_MEETS == 3
+    printed = capsys.readouterr().out
+    assert f"nothing meets p99 <= {budget} ms" in printed
+    (folder,) = reports.iterdir()
+    assert not (folder / "spec.planned.yaml").exists() and not (folder / "overlay.yaml").exists()
+    if where == "verified":
+        assert "**No answer: nothing meets p99 <= 10 ms here" in (folder / "report.md").read_text()
+        assert session.rates  # the search ran on the server before the verdict
+
+
+def plan_cli_main(extra: list[str], setup: PerfSetup) -> int:
+    return main(["plan", "--model", "recommender", "--probe-runs", "0", "--verify", "2", *extra], setup)
+
+
+class NearlyHolding(ScriptedSession):
+    """Holds the budget up to 40/s; above, misses it by a little (p99 12 ms), never by far."""
+
+    def measure(self, load, label: str) -> SimpleNamespace:
+        self.rates.append(load.rate)
+        return run(5.0 if load.rate <= 40.0 else 12.0, load.rate, rate=load.rate)
+
+
+def test_where_no_probe_run_held_the_budget_the_closest_is_measured_again_and_searched_down() -> None:
+    """Every strategy predicted over the budget and the probe's run a near miss (one run: open): before
+    anything is called "nothing meets", that point is measured again and the search goes down from it."""
+    with pytest.raises(NoStrategyError) as caught:
+        plan(profile(), cpu_topology(), PlanRequest(0.01, space=NARROW, predict_s=0.5))
+    judged = caught.value.judged
+    result = Plan(PlanRequest(10.0, space=NARROW), profile(), cpu_topology(), judged, judged[0])
+    probed = SimpleNamespace(runs=[(BatcherConfig(32, 0), run(12.0, 50.0, rate=50.0))])
+    evidence: Evidence[str] = Evidence(10.0)
+    probe_evidence(evidence, result, probed, "fp32", "recommender")
+    session = NearlyHolding(40.0)
+    settled, rate = measure_plan(result, evidence, 2, lambda strategy: (session, None), lambda text: None)
+    assert session.rates[0] == 50.0  # the probe's open point, measured again first
+    assert rate == pytest.approx(at_rung(31)) and rate <= 40.0 < at_rung(32)  # the highest rung that held
+    assert settled.chosen.strategy.label == "whole model ×1, fp32, delay 0 ms"

@@ -1,0 +1,171 @@
+"""Every run is evidence: ``make tune``'s answer is the best point any of its runs (probe, search,
+verification) held the budget at, by the one search's rule; a single noisy miss does not demote it, a
+later run that misses there (the shapes step, a re-measure) reopens it; "nothing meets" (exit 3) only
+where no point holds, naming the closest run over the budget. On a scripted server (each family of
+configurations holds the budget up to a known rate), so what is asserted is what the tuner must do with
+the runs it got."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+import pytest
+from rich.console import Console
+
+from perf.cli import PerfSetup, main
+from perf.errors import EXIT_NOTHING_MEETS, NothingMeetsError
+from perf.measure.loads import poisson
+from perf.model.batcher import BatcherConfig
+from perf.session.probe import ProbePlan
+from perf.session.search import Verdict, at_rung, rung
+from perf.tune import tuner
+from perf.tune.cli import TuneSetup
+from perf.tune.tuner import TuneRequest, tune
+from tests.unit.perf.scripted_server import OVER, ScriptedServer
+from tests.unit.perf.tune.test_tuner import BUDGET_MS, GRID, LINEAR
+
+FAMILIES = {(2, 8): 2000.0, (1, 8): 1500.0, (2, 32): 1200.0, (1, 32): 1000.0}
+
+
+def by_family(config: BatcherConfig) -> float:
+    """What each family holds the budget up to; no batching 300/s."""
+    return FAMILIES.get((config.instances, config.max_batch_size), 300.0)
+
+
+def highest_rung_within(capacity: float) -> float:
+    return at_rung(int(rung(capacity)))
+
+
+def tuned(server: ScriptedServer, rate: float | None = None, recheck=None, **request):
+    return tune(
+        server, TuneRequest(BUDGET_MS, rate=rate, grid=GRID, predict_s=2.0, **request), ProbePlan(max_runs=5),
+        recheck=recheck,
+    )  # fmt: skip
+
+
+@pytest.fixture(scope="module")
+def unhindered():
+    return tuned(ScriptedServer(LINEAR, BUDGET_MS, by_family, seed=1))
+
+
+def test_the_answer_is_the_best_point_measured(unhindered) -> None:
+    chosen = unhindered.chosen
+    assert (chosen.instances, chosen.max_batch_size) == (2, 8)
+    assert unhindered.measured_rate == unhindered.operating_rate == pytest.approx(highest_rung_within(2000))
+    assert unhindered.evidence.best() == (chosen, unhindered.measured_rate)
+    operating = unhindered.operating_point
+    assert operating.verdict is Verdict.HOLDS and operating.measured.meets(BUDGET_MS)
+
+
+def remeasured(server: ScriptedServer, how: str):
+    """A recheck (what the shapes step is) whose run of the first answer misses by a little: once
+    (``noisy``: the re-measure meets), or every time (``always``)."""
+    answers: list[tuple[BatcherConfig, float]] = []
+
+    def recheck(config: BatcherConfig, rate: float):
+        answers.append((config, rate))
+        if len(answers) == 1:
+            if how == "noisy":
+                server.noisy.append((config, rate))
+            else:
+                server.always_missing.add((config, rate))
+        server.prepare(config)
+        return server.measure(poisson(rate, 0), f"shapes {config.label} @ {rate:.0f}/s")
+
+    return recheck, answers
+
+
+def test_a_single_noisy_miss_of_the_answer_does_not_demote_it(unhindered) -> None:
+    server = ScriptedServer(LINEAR, BUDGET_MS, by_family, seed=1)
+    recheck, answers = remeasured(server, "noisy")
+    result = tuned(server, recheck=recheck)
+    assert answers == [(unhindered.chosen, unhindered.measured_rate)]
+    assert (result.chosen, result.measured_rate) == (unhindered.chosen, unhindered.measured_rate)
+    assert not result.demoted
+    point = result.operating_point
+    assert point.runs == 3 and point.verdict is Verdict.HOLDS  # met, the noisy miss, the re-measure
+
+
+def test_a_later_run_that_misses_the_answer_reopens_it(unhindered) -> None:
+    server = ScriptedServer(LINEAR, BUDGET_MS, by_family, seed=1)
+    recheck, answers = remeasured(server, "always")
+    result = tuned(server, recheck=recheck)
+    first = (unhindered.chosen, unhindered.measured_rate)
+    assert answers[0] == first and len(answers) == 2  # the next answer was checked again too
+    assert [(p.config, p.rate) for p in result.demoted] == [first]
+    assert result.demoted[0].verdict is Verdict.MISSES and result.demoted[0].runs == 3
+    assert (result.chosen, result.operating_rate) == answers[1] != first
+    assert result.evidence.verdict(result.chosen, result.operating_rate) is Verdict.HOLDS
+    assert result.evidence.best(prefer=[result.chosen]) == answers[1]  # the best point left
+
+
+def test_a_prediction_that_nothing_fits_does_not_override_a_probe_run_that_fits(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """No candidate predicted within the budget (the prediction's CPU term ruled them out), while the
+    probe's runs met it: the configurations a probe run held it with are searched, and answer."""
+    monkeypatch.setattr(tuner, "max_rate", lambda *args, **kwargs: None)
+    server = ScriptedServer(LINEAR, BUDGET_MS, by_family, seed=1)
+    result = tuned(server)
+    assert all(r.best is None for r in result.ranking)
+    probe_configs = {config for config, _ in result.probe.runs}
+    assert result.chosen in probe_configs and result.shortlist[0].config in probe_configs
+    assert result.measured_rate == pytest.approx(highest_rung_within(by_family(result.chosen)))
+
+
+def test_with_a_target_rate_the_answer_holds_there(unhindered) -> None:
+    result = tuned(ScriptedServer(LINEAR, BUDGET_MS, by_family, seed=1), rate=1700.0)
+    assert (result.chosen.instances, result.chosen.max_batch_size) == (2, 8)
+    assert result.operating_rate == 1700.0 and result.operating_point.verdict is Verdict.HOLDS
+    assert result.measured_rate >= 1700.0
+
+
+def test_where_no_point_holds_the_verdict_is_one_line_naming_the_closest_run_over_the_budget() -> None:
+    server = ScriptedServer(LINEAR, BUDGET_MS, lambda config: 0.5, seed=1)
+    with pytest.raises(NothingMeetsError) as caught:
+        tuned(server)
+    verdict = str(caught.value)
+    assert "\n" not in verdict
+    assert re.match(
+        r"^nothing meets p99 <= 10 ms here: the closest measured was .+ at [\d,]+/s with p99 ", verdict
+    )
+    p99 = float(re.search(r"with p99 ([\d.,]+) ms", verdict).group(1).replace(",", ""))
+    assert p99 == pytest.approx(OVER * BUDGET_MS, rel=0.01) and p99 > BUDGET_MS
+    assert len(server.made) <= 20  # every run misses by far: no ramp goes on, no miss is measured again
+
+
+def test_make_tune_exits_3_and_writes_no_tuned_spec_when_nothing_meets(
+    tmp_path: Path, capsys: pytest.CaptureFixture
+) -> None:
+    """``python -m perf tune`` as ``make tune`` runs it, on the scripted server in place of the real one
+    (every configuration over the budget at every rate): exit 3, the one line printed, no spec written
+    as answer."""
+    server = ScriptedServer(LINEAR, BUDGET_MS, lambda config: 0.5, seed=1)
+    setup = TuneSetup(session=server.as_session(), tuner=lambda session, request, **kwargs: tuned(session))
+    reports = tmp_path / "reports"
+    code = main(
+        ["tune", "--model", "recommender", "--p99-ms", "10", "--engine", "ours", "--reports", str(reports)],
+        PerfSetup(Console(width=300), tune=setup),
+    )
+    assert code == EXIT_NOTHING_MEETS == 3
+    printed = capsys.readouterr().out
+    assert "nothing meets p99 <= 10 ms here: the closest measured was" in printed
+    (folder,) = reports.iterdir()
+    assert not (folder / "spec.tuned.yaml").exists() and not (folder / "overlay.yaml").exists()
+    partial = (folder / "partial.md").read_text()
+    assert partial.startswith("# Tuning recommender for p99 ≤ 10 ms: no answer")
+    assert "Nothing below is an answer" in partial
+
+
+def test_make_tune_exits_2_on_a_spec_it_cannot_read(tmp_path: Path) -> None:
+    """A usage or spec error (2) is kept apart from a failed run (1) and from "nothing meets" (3)."""
+    missing = tmp_path / "missing.yaml"
+    args = ["tune", "--spec", str(missing), "--model", "m", "--p99-ms", "10", "--reports", str(tmp_path)]
+    assert main(args) == 2
+
+
+def test_the_result_keeps_each_step_s_time_apart(unhindered) -> None:
+    """The saved seconds of each step are what each took (the shortlist's not filed as the prediction's)."""
+    assert unhindered.predict_s > 0 and unhindered.shortlist_s > 0 and unhindered.verify_s > 0
+    assert unhindered.demoted == []

@@ -1,0 +1,210 @@
+"""The launcher's decisions that need no running server: where the binary is, what the backend folder
+holds, how much shared memory the Python backend gets."""
+
+from __future__ import annotations
+
+import copy
+import dataclasses
+import os
+import signal
+import socket
+from dataclasses import replace
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from exporters.configs.model_config import write_config
+from exporters.configs.models import build_model_config
+from exporters.schema.models import parse_spec
+from server.install import ServerError, assemble_backends, find_install
+from server.launcher import (
+    MIB,
+    ServerOptions,
+    TritonServer,
+    python_shm_bytes,
+    remove_shm_regions,
+    starved_stub_abort,
+)
+
+
+def test_wheel_server_is_found_by_default(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv("TRITONSERVER", raising=False)
+    monkeypatch.setenv("PATH", "/nonexistent")
+    install = find_install()
+    assert install.origin == "wheel" and install.binary.name == "tritonserver" and install.binary.is_file()
+
+
+def test_env_variable_wins_and_a_bad_one_is_an_error(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    fake = tmp_path / "bin" / "tritonserver"
+    fake.parent.mkdir()
+    fake.write_text("#!/bin/sh\n")
+    fake.chmod(0o755)
+    monkeypatch.setenv("TRITONSERVER", str(fake))
+    install = find_install()
+    assert install.origin == "env" and install.backends == tmp_path / "backends"
+    monkeypatch.setenv("TRITONSERVER", str(tmp_path / "missing"))
+    with pytest.raises(ServerError, match="is not an executable file"):
+        find_install()
+
+
+def test_backend_folder_has_python_backend_stub_and_our_onnxruntime(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    monkeypatch.delenv("TRITONSERVER", raising=False)
+    monkeypatch.setenv("PATH", "/nonexistent")
+    folder = assemble_backends(find_install(), tmp_path / "backends")
+    for name in ("libtriton_python.so", "triton_python_backend_utils.py", "triton_python_backend_stub"):
+        assert (folder / "python" / name).is_file()
+    for name in ("model.py", "batching.py", "runtime_paths.py", "dtypes.py"):
+        assert (folder / "onnxruntime" / name).is_file()
+    before = _tree(folder)
+    (folder / "onnxruntime" / "model.py").write_text("stale")  # a run of older code left this
+    assert assemble_backends(find_install(), folder) == folder
+    assert _tree(folder) == before  # same files, links and contents: a second call is safe
+
+
+def _tree(folder: Path) -> dict[str, object]:
+    """Every entry under ``folder``: a link's target, a file's bytes, or "dir"."""
+
+    def entry(path: Path) -> object:
+        return str(path.readlink()) if path.is_symlink() else path.read_bytes() if path.is_file() else "dir"
+
+    return {str(p.relative_to(folder)): entry(p) for p in sorted(folder.rglob("*"))}
+
+
+def test_native_onnxruntime_backend_is_kept(tmp_path: Path) -> None:
+    from server.install import ServerInstall
+
+    native = tmp_path / "native" / "onnxruntime"
+    native.mkdir(parents=True)
+    (native / "libtriton_onnxruntime.so").write_bytes(b"")
+    install = ServerInstall(tmp_path / "bin" / "tritonserver", tmp_path / "native", (), "path")
+    folder = assemble_backends(install, tmp_path / "backends")
+    assert (folder / "onnxruntime").is_symlink() and not (folder / "onnxruntime" / "model.py").exists()
+
+
+def test_shared_memory_fits_the_largest_batch(spec_data: dict[str, Any], tmp_path: Path) -> None:
+    data = copy.deepcopy(spec_data)
+    image = next(m for m in data["models"] if m["name"] == "image_classifier")
+    image["max_batch_size"] = 256
+    image["batching"] = {"mode": "dynamic"}
+    spec = parse_spec(data).model("image_classifier")
+    write_config(build_model_config(spec, 0), tmp_path / "image_classifier")
+    one_sample = (3 * 64 * 64 + 10) * 4
+    assert python_shm_bytes(tmp_path) >= 4 * 256 * one_sample
+    assert python_shm_bytes(tmp_path) % MIB == 0
+    assert python_shm_bytes(tmp_path / "empty") == 16 * MIB
+
+
+def test_command_binds_loopback_and_uses_its_own_shm_prefix(tmp_path: Path) -> None:
+    servers = [TritonServer(ServerOptions(repository=tmp_path)) for _ in range(2)]
+    first, second = (server.command() for server in servers)
+    for server in servers:
+        server.stop()  # never started: still removes its temporary folder
+        assert not server._workdir.exists()
+    assert "--http-address=127.0.0.1" in first and "--grpc-address=127.0.0.1" in first
+    # explicit control with every model loaded, the admin APIs keyed per server, readiness non-strict
+    assert "--model-control-mode=explicit" in first and "--load-model=*" in first
+    assert "--strict-readiness=false" in first
+    key = servers[0].admin_key
+    assert f"--http-restricted-api=model-repository,trace,logging:triton-admin-key={key}" in first
+    assert f"--grpc-restricted-protocol=model-repository,trace,logging:triton-admin-key={key}" in first
+    assert servers[1].admin_key != key
+    prefix = [a for a in first if "shm-region-prefix-name" in a]
+    assert prefix and prefix != [a for a in second if "shm-region-prefix-name" in a]
+
+
+def test_missing_repository_is_a_clear_error_and_leaves_nothing(tmp_path: Path) -> None:
+    server = TritonServer(ServerOptions(repository=tmp_path / "nope"))
+    with pytest.raises(ServerError, match="does not exist"):
+        server.start()
+    assert not server._workdir.exists()
+
+
+def test_port_in_use_is_refused_before_launch(tmp_path: Path) -> None:
+    with socket.socket() as busy:
+        busy.bind(("127.0.0.1", 0))
+        busy.listen()
+        port = busy.getsockname()[1]
+        server = TritonServer(ServerOptions(repository=tmp_path, http_port=port))
+        with pytest.raises(ServerError, match=f"port {port} on 127.0.0.1 is in use"):
+            server.start()
+    assert server.process is None
+
+
+def test_malformed_config_names_the_file(tmp_path: Path) -> None:
+    (tmp_path / "broken").mkdir()
+    (tmp_path / "broken" / "config.pbtxt").write_text("max_batch_sise: 8\n")
+    with pytest.raises(ServerError, match=r"broken/config.pbtxt: not a valid model config"):
+        python_shm_bytes(tmp_path)
+
+
+def test_leftover_shared_memory_regions_are_removed() -> None:
+    prefix = f"tb_test_{os.getpid()}_"
+    for index in range(2):
+        Path(f"/dev/shm/{prefix}{index}").write_bytes(b"x")
+    Path(f"/dev/shm/other_{os.getpid()}").write_bytes(b"x")
+    try:
+        assert sorted(remove_shm_regions(prefix)) == [f"{prefix}0", f"{prefix}1"]
+        assert Path(f"/dev/shm/other_{os.getpid()}").exists()
+    finally:
+        Path(f"/dev/shm/other_{os.getpid()}").unlink()
+
+
+def test_shared_memory_counts_a_variable_axis_at_its_max_shape(tmp_path: Path) -> None:
+    entry = {
+        "name": "seq", "source": {"onnx": "unused.onnx"}, "max_batch_size": 64,
+        "inputs": [{"name": "ids", "dtype": "int64", "shape": [-1], "max_shape": [4096], "range": [0, 9]}],
+        "outputs": [{"name": "y", "dtype": "fp32", "shape": [-1, 8], "max_shape": [4096, 8]}],
+    }  # fmt: skip
+    spec = parse_spec({"models": [entry]}).model("seq")
+    write_config(build_model_config(spec, 0), tmp_path / "seq")
+    one_sample = 4096 * 8 + 4096 * 8 * 4  # int64 ids and fp32 outputs, both at the bound
+    assert python_shm_bytes(tmp_path) >= 4 * 64 * one_sample
+    write_config(build_model_config(dataclasses.replace(spec, warmup=False), 0), tmp_path / "seq")
+    assert python_shm_bytes(tmp_path) < 4 * 64 * one_sample  # without warm-up shapes the bound is unknown
+
+
+def test_only_the_stub_lock_abort_earns_a_second_start() -> None:
+    abort = (
+        "I1203 model_lifecycle.cc] loading: recommender:1\n"
+        "terminate called after throwing an instance of 'boost::interprocess::lock_exception'\n"
+        "  what():  boost::interprocess::lock_exception\n"
+    )
+    assert starved_stub_abort(-signal.SIGABRT, abort)
+    assert not starved_stub_abort(-signal.SIGSEGV, abort)  # another crash is the repository's to explain
+    assert not starved_stub_abort(1, "E1203 failed to load 'recommender': no such file\n")
+    assert not starved_stub_abort(-signal.SIGABRT, "terminate called after throwing 'std::bad_alloc'\n")
+    assert not starved_stub_abort(None, abort)  # still running: a timeout, not a death
+
+
+def test_launcher_hides_triton_behind_the_fronts(tmp_path: Path) -> None:
+    options = ServerOptions(repository=tmp_path, http_front=True, grpc_front=True, workdir=tmp_path / "w")
+    server = TritonServer(options)
+    assert server.triton_http_port != server.http_port
+    assert server.triton_http_url == f"127.0.0.1:{server.triton_http_port}"
+    assert server.triton_grpc_url == f"127.0.0.1:{server.triton_grpc_port}" != server.grpc_url
+    command = server.command()
+    assert f"--grpc-port={server.triton_grpc_port}" in command and "--grpc-address=127.0.0.1" in command
+    # Triton's own ports answer inference only to what the fronts pass on, and shared memory only to
+    # the operator: the fronts serve it from their own table (Triton never maps a client's file)
+    key = server.admin_key
+    operator = f"model-repository,trace,logging,shared-memory:triton-admin-key={key}"
+    for flag in ("--http-restricted-api", "--grpc-restricted-protocol"):
+        assert f"{flag}=inference:triton-front-key={key}" in command
+        assert f"{flag}={operator}" in command
+    trusted = TritonServer(replace(options, trusted_shared_memory=True, workdir=tmp_path / "t"))
+    assert f"--http-restricted-api=inference,shared-memory:triton-front-key={trusted.admin_key}" in (
+        trusted.command()
+    )
+    # without fronts: an in-process server's client is its own process (trusted, open on loopback)...
+    plain = TritonServer(ServerOptions(repository=tmp_path, workdir=tmp_path / "p"))
+    assert plain.triton_http_url == plain.http_url and plain.triton_grpc_url == plain.grpc_url
+    assert not any("shared-memory" in arg for arg in plain.command())
+    # ...unless told otherwise (`python -m server start --no-http-front`, the container): the operator's
+    keyed = TritonServer(
+        ServerOptions(repository=tmp_path, workdir=tmp_path / "k", trusted_shared_memory=False)
+    )
+    restricted = f"model-repository,trace,logging,shared-memory:triton-admin-key={keyed.admin_key}"
+    assert f"--http-restricted-api={restricted}" in keyed.command()
