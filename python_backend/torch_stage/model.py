@@ -145,7 +145,8 @@ class TritonPythonModel:
         except IndexError as error:
             # Shapes and dtypes were checked already, so an index out of range is a bad value: an id
             # inside the declared range but outside a smaller table (a stage without live updates has
-            # no tables to check first). The client's fault (400), as the onnxruntime backend says it.
+            # no tables to check first). The client's fault (400), as the onnxruntime backend says it
+            # (fault matrix row 63).
             raise InvalidInputError(
                 f"input '{self.inputs[0].name}' holds a value the model rejects: IndexError: {error}"
             ) from error
