@@ -43,6 +43,8 @@ help: ## list the targets and the variables they take
 	@echo "                 docs/SERVING.md, Shared memory); default: the fronts copy it"
 	@echo "  TOPOLOGY= ACCURACY=  make plan: a recorded GPU topology (e.g. dgx1-v100), the accuracy limit"
 	@echo "  COMPUTE_PROFILE=     make plan: a GPU's recorded compute (the GPU check's figures JSON)"
+	@echo "  SOAK_S=$(SOAK_S) INVARIANT_S=  make soak: seconds of faults; seconds of the invariant fuzz before them"
+	@echo "                 (default SOAK_S/2; docs/SERVING.md, The invariant fuzz)"
 	@echo "  PORT_BASE=     make perf/tune/plan/soak: every server's ports from this base (HTTP, gRPC, metrics,"
 	@echo "                 Triton's own two behind the fronts: 5 per server) instead of free ports the OS picks"
 	@echo "  PERF_ARGS= TUNE_ARGS= PLAN_ARGS=  further options of python -m perf run / tune / plan (--help lists them)"
@@ -88,8 +90,8 @@ status: setup ## show whether the `make serve` server is up, and its models
 perf: setup ## every study (the batching study first) on the embedded server; report in reports/<timestamp>/ (PERF=quick: about 5 min; MODELS=your models of SPEC)
 	$(BIN)/python -m perf run --profile $(PERF) --spec $(SPEC) $(if $(MODELS),--models $(MODELS)) $(PORT_ARGS) $(PERF_ARGS)
 
-soak: repo ## 10 min of mixed load with random faults (stubs killed or stopped, tritonserver killed, bad input and the fault matrix's attacks, updates); SOAK_S=60 for a short one
-	$(BIN)/python -m soak --repository $(REPO) --duration $(SOAK_S) $(PORT_ARGS)
+soak: repo ## the invariant fuzz under load (SOAK_S/2, INVARIANT_S= to change), then SOAK_S (10 min) of random faults (stubs killed or stopped, tritonserver killed, bad input and the fault matrix's attacks, updates); SOAK_S=60 for a short one
+	$(BIN)/python -m soak --repository $(REPO) --duration $(SOAK_S) $(if $(INVARIANT_S),--invariant-s $(INVARIANT_S)) $(PORT_ARGS)
 
 perf-analyzer: setup ## install NVIDIA perf_analyzer into .venv (if missing) and cross-check one model with it
 	$(BIN)/python -m perf.perf_analyzer_install

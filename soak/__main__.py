@@ -26,11 +26,19 @@ def main(argv: list[str] | None = None, run: Callable[..., SoakReport] = run_soa
     parser.add_argument("--fault-every", type=float, default=20.0, help="mean seconds between faults")
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--fuzz-cases", type=int, default=100, help="mutated HTTP requests per fuzz burst")
+    parser.add_argument(
+        "--invariant-s",
+        type=float,
+        default=None,
+        help="seconds of the invariant fuzz before the faults (default: half of --duration; 0: none)",
+    )
     add_port_base_option(parser)
     args = parser.parse_args(argv)
     use_port_base(args.port_base)  # the soak's server (server.ports)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(message)s")
-    report = run(args.repository, args.duration, args.seed, args.fault_every, args.fuzz_cases)
+    report = run(
+        args.repository, args.duration, args.seed, args.fault_every, args.fuzz_cases, args.invariant_s
+    )
     print(report.text())
     return 0 if report.passed else 1
 

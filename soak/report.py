@@ -14,6 +14,7 @@ from __future__ import annotations
 from collections import Counter
 from dataclasses import dataclass, field
 
+from soak.invariant_fuzz import InvariantReport
 from soak.mixed_load import Outcome, refused_cleanly
 
 RECOVERY_GRACE_S = 1.0  # a request sent just before the reload finished may still meet the old stub
@@ -85,6 +86,7 @@ class SoakReport:
     leaked_stubs: list[int] = field(default_factory=list)
     leaked_regions: list[str] = field(default_factory=list)
     exit_code: int | None = None
+    invariants: InvariantReport | None = None  # the invariant fuzz's phase (None: not run)
 
     def check(self, what: str) -> Check:
         return self.checks.setdefault(what, Check())
@@ -98,6 +100,7 @@ class SoakReport:
             and not self.leaked_stubs
             and not self.leaked_regions
             and not self.server_restarts
+            and (self.invariants is None or self.invariants.passed)
         )
 
     def outage_lines(self) -> list[str]:
@@ -134,6 +137,7 @@ class SoakReport:
                 f"  server RSS: {self.rss_start_mib:.0f} MiB at start, {self.rss_end_mib:.0f} MiB at the end",
                 f"  after stop: stubs left {self.leaked_stubs}, /dev/shm regions left {self.leaked_regions}, "
                 f"server exit code {self.exit_code}",
+                self.invariants.text() if self.invariants is not None else "invariant fuzz: not run",
             ]
         )
 

@@ -2,7 +2,10 @@
 
 One server on the built repository (free ports, like the tests), supervised and with both fronts in
 front of it as ``make serve``'s is. Callers over HTTP and gRPC send ``trivial``, ``recommender`` and
-``recommender_pipeline`` back to back; every few seconds (at random, seeded) one fault of
+``recommender_pipeline`` back to back. First, under that load and with no fault, the invariant fuzz
+(``soak.invariant_fuzz``, fault matrix row 62) sends drawn requests to every served model for
+``invariant_s`` and holds its three invariants (answered, isolated, kept); then every few seconds
+(at random, seeded) one fault of
 ``soak.faults.FAULTS`` or ``soak.attacks.ATTACKS`` is injected (a stub killed or stopped, a malformed
 request, an embedding update, a shared-memory probe, the overflowing gRPC shape, a burst of the HTTP
 fuzzer with its request-target mutations, ``[2^62, 0]`` shapes over both protocols, a garbage first
@@ -37,6 +40,7 @@ from server.stubs import stubs_with_prefix
 from server.supervisor import Supervisor
 from soak.attacks import ATTACKS
 from soak.faults import FAULTS, Soak, recover
+from soak.invariant_fuzz import FuzzTarget, rss_mib, run_for
 from soak.mixed_load import PIPELINE, MixedLoad
 from soak.report import SoakReport, account, close_by_restarts, own_restarts
 
@@ -46,18 +50,17 @@ HEAL_WAIT_S = 15  # let the last fault heal before the final drain
 ALL_FAULTS = {**FAULTS, **ATTACKS}
 
 
-def _rss_mib(pid: int) -> float:
-    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
-        if line.startswith("VmRSS:"):
-            return int(line.split()[1]) / 1024
-    return 0.0
-
-
 def run_soak(
-    repository: Path, duration_s: float, seed: int = 0, fault_every_s: float = 20.0, fuzz_cases: int = 100
+    repository: Path,
+    duration_s: float,
+    seed: int = 0,
+    fault_every_s: float = 20.0,
+    fuzz_cases: int = 100,
+    invariant_s: float | None = None,
 ) -> SoakReport:
-    """Mixed load on ``repository`` for ``duration_s`` with a random fault every ~``fault_every_s``
-    (``fuzz_cases``: mutated HTTP requests per fuzz burst)."""
+    """Mixed load on ``repository``: first ``invariant_s`` (default half of ``duration_s``) of the
+    invariant fuzz, then ``duration_s`` with a random fault every ~``fault_every_s`` (``fuzz_cases``:
+    mutated HTTP requests per fuzz burst)."""
     rng = random.Random(seed)
     report = SoakReport(duration_s)
     options = ServerOptions(
@@ -75,13 +78,17 @@ def run_soak(
         models = [m for m in LOAD_MODELS if m in names]
         # which stub-backed models each loaded model depends on (an ensemble fails when a stage dies)
         served_by = {m: {m} | {n for n in names if m == PIPELINE and n.startswith(f"{m}_")} for m in models}
-        load = MixedLoad(server.http_url, server.grpc_url, models, max_s=duration_s + 120).start()
+        fuzz_s = duration_s / 2 if invariant_s is None else invariant_s
+        load = MixedLoad(server.http_url, server.grpc_url, models, max_s=fuzz_s + duration_s + 120).start()
         client = httpclient.InferenceServerClient(server.http_url)
         soak = Soak(server, client, rng, report, models, sorted(set().union(*served_by.values())), fuzz_cases)
         soak.fuzz_models = [m for m in (*models, "text_embedding") if m in names]
         soak.supervisor = supervisor
         load.wait_for(20)
-        report.rss_start_mib = _rss_mib(server.pid or 0)
+        # the three invariants under load and no fault (soak.invariant_fuzz): a fault is meant to move
+        # the PIDs invariant (c) holds still
+        report.invariants = run_for(FuzzTarget.of(server), fuzz_s, first_seed=seed) if fuzz_s > 0 else None
+        report.rss_start_mib = rss_mib(server.pid or 0)
         report.server_pids.append(server.pid or 0)
         end = time.monotonic() + duration_s
         pending: list[str] = []
@@ -100,7 +107,7 @@ def run_soak(
         supervising.join(timeout=120)
         own_restarts(report, supervisor.record.history)
         close_by_restarts(report.outages)
-        report.rss_end_mib = _rss_mib(server.pid or 0)
+        report.rss_end_mib = rss_mib(server.pid or 0)
         drain_at = time.monotonic()
         server.stop()
         load.stop()

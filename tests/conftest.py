@@ -11,6 +11,7 @@ fill the end of the run instead of one worker finishing a server test alone.
 from __future__ import annotations
 
 import copy
+import socket
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
@@ -19,6 +20,7 @@ import pytest
 import yaml
 
 from exporters.schema.models import ModelSpec, parse_spec
+from server import ports
 
 ROOT = Path(__file__).resolve().parent.parent
 # session fixtures that start a server or build a repository -> the one worker group that uses them
@@ -70,3 +72,26 @@ def conversion_cache(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]
     with pytest.MonkeyPatch.context() as patch:
         patch.setenv("TRITON_BATCHING_CACHE", str(folder))
         yield folder
+
+
+def free_port_base(count: int = ports.PORTS_PER_SERVER) -> int:
+    """A base whose next ``count`` ports nothing listens on now, for tests that pass ``--port-base``.
+
+    The start depends on the checkout so that two ``make test`` runs side by side look in different places;
+    a port taken between this check and the server's launch is the launcher's error, naming the port.
+    """
+    for base in range(20000 + 10 * (hash(Path.cwd()) % 1000), 60000, 97):
+        try:
+            for port in range(base, base + count):
+                with socket.socket() as sock:
+                    sock.bind(("127.0.0.1", port))
+        except OSError:
+            continue
+        return base
+    raise AssertionError("no free block of ports")
+
+
+@pytest.fixture
+def port_base_finder() -> Callable[[int], int]:
+    """``free_port_base`` for a test (conftest functions are not importable from every test folder)."""
+    return free_port_base

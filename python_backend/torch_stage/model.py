@@ -139,8 +139,17 @@ class TritonPythonModel:
         ids = batch[self.inputs[0].name]
         if self.tables:
             check_ids(ids, self.tables, self.inputs[0].name)
-        with torch.inference_mode():
-            output = self.module(*(batch[i.name].to(self.device) for i in self.inputs))
+        try:
+            with torch.inference_mode():
+                output = self.module(*(batch[i.name].to(self.device) for i in self.inputs))
+        except IndexError as error:
+            # Shapes and dtypes were checked already, so an index out of range is a bad value: an id
+            # inside the declared range but outside a smaller table (a stage without live updates has
+            # no tables to check first). The client's fault (400), as the onnxruntime backend says it
+            # (fault matrix row 63).
+            raise InvalidInputError(
+                f"input '{self.inputs[0].name}' holds a value the model rejects: IndexError: {error}"
+            ) from error
         # Contiguous once per batch, so every request's rows are a contiguous view DLPack can hand on.
         return {self.output_names[0]: output.contiguous()}
 

@@ -51,6 +51,9 @@ CASES = [
     ("negative_id", {"ids": -1}, "input 'sparse_ids' holds -1, outside its declared range [0, 10000)"),
     ("id_above_range", {"ids": 10**9},
      "input 'sparse_ids' holds 1000000000, outside its declared range [0, 10000)"),
+    # inside the declared range, beyond the smallest table (10 rows): the pipeline's stage answered 500
+    # (fault matrix row 63)
+    ("id_beyond_a_table", {"ids": 50}, "input 'sparse_ids' holds a value the model rejects"),
 ]  # fmt: skip
 
 

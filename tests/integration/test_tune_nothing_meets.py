@@ -4,7 +4,7 @@ run headed "no answer", no ``spec.tuned.yaml``; the server took its ports from `
 
 from __future__ import annotations
 
-import socket
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -25,21 +25,11 @@ SPEC = Path(__file__).resolve().parents[2] / "models.yaml"
 TINY = Grid(delays_us=(0,), max_batches=(8,), instances=(1,))
 
 
-def free_base() -> int:
-    """A base whose five ports nothing listens on now."""
-    for base in range(31000 + 10 * (hash(Path.cwd()) % 500), 60000, 89):
-        try:
-            for port in range(base, base + ports.PORTS_PER_SERVER):
-                with socket.socket() as sock:
-                    sock.bind(("127.0.0.1", port))
-        except OSError:
-            continue
-        return base
-    raise AssertionError("no free block of ports")
-
-
 def test_make_tune_says_nothing_meets_in_one_line_and_exits_3(
-    tmp_path: Path, capsys: pytest.CaptureFixture, quick_windows: MeasureSettings
+    tmp_path: Path,
+    capsys: pytest.CaptureFixture,
+    quick_windows: MeasureSettings,
+    port_base_finder: Callable[[int], int],
 ) -> None:
     seen: dict = {}
 
@@ -47,7 +37,7 @@ def test_make_tune_says_nothing_meets_in_one_line_and_exits_3(
         seen["http_port"] = server.server.http_port
         return tune(server, request, ProbePlan(max_runs=3), step, **kwargs)
 
-    base = free_base()
+    base = port_base_finder(ports.PORTS_PER_SERVER)
     reports = tmp_path / "reports"
     try:
         code = main([

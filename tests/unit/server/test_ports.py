@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import argparse
 import socket
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import NoReturn
 
@@ -23,22 +23,9 @@ from server.install import ServerError
 from server.launcher import ServerOptions, TritonServer
 
 
-def free_block(count: int = 2 * ports.PORTS_PER_SERVER) -> int:
-    """A base whose next ``count`` ports nothing listens on now."""
-    for base in range(20000 + 10 * (hash(Path.cwd()) % 1000), 60000, 97):
-        try:
-            for port in range(base, base + count):
-                with socket.socket() as sock:
-                    sock.bind(("127.0.0.1", port))
-        except OSError:
-            continue
-        return base
-    raise AssertionError("no free block of ports")
-
-
 @pytest.fixture
-def base() -> Iterator[int]:
-    chosen = free_block()
+def base(port_base_finder: Callable[[int], int]) -> Iterator[int]:
+    chosen = port_base_finder(2 * ports.PORTS_PER_SERVER)
     ports.use_port_base(chosen)
     yield chosen
     ports.use_port_base(None)

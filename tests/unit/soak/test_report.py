@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from server.watchdog import HealEvent
 from soak.faults import match_heal_events
+from soak.invariant_fuzz import InvariantReport
 from soak.mixed_load import Outcome
 from soak.report import SERVER_KILLED, Outage, SoakReport, account, close_by_restarts, own_restarts
 
@@ -132,3 +133,19 @@ def test_a_stub_outage_the_server_kill_cut_short_recovers_with_the_restart() -> 
     late = Outage("stub killed", "trivial", at=50.0, epoch=0.0, symptom="is not healthy")
     close_by_restarts([late, *killed])  # a kill before it heals nothing
     assert late.recovered_at is None
+
+
+def test_a_broken_invariant_fails_the_soak_and_each_invariant_is_accounted() -> None:
+    """``make soak``'s first phase (the invariant fuzz) decides the run as its faults do: its report is
+    one line per invariant, and a violation of any of them fails the soak."""
+    report = SoakReport(duration_s=60)
+    assert report.passed and "invariant fuzz: not run" in report.text()
+    report.invariants = InvariantReport(models=["trivial"], seeds=[0], examples=20)
+    assert report.passed
+    assert [line.split(":")[0].strip() for line in report.text().splitlines() if line.startswith("  (")] == [
+        "(a) answered",
+        "(b) isolated",
+        "(c) kept",
+    ]
+    report.invariants.isolated.append("case 3: canary of client B in client A's answer")
+    assert not report.passed and "invariant fuzz: FAILED" in report.text()

@@ -212,3 +212,17 @@ def test_each_request_lists_its_inputs_once_and_lookups_batch_around_an_update(
     assert torch.equal(first.outputs["embeddings"], torch.stack([tables[0][[1]], tables[1][[0]]], dim=1))
     expected = torch.stack([tables[0][[4, 0]], tables[1][[2, 0]]], dim=1)
     assert torch.equal(second.outputs["embeddings"], expected)
+
+
+def test_an_id_beyond_a_table_without_live_updates_is_the_clients_fault(stage_runner, tmp_path: Path) -> None:
+    """A stage built without live updates has no tables to check ids against first: an id inside the
+    declared range but beyond a smaller table reaches torch's lookup, whose ``IndexError`` is answered
+    400 naming the input, not 500 (fault matrix row 63)."""
+    model = _embedding_stage(stage_runner, tmp_path)
+    tables, model.tables = model.tables, []  # no live updates: the lookup alone sees the tables' sizes
+    model.module = lambda ids: torch.stack([t[ids[:, i]] for i, t in enumerate(tables)], dim=1)
+    (refused,) = model.execute([FakeRequest({"sparse_ids": torch.tensor([[4, 3]])})])  # table 1 has 3 rows
+    assert refused.error.code == FakeError.INVALID_ARG
+    assert "input 'sparse_ids' holds a value the model rejects: IndexError" in refused.error.message
+    (answered,) = model.execute([FakeRequest({"sparse_ids": torch.tensor([[4, 2]])})])
+    assert answered.error is None and answered.outputs["embeddings"].shape == (1, 2, 2)

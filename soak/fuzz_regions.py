@@ -1,0 +1,233 @@
+"""The shared-memory regions of the invariant fuzz's two clients, and invariant (b) over them.
+
+Client A is the fuzz itself; client B is another local user (``soak.other_uid``: uid 65534), when the
+fuzz runs as root. Each fills every byte of its files with its own canary (``canary``: a 16-byte mark
+that names the client) and registers them on both fronts (each front keeps its own table):
+
+* A: ``a0`` (registered at offset 0), ``a1`` (the same size, registered at offset one page into its
+  file), and ``shared``; a case may register one more region of its own (``fresh``);
+* B: ``theirs`` (a name A never registers) and ``shared`` (the same name as A's, on B's own file),
+  registered before A's, as row 49's other user was.
+
+The ledger (``ClientFile``) knows what each file must hold: the fuzz's own writes of input data, and
+only where a request named a range for an output and was answered without error, whatever the model
+wrote there. ``verify`` then reads every file back: any other byte changed, in any client's file, is a
+violation, and so is another client's canary found in a file or an answer.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+from tritonclient.grpc import service_pb2
+
+from soak.fuzz_wire import Answer, Client, Placed, grpc_answer, http_answer
+from soak.other_uid import OtherUser
+from soak.request_space import PAGE, REGION_BYTES, Registration, ShmRange
+
+SHM = Path("/dev/shm")
+# where each of A's regions starts in its file: a1 is registered one page in (Triton 2.51 applied that
+# offset twice: fault matrix row 49)
+A_OFFSETS = {"a0": 0, "a1": PAGE, "shared": 0}
+THEIRS_BYTES = 16 * PAGE
+
+
+def canary(client: str, tag: str) -> bytes:
+    """Sixteen bytes no model output or fuzz input holds by chance, naming ``client``."""
+    return f"\xa5{client}-canary-{tag}"[:15].ljust(15, "#").encode("latin-1") + b"\x5a"
+
+
+def filled(mark: bytes, size: int) -> bytes:
+    return (mark * (size // len(mark) + 1))[:size]
+
+
+@dataclass
+class ClientFile:
+    """One client's ``/dev/shm`` file and what it must hold; ``allowed``: the ranges an output may have
+    changed since the last ``verify``."""
+
+    path: Path
+    owner: str
+    expected: bytearray
+    allowed: list[tuple[int, int]] = field(default_factory=list)
+
+    def write(self, position: int, data: bytes) -> bool:
+        """Write ``data`` at ``position`` if it fits in the file (the fuzz's own input bytes)."""
+        if position < 0 or position + len(data) > len(self.expected):
+            return False
+        with open(self.path, "r+b") as handle:
+            handle.seek(position)
+            handle.write(data)
+        self.expected[position : position + len(data)] = data
+        return True
+
+    def changed_outside(self, actual: bytes) -> list[tuple[int, int]]:
+        """The byte ranges of ``actual`` that differ from what is expected, outside ``allowed``."""
+        if actual == self.expected:
+            return []
+        if len(actual) != len(self.expected):
+            return [(min(len(actual), len(self.expected)), max(len(actual), len(self.expected)))]
+        differs = np.frombuffer(actual, np.uint8) != np.frombuffer(self.expected, np.uint8)
+        for start, end in self.allowed:
+            differs[max(start, 0) : max(end, 0)] = False
+        edges = np.flatnonzero(np.diff(np.concatenate([[0], differs.view(np.int8), [0]])))
+        return [(int(start), int(end)) for start, end in zip(edges[::2], edges[1::2], strict=True)]
+
+
+class Regions:
+    """Both clients' regions on both fronts (module docstring). ``tag`` keeps this run's names apart."""
+
+    def __init__(self, client: Client, other: OtherUser | None, tag: str, stub_region: str) -> None:
+        self.client, self.other, self.tag, self.stub_region = client, other, tag, stub_region
+        self.marks = {"a": canary("A", tag), "b": canary("B", tag)}
+        self.files: dict[str, ClientFile] = {}
+        self.setup_answers: list[Answer] = []
+        self.fresh: ClientFile | None = None
+        self.fresh_offset = 0
+
+    def name(self, kind: str) -> str:
+        return f"{self.tag}_{kind}"
+
+    def setup(self) -> None:
+        """B's files first, then A's; each registered on both fronts."""
+        if self.other is not None:
+            for kind, size in (("theirs", THEIRS_BYTES), ("shared", REGION_BYTES["shared"])):
+                path = SHM / f"{self.tag}_b_{kind}"
+                self.other.create(path.name, filled(self.marks["b"], size))
+                self.files[f"b_{kind}"] = ClientFile(path, "b", bytearray(filled(self.marks["b"], size)))
+                for protocol in ("http", "grpc"):
+                    answer = self.register(protocol, self.name(kind), path.name, 0, size, self.other)
+                    self.setup_answers.append(answer)
+        for kind, offset in A_OFFSETS.items():
+            path = SHM / f"{self.tag}_a_{kind}"
+            self.files[kind] = self._create(path, offset + REGION_BYTES[kind])
+            for protocol in ("http", "grpc"):
+                self.setup_answers.append(
+                    self.register(protocol, self.name(kind), path.name, offset, REGION_BYTES[kind])
+                )
+
+    def _create(self, path: Path, size: int) -> ClientFile:
+        data = filled(self.marks["a"], size)
+        path.write_bytes(data)
+        return ClientFile(path, "a", bytearray(data))
+
+    def register(
+        self, protocol: str, name: str, file_name: str, offset: int, size: int, other: OtherUser | None = None
+    ) -> Answer:
+        """Register ``/dev/shm/file_name`` as ``name`` on one front, as A (or as B: ``other``)."""
+        if protocol == "http":
+            body = json.dumps({"key": f"/{file_name}", "offset": offset, "byte_size": size}).encode()
+            path = f"/v2/systemsharedmemory/region/{name}/register"
+            headers = {"Content-Type": "application/json"}
+            if other is not None:
+                return http_answer("register (other uid)", other.http("POST", path, body, headers, 30))
+            return self.client.http("register", "POST", path, body, headers, 30)
+        request = service_pb2.SystemSharedMemoryRegisterRequest(
+            name=name, key=f"/{file_name}", offset=offset, byte_size=size
+        ).SerializeToString()
+        if other is not None:
+            return grpc_answer("register (other uid)", *other.grpc("SystemSharedMemoryRegister", request, 30))
+        return self.client.grpc("register", "SystemSharedMemoryRegister", request, 30)
+
+    def unregister(self, protocol: str, name: str) -> Answer:
+        if protocol == "http":
+            path = f"/v2/systemsharedmemory/region/{name}/unregister"
+            return self.client.http("unregister", "POST", path, b"", {}, 30)
+        request = service_pb2.SystemSharedMemoryUnregisterRequest(name=name).SerializeToString()
+        return self.client.grpc("unregister", "SystemSharedMemoryUnregister", request, 30)
+
+    def register_fresh(self, protocol: str, registration: Registration, number: int) -> Answer:
+        """The case's own registration under the name of kind ``fresh``."""
+        key = registration.key
+        if key == "own":
+            path = SHM / f"{self.tag}_a_fresh{number}"
+            self.fresh, self.fresh_offset = self._create(path, registration.file_size), registration.offset
+            file_name = path.name
+        else:
+            file_name = {
+                "theirs": f"{self.tag}_b_theirs",
+                "stub": self.stub_region,
+                "missing": f"{self.tag}_missing",
+            }[key]
+        return self.register(
+            protocol, self.name("fresh"), file_name, registration.offset, registration.byte_size
+        )
+
+    def end_fresh(self, protocol: str) -> list[Answer]:
+        """Unregister the case's own region and remove its file (after ``verify``)."""
+        answer = self.unregister(protocol, self.name("fresh"))
+        if self.fresh is not None:
+            self.fresh.path.unlink(missing_ok=True)
+            self.fresh = None
+        return [answer]
+
+    def _file(self, kind: str) -> tuple[ClientFile | None, int]:
+        """A's file behind a region kind and where the region starts in it (None: not A's file)."""
+        if kind == "fresh":
+            return self.fresh, self.fresh_offset
+        return self.files.get(kind), A_OFFSETS.get(kind, 0)
+
+    def place(self, shm: ShmRange, size: int, data: bytes | None = None) -> Placed:
+        """A range as sent (its region's name, offset, byte size: the tensor's ``size`` bytes plus the
+        range's delta unless it names its own), with ``data`` written there first when the range lies
+        in A's file."""
+        placed = Placed(
+            self.name(shm.region), shm.offset, shm.size if shm.size is not None else size + shm.size_delta
+        )
+        target, start = self._file(shm.region)
+        if data is not None and target is not None:
+            target.write(start + shm.offset, data)
+        return placed
+
+    def allow_output(self, shm: ShmRange, size: int) -> None:
+        """The range an output was written into may change (call only for a request answered ok)."""
+        target, start = self._file(shm.region)
+        if target is not None and size > 0:
+            target.allowed.append((start + shm.offset, start + shm.offset + size))
+
+    def every_file(self) -> Iterable[ClientFile]:
+        yield from self.files.values()
+        if self.fresh is not None:
+            yield self.fresh
+
+    def verify(self, answers: Iterable[tuple[str, Answer]]) -> list[str]:
+        """Invariant (b): every file holds what it must (outside the allowed output ranges), no file
+        holds another client's canary in an output range, and no answer (``(client, answer)``: ``a`` or
+        ``b``) carries another client's canary. A file changed where it must not is written back as it
+        was, so the same case sent again meets the same bytes (hypothesis replays a failing case to
+        shrink it); elsewhere each file's expected bytes become what it holds."""
+        problems = []
+        for client, answer in answers:
+            for other, mark in self.marks.items():
+                if other != client and mark in answer.payload:
+                    problems.append(f"the answer to {answer.what} holds another client's canary {mark!r}")
+        for client_file in self.every_file():
+            actual = client_file.path.read_bytes()
+            changed = client_file.changed_outside(actual)
+            foreign = self.marks["b" if client_file.owner == "a" else "a"]
+            for start, end in client_file.allowed:
+                if foreign in actual[max(start - 15, 0) : end + 15]:
+                    problems.append(f"{client_file.path.name} got another client's canary in an output range")
+                end = min(end, len(actual), len(client_file.expected))
+                client_file.expected[start:end] = actual[start:end]
+            client_file.allowed.clear()
+            if changed:
+                where = ", ".join(f"[{start}, {end})" for start, end in changed[:4])
+                problems.append(
+                    f"{client_file.path.name} ({client_file.owner}'s) changed outside the outputs: {where}"
+                )
+                client_file.path.write_bytes(client_file.expected)  # back as it was: a replay sees it again
+        return problems
+
+    def close(self) -> None:
+        for protocol in ("http", "grpc"):
+            for kind in A_OFFSETS:
+                self.unregister(protocol, self.name(kind))
+        for client_file in self.files.values():
+            client_file.path.unlink(missing_ok=True)
+        if self.fresh is not None:
+            self.fresh.path.unlink(missing_ok=True)

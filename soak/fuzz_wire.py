@@ -1,0 +1,317 @@
+"""What the invariant fuzz sends and how it judges what comes back: a drawn ``Case``
+(``soak.request_space``) as bytes on the wire (an HTTP body, JSON and binary; a gRPC
+``ModelInferRequest``, raw or typed contents), sent over HTTP, gRPC ``ModelInfer`` or a
+``ModelStreamInfer`` stream, and every answer sorted by invariant (a):
+
+* ``ok``: 2xx / ``OK``;
+* ``refused``: 4xx / a client-error status (``INVALID_ARGUMENT``, ``NOT_FOUND``, ...), the request's own
+  fault;
+* ``policy``: 429 and 504 / ``DEADLINE_EXCEEDED`` from a front (the model's deadline passed, a share
+  was full): what the fronts answer by design when the server is busy or a model slow;
+* ``broken``: anything else: a 5xx (Triton's 500 included) or ``INTERNAL``, ``UNAVAILABLE``,
+  ``UNKNOWN``, ``CANCELLED``; a connection closed or reset without an answer; no answer within the
+  model's deadline plus ``SLACK_S`` (a hang).
+
+On a stream an error carries no status code, so a message's error there counts as answered; the same
+requests are drawn for unary gRPC, where the code is judged.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import grpc
+import numpy as np
+from tritonclient.grpc import service_pb2
+
+from server.fronts.shm_grpc import TYPED_CONTENTS
+from soak.other_uid import GRPC_OPTIONS, SERVICE, HttpReply, exchange
+from soak.request_space import Case, InputSpace, ModelSpace, TensorCase, data_fits
+
+# How much later than its model's deadline an answer may come before it counts as a hang: the front
+# answers 504 at the deadline, and a loaded 2-core host can be seconds late.
+SLACK_S = 15.0
+CLIENT_FAULTS = {
+    "INVALID_ARGUMENT", "NOT_FOUND", "ALREADY_EXISTS", "PERMISSION_DENIED", "FAILED_PRECONDITION",
+    "OUT_OF_RANGE", "UNIMPLEMENTED", "UNAUTHENTICATED", "RESOURCE_EXHAUSTED",
+}  # fmt: skip
+FRONT_DEADLINE = "did not answer within its deadline"
+FLOATS = {"FP16": np.float16, "FP32": np.float32, "FP64": np.float64}
+INTEGERS = {
+    "INT8": np.int8, "INT16": np.int16, "INT32": np.int32, "INT64": np.int64,
+    "UINT8": np.uint8, "UINT16": np.uint16, "UINT32": np.uint32, "UINT64": np.uint64,
+}  # fmt: skip
+ALL_VALUES = -(1 << 40)  # a byte delta that cuts a tensor's data to nothing
+SMALL_INTEGERS = 10  # integers without a declared range are drawn from [0, 10)
+
+
+@dataclass(frozen=True)
+class Answer:
+    """One answer as invariant (a) sees it: ``verdict`` (module docstring), the status or failure, the
+    message, the seconds it took, and every byte that came back (invariant (b) looks for other
+    clients' canaries in them)."""
+
+    what: str
+    verdict: str
+    status: str
+    message: str
+    elapsed_s: float
+    payload: bytes = b""
+
+
+def http_answer(what: str, reply: HttpReply) -> Answer:
+    if reply.failure:
+        return Answer(what, "broken", reply.failure, "", reply.elapsed_s)
+    message = reply.body[:300].decode("utf-8", "replace")
+    if 200 <= reply.status < 300:
+        verdict = "ok"
+    elif reply.status in (429, 504):
+        verdict = "policy"
+    elif 400 <= reply.status < 500:
+        verdict = "refused"
+    else:
+        verdict = "broken"
+    return Answer(what, verdict, str(reply.status), message, reply.elapsed_s, reply.body)
+
+
+def grpc_answer(what: str, code: str, details: str, payload: bytes, elapsed_s: float) -> Answer:
+    if code == "OK":
+        verdict = "ok"
+    elif code == "DEADLINE_EXCEEDED":
+        verdict = "policy" if FRONT_DEADLINE in details else "broken"  # else the client's own: a hang
+        code = code if verdict == "policy" else "hang"
+    elif code in CLIENT_FAULTS:
+        verdict = "refused"
+    else:
+        verdict = "broken"
+    return Answer(what, verdict, code, details[:300], elapsed_s, payload)
+
+
+@dataclass(frozen=True)
+class Carried:
+    """One input's data in each form the carriers take: ``raw`` bytes (binary, raw contents, shared
+    memory), JSON ``values``, and the ``array`` typed contents are made of."""
+
+    raw: bytes
+    values: list
+    array: np.ndarray | list[bytes]
+
+
+def _array(tensor: TensorCase, rule: InputSpace | None, rng: np.random.Generator) -> np.ndarray | list[bytes]:
+    count, datatype = tensor.elements, tensor.datatype
+    if datatype == "BYTES":
+        lengths = rng.integers(1, 13, count)
+        return [bytes(rng.integers(97, 123, n).astype(np.uint8)) for n in lengths]
+    if datatype in FLOATS or datatype == "BF16":
+        values = rng.uniform(-4, 4, count).astype(np.float32)
+        if tensor.values == "non-finite" and count:
+            values[rng.integers(0, count)] = np.nan
+        if datatype == "BF16":
+            return (values.view(np.uint32) >> 16).astype(np.uint16)
+        return values.astype(FLOATS[datatype])
+    if datatype == "BOOL":
+        return rng.integers(0, 2, count).astype(np.bool_)
+    kind = INTEGERS.get(datatype, np.uint8)
+    info = np.iinfo(kind)
+    low, high = (0, SMALL_INTEGERS)
+    if rule is not None and rule.value_range is not None and rule.datatype == datatype:
+        low, high = max(rule.value_range[0], int(info.min)), min(rule.value_range[1], int(info.max) + 1)
+    # half the time near the low bound: a declared range can be wider than some of what it indexes
+    # (the recommender's ids [0, 10000) index tables of 10 to 10,000 rows)
+    top = high if rng.integers(0, 2) and tensor.values != "low" else min(high, low + SMALL_INTEGERS)
+    values = rng.integers(low, max(top, low + 1), count).astype(kind)
+    if tensor.values == "out-of-range" and count:
+        values[rng.integers(0, count)] = high if high <= info.max else info.min
+    return values
+
+
+def _bytes_buffer(items: Sequence[bytes], fault: str) -> bytes:
+    """BYTES elements in binary form (a 4-byte little-endian length, then the bytes), with ``fault``."""
+    parts = [len(item).to_bytes(4, "little") + item for item in items]
+    if fault == "one-short" and parts:
+        parts.pop()
+    elif fault == "past-end" and parts:
+        parts[-1] = (len(items[-1]) + 1).to_bytes(4, "little") + items[-1]
+    elif fault == "huge-length" and parts:
+        parts[0] = b"\xff\xff\xff\xff" + parts[0][4:]
+    buffer = b"".join(parts)
+    if fault == "cut-prefix" and parts:
+        buffer = buffer[: len(buffer) - len(parts[-1]) + 2]
+    elif fault == "trailing":
+        buffer += b"\x01\x02"
+    return buffer
+
+
+def carried(tensor: TensorCase, rule: InputSpace | None, seed: int) -> Carried:
+    """``tensor``'s data, drawn from ``seed`` (the same seed, the same bytes), with its faults."""
+    array = _array(tensor, rule, np.random.default_rng(seed))
+    if isinstance(array, list):
+        raw = _bytes_buffer(array, tensor.bytes_fault)
+        values: list = [item.decode("ascii") for item in array]
+    else:
+        raw, values = array.tobytes(), array.tolist()
+    delta = tensor.byte_delta
+    if delta < 0:
+        raw = raw[: max(len(raw) + delta, 0)]
+        values = [] if delta == ALL_VALUES else values[:-1]
+        array = array[:0] if delta == ALL_VALUES else array[:-1]
+    elif delta > 0:
+        raw += b"\x01" * delta
+        values = values + values[-1:] if values else [0]
+        array = array + array[-1:] if isinstance(array, list) else np.concatenate([array, array[-1:]])
+    return Carried(raw, values, array)
+
+
+def control_case(space: ModelSpace) -> tuple[TensorCase, ...]:
+    """The model's smallest valid request (its required inputs, or its first where all are optional;
+    batch 1, each variable dim at its low bound, integers near their low bound, raw contents): sent
+    after the fuzzed message on a stream, which must still answer it, and the other user's request."""
+    axes = space.variable_axes()
+    required = [rule for rule in space.inputs if not rule.optional] or list(space.inputs[:1])
+    tensors = []
+    for rule in required:
+        dims = tuple(axes[axis][0] if dim == -1 else dim for axis, dim in enumerate(rule.dims))
+        shape = (1, *dims) if space.batched else dims
+        elements = data_fits(shape, rule.datatype)
+        tensors.append(TensorCase(rule.name, rule.datatype, shape, "raw", elements, values="low"))
+    return tuple(tensors)
+
+
+@dataclass(frozen=True)
+class Placed:
+    """A shared-memory range as sent: the region's name, offset and byte size."""
+
+    region: str
+    offset: int
+    size: int
+
+
+def http_body(
+    case: Case, data: Sequence[Carried], inputs: Sequence[Placed | None], outputs: Sequence[Placed | None]
+) -> tuple[str, dict[str, str], bytes]:
+    """``case`` as an HTTP inference request: (path, headers, body), JSON header then binary data."""
+    items, binary = [], []
+    for tensor, carried_data, placed in zip(case.inputs, data, inputs, strict=True):
+        item: dict = {"name": tensor.name, "datatype": tensor.datatype, "shape": list(tensor.shape)}
+        if placed is not None:
+            item["parameters"] = _region_parameters(placed)
+        elif tensor.carrier == "binary":
+            item["parameters"] = {"binary_data_size": len(carried_data.raw)}
+            binary.append(carried_data.raw)
+        else:
+            item["data"] = carried_data.values
+        items.append(item)
+    document: dict = {"inputs": items}
+    if case.outputs is not None:
+        document["outputs"] = [
+            {"name": output.name, "parameters": _region_parameters(placed)}
+            if placed is not None
+            else {"name": output.name, "parameters": {"binary_data": output.binary}}
+            for output, placed in zip(case.outputs, outputs, strict=True)
+        ]
+    header = json.dumps(document).encode()
+    headers = {"Content-Type": "application/json"}
+    if binary:
+        headers = {
+            "Content-Type": "application/octet-stream",
+            "Inference-Header-Content-Length": str(len(header)),
+        }
+    return f"/v2/models/{case.model}/infer", headers, header + b"".join(binary)
+
+
+def _region_parameters(placed: Placed) -> dict:
+    return {
+        "shared_memory_region": placed.region,
+        "shared_memory_offset": placed.offset,
+        "shared_memory_byte_size": placed.size,
+    }
+
+
+def _set_region(parameters, placed: Placed) -> None:
+    parameters["shared_memory_region"].string_param = placed.region
+    parameters["shared_memory_offset"].int64_param = placed.offset
+    parameters["shared_memory_byte_size"].int64_param = placed.size
+
+
+def grpc_request(
+    case: Case,
+    data: Sequence[Carried],
+    inputs: Sequence[Placed | None],
+    outputs: Sequence[Placed | None],
+    request_id: str = "fuzz",
+) -> service_pb2.ModelInferRequest:
+    """``case`` as a ``ModelInferRequest``: raw contents in input order, or typed contents."""
+    request = service_pb2.ModelInferRequest(model_name=case.model, id=request_id)
+    for tensor, carried_data, placed in zip(case.inputs, data, inputs, strict=True):
+        item = request.inputs.add(name=tensor.name, datatype=tensor.datatype, shape=list(tensor.shape))
+        if placed is not None:
+            _set_region(item.parameters, placed)
+        elif tensor.carrier == "typed":
+            if tensor.datatype == "BYTES":
+                item.contents.bytes_contents.extend(carried_data.array)
+            elif tensor.datatype in TYPED_CONTENTS:
+                field, _ = TYPED_CONTENTS[tensor.datatype]
+                getattr(item.contents, field).extend(np.asarray(carried_data.array).tolist())
+        else:
+            request.raw_input_contents.append(carried_data.raw)
+    for output, placed in zip(case.outputs or (), outputs, strict=False):
+        wanted = request.outputs.add(name=output.name)
+        if placed is not None:
+            _set_region(wanted.parameters, placed)
+    return request
+
+
+class Client:
+    """One client's sockets to both fronts (the fuzz's own: uid of this process)."""
+
+    def __init__(self, http_url: str, grpc_url: str) -> None:
+        host, port = http_url.rsplit(":", 1)
+        self.address = (host, int(port))
+        self.channel = grpc.insecure_channel(grpc_url, options=GRPC_OPTIONS)
+
+    def http(
+        self, what: str, method: str, path: str, body: bytes, headers: dict[str, str], timeout_s: float
+    ) -> Answer:
+        return http_answer(what, exchange(self.address, method, path, body, headers, timeout_s))
+
+    def grpc(self, what: str, method: str, request: bytes, timeout_s: float) -> Answer:
+        start = time.monotonic()
+        try:
+            response = self.channel.unary_unary(SERVICE + method)(request, timeout=timeout_s)
+            return grpc_answer(what, "OK", "", response, time.monotonic() - start)
+        except grpc.RpcError as error:
+            code, details = error.code().name, error.details() or ""
+            return grpc_answer(what, code, details, b"", time.monotonic() - start)
+
+    def stream(
+        self, messages: Sequence[service_pb2.ModelInferRequest], timeout_s: float
+    ) -> tuple[Answer, dict[str, bool]]:
+        """The messages on one ``ModelStreamInfer`` stream: the stream's answer (its end status; ``broken``
+        too when a message got no answer) and, per message id, whether it was answered without error."""
+        start, payload, answered = time.monotonic(), b"", {}
+        call = self.channel.stream_stream(SERVICE + "ModelStreamInfer")
+        try:
+            for raw in call(iter([m.SerializeToString() for m in messages]), timeout=timeout_s):
+                payload += raw
+                answer = service_pb2.ModelStreamInferResponse.FromString(raw)
+                unanswered = [m.id for m in messages if m.id not in answered]
+                key = answer.infer_response.id if answer.infer_response.id in unanswered else unanswered[0]
+                answered[key] = not answer.error_message
+            code, details = "OK", ""
+        except grpc.RpcError as error:
+            code, details = error.code().name, error.details() or ""
+        except IndexError:
+            code, details = "UNKNOWN", "more answers than messages on the stream"
+        result = grpc_answer("stream", code, details, payload, time.monotonic() - start)
+        missing = [m.id for m in messages if m.id not in answered]
+        if result.verdict == "ok" and missing:
+            result = Answer(
+                "stream", "broken", "unanswered", f"no answer for {missing}", result.elapsed_s, payload
+            )
+        return result, answered
+
+    def close(self) -> None:
+        self.channel.close()

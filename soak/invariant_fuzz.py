@@ -1,0 +1,477 @@
+"""The invariant fuzz: hypothesis draws requests over every served model's request space
+(``soak.request_space``) and sends each to a real server through both fronts; after every request
+three invariants must hold (fault matrix row 62):
+
+(a) **answered**: every request (the inference, and the registrations and calls around it) gets an
+    answer within its model's deadline plus ``SLACK_S``: 2xx or 4xx, or 429 / 504 (gRPC
+    ``RESOURCE_EXHAUSTED`` / the front's ``DEADLINE_EXCEEDED``) by policy; never a hang, a reset, or a
+    5xx (``soak.fuzz_wire``); on a stream, the fuzzed message and a valid one after it both answered;
+(b) **isolated**: canary bytes in every client's region (two clients of two uids when run as root,
+    ``soak.fuzz_regions``) never appear in another client's answer or region, every region's bytes are
+    unchanged except where a request answered without error named an output, and no client's region
+    listing shows another's;
+(c) **kept**: tritonserver's PID, the fronts' PIDs and the set of Python-backend stubs stay the same
+    throughout, and tritonserver's resident memory at the end stays within ``RSS_BOUND_MIB`` of the
+    start.
+
+``InvariantFuzz.check(case)`` runs one drawn case and raises ``AssertionError`` naming every invariant it
+broke; ``run_examples`` drives it with hypothesis (a fixed seed, so a run replays), and the tests and
+``make soak`` (``run_for``) account the results in an ``InvariantReport``.
+"""
+
+from __future__ import annotations
+
+import ast
+import logging
+import os
+import time
+from collections import Counter
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import tritonclient.http as httpclient
+from hypothesis import HealthCheck, Verbosity, given, reproduce_failure, settings
+from hypothesis import seed as hypothesis_seed
+from hypothesis.errors import DidNotReproduce
+from tritonclient.grpc import service_pb2
+
+from server.admin import headers as admin_headers
+from server.fronts.process import MAX_REQUEST_BYTES
+from server.launcher import TritonServer
+from server.stubs import server_stubs
+from soak import request_space
+from soak.fuzz_regions import Regions
+from soak.fuzz_wire import (
+    SLACK_S,
+    Answer,
+    Carried,
+    Client,
+    Placed,
+    carried,
+    control_case,
+    grpc_answer,
+    grpc_request,
+    http_answer,
+    http_body,
+)
+from soak.other_uid import OtherUser
+from soak.request_space import Case, ModelSpace, OutputCase, cases
+
+log = logging.getLogger(__name__)
+# How much tritonserver's RSS may grow over a run (invariant (c); docs/SERVING.md, "The invariant
+# fuzz"). Measured on the default repository from a fresh server: +70 MiB over 6,000 cases, falling off
+# (+26 the first 500, +0.5 the last 1,000): its allocator keeping what the largest tensors needed. A
+# leak the size of row 53's (~27 KB kept per unanswered request) in a third of the cases passes it
+# within about 11,000 cases, sooner once the allocator has settled.
+RSS_BOUND_MIB = 96.0
+
+
+@dataclass(frozen=True)
+class FuzzTarget:
+    """The server under fuzz: its fronts' URLs, Triton's own HTTP port and admin key (to list the
+    served models), and how to find the processes invariant (c) watches."""
+
+    http_url: str
+    grpc_url: str
+    triton_http_url: str
+    admin_key: str
+    server_pid: Callable[[], int | None]
+    front_pids: Callable[[], set[int]]
+    default_deadline_s: float
+
+    @classmethod
+    def of(cls, server: TritonServer) -> FuzzTarget:
+        return cls(
+            server.http_url, server.grpc_url, server.triton_http_url, server.admin_key,
+            lambda: server.pid, lambda: {front.pid for front in server.running_fronts},
+            server.options.front_shares.deadline_s,
+        )  # fmt: skip
+
+
+def served_spaces(target: FuzzTarget) -> dict[str, ModelSpace]:
+    """Every model the server has READY, read from the config it serves."""
+    own = httpclient.InferenceServerClient(target.triton_http_url)
+    try:
+        index = own.get_model_repository_index(headers=admin_headers(target.admin_key))
+        spaces = {}
+        for entry in index:
+            if entry.get("state") != "READY" or entry["name"] in spaces:
+                continue
+            config = own.get_model_config(entry["name"])
+            spaces[entry["name"]] = ModelSpace.from_config(
+                entry["name"], config, MAX_REQUEST_BYTES, target.default_deadline_s
+            )
+        return spaces
+    finally:
+        own.close()
+
+
+def _running(pid: int | None, parent: int | None = None) -> bool:
+    """Whether ``pid`` runs (a zombie does not), as a child of ``parent`` if given."""
+    try:
+        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    except (OSError, IndexError):
+        return False
+    return fields[0] not in ("Z", "X") and (parent is None or int(fields[1]) == parent)
+
+
+def rss_mib(pid: int | None) -> float:
+    """A process's resident memory in MiB (0 when it is gone)."""
+    try:
+        for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+            if line.startswith("VmRSS:"):
+                return int(line.split()[1]) / 1024
+    except OSError:
+        pass
+    return 0.0
+
+
+@dataclass
+class InvariantReport:
+    """What the fuzz sent and what each invariant saw (``text()`` is the accounting ``make soak``
+    prints)."""
+
+    models: list[str] = field(default_factory=list)
+    seeds: list[int] = field(default_factory=list)
+    examples: int = 0
+    verdicts: Counter = field(default_factory=Counter)  # (protocol, verdict) of each case's request
+    slowest_s: float = 0.0
+    slowest: str = ""
+    answered: list[str] = field(default_factory=list)  # violations of (a)
+    regions_checked: int = 0
+    other_uid: bool = False
+    isolated: list[str] = field(default_factory=list)  # violations of (b)
+    server_pid: int | None = None
+    front_pids: set[int] = field(default_factory=set)
+    stubs: int = 0
+    kept: list[str] = field(default_factory=list)  # violations of (c)
+    rss_start_mib: float = 0.0
+    rss_peak_mib: float = 0.0
+    rss_end_mib: float = 0.0
+    rss_bound_mib: float = RSS_BOUND_MIB
+    failing_cases: list[str] = field(default_factory=list)
+    covered: Counter = field(default_factory=Counter)  # what the cases reached: "ok <model>", ...
+    first_failure: tuple[int, float] | None = None  # (the case's number, seconds into the run)
+
+    @property
+    def rss_growth_mib(self) -> float:
+        return self.rss_end_mib - self.rss_start_mib
+
+    @property
+    def passed(self) -> bool:
+        within = self.rss_growth_mib <= self.rss_bound_mib
+        return self.examples > 0 and not (self.answered or self.isolated or self.kept) and within
+
+    def text(self) -> str:
+        by = ", ".join(f"{p} {v} {n}" for (p, v), n in sorted(self.verdicts.items()))
+        rss = (
+            f"RSS {self.rss_start_mib:.0f} MiB at start, {self.rss_peak_mib:.0f} peak, "
+            f"{self.rss_end_mib:.0f} at the end (growth {self.rss_growth_mib:+.0f}, bound "
+            f"{self.rss_bound_mib:.0f})"
+        )
+        first = [f"    {line}" for line in (*self.answered[:3], *self.isolated[:3], *self.kept[:3])]
+        return "\n".join(
+            [
+                f"invariant fuzz: {'PASSED' if self.passed else 'FAILED'}; {self.examples} cases over "
+                f"{len(self.models)} models ({', '.join(self.models)}), seeds {self.seeds}",
+                f"  (a) answered: {by or 'nothing sent'}; slowest {self.slowest_s:.2f} s ({self.slowest}); "
+                f"violations {len(self.answered)}",
+                f"  (b) isolated: {self.regions_checked} region checks, "
+                f"{'two uids' if self.other_uid else 'one uid (not root: no other user)'}; violations "
+                f"{len(self.isolated)}",
+                f"  (c) kept: tritonserver {self.server_pid}, fronts {sorted(self.front_pids)}, "
+                f"{self.stubs} stubs; {rss}; violations {len(self.kept)}",
+                f"  reached: {', '.join(f'{what} {n}' for what, n in sorted(self.covered.items()))}",
+                *first,
+                *(
+                    [f"  first violation: case {self.first_failure[0]}, {self.first_failure[1]:.0f} s in"]
+                    if self.first_failure
+                    else []
+                ),
+                *(f"    failing case: {case}" for case in self.failing_cases[:3]),
+            ]
+        )
+
+
+class InvariantFuzz:
+    """``with InvariantFuzz(target) as fuzz: fuzz.check(case)`` (module docstring). ``stop_at``
+    (``time.monotonic()``): cases drawn after it are not sent (``make soak``'s time budget)."""
+
+    def __init__(self, target: FuzzTarget, rss_bound_mib: float = RSS_BOUND_MIB) -> None:
+        self.target = target
+        self.report = InvariantReport(rss_bound_mib=rss_bound_mib)
+        self.stop_at = float("inf")
+        self.fatal = ""
+        self._registrations = 0
+
+    def __enter__(self) -> InvariantFuzz:
+        target = self.target
+        self.spaces = served_spaces(target)
+        self.report.models = sorted(self.spaces)
+        self.client = Client(target.http_url, target.grpc_url)
+        self.other = OtherUser(target.http_url, target.grpc_url) if OtherUser.available() else None
+        self.report.other_uid = self.other is not None
+        stubs = [stub for stub in server_stubs(target.server_pid() or 0) if stub.alive]
+        stub_region = stubs[0].shm_region if stubs else "no-stub-region"  # a key no client may register
+        self.regions = Regions(self.client, self.other, f"fz{os.getpid()}", stub_region)
+        self.regions.setup()
+        self._judge(self.regions.setup_answers, 30.0, "setup")
+        report = self.report
+        report.server_pid, report.front_pids = target.server_pid(), target.front_pids()
+        self.stub_pids = self._stub_pids()
+        report.stubs = len(self.stub_pids)
+        report.rss_start_mib = report.rss_peak_mib = report.rss_end_mib = rss_mib(report.server_pid)
+        self._started = time.monotonic()
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        self.report.rss_end_mib = rss_mib(self.target.server_pid())
+        self.regions.close()
+        if self.other is not None:
+            self.other.close()
+        self.client.close()
+
+    def _stub_pids(self) -> set[int]:
+        return {stub.pid for stub in server_stubs(self.target.server_pid() or 0) if stub.alive}
+
+    def _judge(self, answers: Sequence[Answer], deadline_s: float, what: str) -> list[str]:
+        """Invariant (a) over ``answers``."""
+        problems = []
+        for answer in answers:
+            if answer.verdict == "broken":
+                problems.append(f"(a) {what}: {answer.what} answered {answer.status}: {answer.message}")
+            elif answer.elapsed_s > deadline_s + SLACK_S:
+                problems.append(
+                    f"(a) {what}: {answer.what} took {answer.elapsed_s:.1f} s, past {deadline_s:g} s"
+                )
+            if answer.elapsed_s > self.report.slowest_s:
+                self.report.slowest_s, self.report.slowest = (
+                    answer.elapsed_s,
+                    f"{what} {answer.what} {answer.status}",
+                )
+        self.report.answered += problems
+        return problems
+
+    def _kept(self) -> list[str]:
+        """Invariant (c), but for the RSS bound (``InvariantReport.passed``)."""
+        report, target, problems = self.report, self.target, []
+        pid = target.server_pid()
+        alive = _running(pid)
+        if pid != report.server_pid or not alive:
+            problems.append(f"(c) tritonserver {report.server_pid} is gone (now {pid}, alive {alive})")
+        fronts = target.front_pids()
+        if fronts != report.front_pids:
+            problems.append(f"(c) the fronts {sorted(report.front_pids)} are now {sorted(fronts)}")
+        gone = [stub for stub in self.stub_pids if not _running(stub, parent=pid)]
+        stubs = self._stub_pids() if gone else self.stub_pids  # the full scan of /proc only when needed
+        if stubs != self.stub_pids:
+            problems.append(
+                f"(c) stubs died {sorted(self.stub_pids - stubs)}, new {sorted(stubs - self.stub_pids)}"
+            )
+        report.rss_peak_mib = max(report.rss_peak_mib, rss_mib(pid))
+        report.kept += problems
+        if problems:
+            self.fatal = problems[0]
+        return problems
+
+    def check(self, case: Case) -> None:
+        """Send ``case`` and hold the three invariants; ``AssertionError`` lists what broke. Once the
+        server broke (invariant (c)), every case fails at once with that, from the same line:
+        hypothesis takes a failure that moves for a flaky one."""
+        if time.monotonic() >= self.stop_at and not self.fatal:
+            return
+        problems = [f"the server broke earlier: {self.fatal}"] if self.fatal else self._held(case)
+        if problems:
+            if not self.report.failing_cases:
+                self.report.first_failure = (self.report.examples, time.monotonic() - self._started)
+            self.report.failing_cases.append(repr(case))
+            raise AssertionError("\n".join(problems))
+
+    def _held(self, case: Case) -> list[str]:
+        """What ``case`` broke of the three invariants."""
+        space = self.spaces.get(case.model) or self.spaces.get(case.model.rstrip("_"))
+        deadline_s = space.deadline_s if space is not None else self.target.default_deadline_s
+        answers, problems = self._send(case, space, deadline_s)
+        problems += self._judge(answers, deadline_s, f"{case.protocol} {case.model}")
+        theirs = self._other_uid(case, space)
+        for answer in theirs:
+            self.report.covered[f"{answer.what} {answer.verdict}"] += 1
+        problems += self._judge(theirs, deadline_s, "other uid")
+        isolated = self.regions.verify([*(("a", a) for a in answers), *(("b", b) for b in theirs)])
+        isolated += self._listing(theirs)
+        self.report.isolated += isolated
+        self.report.regions_checked += 1
+        if case.registration is not None:
+            front = "http" if case.protocol == "http" else "grpc"
+            problems += self._judge(self.regions.end_fresh(front), 30.0, "unregister")
+        self.report.examples += 1
+        return problems + isolated + self._kept()
+
+    def _send(
+        self, case: Case, space: ModelSpace | None, deadline_s: float
+    ) -> tuple[list[Answer], list[str]]:
+        """The case's registration (if any) and request; the ranges its outputs may have written are
+        allowed when it was answered ok."""
+        rules = {rule.name: rule for rule in space.inputs} if space is not None else {}
+        data = [carried(t, rules.get(t.name), case.seed + i) for i, t in enumerate(case.inputs)]
+        answers = []
+        front = "http" if case.protocol == "http" else "grpc"
+        covered = self.report.covered
+        if case.registration is not None:
+            self._registrations += 1
+            answers.append(self.regions.register_fresh(front, case.registration, self._registrations))
+            covered[f"registration {case.registration.key} {answers[-1].verdict}"] += 1
+        placed_inputs = [
+            self.regions.place(t.shm, len(d.raw), d.raw) if t.shm is not None else None
+            for t, d in zip(case.inputs, data, strict=True)
+        ]
+        placed_outputs = [
+            self.regions.place(o.shm, o.shm.size or 0) if o.shm is not None else None
+            for o in case.outputs or ()
+        ]
+        answer, verdict, problems = self._request(
+            case, space, data, placed_inputs, placed_outputs, deadline_s
+        )
+        answers.append(answer)
+        self.report.verdicts[(case.protocol, verdict)] += 1
+        if verdict == "ok":
+            covered[f"ok {case.model}"] += 1
+            if any(p is not None for p in placed_inputs):  # counted only when reached: no "… 0" line
+                covered[f"ok {front} shared-memory input"] += 1
+            for output, placed in zip(case.outputs or (), placed_outputs, strict=True):
+                if output.shm is not None and placed is not None:
+                    self.regions.allow_output(output.shm, placed.size)
+                    covered[f"ok {front} shared-memory output"] += 1
+        return answers, problems
+
+    def _request(
+        self,
+        case: Case,
+        space: ModelSpace | None,
+        data: Sequence[Carried],
+        inputs: Sequence[Placed | None],
+        outputs: Sequence[Placed | None],
+        deadline_s: float,
+    ) -> tuple[Answer, str, list[str]]:
+        """The case's request on its protocol: the answer, the verdict of the fuzzed request itself (on a
+        stream, its message's), and what broke invariant (a) beyond the answer (the valid message after
+        it on a stream went unanswered or failed)."""
+        timeout = deadline_s + SLACK_S
+        if case.protocol == "http":
+            path, headers, body = http_body(case, data, inputs, outputs)
+            answer = self.client.http("infer", "POST", path, body, headers, timeout)
+            return answer, answer.verdict, []
+        request = grpc_request(case, data, inputs, outputs)
+        if case.protocol == "grpc":
+            answer = self.client.grpc("infer", "ModelInfer", request.SerializeToString(), timeout)
+            return answer, answer.verdict, []
+        messages = [request, *([self._control(space)] if space is not None else [])]
+        answer, answered = self.client.stream(messages, timeout)
+        if answer.verdict != "ok":
+            return answer, answer.verdict, []
+        problems = []
+        if space is not None and not answered.get("control"):
+            problems.append(f"(a) stream {case.model}: the valid message after the fuzzed one failed")
+        self.report.answered += problems
+        return answer, "ok" if answered.get("fuzz") else "refused", problems
+
+    def _control(self, space: ModelSpace) -> service_pb2.ModelInferRequest:
+        tensors = control_case(space)
+        rules = {rule.name: rule for rule in space.inputs}
+        control = Case(space.name, "stream", tensors, None, 0)
+        data = [carried(t, rules[t.name], i) for i, t in enumerate(tensors)]
+        return grpc_request(control, data, [None] * len(tensors), [], request_id="control")
+
+    def _other_uid(self, case: Case, space: ModelSpace | None) -> list[Answer]:
+        """What the other user does after the case: list its regions on both fronts, or run the
+        model's smallest valid request with its first input and every output in its own region."""
+        other = self.other
+        if other is None or not case.other_uid or space is None:
+            return []
+        if case.other_uid == "status":
+            reply = other.http("GET", "/v2/systemsharedmemory/status", b"", {}, 30)
+            request = service_pb2.SystemSharedMemoryStatusRequest().SerializeToString()
+            return [
+                http_answer("other uid status", reply),
+                grpc_answer("other uid status", *other.grpc("SystemSharedMemoryStatus", request, 30)),
+            ]
+        tensors = control_case(space)
+        if not tensors:
+            return []
+        rules = {rule.name: rule for rule in space.inputs}
+        data = [carried(t, rules[t.name], case.seed + 99 + i) for i, t in enumerate(tensors)]
+        theirs, name = self.regions.files["b_theirs"], self.regions.name("theirs")
+        theirs.write(0, data[0].raw)  # as root: the fuzz writes B's input for it
+        used = len(data[0].raw)
+        slot = (len(theirs.expected) - used) // max(len(space.outputs), 1)
+        outputs = [Placed(name, used + i * slot, slot) for i in range(len(space.outputs))]
+        wanted = tuple(OutputCase(output.name) for output in space.outputs)
+        inputs = [Placed(name, 0, used), *([None] * (len(tensors) - 1))]
+        path, headers, body = http_body(Case(space.name, "http", tensors, wanted, 0), data, inputs, outputs)
+        timeout = space.deadline_s + SLACK_S
+        answer = http_answer("other uid infer", other.http("POST", path, body, headers, timeout))
+        if answer.verdict == "ok":
+            theirs.allowed += [(output.offset, output.offset + output.size) for output in outputs]
+        return [answer]
+
+    def _listing(self, answers: Sequence[Answer]) -> list[str]:
+        """No client's region listing names another's regions."""
+        mine = [self.regions.name(kind) for kind in ("a0", "a1", "fresh")]
+        return [
+            f"(b) {answer.what} lists {name}, a region of another client"
+            for answer in answers
+            if answer.what == "other uid status"
+            for name in mine
+            if name.encode() in answer.payload
+        ]
+
+
+def run_examples(fuzz: InvariantFuzz, examples: int, seed: int, replay: str = "") -> None:
+    """Hypothesis over ``fuzz``: ``examples`` cases from ``seed`` (the same seed draws the same cases),
+    or the one failure a ``@reproduce_failure`` blob printed by an earlier run names (``replay``:
+    ``'<hypothesis version> <blob>'``; a case that holds the invariants now passes). Raises the
+    smallest failing case's ``AssertionError``."""
+    fuzz.report.seeds.append(seed)
+
+    @settings(
+        max_examples=examples, deadline=None, database=None, print_blob=True,
+        suppress_health_check=list(HealthCheck), verbosity=Verbosity.normal,
+    )  # fmt: skip
+    @hypothesis_seed(seed)
+    @given(cases(sorted(fuzz.spaces.values(), key=lambda s: s.name)))
+    def invariants_hold(case: Case) -> None:
+        fuzz.check(case)
+
+    if not replay:
+        invariants_hold()
+        return
+    version, blob = replay.split(maxsplit=1)
+    blob_bytes = ast.literal_eval(blob) if blob.startswith("b'") else blob.encode()
+    try:
+        reproduce_failure(version, blob_bytes)(invariants_hold)()
+    except DidNotReproduce:
+        log.info("the replayed case holds the invariants now")
+
+
+def replay_case(fuzz: InvariantFuzz, text: str) -> None:
+    """One case as hypothesis printed it (``Case(model=..., ...)``), sent again."""
+    names = {name: getattr(request_space, name) for name in request_space.REPLAYABLE}
+    fuzz.check(eval(text, {"__builtins__": {}}, names))  # the fuzz's own printed repr, nothing else
+
+
+def run_for(
+    target: FuzzTarget, seconds: float, first_seed: int, examples_per_seed: int = 200
+) -> InvariantReport:
+    """``make soak``'s phase: hypothesis runs of ``examples_per_seed`` cases, seed after seed, for
+    ``seconds``; a failure is accounted and the next seed goes on, unless the server broke."""
+    with InvariantFuzz(target) as fuzz:
+        fuzz.stop_at = time.monotonic() + seconds
+        seed = first_seed
+        while time.monotonic() < fuzz.stop_at and not fuzz.fatal:
+            try:
+                run_examples(fuzz, examples_per_seed, seed)
+            except Exception as failure:  # accounted in the report, case by case; log hypothesis's summary
+                log.error("invariant fuzz, seed %d: %s", seed, failure)
+            seed += 1
+    return fuzz.report

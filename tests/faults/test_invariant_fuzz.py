@@ -1,0 +1,58 @@
+"""Fault matrix row 62: the invariant fuzz (``soak.invariant_fuzz``) over every model the fault
+server serves, through both fronts, with a fixed seed and a short budget; ``make soak`` runs it
+longer on the default repository.
+
+Hypothesis draws each request from the served configs' bounds (``soak.request_space``); after every
+one, (a) it was answered within its model's deadline (2xx, 4xx, or 429/504 by policy), (b) no
+client's canary reached another client's answer or region and no region changed but where an answered
+request named an output, (c) tritonserver, the fronts and every stub kept their PIDs; at the end
+tritonserver's RSS is within the stated bound of the start. The run must also reach what it claims to
+test: a valid request answered for every served model, shared-memory inputs and outputs over both
+fronts, registrations accepted and refused, and the other user's requests.
+
+Budget and replay (docs/SERVING.md, "The invariant fuzz"): ``INVARIANT_FUZZ_EXAMPLES`` (cases, default
+500) and ``INVARIANT_FUZZ_SEED`` (default 0); a failure prints hypothesis's smallest failing case and
+its ``@reproduce_failure`` blob: ``INVARIANT_FUZZ_REPLAY='<version> <blob>'`` runs that case again, and
+``INVARIANT_FUZZ_CASE='Case(...)'`` sends the printed case itself.
+"""
+
+from __future__ import annotations
+
+import os
+
+import pytest
+
+from server import TritonServer
+from soak.invariant_fuzz import FuzzTarget, InvariantFuzz, replay_case, run_examples
+from soak.other_uid import OtherUser
+
+pytestmark = pytest.mark.integration
+EXAMPLES = int(os.environ.get("INVARIANT_FUZZ_EXAMPLES", "500"))
+SEED = int(os.environ.get("INVARIANT_FUZZ_SEED", "0"))
+
+
+def test_invariants_hold_over_every_served_model(fault_server: TritonServer) -> None:
+    with InvariantFuzz(FuzzTarget.of(fault_server)) as fuzz:
+        try:
+            if os.environ.get("INVARIANT_FUZZ_CASE"):
+                replay_case(fuzz, os.environ["INVARIANT_FUZZ_CASE"])
+            else:
+                run_examples(fuzz, EXAMPLES, SEED, os.environ.get("INVARIANT_FUZZ_REPLAY", ""))
+        finally:
+            print(fuzz.report.text())
+    report = fuzz.report
+    assert report.passed, report.text()
+    if os.environ.get("INVARIANT_FUZZ_CASE") or os.environ.get("INVARIANT_FUZZ_REPLAY"):
+        return  # one case: nothing more to reach
+    reached = report.covered
+    assert not [m for m in report.models if not reached[f"ok {m}"]], "models no valid request reached"
+    for front in ("http", "grpc"):
+        assert reached[f"ok {front} shared-memory input"] and reached[f"ok {front} shared-memory output"]
+    assert reached["registration own ok"] and reached["registration theirs refused"]
+    assert {protocol for protocol, verdict in report.verdicts if verdict == "refused"} == {
+        "http",
+        "grpc",
+        "stream",
+    }
+    if OtherUser.available():
+        assert report.other_uid and reached["other uid infer ok"] and reached["other uid status ok"]

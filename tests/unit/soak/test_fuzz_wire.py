@@ -1,0 +1,87 @@
+"""What the invariant fuzz puts on the wire and how it judges what comes back, without a server: the
+data each drawn tensor carries (exactly its shape, or cut, lengthened, its BYTES prefixes broken), the
+control request a stream must still answer, and each HTTP status and gRPC code sorted into answered,
+refused, by policy or broken."""
+
+from __future__ import annotations
+
+import pytest
+
+from server.fronts.tensor_limits import count_bytes_elements
+from soak import request_space
+from soak.fuzz_wire import SLACK_S, carried, control_case, grpc_answer, http_answer
+from soak.other_uid import HttpReply
+from soak.request_space import BYTES_FAULTS, ModelSpace, TensorCase, element_size
+from tests.unit.soak.fuzz_spaces import SPACES, allowed
+
+
+@pytest.mark.parametrize("space", SPACES, ids=lambda s: s.name)
+def test_the_control_request_is_one_the_allow_list_accepts(space: ModelSpace) -> None:
+    """The valid message a stream must still answer after the fuzzed one, and the other user's
+    request, are valid by the config (else the fuzz would blame the server for its own request)."""
+    allowed(space, control_case(space), seed=3)
+
+
+@pytest.mark.parametrize("datatype", [*request_space.ELEMENT_BYTES, "FP99"])
+def test_each_datatype_carries_exactly_its_shape(datatype: str) -> None:
+    tensor = TensorCase("x", datatype, (2, 3), "binary", 6)
+    data = carried(tensor, None, seed=1)
+    if datatype == "BYTES":
+        assert count_bytes_elements(data.raw, 6) == (6, len(data.raw))
+    else:
+        assert len(data.raw) == 6 * element_size(datatype)
+    assert len(data.values) == 6
+
+
+@pytest.mark.parametrize("fault", BYTES_FAULTS)
+def test_a_bytes_fault_breaks_the_length_prefixes(fault: str) -> None:
+    """Every BYTES fault leaves a buffer that is not exactly the shape's elements (the allow-list walks
+    the same prefixes and refuses it)."""
+    data = carried(TensorCase("t", "BYTES", (1, 3), "binary", 3, bytes_fault=fault), None, seed=2)
+    assert count_bytes_elements(data.raw, 3) != (3, len(data.raw))
+
+
+def test_bytes_cut_and_added() -> None:
+    exact = carried(TensorCase("x", "FP32", (1, 4), "binary", 4), None, seed=0)
+    short = carried(TensorCase("x", "FP32", (1, 4), "binary", 4, byte_delta=-1), None, seed=0)
+    long = carried(TensorCase("x", "FP32", (1, 4), "binary", 4, byte_delta=4), None, seed=0)
+    assert (len(short.raw), len(long.raw)) == (15, 20) and short.raw == exact.raw[:15]
+    assert (len(short.values), len(long.values)) == (3, 5)
+
+
+@pytest.mark.parametrize(
+    ("reply", "verdict"),
+    [
+        (HttpReply(200, b"{}"), "ok"),
+        (HttpReply(400, b'{"error":"x"}'), "refused"),
+        (HttpReply(413, b""), "refused"),
+        (HttpReply(429, b""), "policy"),
+        (HttpReply(504, b""), "policy"),
+        (HttpReply(500, b""), "broken"),
+        (HttpReply(502, b""), "broken"),
+        (HttpReply(503, b""), "broken"),
+        (HttpReply(failure="hang"), "broken"),
+        (HttpReply(failure="reset: ConnectionResetError()"), "broken"),
+    ],
+)
+def test_an_http_answer_is_judged_by_its_status(reply: HttpReply, verdict: str) -> None:
+    assert http_answer("infer", reply).verdict == verdict
+
+
+@pytest.mark.parametrize(
+    ("code", "details", "verdict"),
+    [
+        ("OK", "", "ok"),
+        ("INVALID_ARGUMENT", "x", "refused"),
+        ("NOT_FOUND", "x", "refused"),
+        ("RESOURCE_EXHAUSTED", "x", "refused"),
+        ("DEADLINE_EXCEEDED", "model 'slow' did not answer within its deadline of 3 s; …", "policy"),
+        ("DEADLINE_EXCEEDED", "Deadline Exceeded", "broken"),  # the client's own timeout: a hang
+        ("INTERNAL", "x", "broken"),
+        ("UNAVAILABLE", "x", "broken"),
+        ("UNKNOWN", "x", "broken"),
+        ("CANCELLED", "x", "broken"),
+    ],
+)
+def test_a_grpc_answer_is_judged_by_its_code(code: str, details: str, verdict: str) -> None:
+    assert grpc_answer("infer", code, details, b"", SLACK_S).verdict == verdict
