@@ -66,19 +66,18 @@ def _gpu_used_bytes(pid: int) -> int:
 def _measure_here(model: Path, inputs: Path, provider: str) -> dict[str, int]:
     import onnxruntime as ort
 
+    from python_backend.onnxruntime.ort_session import open_session
+
     feeds = dict(np.load(inputs))
-    options = ort.SessionOptions()
-    options.intra_op_num_threads = 1
-    options.inter_op_num_threads = 1
     if provider == "cuda":
         ort.OrtValue.ortvalue_from_numpy(np.zeros(1, np.float32), "cuda", 0)  # the context alone
         before = _gpu_used_bytes(os.getpid())
-        session = ort.InferenceSession(str(model), options, providers=["CUDAExecutionProvider"])
+        session = open_session(str(model), 1, 1, ["CUDAExecutionProvider"])
         session.run(None, feeds)
         session.run(None, feeds)
         return {"instance_bytes": _gpu_used_bytes(os.getpid()) - before}
     before = _status_kib("VmRSS")
-    session = ort.InferenceSession(str(model), options, providers=["CPUExecutionProvider"])
+    session = open_session(str(model), 1, 1, ["CPUExecutionProvider"])
     session.run(None, feeds)
     session.run(None, feeds)
     return {"instance_bytes": (_status_kib("VmHWM") - before) * 1024}

@@ -389,7 +389,3 @@ def summary(document: dict) -> str:
         for precision, p in by_precision.items():
             lines.append(f"{model} {precision}: T {p['T_ms']:.4f} ms, Δt {p['dt_ms']:.5f} ms (raw torch)")
     return "\n".join(lines)
-
-
-def read(out: Path) -> dict:
-    return json.loads((out / FIGURES).read_text())

@@ -45,7 +45,6 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
-import onnxruntime as ort
 import tritonclient.http as httpclient
 import yaml
 from google.protobuf import text_format
@@ -62,6 +61,7 @@ from perf.measure.measurement import measure
 from perf.measure.raw import measure_raw
 from perf.measure.server_view import process_tree_cpu_s
 from perf.measure.target import target_from_spec
+from python_backend.onnxruntime.ort_session import open_session
 from server import ServerOptions, TritonServer
 from server.stubs import server_stubs
 
@@ -151,9 +151,7 @@ def _raw_cold_cpu_ms(onnx_path: Path, inputs: dict, batch: int, runs: int = 200)
     """Raw onnxruntime's CPU ms per run of ``batch`` rows with ``EVICT_BYTES`` touched between runs, as
     the other processes of a served execution (perf_analyzer, tritonserver, other stubs) touch theirs:
     what the same run costs with cold caches."""
-    options = ort.SessionOptions()
-    options.intra_op_num_threads = options.inter_op_num_threads = 1
-    session = ort.InferenceSession(str(onnx_path), options, providers=["CPUExecutionProvider"])
+    session = open_session(str(onnx_path), 1, 1, ["CPUExecutionProvider"])
     feeds = {name: pool[:batch] for name, pool in inputs.items()}
     junk, spent = np.zeros(EVICT_BYTES // 8), 0.0
     for _ in range(runs):

@@ -271,7 +271,6 @@ class TritonServer:
         self.admin_key = options.admin_key or new_admin_key()
         self.watchdog: Watchdog | None = None
         self.watchdog_path = options.watchdog_record or self._workdir / "watchdog.json"
-        self.drained: list[str] = []
         self.drain_finished_at: float | None = None  # time.monotonic() when stop()'s drain completed
         # the tritonserver the fronts follow now (rewritten at every start; server.fronts.process)
         self.server_pid_file = self._workdir / "tritonserver.pid"
@@ -569,9 +568,7 @@ class TritonServer:
             self.watchdog.stop()
         if self.process is not None and self.process.poll() is None and self.is_ready():
             try:
-                self.drained = drain(
-                    self.triton_http_url, self.admin_key, self.options.stop_timeout_s, self.pid
-                )
+                drain(self.triton_http_url, self.admin_key, self.options.stop_timeout_s, self.pid)
                 self.drain_finished_at = time.monotonic()  # every model unloaded (stays None otherwise)
             except Exception as error:  # still stop; say what was not drained
                 log.warning("drain incomplete, stopping anyway: %s", error)

@@ -1,5 +1,6 @@
 """The JSON records ``make serve`` keeps in ``.run/`` (server state, the watchdog's and the supervisor's
-record): written whole or not at all (a reader never sees half a file), read as {} when absent."""
+record): written whole or not at all (``python_backend.atomic_files``, as a build's records are), read as
+{} when absent."""
 
 from __future__ import annotations
 
@@ -7,13 +8,12 @@ import json
 from pathlib import Path
 from typing import Any
 
+from python_backend.atomic_files import write_text
+
 
 def write_record(path: Path, data: Any) -> None:
-    """Write ``data`` as JSON beside ``path``, then rename it over ``path``."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    temporary = path.with_suffix(".tmp")
-    temporary.write_text(json.dumps(data, indent=2))
-    temporary.replace(path)
+    """Write ``data`` as JSON over ``path`` atomically (a reader sees the old record or the new one)."""
+    write_text(path, json.dumps(data, indent=2))
 
 
 def read_record(path: Path) -> dict:

@@ -43,10 +43,6 @@ class SplitPlan:
     block_costs: tuple[float, ...]
     cost_method: str  # latency | flops | params | given
 
-    @property
-    def num_stages(self) -> int:
-        return len(self.cuts) + 1
-
     def stage_ranges(self) -> list[tuple[int, int]]:
         """``[start, stop)`` block indices of each stage."""
         bounds = [0, *self.cuts, len(self.block_costs)]

@@ -277,11 +277,6 @@ class ModelSpec:
     def inter_op_threads(self) -> int:
         return self.threads.inter_op
 
-    @property
-    def formed_batch_sizes(self) -> tuple[int, ...]:
-        """Batch sizes the server will run: what the batcher forms, or the static batch size."""
-        return self.batching.formed_sizes(self.max_batch_size)
-
 
 @dataclass(frozen=True)
 class PipelineSpec:

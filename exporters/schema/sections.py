@@ -187,14 +187,6 @@ class Batching:
                 f"preferred_batch_sizes, max_queue_delay_us and queue need mode: dynamic (is {self.mode})",
             )
 
-    def formed_sizes(self, max_batch_size: int) -> tuple[int, ...]:
-        """Batch sizes a model with this batching runs: what the batcher forms, or the static size."""
-        if self.mode == "static":
-            return (self.batch_size,)
-        if self.mode == "dynamic":
-            return tuple(sorted({1, *self.preferred_batch_sizes, max_batch_size}))
-        return (1,)
-
 
 @dataclass(frozen=True)
 class Instances:

@@ -162,8 +162,7 @@ class OnnxModelSource(LoadedSource):
         super().__init__(spec)
         self.field, self.path = field, path
         self.model = load_checked(self.path, self.field)
-        graph_inputs, _ = graph_tensors(self.model, self.field)
-        self.float_inputs = {t.name for t in graph_inputs if t.dtype in ("fp32", "fp16")}
+        graph_tensors(self.model, self.field)  # an unserved type or batch axis: refused before a session
         options = ort.SessionOptions()
         options.log_severity_level = 4  # a shape it refuses is explained by run_or_explain, not logged raw
         self.session = ort.InferenceSession(

@@ -46,11 +46,9 @@ class PaddingProbe:
     run's shape) to the spec's tolerance."""
 
     def __init__(self, onnx_path: Path, spec: ModelSpec, seed: int = 0) -> None:
-        import onnxruntime as ort  # only where buckets are judged
+        from python_backend.onnxruntime.ort_session import open_session  # only where buckets are judged
 
-        options = ort.SessionOptions()
-        options.intra_op_num_threads = options.inter_op_num_threads = 1
-        self.session = ort.InferenceSession(str(onnx_path), options, providers=["CPUExecutionProvider"])
+        self.session = open_session(str(onnx_path), 1, 1, ["CPUExecutionProvider"])
         self.spec = spec
         self.base = longest_draw(spec, seed)
 

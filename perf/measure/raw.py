@@ -13,7 +13,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
-import onnxruntime as ort
+
+from python_backend.onnxruntime.ort_session import open_session
 
 
 @dataclass(frozen=True)
@@ -34,10 +35,7 @@ def measure_raw(
     ``inputs`` is a pool of rows as in ``Target``; batch ``b`` uses the first ``b`` rows. ``providers``:
     the onnxruntime execution providers (the planner times the CUDA provider on a GPU host).
     """
-    options = ort.SessionOptions()
-    options.intra_op_num_threads = intra_op_threads
-    options.inter_op_num_threads = inter_op_threads
-    session = ort.InferenceSession(str(onnx_path), options, providers=list(providers))
+    session = open_session(str(onnx_path), intra_op_threads, inter_op_threads, list(providers))
     points = []
     for batch in batch_sizes:
         feeds = {name: pool[:batch] for name, pool in inputs.items()}

@@ -27,10 +27,6 @@ class Summary:
     p99_ms: float
     mean_ms: float
 
-    @property
-    def error_rate(self) -> float:
-        return self.failed / self.requests if self.requests else 0.0
-
 
 def in_span(records: Sequence[Record], start_s: float, end_s: float) -> list[Record]:
     return [r for r in records if start_s <= r.recv_s < end_s]

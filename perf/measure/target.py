@@ -134,7 +134,6 @@ class Caller:
         self._next_row = 0  # with ``target.cycle``: the pool row the next request starts at
         self._next_shape = 0  # with ``target.shapes``: the index of the next request's lengths
         self._shaped: dict[tuple[int, int], tuple[list[Any], int]] = {}
-        self._outputs: dict[int, list[Any]] = {}
 
     async def __aenter__(self) -> Caller:
         self.client = self.connect(self.target, self.slot_count)

@@ -50,10 +50,6 @@ class LatencyFit:
         busy_ms = sum(self.batch_ms(size) * count for size, count in formed.items())
         return 1000 * samples / busy_ms if busy_ms else 0.0
 
-    def gain(self, formed: Mapping[int, int]) -> float:
-        """Predicted throughput of ``formed`` batches over batch-of-one throughput."""
-        return self.throughput_for(formed) / self.throughput(1)
-
 
 def fit_latency(points: Mapping[int, float], weights: Mapping[int, float] | None = None) -> LatencyFit:
     """Least-squares ``T`` and ``Δt`` from ``{batch size: ms}``; ``weights`` (e.g. executions seen)

@@ -46,12 +46,6 @@ GENERIC_NVLINK_GBS = 25.0  # per link and direction where the GPU is unknown: NV
 GENERIC_PCIE = "gen4"  # the PCIe generation assumed where the GPU is unknown
 SYS_SHARE = 0.5  # of the PCIe bandwidth: a copy staged through host memory is two PCIe copies
 PCIE_LEVELS = ("PIX", "PXB", "PHB", "NODE")
-SOURCES = (
-    "https://www.nvidia.com/en-us/data-center/nvlink/",
-    "PCI-SIG PCI Express Base Specification 3.0, 4.0, 5.0 (x16, 128b/130b)",
-    "nvidia-smi topo -m legend (SYS, NODE, PHB, PXB, PIX, NV#)",
-    "CUDA samples: p2pBandwidthLatencyTest (per-hop latency, order of magnitude)",
-)
 
 
 @dataclass(frozen=True)

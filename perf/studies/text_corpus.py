@@ -17,8 +17,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 import numpy as np
-import onnxruntime as ort
 
+from python_backend.onnxruntime.ort_session import open_session
 from python_backend.text_tokenizer.tokens import TextTokenizer
 
 WORDS = [
@@ -160,13 +160,6 @@ def text_pool(corpus: Sequence[CorpusText]) -> np.ndarray:
     return np.array([[c.text.encode("utf-8")] for c in corpus], dtype=np.object_)
 
 
-def _session(onnx_path: str, intra_op_threads: int) -> ort.InferenceSession:
-    options = ort.SessionOptions()
-    options.intra_op_num_threads = intra_op_threads
-    options.inter_op_num_threads = 1
-    return ort.InferenceSession(onnx_path, options, providers=["CPUExecutionProvider"])
-
-
 def raw_onnxruntime(
     onnx_path: str, tokenizer: TextTokenizer, corpus: Sequence[CorpusText], batch: int,
     intra_op_threads: int = 1, rounds: int = 2,
@@ -176,7 +169,7 @@ def raw_onnxruntime(
     Texts are grouped by padded length (bucket) and run ``batch`` at a time, as the dynamic batcher
     groups them; tokenization is timed too. Best of ``rounds`` passes.
     """
-    session = _session(onnx_path, intra_op_threads)
+    session = open_session(onnx_path, intra_op_threads, 1, ["CPUExecutionProvider"])
     texts = [c.text for c in corpus]
 
     def one_pass() -> tuple[float, int, int]:
@@ -220,7 +213,7 @@ def bucket_latency(
     seconds: float = 0.2,
 ) -> dict[int, dict[int, float]]:  # fmt: skip
     """``{padded length: {batch: median ms of one run}}`` of the encoder in-process (real token ids)."""
-    session = _session(onnx_path, intra_op_threads)
+    session = open_session(onnx_path, intra_op_threads, 1, ["CPUExecutionProvider"])
     rng = np.random.default_rng(0)
     table: dict[int, dict[int, float]] = {}
     for length in lengths:

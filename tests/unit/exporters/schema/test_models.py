@@ -83,12 +83,3 @@ def test_duplicate_model_names_rejected(spec_data: dict[str, Any]) -> None:
     data["models"].append(copy.deepcopy(data["models"][0]))
     with pytest.raises(SpecError, match=rf"models\[{len(data['models']) - 1}\].name: duplicate"):
         parse_spec(data)
-
-
-def test_formed_batch_sizes_follow_the_batching_mode(spec_data: dict[str, Any]) -> None:
-    image = parse_spec(spec_data).model("image_classifier")
-    assert image.formed_batch_sizes == (1, 8, 16, 32)
-    static = parse_spec(_with(spec_data, 0, batching={"mode": "static", "batch_size": 32})).models[0]
-    assert static.formed_batch_sizes == (32,)
-    none = parse_spec(_with(spec_data, 0, batching={"mode": "none"})).models[0]
-    assert none.formed_batch_sizes == (1,)

@@ -22,12 +22,10 @@ def test_noisy_points_lower_r2():
     assert fit_latency(points).r2 < 0.97
 
 
-def test_gain_uses_the_formed_histogram():
+def test_throughput_follows_the_formed_histogram():
     fit = fit_latency({1: 2.0, 9: 4.0})  # T = 2, Δt = 0.25
     # Half the executions at batch 1, half at batch 9: 10 samples in 2 + 4 = 6 ms.
     assert fit.throughput_for({1: 1, 9: 1}) == pytest.approx(1000 * 10 / 6)
-    assert fit.gain({1: 1, 9: 1}) == pytest.approx((10 / 6) / (1 / 2))
-    assert fit.gain({1: 5}) == pytest.approx(1.0)
 
 
 def test_fit_needs_two_batch_sizes():
