@@ -58,6 +58,23 @@ def test_the_overflowing_shape_kills_no_stub(fault_server: TritonServer, good_tr
     _embeds(fault_server)
 
 
+@pytest.mark.parametrize("compression", [grpc.Compression.Gzip, grpc.Compression.Deflate])
+def test_a_compressed_message_is_checked_like_any_other(fault_server: TritonServer, compression) -> None:
+    """The front reads each message itself: a compressed one is unpacked and checked (row 19's
+    shape refused in the front's words, no stub killed), a good one answered."""
+    stubs = _live_stubs(fault_server)
+    with grpc.insecure_channel(fault_server.grpc_url, compression=compression) as channel:
+        service = service_pb2_grpc.GRPCInferenceServiceStub(channel)
+        with pytest.raises(grpc.RpcError) as error:
+            service.ModelInfer(overflowing_request(ENCODER, ("input_ids", "attention_mask")), timeout=60)
+        assert error.value.code() == grpc.StatusCode.INVALID_ARGUMENT
+        assert "declares shape [1, 2305843009213693952]" in (error.value.details() or "")
+    client = grpcclient.InferenceServerClient(fault_server.grpc_url)
+    answer = client.infer("trivial", trivial_inputs("grpc"), compression_algorithm=compression.name.lower())
+    assert answer.as_numpy("y").shape == (1, 16)
+    assert _live_stubs(fault_server) == stubs
+
+
 def test_a_stream_answers_the_overflowing_shape_on_the_stream(fault_server: TritonServer) -> None:
     """ModelStreamInfer: the refused message gets its error on the stream, the next one its answer."""
     answers: queue.Queue = queue.Queue()

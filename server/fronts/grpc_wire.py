@@ -1,0 +1,430 @@
+"""gRPC over the front's own HTTP/2 (``server.fronts.h2c``): what a call is on the wire (length-prefixed
+messages, ``grpc-timeout``, ``grpc-status`` trailers), and the calls of a client's connection to the
+front (``FrontConnection``, ``ServerCall``); Triton's end is ``server.fronts.grpc_upstream``.
+
+A client connection is an HTTP/2 connection whose streams are calls. Each call's request headers are
+decoded, its messages are reassembled from DATA frames (a message above the front's bound gets
+``RESOURCE_EXHAUSTED`` from its 5-byte prefix, before it is buffered; fault matrix row 20), and the
+call is handed to the front's handler (``GrpcFront.serve``) as a ``ServerCall``: a unary call once its
+one message is whole, a stream at once, reading its messages as they come (and letting the client send
+more only as it reads them). A call the client resets, or whose connection closes, has its handler
+cancelled. A connection must finish its preface and SETTINGS within ``handshake_s`` (row 41) and is
+closed with ``GOAWAY`` after ``idle_s`` without a call.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import zlib
+from collections import deque
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
+from urllib.parse import quote, unquote
+
+import grpc
+
+from server.fronts import h2c
+
+log = logging.getLogger(__name__)
+
+Headers = list[tuple[bytes, bytes]]
+STATUS = {code.name: code.value[0] for code in grpc.StatusCode}
+OK, CANCELLED, UNKNOWN, INTERNAL, UNAVAILABLE = (
+    STATUS[n] for n in ("OK", "CANCELLED", "UNKNOWN", "INTERNAL", "UNAVAILABLE")
+)
+RESOURCE_EXHAUSTED, UNIMPLEMENTED = STATUS["RESOURCE_EXHAUSTED"], STATUS["UNIMPLEMENTED"]
+# grpc-timeout units in seconds
+TIMEOUT_UNITS = {b"H": 3600.0, b"M": 60.0, b"S": 1.0, b"m": 1e-3, b"u": 1e-6, b"n": 1e-9}
+PREFIX_BYTES = 5  # a message's compressed flag and 32-bit length
+RESPONSE_HEADERS = [(b":status", b"200"), (b"content-type", b"application/grpc")]
+RESPONSE_BLOCK = h2c.encode_headers(RESPONSE_HEADERS)
+OK_TRAILERS = h2c.encode_headers([(b"grpc-status", b"0")])
+OK_ALONE = RESPONSE_BLOCK + OK_TRAILERS  # trailers-only
+
+
+class GrpcError(Exception):
+    """A call ends with this status (``code``: gRPC's number), ``details`` and trailing metadata."""
+
+    def __init__(self, code: int, details: str, trailing: Headers | None = None) -> None:
+        super().__init__(details)
+        self.code, self.details, self.trailing = code, details, trailing or []
+
+    @classmethod
+    def named(cls, name: str, details: str) -> GrpcError:
+        return cls(STATUS[name], details)
+
+
+def parse_timeout(value: bytes) -> float | None:
+    """A ``grpc-timeout`` header in seconds (None when malformed: the call then has no deadline)."""
+    unit = TIMEOUT_UNITS.get(value[-1:])
+    digits = value[:-1]
+    if unit is None or not digits.isdigit() or len(digits) > 8:
+        return None
+    return int(digits) * unit
+
+
+def format_timeout(seconds: float) -> bytes:
+    """Seconds as a ``grpc-timeout`` header (milliseconds, at least one; at most 8 digits)."""
+    return b"%dm" % min(max(1, int(seconds * 1000)), 99_999_999)
+
+
+def frame_message(message: bytes) -> bytes:
+    return b"\x00" + len(message).to_bytes(4, "big") + message
+
+
+def status_headers(code: int, details: str, trailing: Headers) -> Headers:
+    headers = [(b"grpc-status", str(code).encode())]
+    if details:
+        headers.append((b"grpc-message", quote(details, safe=" !\"#$&'()*+,-./:;<=>?@[\\]^_`{|}~").encode()))
+    return headers + trailing
+
+
+def read_status(headers: Headers) -> tuple[int, str, Headers]:
+    """(code, details, trailing metadata) of a call's trailers."""
+    code, details, trailing = UNKNOWN, "", []
+    for name, value in headers:
+        if name == b"grpc-status":
+            code = int(value) if value.isdigit() else UNKNOWN
+        elif name == b"grpc-message":
+            details = unquote(value.decode("latin-1"))
+        elif not name.startswith(b":") and name != b"content-type":
+            trailing.append((name, value))
+    return code, details, trailing
+
+
+class MessageReader:
+    """Whole messages out of a call's DATA frames; ``RESOURCE_EXHAUSTED`` for one above ``limit`` as
+    soon as its prefix says so."""
+
+    def __init__(self, limit: int, encoding: bytes | None = None) -> None:
+        self.limit, self.encoding = limit, encoding
+        self.pending = bytearray()
+
+    def feed(self, data: bytes) -> list[tuple[bytes, int]]:
+        """The messages completed by ``data``, each with its size on the wire."""
+        pending = self.pending
+        if not pending and len(data) >= PREFIX_BYTES:
+            length = int.from_bytes(data[1:5], "big")
+            if length + PREFIX_BYTES == len(data) and length <= self.limit and not data[0]:
+                return [(data[PREFIX_BYTES:], len(data))]  # one whole message in one frame
+        pending += data
+        messages = []
+        while len(pending) >= PREFIX_BYTES:
+            length = int.from_bytes(pending[1:5], "big")
+            if length > self.limit:
+                raise GrpcError(
+                    RESOURCE_EXHAUSTED, f"Received message larger than max ({length} vs. {self.limit})"
+                )
+            if len(pending) < PREFIX_BYTES + length:
+                break
+            message = bytes(pending[PREFIX_BYTES : PREFIX_BYTES + length])
+            if pending[0]:
+                message = self._decompress(message)
+            messages.append((message, PREFIX_BYTES + length))
+            del pending[: PREFIX_BYTES + length]
+        return messages
+
+    def _decompress(self, message: bytes) -> bytes:
+        """A compressed message (``grpc-encoding`` gzip or deflate), bounded by ``limit`` unpacked."""
+        if self.encoding not in (b"gzip", b"deflate"):
+            raise GrpcError(
+                UNIMPLEMENTED, f"a compressed message in encoding {self.encoding!r}: only gzip and deflate"
+            )
+        unpacker = zlib.decompressobj(zlib.MAX_WBITS | 16 if self.encoding == b"gzip" else zlib.MAX_WBITS)
+        try:
+            plain = unpacker.decompress(message, self.limit + 1)
+        except zlib.error as error:
+            raise GrpcError(INTERNAL, f"a compressed message that does not decompress: {error}") from error
+        if len(plain) > self.limit:
+            raise GrpcError(RESOURCE_EXHAUSTED, f"a message above {self.limit} bytes once decompressed")
+        return plain
+
+
+class ServerCall:
+    """One call of a client, as the front's handler sees it."""
+
+    def __init__(
+        self, connection: FrontConnection, stream_id: int, method: str, headers: Headers, streaming: bool
+    ) -> None:
+        self.connection, self.stream_id, self.method, self.streaming = (
+            connection,
+            stream_id,
+            method,
+            streaming,
+        )
+        self.metadata: Headers = []
+        self.deadline: float | None = None
+        encoding = None
+        for name, value in headers:
+            if name == b"grpc-timeout":
+                timeout = parse_timeout(value)
+                self.deadline = None if timeout is None else connection.loop.time() + timeout
+            elif name == b"grpc-encoding":
+                encoding = None if value == b"identity" else value
+            if not name.startswith(b":"):
+                self.metadata.append((name, value))
+        self.reader = MessageReader(connection.front_limits.max_message_bytes, encoding)
+        self.messages: deque[tuple[bytes, int]] = deque()
+        self.queued = 0  # bytes of the messages waiting for the handler
+        self.withheld = 0  # bytes received and not yet given back as window
+        self.ended = False  # the client sent all it will
+        self.waiter: asyncio.Future | None = None
+        self.task: asyncio.Task | None = None
+        self.headers_sent = False
+        self.done = False
+
+    @property
+    def peer(self) -> tuple[str, str, int | None]:
+        """(address, connection, port) of the client, as the shares and the shared-memory table know
+        it (``ipv4:127.0.0.1:54321``: address ``127.0.0.1``, port 54321)."""
+        return self.connection.address, self.connection.name, self.connection.port
+
+    def time_remaining(self) -> float | None:
+        return None if self.deadline is None else self.deadline - self.connection.loop.time()
+
+    def feed(self, data: bytes, end_stream: bool) -> None:
+        """DATA from the client (``end_stream``: its last)."""
+        if self.done:
+            return
+        try:
+            messages = self.reader.feed(data) if data else []
+        except GrpcError as error:  # before the rest of the message is buffered
+            self.finish(error.code, error.details)
+            if self.task is not None:
+                self.task.cancel()
+            return
+        self.messages.extend(messages)
+        self.queued += sum(size for _, size in messages)
+        self._give_window(len(data))
+        if end_stream:
+            self.ended = True
+            if self.reader.pending:
+                self.finish(INTERNAL, "the call ended inside a message")
+                if self.task is not None:
+                    self.task.cancel()
+                return
+        if self.task is None and (self.streaming or self.ended):
+            self.task = asyncio.ensure_future(self.connection.front_serve(self))
+            self.task.add_done_callback(self._served)
+        if self.waiter is not None and not self.waiter.done() and (messages or end_stream):
+            self.waiter.set_result(None)
+
+    def message(self) -> bytes:
+        """The one message of a unary call."""
+        if len(self.messages) != 1:
+            raise GrpcError(INTERNAL, f"a unary call carries one message, this one {len(self.messages)}")
+        return self.messages[0][0]
+
+    async def receive(self) -> bytes | None:
+        """The next message of a stream; None once the client has sent its last."""
+        while not self.messages:
+            if self.ended:
+                return None
+            self.waiter = self.connection.loop.create_future()
+            await self.waiter
+            self.waiter = None
+        message, size = self.messages.popleft()
+        self.queued -= size
+        self._give_window(0)
+        return message
+
+    def _give_window(self, received: int) -> None:
+        """Let the client send more: at once while the messages waiting for the handler stay under
+        one stream window (a message larger than the window can still arrive whole), else once the
+        handler takes them."""
+        self.withheld += received
+        if self.withheld and (not self.streaming or self.queued <= h2c.STREAM_WINDOW):
+            self.connection.consumed(self.stream_id, self.withheld)
+            self.withheld = 0
+
+    def send_message(self, message: bytes) -> None:
+        if self.done:
+            return
+        if not self.headers_sent:
+            self.headers_sent = True
+            self.connection.send_headers(self.stream_id, RESPONSE_BLOCK)
+        self.connection.send_data(self.stream_id, frame_message(message))
+
+    def reply(self, message: bytes, initial: Headers = (), trailing: Headers = ()) -> None:
+        """A unary call's answer: headers, the message and OK trailers, in one write."""
+        if self.done:
+            return
+        self.headers_sent = True
+        block = RESPONSE_BLOCK if not initial else h2c.encode_headers(RESPONSE_HEADERS + list(initial))
+        self.connection.send_headers(self.stream_id, block)
+        self.connection.send_data(self.stream_id, frame_message(message))
+        self.finish(OK, "", list(trailing))
+
+    def finish(self, code: int, details: str = "", trailing: Headers | None = None) -> None:
+        """End the call with this status (trailers, or trailers alone when nothing was sent)."""
+        if self.done:
+            return
+        self.done = True
+        if code == OK and not details and not trailing:
+            block = OK_TRAILERS if self.headers_sent else OK_ALONE
+        else:
+            status = status_headers(code, details, trailing or [])
+            block = h2c.encode_headers(status if self.headers_sent else RESPONSE_HEADERS + status)
+        connection = self.connection
+        connection.send_headers(self.stream_id, block, end_stream=True)
+        if not self.ended and self.stream_id not in connection.sending:
+            # the client may stop sending (gRPC: RST_STREAM NO_ERROR after the trailers), unless the
+            # trailers still wait for window: then the client ends the stream once it has them
+            connection.reset(self.stream_id, h2c.NO_ERROR)
+        connection.call_ended(self)
+
+    def cancel(self) -> None:
+        """The client reset the call or went away."""
+        self.done = True
+        if self.task is not None:
+            self.task.cancel()
+        self.connection.call_ended(self)
+
+    def _served(self, task: asyncio.Task) -> None:
+        if task.cancelled():
+            if not self.done:
+                self.connection.reset(self.stream_id, h2c.CANCEL)
+                self.done = True
+                self.connection.call_ended(self)
+            return
+        error = task.exception()
+        if isinstance(error, GrpcError):
+            self.finish(error.code, error.details, error.trailing)
+        elif error is not None:
+            log.error("the gRPC front failed on a %s call", self.method, exc_info=error)
+            self.finish(INTERNAL, f"the front failed: {error!r}")
+        else:
+            self.finish(OK)
+
+
+@dataclass(frozen=True)
+class ConnectionLimits:
+    max_message_bytes: int
+    handshake_s: float
+    idle_s: float
+
+
+class FrontConnection(h2c.Endpoint):
+    """A client's HTTP/2 connection to the front; ``serve(call)`` handles each call."""
+
+    def __init__(
+        self,
+        limits: ConnectionLimits,
+        methods: dict[str, bool],
+        prefix: str,
+        serve: Callable[[ServerCall], Awaitable[None]],
+        connections: set[FrontConnection],
+    ) -> None:
+        super().__init__(
+            {h2c.INITIAL_WINDOW_SIZE: h2c.STREAM_WINDOW, h2c.MAX_HEADER_LIST_SIZE: h2c.MAX_HEADER_LIST}
+        )
+        self.front_limits, self.methods, self.prefix = limits, methods, prefix.encode()
+        self.front_serve, self.connections = serve, connections
+        self.calls: dict[int, ServerCall] = {}
+        self.last_stream = 0
+        self.address, self.name, self.port = "", "", None
+        self.handshaken = False
+        self.stopping = False
+        self.idle_since = 0.0
+        self.timer: asyncio.TimerHandle | None = None
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        super().connection_made(transport)
+        peer = transport.get_extra_info("peername")
+        if isinstance(peer, tuple) and len(peer) >= 2:
+            host, self.port = peer[0], peer[1]
+            self.address = host[7:] if host.startswith("::ffff:") else host
+            self.name = f"ipv6:[{host}]:{self.port}" if ":" in host else f"ipv4:{host}:{self.port}"
+        else:
+            self.address = self.name = str(peer)
+        self.connections.add(self)
+        self.timer = self.loop.call_later(self.front_limits.handshake_s, self._handshake_expired)
+
+    def _handshake_expired(self) -> None:
+        if not self.handshaken:
+            log.debug("closing %s: no HTTP/2 handshake within %g s", self.name, self.front_limits.handshake_s)
+            self.close(h2c.PROTOCOL_ERROR, "no HTTP/2 handshake in time")
+
+    def on_settings(self) -> None:
+        if not self.handshaken:
+            self.handshaken = True
+            if self.timer is not None:
+                self.timer.cancel()
+            self.idle_since = self.loop.time()
+            self.timer = self.loop.call_later(self.front_limits.idle_s, self._idle_check)
+
+    def _idle_check(self) -> None:
+        idle_for = self.loop.time() - self.idle_since
+        if not self.calls and idle_for >= self.front_limits.idle_s:
+            self.close(h2c.NO_ERROR, "idle", self.last_stream)
+            return
+        wait = self.front_limits.idle_s - (0 if self.calls else idle_for)
+        self.timer = self.loop.call_later(max(wait, 1.0), self._idle_check)
+
+    def on_headers(self, stream_id: int, headers: Headers, end_stream: bool) -> None:
+        call = self.calls.get(stream_id)
+        if call is not None:  # trailers from the client: its side ends
+            call.feed(b"", True)
+            return
+        if not self.handshaken or stream_id % 2 == 0:
+            raise h2c.ProtocolError(h2c.PROTOCOL_ERROR, f"a client stream of id {stream_id}")
+        if stream_id <= self.last_stream:  # a call the front has ended already (trailers of it)
+            return
+        self.last_stream = stream_id
+        if self.stopping:
+            self.reset(stream_id, h2c.REFUSED_STREAM)
+            return
+        path = next((value for name, value in headers if name == b":path"), b"")
+        streaming = (
+            self.methods.get(path[len(self.prefix) :].decode("latin-1"))
+            if path.startswith(self.prefix)
+            else None
+        )
+        if streaming is None:
+            block = h2c.encode_headers(
+                RESPONSE_HEADERS
+                + status_headers(UNIMPLEMENTED, f"Method not found: {path.decode('latin-1')}", [])
+            )
+            self.send_headers(stream_id, block, end_stream=True)
+            if not end_stream:
+                self.reset(stream_id, h2c.NO_ERROR)
+            return
+        method = path[len(self.prefix) :].decode()
+        call = ServerCall(self, stream_id, method, headers, streaming)
+        self.calls[stream_id] = call
+        self.open_stream(stream_id)
+        if end_stream:
+            call.feed(b"", True)
+
+    def on_data(self, stream_id: int, data: bytes, end_stream: bool) -> None:
+        call = self.calls.get(stream_id)
+        if call is not None:
+            call.feed(data, end_stream)
+
+    def on_reset(self, stream_id: int, code: int) -> None:
+        call = self.calls.get(stream_id)
+        if call is not None:
+            call.cancel()
+
+    def close_gracefully(self) -> None:
+        """``GOAWAY``: the calls begun so far finish, the client opens new ones elsewhere."""
+        self.stopping = True
+        self.write(h2c.goaway(self.last_stream, h2c.NO_ERROR))
+
+    def on_goaway(self, last_stream: int, code: int, debug: bytes) -> None:
+        if code != h2c.NO_ERROR:
+            log.debug("%s sent GOAWAY %d: %r", self.name, code, debug[:100])
+
+    def call_ended(self, call: ServerCall) -> None:
+        self.calls.pop(call.stream_id, None)
+        self.stream_received.pop(call.stream_id, None)
+        if not self.calls:
+            self.idle_since = self.loop.time()
+
+    def on_closed(self, error: Exception | None) -> None:
+        self.connections.discard(self)
+        if self.timer is not None:
+            self.timer.cancel()
+        for call in list(self.calls.values()):
+            call.cancel()
