@@ -5,7 +5,11 @@ The front used to be a grpc.aio server forwarding over a grpc.aio channel: per c
 built and tore down their Python call objects, tasks and futures (1.26 ms of front CPU a request on two
 cores, more than tritonserver and its stub spent on the request). A gRPC call is a few HTTP/2 frames, so
 the front reads them itself: this module parses and writes frames, keeps the flow-control windows of
-both directions and decodes header blocks; nothing per call beyond that. What it leaves out on purpose:
+both directions and decodes header blocks; nothing per call beyond that. Why not the ``h2`` library,
+the well-kept one for the protocol: its state machine takes about 0.23 ms of CPU for one side of one
+unary call (``scripts/h2_library_cost.py``), and a relay has two sides, so ``h2`` alone would cost more
+than this whole front does per request (0.26 ms, docs/SERVING.md "What the fronts cost"); ``hpack``, the
+part of it that is the protocol's hard piece, is used. What it leaves out on purpose:
 
 * header blocks it sends use no dynamic table (literal fields, names from the static table where they
   are there): a few bytes more per call on loopback, and no encoder state to keep in step with a peer;
