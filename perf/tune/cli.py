@@ -255,14 +255,16 @@ def measure_and_pick(
 
 
 def print_summary(saved: TuneDocument, report: Path, console) -> None:
+    """The answer in two lines: the measured rate first; the prediction only labelled as one, so that a
+    prediction that put nothing within the budget never reads as the answer beside a measured one."""
     operating, noise = saved.operating, saved.noise
     measured = operating.measured
     held = " (holds the host's noise)" if measured and measured.host_noise else ""
     p99 = number(measured.p99_ms) if measured else "–"
     predicted = (
-        f"predicted {number(saved.predicted_max_rate, 0)}/s (a prediction)"
+        f"{number(saved.predicted_max_rate, 0)}/s within the budget"
         if saved.predicted_max_rate is not None
-        else "no candidate was predicted within it"
+        else "no candidate within the budget (the rate measured above is the answer)"
     )
     console.print(
         f"chosen: [bold]{saved.chosen}[/bold]: measured within p99 {saved.budget_ms:g} ms up to "
@@ -270,7 +272,7 @@ def print_summary(saved: TuneDocument, report: Path, console) -> None:
     )
     console.print(
         f"  p99 at {number(saved.operating_rate, 0)}/s: measured {p99} ms{held}, predicted "
-        f"{number(operating.predicted.p99_ms)} ms; highest rate within the budget: {predicted}; search "
+        f"{number(operating.predicted.p99_ms)} ms; the prediction (not a measurement): {predicted}; search "
         f"{saved.seconds.tuner:.0f} s; engine {saved.engine}; {len(noise.remeasured)} of {noise.runs} runs "
         f"measured again for steal; report {report}"
     )

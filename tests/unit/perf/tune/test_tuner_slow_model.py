@@ -7,14 +7,16 @@ import dataclasses
 from pathlib import Path
 
 import pytest
+from rich.console import Console
 
 from perf.errors import NothingMeetsError, StudyError
+from perf.markdown import number
 from perf.measure.loads import Load
 from perf.measure.measurement import Measurement
 from perf.model.batcher import BatcherConfig
 from perf.model.grid import Grid
 from perf.session.probe import ProbePlan, probe
-from perf.tune.cli import partial_on_failure
+from perf.tune.cli import partial_on_failure, print_summary
 from perf.tune.result import document
 from perf.tune.tuner import TuneRequest, compute_ms, rank, tune, why_none
 from tests.unit.perf.scripted_server import ScriptedServer
@@ -93,10 +95,10 @@ def test_a_grid_left_empty_by_the_bound_is_nothing_meets_with_the_reason() -> No
     assert "no candidate: even a batch of 2 computes for longer than the 45 ms" in caught.value.detail
 
 
-def test_a_grid_left_empty_by_the_bound_still_answers_with_a_probe_run_that_held_the_budget() -> None:
+def test_a_grid_left_empty_by_the_bound_still_answers_with_a_probe_run_that_held_it(tmp_path: Path) -> None:
     """The same empty grid, on a server scripted to hold the budget up to 30/s: the probe's runs at its
     lowest rates met it, so the probe's configuration is searched and is the answer, and its document is
-    written (the prediction ranked nothing)."""
+    written (the prediction ranked nothing), and the console names the measured rate as the answer."""
     server = ScriptedServer(SLOW, 45.0, lambda config: 30.0, seed=2, seconds=20.0)
     grid = Grid(delays_us=(0,), max_batches=(8,), instances=(1,), no_batching=False)
     result = tune(server, TuneRequest(45.0, grid=grid, predict_s=20.0), PLAN)
@@ -104,6 +106,11 @@ def test_a_grid_left_empty_by_the_bound_still_answers_with_a_probe_run_that_held
     assert 0 < result.measured_rate <= 30.0
     saved = document(result, "slow", "ours", server.policy, server.cores)
     assert saved.model_pick == "no candidate" and saved.predicted_max_rate is None
+    console = Console(record=True, width=400)
+    print_summary(saved, tmp_path / "report", console)
+    summary = console.export_text()
+    assert f"measured within p99 45 ms up to {number(saved.measured_max_rate, 0)}/s" in summary
+    assert "the prediction (not a measurement): no candidate within the budget (the rate measured" in summary
 
 
 def test_why_nothing_is_proposed_prints_no_negative_fit_as_a_figure() -> None:
