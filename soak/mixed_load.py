@@ -120,11 +120,14 @@ class MixedLoad:
         """Callers still waiting for an answer after ``stop()``: requests that never came back."""
         return sum(thread.is_alive() for thread in self._threads)
 
-    def wait_for(self, count: int, timeout_s: float = 60) -> None:
+    def wait_for(
+        self, count: int, timeout_s: float = 60, where: Callable[[Outcome], bool] = lambda o: True
+    ) -> None:
+        """Until ``count`` answers (of those ``where`` picks) were good, ``timeout_s`` at most."""
         deadline = time.monotonic() + timeout_s
-        while len(self.ok()) < count and time.monotonic() < deadline:
+        while len(self.ok(where)) < count and time.monotonic() < deadline:
             time.sleep(0.05)
-        assert len(self.ok()) >= count, f"load got {len(self.ok())} answers, wanted {count}"
+        assert len(self.ok(where)) >= count, f"load got {len(self.ok(where))} answers, wanted {count}"
 
     def ok(self, where: Callable[[Outcome], bool] = lambda o: True) -> list[Outcome]:
         with self._lock:

@@ -79,11 +79,11 @@ def test_a_stub_stopped_owning_the_pool_mutex_is_killed_without_aborting_the_ser
             if len(owned_at_stop) == ROUNDS:
                 break
         served_again = time.monotonic()
-        load.wait_for(len(load.ok()) + 20)
+        # the pipeline's own answers: under load the other model's alone could fill any count first
+        load.wait_for(5, HEAL_GUARD_S, lambda o: o.model == PIPELINE and o.sent > served_again)
     finally:
         load.stop()
     assert server.process.poll() is None, server.log_tail()
-    assert load.ok(lambda o: o.model == PIPELINE and o.sent > served_again), "the pipeline never served again"
     assert load.hung() == 0
     if not owned_at_stop:  # about one run in three here: the server survived, but the case was not met
         pytest.skip(f"none of {MAX_STOPS} stops landed while the stub owned the pool mutex")
