@@ -533,6 +533,18 @@ class TritonServer:
             for name, reason in sorted(self.failed_models.items())
         )
 
+    def grpc_front_listens(self) -> bool:
+        """Whether the gRPC front (where there is one) accepts connections yet. Readiness is asked over
+        HTTP, so without this a server is "ready" while a slow-starting gRPC front's port still refuses
+        connections, which a gRPC client meets as ``Connection refused`` (fault matrix row 46)."""
+        if not self.options.grpc_front:
+            return True
+        try:
+            with socket.create_connection((self.options.host, self.grpc_port), timeout=2):
+                return True
+        except OSError:
+            return False
+
     def wait_ready(self) -> None:
         """Until ready, or until every model has settled with some failed (those are named and the
         rest keep serving); ``ServerError`` if the process dies or the timeout passes."""
@@ -547,6 +559,9 @@ class TritonServer:
                     name = front.args[2].rsplit(".", 1)[1]
                     front_log = self.log_path.with_name(f"{name}.log").read_text(errors="replace")
                     raise ServerError(f"{name} exited with {front.returncode}:\n{front_log[-2000:]}")
+            if not self.grpc_front_listens():
+                time.sleep(0.25)
+                continue
             if self.is_ready() and self.process is not None and self.process.poll() is None:
                 # readiness is non-strict (see module doc): name any model that failed all the same
                 self._report_failures(self._settled_failures() or {})

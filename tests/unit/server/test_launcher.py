@@ -208,3 +208,19 @@ def test_launcher_hides_triton_behind_the_fronts(tmp_path: Path) -> None:
     )
     restricted = f"model-repository,trace,logging,shared-memory:triton-admin-key={keyed.admin_key}"
     assert f"--http-restricted-api={restricted}" in keyed.command()
+
+
+def test_a_grpc_front_counts_as_started_only_once_its_port_accepts(tmp_path: Path) -> None:
+    """Readiness is asked over HTTP; the gRPC front is a process of its own that may listen later (a
+    busy host delays its imports). ``wait_ready`` waits for this too, so that no gRPC client meets a
+    refused connection from a server said to be ready (fault matrix row 46)."""
+    options = ServerOptions(repository=tmp_path, http_front=True, grpc_front=True, workdir=tmp_path / "w")
+    server = TritonServer(options)
+    assert not server.grpc_front_listens()
+    with socket.socket() as listener:
+        listener.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        listener.bind((options.host, server.grpc_port))
+        listener.listen()
+        assert server.grpc_front_listens()
+    without = TritonServer(ServerOptions(repository=tmp_path, http_front=True, workdir=tmp_path / "n"))
+    assert without.grpc_front_listens()  # no gRPC front: nothing to wait for
