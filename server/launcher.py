@@ -69,7 +69,7 @@ EXIT_MARGIN_S = 30.0
 MAX_BATCH_BYTES = (
     1 << 30
 )  # the spec's bound too (exporters.schema.guards): shm per stub is 4x the largest batch
-START_ATTEMPTS = 2  # a start lost to the stub-lock abort below is tried once more
+START_ATTEMPTS = 3  # starts lost to the stub-lock abort below (two in a row happen on a loaded host)
 STUB_LOCK_ABORT = "boost::interprocess::lock_exception"
 
 
@@ -78,7 +78,8 @@ def starved_stub_abort(returncode: int | None, log_tail: str) -> bool:
 
     A Python-backend stub that gets no CPU for about a second while it starts is given up on, and
     the server aborts when it runs again: a fault of a starved machine, not of the repository, so
-    ``start`` tries once more; any other failure (a bad model, a port in use) is reported at once.
+    ``start`` tries again (``START_ATTEMPTS`` in all); any other failure (a bad model, a port in use)
+    is reported at once.
     """
     return returncode == -signal.SIGABRT and STUB_LOCK_ABORT in log_tail
 
@@ -371,7 +372,7 @@ class TritonServer:
                     raise
                 log.warning(
                     "tritonserver aborted while its stubs started (Triton 2.51 aborts when a stub it "
-                    "gave up on resumes, which a starved CPU causes); starting it once more"
+                    "gave up on resumes, which a starved CPU causes); starting it again"
                 )
             except BaseException:
                 self.stop()
