@@ -14,6 +14,7 @@ refused, and the plain answer itself when only the query differs.
 from __future__ import annotations
 
 import json
+import os
 import random
 from dataclasses import dataclass
 from pathlib import Path
@@ -31,7 +32,8 @@ from soak.http_fuzz import Case, mutate_target, send
 pytestmark = pytest.mark.integration
 CASES = 400
 JSON = [("Content-Type", "application/json")]
-OWN_REGION = "target_fuzz_region"
+# /dev/shm is one namespace for the host: a second `make test` beside this one runs this test too
+OWN_REGION = f"target_fuzz_{os.getpid()}"
 
 
 @dataclass(frozen=True)
