@@ -1,18 +1,9 @@
 """The choice of length buckets for a model with a variable axis, as a report section: ``make tune``
-runs it on its pick, ``make plan`` on its verified pick, each at its measured operating rate.
-
-The tuner and the planner measure such a model at the lengths its traffic takes (``perf.session.model``);
-Triton merges only equal shapes, so those requests batch poorly. Padding them to a few bucket lengths lets
-them batch again at the price of computing the padding. Here, on the pick's configuration at its operating
-rate (the same arrivals every run), each bucket candidate of ``perf.measure.shapes.bucket_candidates`` (no
-buckets, 2 and 4 lengths at quantiles of the traffic's lengths, and the spec's own ``buckets:``) is
-measured, with one run at a single length beside them for comparison; a candidate whose padding changes the
-model's answer beyond the spec's tolerance (``perf.measure.padding_check``) is neither measured nor chosen,
-and the section says why. The choice: the candidate that meets
-the budget with the lowest p99 (at an equal offered rate, the served rates are equal), else the one that
-served the most. Each run's formed batches per length and each bucketed run's padding cost (raw compute at
-the padded over the true lengths) go into the section. These runs use our client whatever the tuner's
-engine: its records carry each request's length.
+runs it on its pick, ``make plan`` on its verified pick, each at its measured operating rate (the same
+arrivals every run) with the ways of sending of ``perf.measure.bucket_runs``. Triton merges only equal
+shapes; buckets let requests of different lengths batch again at the price of computing the padding.
+The choice: the way that meets the budget with the lowest p99 (at an equal offered rate, the served
+rates are equal), else the one that served the most.
 
 The run of the way the search sent (the spec's ``buckets:``, or each request at its own length) is one
 more run of the answer at its rate: where no way meets the budget, the caller counts it as evidence
@@ -21,78 +12,43 @@ more run of the answer at its rate: where no way meets the budget, the caller co
 
 from __future__ import annotations
 
-import logging
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from perf.markdown import number, ratio, table
+from perf.markdown import number, table
+from perf.measure.bucket_runs import BucketRun, Ways, choose, ways_of
 from perf.measure.engine import OurEngine
 from perf.measure.loads import Load
 from perf.measure.measurement import Measurement
-from perf.measure.padding_check import offered_ways, refused_lines
-from perf.measure.shapes import (
-    PADDING_BATCH,
-    PaddingCost,
-    axis_bound,
-    bucket_ways,
-    has_variable_axis,
-    length_of,
-    onnx_timer,
-    padding_cost,
-    shape_mix,
-    shape_rows,
-    shape_table,
-)
+from perf.measure.padding_check import refused_lines
+from perf.measure.shapes import PADDING_BATCH, has_variable_axis
+from perf.measure.target import Target
 from perf.model.batcher import BatcherConfig
 from perf.session.model import ModelSession
 
-log = logging.getLogger(__name__)
 HEADING = "## Shapes as served: length buckets"
 
 
-@dataclass(frozen=True)
-class BucketRun:
-    name: str
-    buckets: tuple[int, ...] | None  # None: every request at one length
-    measured: Measurement
-    padding: PaddingCost | None
-
-
-def choose(runs: list[BucketRun], budget_ms: float) -> BucketRun:
-    """The run that meets the budget with the lowest p99, else the one that served the most; never the
-    one-length run (it is not the traffic)."""
-    shaped = [run for run in runs if run.buckets is not None]
-    meeting = [run for run in shaped if run.measured.meets(budget_ms)]
-    if meeting:
-        return min(meeting, key=lambda run: run.measured.p99_ms)
-    return max(shaped, key=lambda run: run.measured.throughput)
-
-
 def bucket_runs(
-    session: ModelSession, load: Load, step: Callable[[str], None], ways: dict[str, tuple[int, ...]]
+    session: ModelSession, load: Load, step: Callable[[str], None], ways: Ways
 ) -> list[BucketRun]:
-    """One run at a single length, then one per bucket set of ``ways``, all under ``load`` on the
-    configuration loaded now; the session is left sending as it did before."""
-    mix = shape_mix(session.base, session.seed)
+    """Every way of ``ways`` under ``load`` on the configuration loaded now, priced; the session is
+    left sending as it did before."""
     before = (session.buckets, session.vary_shapes)
-    timer = onnx_timer(session.model_file, session.base, PADDING_BATCH, session.seed)
-    bound = axis_bound(session.base)
-    runs = []
+
+    def send(buckets: tuple[int, ...] | None) -> Target:
+        session.use_buckets(buckets, vary_shapes=buckets is not None)
+        return session.target
+
+    def measure(target: Target, name: str, length: int) -> Measurement:
+        step(f"shapes: every request at one length ({length})" if length else f"shapes: {name}")
+        return session.measure(load, name if length else f"shapes: {name}", engine=OurEngine())
+
     try:
-        session.use_buckets(None, vary_shapes=False)
-        length = length_of(session.base, list(session.target.inputs.values()))
-        step(f"shapes: every request at one length ({length})")
-        measured = session.measure(load, "one length", engine=OurEngine())
-        runs.append(BucketRun(f"one length ({length})", None, measured, None))
-        for name, buckets in ways.items():
-            step(f"shapes: {name}")
-            session.use_buckets(buckets)
-            measured = session.measure(load, f"shapes: {name}", engine=OurEngine())
-            cost = padding_cost(mix, buckets, bound, timer) if buckets else None
-            runs.append(BucketRun(name, buckets, measured, cost))
+        runs = ways.measure(send, measure)
     finally:
-        session.use_buckets(before[0], before[1])
-    return runs
+        session.use_buckets(*before)
+    return ways.priced(runs)
 
 
 @dataclass(frozen=True)
@@ -118,10 +74,7 @@ def shapes_outcome(
         return ShapesOutcome([], None, None)
     searched = session.buckets if session.buckets is not None else tuple(session.base.buckets)
     session.prepare(config)
-    mix = shape_mix(session.base, session.seed)
-    ways, refused = offered_ways(
-        bucket_ways(session.base, session.seed), session.model_file, session.base, mix, session.seed
-    )
+    ways = ways_of(session.base, session.model_file, session.seed)
     runs = bucket_runs(session, load, step or (lambda text: None), ways)
     as_searched = next((run.measured for run in runs if run.buckets == searched), None)
     chosen = choose(runs, budget_ms)
@@ -129,11 +82,10 @@ def shapes_outcome(
     header = ["sent", "buckets", "inf/s", "p99 ms", "mean batch (Triton)", "padding: compute ×",
               "padded share", f"meets {budget_ms:g} ms"]  # fmt: skip
     rows = [
-        [run.name + (" (chosen)" if run is chosen else ""),
+        [(run.name if run.buckets is not None else f"{run.name} ({run.length})")
+         + (" (chosen)" if run is chosen else ""),
          "–" if not run.buckets else str(list(run.buckets)), number(run.measured.throughput, 0),
-         number(run.measured.p99_ms), number(run.measured.stats.mean_batch, 2),
-         ratio(run.padding.ratio) if run.padding else "–",
-         f"{run.padding.padded_share:.0%}" if run.padding else "–",
+         number(run.measured.p99_ms), number(run.measured.stats.mean_batch, 2), *run.padding_cells(),
          "yes" if run.measured.meets(budget_ms) else "no"]
         for run in runs
     ]  # fmt: skip
@@ -152,7 +104,7 @@ def shapes_outcome(
     lines = [
         f"{HEADING}: {config}, {load.name}",
         "",
-        f"Request lengths: {mix.describe()}. The runs above measured "
+        f"Request lengths: {ways.mix.describe()}. The runs above measured "
         "them as they come (Triton batches only equal shapes); here the same arrivals are sent at one "
         "length, at each length, and padded to bucket candidates. Choice: the lowest p99 that meets the "
         f"budget, else the most served: **{chosen.name}**: {advice}. Measured with our client (its records "
@@ -161,13 +113,9 @@ def shapes_outcome(
         table(header, rows),
         "",
         f"Padding cost: raw compute (onnxruntime, batch {PADDING_BATCH}), padded over true lengths.",
-        *("\n" + line for line in refused_lines(refused)),
+        *("\n" + line for line in refused_lines(ways.refused)),
     ]
     for run in runs:
-        measured = run.measured
-        records = measured.measured_records()
-        if run.buckets is None:  # one shape: Triton's own count says it all
-            continue
-        lines += ["", f"### {run.name}: formed batches per length sent", ""]
-        lines += shape_table(shape_rows(records, max_batch, measured.stats.executions))
+        if run.buckets is not None:  # one shape: Triton's own count says it all
+            lines += ["", *run.formed_lines(max_batch)]
     return ShapesOutcome(lines, list(chosen.buckets or ()) if meets else None, as_searched)

@@ -23,13 +23,14 @@ from rich.console import Console
 
 from perf.cli import parser
 from perf.errors import NothingMeetsError
+from perf.measure.bucket_runs import ONE_LENGTH
 from perf.measure.engine import MeasureSettings
 from perf.model.grid import Grid
 from perf.plan.cli import PlanSetup, command_plan
 from perf.session.shapes_section import HEADING
 from perf.studies.framework import StudyContext
 from perf.studies.profiles import get_profile
-from perf.studies.shape_study import SINGLE, ShapeStudy
+from perf.studies.shape_study import ShapeStudy
 from perf.studies.study_spec import spec_families
 from perf.tune.cli import TuneSetup, command_tune
 
@@ -52,13 +53,15 @@ def test_the_shapes_study_reports_formed_batches_per_length_and_padding(tmp_path
     text = report.path.read_text()
     figures = json.loads((tmp_path / "shapes.json").read_text())["sequence"]
     runs = {run["name"]: run for run in figures["runs"]}
-    assert {SINGLE, "exact lengths", "2 buckets"} <= set(runs), list(runs)
+    assert {ONE_LENGTH, "exact lengths", "2 buckets"} <= set(runs), list(runs)
     assert all(run["failed"] == 0 and run["throughput"] > 0 for run in runs.values())
     # both rates are in the report; the one-length run is one row, the varied ones many
-    assert runs[SINGLE]["throughput"] != runs["exact lengths"]["throughput"]
+    assert runs[ONE_LENGTH]["throughput"] != runs["exact lengths"]["throughput"]
     single = re.search(r"every request at (\d+)", text)
     assert (
-        single and len(runs[SINGLE]["rows"]) == 1 and runs[SINGLE]["rows"][0]["sent_length"] == int(single[1])
+        single
+        and len(runs[ONE_LENGTH]["rows"]) == 1
+        and runs[ONE_LENGTH]["rows"][0]["sent_length"] == int(single[1])
     )
     assert len(runs["exact lengths"]["rows"]) > 20  # the sampler's lengths, each its own shape
     # padded to two buckets: exactly two lengths sent, named in the per-length table, with a padding cost
@@ -69,7 +72,7 @@ def test_the_shapes_study_reports_formed_batches_per_length_and_padding(tmp_path
     assert f"buckets {buckets}" in text and "### 2 buckets: formed batches per length sent" in text
     for length in buckets:
         assert re.search(rf"^\| {length} \| \d+-{length} \| \d+ \|", text, re.MULTILINE), length
-    assert figures["pick"] in runs and figures["pick"] != SINGLE
+    assert figures["pick"] in runs and figures["pick"] != ONE_LENGTH
 
 
 TUNE_GRID = Grid(delays_us=(1_000,), max_batches=(8,), instances=(1,), no_batching=False)

@@ -181,7 +181,7 @@ class Measured:
 
 
 def test_the_tuner_chooses_the_buckets_that_meet_the_budget_with_the_lowest_p99() -> None:
-    from perf.session.shapes_section import BucketRun, choose
+    from perf.measure.bucket_runs import BucketRun, choose
 
     one = BucketRun("one length (172)", None, Measured(900, 5.0), None)  # optimistic, not the traffic
     exact = BucketRun("exact lengths", (), Measured(500, 30.0), None)
