@@ -71,7 +71,8 @@ class ShapeStudy:
 
     def steps(self, profile: Profile) -> int:
         families = shaped_families(profile)
-        return sum(3 + len(bucket_ways(_model(profile, f), profile.seed)) for f in families)
+        # building, starting the server, the one-length run, one run or one refusal a way, padding cost
+        return sum(4 + len(bucket_ways(_model(profile, f), profile.seed)) for f in families)
 
     def run(self, context: StudyContext) -> StudyReport:
         profile = context.profile

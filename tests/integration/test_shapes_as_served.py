@@ -47,9 +47,9 @@ def test_the_shapes_study_reports_formed_batches_per_length_and_padding(tmp_path
     spec.write_text(yaml.safe_dump({"models": [ENTRY]}, sort_keys=False))
     families = spec_families(spec, ["sequence"])
     profile = get_profile("smoke", perf_analyzer=False, families=("sequence",), spec_families=families)
-    study = ShapeStudy()
-    assert study.steps(profile) > 0  # a variable axis: the study runs
-    report = study.run(StudyContext(profile, tmp_path, tmp_path / "work", spec))
+    study, steps = ShapeStudy(), []
+    report = study.run(StudyContext(profile, tmp_path, tmp_path / "work", spec, progress=steps.append))
+    assert len(steps) == study.steps(profile)  # the progress bar's count: every step the study took
     text = report.path.read_text()
     figures = json.loads((tmp_path / "shapes.json").read_text())["sequence"]
     runs = {run["name"]: run for run in figures["runs"]}
