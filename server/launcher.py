@@ -44,12 +44,13 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO
 
+import tritonclient.http as httpclient
 from google.protobuf import text_format
 from tritonclient.grpc import model_config_pb2
 
 from python_backend.dtypes import BY_TRITON
 from server import ports
-from server.admin import KEY_ENV, drain, new_admin_key, restricted_api_args
+from server.admin import KEY_ENV, AdminError, drain, load_model, new_admin_key, restricted_api_args
 from server.admin import headers as admin_headers
 from server.fronts.process import FrontShares
 from server.install import ServerError, ServerInstall, assemble_backends, find_install
@@ -82,6 +83,17 @@ def starved_stub_abort(returncode: int | None, log_tail: str) -> bool:
     is reported at once.
     """
     return returncode == -signal.SIGABRT and STUB_LOCK_ABORT in log_tail
+
+
+def starved_stub_load(reason: str) -> bool:
+    """True when a model failed to load because Triton found its stub unhealthy (``Stub process
+    '<instance>' is not healthy``) while it started or ran its warm-up.
+
+    On a starved machine a sound stub can miss Triton's health check there; the model is not at
+    fault, so ``wait_ready`` loads it again (``START_ATTEMPTS`` loads in all). A stub that dies each
+    time still fails the model, named after those tries; any other reason is named at once.
+    """
+    return "Stub process '" in reason and "is not healthy" in reason
 
 
 def remove_shm_regions(prefix: str) -> list[str]:
@@ -351,7 +363,8 @@ class TritonServer:
         """Launch and block until ready; ``detach`` puts it in its own session.
 
         On any failure the process is stopped and the temporary folder removed before the error rises;
-        a start lost to Triton 2.51's stub-lock abort (``starved_stub_abort``) is tried once more first.
+        a start lost to Triton 2.51's stub-lock abort (``starved_stub_abort``) is tried again first
+        (``START_ATTEMPTS`` in all), and a model whose stub was unhealthy while it loaded is loaded again.
         A server that has died can be started again (``server.supervisor`` does): same ports, admin key
         and shared-memory prefix, and its watchdog's history.
         """
@@ -521,6 +534,29 @@ class TritonServer:
             return None
         return {m["name"]: m.get("reason", "") for m in index if m.get("state") == "UNAVAILABLE"}
 
+    def _load_starved_again(self, failed: dict[str, str]) -> dict[str, str]:
+        """Load each model of ``failed`` whose stub was found unhealthy (``starved_stub_load``) again,
+        up to ``START_ATTEMPTS`` loads in all; returns the models still failed, with their last reason
+        (fault matrix row 64)."""
+        client = httpclient.InferenceServerClient(
+            self.triton_http_url, network_timeout=self.options.startup_timeout_s
+        )
+        remaining = {}
+        for name, reason in failed.items():
+            for attempt in range(2, START_ATTEMPTS + 1):
+                if not starved_stub_load(reason):
+                    break
+                log.warning("model %s failed to load: %s; loading it again (%d of %d)", name, reason.strip(),
+                            attempt, START_ATTEMPTS)  # fmt: skip
+                try:
+                    log.info(load_model(client, self.admin_key, name))
+                    reason = ""
+                except AdminError as error:
+                    reason = str(error)
+            if reason:
+                remaining[name] = reason
+        return remaining
+
     def _report_failures(self, failed: dict[str, str]) -> None:
         self.failed_models = failed
         for name, reason in sorted(failed.items()):
@@ -565,11 +601,11 @@ class TritonServer:
                 continue
             if self.is_ready() and self.process is not None and self.process.poll() is None:
                 # readiness is non-strict (see module doc): name any model that failed all the same
-                self._report_failures(self._settled_failures() or {})
+                self._report_failures(self._load_starved_again(self._settled_failures() or {}))
                 return
             failed = self._settled_failures()
             if failed:
-                self._report_failures(failed)
+                self._report_failures(self._load_starved_again(failed))
                 return
             time.sleep(0.25)
         raise ServerError(
