@@ -7,20 +7,19 @@ from __future__ import annotations
 from pathlib import Path
 
 from google.protobuf import text_format
+from python_models import STUB_PATH
 from tritonclient.grpc import model_config_pb2
 
 SLOW = "slow"
 DEADLINE_S = 3.0  # the model's request_deadline_s: the fronts answer 504 after this long
 MAX_BATCH = 64  # the requests that wait are answered by one sleep, so a drain is quick
-MODEL_PY = '''
-import os
-import sys
+MODEL_PY = (
+    STUB_PATH
+    + '''
 import time
 
-# the stub ignores PYTHONPATH (see python_backend/runtime_paths.py): put the launcher's on sys.path
-sys.path[:0] = [p for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p and p not in sys.path]
-import numpy as np  # noqa: E402
-import triton_python_backend_utils as pb_utils  # noqa: E402
+import numpy as np
+import triton_python_backend_utils as pb_utils
 
 
 class TritonPythonModel:
@@ -32,6 +31,7 @@ class TritonPythonModel:
         time.sleep(min(60.0, max(float(a.max()) for a in asked)))
         return [pb_utils.InferenceResponse([pb_utils.Tensor("slept", a.astype(np.float32))]) for a in asked]
 '''
+)
 
 
 def write_slow_model(repository: Path, deadline_s: float = DEADLINE_S, instances: int = 1) -> None:

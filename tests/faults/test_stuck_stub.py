@@ -13,14 +13,13 @@ from __future__ import annotations
 import threading
 import time
 from collections.abc import Iterator
-from pathlib import Path
 from typing import Any
 
 import numpy as np
 import pytest
 import tritonclient.http as httpclient
-from google.protobuf import text_format
 from harness import orphans
+from python_models import write_x_to_y_model
 from resilience_fixtures import (
     HANG_GUARD_S,
     MixedLoad,
@@ -28,7 +27,6 @@ from resilience_fixtures import (
     client_health,
     explicit_options,
 )
-from tritonclient.grpc import model_config_pb2
 from tritonclient.utils import InferenceServerException
 
 from server import TritonServer
@@ -36,14 +34,10 @@ from server import TritonServer
 pytestmark = pytest.mark.integration
 HANGS = "hangs_on_negative"
 MODEL_PY = '''
-import os
-import sys
 import time
 
-# the stub ignores PYTHONPATH (see python_backend/runtime_paths.py): put the launcher's on sys.path
-sys.path[:0] = [p for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p and p not in sys.path]
-import numpy as np  # noqa: E402
-import triton_python_backend_utils as pb_utils  # noqa: E402
+import numpy as np
+import triton_python_backend_utils as pb_utils
 
 
 class TritonPythonModel:
@@ -60,22 +54,12 @@ class TritonPythonModel:
 '''
 
 
-def _write_hanging_model(repository: Path) -> None:
-    config = model_config_pb2.ModelConfig(name=HANGS, backend="python", max_batch_size=0)
-    config.input.add(name="x", data_type=model_config_pb2.TYPE_FP32, dims=[4])
-    config.output.add(name="y", data_type=model_config_pb2.TYPE_FP32, dims=[4])
-    config.instance_group.add(kind=model_config_pb2.ModelInstanceGroup.KIND_CPU, count=1)
-    (repository / HANGS / "1").mkdir(parents=True)
-    (repository / HANGS / "config.pbtxt").write_text(text_format.MessageToString(config))
-    (repository / HANGS / "1" / "model.py").write_text(MODEL_PY)
-
-
 @pytest.fixture(scope="module")
 def server(spec_data: dict[str, Any], tmp_path_factory: pytest.TempPathFactory) -> Iterator[TritonServer]:
     repository = build_small_repository(
         spec_data, tmp_path_factory.mktemp("stuck_repository"), pipeline=False
     )
-    _write_hanging_model(repository)
+    write_x_to_y_model(repository, HANGS, MODEL_PY)
     with TritonServer(explicit_options(repository, tmp_path_factory.mktemp("stuck_workdir"))) as running:
         assert running.failed_models == {}, running.describe_failures()
         yield running

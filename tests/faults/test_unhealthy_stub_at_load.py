@@ -16,21 +16,15 @@ from pathlib import Path
 import numpy as np
 import pytest
 import tritonclient.http as httpclient
-from google.protobuf import text_format
+from python_models import write_x_to_y_model
 from resilience_fixtures import explicit_options
-from tritonclient.grpc import model_config_pb2
 
 from server import TritonServer
 from server.launcher import START_ATTEMPTS, starved_stub_load
 
 pytestmark = pytest.mark.integration
 MODEL_PY = """
-import os
-import sys
 from pathlib import Path
-
-# the stub ignores PYTHONPATH (see python_backend/runtime_paths.py): put the launcher's on sys.path
-sys.path[:0] = [p for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p and p not in sys.path]
 
 LOADS = Path({loads!r})  # one line per load
 FAILS_UNTIL = {fails_until}  # loads up to this one fail
@@ -55,14 +49,9 @@ BROKEN = "this model's initialize is broken"
 
 
 def _write_model(repository: Path, name: str, loads: Path, fails_until: int, reason: str = UNHEALTHY) -> None:
-    config = model_config_pb2.ModelConfig(name=name, backend="python", max_batch_size=0)
-    config.input.add(name="x", data_type=model_config_pb2.TYPE_FP32, dims=[4])
-    config.output.add(name="y", data_type=model_config_pb2.TYPE_FP32, dims=[4])
-    config.instance_group.add(kind=model_config_pb2.ModelInstanceGroup.KIND_CPU, count=1)
-    (repository / name / "1").mkdir(parents=True)
-    (repository / name / "config.pbtxt").write_text(text_format.MessageToString(config))
-    model = MODEL_PY.format(loads=str(loads), fails_until=fails_until, reason=reason)
-    (repository / name / "1" / "model.py").write_text(model)
+    write_x_to_y_model(
+        repository, name, MODEL_PY.format(loads=str(loads), fails_until=fails_until, reason=reason)
+    )
 
 
 def test_a_model_whose_stub_was_unhealthy_is_loaded_again_and_only_lasting_failures_are_named(
