@@ -26,6 +26,7 @@ process and its server are both gone). The stubs' ``/dev/shm`` regions are priva
 
 from __future__ import annotations
 
+import contextlib
 import json
 import logging
 import os
@@ -40,6 +41,7 @@ import threading
 import time
 import urllib.error
 import urllib.request
+from collections.abc import Collection, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO
@@ -145,11 +147,35 @@ def check_port_free(host: str, port: int, wait_s: float = 0.0, name: str = "") -
         time.sleep(0.25)
 
 
+def free_ports(hosts: Sequence[str], taken: Collection[int] = ()) -> list[int]:
+    """A port for each of ``hosts`` that nobody listens on right now, all different and none of ``taken``.
+
+    The OS picks them. Each socket stays bound until every port is picked: ports picked one at a time
+    can come back equal (the OS may hand a closed port out again), and two of one server's ports
+    equal is a start that fails; on a host where another test run starts servers too, it happened.
+    """
+    picked: list[int] = []
+    with contextlib.ExitStack() as bound:
+        for host in hosts:
+            port = 0
+            while port == 0 or port in taken or port in picked:
+                sock = bound.enter_context(socket.socket())
+                sock.bind((host, 0))
+                port = sock.getsockname()[1]
+            picked.append(port)
+    return picked
+
+
+def free_port_arguments(host: str = "127.0.0.1") -> list[str]:
+    """``--http-port``, ``--grpc-port`` and ``--metrics-port`` for ``python -m server start``, picked
+    together (``free_ports``)."""
+    kinds = ("http", "grpc", "metrics")
+    return [f"--{kind}-port={port}" for kind, port in zip(kinds, free_ports([host] * 3), strict=True)]
+
+
 def free_port(host: str = "127.0.0.1") -> int:
-    """A port nobody listens on right now (the OS picks it)."""
-    with socket.socket() as sock:
-        sock.bind((host, 0))
-        return sock.getsockname()[1]
+    """A port nobody listens on right now (the OS picks it); several at once: ``free_ports``."""
+    return free_ports([host])[0]
 
 
 def _largest_dims(config: model_config_pb2.ModelConfig) -> dict[str, list[int]]:
@@ -268,17 +294,20 @@ class TritonServer:
         self.log_path = options.log_path or self._workdir / "server.log"
         # With a port base (``server.ports``) every port comes from it, else the OS picks free ones.
         self.base_ports = ports.reserve()
-        base = self.base_ports
-        self.http_port = options.http_port or (base.http if base else free_port(options.host))
+        given = [p for p in (options.http_port, options.grpc_port, options.metrics_port) if p]
+        http, grpc, metrics, own_http, own_grpc = (
+            self.base_ports.all()
+            if self.base_ports
+            else free_ports([options.host] * 3 + ["127.0.0.1"] * 2, taken=given)
+        )
+        self.http_port = options.http_port or http
         # With the front, Triton's HTTP endpoint moves to a port of its own on loopback.
-        own_http = base.triton_http if base else free_port("127.0.0.1")
         self.triton_http_port = own_http if options.http_front else self.http_port
         self.http_front: subprocess.Popen | None = None
-        self.grpc_port = options.grpc_port or (base.grpc if base else free_port(options.host))
-        own_grpc = base.triton_grpc if base else free_port("127.0.0.1")
+        self.grpc_port = options.grpc_port or grpc
         self.triton_grpc_port = own_grpc if options.grpc_front else self.grpc_port
         self.grpc_front: subprocess.Popen | None = None
-        self.metrics_port = options.metrics_port or (base.metrics if base else free_port(options.host))
+        self.metrics_port = options.metrics_port or metrics
         self.shm_prefix = f"tb{os.getpid()}_{self.http_port}_"  # this server's Python-backend regions
         self.failed_models: dict[str, str] = {}  # name -> reason, for models that did not load
         self.admin_key = options.admin_key or new_admin_key()

@@ -43,6 +43,10 @@ class ServerPorts:
     def port(self, index: int) -> int:
         return self.base + self.slot * PORTS_PER_SERVER + index
 
+    def all(self) -> tuple[int, ...]:
+        """The block's ports in ``ROLES`` order."""
+        return tuple(self.port(index) for index in range(PORTS_PER_SERVER))
+
     @property
     def http(self) -> int:
         return self.port(0)

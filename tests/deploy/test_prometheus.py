@@ -40,7 +40,7 @@ from exporters.repository import build_repository
 from exporters.schema.models import parse_spec
 from server import admin
 from server.container import ADMIN_KEY_ENV
-from server.launcher import free_port, remove_shm_regions
+from server.launcher import free_port, free_ports, remove_shm_regions
 
 pytestmark = pytest.mark.integration
 log = logging.getLogger(__name__)
@@ -186,7 +186,7 @@ def repository(spec_data: dict[str, Any], tmp_path_factory: pytest.TempPathFacto
 @pytest.fixture(scope="module")
 def triton(repository: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Triton]:
     workdir = tmp_path_factory.mktemp("triton")
-    http_port, grpc_port, metrics_port, probe_port = free_port(), free_port(), free_port(), free_port()
+    http_port, grpc_port, metrics_port, probe_port = free_ports(["127.0.0.1"] * 4)
     log_path = workdir / "server.log"
     command = [sys.executable, "-m", "server.container", "--repository", str(repository)]
     command += ["--host", "127.0.0.1", "--http-port", str(http_port), "--grpc-port", str(grpc_port)]

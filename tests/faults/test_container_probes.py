@@ -40,7 +40,7 @@ from resilience_fixtures import (
     wait_for,
 )
 
-from server.launcher import free_port
+from server.launcher import free_ports
 from server.stubs import stubs_with_prefix
 
 pytestmark = pytest.mark.integration
@@ -95,7 +95,7 @@ def _ready_becomes(container: Container, status: int) -> dict:
 def container(spec_data: dict[str, Any], tmp_path_factory: pytest.TempPathFactory) -> Iterator[Container]:
     repository = build_small_repository(spec_data, tmp_path_factory.mktemp("container_repository"))
     workdir = tmp_path_factory.mktemp("container_workdir")
-    ports = {name: free_port() for name in ("http", "grpc", "metrics", "probe")}
+    ports = dict(zip(("http", "grpc", "metrics", "probe"), free_ports(["127.0.0.1"] * 4), strict=True))
     command = [
         sys.executable,
         "-m",

@@ -23,7 +23,7 @@ from resilience_fixtures import build_small_repository
 from tritonclient.utils import InferenceServerException
 
 from server import ServerOptions, TritonServer
-from server.launcher import free_port
+from server.launcher import free_ports
 
 pytestmark = pytest.mark.integration
 HANG_GUARD_S = 90  # not a latency bound: only how long a broken front may hold the test
@@ -71,7 +71,7 @@ def test_startup_is_logged_in_one_line_not_a_traceback_per_poll(fault_server: Tr
 @pytest.fixture
 def front_without_triton(tmp_path: Path):
     """The HTTP front before a port nobody listens on: Triton down (or not started yet)."""
-    port, upstream = free_port(), free_port()
+    port, upstream = free_ports(["127.0.0.1"] * 2)
     log_path = tmp_path / "http_front.log"
     with open(log_path, "wb") as log_file:
         front = subprocess.Popen(

@@ -17,7 +17,7 @@ import pytest
 import yaml
 from resilience_fixtures import build_small_repository, shm_regions, tree_environment
 
-from server.launcher import free_port
+from server.launcher import free_port_arguments
 from server.stubs import stubs_with_prefix
 
 pytestmark = pytest.mark.integration
@@ -57,7 +57,7 @@ def _finish(process: subprocess.Popen, timeout: float = 240) -> tuple[int, str, 
 
 
 def test_second_start_fails_cleanly_and_quick_restart_works(checkout: Path) -> None:
-    ports = [f"--{kind}-port={free_port()}" for kind in ("http", "grpc", "metrics")]
+    ports = free_port_arguments()
     start = ("server", "start", *ports)
     first, second = _cli(checkout, *start), _cli(checkout, *start)
     results = [_finish(first), _finish(second)]

@@ -29,7 +29,7 @@ from slow_model import SLOW, write_slow_model
 from tritonclient.grpc import service_pb2, service_pb2_grpc
 
 from server.fronts.client_slots import SlotLimits
-from server.launcher import free_port
+from server.launcher import free_port_arguments
 
 pytestmark = pytest.mark.integration
 CALLS = 2000
@@ -114,7 +114,7 @@ def _rss(pid: int) -> int:
 
 
 def test_thousands_of_slow_calls_are_bounded_and_the_server_drains(checkout: Path) -> None:
-    ports = [f"--{kind}-port={free_port()}" for kind in ("http", "grpc", "metrics")]
+    ports = free_port_arguments()
     started = _cli(checkout, "server", "start", *ports)
     assert started.returncode == 0, started.stderr[-3000:]
     state = json.loads((checkout / ".run" / "server.json").read_text())

@@ -29,7 +29,7 @@ import torch
 import yaml
 
 from perf.cli import main as perf_main
-from server.launcher import free_port
+from server.launcher import free_port_arguments
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(1500)]
 ROOT = Path(__file__).resolve().parents[2]
@@ -94,7 +94,7 @@ def test_a_factory_from_init_through_serve_with_its_own_statistics(project: Path
     built = _run(project, "exporters", "build", "--spec", "own.yaml", "--repository", "own_repository",
                  "--models", "conv_gru")  # fmt: skip
     assert built.returncode == 0, built.stdout + built.stderr
-    ports = [f"--{kind}-port={free_port()}" for kind in ("http", "grpc", "metrics")]
+    ports = free_port_arguments()
     started = _run(project, "server", "start", "--repository", "own_repository", "--spec", "own.yaml", *ports)
     assert started.returncode == 0, started.stdout + started.stderr
     try:

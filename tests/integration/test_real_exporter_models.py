@@ -29,7 +29,7 @@ import yaml
 from tritonclient.utils import InferenceServerException
 
 from server.admin import FRONT_HEADER, GRPC_FRONT_HEADER
-from server.launcher import free_port
+from server.launcher import free_port_arguments
 
 pytestmark = pytest.mark.integration
 ROOT = Path(__file__).resolve().parents[2]
@@ -55,7 +55,7 @@ def _run(folder: Path, *args: str) -> subprocess.CompletedProcess:
 
 
 def _ports() -> list[str]:
-    return [f"--{kind}-port={free_port()}" for kind in ("http", "grpc", "metrics")]
+    return free_port_arguments()
 
 
 def _init(folder: Path, *args: str) -> list[dict]:

@@ -22,6 +22,7 @@ from server.launcher import (
     MIB,
     ServerOptions,
     TritonServer,
+    free_ports,
     python_shm_bytes,
     remove_shm_regions,
     starved_stub_abort,
@@ -113,6 +114,19 @@ def test_command_binds_loopback_and_uses_its_own_shm_prefix(tmp_path: Path) -> N
     assert servers[1].admin_key != key
     prefix = [a for a in first if "shm-region-prefix-name" in a]
     assert prefix and prefix != [a for a in second if "shm-region-prefix-name" in a]
+
+
+def test_a_servers_ports_are_picked_together_all_different_and_apart_from_those_given(tmp_path: Path) -> None:
+    """Picked one at a time, two of them could come back equal (a start that fails on a busy host)."""
+    (given,) = free_ports(["127.0.0.1"])
+    picked = free_ports(["127.0.0.1"] * 40, taken=[given])
+    assert len(set(picked)) == 40 and given not in picked
+    options = ServerOptions(repository=tmp_path, http_port=given, http_front=True, grpc_front=True)
+    server = TritonServer(options)
+    server.stop()
+    ports = [server.http_port, server.grpc_port, server.metrics_port, server.triton_http_port,
+             server.triton_grpc_port]  # fmt: skip
+    assert server.http_port == given and len(set(ports)) == 5
 
 
 def test_missing_repository_is_a_clear_error_and_leaves_nothing(tmp_path: Path) -> None:
