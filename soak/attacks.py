@@ -38,12 +38,12 @@ import numpy as np
 import tritonclient.grpc as grpcclient
 import tritonclient.http as httpclient
 import tritonclient.utils.shared_memory as shared_memory
-from tritonclient.grpc import service_pb2, service_pb2_grpc
+from tritonclient.grpc import service_pb2_grpc
 from tritonclient.utils import InferenceServerException
 
 from client.infer import make_inputs
-from server.stubs import server_stubs
-from soak.faults import Soak, _live_stubs
+from soak.faults import Soak, _live_stubs, overflowing_request, random_stub_region
+from soak.http_fuzz import Case, send
 from soak.report import Outage
 
 log = logging.getLogger(__name__)
@@ -77,33 +77,6 @@ def _encoder_inputs(soak: Soak) -> tuple[str, ...] | None:
         return None
 
 
-def _http_exchange(url: str, raw: bytes) -> tuple[int, bytes]:
-    """One raw HTTP/1.1 request on its own connection: (status, body); (0, b"") if never answered."""
-    host, port = url.rsplit(":", 1)
-    with socket.create_connection((host, int(port)), timeout=ANSWER_WITHIN_S) as sock:
-        sock.sendall(raw)
-        buffer = b""
-        try:
-            while b"\r\n\r\n" not in buffer or len(buffer) < _expected_length(buffer):
-                chunk = sock.recv(1 << 16)
-                if not chunk:
-                    break
-                buffer += chunk
-        except TimeoutError:
-            return 0, b""
-    head, _, body = buffer.partition(b"\r\n\r\n")
-    return (int(head.split()[1]) if head else 0), body
-
-
-def _expected_length(buffer: bytes) -> int:
-    head, _, _ = buffer.partition(b"\r\n\r\n")
-    for line in head.split(b"\r\n")[1:]:
-        name, _, value = line.partition(b":")
-        if name.strip().lower() == b"content-length":
-            return len(head) + 4 + int(value)
-    return len(buffer)
-
-
 def unanswered_shapes(soak: Soak) -> None:
     """``[2^62, 0]`` with empty data to the text encoder over HTTP, gRPC unary and a gRPC stream:
     each refused naming the input, no stub of the encoder lost (fault matrix rows 37–39)."""
@@ -114,16 +87,11 @@ def unanswered_shapes(soak: Soak) -> None:
     body = json.dumps(
         {"inputs": [{"name": n, "shape": [HUGE, 0], "datatype": "INT64", "data": []} for n in inputs]}
     ).encode()
-    raw = (
-        f"POST /v2/models/{ENCODER}/infer HTTP/1.1\r\nHost: soak\r\nContent-Type: application/json\r\n"
-        f"Content-Length: {len(body)}\r\n\r\n"
-    ).encode() + body
-    status, answer = _http_exchange(soak.server.http_url, raw)
-    http_right = status == 400 and NEVER_ANSWERED in answer.decode("utf-8", "replace")
-    request = service_pb2.ModelInferRequest(model_name=ENCODER, id="soak")
-    for name in inputs:
-        request.inputs.add(name=name, datatype="INT64", shape=[HUGE, 0])
-        request.raw_input_contents.append(b"")
+    case = Case("POST", f"/v2/models/{ENCODER}/infer", [("Content-Type", "application/json")], body)
+    host, port = soak.server.http_url.rsplit(":", 1)
+    answer = send(host, int(port), case, ANSWER_WITHIN_S)
+    http_right = answer.status == 400 and NEVER_ANSWERED in answer.body.decode("utf-8", "replace")
+    request = overflowing_request(ENCODER, inputs, (HUGE, 0))
     with grpc.insecure_channel(soak.server.grpc_url) as channel:
         service = service_pb2_grpc.GRPCInferenceServiceStub(channel)
         try:
@@ -195,11 +163,6 @@ def _watch_closed(connections: list[socket.socket], record: Callable[[bool], Non
         record(closed)
 
 
-def _stub_region(soak: Soak) -> Path | None:
-    stubs = [s for s in server_stubs(soak.server.pid or 0) if s.alive and s.shm_region]
-    return Path("/dev/shm") / soak.rng.choice(stubs).shm_region if stubs else None
-
-
 def _refused(call: Callable[[], object], protocol: str, says: str) -> bool:
     try:
         call()
@@ -212,9 +175,10 @@ def shared_memory_identity(soak: Soak) -> None:
     """A hard link to a stub's region registered (row 43): refused; and a stub's region renamed over a
     client's registered region and used as an input (row 44): answered from the file the client
     registered; over both protocols, the region given back, no stub lost."""
-    region = _stub_region(soak)
-    if region is None:
+    name = random_stub_region(soak)
+    if name is None:
         return
+    region = Path("/dev/shm") / name
     before = _live_stubs(soak)
     clients = {
         "http": soak.client,

@@ -127,23 +127,25 @@ def update_embedding(soak: Soak) -> None:
         try:
             soak.client.infer(f"{PIPELINE}_embedding", make_inputs(httpclient, update))
             acknowledged = True
-            break
         except InferenceServerException as error:
             if DEAD_STUB in error.message() and time.monotonic() < deadline:
                 time.sleep(0.5)
                 continue
             log.error("embedding update refused: %s", error)
             acknowledged = False
-            break
+        break
     soak.report.check("embedding updates (acknowledged)").record(acknowledged)
 
 
-def overflowing_request(model: str, inputs: tuple[str, ...]) -> service_pb2.ModelInferRequest:
-    """INT64 ``[1, 2**61]`` for every input, with empty raw contents: 97 bytes for the text encoder's
-    two inputs, which Triton 2.51 alone sizes as 0 bytes (2**64 wraps) and hands to the stub."""
+def overflowing_request(
+    model: str, inputs: tuple[str, ...], shape: tuple[int, ...] = (1, 2**61)
+) -> service_pb2.ModelInferRequest:
+    """INT64 ``shape`` for every input, with empty raw contents. The default, ``[1, 2**61]``: 97 bytes
+    for the text encoder's two inputs, which Triton 2.51 alone sizes as 0 bytes (2**64 wraps) and hands
+    to the stub."""
     request = service_pb2.ModelInferRequest(model_name=model)
     for name in inputs:
-        request.inputs.add(name=name, datatype="INT64", shape=[1, 2**61])
+        request.inputs.add(name=name, datatype="INT64", shape=shape)
         request.raw_input_contents.append(b"")
     return request
 
@@ -174,13 +176,18 @@ def overflowing_grpc_shape(soak: Soak) -> None:
     soak.report.check("overflowing gRPC shapes (INVALID_ARGUMENT, no stub lost)").record(refused and alive)
 
 
+def random_stub_region(soak: Soak) -> str | None:
+    """The shared-memory region (its name in /dev/shm) of a random live stub, if any."""
+    stubs = [s for s in server_stubs(soak.server.pid or 0) if s.alive and s.shm_region]
+    return soak.rng.choice(stubs).shm_region if stubs else None
+
+
 def shared_memory_probe(soak: Soak) -> None:
     """A client registers a stub's own IPC region, over HTTP and gRPC: refused both times, and nothing
     ends up registered (without the fronts it read other clients' tensors through it)."""
-    stubs = [s for s in server_stubs(soak.server.pid or 0) if s.alive and s.shm_region]
-    if not stubs:
+    region = random_stub_region(soak)
+    if region is None:
         return
-    region = soak.rng.choice(stubs).shm_region
     grpc_client = grpcclient.InferenceServerClient(soak.server.grpc_url)
     refused = []
     for client, status in ((soak.client, "403"), (grpc_client, "StatusCode.PERMISSION_DENIED")):

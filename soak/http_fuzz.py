@@ -21,6 +21,7 @@ import gzip
 import json
 import os
 import random
+import re
 import socket
 import struct
 import zlib
@@ -118,10 +119,10 @@ class Case:
         lines = [f"{self.method} {self.path} HTTP/1.1", "Host: fuzz"]
         lines += [f"{name}: {value}" for name, value in self.headers]
         chunked = any(n.lower() == "transfer-encoding" for n, _ in self.headers)
-        if not chunked:
-            lines.append(f"Content-Length: {len(self.body)}")
-            return ("\r\n".join(lines) + "\r\n\r\n").encode("utf-8", "surrogateescape") + self.body
+        lines += [] if chunked else [f"Content-Length: {len(self.body)}"]
         head = ("\r\n".join(lines) + "\r\n\r\n").encode("utf-8", "surrogateescape")
+        if not chunked:
+            return head + self.body
         half = len(self.body) // 2
         chunks = [part for part in (self.body[:half], self.body[half:]) if part]
         return head + b"".join(b"%x\r\n%s\r\n" % (len(c), c) for c in chunks) + b"0\r\n\r\n"
@@ -147,14 +148,8 @@ def send(host: str, port: int, case: Case, timeout: float = TIMEOUT_S) -> Answer
                 buffer += chunk
             head, _, rest = buffer.partition(b"\r\n\r\n")
             status = int(head.split(b" ", 2)[1])
-            length = next(
-                (
-                    int(line.split(b":", 1)[1])
-                    for line in head.split(b"\r\n")
-                    if line.lower().startswith(b"content-length:")
-                ),
-                0,
-            )
+            declared = re.search(rb"\ncontent-length:([^\r]*)", head, re.IGNORECASE)
+            length = int(declared[1]) if declared else 0
             while len(rest) < length:
                 chunk = sock.recv(65536)
                 if not chunk:
@@ -404,24 +399,20 @@ def fuzz(
     report = FuzzReport(seed)
     region = shared_memory.create_shared_memory_region(SHM_REGION, f"/{SHM_REGION}", 64)  # the seeds' own
     try:
-        _run(host, int(port), seeds, mutator, cases, report, after_each)
+        for number in range(cases):
+            case = mutator.mutate(mutator.rng.choice(seeds))
+            answer = send(host, int(port), case)
+            report.cases += 1
+            if any(m.startswith("target ") for m in case.mutations):
+                report.target_cases.append(number)
+            report.statuses[answer.status if answer.status is not None else "none"] += 1
+            problems = []
+            if answer.status is None and answer.error != "connection closed without an answer":
+                problems.append(f"no answer ({answer.error})")
+            elif answer.status is not None and answer.status >= 500:
+                problems.append(f"{answer.status} {answer.body[:160]!r}")
+            problems += after_each() if after_each else []
+            report.findings += [f"case {number}: {case.describe()}: {p}" for p in problems]
     finally:
         shared_memory.destroy_shared_memory_region(region)
     return report
-
-
-def _run(host, port, seeds, mutator, cases, report, after_each) -> None:
-    for number in range(cases):
-        case = mutator.mutate(mutator.rng.choice(seeds))
-        answer = send(host, port, case)
-        report.cases += 1
-        if any(m.startswith("target ") for m in case.mutations):
-            report.target_cases.append(number)
-        report.statuses[answer.status if answer.status is not None else "none"] += 1
-        problems = []
-        if answer.status is None and answer.error != "connection closed without an answer":
-            problems.append(f"no answer ({answer.error})")
-        elif answer.status is not None and answer.status >= 500:
-            problems.append(f"{answer.status} {answer.body[:160]!r}")
-        problems += after_each() if after_each else []
-        report.findings += [f"case {number}: {case.describe()}: {p}" for p in problems]
