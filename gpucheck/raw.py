@@ -17,8 +17,9 @@ from dataclasses import dataclass
 
 import torch
 
+from exporters.sources.inputs import draw_inputs
 from gpucheck.grid import Grid
-from gpucheck.repository import CheckModel, tensors, torch_module
+from gpucheck.repository import CheckModel, torch_module
 from perf.model.latency import LatencyFit, fit_latency
 
 log = logging.getLogger(__name__)
@@ -69,7 +70,7 @@ def _curve(model: CheckModel, grid: Grid, device: torch.device) -> RawCurve:
         base = torch.cuda.memory_allocated(device)
     module = torch_module(model).to(device)
     weights = (torch.cuda.memory_allocated(device) - base) / MIB if on_gpu else None
-    largest = [torch.from_numpy(a).to(device) for a in tensors(model.spec, grid.max_batch, 3)]
+    largest = [torch.from_numpy(a).to(device) for a in draw_inputs(model.spec, grid.max_batch, 3)]
     batch_ms: dict[int, float] = {}
     peak = None
     with torch.inference_mode():

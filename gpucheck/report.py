@@ -255,14 +255,14 @@ def _shm_lines(section: dict) -> list[str]:
         ]
         for r in section["rows"]
     ]
-    lines = [
+    return [
         f"`{section['model']}` (doubles its input): one input of {section['input_bytes']:,} bytes and an "
         "output as large, one request at a time, in the gRPC message, through one system shared-memory "
         "region, or one CUDA shared-memory region (the tensors stay on the GPU).",
         "",
         table(["transport", "median ms", "p90 ms", "MiB/s moved", "answer right"], rows),
+        *(f"- not measured: {item}" for item in section.get("not_measured", [])),
     ]
-    return lines + [f"- not measured: {item}" for item in section.get("not_measured", [])]
 
 
 SECTIONS = (
@@ -352,8 +352,7 @@ def _plot_throughput(document: dict, path: Path) -> Path:
             [str(r["instances"]) for r in instances["rows"]], [r["throughput"] for r in instances["rows"]]
         )
     right.set(xlabel="instances on GPU 0", ylabel="inferences / s", title="instances")
-    save_figure(figure, path, left if batching else None, grid="both")
-    return path
+    return save_figure(figure, path, left if batching else None, grid="both")
 
 
 def _plot_transfer(document: dict, path: Path) -> Path:
@@ -367,8 +366,7 @@ def _plot_transfer(document: dict, path: Path) -> Path:
     if shm:
         right.bar([r["transport"] for r in shm["rows"]], [r["median_ms"] for r in shm["rows"]])
     right.set(ylabel="ms per request (median)", title="transport of one large input")
-    save_figure(figure, path, left if pipeline else None, grid="both")
-    return path
+    return save_figure(figure, path, left if pipeline else None, grid="both")
 
 
 def write(out: Path, document: dict) -> list[Path]:

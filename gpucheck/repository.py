@@ -28,7 +28,6 @@ import logging
 from dataclasses import dataclass
 from pathlib import Path
 
-import numpy as np
 import torch
 
 import python_backend
@@ -40,7 +39,7 @@ from exporters.pipelines.build import BuiltPipeline, build_pipelines
 from exporters.pipelines.configs import torch_program_config
 from exporters.pipelines.stages import Stage, load_stage, stage_artifact
 from exporters.schema.models import ModelSpec, Spec
-from exporters.schema.sections import Batching, TensorSpec
+from exporters.schema.sections import Batching
 from exporters.sources.inputs import draw_inputs
 from exporters.sources.load import build_torch_model
 from gpucheck.grid import Grid
@@ -147,13 +146,6 @@ def torch_module(model: CheckModel) -> torch.nn.Module:
     return module.half() if model.precision == "fp16" else module
 
 
-def tensors(
-    spec: ModelSpec, batch: int, seed: int, module: torch.nn.Module | None = None
-) -> list[np.ndarray]:
-    """Inputs of ``batch`` rows drawn as the exporters draw them (in the spec's dtypes)."""
-    return draw_inputs(spec, batch, seed, module)
-
-
 def _placement(device: str, count: int) -> list[InstanceGroup]:
     if device == "gpu":
         return [InstanceGroup(kind="KIND_GPU", count=count, gpus=[0])]
@@ -166,13 +158,13 @@ def build_check_model(model: CheckModel, repository: Path, device: str) -> Built
     module = torch_module(model)
     reference = build_torch_model(spec).eval()
     stage = Stage(spec.name, module, tuple(spec.inputs), spec.outputs[0], "torch_export")
-    example = tuple(torch.from_numpy(a) for a in tensors(spec, min(3, spec.max_batch_size), 7, reference))
+    example = tuple(torch.from_numpy(a) for a in draw_inputs(spec, min(3, spec.max_batch_size), 7, reference))
     folder = repository / spec.name / "1"
     folder.mkdir(parents=True, exist_ok=True)
     path = folder / stage.artifact_name
     path.write_bytes(stage_artifact(stage, example, spec.max_batch_size))
     loaded = load_stage(stage, path)  # through the server's no-pickle gate
-    sample = [torch.from_numpy(a) for a in tensors(spec, min(4, spec.max_batch_size), 11, reference)]
+    sample = [torch.from_numpy(a) for a in draw_inputs(spec, min(4, spec.max_batch_size), 11, reference)]
     with torch.inference_mode():
         actual = loaded(*sample).float().numpy()
         expected = reference(*(t.float() if t.is_floating_point() else t for t in sample)).numpy()
@@ -222,6 +214,3 @@ def boundary_row_bytes(pipeline: BuiltPipeline) -> tuple[int, int]:
         sum(b.bytes_per_row for b in pipeline.record.boundaries),
         sum(b.fp32_bytes_per_row for b in pipeline.record.boundaries),
     )
-
-
-__all__ = ["CheckModel", "CheckRepository", "TensorSpec", "boundary_row_bytes", "build", "check_models"]

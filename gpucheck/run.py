@@ -15,7 +15,6 @@ exit status says whether everything ran: 0 all measured, 1 something failed or w
 from __future__ import annotations
 
 import argparse
-import dataclasses
 import logging
 import shutil
 import sys
@@ -51,15 +50,10 @@ class Recorder:
     def run(self, name: str, step: Callable[[], dict[str, Any]], needs: tuple[str, ...] = ()) -> dict | None:
         elapsed = time.monotonic() - self.started
         missing = [n for n in needs if self.sections.get(n, {}).get("status") != "ok"]
-        if missing:
-            self.sections[name] = {
-                "status": "skipped",
-                "reason": f"needs {', '.join(missing)}, which did not run",
-            }
-            log.warning("%s skipped: needs %s", name, missing)
-            return None
-        if elapsed > self.deadline_s:
+        reason = f"needs {', '.join(missing)}, which did not run" if missing else ""
+        if not missing and elapsed > self.deadline_s:
             reason = f"out of time ({elapsed:.0f} s of the {self.deadline_s:.0f} s the grid allows)"
+        if reason:
             self.sections[name] = {"status": "skipped", "reason": reason}
             log.warning("%s skipped: %s", name, reason)
             return None
@@ -211,6 +205,3 @@ def main(argv: list[str] | None = None) -> int:
     )
     args = parser.parse_args(argv)
     return check(args.out, args.grid, args.spec, args.carried if args.carried.is_dir() else None)
-
-
-__all__ = ["Recorder", "check", "dataclasses", "main"]

@@ -25,6 +25,7 @@ import tritonclient.utils.shared_memory as system_shm
 
 from client import shm
 from exporters.artifacts.parity import check_outputs
+from exporters.sources.inputs import draw_inputs
 from exporters.sources.load import build_torch_model
 from gpucheck import machine
 from gpucheck.grid import Grid
@@ -34,7 +35,6 @@ from gpucheck.repository import (
     INSTANCE_MODEL,
     CheckRepository,
     boundary_row_bytes,
-    tensors,
     variant_name,
 )
 from gpucheck.serving import Session
@@ -91,7 +91,7 @@ def latency(context: Context) -> dict[str, Any]:
         raw = context.raw.get((built.model.base, built.model.precision))
         points = {}
         for batch in grid.batches:
-            arrays = dict(zip([t.name for t in spec.inputs], tensors(spec, batch, SEED), strict=True))
+            arrays = dict(zip([t.name for t in spec.inputs], draw_inputs(spec, batch, SEED), strict=True))
             before = session.stats(name)
             times = session.timed(name, arrays, grid.requests_per_batch)
             compute = (session.stats(name) - before).compute_ms_at(batch)
@@ -121,7 +121,7 @@ def parity(context: Context) -> dict[str, Any]:
         built = context.repository.models[name]
         spec = built.model.spec
         reference = build_torch_model(spec).eval()
-        arrays = tensors(spec, min(PARITY_ROWS, spec.max_batch_size), SEED + 1)
+        arrays = draw_inputs(spec, min(PARITY_ROWS, spec.max_batch_size), SEED + 1)
         served = context.session.infer(name, dict(zip([t.name for t in spec.inputs], arrays, strict=True)),
                                        [spec.outputs[0].name])[spec.outputs[0].name]  # fmt: skip
         with torch.inference_mode():
@@ -248,7 +248,7 @@ def pipeline(context: Context) -> dict[str, Any]:
         )
         latencies = {}
         for batch in context.grid.pipeline_batches:
-            arrays = dict(zip([t.name for t in spec.inputs], tensors(spec, batch, SEED), strict=True))
+            arrays = dict(zip([t.name for t in spec.inputs], draw_inputs(spec, batch, SEED), strict=True))
             times = context.session.timed(name, arrays, context.grid.requests_per_batch)
             latencies[batch] = {"client_ms": statistics.median(times), "boundary_bytes": sent * batch}
         point = _point(context, spec, context.grid.pipeline_concurrency, name)
@@ -291,23 +291,22 @@ def _transport_times(
         tensor.set_data_from_numpy(array)
         times = run()
         answer = client.infer(model, [tensor], outputs=[output]).as_numpy("y")
-        return times, bool(np.array_equal(answer, array * 2))
-    if transport == "system":
+    elif transport == "system":
         with shm.system_region(client, 2 * size) as (region, handle):
             system_shm.set_shared_memory_region(handle, [array])
             tensor.set_shared_memory(region, size, 0)
             output.set_shared_memory(region, size, size)
             times = run()
             answer = shm.read_output(handle, np.dtype(np.float32), array.shape, size)
-        return times, bool(np.array_equal(answer, array * 2))
-    import tritonclient.utils.cuda_shared_memory as cudashm
+    else:
+        import tritonclient.utils.cuda_shared_memory as cudashm
 
-    with shm.cuda_region(client, 2 * size) as (region, handle):
-        cudashm.set_shared_memory_region(handle, [array])
-        tensor.set_shared_memory(region, size, 0)
-        output.set_shared_memory(region, size, size)
-        times = run()
-        answer = cudashm.get_contents_as_numpy(handle, np.float32, array.shape, offset=size)
+        with shm.cuda_region(client, 2 * size) as (region, handle):
+            cudashm.set_shared_memory_region(handle, [array])
+            tensor.set_shared_memory(region, size, 0)
+            output.set_shared_memory(region, size, size)
+            times = run()
+            answer = cudashm.get_contents_as_numpy(handle, np.float32, array.shape, offset=size)
     return times, bool(np.array_equal(answer, array * 2))
 
 
@@ -315,7 +314,7 @@ def shared_memory(context: Context) -> dict[str, Any]:
     """One input of ``shm_mib`` MiB (and as large an output) through plain gRPC, system shared memory
     and CUDA shared memory, one request at a time: what each transport costs."""
     spec = next(m.model.spec for m in context.repository.models.values() if m.model.base == "trivial")
-    array = np.ascontiguousarray(tensors(spec, 1, SEED)[0], dtype=np.float32)
+    array = np.ascontiguousarray(draw_inputs(spec, 1, SEED)[0], dtype=np.float32)
     transports = ["grpc", "system"] + (["cuda"] if context.on_gpu else [])
     rows, not_measured = [], []
     for transport in transports:

@@ -227,7 +227,5 @@ class Regions:
         for protocol in ("http", "grpc"):
             for kind in A_OFFSETS:
                 self.unregister(protocol, self.name(kind))
-        for client_file in self.files.values():
+        for client_file in self.every_file():
             client_file.path.unlink(missing_ok=True)
-        if self.fresh is not None:
-            self.fresh.path.unlink(missing_ok=True)
