@@ -227,7 +227,7 @@ def busy_shares(statistics_file: Path) -> list[tuple[float, str]]:
     (whose share of the whole is the first entry), largest first. A builtin's time counts for whoever
     called it (``len`` in ``h2c`` is ``h2c``'s time)."""
 
-    def part_of(file: str, function: str) -> str:
+    def part_of(file: str) -> str:
         if "server/fronts/" in file:
             return file.split("server/fronts/")[1]
         known = ("asyncio", "asyncio loop"), ("hpack", "HPACK"), ("protobuf", "protobuf")
@@ -240,9 +240,9 @@ def busy_shares(statistics_file: Path) -> list[tuple[float, str]]:
         elif "_socket.socket" in function:
             parts = [("socket calls (send, recv)", own_s)]
         elif file == "~" and callers:  # a builtin: its time where it was called from
-            parts = [(part_of(caller[0], caller[2]), times[2]) for caller, times in callers.items()]
+            parts = [(part_of(caller[0]), times[2]) for caller, times in callers.items()]
         else:
-            parts = [(part_of(file, function), own_s)]
+            parts = [(part_of(file), own_s)]
         for part, seconds in parts:
             spent[part] = spent.get(part, 0.0) + seconds
     idle = spent.pop("idle: waiting in epoll", 0.0)
@@ -281,11 +281,8 @@ def run_route(
     # perf_analyzer's own stability check, as generous as a shared machine needs: the last three of at
     # least ten windows within 100% of their mean on throughput and average latency
     settings = MeasureSettings(warmup_s=0.0, window_s=window_ms / 1000, max_windows=4, tolerance=1.0)
-    stats, between, own = (
-        _stats(server),
-        process_tree_cpu_s(route.pid or 0),
-        process_tree_cpu_s(server.pid or 0),
-    )
+    stats = _stats(server)
+    between, own = process_tree_cpu_s(route.pid or 0), process_tree_cpu_s(server.pid or 0)
     target = Target(MODEL, route.url, _inputs(), {}, protocol)
     result = measure(
         target, closed_loop(concurrency), settings, engine=PerfAnalyzerEngine(binary, extra=route.header)
@@ -393,7 +390,7 @@ def main() -> None:
         options = ServerOptions(repository=repository, http_front=True, grpc_front=True, self_heal=False)
         with (
             TritonServer(options) as server,
-            caddy_proxy(args.caddy, server) if args.caddy else _nothing() as proxy,
+            caddy_proxy(args.caddy, server) if args.caddy else contextlib.nullcontext() as proxy,
         ):
             for protocol in args.protocols:
                 for concurrency in args.concurrency:
@@ -405,11 +402,6 @@ def main() -> None:
                 profile_grpc_front(server, max(args.concurrency), args, binary)
     print()
     print(table(results))
-
-
-@contextmanager
-def _nothing() -> Iterator[None]:
-    yield None
 
 
 if __name__ == "__main__":

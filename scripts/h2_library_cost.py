@@ -56,9 +56,7 @@ def _answer(server: h2.connection.H2Connection, data: bytes) -> bytes:
         if isinstance(event, h2.events.DataReceived):
             server.acknowledge_received_data(event.flow_controlled_length, event.stream_id)
         elif isinstance(event, h2.events.StreamEnded):
-            server.send_headers(
-                event.stream_id, [(b":status", b"200"), (b"content-type", b"application/grpc")]
-            )
+            server.send_headers(event.stream_id, ANSWER_HEADERS)
             server.send_data(event.stream_id, ANSWER)
             server.send_headers(event.stream_id, [(b"grpc-status", b"0")], end_stream=True)
     return server.data_to_send()

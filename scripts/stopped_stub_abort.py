@@ -70,10 +70,8 @@ def one_stop(server: TritonServer, settle_s: float, holding_s: float) -> tuple[b
     """Stop the embedding stub once (``holding_s`` > 0: when it owns a mutex, watched that long); (server
     survived, seconds from the stop to the healed state, the stub owned a mutex when it stopped)."""
     stub = next(s for s in server_stubs(server.pid) if s.pid == embedding_stub_pid(server))
-    pid = stub.pid
-    stopped = time.monotonic()
+    pid, stopped = stub.pid, time.monotonic()
     held, attempts = stop_owning_a_mutex(pid, stub.shm_region, holding_s)
-    holding = bool(held)
     log.info("stub %s stopped after %d stops, owning mutexes at offsets %s", pid, attempts, held)
     deadline = stopped + HEAL_WAIT_S
     while time.monotonic() < deadline and server.process.poll() is None and not healed(server, pid):
@@ -82,12 +80,7 @@ def one_stop(server: TritonServer, settle_s: float, holding_s: float) -> tuple[b
     end = time.monotonic() + settle_s  # the soak's abort came 2.4 s after the kill
     while time.monotonic() < end and server.process.poll() is None:
         time.sleep(0.05)
-    return server.process.poll() is None, took, holding
-
-
-def abort_lines(server: TritonServer) -> str:
-    tail = server.log_tail(60).splitlines()
-    return "\n".join(tail[-25:])
+    return server.process.poll() is None, took, bool(held)
 
 
 def main() -> int:
@@ -116,16 +109,10 @@ def main() -> int:
     server = TritonServer(explicit_options(repository, work / "server")).start()
     try:
         for iteration in range(1, args.iterations + 1):
-            load = (
-                None
-                if args.idle
-                else MixedLoad(
-                    server.http_url, server.grpc_url, ["trivial", PIPELINE], callers_per=args.callers
-                )
-            )
-            if load is not None:
-                load.start()
-                load.wait_for(20)
+            load = None
+            if not args.idle:
+                load = MixedLoad(server.http_url, server.grpc_url, ["trivial", PIPELINE], args.callers)
+                load.start().wait_for(20)
             try:
                 alive, took, holding = one_stop(server, args.settle_s, args.holding)
             finally:
@@ -142,7 +129,7 @@ def main() -> int:
             print(
                 f"{iteration}: stopped {owned}: tritonserver died ({server.process.returncode}), {took:.1f} s"
             )
-            print(abort_lines(server), flush=True)
+            print(server.log_tail(25), flush=True)
             server.reap()
             server.start()
     finally:
