@@ -13,6 +13,7 @@ import json
 import os
 import select
 import sys
+from functools import partial
 from pathlib import Path
 
 import numpy as np
@@ -37,15 +38,9 @@ def _health(client, args) -> int:
 
 
 def _metadata(client, args) -> int:
-    if args.protocol == "grpc":
-        data = (
-            client.get_model_metadata(args.model, as_json=True)
-            if args.model
-            else client.get_server_metadata(as_json=True)
-        )
-    else:
-        data = client.get_model_metadata(args.model) if args.model else client.get_server_metadata()
-    print(json.dumps(data, indent=2))
+    as_json = {"as_json": True} if args.protocol == "grpc" else {}  # else gRPC answers a protobuf message
+    get = partial(client.get_model_metadata, args.model) if args.model else client.get_server_metadata
+    print(json.dumps(get(**as_json), indent=2))
     return 0
 
 
@@ -87,10 +82,8 @@ def _stats(client, args) -> int:
         stats, warmup = without_warmup(parse_version_stats(entry), (warmups or {}).get(name, {}).get(version))
         if warmup is None:
             executions, inferences = warmup_counts(model_config(client, args.protocol, name))
-            if executions and stats.executions:
-                warm = f"; includes the warm-up Triton ran at load ({inferences} inferences), not recorded"
-            else:
-                warm = ""
+            included = f"; includes the warm-up Triton ran at load ({inferences} inferences), not recorded"
+            warm = included if executions and stats.executions else ""
         else:
             warm = f"; without the warm-up Triton ran at load ({warmup.inferences} inferences, subtracted)"
         if not stats.inferences and not args.model:

@@ -19,36 +19,33 @@ DEFAULT_URLS = {"http": "127.0.0.1:8000", "grpc": "127.0.0.1:8001"}
 SERVER_STATE = Path(".run/server.json")
 
 
+def _recorded() -> dict[str, Any]:
+    """What ``make serve`` recorded of the server it runs (``SERVER_STATE``; empty when none)."""
+    return json.loads(SERVER_STATE.read_text()) if SERVER_STATE.exists() else {}
+
+
 def default_url(protocol: str) -> str:
-    if SERVER_STATE.exists():
-        return json.loads(SERVER_STATE.read_text())[protocol]
-    return DEFAULT_URLS[protocol]
+    return _recorded().get(protocol) or DEFAULT_URLS[protocol]
 
 
 def default_repository() -> Path | None:
     """The repository ``make serve`` serves, as it recorded it (None when it recorded none)."""
-    if SERVER_STATE.exists():
-        recorded = json.loads(SERVER_STATE.read_text()).get("repository")
-        return Path(recorded) if recorded else None
-    return None
+    recorded = _recorded().get("repository")
+    return Path(recorded) if recorded else None
 
 
 def served_spec() -> Path | None:
     """The spec ``make serve`` built its repository from, as it recorded it (None when it recorded
     none: a server started without ``--spec``, or none running)."""
-    if SERVER_STATE.exists():
-        recorded = json.loads(SERVER_STATE.read_text()).get("spec")
-        return Path(recorded) if recorded else None
-    return None
+    recorded = _recorded().get("spec")
+    return Path(recorded) if recorded else None
 
 
 def recorded_warmup(url: str | None) -> dict[str, dict[str, dict[str, Any]]] | None:
     """The warm-up statistics ``make serve`` recorded for its server (``server.warmup_record``):
     ``{model: {version: statistics}}``; None where the client talks to another server (``url`` not
     the recorded one) or nothing was recorded."""
-    if not SERVER_STATE.exists():
-        return None
-    state = json.loads(SERVER_STATE.read_text())
+    state = _recorded()
     if url is not None and url not in (state.get("http"), state.get("grpc")):
         return None
     return state.get("warmup")

@@ -3,6 +3,7 @@ optionally through system shared memory."""
 
 from __future__ import annotations
 
+import itertools
 import json
 import urllib.error
 import urllib.request
@@ -71,13 +72,12 @@ def infer(
             tensor = module.InferInput(name, list(array.shape), np_to_triton_dtype(array.dtype))
             tensor.set_shared_memory(region, array.nbytes, offset)
             tensors.append(tensor)
-        requested, offsets, offset = [], [], in_bytes
-        for info, size in zip(outputs, out_sizes, strict=True):
+        offsets = list(itertools.accumulate(out_sizes, initial=in_bytes))[:-1]  # outputs after the inputs
+        requested = []
+        for info, size, offset in zip(outputs, out_sizes, offsets, strict=True):
             output = module.InferRequestedOutput(info.name)
             output.set_shared_memory(region, size, offset)
             requested.append(output)
-            offsets.append(offset)
-            offset += size
         client.infer(model, tensors, outputs=requested)
         return {
             o.name: shm.read_output(handle, o.dtype, (rows, *o.dims), off)

@@ -7,7 +7,7 @@ both. ``ModelStats`` subtracts, so perf can take the difference between two snap
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 from typing import Any
 
 COMPUTE_PARTS = ("compute_input", "compute_infer", "compute_output")
@@ -53,15 +53,9 @@ class ModelStats:
             )
             if bucket.executions > 0:
                 batches[size] = bucket
+        counters = (f.name for f in fields(self) if f.name != "batches")
         return ModelStats(
-            self.requests + sign * other.requests,
-            self.failed + sign * other.failed,
-            self.inferences + sign * other.inferences,
-            self.executions + sign * other.executions,
-            self.queue_ns + sign * other.queue_ns,
-            self.compute_ns + sign * other.compute_ns,
-            batches,
-            self.request_ns + sign * other.request_ns,
+            **{name: getattr(self, name) + sign * getattr(other, name) for name in counters}, batches=batches
         )
 
     @property
