@@ -50,15 +50,16 @@ def encode(table: torch.Tensor, row: torch.Tensor, values: torch.Tensor) -> byte
     values = values.to(torch.float32).contiguous()
     rows, width = int(table.shape[0]), int(values.shape[1]) if values.dim() == 2 else 0
     payload = table.numpy().tobytes() + row.numpy().tobytes() + values.numpy().tobytes()
-    return HEADER.pack(MAGIC, rows, width, zlib.crc32(payload)) + payload
+    return _record(MAGIC, payload, rows, width)
+
+
+def _record(magic: bytes, payload: bytes, rows: int = 0, width: int = 0) -> bytes:
+    return HEADER.pack(magic, rows, width, zlib.crc32(payload)) + payload
 
 
 def encode_artifact(artifact: str) -> bytes:
     """The record naming the artifact (hex SHA-256) a log's updates apply to; b"" when unknown."""
-    if not artifact:
-        return b""
-    payload = bytes.fromhex(artifact)
-    return HEADER.pack(ARTIFACT_MAGIC, 0, 0, zlib.crc32(payload)) + payload
+    return _record(ARTIFACT_MAGIC, bytes.fromhex(artifact)) if artifact else b""
 
 
 def append(
@@ -77,11 +78,6 @@ def append(
         os.fsync(descriptor)
     finally:
         os.close(descriptor)
-
-
-def encode_base(updates: int, records: int) -> bytes:
-    payload = BASE.pack(updates, records)
-    return HEADER.pack(BASE_MAGIC, 0, 0, zlib.crc32(payload)) + payload
 
 
 def read(path: str) -> tuple[int, list[Record]]:
@@ -104,9 +100,7 @@ def read(path: str) -> tuple[int, list[Record]]:
             break
         if magic == BASE_MAGIC:
             base, snapshot = BASE.unpack(payload)
-        elif magic == ARTIFACT_MAGIC:
-            pass  # names the artifact (``artifact_of``); carries no update
-        else:
+        elif magic == MAGIC:  # an artifact record only names the artifact (``artifact_of``)
             ids = torch.frombuffer(bytearray(payload[: rows * 16]), dtype=torch.int64)
             values = torch.frombuffer(bytearray(payload[rows * 16 :]), dtype=torch.float32)
             records.append((ids[:rows], ids[rows:], values.reshape(rows, width)))
@@ -206,7 +200,7 @@ class UpdateLog:
                 table = self.tables[index].detach()
                 values = table[row.to(table.device)].cpu()
                 parts.append(encode(torch.full_like(row, index), row, values))
-        parts[:0] = [encode_artifact(self.artifact), encode_base(self.version, len(parts))]
+        parts[:0] = [encode_artifact(self.artifact), _record(BASE_MAGIC, BASE.pack(self.version, len(parts)))]
         temporary = f"{self.path}.compacting"
         descriptor = os.open(temporary, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
         try:
