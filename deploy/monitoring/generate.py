@@ -24,14 +24,13 @@ DASHBOARD = HERE / "grafana" / "triton-dashboard.json"
 
 MODEL = 'model=~"$model"'
 
-# (title, unit, [(legend, expr)], thresholds) per panel, in reading order: load, latency, batching,
-# errors, capacity, GPUs.
-PANELS: list[tuple[str, str, list[tuple[str, str]], float | None]] = [
+# (title, unit, [(legend, expr)], and a red threshold where one is drawn) per panel, in reading order:
+# load, latency, batching, errors, capacity, GPUs.
+PANELS: list[tuple] = [
     (
         "Throughput (inferences/s)",
         "ops",
         [("{{model}}", f"sum by (model) (instance_model:triton_inferences:rate1m{{{MODEL}}})")],
-        None,
     ),
     (
         "Server latency p50 / p99 (worst pod)",
@@ -40,7 +39,6 @@ PANELS: list[tuple[str, str, list[tuple[str, str]], float | None]] = [
             ("p50 {{model}}", f"model:triton_request_us:p50_max{{{MODEL}}}"),
             ("p99 {{model}}", f"model:triton_request_us:p99_max{{{MODEL}}}"),
         ],
-        None,
     ),
     (
         "Queue vs compute time per request",
@@ -55,19 +53,16 @@ PANELS: list[tuple[str, str, list[tuple[str, str]], float | None]] = [
                 f"avg by (model) (instance_model:triton_compute_us_per_request:mean1m{{{MODEL}}})",
             ),
         ],
-        None,
     ),
     (
         "Formed batch size (mean)",
         "none",
         [("{{model}}", f"avg by (model) (instance_model:triton_batch_size:mean1m{{{MODEL}}})")],
-        None,
     ),
     (
         "Failures",
         "reqps",
         [("{{model}}", f"sum by (model) (instance_model:triton_failures:rate1m{{{MODEL}}})")],
-        None,
     ),
     (
         "Pending requests and replicas",
@@ -76,7 +71,6 @@ PANELS: list[tuple[str, str, list[tuple[str, str]], float | None]] = [
             ("pending {{model}}", f"model:triton_pending_requests:sum{{{MODEL}}}"),
             ("replicas", 'count(up{job="triton"} == 1)'),
         ],
-        None,
     ),
     ("GPU utilisation (DCGM)", "percent", [("GPU {{gpu}} {{Hostname}}", "DCGM_FI_DEV_GPU_UTIL")], 95.0),
     (
@@ -108,7 +102,7 @@ def prometheus_rule() -> str:
 
 
 def _panel(
-    index: int, title: str, unit: str, targets: list[tuple[str, str]], threshold: float | None
+    index: int, title: str, unit: str, targets: list[tuple[str, str]], threshold: float | None = None
 ) -> dict:
     steps = [{"color": "green", "value": None}]
     if threshold is not None:
@@ -181,15 +175,13 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     stale = []
     for path, text in outputs().items():
-        if args.check:
-            if not path.exists() or path.read_text() != text:
-                stale.append(path)
-        else:
+        if not args.check:
             path.parent.mkdir(parents=True, exist_ok=True)
             path.write_text(text)
             print(f"wrote {path.relative_to(DEPLOY.parent)}")
-    for path in stale:
-        print(f"stale: {path.relative_to(DEPLOY.parent)} (run `make deploy-rules`)")
+        elif not path.exists() or path.read_text() != text:
+            stale.append(path)
+            print(f"stale: {path.relative_to(DEPLOY.parent)} (run `make deploy-rules`)")
     return 1 if stale else 0
 
 
