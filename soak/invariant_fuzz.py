@@ -198,9 +198,9 @@ class InvariantFuzz:
     """``with InvariantFuzz(target) as fuzz: fuzz.check(case)`` (module docstring). ``stop_at``
     (``time.monotonic()``): cases drawn after it are not sent (``make soak``'s time budget)."""
 
-    def __init__(self, target: FuzzTarget, rss_bound_mib: float = RSS_BOUND_MIB) -> None:
+    def __init__(self, target: FuzzTarget) -> None:
         self.target = target
-        self.report = InvariantReport(rss_bound_mib=rss_bound_mib)
+        self.report = InvariantReport()
         self.stop_at = float("inf")
         self.fatal = ""
         self._registrations = 0

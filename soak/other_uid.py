@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import base64
 import contextlib
+import dataclasses
 import json
 import os
 import socket
@@ -121,10 +122,7 @@ def _serve(http_address: tuple[str, int], channel: grpc.Channel) -> None:
                 http_address, command["method"], command["path"], base64.b64decode(command["body"]),
                 command["headers"], command["timeout_s"],
             )  # fmt: skip
-            answer = {
-                "status": reply.status, "body": base64.b64encode(reply.body).decode(),
-                "elapsed_s": reply.elapsed_s, "failure": reply.failure,
-            }  # fmt: skip
+            answer = {**dataclasses.asdict(reply), "body": base64.b64encode(reply.body).decode()}
         else:  # grpc: bytes in, bytes out
             call = channel.unary_unary(SERVICE + command["method"])
             start = time.monotonic()
@@ -174,9 +172,7 @@ class OtherUser:
     ) -> HttpReply:
         command = {"op": "http", "method": method, "path": path, "headers": headers, "timeout_s": timeout_s}
         answer = self._ask({**command, "body": base64.b64encode(body).decode()})
-        return HttpReply(
-            answer["status"], base64.b64decode(answer["body"]), answer["elapsed_s"], answer["failure"]
-        )
+        return HttpReply(**{**answer, "body": base64.b64decode(answer["body"])})
 
     def grpc(self, method: str, request: bytes, timeout_s: float) -> tuple[str, str, bytes, float]:
         """(status code name, details, response bytes, seconds) of a unary call."""

@@ -220,7 +220,7 @@ def boundary(low: int, high: int) -> st.SearchStrategy[int]:
     return st.one_of(st.sampled_from((low - 1, low, high, high + 1)), st.integers(low, high))
 
 
-def _carrier(draw: st.DrawFn, protocol: str, datatype: str, elements: int) -> str:
+def _carrier(draw: st.DrawFn, protocol: str, elements: int) -> str:
     carrier = draw(st.sampled_from(CARRIERS[protocol]))
     if carrier == "json" and elements > MAX_JSON_VALUES:
         return "binary"
@@ -239,7 +239,7 @@ def _range(draw: st.DrawFn, size: int, registered: bool) -> ShmRange:
     return ShmRange(region, _offset(draw, region, size))
 
 
-def _output_bytes(space: ModelSpace, output: OutputSpace, batch: int | None) -> int:
+def _output_bytes(output: OutputSpace, batch: int | None) -> int:
     dims = [max(d, 1) for d in output.dims]
     return max(batch or 1, 1) * math.prod(dims) * element_size(output.datatype)
 
@@ -256,7 +256,7 @@ def _outputs(
             continue
         shm = None
         if draw(st.booleans()):
-            size = _output_bytes(space, output, batch)
+            size = _output_bytes(output, batch)
             shm = replace(_range(draw, size, registered), size=size)
         chosen.append(OutputCase(output.name, binary=protocol == "http" and draw(st.booleans()), shm=shm))
     return tuple(chosen)
@@ -420,7 +420,7 @@ def cases(draw: st.DrawFn, spaces: Sequence[ModelSpace]) -> Case:
         dims = tuple(axes.get(axis, dim) if dim == -1 else dim for axis, dim in enumerate(rule.dims))
         shape = (batch, *dims) if batch is not None else dims
         elements = data_fits(shape, rule.datatype)
-        carrier = _carrier(draw, protocol, rule.datatype, elements)
+        carrier = _carrier(draw, protocol, elements)
         shm = None
         if carrier == "shm":
             size = elements * element_size(rule.datatype) if rule.datatype != "BYTES" else 0
