@@ -3,9 +3,10 @@
 
 from __future__ import annotations
 
+import importlib
 import sys
 
-VERBS = ("carry", "run", "rehearse")
+VERBS = {"carry": "gpucheck.carry", "run": "gpucheck.run", "rehearse": "gpucheck.rehearsal"}  # verb: module
 
 
 def main(argv: list[str]) -> int:
@@ -15,18 +16,7 @@ def main(argv: list[str]) -> int:
             file=sys.stderr,
         )
         return 2
-    verb, rest = argv[0], argv[1:]
-    if verb == "carry":
-        from gpucheck.carry import main as carry
-
-        return carry(rest)
-    if verb == "run":
-        from gpucheck.run import main as run
-
-        return run(rest)
-    from gpucheck.rehearsal import main as rehearse
-
-    return rehearse(rest)
+    return importlib.import_module(VERBS[argv[0]]).main(argv[1:])
 
 
 if __name__ == "__main__":

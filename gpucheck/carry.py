@@ -188,12 +188,8 @@ def working_tree_bytes(root: Path) -> int:
         capture_output=True,
         check=True,
     ).stdout
-    total = 0
-    for name in filter(None, listing.split(b"\0")):
-        path = root / name.decode()
-        if path.is_file() and not path.is_symlink():
-            total += path.stat().st_size
-    return total
+    paths = (root / name.decode() for name in filter(None, listing.split(b"\0")))
+    return sum(path.stat().st_size for path in paths if path.is_file() and not path.is_symlink())
 
 
 def folder_files(folder: Path) -> list[CarriedFile]:

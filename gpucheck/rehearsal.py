@@ -91,11 +91,8 @@ def link_packages(dists: list[importlib.metadata.Distribution], folder: Path) ->
         tops = {Path(str(f)).parts[0] for f in dist.files or () if not str(f).startswith("..")}
         for top in sorted(tops):
             source, target = base / top, folder / top
-            if (
-                (source.exists() or source.is_symlink())
-                and not target.exists()
-                and top not in ("bin", "__pycache__")
-            ):
+            wanted = top not in ("bin", "__pycache__") and not target.exists()
+            if wanted and (source.exists() or source.is_symlink()):
                 target.symlink_to(source.resolve(), target_is_directory=source.is_dir())
 
 
