@@ -195,7 +195,7 @@ def seed_cases(url: str, models: list[str]) -> list[Case]:
         base = f"/v2/models/{model}"
         cases += [Case("GET", base, []), Case("GET", f"{base}/config", []), Case("GET", f"{base}/ready", [])]
         cases.append(Case("GET", f"{base}/stats", []))
-        inputs, binary, generate = [], [], {}
+        inputs, binary_inputs, payloads, generate = [], [], [], {}
         for tensor in metadata["inputs"]:
             shape = [1 if d < 0 else d for d in tensor["shape"]]
             if tensor["shape"] and tensor["shape"][-1] < 0:
@@ -206,36 +206,16 @@ def seed_cases(url: str, models: list[str]) -> list[Case]:
                 if tensor["datatype"] == "BYTES"
                 else array.flatten().tolist()
             )
-            inputs.append(
-                {"name": tensor["name"], "shape": shape, "datatype": tensor["datatype"], "data": data}
-            )
-            binary.append((tensor, shape, _binary(array, tensor["datatype"])))
+            item = {"name": tensor["name"], "shape": shape, "datatype": tensor["datatype"]}
+            payloads.append(_binary(array, tensor["datatype"]))
+            inputs.append({**item, "data": data})
+            binary_inputs.append({**item, "parameters": {"binary_data_size": len(payloads[-1])}})
             generate[tensor["name"]] = data
         cases.append(Case("POST", f"{base}/infer", json_type, json.dumps({"inputs": inputs}).encode()))
-        header = {
-            "inputs": [
-                {
-                    "name": t["name"],
-                    "shape": s,
-                    "datatype": t["datatype"],
-                    "parameters": {"binary_data_size": len(b)},
-                }
-                for t, s, b in binary
-            ]
-        }
-        head = json.dumps(header).encode()
-        body = head + b"".join(b for _, _, b in binary)
-        cases.append(
-            Case(
-                "POST",
-                f"{base}/infer",
-                [
-                    ("Content-Type", "application/octet-stream"),
-                    ("Inference-Header-Content-Length", str(len(head))),
-                ],
-                body,
-            )
-        )
+        head = json.dumps({"inputs": binary_inputs}).encode()
+        length = ("Inference-Header-Content-Length", str(len(head)))
+        binary_type = [("Content-Type", "application/octet-stream"), length]
+        cases.append(Case("POST", f"{base}/infer", binary_type, head + b"".join(payloads)))
         cases.append(Case("POST", f"{base}/generate", json_type, json.dumps(generate).encode()))
     return cases
 

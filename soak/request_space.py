@@ -55,6 +55,12 @@ REGION_BYTES = {"a0": (2 << 20) + 13, "a1": (2 << 20) + 13, "shared": 16 * PAGE}
 # registered too (A's own file under it), another user's region, and a name nobody registered
 REGION_KINDS = ("a0", "a1", "shared", "fresh", "theirs", "nosuch")
 BYTES_FAULTS = ("past-end", "huge-length", "cut-prefix", "trailing", "one-short")
+# a shared-memory range moved (``_range_fault``): by what field, to which values
+RANGE_FAULTS = {
+    "offset": (3, 4095, PAGE + 1, 1 << 21, 1 << 40, -1),
+    "size": (0, 1, 1 << 21, 1 << 40, -1),
+    "region": REGION_KINDS,
+}
 FILE_SIZES = (PAGE, 3 * PAGE + 13, (2 << 20) + PAGE + 13)
 REGISTRATION_KEYS = ("own", "own", "own", "theirs", "stub", "missing")
 OTHER_UID_ACTIONS = ("", "", "status", "infer")
@@ -368,14 +374,8 @@ def _range_fault(draw: st.DrawFn, space: ModelSpace, tensors: list[TensorCase], 
     outputs = [o for o in case["outputs"] or () if o.shm is not None]
     if not named and not outputs:
         return
-    how = draw(st.sampled_from(("offset", "size", "region")))
-    fault: dict[str, Any]
-    if how == "offset":
-        fault = {"offset": draw(st.sampled_from((3, 4095, PAGE + 1, 1 << 21, 1 << 40, -1)))}
-    elif how == "size":
-        fault = {"size": draw(st.sampled_from((0, 1, 1 << 21, 1 << 40, -1)))}
-    else:
-        fault = {"region": draw(st.sampled_from(REGION_KINDS))}
+    how = draw(st.sampled_from(tuple(RANGE_FAULTS)))
+    fault = {how: draw(st.sampled_from(RANGE_FAULTS[how]))}
     if named and (not outputs or draw(st.booleans())):
         index = draw(st.sampled_from(named))
         shm = tensors[index].shm
