@@ -165,18 +165,15 @@ def main(argv: list[str] | None = None) -> int:
         status = handlers[args.command](client, args)
         sys.stdout.flush()  # a reader that went away (`| head`) shows here, inside the handling below
         return status
-    except BrokenPipeError as error:  # a ConnectionError too: which end broke decides what it means
-        if stdout_gone():
-            return reader_gone()
-        print(f"cannot reach the server: {error} (is it running? `make serve`)", file=sys.stderr)
-        return 2
     except InferenceServerException as error:
         print(f"server error: {error}", file=sys.stderr)
         return 2
     except ClientError as error:
         print(f"error: {error}", file=sys.stderr)
         return 2
-    except ConnectionError as error:
+    except ConnectionError as error:  # BrokenPipeError too: which end broke decides what it means
+        if isinstance(error, BrokenPipeError) and stdout_gone():
+            return reader_gone()
         print(f"cannot reach the server: {error} (is it running? `make serve`)", file=sys.stderr)
         return 2
 
