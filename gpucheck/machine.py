@@ -7,6 +7,7 @@ the driver, the GPU's memory and each process's memory (the stubs'); where it li
 
 from __future__ import annotations
 
+import contextlib
 import ctypes
 import gzip
 import importlib.metadata
@@ -90,11 +91,9 @@ def facts() -> MachineFacts:
         found.gpu_total_mib = torch.cuda.get_device_properties(0).total_memory / MIB
         driver = smi("--query-gpu=driver_version")
         found.driver = driver.strip().splitlines()[0] if driver else None
-        try:
+        with contextlib.suppress(OSError, subprocess.SubprocessError):  # no header then
             header = subprocess.run(["nvidia-smi"], capture_output=True, text=True, timeout=30).stdout
             found.smi_header = "\n".join(header.splitlines()[:4])
-        except (OSError, subprocess.SubprocessError):
-            found.smi_header = ""
     return found
 
 
