@@ -241,20 +241,15 @@ def pipeline(context: Context) -> dict[str, Any]:
     rows = []
     for name in (INSTANCE_MODEL, *context.grid.pipelines):
         spec = dataclasses.replace(monolith, name=name)
-        sent, fp32 = (
-            boundary_row_bytes(context.repository.pipelines[name])
-            if name in context.grid.pipelines
-            else (0, 0)
-        )
+        built = context.repository.pipelines[name] if name in context.grid.pipelines else None  # monolith
+        sent, fp32 = boundary_row_bytes(built) if built else (0, 0)
         latencies = {}
         for batch in context.grid.pipeline_batches:
             arrays = dict(zip([t.name for t in spec.inputs], draw_inputs(spec, batch, SEED), strict=True))
             times = context.session.timed(name, arrays, context.grid.requests_per_batch)
             latencies[batch] = {"client_ms": statistics.median(times), "boundary_bytes": sent * batch}
         point = _point(context, spec, context.grid.pipeline_concurrency, name)
-        boundary = (
-            context.repository.pipelines[name].record.boundaries if name in context.grid.pipelines else ()
-        )
+        boundary = built.record.boundaries if built else ()
         rows.append({
             "model": name,
             "boundary": [{"tensor": b.tensor, "dtype": b.dtype, "shape": list(b.shape)} for b in boundary],
