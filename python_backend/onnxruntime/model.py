@@ -100,11 +100,6 @@ def warmup_feeds(config: dict) -> list[dict]:
     return feeds
 
 
-def _wants_tensorrt(config: dict) -> bool:
-    accelerators = config.get("optimization", {}).get("execution_accelerators", {})
-    return any(a.get("name") == "tensorrt" for a in accelerators.get("gpu_execution_accelerator", []))
-
-
 def choose_providers(config: dict, kind: str, device_id: int, cache_dir: str) -> list:
     """Providers for this instance: CPU on KIND_CPU; CUDA (after TensorRT FP16 if asked) on KIND_GPU."""
     if kind != "GPU":
@@ -114,8 +109,10 @@ def choose_providers(config: dict, kind: str, device_id: int, cache_dir: str) ->
         raise pb_utils.TritonModelException(
             f"instance on GPU {device_id} but onnxruntime has no CUDA provider (available: {available})"
         )
+    accelerators = config.get("optimization", {}).get("execution_accelerators", {})
+    tensorrt = any(a.get("name") == "tensorrt" for a in accelerators.get("gpu_execution_accelerator", []))
     providers: list = []
-    if _wants_tensorrt(config) and "TensorrtExecutionProvider" in available:
+    if tensorrt and "TensorrtExecutionProvider" in available:
         providers.append(
             (
                 "TensorrtExecutionProvider",
