@@ -173,16 +173,14 @@ def padding(measurement: Measurement) -> tuple[float, float] | None:
 # --- latency model ---------------------------------------------------------------------------------
 
 
-def served_batches(family: FamilyResult, single_instance_only: bool = True) -> dict[int, BatchBucket]:
-    """Executions and compute time per formed batch size, summed over the family's measured windows."""
-    total = ModelStats()
-    for mode, runs in [*family.sweep.items(), *((m, [x]) for m, x in family.open_loop.items())]:
-        if single_instance_only and MODES[mode].instances != 1:
-            continue
-        for run in runs:
-            if run.server:
-                total = total + run.server.stats
-    return total.batches
+def served_batches(family: FamilyResult) -> dict[int, BatchBucket]:
+    """Executions and compute time per formed batch size, summed over the measured windows of the
+    family's single-instance modes."""
+    every = [*family.sweep.items(), *((m, [x]) for m, x in family.open_loop.items())]
+    stats = [
+        run.server.stats for mode, runs in every if MODES[mode].instances == 1 for run in runs if run.server
+    ]
+    return sum(stats, ModelStats()).batches
 
 
 def fit_served(family: FamilyResult) -> LatencyFit | None:
