@@ -261,7 +261,8 @@ def settle(
             server.prepare(config)
             decide(server, evidence, config, rate, request.load, f"re-measure {config.label}")
         if evidence.verdict(config, rate) is Verdict.HOLDS:
-            refreshed = [point_of(result, request, evidence, p.config, p.rate) for p in points]  # with the re-measure
+            # the points with the runs the re-measure added
+            refreshed = [point_of(result, request, evidence, p.config, p.rate) for p in points]
             return config, rate, refreshed, demoted
         demoted.append(point_of(result, request, evidence, config, rate))
         step(f"{config.label} at {rate:,.0f}/s: a later run missed the budget there; the answer is reopened")
