@@ -234,21 +234,19 @@ def print_goals(goals: list[Goal], console: Console, title: str = "goals") -> No
 
 def command_run(args: argparse.Namespace, profile: Profile, setup: PerfSetup) -> int:
     folder = report_folder(args.reports, log_name="perf.log")
-    _stop_on_sigterm()
     setup.console.print(f"profile [bold]{profile.name}[/bold] → {folder}")
     # Ctrl-C: main says so and exits 130; the server was stopped
     run_studies(setup.studies(), profile, folder, args.spec, setup.console)
     return 0
 
 
-def command_analyzer(args: argparse.Namespace, console: Console) -> int:
+def command_analyzer(console: Console) -> int:
     binary = find_perf_analyzer()
     if binary is None:
         console.print(HOW_TO_GET_IT.format(glibc=glibc_version()), highlight=False)
         return 0
     profile = get_profile("quick", modes=("none", "dyn1ms"), concurrencies=(1, 16))
-    args.reports = Path("reports")
-    folder = report_folder(args.reports, "perf-analyzer")
+    folder = report_folder(Path("reports"), "perf-analyzer")
     print_report(run_one(BatchingStudy(), profile, folder, console), console)
     return 0
 
@@ -290,28 +288,26 @@ def _print_hint(error: PerfError, console: Console) -> None:
 
 def run_command(top: argparse.ArgumentParser, args: argparse.Namespace, setup: PerfSetup) -> int:
     """Check the options (a usage error exits 2 before any report folder is made), then run."""
+    if args.command == "plan" and (error := plan_usage_errors(args)):
+        top.error(error)
+    if args.command == "tune" and (error := tune_usage_errors(args, setup.tune)):
+        top.error(error)
+    if args.command == "run":
+        try:
+            profile = profile_from(args)
+        except OptionError as error:  # a usage error, before any folder is made or minutes are measured
+            top.error(str(error))
+        if not args.spec.is_file() and any(s.serves_spec and s.steps(profile) for s in setup.studies()):
+            top.error(f"--spec {args.spec}: no such file (the pipeline study serves its pipelines)")
+    _stop_on_sigterm()  # a killed command must not leave its tritonserver running
     if args.command == "plan":
-        if error := plan_usage_errors(args):
-            top.error(error)
-        _stop_on_sigterm()  # a killed plan must not leave its tritonserver running
         return command_plan(args, setup.console, setup.plan)
     if args.command == "tune":
-        if error := tune_usage_errors(args, setup.tune):
-            top.error(error)
-        _stop_on_sigterm()  # a killed tune must not leave its tritonserver running
         return command_tune(args, setup.console, setup.tune)
     if args.command == "analyzer":
-        _stop_on_sigterm()
-        return command_analyzer(args, setup.console)
+        return command_analyzer(setup.console)
     if args.command == "witness":
-        _stop_on_sigterm()
         return command_witness(args)
-    try:
-        profile = profile_from(args)
-    except OptionError as error:  # a usage error, before any folder is made or minutes are measured
-        top.error(str(error))
-    if not args.spec.is_file() and any(s.serves_spec and s.steps(profile) for s in setup.studies()):
-        top.error(f"--spec {args.spec}: no such file (the pipeline study serves its pipelines)")
     return command_run(args, profile, setup)
 
 

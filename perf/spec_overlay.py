@@ -64,13 +64,8 @@ def overlay_entry(
             max_queue_delay_us=config.max_queue_delay_us,
             preferred_batch_sizes=list(config.preferred_batch_sizes),
         )
-        queue = tuned.batching.queue
-        if queue is not None:
-            batching["queue"] = {
-                "max_queue_size": queue.max_queue_size,
-                "timeout_us": queue.timeout_us,
-                "timeout_action": queue.timeout_action,
-            }
+        if tuned.batching.queue is not None:
+            batching["queue"] = dataclasses.asdict(tuned.batching.queue)
     entry = {
         "name": base.name,
         "max_batch_size": tuned.max_batch_size,

@@ -62,19 +62,12 @@ def side_by_side(
 ) -> dict[str, list[Measurement]]:
     """Each engine's runs at ``concurrency`` (closed loop), ``rounds`` rounds, engines interleaved."""
     runs: dict[str, list[Measurement]] = {engine.name: [] for engine in engines}
+    load = closed_loop(concurrency)
     for round_index in range(rounds):
         for engine in engines:
             label = f"{engine.name} c={concurrency} round {round_index + 1}"
-            runs[engine.name].append(
-                measure(
-                    session.target,
-                    closed_loop(concurrency),
-                    session.settings,
-                    session.endpoints,
-                    label,
-                    engine=engine,
-                )
-            )
+            run = measure(session.target, load, session.settings, session.endpoints, label, engine=engine)
+            runs[engine.name].append(run)
     return runs
 
 
@@ -90,20 +83,11 @@ def rows(runs: dict[str, list[Measurement]]) -> list[list[str]]:
             server_ms, rest_ms = run.server.cpu_ms_per_request() if run.server else (float("nan"),) * 2
             stolen = f"{100 * run.stolen_share:.1f}%" if run.server else "–"
             if run.own is not None:
-                out.append([CSV_ROW, index + 1, number(run.own.throughput, 0), number(run.own.p99_ms, 2)])
-                out[-1] += ["–", "–", stolen]
+                own = [number(run.own.throughput, 0), number(run.own.p99_ms, 2)]
+                out.append([CSV_ROW, index + 1, *own, "–", "–", stolen])
             engine = EXPORT_ROW if name.startswith("perf_analyzer") else name
-            out.append(
-                [
-                    engine,
-                    index + 1,
-                    number(run.throughput, 0),
-                    number(run.p99_ms, 2),
-                    number(server_ms, 3),
-                    number(rest_ms, 3),
-                    stolen,
-                ]
-            )
+            cpu = [number(server_ms, 3), number(rest_ms, 3)]
+            out.append([engine, index + 1, number(run.throughput, 0), number(run.p99_ms, 2), *cpu, stolen])
     return out
 
 
@@ -182,13 +166,9 @@ def add_parser(commands: argparse._SubParsersAction) -> None:
         "witness", help="perf_analyzer and our client side by side on one configuration",
         description=command_witness.__doc__,
     )  # fmt: skip
-    witness.add_argument("--model", default=defaults.model)
-    witness.add_argument("--spec", type=Path, default=defaults.spec)
-    witness.add_argument("--max-batch", type=int, default=defaults.max_batch)
-    witness.add_argument("--delay-us", type=int, default=defaults.delay_us)
-    witness.add_argument("--instances", type=int, default=defaults.instances)
-    witness.add_argument("--concurrency", type=int, default=defaults.concurrency)
-    witness.add_argument("--workdir", type=Path, default=defaults.workdir)
+    for field in dataclasses.fields(WitnessOptions):
+        default = getattr(defaults, field.name)
+        witness.add_argument(f"--{field.name.replace('_', '-')}", type=type(default), default=default)
 
 
 def options_from(args: argparse.Namespace) -> WitnessOptions:

@@ -36,7 +36,6 @@ import re
 import shutil
 import subprocess
 import tempfile
-import time
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -275,7 +274,6 @@ class PerfAnalyzerEngine:
                 windows = window_options(settings, longer, closed=load.kind == "closed")
                 load_options = self._load_options(load, settings, folder)
                 line = command(self.binary, target, load_options, windows, folder, self.extra)
-                wall_ns, counter = time.time_ns(), time.perf_counter()
                 returncode, output = self._call(line, settings.longest_s * longer, label)
                 if returncode == 0 and (folder / "export.json").is_file():
                     break
@@ -298,7 +296,6 @@ class PerfAnalyzerEngine:
             (max(0, count - WINDOWS_JUDGED), count),
             UNSTABLE not in output,
             len(records),
-            counter + (export.windows_ns[0] - wall_ns) / 1e9,
             own,
         )
 

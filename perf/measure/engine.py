@@ -94,15 +94,14 @@ class EngineFigures:
 
 @dataclass
 class EngineRun:
-    """What an engine hands back: the records on one clock (seconds from ``started_at``, a
-    ``time.perf_counter`` reading), the windows on that clock, and which of them count."""
+    """What an engine hands back: the records on one clock (seconds from the run's start), the
+    windows on that clock, and which of them count."""
 
     records: list[Record]
     windows: list[tuple[float, float]]
     used: tuple[int, int]  # windows[used[0]:used[1]] are the measurement
     stable: bool  # the used windows agreed (the engine's own check)
     attempts: int  # requests started plus arrivals shed: every one ends as exactly one record
-    started_at: float
     own: EngineFigures | None = None  # the engine's own figures of the same windows, if it has any
 
 
@@ -167,4 +166,4 @@ class OurEngine:
                 await driver
             attempts = caller.attempts
         used = (max(0, len(windows) - settings.stable_windows), len(windows))
-        return EngineRun(sink, windows, used, stable, attempts, t0)
+        return EngineRun(sink, windows, used, stable, attempts)

@@ -15,7 +15,7 @@ import logging
 import math
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 import numpy as np
 
@@ -46,8 +46,6 @@ class Measurement:
     engine: str = OurEngine.name
     own: EngineFigures | None = None  # the engine's own figures of the used windows (perf_analyzer's)
     wall_s: float = 0.0  # the whole run, warm-up, reads of the server and drain included
-    started_at: float = 0.0  # the time.perf_counter() reading the records' clock starts at
-    extra: dict = field(default_factory=dict)
 
     @property
     def span(self) -> tuple[float, float]:
@@ -163,7 +161,6 @@ def _measurement(label: str, target: Target, load: Load, run: EngineRun, engine:
         run.attempts,
         engine=engine,
         own=run.own,
-        started_at=run.started_at,
     )
 
 

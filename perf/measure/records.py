@@ -70,28 +70,23 @@ def write_csv(records: Sequence[Record], path: Path) -> None:
             writer.writerow([row[name] for name in CSV_FIELDS])
 
 
+# How each type of ``Record`` field is read back from its CSV text (``write_csv``'s inverse).
+PARSE = {
+    "str": str,
+    "float": float,
+    "int": lambda text: int(text or 0),  # a column an older file lacks reads as 0
+    "bool": lambda text: text == "True",
+    "tuple[float, ...]": lambda text: tuple(float(a) for a in text.split()),
+}
+
+
 def read_csv(path: Path) -> list[Record]:
     """The inverse of ``write_csv`` (lets a report be rebuilt from the raw records)."""
-    records = []
     with open(path, newline="") as handle:
-        for row in csv.DictReader(handle):
-            records.append(
-                Record(
-                    model=row["model"],
-                    send_s=float(row["send_s"]),
-                    recv_s=float(row["recv_s"]),
-                    batch=int(row["batch"]),
-                    bytes_sent=int(row["bytes_sent"]),
-                    bytes_received=int(row["bytes_received"]),
-                    ok=row["ok"] == "True",
-                    status=row["status"],
-                    arrivals=tuple(float(a) for a in row["arrivals"].split()),
-                    label=row["label"],
-                    length=int(row.get("length") or 0),
-                    sent_length=int(row.get("sent_length") or 0),
-                )
-            )
-    return records
+        return [
+            Record(**{f.name: PARSE[f.type](row.get(f.name) or "") for f in fields(Record)})
+            for row in csv.DictReader(handle)
+        ]
 
 
 def write_json(records: Sequence[Record], path: Path) -> None:

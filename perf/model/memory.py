@@ -35,8 +35,7 @@ def context_bytes(gpu_name: str) -> int:
     (``CONTEXT_MIB``; ``GENERIC_CONTEXT_MIB`` for a GPU the table does not name)."""
     from perf.model.links import generation  # the one place GPU names are read
 
-    key = generation(gpu_name)
-    return CONTEXT_MIB.get(key, GENERIC_CONTEXT_MIB) * MIB if key else GENERIC_CONTEXT_MIB * MIB
+    return CONTEXT_MIB.get(generation(gpu_name), GENERIC_CONTEXT_MIB) * MIB
 
 
 @dataclass(frozen=True)

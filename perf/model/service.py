@@ -34,11 +34,8 @@ def fit_compute(compute_ms: dict[int, float], executions: dict[int, int]) -> Lat
     small, large = min(compute_ms), max(compute_ms)
     dt = max(0.0, (compute_ms[large] - compute_ms[small]) / (large - small))
     t = compute_ms[small] - (small - 1) * dt
-    return (
-        LatencyFit(t, dt, fit.r2, dict(compute_ms))
-        if t > 0
-        else LatencyFit(compute_ms[small], 0.0, fit.r2, dict(compute_ms))
-    )
+    t, dt = (t, dt) if t > 0 else (compute_ms[small], 0.0)
+    return LatencyFit(t, dt, fit.r2, dict(compute_ms))
 
 
 def busy_per_batch_ms(mean_batch: float, served_per_s: float, instances: int) -> float:

@@ -56,12 +56,6 @@ class TandemResult:
         return len(self.latencies_s) / self.span_s if self.span_s > 0 else 0.0
 
 
-def _batches(sizes: np.ndarray) -> list[tuple[int, int]]:
-    """``[start, stop)`` of each formed batch over the stage's arrival order."""
-    stops = np.cumsum(sizes)
-    return list(zip((stops - sizes).tolist(), stops.tolist(), strict=True))
-
-
 def simulate_tandem(
     arrivals_s: Sequence[float],
     stages: Sequence[TandemStage],
@@ -91,7 +85,8 @@ def simulate_tandem(
             break
         transfer, link_free, sent = transfers[k], 0.0, 0.0
         arrive = np.empty(count)
-        spans = _batches(result.batch_sizes)
+        stops = np.cumsum(result.batch_sizes)  # [start, stop) of each formed batch in the stage's order
+        spans = zip((stops - result.batch_sizes).tolist(), stops.tolist(), strict=True)
         for start, stop in sorted(spans, key=lambda span: done[span[0]]):
             took = transfer.seconds(stop - start)
             begin = max(done[start], link_free)
@@ -118,14 +113,9 @@ def predict_tandem(
     result = simulate_tandem(arrivals, stages, transfers, overhead_s)
     offered = len(arrivals) / arrivals[-1] if len(arrivals) > 1 else 0.0
     first = result.stage_batches[0]
-    return Prediction(
-        stages[0].config,
-        load.rate,
-        result.p99_ms(),
-        result.throughput,
-        float(np.mean(first)) if len(first) else 0.0,
-        bool(result.throughput >= 0.95 * offered),
-    )
+    mean_batch = float(np.mean(first)) if len(first) else 0.0
+    sustained = bool(result.throughput >= 0.95 * offered)
+    return Prediction(stages[0].config, load.rate, result.p99_ms(), result.throughput, mean_batch, sustained)
 
 
 def tandem_bound(stages: Sequence[TandemStage], transfers: Sequence[Transfer]) -> float:

@@ -143,25 +143,21 @@ def meta_module(spec: ModelSpec) -> nn.Module:
     )
 
 
-def _meta_inputs(spec: ModelSpec, module: nn.Module) -> list[torch.Tensor]:
-    """Inputs of the largest batch, as the exporters draw them, on the meta device."""
-    arrays = draw_inputs(spec, spec.max_batch_size, 0, module)
-    return [torch.from_numpy(a).to("meta") for a in arrays]
-
-
 def graph_memory(spec: ModelSpec) -> GraphMemory:
     """Count ``spec``'s parameters, tables and activations at ``max_batch_size`` from its graph on
     the meta device (see the module docstring); nothing is built or allocated."""
     try:
         module = meta_module(spec).eval()
-        inputs = _meta_inputs(spec, module)
+        # inputs of the largest batch, as the exporters draw them, on the meta device
+        inputs = [torch.from_numpy(a).to("meta") for a in draw_inputs(spec, spec.max_batch_size, 0, module)]
     except GraphMemoryError:
         raise
     except Exception as error:  # a user factory may refuse the meta device in any way
         raise GraphMemoryError(f"{spec.name}: cannot build it on the meta device: {error}") from error
     counted: set[int] = set()
-    weights = other = fixed = 0
+    weights = 0
     tables: list[tuple[str, nn.Module]] = []
+    rest = list(module.buffers())  # and every parameter neither a table nor a weighted op's weight
     for name, child in module.named_modules():
         for param in child.parameters(recurse=False):
             if id(param) in counted:
@@ -169,18 +165,12 @@ def graph_memory(spec: ModelSpec) -> GraphMemory:
             counted.add(id(param))
             if isinstance(child, TABLES) and param is child.weight:
                 tables.append((name, child))
-                continue
-            if isinstance(child, WEIGHTED) and param is child.weight:
+            elif isinstance(child, WEIGHTED) and param is child.weight:
                 weights += param.numel()
-            elif param.is_floating_point():
-                other += param.numel()
             else:
-                fixed += param.numel() * param.element_size()
-    for buffer in module.buffers():
-        if buffer.is_floating_point():
-            other += buffer.numel()
-        else:
-            fixed += buffer.numel() * buffer.element_size()
+                rest.append(param)
+    other = sum(t.numel() for t in rest if t.is_floating_point())
+    fixed = sum(t.numel() * t.element_size() for t in rest if not t.is_floating_point())
     writes = _Writes()
     try:
         with torch.no_grad(), writes:
@@ -191,13 +181,9 @@ def graph_memory(spec: ModelSpec) -> GraphMemory:
         ) from error
     batch = spec.max_batch_size
     found = tuple(
-        Table(
-            name,
-            child.weight.shape[0],
-            child.weight.shape[1],
-            writes.lookups.get(id(child.weight), 0) / (batch * child.weight.shape[1]),
-        )
+        Table(name, rows, dim, writes.lookups.get(id(child.weight), 0) / (batch * dim))
         for name, child in tables
+        for rows, dim in (child.weight.shape,)
     )
     input_bytes = sum(t.numel() * t.element_size() for t in inputs)
     return GraphMemory(weights, other, found, writes.float_elements, fixed + input_bytes, batch)

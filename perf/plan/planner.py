@@ -24,7 +24,6 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from perf.measure.loads import Load, poisson
-from perf.model.batcher import ServiceModel
 from perf.model.links import Transfer
 from perf.model.predict import Prediction, capacity_bound, highest_rate, predict
 from perf.model.tandem import TandemStage, predict_tandem, tandem_bound
@@ -104,14 +103,12 @@ class Predictor:
         replicas = self.strategy.replicas if self.strategy.kind not in WHOLE_KINDS else 1
         seconds = min(self.request.predict_s, ARRIVALS * replicas / rate)
         if self.strategy.kind in WHOLE_KINDS:
-            return predict(self.strategy.batcher(), self._with_overhead(), self.load(rate), seconds)
+            service = dataclasses.replace(self.service, overhead_s=self.overhead_s)
+            return predict(self.strategy.batcher(), service, self.load(rate), seconds)
         found = predict_tandem(
             self.stages, self.transfers, self.load(rate / replicas), self.overhead_s, seconds
         )
         return dataclasses.replace(found, rate=rate, throughput=found.throughput * replicas)
-
-    def _with_overhead(self) -> ServiceModel:
-        return dataclasses.replace(self.service, overhead_s=self.overhead_s)
 
     @property
     def bound(self) -> float:
@@ -133,8 +130,7 @@ class Predictor:
             return ""
         return (
             f"link-bound: its boundary over {slowest.link.label} carries at most {carried:,.0f}/s, "
-            "its stages "
-            f"compute {computes:,.0f}/s"
+            f"its stages compute {computes:,.0f}/s"
         )
 
 
@@ -173,7 +169,7 @@ def _order(judged: list[Judged]) -> list[Judged]:
             not j.feasible,
             not tied,
             s.devices if tied else 0,
-            sum(s.instances) * (s.replicas if tied else 1) if tied else 0,
+            sum(s.instances) * s.replicas if tied else 0,
             -j.rate,
             KIND_ORDER[s.kind],
             s.delay_us,
@@ -204,7 +200,7 @@ def plan(
         reasons = sorted({j.reason.split(":")[0] for j in judged})
         raise NoStrategyError(
             f"no strategy fits within p99 {request.budget_ms:g} ms on {topology.name}: "
-            + "; ".join(f"{r}" for r in reasons)
+            + "; ".join(reasons)
             + f" (first: {judged[0].strategy.label}: {judged[0].reason})",
             judged,
         )

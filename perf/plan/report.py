@@ -34,10 +34,7 @@ def plot(plan: Plan, path: Path) -> Path:
             [p.rate for p in points], [p.p99_ms for p in points], marker="o", label=judged.strategy.label
         )
     axes.axhline(plan.request.budget_ms, color="grey", linestyle="--", label="p99 budget")
-    axes.set_xlabel("requests/s (predicted)")
-    axes.set_ylabel("p99 ms (predicted)")
-    axes.set_yscale("log")
-    axes.legend(fontsize=7)
+    axes.set(xlabel="requests/s (predicted)", ylabel="p99 ms (predicted)", yscale="log")
     return save_figure(figure, path, axes)
 
 

@@ -70,13 +70,8 @@ class Overheads:
         others, so its CPU term counts every stage's requests and executions (``stages ×``)."""
         cpu = self.cpu.get(instances) or self.cpu.get(min(self.cpu, default=0))
         if cpu is not None and stages > 1:
-            cpu = CpuModel(
-                cpu.idle_cores,
-                stages * cpu.per_request_s,
-                stages * cpu.per_execution_s,
-                cpu.cores,
-                cpu.slice_s,
-            )
+            per_request_s, per_execution_s = stages * cpu.per_request_s, stages * cpu.per_execution_s
+            cpu = dataclasses.replace(cpu, per_request_s=per_request_s, per_execution_s=per_execution_s)
         per_request = self.per_request_s.get(instances, max(self.per_request_s.values(), default=0.0))
         return ServiceModel(cost.t_s, cost.dt_s, per_request, 0.0, self.per_batch_s, cpu)
 

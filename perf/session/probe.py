@@ -136,13 +136,6 @@ def _server_ms_per_request(stats: ModelStats) -> float:
     return (stats.queue_ns + stats.compute_ns) / stats.requests / 1e6 if stats.requests else 0.0
 
 
-def _merged(runs: list[Measurement]) -> ModelStats:
-    total = ModelStats()
-    for run in runs:
-        total = total + run.stats
-    return total
-
-
 def probe(
     server: Server, instance_counts: tuple[int, ...], max_batch: int, plan: ProbePlan | None = None,
     budget_ms: float | None = None,
@@ -199,8 +192,8 @@ def _costs(
     for each count (what more instances add shows there)."""
     fits, per_request, per_batch = {}, {}, 0.0
     for instances in counts:
-        own = [run for config, run in runs if config.instances == instances and config.batching]
-        stats = _merged(own)
+        own = [run.stats for config, run in runs if config.instances == instances and config.batching]
+        stats = sum(own, ModelStats())
         fits[instances] = fit = fit_compute(
             {s: b.compute_ns / b.executions / 1e6 for s, b in stats.batches.items()},
             {s: b.executions for s, b in stats.batches.items()},

@@ -8,7 +8,7 @@ Pure functions of the ``StudyResult``; nothing here measures. Every figure comes
 from __future__ import annotations
 
 import os
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import numpy as np
 
@@ -133,14 +133,14 @@ def with_ratios(rows: list[Row]) -> list[Row]:
     base = next((r for r in rows if r.mode == "none"), None)
     if base is None:
         return rows
-    out = []
-    for r in rows:
-        ratios = {
-            key: (getattr(r, key) / getattr(base, key)) if getattr(base, key) else float("nan")
-            for key in ("throughput", "p50_ms", "p90_ms", "p99_ms")
-        }
-        out.append(Row(**{**r.__dict__, "ratios": ratios}))
-    return out
+    keys = ("throughput", "p50_ms", "p90_ms", "p99_ms")
+    return [
+        replace(
+            r,
+            ratios={k: getattr(r, k) / getattr(base, k) if getattr(base, k) else float("nan") for k in keys},
+        )
+        for r in rows
+    ]
 
 
 def open_loop_rows(result: StudyResult, family: FamilyResult) -> list[Row]:
@@ -155,12 +155,8 @@ def at_concurrency(family: FamilyResult, mode: str, concurrency: int) -> Measure
 
 
 def closed_loop_rows(result: StudyResult, family: FamilyResult, concurrency: int) -> list[Row]:
-    rows = []
-    for mode in family.sweep:
-        measurement = at_concurrency(family, mode, concurrency)
-        if measurement is not None:
-            rows.append(row(result, mode, measurement))
-    return with_ratios(rows)
+    runs = {mode: at_concurrency(family, mode, concurrency) for mode in family.sweep}
+    return with_ratios([row(result, mode, m) for mode, m in runs.items() if m is not None])
 
 
 def padding(measurement: Measurement) -> tuple[float, float] | None:
@@ -177,16 +173,14 @@ def padding(measurement: Measurement) -> tuple[float, float] | None:
 # --- latency model ---------------------------------------------------------------------------------
 
 
-def served_batches(family: FamilyResult, single_instance_only: bool = True) -> dict[int, BatchBucket]:
-    """Executions and compute time per formed batch size, summed over the family's measured windows."""
-    total = ModelStats()
-    for mode, runs in [*family.sweep.items(), *((m, [x]) for m, x in family.open_loop.items())]:
-        if single_instance_only and MODES[mode].instances != 1:
-            continue
-        for run in runs:
-            if run.server:
-                total = total + run.server.stats
-    return total.batches
+def served_batches(family: FamilyResult) -> dict[int, BatchBucket]:
+    """Executions and compute time per formed batch size, summed over the measured windows of the
+    family's single-instance modes."""
+    every = [*family.sweep.items(), *((m, [x]) for m, x in family.open_loop.items())]
+    stats = [
+        run.server.stats for mode, runs in every if MODES[mode].instances == 1 for run in runs if run.server
+    ]
+    return sum(stats, ModelStats()).batches
 
 
 def fit_served(family: FamilyResult) -> LatencyFit | None:
@@ -202,14 +196,10 @@ def fit_raw(raw: list[RawPoint]) -> LatencyFit | None:
     return fit_latency({p.batch: p.batch_ms for p in raw}) if len(raw) >= 2 else None
 
 
-def raw_throughput_at(raw: list[RawPoint], batch: float) -> float:
-    """Raw onnxruntime throughput at ``batch``, interpolated between the measured batch sizes."""
-    sizes = [p.batch for p in raw]
-    return float(np.interp(batch, sizes, [p.throughput for p in raw]))
-
-
-def raw_cpu_at(raw: list[RawPoint], batch: float) -> float:
-    return float(np.interp(batch, [p.batch for p in raw], [p.cpu_s_per_1000 for p in raw]))
+def raw_at(raw: list[RawPoint], batch: float, figure: str) -> float:
+    """Raw onnxruntime's ``figure`` (a ``RawPoint`` field) at ``batch``, interpolated between the
+    measured batch sizes."""
+    return float(np.interp(batch, [p.batch for p in raw], [getattr(p, figure) for p in raw]))
 
 
 def formed_histogram(measurement: Measurement) -> dict[int, int]:
@@ -243,16 +233,16 @@ def predicted_throughput(fit: LatencyFit, mode: str, concurrency: int, formed: d
 
 def gain_checks(family: FamilyResult, fit: LatencyFit, concurrency: int) -> list[GainCheck]:
     none = at_concurrency(family, "none", concurrency)
-    if none is None or fit is None:
+    base = none.summary().throughput if none is not None else 0.0
+    if not base or fit is None:
         return []
-    base = none.summary().throughput
     checks = []
     for mode in family.sweep:
         spec = MODES[mode]
         if spec.max_queue_delay_ms is None or spec.instances != 1:
             continue
         measurement = at_concurrency(family, mode, concurrency)
-        if measurement is None or not base:
+        if measurement is None:
             continue
         histogram = formed_histogram(measurement)
         if histogram:
@@ -298,10 +288,10 @@ def efficiencies(family: FamilyResult, concurrency: int) -> list[Efficiency]:
                 mode,
                 batch,
                 measurement.summary().throughput,
-                raw_throughput_at(raw, batch),
+                raw_at(raw, batch, "throughput"),
                 compute_ratio(raw_fit, stats),
                 measurement.server.server_cpu_s_per_1000,
-                raw_cpu_at(raw, batch),
+                raw_at(raw, batch, "cpu_s_per_1000"),
                 overhead_of(stats.batches, raw),
             )
         )

@@ -101,11 +101,6 @@ def study_models(seed: int = 0) -> list[dict]:
     ]
 
 
-def fixed_span(seconds: float, warmup_s: float) -> MeasureSettings:
-    """One span of ``seconds`` (three windows, all of them measured), after the profile's warm-up."""
-    return MeasureSettings(warmup_s=warmup_s, window_s=seconds / 3, stable_windows=3, max_windows=3)
-
-
 class QueuePolicyStudy:
     name = "queue_policy"
     title = "queue policy: Triton 2.51's 500 ms wait and the spare-instance workaround"
@@ -117,7 +112,9 @@ class QueuePolicyStudy:
     def run(self, context: StudyContext) -> StudyReport:
         profile = context.profile
         spec = parse_spec({"models": study_models(profile.seed)})
-        span = fixed_span(profile.queue_policy_s, profile.settings.warmup_s)
+        # one span of queue_policy_s (three windows, all of them measured) after the profile's warm-up
+        window_s = profile.queue_policy_s / 3
+        span = MeasureSettings(profile.settings.warmup_s, window_s, stable_windows=3, max_windows=3)
         points: list[Point] = []
         context.workdir.mkdir(parents=True, exist_ok=True)
         with tempfile.TemporaryDirectory(prefix="queue-policy-", dir=context.workdir) as scratch:

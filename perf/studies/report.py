@@ -92,7 +92,7 @@ def server_table(rows: list[analysis.Row], raw: FamilyResult) -> str:
         [MODES[r.mode].title, r.load, number(r.queue_ms, 2), number(r.compute_ms, 2),
          number(r.outside_server_ms, 2), number(r.send_lag_p99_ms, 2), number(r.mean_batch),
          number(r.server_cores, 2), number(r.client_cores, 2), number(r.server_cpu_per_1000, 3),
-         number(analysis.raw_cpu_at(raw.raw, max(r.mean_batch, 1)), 3) if raw.raw else "–"]
+         number(analysis.raw_at(raw.raw, max(r.mean_batch, 1), "cpu_s_per_1000"), 3) if raw.raw else "–"]
         for r in rows
     ]  # fmt: skip
     return table(header, body) + OUTSIDE_SERVER_NOTE

@@ -111,7 +111,7 @@ class StudyRunner:
     def _measure(
         self, server: TritonServer, model: str, load: Load, label: str, engine: LoadEngine | None = None
     ) -> Measurement:
-        self.progress(f"{label}")
+        self.progress(label)
         endpoints = ServerEndpoints.of(server)
         target = self.target(server, model)
         result = self.tools.measure(target, load, self.profile.settings, endpoints, label, engine=engine)
@@ -146,10 +146,9 @@ class StudyRunner:
                 "`make perf-analyzer` says how to get it."
             )
             return
-        dynamic = [m for m in self.profile.modes if MODES[m].max_queue_delay_ms is not None] or [
-            self.profile.modes[0]
-        ]
-        model = model_name(self.profile.families[0], dynamic[0])
+        modes = self.profile.modes
+        dynamic = next((m for m in modes if MODES[m].max_queue_delay_ms is not None), modes[0])
+        model = model_name(self.profile.families[0], dynamic)
         load = closed_loop(self.profile.goal_concurrency)
         try:  # a reference only: its failure must not throw away the study measured before it
             engine = self.tools.analyzer_engine(binary, log_folder=self.log_path.parent)

@@ -34,6 +34,7 @@ from perf.markdown import number, ratio, table
 from perf.measure.loads import Load, closed_loop
 from perf.measure.measurement import Measurement, measure_async
 from perf.measure.records import Record, write_csv
+from perf.measure.server_view import METRIC_LINE
 from perf.measure.summary import Summary
 from perf.measure.target import Target
 from perf.model.latency import fit_latency
@@ -56,7 +57,6 @@ EMBEDDING_BYTES = 384 * 4
 SHARE_FRACTION = 0.3  # short-query rate in the sharing phase / the bucketed mode's short-query capacity
 PASSAGES_IN_FLIGHT = 2  # long passages kept in flight while short queries are measured
 LATENCY_BATCHES = (1, 4, 16)  # batch sizes of the latency model per padded length (and raw references)
-COUNTER = re.compile(r"^(\w+)\{([^}]*)\}\s+([0-9.eE+-]+)$")
 
 
 @dataclass
@@ -98,7 +98,7 @@ def token_counters(metrics: str, model: str) -> dict[str, float]:
     """``{"metric:kind": value}`` of this project's token counters for ``model`` (Prometheus text)."""
     values: dict[str, float] = {}
     for line in metrics.splitlines():
-        match = COUNTER.match(line.strip())
+        match = METRIC_LINE.match(line.strip())
         if not match or match.group(1) not in ("text_tokens_total", "ragged_batch_elements_total"):
             continue
         labels = dict(re.findall(r'(\w+)="([^"]*)"', match.group(2)))
@@ -453,18 +453,9 @@ def report_lines(result: TextResult) -> list[str]:
     ]
     fits = []
     for length, points in sorted(result.latency.items()):
-        fit = fit_latency(points)
-        top = max(points)
-        fits.append(
-            [
-                length,
-                number(fit.t_ms, 2),
-                number(fit.dt_ms, 2),
-                f"{fit.r2:.3f}",
-                ratio(fit.throughput(top) / fit.throughput(1)),
-                top,
-            ]
-        )
+        fit, top = fit_latency(points), max(points)
+        gain = ratio(fit.throughput(top) / fit.throughput(1))
+        fits.append([length, number(fit.t_ms, 2), number(fit.dt_ms, 2), f"{fit.r2:.3f}", gain, top])
     lines += [
         "",
         "## Latency model per padded length: T_batch(N) = T + (N−1)·Δt (raw onnxruntime, 1 thread)",

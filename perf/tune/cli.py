@@ -26,7 +26,7 @@ from exporters.schema.models import Spec
 from perf.errors import NothingMeetsError, OptionError, PerfError
 from perf.markdown import number
 from perf.measure.analyzer import PerfAnalyzerEngine, find_perf_analyzer, unavailable_message
-from perf.measure.engine import LoadEngine, MeasureSettings, OurEngine
+from perf.measure.engine import MeasureSettings, OurEngine
 from perf.measure.loads import Load, read_trace, trace
 from perf.measure.measurement import Measurement
 from perf.measure.raw import measure_raw
@@ -143,13 +143,6 @@ def engine_name(args: argparse.Namespace, setup: TuneSetup = THE_SETUP) -> str:
     return "ours" if setup.perf_analyzer() is None else "perf_analyzer"
 
 
-def engine_from_args(args: argparse.Namespace, folder: Path, setup: TuneSetup = THE_SETUP) -> LoadEngine:
-    """The engine ``engine_name`` names; perf_analyzer logs its runs into ``folder``."""
-    if engine_name(args, setup) == "perf_analyzer":
-        return PerfAnalyzerEngine(log_folder=folder)
-    return OurEngine()
-
-
 def _load_at(args: argparse.Namespace) -> Callable[[float], Load] | None:
     """With ``--trace``: the file's inter-arrival pattern, time-scaled to each rate asked for."""
     if not args.trace:
@@ -213,7 +206,10 @@ def measure_and_pick(
     grid = setup.wide_grid if args.grid == "wide" else setup.quick_grid
     grid = within_spec(grid, spec.model(args.model).max_batch_size)
     request = TuneRequest(args.p99_ms, args.rate, grid, args.seed, _load_at(args), args.shortlist)
-    engine = engine_from_args(args, folder, setup)
+    # perf_analyzer logs its runs into the report folder
+    engine = (
+        PerfAnalyzerEngine(log_folder=folder) if engine_name(args, setup) == "perf_analyzer" else OurEngine()
+    )
     console.print(
         f"tuning [bold]{args.model}[/bold] for p99 ≤ {args.p99_ms:g} ms with {engine.name} → {folder}"
     )

@@ -135,7 +135,8 @@ def demotions(saved: TuneDocument) -> list[str]:
 
 def noise_section(saved: TuneDocument) -> list[str]:
     noise = saved.noise
-    runs = [run for run in _runs(saved) if run]
+    points = [p for c in saved.shortlist for p in c.points] + list(saved.verification)
+    runs = [run for run in (*saved.probe.runs, *(p.measured for p in points)) if run]
     noisy = [run for run in runs if run.host_noise]
     again = noise.remeasured
     lines = [
@@ -156,11 +157,6 @@ def noise_section(saved: TuneDocument) -> list[str]:
     else:
         lines.append("No figure below holds the host's noise.")
     return lines
-
-
-def _runs(saved: TuneDocument) -> list[RunFigures | None]:
-    points = [p for c in saved.shortlist for p in c.points] + list(saved.verification)
-    return [*saved.probe.runs, *(p.measured for p in points)]
 
 
 def probe_section(saved: TuneDocument) -> list[str]:
@@ -284,15 +280,13 @@ def shortlist_section(saved: TuneDocument) -> list[str]:
     ]
 
 
-def demoted_mark(saved: TuneDocument, point: PointFigures) -> str:
-    demoted = {(p.config, p.rate) for p in saved.demoted}
-    return " (reopened)" if (point.config, point.rate) in demoted else ""
-
-
 def verification_section(saved: TuneDocument, plot: Path) -> list[str]:
+    demoted = {(p.config, p.rate) for p in saved.demoted}
     rows = [
         [
-            p.config + (" **chosen**" if p.config == saved.chosen else "") + demoted_mark(saved, p),
+            p.config
+            + (" **chosen**" if p.config == saved.chosen else "")
+            + (" (reopened)" if (p.config, p.rate) in demoted else ""),
             number(p.rate, 0),
             number(p.predicted.p99_ms),
             p99(p.measured),

@@ -129,9 +129,6 @@ class TuneResult:
         """What the search cost: probe, prediction and shortlist (not the verification)."""
         return self.probe.seconds + self.predict_s + self.shortlist_s
 
-    def points_of(self, config: BatcherConfig) -> list[Point]:
-        return sorted((p for p in self.points if p.config == config), key=lambda p: p.rate)
-
     @property
     def measured_rate(self) -> float:
         """The highest rate the answer held the budget at, by the search's rule."""
@@ -139,7 +136,7 @@ class TuneResult:
 
     @property
     def operating_point(self) -> Point:
-        return next(p for p in self.points_of(self.chosen) if p.rate == self.operating_rate)
+        return next(p for p in self.points if p.config == self.chosen and p.rate == self.operating_rate)
 
 
 def compute_ms(result: ProbeResult) -> Callable[[int], float]:
@@ -183,17 +180,13 @@ def shortlist(ranking: list[Ranked], request: TuneRequest) -> list[Ranked]:
     return list(families.values())[: request.shortlist]
 
 
-def predict_point(result: ProbeResult, request: TuneRequest, config: BatcherConfig, rate: float) -> Point:
-    service = result.services.get(config.instances) or next(iter(result.services.values()))
-    return Point(config, rate, predict(config, service, request.load(rate), request.predict_s))
-
-
 def point_of(
     result: ProbeResult, request: TuneRequest, evidence: Evidence[BatcherConfig], config: BatcherConfig,
     rate: float,
 ) -> Point:  # fmt: skip
     """``config`` at ``rate`` predicted, with what ``evidence`` holds of it."""
-    point = predict_point(result, request, config, rate)
+    service = result.services.get(config.instances) or next(iter(result.services.values()))
+    point = Point(config, rate, predict(config, service, request.load(rate), request.predict_s))
     runs = evidence.of(config, rate)
     if runs:
         point.measured, point.runs, point.verdict = runs[-1], len(runs), evidence.verdict(config, rate)
@@ -268,17 +261,12 @@ def settle(
             server.prepare(config)
             decide(server, evidence, config, rate, request.load, f"re-measure {config.label}")
         if evidence.verdict(config, rate) is Verdict.HOLDS:
-            return config, rate, point_refreshed(points, result, request, evidence), demoted
+            # the points with the runs the re-measure added
+            refreshed = [point_of(result, request, evidence, p.config, p.rate) for p in points]
+            return config, rate, refreshed, demoted
         demoted.append(point_of(result, request, evidence, config, rate))
         step(f"{config.label} at {rate:,.0f}/s: a later run missed the budget there; the answer is reopened")
     raise StudyError(f"the answer did not settle in {SETTLE_ROUNDS} rounds of search and verification")
-
-
-def point_refreshed(
-    points: list[Point], result: ProbeResult, request: TuneRequest, evidence: Evidence[BatcherConfig]
-) -> list[Point]:
-    """``points`` with the runs ``evidence`` holds now (a re-measure added some)."""
-    return [point_of(result, request, evidence, p.config, p.rate) for p in points]
 
 
 def nothing_meets(
