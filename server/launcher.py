@@ -124,7 +124,7 @@ def _tee(source: IO[bytes], path: Path) -> None:
             sys.stdout.buffer.flush()
 
 
-def check_port_free(host: str, port: int, wait_s: float = 0.0, name: str = "") -> None:
+def check_port_free(host: str, port: int, wait_s: float, name: str) -> None:
     """``ServerError`` if something still listens on ``host:port`` after ``wait_s`` seconds.
 
     Without this, another Triton on the same port (e.g. an NGC container) answers the readiness probe
@@ -142,7 +142,7 @@ def check_port_free(host: str, port: int, wait_s: float = 0.0, name: str = "") -
             except OSError as error:
                 if time.monotonic() >= deadline:
                     raise ServerError(
-                        f"port {name or port} on {host} is in use ({error.strerror}); pick another or stop it"
+                        f"port {name} on {host} is in use ({error.strerror}); pick another or stop it"
                     ) from error
         time.sleep(0.25)
 
@@ -351,7 +351,7 @@ class TritonServer:
 
     def command(self) -> list[str]:
         options = self.options
-        command = [
+        return [
             str(self.install.binary),
             f"--model-repository={Path(options.repository).resolve()}",
             f"--http-address={'127.0.0.1' if options.http_front else options.host}",
@@ -375,21 +375,21 @@ class TritonServer:
             f"--backend-config=python,shm-default-byte-size={python_shm_bytes(options.repository)}",
             f"--backend-config=python,shm-growth-byte-size={16 * MIB}",
             f"--backend-config=python,shm-region-prefix-name={self.shm_prefix}",
+            f"--backend-directory={assemble_backends(self.install, self._workdir / 'backends')}",
+            *(f"--load-model={m}" for m in options.load_models or ["*"]),
+            *restricted_api_args(
+                self.admin_key, options.http_front, options.grpc_front, self.trusts_shared_memory
+            ),
+            *options.extra_args,
         ]
-        command.append(f"--backend-directory={assemble_backends(self.install, self._workdir / 'backends')}")
-        command += [f"--load-model={m}" for m in options.load_models or ["*"]]
-        restricted = restricted_api_args(
-            self.admin_key, options.http_front, options.grpc_front, self.trusts_shared_memory
-        )
-        return command + restricted + options.extra_args
 
     def environment(self) -> dict[str, str]:
         """Environment for the server: the venv's packages, the wheel's shared libraries, and the
         library that keeps the stubs' ``/dev/shm`` regions private from creation (``server.shm_private``)."""
         return preload_environment(self._workdir, {**os.environ, **server_environment(self.install)})
 
-    def start(self, detach: bool = False) -> TritonServer:
-        """Launch and block until ready; ``detach`` puts it in its own session.
+    def start(self) -> TritonServer:
+        """Launch and block until ready.
 
         On any failure the process is stopped and the temporary folder removed before the error rises;
         a start lost to Triton 2.51's stub-lock abort (``starved_stub_abort``) is tried again first
@@ -400,7 +400,7 @@ class TritonServer:
         restart = bool(self.running_fronts)  # a restart keeps the fronts answering (fault matrix row 46)
         for attempt in range(1, START_ATTEMPTS + 1):
             try:
-                self._launch(detach)
+                self._launch()
                 self.wait_ready()
                 break
             except ServerError:
@@ -434,53 +434,42 @@ class TritonServer:
         log.info("tritonserver ready (pid %s) http=%s grpc=%s", self.pid, self.http_url, self.grpc_url)
         return self
 
-    def _launch(self, detach: bool) -> None:
+    def _launch(self) -> None:
         if not Path(self.options.repository).is_dir():
             raise ServerError(f"model repository {self.options.repository} does not exist (run `make repo`)")
         public = {self.metrics_port}  # a port our own running front holds stays with it
         public |= {self.http_port} if self.http_front is None or self.http_front.poll() is not None else set()
         public |= {self.grpc_port} if self.grpc_front is None or self.grpc_front.poll() is not None else set()
+        checked = [(self.options.host, port) for port in sorted(public)]
+        checked += [("127.0.0.1", self.triton_http_port)] if self.options.http_front else []
+        checked += [("127.0.0.1", self.triton_grpc_port)] if self.options.grpc_front else []
         ports.hold(self.base_ports)
-        for port in sorted(public):
-            check_port_free(self.options.host, port, self.options.port_wait_s, self._named(port))
-        for fronted, port in (
-            (self.options.http_front, self.triton_http_port),
-            (self.options.grpc_front, self.triton_grpc_port),
-        ):
-            if fronted:
-                check_port_free("127.0.0.1", port, self.options.port_wait_s, self._named(port))
+        for host, port in checked:  # a port-in-use error names it from the port base where there is one
+            named = self.base_ports.describe(port) if self.base_ports else str(port)
+            check_port_free(host, port, self.options.port_wait_s, named)
         command = self.command()
         self.log_path.parent.mkdir(parents=True, exist_ok=True)
-        if self.options.echo_log:
+        with open(self.log_path, "wb") as log_file:
             self.process = subprocess.Popen(
                 command,
-                stdout=subprocess.PIPE,
+                stdout=subprocess.PIPE if self.options.echo_log else log_file,
                 stderr=subprocess.STDOUT,
                 env=self.environment(),
                 umask=SERVER_UMASK,
             )
+        if self.options.echo_log:
             threading.Thread(target=_tee, args=(self.process.stdout, self.log_path), daemon=True).start()
-        else:
-            with open(self.log_path, "wb") as log_file:
-                self.process = subprocess.Popen(
-                    command,
-                    stdout=log_file,
-                    stderr=subprocess.STDOUT,
-                    env=self.environment(),
-                    start_new_session=detach,
-                    umask=SERVER_UMASK,
-                )
         self._write_server_pid()
         shares = self.options.front_shares.flags()
         if self.options.http_front and self.http_front not in self.running_fronts:
             self.http_front = self._launch_front(
-                "server.fronts.http_front", self.http_port, self.triton_http_url, detach, *shares,
+                "server.fronts.http_front", self.http_port, self.triton_http_url, *shares,
                 f"--body-timeout-s={self.options.http_front_body_timeout_s}",
                 f"--header-timeout-s={self.options.http_front_header_timeout_s}",
             )  # fmt: skip
         if self.options.grpc_front and self.grpc_front not in self.running_fronts:
             self.grpc_front = self._launch_front(
-                "server.fronts.grpc_front", self.grpc_port, self.triton_grpc_url, detach, *shares
+                "server.fronts.grpc_front", self.grpc_port, self.triton_grpc_url, *shares
             )
 
     @property
@@ -499,9 +488,7 @@ class TritonServer:
         partial.write_text(f"{self.pid}\n")
         partial.replace(self.server_pid_file)
 
-    def _launch_front(
-        self, module: str, port: int, upstream: str, detach: bool, *more: str
-    ) -> subprocess.Popen:
+    def _launch_front(self, module: str, port: int, upstream: str, *more: str) -> subprocess.Popen:
         """Start a front (``module``) on the public ``port``. It follows the tritonserver named in
         ``server_pid_file`` across restarts and exits on SIGTERM (``stop_fronts``) or once both this
         process and that server are gone. The admin key travels in its environment, never on its
@@ -514,9 +501,7 @@ class TritonServer:
         ]  # fmt: skip
         environment = {**os.environ, KEY_ENV: self.admin_key}
         with open(self.log_path.with_name(f"{module.rsplit('.', 1)[1]}.log"), "wb") as log_file:
-            return subprocess.Popen(
-                command, stdout=log_file, stderr=subprocess.STDOUT, start_new_session=detach, env=environment
-            )
+            return subprocess.Popen(command, stdout=log_file, stderr=subprocess.STDOUT, env=environment)
 
     def log_tail(self, lines: int = 40) -> str:
         try:
@@ -667,10 +652,6 @@ class TritonServer:
         ports.release(self.base_ports)  # the next server of this process may take them
         if self._owns_workdir:
             shutil.rmtree(self._workdir, ignore_errors=True)
-
-    def _named(self, port: int) -> str:
-        """How a port-in-use error names ``port``: from the port base, which one it is."""
-        return self.base_ports.describe(port) if self.base_ports else str(port)
 
     def reap(self) -> None:
         """The server process (SIGTERM, then SIGKILL), its stray stubs and ``/dev/shm`` regions, but
