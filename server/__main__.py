@@ -237,49 +237,42 @@ def _clear_leftovers(state: dict) -> None:
     remove_shm_regions(state.get("shm_prefix", "tb-none-"))
 
 
-def _alive(pid: int) -> bool:
-    """Is ``pid`` still our tritonserver? A recorded pid may have been reused after a crash or reboot."""
+def _runs(pid: int | None, marker: bytes) -> bool:
+    """Does ``pid`` still run a command holding ``marker``? A recorded pid may have been reused after a
+    crash or reboot."""
     try:
-        command = Path(f"/proc/{pid}/cmdline").read_bytes()
+        return bool(pid) and marker in Path(f"/proc/{pid}/cmdline").read_bytes()
     except OSError:
         return False
-    return b"tritonserver" in command
 
 
-def _terminate(pid: int | None, marker: bytes, wait_s: float = 0.0) -> None:
-    """SIGTERM ``pid`` if its command line still holds ``marker`` (a recorded pid may be reused)."""
-    if not pid:
-        return
-    try:
-        if marker not in Path(f"/proc/{pid}/cmdline").read_bytes():
-            return
-        os.kill(pid, signal.SIGTERM)
-    except OSError:
-        return
-    deadline = time.monotonic() + wait_s
-    while time.monotonic() < deadline and Path(f"/proc/{pid}").exists():
-        time.sleep(0.1)
+def _alive(pid: int) -> bool:
+    """Is ``pid`` still our tritonserver?"""
+    return _runs(pid, b"tritonserver")
 
 
 def _supervising(state: dict) -> bool:
     """Is the recorded supervisor still running (perhaps restarting the server right now)?"""
-    pid = state.get("supervisor_pid")
-    try:
-        return bool(pid) and b"supervise" in Path(f"/proc/{pid}/cmdline").read_bytes()
-    except OSError:
-        return False
+    return _runs(state.get("supervisor_pid"), b"supervise")
+
+
+def _signal(pid: int | None, marker: bytes, number: int = signal.SIGTERM, wait_s: float = 0.0) -> None:
+    """Send ``number`` to ``pid`` if it still runs ``marker``, then wait up to ``wait_s`` for it to exit."""
+    if not _runs(pid, marker):
+        return
+    with contextlib.suppress(OSError):
+        os.kill(pid, number)
+    deadline = time.monotonic() + wait_s
+    while time.monotonic() < deadline and _runs(pid, marker):
+        time.sleep(0.1)
 
 
 def _release_supervisor(state: dict, wait_s: float) -> None:
     """End supervision (SIGUSR1) and wait for the supervisor to exit: nothing restarts the server after
     this. A supervisor in the middle of a restart stops that half-started server first."""
-    if not _supervising(state):
-        return
-    os.kill(state["supervisor_pid"], signal.SIGUSR1)
-    deadline = time.monotonic() + wait_s
-    while time.monotonic() < deadline and _supervising(state):
-        time.sleep(0.1)
-    _terminate(state.get("supervisor_pid"), b"supervise")  # still there: it had hung
+    pid = state.get("supervisor_pid")
+    _signal(pid, b"supervise", signal.SIGUSR1, wait_s)
+    _signal(pid, b"supervise")  # still there: it had hung
 
 
 def _drain(state: dict, timeout: float) -> int:
@@ -327,12 +320,9 @@ def _stop(args: argparse.Namespace) -> int:
     if _alive(pid):
         _drain(state, args.timeout)
         # the fronts' kept-alive upstream connections would hold Triton's exit for its exit timeout
-        _terminate(state.get("http_front_pid"), b"http_front", wait_s=10)
-        _terminate(state.get("grpc_front_pid"), b"grpc_front", wait_s=10)
-        os.kill(pid, signal.SIGTERM)
-        deadline = time.monotonic() + args.timeout
-        while _alive(pid) and time.monotonic() < deadline:
-            time.sleep(0.2)
+        _signal(state.get("http_front_pid"), b"http_front", wait_s=10)
+        _signal(state.get("grpc_front_pid"), b"grpc_front", wait_s=10)
+        _signal(pid, b"tritonserver", wait_s=args.timeout)
         if _alive(pid):
             os.kill(pid, signal.SIGKILL)
         print(f"stopped tritonserver (pid {pid})")
@@ -369,7 +359,7 @@ def _status(args: argparse.Namespace) -> int:
     return 0 if running else 1
 
 
-def _recorded_admin(args: argparse.Namespace) -> tuple[dict, str] | None:
+def _recorded_admin() -> tuple[dict, str] | None:
     state = _running_state()
     if state is None:
         return None
@@ -380,7 +370,7 @@ def _recorded_admin(args: argparse.Namespace) -> tuple[dict, str] | None:
 
 
 def _load(args: argparse.Namespace) -> int:
-    recorded = _recorded_admin(args)
+    recorded = _recorded_admin()
     if recorded is None:
         return 1
     state, key = recorded
@@ -396,7 +386,7 @@ def _load(args: argparse.Namespace) -> int:
 
 
 def _unload(args: argparse.Namespace) -> int:
-    recorded = _recorded_admin(args)
+    recorded = _recorded_admin()
     if recorded is None:
         return 1
     state, key = recorded
