@@ -224,19 +224,6 @@ def python_shm_bytes(repository: Path) -> int:
     return max(16 * MIB, -(-needed // MIB) * MIB)
 
 
-def server_environment(install: ServerInstall) -> dict[str, str]:
-    """The variables a tritonserver of ``install`` needs on top of this process's environment: the
-    venv's packages on ``PYTHONPATH`` (the Python-backend stub does not see the venv) and the wheel's
-    shared libraries on ``LD_LIBRARY_PATH``."""
-    site = [sysconfig.get_paths()["purelib"], sysconfig.get_paths()["platlib"]]
-    paths = [*site, *filter(None, os.environ.get("PYTHONPATH", "").split(os.pathsep))]
-    libs = [
-        *map(str, install.library_dirs),
-        *filter(None, os.environ.get("LD_LIBRARY_PATH", "").split(os.pathsep)),
-    ]
-    return {"PYTHONPATH": os.pathsep.join(dict.fromkeys(paths)), "LD_LIBRARY_PATH": os.pathsep.join(libs)}
-
-
 @dataclass
 class ServerOptions:
     repository: Path
@@ -384,9 +371,20 @@ class TritonServer:
         ]
 
     def environment(self) -> dict[str, str]:
-        """Environment for the server: the venv's packages, the wheel's shared libraries, and the
-        library that keeps the stubs' ``/dev/shm`` regions private from creation (``server.shm_private``)."""
-        return preload_environment(self._workdir, {**os.environ, **server_environment(self.install)})
+        """Environment for the server: the venv's packages on ``PYTHONPATH`` (the Python-backend stub
+        does not see the venv), the wheel's shared libraries on ``LD_LIBRARY_PATH``, and the library
+        that keeps the stubs' ``/dev/shm`` regions private from creation (``server.shm_private``)."""
+        site = [sysconfig.get_paths()["purelib"], sysconfig.get_paths()["platlib"]]
+        paths = [*site, *filter(None, os.environ.get("PYTHONPATH", "").split(os.pathsep))]
+        libs = [
+            *map(str, self.install.library_dirs),
+            *filter(None, os.environ.get("LD_LIBRARY_PATH", "").split(os.pathsep)),
+        ]
+        added = {
+            "PYTHONPATH": os.pathsep.join(dict.fromkeys(paths)),
+            "LD_LIBRARY_PATH": os.pathsep.join(libs),
+        }
+        return preload_environment(self._workdir, {**os.environ, **added})
 
     def start(self) -> TritonServer:
         """Launch and block until ready.

@@ -147,12 +147,8 @@ class ServerCall:
     def __init__(
         self, connection: FrontConnection, stream_id: int, method: str, headers: Headers, streaming: bool
     ) -> None:
-        self.connection, self.stream_id, self.method, self.streaming = (
-            connection,
-            stream_id,
-            method,
-            streaming,
-        )
+        self.connection, self.stream_id = connection, stream_id
+        self.method, self.streaming = method, streaming
         self.metadata: Headers = []
         self.deadline: float | None = None
         encoding = None
