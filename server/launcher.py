@@ -55,7 +55,7 @@ from server import ports
 from server.admin import KEY_ENV, AdminError, drain, load_model, new_admin_key, restricted_api_args
 from server.admin import headers as admin_headers
 from server.fronts.process import FrontShares
-from server.install import ServerError, ServerInstall, assemble_backends, find_install
+from server.install import ServerError, assemble_backends, find_install
 from server.shm_private import SERVER_UMASK, preload_environment
 from server.shm_regions import make_owner_only
 from server.stubs import kill_stray_stubs
@@ -271,9 +271,9 @@ class ServerOptions:
 class TritonServer:
     """A running tritonserver process; ``with TritonServer(options) as server: server.http_url``."""
 
-    def __init__(self, options: ServerOptions, install: ServerInstall | None = None) -> None:
+    def __init__(self, options: ServerOptions) -> None:
         self.options = options
-        self.install = install or find_install()
+        self.install = find_install()
         self.process: subprocess.Popen | None = None
         self._owns_workdir = options.workdir is None
         self._workdir = Path(options.workdir or tempfile.mkdtemp(prefix="tritonserver-"))
