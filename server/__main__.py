@@ -359,22 +359,20 @@ def _status(args: argparse.Namespace) -> int:
     return 0 if running else 1
 
 
-def _recorded_admin() -> tuple[dict, str] | None:
+def _load_or_unload(args: argparse.Namespace) -> int:
+    """``load`` or ``unload`` a model of the recorded server (explicit mode only), with the admin key."""
     state = _running_state()
     if state is None:
-        return None
+        return 1
     if state.get("model_control_mode") != "explicit":
         print("the server runs with --model-control-mode none: its model set is fixed", file=sys.stderr)
-        return None
-    return state, admin.read_key(KEY) or ""
-
-
-def _load(args: argparse.Namespace) -> int:
-    recorded = _recorded_admin()
-    if recorded is None:
         return 1
-    state, key = recorded
+    key = admin.read_key(KEY) or ""
     client = httpclient.InferenceServerClient(_admin_url(state), network_timeout=600)
+    if args.command == "unload":
+        client.unload_model(args.model, headers=admin.headers(key))
+        print(f"unloading {args.model}")
+        return 0
     files = {f"file:{Path(f).name}": Path(f).read_bytes() for f in args.file or []}
     try:
         allow = args.allow_file_override
@@ -382,16 +380,6 @@ def _load(args: argparse.Namespace) -> int:
     except admin.AdminError as error:
         print(f"error: {error}", file=sys.stderr)
         return 1
-    return 0
-
-
-def _unload(args: argparse.Namespace) -> int:
-    recorded = _recorded_admin()
-    if recorded is None:
-        return 1
-    state, key = recorded
-    httpclient.InferenceServerClient(_admin_url(state)).unload_model(args.model, headers=admin.headers(key))
-    print(f"unloading {args.model}")
     return 0
 
 
@@ -449,8 +437,8 @@ def main(argv: list[str] | None = None) -> int:
         "stop": _stop,
         "status": _status,
         "drain": _drain_command,
-        "load": _load,
-        "unload": _unload,
+        "load": _load_or_unload,
+        "unload": _load_or_unload,
         "supervise": _supervise,
     }
     return handlers[args.command](args)

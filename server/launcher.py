@@ -611,13 +611,10 @@ class TritonServer:
             if not self.grpc_front_listens():
                 time.sleep(0.25)
                 continue
-            if self.is_ready() and self.process is not None and self.process.poll() is None:
-                # readiness is non-strict (see module doc): name any model that failed all the same
-                self._report_failures(self._load_starved_again(self._settled_failures() or {}))
-                return
+            ready = self.is_ready() and self.process is not None and self.process.poll() is None
             failed = self._settled_failures()
-            if failed:
-                self._report_failures(self._load_starved_again(failed))
+            if ready or failed:  # readiness is non-strict (module doc): name any model that failed
+                self._report_failures(self._load_starved_again(failed or {}))
                 return
             time.sleep(0.25)
         raise ServerError(

@@ -50,10 +50,6 @@ class GrpcError(Exception):
         super().__init__(details)
         self.code, self.details, self.trailing = code, details, trailing or []
 
-    @classmethod
-    def named(cls, name: str, details: str) -> GrpcError:
-        return cls(STATUS[name], details)
-
 
 def parse_timeout(value: bytes) -> float | None:
     """A ``grpc-timeout`` header in seconds (None when malformed: the call then has no deadline)."""
