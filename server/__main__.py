@@ -231,8 +231,7 @@ def _record_state(server: TritonServer, args: argparse.Namespace) -> None:
 
 
 def _clear_leftovers(state: dict) -> None:
-    """Stubs and shared memory of a recorded server that is gone (killed, crashed)."""
-    _release_supervisor(state, wait_s=30)
+    """Stubs and shared memory of a recorded server that is gone (killed, crashed, or just stopped)."""
     kill_stray_stubs(state.get("shm_prefix", "tb-none-"))
     remove_shm_regions(state.get("shm_prefix", "tb-none-"))
 
@@ -328,8 +327,7 @@ def _stop(args: argparse.Namespace) -> int:
         print(f"stopped tritonserver (pid {pid})")
     else:
         print(f"recorded tritonserver (pid {pid}) is no longer running; clearing its record")
-    kill_stray_stubs(state.get("shm_prefix", "tb-none-"))
-    remove_shm_regions(state.get("shm_prefix", "tb-none-"))
+    _clear_leftovers(state)
     STATE.unlink()
     return 0
 
