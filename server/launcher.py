@@ -69,9 +69,8 @@ DRAIN_GRACE_S = 1.0
 # After its exit timeout, tritonserver still unloads and joins its stubs: seconds on a loaded 2-core machine
 # with everything drained. SIGKILL only a server that hangs there, not one that is finishing its exit.
 EXIT_MARGIN_S = 30.0
-MAX_BATCH_BYTES = (
-    1 << 30
-)  # the spec's bound too (exporters.schema.guards): shm per stub is 4x the largest batch
+# the spec's bound too (exporters.schema.guards): shm per stub is 4x the largest batch
+MAX_BATCH_BYTES = 1 << 30
 START_ATTEMPTS = 3  # starts lost to the stub-lock abort below (two in a row happen on a loaded host)
 STUB_LOCK_ABORT = "boost::interprocess::lock_exception"
 
@@ -404,10 +403,7 @@ class TritonServer:
             except ServerError:
                 returncode = self.process.poll() if self.process is not None else None
                 starved = starved_stub_abort(returncode, self.log_tail())
-                if restart:
-                    self.reap()
-                else:
-                    self.stop()
+                (self.reap if restart else self.stop)()
                 if not starved or attempt == START_ATTEMPTS:
                     raise
                 log.warning(

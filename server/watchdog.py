@@ -50,7 +50,7 @@ from pathlib import Path
 
 import tritonclient.http as httpclient
 
-from server.admin import AdminError, load_model, model_versions
+from server.admin import load_model, model_versions
 from server.records import write_record
 from server.stub_locks import owned_mutexes
 from server.stubs import Stub, activity, server_stubs
@@ -331,7 +331,7 @@ class Watchdog:
             load_model(client, self.admin_key, model, config=self._reload_config(client, model))
             event.healed_at = time.time()
             log.warning("%s reloaded in %.1f s", model, event.healed_at - event.detected_at)
-        except (AdminError, Exception) as error:  # recorded and retried on the next stub death
+        except Exception as error:  # AdminError or any other: recorded, retried on the next stub death
             event.error = str(error)
             log.error("reloading %s failed: %s", model, error)
         for stub in stubs:
