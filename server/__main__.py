@@ -381,7 +381,9 @@ def _load_or_unload(args: argparse.Namespace) -> int:
     return 0
 
 
-def _add_start_arguments(parser: argparse.ArgumentParser) -> None:
+def _add_start_arguments(parser: argparse.ArgumentParser, host_help: str) -> None:
+    """The server's flags: ``start``'s, passed on to the ``supervise`` process (``_server_argv``)."""
+    add_server_arguments(parser, Path("model_repository"), "127.0.0.1", host_help)
     add_share_arguments(parser, prefix="front-")  # the fronts' deadline and client shares
     parser.add_argument(
         "--http-front",
@@ -406,10 +408,7 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m server", description=__doc__)
     sub = parser.add_subparsers(dest="command", required=True)
     start = sub.add_parser("start", help="start tritonserver in the background and wait until ready")
-    add_server_arguments(
-        start, Path("model_repository"), "127.0.0.1", "bind address (Triton 2.51 has CVEs: keep it local)"
-    )
-    _add_start_arguments(start)
+    _add_start_arguments(start, "bind address (Triton 2.51 has CVEs: keep it local)")
     start.add_argument(
         "--allow-partial",
         action="store_true",
@@ -427,8 +426,7 @@ def main(argv: list[str] | None = None) -> int:
     unload = sub.add_parser("unload", help="unload a model (explicit mode), with the admin key")
     unload.add_argument("model")
     supervise = sub.add_parser("supervise", help="(internal) the supervisor process behind make serve")
-    add_server_arguments(supervise, Path("model_repository"), "127.0.0.1", "bind address")
-    _add_start_arguments(supervise)
+    _add_start_arguments(supervise, "bind address")
     args = parser.parse_args(argv)
     handlers = {
         "start": _start,
