@@ -231,55 +231,47 @@ def _record_state(server: TritonServer, args: argparse.Namespace) -> None:
 
 
 def _clear_leftovers(state: dict) -> None:
-    """Stubs and shared memory of a recorded server that is gone (killed, crashed)."""
-    _release_supervisor(state, wait_s=30)
+    """Stubs and shared memory of a recorded server that is gone (killed, crashed, or just stopped)."""
     kill_stray_stubs(state.get("shm_prefix", "tb-none-"))
     remove_shm_regions(state.get("shm_prefix", "tb-none-"))
 
 
-def _alive(pid: int) -> bool:
-    """Is ``pid`` still our tritonserver? A recorded pid may have been reused after a crash or reboot."""
+def _runs(pid: int | None, marker: bytes) -> bool:
+    """Does ``pid`` still run a command holding ``marker``? A recorded pid may have been reused after a
+    crash or reboot."""
     try:
-        command = Path(f"/proc/{pid}/cmdline").read_bytes()
+        return bool(pid) and marker in Path(f"/proc/{pid}/cmdline").read_bytes()
     except OSError:
         return False
-    return b"tritonserver" in command
 
 
-def _terminate(pid: int | None, marker: bytes, wait_s: float = 0.0) -> None:
-    """SIGTERM ``pid`` if its command line still holds ``marker`` (a recorded pid may be reused)."""
-    if not pid:
-        return
-    try:
-        if marker not in Path(f"/proc/{pid}/cmdline").read_bytes():
-            return
-        os.kill(pid, signal.SIGTERM)
-    except OSError:
-        return
-    deadline = time.monotonic() + wait_s
-    while time.monotonic() < deadline and Path(f"/proc/{pid}").exists():
-        time.sleep(0.1)
+def _alive(pid: int) -> bool:
+    """Is ``pid`` still our tritonserver?"""
+    return _runs(pid, b"tritonserver")
 
 
 def _supervising(state: dict) -> bool:
     """Is the recorded supervisor still running (perhaps restarting the server right now)?"""
-    pid = state.get("supervisor_pid")
-    try:
-        return bool(pid) and b"supervise" in Path(f"/proc/{pid}/cmdline").read_bytes()
-    except OSError:
-        return False
+    return _runs(state.get("supervisor_pid"), b"supervise")
+
+
+def _signal(pid: int | None, marker: bytes, number: int = signal.SIGTERM, wait_s: float = 0.0) -> None:
+    """Send ``number`` to ``pid`` if it still runs ``marker``, then wait up to ``wait_s`` for it to exit."""
+    if not _runs(pid, marker):
+        return
+    with contextlib.suppress(OSError):
+        os.kill(pid, number)
+    deadline = time.monotonic() + wait_s
+    while time.monotonic() < deadline and _runs(pid, marker):
+        time.sleep(0.1)
 
 
 def _release_supervisor(state: dict, wait_s: float) -> None:
     """End supervision (SIGUSR1) and wait for the supervisor to exit: nothing restarts the server after
     this. A supervisor in the middle of a restart stops that half-started server first."""
-    if not _supervising(state):
-        return
-    os.kill(state["supervisor_pid"], signal.SIGUSR1)
-    deadline = time.monotonic() + wait_s
-    while time.monotonic() < deadline and _supervising(state):
-        time.sleep(0.1)
-    _terminate(state.get("supervisor_pid"), b"supervise")  # still there: it had hung
+    pid = state.get("supervisor_pid")
+    _signal(pid, b"supervise", signal.SIGUSR1, wait_s)
+    _signal(pid, b"supervise")  # still there: it had hung
 
 
 def _drain(state: dict, timeout: float) -> int:
@@ -327,19 +319,15 @@ def _stop(args: argparse.Namespace) -> int:
     if _alive(pid):
         _drain(state, args.timeout)
         # the fronts' kept-alive upstream connections would hold Triton's exit for its exit timeout
-        _terminate(state.get("http_front_pid"), b"http_front", wait_s=10)
-        _terminate(state.get("grpc_front_pid"), b"grpc_front", wait_s=10)
-        os.kill(pid, signal.SIGTERM)
-        deadline = time.monotonic() + args.timeout
-        while _alive(pid) and time.monotonic() < deadline:
-            time.sleep(0.2)
+        _signal(state.get("http_front_pid"), b"http_front", wait_s=10)
+        _signal(state.get("grpc_front_pid"), b"grpc_front", wait_s=10)
+        _signal(pid, b"tritonserver", wait_s=args.timeout)
         if _alive(pid):
             os.kill(pid, signal.SIGKILL)
         print(f"stopped tritonserver (pid {pid})")
     else:
         print(f"recorded tritonserver (pid {pid}) is no longer running; clearing its record")
-    kill_stray_stubs(state.get("shm_prefix", "tb-none-"))
-    remove_shm_regions(state.get("shm_prefix", "tb-none-"))
+    _clear_leftovers(state)
     STATE.unlink()
     return 0
 
@@ -369,22 +357,20 @@ def _status(args: argparse.Namespace) -> int:
     return 0 if running else 1
 
 
-def _recorded_admin(args: argparse.Namespace) -> tuple[dict, str] | None:
+def _load_or_unload(args: argparse.Namespace) -> int:
+    """``load`` or ``unload`` a model of the recorded server (explicit mode only), with the admin key."""
     state = _running_state()
     if state is None:
-        return None
+        return 1
     if state.get("model_control_mode") != "explicit":
         print("the server runs with --model-control-mode none: its model set is fixed", file=sys.stderr)
-        return None
-    return state, admin.read_key(KEY) or ""
-
-
-def _load(args: argparse.Namespace) -> int:
-    recorded = _recorded_admin(args)
-    if recorded is None:
         return 1
-    state, key = recorded
+    key = admin.read_key(KEY) or ""
     client = httpclient.InferenceServerClient(_admin_url(state), network_timeout=600)
+    if args.command == "unload":
+        client.unload_model(args.model, headers=admin.headers(key))
+        print(f"unloading {args.model}")
+        return 0
     files = {f"file:{Path(f).name}": Path(f).read_bytes() for f in args.file or []}
     try:
         allow = args.allow_file_override
@@ -395,17 +381,9 @@ def _load(args: argparse.Namespace) -> int:
     return 0
 
 
-def _unload(args: argparse.Namespace) -> int:
-    recorded = _recorded_admin(args)
-    if recorded is None:
-        return 1
-    state, key = recorded
-    httpclient.InferenceServerClient(_admin_url(state)).unload_model(args.model, headers=admin.headers(key))
-    print(f"unloading {args.model}")
-    return 0
-
-
-def _add_start_arguments(parser: argparse.ArgumentParser) -> None:
+def _add_start_arguments(parser: argparse.ArgumentParser, host_help: str) -> None:
+    """The server's flags: ``start``'s, passed on to the ``supervise`` process (``_server_argv``)."""
+    add_server_arguments(parser, Path("model_repository"), "127.0.0.1", host_help)
     add_share_arguments(parser, prefix="front-")  # the fronts' deadline and client shares
     parser.add_argument(
         "--http-front",
@@ -430,10 +408,7 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m server", description=__doc__)
     sub = parser.add_subparsers(dest="command", required=True)
     start = sub.add_parser("start", help="start tritonserver in the background and wait until ready")
-    add_server_arguments(
-        start, Path("model_repository"), "127.0.0.1", "bind address (Triton 2.51 has CVEs: keep it local)"
-    )
-    _add_start_arguments(start)
+    _add_start_arguments(start, "bind address (Triton 2.51 has CVEs: keep it local)")
     start.add_argument(
         "--allow-partial",
         action="store_true",
@@ -451,16 +426,15 @@ def main(argv: list[str] | None = None) -> int:
     unload = sub.add_parser("unload", help="unload a model (explicit mode), with the admin key")
     unload.add_argument("model")
     supervise = sub.add_parser("supervise", help="(internal) the supervisor process behind make serve")
-    add_server_arguments(supervise, Path("model_repository"), "127.0.0.1", "bind address")
-    _add_start_arguments(supervise)
+    _add_start_arguments(supervise, "bind address")
     args = parser.parse_args(argv)
     handlers = {
         "start": _start,
         "stop": _stop,
         "status": _status,
         "drain": _drain_command,
-        "load": _load,
-        "unload": _unload,
+        "load": _load_or_unload,
+        "unload": _load_or_unload,
         "supervise": _supervise,
     }
     return handlers[args.command](args)

@@ -61,7 +61,7 @@ def new_admin_key() -> str:
 
 
 def restricted_api_args(
-    key: str, http_front: bool = False, grpc_front: bool = False, trusted_shared_memory: bool = False
+    key: str, http_front: bool, grpc_front: bool, trusted_shared_memory: bool
 ) -> list[str]:
     """tritonserver flags restricting ``RESTRICTED_APIS`` and Triton's shared-memory API on both
     protocols to holders of ``key``, and on a protocol with a front, ``FRONTED_APIS`` to requests the

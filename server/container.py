@@ -37,25 +37,6 @@ ADMIN_KEY_ENV = "TRITON_ADMIN_KEY"
 METRICS_ARGS = ["--metrics-config=summary_latencies=true"]
 
 
-def container_server(args: argparse.Namespace) -> TritonServer:
-    """The pod's tritonserver, not started yet."""
-    options = server_options(
-        args,
-        exit_timeout_s=args.exit_timeout,
-        workdir=args.workdir,
-        log_path=args.workdir / "server.log",
-        echo_log=True,
-        extra_args=METRICS_ARGS,
-        startup_timeout_s=args.startup_timeout,
-        port_wait_s=10.0,  # a restart may find the dead server's ports still held for a moment
-        # the keyed admin APIs (server.admin): a Secret's key, or a random one nobody outside holds
-        admin_key=os.environ.get(ADMIN_KEY_ENV) or None,
-        # no front here, and every interface bound: Triton's shared-memory API needs the admin key
-        # unless --trusted-shared-memory (server.cli_options)
-    )
-    return TritonServer(options)
-
-
 def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="python -m server.container", description=__doc__)
     add_server_arguments(
@@ -83,7 +64,22 @@ def main(argv: list[str] | None = None) -> int:
     if not args.repository.is_dir():
         print(f"error: model repository {args.repository} does not exist", file=sys.stderr)
         return 1
-    server = container_server(args)
+    server = TritonServer(  # the pod's tritonserver, not started yet
+        server_options(
+            args,
+            exit_timeout_s=args.exit_timeout,
+            workdir=args.workdir,
+            log_path=args.workdir / "server.log",
+            echo_log=True,
+            extra_args=METRICS_ARGS,
+            startup_timeout_s=args.startup_timeout,
+            port_wait_s=10.0,  # a restart may find the dead server's ports still held for a moment
+            # the keyed admin APIs (server.admin): a Secret's key, or a random one nobody outside holds
+            admin_key=os.environ.get(ADMIN_KEY_ENV) or None,
+            # no front here, and every interface bound: Triton's shared-memory API needs the admin key
+            # unless --trusted-shared-memory (server.cli_options)
+        )
+    )
     if args.print:
         print(" ".join(server.command()))
         return 0

@@ -41,18 +41,15 @@ def _wheel_root() -> Path | None:
 
 def find_install() -> ServerInstall:
     """The first tritonserver in the documented search order, or ``ServerError`` saying what was tried."""
-    candidates: list[tuple[Path, str]] = []
-    if os.environ.get("TRITONSERVER"):
-        candidates.append((Path(os.environ["TRITONSERVER"]), "env"))
-    on_path = shutil.which("tritonserver")
-    if on_path:
-        candidates.append((Path(on_path), "path"))
-    for binary, origin in candidates:
-        if binary.is_file() and os.access(binary, os.X_OK):
-            backends = binary.resolve().parent.parent / "backends"
-            return ServerInstall(binary, backends, (), origin)
-        if origin == "env":
+    given = os.environ.get("TRITONSERVER")
+    found = given or shutil.which("tritonserver")  # which() finds executable files only
+    if found:
+        binary = Path(found)
+        if not (binary.is_file() and os.access(binary, os.X_OK)):
             raise ServerError(f"$TRITONSERVER={binary} is not an executable file")
+        return ServerInstall(
+            binary, binary.resolve().parent.parent / "backends", (), "env" if given else "path"
+        )
     root = _wheel_root()
     if root is None or not (root / "bin" / "tritonserver").is_file():
         raise ServerError(

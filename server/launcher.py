@@ -55,7 +55,7 @@ from server import ports
 from server.admin import KEY_ENV, AdminError, drain, load_model, new_admin_key, restricted_api_args
 from server.admin import headers as admin_headers
 from server.fronts.process import FrontShares
-from server.install import ServerError, ServerInstall, assemble_backends, find_install
+from server.install import ServerError, assemble_backends, find_install
 from server.shm_private import SERVER_UMASK, preload_environment
 from server.shm_regions import make_owner_only
 from server.stubs import kill_stray_stubs
@@ -69,9 +69,8 @@ DRAIN_GRACE_S = 1.0
 # After its exit timeout, tritonserver still unloads and joins its stubs: seconds on a loaded 2-core machine
 # with everything drained. SIGKILL only a server that hangs there, not one that is finishing its exit.
 EXIT_MARGIN_S = 30.0
-MAX_BATCH_BYTES = (
-    1 << 30
-)  # the spec's bound too (exporters.schema.guards): shm per stub is 4x the largest batch
+# the spec's bound too (exporters.schema.guards): shm per stub is 4x the largest batch
+MAX_BATCH_BYTES = 1 << 30
 START_ATTEMPTS = 3  # starts lost to the stub-lock abort below (two in a row happen on a loaded host)
 STUB_LOCK_ABORT = "boost::interprocess::lock_exception"
 
@@ -124,7 +123,7 @@ def _tee(source: IO[bytes], path: Path) -> None:
             sys.stdout.buffer.flush()
 
 
-def check_port_free(host: str, port: int, wait_s: float = 0.0, name: str = "") -> None:
+def check_port_free(host: str, port: int, wait_s: float, name: str) -> None:
     """``ServerError`` if something still listens on ``host:port`` after ``wait_s`` seconds.
 
     Without this, another Triton on the same port (e.g. an NGC container) answers the readiness probe
@@ -142,7 +141,7 @@ def check_port_free(host: str, port: int, wait_s: float = 0.0, name: str = "") -
             except OSError as error:
                 if time.monotonic() >= deadline:
                     raise ServerError(
-                        f"port {name or port} on {host} is in use ({error.strerror}); pick another or stop it"
+                        f"port {name} on {host} is in use ({error.strerror}); pick another or stop it"
                     ) from error
         time.sleep(0.25)
 
@@ -224,19 +223,6 @@ def python_shm_bytes(repository: Path) -> int:
     return max(16 * MIB, -(-needed // MIB) * MIB)
 
 
-def server_environment(install: ServerInstall) -> dict[str, str]:
-    """The variables a tritonserver of ``install`` needs on top of this process's environment: the
-    venv's packages on ``PYTHONPATH`` (the Python-backend stub does not see the venv) and the wheel's
-    shared libraries on ``LD_LIBRARY_PATH``."""
-    site = [sysconfig.get_paths()["purelib"], sysconfig.get_paths()["platlib"]]
-    paths = [*site, *filter(None, os.environ.get("PYTHONPATH", "").split(os.pathsep))]
-    libs = [
-        *map(str, install.library_dirs),
-        *filter(None, os.environ.get("LD_LIBRARY_PATH", "").split(os.pathsep)),
-    ]
-    return {"PYTHONPATH": os.pathsep.join(dict.fromkeys(paths)), "LD_LIBRARY_PATH": os.pathsep.join(libs)}
-
-
 @dataclass
 class ServerOptions:
     repository: Path
@@ -284,9 +270,9 @@ class ServerOptions:
 class TritonServer:
     """A running tritonserver process; ``with TritonServer(options) as server: server.http_url``."""
 
-    def __init__(self, options: ServerOptions, install: ServerInstall | None = None) -> None:
+    def __init__(self, options: ServerOptions) -> None:
         self.options = options
-        self.install = install or find_install()
+        self.install = find_install()
         self.process: subprocess.Popen | None = None
         self._owns_workdir = options.workdir is None
         self._workdir = Path(options.workdir or tempfile.mkdtemp(prefix="tritonserver-"))
@@ -351,7 +337,7 @@ class TritonServer:
 
     def command(self) -> list[str]:
         options = self.options
-        command = [
+        return [
             str(self.install.binary),
             f"--model-repository={Path(options.repository).resolve()}",
             f"--http-address={'127.0.0.1' if options.http_front else options.host}",
@@ -375,21 +361,32 @@ class TritonServer:
             f"--backend-config=python,shm-default-byte-size={python_shm_bytes(options.repository)}",
             f"--backend-config=python,shm-growth-byte-size={16 * MIB}",
             f"--backend-config=python,shm-region-prefix-name={self.shm_prefix}",
+            f"--backend-directory={assemble_backends(self.install, self._workdir / 'backends')}",
+            *(f"--load-model={m}" for m in options.load_models or ["*"]),
+            *restricted_api_args(
+                self.admin_key, options.http_front, options.grpc_front, self.trusts_shared_memory
+            ),
+            *options.extra_args,
         ]
-        command.append(f"--backend-directory={assemble_backends(self.install, self._workdir / 'backends')}")
-        command += [f"--load-model={m}" for m in options.load_models or ["*"]]
-        restricted = restricted_api_args(
-            self.admin_key, options.http_front, options.grpc_front, self.trusts_shared_memory
-        )
-        return command + restricted + options.extra_args
 
     def environment(self) -> dict[str, str]:
-        """Environment for the server: the venv's packages, the wheel's shared libraries, and the
-        library that keeps the stubs' ``/dev/shm`` regions private from creation (``server.shm_private``)."""
-        return preload_environment(self._workdir, {**os.environ, **server_environment(self.install)})
+        """Environment for the server: the venv's packages on ``PYTHONPATH`` (the Python-backend stub
+        does not see the venv), the wheel's shared libraries on ``LD_LIBRARY_PATH``, and the library
+        that keeps the stubs' ``/dev/shm`` regions private from creation (``server.shm_private``)."""
+        site = [sysconfig.get_paths()["purelib"], sysconfig.get_paths()["platlib"]]
+        paths = [*site, *filter(None, os.environ.get("PYTHONPATH", "").split(os.pathsep))]
+        libs = [
+            *map(str, self.install.library_dirs),
+            *filter(None, os.environ.get("LD_LIBRARY_PATH", "").split(os.pathsep)),
+        ]
+        added = {
+            "PYTHONPATH": os.pathsep.join(dict.fromkeys(paths)),
+            "LD_LIBRARY_PATH": os.pathsep.join(libs),
+        }
+        return preload_environment(self._workdir, {**os.environ, **added})
 
-    def start(self, detach: bool = False) -> TritonServer:
-        """Launch and block until ready; ``detach`` puts it in its own session.
+    def start(self) -> TritonServer:
+        """Launch and block until ready.
 
         On any failure the process is stopped and the temporary folder removed before the error rises;
         a start lost to Triton 2.51's stub-lock abort (``starved_stub_abort``) is tried again first
@@ -400,16 +397,13 @@ class TritonServer:
         restart = bool(self.running_fronts)  # a restart keeps the fronts answering (fault matrix row 46)
         for attempt in range(1, START_ATTEMPTS + 1):
             try:
-                self._launch(detach)
+                self._launch()
                 self.wait_ready()
                 break
             except ServerError:
                 returncode = self.process.poll() if self.process is not None else None
                 starved = starved_stub_abort(returncode, self.log_tail())
-                if restart:
-                    self.reap()
-                else:
-                    self.stop()
+                (self.reap if restart else self.stop)()
                 if not starved or attempt == START_ATTEMPTS:
                     raise
                 log.warning(
@@ -434,53 +428,42 @@ class TritonServer:
         log.info("tritonserver ready (pid %s) http=%s grpc=%s", self.pid, self.http_url, self.grpc_url)
         return self
 
-    def _launch(self, detach: bool) -> None:
+    def _launch(self) -> None:
         if not Path(self.options.repository).is_dir():
             raise ServerError(f"model repository {self.options.repository} does not exist (run `make repo`)")
         public = {self.metrics_port}  # a port our own running front holds stays with it
         public |= {self.http_port} if self.http_front is None or self.http_front.poll() is not None else set()
         public |= {self.grpc_port} if self.grpc_front is None or self.grpc_front.poll() is not None else set()
+        checked = [(self.options.host, port) for port in sorted(public)]
+        checked += [("127.0.0.1", self.triton_http_port)] if self.options.http_front else []
+        checked += [("127.0.0.1", self.triton_grpc_port)] if self.options.grpc_front else []
         ports.hold(self.base_ports)
-        for port in sorted(public):
-            check_port_free(self.options.host, port, self.options.port_wait_s, self._named(port))
-        for fronted, port in (
-            (self.options.http_front, self.triton_http_port),
-            (self.options.grpc_front, self.triton_grpc_port),
-        ):
-            if fronted:
-                check_port_free("127.0.0.1", port, self.options.port_wait_s, self._named(port))
+        for host, port in checked:  # a port-in-use error names it from the port base where there is one
+            named = self.base_ports.describe(port) if self.base_ports else str(port)
+            check_port_free(host, port, self.options.port_wait_s, named)
         command = self.command()
         self.log_path.parent.mkdir(parents=True, exist_ok=True)
-        if self.options.echo_log:
+        with open(self.log_path, "wb") as log_file:
             self.process = subprocess.Popen(
                 command,
-                stdout=subprocess.PIPE,
+                stdout=subprocess.PIPE if self.options.echo_log else log_file,
                 stderr=subprocess.STDOUT,
                 env=self.environment(),
                 umask=SERVER_UMASK,
             )
+        if self.options.echo_log:
             threading.Thread(target=_tee, args=(self.process.stdout, self.log_path), daemon=True).start()
-        else:
-            with open(self.log_path, "wb") as log_file:
-                self.process = subprocess.Popen(
-                    command,
-                    stdout=log_file,
-                    stderr=subprocess.STDOUT,
-                    env=self.environment(),
-                    start_new_session=detach,
-                    umask=SERVER_UMASK,
-                )
         self._write_server_pid()
         shares = self.options.front_shares.flags()
         if self.options.http_front and self.http_front not in self.running_fronts:
             self.http_front = self._launch_front(
-                "server.fronts.http_front", self.http_port, self.triton_http_url, detach, *shares,
+                "server.fronts.http_front", self.http_port, self.triton_http_url, *shares,
                 f"--body-timeout-s={self.options.http_front_body_timeout_s}",
                 f"--header-timeout-s={self.options.http_front_header_timeout_s}",
             )  # fmt: skip
         if self.options.grpc_front and self.grpc_front not in self.running_fronts:
             self.grpc_front = self._launch_front(
-                "server.fronts.grpc_front", self.grpc_port, self.triton_grpc_url, detach, *shares
+                "server.fronts.grpc_front", self.grpc_port, self.triton_grpc_url, *shares
             )
 
     @property
@@ -499,9 +482,7 @@ class TritonServer:
         partial.write_text(f"{self.pid}\n")
         partial.replace(self.server_pid_file)
 
-    def _launch_front(
-        self, module: str, port: int, upstream: str, detach: bool, *more: str
-    ) -> subprocess.Popen:
+    def _launch_front(self, module: str, port: int, upstream: str, *more: str) -> subprocess.Popen:
         """Start a front (``module``) on the public ``port``. It follows the tritonserver named in
         ``server_pid_file`` across restarts and exits on SIGTERM (``stop_fronts``) or once both this
         process and that server are gone. The admin key travels in its environment, never on its
@@ -514,9 +495,7 @@ class TritonServer:
         ]  # fmt: skip
         environment = {**os.environ, KEY_ENV: self.admin_key}
         with open(self.log_path.with_name(f"{module.rsplit('.', 1)[1]}.log"), "wb") as log_file:
-            return subprocess.Popen(
-                command, stdout=log_file, stderr=subprocess.STDOUT, start_new_session=detach, env=environment
-            )
+            return subprocess.Popen(command, stdout=log_file, stderr=subprocess.STDOUT, env=environment)
 
     def log_tail(self, lines: int = 40) -> str:
         try:
@@ -628,13 +607,10 @@ class TritonServer:
             if not self.grpc_front_listens():
                 time.sleep(0.25)
                 continue
-            if self.is_ready() and self.process is not None and self.process.poll() is None:
-                # readiness is non-strict (see module doc): name any model that failed all the same
-                self._report_failures(self._load_starved_again(self._settled_failures() or {}))
-                return
+            ready = self.is_ready() and self.process is not None and self.process.poll() is None
             failed = self._settled_failures()
-            if failed:
-                self._report_failures(self._load_starved_again(failed))
+            if ready or failed:  # readiness is non-strict (module doc): name any model that failed
+                self._report_failures(self._load_starved_again(failed or {}))
                 return
             time.sleep(0.25)
         raise ServerError(
@@ -667,10 +643,6 @@ class TritonServer:
         ports.release(self.base_ports)  # the next server of this process may take them
         if self._owns_workdir:
             shutil.rmtree(self._workdir, ignore_errors=True)
-
-    def _named(self, port: int) -> str:
-        """How a port-in-use error names ``port``: from the port base, which one it is."""
-        return self.base_ports.describe(port) if self.base_ports else str(port)
 
     def reap(self) -> None:
         """The server process (SIGTERM, then SIGKILL), its stray stubs and ``/dev/shm`` regions, but

@@ -187,7 +187,7 @@ class Supervisor:
                     continue
                 if process.returncode == 0:
                     log.warning("tritonserver exited with status 0: stopped on purpose, not restarted")
-                    self._cleanup()
+                    self.server.reap()
                     self.server.stop_fronts()
                     self.record.state = STOPPED
                     self._write()
@@ -203,7 +203,7 @@ class Supervisor:
         cause = death_cause(returncode, self.server.log_tail(60))
         now = time.time()
         log.error("tritonserver (pid %s) %s", self.server.pid, cause)
-        self._cleanup()
+        self.server.reap()  # the fronts stay, answering 503 / UNAVAILABLE until the restarted server serves
         self._keep_log()
         self.record.last_cause, self.record.last_death_at = cause, now
         self.record.history.append({"died_at": now, "pid": self.server.pid, "cause": cause})
@@ -231,7 +231,7 @@ class Supervisor:
             except ServerError as error:
                 log.error("restart failed: %s", error)
                 self.record.last_cause = f"restart failed: {str(error).splitlines()[0][:200]}"
-                self._cleanup()
+                self.server.reap()
                 continue
             self.record.state, self.record.server_pid = SERVING, self.server.pid
             self.record.serving_again_at = time.time()
@@ -251,11 +251,6 @@ class Supervisor:
             self.record.state = RELEASED
         self._write()
         return 0
-
-    def _cleanup(self) -> None:
-        """The dead server's watchdog, stray stubs and ``/dev/shm`` regions, at once; the fronts stay
-        and answer 503 / ``UNAVAILABLE`` until the restarted server serves."""
-        self.server.reap()
 
     def _keep_log(self) -> None:
         """The dead server's log becomes ``<log>.1``: the restarted server writes a new one."""

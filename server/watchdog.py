@@ -16,7 +16,7 @@ still stopped, then reloading the model as for a dead stub, avoids that, unless 
 it owned the Python backend's pool mutex: killed then, it leaves the mutex owner-died and the server
 aborts at its next execute on that instance. So a stopped stub that owns one is let run for a
 millisecond at a time until it owns none (``server.stub_locks``), and only then killed.
-So a serving stub that is stopped, or whose threads have not run at all for ``silent_after_s`` (a
+So a serving stub that is stopped, or whose threads have not run at all for ``SILENT_AFTER_S`` (a
 healthy stub's health thread runs every 300 ms: ``server.stubs.activity``), is killed at once and
 healed like a dead one; its model is reported unavailable from detection until the reload is done.
 Reading ``/proc`` costs nothing and sends no request that a model's statistics would count.
@@ -25,7 +25,7 @@ A stub can also hang while its threads still run: its ``execute`` never returns 
 endless loop, a call that waits forever). Triton 2.51 then holds every later request to that model
 in its queue, for good. The watchdog reads Triton's metrics once a second: a model whose stubs are
 alive, with requests waiting (``nv_inference_pending_request_count``) and not one execution, success
-or failure counted for ``stuck_after_s`` (10 s), is stuck; its stubs are killed and the model reloaded
+or failure counted for ``STUCK_AFTER_S`` (10 s), is stuck; its stubs are killed and the model reloaded
 like a hung stub's (the request that hung and those queued behind it get ``Stub process ... is not
 healthy``). A probe inference per model would find this too, but would count in the statistics the
 fault tests compare, and needs a valid request per model; the metrics are already there. The
@@ -50,13 +50,14 @@ from pathlib import Path
 
 import tritonclient.http as httpclient
 
-from server.admin import AdminError, load_model, model_versions
+from server.admin import load_model, model_versions
 from server.records import write_record
 from server.stub_locks import owned_mutexes
 from server.stubs import Stub, activity, server_stubs
 
 log = logging.getLogger(__name__)
 DIED = "died"
+POLL_S = 0.5  # how often the stubs are read from /proc
 SILENT_AFTER_S = 2.0  # a healthy stub's threads run every 0.3 s; one that has not run for this long is hung
 RELEASE_TRIES = 50  # a stopped stub owning a pool mutex is let run this many times (1 ms each) to release it
 KILL_WAIT_S = 5.0  # how long a killed hung stub may take to exit before the reload starts anyway
@@ -93,9 +94,6 @@ class HealEvent:
     error: str = ""
     cause: str = DIED  # or why a live stub was taken for hung (and killed): "stopped, state T", ...
 
-    def what(self) -> str:
-        return what_happened(self.cause)
-
 
 def what_happened(cause: str) -> str:
     """What happened to a stub, for people: "died", or "hung (why), killed"."""
@@ -126,15 +124,11 @@ class Watchdog:
         http_url: str,
         admin_key: str,
         events_path: Path | None,
-        interval_s: float = 0.5,
-        silent_after_s: float = SILENT_AFTER_S,
         state: WatchdogState | None = None,
         metrics_url: str | None = None,
-        stuck_after_s: float = STUCK_AFTER_S,
     ) -> None:
         self.server_pid, self.http_url, self.admin_key = server_pid, http_url, admin_key
-        self.events_path, self.interval_s, self.silent_after_s = events_path, interval_s, silent_after_s
-        self.metrics_url, self.stuck_after_s = metrics_url, stuck_after_s
+        self.events_path, self.metrics_url = events_path, metrics_url
         self._progress: dict[str, tuple[float, float]] = {}  # model -> (progress count, monotonic since)
         self._progress_read_at = 0.0
         self.state = state or WatchdogState()  # a restarted server's watchdog keeps the history
@@ -165,7 +159,7 @@ class Watchdog:
         self._write()
         if not self._known:
             self.dead_stubs()
-        while not self._stop.wait(self.interval_s):
+        while not self._stop.wait(POLL_S):
             if not Path(f"/proc/{self.server_pid}").exists():
                 return
             try:
@@ -203,7 +197,7 @@ class Watchdog:
             seen = self._activity.get(stub.pid)
             if count is None or seen is None or seen[0] != count:
                 self._activity[stub.pid] = (count or 0, now)
-            elif now - seen[1] >= self.silent_after_s:
+            elif now - seen[1] >= SILENT_AFTER_S:
                 hung.append((stub, f"no thread ran for {now - seen[1]:.1f} s"))
         pids = {s.pid for s in live}
         self._activity = {pid: seen for pid, seen in self._activity.items() if pid in pids}
@@ -214,7 +208,7 @@ class Watchdog:
         return hung
 
     def stuck_models(self, live: list[Stub]) -> dict[str, str]:
-        """Models with live stubs whose waiting requests have not moved for ``stuck_after_s``, each
+        """Models with live stubs whose waiting requests have not moved for ``STUCK_AFTER_S``, each
         with why (read from the metrics at most every ``PROGRESS_EVERY_S``; {} without a metrics URL)."""
         now = time.monotonic()
         if self.metrics_url is None or now - self._progress_read_at < PROGRESS_EVERY_S:
@@ -231,7 +225,7 @@ class Watchdog:
             seen = self._progress.get(model)
             if pending <= 0 or seen is None or seen[0] != done:
                 self._progress[model] = (done, now)
-            elif now - seen[1] >= self.stuck_after_s:
+            elif now - seen[1] >= STUCK_AFTER_S:
                 stuck[model] = f"{pending:.0f} requests waited {now - seen[1]:.0f} s and none finished"
                 self._progress[model] = (done, now)  # judged once; its reload starts the clock again
         return stuck
@@ -330,12 +324,14 @@ class Watchdog:
                 self.state.events.append(event)
                 self.state.unavailable_now[model] = f"stub of {instance} died"
                 self._write()
-        log.warning("stub of %s (pid %s) %s; reloading", event.instance, event.stub_pid, event.what())
+        log.warning(
+            "stub of %s (pid %s) %s; reloading", event.instance, event.stub_pid, what_happened(event.cause)
+        )
         try:
             load_model(client, self.admin_key, model, config=self._reload_config(client, model))
             event.healed_at = time.time()
             log.warning("%s reloaded in %.1f s", model, event.healed_at - event.detected_at)
-        except (AdminError, Exception) as error:  # recorded and retried on the next stub death
+        except Exception as error:  # AdminError or any other: recorded, retried on the next stub death
             event.error = str(error)
             log.error("reloading %s failed: %s", model, error)
         for stub in stubs:

@@ -27,7 +27,7 @@ import grpc
 import numpy as np
 from tritonclient.grpc import service_pb2
 
-from server.fronts.shm_grpc import TYPED_CONTENTS
+from server.fronts.grpc_request import TYPED_FIELDS
 from soak.other_uid import GRPC_OPTIONS, SERVICE, HttpReply, exchange
 from soak.request_space import Case, InputSpace, ModelSpace, TensorCase, data_fits
 
@@ -252,9 +252,10 @@ def grpc_request(
         elif tensor.carrier == "typed":
             if tensor.datatype == "BYTES":
                 item.contents.bytes_contents.extend(carried_data.array)
-            elif tensor.datatype in TYPED_CONTENTS:
-                field, _ = TYPED_CONTENTS[tensor.datatype]
-                getattr(item.contents, field).extend(np.asarray(carried_data.array).tolist())
+            elif tensor.datatype in TYPED_FIELDS:
+                getattr(item.contents, TYPED_FIELDS[tensor.datatype]).extend(
+                    np.asarray(carried_data.array).tolist()
+                )
         else:
             request.raw_input_contents.append(carried_data.raw)
     for output, placed in zip(case.outputs or (), outputs, strict=False):

@@ -37,8 +37,8 @@ class SlotLimits:
 class ClientSlots:
     """``async with slots.held(address, connection):`` around each forwarded request."""
 
-    def __init__(self, limits: SlotLimits, what: str = "tritonserver") -> None:
-        self.limits, self.what = limits, what
+    def __init__(self, limits: SlotLimits) -> None:
+        self.limits = limits
         self.taken = 0  # slots held, all addresses
         self.holding: Counter[str] = Counter()  # slots held, by address
         self.by_address: Counter[str] = Counter()  # held or queued, by address
@@ -55,7 +55,7 @@ class ClientSlots:
             return None
         return RequestRefusedError(
             f"this client {who} ({connection if who == 'connection' else address}) already has {count} "
-            f"requests waiting on {self.what}, its share ({share} per {who}, {limits.capacity} in all); "
+            f"requests waiting on tritonserver, its share ({share} per {who}, {limits.capacity} in all); "
             "send more when those are answered",
             Refusal.TOO_MANY,
         )
@@ -76,7 +76,7 @@ class ClientSlots:
                     await self._take(address)
             except TimeoutError:
                 raise RequestRefusedError(
-                    f"no slot of the {self.limits.capacity} to {self.what} freed within {wait_s:g} s; retry",
+                    f"no slot of the {self.limits.capacity} to tritonserver freed within {wait_s:g} s; retry",
                     Refusal.TOO_MANY,
                 ) from None
             try:

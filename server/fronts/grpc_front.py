@@ -128,10 +128,9 @@ class GrpcFront:
         key: str,
         shm: GrpcSharedMemory,
         listen: str,
-        limits: GrpcLimits | None = None,
+        limits: GrpcLimits,
     ) -> None:
-        self.upstream, self.key, self.shm = upstream, key, shm
-        self.limits = limits or GrpcLimits()
+        self.upstream, self.shm, self.limits = upstream, shm, limits
         host, port = listen.rsplit(":", 1)
         self.local = (host.strip("[]"), int(port))
         self.state = UpstreamState(f"tritonserver's gRPC at {upstream}", log, "UNAVAILABLE")
@@ -151,10 +150,7 @@ class GrpcFront:
         return FrontConnection(limits, self.methods, PREFIX, self.serve, self.connections)
 
     async def serve(self, call: ServerCall) -> None:
-        if call.streaming:
-            await self._stream(call)
-        else:
-            await self._unary(call)
+        await (self._stream if call.streaming else self._unary)(call)
 
     async def _model_config(self, model: str, version: str) -> dict:
         """The config Triton serves for ``model``, as a dict, or Triton's refusal when it has none."""

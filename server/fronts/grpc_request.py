@@ -60,7 +60,7 @@ def model_to_check(method: str, request: Message) -> tuple[str, str] | None:
     return request.model_name, request.model_version
 
 
-def _parameter(parameters: Any, key: str) -> Any:
+def parameter_value(parameters: Any, key: str) -> Any:
     """The value of an ``InferParameter`` map entry, whichever type it holds (None when absent)."""
     if key not in parameters:
         return None
@@ -70,12 +70,12 @@ def _parameter(parameters: Any, key: str) -> Any:
 
 
 def _region_use(parameters: Any, where: str) -> RegionUse | None:
-    region = _parameter(parameters, "shared_memory_region")
+    region = parameter_value(parameters, "shared_memory_region")
     if region is None:
         return None
     size, offset = (
-        _parameter(parameters, "shared_memory_byte_size"),
-        _parameter(parameters, "shared_memory_offset"),
+        parameter_value(parameters, "shared_memory_byte_size"),
+        parameter_value(parameters, "shared_memory_offset"),
     )
     if not isinstance(size, int) or size < 0 or not isinstance(offset or 0, int) or (offset or 0) < 0:
         raise RequestRefusedError(

@@ -50,10 +50,6 @@ class GrpcError(Exception):
         super().__init__(details)
         self.code, self.details, self.trailing = code, details, trailing or []
 
-    @classmethod
-    def named(cls, name: str, details: str) -> GrpcError:
-        return cls(STATUS[name], details)
-
 
 def parse_timeout(value: bytes) -> float | None:
     """A ``grpc-timeout`` header in seconds (None when malformed: the call then has no deadline)."""
@@ -147,12 +143,8 @@ class ServerCall:
     def __init__(
         self, connection: FrontConnection, stream_id: int, method: str, headers: Headers, streaming: bool
     ) -> None:
-        self.connection, self.stream_id, self.method, self.streaming = (
-            connection,
-            stream_id,
-            method,
-            streaming,
-        )
+        self.connection, self.stream_id = connection, stream_id
+        self.method, self.streaming = method, streaming
         self.metadata: Headers = []
         self.deadline: float | None = None
         encoding = None

@@ -200,13 +200,11 @@ class Endpoint(asyncio.Protocol):
         buffer = self.buffer
         buffer += data
         if not self.preface_seen:
-            if len(buffer) < len(PREFACE):
-                if not PREFACE.startswith(bytes(buffer)):
-                    self.close(PROTOCOL_ERROR, "not an HTTP/2 connection preface")
-                return
-            if buffer[: len(PREFACE)] != PREFACE:
+            if not PREFACE.startswith(bytes(buffer[: len(PREFACE)])):
                 self.close(PROTOCOL_ERROR, "not an HTTP/2 connection preface")
                 return
+            if len(buffer) < len(PREFACE):
+                return  # the rest of the preface is still on its way
             del buffer[: len(PREFACE)]
             self.preface_seen = True
         position, size = 0, len(buffer)

@@ -335,22 +335,16 @@ def check_infer(body: bytes, header_length: str | None, model: ModelSignature) -
     return uses
 
 
-@dataclass(frozen=True)
-class Registration:
-    key: object
-    offset: int
-    byte_size: int
-
-
-def check_register(body: bytes) -> Registration:
-    """A system shared-memory register body: ``{"key": str, "offset": uint, "byte_size": uint}``."""
+def check_register(body: bytes) -> tuple[str, int, int]:
+    """(key, offset, byte size) of a system shared-memory register body: ``{"key": str, "offset": uint,
+    "byte_size": uint}``."""
     document = load_json(body)
     if not isinstance(document, dict):
         raise RequestRefusedError("shared memory register request must be a JSON object")
     where = "shared memory register request"
     key = _field(document, "key", (str,), where, required=True)
     offset = _unsigned(document, "offset", where) or 0
-    return Registration(key, offset, _unsigned(document, "byte_size", where, required=True))
+    return key, offset, _unsigned(document, "byte_size", where, required=True)
 
 
 def check_generate(body: bytes, model: ModelSignature) -> None:

@@ -5,12 +5,12 @@ The fronts allow-list every inference request against its model's config
 (``server.fronts.allow_list``) before Triton sees it, so they need each model's config. They ask
 Triton (``/v2/models/<m>/config`` or gRPC ``ModelConfig``) rather than read ``config.pbtxt``: what
 Triton serves is what it runs, whatever the repository on disk says since. A config is kept
-``ttl_s`` seconds and dropped at once when a load or unload of its model passes through the front, so
-a model loaded through the other front or by the launcher is seen within ``ttl_s``.
+``TTL_S`` seconds and dropped at once when a load or unload of its model passes through the front, so
+a model loaded through the other front or by the launcher is seen within ``TTL_S``.
 
 A request is never forwarded unchecked: a model Triton has no config for is refused with Triton's own
 answer (404 / ``NOT_FOUND`` ``Request for unknown model: 'x' is not found``), remembered for
-``unknown_ttl_s`` only, so a model just loaded is served at once; while Triton does not answer, with
+``UNKNOWN_TTL_S`` only, so a model just loaded is served at once; while Triton does not answer, with
 503 / ``UNAVAILABLE``, never remembered.
 """
 
@@ -29,6 +29,9 @@ log = logging.getLogger(__name__)
 # fetch(model, version): the config as a dict, RequestRefusedError with Triton's answer when it has
 # none for that model, any other exception when Triton cannot be asked
 Fetch = Callable[[str, str], Awaitable[Mapping[str, Any]]]
+TTL_S = 5.0  # how long a config is kept
+UNKNOWN_TTL_S = 1.0  # how long Triton's "no such model" is kept
+FETCH_TIMEOUT_S = 5.0  # how long Triton may take to answer for a config
 MAX_ENTRIES = 1024  # requests naming many unknown models must not grow the cache without bound
 
 
@@ -37,16 +40,8 @@ class ModelSignatures:
     why there is none; ``forget(model)`` on loads and unloads. Concurrent requests for one model share
     one fetch. ``body_limit`` is the front's bound on a body or message (``ModelSignature``)."""
 
-    def __init__(
-        self,
-        fetch: Fetch,
-        body_limit: int,
-        ttl_s: float = 5.0,
-        unknown_ttl_s: float = 1.0,
-        timeout_s: float = 5.0,
-    ) -> None:
+    def __init__(self, fetch: Fetch, body_limit: int) -> None:
         self.fetch, self.body_limit = fetch, body_limit
-        self.ttl_s, self.unknown_ttl_s, self.timeout_s = ttl_s, unknown_ttl_s, timeout_s
         self._entries: dict[tuple[str, str], tuple[float, ModelSignature | RequestRefusedError]] = {}
         self._pending: dict[tuple[str, str], asyncio.Future] = {}
 
@@ -63,13 +58,13 @@ class ModelSignatures:
 
     async def _load(self, key: tuple[str, str]) -> ModelSignature | RequestRefusedError:
         try:
-            config = await asyncio.wait_for(self.fetch(*key), self.timeout_s)
+            config = await asyncio.wait_for(self.fetch(*key), FETCH_TIMEOUT_S)
             found: ModelSignature | RequestRefusedError = ModelSignature.from_config(
                 key[0], config, self.body_limit
             )
-            expires = time.monotonic() + self.ttl_s
+            expires = time.monotonic() + TTL_S
         except RequestRefusedError as refusal:  # Triton's answer: no such model (version)
-            found, expires = refusal, time.monotonic() + self.unknown_ttl_s
+            found, expires = refusal, time.monotonic() + UNKNOWN_TTL_S
         except Exception as error:  # Triton unreachable or silent: refuse, remember nothing
             log.debug("no config for model %r: %r", key[0], error)
             return RequestRefusedError(

@@ -81,15 +81,12 @@ def peer_uid(peer: tuple[str, int], local: tuple[str, int]) -> int | None:
     the peer's socket is not on this host (or the tables cannot be read). A ``local`` host of
     ``0.0.0.0`` or ``::`` (listening on every interface) matches our port on any address."""
     try:
-        if not ipaddress.ip_address(local[0].strip("[]")).is_unspecified:
+        any_address = ipaddress.ip_address(local[0].strip("[]")).is_unspecified
+        if not any_address:
             answered, uid = _diag_uid(peer, local)
             if answered:
                 return uid
-    except ValueError:
-        return None
-    try:
         peers = {f"{spelling}:{peer[1]:04X}" for spelling in _spellings(peer[0])}
-        any_address = ipaddress.ip_address(local[0].strip("[]")).is_unspecified
         ours = set() if any_address else {f"{spelling}:{local[1]:04X}" for spelling in _spellings(local[0])}
     except ValueError:
         return None

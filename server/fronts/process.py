@@ -51,6 +51,20 @@ def front_parser(prog: str, description: str | None, upstream_help: str) -> argp
     return parser
 
 
+# The flags of ``FrontShares`` (name, type, help), in the order of ``FrontShares.values()``.
+SHARE_FLAGS = (
+    ("deadline-s", float, "an inference is answered within this many seconds "
+     "(504 / DEADLINE_EXCEEDED after), unless its model's config sets request_deadline_s"),
+    ("max-overdue", int, "requests past their deadline tritonserver may still "
+     "run per model (429 / RESOURCE_EXHAUSTED beyond)"),
+    ("upstream-slots", int, "requests a front forwards at once, all clients together"),
+    ("max-client-requests", int, "requests one client address may have waiting "
+     "(429 / RESOURCE_EXHAUSTED beyond)"),
+    ("max-connection-requests", int, "requests one client connection may "
+     "have waiting (429 / RESOURCE_EXHAUSTED beyond)"),
+)  # fmt: skip
+
+
 @dataclass(frozen=True)
 class FrontShares:
     """How long an inference may take and how much of Triton each client may hold, the same on both
@@ -60,43 +74,29 @@ class FrontShares:
     max_overdue: int = DEFAULT_MAX_OVERDUE  # per model: requests past their deadline Triton still runs
     slots: SlotLimits = field(default_factory=SlotLimits)
 
+    def values(self) -> tuple[float, int, int, int, int]:
+        """The values of ``SHARE_FLAGS``, in its order."""
+        slots = self.slots
+        return (self.deadline_s, self.max_overdue, slots.capacity, slots.per_address, slots.per_connection)
+
     def flags(self) -> list[str]:
         """The fronts' command-line flags for these shares."""
-        return [
-            f"--deadline-s={self.deadline_s}", f"--max-overdue={self.max_overdue}",
-            f"--upstream-slots={self.slots.capacity}", f"--max-client-requests={self.slots.per_address}",
-            f"--max-connection-requests={self.slots.per_connection}",
-        ]  # fmt: skip
+        return [f"--{name}={value}" for (name, _, _), value in zip(SHARE_FLAGS, self.values(), strict=True)]
 
 
 def add_share_arguments(parser: argparse.ArgumentParser, prefix: str = "") -> None:
     """The flags of ``FrontShares``: ``--deadline-s`` … on a front, ``--front-deadline-s`` … with
     ``prefix="front-"`` on ``python -m server start``."""
-    shares, slots = FrontShares(), SlotLimits()
-    flags = [
-        ("deadline-s", float, shares.deadline_s, "an inference is answered within this many seconds "
-         "(504 / DEADLINE_EXCEEDED after), unless its model's config sets request_deadline_s"),
-        ("max-overdue", int, shares.max_overdue, "requests past their deadline tritonserver may still "
-         "run per model (429 / RESOURCE_EXHAUSTED beyond)"),
-        ("upstream-slots", int, slots.capacity, "requests a front forwards at once, all clients together"),
-        ("max-client-requests", int, slots.per_address, "requests one client address may have waiting "
-         "(429 / RESOURCE_EXHAUSTED beyond)"),
-        ("max-connection-requests", int, slots.per_connection, "requests one client connection may "
-         "have waiting (429 / RESOURCE_EXHAUSTED beyond)"),
-    ]  # fmt: skip
-    for name, kind, default, text in flags:
+    for (name, kind, text), default in zip(SHARE_FLAGS, FrontShares().values(), strict=True):
         parser.add_argument(f"--{prefix}{name}", type=kind, default=default, help=text)
 
 
 def shares_from_args(args: argparse.Namespace, prefix: str = "") -> FrontShares:
     """The ``FrontShares`` of the flags ``add_share_arguments`` added with ``prefix``."""
-    value = {name: getattr(args, (prefix + name).replace("-", "_")) for name in (
-        "deadline-s", "max-overdue", "upstream-slots", "max-client-requests", "max-connection-requests",
-    )}  # fmt: skip
-    slots = SlotLimits(
-        value["upstream-slots"], value["max-client-requests"], value["max-connection-requests"]
+    deadline_s, max_overdue, *slots = (
+        getattr(args, (prefix + n).replace("-", "_")) for n, _, _ in SHARE_FLAGS
     )
-    return FrontShares(value["deadline-s"], value["max-overdue"], slots)
+    return FrontShares(deadline_s, max_overdue, SlotLimits(*slots))
 
 
 def admin_key() -> str:

@@ -31,6 +31,7 @@ from typing import Any
 import numpy as np
 from google.protobuf.message import Message
 from tritonclient.grpc import service_pb2
+from tritonclient.utils import triton_to_np_dtype
 
 from server.fronts.allow_list import ModelSignature, check_region_bytes
 from server.fronts.client_regions import (
@@ -40,26 +41,13 @@ from server.fronts.client_regions import (
     RegionUse,
     check_copy_size,
 )
+from server.fronts.grpc_request import TYPED_FIELDS, parameter_value
 from server.fronts.refusal import RequestRefusedError
 from server.fronts.shm_http import REGION_PARAMETERS, output_too_small
 
-# Typed contents as raw bytes: the field each datatype travels in, and its numpy type.
-TYPED_CONTENTS = {
-    "BOOL": ("bool_contents", np.bool_), "INT8": ("int_contents", np.int8),
-    "INT16": ("int_contents", np.int16), "INT32": ("int_contents", np.int32),
-    "INT64": ("int64_contents", np.int64), "UINT8": ("uint_contents", np.uint8),
-    "UINT16": ("uint_contents", np.uint16), "UINT32": ("uint_contents", np.uint32),
-    "UINT64": ("uint64_contents", np.uint64), "FP32": ("fp32_contents", np.float32),
-    "FP64": ("fp64_contents", np.float64),
-}  # fmt: skip
 RAW_TAG = bytes(
     [service_pb2.ModelInferRequest.DESCRIPTOR.fields_by_name["raw_input_contents"].number << 3 | 2]
 )
-
-
-def _parameter(parameters: Any, key: str) -> Any:
-    parameter = parameters[key]
-    return getattr(parameter, parameter.WhichOneof("parameter_choice") or "int64_param")
 
 
 def _ours(table: RegionTable, client: Client, parameters: Any) -> RegionUse | None:
@@ -67,11 +55,11 @@ def _ours(table: RegionTable, client: Client, parameters: Any) -> RegionUse | No
     is left to Triton only for the operator (the admin key: CUDA regions)."""
     if "shared_memory_region" not in parameters:
         return None
-    name = _parameter(parameters, "shared_memory_region")
+    name = parameter_value(parameters, "shared_memory_region")
     if client.admin and not table.has(client, name):
         return None
-    offset = _parameter(parameters, "shared_memory_offset") if "shared_memory_offset" in parameters else 0
-    use = RegionUse(name, offset, _parameter(parameters, "shared_memory_byte_size"))
+    offset = parameter_value(parameters, "shared_memory_offset") or 0
+    use = RegionUse(name, offset, parameter_value(parameters, "shared_memory_byte_size"))
     for key in REGION_PARAMETERS:
         if key in parameters:
             del parameters[key]
@@ -82,10 +70,10 @@ def _raw_contents(tensor: service_pb2.ModelInferRequest.InferInputTensor) -> byt
     """Typed contents as the raw bytes Triton would make of them."""
     if tensor.datatype == "BYTES":
         return b"".join(len(v).to_bytes(4, "little") + v for v in tensor.contents.bytes_contents)
-    if tensor.datatype not in TYPED_CONTENTS:
+    if tensor.datatype not in TYPED_FIELDS:
         raise RequestRefusedError(f"input '{tensor.name}': {tensor.datatype} has no typed contents; send raw")
-    field, dtype = TYPED_CONTENTS[tensor.datatype]
-    return np.asarray(getattr(tensor.contents, field), dtype).tobytes()
+    values = getattr(tensor.contents, TYPED_FIELDS[tensor.datatype])
+    return np.asarray(values, triton_to_np_dtype(tensor.datatype)).tobytes()
 
 
 def raw_request(

@@ -193,9 +193,7 @@ class HttpSharedMemory(FrontRegions):
                     "shared memory register request names no region: POST "
                     "/v2/systemsharedmemory/region/<name>/register"
                 )
-            registration = check_register(body)
-            fields = (registration.key, registration.offset, registration.byte_size)
-            return _empty() if self.register(client(), name, *fields) else None
+            return _empty() if self.register(client(), name, *check_register(body)) else None
         if self.table is None:
             return None
         if action == "unregister":

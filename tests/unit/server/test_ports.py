@@ -74,7 +74,7 @@ def test_a_port_of_the_base_already_taken_is_an_error_naming_it(base: int, tmp_p
         with pytest.raises(
             ServerError, match=rf"port {base + 1} \(PORT_BASE {base} \+ 1, gRPC\) on 127\.0\.0\.1 is in use"
         ):
-            server._launch(detach=False)
+            server._launch()
     assert server.process is None  # refused before anything was started
     server.terminate()
 

@@ -69,3 +69,30 @@ def test_a_frame_above_the_size_announced_ends_the_connection() -> None:
         assert struct.unpack_from(">I", goaway[0], 4)[0] == h2c.FRAME_SIZE_ERROR
 
     asyncio.run(run())
+
+
+class ServerSide(Recorder):
+    """The front's end of a client's connection: it reads the client's preface first."""
+
+    client_side = False
+
+
+def test_a_client_preface_may_arrive_in_pieces_and_anything_else_ends_the_connection() -> None:
+    async def run() -> None:
+        endpoint, transport = ServerSide(), MemoryTransport()
+        endpoint.connection_made(transport)
+        endpoint.data_received(h2c.PREFACE[:10])
+        endpoint.data_received(h2c.PREFACE[10:] + h2c.frame(h2c.PING, 0, 0, b"p" * 8))
+        await asyncio.sleep(0)
+        assert not transport.closed and (h2c.PING, h2c.ACK, 0, b"p" * 8) in frames(transport.data)
+        for wrong in (b"GET / HTTP/1.1\r\n", h2c.PREFACE[:-1] + b"x" + h2c.frame(h2c.PING, 0, 0, b"p" * 8)):
+            endpoint, transport = ServerSide(), MemoryTransport()
+            endpoint.connection_made(transport)
+            transport.data.clear()
+            endpoint.data_received(wrong)
+            await asyncio.sleep(0)
+            assert transport.closed
+            goaway = [payload for kind, _, _, payload in frames(transport.data) if kind == h2c.GOAWAY]
+            assert struct.unpack_from(">I", goaway[0], 4)[0] == h2c.PROTOCOL_ERROR
+
+    asyncio.run(run())
