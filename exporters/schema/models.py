@@ -235,15 +235,11 @@ class ModelSpec:
         bounds = [
             m for t in self.inputs if t.variable for d, m in zip(t.shape, t.largest, strict=True) if d < 0
         ]
-        if self.lengths and not bounds:
-            raise SpecError("lengths", "is for variable axes (-1 in an input's shape); there are none")
-        for index, length in enumerate(self.lengths):
-            if length > max(bounds, default=0):
-                raise SpecError(f"lengths[{index}]", f"{length} exceeds every variable axis' max_shape")
-        for key in ("shapes", "buckets"):
+        for key in ("lengths", "shapes", "buckets"):
             if getattr(self, key) and not bounds:
                 raise SpecError(key, "is for variable axes (-1 in an input's shape); there are none")
-        for key, values in (("shapes.lengths", self.shapes.lengths if self.shapes else ()),
+        for key, values in (("lengths", self.lengths),
+                            ("shapes.lengths", self.shapes.lengths if self.shapes else ()),
                             ("buckets", self.buckets)):  # fmt: skip
             for index, length in enumerate(values):
                 if length > max(bounds, default=0):
