@@ -26,7 +26,7 @@ from torch import nn
 from exporters.artifacts.file_hash import file_matches, file_sha256
 from exporters.artifacts.onnx_files import OPSET, check_external_data
 from exporters.artifacts.ort_failures import run_or_explain
-from exporters.artifacts.parity import ParityReport, compare_outputs
+from exporters.artifacts.parity import compare_outputs
 from exporters.artifacts.records import read_record, write_record
 from exporters.errors import ExportCheckError
 from exporters.precision.int8 import to_int8
@@ -41,11 +41,12 @@ from python_backend.onnxruntime.ort_session import open_session
 
 log = logging.getLogger(__name__)
 
-EXPORTER_VERSION = "5"  # 5: int8 weights in 7 bits (exporters.precision.int8.REDUCE_RANGE)
+# Bump when the export procedure changes, to invalidate cached artifacts (5: int8 weights in 7 bits,
+# exporters.precision.int8.REDUCE_RANGE).
+EXPORTER_VERSION = "5"
 # Batch sizes the parity check runs (3 exercises the dynamic batch axis: the export's example has 2).
 # int8 is judged on agreement over many rows (top-1 share, worst cosine): one batch of 64.
-CHECK_BATCHES = {"int8": (64,)}
-DEFAULT_CHECK_BATCHES = (1, 3)  # bump when the export procedure changes, to invalidate cached artifacts
+CHECK_BATCHES = {"fp32": (1, 3), "fp16": (1, 3), "int8": (64,)}
 
 
 @dataclass(frozen=True)
@@ -117,15 +118,6 @@ def run_onnx(path: Path, spec: ModelSpec, inputs: list[np.ndarray]) -> list[np.n
     return outputs
 
 
-def check_parity(
-    spec: ModelSpec, actual: list[np.ndarray], expected: list[np.ndarray], what: str
-) -> ParityReport:
-    """``actual`` against the fp32 ``expected``, each output held to its ``tolerance:`` in the spec
-    (``exporters.artifacts.parity``); raises ``ExportCheckError`` naming the output and the limit it broke."""
-    names = [t.name for t in spec.outputs]
-    return compare_outputs(actual, expected, spec.precision, what, names, [t.tolerance for t in spec.outputs])
-
-
 def served_onnx(spec: ModelSpec, source: LoadedSource) -> bytes:
     """The file to serve: the source's export in the spec's precision; for int8 its fp32 export,
     quantized and calibrated on the spec's calibration batches (``exporters.precision.int8``)."""
@@ -166,16 +158,18 @@ def export_onnx(spec: ModelSpec, out_dir: Path) -> Artifact:
         log.info("%s: export up to date (%s)", spec.name, digest[:12])
         return cached
     worst = None
+    names, tolerances = [t.name for t in spec.outputs], [t.tolerance for t in spec.outputs]
     data = served_onnx(spec, source)
     with staged(path, len(data)) as staging:
         staging.write_bytes(data)
         onnx.checker.check_model(str(staging), full_check=True)
         check_external_data(staging)
-        for batch in CHECK_BATCHES.get(spec.precision, DEFAULT_CHECK_BATCHES):
+        for batch in CHECK_BATCHES[spec.precision]:
             inputs = source.inputs(batch, seed=100 + batch)
-            report = check_parity(
-                spec, run_onnx(staging, spec, inputs), source.reference(inputs),
-                f"{spec.name} ({spec.precision} ONNX, batch {batch})",
+            # Each output held to its tolerance: in the spec; ExportCheckError names the limit it broke.
+            report = compare_outputs(
+                run_onnx(staging, spec, inputs), source.reference(inputs), spec.precision,
+                f"{spec.name} ({spec.precision} ONNX, batch {batch})", names, tolerances,
             )  # fmt: skip
             worst = report.worse(worst)
         sha256 = file_sha256(staging)

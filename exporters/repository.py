@@ -84,15 +84,13 @@ def prepare_repository(repository: Path, keep: Iterable[str]) -> None:
     """
     repository.mkdir(parents=True, exist_ok=True)
     marker = repository / MARKER
-    keep = set(keep)
-    for name in sorted(_built_by_us(marker) - keep):
+    keep, earlier = set(keep), _built_by_us(marker)
+    for name in sorted(earlier - keep):
         folder = repository / name
         if folder.is_dir():
             log.info("removing %s (built earlier, no longer in the spec)", folder)
             shutil.rmtree(folder)
-    foreign = [
-        c.name for c in repository.iterdir() if c.is_dir() and c.name not in keep | _built_by_us(marker)
-    ]
+    foreign = [c.name for c in repository.iterdir() if c.is_dir() and c.name not in keep | earlier]
     if foreign:
         log.info("%s also holds %s, not built here; left in place", repository, sorted(foreign))
     write_record(marker, {"generated_by": "python -m exporters build", "built": sorted(keep)})
