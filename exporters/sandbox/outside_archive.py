@@ -89,9 +89,8 @@ class OutsideArchive:
 
     def describe(self) -> tuple[list[ProgramTensor], list[ProgramTensor]]:
         """The program's user inputs and outputs (``program_signature.program_tensors``)."""
-        folder = self._cached(self._key("describe"), (FOUND,))
-        if folder is None:
-            folder = self._run("describe", {}, self._key("describe"), (FOUND,))
+        key = self._key("describe")
+        folder = self._cached(key, (FOUND,)) or self._run("describe", {}, key, (FOUND,))
         return from_json((folder / FOUND).read_bytes())
 
     def convert(
@@ -103,10 +102,8 @@ class OutsideArchive:
         request = json.dumps({"inputs": input_names, "outputs": output_names}).encode()
         key = self._key("convert", request, buffer.getvalue())
         names = (FOUND, ONNX, OUTPUTS)
-        folder = self._cached(key, names)
-        if folder is None:
-            extra = {"request.json": request, "inputs.npz": buffer.getvalue()}
-            folder = self._run("convert", extra, key, names)
+        extra = {"request.json": request, "inputs.npz": buffer.getvalue()}
+        folder = self._cached(key, names) or self._run("convert", extra, key, names)
         inputs, outputs = from_json((folder / FOUND).read_bytes())
         return Conversion(folder, inputs, outputs)
 

@@ -248,12 +248,6 @@ def export_encoder(
     return record | {"cached": False}
 
 
-def install_tokenizer(folder: Path, out_dir: Path) -> None:
-    """The tokenizer stage's files: its ``model.py`` and helpers, and the package's ``tokenizer.json``."""
-    install_text_tokenizer(out_dir)
-    copy_file(folder / "tokenizer.json", out_dir / "tokenizer.json")
-
-
 @dataclass(frozen=True)
 class BuiltTextEmbedding:
     spec: TextEmbeddingSpec
@@ -272,7 +266,9 @@ def build_text_embedding(
     record = export_encoder(spec, folder, repository / spec.encoder_name / "1", done)
     if ragged:  # padded to longest: our onnxruntime model.py, served as a Python-backend model
         install_onnxruntime_backend(repository / spec.encoder_name / "1")
-    install_tokenizer(folder, repository / spec.tokenizer_name / "1")
+    # The tokenizer stage's model.py and helpers, and the package's tokenizer.json.
+    install_text_tokenizer(repository / spec.tokenizer_name / "1")
+    copy_file(folder / "tokenizer.json", repository / spec.tokenizer_name / "1" / "tokenizer.json")
     (repository / spec.name / "1").mkdir(parents=True, exist_ok=True)  # ensembles need a version
     for config in configs:
         write_config(config, repository / config.name)
