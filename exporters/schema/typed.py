@@ -19,6 +19,7 @@ from typing import Any, Literal, Union, get_args, get_origin
 from exporters.errors import SpecError
 
 MIN = "min"  # field metadata: the smallest allowed integer (also for each element of a tuple)
+SCALARS = {bool: "true or false", int: "an integer", float: "a number", str: "a string"}
 
 
 def at_least(minimum: int, default: Any = dataclasses.MISSING) -> Any:
@@ -64,9 +65,7 @@ def describe(hint: Any) -> str:
         return "a list"
     if dataclasses.is_dataclass(hint):
         return "a mapping"
-    return {bool: "true or false", int: "an integer", float: "a number", str: "a string"}.get(
-        hint, getattr(hint, "__name__", str(hint))
-    )
+    return SCALARS.get(hint, getattr(hint, "__name__", str(hint)))
 
 
 def check_value(value: Any, hint: Any, path: str, minimum: int | None = None) -> None:
@@ -90,20 +89,12 @@ def check_value(value: Any, hint: Any, path: str, minimum: int | None = None) ->
         if len(errors) == 1:
             raise errors[0]
         raise SpecError(path, f"must be {describe(hint)}; got {value!r}")
-    elif hint is bool:
-        if not isinstance(value, bool):
-            raise SpecError(path, f"must be true or false, got {value!r}")
-    elif hint is int:
-        if isinstance(value, bool) or not isinstance(value, int):
-            raise SpecError(path, f"must be an integer, got {value!r}")
-        if minimum is not None and value < minimum:
+    elif hint in SCALARS:  # a bool is an int to Python, never to a spec unless bool is asked for
+        accepted = int | float if hint is float else hint
+        if isinstance(value, bool) != (hint is bool) or not isinstance(value, accepted):
+            raise SpecError(path, f"must be {SCALARS[hint]}, got {value!r}")
+        if hint is int and minimum is not None and value < minimum:
             raise SpecError(path, f"must be >= {minimum}, got {value}")
-    elif hint is float:
-        if isinstance(value, bool) or not isinstance(value, int | float):
-            raise SpecError(path, f"must be a number, got {value!r}")
-    elif hint is str:
-        if not isinstance(value, str):
-            raise SpecError(path, f"must be a string, got {value!r}")
     elif origin is tuple:
         if not isinstance(value, tuple):
             raise SpecError(path, f"must be a list, got {value!r}")
