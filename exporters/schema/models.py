@@ -35,7 +35,7 @@ from exporters.schema.sections import (
 )
 from exporters.schema.shapes import Shapes
 from exporters.schema.text_embeddings import TextEmbeddingSpec, parse_text_embeddings
-from exporters.schema.typed import at_least, check_fields, parse, to_data
+from exporters.schema.typed import Checked, at_least, check_fields, parse, to_data
 from exporters.zoo import ZOO
 
 SplitKind = Literal["blocks", "embedding_dense"]
@@ -74,41 +74,32 @@ class PythonSource:
 
 
 @dataclass(frozen=True)
-class OnnxSource:
+class OnnxSource(Checked):
     """``source: {onnx: path/model.onnx}``: an existing ONNX file, checked and copied in."""
 
     onnx: str
-
-    def __post_init__(self) -> None:
-        check_fields(self)
 
     def resolved(self, base_dir: Path | None) -> OnnxSource:
         return OnnxSource(_resolve(base_dir, self.onnx))
 
 
 @dataclass(frozen=True)
-class TorchExportSource:
+class TorchExportSource(Checked):
     """``source: {torch_export: path/program.pt2}``: a ``torch.export`` program, loaded without
     unpickling anything."""
 
     torch_export: str
-
-    def __post_init__(self) -> None:
-        check_fields(self)
 
     def resolved(self, base_dir: Path | None) -> TorchExportSource:
         return TorchExportSource(_resolve(base_dir, self.torch_export))
 
 
 @dataclass(frozen=True)
-class HuggingFaceSource:
+class HuggingFaceSource(Checked):
     """``source: {huggingface: folder or package}``: a transformers model loaded offline, from a local
     folder or an installed package that carries its weights (``get_model_path()``)."""
 
     huggingface: str
-
-    def __post_init__(self) -> None:
-        check_fields(self)
 
     def resolved(self, base_dir: Path | None) -> HuggingFaceSource:
         candidate = Path(_resolve(base_dir, self.huggingface))

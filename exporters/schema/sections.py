@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from typing import Literal
 
 from exporters.errors import SpecError
-from exporters.schema.typed import at_least, check_fields
+from exporters.schema.typed import Checked, at_least, check_fields
 from python_backend import dtypes
 
 DTYPES = {key: d.triton for key, d in dtypes.DTYPES.items()}  # spec name -> Triton type (one table)
@@ -147,15 +147,12 @@ class TensorSpec:
 
 
 @dataclass(frozen=True)
-class QueuePolicy:
+class QueuePolicy(Checked):
     """Bounds the batcher's queue so overload is rejected instead of growing without limit."""
 
     max_queue_size: int = at_least(0, 0)
     timeout_us: int = at_least(0, 0)
     timeout_action: Literal["reject", "delay"] = "reject"
-
-    def __post_init__(self) -> None:
-        check_fields(self)
 
 
 @dataclass(frozen=True)
@@ -203,11 +200,8 @@ class Instances:
 
 
 @dataclass(frozen=True)
-class Threads:
+class Threads(Checked):
     """onnxruntime's thread counts per instance (0: onnxruntime decides)."""
 
     intra_op: int = at_least(0, 1)
     inter_op: int = at_least(0, 1)
-
-    def __post_init__(self) -> None:
-        check_fields(self)

@@ -117,6 +117,13 @@ def check_fields(instance: Any) -> None:
         check_value(getattr(instance, item.name), types_[item.name], item.name, item.metadata.get(MIN))
 
 
+class Checked:
+    """The base of a spec dataclass with no invariant beyond its hints: held to them when built."""
+
+    def __post_init__(self) -> None:
+        check_fields(self)
+
+
 def nested(path: str, error: SpecError) -> SpecError:
     """``error`` (raised by a dataclass about one of its fields) re-addressed below ``path``."""
     return SpecError(f"{path}.{error.path}" if error.path else path, error.problem)
