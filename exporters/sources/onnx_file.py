@@ -55,13 +55,6 @@ class GraphTensor:
         return self.rank == 0
 
 
-def _dims(value: onnx.ValueInfoProto) -> tuple[int | None, tuple[int, ...]]:
-    dims = [d.dim_value if d.HasField("dim_value") else VARIABLE for d in value.type.tensor_type.shape.dim]
-    if not dims:
-        return None, ()
-    return (dims[0] if dims[0] != VARIABLE else None), tuple(dims[1:])
-
-
 def _id_ranges(graph: onnx.GraphProto) -> dict[str, tuple[int, int]]:
     tables = {t.name: t.dims[0] for t in graph.initializer if t.dims}
     return {
@@ -80,17 +73,20 @@ def graph_tensors(model: onnx.ModelProto, where: str) -> tuple[list[GraphTensor]
     for values in ([v for v in graph.input if v.name not in initializers], list(graph.output)):
         tensors = []
         for value in values:
-            elem = value.type.tensor_type.elem_type
+            tensor_type = value.type.tensor_type
+            elem = tensor_type.elem_type
             if elem not in ONNX_DTYPES:
                 name = onnx.TensorProto.DataType.Name(elem)
                 raise SpecError(
                     where, f"tensor {value.name!r} has type {name}; served types: fp32, fp16, int64, int32"
                 )
-            batch, dims = _dims(value)
-            shape = value.type.tensor_type
-            rank = len(shape.shape.dim) if shape.HasField("shape") else None
+            dims = [d.dim_value if d.HasField("dim_value") else VARIABLE for d in tensor_type.shape.dim]
+            batch = dims[0] if dims and dims[0] != VARIABLE else None
+            rank = len(dims) if tensor_type.HasField("shape") else None
             tensors.append(
-                GraphTensor(value.name, ONNX_DTYPES[elem], dims, batch, ranges.get(value.name), rank)
+                GraphTensor(
+                    value.name, ONNX_DTYPES[elem], tuple(dims[1:]), batch, ranges.get(value.name), rank
+                )
             )
         result.append(tensors)
     check_batch_axis(result[0], result[1], where)
