@@ -69,28 +69,24 @@ def graph_tensors(model: onnx.ModelProto, where: str) -> tuple[list[GraphTensor]
     graph = model.graph
     initializers = {t.name for t in graph.initializer}
     ranges = _id_ranges(graph)
-    result = []
-    for values in ([v for v in graph.input if v.name not in initializers], list(graph.output)):
-        tensors = []
-        for value in values:
-            tensor_type = value.type.tensor_type
-            elem = tensor_type.elem_type
-            if elem not in ONNX_DTYPES:
-                name = onnx.TensorProto.DataType.Name(elem)
-                raise SpecError(
-                    where, f"tensor {value.name!r} has type {name}; served types: fp32, fp16, int64, int32"
-                )
-            dims = [d.dim_value if d.HasField("dim_value") else VARIABLE for d in tensor_type.shape.dim]
-            batch = dims[0] if dims and dims[0] != VARIABLE else None
-            rank = len(dims) if tensor_type.HasField("shape") else None
-            tensors.append(
-                GraphTensor(
-                    value.name, ONNX_DTYPES[elem], tuple(dims[1:]), batch, ranges.get(value.name), rank
-                )
+
+    def read(value: onnx.ValueInfoProto) -> GraphTensor:
+        tensor_type = value.type.tensor_type
+        if tensor_type.elem_type not in ONNX_DTYPES:
+            name = onnx.TensorProto.DataType.Name(tensor_type.elem_type)
+            raise SpecError(
+                where, f"tensor {value.name!r} has type {name}; served types: fp32, fp16, int64, int32"
             )
-        result.append(tensors)
-    check_batch_axis(result[0], result[1], where)
-    return result[0], result[1]
+        dims = [d.dim_value if d.HasField("dim_value") else VARIABLE for d in tensor_type.shape.dim]
+        batch = dims[0] if dims and dims[0] != VARIABLE else None
+        rank = len(dims) if tensor_type.HasField("shape") else None
+        dtype = ONNX_DTYPES[tensor_type.elem_type]
+        return GraphTensor(value.name, dtype, tuple(dims[1:]), batch, ranges.get(value.name), rank)
+
+    inputs = [read(value) for value in graph.input if value.name not in initializers]
+    outputs = [read(value) for value in graph.output]
+    check_batch_axis(inputs, outputs, where)
+    return inputs, outputs
 
 
 def check_batch_axis(inputs: list[GraphTensor], outputs: list[GraphTensor], where: str) -> None:
