@@ -31,7 +31,7 @@ from exporters.artifacts.records import read_record, write_record
 from exporters.errors import ExportCheckError
 from exporters.precision.int8 import to_int8
 from exporters.schema.models import ModelSpec
-from exporters.sources.base import LoadedSource
+from exporters.sources.base import LoadedSource, TorchModuleSource
 from exporters.sources.inputs import calibration_inputs
 from exporters.sources.load import load_source
 from python_backend.atomic_files import staged
@@ -84,12 +84,8 @@ def content_hash(spec: ModelSpec, identity: Any) -> str:
         "torch": torch.__version__,
     }
     digest.update(json.dumps(fields, sort_keys=True, default=list).encode())
-    if isinstance(identity, nn.Module):
-        for name, tensor in identity.state_dict().items():
-            digest.update(name.encode())
-            digest.update(tensor.detach().cpu().contiguous().numpy().tobytes())
-    else:
-        identity.fold_identity(digest)
+    source = TorchModuleSource(spec, identity) if isinstance(identity, nn.Module) else identity
+    source.fold_identity(digest)  # a module's weights, as its source folds them
     return digest.hexdigest()
 
 
