@@ -70,12 +70,6 @@ def lend_export(artifact: Artifact, out_dir: Path) -> None:
     shutil.copy2(record, out_dir / EXPORT_RECORD)
 
 
-def _built_by_us(marker: Path) -> set[str]:
-    """Model folders earlier builds created, as recorded in the marker (none if absent or unreadable)."""
-    built = (read_record(marker) or {}).get("built")
-    return {name for name in built if isinstance(name, str)} if isinstance(built, list) else set()
-
-
 def prepare_repository(repository: Path, keep: Iterable[str]) -> None:
     """Create the repository and drop model folders an earlier build created that the spec lost.
 
@@ -84,7 +78,9 @@ def prepare_repository(repository: Path, keep: Iterable[str]) -> None:
     """
     repository.mkdir(parents=True, exist_ok=True)
     marker = repository / MARKER
-    keep, earlier = set(keep), _built_by_us(marker)
+    keep, built = set(keep), (read_record(marker) or {}).get("built")
+    # Model folders earlier builds created, as recorded in the marker (none if absent or unreadable).
+    earlier = {name for name in built if isinstance(name, str)} if isinstance(built, list) else set()
     for name in sorted(earlier - keep):
         folder = repository / name
         if folder.is_dir():

@@ -27,12 +27,6 @@ STRIDES = tuple(2**k for k in range(1, 9))  # 2 … 256: UNet-like models halve 
 MAX_LENGTHS = 16  # lengths written at most; more multiples are thinned out evenly
 
 
-def variable_bound(spec: ModelSpec) -> int:
-    """The largest ``max_shape`` of any variable input axis (0: none)."""
-    bounds = [m for t in spec.inputs for d, m in zip(t.shape, t.largest, strict=True) if d == VARIABLE]
-    return max(bounds, default=0)
-
-
 def probe_lengths(bound: int) -> list[int]:
     """Lengths that show whether an axis takes any length: odd and even, short and long, the bound."""
     return sorted({n for n in (1, 3, 35, bound // 2 + 1, bound - 1, bound) if 1 <= n <= bound})
@@ -65,7 +59,7 @@ def _with_stride(spec: ModelSpec, stride: int, bound: int) -> ModelSpec:
 def tried_lengths(spec: ModelSpec, onnx_path: Path, where: str) -> tuple[ModelSpec, str]:
     """``spec`` with lengths the file runs at, and a note for the entry's header ("": unchanged);
     a ``SpecError`` naming the shape, the reason and the fix where no stride runs."""
-    bound = variable_bound(spec)
+    bound = spec.variable_bound
     if not bound:
         return spec, ""
     import onnxruntime as ort  # only where an ONNX file is tried

@@ -72,10 +72,6 @@ class Conversion:
             return [[np.asarray(arrays[f"{k}_{j}"]) for j in range(count)] for k in range(sets)]
 
 
-def _printable(text: str) -> str:
-    return "".join(c if c.isprintable() else " " for c in text)[:MAX_PROBLEM]
-
-
 class OutsideArchive:
     """An archive the user brought: opened only in the sandbox; ``field`` names it in errors."""
 
@@ -148,7 +144,8 @@ class OutsideArchive:
                 problem = str(json.loads(files[ERROR])["problem"])
             except (ValueError, KeyError, TypeError):
                 problem = "it gave a reason that does not parse"
-            raise SpecError(self.field, f"{_printable(problem)} (as found in the sandbox)")
+            printable = "".join(c if c.isprintable() else " " for c in problem)[:MAX_PROBLEM]
+            raise SpecError(self.field, f"{printable} (as found in the sandbox)")
         if jailed.returncode != 0 or set(files) != set(names):
             reason = (
                 failure(jailed, self.bounds)

@@ -25,6 +25,7 @@ from exporters.schema.guards import check_batch_bounds, check_zoo_options
 from exporters.schema.sections import (
     INTEGER_DTYPES,
     MODEL_DTYPES,
+    VARIABLE,
     Batching,
     Instances,
     Precision,
@@ -223,17 +224,15 @@ class ModelSpec:
                         f"integer inputs of a {self.source_kind} source need range: [lo, hi) (valid ids) "
                         "or a sample: function",
                     )
-        bounds = [
-            m for t in self.inputs if t.variable for d, m in zip(t.shape, t.largest, strict=True) if d < 0
-        ]
+        largest = self.variable_bound
         for key in ("lengths", "shapes", "buckets"):
-            if getattr(self, key) and not bounds:
+            if getattr(self, key) and not largest:
                 raise SpecError(key, "is for variable axes (-1 in an input's shape); there are none")
         for key, values in (("lengths", self.lengths),
                             ("shapes.lengths", self.shapes.lengths if self.shapes else ()),
                             ("buckets", self.buckets)):  # fmt: skip
             for index, length in enumerate(values):
-                if length > max(bounds, default=0):
+                if length > largest:
                     raise SpecError(f"{key}[{index}]", f"{length} exceeds every variable axis' max_shape")
         if list(self.buckets) != sorted(set(self.buckets)):
             raise SpecError("buckets", f"must be strictly increasing lengths, got {list(self.buckets)}")
@@ -255,6 +254,12 @@ class ModelSpec:
     def source_kind(self) -> str:
         """``zoo``, ``python``, ``onnx``, ``torch_export`` or ``huggingface``."""
         return "zoo" if isinstance(self.source, str) else SOURCE_KINDS[type(self.source)]
+
+    @property
+    def variable_bound(self) -> int:
+        """The largest ``max_shape`` of any variable input axis (0: none)."""
+        axes = [m for t in self.inputs for d, m in zip(t.shape, t.largest, strict=True) if d == VARIABLE]
+        return max(axes, default=0)
 
     @property
     def intra_op_threads(self) -> int:

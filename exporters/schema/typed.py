@@ -36,7 +36,8 @@ def hints(cls: type) -> dict[str, Any]:
 def choices(cls: type, name: str) -> tuple[Any, ...]:
     """The ``Literal`` values field ``name`` of ``cls`` allows."""
     hint = hints(cls)[name]
-    literal = next((arm for arm in _arms(hint) if get_origin(arm) is Literal), hint)
+    arms = get_args(hint) if get_origin(hint) in (Union, types.UnionType) else (hint,)
+    literal = next((arm for arm in arms if get_origin(arm) is Literal), hint)
     return get_args(literal)
 
 
@@ -49,10 +50,6 @@ def required_names(cls: type) -> tuple[str, ...]:
     return tuple(
         f.name for f in dataclasses.fields(cls) if f.default is missing and f.default_factory is missing
     )
-
-
-def _arms(hint: Any) -> tuple[Any, ...]:
-    return get_args(hint) if get_origin(hint) in (Union, types.UnionType) else (hint,)
 
 
 def describe(hint: Any) -> str:

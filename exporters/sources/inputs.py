@@ -25,8 +25,7 @@ from python_backend.dtypes import DTYPES
 def _draw_length(spec: ModelSpec, rng: np.random.Generator) -> int:
     if spec.lengths:
         return int(rng.choice(spec.lengths))
-    bounds = [m for t in spec.inputs for d, m in zip(t.shape, t.largest, strict=True) if d == VARIABLE]
-    return int(rng.integers(1, max(bounds) + 1)) if bounds else 1
+    return int(rng.integers(1, spec.variable_bound + 1)) if spec.variable_bound else 1
 
 
 def _from_spec(tensor: TensorSpec, batch: int, length: int, rng: np.random.Generator) -> np.ndarray:
