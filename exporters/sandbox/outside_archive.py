@@ -62,10 +62,6 @@ class Conversion:
     inputs: list[ProgramTensor]
     outputs: list[ProgramTensor]
 
-    @property
-    def onnx_path(self) -> Path:
-        return self.folder / ONNX
-
     def program_outputs(self, sets: int, count: int) -> list[list[np.ndarray]]:
         """The program's ``count`` outputs for each of the ``sets`` input sets, as the sandbox sent them."""
         with np.load(self.folder / OUTPUTS, allow_pickle=False) as arrays:
