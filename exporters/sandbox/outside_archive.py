@@ -142,13 +142,10 @@ class OutsideArchive:
                 problem = "it gave a reason that does not parse"
             printable = "".join(c if c.isprintable() else " " for c in problem)[:MAX_PROBLEM]
             raise SpecError(self.field, f"{printable} (as found in the sandbox)")
-        if jailed.returncode != 0 or set(files) != set(names):
-            reason = (
-                failure(jailed, self.bounds)
-                if jailed.returncode
-                else f"it sent {sorted(files)}, not {list(names)}"
-            )
-            raise SandboxRunError(f"{what} failed: {reason}")
+        if jailed.returncode != 0:
+            raise SandboxRunError(f"{what} failed: {failure(jailed, self.bounds)}")
+        if set(files) != set(names):
+            raise SandboxRunError(f"{what} failed: it sent {sorted(files)}, not {list(names)}")
         try:
             from_json(files[FOUND])
         except (ValueError, RecursionError) as error:

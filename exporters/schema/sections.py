@@ -8,7 +8,6 @@ dataclass is the schema of its YAML mapping (``exporters.schema.typed``), with i
 
 from __future__ import annotations
 
-import dataclasses
 from dataclasses import dataclass
 from typing import Literal
 
@@ -175,7 +174,7 @@ class Batching:
         object.__setattr__(self, "preferred_batch_sizes", tuple(sorted(set(self.preferred_batch_sizes))))
         if self.mode == "static" and self.batch_size < 1:
             raise SpecError("batch_size", "static batching needs batch_size >= 1")
-        default_delay = next(f.default for f in dataclasses.fields(self) if f.name == "max_queue_delay_us")
+        default_delay = Batching.max_queue_delay_us  # the field's default (a dataclass keeps it on the class)
         if self.mode != "dynamic" and (
             self.preferred_batch_sizes or self.queue is not None or self.max_queue_delay_us != default_delay
         ):
