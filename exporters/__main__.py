@@ -163,18 +163,14 @@ def main(argv: list[str] | None = None) -> int:
     _warn_queue_policies([item.config for item in built] + [c for p in pipelines for c in p.configs], console)
     for item in texts:
         record = item.record
+        limits = ", ".join(f"{k} {v:g}" for k, v in record["outputs"][0]["tolerance"].items() if k != "kind")
         console.print(
             f"text embedding {item.spec.name} ({item.spec.precision}, buckets {list(item.spec.buckets)}): "
             f"max abs error {record['max_abs_error']:.1e}, min cosine {record['min_cosine']:.6f} vs torch "
-            f"(limits: {_limits(record['outputs'][0]['tolerance'])})"
+            f"(limits: {limits})"
             f"{' (cached)' if record['cached'] else ''}"
         )
     return 0
-
-
-def _limits(tolerance: dict) -> str:
-    """A recorded tolerance as ``max_rel 0.0001, cosine 0.99999``."""
-    return ", ".join(f"{key} {value:g}" for key, value in tolerance.items() if key != "kind")
 
 
 def _pipeline_table(pipelines: list[BuiltPipeline]) -> Table:

@@ -26,12 +26,12 @@ from torch import nn
 from exporters.artifacts.file_hash import file_matches, file_sha256
 from exporters.artifacts.onnx_files import OPSET, check_external_data
 from exporters.artifacts.ort_failures import run_or_explain
-from exporters.artifacts.parity import ParityReport, compare_outputs
+from exporters.artifacts.parity import compare_outputs
 from exporters.artifacts.records import read_record, write_record
 from exporters.errors import ExportCheckError
 from exporters.precision.int8 import to_int8
 from exporters.schema.models import ModelSpec
-from exporters.sources.base import LoadedSource
+from exporters.sources.base import LoadedSource, TorchModuleSource
 from exporters.sources.inputs import calibration_inputs
 from exporters.sources.load import load_source
 from python_backend.atomic_files import staged
@@ -41,11 +41,12 @@ from python_backend.onnxruntime.ort_session import open_session
 
 log = logging.getLogger(__name__)
 
-EXPORTER_VERSION = "5"  # 5: int8 weights in 7 bits (exporters.precision.int8.REDUCE_RANGE)
+# Bump when the export procedure changes, to invalidate cached artifacts (5: int8 weights in 7 bits,
+# exporters.precision.int8.REDUCE_RANGE).
+EXPORTER_VERSION = "5"
 # Batch sizes the parity check runs (3 exercises the dynamic batch axis: the export's example has 2).
 # int8 is judged on agreement over many rows (top-1 share, worst cosine): one batch of 64.
-CHECK_BATCHES = {"int8": (64,)}
-DEFAULT_CHECK_BATCHES = (1, 3)  # bump when the export procedure changes, to invalidate cached artifacts
+CHECK_BATCHES = {"fp32": (1, 3), "fp16": (1, 3), "int8": (64,)}
 
 
 @dataclass(frozen=True)
@@ -83,12 +84,8 @@ def content_hash(spec: ModelSpec, identity: Any) -> str:
         "torch": torch.__version__,
     }
     digest.update(json.dumps(fields, sort_keys=True, default=list).encode())
-    if isinstance(identity, nn.Module):
-        for name, tensor in identity.state_dict().items():
-            digest.update(name.encode())
-            digest.update(tensor.detach().cpu().contiguous().numpy().tobytes())
-    else:
-        identity.fold_identity(digest)
+    source = TorchModuleSource(spec, identity) if isinstance(identity, nn.Module) else identity
+    source.fold_identity(digest)  # a module's weights, as its source folds them
     return digest.hexdigest()
 
 
@@ -115,15 +112,6 @@ def run_onnx(path: Path, spec: ModelSpec, inputs: list[np.ndarray]) -> list[np.n
         what = "the warm-up, at max_shape" if feed is not feeds[-1] else "inputs drawn as the spec says"
         outputs = run_or_explain(session, names, feed, spec.name, what)
     return outputs
-
-
-def check_parity(
-    spec: ModelSpec, actual: list[np.ndarray], expected: list[np.ndarray], what: str
-) -> ParityReport:
-    """``actual`` against the fp32 ``expected``, each output held to its ``tolerance:`` in the spec
-    (``exporters.artifacts.parity``); raises ``ExportCheckError`` naming the output and the limit it broke."""
-    names = [t.name for t in spec.outputs]
-    return compare_outputs(actual, expected, spec.precision, what, names, [t.tolerance for t in spec.outputs])
 
 
 def served_onnx(spec: ModelSpec, source: LoadedSource) -> bytes:
@@ -166,16 +154,18 @@ def export_onnx(spec: ModelSpec, out_dir: Path) -> Artifact:
         log.info("%s: export up to date (%s)", spec.name, digest[:12])
         return cached
     worst = None
+    names, tolerances = [t.name for t in spec.outputs], [t.tolerance for t in spec.outputs]
     data = served_onnx(spec, source)
     with staged(path, len(data)) as staging:
         staging.write_bytes(data)
         onnx.checker.check_model(str(staging), full_check=True)
         check_external_data(staging)
-        for batch in CHECK_BATCHES.get(spec.precision, DEFAULT_CHECK_BATCHES):
+        for batch in CHECK_BATCHES[spec.precision]:
             inputs = source.inputs(batch, seed=100 + batch)
-            report = check_parity(
-                spec, run_onnx(staging, spec, inputs), source.reference(inputs),
-                f"{spec.name} ({spec.precision} ONNX, batch {batch})",
+            # Each output held to its tolerance: in the spec; ExportCheckError names the limit it broke.
+            report = compare_outputs(
+                run_onnx(staging, spec, inputs), source.reference(inputs), spec.precision,
+                f"{spec.name} ({spec.precision} ONNX, batch {batch})", names, tolerances,
             )  # fmt: skip
             worst = report.worse(worst)
         sha256 = file_sha256(staging)

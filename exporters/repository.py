@@ -70,12 +70,6 @@ def lend_export(artifact: Artifact, out_dir: Path) -> None:
     shutil.copy2(record, out_dir / EXPORT_RECORD)
 
 
-def _built_by_us(marker: Path) -> set[str]:
-    """Model folders earlier builds created, as recorded in the marker (none if absent or unreadable)."""
-    built = (read_record(marker) or {}).get("built")
-    return {name for name in built if isinstance(name, str)} if isinstance(built, list) else set()
-
-
 def prepare_repository(repository: Path, keep: Iterable[str]) -> None:
     """Create the repository and drop model folders an earlier build created that the spec lost.
 
@@ -84,15 +78,15 @@ def prepare_repository(repository: Path, keep: Iterable[str]) -> None:
     """
     repository.mkdir(parents=True, exist_ok=True)
     marker = repository / MARKER
-    keep = set(keep)
-    for name in sorted(_built_by_us(marker) - keep):
+    keep, built = set(keep), (read_record(marker) or {}).get("built")
+    # Model folders earlier builds created, as recorded in the marker (none if absent or unreadable).
+    earlier = {name for name in built if isinstance(name, str)} if isinstance(built, list) else set()
+    for name in sorted(earlier - keep):
         folder = repository / name
         if folder.is_dir():
             log.info("removing %s (built earlier, no longer in the spec)", folder)
             shutil.rmtree(folder)
-    foreign = [
-        c.name for c in repository.iterdir() if c.is_dir() and c.name not in keep | _built_by_us(marker)
-    ]
+    foreign = [c.name for c in repository.iterdir() if c.is_dir() and c.name not in keep | earlier]
     if foreign:
         log.info("%s also holds %s, not built here; left in place", repository, sorted(foreign))
     write_record(marker, {"generated_by": "python -m exporters build", "built": sorted(keep)})

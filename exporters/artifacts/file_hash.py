@@ -42,10 +42,8 @@ def file_matches(path: Path, expected: str | None) -> bool:
     return True
 
 
-def hash_files(files: list[Path], digest: Any | None = None) -> Any:
-    """Fold the names and bytes of ``files`` into ``digest`` (a hashlib object; a new sha256 if None)."""
-    digest = digest or hashlib.sha256()
+def hash_files(files: list[Path], digest: Any) -> None:
+    """Fold the names and bytes of ``files`` into ``digest`` (a hashlib object)."""
     for file in files:
         digest.update(file.name.encode())
         digest.update(file.read_bytes())
-    return digest

@@ -116,8 +116,7 @@ def _min_cosine(actual: np.ndarray, expected: np.ndarray) -> float:
 def _top1_agreement(actual: np.ndarray, expected: np.ndarray, precision: str) -> float:
     """Share of rows (argmax over the last axis) where served and reference pick the same class, or
     classes whose reference scores lie within the dtype's resolution of each other."""
-    a = actual.reshape(-1, actual.shape[-1]) if actual.ndim > 1 else actual.reshape(1, -1)
-    e = expected.reshape(-1, expected.shape[-1]) if expected.ndim > 1 else expected.reshape(1, -1)
+    a, e = (x.reshape(-1, x.shape[-1]) if x.ndim > 1 else x.reshape(1, -1) for x in (actual, expected))
     if a.shape[0] == 0 or a.shape[1] == 0:
         return 1.0
     picked, truth = a.argmax(axis=1), e.argmax(axis=1)

@@ -34,18 +34,12 @@ WARMUP_PARAMETER = "warmup_formed_sizes"
 # policy study, perf/studies/queue_policy_study.py).
 QUEUE_POLICY_SPARE_INSTANCES = 4
 
-TENSORRT_FP16 = {
-    "name": "tensorrt",
-    "parameters": {"precision_mode": "FP16", "max_workspace_size_bytes": str(1 << 30)},
-}
-
-
 # An int8 (QDQ) model asks TensorRT for INT8: it reads the graph's Q/DQ pairs as explicit precision,
 # so no TensorRT calibration cache is needed. Not measured here (no GPU); docs/SPEC.md.
-TENSORRT_INT8 = {
-    "name": "tensorrt",
-    "parameters": {"precision_mode": "INT8", "max_workspace_size_bytes": str(1 << 30)},
-}
+TENSORRT_FP16, TENSORRT_INT8 = (
+    {"name": "tensorrt", "parameters": {"precision_mode": mode, "max_workspace_size_bytes": str(1 << 30)}}
+    for mode in ("FP16", "INT8")
+)
 
 
 def gpu_accelerators(spec: ModelSpec, target: str) -> list[dict]:

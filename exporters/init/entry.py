@@ -34,19 +34,6 @@ def _name(text: str) -> str:
     return re.sub(r"[^A-Za-z0-9_]+", "_", text).strip("_") or "model"
 
 
-def _artifact_tensors(
-    kind: str, location: str, precision: str, max_length: int | None, ranges: dict[str, tuple[int, int]]
-) -> dict[str, Any]:
-    from exporters.sources.signature import artifact_tensors, to_tensor_specs
-
-    where = f"--{kind.replace('_', '-')} {location}"
-    inputs, outputs = artifact_tensors(kind, location, where)
-    return {
-        "inputs": to_tensor_specs(inputs, "inputs", precision, where, max_length, ranges),
-        "outputs": to_tensor_specs(outputs, "outputs", precision, where, max_length),
-    }
-
-
 def parse_ranges(texts: list[str] | None) -> dict[str, tuple[int, int]]:
     """``--range NAME=LO:HI`` options as ``{name: (lo, hi)}``: the valid ids ``lo`` to ``hi - 1`` of an
     integer input the artifact does not bound."""
@@ -218,8 +205,15 @@ def init_entry(
         fields = _huggingface_tensors(location, max_length)
         default_name = Path(location).name
     else:
+        from exporters.sources.signature import artifact_tensors, to_tensor_specs
+
         source = OnnxSource(location) if kind == "onnx" else TorchExportSource(location)
-        fields = _artifact_tensors(kind, location, precision, max_length, ranges or {})
+        where = f"--{kind.replace('_', '-')} {location}"
+        inputs, outputs = artifact_tensors(kind, location, where)
+        fields = {
+            "inputs": to_tensor_specs(inputs, "inputs", precision, where, max_length, ranges or {}),
+            "outputs": to_tensor_specs(outputs, "outputs", precision, where, max_length),
+        }
         default_name = Path(location).stem
     return ModelSpec(
         name=_name(name or default_name), source=source, max_batch_size=max_batch_size, precision=precision,

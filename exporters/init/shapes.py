@@ -27,39 +27,9 @@ STRIDES = tuple(2**k for k in range(1, 9))  # 2 … 256: UNet-like models halve 
 MAX_LENGTHS = 16  # lengths written at most; more multiples are thinned out evenly
 
 
-def variable_bound(spec: ModelSpec) -> int:
-    """The largest ``max_shape`` of any variable input axis (0: none)."""
-    bounds = [m for t in spec.inputs for d, m in zip(t.shape, t.largest, strict=True) if d == VARIABLE]
-    return max(bounds, default=0)
-
-
 def probe_lengths(bound: int) -> list[int]:
     """Lengths that show whether an axis takes any length: odd and even, short and long, the bound."""
     return sorted({n for n in (1, 3, 35, bound // 2 + 1, bound - 1, bound) if 1 <= n <= bound})
-
-
-class Trial:
-    """Runs of the ONNX file at batch 1 with every variable axis at one length (inputs drawn as the
-    build draws them); ``failure(n)`` is onnxruntime's complaint at length ``n``, or None."""
-
-    def __init__(self, spec: ModelSpec, onnx_path: Path) -> None:
-        import onnxruntime as ort  # only where an ONNX file is tried
-
-        options = ort.SessionOptions()
-        options.log_severity_level = 4  # the failures are expected here; the error says what matters
-        self.session = ort.InferenceSession(str(onnx_path), options, providers=["CPUExecutionProvider"])
-        self.spec = spec
-        self.last_feed: dict[str, np.ndarray] = {}
-
-    def failure(self, length: int) -> str | None:
-        at = dataclasses.replace(self.spec, lengths=(length,))
-        arrays = draw_inputs(at, 1, seed=length)
-        self.last_feed = {t.name: a for t, a in zip(self.spec.inputs, arrays, strict=True)}
-        try:
-            self.session.run(None, self.last_feed)
-        except ORT_ERRORS as error:
-            return ort_reason(error)
-        return None
 
 
 def _with_stride(spec: ModelSpec, stride: int, bound: int) -> ModelSpec:
@@ -89,23 +59,40 @@ def _with_stride(spec: ModelSpec, stride: int, bound: int) -> ModelSpec:
 def tried_lengths(spec: ModelSpec, onnx_path: Path, where: str) -> tuple[ModelSpec, str]:
     """``spec`` with lengths the file runs at, and a note for the entry's header ("": unchanged);
     a ``SpecError`` naming the shape, the reason and the fix where no stride runs."""
-    bound = variable_bound(spec)
+    bound = spec.variable_bound
     if not bound:
         return spec, ""
-    trial = Trial(spec, onnx_path)
-    failed = {n: why for n in probe_lengths(bound) if (why := trial.failure(n))}
+    import onnxruntime as ort  # only where an ONNX file is tried
+
+    options = ort.SessionOptions()
+    options.log_severity_level = 4  # the failures are expected here; the error says what matters
+    session = ort.InferenceSession(str(onnx_path), options, providers=["CPUExecutionProvider"])
+
+    def feed(length: int) -> dict[str, np.ndarray]:
+        """Batch 1 with every variable axis at ``length``, the inputs drawn as the build draws them."""
+        arrays = draw_inputs(dataclasses.replace(spec, lengths=(length,)), 1, seed=length)
+        return {t.name: a for t, a in zip(spec.inputs, arrays, strict=True)}
+
+    def failure(length: int) -> str | None:
+        """onnxruntime's complaint at ``length``, or None."""
+        try:
+            session.run(None, feed(length))
+        except ORT_ERRORS as error:
+            return ort_reason(error)
+        return None
+
+    failed = {n: why for n in probe_lengths(bound) if (why := failure(n))}
     if not failed:
         return spec, ""
     first = max(failed)  # the failure nearest the bound: the one the warm-up would meet
     why = failed[first]
-    trial.failure(first)
-    shapes = shapes_text(trial.last_feed)
+    shapes = shapes_text(feed(first))
     for stride in STRIDES:
         top = bound // stride * stride
         if top < stride:
             break
         tries = sorted({stride, max(stride, top // 2 // stride * stride), top})
-        if all(trial.failure(n) is None for n in tries):
+        if all(failure(n) is None for n in tries):
             fixed = _with_stride(spec, stride, bound)
             note = (
                 f"onnxruntime runs this model only at some lengths ({shapes}: {why}); every multiple of "

@@ -188,12 +188,6 @@ def _export(
     )  # fmt: skip
 
 
-def _install_runner(stage: Stage, folder: Path) -> None:
-    """Put the torch stage runner and the helpers it imports beside the stage's artifact."""
-    if stage.runtime == "torch_export":
-        python_backend.install_torch_stage(folder)
-
-
 def build_pipeline(
     pipeline: PipelineSpec, spec: ModelSpec, repository: Path, num_gpus: int, plan: SplitPlan | None = None
 ) -> BuiltPipeline:
@@ -212,8 +206,9 @@ def build_pipeline(
         record = _export(pipeline, spec, model, stages, plan, repository, digest, build_id)
     configs = pipeline_configs(pipeline, spec, stages, num_gpus, {s.name: s.sha256 for s in record.stages})
     (repository / pipeline.name / "1").mkdir(parents=True, exist_ok=True)  # ensembles need a version
-    for stage in stages:
-        _install_runner(stage, repository / stage.name / "1")
+    for stage in stages:  # the torch stage runner and the helpers it imports beside the artifact
+        if stage.runtime == "torch_export":
+            python_backend.install_torch_stage(repository / stage.name / "1")
     for config in configs:
         write_config(config, repository / config.name)
     record.write(repository / pipeline.name / RECORD)

@@ -26,18 +26,6 @@ from exporters.schema.models import ModelSpec, PipelineSpec
 from exporters.schema.sections import DTYPES, Batching
 from python_backend.torch_stage.embedding_rows import UPDATE_ROW, UPDATE_TABLE, UPDATE_VALUES, UPDATE_VERSION
 
-
-def _update_tensors(width: int) -> tuple[list[OptionalModelInput], ModelTensor]:
-    """An embedding stage's update inputs (``[N, 1]`` table and row ids, ``[N, width]`` values) and the
-    version it answers with; the names are the runner's (``embedding_rows``)."""
-    inputs = [
-        OptionalModelInput(UPDATE_TABLE, DTYPES["int64"], [1]),
-        OptionalModelInput(UPDATE_ROW, DTYPES["int64"], [1]),
-        OptionalModelInput(UPDATE_VALUES, DTYPES["fp32"], [width]),
-    ]
-    return inputs, ModelTensor(UPDATE_VERSION, DTYPES["int64"], [1])
-
-
 # Stages after the first receive each upstream batch as a burst of requests released together, so a
 # short wait re-forms the batch; the first stage's longer wait would only add latency per boundary.
 DOWNSTREAM_QUEUE_DELAY_US = 100
@@ -81,14 +69,19 @@ def stage_config(
     config = torch_program_config(config, spec, stage, sha256)
     if not (stage.embedding_tables and pipeline.live_updates):
         return config
-    width = stage.output.shape[-1]
-    # Update requests carry no ids and lookups no updates: every input is optional.
-    inputs = [OptionalModelInput(t.name, t.data_type, t.dims) for t in config.input]
-    updates, version = _update_tensors(width)
+    # Update requests carry no ids and lookups no updates: every input is optional. The update inputs
+    # ([N, 1] table and row ids, [N, width] values) and the version answered are the runner's
+    # (``embedding_rows``).
+    updates = [
+        (UPDATE_TABLE, DTYPES["int64"], [1]),
+        (UPDATE_ROW, DTYPES["int64"], [1]),
+        (UPDATE_VALUES, DTYPES["fp32"], [stage.output.shape[-1]]),
+    ]
     return dataclasses.replace(
         config,
-        input=inputs + updates,
-        output=[*config.output, version],
+        input=[OptionalModelInput(t.name, t.data_type, t.dims) for t in config.input]
+        + [OptionalModelInput(*update) for update in updates],
+        output=[*config.output, ModelTensor(UPDATE_VERSION, DTYPES["int64"], [1])],
         parameters={**config.parameters, "embedding_tables": ",".join(stage.embedding_tables)},
     )
 

@@ -28,11 +28,7 @@ from exporters.errors import SpecError
 
 log = logging.getLogger(__name__)
 
-COST_FALLBACKS = {
-    "latency": ("latency", "flops", "params"),
-    "flops": ("flops", "params"),
-    "params": ("params",),
-}
+COST_METHODS = ("latency", "flops", "params")  # a balance falls back to the methods after it
 
 
 @dataclass(frozen=True)
@@ -119,7 +115,8 @@ def block_costs(
     blocks: Sequence[nn.Module], example: torch.Tensor, balance: str, threads: int = 1
 ) -> tuple[list[float], str]:
     """Per-block costs by ``balance``, falling back (latency → flops → params) when a method fails."""
-    for method in COST_FALLBACKS[balance]:
+    methods = COST_METHODS[COST_METHODS.index(balance) :]
+    for method in methods:
         try:
             if method == "latency":
                 costs = measure_latency(blocks, example, threads=threads)
@@ -133,9 +130,7 @@ def block_costs(
         if sum(costs) > 0 and all(math.isfinite(c) and c >= 0 for c in costs):
             return costs, method
         log.warning("cost by %s gave no usable numbers %s; falling back", method, costs)
-    raise SpecError(
-        "split.balance", f"no way to cost the blocks (tried {', '.join(COST_FALLBACKS[balance])})"
-    )
+    raise SpecError("split.balance", f"no way to cost the blocks (tried {', '.join(methods)})")
 
 
 def balanced_cuts(costs: Sequence[float], num_stages: int) -> tuple[int, ...]:

@@ -114,10 +114,6 @@ def boundary_name(base: str, build_id: str) -> str:
     return f"{base}_{build_id}" if build_id else base
 
 
-def _boundary(name: str, tensor: torch.Tensor, dtype: str) -> TensorSpec:
-    return TensorSpec(name, dtype, tuple(tensor.shape[1:]))
-
-
 def block_stages(
     pipeline: PipelineSpec, spec: ModelSpec, model: nn.Module, example: torch.Tensor, plan: SplitPlan | None,
     build_id: str = "",
@@ -136,7 +132,9 @@ def block_stages(
             x = part(x)
             last = index == len(parts) - 1
             name_out = boundary_name(f"boundary{index + 1}", build_id)
-            output = spec.outputs[0] if last else _boundary(name_out, x, pipeline.boundary_dtype)
+            output = (
+                spec.outputs[0] if last else TensorSpec(name_out, pipeline.boundary_dtype, tuple(x.shape[1:]))
+            )
             module = BoundaryCasts(
                 part, widen_input=index > 0 and compress is not None, output_dtype=None if last else compress
             )
@@ -171,10 +169,6 @@ def embedding_dense_stages(
         Stage(embedding_name, embed, (by_name["sparse_ids"],), embeddings, "torch_export", tables),
         Stage(dense_name, dense, (by_name["dense"], embeddings), spec.outputs[0], "onnx"),
     ]
-
-
-def _example_for(stage: Stage, tensors: Tensors) -> tuple[torch.Tensor, ...]:
-    return tuple(tensors[t.name] for t in stage.inputs)
 
 
 def stage_artifact(stage: Stage, example: tuple[torch.Tensor, ...], max_batch_size: int) -> bytes:
@@ -244,16 +238,14 @@ def load_stage(stage: Stage, path: Path) -> StageFn:
 def stage_examples(stages: Sequence[Stage], inputs: Tensors) -> list[tuple[torch.Tensor, ...]]:
     """Each stage's example arguments, from one run of the chain."""
     tensors = run_stages(stages, inputs)
-    return [_example_for(stage, tensors) for stage in stages]
+    return [tuple(tensors[t.name] for t in stage.inputs) for stage in stages]
 
 
 def describe_boundaries(stages: Sequence[Stage]) -> list[BoundaryRecord]:
     """Every tensor that crosses a stage boundary, with its bytes per request row (as sent and in fp32)."""
     rows = []
-    for stage in stages[:-1]:
-        tensor = stage.output
+    for tensor in (stage.output for stage in stages[:-1]):
         elements = int(np.prod(tensor.shape))
         size = DTYPES[tensor.dtype].size
-        shape = tuple(tensor.shape)
-        rows.append(BoundaryRecord(tensor.name, tensor.dtype, shape, elements * size, elements * 4))
+        rows.append(BoundaryRecord(tensor.name, tensor.dtype, tensor.shape, elements * size, elements * 4))
     return rows

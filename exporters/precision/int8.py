@@ -48,11 +48,6 @@ def weighted_nodes(model: onnx.ModelProto) -> list[str]:
     ]
 
 
-def keep_out(nodes: Sequence[str], keep: Sequence[str]) -> list[str]:
-    """``nodes`` without those whose name contains one of ``keep`` (e.g. ``/output/dense/``)."""
-    return [name for name in nodes if not any(part in name for part in keep)]
-
-
 def _named(model: onnx.ModelProto) -> onnx.ModelProto:
     """Every node with a unique name (the quantizer selects nodes by name; exporters may leave some out)."""
     seen: set[str] = set()
@@ -78,7 +73,8 @@ def to_int8(data: bytes, calibration: Iterable[Mapping[str, np.ndarray]], keep: 
 
     with tempfile.TemporaryDirectory(prefix="int8-") as folder:
         source, target = _prepared(data, Path(folder)), Path(folder) / "int8.onnx"
-        nodes = keep_out(weighted_nodes(onnx.load(str(source))), keep)
+        # Without the nodes whose name contains one of ``keep`` (e.g. ``/output/dense/``).
+        nodes = [n for n in weighted_nodes(onnx.load(str(source))) if not any(part in n for part in keep)]
         quantize_static(
             str(source), str(target), Feeds(), quant_format=QuantFormat.QDQ, per_channel=True,
             reduce_range=REDUCE_RANGE, activation_type=QuantType.QUInt8, weight_type=QuantType.QInt8,
@@ -101,7 +97,8 @@ def to_int8_dynamic(data: bytes, calibration: Iterable[Mapping[str, np.ndarray]]
     with tempfile.TemporaryDirectory(prefix="int8-") as folder:
         source, target = _prepared(data, Path(folder)), Path(folder) / "int8.onnx"
         model = onnx.load(str(source))
-        nodes = [name for name in weighted_nodes(model) if _op(model, name) == "MatMul"]
+        weighted = set(weighted_nodes(model))
+        nodes = [node.name for node in model.graph.node if node.name in weighted and node.op_type == "MatMul"]
         onnx.save(split_outlier_channels(model, nodes, calibration), str(source))
         quantize_dynamic(
             str(source), str(target), per_channel=True, reduce_range=REDUCE_RANGE,
@@ -109,10 +106,6 @@ def to_int8_dynamic(data: bytes, calibration: Iterable[Mapping[str, np.ndarray]]
             extra_options={"MatMulConstBOnly": True},
         )  # fmt: skip
         return target.read_bytes()
-
-
-def _op(model: onnx.ModelProto, name: str) -> str:
-    return next(node.op_type for node in model.graph.node if node.name == name)
 
 
 def _prepared(data: bytes, folder: Path) -> Path:

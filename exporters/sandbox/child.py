@@ -24,6 +24,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
+from exporters.artifacts.torch_reference import torch_reference
 from exporters.sandbox.frames import write_frames
 from exporters.sandbox.jail import INPUTS, RESULT_FD_ENV
 from exporters.sandbox.program_signature import SignatureError, program_tensors, to_json
@@ -54,13 +55,6 @@ def _input_sets(count: int) -> list[tuple[torch.Tensor, ...]]:
         return [tuple(torch.from_numpy(arrays[f"{k}_{i}"]) for i in range(count)) for k in sets]
 
 
-def _run(module: torch.nn.Module, inputs: tuple[torch.Tensor, ...]) -> list[np.ndarray]:
-    with torch.inference_mode():
-        outputs = module(*inputs)
-    outputs = outputs if isinstance(outputs, tuple | list) else (outputs,)
-    return [o.float().numpy() for o in outputs]
-
-
 def convert(program: torch.export.ExportedProgram, request: dict) -> dict[str, bytes]:
     """``model.onnx`` and ``outputs.npz`` for the request (see the module's docstring)."""
     sets = _input_sets(len(request["inputs"]))
@@ -68,7 +62,7 @@ def convert(program: torch.export.ExportedProgram, request: dict) -> dict[str, b
     outputs = {}
     for k, inputs in enumerate(sets):
         try:
-            results = _run(module, inputs)
+            results = torch_reference(module, [t.numpy() for t in inputs])
         except Exception as error:  # the program's own forward, on the spec's inputs
             first = str(error).strip().splitlines()[0] if str(error).strip() else ""
             given = ", ".join(

@@ -95,9 +95,8 @@ class Bounds:
     memory_bytes: int = 8192 * MIB  # address space (RLIMIT_AS): torch and a model need a few GiB
     cpu_s: int = 900
     wall_s: float = 1200.0
-    output_bytes: int = (
-        2048 * MIB + 64 * MIB
-    )  # results read back: one ONNX file (protobuf's 2 GiB) + a little
+    # results read back: one ONNX file (protobuf's 2 GiB) + a little
+    output_bytes: int = 2048 * MIB + 64 * MIB
     scratch_bytes: int = 1024 * MIB  # the /tmp tmpfs
     open_files: int = 4096
 
@@ -296,12 +295,9 @@ def run_in_sandbox(python_arguments: list[str], inputs: dict[str, Path], bounds:
         os.close(write_end)
     result, tail, overflowed = bytearray(), deque(), threading.Event()
     results = open(read_end, "rb")  # noqa: SIM115 (its reader thread closes it)
-    readers = [
-        threading.Thread(target=_collect, args=(results, result, bounds.output_bytes, overflowed)),
-        threading.Thread(target=_collect, args=(process.stdout, tail, 0, overflowed)),
-    ]
+    sinks = ((results, result, bounds.output_bytes), (process.stdout, tail, 0))
+    readers = [threading.Thread(target=_collect, args=(*sink, overflowed), daemon=True) for sink in sinks]
     for reader in readers:
-        reader.daemon = True
         reader.start()
     timed_out = _wait(process, bounds, overflowed)
     for reader in readers:

@@ -62,18 +62,10 @@ class Conversion:
     inputs: list[ProgramTensor]
     outputs: list[ProgramTensor]
 
-    @property
-    def onnx_path(self) -> Path:
-        return self.folder / ONNX
-
     def program_outputs(self, sets: int, count: int) -> list[list[np.ndarray]]:
         """The program's ``count`` outputs for each of the ``sets`` input sets, as the sandbox sent them."""
         with np.load(self.folder / OUTPUTS, allow_pickle=False) as arrays:
             return [[np.asarray(arrays[f"{k}_{j}"]) for j in range(count)] for k in range(sets)]
-
-
-def _printable(text: str) -> str:
-    return "".join(c if c.isprintable() else " " for c in text)[:MAX_PROBLEM]
 
 
 class OutsideArchive:
@@ -89,9 +81,8 @@ class OutsideArchive:
 
     def describe(self) -> tuple[list[ProgramTensor], list[ProgramTensor]]:
         """The program's user inputs and outputs (``program_signature.program_tensors``)."""
-        folder = self._cached(self._key("describe"), (FOUND,))
-        if folder is None:
-            folder = self._run("describe", {}, self._key("describe"), (FOUND,))
+        key = self._key("describe")
+        folder = self._cached(key, (FOUND,)) or self._run("describe", {}, key, (FOUND,))
         return from_json((folder / FOUND).read_bytes())
 
     def convert(
@@ -103,10 +94,8 @@ class OutsideArchive:
         request = json.dumps({"inputs": input_names, "outputs": output_names}).encode()
         key = self._key("convert", request, buffer.getvalue())
         names = (FOUND, ONNX, OUTPUTS)
-        folder = self._cached(key, names)
-        if folder is None:
-            extra = {"request.json": request, "inputs.npz": buffer.getvalue()}
-            folder = self._run("convert", extra, key, names)
+        extra = {"request.json": request, "inputs.npz": buffer.getvalue()}
+        folder = self._cached(key, names) or self._run("convert", extra, key, names)
         inputs, outputs = from_json((folder / FOUND).read_bytes())
         return Conversion(folder, inputs, outputs)
 
@@ -151,14 +140,12 @@ class OutsideArchive:
                 problem = str(json.loads(files[ERROR])["problem"])
             except (ValueError, KeyError, TypeError):
                 problem = "it gave a reason that does not parse"
-            raise SpecError(self.field, f"{_printable(problem)} (as found in the sandbox)")
-        if jailed.returncode != 0 or set(files) != set(names):
-            reason = (
-                failure(jailed, self.bounds)
-                if jailed.returncode
-                else f"it sent {sorted(files)}, not {list(names)}"
-            )
-            raise SandboxRunError(f"{what} failed: {reason}")
+            printable = "".join(c if c.isprintable() else " " for c in problem)[:MAX_PROBLEM]
+            raise SpecError(self.field, f"{printable} (as found in the sandbox)")
+        if jailed.returncode != 0:
+            raise SandboxRunError(f"{what} failed: {failure(jailed, self.bounds)}")
+        if set(files) != set(names):
+            raise SandboxRunError(f"{what} failed: it sent {sorted(files)}, not {list(names)}")
         try:
             from_json(files[FOUND])
         except (ValueError, RecursionError) as error:

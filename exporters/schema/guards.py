@@ -19,6 +19,7 @@ at batch 10^8 or a traceback from inside a torch constructor.
 from __future__ import annotations
 
 import json
+import math
 from collections.abc import Iterable, Mapping
 from typing import Any
 
@@ -34,11 +35,6 @@ MAX_BATCH_SIZE = 4096
 MAX_BATCH_BYTES = 1 << 30  # inputs + outputs of one full batch; the Python backend's shm is 4× this
 
 
-def _itemsize(dtype: str) -> int:
-    entry = DTYPES.get(dtype)
-    return 8 if entry is None else entry.size
-
-
 def check_batch_bounds(max_batch_size: int, tensors: Iterable[tuple[str, tuple[int, ...]]]) -> None:
     """``SpecError`` unless ``max_batch_size`` and the bytes of one full batch stay within bounds.
 
@@ -49,12 +45,10 @@ def check_batch_bounds(max_batch_size: int, tensors: Iterable[tuple[str, tuple[i
     """
     if max_batch_size > MAX_BATCH_SIZE:
         raise SpecError("max_batch_size", f"must be <= {MAX_BATCH_SIZE}, got {max_batch_size}")
-    per_sample = 0
-    for dtype, shape in tensors:
-        count = 1
-        for dim in shape:
-            count *= max(dim, 1)
-        per_sample += count * _itemsize(dtype)
+    per_sample = sum(
+        math.prod(max(dim, 1) for dim in shape) * (DTYPES[dtype].size if dtype in DTYPES else 8)
+        for dtype, shape in tensors
+    )
     total = per_sample * max_batch_size
     if total > MAX_BATCH_BYTES:
         raise SpecError(

@@ -25,6 +25,7 @@ from exporters.schema.guards import check_batch_bounds, check_zoo_options
 from exporters.schema.sections import (
     INTEGER_DTYPES,
     MODEL_DTYPES,
+    VARIABLE,
     Batching,
     Instances,
     Precision,
@@ -35,7 +36,7 @@ from exporters.schema.sections import (
 )
 from exporters.schema.shapes import Shapes
 from exporters.schema.text_embeddings import TextEmbeddingSpec, parse_text_embeddings
-from exporters.schema.typed import at_least, check_fields, parse, to_data
+from exporters.schema.typed import Checked, at_least, check_fields, parse, to_data
 from exporters.zoo import ZOO
 
 SplitKind = Literal["blocks", "embedding_dense"]
@@ -74,41 +75,32 @@ class PythonSource:
 
 
 @dataclass(frozen=True)
-class OnnxSource:
+class OnnxSource(Checked):
     """``source: {onnx: path/model.onnx}``: an existing ONNX file, checked and copied in."""
 
     onnx: str
-
-    def __post_init__(self) -> None:
-        check_fields(self)
 
     def resolved(self, base_dir: Path | None) -> OnnxSource:
         return OnnxSource(_resolve(base_dir, self.onnx))
 
 
 @dataclass(frozen=True)
-class TorchExportSource:
+class TorchExportSource(Checked):
     """``source: {torch_export: path/program.pt2}``: a ``torch.export`` program, loaded without
     unpickling anything."""
 
     torch_export: str
-
-    def __post_init__(self) -> None:
-        check_fields(self)
 
     def resolved(self, base_dir: Path | None) -> TorchExportSource:
         return TorchExportSource(_resolve(base_dir, self.torch_export))
 
 
 @dataclass(frozen=True)
-class HuggingFaceSource:
+class HuggingFaceSource(Checked):
     """``source: {huggingface: folder or package}``: a transformers model loaded offline, from a local
     folder or an installed package that carries its weights (``get_model_path()``)."""
 
     huggingface: str
-
-    def __post_init__(self) -> None:
-        check_fields(self)
 
     def resolved(self, base_dir: Path | None) -> HuggingFaceSource:
         candidate = Path(_resolve(base_dir, self.huggingface))
@@ -232,21 +224,15 @@ class ModelSpec:
                         f"integer inputs of a {self.source_kind} source need range: [lo, hi) (valid ids) "
                         "or a sample: function",
                     )
-        bounds = [
-            m for t in self.inputs if t.variable for d, m in zip(t.shape, t.largest, strict=True) if d < 0
-        ]
-        if self.lengths and not bounds:
-            raise SpecError("lengths", "is for variable axes (-1 in an input's shape); there are none")
-        for index, length in enumerate(self.lengths):
-            if length > max(bounds, default=0):
-                raise SpecError(f"lengths[{index}]", f"{length} exceeds every variable axis' max_shape")
-        for key in ("shapes", "buckets"):
-            if getattr(self, key) and not bounds:
+        largest = self.variable_bound
+        for key in ("lengths", "shapes", "buckets"):
+            if getattr(self, key) and not largest:
                 raise SpecError(key, "is for variable axes (-1 in an input's shape); there are none")
-        for key, values in (("shapes.lengths", self.shapes.lengths if self.shapes else ()),
+        for key, values in (("lengths", self.lengths),
+                            ("shapes.lengths", self.shapes.lengths if self.shapes else ()),
                             ("buckets", self.buckets)):  # fmt: skip
             for index, length in enumerate(values):
-                if length > max(bounds, default=0):
+                if length > largest:
                     raise SpecError(f"{key}[{index}]", f"{length} exceeds every variable axis' max_shape")
         if list(self.buckets) != sorted(set(self.buckets)):
             raise SpecError("buckets", f"must be strictly increasing lengths, got {list(self.buckets)}")
@@ -268,6 +254,12 @@ class ModelSpec:
     def source_kind(self) -> str:
         """``zoo``, ``python``, ``onnx``, ``torch_export`` or ``huggingface``."""
         return "zoo" if isinstance(self.source, str) else SOURCE_KINDS[type(self.source)]
+
+    @property
+    def variable_bound(self) -> int:
+        """The largest ``max_shape`` of any variable input axis (0: none)."""
+        axes = [m for t in self.inputs for d, m in zip(t.shape, t.largest, strict=True) if d == VARIABLE]
+        return max(axes, default=0)
 
     @property
     def intra_op_threads(self) -> int:

@@ -8,12 +8,11 @@ dataclass is the schema of its YAML mapping (``exporters.schema.typed``), with i
 
 from __future__ import annotations
 
-import dataclasses
 from dataclasses import dataclass
 from typing import Literal
 
 from exporters.errors import SpecError
-from exporters.schema.typed import at_least, check_fields
+from exporters.schema.typed import Checked, at_least, check_fields
 from python_backend import dtypes
 
 DTYPES = {key: d.triton for key, d in dtypes.DTYPES.items()}  # spec name -> Triton type (one table)
@@ -147,15 +146,12 @@ class TensorSpec:
 
 
 @dataclass(frozen=True)
-class QueuePolicy:
+class QueuePolicy(Checked):
     """Bounds the batcher's queue so overload is rejected instead of growing without limit."""
 
     max_queue_size: int = at_least(0, 0)
     timeout_us: int = at_least(0, 0)
     timeout_action: Literal["reject", "delay"] = "reject"
-
-    def __post_init__(self) -> None:
-        check_fields(self)
 
 
 @dataclass(frozen=True)
@@ -178,7 +174,7 @@ class Batching:
         object.__setattr__(self, "preferred_batch_sizes", tuple(sorted(set(self.preferred_batch_sizes))))
         if self.mode == "static" and self.batch_size < 1:
             raise SpecError("batch_size", "static batching needs batch_size >= 1")
-        default_delay = next(f.default for f in dataclasses.fields(self) if f.name == "max_queue_delay_us")
+        default_delay = Batching.max_queue_delay_us  # the field's default (a dataclass keeps it on the class)
         if self.mode != "dynamic" and (
             self.preferred_batch_sizes or self.queue is not None or self.max_queue_delay_us != default_delay
         ):
@@ -203,11 +199,8 @@ class Instances:
 
 
 @dataclass(frozen=True)
-class Threads:
+class Threads(Checked):
     """onnxruntime's thread counts per instance (0: onnxruntime decides)."""
 
     intra_op: int = at_least(0, 1)
     inter_op: int = at_least(0, 1)
-
-    def __post_init__(self) -> None:
-        check_fields(self)

@@ -19,6 +19,7 @@ from typing import Any, Literal, Union, get_args, get_origin
 from exporters.errors import SpecError
 
 MIN = "min"  # field metadata: the smallest allowed integer (also for each element of a tuple)
+SCALARS = {bool: "true or false", int: "an integer", float: "a number", str: "a string"}
 
 
 def at_least(minimum: int, default: Any = dataclasses.MISSING) -> Any:
@@ -35,7 +36,8 @@ def hints(cls: type) -> dict[str, Any]:
 def choices(cls: type, name: str) -> tuple[Any, ...]:
     """The ``Literal`` values field ``name`` of ``cls`` allows."""
     hint = hints(cls)[name]
-    literal = next((arm for arm in _arms(hint) if get_origin(arm) is Literal), hint)
+    arms = get_args(hint) if get_origin(hint) in (Union, types.UnionType) else (hint,)
+    literal = next((arm for arm in arms if get_origin(arm) is Literal), hint)
     return get_args(literal)
 
 
@@ -50,10 +52,6 @@ def required_names(cls: type) -> tuple[str, ...]:
     )
 
 
-def _arms(hint: Any) -> tuple[Any, ...]:
-    return get_args(hint) if get_origin(hint) in (Union, types.UnionType) else (hint,)
-
-
 def describe(hint: Any) -> str:
     """A short human name for a type hint, for error messages."""
     if get_origin(hint) is Literal:
@@ -64,9 +62,7 @@ def describe(hint: Any) -> str:
         return "a list"
     if dataclasses.is_dataclass(hint):
         return "a mapping"
-    return {bool: "true or false", int: "an integer", float: "a number", str: "a string"}.get(
-        hint, getattr(hint, "__name__", str(hint))
-    )
+    return SCALARS.get(hint, getattr(hint, "__name__", str(hint)))
 
 
 def check_value(value: Any, hint: Any, path: str, minimum: int | None = None) -> None:
@@ -90,20 +86,12 @@ def check_value(value: Any, hint: Any, path: str, minimum: int | None = None) ->
         if len(errors) == 1:
             raise errors[0]
         raise SpecError(path, f"must be {describe(hint)}; got {value!r}")
-    elif hint is bool:
-        if not isinstance(value, bool):
-            raise SpecError(path, f"must be true or false, got {value!r}")
-    elif hint is int:
-        if isinstance(value, bool) or not isinstance(value, int):
-            raise SpecError(path, f"must be an integer, got {value!r}")
-        if minimum is not None and value < minimum:
+    elif hint in SCALARS:  # a bool is an int to Python, never to a spec unless bool is asked for
+        accepted = int | float if hint is float else hint
+        if isinstance(value, bool) != (hint is bool) or not isinstance(value, accepted):
+            raise SpecError(path, f"must be {SCALARS[hint]}, got {value!r}")
+        if hint is int and minimum is not None and value < minimum:
             raise SpecError(path, f"must be >= {minimum}, got {value}")
-    elif hint is float:
-        if isinstance(value, bool) or not isinstance(value, int | float):
-            raise SpecError(path, f"must be a number, got {value!r}")
-    elif hint is str:
-        if not isinstance(value, str):
-            raise SpecError(path, f"must be a string, got {value!r}")
     elif origin is tuple:
         if not isinstance(value, tuple):
             raise SpecError(path, f"must be a list, got {value!r}")
@@ -124,6 +112,13 @@ def check_fields(instance: Any) -> None:
     types_ = hints(type(instance))
     for item in dataclasses.fields(instance):
         check_value(getattr(instance, item.name), types_[item.name], item.name, item.metadata.get(MIN))
+
+
+class Checked:
+    """The base of a spec dataclass with no invariant beyond its hints: held to them when built."""
+
+    def __post_init__(self) -> None:
+        check_fields(self)
 
 
 def nested(path: str, error: SpecError) -> SpecError:

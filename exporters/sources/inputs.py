@@ -25,8 +25,7 @@ from python_backend.dtypes import DTYPES
 def _draw_length(spec: ModelSpec, rng: np.random.Generator) -> int:
     if spec.lengths:
         return int(rng.choice(spec.lengths))
-    bounds = [m for t in spec.inputs for d, m in zip(t.shape, t.largest, strict=True) if d == VARIABLE]
-    return int(rng.integers(1, max(bounds) + 1)) if bounds else 1
+    return int(rng.integers(1, spec.variable_bound + 1)) if spec.variable_bound else 1
 
 
 def _from_spec(tensor: TensorSpec, batch: int, length: int, rng: np.random.Generator) -> np.ndarray:
@@ -85,12 +84,17 @@ def check_sample(spec: ModelSpec, arrays: list[np.ndarray], batch: int, what: st
             )
 
 
-def draw_inputs(spec: ModelSpec, batch: int, seed: int, model: Any = None) -> list[np.ndarray]:
+def draw_inputs(
+    spec: ModelSpec, batch: int, seed: int, model: Any = None, calibration: bool = False
+) -> list[np.ndarray]:
     """Valid inputs for ``spec`` at ``batch`` in input order, cast to the spec's dtypes (fp16 models
     take fp16). ``model`` is the built zoo model where the zoo samples (table sizes live in it; built
-    from the spec when not given)."""
+    from the spec when not given). ``calibration``: from the spec's ``calibration:`` function first."""
     rng = np.random.default_rng(seed)
-    if spec.sample is not None:
+    if calibration and spec.calibration is not None:
+        arrays = _from_function(spec, batch, rng, "calibration")
+        what = f"calibration function {spec.calibration}"
+    elif spec.sample is not None:
         arrays, what = _from_function(spec, batch, rng), f"sample function {spec.sample}"
     elif spec.source_kind == "zoo":
         zoo = ZOO[spec.source]
@@ -111,15 +115,5 @@ CALIBRATION_SEED = 1000  # seeds apart from the parity checks' (100 + batch), so
 def calibration_inputs(spec: ModelSpec, model: Any = None) -> list[list[np.ndarray]]:
     """The batches int8 activation ranges are calibrated on: from the spec's ``calibration:`` function
     when it names one (real data, ideally), else drawn like every other input (``draw_inputs``)."""
-    batches = []
-    for index in range(CALIBRATION_BATCHES):
-        seed = CALIBRATION_SEED + index
-        if spec.calibration is None:
-            batches.append(draw_inputs(spec, CALIBRATION_ROWS, seed, model))
-            continue
-        arrays = _from_function(spec, CALIBRATION_ROWS, np.random.default_rng(seed), "calibration")
-        check_sample(spec, arrays, CALIBRATION_ROWS, f"calibration function {spec.calibration}")
-        batches.append(
-            [a.astype(DTYPES[t.dtype].numpy_dtype()) for a, t in zip(arrays, spec.inputs, strict=True)]
-        )
-    return batches
+    seeds = range(CALIBRATION_SEED, CALIBRATION_SEED + CALIBRATION_BATCHES)
+    return [draw_inputs(spec, CALIBRATION_ROWS, seed, model, calibration=True) for seed in seeds]

@@ -15,10 +15,6 @@ from exporters.sources.user_code import import_object, module_files
 from exporters.zoo import ZOO
 
 
-def _zoo(spec: ModelSpec) -> LoadedSource:
-    return TorchModuleSource(spec, ZOO[spec.source].create(spec.options, spec.seed))
-
-
 def _python(spec: ModelSpec) -> LoadedSource:
     """The user's factory, called with ``options`` as keyword arguments after seeding torch with
     ``seed`` (so randomly initialised weights are reproducible); its source files count in the hash."""
@@ -50,7 +46,7 @@ def load_source(spec: ModelSpec) -> LoadedSource:
     """Load ``spec``'s model (imports of the heavier sources happen only when a spec uses them)."""
     kind = spec.source_kind
     if kind == "zoo":
-        return _zoo(spec)
+        return TorchModuleSource(spec, ZOO[spec.source].create(spec.options, spec.seed))
     if kind == "python":
         return _python(spec)
     if kind == "onnx":

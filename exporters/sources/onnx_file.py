@@ -55,13 +55,6 @@ class GraphTensor:
         return self.rank == 0
 
 
-def _dims(value: onnx.ValueInfoProto) -> tuple[int | None, tuple[int, ...]]:
-    dims = [d.dim_value if d.HasField("dim_value") else VARIABLE for d in value.type.tensor_type.shape.dim]
-    if not dims:
-        return None, ()
-    return (dims[0] if dims[0] != VARIABLE else None), tuple(dims[1:])
-
-
 def _id_ranges(graph: onnx.GraphProto) -> dict[str, tuple[int, int]]:
     tables = {t.name: t.dims[0] for t in graph.initializer if t.dims}
     return {
@@ -76,25 +69,24 @@ def graph_tensors(model: onnx.ModelProto, where: str) -> tuple[list[GraphTensor]
     graph = model.graph
     initializers = {t.name for t in graph.initializer}
     ranges = _id_ranges(graph)
-    result = []
-    for values in ([v for v in graph.input if v.name not in initializers], list(graph.output)):
-        tensors = []
-        for value in values:
-            elem = value.type.tensor_type.elem_type
-            if elem not in ONNX_DTYPES:
-                name = onnx.TensorProto.DataType.Name(elem)
-                raise SpecError(
-                    where, f"tensor {value.name!r} has type {name}; served types: fp32, fp16, int64, int32"
-                )
-            batch, dims = _dims(value)
-            shape = value.type.tensor_type
-            rank = len(shape.shape.dim) if shape.HasField("shape") else None
-            tensors.append(
-                GraphTensor(value.name, ONNX_DTYPES[elem], dims, batch, ranges.get(value.name), rank)
+
+    def read(value: onnx.ValueInfoProto) -> GraphTensor:
+        tensor_type = value.type.tensor_type
+        if tensor_type.elem_type not in ONNX_DTYPES:
+            name = onnx.TensorProto.DataType.Name(tensor_type.elem_type)
+            raise SpecError(
+                where, f"tensor {value.name!r} has type {name}; served types: fp32, fp16, int64, int32"
             )
-        result.append(tensors)
-    check_batch_axis(result[0], result[1], where)
-    return result[0], result[1]
+        dims = [d.dim_value if d.HasField("dim_value") else VARIABLE for d in tensor_type.shape.dim]
+        batch = dims[0] if dims and dims[0] != VARIABLE else None
+        rank = len(dims) if tensor_type.HasField("shape") else None
+        dtype = ONNX_DTYPES[tensor_type.elem_type]
+        return GraphTensor(value.name, dtype, tuple(dims[1:]), batch, ranges.get(value.name), rank)
+
+    inputs = [read(value) for value in graph.input if value.name not in initializers]
+    outputs = [read(value) for value in graph.output]
+    check_batch_axis(inputs, outputs, where)
+    return inputs, outputs
 
 
 def check_batch_axis(inputs: list[GraphTensor], outputs: list[GraphTensor], where: str) -> None:

@@ -70,9 +70,9 @@ def artifact_tensors(kind: str, location: str, where: str) -> tuple[list[Any], l
         from exporters.sources.onnx_file import graph_tensors, read_model
 
         return graph_tensors(read_model(Path(location), where, load_external_data=False), where)
-    from exporters.sources.torch_program import describe_program
+    from exporters.sandbox.outside_archive import OutsideArchive
 
-    return describe_program(Path(location), where)
+    return OutsideArchive(Path(location), where).describe()  # read in the sandbox
 
 
 def read_signature(spec: ModelSpec) -> tuple[tuple[TensorSpec, ...], tuple[TensorSpec, ...]]:

@@ -23,7 +23,7 @@ import numpy as np
 from exporters.artifacts.parity import compare_outputs
 from exporters.artifacts.torch_reference import widen
 from exporters.errors import ExportCheckError, SpecError
-from exporters.sandbox.outside_archive import CONVERTER_VERSION, OutsideArchive
+from exporters.sandbox.outside_archive import CONVERTER_VERSION, ONNX, OutsideArchive
 from exporters.sandbox.program_signature import ProgramTensor
 from exporters.schema.models import ModelSpec, TorchExportSource
 from exporters.schema.sections import VARIABLE, TensorSpec
@@ -32,11 +32,6 @@ from exporters.sources.onnx_file import OnnxModelSource
 
 EXAMPLE_BATCH = 2  # the dynamo exporter's example; the program's own dynamic axes decide the graph's
 CHECK_BATCHES = (1, 3)  # as the exporter's parity check (3 exercises the batch axis beyond the example)
-
-
-def describe_program(path: Path, field: str) -> tuple[list[ProgramTensor], list[ProgramTensor]]:
-    """The program's user inputs and outputs, read in the sandbox."""
-    return OutsideArchive(path, field).describe()
 
 
 def _axis_fits(real: int, declared: int, declared_max: int, bound: int) -> bool:
@@ -95,7 +90,7 @@ class TorchProgramSource(OnnxModelSource):
         self.archive_sha256 = archive.sha256
         sets = input_sets(spec)
         conversion = archive.convert([t.name for t in spec.inputs], [t.name for t in spec.outputs], sets)
-        super().__init__(spec, conversion.onnx_path, field)
+        super().__init__(spec, conversion.folder / ONNX, field)
         self._hold_to_program(sets, conversion.program_outputs(len(sets), len(spec.outputs)))
 
     def _hold_to_program(self, sets: list[list[np.ndarray]], expected: list[list[np.ndarray]]) -> None:

@@ -86,14 +86,6 @@ def model_folder(package: str) -> Path:
     return folder
 
 
-def load_encoder(folder: Path) -> SentenceEncoder:
-    """The fp32 encoder from local safetensors files only (no hub access, no pickle); eager attention
-    traces cleanly."""
-    from exporters.sources.huggingface import load_model  # heavy import, only where a text model is built
-
-    return SentenceEncoder(load_model(folder)).eval()
-
-
 def check_batches(folder: Path, max_length: int) -> list[dict[str, np.ndarray]]:
     """Token batches the parity check runs: the check texts one by one and all together (padded)."""
     from tokenizers import Tokenizer
@@ -130,14 +122,18 @@ def content_hash(spec: TextEmbeddingSpec, folder: Path) -> str:
 
 
 def calibration_batches(
-    vocab_size: int, special: tuple[int, int], batches: int = 8, rows: int = 16, length: int = 64
+    folder: Path, batches: int = 8, rows: int = 16, length: int = 64
 ) -> list[dict[str, np.ndarray]]:
     """What int8 finds the encoder's outlier channels on: fixed-length batches of random token ids
-    framed by ``[CLS]``/``[SEP]`` (``special``), 4 to ``length`` tokens per row, the rest padding
-    masked out. The outliers are the model's (a few channels of the hidden state, largest on the
-    special tokens), so random ids find them without a corpus; seeded, so every build is the same."""
+    framed by ``[CLS]``/``[SEP]``, 4 to ``length`` tokens per row, the rest padding masked out. The
+    outliers are the model's (a few channels of the hidden state, largest on the special tokens), so
+    random ids find them without a corpus; seeded, so every build is the same."""
+    from tokenizers import Tokenizer
+
+    tokenizer = Tokenizer.from_file(str(folder / "tokenizer.json"))
+    first, last = tokenizer.token_to_id("[CLS]"), tokenizer.token_to_id("[SEP]")
+    vocab_size = json.loads((folder / "config.json").read_text())["vocab_size"]
     rng = np.random.default_rng(8)
-    first, last = special
     out = []
     for _ in range(batches):
         ids = np.zeros((rows, length), dtype=np.int64)
@@ -191,14 +187,6 @@ def check_against_torch(
     return worst
 
 
-def _calibration(folder: Path) -> list[dict[str, np.ndarray]]:
-    from tokenizers import Tokenizer
-
-    tokenizer = Tokenizer.from_file(str(folder / "tokenizer.json"))
-    special = (tokenizer.token_to_id("[CLS]"), tokenizer.token_to_id("[SEP]"))
-    return calibration_batches(json.loads((folder / "config.json").read_text())["vocab_size"], special)
-
-
 def _cached(out_dir: Path, digest: str) -> dict[str, Any] | None:
     """The record of an identical earlier export whose ``model.onnx`` is still exactly that file."""
     record = read_record(out_dir / RECORD)
@@ -229,9 +217,13 @@ def export_encoder(
         done[digest] = out_dir
     if record is not None:
         return record
-    encoder = load_encoder(folder)
+    from exporters.sources.huggingface import load_model  # heavy import, only where a text model is built
+
+    # The fp32 encoder from local safetensors files only (no hub access, no pickle); eager attention
+    # traces cleanly.
+    encoder = SentenceEncoder(load_model(folder)).eval()
     batches = check_batches(folder, spec.max_seq_length)
-    data = encoder_onnx(encoder, batches[-1], spec.precision, _calibration(folder))
+    data = encoder_onnx(encoder, batches[-1], spec.precision, calibration_batches(folder))
     with staged(path, len(data)) as staging:
         staging.write_bytes(data)
         onnx.checker.check_model(str(staging), full_check=True)
@@ -246,12 +238,6 @@ def export_encoder(
     write_record(record_path, record)
     log.info("%s: exported %s, %s", spec.encoder_name, spec.precision, check.summary())
     return record | {"cached": False}
-
-
-def install_tokenizer(folder: Path, out_dir: Path) -> None:
-    """The tokenizer stage's files: its ``model.py`` and helpers, and the package's ``tokenizer.json``."""
-    install_text_tokenizer(out_dir)
-    copy_file(folder / "tokenizer.json", out_dir / "tokenizer.json")
 
 
 @dataclass(frozen=True)
@@ -272,7 +258,9 @@ def build_text_embedding(
     record = export_encoder(spec, folder, repository / spec.encoder_name / "1", done)
     if ragged:  # padded to longest: our onnxruntime model.py, served as a Python-backend model
         install_onnxruntime_backend(repository / spec.encoder_name / "1")
-    install_tokenizer(folder, repository / spec.tokenizer_name / "1")
+    # The tokenizer stage's model.py and helpers, and the package's tokenizer.json.
+    install_text_tokenizer(repository / spec.tokenizer_name / "1")
+    copy_file(folder / "tokenizer.json", repository / spec.tokenizer_name / "1" / "tokenizer.json")
     (repository / spec.name / "1").mkdir(parents=True, exist_ok=True)  # ensembles need a version
     for config in configs:
         write_config(config, repository / config.name)
