@@ -17,13 +17,21 @@ wants is the fault's own code (``soak.attacks``, ``soak.faults``); the rows it c
 * ``shm``, ``bad``, ``overflow`` (``soak.faults``): a stub's own region registered, a wrong dtype, the
   overflowing gRPC shape.
 
+Since the verdicts are the soak's own, a verdict loosened to accept anything would pass the test above
+too; so each verdict that can be is also fed a wrong answer: the same fault sent to Triton's own
+loopback ports, around the fronts, where inference is refused as restricted (row 22) and a half-open
+connection is left open past the soak's 30 s (grpc's own handshake timeout is longer), must record no right answer. The
+shared-memory faults cannot be fed one there (Triton's own port refuses their registration before
+there is an answer to judge): their verdicts are held only the first way.
+
 ``kill-server`` needs a supervised server of its own (the shared one has no supervisor): the last
 test starts one and holds the kill to the soak's verdict on it (an outage of every model, recovered
 once the supervisor serves again, and the death counted as the soak's own).
 
-The soak's faults that take a stub down (``kill``, ``stop``) and the embedding update would disturb
-the other tests of the shared server; they are covered by the watchdog's and live updates' tests.
-The HTTP fuzz bursts are ``test_http_fuzz``'s.
+The soak's faults that take a stub down (``kill``, ``stop``) and its embedding update would disturb
+the other tests of the shared server, and record outages rather than checks; what they provoke is
+held by ``test_resilience_serving``, ``test_hung_stub`` and ``test_live_updates``. The HTTP fuzz
+bursts' fuzzer is ``test_http_fuzz``'s.
 """
 
 from __future__ import annotations
@@ -31,7 +39,7 @@ from __future__ import annotations
 import random
 import threading
 import time
-from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -54,21 +62,36 @@ ANSWERED = {name: ATTACKS[name] for name in ATTACKS if name != "kill-server"} | 
     name: FAULTS[name] for name in ("shm", "bad", "overflow")
 }
 WATCHED_S = HALF_OPEN_CLOSED_WITHIN_S + 30  # half-open's checks are recorded from its own thread
+# the faults whose verdicts Triton's own ports answer wrongly (the shared-memory ones register a
+# region first, which those ports refuse before there is anything to judge)
+JUDGING_AN_ANSWER = ("unanswered", "garbage-stream", "bad", "overflow", "half-open")
 
 
-def _soak(server: TritonServer, models: list[str], stub_models: list[str]) -> Soak:
+@dataclass
+class TritonAlone:
+    """What a fault reads of its ``Soak.server``, pointed at Triton's own loopback ports: the fronts'
+    checks skipped, inference refused as restricted (row 22)."""
+
+    http_url: str
+    grpc_url: str
+    pid: int | None
+
+
+def _soak(server: TritonServer | TritonAlone, models: list[str], stub_models: list[str]) -> Soak:
     """What ``soak.run`` hands each fault, around ``server`` with an empty report."""
     client = httpclient.InferenceServerClient(server.http_url)
     return Soak(server, client, random.Random(0), SoakReport(duration_s=0.0), models, stub_models)
 
 
-def _recorded(report: SoakReport, at_least: int) -> bool:
-    return sum(check.injected for check in report.checks.values()) >= at_least
-
-
-def _wait(condition: Callable[[], bool], seconds: float) -> None:
-    deadline = time.monotonic() + seconds
-    while not condition() and time.monotonic() < deadline:
+def _run(fault: str, soak: Soak) -> None:
+    """The fault, as the soak injects it; half-open's connections are judged from a thread of its own,
+    so this waits until every one of them has its verdict (or fails after ``WATCHED_S``)."""
+    ANSWERED[fault](soak)
+    if fault != "half-open":
+        return
+    deadline = time.monotonic() + WATCHED_S
+    while sum(check.injected for check in soak.report.checks.values()) < HALF_OPEN:
+        assert time.monotonic() < deadline, f"half-open judged {soak.report.checks} of {HALF_OPEN}"
         time.sleep(0.2)
 
 
@@ -77,15 +100,21 @@ def test_each_answered_fault_gets_its_answer(fault_server: TritonServer, good_tr
     soak = _soak(fault_server, ["trivial", "recommender", PIPELINE], [])
     # several faults run trivial themselves: the server's count includes them
     with good_traffic(server_count=False):
-        ANSWERED[fault](soak)
-        if fault == "half-open":
-            _wait(lambda: _recorded(soak.report, HALF_OPEN), WATCHED_S)
+        _run(fault, soak)
     checks = {what: (check.right, check.injected) for what, check in soak.report.checks.items()}
     assert checks, f"{fault} recorded no check: it found nothing to attack"
     assert all(right == injected > 0 for right, injected in checks.values()), checks
-    if fault == "half-open":
-        assert _recorded(soak.report, HALF_OPEN), checks
     assert not soak.report.outages, "an answered fault took a model out of service"
+
+
+@pytest.mark.parametrize("fault", JUDGING_AN_ANSWER)
+def test_each_verdict_refuses_a_wrong_answer(fault_server: TritonServer, fault: str) -> None:
+    alone = TritonAlone(fault_server.triton_http_url, fault_server.triton_grpc_url, fault_server.pid)
+    soak = _soak(alone, ["trivial", "recommender", PIPELINE], [])
+    _run(fault, soak)
+    checks = {what: (check.right, check.injected) for what, check in soak.report.checks.items()}
+    assert checks, f"{fault} recorded no check: it found nothing to attack"
+    assert all(right == 0 < injected for right, injected in checks.values()), checks
 
 
 def _serves(server: TritonServer) -> bool:
