@@ -20,9 +20,9 @@ wants is the fault's own code (``soak.attacks``, ``soak.faults``); the rows it c
 Since the verdicts are the soak's own, a verdict loosened to accept anything would pass the test above
 too; so each verdict that can be is also fed a wrong answer: the same fault sent to Triton's own
 loopback ports, around the fronts, where inference is refused as restricted (row 22) and a half-open
-connection is left open past the soak's 30 s (grpc's own handshake timeout is longer), must record no right answer. The
-shared-memory faults cannot be fed one there (Triton's own port refuses their registration before
-there is an answer to judge): their verdicts are held only the first way.
+connection is left open past the soak's 30 s (grpc's own handshake timeout is longer), must record
+no right answer. The shared-memory faults cannot be fed one there (Triton's own port refuses their
+registration before there is an answer to judge): their verdicts are held only the first way.
 
 ``kill-server`` needs a supervised server of its own (the shared one has no supervisor): the last
 test starts one and holds the kill to the soak's verdict on it (an outage of every model, recovered
