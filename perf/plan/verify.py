@@ -162,7 +162,9 @@ def measure_plan(
 def settle(plan: Plan, evidence: Evidence[str]) -> tuple[Plan, float]:
     """The plan as measured: the placed strategy with the best point that holds the budget (ties: the
     plan's order) is the pick, with that rate; the measured ones that held it nowhere are demoted, the
-    others lose on their measured rate, each reason saying so. Raises ``NothingMeetsError`` (the
+    others lose on their measured rate, each reason saying so. Where measurement overturned the
+    prediction's pick, a strategy predicted within the budget but never measured says so, rather than
+    keep a reason that compared it with a pick that lost. Raises ``NothingMeetsError`` (the
     closest run over the budget) where no point holds."""
     labels = {j.strategy.label: j for j in placed(plan)}
     found = evidence.best(keys=list(labels), prefer=list(labels))
@@ -182,6 +184,12 @@ def settle(plan: Plan, evidence: Evidence[str]) -> tuple[Plan, float]:
         held = evidence.held_rate(other_label)
         if other is not best and held:
             other.reason = f"lower measured rate: {held:,.0f}/s against {rate:,.0f}/s"
+        elif other.feasible and other_label not in evidence.runs and best is not plan.chosen:
+            # its predicted reason compared it with the prediction's pick, which measurement overturned
+            other.reason = (
+                f"not measured: predicted {other.rate:,.0f}/s, the pick measured within the budget up to "
+                f"{rate:,.0f}/s{'; ' + other.link_bound if other.link_bound else ''}"
+            )
     best.reason = ""
     return dataclasses.replace(plan, chosen=best), rate
 

@@ -69,6 +69,28 @@ def test_a_measured_pick_that_held_the_budget_nowhere_is_demoted_for_the_next() 
     assert first.reason.startswith("demoted: measured over the budget at every rate tried (p99 10.2 ms")
 
 
+def test_where_measurement_overturns_the_predicted_pick_an_unmeasured_strategy_says_it_was_not_measured() -> (
+    None
+):
+    result = planned()
+    first, second = top_architectures(result, 2)
+    unmeasured = [j for j in result.judged if j.feasible and j not in (first, second)]
+    assert unmeasured, "the narrow space predicts more than two strategies within the budget"
+    kept = {j.strategy.label: j.reason for j in result.judged if not j.feasible}
+    evidence: Evidence[str] = Evidence(BUDGET_MS)
+    evidence.add(
+        first.strategy.label, first.rate, run(30.0, first.rate)
+    )  # far over: the prediction's pick lost
+    evidence.add(second.strategy.label, 500.0, run(6.0, 500.0))
+    settled, rate = settle(result, evidence)
+    assert settled.chosen is second and rate == 500.0
+    for judged in unmeasured:
+        assert judged.reason.startswith(
+            f"not measured: predicted {judged.rate:,.0f}/s, the pick measured within the budget up to 500/s"
+        )
+    assert {j.strategy.label: j.reason for j in result.judged if not j.feasible} == kept
+
+
 def test_the_pick_is_the_strategy_with_the_best_point_that_holds() -> None:
     result = planned()
     first, second = top_architectures(result, 2)
