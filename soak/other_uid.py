@@ -104,6 +104,19 @@ def _parsed(answer: bytes, start: float, whole: bool = False) -> HttpReply | Non
     return HttpReply(status, body, time.monotonic() - start) if whole else None
 
 
+def grpc_call(
+    channel: grpc.Channel, method: str, request: bytes, timeout_s: float
+) -> tuple[str, str, bytes, float]:
+    """(status code name, details, response bytes, seconds) of a unary call: what both users' clients
+    answer with."""
+    start = time.monotonic()
+    try:
+        response = channel.unary_unary(SERVICE + method)(request, timeout=timeout_s)
+        return "OK", "", response, time.monotonic() - start
+    except grpc.RpcError as error:
+        return error.code().name, error.details() or "", b"", time.monotonic() - start
+
+
 def _serve(http_address: tuple[str, int], channel: grpc.Channel) -> None:
     """The relay's loop (as ``NOBODY``): one command a line on stdin, one answer a line on stdout."""
     for line in sys.stdin:
@@ -124,14 +137,12 @@ def _serve(http_address: tuple[str, int], channel: grpc.Channel) -> None:
             )  # fmt: skip
             answer = {**dataclasses.asdict(reply), "body": base64.b64encode(reply.body).decode()}
         else:  # grpc: bytes in, bytes out
-            call = channel.unary_unary(SERVICE + command["method"])
-            start = time.monotonic()
-            try:
-                response = call(base64.b64decode(command["request"]), timeout=command["timeout_s"])
-                answer = {"code": "OK", "details": "", "body": base64.b64encode(response).decode()}
-            except grpc.RpcError as error:
-                answer = {"code": error.code().name, "details": error.details() or "", "body": ""}
-            answer["elapsed_s"] = time.monotonic() - start
+            request = base64.b64decode(command["request"])
+            code, details, body, seconds = grpc_call(
+                channel, command["method"], request, command["timeout_s"]
+            )
+            answer = {"code": code, "details": details, "elapsed_s": seconds}
+            answer["body"] = base64.b64encode(body).decode()
         print(json.dumps(answer), flush=True)
     channel.close()
 
@@ -175,7 +186,6 @@ class OtherUser:
         return HttpReply(**{**answer, "body": base64.b64decode(answer["body"])})
 
     def grpc(self, method: str, request: bytes, timeout_s: float) -> tuple[str, str, bytes, float]:
-        """(status code name, details, response bytes, seconds) of a unary call."""
         command = {"op": "grpc", "method": method, "timeout_s": timeout_s}
         answer = self._ask({**command, "request": base64.b64encode(request).decode()})
         return answer["code"], answer["details"], base64.b64decode(answer["body"]), answer["elapsed_s"]
