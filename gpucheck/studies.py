@@ -14,7 +14,6 @@ from __future__ import annotations
 import dataclasses
 import logging
 import statistics
-import time
 from dataclasses import dataclass
 from typing import Any
 
@@ -37,7 +36,7 @@ from gpucheck.repository import (
     boundary_row_bytes,
     variant_name,
 )
-from gpucheck.serving import Session
+from gpucheck.serving import Session, timed_calls
 from perf.measure.engine import MeasureSettings
 from perf.measure.loads import closed_loop
 from perf.measure.measurement import measure
@@ -275,14 +274,7 @@ def _transport_times(
     output = grpcclient.InferRequestedOutput("y")
 
     def run() -> list[float]:
-        for _ in range(3):
-            client.infer(model, [tensor], outputs=[output])
-        times = []
-        for _ in range(count):
-            began = time.perf_counter()
-            client.infer(model, [tensor], outputs=[output])
-            times.append((time.perf_counter() - began) * 1e3)
-        return times
+        return timed_calls(lambda: client.infer(model, [tensor], outputs=[output]), count, warmup=3)
 
     if transport == "grpc":
         tensor.set_data_from_numpy(array)
