@@ -42,15 +42,7 @@ from tritonclient.grpc import service_pb2_grpc
 from tritonclient.utils import InferenceServerException
 
 from client.infer import make_inputs
-from soak.faults import (
-    Soak,
-    _live_stubs,
-    clients,
-    invalid_argument,
-    overflowing_request,
-    random_stub_region,
-    refused,
-)
+from soak.faults import Soak, overflowing_request, refused
 from soak.http_fuzz import Case, send
 from soak.report import Outage
 
@@ -90,7 +82,7 @@ def unanswered_shapes(soak: Soak) -> None:
     inputs = _encoder_inputs(soak)
     if inputs is None:
         return
-    before = _live_stubs(soak, ENCODER)
+    before = soak.stub_pids(ENCODER)
     body = json.dumps(
         {"inputs": [{"name": n, "shape": [HUGE, 0], "datatype": "INT64", "data": []} for n in inputs]}
     ).encode()
@@ -99,7 +91,7 @@ def unanswered_shapes(soak: Soak) -> None:
     answer = send(host, int(port), case, ANSWER_WITHIN_S)
     http_right = answer.status == 400 and NEVER_ANSWERED in answer.body.decode("utf-8", "replace")
     request = overflowing_request(ENCODER, inputs, (HUGE, 0))
-    unary_right = invalid_argument(soak, request, NEVER_ANSWERED)
+    unary_right = soak.invalid_argument(request, NEVER_ANSWERED)
     with grpc.insecure_channel(soak.server.grpc_url) as channel:
         service = service_pb2_grpc.GRPCInferenceServiceStub(channel)
         try:
@@ -108,7 +100,7 @@ def unanswered_shapes(soak: Soak) -> None:
         except grpc.RpcError as error:
             log.error("[2^62, 0] on a stream: %s", error)
             stream_right = False
-    alive = before <= _live_stubs(soak, ENCODER)
+    alive = before <= soak.stub_pids(ENCODER)
     for what, right in (
         ("HTTP 400", http_right),
         ("gRPC INVALID_ARGUMENT", unary_right),
@@ -168,12 +160,12 @@ def shared_memory_identity(soak: Soak) -> None:
     """A hard link to a stub's region registered (row 43): refused; and a stub's region renamed over a
     client's registered region and used as an input (row 44): answered from the file the client
     registered; over both protocols, the region given back, no stub lost."""
-    name = random_stub_region(soak)
+    name = soak.stub_region()
     if name is None:
         return
     region = Path("/dev/shm") / name
-    before = _live_stubs(soak)
-    for protocol, client in clients(soak).items():
+    before = soak.stub_pids()
+    for protocol, client in soak.clients().items():
         name = f"soak_link_{protocol}_{os.getpid()}"
         link = Path("/dev/shm") / name
         os.link(region, link)
@@ -186,7 +178,7 @@ def shared_memory_identity(soak: Soak) -> None:
         soak.report.check("stub regions renamed over a client's (its own file read)").record(
             _renamed_over(client, protocol, region)
         )
-    alive = before <= _live_stubs(soak)
+    alive = before <= soak.stub_pids()
     soak.report.check("shared-memory identity attacks (no stub lost)").record(alive)
 
 
@@ -225,11 +217,11 @@ def truncate_race(soak: Soak) -> None:
     ``RACE_S`` per protocol while its requests read ``trivial``'s input from the region and have the
     output copied into its last bytes (fault matrix row 45): each request answered, or refused with
     the front's "cut short after registration"; tritonserver's pid and stubs unchanged."""
-    pid, before = soak.server.pid, _live_stubs(soak)
+    pid, before = soak.server.pid, soak.stub_pids()
     answers_right = True
-    for protocol, client in clients(soak).items():
+    for protocol, client in soak.clients().items():
         answers_right &= not race_truncation(client, protocol, f"soak_cut_{protocol}_{os.getpid()}").wrong
-    unchanged = soak.server.pid == pid and before <= _live_stubs(soak)
+    unchanged = soak.server.pid == pid and before <= soak.stub_pids()
     soak.report.check("regions truncated while in use (answered or refused, server kept)").record(
         answers_right and unchanged
     )

@@ -62,20 +62,35 @@ class Soak:
     fuzz_models: list[str] = field(default_factory=list)  # the served models the fuzzer builds requests for
     supervisor: Supervisor | None = None  # restarts the server the kill-server fault kills
 
+    def stubs(self) -> list[Stub]:
+        return [s for s in server_stubs(self.server.pid or 0) if s.alive]
 
-def _stubs(soak: Soak) -> list[Stub]:
-    return [s for s in server_stubs(soak.server.pid or 0) if s.alive]
+    def stub_pids(self, model: str | None = None) -> set[int]:
+        return {s.pid for s in self.stubs() if model is None or s.model == model}
+
+    def stub_region(self) -> str | None:
+        """The shared-memory region (its name in /dev/shm) of a random live stub, if any."""
+        regions = [s.shm_region for s in self.stubs() if s.shm_region]
+        return self.rng.choice(regions) if regions else None
+
+    def clients(self) -> dict[str, Any]:
+        """A client per protocol: the soak's own over HTTP, a new one over gRPC."""
+        return {"http": self.client, "grpc": grpcclient.InferenceServerClient(self.server.grpc_url)}
+
+    def invalid_argument(self, request: service_pb2.ModelInferRequest, says: str) -> bool:
+        """Whether the gRPC front refuses ``request`` with INVALID_ARGUMENT, its details saying ``says``."""
+        with grpc.insecure_channel(self.server.grpc_url) as channel:
+            try:
+                service_pb2_grpc.GRPCInferenceServiceStub(channel).ModelInfer(request, timeout=60)
+                return False
+            except grpc.RpcError as error:
+                return error.code() == grpc.StatusCode.INVALID_ARGUMENT and says in error.details()
 
 
 def _serving_stub(soak: Soak) -> Stub | None:
     """A random live stub of a model under load (never a config auto-complete stub)."""
-    stubs = [s for s in _stubs(soak) if s.model in soak.stub_models and s.instance != s.model]
+    stubs = [s for s in soak.stubs() if s.model in soak.stub_models and s.instance != s.model]
     return soak.rng.choice(stubs) if stubs else None
-
-
-def clients(soak: Soak) -> dict[str, Any]:
-    """A client per protocol: the soak's own over HTTP, a new one over gRPC."""
-    return {"http": soak.client, "grpc": grpcclient.InferenceServerClient(soak.server.grpc_url)}
 
 
 def refused(call: Callable[[], object], protocol: str, says: str = "") -> bool:
@@ -85,16 +100,6 @@ def refused(call: Callable[[], object], protocol: str, says: str = "") -> bool:
         return False
     except InferenceServerException as error:
         return error.status() == REFUSED[protocol] and says in (error.message() or "")
-
-
-def invalid_argument(soak: Soak, request: service_pb2.ModelInferRequest, says: str) -> bool:
-    """Whether the gRPC front refuses ``request`` with INVALID_ARGUMENT, its details saying ``says``."""
-    with grpc.insecure_channel(soak.server.grpc_url) as channel:
-        try:
-            service_pb2_grpc.GRPCInferenceServiceStub(channel).ModelInfer(request, timeout=60)
-            return False
-        except grpc.RpcError as error:
-            return error.code() == grpc.StatusCode.INVALID_ARGUMENT and says in error.details()
 
 
 def kill_stub(soak: Soak) -> None:
@@ -177,10 +182,6 @@ def overflowing_request(
     return request
 
 
-def _live_stubs(soak: Soak, model: str | None = None) -> set[int]:
-    return {s.pid for s in _stubs(soak) if model is None or s.model == model}
-
-
 def overflowing_grpc_shape(soak: Soak) -> None:
     """The overflowing shape over gRPC to a model with a variable INT64 axis (the text encoder): it must
     get INVALID_ARGUMENT from the gRPC front and no stub of that model may die."""
@@ -189,27 +190,21 @@ def overflowing_grpc_shape(soak: Soak) -> None:
     if target is None:
         return
     inputs = tuple(i.name for i in client.get_model_metadata(target).inputs)
-    before = _live_stubs(soak, target)
-    right = invalid_argument(soak, overflowing_request(target, inputs), "declares shape")
-    alive = before <= _live_stubs(soak, target)
+    before = soak.stub_pids(target)
+    right = soak.invalid_argument(overflowing_request(target, inputs), "declares shape")
+    alive = before <= soak.stub_pids(target)
     soak.report.check("overflowing gRPC shapes (INVALID_ARGUMENT, no stub lost)").record(right and alive)
-
-
-def random_stub_region(soak: Soak) -> str | None:
-    """The shared-memory region (its name in /dev/shm) of a random live stub, if any."""
-    stubs = [s for s in _stubs(soak) if s.shm_region]
-    return soak.rng.choice(stubs).shm_region if stubs else None
 
 
 def shared_memory_probe(soak: Soak) -> None:
     """A client registers a stub's own IPC region, over HTTP and gRPC: refused both times, and nothing
     ends up registered (without the fronts it read other clients' tensors through it)."""
-    region = random_stub_region(soak)
+    region = soak.stub_region()
     if region is None:
         return
     every_refused = all(
         refused(functools.partial(client.register_system_shared_memory, region, f"/{region}", 4096), protocol)
-        for protocol, client in clients(soak).items()
+        for protocol, client in soak.clients().items()
     )
     registered = soak.client.get_system_shared_memory_status()
     soak.report.check("shared-memory probes (refused)").record(every_refused and not registered)
