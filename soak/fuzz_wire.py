@@ -237,9 +237,8 @@ def _region_parameters(placed: Placed) -> dict:
 
 
 def _set_region(parameters, placed: Placed) -> None:
-    parameters["shared_memory_region"].string_param = placed.region
-    parameters["shared_memory_offset"].int64_param = placed.offset
-    parameters["shared_memory_byte_size"].int64_param = placed.size
+    for key, value in _region_parameters(placed).items():
+        setattr(parameters[key], "string_param" if isinstance(value, str) else "int64_param", value)
 
 
 def grpc_request(
