@@ -202,12 +202,12 @@ def shared_memory_probe(soak: Soak) -> None:
     region = soak.stub_region()
     if region is None:
         return
-    every_refused = all(
+    refusals = [  # a list, not a generator: both protocols are probed even when the first is not refused
         refused(functools.partial(client.register_system_shared_memory, region, f"/{region}", 4096), protocol)
         for protocol, client in soak.clients().items()
-    )
+    ]
     registered = soak.client.get_system_shared_memory_status()
-    soak.report.check("shared-memory probes (refused)").record(every_refused and not registered)
+    soak.report.check("shared-memory probes (refused)").record(all(refusals) and not registered)
 
 
 def fuzz_burst(soak: Soak) -> None:
