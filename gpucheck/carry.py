@@ -66,10 +66,10 @@ class CarriedFile:
     size: int
 
 
-def pinned_versions(names: tuple[str, ...] = CARRIED) -> dict[str, str]:
+def pinned_versions() -> dict[str, str]:
     """Each carried distribution at the version this environment runs (the project's ``.venv``)."""
     versions = {}
-    for name in names:
+    for name in CARRIED:
         try:
             versions[name] = importlib.metadata.version(name)
         except importlib.metadata.PackageNotFoundError as error:

@@ -61,11 +61,9 @@ def _applies(requirement: str) -> bool:
     return Marker(marker).evaluate()
 
 
-def closure(
-    roots: tuple[str, ...], excluded: tuple[str, ...] = CARRIED
-) -> list[importlib.metadata.Distribution]:
-    """``roots`` and every distribution they require (no extras), as installed here, less ``excluded``."""
-    skip = {e.lower().replace("_", "-") for e in excluded}
+def closure(roots: tuple[str, ...]) -> list[importlib.metadata.Distribution]:
+    """``roots`` and every distribution they require (no extras), as installed here, less the carried ones."""
+    skip = {e.lower().replace("_", "-") for e in CARRIED}
     seen: dict[str, importlib.metadata.Distribution] = {}
     pending = [r.lower() for r in roots]
     while pending:

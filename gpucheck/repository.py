@@ -27,6 +27,7 @@ import dataclasses
 import logging
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import torch
 
@@ -96,29 +97,24 @@ def variant_name(base: str, precision: str) -> str:
     return base if precision == "fp32" else f"{base}_{precision}"
 
 
+def _at_grid_batch(model: ModelSpec, grid: Grid, **changes: Any) -> ModelSpec:
+    """``model`` at the grid's largest batch, with no batcher unless ``changes`` name one."""
+    return dataclasses.replace(model, **{"max_batch_size": grid.max_batch, "batching": NO_BATCHER, **changes})
+
+
 def check_models(spec: Spec, grid: Grid) -> list[CheckModel]:
     """The served models the check measures (see the module docstring), from ``spec``'s entries."""
     models = []
     for base, precision in grid.latency_models:
-        entry = dataclasses.replace(spec.model(base), max_batch_size=grid.max_batch, batching=NO_BATCHER)
+        entry = _at_grid_batch(spec.model(base), grid)
         models.append(CheckModel(precision_variant(entry, precision), base, precision))
     recommender = spec.model(BATCHING_MODEL)
     dynamic = Batching(mode="dynamic", max_queue_delay_us=recommender.batching.max_queue_delay_us)
-    models.append(
-        CheckModel(
-            dataclasses.replace(
-                recommender, name=f"{BATCHING_MODEL}_dynamic", max_batch_size=grid.max_batch, batching=dynamic
-            ),
-            BATCHING_MODEL,
-            "fp32",
-        )
-    )
-    image = spec.model(INSTANCE_MODEL)
+    served = _at_grid_batch(recommender, grid, name=f"{BATCHING_MODEL}_dynamic", batching=dynamic)
+    models.append(CheckModel(served, BATCHING_MODEL, "fp32"))
     for count in grid.instances:
         if count > 1:
-            served = dataclasses.replace(
-                image, name=f"{INSTANCE_MODEL}_x{count}", max_batch_size=grid.max_batch, batching=NO_BATCHER
-            )
+            served = _at_grid_batch(spec.model(INSTANCE_MODEL), grid, name=f"{INSTANCE_MODEL}_x{count}")
             models.append(CheckModel(served, INSTANCE_MODEL, "fp32", count))
     models.append(CheckModel(payload_spec(spec, grid.shm_mib), "trivial", "fp32"))
     return models
@@ -183,9 +179,7 @@ def build_check_model(model: CheckModel, repository: Path, device: str) -> Built
 def check_spec(spec: Spec, grid: Grid) -> Spec:
     """``spec`` with the pipelines the check serves, their model at the grid's largest batch and
     their stages batching with no queue delay (comparable with the monolith, which has no batcher)."""
-    image = dataclasses.replace(
-        spec.model(INSTANCE_MODEL), max_batch_size=grid.max_batch, batching=NO_BATCHER
-    )
+    image = _at_grid_batch(spec.model(INSTANCE_MODEL), grid)
     pipelines = tuple(
         dataclasses.replace(p, batching=Batching(mode="dynamic", max_queue_delay_us=0))
         for p in spec.pipelines

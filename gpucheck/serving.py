@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 
 import numpy as np
@@ -84,11 +84,16 @@ class Session:
         """Milliseconds of ``count`` requests of ``arrays``, one in flight (after ``warmup``), as the
         client sees them: gRPC there and back, the server's queue and compute."""
         inputs = make_inputs(grpcclient, arrays)
-        for _ in range(warmup):
-            self.grpc.infer(model, inputs)
-        times = []
-        for _ in range(count):
-            began = time.perf_counter()
-            self.grpc.infer(model, inputs)
-            times.append((time.perf_counter() - began) * 1e3)
-        return times
+        return timed_calls(lambda: self.grpc.infer(model, inputs), count, warmup)
+
+
+def timed_calls(call: Callable[[], object], count: int, warmup: int) -> list[float]:
+    """Milliseconds of each of ``count`` calls of ``call``, one after another, after ``warmup`` untimed."""
+    for _ in range(warmup):
+        call()
+    times = []
+    for _ in range(count):
+        began = time.perf_counter()
+        call()
+        times.append((time.perf_counter() - began) * 1e3)
+    return times

@@ -14,7 +14,6 @@ from __future__ import annotations
 import dataclasses
 import logging
 import statistics
-import time
 from dataclasses import dataclass
 from typing import Any
 
@@ -37,7 +36,7 @@ from gpucheck.repository import (
     boundary_row_bytes,
     variant_name,
 )
-from gpucheck.serving import Session
+from gpucheck.serving import Session, timed_calls
 from perf.measure.engine import MeasureSettings
 from perf.measure.loads import closed_loop
 from perf.measure.measurement import measure
@@ -76,6 +75,11 @@ def _fit(points: dict[int, float]) -> dict[str, float]:
     return {"T_ms": fit.t_ms, "dt_ms": fit.dt_ms, "r2": fit.r2}
 
 
+def _named_inputs(spec: Any, rows: int, seed: int) -> dict[str, np.ndarray]:
+    """``draw_inputs``'s arrays by input name, as a request sends them."""
+    return dict(zip([t.name for t in spec.inputs], draw_inputs(spec, rows, seed), strict=True))
+
+
 def latency_group(grid: Grid) -> list[str]:
     return [variant_name(base, precision) for base, precision in grid.latency_models]
 
@@ -91,7 +95,7 @@ def latency(context: Context) -> dict[str, Any]:
         raw = context.raw.get((built.model.base, built.model.precision))
         points = {}
         for batch in grid.batches:
-            arrays = dict(zip([t.name for t in spec.inputs], draw_inputs(spec, batch, SEED), strict=True))
+            arrays = _named_inputs(spec, batch, SEED)
             before = session.stats(name)
             times = session.timed(name, arrays, grid.requests_per_batch)
             compute = (session.stats(name) - before).compute_ms_at(batch)
@@ -121,12 +125,12 @@ def parity(context: Context) -> dict[str, Any]:
         built = context.repository.models[name]
         spec = built.model.spec
         reference = build_torch_model(spec).eval()
-        arrays = draw_inputs(spec, min(PARITY_ROWS, spec.max_batch_size), SEED + 1)
-        served = context.session.infer(name, dict(zip([t.name for t in spec.inputs], arrays, strict=True)),
-                                       [spec.outputs[0].name])[spec.outputs[0].name]  # fmt: skip
+        named = _named_inputs(spec, min(PARITY_ROWS, spec.max_batch_size), SEED + 1)
+        output = spec.outputs[0].name
+        served = context.session.infer(name, named, [output])[output]
         with torch.inference_mode():
             expected = reference(*(torch.from_numpy(a).float() if a.dtype.kind == "f" else torch.from_numpy(a)
-                                   for a in arrays)).numpy()  # fmt: skip
+                                   for a in named.values())).numpy()  # fmt: skip
         check = check_outputs(
             expected, served.astype(np.float32), spec.outputs[0].tolerance, built.model.precision
         )
@@ -142,7 +146,7 @@ def parity(context: Context) -> dict[str, Any]:
 
 
 def _stub_memory(context: Context, model: str) -> list[float] | None:
-    listed = machine.process_memory_mib()
+    listed = machine.process_memory_mib() if context.on_gpu else None
     if listed is None:
         return None
     return [listed[pid] for pid in context.session.stub_pids(model) if pid in listed]
@@ -167,10 +171,9 @@ def memory(context: Context) -> dict[str, Any]:
         built = context.repository.models[name]
         raw = context.raw.get((built.model.base, built.model.precision))
         predicted = _predicted_mib(built.model.spec, built.model.precision)
-        stubs = _stub_memory(context, name) if context.on_gpu else None
         models[name] = {
             "precision": built.model.precision,
-            "stub_mib": stubs,
+            "stub_mib": _stub_memory(context, name),
             "raw_weights_mib": raw.weights_mib if raw else None,
             "raw_peak_mib": raw.peak_mib if raw else None,
             "predicted_instance_mib": predicted,
@@ -225,9 +228,7 @@ def instances(context: Context) -> dict[str, Any]:
     for count, name in zip(context.grid.instances, instance_names(context.grid), strict=True):
         spec = context.repository.models[name].model.spec
         point = _point(context, spec, context.grid.instance_concurrency, name)
-        rows.append(
-            {"instances": count, **point, "stub_mib": _stub_memory(context, name) if context.on_gpu else None}
-        )
+        rows.append({"instances": count, **point, "stub_mib": _stub_memory(context, name)})
     base = rows[0]["throughput"] or None
     for row in rows:
         row["throughput_ratio"] = row["throughput"] / base if base else None
@@ -245,7 +246,7 @@ def pipeline(context: Context) -> dict[str, Any]:
         sent, fp32 = boundary_row_bytes(built) if built else (0, 0)
         latencies = {}
         for batch in context.grid.pipeline_batches:
-            arrays = dict(zip([t.name for t in spec.inputs], draw_inputs(spec, batch, SEED), strict=True))
+            arrays = _named_inputs(spec, batch, SEED)
             times = context.session.timed(name, arrays, context.grid.requests_per_batch)
             latencies[batch] = {"client_ms": statistics.median(times), "boundary_bytes": sent * batch}
         point = _point(context, spec, context.grid.pipeline_concurrency, name)
@@ -273,14 +274,7 @@ def _transport_times(
     output = grpcclient.InferRequestedOutput("y")
 
     def run() -> list[float]:
-        for _ in range(3):
-            client.infer(model, [tensor], outputs=[output])
-        times = []
-        for _ in range(count):
-            began = time.perf_counter()
-            client.infer(model, [tensor], outputs=[output])
-            times.append((time.perf_counter() - began) * 1e3)
-        return times
+        return timed_calls(lambda: client.infer(model, [tensor], outputs=[output]), count, warmup=3)
 
     if transport == "grpc":
         tensor.set_data_from_numpy(array)

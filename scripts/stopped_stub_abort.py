@@ -104,7 +104,6 @@ def main() -> int:
     if repository is None:
         repository = build_small_repository(yaml.safe_load((ROOT / "models.yaml").read_text()), work / "repo")
         print(f"repository built in {repository}", flush=True)
-    aborts, survived = 0, 0
     by_lock: dict[bool, list[int]] = {True: [0, 0], False: [0, 0]}  # owned a mutex -> [aborts, stops]
     server = TritonServer(explicit_options(repository, work / "server")).start()
     try:
@@ -121,10 +120,8 @@ def main() -> int:
             by_lock[holding][1] += 1
             owned = "owning a mutex" if holding else "owning no mutex"
             if alive:
-                survived += 1
                 print(f"{iteration}: stopped {owned}: survived, healed in {took:.1f} s", flush=True)
                 continue
-            aborts += 1
             by_lock[holding][0] += 1
             print(
                 f"{iteration}: stopped {owned}: tritonserver died ({server.process.returncode}), {took:.1f} s"
@@ -135,7 +132,8 @@ def main() -> int:
     finally:
         server.stop()
     mode = "idle" if args.idle else "under load"
-    print(f"stopped stub {mode}: {aborts} aborts in {aborts + survived} stops", flush=True)
+    aborts, stops = (sum(column) for column in zip(*by_lock.values(), strict=True))
+    print(f"stopped stub {mode}: {aborts} aborts in {stops} stops", flush=True)
     for holding, (died, stops) in by_lock.items():
         print(f"  stopped {'owning a mutex' if holding else 'owning none'}: {died} aborts in {stops}")
     return 0

@@ -42,7 +42,7 @@ from tritonclient.grpc import service_pb2_grpc
 from tritonclient.utils import InferenceServerException
 
 from client.infer import make_inputs
-from soak.faults import Soak, _live_stubs, overflowing_request, random_stub_region
+from soak.faults import Soak, overflowing_request, refused
 from soak.http_fuzz import Case, send
 from soak.report import Outage
 
@@ -55,7 +55,6 @@ GARBAGE_FIRST_MESSAGES = (b"\xff\xff\xff\xff", b"\x0a\xff")
 NOT_A_REQUEST = "ModelStreamInfer: not a valid ModelInferRequest message"
 HALF_OPEN = 4  # connections per fault; half send the HTTP/2 preface and stop
 HALF_OPEN_CLOSED_WITHIN_S = 30.0  # the front's handshake timeout is 10 s; grpc's own default, 60 s
-REFUSED = {"http": "403", "grpc": "StatusCode.PERMISSION_DENIED"}
 # what the load may get while tritonserver is down and restarting: the fronts' 503/502 JSON and gRPC
 # UNAVAILABLE (fault matrix, "fronts across restarts"), and a model not loaded yet after the restart
 RESTART_GAP = (
@@ -83,7 +82,7 @@ def unanswered_shapes(soak: Soak) -> None:
     inputs = _encoder_inputs(soak)
     if inputs is None:
         return
-    before = _live_stubs(soak, ENCODER)
+    before = soak.stub_pids(ENCODER)
     body = json.dumps(
         {"inputs": [{"name": n, "shape": [HUGE, 0], "datatype": "INT64", "data": []} for n in inputs]}
     ).encode()
@@ -92,22 +91,16 @@ def unanswered_shapes(soak: Soak) -> None:
     answer = send(host, int(port), case, ANSWER_WITHIN_S)
     http_right = answer.status == 400 and NEVER_ANSWERED in answer.body.decode("utf-8", "replace")
     request = overflowing_request(ENCODER, inputs, (HUGE, 0))
+    unary_right = soak.invalid_argument(request, NEVER_ANSWERED)
     with grpc.insecure_channel(soak.server.grpc_url) as channel:
         service = service_pb2_grpc.GRPCInferenceServiceStub(channel)
-        try:
-            service.ModelInfer(request, timeout=ANSWER_WITHIN_S)
-            unary_right = False
-        except grpc.RpcError as error:
-            unary_right = (
-                error.code() == grpc.StatusCode.INVALID_ARGUMENT and NEVER_ANSWERED in error.details()
-            )
         try:
             answers = list(service.ModelStreamInfer(iter([request]), timeout=ANSWER_WITHIN_S))
             stream_right = len(answers) == 1 and NEVER_ANSWERED in answers[0].error_message
         except grpc.RpcError as error:
             log.error("[2^62, 0] on a stream: %s", error)
             stream_right = False
-    alive = before <= _live_stubs(soak, ENCODER)
+    alive = before <= soak.stub_pids(ENCODER)
     for what, right in (
         ("HTTP 400", http_right),
         ("gRPC INVALID_ARGUMENT", unary_right),
@@ -163,41 +156,29 @@ def _watch_closed(connections: list[socket.socket], record: Callable[[bool], Non
         record(closed)
 
 
-def _refused(call: Callable[[], object], protocol: str, says: str) -> bool:
-    try:
-        call()
-        return False
-    except InferenceServerException as error:
-        return error.status() == REFUSED[protocol] and says in (error.message() or "")
-
-
 def shared_memory_identity(soak: Soak) -> None:
     """A hard link to a stub's region registered (row 43): refused; and a stub's region renamed over a
     client's registered region and used as an input (row 44): answered from the file the client
     registered; over both protocols, the region given back, no stub lost."""
-    name = random_stub_region(soak)
+    name = soak.stub_region()
     if name is None:
         return
     region = Path("/dev/shm") / name
-    before = _live_stubs(soak)
-    clients = {
-        "http": soak.client,
-        "grpc": grpcclient.InferenceServerClient(soak.server.grpc_url),
-    }
-    for protocol, client in clients.items():
+    before = soak.stub_pids()
+    for protocol, client in soak.clients().items():
         name = f"soak_link_{protocol}_{os.getpid()}"
         link = Path("/dev/shm") / name
         os.link(region, link)
         try:
             register = functools.partial(client.register_system_shared_memory, name, f"/{name}", 4096)
-            linked = _refused(register, protocol, "has 2 links")
+            linked = refused(register, protocol, "has 2 links")
         finally:
             link.unlink()
         soak.report.check("hard links to a stub's region (refused)").record(linked)
         soak.report.check("stub regions renamed over a client's (its own file read)").record(
             _renamed_over(client, protocol, region)
         )
-    alive = before <= _live_stubs(soak)
+    alive = before <= soak.stub_pids()
     soak.report.check("shared-memory identity attacks (no stub lost)").record(alive)
 
 
@@ -236,12 +217,11 @@ def truncate_race(soak: Soak) -> None:
     ``RACE_S`` per protocol while its requests read ``trivial``'s input from the region and have the
     output copied into its last bytes (fault matrix row 45): each request answered, or refused with
     the front's "cut short after registration"; tritonserver's pid and stubs unchanged."""
-    pid, before = soak.server.pid, _live_stubs(soak)
-    clients = {"http": soak.client, "grpc": grpcclient.InferenceServerClient(soak.server.grpc_url)}
+    pid, before = soak.server.pid, soak.stub_pids()
     answers_right = True
-    for protocol, client in clients.items():
+    for protocol, client in soak.clients().items():
         answers_right &= not race_truncation(client, protocol, f"soak_cut_{protocol}_{os.getpid()}").wrong
-    unchanged = soak.server.pid == pid and before <= _live_stubs(soak)
+    unchanged = soak.server.pid == pid and before <= soak.stub_pids()
     soak.report.check("regions truncated while in use (answered or refused, server kept)").record(
         answers_right and unchanged
     )

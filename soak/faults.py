@@ -10,6 +10,7 @@ model's failures inside the outage, and only those). Adding a fault is one funct
 from __future__ import annotations
 
 import contextlib
+import functools
 import logging
 import os
 import random
@@ -18,6 +19,7 @@ import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from typing import Any
 
 import grpc
 import numpy as np
@@ -43,6 +45,7 @@ DEAD_STUB = "is not healthy"
 UPDATE_RETRY_S = 60.0  # an update refused by a stage another fault has down is retried this long
 RESUME_AFTER_S = (2.0, 6.0)  # a stopped stub is resumed this long after (or never, half the time)
 VARIABLE_INT64_MODELS = ("text_embedding_encoder",)  # where an overflowing INT64 shape fits the config
+REFUSED = {"http": "403", "grpc": "StatusCode.PERMISSION_DENIED"}
 
 
 @dataclass
@@ -59,15 +62,44 @@ class Soak:
     fuzz_models: list[str] = field(default_factory=list)  # the served models the fuzzer builds requests for
     supervisor: Supervisor | None = None  # restarts the server the kill-server fault kills
 
+    def stubs(self) -> list[Stub]:
+        return [s for s in server_stubs(self.server.pid or 0) if s.alive]
+
+    def stub_pids(self, model: str | None = None) -> set[int]:
+        return {s.pid for s in self.stubs() if model is None or s.model == model}
+
+    def stub_region(self) -> str | None:
+        """The shared-memory region (its name in /dev/shm) of a random live stub, if any."""
+        regions = [s.shm_region for s in self.stubs() if s.shm_region]
+        return self.rng.choice(regions) if regions else None
+
+    def clients(self) -> dict[str, Any]:
+        """A client per protocol: the soak's own over HTTP, a new one over gRPC."""
+        return {"http": self.client, "grpc": grpcclient.InferenceServerClient(self.server.grpc_url)}
+
+    def invalid_argument(self, request: service_pb2.ModelInferRequest, says: str) -> bool:
+        """Whether the gRPC front refuses ``request`` with INVALID_ARGUMENT, its details saying ``says``."""
+        with grpc.insecure_channel(self.server.grpc_url) as channel:
+            try:
+                service_pb2_grpc.GRPCInferenceServiceStub(channel).ModelInfer(request, timeout=60)
+                return False
+            except grpc.RpcError as error:
+                return error.code() == grpc.StatusCode.INVALID_ARGUMENT and says in error.details()
+
 
 def _serving_stub(soak: Soak) -> Stub | None:
     """A random live stub of a model under load (never a config auto-complete stub)."""
-    stubs = [
-        s
-        for s in server_stubs(soak.server.pid or 0)
-        if s.alive and s.model in soak.stub_models and s.instance != s.model
-    ]
+    stubs = [s for s in soak.stubs() if s.model in soak.stub_models and s.instance != s.model]
     return soak.rng.choice(stubs) if stubs else None
+
+
+def refused(call: Callable[[], object], protocol: str, says: str = "") -> bool:
+    """Whether ``call`` is refused as forbidden (HTTP 403, gRPC PERMISSION_DENIED), saying ``says``."""
+    try:
+        call()
+        return False
+    except InferenceServerException as error:
+        return error.status() == REFUSED[protocol] and says in (error.message() or "")
 
 
 def kill_stub(soak: Soak) -> None:
@@ -150,11 +182,6 @@ def overflowing_request(
     return request
 
 
-def _live_stubs(soak: Soak, model: str | None = None) -> set[int]:
-    stubs = server_stubs(soak.server.pid or 0)
-    return {s.pid for s in stubs if s.alive and (model is None or s.model == model)}
-
-
 def overflowing_grpc_shape(soak: Soak) -> None:
     """The overflowing shape over gRPC to a model with a variable INT64 axis (the text encoder): it must
     get INVALID_ARGUMENT from the gRPC front and no stub of that model may die."""
@@ -163,41 +190,24 @@ def overflowing_grpc_shape(soak: Soak) -> None:
     if target is None:
         return
     inputs = tuple(i.name for i in client.get_model_metadata(target).inputs)
-    before = _live_stubs(soak, target)
-    with grpc.insecure_channel(soak.server.grpc_url) as channel:
-        try:
-            service_pb2_grpc.GRPCInferenceServiceStub(channel).ModelInfer(
-                overflowing_request(target, inputs), timeout=60
-            )
-            refused = False
-        except grpc.RpcError as error:
-            refused = error.code() == grpc.StatusCode.INVALID_ARGUMENT and "declares shape" in error.details()
-    alive = before <= _live_stubs(soak, target)
-    soak.report.check("overflowing gRPC shapes (INVALID_ARGUMENT, no stub lost)").record(refused and alive)
-
-
-def random_stub_region(soak: Soak) -> str | None:
-    """The shared-memory region (its name in /dev/shm) of a random live stub, if any."""
-    stubs = [s for s in server_stubs(soak.server.pid or 0) if s.alive and s.shm_region]
-    return soak.rng.choice(stubs).shm_region if stubs else None
+    before = soak.stub_pids(target)
+    right = soak.invalid_argument(overflowing_request(target, inputs), "declares shape")
+    alive = before <= soak.stub_pids(target)
+    soak.report.check("overflowing gRPC shapes (INVALID_ARGUMENT, no stub lost)").record(right and alive)
 
 
 def shared_memory_probe(soak: Soak) -> None:
     """A client registers a stub's own IPC region, over HTTP and gRPC: refused both times, and nothing
     ends up registered (without the fronts it read other clients' tensors through it)."""
-    region = random_stub_region(soak)
+    region = soak.stub_region()
     if region is None:
         return
-    grpc_client = grpcclient.InferenceServerClient(soak.server.grpc_url)
-    refused = []
-    for client, status in ((soak.client, "403"), (grpc_client, "StatusCode.PERMISSION_DENIED")):
-        try:
-            client.register_system_shared_memory(region, f"/{region}", 4096)
-            refused.append(False)
-        except InferenceServerException as error:
-            refused.append(error.status() == status)
+    refusals = [  # a list, not a generator: both protocols are probed even when the first is not refused
+        refused(functools.partial(client.register_system_shared_memory, region, f"/{region}", 4096), protocol)
+        for protocol, client in soak.clients().items()
+    ]
     registered = soak.client.get_system_shared_memory_status()
-    soak.report.check("shared-memory probes (refused)").record(all(refused) and not registered)
+    soak.report.check("shared-memory probes (refused)").record(all(refusals) and not registered)
 
 
 def fuzz_burst(soak: Soak) -> None:

@@ -119,26 +119,22 @@ class Regions:
         self, protocol: str, name: str, file_name: str, offset: int, size: int, other: OtherUser | None = None
     ) -> Answer:
         """Register ``/dev/shm/file_name`` as ``name`` on one front, as A (or as B: ``other``)."""
+        who, what = (self.client, "register") if other is None else (other, "register (other uid)")
         if protocol == "http":
             body = json.dumps({"key": f"/{file_name}", "offset": offset, "byte_size": size}).encode()
             path = f"/v2/systemsharedmemory/region/{name}/register"
-            headers = {"Content-Type": "application/json"}
-            if other is not None:
-                return http_answer("register (other uid)", other.http("POST", path, body, headers, 30))
-            return self.client.http("register", "POST", path, body, headers, 30)
+            return http_answer(what, who.http("POST", path, body, {"Content-Type": "application/json"}, 30))
         request = service_pb2.SystemSharedMemoryRegisterRequest(
             name=name, key=f"/{file_name}", offset=offset, byte_size=size
         ).SerializeToString()
-        if other is not None:
-            return grpc_answer("register (other uid)", *other.grpc("SystemSharedMemoryRegister", request, 30))
-        return self.client.grpc("register", "SystemSharedMemoryRegister", request, 30)
+        return grpc_answer(what, *who.grpc("SystemSharedMemoryRegister", request, 30))
 
     def unregister(self, protocol: str, name: str) -> Answer:
         if protocol == "http":
             path = f"/v2/systemsharedmemory/region/{name}/unregister"
-            return self.client.http("unregister", "POST", path, b"", {}, 30)
+            return http_answer("unregister", self.client.http("POST", path, b"", {}, 30))
         request = service_pb2.SystemSharedMemoryUnregisterRequest(name=name).SerializeToString()
-        return self.client.grpc("unregister", "SystemSharedMemoryUnregister", request, 30)
+        return grpc_answer("unregister", *self.client.grpc("SystemSharedMemoryUnregister", request, 30))
 
     def register_fresh(self, protocol: str, registration: Registration, number: int) -> Answer:
         """The case's own registration under the name of kind ``fresh``."""

@@ -28,7 +28,7 @@ import numpy as np
 from tritonclient.grpc import service_pb2
 
 from server.fronts.grpc_request import TYPED_FIELDS
-from soak.other_uid import GRPC_OPTIONS, SERVICE, HttpReply, exchange
+from soak.other_uid import GRPC_OPTIONS, SERVICE, HttpReply, exchange, grpc_call
 from soak.request_space import Case, InputSpace, ModelSpace, TensorCase, data_fits
 
 # How much later than its model's deadline an answer may come before it counts as a hang: the front
@@ -165,6 +165,12 @@ def carried(tensor: TensorCase, rule: InputSpace | None, seed: int) -> Carried:
     return Carried(raw, values, array)
 
 
+def carried_inputs(tensors: Sequence[TensorCase], space: ModelSpace | None, seed: int) -> list[Carried]:
+    """Every input's data, each from its own seed after ``seed``, within its rule where ``space`` has one."""
+    rules = {rule.name: rule for rule in space.inputs} if space is not None else {}
+    return [carried(tensor, rules.get(tensor.name), seed + i) for i, tensor in enumerate(tensors)]
+
+
 def control_case(space: ModelSpace) -> tuple[TensorCase, ...]:
     """The model's smallest valid request (its required inputs, or its first where all are optional;
     batch 1, each variable dim at its low bound, integers near their low bound, raw contents): sent
@@ -231,9 +237,8 @@ def _region_parameters(placed: Placed) -> dict:
 
 
 def _set_region(parameters, placed: Placed) -> None:
-    parameters["shared_memory_region"].string_param = placed.region
-    parameters["shared_memory_offset"].int64_param = placed.offset
-    parameters["shared_memory_byte_size"].int64_param = placed.size
+    for key, value in _region_parameters(placed).items():
+        setattr(parameters[key], "string_param" if isinstance(value, str) else "int64_param", value)
 
 
 def grpc_request(
@@ -266,7 +271,8 @@ def grpc_request(
 
 
 class Client:
-    """One client's sockets to both fronts (the fuzz's own: uid of this process)."""
+    """One client's sockets to both fronts (the fuzz's own: uid of this process); ``http`` and ``grpc``
+    answer as ``OtherUser``'s do, so the regions treat both users alike."""
 
     def __init__(self, http_url: str, grpc_url: str) -> None:
         host, port = http_url.rsplit(":", 1)
@@ -274,18 +280,12 @@ class Client:
         self.channel = grpc.insecure_channel(grpc_url, options=GRPC_OPTIONS)
 
     def http(
-        self, what: str, method: str, path: str, body: bytes, headers: dict[str, str], timeout_s: float
-    ) -> Answer:
-        return http_answer(what, exchange(self.address, method, path, body, headers, timeout_s))
+        self, method: str, path: str, body: bytes, headers: dict[str, str], timeout_s: float
+    ) -> HttpReply:
+        return exchange(self.address, method, path, body, headers, timeout_s)
 
-    def grpc(self, what: str, method: str, request: bytes, timeout_s: float) -> Answer:
-        start = time.monotonic()
-        try:
-            response = self.channel.unary_unary(SERVICE + method)(request, timeout=timeout_s)
-            return grpc_answer(what, "OK", "", response, time.monotonic() - start)
-        except grpc.RpcError as error:
-            code, details = error.code().name, error.details() or ""
-            return grpc_answer(what, code, details, b"", time.monotonic() - start)
+    def grpc(self, method: str, request: bytes, timeout_s: float) -> tuple[str, str, bytes, float]:
+        return grpc_call(self.channel, method, request, timeout_s)
 
     def stream(
         self, messages: Sequence[service_pb2.ModelInferRequest], timeout_s: float

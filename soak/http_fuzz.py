@@ -193,8 +193,7 @@ def seed_cases(url: str, models: list[str]) -> list[Case]:
     for model in models:
         metadata = client.get_model_metadata(model)
         base = f"/v2/models/{model}"
-        cases += [Case("GET", base, []), Case("GET", f"{base}/config", []), Case("GET", f"{base}/ready", [])]
-        cases.append(Case("GET", f"{base}/stats", []))
+        cases += [Case("GET", base + tail, []) for tail in ("", "/config", "/ready", "/stats")]
         inputs, binary_inputs, payloads, generate = [], [], [], {}
         for tensor in metadata["inputs"]:
             shape = [1 if d < 0 else d for d in tensor["shape"]]

@@ -48,7 +48,7 @@ from soak.fuzz_wire import (
     Carried,
     Client,
     Placed,
-    carried,
+    carried_inputs,
     control_case,
     grpc_answer,
     grpc_request,
@@ -313,8 +313,7 @@ class InvariantFuzz:
     ) -> tuple[list[Answer], list[str]]:
         """The case's registration (if any) and request; the ranges its outputs may have written are
         allowed when it was answered ok."""
-        rules = {rule.name: rule for rule in space.inputs} if space is not None else {}
-        data = [carried(t, rules.get(t.name), case.seed + i) for i, t in enumerate(case.inputs)]
+        data = carried_inputs(case.inputs, space, case.seed)
         answers = []
         front = "http" if case.protocol == "http" else "grpc"
         covered = self.report.covered
@@ -360,11 +359,13 @@ class InvariantFuzz:
         timeout = deadline_s + SLACK_S
         if case.protocol == "http":
             path, headers, body = http_body(case, data, inputs, outputs)
-            answer = self.client.http("infer", "POST", path, body, headers, timeout)
+            answer = http_answer("infer", self.client.http("POST", path, body, headers, timeout))
             return answer, answer.verdict, []
         request = grpc_request(case, data, inputs, outputs)
         if case.protocol == "grpc":
-            answer = self.client.grpc("infer", "ModelInfer", request.SerializeToString(), timeout)
+            answer = grpc_answer(
+                "infer", *self.client.grpc("ModelInfer", request.SerializeToString(), timeout)
+            )
             return answer, answer.verdict, []
         messages = [request, *([self._control(space)] if space is not None else [])]
         answer, answered = self.client.stream(messages, timeout)
@@ -378,9 +379,8 @@ class InvariantFuzz:
 
     def _control(self, space: ModelSpace) -> service_pb2.ModelInferRequest:
         tensors = control_case(space)
-        rules = {rule.name: rule for rule in space.inputs}
         control = Case(space.name, "stream", tensors, None, 0)
-        data = [carried(t, rules[t.name], i) for i, t in enumerate(tensors)]
+        data = carried_inputs(tensors, space, 0)
         return grpc_request(control, data, [None] * len(tensors), [], request_id="control")
 
     def _other_uid(self, case: Case, space: ModelSpace | None) -> list[Answer]:
@@ -399,8 +399,7 @@ class InvariantFuzz:
         tensors = control_case(space)
         if not tensors:
             return []
-        rules = {rule.name: rule for rule in space.inputs}
-        data = [carried(t, rules[t.name], case.seed + 99 + i) for i, t in enumerate(tensors)]
+        data = carried_inputs(tensors, space, case.seed + 99)
         theirs, name = self.regions.files["b_theirs"], self.regions.name("theirs")
         theirs.write(0, data[0].raw)  # as root: the fuzz writes B's input for it
         used = len(data[0].raw)

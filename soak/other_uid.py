@@ -104,35 +104,39 @@ def _parsed(answer: bytes, start: float, whole: bool = False) -> HttpReply | Non
     return HttpReply(status, body, time.monotonic() - start) if whole else None
 
 
+def grpc_call(
+    channel: grpc.Channel, method: str, request: bytes, timeout_s: float
+) -> tuple[str, str, bytes, float]:
+    """(status code name, details, response bytes, seconds) of a unary call: what both users' clients
+    answer with."""
+    start = time.monotonic()
+    try:
+        response = channel.unary_unary(SERVICE + method)(request, timeout=timeout_s)
+        return "OK", "", response, time.monotonic() - start
+    except grpc.RpcError as error:
+        return error.code().name, error.details() or "", b"", time.monotonic() - start
+
+
 def _serve(http_address: tuple[str, int], channel: grpc.Channel) -> None:
     """The relay's loop (as ``NOBODY``): one command a line on stdin, one answer a line on stdout."""
     for line in sys.stdin:
         command = json.loads(line)
-        operation = command["op"]
+        operation, data = command["op"], base64.b64decode(command["data"])
         if operation == "exit":
             print(json.dumps({"bye": True}), flush=True)
             break
+        answer: dict = {"body": b""}
         if operation == "create":
             descriptor = os.open(f"/dev/shm/{command['name']}", os.O_RDWR | os.O_CREAT | os.O_EXCL, 0o600)
-            os.write(descriptor, base64.b64decode(command["data"]))
+            os.write(descriptor, data)
             os.close(descriptor)
-            answer: dict = {"created": True}
         elif operation == "http":
-            reply = exchange(
-                http_address, command["method"], command["path"], base64.b64decode(command["body"]),
-                command["headers"], command["timeout_s"],
-            )  # fmt: skip
-            answer = {**dataclasses.asdict(reply), "body": base64.b64encode(reply.body).decode()}
+            arguments = (command["method"], command["path"], data, command["headers"], command["timeout_s"])
+            answer = dataclasses.asdict(exchange(http_address, *arguments))
         else:  # grpc: bytes in, bytes out
-            call = channel.unary_unary(SERVICE + command["method"])
-            start = time.monotonic()
-            try:
-                response = call(base64.b64decode(command["request"]), timeout=command["timeout_s"])
-                answer = {"code": "OK", "details": "", "body": base64.b64encode(response).decode()}
-            except grpc.RpcError as error:
-                answer = {"code": error.code().name, "details": error.details() or "", "body": ""}
-            answer["elapsed_s"] = time.monotonic() - start
-        print(json.dumps(answer), flush=True)
+            code, details, body, seconds = grpc_call(channel, command["method"], data, command["timeout_s"])
+            answer = {"code": code, "details": details, "body": body, "elapsed_s": seconds}
+        print(json.dumps({**answer, "body": base64.b64encode(answer["body"]).decode()}), flush=True)
     channel.close()
 
 
@@ -155,30 +159,29 @@ class OtherUser:
     def available() -> bool:
         return os.getuid() == 0
 
-    def _ask(self, command: dict) -> dict:
+    def _ask(self, command: dict, data: bytes = b"") -> dict:
+        """``command`` with ``data`` to the relay, and its answer (bytes travel base64, both ways)."""
         assert self.process.stdin is not None and self.process.stdout is not None
-        self.process.stdin.write(json.dumps(command) + "\n")
+        self.process.stdin.write(json.dumps({**command, "data": base64.b64encode(data).decode()}) + "\n")
         self.process.stdin.flush()
         line = self.process.stdout.readline()
         if not line:
             raise RuntimeError(f"the other user's relay exited ({self.process.poll()})")
-        return json.loads(line)
+        answer = json.loads(line)
+        return {**answer, "body": base64.b64decode(answer.get("body", ""))}
 
     def create(self, name: str, data: bytes) -> None:
-        self._ask({"op": "create", "name": name, "data": base64.b64encode(data).decode()})
+        self._ask({"op": "create", "name": name}, data)
 
     def http(
         self, method: str, path: str, body: bytes, headers: dict[str, str], timeout_s: float
     ) -> HttpReply:
         command = {"op": "http", "method": method, "path": path, "headers": headers, "timeout_s": timeout_s}
-        answer = self._ask({**command, "body": base64.b64encode(body).decode()})
-        return HttpReply(**{**answer, "body": base64.b64decode(answer["body"])})
+        return HttpReply(**self._ask(command, body))
 
     def grpc(self, method: str, request: bytes, timeout_s: float) -> tuple[str, str, bytes, float]:
-        """(status code name, details, response bytes, seconds) of a unary call."""
-        command = {"op": "grpc", "method": method, "timeout_s": timeout_s}
-        answer = self._ask({**command, "request": base64.b64encode(request).decode()})
-        return answer["code"], answer["details"], base64.b64decode(answer["body"]), answer["elapsed_s"]
+        answer = self._ask({"op": "grpc", "method": method, "timeout_s": timeout_s}, request)
+        return answer["code"], answer["details"], answer["body"], answer["elapsed_s"]
 
     def close(self) -> None:
         if self.process.poll() is None:

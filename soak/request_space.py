@@ -226,13 +226,6 @@ def boundary(low: int, high: int) -> st.SearchStrategy[int]:
     return st.one_of(st.sampled_from((low - 1, low, high, high + 1)), st.integers(low, high))
 
 
-def _carrier(draw: st.DrawFn, protocol: str, elements: int) -> str:
-    carrier = draw(st.sampled_from(CARRIERS[protocol]))
-    if carrier == "json" and elements > MAX_JSON_VALUES:
-        return "binary"
-    return carrier
-
-
 def _offset(draw: st.DrawFn, region: str, size: int) -> int:
     """An offset in a region: its start, odd ones, a page in, or so that the range ends at its end."""
     region_bytes = REGION_BYTES.get(region, PAGE)
@@ -420,12 +413,12 @@ def cases(draw: st.DrawFn, spaces: Sequence[ModelSpace]) -> Case:
         dims = tuple(axes.get(axis, dim) if dim == -1 else dim for axis, dim in enumerate(rule.dims))
         shape = (batch, *dims) if batch is not None else dims
         elements = data_fits(shape, rule.datatype)
-        carrier = _carrier(draw, protocol, elements)
+        carrier = draw(st.sampled_from(CARRIERS[protocol]))
         shm = None
         if carrier == "shm":
             size = elements * element_size(rule.datatype) if rule.datatype != "BYTES" else 0
             shm = _range(draw, size, registration is not None)
-        tensors.append(TensorCase(rule.name, rule.datatype, shape, carrier, elements, shm=shm))
+        tensors.append(_with_shape(TensorCase(rule.name, rule.datatype, shape, carrier, 0, shm=shm), shape))
     case: dict[str, Any] = {
         "model": space.name,
         "outputs": draw(_outputs(space, protocol, batch, registration is not None)),
