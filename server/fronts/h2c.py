@@ -30,6 +30,7 @@ import logging
 import struct
 from collections import deque
 from dataclasses import dataclass, field
+from typing import Any
 
 import hpack
 from hpack.exceptions import HPACKError
@@ -132,8 +133,9 @@ class _Sending:
 class Endpoint(asyncio.Protocol):
     """One HTTP/2 connection: ``client_side`` to Triton, else a client's connection to the front.
 
-    Subclasses get ``on_headers``, ``on_data``, ``on_reset``, ``on_goaway``, ``on_settings`` and
-    ``on_closed``, and send with ``send_headers``, ``send_data`` and ``reset``."""
+    Subclasses get ``on_headers``, ``on_goaway``, ``on_settings`` and ``on_closed``, keep each stream's
+    call in ``calls`` (which gets its stream's DATA and RST_STREAM: ``on_data``, ``on_reset``), and
+    send with ``send_headers``, ``send_data`` and ``reset``."""
 
     client_side = False
 
@@ -150,6 +152,7 @@ class Endpoint(asyncio.Protocol):
         self.peer_streams = MAX_WINDOW  # the peer's SETTINGS_MAX_CONCURRENT_STREAMS
         self.send_window = DEFAULT_WINDOW  # the connection's
         self.sending: dict[int, _Sending] = {}
+        self.calls: dict[int, Any] = {}  # stream id -> the subclass's call on it
         self.received = 0  # connection-level bytes not yet given back
         self.stream_received: dict[int, int] = {}
         self.max_frame_in = settings.get(MAX_FRAME_SIZE, DEFAULT_FRAME)
@@ -440,10 +443,14 @@ class Endpoint(asyncio.Protocol):
         raise NotImplementedError
 
     def on_data(self, stream_id: int, data: bytes, end_stream: bool) -> None:
-        raise NotImplementedError
+        call = self.calls.get(stream_id)
+        if call is not None:
+            call.on_data(data, end_stream)
 
     def on_reset(self, stream_id: int, code: int) -> None:
-        raise NotImplementedError
+        call = self.calls.get(stream_id)
+        if call is not None:
+            call.on_reset(code)
 
     def on_goaway(self, last_stream: int, code: int, debug: bytes) -> None:
         self.close()
