@@ -54,7 +54,6 @@ import contextlib
 import functools
 import logging
 from collections.abc import Awaitable, Callable
-from dataclasses import dataclass, field
 
 from google.protobuf import json_format
 from google.protobuf.message import DecodeError, Message
@@ -109,12 +108,6 @@ LOADS = ("RepositoryModelLoad", "RepositoryModelUnload")
 METADATA_BLOCKS = 1024  # encoded metadata blocks kept (clients send the same few)
 
 
-@dataclass(frozen=True)
-class GrpcLimits:
-    max_message_bytes: int = MAX_REQUEST_BYTES  # any call; an inference is bounded by its model's too
-    shares: FrontShares = field(default_factory=FrontShares)  # inference calls (a stream: one slot)
-
-
 def _refused(refusal: RequestRefusedError) -> GrpcError:
     return GrpcError(STATUS[refusal.kind.grpc_code], str(refusal))
 
@@ -128,16 +121,18 @@ class GrpcFront:
         key: str,
         shm: GrpcSharedMemory,
         listen: str,
-        limits: GrpcLimits,
+        max_message_bytes: int,  # any call; an inference is bounded by its model's too
+        shares: FrontShares,  # inference calls (a stream: one slot)
     ) -> None:
-        self.upstream, self.shm, self.limits = upstream, shm, limits
+        self.upstream, self.shm = upstream, shm
+        self.max_message_bytes, self.shares = max_message_bytes, shares
         host, port = listen.rsplit(":", 1)
         self.local = (host.strip("[]"), int(port))
         self.state = UpstreamState(f"tritonserver's gRPC at {upstream}", log, "UNAVAILABLE")
         self.triton = Upstream(upstream)
-        self.signatures = ModelSignatures(self._model_config, self.limits.max_message_bytes)
-        self.slots = ClientSlots(self.limits.shares.slots)
-        self.overdue = Overdue(self.limits.shares.max_overdue)
+        self.signatures = ModelSignatures(self._model_config, self.max_message_bytes)
+        self.slots = ClientSlots(self.shares.slots)
+        self.overdue = Overdue(self.shares.max_overdue)
         self.methods = {method.name: method.client_streaming for method in SERVICE.methods}
         self.connections: set[FrontConnection] = set()
         self.metadata_blocks: dict[tuple, bytes] = {}
@@ -146,7 +141,7 @@ class GrpcFront:
 
     def connection(self) -> FrontConnection:
         """A new client connection (the listening socket's protocol factory)."""
-        limits = ConnectionLimits(self.limits.max_message_bytes, HANDSHAKE_TIMEOUT_S, IDLE_TIMEOUT_S)
+        limits = ConnectionLimits(self.max_message_bytes, HANDSHAKE_TIMEOUT_S, IDLE_TIMEOUT_S)
         return FrontConnection(limits, self.methods, PREFIX, self.serve, self.connections)
 
     async def serve(self, call: ServerCall) -> None:
@@ -251,7 +246,7 @@ class GrpcFront:
                 answer, initial, trailing = await exchange()
             else:
                 address, connection, _ = call.peer
-                deadline = model.deadline_s or self.limits.shares.deadline_s
+                deadline = model.deadline_s or self.shares.deadline_s
                 answer, initial, trailing = await within_deadline(
                     self.slots, address, connection, self.overdue, model.model, deadline, exchange
                 )
@@ -274,7 +269,7 @@ class GrpcFront:
         ``_relay`` for its messages."""
         address, connection, _ = call.peer
         try:
-            async with self.slots.held(address, connection, wait_s=self.limits.shares.deadline_s):
+            async with self.slots.held(address, connection, wait_s=self.shares.deadline_s):
                 try:
                     upstream = await self.triton.start(
                         (PREFIX + call.method).encode(), self._metadata(call), self._upstream_timeout(call)
@@ -294,7 +289,7 @@ class GrpcFront:
         call still had queued)."""
         regions = StreamOutputs(self.shm, functools.partial(self._client, call))
         answers: asyncio.Queue = asyncio.Queue()
-        waiting = StreamWaits(self.limits.shares.slots.per_connection)
+        waiting = StreamWaits(self.shares.slots.per_connection)
         finished = object()
 
         async def forward_requests() -> None:
@@ -306,7 +301,7 @@ class GrpcFront:
                     if uses:
                         raw = regions.to_triton(request, model) or raw  # Triton never maps it
                     # under the id Triton answers with (the front's own when outputs go to regions)
-                    waiting.add(request, model.deadline_s or self.limits.shares.deadline_s)
+                    waiting.add(request, model.deadline_s or self.shares.deadline_s)
                 except RequestRefusedError as refusal:
                     try:
                         request = service_pb2.ModelInferRequest.FromString(raw)
@@ -365,7 +360,7 @@ async def start_front(listen: str, front: GrpcFront) -> Callable[[], Awaitable[N
         "grpc front on %s -> %s (messages up to %d bytes)",
         listen,
         front.upstream,
-        front.limits.max_message_bytes,
+        front.max_message_bytes,
     )
 
     async def stop() -> None:
@@ -391,10 +386,12 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--max-message-mib", type=int, default=MAX_REQUEST_BYTES // MIB)
     add_share_arguments(parser)
     args = parser.parse_args(argv)
-    limits = GrpcLimits(args.max_message_mib * MIB, shares_from_args(args))
-    shm = GrpcSharedMemory(server_regions(args), limits.max_message_bytes, args.trusted_shared_memory)
+    limit, shares = args.max_message_mib * MIB, shares_from_args(args)
+    shm = GrpcSharedMemory(server_regions(args), limit, args.trusted_shared_memory)
     run_front(  # the front is made inside the event loop: its connections belong to that loop
-        lambda: start_front(args.listen, GrpcFront(args.upstream, admin_key(), shm, args.listen, limits)),
+        lambda: start_front(
+            args.listen, GrpcFront(args.upstream, admin_key(), shm, args.listen, limit, shares)
+        ),
         args,
     )
 
