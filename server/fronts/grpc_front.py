@@ -250,18 +250,15 @@ class GrpcFront:
                 answer, initial, trailing = await within_deadline(
                     self.slots, address, connection, self.overdue, model.model, deadline, exchange
                 )
+            self.state.up()
+            if name in LOADS and request is not None:
+                self.signatures.forget(request.model_name)
+            if outputs and client is not None:
+                answer = self.shm.to_client(client, outputs, answer)
         except RequestRefusedError as refusal:
             raise _refused(refusal) from None
         except GrpcError as error:
             raise self._upstream_error(error) from None
-        self.state.up()
-        if name in LOADS and request is not None:
-            self.signatures.forget(request.model_name)
-        if outputs and client is not None:
-            try:
-                answer = self.shm.to_client(client, outputs, answer)
-            except RequestRefusedError as refusal:
-                raise _refused(refusal) from None
         call.reply(answer, initial, trailing)
 
     async def _stream(self, call: ServerCall) -> None:

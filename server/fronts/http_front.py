@@ -250,20 +250,19 @@ class HttpFront:
 
     async def open(self) -> None:
         self.checkers.start()
+        limits = self.limits
+
+        def session(connections: int, timeout_s: float) -> ClientSession:
+            return ClientSession(
+                f"http://{self.upstream}",
+                connector=TCPConnector(limit=connections),
+                timeout=ClientTimeout(total=timeout_s),
+                auto_decompress=False,
+            )
+
         # room for the slots' requests and for the overdue ones still running beside them
-        upstream = self.limits.shares.slots.capacity * 2
-        self.session = ClientSession(
-            f"http://{self.upstream}",
-            connector=TCPConnector(limit=upstream),
-            timeout=ClientTimeout(total=self.limits.upstream_timeout_s),
-            auto_decompress=False,
-        )
-        self.quick = ClientSession(
-            f"http://{self.upstream}",
-            connector=TCPConnector(limit=self.limits.quick_connections),
-            timeout=ClientTimeout(total=self.limits.quick_timeout_s),
-            auto_decompress=False,
-        )
+        self.session = session(limits.shares.slots.capacity * 2, limits.upstream_timeout_s)
+        self.quick = session(limits.quick_connections, limits.quick_timeout_s)
 
     async def close(self) -> None:
         for session in (self.session, self.quick):
@@ -395,15 +394,12 @@ class HttpFront:
             headers[FRONT_HEADER] = self.key  # Triton's own port answers inference/shm only with it
         try:
             answer = await self._forward(request, forwarded_target(path, query), headers, body, model)
+            if match := REPOSITORY_CHANGE.fullmatch(path):
+                self.signatures.forget(match[1])
+            if outputs and client is not None:
+                return self.shm.to_client(client, outputs, answer)
         except RequestRefusedError as refusal:
             return _error(refusal.kind.http_status, str(refusal))
-        if match := REPOSITORY_CHANGE.fullmatch(path):
-            self.signatures.forget(match[1])
-        if outputs and client is not None:
-            try:
-                return self.shm.to_client(client, outputs, answer)
-            except RequestRefusedError as refusal:
-                return _error(refusal.kind.http_status, str(refusal))
         return answer
 
     async def _forward(
