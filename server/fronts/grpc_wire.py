@@ -368,11 +368,8 @@ class FrontConnection(h2c.Endpoint):
             self.reset(stream_id, h2c.REFUSED_STREAM)
             return
         path = next((value for name, value in headers if name == b":path"), b"")
-        streaming = (
-            self.methods.get(path[len(self.prefix) :].decode("latin-1"))
-            if path.startswith(self.prefix)
-            else None
-        )
+        method = path[len(self.prefix) :].decode("latin-1") if path.startswith(self.prefix) else ""
+        streaming = self.methods.get(method)
         if streaming is None:
             block = h2c.encode_headers(
                 RESPONSE_HEADERS
@@ -382,7 +379,6 @@ class FrontConnection(h2c.Endpoint):
             if not end_stream:
                 self.reset(stream_id, h2c.NO_ERROR)
             return
-        method = path[len(self.prefix) :].decode()
         call = ServerCall(self, stream_id, method, headers, streaming)
         self.calls[stream_id] = call
         self.open_stream(stream_id)
