@@ -69,7 +69,6 @@ from server.fronts.body_checks import (
     DEFAULT_WORKERS,
     INLINE_BYTES,
     BodyCheckers,
-    LargePlace,
 )
 from server.fronts.body_encoding import inflate
 from server.fronts.client_regions import Client, RegionUse
@@ -335,7 +334,9 @@ class HttpFront:
         match = INFER.fullmatch(path) if request.method == "POST" else None
         return await self.signatures.get(match[1], match[2] or "") if match else None
 
-    async def _read_body(self, request: web.BaseRequest, limit: int, what: str, place: LargePlace) -> bytes:
+    async def _read_body(
+        self, request: web.BaseRequest, limit: int, what: str, need: Callable[[int | None], None]
+    ) -> bytes:
         """The whole body, counted as it arrives: 413 (``TOO_LARGE``) past ``limit`` (a chunked body
         has no ``Content-Length`` to check first), a large-body place taken as soon as it is large."""
         chunks, size = [], 0
@@ -343,7 +344,7 @@ class HttpFront:
             size += len(chunk)
             if size > limit:
                 raise RequestRefusedError(f"request body exceeds {limit} bytes, {what}", Refusal.TOO_LARGE)
-            place.need(size)
+            need(size)
             chunks.append(chunk)
         return b"".join(chunks)
 
@@ -360,16 +361,16 @@ class HttpFront:
                 raise RequestRefusedError(
                     f"request body of {declared} bytes exceeds {limit}, {what}", Refusal.TOO_LARGE
                 )
-            with self.checkers.place() as place:
-                place.need(declared)
-                reading = self._read_body(request, limit, what, place)
+            with self.checkers.place() as need:
+                need(declared)
+                reading = self._read_body(request, limit, what, need)
                 body = await asyncio.wait_for(reading, self.limits.body_timeout_s)
                 body_read = True
                 encoding = next(
                     (headers.pop(k) for k in list(headers) if k.lower() == "content-encoding"), None
                 )
                 body = inflate(body, encoding, limit)
-                place.need(len(body))
+                need(len(body))
                 answer = self.shm.answer(request.method, path, body, lambda: self._client(request))
                 if answer is not None:  # the shared-memory API, served by the front itself
                     return answer

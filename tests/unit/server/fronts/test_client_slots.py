@@ -151,15 +151,18 @@ def test_large_bodies_are_checked_in_a_worker_a_bounded_number_at_a_time() -> No
         checkers.start()
         try:
             body = _json_body(1000)
-            with checkers.place() as place:
-                place.need(len(body))
+            with checkers.place() as need:
+                need(len(body))
                 assert await checkers.check(len(body), check_infer, body, None, model) == []
-                with pytest.raises(RequestRefusedError, match="send the tensor data as binary") as busy:
-                    checkers.place().need(len(body))
+                with (
+                    pytest.raises(RequestRefusedError, match="send the tensor data as binary") as busy,
+                    checkers.place() as another,
+                ):
+                    another(len(body))
                 assert busy.value.kind == Refusal.TOO_MANY
             bad = body.replace(b'"FP32"', b'"INT64"')
-            with checkers.place() as place, pytest.raises(RequestRefusedError, match="INT64 data must be"):
-                place.need(len(bad))
+            with checkers.place() as need, pytest.raises(RequestRefusedError, match="INT64 data must be"):
+                need(len(bad))
                 await checkers.check(len(bad), check_infer, bad, None, model)  # refused in the worker
             assert checkers.taken == 0
         finally:
