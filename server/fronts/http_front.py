@@ -291,10 +291,8 @@ class HttpFront:
         raise ConnectionError(f"tritonserver answered the config of '{model}' with {status}")
 
     def _client(self, request: web.BaseRequest) -> Client:
-        peer, local = (
-            request.transport.get_extra_info("peername"),
-            request.transport.get_extra_info("sockname"),
-        )
+        info = request.transport.get_extra_info
+        peer, local = info("peername"), info("sockname")
         uid = peer_uid(peer[:2], local[:2]) if peer and local else None
         admin = bool(self.key) and request.headers.get(ADMIN_HEADER) == self.key
         return Client(uid, admin)
@@ -419,11 +417,10 @@ class HttpFront:
             assert self.quick is not None
             return await self._exchange(self.quick, request, target, headers, body)
         assert self.session is not None
-        session = self.session
         peer = request.transport.get_extra_info("peername") if request.transport else None
         address = request.remote or ""
         connection = f"{peer[0]}:{peer[1]}" if peer else address
-        exchange = functools.partial(self._exchange, session, request, target, headers, body)
+        exchange = functools.partial(self._exchange, self.session, request, target, headers, body)
         if model is None:
             async with self.slots.held(address, connection):
                 return await exchange()
