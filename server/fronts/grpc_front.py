@@ -345,11 +345,10 @@ class GrpcFront:
 
 
 async def start_front(listen: str, front: GrpcFront) -> Callable[[], Awaitable[None]]:
-    """Listen on ``listen``; returns the coroutine function that stops the front."""
-    host, port = listen.rsplit(":", 1)
+    """Listen on ``listen`` (``front.local``, parsed); returns the coroutine function that stops the front."""
     try:
         server = await asyncio.get_running_loop().create_server(
-            front.connection, host.strip("[]") or None, int(port), reuse_address=True
+            front.connection, front.local[0] or None, front.local[1], reuse_address=True
         )
     except OSError as error:
         raise OSError(f"gRPC front cannot listen on {listen}: {error}") from error
