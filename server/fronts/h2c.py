@@ -34,6 +34,7 @@ from typing import Any
 
 import hpack
 from hpack.exceptions import HPACKError
+from hpack.hpack import encode_integer
 
 log = logging.getLogger(__name__)
 
@@ -78,31 +79,14 @@ class ProtocolError(Exception):
         self.code = code
 
 
-def _integer(value: int, prefix_bits: int, first: int) -> bytes:
-    """An HPACK integer with an N-bit prefix (RFC 7541 5.1), ``first`` holding the pattern bits."""
-    limit = (1 << prefix_bits) - 1
-    if value < limit:
-        return bytes([first | value])
-    encoded = bytearray([first | limit])
-    value -= limit
-    while value >= 0x80:
-        encoded.append(value & 0x7F | 0x80)
-        value >>= 7
-    encoded.append(value)
-    return bytes(encoded)
-
-
-def _string(value: bytes) -> bytes:
-    return _integer(len(value), 7, 0) + value
-
-
 def encode_headers(headers: list[tuple[bytes, bytes]]) -> bytes:
     """A header block of literal fields without indexing: no dynamic table, on either side."""
     block = bytearray()
     for name, value in headers:
         index = _STATIC_NAMES.get(name)
-        block += _integer(index, 4, 0) if index else b"\x00" + _string(name)
-        block += _string(value)
+        # a name by its static index (4-bit prefix), else a literal name; values are literal strings
+        block += encode_integer(index, 4) if index else b"\x00" + encode_integer(len(name), 7) + name
+        block += encode_integer(len(value), 7) + value
     return bytes(block)
 
 
