@@ -64,7 +64,7 @@ from server.fronts import h2c
 from server.fronts.allow_list import ModelSignature
 from server.fronts.client_regions import Client, RegionUse
 from server.fronts.client_slots import ClientSlots
-from server.fronts.deadlines import OVERDUE_TIMEOUT_S, Overdue, within_deadline
+from server.fronts.deadlines import OVERDUE_TIMEOUT_S, Deadlines
 from server.fronts.grpc_request import SERVICE, check_request, model_to_check, parse_request
 from server.fronts.grpc_upstream import Upstream, UpstreamCall
 from server.fronts.grpc_wire import (
@@ -132,7 +132,7 @@ class GrpcFront:
         self.triton = Upstream(upstream)
         self.signatures = ModelSignatures(self._model_config, self.max_message_bytes)
         self.slots = ClientSlots(self.shares.slots)
-        self.overdue = Overdue(self.shares.max_overdue)
+        self.deadlines = Deadlines(self.slots, self.shares.max_overdue)
         self.methods = {method.name: method.client_streaming for method in SERVICE.methods}
         self.connections: set[FrontConnection] = set()
         self.metadata_blocks: dict[tuple, bytes] = {}
@@ -247,8 +247,8 @@ class GrpcFront:
             else:
                 address, connection, _ = call.peer
                 deadline = model.deadline_s or self.shares.deadline_s
-                answer, initial, trailing = await within_deadline(
-                    self.slots, address, connection, self.overdue, model.model, deadline, exchange
+                answer, initial, trailing = await self.deadlines.within(
+                    address, connection, model.model, deadline, exchange
                 )
             self.state.up()
             if name in LOADS and request is not None:

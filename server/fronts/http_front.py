@@ -73,7 +73,7 @@ from server.fronts.body_checks import (
 from server.fronts.body_encoding import inflate
 from server.fronts.client_regions import Client, RegionUse
 from server.fronts.client_slots import ClientSlots
-from server.fronts.deadlines import Overdue, within_deadline
+from server.fronts.deadlines import Deadlines
 from server.fronts.kserve_json import check_generate, check_infer, check_json
 from server.fronts.model_shapes import ModelSignatures
 from server.fronts.peer import peer_uid
@@ -244,7 +244,7 @@ class HttpFront:
         self.quick: ClientSession | None = None
         self.signatures = ModelSignatures(self._model_config, limits.max_body_bytes)
         self.slots = ClientSlots(limits.shares.slots)
-        self.overdue = Overdue(limits.shares.max_overdue)
+        self.deadlines = Deadlines(self.slots, limits.shares.max_overdue)
         self.checkers = BodyCheckers(limits.body_workers, limits.max_large_bodies)
 
     async def open(self) -> None:
@@ -411,7 +411,7 @@ class HttpFront:
     ) -> web.Response:
         """Send the checked ``target`` upstream; GET/HEAD on their own connections, other methods on
         the shared ones within the client's share (``ClientSlots``), an inference within its model's
-        deadline (``within_deadline``). A client that hangs up cancels this (the server's
+        deadline (``Deadlines.within``). A client that hangs up cancels this (the server's
         ``handler_cancellation``), which closes its upstream connection."""
         if request.method in QUICK_METHODS:
             assert self.quick is not None
@@ -425,9 +425,7 @@ class HttpFront:
             async with self.slots.held(address, connection):
                 return await exchange()
         deadline = model.deadline_s or self.limits.shares.deadline_s
-        return await within_deadline(
-            self.slots, address, connection, self.overdue, model.model, deadline, exchange
-        )
+        return await self.deadlines.within(address, connection, model.model, deadline, exchange)
 
     async def _exchange(
         self,
