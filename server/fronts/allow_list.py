@@ -110,9 +110,6 @@ class InputRule:
     optional: bool = False
     declared_max: tuple[int, ...] | None = None  # the input_max_shapes entry, when the config has one
 
-    def largest_elements(self, max_batch_size: int) -> int:
-        return max(max_batch_size, 1) * math.prod(high for _, high in self.bounds)
-
 
 def _dims_parameter(parameters: Mapping[str, Any], key: str) -> dict[str, tuple[int, ...]]:
     """``{input: dims}`` from a JSON string parameter; one that does not parse counts as absent (the
@@ -196,7 +193,8 @@ class ModelSignature:
         elements have no bound in a config: a model with one takes up to the front's limit)."""
         if any(rule.datatype == "BYTES" for rule in self.inputs.values()):
             return self.body_limit
-        values = sum(rule.largest_elements(self.max_batch_size) for rule in self.inputs.values())
+        batch = max(self.max_batch_size, 1)
+        values = sum(batch * math.prod(high for _, high in rule.bounds) for rule in self.inputs.values())
         return min(self.body_limit, HEADER_ALLOWANCE + values * JSON_CHARS_PER_VALUE)
 
     def allowed(self, name: str) -> str:

@@ -21,7 +21,7 @@ import functools
 import logging
 import multiprocessing
 import signal
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from concurrent.futures import ProcessPoolExecutor
 from concurrent.futures.process import BrokenProcessPool
 from typing import Any, TypeVar
@@ -50,7 +50,7 @@ def _ready() -> bool:
 
 
 class BodyCheckers:
-    """``with checkers.place() as place:`` around reading and checking a body;
+    """``with checkers.place() as need:`` around reading and checking a body;
     ``await checkers.check(size, function, *args)`` runs ``function`` in a worker for a large body
     (inline for a small one)."""
 
@@ -79,10 +79,24 @@ class BodyCheckers:
     def is_large(self, size: int | None) -> bool:
         return size is not None and size > self.inline_bytes
 
-    def place(self) -> LargePlace:
-        """``with checkers.place() as place:`` around reading and checking one body; ``place.need(size)``
-        as soon as the body is known to be ``size`` bytes."""
-        return LargePlace(self)
+    @contextlib.contextmanager
+    def place(self) -> Iterator[Callable[[int | None], None]]:
+        """``with checkers.place() as need:`` around reading and checking one body; ``need(size)`` as
+        soon as the body is known to be ``size`` bytes. The first large size takes a large-body place
+        (or ``RequestRefusedError``), given back on exit."""
+        held = False
+
+        def need(size: int | None) -> None:
+            nonlocal held
+            if not held and self.is_large(size):
+                self._take()
+                held = True
+
+        try:
+            yield need
+        finally:
+            if held:
+                self.taken -= 1
 
     def _take(self) -> None:
         if self.taken >= self.max_large:
@@ -110,24 +124,3 @@ class BodyCheckers:
                 "the front's body-check worker died while checking this request; retry",
                 Refusal.UNAVAILABLE,
             ) from error
-
-
-class LargePlace:
-    """One body's claim on a large-body place: taken by the first ``need`` of a large size (or
-    ``RequestRefusedError``), given back on exit."""
-
-    def __init__(self, checkers: BodyCheckers) -> None:
-        self.checkers, self.held = checkers, False
-
-    def need(self, size: int | None) -> None:
-        if not self.held and self.checkers.is_large(size):
-            self.checkers._take()
-            self.held = True
-
-    def __enter__(self) -> LargePlace:
-        return self
-
-    def __exit__(self, *exc_info: object) -> None:
-        if self.held:
-            self.checkers.taken -= 1
-            self.held = False

@@ -140,53 +140,45 @@ def open_client_file(
     server: ServerRegions, client: Client, name: str, key: object, offset: int, byte_size: int
 ) -> int:
     """A descriptor (read-write) of the file ``key`` names, once it passes every rule of a
-    registration (module doc); ``RequestRefusedError`` saying which rule it breaks otherwise."""
+    registration (module doc); ``RequestRefusedError`` saying which rule it breaks otherwise. The
+    rules are checked on the open descriptor: what is checked is what is kept."""
     uid = client_uid(client, name)
     file_name = _file_name(name, key)
-    path = server.directory / file_name
+    path, where = server.directory / file_name, f"shared memory region '{name}': /dev/shm/{file_name}"
     try:
         descriptor = os.open(path, os.O_RDWR | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
     except OSError as error:
         if error.errno == errno.ELOOP:
-            raise _forbidden(
-                f"shared memory region '{name}': /dev/shm/{file_name} is a symbolic link"
-            ) from error
+            raise _forbidden(f"{where} is a symbolic link") from error
         kind = Refusal.FORBIDDEN if error.errno == errno.EACCES else Refusal.INVALID
         raise RequestRefusedError(
             f"Unable to open shared memory region: '{key}' ({error.strerror})", kind
         ) from error
     try:
         info = os.fstat(descriptor)
-        _check_file(server, uid, name, file_name, info, offset + byte_size)
+        if not stat.S_ISREG(info.st_mode):
+            raise _forbidden(f"{where} is not a regular file")
+        if info.st_nlink != 1:
+            raise _forbidden(
+                f"{where} has {info.st_nlink} links (a hard link names another file); register a file "
+                "with one name"
+            )
+        own = server.which(file_name, info)
+        if own is not None:
+            raise _forbidden(f"{where} is the server's own IPC region '{own}'")
+        if info.st_uid != uid:
+            raise _forbidden(
+                f"{where} belongs to uid {info.st_uid}, not to this client (uid {uid}); register regions "
+                "your own process created"
+            )
+        if offset + byte_size > info.st_size:
+            raise RequestRefusedError(
+                f"{where}: offset + byte size {offset + byte_size} exceeds the file's {info.st_size} bytes"
+            )
     except BaseException:
         os.close(descriptor)
         raise
     return descriptor
-
-
-def _check_file(
-    server: ServerRegions, uid: int, name: str, file_name: str, info: os.stat_result, end: int
-) -> None:
-    where = f"shared memory region '{name}': /dev/shm/{file_name}"
-    if not stat.S_ISREG(info.st_mode):
-        raise _forbidden(f"{where} is not a regular file")
-    if info.st_nlink != 1:
-        raise _forbidden(
-            f"{where} has {info.st_nlink} links (a hard link names another file); register a file "
-            "with one name"
-        )
-    own = server.which(file_name, info)
-    if own is not None:
-        raise _forbidden(f"{where} is the server's own IPC region '{own}'")
-    if info.st_uid != uid:
-        raise _forbidden(
-            f"{where} belongs to uid {info.st_uid}, not to this client (uid {uid}); register regions "
-            "your own process created"
-        )
-    if end > info.st_size:
-        raise RequestRefusedError(
-            f"{where}: offset + byte size {end} exceeds the file's {info.st_size} bytes"
-        )
 
 
 @dataclass(frozen=True)

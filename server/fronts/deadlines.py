@@ -33,34 +33,6 @@ DEFAULT_MAX_OVERDUE = 64
 OVERDUE_TIMEOUT_S = 600.0  # an overdue request Triton never answers is dropped after this long
 
 
-class Overdue:
-    """Requests whose client got its 504 and Triton still runs, by model."""
-
-    def __init__(self, max_overdue: int = DEFAULT_MAX_OVERDUE) -> None:
-        self.max_overdue = max_overdue
-        self.running: Counter[str] = Counter()
-
-    def check(self, model: str) -> None:
-        """``RequestRefusedError`` (``TOO_MANY``) while ``model`` has ``max_overdue`` overdue requests."""
-        if self.running[model] >= self.max_overdue:
-            raise RequestRefusedError(
-                f"model '{model}' already has {self.running[model]} requests past their deadline that "
-                "tritonserver is still running; it takes no more until it answers some (retry later)",
-                Refusal.TOO_MANY,
-            )
-
-    def add(self, model: str, task: asyncio.Future) -> None:
-        """Count ``task`` (the upstream exchange) against ``model`` until it ends."""
-        self.running[model] += 1
-
-        def done(_: asyncio.Future) -> None:
-            self.running[model] -= 1
-            if self.running[model] <= 0:
-                del self.running[model]
-
-        task.add_done_callback(done)
-
-
 def deadline_refusal(model: str, deadline_s: float) -> RequestRefusedError:
     return RequestRefusedError(
         f"model '{model}' did not answer within its deadline of {deadline_s:g} s; the front stopped "
@@ -69,41 +41,57 @@ def deadline_refusal(model: str, deadline_s: float) -> RequestRefusedError:
     )
 
 
-async def within_deadline(
-    slots: ClientSlots,
-    address: str,
-    connection: str,
-    overdue: Overdue,
-    model: str,
-    deadline_s: float,
-    call: Callable[[], Awaitable[T]],
-) -> T:
-    """``await call()`` (one upstream exchange) holding a slot of ``slots`` for the client, or
-    ``RequestRefusedError``: over the client's share (``TOO_MANY``), ``model`` overdue
-    (``TOO_MANY``), or no answer within ``deadline_s`` (``DEADLINE``; the exchange runs on,
-    counted as overdue). A client that goes away (the caller is cancelled) cancels the exchange."""
-    overdue.check(model)
-    scope = asyncio.timeout(deadline_s)
-    try:
-        async with scope, slots.held(address, connection):
-            exchange = asyncio.ensure_future(call())
-            try:
-                return await asyncio.shield(exchange)
-            except asyncio.CancelledError:
-                if scope.expired():
-                    overdue.add(model, asyncio.ensure_future(_finish(exchange)))
-                else:
-                    exchange.cancel()
-                raise
-    except TimeoutError:
-        if scope.expired():
-            raise deadline_refusal(model, deadline_s) from None
-        raise
+class Deadlines:
+    """``await deadlines.within(...)`` around each forwarded inference; ``overdue`` counts, by model,
+    the requests whose client got its 504 and Triton still runs."""
 
+    def __init__(self, slots: ClientSlots, max_overdue: int = DEFAULT_MAX_OVERDUE) -> None:
+        self.slots, self.max_overdue = slots, max_overdue
+        self.overdue: Counter[str] = Counter()
+        self._finishing: set[asyncio.Future] = set()  # the overdue exchanges' waits, kept until done
 
-async def _finish(exchange: asyncio.Future) -> None:
-    """Let an overdue exchange end: Triton's answer, or ``OVERDUE_TIMEOUT_S``; nobody reads it."""
-    try:
-        await asyncio.wait_for(exchange, OVERDUE_TIMEOUT_S)
-    except Exception as error:  # the client already has its 504: only worth a debug line
-        log.debug("an overdue request ended with %r", error)
+    async def within(
+        self, address: str, connection: str, model: str, deadline_s: float, call: Callable[[], Awaitable[T]]
+    ) -> T:
+        """``await call()`` (one upstream exchange) holding a slot of ``slots`` for the client, or
+        ``RequestRefusedError``: over the client's share (``TOO_MANY``), ``model`` with ``max_overdue``
+        overdue requests (``TOO_MANY``), or no answer within ``deadline_s`` (``DEADLINE``; the exchange
+        runs on, counted as overdue until it ends). A client that goes away (the caller is cancelled)
+        cancels the exchange."""
+        if self.overdue[model] >= self.max_overdue:
+            raise RequestRefusedError(
+                f"model '{model}' already has {self.overdue[model]} requests past their deadline that "
+                "tritonserver is still running; it takes no more until it answers some (retry later)",
+                Refusal.TOO_MANY,
+            )
+        scope = asyncio.timeout(deadline_s)
+        try:
+            async with scope, self.slots.held(address, connection):
+                exchange = asyncio.ensure_future(call())
+                try:
+                    return await asyncio.shield(exchange)
+                except asyncio.CancelledError:
+                    if scope.expired():
+                        self.overdue[model] += 1
+                        finish = asyncio.ensure_future(self._finish(model, exchange))
+                        self._finishing.add(finish)
+                        finish.add_done_callback(self._finishing.discard)
+                    else:
+                        exchange.cancel()
+                    raise
+        except TimeoutError:
+            if scope.expired():
+                raise deadline_refusal(model, deadline_s) from None
+            raise
+
+    async def _finish(self, model: str, exchange: asyncio.Future) -> None:
+        """Let an overdue exchange end (Triton's answer, or ``OVERDUE_TIMEOUT_S``; nobody reads it),
+        counted against ``model`` until then."""
+        try:
+            await asyncio.wait_for(exchange, OVERDUE_TIMEOUT_S)
+        except Exception as error:  # the client already has its 504: only worth a debug line
+            log.debug("an overdue request ended with %r", error)
+        finally:
+            self.overdue[model] -= 1
+            if self.overdue[model] <= 0:
+                del self.overdue[model]

@@ -54,7 +54,6 @@ import contextlib
 import functools
 import logging
 from collections.abc import Awaitable, Callable
-from dataclasses import dataclass, field
 
 from google.protobuf import json_format
 from google.protobuf.message import DecodeError, Message
@@ -65,7 +64,7 @@ from server.fronts import h2c
 from server.fronts.allow_list import ModelSignature
 from server.fronts.client_regions import Client, RegionUse
 from server.fronts.client_slots import ClientSlots
-from server.fronts.deadlines import OVERDUE_TIMEOUT_S, Overdue, within_deadline
+from server.fronts.deadlines import OVERDUE_TIMEOUT_S, Deadlines
 from server.fronts.grpc_request import SERVICE, check_request, model_to_check, parse_request
 from server.fronts.grpc_upstream import Upstream, UpstreamCall
 from server.fronts.grpc_wire import (
@@ -109,12 +108,6 @@ LOADS = ("RepositoryModelLoad", "RepositoryModelUnload")
 METADATA_BLOCKS = 1024  # encoded metadata blocks kept (clients send the same few)
 
 
-@dataclass(frozen=True)
-class GrpcLimits:
-    max_message_bytes: int = MAX_REQUEST_BYTES  # any call; an inference is bounded by its model's too
-    shares: FrontShares = field(default_factory=FrontShares)  # inference calls (a stream: one slot)
-
-
 def _refused(refusal: RequestRefusedError) -> GrpcError:
     return GrpcError(STATUS[refusal.kind.grpc_code], str(refusal))
 
@@ -128,16 +121,18 @@ class GrpcFront:
         key: str,
         shm: GrpcSharedMemory,
         listen: str,
-        limits: GrpcLimits,
+        max_message_bytes: int,  # any call; an inference is bounded by its model's too
+        shares: FrontShares,  # inference calls (a stream: one slot)
     ) -> None:
-        self.upstream, self.shm, self.limits = upstream, shm, limits
+        self.upstream, self.shm = upstream, shm
+        self.max_message_bytes, self.shares = max_message_bytes, shares
         host, port = listen.rsplit(":", 1)
         self.local = (host.strip("[]"), int(port))
         self.state = UpstreamState(f"tritonserver's gRPC at {upstream}", log, "UNAVAILABLE")
         self.triton = Upstream(upstream)
-        self.signatures = ModelSignatures(self._model_config, self.limits.max_message_bytes)
-        self.slots = ClientSlots(self.limits.shares.slots)
-        self.overdue = Overdue(self.limits.shares.max_overdue)
+        self.signatures = ModelSignatures(self._model_config, self.max_message_bytes)
+        self.slots = ClientSlots(self.shares.slots)
+        self.deadlines = Deadlines(self.slots, self.shares.max_overdue)
         self.methods = {method.name: method.client_streaming for method in SERVICE.methods}
         self.connections: set[FrontConnection] = set()
         self.metadata_blocks: dict[tuple, bytes] = {}
@@ -146,7 +141,7 @@ class GrpcFront:
 
     def connection(self) -> FrontConnection:
         """A new client connection (the listening socket's protocol factory)."""
-        limits = ConnectionLimits(self.limits.max_message_bytes, HANDSHAKE_TIMEOUT_S, IDLE_TIMEOUT_S)
+        limits = ConnectionLimits(self.max_message_bytes, HANDSHAKE_TIMEOUT_S, IDLE_TIMEOUT_S)
         return FrontConnection(limits, self.methods, PREFIX, self.serve, self.connections)
 
     async def serve(self, call: ServerCall) -> None:
@@ -251,22 +246,19 @@ class GrpcFront:
                 answer, initial, trailing = await exchange()
             else:
                 address, connection, _ = call.peer
-                deadline = model.deadline_s or self.limits.shares.deadline_s
-                answer, initial, trailing = await within_deadline(
-                    self.slots, address, connection, self.overdue, model.model, deadline, exchange
+                deadline = model.deadline_s or self.shares.deadline_s
+                answer, initial, trailing = await self.deadlines.within(
+                    address, connection, model.model, deadline, exchange
                 )
+            self.state.up()
+            if name in LOADS and request is not None:
+                self.signatures.forget(request.model_name)
+            if outputs and client is not None:
+                answer = self.shm.to_client(client, outputs, answer)
         except RequestRefusedError as refusal:
             raise _refused(refusal) from None
         except GrpcError as error:
             raise self._upstream_error(error) from None
-        self.state.up()
-        if name in LOADS and request is not None:
-            self.signatures.forget(request.model_name)
-        if outputs and client is not None:
-            try:
-                answer = self.shm.to_client(client, outputs, answer)
-            except RequestRefusedError as refusal:
-                raise _refused(refusal) from None
         call.reply(answer, initial, trailing)
 
     async def _stream(self, call: ServerCall) -> None:
@@ -274,7 +266,7 @@ class GrpcFront:
         ``_relay`` for its messages."""
         address, connection, _ = call.peer
         try:
-            async with self.slots.held(address, connection, wait_s=self.limits.shares.deadline_s):
+            async with self.slots.held(address, connection, wait_s=self.shares.deadline_s):
                 try:
                     upstream = await self.triton.start(
                         (PREFIX + call.method).encode(), self._metadata(call), self._upstream_timeout(call)
@@ -294,7 +286,7 @@ class GrpcFront:
         call still had queued)."""
         regions = StreamOutputs(self.shm, functools.partial(self._client, call))
         answers: asyncio.Queue = asyncio.Queue()
-        waiting = StreamWaits(self.limits.shares.slots.per_connection)
+        waiting = StreamWaits(self.shares.slots.per_connection)
         finished = object()
 
         async def forward_requests() -> None:
@@ -306,7 +298,7 @@ class GrpcFront:
                     if uses:
                         raw = regions.to_triton(request, model) or raw  # Triton never maps it
                     # under the id Triton answers with (the front's own when outputs go to regions)
-                    waiting.add(request, model.deadline_s or self.limits.shares.deadline_s)
+                    waiting.add(request, model.deadline_s or self.shares.deadline_s)
                 except RequestRefusedError as refusal:
                     try:
                         request = service_pb2.ModelInferRequest.FromString(raw)
@@ -353,11 +345,10 @@ class GrpcFront:
 
 
 async def start_front(listen: str, front: GrpcFront) -> Callable[[], Awaitable[None]]:
-    """Listen on ``listen``; returns the coroutine function that stops the front."""
-    host, port = listen.rsplit(":", 1)
+    """Listen on ``listen`` (``front.local``, parsed); returns the coroutine function that stops the front."""
     try:
         server = await asyncio.get_running_loop().create_server(
-            front.connection, host.strip("[]") or None, int(port), reuse_address=True
+            front.connection, front.local[0] or None, front.local[1], reuse_address=True
         )
     except OSError as error:
         raise OSError(f"gRPC front cannot listen on {listen}: {error}") from error
@@ -365,7 +356,7 @@ async def start_front(listen: str, front: GrpcFront) -> Callable[[], Awaitable[N
         "grpc front on %s -> %s (messages up to %d bytes)",
         listen,
         front.upstream,
-        front.limits.max_message_bytes,
+        front.max_message_bytes,
     )
 
     async def stop() -> None:
@@ -391,10 +382,12 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--max-message-mib", type=int, default=MAX_REQUEST_BYTES // MIB)
     add_share_arguments(parser)
     args = parser.parse_args(argv)
-    limits = GrpcLimits(args.max_message_mib * MIB, shares_from_args(args))
-    shm = GrpcSharedMemory(server_regions(args), limits.max_message_bytes, args.trusted_shared_memory)
+    limit, shares = args.max_message_mib * MIB, shares_from_args(args)
+    shm = GrpcSharedMemory(server_regions(args), limit, args.trusted_shared_memory)
     run_front(  # the front is made inside the event loop: its connections belong to that loop
-        lambda: start_front(args.listen, GrpcFront(args.upstream, admin_key(), shm, args.listen, limits)),
+        lambda: start_front(
+            args.listen, GrpcFront(args.upstream, admin_key(), shm, args.listen, limit, shares)
+        ),
         args,
     )
 

@@ -73,15 +73,13 @@ def _region_use(parameters: Any, where: str) -> RegionUse | None:
     region = parameter_value(parameters, "shared_memory_region")
     if region is None:
         return None
-    size, offset = (
-        parameter_value(parameters, "shared_memory_byte_size"),
-        parameter_value(parameters, "shared_memory_offset"),
-    )
-    if not isinstance(size, int) or size < 0 or not isinstance(offset or 0, int) or (offset or 0) < 0:
+    size = parameter_value(parameters, "shared_memory_byte_size")
+    offset = parameter_value(parameters, "shared_memory_offset") or 0
+    if not isinstance(size, int) or size < 0 or not isinstance(offset, int) or offset < 0:
         raise RequestRefusedError(
             f"{where}: shared memory byte size and offset must be non-negative integers"
         )
-    return RegionUse(region, offset or 0, size)
+    return RegionUse(region, offset, size)
 
 
 # The typed-contents field of each datatype (FP16 and BF16 have none: raw contents only)

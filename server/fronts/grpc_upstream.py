@@ -172,11 +172,14 @@ class UpstreamConnection(h2c.Endpoint):
             and len(self.calls) < self.peer_streams
         )
 
-    def start(self, block: bytes, end_stream: bool = False) -> UpstreamCall:
+    def start(self, block: bytes, message: bytes | None = None) -> UpstreamCall:
+        """A call with the request headers ``block``; ``message``: a unary call's one, sent with its end."""
         stream_id, self.next_stream = self.next_stream, self.next_stream + 2
         call = self.calls[stream_id] = UpstreamCall(self, stream_id)
         self.open_stream(stream_id)
-        self.send_headers(stream_id, block, end_stream)
+        self.send_headers(stream_id, block)
+        if message is not None:
+            call.write(message, end=True)
         return call
 
     def call_ended(self, call: UpstreamCall) -> None:
@@ -189,16 +192,6 @@ class UpstreamConnection(h2c.Endpoint):
         call = self.calls.get(stream_id)
         if call is not None:
             call.on_headers(headers, end_stream)
-
-    def on_data(self, stream_id: int, data: bytes, end_stream: bool) -> None:
-        call = self.calls.get(stream_id)
-        if call is not None:
-            call.on_data(data, end_stream)
-
-    def on_reset(self, stream_id: int, code: int) -> None:
-        call = self.calls.get(stream_id)
-        if call is not None:
-            call.on_reset(code)
 
     def on_goaway(self, last_stream: int, code: int, debug: bytes) -> None:
         """Triton stops taking calls on this connection: those it did not take fail, the rest finish."""
@@ -254,25 +247,23 @@ class Upstream:
         if connection in self.connections:
             self.connections.remove(connection)
 
-    def _head(self, path: bytes) -> bytes:
-        """The fixed part of a call's request headers."""
+    def _block(self, path: bytes, metadata: bytes, timeout_s: float) -> bytes:
+        """A call's request headers: their fixed part (encoded once per path), the metadata, the timeout."""
         head = self.heads.get(path)
         if head is None:
             head = self.heads[path] = h2c.encode_headers([
                 (b":method", b"POST"), (b":scheme", b"http"), (b":path", path),
                 (b":authority", self.authority), (b"content-type", b"application/grpc"), (b"te", b"trailers"),
             ])  # fmt: skip
-        return head
+        return head + metadata + h2c.encode_headers([(b"grpc-timeout", format_timeout(timeout_s))])
 
-    def _block(self, path: bytes, metadata: bytes, timeout_s: float) -> bytes:
-        return (
-            self._head(path) + metadata + h2c.encode_headers([(b"grpc-timeout", format_timeout(timeout_s))])
-        )
-
-    async def start(self, path: bytes, metadata: bytes, timeout_s: float) -> UpstreamCall:
-        """A call to ``path`` with ``metadata`` (an encoded block) and ``timeout_s``."""
+    async def start(
+        self, path: bytes, metadata: bytes, timeout_s: float, message: bytes | None = None
+    ) -> UpstreamCall:
+        """A call to ``path`` with ``metadata`` (an encoded block) and ``timeout_s`` (``message``: see
+        ``UpstreamConnection.start``)."""
         connection = await self.connection()
-        return connection.start(self._block(path, metadata, timeout_s))
+        return connection.start(self._block(path, metadata, timeout_s), message)
 
     def unary(
         self, path: bytes, metadata: bytes, timeout_s: float, message: bytes
@@ -282,15 +273,12 @@ class Upstream:
         connection = self._usable()
         if connection is None:
             return asyncio.ensure_future(self._unary_connecting(path, metadata, timeout_s, message))
-        call = connection.start(self._block(path, metadata, timeout_s))
-        call.write(message, end=True)
-        return call.unary_answer()
+        return connection.start(self._block(path, metadata, timeout_s), message).unary_answer()
 
     async def _unary_connecting(
         self, path: bytes, metadata: bytes, timeout_s: float, message: bytes
     ) -> tuple[bytes, Headers, Headers]:
-        call = await self.start(path, metadata, timeout_s)
-        call.write(message, end=True)
+        call = await self.start(path, metadata, timeout_s, message)
         return await call.unary_answer()
 
     async def close(self) -> None:

@@ -175,7 +175,7 @@ class ServerCall:
     def time_remaining(self) -> float | None:
         return None if self.deadline is None else self.deadline - self.connection.loop.time()
 
-    def feed(self, data: bytes, end_stream: bool) -> None:
+    def on_data(self, data: bytes, end_stream: bool) -> None:
         """DATA from the client (``end_stream``: its last)."""
         if self.done:
             return
@@ -266,8 +266,8 @@ class ServerCall:
             connection.reset(self.stream_id, h2c.NO_ERROR)
         connection.call_ended(self)
 
-    def cancel(self) -> None:
-        """The client reset the call or went away."""
+    def on_reset(self, code: int = h2c.CANCEL) -> None:
+        """The client reset the call (``code``) or went away."""
         self.done = True
         if self.task is not None:
             self.task.cancel()
@@ -357,7 +357,7 @@ class FrontConnection(h2c.Endpoint):
     def on_headers(self, stream_id: int, headers: Headers, end_stream: bool) -> None:
         call = self.calls.get(stream_id)
         if call is not None:  # trailers from the client: its side ends
-            call.feed(b"", True)
+            call.on_data(b"", True)
             return
         if not self.handshaken or stream_id % 2 == 0:
             raise h2c.ProtocolError(h2c.PROTOCOL_ERROR, f"a client stream of id {stream_id}")
@@ -368,11 +368,8 @@ class FrontConnection(h2c.Endpoint):
             self.reset(stream_id, h2c.REFUSED_STREAM)
             return
         path = next((value for name, value in headers if name == b":path"), b"")
-        streaming = (
-            self.methods.get(path[len(self.prefix) :].decode("latin-1"))
-            if path.startswith(self.prefix)
-            else None
-        )
+        method = path[len(self.prefix) :].decode("latin-1") if path.startswith(self.prefix) else ""
+        streaming = self.methods.get(method)
         if streaming is None:
             block = h2c.encode_headers(
                 RESPONSE_HEADERS
@@ -382,22 +379,11 @@ class FrontConnection(h2c.Endpoint):
             if not end_stream:
                 self.reset(stream_id, h2c.NO_ERROR)
             return
-        method = path[len(self.prefix) :].decode()
         call = ServerCall(self, stream_id, method, headers, streaming)
         self.calls[stream_id] = call
         self.open_stream(stream_id)
         if end_stream:
-            call.feed(b"", True)
-
-    def on_data(self, stream_id: int, data: bytes, end_stream: bool) -> None:
-        call = self.calls.get(stream_id)
-        if call is not None:
-            call.feed(data, end_stream)
-
-    def on_reset(self, stream_id: int, code: int) -> None:
-        call = self.calls.get(stream_id)
-        if call is not None:
-            call.cancel()
+            call.on_data(b"", True)
 
     def close_gracefully(self) -> None:
         """``GOAWAY``: the calls begun so far finish, the client opens new ones elsewhere."""
@@ -419,4 +405,4 @@ class FrontConnection(h2c.Endpoint):
         if self.timer is not None:
             self.timer.cancel()
         for call in list(self.calls.values()):
-            call.cancel()
+            call.on_reset()

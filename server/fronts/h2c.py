@@ -30,9 +30,11 @@ import logging
 import struct
 from collections import deque
 from dataclasses import dataclass, field
+from typing import Any
 
 import hpack
 from hpack.exceptions import HPACKError
+from hpack.hpack import encode_integer
 
 log = logging.getLogger(__name__)
 
@@ -77,31 +79,14 @@ class ProtocolError(Exception):
         self.code = code
 
 
-def _integer(value: int, prefix_bits: int, first: int) -> bytes:
-    """An HPACK integer with an N-bit prefix (RFC 7541 5.1), ``first`` holding the pattern bits."""
-    limit = (1 << prefix_bits) - 1
-    if value < limit:
-        return bytes([first | value])
-    encoded = bytearray([first | limit])
-    value -= limit
-    while value >= 0x80:
-        encoded.append(value & 0x7F | 0x80)
-        value >>= 7
-    encoded.append(value)
-    return bytes(encoded)
-
-
-def _string(value: bytes) -> bytes:
-    return _integer(len(value), 7, 0) + value
-
-
 def encode_headers(headers: list[tuple[bytes, bytes]]) -> bytes:
     """A header block of literal fields without indexing: no dynamic table, on either side."""
     block = bytearray()
     for name, value in headers:
         index = _STATIC_NAMES.get(name)
-        block += _integer(index, 4, 0) if index else b"\x00" + _string(name)
-        block += _string(value)
+        # a name by its static index (4-bit prefix), else a literal name; values are literal strings
+        block += encode_integer(index, 4) if index else b"\x00" + encode_integer(len(name), 7) + name
+        block += encode_integer(len(value), 7) + value
     return bytes(block)
 
 
@@ -132,8 +117,9 @@ class _Sending:
 class Endpoint(asyncio.Protocol):
     """One HTTP/2 connection: ``client_side`` to Triton, else a client's connection to the front.
 
-    Subclasses get ``on_headers``, ``on_data``, ``on_reset``, ``on_goaway``, ``on_settings`` and
-    ``on_closed``, and send with ``send_headers``, ``send_data`` and ``reset``."""
+    Subclasses get ``on_headers``, ``on_goaway``, ``on_settings`` and ``on_closed``, keep each stream's
+    call in ``calls`` (which gets its stream's DATA and RST_STREAM: ``on_data``, ``on_reset``), and
+    send with ``send_headers``, ``send_data`` and ``reset``."""
 
     client_side = False
 
@@ -150,6 +136,7 @@ class Endpoint(asyncio.Protocol):
         self.peer_streams = MAX_WINDOW  # the peer's SETTINGS_MAX_CONCURRENT_STREAMS
         self.send_window = DEFAULT_WINDOW  # the connection's
         self.sending: dict[int, _Sending] = {}
+        self.calls: dict[int, Any] = {}  # stream id -> the subclass's call on it
         self.received = 0  # connection-level bytes not yet given back
         self.stream_received: dict[int, int] = {}
         self.max_frame_in = settings.get(MAX_FRAME_SIZE, DEFAULT_FRAME)
@@ -440,10 +427,14 @@ class Endpoint(asyncio.Protocol):
         raise NotImplementedError
 
     def on_data(self, stream_id: int, data: bytes, end_stream: bool) -> None:
-        raise NotImplementedError
+        call = self.calls.get(stream_id)
+        if call is not None:
+            call.on_data(data, end_stream)
 
     def on_reset(self, stream_id: int, code: int) -> None:
-        raise NotImplementedError
+        call = self.calls.get(stream_id)
+        if call is not None:
+            call.on_reset(code)
 
     def on_goaway(self, last_stream: int, code: int, debug: bytes) -> None:
         self.close()

@@ -69,12 +69,11 @@ from server.fronts.body_checks import (
     DEFAULT_WORKERS,
     INLINE_BYTES,
     BodyCheckers,
-    LargePlace,
 )
 from server.fronts.body_encoding import inflate
 from server.fronts.client_regions import Client, RegionUse
 from server.fronts.client_slots import ClientSlots
-from server.fronts.deadlines import Overdue, within_deadline
+from server.fronts.deadlines import Deadlines
 from server.fronts.kserve_json import check_generate, check_infer, check_json
 from server.fronts.model_shapes import ModelSignatures
 from server.fronts.peer import peer_uid
@@ -245,25 +244,24 @@ class HttpFront:
         self.quick: ClientSession | None = None
         self.signatures = ModelSignatures(self._model_config, limits.max_body_bytes)
         self.slots = ClientSlots(limits.shares.slots)
-        self.overdue = Overdue(limits.shares.max_overdue)
+        self.deadlines = Deadlines(self.slots, limits.shares.max_overdue)
         self.checkers = BodyCheckers(limits.body_workers, limits.max_large_bodies)
 
     async def open(self) -> None:
         self.checkers.start()
+        limits = self.limits
+
+        def session(connections: int, timeout_s: float) -> ClientSession:
+            return ClientSession(
+                f"http://{self.upstream}",
+                connector=TCPConnector(limit=connections),
+                timeout=ClientTimeout(total=timeout_s),
+                auto_decompress=False,
+            )
+
         # room for the slots' requests and for the overdue ones still running beside them
-        upstream = self.limits.shares.slots.capacity * 2
-        self.session = ClientSession(
-            f"http://{self.upstream}",
-            connector=TCPConnector(limit=upstream),
-            timeout=ClientTimeout(total=self.limits.upstream_timeout_s),
-            auto_decompress=False,
-        )
-        self.quick = ClientSession(
-            f"http://{self.upstream}",
-            connector=TCPConnector(limit=self.limits.quick_connections),
-            timeout=ClientTimeout(total=self.limits.quick_timeout_s),
-            auto_decompress=False,
-        )
+        self.session = session(limits.shares.slots.capacity * 2, limits.upstream_timeout_s)
+        self.quick = session(limits.quick_connections, limits.quick_timeout_s)
 
     async def close(self) -> None:
         for session in (self.session, self.quick):
@@ -293,10 +291,8 @@ class HttpFront:
         raise ConnectionError(f"tritonserver answered the config of '{model}' with {status}")
 
     def _client(self, request: web.BaseRequest) -> Client:
-        peer, local = (
-            request.transport.get_extra_info("peername"),
-            request.transport.get_extra_info("sockname"),
-        )
+        info = request.transport.get_extra_info
+        peer, local = info("peername"), info("sockname")
         uid = peer_uid(peer[:2], local[:2]) if peer and local else None
         admin = bool(self.key) and request.headers.get(ADMIN_HEADER) == self.key
         return Client(uid, admin)
@@ -336,7 +332,9 @@ class HttpFront:
         match = INFER.fullmatch(path) if request.method == "POST" else None
         return await self.signatures.get(match[1], match[2] or "") if match else None
 
-    async def _read_body(self, request: web.BaseRequest, limit: int, what: str, place: LargePlace) -> bytes:
+    async def _read_body(
+        self, request: web.BaseRequest, limit: int, what: str, need: Callable[[int | None], None]
+    ) -> bytes:
         """The whole body, counted as it arrives: 413 (``TOO_LARGE``) past ``limit`` (a chunked body
         has no ``Content-Length`` to check first), a large-body place taken as soon as it is large."""
         chunks, size = [], 0
@@ -344,7 +342,7 @@ class HttpFront:
             size += len(chunk)
             if size > limit:
                 raise RequestRefusedError(f"request body exceeds {limit} bytes, {what}", Refusal.TOO_LARGE)
-            place.need(size)
+            need(size)
             chunks.append(chunk)
         return b"".join(chunks)
 
@@ -361,16 +359,16 @@ class HttpFront:
                 raise RequestRefusedError(
                     f"request body of {declared} bytes exceeds {limit}, {what}", Refusal.TOO_LARGE
                 )
-            with self.checkers.place() as place:
-                place.need(declared)
-                reading = self._read_body(request, limit, what, place)
+            with self.checkers.place() as need:
+                need(declared)
+                reading = self._read_body(request, limit, what, need)
                 body = await asyncio.wait_for(reading, self.limits.body_timeout_s)
                 body_read = True
                 encoding = next(
                     (headers.pop(k) for k in list(headers) if k.lower() == "content-encoding"), None
                 )
                 body = inflate(body, encoding, limit)
-                place.need(len(body))
+                need(len(body))
                 answer = self.shm.answer(request.method, path, body, lambda: self._client(request))
                 if answer is not None:  # the shared-memory API, served by the front itself
                     return answer
@@ -395,15 +393,12 @@ class HttpFront:
             headers[FRONT_HEADER] = self.key  # Triton's own port answers inference/shm only with it
         try:
             answer = await self._forward(request, forwarded_target(path, query), headers, body, model)
+            if match := REPOSITORY_CHANGE.fullmatch(path):
+                self.signatures.forget(match[1])
+            if outputs and client is not None:
+                return self.shm.to_client(client, outputs, answer)
         except RequestRefusedError as refusal:
             return _error(refusal.kind.http_status, str(refusal))
-        if match := REPOSITORY_CHANGE.fullmatch(path):
-            self.signatures.forget(match[1])
-        if outputs and client is not None:
-            try:
-                return self.shm.to_client(client, outputs, answer)
-            except RequestRefusedError as refusal:
-                return _error(refusal.kind.http_status, str(refusal))
         return answer
 
     async def _forward(
@@ -416,24 +411,21 @@ class HttpFront:
     ) -> web.Response:
         """Send the checked ``target`` upstream; GET/HEAD on their own connections, other methods on
         the shared ones within the client's share (``ClientSlots``), an inference within its model's
-        deadline (``within_deadline``). A client that hangs up cancels this (the server's
+        deadline (``Deadlines.within``). A client that hangs up cancels this (the server's
         ``handler_cancellation``), which closes its upstream connection."""
         if request.method in QUICK_METHODS:
             assert self.quick is not None
             return await self._exchange(self.quick, request, target, headers, body)
         assert self.session is not None
-        session = self.session
         peer = request.transport.get_extra_info("peername") if request.transport else None
         address = request.remote or ""
         connection = f"{peer[0]}:{peer[1]}" if peer else address
-        exchange = functools.partial(self._exchange, session, request, target, headers, body)
+        exchange = functools.partial(self._exchange, self.session, request, target, headers, body)
         if model is None:
             async with self.slots.held(address, connection):
                 return await exchange()
         deadline = model.deadline_s or self.limits.shares.deadline_s
-        return await within_deadline(
-            self.slots, address, connection, self.overdue, model.model, deadline, exchange
-        )
+        return await self.deadlines.within(address, connection, model.model, deadline, exchange)
 
     async def _exchange(
         self,

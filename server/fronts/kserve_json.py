@@ -24,7 +24,7 @@ import json
 import math
 import re
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import replace
 from typing import Any
 
 from server.fronts.allow_list import (
@@ -219,19 +219,9 @@ def _region_use(parameters: dict, where: str) -> RegionUse | None:
     return RegionUse(parameters["shared_memory_region"], parameters.get("shared_memory_offset", 0), size)
 
 
-@dataclass
-class _Input:
-    """One entry of ``inputs`` as read, before its binary data (if any) is located in the body."""
-
-    name: str
-    datatype: str
-    shape: list[int]
-    region: RegionUse | None = None
-    binary_size: int | None = None
-    values: int | None = None
-
-
-def _read_input(item: object, body_bytes: int) -> _Input:
+def _read_input(item: object, body_bytes: int) -> tuple[CarriedInput, RegionUse | None]:
+    """One entry of ``inputs``, with the range it names in shared memory; an input sent as binary data
+    has no payload yet (``_with_binary`` finds it in the body)."""
     if not isinstance(item, dict):
         raise RequestRefusedError("each entry of 'inputs' must be an object")
     name = _field(item, "name", (str,), "input", required=True)
@@ -252,19 +242,18 @@ def _read_input(item: object, body_bytes: int) -> _Input:
             f"'parameters', 'shared_memory_region' in 'parameters'. But "
             f"{' and '.join(carriers) if carriers else 'no field'} {'is' if len(carriers) < 2 else 'are'} set"
         )
-    read = _Input(name, datatype, shape)
-    read.region = _region_use(parameters, where)
-    if read.region is not None:
-        size = read.region.byte_size
+    region = _region_use(parameters, where)
+    if region is not None:
+        size = region.byte_size
         check_declared_size(name, shape, element_bytes(datatype), size, "its shared memory range")
-    elif "binary_data_size" in parameters:
-        read.binary_size = parameters["binary_data_size"]
-        check_declared_size(name, shape, element_bytes(datatype), read.binary_size, "its binary data")
-    else:
-        check_declared_size(name, shape, 1, body_bytes, "the request")
-        _check_data(name, datatype, shape, item["data"])
-        read.values = math.prod(shape)
-    return read
+        return CarriedInput(name, datatype, tuple(shape), Carrier.SHARED_MEMORY, size), region
+    if "binary_data_size" in parameters:
+        size = parameters["binary_data_size"]
+        check_declared_size(name, shape, element_bytes(datatype), size, "its binary data")
+        return CarriedInput(name, datatype, tuple(shape), Carrier.BINARY, size), None
+    check_declared_size(name, shape, 1, body_bytes, "the request")
+    _check_data(name, datatype, shape, item["data"])
+    return CarriedInput(name, datatype, tuple(shape), Carrier.JSON, math.prod(shape)), None
 
 
 def _output_name(item: object, uses: list[RegionUse]) -> str:
@@ -277,28 +266,19 @@ def _output_name(item: object, uses: list[RegionUse]) -> str:
     return name
 
 
-def _carried(read: list[_Input], body: bytes, header_bytes: int) -> list[CarriedInput]:
-    """Each input with what carries it; binary data follows the header in the order of the inputs."""
-    binary = sum(item.binary_size for item in read if item.binary_size is not None)
+def _with_binary(carried: list[CarriedInput], body: bytes, header_bytes: int) -> list[CarriedInput]:
+    """Each input sent as binary data with its bytes: they follow the header in the order of the inputs."""
+    binary = sum(item.size for item in carried if item.carrier is Carrier.BINARY)
     if binary != len(body) - header_bytes:
         raise RequestRefusedError(
             f"inputs declare {binary} bytes of binary data but the body carries "
             f"{len(body) - header_bytes} after the JSON header"
         )
-    carried, offset, view = [], header_bytes, memoryview(body)
-    for item in read:
-        shape = tuple(item.shape)
-        if item.region is not None:
-            carried.append(
-                CarriedInput(item.name, item.datatype, shape, Carrier.SHARED_MEMORY, item.region.byte_size)
-            )
-        elif item.binary_size is not None:
-            payload = view[offset : offset + item.binary_size]
-            offset += item.binary_size
-            size = len(payload)
-            carried.append(CarriedInput(item.name, item.datatype, shape, Carrier.BINARY, size, payload))
-        else:
-            carried.append(CarriedInput(item.name, item.datatype, shape, Carrier.JSON, item.values or 0))
+    offset, view = header_bytes, memoryview(body)
+    for index, item in enumerate(carried):
+        if item.carrier is Carrier.BINARY:
+            carried[index] = replace(item, payload=view[offset : offset + item.size])
+            offset += item.size
     return carried
 
 
@@ -329,9 +309,9 @@ def check_infer(body: bytes, header_length: str | None, model: ModelSignature) -
     _parameters(document, "request", REQUEST_PARAMETERS)
     inputs = _field(document, "inputs", (list,), "request", required=True)
     read = [_read_input(item, len(body)) for item in inputs]
-    uses = [item.region for item in read if item.region is not None]
+    uses = [region for _, region in read if region is not None]
     outputs = [_output_name(item, uses) for item in _field(document, "outputs", (list,), "request") or []]
-    check_allowed(model, _carried(read, body, len(header)), outputs)
+    check_allowed(model, _with_binary([carried for carried, _ in read], body, len(header)), outputs)
     return uses
 
 

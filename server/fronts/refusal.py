@@ -21,13 +21,8 @@ class Refusal(Enum):
     UNAVAILABLE = (503, "UNAVAILABLE")  # Triton unreachable, or the front's parsers all busy
     DEADLINE = (504, "DEADLINE_EXCEEDED")  # the model did not answer within its deadline
 
-    @property
-    def http_status(self) -> int:
-        return self.value[0]
-
-    @property
-    def grpc_code(self) -> str:
-        return self.value[1]
+    def __init__(self, http_status: int, grpc_code: str) -> None:
+        self.http_status, self.grpc_code = http_status, grpc_code
 
 
 class RequestRefusedError(ValueError):

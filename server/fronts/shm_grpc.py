@@ -194,16 +194,10 @@ class GrpcSharedMemory(FrontRegions):
     ) -> tuple[bytes | None, dict[str, RegionUse]]:
         """An inference request that names regions, checked against ``model``, as Triton gets it (None:
         forward it as sent), and the outputs to write back."""
-        rewritten = self.trusted_or_rewritten(client, request, model)
-        return (None, {}) if rewritten is None else (wire(request, rewritten[0]), rewritten[1])
-
-    def trusted_or_rewritten(
-        self, client: Client, request: service_pb2.ModelInferRequest, model: ModelSignature
-    ) -> tuple[list[bytes], dict[str, RegionUse]] | None:
-        """``raw_request``'s rewrite, or None where Triton maps the files itself (``trusted``)."""
-        if self.table is None:
-            return None
-        return raw_request(self.table, client, request, model, self.max_request_bytes)
+        if self.table is None:  # trusted: Triton maps the files itself
+            return None, {}
+        raw, outputs = raw_request(self.table, client, request, model, self.max_request_bytes)
+        return wire(request, raw), outputs
 
     def to_client(self, client: Client, outputs: dict[str, RegionUse], raw: bytes) -> bytes:
         """Triton's answer to a rewritten ``ModelInfer``, as the client gets it."""
@@ -234,10 +228,10 @@ class StreamOutputs:
         """The message, checked against ``model``, as Triton gets it (None: forward it as sent). The
         stream's share of waiting messages (``StreamWaits``) bounds ``pending`` too: the caller makes
         room there before this."""
-        rewritten = self.shm.trusted_or_rewritten(self.client(), request, model)
-        if rewritten is None:
+        shm = self.shm
+        if shm.table is None:
             return None
-        raw, outputs = rewritten
+        raw, outputs = raw_request(shm.table, self.client(), request, model, shm.max_request_bytes)
         if outputs:
             token = f"{self._prefix}{next(self._numbers)}"
             self.pending[token] = (request.id, outputs)

@@ -46,14 +46,6 @@ REGION_PARAMETERS = ("shared_memory_region", "shared_memory_offset", "shared_mem
 JSON_SEPARATORS = (",", ":")
 
 
-def _use(parameters: dict) -> RegionUse:
-    return RegionUse(
-        parameters["shared_memory_region"],
-        parameters.get("shared_memory_offset", 0),
-        parameters["shared_memory_byte_size"],
-    )
-
-
 def _without_region(parameters: dict) -> dict:
     return {k: v for k, v in parameters.items() if k not in REGION_PARAMETERS}
 
@@ -66,12 +58,14 @@ def output_too_small(name: str, use: RegionUse, size: int) -> RequestRefusedErro
     )
 
 
-def _ours(table: RegionTable, client: Client, parameters: dict) -> bool:
-    """Does the front copy this tensor? Yes if it names a region; a region the client never
-    registered here is left to Triton only for the operator (the admin key: CUDA regions)."""
+def _ours(table: RegionTable, client: Client, parameters: dict) -> RegionUse | None:
+    """The range a tensor names, if the front copies it: a region the client never registered here
+    is left to Triton only for the operator (the admin key: CUDA regions)."""
     if "shared_memory_region" not in parameters:
-        return False
-    return not client.admin or table.has(client, parameters["shared_memory_region"])
+        return None
+    region, size = parameters["shared_memory_region"], parameters["shared_memory_byte_size"]
+    use = RegionUse(region, parameters.get("shared_memory_offset", 0), size)
+    return None if client.admin and not table.has(client, region) else use
 
 
 def binary_request(
@@ -98,15 +92,13 @@ def binary_request(
             Refusal.TOO_LARGE,
         )
     document = json.loads(body[:split])
-    check_copy_size(
-        (_use(p) for p in (i.get("parameters") or {} for i in document["inputs"]) if _ours(table, client, p)),
-        limit,
-    )
+    inputs = [(item, _ours(table, client, item.get("parameters") or {})) for item in document["inputs"]]
+    check_copy_size((use for _, use in inputs if use is not None), limit)
     binary, carried = [], memoryview(body)[split:]
-    for item in document["inputs"]:
+    for item, use in inputs:
         parameters = item.get("parameters") or {}
-        if _ours(table, client, parameters):
-            data = table.read(client, _use(parameters))
+        if use is not None:
+            data = table.read(client, use)
             check_region_bytes(model, item["name"], item["datatype"], item["shape"], data)
             item["parameters"] = {**_without_region(parameters), "binary_data_size": len(data)}
             binary.append(data)
@@ -116,8 +108,8 @@ def binary_request(
     outputs = {}
     for item in document.get("outputs") or []:
         parameters = item.get("parameters") or {}
-        if _ours(table, client, parameters):
-            use = _use(parameters)
+        use = _ours(table, client, parameters)
+        if use is not None:
             table.check(client, use)  # an unknown region or a range outside it: refused before Triton runs
             outputs[item["name"]] = use
             item["parameters"] = {**_without_region(parameters), "binary_data": True}

@@ -13,7 +13,7 @@ from tritonclient.grpc import service_pb2
 from server.fronts.allow_list import ModelSignature
 from server.fronts.body_checks import BodyCheckers
 from server.fronts.client_slots import ClientSlots, SlotLimits
-from server.fronts.deadlines import Overdue, within_deadline
+from server.fronts.deadlines import Deadlines
 from server.fronts.kserve_json import check_infer
 from server.fronts.refusal import Refusal, RequestRefusedError
 from server.fronts.stream_waits import StreamWaits
@@ -84,7 +84,8 @@ def test_a_model_slower_than_its_deadline_gets_504_and_is_counted_overdue() -> N
     its model, and the model is refused while ``max_overdue`` such exchanges run."""
 
     async def run() -> None:
-        slots, overdue = ClientSlots(SlotLimits()), Overdue(max_overdue=1)
+        slots = ClientSlots(SlotLimits())
+        deadlines = Deadlines(slots, max_overdue=1)
         answer = asyncio.Event()
 
         async def slow() -> str:
@@ -92,28 +93,29 @@ def test_a_model_slower_than_its_deadline_gets_504_and_is_counted_overdue() -> N
             return "late"
 
         with pytest.raises(RequestRefusedError) as refusal:
-            await within_deadline(slots, "a", "a:1", overdue, "slow", 0.05, slow)
+            await deadlines.within("a", "a:1", "slow", 0.05, slow)
         assert refusal.value.kind == Refusal.DEADLINE
         assert str(refusal.value).startswith("model 'slow' did not answer within its deadline of 0.05 s")
-        assert slots.taken == 0 and overdue.running["slow"] == 1
+        assert slots.taken == 0 and deadlines.overdue["slow"] == 1
         with pytest.raises(RequestRefusedError, match="'slow' already has 1 requests past their deadline"):
-            await within_deadline(slots, "b", "b:1", overdue, "slow", 1, slow)
+            await deadlines.within("b", "b:1", "slow", 1, slow)
 
         async def quick() -> str:
             return "ok"
 
-        assert await within_deadline(slots, "b", "b:1", overdue, "other", 1, quick) == "ok"
+        assert await deadlines.within("b", "b:1", "other", 1, quick) == "ok"
         answer.set()
         for _ in range(5):
             await asyncio.sleep(0)
-        assert not overdue.running
+        assert not deadlines.overdue
 
     asyncio.run(run())
 
 
 def test_a_client_that_goes_away_cancels_its_exchange() -> None:
     async def run() -> None:
-        slots, overdue = ClientSlots(SlotLimits()), Overdue()
+        slots = ClientSlots(SlotLimits())
+        deadlines = Deadlines(slots)
         started, cancelled = asyncio.Event(), asyncio.Event()
 
         async def upstream() -> None:
@@ -124,11 +126,11 @@ def test_a_client_that_goes_away_cancels_its_exchange() -> None:
                 cancelled.set()
                 raise
 
-        caller = asyncio.create_task(within_deadline(slots, "a", "a:1", overdue, "m", 60, upstream))
+        caller = asyncio.create_task(deadlines.within("a", "a:1", "m", 60, upstream))
         await started.wait()
         caller.cancel()
         await asyncio.wait_for(cancelled.wait(), 5)
-        assert slots.taken == 0 and not overdue.running
+        assert slots.taken == 0 and not deadlines.overdue
 
     asyncio.run(run())
 
@@ -151,15 +153,18 @@ def test_large_bodies_are_checked_in_a_worker_a_bounded_number_at_a_time() -> No
         checkers.start()
         try:
             body = _json_body(1000)
-            with checkers.place() as place:
-                place.need(len(body))
+            with checkers.place() as need:
+                need(len(body))
                 assert await checkers.check(len(body), check_infer, body, None, model) == []
-                with pytest.raises(RequestRefusedError, match="send the tensor data as binary") as busy:
-                    checkers.place().need(len(body))
+                with (
+                    pytest.raises(RequestRefusedError, match="send the tensor data as binary") as busy,
+                    checkers.place() as another,
+                ):
+                    another(len(body))
                 assert busy.value.kind == Refusal.TOO_MANY
             bad = body.replace(b'"FP32"', b'"INT64"')
-            with checkers.place() as place, pytest.raises(RequestRefusedError, match="INT64 data must be"):
-                place.need(len(bad))
+            with checkers.place() as need, pytest.raises(RequestRefusedError, match="INT64 data must be"):
+                need(len(bad))
                 await checkers.check(len(bad), check_infer, bad, None, model)  # refused in the worker
             assert checkers.taken == 0
         finally:
