@@ -230,9 +230,6 @@ class ServerOptions:
     http_port: int = 0  # 0: pick a free port
     grpc_port: int = 0
     metrics_port: int = 0
-    # "none": the model set stays as loaded at start; "explicit": live version swaps, with the admin key.
-    # Both run Triton in explicit mode with the model-repository API keyed (the watchdog and drain use it).
-    model_control_mode: str = "none"
     load_models: list[str] = field(default_factory=list)  # empty loads "*"
     startup_timeout_s: float = 180.0
     stop_timeout_s: float = 30.0  # drain: how long admitted requests may take to finish
