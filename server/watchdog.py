@@ -170,19 +170,10 @@ class Watchdog:
     def dead_stubs(self, scan: list[Stub] | None = None) -> list[Stub]:
         """Stubs seen alive earlier that are gone now, whose instance no live stub serves (``scan``:
         the server's stubs as just read, to save reading ``/proc`` twice in one poll)."""
-        current = {s.pid: s for s in (server_stubs(self.server_pid) if scan is None else scan)}
-        live_instances = {s.instance for s in current.values() if s.alive}
-        self._live = [s for s in current.values() if s.alive]
-        dead = []
-        for pid, stub in list(self._known.items()):
-            now = current.get(pid)
-            if now is not None and now.alive:
-                continue
-            del self._known[pid]
-            if stub.instance not in live_instances:
-                dead.append(stub)
-        self._known.update({pid: s for pid, s in current.items() if s.alive})
-        return dead
+        self._live = [s for s in (server_stubs(self.server_pid) if scan is None else scan) if s.alive]
+        seen, self._known = self._known, {s.pid: s for s in self._live}
+        live_instances = {s.instance for s in self._live}
+        return [s for pid, s in seen.items() if pid not in self._known and s.instance not in live_instances]
 
     def hung_stubs(self, scan: list[Stub]) -> list[tuple[Stub, str]]:
         """Live stubs of ``scan`` that cannot answer, each with why: stopped, silent, or stuck."""
