@@ -21,7 +21,7 @@ from tritonclient.utils import InferenceServerException
 
 from client.connection import model_config
 from server.admin import headers
-from server.config_drift import config_drift, describe_drift
+from server.config_drift import config_drift
 from server.records import read_record
 from server.supervisor import record_lines
 from server.watchdog import event_lines
@@ -86,9 +86,7 @@ def mark_drift(client: Any, protocol: str, healths: list[ModelHealth], repositor
     since it loaded); drift is reported, it does not make a model unhealthy."""
     for health in healths:
         if health.serving:
-            path = repository / health.name / "config.pbtxt"
-            found = config_drift(path, model_config(client, protocol, health.name))
-            health.drift = describe_drift(path, found) if found else ""
+            health.drift = config_drift(repository, health.name, model_config(client, protocol, health.name))
 
 
 def report(
