@@ -178,25 +178,23 @@ class Watchdog:
     def hung_stubs(self, scan: list[Stub]) -> list[tuple[Stub, str]]:
         """Live stubs of ``scan`` that cannot answer, each with why: stopped, silent, or stuck."""
         now = time.monotonic()
-        hung = []
+        hung: dict[int, tuple[Stub, str]] = {}  # by pid: a stub judged twice counts once, as first judged
         live = [s for s in scan if s.alive]
+        self._activity = {s.pid: self._activity[s.pid] for s in live if s.pid in self._activity}
         for stub in live:
             if stub.stopped:
-                hung.append((stub, f"stopped, state {stub.state}"))
+                hung[stub.pid] = (stub, f"stopped, state {stub.state}")
                 continue
             count = activity(stub.pid)
             seen = self._activity.get(stub.pid)
             if count is None or seen is None or seen[0] != count:
                 self._activity[stub.pid] = (count or 0, now)
             elif now - seen[1] >= SILENT_AFTER_S:
-                hung.append((stub, f"no thread ran for {now - seen[1]:.1f} s"))
-        pids = {s.pid for s in live}
-        self._activity = {pid: seen for pid, seen in self._activity.items() if pid in pids}
-        hung_pids = {stub.pid for stub, _ in hung}
+                hung[stub.pid] = (stub, f"no thread ran for {now - seen[1]:.1f} s")
         for model, cause in self.stuck_models(live).items():
-            serving = [s for s in live if s.model == model and s.instance != model]
-            hung += [(s, cause) for s in serving if s.pid not in hung_pids]
-        return hung
+            for stub in (s for s in live if s.model == model and s.instance != model):
+                hung.setdefault(stub.pid, (stub, cause))
+        return list(hung.values())
 
     def stuck_models(self, live: list[Stub]) -> dict[str, str]:
         """Models with live stubs whose waiting requests have not moved for ``STUCK_AFTER_S``, each
