@@ -304,8 +304,7 @@ def _stop(args: argparse.Namespace) -> int:
         _signal(state.get("http_front_pid"), b"http_front", wait_s=10)
         _signal(state.get("grpc_front_pid"), b"grpc_front", wait_s=10)
         _signal(pid, b"tritonserver", wait_s=args.timeout)
-        if _alive(pid):
-            os.kill(pid, signal.SIGKILL)
+        _signal(pid, b"tritonserver", signal.SIGKILL)  # still there after its timeout
         print(f"stopped tritonserver (pid {pid})")
     else:
         print(f"recorded tritonserver (pid {pid}) is no longer running; clearing its record")
