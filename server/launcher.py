@@ -50,6 +50,7 @@ import tritonclient.http as httpclient
 from google.protobuf import text_format
 from tritonclient.grpc import model_config_pb2
 
+from python_backend.atomic_files import write_text
 from python_backend.dtypes import BY_TRITON
 from server import ports
 from server.admin import KEY_ENV, AdminError, drain, load_model, new_admin_key, restricted_api_args
@@ -450,7 +451,7 @@ class TritonServer:
             )
         if self.options.echo_log:
             threading.Thread(target=_tee, args=(self.process.stdout, self.log_path), daemon=True).start()
-        self._write_server_pid()
+        write_text(self.server_pid_file, f"{self.pid}\n")  # the tritonserver the fronts follow, whole
         shares = self.options.front_shares.flags()
         if self.options.http_front and self.http_front not in self.running_fronts:
             self.http_front = self._launch_front(
@@ -472,12 +473,6 @@ class TritonServer:
     def running_fronts(self) -> list[subprocess.Popen]:
         """The fronts still running (across a restart they keep their ports)."""
         return [front for front in self.fronts if front.poll() is None]
-
-    def _write_server_pid(self) -> None:
-        """Tell the fronts which tritonserver to follow: written whole, then renamed over the old."""
-        partial = self.server_pid_file.with_name(f".{self.server_pid_file.name}.{os.getpid()}")
-        partial.write_text(f"{self.pid}\n")
-        partial.replace(self.server_pid_file)
 
     def _launch_front(self, module: str, port: int, upstream: str, *more: str) -> subprocess.Popen:
         """Start a front (``module``) on the public ``port``. It follows the tritonserver named in
