@@ -107,12 +107,11 @@ def report(
     check that began during it would report the model serving."""
     events = read_record(events_path) if events_path else {}
     supervisor = read_record(supervisor_path) if supervisor_path else {}
+    down = []
     try:
         live, ready = client.is_server_live(), client.is_server_ready()
     except (InferenceServerException, OSError) as error:
         live, ready, down = False, False, [f"  server not reachable: {error}"]
-    else:
-        down = []
     key = key_path.read_text().strip() if key_path and key_path.is_file() else None
     healths = model_health(client, protocol, models, key, events) if live else []
     if repository is not None:
