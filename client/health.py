@@ -81,14 +81,6 @@ def model_health(
     return result
 
 
-def mark_drift(client: Any, protocol: str, healths: list[ModelHealth], repository: Path) -> None:
-    """Note, on each serving model, how its served config differs from its ``config.pbtxt`` (a rebuild
-    since it loaded); drift is reported, it does not make a model unhealthy."""
-    for health in healths:
-        if health.serving:
-            health.drift = config_drift(repository, health.name, model_config(client, protocol, health.name))
-
-
 def report(
     client: Any,
     protocol: str,
@@ -114,8 +106,9 @@ def report(
         live, ready, down = False, False, [f"  server not reachable: {error}"]
     key = key_path.read_text().strip() if key_path and key_path.is_file() else None
     healths = model_health(client, protocol, models, key, events) if live else []
-    if repository is not None:
-        mark_drift(client, protocol, healths, repository)
+    for health in healths:  # a rebuild since the model loaded: reported, the model stays healthy
+        if repository is not None and health.serving:
+            health.drift = config_drift(repository, health.name, model_config(client, protocol, health.name))
     lines = [
         f"live: {live}  ready: {ready}",
         *down,
