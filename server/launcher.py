@@ -502,20 +502,6 @@ class TritonServer:
         except (urllib.error.URLError, OSError):
             return False
 
-    def model_index(self) -> list[dict]:
-        """The repository index (name, version, state, reason of every model); [] when unreachable."""
-        request = urllib.request.Request(
-            f"http://{self.triton_http_url}/v2/repository/index",
-            data=b"{}",
-            method="POST",
-            headers=admin_headers(self.admin_key),  # the repository API is keyed (server.admin)
-        )
-        try:
-            with urllib.request.urlopen(request, timeout=5) as response:
-                return json.loads(response.read())
-        except (urllib.error.URLError, OSError, ValueError):
-            return []
-
     def model_log_lines(self, name: str, limit: int = 12) -> list[str]:
         """The server log's lines about model ``name`` (Triton quotes model names: ``'name'``)."""
         try:
@@ -529,7 +515,17 @@ class TritonServer:
 
         Settled: the server is live and no model is still loading (READY or UNAVAILABLE each).
         """
-        index = self.model_index()
+        request = urllib.request.Request(
+            f"http://{self.triton_http_url}/v2/repository/index",
+            data=b"{}",
+            method="POST",
+            headers=admin_headers(self.admin_key),  # the repository API is keyed (server.admin)
+        )
+        try:
+            with urllib.request.urlopen(request, timeout=5) as response:
+                index = json.loads(response.read())
+        except (urllib.error.URLError, OSError, ValueError):  # not answering yet
+            return None
         if not index or any(m.get("state") not in ("READY", "UNAVAILABLE") for m in index):
             return None
         return {m["name"]: m.get("reason", "") for m in index if m.get("state") == "UNAVAILABLE"}
