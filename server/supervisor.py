@@ -97,10 +97,6 @@ class SupervisorRecord:
     serving_again_at: float | None = None  # epoch seconds, when the restarted server was ready
     history: list[dict] = field(default_factory=list)  # every death: cause, when, serving again when
 
-    def write(self, path: Path | None) -> None:
-        if path is not None:
-            write_record(path, asdict(self))
-
 
 def record_lines(record: dict) -> list[str]:
     """The record as ``status`` and ``client health`` print it: nothing when nothing happened."""
@@ -263,4 +259,5 @@ class Supervisor:
             time.sleep(min(POLL_S, max(0.0, deadline - time.monotonic())))
 
     def _write(self) -> None:
-        self.record.write(self.record_path)
+        if self.record_path is not None:
+            write_record(self.record_path, asdict(self.record))

@@ -105,10 +105,6 @@ class WatchdogState:
     events: list[HealEvent] = field(default_factory=list)
     unavailable_now: dict[str, str] = field(default_factory=dict)  # model -> why, until it is healed
 
-    def as_record(self) -> dict:
-        events = [asdict(e) for e in self.events]
-        return {"events": events, "unavailable_now": self.unavailable_now, "written": time.time()}
-
 
 class Watchdog:
     """Watches one server's stubs and reloads a model whose stub died or hung; ``start()`` / ``stop()``.
@@ -370,7 +366,7 @@ class Watchdog:
 
     def _write(self) -> None:
         if self.events_path is not None:
-            write_record(self.events_path, self.state.as_record())
+            write_record(self.events_path, {**asdict(self.state), "written": time.time()})
 
 
 def event_lines(events: dict) -> list[str]:
