@@ -27,7 +27,6 @@ from __future__ import annotations
 import json
 import logging
 import os
-import secrets
 import time
 from collections.abc import Iterable
 from dataclasses import dataclass
@@ -54,10 +53,6 @@ KEY_ENV = "TRITON_BATCHING_ADMIN_KEY"
 
 class AdminError(RuntimeError):
     """An admin operation was refused or failed; the message says which model and why."""
-
-
-def new_admin_key() -> str:
-    return secrets.token_urlsafe(24)
 
 
 def restricted_api_args(

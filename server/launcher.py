@@ -30,6 +30,7 @@ import contextlib
 import json
 import logging
 import os
+import secrets
 import shutil
 import signal
 import socket
@@ -53,7 +54,7 @@ from tritonclient.grpc import model_config_pb2
 from python_backend.atomic_files import write_text
 from python_backend.dtypes import BY_TRITON
 from server import ports
-from server.admin import KEY_ENV, AdminError, drain, load_model, new_admin_key, restricted_api_args
+from server.admin import KEY_ENV, AdminError, drain, load_model, restricted_api_args
 from server.admin import headers as admin_headers
 from server.fronts.process import FrontShares
 from server.install import ServerError, assemble_backends, find_install
@@ -294,7 +295,7 @@ class TritonServer:
         self.metrics_port = options.metrics_port or metrics
         self.shm_prefix = f"tb{os.getpid()}_{self.http_port}_"  # this server's Python-backend regions
         self.failed_models: dict[str, str] = {}  # name -> reason, for models that did not load
-        self.admin_key = options.admin_key or new_admin_key()
+        self.admin_key = options.admin_key or secrets.token_urlsafe(24)  # the keyed APIs' (server.admin)
         self.watchdog: Watchdog | None = None
         self.watchdog_path = options.watchdog_record or self._workdir / "watchdog.json"
         self.drain_finished_at: float | None = None  # time.monotonic() when stop()'s drain completed
