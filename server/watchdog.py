@@ -153,8 +153,6 @@ class Watchdog:
 
     def run(self) -> None:
         self._write()
-        if not self._known:
-            self.dead_stubs()
         while not self._stop.wait(POLL_S):
             if not Path(f"/proc/{self.server_pid}").exists():
                 return
