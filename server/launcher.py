@@ -554,12 +554,6 @@ class TritonServer:
                 remaining[name] = reason
         return remaining
 
-    def _report_failures(self, failed: dict[str, str]) -> None:
-        self.failed_models = failed
-        for name, reason in sorted(failed.items()):
-            lines = "\n    ".join(self.model_log_lines(name)) or "(no log lines name it)"
-            log.error("model %s failed to load: %s\n    %s", name, reason, lines)
-
     def describe_failures(self) -> str:
         """One paragraph per failed model: its reason and its own log lines."""
         return "\n".join(
@@ -599,7 +593,10 @@ class TritonServer:
             ready = self.is_ready() and self.process is not None and self.process.poll() is None
             failed = self._settled_failures()
             if ready or failed:  # readiness is non-strict (module doc): name any model that failed
-                self._report_failures(self._load_starved_again(failed or {}))
+                self.failed_models = self._load_starved_again(failed or {})
+                for name, reason in sorted(self.failed_models.items()):
+                    lines = "\n    ".join(self.model_log_lines(name)) or "(no log lines name it)"
+                    log.error("model %s failed to load: %s\n    %s", name, reason, lines)
                 return
             time.sleep(0.25)
         raise ServerError(
