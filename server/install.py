@@ -96,9 +96,8 @@ def assemble_backends(install: ServerInstall, destination: Path) -> Path:
                 target.unlink()  # stale link from an earlier install (e.g. a recreated venv)
             if not target.exists():
                 target.symlink_to(backend.resolve(), target_is_directory=True)
-    native_ort = destination / "onnxruntime" / "libtriton_onnxruntime.so"
-    if not native_ort.exists():
-        ours = destination / "onnxruntime"
+    ours = destination / "onnxruntime"
+    if not (ours / "libtriton_onnxruntime.so").exists():  # no native onnxruntime backend
         if ours.is_symlink():
             ours.unlink()
         python_backend.install_onnxruntime_backend(ours)
