@@ -63,9 +63,8 @@ def infer(
             f"{model}: an output has a variable axis, its size is unknown before the call; no shm"
         )
     rows = next(iter(arrays.values())).shape[0]
-    sizes = [a.nbytes for a in arrays.values()] + [
-        rows * int(np.prod(o.dims)) * o.dtype.itemsize for o in outputs
-    ]
+    out_sizes = [rows * int(np.prod(o.dims)) * o.dtype.itemsize for o in outputs]
+    sizes = [a.nbytes for a in arrays.values()] + out_sizes
     offsets = list(itertools.accumulate(sizes, initial=0))  # the inputs back to back, then the outputs
     with shm.system_region(client, offsets[-1]) as (region, handle):
         system_shm.set_shared_memory_region(handle, list(arrays.values()))  # back to back from offset 0
