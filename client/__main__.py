@@ -19,7 +19,7 @@ from pathlib import Path
 import numpy as np
 from tritonclient.utils import InferenceServerException
 
-from client.connection import connect, default_repository, model_config, recorded_warmup, served_spec
+from client.connection import connect, model_config, recorded_path, recorded_warmup
 from client.errors import ClientError, MismatchError
 from client.health import report as health_report
 from client.infer import infer
@@ -31,7 +31,7 @@ DEFAULT_SPEC = Path("models.yaml")
 
 def _health(client, args) -> int:
     paths = (args.admin_key_file, args.events, args.supervisor)
-    repository = args.repository or default_repository()
+    repository = args.repository or recorded_path("repository")
     text, ok = health_report(client, args.protocol, args.models, *paths, repository=repository)
     print(text)
     return 0 if ok else 1
@@ -47,7 +47,7 @@ def _metadata(client, args) -> int:
 def _infer(client, args) -> int:
     from client.text_reference import infer_text, text_entry  # torch: only for the command that needs it
 
-    spec = args.spec or served_spec() or DEFAULT_SPEC
+    spec = args.spec or recorded_path("spec") or DEFAULT_SPEC
     entry = text_entry(spec, args.model, bool(args.text))
     if entry is not None:
         return infer_text(client, args.protocol, args.model, entry, args.text, args.check)

@@ -5,7 +5,6 @@ Defaults come from ``.run/server.json`` (written by ``make serve``), else Triton
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 from types import ModuleType
 from typing import Any
@@ -14,30 +13,20 @@ import tritonclient.grpc as grpcclient
 import tritonclient.http as httpclient
 
 from client.errors import ClientError
+from server.records import read_record
 
 DEFAULT_URLS = {"http": "127.0.0.1:8000", "grpc": "127.0.0.1:8001"}
 SERVER_STATE = Path(".run/server.json")
 
 
-def _recorded() -> dict[str, Any]:
-    """What ``make serve`` recorded of the server it runs (``SERVER_STATE``; empty when none)."""
-    return json.loads(SERVER_STATE.read_text()) if SERVER_STATE.exists() else {}
-
-
 def default_url(protocol: str) -> str:
-    return _recorded().get(protocol) or DEFAULT_URLS[protocol]
+    return read_record(SERVER_STATE).get(protocol) or DEFAULT_URLS[protocol]
 
 
-def default_repository() -> Path | None:
-    """The repository ``make serve`` serves, as it recorded it (None when it recorded none)."""
-    recorded = _recorded().get("repository")
-    return Path(recorded) if recorded else None
-
-
-def served_spec() -> Path | None:
-    """The spec ``make serve`` built its repository from, as it recorded it (None when it recorded
-    none: a server started without ``--spec``, or none running)."""
-    recorded = _recorded().get("spec")
+def recorded_path(key: str) -> Path | None:
+    """A path ``make serve`` recorded of the server it runs: its ``"repository"``, or the ``"spec"`` it
+    was built from; None where it recorded none (no server, or one started without ``--spec``)."""
+    recorded = read_record(SERVER_STATE).get(key)
     return Path(recorded) if recorded else None
 
 
@@ -45,7 +34,7 @@ def recorded_warmup(url: str | None) -> dict[str, dict[str, dict[str, Any]]] | N
     """The warm-up statistics ``make serve`` recorded for its server (``server.warmup_record``):
     ``{model: {version: statistics}}``; None where the client talks to another server (``url`` not
     the recorded one) or nothing was recorded."""
-    state = _recorded()
+    state = read_record(SERVER_STATE)
     if url is not None and url not in (state.get("http"), state.get("grpc")):
         return None
     return state.get("warmup")

@@ -21,7 +21,7 @@ from tritonclient.utils import InferenceServerException
 
 from client.connection import model_config
 from server.admin import headers
-from server.config_drift import config_drift, describe_drift
+from server.config_drift import config_drift
 from server.records import read_record
 from server.supervisor import record_lines
 from server.watchdog import event_lines
@@ -81,16 +81,6 @@ def model_health(
     return result
 
 
-def mark_drift(client: Any, protocol: str, healths: list[ModelHealth], repository: Path) -> None:
-    """Note, on each serving model, how its served config differs from its ``config.pbtxt`` (a rebuild
-    since it loaded); drift is reported, it does not make a model unhealthy."""
-    for health in healths:
-        if health.serving:
-            path = repository / health.name / "config.pbtxt"
-            found = config_drift(path, model_config(client, protocol, health.name))
-            health.drift = describe_drift(path, found) if found else ""
-
-
 def report(
     client: Any,
     protocol: str,
@@ -109,16 +99,16 @@ def report(
     check that began during it would report the model serving."""
     events = read_record(events_path) if events_path else {}
     supervisor = read_record(supervisor_path) if supervisor_path else {}
+    down = []
     try:
         live, ready = client.is_server_live(), client.is_server_ready()
     except (InferenceServerException, OSError) as error:
         live, ready, down = False, False, [f"  server not reachable: {error}"]
-    else:
-        down = []
     key = key_path.read_text().strip() if key_path and key_path.is_file() else None
     healths = model_health(client, protocol, models, key, events) if live else []
-    if repository is not None:
-        mark_drift(client, protocol, healths, repository)
+    for health in healths:  # a rebuild since the model loaded: reported, the model stays healthy
+        if repository is not None and health.serving:
+            health.drift = config_drift(repository, health.name, model_config(client, protocol, health.name))
     lines = [
         f"live: {live}  ready: {ready}",
         *down,

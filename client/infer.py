@@ -11,6 +11,7 @@ from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
+import tritonclient.utils.shared_memory as system_shm
 from tritonclient.utils import np_to_triton_dtype, triton_to_np_dtype
 
 from client import shm
@@ -53,8 +54,8 @@ def infer(
     """Run ``model`` on ``arrays`` (batch axis first) and return every declared output."""
     module = protocol_module(protocol)
     outputs = output_infos(model_config(client, protocol, model))
+    requested = [module.InferRequestedOutput(o.name) for o in outputs]
     if not use_shm:
-        requested = [module.InferRequestedOutput(o.name) for o in outputs]
         result = client.infer(model, make_inputs(module, arrays), outputs=requested)
         return {o.name: result.as_numpy(o.name) for o in outputs}
     if any(d < 0 for o in outputs for d in o.dims):
@@ -63,25 +64,19 @@ def infer(
         )
     rows = next(iter(arrays.values())).shape[0]
     out_sizes = [rows * int(np.prod(o.dims)) * o.dtype.itemsize for o in outputs]
-    in_bytes = sum(a.nbytes for a in arrays.values())
-    with shm.system_region(client, in_bytes + sum(out_sizes)) as (region, handle):
-        tensors = []
-        for (name, array), offset in zip(
-            arrays.items(), shm.write_inputs(handle, list(arrays.values())), strict=True
-        ):
-            tensor = module.InferInput(name, list(array.shape), np_to_triton_dtype(array.dtype))
-            tensor.set_shared_memory(region, array.nbytes, offset)
-            tensors.append(tensor)
-        offsets = list(itertools.accumulate(out_sizes, initial=in_bytes))[:-1]  # outputs after the inputs
-        requested = []
-        for info, size, offset in zip(outputs, out_sizes, offsets, strict=True):
-            output = module.InferRequestedOutput(info.name)
-            output.set_shared_memory(region, size, offset)
-            requested.append(output)
+    sizes = [a.nbytes for a in arrays.values()] + out_sizes
+    offsets = list(itertools.accumulate(sizes, initial=0))  # the inputs back to back, then the outputs
+    with shm.system_region(client, offsets[-1]) as (region, handle):
+        system_shm.set_shared_memory_region(handle, list(arrays.values()))  # back to back from offset 0
+        tensors = [
+            module.InferInput(n, list(a.shape), np_to_triton_dtype(a.dtype)) for n, a in arrays.items()
+        ]
+        for tensor, size, offset in zip([*tensors, *requested], sizes, offsets, strict=False):
+            tensor.set_shared_memory(region, size, offset)
         client.infer(model, tensors, outputs=requested)
         return {
-            o.name: shm.read_output(handle, o.dtype, (rows, *o.dims), off)
-            for o, off in zip(outputs, offsets, strict=True)
+            o.name: shm.read_output(handle, o.dtype, (rows, *o.dims), offset)
+            for o, offset in zip(outputs, offsets[len(arrays) :], strict=False)
         }
 
 

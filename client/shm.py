@@ -48,16 +48,6 @@ def _unregister(client: Any, name: str) -> None:
             time.sleep(UNREGISTER_WAIT_S)
 
 
-def write_inputs(handle: Any, arrays: list[np.ndarray]) -> list[int]:
-    """Copy inputs into the region back to back; return each one's offset."""
-    offsets, offset = [], 0
-    for array in arrays:
-        shm.set_shared_memory_region(handle, [np.ascontiguousarray(array)], offset=offset)
-        offsets.append(offset)
-        offset += array.nbytes
-    return offsets
-
-
 def read_output(handle: Any, dtype: np.dtype, shape: tuple[int, ...], offset: int) -> np.ndarray:
     return shm.get_contents_as_numpy(handle, dtype, shape, offset=offset).copy()
 

@@ -31,7 +31,7 @@ from tritonclient.utils import InferenceServerException
 
 from server import admin
 from server.cli_options import add_server_arguments, server_options
-from server.config_drift import config_drift, describe_drift
+from server.config_drift import config_drift
 from server.fronts.process import add_share_arguments, shares_from_args
 from server.launcher import ServerError, TritonServer, remove_shm_regions
 from server.records import read_record, write_record
@@ -84,7 +84,7 @@ def _start(args: argparse.Namespace) -> int:
         _clear_leftovers(state)  # a server that died without `make stop`: clear what it left behind
     SUPERVISOR_LOG.parent.mkdir(exist_ok=True)
     supervisor = subprocess.Popen(
-        [sys.executable, "-m", "server", "supervise", *_server_argv(args)],
+        [sys.executable, "-m", "server", "supervise", *args.flags],  # the same server flags
         stdin=subprocess.DEVNULL,
         stdout=subprocess.PIPE,
         stderr=open(SUPERVISOR_LOG, "ab"),  # noqa: SIM115 (inherited by the child)
@@ -122,24 +122,6 @@ def _already_running(state: dict) -> str:
         f"{state.get('supervisor_pid')}, http {state['http']}, grpc {state['grpc']}, repository "
         f"{state.get('repository')}); one server per checkout: stop it first with `make stop`"
     )
-
-
-def _server_argv(args: argparse.Namespace) -> list[str]:
-    """``start``'s server flags, for the supervisor to start the same server."""
-    return [
-        *(f"--front-{flag[2:]}" for flag in shares_from_args(args, "front-").flags()),
-        f"--repository={args.repository}",
-        f"--host={args.host}",
-        f"--http-port={args.http_port}",
-        f"--grpc-port={args.grpc_port}",
-        f"--metrics-port={args.metrics_port}",
-        f"--model-control-mode={args.model_control_mode}",
-        "--http-front" if args.http_front else "--no-http-front",
-        "--grpc-front" if args.grpc_front else "--no-grpc-front",
-        f"--startup-timeout={args.startup_timeout}",
-        *([f"--spec={args.spec}"] if args.spec else []),
-        *(["--trusted-shared-memory"] if args.trusted_shared_memory else []),
-    ]
 
 
 def _first_report(supervisor: subprocess.Popen, timeout_s: float) -> dict:
@@ -322,8 +304,7 @@ def _stop(args: argparse.Namespace) -> int:
         _signal(state.get("http_front_pid"), b"http_front", wait_s=10)
         _signal(state.get("grpc_front_pid"), b"grpc_front", wait_s=10)
         _signal(pid, b"tritonserver", wait_s=args.timeout)
-        if _alive(pid):
-            os.kill(pid, signal.SIGKILL)
+        _signal(pid, b"tritonserver", signal.SIGKILL)  # still there after its timeout
         print(f"stopped tritonserver (pid {pid})")
     else:
         print(f"recorded tritonserver (pid {pid}) is no longer running; clearing its record")
@@ -345,10 +326,11 @@ def _status(args: argparse.Namespace) -> int:
         for model in models:
             print(f"  {model['name']:24} {model.get('state', '?'):10} {model.get('reason', '')}")
             if model.get("state") == "READY":
-                path = Path(state["repository"]) / model["name"] / "config.pbtxt"
-                found = config_drift(path, client.get_model_config(model["name"]))
-                if found:
-                    print(f"  {'':24} {describe_drift(path, found)}")
+                drift = config_drift(
+                    Path(state["repository"]), model["name"], client.get_model_config(model["name"])
+                )
+                if drift:
+                    print(f"  {'':24} {drift}")
     elif _supervising(state):
         print("tritonserver is down; the supervisor is restarting it")
     else:
@@ -382,7 +364,7 @@ def _load_or_unload(args: argparse.Namespace) -> int:
 
 
 def _add_start_arguments(parser: argparse.ArgumentParser, host_help: str) -> None:
-    """The server's flags: ``start``'s, passed on to the ``supervise`` process (``_server_argv``)."""
+    """The server's flags: ``start``'s, passed on as given to the ``supervise`` process."""
     add_server_arguments(parser, Path("model_repository"), "127.0.0.1", host_help)
     add_share_arguments(parser, prefix="front-")  # the fronts' deadline and client shares
     parser.add_argument(
@@ -400,6 +382,11 @@ def _add_start_arguments(parser: argparse.ArgumentParser, host_help: str) -> Non
     )
     parser.add_argument("--startup-timeout", type=float, default=180.0, help="seconds to wait for ready")
     parser.add_argument(
+        "--allow-partial",
+        action="store_true",
+        help="keep serving when some models fail to load (default: name them, stop, exit 1)",
+    )
+    parser.add_argument(
         "--spec", type=Path, help="the spec the repository was built from (read by `client infer`)"
     )
 
@@ -409,11 +396,6 @@ def main(argv: list[str] | None = None) -> int:
     sub = parser.add_subparsers(dest="command", required=True)
     start = sub.add_parser("start", help="start tritonserver in the background and wait until ready")
     _add_start_arguments(start, "bind address (Triton 2.51 has CVEs: keep it local)")
-    start.add_argument(
-        "--allow-partial",
-        action="store_true",
-        help="keep serving when some models fail to load (default: name them, stop, exit 1)",
-    )
     stop = sub.add_parser("stop", help="SIGTERM the recorded server, SIGKILL after --timeout")
     stop.add_argument("--timeout", type=float, default=35.0)
     sub.add_parser("status", help="is the recorded server up; which models")
@@ -428,6 +410,7 @@ def main(argv: list[str] | None = None) -> int:
     supervise = sub.add_parser("supervise", help="(internal) the supervisor process behind make serve")
     _add_start_arguments(supervise, "bind address")
     args = parser.parse_args(argv)
+    args.flags = (sys.argv[1:] if argv is None else argv)[1:]  # the command's own flags, after its name
     handlers = {
         "start": _start,
         "stop": _stop,

@@ -27,7 +27,6 @@ from __future__ import annotations
 import json
 import logging
 import os
-import secrets
 import time
 from collections.abc import Iterable
 from dataclasses import dataclass
@@ -54,10 +53,6 @@ KEY_ENV = "TRITON_BATCHING_ADMIN_KEY"
 
 class AdminError(RuntimeError):
     """An admin operation was refused or failed; the message says which model and why."""
-
-
-def new_admin_key() -> str:
-    return secrets.token_urlsafe(24)
 
 
 def restricted_api_args(
@@ -166,13 +161,13 @@ def _ensembles_first(client: httpclient.InferenceServerClient, names: Iterable[s
     return [group for group in (ensembles, others) if group]
 
 
-def drain(http_url: str, key: str, timeout_s: float = 30.0, server_pid: int | None = None) -> list[str]:
+def drain(http_url: str, key: str, timeout_s: float, server_pid: int) -> list[str]:
     """Stop admitting work and let in-flight requests finish: unload every loaded model, then wait.
 
     Triton 2.51 keeps admitting requests for the whole exit timeout after SIGTERM and then drops what is
     in flight. An unload instead refuses new requests at once (HTTP 404 / gRPC NOT_FOUND "Request for
     unknown model") while requests already admitted run to completion; the stubs then exit on their own.
-    With ``server_pid`` it also waits until the server's live stubs have exited, so SIGTERM finds
+    It also waits until the live stubs of the server (``server_pid``) have exited, so SIGTERM finds
     nothing running. Returns the models it unloaded; raises ``AdminError`` if they are not all
     unloaded in ``timeout_s``.
     """
@@ -191,7 +186,7 @@ def drain(http_url: str, key: str, timeout_s: float = 30.0, server_pid: int | No
             if time.monotonic() > deadline:
                 raise AdminError(f"drain: {', '.join(busy)} still unloading after {timeout_s:.0f}s")
             time.sleep(0.1)
-    while server_pid is not None and any(stub.alive for stub in server_stubs(server_pid)):
+    while any(stub.alive for stub in server_stubs(server_pid)):
         if time.monotonic() > deadline:
             raise AdminError(f"drain: stubs of server {server_pid} still running after {timeout_s:.0f}s")
         time.sleep(0.1)

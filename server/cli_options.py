@@ -18,7 +18,14 @@ def add_server_arguments(
     parser.add_argument("--http-port", type=int, default=8000)
     parser.add_argument("--grpc-port", type=int, default=8001)
     parser.add_argument("--metrics-port", type=int, default=8002)
-    parser.add_argument("--model-control-mode", choices=("none", "explicit"), default="none")
+    parser.add_argument(
+        "--model-control-mode",
+        choices=("none", "explicit"),
+        default="none",
+        help="none: the model set stays as loaded at start (`python -m server load`/`unload` refuse); "
+        "explicit: they load and unload models with the admin key. Triton itself runs in explicit mode "
+        "either way, for the drain and the stub watchdog",
+    )
     parser.add_argument(
         "--trusted-shared-memory",
         action="store_true",
@@ -38,7 +45,6 @@ def server_options(args: argparse.Namespace, **more: Any) -> ServerOptions:
         http_port=args.http_port,
         grpc_port=args.grpc_port,
         metrics_port=args.metrics_port,
-        model_control_mode=args.model_control_mode,
         trusted_shared_memory=args.trusted_shared_memory,
         **more,
     )

@@ -74,22 +74,22 @@ def differences(on_disk: Message, served: Message, prefix: str = "") -> list[str
     return found
 
 
-def config_drift(config_path: Path, served: dict[str, Any]) -> list[str]:
-    """How the config at ``config_path`` differs from ``served`` (the model config API's JSON); empty
-    when the server runs what is on disk, or when there is no readable file to compare."""
+def config_drift(repository: Path, model: str, served: dict[str, Any]) -> str:
+    """One line: how ``model``'s ``config.pbtxt`` in ``repository`` differs from ``served`` (the model
+    config API's JSON), its first differences and what to do about them; "" when the server runs what is
+    on disk, or when there is no readable file to compare."""
+    config_path = Path(repository) / model / "config.pbtxt"
     try:
-        on_disk = text_format.Parse(Path(config_path).read_text(), model_config_pb2.ModelConfig())
+        on_disk = text_format.Parse(config_path.read_text(), model_config_pb2.ModelConfig())
     except (OSError, text_format.ParseError):
-        return []
+        return ""
     try:
         running = json_format.ParseDict(served, model_config_pb2.ModelConfig(), ignore_unknown_fields=True)
     except json_format.ParseError:  # not a config this proto reads: nothing to claim
-        return []
-    return differences(on_disk, running)
-
-
-def describe_drift(config_path: Path, found: list[str]) -> str:
-    """One line: the file, the first differences, and what to do about them."""
+        return ""
+    found = differences(on_disk, running)
+    if not found:
+        return ""
     listed = "; ".join(found[:MAX_LISTED])
     if len(found) > MAX_LISTED:
         listed += f"; and {len(found) - MAX_LISTED} more"

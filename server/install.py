@@ -16,6 +16,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import python_backend
+from python_backend.atomic_files import copy_file
 
 
 class ServerError(RuntimeError):
@@ -74,9 +75,7 @@ def replace_file(source: Path, target: Path) -> None:
         a, b = source.stat(), target.stat()
         if a.st_size == b.st_size and int(a.st_mtime) == int(b.st_mtime):
             return
-    partial = target.with_name(f".{target.name}.{os.getpid()}.partial")
-    shutil.copy2(source, partial)
-    os.replace(partial, target)
+    copy_file(source, target)
 
 
 def assemble_backends(install: ServerInstall, destination: Path) -> Path:
@@ -97,9 +96,8 @@ def assemble_backends(install: ServerInstall, destination: Path) -> Path:
                 target.unlink()  # stale link from an earlier install (e.g. a recreated venv)
             if not target.exists():
                 target.symlink_to(backend.resolve(), target_is_directory=True)
-    native_ort = destination / "onnxruntime" / "libtriton_onnxruntime.so"
-    if not native_ort.exists():
-        ours = destination / "onnxruntime"
+    ours = destination / "onnxruntime"
+    if not (ours / "libtriton_onnxruntime.so").exists():  # no native onnxruntime backend
         if ours.is_symlink():
             ours.unlink()
         python_backend.install_onnxruntime_backend(ours)

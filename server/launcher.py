@@ -30,6 +30,7 @@ import contextlib
 import json
 import logging
 import os
+import secrets
 import shutil
 import signal
 import socket
@@ -50,9 +51,10 @@ import tritonclient.http as httpclient
 from google.protobuf import text_format
 from tritonclient.grpc import model_config_pb2
 
+from python_backend.atomic_files import write_text
 from python_backend.dtypes import BY_TRITON
 from server import ports
-from server.admin import KEY_ENV, AdminError, drain, load_model, new_admin_key, restricted_api_args
+from server.admin import KEY_ENV, AdminError, drain, load_model, restricted_api_args
 from server.admin import headers as admin_headers
 from server.fronts.process import FrontShares
 from server.install import ServerError, assemble_backends, find_install
@@ -230,9 +232,6 @@ class ServerOptions:
     http_port: int = 0  # 0: pick a free port
     grpc_port: int = 0
     metrics_port: int = 0
-    # "none": the model set stays as loaded at start; "explicit": live version swaps, with the admin key.
-    # Both run Triton in explicit mode with the model-repository API keyed (the watchdog and drain use it).
-    model_control_mode: str = "none"
     load_models: list[str] = field(default_factory=list)  # empty loads "*"
     startup_timeout_s: float = 180.0
     stop_timeout_s: float = 30.0  # drain: how long admitted requests may take to finish
@@ -296,7 +295,7 @@ class TritonServer:
         self.metrics_port = options.metrics_port or metrics
         self.shm_prefix = f"tb{os.getpid()}_{self.http_port}_"  # this server's Python-backend regions
         self.failed_models: dict[str, str] = {}  # name -> reason, for models that did not load
-        self.admin_key = options.admin_key or new_admin_key()
+        self.admin_key = options.admin_key or secrets.token_urlsafe(24)  # the keyed APIs' (server.admin)
         self.watchdog: Watchdog | None = None
         self.watchdog_path = options.watchdog_record or self._workdir / "watchdog.json"
         self.drain_finished_at: float | None = None  # time.monotonic() when stop()'s drain completed
@@ -453,7 +452,7 @@ class TritonServer:
             )
         if self.options.echo_log:
             threading.Thread(target=_tee, args=(self.process.stdout, self.log_path), daemon=True).start()
-        self._write_server_pid()
+        write_text(self.server_pid_file, f"{self.pid}\n")  # the tritonserver the fronts follow, whole
         shares = self.options.front_shares.flags()
         if self.options.http_front and self.http_front not in self.running_fronts:
             self.http_front = self._launch_front(
@@ -475,12 +474,6 @@ class TritonServer:
     def running_fronts(self) -> list[subprocess.Popen]:
         """The fronts still running (across a restart they keep their ports)."""
         return [front for front in self.fronts if front.poll() is None]
-
-    def _write_server_pid(self) -> None:
-        """Tell the fronts which tritonserver to follow: written whole, then renamed over the old."""
-        partial = self.server_pid_file.with_name(f".{self.server_pid_file.name}.{os.getpid()}")
-        partial.write_text(f"{self.pid}\n")
-        partial.replace(self.server_pid_file)
 
     def _launch_front(self, module: str, port: int, upstream: str, *more: str) -> subprocess.Popen:
         """Start a front (``module``) on the public ``port``. It follows the tritonserver named in
@@ -510,20 +503,6 @@ class TritonServer:
         except (urllib.error.URLError, OSError):
             return False
 
-    def model_index(self) -> list[dict]:
-        """The repository index (name, version, state, reason of every model); [] when unreachable."""
-        request = urllib.request.Request(
-            f"http://{self.triton_http_url}/v2/repository/index",
-            data=b"{}",
-            method="POST",
-            headers=admin_headers(self.admin_key),  # the repository API is keyed (server.admin)
-        )
-        try:
-            with urllib.request.urlopen(request, timeout=5) as response:
-                return json.loads(response.read())
-        except (urllib.error.URLError, OSError, ValueError):
-            return []
-
     def model_log_lines(self, name: str, limit: int = 12) -> list[str]:
         """The server log's lines about model ``name`` (Triton quotes model names: ``'name'``)."""
         try:
@@ -537,7 +516,17 @@ class TritonServer:
 
         Settled: the server is live and no model is still loading (READY or UNAVAILABLE each).
         """
-        index = self.model_index()
+        request = urllib.request.Request(
+            f"http://{self.triton_http_url}/v2/repository/index",
+            data=b"{}",
+            method="POST",
+            headers=admin_headers(self.admin_key),  # the repository API is keyed (server.admin)
+        )
+        try:
+            with urllib.request.urlopen(request, timeout=5) as response:
+                index = json.loads(response.read())
+        except (urllib.error.URLError, OSError, ValueError):  # not answering yet
+            return None
         if not index or any(m.get("state") not in ("READY", "UNAVAILABLE") for m in index):
             return None
         return {m["name"]: m.get("reason", "") for m in index if m.get("state") == "UNAVAILABLE"}
@@ -564,12 +553,6 @@ class TritonServer:
             if reason:
                 remaining[name] = reason
         return remaining
-
-    def _report_failures(self, failed: dict[str, str]) -> None:
-        self.failed_models = failed
-        for name, reason in sorted(failed.items()):
-            lines = "\n    ".join(self.model_log_lines(name)) or "(no log lines name it)"
-            log.error("model %s failed to load: %s\n    %s", name, reason, lines)
 
     def describe_failures(self) -> str:
         """One paragraph per failed model: its reason and its own log lines."""
@@ -610,7 +593,10 @@ class TritonServer:
             ready = self.is_ready() and self.process is not None and self.process.poll() is None
             failed = self._settled_failures()
             if ready or failed:  # readiness is non-strict (module doc): name any model that failed
-                self._report_failures(self._load_starved_again(failed or {}))
+                self.failed_models = self._load_starved_again(failed or {})
+                for name, reason in sorted(self.failed_models.items()):
+                    lines = "\n    ".join(self.model_log_lines(name)) or "(no log lines name it)"
+                    log.error("model %s failed to load: %s\n    %s", name, reason, lines)
                 return
             time.sleep(0.25)
         raise ServerError(

@@ -14,6 +14,7 @@ keep moving.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
 from dataclasses import dataclass
@@ -117,17 +118,12 @@ def stub_regions() -> set[str]:
     return {region for _, region in _live_stubs()}
 
 
-def kill_stray_stubs(prefix: str) -> list[int]:
+def kill_stray_stubs(prefix: str) -> None:
     """SIGKILL stubs of a server that is gone (their argv names its shared-memory ``prefix``).
 
     A stub whose server was killed can outlive it (re-parented to init), holding its region and the
     backend folder's stub binary; nothing else would ever stop it.
     """
-    killed = []
     for pid in stubs_with_prefix(prefix):
-        try:
+        with contextlib.suppress(OSError):  # exited meanwhile
             os.kill(pid, signal.SIGKILL)
-            killed.append(pid)
-        except OSError:
-            continue
-    return killed

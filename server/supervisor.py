@@ -97,10 +97,6 @@ class SupervisorRecord:
     serving_again_at: float | None = None  # epoch seconds, when the restarted server was ready
     history: list[dict] = field(default_factory=list)  # every death: cause, when, serving again when
 
-    def write(self, path: Path | None) -> None:
-        if path is not None:
-            write_record(path, asdict(self))
-
 
 def record_lines(record: dict) -> list[str]:
     """The record as ``status`` and ``client health`` print it: nothing when nothing happened."""
@@ -164,10 +160,10 @@ class Supervisor:
             self._start()
         except _Interrupted as signalled:
             raise ServerError(f"start abandoned: {signalled} asked for while the server started") from None
-        self.record.state, self.record.server_pid = SERVING, self.server.pid
         self._write()
 
     def _start(self) -> None:
+        """Start the server unless a signal asked otherwise; the record says it serves (not yet written)."""
         self._starting = True
         try:
             if self._wanted is None:
@@ -176,6 +172,7 @@ class Supervisor:
             self._starting = False
         if self._wanted is None:
             self.on_serving(self.server)
+        self.record.state, self.record.server_pid = SERVING, self.server.pid
 
     def run(self) -> int:
         """Supervise until stopped (0), released (0) or the start limit is hit (1)."""
@@ -233,7 +230,6 @@ class Supervisor:
                 self.record.last_cause = f"restart failed: {str(error).splitlines()[0][:200]}"
                 self.server.reap()
                 continue
-            self.record.state, self.record.server_pid = SERVING, self.server.pid
             self.record.serving_again_at = time.time()
             self.record.history[-1]["serving_again_at"] = self.record.serving_again_at
             self._write()
@@ -263,4 +259,5 @@ class Supervisor:
             time.sleep(min(POLL_S, max(0.0, deadline - time.monotonic())))
 
     def _write(self) -> None:
-        self.record.write(self.record_path)
+        if self.record_path is not None:
+            write_record(self.record_path, asdict(self.record))

@@ -105,10 +105,6 @@ class WatchdogState:
     events: list[HealEvent] = field(default_factory=list)
     unavailable_now: dict[str, str] = field(default_factory=dict)  # model -> why, until it is healed
 
-    def as_record(self) -> dict:
-        events = [asdict(e) for e in self.events]
-        return {"events": events, "unavailable_now": self.unavailable_now, "written": time.time()}
-
 
 class Watchdog:
     """Watches one server's stubs and reloads a model whose stub died or hung; ``start()`` / ``stop()``.
@@ -157,8 +153,6 @@ class Watchdog:
 
     def run(self) -> None:
         self._write()
-        if not self._known:
-            self.dead_stubs()
         while not self._stop.wait(POLL_S):
             if not Path(f"/proc/{self.server_pid}").exists():
                 return
@@ -170,42 +164,31 @@ class Watchdog:
     def dead_stubs(self, scan: list[Stub] | None = None) -> list[Stub]:
         """Stubs seen alive earlier that are gone now, whose instance no live stub serves (``scan``:
         the server's stubs as just read, to save reading ``/proc`` twice in one poll)."""
-        current = {s.pid: s for s in (server_stubs(self.server_pid) if scan is None else scan)}
-        live_instances = {s.instance for s in current.values() if s.alive}
-        self._live = [s for s in current.values() if s.alive]
-        dead = []
-        for pid, stub in list(self._known.items()):
-            now = current.get(pid)
-            if now is not None and now.alive:
-                continue
-            del self._known[pid]
-            if stub.instance not in live_instances:
-                dead.append(stub)
-        self._known.update({pid: s for pid, s in current.items() if s.alive})
-        return dead
+        self._live = [s for s in (server_stubs(self.server_pid) if scan is None else scan) if s.alive]
+        seen, self._known = self._known, {s.pid: s for s in self._live}
+        live_instances = {s.instance for s in self._live}
+        return [s for pid, s in seen.items() if pid not in self._known and s.instance not in live_instances]
 
     def hung_stubs(self, scan: list[Stub]) -> list[tuple[Stub, str]]:
         """Live stubs of ``scan`` that cannot answer, each with why: stopped, silent, or stuck."""
         now = time.monotonic()
-        hung = []
+        hung: dict[int, tuple[Stub, str]] = {}  # by pid: a stub judged twice counts once, as first judged
         live = [s for s in scan if s.alive]
+        self._activity = {s.pid: self._activity[s.pid] for s in live if s.pid in self._activity}
         for stub in live:
             if stub.stopped:
-                hung.append((stub, f"stopped, state {stub.state}"))
+                hung[stub.pid] = (stub, f"stopped, state {stub.state}")
                 continue
             count = activity(stub.pid)
             seen = self._activity.get(stub.pid)
             if count is None or seen is None or seen[0] != count:
                 self._activity[stub.pid] = (count or 0, now)
             elif now - seen[1] >= SILENT_AFTER_S:
-                hung.append((stub, f"no thread ran for {now - seen[1]:.1f} s"))
-        pids = {s.pid for s in live}
-        self._activity = {pid: seen for pid, seen in self._activity.items() if pid in pids}
-        hung_pids = {stub.pid for stub, _ in hung}
+                hung[stub.pid] = (stub, f"no thread ran for {now - seen[1]:.1f} s")
         for model, cause in self.stuck_models(live).items():
-            serving = [s for s in live if s.model == model and s.instance != model]
-            hung += [(s, cause) for s in serving if s.pid not in hung_pids]
-        return hung
+            for stub in (s for s in live if s.model == model and s.instance != model):
+                hung.setdefault(stub.pid, (stub, cause))
+        return list(hung.values())
 
     def stuck_models(self, live: list[Stub]) -> dict[str, str]:
         """Models with live stubs whose waiting requests have not moved for ``STUCK_AFTER_S``, each
@@ -381,7 +364,7 @@ class Watchdog:
 
     def _write(self) -> None:
         if self.events_path is not None:
-            write_record(self.events_path, self.state.as_record())
+            write_record(self.events_path, {**asdict(self.state), "written": time.time()})
 
 
 def event_lines(events: dict) -> list[str]:

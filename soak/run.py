@@ -64,7 +64,7 @@ def run_soak(
     rng = random.Random(seed)
     report = SoakReport(duration_s)
     options = ServerOptions(
-        repository=repository, model_control_mode="explicit", exit_timeout_s=5, port_wait_s=10,
+        repository=repository, exit_timeout_s=5, port_wait_s=10,
         http_front=True, grpc_front=True,  # as `make serve` runs it: the fronts face the faults
     )  # fmt: skip
     server = TritonServer(options)

@@ -133,7 +133,6 @@ class ModelSession:
     def _options(self, repository: Path, load_models: list[str]) -> ServerOptions:
         return ServerOptions(
             repository=repository,
-            model_control_mode="explicit",
             load_models=load_models,
             log_path=self.workdir / "server.log",
             startup_timeout_s=240,

@@ -200,8 +200,7 @@ class PipelineStudy:
         records = {b.spec.name: b.record for b in build_pipelines(spec, repository, num_gpus=0)}
         context.progress("starting tritonserver (explicit model control)")
         saturate = closed_loop(profile.goal_concurrency)
-        server_options = {"model_control_mode": "explicit", "startup_timeout_s": 300}
-        with context.server(repository, "pipeline-server.log", **server_options) as server:
+        with context.server(repository, "pipeline-server.log", startup_timeout_s=300) as server:
             capacity: dict[str, float] = {}
             fixed: dict[str, Figures] = {}
             for model in sorted({c.model for c in wanted}):

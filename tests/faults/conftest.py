@@ -80,7 +80,6 @@ def fault_repository(fault_spec: Spec, tmp_path_factory: pytest.TempPathFactory)
 def fault_server(fault_repository: Path) -> Iterator[TritonServer]:
     options = ServerOptions(
         repository=fault_repository,
-        model_control_mode="explicit",
         startup_timeout_s=240,
         http_front=True,  # what `make serve` runs: HTTP faults go through the front, as a user's would
         http_front_body_timeout_s=3,

@@ -118,7 +118,7 @@ def explicit_options(repository: Path, workdir: Path) -> ServerOptions:
     """The fault tests' server: explicit model control, a generous start, a short exit timeout (after
     the drain nothing is in flight; it only bounds open HTTP connections)."""
     return ServerOptions(
-        repository=repository, model_control_mode="explicit", startup_timeout_s=240, exit_timeout_s=3,
+        repository=repository, startup_timeout_s=240, exit_timeout_s=3,
         workdir=workdir,
     )  # fmt: skip
 

@@ -55,7 +55,7 @@ def repository(spec: Spec, tmp_path_factory: pytest.TempPathFactory, reuse_expor
 
 @pytest.fixture(scope="module")
 def server(repository) -> Iterator[TritonServer]:
-    options = ServerOptions(repository=repository, model_control_mode="explicit", startup_timeout_s=240)
+    options = ServerOptions(repository=repository, startup_timeout_s=240)
     with TritonServer(options) as running:
         yield running
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import copy
 import dataclasses
+import inspect
 import os
 import signal
 import socket
@@ -17,6 +18,7 @@ import pytest
 from exporters.configs.model_config import write_config
 from exporters.configs.models import build_model_config
 from exporters.schema.models import parse_spec
+from server import launcher
 from server.install import ServerError, assemble_backends, find_install
 from server.launcher import (
     MIB,
@@ -114,6 +116,14 @@ def test_command_binds_loopback_and_uses_its_own_shm_prefix(tmp_path: Path) -> N
     assert servers[1].admin_key != key
     prefix = [a for a in first if "shm-region-prefix-name" in a]
     assert prefix and prefix != [a for a in second if "shm-region-prefix-name" in a]
+
+
+def test_every_server_option_is_read_by_the_launcher() -> None:
+    """An option a caller sets must change what TritonServer does: one it never reads lets a caller
+    believe it configured the server (a model-control mode, say, while Triton always runs explicit)."""
+    source = inspect.getsource(launcher)
+    unread = [f.name for f in dataclasses.fields(ServerOptions) if f"options.{f.name}" not in source]
+    assert unread == []
 
 
 def test_a_servers_ports_are_picked_together_all_different_and_apart_from_those_given(tmp_path: Path) -> None:
