@@ -196,12 +196,15 @@ def test_the_tuner_chooses_the_buckets_that_meet_the_budget_with_the_lowest_p99(
 def test_perf_analyzer_input_data_carries_each_request_length(tmp_path: Path) -> None:
     import json
 
-    from perf.measure.analyzer import write_shaped_input_data
+    from perf.measure.analyzer import SHAPED_REQUESTS, write_input_data
 
-    plan = shape_plan(model(shapes={"lengths": [20, 150]}), rows=2, seed=3, buckets=(64, 200))
-    written = write_shaped_input_data(plan, tmp_path / "inputs.json", requests=50)
+    spec = model(shapes={"lengths": [20, 150]})
+    target = target_from_spec(spec, "127.0.0.1:1", rows=2, seed=3, buckets=(64, 200))
+    plan = target.shapes
+    written = write_input_data(target, tmp_path / "inputs.json")
     data = json.loads(written.read_text())["data"]
-    assert [entry["frames"]["shape"] for entry in data] == [[sent, 16] for _, sent in plan.requests[:50]]
+    expected = [[sent, 16] for _, sent in plan.requests[:SHAPED_REQUESTS]]
+    assert [entry["frames"]["shape"] for entry in data] == expected
     assert {entry["frames"]["shape"][0] for entry in data} == {64, 200}  # padded to the buckets
 
 
