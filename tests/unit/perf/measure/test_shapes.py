@@ -234,14 +234,14 @@ def test_a_static_batch_takes_the_traffic_as_it_arrives_padded_to_its_longest() 
     static = Caller(target_from_spec(spec, "unused", collect=32, rows=32), 0.0)
     requests = static.target.shapes.requests
     for start in (0, 32):  # each batch of 32 takes the next 32 arrivals' lengths
-        tensors, _, length, sent = static._shaped_inputs(32)
+        tensors, _, length, sent = static._request_inputs(32)
         arrivals = requests[start : start + 32]
         assert sent == max(n for n, _ in arrivals) and length == round(np.mean([n for n, _ in arrivals]))
         assert tensors[0].shape() == [32, sent, 16]
     bucketed = Caller(target_from_spec(spec, "unused", collect=32, rows=32, buckets=(120, 200)), 0.0)
-    assert bucketed._shaped_inputs(32)[3] in (120, 200)  # the longest arrival's bucket
+    assert bucketed._request_inputs(32)[3] in (120, 200)  # the longest arrival's bucket
     dynamic = Caller(target_from_spec(spec, "unused", rows=4), 0.0)
-    assert [dynamic._shaped_inputs(1)[2] for _ in range(3)] == [
+    assert [dynamic._request_inputs(1)[2] for _ in range(3)] == [
         n for n, _ in dynamic.target.shapes.requests[:3]
     ]
     # the padding the report shows: positions computed that are padding, from the records' lengths
