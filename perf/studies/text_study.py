@@ -214,21 +214,19 @@ def measure_references(
 ) -> None:
     """The in-process references on the corpus's first texts (server stopped: they get the cores)."""
     corpus = corpus[: profile.text_reference_texts]
-    onnx = encoder_file(repository, modes[0])
+    onnx = str(encoder_file(repository, modes[0]))
     tokenizer_path = str(model_folder(DEFAULT_PACKAGE) / "tokenizer.json")
     bucketed, exact = TextTokenizer(tokenizer_path, 256, DEFAULT_BUCKETS), TextTokenizer(tokenizer_path, 256)
-    for batch in sorted({1, served_batch(result) or 1, max(LATENCY_BATCHES)}):
-        rate, waste = raw_onnxruntime(str(onnx), bucketed, corpus, batch)
-        result.raw[f"buckets, batch {batch}"] = [batch, rate, waste]
+    batches = sorted({1, served_batch(result) or 1, max(LATENCY_BATCHES)})
+    references = [("buckets", onnx, bucketed, batch) for batch in batches]  # (label, file, tokenizer, batch)
     if compares_int8(profile):
-        batch = int8_batch(result)
-        rate, waste = raw_onnxruntime(str(encoder_file(repository, INT8)), bucketed, corpus, batch)
-        result.raw[f"int8 buckets, batch {batch}"] = [batch, rate, waste]
-    rate, waste = raw_onnxruntime(str(onnx), exact, corpus, 1)
-    result.raw["exact lengths, batch 1"] = [1, rate, waste]
+        references.append(("int8 buckets", str(encoder_file(repository, INT8)), bucketed, int8_batch(result)))
+    references.append(("exact lengths", onnx, exact, 1))
+    for label, path, tokenizer, batch in references:
+        result.raw[f"{label}, batch {batch}"] = [batch, *raw_onnxruntime(path, tokenizer, corpus, batch)]
     result.sentence_transformers = sentence_transformers_rate(DEFAULT_PACKAGE, corpus)
     lengths = DEFAULT_BUCKETS if len(profile.text_modes) > 3 else (16, 64, 256)
-    result.latency = bucket_latency(str(onnx), lengths, LATENCY_BATCHES)
+    result.latency = bucket_latency(onnx, lengths, LATENCY_BATCHES)
 
 
 class TextStudy:
