@@ -7,7 +7,7 @@ request, the server's and the rest of the machine's (the client, mostly), says w
 they do: on cores the client shares with the server, a client that costs more CPU per request leaves
 the server less.
 
-``python -m perf witness`` runs it on one configuration (``witness_alone``); give it a tuned pick's
+``python -m perf witness`` runs it on one configuration (``command_witness``); give it a tuned pick's
 ``--max-batch``, ``--delay-us`` and ``--instances`` to witness what ``make tune`` chose.
 """
 
@@ -16,7 +16,6 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import logging
-from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -112,13 +111,10 @@ def cpu_verdict(runs: dict[str, list[Measurement]]) -> str:
     )
 
 
-def witness_section(
-    session: ModelSession, step: Callable[[str], None] | None = None, concurrency: int = 16
-) -> list[str]:
+def witness_section(session: ModelSession, concurrency: int = 16) -> list[str]:
     """The side by side on the configuration loaded now, as a report section."""
     if find_perf_analyzer() is None:
         return [HEADING, "", f"perf_analyzer did not run: {unavailable_message()}."]
-    (step or (lambda text: None))(f"witness: perf_analyzer vs our client at concurrency {concurrency}")
     try:
         runs = side_by_side(session, [PerfAnalyzerEngine(), OurEngine()], concurrency)
     except StudyError as error:
@@ -146,11 +142,12 @@ def witness_section(
     ]
 
 
-def witness_alone(options: WitnessOptions) -> int:
-    """The side by side alone, on the one configuration ``options`` names (no tuning); printed."""
+def command_witness(args: argparse.Namespace) -> int:
+    """``python -m perf witness``: the side by side alone, on one configuration (no tuning)."""
     from exporters.resolve import load_spec
     from perf.model.batcher import BatcherConfig
 
+    options = options_from(args)
     options.workdir.mkdir(parents=True, exist_ok=True)
     spec = load_spec(options.spec)
     with ModelSession(spec, options.model, options.max_batch, options.workdir, OurEngine()) as session:
@@ -177,8 +174,3 @@ def options_from(args: argparse.Namespace) -> WitnessOptions:
     return WitnessOptions(
         **{field.name: getattr(args, field.name) for field in dataclasses.fields(WitnessOptions)}
     )
-
-
-def command_witness(args: argparse.Namespace) -> int:
-    """``python -m perf witness``: the side by side alone, on one configuration (no tuning)."""
-    return witness_alone(options_from(args))

@@ -45,7 +45,6 @@ from perf.errors import OptionError, StudyError
 from perf.measure.engine import Edge, EngineFigures, EngineRun, Job, MeasureSettings
 from perf.measure.loads import Load, arrival_times
 from perf.measure.records import Record
-from perf.measure.shapes import ShapePlan
 from perf.measure.target import Target
 
 log = logging.getLogger(__name__)
@@ -111,25 +110,19 @@ def _tensor_data(row: np.ndarray) -> dict:
     return {"content": row.ravel().tolist(), "shape": list(row.shape)}
 
 
-def write_input_data(inputs: dict[str, np.ndarray], path: Path, rows: int = INPUT_ROWS) -> Path:
-    """perf_analyzer's ``--input-data`` JSON from our input pool (so ids stay inside the tables); it
-    sends the rows in turn."""
-    data = [
-        {name: _tensor_data(pool[i]) for name, pool in inputs.items()}
-        for i in range(min(rows, next(iter(inputs.values())).shape[0]))
-    ]
-    path.write_text(json.dumps({"data": data}))
-    return path
-
-
-def write_shaped_input_data(plan: ShapePlan, path: Path, requests: int = SHAPED_REQUESTS) -> Path:
-    """``--input-data`` for a model with a variable axis: one entry per request of ``plan`` in turn,
-    each at the length it is sent at (perf_analyzer sends the entries round-robin), so its runs carry
-    the traffic's lengths as ours do (``perf.measure.shapes``)."""
-    data = [
-        {name: _tensor_data(pool[0]) for name, pool in plan.pools[sent].items()}
-        for _, sent in plan.requests[:requests]
-    ]
+def write_input_data(target: Target, path: Path) -> Path:
+    """perf_analyzer's ``--input-data`` JSON, one entry per sample, which it sends in turn: rows of our
+    input pool (so ids stay inside the tables), all of a cycling target's up to ``INPUT_ROWS_MAX``; for
+    a model with a variable axis, the requests of its ``ShapePlan`` in turn, each at the length it is
+    sent at, so its runs carry the traffic's lengths as ours do (``perf.measure.shapes``)."""
+    if target.shapes is not None:
+        pools = [target.shapes.pools[sent] for _, sent in target.shapes.requests[:SHAPED_REQUESTS]]
+        samples = [{name: pool[0] for name, pool in inputs.items()} for inputs in pools]
+    else:
+        rows = next(iter(target.inputs.values())).shape[0]
+        count = min(INPUT_ROWS_MAX if target.cycle else INPUT_ROWS, rows)
+        samples = [{name: pool[i] for name, pool in target.inputs.items()} for i in range(count)]
+    data = [{name: _tensor_data(row) for name, row in sample.items()} for sample in samples]
     path.write_text(json.dumps({"data": data}))
     return path
 
@@ -164,11 +157,7 @@ def command(
     ``folder``, and ``extra`` options (e.g. ``-H name:value``, a header on every request)."""
     if target.collect != 1:
         raise OptionError(f"perf_analyzer sends single samples, not collect={target.collect}")
-    rows = min(INPUT_ROWS_MAX, next(iter(target.inputs.values())).shape[0]) if target.cycle else INPUT_ROWS
-    if target.shapes is not None:
-        data = write_shaped_input_data(target.shapes, folder / "inputs.json")
-    else:
-        data = write_input_data(target.inputs, folder / "inputs.json", rows)
+    data = write_input_data(target, folder / "inputs.json")
     line = [
         str(binary),
         "-m",
@@ -195,13 +184,8 @@ def command(
 def read_analyzer_csv(path: Path, settings: tuple[str, ...] = ()) -> EngineFigures:
     """perf_analyzer's own figures from its ``-f`` CSV (first row; latencies there are in µs)."""
     row = next(csv.DictReader(io.StringIO(path.read_text())))
-    return EngineFigures(
-        float(row["Inferences/Second"]),
-        float(row["p50 latency"]) / 1e3,
-        float(row["p90 latency"]) / 1e3,
-        float(row["p99 latency"]) / 1e3,
-        settings,
-    )
+    latencies_ms = (float(row[f"p{q} latency"]) / 1e3 for q in (50, 90, 99))
+    return EngineFigures(float(row["Inferences/Second"]), *latencies_ms, settings)
 
 
 @dataclass(frozen=True)
@@ -283,11 +267,8 @@ class PerfAnalyzerEngine:
                     )
                 log.info("%s: perf_analyzer's windows disagreed; once more, twice as long", label)
             export = Export.read(folder / "export.json")
-            own = (
-                read_analyzer_csv(folder / "figures.csv", windows)
-                if (folder / "figures.csv").is_file()
-                else None
-            )
+            figures = folder / "figures.csv"  # absent where an open loop's windows never agreed
+            own = read_analyzer_csv(figures, windows) if figures.is_file() else None
         records = export.records(target, label)
         count = len(export.windows)
         return EngineRun(

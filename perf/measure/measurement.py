@@ -150,18 +150,8 @@ async def measure_async(
 
 
 def _measurement(label: str, target: Target, load: Load, run: EngineRun, engine: str) -> Measurement:
-    return Measurement(
-        label,
-        target.model,
-        load,
-        run.records,
-        run.windows,
-        run.used,
-        run.stable,
-        run.attempts,
-        engine=engine,
-        own=run.own,
-    )
+    """``run`` as a ``Measurement``: each field of an ``EngineRun`` is the ``Measurement``'s of its name."""
+    return Measurement(label, target.model, load, engine=engine, **vars(run))
 
 
 def _settled(take: Callable[[], ServerSnapshot]) -> ServerSnapshot:

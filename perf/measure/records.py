@@ -57,7 +57,16 @@ def latencies(records: Iterable[Record]) -> np.ndarray:
     return np.concatenate(parts) if parts else np.empty(0)
 
 
-CSV_FIELDS = [f.name for f in fields(Record)]
+# How each ``Record`` field is read back from its CSV text (``write_csv``'s inverse), by field name:
+# worked out once from the field types, not once per row.
+PARSE = {
+    "str": str,
+    "float": float,
+    "int": lambda text: int(text or 0),  # a column an older file lacks reads as 0
+    "bool": lambda text: text == "True",
+    "tuple[float, ...]": lambda text: tuple(float(a) for a in text.split()),
+}
+CSV_FIELDS = {f.name: PARSE[f.type] for f in fields(Record)}
 
 
 def write_csv(records: Sequence[Record], path: Path) -> None:
@@ -70,21 +79,11 @@ def write_csv(records: Sequence[Record], path: Path) -> None:
             writer.writerow([row[name] for name in CSV_FIELDS])
 
 
-# How each type of ``Record`` field is read back from its CSV text (``write_csv``'s inverse).
-PARSE = {
-    "str": str,
-    "float": float,
-    "int": lambda text: int(text or 0),  # a column an older file lacks reads as 0
-    "bool": lambda text: text == "True",
-    "tuple[float, ...]": lambda text: tuple(float(a) for a in text.split()),
-}
-
-
 def read_csv(path: Path) -> list[Record]:
     """The inverse of ``write_csv`` (lets a report be rebuilt from the raw records)."""
     with open(path, newline="") as handle:
         return [
-            Record(**{f.name: PARSE[f.type](row.get(f.name) or "") for f in fields(Record)})
+            Record(**{name: parse(row.get(name) or "") for name, parse in CSV_FIELDS.items()})
             for row in csv.DictReader(handle)
         ]
 

@@ -130,10 +130,9 @@ class Caller:
         self.attempts = 0  # calls started plus arrivals shed; every one ends as exactly one record
         self.free: asyncio.Queue[int] = asyncio.Queue()
         self._regions: list[tuple[str, Any]] = []
-        self._inputs: dict[tuple[int, int], list[Any]] = {}
+        self._inputs: dict[tuple[int, int, int], tuple[list[Any], int]] = {}
         self._next_row = 0  # with ``target.cycle``: the pool row the next request starts at
         self._next_shape = 0  # with ``target.shapes``: the index of the next request's lengths
-        self._shaped: dict[tuple[int, int], tuple[list[Any], int]] = {}
 
     async def __aenter__(self) -> Caller:
         self.client = self.connect(self.target, self.slot_count)
@@ -180,16 +179,27 @@ class Caller:
         per_slot = sum(self.target.output_row_bytes.values()) * self.target.collect
         self._output_regions = [await self._region(max(per_slot, 64)) for _ in range(self.slot_count)]
 
-    def _request_inputs(self, batch: int) -> list[Any]:
-        """The ``InferInput``s for a request of ``batch`` samples, built once per batch size (and, with
-        ``cycle``, per starting row)."""
-        start = 0
-        if self.target.cycle:
+    def _request_inputs(self, batch: int) -> tuple[list[Any], int, int, int]:
+        """The next request's ``InferInput``s (built once per sent length, starting row and batch size),
+        its payload bytes, true length and sent length (0 and 0 for fixed shapes).
+
+        With ``cycle``, each request starts at the pool row after the last one sent. With ``shapes``, a
+        request that collects several arrivals (static batching) takes the next ``batch`` lengths of
+        the traffic, as they arrive, and is sent padded to the longest of them (to its bucket, with
+        buckets); its true length is then their mean, rounded."""
+        plan, pools, start, length, sent = self.target.shapes, self.target.inputs, 0, 0, 0
+        if plan is not None:
+            count = batch if self.target.collect > 1 else 1
+            pairs = [plan.requests[(self._next_shape + k) % len(plan.requests)] for k in range(count)]
+            self._next_shape += count
+            length, sent = round(sum(n for n, _ in pairs) / count), max(s for _, s in pairs)
+            pools = plan.pools[sent]
+        elif self.target.cycle:
             start, self._next_row = self._next_row % self.pool_rows, self._next_row + batch
-        key = (batch, start)
+        key = (sent, start, batch)
         if key not in self._inputs:
-            tensors, offset = [], 0
-            for name, pool in self.target.inputs.items():
+            tensors, offset, nbytes = [], 0, 0
+            for name, pool in pools.items():
                 rows = (
                     np.take(pool, range(start, start + batch), axis=0, mode="wrap") if start else pool[:batch]
                 )
@@ -200,33 +210,9 @@ class Caller:
                     tensor.set_data_from_numpy(rows)
                 tensors.append(tensor)
                 offset += pool.nbytes
-            self._inputs[key] = tensors
-        return self._inputs[key]
-
-    def _shaped_inputs(self, batch: int) -> tuple[list[Any], int, int, int]:
-        """With ``target.shapes``: the next request's ``InferInput``s (built once per sent length and
-        batch size), its payload bytes, true length and sent length. A request that collects several
-        arrivals (static batching) takes the next ``batch`` lengths of the traffic, as they arrive, and
-        is sent padded to the longest of them (to its bucket, with buckets); its true length is then
-        their mean, rounded."""
-        plan = self.target.shapes
-        assert plan is not None
-        count = batch if self.target.collect > 1 else 1
-        pairs = [plan.requests[(self._next_shape + k) % len(plan.requests)] for k in range(count)]
-        self._next_shape += count
-        length = round(sum(n for n, _ in pairs) / count)
-        sent = max(s for _, s in pairs)
-        key = (sent, batch)
-        if key not in self._shaped:
-            tensors, nbytes = [], 0
-            for name, pool in plan.pools[sent].items():
-                rows = pool[:batch]
-                tensor = self.module.InferInput(name, list(rows.shape), np_to_triton_dtype(rows.dtype))
-                tensor.set_data_from_numpy(rows)
-                tensors.append(tensor)
                 nbytes += rows.nbytes
-            self._shaped[key] = (tensors, nbytes)
-        tensors, nbytes = self._shaped[key]
+            self._inputs[key] = (tensors, nbytes)
+        tensors, nbytes = self._inputs[key]
         return tensors, nbytes, length, sent
 
     def _request_outputs(self, batch: int, slot: int) -> list[Any] | None:
@@ -246,12 +232,7 @@ class Caller:
         own_slot = slot is None
         if own_slot:
             slot = await self.free.get()
-        length = sent_length = 0
-        if self.target.shapes is not None:
-            inputs, sent_bytes, length, sent_length = self._shaped_inputs(batch)
-        else:
-            inputs = self._request_inputs(batch)
-            sent_bytes = sum(t.nbytes for t in self.target.inputs.values()) // self.pool_rows * batch
+        inputs, sent_bytes, length, sent_length = self._request_inputs(batch)
         outputs = self._request_outputs(batch, slot)
         send = time.perf_counter() - self.t0
         try:

@@ -6,7 +6,7 @@ prediction and a measurement at one rate see arrivals of one seeded process.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 from perf.measure.loads import Load, arrival_times, poisson
@@ -30,19 +30,18 @@ class Prediction:
         return self.sustained and self.p99_ms <= budget_ms
 
 
+def kept_up(throughput: float, arrivals_s: Sequence[float]) -> bool:
+    """Whether ``throughput`` is within 5% of the rate ``arrivals_s`` offered (``Prediction.sustained``)."""
+    offered = len(arrivals_s) / arrivals_s[-1] if len(arrivals_s) > 1 else 0.0
+    return bool(throughput >= 0.95 * offered)
+
+
 def predict(config: BatcherConfig, service: ServiceModel, load: Load, seconds: float = 8.0) -> Prediction:
     arrivals = arrival_times(load, seconds, ARRIVALS_MAX)
     result: SimResult = simulate(arrivals, config, service)
-    offered = len(arrivals) / arrivals[-1] if len(arrivals) > 1 else 0.0
-    return Prediction(
-        config,
-        load.rate,
-        result.p99_ms(),
-        result.throughput,
-        result.mean_batch,
-        bool(result.throughput >= 0.95 * offered),
-        result.cpu_utilization,
-    )
+    sustained = kept_up(result.throughput, arrivals)
+    figures = (result.p99_ms(), result.throughput, result.mean_batch, sustained, result.cpu_utilization)
+    return Prediction(config, load.rate, *figures)
 
 
 def capacity_bound(config: BatcherConfig, service: ServiceModel) -> float:
@@ -55,10 +54,8 @@ def max_rate(
     config: BatcherConfig,
     service: ServiceModel,
     budget_ms: float,
-    load_at: LoadAt | None = None,
+    load_at: LoadAt = poisson,
     seconds: float = 6.0,
-    scan: int = 8,
-    steps: int = 7,
 ) -> Prediction | None:
     """The highest rate whose predicted p99 meets ``budget_ms``, or None if no rate does.
 
@@ -67,13 +64,10 @@ def max_rate(
     bisection between the highest rate that passed and the next one that failed. ``load_at`` builds
     the load at a rate (Poisson by default).
     """
-    load_at = load_at or (lambda rate: poisson(rate))
     return highest_rate(
         lambda rate: predict(config, service, load_at(rate), seconds),
         capacity_bound(config, service),
         budget_ms,
-        scan,
-        steps,
     )
 
 

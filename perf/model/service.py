@@ -65,16 +65,11 @@ def per_batch_and_request_ms(
 
 
 def slice_for(
-    arrivals: np.ndarray,
-    config: BatcherConfig,
-    service: ServiceModel,
-    cpu: CpuModel,
-    target_p99_ms: float,
-    high_s: float = 0.05,
+    arrivals: np.ndarray, config: BatcherConfig, service: ServiceModel, cpu: CpuModel, target_p99_ms: float
 ) -> float:
     """The CPU wait's slice that makes the simulated p99 of ``arrivals`` equal ``target_p99_ms``
     (bisection: with the random draws fixed, every wait scales with the slice, so the p99 grows with
-    it). 0 when the simulation alone already reaches the target; at most ``high_s``."""
+    it). 0 when the simulation alone already reaches the target; at most 50 ms."""
 
     def p99(slice_s: float) -> float:
         model = dataclasses.replace(service, cpu=dataclasses.replace(cpu, slice_s=slice_s))
@@ -82,7 +77,7 @@ def slice_for(
 
     if p99(0.0) >= target_p99_ms:
         return 0.0
-    low, high = 0.0, high_s
+    low, high = 0.0, 0.05
     for _ in range(30):
         middle = (low + high) / 2
         low, high = (middle, high) if p99(middle) < target_p99_ms else (low, middle)

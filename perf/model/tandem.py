@@ -30,7 +30,7 @@ from perf.errors import OptionError
 from perf.measure.loads import Load, arrival_times
 from perf.model.batcher import BatcherConfig, ServiceModel, p99_ms, simulate
 from perf.model.links import Transfer
-from perf.model.predict import ARRIVALS_MAX, Prediction, capacity_bound
+from perf.model.predict import ARRIVALS_MAX, Prediction, capacity_bound, kept_up
 
 
 @dataclass(frozen=True)
@@ -111,10 +111,9 @@ def predict_tandem(
     (the first stage's batcher stands for the configuration; ``mean_batch`` is the first stage's)."""
     arrivals = arrival_times(load, seconds, ARRIVALS_MAX)
     result = simulate_tandem(arrivals, stages, transfers, overhead_s)
-    offered = len(arrivals) / arrivals[-1] if len(arrivals) > 1 else 0.0
     first = result.stage_batches[0]
     mean_batch = float(np.mean(first)) if len(first) else 0.0
-    sustained = bool(result.throughput >= 0.95 * offered)
+    sustained = kept_up(result.throughput, arrivals)
     return Prediction(stages[0].config, load.rate, result.p99_ms(), result.throughput, mean_batch, sustained)
 
 

@@ -91,7 +91,7 @@ def served_vs_raw(result: StudyResult, family: FamilyResult) -> Goal:
         if MODES[e.mode].instances == 1
     ]
     if not effs:
-        return Goal(goal.name, goal.target(), "not measured", None)
+        return goal.outcome()
     text = ", ".join(f"{e.mode} (batch {number(e.mean_batch)}): {ratio(e.ratio)}" for e in effs)
     best = max(effs, key=lambda e: e.ratio)
     met = goal.met(best.ratio)
@@ -113,20 +113,20 @@ def served_vs_raw(result: StudyResult, family: FamilyResult) -> Goal:
             f"met by {best.mode} only; below {goal.limit:g}×: {below}: per-request overhead (client, gRPC, "
             "Python-backend IPC) weighs on small batches, and a batcher that waits out its delay idles"
         )
-    return Goal(goal.name, goal.target(), text, met, limits)
+    return goal.outcome(text, met, limits)
 
 
 def latency_model(result: StudyResult, family: FamilyResult) -> list[Goal]:
     fit_goal, gain_goal = GOALS["latency-model fit"], GOALS["predicted gain"]
     fit = analysis.fit_served(family)
     if fit is None:
-        return [Goal(fit_goal.name, fit_goal.target(), "too few batch sizes formed", None)]
+        return [fit_goal.outcome("too few batch sizes formed")]
     measured = f"{fit_text(fit)} ({len(fit.points)} sizes)"
     if fit.flaw:  # a fit no batch follows: not a model, however well it matches the points
-        return [Goal(fit_goal.name, fit_goal.target(), measured, False, fit.flaw)]
+        return [fit_goal.outcome(measured, False, fit.flaw)]
     met = fit_goal.met(fit.r2)
     scatter = "" if met else "compute times per batch size scatter (shared cores)"
-    goals = [Goal(fit_goal.name, fit_goal.target(), measured, met, scatter)]
+    goals = [fit_goal.outcome(measured, met, scatter)]
     checks = analysis.gain_checks(family, fit, result.profile.goal_concurrency)
     if checks:
         text = ", ".join(
@@ -136,7 +136,7 @@ def latency_model(result: StudyResult, family: FamilyResult) -> list[Goal]:
         )
         met = all(gain_goal.met(abs(c.error_pct)) for c in checks)
         limits = "" if met else OVERHEAD_NOTE
-        goals.append(Goal(gain_goal.name, gain_goal.target(), text, met, limits))
+        goals.append(gain_goal.outcome(text, met, limits))
     return goals
 
 
@@ -165,7 +165,7 @@ def poisson_bound(result: StudyResult, family: FamilyResult) -> Goal:
                 )
             limits.append(note)
     if not parts:
-        return Goal(goal.name, goal.target(), "not measured", None)
+        return goal.outcome()
     load = family.open_load.name if family.open_load else ""
     return Goal(f"{goal.name} ({load})", goal.target(), ", ".join(parts), met, "; ".join(limits))
 

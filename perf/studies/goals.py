@@ -51,6 +51,12 @@ class GoalSpec:
             return None
         return value >= self.limit if self.higher_is_better else value <= self.limit
 
+    def outcome(
+        self, measured: str = "not measured", met: bool | None = None, limits: str = "", **fields: object
+    ) -> Goal:
+        """This goal's outcome in a run (by default: not measured), its target filled in with ``fields``."""
+        return Goal(self.name, self.target(**fields), measured, met, limits)
+
     def share(self, value: float) -> float:
         """``value`` as a fraction of the threshold (how close a miss came)."""
         return value / self.limit if self.limit else math.nan

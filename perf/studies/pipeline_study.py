@@ -202,28 +202,24 @@ class PipelineStudy:
         saturate = closed_loop(profile.goal_concurrency)
         with context.server(repository, "pipeline-server.log", startup_timeout_s=300) as server:
             capacity: dict[str, float] = {}
-            fixed: dict[str, Figures] = {}
+            fixed: dict[str, tuple[Load, Figures]] = {}  # each model's fixed load, and its figures under it
             for model in sorted({c.model for c in wanted}):
                 target = context.target(server, spec.model(model))
                 capacity[model] = Figures.of(context.measure(server, target, saturate)).throughput
                 load = fixed_load(context, model, capacity[model], seed_offset=1)
-                fixed[model] = Figures.of(context.measure(server, target, load))
+                fixed[model] = load, Figures.of(context.measure(server, target, load))
             rows = []
             for c in wanted:
                 target = context.target(server, spec.model(c.model), served_as=c.pipeline)
                 stages = list(spec.pipeline(c.pipeline).stage_names)
-                load = fixed_load(context, c.model, capacity[c.model], seed_offset=1)
-                sat = context.measure(server, target, saturate)
+                (load, model_figures), sat = fixed[c.model], context.measure(server, target, saturate)
                 low = context.measure(server, target, load, related=stages)
                 steps = steps_of(low.server, stages) if low.server else []
                 rows.append(
-                    Row(c, capacity[c.model], Figures.of(sat).throughput, fixed[c.model], Figures.of(low),
+                    Row(c, capacity[c.model], Figures.of(sat).throughput, model_figures, Figures.of(low),
                         steps, records[c.pipeline])
                 )  # fmt: skip
-            live = None
-            if runs_live(profile):
-                model = COMPARISONS[LIVE_PIPELINE].model
-                live = _measure_live(context, server, spec, repository, capacity[model])
+            live = _measure_live(context, server, spec, repository, capacity) if runs_live(profile) else None
         return rows, live
 
 
@@ -258,14 +254,14 @@ def _send_updates(
 
 
 def _measure_live(
-    context: StudyContext, server: TritonServer, spec: Spec, repository: Path, capacity: float
+    context: StudyContext, server: TritonServer, spec: Spec, repository: Path, capacity: dict[str, float]
 ) -> Live:
     model = COMPARISONS[LIVE_PIPELINE].model
     outcome = _UpdateOutcome()
     args = (server.http_url, server.admin_key, repository, spec, context.profile.live_updates, outcome)
     updater = threading.Thread(target=_send_updates, args=args, daemon=True)
     target = context.target(server, spec.model(model), served_as=LIVE_PIPELINE)
-    load = fixed_load(context, model, capacity, seed_offset=2)
+    load = fixed_load(context, model, capacity[model], seed_offset=2)
     updater.start()
     measurement = context.measure(server, target, load, f"{LIVE_PIPELINE} during live updates")
     updater.join(timeout=120)

@@ -179,10 +179,10 @@ def stall_goal(points: list[Point]) -> Goal:
     spec = GOALS["queue policy with spare instances"]
     added = _slow(points, "policy_spare") - _slow(points, "none_spare")
     policy_x1 = _slow(points, "policy_x1")
-    return Goal(
-        spec.name, spec.target(stall=f"{STALL_MS:g}", instances=SPARE_INSTANCES),
+    return spec.outcome(
         f"{added:+d} (1 instance with the policy: {policy_x1} slow)", spec.met(added),
         "" if spec.met(added) else "a spare instance was not waiting when the last arrivals came",
+        stall=f"{STALL_MS:g}", instances=SPARE_INSTANCES,
     )  # fmt: skip
 
 

@@ -142,12 +142,12 @@ class CorpusText:
     kind: str  # query | sentence | passage
 
 
-def make_corpus(size: int, seed: int = 0, kinds: Sequence[str] = tuple(KINDS)) -> list[CorpusText]:
+def make_corpus(size: int, seed: int = 0) -> list[CorpusText]:
     """``size`` texts drawn with ``seed``: kinds by their share, lengths uniform within each kind."""
     rng = np.random.default_rng(seed)
-    shares = np.array([KINDS[k][0] for k in kinds])
+    shares = np.array([share for share, _, _ in KINDS.values()])
     corpus = []
-    for kind in rng.choice(list(kinds), size=size, p=shares / shares.sum()):
+    for kind in rng.choice(list(KINDS), size=size, p=shares / shares.sum()):
         low, high = KINDS[kind][1:]
         words = rng.choice(WORDS, size=int(rng.integers(low, high + 1)))
         text = " ".join(words)
@@ -161,15 +161,14 @@ def text_pool(corpus: Sequence[CorpusText]) -> np.ndarray:
 
 
 def raw_onnxruntime(
-    onnx_path: str, tokenizer: TextTokenizer, corpus: Sequence[CorpusText], batch: int,
-    intra_op_threads: int = 1, rounds: int = 2,
-) -> tuple[float, float]:  # fmt: skip
-    """(sentences/s, computed/real tokens) of the encoder in-process over the corpus.
+    onnx_path: str, tokenizer: TextTokenizer, corpus: Sequence[CorpusText], batch: int
+) -> tuple[float, float]:
+    """(sentences/s, computed/real tokens) of the encoder in-process (one thread) over the corpus.
 
     Texts are grouped by padded length (bucket) and run ``batch`` at a time, as the dynamic batcher
-    groups them; tokenization is timed too. Best of ``rounds`` passes.
+    groups them; tokenization is timed too. Best of two passes.
     """
-    session = open_session(onnx_path, intra_op_threads, 1, ["CPUExecutionProvider"])
+    session = open_session(onnx_path, 1, 1, ["CPUExecutionProvider"])
     texts = [c.text for c in corpus]
 
     def one_pass() -> tuple[float, int, int]:
@@ -192,7 +191,7 @@ def raw_onnxruntime(
     session.run(
         ["embedding"], {"input_ids": np.ones((1, 8), np.int64), "attention_mask": np.ones((1, 8), np.int64)}
     )
-    best, real, computed = min(one_pass() for _ in range(rounds))
+    best, real, computed = min(one_pass() for _ in range(2))
     return len(texts) / best, computed / real
 
 
@@ -209,11 +208,11 @@ def sentence_transformers_rate(package: str, corpus: Sequence[CorpusText], batch
 
 
 def bucket_latency(
-    onnx_path: str, lengths: Sequence[int], batches: Sequence[int], intra_op_threads: int = 1,
-    seconds: float = 0.2,
-) -> dict[int, dict[int, float]]:  # fmt: skip
-    """``{padded length: {batch: median ms of one run}}`` of the encoder in-process (real token ids)."""
-    session = open_session(onnx_path, intra_op_threads, 1, ["CPUExecutionProvider"])
+    onnx_path: str, lengths: Sequence[int], batches: Sequence[int], seconds: float = 0.2
+) -> dict[int, dict[int, float]]:
+    """``{padded length: {batch: median ms of one run}}`` of the encoder in-process (one thread, real
+    token ids), each timed for ``seconds`` and at least three runs."""
+    session = open_session(onnx_path, 1, 1, ["CPUExecutionProvider"])
     rng = np.random.default_rng(0)
     table: dict[int, dict[int, float]] = {}
     for length in lengths:

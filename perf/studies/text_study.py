@@ -188,13 +188,6 @@ def measure_sharing(
     ]
 
 
-def build_study_repository(modes: list[TextMode], repository: Path) -> None:
-    """One ensemble per mode, the fp32 ones with the same encoder file (exported once, copied)."""
-    done: dict[str, Path] = {}
-    for mode in modes:
-        build_text_embedding(mode.spec(), repository, num_gpus=0, ragged=mode.ragged, done=done)
-
-
 def compares_int8(profile: Profile) -> bool:
     """Whether the study serves the int8 encoder beside the fp32 ``buckets`` mode."""
     return profile.text_int8 and "buckets" in profile.text_modes
@@ -221,21 +214,19 @@ def measure_references(
 ) -> None:
     """The in-process references on the corpus's first texts (server stopped: they get the cores)."""
     corpus = corpus[: profile.text_reference_texts]
-    onnx = encoder_file(repository, modes[0])
+    onnx = str(encoder_file(repository, modes[0]))
     tokenizer_path = str(model_folder(DEFAULT_PACKAGE) / "tokenizer.json")
     bucketed, exact = TextTokenizer(tokenizer_path, 256, DEFAULT_BUCKETS), TextTokenizer(tokenizer_path, 256)
-    for batch in sorted({1, served_batch(result) or 1, max(LATENCY_BATCHES)}):
-        rate, waste = raw_onnxruntime(str(onnx), bucketed, corpus, batch)
-        result.raw[f"buckets, batch {batch}"] = [batch, rate, waste]
+    batches = sorted({1, served_batch(result) or 1, max(LATENCY_BATCHES)})
+    references = [("buckets", onnx, bucketed, batch) for batch in batches]  # (label, file, tokenizer, batch)
     if compares_int8(profile):
-        batch = int8_batch(result)
-        rate, waste = raw_onnxruntime(str(encoder_file(repository, INT8)), bucketed, corpus, batch)
-        result.raw[f"int8 buckets, batch {batch}"] = [batch, rate, waste]
-    rate, waste = raw_onnxruntime(str(onnx), exact, corpus, 1)
-    result.raw["exact lengths, batch 1"] = [1, rate, waste]
+        references.append(("int8 buckets", str(encoder_file(repository, INT8)), bucketed, int8_batch(result)))
+    references.append(("exact lengths", onnx, exact, 1))
+    for label, path, tokenizer, batch in references:
+        result.raw[f"{label}, batch {batch}"] = [batch, *raw_onnxruntime(path, tokenizer, corpus, batch)]
     result.sentence_transformers = sentence_transformers_rate(DEFAULT_PACKAGE, corpus)
     lengths = DEFAULT_BUCKETS if len(profile.text_modes) > 3 else (16, 64, 256)
-    result.latency = bucket_latency(str(onnx), lengths, LATENCY_BATCHES)
+    result.latency = bucket_latency(onnx, lengths, LATENCY_BATCHES)
 
 
 class TextStudy:
@@ -258,7 +249,9 @@ class TextStudy:
         modes = [MODES[name] for name in profile.text_modes]
         repository = context.workdir / "text_repository"  # kept: a rebuild reuses the exported encoder
         context.progress("building the text study repository (encoder exported once)")
-        build_study_repository([*modes, INT8] if compares_int8(profile) else modes, repository)
+        done: dict[str, Path] = {}  # one ensemble per mode, the fp32 ones sharing one exported encoder file
+        for mode in [*modes, INT8] if compares_int8(profile) else modes:
+            build_text_embedding(mode.spec(), repository, num_gpus=0, ragged=mode.ragged, done=done)
         corpus = make_corpus(profile.text_corpus, seed=profile.seed)
         queries = [c for c in corpus if c.kind == "query"]
         passages = [c for c in corpus if c.kind == "passage"]
@@ -297,29 +290,29 @@ def served_vs_raw(result: TextResult) -> Goal:
     served, batch = result.point("buckets", "closed mixed"), served_batch(result)
     raw = result.raw.get(f"buckets, batch {batch}")
     if not served or raw is None:
-        return Goal(spec.name, spec.target(), "not measured", None)
+        return spec.outcome()
     value = served.summary.throughput / raw[1]
     measured = (
         f"{ratio(value)} ({served.summary.throughput:.1f} vs {raw[1]:.1f} sentences/s at batch {batch})"
     )
-    return Goal(
-        spec.name, spec.target(), measured, spec.met(value),
+    limits = (
         "raw runs in-process, tokenization included; serving adds gRPC, the ensemble and two Python-backend "
-        "hops, on the same cores as the client",
-    )  # fmt: skip
+        "hops, on the same cores as the client"
+    )
+    return spec.outcome(measured, spec.met(value), limits)
 
 
 def dynamic_vs_none(result: TextResult) -> Goal:
     spec = GOALS["text dynamic vs none"]
     none, dyn = result.point("none", "closed queries"), result.point("buckets", "closed queries")
     if not none or not dyn:
-        return Goal(spec.name, spec.target(), "not measured", None)
+        return spec.outcome()
     value = dyn.summary.throughput / none.summary.throughput
     measured = (
         f"{ratio(value)} ({dyn.summary.throughput:.1f} vs {none.summary.throughput:.1f} sentences/s, "
         f"mean formed batch {number(dyn.mean_batch)} vs {number(none.mean_batch)})"
     )
-    return Goal(spec.name, spec.target(), measured, spec.met(value), _batching_limits(result, dyn))
+    return spec.outcome(measured, spec.met(value), _batching_limits(result, dyn))
 
 
 def _batching_limits(result: TextResult, dyn: Point) -> str:
@@ -342,15 +335,15 @@ def sharing(result: TextResult) -> Goal:
     alone = next((p for p in result.points if p.load == "queries alone"), None)
     shared = next((p for p in result.points if p.load == "queries shared"), None)
     if not alone or not shared:
-        return Goal(spec.name, spec.target(), "not measured", None)
+        return spec.outcome()
     value = shared.summary.p99_ms / alone.summary.p99_ms
     measured = (
         f"{ratio(value)} (p99 {number(shared.summary.p99_ms)} ms shared vs {number(alone.summary.p99_ms)})"
     )
-    return Goal(
-        spec.name, spec.target(), measured, spec.met(value),
-        "one encoder instance: a query waits behind a running batch of long passages (head-of-line)",
-    )  # fmt: skip
+    head_of_line = (
+        "one encoder instance: a query waits behind a running batch of long passages (head-of-line)"
+    )
+    return spec.outcome(measured, spec.met(value), head_of_line)
 
 
 def int8_vs_fp32(result: TextResult) -> Goal:
@@ -359,7 +352,7 @@ def int8_vs_fp32(result: TextResult) -> Goal:
     batch = int8_batch(result)
     int8, fp32 = result.raw.get(f"int8 buckets, batch {batch}"), result.raw.get(f"buckets, batch {batch}")
     if int8 is None or fp32 is None:
-        return Goal(spec.name, spec.target(), "not measured", None)
+        return spec.outcome()
     value = int8[1] / fp32[1]
     measured = f"{ratio(value)} raw ({int8[1]:.1f} vs {fp32[1]:.1f} sentences/s at batch {batch})"
     served, served_fp32 = result.point("int8", "closed mixed"), result.point("buckets", "closed mixed")
@@ -368,11 +361,11 @@ def int8_vs_fp32(result: TextResult) -> Goal:
             f"; served {ratio(served.summary.throughput / served_fp32.summary.throughput)} "
             f"({served.summary.throughput:.1f} vs {served_fp32.summary.throughput:.1f})"
         )
-    return Goal(
-        spec.name, spec.target(), measured, spec.met(value),
+    limits = (
         "int8: MatMul weights int8, activations quantized at run time, outlier channels fp32; attention, "
-        "softmax and LayerNorm stay fp32, and served, the tokenizer and the hops cost the same",
-    )  # fmt: skip
+        "softmax and LayerNorm stay fp32, and served, the tokenizer and the hops cost the same"
+    )
+    return spec.outcome(measured, spec.met(value), limits)
 
 
 def goals(result: TextResult) -> list[Goal]:

@@ -56,3 +56,11 @@ def test_the_model_package_imports_only_itself_and_pure_leaves() -> None:
             elif isinstance(node, ast.Import):
                 tops |= {alias.name.split(".")[0] for alias in node.names}
         assert tops <= ALLOWED, (name, tops - ALLOWED)  # no file, socket, clock or server
+
+
+def test_a_module_of_perf_measure_imports_under_its_dotted_name() -> None:
+    # ``perf`` once re-exported the function ``measure``, which hid the package for this form.
+    import perf
+    import perf.measure.records as records
+
+    assert perf.measure.records is records

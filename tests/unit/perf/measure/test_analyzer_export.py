@@ -72,9 +72,11 @@ def test_fp16_inputs_go_to_perf_analyzer_as_raw_bytes(tmp_path: Path) -> None:
     import base64
 
     from perf.measure.analyzer import write_input_data
+    from perf.measure.target import Target
 
     pool = {"dense": np.arange(6, dtype=np.float16).reshape(2, 3), "ids": np.arange(4).reshape(2, 2)}
-    data = json.loads(write_input_data(pool, tmp_path / "inputs.json").read_text())["data"]
+    target = Target("m", "127.0.0.1:1", pool, {"y": 4})
+    data = json.loads(write_input_data(target, tmp_path / "inputs.json").read_text())["data"]
     assert len(data) == 2 and data[1]["ids"] == {"content": [2, 3], "shape": [2]}
     raw = base64.b64decode(data[1]["dense"]["content"]["b64"])
     assert np.frombuffer(raw, np.float16).tolist() == [3.0, 4.0, 5.0] and data[1]["dense"]["shape"] == [3]

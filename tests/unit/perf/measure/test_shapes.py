@@ -196,12 +196,15 @@ def test_the_tuner_chooses_the_buckets_that_meet_the_budget_with_the_lowest_p99(
 def test_perf_analyzer_input_data_carries_each_request_length(tmp_path: Path) -> None:
     import json
 
-    from perf.measure.analyzer import write_shaped_input_data
+    from perf.measure.analyzer import SHAPED_REQUESTS, write_input_data
 
-    plan = shape_plan(model(shapes={"lengths": [20, 150]}), rows=2, seed=3, buckets=(64, 200))
-    written = write_shaped_input_data(plan, tmp_path / "inputs.json", requests=50)
+    spec = model(shapes={"lengths": [20, 150]})
+    target = target_from_spec(spec, "127.0.0.1:1", rows=2, seed=3, buckets=(64, 200))
+    plan = target.shapes
+    written = write_input_data(target, tmp_path / "inputs.json")
     data = json.loads(written.read_text())["data"]
-    assert [entry["frames"]["shape"] for entry in data] == [[sent, 16] for _, sent in plan.requests[:50]]
+    expected = [[sent, 16] for _, sent in plan.requests[:SHAPED_REQUESTS]]
+    assert [entry["frames"]["shape"] for entry in data] == expected
     assert {entry["frames"]["shape"][0] for entry in data} == {64, 200}  # padded to the buckets
 
 
@@ -231,14 +234,14 @@ def test_a_static_batch_takes_the_traffic_as_it_arrives_padded_to_its_longest() 
     static = Caller(target_from_spec(spec, "unused", collect=32, rows=32), 0.0)
     requests = static.target.shapes.requests
     for start in (0, 32):  # each batch of 32 takes the next 32 arrivals' lengths
-        tensors, _, length, sent = static._shaped_inputs(32)
+        tensors, _, length, sent = static._request_inputs(32)
         arrivals = requests[start : start + 32]
         assert sent == max(n for n, _ in arrivals) and length == round(np.mean([n for n, _ in arrivals]))
         assert tensors[0].shape() == [32, sent, 16]
     bucketed = Caller(target_from_spec(spec, "unused", collect=32, rows=32, buckets=(120, 200)), 0.0)
-    assert bucketed._shaped_inputs(32)[3] in (120, 200)  # the longest arrival's bucket
+    assert bucketed._request_inputs(32)[3] in (120, 200)  # the longest arrival's bucket
     dynamic = Caller(target_from_spec(spec, "unused", rows=4), 0.0)
-    assert [dynamic._shaped_inputs(1)[2] for _ in range(3)] == [
+    assert [dynamic._request_inputs(1)[2] for _ in range(3)] == [
         n for n, _ in dynamic.target.shapes.requests[:3]
     ]
     # the padding the report shows: positions computed that are padding, from the records' lengths

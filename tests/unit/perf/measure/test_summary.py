@@ -1,10 +1,12 @@
 """Figures from records: per-sample latency from arrival, spans by response time, errors counted."""
 
+import dataclasses
 import math
 
 import numpy as np
 import pytest
 
+from perf.measure import records as records_module
 from perf.measure.records import Record, read_csv, write_csv
 from perf.measure.summary import summarize, window_is_stable
 
@@ -52,3 +54,11 @@ def test_records_round_trip_through_csv(tmp_path):
     again = read_csv(tmp_path / "r.csv")
     assert [(r.batch, r.ok, r.status) for r in again] == [(r.batch, r.ok, r.status) for r in records]
     np.testing.assert_allclose(again[0].sample_latencies(), records[0].sample_latencies(), atol=1e-6)
+
+
+def test_reading_records_back_reads_the_record_fields_once_not_per_row(tmp_path, monkeypatch):
+    write_csv([record(0.0, 0.1 * i) for i in range(1, 50)], tmp_path / "r.csv")
+    calls = []
+    monkeypatch.setattr(records_module, "fields", lambda cls: calls.append(cls) or dataclasses.fields(cls))
+    assert len(read_csv(tmp_path / "r.csv")) == 49
+    assert calls == []  # worked out at import, whatever the number of rows

@@ -35,7 +35,7 @@ def test_a_cycling_target_sends_every_row_in_turn() -> None:
     pool = text_pool(make_corpus(5, seed=0))
     caller = Caller(Target("m", "url", {"text": pool}, {"embedding": 1536}, cycle=True), t0=0.0)
     caller.module = __import__("tritonclient.grpc", fromlist=["InferInput"])
-    sent = [caller._request_inputs(2)[0]._raw_content for _ in range(3)]
+    sent = [caller._request_inputs(2)[0][0]._raw_content for _ in range(3)]
     assert len({bytes(s) for s in sent}) == 3  # rows 0-1, 2-3, 4-0: three different requests
     with pytest.raises(OptionError, match="no --shm"):
         Target("m", "url", {"text": pool}, {"embedding": 1536}, cycle=True, shared_memory=True)
