@@ -22,7 +22,9 @@ too; so each verdict that can be is also fed a wrong answer: the same fault sent
 loopback ports, around the fronts, where inference is refused as restricted (row 22) and a half-open
 connection is left open past the soak's 30 s (grpc's own handshake timeout is longer), must record
 no right answer. The shared-memory faults cannot be fed one there (Triton's own port refuses their
-registration before there is an answer to judge): their verdicts are held only the first way.
+registration before there is an answer to judge), so the check their registration verdicts share
+(``soak.faults.refused``: HTTP 403 or PERMISSION_DENIED, saying why) is fed the fronts' own wrong
+answers instead: a registration they accept, and one they refuse for another reason.
 
 ``kill-server`` needs a supervised server of its own (the shared one has no supervisor): the last
 test starts one and holds the kill to the soak's verdict on it (an outage of every model, recovered
@@ -36,6 +38,8 @@ bursts' fuzzer is ``test_http_fuzz``'s.
 
 from __future__ import annotations
 
+import functools
+import os
 import random
 import threading
 import time
@@ -45,6 +49,7 @@ from typing import Any
 
 import pytest
 import tritonclient.http as httpclient
+import tritonclient.utils.shared_memory as shared_memory
 from harness import PROTOCOLS, trivial_inputs, url
 from resilience_fixtures import build_small_repository, explicit_options
 
@@ -52,7 +57,7 @@ from client.connection import connect
 from server import TritonServer
 from server.supervisor import RestartPolicy, Supervisor
 from soak.attacks import ATTACKS, HALF_OPEN, HALF_OPEN_CLOSED_WITHIN_S, kill_server
-from soak.faults import FAULTS, Soak
+from soak.faults import FAULTS, Soak, refused
 from soak.mixed_load import PIPELINE
 from soak.report import SoakReport, own_restarts
 
@@ -115,6 +120,23 @@ def test_each_verdict_refuses_a_wrong_answer(fault_server: TritonServer, fault: 
     checks = {what: (check.right, check.injected) for what, check in soak.report.checks.items()}
     assert checks, f"{fault} recorded no check: it found nothing to attack"
     assert all(right == 0 < injected for right, injected in checks.values()), checks
+
+
+@pytest.mark.parametrize("protocol", PROTOCOLS)
+def test_the_registration_verdict_refuses_a_wrong_answer(fault_server: TritonServer, protocol: str) -> None:
+    """The verdict of ``shm-identity``'s hard link and ``shm``'s stub region, on answers the fronts give
+    to other registrations: a client's own region is accepted (no refusal to credit), and the same name
+    registered again is refused as already there (a refusal, but not as forbidden)."""
+    client = connect(protocol, url(fault_server, protocol))
+    name = f"soak_verdict_{protocol}_{os.getpid()}"
+    handle = shared_memory.create_shared_memory_region(name, f"/{name}", 4096)
+    register = functools.partial(client.register_system_shared_memory, name, f"/{name}", 4096)
+    try:
+        assert not refused(register, protocol, "has 2 links"), "an accepted registration counted as refused"
+        assert not refused(register, protocol), "a refusal for a name already there counted as forbidden"
+    finally:
+        client.unregister_system_shared_memory(name)
+        shared_memory.destroy_shared_memory_region(handle)
 
 
 def _serves(server: TritonServer) -> bool:
