@@ -74,7 +74,6 @@ class ModelSession:
         engine: LoadEngine,
         settings: MeasureSettings = TUNE_WINDOWS,
         noise: NoisePolicy | None = None,
-        protocol: str = "grpc",
         seed: int = 0,
         keep_queue: bool = False,
     ) -> None:
@@ -84,7 +83,6 @@ class ModelSession:
         self.engine = engine
         self.settings = settings
         self.noise = noise or NoisePolicy(remeasure=settings.remeasure_stolen)
-        self.protocol = protocol
         self.seed = seed
         self.keep_queue = keep_queue
         self.server: TritonServer | None = None
@@ -96,12 +94,13 @@ class ModelSession:
         self._sending: dict[tuple[tuple[int, ...] | None, bool], Target] = {}  # targets made, by options
         self.largest_batch_s = 0.0  # one request of the largest batch, timed at the start
         self.runs: list[Measurement] = []  # every run, in order (a failed tune reports them)
+        self.related: tuple[str, ...] = ()  # models whose statistics each run reads beside the target's
 
     def __enter__(self) -> ModelSession:
         repository = self.workdir / "repository"
         build_spec = dataclasses.replace(self.base, max_batch_size=self.largest_batch, warmup=False)
         build_repository(Spec(models=(build_spec,)), repository, num_gpus=0)
-        self.server = TritonServer(self._options(repository, [self.base.name])).start()
+        self._start(self.base.name)
         try:
             self.largest_batch_s = self._time_largest_batch()
         except BaseException:
@@ -130,14 +129,16 @@ class ModelSession:
         run measured (one stalled execution would otherwise lengthen every run after it)."""
         return windows_for(settings, self.largest_batch_s)
 
-    def _options(self, repository: Path, load_models: list[str]) -> ServerOptions:
-        return ServerOptions(
-            repository=repository,
+    def _start(self, model: str) -> None:
+        """The server on the built repository in explicit model-control mode, ``model`` loaded."""
+        options = ServerOptions(
+            repository=self.workdir / "repository",
             model_control_mode="explicit",
-            load_models=load_models,
+            load_models=[model],
             log_path=self.workdir / "server.log",
             startup_timeout_s=240,
         )
+        self.server = TritonServer(options).start()
 
     def __exit__(self, *exc_info: object) -> None:
         if self.server is not None:
@@ -158,9 +159,8 @@ class ModelSession:
     def target(self) -> Target:
         if self._target is None:
             assert self.server is not None
-            url = self.server.grpc_url if self.protocol == "grpc" else self.server.http_url
             self._target = target_from_spec(
-                self.base, url, self.protocol, seed=self.seed, rows=self.largest_batch,
+                self.base, self.server.grpc_url, "grpc", seed=self.seed, rows=self.largest_batch,
                 vary_shapes=self.vary_shapes, buckets=self.buckets,
             )  # fmt: skip
         return self._target
@@ -208,19 +208,26 @@ class ModelSession:
             return self._reload(config)
 
     def _reload(self, config: BatcherConfig) -> float:
+        """Load every model ``_overrides`` names with its config override, through one client."""
         assert self.server is not None
         started = time.perf_counter()
         client = httpclient.InferenceServerClient(self.server.http_url)
         try:
-            override = json.loads(config_json(candidate_spec(self.base, config, self.keep_queue)))
-            # the repository API is keyed on every server we start (server.admin)
-            admin.load_model(client, self.server.admin_key, self.base.name, config=override)
+            loaded, overrides = self._overrides(config)
+            for name, override in overrides.items():
+                # the repository API is keyed on every server we start (server.admin)
+                admin.load_model(client, self.server.admin_key, name, config=override)
         finally:
             client.close()
         self.current = config
         took = time.perf_counter() - started
-        log.info("loaded %s in %.1f s", config.label, took)
+        log.info("loaded %s in %.1f s", loaded, took)
         return took
+
+    def _overrides(self, config: BatcherConfig) -> tuple[str, dict[str, dict]]:
+        """What a reload to ``config`` loads, in words, and each model's config override."""
+        override = json.loads(config_json(candidate_spec(self.base, config, self.keep_queue)))
+        return config.label, {self.base.name: override}
 
     def prepare(self, config: BatcherConfig) -> None:
         """Load ``config`` for a measurement: after a reload, wait (at most ``RETIRE_WAIT_S``) until the
@@ -264,7 +271,7 @@ class ModelSession:
         if sized is not settings:
             log.info("%s: windows of %.1f s (%d batches of %.0f ms)", label, sized.window_s,
                      sized.window_batches, 1e3 * self.largest_batch_s)  # fmt: skip
-        run = measure(self.target, load, sized, self.endpoints, label, engine=engine or self.engine)
+        run = measure(self.target, load, sized, self.endpoints, label, self.related, engine or self.engine)
         self.runs.append(run)
         return run
 
