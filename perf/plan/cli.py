@@ -16,18 +16,14 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
-import logging
 import time
 from collections.abc import Callable
 from pathlib import Path
 
 from exporters.resolve import load_spec
-from exporters.schema.models import ModelSpec
 from perf.errors import NothingMeetsError, OptionError
 from perf.markdown import number
-from perf.measure.engine import LoadEngine, MeasureSettings, OurEngine
-from perf.measure.loads import poisson
-from perf.measure.measurement import Measurement
+from perf.measure.engine import MeasureSettings, OurEngine
 from perf.measure.shapes import has_variable_axis
 from perf.plan.compute_profile import ComputeProfile, compute_origin, read_compute_profile
 from perf.plan.document import PlanDocument, ShapesFigures, plan_document
@@ -45,11 +41,10 @@ from perf.report_folder import report_folder
 from perf.saved import save_document
 from perf.session.model import TUNE_WINDOWS, ModelSession, keep_dead_server_log
 from perf.session.probe import ProbePlan, probe
-from perf.session.search import Evidence, Verdict, decide
+from perf.session.search import Evidence, Verdict
 from perf.spec_overlay import base_document
 from server.ports import add_port_base_option
 
-log = logging.getLogger(__name__)
 WORKDIR = Path(".run/plan")
 
 
@@ -157,7 +152,15 @@ def command_plan(args: argparse.Namespace, console, setup: PlanSetup = THE_SETUP
     if too_big and here and not topology.on_gpu:
         console.print(f"  no probe or verification on the server: {too_big}")
     evidence: Evidence[str] = Evidence(args.p99_ms)
-    shapes: PlanShapes | None = None
+    rechecked: list[ShapesFigures | None] = []  # the shapes step of each answer, the last one's the answer's
+
+    def shapes_step(settled: Plan, rate: float) -> bool:
+        """The shapes step on the answer at its rate (``perf.plan.shapes``); whether its point still
+        holds the budget afterwards."""
+        base = spec.model(model)
+        rechecked.append(plan_shapes(base, settled, rate, engine, settings, args.workdir, step, evidence))
+        return evidence.verdict(settled.chosen.strategy.label, rate) is Verdict.HOLDS
+
     with keep_dead_server_log(folder):
         probed = None
         if measuring and args.probe_runs > 0:
@@ -194,12 +197,9 @@ def command_plan(args: argparse.Namespace, console, setup: PlanSetup = THE_SETUP
         measured_rate = None
         if measuring and (args.verify > 0 or not planned.chosen.feasible):
             serve = setup.real_server(spec, model, engine, settings, args.workdir)
-            if has_variable_axis(spec.model(model)):
-                shapes = PlanShapes(spec.model(model), engine, settings, args.workdir, evidence, step)
+            recheck = shapes_step if has_variable_axis(spec.model(model)) else None
             try:
-                planned, measured_rate = measure_plan(
-                    planned, evidence, args.verify, serve, step, shapes.recheck if shapes else None
-                )
+                planned, measured_rate = measure_plan(planned, evidence, args.verify, serve, step, recheck)
             except NothingMeetsError as verdict:
                 saved = plan_document(
                     planned, (), verification_rows(planned, evidence), time.perf_counter() - started,
@@ -214,7 +214,7 @@ def command_plan(args: argparse.Namespace, console, setup: PlanSetup = THE_SETUP
         elif not planned.chosen.feasible:
             raise predicted_verdict(args.p99_ms, topology, evidence)
     assert planned.chosen.placement is not None
-    shaped = shapes.figures if measured_rate and shapes else None
+    shaped = rechecked[-1] if measured_rate and rechecked else None
     if planned.chosen.strategy.kind == "sharded":
         console.print(
             "  no spec overlay: a spec cannot yet place a model's tables on other GPUs than its dense "
@@ -241,33 +241,6 @@ def command_plan(args: argparse.Namespace, console, setup: PlanSetup = THE_SETUP
     report = render(folder, saved)
     print_summary(saved, report, console)
     return 0
-
-
-class PlanShapes:
-    """The shapes step of ``make plan`` on its answer (``perf.plan.shapes``), as ``measure_plan``'s
-    recheck: the buckets measured at the answer's rate, and where no way met the budget the run of the
-    way the search sent counted as evidence and the point measured again by the search's rule."""
-
-    def __init__(
-        self, base: ModelSpec, engine: LoadEngine, settings: MeasureSettings, workdir: Path,
-        evidence: Evidence[str], step: Callable[[str], None],
-    ) -> None:  # fmt: skip
-        self.base, self.engine, self.settings, self.workdir = base, engine, settings, workdir
-        self.evidence, self.step = evidence, step
-        self.figures: ShapesFigures | None = None
-
-    def recheck(self, planned: Plan, rate: float) -> bool:
-        label = planned.chosen.strategy.label
-
-        def confirm(session: ModelSession, run: Measurement) -> None:
-            self.evidence.add(label, rate, run)
-            load_at = lambda r: poisson(r, planned.request.seed)  # noqa: E731
-            decide(session, self.evidence, label, rate, load_at, f"re-measure {label}")
-
-        self.figures = plan_shapes(
-            self.base, planned, rate, self.engine, self.settings, self.workdir, self.step, confirm
-        )
-        return self.evidence.verdict(label, rate) is Verdict.HOLDS
 
 
 def recorded_profile(args: argparse.Namespace, topology: Topology, model: str) -> ComputeProfile | None:

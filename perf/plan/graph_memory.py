@@ -24,7 +24,6 @@ initializers and ONNX shape inference at the largest batch).
 
 from __future__ import annotations
 
-import logging
 import os
 from dataclasses import dataclass
 from pathlib import Path
@@ -37,7 +36,6 @@ from exporters.schema.models import ModelSpec
 from exporters.sources.inputs import draw_inputs
 from exporters.zoo import ZOO
 
-log = logging.getLogger(__name__)
 WEIGHT_BYTES = {"fp32": 4, "fp16": 2, "int8": 1}  # a weighted op's weight (int8: quantized)
 FLOAT_BYTES = {"fp32": 4, "fp16": 2, "int8": 4}  # tables, biases, activations (int8 leaves them fp32)
 WEIGHTED = (nn.Linear, nn.Conv1d, nn.Conv2d, nn.Conv3d)

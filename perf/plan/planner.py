@@ -19,7 +19,6 @@ boundary's link carries less than its stages compute), or a lower rate than the 
 from __future__ import annotations
 
 import dataclasses
-import logging
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
@@ -32,7 +31,6 @@ from perf.plan.strategy import WHOLE_KINDS, ModelProfile, Space, Strategy, strat
 from perf.plan.tables import with_exchange
 from perf.plan.topology import Topology
 
-log = logging.getLogger(__name__)
 ARRIVALS = 15_000  # a prediction simulates at most this many arrivals per replica (p99 from 150 tail samples)
 TIE_SHARE = 0.03  # rates within 3% of the best tie (the simulation's own spread between seeds)
 KIND_ORDER = {"data": 0, "pipeline": 1, "hybrid": 2, "sharded": 3}

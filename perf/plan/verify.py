@@ -16,7 +16,6 @@ point holds, ``NothingMeetsError`` names the closest run over the budget.
 from __future__ import annotations
 
 import dataclasses
-import logging
 from collections.abc import Callable
 from contextlib import AbstractContextManager
 from pathlib import Path
@@ -36,7 +35,6 @@ from perf.session.pipeline import PipelineSession
 from perf.session.probe import ProbeResult
 from perf.session.search import Evidence, SearchPlan, search
 
-log = logging.getLogger(__name__)
 SETTLE_ROUNDS = 12  # a hang guard: each round searches an answer or refutes one
 # A served strategy: its session (entered for the runs) and the configuration it is loaded with.
 Serve = Callable[[Strategy], tuple[AbstractContextManager, BatcherConfig]]

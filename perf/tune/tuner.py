@@ -24,7 +24,6 @@ windows, the host-noise policy); the search only asks "this configuration at thi
 
 from __future__ import annotations
 
-import logging
 import math
 import time
 from collections.abc import Callable, Sequence
@@ -40,7 +39,6 @@ from perf.model.predict import LoadAt, Prediction, max_rate, predict
 from perf.session.probe import ProbePlan, ProbeResult, Server, probe
 from perf.session.search import Evidence, SearchPlan, Verdict, at_rung, decide, rung, search
 
-log = logging.getLogger(__name__)
 Step = Callable[[str], None]
 # A further run of the answer the caller makes (the shapes step): the run of the configuration as
 # searched, where it is evidence about the answer's point; None where it is not (another way met).
