@@ -17,8 +17,9 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from pathlib import Path
+from typing import Any
 
 from exporters.resolve import load_spec
 from perf.errors import NothingMeetsError, OptionError
@@ -154,6 +155,16 @@ def command_plan(args: argparse.Namespace, console, setup: PlanSetup = THE_SETUP
     evidence: Evidence[str] = Evidence(args.p99_ms)
     rechecked: list[ShapesFigures | None] = []  # the shapes step of each answer, the last one's the answer's
 
+    def record(planned: Plan, flags: Sequence[str], **outcome: Any) -> PlanDocument:
+        """``plan.json`` and the plot of ``planned`` with what was measured, written; its document."""
+        saved = plan_document(
+            planned, flags, verification_rows(planned, evidence), time.perf_counter() - started,
+            compute_origin=origin, asked=args.model, **outcome,
+        )  # fmt: skip
+        save_document(folder / "plan.json", saved)
+        plot(planned, folder / "p99_vs_rate.png")
+        return saved
+
     def shapes_step(settled: Plan, rate: float) -> bool:
         """The shapes step on the answer at its rate (``perf.plan.shapes``); whether its point still
         holds the budget afterwards."""
@@ -201,12 +212,7 @@ def command_plan(args: argparse.Namespace, console, setup: PlanSetup = THE_SETUP
             try:
                 planned, measured_rate = measure_plan(planned, evidence, args.verify, serve, step, recheck)
             except NothingMeetsError as verdict:
-                saved = plan_document(
-                    planned, (), verification_rows(planned, evidence), time.perf_counter() - started,
-                    verdict=verdict.verdict, compute_origin=origin, asked=args.model,
-                )  # fmt: skip
-                save_document(folder / "plan.json", saved)
-                plot(planned, folder / "p99_vs_rate.png")
+                saved = record(planned, (), verdict=verdict.verdict)
                 verdict.hint = (
                     f"no answer written; what was measured (not an answer): {render(folder, saved)}"
                 )
@@ -230,14 +236,10 @@ def command_plan(args: argparse.Namespace, console, setup: PlanSetup = THE_SETUP
             f"{planned.chosen.strategy.label}"
         )
         write_plan_overlay(args.spec, overlay, folder, note)
-    flags = server_flags(planned.chosen.placement)
-    saved = plan_document(
-        planned, flags, verification_rows(planned, evidence), time.perf_counter() - started,
-        measured_rate=measured_rate, overlay_written=planned.chosen.strategy.kind != "sharded", shapes=shaped,
-        compute_origin=origin, asked=args.model,
+    saved = record(
+        planned, server_flags(planned.chosen.placement), measured_rate=measured_rate,
+        overlay_written=planned.chosen.strategy.kind != "sharded", shapes=shaped,
     )  # fmt: skip
-    save_document(folder / "plan.json", saved)
-    plot(planned, folder / "p99_vs_rate.png")
     report = render(folder, saved)
     print_summary(saved, report, console)
     return 0

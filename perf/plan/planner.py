@@ -22,7 +22,7 @@ import dataclasses
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
-from perf.measure.loads import Load, poisson
+from perf.measure.loads import poisson
 from perf.model.links import Transfer
 from perf.model.predict import Prediction, capacity_bound, highest_rate, predict
 from perf.model.tandem import TandemStage, predict_tandem, tandem_bound
@@ -93,19 +93,15 @@ class Predictor:
         ]
         self.transfers = [Transfer(costs[k].out_bytes_per_sample, link) for k, link in enumerate(slowest)]
 
-    def load(self, rate: float) -> Load:
-        return poisson(rate, self.request.seed)
-
     def at(self, rate: float) -> Prediction:
         """The prediction at ``rate`` requests/s in all (one replica's share of it for a split)."""
         replicas = self.strategy.replicas if self.strategy.kind not in WHOLE_KINDS else 1
         seconds = min(self.request.predict_s, ARRIVALS * replicas / rate)
         if self.strategy.kind in WHOLE_KINDS:
             service = dataclasses.replace(self.service, overhead_s=self.overhead_s)
-            return predict(self.strategy.batcher(), service, self.load(rate), seconds)
-        found = predict_tandem(
-            self.stages, self.transfers, self.load(rate / replicas), self.overhead_s, seconds
-        )
+            return predict(self.strategy.batcher(), service, poisson(rate, self.request.seed), seconds)
+        load = poisson(rate / replicas, self.request.seed)
+        found = predict_tandem(self.stages, self.transfers, load, self.overhead_s, seconds)
         return dataclasses.replace(found, rate=rate, throughput=found.throughput * replicas)
 
     @property

@@ -147,14 +147,11 @@ class Evidence(Generic[K]):
         keys = list(self.runs) if keys is None else [k for k in keys if k in self.runs]
         if at is not None:
             keys = [k for k in keys if self.verdict(k, at) is Verdict.HOLDS]
-        ranked = [(k, self.held_rate(k)) for k in keys]
-        ranked = [(k, rate) for k, rate in ranked if rate > 0]
+        ranked = [(k, rate) for k in keys if (rate := self.held_rate(k)) > 0]
         if not ranked:
             return None
-        order: dict[K, int] = {}
-        for k in [*prefer, *self.runs]:
-            order.setdefault(k, len(order))
-        key, rate = min(ranked, key=lambda pair: (-pair[1], order.get(pair[0], len(order))))
+        order = {k: index for index, k in enumerate(dict.fromkeys([*prefer, *self.runs]))}
+        key, rate = min(ranked, key=lambda pair: (-pair[1], order[pair[0]]))
         return key, (at if at is not None else rate)
 
     def worth_searching(self, keys: Sequence[K] | None = None, count: int = 1) -> list[tuple[K, float]]:
