@@ -83,11 +83,6 @@ class ProbeResult:
     def cpu(self) -> CpuModel | None:
         return next(iter(self.services.values())).cpu
 
-    @property
-    def capacity(self) -> float:
-        """The most the probe saw served."""
-        return max(run.throughput for _, run in self.runs)
-
 
 def _ramp(
     server: Server,
