@@ -122,15 +122,15 @@ def _topology(args: argparse.Namespace, setup: PlanSetup) -> tuple[Topology, boo
     """The machine planned for, and whether this host runs it (a live GPU or the CPU here)."""
     if args.topology:
         return topology_folder(args.topology), False
-    live = setup.live_topology()
-    return (live, True) if live is not None else (cpu_topology(), True)
+    return setup.live_topology() or cpu_topology(), True
 
 
 def command_plan(args: argparse.Namespace, console, setup: PlanSetup = THE_SETUP) -> int:
     started = time.perf_counter()
     spec = load_spec(args.spec)
     spec, model = plan_target(spec, args.model)  # a model or a pipeline; a clear error before building
-    too_big = too_big_to_build(spec.model(model))
+    base = spec.model(model)
+    too_big = too_big_to_build(base)
     topology, here = _topology(args, setup)
     space = Space(
         _ints(args.instances, "--instances"), _ints(args.delays_us, "--delays-us"), split=not args.no_split
@@ -168,7 +168,6 @@ def command_plan(args: argparse.Namespace, console, setup: PlanSetup = THE_SETUP
     def shapes_step(settled: Plan, rate: float) -> bool:
         """The shapes step on the answer at its rate (``perf.plan.shapes``); whether its point still
         holds the budget afterwards."""
-        base = spec.model(model)
         rechecked.append(plan_shapes(base, settled, rate, engine, settings, args.workdir, step, evidence))
         return evidence.verdict(settled.chosen.strategy.label, rate) is Verdict.HOLDS
 
@@ -176,8 +175,8 @@ def command_plan(args: argparse.Namespace, console, setup: PlanSetup = THE_SETUP
         probed = None
         if measuring and args.probe_runs > 0:
             console.print("  probing the whole model on the real server (the tuner's probe)")
-            largest = spec.model(model).max_batch_size
-            with ModelSession(spec, model, largest, args.workdir / "probe", engine, settings) as session:
+            largest, workdir = base.max_batch_size, args.workdir / "probe"
+            with ModelSession(spec, model, largest, workdir, engine, settings) as session:
                 probed = probe(
                     session, space.instances, session.largest_batch, ProbePlan(max_runs=args.probe_runs),
                     args.p99_ms,
@@ -204,11 +203,11 @@ def command_plan(args: argparse.Namespace, console, setup: PlanSetup = THE_SETUP
                 raise
             planned = Plan(request, profile, topology, error.judged, error.judged[0])
         if probed is not None:
-            probe_evidence(evidence, planned, probed, spec.model(model).precision, model)
+            probe_evidence(evidence, planned, probed, base.precision, model)
         measured_rate = None
         if measuring and (args.verify > 0 or not planned.chosen.feasible):
             serve = setup.real_server(spec, model, engine, settings, args.workdir)
-            recheck = shapes_step if has_variable_axis(spec.model(model)) else None
+            recheck = shapes_step if has_variable_axis(base) else None
             try:
                 planned, measured_rate = measure_plan(planned, evidence, args.verify, serve, step, recheck)
             except NothingMeetsError as verdict:
