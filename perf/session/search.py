@@ -160,9 +160,9 @@ class Evidence(Generic[K]):
         run missed the budget closest, at that run's rate (a miss alone decides nothing: the search
         measures that point again before "nothing meets" stands). At most ``count``."""
         keys = list(self.runs) if keys is None else [k for k in keys if k in self.runs]
-        held = sorted((k for k in keys if self.held_rate(k) > 0), key=lambda k: -self.held_rate(k))
+        held = sorted(((k, rate) for k in keys if (rate := self.held_rate(k)) > 0), key=lambda kr: -kr[1])
         if held:
-            return [(k, self.held_rate(k)) for k in held[:count]]
+            return held[:count]
         closest = self.closest_miss(keys=keys)
         return [(closest[0], closest[1])] if closest is not None else []
 
