@@ -251,17 +251,15 @@ def settle(
         points = verify(server, result, request, evidence, config, rate)
         if evidence.best(at=request.rate, prefer=answers) != found:
             continue  # a verification run held it further up: the answer moved
-        if recheck is None:
-            return config, rate, points, demoted
-        run = recheck(config, rate)
+        run = recheck(config, rate) if recheck else None
         if run is not None:
             evidence.add(config, rate, run)
             server.prepare(config)
             decide(server, evidence, config, rate, request.load, f"re-measure {config.label}")
-        if evidence.verdict(config, rate) is Verdict.HOLDS:
             # the points with the runs the re-measure added
-            refreshed = [point_of(result, request, evidence, p.config, p.rate) for p in points]
-            return config, rate, refreshed, demoted
+            points = [point_of(result, request, evidence, p.config, p.rate) for p in points]
+        if evidence.verdict(config, rate) is Verdict.HOLDS:
+            return config, rate, points, demoted
         demoted.append(point_of(result, request, evidence, config, rate))
         step(f"{config.label} at {rate:,.0f}/s: a later run missed the budget there; the answer is reopened")
     raise StudyError(f"the answer did not settle in {SETTLE_ROUNDS} rounds of search and verification")
