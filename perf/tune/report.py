@@ -241,16 +241,18 @@ def candidates_section(saved: TuneDocument) -> list[str]:
 def shortlist_section(saved: TuneDocument) -> list[str]:
     if not saved.shortlist:
         return ["", f"No shortlist was measured: the prediction alone picked {saved.chosen}."]
-    rows = [
-        [
-            c.config + (" **chosen**" if c.config == saved.chosen else ""),
-            number(c.predicted_rate, 0) if c.predicted_rate else "–",
-            number(c.measured_rate, 0) if c.measured_rate else "none held",
-            "; ".join(f"{number(p.rate, 0)}/s: {p99(p.measured)} ms ({runs_text(p)})" for p in c.points),
-            number(c.seconds, 0),
-        ]
-        for c in saved.shortlist
-    ]
+    rows = columns_table(
+        {
+            "candidate": lambda c: c.config + (" **chosen**" if c.config == saved.chosen else ""),
+            "predicted max rate /s": lambda c: number(c.predicted_rate, 0) if c.predicted_rate else "–",
+            "measured max rate /s": lambda c: number(c.measured_rate, 0) if c.measured_rate else "none held",
+            "points (p99, runs)": lambda c: "; ".join(
+                f"{number(p.rate, 0)}/s: {p99(p.measured)} ms ({runs_text(p)})" for p in c.points
+            ),
+            "seconds": lambda c: number(c.seconds, 0),
+        },
+        saved.shortlist,
+    )
     return [
         "",
         "## The shortlist, measured",
@@ -260,10 +262,7 @@ def shortlist_section(saved: TuneDocument) -> list[str]:
         "the budget, down after one that missed, then between until they are neighbouring rungs; a point "
         "holds when more of its runs met the budget than missed it (a miss alone is measured again).",
         "",
-        table(
-            ["candidate", "predicted max rate /s", "measured max rate /s", "points (p99, runs)", "seconds"],
-            rows,
-        ),
+        rows,
     ]
 
 
