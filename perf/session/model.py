@@ -88,7 +88,7 @@ class ModelSession:
         self.server: TritonServer | None = None
         self.current: BatcherConfig | None = None
         self.cores = usable_cores()
-        self._target: Target | None = None
+        self.sent_to = self.base.name  # the model every run's requests go to
         self.buckets: tuple[int, ...] | None = None  # None: the spec's ``buckets:``
         self.vary_shapes = True
         self._sending: dict[tuple[tuple[int, ...] | None, bool], Target] = {}  # targets made, by options
@@ -157,21 +157,21 @@ class ModelSession:
 
     @property
     def target(self) -> Target:
-        if self._target is None:
+        """Where the runs send and what, as ``use_buckets`` said last (made once per way of sending)."""
+        sending = (self.buckets, self.vary_shapes)
+        if sending not in self._sending:
             assert self.server is not None
-            self._target = target_from_spec(
+            made = target_from_spec(
                 self.base, self.server.grpc_url, "grpc", seed=self.seed, rows=self.largest_batch,
                 vary_shapes=self.vary_shapes, buckets=self.buckets,
             )  # fmt: skip
-        return self._target
+            self._sending[sending] = dataclasses.replace(made, model=self.sent_to)
+        return self._sending[sending]
 
     def use_buckets(self, buckets: tuple[int, ...] | None, vary_shapes: bool = True) -> None:
         """Send the runs that follow padded to ``buckets`` (``()``: each request at its own length;
         None: the spec's), or every request at one length (``vary_shapes=False``, for comparison)."""
-        if self._target is not None:
-            self._sending[(self.buckets, self.vary_shapes)] = self._target
         self.buckets, self.vary_shapes = buckets, vary_shapes
-        self._target = self._sending.get((buckets, vary_shapes))
 
     def died(self, during: str) -> ServerDiedError | None:
         """The server's death during ``during`` (how it died, its log), or None while it runs."""

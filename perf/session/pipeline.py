@@ -27,7 +27,6 @@ from perf.measure.engine import LoadEngine, MeasureSettings
 from perf.measure.loads import Load
 from perf.measure.measurement import Measurement
 from perf.measure.noise import NoisePolicy
-from perf.measure.target import Target
 from perf.model.batcher import BatcherConfig
 from perf.session.model import TUNE_WINDOWS, ModelSession
 
@@ -85,6 +84,7 @@ class PipelineSession(ModelSession):
         # The stages' batch axis is the model's: candidates stay within what the stages were built for.
         self.largest_batch = self.base.max_batch_size
         self.related = tuple(self.pipeline.stage_names)
+        self.sent_to = self.pipeline.name
         self.built: BuiltPipeline | None = None
 
     def __enter__(self) -> PipelineSession:
@@ -101,12 +101,6 @@ class PipelineSession(ModelSession):
         self._start(self.pipeline.name)  # the ensemble loads its stages
         self.current = first
         return self
-
-    @property
-    def target(self) -> Target:
-        if self._target is None:
-            self._target = dataclasses.replace(super().target, model=self.pipeline.name)
-        return self._target
 
     def _overrides(self, config: BatcherConfig) -> tuple[str, dict[str, dict]]:
         """Every stage with ``config``'s batching."""
