@@ -82,7 +82,8 @@ class Predictor:
         if strategy.kind == "sharded" and placement.exchange is not None:
             costs = (with_exchange(costs[0], placement.exchange),)
         if strategy.kind in WHOLE_KINDS:
-            self.service = overheads.service(costs[0], strategy.instances[0])
+            service = overheads.service(costs[0], strategy.instances[0])
+            self.service = dataclasses.replace(service, overhead_s=self.overhead_s)
             self.stages: list[TandemStage] = []
             self.transfers: list[Transfer] = []
             return
@@ -98,8 +99,7 @@ class Predictor:
         replicas = self.strategy.replicas if self.strategy.kind not in WHOLE_KINDS else 1
         seconds = min(self.request.predict_s, ARRIVALS * replicas / rate)
         if self.strategy.kind in WHOLE_KINDS:
-            service = dataclasses.replace(self.service, overhead_s=self.overhead_s)
-            return predict(self.strategy.batcher(), service, poisson(rate, self.request.seed), seconds)
+            return predict(self.strategy.batcher(), self.service, poisson(rate, self.request.seed), seconds)
         load = poisson(rate / replicas, self.request.seed)
         found = predict_tandem(self.stages, self.transfers, load, self.overhead_s, seconds)
         return dataclasses.replace(found, rate=rate, throughput=found.throughput * replicas)
