@@ -51,5 +51,4 @@ def plan_shapes(
             session.prepare(config)
             load_at = lambda r: poisson(r, plan.request.seed)  # noqa: E731
             decide(session, evidence, strategy.label, rate, load_at, f"re-measure {strategy.label}")
-    buckets = outcome.buckets
-    return ShapesFigures(tuple(outcome.lines), None if buckets is None else tuple(buckets))
+    return ShapesFigures(outcome.lines, outcome.buckets)

@@ -231,15 +231,12 @@ def measure_and_pick(
 
     with session, partial_on_failure(folder, f"Tuning {args.model} for p99 ≤ {args.p99_ms:g} ms", session):
         recheck = shapes_step if has_variable_axis(session.base) else None
-        result = setup.tuner(session, request, step=progress, **({"recheck": recheck} if recheck else {}))
+        result = setup.tuner(session, request, step=progress, recheck=recheck)
         saved = document(result, args.model, engine.name, session.noise, session.cores)
         took = time.perf_counter() - started  # build and server start included
         saved = dataclasses.replace(saved, seconds=dataclasses.replace(saved.seconds, make_tune=took))
         if shapes:
-            buckets = shapes[-1].buckets
-            saved = dataclasses.replace(
-                saved.with_section(shapes[-1].lines), buckets=None if buckets is None else tuple(buckets)
-            )
+            saved = dataclasses.replace(saved.with_section(shapes[-1].lines), buckets=shapes[-1].buckets)
     model = session.base
     sizes = [b for b in (1, 4, 16, 32) if b <= session.largest_batch]
     raw = measure_raw(
