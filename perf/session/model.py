@@ -176,8 +176,7 @@ class ModelSession:
     def died(self, during: str) -> ServerDiedError | None:
         """The server's death during ``during`` (how it died, its log), or None while it runs."""
         process = self.server.process if self.server is not None else None
-        code = process.poll() if process is not None else None
-        if code is None or self.server is None:
+        if self.server is None or process is None or (code := process.poll()) is None:
             return None
         cause = death_cause(code, self.server.log_tail(80))
         log.error("tritonserver died during %s: %s", during, cause)
@@ -192,12 +191,10 @@ class ModelSession:
         try:
             yield
         except Exception as error:
-            dead = self.died(during)
-            if dead is not None:
+            if (dead := self.died(during)) is not None:
                 raise dead from error
             raise
-        dead = self.died(during)
-        if dead is not None:
+        if (dead := self.died(during)) is not None:
             raise dead
 
     def load(self, config: BatcherConfig) -> float:
