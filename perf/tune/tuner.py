@@ -123,11 +123,6 @@ class TuneResult:
     verify_s: float = 0.0
 
     @property
-    def tuner_s(self) -> float:
-        """What the search cost: probe, prediction and shortlist (not the verification)."""
-        return self.probe.seconds + self.predict_s + self.shortlist_s
-
-    @property
     def measured_rate(self) -> float:
         """The highest rate the answer held the budget at, by the search's rule."""
         return self.evidence.held_rate(self.chosen)
