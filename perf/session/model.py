@@ -100,7 +100,7 @@ class ModelSession:
         repository = self.workdir / "repository"
         build_spec = dataclasses.replace(self.base, max_batch_size=self.largest_batch, warmup=False)
         build_repository(Spec(models=(build_spec,)), repository, num_gpus=0)
-        self._start(self.base.name)
+        self.server = TritonServer(self._options(repository, [self.base.name])).start()
         try:
             self.largest_batch_s = self._time_largest_batch()
         except BaseException:
@@ -129,16 +129,13 @@ class ModelSession:
         run measured (one stalled execution would otherwise lengthen every run after it)."""
         return windows_for(settings, self.largest_batch_s)
 
-    def _start(self, model: str) -> None:
-        """The server on the built repository in explicit model-control mode, ``model`` loaded."""
-        options = ServerOptions(
-            repository=self.workdir / "repository",
-            model_control_mode="explicit",
-            load_models=[model],
+    def _options(self, repository: Path, load_models: list[str]) -> ServerOptions:
+        return ServerOptions(
+            repository=repository,
+            load_models=load_models,
             log_path=self.workdir / "server.log",
             startup_timeout_s=240,
         )
-        self.server = TritonServer(options).start()
 
     def __exit__(self, *exc_info: object) -> None:
         if self.server is not None:

@@ -29,6 +29,7 @@ from perf.measure.measurement import Measurement
 from perf.measure.noise import NoisePolicy
 from perf.model.batcher import BatcherConfig
 from perf.session.model import TUNE_WINDOWS, ModelSession
+from server import TritonServer
 
 
 def stage_configs(built: BuiltPipeline, config: BatcherConfig) -> list[ModelConfig]:
@@ -98,7 +99,8 @@ class PipelineSession(ModelSession):
         spec = Spec(models=(dataclasses.replace(self.base, warmup=False),), pipelines=(self.pipeline,))
         build_repository(spec, repository, num_gpus=0)  # the monolithic model: the raw reference
         (self.built,) = build_pipelines(spec, repository, num_gpus=0)
-        self._start(self.pipeline.name)  # the ensemble loads its stages
+        # the ensemble loads its stages
+        self.server = TritonServer(self._options(repository, [self.pipeline.name])).start()
         self.current = first
         return self
 
