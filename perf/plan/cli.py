@@ -16,18 +16,15 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
-import logging
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from pathlib import Path
+from typing import Any
 
 from exporters.resolve import load_spec
-from exporters.schema.models import ModelSpec
 from perf.errors import NothingMeetsError, OptionError
 from perf.markdown import number
-from perf.measure.engine import LoadEngine, MeasureSettings, OurEngine
-from perf.measure.loads import poisson
-from perf.measure.measurement import Measurement
+from perf.measure.engine import MeasureSettings, OurEngine
 from perf.measure.shapes import has_variable_axis
 from perf.plan.compute_profile import ComputeProfile, compute_origin, read_compute_profile
 from perf.plan.document import PlanDocument, ShapesFigures, plan_document
@@ -45,11 +42,10 @@ from perf.report_folder import report_folder
 from perf.saved import save_document
 from perf.session.model import TUNE_WINDOWS, ModelSession, keep_dead_server_log
 from perf.session.probe import ProbePlan, probe
-from perf.session.search import Evidence, Verdict, decide
+from perf.session.search import Evidence, Verdict
 from perf.spec_overlay import base_document
 from server.ports import add_port_base_option
 
-log = logging.getLogger(__name__)
 WORKDIR = Path(".run/plan")
 
 
@@ -126,15 +122,15 @@ def _topology(args: argparse.Namespace, setup: PlanSetup) -> tuple[Topology, boo
     """The machine planned for, and whether this host runs it (a live GPU or the CPU here)."""
     if args.topology:
         return topology_folder(args.topology), False
-    live = setup.live_topology()
-    return (live, True) if live is not None else (cpu_topology(), True)
+    return setup.live_topology() or cpu_topology(), True
 
 
 def command_plan(args: argparse.Namespace, console, setup: PlanSetup = THE_SETUP) -> int:
     started = time.perf_counter()
     spec = load_spec(args.spec)
     spec, model = plan_target(spec, args.model)  # a model or a pipeline; a clear error before building
-    too_big = too_big_to_build(spec.model(model))
+    base = spec.model(model)
+    too_big = too_big_to_build(base)
     topology, here = _topology(args, setup)
     space = Space(
         _ints(args.instances, "--instances"), _ints(args.delays_us, "--delays-us"), split=not args.no_split
@@ -157,13 +153,30 @@ def command_plan(args: argparse.Namespace, console, setup: PlanSetup = THE_SETUP
     if too_big and here and not topology.on_gpu:
         console.print(f"  no probe or verification on the server: {too_big}")
     evidence: Evidence[str] = Evidence(args.p99_ms)
-    shapes: PlanShapes | None = None
+    rechecked: list[ShapesFigures | None] = []  # the shapes step of each answer, the last one's the answer's
+
+    def record(planned: Plan, flags: Sequence[str], **outcome: Any) -> PlanDocument:
+        """``plan.json`` and the plot of ``planned`` with what was measured, written; its document."""
+        saved = plan_document(
+            planned, flags, verification_rows(planned, evidence), time.perf_counter() - started,
+            compute_origin=origin, asked=args.model, **outcome,
+        )  # fmt: skip
+        save_document(folder / "plan.json", saved)
+        plot(planned, folder / "p99_vs_rate.png")
+        return saved
+
+    def shapes_step(settled: Plan, rate: float) -> bool:
+        """The shapes step on the answer at its rate (``perf.plan.shapes``); whether its point still
+        holds the budget afterwards."""
+        rechecked.append(plan_shapes(base, settled, rate, engine, settings, args.workdir, step, evidence))
+        return evidence.verdict(settled.chosen.strategy.label, rate) is Verdict.HOLDS
+
     with keep_dead_server_log(folder):
         probed = None
         if measuring and args.probe_runs > 0:
             console.print("  probing the whole model on the real server (the tuner's probe)")
-            largest = spec.model(model).max_batch_size
-            with ModelSession(spec, model, largest, args.workdir / "probe", engine, settings) as session:
+            largest, workdir = base.max_batch_size, args.workdir / "probe"
+            with ModelSession(spec, model, largest, workdir, engine, settings) as session:
                 probed = probe(
                     session, space.instances, session.largest_batch, ProbePlan(max_runs=args.probe_runs),
                     args.p99_ms,
@@ -190,23 +203,15 @@ def command_plan(args: argparse.Namespace, console, setup: PlanSetup = THE_SETUP
                 raise
             planned = Plan(request, profile, topology, error.judged, error.judged[0])
         if probed is not None:
-            probe_evidence(evidence, planned, probed, spec.model(model).precision, model)
+            probe_evidence(evidence, planned, probed, base.precision, model)
         measured_rate = None
         if measuring and (args.verify > 0 or not planned.chosen.feasible):
             serve = setup.real_server(spec, model, engine, settings, args.workdir)
-            if has_variable_axis(spec.model(model)):
-                shapes = PlanShapes(spec.model(model), engine, settings, args.workdir, evidence, step)
+            recheck = shapes_step if has_variable_axis(base) else None
             try:
-                planned, measured_rate = measure_plan(
-                    planned, evidence, args.verify, serve, step, shapes.recheck if shapes else None
-                )
+                planned, measured_rate = measure_plan(planned, evidence, args.verify, serve, step, recheck)
             except NothingMeetsError as verdict:
-                saved = plan_document(
-                    planned, (), verification_rows(planned, evidence), time.perf_counter() - started,
-                    verdict=verdict.verdict, compute_origin=origin, asked=args.model,
-                )  # fmt: skip
-                save_document(folder / "plan.json", saved)
-                plot(planned, folder / "p99_vs_rate.png")
+                saved = record(planned, (), verdict=verdict.verdict)
                 verdict.hint = (
                     f"no answer written; what was measured (not an answer): {render(folder, saved)}"
                 )
@@ -214,7 +219,7 @@ def command_plan(args: argparse.Namespace, console, setup: PlanSetup = THE_SETUP
         elif not planned.chosen.feasible:
             raise predicted_verdict(args.p99_ms, topology, evidence)
     assert planned.chosen.placement is not None
-    shaped = shapes.figures if measured_rate and shapes else None
+    shaped = rechecked[-1] if measured_rate and rechecked else None
     if planned.chosen.strategy.kind == "sharded":
         console.print(
             "  no spec overlay: a spec cannot yet place a model's tables on other GPUs than its dense "
@@ -230,44 +235,13 @@ def command_plan(args: argparse.Namespace, console, setup: PlanSetup = THE_SETUP
             f"{planned.chosen.strategy.label}"
         )
         write_plan_overlay(args.spec, overlay, folder, note)
-    flags = server_flags(planned.chosen.placement)
-    saved = plan_document(
-        planned, flags, verification_rows(planned, evidence), time.perf_counter() - started,
-        measured_rate=measured_rate, overlay_written=planned.chosen.strategy.kind != "sharded", shapes=shaped,
-        compute_origin=origin, asked=args.model,
+    saved = record(
+        planned, server_flags(planned.chosen.placement), measured_rate=measured_rate,
+        overlay_written=planned.chosen.strategy.kind != "sharded", shapes=shaped,
     )  # fmt: skip
-    save_document(folder / "plan.json", saved)
-    plot(planned, folder / "p99_vs_rate.png")
     report = render(folder, saved)
     print_summary(saved, report, console)
     return 0
-
-
-class PlanShapes:
-    """The shapes step of ``make plan`` on its answer (``perf.plan.shapes``), as ``measure_plan``'s
-    recheck: the buckets measured at the answer's rate, and where no way met the budget the run of the
-    way the search sent counted as evidence and the point measured again by the search's rule."""
-
-    def __init__(
-        self, base: ModelSpec, engine: LoadEngine, settings: MeasureSettings, workdir: Path,
-        evidence: Evidence[str], step: Callable[[str], None],
-    ) -> None:  # fmt: skip
-        self.base, self.engine, self.settings, self.workdir = base, engine, settings, workdir
-        self.evidence, self.step = evidence, step
-        self.figures: ShapesFigures | None = None
-
-    def recheck(self, planned: Plan, rate: float) -> bool:
-        label = planned.chosen.strategy.label
-
-        def confirm(session: ModelSession, run: Measurement) -> None:
-            self.evidence.add(label, rate, run)
-            load_at = lambda r: poisson(r, planned.request.seed)  # noqa: E731
-            decide(session, self.evidence, label, rate, load_at, f"re-measure {label}")
-
-        self.figures = plan_shapes(
-            self.base, planned, rate, self.engine, self.settings, self.workdir, self.step, confirm
-        )
-        return self.evidence.verdict(label, rate) is Verdict.HOLDS
 
 
 def recorded_profile(args: argparse.Namespace, topology: Topology, model: str) -> ComputeProfile | None:

@@ -84,11 +84,6 @@ def read_compute_profile(path: Path) -> ComputeProfile:
     return load_document(path, ComputeProfile, under="compute_profile")
 
 
-def gpus_named(names: list[str]) -> str:
-    """``4× NVIDIA RTX A6000`` (each distinct name with its count)."""
-    return " + ".join(f"{count}× {name}" for name, count in Counter(names).items())
-
-
 def same_device(recorded: str, named: list[str]) -> bool:
     """Whether the profile's device is every GPU the topology names (``NVIDIA H200`` and ``H200`` alike)."""
 
@@ -104,7 +99,7 @@ def compute_origin(device: str, recorded: bool, gpus: list[str], here: bool) -> 
     (``gpus``: its GPUs' names, none for a CPU plan; ``here``: the plan is for this host)."""
     if not gpus:
         return f"from compute measured on {device}"
-    named = gpus_named(gpus)
+    named = " + ".join(f"{count}× {name}" for name, count in Counter(gpus).items())  # 4× NVIDIA RTX A6000
     if recorded:
         where = f"from the compute profile recorded on {device}"
         return where if same_device(device, gpus) else f"{where}, not on the {named} named"

@@ -104,17 +104,14 @@ class PlanDocument:
     compute_origin: str = ""
 
 
-def _device(index: int) -> str:
-    return "CPU" if index == CPU_DEVICE else f"GPU{index}"
-
-
 def strategy_figures(judged: Judged) -> StrategyFigures:
     s, placement = judged.strategy, judged.placement
     return StrategyFigures(
         label=s.label, kind=s.kind, precision=s.precision, instances=s.instances, replicas=s.replicas,
         delay_us=s.delay_us, max_batch=s.max_batch, devices=s.devices, rate=judged.rate,
         p99_ms=judged.best.p99_ms if judged.best else None,
-        memory_mib={_device(d): b / MIB for d, b in placement.memory.items()} if placement else {},
+        memory_mib={"CPU" if d == CPU_DEVICE else f"GPU{d}": b / MIB for d, b in placement.memory.items()}
+        if placement else {},
         links=tuple(tuple(lk.label for lk in links) for links in placement.links) if placement else (),
         max_rel_error=judged.error, link_bound=judged.link_bound, reason=judged.reason,
     )  # fmt: skip

@@ -24,9 +24,9 @@ initializers and ONNX shape inference at the largest batch).
 
 from __future__ import annotations
 
-import logging
+import math
 import os
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 import torch
@@ -37,7 +37,6 @@ from exporters.schema.models import ModelSpec
 from exporters.sources.inputs import draw_inputs
 from exporters.zoo import ZOO
 
-log = logging.getLogger(__name__)
 WEIGHT_BYTES = {"fp32": 4, "fp16": 2, "int8": 1}  # a weighted op's weight (int8: quantized)
 FLOAT_BYTES = {"fp32": 4, "fp16": 2, "int8": 4}  # tables, biases, activations (int8 leaves them fp32)
 WEIGHTED = (nn.Linear, nn.Conv1d, nn.Conv2d, nn.Conv3d)
@@ -216,13 +215,11 @@ def compute_proxy(spec: ModelSpec) -> ModelSpec | None:
     a table of ten thousand rows as in one of ten million, but for cache effects). None where the
     spec has no such knob (``table_sizes``). It keeps the model's name: its variants and split are
     built and timed under the names the plan serves."""
-    import dataclasses
-
     sizes = spec.options.get("table_sizes")
     if spec.source_kind != "zoo" or not isinstance(sizes, list | tuple):
         return None
     capped = [min(int(size), PROXY_ROWS) for size in sizes]
-    return dataclasses.replace(spec, options={**spec.options, "table_sizes": capped})
+    return replace(spec, options={**spec.options, "table_sizes": capped})
 
 
 def onnx_instance_bytes(path: Path, batch: int) -> int:
@@ -231,8 +228,6 @@ def onnx_instance_bytes(path: Path, batch: int) -> int:
     with the batch axis set to ``batch`` (for a source with no torch module: the file is all there
     is). An axis other than the batch that inference leaves unknown counts as 1: an underestimate
     the report's memory line names."""
-    import math
-
     import onnx
 
     model = onnx.load(str(path), load_external_data=False)

@@ -28,15 +28,12 @@ from perf.spec_overlay import apply_overlay, write_merged_spec
 
 
 def _tensors(tensors) -> list[dict[str, Any]]:
-    out = []
-    for t in tensors:
-        entry: dict[str, Any] = {"name": t.name, "dtype": t.dtype, "shape": list(t.shape)}
-        if t.max_shape is not None:
-            entry["max_shape"] = list(t.max_shape)
-        if t.range is not None:
-            entry["range"] = list(t.range)
-        out.append(entry)
-    return out
+    """Each tensor as the spec writes it (``max_shape`` and ``range`` only where set)."""
+    return [
+        {"name": t.name, "dtype": t.dtype, "shape": list(t.shape)}
+        | {key: list(value) for key in ("max_shape", "range") if (value := getattr(t, key)) is not None}
+        for t in tensors
+    ]
 
 
 def plan_overlay(

@@ -67,12 +67,10 @@ def replica_name(base: str, replica: int, replicas: int) -> str:
     return base if replicas == 1 else f"{base}_r{replica}"
 
 
-def _with_context(topology: Topology, planned: dict[int, int]) -> dict[int, int]:
-    """``planned`` plus each used GPU's CUDA context and workspaces (once per GPU)."""
-    return {d: b + context_bytes(topology.gpu(d).name) for d, b in planned.items()}
-
-
-def _check_memory(topology: Topology, planned: dict[int, int]) -> None:
+def _within_headroom(topology: Topology, planned: dict[int, int]) -> dict[int, int]:
+    """``planned`` plus each used GPU's CUDA context and workspaces (once per GPU), checked against
+    each GPU's headroom."""
+    planned = {d: b + context_bytes(topology.gpu(d).name) for d, b in planned.items()}
     over = [d for d, needed in planned.items() if not topology.gpu(d).memory.fits(needed)]
     if over:
         details = "; ".join(
@@ -82,6 +80,7 @@ def _check_memory(topology: Topology, planned: dict[int, int]) -> None:
             for d in over
         )
         raise PlacementError(f"over memory: {details}")
+    return planned
 
 
 def _chains(topology: Topology, stages: int, replicas: int) -> list[tuple[int, ...]]:
@@ -148,8 +147,7 @@ def place(
     if strategy.kind == "data":
         gpus = _spread(topology, strategy.replicas)
         per = strategy.instances[0] * costs[0].memory_bytes
-        planned = _with_context(topology, {g: per for g in gpus})
-        _check_memory(topology, planned)
+        planned = _within_headroom(topology, {g: per for g in gpus})
         assignment = Assignment(costs[0].name, 0, 0, gpus, strategy.instances[0])
         routing = f"one model, its instances on GPUs {list(gpus)}: Triton's batcher feeds them all"
         return Placement((assignment,), planned, ((),), routing)
@@ -161,8 +159,7 @@ def place(
             planned[gpu] = planned.get(gpu, 0) + strategy.instances[stage] * costs[stage].memory_bytes
             served = split_models(name, suffixes, replica, strategy.replicas)[stage]
             assignments.append(Assignment(served, replica, stage, (gpu,), strategy.instances[stage]))
-    planned = _with_context(topology, planned)
-    _check_memory(topology, planned)
+    planned = _within_headroom(topology, planned)
     links = tuple(tuple(topology.link(a, b) for a, b in itertools.pairwise(chain)) for chain in chains)
     ensembles = [replica_name(name, r, strategy.replicas) for r in range(strategy.replicas)]
     routing = (
@@ -178,8 +175,7 @@ def _place_sharded(
 ) -> Placement:
     """The dense part on ``strategy.replicas`` GPUs, the tables packed whole into the room left."""
     gpus = _spread(topology, strategy.replicas)
-    planned = _with_context(topology, {g: strategy.instances[0] * dense.memory_bytes for g in gpus})
-    _check_memory(topology, planned)
+    planned = _within_headroom(topology, {g: strategy.instances[0] * dense.memory_bytes for g in gpus})
     room = {g: topology.gpu(g).memory.budget_bytes - planned[g] for g in gpus}
     try:
         packed = pack_tables(tables, room, strategy.precision)
@@ -206,29 +202,19 @@ def _place_sharded(
     )
 
 
-def _check_host_memory(memory: int) -> None:
-    """A CPU plan within ``HEADROOM`` of this host's memory (a model bigger than the host is over)."""
+def _place_on_cpu(
+    strategy: Strategy, costs: tuple[StageCost, ...], stage_models: tuple[str, ...]
+) -> Placement:
+    """A CPU plan: everything on the one device within ``HEADROOM`` of this host's memory (a model
+    bigger than the host is over), boundaries through host memory."""
+    names = (costs[0].name,) if strategy.kind == "data" else stage_models
+    assignments = tuple(Assignment(names[k], 0, k, (), strategy.instances[k]) for k in range(strategy.stages))
+    memory = sum(n * c.memory_bytes for n, c in zip(strategy.instances, costs, strict=True))
     budget = int(HEADROOM * host_memory_bytes())
     if memory > budget:
         raise PlacementError(
             f"over memory: the CPU needs {memory / MIB:.0f} MiB, "
             f"this host has {budget / MIB:.0f} MiB within 80%"
         )
-
-
-def _place_on_cpu(
-    strategy: Strategy, costs: tuple[StageCost, ...], stage_models: tuple[str, ...]
-) -> Placement:
-    """A CPU plan: everything on the one device, boundaries through host memory."""
-    if strategy.kind == "data":
-        assignment = Assignment(costs[0].name, 0, 0, (), strategy.instances[0])
-        memory = strategy.instances[0] * costs[0].memory_bytes
-        _check_host_memory(memory)
-        return Placement((assignment,), {CPU_DEVICE: memory}, ((),), "one model on the CPU")
-    assignments = tuple(
-        Assignment(stage_models[k], 0, k, (), strategy.instances[k]) for k in range(strategy.stages)
-    )
-    memory = sum(n * c.memory_bytes for n, c in zip(strategy.instances, costs, strict=True))
-    _check_host_memory(memory)
-    links = ((HOST,) * (strategy.stages - 1),)
-    return Placement(assignments, {CPU_DEVICE: memory}, links, "one ensemble on the CPU")
+    routing = "one model on the CPU" if strategy.kind == "data" else "one ensemble on the CPU"
+    return Placement(assignments, {CPU_DEVICE: memory}, ((HOST,) * (strategy.stages - 1),), routing)

@@ -19,11 +19,10 @@ boundary's link carries less than its stages compute), or a lower rate than the 
 from __future__ import annotations
 
 import dataclasses
-import logging
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
-from perf.measure.loads import Load, poisson
+from perf.measure.loads import poisson
 from perf.model.links import Transfer
 from perf.model.predict import Prediction, capacity_bound, highest_rate, predict
 from perf.model.tandem import TandemStage, predict_tandem, tandem_bound
@@ -32,7 +31,6 @@ from perf.plan.strategy import WHOLE_KINDS, ModelProfile, Space, Strategy, strat
 from perf.plan.tables import with_exchange
 from perf.plan.topology import Topology
 
-log = logging.getLogger(__name__)
 ARRIVALS = 15_000  # a prediction simulates at most this many arrivals per replica (p99 from 150 tail samples)
 TIE_SHARE = 0.03  # rates within 3% of the best tie (the simulation's own spread between seeds)
 KIND_ORDER = {"data": 0, "pipeline": 1, "hybrid": 2, "sharded": 3}
@@ -84,7 +82,8 @@ class Predictor:
         if strategy.kind == "sharded" and placement.exchange is not None:
             costs = (with_exchange(costs[0], placement.exchange),)
         if strategy.kind in WHOLE_KINDS:
-            self.service = overheads.service(costs[0], strategy.instances[0])
+            service = overheads.service(costs[0], strategy.instances[0])
+            self.service = dataclasses.replace(service, overhead_s=self.overhead_s)
             self.stages: list[TandemStage] = []
             self.transfers: list[Transfer] = []
             return
@@ -95,19 +94,14 @@ class Predictor:
         ]
         self.transfers = [Transfer(costs[k].out_bytes_per_sample, link) for k, link in enumerate(slowest)]
 
-    def load(self, rate: float) -> Load:
-        return poisson(rate, self.request.seed)
-
     def at(self, rate: float) -> Prediction:
         """The prediction at ``rate`` requests/s in all (one replica's share of it for a split)."""
         replicas = self.strategy.replicas if self.strategy.kind not in WHOLE_KINDS else 1
         seconds = min(self.request.predict_s, ARRIVALS * replicas / rate)
         if self.strategy.kind in WHOLE_KINDS:
-            service = dataclasses.replace(self.service, overhead_s=self.overhead_s)
-            return predict(self.strategy.batcher(), service, self.load(rate), seconds)
-        found = predict_tandem(
-            self.stages, self.transfers, self.load(rate / replicas), self.overhead_s, seconds
-        )
+            return predict(self.strategy.batcher(), self.service, poisson(rate, self.request.seed), seconds)
+        load = poisson(rate / replicas, self.request.seed)
+        found = predict_tandem(self.stages, self.transfers, load, self.overhead_s, seconds)
         return dataclasses.replace(found, rate=rate, throughput=found.throughput * replicas)
 
     @property

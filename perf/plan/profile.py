@@ -35,7 +35,6 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-import numpy as np
 import torch
 
 from exporters.memory import measured_instance_memory
@@ -99,25 +98,21 @@ def precision_variant(model: ModelSpec, precision: str) -> ModelSpec:
     )  # fmt: skip
 
 
-def served_variant(spec: Spec, base: ModelSpec, precision: str) -> ModelSpec | None:
-    """The spec's entry serving ``base``'s model (same source, options and seed) in ``precision``."""
-    same = (base.source, base.options, base.seed)
-    matches = (m for m in spec.models if (m.source, m.options, m.seed) == same)
-    return next((m for m in matches if m.precision == precision), None)
-
-
 def whole_variants(spec: Spec, base: ModelSpec) -> dict[str, ModelSpec]:
-    """``base`` in every precision; an opt-in one (int8) only where the spec serves the model in it,
-    with that entry's calibration."""
+    """``base`` in every precision; an opt-in one (int8) only where the spec serves the model in it
+    (an entry of the same source, options and seed), with that entry's calibration."""
     whole = {}
+    same = (base.source, base.options, base.seed)
     for precision in PRECISIONS:
-        served = served_variant(spec, base, precision)
-        if precision in OPT_IN_PRECISIONS and served is None:
-            continue
         variant = precision_variant(base, precision)
-        if precision in OPT_IN_PRECISIONS and precision != base.precision:
-            assert served is not None
-            variant = dataclasses.replace(variant, calibration=served.calibration)
+        if precision in OPT_IN_PRECISIONS:
+            served = [
+                m for m in spec.models if (m.source, m.options, m.seed, m.precision) == (*same, precision)
+            ]
+            if not served:
+                continue
+            if precision != base.precision:
+                variant = dataclasses.replace(variant, calibration=served[0].calibration)
         whole[precision] = variant
     return whole
 
@@ -165,11 +160,6 @@ def _median_s(fn, tensors: tuple[torch.Tensor, ...], repeats: int = 15) -> float
             fn(*tensors)
             times.append(time.perf_counter() - start)
     return statistics.median(times)
-
-
-def _line(at_one: float, at_max: float, max_batch: int) -> tuple[float, float]:
-    """``T`` and ``Δt`` through batch 1 and ``max_batch`` (slope kept >= 0)."""
-    return at_one, max(0.0, (at_max - at_one) / max(max_batch - 1, 1))
 
 
 def _stage_params(stages, memory: GraphMemory | None) -> list[int]:
@@ -250,17 +240,16 @@ def measure_profile(
     base = chosen.whole["fp32"]
     whole: dict[str, StageCost] = {}
     accuracy: dict[str, float] = {}
-    raw_fp32 = (0.0, 0.0)
     for precision, variant in chosen.whole.items():
-        artifact = built[precision].artifact
-        points = measure_raw(
-            artifact.path, inputs_pool(variant, variant.max_batch_size), [1, variant.max_batch_size],
-            variant.intra_op_threads,
-            variant.inter_op_threads, seconds=0.3, providers=providers,
+        artifact, largest = built[precision].artifact, variant.max_batch_size
+        pool = dict(zip([t.name for t in variant.inputs], draw_inputs(variant, largest, 0), strict=True))
+        one, top = measure_raw(
+            artifact.path, pool, [1, largest], variant.intra_op_threads, variant.inter_op_threads,
+            seconds=0.3, providers=providers,
         )  # fmt: skip
-        t_s, dt_s = _line(points[0].batch_ms / 1e3, points[1].batch_ms / 1e3, variant.max_batch_size)
-        if precision == "fp32":
-            raw_fp32 = (t_s, dt_s)
+        # T and Δt through batch 1 and the largest (the slope kept >= 0)
+        t_s, top_s = one.batch_ms / 1e3, top.batch_ms / 1e3
+        dt_s = max(0.0, (top_s - t_s) / max(largest - 1, 1))
         instance = (
             memory.instance_bytes(precision) if memory is not None else _export_memory(variant, artifact.path)
         )
@@ -272,11 +261,7 @@ def measure_profile(
     overheads = Overheads()
     if probe is not None:
         fit = probe.fits[min(probe.fits)]
-        scale_t = fit.t_ms / 1e3 / raw_fp32[0] if raw_fp32[0] > 0 else 1.0
-        scale_dt = fit.dt_ms / 1e3 / raw_fp32[1] if raw_fp32[1] > 0 else 1.0
-        whole = {
-            p: dataclasses.replace(c, t_s=c.t_s * scale_t, dt_s=c.dt_s * scale_dt) for p, c in whole.items()
-        }
+        whole = _rescaled(whole, whole["fp32"], fit.t_ms / 1e3, fit.dt_ms / 1e3)
         overheads = Overheads(
             probe.per_batch_ms / 1e3,
             {n: ms / 1e3 for n, ms in probe.per_request_ms.items()},
@@ -329,16 +314,10 @@ def with_recorded(
             f"--compute-profile: no precision the plan considers ({', '.join(whole)}) is recorded"
         )
     reference = shared[0]
-    base, taken = whole[reference], figures[reference]
-    scale_t = taken.T_ms / 1e3 / base.t_s if base.t_s > 0 else 1.0
-    scale_dt = taken.dt_ms / 1e3 / base.dt_s if base.dt_s > 0 else 1.0
-    out = {}
-    for precision, cost in whole.items():
-        mine = figures.get(precision)
-        t_s, dt_s = (
-            (mine.T_ms / 1e3, mine.dt_ms / 1e3) if mine else (cost.t_s * scale_t, cost.dt_s * scale_dt)
-        )
-        out[precision] = dataclasses.replace(cost, t_s=t_s, dt_s=dt_s)
+    out = _rescaled(whole, whole[reference], figures[reference].T_ms / 1e3, figures[reference].dt_ms / 1e3)
+    for precision, mine in figures.items():
+        if precision in whole:
+            out[precision] = dataclasses.replace(whole[precision], t_s=mine.T_ms / 1e3, dt_s=mine.dt_ms / 1e3)
     scaled = [p for p in whole if p not in figures]
     source = (
         f"the compute profile recorded on {recorded.device} ({recorded.source}): "
@@ -347,6 +326,16 @@ def with_recorded(
         + "; the stages by their share timed here"
     )
     return out, source
+
+
+def _rescaled(
+    costs: dict[str, StageCost], reference: StageCost, t_s: float, dt_s: float
+) -> dict[str, StageCost]:
+    """``costs`` with ``T`` and ``Δt`` scaled by ``t_s`` and ``dt_s`` over ``reference``'s (where a term
+    is 0, unscaled): one measured figure carried to the costs measured only beside it."""
+    scale_t = t_s / reference.t_s if reference.t_s > 0 else 1.0
+    scale_dt = dt_s / reference.dt_s if reference.dt_s > 0 else 1.0
+    return {p: dataclasses.replace(c, t_s=c.t_s * scale_t, dt_s=c.dt_s * scale_dt) for p, c in costs.items()}
 
 
 def _export_memory(variant: ModelSpec, artifact: Path) -> int:
@@ -373,8 +362,3 @@ def memory_source(memory: GraphMemory | None) -> str:
         "in fp32, no buffer reuse); plus the CUDA context and workspaces once per GPU "
         "(perf.model.memory.CONTEXT_MIB)"
     )
-
-
-def inputs_pool(model: ModelSpec, rows: int) -> dict[str, np.ndarray]:
-    arrays = draw_inputs(model, rows, 0)
-    return {t.name: a for t, a in zip(model.inputs, arrays, strict=True)}

@@ -16,14 +16,11 @@ TOP = 3
 
 def top_architectures(plan: Plan, count: int = TOP) -> list[Judged]:
     """The best feasible strategy of each architecture (kind, precision, instances, replicas)."""
-    seen, out = set(), []
-    for judged in plan.judged:
+    best: dict[tuple, Judged] = {}
+    for judged in filter(lambda j: j.feasible, plan.judged):
         s = judged.strategy
-        key = (s.kind, s.precision, s.instances, s.replicas)
-        if judged.feasible and key not in seen:
-            seen.add(key)
-            out.append(judged)
-    return out[:count]
+        best.setdefault((s.kind, s.precision, s.instances, s.replicas), judged)
+    return list(best.values())[:count]
 
 
 def plot(plan: Plan, path: Path) -> Path:

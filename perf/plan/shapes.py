@@ -6,36 +6,30 @@ shapes, so the per-length table says what batching the planned rate really rests
 chosen go into the plan's overlay only where the choice met the budget, as the tuner's do.
 
 Where no way meets the budget, the run of the way the search sent is one more run of the pick at its
-rate: ``confirm`` counts it (and measures the point again by the search's rule) on the same session.
+rate: with the plan's ``evidence`` it is counted there, and the point measured again by the search's
+rule on the same session.
 
 A split pick (a pipeline) is not measured this way: the section serves one whole model."""
 
 from __future__ import annotations
 
-import logging
 from collections.abc import Callable
 from pathlib import Path
 
 from exporters.schema.models import ModelSpec
 from perf.measure.engine import LoadEngine, MeasureSettings
 from perf.measure.loads import poisson
-from perf.measure.measurement import Measurement
 from perf.measure.shapes import has_variable_axis
 from perf.plan.document import ShapesFigures
 from perf.plan.planner import Plan
 from perf.plan.verify import data_session
-from perf.session.model import ModelSession
+from perf.session.search import Evidence, decide
 from perf.session.shapes_section import shapes_outcome
-
-# Where no way met the budget: the session (the pick loaded) and the run of the way the search sent.
-Confirm = Callable[[ModelSession, Measurement], None]
-
-log = logging.getLogger(__name__)
 
 
 def plan_shapes(
     base: ModelSpec, plan: Plan, rate: float, engine: LoadEngine, settings: MeasureSettings, workdir: Path,
-    step: Callable[[str], None], confirm: Confirm | None = None,
+    step: Callable[[str], None], evidence: Evidence[str] | None = None,
 ) -> ShapesFigures | None:  # fmt: skip
     """The shapes section of the plan's pick at ``rate`` (the highest verified rate within the budget):
     its report lines and the lengths chosen (``()``: none; None where the choice missed the budget);
@@ -52,8 +46,9 @@ def plan_shapes(
         outcome = shapes_outcome(
             session, config, load, plan.request.budget_ms, step, written="spec.planned.yaml"
         )
-        if confirm and outcome.buckets is None and outcome.as_searched is not None:
+        if evidence is not None and outcome.buckets is None and outcome.as_searched is not None:
+            evidence.add(strategy.label, rate, outcome.as_searched)
             session.prepare(config)
-            confirm(session, outcome.as_searched)
-    buckets = outcome.buckets
-    return ShapesFigures(tuple(outcome.lines), None if buckets is None else tuple(buckets))
+            load_at = lambda r: poisson(r, plan.request.seed)  # noqa: E731
+            decide(session, evidence, strategy.label, rate, load_at, f"re-measure {strategy.label}")
+    return ShapesFigures(outcome.lines, outcome.buckets)

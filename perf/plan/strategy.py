@@ -204,9 +204,7 @@ def strategies(profile: ModelProfile, gpus: int, space: Space) -> list[Strategy]
         most = max(1, gpus // stages) if gpus else 1
         for replicas in _powers_up_to(most) if gpus >= stages or not gpus else ():
             kind: Kind = "pipeline" if replicas == 1 else "hybrid"
-            for instances in itertools.product(space.instances, repeat=stages):
-                for delay in space.delays_us:
-                    out.append(
-                        Strategy(kind, precision, tuple(instances), replicas, delay, profile.max_batch)
-                    )
+            per_stage = itertools.product(space.instances, repeat=stages)
+            for instances, delay in itertools.product(per_stage, space.delays_us):
+                out.append(Strategy(kind, precision, instances, replicas, delay, profile.max_batch))
     return out

@@ -16,7 +16,6 @@ point holds, ``NothingMeetsError`` names the closest run over the budget.
 from __future__ import annotations
 
 import dataclasses
-import logging
 from collections.abc import Callable
 from contextlib import AbstractContextManager
 from pathlib import Path
@@ -36,7 +35,6 @@ from perf.session.pipeline import PipelineSession
 from perf.session.probe import ProbeResult
 from perf.session.search import Evidence, SearchPlan, search
 
-log = logging.getLogger(__name__)
 SETTLE_ROUNDS = 12  # a hang guard: each round searches an answer or refutes one
 # A served strategy: its session (entered for the runs) and the configuration it is loaded with.
 Serve = Callable[[Strategy], tuple[AbstractContextManager, BatcherConfig]]
@@ -167,22 +165,19 @@ def settle(plan: Plan, evidence: Evidence[str]) -> tuple[Plan, float]:
     keep a reason that compared it with a pick that lost. Raises ``NothingMeetsError`` (the
     closest run over the budget) where no point holds."""
     labels = {j.strategy.label: j for j in placed(plan)}
-    found = evidence.best(keys=list(labels), prefer=list(labels))
-    for label, judged in labels.items():
-        closest = evidence.closest_miss(keys=[label])
-        if closest is not None and not evidence.held_rate(label):
-            _, at, run = closest
-            judged.reason = (
-                f"demoted: measured over the budget at every rate tried (p99 {run.p99_ms:,.1f} ms at "
-                f"{at:,.0f}/s" + (f", predicted {judged.rate:,.0f}/s within it)" if judged.rate else ")")
-            )
-    if found is None:
-        raise evidence.nothing_meets(str)
-    label, rate = found
-    best = labels[label]
+    label, rate = evidence.best(keys=list(labels), prefer=list(labels)) or ("", 0.0)
+    best = labels.get(label)
     for other_label, other in labels.items():
-        held = evidence.held_rate(other_label)
-        if other is not best and held:
+        held, closest = evidence.held_rate(other_label), evidence.closest_miss(keys=[other_label])
+        if closest is not None and not held:
+            _, at, run = closest
+            other.reason = (
+                f"demoted: measured over the budget at every rate tried (p99 {run.p99_ms:,.1f} ms at "
+                f"{at:,.0f}/s" + (f", predicted {other.rate:,.0f}/s within it)" if other.rate else ")")
+            )
+        elif best is None:
+            continue
+        elif other is not best and held:
             other.reason = f"lower measured rate: {held:,.0f}/s against {rate:,.0f}/s"
         elif other.feasible and other_label not in evidence.runs and best is not plan.chosen:
             # its predicted reason compared it with the prediction's pick, which measurement overturned
@@ -190,6 +185,8 @@ def settle(plan: Plan, evidence: Evidence[str]) -> tuple[Plan, float]:
                 f"not measured: predicted {other.rate:,.0f}/s, the pick measured within the budget up to "
                 f"{rate:,.0f}/s{'; ' + other.link_bound if other.link_bound else ''}"
             )
+    if best is None:
+        raise evidence.nothing_meets(str)
     best.reason = ""
     return dataclasses.replace(plan, chosen=best), rate
 

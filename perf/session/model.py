@@ -74,7 +74,6 @@ class ModelSession:
         engine: LoadEngine,
         settings: MeasureSettings = TUNE_WINDOWS,
         noise: NoisePolicy | None = None,
-        protocol: str = "grpc",
         seed: int = 0,
         keep_queue: bool = False,
     ) -> None:
@@ -84,18 +83,18 @@ class ModelSession:
         self.engine = engine
         self.settings = settings
         self.noise = noise or NoisePolicy(remeasure=settings.remeasure_stolen)
-        self.protocol = protocol
         self.seed = seed
         self.keep_queue = keep_queue
         self.server: TritonServer | None = None
         self.current: BatcherConfig | None = None
         self.cores = usable_cores()
-        self._target: Target | None = None
+        self.sent_to = self.base.name  # the model every run's requests go to
         self.buckets: tuple[int, ...] | None = None  # None: the spec's ``buckets:``
         self.vary_shapes = True
         self._sending: dict[tuple[tuple[int, ...] | None, bool], Target] = {}  # targets made, by options
         self.largest_batch_s = 0.0  # one request of the largest batch, timed at the start
         self.runs: list[Measurement] = []  # every run, in order (a failed tune reports them)
+        self.related: tuple[str, ...] = ()  # models whose statistics each run reads beside the target's
 
     def __enter__(self) -> ModelSession:
         repository = self.workdir / "repository"
@@ -155,28 +154,26 @@ class ModelSession:
 
     @property
     def target(self) -> Target:
-        if self._target is None:
+        """Where the runs send and what, as ``use_buckets`` said last (made once per way of sending)."""
+        sending = (self.buckets, self.vary_shapes)
+        if sending not in self._sending:
             assert self.server is not None
-            url = self.server.grpc_url if self.protocol == "grpc" else self.server.http_url
-            self._target = target_from_spec(
-                self.base, url, self.protocol, seed=self.seed, rows=self.largest_batch,
+            made = target_from_spec(
+                self.base, self.server.grpc_url, "grpc", seed=self.seed, rows=self.largest_batch,
                 vary_shapes=self.vary_shapes, buckets=self.buckets,
             )  # fmt: skip
-        return self._target
+            self._sending[sending] = dataclasses.replace(made, model=self.sent_to)
+        return self._sending[sending]
 
     def use_buckets(self, buckets: tuple[int, ...] | None, vary_shapes: bool = True) -> None:
         """Send the runs that follow padded to ``buckets`` (``()``: each request at its own length;
         None: the spec's), or every request at one length (``vary_shapes=False``, for comparison)."""
-        if self._target is not None:
-            self._sending[(self.buckets, self.vary_shapes)] = self._target
         self.buckets, self.vary_shapes = buckets, vary_shapes
-        self._target = self._sending.get((buckets, vary_shapes))
 
     def died(self, during: str) -> ServerDiedError | None:
         """The server's death during ``during`` (how it died, its log), or None while it runs."""
         process = self.server.process if self.server is not None else None
-        code = process.poll() if process is not None else None
-        if code is None or self.server is None:
+        if self.server is None or process is None or (code := process.poll()) is None:
             return None
         cause = death_cause(code, self.server.log_tail(80))
         log.error("tritonserver died during %s: %s", during, cause)
@@ -191,12 +188,10 @@ class ModelSession:
         try:
             yield
         except Exception as error:
-            dead = self.died(during)
-            if dead is not None:
+            if (dead := self.died(during)) is not None:
                 raise dead from error
             raise
-        dead = self.died(during)
-        if dead is not None:
+        if (dead := self.died(during)) is not None:
             raise dead
 
     def load(self, config: BatcherConfig) -> float:
@@ -207,19 +202,26 @@ class ModelSession:
             return self._reload(config)
 
     def _reload(self, config: BatcherConfig) -> float:
+        """Load every model ``_overrides`` names with its config override, through one client."""
         assert self.server is not None
         started = time.perf_counter()
         client = httpclient.InferenceServerClient(self.server.http_url)
         try:
-            override = json.loads(config_json(candidate_spec(self.base, config, self.keep_queue)))
-            # the repository API is keyed on every server we start (server.admin)
-            admin.load_model(client, self.server.admin_key, self.base.name, config=override)
+            loaded, overrides = self._overrides(config)
+            for name, override in overrides.items():
+                # the repository API is keyed on every server we start (server.admin)
+                admin.load_model(client, self.server.admin_key, name, config=override)
         finally:
             client.close()
         self.current = config
         took = time.perf_counter() - started
-        log.info("loaded %s in %.1f s", config.label, took)
+        log.info("loaded %s in %.1f s", loaded, took)
         return took
+
+    def _overrides(self, config: BatcherConfig) -> tuple[str, dict[str, dict]]:
+        """What a reload to ``config`` loads, in words, and each model's config override."""
+        override = json.loads(config_json(candidate_spec(self.base, config, self.keep_queue)))
+        return config.label, {self.base.name: override}
 
     def prepare(self, config: BatcherConfig) -> None:
         """Load ``config`` for a measurement: after a reload, wait (at most ``RETIRE_WAIT_S``) until the
@@ -263,7 +265,7 @@ class ModelSession:
         if sized is not settings:
             log.info("%s: windows of %.1f s (%d batches of %.0f ms)", label, sized.window_s,
                      sized.window_batches, 1e3 * self.largest_batch_s)  # fmt: skip
-        run = measure(self.target, load, sized, self.endpoints, label, engine=engine or self.engine)
+        run = measure(self.target, load, sized, self.endpoints, label, self.related, engine or self.engine)
         self.runs.append(run)
         return run
 

@@ -12,8 +12,6 @@ from __future__ import annotations
 
 import dataclasses
 import json
-import logging
-import time
 
 import tritonclient.http as httpclient
 from google.protobuf import json_format
@@ -27,14 +25,11 @@ from exporters.repository import build_repository
 from exporters.schema.models import Batching, PipelineSpec, Spec
 from perf.measure.engine import LoadEngine, MeasureSettings
 from perf.measure.loads import Load
-from perf.measure.measurement import Measurement, measure
+from perf.measure.measurement import Measurement
 from perf.measure.noise import NoisePolicy
-from perf.measure.target import Target
 from perf.model.batcher import BatcherConfig
 from perf.session.model import TUNE_WINDOWS, ModelSession
-from server import TritonServer, admin
-
-log = logging.getLogger(__name__)
+from server import TritonServer
 
 
 def stage_configs(built: BuiltPipeline, config: BatcherConfig) -> list[ModelConfig]:
@@ -84,14 +79,13 @@ class PipelineSession(ModelSession):
         engine: LoadEngine,
         settings: MeasureSettings = TUNE_WINDOWS,
         noise: NoisePolicy | None = None,
-        seed: int = 0,
     ) -> None:
         self.pipeline: PipelineSpec = spec.pipeline(pipeline)
-        super().__init__(
-            spec, self.pipeline.model, largest_batch, workdir, engine, settings, noise, seed=seed
-        )
+        super().__init__(spec, self.pipeline.model, largest_batch, workdir, engine, settings, noise)
         # The stages' batch axis is the model's: candidates stay within what the stages were built for.
         self.largest_batch = self.base.max_batch_size
+        self.related = tuple(self.pipeline.stage_names)
+        self.sent_to = self.pipeline.name
         self.built: BuiltPipeline | None = None
 
     def __enter__(self) -> PipelineSession:
@@ -110,38 +104,24 @@ class PipelineSession(ModelSession):
         self.current = first
         return self
 
-    @property
-    def target(self) -> Target:
-        if self._target is None:
-            self._target = dataclasses.replace(super().target, model=self.pipeline.name)
-        return self._target
-
-    def _reload(self, config: BatcherConfig) -> float:
-        """Reload every stage with ``config``'s batching."""
-        assert self.server is not None and self.built is not None
+    def _overrides(self, config: BatcherConfig) -> tuple[str, dict[str, dict]]:
+        """Every stage with ``config``'s batching."""
+        assert self.built is not None
         if config.instances != 1:
             raise ValueError("a pipeline's candidates keep the stages' instance counts (instances = 1)")
-        started = time.perf_counter()
-        client = httpclient.InferenceServerClient(self.server.http_url)
-        try:
-            for stage in stage_configs(self.built, config):
-                override = json.loads(json_format.MessageToJson(stage.to_proto()))
-                admin.load_model(client, self.server.admin_key, stage.name, config=override)
-        finally:
-            client.close()
-        self.current = config
-        took = time.perf_counter() - started
-        log.info("loaded %s on the stages of %s in %.1f s", config.label, self.pipeline.name, took)
-        return took
+        overrides = {
+            stage.name: json.loads(json_format.MessageToJson(stage.to_proto()))
+            for stage in stage_configs(self.built, config)
+        }
+        return f"{config.label} on the stages of {self.pipeline.name}", overrides
 
     def _measure_once(
         self, load: Load, label: str, settings: MeasureSettings, engine: LoadEngine | None = None
     ) -> Measurement:
         """A run through the ensemble, the server's view that of its stages (``pipeline_stats``)."""
-        stages = tuple(self.pipeline.stage_names)
-        run = measure(self.target, load, settings, self.endpoints, label, stages, engine or self.engine)
+        run = super()._measure_once(load, label, settings, engine)
         if run.server is not None:
-            stats = pipeline_stats([run.server.related[name] for name in stages])
+            stats = pipeline_stats([run.server.related[name] for name in self.related])
             run.server = dataclasses.replace(run.server, stats=stats)
         return run
 

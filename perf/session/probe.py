@@ -83,11 +83,6 @@ class ProbeResult:
     def cpu(self) -> CpuModel | None:
         return next(iter(self.services.values())).cpu
 
-    @property
-    def capacity(self) -> float:
-        """The most the probe saw served."""
-        return max(run.throughput for _, run in self.runs)
-
 
 def _ramp(
     server: Server,
@@ -153,10 +148,10 @@ def probe(
         for n, f in fits.items()
     }
     services = _with_cpu(services, runs, server.cores, plan)
-    result = ProbeResult(services, fits, overhead, per_batch, per_request, runs, saturation)
-    result.floor_p99_ms = first.p99_ms
-    result.seconds = time.perf_counter() - started
-    return result
+    return ProbeResult(
+        services, fits, overhead, per_batch, per_request, runs, saturation, first.p99_ms,
+        time.perf_counter() - started,
+    )  # fmt: skip
 
 
 def _ramps(

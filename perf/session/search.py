@@ -147,14 +147,11 @@ class Evidence(Generic[K]):
         keys = list(self.runs) if keys is None else [k for k in keys if k in self.runs]
         if at is not None:
             keys = [k for k in keys if self.verdict(k, at) is Verdict.HOLDS]
-        ranked = [(k, self.held_rate(k)) for k in keys]
-        ranked = [(k, rate) for k, rate in ranked if rate > 0]
+        ranked = [(k, rate) for k in keys if (rate := self.held_rate(k)) > 0]
         if not ranked:
             return None
-        order: dict[K, int] = {}
-        for k in [*prefer, *self.runs]:
-            order.setdefault(k, len(order))
-        key, rate = min(ranked, key=lambda pair: (-pair[1], order.get(pair[0], len(order))))
+        order = {k: index for index, k in enumerate(dict.fromkeys([*prefer, *self.runs]))}
+        key, rate = min(ranked, key=lambda pair: (-pair[1], order[pair[0]]))
         return key, (at if at is not None else rate)
 
     def worth_searching(self, keys: Sequence[K] | None = None, count: int = 1) -> list[tuple[K, float]]:
@@ -163,9 +160,9 @@ class Evidence(Generic[K]):
         run missed the budget closest, at that run's rate (a miss alone decides nothing: the search
         measures that point again before "nothing meets" stands). At most ``count``."""
         keys = list(self.runs) if keys is None else [k for k in keys if k in self.runs]
-        held = sorted((k for k in keys if self.held_rate(k) > 0), key=lambda k: -self.held_rate(k))
+        held = sorted(((k, rate) for k in keys if (rate := self.held_rate(k)) > 0), key=lambda kr: -kr[1])
         if held:
-            return [(k, self.held_rate(k)) for k in held[:count]]
+            return held[:count]
         closest = self.closest_miss(keys=keys)
         return [(closest[0], closest[1])] if closest is not None else []
 

@@ -57,8 +57,8 @@ class ShapesOutcome:
     spec's stay) and the run of the way the search sent (None for a fixed-shape model, or where that
     way's padding changes the answer: refused, not measured)."""
 
-    lines: list[str]
-    buckets: list[int] | None
+    lines: tuple[str, ...]
+    buckets: tuple[int, ...] | None
     as_searched: Measurement | None
 
 
@@ -71,7 +71,7 @@ def shapes_outcome(
     the shapes are fixed, and the run of the way the search sent. ``written``: the merged spec that
     carries the choice (tune's or plan's)."""
     if not has_variable_axis(session.base):
-        return ShapesOutcome([], None, None)
+        return ShapesOutcome((), None, None)
     searched = session.buckets if session.buckets is not None else tuple(session.base.buckets)
     session.prepare(config)
     ways = ways_of(session.base, session.model_file, session.seed)
@@ -118,4 +118,4 @@ def shapes_outcome(
     for run in runs:
         if run.buckets is not None:  # one shape: Triton's own count says it all
             lines += ["", *run.formed_lines(max_batch)]
-    return ShapesOutcome(lines, list(chosen.buckets or ()) if meets else None, as_searched)
+    return ShapesOutcome(tuple(lines), tuple(chosen.buckets or ()) if meets else None, as_searched)

@@ -27,7 +27,7 @@ from perf.errors import NothingMeetsError, OptionError, PerfError
 from perf.markdown import number
 from perf.measure.analyzer import PerfAnalyzerEngine, find_perf_analyzer, unavailable_message
 from perf.measure.engine import MeasureSettings, OurEngine
-from perf.measure.loads import Load, read_trace, trace
+from perf.measure.loads import Load, read_trace
 from perf.measure.measurement import Measurement
 from perf.measure.raw import measure_raw
 from perf.measure.shapes import has_variable_axis
@@ -148,11 +148,10 @@ def _load_at(args: argparse.Namespace) -> Callable[[float], Load] | None:
     if not args.trace:
         return None
     recorded = read_trace(args.trace)
-    with open(args.trace) as handle:
-        intervals = [float(line.split("#")[0]) for line in handle if line.split("#")[0].strip()]
-    return lambda rate: trace(
-        [g * recorded.rate / rate for g in intervals], name=f"{args.trace} @ {rate:.0f}/s"
-    )
+    return lambda rate: dataclasses.replace(
+        recorded, name=f"{args.trace} @ {rate:.0f}/s", rate=rate,
+        arrivals=lambda: (t * recorded.rate / rate for t in recorded.arrivals()),
+    )  # fmt: skip
 
 
 def command_tune(args: argparse.Namespace, console, setup: TuneSetup = THE_SETUP) -> int:
@@ -188,12 +187,11 @@ def partial_on_failure(folder: Path, title: str, session: ModelSession) -> Itera
     the budget, write ``partial.md`` with the runs measured so far, then let it through."""
     try:
         yield
-    except NothingMeetsError as verdict:
-        log.info("%s: %s. %s", title, verdict, verdict.detail)
-        write_partial(folder, title, verdict, session.runs)
-        raise
     except PerfError as error:
-        log.exception("%s failed", title)
+        if isinstance(error, NothingMeetsError):
+            log.info("%s: %s. %s", title, error, error.detail)
+        else:
+            log.exception("%s failed", title)
         write_partial(folder, title, error, session.runs)
         raise
 
@@ -233,15 +231,12 @@ def measure_and_pick(
 
     with session, partial_on_failure(folder, f"Tuning {args.model} for p99 ≤ {args.p99_ms:g} ms", session):
         recheck = shapes_step if has_variable_axis(session.base) else None
-        result = setup.tuner(session, request, step=progress, **({"recheck": recheck} if recheck else {}))
+        result = setup.tuner(session, request, step=progress, recheck=recheck)
         saved = document(result, args.model, engine.name, session.noise, session.cores)
         took = time.perf_counter() - started  # build and server start included
         saved = dataclasses.replace(saved, seconds=dataclasses.replace(saved.seconds, make_tune=took))
         if shapes:
-            buckets = shapes[-1].buckets
-            saved = dataclasses.replace(
-                saved.with_section(shapes[-1].lines), buckets=None if buckets is None else tuple(buckets)
-            )
+            saved = dataclasses.replace(saved.with_section(shapes[-1].lines), buckets=shapes[-1].buckets)
     model = session.base
     sizes = [b for b in (1, 4, 16, 32) if b <= session.largest_batch]
     raw = measure_raw(

@@ -8,7 +8,9 @@ from __future__ import annotations
 
 import argparse
 import sys
+from collections.abc import Callable, Iterable
 from pathlib import Path
+from typing import Any
 
 import matplotlib
 
@@ -19,7 +21,7 @@ from perf.errors import EXIT_USAGE, OptionError
 from perf.markdown import number, percent, table, write_report
 from perf.studies.goals import GOALS, Goal, goals_table
 from perf.studies.plots import save_figure
-from perf.tune.result import CpuFigures, PointFigures, RunFigures, TuneDocument, load
+from perf.tune.result import CandidateFigures, CpuFigures, PointFigures, RunFigures, TuneDocument, load
 
 NOISE_MARK = "†"  # beside a figure whose run the hypervisor took CPU from (``perf.measure.noise``)
 
@@ -43,6 +45,11 @@ def plot_verification(saved: TuneDocument, path: Path) -> Path:
     title = "p99 vs rate: simulation vs the server"
     axes.set(xlabel="offered rate (requests / s)", ylabel="p99 latency (ms)", yscale="log", title=title)
     return save_figure(figure, path, axes, grid="both")
+
+
+def columns_table(columns: dict[str, Callable[[Any], object]], items: Iterable[Any]) -> str:
+    """A table with one column per entry of ``columns`` (its header, and the cell of an item)."""
+    return table(list(columns), [[cell(item) for cell in columns.values()] for item in items])
 
 
 def p99(run: RunFigures | None) -> str:
@@ -161,43 +168,33 @@ def noise_section(saved: TuneDocument) -> list[str]:
 
 def probe_section(saved: TuneDocument) -> list[str]:
     probe = saved.probe
-    fits = table(
-        ["instances", "T (ms)", "Δt (ms)", "R²", "per execution + per request beyond compute (ms)"],
-        [
-            [
-                n,
-                number(f.t_ms, 3),
-                number(f.dt_ms, 3),
-                number(f.r2, 3),
-                f"{number(probe.per_batch_ms, 3)} + {number(probe.per_request_ms[n], 3)}",
-            ]
-            for n, f in probe.fits.items()
-        ],
+    fits = columns_table(
+        {
+            "instances": lambda n: n,
+            "T (ms)": lambda n: number(probe.fits[n].t_ms, 3),
+            "Δt (ms)": lambda n: number(probe.fits[n].dt_ms, 3),
+            "R²": lambda n: number(probe.fits[n].r2, 3),
+            "per execution + per request beyond compute (ms)": lambda n: (
+                f"{number(probe.per_batch_ms, 3)} + {number(probe.per_request_ms[n], 3)}"
+            ),
+        },
+        probe.fits,
     )
     cpu = probe.cpu
     contention = cpu_sentence(cpu) if cpu else "No CPU term (no CPU readings)."
-    runs = table(
-        [
-            "probe run",
-            "served /s",
-            "mean batch",
-            "p99 ms",
-            "CPU busy (cores)",
-            "windows agreed",
-            "formed batches (size: executions)",
-        ],
-        [
-            [
-                run.label,
-                number(run.served, 0),
-                number(run.mean_batch),
-                p99(run),
-                number(run.cpu_cores, 2),
-                "yes" if run.stable else "no",
-                ", ".join(f"{s}: {c}" for s, c in run.batches.items()),
-            ]
-            for run in probe.runs
-        ],
+    runs = columns_table(
+        {
+            "probe run": lambda run: run.label,
+            "served /s": lambda run: number(run.served, 0),
+            "mean batch": lambda run: number(run.mean_batch),
+            "p99 ms": p99,
+            "CPU busy (cores)": lambda run: number(run.cpu_cores, 2),
+            "windows agreed": lambda run: "yes" if run.stable else "no",
+            "formed batches (size: executions)": lambda run: ", ".join(
+                f"{s}: {c}" for s, c in run.batches.items()
+            ),
+        },
+        probe.runs,
     )
     return [
         "",
@@ -229,41 +226,33 @@ def cpu_sentence(cpu: CpuFigures) -> str:
 
 def candidates_section(saved: TuneDocument) -> list[str]:
     target = saved.target_rate
-    rows = [
-        [
-            c.config + ("" if c.feasible else " (infeasible)"),
-            number(c.best.rate, 0) if c.best else "–",
-            number(c.best.p99_ms) if c.best else "–",
-            number(c.best.mean_batch) if c.best else "–",
-            number(c.best.cpu_cores, 2) if c.best else "–",
-            *([number(c.at_rate.p99_ms)] if target else []),
-        ]
-        for c in saved.candidates
-    ]
-    header = [
-        "candidate",
-        "predicted max rate /s",
-        "p99 there (ms)",
-        "mean batch there",
-        "CPU busy there (cores)",
-    ]
-    header += [f"p99 at {target:g}/s (ms)"] if target else []
-    return ["", "## Every candidate, predicted", "", table(header, rows)]
+    columns: dict[str, Callable[[CandidateFigures], object]] = {
+        "candidate": lambda c: c.config + ("" if c.feasible else " (infeasible)"),
+        "predicted max rate /s": lambda c: number(c.best.rate, 0) if c.best else "–",
+        "p99 there (ms)": lambda c: number(c.best.p99_ms) if c.best else "–",
+        "mean batch there": lambda c: number(c.best.mean_batch) if c.best else "–",
+        "CPU busy there (cores)": lambda c: number(c.best.cpu_cores, 2) if c.best else "–",
+    }
+    if target:
+        columns[f"p99 at {target:g}/s (ms)"] = lambda c: number(c.at_rate.p99_ms)
+    return ["", "## Every candidate, predicted", "", columns_table(columns, saved.candidates)]
 
 
 def shortlist_section(saved: TuneDocument) -> list[str]:
     if not saved.shortlist:
         return ["", f"No shortlist was measured: the prediction alone picked {saved.chosen}."]
-    rows = [
-        [
-            c.config + (" **chosen**" if c.config == saved.chosen else ""),
-            number(c.predicted_rate, 0) if c.predicted_rate else "–",
-            number(c.measured_rate, 0) if c.measured_rate else "none held",
-            "; ".join(f"{number(p.rate, 0)}/s: {p99(p.measured)} ms ({runs_text(p)})" for p in c.points),
-            number(c.seconds, 0),
-        ]
-        for c in saved.shortlist
-    ]
+    rows = columns_table(
+        {
+            "candidate": lambda c: c.config + (" **chosen**" if c.config == saved.chosen else ""),
+            "predicted max rate /s": lambda c: number(c.predicted_rate, 0) if c.predicted_rate else "–",
+            "measured max rate /s": lambda c: number(c.measured_rate, 0) if c.measured_rate else "none held",
+            "points (p99, runs)": lambda c: "; ".join(
+                f"{number(p.rate, 0)}/s: {p99(p.measured)} ms ({runs_text(p)})" for p in c.points
+            ),
+            "seconds": lambda c: number(c.seconds, 0),
+        },
+        saved.shortlist,
+    )
     return [
         "",
         "## The shortlist, measured",
@@ -273,46 +262,36 @@ def shortlist_section(saved: TuneDocument) -> list[str]:
         "the budget, down after one that missed, then between until they are neighbouring rungs; a point "
         "holds when more of its runs met the budget than missed it (a miss alone is measured again).",
         "",
-        table(
-            ["candidate", "predicted max rate /s", "measured max rate /s", "points (p99, runs)", "seconds"],
-            rows,
-        ),
+        rows,
     ]
 
 
 def verification_section(saved: TuneDocument, plot: Path) -> list[str]:
     demoted = {(p.config, p.rate) for p in saved.demoted}
-    rows = [
-        [
-            p.config
-            + (" **chosen**" if p.config == saved.chosen else "")
-            + (" (reopened)" if (p.config, p.rate) in demoted else ""),
-            number(p.rate, 0),
-            number(p.predicted.p99_ms),
-            p99(p.measured),
-            percent(_error(p)) if p.measured else "–",
-            number(p.measured.served, 0) if p.measured else "–",
-            number(p.predicted.mean_batch),
-            number(p.measured.mean_batch) if p.measured else "–",
-            f"{number(p.predicted.cpu_cores, 2)} / {number(p.measured.cpu_cores, 2)}" if p.measured else "–",
-            f"{p.measured.failed}/{p.measured.sent}" if p.measured else "–",
-            runs_text(p) if p.measured else "–",
-        ]
-        for p in saved.verification
-    ]
-    header = [
-        "config",
-        "rate /s",
-        "pred p99",
-        "meas p99",
-        "error",
-        "meas served /s",
-        "pred batch",
-        "meas batch",
-        "CPU busy pred / meas",
-        "failed/sent",
-        "runs, rule",
-    ]
+    rows = columns_table(
+        {
+            "config": lambda p: (
+                p.config
+                + (" **chosen**" if p.config == saved.chosen else "")
+                + (" (reopened)" if (p.config, p.rate) in demoted else "")
+            ),
+            "rate /s": lambda p: number(p.rate, 0),
+            "pred p99": lambda p: number(p.predicted.p99_ms),
+            "meas p99": lambda p: p99(p.measured),
+            "error": lambda p: percent(_error(p)) if p.measured else "–",
+            "meas served /s": lambda p: number(p.measured.served, 0) if p.measured else "–",
+            "pred batch": lambda p: number(p.predicted.mean_batch),
+            "meas batch": lambda p: number(p.measured.mean_batch) if p.measured else "–",
+            "CPU busy pred / meas": lambda p: (
+                f"{number(p.predicted.cpu_cores, 2)} / {number(p.measured.cpu_cores, 2)}"
+                if p.measured
+                else "–"
+            ),
+            "failed/sent": lambda p: f"{p.measured.failed}/{p.measured.sent}" if p.measured else "–",
+            "runs, rule": lambda p: runs_text(p) if p.measured else "–",
+        },
+        saved.verification,
+    )
     return [
         "",
         "## Predicted vs measured",
@@ -322,7 +301,7 @@ def verification_section(saved: TuneDocument, plot: Path) -> list[str]:
         "The answer and its neighbours around its measured rate; a point the search measured already is "
         "shown with its runs, the others were measured once here (a miss alone stays open).",
         "",
-        table(header, rows),
+        rows,
     ]
 
 

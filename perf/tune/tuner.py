@@ -24,7 +24,6 @@ windows, the host-noise policy); the search only asks "this configuration at thi
 
 from __future__ import annotations
 
-import logging
 import math
 import time
 from collections.abc import Callable, Sequence
@@ -40,7 +39,6 @@ from perf.model.predict import LoadAt, Prediction, max_rate, predict
 from perf.session.probe import ProbePlan, ProbeResult, Server, probe
 from perf.session.search import Evidence, SearchPlan, Verdict, at_rung, decide, rung, search
 
-log = logging.getLogger(__name__)
 Step = Callable[[str], None]
 # A further run of the answer the caller makes (the shapes step): the run of the configuration as
 # searched, where it is evidence about the answer's point; None where it is not (another way met).
@@ -123,11 +121,6 @@ class TuneResult:
     predict_s: float = 0.0
     shortlist_s: float = 0.0
     verify_s: float = 0.0
-
-    @property
-    def tuner_s(self) -> float:
-        """What the search cost: probe, prediction and shortlist (not the verification)."""
-        return self.probe.seconds + self.predict_s + self.shortlist_s
 
     @property
     def measured_rate(self) -> float:
@@ -253,17 +246,15 @@ def settle(
         points = verify(server, result, request, evidence, config, rate)
         if evidence.best(at=request.rate, prefer=answers) != found:
             continue  # a verification run held it further up: the answer moved
-        if recheck is None:
-            return config, rate, points, demoted
-        run = recheck(config, rate)
+        run = recheck(config, rate) if recheck else None
         if run is not None:
             evidence.add(config, rate, run)
             server.prepare(config)
             decide(server, evidence, config, rate, request.load, f"re-measure {config.label}")
-        if evidence.verdict(config, rate) is Verdict.HOLDS:
             # the points with the runs the re-measure added
-            refreshed = [point_of(result, request, evidence, p.config, p.rate) for p in points]
-            return config, rate, refreshed, demoted
+            points = [point_of(result, request, evidence, p.config, p.rate) for p in points]
+        if evidence.verdict(config, rate) is Verdict.HOLDS:
+            return config, rate, points, demoted
         demoted.append(point_of(result, request, evidence, config, rate))
         step(f"{config.label} at {rate:,.0f}/s: a later run missed the budget there; the answer is reopened")
     raise StudyError(f"the answer did not settle in {SETTLE_ROUNDS} rounds of search and verification")
