@@ -69,18 +69,15 @@ def _measure_here(model: Path, inputs: Path, provider: str) -> dict[str, int]:
     from python_backend.onnxruntime.ort_session import open_session
 
     feeds = dict(np.load(inputs))
-    if provider == "cuda":
+    cuda = provider == "cuda"
+    if cuda:
         ort.OrtValue.ortvalue_from_numpy(np.zeros(1, np.float32), "cuda", 0)  # the context alone
-        before = _gpu_used_bytes(os.getpid())
-        session = open_session(str(model), 1, 1, ["CUDAExecutionProvider"])
-        session.run(None, feeds)
-        session.run(None, feeds)
-        return {"instance_bytes": _gpu_used_bytes(os.getpid()) - before}
-    before = _status_kib("VmRSS")
-    session = open_session(str(model), 1, 1, ["CPUExecutionProvider"])
+    before = _gpu_used_bytes(os.getpid()) if cuda else _status_kib("VmRSS") * 1024
+    session = open_session(str(model), 1, 1, ["CUDAExecutionProvider" if cuda else "CPUExecutionProvider"])
     session.run(None, feeds)
     session.run(None, feeds)
-    return {"instance_bytes": (_status_kib("VmHWM") - before) * 1024}
+    after = _gpu_used_bytes(os.getpid()) if cuda else _status_kib("VmHWM") * 1024
+    return {"instance_bytes": after - before}
 
 
 def instance_memory(model: Path, feeds: dict[str, np.ndarray], provider: str = "cpu") -> int:

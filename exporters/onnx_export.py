@@ -14,7 +14,7 @@ from __future__ import annotations
 import hashlib
 import json
 import logging
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, is_dataclass
 from pathlib import Path
 from typing import Any
 
@@ -23,11 +23,11 @@ import onnx
 import torch
 from torch import nn
 
-from exporters.artifacts.file_hash import file_matches, file_sha256
+from exporters.artifacts.file_hash import file_sha256
 from exporters.artifacts.onnx_files import OPSET, check_external_data
 from exporters.artifacts.ort_failures import run_or_explain
 from exporters.artifacts.parity import compare_outputs
-from exporters.artifacts.records import read_record, write_record
+from exporters.artifacts.records import current_record, write_record
 from exporters.errors import ExportCheckError
 from exporters.precision.int8 import to_int8
 from exporters.schema.models import ModelSpec
@@ -67,23 +67,20 @@ class Artifact:
     conversion: dict[str, Any] = field(default_factory=dict)
 
 
+# The spec's fields the exported file depends on: equal in these, two models export the same file
+# (the serving fields, name, batching, instances, ..., may differ).
+HASHED_FIELDS = ("source", "options", "seed", "precision", "calibration", "inputs", "outputs")
+EXPORT_RECORD = "export.json"  # written beside model.onnx
+
+
 def content_hash(spec: ModelSpec, identity: Any) -> str:
-    """Hash of everything that determines the exported file: the spec's model fields and what the
+    """Hash of everything that determines the exported file: the spec's ``HASHED_FIELDS`` and what the
     source folds in (``identity``: a loaded source, or an ``nn.Module`` whose weights count)."""
     digest = hashlib.sha256()
-    fields = {
-        "source": spec.source if isinstance(spec.source, str) else asdict(spec.source),
-        "options": spec.options,
-        "seed": spec.seed,
-        "precision": spec.precision,
-        "calibration": spec.calibration,
-        "inputs": [asdict(t) for t in spec.inputs],
-        "outputs": [asdict(t) for t in spec.outputs],
-        "opset": OPSET,
-        "exporter": EXPORTER_VERSION,
-        "torch": torch.__version__,
-    }
-    digest.update(json.dumps(fields, sort_keys=True, default=list).encode())
+    fields = {name: getattr(spec, name) for name in HASHED_FIELDS}
+    fields |= {"opset": OPSET, "exporter": EXPORTER_VERSION, "torch": torch.__version__}
+    plain = json.dumps(fields, sort_keys=True, default=lambda v: asdict(v) if is_dataclass(v) else list(v))
+    digest.update(plain.encode())
     source = TorchModuleSource(spec, identity) if isinstance(identity, nn.Module) else identity
     source.fold_identity(digest)  # a module's weights, as its source folds them
     return digest.hexdigest()
@@ -127,10 +124,8 @@ def served_onnx(spec: ModelSpec, source: LoadedSource) -> bytes:
 
 def _recorded(record_path: Path, path: Path, digest: str) -> Artifact | None:
     """The artifact an identical earlier export recorded, if its file is still exactly that file."""
-    record = read_record(record_path)
-    if record is None or record.get("content_hash") != digest:
-        return None
-    if not file_matches(path, record.get("file_sha256")):
+    record = current_record(record_path, path, digest)
+    if record is None:
         return None
     try:
         return Artifact(path=path, cached=True, **{k: v for k, v in record.items() if k != "path"})
@@ -148,7 +143,7 @@ def export_onnx(spec: ModelSpec, out_dir: Path) -> Artifact:
     source = load_source(spec)
     source.check_signature()
     digest = content_hash(spec, source)
-    path, record_path = out_dir / "model.onnx", out_dir / "export.json"
+    path, record_path = out_dir / "model.onnx", out_dir / EXPORT_RECORD
     cached = _recorded(record_path, path, digest)
     if cached is not None:
         log.info("%s: export up to date (%s)", spec.name, digest[:12])

@@ -16,12 +16,11 @@ from pathlib import Path
 from exporters.artifacts.records import read_record, write_record
 from exporters.configs.model_config import ModelConfig, write_config
 from exporters.configs.models import build_model_config
-from exporters.onnx_export import Artifact, export_onnx
+from exporters.onnx_export import EXPORT_RECORD, HASHED_FIELDS, Artifact, export_onnx
 from exporters.schema.models import ModelSpec, Spec
 
 log = logging.getLogger(__name__)
 MARKER = ".built-by-triton-batching"
-EXPORT_RECORD = "export.json"  # what export_onnx writes beside model.onnx
 
 
 @dataclass(frozen=True)
@@ -37,23 +36,20 @@ def build_model(
 ) -> BuiltModel:
     """Export one model into ``repository/<name>/1`` and write its config next to it.
 
-    A model of ``earlier`` (built before it in the same build) with the same graph lends its export:
-    variants that differ only in batching or instances are exported once.
+    A model of ``earlier`` (built before it in the same build) equal in every field the export's
+    content hash reads lends its export: variants that differ only in batching or instances are
+    exported once.
     """
     config = build_model_config(spec, num_gpus)  # validates placement before the slow export
     out_dir = repository / spec.name / "1"
-    twin = next((b.artifact for b in earlier if same_graph(b.spec, spec)), None)
+    twin = next(
+        (b.artifact for b in earlier if all(getattr(b.spec, n) == getattr(spec, n) for n in HASHED_FIELDS)),
+        None,
+    )
     if twin is not None:
         lend_export(twin, out_dir)
     artifact = export_onnx(spec, out_dir)
     return BuiltModel(spec, config, artifact, write_config(config, repository / spec.name))
-
-
-def same_graph(a: ModelSpec, b: ModelSpec) -> bool:
-    """Whether two models export to the same file: equal in every field the export's content hash
-    reads (``onnx_export.content_hash``); the serving fields (name, batching, instances, ...) may differ."""
-    fields = ("source", "options", "seed", "precision", "calibration", "inputs", "outputs")
-    return all(getattr(a, name) == getattr(b, name) for name in fields)
 
 
 def lend_export(artifact: Artifact, out_dir: Path) -> None:

@@ -12,6 +12,7 @@ import logging
 from pathlib import Path
 from typing import Any
 
+from exporters.artifacts.file_hash import file_matches
 from python_backend.atomic_files import write_text
 
 log = logging.getLogger(__name__)
@@ -30,6 +31,15 @@ def read_record(path: Path) -> dict[str, Any] | None:
         log.warning("%s: not a build record (a JSON %s); rebuilding", path, type(data).__name__)
         return None
     return data
+
+
+def current_record(path: Path, artifact: Path, digest: str) -> dict[str, Any] | None:
+    """The record at ``path`` of an identical earlier export (content hash ``digest``) whose
+    ``artifact`` is still exactly the file it recorded (``file_sha256``), else None."""
+    record = read_record(path)
+    if record is None or record.get("content_hash") != digest:
+        return None
+    return record if file_matches(artifact, record.get("file_sha256")) else None
 
 
 def write_record(path: Path, data: dict[str, Any]) -> None:

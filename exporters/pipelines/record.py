@@ -15,6 +15,7 @@ from typing import Any
 
 from exporters.artifacts.records import write_record
 from exporters.pipelines.splitter import SplitPlan
+from exporters.schema.typed import parse
 
 
 @dataclass(frozen=True)
@@ -70,28 +71,10 @@ class PipelineRecord:
 
     @classmethod
     def from_json(cls, data: dict[str, Any]) -> PipelineRecord:
-        plan = data["split_plan"]
-        return cls(
-            content_hash=data["content_hash"], pipeline=data["pipeline"], model=data["model"],
-            split=data["split"],
-            stages=tuple(
-                StageRecord(s["name"], s["runtime"], s["artifact"], s["blocks"] and tuple(s["blocks"]),
-                            tuple(s["inputs"]), s["output"], s.get("sha256", ""))
-                for s in data["stages"]
-            ),
-            split_plan=SplitPlan(tuple(plan["cuts"]), tuple(plan["block_costs"]), plan["cost_method"])
-            if plan else None,
-            boundary_dtype=data["boundary_dtype"],
-            boundaries=tuple(
-                BoundaryRecord(b["tensor"], b["dtype"], tuple(b["shape"]), b["bytes_per_row"],
-                               b["fp32_bytes_per_row"])
-                for b in data["boundaries"]
-            ),
-            split_max_rel_error=data["split_max_rel_error"],
-            compression_max_rel_error=data["compression_max_rel_error"],
-            artifact_max_rel_error=data["artifact_max_rel_error"],
-            build_id=data.get("build_id", ""),
-        )  # fmt: skip
+        """The record ``to_json`` wrote: its dataclasses are its schema (``exporters.schema.typed``),
+        so a missing or unknown key raises ``SpecError``, a ``ValueError``."""
+        derived = {"boundary_bytes_per_request", "boundary_bytes_saved_per_request"}
+        return parse(cls, {k: v for k, v in data.items() if k not in derived}, "pipeline.json")
 
     def write(self, path: Path) -> None:
         write_record(path, self.to_json())

@@ -98,8 +98,7 @@ def check_stages(
         actual = run_stages(stages, sample, fns)[stages[-1].output.name].float()
         with torch.inference_mode():
             reference = expected(sample).float()
-        report = compare_outputs([actual.numpy()], [reference.numpy()], precision, what)
-        worst = report if worst is None or report.max_rel_error > worst.max_rel_error else worst
+        worst = compare_outputs([actual.numpy()], [reference.numpy()], precision, what).worse(worst)
     assert worst is not None, "check_stages needs at least one sample"
     return worst
 

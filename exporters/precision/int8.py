@@ -10,10 +10,8 @@ sends what the fp32 model takes.
 Only ops that carry weights are quantized (``MatMul`` and ``Gemm`` with a constant second operand,
 ``Conv``): their cost dominates and their weights quantize well per channel. Products of two
 activations (attention scores) stay fp32: quantizing them too cost the text encoder most of its
-accuracy for little speed (docs/SPEC.md). ``keep`` leaves further nodes in fp32 (by a part of their
-name), for layers a model is known to be sensitive in. Whether the result is good enough is not
-decided here: the exporter holds it to the fp32 source with the one parity check
-(``exporters.artifacts.parity``).
+accuracy for little speed (docs/SPEC.md). Whether the result is good enough is not decided here: the
+exporter holds it to the fp32 source with the one parity check (``exporters.artifacts.parity``).
 
 ``to_int8_dynamic`` (the text encoder) quantizes activations at run time instead, after moving the
 outlier channels of each ``MatMul`` input to fp32: static QDQ of all-MiniLM-L6-v2 stayed below the
@@ -23,7 +21,7 @@ cosine 0.99 its embedding is held to, whatever the calibration (docs/SPEC.md).
 from __future__ import annotations
 
 import tempfile
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Iterable, Mapping
 from pathlib import Path
 
 import numpy as np
@@ -58,7 +56,7 @@ def _named(model: onnx.ModelProto) -> onnx.ModelProto:
     return model
 
 
-def to_int8(data: bytes, calibration: Iterable[Mapping[str, np.ndarray]], keep: Sequence[str] = ()) -> bytes:
+def to_int8(data: bytes, calibration: Iterable[Mapping[str, np.ndarray]]) -> bytes:
     """``data`` (an fp32 ONNX file) as a QDQ int8 graph calibrated on ``calibration`` (feeds by input
     name); the graph's inputs and outputs stay fp32."""
     from onnxruntime.quantization import CalibrationDataReader, QuantFormat, QuantType, quantize_static
@@ -73,8 +71,7 @@ def to_int8(data: bytes, calibration: Iterable[Mapping[str, np.ndarray]], keep: 
 
     with tempfile.TemporaryDirectory(prefix="int8-") as folder:
         source, target = _prepared(data, Path(folder)), Path(folder) / "int8.onnx"
-        # Without the nodes whose name contains one of ``keep`` (e.g. ``/output/dense/``).
-        nodes = [n for n in weighted_nodes(onnx.load(str(source))) if not any(part in n for part in keep)]
+        nodes = weighted_nodes(onnx.load(str(source)))
         quantize_static(
             str(source), str(target), Feeds(), quant_format=QuantFormat.QDQ, per_channel=True,
             reduce_range=REDUCE_RANGE, activation_type=QuantType.QUInt8, weight_type=QuantType.QInt8,

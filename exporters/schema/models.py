@@ -51,6 +51,13 @@ def _name_like(value: str) -> bool:
     return value.replace("_", "").replace("-", "").isalnum()
 
 
+def _check_callable(key: str, location: str, what: str) -> None:
+    """``location`` must name a callable as ``package.module:what``."""
+    module, _, function = location.partition(":")
+    if not function or not all(p.isidentifier() for p in [*module.split("."), function]):
+        raise SpecError(key, f"must be 'package.module:{what}', got {location!r}")
+
+
 def _resolve(base_dir: Path | None, location: str) -> str:
     """A path of the spec, relative to the spec file's folder (absolute paths stay as they are)."""
     return str((base_dir / location).resolve()) if base_dir is not None else str(Path(location).resolve())
@@ -66,9 +73,7 @@ class PythonSource:
 
     def __post_init__(self) -> None:
         check_fields(self)
-        module, _, function = self.python.partition(":")
-        if not function or not all(p.isidentifier() for p in [*module.split("."), function]):
-            raise SpecError("python", f"must be 'package.module:factory', got {self.python!r}")
+        _check_callable("python", self.python, "factory")
 
     def resolved(self, base_dir: Path | None) -> PythonSource:
         return self if self.path is None else PythonSource(self.python, _resolve(base_dir, self.path))
@@ -164,14 +169,11 @@ class ModelSpec:
             raise SpecError("name", f"must be letters, digits, '_' or '-', got {self.name!r}")
         self._check_source()
         self._check_tensors()
-        self._check_batch_limits()
+        check_batch_bounds(self.max_batch_size, [(t.dtype, t.largest) for t in (*self.inputs, *self.outputs)])
+        self.batching.check_fits(self.max_batch_size)
         for key in ("sample", "calibration"):
-            location = getattr(self, key)
-            module, _, function = (location or "").partition(":")
-            if location is not None and (
-                not function or not all(p.isidentifier() for p in [*module.split("."), function])
-            ):
-                raise SpecError(key, f"must be 'package.module:function', got {location!r}")
+            if getattr(self, key) is not None:
+                _check_callable(key, getattr(self, key), "function")
         if self.calibration is not None and self.precision != "int8":
             raise SpecError("calibration", f"calibrates int8 quantization; precision is {self.precision}")
 
@@ -236,19 +238,6 @@ class ModelSpec:
                     raise SpecError(f"{key}[{index}]", f"{length} exceeds every variable axis' max_shape")
         if list(self.buckets) != sorted(set(self.buckets)):
             raise SpecError("buckets", f"must be strictly increasing lengths, got {list(self.buckets)}")
-
-    def _check_batch_limits(self) -> None:
-        check_batch_bounds(self.max_batch_size, [(t.dtype, t.largest) for t in (*self.inputs, *self.outputs)])
-        for index, size in enumerate(self.batching.preferred_batch_sizes):
-            if size > self.max_batch_size:
-                raise SpecError(
-                    f"batching.preferred_batch_sizes[{index}]",
-                    f"must be in 1..max_batch_size ({self.max_batch_size}), got {size}",
-                )
-        if self.batching.mode == "static" and self.batching.batch_size > self.max_batch_size:
-            raise SpecError(
-                "batching.batch_size", f"static batching needs 1 <= batch_size <= {self.max_batch_size}"
-            )
 
     @property
     def source_kind(self) -> str:
@@ -348,7 +337,8 @@ class PipelineSpec:
 
 @dataclass(frozen=True)
 class Spec:
-    """The whole document: models, and pipelines that split some of them; names are unique."""
+    """The whole document: models, pipelines that split some of them, text embeddings; every name in
+    the repository is unique."""
 
     models: tuple[ModelSpec, ...]
     pipelines: tuple[PipelineSpec, ...] = ()
@@ -362,24 +352,25 @@ class Spec:
             if model.name in [m.name for m in self.models[:i]]:
                 raise SpecError(f"models[{i}].name", f"duplicate model name {model.name!r}")
         taken = {m.name for m in self.models}
-        for i, pipeline in enumerate(self.pipelines):
-            clash = sorted(taken & set(pipeline.repository_names))
-            if clash:
-                raise SpecError(f"pipelines[{i}].name", f"{clash[0]!r} is already a model or pipeline name")
-            taken.update(pipeline.repository_names)
+        for key, entries in (("pipelines", self.pipelines), ("text_embeddings", self.text_embeddings)):
+            for i, entry in enumerate(entries):
+                clash = sorted(taken & set(entry.repository_names))
+                if clash:
+                    raise SpecError(f"{key}[{i}].name", f"{clash[0]!r} is already a model or pipeline name")
+                taken.update(entry.repository_names)
 
     def model(self, name: str) -> ModelSpec:
-        for model in self.models:
-            if model.name == name:
-                return model
-        raise SpecError("models", f"no model named {name!r} (have {[m.name for m in self.models]})")
+        return _named(self.models, name, "model")
 
     def pipeline(self, name: str) -> PipelineSpec:
-        for pipeline in self.pipelines:
-            if pipeline.name == name:
-                return pipeline
-        have = [p.name for p in self.pipelines]
-        raise SpecError("pipelines", f"no pipeline named {name!r} (have {have})")
+        return _named(self.pipelines, name, "pipeline")
+
+
+def _named(entries: tuple[Any, ...], name: str, kind: str) -> Any:
+    for entry in entries:
+        if entry.name == name:
+            return entry
+    raise SpecError(f"{kind}s", f"no {kind} named {name!r} (have {[e.name for e in entries]})")
 
 
 # --- parsing: YAML → dataclasses (the dataclasses define and check everything) -------------------------
@@ -472,5 +463,4 @@ def parse_spec(data: Any, base_dir: Path | None = None) -> Spec:
     if not isinstance(items, list):
         raise SpecError("pipelines", "must be a list")
     pipelines = tuple(parse_pipeline(item, f"pipelines[{i}]", models) for i, item in enumerate(items))
-    taken = {m.name for m in models} | {n for p in pipelines for n in p.repository_names}
-    return Spec(models, pipelines, parse_text_embeddings(data.get("text_embeddings", []), taken))
+    return Spec(models, pipelines, parse_text_embeddings(data.get("text_embeddings", [])))

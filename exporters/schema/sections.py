@@ -160,7 +160,7 @@ class Batching:
     batches of exactly ``batch_size``; the server adds no wait), or ``dynamic`` (Triton's dynamic
     batcher merges requests, waiting at most ``max_queue_delay_us``, preferring
     ``preferred_batch_sizes``; ``queue`` bounds what waits). Limits that need the model's
-    ``max_batch_size`` are checked by ``ModelSpec``.
+    ``max_batch_size`` are checked by ``check_fits``, called by the model's section.
     """
 
     mode: BatchingMode = "dynamic"
@@ -181,6 +181,19 @@ class Batching:
             raise SpecError(
                 "mode",
                 f"preferred_batch_sizes, max_queue_delay_us and queue need mode: dynamic (is {self.mode})",
+            )
+
+    def check_fits(self, max_batch_size: int) -> None:
+        """The limits that need the model's ``max_batch_size``, which this section does not hold."""
+        for index, size in enumerate(self.preferred_batch_sizes):
+            if size > max_batch_size:
+                raise SpecError(
+                    f"batching.preferred_batch_sizes[{index}]",
+                    f"must be in 1..max_batch_size ({max_batch_size}), got {size}",
+                )
+        if self.mode == "static" and self.batch_size > max_batch_size:
+            raise SpecError(
+                "batching.batch_size", f"static batching needs 1 <= batch_size <= {max_batch_size}"
             )
 
 

@@ -68,12 +68,7 @@ class TextEmbeddingSpec:
             )
         if self.batching.mode == "static":
             raise SpecError("batching.mode", "text requests batch dynamically or not at all (none)")
-        for index, size in enumerate(self.batching.preferred_batch_sizes):
-            if size > self.max_batch_size:
-                raise SpecError(
-                    f"batching.preferred_batch_sizes[{index}]",
-                    f"must be in 1..max_batch_size ({self.max_batch_size}), got {size}",
-                )
+        self.batching.check_fits(self.max_batch_size)
 
     @property
     def output_tolerance(self) -> Tolerance:
@@ -94,16 +89,8 @@ class TextEmbeddingSpec:
         return (self.name, self.tokenizer_name, self.encoder_name)
 
 
-def parse_text_embeddings(items: Any, taken: set[str]) -> tuple[TextEmbeddingSpec, ...]:
-    """Parse the section; ``taken`` holds the repository names already used (updated in place)."""
+def parse_text_embeddings(items: Any) -> tuple[TextEmbeddingSpec, ...]:
+    """Parse the section (``Spec`` holds its names apart from every other model's)."""
     if not isinstance(items, list):
         raise SpecError("text_embeddings", "must be a list")
-    parsed = []
-    for i, item in enumerate(items):
-        entry = parse(TextEmbeddingSpec, item, f"text_embeddings[{i}]")
-        clash = sorted(taken & set(entry.repository_names))
-        if clash:
-            raise SpecError(f"text_embeddings[{i}].name", f"{clash[0]!r} is already a model or pipeline name")
-        taken.update(entry.repository_names)
-        parsed.append(entry)
-    return tuple(parsed)
+    return tuple(parse(TextEmbeddingSpec, item, f"text_embeddings[{i}]") for i, item in enumerate(items))

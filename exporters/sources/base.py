@@ -99,10 +99,7 @@ class TorchModuleSource(LoadedSource):
         try:
             outputs = self.reference(inputs)
         except Exception as error:  # the user's forward may raise anything
-            raise SpecError(
-                f"{self.spec.name}.{failing_field(self.spec, error, self.module)}",
-                forward_failure(self.spec, inputs, error, self.module),
-            ) from error
+            raise forward_failure(self.spec, inputs, error, self.module) from error
         check_output_shapes(self.spec, outputs, "the model")
         for index, (array, tensor) in enumerate(zip(outputs, self.spec.outputs, strict=True)):
             floats = array.dtype.kind == "f"
@@ -129,29 +126,27 @@ class TorchModuleSource(LoadedSource):
         )  # fmt: skip
 
 
-def failing_field(spec: ModelSpec, error: Exception, module: nn.Module) -> str:
-    """``inputs[i].dtype`` when torch complains of a dtype and one input alone is integer in a model
-    whose weights are all floating point; else ``inputs``."""
-    text = str(error).lower()
-    floats = all(p.dtype.is_floating_point for p in module.parameters())
-    integers = [i for i, t in enumerate(spec.inputs) if t.dtype in INTEGER_DTYPES]
-    if ("dtype" in text or "scalar type" in text) and floats and len(integers) == 1:
-        return f"inputs[{integers[0]}].dtype"
-    return "inputs"
-
-
-def forward_failure(spec: ModelSpec, inputs: list[np.ndarray], error: Exception, module: nn.Module) -> str:
+def forward_failure(
+    spec: ModelSpec, inputs: list[np.ndarray], error: Exception, module: nn.Module
+) -> SpecError:
     """Why ``forward`` failed on the spec's inputs, in one line: what was given, what the model holds,
-    torch's own first line, and the fix."""
+    torch's own first line, and the fix. It names ``inputs[i].dtype`` when torch complains of a dtype
+    and one input alone is integer in a model whose weights are all floating point; else ``inputs``."""
+    text = str(error).strip()
+    integers = [i for i, t in enumerate(spec.inputs) if t.dtype in INTEGER_DTYPES]
+    floats = all(p.dtype.is_floating_point for p in module.parameters())
+    of_dtype = "dtype" in text.lower() or "scalar type" in text.lower()
+    field = f"inputs[{integers[0]}].dtype" if of_dtype and floats and len(integers) == 1 else "inputs"
     given = ", ".join(
         f"{t.name}: {t.dtype} {list(a.shape)}" for t, a in zip(spec.inputs, inputs, strict=True)
     )
     weights = sorted({str(p.dtype).removeprefix("torch.") for p in module.parameters()})
-    first_line = str(error).strip().splitlines()[0] if str(error).strip() else ""
     held = f"; its weights are {', '.join(weights)}" if weights else ""
-    return (
+    return SpecError(
+        f"{spec.name}.{field}",
         f"the model's forward fails on the inputs the spec declares ({given}){held}: "
-        f"{type(error).__name__}: {first_line}; give each input the dtype and shape forward takes"
+        f"{type(error).__name__}: {text.splitlines()[0] if text else ''}; give each input the dtype and "
+        "shape forward takes",
     )
 
 

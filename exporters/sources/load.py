@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import inspect
+from pathlib import Path
 
 import torch
 from torch import nn
@@ -50,9 +51,9 @@ def load_source(spec: ModelSpec) -> LoadedSource:
     if kind == "python":
         return _python(spec)
     if kind == "onnx":
-        from exporters.sources.onnx_file import OnnxFileSource
+        from exporters.sources.onnx_file import OnnxModelSource
 
-        return OnnxFileSource(spec)
+        return OnnxModelSource(spec, Path(spec.source.onnx), f"{spec.name}.source.onnx")
     if kind == "torch_export":
         from exporters.sources.torch_program import TorchProgramSource
 

@@ -23,7 +23,7 @@ from exporters.artifacts.ort_failures import run_or_explain
 from exporters.artifacts.torch_reference import widen
 from exporters.errors import ExportCheckError, SpecError
 from exporters.precision.fp16 import to_fp16
-from exporters.schema.models import ModelSpec, OnnxSource
+from exporters.schema.models import ModelSpec
 from exporters.schema.sections import VARIABLE, TensorSpec
 from exporters.sources.base import LoadedSource
 from python_backend.dtypes import DTYPES
@@ -147,8 +147,8 @@ def _check_against(
 
 
 class OnnxModelSource(LoadedSource):
-    """An ONNX file as the model's source (``field`` names it in errors); the reference is the file
-    itself (fp32) run in onnxruntime."""
+    """An ONNX file as the model's source (``field`` names it in errors): the user's (``source: {onnx:
+    file}``) or one converted in the sandbox; the reference is the file itself (fp32) run in onnxruntime."""
 
     def __init__(self, spec: ModelSpec, path: Path, field: str) -> None:
         super().__init__(spec)
@@ -180,14 +180,6 @@ class OnnxModelSource(LoadedSource):
         graph_inputs, _ = graph_tensors(self.model, self.field)
         needs_half = self.spec.precision == "fp16" and any(t.dtype == "fp32" for t in graph_inputs)
         return (to_fp16(self.model) if needs_half else self.model).SerializeToString()
-
-
-class OnnxFileSource(OnnxModelSource):
-    """``source: {onnx: file}``: the user's ONNX file."""
-
-    def __init__(self, spec: ModelSpec) -> None:
-        assert isinstance(spec.source, OnnxSource)
-        super().__init__(spec, Path(spec.source.onnx), f"{spec.name}.source.onnx")
 
 
 def read_model(path: Path, field: str, load_external_data: bool = True) -> onnx.ModelProto:

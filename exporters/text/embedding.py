@@ -32,10 +32,10 @@ import torch
 import torch.nn.functional as F  # noqa: N812 (the conventional name)
 from torch import nn
 
-from exporters.artifacts.file_hash import file_matches, file_sha256
+from exporters.artifacts.file_hash import file_sha256
 from exporters.artifacts.onnx_files import OPSET, check_external_data, module_to_onnx
 from exporters.artifacts.parity import ParityReport, compare_outputs
-from exporters.artifacts.records import read_record, write_record
+from exporters.artifacts.records import current_record, write_record
 from exporters.configs.model_config import ModelConfig, write_config
 from exporters.errors import SpecError
 from exporters.precision.fp16 import to_fp16
@@ -189,12 +189,8 @@ def check_against_torch(
 
 def _cached(out_dir: Path, digest: str) -> dict[str, Any] | None:
     """The record of an identical earlier export whose ``model.onnx`` is still exactly that file."""
-    record = read_record(out_dir / RECORD)
-    if record is None or record.get("content_hash") != digest:
-        return None
-    if not file_matches(out_dir / "model.onnx", record.get("file_sha256")):
-        return None
-    return record | {"cached": True}
+    record = current_record(out_dir / RECORD, out_dir / "model.onnx", digest)
+    return None if record is None else record | {"cached": True}
 
 
 def export_encoder(
