@@ -368,6 +368,14 @@ def _add_start_arguments(parser: argparse.ArgumentParser, host_help: str) -> Non
     add_server_arguments(parser, Path("model_repository"), "127.0.0.1", host_help)
     add_share_arguments(parser, prefix="front-")  # the fronts' deadline and client shares
     parser.add_argument(
+        "--model-control-mode",
+        choices=("none", "explicit"),
+        default="none",
+        help="none: the model set stays as loaded at start (`python -m server load`/`unload` refuse); "
+        "explicit: they load and unload models with the admin key. Triton itself runs in explicit mode "
+        "either way, for the drain and the stub watchdog",
+    )
+    parser.add_argument(
         "--http-front",
         action=argparse.BooleanOptionalAction,
         default=True,

@@ -19,14 +19,6 @@ def add_server_arguments(
     parser.add_argument("--grpc-port", type=int, default=8001)
     parser.add_argument("--metrics-port", type=int, default=8002)
     parser.add_argument(
-        "--model-control-mode",
-        choices=("none", "explicit"),
-        default="none",
-        help="none: the model set stays as loaded at start (`python -m server load`/`unload` refuse); "
-        "explicit: they load and unload models with the admin key. Triton itself runs in explicit mode "
-        "either way, for the drain and the stub watchdog",
-    )
-    parser.add_argument(
         "--trusted-shared-memory",
         action="store_true",
         help="let tritonserver map the /dev/shm files clients register, as Triton does by default, "

@@ -106,7 +106,7 @@ def container(spec_data: dict[str, Any], tmp_path_factory: pytest.TempPathFactor
         "127.0.0.1",
     ]
     command += [f"--{name}-port={port}" for name, port in ports.items()]
-    command += ["--model-control-mode", "explicit", "--exit-timeout", "3", "--workdir", str(workdir / "w")]
+    command += ["--exit-timeout", "3", "--workdir", str(workdir / "w")]
     log_path = workdir / "container.log"
     with open(log_path, "wb") as log:
         process = subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT, env=tree_environment())
