@@ -19,6 +19,9 @@ too), or the trials run out. Measured with 2.41.0:
   twice as long, as its message advises; twice unstable is an error. An open loop
   (``--request-intervals``, ``--async``) whose windows never agree exits 0 and writes the export but
   no CSV: the run is kept and marked unstable;
+* a window with no request answered in it fails the whole run ("No valid requests recorded within
+  time interval"): an open loop's windows are stretched to expect ``WINDOW_ARRIVALS`` arrivals at its
+  rate (``stretch_for``), and a run that still has one is measured once more with windows twice as long;
 * any failed call ends it ("Thread [0] had error: …"), and so does a model reload under load ("failed
   to find the requested model version" at the next window): a run never reloads under load.
 """
@@ -61,6 +64,12 @@ WINDOW_STRETCH = 1.2  # a window lasts this × --measurement-interval (measured,
 WINDOWS_JUDGED = 3  # perf_analyzer judges, and reports, its last three windows
 CLOSED_LOOP_TRIALS = 10  # perf_analyzer's own default --max-trials, the least a closed loop gets
 UNSTABLE = "Failed to obtain stable measurement"  # its words when its windows never agree
+# its words when a window ended with no request answered in it: the run fails, whatever came before
+EMPTY_WINDOW = "No valid requests recorded within time interval"
+# arrivals an open loop's window is made long enough to expect: at a low rate (a tuner's search on a
+# loaded host goes down to a few requests a second) a 0.8 s window is often empty; with 10 expected,
+# a Poisson window is empty once in 22,000
+WINDOW_ARRIVALS = 10
 INPUT_ROWS = 16  # rows of the input pool written to --input-data (a cycling target: all, up to the cap)
 INPUT_ROWS_MAX = 4096
 SHAPED_REQUESTS = 256  # requests of a variable-length target written to --input-data, each at its length
@@ -125,6 +134,14 @@ def write_input_data(target: Target, path: Path) -> Path:
     data = [{name: _tensor_data(row) for name, row in sample.items()} for sample in samples]
     path.write_text(json.dumps({"data": data}))
     return path
+
+
+def stretch_for(load: Load, settings: MeasureSettings) -> float:
+    """How many times ``settings``' window an open loop's windows last, so that each expects
+    ``WINDOW_ARRIVALS`` arrivals at the load's rate (1 where they already do, and for a closed loop)."""
+    if load.kind == "closed" or load.rate <= 0:
+        return 1.0
+    return max(1.0, WINDOW_ARRIVALS / (load.rate * settings.window_s))
 
 
 def window_options(settings: MeasureSettings, longer: float = 1.0, closed: bool = False) -> tuple[str, ...]:
@@ -254,18 +271,20 @@ class PerfAnalyzerEngine:
         target, load, settings, label = job.target, job.load, job.settings, job.label
         with tempfile.TemporaryDirectory(prefix="perf_analyzer_") as scratch:
             folder = Path(scratch)
-            for longer in (1.0, 2.0):
+            first = stretch_for(load, settings)
+            for longer in (first, 2 * first):
                 windows = window_options(settings, longer, closed=load.kind == "closed")
-                load_options = self._load_options(load, settings, folder)
+                load_options = self._load_options(load, settings, longer, folder)
                 line = command(self.binary, target, load_options, windows, folder, self.extra)
                 returncode, output = self._call(line, settings.longest_s * longer, label)
                 if returncode == 0 and (folder / "export.json").is_file():
                     break
-                if UNSTABLE not in output or longer > 1:
+                if not (UNSTABLE in output or EMPTY_WINDOW in output) or longer > first:
                     raise StudyError(
                         f"perf_analyzer failed on {label or target.model}: {output[-600:].strip()}"
                     )
-                log.info("%s: perf_analyzer's windows disagreed; once more, twice as long", label)
+                why = "disagreed" if UNSTABLE in output else "had one with no request answered"
+                log.info("%s: perf_analyzer's windows %s; once more, twice as long", label, why)
             export = Export.read(folder / "export.json")
             figures = folder / "figures.csv"  # absent where an open loop's windows never agreed
             own = read_analyzer_csv(figures, windows) if figures.is_file() else None
@@ -281,12 +300,13 @@ class PerfAnalyzerEngine:
         )
 
     @staticmethod
-    def _load_options(load: Load, settings: MeasureSettings, folder: Path) -> list[str]:
+    def _load_options(load: Load, settings: MeasureSettings, longer: float, folder: Path) -> list[str]:
         """A closed loop's concurrency, or an open loop's arrivals as intervals (µs) for every window
-        perf_analyzer may measure (it plays the file again from the top if its windows outlast it)."""
+        perf_analyzer may measure, each ``longer`` times ``settings``' (it plays the file again from the
+        top if its windows outlast it)."""
         if load.kind == "closed":
             return ["--concurrency-range", str(load.concurrency)]
-        seconds = settings.max_windows * settings.window_s * WINDOW_STRETCH + 1.0
+        seconds = settings.max_windows * settings.window_s * longer * WINDOW_STRETCH + 1.0
         arrivals = arrival_times(load, seconds)
         if arrivals.size == 0:
             raise OptionError(f"{load.name}: no arrival within {seconds:.1f} s")

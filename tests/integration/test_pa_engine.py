@@ -66,6 +66,16 @@ def test_an_open_loop_is_sent_in_perf_analyzers_windows_and_every_request_answer
     assert sends == sorted(sends) and run.used[1] == len(run.windows) and run.used[1] - run.used[0] == 3
 
 
+def test_a_low_rate_is_measured_in_windows_that_hold_requests(session: ModelSession) -> None:
+    """At 2 requests/s the settings' 0.5 s windows expect one arrival each, and perf_analyzer fails a
+    run with an empty window ("No valid requests recorded"): the windows are stretched to expect
+    ``WINDOW_ARRIVALS`` (a tuner's search on a loaded host goes this low)."""
+    run = session.measure(poisson(2.0, seed=7), "open 2/s")
+    first, last = run.used
+    assert last - first == 3 and all(end - start >= 4.0 for start, end in run.windows[first:last])
+    assert run.records and all(r.ok for r in run.records)
+
+
 def test_the_witness_shows_which_engine_produced_each_figure(session: ModelSession) -> None:
     text = "\n".join(witness_section(session))
     print(text)

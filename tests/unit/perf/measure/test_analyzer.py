@@ -13,7 +13,7 @@ import numpy as np
 import pytest
 
 from perf.errors import StudyError
-from perf.measure.analyzer import WINDOW_STRETCH, PerfAnalyzerEngine, find_perf_analyzer
+from perf.measure.analyzer import WINDOW_STRETCH, PerfAnalyzerEngine, find_perf_analyzer, stretch_for
 from perf.measure.engine import MeasureSettings
 from perf.measure.loads import arrival_times, closed_loop, poisson
 from perf.measure.measurement import measure
@@ -26,6 +26,7 @@ UNSTABLE = (
     "Failed to obtain stable measurement within 5 measurement windows for concurrency 4. Please try to "
     "increase the --measurement-interval."
 )
+EMPTY = "No valid requests recorded within time interval. Please use a larger time window."
 SETTINGS = MeasureSettings(warmup_s=0.2, window_s=0.6, stable_windows=3, max_windows=5, tolerance=0.25)
 
 
@@ -48,10 +49,13 @@ def test_a_binary_that_rejects_help_but_answers_version_is_found(tmp_path, monke
     assert find_perf_analyzer() == tool
 
 
-def stand_in(tmp_path: Path, stable_from_ms: int = 0, rate_mode_unstable: bool = False) -> Path:
+def stand_in(
+    tmp_path: Path, stable_from_ms: int = 0, rate_mode_unstable: bool = False, says: str = UNSTABLE
+) -> Path:
     """A perf_analyzer that records its arguments and writes a real 2.41.0 run's CSV and export where
-    asked; with windows shorter than ``stable_from_ms`` it says its windows disagreed (a closed loop:
-    exit 2 and no files, as 2.41.0 does; ``rate_mode_unstable``: exit 0, the export, no CSV)."""
+    asked; with windows shorter than ``stable_from_ms`` it says ``says`` (by default that its windows
+    disagreed) and fails (a closed loop: exit 2 and no files, as 2.41.0 does; ``rate_mode_unstable``:
+    exit 0, the export, no CSV)."""
     shutil.copy(DATA / "perf_analyzer_2.41.0_closed_c2.csv", tmp_path / "run.csv")
     shutil.copy(DATA / "perf_analyzer_2.41.0_closed_c2.json", tmp_path / "run.json")
     keep = 'cp "$intervals" ' + str(tmp_path / "intervals.txt") + " 2>/dev/null"
@@ -62,7 +66,7 @@ def stand_in(tmp_path: Path, stable_from_ms: int = 0, rate_mode_unstable: bool =
         '--measurement-interval) shift; w="$1";; --request-intervals) shift; intervals="$1";; esac; '
         "shift; done\n"
         f"{keep}\n"
-        f'if [ "$w" -lt {stable_from_ms} ]; then echo "{UNSTABLE}"; '
+        f'if [ "$w" -lt {stable_from_ms} ]; then echo "{says}"; '
         + (f'cp {tmp_path}/run.json "$exp"; exit 0; fi\n' if rate_mode_unstable else "exit 2; fi\n")
         + f'cp {tmp_path}/run.csv "$out"; cp {tmp_path}/run.json "$exp"',
     )
@@ -135,6 +139,26 @@ def test_an_open_loop_replays_the_loads_arrivals_and_keeps_a_run_whose_windows_d
     expected = arrival_times(load, seconds)
     assert np.cumsum(gaps) == pytest.approx(expected, abs=1e-5 * len(expected))
     assert not run.stable and run.own is None and run.records  # kept, marked: no CSV to hold it to
+
+
+def test_a_low_rates_windows_expect_arrivals_and_one_left_empty_is_measured_once_more(tmp_path, target):
+    """At 4/s a 0.6 s window expects 2.4 arrivals and is empty one time in eleven, which fails a whole
+    perf_analyzer run: the windows last 2.5 s (10 arrivals expected), the arrivals cover every one of
+    them, and a run that still had an empty window is measured again with windows twice as long."""
+    engine = PerfAnalyzerEngine(stand_in(tmp_path, stable_from_ms=4000, says=EMPTY))
+    load = poisson(4.0, seed=5)
+    run = measure(target, load, SETTINGS, engine=engine)
+    windows = [int(value(line, "--measurement-interval")) for line in argv(tmp_path)]
+    assert windows == [round(2500 / WINDOW_STRETCH), round(5000 / WINDOW_STRETCH)] and run.records
+    gaps = np.loadtxt(tmp_path / "intervals.txt") / 1e6  # the second run's
+    assert np.sum(gaps) > SETTINGS.max_windows * 5.0  # windows of 5 s, all covered
+    (tmp_path / "never").mkdir()
+    never = PerfAnalyzerEngine(stand_in(tmp_path / "never", stable_from_ms=10**6, says=EMPTY))
+    with pytest.raises(StudyError, match="No valid requests recorded"):
+        measure(target, load, SETTINGS, engine=never)
+    assert len(argv(tmp_path / "never")) == 2
+    # a rate whose windows already expect enough arrivals keeps the settings' windows
+    assert stretch_for(poisson(300.0), SETTINGS) == 1.0 and stretch_for(closed_loop(1), SETTINGS) == 1.0
 
 
 def test_the_study_report_says_which_settings_perf_analyzer_used(tmp_path, target):
