@@ -190,7 +190,7 @@ def triton(repository: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterat
     log_path = workdir / "server.log"
     command = [sys.executable, "-m", "server.container", "--repository", str(repository)]
     command += ["--host", "127.0.0.1", "--http-port", str(http_port), "--grpc-port", str(grpc_port)]
-    command += ["--metrics-port", str(metrics_port), "--model-control-mode", "explicit"]
+    command += ["--metrics-port", str(metrics_port)]
     command += ["--exit-timeout", "5", "--workdir", str(workdir / "backend"), "--probe-port", str(probe_port)]
     environment = {**os.environ, ADMIN_KEY_ENV: TEST_ADMIN_KEY}  # as the pod's Secret would set it
     with open(log_path, "wb") as log:
