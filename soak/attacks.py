@@ -11,7 +11,8 @@ Each must get its one documented answer while the load runs, and no stub of the 
   client's registered one (row 44): the client's input still read from the file it registered, the
   stub keeps its region;
 * a client truncating its own registered region while the front copies its input from it and its
-  output into it (row 45), briefly: answered or refused, the server kept;
+  output into it (row 45), briefly: answered (the output read back the model's for the region's
+  input, or for the zeros a cut leaves) or refused, the server kept;
 * ``kill -9`` of tritonserver itself: the supervisor restarts it and the fronts stay up, answering
   503/502 JSON and gRPC ``UNAVAILABLE`` in the gap. The load's failures in that gap are an outage of
   every model (excused only with those answers); the restart is the soak's own, not a death.
