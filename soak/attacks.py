@@ -11,7 +11,8 @@ Each must get its one documented answer while the load runs, and no stub of the 
   client's registered one (row 44): the client's input still read from the file it registered, the
   stub keeps its region;
 * a client truncating its own registered region while the front copies its input from it and its
-  output into it (row 45), briefly: answered or refused, the server kept;
+  output into it (row 45), briefly: answered (the output read back the model's for the region's
+  input, or for the zeros a cut leaves) or refused, the server kept;
 * ``kill -9`` of tritonserver itself: the supervisor restarts it and the fronts stay up, answering
   503/502 JSON and gRPC ``UNAVAILABLE`` in the gap. The load's failures in that gap are an outage of
   every model (excused only with those answers); the restart is the soak's own, not a death.
@@ -29,18 +30,17 @@ import signal
 import socket
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
 import grpc
 import numpy as np
-import tritonclient.grpc as grpcclient
-import tritonclient.http as httpclient
 import tritonclient.utils.shared_memory as shared_memory
 from tritonclient.grpc import service_pb2_grpc
 from tritonclient.utils import InferenceServerException
 
+from client.connection import protocol_module
 from client.infer import make_inputs
 from soak.faults import Soak, overflowing_request, refused
 from soak.http_fuzz import Case, send
@@ -65,6 +65,10 @@ RESTART_GAP = (
     "is not ready",
 )
 RACE_S = 3.0  # per protocol: brief, the fault matrix runs it longer
+CUT_SHORT = "cut short after registration"  # the front's refusal of a region cut short (row 45)
+READ_BACK_WITHIN_S = 5.0  # a row read back waits this long for its file to be restored
+ROW_FLOATS = 16  # trivial's x and y: FP32 [1, 16]
+ROW = 4 * ROW_FLOATS
 RESTART_WITHIN_S = 300.0  # the supervisor's backoff plus a start on a busy host
 
 
@@ -183,25 +187,16 @@ def shared_memory_identity(soak: Soak) -> None:
 
 
 def _renamed_over(client: object, protocol: str, region: Path) -> bool:
-    module = httpclient if protocol == "http" else grpcclient
     name = f"soak_renamed_{protocol}_{os.getpid()}"
-    values = np.full((1, 16), 3.5, np.float32)
+    values = np.full((1, ROW_FLOATS), 3.5, np.float32)
     handle = shared_memory.create_shared_memory_region(name, f"/{name}", 4096)
     try:
         shared_memory.set_shared_memory_region(handle, [values])
         client.register_system_shared_memory(name, f"/{name}", 4096)
-        direct = make_inputs(module, {"x": values})
-        expected = client.infer("trivial", direct).as_numpy("y")
+        expected = trivial_output(client, protocol, values)
         region.rename(Path("/dev/shm") / name)
         try:
-            tensor = module.InferInput("x", [1, 16], "FP32")
-            tensor.set_shared_memory(name, 64)
-            try:
-                answer = client.infer("trivial", [tensor]).as_numpy("y")
-            except InferenceServerException as error:
-                log.error("stub region renamed over a client's, over %s: %s", protocol, error)
-                return False
-            return bool(np.array_equal(answer, expected))
+            verdict = judge(from_region(client, protocol, name), [expected])
         finally:
             (Path("/dev/shm") / name).rename(region)
             Path(f"/dev/shm/{name}").write_bytes(b"\0" * 4096)  # the client's file, for its cleanup
@@ -210,45 +205,142 @@ def _renamed_over(client: object, protocol: str, region: Path) -> bool:
             client.unregister_system_shared_memory(name)
         finally:
             shared_memory.destroy_shared_memory_region(handle)
+    if verdict.wrong:
+        log.error("stub region renamed over a client's, over %s: %s", protocol, verdict.wrong)
+    return verdict.answered
+
+
+def trivial_output(client: object, protocol: str, values: np.ndarray) -> np.ndarray:
+    """``trivial``'s output for ``values`` sent in the request itself: what a region holding them must
+    be answered with."""
+    return client.infer("trivial", make_inputs(protocol_module(protocol), {"x": values})).as_numpy("y")
+
+
+def from_region(client: object, protocol: str, name: str) -> Callable[[], np.ndarray]:
+    """A request of ``trivial`` whose input is the first row of the registered region ``name``; it
+    returns the output from the answer."""
+    tensor = protocol_module(protocol).InferInput("x", [1, ROW_FLOATS], "FP32")
+    tensor.set_shared_memory(name, ROW)
+    return lambda: client.infer("trivial", [tensor]).as_numpy("y")
+
+
+def into_region(
+    client: object, protocol: str, name: str, descriptor: int, size: int
+) -> Callable[[], np.ndarray]:
+    """A request of ``trivial`` that reads its input from the start of the registered region ``name``
+    (``size`` bytes, open as ``descriptor``) and has its output written into the region's last row;
+    it returns that row as read back through ``descriptor`` (never through a mapping: the file may be
+    cut short under it, and a mapping read past its end is a SIGBUS)."""
+    module = protocol_module(protocol)
+    tensor = module.InferInput("x", [1, ROW_FLOATS], "FP32")
+    tensor.set_shared_memory(name, ROW)
+    output = module.InferRequestedOutput("y")
+    output.set_shared_memory(name, ROW, offset=size - ROW)
+
+    def request() -> np.ndarray:
+        client.infer("trivial", [tensor], outputs=[output])
+        return _read_back(descriptor, size - ROW)
+
+    return request
+
+
+def _read_back(descriptor: int, at: int) -> np.ndarray:
+    """The row at ``at``, read once the file is long enough to hold it again (a truncation race cuts
+    it short and restores it; what was there before the cut reads as zeros after it)."""
+    deadline = time.monotonic() + READ_BACK_WITHIN_S
+    row = os.pread(descriptor, ROW, at)
+    while len(row) < ROW and time.monotonic() < deadline:
+        row = os.pread(descriptor, ROW, at)
+    return np.frombuffer(row, np.float32).reshape(1, -1)
+
+
+@dataclass(frozen=True)
+class Verdict:
+    """What one request got, as a soak check judges it: answered with a right output, refused by the
+    front as the fault matrix says it may be, or ``wrong`` (saying what it got instead)."""
+
+    answered: bool = False
+    refused: bool = False
+    wrong: str = ""
+
+
+def judge(
+    call: Callable[[], np.ndarray], rights: Sequence[np.ndarray], refusal: str | None = None
+) -> Verdict:
+    """Run ``call`` (a request that returns its output) and judge what it got: answered when the output
+    is one of ``rights``; refused when it raised the front's error saying ``refusal``; anything else,
+    any other error (Triton's own, a connection refused: the server gone) or an output that is none of
+    ``rights``, is wrong."""
+    try:
+        output = call()
+    except Exception as error:  # whatever it is, the request got it instead of an answer
+        if (
+            refusal is not None
+            and isinstance(error, InferenceServerException)
+            and refusal in (error.message() or "")
+        ):
+            return Verdict(refused=True)
+        return Verdict(wrong=f"{type(error).__name__}: {error}")
+    if any(np.array_equal(output, right) for right in rights):
+        return Verdict(answered=True)
+    return Verdict(wrong=f"answered {output.tolist()}, none of {[right.tolist() for right in rights]}")
+
+
+def server_kept(soak: Soak, pid: int | None, stubs: set[int]) -> bool:
+    """Whether tritonserver is still the process ``pid`` and every stub of ``stubs`` still lives."""
+    return soak.server.pid == pid and stubs <= soak.stub_pids()
 
 
 def truncate_race(soak: Soak) -> None:
     """A client cuts its own registered region short and restores it, over and over, for
     ``RACE_S`` per protocol while its requests read ``trivial``'s input from the region and have the
-    output copied into its last bytes (fault matrix row 45): each request answered, or refused with
-    the front's "cut short after registration"; tritonserver's pid and stubs unchanged."""
+    output copied into its last bytes (fault matrix row 45): each request answered (with the model's
+    output for the region's input, or for the zeros a cut leaves), or refused with the front's "cut
+    short after registration"; tritonserver's pid and stubs unchanged."""
     pid, before = soak.server.pid, soak.stub_pids()
     answers_right = True
     for protocol, client in soak.clients().items():
         answers_right &= not race_truncation(client, protocol, f"soak_cut_{protocol}_{os.getpid()}").wrong
-    unchanged = soak.server.pid == pid and before <= soak.stub_pids()
     soak.report.check("regions truncated while in use (answered or refused, server kept)").record(
-        answers_right and unchanged
+        answers_right and server_kept(soak, pid, before)
     )
 
 
 @dataclass
 class Race:
-    """How a truncation race went: requests answered, refused by the front, and any other errors."""
+    """How a truncation race went: requests answered, refused by the front, and what else any got."""
 
     answered: int = 0
     refused: int = 0
     wrong: list[str] = field(default_factory=list)
 
+    def count(self, verdict: Verdict, protocol: str) -> None:
+        self.answered += verdict.answered
+        self.refused += verdict.refused
+        if verdict.wrong:
+            self.wrong.append(f"{protocol}: {verdict.wrong}")
+
+
+def race_rights(client: object, protocol: str, values: np.ndarray) -> list[np.ndarray]:
+    """The outputs a request of the truncation race may read back: ``trivial``'s for the region's
+    input ``values`` (read before a cut), and for zeros (read after one; also what a cut after the
+    output was written leaves)."""
+    return [trivial_output(client, protocol, v) for v in (values, np.zeros_like(values))]
+
 
 def race_truncation(client: object, protocol: str, name: str, seconds: float = RACE_S) -> Race:
     """A client cuts its own registered region ``/dev/shm/name`` short and restores it, over and over,
     for ``seconds``, while it runs ``trivial`` with the input read from the region and the output
-    written into its last bytes (fault matrix row 45). Each request must be answered, or refused with
-    the front's "cut short after registration"; anything else is ``wrong``."""
-    module = httpclient if protocol == "http" else grpcclient
+    written into its last bytes (fault matrix row 45). Each request must be answered with one of
+    ``race_rights``, or refused with the front's "cut short after registration"; anything else is
+    ``wrong``."""
     size = 1 << 16
-    output = module.InferRequestedOutput("y")
-    output.set_shared_memory(name, 64, offset=size - 64)
-    tensor = module.InferInput("x", [1, 16], "FP32")
-    tensor.set_shared_memory(name, 64)
+    values = np.full((1, ROW_FLOATS), 2.5, np.float32)
+    rights = race_rights(client, protocol, values)
     handle = shared_memory.create_shared_memory_region(name, f"/{name}", size)
+    shared_memory.set_shared_memory_region(handle, [values])
     descriptor = os.open(f"/dev/shm/{name}", os.O_RDWR)
+    request = into_region(client, protocol, name, descriptor, size)
     stop = threading.Event()
 
     def cut_and_restore() -> None:
@@ -263,13 +355,7 @@ def race_truncation(client: object, protocol: str, name: str, seconds: float = R
         cutter.start()
         deadline = time.monotonic() + seconds
         while time.monotonic() < deadline:
-            try:
-                client.infer("trivial", [tensor], outputs=[output])
-                race.answered += 1
-            except InferenceServerException as error:
-                race.refused += 1
-                if "cut short after registration" not in (error.message() or ""):
-                    race.wrong.append(f"{protocol}: {error}")
+            race.count(judge(request, rights, CUT_SHORT), protocol)
     finally:
         stop.set()
         if cutter.is_alive():

@@ -15,6 +15,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
+import numpy as np
 import pytest
 import tritonclient.grpc as grpcclient
 import tritonclient.http as httpclient
@@ -23,6 +24,7 @@ from server import TritonServer
 from server.stubs import server_stubs
 
 NOBODY = 65534
+SHM = Path("/dev/shm")
 root_only = pytest.mark.skipif(os.getuid() != 0, reason="plays another user with setuid: needs root")
 
 
@@ -38,6 +40,20 @@ def a_stub_region(server: TritonServer) -> Path:
     """The ``/dev/shm`` region of one of ``trivial``'s live stubs."""
     stub = next(stub for stub in server_stubs(server.pid or 0) if stub.alive and stub.model == "trivial")
     return Path("/dev/shm") / stub.shm_region
+
+
+@contextmanager
+def client_file(name: str, size: int, at: int = 0, values: np.ndarray | None = None) -> Iterator[Path]:
+    """``/dev/shm/name`` of ``size`` zero bytes, ``values`` written at ``at``; removed afterwards."""
+    path = SHM / name
+    data = bytearray(size)
+    if values is not None:
+        data[at : at + values.nbytes] = values.tobytes()
+    path.write_bytes(bytes(data))
+    try:
+        yield path
+    finally:
+        path.unlink(missing_ok=True)
 
 
 def raw_http(address: tuple[str, int], method: str, path: str, body: dict | None = None) -> tuple[int, bytes]:

@@ -14,8 +14,6 @@ Other users are played by a forked child that drops to uid 65534 (``shm_harness`
 from __future__ import annotations
 
 import os
-from collections.abc import Iterator
-from contextlib import contextmanager
 from pathlib import Path
 
 import grpc
@@ -23,7 +21,7 @@ import numpy as np
 import pytest
 import tritonclient.http as httpclient
 from harness import PROTOCOLS, url
-from shm_harness import a_stub_region, client_module, other_users_region, root_only, stub_pids
+from shm_harness import a_stub_region, client_file, client_module, other_users_region, root_only, stub_pids
 from tritonclient.grpc import service_pb2, service_pb2_grpc
 from tritonclient.utils import InferenceServerException
 
@@ -66,20 +64,6 @@ def _answered_in_region(protocol: str, result: object) -> bool:
     if protocol == "http":
         return result.get_output("y") == {"name": "y", "datatype": "FP32", "shape": [1, 16]}
     return list(result.get_response().raw_output_contents) == [b""]
-
-
-@contextmanager
-def client_file(name: str, size: int, at: int = 0, values: np.ndarray | None = None) -> Iterator[Path]:
-    """``/dev/shm/name`` of ``size`` zero bytes, ``values`` written at ``at``; removed afterwards."""
-    path = SHM / name
-    data = bytearray(size)
-    if values is not None:
-        data[at : at + values.nbytes] = values.tobytes()
-    path.write_bytes(bytes(data))
-    try:
-        yield path
-    finally:
-        path.unlink(missing_ok=True)
 
 
 def _floats(path: Path, at: int) -> np.ndarray:

@@ -24,7 +24,12 @@ connection is left open past the soak's 30 s (grpc's own handshake timeout is lo
 no right answer. The shared-memory faults cannot be fed one there (Triton's own port refuses their
 registration before there is an answer to judge), so the check their registration verdicts share
 (``soak.faults.refused``: HTTP 403 or PERMISSION_DENIED, saying why) is fed the fronts' own wrong
-answers instead: a registration they accept, and one they refuse for another reason.
+answers instead: a registration they accept, and one they refuse for another reason. Likewise the
+verdict of a request read from a region (``soak.attacks.judge``: the renamed region's and the
+truncation race's) is fed real answers built as those checks build their requests: a region holding
+other bytes (a stub's, or another input's), the same request through Triton's own port, and one to a
+port where nothing listens (the server gone); and the race's "server kept" is asked about a server the
+supervisor restarted.
 
 ``kill-server`` needs a supervised server of its own (the shared one has no supervisor): the last
 test starts one and holds the kill to the soak's verdict on it (an outage of every model, recovered
@@ -43,20 +48,39 @@ import os
 import random
 import threading
 import time
+from contextlib import ExitStack
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import pytest
 import tritonclient.http as httpclient
 import tritonclient.utils.shared_memory as shared_memory
 from harness import PROTOCOLS, trivial_inputs, url
 from resilience_fixtures import build_small_repository, explicit_options
+from shm_harness import a_stub_region, client_file
 
 from client.connection import connect
 from server import TritonServer
+from server.launcher import free_port
 from server.supervisor import RestartPolicy, Supervisor
-from soak.attacks import ATTACKS, HALF_OPEN, HALF_OPEN_CLOSED_WITHIN_S, kill_server
+from soak.attacks import (
+    ATTACKS,
+    CUT_SHORT,
+    HALF_OPEN,
+    HALF_OPEN_CLOSED_WITHIN_S,
+    ROW,
+    ROW_FLOATS,
+    Verdict,
+    from_region,
+    into_region,
+    judge,
+    kill_server,
+    race_rights,
+    server_kept,
+    trivial_output,
+)
 from soak.faults import FAULTS, Soak, refused
 from soak.mixed_load import PIPELINE
 from soak.report import SoakReport, own_restarts
@@ -139,6 +163,99 @@ def test_the_registration_verdict_refuses_a_wrong_answer(fault_server: TritonSer
         shared_memory.destroy_shared_memory_region(handle)
 
 
+class _Regions:
+    """A test's clients of ``server`` over ``protocol`` and its regions, each a ``/dev/shm`` file
+    registered through the front and open for reading back; all given back when ``stack`` closes."""
+
+    def __init__(self, stack: ExitStack, server: TritonServer, protocol: str) -> None:
+        self.stack, self.server, self.protocol = stack, server, protocol
+        self.client = self.connect(url(server, protocol))
+
+    def connect(self, at: str) -> Any:
+        """A client at ``at``, closed last (here, not in whichever thread collects it: gevent)."""
+        client = connect(self.protocol, at)
+        self.stack.callback(client.close)
+        return client
+
+    def around_the_fronts(self) -> Any:
+        """A client of Triton's own loopback port, where inference is refused as restricted (row 22)."""
+        own = self.server.triton_http_url if self.protocol == "http" else self.server.triton_grpc_url
+        return self.connect(own)
+
+    def nobody(self) -> Any:
+        """A client of a port where nothing listens: what a request meets once the server is gone."""
+        return self.connect(f"127.0.0.1:{free_port()}")
+
+    def add(self, role: str, data: bytes, size: int = 4096) -> tuple[str, int]:
+        """A region of ``size`` bytes starting with ``data``: its name and an O_RDWR descriptor."""
+        name = f"soak_verdict_{role}_{self.protocol}_{os.getpid()}"
+        path = self.stack.enter_context(client_file(name, size, 0, np.frombuffer(data, np.uint8)))
+        descriptor = os.open(path, os.O_RDWR)
+        self.stack.callback(os.close, descriptor)
+        self.client.register_system_shared_memory(name, f"/{name}", size)
+        self.stack.callback(self.client.unregister_system_shared_memory, name)
+        return name, descriptor
+
+
+@pytest.mark.parametrize("protocol", PROTOCOLS)
+def test_the_renamed_region_verdict_refuses_a_wrong_answer(fault_server: TritonServer, protocol: str) -> None:
+    """The verdict of ``shm-identity``'s stub region renamed over a client's (row 44): right only when
+    the answer is ``trivial``'s output for the client's own bytes. Fed real answers of requests built
+    as the check builds its own: the client's region read is accepted; the stub's bytes read (what a
+    front that followed the rename would answer: a copy of the stub region's first row, in a client
+    region the front reads) and the same request through Triton's own port (refused there as
+    restricted) are wrong."""
+    values = np.full((1, ROW_FLOATS), 3.5, np.float32)
+    with a_stub_region(fault_server).open("rb") as stub_file:
+        stub_row = stub_file.read(ROW)
+    with ExitStack() as stack:
+        regions = _Regions(stack, fault_server, protocol)
+        client = regions.client
+        expected = [trivial_output(client, protocol, values)]
+        own, _ = regions.add("own", values.tobytes())
+        stubs, _ = regions.add("stub_bytes", stub_row)
+        right = judge(from_region(client, protocol, own), expected)
+        stub_read = judge(from_region(client, protocol, stubs), expected)
+        around = judge(from_region(regions.around_the_fronts(), protocol, own), expected)
+    assert right == Verdict(answered=True), right
+    assert stub_read.wrong and not stub_read.answered, f"the stub's bytes read back judged {stub_read}"
+    assert around.wrong and not around.answered, f"Triton's own error judged {around}"
+
+
+@pytest.mark.parametrize("protocol", PROTOCOLS)
+def test_the_truncation_race_verdict_refuses_a_wrong_answer(
+    fault_server: TritonServer, protocol: str
+) -> None:
+    """The verdict of ``truncate-race`` on each request (row 45): answered with ``trivial``'s output
+    for the region's input or for the zeros a cut leaves, or refused by the front as cut short. Fed
+    real answers of the race's own request (input from the region's start, output into its last row,
+    read back): answered from the region, and refused for the file cut to nothing, are right; an
+    answer for another input (a region holding other values, judged against the rights of the
+    race's values), the same request through Triton's own port (its error, not the front's refusal)
+    and a request where nothing listens (the server gone) are wrong."""
+    values, size = np.full((1, ROW_FLOATS), 2.5, np.float32), 1 << 16
+    with ExitStack() as stack:
+        regions = _Regions(stack, fault_server, protocol)
+        rights = race_rights(regions.client, protocol, values)
+        name, descriptor = regions.add("race", values.tobytes(), size)
+        other = regions.add("other_input", (values + 1).tobytes(), size)
+
+        def race_request(client: Any, region: tuple[str, int] = (name, descriptor)) -> Verdict:
+            return judge(into_region(client, protocol, *region, size), rights, CUT_SHORT)
+
+        answered = race_request(regions.client)
+        wrong = {
+            "another input": race_request(regions.client, other),
+            "Triton's own port": race_request(regions.around_the_fronts()),
+            "the server gone": race_request(regions.nobody()),
+        }
+        os.ftruncate(descriptor, 0)
+        cut = race_request(regions.client)
+    assert (answered, cut) == (Verdict(answered=True), Verdict(refused=True)), (answered, cut)
+    judged_right = {what: v for what, v in wrong.items() if v.answered or v.refused or not v.wrong}
+    assert not judged_right, judged_right
+
+
 def _serves(server: TritonServer) -> bool:
     for protocol in PROTOCOLS:
         connect(protocol, url(server, protocol)).infer("trivial", trivial_inputs(protocol))
@@ -151,7 +268,8 @@ def test_the_soaks_kill_of_tritonserver_is_its_own_and_recovered(
     """``kill-server`` as ``soak.run`` runs it: a supervised server with both fronts is killed with
     ``kill -9``; the fault waits until the supervisor serves again. Every model's outage then ends
     (the soak fails a run with an outage never recovered), the death is the soak's own (not a
-    restart it would fail), and the restarted server answers through the same fronts (row 46)."""
+    restart it would fail), the restarted server is not the one ``truncate-race`` would count as
+    kept, and it answers through the same fronts (row 46)."""
     repository = build_small_repository(spec_data, tmp_path / "repository", pipeline=False)
     options = explicit_options(repository, tmp_path / "server")
     options.http_front = options.grpc_front = True
@@ -164,7 +282,10 @@ def test_the_soaks_kill_of_tritonserver_is_its_own_and_recovered(
         soak = _soak(server, ["trivial"], [])
         soak.supervisor = supervisor
         killed, fronts = server.pid, [front.pid for front in server.fronts]
+        stubs = soak.stub_pids()
+        assert server_kept(soak, killed, stubs), "the server counted as lost before the kill"
         kill_server(soak)
+        assert not server_kept(soak, killed, stubs), "a restarted server counted as kept"
         report = soak.report
         assert report.server_kills == [killed]
         assert [o.model for o in report.outages] == ["trivial"]
