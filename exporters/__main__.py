@@ -186,6 +186,8 @@ def _pipeline_table(pipelines: list[BuiltPipeline]) -> Table:
         record = item.record
         plan = record.split_plan
         cuts = f"{list(plan.cuts)} by {plan.cost_method}" if plan else "embedding | dense"
+        if plan and len(plan.near_cuts) > 1:  # the timing could not tell these apart
+            cuts += f" ({len(plan.near_cuts)} within {plan.noise:.0%} noise; {plan.tie_method} chose)"
         boundary = f"{record.boundary_dtype}, {record.boundary_bytes_per_request} B/req"
         table.add_row(
             item.spec.name, stages, cuts, boundary, f"{record.compression_max_rel_error:.1e}",

@@ -6,6 +6,10 @@ a CNN's stem has few parameters but runs at the highest resolution. FLOPs are th
 is impossible (a block fails to run alone, or times round to zero), parameter count the last resort.
 Given cut points (``models.yaml``) skip the costing altogether.
 
+Timing is noisy, and a fresh build must not get a different pipeline because of it: cuts whose slowest
+stage lies within the measurement's own noise of the best are equally good as far as the timing can
+tell, so among them the cut is taken by a key that does not depend on timing (``steady_cuts``).
+
 Pure torch, no I/O: ``plan_split`` chooses, ``split_blocks`` cuts; ``stages.check_stages``
 proves that the stages run in sequence equal the whole model before anything is written.
 """
@@ -16,7 +20,7 @@ import itertools
 import logging
 import math
 import time
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 
 import numpy as np
@@ -29,6 +33,18 @@ from exporters.errors import SpecError
 log = logging.getLogger(__name__)
 
 COST_METHODS = ("latency", "flops", "params")  # a balance falls back to the methods after it
+# The least timing noise a latency balance assumes. One build's rounds miss what varies between
+# processes (allocation, frequency, cache placement): on a quiet host the image classifier's rounds
+# spread 1.8-2.5% while its best slowest stage varied by 3.6% across six fresh builds.
+MIN_LATENCY_NOISE = 0.03
+RECORDED_NEAR_CUTS = 16  # how many near cuts a plan records: enough to read the choice, not all of them
+
+
+def stage_sums(costs: Sequence[float], cuts: Sequence[int]) -> tuple[float, ...]:
+    """The cost of each stage of ``cuts``, as differences of the prefix sums ``balanced_cuts`` compares
+    (the same arithmetic, so the cut it found is within a limit derived from these sums)."""
+    prefix = _prefix(costs)
+    return tuple(float(prefix[b] - prefix[a]) for a, b in itertools.pairwise([0, *cuts, len(costs)]))
 
 
 @dataclass(frozen=True)
@@ -38,6 +54,10 @@ class SplitPlan:
     cuts: tuple[int, ...]
     block_costs: tuple[float, ...]
     cost_method: str  # latency | flops | params | given
+    noise: float = 0.0  # relative: slowest stages closer than this to the best cannot be told apart
+    near_cuts: tuple[tuple[int, ...], ...] = ()  # the cuts within that noise of the best, chosen first
+    tie_method: str = ""  # what chose among near_cuts: flops | params | earliest ("" without noise)
+    reason: str = ""  # why these cuts, in words
 
     def stage_ranges(self) -> list[tuple[int, int]]:
         """``[start, stop)`` block indices of each stage."""
@@ -46,7 +66,16 @@ class SplitPlan:
 
     @property
     def stage_costs(self) -> tuple[float, ...]:
-        return tuple(sum(self.block_costs[a:b]) for a, b in self.stage_ranges())
+        return stage_sums(self.block_costs, self.cuts)
+
+
+@dataclass(frozen=True)
+class BlockCosts:
+    """Per-block costs, how they were obtained, and their relative noise (0 for counted costs)."""
+
+    values: list[float]
+    method: str
+    noise: float = 0.0
 
 
 def sequential_blocks(model: nn.Module, what: str) -> list[nn.Module]:
@@ -70,29 +99,38 @@ def _block_inputs(blocks: Sequence[nn.Module], example: torch.Tensor) -> list[to
 
 def measure_latency(
     blocks: Sequence[nn.Module], example: torch.Tensor, repeats: int = 7, threads: int = 1
-) -> list[float]:
-    """Seconds per block on its real input: the fastest of ``repeats`` interleaved rounds.
+) -> tuple[list[float], float]:
+    """Seconds per block on its real input (the fastest of ``repeats`` interleaved rounds), and the
+    relative noise of those figures.
 
     The minimum, not the median: on a shared machine interference only ever adds time, and rounds
     interleave the blocks so a burst of it does not land on one block alone. ``threads`` matches the
     serving instances' intra-op threads, since blocks scale differently with threads.
+
+    The noise is how far the typical round lies above the fastest, over the whole model:
+    ``sum(median rounds) / sum(fastest rounds) - 1``. Another build's fastest round lands somewhere
+    between this floor and the typical round, so stage costs that differ by less than that spread
+    differ by chance. The whole model's spread, not each block's: one block's handful of rounds is too
+    few to estimate its own spread, and a stage's cost is a sum over blocks anyway.
     """
     inputs = _block_inputs(blocks, example)
     previous_threads = torch.get_num_threads()
     torch.set_num_threads(max(threads, 1))
-    best = [math.inf] * len(blocks)
+    rounds = np.full((max(repeats, 1), len(blocks)), math.inf)
     try:
         with torch.inference_mode():
             for block, x in zip(blocks, inputs, strict=True):
                 block(x)  # warm-up: kernel selection and allocation
-            for _ in range(repeats):
+            for row in rounds:
                 for index, (block, x) in enumerate(zip(blocks, inputs, strict=True)):
                     start = time.perf_counter()
                     block(x)
-                    best[index] = min(best[index], time.perf_counter() - start)
+                    row[index] = time.perf_counter() - start
     finally:
         torch.set_num_threads(previous_threads)
-    return best
+    fastest = rounds.min(axis=0)
+    noise = float(np.median(rounds, axis=0).sum() / fastest.sum() - 1.0) if fastest.sum() > 0 else 0.0
+    return fastest.tolist(), noise
 
 
 def count_flops(blocks: Sequence[nn.Module], example: torch.Tensor) -> list[float]:
@@ -113,13 +151,18 @@ def count_params(blocks: Sequence[nn.Module]) -> list[float]:
 
 def block_costs(
     blocks: Sequence[nn.Module], example: torch.Tensor, balance: str, threads: int = 1
-) -> tuple[list[float], str]:
-    """Per-block costs by ``balance``, falling back (latency → flops → params) when a method fails."""
+) -> BlockCosts:
+    """Per-block costs by ``balance``, falling back (latency → flops → params) when a method fails.
+
+    Measured latency's noise is at least ``MIN_LATENCY_NOISE``; counted costs have none.
+    """
     methods = COST_METHODS[COST_METHODS.index(balance) :]
     for method in methods:
+        noise = 0.0
         try:
             if method == "latency":
-                costs = measure_latency(blocks, example, threads=threads)
+                costs, measured = measure_latency(blocks, example, threads=threads)
+                noise = max(measured, MIN_LATENCY_NOISE)
             elif method == "flops":
                 costs = count_flops(blocks, example)
             else:
@@ -128,20 +171,29 @@ def block_costs(
             log.warning("cost by %s failed (%s); falling back", method, error)
             continue
         if sum(costs) > 0 and all(math.isfinite(c) and c >= 0 for c in costs):
-            return costs, method
+            return BlockCosts(costs, method, noise)
         log.warning("cost by %s gave no usable numbers %s; falling back", method, costs)
     raise SpecError("split.balance", f"no way to cost the blocks (tried {', '.join(methods)})")
 
 
-def balanced_cuts(costs: Sequence[float], num_stages: int) -> tuple[int, ...]:
+def _prefix(costs: Sequence[float]) -> np.ndarray:
+    return np.concatenate([[0.0], np.cumsum(costs, dtype=float)])
+
+
+def balanced_cuts(
+    costs: Sequence[float], num_stages: int, within: tuple[Sequence[float], float] | None = None
+) -> tuple[int, ...]:
     """Contiguous cut points minimising the most expensive stage (the pipeline's pace).
 
+    ``within=(other, limit)`` admits only the cuts none of whose stages costs more than ``limit`` by
+    ``other`` (how ``steady_cuts`` balances FLOPs among the cuts that latency cannot tell apart).
     Exact dynamic programme over (stages, prefix length); n is a few dozen blocks at most.
     """
     n = len(costs)
     if not 1 <= num_stages <= n:
         raise SpecError("split.stages", f"cannot cut {n} blocks into {num_stages} non-empty stages")
-    prefix = np.concatenate([[0.0], np.cumsum(costs)])
+    prefix = _prefix(costs)
+    bound, limit = (_prefix(within[0]), within[1]) if within is not None else (prefix, math.inf)
     # best[k][i]: smallest possible max stage cost for the first i blocks in k stages; start[k][i]: cut
     best = np.full((num_stages + 1, n + 1), np.inf)
     start = np.zeros((num_stages + 1, n + 1), dtype=int)
@@ -150,13 +202,86 @@ def balanced_cuts(costs: Sequence[float], num_stages: int) -> tuple[int, ...]:
         for i in range(k, n + 1):
             for j in range(k - 1, i):
                 value = max(best[k - 1][j], prefix[i] - prefix[j])
-                if value < best[k][i]:
+                if value < best[k][i] and bound[i] - bound[j] <= limit:
                     best[k][i], start[k][i] = value, j
+    if not math.isfinite(best[num_stages][n]):
+        raise SpecError("split.stages", f"no cut into {num_stages} stages has every stage within {limit:g}")
     cuts, i = [], n
     for k in range(num_stages, 1, -1):
         i = int(start[k][i])
         cuts.append(i)
     return tuple(reversed(cuts))
+
+
+def cuts_within(costs: Sequence[float], num_stages: int, limit: float) -> Iterator[tuple[int, ...]]:
+    """The cuts into ``num_stages`` non-empty stages none of which costs more than ``limit``, in order.
+
+    Depth first over the stage ends, abandoning a stage as soon as it exceeds ``limit`` (costs are not
+    negative); a generator, since a loose limit admits combinatorially many.
+    """
+    prefix, n = _prefix(costs), len(costs)
+
+    def extend(cuts: tuple[int, ...], start: int, left: int) -> Iterator[tuple[int, ...]]:
+        if left == 1:
+            if prefix[n] - prefix[start] <= limit:
+                yield cuts
+            return
+        for stop in range(start + 1, n - left + 2):
+            if prefix[stop] - prefix[start] > limit:
+                break
+            yield from extend((*cuts, stop), stop, left - 1)
+
+    return extend((), 0, num_stages)
+
+
+def steady_cuts(costs: BlockCosts, num_stages: int, tie_costs: BlockCosts | None) -> SplitPlan:
+    """The balanced cuts, taken by a key that timing noise cannot move whenever it could move them.
+
+    ``balanced_cuts`` finds the best slowest stage; every cut whose slowest stage is within
+    ``costs.noise`` of it is as good as the measurement can tell. Among those, ``balanced_cuts`` again
+    takes the one with the best balance of ``tie_costs`` (FLOPs: counted, not timed; without them, the
+    first the programme meets). A cut that beats all others by more than the noise is the only
+    candidate, so it still wins; counted costs have no noise and keep the plain balanced cut.
+    """
+    best = balanced_cuts(costs.values, num_stages)
+    limit = max(stage_sums(costs.values, best)) * (1 + costs.noise)
+    tie = tie_costs.values if tie_costs is not None else [0.0] * len(costs.values)
+    chosen = balanced_cuts(tie, num_stages, within=(costs.values, limit)) if costs.noise else best
+    near = list(itertools.islice(cuts_within(costs.values, num_stages, limit), RECORDED_NEAR_CUTS + 1))
+    more = len(near) > RECORDED_NEAR_CUTS
+    near = [chosen, *(c for c in near[:RECORDED_NEAR_CUTS] if c != chosen)][:RECORDED_NEAR_CUTS]
+    tie_method = "" if not costs.noise else tie_costs.method if tie_costs is not None else "earliest"
+    reason = _reason(costs, best, tuple(near), more, tie_method)
+    return SplitPlan(chosen, tuple(costs.values), costs.method, costs.noise, tuple(near), tie_method, reason)
+
+
+def _reason(
+    costs: BlockCosts, best: tuple[int, ...], near: tuple[tuple[int, ...], ...], more: bool, tie_method: str
+) -> str:
+    """Why ``near[0]`` was taken, in words, for ``pipeline.json`` and the build log."""
+    chosen = near[0]
+    if len(near) == 1 or not costs.noise:
+        clear = f", clear of every other cut by more than its {costs.noise:.1%} noise" if costs.noise else ""
+        return f"the best slowest stage by {costs.method}{clear}"
+    count = f"more than {len(near)}" if more else str(len(near))
+    listed = ", ".join(str(list(c)) for c in near) + (", …" if more else "")
+    how = "first found" if tie_method == "earliest" else f"best balance of {tie_method}"
+    fastest = "" if chosen == best else f"; the fastest measured was {list(best)}"
+    return (
+        f"{count} cuts within the {costs.noise:.1%} noise of the best slowest stage by {costs.method} "
+        f"({listed}): {list(chosen)} has the {how}{fastest}"
+    )
+
+
+def _tie_costs(blocks: Sequence[nn.Module], example: torch.Tensor, costs: BlockCosts) -> BlockCosts | None:
+    """FLOPs (or parameters) to settle cuts that measured latency cannot tell apart; counted costs need
+    nothing more (they have no noise, only exact ties, taken earliest)."""
+    if costs.method != "latency":
+        return None
+    try:
+        return block_costs(blocks, example, "flops")
+    except SpecError:  # nothing to count: the earliest of the near cuts
+        return None
 
 
 def plan_split(
@@ -178,8 +303,10 @@ def plan_split(
                 f"{what}.cut_points", f"{list(cut_points)} must be below the number of blocks ({len(blocks)})"
             )
         return SplitPlan(tuple(cut_points), tuple(count_params(blocks)), "given")
-    costs, method = block_costs(blocks, example, balance, threads)
-    return SplitPlan(balanced_cuts(costs, num_stages), tuple(costs), method)
+    costs = block_costs(blocks, example, balance, threads)
+    plan = steady_cuts(costs, num_stages, _tie_costs(blocks, example, costs))
+    log.info("%s: cuts %s by %s: %s", what, list(plan.cuts), plan.cost_method, plan.reason)
+    return plan
 
 
 def split_blocks(model: nn.Module, plan: SplitPlan, what: str) -> list[nn.Sequential]:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import copy
+import json
 import shutil
 from pathlib import Path
 from typing import Any
@@ -15,6 +16,7 @@ from tritonclient.grpc import model_config_pb2
 from exporters.configs.model_config import read_config
 from exporters.errors import ExportCheckError, StageExportError
 from exporters.pipelines import build as pipeline_build
+from exporters.pipelines import splitter
 from exporters.pipelines.build import build_pipelines, make_stages
 from exporters.pipelines.record import PipelineRecord
 from exporters.pipelines.stages import Stage, check_stages, export_stage
@@ -178,3 +180,36 @@ def test_a_failed_build_leaves_nothing_half_built(spec: Spec, tmp_path: Path, mo
         "cls_stage0/1",
         "cls_stage0/config.pbtxt",
     ]
+
+
+def test_a_latency_balanced_rebuild_keeps_the_recorded_cut(
+    spec_data: dict[str, Any], tmp_path: Path, monkeypatch
+) -> None:
+    """A rebuild into the same repository reuses the recorded plan, whatever a new measurement says."""
+    data = copy.deepcopy(spec_data)
+    data["pipelines"] = [
+        {"name": "lat", "model": "image_classifier", "split": "blocks", "balance": "latency"}
+    ]
+    spec = parse_spec(data)
+    (first,) = build_pipelines(spec, tmp_path, num_gpus=0)
+    plan = first.record.split_plan
+    assert plan.cost_method == "latency" and plan.near_cuts[0] == plan.cuts and plan.reason
+    assert PipelineRecord.read(tmp_path / "lat" / "pipeline.json").split_plan == plan
+
+    other = (1,) if plan.cuts != (1,) else (9,)  # a measurement that would cut elsewhere
+    costs = [1.0] * 10
+    costs[0 if other == (1,) else 9] = 9.0  # that block alone balances the other nine, by far
+    monkeypatch.setattr(splitter, "measure_latency", lambda *args, **kwargs: (costs, 0.0))
+    pipeline, model_spec = spec.pipeline("lat"), spec.model("image_classifier")
+    assert make_stages(pipeline, model_spec, build_torch_model(model_spec))[1].cuts == other
+    (again,) = build_pipelines(spec, tmp_path, num_gpus=0)
+    assert again.cached and again.record.split_plan == plan
+
+    # a record written before the plan said why (no noise, near_cuts, tie_method, reason) is still read
+    path = tmp_path / "lat" / "pipeline.json"
+    record = json.loads(path.read_text())
+    for key in ("noise", "near_cuts", "tie_method", "reason"):
+        del record["split_plan"][key]
+    path.write_text(json.dumps(record))
+    (older,) = build_pipelines(spec, tmp_path, num_gpus=0)
+    assert older.cached and older.record.split_plan.cuts == plan.cuts
