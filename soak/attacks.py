@@ -12,7 +12,8 @@ Each must get its one documented answer while the load runs, and no stub of the 
   stub keeps its region;
 * a client truncating its own registered region while the front copies its input from it and its
   output into it (row 45), briefly: answered (the output read back the model's for the region's
-  input, or for the zeros a cut leaves) or refused, the server kept;
+  input, or for the zeros a cut leaves) or refused, and every other request, run with the file whole,
+  answered with the region's own output; the server kept;
 * ``kill -9`` of tritonserver itself: the supervisor restarts it and the fronts stay up, answering
   503/502 JSON and gRPC ``UNAVAILABLE`` in the gap. The load's failures in that gap are an outage of
   every model (excused only with those answers); the restart is the soak's own, not a death.
@@ -69,6 +70,7 @@ CUT_SHORT = "cut short after registration"  # the front's refusal of a region cu
 READ_BACK_WITHIN_S = 5.0  # a row read back waits this long for its file to be restored
 ROW_FLOATS = 16  # trivial's x and y: FP32 [1, 16]
 ROW = 4 * ROW_FLOATS
+UNWRITTEN = np.full((1, ROW_FLOATS), -1.0, np.float32)  # no answer of the race's: 2 * 2.5 or 2 * 0
 RESTART_WITHIN_S = 300.0  # the supervisor's backoff plus a start on a busy host
 
 
@@ -333,7 +335,11 @@ def race_truncation(client: object, protocol: str, name: str, seconds: float = R
     for ``seconds``, while it runs ``trivial`` with the input read from the region and the output
     written into its last bytes (fault matrix row 45). Each request must be answered with one of
     ``race_rights``, or refused with the front's "cut short after registration"; anything else is
-    ``wrong``."""
+    ``wrong``.
+
+    Every other request runs with the cutter held off and the file whole, its output row first set to
+    a value no answer has: it must be answered with the region's own output, not refused and not with
+    the zeros a cut leaves (which a front that never wrote its output would also read back)."""
     size = 1 << 16
     values = np.full((1, ROW_FLOATS), 2.5, np.float32)
     rights = race_rights(client, protocol, values)
@@ -341,21 +347,36 @@ def race_truncation(client: object, protocol: str, name: str, seconds: float = R
     shared_memory.set_shared_memory_region(handle, [values])
     descriptor = os.open(f"/dev/shm/{name}", os.O_RDWR)
     request = into_region(client, protocol, name, descriptor, size)
-    stop = threading.Event()
+    stop, whole, cutting = threading.Event(), threading.Event(), threading.Lock()
 
     def cut_and_restore() -> None:
         while not stop.is_set():
-            os.ftruncate(descriptor, 0)
-            os.ftruncate(descriptor, size)
+            if whole.is_set():  # a request wants the file whole: no new cut until it is answered
+                time.sleep(0.001)
+                continue
+            with cutting:
+                os.ftruncate(descriptor, 0)
+                os.ftruncate(descriptor, size)
+                os.pwrite(descriptor, values.tobytes(), 0)  # the input back, for the whole-file requests
 
     cutter = threading.Thread(target=cut_and_restore, daemon=True)
     race = Race()
     try:
         client.register_system_shared_memory(name, f"/{name}", size)
         cutter.start()
-        deadline = time.monotonic() + seconds
+        deadline, racing = time.monotonic() + seconds, True
         while time.monotonic() < deadline:
-            race.count(judge(request, rights, CUT_SHORT), protocol)
+            if racing:
+                race.count(judge(request, rights, CUT_SHORT), protocol)
+            else:
+                whole.set()
+                try:
+                    with cutting:
+                        os.pwrite(descriptor, UNWRITTEN.tobytes(), size - ROW)
+                        race.count(judge(request, rights[:1]), protocol)
+                finally:
+                    whole.clear()
+            racing = not racing
     finally:
         stop.set()
         if cutter.is_alive():
