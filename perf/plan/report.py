@@ -125,7 +125,7 @@ def render(folder: Path, saved: PlanDocument) -> Path:
             "than missed).",
             "",
             table(["strategy", "rate/s", "p99 predicted", "p99 measured", "served/s", "runs", "point"],
-                  [[v.strategy, number(v.rate, 0), number(v.predicted_p99_ms), number(v.measured_p99_ms),
+                  [[v.strategy, number(v.rate, 0), number(v.predicted_p99_ms), v.measured_p99_text,
                     number(v.measured_throughput, 0), v.runs, v.verdict or ("holds" if v.met else "misses")]
                    for v in saved.verification]),
         ]  # fmt: skip
