@@ -263,7 +263,8 @@ def shortlist_section(saved: TuneDocument) -> list[str]:
         "The best predicted candidate of each family (instances, max batch size), searched on the server "
         "by the one measured search (`perf.session.search`): rates on one ladder, up after a point that held "
         "the budget, down after one that missed, then between until they are neighbouring rungs; a point "
-        "holds when more of its runs met the budget than missed it (a miss alone is measured again).",
+        "holds when more of its runs met the budget than missed it (a miss alone is measured again); a run "
+        "whose p99 rests on too few requests to judge it by is marked so and counts as a miss.",
         "",
         rows,
     ]
