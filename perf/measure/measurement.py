@@ -107,8 +107,9 @@ class Measurement:
 
     @property
     def too_few(self) -> bool:
-        """Its percentiles rest on fewer requests than a p99 is judged on (``P99_SAMPLES``): a rate past
-        the windows' cap, or one whose requests were shed or failed."""
+        """Its percentiles rest on fewer requests than a p99 is judged on (``p99_samples``: the
+        engine's ``P99_SAMPLES`` unless its settings lowered it): a rate past the windows' cap, or one
+        whose requests were shed or failed."""
         return self.samples < self.p99_samples
 
     def meets(self, budget_ms: float) -> bool:

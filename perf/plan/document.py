@@ -73,7 +73,7 @@ class VerificationRow:
 
     @property
     def measured_p99_text(self) -> str:
-        """The measured p99 in ms, saying so where it rests on too few requests to meet the budget."""
+        """The measured p99 (ms), saying so where it rests on too few requests to meet the budget."""
         return number(self.measured_p99_ms) + (f" ({too_few_text(self.samples)})" if self.too_few else "")
 
 
