@@ -20,8 +20,9 @@ too), or the trials run out. Measured with 2.41.0:
   (``--request-intervals``, ``--async``) whose windows never agree exits 0 and writes the export but
   no CSV: the run is kept and marked unstable;
 * a window with no request answered in it fails the whole run ("No valid requests recorded within
-  time interval"): an open loop's windows are stretched to expect ``WINDOW_ARRIVALS`` arrivals at its
-  rate (``stretch_for``), and a run that still has one is measured once more with windows twice as long;
+  time interval"): an open loop's windows are those ``perf.measure.engine.sized_for`` sizes for a p99
+  (the last three expect ``P99_SAMPLES`` arrivals and more, so a window expects over 30), and a run
+  that still has one (a rate past the cap) is measured once more with windows twice as long;
 * any failed call ends it ("Thread [0] had error: …"), and so does a model reload under load ("failed
   to find the requested model version" at the next window): a run never reloads under load.
 """
@@ -45,7 +46,7 @@ from pathlib import Path
 import numpy as np
 
 from perf.errors import OptionError, StudyError
-from perf.measure.engine import Edge, EngineFigures, EngineRun, Job, MeasureSettings
+from perf.measure.engine import Edge, EngineFigures, EngineRun, Job, MeasureSettings, sized_for
 from perf.measure.loads import Load, arrival_times
 from perf.measure.records import Record
 from perf.measure.target import Target
@@ -66,10 +67,6 @@ CLOSED_LOOP_TRIALS = 10  # perf_analyzer's own default --max-trials, the least a
 UNSTABLE = "Failed to obtain stable measurement"  # its words when its windows never agree
 # its words when a window ended with no request answered in it: the run fails, whatever came before
 EMPTY_WINDOW = "No valid requests recorded within time interval"
-# arrivals an open loop's window is made long enough to expect: at a low rate (a tuner's search on a
-# loaded host goes down to a few requests a second) a 0.8 s window is often empty; with 10 expected,
-# a Poisson window is empty once in 22,000
-WINDOW_ARRIVALS = 10
 INPUT_ROWS = 16  # rows of the input pool written to --input-data (a cycling target: all, up to the cap)
 INPUT_ROWS_MAX = 4096
 SHAPED_REQUESTS = 256  # requests of a variable-length target written to --input-data, each at its length
@@ -134,14 +131,6 @@ def write_input_data(target: Target, path: Path) -> Path:
     data = [{name: _tensor_data(row) for name, row in sample.items()} for sample in samples]
     path.write_text(json.dumps({"data": data}))
     return path
-
-
-def stretch_for(load: Load, settings: MeasureSettings) -> float:
-    """How many times ``settings``' window an open loop's windows last, so that each expects
-    ``WINDOW_ARRIVALS`` arrivals at the load's rate (1 where they already do, and for a closed loop)."""
-    if load.kind == "closed" or load.rate <= 0:
-        return 1.0
-    return max(1.0, WINDOW_ARRIVALS / (load.rate * settings.window_s))
 
 
 def window_options(settings: MeasureSettings, longer: float = 1.0, closed: bool = False) -> tuple[str, ...]:
@@ -268,18 +257,18 @@ class PerfAnalyzerEngine:
 
     def run(self, job: Job, at_edge: Edge | None = None) -> EngineRun:
         """``job`` in perf_analyzer's windows (``at_edge`` is not called: it runs in its own process)."""
-        target, load, settings, label = job.target, job.load, job.settings, job.label
+        target, load, label = job.target, job.load, job.label
+        settings = sized_for(job.settings, load, WINDOWS_JUDGED, label)
         with tempfile.TemporaryDirectory(prefix="perf_analyzer_") as scratch:
             folder = Path(scratch)
-            first = stretch_for(load, settings)
-            for longer in (first, 2 * first):
+            for longer in (1.0, 2.0):
                 windows = window_options(settings, longer, closed=load.kind == "closed")
                 load_options = self._load_options(load, settings, longer, folder)
                 line = command(self.binary, target, load_options, windows, folder, self.extra)
                 returncode, output = self._call(line, settings.longest_s * longer, label)
                 if returncode == 0 and (folder / "export.json").is_file():
                     break
-                if not (UNSTABLE in output or EMPTY_WINDOW in output) or longer > first:
+                if not (UNSTABLE in output or EMPTY_WINDOW in output) or longer > 1.0:
                     raise StudyError(
                         f"perf_analyzer failed on {label or target.model}: {output[-600:].strip()}"
                     )

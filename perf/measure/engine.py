@@ -1,10 +1,12 @@
 """Load engines: what sends the requests of a measurement, behind one interface.
 
-A ``LoadEngine`` runs one ``Load`` (a closed loop, or open-loop arrival times) against one ``Target``
-in measurement windows, as ``MeasureSettings`` says: a warm-up, then windows until the last
+A ``LoadEngine`` runs one ``Load`` (a closed loop, or open-loop arrival times) against one ``Target`` in
+measurement windows, as ``MeasureSettings`` says: a warm-up, then windows until the last
 ``stable_windows`` agree within ``tolerance`` (throughput and mean latency: perf_analyzer's rule), at
-most ``max_windows``. It hands back an ``EngineRun``: every request's ``Record``, the windows, which of
-them count and whether they agreed. ``perf.measure.measurement`` adds the server's view around it.
+most ``max_windows``; an open loop's windows long enough that those kept hold the requests a p99 is
+judged on (``sized_for``, the one rule both engines apply). It hands back an ``EngineRun``: every
+request's ``Record``, the windows, which of them count and whether they agreed.
+``perf.measure.measurement`` adds the server's view around it.
 
 Two engines implement it: ``OurEngine`` here (the project's asyncio client in this process, ``drive``
 deciding when its requests leave) and ``perf.measure.analyzer.PerfAnalyzerEngine`` (NVIDIA's C++
@@ -17,6 +19,9 @@ another process does not call it.
 from __future__ import annotations
 
 import asyncio
+import dataclasses
+import logging
+import math
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -28,7 +33,18 @@ from perf.measure.records import Record
 from perf.measure.summary import summarize, window_is_stable
 from perf.measure.target import Caller, Target
 
+log = logging.getLogger(__name__)
 Edge = Callable[[float], None]  # called with the time (s on the records' clock) of a window edge
+# The requests a measurement's latency percentiles are judged on, at least: the p99 of fewer lies
+# between their two largest latencies (of 5, all a tuner's search at 2/s on a loaded host saw, it is
+# one stall), a figure one request decides, not a tail. An open loop's kept windows are sized to hold
+# them (``sized_for``); a run that still has fewer is no evidence of meeting a budget (``Measurement.meets``).
+P99_SAMPLES = 100
+# The longest the windows a run keeps may last together: at 0.1/s a p99's requests take 23 minutes, a
+# point of a search measured twice. 90 s sizes every rate from 1.6/s up (a tuner's search on a loaded
+# host went down to 2/s); below, a run keeps 90 s of windows, most often has fewer requests than its
+# p99 needs and is reported as too few, never as meeting the budget.
+KEPT_CAP_S = 90.0
 
 
 @dataclass(frozen=True)
@@ -48,6 +64,7 @@ class MeasureSettings:
     # takes 200 ms gets windows of 4 s.
     window_batches: int = 20
     remeasure_stolen: bool = True
+    p99_samples: int = P99_SAMPLES  # tests lower it to keep short windows: the rule still sizes them
 
     def __post_init__(self) -> None:
         if not self.window_s > 0:
@@ -63,6 +80,8 @@ class MeasureSettings:
             raise OptionError(f"tolerance must be > 0, got {self.tolerance}")
         if self.window_batches < 1:
             raise OptionError(f"window_batches must be >= 1, got {self.window_batches}")
+        if self.p99_samples < 1:
+            raise OptionError(f"p99_samples must be >= 1, got {self.p99_samples}")
 
     @property
     def longest_s(self) -> float:
@@ -75,6 +94,24 @@ class MeasureSettings:
         return len(recent) == self.stable_windows and all(
             window_is_stable([f[i] for f in recent], self.tolerance) for i in (0, 1)
         )
+
+
+def sized_for(settings: MeasureSettings, load: Load, kept: int, label: str = "") -> MeasureSettings:
+    """``settings`` with an open loop's windows long enough that the ``kept`` that count expect
+    ``settings.p99_samples`` arrivals at the load's rate and four Poisson spreads more (so that the
+    count a run gets falls short once in 3,000 runs, not one in two), at most ``KEPT_CAP_S`` together.
+    A closed loop, and a rate the windows already expect that many at, keep ``settings``."""
+    if load.kind == "closed" or load.rate <= 0:
+        return settings
+    wanted = settings.p99_samples + 4 * math.sqrt(settings.p99_samples)
+    kept_s = min(wanted / load.rate, KEPT_CAP_S)
+    if kept_s <= kept * settings.window_s:
+        return settings
+    capped = f", capped at {KEPT_CAP_S:g} s: fewer than a p99 needs" if kept_s < wanted / load.rate else ""
+    log.info("%s: windows of %.1f s, not %.1f s: the %d that count expect %.0f requests at %.3g/s (a p99 "
+             "rests on %d or more%s)", label or load.name, kept_s / kept, settings.window_s, kept,
+             kept_s * load.rate, load.rate, settings.p99_samples, capped)  # fmt: skip
+    return dataclasses.replace(settings, window_s=kept_s / kept)
 
 
 @dataclass(frozen=True)
@@ -134,7 +171,8 @@ class OurEngine:
 
     async def run_async(self, job: Job, at_edge: Edge | None = None) -> EngineRun:
         """``run`` for callers that already run an event loop (two loads on one server at once)."""
-        target, load, settings, label = job.target, job.load, job.settings, job.label
+        target, load, label = job.target, job.load, job.label
+        settings = sized_for(job.settings, load, job.settings.stable_windows, label)
         t0 = time.perf_counter()
         slots = max(load.concurrency // max(target.collect, 1), 1) if load.kind == "closed" else None
         edge = (lambda at: asyncio.to_thread(at_edge, at)) if at_edge else None

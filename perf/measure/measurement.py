@@ -20,7 +20,15 @@ from dataclasses import dataclass
 import numpy as np
 
 from client.stats import ModelStats
-from perf.measure.engine import EngineFigures, EngineRun, Job, LoadEngine, MeasureSettings, OurEngine
+from perf.measure.engine import (
+    P99_SAMPLES,
+    EngineFigures,
+    EngineRun,
+    Job,
+    LoadEngine,
+    MeasureSettings,
+    OurEngine,
+)
 from perf.measure.loads import Load, arrival_times
 from perf.measure.records import Record
 from perf.measure.server_view import ServerDelta, ServerEndpoints, ServerSnapshot, delta, snapshot
@@ -46,6 +54,7 @@ class Measurement:
     engine: str = OurEngine.name
     own: EngineFigures | None = None  # the engine's own figures of the used windows (perf_analyzer's)
     wall_s: float = 0.0  # the whole run, warm-up, reads of the server and drain included
+    p99_samples: int = P99_SAMPLES  # the requests its p99 must rest on to be judged (its settings')
 
     @property
     def span(self) -> tuple[float, float]:
@@ -91,9 +100,22 @@ class Measurement:
         """Nothing failed, and an open loop's rate was kept up with."""
         return bool(self.figures.failed == 0 and self.throughput >= SUSTAINED * self.offered)
 
+    @property
+    def samples(self) -> int:
+        """The requests (samples) its latency percentiles rest on."""
+        return self.figures.samples
+
+    @property
+    def too_few(self) -> bool:
+        """Its percentiles rest on fewer requests than a p99 is judged on (``p99_samples``: the
+        engine's ``P99_SAMPLES`` unless its settings lowered it): a rate past the windows' cap, or one
+        whose requests were shed or failed."""
+        return self.samples < self.p99_samples
+
     def meets(self, budget_ms: float) -> bool:
-        """Kept up with, and p99 within ``budget_ms``."""
-        return self.sustained and self.p99_ms <= budget_ms
+        """Kept up with, on enough requests to judge a p99 by, and p99 within ``budget_ms``: the one
+        judgement of "within the budget" (tune's and plan's search reads it)."""
+        return self.sustained and not self.too_few and self.p99_ms <= budget_ms
 
     @property
     def stats(self) -> ModelStats:
@@ -104,6 +126,11 @@ class Measurement:
     def stolen_share(self) -> float:
         """The share of the CPUs' time the hypervisor took over the measurement (NaN without a reading)."""
         return self.server.stolen_share if self.server else math.nan
+
+
+def too_few_text(samples: int) -> str:
+    """How reports name a run whose p99 rests on too few requests to meet a budget (``too_few``)."""
+    return f"too few requests: {samples}"
 
 
 def measure(
@@ -126,7 +153,7 @@ def measure(
     edges: list[ServerSnapshot] = []
     at_edge = (lambda _at: edges.append(take())) if take else None
     run = engine.run(Job(target, load, settings, label), at_edge)
-    measurement = _measurement(label, target, load, run, engine.name)
+    measurement = _measurement(label, target, load, run, engine.name, settings)
     if take and before:
         after = _settled(take)
         measurement.server = delta(edges[run.used[0] : run.used[1] + 1] if edges else [before, after])
@@ -144,14 +171,17 @@ async def measure_async(
     at once); no server view."""
     started = time.perf_counter()
     run = await OurEngine().run_async(Job(target, load, settings, label))
-    measurement = _measurement(label, target, load, run, OurEngine.name)
+    measurement = _measurement(label, target, load, run, OurEngine.name, settings)
     measurement.wall_s = time.perf_counter() - started
     return measurement
 
 
-def _measurement(label: str, target: Target, load: Load, run: EngineRun, engine: str) -> Measurement:
+def _measurement(
+    label: str, target: Target, load: Load, run: EngineRun, engine: str, settings: MeasureSettings
+) -> Measurement:
     """``run`` as a ``Measurement``: each field of an ``EngineRun`` is the ``Measurement``'s of its name."""
-    return Measurement(label, target.model, load, engine=engine, **vars(run))
+    needed = settings.p99_samples
+    return Measurement(label, target.model, load, engine=engine, p99_samples=needed, **vars(run))
 
 
 def _settled(take: Callable[[], ServerSnapshot]) -> ServerSnapshot:

@@ -8,6 +8,8 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 
+from perf.markdown import number
+from perf.measure.measurement import too_few_text
 from perf.model.memory import MIB
 from perf.plan.placement import CPU_DEVICE, Assignment
 from perf.plan.planner import Judged, Plan
@@ -63,9 +65,16 @@ class VerificationRow:
     predicted_throughput: float
     measured_throughput: float
     sustained: bool  # the server kept up with the offered rate (the last run)
-    met: bool  # the last run was within the budget (and sustained)
+    met: bool  # the last run was within the budget (and sustained, on enough requests)
     runs: int = 1
     verdict: str = ""  # holds / misses / open: the point, by the search's rule
+    samples: int = 0  # the requests the last run's p99 rests on
+    too_few: bool = False  # too few of them to meet the budget by (``Measurement.too_few``)
+
+    @property
+    def measured_p99_text(self) -> str:
+        """The measured p99 (ms), saying so where it rests on too few requests to meet the budget."""
+        return number(self.measured_p99_ms) + (f" ({too_few_text(self.samples)})" if self.too_few else "")
 
 
 @dataclass(frozen=True)

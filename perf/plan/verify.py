@@ -209,6 +209,6 @@ def verification_rows(plan: Plan, evidence: Evidence[str]) -> list[VerificationR
                 predicted_p99_ms=predicted.p99_ms, measured_p99_ms=last.p99_ms,
                 predicted_throughput=predicted.throughput, measured_throughput=last.throughput,
                 sustained=last.sustained, met=last.meets(plan.request.budget_ms), runs=len(runs),
-                verdict=evidence.verdict(label, rate).value,
+                verdict=evidence.verdict(label, rate).value, samples=last.samples, too_few=last.too_few,
             ))  # fmt: skip
     return rows

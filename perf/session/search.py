@@ -4,15 +4,17 @@
 ``search``; no other module searches rates. Two pieces:
 
 * **The rule** (``verdict``), for a *point*: one configuration at one rate. A run that met the budget
-  (the server kept up, p99 within it) shows that the configuration holds it there: a shared host's
-  noise adds latency, it never takes any away. A miss may be that noise, so a miss alone decides
-  nothing and the point is measured again. The point holds when more of its runs met the budget than
-  missed it; it misses when more missed and either two did or one missed by far (``misses_far``: p99
-  over ``FAR_MISS`` × the budget, or less than ``BEHIND`` of the offered rate served: no stall of a
-  neighbour does that, and measuring it again only loads the host further); as many met as missed: one
-  run more. A fresh point so takes one run (it met, or missed by far), two (two misses) or three (a
-  miss and a met, then the third). A point measured again later (the shapes step, a re-measure) is
-  decided the same way with the new run counted: a later miss reopens it, a single one does not close it.
+  (the server kept up, p99 within it, on enough requests: ``Measurement.meets``) shows that the
+  configuration holds it there: a shared host's noise adds latency, it never takes any away; a run whose
+  p99 rests on too few requests is no such evidence and counts as a miss. A miss may be that noise, so a
+  miss alone decides nothing and the point is measured again. The point holds when more of its runs met
+  the budget than missed it; it misses when more missed and either two did or one missed by far
+  (``misses_far``: p99 over ``FAR_MISS`` × the budget, or less than ``BEHIND`` of the offered rate
+  served: no stall of a neighbour does that, and measuring it again only loads the host further); as
+  many met as missed: one run more. A fresh point so takes one run (it met, or missed by far), two (two
+  misses) or three (a miss and a met, then the third). A point measured again later (the shapes step, a
+  re-measure) is decided the same way with the new run counted: a later miss reopens it, a single one
+  does not close it.
 * **The search** (``search``): rates on one ladder (``RUNGS`` per doubling, 12% apart, the same for
   every tool), so that two tools asking about the same configuration measure the same points. From
   what is known of the configuration (its points so far, else the first rate given: a prediction, a
@@ -38,6 +40,7 @@ from typing import Generic, Protocol, TypeVar
 
 from perf.errors import NothingMeetsError
 from perf.measure.loads import Load
+from perf.measure.measurement import too_few_text
 
 log = logging.getLogger(__name__)
 FAR_MISS = 4.0  # a run whose p99 is over this × the budget misses by far
@@ -60,6 +63,8 @@ class Run(Protocol):
     p99_ms: float
     throughput: float
     sustained: bool  # the server kept up with the offered load
+    samples: int  # the requests its p99 rests on
+    too_few: bool  # too few of them to judge a p99 by (``Measurement.too_few``)
 
     def meets(self, budget_ms: float) -> bool: ...
 
@@ -200,7 +205,8 @@ class Evidence(Generic[K]):
             )
         key, rate, run = closest
         behind = None if run.sustained else run.throughput
-        return NothingMeetsError.closest(self.budget_ms, name(key), rate, run.p99_ms, behind, detail)
+        note = too_few_text(run.samples) if run.sustained and run.too_few else ""
+        return NothingMeetsError.closest(self.budget_ms, name(key), rate, run.p99_ms, behind, detail, note)
 
 
 def decide(

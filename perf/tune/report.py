@@ -19,6 +19,7 @@ import matplotlib.pyplot as plt
 
 from perf.errors import EXIT_USAGE, OptionError
 from perf.markdown import number, percent, table, write_report
+from perf.measure.measurement import too_few_text
 from perf.studies.goals import GOALS, Goal, goals_table
 from perf.studies.plots import save_figure
 from perf.tune.result import CandidateFigures, CpuFigures, PointFigures, RunFigures, TuneDocument, load
@@ -52,11 +53,13 @@ def columns_table(columns: dict[str, Callable[[Any], object]], items: Iterable[A
     return table(list(columns), [[cell(item) for cell in columns.values()] for item in items])
 
 
-def p99(run: RunFigures | None) -> str:
-    """A measured p99, marked where it holds the host's noise."""
+def p99(run: RunFigures | None, unit: str = "") -> str:
+    """A measured p99, marked where it holds the host's noise, and saying so where it rests on too few
+    requests to meet the budget by."""
     if not run:
         return "–"
-    return number(run.p99_ms) + (NOISE_MARK if run.host_noise else "")
+    few = f" ({too_few_text(run.samples)})" if run.too_few else ""
+    return number(run.p99_ms) + (NOISE_MARK if run.host_noise else "") + unit + few
 
 
 def _error(point: PointFigures) -> float:
@@ -79,7 +82,7 @@ def headline(saved: TuneDocument) -> list[str]:
         f"Chosen: **{saved.chosen}**: {answer_sentence(saved)}; overlay in `overlay.yaml`, the merged spec "
         "in `spec.tuned.yaml`.",
         "",
-        f"At {number(saved.operating_rate, 0)} requests/s: measured p99 {p99(operating.measured)} ms "
+        f"At {number(saved.operating_rate, 0)} requests/s: measured p99 {p99(operating.measured, ' ms')} "
         f"({runs_text(operating)}); the batcher simulation predicted {number(operating.predicted.p99_ms)} ms "
         f"there. {prediction_sentence(saved)}",
         *demotions(saved),
@@ -132,7 +135,7 @@ def demotions(saved: TuneDocument) -> list[str]:
     if not saved.demoted:
         return []
     misses = "; ".join(
-        f"{p.config} at {number(p.rate, 0)}/s: p99 {p99(p.measured)} ms, served "
+        f"{p.config} at {number(p.rate, 0)}/s: p99 {p99(p.measured, ' ms')}, served "
         f"{number(p.measured.served, 0)}/s ({runs_text(p)})"
         for p in saved.demoted
         if p.measured
@@ -247,7 +250,7 @@ def shortlist_section(saved: TuneDocument) -> list[str]:
             "predicted max rate /s": lambda c: number(c.predicted_rate, 0) if c.predicted_rate else "–",
             "measured max rate /s": lambda c: number(c.measured_rate, 0) if c.measured_rate else "none held",
             "points (p99, runs)": lambda c: "; ".join(
-                f"{number(p.rate, 0)}/s: {p99(p.measured)} ms ({runs_text(p)})" for p in c.points
+                f"{number(p.rate, 0)}/s: {p99(p.measured, ' ms')} ({runs_text(p)})" for p in c.points
             ),
             "seconds": lambda c: number(c.seconds, 0),
         },
@@ -260,7 +263,8 @@ def shortlist_section(saved: TuneDocument) -> list[str]:
         "The best predicted candidate of each family (instances, max batch size), searched on the server "
         "by the one measured search (`perf.session.search`): rates on one ladder, up after a point that held "
         "the budget, down after one that missed, then between until they are neighbouring rungs; a point "
-        "holds when more of its runs met the budget than missed it (a miss alone is measured again).",
+        "holds when more of its runs met the budget than missed it (a miss alone is measured again); a run "
+        "whose p99 rests on too few requests to judge it by is marked so and counts as a miss.",
         "",
         rows,
     ]

@@ -48,6 +48,9 @@ class RunFigures:
     stolen_pct: float | None
     host_noise: bool
     engine: str
+    # the requests its percentiles rest on, and whether they were too few to meet the budget by
+    samples: int = dataclasses.field(default=0, kw_only=True)
+    too_few: bool = dataclasses.field(default=False, kw_only=True)
 
 
 @dataclass(frozen=True)
@@ -192,6 +195,8 @@ def run_figures(run: Measurement, noise: NoisePolicy) -> RunFigures:
         stolen_pct=_finite(100 * run.stolen_share),
         host_noise=noise.holds_noise(run),
         engine=run.engine,
+        samples=run.samples,
+        too_few=run.too_few,
     )
 
 

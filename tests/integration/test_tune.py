@@ -37,7 +37,7 @@ pytestmark = pytest.mark.integration
 SPEC = Path(__file__).resolve().parents[2] / "models.yaml"
 MODEL = "recommender"
 # Short runs: a test checks that the pieces fit, not what they measure.
-SHORT = MeasureSettings(warmup_s=0.2, window_s=0.3, stable_windows=3, max_windows=3)
+SHORT = MeasureSettings(warmup_s=0.2, window_s=0.3, stable_windows=3, max_windows=3, p99_samples=10)
 TINY = Grid(delays_us=(0, 2000), max_batches=(8,), instances=(1, 2), no_batching=False)
 # A budget no stall of a busy host reaches: every candidate is feasible, so the pipeline runs whole.
 BUDGET_MS = 5000.0

@@ -20,7 +20,7 @@ from perf.session.probe import ProbePlan, probe
 pytestmark = pytest.mark.integration
 SPEC = Path(__file__).resolve().parents[2] / "models.yaml"
 PIPELINE = "recommender_pipeline"
-SHORT = MeasureSettings(warmup_s=0.2, window_s=0.3, stable_windows=3, max_windows=3)
+SHORT = MeasureSettings(warmup_s=0.2, window_s=0.3, stable_windows=3, max_windows=3, p99_samples=10)
 
 
 @pytest.fixture(scope="module")

@@ -13,8 +13,8 @@ import numpy as np
 import pytest
 
 from perf.errors import StudyError
-from perf.measure.analyzer import WINDOW_STRETCH, PerfAnalyzerEngine, find_perf_analyzer, stretch_for
-from perf.measure.engine import MeasureSettings
+from perf.measure.analyzer import WINDOW_STRETCH, PerfAnalyzerEngine, find_perf_analyzer
+from perf.measure.engine import KEPT_CAP_S, MeasureSettings
 from perf.measure.loads import arrival_times, closed_loop, poisson
 from perf.measure.measurement import measure
 from perf.measure.target import Target
@@ -141,24 +141,32 @@ def test_an_open_loop_replays_the_loads_arrivals_and_keeps_a_run_whose_windows_d
     assert not run.stable and run.own is None and run.records  # kept, marked: no CSV to hold it to
 
 
-def test_a_low_rates_windows_expect_arrivals_and_one_left_empty_is_measured_once_more(tmp_path, target):
-    """At 4/s a 0.6 s window expects 2.4 arrivals and is empty one time in eleven, which fails a whole
-    perf_analyzer run: the windows last 2.5 s (10 arrivals expected), the arrivals cover every one of
-    them, and a run that still had an empty window is measured again with windows twice as long."""
-    engine = PerfAnalyzerEngine(stand_in(tmp_path, stable_from_ms=4000, says=EMPTY))
+def test_a_low_rates_windows_hold_a_p99s_requests_and_one_left_empty_is_measured_once_more(tmp_path, target):
+    """At 4/s the settings' three 0.6 s windows expect 7 requests, whose p99 is their largest latency:
+    the three perf_analyzer judges last 35 s together (140 arrivals expected, so a run has the 100 a p99
+    is judged on all but once in 3,000), the arrivals cover every window it may measure, and a run that
+    still had an empty window is measured again with windows twice as long."""
+    engine = PerfAnalyzerEngine(stand_in(tmp_path, stable_from_ms=15000, says=EMPTY))
     load = poisson(4.0, seed=5)
     run = measure(target, load, SETTINGS, engine=engine)
     windows = [int(value(line, "--measurement-interval")) for line in argv(tmp_path)]
-    assert windows == [round(2500 / WINDOW_STRETCH), round(5000 / WINDOW_STRETCH)] and run.records
+    window_ms = 35000 / 3
+    assert windows == [round(longer * window_ms / WINDOW_STRETCH) for longer in (1, 2)] and run.records
     gaps = np.loadtxt(tmp_path / "intervals.txt") / 1e6  # the second run's
-    assert np.sum(gaps) > SETTINGS.max_windows * 5.0  # windows of 5 s, all covered
+    assert np.sum(gaps) > SETTINGS.max_windows * 2 * window_ms / 1e3  # all of its windows covered
     (tmp_path / "never").mkdir()
     never = PerfAnalyzerEngine(stand_in(tmp_path / "never", stable_from_ms=10**6, says=EMPTY))
     with pytest.raises(StudyError, match="No valid requests recorded"):
         measure(target, load, SETTINGS, engine=never)
     assert len(argv(tmp_path / "never")) == 2
-    # a rate whose windows already expect enough arrivals keeps the settings' windows
-    assert stretch_for(poisson(300.0), SETTINGS) == 1.0 and stretch_for(closed_loop(1), SETTINGS) == 1.0
+
+
+def test_a_rate_too_low_for_a_p99_within_the_cap_is_measured_in_capped_windows(tmp_path, target):
+    """At 0.5/s a p99's requests take almost five minutes: the three windows that count last
+    ``KEPT_CAP_S`` together (the stand-in's recorded export decides nothing about the count here)."""
+    measure(target, poisson(0.5, seed=5), SETTINGS, engine=PerfAnalyzerEngine(stand_in(tmp_path)))
+    (line,) = argv(tmp_path)
+    assert int(value(line, "--measurement-interval")) == round(KEPT_CAP_S / 3 * 1000 / WINDOW_STRETCH)
 
 
 def test_the_study_report_says_which_settings_perf_analyzer_used(tmp_path, target):

@@ -49,7 +49,7 @@ def run(p99_ms: float, served: float, rate: float | None = None) -> SimpleNamesp
     """A run (as the search reads it) that served ``served``/s of ``rate`` (default: all of it)."""
     sustained = rate is None or served >= 0.95 * rate
     return SimpleNamespace(
-        label="run", p99_ms=p99_ms, throughput=served, sustained=sustained,
+        label="run", p99_ms=p99_ms, throughput=served, sustained=sustained, samples=1000, too_few=False,
         load=SimpleNamespace(rate=rate or served), meets=lambda budget: sustained and p99_ms <= budget,
     )  # fmt: skip
 

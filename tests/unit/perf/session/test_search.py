@@ -41,7 +41,13 @@ BUDGET_MS = 10.0
 def run(p99_ms: float, served: float = 1000.0, met: bool | None = None) -> SimpleNamespace:
     ok = p99_ms <= BUDGET_MS if met is None else met
     return SimpleNamespace(
-        label="run", p99_ms=p99_ms, throughput=served, sustained=True, meets=lambda budget: ok
+        label="run",
+        p99_ms=p99_ms,
+        throughput=served,
+        sustained=True,
+        samples=1000,
+        too_few=False,
+        meets=lambda budget: ok,
     )
 
 
