@@ -49,7 +49,8 @@ def poisson(rate: float, seed: int = 0) -> Load:
                 now += gap
                 yield now
 
-    return Load("open", f"Poisson {rate:.0f}/s", rate=rate, arrivals=arrivals)
+    shown = f"{rate:.0f}" if rate >= 10 else f"{rate:.2g}"  # a low rate keeps its digits: not "0/s" at 0.4/s
+    return Load("open", f"Poisson {shown}/s", rate=rate, arrivals=arrivals)
 
 
 def trace(inter_arrival_s: Sequence[float], name: str = "trace") -> Load:

@@ -46,3 +46,14 @@ def test_trace_replays_gaps_cyclically(tmp_path):
 def test_invalid_loads_are_rejected(bad):
     with pytest.raises(ValueError):
         bad()
+
+
+def test_a_poisson_loads_name_keeps_a_low_rates_digits():
+    """A search on a loaded host goes below 1 request/s; its runs must not all be named "0/s"."""
+    assert [poisson(rate).name for rate in (0.4, 2.5, 9.99, 10, 1600.4)] == [
+        "Poisson 0.4/s",
+        "Poisson 2.5/s",
+        "Poisson 10/s",
+        "Poisson 10/s",
+        "Poisson 1600/s",
+    ]
