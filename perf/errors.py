@@ -64,15 +64,15 @@ class NothingMeetsError(PerfError):
         """The verdict naming the closest figure measured: ``label`` at ``rate``/s with p99 ``p99_ms``
         (``behind``: what it served, where it fell behind the offered rate; ``note``: why a run within
         the budget is still no answer)."""
-        served = f", serving only {_per_second(behind)} of it" if behind is not None else ""
+        served = f", serving only {per_second(behind)} of it" if behind is not None else ""
         figure = f"with p99 {p99_ms:,.1f} ms{served}" if p99_ms == p99_ms else "where no request was answered"
         return cls(
             f"nothing meets p99 <= {budget_ms:g} ms here: the closest measured was {label} at "
-            f"{_per_second(rate)} {figure}{f' ({note})' if note else ''}",
+            f"{per_second(rate)} {figure}{f' ({note})' if note else ''}",
             detail,
         )
 
 
-def _per_second(rate: float) -> str:
+def per_second(rate: float) -> str:
     """``1,290/s``, or ``3.2/s`` under ten (a whole number would say 0 of a rate under one)."""
     return f"{rate:,.0f}/s" if rate >= 10 else f"{rate:.1f}/s"

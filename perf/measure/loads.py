@@ -14,7 +14,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from perf.errors import OptionError
+from perf.errors import OptionError, per_second
 
 ArrivalFactory = Callable[[], Iterator[float]]
 
@@ -49,8 +49,7 @@ def poisson(rate: float, seed: int = 0) -> Load:
                 now += gap
                 yield now
 
-    shown = f"{rate:.0f}" if rate >= 10 else f"{rate:.2g}"  # a low rate keeps its digits: not "0/s" at 0.4/s
-    return Load("open", f"Poisson {shown}/s", rate=rate, arrivals=arrivals)
+    return Load("open", f"Poisson {per_second(rate)}", rate=rate, arrivals=arrivals)
 
 
 def trace(inter_arrival_s: Sequence[float], name: str = "trace") -> Load:

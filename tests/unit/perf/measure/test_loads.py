@@ -53,7 +53,7 @@ def test_a_poisson_loads_name_keeps_a_low_rates_digits():
     assert [poisson(rate).name for rate in (0.4, 2.5, 9.99, 10, 1600.4)] == [
         "Poisson 0.4/s",
         "Poisson 2.5/s",
+        "Poisson 10.0/s",
         "Poisson 10/s",
-        "Poisson 10/s",
-        "Poisson 1600/s",
+        "Poisson 1,600/s",
     ]
