@@ -40,7 +40,14 @@ from perf.plan.topology import Topology, cpu_topology, live_topology, topology_f
 from perf.plan.verify import Serve, measure_plan, probe_evidence, real_server, verification_rows
 from perf.report_folder import report_folder
 from perf.saved import save_document
-from perf.session.model import TUNE_WINDOWS, ModelSession, keep_dead_server_log
+from perf.session.model import (
+    TUNE_WINDOWS,
+    ModelSession,
+    add_window_options,
+    keep_dead_server_log,
+    run_windows,
+    window_usage_error,
+)
 from perf.session.probe import ProbePlan, probe
 from perf.session.search import Evidence, Verdict
 from perf.spec_overlay import base_document
@@ -83,9 +90,7 @@ def add_parser(commands: argparse._SubParsersAction) -> None:
         "--probe-runs", type=int, default=6,
         help="on the CPU: runs per ramp of the tuner's probe (0: none: compute alone, a quick plan)",
     )  # fmt: skip
-    p.add_argument(
-        "--seconds", type=float, default=3 * TUNE_WINDOWS.window_s, help="measured seconds per run"
-    )
+    add_window_options(p)
     p.add_argument("--predict-s", type=float, default=3.0, help="seconds of arrivals per prediction")
     p.add_argument("--reports", type=Path, default=Path("reports"))
     p.add_argument("--workdir", type=Path, default=WORKDIR, help="where the variants are built and served")
@@ -101,8 +106,10 @@ def usage_errors(args: argparse.Namespace) -> str | None:
         return f"--p99-ms must be > 0, got {args.p99_ms}"
     if args.accuracy is not None and args.accuracy < 0:
         return f"--accuracy must be >= 0, got {args.accuracy}"
-    if args.seconds <= 0 or args.predict_s <= 0:
-        return "--seconds and --predict-s must be > 0"
+    if args.predict_s <= 0:
+        return f"--predict-s must be > 0, got {args.predict_s}"
+    if (window_error := window_usage_error(args)) is not None:
+        return window_error
     if args.probe_runs < 0 or args.verify < 0:
         return "--probe-runs and --verify must be >= 0"
     return None
@@ -147,7 +154,7 @@ def command_plan(args: argparse.Namespace, console, setup: PlanSetup = THE_SETUP
     def step(text: str) -> None:
         console.print(f"  {text}")
 
-    settings = dataclasses.replace(setup.windows, window_s=args.seconds / setup.windows.stable_windows)
+    settings = run_windows(setup.windows, args)
     engine = OurEngine()
     measuring = here and not topology.on_gpu and not too_big  # this CPU: the server measures
     if too_big and here and not topology.on_gpu:

@@ -17,6 +17,7 @@ rate are those of mixed lengths; ``use_buckets`` changes the padding for the run
 
 from __future__ import annotations
 
+import argparse
 import contextlib
 import dataclasses
 import json
@@ -33,7 +34,7 @@ from client.infer import infer
 from exporters.repository import build_repository
 from exporters.schema.models import ModelSpec, Spec
 from perf.errors import ServerDiedError
-from perf.measure.engine import LoadEngine, MeasureSettings
+from perf.measure.engine import KEPT_CAP_S, P99_SAMPLES, LoadEngine, MeasureSettings
 from perf.measure.loads import Load
 from perf.measure.measurement import Measurement, measure
 from perf.measure.noise import NoisePolicy
@@ -53,6 +54,38 @@ TUNE_WINDOWS = MeasureSettings(warmup_s=0.5, window_s=0.8, stable_windows=3, max
 # The largest batch is timed this many times after a warm-up and the median kept: one stall of a shared
 # host would otherwise size every window of the session.
 TIMED_BATCHES = 3
+
+
+def add_window_options(parser: argparse.ArgumentParser) -> None:
+    """``--seconds`` and ``--p99-samples``: the measurement options ``make tune`` and ``make plan`` share."""
+    parser.add_argument(
+        "--seconds", type=float, default=3 * TUNE_WINDOWS.window_s,
+        help="seconds the three measurement windows that count cover, per run (longer at a low rate: "
+        "--p99-samples)",
+    )  # fmt: skip
+    parser.add_argument(
+        "--p99-samples", type=int, default=None,
+        help=f"requests a run's p99 must rest on to count as within the budget (default {P99_SAMPLES}); a "
+        f"model that cannot serve them within {KEPT_CAP_S:g} s of windows needs a lower count, and gets "
+        "a rougher p99",
+    )  # fmt: skip
+
+
+def window_usage_error(args: argparse.Namespace) -> str | None:
+    """What is wrong with ``add_window_options``' values, if anything."""
+    if args.seconds <= 0:
+        return f"--seconds must be > 0, got {args.seconds}"
+    if args.p99_samples is not None and args.p99_samples < 1:
+        return f"--p99-samples must be >= 1, got {args.p99_samples}"
+    return None
+
+
+def run_windows(windows: MeasureSettings, args: argparse.Namespace) -> MeasureSettings:
+    """``windows`` as ``add_window_options`` asked: ``--seconds`` over the windows that count, and the
+    requests a p99 rests on where ``--p99-samples`` was given (else the windows' own: ``P99_SAMPLES``
+    for ``TUNE_WINDOWS``)."""
+    samples = windows.p99_samples if args.p99_samples is None else args.p99_samples
+    return dataclasses.replace(windows, window_s=args.seconds / windows.stable_windows, p99_samples=samples)
 
 
 def windows_for(settings: MeasureSettings, largest_batch_s: float) -> MeasureSettings:

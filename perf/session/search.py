@@ -205,7 +205,8 @@ class Evidence(Generic[K]):
             )
         key, rate, run = closest
         behind = None if run.sustained else run.throughput
-        note = too_few_text(run.samples) if run.sustained and run.too_few else ""
+        few = run.sustained and run.too_few  # within the budget, on too few requests: say how to accept them
+        note = f"{too_few_text(run.samples)}; --p99-samples lowers the count a p99 rests on" if few else ""
         return NothingMeetsError.closest(self.budget_ms, name(key), rate, run.p99_ms, behind, detail, note)
 
 

@@ -34,7 +34,14 @@ from perf.measure.shapes import has_variable_axis
 from perf.model.batcher import BatcherConfig
 from perf.model.grid import QUICK_GRID, WIDE_GRID, Grid
 from perf.report_folder import report_folder
-from perf.session.model import TUNE_WINDOWS, ModelSession, keep_dead_server_log
+from perf.session.model import (
+    TUNE_WINDOWS,
+    ModelSession,
+    add_window_options,
+    keep_dead_server_log,
+    run_windows,
+    window_usage_error,
+)
 from perf.session.shapes_section import ShapesOutcome, shapes_outcome
 from perf.spec_overlay import write_overlay
 from perf.tune.partial import write_partial
@@ -82,12 +89,7 @@ def add_parser(commands: argparse._SubParsersAction) -> None:
     )
     tune_parser.add_argument("--trace", default=None, help="inter-arrival times (s) scaled to each rate")
     tune_parser.add_argument("--grid", choices=["quick", "wide"], default="quick")
-    tune_parser.add_argument(
-        "--seconds",
-        type=float,
-        default=3 * TUNE_WINDOWS.window_s,
-        help="seconds the three measurement windows that count cover, per run",
-    )
+    add_window_options(tune_parser)
     tune_parser.add_argument(
         "--shortlist", type=int, default=4, help="families searched on the server (0: the prediction's first)"
     )
@@ -111,8 +113,8 @@ def add_parser(commands: argparse._SubParsersAction) -> None:
 def usage_errors(args: argparse.Namespace, setup: TuneSetup = THE_SETUP) -> str | None:
     if args.engine == "perf_analyzer" and setup.perf_analyzer() is None:
         return f"--engine perf_analyzer: {unavailable_message()}"
-    if args.seconds <= 0:
-        return f"--seconds must be > 0, got {args.seconds}"
+    if (window_error := window_usage_error(args)) is not None:
+        return window_error
     if not args.model or args.p99_ms is None:
         return "--model and --p99-ms are required"
     if args.p99_ms <= 0:
@@ -215,7 +217,7 @@ def measure_and_pick(
     def progress(text: str) -> None:
         console.print(f"  {text}")
 
-    windows = dataclasses.replace(setup.windows, window_s=args.seconds / setup.windows.stable_windows)
+    windows = run_windows(setup.windows, args)
     started = time.perf_counter()
     keep = args.keep_queue_policy
     session = setup.session(

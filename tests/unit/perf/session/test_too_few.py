@@ -4,12 +4,21 @@ count. A run with enough requests is judged as before."""
 
 from __future__ import annotations
 
+import argparse
+import dataclasses
+from pathlib import Path
+
+import pytest
+
+from perf.cli import main as perf_main
+from perf.errors import EXIT_USAGE
 from perf.measure.engine import P99_SAMPLES
 from perf.measure.loads import poisson
 from perf.measure.measurement import Measurement
 from perf.measure.noise import NoisePolicy
 from perf.measure.records import Record
 from perf.plan.document import VerificationRow
+from perf.session.model import TUNE_WINDOWS, add_window_options, run_windows, window_usage_error
 from perf.session.search import Evidence, Verdict
 from perf.tune.report import p99
 from perf.tune.result import run_figures
@@ -43,7 +52,7 @@ def test_the_search_never_holds_a_point_on_too_few_requests_and_its_verdict_says
     assert evidence.verdict("x", RATE) is Verdict.MISSES and evidence.best() is None
     verdict = str(evidence.nothing_meets(str))
     assert verdict.startswith("nothing meets p99 <= 10 ms here: the closest measured was x at 2.0/s")
-    assert verdict.endswith("(too few requests: 40)")
+    assert verdict.endswith("(too few requests: 40; --p99-samples lowers the count a p99 rests on)")
 
 
 def test_tunes_and_plans_reports_name_a_run_on_too_few_requests_with_its_count() -> None:
@@ -51,3 +60,37 @@ def test_tunes_and_plans_reports_name_a_run_on_too_few_requests_with_its_count()
     assert p99(few, " ms") == "5.0 ms (too few requests: 40)" and p99(enough, " ms") == "5.0 ms"
     row = VerificationRow("x", 0.5, RATE, 4.0, 5.0, RATE, RATE, True, False, samples=40, too_few=True)
     assert row.measured_p99_text == "5.0 (too few requests: 40)"
+
+
+@pytest.mark.parametrize("command", ["tune", "plan"])
+def test_tune_and_plan_take_the_count_a_p99_rests_on_from_the_command_line(
+    command: str, tmp_path: Path, capsys: pytest.CaptureFixture
+) -> None:
+    """``--p99-samples`` for a model too slow to serve 100 requests within the windows' cap; without
+    it the setup's windows keep their own count (the tests' short windows keep theirs)."""
+    parser = argparse.ArgumentParser()
+    add_window_options(parser)
+    given, default = parser.parse_args(["--p99-samples", "30"]), parser.parse_args([])
+    short = dataclasses.replace(TUNE_WINDOWS, p99_samples=10)
+    assert run_windows(TUNE_WINDOWS, given).p99_samples == 30
+    assert run_windows(TUNE_WINDOWS, default).p99_samples == P99_SAMPLES
+    assert run_windows(short, default).p99_samples == 10
+    assert (
+        window_usage_error(parser.parse_args(["--p99-samples", "0"])) == "--p99-samples must be >= 1, got 0"
+    )
+    reports = tmp_path / "reports"
+    args = [
+        command,
+        "--model",
+        "recommender",
+        "--p99-ms",
+        "10",
+        "--p99-samples",
+        "0",
+        "--reports",
+        str(reports),
+    ]
+    with pytest.raises(SystemExit) as exit_info:  # a usage error, before anything is built or measured
+        perf_main(args)
+    assert exit_info.value.code == EXIT_USAGE and "--p99-samples must be >= 1" in capsys.readouterr().err
+    assert not reports.exists()
