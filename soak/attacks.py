@@ -67,6 +67,8 @@ RESTART_GAP = (
 )
 RACE_S = 3.0  # per protocol: brief, the fault matrix runs it longer
 CUT_SHORT = "cut short after registration"  # the front's refusal of a region cut short (row 45)
+# the statuses it comes with, as tritonclient gives them: HTTP 400, gRPC INVALID_ARGUMENT (row 45)
+BAD_REQUEST = frozenset({"400", str(grpc.StatusCode.INVALID_ARGUMENT)})
 READ_BACK_WITHIN_S = 5.0  # a row read back waits this long for its file to be restored
 ROW_FLOATS = 16  # trivial's x and y: FP32 [1, 16]
 ROW = 4 * ROW_FLOATS
@@ -270,15 +272,16 @@ def judge(
     call: Callable[[], np.ndarray], rights: Sequence[np.ndarray], refusal: str | None = None
 ) -> Verdict:
     """Run ``call`` (a request that returns its output) and judge what it got: answered when the output
-    is one of ``rights``; refused when it raised the front's error saying ``refusal``; anything else,
-    any other error (Triton's own, a connection refused: the server gone) or an output that is none of
-    ``rights``, is wrong."""
+    is one of ``rights``; refused when it raised the front's error saying ``refusal``, as a bad request
+    (``BAD_REQUEST``); anything else, any other error (Triton's own, a connection refused: the server
+    gone) or an output that is none of ``rights``, is wrong."""
     try:
         output = call()
     except Exception as error:  # whatever it is, the request got it instead of an answer
         if (
             refusal is not None
             and isinstance(error, InferenceServerException)
+            and error.status() in BAD_REQUEST
             and refusal in (error.message() or "")
         ):
             return Verdict(refused=True)
