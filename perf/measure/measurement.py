@@ -133,6 +133,11 @@ def too_few_text(samples: int) -> str:
     return f"too few requests: {samples}"
 
 
+def too_few_note(samples: int, too_few: bool) -> str:
+    """What follows a run's p99 in a report: `` (too few requests: N)`` where it was too few, else nothing."""
+    return f" ({too_few_text(samples)})" if too_few else ""
+
+
 def measure(
     target: Target,
     load: Load,

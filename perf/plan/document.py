@@ -9,7 +9,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from perf.markdown import number
-from perf.measure.measurement import too_few_text
+from perf.measure.measurement import too_few_note
 from perf.model.memory import MIB
 from perf.plan.placement import CPU_DEVICE, Assignment
 from perf.plan.planner import Judged, Plan
@@ -74,7 +74,7 @@ class VerificationRow:
     @property
     def measured_p99_text(self) -> str:
         """The measured p99 (ms), saying so where it rests on too few requests to meet the budget."""
-        return number(self.measured_p99_ms) + (f" ({too_few_text(self.samples)})" if self.too_few else "")
+        return number(self.measured_p99_ms) + too_few_note(self.samples, self.too_few)
 
 
 @dataclass(frozen=True)

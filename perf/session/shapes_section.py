@@ -19,7 +19,7 @@ from perf.markdown import number, table
 from perf.measure.bucket_runs import BucketRun, Ways, choose, ways_of
 from perf.measure.engine import OurEngine
 from perf.measure.loads import Load
-from perf.measure.measurement import Measurement, too_few_text
+from perf.measure.measurement import Measurement, too_few_note
 from perf.measure.padding_check import refused_lines
 from perf.measure.shapes import PADDING_BATCH, has_variable_axis
 from perf.measure.target import Target
@@ -87,7 +87,7 @@ def shapes_outcome(
          "–" if not run.buckets else str(list(run.buckets)), number(run.measured.throughput, 0),
          number(run.measured.p99_ms), number(run.measured.stats.mean_batch, 2), *run.padding_cells(),
          "yes" if run.measured.meets(budget_ms)
-         else f"no ({too_few_text(run.measured.samples)})" if run.measured.too_few else "no"]
+         else "no" + too_few_note(run.measured.samples, run.measured.too_few)]
         for run in runs
     ]  # fmt: skip
     meets = chosen.measured.meets(budget_ms)

@@ -19,7 +19,7 @@ import matplotlib.pyplot as plt
 
 from perf.errors import EXIT_USAGE, OptionError
 from perf.markdown import number, percent, table, write_report
-from perf.measure.measurement import too_few_text
+from perf.measure.measurement import too_few_note
 from perf.studies.goals import GOALS, Goal, goals_table
 from perf.studies.plots import save_figure
 from perf.tune.result import CandidateFigures, CpuFigures, PointFigures, RunFigures, TuneDocument, load
@@ -58,8 +58,12 @@ def p99(run: RunFigures | None, unit: str = "") -> str:
     requests to meet the budget by."""
     if not run:
         return "–"
-    few = f" ({too_few_text(run.samples)})" if run.too_few else ""
-    return number(run.p99_ms) + (NOISE_MARK if run.host_noise else "") + unit + few
+    return (
+        number(run.p99_ms)
+        + (NOISE_MARK if run.host_noise else "")
+        + unit
+        + too_few_note(run.samples, run.too_few)
+    )
 
 
 def _error(point: PointFigures) -> float:
