@@ -27,7 +27,7 @@ from perf.markdown import number
 from perf.measure.engine import MeasureSettings, OurEngine
 from perf.measure.shapes import has_variable_axis
 from perf.plan.compute_profile import ComputeProfile, compute_origin, read_compute_profile
-from perf.plan.document import PlanDocument, ShapesFigures, plan_document
+from perf.plan.document import PlanDocument, plan_document
 from perf.plan.graph_memory import too_big_to_build
 from perf.plan.overlay import plan_overlay, server_flags, write_plan_overlay
 from perf.plan.placement import PlacementError
@@ -49,7 +49,8 @@ from perf.session.model import (
     window_usage_error,
 )
 from perf.session.probe import ProbePlan, probe
-from perf.session.search import Evidence, Verdict
+from perf.session.search import Evidence
+from perf.session.shapes_section import ShapesFigures
 from perf.spec_overlay import base_document
 from server.ports import add_port_base_option
 
@@ -172,11 +173,9 @@ def command_plan(args: argparse.Namespace, console, setup: PlanSetup = THE_SETUP
         plot(planned, folder / "p99_vs_rate.png")
         return saved
 
-    def shapes_step(settled: Plan, rate: float) -> bool:
-        """The shapes step on the answer at its rate (``perf.plan.shapes``); whether its point still
-        holds the budget afterwards."""
+    def shapes_step(settled: Plan, rate: float) -> None:
+        """The shapes step on the answer at its rate (``perf.plan.shapes``), its runs evidence."""
         rechecked.append(plan_shapes(base, settled, rate, engine, settings, args.workdir, step, evidence))
-        return evidence.verdict(settled.chosen.strategy.label, rate) is Verdict.HOLDS
 
     with keep_dead_server_log(folder):
         probed = None

@@ -13,6 +13,7 @@ from perf.measure.measurement import too_few_note
 from perf.model.memory import MIB
 from perf.plan.placement import CPU_DEVICE, Assignment
 from perf.plan.planner import Judged, Plan
+from perf.session.shapes_section import ShapesFigures
 
 
 @dataclass(frozen=True)
@@ -75,15 +76,6 @@ class VerificationRow:
     def measured_p99_text(self) -> str:
         """The measured p99 (ms), saying so where it rests on too few requests to meet the budget."""
         return number(self.measured_p99_ms) + too_few_note(self.samples, self.too_few)
-
-
-@dataclass(frozen=True)
-class ShapesFigures:
-    """Shapes as served (``perf.plan.shapes``): the report section's lines, and the buckets chosen
-    (``()``: each request at its own length; None: the choice missed the budget, the spec's stay)."""
-
-    section: tuple[str, ...]
-    buckets: tuple[int, ...] | None
 
 
 @dataclass(frozen=True)

@@ -6,8 +6,8 @@ shapes, so the per-length table says what batching the planned rate really rests
 chosen go into the plan's overlay only where the choice met the budget, as the tuner's do.
 
 Where no way meets the budget, the run of the way the search sent is one more run of the pick at its
-rate: with the plan's ``evidence`` it is counted there, and the point measured again by the search's
-rule on the same session.
+rate: it joins the plan's ``evidence``, and the point is measured again by the search's rule on the same
+session (``perf.session.shapes_section``), whose miss reopens the answer.
 
 A split pick (a pipeline) is not measured this way: the section serves one whole model."""
 
@@ -20,20 +20,20 @@ from exporters.schema.models import ModelSpec
 from perf.measure.engine import LoadEngine, MeasureSettings
 from perf.measure.loads import poisson
 from perf.measure.shapes import has_variable_axis
-from perf.plan.document import ShapesFigures
 from perf.plan.planner import Plan
 from perf.plan.verify import data_session
-from perf.session.search import Evidence, decide
-from perf.session.shapes_section import shapes_outcome
+from perf.session.search import Evidence
+from perf.session.shapes_section import ShapesFigures, shapes_step
 
 
 def plan_shapes(
     base: ModelSpec, plan: Plan, rate: float, engine: LoadEngine, settings: MeasureSettings, workdir: Path,
-    step: Callable[[str], None], evidence: Evidence[str] | None = None,
+    step: Callable[[str], None], evidence: Evidence[str],
 ) -> ShapesFigures | None:  # fmt: skip
     """The shapes section of the plan's pick at ``rate`` (the highest verified rate within the budget):
-    its report lines and the lengths chosen (``()``: none; None where the choice missed the budget);
-    None for a model without a variable axis, or a pick that is not the whole model."""
+    its report lines and the lengths chosen (``()``: none; None where the choice missed the budget),
+    its run as searched counted in ``evidence`` where that choice missed; None for a model without a
+    variable axis, or a pick that is not the whole model."""
     strategy = plan.chosen.strategy
     if not has_variable_axis(base) or rate <= 0:
         return None
@@ -41,14 +41,7 @@ def plan_shapes(
         step(f"shapes: not measured for {strategy.label} (the bucket runs serve the whole model)")
         return None
     session, config = data_session(base, strategy, workdir / "shapes", engine, settings)
-    load = poisson(rate, plan.request.seed)
+    load_at = lambda r: poisson(r, plan.request.seed)  # noqa: E731
+    label, written = strategy.label, "spec.planned.yaml"
     with session:
-        outcome = shapes_outcome(
-            session, config, load, plan.request.budget_ms, step, written="spec.planned.yaml"
-        )
-        if evidence is not None and outcome.buckets is None and outcome.as_searched is not None:
-            evidence.add(strategy.label, rate, outcome.as_searched)
-            session.prepare(config)
-            load_at = lambda r: poisson(r, plan.request.seed)  # noqa: E731
-            decide(session, evidence, strategy.label, rate, load_at, f"re-measure {strategy.label}")
-    return ShapesFigures(outcome.lines, outcome.buckets)
+        return shapes_step(session, config, load_at, rate, evidence, label, label, step, written)

@@ -33,13 +33,13 @@ from perf.plan.strategy import Strategy
 from perf.session.model import ModelSession
 from perf.session.pipeline import PipelineSession
 from perf.session.probe import ProbeResult
-from perf.session.search import Evidence, SearchPlan, search
+from perf.session.search import Evidence, SearchPlan, Verdict, search
 
 SETTLE_ROUNDS = 12  # a hang guard: each round searches an answer or refutes one
 # A served strategy: its session (entered for the runs) and the configuration it is loaded with.
 Serve = Callable[[Strategy], tuple[AbstractContextManager, BatcherConfig]]
-# The shapes step on the answer at its rate: True where its point still holds the budget afterwards.
-Recheck = Callable[[Plan, float], bool]
+# The shapes step on the answer at its rate: one more check of it, whose runs join the evidence.
+Recheck = Callable[[Plan, float], object]
 
 
 def real_server(
@@ -151,7 +151,9 @@ def measure_plan(
             search_strategy(settled.chosen, rate, plan, evidence, serve, step)
             searched.add(label)
             continue
-        if recheck is None or recheck(settled, rate):
+        if recheck is not None:
+            recheck(settled, rate)
+        if evidence.verdict(label, rate) is Verdict.HOLDS:
             return settled, rate
         step(f"{label} at {rate:,.0f}/s: a later run missed the budget there; the answer is reopened")
     raise StudyError(f"the plan's answer did not settle in {SETTLE_ROUNDS} rounds")

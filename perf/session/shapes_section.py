@@ -5,9 +5,10 @@ shapes; buckets let requests of different lengths batch again at the price of co
 The choice: the way that meets the budget with the lowest p99 (at an equal offered rate, the served
 rates are equal), else the one that served the most.
 
-The run of the way the search sent (the spec's ``buckets:``, or each request at its own length) is one
-more run of the answer at its rate: where no way meets the budget, the caller counts it as evidence
-(``ShapesOutcome.as_searched``), and a miss there reopens the answer (``perf.session.search``).
+It is also one more check of the answer, the same for both tools: where no way meets the budget, the
+run of the way the search sent (the spec's ``buckets:``, or each request at its own length) is one more
+run of the answer at its rate. It joins the tool's evidence and the point is decided again by the
+search's rule on the same session, so that a miss there reopens the answer (``perf.session.search``).
 """
 
 from __future__ import annotations
@@ -21,10 +22,11 @@ from perf.measure.engine import OurEngine
 from perf.measure.loads import Load
 from perf.measure.measurement import Measurement, too_few_note
 from perf.measure.padding_check import refused_lines
-from perf.measure.shapes import PADDING_BATCH, has_variable_axis
+from perf.measure.shapes import PADDING_BATCH
 from perf.measure.target import Target
 from perf.model.batcher import BatcherConfig
 from perf.session.model import ModelSession
+from perf.session.search import Evidence, K, decide
 
 HEADING = "## Shapes as served: length buckets"
 
@@ -52,30 +54,31 @@ def bucket_runs(
 
 
 @dataclass(frozen=True)
-class ShapesOutcome:
-    """The section's lines, the buckets chosen (``[]``: none; None where no way met the budget: the
-    spec's stay) and the run of the way the search sent (None for a fixed-shape model, or where that
-    way's padding changes the answer: refused, not measured)."""
+class ShapesFigures:
+    """Shapes as served, as saved (``plan.json``'s ``shapes``; ``result.json`` keeps them as a
+    section and its ``buckets``): the report section's lines, and the buckets chosen (``()``: each
+    request at its own length; None: the choice missed the budget, the spec's stay)."""
 
-    lines: tuple[str, ...]
+    section: tuple[str, ...]
     buckets: tuple[int, ...] | None
-    as_searched: Measurement | None
 
 
-def shapes_outcome(
-    session: ModelSession, config: BatcherConfig, load: Load, budget_ms: float,
-    step: Callable[[str], None] | None = None, written: str = "spec.tuned.yaml",
-) -> ShapesOutcome:  # fmt: skip
-    """The bucket runs on ``config`` under ``load`` as a report section, the buckets chosen (``[]``:
-    none) where the choice meets the budget, None where nothing does (the spec's ``buckets:`` stay) or
-    the shapes are fixed, and the run of the way the search sent. ``written``: the merged spec that
-    carries the choice (tune's or plan's)."""
-    if not has_variable_axis(session.base):
-        return ShapesOutcome((), None, None)
+def shapes_step(
+    session: ModelSession, config: BatcherConfig, load_at: Callable[[float], Load], rate: float,
+    evidence: Evidence[K], answer: K, name: str, step: Callable[[str], None],
+    written: str = "spec.tuned.yaml",
+) -> ShapesFigures:  # fmt: skip
+    """The bucket runs on the answer (``answer`` in ``evidence``, ``name`` in the runs' labels, served
+    as ``config`` on ``session``, whose model has a variable axis) at ``rate``: the section and the
+    buckets chosen where the choice meets the budget; where nothing does, the run of the way the search
+    sent joins ``evidence`` and the point is decided again (module docstring). ``written``: the merged
+    spec that carries the choice (tune's or plan's)."""
+    budget_ms = evidence.budget_ms
     searched = session.buckets if session.buckets is not None else tuple(session.base.buckets)
     session.prepare(config)
     ways = ways_of(session.base, session.model_file, session.seed)
-    runs = bucket_runs(session, load, step or (lambda text: None), ways)
+    load = load_at(rate)
+    runs = bucket_runs(session, load, step, ways)
     as_searched = next((run.measured for run in runs if run.buckets == searched), None)
     chosen = choose(runs, budget_ms)
     max_batch = session.current.max_batch_size if session.current else session.largest_batch
@@ -101,9 +104,9 @@ def shapes_outcome(
     else:
         advice = f"each request at its own length: `{written}` carries `buckets: []`"
 
-    config = session.current.label if session.current else "?"
+    served = session.current.label if session.current else "?"
     lines = [
-        f"{HEADING}: {config}, {load.name}",
+        f"{HEADING}: {served}, {load.name}",
         "",
         f"Request lengths: {ways.mix.describe()}. The runs above measured "
         "them as they come (Triton batches only equal shapes); here the same arrivals are sent at one "
@@ -119,4 +122,8 @@ def shapes_outcome(
     for run in runs:
         if run.buckets is not None:  # one shape: Triton's own count says it all
             lines += ["", *run.formed_lines(max_batch)]
-    return ShapesOutcome(tuple(lines), tuple(chosen.buckets or ()) if meets else None, as_searched)
+    if not meets and as_searched is not None:  # one more run of the answer's point
+        evidence.add(answer, rate, as_searched)
+        session.prepare(config)
+        decide(session, evidence, answer, rate, load_at, f"re-measure {name}")
+    return ShapesFigures(tuple(lines), tuple(chosen.buckets or ()) if meets else None)

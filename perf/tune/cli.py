@@ -28,7 +28,6 @@ from perf.markdown import number
 from perf.measure.analyzer import PerfAnalyzerEngine, find_perf_analyzer, unavailable_message
 from perf.measure.engine import MeasureSettings, OurEngine
 from perf.measure.loads import Load, read_trace
-from perf.measure.measurement import Measurement
 from perf.measure.raw import measure_raw
 from perf.measure.shapes import has_variable_axis
 from perf.model.batcher import BatcherConfig
@@ -42,7 +41,8 @@ from perf.session.model import (
     run_windows,
     window_usage_error,
 )
-from perf.session.shapes_section import ShapesOutcome, shapes_outcome
+from perf.session.search import Evidence
+from perf.session.shapes_section import ShapesFigures, shapes_step
 from perf.spec_overlay import write_overlay
 from perf.tune.partial import write_partial
 from perf.tune.report import render
@@ -223,22 +223,21 @@ def measure_and_pick(
     session = setup.session(
         spec, args.model, grid.largest_batch, setup.workdir, engine, windows, keep_queue=keep
     )
-    shapes: list[ShapesOutcome] = []  # the shapes step of each answer, the last one's the answer's
+    shapes: list[ShapesFigures] = []  # the shapes step of each answer, the last one's the answer's
 
-    def shapes_step(config: BatcherConfig, rate: float) -> Measurement | None:
-        """The length buckets on the answer at its rate (the tuner chooses them); where no way met the
-        budget, the run of the way the search sent is evidence about the answer's point."""
-        shapes.append(shapes_outcome(session, config, request.load(rate), args.p99_ms, progress))
-        return shapes[-1].as_searched if shapes[-1].buckets is None else None
+    def shapes_of(config: BatcherConfig, rate: float, evidence: Evidence[BatcherConfig]) -> None:
+        """The length buckets on the answer at its rate (the tuner chooses them), its runs evidence."""
+        figures = shapes_step(session, config, request.load, rate, evidence, config, config.label, progress)
+        shapes.append(figures)
 
     with session, partial_on_failure(folder, f"Tuning {args.model} for p99 ≤ {args.p99_ms:g} ms", session):
-        recheck = shapes_step if has_variable_axis(session.base) else None
+        recheck = shapes_of if has_variable_axis(session.base) else None
         result = setup.tuner(session, request, step=progress, recheck=recheck)
         saved = document(result, args.model, engine.name, session.noise, session.cores)
         took = time.perf_counter() - started  # build and server start included
         saved = dataclasses.replace(saved, seconds=dataclasses.replace(saved.seconds, make_tune=took))
         if shapes:
-            saved = dataclasses.replace(saved.with_section(shapes[-1].lines), buckets=shapes[-1].buckets)
+            saved = dataclasses.replace(saved.with_section(shapes[-1].section), buckets=shapes[-1].buckets)
     model = session.base
     sizes = [b for b in (1, 4, 16, 32) if b <= session.largest_batch]
     raw = measure_raw(

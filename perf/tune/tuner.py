@@ -37,12 +37,11 @@ from perf.model.batcher import BatcherConfig
 from perf.model.grid import Grid, neighbours
 from perf.model.predict import LoadAt, Prediction, max_rate, predict
 from perf.session.probe import ProbePlan, ProbeResult, Server, probe
-from perf.session.search import Evidence, SearchPlan, Verdict, at_rung, decide, rung, search
+from perf.session.search import Evidence, SearchPlan, Verdict, at_rung, rung, search
 
 Step = Callable[[str], None]
-# A further run of the answer the caller makes (the shapes step): the run of the configuration as
-# searched, where it is evidence about the answer's point; None where it is not (another way met).
-Recheck = Callable[[BatcherConfig, float], Measurement | None]
+# The caller's further check of the answer at its rate (the shapes step), whose runs join the evidence.
+Recheck = Callable[[BatcherConfig, float, Evidence[BatcherConfig]], object]
 VERIFY_RUNGS = (-6, -3, 0, 1)  # the answer at 50, 71, 100 and 112% of its measured rate (ladder rungs)
 NEIGHBOUR_RUNGS = (-3, 0)  # its neighbours one delay step either side, at 71 and 100%
 SETTLE_ROUNDS = 24  # a hang guard: each round searches, verifies or refutes something new
@@ -246,12 +245,9 @@ def settle(
         points = verify(server, result, request, evidence, config, rate)
         if evidence.best(at=request.rate, prefer=answers) != found:
             continue  # a verification run held it further up: the answer moved
-        run = recheck(config, rate) if recheck else None
-        if run is not None:
-            evidence.add(config, rate, run)
-            server.prepare(config)
-            decide(server, evidence, config, rate, request.load, f"re-measure {config.label}")
-            # the points with the runs the re-measure added
+        if recheck is not None:
+            recheck(config, rate, evidence)
+            # the points with the runs it added
             points = [point_of(result, request, evidence, p.config, p.rate) for p in points]
         if evidence.verdict(config, rate) is Verdict.HOLDS:
             return config, rate, points, demoted

@@ -15,12 +15,13 @@ import yaml
 from exporters.errors import SpecError
 from exporters.schema.models import Spec, parse_model
 from perf.measure.engine import OurEngine
-from perf.plan.document import ShapesFigures, plan_document
+from perf.plan.document import plan_document
 from perf.plan.overlay import plan_overlay, write_plan_overlay
 from perf.plan.report import render
 from perf.plan.shapes import plan_shapes
 from perf.session.model import TUNE_WINDOWS
-from perf.session.shapes_section import HEADING
+from perf.session.search import Evidence
+from perf.session.shapes_section import HEADING, ShapesFigures
 from tests.unit.perf.measure.test_shapes import SEQUENCE, model
 from tests.unit.perf.plan.test_verify import planned
 
@@ -35,8 +36,10 @@ SECTION = [f"{HEADING}: b8 d1000 i1, poisson 40/s", "", "### 2 buckets: formed b
 def test_a_fixed_shape_model_gets_no_shapes_section_and_nothing_is_served(tmp_path: Path) -> None:
     fixed = parse_model(FIXED, "models[0]")
     steps: list[str] = []
-    assert plan_shapes(fixed, planned(), 40.0, OurEngine(), TUNE_WINDOWS, tmp_path, steps.append) is None
-    assert not steps and not list(tmp_path.iterdir())  # no build, no server
+    evidence: Evidence[str] = Evidence(10.0)
+    shapes = plan_shapes(fixed, planned(), 40.0, OurEngine(), TUNE_WINDOWS, tmp_path, steps.append, evidence)
+    assert shapes is None
+    assert not steps and not list(tmp_path.iterdir()) and not evidence.runs  # no build, no server, no run
 
 
 def test_a_split_pick_of_a_variable_length_model_says_why_it_is_not_measured(tmp_path: Path) -> None:
@@ -44,7 +47,9 @@ def test_a_split_pick_of_a_variable_length_model_says_why_it_is_not_measured(tmp
     split = next(j for j in result.judged if j.strategy.kind != "data" and j.feasible)
     result = dataclasses.replace(result, chosen=split)
     steps: list[str] = []
-    assert plan_shapes(model(), result, 40.0, OurEngine(), TUNE_WINDOWS, tmp_path, steps.append) is None
+    evidence: Evidence[str] = Evidence(10.0)
+    shapes = plan_shapes(model(), result, 40.0, OurEngine(), TUNE_WINDOWS, tmp_path, steps.append, evidence)
+    assert shapes is None and not evidence.runs
     assert steps == [
         f"shapes: not measured for {split.strategy.label} (the bucket runs serve the whole model)"
     ]

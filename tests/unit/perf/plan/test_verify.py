@@ -17,6 +17,7 @@ from rich.console import Console
 
 from perf.cli import PerfSetup, main
 from perf.errors import EXIT_NOTHING_MEETS, NothingMeetsError
+from perf.measure.loads import poisson
 from perf.model.batcher import BatcherConfig
 from perf.plan import cli as plan_cli
 from perf.plan.document import VerificationRow
@@ -25,7 +26,7 @@ from perf.plan.report import top_architectures
 from perf.plan.strategy import Space
 from perf.plan.topology import cpu_topology
 from perf.plan.verify import measure_plan, probe_evidence, settle, verification_rows
-from perf.session.search import Evidence, Verdict, at_rung
+from perf.session.search import Evidence, Verdict, at_rung, decide
 from tests.unit.perf.plan.test_placement import NARROW, profile
 
 BUDGET_MS = 10.0
@@ -166,6 +167,44 @@ def test_the_verification_searches_from_the_prediction_to_where_the_budget_holds
     rows = verification_rows(settled, evidence)
     assert [r.rate for r in rows] == session.rates and all(r.verdict for r in rows)
     assert [r.verdict == "holds" for r in rows] == [r <= session.capacity for r in session.rates]
+
+
+@pytest.mark.parametrize("how", ["noisy", "always"])
+def test_a_later_run_that_misses_the_answer_reopens_it_where_its_point_no_longer_holds(how: str) -> None:
+    """A recheck (what the shapes step is) whose run of the first answer misses: decided again by the
+    rule, once (``noisy``: the re-measure meets, the answer stands) or every time (``always``: the point
+    misses, the answer is reopened and the next best point answers, checked in turn)."""
+    result = planned(dataclasses.replace(NARROW, split=False))
+    evidence: Evidence[str] = Evidence(BUDGET_MS)
+    sessions: dict[str, ScriptedSession] = {}
+
+    def serve(strategy):
+        judged = next(j for j in result.judged if j.strategy == strategy)
+        return sessions.setdefault(strategy.label, ScriptedSession(0.6 * judged.rate)), None
+
+    checked: list[tuple[str, float]] = []
+    steps: list[str] = []
+
+    def recheck(settled: Plan, rate: float) -> None:
+        label = settled.chosen.strategy.label
+        checked.append((label, rate))
+        if len(checked) == 1:
+            evidence.add(label, rate, run(BUDGET_MS + 2.0, rate, rate=rate))
+            sessions[label].capacity = rate / 2 if how == "always" else rate
+        decide(sessions[label], evidence, label, rate, lambda r: poisson(r, 0), f"re-measure {label}")
+
+    settled, rate = measure_plan(result, evidence, 2, serve, steps.append, recheck)
+    first = checked[0]
+    reopened = [s for s in steps if s.endswith("the answer is reopened")]
+    if how == "noisy":
+        assert checked == [(settled.chosen.strategy.label, rate)] and not reopened
+        assert len(evidence.of(*first)) == 3 and evidence.verdict(*first) is Verdict.HOLDS
+    else:
+        assert len(checked) == 2 and checked[1] == (settled.chosen.strategy.label, rate) != first
+        assert evidence.verdict(*first) is Verdict.MISSES
+        assert reopened == [
+            f"{first[0]} at {first[1]:,.0f}/s: a later run missed the budget there; the answer is reopened"
+        ]
 
 
 def test_a_probe_run_within_the_budget_answers_where_every_strategy_is_predicted_over_it() -> None:

@@ -18,7 +18,7 @@ from perf.errors import EXIT_NOTHING_MEETS, NothingMeetsError
 from perf.measure.loads import poisson
 from perf.model.batcher import BatcherConfig
 from perf.session.probe import ProbePlan
-from perf.session.search import Verdict, at_rung, rung
+from perf.session.search import Evidence, Verdict, at_rung, decide, rung
 from perf.tune import tuner
 from perf.tune.cli import TuneSetup
 from perf.tune.tuner import TuneRequest, tune
@@ -60,10 +60,11 @@ def test_the_answer_is_the_best_point_measured(unhindered) -> None:
 
 def remeasured(server: ScriptedServer, how: str):
     """A recheck (what the shapes step is) whose run of the first answer misses by a little: once
-    (``noisy``: the re-measure meets), or every time (``always``)."""
+    (``noisy``: the re-measure meets), or every time (``always``); its run joins the evidence and the
+    point is decided again, as the shapes step's run as searched does."""
     answers: list[tuple[BatcherConfig, float]] = []
 
-    def recheck(config: BatcherConfig, rate: float):
+    def recheck(config: BatcherConfig, rate: float, evidence: Evidence[BatcherConfig]) -> None:
         answers.append((config, rate))
         if len(answers) == 1:
             if how == "noisy":
@@ -71,7 +72,8 @@ def remeasured(server: ScriptedServer, how: str):
             else:
                 server.always_missing.add((config, rate))
         server.prepare(config)
-        return server.measure(poisson(rate, 0), f"shapes {config.label} @ {rate:.0f}/s")
+        evidence.add(config, rate, server.measure(poisson(rate, 0), f"shapes {config.label} @ {rate:.0f}/s"))
+        decide(server, evidence, config, rate, lambda r: poisson(r, 0), f"re-measure {config.label}")
 
     return recheck, answers
 
