@@ -44,7 +44,7 @@ from tritonclient.utils import InferenceServerException
 from client.connection import protocol_module
 from client.infer import make_inputs
 from soak.faults import Soak, overflowing_request, refused
-from soak.http_fuzz import Case, send
+from soak.raw_http import Request, exchange
 from soak.report import Outage
 
 log = logging.getLogger(__name__)
@@ -94,9 +94,9 @@ def unanswered_shapes(soak: Soak) -> None:
     body = json.dumps(
         {"inputs": [{"name": n, "shape": [HUGE, 0], "datatype": "INT64", "data": []} for n in inputs]}
     ).encode()
-    case = Case("POST", f"/v2/models/{ENCODER}/infer", [("Content-Type", "application/json")], body)
+    over_http = Request("POST", f"/v2/models/{ENCODER}/infer", [("Content-Type", "application/json")], body)
     host, port = soak.server.http_url.rsplit(":", 1)
-    answer = send(host, int(port), case, ANSWER_WITHIN_S)
+    answer = exchange((host, int(port)), over_http, ANSWER_WITHIN_S)
     http_right = answer.status == 400 and NEVER_ANSWERED in answer.body.decode("utf-8", "replace")
     request = overflowing_request(ENCODER, inputs, (HUGE, 0))
     unary_right = soak.invalid_argument(request, NEVER_ANSWERED)
