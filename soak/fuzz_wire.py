@@ -198,8 +198,8 @@ class Placed:
 
 def http_body(
     case: Case, data: Sequence[Carried], inputs: Sequence[Placed | None], outputs: Sequence[Placed | None]
-) -> tuple[str, dict[str, str], bytes]:
-    """``case`` as an HTTP inference request: (path, headers, body), JSON header then binary data."""
+) -> Request:
+    """``case`` as an HTTP inference request: JSON header then binary data."""
     items, binary = [], []
     for tensor, carried_data, placed in zip(case.inputs, data, inputs, strict=True):
         item: dict = {"name": tensor.name, "datatype": tensor.datatype, "shape": list(tensor.shape)}
@@ -220,13 +220,13 @@ def http_body(
             for output, placed in zip(case.outputs, outputs, strict=True)
         ]
     header = json.dumps(document).encode()
-    headers = {"Content-Type": "application/json"}
+    headers = [("Content-Type", "application/json")]
     if binary:
-        headers = {
-            "Content-Type": "application/octet-stream",
-            "Inference-Header-Content-Length": str(len(header)),
-        }
-    return f"/v2/models/{case.model}/infer", headers, header + b"".join(binary)
+        headers = [
+            ("Content-Type", "application/octet-stream"),
+            ("Inference-Header-Content-Length", str(len(header))),
+        ]
+    return Request("POST", f"/v2/models/{case.model}/infer", headers, header + b"".join(binary))
 
 
 def _region_parameters(placed: Placed) -> dict:
@@ -280,10 +280,8 @@ class Client:
         self.address = (host, int(port))
         self.channel = grpc.insecure_channel(grpc_url, options=GRPC_OPTIONS)
 
-    def http(
-        self, method: str, path: str, body: bytes, headers: dict[str, str], timeout_s: float
-    ) -> HttpReply:
-        return exchange(self.address, Request(method, path, list(headers.items()), body), timeout_s)
+    def http(self, request: Request, timeout_s: float) -> HttpReply:
+        return exchange(self.address, request, timeout_s)
 
     def grpc(self, method: str, request: bytes, timeout_s: float) -> tuple[str, str, bytes, float]:
         return grpc_call(self.channel, method, request, timeout_s)

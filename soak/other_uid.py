@@ -65,7 +65,8 @@ def _serve(http_address: tuple[str, int], channel: grpc.Channel) -> None:
             os.write(descriptor, data)
             os.close(descriptor)
         elif operation == "http":
-            request = Request(command["method"], command["path"], list(command["headers"].items()), data)
+            headers = [(name, value) for name, value in command["headers"]]  # pairs, as JSON lists
+            request = Request(command["method"], command["path"], headers, data)
             answer = dataclasses.asdict(exchange(http_address, request, command["timeout_s"]))
         else:  # grpc: bytes in, bytes out
             code, details, body, seconds = grpc_call(channel, command["method"], data, command["timeout_s"])
@@ -107,11 +108,9 @@ class OtherUser:
     def create(self, name: str, data: bytes) -> None:
         self._ask({"op": "create", "name": name}, data)
 
-    def http(
-        self, method: str, path: str, body: bytes, headers: dict[str, str], timeout_s: float
-    ) -> HttpReply:
-        command = {"op": "http", "method": method, "path": path, "headers": headers, "timeout_s": timeout_s}
-        return HttpReply(**self._ask(command, body))
+    def http(self, request: Request, timeout_s: float) -> HttpReply:
+        command = {"op": "http", "method": request.method, "path": request.path, "headers": request.headers}
+        return HttpReply(**self._ask({**command, "timeout_s": timeout_s}, request.body))
 
     def grpc(self, method: str, request: bytes, timeout_s: float) -> tuple[str, str, bytes, float]:
         answer = self._ask({"op": "grpc", "method": method, "timeout_s": timeout_s}, request)
