@@ -44,7 +44,7 @@ from tritonclient.utils import InferenceServerException
 from client.connection import protocol_module
 from client.infer import make_inputs
 from soak.faults import Soak, overflowing_request, refused
-from soak.http_fuzz import Case, send
+from soak.raw_http import Request, exchange
 from soak.report import Outage
 
 log = logging.getLogger(__name__)
@@ -94,9 +94,9 @@ def unanswered_shapes(soak: Soak) -> None:
     body = json.dumps(
         {"inputs": [{"name": n, "shape": [HUGE, 0], "datatype": "INT64", "data": []} for n in inputs]}
     ).encode()
-    case = Case("POST", f"/v2/models/{ENCODER}/infer", [("Content-Type", "application/json")], body)
+    over_http = Request("POST", f"/v2/models/{ENCODER}/infer", [("Content-Type", "application/json")], body)
     host, port = soak.server.http_url.rsplit(":", 1)
-    answer = send(host, int(port), case, ANSWER_WITHIN_S)
+    answer = exchange((host, int(port)), over_http, ANSWER_WITHIN_S)
     http_right = answer.status == 400 and NEVER_ANSWERED in answer.body.decode("utf-8", "replace")
     request = overflowing_request(ENCODER, inputs, (HUGE, 0))
     unary_right = soak.invalid_argument(request, NEVER_ANSWERED)
@@ -184,13 +184,36 @@ def shared_memory_identity(soak: Soak) -> None:
             link.unlink()
         soak.report.check("hard links to a stub's region (refused)").record(linked)
         soak.report.check("stub regions renamed over a client's (its own file read)").record(
-            _renamed_over(client, protocol, region)
+            renamed_over(client, protocol, region)
         )
     alive = before <= soak.stub_pids()
     soak.report.check("shared-memory identity attacks (no stub lost)").record(alive)
 
 
-def _renamed_over(client: object, protocol: str, region: Path) -> bool:
+def trivial_output(client: object, protocol: str, values: np.ndarray) -> np.ndarray:
+    """``trivial``'s output for ``values`` sent in the request itself: what a region holding them must
+    be answered with."""
+    return client.infer("trivial", make_inputs(protocol_module(protocol), {"x": values})).as_numpy("y")
+
+
+# builds a request that reads a registered region (client, protocol, region name) and returns its output
+RegionRead = Callable[[object, str, str], Callable[[], np.ndarray]]
+
+
+def from_region(client: object, protocol: str, name: str) -> Callable[[], np.ndarray]:
+    """A request of ``trivial`` whose input is the first row of the registered region ``name``; it
+    returns the output from the answer."""
+    tensor = protocol_module(protocol).InferInput("x", [1, ROW_FLOATS], "FP32")
+    tensor.set_shared_memory(name, ROW)
+    return lambda: client.infer("trivial", [tensor]).as_numpy("y")
+
+
+def renamed_over(client: object, protocol: str, region: Path, read: RegionRead = from_region) -> bool:
+    """A stub's ``region`` renamed over a client's registered region, which a request then reads as
+    ``trivial``'s input (fault matrix row 44): right only when answered with the output for the
+    client's own bytes, the file it registered. ``read`` builds that request (``from_region``); the
+    test of this verdict hands it requests that get wrong answers. The stub's region goes back under
+    its own name whatever the request got."""
     name = f"soak_renamed_{protocol}_{os.getpid()}"
     values = np.full((1, ROW_FLOATS), 3.5, np.float32)
     handle = shared_memory.create_shared_memory_region(name, f"/{name}", 4096)
@@ -200,7 +223,7 @@ def _renamed_over(client: object, protocol: str, region: Path) -> bool:
         expected = trivial_output(client, protocol, values)
         region.rename(Path("/dev/shm") / name)
         try:
-            verdict = judge(from_region(client, protocol, name), [expected])
+            verdict = judge(read(client, protocol, name), [expected])
         finally:
             (Path("/dev/shm") / name).rename(region)
             Path(f"/dev/shm/{name}").write_bytes(b"\0" * 4096)  # the client's file, for its cleanup
@@ -212,20 +235,6 @@ def _renamed_over(client: object, protocol: str, region: Path) -> bool:
     if verdict.wrong:
         log.error("stub region renamed over a client's, over %s: %s", protocol, verdict.wrong)
     return verdict.answered
-
-
-def trivial_output(client: object, protocol: str, values: np.ndarray) -> np.ndarray:
-    """``trivial``'s output for ``values`` sent in the request itself: what a region holding them must
-    be answered with."""
-    return client.infer("trivial", make_inputs(protocol_module(protocol), {"x": values})).as_numpy("y")
-
-
-def from_region(client: object, protocol: str, name: str) -> Callable[[], np.ndarray]:
-    """A request of ``trivial`` whose input is the first row of the registered region ``name``; it
-    returns the output from the answer."""
-    tensor = protocol_module(protocol).InferInput("x", [1, ROW_FLOATS], "FP32")
-    tensor.set_shared_memory(name, ROW)
-    return lambda: client.infer("trivial", [tensor]).as_numpy("y")
 
 
 def into_region(

@@ -27,6 +27,7 @@ from tritonclient.grpc import service_pb2
 
 from soak.fuzz_wire import Answer, Client, Placed, grpc_answer, http_answer
 from soak.other_uid import OtherUser
+from soak.raw_http import Request
 from soak.request_space import PAGE, REGION_BYTES, Registration, ShmRange
 
 SHM = Path("/dev/shm")
@@ -123,7 +124,9 @@ class Regions:
         if protocol == "http":
             body = json.dumps({"key": f"/{file_name}", "offset": offset, "byte_size": size}).encode()
             path = f"/v2/systemsharedmemory/region/{name}/register"
-            return http_answer(what, who.http("POST", path, body, {"Content-Type": "application/json"}, 30))
+            return http_answer(
+                what, who.http(Request("POST", path, [("Content-Type", "application/json")], body), 30)
+            )
         request = service_pb2.SystemSharedMemoryRegisterRequest(
             name=name, key=f"/{file_name}", offset=offset, byte_size=size
         ).SerializeToString()
@@ -132,7 +135,7 @@ class Regions:
     def unregister(self, protocol: str, name: str) -> Answer:
         if protocol == "http":
             path = f"/v2/systemsharedmemory/region/{name}/unregister"
-            return http_answer("unregister", self.client.http("POST", path, b"", {}, 30))
+            return http_answer("unregister", self.client.http(Request("POST", path, []), 30))
         request = service_pb2.SystemSharedMemoryUnregisterRequest(name=name).SerializeToString()
         return grpc_answer("unregister", *self.client.grpc("SystemSharedMemoryUnregister", request, 30))
 

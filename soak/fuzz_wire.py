@@ -9,8 +9,8 @@
 * ``policy``: 429 and 504 / ``DEADLINE_EXCEEDED`` from a front (the model's deadline passed, a share
   was full): what the fronts answer by design when the server is busy or a model slow;
 * ``broken``: anything else: a 5xx (Triton's 500 included) or ``INTERNAL``, ``UNAVAILABLE``,
-  ``UNKNOWN``, ``CANCELLED``; a connection closed or reset without an answer; no answer within the
-  model's deadline plus ``SLACK_S`` (a hang).
+  ``UNKNOWN``, ``CANCELLED``; no answer by ``soak.raw_http``'s rule (a connection refused, reset or
+  closed without a whole answer); no answer within the model's deadline plus ``SLACK_S`` (a hang).
 
 On a stream an error carries no status code, so a message's error there counts as answered; the same
 requests are drawn for unary gRPC, where the code is judged.
@@ -28,7 +28,8 @@ import numpy as np
 from tritonclient.grpc import service_pb2
 
 from server.fronts.grpc_request import TYPED_FIELDS
-from soak.other_uid import GRPC_OPTIONS, SERVICE, HttpReply, exchange, grpc_call
+from soak.other_uid import GRPC_OPTIONS, SERVICE, grpc_call
+from soak.raw_http import HttpReply, Request, exchange
 from soak.request_space import Case, InputSpace, ModelSpace, TensorCase, data_fits
 
 # How much later than its model's deadline an answer may come before it counts as a hang: the front
@@ -197,8 +198,8 @@ class Placed:
 
 def http_body(
     case: Case, data: Sequence[Carried], inputs: Sequence[Placed | None], outputs: Sequence[Placed | None]
-) -> tuple[str, dict[str, str], bytes]:
-    """``case`` as an HTTP inference request: (path, headers, body), JSON header then binary data."""
+) -> Request:
+    """``case`` as an HTTP inference request: JSON header then binary data."""
     items, binary = [], []
     for tensor, carried_data, placed in zip(case.inputs, data, inputs, strict=True):
         item: dict = {"name": tensor.name, "datatype": tensor.datatype, "shape": list(tensor.shape)}
@@ -219,13 +220,13 @@ def http_body(
             for output, placed in zip(case.outputs, outputs, strict=True)
         ]
     header = json.dumps(document).encode()
-    headers = {"Content-Type": "application/json"}
+    headers = [("Content-Type", "application/json")]
     if binary:
-        headers = {
-            "Content-Type": "application/octet-stream",
-            "Inference-Header-Content-Length": str(len(header)),
-        }
-    return f"/v2/models/{case.model}/infer", headers, header + b"".join(binary)
+        headers = [
+            ("Content-Type", "application/octet-stream"),
+            ("Inference-Header-Content-Length", str(len(header))),
+        ]
+    return Request("POST", f"/v2/models/{case.model}/infer", headers, header + b"".join(binary))
 
 
 def _region_parameters(placed: Placed) -> dict:
@@ -279,10 +280,8 @@ class Client:
         self.address = (host, int(port))
         self.channel = grpc.insecure_channel(grpc_url, options=GRPC_OPTIONS)
 
-    def http(
-        self, method: str, path: str, body: bytes, headers: dict[str, str], timeout_s: float
-    ) -> HttpReply:
-        return exchange(self.address, method, path, body, headers, timeout_s)
+    def http(self, request: Request, timeout_s: float) -> HttpReply:
+        return exchange(self.address, request, timeout_s)
 
     def grpc(self, method: str, request: bytes, timeout_s: float) -> tuple[str, str, bytes, float]:
         return grpc_call(self.channel, method, request, timeout_s)

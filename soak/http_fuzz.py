@@ -7,9 +7,10 @@ path, version, NUL and traversal in names), the request target (``mutate_target`
 a front and Triton could route differently), the headers (duplicated, dropped, odd ``Content-Type``,
 ``Inference-Header-Content-Length`` and ``Content-Encoding`` values, chunked framing) and the body
 (JSON values replaced, deleted or duplicated under the same key; bytes flipped, cut or inserted). Each
-case goes out on its own connection and must get an answer below 500 (a fault of the request is never
-the server's); the caller checks after every case that the server still lives, serves and kept its
-stubs. Seeded: one seed, one sequence of cases, so a finding replays.
+case goes out on its own connection and must get an answer below 500: a fault of the request is never
+the server's, and a connection closed without one is no answer (``soak.raw_http``'s rule). The caller
+checks after every case that the server still lives, serves and kept its stubs. Seeded: one seed, one
+sequence of cases, so a finding replays.
 
 ``fuzz()`` runs a fixed number of cases (the fault matrix runs a few hundred; ``make soak`` runs
 bursts of them among its faults).
@@ -21,8 +22,6 @@ import gzip
 import json
 import os
 import random
-import re
-import socket
 import struct
 import zlib
 from collections import Counter
@@ -35,7 +34,8 @@ import tritonclient.http as httpclient
 import tritonclient.utils.shared_memory as shared_memory
 from tritonclient.utils import triton_to_np_dtype
 
-TIMEOUT_S = 30.0  # a hang guard: every case must be answered or closed by then
+from soak.raw_http import Request, exchange
+
 VALUES: list[Any] = [
     2**40, 2**61, 2**63, 2**64, -1, -(2**63), 0, 1.5, 1e308, "x", "", "²", "\x00", "A" * 5000,
     [], {}, None, True, False, [2**62, 13], [[[[[[[[[[1]]]]]]]]]], {"a": {"b": [1, {"c": None}]}},
@@ -103,61 +103,13 @@ def mutate_target(path: str, rng: random.Random) -> tuple[str, str]:
 
 
 @dataclass
-class Case:
-    """One request as sent: method, path, header list (duplicates allowed), body, what was mutated."""
+class Case(Request):
+    """A request of the fuzz and what was mutated in it."""
 
-    method: str
-    path: str
-    headers: list[tuple[str, str]]
-    body: bytes = b""
     mutations: list[str] = field(default_factory=list)
 
     def describe(self) -> str:
         return f"{self.method} {self.path[:80]} [{', '.join(self.mutations)}] body {self.body[:120]!r}"
-
-    def raw(self) -> bytes:
-        lines = [f"{self.method} {self.path} HTTP/1.1", "Host: fuzz"]
-        lines += [f"{name}: {value}" for name, value in self.headers]
-        chunked = any(n.lower() == "transfer-encoding" for n, _ in self.headers)
-        lines += [] if chunked else [f"Content-Length: {len(self.body)}"]
-        head = ("\r\n".join(lines) + "\r\n\r\n").encode("utf-8", "surrogateescape")
-        if not chunked:
-            return head + self.body
-        half = len(self.body) // 2
-        chunks = [part for part in (self.body[:half], self.body[half:]) if part]
-        return head + b"".join(b"%x\r\n%s\r\n" % (len(c), c) for c in chunks) + b"0\r\n\r\n"
-
-
-@dataclass
-class Answer:
-    status: int | None  # None: no HTTP answer
-    body: bytes = b""
-    error: str = ""
-
-
-def send(host: str, port: int, case: Case, timeout: float = TIMEOUT_S) -> Answer:
-    """Send ``case`` on a fresh connection and read one response (or say why there was none)."""
-    try:
-        with socket.create_connection((host, port), timeout=timeout) as sock:
-            sock.sendall(case.raw())
-            buffer = b""
-            while b"\r\n\r\n" not in buffer:
-                chunk = sock.recv(65536)
-                if not chunk:
-                    return Answer(None, buffer, "connection closed without an answer")
-                buffer += chunk
-            head, _, rest = buffer.partition(b"\r\n\r\n")
-            status = int(head.split(b" ", 2)[1])
-            declared = re.search(rb"\ncontent-length:([^\r]*)", head, re.IGNORECASE)
-            length = int(declared[1]) if declared else 0
-            while len(rest) < length:
-                chunk = sock.recv(65536)
-                if not chunk:
-                    break
-                rest += chunk
-            return Answer(status, rest[:length])
-    except (OSError, ValueError, IndexError) as error:
-        return Answer(None, b"", f"{type(error).__name__}: {error}")
 
 
 def _example(datatype: str, shape: list[int]) -> np.ndarray:
@@ -380,15 +332,13 @@ def fuzz(
     try:
         for number in range(cases):
             case = mutator.mutate(mutator.rng.choice(seeds))
-            answer = send(host, int(port), case)
+            answer = exchange((host, int(port)), case)
             report.cases += 1
             if any(m.startswith("target ") for m in case.mutations):
                 report.target_cases.append(number)
-            report.statuses[answer.status if answer.status is not None else "none"] += 1
-            problems = []
-            if answer.status is None and answer.error != "connection closed without an answer":
-                problems.append(f"no answer ({answer.error})")
-            elif answer.status is not None and answer.status >= 500:
+            report.statuses[answer.status or "none"] += 1
+            problems = [f"no answer ({answer.failure})"] if answer.failure else []
+            if answer.status >= 500:
                 problems.append(f"{answer.status} {answer.body[:160]!r}")
             problems += after_each() if after_each else []
             report.findings += [f"case {number}: {case.describe()}: {p}" for p in problems]

@@ -56,6 +56,7 @@ from soak.fuzz_wire import (
     http_body,
 )
 from soak.other_uid import OtherUser
+from soak.raw_http import Request
 from soak.request_space import Case, ModelSpace, OutputCase, cases
 
 log = logging.getLogger(__name__)
@@ -358,8 +359,7 @@ class InvariantFuzz:
         it on a stream went unanswered or failed)."""
         timeout = deadline_s + SLACK_S
         if case.protocol == "http":
-            path, headers, body = http_body(case, data, inputs, outputs)
-            answer = http_answer("infer", self.client.http("POST", path, body, headers, timeout))
+            answer = http_answer("infer", self.client.http(http_body(case, data, inputs, outputs), timeout))
             return answer, answer.verdict, []
         request = grpc_request(case, data, inputs, outputs)
         if case.protocol == "grpc":
@@ -390,7 +390,7 @@ class InvariantFuzz:
         if other is None or not case.other_uid or space is None:
             return []
         if case.other_uid == "status":
-            reply = other.http("GET", "/v2/systemsharedmemory/status", b"", {}, 30)
+            reply = other.http(Request("GET", "/v2/systemsharedmemory/status", []), 30)
             request = service_pb2.SystemSharedMemoryStatusRequest().SerializeToString()
             return [
                 http_answer("other uid status", reply),
@@ -407,9 +407,8 @@ class InvariantFuzz:
         outputs = [Placed(name, used + i * slot, slot) for i in range(len(space.outputs))]
         wanted = tuple(OutputCase(output.name) for output in space.outputs)
         inputs = [Placed(name, 0, used), *([None] * (len(tensors) - 1))]
-        path, headers, body = http_body(Case(space.name, "http", tensors, wanted, 0), data, inputs, outputs)
-        timeout = space.deadline_s + SLACK_S
-        answer = http_answer("other uid infer", other.http("POST", path, body, headers, timeout))
+        request = http_body(Case(space.name, "http", tensors, wanted, 0), data, inputs, outputs)
+        answer = http_answer("other uid infer", other.http(request, space.deadline_s + SLACK_S))
         if answer.verdict == "ok":
             theirs.allowed += [(output.offset, output.offset + output.size) for output in outputs]
         return [answer]

@@ -8,8 +8,8 @@ stdout: create a file in ``/dev/shm`` (owned by that uid), send an HTTP request 
 make a unary gRPC call with bytes in and bytes out. The fuzz builds every request itself; the relay
 only gives it the other uid's sockets.
 
-``exchange`` (one HTTP request on its own connection, within an overall time limit) is also the fuzz's
-own HTTP client, so both users speak to the HTTP front the same way.
+Both users send HTTP with ``soak.raw_http.exchange``, so both speak to the HTTP front, and have what
+comes back judged, the same way.
 """
 
 from __future__ import annotations
@@ -17,16 +17,17 @@ from __future__ import annotations
 import base64
 import contextlib
 import dataclasses
+import encodings.idna  # noqa: F401  (raw_http's connect looks the host up with it: import it as root)
 import json
 import os
-import socket
 import subprocess
 import sys
 import time
-from dataclasses import dataclass
 from pathlib import Path
 
 import grpc
+
+from soak.raw_http import HttpReply, Request, exchange
 
 NOBODY = 65534
 SERVICE = "/inference.GRPCInferenceService/"
@@ -35,73 +36,6 @@ GRPC_OPTIONS = [
     ("grpc.max_send_message_length", MAX_MESSAGE),
     ("grpc.max_receive_message_length", MAX_MESSAGE),
 ]
-
-
-@dataclass(frozen=True)
-class HttpReply:
-    """What came back: a status and body, or ``failure`` (``hang``, ``reset: ...``) when no answer did."""
-
-    status: int = 0
-    body: bytes = b""
-    elapsed_s: float = 0.0
-    failure: str = ""
-
-
-def exchange(
-    address: tuple[str, int], method: str, path: str, body: bytes, headers: dict[str, str], timeout_s: float
-) -> HttpReply:
-    """One HTTP/1.1 request on its own connection; the answer read to its ``Content-Length`` (or to the
-    connection's end). No answer within ``timeout_s`` is a ``hang``; a connection closed or reset
-    without one is a ``reset``."""
-    start = time.monotonic()
-    lines = [f"{method} {path} HTTP/1.1", f"Host: {address[0]}", "Connection: close"]
-    lines += [f"{key}: {value}" for key, value in headers.items()]
-    lines.append(f"Content-Length: {len(body)}")
-    head = ("\r\n".join(lines) + "\r\n\r\n").encode("latin-1")
-    answer = b""
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
-        try:
-            sock.settimeout(timeout_s)
-            sock.connect(address)
-            # the front may answer (413) and close before it read the whole body: read that answer
-            with contextlib.suppress(OSError):
-                sock.sendall(head + body)
-            while True:
-                remaining = timeout_s - (time.monotonic() - start)
-                if remaining <= 0:
-                    raise TimeoutError
-                sock.settimeout(remaining)
-                chunk = sock.recv(1 << 20)
-                if not chunk:
-                    break
-                answer += chunk
-                reply = _parsed(answer, start)
-                if reply is not None:
-                    return reply
-        except TimeoutError:
-            return HttpReply(elapsed_s=time.monotonic() - start, failure="hang")
-        except OSError as error:
-            return HttpReply(elapsed_s=time.monotonic() - start, failure=f"reset: {error!r}")
-    reply = _parsed(answer, start, whole=True)
-    return reply or HttpReply(elapsed_s=time.monotonic() - start, failure="reset: closed without an answer")
-
-
-def _parsed(answer: bytes, start: float, whole: bool = False) -> HttpReply | None:
-    """The reply in ``answer`` once it is complete (``whole``: the connection ended, take what came)."""
-    head, found, body = answer.partition(b"\r\n\r\n")
-    if not found:
-        return None
-    lines = head.decode("latin-1").split("\r\n")
-    try:
-        status = int(lines[0].split()[1])
-    except (IndexError, ValueError):
-        return HttpReply(elapsed_s=time.monotonic() - start, failure=f"reset: not HTTP: {lines[0][:80]!r}")
-    length = next(
-        (int(v) for k, _, v in (x.partition(":") for x in lines[1:]) if k.lower() == "content-length"), None
-    )
-    if length is not None and len(body) >= length:
-        return HttpReply(status, body[:length], time.monotonic() - start)
-    return HttpReply(status, body, time.monotonic() - start) if whole else None
 
 
 def grpc_call(
@@ -131,8 +65,9 @@ def _serve(http_address: tuple[str, int], channel: grpc.Channel) -> None:
             os.write(descriptor, data)
             os.close(descriptor)
         elif operation == "http":
-            arguments = (command["method"], command["path"], data, command["headers"], command["timeout_s"])
-            answer = dataclasses.asdict(exchange(http_address, *arguments))
+            headers = [(name, value) for name, value in command["headers"]]  # pairs, as JSON lists
+            request = Request(command["method"], command["path"], headers, data)
+            answer = dataclasses.asdict(exchange(http_address, request, command["timeout_s"]))
         else:  # grpc: bytes in, bytes out
             code, details, body, seconds = grpc_call(channel, command["method"], data, command["timeout_s"])
             answer = {"code": code, "details": details, "body": body, "elapsed_s": seconds}
@@ -173,11 +108,9 @@ class OtherUser:
     def create(self, name: str, data: bytes) -> None:
         self._ask({"op": "create", "name": name}, data)
 
-    def http(
-        self, method: str, path: str, body: bytes, headers: dict[str, str], timeout_s: float
-    ) -> HttpReply:
-        command = {"op": "http", "method": method, "path": path, "headers": headers, "timeout_s": timeout_s}
-        return HttpReply(**self._ask(command, body))
+    def http(self, request: Request, timeout_s: float) -> HttpReply:
+        command = {"op": "http", "method": request.method, "path": request.path, "headers": request.headers}
+        return HttpReply(**self._ask({**command, "timeout_s": timeout_s}, request.body))
 
     def grpc(self, method: str, request: bytes, timeout_s: float) -> tuple[str, str, bytes, float]:
         answer = self._ask({"op": "grpc", "method": method, "timeout_s": timeout_s}, request)

@@ -19,6 +19,7 @@ from tritonclient.utils import InferenceServerException
 
 from server import TritonServer
 from server.stubs import server_stubs
+from soak import raw_http
 from soak.http_fuzz import fuzz
 
 pytestmark = pytest.mark.integration
@@ -172,3 +173,17 @@ def test_fuzz_the_http_front(fault_server: TritonServer) -> None:
     assert report.findings == [], report.text()
     front_log = fault_server.log_path.with_name("http_front.log").read_text()
     assert "Traceback" not in front_log  # a client's malformed request is one log line, not a traceback
+
+
+def test_a_connection_closed_without_a_status_line_is_no_answer(fault_server: TritonServer) -> None:
+    """The soak's one HTTP client (``soak.raw_http``, the fuzz's) on a real server that ends the
+    connection with no HTTP answer: the gRPC front, sent an HTTP/1.1 request, closes it (with an HTTP/2
+    GOAWAY). That is no answer, as every caller counts it (the fuzz once excused a closed connection);
+    the same request to the HTTP front is answered."""
+    request = raw_http.Request("GET", "/v2/health/live", [])
+    replies = {}
+    for front, at in (("grpc", fault_server.grpc_url), ("http", fault_server.http_url)):
+        host, port = at.rsplit(":", 1)
+        replies[front] = raw_http.exchange((host, int(port)), request)
+    assert replies["grpc"].failure.startswith("closed") and not replies["grpc"].status, replies["grpc"]
+    assert (replies["http"].status, replies["http"].failure) == (200, ""), replies["http"]

@@ -27,7 +27,8 @@ from server import TritonServer
 from server.fronts.refusal import RequestRefusedError
 from server.fronts.request_target import checked_target
 from server.stubs import server_stubs
-from soak.http_fuzz import Case, mutate_target, send
+from soak.http_fuzz import mutate_target
+from soak.raw_http import Request, exchange
 
 pytestmark = pytest.mark.integration
 CASES = 400
@@ -81,7 +82,9 @@ def _probes(server: TritonServer) -> list[Probe]:
 
 
 def _answer(host: str, port: int, probe: Probe, target: str) -> tuple[int | None, str]:
-    answer = send(host, port, Case(probe.method, target, JSON if probe.body else [], probe.body))
+    answer = exchange((host, port), Request(probe.method, target, JSON if probe.body else [], probe.body))
+    if answer.failure:
+        return None, answer.failure
     try:
         error = json.loads(answer.body).get("error", "") if answer.body else ""
     except (ValueError, AttributeError):

@@ -24,12 +24,13 @@ connection is left open past the soak's 30 s (grpc's own handshake timeout is lo
 no right answer. The shared-memory faults cannot be fed one there (Triton's own port refuses their
 registration before there is an answer to judge), so the check their registration verdicts share
 (``soak.faults.refused``: HTTP 403 or PERMISSION_DENIED, saying why) is fed the fronts' own wrong
-answers instead: a registration they accept, and one they refuse for another reason. Likewise the
-verdict of a request read from a region (``soak.attacks.judge``: the renamed region's and the
-truncation race's) is fed real answers built as those checks build their requests: a region holding
-other bytes (a stub's, or another input's), the same request through Triton's own port, and one to a
-port where nothing listens (the server gone); and the race's "server kept" is asked about a server the
-supervisor restarted.
+answers instead: a registration they accept, and one they refuse for another reason. The renamed
+region's check (``soak.attacks.renamed_over``) runs whole, a stub's region renamed, with its request
+swapped for real ones that get wrong answers: a region holding a stub's bytes, the same request
+through Triton's own port. The truncation race's verdict (``soak.attacks.judge``) is fed real answers
+built as the race builds its requests: a region holding another input, the same request through
+Triton's own port, and one to a port where nothing listens (the server gone); and the race's "server
+kept" is asked about a server the supervisor restarted.
 
 ``kill-server`` needs a supervised server of its own (the shared one has no supervisor): the last
 test starts one and holds the kill to the soak's verdict on it (an outage of every model, recovered
@@ -72,14 +73,15 @@ from soak.attacks import (
     HALF_OPEN_CLOSED_WITHIN_S,
     ROW,
     ROW_FLOATS,
+    RegionRead,
     Verdict,
     from_region,
     into_region,
     judge,
     kill_server,
     race_rights,
+    renamed_over,
     server_kept,
-    trivial_output,
 )
 from soak.faults import FAULTS, Soak, refused
 from soak.mixed_load import PIPELINE
@@ -199,27 +201,26 @@ class _Regions:
 
 @pytest.mark.parametrize("protocol", PROTOCOLS)
 def test_the_renamed_region_verdict_refuses_a_wrong_answer(fault_server: TritonServer, protocol: str) -> None:
-    """The verdict of ``shm-identity``'s stub region renamed over a client's (row 44): right only when
-    the answer is ``trivial``'s output for the client's own bytes. Fed real answers of requests built
-    as the check builds its own: the client's region read is accepted; the stub's bytes read (what a
-    front that followed the rename would answer: a copy of the stub region's first row, in a client
-    region the front reads) and the same request through Triton's own port (refused there as
-    restricted) are wrong."""
-    values = np.full((1, ROW_FLOATS), 3.5, np.float32)
-    with a_stub_region(fault_server).open("rb") as stub_file:
+    """``shm-identity``'s stub region renamed over a client's (row 44), run whole as the soak runs it
+    (``renamed_over``: a live stub's region renamed over the client's registered one and back), once
+    with its own request and once with each of two real requests that get a wrong answer in its
+    place: the stub's bytes read (what a front that followed the rename would answer: a copy of the
+    stub region's first row, in another region the client registered) and the client's region read
+    through Triton's own port (refused there as restricted). Only the first may count as right."""
+    stub = a_stub_region(fault_server)
+    with stub.open("rb") as stub_file:
         stub_row = stub_file.read(ROW)
     with ExitStack() as stack:
         regions = _Regions(stack, fault_server, protocol)
-        client = regions.client
-        expected = [trivial_output(client, protocol, values)]
-        own, _ = regions.add("own", values.tobytes())
-        stubs, _ = regions.add("stub_bytes", stub_row)
-        right = judge(from_region(client, protocol, own), expected)
-        stub_read = judge(from_region(client, protocol, stubs), expected)
-        around = judge(from_region(regions.around_the_fronts(), protocol, own), expected)
-    assert right == Verdict(answered=True), right
-    assert stub_read.wrong and not stub_read.answered, f"the stub's bytes read back judged {stub_read}"
-    assert around.wrong and not around.answered, f"Triton's own error judged {around}"
+        stub_bytes, _ = regions.add("stub_bytes", stub_row)
+        around = regions.around_the_fronts()
+        reads: dict[str, RegionRead] = {
+            "its own request": from_region,
+            "the stub's bytes read": lambda client, _, __: from_region(client, protocol, stub_bytes),
+            "Triton's own port": lambda _, __, name: from_region(around, protocol, name),
+        }
+        right = {what: renamed_over(regions.client, protocol, stub, read) for what, read in reads.items()}
+    assert right == {"its own request": True, "the stub's bytes read": False, "Triton's own port": False}
 
 
 @pytest.mark.parametrize("protocol", PROTOCOLS)

@@ -10,7 +10,7 @@ import pytest
 from server.fronts.tensor_limits import count_bytes_elements
 from soak import request_space
 from soak.fuzz_wire import SLACK_S, carried, control_case, grpc_answer, http_answer
-from soak.other_uid import HttpReply
+from soak.raw_http import HttpReply
 from soak.request_space import BYTES_FAULTS, ModelSpace, TensorCase, element_size
 from tests.unit.soak.fuzz_spaces import SPACES, allowed
 
@@ -61,7 +61,8 @@ def test_bytes_cut_and_added() -> None:
         (HttpReply(502, b""), "broken"),
         (HttpReply(503, b""), "broken"),
         (HttpReply(failure="hang"), "broken"),
-        (HttpReply(failure="reset: ConnectionResetError()"), "broken"),
+        (HttpReply(failure="closed: ConnectionResetError()"), "broken"),
+        (HttpReply(failure="closed: no status line"), "broken"),
     ],
 )
 def test_an_http_answer_is_judged_by_its_status(reply: HttpReply, verdict: str) -> None:

@@ -1,0 +1,105 @@
+"""The soak's one HTTP/1.1 client, on a raw socket: a request goes out as its caller built it, so it can
+be what tritonclient would refuse or normalise (a malformed target, a header twice, chunked framing),
+each on a connection of its own.
+
+One rule says what came back, wherever it is used (the HTTP fuzz and the soak's attacks, the invariant
+fuzz and its other user's relay). An **answer** is a status line ``HTTP/1.x NNN``, its headers and its
+whole body (to its ``Content-Length``, else to the connection's end), all within ``timeout_s`` of the
+connect. Anything else is **no answer**, and ``failure`` says which:
+
+* ``hang``: not all of it within ``timeout_s``;
+* ``closed``: the connection refused, reset or ended before that, without a status line or within the
+  body. A front answers even a request it will not read (400 for malformed HTTP, 413 for a body too
+  large) before it closes, so a request dropped without an answer is the front's fault;
+* ``not HTTP``: a first line that is no status line.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import re
+import socket
+import time
+from dataclasses import dataclass
+
+TIMEOUT_S = 30.0  # a hang guard, not a latency bound: unanswered by then counts as never
+STATUS_LINE = re.compile(rb"HTTP/1\.[01] (\d{3})(?: .*)?")
+CONTENT_LENGTH = re.compile(rb"(?im)^content-length:[ \t]*(\d+)[ \t]*\r?$")
+
+
+@dataclass
+class Request:
+    """One request as sent: method, target, headers in order (a name may come twice), body. ``Host``,
+    ``Connection: close`` and the framing (``Content-Length``, or two chunks when the headers name a
+    ``Transfer-Encoding``) are added on the wire."""
+
+    method: str
+    path: str
+    headers: list[tuple[str, str]]
+    body: bytes = b""
+
+    def raw(self) -> bytes:
+        lines = [f"{self.method} {self.path} HTTP/1.1", "Host: soak", "Connection: close"]
+        lines += [f"{name}: {value}" for name, value in self.headers]
+        chunked = any(n.lower() == "transfer-encoding" for n, _ in self.headers)
+        lines += [] if chunked else [f"Content-Length: {len(self.body)}"]
+        head = ("\r\n".join(lines) + "\r\n\r\n").encode("utf-8", "surrogateescape")
+        if not chunked:
+            return head + self.body
+        half = len(self.body) // 2
+        chunks = [part for part in (self.body[:half], self.body[half:]) if part]
+        return head + b"".join(b"%x\r\n%s\r\n" % (len(c), c) for c in chunks) + b"0\r\n\r\n"
+
+
+@dataclass(frozen=True)
+class HttpReply:
+    """What came back: an answer's ``status`` and ``body``, or the ``failure`` that says why none did
+    (module docstring); ``elapsed_s`` from the connect, either way."""
+
+    status: int = 0
+    body: bytes = b""
+    elapsed_s: float = 0.0
+    failure: str = ""
+
+
+def exchange(address: tuple[str, int], request: Request, timeout_s: float = TIMEOUT_S) -> HttpReply:
+    """``request`` on a connection of its own, and what came back by the module's rule."""
+    start, received = time.monotonic(), b""
+    try:
+        with socket.create_connection(address, timeout=timeout_s) as sock:
+            # the front may answer (413) and close before it read the whole body: read that answer
+            with contextlib.suppress(OSError):
+                sock.sendall(request.raw())
+            while True:
+                remaining = timeout_s - (time.monotonic() - start)
+                if remaining <= 0:
+                    raise TimeoutError
+                sock.settimeout(remaining)
+                chunk = sock.recv(1 << 20)
+                received += chunk
+                if (reply := reply_in(received, not chunk, time.monotonic() - start)) is not None:
+                    return reply
+    except TimeoutError:
+        return HttpReply(elapsed_s=time.monotonic() - start, failure="hang")
+    except OSError as error:
+        return HttpReply(elapsed_s=time.monotonic() - start, failure=f"closed: {error!r}")
+
+
+def reply_in(received: bytes, ended: bool, elapsed_s: float = 0.0) -> HttpReply | None:
+    """The reply ``received`` makes by the module's rule, or None while it is not whole yet and more may
+    come (``ended``: the connection ended, nothing more will)."""
+    head, found, body = received.partition(b"\r\n\r\n")
+    if not found:
+        return HttpReply(elapsed_s=elapsed_s, failure="closed: no status line") if ended else None
+    status = STATUS_LINE.fullmatch(head.split(b"\r\n", 1)[0])
+    if status is None:
+        return HttpReply(elapsed_s=elapsed_s, failure=f"not HTTP: {head[:80]!r}")
+    declared = CONTENT_LENGTH.search(head)
+    length = int(declared[1]) if declared else None
+    if length is not None and len(body) >= length:
+        return HttpReply(int(status[1]), body[:length], elapsed_s)
+    if not ended:
+        return None
+    if length is None:  # no Content-Length: the body ran to the connection's end
+        return HttpReply(int(status[1]), body, elapsed_s)
+    return HttpReply(elapsed_s=elapsed_s, failure=f"closed: {len(body)} of its {length} body bytes")
