@@ -8,11 +8,13 @@ from concurrent.futures import ThreadPoolExecutor
 
 import pytest
 from harness import PROTOCOLS, trivial_inputs, url
+from resilience_fixtures import wait_for
 from tritonclient.utils import InferenceServerException
 
 from client.connection import connect
 from server import TritonServer
 from server.admin import headers as admin_headers
+from server.stubs import server_stubs
 from tests.integration.bursts import bursts_until_refused
 
 pytestmark = pytest.mark.integration
@@ -40,6 +42,10 @@ def test_overload_beyond_the_queue_is_rejected(fault_server: TritonServer, good_
     assert outcomes.count("rejected") > 0 and outcomes.count("ok") > 0
 
 
+def _trivial_stubs(server: TritonServer) -> list[int]:
+    return [stub.pid for stub in server_stubs(server.pid or 0) if stub.alive and stub.model == "trivial"]
+
+
 def test_reload_under_load_loses_nothing(fault_server: TritonServer, good_traffic) -> None:
     """Loading ``trivial`` again (explicit control, with its own config as an override so Triton
     really reloads it) while good traffic runs on it: zero failures. The server's counters restart
@@ -52,3 +58,7 @@ def test_reload_under_load_loses_nothing(fault_server: TritonServer, good_traffi
             client.load_model("trivial", config=config, headers=admin_headers(fault_server.admin_key))
             assert client.is_model_ready("trivial")
     assert fault_server.log_path.read_text().count("successfully loaded 'trivial'") == loads + 2
+    # the replaced stubs exit on their own, a while later on a loaded host; the tests after this one
+    # compare the server's stubs before and after them, so this one ends once only the new ones run
+    instances = sum(group["count"] for group in json.loads(config)["instance_group"])
+    wait_for(lambda: len(_trivial_stubs(fault_server)) == instances, "the replaced trivial stubs to exit")
