@@ -34,10 +34,15 @@ from tritonclient.utils import InferenceServerException
 
 from client.connection import connect
 from server import ServerOptions, TritonServer
+from server.fronts.process import FrontShares
 
 pytestmark = pytest.mark.integration
 ANSWER_GUARD_S = 30  # not a latency bound: how long an answer may take before it counts as never
-SLEEP_S = 20.0  # what a slow request asks for: well past its deadline of 3 s
+SLEEP_S = 60.0  # what a slow request asks for (the model's most): long after its deadline of 3 s
+# every slow request of the module may be overdue at once; which of them the model's overdue share
+# would refuse is the host's timing (a flood sent slowly meets its own first requests overdue), and
+# that share is test_slow_calls_bounded's
+MAX_OVERDUE = 1024
 FLOOD_SLEEP_S = 45.0  # longer than ANSWER_GUARD_S: a front without deadlines starves the fifth address
 LATE = (
     f"model '{SLOW}' did not answer within its deadline of {DEADLINE_S:g} s; the front stopped waiting "
@@ -59,6 +64,7 @@ def server(spec_data: dict[str, Any], tmp_path_factory: pytest.TempPathFactory) 
         startup_timeout_s=240,
         stop_timeout_s=5,  # Triton still runs the flood (HTTP requests are not cancelled): do not wait
         exit_timeout_s=3,
+        front_shares=FrontShares(max_overdue=MAX_OVERDUE),
         workdir=tmp_path_factory.mktemp("deadline_workdir"),
     )
     with TritonServer(options) as running:
@@ -108,7 +114,7 @@ def _grpc_slow(server: TritonServer) -> tuple[str, str]:
 def test_a_model_slower_than_its_deadline_is_answered_504_and_frees_the_slot(
     server: TritonServer, protocol: str
 ) -> None:
-    """A request asking 20 s of a model whose deadline is 3 s: 504 / DEADLINE_EXCEEDED naming both,
+    """A request asking 60 s of a model whose deadline is 3 s: 504 / DEADLINE_EXCEEDED naming both,
     before Triton answers it; then the same client address sends its whole share (64) of requests
     at once and every one is served: the slow one no longer counts against it."""
     answered = _slow_answered(server)
@@ -130,10 +136,9 @@ def test_a_model_slower_than_its_deadline_is_answered_504_and_frees_the_slot(
 @pytest.mark.parametrize("protocol", ["http", "grpc"])
 def test_a_request_in_shared_memory_has_the_same_deadline(server: TritonServer, protocol: str) -> None:
     """The slow request again, its input read from the client's own region and its output wanted
-    there: 504 / DEADLINE_EXCEEDED like any other request (Triton cannot have answered it: it asks 20
-    s), its output range untouched. Before the flood below: its overdue requests would fill the
-    model's overdue share for minutes. Triton's success count is not compared here: the slow
-    requests of the test above end meanwhile."""
+    there: 504 / DEADLINE_EXCEEDED like any other request (Triton cannot have answered it: it asks 60
+    s), its output range untouched. Triton's success count is not compared here: the slow requests
+    of the test above end meanwhile."""
     client = connect(protocol, url(server, protocol))
     module = client_module(protocol)
     name = f"deadline_{protocol}_{os.getpid()}"

@@ -211,18 +211,19 @@ def test_drain_under_load_loses_nothing_and_updates_survive_restart(
         load.wait_for(60)
         drain_started = time.monotonic()
         server.stop()
-        stopped = time.monotonic()
     finally:
         load.stop()
     assert load.hung() == 0
     assert server.process is not None and server.process.returncode == 0, server.log_tail()
+    # the drain itself ended (every model unloaded, every stub gone), not its timeout: how long it took
+    # is the host's speed, so it is not asserted
+    assert server.drain_finished_at is not None, "the drain was given up at its timeout"
     admitted = [o for o in load.outcomes if o.sent < drain_started]
     lost = [o for o in admitted if o.error]
     assert not lost, {o.error for o in lost}
     unclean = {f.error for f in load.failed() if not refused_cleanly(f, server.drain_finished_at)}
     assert not unclean, unclean  # a CANCELLED call sent before the drain had finished counts here
     assert {o.protocol for o in admitted if not o.error} == {"http", "grpc"}
-    assert stopped - drain_started < 30
     assert stubs_with_prefix(server.shm_prefix) == [] and shm_regions(server.shm_prefix) == []
     restarted = restart.start()
     answer = infer_once(httpclient.InferenceServerClient(restarted.http_url), "http", PIPELINE)

@@ -11,8 +11,8 @@ instead of never, the model serves again, another model never fails, and the ser
 from __future__ import annotations
 
 import threading
-import time
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -26,6 +26,7 @@ from resilience_fixtures import (
     build_small_repository,
     client_health,
     explicit_options,
+    wait_for,
 )
 from tritonclient.utils import InferenceServerException
 
@@ -35,9 +36,12 @@ pytestmark = pytest.mark.integration
 HANGS = "hangs_on_negative"
 MODEL_PY = '''
 import time
+from pathlib import Path
 
 import numpy as np
 import triton_python_backend_utils as pb_utils
+
+STUCK = Path({stuck!r})  # touched as the stub begins to hang: the test queues requests behind it
 
 
 class TritonPythonModel:
@@ -48,6 +52,7 @@ class TritonPythonModel:
         for request in requests:
             x = pb_utils.get_input_tensor_by_name(request, "x").as_numpy()
             if (x < 0).any():
+                STUCK.touch()
                 time.sleep(3600)
             responses.append(pb_utils.InferenceResponse([pb_utils.Tensor("y", (2 * x).astype(np.float32))]))
         return responses
@@ -55,11 +60,19 @@ class TritonPythonModel:
 
 
 @pytest.fixture(scope="module")
-def server(spec_data: dict[str, Any], tmp_path_factory: pytest.TempPathFactory) -> Iterator[TritonServer]:
+def stuck(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The file the model touches as it begins to hang."""
+    return tmp_path_factory.mktemp("stuck") / "stuck"
+
+
+@pytest.fixture(scope="module")
+def server(
+    spec_data: dict[str, Any], stuck: Path, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[TritonServer]:
     repository = build_small_repository(
         spec_data, tmp_path_factory.mktemp("stuck_repository"), pipeline=False
     )
-    write_x_to_y_model(repository, HANGS, MODEL_PY)
+    write_x_to_y_model(repository, HANGS, MODEL_PY.format(stuck=str(stuck)))
     with TritonServer(explicit_options(repository, tmp_path_factory.mktemp("stuck_workdir"))) as running:
         assert running.failed_models == {}, running.describe_failures()
         yield running
@@ -77,7 +90,11 @@ def _infer(server: TritonServer, value: float) -> str:
     return "" if np.array_equal(answer, np.full(4, 2 * value, np.float32)) else f"wrong answer {answer}"
 
 
-def test_a_stub_stuck_in_execute_is_killed_and_its_model_reloaded(server: TritonServer) -> None:
+def _still_sending(sender: threading.Thread, outcomes: dict[str, str]) -> None:
+    assert sender.is_alive(), f"the request meant to hang was answered: {outcomes}"
+
+
+def test_a_stub_stuck_in_execute_is_killed_and_its_model_reloaded(server: TritonServer, stuck: Path) -> None:
     assert _infer(server, 1.0) == ""
     outcomes: dict[str, str] = {}
 
@@ -88,10 +105,13 @@ def test_a_stub_stuck_in_execute_is_killed_and_its_model_reloaded(server: Triton
     try:
         load.wait_for(20)
         senders = [threading.Thread(target=send, args=("stuck", -1.0))]
+        senders[0].start()
+        # the others only once the stub hangs: sent before, one could run first and be answered, and
+        # with nothing waiting behind the hang the watchdog would have nothing to judge
+        wait_for(stuck.exists, "the stub to begin its hang", lambda: _still_sending(senders[0], outcomes))
         senders += [threading.Thread(target=send, args=(f"queued {n}", 1.0)) for n in range(3)]
-        for sender in senders:
+        for sender in senders[1:]:
             sender.start()
-            time.sleep(0.2)
         for sender in senders:
             sender.join(timeout=HANG_GUARD_S)
         assert not any(sender.is_alive() for sender in senders), "a request never came back"

@@ -44,6 +44,9 @@ HANG_GUARD_S = 60  # not a latency bound: how long a request may go unanswered b
 FLOOD = 300  # more than the HTTP front's 256 upstream connections
 # the gRPC front closes a connection without its HTTP/2 handshake after 10 s; grpc's own default, 60 s
 HALF_OPEN_CLOSED_WITHIN_S = 30
+# a request not answered this long is held upstream: the front's 429 needs nothing of Triton and comes
+# at once, but a loaded host can keep the front from sending it for a second or two
+HELD_AFTER_S = 10.0
 
 
 def _live_stubs(server: TritonServer) -> set[int]:
@@ -229,7 +232,7 @@ def _hold(port: int, count: int) -> list[socket.socket]:
     deadline = time.monotonic() + HANG_GUARD_S
     while len(held) < count:
         assert time.monotonic() < deadline, "the client's slots were never freed"
-        sock, answer = _held_or_answer(port, 2.0)
+        sock, answer = _held_or_answer(port, HELD_AFTER_S)
         if answer:
             assert answer.startswith(b"HTTP/1.1 429"), answer
             sock.close()

@@ -123,7 +123,7 @@ def test_an_interrupt_dropped_in_a_callback_is_delivered_again() -> None:
     previous = signal.signal(signal.SIGTERM, lambda signum, frame: delivered.set())
     try:
         hook(types.SimpleNamespace(exc_value=KeyboardInterrupt()))
-        for _ in range(100):  # the handler runs in the main thread, between bytecodes
+        for _ in range(3000):  # the handler runs in the main thread, between bytecodes; a minute's hang guard
             if delivered.wait(0.02):
                 break
         assert delivered.is_set(), "the dropped interrupt was not delivered again"

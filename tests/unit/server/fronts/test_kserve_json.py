@@ -303,14 +303,16 @@ def test_peer_uid_tells_users_apart() -> None:
         listener.bind(("127.0.0.1", 0))
         listener.listen()
         child = os.fork()
-        if child == 0:  # another user's client: connect, wait to be looked at, leave
+        if child == 0:  # another user's client: connect and stay connected until killed
             os.setuid(NOBODY)
             client = socket.socket()
             client.connect(listener.getsockname())
-            time.sleep(5)
+            time.sleep(600)
             os._exit(0)
-        connection, address = listener.accept()
-        with connection:
-            assert peer_uid(address, connection.getsockname()) == NOBODY
-        os.kill(child, 9)
-        os.waitpid(child, 0)
+        try:
+            connection, address = listener.accept()
+            with connection:
+                assert peer_uid(address, connection.getsockname()) == NOBODY
+        finally:  # once looked at: a child that left on a timer could be gone before the look
+            os.kill(child, 9)
+            os.waitpid(child, 0)
