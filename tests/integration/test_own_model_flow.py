@@ -31,6 +31,8 @@ import yaml
 from perf.cli import main as perf_main
 from server.launcher import free_port_arguments
 
+# A hang guard, not a speed check: many times the slowest test here (make perf of two own models) on a
+# loaded two-core host.
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(1500)]
 ROOT = Path(__file__).resolve().parents[2]
 FACTORIES = ROOT / "tests" / "data" / "own_factories"

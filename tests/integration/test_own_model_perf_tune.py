@@ -27,6 +27,8 @@ from perf.studies.study import StudyRunner
 from perf.studies.study_spec import spec_families
 from perf.tune.cli import TuneSetup
 
+# A hang guard, not a speed check: over three times the slowest test here (the tune of the slow
+# model) on a loaded two-core host.
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(600)]
 ROOT = Path(__file__).resolve().parents[2]
 EXAMPLE = ROOT / "examples" / "own_model"

@@ -23,10 +23,16 @@ from perf.session.model import ModelSession
 pytestmark = pytest.mark.integration
 SPEC = Path(__file__).resolve().parents[2] / "models.yaml"
 CONCURRENCY = 16
-# perf_analyzer's stability check stays on; a generous tolerance so that a busy host's windows agree
+# perf_analyzer 2.41 calls its last three windows stable when max/min of their throughputs, and of
+# their mean latencies, is within 1 + tolerance (its --stability-percentage; its --help), and a closed
+# loop unstable twice is an error (perf.measure.analyzer), which a busy host's windows can cause at any
+# usual tolerance. At 1e9 no run can be unstable: a window holds at least one request (an empty one is
+# its own error) and never a billion, and no latency here is a billion times another. None of these
+# tests is about stability (ours: tests/unit/perf/measure), each about what perf_analyzer sent, exported
+# and the server counted, which the agreement of its windows does not change.
 # p99_samples: a low rate's windows are sized for 40 requests (not 100: seconds, not minutes, a run)
 WINDOWS = MeasureSettings(
-    warmup_s=0.2, window_s=0.5, stable_windows=3, max_windows=4, tolerance=1.0, p99_samples=40
+    warmup_s=0.2, window_s=0.5, stable_windows=3, max_windows=4, tolerance=1e9, p99_samples=40
 )
 
 

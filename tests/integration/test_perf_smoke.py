@@ -15,6 +15,8 @@ from perf.studies.report import all_measurements, write_report
 from perf.studies.study import StudyRunner
 from perf.studies.study_spec import MODES
 
+# A hang guard, not a speed check: over three times the slowest test here on a loaded two-core host
+# (two busy loops beside three workers).
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(300)]
 
 

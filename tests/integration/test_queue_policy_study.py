@@ -12,6 +12,7 @@ from perf.studies.framework import StudyContext
 from perf.studies.profiles import get_profile
 from perf.studies.queue_policy_study import POLICY, STALL_MS, VARIANTS, QueuePolicyStudy
 
+# A hang guard, not a speed check: many times the study's setup on a loaded two-core host.
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(600)]
 
 

@@ -34,6 +34,8 @@ from perf.studies.shape_study import ShapeStudy
 from perf.studies.study_spec import spec_families
 from perf.tune.cli import TuneSetup, command_tune
 
+# A hang guard, not a speed check: over three times the slowest test here (make plan's shapes step)
+# on a loaded two-core host.
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(900)]
 FACTORIES = Path(__file__).resolve().parents[1] / "data" / "own_factories"
 sys.path.insert(0, str(FACTORIES))
