@@ -53,8 +53,9 @@ def summarize(records: Sequence[Record], start_s: float | None = None, end_s: fl
 
 
 def window_is_stable(values: Sequence[float], tolerance: float) -> bool:
-    """perf_analyzer's rule: every value within ``tolerance`` of the values' mean."""
+    """perf_analyzer's rule (2.41.0, ``--stability-percentage``): the largest value over the smallest
+    is within ``1 + tolerance``, so both engines call the same windows agreed; no value may be 0."""
     if not values or any(np.isnan(v) for v in values):
         return False
-    mean = float(np.mean(values))
-    return mean > 0 and all(abs(v - mean) <= tolerance * mean for v in values)
+    smallest = min(values)
+    return smallest > 0 and max(values) <= (1 + tolerance) * smallest

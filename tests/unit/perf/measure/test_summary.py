@@ -42,10 +42,12 @@ def test_summary_of_nothing_is_nan_not_an_error():
     assert s.samples == 0 and s.failed == 1 and math.isnan(s.p99_ms)
 
 
-def test_stability_rule():
-    assert window_is_stable([100, 105, 95], 0.10)
+def test_stability_rule_is_perf_analyzers_largest_over_smallest():
+    assert window_is_stable([100, 105, 96], 0.10)  # 105 / 96 = 1.094
+    assert not window_is_stable([100, 105, 95], 0.10)  # 1.105: within 10% of the mean, but not agreed
     assert not window_is_stable([100, 130, 95], 0.10)
     assert not window_is_stable([math.nan, 100, 100], 0.10)
+    assert not window_is_stable([0, 0, 0], 0.10)
 
 
 def test_records_round_trip_through_csv(tmp_path):
