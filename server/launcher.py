@@ -27,6 +27,7 @@ process and its server are both gone). The stubs' ``/dev/shm`` regions are priva
 from __future__ import annotations
 
 import contextlib
+import http.client
 import json
 import logging
 import os
@@ -74,6 +75,7 @@ EXIT_MARGIN_S = 30.0
 # the spec's bound too (exporters.schema.guards): shm per stub is 4x the largest batch
 MAX_BATCH_BYTES = 1 << 30
 START_ATTEMPTS = 3  # starts lost to the stub-lock abort below (two in a row happen on a loaded host)
+# or to a picked port another process took first
 STUB_LOCK_ABORT = "boost::interprocess::lock_exception"
 
 
@@ -279,6 +281,22 @@ class TritonServer:
         self.log_path = options.log_path or self._workdir / "server.log"
         # With a port base (``server.ports``) every port comes from it, else the OS picks free ones.
         self.base_ports = ports.reserve()
+        self._pick_ports()
+        self.http_front: subprocess.Popen | None = None
+        self.grpc_front: subprocess.Popen | None = None
+        self.shm_prefix = f"tb{os.getpid()}_{self.http_port}_"  # this server's Python-backend regions
+        self.failed_models: dict[str, str] = {}  # name -> reason, for models that did not load
+        self.admin_key = options.admin_key or secrets.token_urlsafe(24)  # the keyed APIs' (server.admin)
+        self.watchdog: Watchdog | None = None
+        self.watchdog_path = options.watchdog_record or self._workdir / "watchdog.json"
+        self.drain_finished_at: float | None = None  # time.monotonic() when stop()'s drain completed
+        # the tritonserver the fronts follow now (rewritten at every start; server.fronts.process)
+        self.server_pid_file = self._workdir / "tritonserver.pid"
+
+    def _pick_ports(self) -> None:
+        """The ports given, then the port base's, else ones the OS picks free now (and again after a
+        start that lost one of those to another process: ``start``)."""
+        options = self.options
         given = [p for p in (options.http_port, options.grpc_port, options.metrics_port) if p]
         http, grpc, metrics, own_http, own_grpc = (
             self.base_ports.all()
@@ -288,19 +306,19 @@ class TritonServer:
         self.http_port = options.http_port or http
         # With the front, Triton's HTTP endpoint moves to a port of its own on loopback.
         self.triton_http_port = own_http if options.http_front else self.http_port
-        self.http_front: subprocess.Popen | None = None
         self.grpc_port = options.grpc_port or grpc
         self.triton_grpc_port = own_grpc if options.grpc_front else self.grpc_port
-        self.grpc_front: subprocess.Popen | None = None
         self.metrics_port = options.metrics_port or metrics
-        self.shm_prefix = f"tb{os.getpid()}_{self.http_port}_"  # this server's Python-backend regions
-        self.failed_models: dict[str, str] = {}  # name -> reason, for models that did not load
-        self.admin_key = options.admin_key or secrets.token_urlsafe(24)  # the keyed APIs' (server.admin)
-        self.watchdog: Watchdog | None = None
-        self.watchdog_path = options.watchdog_record or self._workdir / "watchdog.json"
-        self.drain_finished_at: float | None = None  # time.monotonic() when stop()'s drain completed
-        # the tritonserver the fronts follow now (rewritten at every start; server.fronts.process)
-        self.server_pid_file = self._workdir / "tritonserver.pid"
+
+    def _lost_a_picked_port(self, error: ServerError, restart: bool) -> bool:
+        """Whether a failed first start lost a port the OS picked for it to another process, between
+        the pick and the bind (tritonserver, a front or the check saying "already in use"): on a host
+        where other servers start too (another ``make test``, ``make perf`` beside it) it happens, and
+        new ports cure it. Ports a user gave or a port base holds are theirs: an error then."""
+        if restart or self.base_ports:
+            return False
+        given = (self.options.http_port, self.options.grpc_port, self.options.metrics_port)
+        return not all(given) and "already in use" in str(error).lower()
 
     @property
     def http_url(self) -> str:
@@ -388,7 +406,8 @@ class TritonServer:
         """Launch and block until ready.
 
         On any failure the process is stopped and the temporary folder removed before the error rises;
-        a start lost to Triton 2.51's stub-lock abort (``starved_stub_abort``) is tried again first
+        a start lost to Triton 2.51's stub-lock abort (``starved_stub_abort``), or to another process
+        taking a port picked for it (``_lost_a_picked_port``: on new ports), is tried again first
         (``START_ATTEMPTS`` in all), and a model whose stub was unhealthy while it loaded is loaded again.
         A server that has died can be started again (``server.supervisor`` does): same ports, admin key
         and shared-memory prefix, and its watchdog's history.
@@ -399,16 +418,21 @@ class TritonServer:
                 self._launch()
                 self.wait_ready()
                 break
-            except ServerError:
+            except ServerError as error:
                 returncode = self.process.poll() if self.process is not None else None
                 starved = starved_stub_abort(returncode, self.log_tail())
+                lost = self._lost_a_picked_port(error, restart)
                 (self.reap if restart else self.stop)()
-                if not starved or attempt == START_ATTEMPTS:
+                if not (starved or lost) or attempt == START_ATTEMPTS:
                     raise
-                log.warning(
-                    "tritonserver aborted while its stubs started (Triton 2.51 aborts when a stub it "
-                    "gave up on resumes, which a starved CPU causes); starting it again"
-                )
+                if lost:
+                    log.warning("a port picked for tritonserver was taken by another process; new ports")
+                    self._pick_ports()
+                else:
+                    log.warning(
+                        "tritonserver aborted while its stubs started (Triton 2.51 aborts when a stub it "
+                        "gave up on resumes, which a starved CPU causes); starting it again"
+                    )
             except BaseException:
                 self.stop()
                 raise
@@ -500,7 +524,7 @@ class TritonServer:
         try:
             with urllib.request.urlopen(f"http://{self.http_url}/v2/health/ready", timeout=2) as response:
                 return response.status == 200
-        except (urllib.error.URLError, OSError):
+        except (urllib.error.URLError, OSError, http.client.HTTPException):  # not HTTP: not ours
             return False
 
     def model_log_lines(self, name: str, limit: int = 12) -> list[str]:

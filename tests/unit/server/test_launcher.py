@@ -157,6 +157,24 @@ def test_port_in_use_is_refused_before_launch(tmp_path: Path) -> None:
     assert server.process is None
 
 
+@pytest.mark.integration
+@pytest.mark.parametrize("fronts", [False, True], ids=["triton", "fronts"])
+def test_a_picked_port_another_process_took_first_means_new_ports_not_a_failed_start(
+    tmp_path: Path, fronts: bool
+) -> None:
+    """Between the OS picking a server's ports and the server binding them, another server on the
+    host can take one (beside ``make perf``, a test server's HTTP port was answered by another
+    Triton's gRPC): the start goes on, on new ports. A port the user gave stays an error (above)."""
+    options = ServerOptions(repository=tmp_path, http_front=fronts, grpc_front=fronts)
+    server = TritonServer(options)
+    lost = server.http_port
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", lost))
+        taken.listen()
+        with server:
+            assert server.http_port != lost and server.is_ready()  # ready on its new HTTP port
+
+
 def test_malformed_config_names_the_file(tmp_path: Path) -> None:
     (tmp_path / "broken").mkdir()
     (tmp_path / "broken" / "config.pbtxt").write_text("max_batch_sise: 8\n")
