@@ -59,6 +59,7 @@ from server.admin import KEY_ENV, AdminError, drain, load_model, restricted_api_
 from server.admin import headers as admin_headers
 from server.fronts.process import FrontShares
 from server.install import ServerError, assemble_backends, find_install
+from server.listeners import held_by
 from server.shm_private import SERVER_UMASK, preload_environment
 from server.shm_regions import make_owner_only
 from server.stubs import kill_stray_stubs
@@ -319,6 +320,12 @@ class TritonServer:
             return False
         given = (self.options.http_port, self.options.grpc_port, self.options.metrics_port)
         return not all(given) and "already in use" in str(error).lower()
+
+    def _ports_held(self) -> bool:
+        """Whether the HTTP and gRPC ports (public, and Triton's own behind the fronts) listen in
+        tritonserver or its fronts (``server.listeners``)."""
+        ports = {self.http_port, self.triton_http_port, self.grpc_port, self.triton_grpc_port}
+        return held_by(ports, [p for p in (self.pid, *(f.pid for f in self.fronts)) if p is not None])
 
     @property
     def http_url(self) -> str:
@@ -615,6 +622,7 @@ class TritonServer:
                 time.sleep(0.25)
                 continue
             ready = self.is_ready() and self.process is not None and self.process.poll() is None
+            ready = ready and self._ports_held()  # not another process's answer on a picked port
             failed = self._settled_failures()
             if ready or failed:  # readiness is non-strict (module doc): name any model that failed
                 self.failed_models = self._load_starved_again(failed or {})

@@ -5,15 +5,21 @@ from __future__ import annotations
 
 import copy
 import dataclasses
+import http.server
 import inspect
 import os
 import signal
 import socket
+import subprocess
+import sys
+import threading
+import time
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
 import pytest
+import tritonclient.http as httpclient
 
 from exporters.configs.model_config import write_config
 from exporters.configs.models import build_model_config
@@ -29,6 +35,7 @@ from server.launcher import (
     remove_shm_regions,
     starved_stub_abort,
 )
+from server.listeners import held_by
 
 
 def test_wheel_server_is_found_by_default(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -173,6 +180,77 @@ def test_a_picked_port_another_process_took_first_means_new_ports_not_a_failed_s
         taken.listen()
         with server:
             assert server.http_port != lost and server.is_ready()  # ready on its new HTTP port
+
+
+SLOW_TO_LOAD = {
+    "config.pbtxt": 'name: "slow_to_load" backend: "python" max_batch_size: 0 '
+    'input [{ name: "x" data_type: TYPE_FP32 dims: [1] }] '
+    'output [{ name: "y" data_type: TYPE_FP32 dims: [1] }] '
+    "instance_group [{ kind: KIND_CPU count: 1 }]",
+    "1/model.py": "import os, sys, time\n"  # the stub finds numpy on the server's PYTHONPATH
+    'sys.path[:0] = os.environ["PYTHONPATH"].split(os.pathsep)\n\n\n'
+    "class TritonPythonModel:\n    def initialize(self, args):\n"
+    "        time.sleep(4)\n\n    def execute(self, requests):\n        return []\n",
+}
+
+
+class Impostor(http.server.BaseHTTPRequestHandler):
+    """Another server on the port: 200 to everything, the readiness probe included."""
+
+    def do_GET(self) -> None:
+        self.send_response(200)
+        self.end_headers()
+
+    def log_message(self, *args: object) -> None:
+        pass
+
+
+@pytest.mark.integration
+def test_another_server_answering_on_a_picked_port_is_not_taken_for_this_one(tmp_path: Path) -> None:
+    """tritonserver binds its ports once its models have loaded; a server another process starts on
+    one of them meanwhile answers the readiness probe (beside ``make test``, ``make perf`` once
+    measured another server). It is not taken for ours (``server.listeners``): ours fails to bind,
+    and the start goes on, on new ports."""
+    for name, text in SLOW_TO_LOAD.items():
+        (tmp_path / "slow_to_load" / name).parent.mkdir(parents=True, exist_ok=True)
+        (tmp_path / "slow_to_load" / name).write_text(text)
+    server = TritonServer(ServerOptions(repository=tmp_path, startup_timeout_s=300))
+    taken = server.http_port
+    impostors: list[http.server.HTTPServer] = []
+
+    def take_it_once_checked() -> None:  # after the pre-launch check, before Triton binds
+        while server.process is None:
+            time.sleep(0.001)
+        impostors.append(http.server.ThreadingHTTPServer(("127.0.0.1", taken), Impostor))
+        impostors[0].serve_forever()
+
+    thread = threading.Thread(target=take_it_once_checked, daemon=True)
+    thread.start()
+    try:
+        with server:
+            assert impostors, "the other server never took the port"
+            assert server.http_port != taken and held_by([server.http_port], [server.pid])
+            assert httpclient.InferenceServerClient(server.http_url).get_server_metadata()["name"] == "triton"
+    finally:
+        if impostors:
+            impostors[0].shutdown()
+            impostors[0].server_close()
+
+
+def test_held_by_tells_a_listener_of_ours_from_anothers() -> None:
+    with socket.socket() as ours, socket.socket() as unused:
+        ours.bind(("127.0.0.1", 0))
+        ours.listen()
+        unused.bind(("127.0.0.1", 0))  # bound, not listening: nothing answers there
+        other = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
+        try:
+            port = ours.getsockname()[1]
+            assert held_by([port], [os.getpid()])
+            assert not held_by([port], [other.pid])
+            assert not held_by([port, unused.getsockname()[1]], [os.getpid()])
+        finally:
+            other.kill()
+            other.wait()
 
 
 def test_malformed_config_names_the_file(tmp_path: Path) -> None:

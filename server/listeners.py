@@ -1,0 +1,51 @@
+"""Whether the sockets listening on a server's ports are its own, from the kernel's socket tables and
+the processes' descriptors.
+
+A server's ports are picked free by the OS, and tritonserver binds them only once it has loaded its
+models (seconds, minutes on a loaded host). Another process starting beside it may take one meanwhile,
+and then answers the readiness probe in its place: a start beside ``make test`` once went on to measure
+another server. So a start counts a port as its own only when the socket listening there is one of
+its processes'; where the tables cannot be read (no ``/proc``), it cannot tell and trusts the probe.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+from collections.abc import Iterable
+from pathlib import Path
+
+TABLES = (Path("/proc/net/tcp"), Path("/proc/net/tcp6"))
+LISTEN = "0A"  # the state column of a listening socket
+
+
+def listening_inodes(port: int) -> set[str]:
+    """The inodes of the sockets listening on ``port`` (any address)."""
+    inodes: set[str] = set()
+    for table in TABLES:
+        with contextlib.suppress(OSError):
+            for line in table.read_text().splitlines()[1:]:
+                fields = line.split()  # sl, local address:port, remote, state, ..., inode (10th)
+                if len(fields) > 9 and fields[3] == LISTEN and int(fields[1].rsplit(":", 1)[1], 16) == port:
+                    inodes.add(fields[9])
+    return inodes
+
+
+def socket_inodes(pid: int) -> set[str]:
+    """The inodes of the sockets process ``pid`` holds ({} when it is gone)."""
+    found: set[str] = set()
+    with contextlib.suppress(OSError):
+        for fd in os.listdir(f"/proc/{pid}/fd"):
+            with contextlib.suppress(OSError):
+                link = os.readlink(f"/proc/{pid}/fd/{fd}")
+                if link.startswith("socket:["):
+                    found.add(link[len("socket:[") : -1])
+    return found
+
+
+def held_by(ports: Iterable[int], pids: Iterable[int]) -> bool:
+    """Whether something listens on each of ``ports`` and every such socket is one of ``pids``'."""
+    if not any(table.exists() for table in TABLES):
+        return True
+    ours = set().union(*(socket_inodes(pid) for pid in pids))
+    return all((found := listening_inodes(port)) and found <= ours for port in ports)
