@@ -13,9 +13,9 @@ from __future__ import annotations
 import contextlib
 import os
 from collections.abc import Iterable
-from pathlib import Path
 
-TABLES = (Path("/proc/net/tcp"), Path("/proc/net/tcp6"))
+from server.fronts.peer import TABLES  # the kernel's socket tables, as the fronts read them
+
 LISTEN = "0A"  # the state column of a listening socket
 
 
