@@ -36,7 +36,6 @@ the ``request_deadline_s`` parameter, else the front's default).
 
 from __future__ import annotations
 
-import json
 import math
 from collections import Counter
 from collections.abc import Iterable, Mapping, Sequence
@@ -112,17 +111,12 @@ class InputRule:
 
 
 def _dims_parameter(parameters: Mapping[str, Any], key: str) -> dict[str, tuple[int, ...]]:
-    """``{input: dims}`` from a JSON string parameter; one that does not parse counts as absent (the
-    backend refuses to load with a bad ``input_max_shapes``; ``input_min_shapes`` is read only here)."""
-    if key == "input_max_shapes":
-        try:
-            return parse_max_shapes(dict(parameters))
-        except ValueError:
-            return {}
-    text = (parameters.get(key) or {}).get("string_value", "") or "{}"
+    """``{input: dims}`` from the JSON string parameter ``key``, read by the backend's own reader of
+    ``input_max_shapes``; one that does not parse counts as absent (the backend refuses to load with a
+    bad ``input_max_shapes``; ``input_min_shapes`` is read only here)."""
     try:
-        return {name: tuple(int(d) for d in dims) for name, dims in json.loads(text).items()}
-    except (ValueError, TypeError, AttributeError):
+        return parse_max_shapes({"input_max_shapes": parameters.get(key) or {}})
+    except ValueError:
         return {}
 
 
@@ -135,16 +129,15 @@ def _deadline(parameters: Mapping[str, Any]) -> float | None:
     return value if 0 < value < math.inf else None
 
 
-def _rule(item: Mapping[str, Any], parameters: Mapping[str, Any], body_limit: int) -> InputRule:
+def _rule(item: Mapping[str, Any], max_shapes: dict, min_shapes: dict, body_limit: int) -> InputRule:
     name = str(item["name"])
     datatype = protocol_datatype(str(item.get("data_type", "")))
     fixed = tuple(int(d) for d in item.get("dims") or ())
-    declared_max = _dims_parameter(parameters, "input_max_shapes").get(name)
-    if declared_max is not None and len(declared_max) != len(fixed):
-        declared_max = None  # fits no dims of this input: the backend refuses to load with it
-    minimum = _dims_parameter(parameters, MIN_SHAPES_PARAMETER).get(name)
-    if minimum is not None and len(minimum) != len(fixed):
-        minimum = None
+    # an entry that fits no dims of this input counts as absent: the backend refuses to load with it
+    declared_max, minimum = (
+        dims if dims is not None and len(dims) == len(fixed) else None
+        for dims in (max_shapes.get(name), min_shapes.get(name))
+    )
     per_element = element_bytes(datatype)
     fixed_bytes = per_element * math.prod(d for d in fixed if d > 0)
     # a -1 dim without a declared max: as long as one input of batch 1 can be and still fit the body
@@ -177,9 +170,8 @@ class ModelSignature:
         """From a config as JSON (Triton's ``/v2/models/<m>/config``, or the gRPC ``ModelConfig`` as a
         dict: int64 fields may come as strings)."""
         parameters = config.get("parameters") or {}
-        inputs = {
-            str(item["name"]): _rule(item, parameters, body_limit) for item in config.get("input") or []
-        }
+        shapes = [_dims_parameter(parameters, key) for key in ("input_max_shapes", MIN_SHAPES_PARAMETER)]
+        inputs = {str(item["name"]): _rule(item, *shapes, body_limit) for item in config.get("input") or []}
         outputs = tuple(str(item["name"]) for item in config.get("output") or [])
         batch = int(config.get("max_batch_size") or 0)
         return cls(model, batch, inputs, outputs, body_limit, _deadline(parameters))

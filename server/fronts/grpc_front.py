@@ -64,7 +64,7 @@ from server.fronts import h2c
 from server.fronts.allow_list import ModelSignature
 from server.fronts.client_regions import Client, RegionUse
 from server.fronts.client_slots import ClientSlots
-from server.fronts.deadlines import OVERDUE_TIMEOUT_S, Deadlines
+from server.fronts.deadlines import OVERDUE_TIMEOUT_S, STREAM_WATCH_S, Deadlines, StreamWaits
 from server.fronts.grpc_request import SERVICE, check_request, model_to_check, parse_request
 from server.fronts.grpc_upstream import Upstream, UpstreamCall
 from server.fronts.grpc_wire import (
@@ -90,7 +90,6 @@ from server.fronts.process import (
 )
 from server.fronts.refusal import Refusal, RequestRefusedError
 from server.fronts.shm_grpc import GrpcSharedMemory, StreamOutputs
-from server.fronts.stream_waits import STREAM_WATCH_S, StreamWaits
 from server.fronts.upstream_state import UpstreamState
 
 log = logging.getLogger(__name__)

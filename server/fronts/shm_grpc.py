@@ -15,7 +15,7 @@
   raw contents left empty, as Triton answers a shared-memory output.
 * On a stream, answers may come in any order, so a message with outputs in regions travels under an
   id of the front's own (``StreamOutputs``); the client's id is put back on its answer. How many such
-  messages may wait is the stream's share (``server.fronts.stream_waits``): each leaves on its
+  messages may wait is the stream's share (``server.fronts.deadlines.StreamWaits``): each leaves on its
   answer, and a stream whose message is late ends.
 * ``--trusted-shared-memory``: a registration is checked, then forwarded, and Triton maps the file
   itself (docs/SERVING.md, "Shared memory"). CUDA shared memory needs the admin key either way.
