@@ -16,16 +16,11 @@ from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
-import matplotlib
-
-matplotlib.use("Agg")
-import matplotlib.pyplot as plt
-
 from gpucheck.grid import Grid
 from gpucheck.machine import MachineFacts
 from gpucheck.raw import RawCurve
 from perf.markdown import number, plain, ratio, table, write_report
-from perf.studies.plots import save_figure
+from perf.studies.plots import plt, save_figure
 
 REPORT = "gpu-report.md"
 FIGURES = "gpu-figures.json"

@@ -1,4 +1,7 @@
-"""The report's plots (matplotlib, Agg backend, PNG); each is a function of the study result only."""
+"""The report's plots (matplotlib, Agg backend, PNG); each is a function of the study result only.
+
+The tune, plan and GPU-check reports take ``plt`` and ``save_figure`` from here, so the backend is
+chosen once, before pyplot loads, and every plot is finished alike."""
 
 from __future__ import annotations
 

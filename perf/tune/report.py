@@ -12,16 +12,11 @@ from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import Any
 
-import matplotlib
-
-matplotlib.use("Agg")
-import matplotlib.pyplot as plt
-
 from perf.errors import EXIT_USAGE, OptionError
 from perf.markdown import number, percent, table, write_report
 from perf.measure.measurement import too_few_note
 from perf.studies.goals import GOALS, Goal, goals_table
-from perf.studies.plots import save_figure
+from perf.studies.plots import plt, save_figure
 from perf.tune.result import CandidateFigures, CpuFigures, PointFigures, RunFigures, TuneDocument, load
 
 NOISE_MARK = "†"  # beside a figure whose run the hypervisor took CPU from (``perf.measure.noise``)
