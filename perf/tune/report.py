@@ -53,12 +53,8 @@ def p99(run: RunFigures | None, unit: str = "") -> str:
     requests to meet the budget by."""
     if not run:
         return "–"
-    return (
-        number(run.p99_ms)
-        + (NOISE_MARK if run.host_noise else "")
-        + unit
-        + too_few_note(run.samples, run.too_few)
-    )
+    mark = NOISE_MARK if run.host_noise else ""
+    return number(run.p99_ms) + mark + unit + too_few_note(run.samples, run.too_few)
 
 
 def _error(point: PointFigures) -> float:
@@ -69,7 +65,7 @@ def _error(point: PointFigures) -> float:
 def goals(saved: TuneDocument) -> list[Goal]:
     spec = GOALS["tuner p99 prediction"]
     error = _error(saved.operating)
-    return [Goal(spec.name, spec.target(), percent(error), spec.met(abs(error)))]
+    return [spec.outcome(percent(error), spec.met(abs(error)))]
 
 
 def headline(saved: TuneDocument) -> list[str]:
@@ -147,7 +143,6 @@ def noise_section(saved: TuneDocument) -> list[str]:
     points = [p for c in saved.shortlist for p in c.points] + list(saved.verification)
     runs = [run for run in (*saved.probe.runs, *(p.measured for p in points)) if run]
     noisy = [run for run in runs if run.host_noise]
-    again = noise.remeasured
     lines = [
         "",
         "## Host noise (`perf.measure.noise`)",
@@ -155,7 +150,7 @@ def noise_section(saved: TuneDocument) -> list[str]:
         f"A run with {100 * noise.stolen_limit:.1f}% or more of the CPUs' time stolen by the hypervisor "
         "(steal in `/proc/stat`) measures the host's other guests as well as the configuration: it is "
         "measured once more and the less stolen of the two counts. "
-        f"{len(again)} of {noise.runs} runs were measured again ({noise.remeasured_s:.0f} s).",
+        f"{len(noise.remeasured)} of {noise.runs} runs were measured again ({noise.remeasured_s:.0f} s).",
         "",
     ]
     if noisy:
