@@ -12,7 +12,6 @@ import math
 import os
 import platform
 import shutil
-from dataclasses import asdict
 from pathlib import Path
 
 import yaml
@@ -390,16 +389,16 @@ def all_measurements(result: StudyResult) -> list:
 
 
 def figures(result: StudyResult, goals: list[Goal]) -> dict:
-    """Every table's numbers (``figures.json``)."""
+    """Every table's numbers (``figures.json``; ``perf.markdown.plain`` writes each dataclass as a dict)."""
     return {
-        "goals": [asdict(g) for g in goals],
+        "goals": goals,
         "measurements": [
             {"label": m.label, "model": m.model, "load": m.load.name, "stable": m.stable,
-             "attempts": m.attempts, "windows": m.windows, "used": m.used, "summary": asdict(m.summary()),
-             "server": asdict(m.server) if m.server else None}
+             "attempts": m.attempts, "windows": m.windows, "used": m.used, "summary": m.summary(),
+             "server": m.server}
             for m in all_measurements(result)
         ],
-        "raw": {name: [asdict(p) for p in f.raw] for name, f in result.families.items()},
+        "raw": {name: f.raw for name, f in result.families.items()},
     }  # fmt: skip
 
 
