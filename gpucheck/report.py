@@ -16,16 +16,11 @@ from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
-import matplotlib
-
-matplotlib.use("Agg")
-import matplotlib.pyplot as plt
-
 from gpucheck.grid import Grid
 from gpucheck.machine import MachineFacts
 from gpucheck.raw import RawCurve
 from perf.markdown import number, plain, ratio, table, write_report
-from perf.studies.plots import save_figure
+from perf.studies.plots import plt, save_figure
 
 REPORT = "gpu-report.md"
 FIGURES = "gpu-figures.json"
@@ -309,13 +304,9 @@ def markdown(document: dict) -> list[str]:
     if document["compute_profile"]["models"]:
         lines += ["", "## Compute profile (raw torch)", "", *_profile_lines(document["compute_profile"])]
     for name, title, render in SECTIONS:
-        section = _ok(sections, name)
+        section, status = _ok(sections, name), sections.get(name, {}).get("status", "not run")
         lines += ["", f"## {title}", ""]
-        lines += (
-            render(section)
-            if section
-            else [f"Not measured: {sections.get(name, {}).get('status', 'not run')}."]
-        )
+        lines += render(section) if section else [f"Not measured: {status}."]
     lines += ["", "## Not measured here", ""]
     lines += [f"- **{item['what']}**: {item['why']}." for item in document["not_measured"]]
     return lines

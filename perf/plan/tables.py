@@ -71,16 +71,13 @@ def exchange(
 ) -> Exchange:
     """The worst GPU's exchange: for every GPU of ``packed`` (each runs the dense part), the rows its
     requests look up in the tables elsewhere, over the slowest link from those GPUs (``link(a, b)``)."""
-    worst: Exchange | None = None
+    found = []
     for gpu in packed:
         others = [g for g, tables in packed.items() if g != gpu and tables]
         remote = sum(t.request_bytes(precision) for g in others for t in packed[g])
         slowest = min((link(g, gpu) for g in others), key=lambda lk: lk.gbs, default=None)
-        found = Exchange(gpu, remote, Transfer(remote, slowest) if slowest else Transfer(0.0))
-        if worst is None or found.transfer.seconds(1) > worst.transfer.seconds(1):
-            worst = found
-    assert worst is not None
-    return worst
+        found.append(Exchange(gpu, remote, Transfer(remote, slowest) if slowest else Transfer(0.0)))
+    return max(found, key=lambda e: e.transfer.seconds(1))  # the first of equals, as GPUs are listed
 
 
 def with_exchange(cost: StageCost, transfer: Transfer) -> StageCost:

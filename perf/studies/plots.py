@@ -1,4 +1,7 @@
-"""The report's plots (matplotlib, Agg backend, PNG); each is a function of the study result only."""
+"""The report's plots (matplotlib, Agg backend, PNG); each is a function of the study result only.
+
+The tune, plan and GPU-check reports take ``plt`` and ``save_figure`` from here, so the backend is
+chosen once, before pyplot loads, and every plot is finished alike."""
 
 from __future__ import annotations
 
@@ -60,12 +63,12 @@ def latency_vs_throughput(family: FamilyResult, path: Path) -> Path:
 
 def formed_batch_histogram(family: FamilyResult, path: Path) -> Path:
     figure, axes = plt.subplots(figsize=(7, 4.5))
-    modes = [m for m in family.open_loop if analysis.formed_histogram(family.open_loop[m])]
-    width = 0.8 / max(len(modes), 1)
-    for index, mode in enumerate(modes):
-        histogram = analysis.formed_histogram(family.open_loop[mode])
+    formed = {mode: analysis.formed_histogram(run) for mode, run in family.open_loop.items()}
+    formed = {mode: histogram for mode, histogram in formed.items() if histogram}
+    width = 0.8 / max(len(formed), 1)
+    for index, (mode, histogram) in enumerate(formed.items()):
         sizes = np.array(sorted(histogram))
-        axes.bar(sizes + (index - len(modes) / 2) * width, [histogram[s] for s in sizes], width,
+        axes.bar(sizes + (index - len(formed) / 2) * width, [histogram[s] for s in sizes], width,
                  label=MODES[mode].title)  # fmt: skip
     load = family.open_load.name if family.open_load else ""
     axes.set(xlabel="batch size formed by the server", ylabel="executions",

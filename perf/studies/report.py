@@ -12,7 +12,6 @@ import math
 import os
 import platform
 import shutil
-from dataclasses import asdict
 from pathlib import Path
 
 import yaml
@@ -107,19 +106,19 @@ def article_section(family: FamilyResult) -> str:
     """Static 32 vs dynamic 50 ms: our numbers next to the article's +12% QPS / +23% p99, and why."""
     if "static32" not in family.open_loop or "dyn50ms" not in family.open_loop:
         return "_Static 32 or dynamic 50 ms was not in this run; no comparison with the article._"
-    static, dynamic = family.open_loop["static32"].summary(), family.open_loop["dyn50ms"].summary()
+    static_run, dynamic_run = family.open_loop["static32"], family.open_loop["dyn50ms"]
+    static, dynamic = static_run.summary(), dynamic_run.summary()
     cap_static = max((m.summary().throughput for m in family.sweep.get("static32", [])), default=0.0)
     cap_dynamic = max((m.summary().throughput for m in family.sweep.get("dyn50ms", [])), default=0.0)
     qps, p99 = change(static.throughput, dynamic.throughput), change(static.p99_ms, dynamic.p99_ms)
     capacity = change(cap_static, cap_dynamic)
     rate = family.open_load.rate if family.open_load else 0.0
     fill_ms = 1000 * 31 / rate if rate else float("nan")
-    formed = family.open_loop["dyn50ms"].server.stats.mean_batch if family.open_loop["dyn50ms"].server else 0
+    formed = dynamic_run.server.stats.mean_batch if dynamic_run.server else 0
     comparable = not (why_unmeasured(capacity, signed=True) or why_unmeasured(p99, signed=True))
     agree = comparable and capacity > 0 and p99 > 0
-    static_run, dynamic_run = family.open_loop["static32"].server, family.open_loop["dyn50ms"].server
-    static_cpu = static_run.server_cpu_s_per_1000 if static_run else float("nan")
-    dynamic_cpu = dynamic_run.server_cpu_s_per_1000 if dynamic_run else float("nan")
+    static_cpu = static_run.server.server_cpu_s_per_1000 if static_run.server else float("nan")
+    dynamic_cpu = dynamic_run.server.server_cpu_s_per_1000 if dynamic_run.server else float("nan")
     lines = [
         f"Static 32 vs dynamic 50 ms, same arrivals ({family.open_load.name if family.open_load else ''}): "
         f"QPS {percent(qps)}, p99 {percent(p99)}; at capacity (best closed loop): QPS {percent(capacity)}. "
@@ -143,7 +142,7 @@ def article_section(family: FamilyResult) -> str:
         "cores) is large against compute, that, not batch size, sets the capacity gap, which is why "
         "ours is far larger than the article's GPU figure.",
     ]
-    padded = analysis.padding(family.open_loop["static32"])
+    padded = analysis.padding(static_run)
     if padded is not None:
         lines.append(
             f"- This model takes requests of many lengths, and both modes sent the same ones in the same "
@@ -276,11 +275,10 @@ def accounting_section(result: StudyResult) -> str:
     )
 
 
-def delay_bound_notes(result: StudyResult, family: FamilyResult) -> str:
+def delay_bound_notes(closed_rows: list[analysis.Row], concurrency: int) -> str:
     """Explain closed-loop runs where the batcher waited out its whole delay on every batch."""
-    concurrency = result.profile.goal_concurrency
     notes = []
-    for r in analysis.closed_loop_rows(result, family, concurrency):
+    for r in closed_rows:
         delay = MODES[r.mode].max_queue_delay_ms
         full = DELAY_BOUND_FILL * concurrency / MODES[r.mode].instances
         if delay is None or delay < DELAY_BOUND_MS or r.mean_batch < full:
@@ -334,7 +332,7 @@ def family_section(result: StudyResult, name: str, family: FamilyResult, plots: 
         "\n" + article_section(family),
         f"\n### Closed loop at concurrency {concurrency} (static: one batch of 32 in flight)\n",
         mode_table(closed_rows),
-        delay_bound_notes(result, family),
+        delay_bound_notes(closed_rows, concurrency),
         "\n### Server-side view (same windows)\n",
         server_table(closed_rows + open_rows, family),
         "\n### References\n",
@@ -391,16 +389,16 @@ def all_measurements(result: StudyResult) -> list:
 
 
 def figures(result: StudyResult, goals: list[Goal]) -> dict:
-    """Every table's numbers (``figures.json``)."""
+    """Every table's numbers (``figures.json``; ``perf.markdown.plain`` writes each dataclass as a dict)."""
     return {
-        "goals": [asdict(g) for g in goals],
+        "goals": goals,
         "measurements": [
             {"label": m.label, "model": m.model, "load": m.load.name, "stable": m.stable,
-             "attempts": m.attempts, "windows": m.windows, "used": m.used, "summary": asdict(m.summary()),
-             "server": asdict(m.server) if m.server else None}
+             "attempts": m.attempts, "windows": m.windows, "used": m.used, "summary": m.summary(),
+             "server": m.server}
             for m in all_measurements(result)
         ],
-        "raw": {name: [asdict(p) for p in f.raw] for name, f in result.families.items()},
+        "raw": {name: f.raw for name, f in result.families.items()},
     }  # fmt: skip
 
 

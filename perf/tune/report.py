@@ -12,16 +12,11 @@ from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import Any
 
-import matplotlib
-
-matplotlib.use("Agg")
-import matplotlib.pyplot as plt
-
 from perf.errors import EXIT_USAGE, OptionError
 from perf.markdown import number, percent, table, write_report
 from perf.measure.measurement import too_few_note
 from perf.studies.goals import GOALS, Goal, goals_table
-from perf.studies.plots import save_figure
+from perf.studies.plots import plt, save_figure
 from perf.tune.result import CandidateFigures, CpuFigures, PointFigures, RunFigures, TuneDocument, load
 
 NOISE_MARK = "†"  # beside a figure whose run the hypervisor took CPU from (``perf.measure.noise``)
@@ -58,12 +53,8 @@ def p99(run: RunFigures | None, unit: str = "") -> str:
     requests to meet the budget by."""
     if not run:
         return "–"
-    return (
-        number(run.p99_ms)
-        + (NOISE_MARK if run.host_noise else "")
-        + unit
-        + too_few_note(run.samples, run.too_few)
-    )
+    mark = NOISE_MARK if run.host_noise else ""
+    return number(run.p99_ms) + mark + unit + too_few_note(run.samples, run.too_few)
 
 
 def _error(point: PointFigures) -> float:
@@ -74,7 +65,7 @@ def _error(point: PointFigures) -> float:
 def goals(saved: TuneDocument) -> list[Goal]:
     spec = GOALS["tuner p99 prediction"]
     error = _error(saved.operating)
-    return [Goal(spec.name, spec.target(), percent(error), spec.met(abs(error)))]
+    return [spec.outcome(percent(error), spec.met(abs(error)))]
 
 
 def headline(saved: TuneDocument) -> list[str]:
@@ -152,7 +143,6 @@ def noise_section(saved: TuneDocument) -> list[str]:
     points = [p for c in saved.shortlist for p in c.points] + list(saved.verification)
     runs = [run for run in (*saved.probe.runs, *(p.measured for p in points)) if run]
     noisy = [run for run in runs if run.host_noise]
-    again = noise.remeasured
     lines = [
         "",
         "## Host noise (`perf.measure.noise`)",
@@ -160,7 +150,7 @@ def noise_section(saved: TuneDocument) -> list[str]:
         f"A run with {100 * noise.stolen_limit:.1f}% or more of the CPUs' time stolen by the hypervisor "
         "(steal in `/proc/stat`) measures the host's other guests as well as the configuration: it is "
         "measured once more and the less stolen of the two counts. "
-        f"{len(again)} of {noise.runs} runs were measured again ({noise.remeasured_s:.0f} s).",
+        f"{len(noise.remeasured)} of {noise.runs} runs were measured again ({noise.remeasured_s:.0f} s).",
         "",
     ]
     if noisy:
