@@ -50,6 +50,7 @@ from perf.measure.engine import Edge, EngineFigures, EngineRun, Job, MeasureSett
 from perf.measure.loads import Load, arrival_times
 from perf.measure.records import Record
 from perf.measure.target import Target
+from perf.perf_analyzer_install import InstallError, installed_wrapper, probe, unavailable_reason
 
 log = logging.getLogger(__name__)
 
@@ -85,8 +86,6 @@ def find_perf_analyzer(prefix: Path | None = None) -> Path | None:
 
     Probed with ``--version``: the 2.41.0 release rejects ``--help`` as an unrecognized option.
     """
-    from perf.perf_analyzer_install import InstallError, installed_wrapper, probe
-
     candidates = [os.environ.get("PERF_ANALYZER"), installed_wrapper(prefix), shutil.which("perf_analyzer")]
     for candidate in filter(None, candidates):
         path = Path(candidate)
@@ -102,8 +101,6 @@ def find_perf_analyzer(prefix: Path | None = None) -> Path | None:
 
 def unavailable_message() -> str:
     """Why perf_analyzer cannot run here, and how to fix it."""
-    from perf.perf_analyzer_install import unavailable_reason
-
     reason = unavailable_reason() or "not installed or does not run"
     return f"perf_analyzer is unavailable ({reason}); install it with `make perf-analyzer`"
 
@@ -249,8 +246,7 @@ class PerfAnalyzerEngine:
         if found is None:
             raise OptionError(unavailable_message())
         self.binary = found
-        version = subprocess.run([str(found), "--version"], capture_output=True, text=True, timeout=60)
-        match = re.search(r"Version\s+(\S+)", version.stdout + version.stderr)
+        match = re.search(r"Version\s+(\S+)", probe(found))
         self.name = f"perf_analyzer {match.group(1) if match else 'unknown version'}"
         self.log_folder = log_folder
         self.extra = extra
