@@ -45,12 +45,6 @@ def has_variable_axis(spec: ModelSpec) -> bool:
     return any(t.variable for t in spec.inputs)
 
 
-def axis_bound(spec: ModelSpec) -> int:
-    """The largest length any variable axis admits (its ``max_shape``)."""
-    bounds = [m for t in spec.inputs for d, m in zip(t.shape, t.largest, strict=True) if d == VARIABLE]
-    return max(bounds, default=0)
-
-
 def length_of(spec: ModelSpec, arrays: Sequence[np.ndarray]) -> int:
     """The length of a request: the size of the first variable axis of the first input that has one
     (``draw_inputs`` shares one length between every variable axis)."""
@@ -110,7 +104,7 @@ def shape_mix(spec: ModelSpec, seed: int = 0, draws: int = SAMPLER_DRAWS) -> Sha
     elif spec.lengths:
         source = f"the spec's lengths {list(spec.lengths)}"
     else:
-        source = f"lengths uniform up to max_shape ({axis_bound(spec)})"
+        source = f"lengths uniform up to max_shape ({spec.variable_bound})"
     return mix_of(observed, source)
 
 
@@ -204,7 +198,7 @@ def shape_plan(
     with ``seed``, each sent at its bucket. The pools' values come from one ``draw_inputs`` call,
     resized to each length sent."""
     mix = mix or shape_mix(spec, seed)
-    bound = axis_bound(spec)
+    bound = spec.variable_bound
     true = mix.draw(requests, np.random.default_rng(seed))
     pairs = tuple((int(n), bucket_of(int(n), buckets, bound)) for n in true)
     base = dict(zip((t.name for t in spec.inputs), draw_inputs(spec, rows, seed), strict=True))
