@@ -88,14 +88,11 @@ def find_perf_analyzer(prefix: Path | None = None) -> Path | None:
     """
     candidates = [os.environ.get("PERF_ANALYZER"), installed_wrapper(prefix), shutil.which("perf_analyzer")]
     for candidate in filter(None, candidates):
-        path = Path(candidate)
-        if not (path.is_file() and os.access(path, os.X_OK)):
-            continue
         try:
-            probe(path)
-        except InstallError:
+            probe(Path(candidate))
+        except InstallError:  # not there, not a program that runs, or not the real tool
             continue
-        return path
+        return Path(candidate)
     return None
 
 
