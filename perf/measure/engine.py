@@ -187,7 +187,6 @@ class OurEngine:
                 await edge(now)
             windows: list[tuple[float, float]] = []
             figures: list[tuple[float, float]] = []
-            stable = False
             try:
                 while len(windows) < settings.max_windows and not driver.done():
                     start = windows[-1][1] if windows else now
@@ -199,14 +198,12 @@ class OurEngine:
                     summary = summarize(sink, start, end)
                     figures.append((summary.throughput, summary.mean_ms))
                     if settings.agree(figures):
-                        stable = True
                         break
             finally:
                 stop.set()
                 await driver
-            attempts = caller.attempts
         used = (max(0, len(windows) - settings.stable_windows), len(windows))
-        return EngineRun(sink, windows, used, stable, attempts)
+        return EngineRun(sink, windows, used, settings.agree(figures), caller.attempts)
 
 
 # --- when requests leave: the only code that decides it ---------------------------------------------
