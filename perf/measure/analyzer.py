@@ -270,16 +270,9 @@ class PerfAnalyzerEngine:
             export = Export.read(folder / "export.json")
             figures = folder / "figures.csv"  # absent where an open loop's windows never agreed
             own = read_analyzer_csv(figures, windows) if figures.is_file() else None
-        records = export.records(target, label)
-        count = len(export.windows)
-        return EngineRun(
-            records,
-            export.windows,
-            (max(0, count - WINDOWS_JUDGED), count),
-            UNSTABLE not in output,
-            len(records),
-            own,
-        )
+        records, windows = export.records(target, label), export.windows
+        used = (max(0, len(windows) - WINDOWS_JUDGED), len(windows))
+        return EngineRun(records, windows, used, UNSTABLE not in output, len(records), own)
 
     @staticmethod
     def _load_options(load: Load, settings: MeasureSettings, longer: float, folder: Path) -> list[str]:
