@@ -18,6 +18,7 @@ import dataclasses
 import logging
 from dataclasses import dataclass
 from pathlib import Path
+from statistics import fmean
 
 from perf.errors import OptionError, StudyError, check_at_least
 from perf.markdown import number, table
@@ -70,10 +71,6 @@ def side_by_side(
     return runs
 
 
-def _mean(values: list[float]) -> float:
-    return sum(values) / len(values) if values else float("nan")
-
-
 def rows(runs: dict[str, list[Measurement]]) -> list[list[str]]:
     """One row per run (perf_analyzer's twice: its CSV, our records): engine, round, inf/s, p99, CPU."""
     out = []
@@ -99,11 +96,11 @@ def cpu_verdict(runs: dict[str, list[Measurement]]) -> str:
         return "No CPU figures for both engines."
     cpu = {name: [run.server.cpu_ms_per_request() for run in measured] for name, measured in runs.items()}
     (pa_server, pa_client), (server, client) = (
-        tuple(_mean([x[k] for x in cpu[name]]) for k in (0, 1))
+        tuple(fmean([x[k] for x in cpu[name]]) for k in (0, 1))
         for name in (analyzer[0].engine, OurEngine.name)
     )
     from_cpu = (pa_server + pa_client) / (server + client) - 1
-    measured = _mean([r.throughput for r in ours]) / _mean([r.throughput for r in analyzer]) - 1
+    measured = fmean([r.throughput for r in ours]) / fmean([r.throughput for r in analyzer]) - 1
     return (
         f"Our client spends {client:.3f} ms of CPU per request, {client / pa_client:.1f}× perf_analyzer's "
         f"{pa_client:.3f}: if the shared cores limited both, that gives {from_cpu * 100:+.0f}% throughput "

@@ -50,6 +50,7 @@ from perf.measure.engine import Edge, EngineFigures, EngineRun, Job, MeasureSett
 from perf.measure.loads import Load, arrival_times
 from perf.measure.records import Record
 from perf.measure.target import Target
+from perf.perf_analyzer_install import InstallError, installed_wrapper, probe, unavailable_reason
 
 log = logging.getLogger(__name__)
 
@@ -85,25 +86,18 @@ def find_perf_analyzer(prefix: Path | None = None) -> Path | None:
 
     Probed with ``--version``: the 2.41.0 release rejects ``--help`` as an unrecognized option.
     """
-    from perf.perf_analyzer_install import InstallError, installed_wrapper, probe
-
     candidates = [os.environ.get("PERF_ANALYZER"), installed_wrapper(prefix), shutil.which("perf_analyzer")]
     for candidate in filter(None, candidates):
-        path = Path(candidate)
-        if not (path.is_file() and os.access(path, os.X_OK)):
-            continue
         try:
-            probe(path)
-        except InstallError:
+            probe(Path(candidate))
+        except InstallError:  # not there, not a program that runs, or not the real tool
             continue
-        return path
+        return Path(candidate)
     return None
 
 
 def unavailable_message() -> str:
     """Why perf_analyzer cannot run here, and how to fix it."""
-    from perf.perf_analyzer_install import unavailable_reason
-
     reason = unavailable_reason() or "not installed or does not run"
     return f"perf_analyzer is unavailable ({reason}); install it with `make perf-analyzer`"
 
@@ -249,8 +243,7 @@ class PerfAnalyzerEngine:
         if found is None:
             raise OptionError(unavailable_message())
         self.binary = found
-        version = subprocess.run([str(found), "--version"], capture_output=True, text=True, timeout=60)
-        match = re.search(r"Version\s+(\S+)", version.stdout + version.stderr)
+        match = re.search(r"Version\s+(\S+)", probe(found))
         self.name = f"perf_analyzer {match.group(1) if match else 'unknown version'}"
         self.log_folder = log_folder
         self.extra = extra
@@ -277,16 +270,9 @@ class PerfAnalyzerEngine:
             export = Export.read(folder / "export.json")
             figures = folder / "figures.csv"  # absent where an open loop's windows never agreed
             own = read_analyzer_csv(figures, windows) if figures.is_file() else None
-        records = export.records(target, label)
-        count = len(export.windows)
-        return EngineRun(
-            records,
-            export.windows,
-            (max(0, count - WINDOWS_JUDGED), count),
-            UNSTABLE not in output,
-            len(records),
-            own,
-        )
+        records, windows = export.records(target, label), export.windows
+        used = (max(0, len(windows) - WINDOWS_JUDGED), len(windows))
+        return EngineRun(records, windows, used, UNSTABLE not in output, len(records), own)
 
     @staticmethod
     def _load_options(load: Load, settings: MeasureSettings, longer: float, folder: Path) -> list[str]:

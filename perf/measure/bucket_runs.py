@@ -80,7 +80,7 @@ class Ways:
     def priced(self, runs: list[BucketRun]) -> list[BucketRun]:
         """``runs`` with each bucketed run's padding cost, timed in-process on the served file."""
         timer = shapes.onnx_timer(self.onnx_file, self.model, shapes.PADDING_BATCH, self.seed)
-        bound = shapes.axis_bound(self.model)
+        bound = self.model.variable_bound
         return [dataclasses.replace(run, padding=shapes.padding_cost(self.mix, run.buckets, bound, timer))
                 if run.buckets else run for run in runs]  # fmt: skip
 

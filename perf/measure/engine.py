@@ -174,6 +174,8 @@ class OurEngine:
         target, load, label = job.target, job.load, job.label
         settings = sized_for(job.settings, load, job.settings.stable_windows, label)
         t0 = time.perf_counter()
+        # a closed loop's workers, one slot each: static batching sends whole batches, so `concurrency`
+        # samples in flight are concurrency/collect requests
         slots = max(load.concurrency // max(target.collect, 1), 1) if load.kind == "closed" else None
         edge = (lambda at: asyncio.to_thread(at_edge, at)) if at_edge else None
         async with Caller(target, t0, label, slots) as caller:
@@ -185,7 +187,6 @@ class OurEngine:
                 await edge(now)
             windows: list[tuple[float, float]] = []
             figures: list[tuple[float, float]] = []
-            stable = False
             try:
                 while len(windows) < settings.max_windows and not driver.done():
                     start = windows[-1][1] if windows else now
@@ -197,14 +198,12 @@ class OurEngine:
                     summary = summarize(sink, start, end)
                     figures.append((summary.throughput, summary.mean_ms))
                     if settings.agree(figures):
-                        stable = True
                         break
             finally:
                 stop.set()
                 await driver
-            attempts = caller.attempts
         used = (max(0, len(windows) - settings.stable_windows), len(windows))
-        return EngineRun(sink, windows, used, stable, attempts)
+        return EngineRun(sink, windows, used, settings.agree(figures), caller.attempts)
 
 
 # --- when requests leave: the only code that decides it ---------------------------------------------
@@ -215,23 +214,16 @@ class OurEngine:
 
 
 async def drive(caller: Caller, load: Load, stop: asyncio.Event, sink: list[Record]) -> None:
-    """Generate ``load`` until ``stop`` is set, then wait for every request in flight."""
-    if load.kind == "closed":
-        await _closed(caller, load.concurrency, stop, sink)
-    else:
-        await _open(caller, load, stop, sink)
-
-
-async def _closed(caller: Caller, concurrency: int, stop: asyncio.Event, sink: list[Record]) -> None:
-    collect = caller.target.collect
-    # Static batching sends whole batches: `concurrency` samples in flight = concurrency/collect requests.
-    workers = max(1, concurrency // collect)
+    """Generate ``load`` until ``stop`` is set, then wait for every request in flight. A closed loop has
+    one worker per slot of ``caller`` (``OurEngine`` gives it concurrency/collect)."""
+    if load.kind == "open":
+        return await _open(caller, load, stop, sink)
 
     async def worker() -> None:
         while not stop.is_set():
-            sink.append(await caller.call(collect))
+            sink.append(await caller.call(caller.target.collect))
 
-    await asyncio.gather(*(worker() for _ in range(workers)))
+    await asyncio.gather(*(worker() for _ in range(caller.slot_count)))
 
 
 async def _open(caller: Caller, load: Load, stop: asyncio.Event, sink: list[Record]) -> None:

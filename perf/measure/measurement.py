@@ -157,8 +157,9 @@ def measure(
     before = take() if take else None
     edges: list[ServerSnapshot] = []
     at_edge = (lambda _at: edges.append(take())) if take else None
-    run = engine.run(Job(target, load, settings, label), at_edge)
-    measurement = _measurement(label, target, load, run, engine.name, settings)
+    job = Job(target, load, settings, label)
+    run = engine.run(job, at_edge)
+    measurement = _measurement(job, run, engine.name)
     if take and before:
         after = _settled(take)
         measurement.server = delta(edges[run.used[0] : run.used[1] + 1] if edges else [before, after])
@@ -175,18 +176,16 @@ async def measure_async(
     """``measure`` with our engine, for callers that already run an event loop (two loads on one server
     at once); no server view."""
     started = time.perf_counter()
-    run = await OurEngine().run_async(Job(target, load, settings, label))
-    measurement = _measurement(label, target, load, run, OurEngine.name, settings)
+    job = Job(target, load, settings, label)
+    measurement = _measurement(job, await OurEngine().run_async(job), OurEngine.name)
     measurement.wall_s = time.perf_counter() - started
     return measurement
 
 
-def _measurement(
-    label: str, target: Target, load: Load, run: EngineRun, engine: str, settings: MeasureSettings
-) -> Measurement:
+def _measurement(job: Job, run: EngineRun, engine: str) -> Measurement:
     """``run`` as a ``Measurement``: each field of an ``EngineRun`` is the ``Measurement``'s of its name."""
-    needed = settings.p99_samples
-    return Measurement(label, target.model, load, engine=engine, p99_samples=needed, **vars(run))
+    needed = job.settings.p99_samples
+    return Measurement(job.label, job.target.model, job.load, engine=engine, p99_samples=needed, **vars(run))
 
 
 def _settled(take: Callable[[], ServerSnapshot]) -> ServerSnapshot:

@@ -24,7 +24,7 @@ import numpy as np
 from exporters.artifacts.parity import check_outputs
 from exporters.schema.models import ModelSpec
 from exporters.sources.inputs import draw_inputs
-from perf.measure.shapes import ShapeMix, axis_bound, bucket_of, length_of, resized
+from perf.measure.shapes import ShapeMix, bucket_of, length_of, resized
 
 ROWS = 2  # rows per run: enough to see a difference, cheap at the longest bucket
 QUANTILES = (0.0, 0.1, 0.25, 0.5, 0.75, 0.9)  # the traffic's lengths that are padded and compared
@@ -78,7 +78,7 @@ def longest_draw(spec: ModelSpec, seed: int, draws: int = 16) -> dict[str, np.nd
     the spec draws them, else the longest of ``draws`` calls of its sampler (shorter lengths are cropped
     from it; longer ones repeat its last position, as padding does)."""
     if spec.sample is None:
-        spec = dataclasses.replace(spec, lengths=(axis_bound(spec),))
+        spec = dataclasses.replace(spec, lengths=(spec.variable_bound,))
     names = [t.name for t in spec.inputs]
     count = draws if spec.sample is not None else 1
     candidates = [dict(zip(names, draw_inputs(spec, ROWS, seed + k), strict=True)) for k in range(count)]
@@ -110,7 +110,7 @@ def offered_ways(
     """``ways`` split into the bucket sets padding leaves harmless (offered, measured) and those it does
     not (with the verdict that says why); "exact lengths" (no buckets) is always offered."""
     probe = PaddingProbe(onnx_path, spec, seed)
-    bound = axis_bound(spec)
+    bound = spec.variable_bound
     offered, refused = {}, {}
     for name, buckets in ways.items():
         verdict = padding_verdict(probe, mix, buckets, bound) if buckets else None

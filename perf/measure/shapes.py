@@ -45,12 +45,6 @@ def has_variable_axis(spec: ModelSpec) -> bool:
     return any(t.variable for t in spec.inputs)
 
 
-def axis_bound(spec: ModelSpec) -> int:
-    """The largest length any variable axis admits (its ``max_shape``)."""
-    bounds = [m for t in spec.inputs for d, m in zip(t.shape, t.largest, strict=True) if d == VARIABLE]
-    return max(bounds, default=0)
-
-
 def length_of(spec: ModelSpec, arrays: Sequence[np.ndarray]) -> int:
     """The length of a request: the size of the first variable axis of the first input that has one
     (``draw_inputs`` shares one length between every variable axis)."""
@@ -110,7 +104,7 @@ def shape_mix(spec: ModelSpec, seed: int = 0, draws: int = SAMPLER_DRAWS) -> Sha
     elif spec.lengths:
         source = f"the spec's lengths {list(spec.lengths)}"
     else:
-        source = f"lengths uniform up to max_shape ({axis_bound(spec)})"
+        source = f"lengths uniform up to max_shape ({spec.variable_bound})"
     return mix_of(observed, source)
 
 
@@ -197,14 +191,13 @@ class ShapePlan:
 
 
 def shape_plan(
-    spec: ModelSpec, rows: int, seed: int = 0, buckets: Sequence[int] = (), mix: ShapeMix | None = None,
-    requests: int = PLAN_REQUESTS,
-) -> ShapePlan:  # fmt: skip
-    """A ``ShapePlan`` for ``spec``: request lengths drawn from ``mix`` (default ``shape_mix(spec)``)
-    with ``seed``, each sent at its bucket. The pools' values come from one ``draw_inputs`` call,
-    resized to each length sent."""
-    mix = mix or shape_mix(spec, seed)
-    bound = axis_bound(spec)
+    spec: ModelSpec, rows: int, seed: int = 0, buckets: Sequence[int] = (), requests: int = PLAN_REQUESTS
+) -> ShapePlan:
+    """A ``ShapePlan`` for ``spec``: request lengths drawn from ``shape_mix(spec)`` with ``seed``, each
+    sent at its bucket. The pools' values come from one ``draw_inputs`` call, resized to each length
+    sent."""
+    mix = shape_mix(spec, seed)
+    bound = spec.variable_bound
     true = mix.draw(requests, np.random.default_rng(seed))
     pairs = tuple((int(n), bucket_of(int(n), buckets, bound)) for n in true)
     base = dict(zip((t.name for t in spec.inputs), draw_inputs(spec, rows, seed), strict=True))
@@ -286,27 +279,25 @@ class ShapeRow:
         return self.requests / self.batches if self.batches else 0.0
 
 
-def formed_batches(recv_s: Sequence[float], max_batch: int, gap_s: float = GAP_S) -> int:
+def formed_batches(recv_s: Sequence[float], max_batch: int) -> int:
     """Responses grouped into batches: a new batch where the gap to the previous response exceeds
-    ``gap_s`` or the group already holds ``max_batch``."""
+    ``GAP_S`` or the group already holds ``max_batch``."""
     batches, size, last = 0, 0, -np.inf
     for at in sorted(recv_s):
-        if at - last > gap_s or size >= max_batch:
+        if at - last > GAP_S or size >= max_batch:
             batches, size = batches + 1, 0
         size, last = size + 1, at
     return batches
 
 
-def shape_rows(
-    records: Sequence[Record], max_batch: int, executions: int = 0, gap_s: float = GAP_S
-) -> list[ShapeRow]:
+def shape_rows(records: Sequence[Record], max_batch: int, executions: int = 0) -> list[ShapeRow]:
     """One ``ShapeRow`` per length sent, over the successful ``records`` that carry a length;
     ``executions``: Triton's count over the same span (0: unknown), which the batches are scaled to."""
     sized = [r for r in records if r.ok and r.sent_length]
     by_length: dict[int, list[Record]] = {}
     for record in sized:
         by_length.setdefault(record.sent_length, []).append(record)
-    grouped = {n: formed_batches([r.recv_s for r in g], max_batch, gap_s) for n, g in by_length.items()}
+    grouped = {n: formed_batches([r.recv_s for r in g], max_batch) for n, g in by_length.items()}
     scale = executions / sum(grouped.values()) if executions and grouped else 1.0
     rows = []
     for sent, group in sorted(by_length.items()):

@@ -205,8 +205,7 @@ class ModelSession:
 
     def died(self, during: str) -> ServerDiedError | None:
         """The server's death during ``during`` (how it died, its log), or None while it runs."""
-        process = self.server.process if self.server is not None else None
-        if self.server is None or process is None or (code := process.poll()) is None:
+        if self.server is None or self.server.process is None or (code := self.server.process.poll()) is None:
             return None
         cause = death_cause(code, self.server.log_tail(80))
         log.error("tritonserver died during %s: %s", during, cause)

@@ -11,7 +11,6 @@ inputs; the server view is the first stage's (``pipeline_stats``).
 from __future__ import annotations
 
 import dataclasses
-import json
 
 import tritonclient.http as httpclient
 from google.protobuf import json_format
@@ -110,7 +109,7 @@ class PipelineSession(ModelSession):
         if config.instances != 1:
             raise ValueError("a pipeline's candidates keep the stages' instance counts (instances = 1)")
         overrides = {
-            stage.name: json.loads(json_format.MessageToJson(stage.to_proto()))
+            stage.name: json_format.MessageToDict(stage.to_proto())
             for stage in stage_configs(self.built, config)
         }
         return f"{config.label} on the stages of {self.pipeline.name}", overrides

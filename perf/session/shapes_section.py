@@ -81,7 +81,6 @@ def shapes_step(
     runs = bucket_runs(session, load, step, ways)
     as_searched = next((run.measured for run in runs if run.buckets == searched), None)
     chosen = choose(runs, budget_ms)
-    max_batch = session.current.max_batch_size if session.current else session.largest_batch
     header = ["sent", "buckets", "inf/s", "p99 ms", "mean batch (Triton)", "padding: compute ×",
               "padded share", f"meets {budget_ms:g} ms"]  # fmt: skip
     rows = [
@@ -104,9 +103,8 @@ def shapes_step(
     else:
         advice = f"each request at its own length: `{written}` carries `buckets: []`"
 
-    served = session.current.label if session.current else "?"
     lines = [
-        f"{HEADING}: {served}, {load.name}",
+        f"{HEADING}: {config.label}, {load.name}",
         "",
         f"Request lengths: {ways.mix.describe()}. The runs above measured "
         "them as they come (Triton batches only equal shapes); here the same arrivals are sent at one "
@@ -121,7 +119,7 @@ def shapes_step(
     ]
     for run in runs:
         if run.buckets is not None:  # one shape: Triton's own count says it all
-            lines += ["", *run.formed_lines(max_batch)]
+            lines += ["", *run.formed_lines(config.max_batch_size)]
     if not meets and as_searched is not None:  # one more run of the answer's point
         evidence.add(answer, rate, as_searched)
         session.prepare(config)
