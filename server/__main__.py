@@ -94,21 +94,20 @@ def _start(args: argparse.Namespace) -> int:
     if not report.get("ready"):
         print(f"error: {report.get('error', 'the supervisor said nothing')}", file=sys.stderr)
         return 1
-    if report.get("failed") and not args.allow_partial:
+    failed = report.get("failed_models", [])
+    if failed and not args.allow_partial:
         print(report["failed"], file=sys.stderr)
         _stop(argparse.Namespace(timeout=35.0))
         print(
-            f"error: {report['failed_count']} model(s) failed to load: {', '.join(report['failed_models'])} "
+            f"error: {len(failed)} model(s) failed to load: {', '.join(failed)} "
             f"(reasons above; the server is stopped). Fix them, or serve the others with "
             "`make serve ALLOW_PARTIAL=1` (python -m server start --allow-partial)",
             file=sys.stderr,
         )
         return 1
     print(f"tritonserver ready: http {report['http']}  grpc {report['grpc']}  metrics {report['metrics']}")
-    if report.get("failed"):
-        print(
-            f"WARNING: {report['failed_count']} model(s) failed to load; the others serve:", file=sys.stderr
-        )
+    if failed:
+        print(f"WARNING: {len(failed)} model(s) failed to load; the others serve:", file=sys.stderr)
         print(report["failed"], file=sys.stderr)
     print(f"log: {report['log']}   stop with: make stop   admin key: {KEY}")
     return 0
@@ -168,9 +167,8 @@ def _supervise(args: argparse.Namespace) -> int:
             "grpc": server.grpc_url,
             "metrics": server.metrics_url,
             "log": str(server.log_path),
-            "failed_count": len(server.failed_models),
             "failed_models": sorted(server.failed_models),
-            "failed": server.describe_failures() if server.failed_models else "",
+            "failed": server.describe_failures(),
         }
     )
     return supervisor.run()

@@ -29,7 +29,6 @@ import logging
 import os
 import time
 from collections.abc import Iterable
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -98,21 +97,20 @@ def headers(key: str, protocol: str = "http") -> dict[str, str]:
     return {ADMIN_HEADER: key, FRONT_HEADER: key}
 
 
-@dataclass(frozen=True)
-class VersionState:
-    version: str
-    state: str
-    reason: str = ""
-
-
-def model_versions(client: httpclient.InferenceServerClient, key: str) -> dict[str, list[VersionState]]:
-    """The repository index grouped by model: every version Triton knows and its state."""
-    grouped: dict[str, list[VersionState]] = {}
+def model_versions(client: httpclient.InferenceServerClient, key: str) -> dict[str, dict[str, str]]:
+    """The repository index grouped by model: ``{model: {version: state}}`` for every version Triton
+    knows."""
+    grouped: dict[str, dict[str, str]] = {}
     for entry in client.get_model_repository_index(headers=headers(key)):
-        grouped.setdefault(entry["name"], []).append(
-            VersionState(entry.get("version", ""), entry.get("state", ""), entry.get("reason", ""))
-        )
+        grouped.setdefault(entry["name"], {})[entry.get("version", "")] = entry.get("state", "")
     return grouped
+
+
+def serving_versions(client: httpclient.InferenceServerClient, key: str, model: str) -> list[str]:
+    """The versions of ``model`` that are READY now."""
+    return [
+        version for version, state in model_versions(client, key).get(model, {}).items() if state == "READY"
+    ]
 
 
 def load_model(
@@ -142,11 +140,10 @@ def load_model(
             files=files,
         )
     except InferenceServerException as error:
-        serving = [v.version for v in model_versions(client, key).get(model, []) if v.state == "READY"]
+        serving = serving_versions(client, key, model)
         still = f"; version {', '.join(serving)} keeps serving" if serving else "; nothing serves it"
         raise AdminError(f"load of '{model}' failed: {error.message()}{still}") from error
-    serving = [v.version for v in model_versions(client, key).get(model, []) if v.state == "READY"]
-    return f"{model}: serving version {', '.join(serving) or '(none)'}"
+    return f"{model}: serving version {', '.join(serving_versions(client, key, model)) or '(none)'}"
 
 
 def _ensembles_first(client: httpclient.InferenceServerClient, names: Iterable[str]) -> list[list[str]]:
@@ -173,14 +170,14 @@ def drain(http_url: str, key: str, timeout_s: float, server_pid: int) -> list[st
     """
     client = httpclient.InferenceServerClient(http_url, connection_timeout=10, network_timeout=timeout_s)
     states = model_versions(client, key)
-    loaded = [m for m, versions in states.items() if any(v.state == "READY" for v in versions)]
+    loaded = [m for m, versions in states.items() if "READY" in versions.values()]
     deadline = time.monotonic() + timeout_s
     for group in _ensembles_first(client, loaded):
         for name in group:
             client.unload_model(name, headers=headers(key))
         while True:
             states = model_versions(client, key)
-            busy = [m for m in group if any(v.state in ("READY", "UNLOADING") for v in states.get(m, []))]
+            busy = [m for m in group if {"READY", "UNLOADING"} & set(states.get(m, {}).values())]
             if not busy:
                 break
             if time.monotonic() > deadline:

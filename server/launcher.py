@@ -21,7 +21,7 @@ unless ``trusted_shared_memory`` says the clients are trusted (the fronts copy t
 fronts outlive a tritonserver that dies: they follow the one the pid file names (``server_pid_file``),
 answering 503 / ``UNAVAILABLE`` while the supervisor restarts it, and stop with ``stop()`` (or once this
 process and its server are both gone). The stubs' ``/dev/shm`` regions are private from creation
-(``server.shm_private``) and made owner-only again once the server is ready (``server.shm_regions``).
+(``server.shm_private``) and made owner-only again once the server is ready.
 """
 
 from __future__ import annotations
@@ -60,8 +60,7 @@ from server.admin import headers as admin_headers
 from server.fronts.process import FrontShares
 from server.install import ServerError, assemble_backends, find_install
 from server.listeners import held_by
-from server.shm_private import SERVER_UMASK, preload_environment
-from server.shm_regions import make_owner_only
+from server.shm_private import SERVER_UMASK, make_owner_only, preload_environment
 from server.stubs import kill_stray_stubs
 from server.watchdog import Watchdog
 
@@ -443,7 +442,7 @@ class TritonServer:
             except BaseException:
                 self.stop()
                 raise
-        make_owner_only(self.shm_prefix)  # no other user may map the stubs' IPC (server.shm_regions)
+        make_owner_only(self.shm_prefix)  # no other user may map the stubs' IPC (server.shm_private)
         if self.options.self_heal and self.pid is not None:
             history = self.watchdog.state if self.watchdog is not None else None  # a restart keeps it
             self.watchdog = Watchdog(

@@ -19,15 +19,15 @@ from server.fronts.peer import TABLES  # the kernel's socket tables, as the fron
 LISTEN = "0A"  # the state column of a listening socket
 
 
-def listening_inodes(port: int) -> set[str]:
-    """The inodes of the sockets listening on ``port`` (any address)."""
-    inodes: set[str] = set()
+def listening_inodes() -> dict[int, set[str]]:
+    """The inodes of the sockets listening on each port (any address), from one read of the tables."""
+    inodes: dict[int, set[str]] = {}
     for table in TABLES:
         with contextlib.suppress(OSError):
             for line in table.read_text().splitlines()[1:]:
                 fields = line.split()  # sl, local address:port, remote, state, ..., inode (10th)
-                if len(fields) > 9 and fields[3] == LISTEN and int(fields[1].rsplit(":", 1)[1], 16) == port:
-                    inodes.add(fields[9])
+                if len(fields) > 9 and fields[3] == LISTEN:
+                    inodes.setdefault(int(fields[1].rsplit(":", 1)[1], 16), set()).add(fields[9])
     return inodes
 
 
@@ -47,5 +47,5 @@ def held_by(ports: Iterable[int], pids: Iterable[int]) -> bool:
     """Whether something listens on each of ``ports`` and every such socket is one of ``pids``'."""
     if not any(table.exists() for table in TABLES):
         return True
-    ours = set().union(*(socket_inodes(pid) for pid in pids))
-    return all((found := listening_inodes(port)) and found <= ours for port in ports)
+    ours, listening = set().union(*(socket_inodes(pid) for pid in pids)), listening_inodes()
+    return all((found := listening.get(port)) and found <= ours for port in ports)

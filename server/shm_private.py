@@ -4,7 +4,7 @@ Triton 2.51's Python backend creates each stub's IPC region through Boost.Interp
 ``fchmod(fd, 0644)`` right after ``shm_open`` so that the umask cannot narrow it (measured: with a
 umask of 077 the regions still appear 0644). Until something tightens them, any local user can open
 one, keep the descriptor, and read every tensor the stub later sees; a chmod after the fact
-(``server.shm_regions``) does not close a descriptor opened before it (fault matrix row 42). This is
+(``make_owner_only`` below) does not close a descriptor opened before it (fault matrix row 42). This is
 the server's own IPC, whoever its clients are: a separate matter from the files clients register,
 which Triton never maps unless the server trusts its clients (``server.fronts.client_regions``).
 
@@ -15,6 +15,11 @@ stays so.
 The library is compiled with the system C compiler into the server's work folder (not a shared
 folder another user could write to). Without a compiler the server still starts, the regions are
 tightened once it is ready, and a warning says so.
+
+That tightening (``make_owner_only``) is the second layer, and what remains without a compiler: the
+launcher makes the regions 0600 once the server is ready and the fronts do so for those of reloaded
+or restarted stubs within a second of their creation. Nothing the server runs needs another user to
+open them (the server and its stubs run as one user).
 """
 
 from __future__ import annotations
@@ -22,6 +27,7 @@ from __future__ import annotations
 import logging
 import os
 import shutil
+import stat
 import subprocess
 from pathlib import Path
 
@@ -30,6 +36,7 @@ log = logging.getLogger(__name__)
 SOURCE = Path(__file__).with_name("shm_private.c")
 SERVER_UMASK = 0o077
 LIBRARY_NAME = "shm_private.so"
+SHM_DIR = Path("/dev/shm")
 
 
 def build_library(folder: Path) -> Path | None:
@@ -67,3 +74,17 @@ def preload_environment(folder: Path, environment: dict[str, str]) -> dict[str, 
         return environment
     preload = " ".join(filter(None, [str(library), environment.get("LD_PRELOAD", "")]))
     return {**environment, "LD_PRELOAD": preload}
+
+
+def make_owner_only(prefix: str, directory: Path = SHM_DIR) -> list[str]:
+    """chmod 0600 every ``prefix*`` region others may read or write; returns the names it changed."""
+    changed = []
+    for region in directory.glob(f"{prefix}*") if prefix else ():
+        try:
+            mode = region.lstat().st_mode
+            if stat.S_ISREG(mode) and mode & 0o077:
+                os.chmod(region, 0o600)
+                changed.append(region.name)
+        except OSError:  # gone meanwhile (a stub exited)
+            continue
+    return changed

@@ -41,13 +41,13 @@ class Stub:
         return self.state in STOPPED_STATES
 
 
-def _stub_from_proc(pid: int, parent: int) -> Stub | None:
+def _stub_from_proc(pid: int, parent: int | None) -> Stub | None:
     try:
         stat = Path(f"/proc/{pid}/stat").read_text()
         # the command name may hold spaces or parentheses: fields after the last ")" are fixed
         fields = stat[stat.rindex(")") + 2 :].split()
         state, ppid = fields[0], int(fields[1])
-        if ppid != parent:
+        if parent is not None and ppid != parent:
             return None
         argv = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")
     except (OSError, ValueError, IndexError):
@@ -56,8 +56,8 @@ def _stub_from_proc(pid: int, parent: int) -> Stub | None:
         return Stub(pid, "", "", "", "", alive=False, state=state)  # a zombie has no argv; matched by pid
     if not argv[0].endswith(STUB_NAME) or len(argv) < 9:
         return None
-    version = Path(argv[1].decode()).parent
-    instance, region = argv[8].decode(), argv[2].decode()
+    version = Path(argv[1].decode(errors="replace")).parent
+    instance, region = argv[8].decode(errors="replace"), argv[2].decode(errors="replace")
     return Stub(pid, version.parent.name, version.name, instance, region, alive=True, state=state)
 
 
@@ -81,41 +81,30 @@ def activity(pid: int) -> int | None:
     return total
 
 
-def server_stubs(server_pid: int) -> list[Stub]:
-    """The server's child stub processes, live or exited-but-unreaped."""
-    stubs = []
-    for entry in os.listdir("/proc"):
-        if entry.isdigit():
-            stub = _stub_from_proc(int(entry), server_pid)
-            if stub is not None:
-                stubs.append(stub)
-    return stubs
-
-
-def _live_stubs() -> list[tuple[int, str]]:
-    """``(pid, shared-memory region)`` of every live Python-backend stub on this host, any server's."""
+def _stubs(parent: int | None) -> list[Stub]:
+    """The stub processes that are children of ``parent`` (of any process: None), live or
+    exited-but-unreaped."""
     found = []
     for entry in os.listdir("/proc"):
-        if not entry.isdigit():
-            continue
-        try:
-            argv = Path(f"/proc/{entry}/cmdline").read_bytes().split(b"\0")
-        except OSError:
-            continue
-        if len(argv) > 2 and argv[0].endswith(STUB_NAME):
-            found.append((int(entry), argv[2].decode(errors="replace")))
+        if entry.isdigit() and (stub := _stub_from_proc(int(entry), parent)) is not None:
+            found.append(stub)
     return found
+
+
+def server_stubs(server_pid: int) -> list[Stub]:
+    """The server's child stub processes, live or exited-but-unreaped."""
+    return _stubs(server_pid)
 
 
 def stubs_with_prefix(prefix: str) -> list[int]:
     """Live stubs (any parent, orphans included) whose shared-memory region starts with ``prefix``."""
-    return [pid for pid, region in _live_stubs() if region.startswith(prefix)]
+    return [stub.pid for stub in _stubs(None) if stub.alive and stub.shm_region.startswith(prefix)]
 
 
 def stub_regions() -> set[str]:
     """The ``/dev/shm`` names the live stubs of every server on this host use for their IPC: no
     client may register one of them as its own shared memory (``server.fronts.client_regions``)."""
-    return {region for _, region in _live_stubs()}
+    return {stub.shm_region for stub in _stubs(None) if stub.alive}
 
 
 def kill_stray_stubs(prefix: str) -> None:

@@ -50,7 +50,7 @@ from pathlib import Path
 
 import tritonclient.http as httpclient
 
-from server.admin import load_model, model_versions
+from server.admin import load_model, serving_versions
 from server.records import write_record
 from server.stub_locks import owned_mutexes
 from server.stubs import Stub, activity, server_stubs
@@ -290,8 +290,7 @@ class Watchdog:
     def _heal_model(self, model: str, dead: list[Stub]) -> None:
         """Reload ``model`` if ``dead`` held stubs of a serving version that no live stub replaces."""
         client = httpclient.InferenceServerClient(self.http_url, network_timeout=120)
-        versions = model_versions(client, self.admin_key).get(model, [])
-        serving = {v.version for v in versions if v.state == "READY"}
+        serving = set(serving_versions(client, self.admin_key, model))
         # Only a stub of a serving version matters: stubs of a model being unloaded, of a version
         # that failed to load, or the short-lived config auto-complete stub (instance name = model
         # name) exit on purpose.

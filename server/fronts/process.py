@@ -26,7 +26,7 @@ from server.admin import KEY_ENV
 from server.fronts.client_regions import ServerRegions
 from server.fronts.client_slots import SlotLimits
 from server.fronts.deadlines import DEFAULT_DEADLINE_S, DEFAULT_MAX_OVERDUE
-from server.shm_regions import make_owner_only
+from server.shm_private import make_owner_only
 from server.stubs import stub_regions
 
 MIB = 1 << 20
@@ -141,8 +141,8 @@ def _still_needed(args: argparse.Namespace) -> bool:
 
 async def _until_stopped(args: argparse.Namespace) -> None:
     """Return on SIGTERM, or once neither the owner nor the server runs; meanwhile keep the server's
-    shared-memory regions owner-only (``server.shm_regions``, the second layer behind
-    ``server.shm_private``) and remember them as files, so that a rename or hard link cannot pass one
+    shared-memory regions owner-only (``server.shm_private.make_owner_only``, the second layer behind
+    its preloaded library) and remember them as files, so that a rename or hard link cannot pass one
     off as a client's (``server.fronts.client_regions``)."""
     stop = asyncio.Event()
     asyncio.get_running_loop().add_signal_handler(signal.SIGTERM, stop.set)

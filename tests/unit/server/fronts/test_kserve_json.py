@@ -24,7 +24,7 @@ from server.fronts.kserve_json import check_infer, check_register, load_json
 from server.fronts.peer import peer_uid
 from server.fronts.refusal import Refusal, RequestRefusedError
 from server.fronts.tensor_limits import check_model_name
-from server.shm_regions import make_owner_only
+from server.shm_private import make_owner_only
 from soak.faults import overflowing_request
 
 NOBODY = 65534
