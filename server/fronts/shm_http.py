@@ -26,6 +26,7 @@ import re
 from collections.abc import Callable
 
 from aiohttp import web
+from multidict import CIMultiDict
 
 from server.fronts.allow_list import ModelSignature, check_region_bytes
 from server.fronts.body_checks import INLINE_BYTES
@@ -194,15 +195,16 @@ class HttpSharedMemory(FrontRegions):
         return _json([region.status() for region in self.table.status(client(), name)])
 
     def to_triton(
-        self, client: Client, body: bytes, headers: dict[str, str], model: ModelSignature
+        self, client: Client, body: bytes, headers: CIMultiDict[str], model: ModelSignature
     ) -> tuple[bytes, dict[str, RegionUse] | None]:
         """An inference request that names regions, checked against ``model``, as Triton gets it
-        (``binary_request``), and the outputs to write back; ``headers`` are updated for the new body."""
+        (``binary_request``), and the outputs to write back; ``headers`` (case-insensitive: the
+        client's own ``inference-header-content-length`` is replaced, never sent beside the front's)
+        are updated for the new body."""
         if self.table is None:
             return body, None
-        length = next((headers.pop(k) for k in list(headers) if k.lower() == HEADER_LENGTH.lower()), None)
         body, header_length, outputs = binary_request(
-            self.table, client, body, length, model, self.max_request_bytes
+            self.table, client, body, headers.pop(HEADER_LENGTH, None), model, self.max_request_bytes
         )
         headers[HEADER_LENGTH] = str(header_length)
         return body, outputs
