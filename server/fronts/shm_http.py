@@ -200,13 +200,17 @@ class HttpSharedMemory(FrontRegions):
         """An inference request that names regions, checked against ``model``, as Triton gets it
         (``binary_request``), and the outputs to write back; ``headers`` (case-insensitive: the
         client's own ``inference-header-content-length`` is replaced, never sent beside the front's)
-        are updated for the new body."""
+        are updated for the new body. The front writes the outputs from Triton's answer, so it asks
+        for that answer uncompressed whatever the client's ``Accept-Encoding`` (a gzip answer read as
+        JSON was a 500); the client gets it uncompressed, which every client accepts."""
         if self.table is None:
             return body, None
         body, header_length, outputs = binary_request(
             self.table, client, body, headers.pop(HEADER_LENGTH, None), model, self.max_request_bytes
         )
         headers[HEADER_LENGTH] = str(header_length)
+        if outputs:
+            headers["Accept-Encoding"] = "identity"
         return body, outputs
 
     def to_client(self, client: Client, outputs: dict[str, RegionUse], answer: web.Response) -> web.Response:
