@@ -17,8 +17,9 @@ fault matrix's HTTP-front rows, docs/SERVING.md) and blames the server (500) for
   their first byte (408; slowloris); pipelined requests are answered in order; a large body is
   checked in a worker process (``server.fronts.body_checks``; row 59);
 * one reading: a header Triton reads (``Inference-Header-Content-Length``, ``Content-Type``, ...)
-  sent twice, a JSON key sent twice, or a number only one parser can hold is a 400, so the front and
-  Triton can never check and run two different requests (``server.fronts.kserve_json``);
+  sent twice (in any cases), a JSON key sent twice, or a number only one parser can hold is a 400, so
+  the front and Triton can never check and run two different requests (``server.fronts.kserve_json``);
+  a header the front sets or drops is the client's one whatever case its name is sent in;
 * ``Content-Encoding: gzip|deflate`` bodies are inflated here, bounded by ``max_body_bytes``, and
   forwarded plain (415 for other encodings, 400 for a body that does not inflate);
 * a form-encoded body (``curl -d``) is forwarded as ``application/json``, which it is on every ``/v2``
@@ -60,6 +61,7 @@ from dataclasses import dataclass, field
 
 from aiohttp import ClientConnectorError, ClientError, ClientSession, ClientTimeout, TCPConnector, web
 from aiohttp.web_protocol import RequestHandler
+from multidict import CIMultiDict
 from yarl import URL
 
 from server.admin import ADMIN_HEADER, FRONT_HEADER
@@ -147,14 +149,21 @@ def _content_type(request: web.BaseRequest) -> str:
     return media_type
 
 
-def _forwarded_headers(request: web.BaseRequest) -> dict[str, str]:
+def forwarded_headers(request: web.BaseRequest) -> CIMultiDict[str]:
     """The client's headers to forward; ``RequestRefusedError`` for one sent twice (Triton reads the first
-    of two, a dict keeps the last: one reading for both needs one value)."""
+    of two, the front would check the other: one reading for both needs one value).
+
+    Keyed case-insensitively, as HTTP names are: every header the front sets, replaces or drops (a form
+    body's ``Content-Type``, ``Content-Encoding``, ``Accept-Encoding``, ``Inference-Header-Content-Length``)
+    is then the client's one whatever case it was sent in. Keyed by the names as sent, a name the front
+    spelt another way became a second entry, and which of the two reached Triton was left to aiohttp
+    (its client keeps the last; its compiled parser gives well-known names their canonical case, its
+    pure-Python parser keeps them as sent)."""
     names = Counter(name.decode("latin-1").lower() for name, _ in request.raw_headers)
     twice = sorted(name for name, count in names.items() if count > 1 and name not in HOP_BY_HOP)
     if twice:
         raise RequestRefusedError(f"header {twice[0]!r} is sent {names[twice[0]]} times; send it once")
-    return {k: v for k, v in request.headers.items() if k.lower() not in HOP_BY_HOP}
+    return CIMultiDict((k, v) for k, v in request.headers.items() if k.lower() not in HOP_BY_HOP)
 
 
 class FrontConnection(RequestHandler):
@@ -350,7 +359,7 @@ class HttpFront:
         body_read = False
         try:
             path, query = checked_target(request.raw_path)  # fault matrix row 35
-            headers = _forwarded_headers(request)
+            headers = forwarded_headers(request)
             form = _content_type(request) in FORM_TYPES
             model = await self._model(request, path)
             limit, what = self._body_limit(path, model)
@@ -364,10 +373,7 @@ class HttpFront:
                 reading = self._read_body(request, limit, what, need)
                 body = await asyncio.wait_for(reading, self.limits.body_timeout_s)
                 body_read = True
-                encoding = next(
-                    (headers.pop(k) for k in list(headers) if k.lower() == "content-encoding"), None
-                )
-                body = inflate(body, encoding, limit)
+                body = inflate(body, headers.pop("Content-Encoding", None), limit)
                 need(len(body))
                 answer = self.shm.answer(request.method, path, body, lambda: self._client(request))
                 if answer is not None:  # the shared-memory API, served by the front itself
@@ -405,7 +411,7 @@ class HttpFront:
         self,
         request: web.BaseRequest,
         target: str,
-        headers: dict[str, str],
+        headers: CIMultiDict[str],
         body: bytes,
         model: ModelSignature | None,
     ) -> web.Response:
@@ -432,7 +438,7 @@ class HttpFront:
         session: ClientSession,
         request: web.BaseRequest,
         target: str,
-        headers: dict[str, str],
+        headers: CIMultiDict[str],
         body: bytes,
     ) -> web.Response:
         url = URL(target, encoded=True)
@@ -442,7 +448,7 @@ class HttpFront:
             ) as answer:
                 payload = await answer.read()
                 status = answer.status
-                kept = {k: v for k, v in answer.headers.items() if k.lower() not in HOP_BY_HOP}
+                kept = CIMultiDict((k, v) for k, v in answer.headers.items() if k.lower() not in HOP_BY_HOP)
         except ClientConnectorError as error:
             self.state.down(error)
             return _error(503, f"tritonserver is not reachable (starting, restarting or down): {error}")

@@ -26,6 +26,7 @@ import re
 from collections.abc import Callable
 
 from aiohttp import web
+from multidict import CIMultiDict
 
 from server.fronts.allow_list import ModelSignature, check_region_bytes
 from server.fronts.body_checks import INLINE_BYTES
@@ -194,17 +195,22 @@ class HttpSharedMemory(FrontRegions):
         return _json([region.status() for region in self.table.status(client(), name)])
 
     def to_triton(
-        self, client: Client, body: bytes, headers: dict[str, str], model: ModelSignature
+        self, client: Client, body: bytes, headers: CIMultiDict[str], model: ModelSignature
     ) -> tuple[bytes, dict[str, RegionUse] | None]:
         """An inference request that names regions, checked against ``model``, as Triton gets it
-        (``binary_request``), and the outputs to write back; ``headers`` are updated for the new body."""
+        (``binary_request``), and the outputs to write back; ``headers`` (case-insensitive: the
+        client's own ``inference-header-content-length`` is replaced, never sent beside the front's)
+        are updated for the new body. The front writes the outputs from Triton's answer, so it asks
+        for that answer uncompressed whatever the client's ``Accept-Encoding`` (a gzip answer read as
+        JSON was a 500); the client gets it uncompressed, which every client accepts."""
         if self.table is None:
             return body, None
-        length = next((headers.pop(k) for k in list(headers) if k.lower() == HEADER_LENGTH.lower()), None)
         body, header_length, outputs = binary_request(
-            self.table, client, body, length, model, self.max_request_bytes
+            self.table, client, body, headers.pop(HEADER_LENGTH, None), model, self.max_request_bytes
         )
         headers[HEADER_LENGTH] = str(header_length)
+        if outputs:
+            headers["Accept-Encoding"] = "identity"
         return body, outputs
 
     def to_client(self, client: Client, outputs: dict[str, RegionUse], answer: web.Response) -> web.Response:
