@@ -9,6 +9,7 @@ from pathlib import Path
 
 from perf.studies.batching import BatchingStudy
 from perf.studies.catalog import studies
+from perf.studies.framework import StudyContext
 from perf.studies.profiles import get_profile
 from perf.studies.study import FamilyResult, StudyResult, StudyRunner, StudyTools, count_steps
 
@@ -16,7 +17,7 @@ SERVER = types.SimpleNamespace(grpc_url="localhost:1", http_url="localhost:2", m
 
 
 def runner(tmp_path: Path, tools: StudyTools) -> StudyRunner:
-    return StudyRunner(get_profile("smoke"), tmp_path, tmp_path / "server.log", tools=tools)
+    return StudyRunner(StudyContext(get_profile("smoke"), tmp_path, tmp_path), tools=tools)
 
 
 def test_a_failed_cross_check_keeps_the_study(tmp_path: Path) -> None:
