@@ -48,14 +48,11 @@ class StudyContext:
         report folder as ``log_name``. ``options`` are further ``ServerOptions`` fields."""
         return TritonServer(ServerOptions(repository=repository, log_path=self.folder / log_name, **options))
 
-    def target(
-        self, server: TritonServer, spec: ModelSpec, served_as: str | None = None, collect: int = 1,
-        rows: int = 64,
-    ) -> Target:  # fmt: skip
+    def target(self, server: TritonServer, spec: ModelSpec, served_as: str | None = None) -> Target:
         """A ``Target`` for ``spec``'s model over the profile's protocol and shared memory, inputs drawn
-        with the profile's seed. ``served_as`` names the served model when it differs (a pipeline that
-        takes the same inputs as the model it splits)."""
-        target = self.profile.target(server, spec, collect, rows)
+        with the profile's seed (a pool of 64 rows). ``served_as`` names the served model when it differs
+        (a pipeline that takes the same inputs as the model it splits)."""
+        target = self.profile.target(server, spec, rows=64)
         return replace(target, model=served_as) if served_as else target
 
     def measure(
