@@ -22,9 +22,8 @@ from exporters.schema.models import Spec
 from perf.measure.analyzer import PerfAnalyzerEngine, find_perf_analyzer, glibc_version
 from perf.measure.engine import LoadEngine
 from perf.measure.loads import Load, closed_loop
-from perf.measure.measurement import Measurement, measure
+from perf.measure.measurement import Measurement
 from perf.measure.raw import RawPoint, measure_raw
-from perf.measure.server_view import ServerEndpoints
 from perf.measure.target import Target
 from perf.studies.framework import StudyContext
 from perf.studies.profiles import Profile
@@ -61,11 +60,10 @@ class StudyResult:
 
 @dataclass(frozen=True)
 class StudyTools:
-    """What the batching study measures with: one measurement, the raw backend, where perf_analyzer is
-    (None: not here) and its engine. A test hands in a measurement that records its loads, or a
-    perf_analyzer that fails, instead of patching this module's names."""
+    """What the batching study measures with beside the framework's measurement: the raw backend,
+    where perf_analyzer is (None: not here) and its engine. A test hands in a raw backend that returns
+    nothing, or a perf_analyzer that fails, instead of patching this module's names."""
 
-    measure: Callable[..., Measurement] = measure
     measure_raw: Callable[..., list[RawPoint]] = measure_raw
     perf_analyzer: Callable[[], Path | None] = find_perf_analyzer
     analyzer_engine: Callable[..., LoadEngine] = PerfAnalyzerEngine
@@ -108,14 +106,7 @@ class StudyRunner:
     def _measure(
         self, server: TritonServer, model: str, load: Load, label: str, engine: LoadEngine | None = None
     ) -> Measurement:
-        self.context.progress(label)
-        endpoints = ServerEndpoints.of(server)
-        target = self.target(server, model)
-        result = self.tools.measure(target, load, self.profile.settings, endpoints, label, engine=engine)
-        summary = result.summary()
-        log.info("%s: %.0f inf/s, p99 %.1f ms, %d failed", label, summary.throughput, summary.p99_ms,
-                 summary.failed)  # fmt: skip
-        return result
+        return self.context.measure(server, self.target(server, model), load, label, engine=engine)
 
     def run(self) -> StudyResult:
         result = StudyResult(self.profile, self.spec, self.repository, datetime.now())
