@@ -166,11 +166,11 @@ def _redeliver_lost_interrupts(previous: Callable[[Any], None]) -> Callable[[Any
 
 
 @contextlib.contextmanager
-def progress_bar(total: int, console: Console, show: bool = True) -> Iterator[Callable[[str], None]]:
+def progress_bar(total: int, console: Console) -> Iterator[Callable[[str], None]]:
     """A progress bar of ``total`` steps; yields the callback a study calls as each step starts."""
     with Progress(
         TextColumn("[bold]{task.description:<60}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
-        console=console, disable=not show, transient=False,
+        console=console, transient=False,
     ) as progress:  # fmt: skip
         task = progress.add_task("starting", total=total)
         started = [False]
