@@ -166,11 +166,11 @@ def _redeliver_lost_interrupts(previous: Callable[[Any], None]) -> Callable[[Any
 
 
 @contextlib.contextmanager
-def progress_bar(total: int, console: Console, show: bool = True) -> Iterator[Callable[[str], None]]:
+def progress_bar(total: int, console: Console) -> Iterator[Callable[[str], None]]:
     """A progress bar of ``total`` steps; yields the callback a study calls as each step starts."""
     with Progress(
         TextColumn("[bold]{task.description:<60}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
-        console=console, disable=not show, transient=False,
+        console=console, transient=False,
     ) as progress:  # fmt: skip
         task = progress.add_task("starting", total=total)
         started = [False]
@@ -221,12 +221,10 @@ def print_report(report: StudyReport, console: Console) -> None:
     console.print(f"report: [bold]{report.path}[/bold]")
 
 
-def print_goals(goals: list[Goal], console: Console, title: str = "goals") -> None:
+def print_goals(goals: list[Goal], console: Console) -> None:
     """The goals' verdicts, with the model each judged where a study judges several."""
     per_model = any(g.model for g in goals)
-    table = Table(title=title)
-    for column in ("model",) * per_model + ("goal", "measured", "verdict"):
-        table.add_column(column)
+    table = Table(*("model",) * per_model, "goal", "measured", "verdict", title="goals")
     for g in goals:
         table.add_row(*(g.model,) * per_model, g.name, g.measured, g.verdict)
     console.print(table)

@@ -61,7 +61,7 @@ def ceiling_rps(result: StudyResult, in_flight: int | None) -> float:
     concurrency), or its best for open loops."""
     if not result.ceiling:
         return float("inf")
-    by_concurrency = {m.load.concurrency: m.summary().requests / m.summary().seconds for m in result.ceiling}
+    by_concurrency = {m.load.concurrency: m.figures.requests / m.figures.seconds for m in result.ceiling}
     if in_flight is None:
         return max(by_concurrency.values())
     closest = min(by_concurrency, key=lambda c: (abs(c - in_flight), -c))
@@ -71,7 +71,7 @@ def ceiling_rps(result: StudyResult, in_flight: int | None) -> float:
 def row(result: StudyResult, mode: str, measurement: Measurement) -> Row:
     summary = measurement.summary()
     server = measurement.server
-    stats = server.stats if server else ModelStats()
+    stats = measurement.stats
     rps = summary.requests / summary.seconds if summary.seconds else 0.0
     collect = MODES[mode].collect if mode in MODES else 1
     in_flight = max(1, measurement.load.concurrency // collect) if measurement.load.kind == "closed" else None
@@ -203,8 +203,7 @@ def raw_at(raw: list[RawPoint], batch: float, figure: str) -> float:
 
 
 def formed_histogram(measurement: Measurement) -> dict[int, int]:
-    stats = measurement.server.stats if measurement.server else ModelStats()
-    return {size: bucket.executions for size, bucket in sorted(stats.batches.items())}
+    return {size: bucket.executions for size, bucket in sorted(measurement.stats.batches.items())}
 
 
 @dataclass(frozen=True)

@@ -35,10 +35,7 @@ class BatchingStudy:
         from perf.studies.report import write_report  # matplotlib only when a report is written
 
         context.folder.mkdir(parents=True, exist_ok=True)
-        runner = StudyRunner(
-            context.profile, context.workdir, context.folder / "server.log", context.progress
-        )
-        result = runner.run()
+        result = StudyRunner(context).run()
         path = write_report(result, context.folder)
         return StudyReport(self.name, self.title, path, all_goals(result), summary_tables(result))
 

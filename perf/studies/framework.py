@@ -20,7 +20,7 @@ from typing import Any, Protocol
 
 from exporters.schema.models import ModelSpec
 from perf import markdown
-from perf.measure.engine import MeasureSettings
+from perf.measure.engine import LoadEngine, MeasureSettings
 from perf.measure.loads import Load, poisson, read_trace
 from perf.measure.measurement import Measurement, measure
 from perf.measure.server_view import ServerEndpoints
@@ -35,42 +35,41 @@ Progress = Callable[[str], None]  # called as each step starts, with what it is 
 
 @dataclass(frozen=True)
 class StudyContext:
-    """Everything a study gets from ``make perf``: the options, where to write, where to scratch."""
+    """Everything a study gets from ``make perf``: the options, where to write, where to scratch, and
+    how a load is measured (a test hands in a ``measurement`` that records its loads)."""
 
     profile: Profile
     folder: Path  # the run's report folder: the study writes <name>.md, <name>.json, its server log
     workdir: Path  # scratch space (repositories); the study removes what it makes here
     spec_path: Path = Path("models.yaml")  # the user's spec (``--spec``), for studies that serve it
     progress: Progress = field(default=lambda step: None)
+    measurement: Callable[..., Measurement] = measure
 
     def server(self, repository: Path, log_name: str, **options: Any) -> TritonServer:
         """A ``TritonServer`` for ``repository`` (use as a context manager); its log goes into the
         report folder as ``log_name``. ``options`` are further ``ServerOptions`` fields."""
         return TritonServer(ServerOptions(repository=repository, log_path=self.folder / log_name, **options))
 
-    def target(
-        self, server: TritonServer, spec: ModelSpec, served_as: str | None = None, collect: int = 1,
-        rows: int = 64,
-    ) -> Target:  # fmt: skip
+    def target(self, server: TritonServer, spec: ModelSpec, served_as: str | None = None) -> Target:
         """A ``Target`` for ``spec``'s model over the profile's protocol and shared memory, inputs drawn
-        with the profile's seed. ``served_as`` names the served model when it differs (a pipeline that
-        takes the same inputs as the model it splits)."""
-        target = self.profile.target(server, spec, collect, rows)
+        with the profile's seed (a pool of 64 rows). ``served_as`` names the served model when it differs
+        (a pipeline that takes the same inputs as the model it splits)."""
+        target = self.profile.target(server, spec, rows=64)
         return replace(target, model=served_as) if served_as else target
 
     def measure(
         self, server: TritonServer, target: Target, load: Load, label: str = "", related: Sequence[str] = (),
-        settings: MeasureSettings | None = None,
+        settings: MeasureSettings | None = None, engine: LoadEngine | None = None,
     ) -> Measurement:  # fmt: skip
         """``perf.measure.measurement.measure`` with the profile's windows (or ``settings``: a study
         that counts rare events needs a fixed, longer run) and the server's view over the measured
         windows; ``related`` models (an ensemble's steps) get their statistics read over the same
-        windows."""
+        windows. ``engine``: what sends the load (default: our client)."""
         label = label or f"{target.model} @ {load.name}"
         self.progress(label)
         endpoints = ServerEndpoints.of(server)
         windows = settings or self.profile.settings
-        result = measure(target, load, windows, endpoints, label, tuple(related))
+        result = self.measurement(target, load, windows, endpoints, label, tuple(related), engine)
         summary = result.summary()
         log.info("%s: %.0f inf/s, p99 %.1f ms, %d failed", label, summary.throughput, summary.p99_ms,
                  summary.failed)  # fmt: skip

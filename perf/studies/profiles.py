@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Any, Protocol
+from typing import Any
 
 from exporters.schema.models import ModelSpec
 from perf.errors import OptionError
@@ -20,13 +20,7 @@ from perf.measure.target import PROTOCOLS, Target, target_from_spec
 from perf.studies.pipeline_plan import COMPARISONS
 from perf.studies.study_spec import FAMILIES, MODES
 from perf.studies.text_plan import MODES as TEXT_MODES
-
-
-class ServerURLs(Protocol):
-    """What ``Profile.target`` needs of a server (``server.TritonServer`` has it)."""
-
-    http_url: str
-    grpc_url: str
+from server import TritonServer
 
 
 @dataclass(frozen=True)
@@ -104,7 +98,7 @@ class Profile:
             )
 
     def target(
-        self, server: ServerURLs, spec: ModelSpec, collect: int = 1, rows: int | None = None
+        self, server: TritonServer, spec: ModelSpec, collect: int = 1, rows: int | None = None
     ) -> Target:
         """``spec``'s model on ``server``, called as this profile says: protocol, shared memory, and
         inputs drawn with its seed (a pool of ``rows``; default: the largest raw batch size)."""

@@ -16,8 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from exporters.repository import build_repository
-from exporters.schema.models import ModelSpec, parse_spec
-from exporters.schema.typed import to_data
+from exporters.schema.models import ModelSpec, Spec, parse_spec
 from perf.markdown import number, ratio, table
 from perf.measure.bucket_runs import BucketRun, Ways, choose, ways_of
 from perf.measure.loads import closed_loop
@@ -92,7 +91,7 @@ class ShapeStudy:
         profile = context.profile
         repository = scratch / "repository"
         context.progress(f"building {model.name}")
-        build_repository(parse_spec({"models": [to_data(model)]}), repository, num_gpus=0)
+        build_repository(Spec((model,)), repository, num_gpus=0)
         load = closed_loop(profile.goal_concurrency)
         ways = ways_of(model, repository / model.name / "1" / "model.onnx", profile.seed)
         for name in ways.refused:  # the steps counted them: say why they are not measured

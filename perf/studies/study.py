@@ -21,15 +21,14 @@ from exporters.repository import build_repository
 from exporters.schema.models import Spec
 from perf.measure.analyzer import PerfAnalyzerEngine, find_perf_analyzer, glibc_version
 from perf.measure.engine import LoadEngine
-from perf.measure.loads import Load, closed_loop, poisson, read_trace
-from perf.measure.measurement import Measurement, measure
+from perf.measure.loads import Load, closed_loop
+from perf.measure.measurement import Measurement
 from perf.measure.raw import RawPoint, measure_raw
-from perf.measure.server_view import ServerEndpoints
 from perf.measure.target import Target
-from perf.studies.framework import Progress
+from perf.studies.framework import StudyContext
 from perf.studies.profiles import Profile
 from perf.studies.study_spec import MODES, TRIVIAL, model_name, study_spec
-from server import ServerOptions, TritonServer
+from server import TritonServer
 
 log = logging.getLogger(__name__)
 
@@ -61,11 +60,10 @@ class StudyResult:
 
 @dataclass(frozen=True)
 class StudyTools:
-    """What the batching study measures with: one measurement, the raw backend, where perf_analyzer is
-    (None: not here) and its engine. A test hands in a measurement that records its loads, or a
-    perf_analyzer that fails, instead of patching this module's names."""
+    """What the batching study measures with beside the framework's measurement: the raw backend,
+    where perf_analyzer is (None: not here) and its engine. A test hands in a raw backend that returns
+    nothing, or a perf_analyzer that fails, instead of patching this module's names."""
 
-    measure: Callable[..., Measurement] = measure
     measure_raw: Callable[..., list[RawPoint]] = measure_raw
     perf_analyzer: Callable[[], Path | None] = find_perf_analyzer
     analyzer_engine: Callable[..., LoadEngine] = PerfAnalyzerEngine
@@ -89,20 +87,17 @@ def count_steps(profile: Profile) -> int:
 
 
 class StudyRunner:
-    """Runs one profile against one server; ``run`` returns everything measured."""
+    """Runs the context's profile against one server (its log: ``server.log`` in the context's folder);
+    ``run`` returns everything measured."""
 
-    def __init__(
-        self, profile: Profile, workdir: Path, log_path: Path, progress: Progress | None = None,
-        tools: StudyTools = StudyTools(),
-    ) -> None:  # fmt: skip
-        self.profile = profile
+    def __init__(self, context: StudyContext, tools: StudyTools = StudyTools()) -> None:
+        self.context = context
+        self.profile = profile = context.profile
         self.tools = tools
-        self.log_path = log_path
-        self.progress = progress or (lambda step: None)
         self.spec = study_spec(
             list(profile.families), list(profile.modes), profile.seed, profile.family_table
         )
-        self.repository = workdir / "repository"
+        self.repository = context.workdir / "repository"
         self.collect = {model_name(f, m): MODES[m].collect for f in profile.families for m in profile.modes}
 
     def target(self, server: TritonServer, model: str) -> Target:
@@ -111,23 +106,15 @@ class StudyRunner:
     def _measure(
         self, server: TritonServer, model: str, load: Load, label: str, engine: LoadEngine | None = None
     ) -> Measurement:
-        self.progress(label)
-        endpoints = ServerEndpoints.of(server)
-        target = self.target(server, model)
-        result = self.tools.measure(target, load, self.profile.settings, endpoints, label, engine=engine)
-        summary = result.summary()
-        log.info("%s: %.0f inf/s, p99 %.1f ms, %d failed", label, summary.throughput, summary.p99_ms,
-                 summary.failed)  # fmt: skip
-        return result
+        return self.context.measure(server, self.target(server, model), load, label, engine=engine)
 
     def run(self) -> StudyResult:
         result = StudyResult(self.profile, self.spec, self.repository, datetime.now())
-        self.progress("building the study repository")
+        self.context.progress("building the study repository")
         build_repository(self.spec, self.repository, num_gpus=0)
-        self.progress("starting tritonserver")
-        options = ServerOptions(repository=self.repository, log_path=self.log_path)
-        with TritonServer(options) as server:
-            result.server_log = self.log_path
+        self.context.progress("starting tritonserver")
+        with self.context.server(self.repository, "server.log") as server:
+            result.server_log = server.log_path
             for concurrency in self.profile.concurrencies:
                 load = closed_loop(concurrency)
                 result.ceiling.append(self._measure(server, TRIVIAL, load, f"trivial @ {load.name}"))
@@ -151,7 +138,7 @@ class StudyRunner:
         model = model_name(self.profile.families[0], dynamic)
         load = closed_loop(self.profile.goal_concurrency)
         try:  # a reference only: its failure must not throw away the study measured before it
-            engine = self.tools.analyzer_engine(binary, log_folder=self.log_path.parent)
+            engine = self.tools.analyzer_engine(binary, log_folder=self.context.folder)
             theirs = self._measure(server, model, load, f"{model} @ {load.name} (perf_analyzer)", engine)
             ours = self._measure(server, model, load, f"{model} @ {load.name} (next to perf_analyzer)")
         except Exception as error:
@@ -176,10 +163,8 @@ class StudyRunner:
             model = model_name(family, mode)
             out.sweep[mode].append(self._measure(server, model, load, f"{model} @ {load.name}"))
         out.capacity = capacity(out.sweep)
-        if self.profile.trace:
-            out.open_load = read_trace(self.profile.trace)
-        elif out.capacity > 0:
-            out.open_load = poisson(self.profile.poisson_fraction * out.capacity, self.profile.seed)
+        if self.profile.trace or out.capacity > 0:
+            out.open_load = self.context.open_load(self.profile.poisson_fraction * out.capacity)
         else:
             out.open_loop_note = (
                 "The open loop did not run: the closed-loop sweep measured no throughput (every request "
@@ -191,7 +176,7 @@ class StudyRunner:
             out.open_loop[mode] = self._measure(
                 server, model, out.open_load, f"{model} @ {out.open_load.name}"
             )
-        self.progress(f"{family}: raw onnxruntime")
+        self.context.progress(f"{family}: raw onnxruntime")
         reference = self.spec.model(model_name(family, self.profile.modes[0]))
         out.raw = self.tools.measure_raw(
             self.repository / reference.name / "1" / "model.onnx",

@@ -15,9 +15,11 @@ from __future__ import annotations
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass
+from pathlib import Path
 
 import numpy as np
 
+from perf.measure.raw import measure_raw
 from python_backend.onnxruntime.ort_session import open_session
 from python_backend.text_tokenizer.tokens import TextTokenizer
 
@@ -211,22 +213,15 @@ def bucket_latency(
     onnx_path: str, lengths: Sequence[int], batches: Sequence[int], seconds: float = 0.2
 ) -> dict[int, dict[int, float]]:
     """``{padded length: {batch: median ms of one run}}`` of the encoder in-process (one thread, real
-    token ids), each timed for ``seconds`` and at least three runs."""
-    session = open_session(onnx_path, 1, 1, ["CPUExecutionProvider"])
+    token ids), timed as raw onnxruntime is everywhere (``perf.measure.raw.measure_raw``)."""
     rng = np.random.default_rng(0)
     table: dict[int, dict[int, float]] = {}
     for length in lengths:
-        table[length] = {}
-        for batch in batches:
-            feeds = {
-                "input_ids": rng.integers(1000, 20000, size=(batch, length), dtype=np.int64),
-                "attention_mask": np.ones((batch, length), dtype=np.int64),
-            }
-            session.run(["embedding"], feeds)
-            times, deadline = [], time.perf_counter() + seconds
-            while len(times) < 3 or time.perf_counter() < deadline:
-                start = time.perf_counter()
-                session.run(["embedding"], feeds)
-                times.append(time.perf_counter() - start)
-            table[length][batch] = 1000 * float(np.median(times))
+        shape = (max(batches), length)
+        pool = {
+            "input_ids": rng.integers(1000, 20000, size=shape, dtype=np.int64),
+            "attention_mask": np.ones(shape, dtype=np.int64),
+        }
+        points = measure_raw(Path(onnx_path), pool, batches, seconds=seconds, repeats=3)
+        table[length] = {point.batch: point.batch_ms for point in points}
     return table

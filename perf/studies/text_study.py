@@ -77,6 +77,10 @@ class Point:
         executions = sum(self.formed.values())
         return sum(s * n for s, n in self.formed.items()) / executions if executions else math.nan
 
+    def speed_cells(self) -> list[str]:
+        """Sentences/s, p50 and p99, as every table of the report shows them."""
+        return [number(self.summary.throughput), number(self.summary.p50_ms), number(self.summary.p99_ms)]
+
 
 @dataclass
 class TextResult:
@@ -391,8 +395,7 @@ def _rows(result: TextResult, load: str) -> list[list[str]]:
     for point in (p for p in result.points if p.load == load):
         gain = point.summary.throughput / base.summary.throughput if base else math.nan
         rows.append([
-            TITLES[point.mode], number(point.summary.throughput), number(point.summary.p50_ms),
-            number(point.summary.p99_ms), number(point.mean_batch, 2), ratio(point.padding_waste),
+            TITLES[point.mode], *point.speed_cells(), number(point.mean_batch, 2), ratio(point.padding_waste),
             f"{point.failed}/{point.sent}", ratio(gain),
         ])  # fmt: skip
     return rows
@@ -414,13 +417,7 @@ def report_lines(result: TextResult) -> list[str]:
     ):
         lines += ["", f"## {title}", "", table(HEADER, _rows(result, load))]
     sharing_rows = [
-        [
-            p.load,
-            number(p.summary.throughput),
-            number(p.summary.p50_ms),
-            number(p.summary.p99_ms),
-            f"{p.failed}/{p.sent}",
-        ]
+        [p.load, *p.speed_cells(), f"{p.failed}/{p.sent}"]
         for p in result.points
         if p.load in ("queries alone", "queries shared", "passages")
     ]

@@ -21,6 +21,7 @@ from exporters.resolve import load_spec
 from perf.cli import PerfSetup, main
 from perf.measure.engine import MeasureSettings
 from perf.model.grid import Grid
+from perf.studies.framework import StudyContext
 from perf.studies.profiles import get_profile
 from perf.studies.report import write_report
 from perf.studies.study import StudyRunner
@@ -44,7 +45,7 @@ def test_make_perf_measures_a_model_of_an_outside_spec(tmp_path: Path) -> None:
     spec.write_text(yaml.safe_dump(data, sort_keys=False))
     own = spec_families(spec, ["tagger_python"])
     profile = get_profile("smoke", perf_analyzer=False, families=("tagger_python",), spec_families=own)
-    result = StudyRunner(profile, tmp_path / "work", tmp_path / "server.log").run()
+    result = StudyRunner(StudyContext(profile, tmp_path, tmp_path / "work")).run()
     report = write_report(result, tmp_path).read_text()
     for heading in ("## tagger_python", "### Same arrivals for every mode", "### Latency model", "### Plots"):
         assert heading in report, heading

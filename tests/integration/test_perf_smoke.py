@@ -10,6 +10,7 @@ import pytest
 
 from perf.measure.records import read_csv
 from perf.studies.analysis import at_concurrency, efficiencies, open_loop_rows
+from perf.studies.framework import StudyContext
 from perf.studies.profiles import get_profile
 from perf.studies.report import all_measurements, write_report
 from perf.studies.study import StudyRunner
@@ -24,7 +25,7 @@ pytestmark = [pytest.mark.integration, pytest.mark.timeout(300)]
 def study(tmp_path_factory):
     folder = tmp_path_factory.mktemp("perf-smoke")
     profile = get_profile("smoke", perf_analyzer=False)
-    result = StudyRunner(profile, folder / "work", folder / "server.log").run()
+    result = StudyRunner(StudyContext(profile, folder, folder / "work")).run()
     return result, folder, write_report(result, folder)
 
 

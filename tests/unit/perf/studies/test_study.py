@@ -9,14 +9,15 @@ from pathlib import Path
 
 from perf.studies.batching import BatchingStudy
 from perf.studies.catalog import studies
+from perf.studies.framework import StudyContext
 from perf.studies.profiles import get_profile
 from perf.studies.study import FamilyResult, StudyResult, StudyRunner, StudyTools, count_steps
 
 SERVER = types.SimpleNamespace(grpc_url="localhost:1", http_url="localhost:2", metrics_url=None, pid=None)
 
 
-def runner(tmp_path: Path, tools: StudyTools) -> StudyRunner:
-    return StudyRunner(get_profile("smoke"), tmp_path, tmp_path / "server.log", tools=tools)
+def runner(tmp_path: Path, tools: StudyTools, **context: object) -> StudyRunner:
+    return StudyRunner(StudyContext(get_profile("smoke"), tmp_path, tmp_path, **context), tools=tools)
 
 
 def test_a_failed_cross_check_keeps_the_study(tmp_path: Path) -> None:
@@ -32,7 +33,7 @@ def test_a_failed_cross_check_keeps_the_study(tmp_path: Path) -> None:
 
 def test_zero_capacity_skips_the_open_loop_with_a_note(tmp_path: Path) -> None:
     nothing = types.SimpleNamespace(
-        summary=lambda: types.SimpleNamespace(throughput=0.0, p99_ms=0.0, failed=9)
+        summary=lambda: types.SimpleNamespace(throughput=0.0, p99_ms=0.0, failed=9), records=[]
     )
     loads = []
 
@@ -40,7 +41,7 @@ def test_zero_capacity_skips_the_open_loop_with_a_note(tmp_path: Path) -> None:
         loads.append(load.kind)
         return nothing
 
-    study = runner(tmp_path, StudyTools(measure=measure, measure_raw=lambda *args: []))
+    study = runner(tmp_path, StudyTools(measure_raw=lambda *args: []), measurement=measure)
     family = study._run_family(SERVER, "recommender")
     assert isinstance(family, FamilyResult) and family.capacity == 0
     assert family.open_loop == {} and family.open_load is None and "did not run" in family.open_loop_note
