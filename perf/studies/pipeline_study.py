@@ -30,13 +30,13 @@ from pathlib import Path
 
 import numpy as np
 import tritonclient.http as httpclient
-import yaml
 
 from client.infer import make_inputs
 from exporters.pipelines.build import build_pipelines
 from exporters.pipelines.live import embedding_update, publish_dense_version
 from exporters.pipelines.record import PipelineRecord
 from exporters.repository import build_repository
+from exporters.schema.bounded_yaml import load_spec_document
 from exporters.schema.models import Spec, parse_spec
 from exporters.sources.load import build_torch_model
 from perf.errors import StudyError
@@ -160,7 +160,7 @@ def steps_of(delta: ServerDelta, stages: list[str]) -> list[Step]:
 
 def study_spec(spec_path: Path, wanted: list[Comparison]) -> Spec:
     """The user's spec's models and pipelines that the comparisons need, plus the study variants."""
-    data = yaml.safe_load(spec_path.read_text())
+    data = load_spec_document(spec_path)  # the bounded reader every spec goes through
     pipelines = {c.pipeline for c in wanted}
     models = {c.model for c in wanted}
     data["models"] = [m for m in data["models"] if m["name"] in models]

@@ -10,6 +10,7 @@ from pathlib import Path
 import pytest
 
 from client.stats import ModelStats
+from exporters.errors import SpecError
 from exporters.pipelines.record import BoundaryRecord, PipelineRecord
 from perf.errors import OptionError, StudyError
 from perf.measure.server_view import ServerDelta
@@ -23,9 +24,11 @@ from perf.studies.pipeline_study import (
     Step,
     fixed_load,
     steps_of,
+    study_spec,
     write_pipeline_report,
 )
 from perf.studies.profiles import get_profile
+from tests.unit.exporters.schema.test_bounded_yaml import laughs, written
 
 RECORD = PipelineRecord(
     content_hash="x", pipeline="recommender_pipeline", model="recommender", split="embedding_dense",
@@ -112,3 +115,11 @@ def test_no_capacity_is_a_clear_error_not_a_zero_rate(tmp_path: Path) -> None:
     with pytest.raises(StudyError, match="recommender answered nothing at saturation"):
         fixed_load(context, "recommender", 0.0, seed_offset=1)
     assert fixed_load(context, "recommender", 400.0, seed_offset=1).rate == 200.0  # half the capacity
+
+
+def test_the_studys_spec_is_read_within_the_bounds_of_every_spec(tmp_path: Path) -> None:
+    """The study rereads the user's spec to add its variants: through the same bounded reader, so a
+    spec whose aliases expand past the limit is refused here too, not built into memory."""
+    wanted = [c for c in COMPARISONS.values() if c.model == "recommender"]
+    with pytest.raises(SpecError, match="expands to"):
+        study_spec(written(tmp_path, laughs(7)), wanted)
