@@ -41,6 +41,7 @@ from server.fronts.process import MAX_REQUEST_BYTES
 from server.launcher import TritonServer
 from server.stubs import server_stubs
 from soak import request_space
+from soak.fuzz_headers import grpc_compression, headers_held, headers_reached
 from soak.fuzz_regions import Regions
 from soak.fuzz_wire import (
     SLACK_S,
@@ -359,16 +360,25 @@ class InvariantFuzz:
         it on a stream went unanswered or failed)."""
         timeout = deadline_s + SLACK_S
         if case.protocol == "http":
-            answer = http_answer("infer", self.client.http(http_body(case, data, inputs, outputs), timeout))
-            return answer, answer.verdict, []
+            reply = self.client.http(http_body(case, data, inputs, outputs), timeout)
+            answer = http_answer("infer", reply)
+            held = headers_held(case.headers, reply, answer.verdict)
+            problems = [f"(a) http {case.model}: {problem}" for problem in held]
+            shm_output = any(placed is not None for placed in outputs)
+            self.report.covered.update(headers_reached(case.headers, reply, answer.verdict, shm_output))
+            self.report.answered += problems
+            return answer, answer.verdict, problems
         request = grpc_request(case, data, inputs, outputs)
+        compression = grpc_compression(case.headers)
         if case.protocol == "grpc":
             answer = grpc_answer(
-                "infer", *self.client.grpc("ModelInfer", request.SerializeToString(), timeout)
+                "infer", *self.client.grpc("ModelInfer", request.SerializeToString(), timeout, compression)
             )
+            self._compression_reached(case, answer.verdict)
             return answer, answer.verdict, []
         messages = [request, *([self._control(space)] if space is not None else [])]
-        answer, answered = self.client.stream(messages, timeout)
+        answer, answered = self.client.stream(messages, timeout, compression)
+        self._compression_reached(case, answer.verdict if answered.get("fuzz") else "refused")
         if answer.verdict != "ok":
             return answer, answer.verdict, []
         problems = []
@@ -376,6 +386,10 @@ class InvariantFuzz:
             problems.append(f"(a) stream {case.model}: the valid message after the fuzzed one failed")
         self.report.answered += problems
         return answer, "ok" if answered.get("fuzz") else "refused", problems
+
+    def _compression_reached(self, case: Case, verdict: str) -> None:
+        if case.headers is not None and case.headers.compression:
+            self.report.covered[f"{verdict} {case.protocol} {case.headers.compression} message"] += 1
 
     def _control(self, space: ModelSpace) -> service_pb2.ModelInferRequest:
         tensors = control_case(space)
