@@ -19,7 +19,7 @@ import gzip
 import zlib
 from collections import Counter
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import grpc
 from hypothesis import strategies as st
@@ -122,6 +122,18 @@ def http_headers(
     return [(case(name), value) for name, value in named], encoded(body, headers.content_encoding)
 
 
+def readable(headers: HeaderCase | None) -> HeaderCase | None:
+    """``headers`` with a mismatched body encoding made a true one: for a request that must be read."""
+    return (
+        replace(headers, content_encoding="gzip") if headers is not None and headers.mismatched else headers
+    )
+
+
+def compressed_accepted(headers: HeaderCase | None) -> bool:
+    """Whether the request asks for a compressed answer (gzip or deflate among its ``Accept-Encoding``)."""
+    return headers is not None and headers.accept_encoding not in ("", "identity")
+
+
 def grpc_compression(headers: HeaderCase | None) -> grpc.Compression | None:
     return GRPC_COMPRESSIONS[headers.compression] if headers is not None else None
 
@@ -161,6 +173,6 @@ def headers_reached(headers: HeaderCase | None, reply: HttpReply, verdict: str, 
         reached[f"{verdict} http {MISMATCH} body"] += 1
     if verdict == "ok" and reply.encoding not in ("", "identity"):
         reached[f"ok http answer in {reply.encoding}"] += 1
-    if verdict == "ok" and shm_output and headers.accept_encoding not in ("", "identity"):
+    if verdict == "ok" and shm_output and compressed_accepted(headers):
         reached["ok http shared-memory output, compressed answer accepted"] += 1
     return reached

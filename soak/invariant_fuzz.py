@@ -41,7 +41,7 @@ from server.fronts.process import MAX_REQUEST_BYTES
 from server.launcher import TritonServer
 from server.stubs import server_stubs
 from soak import request_space
-from soak.fuzz_headers import grpc_compression, headers_held, headers_reached
+from soak.fuzz_headers import compressed_accepted, grpc_compression, headers_held, headers_reached, readable
 from soak.fuzz_regions import Regions
 from soak.fuzz_wire import (
     SLACK_S,
@@ -399,7 +399,9 @@ class InvariantFuzz:
 
     def _other_uid(self, case: Case, space: ModelSpace | None) -> list[Answer]:
         """What the other user does after the case: list its regions on both fronts, or run the
-        model's smallest valid request with its first input and every output in its own region."""
+        model's smallest valid request with its first input and every output in its own region, with
+        the headers an HTTP case drew (``readable``: the body encoded as declared), so the front reads
+        Triton's answer for its regions under every drawn header."""
         other = self.other
         if other is None or not case.other_uid or space is None:
             return []
@@ -421,10 +423,19 @@ class InvariantFuzz:
         outputs = [Placed(name, used + i * slot, slot) for i in range(len(space.outputs))]
         wanted = tuple(OutputCase(output.name) for output in space.outputs)
         inputs = [Placed(name, 0, used), *([None] * (len(tensors) - 1))]
-        request = http_body(Case(space.name, "http", tensors, wanted, 0), data, inputs, outputs)
-        answer = http_answer("other uid infer", other.http(request, space.deadline_s + SLACK_S))
+        headers = readable(case.headers) if case.protocol == "http" else None
+        request = http_body(
+            Case(space.name, "http", tensors, wanted, 0, headers=headers), data, inputs, outputs
+        )
+        reply = other.http(request, space.deadline_s + SLACK_S)
+        answer = http_answer("other uid infer", reply)
+        self.report.answered += [
+            f"(a) other uid infer: {p}" for p in headers_held(headers, reply, answer.verdict)
+        ]
         if answer.verdict == "ok":
             theirs.allowed += [(output.offset, output.offset + output.size) for output in outputs]
+            if compressed_accepted(headers):
+                self.report.covered["other uid infer ok, compressed answer accepted"] += 1
         return [answer]
 
     def _listing(self, answers: Sequence[Answer]) -> list[str]:
