@@ -28,7 +28,7 @@ from soak.raw_http import HttpReply
 
 
 def mixed_case(name: str) -> str:
-    """``name`` with its letters alternately upper and lower case (``cOnTeNt-TyPe``)."""
+    """``name`` with its letters alternately upper and lower case (``cOnTeNt-tYpE``)."""
     return "".join(c.upper() if i % 2 else c.lower() for i, c in enumerate(name))
 
 
@@ -91,11 +91,12 @@ def header_cases(draw: st.DrawFn, protocol: str, binary: bool, shm_output: bool 
 
 def encoded(body: bytes, encoding: str) -> bytes:
     """``body`` as sent under ``Content-Encoding: encoding`` (gzip; deflate, the zlib format of RFC
-    9110; anything else unchanged, ``MISMATCH`` included)."""
+    9110; anything else unchanged, ``MISMATCH`` included). At the fastest level: the front reads every
+    level alike, and a 2 MiB body takes a fifth of the time gzip's default level takes."""
     if encoding == "gzip":
-        return gzip.compress(body)
+        return gzip.compress(body, compresslevel=1)
     if encoding == "deflate":
-        return zlib.compress(body)
+        return zlib.compress(body, 1)
     return body
 
 
