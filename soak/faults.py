@@ -25,7 +25,7 @@ import grpc
 import numpy as np
 import tritonclient.grpc as grpcclient
 import tritonclient.http as httpclient
-from tritonclient.grpc import service_pb2, service_pb2_grpc
+from tritonclient.grpc import service_pb2
 from tritonclient.utils import InferenceServerException
 
 from client.infer import make_inputs
@@ -36,6 +36,7 @@ from server.supervisor import Supervisor
 from server.watchdog import HealEvent
 from soak.http_fuzz import fuzz
 from soak.mixed_load import PIPELINE
+from soak.other_uid import grpc_call
 from soak.report import SERVER_KILLED, Outage, SoakReport
 
 log = logging.getLogger(__name__)
@@ -80,11 +81,8 @@ class Soak:
     def invalid_argument(self, request: service_pb2.ModelInferRequest, says: str) -> bool:
         """Whether the gRPC front refuses ``request`` with INVALID_ARGUMENT, its details saying ``says``."""
         with grpc.insecure_channel(self.server.grpc_url) as channel:
-            try:
-                service_pb2_grpc.GRPCInferenceServiceStub(channel).ModelInfer(request, timeout=60)
-                return False
-            except grpc.RpcError as error:
-                return error.code() == grpc.StatusCode.INVALID_ARGUMENT and says in error.details()
+            code, details, _, _ = grpc_call(channel, "ModelInfer", request.SerializeToString(), 60)
+        return code == "INVALID_ARGUMENT" and says in details
 
 
 def _serving_stub(soak: Soak) -> Stub | None:
