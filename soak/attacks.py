@@ -203,8 +203,7 @@ RegionRead = Callable[[object, str, str], Callable[[], np.ndarray]]
 def from_region(client: object, protocol: str, name: str) -> Callable[[], np.ndarray]:
     """A request of ``trivial`` whose input is the first row of the registered region ``name``; it
     returns the output from the answer."""
-    tensor = protocol_module(protocol).InferInput("x", [1, ROW_FLOATS], "FP32")
-    tensor.set_shared_memory(name, ROW)
+    tensor = protocol_module(protocol).InferInput("x", [1, ROW_FLOATS], "FP32").set_shared_memory(name, ROW)
     return lambda: client.infer("trivial", [tensor]).as_numpy("y")
 
 
@@ -245,10 +244,9 @@ def into_region(
     it returns that row as read back through ``descriptor`` (never through a mapping: the file may be
     cut short under it, and a mapping read past its end is a SIGBUS)."""
     module = protocol_module(protocol)
-    tensor = module.InferInput("x", [1, ROW_FLOATS], "FP32")
-    tensor.set_shared_memory(name, ROW)
+    tensor = module.InferInput("x", [1, ROW_FLOATS], "FP32").set_shared_memory(name, ROW)
     output = module.InferRequestedOutput("y")
-    output.set_shared_memory(name, ROW, offset=size - ROW)
+    output.set_shared_memory(name, ROW, offset=size - ROW)  # InferRequestedOutput's returns None
 
     def request() -> np.ndarray:
         client.infer("trivial", [tensor], outputs=[output])
