@@ -200,11 +200,3 @@ def build(spec: Spec, grid: Grid, repository: Path, device: str) -> CheckReposit
         built[model.name] = build_check_model(model, repository, device)
     pipelines = build_pipelines(check_spec(spec, grid), repository, num_gpus=1 if device == "gpu" else 0)
     return CheckRepository(repository, device, built, {p.spec.name: p for p in pipelines})
-
-
-def boundary_row_bytes(pipeline: BuiltPipeline) -> tuple[int, int]:
-    """Bytes one request row moves across the pipeline's stage boundaries: as sent, and in fp32."""
-    return (
-        sum(b.bytes_per_row for b in pipeline.record.boundaries),
-        sum(b.fp32_bytes_per_row for b in pipeline.record.boundaries),
-    )
