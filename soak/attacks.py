@@ -43,12 +43,11 @@ from tritonclient.utils import InferenceServerException
 
 from client.connection import protocol_module
 from client.infer import make_inputs
-from soak.faults import Soak, overflowing_request, refused
+from soak.faults import ENCODER, Soak, overflowing_request, refused
 from soak.raw_http import Request, exchange
 from soak.report import Outage
 
 log = logging.getLogger(__name__)
-ENCODER = "text_embedding_encoder"
 HUGE = 2**62
 NEVER_ANSWERED = f"declares shape [{HUGE}, 0]: a dimension above 2147483647 fits no model"
 ANSWER_WITHIN_S = 60.0  # a hang guard, not a latency bound: unanswered by then counts as never
@@ -76,18 +75,10 @@ UNWRITTEN = np.full((1, ROW_FLOATS), -1.0, np.float32)  # no answer of the race'
 RESTART_WITHIN_S = 300.0  # the supervisor's backoff plus a start on a busy host
 
 
-def _encoder_inputs(soak: Soak) -> tuple[str, ...] | None:
-    """The text encoder's input names, or None when this repository does not serve it."""
-    try:
-        return tuple(i["name"] for i in soak.client.get_model_metadata(ENCODER)["inputs"])
-    except InferenceServerException:
-        return None
-
-
 def unanswered_shapes(soak: Soak) -> None:
     """``[2^62, 0]`` with empty data to the text encoder over HTTP, gRPC unary and a gRPC stream:
     each refused naming the input, no stub of the encoder lost (fault matrix rows 37–39)."""
-    inputs = _encoder_inputs(soak)
+    inputs = soak.input_names(ENCODER)
     if inputs is None:
         return
     before = soak.stub_pids(ENCODER)
