@@ -43,6 +43,7 @@ from tritonclient.utils import InferenceServerException
 
 from client.connection import protocol_module
 from client.infer import make_inputs
+from client.shm import system_region
 from soak.faults import ENCODER, Soak, overflowing_request, refused
 from soak.raw_http import Request, exchange
 from soak.report import Outage
@@ -204,12 +205,9 @@ def renamed_over(client: object, protocol: str, region: Path, read: RegionRead =
     client's own bytes, the file it registered. ``read`` builds that request (``from_region``); the
     test of this verdict hands it requests that get wrong answers. The stub's region goes back under
     its own name whatever the request got."""
-    name = f"soak_renamed_{protocol}_{os.getpid()}"
     values = np.full((1, ROW_FLOATS), 3.5, np.float32)
-    handle = shared_memory.create_shared_memory_region(name, f"/{name}", 4096)
-    try:
+    with system_region(client, 4096, f"soak_renamed_{protocol}_{os.getpid()}") as (name, handle):
         shared_memory.set_shared_memory_region(handle, [values])
-        client.register_system_shared_memory(name, f"/{name}", 4096)
         expected = trivial_output(client, protocol, values)
         region.rename(Path("/dev/shm") / name)
         try:
@@ -217,11 +215,6 @@ def renamed_over(client: object, protocol: str, region: Path, read: RegionRead =
         finally:
             (Path("/dev/shm") / name).rename(region)
             Path(f"/dev/shm/{name}").write_bytes(b"\0" * 4096)  # the client's file, for its cleanup
-    finally:
-        try:
-            client.unregister_system_shared_memory(name)
-        finally:
-            shared_memory.destroy_shared_memory_region(handle)
     if verdict.wrong:
         log.error("stub region renamed over a client's, over %s: %s", protocol, verdict.wrong)
     return verdict.answered
@@ -344,49 +337,44 @@ def race_truncation(client: object, protocol: str, name: str, seconds: float = R
     size = 1 << 16
     values = np.full((1, ROW_FLOATS), 2.5, np.float32)
     rights = race_rights(client, protocol, values)
-    handle = shared_memory.create_shared_memory_region(name, f"/{name}", size)
-    shared_memory.set_shared_memory_region(handle, [values])
-    descriptor = os.open(f"/dev/shm/{name}", os.O_RDWR)
-    request = into_region(client, protocol, name, descriptor, size)
-    stop, whole, cutting = threading.Event(), threading.Event(), threading.Lock()
-
-    def cut_and_restore() -> None:
-        while not stop.is_set():
-            if whole.is_set():  # a request wants the file whole: no new cut until it is answered
-                time.sleep(0.001)
-                continue
-            with cutting:
-                os.ftruncate(descriptor, 0)
-                os.ftruncate(descriptor, size)
-                os.pwrite(descriptor, values.tobytes(), 0)  # the input back, for the whole-file requests
-
-    cutter = threading.Thread(target=cut_and_restore, daemon=True)
     race = Race()
-    try:
-        client.register_system_shared_memory(name, f"/{name}", size)
-        cutter.start()
-        deadline, racing = time.monotonic() + seconds, True
-        while time.monotonic() < deadline:
-            if racing:
-                race.count(judge(request, rights, CUT_SHORT), protocol)
-            else:
-                whole.set()
-                try:
-                    with cutting:
-                        os.pwrite(descriptor, UNWRITTEN.tobytes(), size - ROW)
-                        race.count(judge(request, rights[:1]), protocol)
-                finally:
-                    whole.clear()
-            racing = not racing
-    finally:
-        stop.set()
-        if cutter.is_alive():
-            cutter.join(timeout=10)
-        os.close(descriptor)
+    with system_region(client, size, name) as (_, handle):
+        shared_memory.set_shared_memory_region(handle, [values])
+        descriptor = os.open(f"/dev/shm/{name}", os.O_RDWR)
+        request = into_region(client, protocol, name, descriptor, size)
+        stop, whole, cutting = threading.Event(), threading.Event(), threading.Lock()
+
+        def cut_and_restore() -> None:
+            while not stop.is_set():
+                if whole.is_set():  # a request wants the file whole: no new cut until it is answered
+                    time.sleep(0.001)
+                    continue
+                with cutting:
+                    os.ftruncate(descriptor, 0)
+                    os.ftruncate(descriptor, size)
+                    os.pwrite(descriptor, values.tobytes(), 0)  # the input back, for the whole-file requests
+
+        cutter = threading.Thread(target=cut_and_restore, daemon=True)
         try:
-            client.unregister_system_shared_memory(name)
+            cutter.start()
+            deadline, racing = time.monotonic() + seconds, True
+            while time.monotonic() < deadline:
+                if racing:
+                    race.count(judge(request, rights, CUT_SHORT), protocol)
+                else:
+                    whole.set()
+                    try:
+                        with cutting:
+                            os.pwrite(descriptor, UNWRITTEN.tobytes(), size - ROW)
+                            race.count(judge(request, rights[:1]), protocol)
+                    finally:
+                        whole.clear()
+                racing = not racing
         finally:
-            shared_memory.destroy_shared_memory_region(handle)
+            stop.set()
+            if cutter.is_alive():
+                cutter.join(timeout=10)
+            os.close(descriptor)
     log.info(
         "truncate race over %s: %d answered, %d refused by the front", protocol, race.answered, race.refused
     )
