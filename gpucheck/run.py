@@ -141,12 +141,10 @@ def check(out: Path, grid_name: str, spec_path: Path, carried: Path | None) -> i
     if "repository" in holder:
         repository = holder["repository"]
         session = Session(repository.path, on_gpu, work / "server")
-        try:
-            recorder.run("server", lambda: _start(session), needs=("stub",))
-            if recorder.sections["server"]["status"] == "ok":
+        if recorder.run("server", lambda: _start(session), needs=("stub",)) is not None:
+            try:
                 _studies(recorder, studies.Context(grid, repository, session, raw, facts.device))
-        finally:
-            if recorder.sections.get("server", {}).get("status") == "ok":
+            finally:
                 session.__exit__(None, None, None)
     document = report.figures(grid, facts, recorder.sections, raw, time.monotonic() - recorder.started)
     report.write(out, document)
