@@ -27,11 +27,11 @@ from pathlib import Path
 
 import numpy as np
 import tritonclient.utils.shared_memory as shm
-import yaml
 
 from client.connection import connect, protocol_module
 from client.shm import system_region
 from exporters.repository import build_repository
+from exporters.schema.bounded_yaml import load_spec_document
 from exporters.schema.models import parse_spec
 from perf.measure.server_view import process_tree_cpu_s
 from server import ServerOptions, TritonServer
@@ -43,7 +43,7 @@ ROUTES = ("copy", "trusted", "body")
 
 
 def _repository(spec: Path, folder: Path) -> Path:
-    data = yaml.safe_load(spec.read_text())
+    data = load_spec_document(spec)
     trivial = next(m for m in data["models"] if m["name"] == "trivial")
     wide = {
         **trivial, "name": MODEL, "options": {"features": FEATURES}, "max_batch_size": 16,
