@@ -39,6 +39,7 @@ from tritonclient.grpc import service_pb2
 from server.admin import headers as admin_headers
 from server.fronts.process import MAX_REQUEST_BYTES
 from server.launcher import TritonServer
+from server.proc_stat import running
 from server.stubs import server_stubs
 from soak import request_space
 from soak.fuzz_regions import Regions
@@ -85,15 +86,6 @@ def served_spaces(server: TritonServer) -> dict[str, ModelSpace]:
         return spaces
     finally:
         own.close()
-
-
-def _running(pid: int | None, parent: int | None = None) -> bool:
-    """Whether ``pid`` runs (a zombie does not), as a child of ``parent`` if given."""
-    try:
-        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-    except (OSError, IndexError):
-        return False
-    return fields[0] not in ("Z", "X") and (parent is None or int(fields[1]) == parent)
 
 
 def rss_mib(pid: int | None) -> float:
@@ -238,13 +230,13 @@ class InvariantFuzz:
         """Invariant (c), but for the RSS bound (``InvariantReport.passed``)."""
         report, problems = self.report, []
         pid = self.server.pid
-        alive = _running(pid)
+        alive = running(pid)
         if pid != report.server_pid or not alive:
             problems.append(f"(c) tritonserver {report.server_pid} is gone (now {pid}, alive {alive})")
         fronts = self._front_pids()
         if fronts != report.front_pids:
             problems.append(f"(c) the fronts {sorted(report.front_pids)} are now {sorted(fronts)}")
-        gone = [stub for stub in self.stub_pids if not _running(stub, parent=pid)]
+        gone = [stub for stub in self.stub_pids if not running(stub, parent=pid)]
         stubs = self._stub_pids() if gone else self.stub_pids  # the full scan of /proc only when needed
         if stubs != self.stub_pids:
             problems.append(
