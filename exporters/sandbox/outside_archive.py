@@ -46,6 +46,11 @@ USER_ERROR = 2  # ``child.USER_ERROR``: error.json says what the user can fix
 MAX_PROBLEM = 600  # characters of a reason the sandbox gives
 
 
+def _shown(text: str) -> str:
+    """Text the sandbox sent, fit for a one-line message: printable and at most ``MAX_PROBLEM`` long."""
+    return "".join(c if c.isprintable() else " " for c in text)[:MAX_PROBLEM]
+
+
 def cache_root() -> Path:
     configured = os.environ.get(CACHE_ENV)
     if configured:
@@ -140,8 +145,7 @@ class OutsideArchive:
                 problem = str(json.loads(files[ERROR])["problem"])
             except (ValueError, KeyError, TypeError):
                 problem = "it gave a reason that does not parse"
-            printable = "".join(c if c.isprintable() else " " for c in problem)[:MAX_PROBLEM]
-            raise SpecError(self.field, f"{printable} (as found in the sandbox)")
+            raise SpecError(self.field, f"{_shown(problem)} (as found in the sandbox)")
         if jailed.returncode != 0:
             raise SandboxRunError(f"{what} failed: {failure(jailed, self.bounds)}")
         if set(files) != set(names):
@@ -149,7 +153,9 @@ class OutsideArchive:
         try:
             from_json(files[FOUND])
         except (ValueError, RecursionError) as error:
-            raise SandboxRunError(f"{what}: it sent a signature that is not one ({error})") from error
+            raise SandboxRunError(
+                f"{what}: it sent a signature that is not one ({_shown(str(error))})"
+            ) from error
         return self._store(key, files)
 
     def _store(self, key: str, files: dict[str, bytes]) -> Path:
