@@ -32,6 +32,7 @@ import torch
 
 from exporters.artifacts.file_hash import file_matches, file_sha256
 from exporters.errors import SpecError
+from exporters.sandbox.child import ARRAYS, ERROR, FOUND, ONNX, OUTPUTS, PROGRAM, REQUEST, USER_ERROR
 from exporters.sandbox.frames import FrameError, read_frames
 from exporters.sandbox.jail import Bounds, SandboxRunError, failure, run_in_sandbox
 from exporters.sandbox.program_signature import ProgramTensor, from_json
@@ -40,9 +41,8 @@ log = logging.getLogger(__name__)
 
 CONVERTER_VERSION = "1"  # bump when the child's conversion changes, to invalidate cached conversions
 CACHE_ENV = "TRITON_BATCHING_CACHE"
-FOUND, ONNX, OUTPUTS, ERROR, RECORD = "found.json", "model.onnx", "outputs.npz", "error.json", "record.json"
+RECORD = "record.json"
 CHILD = "exporters.sandbox.child"
-USER_ERROR = 2  # ``child.USER_ERROR``: error.json says what the user can fix
 MAX_PROBLEM = 600  # characters of a reason the sandbox gives
 
 
@@ -61,11 +61,9 @@ def cache_root() -> Path:
 
 @dataclass(frozen=True)
 class Conversion:
-    """A cached conversion: the ONNX file, the program's signature, and its outputs per input set."""
+    """A cached conversion: the ONNX file and the program's outputs per input set."""
 
     folder: Path
-    inputs: list[ProgramTensor]
-    outputs: list[ProgramTensor]
 
     def program_outputs(self, sets: int, count: int) -> list[list[np.ndarray]]:
         """The program's ``count`` outputs for each of the ``sets`` input sets, as the sandbox sent them."""
@@ -99,10 +97,8 @@ class OutsideArchive:
         request = json.dumps({"inputs": input_names, "outputs": output_names}).encode()
         key = self._key("convert", request, buffer.getvalue())
         names = (FOUND, ONNX, OUTPUTS)
-        extra = {"request.json": request, "inputs.npz": buffer.getvalue()}
-        folder = self._cached(key, names) or self._run("convert", extra, key, names)
-        inputs, outputs = from_json((folder / FOUND).read_bytes())
-        return Conversion(folder, inputs, outputs)
+        extra = {REQUEST: request, ARRAYS: buffer.getvalue()}
+        return Conversion(self._cached(key, names) or self._run("convert", extra, key, names))
 
     def _key(self, mode: str, *parts: bytes) -> str:
         digest = hashlib.sha256(f"{CONVERTER_VERSION}\0{torch.__version__}\0{mode}\0{self.sha256}".encode())
@@ -128,8 +124,8 @@ class OutsideArchive:
             "%s: %s %s in the sandbox (bounds: %s)", self.field, mode, self.path.name, self.bounds.describe()
         )
         with tempfile.TemporaryDirectory(prefix="outside-archive-") as private:
-            inputs = {"program.pt2": Path(private) / "program.pt2"}
-            inputs["program.pt2"].write_bytes(self.data)
+            inputs = {PROGRAM: Path(private) / PROGRAM}
+            inputs[PROGRAM].write_bytes(self.data)
             for name, data in extra.items():
                 (Path(private) / name).write_bytes(data)
                 inputs[name] = Path(private) / name
