@@ -182,7 +182,7 @@ class TritonPythonModel:
             failure = ModelRunError(f"{type(error).__name__}: {error}")
             return self._error(failure)
         try:
-            self.log.after_apply()
+            self.log.compact_if_due()
         except OSError as error:  # the update is durable and applied; the log stays as it was
             pb_utils.Logger.log_warn(f"{self.name}: compacting {self.log.path} failed: {error}")
         version = torch.full((rows, 1), self.log.version, dtype=torch.int64)
