@@ -52,10 +52,9 @@ def _tensor_infos(entries: list[dict]) -> list[TensorInfo]:
     ]
 
 
-def _parameter(config: dict, key: str, default: int) -> int:
-    value = config_parameter(config, key)
-    if not value:
-        return default
+def _thread_count(config: dict, key: str) -> int:
+    """A thread count parameter; 0 (onnxruntime decides) where the config has none."""
+    value = config_parameter(config, key) or "0"
     if not value.isdigit():
         raise pb_utils.TritonModelException(
             f"{config['name']}: parameter {key} must be an integer >= 0, got {value!r}"
@@ -154,8 +153,8 @@ class TritonPythonModel:
         )
         self.session = open_session(
             path,
-            _parameter(config, "intra_op_thread_count", 0),
-            _parameter(config, "inter_op_thread_count", 0),
+            _thread_count(config, "intra_op_thread_count"),
+            _thread_count(config, "inter_op_thread_count"),
             providers,
         )
         declared = {t.name for t in self.inputs}
