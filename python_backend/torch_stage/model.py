@@ -91,15 +91,14 @@ class TritonPythonModel:
         threads = int(config_parameter(config, "intra_op_thread_count", "0") or 0)
         if threads > 0:
             torch.set_num_threads(threads)
-        path = os.path.join(
-            args["model_repository"], args["model_version"], config_parameter(config, "stage_program")
-        )
+        version_dir = os.path.join(args["model_repository"], args["model_version"])
+        path = os.path.join(version_dir, config_parameter(config, "stage_program"))
         program, artifact = self._program(path, config_parameter(config, "stage_sha256"))
         # Guards re-check input shapes on every call; batching.validate already checked them per request.
         self.module = program.module(check_guards=False)
         table_names = [n for n in config_parameter(config, "embedding_tables").split(",") if n]
         self.tables = [self.module.get_parameter(n) for n in table_names]
-        log_path = os.path.join(args["model_repository"], args["model_version"], update_log.LOG_NAME)
+        log_path = os.path.join(version_dir, update_log.LOG_NAME)
         # Its version is answered to each update; its updates belong to this artifact's tables only.
         self.log = update_log.UpdateLog(log_path, self.tables, artifact=artifact)
         if self.tables:
