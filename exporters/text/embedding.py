@@ -267,9 +267,7 @@ def build_text_embeddings(
     wanted = None if only is None else set(only)
     built: list[BuiltTextEmbedding] = []
     done: dict[str, Path] = {}
-    for spec in specs:
-        if wanted is not None and spec.name not in wanted:
-            continue
+    for spec in [s for s in specs if wanted is None or s.name in wanted]:
         try:
             built.append(build_text_embedding(spec, repository, num_gpus, done=done))
         except SpecError as error:
