@@ -17,17 +17,18 @@ import contextlib
 import dataclasses
 import logging
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 
 from exporters.repository import build_repository
 from exporters.resolve import load_spec
 from exporters.schema.models import Spec
 from perf.errors import NothingMeetsError, OptionError, PerfError
-from perf.markdown import number
+from perf.markdown import number, table
 from perf.measure.analyzer import PerfAnalyzerEngine, find_perf_analyzer, unavailable_message
 from perf.measure.engine import MeasureSettings, OurEngine
 from perf.measure.loads import Load, read_trace
+from perf.measure.measurement import Measurement
 from perf.measure.raw import measure_raw
 from perf.measure.shapes import has_variable_axis
 from perf.model.batcher import BatcherConfig
@@ -44,7 +45,6 @@ from perf.session.model import (
 from perf.session.search import Evidence
 from perf.session.shapes_section import ShapesFigures, shapes_step
 from perf.spec_overlay import write_overlay
-from perf.tune.partial import write_partial
 from perf.tune.report import render
 from perf.tune.result import TuneDocument, document, save
 from perf.tune.tuner import TuneRequest, TuneResult, tune
@@ -194,6 +194,43 @@ def partial_on_failure(folder: Path, title: str, session: ModelSession) -> Itera
             log.exception("%s failed", title)
         write_partial(folder, title, error, session.runs)
         raise
+
+
+def write_partial(folder: Path, title: str, error: BaseException, runs: Sequence[Measurement]) -> None:
+    """Write ``partial.md`` into ``folder``: ``error`` and ``runs`` (in the order measured). Minutes of
+    measuring are not thrown away with a traceback: it lists each run (configuration and rate, what was
+    served, p99, the batches formed, the windows' length), so the user sees how far the tuner got and
+    why it stopped."""
+    rows = [
+        [
+            run.label, number(run.load.rate, 0) if run.load.rate else "–", number(run.throughput, 0),
+            number(run.p99_ms), number(run.stats.mean_batch), number(run.windows[0][1] - run.windows[0][0])
+            if run.windows else "–",
+        ]
+        for run in runs
+    ]  # fmt: skip
+    header = ["run", "offered /s", "served /s", "p99 ms", "mean batch", "window s"]
+    if isinstance(error, NothingMeetsError):  # a verdict, not a failure: still no answer to use
+        head = [
+            f"# {title}: no answer",
+            "",
+            f"**{error.verdict}**.",
+            *(["", error.detail] if error.detail else []),
+            "",
+            "Nothing below is an answer: no `spec.tuned.yaml` was written.",
+        ]
+    else:
+        head = [f"# {title}: stopped before the pick", "", f"**{type(error).__name__}**: {error}"]
+    lines = [
+        *head,
+        "",
+        f"{len(runs)} runs were measured before it:" if runs else "No run was measured before it.",
+        "",
+        table(header, rows) if rows else "",
+        "",
+        "`tune.log` in this folder has every step; `perf_analyzer.log` (if present) each of its runs.",
+    ]
+    (folder / "partial.md").write_text("\n".join(lines) + "\n")
 
 
 def measure_and_pick(
