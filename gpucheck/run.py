@@ -33,6 +33,7 @@ from gpucheck.grid import GRIDS
 from gpucheck.raw import raw_curve
 from gpucheck.repository import build, check_models
 from gpucheck.serving import Session
+from perf.report_folder import LOG_FORMAT
 
 log = logging.getLogger("gpucheck")
 LOG_NAME = "gpu-check.log"
@@ -79,9 +80,7 @@ class Recorder:
 
 def _logging(out: Path) -> None:
     handlers: list[logging.Handler] = [logging.StreamHandler(sys.stdout), logging.FileHandler(out / LOG_NAME)]
-    logging.basicConfig(
-        level=logging.INFO, format="%(asctime)s %(name)s %(levelname)s %(message)s", handlers=handlers
-    )
+    logging.basicConfig(level=logging.INFO, format=LOG_FORMAT, handlers=handlers)
     for noisy in ("torch", "onnxruntime", "matplotlib"):
         logging.getLogger(noisy).setLevel(logging.WARNING)
 
