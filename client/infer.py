@@ -40,12 +40,10 @@ def output_infos(config: dict[str, Any]) -> list[OutputInfo]:
 
 def make_inputs(module: Any, arrays: dict[str, np.ndarray]) -> list[Any]:
     """``InferInput``s of ``module`` (tritonclient.http or .grpc) carrying ``arrays`` in the request body."""
-    result = []
-    for name, array in arrays.items():
-        tensor = module.InferInput(name, list(array.shape), np_to_triton_dtype(array.dtype))
-        tensor.set_data_from_numpy(array)
-        result.append(tensor)
-    return result
+    return [
+        module.InferInput(name, list(array.shape), np_to_triton_dtype(array.dtype)).set_data_from_numpy(array)
+        for name, array in arrays.items()
+    ]
 
 
 def infer(

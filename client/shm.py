@@ -23,9 +23,10 @@ UNREGISTER_TRIES, UNREGISTER_WAIT_S = 40, 0.05
 
 
 @contextlib.contextmanager
-def system_region(client: Any, byte_size: int) -> Iterator[tuple[str, Any]]:
-    """Create and register a region of ``byte_size`` bytes; yields ``(name, handle)``."""
-    name = f"tb_{os.getpid()}_{uuid.uuid4().hex[:8]}"
+def system_region(client: Any, byte_size: int, name: str = "") -> Iterator[tuple[str, Any]]:
+    """Create and register a region of ``byte_size`` bytes named ``name`` (by default a name of its
+    own); yields ``(name, handle)``."""
+    name = name or f"tb_{os.getpid()}_{uuid.uuid4().hex[:8]}"
     handle = shm.create_shared_memory_region(name, f"/{name}", byte_size)
     try:
         client.register_system_shared_memory(name, f"/{name}", byte_size)

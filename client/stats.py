@@ -107,10 +107,7 @@ def parse_version_stats(entry: dict[str, Any]) -> ModelStats:
 
 def parse_model_stats(payload: dict[str, Any]) -> ModelStats:
     """``ModelStats`` of a whole ``/v2/models/<m>/stats`` answer, all versions summed."""
-    total = ModelStats()
-    for entry in payload.get("model_stats", []):
-        total = total + parse_version_stats(entry)
-    return total
+    return sum((parse_version_stats(entry) for entry in payload.get("model_stats", [])), ModelStats())
 
 
 def fetch_stats(client: Any, protocol: str, model: str = "") -> dict[str, Any]:

@@ -101,12 +101,11 @@ def build_repository(
     every model and pipeline of the spec are kept.
     """
     selected = [m for m in spec.models if only is None or m.name in set(only)]
-    missing = set(only or ()) - {m.name for m in spec.models} - {p.name for p in spec.pipelines}
-    missing -= {t.name for t in spec.text_embeddings}
+    owners = (*spec.pipelines, *spec.text_embeddings)  # entries that own several model folders
+    missing = set(only or ()) - {entry.name for entry in (*spec.models, *owners)}
     if missing:
         spec.model(sorted(missing)[0])  # raises SpecError naming the unknown model
-    keep = [m.name for m in spec.models] + [name for p in spec.pipelines for name in p.repository_names]
-    keep += [name for t in spec.text_embeddings for name in t.repository_names]
+    keep = [m.name for m in spec.models] + [name for entry in owners for name in entry.repository_names]
     prepare_repository(repository, keep)
     built: list[BuiltModel] = []
     for model in selected:

@@ -32,7 +32,6 @@ import shutil
 import subprocess
 import sys
 import zipfile
-from dataclasses import dataclass
 from pathlib import Path
 
 log = logging.getLogger(__name__)
@@ -58,12 +57,6 @@ MANIFEST = "MANIFEST.json"
 
 class CarryError(RuntimeError):
     """The carried folder cannot be built, or does not fit; the message says what to do."""
-
-
-@dataclass(frozen=True)
-class CarriedFile:
-    path: Path
-    size: int
 
 
 def pinned_versions() -> dict[str, str]:
@@ -192,11 +185,10 @@ def working_tree_bytes(root: Path) -> int:
     return sum(path.stat().st_size for path in paths if path.is_file() and not path.is_symlink())
 
 
-def folder_files(folder: Path) -> list[CarriedFile]:
-    return sorted(
-        (CarriedFile(p, p.stat().st_size) for p in folder.rglob("*") if p.is_file()),
-        key=lambda f: -f.size,
-    )
+def folder_files(folder: Path) -> dict[Path, int]:
+    """Every file under ``folder`` with its size in bytes, largest first."""
+    sizes = {path: path.stat().st_size for path in folder.rglob("*") if path.is_file()}
+    return dict(sorted(sizes.items(), key=lambda item: -item[1]))
 
 
 def _sha256(path: Path) -> str:
@@ -244,9 +236,9 @@ def build_carry(
             python_version,
         )
     files = {
-        str(f.path.relative_to(destination)): f.size
-        for f in folder_files(destination)
-        if f.path.name != MANIFEST
+        str(path.relative_to(destination)): size
+        for path, size in folder_files(destination).items()
+        if path.name != MANIFEST
     }
     hashes = {name: _sha256(destination / name) for name in files}
     manifest = {**wanted, "files": files, "sha256": hashes}
@@ -257,12 +249,13 @@ def build_carry(
 def check_budget(destination: Path, root: Path) -> tuple[int, int]:
     """``(carried bytes, working tree bytes)``; ``CarryError`` naming the largest carried files when
     the two together leave less than ``TREE_MARGIN`` of ``TRAVEL_LIMIT``."""
-    carried = sum(f.size for f in folder_files(destination))
+    files = folder_files(destination)
+    carried = sum(files.values())
     tree = working_tree_bytes(root)
     if carried + tree > TRAVEL_LIMIT - TREE_MARGIN:
         largest = "\n".join(
-            f"  {f.size / MIB:6.1f} MiB  {f.path.relative_to(destination)}"
-            for f in folder_files(destination)[:6]
+            f"  {size / MIB:6.1f} MiB  {path.relative_to(destination)}"
+            for path, size in list(files.items())[:6]
         )
         raise CarryError(
             f"{destination} ({carried / MIB:.1f} MiB) plus the working tree ({tree / MIB:.1f} MiB) leaves "
@@ -286,8 +279,8 @@ def main(argv: list[str] | None = None) -> int:
     except CarryError as error:
         print(f"gpu-carry: {error}", file=sys.stderr)
         return 1
-    for item in folder_files(destination):
-        print(f"  {item.size / MIB:7.2f} MiB  {item.path.relative_to(destination)}")
+    for path, size in folder_files(destination).items():
+        print(f"  {size / MIB:7.2f} MiB  {path.relative_to(destination)}")
     left = TRAVEL_LIMIT - carried - tree
     print(
         f"{destination}: {carried / MIB:.1f} MiB for Python {args.python_version}; with the working tree "

@@ -10,7 +10,6 @@ from __future__ import annotations
 import contextlib
 import ctypes
 import gzip
-import importlib.metadata
 import logging
 import os
 import platform
@@ -47,13 +46,6 @@ class MachineFacts:
     notes: list[str] = field(default_factory=list)
 
 
-def _version(name: str) -> str:
-    try:
-        return importlib.metadata.version(name)
-    except importlib.metadata.PackageNotFoundError:
-        return "not installed"
-
-
 def smi(*query: str) -> str | None:
     """``nvidia-smi`` with ``query`` (CSV, no header, no units), or None where it is absent or fails."""
     if shutil.which("nvidia-smi") is None:
@@ -79,9 +71,7 @@ def facts() -> MachineFacts:
         torch=torch.__version__,
         torch_cuda=torch.version.cuda,
         numpy=np.__version__,
-        onnxruntime=_version("onnxruntime")
-        if _version("onnxruntime") != "not installed"
-        else _version("onnxruntime-gpu"),
+        onnxruntime=onnxruntime.__version__,  # of whichever distribution installed it (-gpu, or not)
         onnxruntime_providers=list(onnxruntime.get_available_providers()),
         device=torch.cuda.get_device_name(0) if cuda else "cpu",
         cuda_available=cuda,

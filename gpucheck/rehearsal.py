@@ -23,7 +23,6 @@ import argparse
 import importlib.metadata
 import json
 import os
-import re
 import shutil
 import subprocess
 import sys
@@ -45,27 +44,14 @@ MACHINE_PACKAGES = (
 MAX_FILES = 8  # what the device tool brings back from $OUT
 
 
-def _name(requirement: str) -> str:
-    return re.split(r"[\s;<>=!~\[(]", requirement, maxsplit=1)[0].lower().replace("_", "-")
-
-
-def _applies(requirement: str) -> bool:
-    """Whether a ``Requires-Dist`` line applies here with no extra asked for."""
-    if ";" not in requirement:
-        return True
-    marker = requirement.split(";", 1)[1]
-    if "extra" in marker:
-        return False
-    from packaging.markers import Marker
-
-    return Marker(marker).evaluate()
-
-
 def closure(roots: tuple[str, ...]) -> list[importlib.metadata.Distribution]:
     """``roots`` and every distribution they require (no extras), as installed here, less the carried ones."""
-    skip = {e.lower().replace("_", "-") for e in CARRIED}
+    from packaging.requirements import Requirement
+    from packaging.utils import canonicalize_name
+
+    skip = {canonicalize_name(name) for name in CARRIED}
     seen: dict[str, importlib.metadata.Distribution] = {}
-    pending = [r.lower() for r in roots]
+    pending = [canonicalize_name(root) for root in roots]
     while pending:
         name = pending.pop()
         if name in seen or name in skip:
@@ -75,7 +61,10 @@ def closure(roots: tuple[str, ...]) -> list[importlib.metadata.Distribution]:
         except importlib.metadata.PackageNotFoundError:
             continue  # an optional platform package this environment never installed
         seen[name] = dist
-        pending += [_name(r) for r in dist.requires or () if _applies(r)]
+        for requirement in map(Requirement, dist.requires or ()):
+            # a marker evaluates with no extra asked for: a requirement of an extra does not apply
+            if requirement.marker is None or requirement.marker.evaluate():
+                pending.append(canonicalize_name(requirement.name))
     return list(seen.values())
 
 

@@ -142,12 +142,6 @@ def torch_module(model: CheckModel) -> torch.nn.Module:
     return module.half() if model.precision == "fp16" else module
 
 
-def _placement(device: str, count: int) -> list[InstanceGroup]:
-    if device == "gpu":
-        return [InstanceGroup(kind="KIND_GPU", count=count, gpus=[0])]
-    return [InstanceGroup(kind="KIND_CPU", count=count)]
-
-
 def build_check_model(model: CheckModel, repository: Path, device: str) -> BuiltCheckModel:
     """Export ``model`` as one torch program, check it against the eager fp32 model, write its config."""
     spec = model.spec
@@ -171,7 +165,8 @@ def build_check_model(model: CheckModel, repository: Path, device: str) -> Built
     sha256 = file_sha256(path)
     config = build_model_config(spec, 1 if device == "gpu" else 0)
     config = torch_program_config(config, spec, stage, sha256)
-    config.instance_group = _placement(device, model.instances)
+    kind, gpus = ("KIND_GPU", [0]) if device == "gpu" else ("KIND_CPU", [])
+    config.instance_group = [InstanceGroup(kind, model.instances, gpus)]
     write_config(config, repository / spec.name)
     return BuiltCheckModel(model, config, sha256, parity)
 
@@ -200,11 +195,3 @@ def build(spec: Spec, grid: Grid, repository: Path, device: str) -> CheckReposit
         built[model.name] = build_check_model(model, repository, device)
     pipelines = build_pipelines(check_spec(spec, grid), repository, num_gpus=1 if device == "gpu" else 0)
     return CheckRepository(repository, device, built, {p.spec.name: p for p in pipelines})
-
-
-def boundary_row_bytes(pipeline: BuiltPipeline) -> tuple[int, int]:
-    """Bytes one request row moves across the pipeline's stage boundaries: as sent, and in fp32."""
-    return (
-        sum(b.bytes_per_row for b in pipeline.record.boundaries),
-        sum(b.fp32_bytes_per_row for b in pipeline.record.boundaries),
-    )

@@ -33,6 +33,7 @@ from gpucheck.grid import GRIDS
 from gpucheck.raw import raw_curve
 from gpucheck.repository import build, check_models
 from gpucheck.serving import Session
+from perf.report_folder import LOG_FORMAT
 
 log = logging.getLogger("gpucheck")
 LOG_NAME = "gpu-check.log"
@@ -79,9 +80,7 @@ class Recorder:
 
 def _logging(out: Path) -> None:
     handlers: list[logging.Handler] = [logging.StreamHandler(sys.stdout), logging.FileHandler(out / LOG_NAME)]
-    logging.basicConfig(
-        level=logging.INFO, format="%(asctime)s %(name)s %(levelname)s %(message)s", handlers=handlers
-    )
+    logging.basicConfig(level=logging.INFO, format=LOG_FORMAT, handlers=handlers)
     for noisy in ("torch", "onnxruntime", "matplotlib"):
         logging.getLogger(noisy).setLevel(logging.WARNING)
 
@@ -141,12 +140,10 @@ def check(out: Path, grid_name: str, spec_path: Path, carried: Path | None) -> i
     if "repository" in holder:
         repository = holder["repository"]
         session = Session(repository.path, on_gpu, work / "server")
-        try:
-            recorder.run("server", lambda: _start(session), needs=("stub",))
-            if recorder.sections["server"]["status"] == "ok":
+        if recorder.run("server", lambda: _start(session), needs=("stub",)) is not None:
+            try:
                 _studies(recorder, studies.Context(grid, repository, session, raw, facts.device))
-        finally:
-            if recorder.sections.get("server", {}).get("status") == "ok":
+            finally:
                 session.__exit__(None, None, None)
     document = report.figures(grid, facts, recorder.sections, raw, time.monotonic() - recorder.started)
     report.write(out, document)

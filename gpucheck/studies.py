@@ -33,7 +33,6 @@ from gpucheck.repository import (
     BATCHING_MODEL,
     INSTANCE_MODEL,
     CheckRepository,
-    boundary_row_bytes,
     variant_name,
 )
 from gpucheck.serving import Session, timed_calls
@@ -243,19 +242,19 @@ def pipeline(context: Context) -> dict[str, Any]:
     for name in (INSTANCE_MODEL, *context.grid.pipelines):
         spec = dataclasses.replace(monolith, name=name)
         built = context.repository.pipelines[name] if name in context.grid.pipelines else None  # monolith
-        sent, fp32 = boundary_row_bytes(built) if built else (0, 0)
+        boundary = built.record.boundaries if built else ()
+        sent = sum(b.bytes_per_row for b in boundary)  # bytes one request row moves across the stages
         latencies = {}
         for batch in context.grid.pipeline_batches:
             arrays = _named_inputs(spec, batch, SEED)
             times = context.session.timed(name, arrays, context.grid.requests_per_batch)
             latencies[batch] = {"client_ms": statistics.median(times), "boundary_bytes": sent * batch}
         point = _point(context, spec, context.grid.pipeline_concurrency, name)
-        boundary = built.record.boundaries if built else ()
         rows.append({
             "model": name,
             "boundary": [{"tensor": b.tensor, "dtype": b.dtype, "shape": list(b.shape)} for b in boundary],
             "boundary_bytes_per_row": sent,
-            "boundary_fp32_bytes_per_row": fp32,
+            "boundary_fp32_bytes_per_row": sum(b.fp32_bytes_per_row for b in boundary),
             "batches": latencies,
             "throughput": point,
         })  # fmt: skip

@@ -55,6 +55,20 @@ class TensorInfo:
     max_dims: tuple[int, ...] | None = None  # the largest dims (no batch) a request may have
 
 
+def config_parameter(config: dict, key: str, default: str = "") -> str:
+    """A ``parameters`` entry of a model config (as the backend receives it, JSON): its string value,
+    stripped; ``default`` where the config has none."""
+    return config.get("parameters", {}).get(key, {}).get("string_value", default).strip()
+
+
+def error_response(pb_utils: object, error: Exception, prefix: str = "") -> object:
+    """The response that answers one request with ``error``: INVALID_ARGUMENT (HTTP 400) for a bad input,
+    INTERNAL (500) for the model's own failure (``pb_utils`` passed in, as for ``padding_counters``)."""
+    bad_input = isinstance(error, InvalidInputError)
+    code = pb_utils.TritonError.INVALID_ARG if bad_input else pb_utils.TritonError.INTERNAL
+    return pb_utils.InferenceResponse(error=pb_utils.TritonError(f"{prefix}{error}", code))
+
+
 def with_value_guards(inputs: Sequence[TensorInfo], config: dict) -> list[TensorInfo]:
     """``inputs`` with the guards the model config asks for (``ValueError`` names a bad parameter).
 
@@ -63,11 +77,10 @@ def with_value_guards(inputs: Sequence[TensorInfo], config: dict) -> list[Tensor
     the bound of each ``-1`` dim) are ``parameters`` entries written by ``exporters.schema.guards``; configs
     without them get the default (finite floats, no ranges, no bounds beyond the config's dims).
     """
-    parameters = config.get("parameters", {})
-    allow = parameters.get("allow_non_finite_inputs", {}).get("string_value", "false").strip().lower()
+    allow = config_parameter(config, "allow_non_finite_inputs", "false").lower()
     if allow not in ("true", "false"):
         raise ValueError(f"parameter allow_non_finite_inputs must be true or false, got {allow!r}")
-    text = parameters.get("input_ranges", {}).get("string_value", "").strip() or "{}"
+    text = config_parameter(config, "input_ranges") or "{}"
     try:
         ranges = {name: (int(lo), int(hi)) for name, (lo, hi) in json.loads(text).items()}
     except (ValueError, TypeError, AttributeError) as error:
@@ -75,7 +88,7 @@ def with_value_guards(inputs: Sequence[TensorInfo], config: dict) -> list[Tensor
     unknown = sorted(set(ranges) - {info.name for info in inputs})
     if unknown:
         raise ValueError(f"parameter input_ranges names no input of the model: {unknown}")
-    max_dims = _max_shapes(parameters, inputs)
+    max_dims = _max_shapes(config.get("parameters", {}), inputs)
     return [
         dataclasses.replace(
             info, finite=allow == "false", bounds=ranges.get(info.name), max_dims=max_dims.get(info.name)

@@ -50,10 +50,10 @@ from pathlib import Path
 
 import numpy as np
 import tritonclient.http as httpclient
-import yaml
 
 from client.stats import ModelStats, model_stats
 from exporters.repository import build_repository
+from exporters.schema.bounded_yaml import load_spec_document
 from exporters.schema.models import parse_spec
 from perf.errors import StudyError
 from perf.measure.analyzer import PerfAnalyzerEngine, find_perf_analyzer
@@ -379,7 +379,7 @@ def main() -> None:
         raise SystemExit("no perf_analyzer: run `make perf-analyzer` first")
     if args.caddy is not None and not args.caddy.is_file():
         raise SystemExit(f"no caddy at {args.caddy}")
-    data = yaml.safe_load(args.spec.read_text())
+    data = load_spec_document(args.spec)
     data["models"] = [m for m in data["models"] if m["name"] == MODEL]
     data["models"][0]["batching"].pop("queue", None)
     data.pop("pipelines", None), data.pop("text_embeddings", None)

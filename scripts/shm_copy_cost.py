@@ -26,13 +26,12 @@ from contextlib import ExitStack
 from pathlib import Path
 
 import numpy as np
-import tritonclient.grpc as grpcclient
-import tritonclient.http as httpclient
 import tritonclient.utils.shared_memory as shm
-import yaml
 
+from client.connection import connect, protocol_module
 from client.shm import system_region
 from exporters.repository import build_repository
+from exporters.schema.bounded_yaml import load_spec_document
 from exporters.schema.models import parse_spec
 from perf.measure.server_view import process_tree_cpu_s
 from server import ServerOptions, TritonServer
@@ -44,7 +43,7 @@ ROUTES = ("copy", "trusted", "body")
 
 
 def _repository(spec: Path, folder: Path) -> Path:
-    data = yaml.safe_load(spec.read_text())
+    data = load_spec_document(spec)
     trivial = next(m for m in data["models"] if m["name"] == "trivial")
     wide = {
         **trivial, "name": MODEL, "options": {"features": FEATURES}, "max_batch_size": 16,
@@ -60,10 +59,10 @@ class Route:
     """One way to send the request: through a front, its tensors in a region or in the body."""
 
     def __init__(self, server: TritonServer, protocol: str, rows: int, in_region: bool, stack: ExitStack):
-        self.module = httpclient if protocol == "http" else grpcclient
+        self.module = protocol_module(protocol)
         self.url = server.http_url if protocol == "http" else server.grpc_url
         self.front = server.http_front if protocol == "http" else server.grpc_front
-        self.client = self.module.InferenceServerClient(self.url)
+        self.client = connect(protocol, self.url)
         self.values = np.random.default_rng(rows).standard_normal((rows, FEATURES)).astype(np.float32)
         size = rows * ROW_BYTES
         self.inputs = [self.module.InferInput("x", [rows, FEATURES], "FP32")]

@@ -46,13 +46,13 @@ from pathlib import Path
 
 import numpy as np
 import tritonclient.http as httpclient
-import yaml
 from google.protobuf import text_format
 
 import python_backend
 from client.stats import fetch_stats
 from exporters.configs.model_config import read_config
 from exporters.repository import build_repository
+from exporters.schema.bounded_yaml import load_spec_document
 from exporters.schema.models import parse_spec
 from perf.measure.analyzer import PerfAnalyzerEngine, find_perf_analyzer
 from perf.measure.engine import MeasureSettings
@@ -80,7 +80,7 @@ def _spec_data(spec_path: Path) -> dict:
     """The spec's recommender once per variant, without its queue policy (on Triton 2.51 a queue policy
     with one instance stalls the batcher ~500 ms now and then, docs/SERVING.md) and with a batcher that
     forms batches of 8 when 8 requests are in flight."""
-    data = yaml.safe_load(spec_path.read_text())
+    data = load_spec_document(spec_path)
     entry = next(m for m in data["models"] if m["name"] == MODEL)
     entry["batching"] = {"mode": "dynamic", "max_queue_delay_us": 2000, "preferred_batch_sizes": [8]}
     data["models"] = [{**entry, "name": f"{MODEL}_{variant}"} for variant in VARIANTS]

@@ -20,6 +20,8 @@ import signal
 from dataclasses import dataclass
 from pathlib import Path
 
+from server.proc_stat import EXITED, stat_fields
+
 STUB_NAME = b"triton_python_backend_stub"
 STOPPED_STATES = ("T", "t")  # stopped by a signal (SIGSTOP, SIGTSTP), or by a tracer
 
@@ -42,17 +44,15 @@ class Stub:
 
 
 def _stub_from_proc(pid: int, parent: int | None) -> Stub | None:
-    try:
-        stat = Path(f"/proc/{pid}/stat").read_text()
-        # the command name may hold spaces or parentheses: fields after the last ")" are fixed
-        fields = stat[stat.rindex(")") + 2 :].split()
-        state, ppid = fields[0], int(fields[1])
-        if parent is not None and ppid != parent:
-            return None
-        argv = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")
-    except (OSError, ValueError, IndexError):
+    fields = stat_fields(pid)
+    if fields is None or (parent is not None and int(fields[1]) != parent):
         return None
-    if state in ("Z", "X") or not argv or not argv[0]:
+    state = fields[0]
+    try:
+        argv = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")
+    except OSError:
+        return None
+    if state in EXITED or not argv or not argv[0]:
         return Stub(pid, "", "", "", "", alive=False, state=state)  # a zombie has no argv; matched by pid
     if not argv[0].endswith(STUB_NAME) or len(argv) < 9:
         return None
@@ -70,12 +70,13 @@ def activity(pid: int) -> int | None:
     except OSError:
         return None
     for task in tasks:
+        fields = stat_fields(task / "stat")
+        if fields is None:
+            continue  # a thread that has just exited
         try:
-            stat = (task / "stat").read_text()
             status = (task / "status").read_text()
         except OSError:
-            continue  # a thread that has just exited
-        fields = stat[stat.rindex(")") + 2 :].split()
+            continue  # likewise
         total += int(fields[11]) + int(fields[12])  # utime, stime (fields 14 and 15 of stat)
         total += sum(int(line.split()[1]) for line in status.splitlines() if "ctxt_switches" in line)
     return total

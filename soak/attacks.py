@@ -43,12 +43,12 @@ from tritonclient.utils import InferenceServerException
 
 from client.connection import protocol_module
 from client.infer import make_inputs
-from soak.faults import Soak, overflowing_request, refused
+from client.shm import system_region
+from soak.faults import ENCODER, Soak, overflowing_request, refused
 from soak.raw_http import Request, exchange
 from soak.report import Outage
 
 log = logging.getLogger(__name__)
-ENCODER = "text_embedding_encoder"
 HUGE = 2**62
 NEVER_ANSWERED = f"declares shape [{HUGE}, 0]: a dimension above 2147483647 fits no model"
 ANSWER_WITHIN_S = 60.0  # a hang guard, not a latency bound: unanswered by then counts as never
@@ -76,18 +76,10 @@ UNWRITTEN = np.full((1, ROW_FLOATS), -1.0, np.float32)  # no answer of the race'
 RESTART_WITHIN_S = 300.0  # the supervisor's backoff plus a start on a busy host
 
 
-def _encoder_inputs(soak: Soak) -> tuple[str, ...] | None:
-    """The text encoder's input names, or None when this repository does not serve it."""
-    try:
-        return tuple(i["name"] for i in soak.client.get_model_metadata(ENCODER)["inputs"])
-    except InferenceServerException:
-        return None
-
-
 def unanswered_shapes(soak: Soak) -> None:
     """``[2^62, 0]`` with empty data to the text encoder over HTTP, gRPC unary and a gRPC stream:
     each refused naming the input, no stub of the encoder lost (fault matrix rows 37–39)."""
-    inputs = _encoder_inputs(soak)
+    inputs = soak.input_names(ENCODER)
     if inputs is None:
         return
     before = soak.stub_pids(ENCODER)
@@ -203,8 +195,7 @@ RegionRead = Callable[[object, str, str], Callable[[], np.ndarray]]
 def from_region(client: object, protocol: str, name: str) -> Callable[[], np.ndarray]:
     """A request of ``trivial`` whose input is the first row of the registered region ``name``; it
     returns the output from the answer."""
-    tensor = protocol_module(protocol).InferInput("x", [1, ROW_FLOATS], "FP32")
-    tensor.set_shared_memory(name, ROW)
+    tensor = protocol_module(protocol).InferInput("x", [1, ROW_FLOATS], "FP32").set_shared_memory(name, ROW)
     return lambda: client.infer("trivial", [tensor]).as_numpy("y")
 
 
@@ -214,12 +205,9 @@ def renamed_over(client: object, protocol: str, region: Path, read: RegionRead =
     client's own bytes, the file it registered. ``read`` builds that request (``from_region``); the
     test of this verdict hands it requests that get wrong answers. The stub's region goes back under
     its own name whatever the request got."""
-    name = f"soak_renamed_{protocol}_{os.getpid()}"
     values = np.full((1, ROW_FLOATS), 3.5, np.float32)
-    handle = shared_memory.create_shared_memory_region(name, f"/{name}", 4096)
-    try:
+    with system_region(client, 4096, f"soak_renamed_{protocol}_{os.getpid()}") as (name, handle):
         shared_memory.set_shared_memory_region(handle, [values])
-        client.register_system_shared_memory(name, f"/{name}", 4096)
         expected = trivial_output(client, protocol, values)
         region.rename(Path("/dev/shm") / name)
         try:
@@ -227,11 +215,6 @@ def renamed_over(client: object, protocol: str, region: Path, read: RegionRead =
         finally:
             (Path("/dev/shm") / name).rename(region)
             Path(f"/dev/shm/{name}").write_bytes(b"\0" * 4096)  # the client's file, for its cleanup
-    finally:
-        try:
-            client.unregister_system_shared_memory(name)
-        finally:
-            shared_memory.destroy_shared_memory_region(handle)
     if verdict.wrong:
         log.error("stub region renamed over a client's, over %s: %s", protocol, verdict.wrong)
     return verdict.answered
@@ -245,10 +228,9 @@ def into_region(
     it returns that row as read back through ``descriptor`` (never through a mapping: the file may be
     cut short under it, and a mapping read past its end is a SIGBUS)."""
     module = protocol_module(protocol)
-    tensor = module.InferInput("x", [1, ROW_FLOATS], "FP32")
-    tensor.set_shared_memory(name, ROW)
+    tensor = module.InferInput("x", [1, ROW_FLOATS], "FP32").set_shared_memory(name, ROW)
     output = module.InferRequestedOutput("y")
-    output.set_shared_memory(name, ROW, offset=size - ROW)
+    output.set_shared_memory(name, ROW, offset=size - ROW)  # InferRequestedOutput's returns None
 
     def request() -> np.ndarray:
         client.infer("trivial", [tensor], outputs=[output])
@@ -355,49 +337,44 @@ def race_truncation(client: object, protocol: str, name: str, seconds: float = R
     size = 1 << 16
     values = np.full((1, ROW_FLOATS), 2.5, np.float32)
     rights = race_rights(client, protocol, values)
-    handle = shared_memory.create_shared_memory_region(name, f"/{name}", size)
-    shared_memory.set_shared_memory_region(handle, [values])
-    descriptor = os.open(f"/dev/shm/{name}", os.O_RDWR)
-    request = into_region(client, protocol, name, descriptor, size)
-    stop, whole, cutting = threading.Event(), threading.Event(), threading.Lock()
-
-    def cut_and_restore() -> None:
-        while not stop.is_set():
-            if whole.is_set():  # a request wants the file whole: no new cut until it is answered
-                time.sleep(0.001)
-                continue
-            with cutting:
-                os.ftruncate(descriptor, 0)
-                os.ftruncate(descriptor, size)
-                os.pwrite(descriptor, values.tobytes(), 0)  # the input back, for the whole-file requests
-
-    cutter = threading.Thread(target=cut_and_restore, daemon=True)
     race = Race()
-    try:
-        client.register_system_shared_memory(name, f"/{name}", size)
-        cutter.start()
-        deadline, racing = time.monotonic() + seconds, True
-        while time.monotonic() < deadline:
-            if racing:
-                race.count(judge(request, rights, CUT_SHORT), protocol)
-            else:
-                whole.set()
-                try:
-                    with cutting:
-                        os.pwrite(descriptor, UNWRITTEN.tobytes(), size - ROW)
-                        race.count(judge(request, rights[:1]), protocol)
-                finally:
-                    whole.clear()
-            racing = not racing
-    finally:
-        stop.set()
-        if cutter.is_alive():
-            cutter.join(timeout=10)
-        os.close(descriptor)
+    with system_region(client, size, name) as (_, handle):
+        shared_memory.set_shared_memory_region(handle, [values])
+        descriptor = os.open(f"/dev/shm/{name}", os.O_RDWR)
+        request = into_region(client, protocol, name, descriptor, size)
+        stop, whole, cutting = threading.Event(), threading.Event(), threading.Lock()
+
+        def cut_and_restore() -> None:
+            while not stop.is_set():
+                if whole.is_set():  # a request wants the file whole: no new cut until it is answered
+                    time.sleep(0.001)
+                    continue
+                with cutting:
+                    os.ftruncate(descriptor, 0)
+                    os.ftruncate(descriptor, size)
+                    os.pwrite(descriptor, values.tobytes(), 0)  # the input back, for the whole-file requests
+
+        cutter = threading.Thread(target=cut_and_restore, daemon=True)
         try:
-            client.unregister_system_shared_memory(name)
+            cutter.start()
+            deadline, racing = time.monotonic() + seconds, True
+            while time.monotonic() < deadline:
+                if racing:
+                    race.count(judge(request, rights, CUT_SHORT), protocol)
+                else:
+                    whole.set()
+                    try:
+                        with cutting:
+                            os.pwrite(descriptor, UNWRITTEN.tobytes(), size - ROW)
+                            race.count(judge(request, rights[:1]), protocol)
+                    finally:
+                        whole.clear()
+                racing = not racing
         finally:
-            shared_memory.destroy_shared_memory_region(handle)
+            stop.set()
+            if cutter.is_alive():
+                cutter.join(timeout=10)
+            os.close(descriptor)
     log.info(
         "truncate race over %s: %d answered, %d refused by the front", protocol, race.answered, race.refused
     )

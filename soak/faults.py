@@ -25,7 +25,7 @@ import grpc
 import numpy as np
 import tritonclient.grpc as grpcclient
 import tritonclient.http as httpclient
-from tritonclient.grpc import service_pb2, service_pb2_grpc
+from tritonclient.grpc import service_pb2
 from tritonclient.utils import InferenceServerException
 
 from client.infer import make_inputs
@@ -36,6 +36,7 @@ from server.supervisor import Supervisor
 from server.watchdog import HealEvent
 from soak.http_fuzz import fuzz
 from soak.mixed_load import PIPELINE
+from soak.other_uid import grpc_call
 from soak.report import SERVER_KILLED, Outage, SoakReport
 
 log = logging.getLogger(__name__)
@@ -44,7 +45,7 @@ BAD_DTYPE = "inference input 'x' data-type is 'FP64', but model 'trivial' expect
 DEAD_STUB = "is not healthy"
 UPDATE_RETRY_S = 60.0  # an update refused by a stage another fault has down is retried this long
 RESUME_AFTER_S = (2.0, 6.0)  # a stopped stub is resumed this long after (or never, half the time)
-VARIABLE_INT64_MODELS = ("text_embedding_encoder",)  # where an overflowing INT64 shape fits the config
+ENCODER = "text_embedding_encoder"  # the text encoder: a variable INT64 axis an overflowing shape fits
 REFUSED = {"http": "403", "grpc": "StatusCode.PERMISSION_DENIED"}
 
 
@@ -77,14 +78,18 @@ class Soak:
         """A client per protocol: the soak's own over HTTP, a new one over gRPC."""
         return {"http": self.client, "grpc": grpcclient.InferenceServerClient(self.server.grpc_url)}
 
+    def input_names(self, model: str) -> tuple[str, ...] | None:
+        """``model``'s input names, or None when this repository does not serve it."""
+        try:
+            return tuple(i["name"] for i in self.client.get_model_metadata(model)["inputs"])
+        except InferenceServerException:
+            return None
+
     def invalid_argument(self, request: service_pb2.ModelInferRequest, says: str) -> bool:
         """Whether the gRPC front refuses ``request`` with INVALID_ARGUMENT, its details saying ``says``."""
         with grpc.insecure_channel(self.server.grpc_url) as channel:
-            try:
-                service_pb2_grpc.GRPCInferenceServiceStub(channel).ModelInfer(request, timeout=60)
-                return False
-            except grpc.RpcError as error:
-                return error.code() == grpc.StatusCode.INVALID_ARGUMENT and says in error.details()
+            code, details, _, _ = grpc_call(channel, "ModelInfer", request.SerializeToString(), 60)
+        return code == "INVALID_ARGUMENT" and says in details
 
 
 def _serving_stub(soak: Soak) -> Stub | None:
@@ -185,14 +190,12 @@ def overflowing_request(
 def overflowing_grpc_shape(soak: Soak) -> None:
     """The overflowing shape over gRPC to a model with a variable INT64 axis (the text encoder): it must
     get INVALID_ARGUMENT from the gRPC front and no stub of that model may die."""
-    client = grpcclient.InferenceServerClient(soak.server.grpc_url)
-    target = next((m for m in VARIABLE_INT64_MODELS if client.is_model_ready(m)), None)
-    if target is None:
+    inputs = soak.input_names(ENCODER)
+    if inputs is None:
         return
-    inputs = tuple(i.name for i in client.get_model_metadata(target).inputs)
-    before = soak.stub_pids(target)
-    right = soak.invalid_argument(overflowing_request(target, inputs), "declares shape")
-    alive = before <= soak.stub_pids(target)
+    before = soak.stub_pids(ENCODER)
+    right = soak.invalid_argument(overflowing_request(ENCODER, inputs), "declares shape")
+    alive = before <= soak.stub_pids(ENCODER)
     soak.report.check("overflowing gRPC shapes (INVALID_ARGUMENT, no stub lost)").record(right and alive)
 
 

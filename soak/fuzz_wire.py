@@ -41,6 +41,9 @@ CLIENT_FAULTS = {
     "OUT_OF_RANGE", "UNIMPLEMENTED", "UNAUTHENTICATED", "RESOURCE_EXHAUSTED",
 }  # fmt: skip
 FRONT_DEADLINE = "did not answer within its deadline"
+# a gRPC code's verdict (module docstring); any other code is broken. DEADLINE_EXCEEDED is the front's
+# only where its details say so (``grpc_answer``).
+GRPC_VERDICTS = {"OK": "ok", "DEADLINE_EXCEEDED": "policy", **dict.fromkeys(CLIENT_FAULTS, "refused")}
 FLOATS = {"FP16": np.float16, "FP32": np.float32, "FP64": np.float64}
 INTEGERS = {
     "INT8": np.int8, "INT16": np.int16, "INT32": np.int32, "INT64": np.int64,
@@ -68,28 +71,15 @@ def http_answer(what: str, reply: HttpReply) -> Answer:
     if reply.failure:
         return Answer(what, "broken", reply.failure, "", reply.elapsed_s)
     message = reply.body[:300].decode("utf-8", "replace")
-    if 200 <= reply.status < 300:
-        verdict = "ok"
-    elif reply.status in (429, 504):
-        verdict = "policy"
-    elif 400 <= reply.status < 500:
-        verdict = "refused"
-    else:
-        verdict = "broken"
+    by_class = {2: "ok", 4: "refused"}.get(reply.status // 100, "broken")  # 2xx, 4xx, anything else
+    verdict = "policy" if reply.status in (429, 504) else by_class
     return Answer(what, verdict, str(reply.status), message, reply.elapsed_s, reply.body)
 
 
 def grpc_answer(what: str, code: str, details: str, payload: bytes, elapsed_s: float) -> Answer:
-    if code == "OK":
-        verdict = "ok"
-    elif code == "DEADLINE_EXCEEDED":
-        verdict = "policy" if FRONT_DEADLINE in details else "broken"  # else the client's own: a hang
-        code = code if verdict == "policy" else "hang"
-    elif code in CLIENT_FAULTS:
-        verdict = "refused"
-    else:
-        verdict = "broken"
-    return Answer(what, verdict, code, details[:300], elapsed_s, payload)
+    if code == "DEADLINE_EXCEEDED" and FRONT_DEADLINE not in details:
+        code = "hang"  # the client's own deadline passed: no answer in time
+    return Answer(what, GRPC_VERDICTS.get(code, "broken"), code, details[:300], elapsed_s, payload)
 
 
 @dataclass(frozen=True)

@@ -22,7 +22,6 @@ import gzip
 import json
 import os
 import random
-import struct
 import zlib
 from collections import Counter
 from collections.abc import Callable
@@ -32,7 +31,7 @@ from typing import Any
 import numpy as np
 import tritonclient.http as httpclient
 import tritonclient.utils.shared_memory as shared_memory
-from tritonclient.utils import triton_to_np_dtype
+from tritonclient.utils import serialize_byte_tensor, triton_to_np_dtype
 
 from soak.raw_http import Request, exchange
 
@@ -121,12 +120,6 @@ def _example(datatype: str, shape: list[int]) -> np.ndarray:
     return np.ones(shape, triton_to_np_dtype(datatype))
 
 
-def _binary(array: np.ndarray, datatype: str) -> bytes:
-    if datatype != "BYTES":
-        return array.tobytes()
-    return b"".join(struct.pack("<I", len(item)) + item for item in array.flatten())
-
-
 def seed_cases(url: str, models: list[str]) -> list[Case]:
     """Valid requests to every endpoint, built from each model's metadata on the server at ``url``."""
     client = httpclient.InferenceServerClient(url)
@@ -152,13 +145,12 @@ def seed_cases(url: str, models: list[str]) -> list[Case]:
             if tensor["shape"] and tensor["shape"][-1] < 0:
                 shape[-1] = 4  # a variable axis: a few elements
             array = _example(tensor["datatype"], shape)
-            data = (
-                [v.decode() for v in array.flatten()]
-                if tensor["datatype"] == "BYTES"
-                else array.flatten().tolist()
-            )
+            if tensor["datatype"] == "BYTES":  # JSON values, and the binary form's length-prefixed elements
+                data, payload = [v.decode() for v in array.flatten()], serialize_byte_tensor(array).item()
+            else:
+                data, payload = array.flatten().tolist(), array.tobytes()
             item = {"name": tensor["name"], "shape": shape, "datatype": tensor["datatype"]}
-            payloads.append(_binary(array, tensor["datatype"]))
+            payloads.append(payload)
             inputs.append({**item, "data": data})
             binary_inputs.append({**item, "parameters": {"binary_data_size": len(payloads[-1])}})
             generate[tensor["name"]] = data

@@ -26,7 +26,7 @@ import logging
 import os
 import time
 from collections import Counter
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -39,6 +39,7 @@ from tritonclient.grpc import service_pb2
 from server.admin import headers as admin_headers
 from server.fronts.process import MAX_REQUEST_BYTES
 from server.launcher import TritonServer
+from server.proc_stat import running
 from server.stubs import server_stubs
 from soak import request_space
 from soak.fuzz_headers import compressed_accepted, grpc_compression, headers_held, headers_reached, readable
@@ -69,53 +70,23 @@ log = logging.getLogger(__name__)
 RSS_BOUND_MIB = 96.0
 
 
-@dataclass(frozen=True)
-class FuzzTarget:
-    """The server under fuzz: its fronts' URLs, Triton's own HTTP port and admin key (to list the
-    served models), and how to find the processes invariant (c) watches."""
-
-    http_url: str
-    grpc_url: str
-    triton_http_url: str
-    admin_key: str
-    server_pid: Callable[[], int | None]
-    front_pids: Callable[[], set[int]]
-    default_deadline_s: float
-
-    @classmethod
-    def of(cls, server: TritonServer) -> FuzzTarget:
-        return cls(
-            server.http_url, server.grpc_url, server.triton_http_url, server.admin_key,
-            lambda: server.pid, lambda: {front.pid for front in server.running_fronts},
-            server.options.front_shares.deadline_s,
-        )  # fmt: skip
-
-
-def served_spaces(target: FuzzTarget) -> dict[str, ModelSpace]:
-    """Every model the server has READY, read from the config it serves."""
-    own = httpclient.InferenceServerClient(target.triton_http_url)
+def served_spaces(server: TritonServer) -> dict[str, ModelSpace]:
+    """Every model the server has READY, read from the config it serves (Triton's own HTTP port and the
+    admin key list them)."""
+    own = httpclient.InferenceServerClient(server.triton_http_url)
     try:
-        index = own.get_model_repository_index(headers=admin_headers(target.admin_key))
+        index = own.get_model_repository_index(headers=admin_headers(server.admin_key))
         spaces = {}
         for entry in index:
             if entry.get("state") != "READY" or entry["name"] in spaces:
                 continue
             config = own.get_model_config(entry["name"])
             spaces[entry["name"]] = ModelSpace.from_config(
-                entry["name"], config, MAX_REQUEST_BYTES, target.default_deadline_s
+                entry["name"], config, MAX_REQUEST_BYTES, server.options.front_shares.deadline_s
             )
         return spaces
     finally:
         own.close()
-
-
-def _running(pid: int | None, parent: int | None = None) -> bool:
-    """Whether ``pid`` runs (a zombie does not), as a child of ``parent`` if given."""
-    try:
-        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-    except (OSError, IndexError):
-        return False
-    return fields[0] not in ("Z", "X") and (parent is None or int(fields[1]) == parent)
 
 
 def rss_mib(pid: int | None) -> float:
@@ -197,30 +168,30 @@ class InvariantReport:
 
 
 class InvariantFuzz:
-    """``with InvariantFuzz(target) as fuzz: fuzz.check(case)`` (module docstring). ``stop_at``
+    """``with InvariantFuzz(server) as fuzz: fuzz.check(case)`` (module docstring). ``stop_at``
     (``time.monotonic()``): cases drawn after it are not sent (``make soak``'s time budget)."""
 
-    def __init__(self, target: FuzzTarget) -> None:
-        self.target = target
+    def __init__(self, server: TritonServer) -> None:
+        self.server = server
         self.report = InvariantReport()
         self.stop_at = float("inf")
         self.fatal = ""
         self._registrations = 0
 
     def __enter__(self) -> InvariantFuzz:
-        target = self.target
-        self.spaces = served_spaces(target)
+        server = self.server
+        self.spaces = served_spaces(server)
         self.report.models = sorted(self.spaces)
-        self.client = Client(target.http_url, target.grpc_url)
-        self.other = OtherUser(target.http_url, target.grpc_url) if OtherUser.available() else None
+        self.client = Client(server.http_url, server.grpc_url)
+        self.other = OtherUser(server.http_url, server.grpc_url) if OtherUser.available() else None
         self.report.other_uid = self.other is not None
-        stubs = [stub for stub in server_stubs(target.server_pid() or 0) if stub.alive]
+        stubs = [stub for stub in server_stubs(server.pid or 0) if stub.alive]
         stub_region = stubs[0].shm_region if stubs else "no-stub-region"  # a key no client may register
         self.regions = Regions(self.client, self.other, f"fz{os.getpid()}", stub_region)
         self.regions.setup()
         self._judge(self.regions.setup_answers, 30.0, "setup")
         report = self.report
-        report.server_pid, report.front_pids = target.server_pid(), target.front_pids()
+        report.server_pid, report.front_pids = server.pid, self._front_pids()
         self.stub_pids = self._stub_pids()
         report.stubs = len(self.stub_pids)
         report.rss_start_mib = report.rss_peak_mib = report.rss_end_mib = rss_mib(report.server_pid)
@@ -228,14 +199,17 @@ class InvariantFuzz:
         return self
 
     def __exit__(self, *exc_info: object) -> None:
-        self.report.rss_end_mib = rss_mib(self.target.server_pid())
+        self.report.rss_end_mib = rss_mib(self.server.pid)
         self.regions.close()
         if self.other is not None:
             self.other.close()
         self.client.close()
 
     def _stub_pids(self) -> set[int]:
-        return {stub.pid for stub in server_stubs(self.target.server_pid() or 0) if stub.alive}
+        return {stub.pid for stub in server_stubs(self.server.pid or 0) if stub.alive}
+
+    def _front_pids(self) -> set[int]:
+        return {front.pid for front in self.server.running_fronts}
 
     def _judge(self, answers: Sequence[Answer], deadline_s: float, what: str) -> list[str]:
         """Invariant (a) over ``answers``."""
@@ -248,24 +222,22 @@ class InvariantFuzz:
                     f"(a) {what}: {answer.what} took {answer.elapsed_s:.1f} s, past {deadline_s:g} s"
                 )
             if answer.elapsed_s > self.report.slowest_s:
-                self.report.slowest_s, self.report.slowest = (
-                    answer.elapsed_s,
-                    f"{what} {answer.what} {answer.status}",
-                )
+                self.report.slowest_s = answer.elapsed_s
+                self.report.slowest = f"{what} {answer.what} {answer.status}"
         self.report.answered += problems
         return problems
 
     def _kept(self) -> list[str]:
         """Invariant (c), but for the RSS bound (``InvariantReport.passed``)."""
-        report, target, problems = self.report, self.target, []
-        pid = target.server_pid()
-        alive = _running(pid)
+        report, problems = self.report, []
+        pid = self.server.pid
+        alive = running(pid)
         if pid != report.server_pid or not alive:
             problems.append(f"(c) tritonserver {report.server_pid} is gone (now {pid}, alive {alive})")
-        fronts = target.front_pids()
+        fronts = self._front_pids()
         if fronts != report.front_pids:
             problems.append(f"(c) the fronts {sorted(report.front_pids)} are now {sorted(fronts)}")
-        gone = [stub for stub in self.stub_pids if not _running(stub, parent=pid)]
+        gone = [stub for stub in self.stub_pids if not running(stub, parent=pid)]
         stubs = self._stub_pids() if gone else self.stub_pids  # the full scan of /proc only when needed
         if stubs != self.stub_pids:
             problems.append(
@@ -293,7 +265,7 @@ class InvariantFuzz:
     def _held(self, case: Case) -> list[str]:
         """What ``case`` broke of the three invariants."""
         space = self.spaces.get(case.model) or self.spaces.get(case.model.rstrip("_"))
-        deadline_s = space.deadline_s if space is not None else self.target.default_deadline_s
+        deadline_s = space.deadline_s if space is not None else self.server.options.front_shares.deadline_s
         answers, problems = self._send(case, space, deadline_s)
         problems += self._judge(answers, deadline_s, f"{case.protocol} {case.model}")
         theirs = self._other_uid(case, space)
@@ -484,11 +456,11 @@ def replay_case(fuzz: InvariantFuzz, text: str) -> None:
 
 
 def run_for(
-    target: FuzzTarget, seconds: float, first_seed: int, examples_per_seed: int = 200
+    server: TritonServer, seconds: float, first_seed: int, examples_per_seed: int = 200
 ) -> InvariantReport:
     """``make soak``'s phase: hypothesis runs of ``examples_per_seed`` cases, seed after seed, for
     ``seconds``; a failure is accounted and the next seed goes on, unless the server broke."""
-    with InvariantFuzz(target) as fuzz:
+    with InvariantFuzz(server) as fuzz:
         fuzz.stop_at = time.monotonic() + seconds
         seed = first_seed
         while time.monotonic() < fuzz.stop_at and not fuzz.fatal:

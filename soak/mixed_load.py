@@ -14,9 +14,8 @@ from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
-import tritonclient.grpc as grpcclient
-import tritonclient.http as httpclient
 
+from client.connection import connect, protocol_module
 from client.infer import make_inputs
 
 PIPELINE = "recommender_pipeline"
@@ -49,8 +48,7 @@ OUTPUT = {"trivial": "y", PIPELINE: "probability", "recommender": "probability"}
 
 
 def infer_once(client: Any, protocol: str, model: str) -> np.ndarray:
-    module = httpclient if protocol == "http" else grpcclient
-    result = client.infer(model, make_inputs(module, request_arrays(model)))
+    result = client.infer(model, make_inputs(protocol_module(protocol), request_arrays(model)))
     return result.as_numpy(OUTPUT[model])
 
 
@@ -90,8 +88,7 @@ class MixedLoad:
         ]
 
     def _loop(self, protocol: str, model: str) -> None:
-        module = httpclient if protocol == "http" else grpcclient
-        client = module.InferenceServerClient(self.urls[protocol])
+        client = connect(protocol, self.urls[protocol])
         deadline = time.monotonic() + self.max_s  # bounded even if the caller forgets to stop it
         while not self._stop.is_set() and time.monotonic() < deadline:
             sent = time.monotonic()

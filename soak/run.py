@@ -40,7 +40,7 @@ from server.stubs import stubs_with_prefix
 from server.supervisor import Supervisor
 from soak.attacks import ATTACKS
 from soak.faults import FAULTS, Soak, recover
-from soak.invariant_fuzz import FuzzTarget, rss_mib, run_for
+from soak.invariant_fuzz import rss_mib, run_for
 from soak.mixed_load import PIPELINE, MixedLoad
 from soak.report import SoakReport, account, close_by_restarts, own_restarts
 
@@ -87,7 +87,7 @@ def run_soak(
         load.wait_for(20)
         # the three invariants under load and no fault (soak.invariant_fuzz): a fault is meant to move
         # the PIDs invariant (c) holds still
-        report.invariants = run_for(FuzzTarget.of(server), fuzz_s, first_seed=seed) if fuzz_s > 0 else None
+        report.invariants = run_for(server, fuzz_s, first_seed=seed) if fuzz_s > 0 else None
         report.rss_start_mib = rss_mib(server.pid or 0)
         report.server_pids.append(server.pid or 0)
         end = time.monotonic() + duration_s

@@ -10,6 +10,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from exporters.configs.model_config import (
+    EnsembleStep,
     InstanceGroup,
     ModelConfig,
     ModelDynamicBatching,
@@ -178,4 +179,23 @@ def build_model_config(
             ),
         },
         gpu_execution_accelerator=gpu_accelerators(spec, target),
+    )
+
+
+def chained_ensemble(
+    name: str, max_batch_size: int, inputs: list[ModelTensor], outputs: list[ModelTensor],
+    steps: Sequence[tuple[str, Sequence[str], Sequence[str]]],
+) -> ModelConfig:  # fmt: skip
+    """An ensemble whose ``steps`` (a model, the tensors it reads, the tensors it writes) pass tensors by
+    name: every step reads and writes the ensemble's tensor of the same name (pipelines, text services)."""
+    return ModelConfig(
+        name=name,
+        platform="ensemble",
+        max_batch_size=max_batch_size,
+        input=inputs,
+        output=outputs,
+        ensemble_steps=[
+            EnsembleStep(model_name=model, input_map={n: n for n in reads}, output_map={n: n for n in writes})
+            for model, reads, writes in steps
+        ],
     )

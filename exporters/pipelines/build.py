@@ -231,9 +231,7 @@ def build_pipelines(
     wanted = None if only is None else set(only)
     built: list[BuiltPipeline] = []
     plans: dict[tuple, SplitPlan] = {}
-    for pipeline in spec.pipelines:
-        if wanted is not None and pipeline.name not in wanted:
-            continue
+    for pipeline in [p for p in spec.pipelines if wanted is None or p.name in wanted]:
         if on_pipeline is not None:
             on_pipeline(pipeline)
         key = (pipeline.model, pipeline.split, pipeline.stages, pipeline.balance, pipeline.cut_points)

@@ -12,13 +12,12 @@ import dataclasses
 from collections.abc import Mapping, Sequence
 
 from exporters.configs.model_config import (
-    EnsembleStep,
     InstanceGroup,
     ModelConfig,
     ModelTensor,
     OptionalModelInput,
 )
-from exporters.configs.models import build_model_config, model_tensor, resolve_target
+from exporters.configs.models import build_model_config, chained_ensemble, model_tensor, resolve_target
 from exporters.errors import SpecError
 from exporters.pipelines.stages import Stage
 from exporters.schema.guards import guard_parameters
@@ -107,22 +106,9 @@ def torch_program_config(config: ModelConfig, spec: ModelSpec, stage: Stage, sha
 
 def ensemble_config(pipeline: PipelineSpec, spec: ModelSpec, stages: Sequence[Stage]) -> ModelConfig:
     """The ensemble: the monolithic model's signature, stages chained through named tensors."""
-    steps = [
-        EnsembleStep(
-            model_name=stage.name,
-            input_map={t.name: t.name for t in stage.inputs},
-            output_map={stage.output.name: stage.output.name},
-        )
-        for stage in stages
-    ]
-    return ModelConfig(
-        name=pipeline.name,
-        platform="ensemble",
-        max_batch_size=spec.max_batch_size,
-        input=[model_tensor(t) for t in spec.inputs],
-        output=[model_tensor(t) for t in spec.outputs],
-        ensemble_steps=steps,
-    )
+    steps = [(stage.name, [t.name for t in stage.inputs], [stage.output.name]) for stage in stages]
+    inputs, outputs = ([model_tensor(t) for t in tensors] for tensors in (spec.inputs, spec.outputs))
+    return chained_ensemble(pipeline.name, spec.max_batch_size, inputs, outputs, steps)
 
 
 def pipeline_configs(

@@ -78,7 +78,3 @@ class PipelineRecord:
 
     def write(self, path: Path) -> None:
         write_record(path, self.to_json())
-
-    @classmethod
-    def read(cls, path: Path) -> PipelineRecord:
-        return cls.from_json(json.loads(path.read_text()))

@@ -64,10 +64,6 @@ class SplitPlan:
         bounds = [0, *self.cuts, len(self.block_costs)]
         return list(itertools.pairwise(bounds))
 
-    @property
-    def stage_costs(self) -> tuple[float, ...]:
-        return stage_sums(self.block_costs, self.cuts)
-
 
 @dataclass(frozen=True)
 class BlockCosts:

@@ -19,7 +19,6 @@ import logging
 import os
 import sys
 import warnings
-from pathlib import Path
 
 import numpy as np
 import torch
@@ -29,9 +28,9 @@ from exporters.sandbox.frames import write_frames
 from exporters.sandbox.jail import INPUTS, RESULT_FD_ENV
 from exporters.sandbox.program_signature import SignatureError, program_tensors, to_json
 
-PROGRAM = INPUTS / "program.pt2"
-REQUEST = INPUTS / "request.json"
-ARRAYS = INPUTS / "inputs.npz"
+# The files of the exchange, named once for both sides: the inputs bound under /in, the results sent.
+PROGRAM, REQUEST, ARRAYS = "program.pt2", "request.json", "inputs.npz"
+FOUND, ONNX, OUTPUTS, ERROR = "found.json", "model.onnx", "outputs.npz", "error.json"
 DYNAMO_OPSET = 18
 USER_ERROR = 2  # the exit status that says error.json holds the reason
 
@@ -50,7 +49,7 @@ def _quiet_onnx_export(program: torch.export.ExportedProgram, example: tuple, re
 
 
 def _input_sets(count: int) -> list[tuple[torch.Tensor, ...]]:
-    with np.load(ARRAYS, allow_pickle=False) as arrays:
+    with np.load(INPUTS / ARRAYS, allow_pickle=False) as arrays:
         sets = sorted({int(key.split("_")[0]) for key in arrays.files})
         return [tuple(torch.from_numpy(arrays[f"{k}_{i}"]) for i in range(count)) for k in sets]
 
@@ -75,19 +74,19 @@ def convert(program: torch.export.ExportedProgram, request: dict) -> dict[str, b
         outputs.update({f"{k}_{j}": array for j, array in enumerate(results)})
     buffer = io.BytesIO()
     np.savez(buffer, **outputs)
-    return {"model.onnx": _quiet_onnx_export(program, sets[0], request), "outputs.npz": buffer.getvalue()}
+    return {ONNX: _quiet_onnx_export(program, sets[0], request), OUTPUTS: buffer.getvalue()}
 
 
 def main(mode: str) -> int:
     logging.basicConfig(level=logging.WARNING)
     with os.fdopen(int(os.environ[RESULT_FD_ENV]), "wb") as result:
         try:
-            program = torch.export.load(str(PROGRAM))
-            files = {"found.json": to_json(*program_tensors(program))}
+            program = torch.export.load(str(INPUTS / PROGRAM))
+            files = {FOUND: to_json(*program_tensors(program))}
             if mode == "convert":
-                files.update(convert(program, json.loads(Path(REQUEST).read_text())))
+                files.update(convert(program, json.loads((INPUTS / REQUEST).read_text())))
         except SignatureError as error:
-            write_frames(result, {"error.json": json.dumps({"problem": str(error)}).encode()})
+            write_frames(result, {ERROR: json.dumps({"problem": str(error)}).encode()})
             return USER_ERROR
         write_frames(result, files)
     return 0

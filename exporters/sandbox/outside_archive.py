@@ -32,6 +32,7 @@ import torch
 
 from exporters.artifacts.file_hash import file_matches, file_sha256
 from exporters.errors import SpecError
+from exporters.sandbox.child import ARRAYS, ERROR, FOUND, ONNX, OUTPUTS, PROGRAM, REQUEST, USER_ERROR
 from exporters.sandbox.frames import FrameError, read_frames
 from exporters.sandbox.jail import Bounds, SandboxRunError, failure, run_in_sandbox
 from exporters.sandbox.program_signature import ProgramTensor, from_json
@@ -40,10 +41,14 @@ log = logging.getLogger(__name__)
 
 CONVERTER_VERSION = "1"  # bump when the child's conversion changes, to invalidate cached conversions
 CACHE_ENV = "TRITON_BATCHING_CACHE"
-FOUND, ONNX, OUTPUTS, ERROR, RECORD = "found.json", "model.onnx", "outputs.npz", "error.json", "record.json"
+RECORD = "record.json"
 CHILD = "exporters.sandbox.child"
-USER_ERROR = 2  # ``child.USER_ERROR``: error.json says what the user can fix
 MAX_PROBLEM = 600  # characters of a reason the sandbox gives
+
+
+def _shown(text: str) -> str:
+    """Text the sandbox sent, fit for a one-line message: printable and at most ``MAX_PROBLEM`` long."""
+    return "".join(c if c.isprintable() else " " for c in text)[:MAX_PROBLEM]
 
 
 def cache_root() -> Path:
@@ -56,11 +61,9 @@ def cache_root() -> Path:
 
 @dataclass(frozen=True)
 class Conversion:
-    """A cached conversion: the ONNX file, the program's signature, and its outputs per input set."""
+    """A cached conversion: the ONNX file and the program's outputs per input set."""
 
     folder: Path
-    inputs: list[ProgramTensor]
-    outputs: list[ProgramTensor]
 
     def program_outputs(self, sets: int, count: int) -> list[list[np.ndarray]]:
         """The program's ``count`` outputs for each of the ``sets`` input sets, as the sandbox sent them."""
@@ -94,10 +97,8 @@ class OutsideArchive:
         request = json.dumps({"inputs": input_names, "outputs": output_names}).encode()
         key = self._key("convert", request, buffer.getvalue())
         names = (FOUND, ONNX, OUTPUTS)
-        extra = {"request.json": request, "inputs.npz": buffer.getvalue()}
-        folder = self._cached(key, names) or self._run("convert", extra, key, names)
-        inputs, outputs = from_json((folder / FOUND).read_bytes())
-        return Conversion(folder, inputs, outputs)
+        extra = {REQUEST: request, ARRAYS: buffer.getvalue()}
+        return Conversion(self._cached(key, names) or self._run("convert", extra, key, names))
 
     def _key(self, mode: str, *parts: bytes) -> str:
         digest = hashlib.sha256(f"{CONVERTER_VERSION}\0{torch.__version__}\0{mode}\0{self.sha256}".encode())
@@ -123,8 +124,8 @@ class OutsideArchive:
             "%s: %s %s in the sandbox (bounds: %s)", self.field, mode, self.path.name, self.bounds.describe()
         )
         with tempfile.TemporaryDirectory(prefix="outside-archive-") as private:
-            inputs = {"program.pt2": Path(private) / "program.pt2"}
-            inputs["program.pt2"].write_bytes(self.data)
+            inputs = {PROGRAM: Path(private) / PROGRAM}
+            inputs[PROGRAM].write_bytes(self.data)
             for name, data in extra.items():
                 (Path(private) / name).write_bytes(data)
                 inputs[name] = Path(private) / name
@@ -140,8 +141,7 @@ class OutsideArchive:
                 problem = str(json.loads(files[ERROR])["problem"])
             except (ValueError, KeyError, TypeError):
                 problem = "it gave a reason that does not parse"
-            printable = "".join(c if c.isprintable() else " " for c in problem)[:MAX_PROBLEM]
-            raise SpecError(self.field, f"{printable} (as found in the sandbox)")
+            raise SpecError(self.field, f"{_shown(problem)} (as found in the sandbox)")
         if jailed.returncode != 0:
             raise SandboxRunError(f"{what} failed: {failure(jailed, self.bounds)}")
         if set(files) != set(names):
@@ -149,7 +149,9 @@ class OutsideArchive:
         try:
             from_json(files[FOUND])
         except (ValueError, RecursionError) as error:
-            raise SandboxRunError(f"{what}: it sent a signature that is not one ({error})") from error
+            raise SandboxRunError(
+                f"{what}: it sent a signature that is not one ({_shown(str(error))})"
+            ) from error
         return self._store(key, files)
 
     def _store(self, key: str, files: dict[str, bytes]) -> Path:

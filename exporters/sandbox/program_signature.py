@@ -2,8 +2,8 @@
 
 ``program_tensors`` runs in the sandbox on the loaded program (torch only); ``to_json`` and
 ``from_json`` carry its answer across. What comes back is untrusted data: ``from_json`` accepts only
-the exact shape of a ``ProgramTensor`` (names as strings, dtypes the spec knows, whole-number dims)
-and raises ``ValueError`` on anything else.
+the exact shape of a ``ProgramTensor`` (names as strings, dtypes the spec knows, whole-number dims:
+the dataclass is its schema, ``exporters.schema.typed``) and raises ``ValueError`` on anything else.
 """
 
 from __future__ import annotations
@@ -13,7 +13,9 @@ import math
 from dataclasses import asdict, dataclass
 from typing import Any
 
+from exporters.errors import SpecError
 from exporters.schema.sections import MODEL_DTYPES, VARIABLE
+from exporters.schema.typed import check_fields, parse
 
 MAX_TENSORS = 1024
 
@@ -32,7 +34,14 @@ class ProgramTensor:
     dims: tuple[int, ...]
     bounds: tuple[int, ...]
     batch_range: tuple[int, float] | None  # None: the batch axis is static
-    range: tuple[int, int] | None = None
+    range: tuple[int, int] | None
+
+    def __post_init__(self) -> None:
+        check_fields(self)
+        if self.dtype not in MODEL_DTYPES:
+            raise SpecError("dtype", f"{self.dtype[:80]!r} is not a dtype the spec knows")
+        if len(self.bounds) != len(self.dims):
+            raise SpecError("bounds", f"{len(self.bounds)} bounds for {len(self.dims)} dims")
 
 
 def _axis(size: Any, program: Any) -> tuple[int, float, float]:
@@ -96,38 +105,9 @@ def to_json(inputs: list[ProgramTensor], outputs: list[ProgramTensor]) -> bytes:
     ).encode()
 
 
-def _ints(value: Any, length: int | None = None) -> tuple[int, ...]:
-    if not isinstance(value, list) or (length is not None and len(value) != length):
-        raise ValueError(f"{value!r:.80} is not a list of {length or 'some'} whole numbers")
-    if not all(isinstance(v, int) and not isinstance(v, bool) for v in value):
-        raise ValueError(f"{value!r:.80} is not a list of whole numbers")
-    return tuple(value)
-
-
-def _parse_tensor(data: Any) -> ProgramTensor:
-    if not isinstance(data, dict) or set(data) != {"name", "dtype", "dims", "bounds", "batch_range", "range"}:
-        raise ValueError(f"{str(data)[:120]} is not a program tensor")
-    name, dtype = data["name"], data["dtype"]
-    if not isinstance(name, str) or not isinstance(dtype, str) or dtype not in MODEL_DTYPES:
-        raise ValueError(f"tensor {str(name)[:80]!r} has no name or a dtype the spec does not know")
-    dims = _ints(data["dims"])
-    batch = data["batch_range"]
-    if batch is not None:
-        if (
-            not isinstance(batch, list)
-            or len(batch) != 2
-            or not all(isinstance(b, int | float) for b in batch)
-        ):
-            raise ValueError(
-                f"tensor {name[:80]!r} has a batch range {str(batch)[:80]} that is not two numbers"
-            )
-        batch = (int(batch[0]), float(batch[1]))
-    id_range = None if data["range"] is None else _ints(data["range"], 2)
-    return ProgramTensor(name, dtype, dims, _ints(data["bounds"], len(dims)), batch, id_range)
-
-
 def from_json(text: bytes) -> tuple[list[ProgramTensor], list[ProgramTensor]]:
-    """The signature ``to_json`` wrote; ``ValueError`` on anything but exactly that."""
+    """The signature ``to_json`` wrote; ``ValueError`` (a ``SpecError`` naming the field) on anything
+    but exactly that."""
     data = json.loads(text)
     if not isinstance(data, dict) or set(data) != {"inputs", "outputs"}:
         raise ValueError("not an object of inputs and outputs")
@@ -136,5 +116,5 @@ def from_json(text: bytes) -> tuple[list[ProgramTensor], list[ProgramTensor]]:
         items = data[kind]
         if not isinstance(items, list) or not 0 < len(items) <= MAX_TENSORS:
             raise ValueError(f"{kind} is not a list of 1 to {MAX_TENSORS} tensors")
-        found.append([_parse_tensor(item) for item in items])
+        found.append([parse(ProgramTensor, item, f"{kind}[{i}]") for i, item in enumerate(items)])
     return found[0], found[1]

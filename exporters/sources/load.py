@@ -68,8 +68,6 @@ def build_torch_model(spec: ModelSpec) -> nn.Module:
     seeded weights, or the module of the user's factory or Hugging Face folder. An ``onnx`` or
     ``torch_export`` source has none in this process (a ``.pt2`` program from outside is opened only
     in the sandbox, and leaves it as ONNX): refused before anything is loaded."""
-    if spec.source_kind == "zoo":
-        return ZOO[spec.source].create(spec.options, spec.seed)
     if spec.source_kind not in MODULE_KINDS:
         raise ExportCheckError(f"{spec.name}: {no_torch_module(spec.source_kind)}")
     return load_source(spec).module  # type: ignore[attr-defined]

@@ -14,14 +14,13 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from exporters.configs.model_config import (
-    EnsembleStep,
     InstanceGroup,
     ModelConfig,
     ModelTensor,
     ModelWarmup,
     WarmupInput,
 )
-from exporters.configs.models import dynamic_batching, instance_groups
+from exporters.configs.models import chained_ensemble, dynamic_batching, instance_groups
 from exporters.schema.guards import guard_parameters
 from exporters.schema.text_embeddings import TextEmbeddingSpec
 
@@ -107,25 +106,8 @@ def encoder_config(
 
 def ensemble_config(spec: TextEmbeddingSpec) -> ModelConfig:
     """``text`` → tokenizer → encoder → ``embedding``."""
-    return ModelConfig(
-        name=spec.name,
-        platform="ensemble",
-        max_batch_size=spec.max_batch_size,
-        input=[TEXT],
-        output=[EMBEDDING],
-        ensemble_steps=[
-            EnsembleStep(
-                model_name=spec.tokenizer_name,
-                input_map={"text": "text"},
-                output_map={name: name for name in TOKEN_INPUTS},
-            ),
-            EnsembleStep(
-                model_name=spec.encoder_name,
-                input_map={name: name for name in TOKEN_INPUTS},
-                output_map={"embedding": "embedding"},
-            ),
-        ],
-    )
+    steps = [(spec.tokenizer_name, ["text"], TOKEN_INPUTS), (spec.encoder_name, TOKEN_INPUTS, ["embedding"])]
+    return chained_ensemble(spec.name, spec.max_batch_size, [TEXT], [EMBEDDING], steps)
 
 
 def text_configs(

@@ -115,9 +115,7 @@ def content_hash(spec: TextEmbeddingSpec, folder: Path) -> str:
     }
     digest.update(json.dumps(identity, sort_keys=True).encode())
     for name in ("config.json", "model.safetensors"):
-        with open(folder / name, "rb") as handle:
-            for block in iter(lambda: handle.read(1 << 20), b""):
-                digest.update(block)
+        digest.update((folder / name).read_bytes())
     return digest.hexdigest()
 
 
@@ -148,7 +146,7 @@ def calibration_batches(
 
 def encoder_onnx(
     encoder: SentenceEncoder, example: dict[str, np.ndarray], precision: str,
-    calibration: list[dict[str, np.ndarray]] | None = None,
+    calibration: list[dict[str, np.ndarray]],
 ) -> bytes:  # fmt: skip
     """The encoder as ONNX bytes: exported in fp32, converted for fp16 (LayerNormalization and the
     graph's inputs and outputs kept fp32), or quantized for int8 (dynamic, outlier channels of
@@ -160,7 +158,6 @@ def encoder_onnx(
     if precision == "fp32":
         return data
     if precision == "int8":
-        assert calibration is not None, "int8 needs calibration batches"
         return to_int8_dynamic(data, calibration)
     model = onnx.load_from_string(data)
     return to_fp16(model, keep_io_types=True, block=["LayerNormalization"]).SerializeToString()
@@ -270,9 +267,7 @@ def build_text_embeddings(
     wanted = None if only is None else set(only)
     built: list[BuiltTextEmbedding] = []
     done: dict[str, Path] = {}
-    for spec in specs:
-        if wanted is not None and spec.name not in wanted:
-            continue
+    for spec in [s for s in specs if wanted is None or s.name in wanted]:
         try:
             built.append(build_text_embedding(spec, repository, num_gpus, done=done))
         except SpecError as error:

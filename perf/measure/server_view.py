@@ -25,6 +25,7 @@ from typing import Any
 
 from client.stats import ModelStats, parse_model_stats
 from exporters.devices import usable_cores
+from server.proc_stat import stat_fields
 
 CLOCK_TICKS = os.sysconf("SC_CLK_TCK")
 METRIC_LINE = re.compile(r"^(\w+)\{([^}]*)\}\s+([0-9.eE+-]+)$")
@@ -84,13 +85,8 @@ def process_tree_cpu_s(pid: int) -> float:
     """CPU seconds (user + system) of ``pid`` and its direct children (the backend stubs)."""
     total = 0
     for stat in Path("/proc").glob("[0-9]*/stat"):
-        try:
-            text = stat.read_text()
-        except OSError:
-            continue
-        fields = text[text.rindex(")") + 2 :].split()
-        # fields[1] is ppid; [11], [12] are utime, stime (stat fields 14, 15)
-        if stat.parent.name == str(pid) or fields[1] == str(pid):
+        fields = stat_fields(stat)
+        if fields is not None and (stat.parent.name == str(pid) or fields[1] == str(pid)):
             total += int(fields[11]) + int(fields[12])
     return total / CLOCK_TICKS
 

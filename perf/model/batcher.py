@@ -105,12 +105,6 @@ class ServiceModel:
         return self.compute_s(batch) + self.per_batch_s + batch * self.per_request_s
 
 
-def p99_ms(latencies_s: np.ndarray, skip: float = 0.05) -> float:
-    """p99 over requests after the first ``skip`` fraction (the empty-system start is not steady)."""
-    start = int(len(latencies_s) * skip)
-    return float(np.percentile(latencies_s[start:], 99) * 1e3) if len(latencies_s) else 0.0
-
-
 @dataclass(frozen=True)
 class SimResult:
     latencies_s: np.ndarray  # per request, in arrival order
@@ -120,7 +114,9 @@ class SimResult:
     starts_s: np.ndarray = field(default_factory=lambda: np.empty(0))  # per batch: when it left the queue
 
     def p99_ms(self, skip: float = 0.05) -> float:
-        return p99_ms(self.latencies_s, skip)
+        """p99 over requests after the first ``skip`` fraction (the empty-system start is not steady)."""
+        start = int(len(self.latencies_s) * skip)
+        return float(np.percentile(self.latencies_s[start:], 99) * 1e3) if len(self.latencies_s) else 0.0
 
     @property
     def throughput(self) -> float:

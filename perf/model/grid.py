@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Callable
 from dataclasses import dataclass
 
@@ -69,11 +70,9 @@ WIDE_GRID = Grid(
 
 def neighbours(chosen: BatcherConfig, grid: Grid) -> list[BatcherConfig]:
     """The candidates one delay step below and above the chosen one (same batch size and instances)."""
-    if not chosen.batching:
-        return []
     delays = sorted(grid.delays_us)
-    index = delays.index(chosen.max_queue_delay_us) if chosen.max_queue_delay_us in delays else -1
-    picks = [delays[i] for i in (index - 1, index + 1) if 0 <= i < len(delays) and index >= 0]
-    return [
-        BatcherConfig(chosen.max_batch_size, d, chosen.preferred_batch_sizes, chosen.instances) for d in picks
-    ]
+    if not chosen.batching or chosen.max_queue_delay_us not in delays:
+        return []
+    index = delays.index(chosen.max_queue_delay_us)
+    picks = [delays[i] for i in (index - 1, index + 1) if 0 <= i < len(delays)]
+    return [dataclasses.replace(chosen, max_queue_delay_us=delay) for delay in picks]

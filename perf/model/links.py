@@ -94,7 +94,7 @@ def link_for(level: str, gpu_name: str) -> Link:
     name: the generic figures of the level)."""
     key = generation(gpu_name)
     generic = key is None
-    pcie = PCIE_GBS[GENERIC_PCIE if key is None else GPU_PCIE.get(key, "gen4")]
+    pcie = PCIE_GBS[GPU_PCIE.get(key, GENERIC_PCIE)]
     if level.startswith("NV"):
         try:
             links = int(level[2:])

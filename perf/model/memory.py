@@ -12,6 +12,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from perf.model.links import generation  # the one place GPU names are read
+
 HEADROOM = 0.80  # the share of a device's memory the plan may fill (20% stays free)
 MIB = 1024 * 1024
 
@@ -33,8 +35,6 @@ GENERIC_CONTEXT_MIB = 500  # a GPU the table does not name
 def context_bytes(gpu_name: str) -> int:
     """The CUDA context and workspaces a serving process holds on one GPU of ``gpu_name``
     (``CONTEXT_MIB``; ``GENERIC_CONTEXT_MIB`` for a GPU the table does not name)."""
-    from perf.model.links import generation  # the one place GPU names are read
-
     return CONTEXT_MIB.get(generation(gpu_name), GENERIC_CONTEXT_MIB) * MIB
 
 
@@ -42,7 +42,6 @@ def context_bytes(gpu_name: str) -> int:
 class DeviceMemory:
     """One device's memory: its total and what something else already uses, in bytes."""
 
-    index: int
     total_bytes: int
     used_bytes: int = 0
 

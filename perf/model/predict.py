@@ -30,18 +30,20 @@ class Prediction:
         return self.sustained and self.p99_ms <= budget_ms
 
 
-def kept_up(throughput: float, arrivals_s: Sequence[float]) -> bool:
-    """Whether ``throughput`` is within 5% of the rate ``arrivals_s`` offered (``Prediction.sustained``)."""
+def prediction(
+    config: BatcherConfig, rate: float, result: SimResult, arrivals_s: Sequence[float]
+) -> Prediction:
+    """``result``, the simulated run of ``arrivals_s`` at ``rate``, as the prediction for ``config`` (one
+    batcher's or a tandem's): sustained where its throughput is within 5% of the rate offered."""
     offered = len(arrivals_s) / arrivals_s[-1] if len(arrivals_s) > 1 else 0.0
-    return bool(throughput >= 0.95 * offered)
+    sustained = bool(result.throughput >= 0.95 * offered)
+    figures = (result.p99_ms(), result.throughput, result.mean_batch, sustained, result.cpu_utilization)
+    return Prediction(config, rate, *figures)
 
 
 def predict(config: BatcherConfig, service: ServiceModel, load: Load, seconds: float = 8.0) -> Prediction:
     arrivals = arrival_times(load, seconds, ARRIVALS_MAX)
-    result: SimResult = simulate(arrivals, config, service)
-    sustained = kept_up(result.throughput, arrivals)
-    figures = (result.p99_ms(), result.throughput, result.mean_batch, sustained, result.cpu_utilization)
-    return Prediction(config, load.rate, *figures)
+    return prediction(config, load.rate, simulate(arrivals, config, service), arrivals)
 
 
 def capacity_bound(config: BatcherConfig, service: ServiceModel) -> float:

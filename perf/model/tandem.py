@@ -28,9 +28,9 @@ import numpy as np
 
 from perf.errors import OptionError
 from perf.measure.loads import Load, arrival_times
-from perf.model.batcher import BatcherConfig, ServiceModel, p99_ms, simulate
+from perf.model.batcher import BatcherConfig, ServiceModel, SimResult, simulate
 from perf.model.links import Transfer
-from perf.model.predict import ARRIVALS_MAX, Prediction, capacity_bound, kept_up
+from perf.model.predict import ARRIVALS_MAX, Prediction, capacity_bound, prediction
 
 
 @dataclass(frozen=True)
@@ -42,18 +42,12 @@ class TandemStage:
 
 
 @dataclass(frozen=True)
-class TandemResult:
-    latencies_s: np.ndarray  # per request, in arrival order
-    stage_batches: tuple[np.ndarray, ...]  # per stage, the formed batch sizes
-    span_s: float
-    link_busy: tuple[float, ...]  # per boundary: the share of the span its link was sending
+class TandemResult(SimResult):
+    """A tandem's run as one batcher's: ``batch_sizes`` are the first stage's (its batcher stands for the
+    configuration), no CPU utilization of its own."""
 
-    def p99_ms(self, skip: float = 0.05) -> float:
-        return p99_ms(self.latencies_s, skip)
-
-    @property
-    def throughput(self) -> float:
-        return len(self.latencies_s) / self.span_s if self.span_s > 0 else 0.0
+    stage_batches: tuple[np.ndarray, ...] = ()  # per stage, the formed batch sizes
+    link_busy: tuple[float, ...] = ()  # per boundary: the share of the span its link was sending
 
 
 def simulate_tandem(
@@ -100,7 +94,7 @@ def simulate_tandem(
     latencies[ids] = times - origin[ids] + overhead_s
     span = float(times.max() - origin[0]) if count else 0.0
     shares = tuple(b / span if span > 0 else 0.0 for b in busy)
-    return TandemResult(latencies, tuple(batches), span, shares)
+    return TandemResult(latencies, batches[0], span, stage_batches=tuple(batches), link_busy=shares)
 
 
 def predict_tandem(
@@ -111,10 +105,7 @@ def predict_tandem(
     (the first stage's batcher stands for the configuration; ``mean_batch`` is the first stage's)."""
     arrivals = arrival_times(load, seconds, ARRIVALS_MAX)
     result = simulate_tandem(arrivals, stages, transfers, overhead_s)
-    first = result.stage_batches[0]
-    mean_batch = float(np.mean(first)) if len(first) else 0.0
-    sustained = kept_up(result.throughput, arrivals)
-    return Prediction(stages[0].config, load.rate, result.p99_ms(), result.throughput, mean_batch, sustained)
+    return prediction(stages[0].config, load.rate, result, arrivals)
 
 
 def tandem_bound(stages: Sequence[TandemStage], transfers: Sequence[Transfer]) -> float:

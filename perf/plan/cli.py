@@ -196,12 +196,8 @@ def command_plan(args: argparse.Namespace, console, setup: PlanSetup = THE_SETUP
         profile = setup.measure_profile(
             spec, model, args.workdir / "repository", not args.no_split, probed, providers, device, recorded
         )
-        origin = compute_origin(
-            recorded.device if recorded else device,
-            recorded is not None,
-            [g.name for g in topology.gpus],
-            here,
-        )
+        measured_on = recorded.device if recorded else device
+        origin = compute_origin(measured_on, recorded is not None, [g.name for g in topology.gpus], here)
         try:
             planned = plan(profile, topology, request, step)
         except NoStrategyError as error:

@@ -49,11 +49,8 @@ def plan_overlay(
     base = spec.model(model)
     if strategy.kind == "data":
         (assignment,) = placement.assignments
-        instances: dict[str, Any] = (
-            {"per_gpu": assignment.instances, "gpus": list(assignment.gpus)}
-            if on_gpu
-            else {"cpu": assignment.instances}
-        )
+        count = assignment.instances
+        instances = {"per_gpu": count, "gpus": list(assignment.gpus)} if on_gpu else {"cpu": count}
         entry: dict[str, Any] = {
             "name": model, "max_batch_size": strategy.max_batch, "batching": batching, "instances": instances,
         }  # fmt: skip

@@ -72,45 +72,42 @@ class Plan:
 
 
 class Predictor:
-    """How one placed strategy is predicted at any total rate (``at``), and its rate bound."""
+    """How one placed strategy is predicted at any total rate (``at``), and its rate bound: the whole
+    model as one batcher, a split as the tandem of one replica's stages over its slowest links."""
 
     def __init__(self, strategy: Strategy, profile: ModelProfile, placement: Placement, request: PlanRequest):
         self.strategy, self.request = strategy, request
+        self.whole = strategy.kind in WHOLE_KINDS
+        self.replicas = 1 if self.whole else strategy.replicas
+        self.overhead_s = profile.overheads.overhead_s
         costs = profile.costs(strategy)
-        overheads = profile.overheads
-        self.overhead_s = overheads.overhead_s
         if strategy.kind == "sharded" and placement.exchange is not None:
             costs = (with_exchange(costs[0], placement.exchange),)
-        if strategy.kind in WHOLE_KINDS:
-            service = overheads.service(costs[0], strategy.instances[0])
-            self.service = dataclasses.replace(service, overhead_s=self.overhead_s)
-            self.stages: list[TandemStage] = []
-            self.transfers: list[Transfer] = []
-            return
-        slowest = min(placement.links, key=lambda links: min((lk.gbs for lk in links), default=float("inf")))
         self.stages = [
-            TandemStage(strategy.batcher(k), overheads.service(cost, strategy.instances[k], strategy.stages))
-            for k, cost in enumerate(costs)
+            TandemStage(strategy.batcher(k), profile.overheads.service(cost, instances, strategy.stages))
+            for k, (cost, instances) in enumerate(zip(costs, strategy.instances, strict=True))
         ]
-        self.transfers = [Transfer(costs[k].out_bytes_per_sample, link) for k, link in enumerate(slowest)]
+        # the whole model crosses no boundary (a sharded exchange is in its service); a split's replica
+        # with the slowest links is the one predicted
+        slowest = min(placement.links, key=lambda links: min((lk.gbs for lk in links), default=float("inf")))
+        crossed = () if self.whole else slowest
+        self.transfers = [Transfer(costs[k].out_bytes_per_sample, link) for k, link in enumerate(crossed)]
 
     def at(self, rate: float) -> Prediction:
         """The prediction at ``rate`` requests/s in all (one replica's share of it for a split)."""
-        replicas = self.strategy.replicas if self.strategy.kind not in WHOLE_KINDS else 1
-        seconds = min(self.request.predict_s, ARRIVALS * replicas / rate)
-        if self.strategy.kind in WHOLE_KINDS:
-            return predict(self.strategy.batcher(), self.service, poisson(rate, self.request.seed), seconds)
-        load = poisson(rate / replicas, self.request.seed)
+        seconds = min(self.request.predict_s, ARRIVALS * self.replicas / rate)
+        load = poisson(rate / self.replicas, self.request.seed)
+        if self.whole:
+            (stage,) = self.stages
+            return predict(stage.config, stage.service, load, seconds)
         found = predict_tandem(self.stages, self.transfers, load, self.overhead_s, seconds)
-        return dataclasses.replace(found, rate=rate, throughput=found.throughput * replicas)
+        return dataclasses.replace(found, rate=rate, throughput=found.throughput * self.replicas)
 
     @property
     def bound(self) -> float:
         """Requests/s in all at most: every instance at full batches (a split: its slowest stage or link,
         times its replicas)."""
-        if self.strategy.kind in WHOLE_KINDS:
-            return capacity_bound(self.strategy.batcher(), self.service)
-        return tandem_bound(self.stages, self.transfers) * self.strategy.replicas
+        return tandem_bound(self.stages, self.transfers) * self.replicas
 
     def link_bound(self) -> str:
         """Why the links, not the stages, bound this split (empty if they do not)."""

@@ -49,6 +49,7 @@ from perf.measure.raw import measure_raw
 from perf.model.memory import MIB
 from perf.plan.graph_memory import (
     PROXY_ROWS,
+    TABLES,
     GraphMemory,
     GraphMemoryError,
     compute_proxy,
@@ -170,19 +171,18 @@ def _stage_params(stages, memory: GraphMemory | None) -> list[int]:
     for stage in stages:
         total = sum(p.numel() * p.element_size() for p in stage.module.parameters())
         for child in stage.module.modules():
-            table = (
-                next(real, None) if isinstance(child, torch.nn.Embedding | torch.nn.EmbeddingBag) else None
-            )
-            if table is not None:
+            if isinstance(child, TABLES) and (table := next(real, None)) is not None:
                 total += table.bytes("fp32") - child.weight.numel() * child.weight.element_size()
         params.append(total)
     return params
 
 
-def _stage_shares(
-    built: BuiltPipeline, base: ModelSpec, repository: Path, memory: GraphMemory | None = None
-) -> list[tuple[float, float, float]]:
-    """Per stage: its share of the chain's time at batch 1, at max batch, and of its parameter bytes."""
+def _stage_costs(
+    built: BuiltPipeline, base: ModelSpec, repository: Path, total: StageCost, memory: GraphMemory | None
+) -> tuple[StageCost, ...]:
+    """Per stage: ``total`` (the whole model) shared out by the stage's part of the chain's time at
+    batch 1 (``T``), at max batch (``Δt``) and of its parameter bytes (memory), with the bytes per
+    sample it sends over its boundary."""
     model = build_torch_model(base)
     stages, _ = make_stages(built.spec, base, model, built.record.split_plan, built.record.build_id)
     timings = []
@@ -193,11 +193,13 @@ def _stage_shares(
         fns = [load_stage(s, repository / s.name / "1" / s.artifact_name) for s in stages]
         timings.append([_median_s(fn, example) for fn, example in zip(fns, examples, strict=True)])
     params = _stage_params(stages, memory)
-    shares = []
-    for k in range(len(stages)):
-        one, top = timings[0][k] / sum(timings[0]), timings[1][k] / sum(timings[1])
-        shares.append((one, top, params[k] / max(sum(params), 1)))
-    return shares
+    one, top = ([t / sum(times) for t in times] for times in timings)
+    shares = [p / max(sum(params), 1) for p in params]
+    boundary = [b.bytes_per_row for b in built.record.boundaries] + [0]
+    return tuple(
+        StageCost(name, total.t_s * t, total.dt_s * dt, int(total.memory_bytes * share), sent)
+        for name, t, dt, share, sent in zip(built.spec.stage_names, one, top, shares, boundary, strict=True)
+    )
 
 
 def counted_memory(model: ModelSpec) -> GraphMemory | None:
@@ -281,17 +283,7 @@ def measure_profile(
         pipeline_spec = Spec(models=(base,), pipelines=pipelines)
         for pipeline in build_pipelines(pipeline_spec, repository, 0):
             precision = pipeline.spec.boundary_dtype
-            shares = _stage_shares(pipeline, base, repository, memory)
-            boundary = [b.bytes_per_row for b in pipeline.record.boundaries] + [0]
-            total = whole["fp32"]
-            stages[precision] = tuple(
-                StageCost(
-                    name, total.t_s * one, total.dt_s * top, int(total.memory_bytes * params), boundary[k]
-                )
-                for k, (name, (one, top, params)) in enumerate(
-                    zip(pipeline.spec.stage_names, shares, strict=True)
-                )
-            )
+            stages[precision] = _stage_costs(pipeline, base, repository, whole["fp32"], memory)
             accuracy[f"split/{precision}"] = max(
                 pipeline.record.artifact_max_rel_error, pipeline.record.compression_max_rel_error
             )

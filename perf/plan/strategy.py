@@ -66,14 +66,15 @@ class Overheads:
     cpu: dict[int, CpuModel] = field(default_factory=dict)  # per instance count
 
     def service(self, cost: StageCost, instances: int, stages: int = 1) -> ServiceModel:
-        """The stage's service model with these costs; a stage of ``stages`` shares the CPU with the
-        others, so its CPU term counts every stage's requests and executions (``stages ×``)."""
+        """The stage's service model with these costs (the overhead outside the server too: a tandem
+        counts it once per request); a stage of ``stages`` shares the CPU with the others, so its CPU
+        term counts every stage's requests and executions (``stages ×``)."""
         cpu = self.cpu.get(instances) or self.cpu.get(min(self.cpu, default=0))
         if cpu is not None and stages > 1:
             per_request_s, per_execution_s = stages * cpu.per_request_s, stages * cpu.per_execution_s
             cpu = dataclasses.replace(cpu, per_request_s=per_request_s, per_execution_s=per_execution_s)
         per_request = self.per_request_s.get(instances, max(self.per_request_s.values(), default=0.0))
-        return ServiceModel(cost.t_s, cost.dt_s, per_request, 0.0, self.per_batch_s, cpu)
+        return ServiceModel(cost.t_s, cost.dt_s, per_request, self.overhead_s, self.per_batch_s, cpu)
 
 
 @dataclass(frozen=True)

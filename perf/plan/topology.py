@@ -85,7 +85,7 @@ def parse_gpus(text: str) -> tuple[Gpu, ...]:
         if len(row) < 4:
             raise OptionError(f"gpus.csv line {line}: {row} has fewer than 4 fields")
         total, used = _mib(row[2], "memory.total"), _mib(row[3], "memory.used")
-        gpus.append(Gpu(int(row[0]), row[1].strip(), DeviceMemory(int(row[0]), total, used)))
+        gpus.append(Gpu(int(row[0]), row[1].strip(), DeviceMemory(total, used)))
     return tuple(gpus)
 
 

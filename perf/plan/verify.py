@@ -78,11 +78,8 @@ def data_session(
 
 def served_by(strategy: Strategy, config: BatcherConfig, precision: str) -> bool:
     """Whether the probe's ``config`` of the whole model (in ``precision``) is ``strategy`` served."""
-    return (
-        strategy.kind == "data" and strategy.replicas == 1 and strategy.precision == precision
-        and strategy.instances == (config.instances,) and strategy.delay_us == config.max_queue_delay_us
-        and strategy.max_batch == config.max_batch_size and config.batching
-    )  # fmt: skip
+    one_model = strategy.kind == "data" and strategy.replicas == 1 and strategy.precision == precision
+    return one_model and config.batching and strategy.batcher() == config
 
 
 def probe_evidence(

@@ -17,17 +17,18 @@ import contextlib
 import dataclasses
 import logging
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 
 from exporters.repository import build_repository
 from exporters.resolve import load_spec
 from exporters.schema.models import Spec
 from perf.errors import NothingMeetsError, OptionError, PerfError
-from perf.markdown import number
+from perf.markdown import number, table
 from perf.measure.analyzer import PerfAnalyzerEngine, find_perf_analyzer, unavailable_message
 from perf.measure.engine import MeasureSettings, OurEngine
 from perf.measure.loads import Load, read_trace
+from perf.measure.measurement import Measurement
 from perf.measure.raw import measure_raw
 from perf.measure.shapes import has_variable_axis
 from perf.model.batcher import BatcherConfig
@@ -44,7 +45,6 @@ from perf.session.model import (
 from perf.session.search import Evidence
 from perf.session.shapes_section import ShapesFigures, shapes_step
 from perf.spec_overlay import write_overlay
-from perf.tune.partial import write_partial
 from perf.tune.report import render
 from perf.tune.result import TuneDocument, document, save
 from perf.tune.tuner import TuneRequest, TuneResult, tune
@@ -77,37 +77,34 @@ THE_SETUP = TuneSetup()  # what make tune runs with
 
 
 def add_parser(commands: argparse._SubParsersAction) -> None:
-    tune_parser = commands.add_parser("tune", help="pick the batching configuration for a p99 budget")
-    tune_parser.add_argument("--model", help="a model of the spec (e.g. recommender)")
-    tune_parser.add_argument("--spec", type=Path, default=Path("models.yaml"))
-    tune_parser.add_argument("--p99-ms", type=float, help="the latency budget (p99, milliseconds)")
-    tune_parser.add_argument(
-        "--rate",
-        type=float,
-        default=None,
-        help="target rate (requests/s); default: the highest within the budget",
+    parser = commands.add_parser("tune", help="pick the batching configuration for a p99 budget")
+    parser.add_argument("--model", help="a model of the spec (e.g. recommender)")
+    parser.add_argument("--spec", type=Path, default=Path("models.yaml"))
+    parser.add_argument("--p99-ms", type=float, help="the latency budget (p99, milliseconds)")
+    parser.add_argument(
+        "--rate", type=float, help="target rate (requests/s); default: the highest within the budget"
     )
-    tune_parser.add_argument("--trace", default=None, help="inter-arrival times (s) scaled to each rate")
-    tune_parser.add_argument("--grid", choices=["quick", "wide"], default="quick")
-    add_window_options(tune_parser)
-    tune_parser.add_argument(
+    parser.add_argument("--trace", help="inter-arrival times (s) scaled to each rate")
+    parser.add_argument("--grid", choices=["quick", "wide"], default="quick")
+    add_window_options(parser)
+    parser.add_argument(
         "--shortlist", type=int, default=4, help="families searched on the server (0: the prediction's first)"
     )
-    tune_parser.add_argument(
+    parser.add_argument(
         "--engine",
         choices=ENGINES,
         default="auto",
         help="load engine: our client, perf_analyzer (`make perf-analyzer`), or auto: perf_analyzer where "
         "installed",
     )
-    tune_parser.add_argument(
+    parser.add_argument(
         "--keep-queue-policy",
         action="store_true",
         help="keep the spec's queue policy (on Triton 2.51 it stalls the batcher ~510 ms)",
     )
-    tune_parser.add_argument("--seed", type=int, default=0)
-    tune_parser.add_argument("--reports", type=Path, default=Path("reports"))
-    add_port_base_option(tune_parser)
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--reports", type=Path, default=Path("reports"))
+    add_port_base_option(parser)
 
 
 def usage_errors(args: argparse.Namespace, setup: TuneSetup = THE_SETUP) -> str | None:
@@ -159,11 +156,12 @@ def _load_at(args: argparse.Namespace) -> Callable[[float], Load] | None:
 def command_tune(args: argparse.Namespace, console, setup: TuneSetup = THE_SETUP) -> int:
     """``python -m perf tune``: the tuner's run, its answer written, built and reported."""
     spec = load_spec(args.spec)  # a spec error before any report folder is made
-    within_spec(setup.quick_grid, spec.model(args.model).max_batch_size)  # ... and a batch limit of 1
+    grid = setup.wide_grid if args.grid == "wide" else setup.quick_grid
+    grid = within_spec(grid, spec.model(args.model).max_batch_size)  # ... and a batch limit of 1
     folder = report_folder(args.reports, "tune", "tune.log")
     try:
         with keep_dead_server_log(folder):
-            saved, chosen = measure_and_pick(args, spec, folder, console, setup)
+            saved, chosen = measure_and_pick(args, spec, grid, folder, console, setup)
     except NothingMeetsError as verdict:  # exit status 3 (perf.cli.main), no answer written
         verdict.hint = f"no answer written; every run measured (not an answer): {folder / 'partial.md'}"
         raise
@@ -198,13 +196,48 @@ def partial_on_failure(folder: Path, title: str, session: ModelSession) -> Itera
         raise
 
 
+def write_partial(folder: Path, title: str, error: BaseException, runs: Sequence[Measurement]) -> None:
+    """Write ``partial.md`` into ``folder``: ``error`` and ``runs`` (in the order measured). Minutes of
+    measuring are not thrown away with a traceback: it lists each run (configuration and rate, what was
+    served, p99, the batches formed, the windows' length), so the user sees how far the tuner got and
+    why it stopped."""
+    rows = [
+        [
+            run.label, number(run.load.rate, 0) if run.load.rate else "–", number(run.throughput, 0),
+            number(run.p99_ms), number(run.stats.mean_batch), number(run.windows[0][1] - run.windows[0][0])
+            if run.windows else "–",
+        ]
+        for run in runs
+    ]  # fmt: skip
+    header = ["run", "offered /s", "served /s", "p99 ms", "mean batch", "window s"]
+    if isinstance(error, NothingMeetsError):  # a verdict, not a failure: still no answer to use
+        head = [
+            f"# {title}: no answer",
+            "",
+            f"**{error.verdict}**.",
+            *(["", error.detail] if error.detail else []),
+            "",
+            "Nothing below is an answer: no `spec.tuned.yaml` was written.",
+        ]
+    else:
+        head = [f"# {title}: stopped before the pick", "", f"**{type(error).__name__}**: {error}"]
+    lines = [
+        *head,
+        "",
+        f"{len(runs)} runs were measured before it:" if runs else "No run was measured before it.",
+        "",
+        table(header, rows) if rows else "",
+        "",
+        "`tune.log` in this folder has every step; `perf_analyzer.log` (if present) each of its runs.",
+    ]
+    (folder / "partial.md").write_text("\n".join(lines) + "\n")
+
+
 def measure_and_pick(
-    args: argparse.Namespace, spec: Spec, folder: Path, console, setup: TuneSetup = THE_SETUP
+    args: argparse.Namespace, spec: Spec, grid: Grid, folder: Path, console, setup: TuneSetup = THE_SETUP
 ) -> tuple[TuneDocument, BatcherConfig]:
-    """The tuner on one real server; the saved result and the pick. The raw backend is measured once
-    the server has stopped, so that it gets the cores."""
-    grid = setup.wide_grid if args.grid == "wide" else setup.quick_grid
-    grid = within_spec(grid, spec.model(args.model).max_batch_size)
+    """The tuner over ``grid`` on one real server; the saved result and the pick. The raw backend is
+    measured once the server has stopped, so that it gets the cores."""
     request = TuneRequest(args.p99_ms, args.rate, grid, args.seed, _load_at(args), args.shortlist)
     # perf_analyzer logs its runs into the report folder
     engine = (

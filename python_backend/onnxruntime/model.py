@@ -29,6 +29,8 @@ from batching import (  # noqa: E402
     InvalidInputError,
     TensorInfo,
     check_shared_axes,
+    config_parameter,
+    error_response,
     pad_concatenate,
     padding_counters,
     run_batched,
@@ -50,10 +52,9 @@ def _tensor_infos(entries: list[dict]) -> list[TensorInfo]:
     ]
 
 
-def _parameter(config: dict, key: str, default: int) -> int:
-    value = config.get("parameters", {}).get(key, {}).get("string_value", "").strip()
-    if not value:
-        return default
+def _thread_count(config: dict, key: str) -> int:
+    """A thread count parameter; 0 (onnxruntime decides) where the config has none."""
+    value = config_parameter(config, key) or "0"
     if not value.isdigit():
         raise pb_utils.TritonModelException(
             f"{config['name']}: parameter {key} must be an integer >= 0, got {value!r}"
@@ -81,7 +82,7 @@ def warmup_feeds(config: dict) -> list[dict]:
     ``max_batch_size`` a tool or a person lowers still loads, and this warm-up follows it. A config
     without warm-up samples (``warmup: false`` in the spec) gets none here either, and only a config
     whose ``WARMUP_PARAMETER`` is ``true`` gets it (the text encoder warms its lengths at batch 1)."""
-    if config.get("parameters", {}).get(WARMUP_PARAMETER, {}).get("string_value") != "true":
+    if config_parameter(config, WARMUP_PARAMETER) != "true":
         return []
     feeds = []
     for sample in config.get("model_warmup", []):
@@ -128,15 +129,6 @@ def choose_providers(config: dict, kind: str, device_id: int, cache_dir: str) ->
     return providers
 
 
-def _error(error: Exception) -> "pb_utils.TritonError":
-    code = (
-        pb_utils.TritonError.INVALID_ARG
-        if isinstance(error, InvalidInputError)
-        else pb_utils.TritonError.INTERNAL
-    )
-    return pb_utils.TritonError(str(error), code)
-
-
 class TritonPythonModel:
     def initialize(self, args: dict) -> None:
         config = json.loads(args["model_config"])
@@ -161,8 +153,8 @@ class TritonPythonModel:
         )
         self.session = open_session(
             path,
-            _parameter(config, "intra_op_thread_count", 0),
-            _parameter(config, "inter_op_thread_count", 0),
+            _thread_count(config, "intra_op_thread_count"),
+            _thread_count(config, "inter_op_thread_count"),
             providers,
         )
         declared = {t.name for t in self.inputs}
@@ -232,7 +224,7 @@ class TritonPythonModel:
         # as it is (it copies only non-contiguous arrays; the copy into shared memory comes later either
         # way), and nothing else is done per request.
         return [
-            pb_utils.InferenceResponse(error=_error(result))
+            error_response(pb_utils, result)
             if isinstance(result, Exception)
             else pb_utils.InferenceResponse(
                 output_tensors=[pb_utils.Tensor(name, result[name]) for name in self.output_names]

@@ -14,14 +14,10 @@ from runtime_paths import add_launcher_paths
 add_launcher_paths()
 
 import triton_python_backend_utils as pb_utils  # noqa: E402
-from batching import InvalidInputError, padding_counters  # noqa: E402
+from batching import InvalidInputError, config_parameter, error_response, padding_counters  # noqa: E402
 from tokens import TextTokenizer, TokenizedRequest, decode_texts  # noqa: E402
 
 INPUT = "text"
-
-
-def _parameter(config: dict, key: str) -> str:
-    return config.get("parameters", {}).get(key, {}).get("string_value", "").strip()
 
 
 class TritonPythonModel:
@@ -29,7 +25,7 @@ class TritonPythonModel:
         config = json.loads(args["model_config"])
         self.name = config["name"]
         path = os.path.join(os.path.dirname(os.path.abspath(__file__)), "tokenizer.json")
-        length, buckets = _parameter(config, "max_seq_length"), _parameter(config, "pad_buckets")
+        length, buckets = config_parameter(config, "max_seq_length"), config_parameter(config, "pad_buckets")
         try:
             self.tokens = TextTokenizer(path, int(length), [int(b) for b in buckets.split(",") if b])
         except Exception as error:  # a missing file, a bad parameter or a broken tokenizer.json
@@ -53,9 +49,7 @@ class TritonPythonModel:
 
     def _response(self, result: TokenizedRequest | Exception) -> "pb_utils.InferenceResponse":
         if isinstance(result, Exception):
-            return pb_utils.InferenceResponse(
-                error=pb_utils.TritonError(f"{self.name}: {result}", pb_utils.TritonError.INVALID_ARG)
-            )
+            return error_response(pb_utils, result, f"{self.name}: ")
         return pb_utils.InferenceResponse(
             output_tensors=[
                 pb_utils.Tensor("input_ids", result.input_ids),

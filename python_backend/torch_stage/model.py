@@ -43,6 +43,8 @@ from batching import (  # noqa: E402
     InvalidInputError,
     ModelRunError,
     TensorInfo,
+    config_parameter,
+    error_response,
     run_batched,
     with_value_guards,
 )
@@ -56,10 +58,6 @@ from embedding_rows import (  # noqa: E402
 )
 from torch.export.passes import move_to_device_pass  # noqa: E402
 from torch.utils.dlpack import from_dlpack, to_dlpack  # noqa: E402
-
-
-def _parameter(config: dict, key: str, default: str = "") -> str:
-    return config.get("parameters", {}).get(key, {}).get("string_value", default).strip()
 
 
 def _lookup_inputs(entries: list) -> list:
@@ -90,18 +88,17 @@ class TritonPythonModel:
             raise pb_utils.TritonModelException(f"{self.name}: {error}") from error
         self.output_names = [o["name"] for o in config["output"] if o["name"] != UPDATE_VERSION]
         self.device = instance_device(args["model_instance_kind"], int(args["model_instance_device_id"]))
-        threads = int(_parameter(config, "intra_op_thread_count", "0") or 0)
+        threads = int(config_parameter(config, "intra_op_thread_count", "0") or 0)
         if threads > 0:
             torch.set_num_threads(threads)
-        path = os.path.join(
-            args["model_repository"], args["model_version"], _parameter(config, "stage_program")
-        )
-        program, artifact = self._program(path, _parameter(config, "stage_sha256"))
+        version_dir = os.path.join(args["model_repository"], args["model_version"])
+        path = os.path.join(version_dir, config_parameter(config, "stage_program"))
+        program, artifact = self._program(path, config_parameter(config, "stage_sha256"))
         # Guards re-check input shapes on every call; batching.validate already checked them per request.
         self.module = program.module(check_guards=False)
-        table_names = [n for n in _parameter(config, "embedding_tables").split(",") if n]
+        table_names = [n for n in config_parameter(config, "embedding_tables").split(",") if n]
         self.tables = [self.module.get_parameter(n) for n in table_names]
-        log_path = os.path.join(args["model_repository"], args["model_version"], update_log.LOG_NAME)
+        log_path = os.path.join(version_dir, update_log.LOG_NAME)
         # Its version is answered to each update; its updates belong to this artifact's tables only.
         self.log = update_log.UpdateLog(log_path, self.tables, artifact=artifact)
         if self.tables:
@@ -163,13 +160,10 @@ class TritonPythonModel:
             arrays[name] = from_dlpack(tensor.to_dlpack())
         return arrays
 
-    def _error(self, error: Exception) -> "pb_utils.TritonError":
-        code = (
-            pb_utils.TritonError.INVALID_ARG
-            if isinstance(error, InvalidInputError)
-            else pb_utils.TritonError.INTERNAL
-        )
-        return pb_utils.TritonError(f"{self.name}: {error}", code)
+    def _error(self, error: Exception) -> "pb_utils.InferenceResponse":
+        """``error`` answering one request, prefixed with this stage's name (the ensemble's error then
+        says which stage failed)."""
+        return error_response(pb_utils, error, f"{self.name}: ")
 
     def _update(self, given: dict) -> "pb_utils.InferenceResponse":
         """Apply one update request; any failure answers this request alone (lookups still run)."""
@@ -182,12 +176,12 @@ class TritonPythonModel:
             self.log.append(*update)  # durable before it is applied and acknowledged
             rows = apply_row_updates(self.tables, *update)
         except InvalidInputError as error:
-            return pb_utils.InferenceResponse(error=self._error(error))
+            return self._error(error)
         except Exception as error:  # the stage's own failure: INTERNAL, for this request only
             failure = ModelRunError(f"{type(error).__name__}: {error}")
-            return pb_utils.InferenceResponse(error=self._error(failure))
+            return self._error(failure)
         try:
-            self.log.after_apply()
+            self.log.compact_if_due()
         except OSError as error:  # the update is durable and applied; the log stays as it was
             pb_utils.Logger.log_warn(f"{self.name}: compacting {self.log.path} failed: {error}")
         version = torch.full((rows, 1), self.log.version, dtype=torch.int64)
@@ -205,7 +199,7 @@ class TritonPythonModel:
             f"a request either updates rows ({', '.join(UPDATE_INPUTS)}) or looks ids up "
             f"({', '.join(t.name for t in self.inputs)}), not both; this one carries {carried}: send two"
         )
-        return pb_utils.InferenceResponse(error=self._error(error))
+        return self._error(error)
 
     def execute(self, requests: list) -> list:
         # Each request's inputs listed once (pb_utils.get_input_tensor_by_name lists them all per name);
@@ -228,7 +222,7 @@ class TritonPythonModel:
         responses = updates
         for index, result in zip(lookups, results, strict=True):
             if isinstance(result, Exception):
-                responses[index] = pb_utils.InferenceResponse(error=self._error(result))
+                responses[index] = self._error(result)
             else:  # a view of the batch's contiguous output (see _run): handed on by DLPack, not copied
                 tensors = [pb_utils.Tensor.from_dlpack(n, to_dlpack(result[n])) for n in self.output_names]
                 responses[index] = pb_utils.InferenceResponse(output_tensors=tensors)

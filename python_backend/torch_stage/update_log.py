@@ -29,7 +29,7 @@ import os
 import struct
 import time
 import zlib
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Sequence
 
 import torch
 
@@ -110,11 +110,6 @@ def read(path: str) -> tuple[int, list[Record]]:
     return base + len(records) - snapshot, records
 
 
-def replay(path: str) -> Iterator[Record]:
-    """Every whole update record in order (see ``read``)."""
-    yield from read(path)[1]
-
-
 def artifact_of(path: str) -> str:
     """The artifact (hex SHA-256) the log at ``path`` names in its first record; "" when it names none."""
     with open(path, "rb") as handle:
@@ -158,7 +153,7 @@ class UpdateLog:
         for record in records:
             apply(self.tables, *record)
             self._touch(record[0], record[1])
-        self._compact_if_due()
+        self.compact_if_due()
         return set_aside
 
     def _set_aside_if_foreign(self) -> str | None:
@@ -178,15 +173,13 @@ class UpdateLog:
         self._touch(table, row)
         self.version += 1
 
-    def after_apply(self) -> None:
-        """Compact if due: called once the update is in the tables, so the snapshot holds it."""
-        self._compact_if_due()
-
     def _touch(self, table: torch.Tensor, row: torch.Tensor) -> None:
         for t, r in zip(table.reshape(-1).tolist(), row.reshape(-1).tolist(), strict=True):
             self.touched[t].add(r)
 
-    def _compact_if_due(self) -> None:
+    def compact_if_due(self) -> None:
+        """Compact when the log has grown enough; after an update, called once it is in the tables, so
+        the snapshot holds it."""
         size = os.path.getsize(self.path) if os.path.exists(self.path) else 0
         if size > max(self.compact_bytes, 2 * self.snapshot_bytes):
             self.compact()

@@ -26,6 +26,7 @@ from server.admin import KEY_ENV
 from server.fronts.client_regions import ServerRegions
 from server.fronts.client_slots import SlotLimits
 from server.fronts.deadlines import DEFAULT_DEADLINE_S, DEFAULT_MAX_OVERDUE
+from server.proc_stat import running
 from server.shm_private import make_owner_only
 from server.stubs import stub_regions
 
@@ -119,24 +120,15 @@ def server_regions(args: argparse.Namespace) -> ServerRegions:
     return ServerRegions(args.shm_prefix, stub_regions)
 
 
-def _running(pid: int) -> bool:
-    """Is ``pid`` running? A zombie (exited, not yet reaped by its parent) is not."""
-    try:
-        stat = Path(f"/proc/{pid}/stat").read_text()
-    except OSError:
-        return False
-    return stat[stat.rindex(")") + 2 :].split()[0] not in ("Z", "X")
-
-
 def _still_needed(args: argparse.Namespace) -> bool:
     """Someone may still restart or use the server: its owner (the supervisor) or the server itself
     runs. Without either flag a front runs until SIGTERM."""
     if args.owner_pid is None and args.server_pid_file is None:
         return True
-    if args.owner_pid is not None and _running(args.owner_pid):
+    if args.owner_pid is not None and running(args.owner_pid):
         return True
     server = current_server_pid(args.server_pid_file)
-    return server is not None and _running(server)
+    return server is not None and running(server)
 
 
 async def _until_stopped(args: argparse.Namespace) -> None:

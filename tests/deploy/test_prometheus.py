@@ -41,6 +41,7 @@ from exporters.schema.models import parse_spec
 from server import admin
 from server.container import ADMIN_KEY_ENV
 from server.launcher import free_port, free_ports, remove_shm_regions
+from server.proc_stat import stat_fields
 
 pytestmark = pytest.mark.integration
 log = logging.getLogger(__name__)
@@ -131,10 +132,8 @@ def _child(pid: int) -> int:
 
 
 def _parent(proc: Path) -> int:
-    try:
-        return int((proc / "stat").read_text().rsplit(")", 1)[1].split()[1])
-    except (OSError, ValueError, IndexError):
-        return -1
+    fields = stat_fields(proc / "stat")
+    return int(fields[1]) if fields else -1
 
 
 @dataclass

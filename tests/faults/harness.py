@@ -15,6 +15,7 @@ import tritonclient.http as httpclient
 
 from client.connection import connect
 from server import TritonServer
+from server.proc_stat import stat_fields
 from server.stubs import STUB_NAME
 
 PROTOCOLS = ("http", "grpc")
@@ -33,10 +34,10 @@ def _processes() -> list[tuple[int, int, str]]:
             continue
         try:
             command = (entry / "cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
-            ppid = int((entry / "stat").read_text().rsplit(")", 1)[1].split()[1])
-        except (OSError, ValueError, IndexError):
+        except OSError:
             continue
-        found.append((int(entry.name), ppid, command))
+        if (fields := stat_fields(entry / "stat")) is not None:
+            found.append((int(entry.name), int(fields[1]), command))
     return found
 
 

@@ -26,6 +26,7 @@ from exporters.pipelines.live import embedding_update
 from exporters.repository import build_repository
 from exporters.schema.models import parse_spec
 from server import ServerOptions, TritonServer
+from server.proc_stat import running
 from server.stubs import Stub, server_stubs
 from soak.mixed_load import PIPELINE, MixedLoad, Outcome, infer_once, request_arrays
 
@@ -138,7 +139,4 @@ def wait_for(condition: Callable[[], Any], what: str, check: Callable[[], None] 
 
 def process_alive(pid: int) -> bool:
     """Whether ``pid`` runs (a zombie does not)."""
-    try:
-        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] not in ("Z", "X")
-    except OSError:
-        return False
+    return running(pid)

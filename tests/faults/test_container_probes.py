@@ -41,6 +41,7 @@ from resilience_fixtures import (
 )
 
 from server.launcher import free_ports
+from server.proc_stat import stat_fields
 from server.stubs import stubs_with_prefix
 
 pytestmark = pytest.mark.integration
@@ -78,7 +79,10 @@ class Container:
 
 
 def _parent(proc: Path) -> int:
-    return int((proc / "stat").read_text().rsplit(")", 1)[1].split()[1])
+    fields = stat_fields(proc / "stat")
+    if fields is None:
+        raise OSError(f"{proc} is gone")
+    return int(fields[1])
 
 
 def _ready_becomes(container: Container, status: int) -> dict:

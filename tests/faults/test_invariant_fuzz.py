@@ -28,7 +28,7 @@ import pytest
 
 from server import TritonServer
 from soak.fuzz_headers import CASINGS, MISMATCH
-from soak.invariant_fuzz import FuzzTarget, InvariantFuzz, replay_case, run_examples
+from soak.invariant_fuzz import InvariantFuzz, replay_case, run_examples
 from soak.other_uid import OtherUser
 
 pytestmark = pytest.mark.integration
@@ -37,7 +37,7 @@ SEED = int(os.environ.get("INVARIANT_FUZZ_SEED", "0"))
 
 
 def test_invariants_hold_over_every_served_model(fault_server: TritonServer) -> None:
-    with InvariantFuzz(FuzzTarget.of(fault_server)) as fuzz:
+    with InvariantFuzz(fault_server) as fuzz:
         try:
             if os.environ.get("INVARIANT_FUZZ_CASE"):
                 replay_case(fuzz, os.environ["INVARIANT_FUZZ_CASE"])

@@ -18,6 +18,7 @@ import yaml
 from resilience_fixtures import build_small_repository, shm_regions, tree_environment
 
 from server.launcher import free_port_arguments
+from server.proc_stat import running
 from server.stubs import stubs_with_prefix
 
 pytestmark = pytest.mark.integration
@@ -43,14 +44,6 @@ def _cli(checkout: Path, *args: str) -> subprocess.Popen:
     )
 
 
-def _alive(pid: int) -> bool:
-    try:
-        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
-    except OSError:
-        return False
-    return state != "Z"
-
-
 def _finish(process: subprocess.Popen, timeout: float = 240) -> tuple[int, str, str]:
     out, err = process.communicate(timeout=timeout)
     return process.returncode, out, err
@@ -67,7 +60,7 @@ def test_second_start_fails_cleanly_and_quick_restart_works(checkout: Path) -> N
     assert loser[2].startswith("error: another `python -m server start` (pid ") and BUSY in loser[2], loser
     assert "Traceback" not in loser[2] + results[0][2] + results[1][2]
     state = json.loads((checkout / ".run" / "server.json").read_text())
-    assert _alive(state["pid"]) and _alive(state["supervisor_pid"])
+    assert running(state["pid"]) and running(state["supervisor_pid"])
     for protocol in ("http", "grpc"):
         health = _finish(_cli(checkout, "client", "--protocol", protocol, "health"))
         assert health[0] == 0 and "trivial: READY (serving version 1)" in health[1], health
@@ -75,7 +68,7 @@ def test_second_start_fails_cleanly_and_quick_restart_works(checkout: Path) -> N
 
     stopped = _finish(_cli(checkout, "server", "stop"))
     assert stopped[0] == 0 and "drained: trivial" in stopped[1], stopped
-    assert not _alive(state["pid"]) and not _alive(state["supervisor_pid"])
+    assert not running(state["pid"]) and not running(state["supervisor_pid"])
     assert stubs_with_prefix(state["shm_prefix"]) == [] and shm_regions(state["shm_prefix"]) == []
 
     again = _finish(_cli(checkout, *start))  # at once, on the same ports
@@ -83,6 +76,6 @@ def test_second_start_fails_cleanly_and_quick_restart_works(checkout: Path) -> N
     restarted = json.loads((checkout / ".run" / "server.json").read_text())
     assert _finish(_cli(checkout, "client", "infer", "--model", "trivial"))[0] == 0
     assert _finish(_cli(checkout, "server", "stop"))[0] == 0
-    assert not _alive(restarted["pid"]) and stubs_with_prefix(restarted["shm_prefix"]) == []
+    assert not running(restarted["pid"]) and stubs_with_prefix(restarted["shm_prefix"]) == []
     assert shm_regions(restarted["shm_prefix"]) == []
     assert not (checkout / ".run" / "server.json").exists()

@@ -41,6 +41,7 @@ from tritonclient.grpc import service_pb2, service_pb2_grpc
 from server.fronts.client_slots import SlotLimits
 from server.fronts.deadlines import DEFAULT_MAX_OVERDUE
 from server.launcher import free_port_arguments
+from server.proc_stat import running
 from server.watchdog import model_progress
 
 pytestmark = pytest.mark.integration
@@ -175,11 +176,4 @@ def test_thousands_of_slow_calls_are_bounded_and_the_server_drains(checkout: Pat
     finally:
         stopped = _cli(checkout, "server", "stop")
     assert stopped.returncode == 0 and "drained: " in stopped.stdout, (stopped.stdout, stopped.stderr)
-    assert not _running(state["pid"])
-
-
-def _running(pid: int) -> bool:
-    try:
-        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] != "Z"
-    except OSError:
-        return False
+    assert not running(state["pid"])

@@ -11,21 +11,15 @@ from pathlib import Path
 
 import pytest
 
+from server.proc_stat import stat_fields
+
 pytestmark = pytest.mark.integration
 ROOT = Path(__file__).resolve().parents[2]
 
 
 def _children(pid: int) -> list[int]:
-    found = []
-    for entry in os.listdir("/proc"):
-        if entry.isdigit():
-            try:
-                stat = Path(f"/proc/{entry}/stat").read_text()
-            except OSError:
-                continue
-            if int(stat[stat.rindex(")") + 2 :].split()[1]) == pid:
-                found.append(int(entry))
-    return found
+    entries = [int(entry) for entry in os.listdir("/proc") if entry.isdigit()]
+    return [entry for entry in entries if (fields := stat_fields(entry)) and int(fields[1]) == pid]
 
 
 def _tritonserver_under(pid: int) -> int | None:

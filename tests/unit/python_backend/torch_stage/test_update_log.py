@@ -26,7 +26,7 @@ def test_replay_returns_every_update_in_order(tmp_path: Path) -> None:
     updates = [_update(0, [1, 2], 0.5), _update(1, [0], -2.0), _update(0, [1], 3.0)]
     for update in updates:
         update_log.append(path, *update)
-    replayed = list(update_log.replay(path))
+    replayed = update_log.read(path)[1]
     assert len(replayed) == 3
     for (table, row, values), (want_table, want_row, want_values) in zip(replayed, updates, strict=True):
         assert torch.equal(table, want_table.reshape(-1)) and torch.equal(row, want_row.reshape(-1))
@@ -45,14 +45,14 @@ def test_torn_tail_is_truncated_and_earlier_records_kept(tmp_path: Path) -> None
     record = update_log.encode(*_update(0, [2], 2.0))
     with open(path, "ab") as handle:
         handle.write(record[: len(record) - 3])  # a crash in the middle of the second append
-    assert len(list(update_log.replay(str(path)))) == 1
+    assert len(update_log.read(str(path))[1]) == 1
     assert path.stat().st_size == whole  # the never-acknowledged tail is gone
     update_log.append(str(path), *_update(0, [3], 3.0))
-    assert [int(r[1][0]) for r in update_log.replay(str(path))] == [1, 3]
+    assert [int(r[1][0]) for r in update_log.read(str(path))[1]] == [1, 3]
 
 
 def test_missing_log_replays_nothing(tmp_path: Path) -> None:
-    assert list(update_log.replay(str(tmp_path / "none.wal"))) == []
+    assert update_log.read(str(tmp_path / "none.wal"))[1] == []
 
 
 def _serve(path: Path, tables: list[torch.Tensor], compact_bytes: int) -> update_log.UpdateLog:
@@ -76,7 +76,7 @@ def test_log_stays_bounded_and_replays_to_the_same_tables_and_version(tmp_path: 
         update = _update(table, rows, float(step))
         log.append(*update)
         apply_row_updates(live, *update)
-        log.after_apply()
+        log.compact_if_due()
         largest = max(largest, path.stat().st_size)
     assert log.version == UPDATES
     assert largest <= 2 * max(4096, log.snapshot_bytes) + 1024, largest  # never the 1,000 records' 74 KB
