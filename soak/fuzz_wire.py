@@ -28,6 +28,7 @@ import numpy as np
 from tritonclient.grpc import service_pb2
 
 from server.fronts.grpc_request import TYPED_FIELDS
+from soak.fuzz_headers import CASINGS, http_headers
 from soak.other_uid import GRPC_OPTIONS, SERVICE, grpc_call
 from soak.raw_http import HttpReply, Request, exchange
 from soak.request_space import Case, InputSpace, ModelSpace, TensorCase, data_fits
@@ -189,7 +190,8 @@ class Placed:
 def http_body(
     case: Case, data: Sequence[Carried], inputs: Sequence[Placed | None], outputs: Sequence[Placed | None]
 ) -> Request:
-    """``case`` as an HTTP inference request: JSON header then binary data."""
+    """``case`` as an HTTP inference request: JSON header then binary data, with the case's headers
+    (``soak.fuzz_headers``: their names' casing, encodings and ``Content-Type``)."""
     items, binary = [], []
     for tensor, carried_data, placed in zip(case.inputs, data, inputs, strict=True):
         item: dict = {"name": tensor.name, "datatype": tensor.datatype, "shape": list(tensor.shape)}
@@ -210,13 +212,9 @@ def http_body(
             for output, placed in zip(case.outputs, outputs, strict=True)
         ]
     header = json.dumps(document).encode()
-    headers = [("Content-Type", "application/json")]
-    if binary:
-        headers = [
-            ("Content-Type", "application/octet-stream"),
-            ("Inference-Header-Content-Length", str(len(header))),
-        ]
-    return Request("POST", f"/v2/models/{case.model}/infer", headers, header + b"".join(binary))
+    headers, body = http_headers(case.headers, len(header) if binary else None, header + b"".join(binary))
+    casing = CASINGS[case.headers.casing if case.headers is not None else "canonical"]
+    return Request("POST", f"/v2/models/{case.model}/infer", headers, body, name_case=casing)
 
 
 def _region_parameters(placed: Placed) -> dict:
@@ -273,18 +271,25 @@ class Client:
     def http(self, request: Request, timeout_s: float) -> HttpReply:
         return exchange(self.address, request, timeout_s)
 
-    def grpc(self, method: str, request: bytes, timeout_s: float) -> tuple[str, str, bytes, float]:
-        return grpc_call(self.channel, method, request, timeout_s)
+    def grpc(
+        self, method: str, request: bytes, timeout_s: float, compression: grpc.Compression | None = None
+    ) -> tuple[str, str, bytes, float]:
+        return grpc_call(self.channel, method, request, timeout_s, compression)
 
     def stream(
-        self, messages: Sequence[service_pb2.ModelInferRequest], timeout_s: float
+        self,
+        messages: Sequence[service_pb2.ModelInferRequest],
+        timeout_s: float,
+        compression: grpc.Compression | None = None,
     ) -> tuple[Answer, dict[str, bool]]:
-        """The messages on one ``ModelStreamInfer`` stream: the stream's answer (its end status; ``broken``
-        too when a message got no answer) and, per message id, whether it was answered without error."""
+        """The messages on one ``ModelStreamInfer`` stream (each compressed by ``compression``): the
+        stream's answer (its end status; ``broken`` too when a message got no answer) and, per message
+        id, whether it was answered without error."""
         start, payload, answered = time.monotonic(), b"", {}
         call = self.channel.stream_stream(SERVICE + "ModelStreamInfer")
         try:
-            for raw in call(iter([m.SerializeToString() for m in messages]), timeout=timeout_s):
+            sent = iter([m.SerializeToString() for m in messages])
+            for raw in call(sent, timeout=timeout_s, compression=compression):
                 payload += raw
                 answer = service_pb2.ModelStreamInferResponse.FromString(raw)
                 unanswered = [m.id for m in messages if m.id not in answered]

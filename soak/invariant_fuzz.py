@@ -42,6 +42,7 @@ from server.launcher import TritonServer
 from server.proc_stat import running
 from server.stubs import server_stubs
 from soak import request_space
+from soak.fuzz_headers import compressed_accepted, grpc_compression, headers_held, headers_reached, readable
 from soak.fuzz_regions import Regions
 from soak.fuzz_wire import (
     SLACK_S,
@@ -331,16 +332,25 @@ class InvariantFuzz:
         it on a stream went unanswered or failed)."""
         timeout = deadline_s + SLACK_S
         if case.protocol == "http":
-            answer = http_answer("infer", self.client.http(http_body(case, data, inputs, outputs), timeout))
-            return answer, answer.verdict, []
+            reply = self.client.http(http_body(case, data, inputs, outputs), timeout)
+            answer = http_answer("infer", reply)
+            held = headers_held(case.headers, reply, answer.verdict)
+            problems = [f"(a) http {case.model}: {problem}" for problem in held]
+            shm_output = any(placed is not None for placed in outputs)
+            self.report.covered.update(headers_reached(case.headers, reply, answer.verdict, shm_output))
+            self.report.answered += problems
+            return answer, answer.verdict, problems
         request = grpc_request(case, data, inputs, outputs)
+        compression = grpc_compression(case.headers)
         if case.protocol == "grpc":
             answer = grpc_answer(
-                "infer", *self.client.grpc("ModelInfer", request.SerializeToString(), timeout)
+                "infer", *self.client.grpc("ModelInfer", request.SerializeToString(), timeout, compression)
             )
+            self._compression_reached(case, answer.verdict)
             return answer, answer.verdict, []
         messages = [request, *([self._control(space)] if space is not None else [])]
-        answer, answered = self.client.stream(messages, timeout)
+        answer, answered = self.client.stream(messages, timeout, compression)
+        self._compression_reached(case, answer.verdict if answered.get("fuzz") else "refused")
         if answer.verdict != "ok":
             return answer, answer.verdict, []
         problems = []
@@ -348,6 +358,10 @@ class InvariantFuzz:
             problems.append(f"(a) stream {case.model}: the valid message after the fuzzed one failed")
         self.report.answered += problems
         return answer, "ok" if answered.get("fuzz") else "refused", problems
+
+    def _compression_reached(self, case: Case, verdict: str) -> None:
+        if case.headers is not None and case.headers.compression:
+            self.report.covered[f"{verdict} {case.protocol} {case.headers.compression} message"] += 1
 
     def _control(self, space: ModelSpace) -> service_pb2.ModelInferRequest:
         tensors = control_case(space)
@@ -357,7 +371,9 @@ class InvariantFuzz:
 
     def _other_uid(self, case: Case, space: ModelSpace | None) -> list[Answer]:
         """What the other user does after the case: list its regions on both fronts, or run the
-        model's smallest valid request with its first input and every output in its own region."""
+        model's smallest valid request with its first input and every output in its own region, with
+        the headers an HTTP case drew (``readable``: the body encoded as declared), so the front reads
+        Triton's answer for its regions under every drawn header."""
         other = self.other
         if other is None or not case.other_uid or space is None:
             return []
@@ -379,10 +395,19 @@ class InvariantFuzz:
         outputs = [Placed(name, used + i * slot, slot) for i in range(len(space.outputs))]
         wanted = tuple(OutputCase(output.name) for output in space.outputs)
         inputs = [Placed(name, 0, used), *([None] * (len(tensors) - 1))]
-        request = http_body(Case(space.name, "http", tensors, wanted, 0), data, inputs, outputs)
-        answer = http_answer("other uid infer", other.http(request, space.deadline_s + SLACK_S))
+        headers = readable(case.headers) if case.protocol == "http" else None
+        request = http_body(
+            Case(space.name, "http", tensors, wanted, 0, headers=headers), data, inputs, outputs
+        )
+        reply = other.http(request, space.deadline_s + SLACK_S)
+        answer = http_answer("other uid infer", reply)
+        self.report.answered += [
+            f"(a) other uid infer: {p}" for p in headers_held(headers, reply, answer.verdict)
+        ]
         if answer.verdict == "ok":
             theirs.allowed += [(output.offset, output.offset + output.size) for output in outputs]
+            if compressed_accepted(headers):
+                self.report.covered["other uid infer ok, compressed answer accepted"] += 1
         return [answer]
 
     def _listing(self, answers: Sequence[Answer]) -> list[str]:

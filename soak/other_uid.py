@@ -39,13 +39,17 @@ GRPC_OPTIONS = [
 
 
 def grpc_call(
-    channel: grpc.Channel, method: str, request: bytes, timeout_s: float
+    channel: grpc.Channel,
+    method: str,
+    request: bytes,
+    timeout_s: float,
+    compression: grpc.Compression | None = None,
 ) -> tuple[str, str, bytes, float]:
-    """(status code name, details, response bytes, seconds) of a unary call: what both users' clients
-    answer with."""
+    """(status code name, details, response bytes, seconds) of a unary call, its message compressed by
+    ``compression``: what both users' clients answer with."""
     start = time.monotonic()
     try:
-        response = channel.unary_unary(SERVICE + method)(request, timeout=timeout_s)
+        response = channel.unary_unary(SERVICE + method)(request, timeout=timeout_s, compression=compression)
         return "OK", "", response, time.monotonic() - start
     except grpc.RpcError as error:
         return error.code().name, error.details() or "", b"", time.monotonic() - start

@@ -11,7 +11,13 @@ connect. Anything else is **no answer**, and ``failure`` says which:
 * ``closed``: the connection refused, reset or ended before that, without a status line or within the
   body. A front answers even a request it will not read (400 for malformed HTTP, 413 for a body too
   large) before it closes, so a request dropped without an answer is the front's fault;
-* ``not HTTP``: a first line that is no status line.
+* ``not HTTP``: a first line that is no status line;
+* ``undecodable``: a body its ``Content-Encoding`` (gzip or deflate) does not decode, which no client
+  could read.
+
+An answer's body is read as a client reads it: decoded from the gzip or deflate its
+``Content-Encoding`` names, so what the body says (and every byte a caller looks for in it) is what a
+client would see.
 """
 
 from __future__ import annotations
@@ -20,29 +26,38 @@ import contextlib
 import re
 import socket
 import time
-from dataclasses import dataclass
+import zlib
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+from server.fronts.body_encoding import WBITS
 
 TIMEOUT_S = 30.0  # a hang guard, not a latency bound: unanswered by then counts as never
 STATUS_LINE = re.compile(rb"HTTP/1\.[01] (\d{3})(?: .*)?")
 CONTENT_LENGTH = re.compile(rb"(?im)^content-length:[ \t]*(\d+)[ \t]*\r?$")
+CONTENT_ENCODING = re.compile(rb"(?im)^content-encoding:[ \t]*([^\r\n]*?)[ \t]*\r?$")
+MAX_DECODED_BYTES = 1 << 30  # a guard against a runaway answer, far above any the fuzz asks for
 
 
 @dataclass
 class Request:
     """One request as sent: method, target, headers in order (a name may come twice), body. ``Host``,
     ``Connection: close`` and the framing (``Content-Length``, or two chunks when the headers name a
-    ``Transfer-Encoding``) are added on the wire."""
+    ``Transfer-Encoding``) are added on the wire, their names written by ``name_case``."""
 
     method: str
     path: str
     headers: list[tuple[str, str]]
     body: bytes = b""
+    name_case: Callable[[str], str] = field(default=str, repr=False)
 
     def raw(self) -> bytes:
-        lines = [f"{self.method} {self.path} HTTP/1.1", "Host: soak", "Connection: close"]
+        case = self.name_case
+        lines = [f"{self.method} {self.path} HTTP/1.1", f"{case('Host')}: soak"]
+        lines += [f"{case('Connection')}: close"]
         lines += [f"{name}: {value}" for name, value in self.headers]
         chunked = any(n.lower() == "transfer-encoding" for n, _ in self.headers)
-        lines += [] if chunked else [f"Content-Length: {len(self.body)}"]
+        lines += [] if chunked else [f"{case('Content-Length')}: {len(self.body)}"]
         head = ("\r\n".join(lines) + "\r\n\r\n").encode("utf-8", "surrogateescape")
         if not chunked:
             return head + self.body
@@ -53,13 +68,15 @@ class Request:
 
 @dataclass(frozen=True)
 class HttpReply:
-    """What came back: an answer's ``status`` and ``body``, or the ``failure`` that says why none did
-    (module docstring); ``elapsed_s`` from the connect, either way."""
+    """What came back: an answer's ``status``, ``body`` (decoded) and ``encoding`` (its
+    ``Content-Encoding`` lowercased, "" when none), or the ``failure`` that says why none did (module
+    docstring); ``elapsed_s`` from the connect, either way."""
 
     status: int = 0
     body: bytes = b""
     elapsed_s: float = 0.0
     failure: str = ""
+    encoding: str = ""
 
 
 def exchange(address: tuple[str, int], request: Request, timeout_s: float = TIMEOUT_S) -> HttpReply:
@@ -97,9 +114,26 @@ def reply_in(received: bytes, ended: bool, elapsed_s: float = 0.0) -> HttpReply 
     declared = CONTENT_LENGTH.search(head)
     length = int(declared[1]) if declared else None
     if length is not None and len(body) >= length:
-        return HttpReply(int(status[1]), body[:length], elapsed_s)
+        return _decoded(int(status[1]), head, body[:length], elapsed_s)
     if not ended:
         return None
     if length is None:  # no Content-Length: the body ran to the connection's end
-        return HttpReply(int(status[1]), body, elapsed_s)
+        return _decoded(int(status[1]), head, body, elapsed_s)
     return HttpReply(elapsed_s=elapsed_s, failure=f"closed: {len(body)} of its {length} body bytes")
+
+
+def _decoded(status: int, head: bytes, body: bytes, elapsed_s: float) -> HttpReply:
+    """The answer with its body decoded from the gzip or deflate its head names (module docstring)."""
+    named = CONTENT_ENCODING.search(head)
+    encoding = named[1].decode("latin-1").lower() if named else ""
+    if encoding not in WBITS or not body:  # an empty body (a 204) decodes to itself
+        return HttpReply(status, body, elapsed_s, encoding=encoding)
+    decoder = zlib.decompressobj(WBITS[encoding])
+    try:
+        plain = decoder.decompress(body, MAX_DECODED_BYTES)
+    except zlib.error as error:
+        return HttpReply(elapsed_s=elapsed_s, failure=f"undecodable: a {status} in {encoding}: {error}")
+    if not decoder.eof or decoder.unused_data or decoder.unconsumed_tail:
+        whole = f"undecodable: a {status} not one whole {encoding} stream"
+        return HttpReply(elapsed_s=elapsed_s, failure=whole)
+    return HttpReply(status, plain, elapsed_s, encoding=encoding)

@@ -14,7 +14,10 @@ past it, huge or negative; a rank changed; a datatype swapped; bytes cut or adde
 prefix broken; an input missing, unknown or twice; an output unknown or twice; an unknown model; a
 shared-memory range at an odd offset, past its region's end, or in a region this client never
 registered). A case may also register a region of its own first, at an offset drawn from 0, one
-page, odd offsets and past the end of its file, or naming another user's file or a stub's.
+page, odd offsets and past the end of its file, or naming another user's file or a stub's. Last,
+the request's headers (``soak.fuzz_headers``): over HTTP its header names' casing, ``Accept-Encoding``,
+``Content-Encoding`` (the body compressed to match, or not) and ``Content-Type``; over gRPC its
+message's compression.
 
 A ``Case`` holds only small numbers and names (its data come from ``seed``), so hypothesis prints a
 failing one whole, and ``Case(...)`` pasted back replays it.
@@ -34,6 +37,7 @@ from tritonclient.utils import triton_to_np_dtype
 from python_backend.batching import TensorInfo, with_value_guards
 from server.fronts.allow_list import ModelSignature, protocol_datatype
 from server.fronts.tensor_limits import ELEMENT_BYTES
+from soak.fuzz_headers import HeaderCase, header_cases
 
 PROTOCOLS = ("http", "grpc", "stream")
 CARRIERS = {
@@ -64,7 +68,8 @@ RANGE_FAULTS = {
 FILE_SIZES = (PAGE, 3 * PAGE + 13, (2 << 20) + PAGE + 13)
 REGISTRATION_KEYS = ("own", "own", "own", "theirs", "stub", "missing")
 OTHER_UID_ACTIONS = ("", "", "status", "infer")
-REPLAYABLE = ("Case", "TensorCase", "OutputCase", "ShmRange", "Registration")  # what a printed Case names
+# what a printed Case names
+REPLAYABLE = ("Case", "TensorCase", "OutputCase", "ShmRange", "Registration", "HeaderCase")
 
 
 @dataclass(frozen=True)
@@ -195,7 +200,7 @@ class Registration:
 class Case:
     """One drawn request (see the module's docstring); ``other_uid`` is what the other user's client
     does after it (``status``: list its regions; ``infer``: a request reading from and writing to its
-    own region)."""
+    own region); ``headers`` how its headers are written (None: the fuzz's plain ones)."""
 
     model: str
     protocol: str
@@ -204,6 +209,7 @@ class Case:
     seed: int
     registration: Registration | None = None
     other_uid: str = ""
+    headers: HeaderCase | None = None
 
 
 def element_size(datatype: str) -> int:
@@ -251,7 +257,7 @@ def _outputs(
         return None  # every output, as the server sends them
     chosen = []
     for output in space.outputs:
-        if not draw(st.booleans()):
+        if draw(st.booleans()):  # left out: hypothesis draws False more often, so most are asked for
             continue
         shm = None
         if draw(st.booleans()):
@@ -425,6 +431,7 @@ def cases(draw: st.DrawFn, spaces: Sequence[ModelSpace]) -> Case:
     }
     for mutation in draw(st.lists(st.sampled_from(MUTATIONS), max_size=2)):
         mutation(draw, space, tensors, case)
+    shm_output = any(output.shm is not None for output in case["outputs"] or ())
     return Case(
         model=case["model"],
         protocol=protocol,
@@ -433,4 +440,5 @@ def cases(draw: st.DrawFn, spaces: Sequence[ModelSpace]) -> Case:
         seed=draw(st.integers(0, (1 << 32) - 1)),
         registration=registration,
         other_uid=draw(st.sampled_from(OTHER_UID_ACTIONS)),
+        headers=draw(header_cases(protocol, any(t.carrier == "binary" for t in tensors), shm_output)),
     )

@@ -8,7 +8,11 @@ client's canary reached another client's answer or region and no region changed 
 request named an output, (c) tritonserver, the fronts and every stub kept their PIDs; at the end
 tritonserver's RSS is within the stated bound of the start. The run must also reach what it claims to
 test: a valid request answered for every served model, shared-memory inputs and outputs over both
-fronts, registrations accepted and refused, and the other user's requests.
+fronts, registrations accepted and refused, the other user's requests, and the drawn headers
+(``soak.fuzz_headers``): a valid request with its header names in a casing other than the canonical
+one, a gzip answer read back, an output written into a region for a client that accepts a compressed answer
+(the front reads Triton's answer itself there: a gzip one read as JSON was a 500), a body declared
+gzip but sent plain refused, and gRPC messages compressed.
 
 Budget and replay (docs/SERVING.md, "The invariant fuzz"): ``INVARIANT_FUZZ_EXAMPLES`` (cases, default
 500) and ``INVARIANT_FUZZ_SEED`` (default 0); a failure prints hypothesis's smallest failing case and
@@ -23,6 +27,7 @@ import os
 import pytest
 
 from server import TritonServer
+from soak.fuzz_headers import CASINGS, MISMATCH
 from soak.invariant_fuzz import InvariantFuzz, replay_case, run_examples
 from soak.other_uid import OtherUser
 
@@ -54,5 +59,18 @@ def test_invariants_hold_over_every_served_model(fault_server: TritonServer) -> 
         "grpc",
         "stream",
     }
+    unusual = [
+        casing for casing in CASINGS if casing != "canonical" and reached[f"ok http {casing} header names"]
+    ]
+    assert unusual, "no valid request with its header names lower, upper or mixed case"
+    assert reached["ok http answer in gzip"], "no gzip answer read back"
+    compressed = (
+        "ok http shared-memory output",
+        "other uid infer ok",
+    )  # both: the front reads Triton's answer
+    assert any(reached[f"{what}, compressed answer accepted"] for what in compressed)
+    assert reached[f"refused http {MISMATCH} body"] and not reached[f"ok http {MISMATCH} body"]
+    assert reached["ok grpc gzip message"] and reached["ok stream gzip message"]
     if OtherUser.available():
         assert report.other_uid and reached["other uid infer ok"] and reached["other uid status ok"]
+        assert reached["other uid infer ok, compressed answer accepted"]

@@ -1,8 +1,12 @@
 """The soak's one rule for what an HTTP exchange got back (``soak.raw_http``), on the bytes a connection
 delivered: an answer only when its status line and whole body came; a connection that ended first, or
-a first line that is no status line, is no answer for every caller alike."""
+a first line that is no status line, is no answer for every caller alike; a compressed answer is read
+decoded, as a client reads it."""
 
 from __future__ import annotations
+
+import gzip
+import zlib
 
 import pytest
 
@@ -44,3 +48,46 @@ def test_a_request_asks_to_close_and_is_framed_by_its_headers() -> None:
     assert plain == head + b"Content-Length: 4\r\n\r\nabcd"
     assert chunked.endswith(b"Transfer-Encoding: chunked\r\n\r\n2\r\nab\r\n2\r\ncd\r\n0\r\n\r\n")
     assert b"Content-Length" not in chunked
+
+
+def _encoded_answer(encoding: bytes, body: bytes) -> bytes:
+    head = b"HTTP/1.1 200 OK\r\ncontent-ENCODING: %s\r\nContent-Length: %d\r\n\r\n" % (encoding, len(body))
+    return head + body
+
+
+@pytest.mark.parametrize(
+    ("encoding", "compress"),
+    [(b"gzip", gzip.compress), (b"deflate", zlib.compress), (b"GZIP", gzip.compress)],
+)
+def test_a_compressed_answer_is_read_as_a_client_reads_it(encoding: bytes, compress) -> None:
+    """The body a client sees, decoded from what its ``Content-Encoding`` names (in any case), and that
+    encoding, so a caller can tell a compressed answer was read back."""
+    reply = reply_in(_encoded_answer(encoding, compress(ERROR)), ended=False)
+    assert reply == HttpReply(200, ERROR, encoding=encoding.decode().lower())
+
+
+@pytest.mark.parametrize(
+    ("received", "failure"),
+    [
+        (_encoded_answer(b"gzip", ERROR), "undecodable: a 200 in gzip"),  # declared gzip, sent plain
+        (_encoded_answer(b"deflate", gzip.compress(ERROR)), "undecodable: a 200 in deflate"),
+        (_encoded_answer(b"gzip", gzip.compress(ERROR)[:-3]), "undecodable: a 200 not one whole gzip"),
+        (_encoded_answer(b"gzip", gzip.compress(ERROR) + b"x"), "undecodable: a 200 not one whole gzip"),
+    ],
+)
+def test_an_answer_its_encoding_does_not_decode_is_no_answer(received: bytes, failure: str) -> None:
+    reply = reply_in(received, ended=False)
+    assert reply is not None and reply.failure.startswith(failure) and not reply.body
+
+
+def test_an_empty_or_unknown_encoding_is_kept_as_sent() -> None:
+    assert reply_in(_encoded_answer(b"gzip", b""), ended=False) == HttpReply(200, b"", encoding="gzip")
+    assert reply_in(_encoded_answer(b"br", b"\x0b"), ended=False) == HttpReply(200, b"\x0b", encoding="br")
+
+
+def test_the_framing_names_are_written_by_the_requests_casing() -> None:
+    raw = Request("POST", "/v2", [("x-a", "1")], b"ab", name_case=str.lower).raw()
+    assert (
+        raw
+        == b"POST /v2 HTTP/1.1\r\nhost: soak\r\nconnection: close\r\nx-a: 1\r\ncontent-length: 2\r\n\r\nab"
+    )

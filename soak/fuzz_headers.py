@@ -1,0 +1,179 @@
+"""The headers of the invariant fuzz's requests, drawn like the rest of a case (``soak.request_space``):
+what a Triton client may send around the same body, so that a front which reads a header one way for
+one client and another way for the next is found as surely as one that misreads a shape.
+
+Over HTTP a ``HeaderCase`` says how every header name of the request is written (``CASINGS``: HTTP
+names are case-insensitive, and aiohttp's two parsers hand them over differently), the
+``Accept-Encoding`` (the answer then comes gzip or deflate, and is read as a client reads it:
+``soak.raw_http``), the ``Content-Encoding`` with the body compressed to match, or declared gzip over
+plain bytes (``MISMATCH``, which the front must refuse), and the ``Content-Type`` (JSON, octet-stream
+where the body carries binary data, the form type ``curl -d`` sends, with and without parameters, or
+none, as tritonclient sends). Over gRPC it says how the call's message is compressed.
+
+A ``HeaderCase`` is a few short strings, so a ``Case`` holding one still prints whole and pastes back.
+"""
+
+from __future__ import annotations
+
+import gzip
+import zlib
+from collections import Counter
+from collections.abc import Callable
+from dataclasses import dataclass, replace
+
+import grpc
+from hypothesis import strategies as st
+
+from soak.raw_http import HttpReply
+
+
+def mixed_case(name: str) -> str:
+    """``name`` with its letters alternately upper and lower case (``cOnTeNt-tYpE``)."""
+    return "".join(c.upper() if i % 2 else c.lower() for i, c in enumerate(name))
+
+
+CASINGS: dict[str, Callable[[str], str]] = {
+    "canonical": str,
+    "lower": str.lower,
+    "upper": str.upper,
+    "mixed": mixed_case,
+}
+ACCEPT_ENCODINGS = ("", "identity", "gzip", "deflate", "gzip, deflate")  # "": no Accept-Encoding
+# Where the front writes an output into a region it reads Triton's answer itself, for a client that may
+# accept a compressed one: there a compressed answer comes first, the value hypothesis draws most often
+# (and shrinks to), as such valid requests are rare draws
+ACCEPT_COMPRESSED_FIRST = ("gzip", "deflate", "gzip, deflate", "", "identity")
+MISMATCH = "gzip-plain"  # declared gzip, sent plain: the front must refuse it (4xx)
+# a mismatch one draw in ten, so most bodies are read; not at either end of the tuple, where hypothesis
+# draws more often than elsewhere
+CONTENT_ENCODING_DRAWS = ("", "gzip", "deflate", "", "gzip", MISMATCH, "deflate", "", "gzip", "deflate")
+JSON_TYPES = (
+    "application/json",
+    "application/json; charset=utf-8",
+    "application/x-www-form-urlencoded",  # what curl -d sends
+    "application/x-www-form-urlencoded; charset=utf-8",
+    "",  # none at all, as tritonclient sends a JSON inference
+)
+BINARY_TYPES = (*JSON_TYPES, "application/octet-stream")
+GRPC_COMPRESSIONS = {"": None, "gzip": grpc.Compression.Gzip, "deflate": grpc.Compression.Deflate}
+
+
+@dataclass(frozen=True)
+class HeaderCase:
+    """How one request's headers are written: over HTTP the names' ``casing`` (a key of ``CASINGS``),
+    ``accept_encoding`` and ``content_encoding`` ("": not sent; ``MISMATCH``: gzip declared over plain
+    bytes) and ``content_type`` (""; not sent); over gRPC the message's ``compression``."""
+
+    casing: str = "canonical"
+    accept_encoding: str = ""
+    content_encoding: str = ""
+    content_type: str = "application/json"
+    compression: str = ""
+
+    @property
+    def mismatched(self) -> bool:
+        return self.content_encoding == MISMATCH
+
+
+@st.composite
+def header_cases(draw: st.DrawFn, protocol: str, binary: bool, shm_output: bool = False) -> HeaderCase:
+    """The headers of a request on ``protocol`` whose body carries binary data where ``binary`` and
+    that names an output in a region where ``shm_output``, each part drawn on its own."""
+    if protocol != "http":
+        return HeaderCase(content_type="", compression=draw(st.sampled_from(tuple(GRPC_COMPRESSIONS))))
+    return HeaderCase(
+        casing=draw(st.sampled_from(tuple(CASINGS))),
+        accept_encoding=draw(st.sampled_from(ACCEPT_COMPRESSED_FIRST if shm_output else ACCEPT_ENCODINGS)),
+        content_encoding=draw(st.sampled_from(CONTENT_ENCODING_DRAWS)),
+        content_type=draw(st.sampled_from(BINARY_TYPES if binary else JSON_TYPES)),
+    )
+
+
+def encoded(body: bytes, encoding: str) -> bytes:
+    """``body`` as sent under ``Content-Encoding: encoding`` (gzip; deflate, the zlib format of RFC
+    9110; anything else unchanged, ``MISMATCH`` included). At the fastest level: the front reads every
+    level alike, and a 2 MiB body takes a fifth of the time gzip's default level takes."""
+    if encoding == "gzip":
+        return gzip.compress(body, compresslevel=1)
+    if encoding == "deflate":
+        return zlib.compress(body, 1)
+    return body
+
+
+def http_headers(
+    headers: HeaderCase | None, header_length: int | None, body: bytes
+) -> tuple[list[tuple[str, str]], bytes]:
+    """An inference's headers and body as ``headers`` writes them: its ``Content-Type``, its
+    ``Inference-Header-Content-Length`` where the body carries binary data after a JSON header of
+    ``header_length`` bytes, its encodings, every name in the drawn case; None: the fuzz's plain
+    headers (JSON, or octet-stream with binary data)."""
+    if headers is None:
+        binary = header_length is not None
+        headers = HeaderCase(content_type="application/octet-stream" if binary else "application/json")
+    named: list[tuple[str, str]] = []
+    if headers.content_type:
+        named.append(("Content-Type", headers.content_type))
+    if header_length is not None:
+        named.append(("Inference-Header-Content-Length", str(header_length)))
+    if headers.content_encoding:
+        named.append(("Content-Encoding", headers.content_encoding.removesuffix("-plain")))
+    if headers.accept_encoding:
+        named.append(("Accept-Encoding", headers.accept_encoding))
+    case = CASINGS[headers.casing]
+    return [(case(name), value) for name, value in named], encoded(body, headers.content_encoding)
+
+
+def readable(headers: HeaderCase | None) -> HeaderCase | None:
+    """``headers`` with a mismatched body encoding made a true one: for a request that must be read."""
+    return (
+        replace(headers, content_encoding="gzip") if headers is not None and headers.mismatched else headers
+    )
+
+
+def compressed_accepted(headers: HeaderCase | None) -> bool:
+    """Whether the request asks for a compressed answer (gzip or deflate among its ``Accept-Encoding``)."""
+    return headers is not None and headers.accept_encoding not in ("", "identity")
+
+
+def grpc_compression(headers: HeaderCase | None) -> grpc.Compression | None:
+    return GRPC_COMPRESSIONS[headers.compression] if headers is not None else None
+
+
+def accepted(accept_encoding: str, answered: str) -> bool:
+    """Whether an answer in ``answered`` (its ``Content-Encoding``; "": none) is one a client that sent
+    ``accept_encoding`` ("": none, which accepts any) reads."""
+    if answered in ("", "identity") or not accept_encoding:
+        return True
+    return answered in [part.split(";")[0].strip() for part in accept_encoding.lower().split(",")]
+
+
+def headers_held(headers: HeaderCase | None, reply: HttpReply, verdict: str) -> list[str]:
+    """What an HTTP answer broke of invariant (a) through the request's headers: a body declared gzip
+    but sent plain must be refused, never run; an answer must come in an encoding the request accepts
+    (a client that did not ask for gzip does not inflate it)."""
+    if headers is None or reply.failure:
+        return []
+    problems = []
+    if headers.mismatched and verdict == "ok":
+        problems.append(f"a body declared gzip but sent plain was answered {reply.status}, not refused")
+    if not accepted(headers.accept_encoding, reply.encoding):
+        asked = headers.accept_encoding
+        problems.append(f"answered in {reply.encoding!r}, which Accept-Encoding {asked!r} does not accept")
+    return problems
+
+
+def headers_reached(headers: HeaderCase | None, reply: HttpReply, verdict: str, shm_output: bool) -> Counter:
+    """What an HTTP case reached through its headers (the run's coverage): ``<verdict> http <casing>
+    header names``, ``ok http answer in <encoding>``, ``<verdict> http gzip-plain body``, and ``ok http
+    shared-memory output, compressed answer accepted`` (an output the front writes into a region from
+    Triton's answer, for a client that accepts a compressed one)."""
+    if headers is None:
+        return Counter()
+    reached = Counter([f"{verdict} http {headers.casing} header names"])
+    if headers.mismatched:
+        reached[f"{verdict} http {MISMATCH} body"] += 1
+    if verdict == "ok" and reply.encoding not in ("", "identity"):
+        reached[f"ok http answer in {reply.encoding}"] += 1
+    if verdict == "ok" and shm_output and compressed_accepted(headers):
+        reached["ok http shared-memory output, compressed answer accepted"] += 1
+    return reached
