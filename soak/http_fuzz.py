@@ -245,7 +245,7 @@ class Mutator:
     def encoding(self, case: Case) -> None:
         encoding = self.rng.choice(ENCODINGS)
         if encoding == "gzip":
-            case.body = gzip.compress(case.body)
+            case.body = gzip.compress(case.body, mtime=0)
         elif encoding == "deflate":
             case.body = zlib.compress(case.body)
         case.headers.append(("Content-Encoding", encoding.removesuffix("-plain")))
