@@ -14,6 +14,7 @@ artifact; the sections shared with ``text_embeddings:`` live in ``exporters.sche
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -439,12 +440,8 @@ def with_absolute_paths(data: Any, base_dir: Path) -> Any:
     models = []
     for index, entry in enumerate(data["models"]):
         if isinstance(entry, dict) and isinstance(entry.get("source"), dict):
-            try:
-                source = parse_model(entry, f"models[{index}]", base_dir).source
-            except SpecError:
-                source = None
-            if source is not None:
-                entry = {**entry, "source": to_data(source)}
+            with contextlib.suppress(SpecError):
+                entry = {**entry, "source": to_data(parse_model(entry, f"models[{index}]", base_dir).source)}
         models.append(entry)
     return {**data, "models": models}
 
