@@ -106,7 +106,7 @@ def pipelined(
                 sock.settimeout(remaining)
                 chunk = sock.recv(1 << 20)
                 received += chunk
-                while (split := _first_reply(received, not chunk, time.monotonic() - start))[0] is not None:
+                while (split := reply_in(received, not chunk, time.monotonic() - start))[0] is not None:
                     reply, received = split
                     got.append(reply)
                     if reply.failure or len(got) == replies:
@@ -117,14 +117,10 @@ def pipelined(
         return [*got, HttpReply(elapsed_s=time.monotonic() - start, failure=f"closed: {error!r}")]
 
 
-def reply_in(received: bytes, ended: bool, elapsed_s: float = 0.0) -> HttpReply | None:
-    """The reply ``received`` makes by the module's rule, or None while it is not whole yet and more may
-    come (``ended``: the connection ended, nothing more will)."""
-    return _first_reply(received, ended, elapsed_s)[0]
-
-
-def _first_reply(received: bytes, ended: bool, elapsed_s: float) -> tuple[HttpReply | None, bytes]:
-    """``reply_in``, and the bytes after that reply (a pipelined request's answer)."""
+def reply_in(received: bytes, ended: bool, elapsed_s: float = 0.0) -> tuple[HttpReply | None, bytes]:
+    """The first reply ``received`` makes by the module's rule, or None while it is not whole yet and more
+    may come (``ended``: the connection ended, nothing more will); and the bytes after it (a pipelined
+    request's answer)."""
     head, found, body = received.partition(b"\r\n\r\n")
     if not found:
         return (HttpReply(elapsed_s=elapsed_s, failure="closed: no status line") if ended else None), received
