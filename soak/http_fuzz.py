@@ -18,11 +18,9 @@ bursts of them among its faults).
 
 from __future__ import annotations
 
-import gzip
 import json
 import os
 import random
-import zlib
 from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -33,6 +31,7 @@ import tritonclient.http as httpclient
 import tritonclient.utils.shared_memory as shared_memory
 from tritonclient.utils import serialize_byte_tensor, triton_to_np_dtype
 
+from soak.fuzz_headers import encoded
 from soak.raw_http import Request, exchange
 
 VALUES: list[Any] = [
@@ -244,10 +243,7 @@ class Mutator:
 
     def encoding(self, case: Case) -> None:
         encoding = self.rng.choice(ENCODINGS)
-        if encoding == "gzip":
-            case.body = gzip.compress(case.body, mtime=0)
-        elif encoding == "deflate":
-            case.body = zlib.compress(case.body)
+        case.body = encoded(case.body, encoding)
         case.headers.append(("Content-Encoding", encoding.removesuffix("-plain")))
         case.mutations.append(f"encoding {encoding[:12]}")
 

@@ -1,6 +1,6 @@
 """The soak's one HTTP/1.1 client, on a raw socket: a request goes out as its caller built it, so it can
 be what tritonclient would refuse or normalise (a malformed target, a header twice, chunked framing),
-each on a connection of its own.
+each on a connection of its own (or several at once, written back to back: ``pipelined``).
 
 One rule says what came back, wherever it is used (the HTTP fuzz and the soak's attacks, the invariant
 fuzz and its other user's relay). An **answer** is a status line ``HTTP/1.x NNN``, its headers and its
@@ -29,6 +29,7 @@ import time
 import zlib
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from threading import Event
 
 from server.fronts.body_encoding import WBITS
 
@@ -81,12 +82,23 @@ class HttpReply:
 
 def exchange(address: tuple[str, int], request: Request, timeout_s: float = TIMEOUT_S) -> HttpReply:
     """``request`` on a connection of its own, and what came back by the module's rule."""
-    start, received = time.monotonic(), b""
+    return pipelined(address, request.raw(), 1, timeout_s)[0]
+
+
+def pipelined(
+    address: tuple[str, int], raw: bytes, replies: int, timeout_s: float, sent: Event | None = None
+) -> list[HttpReply]:
+    """``raw`` on one connection as it is (one request or several back to back, framed as they frame
+    themselves; ``sent`` set once all of it is written), and the first ``replies`` that came back, in
+    order, each by the module's rule; the list ends at the first that is no answer."""
+    start, received, got = time.monotonic(), b"", []
     try:
         with socket.create_connection(address, timeout=timeout_s) as sock:
             # the front may answer (413) and close before it read the whole body: read that answer
             with contextlib.suppress(OSError):
-                sock.sendall(request.raw())
+                sock.sendall(raw)
+                if sent is not None:
+                    sent.set()
             while True:
                 remaining = timeout_s - (time.monotonic() - start)
                 if remaining <= 0:
@@ -94,32 +106,36 @@ def exchange(address: tuple[str, int], request: Request, timeout_s: float = TIME
                 sock.settimeout(remaining)
                 chunk = sock.recv(1 << 20)
                 received += chunk
-                if (reply := reply_in(received, not chunk, time.monotonic() - start)) is not None:
-                    return reply
+                while (split := reply_in(received, not chunk, time.monotonic() - start))[0] is not None:
+                    reply, received = split
+                    got.append(reply)
+                    if reply.failure or len(got) == replies:
+                        return got
     except TimeoutError:
-        return HttpReply(elapsed_s=time.monotonic() - start, failure="hang")
+        return [*got, HttpReply(elapsed_s=time.monotonic() - start, failure="hang")]
     except OSError as error:
-        return HttpReply(elapsed_s=time.monotonic() - start, failure=f"closed: {error!r}")
+        return [*got, HttpReply(elapsed_s=time.monotonic() - start, failure=f"closed: {error!r}")]
 
 
-def reply_in(received: bytes, ended: bool, elapsed_s: float = 0.0) -> HttpReply | None:
-    """The reply ``received`` makes by the module's rule, or None while it is not whole yet and more may
-    come (``ended``: the connection ended, nothing more will)."""
+def reply_in(received: bytes, ended: bool, elapsed_s: float = 0.0) -> tuple[HttpReply | None, bytes]:
+    """The first reply ``received`` makes by the module's rule, or None while it is not whole yet and more
+    may come (``ended``: the connection ended, nothing more will); and the bytes after it (a pipelined
+    request's answer)."""
     head, found, body = received.partition(b"\r\n\r\n")
     if not found:
-        return HttpReply(elapsed_s=elapsed_s, failure="closed: no status line") if ended else None
+        return (HttpReply(elapsed_s=elapsed_s, failure="closed: no status line") if ended else None), received
     status = STATUS_LINE.fullmatch(head.split(b"\r\n", 1)[0])
     if status is None:
-        return HttpReply(elapsed_s=elapsed_s, failure=f"not HTTP: {head[:80]!r}")
+        return HttpReply(elapsed_s=elapsed_s, failure=f"not HTTP: {head[:80]!r}"), b""
     declared = CONTENT_LENGTH.search(head)
     length = int(declared[1]) if declared else None
     if length is not None and len(body) >= length:
-        return _decoded(int(status[1]), head, body[:length], elapsed_s)
+        return _decoded(int(status[1]), head, body[:length], elapsed_s), body[length:]
     if not ended:
-        return None
+        return None, received
     if length is None:  # no Content-Length: the body ran to the connection's end
-        return _decoded(int(status[1]), head, body, elapsed_s)
-    return HttpReply(elapsed_s=elapsed_s, failure=f"closed: {len(body)} of its {length} body bytes")
+        return _decoded(int(status[1]), head, body, elapsed_s), b""
+    return HttpReply(elapsed_s=elapsed_s, failure=f"closed: {len(body)} of its {length} body bytes"), b""
 
 
 def _decoded(status: int, head: bytes, body: bytes, elapsed_s: float) -> HttpReply:

@@ -251,14 +251,6 @@ class ModelSpec:
         axes = [m for t in self.inputs for d, m in zip(t.shape, t.largest, strict=True) if d == VARIABLE]
         return max(axes, default=0)
 
-    @property
-    def intra_op_threads(self) -> int:
-        return self.threads.intra_op
-
-    @property
-    def inter_op_threads(self) -> int:
-        return self.threads.inter_op
-
 
 @dataclass(frozen=True)
 class PipelineSpec:
