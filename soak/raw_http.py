@@ -5,7 +5,8 @@ each on a connection of its own.
 One rule says what came back, wherever it is used (the HTTP fuzz and the soak's attacks, the invariant
 fuzz and its other user's relay). An **answer** is a status line ``HTTP/1.x NNN``, its headers and its
 whole body (to its ``Content-Length``, else to the connection's end), all within ``timeout_s`` of the
-connect. Anything else is **no answer**, and ``failure`` says which:
+connect; the answer to a HEAD ends at its headers (RFC 9110: it has no body, whatever its
+``Content-Length`` says). Anything else is **no answer**, and ``failure`` says which:
 
 * ``hang``: not all of it within ``timeout_s``;
 * ``closed``: the connection refused, reset or ended before that, without a status line or within the
@@ -94,7 +95,8 @@ def exchange(address: tuple[str, int], request: Request, timeout_s: float = TIME
                 sock.settimeout(remaining)
                 chunk = sock.recv(1 << 20)
                 received += chunk
-                if (reply := reply_in(received, not chunk, time.monotonic() - start)) is not None:
+                elapsed_s, head_only = time.monotonic() - start, request.method == "HEAD"
+                if (reply := reply_in(received, not chunk, elapsed_s, head_only)) is not None:
                     return reply
     except TimeoutError:
         return HttpReply(elapsed_s=time.monotonic() - start, failure="hang")
@@ -102,15 +104,20 @@ def exchange(address: tuple[str, int], request: Request, timeout_s: float = TIME
         return HttpReply(elapsed_s=time.monotonic() - start, failure=f"closed: {error!r}")
 
 
-def reply_in(received: bytes, ended: bool, elapsed_s: float = 0.0) -> HttpReply | None:
+def reply_in(
+    received: bytes, ended: bool, elapsed_s: float = 0.0, head_only: bool = False
+) -> HttpReply | None:
     """The reply ``received`` makes by the module's rule, or None while it is not whole yet and more may
-    come (``ended``: the connection ended, nothing more will)."""
+    come (``ended``: the connection ended, nothing more will; ``head_only``: the answer to a HEAD,
+    whole at its headers)."""
     head, found, body = received.partition(b"\r\n\r\n")
     if not found:
         return HttpReply(elapsed_s=elapsed_s, failure="closed: no status line") if ended else None
     status = STATUS_LINE.fullmatch(head.split(b"\r\n", 1)[0])
     if status is None:
         return HttpReply(elapsed_s=elapsed_s, failure=f"not HTTP: {head[:80]!r}")
+    if head_only:
+        return HttpReply(int(status[1]), b"", elapsed_s, encoding=_encoding(head))
     declared = CONTENT_LENGTH.search(head)
     length = int(declared[1]) if declared else None
     if length is not None and len(body) >= length:
@@ -124,8 +131,7 @@ def reply_in(received: bytes, ended: bool, elapsed_s: float = 0.0) -> HttpReply 
 
 def _decoded(status: int, head: bytes, body: bytes, elapsed_s: float) -> HttpReply:
     """The answer with its body decoded from the gzip or deflate its head names (module docstring)."""
-    named = CONTENT_ENCODING.search(head)
-    encoding = named[1].decode("latin-1").lower() if named else ""
+    encoding = _encoding(head)
     if encoding not in WBITS or not body:  # an empty body (a 204) decodes to itself
         return HttpReply(status, body, elapsed_s, encoding=encoding)
     decoder = zlib.decompressobj(WBITS[encoding])
@@ -137,3 +143,9 @@ def _decoded(status: int, head: bytes, body: bytes, elapsed_s: float) -> HttpRep
         whole = f"undecodable: a {status} not one whole {encoding} stream"
         return HttpReply(elapsed_s=elapsed_s, failure=whole)
     return HttpReply(status, plain, elapsed_s, encoding=encoding)
+
+
+def _encoding(head: bytes) -> str:
+    """The ``Content-Encoding`` an answer's ``head`` names, lowercased ("" when none)."""
+    named = CONTENT_ENCODING.search(head)
+    return named[1].decode("latin-1").lower() if named else ""

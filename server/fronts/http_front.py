@@ -107,6 +107,12 @@ FORM_TYPES = ("application/x-www-form-urlencoded", "multipart/form-data")
 INFER = re.compile(r"/v2/models/([^/]+)(?:/versions/([^/]+))?/(?:infer|generate|generate_stream)")
 REPOSITORY_CHANGE = re.compile(r"/v2/repository/models/([^/]+)/(?:load|unload)")
 QUICK_METHODS = ("GET", "HEAD")  # health, metadata, config, statistics: their own upstream connections
+# Triton 2.51 answers HEAD on every route with 405 and a body, which HTTP forbids (a HEAD answer ends
+# at its headers): the front read that body as the next answer's status line and answered 502 (fault
+# matrix row 65). A HEAD is its GET without the body (RFC 9110, 9.3.2), so Triton is asked the GET,
+# and aiohttp sends the client the GET's status and headers alone; the front's own routes (shared
+# memory) answer a HEAD as their GET too.
+UPSTREAM_METHODS = {"HEAD": "GET"}
 # Triton's 500s that are about the request's JSON, never the server: answered as the 400 they are.
 REQUEST_FAULTS = re.compile(
     r"Unable to parse|attempt to access JSON|attempt to get members|failed to parse the request JSON"
@@ -134,6 +140,11 @@ class FrontLimits:
 
 def _error(status: int, message: str) -> web.Response:
     return web.json_response({"error": message}, status=status)
+
+
+def _answered_as(method: str) -> str:
+    """The method whose answer ``method`` gets (``UPSTREAM_METHODS``: a HEAD gets its GET's)."""
+    return UPSTREAM_METHODS.get(method, method)
 
 
 def _content_type(request: web.BaseRequest) -> str:
@@ -375,7 +386,9 @@ class HttpFront:
                 body_read = True
                 body = inflate(body, headers.pop("Content-Encoding", None), limit)
                 need(len(body))
-                answer = self.shm.answer(request.method, path, body, lambda: self._client(request))
+                answer = self.shm.answer(
+                    _answered_as(request.method), path, body, lambda: self._client(request)
+                )
                 if answer is not None:  # the shared-memory API, served by the front itself
                     return answer
                 client, outputs = None, None
@@ -444,7 +457,7 @@ class HttpFront:
         url = URL(target, encoded=True)
         try:
             async with session.request(
-                request.method, url, data=body, headers=headers, allow_redirects=False
+                _answered_as(request.method), url, data=body, headers=headers, allow_redirects=False
             ) as answer:
                 payload = await answer.read()
                 status = answer.status

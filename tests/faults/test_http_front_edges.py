@@ -1,7 +1,7 @@
 """Fault matrix: the HTTP front's own edges. Measured before: 300 of 300 connections
 whose headers never completed were still held after 58 s; with Triton down the front answered
-``500 text/plain`` that tritonclient cannot parse; and it logged a full traceback per readiness poll
-while Triton started (8,746 lines per start).
+``500 text/plain`` that tritonclient cannot parse; it logged a full traceback per readiness poll
+while Triton started (8,746 lines per start); and every HEAD got a 502.
 """
 
 from __future__ import annotations
@@ -24,6 +24,7 @@ from tritonclient.utils import InferenceServerException
 
 from server import ServerOptions, TritonServer
 from server.launcher import free_ports
+from soak import raw_http
 
 pytestmark = pytest.mark.integration
 HANG_GUARD_S = 90  # not a latency bound: only how long a broken front may hold the test
@@ -173,3 +174,42 @@ def test_a_request_in_flight_when_triton_dies_gets_json(small_repository: Path, 
         "502",
         "tritonserver did not answer the request",
     ), error
+
+
+# every kind of route a HEAD may name: health, metadata, config, readiness, statistics, inference (405:
+# POST only), and the shared-memory status the front answers itself
+HEAD_ROUTES = [
+    "/v2",
+    "/v2/health/live",
+    "/v2/health/ready",
+    "/v2/models/trivial",
+    "/v2/models/trivial/config",
+    "/v2/models/trivial/ready",
+    "/v2/models/stats",
+    "/v2/models/nosuch/config",
+    "/v2/models/trivial/infer",
+    "/v2/systemsharedmemory/status",
+]
+
+
+@pytest.mark.parametrize("route", HEAD_ROUTES)
+def test_a_head_is_answered_as_its_get_without_a_body(fault_server: TritonServer, route: str) -> None:
+    """Fault matrix row 65. Triton 2.51 answers HEAD on every route with 405 and a body, which HTTP
+    forbids; the front read that body as the next answer's status line and answered 502. A HEAD gets its
+    GET's status, without a body, and the connection it came on goes on: a GET sent after it on the same
+    connection is answered (a body after the HEAD's answer would be read as that GET's status line)."""
+    host, port = fault_server.http_url.rsplit(":", 1)
+    address = (host, int(port))
+    head = raw_http.exchange(address, raw_http.Request("HEAD", route, []))
+    get = raw_http.exchange(address, raw_http.Request("GET", route, []))
+    assert (head.status, head.failure) == (get.status, "") and get.status < 500, (head, get)
+    kept_alive = f"HEAD {route} HTTP/1.1\r\nHost: test\r\n\r\n".encode()
+    then = b"GET /v2/health/live HTTP/1.1\r\nHost: test\r\nConnection: close\r\n\r\n"
+    with socket.create_connection(address, timeout=HANG_GUARD_S) as sock:
+        sock.sendall(kept_alive + then)
+        received = b""
+        while chunk := sock.recv(1 << 16):
+            received += chunk
+    head_answer, _, rest = received.partition(b"\r\n\r\n")
+    assert head_answer.startswith(b"HTTP/1.1 %d " % get.status), received[:300]
+    assert raw_http.reply_in(rest, ended=True) == raw_http.HttpReply(200, b""), received[:600]
