@@ -1,11 +1,13 @@
 """Fault matrix: the HTTP front's own edges. Measured before: 300 of 300 connections
 whose headers never completed were still held after 58 s; with Triton down the front answered
 ``500 text/plain`` that tritonclient cannot parse; it logged a full traceback per readiness poll
-while Triton started (8,746 lines per start); and every HEAD got a 502.
+while Triton started (8,746 lines per start); every HEAD got a 502; and a client that waits for
+``100 Continue`` before it sends its body never got it.
 """
 
 from __future__ import annotations
 
+import json
 import os
 import signal
 import socket
@@ -213,3 +215,43 @@ def test_a_head_is_answered_as_its_get_without_a_body(fault_server: TritonServer
     head_answer, _, rest = received.partition(b"\r\n\r\n")
     assert head_answer.startswith(b"HTTP/1.1 %d " % get.status), received[:300]
     assert raw_http.reply_in(rest, ended=True) == raw_http.HttpReply(200, b""), received[:600]
+
+
+TRIVIAL_BODY = json.dumps(
+    {"inputs": [{"name": "x", "shape": [1, 16], "datatype": "FP32", "data": [1.0] * 16}]}
+)
+
+
+@pytest.mark.parametrize(
+    ("path", "declared", "first"),
+    [
+        ("/v2/models/trivial/infer", len(TRIVIAL_BODY), b"HTTP/1.1 100 Continue\r\n\r\n"),
+        ("/v2/models/nosuch/infer", len(TRIVIAL_BODY), b"HTTP/1.1 404 "),  # refused from its headers
+        ("/v2/models/trivial/infer", 10**8, b"HTTP/1.1 413 "),
+    ],
+)
+def test_a_client_that_expects_100_continue_gets_it_or_its_refusal(
+    fault_server: TritonServer, path: str, declared: int, first: bytes
+) -> None:
+    """Fault matrix row 66. A client that sends ``Expect: 100-continue`` waits for ``100 Continue``
+    before it sends its body (curl does for a large body, for 1 s); the front never sent it, Triton
+    does. It now comes once the headers passed every check they allow, and a request its headers
+    already refuse gets its refusal instead, before its body is sent."""
+    host, port = fault_server.http_url.rsplit(":", 1)
+    head = (
+        f"POST {path} HTTP/1.1\r\nHost: test\r\nContent-Type: application/json\r\nExpect: 100-continue\r\n"
+        f"Connection: close\r\nContent-Length: {declared}\r\n\r\n"
+    ).encode()
+    with socket.create_connection((host, int(port)), timeout=HANG_GUARD_S) as sock:
+        sock.sendall(head)
+        received = sock.recv(1 << 16)  # the body is not sent until an answer comes: none is a hang
+        assert received.startswith(first), received[:200]
+        if not first.startswith(b"HTTP/1.1 100"):
+            return
+        sock.sendall(TRIVIAL_BODY.encode())
+        received = b""
+        while chunk := sock.recv(1 << 16):
+            received += chunk
+    reply = raw_http.reply_in(received, ended=True)
+    assert reply is not None and reply.status == 200, received[:300]
+    assert json.loads(reply.body)["outputs"][0]["data"] == [2.0] * 16
