@@ -3,7 +3,8 @@ frontend sees it, because that frontend crashes the whole server on a few small 
 fault matrix's HTTP-front rows, docs/SERVING.md) and blames the server (500) for many faulty ones:
 
 * the request target: only a plain origin-form ``/v2/...`` path, and Triton gets the path that was
-  checked, never the raw target (``server.fronts.request_target``; fault matrix row 35);
+  checked, never the raw target (``server.fronts.request_target``; fault matrix row 35); only the
+  methods Triton serves, a HEAD answered as its GET without a body (rows 65 and 67);
 * upstream slots: a client connection and a client address may each have a share of the requests
   waiting on Triton (429 beyond), a free slot goes to the waiting address holding the fewest
   (``server.fronts.client_slots``), GET/HEAD have connections of their own, and a client that hangs
@@ -114,6 +115,10 @@ QUICK_METHODS = ("GET", "HEAD")  # health, metadata, config, statistics: their o
 # and aiohttp sends the client the GET's status and headers alone; the front's own routes (shared
 # memory) answer a HEAD as their GET too.
 UPSTREAM_METHODS = {"HEAD": "GET"}
+# The methods Triton's HTTP API serves; any other is answered 405 here, in Triton's words (fault matrix
+# row 67): Triton answers the ones its HTTP parser knows with 405 and drops the connection on the others
+# (``M-SEARCH``: a 502 here), so forwarding them could only lose the answer.
+SERVED_METHODS = ("GET", "HEAD", "POST")
 # Triton's 500s that are about the request's JSON, never the server: answered as the 400 they are.
 REQUEST_FAULTS = re.compile(
     r"Unable to parse|attempt to access JSON|attempt to get members|failed to parse the request JSON"
@@ -381,6 +386,8 @@ class HttpFront:
         body_read = False
         try:
             path, query = checked_target(request.raw_path)  # fault matrix row 35
+            if request.method not in SERVED_METHODS:
+                raise RequestRefusedError("Method Not Allowed", Refusal.NOT_ALLOWED)
             headers = forwarded_headers(request)
             form = _content_type(request) in FORM_TYPES
             model = await self._model(request, path)

@@ -255,3 +255,17 @@ def test_a_client_that_expects_100_continue_gets_it_or_its_refusal(
     reply = raw_http.reply_in(received, ended=True)
     assert reply is not None and reply.status == 200, received[:300]
     assert json.loads(reply.body)["outputs"][0]["data"] == [2.0] * 16
+
+
+@pytest.mark.parametrize("method", ["PUT", "DELETE", "PATCH", "OPTIONS", "TRACE", "M-SEARCH", "CONNECT"])
+@pytest.mark.parametrize("route", ["/v2/health/ready", "/v2/models/trivial/infer"])
+def test_a_method_triton_does_not_serve_is_answered_405(
+    fault_server: TritonServer, method: str, route: str
+) -> None:
+    """Fault matrix row 67. Triton's HTTP API serves GET and POST (and the front HEAD); Triton answers
+    the other methods its parser knows with 405 and drops the connection on the rest (``M-SEARCH``),
+    which the front answered 502. The front answers every other method 405 itself, in Triton's words."""
+    host, port = fault_server.http_url.rsplit(":", 1)
+    reply = raw_http.exchange((host, int(port)), raw_http.Request(method, route, [], TRIVIAL_BODY.encode()))
+    assert (reply.status, reply.failure) == (405, ""), reply
+    assert json.loads(reply.body) == {"error": "Method Not Allowed"}
