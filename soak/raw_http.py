@@ -5,7 +5,8 @@ each on a connection of its own (or several at once, written back to back: ``pip
 One rule says what came back, wherever it is used (the HTTP fuzz and the soak's attacks, the invariant
 fuzz and its other user's relay). An **answer** is a status line ``HTTP/1.x NNN``, its headers and its
 whole body (to its ``Content-Length``, else to the connection's end), all within ``timeout_s`` of the
-connect. Anything else is **no answer**, and ``failure`` says which:
+connect; the answer to a HEAD ends at its headers (RFC 9110: it has no body, whatever its
+``Content-Length`` says). Anything else is **no answer**, and ``failure`` says which:
 
 * ``hang``: not all of it within ``timeout_s``;
 * ``closed``: the connection refused, reset or ended before that, without a status line or within the
@@ -82,15 +83,21 @@ class HttpReply:
 
 def exchange(address: tuple[str, int], request: Request, timeout_s: float = TIMEOUT_S) -> HttpReply:
     """``request`` on a connection of its own, and what came back by the module's rule."""
-    return pipelined(address, request.raw(), 1, timeout_s)[0]
+    return pipelined(address, request.raw(), 1, timeout_s, head_only=request.method == "HEAD")[0]
 
 
 def pipelined(
-    address: tuple[str, int], raw: bytes, replies: int, timeout_s: float, sent: Event | None = None
+    address: tuple[str, int],
+    raw: bytes,
+    replies: int,
+    timeout_s: float,
+    sent: Event | None = None,
+    head_only: bool = False,
 ) -> list[HttpReply]:
     """``raw`` on one connection as it is (one request or several back to back, framed as they frame
     themselves; ``sent`` set once all of it is written), and the first ``replies`` that came back, in
-    order, each by the module's rule; the list ends at the first that is no answer."""
+    order, each by the module's rule (``head_only``: answers to HEADs); the list ends at the first that
+    is no answer."""
     start, received, got = time.monotonic(), b"", []
     try:
         with socket.create_connection(address, timeout=timeout_s) as sock:
@@ -106,7 +113,8 @@ def pipelined(
                 sock.settimeout(remaining)
                 chunk = sock.recv(1 << 20)
                 received += chunk
-                while (split := reply_in(received, not chunk, time.monotonic() - start))[0] is not None:
+                elapsed_s = time.monotonic() - start
+                while (split := reply_in(received, not chunk, elapsed_s, head_only))[0] is not None:
                     reply, received = split
                     got.append(reply)
                     if reply.failure or len(got) == replies:
@@ -117,16 +125,20 @@ def pipelined(
         return [*got, HttpReply(elapsed_s=time.monotonic() - start, failure=f"closed: {error!r}")]
 
 
-def reply_in(received: bytes, ended: bool, elapsed_s: float = 0.0) -> tuple[HttpReply | None, bytes]:
+def reply_in(
+    received: bytes, ended: bool, elapsed_s: float = 0.0, head_only: bool = False
+) -> tuple[HttpReply | None, bytes]:
     """The first reply ``received`` makes by the module's rule, or None while it is not whole yet and more
-    may come (``ended``: the connection ended, nothing more will); and the bytes after it (a pipelined
-    request's answer)."""
+    may come (``ended``: the connection ended, nothing more will; ``head_only``: the answer to a HEAD,
+    whole at its headers); and the bytes after it (a pipelined request's answer)."""
     head, found, body = received.partition(b"\r\n\r\n")
     if not found:
         return (HttpReply(elapsed_s=elapsed_s, failure="closed: no status line") if ended else None), received
     status = STATUS_LINE.fullmatch(head.split(b"\r\n", 1)[0])
     if status is None:
         return HttpReply(elapsed_s=elapsed_s, failure=f"not HTTP: {head[:80]!r}"), b""
+    if head_only:
+        return HttpReply(int(status[1]), b"", elapsed_s, encoding=_encoding(head)), body
     declared = CONTENT_LENGTH.search(head)
     length = int(declared[1]) if declared else None
     if length is not None and len(body) >= length:
@@ -140,8 +152,7 @@ def reply_in(received: bytes, ended: bool, elapsed_s: float = 0.0) -> tuple[Http
 
 def _decoded(status: int, head: bytes, body: bytes, elapsed_s: float) -> HttpReply:
     """The answer with its body decoded from the gzip or deflate its head names (module docstring)."""
-    named = CONTENT_ENCODING.search(head)
-    encoding = named[1].decode("latin-1").lower() if named else ""
+    encoding = _encoding(head)
     if encoding not in WBITS or not body:  # an empty body (a 204) decodes to itself
         return HttpReply(status, body, elapsed_s, encoding=encoding)
     decoder = zlib.decompressobj(WBITS[encoding])
@@ -153,3 +164,9 @@ def _decoded(status: int, head: bytes, body: bytes, elapsed_s: float) -> HttpRep
         whole = f"undecodable: a {status} not one whole {encoding} stream"
         return HttpReply(elapsed_s=elapsed_s, failure=whole)
     return HttpReply(status, plain, elapsed_s, encoding=encoding)
+
+
+def _encoding(head: bytes) -> str:
+    """The ``Content-Encoding`` an answer's ``head`` names, lowercased ("" when none)."""
+    named = CONTENT_ENCODING.search(head)
+    return named[1].decode("latin-1").lower() if named else ""

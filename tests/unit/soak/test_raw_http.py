@@ -49,6 +49,16 @@ def test_the_bytes_after_an_answer_are_the_next_pipelined_answers() -> None:
     assert reply_in(ANSWER, ended=False) == (None, ANSWER)  # not whole yet: kept until more comes
 
 
+@pytest.mark.parametrize("ended", [False, True])
+def test_the_answer_to_a_head_is_whole_at_its_headers(ended: bool) -> None:
+    """A HEAD's answer has no body whatever its ``Content-Length`` says (RFC 9110): read to that
+    length, every HEAD answered with one was "closed: 0 of its 13 body bytes"."""
+    assert reply_in(ANSWER, ended, head_only=True)[0] == HttpReply(400, b"")
+    assert reply_in(ANSWER, ended)[0] == (
+        HttpReply(failure="closed: 0 of its 13 body bytes") if ended else None
+    )
+
+
 def test_a_request_asks_to_close_and_is_framed_by_its_headers() -> None:
     plain = Request("POST", "/v2", [("X", "1"), ("X", "2")], b"abcd").raw()
     chunked = Request("POST", "/v2", [("Transfer-Encoding", "chunked")], b"abcd").raw()
