@@ -25,6 +25,11 @@ from server import ports
 ROOT = Path(__file__).resolve().parent.parent
 # session fixtures that start a server or build a repository -> the one worker group that uses them
 SHARED_FIXTURES = {"serving_repository": "integration-server", "fault_repository": "fault-server"}
+# pytest-timeout's limit for a test of a shared fixture's group without its own (the default, in
+# pyproject.toml, is lower): whichever of them runs first pays the fixture's build and server start,
+# which took 470 s with make test's three workers on a 2-core host at load average 20. A hang guard,
+# not a speed check.
+SHARED_BUILD_TIMEOUT_S = 900
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
@@ -40,10 +45,13 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
 
 
 def pytest_itemcollected(item: pytest.Item) -> None:
-    """Marks each test's worker group as it is collected, before pytest-xdist reads the groups."""
+    """Marks each test's worker group as it is collected, before pytest-xdist reads the groups, and
+    gives a test of a shared fixture's group the time its build may take (``SHARED_BUILD_TIMEOUT_S``)."""
     fixtures = getattr(item, "fixturenames", ())
     shared = [group for fixture, group in SHARED_FIXTURES.items() if fixture in fixtures]
     item.add_marker(pytest.mark.xdist_group(shared[0] if shared else item.nodeid.split("::")[0]))
+    if shared and item.get_closest_marker("timeout") is None:
+        item.add_marker(pytest.mark.timeout(SHARED_BUILD_TIMEOUT_S))
 
 
 @pytest.fixture(scope="session")

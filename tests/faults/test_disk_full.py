@@ -19,6 +19,7 @@ import os
 import re
 import shutil
 import subprocess
+import sys
 import zipfile
 from collections.abc import Iterator
 from pathlib import Path
@@ -27,6 +28,7 @@ from typing import Any
 import onnx
 import pytest
 import yaml
+from small_disk import MountUnavailableError, private_tmpfs
 
 import python_backend
 from exporters.__main__ import main as exporters_main
@@ -45,20 +47,56 @@ DISK_FULL = re.compile(
 
 @pytest.fixture
 def small_disk(tmp_path: Path) -> Iterator[Path]:
-    """A 64 MiB tmpfs: a disk that fills (mounting needs root; skipped where it cannot be mounted)."""
+    """A 64 MiB tmpfs: a disk that fills, gone with the process even where a killed run never tears
+    it down (``small_disk.private_tmpfs``; mounting needs root: skipped where it cannot be mounted)."""
     mount = tmp_path / "disk"
     mount.mkdir()
-    done = subprocess.run(
-        ["mount", "-t", "tmpfs", "-o", f"size={DISK_BYTES}", "tmpfs", str(mount)],
-        capture_output=True,
-        text=True,
-    )
-    if done.returncode != 0:
-        pytest.skip(f"cannot mount a small tmpfs to fill (needs root): {done.stderr.strip()}")
     try:
-        yield mount
+        with private_tmpfs(mount, DISK_BYTES):
+            yield mount
+    except MountUnavailableError as error:
+        pytest.skip(f"cannot mount a small tmpfs to fill (needs root): {error}")
+
+
+# A process that holds a small disk until it is killed (argv: this folder, the mount point).
+HOLD_SMALL_DISK = """
+import sys, time
+from pathlib import Path
+sys.path.insert(0, sys.argv[1])
+from small_disk import MountUnavailableError, private_tmpfs
+try:
+    with private_tmpfs(Path(sys.argv[2]), 1 << 20):
+        print("mounted", flush=True)
+        time.sleep(600)
+except MountUnavailableError as error:
+    print("unavailable:", error, flush=True)
+"""
+
+
+def _mounted(path: Path, pid: int) -> bool:
+    """Whether the mount namespace of process ``pid`` has a mount at ``path``."""
+    lines = Path(f"/proc/{pid}/mountinfo").read_text().splitlines()
+    return any(line.split()[4] == str(path) for line in lines)
+
+
+def test_a_killed_run_leaves_no_small_disk_mounted(tmp_path: Path) -> None:
+    """The small disk is mounted only where the process that mounted it looks: killed before any
+    teardown, it leaves no tmpfs (and no filler's RAM) behind in the namespace the tests run in."""
+    mount = tmp_path / "disk"
+    mount.mkdir()
+    command = [sys.executable, "-c", HOLD_SMALL_DISK, str(Path(__file__).parent), str(mount)]
+    holder = subprocess.Popen(command, stdout=subprocess.PIPE, text=True)
+    try:
+        assert holder.stdout is not None
+        ready = holder.stdout.readline()
+        if ready.startswith("unavailable"):
+            pytest.skip(f"cannot mount a small tmpfs to fill (needs root): {ready.strip()}")
+        assert ready == "mounted\n" and _mounted(mount, holder.pid)
+        assert not _mounted(mount, os.getpid()), "the small disk is mounted in the tests' namespace"
     finally:
-        subprocess.run(["umount", "-l", str(mount)], check=False)
+        holder.kill()
+        holder.wait()
+    assert not _mounted(mount, os.getpid())
 
 
 def _leave_free(disk: Path, free: int) -> None:
