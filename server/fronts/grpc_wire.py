@@ -25,6 +25,7 @@ from urllib.parse import quote, unquote
 import grpc
 
 from server.fronts import h2c
+from server.fronts.grpc_metadata import metadata_fault
 
 log = logging.getLogger(__name__)
 
@@ -34,6 +35,7 @@ OK, CANCELLED, UNKNOWN, INTERNAL, UNAVAILABLE = (
     STATUS[n] for n in ("OK", "CANCELLED", "UNKNOWN", "INTERNAL", "UNAVAILABLE")
 )
 RESOURCE_EXHAUSTED, UNIMPLEMENTED = STATUS["RESOURCE_EXHAUSTED"], STATUS["UNIMPLEMENTED"]
+INVALID_ARGUMENT = STATUS["INVALID_ARGUMENT"]
 # grpc-timeout units in seconds
 TIMEOUT_UNITS = {b"H": 3600.0, b"M": 60.0, b"S": 1.0, b"m": 1e-3, b"u": 1e-6, b"n": 1e-9}
 PREFIX_BYTES = 5  # a message's compressed flag and 32-bit length
@@ -131,7 +133,9 @@ class MessageReader:
         try:
             plain = unpacker.decompress(message, self.limit + 1)
         except zlib.error as error:
-            raise GrpcError(INTERNAL, f"a compressed message that does not decompress: {error}") from error
+            raise GrpcError(
+                INVALID_ARGUMENT, f"a compressed message that does not decompress: {error}"
+            ) from error
         if len(plain) > self.limit:
             raise GrpcError(RESOURCE_EXHAUSTED, f"a message above {self.limit} bytes once decompressed")
         return plain
@@ -192,7 +196,7 @@ class ServerCall:
         if end_stream:
             self.ended = True
             if self.reader.pending:
-                self.finish(INTERNAL, "the call ended inside a message")
+                self.finish(INVALID_ARGUMENT, "the call ended inside a message (its length prefix says more)")
                 if self.task is not None:
                     self.task.cancel()
                 return
@@ -205,7 +209,9 @@ class ServerCall:
     def message(self) -> bytes:
         """The one message of a unary call."""
         if len(self.messages) != 1:
-            raise GrpcError(INTERNAL, f"a unary call carries one message, this one {len(self.messages)}")
+            raise GrpcError(
+                INVALID_ARGUMENT, f"a unary call carries one message, this one {len(self.messages)}"
+            )
         return self.messages[0][0]
 
     async def receive(self) -> bytes | None:
@@ -333,6 +339,19 @@ class FrontConnection(h2c.Endpoint):
         self.connections.add(self)
         self.timer = self.loop.call_later(self.front_limits.handshake_s, self._handshake_expired)
 
+    def pause_writing(self) -> None:
+        """The client reads slower than its answers come (the transport's buffer passed its high-water
+        mark): read nothing more from it until it catches up. What the front holds for a client that
+        stops reading is then its calls already begun, not every call it goes on sending (fault
+        matrix row 66). Only toward clients: Triton's end keeps reading, or a busy Triton and the
+        front would each wait for the other."""
+        if not self.closed and self.transport is not None:
+            self.transport.pause_reading()
+
+    def resume_writing(self) -> None:
+        if not self.closed and self.transport is not None:
+            self.transport.resume_reading()
+
     def _handshake_expired(self) -> None:
         if not self.handshaken:
             log.debug("closing %s: no HTTP/2 handshake within %g s", self.name, self.front_limits.handshake_s)
@@ -371,19 +390,33 @@ class FrontConnection(h2c.Endpoint):
         method = path[len(self.prefix) :].decode("latin-1") if path.startswith(self.prefix) else ""
         streaming = self.methods.get(method)
         if streaming is None:
-            block = h2c.encode_headers(
-                RESPONSE_HEADERS
-                + status_headers(UNIMPLEMENTED, f"Method not found: {path.decode('latin-1')}", [])
+            self._refuse(stream_id, end_stream, UNIMPLEMENTED, f"Method not found: {path.decode('latin-1')}")
+            return
+        fault = metadata_fault(headers)  # Triton would reset the call, or refuse it at random
+        if fault is not None:
+            self._refuse(stream_id, end_stream, INVALID_ARGUMENT, fault)
+            return
+        if self.queued > self.front_limits.max_message_bytes:
+            self._refuse(
+                stream_id,
+                end_stream,
+                RESOURCE_EXHAUSTED,
+                f"{self.queued} bytes of answers on this connection wait for the client's HTTP/2 window; "
+                "read them (send WINDOW_UPDATE) before starting more calls",
             )
-            self.send_headers(stream_id, block, end_stream=True)
-            if not end_stream:
-                self.reset(stream_id, h2c.NO_ERROR)
             return
         call = ServerCall(self, stream_id, method, headers, streaming)
         self.calls[stream_id] = call
         self.open_stream(stream_id)
         if end_stream:
             call.on_data(b"", True)
+
+    def _refuse(self, stream_id: int, end_stream: bool, code: int, details: str) -> None:
+        """Answer a call the front does not take with ``code`` alone (trailers-only)."""
+        block = h2c.encode_headers(RESPONSE_HEADERS + status_headers(code, details, []))
+        self.send_headers(stream_id, block, end_stream=True)
+        if not end_stream:
+            self.reset(stream_id, h2c.NO_ERROR)
 
     def close_gracefully(self) -> None:
         """``GOAWAY``: the calls begun so far finish, the client opens new ones elsewhere."""

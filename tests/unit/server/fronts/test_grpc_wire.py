@@ -8,12 +8,15 @@ import asyncio
 import gzip
 import struct
 import zlib
+from urllib.parse import unquote
 
 import hpack
 import pytest
 
 from server.fronts import h2c
+from server.fronts.grpc_metadata import metadata_fault
 from server.fronts.grpc_wire import (
+    INVALID_ARGUMENT,
     RESOURCE_EXHAUSTED,
     ConnectionLimits,
     FrontConnection,
@@ -176,5 +179,128 @@ def test_a_stream_gets_window_for_a_message_larger_than_one_but_not_for_a_backlo
         await asyncio.sleep(0.05)
         assert len(taken) == 7
         await asyncio.sleep(0)
+
+    asyncio.run(run())
+
+
+def _answers(transport: MemoryTransport) -> dict[int, dict[bytes, bytes]]:
+    """Each stream's trailers (or trailers-only answer), decoded."""
+    decoder, answers = hpack.Decoder(), {}
+    for kind, _, stream, payload in frames(transport.data):
+        if kind == h2c.HEADERS:
+            answers.setdefault(stream, {}).update(dict(decoder.decode(payload, raw=True)))
+    return answers
+
+
+def test_a_call_whose_messages_are_malformed_is_the_clients_fault() -> None:
+    """Two messages on a unary call, none, a length prefix that says more than follows, a gzip message
+    that does not unpack: ``INVALID_ARGUMENT`` naming what is wrong, never ``INTERNAL`` (fault matrix
+    row 65), and never served."""
+
+    async def run() -> None:
+        served: list[ServerCall] = []
+        connection, transport = _front(served=served)
+        connection.data_received(h2c.PREFACE + h2c.settings_frame({}))
+        connection.data_received(_call(1, frame_message(b"one") + frame_message(b"two")))
+        connection.data_received(_call(3, b""))
+        connection.data_received(_call(5, frame_message(b"whole")[:-2]))
+        await asyncio.sleep(0.01)
+        answers = _answers(transport)
+        assert {stream: answers[stream][b"grpc-status"] for stream in (1, 3, 5)} == dict.fromkeys(
+            (1, 3, 5), b"3"
+        )
+        assert b"one message, this one 2" in answers[1][b"grpc-message"]
+        assert b"inside a message" in answers[5][b"grpc-message"]
+        with pytest.raises(GrpcError) as refused:
+            MessageReader(100, b"gzip").feed(b"\x01" + (4).to_bytes(4, "big") + b"nope")
+        assert refused.value.code == INVALID_ARGUMENT and "does not decompress" in refused.value.details
+
+    asyncio.run(run())
+
+
+@pytest.mark.parametrize(
+    ("name", "value", "fault"),
+    [
+        (b"X-Upper", b"v", "is not gRPC's"),
+        (b"x y", b"v", "is not gRPC's"),
+        (b"", b"v", "is not gRPC's"),
+        (b"x-ctl", b"a\x00b", "outside printable ASCII"),
+        (b"x-high", b"\xff", "outside printable ASCII"),
+        (b"x-bin", b"!!!!", "not base64"),
+        (b"x-bin", b"AAAAA", "not base64"),
+        (b"x-big", b"a" * 12_000, "above the 4096"),
+    ],
+)
+def test_metadata_triton_would_not_take_is_refused_before_it(name: bytes, value: bytes, fault: str) -> None:
+    """Metadata outside gRPC's grammar, or more than Triton always takes: ``INVALID_ARGUMENT`` naming it
+    (row 65; Triton reset such a call, ``INTERNAL``, or refused it at random); the call is not served."""
+
+    async def run() -> None:
+        served: list[ServerCall] = []
+        connection, transport = _front(served=served)
+        connection.data_received(h2c.PREFACE + h2c.settings_frame({}))
+        headers = [(b":method", b"POST"), (b":path", PATH), (name, value)]
+        block = h2c.encode_headers(headers)
+        connection.data_received(
+            h2c.frame(h2c.HEADERS, h2c.END_HEADERS, 1, block)
+            + h2c.frame(h2c.DATA, h2c.END_STREAM, 1, frame_message(b"x"))
+        )
+        await asyncio.sleep(0.01)
+        answer = _answers(transport)[1]
+        assert answer[b"grpc-status"] == b"3" and fault in unquote(answer[b"grpc-message"].decode())
+        assert served == [] and not connection.calls
+
+    asyncio.run(run())
+
+
+def test_metadata_grpc_sends_passes() -> None:
+    assert (
+        metadata_fault([(b":path", b"/x"), (b"x-bin", b"AAE"), (b"x-bin", b"AAEC"), (b"grpc-foo", b"a b~")])
+        is None
+    )
+    assert metadata_fault([(b"user-agent", b"grpc-python/1.66"), (b"x.y_z-1", b"")]) is None
+
+
+def test_a_client_that_stops_reading_is_not_read_until_it_catches_up() -> None:
+    """Answers queue for a client that does not read them: over TCP the front stops reading it (the
+    transport's high-water mark), and answers waiting for its HTTP/2 window above one message's bound
+    refuse its new calls with ``RESOURCE_EXHAUSTED`` (row 66); the calls begun are answered once it
+    reads."""
+
+    async def run() -> None:
+        served: list[ServerCall] = []
+
+        async def serve(call: ServerCall) -> None:
+            served.append(call)
+            call.reply(b"a" * 600)  # above the window the client gives: the rest waits
+
+        limits = ConnectionLimits(max_message_bytes=1000, handshake_s=10.0, idle_s=300.0)
+        connection = FrontConnection(
+            limits, {"ModelInfer": False}, "/inference.GRPCInferenceService/", serve, set()
+        )
+        transport = MemoryTransport()
+        connection.connection_made(transport)
+        connection.pause_writing()
+        assert not transport.reading
+        connection.resume_writing()
+        assert transport.reading
+        # the client lets 100 bytes of each stream come, and never more
+        connection.data_received(h2c.PREFACE + h2c.settings_frame({h2c.INITIAL_WINDOW_SIZE: 100}))
+        for stream in (1, 3, 5):
+            connection.data_received(_call(stream, frame_message(b"x")))
+            await asyncio.sleep(0.01)
+        assert [call.stream_id for call in served] == [1, 3]  # 2 × 505 bytes waiting: above 1000
+        answers = _answers(transport)
+        assert answers[5][b"grpc-status"] == str(RESOURCE_EXHAUSTED).encode()
+        assert b"wait for the client's HTTP/2 window" in answers[5][b"grpc-message"]
+        for stream in (1, 3):
+            connection.data_received(h2c.window_update(stream, 1000))
+        connection.data_received(h2c.window_update(0, 1000))
+        await asyncio.sleep(0)  # the front writes once per turn of the loop
+        assert connection.queued == 0
+        assert {stream: _answers(transport)[stream][b"grpc-status"] for stream in (1, 3)} == {
+            1: b"0",
+            3: b"0",
+        }
 
     asyncio.run(run())
