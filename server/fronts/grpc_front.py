@@ -68,11 +68,13 @@ from server.fronts.deadlines import OVERDUE_TIMEOUT_S, STREAM_WATCH_S, Deadlines
 from server.fronts.grpc_request import SERVICE, check_request, model_to_check, parse_request
 from server.fronts.grpc_upstream import Upstream, UpstreamCall
 from server.fronts.grpc_wire import (
+    LARGE_MESSAGES,
     STATUS,
     UNAVAILABLE,
     ConnectionLimits,
     FrontConnection,
     GrpcError,
+    IncomingBytes,
     ServerCall,
 )
 from server.fronts.model_shapes import ModelSignatures
@@ -134,13 +136,14 @@ class GrpcFront:
         self.deadlines = Deadlines(self.slots, self.shares.max_overdue)
         self.methods = {method.name: method.client_streaming for method in SERVICE.methods}
         self.connections: set[FrontConnection] = set()
+        self.incoming = IncomingBytes(LARGE_MESSAGES * max_message_bytes)  # of calls still arriving
         self.metadata_blocks: dict[tuple, bytes] = {}
         self.admin = key.encode() if key else None
         self.front_key = h2c.encode_headers([(GRPC_FRONT_HEADER.encode(), key.encode())]) if key else b""
 
     def connection(self) -> FrontConnection:
         """A new client connection (the listening socket's protocol factory)."""
-        limits = ConnectionLimits(self.max_message_bytes, HANDSHAKE_TIMEOUT_S, IDLE_TIMEOUT_S)
+        limits = ConnectionLimits(self.max_message_bytes, HANDSHAKE_TIMEOUT_S, IDLE_TIMEOUT_S, self.incoming)
         return FrontConnection(limits, self.methods, PREFIX, self.serve, self.connections)
 
     async def serve(self, call: ServerCall) -> None:

@@ -35,9 +35,13 @@ OK, CANCELLED, UNKNOWN, INTERNAL, UNAVAILABLE = (
     STATUS[n] for n in ("OK", "CANCELLED", "UNKNOWN", "INTERNAL", "UNAVAILABLE")
 )
 RESOURCE_EXHAUSTED, UNIMPLEMENTED = STATUS["RESOURCE_EXHAUSTED"], STATUS["UNIMPLEMENTED"]
-INVALID_ARGUMENT = STATUS["INVALID_ARGUMENT"]
+INVALID_ARGUMENT, DEADLINE_EXCEEDED = STATUS["INVALID_ARGUMENT"], STATUS["DEADLINE_EXCEEDED"]
 # grpc-timeout units in seconds
 TIMEOUT_UNITS = {b"H": 3600.0, b"M": 60.0, b"S": 1.0, b"m": 1e-3, b"u": 1e-6, b"n": 1e-9}
+# What the front holds of messages still arriving (``IncomingBytes``): this many of the largest, as the
+# HTTP front reads 4 large bodies at once; and how long a unary call's message may take to arrive
+LARGE_MESSAGES = 4
+MESSAGE_TIMEOUT_S = 30.0
 PREFIX_BYTES = 5  # a message's compressed flag and 32-bit length
 RESPONSE_HEADERS = [(b":status", b"200"), (b"content-type", b"application/grpc")]
 RESPONSE_BLOCK = h2c.encode_headers(RESPONSE_HEADERS)
@@ -169,6 +173,13 @@ class ServerCall:
         self.task: asyncio.Task | None = None
         self.headers_sent = False
         self.done = False
+        self.held = 0  # bytes of this call's messages counted in the front's ``IncomingBytes``
+        # a unary call's message must be whole in time (fault matrix row 67), as an HTTP body must
+        self.timer = (
+            None
+            if streaming
+            else connection.loop.call_later(connection.front_limits.message_s, self._message_late)
+        )
 
     @property
     def peer(self) -> tuple[str, str, int | None]:
@@ -192,6 +203,8 @@ class ServerCall:
             return
         self.messages.extend(messages)
         self.queued += sum(size for _, size in messages)
+        if not self._hold():
+            return
         self._give_window(len(data))
         if end_stream:
             self.ended = True
@@ -201,6 +214,8 @@ class ServerCall:
                     self.task.cancel()
                 return
         if self.task is None and (self.streaming or self.ended):
+            if not self.streaming:  # its message is the handler's now
+                self.release()
             self.task = asyncio.ensure_future(self.connection.front_serve(self))
             self.task.add_done_callback(self._served)
         if self.waiter is not None and not self.waiter.done() and (messages or end_stream):
@@ -224,8 +239,46 @@ class ServerCall:
             self.waiter = None
         message, size = self.messages.popleft()
         self.queued -= size
+        self._hold()
         self._give_window(0)
         return message
+
+    def _hold(self) -> bool:
+        """Count what this call's messages hold until its handler takes them (a stream's: the part of
+        a message and the messages it has not taken; a unary call's: all it sent), and refuse the call
+        that takes the front above its ``IncomingBytes`` bound (False: refused)."""
+        held = (
+            0
+            if self.done
+            else len(self.reader.pending) + (self.queued if self.streaming or not self.task else 0)
+        )
+        incoming = self.connection.front_limits.incoming
+        incoming.held += held - self.held
+        self.held = held
+        if held and incoming.held > incoming.limit:
+            self.finish(
+                RESOURCE_EXHAUSTED,
+                f"the front already holds {incoming.held - held} bytes of its clients' messages still "
+                f"arriving or waiting, at most {incoming.limit}; send this call when those are taken",
+            )
+            if self.task is not None:
+                self.task.cancel()
+            return False
+        return True
+
+    def release(self) -> None:
+        """This call's messages are no longer the front's to count (taken, or the call ended)."""
+        self.connection.front_limits.incoming.held -= self.held
+        self.held = 0
+        if self.timer is not None:
+            self.timer.cancel()
+            self.timer = None
+
+    def _message_late(self) -> None:
+        self.timer = None
+        if not self.ended and not self.done:
+            limit = self.connection.front_limits.message_s
+            self.finish(DEADLINE_EXCEEDED, f"the call's message was not complete within {limit:g} s")
 
     def _give_window(self, received: int) -> None:
         """Let the client send more: at once while the messages waiting for the handler stay under
@@ -296,11 +349,24 @@ class ServerCall:
             self.finish(OK)
 
 
+class IncomingBytes:
+    """Bytes of clients' messages the front holds before a handler takes them, every connection's
+    together: unary calls still arriving and a stream's messages not yet taken. Each is bounded by the
+    message bound, so without this a client opening calls it never finishes held that bound per call
+    for as long as its connection lived (fault matrix row 67); the call that would pass ``limit`` is
+    refused with ``RESOURCE_EXHAUSTED``, like the HTTP front's fifth large body."""
+
+    def __init__(self, limit: int) -> None:
+        self.limit, self.held = limit, 0
+
+
 @dataclass(frozen=True)
 class ConnectionLimits:
     max_message_bytes: int
     handshake_s: float
     idle_s: float
+    incoming: IncomingBytes  # the front's, shared by its connections
+    message_s: float = MESSAGE_TIMEOUT_S  # a unary call's message must be whole within this
 
 
 class FrontConnection(h2c.Endpoint):
@@ -428,6 +494,7 @@ class FrontConnection(h2c.Endpoint):
             log.debug("%s sent GOAWAY %d: %r", self.name, code, debug[:100])
 
     def call_ended(self, call: ServerCall) -> None:
+        call.release()
         self.calls.pop(call.stream_id, None)
         self.stream_received.pop(call.stream_id, None)
         if not self.calls:

@@ -21,6 +21,7 @@ from server.fronts.grpc_wire import (
     ConnectionLimits,
     FrontConnection,
     GrpcError,
+    IncomingBytes,
     MessageReader,
     ServerCall,
     format_timeout,
@@ -72,7 +73,9 @@ def _front(handshake_s: float = 10.0, served: list | None = None) -> tuple[Front
         (served if served is not None else []).append(call)
         call.reply(call.message())
 
-    limits = ConnectionLimits(max_message_bytes=1000, handshake_s=handshake_s, idle_s=300.0)
+    limits = ConnectionLimits(
+        max_message_bytes=1000, handshake_s=handshake_s, idle_s=300.0, incoming=IncomingBytes(4000)
+    )
     connection = FrontConnection(
         limits, {"ModelInfer": False}, "/inference.GRPCInferenceService/", serve, set()
     )
@@ -146,7 +149,7 @@ def test_a_stream_gets_window_for_a_message_larger_than_one_but_not_for_a_backlo
             while (message := await call.receive()) is not None:
                 taken.append(message)
 
-        limits = ConnectionLimits(max_message_bytes=64 << 20, handshake_s=10.0, idle_s=300.0)
+        limits = ConnectionLimits(64 << 20, 10.0, 300.0, IncomingBytes(256 << 20))
         methods = {"ModelStreamInfer": True}
         connection = FrontConnection(limits, methods, "/inference.GRPCInferenceService/", serve, set())
         transport = MemoryTransport()
@@ -274,7 +277,7 @@ def test_a_client_that_stops_reading_is_not_read_until_it_catches_up() -> None:
             served.append(call)
             call.reply(b"a" * 600)  # above the window the client gives: the rest waits
 
-        limits = ConnectionLimits(max_message_bytes=1000, handshake_s=10.0, idle_s=300.0)
+        limits = ConnectionLimits(1000, 10.0, 300.0, IncomingBytes(4000))
         connection = FrontConnection(
             limits, {"ModelInfer": False}, "/inference.GRPCInferenceService/", serve, set()
         )
@@ -302,5 +305,53 @@ def test_a_client_that_stops_reading_is_not_read_until_it_catches_up() -> None:
             1: b"0",
             3: b"0",
         }
+
+    asyncio.run(run())
+
+
+def test_calls_whose_messages_never_finish_are_bounded_and_answered() -> None:
+    """Unary calls whose message never completes: the front holds at most its ``IncomingBytes`` of
+    them, all connections together (the call beyond gets ``RESOURCE_EXHAUSTED``), and each is answered
+    ``DEADLINE_EXCEEDED`` once its message is late; what they held is free again (fault matrix row 67;
+    before: every such call held up to 64 MiB for its connection's life, never answered)."""
+
+    async def run() -> None:
+        served: list[ServerCall] = []
+        incoming = IncomingBytes(2500)
+        limits = ConnectionLimits(1000, 10.0, 300.0, incoming, message_s=0.2)
+
+        async def serve(call: ServerCall) -> None:
+            served.append(call)
+            call.reply(call.message())
+
+        connections = []
+        for _ in range(2):
+            connection = FrontConnection(
+                limits, {"ModelInfer": False}, "/inference.GRPCInferenceService/", serve, set()
+            )
+            connection.connection_made(MemoryTransport())
+            connection.data_received(h2c.PREFACE + h2c.settings_frame({}))
+            connections.append(connection)
+        unfinished = frame_message(b"x" * 990)[:900]  # a message of 995 bytes, 900 of them sent
+        block = h2c.encode_headers([(b":method", b"POST"), (b":path", PATH)])
+        for stream, connection in ((1, connections[0]), (3, connections[0]), (1, connections[1])):
+            connection.data_received(
+                h2c.frame(h2c.HEADERS, h2c.END_HEADERS, stream, block)
+                + h2c.frame(h2c.DATA, 0, stream, unfinished)
+            )
+        await asyncio.sleep(0)  # the front writes once per turn of the loop
+        assert incoming.held == 1800  # the third would pass 2500: refused at once, its bytes dropped
+        third = _answers(connections[1].transport)[1]
+        assert third[b"grpc-status"] == str(RESOURCE_EXHAUSTED).encode()
+        assert "already holds 1800 bytes" in unquote(third[b"grpc-message"].decode())
+        assert 1 not in _answers(connections[0].transport)  # the first two wait for the rest
+        await asyncio.sleep(0.4)
+        late = _answers(connections[0].transport)
+        assert {stream: late[stream][b"grpc-status"] for stream in (1, 3)} == {1: b"4", 3: b"4"}
+        assert "not complete within 0.2 s" in unquote(late[1][b"grpc-message"].decode())
+        assert incoming.held == 0 and served == []
+        connections[1].data_received(_call(5, frame_message(b"whole")))  # a whole call is served
+        await asyncio.sleep(0.01)
+        assert [call.stream_id for call in served] == [5] and incoming.held == 0
 
     asyncio.run(run())
