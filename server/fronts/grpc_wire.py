@@ -8,7 +8,13 @@ decoded, its messages are reassembled from DATA frames (a message above the fron
 call is handed to the front's handler (``GrpcFront.serve``) as a ``ServerCall``: a unary call once its
 one message is whole, a stream at once, reading its messages as they come (and letting the client send
 more only as it reads them). A call the client resets, or whose connection closes, has its handler
-cancelled. A connection must finish its preface and SETTINGS within ``handshake_s`` (row 41) and is
+cancelled. What is wrong with a call's wire form is the client's fault, ``INVALID_ARGUMENT`` (row 65):
+metadata Triton would not take (``server.fronts.grpc_metadata``), a unary call of two messages or none,
+a length prefix that says more than follows, gzip that does not unpack. What the front holds for
+clients is bounded (rows 66–67): a client whose answers back up is not read, a connection whose answers
+wait for its window above one message's bound gets no new calls, a unary call's message must be whole
+within ``message_s``, and messages still arriving are held up to ``IncomingBytes`` over all connections.
+A connection must finish its preface and SETTINGS within ``handshake_s`` (row 41) and is
 closed with ``GOAWAY`` after ``idle_s`` without a call.
 """
 
