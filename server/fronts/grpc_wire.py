@@ -452,8 +452,12 @@ class FrontConnection(h2c.Endpoint):
             return
         if not self.handshaken or stream_id % 2 == 0:
             raise h2c.ProtocolError(h2c.PROTOCOL_ERROR, f"a client stream of id {stream_id}")
-        if stream_id <= self.last_stream:  # a call the front has ended already (trailers of it)
-            return
+        if stream_id <= self.last_stream:
+            if any(name == b":method" for name, _ in headers):  # a new call on a used id: never answered
+                raise h2c.ProtocolError(
+                    h2c.PROTOCOL_ERROR, f"a new stream of id {stream_id} after {self.last_stream}"
+                )
+            return  # trailers of a call the front has ended already
         self.last_stream = stream_id
         if self.stopping:
             self.reset(stream_id, h2c.REFUSED_STREAM)

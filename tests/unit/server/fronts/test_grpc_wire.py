@@ -355,3 +355,24 @@ def test_calls_whose_messages_never_finish_are_bounded_and_answered() -> None:
         assert [call.stream_id for call in served] == [5] and incoming.held == 0
 
     asyncio.run(run())
+
+
+def test_a_new_call_on_a_stream_id_already_used_ends_the_connection() -> None:
+    """A client's HEADERS opening a call on an id at or below one it used is a protocol error (RFC 9113,
+    5.1.1): ``GOAWAY``, which the client reads as its calls' end (before: ignored, the call never
+    answered). Trailers on a call the front ended are still taken quietly."""
+
+    async def run() -> None:
+        connection, transport = _front()
+        connection.data_received(h2c.PREFACE + h2c.settings_frame({}))
+        connection.data_received(_call(5, frame_message(b"first")))
+        await asyncio.sleep(0.01)
+        trailers = h2c.encode_headers([(b"x-trailer", b"1")])
+        connection.data_received(h2c.frame(h2c.HEADERS, h2c.END_HEADERS | h2c.END_STREAM, 5, trailers))
+        assert not transport.closed
+        connection.data_received(_call(3, frame_message(b"second")))
+        assert transport.closed
+        [goaway] = [payload for kind, _, _, payload in frames(transport.data) if kind == h2c.GOAWAY]
+        assert struct.unpack(">II", goaway[:8]) == (0, h2c.PROTOCOL_ERROR) and b"id 3 after 5" in goaway
+
+    asyncio.run(run())
