@@ -2,7 +2,7 @@
 not send: metadata outside gRPC's grammar (grpcio refuses it before it leaves the client), a unary call
 with two messages or none, a length prefix that says more than follows, a compressed flag without
 ``grpc-encoding``. The invariant fuzz sends its drawn wire faults with it (``soak.fuzz_headers``) and
-the fault matrix its rows 65 and 66.
+the fault matrix its rows 69 and 70.
 
 An answer is the call's ``grpc-status`` name and ``grpc-message``, or a failure: the connection closed,
 reset or silent before the call's trailers, the stream reset, or a ``GOAWAY`` (a call dropped with its

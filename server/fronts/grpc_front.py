@@ -1,5 +1,5 @@
 """A gRPC front for tritonserver 2.51: the HTTP front's protection for gRPC clients (fault matrix
-rows 19–21, 37–41 and 65–67).
+rows 19–21, 37–41 and 69–71).
 
 Triton's gRPC frontend accepts messages up to 2 GiB and computes input byte sizes in 64-bit integers:
 one 97-byte request (``INT64 [1, 2**61]`` with empty contents) wrapped the check to 0 and killed the
@@ -29,9 +29,9 @@ own gRPC port on loopback, unchanged, after:
   minutes is closed with ``GOAWAY``;
 * a call's wire form (``server.fronts.grpc_wire``): metadata in gRPC's grammar and of a size Triton
   always takes (``server.fronts.grpc_metadata``), one whole message on a unary call, else
-  ``INVALID_ARGUMENT`` (row 65); a client that does not read its answers is not read either (row 66);
+  ``INVALID_ARGUMENT`` (row 69); a client that does not read its answers is not read either (row 70);
   a unary call's message whole within 30 s, and at most four of the largest messages held while they
-  arrive, over all connections (row 67).
+  arrive, over all connections (row 71).
 
 Refusals are ``INVALID_ARGUMENT`` (``PERMISSION_DENIED`` for someone else's file) with a message
 naming the input. Everything else passes through as bytes: requests that pass are forwarded as the

@@ -1,5 +1,5 @@
 """What a gRPC call's metadata may be before the front forwards it to Triton (docs/SERVING.md, fault
-matrix row 65).
+matrix row 69).
 
 The front passes a call's metadata on to Triton as the client sent it. Triton's gRPC (grpc-core) holds
 metadata to gRPC's grammar and resets a stream whose headers break it: an upper-case or empty name, a

@@ -8,10 +8,10 @@ decoded, its messages are reassembled from DATA frames (a message above the fron
 call is handed to the front's handler (``GrpcFront.serve``) as a ``ServerCall``: a unary call once its
 one message is whole, a stream at once, reading its messages as they come (and letting the client send
 more only as it reads them). A call the client resets, or whose connection closes, has its handler
-cancelled. What is wrong with a call's wire form is the client's fault, ``INVALID_ARGUMENT`` (row 65):
+cancelled. What is wrong with a call's wire form is the client's fault, ``INVALID_ARGUMENT`` (row 69):
 metadata Triton would not take (``server.fronts.grpc_metadata``), a unary call of two messages or none,
 a length prefix that says more than follows, gzip that does not unpack. What the front holds for
-clients is bounded (rows 66–67): a client whose answers back up is not read, a connection whose answers
+clients is bounded (rows 70–71): a client whose answers back up is not read, a connection whose answers
 wait for its window above one message's bound gets no new calls, a unary call's message must be whole
 within ``message_s``, and messages still arriving are held up to ``IncomingBytes`` over all connections.
 A connection must finish its preface and SETTINGS within ``handshake_s`` (row 41) and is
@@ -180,7 +180,7 @@ class ServerCall:
         self.headers_sent = False
         self.done = False
         self.held = 0  # bytes of this call's messages counted in the front's ``IncomingBytes``
-        # a unary call's message must be whole in time (fault matrix row 67), as an HTTP body must
+        # a unary call's message must be whole in time (fault matrix row 71), as an HTTP body must
         self.timer = (
             None
             if streaming
@@ -359,7 +359,7 @@ class IncomingBytes:
     """Bytes of clients' messages the front holds before a handler takes them, every connection's
     together: unary calls still arriving and a stream's messages not yet taken. Each is bounded by the
     message bound, so without this a client opening calls it never finishes held that bound per call
-    for as long as its connection lived (fault matrix row 67); the call that would pass ``limit`` is
+    for as long as its connection lived (fault matrix row 71); the call that would pass ``limit`` is
     refused with ``RESOURCE_EXHAUSTED``, like the HTTP front's fifth large body."""
 
     def __init__(self, limit: int) -> None:
@@ -415,7 +415,7 @@ class FrontConnection(h2c.Endpoint):
         """The client reads slower than its answers come (the transport's buffer passed its high-water
         mark): read nothing more from it until it catches up. What the front holds for a client that
         stops reading is then its calls already begun, not every call it goes on sending (fault
-        matrix row 66). Only toward clients: Triton's end keeps reading, or a busy Triton and the
+        matrix row 70). Only toward clients: Triton's end keeps reading, or a busy Triton and the
         front would each wait for the other."""
         if not self.closed and self.transport is not None:
             self.transport.pause_reading()

@@ -1,4 +1,4 @@
-"""Fault matrix rows 65–67: gRPC calls whose wire form is wrong, and clients that hold the front's memory.
+"""Fault matrix rows 69–71: gRPC calls whose wire form is wrong, and clients that hold the front's memory.
 
 Measured with the gRPC front as it was: metadata outside gRPC's grammar reached Triton, which reset the
 call (``INTERNAL``); metadata between Triton's 8 KiB soft and 16 KiB hard limit was run or refused at

@@ -198,7 +198,7 @@ def _answers(transport: MemoryTransport) -> dict[int, dict[bytes, bytes]]:
 def test_a_call_whose_messages_are_malformed_is_the_clients_fault() -> None:
     """Two messages on a unary call, none, a length prefix that says more than follows, a gzip message
     that does not unpack: ``INVALID_ARGUMENT`` naming what is wrong, never ``INTERNAL`` (fault matrix
-    row 65), and never served."""
+    row 69), and never served."""
 
     async def run() -> None:
         served: list[ServerCall] = []
@@ -236,7 +236,7 @@ def test_a_call_whose_messages_are_malformed_is_the_clients_fault() -> None:
 )
 def test_metadata_triton_would_not_take_is_refused_before_it(name: bytes, value: bytes, fault: str) -> None:
     """Metadata outside gRPC's grammar, or more than Triton always takes: ``INVALID_ARGUMENT`` naming it
-    (row 65; Triton reset such a call, ``INTERNAL``, or refused it at random); the call is not served."""
+    (row 69; Triton reset such a call, ``INTERNAL``, or refused it at random); the call is not served."""
 
     async def run() -> None:
         served: list[ServerCall] = []
@@ -267,7 +267,7 @@ def test_metadata_grpc_sends_passes() -> None:
 def test_a_client_that_stops_reading_is_not_read_until_it_catches_up() -> None:
     """Answers queue for a client that does not read them: over TCP the front stops reading it (the
     transport's high-water mark), and answers waiting for its HTTP/2 window above one message's bound
-    refuse its new calls with ``RESOURCE_EXHAUSTED`` (row 66); the calls begun are answered once it
+    refuse its new calls with ``RESOURCE_EXHAUSTED`` (row 70); the calls begun are answered once it
     reads."""
 
     async def run() -> None:
@@ -312,7 +312,7 @@ def test_a_client_that_stops_reading_is_not_read_until_it_catches_up() -> None:
 def test_calls_whose_messages_never_finish_are_bounded_and_answered() -> None:
     """Unary calls whose message never completes: the front holds at most its ``IncomingBytes`` of
     them, all connections together (the call beyond gets ``RESOURCE_EXHAUSTED``), and each is answered
-    ``DEADLINE_EXCEEDED`` once its message is late; what they held is free again (fault matrix row 67;
+    ``DEADLINE_EXCEEDED`` once its message is late; what they held is free again (fault matrix row 71;
     before: every such call held up to 64 MiB for its connection's life, never answered)."""
 
     async def run() -> None:
