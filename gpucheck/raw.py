@@ -54,8 +54,8 @@ def _timed(run, device: torch.device) -> float:
 def raw_curve(model: CheckModel, grid: Grid, device: torch.device) -> RawCurve:
     """Time ``model``'s eager torch module at every batch of ``grid`` on ``device``."""
     threads = torch.get_num_threads()
-    if device.type == "cpu" and model.spec.intra_op_threads > 0:  # as many as a served instance runs
-        torch.set_num_threads(model.spec.intra_op_threads)
+    if device.type == "cpu" and model.spec.threads.intra_op > 0:  # as many as a served instance runs
+        torch.set_num_threads(model.spec.threads.intra_op)
     try:
         return _curve(model, grid, device)
     finally:

@@ -55,3 +55,12 @@ def why_unmeasured(value: float | None, signed: bool = False) -> str | None:
 def unmeasured_text(why: str) -> str:
     """The words a report shows in place of a figure."""
     return f"{UNMEASURED}: {why}"
+
+
+def error_percent(predicted: float, measured: float | None) -> float:
+    """How far ``predicted`` is from ``measured``, in percent of ``measured`` (signed). NaN where there
+    is nothing to compare: nothing measured (None or 0), or either side no figure (``why_unmeasured``:
+    a prediction below zero is a model's noise, not an error of some size)."""
+    if not measured or why_unmeasured(predicted) or why_unmeasured(measured):
+        return math.nan
+    return 100 * (predicted - measured) / measured

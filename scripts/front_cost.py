@@ -64,7 +64,7 @@ from perf.measure.server_view import process_tree_cpu_s
 from perf.measure.target import Target
 from server import ServerOptions, TritonServer
 from server.admin import FRONT_HEADER, GRPC_FRONT_HEADER, KEY_ENV
-from server.launcher import free_port
+from server.launcher import free_port, free_ports
 
 MODEL = "recommender"
 
@@ -137,7 +137,7 @@ http://127.0.0.1:{http_port} {{
 @contextmanager
 def caddy_proxy(binary: Path, server: TritonServer) -> Iterator[tuple[subprocess.Popen, str, str]]:
     """caddy in front of Triton's own ports, adding the front key: (process, gRPC url, HTTP url)."""
-    grpc_port, http_port = free_port(), free_port()
+    grpc_port, http_port = free_ports(["127.0.0.1"] * 2)  # picked together: never the same port twice
     with tempfile.TemporaryDirectory() as folder:
         caddyfile = Path(folder, "Caddyfile")
         caddyfile.write_text(

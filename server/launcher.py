@@ -41,7 +41,6 @@ import sysconfig
 import tempfile
 import threading
 import time
-import urllib.error
 import urllib.request
 from collections.abc import Collection, Sequence
 from dataclasses import dataclass, field
@@ -530,7 +529,7 @@ class TritonServer:
         try:
             with urllib.request.urlopen(f"http://{self.http_url}/v2/health/ready", timeout=2) as response:
                 return response.status == 200
-        except (urllib.error.URLError, OSError, http.client.HTTPException):  # not HTTP: not ours
+        except (OSError, http.client.HTTPException):  # not HTTP: not ours (urllib's errors are OSErrors)
             return False
 
     def model_log_lines(self, name: str, limit: int = 12) -> list[str]:
@@ -555,7 +554,7 @@ class TritonServer:
         try:
             with urllib.request.urlopen(request, timeout=5) as response:
                 index = json.loads(response.read())
-        except (urllib.error.URLError, OSError, ValueError):  # not answering yet
+        except (OSError, ValueError):  # not answering yet
             return None
         if not index or any(m.get("state") not in ("READY", "UNAVAILABLE") for m in index):
             return None

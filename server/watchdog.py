@@ -43,7 +43,6 @@ import re
 import signal
 import threading
 import time
-import urllib.error
 import urllib.request
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -200,7 +199,7 @@ class Watchdog:
         try:
             with urllib.request.urlopen(self.metrics_url, timeout=2) as answer:
                 progress = model_progress(answer.read().decode(errors="replace"))
-        except (urllib.error.URLError, OSError):
+        except OSError:  # urllib's errors included
             return {}  # no metrics this time: nothing is judged on missing data
         stuck = {}
         for model in {s.model for s in live}:

@@ -2,9 +2,10 @@
 
 It starts from valid requests to every endpoint ``make serve`` exposes (health, metadata, config,
 statistics, inference as JSON and as binary, generate, system shared memory, and the keyed admin
-routes), built from each model's own metadata, and mutates each into a case: the request line (method,
-path, version, NUL and traversal in names), the request target (``mutate_target``: each spelling
-a front and Triton could route differently), the headers (duplicated, dropped, odd ``Content-Type``,
+routes), built from each model's own metadata, and mutates each into a case: the request line
+(method, HEAD and ones Triton does not know among them; path, version, NUL and traversal in
+names), the request target (``mutate_target``: each spelling a front and Triton could route
+differently), the headers (duplicated, dropped, odd ``Content-Type``,
 ``Inference-Header-Content-Length`` and ``Content-Encoding`` values, chunked framing) and the body
 (JSON values replaced, deleted or duplicated under the same key; bytes flipped, cut or inserted). Each
 case goes out on its own connection and must get an answer below 500: a fault of the request is never
@@ -18,11 +19,9 @@ bursts of them among its faults).
 
 from __future__ import annotations
 
-import gzip
 import json
 import os
 import random
-import zlib
 from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -33,6 +32,7 @@ import tritonclient.http as httpclient
 import tritonclient.utils.shared_memory as shared_memory
 from tritonclient.utils import serialize_byte_tensor, triton_to_np_dtype
 
+from soak.fuzz_headers import encoded
 from soak.raw_http import Request, exchange
 
 VALUES: list[Any] = [
@@ -45,6 +45,8 @@ CONTENT_TYPES = [
     "application/json; charset=utf-16", "", "a/b/c", "application/json\x00", "application/octet-stream",
 ]  # fmt: skip
 HEADER_LENGTHS = ["²", "9" * 5000, "-1", "+5", "0", " 12", "1e3", "0x10"]
+# Triton's (GET, POST), HEAD (fault matrix row 65), and others its HTTP parser knows or not (row 67)
+METHODS = ["GET", "HEAD", "POST", "PUT", "DELETE", "PATCH", "OPTIONS", "TRACE", "PROPFIND", "M-SEARCH"]
 ENCODINGS = ["gzip", "deflate", "gzip-plain", "br", "gzip, gzip", "identity", "x" * 300]
 SHM_REGION = f"fuzz_{os.getpid()}"
 NAME_TAILS = [
@@ -204,7 +206,7 @@ class Mutator:
 
     def line(self, case: Case) -> None:
         if self.rng.random() < 0.3:
-            case.method = self.rng.choice(["GET", "POST", "PUT", "DELETE", "PATCH", "OPTIONS"])
+            case.method = self.rng.choice(METHODS)
             case.mutations.append(f"method {case.method}")
         else:
             parts = case.path.split("/")
@@ -244,10 +246,7 @@ class Mutator:
 
     def encoding(self, case: Case) -> None:
         encoding = self.rng.choice(ENCODINGS)
-        if encoding == "gzip":
-            case.body = gzip.compress(case.body, mtime=0)
-        elif encoding == "deflate":
-            case.body = zlib.compress(case.body)
+        case.body = encoded(case.body, encoding)
         case.headers.append(("Content-Encoding", encoding.removesuffix("-plain")))
         case.mutations.append(f"encoding {encoding[:12]}")
 

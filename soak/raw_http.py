@@ -1,11 +1,12 @@
 """The soak's one HTTP/1.1 client, on a raw socket: a request goes out as its caller built it, so it can
 be what tritonclient would refuse or normalise (a malformed target, a header twice, chunked framing),
-each on a connection of its own.
+each on a connection of its own (or several at once, written back to back: ``pipelined``).
 
 One rule says what came back, wherever it is used (the HTTP fuzz and the soak's attacks, the invariant
 fuzz and its other user's relay). An **answer** is a status line ``HTTP/1.x NNN``, its headers and its
 whole body (to its ``Content-Length``, else to the connection's end), all within ``timeout_s`` of the
-connect. Anything else is **no answer**, and ``failure`` says which:
+connect; the answer to a HEAD ends at its headers (RFC 9110: it has no body, whatever its
+``Content-Length`` says). Anything else is **no answer**, and ``failure`` says which:
 
 * ``hang``: not all of it within ``timeout_s``;
 * ``closed``: the connection refused, reset or ended before that, without a status line or within the
@@ -29,6 +30,7 @@ import time
 import zlib
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from threading import Event
 
 from server.fronts.body_encoding import WBITS
 
@@ -81,12 +83,29 @@ class HttpReply:
 
 def exchange(address: tuple[str, int], request: Request, timeout_s: float = TIMEOUT_S) -> HttpReply:
     """``request`` on a connection of its own, and what came back by the module's rule."""
-    start, received = time.monotonic(), b""
+    return pipelined(address, request.raw(), 1, timeout_s, head_only=request.method == "HEAD")[0]
+
+
+def pipelined(
+    address: tuple[str, int],
+    raw: bytes,
+    replies: int,
+    timeout_s: float,
+    sent: Event | None = None,
+    head_only: bool = False,
+) -> list[HttpReply]:
+    """``raw`` on one connection as it is (one request or several back to back, framed as they frame
+    themselves; ``sent`` set once all of it is written), and the first ``replies`` that came back, in
+    order, each by the module's rule (``head_only``: answers to HEADs); the list ends at the first that
+    is no answer."""
+    start, received, got = time.monotonic(), b"", []
     try:
         with socket.create_connection(address, timeout=timeout_s) as sock:
             # the front may answer (413) and close before it read the whole body: read that answer
             with contextlib.suppress(OSError):
-                sock.sendall(request.raw())
+                sock.sendall(raw)
+                if sent is not None:
+                    sent.set()
             while True:
                 remaining = timeout_s - (time.monotonic() - start)
                 if remaining <= 0:
@@ -94,38 +113,46 @@ def exchange(address: tuple[str, int], request: Request, timeout_s: float = TIME
                 sock.settimeout(remaining)
                 chunk = sock.recv(1 << 20)
                 received += chunk
-                if (reply := reply_in(received, not chunk, time.monotonic() - start)) is not None:
-                    return reply
+                elapsed_s = time.monotonic() - start
+                while (split := reply_in(received, not chunk, elapsed_s, head_only))[0] is not None:
+                    reply, received = split
+                    got.append(reply)
+                    if reply.failure or len(got) == replies:
+                        return got
     except TimeoutError:
-        return HttpReply(elapsed_s=time.monotonic() - start, failure="hang")
+        return [*got, HttpReply(elapsed_s=time.monotonic() - start, failure="hang")]
     except OSError as error:
-        return HttpReply(elapsed_s=time.monotonic() - start, failure=f"closed: {error!r}")
+        return [*got, HttpReply(elapsed_s=time.monotonic() - start, failure=f"closed: {error!r}")]
 
 
-def reply_in(received: bytes, ended: bool, elapsed_s: float = 0.0) -> HttpReply | None:
-    """The reply ``received`` makes by the module's rule, or None while it is not whole yet and more may
-    come (``ended``: the connection ended, nothing more will)."""
+def reply_in(
+    received: bytes, ended: bool, elapsed_s: float = 0.0, head_only: bool = False
+) -> tuple[HttpReply | None, bytes]:
+    """The first reply ``received`` makes by the module's rule, or None while it is not whole yet and more
+    may come (``ended``: the connection ended, nothing more will; ``head_only``: the answer to a HEAD,
+    whole at its headers); and the bytes after it (a pipelined request's answer)."""
     head, found, body = received.partition(b"\r\n\r\n")
     if not found:
-        return HttpReply(elapsed_s=elapsed_s, failure="closed: no status line") if ended else None
+        return (HttpReply(elapsed_s=elapsed_s, failure="closed: no status line") if ended else None), received
     status = STATUS_LINE.fullmatch(head.split(b"\r\n", 1)[0])
     if status is None:
-        return HttpReply(elapsed_s=elapsed_s, failure=f"not HTTP: {head[:80]!r}")
+        return HttpReply(elapsed_s=elapsed_s, failure=f"not HTTP: {head[:80]!r}"), b""
+    if head_only:
+        return HttpReply(int(status[1]), b"", elapsed_s, encoding=_encoding(head)), body
     declared = CONTENT_LENGTH.search(head)
     length = int(declared[1]) if declared else None
     if length is not None and len(body) >= length:
-        return _decoded(int(status[1]), head, body[:length], elapsed_s)
+        return _decoded(int(status[1]), head, body[:length], elapsed_s), body[length:]
     if not ended:
-        return None
+        return None, received
     if length is None:  # no Content-Length: the body ran to the connection's end
-        return _decoded(int(status[1]), head, body, elapsed_s)
-    return HttpReply(elapsed_s=elapsed_s, failure=f"closed: {len(body)} of its {length} body bytes")
+        return _decoded(int(status[1]), head, body, elapsed_s), b""
+    return HttpReply(elapsed_s=elapsed_s, failure=f"closed: {len(body)} of its {length} body bytes"), b""
 
 
 def _decoded(status: int, head: bytes, body: bytes, elapsed_s: float) -> HttpReply:
     """The answer with its body decoded from the gzip or deflate its head names (module docstring)."""
-    named = CONTENT_ENCODING.search(head)
-    encoding = named[1].decode("latin-1").lower() if named else ""
+    encoding = _encoding(head)
     if encoding not in WBITS or not body:  # an empty body (a 204) decodes to itself
         return HttpReply(status, body, elapsed_s, encoding=encoding)
     decoder = zlib.decompressobj(WBITS[encoding])
@@ -137,3 +164,9 @@ def _decoded(status: int, head: bytes, body: bytes, elapsed_s: float) -> HttpRep
         whole = f"undecodable: a {status} not one whole {encoding} stream"
         return HttpReply(elapsed_s=elapsed_s, failure=whole)
     return HttpReply(status, plain, elapsed_s, encoding=encoding)
+
+
+def _encoding(head: bytes) -> str:
+    """The ``Content-Encoding`` an answer's ``head`` names, lowercased ("" when none)."""
+    named = CONTENT_ENCODING.search(head)
+    return named[1].decode("latin-1").lower() if named else ""

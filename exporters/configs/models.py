@@ -169,8 +169,8 @@ def build_model_config(
         dynamic_batching=dynamic_batching(batching),
         model_warmup=warmups(spec, inputs, batching),
         parameters={
-            "intra_op_thread_count": str(spec.intra_op_threads),
-            "inter_op_thread_count": str(spec.inter_op_threads),
+            "intra_op_thread_count": str(spec.threads.intra_op),
+            "inter_op_thread_count": str(spec.threads.inter_op),
             **({WARMUP_PARAMETER: "true"} if spec.warmup and batching.mode == "dynamic" else {}),
             **guard_parameters(
                 {t.name: t.range for t in inputs if t.range is not None},

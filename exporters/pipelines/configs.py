@@ -93,7 +93,7 @@ def torch_program_config(config: ModelConfig, spec: ModelSpec, stage: Stage, sha
     parameters = {
         "stage_program": stage.artifact_name,
         **({"stage_sha256": sha256} if sha256 else {}),
-        "intra_op_thread_count": str(spec.intra_op_threads),
+        "intra_op_thread_count": str(spec.threads.intra_op),
         # Hand GPU tensors over as they are (DLPack); the default copies every input to the host.
         "FORCE_CPU_ONLY_INPUT_TENSORS": "no",
         **guard_parameters(

@@ -121,7 +121,7 @@ def block_stages(
     if plan is None:
         plan = plan_split(
             model, example, pipeline.stages, pipeline.name, pipeline.cut_points, pipeline.balance,
-            threads=max(spec.intra_op_threads, 1),
+            threads=max(spec.threads.intra_op, 1),
         )  # fmt: skip
     parts = split_blocks(model, plan, pipeline.name)
     compress = None if pipeline.boundary_dtype == "fp32" else DTYPES[pipeline.boundary_dtype].torch_dtype()

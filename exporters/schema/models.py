@@ -14,6 +14,7 @@ artifact; the sections shared with ``text_embeddings:`` live in ``exporters.sche
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -250,14 +251,6 @@ class ModelSpec:
         axes = [m for t in self.inputs for d, m in zip(t.shape, t.largest, strict=True) if d == VARIABLE]
         return max(axes, default=0)
 
-    @property
-    def intra_op_threads(self) -> int:
-        return self.threads.intra_op
-
-    @property
-    def inter_op_threads(self) -> int:
-        return self.threads.inter_op
-
 
 @dataclass(frozen=True)
 class PipelineSpec:
@@ -439,12 +432,8 @@ def with_absolute_paths(data: Any, base_dir: Path) -> Any:
     models = []
     for index, entry in enumerate(data["models"]):
         if isinstance(entry, dict) and isinstance(entry.get("source"), dict):
-            try:
-                source = parse_model(entry, f"models[{index}]", base_dir).source
-            except SpecError:
-                source = None
-            if source is not None:
-                entry = {**entry, "source": to_data(source)}
+            with contextlib.suppress(SpecError):
+                entry = {**entry, "source": to_data(parse_model(entry, f"models[{index}]", base_dir).source)}
         models.append(entry)
     return {**data, "models": models}
 

@@ -246,7 +246,7 @@ def measure_profile(
         artifact, largest = built[precision].artifact, variant.max_batch_size
         pool = dict(zip([t.name for t in variant.inputs], draw_inputs(variant, largest, 0), strict=True))
         one, top = measure_raw(
-            artifact.path, pool, [1, largest], variant.intra_op_threads, variant.inter_op_threads,
+            artifact.path, pool, [1, largest], variant.threads.intra_op, variant.threads.inter_op,
             seconds=0.3, providers=providers,
         )  # fmt: skip
         # T and Δt through batch 1 and the largest (the slope kept >= 0)

@@ -19,7 +19,7 @@ from perf.model.latency import LatencyFit, fit_latency
 from perf.studies.overhead import Overhead, overhead_of
 from perf.studies.study import FamilyResult, StudyResult
 from perf.studies.study_spec import MODES
-from perf.unmeasured import Unmeasured
+from perf.unmeasured import Unmeasured, error_percent
 
 CLIENT_BOUND = 0.8  # a result within 80% of the harness ceiling is flagged client-bound
 MIN_EXECUTIONS = 5  # batch sizes seen fewer times are too noisy to fit
@@ -214,7 +214,7 @@ class GainCheck:
 
     @property
     def error_pct(self) -> float:
-        return 100 * (self.predicted - self.measured) / self.measured if self.measured else float("nan")
+        return error_percent(self.predicted, self.measured)
 
 
 def predicted_throughput(fit: LatencyFit, mode: str, concurrency: int, formed: dict[int, int]) -> float:

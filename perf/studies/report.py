@@ -25,7 +25,7 @@ from perf.studies.goals import Goal, goals_table
 from perf.studies.plots import all_plots
 from perf.studies.study import FamilyResult, StudyResult
 from perf.studies.study_spec import MODES, study_entries
-from perf.unmeasured import why_unmeasured
+from perf.unmeasured import error_percent, why_unmeasured
 
 ARTICLE_QPS, ARTICLE_P99 = 0.12, 0.23  # static 32 vs dynamic 50 ms in the source article
 REGIME_COMPUTE_BOUND = "mostly compute-bound: batching saves per-request overhead, not compute"
@@ -33,16 +33,6 @@ BATCHING_PAYS = 0.25  # Δt below this share of T: a batch costs little more tha
 # A closed-loop run "waited out its delay" when its delay is at least this long and its formed batch
 # holds nearly every request in flight (this share of them).
 DELAY_BOUND_MS, DELAY_BOUND_FILL = 2.0, 0.9
-
-
-def percent_error(predicted: float, measured: float | None) -> str:
-    """How far ``predicted`` is from ``measured``, in percent; not measured where either is not a
-    figure (a prediction below zero, nothing measured)."""
-    if not measured:
-        return "–"  # nothing at this batch size to compare with
-    if why_unmeasured(predicted) or why_unmeasured(measured):
-        return percent(math.nan)
-    return percent(100 * (predicted - measured) / measured)
 
 
 def change(value: float, base: float) -> float:
@@ -238,10 +228,10 @@ def latency_model_section(result: StudyResult, family: FamilyResult) -> str:
     for p in family.raw:
         predicted = fit.throughput(p.batch)
         measured_served = served.get(p.batch)
-        rows.append([p.batch, number(predicted, 0), number(p.throughput, 0),
-                     percent_error(predicted, p.throughput),
-                     number(measured_served, 0) if measured_served else "–",
-                     percent_error(predicted, measured_served)])  # fmt: skip
+        raw_error, served_error = (percent(error_percent(predicted, measured)) if measured else "–"
+                                   for measured in (p.throughput, measured_served))  # fmt: skip
+        rows.append([p.batch, number(predicted, 0), number(p.throughput, 0), raw_error,
+                     number(measured_served, 0) if measured_served else "–", served_error])  # fmt: skip
     lines.append(table(["batch", "predicted inf/s", "raw inf/s", "error vs raw", "served inf/s (fixed batch)",
                         "error vs served"], rows))  # fmt: skip
     checks = analysis.gain_checks(family, fit, result.profile.goal_concurrency)

@@ -182,8 +182,8 @@ class StudyRunner:
             self.repository / reference.name / "1" / "model.onnx",
             self.target(server, reference.name).inputs,
             self.profile.raw_batch_sizes,
-            reference.intra_op_threads,
-            reference.inter_op_threads,
+            reference.threads.intra_op,
+            reference.threads.inter_op,
             self.profile.raw_seconds,
         )
         return out

@@ -274,7 +274,7 @@ def measure_and_pick(
     model = session.base
     sizes = [b for b in (1, 4, 16, 32) if b <= session.largest_batch]
     raw = measure_raw(
-        session.model_file, session.target.inputs, sizes, model.intra_op_threads, model.inter_op_threads, 0.3
+        session.model_file, session.target.inputs, sizes, model.threads.intra_op, model.threads.inter_op, 0.3
     )
     return dataclasses.replace(saved, raw=tuple(raw)), result.chosen
 

@@ -18,6 +18,7 @@ from perf.measure.measurement import too_few_note
 from perf.studies.goals import GOALS, Goal, goals_table
 from perf.studies.plots import plt, save_figure
 from perf.tune.result import CandidateFigures, CpuFigures, PointFigures, RunFigures, TuneDocument, load
+from perf.unmeasured import error_percent
 
 NOISE_MARK = "†"  # beside a figure whose run the hypervisor took CPU from (``perf.measure.noise``)
 
@@ -58,8 +59,7 @@ def p99(run: RunFigures | None, unit: str = "") -> str:
 
 
 def _error(point: PointFigures) -> float:
-    measured = point.measured.p99_ms if point.measured else None
-    return 100 * (point.predicted.p99_ms - measured) / measured if measured else float("nan")
+    return error_percent(point.predicted.p99_ms, point.measured.p99_ms if point.measured else None)
 
 
 def goals(saved: TuneDocument) -> list[Goal]:

@@ -3,7 +3,8 @@ frontend sees it, because that frontend crashes the whole server on a few small 
 fault matrix's HTTP-front rows, docs/SERVING.md) and blames the server (500) for many faulty ones:
 
 * the request target: only a plain origin-form ``/v2/...`` path, and Triton gets the path that was
-  checked, never the raw target (``server.fronts.request_target``; fault matrix row 35);
+  checked, never the raw target (``server.fronts.request_target``; fault matrix row 35); only the
+  methods Triton serves, a HEAD answered as its GET without a body (rows 65 and 67);
 * upstream slots: a client connection and a client address may each have a share of the requests
   waiting on Triton (429 beyond), a free slot goes to the waiting address holding the fewest
   (``server.fronts.client_slots``), GET/HEAD have connections of their own, and a client that hangs
@@ -99,6 +100,7 @@ log = logging.getLogger(__name__)
 HOP_BY_HOP = {
     "connection", "keep-alive", "proxy-authenticate", "proxy-authorization", "te", "trailer",
     "transfer-encoding", "upgrade", "host", "content-length", FRONT_HEADER,
+    "expect",  # the front answers it (``_continue``) and forwards a body it has whole
 }  # fmt: skip
 TOKEN = r"[!#$%&'*+.^_`|~0-9a-z-]+"
 MEDIA_TYPE = re.compile(f"{TOKEN}/{TOKEN}")
@@ -107,6 +109,16 @@ FORM_TYPES = ("application/x-www-form-urlencoded", "multipart/form-data")
 INFER = re.compile(r"/v2/models/([^/]+)(?:/versions/([^/]+))?/(?:infer|generate|generate_stream)")
 REPOSITORY_CHANGE = re.compile(r"/v2/repository/models/([^/]+)/(?:load|unload)")
 QUICK_METHODS = ("GET", "HEAD")  # health, metadata, config, statistics: their own upstream connections
+# Triton 2.51 answers HEAD on every route with 405 and a body, which HTTP forbids (a HEAD answer ends
+# at its headers): the front read that body as the next answer's status line and answered 502 (fault
+# matrix row 65). A HEAD is its GET without the body (RFC 9110, 9.3.2), so Triton is asked the GET,
+# and aiohttp sends the client the GET's status and headers alone; the front's own routes (shared
+# memory) answer a HEAD as their GET too.
+UPSTREAM_METHODS = {"HEAD": "GET"}
+# The methods Triton's HTTP API serves; any other is answered 405 here, in Triton's words (fault matrix
+# row 67): Triton answers the ones its HTTP parser knows with 405 and drops the connection on the others
+# (``M-SEARCH``: a 502 here), so forwarding them could only lose the answer.
+SERVED_METHODS = ("GET", "HEAD", "POST")
 # Triton's 500s that are about the request's JSON, never the server: answered as the 400 they are.
 REQUEST_FAULTS = re.compile(
     r"Unable to parse|attempt to access JSON|attempt to get members|failed to parse the request JSON"
@@ -134,6 +146,21 @@ class FrontLimits:
 
 def _error(status: int, message: str) -> web.Response:
     return web.json_response({"error": message}, status=status)
+
+
+def _answered_as(method: str) -> str:
+    """The method whose answer ``method`` gets (``UPSTREAM_METHODS``: a HEAD gets its GET's)."""
+    return UPSTREAM_METHODS.get(method, method)
+
+
+async def _continue(request: web.BaseRequest) -> None:
+    """``100 Continue`` to a client that waits for it before it sends its body (``Expect:
+    100-continue``, as curl sends a large body), once the request passed every check its headers allow
+    (fault matrix row 66): a request refused from its headers is refused before its body is sent.
+    Triton sends it at once; aiohttp's low-level server never does, so such a client waited for its
+    own timeout (curl's 1 s) on every request, or for good."""
+    if request.version >= (1, 1) and request.headers.get("Expect", "").lower() == "100-continue":
+        await request.writer.write(b"HTTP/1.1 100 Continue\r\n\r\n")
 
 
 def _content_type(request: web.BaseRequest) -> str:
@@ -359,6 +386,8 @@ class HttpFront:
         body_read = False
         try:
             path, query = checked_target(request.raw_path)  # fault matrix row 35
+            if request.method not in SERVED_METHODS:
+                raise RequestRefusedError("Method Not Allowed", Refusal.NOT_ALLOWED)
             headers = forwarded_headers(request)
             form = _content_type(request) in FORM_TYPES
             model = await self._model(request, path)
@@ -370,12 +399,15 @@ class HttpFront:
                 )
             with self.checkers.place() as need:
                 need(declared)
+                await _continue(request)
                 reading = self._read_body(request, limit, what, need)
                 body = await asyncio.wait_for(reading, self.limits.body_timeout_s)
                 body_read = True
                 body = inflate(body, headers.pop("Content-Encoding", None), limit)
                 need(len(body))
-                answer = self.shm.answer(request.method, path, body, lambda: self._client(request))
+                answer = self.shm.answer(
+                    _answered_as(request.method), path, body, lambda: self._client(request)
+                )
                 if answer is not None:  # the shared-memory API, served by the front itself
                     return answer
                 client, outputs = None, None
@@ -444,7 +476,7 @@ class HttpFront:
         url = URL(target, encoded=True)
         try:
             async with session.request(
-                request.method, url, data=body, headers=headers, allow_redirects=False
+                _answered_as(request.method), url, data=body, headers=headers, allow_redirects=False
             ) as answer:
                 payload = await answer.read()
                 status = answer.status

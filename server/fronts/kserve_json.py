@@ -46,7 +46,13 @@ from server.fronts.tensor_limits import (
 HEADER_LENGTH = re.compile(r"[0-9]{1,12}")
 SURROGATE_ESCAPE = re.compile(r"\\u[dD][89a-fA-F]")
 MAX_DOUBLE_DIGITS = 308
-U64, I64 = 1 << 64, 1 << 63
+U64 = 1 << 64
+# Triton casts each JSON value to its input's datatype without a bound ("FIXME for unsigned should
+# bounds check" in its HTTP server): 300 as UINT8 runs as 44, 2^32 + 5 as INT32 as 5, 1e39 as FP32 as
+# inf. The front reads the value the client wrote, so a value the datatype cannot hold is refused
+# (one reading; fault matrix row 68).
+INTEGER_BITS = {f"{sign}INT{bits}": bits for sign in ("", "U") for bits in (8, 16, 32, 64)}
+FP32_MAX = float.fromhex("0x1.fffffep+127")
 
 
 def _refuse_duplicates(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
@@ -183,11 +189,13 @@ def _scalar_check(datatype: object) -> tuple[Callable[[object], bool], str] | No
         return (lambda v: isinstance(v, str)), "JSON strings"
     if datatype in ("FP16", "BF16", "FP32", "FP64"):
         return (lambda v: type(v) is float or type(v) is int), "JSON numbers"
-    if isinstance(datatype, str) and datatype.startswith("UINT"):
-        return (lambda v: type(v) is int and 0 <= v < U64), "integers in [0, 2^64)"
-    if isinstance(datatype, str) and datatype.startswith("INT"):
-        return (lambda v: type(v) is int and -I64 <= v < I64), "integers in [-2^63, 2^63)"
-    return None
+    if datatype not in INTEGER_BITS:
+        return None
+    bits = INTEGER_BITS[datatype]
+    if datatype.startswith("U"):
+        return (lambda v: type(v) is int and 0 <= v < 1 << bits), f"integers in [0, 2^{bits})"
+    half = 1 << (bits - 1)
+    return (lambda v: type(v) is int and -half <= v < half), f"integers in [-2^{bits - 1}, 2^{bits - 1})"
 
 
 def _check_data(name: object, datatype: object, shape: list[int], data: object) -> None:
@@ -205,6 +213,10 @@ def _check_data(name: object, datatype: object, shape: list[int], data: object) 
         if check is not None and not check[0](value):
             raise RequestRefusedError(
                 f"input {name!r}: {datatype} data must be {check[1]}, got {json.dumps(value)[:40]}"
+            )
+        if datatype == "FP32" and FP32_MAX < abs(value) < math.inf:  # NaN and ±Infinity: the model's
+            raise RequestRefusedError(
+                f"input {name!r}: {value!r} is beyond FP32 (±3.4e38); Triton would run it as infinity"
             )
     if count != math.prod(shape):
         raise RequestRefusedError(

@@ -14,6 +14,7 @@ class Refusal(Enum):
     FORBIDDEN = (403, "PERMISSION_DENIED")
     NOT_FOUND = (404, "NOT_FOUND")  # Triton's words for an unknown model or shared-memory region
     ALREADY_EXISTS = (400, "ALREADY_EXISTS")  # and for a shared-memory region name registered twice
+    NOT_ALLOWED = (405, "UNIMPLEMENTED")  # an HTTP method Triton's API has no route for
     TOO_LARGE = (413, "RESOURCE_EXHAUSTED")
     UNSUPPORTED = (415, "UNIMPLEMENTED")
     # a client over its share: requests in flight, regions registered, a model's overdue requests

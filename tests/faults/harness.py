@@ -4,7 +4,6 @@ health check, and the inputs good traffic sends."""
 from __future__ import annotations
 
 import re
-import socket
 import threading
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -17,6 +16,7 @@ from client.connection import connect
 from server import TritonServer
 from server.proc_stat import stat_fields
 from server.stubs import STUB_NAME
+from soak import raw_http
 
 PROTOCOLS = ("http", "grpc")
 GOOD_MODEL = "trivial"  # the model good traffic runs on while a fault is injected elsewhere
@@ -92,30 +92,13 @@ def exchange(
     timeout: float = 30,
     sent: threading.Event | None = None,
 ) -> list[tuple]:
-    """Send raw bytes on one connection (``sent`` is set once they are all written); read
-    ``responses`` HTTP responses as (status, body)."""
+    """Send raw bytes on one connection (``sent`` is set once they are all written); the first
+    ``responses`` HTTP answers as (status, body), by ``soak.raw_http``'s rule: a request that got
+    none fails the test, saying why."""
     host, port = server.http_url.rsplit(":", 1)
-    answers: list[tuple[int, bytes]] = []
-    with socket.create_connection((host, int(port)), timeout=timeout) as sock:
-        sock.sendall(raw)
-        if sent is not None:
-            sent.set()
-        buffer = b""
-        while len(answers) < responses:
-            head_end = buffer.find(b"\r\n\r\n")
-            if head_end >= 0:
-                head = buffer[:head_end].decode("latin-1")
-                length = content_length(head)
-                if len(buffer) >= head_end + 4 + length:
-                    status = int(head.split()[1])
-                    answers.append((status, buffer[head_end + 4 : head_end + 4 + length]))
-                    buffer = buffer[head_end + 4 + length :]
-                    continue
-            chunk = sock.recv(1 << 16)
-            if not chunk:
-                break
-            buffer += chunk
-    return answers
+    replies = raw_http.pipelined((host, int(port)), raw, responses, timeout, sent)
+    assert not replies[-1].failure, f"request {len(replies)} got no answer: {replies[-1].failure}"
+    return [(reply.status, reply.body) for reply in replies]
 
 
 def raw_request(

@@ -1,11 +1,13 @@
 """Fault matrix: the HTTP front's own edges. Measured before: 300 of 300 connections
 whose headers never completed were still held after 58 s; with Triton down the front answered
-``500 text/plain`` that tritonclient cannot parse; and it logged a full traceback per readiness poll
-while Triton started (8,746 lines per start).
+``500 text/plain`` that tritonclient cannot parse; it logged a full traceback per readiness poll
+while Triton started (8,746 lines per start); every HEAD got a 502; and a client that waits for
+``100 Continue`` before it sends its body never got it.
 """
 
 from __future__ import annotations
 
+import json
 import os
 import signal
 import socket
@@ -24,6 +26,7 @@ from tritonclient.utils import InferenceServerException
 
 from server import ServerOptions, TritonServer
 from server.launcher import free_ports
+from soak import raw_http
 
 pytestmark = pytest.mark.integration
 HANG_GUARD_S = 90  # not a latency bound: only how long a broken front may hold the test
@@ -173,3 +176,96 @@ def test_a_request_in_flight_when_triton_dies_gets_json(small_repository: Path, 
         "502",
         "tritonserver did not answer the request",
     ), error
+
+
+# every kind of route a HEAD may name: health, metadata, config, readiness, statistics, inference (405:
+# POST only), and the shared-memory status the front answers itself
+HEAD_ROUTES = [
+    "/v2",
+    "/v2/health/live",
+    "/v2/health/ready",
+    "/v2/models/trivial",
+    "/v2/models/trivial/config",
+    "/v2/models/trivial/ready",
+    "/v2/models/stats",
+    "/v2/models/nosuch/config",
+    "/v2/models/trivial/infer",
+    "/v2/systemsharedmemory/status",
+]
+
+
+@pytest.mark.parametrize("route", HEAD_ROUTES)
+def test_a_head_is_answered_as_its_get_without_a_body(fault_server: TritonServer, route: str) -> None:
+    """Fault matrix row 65. Triton 2.51 answers HEAD on every route with 405 and a body, which HTTP
+    forbids; the front read that body as the next answer's status line and answered 502. A HEAD gets its
+    GET's status, without a body, and the connection it came on goes on: a GET sent after it on the same
+    connection is answered (a body after the HEAD's answer would be read as that GET's status line)."""
+    host, port = fault_server.http_url.rsplit(":", 1)
+    address = (host, int(port))
+    head = raw_http.exchange(address, raw_http.Request("HEAD", route, []))
+    get = raw_http.exchange(address, raw_http.Request("GET", route, []))
+    assert (head.status, head.failure) == (get.status, "") and get.status < 500, (head, get)
+    kept_alive = f"HEAD {route} HTTP/1.1\r\nHost: test\r\n\r\n".encode()
+    then = b"GET /v2/health/live HTTP/1.1\r\nHost: test\r\nConnection: close\r\n\r\n"
+    with socket.create_connection(address, timeout=HANG_GUARD_S) as sock:
+        sock.sendall(kept_alive + then)
+        received = b""
+        while chunk := sock.recv(1 << 16):
+            received += chunk
+    head_answer, _, rest = received.partition(b"\r\n\r\n")
+    assert head_answer.startswith(b"HTTP/1.1 %d " % get.status), received[:300]
+    assert raw_http.reply_in(rest, ended=True)[0] == raw_http.HttpReply(200, b""), received[:600]
+
+
+TRIVIAL_BODY = json.dumps(
+    {"inputs": [{"name": "x", "shape": [1, 16], "datatype": "FP32", "data": [1.0] * 16}]}
+)
+
+
+@pytest.mark.parametrize(
+    ("path", "declared", "first"),
+    [
+        ("/v2/models/trivial/infer", len(TRIVIAL_BODY), b"HTTP/1.1 100 Continue\r\n\r\n"),
+        ("/v2/models/nosuch/infer", len(TRIVIAL_BODY), b"HTTP/1.1 404 "),  # refused from its headers
+        ("/v2/models/trivial/infer", 10**8, b"HTTP/1.1 413 "),
+    ],
+)
+def test_a_client_that_expects_100_continue_gets_it_or_its_refusal(
+    fault_server: TritonServer, path: str, declared: int, first: bytes
+) -> None:
+    """Fault matrix row 66. A client that sends ``Expect: 100-continue`` waits for ``100 Continue``
+    before it sends its body (curl does for a large body, for 1 s); the front never sent it, Triton
+    does. It now comes once the headers passed every check they allow, and a request its headers
+    already refuse gets its refusal instead, before its body is sent."""
+    host, port = fault_server.http_url.rsplit(":", 1)
+    head = (
+        f"POST {path} HTTP/1.1\r\nHost: test\r\nContent-Type: application/json\r\nExpect: 100-continue\r\n"
+        f"Connection: close\r\nContent-Length: {declared}\r\n\r\n"
+    ).encode()
+    with socket.create_connection((host, int(port)), timeout=HANG_GUARD_S) as sock:
+        sock.sendall(head)
+        received = sock.recv(1 << 16)  # the body is not sent until an answer comes: none is a hang
+        assert received.startswith(first), received[:200]
+        if not first.startswith(b"HTTP/1.1 100"):
+            return
+        sock.sendall(TRIVIAL_BODY.encode())
+        received = b""
+        while chunk := sock.recv(1 << 16):
+            received += chunk
+    reply, _ = raw_http.reply_in(received, ended=True)
+    assert reply is not None and reply.status == 200, received[:300]
+    assert json.loads(reply.body)["outputs"][0]["data"] == [2.0] * 16
+
+
+@pytest.mark.parametrize("method", ["PUT", "DELETE", "PATCH", "OPTIONS", "TRACE", "M-SEARCH", "CONNECT"])
+@pytest.mark.parametrize("route", ["/v2/health/ready", "/v2/models/trivial/infer"])
+def test_a_method_triton_does_not_serve_is_answered_405(
+    fault_server: TritonServer, method: str, route: str
+) -> None:
+    """Fault matrix row 67. Triton's HTTP API serves GET and POST (and the front HEAD); Triton answers
+    the other methods its parser knows with 405 and drops the connection on the rest (``M-SEARCH``),
+    which the front answered 502. The front answers every other method 405 itself, in Triton's words."""
+    host, port = fault_server.http_url.rsplit(":", 1)
+    reply = raw_http.exchange((host, int(port)), raw_http.Request(method, route, [], TRIVIAL_BODY.encode()))
+    assert (reply.status, reply.failure) == (405, ""), reply
+    assert json.loads(reply.body) == {"error": "Method Not Allowed"}

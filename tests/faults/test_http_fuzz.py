@@ -112,6 +112,10 @@ NAMED = {
         json.dumps({"inputs": [DENSE, IDS], "outputs": CLASSIFY}).encode(),
         "output 'probability' parameters: 'classification' must be an integer, got \"x\"",
     ),
+    "fp32_beyond_its_range": _json(  # row 68: Triton would run it as infinity
+        _infer_with(data=[1e39] + [0.5] * 12),
+        "input 'dense': 1e+39 is beyond FP32 (±3.4e38); Triton would run it as infinity",
+    ),
     "shm_register_without_key": _json(
         b'{"byte_size": 64}', "shared memory register request: 'key' is missing", REGISTER
     ),

@@ -32,7 +32,7 @@ from perf.studies.profiles import get_profile
 from perf.studies.report import write_report
 from perf.studies.study import FamilyResult, StudyResult
 from perf.studies.study_spec import study_spec
-from perf.unmeasured import NEGATIVE, UNMEASURED, Unmeasured
+from perf.unmeasured import NEGATIVE, UNMEASURED, Unmeasured, error_percent
 
 CONCURRENCY = 16
 # A negative figure printed as one: a minus that starts a number (not a date's or a range's hyphen).
@@ -47,6 +47,17 @@ def test_a_figure_that_cannot_be_right_is_reported_with_its_reason() -> None:
     assert number(0.0) == "0.0" and number(1234.5) == "1,234" and ratio(1.5) == "1.50×"
     kept = copy.deepcopy(Unmeasured("why"))  # dataclasses.asdict deep-copies: the reason survives
     assert isinstance(kept, Unmeasured) and kept.why == "why" and math.isnan(kept)
+
+
+def test_an_error_against_no_figure_is_no_figure() -> None:
+    """The study's, the gain checks' and the tuner's errors are one figure: signed against the measured
+    one, and none where either side is none (nothing measured, a prediction below zero or infinite)."""
+    assert error_percent(12.0, 10.0) == pytest.approx(20.0)
+    assert error_percent(8.0, 10.0) == pytest.approx(-20.0)
+    for predicted, measured in [(1.0, None), (1.0, 0.0), (-2.0, 10.0), (math.inf, 10.0), (Unmeasured(), 10.0),
+                                (1.0, math.nan)]:  # fmt: skip
+        assert math.isnan(error_percent(predicted, measured)), (predicted, measured)
+    assert math.isnan(analysis.GainCheck("dyn1ms", measured=1.2, predicted=-0.5).error_pct)
 
 
 def test_a_fit_below_zero_names_its_flaw() -> None:

@@ -344,3 +344,31 @@ def test_a_grpc_front_counts_as_started_only_once_its_port_accepts(tmp_path: Pat
         assert server.grpc_front_listens()
     without = TritonServer(ServerOptions(repository=tmp_path, http_front=True, workdir=tmp_path / "n"))
     assert without.grpc_front_listens()  # no gRPC front: nothing to wait for
+
+
+class Failing(http.server.BaseHTTPRequestHandler):
+    """An HTTP server that answers every probe with 500 (urllib raises ``HTTPError`` for it)."""
+
+    def do_GET(self) -> None:
+        self.send_response(500)
+        self.end_headers()
+
+    def do_POST(self) -> None:
+        self.do_GET()
+
+    def log_message(self, *args: object) -> None:
+        pass
+
+
+def test_the_readiness_probes_take_a_refusal_or_an_http_error_for_not_ready_yet(tmp_path: Path) -> None:
+    """Before tritonserver answers, its port refuses connections or another process answers with an
+    error: ``wait_ready``'s probes then say "not yet" (False, None) and keep polling, never raise."""
+    server = TritonServer(ServerOptions(repository=tmp_path, workdir=tmp_path / "w"))
+    assert not server.is_ready() and server._settled_failures() is None  # nothing listens
+    failing = http.server.ThreadingHTTPServer(("127.0.0.1", server.http_port), Failing)
+    threading.Thread(target=failing.serve_forever, daemon=True).start()
+    try:
+        assert not server.is_ready() and server._settled_failures() is None
+    finally:
+        failing.shutdown()
+        failing.server_close()

@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
-from server.watchdog import model_progress
+import os
+
+from server.launcher import free_ports
+from server.watchdog import Watchdog, model_progress
 
 METRICS = """# HELP nv_inference_request_success Number of successful inference requests
 nv_inference_request_success{model="sleepy",version="1"} 5
@@ -26,3 +29,12 @@ def test_progress_sums_executions_successes_and_failures_over_versions_and_reaso
 def test_no_metrics_no_models() -> None:
     assert model_progress("") == {}
     assert model_progress('# only comments\nnv_gpu_utilization{gpu_uuid="GPU-0"} 1\n') == {}
+
+
+def test_metrics_that_cannot_be_read_judge_no_model_stuck() -> None:
+    """A metrics port that refuses (the server restarting, say) is no evidence: nothing is stuck."""
+    (port,) = free_ports(["127.0.0.1"])
+    watchdog = Watchdog(
+        os.getpid(), "127.0.0.1:1", "key", None, metrics_url=f"http://127.0.0.1:{port}/metrics"
+    )
+    assert watchdog.stuck_models([]) == {}

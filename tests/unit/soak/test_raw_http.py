@@ -31,14 +31,32 @@ ERROR = b'{"error":"x"}'
     ],
 )
 def test_a_reply_is_an_answer_only_when_whole(received: bytes, ended: bool, reply: HttpReply) -> None:
-    assert reply_in(received, ended) == reply
+    assert reply_in(received, ended)[0] == reply
 
 
 @pytest.mark.parametrize(
     "received", [b"", b"HTTP/1.1 200 OK\r\n", ANSWER + b"{", b"HTTP/1.1 200 OK\r\n\r\n{}"]
 )
 def test_more_is_awaited_while_the_connection_lasts(received: bytes) -> None:
-    assert reply_in(received, ended=False) is None
+    assert reply_in(received, ended=False)[0] is None
+
+
+def test_the_bytes_after_an_answer_are_the_next_pipelined_answers() -> None:
+    """Requests written back to back on one connection are answered back to back: an answer ends at
+    its ``Content-Length``, and what follows is read as the next one's."""
+    assert reply_in(ANSWER + ERROR + ANSWER, ended=False) == (HttpReply(400, ERROR), ANSWER)
+    assert reply_in(ANSWER + ERROR, ended=False) == (HttpReply(400, ERROR), b"")
+    assert reply_in(ANSWER, ended=False) == (None, ANSWER)  # not whole yet: kept until more comes
+
+
+@pytest.mark.parametrize("ended", [False, True])
+def test_the_answer_to_a_head_is_whole_at_its_headers(ended: bool) -> None:
+    """A HEAD's answer has no body whatever its ``Content-Length`` says (RFC 9110): read to that
+    length, every HEAD answered with one was "closed: 0 of its 13 body bytes"."""
+    assert reply_in(ANSWER, ended, head_only=True)[0] == HttpReply(400, b"")
+    assert reply_in(ANSWER, ended)[0] == (
+        HttpReply(failure="closed: 0 of its 13 body bytes") if ended else None
+    )
 
 
 def test_a_request_asks_to_close_and_is_framed_by_its_headers() -> None:
@@ -62,7 +80,7 @@ def _encoded_answer(encoding: bytes, body: bytes) -> bytes:
 def test_a_compressed_answer_is_read_as_a_client_reads_it(encoding: bytes, compress) -> None:
     """The body a client sees, decoded from what its ``Content-Encoding`` names (in any case), and that
     encoding, so a caller can tell a compressed answer was read back."""
-    reply = reply_in(_encoded_answer(encoding, compress(ERROR)), ended=False)
+    reply, _ = reply_in(_encoded_answer(encoding, compress(ERROR)), ended=False)
     assert reply == HttpReply(200, ERROR, encoding=encoding.decode().lower())
 
 
@@ -82,13 +100,13 @@ GZIPPED = gzip.compress(ERROR, mtime=0)
     ids=["gzip-over-plain", "deflate-over-gzip", "gzip-cut-short", "gzip-with-trailing-bytes"],
 )
 def test_an_answer_its_encoding_does_not_decode_is_no_answer(received: bytes, failure: str) -> None:
-    reply = reply_in(received, ended=False)
+    reply, _ = reply_in(received, ended=False)
     assert reply is not None and reply.failure.startswith(failure) and not reply.body
 
 
 def test_an_empty_or_unknown_encoding_is_kept_as_sent() -> None:
-    assert reply_in(_encoded_answer(b"gzip", b""), ended=False) == HttpReply(200, b"", encoding="gzip")
-    assert reply_in(_encoded_answer(b"br", b"\x0b"), ended=False) == HttpReply(200, b"\x0b", encoding="br")
+    assert reply_in(_encoded_answer(b"gzip", b""), ended=False)[0] == HttpReply(200, b"", encoding="gzip")
+    assert reply_in(_encoded_answer(b"br", b"\x0b"), ended=False)[0] == HttpReply(200, b"\x0b", encoding="br")
 
 
 def test_the_framing_names_are_written_by_the_requests_casing() -> None:

@@ -8,7 +8,7 @@ from typing import Any
 import pytest
 
 from exporters.errors import SpecError
-from exporters.schema.models import parse_spec
+from exporters.schema.models import parse_spec, with_absolute_paths
 
 
 def test_shipped_spec_parses(spec_data: dict[str, Any]) -> None:
@@ -83,3 +83,21 @@ def test_duplicate_model_names_rejected(spec_data: dict[str, Any]) -> None:
     data["models"].append(copy.deepcopy(data["models"][0]))
     with pytest.raises(SpecError, match=rf"models\[{len(data['models']) - 1}\].name: duplicate"):
         parse_spec(data)
+
+
+def test_with_absolute_paths_resolves_sources_and_leaves_what_does_not_parse(tmp_path) -> None:
+    """A source's path becomes absolute against the spec's folder; an entry that does not parse, a zoo
+    source and whatever is not a model stay as written, for ``parse_spec`` to name."""
+    own = {
+        "name": "mine", "source": {"onnx": "models/mine.onnx"}, "max_batch_size": 4,
+        "inputs": [{"name": "x", "dtype": "fp32", "shape": [4]}],
+        "outputs": [{"name": "y", "dtype": "fp32", "shape": [4]}],
+    }  # fmt: skip
+    broken = {**own, "name": "broken", "max_batch_size": -1}
+    zoo = {"name": "trivial", "source": "trivial"}
+    data = {"models": [own, broken, zoo, "not a mapping"], "pipelines": []}
+    resolved = with_absolute_paths(data, tmp_path)
+    assert resolved["models"][0] == {**own, "source": {"onnx": str(tmp_path / "models" / "mine.onnx")}}
+    assert resolved["models"][1:] == [broken, zoo, "not a mapping"]
+    assert resolved["pipelines"] == [] and data["models"][0] == own  # the document given is not changed
+    assert with_absolute_paths(["not", "a", "spec"], tmp_path) == ["not", "a", "spec"]

@@ -8,6 +8,7 @@ import contextlib
 import gzip
 import json
 import os
+import re
 import socket
 import time
 import zlib
@@ -140,7 +141,7 @@ def test_fields_triton_answers_500_for_get_400_naming_them() -> None:
         ),
         (
             {**good, "datatype": "UINT8", "data": [1, -1]},
-            r"UINT8 data must be integers in \[0, 2\^64\), got -1",
+            r"UINT8 data must be integers in \[0, 2\^8\), got -1",
         ),
         (
             {**good, "datatype": "BYTES", "data": [42, "x"]},
@@ -170,6 +171,58 @@ def test_fields_triton_answers_500_for_get_400_naming_them() -> None:
             check_infer(json.dumps(document).encode(), None, FLEX)
     nested = {**good, "shape": [2, 1], "data": [[0.5], [1]]}  # any nesting Triton reads is fine
     assert check_infer(json.dumps({"inputs": [nested]}).encode(), None, FLEX) == []
+
+
+@pytest.mark.parametrize(
+    ("datatype", "low", "high"),
+    [
+        ("INT8", -128, 127),
+        ("UINT8", 0, 255),
+        ("INT16", -(2**15), 2**15 - 1),
+        ("UINT16", 0, 2**16 - 1),
+        ("INT32", -(2**31), 2**31 - 1),
+        ("UINT32", 0, 2**32 - 1),
+        ("INT64", -(2**63), 2**63 - 1),
+        ("UINT64", 0, 2**64 - 1),
+    ],
+)
+def test_json_integers_beyond_their_datatype_are_refused(datatype: str, low: int, high: int) -> None:
+    """Fault matrix row 68. Triton casts a JSON integer to its input's datatype unchecked (300 as UINT8
+    runs as 44): the front refused only integers beyond 64 bits, so it checked 300 and Triton ran 44."""
+    model = _signature("narrow", 8, v=(datatype, [-1]))
+
+    def body(*values: int) -> bytes:
+        return json.dumps(
+            {"inputs": [{"name": "v", "shape": [1, len(values)], "datatype": datatype, "data": values}]}
+        ).encode()
+
+    assert check_infer(body(low, high), None, model) == []
+    for beyond in (low - 1, high + 1):
+        with _refused(f"input 'v': {datatype} data must be integers in .*, got {beyond}"):
+            check_infer(body(low, beyond), None, model)
+
+
+def test_json_numbers_beyond_fp32_are_refused_and_non_finite_literals_left_to_the_model() -> None:
+    """Fault matrix row 68. Triton casts a JSON number to FP32 unchecked: 1e39 runs as infinity. NaN
+    and Infinity literals both parsers read alike (the backend refuses them: row 8)."""
+    model = _signature("fp32", 8, v=("FP32", [-1]))
+    largest = float.fromhex("0x1.fffffep+127")
+    for text in (f"{largest!r}", f"-{largest!r}", "NaN", "-Infinity", "1e-50"):
+        assert (
+            check_infer(
+                b'{"inputs":[{"name":"v","shape":[1,1],"datatype":"FP32","data":[%s]}]}' % text.encode(),
+                None,
+                model,
+            )
+            == []
+        )
+    for text, shown in (("1e39", "1e+39"), ("-3.5e38", "-3.5e+38"), (str(10**39), str(10**39))):
+        with _refused(f"input 'v': {re.escape(shown)} is beyond FP32"):
+            check_infer(
+                b'{"inputs":[{"name":"v","shape":[1,1],"datatype":"FP32","data":[%s]}]}' % text.encode(),
+                None,
+                model,
+            )
 
 
 def test_shared_memory_register_bodies() -> None:
