@@ -8,7 +8,12 @@ names are case-insensitive, and aiohttp's two parsers hand them over differently
 ``soak.raw_http``), the ``Content-Encoding`` with the body compressed to match, or declared gzip over
 plain bytes (``MISMATCH``, which the front must refuse), and the ``Content-Type`` (JSON, octet-stream
 where the body carries binary data, the form type ``curl -d`` sends, with and without parameters, or
-none, as tritonclient sends). Over gRPC it says how the call's message is compressed.
+none, as tritonclient sends). Over gRPC it says how the call's message is compressed, and for a
+``ModelInfer`` call, one time in three, a fault of the call's wire form (``WIRE_FAULTS``: metadata
+outside gRPC's grammar or above what Triton always takes, two messages or none, a length prefix that
+says more than follows, a compressed flag without its encoding, gzip that does not unpack), or
+metadata grpcio would send (``VALID_METADATA``): grpcio sends none of the faults, so such a call is
+written frame by frame (``soak.raw_grpc``). A fault must be refused (``wire_held``).
 
 A ``HeaderCase`` is a few short strings, so a ``Case`` holding one still prints whole and pastes back.
 """
@@ -24,6 +29,7 @@ from dataclasses import dataclass, replace
 import grpc
 from hypothesis import strategies as st
 
+from soak.raw_grpc import message
 from soak.raw_http import HttpReply
 
 
@@ -56,6 +62,24 @@ JSON_TYPES = (
 )
 BINARY_TYPES = (*JSON_TYPES, "application/octet-stream")
 GRPC_COMPRESSIONS = {"": None, "gzip": grpc.Compression.Gzip, "deflate": grpc.Compression.Deflate}
+VALID_METADATA = "valid metadata"
+GZIP_ENCODING = [(b"grpc-encoding", b"gzip")]
+# a wire fault's name -> (the metadata it adds, the call's DATA from its one serialized message)
+WIRE_FAULTS: dict[str, Callable[[bytes], tuple[list[tuple[bytes, bytes]], bytes]]] = {
+    VALID_METADATA: lambda m: ([(b"x-fuzz", b"a b~"), (b"x-fuzz-bin", b"AAE")], message(m)),
+    "upper-case metadata name": lambda m: ([(b"X-Fuzz", b"1")], message(m)),
+    "metadata name with a space": lambda m: ([(b"x fuzz", b"1")], message(m)),
+    "metadata value with a control byte": lambda m: ([(b"x-fuzz", b"a\x00b")], message(m)),
+    "-bin metadata not base64": lambda m: ([(b"x-fuzz-bin", b"!!!!")], message(m)),
+    "12 KiB of metadata": lambda m: ([(b"x-fuzz", b"a" * (12 << 10))], message(m)),
+    "two messages": lambda m: ([], message(m) * 2),
+    "no message": lambda m: ([], b""),
+    "length prefix says more": lambda m: ([], b"\x00" + (len(m) + 1).to_bytes(4, "big") + m),
+    "compressed flag, no grpc-encoding": lambda m: ([], message(gzip.compress(m, mtime=0), flag=1)),
+    "gzip that does not unpack": lambda m: (GZIP_ENCODING, message(b"\x00not gzip" + m, flag=1)),
+}
+# none two times in three; the faults not at either end, where hypothesis draws more often
+WIRE_DRAWS = ("", *WIRE_FAULTS, *[""] * (len(WIRE_FAULTS) - 1), "")
 
 
 @dataclass(frozen=True)
@@ -69,6 +93,7 @@ class HeaderCase:
     content_encoding: str = ""
     content_type: str = "application/json"
     compression: str = ""
+    wire: str = ""  # a key of WIRE_FAULTS: a gRPC call written by soak.raw_grpc
 
     @property
     def mismatched(self) -> bool:
@@ -80,7 +105,9 @@ def header_cases(draw: st.DrawFn, protocol: str, binary: bool, shm_output: bool 
     """The headers of a request on ``protocol`` whose body carries binary data where ``binary`` and
     that names an output in a region where ``shm_output``, each part drawn on its own."""
     if protocol != "http":
-        return HeaderCase(content_type="", compression=draw(st.sampled_from(tuple(GRPC_COMPRESSIONS))))
+        wire = draw(st.sampled_from(WIRE_DRAWS)) if protocol == "grpc" else ""
+        compression = "" if wire else draw(st.sampled_from(tuple(GRPC_COMPRESSIONS)))
+        return HeaderCase(content_type="", compression=compression, wire=wire)
     return HeaderCase(
         casing=draw(st.sampled_from(tuple(CASINGS))),
         accept_encoding=draw(st.sampled_from(ACCEPT_COMPRESSED_FIRST if shm_output else ACCEPT_ENCODINGS)),
@@ -137,6 +164,14 @@ def compressed_accepted(headers: HeaderCase | None) -> bool:
 
 def grpc_compression(headers: HeaderCase | None) -> grpc.Compression | None:
     return GRPC_COMPRESSIONS[headers.compression] if headers is not None else None
+
+
+def wire_held(headers: HeaderCase | None, verdict: str) -> list[str]:
+    """What a gRPC answer broke of invariant (a) through the call's wire form: a fault must be refused,
+    never run (metadata Triton takes at random is refused at once, every time)."""
+    if headers is None or headers.wire in ("", VALID_METADATA) or verdict != "ok":
+        return []
+    return [f"a call with {headers.wire} was answered OK, not refused"]
 
 
 def accepted(accept_encoding: str, answered: str) -> bool:

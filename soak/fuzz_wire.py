@@ -266,6 +266,8 @@ class Client:
     def __init__(self, http_url: str, grpc_url: str) -> None:
         host, port = http_url.rsplit(":", 1)
         self.address = (host, int(port))
+        grpc_host, grpc_port = grpc_url.rsplit(":", 1)
+        self.grpc_address = (grpc_host, int(grpc_port))  # for calls grpcio will not send (soak.raw_grpc)
         self.channel = grpc.insecure_channel(grpc_url, options=GRPC_OPTIONS)
 
     def http(self, request: Request, timeout_s: float) -> HttpReply:

@@ -41,8 +41,16 @@ from server.fronts.process import MAX_REQUEST_BYTES
 from server.launcher import TritonServer
 from server.proc_stat import running
 from server.stubs import server_stubs
-from soak import request_space
-from soak.fuzz_headers import compressed_accepted, grpc_compression, headers_held, headers_reached, readable
+from soak import raw_grpc, request_space
+from soak.fuzz_headers import (
+    WIRE_FAULTS,
+    compressed_accepted,
+    grpc_compression,
+    headers_held,
+    headers_reached,
+    readable,
+    wire_held,
+)
 from soak.fuzz_regions import Regions
 from soak.fuzz_wire import (
     SLACK_S,
@@ -57,7 +65,7 @@ from soak.fuzz_wire import (
     http_answer,
     http_body,
 )
-from soak.other_uid import OtherUser
+from soak.other_uid import SERVICE, OtherUser
 from soak.raw_http import Request
 from soak.request_space import Case, ModelSpace, OutputCase, cases
 
@@ -342,6 +350,8 @@ class InvariantFuzz:
             return answer, answer.verdict, problems
         request = grpc_request(case, data, inputs, outputs)
         compression = grpc_compression(case.headers)
+        if case.protocol == "grpc" and case.headers is not None and case.headers.wire:
+            return self._wire_call(case, request.SerializeToString(), timeout)
         if case.protocol == "grpc":
             answer = grpc_answer(
                 "infer", *self.client.grpc("ModelInfer", request.SerializeToString(), timeout, compression)
@@ -358,6 +368,23 @@ class InvariantFuzz:
             problems.append(f"(a) stream {case.model}: the valid message after the fuzzed one failed")
         self.report.answered += problems
         return answer, "ok" if answered.get("fuzz") else "refused", problems
+
+    def _wire_call(self, case: Case, request: bytes, timeout: float) -> tuple[Answer, str, list[str]]:
+        """A ``ModelInfer`` call with the drawn wire fault, written frame by frame (``soak.raw_grpc``)."""
+        assert case.headers is not None
+        metadata, data = WIRE_FAULTS[case.headers.wire](request)
+        block = raw_grpc.call_headers(SERVICE + "ModelInfer", metadata, timeout)
+        reply = raw_grpc.exchange(self.client.grpc_address, block, data, timeout)
+        if reply.failure:
+            answer = Answer("infer", "broken", reply.failure, "", reply.elapsed_s)
+        else:
+            answer = grpc_answer("infer", reply.code, reply.message, reply.payload, reply.elapsed_s)
+        problems = [
+            f"(a) grpc {case.model}: {problem}" for problem in wire_held(case.headers, answer.verdict)
+        ]
+        self.report.covered[f"{answer.verdict} grpc wire {case.headers.wire}"] += 1
+        self.report.answered += problems
+        return answer, answer.verdict, problems
 
     def _compression_reached(self, case: Case, verdict: str) -> None:
         if case.headers is not None and case.headers.compression:

@@ -1,5 +1,5 @@
 """A gRPC front for tritonserver 2.51: the HTTP front's protection for gRPC clients (fault matrix
-rows 19–21 and 37–41).
+rows 19–21, 37–41 and 69–71).
 
 Triton's gRPC frontend accepts messages up to 2 GiB and computes input byte sizes in 64-bit integers:
 one 97-byte request (``INT64 [1, 2**61]`` with empty contents) wrapped the check to 0 and killed the
@@ -26,7 +26,12 @@ own gRPC port on loopback, unchanged, after:
   address may each have a share of the calls waiting on Triton (``RESOURCE_EXHAUSTED`` beyond;
   ``server.fronts.client_slots``, row 57); a stream holds one slot and bounds its waiting messages;
 * a connection must finish its HTTP/2 handshake within 10 s (row 41), and one without a call for 5
-  minutes is closed with ``GOAWAY``.
+  minutes is closed with ``GOAWAY``;
+* a call's wire form (``server.fronts.grpc_wire``): metadata in gRPC's grammar and of a size Triton
+  always takes (``server.fronts.grpc_metadata``), one whole message on a unary call, else
+  ``INVALID_ARGUMENT`` (row 69); a client that does not read its answers is not read either (row 70);
+  a unary call's message whole within 30 s, and at most four of the largest messages held while they
+  arrive, over all connections (row 71).
 
 Refusals are ``INVALID_ARGUMENT`` (``PERMISSION_DENIED`` for someone else's file) with a message
 naming the input. Everything else passes through as bytes: requests that pass are forwarded as the
@@ -68,11 +73,13 @@ from server.fronts.deadlines import OVERDUE_TIMEOUT_S, STREAM_WATCH_S, Deadlines
 from server.fronts.grpc_request import SERVICE, check_request, model_to_check, parse_request
 from server.fronts.grpc_upstream import Upstream, UpstreamCall
 from server.fronts.grpc_wire import (
+    LARGE_MESSAGES,
     STATUS,
     UNAVAILABLE,
     ConnectionLimits,
     FrontConnection,
     GrpcError,
+    IncomingBytes,
     ServerCall,
 )
 from server.fronts.model_shapes import ModelSignatures
@@ -134,13 +141,14 @@ class GrpcFront:
         self.deadlines = Deadlines(self.slots, self.shares.max_overdue)
         self.methods = {method.name: method.client_streaming for method in SERVICE.methods}
         self.connections: set[FrontConnection] = set()
+        self.incoming = IncomingBytes(LARGE_MESSAGES * max_message_bytes)  # of calls still arriving
         self.metadata_blocks: dict[tuple, bytes] = {}
         self.admin = key.encode() if key else None
         self.front_key = h2c.encode_headers([(GRPC_FRONT_HEADER.encode(), key.encode())]) if key else b""
 
     def connection(self) -> FrontConnection:
         """A new client connection (the listening socket's protocol factory)."""
-        limits = ConnectionLimits(self.max_message_bytes, HANDSHAKE_TIMEOUT_S, IDLE_TIMEOUT_S)
+        limits = ConnectionLimits(self.max_message_bytes, HANDSHAKE_TIMEOUT_S, IDLE_TIMEOUT_S, self.incoming)
         return FrontConnection(limits, self.methods, PREFIX, self.serve, self.connections)
 
     async def serve(self, call: ServerCall) -> None:

@@ -8,7 +8,13 @@ decoded, its messages are reassembled from DATA frames (a message above the fron
 call is handed to the front's handler (``GrpcFront.serve``) as a ``ServerCall``: a unary call once its
 one message is whole, a stream at once, reading its messages as they come (and letting the client send
 more only as it reads them). A call the client resets, or whose connection closes, has its handler
-cancelled. A connection must finish its preface and SETTINGS within ``handshake_s`` (row 41) and is
+cancelled. What is wrong with a call's wire form is the client's fault, ``INVALID_ARGUMENT`` (row 69):
+metadata Triton would not take (``server.fronts.grpc_metadata``), a unary call of two messages or none,
+a length prefix that says more than follows, gzip that does not unpack. What the front holds for
+clients is bounded (rows 70–71): a client whose answers back up is not read, a connection whose answers
+wait for its window above one message's bound gets no new calls, a unary call's message must be whole
+within ``message_s``, and messages still arriving are held up to ``IncomingBytes`` over all connections.
+A connection must finish its preface and SETTINGS within ``handshake_s`` (row 41) and is
 closed with ``GOAWAY`` after ``idle_s`` without a call.
 """
 
@@ -25,6 +31,7 @@ from urllib.parse import quote, unquote
 import grpc
 
 from server.fronts import h2c
+from server.fronts.grpc_metadata import metadata_fault
 
 log = logging.getLogger(__name__)
 
@@ -34,8 +41,13 @@ OK, CANCELLED, UNKNOWN, INTERNAL, UNAVAILABLE = (
     STATUS[n] for n in ("OK", "CANCELLED", "UNKNOWN", "INTERNAL", "UNAVAILABLE")
 )
 RESOURCE_EXHAUSTED, UNIMPLEMENTED = STATUS["RESOURCE_EXHAUSTED"], STATUS["UNIMPLEMENTED"]
+INVALID_ARGUMENT, DEADLINE_EXCEEDED = STATUS["INVALID_ARGUMENT"], STATUS["DEADLINE_EXCEEDED"]
 # grpc-timeout units in seconds
 TIMEOUT_UNITS = {b"H": 3600.0, b"M": 60.0, b"S": 1.0, b"m": 1e-3, b"u": 1e-6, b"n": 1e-9}
+# What the front holds of messages still arriving (``IncomingBytes``): this many of the largest, as the
+# HTTP front reads 4 large bodies at once; and how long a unary call's message may take to arrive
+LARGE_MESSAGES = 4
+MESSAGE_TIMEOUT_S = 30.0
 PREFIX_BYTES = 5  # a message's compressed flag and 32-bit length
 RESPONSE_HEADERS = [(b":status", b"200"), (b"content-type", b"application/grpc")]
 RESPONSE_BLOCK = h2c.encode_headers(RESPONSE_HEADERS)
@@ -131,7 +143,9 @@ class MessageReader:
         try:
             plain = unpacker.decompress(message, self.limit + 1)
         except zlib.error as error:
-            raise GrpcError(INTERNAL, f"a compressed message that does not decompress: {error}") from error
+            raise GrpcError(
+                INVALID_ARGUMENT, f"a compressed message that does not decompress: {error}"
+            ) from error
         if len(plain) > self.limit:
             raise GrpcError(RESOURCE_EXHAUSTED, f"a message above {self.limit} bytes once decompressed")
         return plain
@@ -165,6 +179,13 @@ class ServerCall:
         self.task: asyncio.Task | None = None
         self.headers_sent = False
         self.done = False
+        self.held = 0  # bytes of this call's messages counted in the front's ``IncomingBytes``
+        # a unary call's message must be whole in time (fault matrix row 71), as an HTTP body must
+        self.timer = (
+            None
+            if streaming
+            else connection.loop.call_later(connection.front_limits.message_s, self._message_late)
+        )
 
     @property
     def peer(self) -> tuple[str, str, int | None]:
@@ -188,15 +209,19 @@ class ServerCall:
             return
         self.messages.extend(messages)
         self.queued += sum(size for _, size in messages)
+        if not self._hold():
+            return
         self._give_window(len(data))
         if end_stream:
             self.ended = True
             if self.reader.pending:
-                self.finish(INTERNAL, "the call ended inside a message")
+                self.finish(INVALID_ARGUMENT, "the call ended inside a message (its length prefix says more)")
                 if self.task is not None:
                     self.task.cancel()
                 return
         if self.task is None and (self.streaming or self.ended):
+            if not self.streaming:  # its message is the handler's now
+                self.release()
             self.task = asyncio.ensure_future(self.connection.front_serve(self))
             self.task.add_done_callback(self._served)
         if self.waiter is not None and not self.waiter.done() and (messages or end_stream):
@@ -205,7 +230,9 @@ class ServerCall:
     def message(self) -> bytes:
         """The one message of a unary call."""
         if len(self.messages) != 1:
-            raise GrpcError(INTERNAL, f"a unary call carries one message, this one {len(self.messages)}")
+            raise GrpcError(
+                INVALID_ARGUMENT, f"a unary call carries one message, this one {len(self.messages)}"
+            )
         return self.messages[0][0]
 
     async def receive(self) -> bytes | None:
@@ -218,8 +245,46 @@ class ServerCall:
             self.waiter = None
         message, size = self.messages.popleft()
         self.queued -= size
+        self._hold()
         self._give_window(0)
         return message
+
+    def _hold(self) -> bool:
+        """Count what this call's messages hold until its handler takes them (a stream's: the part of
+        a message and the messages it has not taken; a unary call's: all it sent), and refuse the call
+        that takes the front above its ``IncomingBytes`` bound (False: refused)."""
+        held = (
+            0
+            if self.done
+            else len(self.reader.pending) + (self.queued if self.streaming or not self.task else 0)
+        )
+        incoming = self.connection.front_limits.incoming
+        incoming.held += held - self.held
+        self.held = held
+        if held and incoming.held > incoming.limit:
+            self.finish(
+                RESOURCE_EXHAUSTED,
+                f"the front already holds {incoming.held - held} bytes of its clients' messages still "
+                f"arriving or waiting, at most {incoming.limit}; send this call when those are taken",
+            )
+            if self.task is not None:
+                self.task.cancel()
+            return False
+        return True
+
+    def release(self) -> None:
+        """This call's messages are no longer the front's to count (taken, or the call ended)."""
+        self.connection.front_limits.incoming.held -= self.held
+        self.held = 0
+        if self.timer is not None:
+            self.timer.cancel()
+            self.timer = None
+
+    def _message_late(self) -> None:
+        self.timer = None
+        if not self.ended and not self.done:
+            limit = self.connection.front_limits.message_s
+            self.finish(DEADLINE_EXCEEDED, f"the call's message was not complete within {limit:g} s")
 
     def _give_window(self, received: int) -> None:
         """Let the client send more: at once while the messages waiting for the handler stay under
@@ -290,11 +355,24 @@ class ServerCall:
             self.finish(OK)
 
 
+class IncomingBytes:
+    """Bytes of clients' messages the front holds before a handler takes them, every connection's
+    together: unary calls still arriving and a stream's messages not yet taken. Each is bounded by the
+    message bound, so without this a client opening calls it never finishes held that bound per call
+    for as long as its connection lived (fault matrix row 71); the call that would pass ``limit`` is
+    refused with ``RESOURCE_EXHAUSTED``, like the HTTP front's fifth large body."""
+
+    def __init__(self, limit: int) -> None:
+        self.limit, self.held = limit, 0
+
+
 @dataclass(frozen=True)
 class ConnectionLimits:
     max_message_bytes: int
     handshake_s: float
     idle_s: float
+    incoming: IncomingBytes  # the front's, shared by its connections
+    message_s: float = MESSAGE_TIMEOUT_S  # a unary call's message must be whole within this
 
 
 class FrontConnection(h2c.Endpoint):
@@ -333,6 +411,19 @@ class FrontConnection(h2c.Endpoint):
         self.connections.add(self)
         self.timer = self.loop.call_later(self.front_limits.handshake_s, self._handshake_expired)
 
+    def pause_writing(self) -> None:
+        """The client reads slower than its answers come (the transport's buffer passed its high-water
+        mark): read nothing more from it until it catches up. What the front holds for a client that
+        stops reading is then its calls already begun, not every call it goes on sending (fault
+        matrix row 70). Only toward clients: Triton's end keeps reading, or a busy Triton and the
+        front would each wait for the other."""
+        if not self.closed and self.transport is not None:
+            self.transport.pause_reading()
+
+    def resume_writing(self) -> None:
+        if not self.closed and self.transport is not None:
+            self.transport.resume_reading()
+
     def _handshake_expired(self) -> None:
         if not self.handshaken:
             log.debug("closing %s: no HTTP/2 handshake within %g s", self.name, self.front_limits.handshake_s)
@@ -361,8 +452,12 @@ class FrontConnection(h2c.Endpoint):
             return
         if not self.handshaken or stream_id % 2 == 0:
             raise h2c.ProtocolError(h2c.PROTOCOL_ERROR, f"a client stream of id {stream_id}")
-        if stream_id <= self.last_stream:  # a call the front has ended already (trailers of it)
-            return
+        if stream_id <= self.last_stream:
+            if any(name == b":method" for name, _ in headers):  # a new call on a used id: never answered
+                raise h2c.ProtocolError(
+                    h2c.PROTOCOL_ERROR, f"a new stream of id {stream_id} after {self.last_stream}"
+                )
+            return  # trailers of a call the front has ended already
         self.last_stream = stream_id
         if self.stopping:
             self.reset(stream_id, h2c.REFUSED_STREAM)
@@ -371,19 +466,33 @@ class FrontConnection(h2c.Endpoint):
         method = path[len(self.prefix) :].decode("latin-1") if path.startswith(self.prefix) else ""
         streaming = self.methods.get(method)
         if streaming is None:
-            block = h2c.encode_headers(
-                RESPONSE_HEADERS
-                + status_headers(UNIMPLEMENTED, f"Method not found: {path.decode('latin-1')}", [])
+            self._refuse(stream_id, end_stream, UNIMPLEMENTED, f"Method not found: {path.decode('latin-1')}")
+            return
+        fault = metadata_fault(headers)  # Triton would reset the call, or refuse it at random
+        if fault is not None:
+            self._refuse(stream_id, end_stream, INVALID_ARGUMENT, fault)
+            return
+        if self.queued > self.front_limits.max_message_bytes:
+            self._refuse(
+                stream_id,
+                end_stream,
+                RESOURCE_EXHAUSTED,
+                f"{self.queued} bytes of answers on this connection wait for the client's HTTP/2 window; "
+                "read them (send WINDOW_UPDATE) before starting more calls",
             )
-            self.send_headers(stream_id, block, end_stream=True)
-            if not end_stream:
-                self.reset(stream_id, h2c.NO_ERROR)
             return
         call = ServerCall(self, stream_id, method, headers, streaming)
         self.calls[stream_id] = call
         self.open_stream(stream_id)
         if end_stream:
             call.on_data(b"", True)
+
+    def _refuse(self, stream_id: int, end_stream: bool, code: int, details: str) -> None:
+        """Answer a call the front does not take with ``code`` alone (trailers-only)."""
+        block = h2c.encode_headers(RESPONSE_HEADERS + status_headers(code, details, []))
+        self.send_headers(stream_id, block, end_stream=True)
+        if not end_stream:
+            self.reset(stream_id, h2c.NO_ERROR)
 
     def close_gracefully(self) -> None:
         """``GOAWAY``: the calls begun so far finish, the client opens new ones elsewhere."""
@@ -395,6 +504,7 @@ class FrontConnection(h2c.Endpoint):
             log.debug("%s sent GOAWAY %d: %r", self.name, code, debug[:100])
 
     def call_ended(self, call: ServerCall) -> None:
+        call.release()
         self.calls.pop(call.stream_id, None)
         self.stream_received.pop(call.stream_id, None)
         if not self.calls:

@@ -112,6 +112,7 @@ class _Sending:
 
     window: int
     waiting: deque = field(default_factory=deque)  # (data: bytes, end_stream) or (None, block, end)
+    queued: int = 0  # bytes of the data in ``waiting``
 
 
 class Endpoint(asyncio.Protocol):
@@ -136,6 +137,7 @@ class Endpoint(asyncio.Protocol):
         self.peer_streams = MAX_WINDOW  # the peer's SETTINGS_MAX_CONCURRENT_STREAMS
         self.send_window = DEFAULT_WINDOW  # the connection's
         self.sending: dict[int, _Sending] = {}
+        self.queued = 0  # bytes of DATA waiting for the peer's window, all streams
         self.calls: dict[int, Any] = {}  # stream id -> the subclass's call on it
         self.received = 0  # connection-level bytes not yet given back
         self.stream_received: dict[int, int] = {}
@@ -357,11 +359,16 @@ class Endpoint(asyncio.Protocol):
         if sending is None:
             return  # reset meanwhile
         if sending.waiting:
-            sending.waiting.append((data, end_stream))
+            self._queue(sending, data, end_stream)
             return
         rest = self._write_data(stream_id, sending, data, end_stream)
         if rest is not None:
-            sending.waiting.append((rest, end_stream))
+            self._queue(sending, rest, end_stream)
+
+    def _queue(self, sending: _Sending, data: bytes | memoryview, end_stream: bool) -> None:
+        sending.waiting.append((data, end_stream))
+        sending.queued += len(data)
+        self.queued += len(data)
 
     def _write_data(
         self, stream_id: int, sending: _Sending, data: bytes | memoryview, end_stream: bool
@@ -403,6 +410,9 @@ class Endpoint(asyncio.Protocol):
                 self._write_headers(stream_id, item[1], item[2])
                 continue
             rest = self._write_data(stream_id, sending, item[0], item[1])
+            written = len(item[0]) - (0 if rest is None else len(rest))
+            sending.queued -= written
+            self.queued -= written
             if rest is not None:
                 sending.waiting[0] = (rest, item[1])
                 return
@@ -418,7 +428,10 @@ class Endpoint(asyncio.Protocol):
 
     def forget(self, stream_id: int) -> None:
         """``stream_id`` is closed both ways: drop what is kept for it."""
-        self.sending.pop(stream_id, None)
+        sending = self.sending.pop(stream_id, None)
+        if sending is not None:
+            self.queued -= sending.queued
+            sending.queued = 0
         self.stream_received.pop(stream_id, None)
 
     # -- what subclasses handle

@@ -27,7 +27,7 @@ import os
 import pytest
 
 from server import TritonServer
-from soak.fuzz_headers import CASINGS, MISMATCH
+from soak.fuzz_headers import CASINGS, MISMATCH, VALID_METADATA, WIRE_FAULTS
 from soak.invariant_fuzz import InvariantFuzz, replay_case, run_examples
 from soak.other_uid import OtherUser
 
@@ -71,6 +71,8 @@ def test_invariants_hold_over_every_served_model(fault_server: TritonServer) -> 
     assert any(reached[f"{what}, compressed answer accepted"] for what in compressed)
     assert reached[f"refused http {MISMATCH} body"] and not reached[f"ok http {MISMATCH} body"]
     assert reached["ok grpc gzip message"] and reached["ok stream gzip message"]
+    faults = [wire for wire in WIRE_FAULTS if wire != VALID_METADATA]
+    assert any(reached[f"refused grpc wire {wire}"] for wire in faults), "no gRPC wire fault refused"
     if OtherUser.available():
         assert report.other_uid and reached["other uid infer ok"] and reached["other uid status ok"]
         assert reached["other uid infer ok, compressed answer accepted"]

@@ -11,12 +11,16 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import seed as hypothesis_seed
 
 from server.fronts.body_encoding import inflate
+from server.fronts.grpc_metadata import metadata_fault
+from server.fronts.grpc_wire import MessageReader
 from server.fronts.refusal import RequestRefusedError
 from soak.fuzz_headers import (
     ACCEPT_COMPRESSED_FIRST,
     ACCEPT_ENCODINGS,
     CASINGS,
     MISMATCH,
+    VALID_METADATA,
+    WIRE_FAULTS,
     HeaderCase,
     accepted,
     compressed_accepted,
@@ -27,6 +31,7 @@ from soak.fuzz_headers import (
     http_headers,
     mixed_case,
     readable,
+    wire_held,
 )
 from soak.fuzz_wire import carried, http_body
 from soak.raw_http import HttpReply
@@ -86,10 +91,12 @@ def test_a_mismatch_declares_gzip_over_plain_bytes_which_the_front_refuses() -> 
 @hypothesis_seed(0)
 @given(header_cases("http", binary=False), header_cases("grpc", binary=True))
 def test_a_draw_fits_its_protocol_and_body(http: HeaderCase, grpc_case: HeaderCase) -> None:
-    """A JSON body is never declared octet-stream; a gRPC case draws its message's compression only."""
+    """A JSON body is never declared octet-stream; a gRPC case draws its message's compression or a
+    fault of its wire form, never both."""
     assert http.casing in CASINGS and http.accept_encoding in ACCEPT_ENCODINGS
-    assert http.content_type != "application/octet-stream" and not http.compression
-    assert grpc_case == HeaderCase(content_type="", compression=grpc_case.compression)
+    assert http.content_type != "application/octet-stream" and not http.compression and not http.wire
+    assert grpc_case == HeaderCase(content_type="", compression=grpc_case.compression, wire=grpc_case.wire)
+    assert grpc_case.wire in ("", *WIRE_FAULTS) and not (grpc_case.wire and grpc_case.compression)
     assert grpc_compression(grpc_case) in (None, grpc.Compression.Gzip, grpc.Compression.Deflate)
 
 
@@ -143,3 +150,19 @@ def test_what_a_case_reached_through_its_headers() -> None:
     assert refused == {"refused http canonical header names": 1, f"refused http {MISMATCH} body": 1}
     assert compressed_accepted(headers) and not compressed_accepted(HeaderCase(accept_encoding="identity"))
     assert not headers_reached(None, HttpReply(200), "ok", shm_output=True)
+
+
+def test_wire_faults_are_what_they_are_named_and_must_be_refused() -> None:
+    request = b"\x0a\x07trivial"
+    reader = MessageReader(1 << 20)
+    assert len(reader.feed(WIRE_FAULTS["two messages"](request)[1])) == 2
+    assert WIRE_FAULTS["no message"](request)[1] == b""
+    cut = MessageReader(1 << 20)
+    assert cut.feed(WIRE_FAULTS["length prefix says more"](request)[1]) == [] and cut.pending
+    assert metadata_fault(WIRE_FAULTS[VALID_METADATA](request)[0]) is None
+    for name in ("upper-case metadata name", "metadata name with a space", "-bin metadata not base64"):
+        assert metadata_fault(WIRE_FAULTS[name](request)[0]) is not None
+    assert wire_held(HeaderCase(wire="two messages"), "ok") and not wire_held(
+        HeaderCase(wire="two messages"), "refused"
+    )
+    assert not wire_held(HeaderCase(wire=VALID_METADATA), "ok") and not wire_held(None, "ok")

@@ -14,6 +14,13 @@ class MemoryTransport:
     def __init__(self) -> None:
         self.data = bytearray()
         self.closed = False
+        self.reading = True
+
+    def pause_reading(self) -> None:
+        self.reading = False
+
+    def resume_reading(self) -> None:
+        self.reading = True
 
     def write(self, data: bytes) -> None:
         self.data += data

@@ -8,16 +8,20 @@ import asyncio
 import gzip
 import struct
 import zlib
+from urllib.parse import unquote
 
 import hpack
 import pytest
 
 from server.fronts import h2c
+from server.fronts.grpc_metadata import metadata_fault
 from server.fronts.grpc_wire import (
+    INVALID_ARGUMENT,
     RESOURCE_EXHAUSTED,
     ConnectionLimits,
     FrontConnection,
     GrpcError,
+    IncomingBytes,
     MessageReader,
     ServerCall,
     format_timeout,
@@ -69,7 +73,9 @@ def _front(handshake_s: float = 10.0, served: list | None = None) -> tuple[Front
         (served if served is not None else []).append(call)
         call.reply(call.message())
 
-    limits = ConnectionLimits(max_message_bytes=1000, handshake_s=handshake_s, idle_s=300.0)
+    limits = ConnectionLimits(
+        max_message_bytes=1000, handshake_s=handshake_s, idle_s=300.0, incoming=IncomingBytes(4000)
+    )
     connection = FrontConnection(
         limits, {"ModelInfer": False}, "/inference.GRPCInferenceService/", serve, set()
     )
@@ -143,7 +149,7 @@ def test_a_stream_gets_window_for_a_message_larger_than_one_but_not_for_a_backlo
             while (message := await call.receive()) is not None:
                 taken.append(message)
 
-        limits = ConnectionLimits(max_message_bytes=64 << 20, handshake_s=10.0, idle_s=300.0)
+        limits = ConnectionLimits(64 << 20, 10.0, 300.0, IncomingBytes(256 << 20))
         methods = {"ModelStreamInfer": True}
         connection = FrontConnection(limits, methods, "/inference.GRPCInferenceService/", serve, set())
         transport = MemoryTransport()
@@ -176,5 +182,197 @@ def test_a_stream_gets_window_for_a_message_larger_than_one_but_not_for_a_backlo
         await asyncio.sleep(0.05)
         assert len(taken) == 7
         await asyncio.sleep(0)
+
+    asyncio.run(run())
+
+
+def _answers(transport: MemoryTransport) -> dict[int, dict[bytes, bytes]]:
+    """Each stream's trailers (or trailers-only answer), decoded."""
+    decoder, answers = hpack.Decoder(), {}
+    for kind, _, stream, payload in frames(transport.data):
+        if kind == h2c.HEADERS:
+            answers.setdefault(stream, {}).update(dict(decoder.decode(payload, raw=True)))
+    return answers
+
+
+def test_a_call_whose_messages_are_malformed_is_the_clients_fault() -> None:
+    """Two messages on a unary call, none, a length prefix that says more than follows, a gzip message
+    that does not unpack: ``INVALID_ARGUMENT`` naming what is wrong, never ``INTERNAL`` (fault matrix
+    row 69), and never served."""
+
+    async def run() -> None:
+        served: list[ServerCall] = []
+        connection, transport = _front(served=served)
+        connection.data_received(h2c.PREFACE + h2c.settings_frame({}))
+        connection.data_received(_call(1, frame_message(b"one") + frame_message(b"two")))
+        connection.data_received(_call(3, b""))
+        connection.data_received(_call(5, frame_message(b"whole")[:-2]))
+        await asyncio.sleep(0.01)
+        answers = _answers(transport)
+        assert {stream: answers[stream][b"grpc-status"] for stream in (1, 3, 5)} == dict.fromkeys(
+            (1, 3, 5), b"3"
+        )
+        assert b"one message, this one 2" in answers[1][b"grpc-message"]
+        assert b"inside a message" in answers[5][b"grpc-message"]
+        with pytest.raises(GrpcError) as refused:
+            MessageReader(100, b"gzip").feed(b"\x01" + (4).to_bytes(4, "big") + b"nope")
+        assert refused.value.code == INVALID_ARGUMENT and "does not decompress" in refused.value.details
+
+    asyncio.run(run())
+
+
+@pytest.mark.parametrize(
+    ("name", "value", "fault"),
+    [
+        (b"X-Upper", b"v", "is not gRPC's"),
+        (b"x y", b"v", "is not gRPC's"),
+        (b"", b"v", "is not gRPC's"),
+        (b"x-ctl", b"a\x00b", "outside printable ASCII"),
+        (b"x-high", b"\xff", "outside printable ASCII"),
+        (b"x-bin", b"!!!!", "not base64"),
+        (b"x-bin", b"AAAAA", "not base64"),
+        (b"x-big", b"a" * 12_000, "above the 4096"),
+    ],
+)
+def test_metadata_triton_would_not_take_is_refused_before_it(name: bytes, value: bytes, fault: str) -> None:
+    """Metadata outside gRPC's grammar, or more than Triton always takes: ``INVALID_ARGUMENT`` naming it
+    (row 69; Triton reset such a call, ``INTERNAL``, or refused it at random); the call is not served."""
+
+    async def run() -> None:
+        served: list[ServerCall] = []
+        connection, transport = _front(served=served)
+        connection.data_received(h2c.PREFACE + h2c.settings_frame({}))
+        headers = [(b":method", b"POST"), (b":path", PATH), (name, value)]
+        block = h2c.encode_headers(headers)
+        connection.data_received(
+            h2c.frame(h2c.HEADERS, h2c.END_HEADERS, 1, block)
+            + h2c.frame(h2c.DATA, h2c.END_STREAM, 1, frame_message(b"x"))
+        )
+        await asyncio.sleep(0.01)
+        answer = _answers(transport)[1]
+        assert answer[b"grpc-status"] == b"3" and fault in unquote(answer[b"grpc-message"].decode())
+        assert served == [] and not connection.calls
+
+    asyncio.run(run())
+
+
+def test_metadata_grpc_sends_passes() -> None:
+    assert (
+        metadata_fault([(b":path", b"/x"), (b"x-bin", b"AAE"), (b"x-bin", b"AAEC"), (b"grpc-foo", b"a b~")])
+        is None
+    )
+    assert metadata_fault([(b"user-agent", b"grpc-python/1.66"), (b"x.y_z-1", b"")]) is None
+
+
+def test_a_client_that_stops_reading_is_not_read_until_it_catches_up() -> None:
+    """Answers queue for a client that does not read them: over TCP the front stops reading it (the
+    transport's high-water mark), and answers waiting for its HTTP/2 window above one message's bound
+    refuse its new calls with ``RESOURCE_EXHAUSTED`` (row 70); the calls begun are answered once it
+    reads."""
+
+    async def run() -> None:
+        served: list[ServerCall] = []
+
+        async def serve(call: ServerCall) -> None:
+            served.append(call)
+            call.reply(b"a" * 600)  # above the window the client gives: the rest waits
+
+        limits = ConnectionLimits(1000, 10.0, 300.0, IncomingBytes(4000))
+        connection = FrontConnection(
+            limits, {"ModelInfer": False}, "/inference.GRPCInferenceService/", serve, set()
+        )
+        transport = MemoryTransport()
+        connection.connection_made(transport)
+        connection.pause_writing()
+        assert not transport.reading
+        connection.resume_writing()
+        assert transport.reading
+        # the client lets 100 bytes of each stream come, and never more
+        connection.data_received(h2c.PREFACE + h2c.settings_frame({h2c.INITIAL_WINDOW_SIZE: 100}))
+        for stream in (1, 3, 5):
+            connection.data_received(_call(stream, frame_message(b"x")))
+            await asyncio.sleep(0.01)
+        assert [call.stream_id for call in served] == [1, 3]  # 2 × 505 bytes waiting: above 1000
+        answers = _answers(transport)
+        assert answers[5][b"grpc-status"] == str(RESOURCE_EXHAUSTED).encode()
+        assert b"wait for the client's HTTP/2 window" in answers[5][b"grpc-message"]
+        for stream in (1, 3):
+            connection.data_received(h2c.window_update(stream, 1000))
+        connection.data_received(h2c.window_update(0, 1000))
+        await asyncio.sleep(0)  # the front writes once per turn of the loop
+        assert connection.queued == 0
+        assert {stream: _answers(transport)[stream][b"grpc-status"] for stream in (1, 3)} == {
+            1: b"0",
+            3: b"0",
+        }
+
+    asyncio.run(run())
+
+
+def test_calls_whose_messages_never_finish_are_bounded_and_answered() -> None:
+    """Unary calls whose message never completes: the front holds at most its ``IncomingBytes`` of
+    them, all connections together (the call beyond gets ``RESOURCE_EXHAUSTED``), and each is answered
+    ``DEADLINE_EXCEEDED`` once its message is late; what they held is free again (fault matrix row 71;
+    before: every such call held up to 64 MiB for its connection's life, never answered)."""
+
+    async def run() -> None:
+        served: list[ServerCall] = []
+        incoming = IncomingBytes(2500)
+        limits = ConnectionLimits(1000, 10.0, 300.0, incoming, message_s=0.2)
+
+        async def serve(call: ServerCall) -> None:
+            served.append(call)
+            call.reply(call.message())
+
+        connections = []
+        for _ in range(2):
+            connection = FrontConnection(
+                limits, {"ModelInfer": False}, "/inference.GRPCInferenceService/", serve, set()
+            )
+            connection.connection_made(MemoryTransport())
+            connection.data_received(h2c.PREFACE + h2c.settings_frame({}))
+            connections.append(connection)
+        unfinished = frame_message(b"x" * 990)[:900]  # a message of 995 bytes, 900 of them sent
+        block = h2c.encode_headers([(b":method", b"POST"), (b":path", PATH)])
+        for stream, connection in ((1, connections[0]), (3, connections[0]), (1, connections[1])):
+            connection.data_received(
+                h2c.frame(h2c.HEADERS, h2c.END_HEADERS, stream, block)
+                + h2c.frame(h2c.DATA, 0, stream, unfinished)
+            )
+        await asyncio.sleep(0)  # the front writes once per turn of the loop
+        assert incoming.held == 1800  # the third would pass 2500: refused at once, its bytes dropped
+        third = _answers(connections[1].transport)[1]
+        assert third[b"grpc-status"] == str(RESOURCE_EXHAUSTED).encode()
+        assert "already holds 1800 bytes" in unquote(third[b"grpc-message"].decode())
+        assert 1 not in _answers(connections[0].transport)  # the first two wait for the rest
+        await asyncio.sleep(0.4)
+        late = _answers(connections[0].transport)
+        assert {stream: late[stream][b"grpc-status"] for stream in (1, 3)} == {1: b"4", 3: b"4"}
+        assert "not complete within 0.2 s" in unquote(late[1][b"grpc-message"].decode())
+        assert incoming.held == 0 and served == []
+        connections[1].data_received(_call(5, frame_message(b"whole")))  # a whole call is served
+        await asyncio.sleep(0.01)
+        assert [call.stream_id for call in served] == [5] and incoming.held == 0
+
+    asyncio.run(run())
+
+
+def test_a_new_call_on_a_stream_id_already_used_ends_the_connection() -> None:
+    """A client's HEADERS opening a call on an id at or below one it used is a protocol error (RFC 9113,
+    5.1.1): ``GOAWAY``, which the client reads as its calls' end (before: ignored, the call never
+    answered). Trailers on a call the front ended are still taken quietly."""
+
+    async def run() -> None:
+        connection, transport = _front()
+        connection.data_received(h2c.PREFACE + h2c.settings_frame({}))
+        connection.data_received(_call(5, frame_message(b"first")))
+        await asyncio.sleep(0.01)
+        trailers = h2c.encode_headers([(b"x-trailer", b"1")])
+        connection.data_received(h2c.frame(h2c.HEADERS, h2c.END_HEADERS | h2c.END_STREAM, 5, trailers))
+        assert not transport.closed
+        connection.data_received(_call(3, frame_message(b"second")))
+        assert transport.closed
+        [goaway] = [payload for kind, _, _, payload in frames(transport.data) if kind == h2c.GOAWAY]
+        assert struct.unpack(">II", goaway[:8]) == (0, h2c.PROTOCOL_ERROR) and b"id 3 after 5" in goaway
 
     asyncio.run(run())

@@ -1,0 +1,120 @@
+"""One gRPC call written frame by frame (``server.fronts.h2c``'s frames, ``hpack``), for what grpcio will
+not send: metadata outside gRPC's grammar (grpcio refuses it before it leaves the client), a unary call
+with two messages or none, a length prefix that says more than follows, a compressed flag without
+``grpc-encoding``. The invariant fuzz sends its drawn wire faults with it (``soak.fuzz_headers``) and
+the fault matrix its rows 69 and 70.
+
+An answer is the call's ``grpc-status`` name and ``grpc-message``, or a failure: the connection closed,
+reset or silent before the call's trailers, the stream reset, or a ``GOAWAY`` (a call dropped with its
+connection is no answer, as over HTTP in ``soak.raw_http``).
+"""
+
+from __future__ import annotations
+
+import socket
+import struct
+import time
+from dataclasses import dataclass
+from urllib.parse import unquote
+
+import grpc
+import hpack
+
+from server.fronts import h2c
+
+CODES = {code.value[0]: code.name for code in grpc.StatusCode}
+STREAM = 1
+
+
+@dataclass(frozen=True)
+class GrpcReply:
+    """``code``: the status name (``INVALID_ARGUMENT``), empty with ``failure`` set when no answer came."""
+
+    code: str
+    message: str
+    payload: bytes
+    elapsed_s: float
+    failure: str = ""
+
+
+def call_headers(path: str, metadata: list[tuple[bytes, bytes]], timeout_s: float) -> bytes:
+    """A call's request header block as grpcio writes it, with ``metadata`` (names and values as bytes,
+    sent as they are)."""
+    fixed = [
+        (b":method", b"POST"), (b":scheme", b"http"), (b":path", path.encode()), (b":authority", b"fuzz"),
+        (b"content-type", b"application/grpc"), (b"te", b"trailers"),
+        (b"grpc-timeout", b"%dm" % int(timeout_s * 1000)),
+    ]  # fmt: skip
+    return h2c.encode_headers(fixed + metadata)
+
+
+def message(body: bytes, flag: int = 0) -> bytes:
+    """``body`` as one length-prefixed message (``flag`` 1: compressed)."""
+    return bytes([flag]) + len(body).to_bytes(4, "big") + body
+
+
+def exchange(address: tuple[str, int], block: bytes, data: bytes, timeout_s: float) -> GrpcReply:
+    """Send one call (``block`` from ``call_headers``, ``data`` its DATA bytes, then its end) on a new
+    connection and read its answer."""
+    started = time.monotonic()
+    deadline = started + timeout_s
+    try:
+        with socket.create_connection(address, timeout=timeout_s) as sock:
+            frames = [
+                h2c.PREFACE,
+                h2c.settings_frame({}),
+                h2c.frame(h2c.HEADERS, h2c.END_HEADERS, STREAM, block),
+            ]
+            for start in range(0, len(data), h2c.DEFAULT_FRAME):
+                frames.append(h2c.frame(h2c.DATA, 0, STREAM, data[start : start + h2c.DEFAULT_FRAME]))
+            frames.append(h2c.frame(h2c.DATA, h2c.END_STREAM, STREAM))
+            sock.sendall(b"".join(frames))
+            return _answer(sock, deadline, started)
+    except OSError as error:
+        return GrpcReply("", "", b"", time.monotonic() - started, f"connection failed: {error!r}")
+
+
+def _answer(sock: socket.socket, deadline: float, started: float) -> GrpcReply:
+    decoder, buffer, headers, payload = hpack.Decoder(), b"", [], bytearray()
+
+    def failed(why: str) -> GrpcReply:
+        return GrpcReply("", "", bytes(payload), time.monotonic() - started, why)
+
+    while True:
+        remaining = deadline - time.monotonic()
+        if remaining <= 0:
+            return failed("no answer in time")
+        sock.settimeout(remaining)
+        try:
+            chunk = sock.recv(1 << 16)
+        except TimeoutError:
+            return failed("no answer in time")
+        if not chunk:
+            return failed("connection closed before the call's status")
+        buffer += chunk
+        while len(buffer) >= 9:
+            head, flags, stream = struct.unpack_from(">IBI", buffer)
+            end = 9 + (head >> 8)
+            if len(buffer) < end:
+                break
+            kind, body, buffer = head & 0xFF, buffer[9:end], buffer[end:]
+            if kind == h2c.GOAWAY:
+                return failed(f"GOAWAY {struct.unpack_from('>I', body, 4)[0]}: {body[8:]!r}")
+            if stream != STREAM:
+                if kind == h2c.SETTINGS and not flags & h2c.ACK:
+                    sock.sendall(h2c.frame(h2c.SETTINGS, h2c.ACK, 0))
+                continue
+            if kind == h2c.RST_STREAM and not headers:
+                return failed(f"stream reset ({struct.unpack('>I', body)[0]})")
+            if kind == h2c.DATA:
+                payload += body
+            elif kind == h2c.HEADERS:
+                headers += decoder.decode(body, raw=True)
+                if flags & h2c.END_STREAM:
+                    fields = dict(headers)
+                    status = fields.get(b"grpc-status", b"")
+                    code = CODES.get(int(status), "") if status.isdigit() else ""
+                    text = unquote(fields.get(b"grpc-message", b"").decode("latin-1"))
+                    if not code:
+                        return failed(f"trailers without a grpc-status: {status!r}")
+                    return GrpcReply(code, text, bytes(payload), time.monotonic() - started)

@@ -1,0 +1,164 @@
+"""Fault matrix rows 69–71: gRPC calls whose wire form is wrong, and clients that hold the front's memory.
+
+Measured with the gRPC front as it was: metadata outside gRPC's grammar reached Triton, which reset the
+call (``INTERNAL``); metadata between Triton's 8 KiB soft and 16 KiB hard limit was run or refused at
+random; two messages on a unary call, a length prefix longer than what followed and gzip that did not
+unpack were ``INTERNAL``; a client that sent calls and never read grew the front by 176 MB in 30 s; and
+unary calls whose message never finished were never answered and held what they had sent (six of 40 MiB:
+240 MB) for their connection's life. grpcio sends none of these, so they are written frame by frame.
+"""
+
+from __future__ import annotations
+
+import gzip
+import socket
+
+import hpack
+import numpy as np
+import pytest
+from harness import GOOD_MODEL
+from tritonclient.grpc import service_pb2
+
+from server import TritonServer
+from server.fronts import h2c
+from server.fronts.grpc_wire import MESSAGE_TIMEOUT_S
+from soak.invariant_fuzz import rss_mib
+from soak.raw_grpc import call_headers, exchange, message
+
+pytestmark = pytest.mark.integration
+INFER = "/inference.GRPCInferenceService/ModelInfer"
+MIB = 1 << 20
+
+
+def _address(server: TritonServer) -> tuple[str, int]:
+    host, port = server.grpc_url.rsplit(":", 1)
+    return host, int(port)
+
+
+def _trivial(rows: int = 1, model: str = GOOD_MODEL) -> bytes:
+    request = service_pb2.ModelInferRequest(model_name=model)
+    request.inputs.add(name="x", datatype="FP32", shape=[rows, 16])
+    request.raw_input_contents.append(np.ones((rows, 16), np.float32).tobytes())
+    return request.SerializeToString()
+
+
+@pytest.mark.parametrize(
+    ("metadata", "data", "named"),
+    [
+        ([(b"X-Upper", b"1")], None, "metadata name 'X-Upper' is not gRPC's"),
+        ([(b"x y", b"1")], None, "metadata name 'x y' is not gRPC's"),
+        ([(b"x-ctl", b"a\x00b")], None, "metadata 'x-ctl' holds a byte outside printable ASCII"),
+        ([(b"x-bin", b"!!!!")], None, "metadata 'x-bin' ends in -bin but its value is not base64"),
+        ([(b"x-big", b"a" * 12_000)], None, "above the 4096 the front forwards"),
+        ([], message(_trivial()) * 2, "a unary call carries one message, this one 2"),
+        ([], b"", "a unary call carries one message, this one 0"),
+        ([], message(_trivial())[:-1], "the call ended inside a message"),
+        ([(b"grpc-encoding", b"gzip")], message(b"not gzip", flag=1), "does not decompress"),
+    ],
+)
+def test_a_call_whose_wire_form_is_wrong_is_refused_naming_it(
+    fault_server: TritonServer, good_traffic, metadata, data, named
+) -> None:
+    """Row 65: ``INVALID_ARGUMENT`` naming what is wrong, every time (the 12 KiB metadata is sent 5
+    times: Triton refused it at random); other clients' calls unaffected."""
+    with good_traffic():
+        for _ in range(5 if named.startswith("above") else 1):
+            block = call_headers(INFER, metadata, 30.0)
+            reply = exchange(
+                _address(fault_server), block, message(_trivial()) if data is None else data, 30.0
+            )
+            assert (reply.failure, reply.code) == ("", "INVALID_ARGUMENT"), reply
+            assert named in reply.message
+
+
+def test_metadata_grpc_allows_still_reaches_triton(fault_server: TritonServer) -> None:
+    metadata = [(b"x-note", b"a b~"), (b"x-note-bin", b"AAE"), (b"x-padded-bin", b"AAEC")]
+    reply = exchange(_address(fault_server), call_headers(INFER, metadata, 30.0), message(_trivial()), 30.0)
+    assert (reply.failure, reply.code) == ("", "OK"), reply
+    compressed = exchange(
+        _address(fault_server),
+        call_headers(INFER, [(b"grpc-encoding", b"gzip")], 30.0),
+        message(gzip.compress(_trivial()), flag=1),
+        30.0,
+    )
+    assert (compressed.failure, compressed.code) == ("", "OK"), compressed
+
+
+def _front_rss_mib(server: TritonServer) -> float:
+    assert server.grpc_front is not None
+    return rss_mib(server.grpc_front.pid)
+
+
+def test_a_client_that_never_reads_does_not_grow_the_front(fault_server: TritonServer) -> None:
+    """Row 66: a client sends up to 30,000 calls of 4 KiB (batch 64 to ``trivial``) with its windows
+    open and never reads its socket. The front stops reading it once its answers back up, so the client
+    cannot send them all (before: all 30,000 were read in 5 s, each answer kept for a client that never
+    takes it), and the front grows by less than 48 MiB; other clients are answered meanwhile."""
+    before = _front_rss_mib(fault_server)
+    block, body = call_headers(INFER, [], 60.0), message(_trivial(rows=64))
+    with socket.create_connection(_address(fault_server)) as sock:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
+        open_windows = h2c.settings_frame({h2c.INITIAL_WINDOW_SIZE: h2c.MAX_WINDOW})
+        sock.sendall(h2c.PREFACE + open_windows + h2c.window_update(0, h2c.MAX_WINDOW - h2c.DEFAULT_WINDOW))
+        sock.settimeout(10.0)
+        blocked = False
+        try:
+            for first in range(1, 60_000, 40):
+                sock.sendall(
+                    b"".join(
+                        h2c.frame(h2c.HEADERS, h2c.END_HEADERS, stream, block)
+                        + h2c.frame(h2c.DATA, h2c.END_STREAM, stream, body)
+                        for stream in range(first, first + 40, 2)
+                    )
+                )
+        except TimeoutError:
+            blocked = True  # the front stopped reading it
+        grown = _front_rss_mib(fault_server) - before
+        other = exchange(_address(fault_server), call_headers(INFER, [], 30.0), message(_trivial()), 30.0)
+        assert (other.failure, other.code) == ("", "OK"), other
+    assert blocked, "the front read every call of a client that never read its answers"
+    assert grown < 48, f"the front grew by {grown:.0f} MiB for a client that never read"
+
+
+def test_calls_whose_message_never_completes_are_bounded_and_answered(fault_server: TritonServer) -> None:
+    """Row 67: five unary calls each sending 60 MiB of a 64 MiB message and never the rest. The front
+    holds at most four such messages (the fifth: ``RESOURCE_EXHAUSTED`` at once), answers each held one
+    ``DEADLINE_EXCEEDED`` once 30 s passed, and gives their memory back."""
+    before = _front_rss_mib(fault_server)
+    block = call_headers(INFER, [], 120.0)
+    chunk = bytes(h2c.DEFAULT_FRAME)
+    with socket.create_connection(_address(fault_server)) as sock:
+        sock.sendall(h2c.PREFACE + h2c.settings_frame({}))
+        for stream in range(1, 11, 2):
+            prefix = b"\x00" + (64 * MIB - 5).to_bytes(4, "big")
+            frames = [h2c.frame(h2c.HEADERS, h2c.END_HEADERS, stream, block)]
+            frames.append(h2c.frame(h2c.DATA, 0, stream, prefix + chunk[5:]))
+            frames += [h2c.frame(h2c.DATA, 0, stream, chunk)] * (60 * MIB // len(chunk) - 1)
+            sock.sendall(b"".join(frames))
+        answers = _trailers(sock, streams=5, timeout_s=MESSAGE_TIMEOUT_S + 60.0)
+    codes = sorted(fields.get(b"grpc-status", b"") for fields in answers.values())
+    assert codes == [b"4", b"4", b"4", b"4", b"8"], answers
+    assert _front_rss_mib(fault_server) - before < 64
+
+
+def _trailers(sock: socket.socket, streams: int, timeout_s: float) -> dict[int, dict[bytes, bytes]]:
+    """The trailers of the first ``streams`` calls answered on ``sock``, by stream."""
+    decoder, buffer, found = hpack.Decoder(), b"", {}
+    sock.settimeout(timeout_s)
+    while len(found) < streams:
+        chunk = sock.recv(1 << 16)
+        assert chunk, f"the front closed the connection; answers so far {found}"
+        buffer += chunk
+        while len(buffer) >= 9:
+            length = int.from_bytes(buffer[:3], "big")
+            if len(buffer) < 9 + length:
+                break
+            kind, flags, stream = buffer[3], buffer[4], int.from_bytes(buffer[5:9], "big") & 0x7FFFFFFF
+            payload, buffer = buffer[9 : 9 + length], buffer[9 + length :]
+            if kind == h2c.HEADERS:
+                fields = dict(decoder.decode(payload, raw=True))
+                if flags & h2c.END_STREAM:
+                    found[stream] = fields
+            elif kind == h2c.SETTINGS and not flags & h2c.ACK:
+                sock.sendall(h2c.frame(h2c.SETTINGS, h2c.ACK, 0))
+    return found
