@@ -16,8 +16,8 @@ point holds, ``NothingMeetsError`` names the closest run over the budget.
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Callable
-from contextlib import AbstractContextManager
+from collections.abc import Callable, Iterator
+from contextlib import AbstractContextManager, contextmanager
 from pathlib import Path
 
 from exporters.schema.models import ModelSpec, Spec
@@ -33,7 +33,7 @@ from perf.plan.strategy import Strategy
 from perf.session.model import ModelSession
 from perf.session.pipeline import PipelineSession
 from perf.session.probe import ProbeResult
-from perf.session.search import Evidence, SearchPlan, Verdict, search
+from perf.session.search import Evidence, SearchPlan, Server, Verdict, decide, search
 
 SETTLE_ROUNDS = 12  # a hang guard: each round searches an answer or refutes one
 # A served strategy: its session (entered for the runs) and the configuration it is loaded with.
@@ -119,15 +119,35 @@ def search_strategy(
     step: Callable[[str], None],
 ) -> None:
     """``judged`` served and searched from ``start``; every run joins ``evidence``."""
-    s = judged.strategy
-    step(f"searching {s.label} on the real server")
-    session, config = serve(s)
+    label = judged.strategy.label
+    step(f"searching {label} on the real server")
+    with served(judged, serve) as running:
+        search(
+            running, evidence, label, lambda rate: poisson(rate, plan.request.seed), start,
+            plan=SearchPlan(), label=f"plan {label}", step=step,
+        )  # fmt: skip
+
+
+def decide_open(
+    judged: Judged, rates: list[float], plan: Plan, evidence: Evidence[str], serve: Serve,
+    step: Callable[[str], None],
+) -> None:  # fmt: skip
+    """``judged``'s open points at ``rates`` decided by the rule on the real server (a miss there is
+    measured again, as any miss is)."""
+    label = judged.strategy.label
+    step(f"deciding {label} at {', '.join(f'{r:,.0f}/s' for r in rates)}: a run there missed the budget")
+    with served(judged, serve) as running:
+        for rate in rates:
+            decide(running, evidence, label, rate, lambda r: poisson(r, plan.request.seed), f"plan {label}")
+
+
+@contextmanager
+def served(judged: Judged, serve: Serve) -> Iterator[Server]:
+    """``judged``'s strategy served on a session of its own, prepared with its configuration."""
+    session, config = serve(judged.strategy)
     with session as running:
         running.prepare(config)
-        search(
-            running, evidence, s.label, lambda rate: poisson(rate, plan.request.seed), start,
-            plan=SearchPlan(), label=f"plan {s.label}", step=step,
-        )  # fmt: skip
+        yield running
 
 
 def measure_plan(
@@ -147,6 +167,9 @@ def measure_plan(
         if label not in searched:
             search_strategy(settled.chosen, rate, plan, evidence, serve, step)
             searched.add(label)
+            continue
+        if opened := evidence.open_below(label, rate):  # a miss at or below it that may stand
+            decide_open(settled.chosen, opened, plan, evidence, serve, step)
             continue
         if recheck is not None:
             recheck(settled, rate)
@@ -168,7 +191,16 @@ def settle(plan: Plan, evidence: Evidence[str]) -> tuple[Plan, float]:
     best = labels.get(label)
     for other_label, other in labels.items():
         held, closest = evidence.held_rate(other_label), evidence.closest_miss(keys=[other_label])
-        if closest is not None and not held:
+        if not held and any(
+            evidence.verdict(other_label, r) is Verdict.HOLDS for r in evidence.rates(other_label)
+        ):
+            refuted = evidence.refuted_at(other_label)
+            run = evidence.of(other_label, refuted)[-1]
+            other.reason = (
+                f"demoted: missed the budget at {refuted:,.0f}/s (p99 {run.p99_ms:,.1f} ms), below rates "
+                "a point of it held at: it holds the budget up to no rate measured"
+            )
+        elif closest is not None and not held:
             _, at, run = closest
             other.reason = (
                 f"demoted: measured over the budget at every rate tried (p99 {run.p99_ms:,.1f} ms at "

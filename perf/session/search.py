@@ -138,9 +138,32 @@ class Evidence(Generic[K]):
     def rates(self, key: K) -> list[float]:
         return sorted(self.runs.get(key, {}))
 
+    def refuted_at(self, key: K) -> float:
+        """The lowest rate at which a point of ``key`` misses the budget on runs that rest on enough
+        requests (inf: none). A configuration that misses there does not hold "up to" any rate above
+        it, whatever a point higher up held (a batcher that waits out its delay at a light load can do
+        worse than at a heavier one). A point that misses only on too few requests is no such
+        evidence: it says nothing about the rates above it."""
+        refuting = (
+            rate
+            for rate in self.rates(key)
+            if self.verdict(key, rate) is Verdict.MISSES
+            and any(not run.meets(self.budget_ms) and not run.too_few for run in self.of(key, rate))
+        )
+        return min(refuting, default=math.inf)
+
     def held_rate(self, key: K) -> float:
-        """The highest rate a point of ``key`` holds at (0: none holds)."""
-        return max((r for r in self.rates(key) if self.verdict(key, r) is Verdict.HOLDS), default=0.0)
+        """The highest rate ``key`` holds the budget up to: the highest point that holds below any
+        point that refutes it (``refuted_at``; 0: none)."""
+        ceiling = self.refuted_at(key)
+        held = (r for r in self.rates(key) if r < ceiling and self.verdict(key, r) is Verdict.HOLDS)
+        return max(held, default=0.0)
+
+    def open_below(self, key: K, rate: float) -> list[float]:
+        """The points of ``key`` at or below ``rate`` still open (a miss alone, or as many met as
+        missed): each is decided before ``rate`` stands as ``key``'s answer, since a miss there that
+        stands refutes the rates above it (``refuted_at``)."""
+        return [r for r in self.rates(key) if r <= rate and self.verdict(key, r) is Verdict.OPEN]
 
     def best(
         self, keys: Sequence[K] | None = None, at: float | None = None, prefer: Sequence[K] = ()
@@ -151,7 +174,7 @@ class Evidence(Generic[K]):
         holds."""
         keys = list(self.runs) if keys is None else [k for k in keys if k in self.runs]
         if at is not None:
-            keys = [k for k in keys if self.verdict(k, at) is Verdict.HOLDS]
+            keys = [k for k in keys if self.verdict(k, at) is Verdict.HOLDS and at < self.refuted_at(k)]
         ranked = [(k, rate) for k in keys if (rate := self.held_rate(k)) > 0]
         if not ranked:
             return None
@@ -233,10 +256,10 @@ class SearchPlan:
 
 
 def _bracket(evidence: Evidence[K], key: K) -> tuple[float | None, float | None, Run | None]:
-    """The highest rate of ``key`` that holds, the lowest above it that misses, and that miss's last
-    run (points still open count as neither)."""
+    """The highest rate ``key`` holds the budget up to (``Evidence.held_rate``), the lowest above it
+    that misses, and that miss's last run (points still open count as neither)."""
+    held = evidence.held_rate(key) or None
     decided = [(r, evidence.verdict(key, r)) for r in evidence.rates(key)]
-    held = max((r for r, v in decided if v is Verdict.HOLDS), default=None)
     above = [r for r, v in decided if v is Verdict.MISSES and (held is None or r > held)]
     missed = min(above, default=None)
     return held, missed, evidence.of(key, missed)[-1] if missed is not None else None

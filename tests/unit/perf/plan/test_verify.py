@@ -26,7 +26,7 @@ from perf.plan.report import top_architectures
 from perf.plan.strategy import Space
 from perf.plan.topology import cpu_topology
 from perf.plan.verify import measure_plan, probe_evidence, settle, verification_rows
-from perf.session.search import Evidence, Verdict, at_rung, decide
+from perf.session.search import Evidence, Verdict, at_rung, decide, rung
 from tests.unit.perf.plan.test_placement import NARROW, profile
 
 BUDGET_MS = 10.0
@@ -205,6 +205,42 @@ def test_a_later_run_that_misses_the_answer_reopens_it_where_its_point_no_longer
         assert reopened == [
             f"{first[0]} at {first[1]:,.0f}/s: a later run missed the budget there; the answer is reopened"
         ]
+
+
+class MissesAt(ScriptedSession):
+    """A ``ScriptedSession`` whose runs at ``rate`` miss the budget by a little, whatever its capacity."""
+
+    def __init__(self, capacity: float, rate: float) -> None:
+        super().__init__(capacity)
+        self.missing = rate
+
+    def measure(self, load, label: str) -> SimpleNamespace:
+        if load.rate == self.missing:
+            self.rates.append(load.rate)
+            return run(BUDGET_MS + 0.5, load.rate, rate=load.rate)
+        return super().measure(load, label)
+
+
+def test_a_miss_below_the_answer_is_decided_before_the_answer_stands() -> None:
+    """The first strategy's search holds the budget up to its capacity, but a probe run of it at a lower
+    rate missed it. Measured again (the rule measures any miss again), it misses again: the strategy holds
+    the budget "up to" no rate above that miss, so it is not the answer, and its reason says why."""
+    result = planned(dataclasses.replace(NARROW, split=False))
+    first, second = top_architectures(result, 2)
+    low = at_rung(round(rung(0.3 * first.rate)))
+    sessions = {
+        first.strategy.label: MissesAt(0.6 * first.rate, low),
+        second.strategy.label: ScriptedSession(0.6 * second.rate),
+    }
+    evidence: Evidence[str] = Evidence(BUDGET_MS)
+    evidence.add(first.strategy.label, low, run(BUDGET_MS + 0.5, low, rate=low))  # the probe's run
+    settled, rate = measure_plan(
+        result, evidence, 2, lambda strategy: (sessions[strategy.label], None), lambda text: None
+    )
+    assert evidence.verdict(first.strategy.label, low) is Verdict.MISSES
+    assert len(evidence.of(first.strategy.label, low)) == 2
+    assert settled.chosen is second and evidence.verdict(second.strategy.label, rate) is Verdict.HOLDS
+    assert first.reason.startswith(f"demoted: missed the budget at {low:,.0f}/s (p99 10.5 ms), below rates")
 
 
 def test_a_probe_run_within_the_budget_answers_where_every_strategy_is_predicted_over_it() -> None:

@@ -152,6 +152,28 @@ def test_evidence_answers_with_the_best_point_that_holds_and_names_the_closest_m
     assert text == "nothing meets p99 <= 10 ms here: the closest measured was a at 200/s with p99 25.0 ms"
 
 
+def test_a_miss_that_stands_below_a_point_that_held_caps_what_the_configuration_holds_up_to() -> None:
+    """A configuration holds the budget "up to" a rate only where no point below it misses: a miss alone
+    there is open (to be decided), a miss that stands refutes every rate above it; a point that misses
+    only on too few requests refutes nothing."""
+    evidence: Evidence[str] = Evidence(BUDGET_MS)
+    evidence.add("x", 1000.0, MET)
+    evidence.add("x", 500.0, NEAR)
+    assert evidence.held_rate("x") == 1000.0 and evidence.open_below("x", 1000.0) == [500.0]
+    evidence.add("x", 500.0, NEAR)
+    assert evidence.refuted_at("x") == 500.0 and evidence.held_rate("x") == 0.0
+    assert evidence.best() is None and evidence.best(at=1000.0) is None
+    evidence.add("x", 250.0, MET)
+    assert evidence.held_rate("x") == 250.0 and evidence.best() == ("x", 250.0)
+    few = run(5.0, met=False)
+    few.too_few = True
+    sparse: Evidence[str] = Evidence(BUDGET_MS)
+    sparse.add("y", 1.0, few)
+    sparse.add("y", 1.0, few)
+    sparse.add("y", 3.0, MET)
+    assert sparse.verdict("y", 1.0) is Verdict.MISSES and sparse.held_rate("y") == 3.0
+
+
 def test_a_point_decided_already_is_not_measured_again() -> None:
     server = Capacity(1000.0)
     evidence: Evidence[str] = Evidence(BUDGET_MS)

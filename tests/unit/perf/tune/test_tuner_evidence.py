@@ -171,3 +171,25 @@ def test_the_result_keeps_each_step_s_time_apart(unhindered) -> None:
     """The saved seconds of each step are what each took (the shortlist's not filed as the prediction's)."""
     assert unhindered.predict_s > 0 and unhindered.shortlist_s > 0 and unhindered.verify_s > 0
     assert unhindered.demoted == []
+
+
+def test_a_verification_miss_below_the_answer_is_decided_and_refutes_it(unhindered) -> None:
+    """The answer's verification point at 71% of its rate misses, and misses again when measured again
+    (the rule measures any miss again): the configuration does not hold the budget "up to" the answer's
+    rate, so that answer is reopened, named with the point that refuted it, and the answer is one all of
+    whose points at or below its rate hold."""
+    first, rate = unhindered.chosen, unhindered.measured_rate
+    below = at_rung(round(rung(rate)) - 3)
+    server = ScriptedServer(LINEAR, BUDGET_MS, by_family, seed=1)
+    server.always_missing.add((first, below))
+    result = tuned(server)
+    assert [(p.config, p.rate) for p in result.demoted] == [(first, below)]
+    assert result.demoted[0].verdict is Verdict.MISSES and result.demoted[0].runs == 2
+    assert result.evidence.held_rate(first) < below
+    assert (result.chosen, result.operating_rate) != (first, rate)
+    evidence = result.evidence
+    assert all(
+        evidence.verdict(result.chosen, r) is Verdict.HOLDS
+        for r in evidence.rates(result.chosen)
+        if r <= result.operating_rate
+    )
