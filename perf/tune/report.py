@@ -107,15 +107,28 @@ def answer_sentence(saved: TuneDocument) -> str:
 
 def prediction_sentence(saved: TuneDocument) -> str:
     """The prediction's figures, labelled as such."""
-    if saved.predicted_max_rate is None:
-        return (
-            f"The prediction ranked {saved.model_pick} first and put no candidate within the budget; a "
-            "probe run held it with this configuration, and its search measured the rest."
-        )
-    return (
-        f"Prediction (not a measurement): {number(saved.predicted_max_rate, 0)}/s within the budget; "
-        f"the prediction alone ranks {saved.model_pick} first."
+    first = (
+        f"; the prediction alone ranks {saved.model_pick} first"
+        if saved.predicted_max_rate is not None
+        else ""
     )
+    return f"Prediction (not a measurement): {prediction_figure(saved)}{first}."
+
+
+def prediction_figure(saved: TuneDocument) -> str:
+    """What the prediction said, in words that never contradict the answer measured: its rate for the
+    answer where it ranked it; where the answer is a configuration it did not rank (a probe run's, one
+    the bound on the batch size left out), its own first and that first's rate, which is not the
+    answer's; only where it put no candidate within the budget, that it did."""
+    if saved.predicted_max_rate is not None:
+        return f"{number(saved.predicted_max_rate, 0)}/s within the budget"
+    first = next((c for c in saved.candidates if c.feasible and c.best), None)
+    if first is not None:
+        return (
+            f"the answer is no candidate it ranked (a probe run held the budget with it, and its search "
+            f"measured the rest); its first, {first.config}, {number(first.best.rate, 0)}/s within the budget"
+        )
+    return "no candidate within the budget (the rate measured above is the answer)"
 
 
 def runs_text(point: PointFigures) -> str:

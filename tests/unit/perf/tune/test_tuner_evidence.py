@@ -7,6 +7,7 @@ the runs it got."""
 
 from __future__ import annotations
 
+import dataclasses
 import re
 from pathlib import Path
 
@@ -15,12 +16,15 @@ from rich.console import Console
 
 from perf.cli import PerfSetup, main
 from perf.errors import EXIT_NOTHING_MEETS, NothingMeetsError
+from perf.markdown import number
 from perf.measure.loads import poisson
 from perf.model.batcher import BatcherConfig
 from perf.session.probe import ProbePlan
 from perf.session.search import Evidence, Verdict, at_rung, decide, rung
 from perf.tune import tuner
-from perf.tune.cli import TuneSetup
+from perf.tune.cli import TuneSetup, print_summary
+from perf.tune.report import prediction_sentence
+from perf.tune.result import document
 from perf.tune.tuner import TuneRequest, tune
 from tests.unit.perf.scripted_server import OVER, ScriptedServer
 from tests.unit.perf.tune.test_tuner import BUDGET_MS, GRID, LINEAR
@@ -193,3 +197,21 @@ def test_a_verification_miss_below_the_answer_is_decided_and_refutes_it(unhinder
         for r in evidence.rates(result.chosen)
         if r <= result.operating_rate
     )
+
+
+def test_an_answer_the_prediction_did_not_rank_never_reads_as_nothing_predicted(unhindered, tmp_path) -> None:
+    """The answer is a configuration the prediction did not rank (a probe run's, whose max batch size the
+    bound left out), while the prediction put candidates within the budget: the headline and the console
+    say the answer is no candidate it ranked, with its first's rate, never "no candidate within the
+    budget", which the report's own table of predicted candidates contradicts."""
+    server = ScriptedServer(LINEAR, BUDGET_MS, by_family, seed=1)
+    saved = dataclasses.replace(
+        document(unhindered, "m", "ours", server.policy, server.cores), predicted_max_rate=None
+    )
+    first = saved.candidates[0]
+    assert first.feasible and first.best is not None
+    console = Console(record=True, width=400)
+    print_summary(saved, tmp_path / "report.md", console)
+    for text in (prediction_sentence(saved), console.export_text()):
+        assert "no candidate within the budget" not in text
+        assert f"its first, {first.config}, {number(first.best.rate, 0)}/s within the budget" in text
