@@ -294,7 +294,7 @@ def print_summary(saved: PlanDocument, report: Path, console) -> None:
         console.print(
             f"  measured {row.strategy} @ {row.rate:.0f}/s: p99 {row.measured_p99_text} ms (predicted "
             f"{number(row.predicted_p99_ms)} ms), served {row.measured_throughput:.0f}/s; {row.runs} run(s), "
-            f"{row.verdict or ('holds' if row.met else 'misses')}"
+            f"{row.point_text}"
         )
     shapes = saved.shapes
     if shapes:

@@ -122,11 +122,12 @@ def render(folder: Path, saved: PlanDocument) -> Path:
             "Every point the server measured (the probe's runs of a strategy, the search's, the shapes "
             "step's re-measure): the last run's figures, how many runs the point had and what the search's "
             "rule made of them (a miss alone stays open; a point holds when more of its runs met the budget "
-            "than missed; a run whose p99 rests on too few requests, marked so, counts as a miss).",
+            "than missed; a run whose p99 rests on too few requests, marked so, counts as a miss); where a "
+            "point's runs disagree, each run's p99 in the order measured.",
             "",
             table(["strategy", "rate/s", "p99 predicted", "p99 measured", "served/s", "runs", "point"],
                   [[v.strategy, number(v.rate, 0), number(v.predicted_p99_ms), v.measured_p99_text,
-                    number(v.measured_throughput, 0), v.runs, v.verdict or ("holds" if v.met else "misses")]
+                    number(v.measured_throughput, 0), v.runs, v.point_text]
                    for v in saved.verification]),
         ]  # fmt: skip
     if saved.shapes:

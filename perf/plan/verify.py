@@ -223,8 +223,8 @@ def settle(plan: Plan, evidence: Evidence[str]) -> tuple[Plan, float]:
 
 
 def verification_rows(plan: Plan, evidence: Evidence[str]) -> list[VerificationRow]:
-    """One row per point measured of a placed strategy, predicted and measured (its last run, how many
-    and the rule's verdict), in the order measured."""
+    """One row per point measured of a placed strategy, predicted and measured (its last run, how many,
+    each one's p99 and whether it met, and the rule's verdict), in the order measured."""
     rows = []
     for judged in placed(plan):
         label = judged.strategy.label
@@ -241,5 +241,7 @@ def verification_rows(plan: Plan, evidence: Evidence[str]) -> list[VerificationR
                 predicted_throughput=predicted.throughput, measured_throughput=last.throughput,
                 sustained=last.sustained, met=last.meets(plan.request.budget_ms), runs=len(runs),
                 verdict=evidence.verdict(label, rate).value, samples=last.samples, too_few=last.too_few,
+                runs_p99_ms=tuple(r.p99_ms for r in runs),
+                runs_met=tuple(r.meets(plan.request.budget_ms) for r in runs),
             ))  # fmt: skip
     return rows

@@ -94,6 +94,26 @@ def verdict(runs: Sequence[Run], offered: float, budget_ms: float) -> Verdict:
     return Verdict.OPEN
 
 
+RULE = (
+    "a point holds where more of its runs met the budget than missed it, and misses where more missed "
+    "(two, or one by far)"
+)
+
+
+def disagreement(p99s: Sequence[float | None], mets: Sequence[bool]) -> str:
+    """Where a point's runs disagree (some met the budget, some missed it): every run's p99 in the order
+    measured, which met, and the rule that decided (``RULE``); "" where they agree. A report shows it
+    beside the last run's figures, so that no run is hidden behind another of the same point."""
+    if len(set(mets)) < 2:
+        return ""
+    each = ", ".join(
+        f"{p99:,.1f} ms {'met' if met else 'missed'}" if p99 is not None and math.isfinite(p99)
+        else f"no answer, {'met' if met else 'missed'}"
+        for p99, met in zip(p99s, mets, strict=True)
+    )  # fmt: skip
+    return f"its runs disagree: {each}; {RULE}"
+
+
 def rung(rate: float) -> float:
     """``rate``'s place on the ladder (a whole number for a rung)."""
     return RUNGS * math.log2(rate)

@@ -15,6 +15,7 @@ from typing import Any
 from perf.errors import EXIT_USAGE, OptionError
 from perf.markdown import number, percent, table, write_report
 from perf.measure.measurement import too_few_note
+from perf.session.search import disagreement
 from perf.studies.goals import GOALS, Goal, goals_table
 from perf.studies.plots import plt, save_figure
 from perf.tune.result import CandidateFigures, CpuFigures, PointFigures, RunFigures, TuneDocument, load
@@ -132,9 +133,12 @@ def prediction_figure(saved: TuneDocument) -> str:
 
 
 def runs_text(point: PointFigures) -> str:
-    """How many runs a point had and what the search's rule made of them."""
+    """How many runs a point had and what the search's rule made of them; where they disagree, each
+    run's p99 and the rule."""
     runs = f"{point.runs} run{'s' if point.runs != 1 else ''}"
-    return f"{runs}, {point.verdict}" if point.verdict else runs
+    text = f"{runs}, {point.verdict}" if point.verdict else runs
+    disagree = disagreement(point.runs_p99_ms, point.runs_met)
+    return f"{text}: {disagree}" if disagree else text
 
 
 def demotions(saved: TuneDocument) -> list[str]:
@@ -310,7 +314,9 @@ def verification_section(saved: TuneDocument, plot: Path) -> list[str]:
         f"![p99 vs rate]({plot.name})",
         "",
         "The answer and its neighbours around its measured rate; a point the search measured already is "
-        "shown with its runs, the others were measured once here (a miss alone stays open).",
+        "shown with its runs, the others were measured once here (a miss alone stays open, but the "
+        "answer's own below its rate, which are measured until the rule decides them). Each row's p99 is "
+        "its last run's; where a point's runs disagree, the last column gives each.",
         "",
         rows,
     ]

@@ -73,7 +73,8 @@ class PredictionFigures:
 @dataclass(frozen=True)
 class PointFigures:
     """One configuration at one rate: predicted, and measured where the server ran it (``measured``:
-    its last run of ``runs``; ``verdict``: the search's rule on them, holds / misses / open)."""
+    its last run of ``runs``; ``verdict``: the search's rule on them, holds / misses / open; every
+    run's p99 and whether it met the budget, so that a report shows the runs that disagree)."""
 
     config: str
     rate: float
@@ -81,6 +82,8 @@ class PointFigures:
     measured: RunFigures | None
     runs: int = 1
     verdict: str | None = None
+    runs_p99_ms: tuple[float | None, ...] = ()  # every run's p99 in the order measured (the last: measured's)
+    runs_met: tuple[bool, ...] = ()  # ... and whether it met the budget
 
 
 @dataclass(frozen=True)
@@ -223,6 +226,8 @@ def point_figures(point: Point, noise: NoisePolicy, cores: int) -> PointFigures:
         measured=run_figures(point.measured, noise) if point.measured else None,
         runs=point.runs,
         verdict=point.verdict.value if point.verdict else None,
+        runs_p99_ms=tuple(_finite(p99) for p99 in point.p99s),
+        runs_met=point.mets,
     )
 
 

@@ -93,6 +93,8 @@ class Point:
     measured: Measurement | None = None
     runs: int = 0
     verdict: Verdict | None = None
+    p99s: tuple[float, ...] = ()  # every run's p99, in the order measured
+    mets: tuple[bool, ...] = ()  # ... and whether it met the budget
 
 
 @dataclass
@@ -183,6 +185,8 @@ def point_of(
     runs = evidence.of(config, rate)
     if runs:
         point.measured, point.runs, point.verdict = runs[-1], len(runs), evidence.verdict(config, rate)
+        point.p99s = tuple(run.p99_ms for run in runs)
+        point.mets = tuple(run.meets(request.budget_ms) for run in runs)
     return point
 
 

@@ -26,7 +26,7 @@ from perf.plan.report import top_architectures
 from perf.plan.strategy import Space
 from perf.plan.topology import cpu_topology
 from perf.plan.verify import measure_plan, probe_evidence, settle, verification_rows
-from perf.session.search import Evidence, Verdict, at_rung, decide, rung
+from perf.session.search import RULE, Evidence, Verdict, at_rung, decide, rung
 from tests.unit.perf.plan.test_placement import NARROW, profile
 
 BUDGET_MS = 10.0
@@ -241,6 +241,22 @@ def test_a_miss_below_the_answer_is_decided_before_the_answer_stands() -> None:
     assert len(evidence.of(first.strategy.label, low)) == 2
     assert settled.chosen is second and evidence.verdict(second.strategy.label, rate) is Verdict.HOLDS
     assert first.reason.startswith(f"demoted: missed the budget at {low:,.0f}/s (p99 10.5 ms), below rates")
+
+
+def test_a_point_whose_runs_disagree_is_reported_with_each_run_and_the_rule() -> None:
+    """A point that missed once and then met twice holds by the rule; its row gives every run's p99 in
+    order and which met, not the last run's alone; a point whose runs agree says its verdict only."""
+    result = planned()
+    label = result.chosen.strategy.label
+    evidence: Evidence[str] = Evidence(BUDGET_MS)
+    for p99 in (12.5, 6.0, 7.0):
+        evidence.add(label, 500.0, run(p99, 500.0))
+    evidence.add(label, 400.0, run(5.0, 400.0))
+    disagreeing, agreeing = verification_rows(result, evidence)
+    assert (
+        disagreeing.point_text == f"holds: its runs disagree: 12.5 ms missed, 6.0 ms met, 7.0 ms met; {RULE}"
+    )
+    assert agreeing.point_text == "holds"
 
 
 def test_a_probe_run_within_the_budget_answers_where_every_strategy_is_predicted_over_it() -> None:

@@ -20,10 +20,10 @@ from perf.markdown import number
 from perf.measure.loads import poisson
 from perf.model.batcher import BatcherConfig
 from perf.session.probe import ProbePlan
-from perf.session.search import Evidence, Verdict, at_rung, decide, rung
+from perf.session.search import RULE, Evidence, Verdict, at_rung, decide, rung
 from perf.tune import tuner
 from perf.tune.cli import TuneSetup, print_summary
-from perf.tune.report import prediction_sentence
+from perf.tune.report import headline, prediction_sentence
 from perf.tune.result import document
 from perf.tune.tuner import TuneRequest, tune
 from tests.unit.perf.scripted_server import OVER, ScriptedServer
@@ -215,3 +215,22 @@ def test_an_answer_the_prediction_did_not_rank_never_reads_as_nothing_predicted(
     for text in (prediction_sentence(saved), console.export_text()):
         assert "no candidate within the budget" not in text
         assert f"its first, {first.config}, {number(first.best.rate, 0)}/s within the budget" in text
+
+
+def test_where_the_runs_of_the_answer_s_point_disagree_the_headline_shows_each_and_the_rule(tmp_path) -> None:
+    """The answer's point met the budget, then missed it once (the shapes step), then met it again: the
+    headline gives every run's p99 in order, which met, and the rule that decided, not the last run's
+    figure alone beside "holds"."""
+    server = ScriptedServer(LINEAR, BUDGET_MS, by_family, seed=1)
+    recheck, _ = remeasured(server, "noisy")
+    result = tuned(server, recheck=recheck)
+    saved = document(result, "m", "ours", server.policy, server.cores)
+    assert saved.operating.runs_met == (True, False, True)
+    met, missed, again = saved.operating.runs_p99_ms
+    text = "\n".join(headline(saved))
+    assert (
+        f"(3 runs, holds: its runs disagree: {met:,.1f} ms met, {missed:,.1f} ms missed, "
+        f"{again:,.1f} ms met; {RULE})" in text
+    )
+    unanimous = dataclasses.replace(saved.operating, runs_met=(True, True, True))
+    assert "disagree" not in "\n".join(headline(dataclasses.replace(saved, operating=unanimous)))
