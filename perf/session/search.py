@@ -65,6 +65,7 @@ class Run(Protocol):
     sustained: bool  # the server kept up with the offered load
     samples: int  # the requests its p99 rests on
     too_few: bool  # too few of them to judge a p99 by (``Measurement.too_few``)
+    failed: int  # requests that failed (each makes the run a miss: ``sustained`` is false)
 
     def meets(self, budget_ms: float) -> bool: ...
 
@@ -247,10 +248,12 @@ class Evidence(Generic[K]):
                 f"nothing meets p99 <= {self.budget_ms:g} ms {where}: nothing was measured", detail
             )
         key, rate, run = closest
-        behind = None if run.sustained else run.throughput
+        behind = None if run.sustained or run.failed else run.throughput  # failures: named as such
         few = run.sustained and run.too_few  # within the budget, on too few requests: say how to accept them
         note = f"{too_few_text(run.samples)}; --p99-samples lowers the count a p99 rests on" if few else ""
-        return NothingMeetsError.closest(self.budget_ms, name(key), rate, run.p99_ms, behind, detail, note)
+        return NothingMeetsError.closest(
+            self.budget_ms, name(key), rate, run.p99_ms, behind, detail, note, run.failed
+        )
 
 
 def decide(

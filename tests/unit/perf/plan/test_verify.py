@@ -51,7 +51,8 @@ def run(p99_ms: float, served: float, rate: float | None = None) -> SimpleNamesp
     sustained = rate is None or served >= 0.95 * rate
     return SimpleNamespace(
         label="run", p99_ms=p99_ms, throughput=served, sustained=sustained, samples=1000, too_few=False,
-        load=SimpleNamespace(rate=rate or served), meets=lambda budget: sustained and p99_ms <= budget,
+        failed=0, load=SimpleNamespace(rate=rate or served),
+        meets=lambda budget: sustained and p99_ms <= budget,
     )  # fmt: skip
 
 
@@ -117,7 +118,7 @@ def test_where_no_point_holds_the_verdict_names_the_closest_run_over_the_budget(
         settle(result, evidence)
     assert str(caught.value) == (
         f"nothing meets p99 <= 10 ms here: the closest measured was {second.strategy.label} at 300/s with "
-        "p99 10.4 ms"
+        "p99 10.4 ms, 0.4 ms over the budget"
     )
 
 

@@ -47,6 +47,7 @@ def run(p99_ms: float, served: float = 1000.0, met: bool | None = None) -> Simpl
         sustained=True,
         samples=1000,
         too_few=False,
+        failed=0,
         meets=lambda budget: ok,
     )
 
@@ -149,7 +150,10 @@ def test_evidence_answers_with_the_best_point_that_holds_and_names_the_closest_m
     nothing.add("a", 200.0, run(25.0, served=200.0))
     assert nothing.best() is None
     text = str(nothing.nothing_meets(lambda key: key))
-    assert text == "nothing meets p99 <= 10 ms here: the closest measured was a at 200/s with p99 25.0 ms"
+    assert text == (
+        "nothing meets p99 <= 10 ms here: the closest measured was a at 200/s with p99 25.0 ms, 15.0 ms over "
+        "the budget"
+    )
 
 
 def test_a_miss_that_stands_below_a_point_that_held_caps_what_the_configuration_holds_up_to() -> None:
@@ -172,6 +176,28 @@ def test_a_miss_that_stands_below_a_point_that_held_caps_what_the_configuration_
     sparse.add("y", 1.0, few)
     sparse.add("y", 3.0, MET)
     assert sparse.verdict("y", 1.0) is Verdict.MISSES and sparse.held_rate("y") == 3.0
+
+
+def test_the_verdict_says_how_far_over_the_closest_run_was_and_names_failed_requests() -> None:
+    """A run whose requests failed misses the budget whatever the p99 of those answered, and the verdict
+    says it failed, not that it fell behind a rate it served; a run that fell behind says what it
+    served; a run over the budget says by how much."""
+    failing: Evidence[str] = Evidence(BUDGET_MS)
+    broken = run(4.0, served=1000.0, met=False)
+    broken.sustained, broken.failed = False, 12
+    failing.add("a", 1000.0, broken)
+    assert str(failing.nothing_meets(lambda key: key)) == (
+        "nothing meets p99 <= 10 ms here: the closest measured was a at 1,000/s with p99 4.0 ms, "
+        "12 requests failed"
+    )
+    behind: Evidence[str] = Evidence(BUDGET_MS)
+    slow = run(14.0, served=600.0, met=False)
+    slow.sustained = False
+    behind.add("a", 1000.0, slow)
+    assert str(behind.nothing_meets(lambda key: key)) == (
+        "nothing meets p99 <= 10 ms here: the closest measured was a at 1,000/s with p99 14.0 ms, 4.0 ms "
+        "over the budget, serving only 600/s of it"
+    )
 
 
 def test_a_point_decided_already_is_not_measured_again() -> None:
