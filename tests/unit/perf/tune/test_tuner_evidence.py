@@ -23,7 +23,7 @@ from perf.session.probe import ProbePlan
 from perf.session.search import RULE, Evidence, Verdict, at_rung, decide, rung
 from perf.tune import tuner
 from perf.tune.cli import TuneSetup, print_summary
-from perf.tune.report import headline, prediction_sentence
+from perf.tune.report import headline, held_up_to, prediction_sentence
 from perf.tune.result import document
 from perf.tune.tuner import TuneRequest, tune
 from tests.unit.perf.scripted_server import OVER, ScriptedServer
@@ -234,3 +234,19 @@ def test_where_the_runs_of_the_answer_s_point_disagree_the_headline_shows_each_a
     )
     unanimous = dataclasses.replace(saved.operating, runs_met=(True, True, True))
     assert "disagree" not in "\n".join(headline(dataclasses.replace(saved, operating=unanimous)))
+
+
+def test_a_shortlisted_configuration_refuted_below_a_point_that_held_says_so(unhindered) -> None:
+    """A configuration that held the budget at one rate and missed it (the miss standing) below it holds
+    it up to no rate: its row says why, not "none held" beside a point whose verdict is "holds"."""
+    server = ScriptedServer(LINEAR, BUDGET_MS, by_family, seed=1)
+    saved = document(unhindered, "m", "ours", server.policy, server.cores)
+    searched = saved.shortlist[0]
+    assert searched.measured_rate > 0 and any(p.verdict == "holds" for p in searched.points)
+    assert held_up_to(searched) == number(searched.measured_rate, 0)
+    refuted = dataclasses.replace(searched, measured_rate=0.0)
+    assert held_up_to(refuted) == "none: a point below one that held missed"
+    missed = dataclasses.replace(
+        refuted, points=tuple(dataclasses.replace(p, verdict="misses") for p in searched.points)
+    )
+    assert held_up_to(missed) == "none held"
