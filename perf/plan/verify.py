@@ -6,8 +6,9 @@ uses (``perf.session.search``), from their predicted rate.
 Every run is evidence (``Evidence``, keyed by the strategy's label): the probe's runs count for the
 whole-model strategy they served (``probe_evidence``), the search's for the architecture searched, the
 shapes step's for the pick at its rate. The answer is the best point that holds the budget by the
-search's rule (``settle``), searched before it stands; an architecture that held it at no rate tried is
-demoted, however well it was predicted. Where no architecture is predicted within the budget, those a
+search's rule (``settle``), searched before it stands, its open points at or below its rate decided
+(a miss there that stands refutes every rate above it); an architecture that held it at no rate tried
+is demoted, however well it was predicted. Where no architecture is predicted within the budget, those a
 probe run held it with are searched instead (none: the one whose run came closest, from that run, a
 miss alone being no verdict): a prediction that nothing fits does not override a measurement. Where no
 point holds, ``NothingMeetsError`` names the closest run over the budget.

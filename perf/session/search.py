@@ -24,9 +24,11 @@
   lowest above it that missed is halved until they are neighbouring rungs. Its answer is the highest
   rate that held, never a guess between runs.
 
-``Evidence`` keeps every run a tool made (probe, search, verification, shapes step) by point. The
-answer is the best point that holds, at the rate it was measured; "nothing meets" only where no point
-holds, naming the closest run over the budget (``nothing_meets``).
+``Evidence`` keeps every run a tool made (probe, search, verification, shapes step) by point. A
+configuration holds the budget *up to* the highest rate a point of it holds at below any point of it
+whose miss stands (``refuted_at``); the answer is the best such point, at the rate it was measured;
+"nothing meets" only where no point holds, naming the closest run over the budget and by how much
+(``nothing_meets``).
 """
 
 from __future__ import annotations
