@@ -150,8 +150,9 @@ def runs_text(point: PointFigures) -> str:
 
 
 def demotions(saved: TuneDocument) -> list[str]:
-    """The answers a later run refuted before this one: each point, once measured again, no longer
-    held the budget, so it is not the answer however well it did before."""
+    """The answers a later run refuted before this one: each point named, at the answer's rate or below
+    it, once measured again, missed the budget, so the answer it held is none however well it did
+    before (a configuration holds the budget up to no rate above a miss that stands)."""
     if not saved.demoted:
         return []
     misses = "; ".join(
@@ -160,7 +161,11 @@ def demotions(saved: TuneDocument) -> list[str]:
         for p in saved.demoted
         if p.measured
     )
-    return ["", f"Reopened (a later run missed the budget at the answer's point, not answers): {misses}."]
+    return [
+        "",
+        f"Reopened (a later run missed the budget at the answer's rate or below it, so these are not "
+        f"answers): {misses}.",
+    ]
 
 
 def noise_section(saved: TuneDocument) -> list[str]:
@@ -290,13 +295,17 @@ def shortlist_section(saved: TuneDocument) -> list[str]:
 
 
 def held_up_to(candidate: ShortlistFigures) -> str:
-    """The rate a shortlisted configuration held the budget up to; where none, whether a point of it
-    held all the same (a miss that stood below it refuted it: "holds up to" needs every point below)."""
+    """The rate a shortlisted configuration held the budget up to, and where a point of it held higher
+    up, the miss below that point which stood (a probe's or a verification's point, perhaps not among
+    the search's listed beside it): "holds up to" needs every point below."""
+    refuted = candidate.refuted_rate
+    held_above = refuted is not None and any(
+        p.verdict == "holds" and p.rate > refuted for p in candidate.points
+    )
+    why = f"a miss stood at {number(refuted, 0)}/s, below points that held" if held_above else ""
     if candidate.measured_rate:
-        return number(candidate.measured_rate, 0)
-    if any(p.verdict == "holds" for p in candidate.points):
-        return "none: a point below one that held missed"
-    return "none held"
+        return number(candidate.measured_rate, 0) + (f" ({why})" if why else "")
+    return f"none: {why}" if why else "none held"
 
 
 def verification_section(saved: TuneDocument, plot: Path) -> list[str]:

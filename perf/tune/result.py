@@ -139,9 +139,10 @@ class CandidateFigures:
 class ShortlistFigures:
     config: str
     predicted_rate: float
-    measured_rate: float
+    measured_rate: float  # the highest rate it held the budget up to
     seconds: float
     points: tuple[PointFigures, ...]
+    refuted_rate: float | None = None  # the lowest rate a miss of it stood at (``Evidence.refuted_at``)
 
 
 @dataclass(frozen=True)
@@ -289,6 +290,7 @@ def document(result: TuneResult, model: str, engine: str, noise: NoisePolicy, co
                 config=c.config.label,
                 predicted_rate=c.predicted_rate,
                 measured_rate=result.evidence.held_rate(c.config),
+                refuted_rate=_finite(result.evidence.refuted_at(c.config)),
                 seconds=c.seconds,
                 points=tuple(point_figures(p, noise, cores) for p in c.points),
             )

@@ -238,14 +238,21 @@ def test_where_the_runs_of_the_answer_s_point_disagree_the_headline_shows_each_a
 
 def test_a_shortlisted_configuration_refuted_below_a_point_that_held_says_so(unhindered) -> None:
     """A configuration that held the budget at one rate and missed it (the miss standing) below it holds
-    it up to no rate: its row says why, not "none held" beside a point whose verdict is "holds"."""
+    it up to no rate above the miss: its row says where the miss stood, not "none held" (or a rate
+    below) beside points whose verdict is "holds" and no word of why."""
     server = ScriptedServer(LINEAR, BUDGET_MS, by_family, seed=1)
     saved = document(unhindered, "m", "ours", server.policy, server.cores)
     searched = saved.shortlist[0]
     assert searched.measured_rate > 0 and any(p.verdict == "holds" for p in searched.points)
+    assert searched.refuted_rate > searched.measured_rate  # the miss above it that bounded its search
     assert held_up_to(searched) == number(searched.measured_rate, 0)
-    refuted = dataclasses.replace(searched, measured_rate=0.0)
-    assert held_up_to(refuted) == "none: a point below one that held missed"
+    below = min(p.rate for p in searched.points if p.verdict == "holds") / 2
+    refuted = dataclasses.replace(searched, measured_rate=0.0, refuted_rate=below)
+    assert held_up_to(refuted) == f"none: a miss stood at {number(below, 0)}/s, below points that held"
+    capped = dataclasses.replace(searched, refuted_rate=below, measured_rate=below / 2)
+    assert held_up_to(capped) == (
+        f"{number(below / 2, 0)} (a miss stood at {number(below, 0)}/s, below points that held)"
+    )
     missed = dataclasses.replace(
         refuted, points=tuple(dataclasses.replace(p, verdict="misses") for p in searched.points)
     )
