@@ -190,6 +190,15 @@ def test_the_verdict_says_how_far_over_the_closest_run_was_and_names_failed_requ
         "nothing meets p99 <= 10 ms here: the closest measured was a at 1,000/s with p99 4.0 ms, "
         "12 requests failed"
     )
+    silent: Evidence[str] = Evidence(BUDGET_MS)
+    nothing = run(math.nan, served=0.0, met=False)
+    nothing.sustained, nothing.failed = False, 50
+    silent.add("a", 1000.0, nothing)  # zero throughput: every request failed
+    assert silent.verdict("a", 1000.0) is Verdict.MISSES  # by far: no second run
+    assert str(silent.nothing_meets(lambda key: key)) == (
+        "nothing meets p99 <= 10 ms here: the closest measured was a at 1,000/s where no request was "
+        "answered, 50 requests failed"
+    )
     behind: Evidence[str] = Evidence(BUDGET_MS)
     slow = run(14.0, served=600.0, met=False)
     slow.sustained = False
