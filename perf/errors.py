@@ -59,13 +59,17 @@ class NothingMeetsError(PerfError):
     @classmethod
     def closest(
         cls, budget_ms: float, label: str, rate: float, p99_ms: float, behind: float | None = None,
-        detail: str = "", note: str = "",
+        detail: str = "", note: str = "", failed: int = 0,
     ) -> NothingMeetsError:  # fmt: skip
         """The verdict naming the closest figure measured: ``label`` at ``rate``/s with p99 ``p99_ms``
-        (``behind``: what it served, where it fell behind the offered rate; ``note``: why a run within
-        the budget is still no answer)."""
+        and by how much it is over the budget (``behind``: what it served, where it fell behind the
+        offered rate; ``failed``: its requests that failed, each a miss whatever the p99 of the others;
+        ``note``: why a run within the budget is still no answer)."""
+        over = f", {p99_ms - budget_ms:,.1f} ms over the budget" if p99_ms > budget_ms else ""
         served = f", serving only {per_second(behind)} of it" if behind is not None else ""
-        figure = f"with p99 {p99_ms:,.1f} ms{served}" if p99_ms == p99_ms else "where no request was answered"
+        failures = f", {failed:,} request{'s' if failed != 1 else ''} failed" if failed else ""
+        answered = f"with p99 {p99_ms:,.1f} ms{over}" if p99_ms == p99_ms else "where no request was answered"
+        figure = f"{answered}{served}{failures}"
         return cls(
             f"nothing meets p99 <= {budget_ms:g} ms here: the closest measured was {label} at "
             f"{per_second(rate)} {figure}{f' ({note})' if note else ''}",

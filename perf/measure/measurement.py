@@ -96,6 +96,11 @@ class Measurement:
         return float(np.count_nonzero(times >= start)) / (end - start) if end > start else 0.0
 
     @property
+    def failed(self) -> int:
+        """Its requests that failed over the windows that count."""
+        return self.figures.failed
+
+    @property
     def sustained(self) -> bool:
         """Nothing failed, and an open loop's rate was kept up with."""
         return bool(self.figures.failed == 0 and self.throughput >= SUSTAINED * self.offered)

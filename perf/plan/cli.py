@@ -28,11 +28,10 @@ from perf.measure.engine import MeasureSettings, OurEngine
 from perf.measure.shapes import has_variable_axis
 from perf.plan.compute_profile import ComputeProfile, compute_origin, read_compute_profile
 from perf.plan.document import PlanDocument, plan_document
-from perf.plan.graph_memory import too_big_to_build
 from perf.plan.overlay import plan_overlay, server_flags, write_plan_overlay
 from perf.plan.placement import PlacementError
 from perf.plan.planner import Judged, NoStrategyError, Plan, PlanRequest, plan
-from perf.plan.profile import measure_profile, plan_target
+from perf.plan.profile import count, measure_profile, plan_target
 from perf.plan.report import plot, rate_sentence, render
 from perf.plan.shapes import plan_shapes
 from perf.plan.strategy import ModelProfile, Space
@@ -138,7 +137,8 @@ def command_plan(args: argparse.Namespace, console, setup: PlanSetup = THE_SETUP
     spec = load_spec(args.spec)
     spec, model = plan_target(spec, args.model)  # a model or a pipeline; a clear error before building
     base = spec.model(model)
-    too_big = too_big_to_build(base)
+    counted = count(base)  # the graph's memory, once: whether the server measures, and the profile
+    too_big = counted.too_big
     topology, here = _topology(args, setup)
     space = Space(
         _ints(args.instances, "--instances"), _ints(args.delays_us, "--delays-us"), split=not args.no_split
@@ -194,8 +194,9 @@ def command_plan(args: argparse.Namespace, console, setup: PlanSetup = THE_SETUP
         providers = ("CUDAExecutionProvider",) if live_gpu else ("CPUExecutionProvider",)
         device = "this host's GPU (CUDA provider)" if live_gpu else "this host's CPU"
         profile = setup.measure_profile(
-            spec, model, args.workdir / "repository", not args.no_split, probed, providers, device, recorded
-        )
+            spec, model, args.workdir / "repository", not args.no_split, probed, providers, device, recorded,
+            counted=counted,
+        )  # fmt: skip
         measured_on = recorded.device if recorded else device
         origin = compute_origin(measured_on, recorded is not None, [g.name for g in topology.gpus], here)
         try:
@@ -294,7 +295,7 @@ def print_summary(saved: PlanDocument, report: Path, console) -> None:
         console.print(
             f"  measured {row.strategy} @ {row.rate:.0f}/s: p99 {row.measured_p99_text} ms (predicted "
             f"{number(row.predicted_p99_ms)} ms), served {row.measured_throughput:.0f}/s; {row.runs} run(s), "
-            f"{row.verdict or ('holds' if row.met else 'misses')}"
+            f"{row.point_text}"
         )
     shapes = saved.shapes
     if shapes:

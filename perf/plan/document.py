@@ -13,6 +13,7 @@ from perf.measure.measurement import too_few_note
 from perf.model.memory import MIB
 from perf.plan.placement import CPU_DEVICE, Assignment
 from perf.plan.planner import Judged, Plan
+from perf.session.search import disagreement
 from perf.session.shapes_section import ShapesFigures
 
 
@@ -71,6 +72,15 @@ class VerificationRow:
     verdict: str = ""  # holds / misses / open: the point, by the search's rule
     samples: int = 0  # the requests the last run's p99 rests on
     too_few: bool = False  # too few of them to meet the budget by (``Measurement.too_few``)
+    runs_p99_ms: tuple[float, ...] = ()  # every run's p99 in the order measured (the last: measured's)
+    runs_met: tuple[bool, ...] = ()  # ... and whether it met the budget
+
+    @property
+    def point_text(self) -> str:
+        """What the search's rule made of the point, with each run's p99 where its runs disagree."""
+        verdict = self.verdict or ("holds" if self.met else "misses")
+        disagree = disagreement(self.runs_p99_ms, self.runs_met)
+        return f"{verdict}: {disagree}" if disagree else verdict
 
     @property
     def measured_p99_text(self) -> str:

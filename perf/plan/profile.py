@@ -211,11 +211,27 @@ def counted_memory(model: ModelSpec) -> GraphMemory | None:
         return None
 
 
-def buildable(spec: Spec, model: str, memory: GraphMemory | None) -> tuple[Spec, str]:
+@dataclass(frozen=True)
+class Counted:
+    """A model's memory counted from its graph (None: its source has no torch module) and why it is too
+    big to build on this host ("": it is not). Counted once a plan (``count``): ``make plan`` decides
+    from it whether the server measures, and the profile what it builds and each instance's memory."""
+
+    memory: GraphMemory | None
+    too_big: str
+
+
+def count(model: ModelSpec) -> Counted:
+    """``model``'s ``Counted``: its graph counted once, on the meta device."""
+    memory = counted_memory(model)
+    return Counted(memory, too_big_to_build(model, memory) if memory is not None else "")
+
+
+def buildable(spec: Spec, model: str, counted: Counted) -> tuple[Spec, str]:
     """The spec the profile builds (``spec``, or its model's compute proxy in its place where the
     model is too big for this host) and why the proxy (empty: none)."""
     base = spec.model(model)
-    reason = too_big_to_build(base, memory) if memory is not None else ""
+    reason = counted.too_big
     if not reason:
         return spec, ""
     proxy = compute_proxy(base)
@@ -227,13 +243,15 @@ def buildable(spec: Spec, model: str, memory: GraphMemory | None) -> tuple[Spec,
 def measure_profile(
     spec: Spec, model: str, repository: Path, split: bool = True, probe: ProbeResult | None = None,
     providers: tuple[str, ...] = ("CPUExecutionProvider",), device: str = "this host's CPU",
-    recorded: ComputeProfile | None = None,
+    recorded: ComputeProfile | None = None, counted: Counted | None = None,
 ) -> ModelProfile:  # fmt: skip
     """Build the variants into ``repository`` and measure them (see the module docstring). With
     ``probe`` (the fp32 whole model probed on the real server) the costs beyond compute come with it;
-    with ``recorded``, the whole model's compute is the recorded profile's."""
-    memory = counted_memory(spec.model(model))
-    spec, proxy_reason = buildable(spec, model, memory)
+    with ``recorded``, the whole model's compute is the recorded profile's; ``counted``: the model's
+    memory as the caller counted it already (None: counted here)."""
+    counted = counted or count(spec.model(model))
+    memory = counted.memory
+    spec, proxy_reason = buildable(spec, model, counted)
     chosen = variants(spec, model, split)
     built = {
         m.spec.precision: m

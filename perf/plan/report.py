@@ -80,6 +80,13 @@ def answer(saved: PlanDocument) -> list[str]:
     ]
 
 
+def chosen(saved: PlanDocument) -> str:
+    """The chosen strategy's row, with the rate the server measured it to hold the budget up to."""
+    if saved.measured_rate:
+        return f"chosen (measured within the budget up to {number(saved.measured_rate, 0)}/s)"
+    return "chosen"
+
+
 def title(saved: PlanDocument) -> str:
     """The name planned for as ``MODEL=`` gave it; a pipeline's says which model it splits."""
     if saved.asked and saved.asked != saved.model:
@@ -106,10 +113,15 @@ def render(folder: Path, saved: PlanDocument) -> Path:
         "",
         "## Every strategy",
         "",
-        table(["strategy", "rate/s", "p99 ms", "memory per device (MiB)", "links", "why it lost"],
-              [[s.label, number(s.rate, 0), number(s.p99_ms) if s.p99_ms else "–",
+        "Rates and p99s here are the prediction's (none: no rate predicted within the budget); a reason "
+        "that names a measurement (demoted, a lower measured rate) is the server's, the others the "
+        "prediction's.",
+        "",
+        table(["strategy", "predicted rate/s", "predicted p99 ms", "memory per device (MiB)", "links",
+               "why it lost"],
+              [[s.label, number(s.rate, 0) if s.rate else "none", number(s.p99_ms) if s.p99_ms else "–",
                 ", ".join(f"{d} {number(m)}" for d, m in s.memory_mib.items()),
-                "; ".join(" ".join(links) for links in s.links if links) or "–", s.reason or "chosen"]
+                "; ".join(" ".join(links) for links in s.links if links) or "–", s.reason or chosen(saved)]
                for s in saved.strategies]),
         "",
         "![predicted p99 vs rate](p99_vs_rate.png)",
@@ -122,11 +134,12 @@ def render(folder: Path, saved: PlanDocument) -> Path:
             "Every point the server measured (the probe's runs of a strategy, the search's, the shapes "
             "step's re-measure): the last run's figures, how many runs the point had and what the search's "
             "rule made of them (a miss alone stays open; a point holds when more of its runs met the budget "
-            "than missed; a run whose p99 rests on too few requests, marked so, counts as a miss).",
+            "than missed; a run whose p99 rests on too few requests, marked so, counts as a miss); where a "
+            "point's runs disagree, each run's p99 in the order measured.",
             "",
             table(["strategy", "rate/s", "p99 predicted", "p99 measured", "served/s", "runs", "point"],
                   [[v.strategy, number(v.rate, 0), number(v.predicted_p99_ms), v.measured_p99_text,
-                    number(v.measured_throughput, 0), v.runs, v.verdict or ("holds" if v.met else "misses")]
+                    number(v.measured_throughput, 0), v.runs, v.point_text]
                    for v in saved.verification]),
         ]  # fmt: skip
     if saved.shapes:

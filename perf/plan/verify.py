@@ -6,8 +6,9 @@ uses (``perf.session.search``), from their predicted rate.
 Every run is evidence (``Evidence``, keyed by the strategy's label): the probe's runs count for the
 whole-model strategy they served (``probe_evidence``), the search's for the architecture searched, the
 shapes step's for the pick at its rate. The answer is the best point that holds the budget by the
-search's rule (``settle``), searched before it stands; an architecture that held it at no rate tried is
-demoted, however well it was predicted. Where no architecture is predicted within the budget, those a
+search's rule (``settle``), searched before it stands, its open points at or below its rate decided
+(a miss there that stands refutes every rate above it); an architecture that held it at no rate tried
+is demoted, however well it was predicted. Where no architecture is predicted within the budget, those a
 probe run held it with are searched instead (none: the one whose run came closest, from that run, a
 miss alone being no verdict): a prediction that nothing fits does not override a measurement. Where no
 point holds, ``NothingMeetsError`` names the closest run over the budget.
@@ -16,8 +17,8 @@ point holds, ``NothingMeetsError`` names the closest run over the budget.
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Callable
-from contextlib import AbstractContextManager
+from collections.abc import Callable, Iterator
+from contextlib import AbstractContextManager, contextmanager
 from pathlib import Path
 
 from exporters.schema.models import ModelSpec, Spec
@@ -33,7 +34,7 @@ from perf.plan.strategy import Strategy
 from perf.session.model import ModelSession
 from perf.session.pipeline import PipelineSession
 from perf.session.probe import ProbeResult
-from perf.session.search import Evidence, SearchPlan, Verdict, search
+from perf.session.search import Evidence, SearchPlan, Server, Verdict, decide, search
 
 SETTLE_ROUNDS = 12  # a hang guard: each round searches an answer or refutes one
 # A served strategy: its session (entered for the runs) and the configuration it is loaded with.
@@ -119,15 +120,35 @@ def search_strategy(
     step: Callable[[str], None],
 ) -> None:
     """``judged`` served and searched from ``start``; every run joins ``evidence``."""
-    s = judged.strategy
-    step(f"searching {s.label} on the real server")
-    session, config = serve(s)
+    label = judged.strategy.label
+    step(f"searching {label} on the real server")
+    with served(judged, serve) as running:
+        search(
+            running, evidence, label, lambda rate: poisson(rate, plan.request.seed), start,
+            plan=SearchPlan(), label=f"plan {label}", step=step,
+        )  # fmt: skip
+
+
+def decide_open(
+    judged: Judged, rates: list[float], plan: Plan, evidence: Evidence[str], serve: Serve,
+    step: Callable[[str], None],
+) -> None:  # fmt: skip
+    """``judged``'s open points at ``rates`` decided by the rule on the real server (a miss there is
+    measured again, as any miss is)."""
+    label = judged.strategy.label
+    step(f"deciding {label} at {', '.join(f'{r:,.0f}/s' for r in rates)}: a run there missed the budget")
+    with served(judged, serve) as running:
+        for rate in rates:
+            decide(running, evidence, label, rate, lambda r: poisson(r, plan.request.seed), f"plan {label}")
+
+
+@contextmanager
+def served(judged: Judged, serve: Serve) -> Iterator[Server]:
+    """``judged``'s strategy served on a session of its own, prepared with its configuration."""
+    session, config = serve(judged.strategy)
     with session as running:
         running.prepare(config)
-        search(
-            running, evidence, s.label, lambda rate: poisson(rate, plan.request.seed), start,
-            plan=SearchPlan(), label=f"plan {s.label}", step=step,
-        )  # fmt: skip
+        yield running
 
 
 def measure_plan(
@@ -147,6 +168,9 @@ def measure_plan(
         if label not in searched:
             search_strategy(settled.chosen, rate, plan, evidence, serve, step)
             searched.add(label)
+            continue
+        if opened := evidence.open_below(label, rate):  # a miss at or below it that may stand
+            decide_open(settled.chosen, opened, plan, evidence, serve, step)
             continue
         if recheck is not None:
             recheck(settled, rate)
@@ -168,7 +192,16 @@ def settle(plan: Plan, evidence: Evidence[str]) -> tuple[Plan, float]:
     best = labels.get(label)
     for other_label, other in labels.items():
         held, closest = evidence.held_rate(other_label), evidence.closest_miss(keys=[other_label])
-        if closest is not None and not held:
+        if not held and any(
+            evidence.verdict(other_label, r) is Verdict.HOLDS for r in evidence.rates(other_label)
+        ):
+            refuted = evidence.refuted_at(other_label)
+            run = evidence.of(other_label, refuted)[-1]
+            other.reason = (
+                f"demoted: missed the budget at {refuted:,.0f}/s (p99 {run.p99_ms:,.1f} ms), below rates "
+                "a point of it held at: it holds the budget up to no rate measured"
+            )
+        elif closest is not None and not held:
             _, at, run = closest
             other.reason = (
                 f"demoted: measured over the budget at every rate tried (p99 {run.p99_ms:,.1f} ms at "
@@ -191,8 +224,8 @@ def settle(plan: Plan, evidence: Evidence[str]) -> tuple[Plan, float]:
 
 
 def verification_rows(plan: Plan, evidence: Evidence[str]) -> list[VerificationRow]:
-    """One row per point measured of a placed strategy, predicted and measured (its last run, how many
-    and the rule's verdict), in the order measured."""
+    """One row per point measured of a placed strategy, predicted and measured (its last run, how many,
+    each one's p99 and whether it met, and the rule's verdict), in the order measured."""
     rows = []
     for judged in placed(plan):
         label = judged.strategy.label
@@ -209,5 +242,7 @@ def verification_rows(plan: Plan, evidence: Evidence[str]) -> list[VerificationR
                 predicted_throughput=predicted.throughput, measured_throughput=last.throughput,
                 sustained=last.sustained, met=last.meets(plan.request.budget_ms), runs=len(runs),
                 verdict=evidence.verdict(label, rate).value, samples=last.samples, too_few=last.too_few,
+                runs_p99_ms=tuple(r.p99_ms for r in runs),
+                runs_met=tuple(r.meets(plan.request.budget_ms) for r in runs),
             ))  # fmt: skip
     return rows

@@ -24,9 +24,11 @@
   lowest above it that missed is halved until they are neighbouring rungs. Its answer is the highest
   rate that held, never a guess between runs.
 
-``Evidence`` keeps every run a tool made (probe, search, verification, shapes step) by point. The
-answer is the best point that holds, at the rate it was measured; "nothing meets" only where no point
-holds, naming the closest run over the budget (``nothing_meets``).
+``Evidence`` keeps every run a tool made (probe, search, verification, shapes step) by point. A
+configuration holds the budget *up to* the highest rate a point of it holds at below any point of it
+whose miss stands (``refuted_at``); the answer is the best such point, at the rate it was measured;
+"nothing meets" only where no point holds, naming the closest run over the budget and by how much
+(``nothing_meets``).
 """
 
 from __future__ import annotations
@@ -65,6 +67,7 @@ class Run(Protocol):
     sustained: bool  # the server kept up with the offered load
     samples: int  # the requests its p99 rests on
     too_few: bool  # too few of them to judge a p99 by (``Measurement.too_few``)
+    failed: int  # requests that failed (each makes the run a miss: ``sustained`` is false)
 
     def meets(self, budget_ms: float) -> bool: ...
 
@@ -92,6 +95,26 @@ def verdict(runs: Sequence[Run], offered: float, budget_ms: float) -> Verdict:
     if missed > met and (missed >= 2 or far):
         return Verdict.MISSES
     return Verdict.OPEN
+
+
+RULE = (
+    "a point holds where more of its runs met the budget than missed it, and misses where more missed "
+    "(two, or one by far)"
+)
+
+
+def disagreement(p99s: Sequence[float | None], mets: Sequence[bool]) -> str:
+    """Where a point's runs disagree (some met the budget, some missed it): every run's p99 in the order
+    measured, which met, and the rule that decided (``RULE``); "" where they agree. A report shows it
+    beside the last run's figures, so that no run is hidden behind another of the same point."""
+    if len(set(mets)) < 2:
+        return ""
+    each = ", ".join(
+        f"{p99:,.1f} ms {'met' if met else 'missed'}" if p99 is not None and math.isfinite(p99)
+        else f"no answer, {'met' if met else 'missed'}"
+        for p99, met in zip(p99s, mets, strict=True)
+    )  # fmt: skip
+    return f"its runs disagree: {each}; {RULE}"
 
 
 def rung(rate: float) -> float:
@@ -138,9 +161,32 @@ class Evidence(Generic[K]):
     def rates(self, key: K) -> list[float]:
         return sorted(self.runs.get(key, {}))
 
+    def refuted_at(self, key: K) -> float:
+        """The lowest rate at which a point of ``key`` misses the budget on runs that rest on enough
+        requests (inf: none). A configuration that misses there does not hold "up to" any rate above
+        it, whatever a point higher up held (a batcher that waits out its delay at a light load can do
+        worse than at a heavier one). A point that misses only on too few requests is no such
+        evidence: it says nothing about the rates above it."""
+        refuting = (
+            rate
+            for rate in self.rates(key)
+            if self.verdict(key, rate) is Verdict.MISSES
+            and any(not run.meets(self.budget_ms) and not run.too_few for run in self.of(key, rate))
+        )
+        return min(refuting, default=math.inf)
+
     def held_rate(self, key: K) -> float:
-        """The highest rate a point of ``key`` holds at (0: none holds)."""
-        return max((r for r in self.rates(key) if self.verdict(key, r) is Verdict.HOLDS), default=0.0)
+        """The highest rate ``key`` holds the budget up to: the highest point that holds below any
+        point that refutes it (``refuted_at``; 0: none)."""
+        ceiling = self.refuted_at(key)
+        held = (r for r in self.rates(key) if r < ceiling and self.verdict(key, r) is Verdict.HOLDS)
+        return max(held, default=0.0)
+
+    def open_below(self, key: K, rate: float) -> list[float]:
+        """The points of ``key`` at or below ``rate`` still open (a miss alone, or as many met as
+        missed): each is decided before ``rate`` stands as ``key``'s answer, since a miss there that
+        stands refutes the rates above it (``refuted_at``)."""
+        return [r for r in self.rates(key) if r <= rate and self.verdict(key, r) is Verdict.OPEN]
 
     def best(
         self, keys: Sequence[K] | None = None, at: float | None = None, prefer: Sequence[K] = ()
@@ -151,7 +197,7 @@ class Evidence(Generic[K]):
         holds."""
         keys = list(self.runs) if keys is None else [k for k in keys if k in self.runs]
         if at is not None:
-            keys = [k for k in keys if self.verdict(k, at) is Verdict.HOLDS]
+            keys = [k for k in keys if self.verdict(k, at) is Verdict.HOLDS and at < self.refuted_at(k)]
         ranked = [(k, rate) for k in keys if (rate := self.held_rate(k)) > 0]
         if not ranked:
             return None
@@ -204,10 +250,12 @@ class Evidence(Generic[K]):
                 f"nothing meets p99 <= {self.budget_ms:g} ms {where}: nothing was measured", detail
             )
         key, rate, run = closest
-        behind = None if run.sustained else run.throughput
+        behind = None if run.sustained or run.failed else run.throughput  # failures: named as such
         few = run.sustained and run.too_few  # within the budget, on too few requests: say how to accept them
         note = f"{too_few_text(run.samples)}; --p99-samples lowers the count a p99 rests on" if few else ""
-        return NothingMeetsError.closest(self.budget_ms, name(key), rate, run.p99_ms, behind, detail, note)
+        return NothingMeetsError.closest(
+            self.budget_ms, name(key), rate, run.p99_ms, behind, detail, note, run.failed
+        )
 
 
 def decide(
@@ -233,10 +281,10 @@ class SearchPlan:
 
 
 def _bracket(evidence: Evidence[K], key: K) -> tuple[float | None, float | None, Run | None]:
-    """The highest rate of ``key`` that holds, the lowest above it that misses, and that miss's last
-    run (points still open count as neither)."""
+    """The highest rate ``key`` holds the budget up to (``Evidence.held_rate``), the lowest above it
+    that misses, and that miss's last run (points still open count as neither)."""
+    held = evidence.held_rate(key) or None
     decided = [(r, evidence.verdict(key, r)) for r in evidence.rates(key)]
-    held = max((r for r, v in decided if v is Verdict.HOLDS), default=None)
     above = [r for r, v in decided if v is Verdict.MISSES and (held is None or r > held)]
     missed = min(above, default=None)
     return held, missed, evidence.of(key, missed)[-1] if missed is not None else None

@@ -45,7 +45,7 @@ from perf.session.model import (
 from perf.session.search import Evidence
 from perf.session.shapes_section import ShapesFigures, shapes_step
 from perf.spec_overlay import write_overlay
-from perf.tune.report import render
+from perf.tune.report import prediction_figure, render
 from perf.tune.result import TuneDocument, document, save
 from perf.tune.tuner import TuneRequest, TuneResult, tune
 from server.ports import add_port_base_option
@@ -286,18 +286,13 @@ def print_summary(saved: TuneDocument, report: Path, console) -> None:
     measured = operating.measured
     held = " (holds the host's noise)" if measured and measured.host_noise else ""
     p99 = number(measured.p99_ms) if measured else "–"
-    predicted = (
-        f"{number(saved.predicted_max_rate, 0)}/s within the budget"
-        if saved.predicted_max_rate is not None
-        else "no candidate within the budget (the rate measured above is the answer)"
-    )
     console.print(
         f"chosen: [bold]{saved.chosen}[/bold]: measured within p99 {saved.budget_ms:g} ms up to "
         f"{number(saved.measured_max_rate, 0)}/s (the prediction's first: {saved.model_pick})"
     )
     console.print(
         f"  p99 at {number(saved.operating_rate, 0)}/s: measured {p99} ms{held}, predicted "
-        f"{number(operating.predicted.p99_ms)} ms; the prediction (not a measurement): {predicted}; search "
-        f"{saved.seconds.tuner:.0f} s; engine {saved.engine}; {len(noise.remeasured)} of {noise.runs} runs "
-        f"measured again for steal; report {report}"
+        f"{number(operating.predicted.p99_ms)} ms; the prediction (not a measurement): "
+        f"{prediction_figure(saved)}; search {saved.seconds.tuner:.0f} s; engine {saved.engine}; "
+        f"{len(noise.remeasured)} of {noise.runs} runs measured again for steal; report {report}"
     )

@@ -15,9 +15,18 @@ from typing import Any
 from perf.errors import EXIT_USAGE, OptionError
 from perf.markdown import number, percent, table, write_report
 from perf.measure.measurement import too_few_note
+from perf.session.search import disagreement
 from perf.studies.goals import GOALS, Goal, goals_table
 from perf.studies.plots import plt, save_figure
-from perf.tune.result import CandidateFigures, CpuFigures, PointFigures, RunFigures, TuneDocument, load
+from perf.tune.result import (
+    CandidateFigures,
+    CpuFigures,
+    PointFigures,
+    RunFigures,
+    ShortlistFigures,
+    TuneDocument,
+    load,
+)
 from perf.unmeasured import error_percent
 
 NOISE_MARK = "†"  # beside a figure whose run the hypervisor took CPU from (``perf.measure.noise``)
@@ -107,26 +116,43 @@ def answer_sentence(saved: TuneDocument) -> str:
 
 def prediction_sentence(saved: TuneDocument) -> str:
     """The prediction's figures, labelled as such."""
-    if saved.predicted_max_rate is None:
-        return (
-            f"The prediction ranked {saved.model_pick} first and put no candidate within the budget; a "
-            "probe run held it with this configuration, and its search measured the rest."
-        )
-    return (
-        f"Prediction (not a measurement): {number(saved.predicted_max_rate, 0)}/s within the budget; "
-        f"the prediction alone ranks {saved.model_pick} first."
+    first = (
+        f"; the prediction alone ranks {saved.model_pick} first"
+        if saved.predicted_max_rate is not None
+        else ""
     )
+    return f"Prediction (not a measurement): {prediction_figure(saved)}{first}."
+
+
+def prediction_figure(saved: TuneDocument) -> str:
+    """What the prediction said, in words that never contradict the answer measured: its rate for the
+    answer where it ranked it; where the answer is a configuration it did not rank (a probe run's, one
+    the bound on the batch size left out), its own first and that first's rate, which is not the
+    answer's; only where it put no candidate within the budget, that it did."""
+    if saved.predicted_max_rate is not None:
+        return f"{number(saved.predicted_max_rate, 0)}/s within the budget"
+    first = next((c for c in saved.candidates if c.feasible and c.best), None)
+    if first is not None:
+        return (
+            f"the answer is no candidate it ranked (a probe run held the budget with it, and its search "
+            f"measured the rest); its first, {first.config}, {number(first.best.rate, 0)}/s within the budget"
+        )
+    return "no candidate within the budget (the rate measured above is the answer)"
 
 
 def runs_text(point: PointFigures) -> str:
-    """How many runs a point had and what the search's rule made of them."""
+    """How many runs a point had and what the search's rule made of them; where they disagree, each
+    run's p99 and the rule."""
     runs = f"{point.runs} run{'s' if point.runs != 1 else ''}"
-    return f"{runs}, {point.verdict}" if point.verdict else runs
+    text = f"{runs}, {point.verdict}" if point.verdict else runs
+    disagree = disagreement(point.runs_p99_ms, point.runs_met)
+    return f"{text}: {disagree}" if disagree else text
 
 
 def demotions(saved: TuneDocument) -> list[str]:
-    """The answers a later run refuted before this one: each point, once measured again, no longer
-    held the budget, so it is not the answer however well it did before."""
+    """The answers a later run refuted before this one: each point named, at the answer's rate or below
+    it, once measured again, missed the budget, so the answer it held is none however well it did
+    before (a configuration holds the budget up to no rate above a miss that stands)."""
     if not saved.demoted:
         return []
     misses = "; ".join(
@@ -135,7 +161,11 @@ def demotions(saved: TuneDocument) -> list[str]:
         for p in saved.demoted
         if p.measured
     )
-    return ["", f"Reopened (a later run missed the budget at the answer's point, not answers): {misses}."]
+    return [
+        "",
+        f"Reopened (a later run missed the budget at the answer's rate or below it, so these are not "
+        f"answers): {misses}.",
+    ]
 
 
 def noise_section(saved: TuneDocument) -> list[str]:
@@ -242,7 +272,7 @@ def shortlist_section(saved: TuneDocument) -> list[str]:
         {
             "candidate": lambda c: c.config + (" **chosen**" if c.config == saved.chosen else ""),
             "predicted max rate /s": lambda c: number(c.predicted_rate, 0) if c.predicted_rate else "–",
-            "measured max rate /s": lambda c: number(c.measured_rate, 0) if c.measured_rate else "none held",
+            "measured max rate /s": held_up_to,
             "points (p99, runs)": lambda c: "; ".join(
                 f"{number(p.rate, 0)}/s: {p99(p.measured, ' ms')} ({runs_text(p)})" for p in c.points
             ),
@@ -262,6 +292,20 @@ def shortlist_section(saved: TuneDocument) -> list[str]:
         "",
         rows,
     ]
+
+
+def held_up_to(candidate: ShortlistFigures) -> str:
+    """The rate a shortlisted configuration held the budget up to, and where a point of it held higher
+    up, the miss below that point which stood (a probe's or a verification's point, perhaps not among
+    the search's listed beside it): "holds up to" needs every point below."""
+    refuted = candidate.refuted_rate
+    held_above = refuted is not None and any(
+        p.verdict == "holds" and p.rate > refuted for p in candidate.points
+    )
+    why = f"a miss stood at {number(refuted, 0)}/s, below points that held" if held_above else ""
+    if candidate.measured_rate:
+        return number(candidate.measured_rate, 0) + (f" ({why})" if why else "")
+    return f"none: {why}" if why else "none held"
 
 
 def verification_section(saved: TuneDocument, plot: Path) -> list[str]:
@@ -297,7 +341,9 @@ def verification_section(saved: TuneDocument, plot: Path) -> list[str]:
         f"![p99 vs rate]({plot.name})",
         "",
         "The answer and its neighbours around its measured rate; a point the search measured already is "
-        "shown with its runs, the others were measured once here (a miss alone stays open).",
+        "shown with its runs, the others were measured once here (a miss alone stays open, but the "
+        "answer's own below its rate, which are measured until the rule decides them). Each row's p99 is "
+        "its last run's; where a point's runs disagree, the last column gives each.",
         "",
         rows,
     ]

@@ -73,7 +73,8 @@ class PredictionFigures:
 @dataclass(frozen=True)
 class PointFigures:
     """One configuration at one rate: predicted, and measured where the server ran it (``measured``:
-    its last run of ``runs``; ``verdict``: the search's rule on them, holds / misses / open)."""
+    its last run of ``runs``; ``verdict``: the search's rule on them, holds / misses / open; every
+    run's p99 and whether it met the budget, so that a report shows the runs that disagree)."""
 
     config: str
     rate: float
@@ -81,6 +82,8 @@ class PointFigures:
     measured: RunFigures | None
     runs: int = 1
     verdict: str | None = None
+    runs_p99_ms: tuple[float | None, ...] = ()  # every run's p99 in the order measured (the last: measured's)
+    runs_met: tuple[bool, ...] = ()  # ... and whether it met the budget
 
 
 @dataclass(frozen=True)
@@ -136,9 +139,10 @@ class CandidateFigures:
 class ShortlistFigures:
     config: str
     predicted_rate: float
-    measured_rate: float
+    measured_rate: float  # the highest rate it held the budget up to
     seconds: float
     points: tuple[PointFigures, ...]
+    refuted_rate: float | None = None  # the lowest rate a miss of it stood at (``Evidence.refuted_at``)
 
 
 @dataclass(frozen=True)
@@ -223,6 +227,8 @@ def point_figures(point: Point, noise: NoisePolicy, cores: int) -> PointFigures:
         measured=run_figures(point.measured, noise) if point.measured else None,
         runs=point.runs,
         verdict=point.verdict.value if point.verdict else None,
+        runs_p99_ms=tuple(_finite(p99) for p99 in point.p99s),
+        runs_met=point.mets,
     )
 
 
@@ -284,6 +290,7 @@ def document(result: TuneResult, model: str, engine: str, noise: NoisePolicy, co
                 config=c.config.label,
                 predicted_rate=c.predicted_rate,
                 measured_rate=result.evidence.held_rate(c.config),
+                refuted_rate=_finite(result.evidence.refuted_at(c.config)),
                 seconds=c.seconds,
                 points=tuple(point_figures(p, noise, cores) for p in c.points),
             )

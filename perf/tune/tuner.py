@@ -15,8 +15,9 @@ the answer, the best point a run on the server held the budget at.
    stands. It is verified around its rate (each point predicted, then measured: the report's
    comparison, and more evidence), and measured once more where the caller asks (``recheck``: the
    shapes step). A later run that misses reopens it: its point is decided by the rule, and where it no
-   longer holds the next best point is the answer. No point holds: ``NothingMeetsError``, naming the
-   closest run over the budget.
+   longer holds the next best point is the answer; so does a miss that stands at a lower rate of the
+   same configuration (it holds the budget "up to" no rate above that: ``Evidence.refuted_at``). No
+   point holds: ``NothingMeetsError``, naming the closest run over the budget.
 
 Every run goes through the ``Server`` handed in, which owns how a run is measured (load engine,
 windows, the host-noise policy); the search only asks "this configuration at this rate".
@@ -37,7 +38,7 @@ from perf.model.batcher import BatcherConfig
 from perf.model.grid import Grid, neighbours
 from perf.model.predict import LoadAt, Prediction, max_rate, predict
 from perf.session.probe import ProbePlan, ProbeResult, Server, probe
-from perf.session.search import Evidence, SearchPlan, Verdict, at_rung, rung, search
+from perf.session.search import Evidence, SearchPlan, Verdict, at_rung, decide, rung, search
 
 Step = Callable[[str], None]
 # The caller's further check of the answer at its rate (the shapes step), whose runs join the evidence.
@@ -92,6 +93,8 @@ class Point:
     measured: Measurement | None = None
     runs: int = 0
     verdict: Verdict | None = None
+    p99s: tuple[float, ...] = ()  # every run's p99, in the order measured
+    mets: tuple[bool, ...] = ()  # ... and whether it met the budget
 
 
 @dataclass
@@ -182,6 +185,8 @@ def point_of(
     runs = evidence.of(config, rate)
     if runs:
         point.measured, point.runs, point.verdict = runs[-1], len(runs), evidence.verdict(config, rate)
+        point.p99s = tuple(run.p99_ms for run in runs)
+        point.mets = tuple(run.meets(request.budget_ms) for run in runs)
     return point
 
 
@@ -207,7 +212,9 @@ def verify(
 ) -> list[Point]:  # fmt: skip
     """The answer at ``operating`` and at ``VERIFY_RUNGS`` of its measured rate, its neighbours at
     ``NEIGHBOUR_RUNGS``: predicted, and measured once where no run was made there yet (a point the
-    search decided is not measured again). One configuration after the other."""
+    search decided is not measured again). One configuration after the other. The answer's own points
+    at or below its rate that are left open (a verification run that missed, a probe run's) are then
+    decided by the rule: a miss there that stands refutes the answer (``Evidence.refuted_at``)."""
     base = math.floor(rung(evidence.held_rate(chosen)) + 1e-9)
     plan = [(chosen, rate) for rate in sorted({operating, *(at_rung(base + k) for k in VERIFY_RUNGS)})]
     for config in neighbours(chosen, request.grid):
@@ -217,6 +224,10 @@ def verify(
             server.prepare(config)
             run = server.measure(request.load(rate), f"verify {config.label} @ {rate:,.0f}/s")
             evidence.add(config, rate, run)
+    if opened := evidence.open_below(chosen, operating):
+        server.prepare(chosen)
+        for rate in opened:
+            decide(server, evidence, chosen, rate, request.load, f"verify {chosen.label}")
     return [point_of(result, request, evidence, config, rate) for config, rate in plan]
 
 
@@ -244,7 +255,10 @@ def settle(
         step(f"verifying {config.label} around {rate:,.0f}/s, and its neighbours")
         points = verify(server, result, request, evidence, config, rate)
         if evidence.best(at=request.rate, prefer=answers) != found:
-            continue  # a verification run held it further up: the answer moved
+            if (refuted := evidence.refuted_at(config)) <= rate:  # a miss below it stood
+                demoted.append(point_of(result, request, evidence, config, refuted))
+                step(f"{config.label} missed the budget at {refuted:,.0f}/s, below {rate:,.0f}/s: reopened")
+            continue  # else a verification run held it further up: the answer moved
         if recheck is not None:
             recheck(config, rate, evidence)
             # the points with the runs it added

@@ -21,7 +21,7 @@ VERDICT = re.compile(
 
 def over_the_budget(verdict: str, budget_ms: float) -> None:
     """``verdict`` names a closest run that missed the budget: p99 over it, or behind the offered rate
-    (``serving only``), or no request answered."""
+    (``serving only``), or requests that failed, or no request answered."""
     found = VERDICT.search(verdict)
     assert found, verdict
     figure = found[2]
@@ -29,6 +29,7 @@ def over_the_budget(verdict: str, budget_ms: float) -> None:
     assert (
         (p99 and float(p99[1].replace(",", "")) > budget_ms)
         or "serving only" in figure
+        or re.search(r"\d requests? failed", figure)
         or ("no request was answered" in figure)
     ), verdict
 

@@ -124,7 +124,7 @@ def planned(
     """``make plan`` on a recorded topology, the variants' build and timing replaced by fixed figures
     (the recorded profile applied to them as the real profile does)."""
 
-    def measured(spec, model, repository, split, probed, providers, device, recorded=None):
+    def measured(spec, model, repository, split, probed, providers, device, recorded=None, counted=None):
         fixed = profile()
         if recorded is None:
             return dataclasses.replace(fixed, compute_source=f"onnxruntime in-process on {device}")

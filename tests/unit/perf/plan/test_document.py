@@ -67,3 +67,22 @@ def test_a_plan_for_a_pipeline_is_titled_by_the_pipeline(tmp_path: Path) -> None
     title = render(tmp_path, saved).read_text().splitlines()[0]
     assert title.startswith("# Plan: recommender_pipeline (a pipeline splitting recommender), p99 ≤")
     assert render(tmp_path, built(None)).read_text().startswith(f"# Plan: {saved.model}, p99")
+
+
+def test_the_strategy_table_labels_the_prediction_and_gives_the_pick_its_measured_rate(
+    tmp_path: Path,
+) -> None:
+    """The table of every strategy holds the prediction's figures: labelled so, with "none" where no rate
+    was predicted within the budget, and the pick's row gives the rate the server measured it to hold
+    the budget up to (a pick predicted over the budget read "0" beside "chosen")."""
+    saved = built(None)
+    saved = dataclasses.replace(saved, chosen=dataclasses.replace(saved.chosen, rate=0.0))
+    saved = dataclasses.replace(
+        saved,
+        strategies=tuple(saved.chosen if s.label == saved.chosen.label else s for s in saved.strategies),
+    )
+    report = render(tmp_path, saved).read_text()
+    assert "| strategy | predicted rate/s | predicted p99 ms |" in report
+    row = next(line for line in report.splitlines() if line.startswith(f"| {saved.chosen.label} |"))
+    assert row.startswith(f"| {saved.chosen.label} | none |")
+    assert f"chosen (measured within the budget up to {saved.measured_rate:,.0f}/s)" in row

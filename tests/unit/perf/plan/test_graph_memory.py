@@ -23,6 +23,7 @@ from perf.model.links import GENERIC_NVLINK_GBS, PCIE_GBS, link_for
 from perf.model.memory import GENERIC_CONTEXT_MIB, MIB, context_bytes
 from perf.plan import graph_memory as graph
 from perf.plan import placement as placement_module
+from perf.plan import profile as profile_module
 from perf.plan.cli import command_plan
 from perf.plan.document import PlanDocument
 from perf.plan.graph_memory import (
@@ -271,6 +272,24 @@ def test_make_plan_places_the_40_gb_recommender_over_the_l4s_without_building_it
     # the proxy was built, the 40 GB model never: its largest export is a few MiB
     exported = [p.stat().st_size for p in (tmp_path / "work").rglob("*.onnx")]
     assert exported and max(exported) < 64 * MIB
+
+
+def test_make_plan_counts_the_model_s_graph_once(
+    tmp_path: Path, small_host: None, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Whether the model is too big to build (which decides if the server measures) and the profile's
+    memory per instance come from one count of its graph, not one each."""
+    counted: list[str] = []
+
+    def counting(spec):
+        counted.append(spec.name)
+        return graph_memory(spec)
+
+    monkeypatch.setattr(graph, "graph_memory", counting)
+    monkeypatch.setattr(profile_module, "graph_memory", counting)
+    code, printed = _run_plan(tmp_path, "--topology", "l4x4-pcie")
+    assert code == 0, printed
+    assert counted == ["recommender_40gb"]
 
 
 def test_make_plan_on_this_cpu_skips_the_server_runs_of_a_model_too_big_to_build(

@@ -26,7 +26,7 @@ from perf.plan.report import top_architectures
 from perf.plan.strategy import Space
 from perf.plan.topology import cpu_topology
 from perf.plan.verify import measure_plan, probe_evidence, settle, verification_rows
-from perf.session.search import Evidence, Verdict, at_rung, decide
+from perf.session.search import RULE, Evidence, Verdict, at_rung, decide, rung
 from tests.unit.perf.plan.test_placement import NARROW, profile
 
 BUDGET_MS = 10.0
@@ -51,7 +51,8 @@ def run(p99_ms: float, served: float, rate: float | None = None) -> SimpleNamesp
     sustained = rate is None or served >= 0.95 * rate
     return SimpleNamespace(
         label="run", p99_ms=p99_ms, throughput=served, sustained=sustained, samples=1000, too_few=False,
-        load=SimpleNamespace(rate=rate or served), meets=lambda budget: sustained and p99_ms <= budget,
+        failed=0, load=SimpleNamespace(rate=rate or served),
+        meets=lambda budget: sustained and p99_ms <= budget,
     )  # fmt: skip
 
 
@@ -117,7 +118,7 @@ def test_where_no_point_holds_the_verdict_names_the_closest_run_over_the_budget(
         settle(result, evidence)
     assert str(caught.value) == (
         f"nothing meets p99 <= 10 ms here: the closest measured was {second.strategy.label} at 300/s with "
-        "p99 10.4 ms"
+        "p99 10.4 ms, 0.4 ms over the budget"
     )
 
 
@@ -205,6 +206,58 @@ def test_a_later_run_that_misses_the_answer_reopens_it_where_its_point_no_longer
         assert reopened == [
             f"{first[0]} at {first[1]:,.0f}/s: a later run missed the budget there; the answer is reopened"
         ]
+
+
+class MissesAt(ScriptedSession):
+    """A ``ScriptedSession`` whose runs at ``rate`` miss the budget by a little, whatever its capacity."""
+
+    def __init__(self, capacity: float, rate: float) -> None:
+        super().__init__(capacity)
+        self.missing = rate
+
+    def measure(self, load, label: str) -> SimpleNamespace:
+        if load.rate == self.missing:
+            self.rates.append(load.rate)
+            return run(BUDGET_MS + 0.5, load.rate, rate=load.rate)
+        return super().measure(load, label)
+
+
+def test_a_miss_below_the_answer_is_decided_before_the_answer_stands() -> None:
+    """The first strategy's search holds the budget up to its capacity, but a probe run of it at a lower
+    rate missed it. Measured again (the rule measures any miss again), it misses again: the strategy holds
+    the budget "up to" no rate above that miss, so it is not the answer, and its reason says why."""
+    result = planned(dataclasses.replace(NARROW, split=False))
+    first, second = top_architectures(result, 2)
+    low = at_rung(round(rung(0.3 * first.rate)))
+    sessions = {
+        first.strategy.label: MissesAt(0.6 * first.rate, low),
+        second.strategy.label: ScriptedSession(0.6 * second.rate),
+    }
+    evidence: Evidence[str] = Evidence(BUDGET_MS)
+    evidence.add(first.strategy.label, low, run(BUDGET_MS + 0.5, low, rate=low))  # the probe's run
+    settled, rate = measure_plan(
+        result, evidence, 2, lambda strategy: (sessions[strategy.label], None), lambda text: None
+    )
+    assert evidence.verdict(first.strategy.label, low) is Verdict.MISSES
+    assert len(evidence.of(first.strategy.label, low)) == 2
+    assert settled.chosen is second and evidence.verdict(second.strategy.label, rate) is Verdict.HOLDS
+    assert first.reason.startswith(f"demoted: missed the budget at {low:,.0f}/s (p99 10.5 ms), below rates")
+
+
+def test_a_point_whose_runs_disagree_is_reported_with_each_run_and_the_rule() -> None:
+    """A point that missed once and then met twice holds by the rule; its row gives every run's p99 in
+    order and which met, not the last run's alone; a point whose runs agree says its verdict only."""
+    result = planned()
+    label = result.chosen.strategy.label
+    evidence: Evidence[str] = Evidence(BUDGET_MS)
+    for p99 in (12.5, 6.0, 7.0):
+        evidence.add(label, 500.0, run(p99, 500.0))
+    evidence.add(label, 400.0, run(5.0, 400.0))
+    disagreeing, agreeing = verification_rows(result, evidence)
+    assert (
+        disagreeing.point_text == f"holds: its runs disagree: 12.5 ms missed, 6.0 ms met, 7.0 ms met; {RULE}"
+    )
+    assert agreeing.point_text == "holds"
 
 
 def test_a_probe_run_within_the_budget_answers_where_every_strategy_is_predicted_over_it() -> None:

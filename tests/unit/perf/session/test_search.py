@@ -47,6 +47,7 @@ def run(p99_ms: float, served: float = 1000.0, met: bool | None = None) -> Simpl
         sustained=True,
         samples=1000,
         too_few=False,
+        failed=0,
         meets=lambda budget: ok,
     )
 
@@ -149,7 +150,63 @@ def test_evidence_answers_with_the_best_point_that_holds_and_names_the_closest_m
     nothing.add("a", 200.0, run(25.0, served=200.0))
     assert nothing.best() is None
     text = str(nothing.nothing_meets(lambda key: key))
-    assert text == "nothing meets p99 <= 10 ms here: the closest measured was a at 200/s with p99 25.0 ms"
+    assert text == (
+        "nothing meets p99 <= 10 ms here: the closest measured was a at 200/s with p99 25.0 ms, 15.0 ms over "
+        "the budget"
+    )
+
+
+def test_a_miss_that_stands_below_a_point_that_held_caps_what_the_configuration_holds_up_to() -> None:
+    """A configuration holds the budget "up to" a rate only where no point below it misses: a miss alone
+    there is open (to be decided), a miss that stands refutes every rate above it; a point that misses
+    only on too few requests refutes nothing."""
+    evidence: Evidence[str] = Evidence(BUDGET_MS)
+    evidence.add("x", 1000.0, MET)
+    evidence.add("x", 500.0, NEAR)
+    assert evidence.held_rate("x") == 1000.0 and evidence.open_below("x", 1000.0) == [500.0]
+    evidence.add("x", 500.0, NEAR)
+    assert evidence.refuted_at("x") == 500.0 and evidence.held_rate("x") == 0.0
+    assert evidence.best() is None and evidence.best(at=1000.0) is None
+    evidence.add("x", 250.0, MET)
+    assert evidence.held_rate("x") == 250.0 and evidence.best() == ("x", 250.0)
+    few = run(5.0, met=False)
+    few.too_few = True
+    sparse: Evidence[str] = Evidence(BUDGET_MS)
+    sparse.add("y", 1.0, few)
+    sparse.add("y", 1.0, few)
+    sparse.add("y", 3.0, MET)
+    assert sparse.verdict("y", 1.0) is Verdict.MISSES and sparse.held_rate("y") == 3.0
+
+
+def test_the_verdict_says_how_far_over_the_closest_run_was_and_names_failed_requests() -> None:
+    """A run whose requests failed misses the budget whatever the p99 of those answered, and the verdict
+    says it failed, not that it fell behind a rate it served; a run that fell behind says what it
+    served; a run over the budget says by how much."""
+    failing: Evidence[str] = Evidence(BUDGET_MS)
+    broken = run(4.0, served=1000.0, met=False)
+    broken.sustained, broken.failed = False, 12
+    failing.add("a", 1000.0, broken)
+    assert str(failing.nothing_meets(lambda key: key)) == (
+        "nothing meets p99 <= 10 ms here: the closest measured was a at 1,000/s with p99 4.0 ms, "
+        "12 requests failed"
+    )
+    silent: Evidence[str] = Evidence(BUDGET_MS)
+    nothing = run(math.nan, served=0.0, met=False)
+    nothing.sustained, nothing.failed = False, 50
+    silent.add("a", 1000.0, nothing)  # zero throughput: every request failed
+    assert silent.verdict("a", 1000.0) is Verdict.MISSES  # by far: no second run
+    assert str(silent.nothing_meets(lambda key: key)) == (
+        "nothing meets p99 <= 10 ms here: the closest measured was a at 1,000/s where no request was "
+        "answered, 50 requests failed"
+    )
+    behind: Evidence[str] = Evidence(BUDGET_MS)
+    slow = run(14.0, served=600.0, met=False)
+    slow.sustained = False
+    behind.add("a", 1000.0, slow)
+    assert str(behind.nothing_meets(lambda key: key)) == (
+        "nothing meets p99 <= 10 ms here: the closest measured was a at 1,000/s with p99 14.0 ms, 4.0 ms "
+        "over the budget, serving only 600/s of it"
+    )
 
 
 def test_a_point_decided_already_is_not_measured_again() -> None:

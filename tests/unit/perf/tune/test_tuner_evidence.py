@@ -7,6 +7,7 @@ the runs it got."""
 
 from __future__ import annotations
 
+import dataclasses
 import re
 from pathlib import Path
 
@@ -15,12 +16,15 @@ from rich.console import Console
 
 from perf.cli import PerfSetup, main
 from perf.errors import EXIT_NOTHING_MEETS, NothingMeetsError
+from perf.markdown import number
 from perf.measure.loads import poisson
 from perf.model.batcher import BatcherConfig
 from perf.session.probe import ProbePlan
-from perf.session.search import Evidence, Verdict, at_rung, decide, rung
+from perf.session.search import RULE, Evidence, Verdict, at_rung, decide, rung
 from perf.tune import tuner
-from perf.tune.cli import TuneSetup
+from perf.tune.cli import TuneSetup, print_summary
+from perf.tune.report import headline, held_up_to, prediction_sentence
+from perf.tune.result import document
 from perf.tune.tuner import TuneRequest, tune
 from tests.unit.perf.scripted_server import OVER, ScriptedServer
 from tests.unit.perf.tune.test_tuner import BUDGET_MS, GRID, LINEAR
@@ -171,3 +175,85 @@ def test_the_result_keeps_each_step_s_time_apart(unhindered) -> None:
     """The saved seconds of each step are what each took (the shortlist's not filed as the prediction's)."""
     assert unhindered.predict_s > 0 and unhindered.shortlist_s > 0 and unhindered.verify_s > 0
     assert unhindered.demoted == []
+
+
+def test_a_verification_miss_below_the_answer_is_decided_and_refutes_it(unhindered) -> None:
+    """The answer's verification point at 71% of its rate misses, and misses again when measured again
+    (the rule measures any miss again): the configuration does not hold the budget "up to" the answer's
+    rate, so that answer is reopened, named with the point that refuted it, and the answer is one all of
+    whose points at or below its rate hold."""
+    first, rate = unhindered.chosen, unhindered.measured_rate
+    below = at_rung(round(rung(rate)) - 3)
+    server = ScriptedServer(LINEAR, BUDGET_MS, by_family, seed=1)
+    server.always_missing.add((first, below))
+    result = tuned(server)
+    assert [(p.config, p.rate) for p in result.demoted] == [(first, below)]
+    assert result.demoted[0].verdict is Verdict.MISSES and result.demoted[0].runs == 2
+    assert result.evidence.held_rate(first) < below
+    assert (result.chosen, result.operating_rate) != (first, rate)
+    evidence = result.evidence
+    assert all(
+        evidence.verdict(result.chosen, r) is Verdict.HOLDS
+        for r in evidence.rates(result.chosen)
+        if r <= result.operating_rate
+    )
+
+
+def test_an_answer_the_prediction_did_not_rank_never_reads_as_nothing_predicted(unhindered, tmp_path) -> None:
+    """The answer is a configuration the prediction did not rank (a probe run's, whose max batch size the
+    bound left out), while the prediction put candidates within the budget: the headline and the console
+    say the answer is no candidate it ranked, with its first's rate, never "no candidate within the
+    budget", which the report's own table of predicted candidates contradicts."""
+    server = ScriptedServer(LINEAR, BUDGET_MS, by_family, seed=1)
+    saved = dataclasses.replace(
+        document(unhindered, "m", "ours", server.policy, server.cores), predicted_max_rate=None
+    )
+    first = saved.candidates[0]
+    assert first.feasible and first.best is not None
+    console = Console(record=True, width=400)
+    print_summary(saved, tmp_path / "report.md", console)
+    for text in (prediction_sentence(saved), console.export_text()):
+        assert "no candidate within the budget" not in text
+        assert f"its first, {first.config}, {number(first.best.rate, 0)}/s within the budget" in text
+
+
+def test_where_the_runs_of_the_answer_s_point_disagree_the_headline_shows_each_and_the_rule(tmp_path) -> None:
+    """The answer's point met the budget, then missed it once (the shapes step), then met it again: the
+    headline gives every run's p99 in order, which met, and the rule that decided, not the last run's
+    figure alone beside "holds"."""
+    server = ScriptedServer(LINEAR, BUDGET_MS, by_family, seed=1)
+    recheck, _ = remeasured(server, "noisy")
+    result = tuned(server, recheck=recheck)
+    saved = document(result, "m", "ours", server.policy, server.cores)
+    assert saved.operating.runs_met == (True, False, True)
+    met, missed, again = saved.operating.runs_p99_ms
+    text = "\n".join(headline(saved))
+    assert (
+        f"(3 runs, holds: its runs disagree: {met:,.1f} ms met, {missed:,.1f} ms missed, "
+        f"{again:,.1f} ms met; {RULE})" in text
+    )
+    unanimous = dataclasses.replace(saved.operating, runs_met=(True, True, True))
+    assert "disagree" not in "\n".join(headline(dataclasses.replace(saved, operating=unanimous)))
+
+
+def test_a_shortlisted_configuration_refuted_below_a_point_that_held_says_so(unhindered) -> None:
+    """A configuration that held the budget at one rate and missed it (the miss standing) below it holds
+    it up to no rate above the miss: its row says where the miss stood, not "none held" (or a rate
+    below) beside points whose verdict is "holds" and no word of why."""
+    server = ScriptedServer(LINEAR, BUDGET_MS, by_family, seed=1)
+    saved = document(unhindered, "m", "ours", server.policy, server.cores)
+    searched = saved.shortlist[0]
+    assert searched.measured_rate > 0 and any(p.verdict == "holds" for p in searched.points)
+    assert searched.refuted_rate > searched.measured_rate  # the miss above it that bounded its search
+    assert held_up_to(searched) == number(searched.measured_rate, 0)
+    below = min(p.rate for p in searched.points if p.verdict == "holds") / 2
+    refuted = dataclasses.replace(searched, measured_rate=0.0, refuted_rate=below)
+    assert held_up_to(refuted) == f"none: a miss stood at {number(below, 0)}/s, below points that held"
+    capped = dataclasses.replace(searched, refuted_rate=below, measured_rate=below / 2)
+    assert held_up_to(capped) == (
+        f"{number(below / 2, 0)} (a miss stood at {number(below, 0)}/s, below points that held)"
+    )
+    missed = dataclasses.replace(
+        refuted, points=tuple(dataclasses.replace(p, verdict="misses") for p in searched.points)
+    )
+    assert held_up_to(missed) == "none held"

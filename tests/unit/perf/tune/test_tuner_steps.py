@@ -76,7 +76,7 @@ class Holding:
         assert self.current is not None
         self.runs.append((self.current, load.rate))
         return SimpleNamespace(
-            label=label, p99_ms=5.0, throughput=load.rate, sustained=True, meets=lambda b: True
+            label=label, p99_ms=5.0, throughput=load.rate, sustained=True, failed=0, meets=lambda b: True
         )
 
 
