@@ -7,7 +7,8 @@ pytest folder that pytest can then never remove. A mount namespace is freed when
 leaves it, and so is every mount in it: this thread enters a private one for the mount, and leaves
 it again afterwards where the kernel lets it (a thread that started threads of its own since shares
 its file-system context with them and cannot move; it stays in the copy, which differs from the
-host's only in this mount, unmounted by then).
+host's only in this mount, unmounted by then). Entering a mount namespace resets the thread's working
+folder to that namespace's root, so it is put back: the tests after this one read paths relative to it.
 """
 
 from __future__ import annotations
@@ -44,6 +45,7 @@ def private_tmpfs(mount: Path, size_bytes: int) -> Iterator[Path]:
     """``mount`` (an existing folder) holding a ``size_bytes`` tmpfs that only this thread and the
     processes it starts see. Raises ``MountUnavailableError`` where it cannot be mounted."""
     original = os.open("/proc/thread-self/ns/mnt", os.O_RDONLY)
+    working = os.open(".", os.O_RDONLY)
     try:
         try:
             _call("unshare", CLONE_NEWNS)
@@ -58,5 +60,7 @@ def private_tmpfs(mount: Path, size_bytes: int) -> Iterator[Path]:
             subprocess.run(["umount", "-l", str(mount)], capture_output=True, check=False)
             with suppress(OSError):  # threads started meanwhile share its context: it stays in the copy
                 _call("setns", original, CLONE_NEWNS)
+            os.fchdir(working)  # setns moved it to the namespace's root
     finally:
         os.close(original)
+        os.close(working)

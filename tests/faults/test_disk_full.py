@@ -51,11 +51,14 @@ def small_disk(tmp_path: Path) -> Iterator[Path]:
     it down (``small_disk.private_tmpfs``; mounting needs root: skipped where it cannot be mounted)."""
     mount = tmp_path / "disk"
     mount.mkdir()
+    working = Path.cwd()
     try:
         with private_tmpfs(mount, DISK_BYTES):
             yield mount
     except MountUnavailableError as error:
         pytest.skip(f"cannot mount a small tmpfs to fill (needs root): {error}")
+    # the tests after this one in the process read paths relative to it (a spec, a module to run)
+    assert Path.cwd() == working, "the small disk left the tests in another working folder"
 
 
 # A process that holds a small disk until it is killed (argv: this folder, the mount point).
@@ -97,6 +100,19 @@ def test_a_killed_run_leaves_no_small_disk_mounted(tmp_path: Path) -> None:
         holder.kill()
         holder.wait()
     assert not _mounted(mount, os.getpid())
+
+
+def test_the_small_disk_gives_back_the_namespace_and_the_working_folder(tmp_path: Path) -> None:
+    """Leaving the private namespace put the thread in that namespace's root folder: every later test in
+    the process that reads a path relative to the checkout (``models.yaml``, ``python -m server``) failed."""
+    mount, namespace, working = tmp_path / "disk", os.readlink("/proc/thread-self/ns/mnt"), Path.cwd()
+    mount.mkdir()
+    try:
+        with private_tmpfs(mount, 1 << 20):
+            assert os.readlink("/proc/thread-self/ns/mnt") != namespace
+    except MountUnavailableError as error:
+        pytest.skip(f"cannot mount a small tmpfs to fill (needs root): {error}")
+    assert (os.readlink("/proc/thread-self/ns/mnt"), Path.cwd()) == (namespace, working)
 
 
 def _leave_free(disk: Path, free: int) -> None:
