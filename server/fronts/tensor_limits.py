@@ -15,7 +15,7 @@ Triton casts what the client wrote to the datatype unchecked (``check_value_fits
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
 from server.fronts.refusal import RequestRefusedError
 
@@ -123,16 +123,30 @@ def integers_of(datatype: object) -> tuple[int, int, str] | None:
     return -half, half, f"integers in [-2^{bits - 1}, 2^{bits - 1})"
 
 
-def check_value_fits(name: object, datatype: object, value: float) -> None:
-    """``RequestRefusedError`` if ``value``, a number as the client wrote it (a JSON value, a gRPC typed
-    content), is one ``datatype`` cannot hold: Triton would run another (see ``INTEGER_BITS``). NaN and
+def value_fits(datatype: object) -> Callable[[float], bool] | None:
+    """A test that a number, as the client wrote it (a JSON value, a gRPC typed content), is one
+    ``datatype`` holds (see ``INTEGER_BITS``); None for a datatype that has no such bound. NaN and
     ±infinity are FP32 values, the model's to refuse."""
     integers = integers_of(datatype)
-    if integers is not None and not integers[0] <= value < integers[1]:
+    if integers is not None:
+        low, high, _ = integers
+        return lambda value: low <= value < high
+    if datatype == "FP32":
+        return lambda value: not FP32_MAX < abs(value) < math.inf
+    return None
+
+
+def check_value_fits(name: object, datatype: object, value: float) -> None:
+    """``RequestRefusedError`` naming input ``name`` if ``value`` is one ``datatype`` cannot hold
+    (``value_fits``): Triton would run another."""
+    fits = value_fits(datatype)
+    if fits is None or fits(value):
+        return
+    integers = integers_of(datatype)
+    if integers is not None:
         raise RequestRefusedError(
             f"input {name!r}: {datatype} data must be {integers[2]}, got {str(value)[:40]}"
         )
-    if datatype == "FP32" and FP32_MAX < abs(value) < math.inf:
-        raise RequestRefusedError(
-            f"input {name!r}: {value!r} is beyond FP32 (±3.4e38); Triton would run it as infinity"
-        )
+    raise RequestRefusedError(
+        f"input {name!r}: {value!r} is beyond {datatype} (±3.4e38); Triton would run it as infinity"
+    )
