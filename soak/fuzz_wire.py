@@ -137,14 +137,47 @@ def _bytes_buffer(items: Sequence[bytes], fault: str) -> bytes:
     return buffer
 
 
+def beyond_datatype(datatype: str) -> float | None:
+    """The nearest value past what ``datatype`` holds that JSON can say, which Triton would cast
+    unchecked (fault matrix row 68): one past an integer type's largest, 1e39 for FP32; None for the
+    others."""
+    if datatype == "FP32":
+        return 1e39
+    kind = INTEGERS.get(datatype)
+    return None if kind is None else int(np.iinfo(kind).max) + 1
+
+
+def typed_carries(datatype: str, value: float) -> bool:
+    """Whether ``datatype``'s typed-contents field carries ``value`` as written, as protobuf itself
+    says: ``uint_contents`` holds 256 for UINT8; ``int_contents`` refuses 2^31 for INT32, and a float
+    field turns 1e39 into infinity."""
+    field = TYPED_FIELDS.get(datatype)
+    if field is None:
+        return False
+    values = getattr(service_pb2.InferTensorContents(), field)
+    try:
+        values.append(value)
+    except (TypeError, ValueError):
+        return False
+    return values[0] == value
+
+
 def carried(tensor: TensorCase, rule: InputSpace | None, seed: int) -> Carried:
-    """``tensor``'s data, drawn from ``seed`` (the same seed, the same bytes), with its faults."""
+    """``tensor``'s data, drawn from ``seed`` (the same seed, the same bytes), with its faults. A value
+    beyond its datatype (``beyond-datatype``) goes first in the JSON values, and in the typed contents
+    where their field carries it; bytes cannot say it."""
     array = _array(tensor, rule, np.random.default_rng(seed))
     if isinstance(array, list):
         raw = _bytes_buffer(array, tensor.bytes_fault)
         values: list = [item.decode("ascii") for item in array]
     else:
         raw, values = array.tobytes(), array.tolist()
+        beyond = beyond_datatype(tensor.datatype) if tensor.values == "beyond-datatype" else None
+        if beyond is not None and values:
+            values[0] = beyond
+            if typed_carries(tensor.datatype, beyond):
+                array = array.astype(object)
+                array[0] = beyond
     delta = tensor.byte_delta
     if delta < 0:
         raw = raw[: max(len(raw) + delta, 0)]

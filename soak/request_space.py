@@ -162,7 +162,8 @@ class ShmRange:
 @dataclass(frozen=True)
 class TensorCase:
     """One input as sent: ``elements`` values drawn as ``values`` says (``valid``, ``non-finite``,
-    ``out-of-range``; ``low``: integers near their low bound), carried by ``carrier``, with
+    ``out-of-range`` of the model's guard, ``beyond-datatype``: one its datatype cannot hold, where JSON
+    or typed contents can say it; ``low``: integers near their low bound), carried by ``carrier``, with
     ``byte_delta`` bytes (or, in JSON and typed contents, values) added or cut and a BYTES
     length-prefix fault."""
 
@@ -335,7 +336,8 @@ def _bytes_fault(draw: st.DrawFn, space: ModelSpace, tensors: list[TensorCase], 
 def _values_fault(draw: st.DrawFn, space: ModelSpace, tensors: list[TensorCase], case: dict) -> None:
     index = _pick(draw, tensors)
     if index is not None:
-        tensors[index] = replace(tensors[index], values=draw(st.sampled_from(("non-finite", "out-of-range"))))
+        values = draw(st.sampled_from(("non-finite", "out-of-range", "beyond-datatype")))
+        tensors[index] = replace(tensors[index], values=values)
 
 
 def _names_fault(draw: st.DrawFn, space: ModelSpace, tensors: list[TensorCase], case: dict) -> None:

@@ -6,11 +6,13 @@ by ``server.fronts.grpc_front`` before a message is forwarded.
   ``ModelInferRequest`` ends the stream there; fault matrix row 40);
 * ``ModelInfer`` and each ``ModelStreamInfer`` message: no input may declare more bytes than its raw
   contents, typed contents or shared-memory range carry, nor a dimension above 2^31 - 1
-  (``server.fronts.tensor_limits``; rows 19, 37 and 39); then the request must be one its model's
-  config accepts, exactly (``server.fronts.allow_list``, shared with the HTTP front; rows 53–55),
-  whatever carries its inputs: a shared-memory range counts its byte size here, and the bytes the
-  front reads from it are walked by the same allow-list before Triton sees them
-  (``server.fronts.shm_grpc``, which also answers the shared-memory calls);
+  (``server.fronts.tensor_limits``; rows 19, 37 and 39), nor a typed content its datatype cannot hold
+  (``300`` in ``uint_contents`` for UINT8: Triton would run 44; row 68, as for the HTTP front's JSON
+  values); then the request must be one its model's config accepts, exactly
+  (``server.fronts.allow_list``, shared with the HTTP front; rows 53–55), whatever carries its inputs:
+  a shared-memory range counts its byte size here, and the bytes the front reads from it are walked by
+  the same allow-list before Triton sees them (``server.fronts.shm_grpc``, which also answers the
+  shared-memory calls);
 * model names without control characters (Triton would read ``recommender\\x00x`` as ``recommender``;
   row 21).
 
@@ -28,7 +30,13 @@ from tritonclient.grpc import service_pb2
 from server.fronts.allow_list import CarriedInput, Carrier, ModelSignature, check_allowed
 from server.fronts.client_regions import RegionUse
 from server.fronts.refusal import RequestRefusedError
-from server.fronts.tensor_limits import check_declared_size, check_model_name, check_shape, element_bytes
+from server.fronts.tensor_limits import (
+    check_declared_size,
+    check_model_name,
+    check_shape,
+    check_value_fits,
+    element_bytes,
+)
 
 SERVICE = service_pb2.DESCRIPTOR.services_by_name["GRPCInferenceService"]
 REQUEST_TYPES = {
@@ -89,10 +97,15 @@ TYPED_FIELDS = {
     "UINT32": "uint_contents", "UINT64": "uint64_contents", "FP32": "fp32_contents",
     "FP64": "fp64_contents", "BYTES": "bytes_contents",
 }  # fmt: skip
+# The datatypes whose typed-contents field is wider than they are (int32, uint32): a value there may be
+# one the datatype cannot hold, which Triton casts unchecked (300 as UINT8 runs as 44; row 68). Every
+# other field holds exactly its datatype's values.
+WIDER_FIELD = ("INT8", "INT16", "UINT8", "UINT16")
 
 
 def _typed(tensor: service_pb2.ModelInferRequest.InferInputTensor) -> CarriedInput:
-    """An input sent as typed contents: the values of its datatype's field, and no other field."""
+    """An input sent as typed contents: the values of its datatype's field, and no other field, each
+    one its datatype holds (``tensor_limits.check_value_fits``, the HTTP front's check of JSON values)."""
     field = TYPED_FIELDS.get(tensor.datatype)
     used = [name for name in CONTENTS if len(getattr(tensor.contents, name))]
     if field is None or any(name != field for name in used):
@@ -100,8 +113,11 @@ def _typed(tensor: service_pb2.ModelInferRequest.InferInputTensor) -> CarriedInp
         raise RequestRefusedError(
             f"input {tensor.name!r}: {tensor.datatype} data {expected}, got {', '.join(used) or 'none'}"
         )
-    values = len(getattr(tensor.contents, field))
-    return CarriedInput(tensor.name, tensor.datatype, tuple(tensor.shape), Carrier.TYPED, values)
+    values = getattr(tensor.contents, field)
+    if values and tensor.datatype in WIDER_FIELD:
+        for extreme in (min(values), max(values)):  # one its datatype holds, as over HTTP
+            check_value_fits(tensor.name, tensor.datatype, extreme)
+    return CarriedInput(tensor.name, tensor.datatype, tuple(tensor.shape), Carrier.TYPED, len(values))
 
 
 def check_infer_request(request: service_pb2.ModelInferRequest, model: ModelSignature) -> list[RegionUse]:

@@ -40,19 +40,16 @@ from server.fronts.refusal import RequestRefusedError
 from server.fronts.tensor_limits import (
     check_declared_size,
     check_shape,
+    check_value_fits,
     element_bytes,
+    integers_of,
+    value_fits,
 )
 
 HEADER_LENGTH = re.compile(r"[0-9]{1,12}")
 SURROGATE_ESCAPE = re.compile(r"\\u[dD][89a-fA-F]")
 MAX_DOUBLE_DIGITS = 308
 U64 = 1 << 64
-# Triton casts each JSON value to its input's datatype without a bound ("FIXME for unsigned should
-# bounds check" in its HTTP server): 300 as UINT8 runs as 44, 2^32 + 5 as INT32 as 5, 1e39 as FP32 as
-# inf. The front reads the value the client wrote, so a value the datatype cannot hold is refused
-# (one reading; fault matrix row 68).
-INTEGER_BITS = {f"{sign}INT{bits}": bits for sign in ("", "U") for bits in (8, 16, 32, 64)}
-FP32_MAX = float.fromhex("0x1.fffffep+127")
 
 
 def _refuse_duplicates(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
@@ -181,28 +178,23 @@ OUTPUT_PARAMETERS = {"binary_data": _boolean, "classification": _unsigned, **SHM
 
 
 def _scalar_check(datatype: object) -> tuple[Callable[[object], bool], str] | None:
-    """What one JSON value of ``datatype`` must be for Triton to read it, and how to say so (None: a
-    datatype Triton will refuse by itself)."""
+    """What type one JSON value of ``datatype`` must be for Triton to read it, and how to say so (None: a
+    datatype Triton will refuse by itself); whether its datatype holds it is ``value_fits``'s."""
     if datatype == "BOOL":
         return (lambda v: v is True or v is False), "true or false"
     if datatype == "BYTES":
         return (lambda v: isinstance(v, str)), "JSON strings"
     if datatype in ("FP16", "BF16", "FP32", "FP64"):
         return (lambda v: type(v) is float or type(v) is int), "JSON numbers"
-    if datatype not in INTEGER_BITS:
-        return None
-    bits = INTEGER_BITS[datatype]
-    if datatype.startswith("U"):
-        return (lambda v: type(v) is int and 0 <= v < 1 << bits), f"integers in [0, 2^{bits})"
-    half = 1 << (bits - 1)
-    return (lambda v: type(v) is int and -half <= v < half), f"integers in [-2^{bits - 1}, 2^{bits - 1})"
+    integers = integers_of(datatype)
+    return None if integers is None else ((lambda v: type(v) is int), integers[2])
 
 
 def _check_data(name: object, datatype: object, shape: list[int], data: object) -> None:
     """JSON ``data``: a list (nested any way) of exactly ``prod(shape)`` values Triton can read."""
     if not isinstance(data, list):
         raise RequestRefusedError(f"input {name!r}: 'data' must be a list, got {json.dumps(data)[:40]}")
-    check = _scalar_check(datatype)
+    check, fits = _scalar_check(datatype), value_fits(datatype)
     count, pending = 0, [data]
     while pending:  # iterative: the parser has already bounded the nesting
         value = pending.pop()
@@ -214,10 +206,8 @@ def _check_data(name: object, datatype: object, shape: list[int], data: object) 
             raise RequestRefusedError(
                 f"input {name!r}: {datatype} data must be {check[1]}, got {json.dumps(value)[:40]}"
             )
-        if datatype == "FP32" and FP32_MAX < abs(value) < math.inf:  # NaN and ±Infinity: the model's
-            raise RequestRefusedError(
-                f"input {name!r}: {value!r} is beyond FP32 (±3.4e38); Triton would run it as infinity"
-            )
+        if fits is not None and not fits(value):  # one its datatype holds (row 68), as over gRPC
+            check_value_fits(name, datatype, value)
     if count != math.prod(shape):
         raise RequestRefusedError(
             f"input {name!r}: 'data' holds {count} values but shape {shape} needs {math.prod(shape)}"

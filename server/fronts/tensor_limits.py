@@ -8,13 +8,14 @@ like ``[64, 2**40]`` in a 300-byte HTTP body crashed the HTTP frontend while it 
 product is taken in Python's unbounded integers and compared with the bytes that actually carry the
 input (the body, the binary part, or the named shared-memory range), so an input can never declare
 more data than it brings. Model names are checked too: Triton's C API reads them up to the first NUL,
-so ``recommender\\x00x`` would reach ``recommender``.
+so ``recommender\\x00x`` would reach ``recommender``. And each value must be one its datatype holds:
+Triton casts what the client wrote to the datatype unchecked (``check_value_fits``).
 """
 
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
 from server.fronts.refusal import RequestRefusedError
 
@@ -29,6 +30,14 @@ MAX_DIM = (1 << 63) - 1  # Triton reads dims as int64
 # declare one, and Triton left such requests (``[2^62, 0]``) unanswered, each holding a connection.
 MAX_ANY_DIM = (1 << 31) - 1
 LENGTH_PREFIX = 4  # a BYTES element in binary form: its length, 4 bytes little-endian, then its bytes
+# Triton casts each value of an input to its datatype without a bound, whatever carries it: a JSON value
+# ("FIXME for unsigned should bounds check" in its HTTP server) and a gRPC typed content, whose field is
+# wider than the narrow datatypes (int_contents is int32 for INT8 and INT16, uint_contents uint32 for
+# UINT8 and UINT16). 300 as UINT8 runs as 44, 2^32 + 5 as INT32 as 5, 1e39 as FP32 as infinity. Both
+# fronts read the value the client wrote, so a value its datatype cannot hold is refused (one reading;
+# fault matrix row 68).
+INTEGER_BITS = {f"{sign}INT{bits}": bits for sign in ("", "U") for bits in (8, 16, 32, 64)}
+FP32_MAX = float.fromhex("0x1.fffffep+127")
 
 
 def check_model_name(name: object) -> None:
@@ -100,3 +109,44 @@ def count_bytes_elements(payload: bytes | memoryview, expected: int) -> tuple[in
         offset += LENGTH_PREFIX + length
         elements += 1
     return elements, offset
+
+
+def integers_of(datatype: object) -> tuple[int, int, str] | None:
+    """The integers ``datatype`` holds, ``[low, high)``, and how a refusal names them (``integers in
+    [0, 2^8)``); None for a datatype that is not an integer type."""
+    bits = INTEGER_BITS.get(datatype) if isinstance(datatype, str) else None
+    if bits is None:
+        return None
+    if datatype.startswith("U"):
+        return 0, 1 << bits, f"integers in [0, 2^{bits})"
+    half = 1 << (bits - 1)
+    return -half, half, f"integers in [-2^{bits - 1}, 2^{bits - 1})"
+
+
+def value_fits(datatype: object) -> Callable[[float], bool] | None:
+    """A test that a number, as the client wrote it (a JSON value, a gRPC typed content), is one
+    ``datatype`` holds (see ``INTEGER_BITS``); None for a datatype that has no such bound. NaN and
+    ±infinity are FP32 values, the model's to refuse."""
+    integers = integers_of(datatype)
+    if integers is not None:
+        low, high, _ = integers
+        return lambda value: low <= value < high
+    if datatype == "FP32":
+        return lambda value: not FP32_MAX < abs(value) < math.inf
+    return None
+
+
+def check_value_fits(name: object, datatype: object, value: float) -> None:
+    """``RequestRefusedError`` naming input ``name`` if ``value`` is one ``datatype`` cannot hold
+    (``value_fits``): Triton would run another."""
+    fits = value_fits(datatype)
+    if fits is None or fits(value):
+        return
+    integers = integers_of(datatype)
+    if integers is not None:
+        raise RequestRefusedError(
+            f"input {name!r}: {datatype} data must be {integers[2]}, got {str(value)[:40]}"
+        )
+    raise RequestRefusedError(
+        f"input {name!r}: {value!r} is beyond {datatype} (±3.4e38); Triton would run it as infinity"
+    )

@@ -1,6 +1,7 @@
-"""Two served configs the invariant fuzz's unit tests draw from (the text encoder as Triton serves it
-and a BYTES model), and the fronts' allow-list applied to what the fuzz would send: the tests of
-``soak.request_space`` and ``soak.fuzz_wire`` judge their requests by the fronts' own rules."""
+"""Served configs the invariant fuzz's unit tests draw from (the text encoder as Triton serves it, a
+BYTES model, and ``NARROW``, a model of narrow integer inputs), and the fronts' allow-list applied to
+what the fuzz would send: the tests of ``soak.request_space`` and ``soak.fuzz_wire`` judge their
+requests by the fronts' own rules."""
 
 from __future__ import annotations
 
@@ -30,6 +31,17 @@ TEXT = {
     "max_batch_size": 8,
     "input": [{"name": "text", "data_type": "TYPE_STRING", "dims": [1]}],
     "output": [{"name": "embedding", "data_type": "TYPE_FP32", "dims": [384]}],
+}
+# narrow integer inputs, whose typed-contents fields (uint_contents, int_contents) are wider than they are
+NARROW = {
+    "name": "narrow",
+    "max_batch_size": 4,
+    "input": [
+        {"name": "level", "data_type": "TYPE_UINT8", "dims": ["-1"]},
+        {"name": "offset", "data_type": "TYPE_INT16", "dims": ["2"]},
+    ],
+    "output": [{"name": "y", "data_type": "TYPE_FP32", "dims": ["1"]}],
+    "parameters": {"input_max_shapes": {"string_value": json.dumps({"level": [8]})}},
 }
 SPACES = [ModelSpace.from_config(c["name"], c, LIMIT, 60.0) for c in (ENCODER, TEXT)]
 

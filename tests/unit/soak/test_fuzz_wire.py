@@ -50,6 +50,22 @@ def test_bytes_cut_and_added() -> None:
 
 
 @pytest.mark.parametrize(
+    ("datatype", "beyond", "typed"),
+    [("UINT8", 256, True), ("INT16", 2**15, True), ("INT32", 2**31, False), ("FP32", 1e39, False)],
+)
+def test_a_value_beyond_its_datatype_goes_where_the_carrier_can_say_it(
+    datatype: str, beyond: float, typed: bool
+) -> None:
+    """Fault matrix row 68: JSON says 256 as UINT8, and so does ``uint_contents`` (32-bit); a field as
+    wide as its datatype cannot (protobuf refuses 2^31 in ``int_contents``, makes 1e39 infinity in
+    ``fp32_contents``), and bytes never can: there the values stay the datatype's."""
+    valid = carried(TensorCase("x", datatype, (1, 3), "json", 3), None, seed=4)
+    data = carried(TensorCase("x", datatype, (1, 3), "json", 3, values="beyond-datatype"), None, seed=4)
+    assert data.values == [beyond, *valid.values[1:]] and data.raw == valid.raw
+    assert list(data.array) == ([beyond] if typed else [valid.array[0]]) + list(valid.array[1:])
+
+
+@pytest.mark.parametrize(
     ("reply", "verdict"),
     [
         (HttpReply(200, b"{}"), "ok"),

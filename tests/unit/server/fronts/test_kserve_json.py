@@ -20,7 +20,14 @@ from tritonclient.grpc import service_pb2
 
 from server.fronts.allow_list import ModelSignature
 from server.fronts.body_encoding import inflate
-from server.fronts.grpc_request import check_infer_request, check_request, model_to_check, parse_request
+from server.fronts.grpc_request import (
+    TYPED_FIELDS,
+    WIDER_FIELD,
+    check_infer_request,
+    check_request,
+    model_to_check,
+    parse_request,
+)
 from server.fronts.kserve_json import check_infer, check_register, load_json
 from server.fronts.peer import peer_uid
 from server.fronts.refusal import Refusal, RequestRefusedError
@@ -173,33 +180,70 @@ def test_fields_triton_answers_500_for_get_400_naming_them() -> None:
     assert check_infer(json.dumps({"inputs": [nested]}).encode(), None, FLEX) == []
 
 
-@pytest.mark.parametrize(
-    ("datatype", "low", "high"),
-    [
-        ("INT8", -128, 127),
-        ("UINT8", 0, 255),
-        ("INT16", -(2**15), 2**15 - 1),
-        ("UINT16", 0, 2**16 - 1),
-        ("INT32", -(2**31), 2**31 - 1),
-        ("UINT32", 0, 2**32 - 1),
-        ("INT64", -(2**63), 2**63 - 1),
-        ("UINT64", 0, 2**64 - 1),
-    ],
-)
+INTEGER_RANGES = [
+    ("INT8", -128, 127),
+    ("UINT8", 0, 255),
+    ("INT16", -(2**15), 2**15 - 1),
+    ("UINT16", 0, 2**16 - 1),
+    ("INT32", -(2**31), 2**31 - 1),
+    ("UINT32", 0, 2**32 - 1),
+    ("INT64", -(2**63), 2**63 - 1),
+    ("UINT64", 0, 2**64 - 1),
+]
+
+
+def _narrow_body(datatype: str, *values: int) -> bytes:
+    """An HTTP inference to ``_signature("narrow", 8, v=(datatype, [-1]))`` with ``values`` as JSON."""
+    return json.dumps(
+        {"inputs": [{"name": "v", "shape": [1, len(values)], "datatype": datatype, "data": values}]}
+    ).encode()
+
+
+def _narrow_typed(datatype: str, *values: int) -> service_pb2.ModelInferRequest:
+    """The same inference over gRPC, ``values`` in the datatype's typed-contents field (``ValueError``
+    where that field cannot hold one of them)."""
+    request = service_pb2.ModelInferRequest(model_name="narrow")
+    tensor = request.inputs.add(name="v", datatype=datatype, shape=[1, len(values)])
+    getattr(tensor.contents, TYPED_FIELDS[datatype]).extend(values)
+    return request
+
+
+@pytest.mark.parametrize(("datatype", "low", "high"), INTEGER_RANGES)
 def test_json_integers_beyond_their_datatype_are_refused(datatype: str, low: int, high: int) -> None:
     """Fault matrix row 68. Triton casts a JSON integer to its input's datatype unchecked (300 as UINT8
     runs as 44): the front refused only integers beyond 64 bits, so it checked 300 and Triton ran 44."""
     model = _signature("narrow", 8, v=(datatype, [-1]))
-
-    def body(*values: int) -> bytes:
-        return json.dumps(
-            {"inputs": [{"name": "v", "shape": [1, len(values)], "datatype": datatype, "data": values}]}
-        ).encode()
-
-    assert check_infer(body(low, high), None, model) == []
+    assert check_infer(_narrow_body(datatype, low, high), None, model) == []
     for beyond in (low - 1, high + 1):
         with _refused(f"input 'v': {datatype} data must be integers in .*, got {beyond}"):
-            check_infer(body(low, beyond), None, model)
+            check_infer(_narrow_body(datatype, low, beyond), None, model)
+
+
+@pytest.mark.parametrize(("datatype", "low", "high"), INTEGER_RANGES)
+def test_typed_contents_beyond_their_datatype_are_refused_as_json_values_are(
+    datatype: str, low: int, high: int
+) -> None:
+    """Fault matrix row 68. ``int_contents`` is int32 for INT8 and INT16, ``uint_contents`` uint32 for
+    UINT8 and UINT16, and Triton 2.51 casts a value there unchecked as it casts JSON (300 as UINT8 ran
+    as 44, 40000 as INT16 as -25536): the gRPC front refuses it in the HTTP front's words, by the same
+    check. The other fields hold only their datatype's values (protobuf refuses to carry more)."""
+    model = _signature("narrow", 8, v=(datatype, [-1]))
+    assert check_infer_request(_narrow_typed(datatype, low, high), model) == []
+    carried = []
+    for beyond in (low - 1, high + 1):
+        try:
+            request = _narrow_typed(datatype, low, beyond)
+        except ValueError:  # beyond the field too (-1 in uint_contents, 2^31 in int_contents)
+            continue
+        carried.append(beyond)
+        with pytest.raises(RequestRefusedError) as over_grpc:
+            check_infer_request(request, model)
+        with pytest.raises(RequestRefusedError) as over_http:
+            check_infer(_narrow_body(datatype, low, beyond), None, model)
+        assert str(over_grpc.value) == str(over_http.value)
+        assert str(over_grpc.value).endswith(f"got {beyond}"), over_grpc.value
+        assert over_grpc.value.kind == Refusal.INVALID
+    assert bool(carried) == (datatype in WIDER_FIELD), f"{TYPED_FIELDS[datatype]} carries {carried}"
 
 
 def test_json_numbers_beyond_fp32_are_refused_and_non_finite_literals_left_to_the_model() -> None:
