@@ -105,3 +105,4 @@ def test_a_stub_frozen_past_tritons_health_window_is_killed_before_it_resumes(
         load.stop()
     assert server.process.poll() is None, server.log_tail()
     assert load.hung() == 0
+    assert load.failed(lambda o: o.model == "trivial") == []  # only the frozen stub's model may fail
