@@ -2,7 +2,7 @@
 
 Triton 2.51 does not restart a dead stub: every request to that instance gets 500 "Stub process ... is
 not healthy" for good while the model still reports READY. The watchdog looks at the server's child
-processes twice a second (no inference traffic, no model-specific probes): a stub that has exited while
+processes four times a second (no inference traffic, no model-specific probes): a stub that has exited while
 its model is READY, no live stub serves the same instance and the model has fewer live stubs than its
 config has instances is dead (a load with fewer instances retires stubs on purpose). It then reloads
 that model through the keyed model-repository API with the model's own config plus a changed
@@ -20,6 +20,15 @@ So a serving stub that is stopped, or whose threads have not run at all for ``SI
 healthy stub's health thread runs every 300 ms: ``server.stubs.activity``), is killed at once and
 healed like a dead one; its model is reported unavailable from detection until the reload is done.
 Reading ``/proc`` costs nothing and sends no request that a model's statistics would count.
+
+A stub need not be stopped to be given up on: one that gets no CPU for a second (a starved host, a
+cgroup freezer) fails Triton's health check in the middle of an ``execute`` just the same. Triton then
+answers that batch ``Stub process '<instance>' is not healthy`` and frees its shared memory while the
+stub still holds it; once the stub runs again, it answers into freed memory and the server dies
+(SIGSEGV in ``libtriton_python.so``, or ``lock_exception``; docs/SERVING.md, "Triton 2.51's own
+limits"). So silence is judged well inside Triton's one-second window: a stub silent for
+``SILENT_AFTER_S`` is stopped where it is, let release any pool mutex it owns, and killed before it
+can resume. A stub silent that long would be given up on by Triton a fraction of a second later.
 
 A stub can also hang while its threads still run: its ``execute`` never returns (a deadlock, an
 endless loop, a call that waits forever). Triton 2.51 then holds every later request to that model
@@ -50,14 +59,20 @@ from pathlib import Path
 import tritonclient.http as httpclient
 
 from server.admin import load_model, serving_versions
+from server.proc_stat import stat_fields
 from server.records import write_record
 from server.stub_locks import owned_mutexes
-from server.stubs import Stub, activity, server_stubs
+from server.stubs import STOPPED_STATES, Stub, activity, server_stubs
 
 log = logging.getLogger(__name__)
 DIED = "died"
-POLL_S = 0.5  # how often the stubs are read from /proc
-SILENT_AFTER_S = 2.0  # a healthy stub's threads run every 0.3 s; one that has not run for this long is hung
+POLL_S = 0.25  # how often the stubs are read from /proc: a silent stub must be seen inside Triton's window
+# A healthy stub's threads run every 0.3 s; one that has not run for this long is hung. Triton gives a
+# stub in the middle of an execute one second (``HEALTH_WINDOW_S``) and the server dies if it resumes
+# after that, so silence is judged before: at the first poll 0.7 s on, 0.75-1.0 s after its last run.
+SILENT_AFTER_S = 0.7
+HEALTH_WINDOW_S = 1.0  # hard-coded in the Python backend of 2.51, no backend-config option changes it
+STOP_WAIT_S = 0.1  # how long a running hung stub may take to stop before its mutexes are read anyway
 RELEASE_TRIES = 50  # a stopped stub owning a pool mutex is let run this many times (1 ms each) to release it
 KILL_WAIT_S = 5.0  # how long a killed hung stub may take to exit before the reload starts anyway
 STUCK_AFTER_S = 10.0  # requests waiting and nothing finished for this long: the model's stubs are stuck
@@ -233,14 +248,30 @@ class Watchdog:
             "stub of %s (pid %s) still owns mutexes at %s; killing it anyway", stub.instance, stub.pid, held
         )
 
+    def _stop_where_it_is(self, stub: Stub) -> None:
+        """SIGSTOP a hung stub that is not stopped (silent, or stuck with its threads running), so that
+        it owns the same mutexes while they are read as when it is killed (``_release_mutexes``).
+        A frozen stub (a cgroup freezer) never reaches state T; it runs no code either way."""
+        try:
+            os.kill(stub.pid, signal.SIGSTOP)
+        except ProcessLookupError:
+            return
+        deadline = time.monotonic() + STOP_WAIT_S
+        while time.monotonic() < deadline:
+            fields = stat_fields(stub.pid)
+            if fields is None or fields[0] in STOPPED_STATES:
+                return
+            time.sleep(0.002)
+
     def _kill_hung(self, scan: list[Stub]) -> bool:
         """SIGKILL every hung stub at once, before it can resume (whatever its model is doing: a stub
         that resumes after Triton gave up on it aborts the server); its death is then healed like any
         other, under the event recorded here. True if it killed one."""
         killed = False
         for stub, cause in self.hung_stubs(scan):
-            if stub.stopped:
-                self._release_mutexes(stub)
+            if not stub.stopped:
+                self._stop_where_it_is(stub)
+            self._release_mutexes(stub)
             try:
                 os.kill(stub.pid, signal.SIGKILL)  # a stopped process dies too; it never runs again
             except ProcessLookupError:

@@ -23,7 +23,16 @@ from typing import Any
 
 import numpy as np
 import pytest
-from harness import GOOD_MODEL, PROTOCOLS, Traffic, assert_live_and_ready, orphans, trivial_inputs, url
+from harness import (
+    GOOD_MODEL,
+    PROTOCOLS,
+    Traffic,
+    assert_live_and_ready,
+    orphans,
+    revive,
+    trivial_inputs,
+    url,
+)
 from tritonclient.utils import InferenceServerException
 
 from client.connection import connect
@@ -95,11 +104,15 @@ def fault_server(fault_repository: Path) -> Iterator[TritonServer]:
 
 @pytest.fixture(autouse=True)
 def server_survives(request: pytest.FixtureRequest) -> Iterator[None]:
-    """After every test on the shared server: live, ready, nothing orphaned."""
+    """After every test on the shared server: live, ready, nothing orphaned. A server that died during
+    the test fails that test with the cause, and is started again for the tests after it (``revive``):
+    one death, whoever caused it, costs the test it happened in, not the rest of the run."""
     yield
     if "fault_server" not in request.fixturenames:
         return
     server = request.getfixturevalue("fault_server")
+    cause = revive(server)
+    assert cause is None, f"tritonserver died during this test ({cause}); started again for the next tests"
     assert_live_and_ready(server)
     assert not orphans(server), orphans(server)
 

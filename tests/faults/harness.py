@@ -1,5 +1,5 @@
 """Helpers of the fault matrix (``conftest.py`` holds the fixtures): URLs, the orphan check, the
-health check, and the inputs good traffic sends."""
+health check, the shared server's revival, and the inputs good traffic sends."""
 
 from __future__ import annotations
 
@@ -16,6 +16,7 @@ from client.connection import connect
 from server import TritonServer
 from server.proc_stat import stat_fields
 from server.stubs import STUB_NAME
+from server.supervisor import death_cause
 from soak import raw_http
 
 PROTOCOLS = ("http", "grpc")
@@ -61,6 +62,24 @@ def assert_live_and_ready(server: TritonServer) -> None:
         client = connect(protocol, url(server, protocol))
         assert client.is_server_live(), f"not live over {protocol}"
         assert client.is_server_ready(), f"not ready over {protocol}"
+
+
+def revive(server: TritonServer) -> str | None:
+    """Start ``server`` again if it has died, as the supervisor does under ``make serve``; why it died
+    (``death_cause``), or None while it runs.
+
+    The fault tests share one server, and Triton 2.51 can die of its own faults (a stub starved past its
+    health window: docs/SERVING.md, "Starved stubs"). Without this, every test after such a death
+    failed too. The dead server is reaped (its stray stubs and ``/dev/shm`` regions removed) and started
+    again on the same ports, its fronts kept; the caller still fails the test it died in, with the cause.
+    """
+    process = server.process
+    if process is None or process.poll() is None:
+        return None
+    cause = death_cause(process.returncode, server.log_tail(60))
+    server.reap()
+    server.start()
+    return cause
 
 
 def trivial_inputs(protocol: str, rows: int = 1) -> list:

@@ -27,6 +27,7 @@ from exporters.repository import build_repository
 from exporters.schema.models import parse_spec
 from server import ServerOptions, TritonServer
 from server.proc_stat import running
+from server.records import read_record
 from server.stubs import Stub, server_stubs
 from soak.mixed_load import PIPELINE, MixedLoad, Outcome, infer_once, request_arrays
 
@@ -140,3 +141,17 @@ def wait_for(condition: Callable[[], Any], what: str, check: Callable[[], None] 
 def process_alive(pid: int) -> bool:
     """Whether ``pid`` runs (a zombie does not)."""
     return running(pid)
+
+
+def wait_healed_or_dead(server: TritonServer, hung_pid: int, guard_s: float) -> None:
+    """Until the embedding stage's hung stub ``hung_pid`` is gone, a new one serves the model and the
+    watchdog marks nothing unavailable, or the server has died (``guard_s``: a hang guard)."""
+    deadline = time.monotonic() + guard_s
+    while time.monotonic() < deadline and server.process.poll() is None:
+        live = [s for s in server_stubs(server.pid) if s.alive and s.model == EMBEDDING]
+        fresh = [s for s in live if s.pid != hung_pid and s.instance != EMBEDDING]
+        hung_gone = not any(s.pid == hung_pid for s in live)
+        if hung_gone and fresh and not read_record(server.watchdog_path).get("unavailable_now"):
+            return
+        time.sleep(0.05)
+    assert server.process.poll() is not None, f"{EMBEDDING} not healed in {guard_s} s"

@@ -25,12 +25,11 @@ from resilience_fixtures import (
     explicit_options,
     process_alive,
     stub_of,
+    wait_healed_or_dead,
 )
 from stub_mutex import stop_owning_a_mutex
 
 from server import TritonServer
-from server.records import read_record
-from server.stubs import server_stubs
 
 pytestmark = pytest.mark.integration
 
@@ -47,20 +46,6 @@ def server(spec_data: dict[str, Any], tmp_path_factory: pytest.TempPathFactory) 
         yield running
 
 
-def wait_healed_or_dead(server: TritonServer, stopped_pid: int) -> None:
-    """Until the stopped stub is gone, a new one serves the model and the watchdog marks nothing
-    unavailable, or the server has died."""
-    deadline = time.monotonic() + HEAL_GUARD_S
-    while time.monotonic() < deadline and server.process.poll() is None:
-        live = [s for s in server_stubs(server.pid) if s.alive and s.model == EMBEDDING]
-        fresh = [s for s in live if s.pid != stopped_pid and s.instance != EMBEDDING]
-        stopped_gone = not any(s.pid == stopped_pid for s in live)
-        if stopped_gone and fresh and not read_record(server.watchdog_path).get("unavailable_now"):
-            return
-        time.sleep(0.05)
-    assert server.process.poll() is not None, f"{EMBEDDING} not healed in {HEAL_GUARD_S} s"
-
-
 def test_a_stub_stopped_owning_the_pool_mutex_is_killed_without_aborting_the_server(
     server: TritonServer,
 ) -> None:
@@ -71,7 +56,7 @@ def test_a_stub_stopped_owning_the_pool_mutex_is_killed_without_aborting_the_ser
         for _ in range(MAX_STOPS):
             stub = stub_of(server.pid, EMBEDDING)
             held, _ = stop_owning_a_mutex(stub.pid, stub.shm_region, seconds=WATCH_S)
-            wait_healed_or_dead(server, stub.pid)
+            wait_healed_or_dead(server, stub.pid, HEAL_GUARD_S)
             assert server.process.poll() is None, f"stopped owning {held}; " + server.log_tail()
             assert not process_alive(stub.pid), "the stopped stub was left to resume"
             if held:

@@ -1,11 +1,20 @@
-"""What the watchdog reads from Triton's metrics to tell a stuck model from an idle or a busy one."""
+"""What the watchdog reads from Triton's metrics to tell a stuck model from an idle or a busy one, and
+how soon it judges a silent stub hung."""
 
 from __future__ import annotations
 
 import os
+import subprocess
+import sys
+from collections.abc import Callable
 
+import pytest
+
+from server import watchdog as watchdog_module
 from server.launcher import free_ports
-from server.watchdog import Watchdog, model_progress
+from server.proc_stat import stat_fields
+from server.stubs import STOPPED_STATES, Stub
+from server.watchdog import HEALTH_WINDOW_S, POLL_S, Watchdog, model_progress
 
 METRICS = """# HELP nv_inference_request_success Number of successful inference requests
 nv_inference_request_success{model="sleepy",version="1"} 5
@@ -38,3 +47,48 @@ def test_metrics_that_cannot_be_read_judge_no_model_stuck() -> None:
         os.getpid(), "127.0.0.1:1", "key", None, metrics_url=f"http://127.0.0.1:{port}/metrics"
     )
     assert watchdog.stuck_models([]) == {}
+
+
+def silent_stub(pid: int = 4242) -> Stub:
+    return Stub(pid, "m", "1", "m_0_0", "region", alive=True, state="S")
+
+
+def first_poll_judging_hung(monkeypatch: pytest.MonkeyPatch, counts: Callable[[int], int]) -> float | None:
+    """Poll one stub every ``POLL_S`` for 3 s, its activity at poll k being ``counts(k)``; the time of
+    the first poll that judges it hung, or None."""
+    watchdog = Watchdog(os.getpid(), "127.0.0.1:1", "key", None)
+    clock = {"now": 100.0, "poll": 0}
+    monkeypatch.setattr(watchdog_module.time, "monotonic", lambda: clock["now"])
+    monkeypatch.setattr(watchdog_module, "activity", lambda pid: counts(clock["poll"]))
+    for poll in range(int(3 / POLL_S)):
+        clock["now"], clock["poll"] = 100.0 + poll * POLL_S, poll
+        if watchdog.hung_stubs([silent_stub()]):
+            return poll * POLL_S
+    return None
+
+
+def test_a_silent_stub_is_judged_hung_before_triton_gives_up_on_it(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Triton 2.51 gives a stub one second to show a sign of life in the middle of an execute, then
+    frees that batch's memory and the server dies when the stub resumes. The stub last ran at most one
+    poll before the poll that saw its count last change, so the judgement must come inside the window
+    counted from there."""
+    judged_at = first_poll_judging_hung(monkeypatch, lambda poll: 7)  # never runs after the first poll
+    assert judged_at is not None
+    assert judged_at + POLL_S <= HEALTH_WINDOW_S
+
+
+def test_a_stub_that_runs_between_polls_is_never_judged_hung(monkeypatch: pytest.MonkeyPatch) -> None:
+    assert first_poll_judging_hung(monkeypatch, lambda poll: poll) is None
+
+
+def test_a_running_hung_stub_is_stopped_before_its_mutexes_are_read() -> None:
+    """A silent or stuck stub is not stopped yet: it must hold still while the watchdog reads which
+    mutexes it owns, or it owns other ones by the time it is killed."""
+    busy = subprocess.Popen([sys.executable, "-c", "while True: pass"])
+    try:
+        Watchdog(os.getpid(), "127.0.0.1:1", "key", None)._stop_where_it_is(silent_stub(busy.pid))
+        fields = stat_fields(busy.pid)
+        assert fields is not None and fields[0] in STOPPED_STATES
+    finally:
+        busy.kill()
+        busy.wait()
