@@ -23,6 +23,7 @@ import tritonclient.http as httpclient
 from harness import trivial_inputs
 from resilience_fixtures import build_small_repository
 from tritonclient.utils import InferenceServerException
+from waiting_sockets import waiting_at
 
 from server import ServerOptions, TritonServer
 from server.launcher import free_ports
@@ -136,13 +137,7 @@ def test_a_request_in_flight_when_triton_dies_gets_json(small_repository: Path, 
     rows = 64  # a body of several KB: past any GET the front sends upstream of its own
 
     def bytes_waiting_at_triton(port: int) -> int:
-        waiting = 0
-        for table in ("/proc/net/tcp", "/proc/net/tcp6"):
-            for line in Path(table).read_text().splitlines()[1:]:
-                local, _, state, queues = line.split()[1:5]
-                if state == "01" and int(local.rsplit(":", 1)[1], 16) == port:  # ESTABLISHED
-                    waiting = max(waiting, int(queues.split(":")[1], 16))
-        return waiting
+        return max(waiting_at(port).values(), default=0)
 
     with TritonServer(options) as server:
         warm = httpclient.InferenceServerClient(server.http_url, network_timeout=HANG_GUARD_S)
