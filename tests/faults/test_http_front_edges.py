@@ -21,6 +21,7 @@ from typing import Any
 import pytest
 import tritonclient.http as httpclient
 from harness import trivial_inputs
+from process_stop import stop_every_thread
 from resilience_fixtures import build_small_repository
 from tritonclient.utils import InferenceServerException
 from waiting_sockets import waiting_at
@@ -144,7 +145,7 @@ def test_a_request_in_flight_when_triton_dies_gets_json(small_repository: Path, 
         warm.infer("trivial", trivial_inputs("http", rows))  # the front has the model's config now
         client = httpclient.InferenceServerClient(server.http_url, network_timeout=HANG_GUARD_S)
         outcome: list[BaseException] = []
-        os.kill(server.pid, signal.SIGSTOP)
+        stop_every_thread(server.pid)
 
         def infer() -> None:
             try:

@@ -30,6 +30,7 @@ import pytest
 import tritonclient.grpc as grpcclient
 import tritonclient.http as httpclient
 from harness import exchange, trivial_inputs
+from process_stop import stop_every_thread
 from resilience_fixtures import build_small_repository
 from tritonclient.grpc import service_pb2, service_pb2_grpc
 from tritonclient.utils import InferenceServerException
@@ -276,7 +277,7 @@ def test_one_client_holds_its_share_and_a_hang_up_frees_it(
     not queued behind the two held; once it hangs up on those two, two more are forwarded (the
     upstream requests were cancelled), and a third is again a 429."""
     port, triton_port = front_with_two_slots, small_server.triton_http_port
-    os.kill(small_server.pid, signal.SIGSTOP)
+    stop_every_thread(small_server.pid)
     seen = set(waiting_at(triton_port))  # not requests of this test
     held: list[socket.socket] = []
     try:
