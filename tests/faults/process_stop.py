@@ -32,9 +32,14 @@ def stop_every_thread(pid: int) -> None:
 
 
 def _every_thread_stopped(pid: int) -> bool:
+    """Whether no thread of ``pid`` can run; ``ProcessLookupError`` once the process has exited (a
+    zombie too: someone else killed it, and a kill of ours now would end nothing)."""
+    process = stat_fields(pid)
+    if process is None or process[0] in EXITED:
+        raise ProcessLookupError(pid)
     try:
         threads = list(Path(f"/proc/{pid}/task").iterdir())
     except FileNotFoundError:
         raise ProcessLookupError(pid) from None
     states = [fields[0] for thread in threads if (fields := stat_fields(thread / "stat")) is not None]
-    return all(state in STOPPED_STATES + EXITED for state in states)
+    return all(state in STOPPED_STATES + EXITED for state in states)  # a thread may exit on its own
