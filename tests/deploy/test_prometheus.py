@@ -52,6 +52,9 @@ LOAD_S = 14  # > WINDOW_S + 2: one recorded sample whose whole window lies insid
 CLIENTS = 4
 MODEL, SPARE = "trivial", "trivial_spare"
 SLOW = "trivial_slow"  # its batcher holds a lone request 2 s: a request surely in flight at SIGTERM
+SCRAPED = f'nv_inference_request_success{{model="{MODEL}"}}'
+RECORDED = f'model:triton_queue_us:p99_max{{model="{MODEL}"}}'
+SETTLE_GUARD_S = 60  # a hang guard: how long Prometheus may take to scrape and evaluate after the load
 
 
 def _get_json(url: str, timeout: float = 5) -> Any:
@@ -100,6 +103,11 @@ class Prometheus:
         values = result[0]["values"]
         return float(values[0][1]), float(values[-1][1])
 
+    def latest_stamp(self, series: str) -> float | None:
+        """When the newest stored sample of ``series`` was taken (scraped or evaluated), if there is one."""
+        result = self.query(f"max(timestamp({series}))")
+        return float(result[0]["value"][1]) if result else None
+
     def alerts(self) -> list[dict[str, Any]]:
         return _get_json(f"{self.base}/api/v1/alerts")["data"]["alerts"]
 
@@ -143,6 +151,7 @@ class LoadRun:
     polls: list[tuple[float, ModelStats]] = field(default_factory=list)
     start: float = 0.0
     end: float = 0.0
+    settled: float = 0.0  # a rule evaluation that saw a scrape taken after the load: nothing moves then
     sent: int = 0
     failed: int = 0
 
@@ -307,7 +316,7 @@ def load_run(triton: Triton, prometheus: Prometheus) -> LoadRun:
 
     poller = threading.Thread(target=poll)
     poller.start()
-    time.sleep(2)  # quiet polls before the load
+    _wait(lambda: run.polls, SETTLE_GUARD_S, "a poll of the server before the load")  # the windows' left edge
     counts = [[0, 0] for _ in range(CLIENTS)]
     workers = [threading.Thread(target=worker, args=(c,)) for c in counts]
     run.start = time.time()
@@ -316,13 +325,32 @@ def load_run(triton: Triton, prometheus: Prometheus) -> LoadRun:
     for thread in workers:
         thread.join(timeout=LOAD_S + 60)
     run.end = time.time()
-    time.sleep(4)  # quiet again: several scrapes and rule evaluations after the last request
+    run.settled = _settled(prometheus, run.end)
+    _wait(lambda: run.polls[-1][0] > run.settled, SETTLE_GUARD_S, "a poll of the server after that")
     stop_polling.set()
     poller.join(timeout=10)
     run.sent = sum(c[0] for c in counts)
     run.failed = sum(c[1] for c in counts)
     assert run.sent > 100 and run.failed == 0, f"load: {run.sent} sent, {run.failed} failed"
     return run
+
+
+def _settled(prometheus: Prometheus, end: float) -> float:
+    """The timestamp of a rule evaluation that ran once a scrape taken after ``end`` was stored.
+
+    Waiting for these samples, not for a fixed time, keeps a starved Prometheus from failing the
+    tests that read after the load: a scrape that started after the last answer holds the final
+    counters, and a rule evaluated at a later instant than the one that scrape was seen at has read it."""
+    scrape_seen_at = _wait(
+        lambda: (stamp := prometheus.latest_stamp(SCRAPED)) is not None and stamp > end and time.time(),
+        SETTLE_GUARD_S,
+        "Prometheus to scrape the server after the load",
+    )
+    return _wait(
+        lambda: (stamp := prometheus.latest_stamp(RECORDED)) is not None and stamp > scrape_seen_at and stamp,
+        SETTLE_GUARD_S,
+        "Prometheus to evaluate its rules over that scrape",
+    )
 
 
 def _window(run: LoadRun, end: float) -> ModelStats:
@@ -399,7 +427,7 @@ def test_latency_summaries_are_recorded(prometheus: Prometheus, load_run: LoadRu
     # The queue's p99 is the server's own figure (every request of the load waited in the batcher's
     # queue, so it is above 0): read after the load, when the summary no longer moves, the recorded
     # sample equals the rule's expression over the scraped summary at the same instant.
-    stamp, queue_p99 = prometheus.last_sample(f'model:triton_queue_us:p99_max{{model="{MODEL}"}}', at + 3)
+    stamp, queue_p99 = prometheus.last_sample(RECORDED, load_run.settled)
     assert stamp > at
     served = f'max by (model) (nv_inference_queue_summary_us{{quantile="0.99", model="{MODEL}"}})'
     log.info("queue p99 µs: recorded %.1f (request p50 %.1f, p99 %.1f)", queue_p99, p50, p99)

@@ -9,6 +9,8 @@ import os
 import signal
 import time
 
+from process_stop import stop_every_thread
+
 from server.stub_locks import owned_mutexes
 
 
@@ -26,13 +28,13 @@ def stop_owning_a_mutex(pid: int, region: str, seconds: float) -> tuple[list[int
         while time.monotonic() < deadline:
             if not owned_mutexes(pid, region):
                 continue
-            os.kill(pid, signal.SIGSTOP)
+            stop_every_thread(pid)
             stops += 1
             held = owned_mutexes(pid, region)
             if held:
                 return held, stops
             os.kill(pid, signal.SIGCONT)
-        os.kill(pid, signal.SIGSTOP)
+        stop_every_thread(pid)
         return owned_mutexes(pid, region), stops + 1
     except ProcessLookupError:  # the watchdog saw one of the short stops and killed the stub
         return [], stops
@@ -51,8 +53,7 @@ def kill_owning_none(pid: int, region: str, seconds: float = 30.0) -> bool:
     deadline = time.monotonic() + seconds
     try:
         while True:
-            os.kill(pid, signal.SIGSTOP)
-            time.sleep(0.001)  # the stop is delivered before the read
+            stop_every_thread(pid)
             if not owned_mutexes(pid, region) or time.monotonic() > deadline:
                 os.kill(pid, signal.SIGKILL)
                 return True

@@ -21,8 +21,10 @@ from typing import Any
 import pytest
 import tritonclient.http as httpclient
 from harness import trivial_inputs
+from process_stop import stop_every_thread
 from resilience_fixtures import build_small_repository
 from tritonclient.utils import InferenceServerException
+from waiting_sockets import waiting_at
 
 from server import ServerOptions, TritonServer
 from server.launcher import free_ports
@@ -136,20 +138,14 @@ def test_a_request_in_flight_when_triton_dies_gets_json(small_repository: Path, 
     rows = 64  # a body of several KB: past any GET the front sends upstream of its own
 
     def bytes_waiting_at_triton(port: int) -> int:
-        waiting = 0
-        for table in ("/proc/net/tcp", "/proc/net/tcp6"):
-            for line in Path(table).read_text().splitlines()[1:]:
-                local, _, state, queues = line.split()[1:5]
-                if state == "01" and int(local.rsplit(":", 1)[1], 16) == port:  # ESTABLISHED
-                    waiting = max(waiting, int(queues.split(":")[1], 16))
-        return waiting
+        return max(waiting_at(port).values(), default=0)
 
     with TritonServer(options) as server:
         warm = httpclient.InferenceServerClient(server.http_url, network_timeout=HANG_GUARD_S)
         warm.infer("trivial", trivial_inputs("http", rows))  # the front has the model's config now
         client = httpclient.InferenceServerClient(server.http_url, network_timeout=HANG_GUARD_S)
         outcome: list[BaseException] = []
-        os.kill(server.pid, signal.SIGSTOP)
+        stop_every_thread(server.pid)
 
         def infer() -> None:
             try:

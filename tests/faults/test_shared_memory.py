@@ -12,9 +12,9 @@ Other users are played by a forked child that drops to uid 65534 (``shm_harness`
 from __future__ import annotations
 
 import os
-import time
+import select
 from collections.abc import Iterator
-from contextlib import contextmanager
+from contextlib import contextmanager, suppress
 from pathlib import Path
 
 import numpy as np
@@ -33,6 +33,7 @@ pytestmark = pytest.mark.integration
 REFUSED = {"http": "403", "grpc": "StatusCode.PERMISSION_DENIED"}
 INVALID = {"http": "400", "grpc": "StatusCode.INVALID_ARGUMENT"}
 NOT_FOUND = {"http": "404", "grpc": "StatusCode.NOT_FOUND"}
+REPORT_GUARD_S = 60  # a hang guard: how long a child polling /dev/shm may take to report its counts
 
 
 def _x_from_region(protocol: str, region: str, offset: int = 0) -> list:
@@ -150,12 +151,16 @@ def test_a_region_cut_short_after_registration_is_refused(fault_server: TritonSe
 
 def _open_as_nobody_while_starting(prefix: str, results_fd: int, stop_fd: int) -> None:
     """In a forked child: as uid 65534, open every ``/dev/shm/<prefix>*`` as soon as it appears, until
-    the parent writes to ``stop_fd``; report ``opened refused`` counts on ``results_fd``."""
+    the parent writes to ``stop_fd``, and once more after that; report ``opened refused`` counts on
+    ``results_fd``."""
     opened = refused = 0
     os.setuid(NOBODY)
     os.set_blocking(stop_fd, False)
     tried: set[str] = set()
-    while True:
+    stopping = False
+    while not stopping:
+        with suppress(BlockingIOError):
+            stopping = bool(os.read(stop_fd, 1))
         for entry in os.scandir("/dev/shm"):
             if entry.name.startswith(prefix) and entry.name not in tried:
                 try:
@@ -166,11 +171,6 @@ def _open_as_nobody_while_starting(prefix: str, results_fd: int, stop_fd: int) -
                     refused += 1  # tried again: it must stay refused while the server starts
                 except FileNotFoundError:
                     continue
-        try:
-            if os.read(stop_fd, 1):
-                break
-        except BlockingIOError:
-            continue
     os.write(results_fd, f"{opened} {refused}".encode())
 
 
@@ -193,12 +193,13 @@ def test_the_stubs_regions_are_private_from_creation(spec_data, tmp_path: Path) 
             os._exit(0)
     try:
         with server:
-            time.sleep(0.5)
             regions = sorted(Path("/dev/shm").glob(f"{server.shm_prefix}*"))
+            os.write(stop_write, b"x")  # one more pass, over the ready server's regions, then the counts
+            assert select.select([results_read], [], [], REPORT_GUARD_S)[0], "the child never reported"
+            opened, refused = map(int, os.read(results_read, 64).split())
     finally:
         os.write(stop_write, b"x")
         os.waitpid(child, 0)
-    opened, refused = map(int, os.read(results_read, 64).split())
     assert regions and opened == 0 and refused > 0, (regions, opened, refused)
 
 
