@@ -3,9 +3,13 @@ itself hold spaces and parentheses, so the fixed fields are those after the last
 
 from __future__ import annotations
 
+import os
+import signal
+import time
 from pathlib import Path
 
 EXITED = ("Z", "X")  # a zombie (exited, not yet reaped by its parent) or a dead task
+STOPPED_STATES = ("T", "t")  # stopped by a signal (SIGSTOP, SIGTSTP), or by a tracer
 
 
 def stat_fields(stat: int | Path) -> list[str] | None:
@@ -24,3 +28,31 @@ def running(pid: int | None, parent: int | None = None) -> bool:
     """Whether ``pid`` runs (an exited one not yet reaped does not), as a child of ``parent`` if given."""
     fields = stat_fields(pid) if pid is not None else None
     return fields is not None and fields[0] not in EXITED and (parent is None or int(fields[1]) == parent)
+
+
+def stop(pid: int, wait_s: float) -> bool:
+    """SIGSTOP ``pid`` and wait up to ``wait_s`` until every thread of it is stopped: ``kill`` returns
+    once the signal is queued, and each thread stops only when it next runs, which on a loaded host may
+    be a while; until then it can still take or release a mutex, or read and answer a request. True once
+    they all are; False when ``wait_s`` passed first (a frozen process, in a cgroup freezer, never
+    reaches ``T`` and runs no code either way). ``ProcessLookupError`` once it is gone (a zombie too:
+    someone else killed it)."""
+    os.kill(pid, signal.SIGSTOP)
+    deadline = time.monotonic() + wait_s
+    while not _every_thread_stopped(pid):
+        if time.monotonic() >= deadline:
+            return False
+        time.sleep(0.0005)
+    return True
+
+
+def _every_thread_stopped(pid: int) -> bool:
+    process = stat_fields(pid)
+    if process is None or process[0] in EXITED:
+        raise ProcessLookupError(pid)
+    try:
+        threads = list(Path(f"/proc/{pid}/task").iterdir())
+    except FileNotFoundError:
+        raise ProcessLookupError(pid) from None
+    states = [fields[0] for thread in threads if (fields := stat_fields(thread / "stat")) is not None]
+    return all(state in STOPPED_STATES + EXITED for state in states)  # a thread may exit on its own

@@ -20,10 +20,9 @@ import signal
 from dataclasses import dataclass
 from pathlib import Path
 
-from server.proc_stat import EXITED, stat_fields
+from server.proc_stat import EXITED, STOPPED_STATES, stat_fields
 
 STUB_NAME = b"triton_python_backend_stub"
-STOPPED_STATES = ("T", "t")  # stopped by a signal (SIGSTOP, SIGTSTP), or by a tracer
 
 
 @dataclass(frozen=True)

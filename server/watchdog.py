@@ -46,6 +46,7 @@ holds one).
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
 import re
@@ -59,10 +60,10 @@ from pathlib import Path
 import tritonclient.http as httpclient
 
 from server.admin import load_model, serving_versions
-from server.proc_stat import stat_fields
+from server.proc_stat import stop
 from server.records import write_record
 from server.stub_locks import owned_mutexes
-from server.stubs import STOPPED_STATES, Stub, activity, server_stubs
+from server.stubs import Stub, activity, server_stubs
 
 log = logging.getLogger(__name__)
 DIED = "died"
@@ -240,28 +241,20 @@ class Watchdog:
             try:
                 os.kill(stub.pid, signal.SIGCONT)
                 time.sleep(0.001)
-                os.kill(stub.pid, signal.SIGSTOP)
+                stop(stub.pid, STOP_WAIT_S)  # every thread stopped before the next read
             except ProcessLookupError:
                 return
-            time.sleep(0.001)  # the stop is delivered before the next read
         log.warning(
             "stub of %s (pid %s) still owns mutexes at %s; killing it anyway", stub.instance, stub.pid, held
         )
 
     def _stop_where_it_is(self, stub: Stub) -> None:
-        """SIGSTOP a hung stub that is not stopped (silent, or stuck with its threads running), so that
-        it owns the same mutexes while they are read as when it is killed (``_release_mutexes``).
-        A frozen stub (a cgroup freezer) never reaches state T; it runs no code either way."""
-        try:
-            os.kill(stub.pid, signal.SIGSTOP)
-        except ProcessLookupError:
-            return
-        deadline = time.monotonic() + STOP_WAIT_S
-        while time.monotonic() < deadline:
-            fields = stat_fields(stub.pid)
-            if fields is None or fields[0] in STOPPED_STATES:
-                return
-            time.sleep(0.002)
+        """SIGSTOP a hung stub that is not stopped (silent, or stuck with its threads running), every
+        thread of it, so that it owns the same mutexes while they are read as when it is killed
+        (``_release_mutexes``). A frozen stub (a cgroup freezer) never reaches state T; it runs no code
+        either way."""
+        with contextlib.suppress(ProcessLookupError):
+            stop(stub.pid, STOP_WAIT_S)
 
     def _kill_hung(self, scan: list[Stub]) -> bool:
         """SIGKILL every hung stub at once, before it can resume (whatever its model is doing: a stub
