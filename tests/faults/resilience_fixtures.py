@@ -11,7 +11,7 @@ import copy
 import io
 import os
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -50,6 +50,17 @@ def build_small_repository(spec_data: dict[str, Any], path: Path, pipeline: bool
     if pipeline:
         build_pipelines(spec, path, num_gpus=0)
     return path
+
+
+@contextlib.contextmanager
+def small_server(
+    spec_data: dict[str, Any], tmp_path_factory: pytest.TempPathFactory, name: str
+) -> Iterator[TritonServer]:
+    """A server of a test module's own, with its watchdog, on the small repository
+    (``build_small_repository``); ``name`` names its folders."""
+    repository = build_small_repository(spec_data, tmp_path_factory.mktemp(f"{name}_repository"))
+    with TritonServer(explicit_options(repository, tmp_path_factory.mktemp(f"{name}_workdir"))) as running:
+        yield running
 
 
 def server_success_count(http_url: str, model: str, at_least: int = 0) -> int:

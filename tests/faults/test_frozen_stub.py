@@ -24,9 +24,8 @@ from resilience_fixtures import (
     EMBEDDING,
     PIPELINE,
     MixedLoad,
-    build_small_repository,
-    explicit_options,
     process_alive,
+    small_server,
     stub_of,
     wait_healed_or_dead,
 )
@@ -75,9 +74,7 @@ def freeze(group: Path, pid: int, seconds: float) -> None:
 
 @pytest.fixture(scope="module")
 def server(spec_data: dict[str, Any], tmp_path_factory: pytest.TempPathFactory) -> Iterator[TritonServer]:
-    repository = build_small_repository(spec_data, tmp_path_factory.mktemp("frozen_stub_repository"))
-    workdir = tmp_path_factory.mktemp("frozen_stub_workdir")
-    with TritonServer(explicit_options(repository, workdir)) as running:
+    with small_server(spec_data, tmp_path_factory, "frozen_stub") as running:
         yield running
 
 

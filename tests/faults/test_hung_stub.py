@@ -26,12 +26,11 @@ from resilience_fixtures import (
     PIPELINE,
     MixedLoad,
     acknowledged_updates,
-    build_small_repository,
     client_health,
-    explicit_options,
     infer_once,
     process_alive,
     shm_regions,
+    small_server,
     stub_of,
     wait_for,
 )
@@ -45,8 +44,7 @@ pytestmark = pytest.mark.integration
 
 @pytest.fixture(scope="module")
 def server(spec_data: dict[str, Any], tmp_path_factory: pytest.TempPathFactory) -> Iterator[TritonServer]:
-    repository = build_small_repository(spec_data, tmp_path_factory.mktemp("hung_stub_repository"))
-    with TritonServer(explicit_options(repository, tmp_path_factory.mktemp("hung_workdir"))) as running:
+    with small_server(spec_data, tmp_path_factory, "hung_stub") as running:
         yield running
 
 

@@ -21,9 +21,8 @@ from resilience_fixtures import (
     EMBEDDING,
     PIPELINE,
     MixedLoad,
-    build_small_repository,
-    explicit_options,
     process_alive,
+    small_server,
     stub_of,
     wait_healed_or_dead,
 )
@@ -41,8 +40,7 @@ HEAL_GUARD_S = 90.0  # a hang guard for one reload, not a bound on it
 
 @pytest.fixture(scope="module")
 def server(spec_data: dict[str, Any], tmp_path_factory: pytest.TempPathFactory) -> Iterator[TritonServer]:
-    repository = build_small_repository(spec_data, tmp_path_factory.mktemp("stub_mutex_repository"))
-    with TritonServer(explicit_options(repository, tmp_path_factory.mktemp("stub_mutex_workdir"))) as running:
+    with small_server(spec_data, tmp_path_factory, "stub_mutex") as running:
         yield running
 
 
