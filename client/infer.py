@@ -4,9 +4,6 @@ optionally through system shared memory."""
 from __future__ import annotations
 
 import itertools
-import json
-import urllib.error
-import urllib.request
 from dataclasses import dataclass
 from typing import Any
 
@@ -76,18 +73,3 @@ def infer(
             o.name: shm.read_output(handle, o.dtype, (rows, *o.dims), offset)
             for o, offset in zip(outputs, offsets[len(arrays) :], strict=False)
         }
-
-
-def infer_json(http_url: str, model: str, body: dict[str, Any], timeout: float = 60) -> tuple[int, dict]:
-    """A raw KServe v2 JSON request (what ``curl`` sends): the HTTP status and the decoded answer,
-    errors included (the server's 400/500 body carries the message)."""
-    request = urllib.request.Request(
-        f"http://{http_url}/v2/models/{model}/infer",
-        data=json.dumps(body).encode(),
-        headers={"Content-Type": "application/json"},
-    )
-    try:
-        with urllib.request.urlopen(request, timeout=timeout) as response:
-            return response.status, json.loads(response.read())
-    except urllib.error.HTTPError as error:
-        return error.code, json.loads(error.read())

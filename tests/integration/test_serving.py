@@ -14,11 +14,12 @@ import tritonclient.http as httpclient
 from batched import Batch, until_batched
 from bursts import bursts_until_refused
 from counted import stats_counting
+from raw_json import infer_json
 from tritonclient.utils import InferenceServerException
 
 from client.__main__ import main as client_main
 from client.connection import connect
-from client.infer import infer, infer_json
+from client.infer import infer
 from client.reference import reference
 from client.stats import model_stats
 from exporters.schema.models import Spec

@@ -16,11 +16,12 @@ import pytest
 import tritonclient.grpc as grpcclient
 import tritonclient.http as httpclient
 from batched import Batch, until_batched
+from raw_json import infer_json
 from tritonclient.utils import InferenceServerException
 
 from client.__main__ import main as client_main
 from client.connection import connect
-from client.infer import infer, infer_json
+from client.infer import infer
 from client.text_reference import compare_embeddings, expected_embeddings, text_array
 from exporters.schema.text_embeddings import TextEmbeddingSpec
 from exporters.text.embedding import CHECK_TEXTS
