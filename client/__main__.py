@@ -1,9 +1,7 @@
 """``python -m client {health,metadata,infer,stats}``: talk to the served repository.
 
-``infer --check`` rebuilds the torch model the served one was exported from (via ``models.yaml``),
-compares the answers within each output's tolerance (the build's check, ``exporters.artifacts.parity``), and
-exits 1 on a mismatch, so it can gate a deployment script; a text-embedding service is held to
-sentence-transformers on the same texts.
+``infer --check`` holds the answer to the model it was exported from and exits 1 on a mismatch, so it
+can gate a deployment script.
 """
 
 from __future__ import annotations
@@ -74,8 +72,7 @@ def _infer(client, args) -> int:
 
 
 def _stats(client, args) -> int:
-    """Each model's statistics from its traffic alone: the warm-up Triton ran at load is subtracted
-    where ``make serve`` recorded it, and said to be included where it did not."""
+    """Each model's statistics without the warm-up Triton ran at load, where ``make serve`` recorded it."""
     warmups = recorded_warmup(args.url)
     for entry in fetch_stats(client, args.protocol, args.model).get("model_stats", []):
         name, version = entry["name"], entry.get("version", "")
@@ -102,8 +99,7 @@ def _stats(client, args) -> int:
 
 
 def stdout_gone() -> bool:
-    """Whether stdout is a pipe whose reader has closed it (``client health | head``): the pipe then
-    polls as an error, whatever is buffered."""
+    """Whether stdout's reader has closed it (``client health | head``): the pipe then polls as an error."""
     try:
         poller = select.poll()
         poller.register(sys.stdout.fileno(), select.POLLOUT)
@@ -113,8 +109,8 @@ def stdout_gone() -> bool:
 
 
 def reader_gone() -> int:
-    """End quietly, as a Unix tool does when its reader stops reading: what is still buffered goes to
-    /dev/null (Python's own flush at exit would report the pipe again), exit status 141 (128 + SIGPIPE)."""
+    """End quietly with 141 (128 + SIGPIPE), as a Unix tool does; what is buffered goes to /dev/null,
+    else Python's flush at exit would report the pipe again."""
     devnull = os.open(os.devnull, os.O_WRONLY)
     os.dup2(devnull, sys.stdout.fileno())
     os.close(devnull)

@@ -1,7 +1,4 @@
-"""One place that turns ``--protocol`` and ``--url`` into a tritonclient client.
-
-Defaults come from ``.run/server.json`` (written by ``make serve``), else Triton's standard ports.
-"""
+"""``--protocol`` and ``--url`` to a tritonclient client; defaults from ``make serve``'s record."""
 
 from __future__ import annotations
 
@@ -24,16 +21,14 @@ def default_url(protocol: str) -> str:
 
 
 def recorded_path(key: str) -> Path | None:
-    """A path ``make serve`` recorded of the server it runs: its ``"repository"``, or the ``"spec"`` it
-    was built from; None where it recorded none (no server, or one started without ``--spec``)."""
+    """The ``"repository"`` or ``"spec"`` ``make serve`` recorded; None where it recorded none."""
     recorded = read_record(SERVER_STATE).get(key)
     return Path(recorded) if recorded else None
 
 
 def recorded_warmup(url: str | None) -> dict[str, dict[str, dict[str, Any]]] | None:
-    """The warm-up statistics ``make serve`` recorded for its server (``server.warmup_record``):
-    ``{model: {version: statistics}}``; None where the client talks to another server (``url`` not
-    the recorded one) or nothing was recorded."""
+    """``{model: {version: statistics}}`` of the warm-up ``make serve`` recorded; None for another
+    server (``url`` not the recorded one) or no record."""
     state = read_record(SERVER_STATE)
     if url is not None and url not in (state.get("http"), state.get("grpc")):
         return None
@@ -41,19 +36,16 @@ def recorded_warmup(url: str | None) -> dict[str, dict[str, dict[str, Any]]] | N
 
 
 def protocol_module(protocol: str) -> ModuleType:
-    """``tritonclient.http`` or ``tritonclient.grpc``: both expose InferInput, InferRequestedOutput."""
     if protocol not in DEFAULT_URLS:
         raise ClientError(f"protocol must be http or grpc, got {protocol!r}")
     return httpclient if protocol == "http" else grpcclient
 
 
 def connect(protocol: str, url: str | None = None) -> Any:
-    """An ``InferenceServerClient`` for ``protocol`` at ``url`` (default: see module doc)."""
     return protocol_module(protocol).InferenceServerClient(url or default_url(protocol))
 
 
 def model_config(client: Any, protocol: str, model: str) -> dict[str, Any]:
-    """The model's config as a dict, the same shape for both protocols."""
     if protocol == "grpc":
         return client.get_model_config(model, as_json=True)["config"]
     return client.get_model_config(model)

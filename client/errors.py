@@ -1,8 +1,4 @@
-"""Exceptions of the client package (the client does not borrow the exporters' errors).
-
-``ClientError`` is what the CLI answers with "error: …" and exit code 2 (a bad ``--spec``, a model the
-spec does not have); ``MismatchError`` is a served answer outside the torch model's tolerance (exit code 1).
-"""
+"""Exceptions of the client package: ``ClientError`` exits 2, ``MismatchError`` exits 1."""
 
 
 class ClientError(Exception):

@@ -1,13 +1,7 @@
 """``python -m client health``: whether the served models can serve, not only whether the server answers.
 
-Per model it reports whether a version serves, which versions failed to load (with the admin key, from
-the repository index: a failed new version next to a serving old one is "serving", with the failure
-named), what the stub watchdog saw (a stub that died or hung, when it was reloaded) and what the
-supervisor of ``make serve`` did (how often it restarted tritonserver, the last cause). A model whose
-stub is dead or hung reports NOT SERVING until the watchdog has reloaded it, although Triton 2.51 says
-it is READY meanwhile. With the repository, it also says when the config a model serves is no longer
-the ``config.pbtxt`` on disk (``server.config_drift``). The exit status is 0 only if the server is live
-and every model checked serves, so it can be a readiness probe.
+Triton 2.51 says READY while a model's stub is dead or hung, so the watchdog's record decides; the
+exit status is 0 only if every model checked serves, so it can be a readiness probe.
 """
 
 from __future__ import annotations
@@ -90,13 +84,10 @@ def report(
     supervisor_path: Path | None = None,
     repository: Path | None = None,
 ) -> tuple[str, bool]:
-    """The text ``client health`` prints and whether everything checked can serve. A server that does
-    not answer (down, or being restarted by its supervisor) is reported, not raised. With
-    ``repository``, whether each served config is still the one on disk.
+    """The text ``client health`` prints and whether everything checked can serve.
 
-    The records are read before the server is asked: while the watchdog reloads a model the server's
-    answers can take seconds, and a record read after them could already say the outage is over, so a
-    check that began during it would report the model serving."""
+    The records are read before the server is asked: its answers can take seconds while the watchdog
+    reloads a model, and a record read after them could already say the outage is over."""
     events = read_record(events_path) if events_path else {}
     supervisor = read_record(supervisor_path) if supervisor_path else {}
     down = []

@@ -1,10 +1,5 @@
-"""What a model should answer: inputs drawn as the exporter draws them, and the source's outputs.
-
-The spec says where a served model came from (a zoo entry and seed, the user's factory, the fp32 ONNX
-file, the ``.pt2`` program, the Hugging Face folder), so the client can load that source again and
-hold the server to the same tolerance the exporter used. A ``.pt2`` program is held to the ONNX it
-was converted to in the sandbox (``exporters.sandbox``): the program itself is never loaded here.
-"""
+"""What a model should answer: inputs drawn as the exporter draws them, and its source's outputs,
+held to the exporter's tolerance (a ``.pt2`` program through the ONNX the sandbox made of it)."""
 
 from __future__ import annotations
 
@@ -29,8 +24,7 @@ class Reference:
     precision: str  # the tolerance to hold the server to (a pipeline's boundary dtype may loosen it)
 
     def compare(self, outputs: dict[str, np.ndarray], what: str) -> ParityReport:
-        """Raise ``MismatchError`` when the served outputs are outside the spec's tolerances: the same
-        check, limits and defaults as the build's (``exporters.artifacts.parity``)."""
+        """The build's check (``exporters.artifacts.parity``); ``MismatchError`` outside tolerance."""
         names = [t.name for t in self.spec.outputs]
         tolerances = [t.tolerance for t in self.spec.outputs]
         try:

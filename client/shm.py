@@ -1,8 +1,4 @@
-"""System shared memory for one inference: inputs and outputs travel through ``/dev/shm``, not the socket.
-
-The region is sized once for the request's inputs plus outputs, registered with the server, and always
-unregistered and destroyed afterwards, also on error.
-"""
+"""Shared-memory regions for one inference, always unregistered and destroyed afterwards."""
 
 from __future__ import annotations
 
@@ -24,8 +20,7 @@ UNREGISTER_TRIES, UNREGISTER_WAIT_S = 40, 0.05
 
 @contextlib.contextmanager
 def system_region(client: Any, byte_size: int, name: str = "") -> Iterator[tuple[str, Any]]:
-    """Create and register a region of ``byte_size`` bytes named ``name`` (by default a name of its
-    own); yields ``(name, handle)``."""
+    """A registered system region of ``byte_size`` bytes; yields ``(name, handle)``."""
     name = name or f"tb_{os.getpid()}_{uuid.uuid4().hex[:8]}"
     handle = shm.create_shared_memory_region(name, f"/{name}", byte_size)
     try:
@@ -55,10 +50,8 @@ def read_output(handle: Any, dtype: np.dtype, shape: tuple[int, ...], offset: in
 
 @contextlib.contextmanager
 def cuda_region(client: Any, byte_size: int, device_id: int = 0) -> Iterator[tuple[str, Any]]:
-    """A CUDA shared-memory region of ``byte_size`` bytes on GPU ``device_id``, registered with the
-    server (it maps the region through a CUDA IPC handle: tensors stay on the GPU); yields
-    ``(name, handle)``, always unregistered and freed afterwards. Needs tritonclient's ``cuda`` extra
-    (cuda-python) and a CUDA device."""
+    """A registered CUDA region of ``byte_size`` bytes on GPU ``device_id`` (tensors stay on the GPU;
+    needs tritonclient's ``cuda`` extra); yields ``(name, handle)``."""
     import tritonclient.utils.cuda_shared_memory as cudashm
 
     name = f"tb_cuda_{os.getpid()}_{uuid.uuid4().hex[:8]}"

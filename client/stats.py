@@ -1,9 +1,5 @@
-"""Server statistics (``/v2/models/<m>/stats``) in one shape for both protocols and for perf.
-
-What the batcher formed (``batch_stats``: executions and compute time per batch size) and where time
-went (queue vs compute). gRPC's JSON renders int64 as strings and HTTP gives numbers; the parser takes
-both. ``ModelStats`` subtracts, so perf can take the difference between two snapshots.
-"""
+"""Server statistics (``/v2/models/<m>/stats``) in one shape for both protocols (gRPC's JSON renders
+int64 as strings), subtractable so perf can take the difference of two snapshots."""
 
 from __future__ import annotations
 
@@ -85,7 +81,6 @@ def _count_ns(stats: dict[str, Any], key: str) -> tuple[int, int]:
 
 
 def parse_version_stats(entry: dict[str, Any]) -> ModelStats:
-    """One element of ``model_stats`` (one model version)."""
     inference = entry.get("inference_stats", {})
     batches = {
         int(b["batch_size"]): BatchBucket(
@@ -111,7 +106,6 @@ def parse_model_stats(payload: dict[str, Any]) -> ModelStats:
 
 
 def fetch_stats(client: Any, protocol: str, model: str = "") -> dict[str, Any]:
-    """The raw statistics answer as a dict (every model when ``model`` is empty)."""
     if protocol == "grpc":
         return client.get_inference_statistics(model, as_json=True)
     return client.get_inference_statistics(model)
@@ -125,9 +119,8 @@ def model_stats(client: Any, protocol: str, model: str) -> ModelStats:
 def without_warmup(
     stats: ModelStats, recorded: dict[str, Any] | None
 ) -> tuple[ModelStats, ModelStats | None]:
-    """``stats`` less the warm-up statistics ``make serve`` recorded for this model version
-    (``server.warmup_record``), and the warm-up subtracted; ``stats`` unchanged and None where nothing
-    was recorded or the record is not this load's (a counter below it: the model was loaded again)."""
+    """``stats`` less the recorded warm-up, and the warm-up; ``stats`` and None where nothing was
+    recorded or the record is not this load's (a counter below it: the model was loaded again)."""
     if not recorded:
         return stats, None
     warmup = parse_version_stats(recorded)

@@ -1,10 +1,5 @@
-"""What a text-embedding service should answer: sentence-transformers' own ``encode`` on the same texts.
-
-The reference is the library users run in-process (``encode(normalize_embeddings=True)``) on the
-weights the service was built from, so ``infer --check`` proves the whole chain: tokenizer settings
-(truncation at the model's 256 tokens), the exported graph, pooling and normalisation.
-sentence-transformers comes with the ``test`` extra (``make setup`` installs it).
-"""
+"""What a text-embedding service should answer: sentence-transformers' own ``encode`` on the same
+texts, so ``infer --check`` proves the whole chain (tokenizer, graph, pooling, normalisation)."""
 
 from __future__ import annotations
 
@@ -41,8 +36,7 @@ def expected_embeddings(package: str, texts: Sequence[str]) -> np.ndarray:
 
 
 def compare_embeddings(actual: np.ndarray, expected: np.ndarray, entry: TextEmbeddingSpec) -> OutputCheck:
-    """Served embeddings against sentence-transformers' through the build's one check
-    (``exporters.artifacts.parity``): the entry's tolerance, defaulted for its precision."""
+    """The build's one check (``exporters.artifacts.parity``) at the entry's tolerance."""
     return check_outputs(expected, actual, entry.output_tolerance, entry.precision, "embedding")
 
 
@@ -65,8 +59,8 @@ def text_entry(spec_path: Path, model: str, texts_given: bool) -> TextEmbeddingS
 def infer_text(
     client: Any, protocol: str, model: str, entry: TextEmbeddingSpec, texts: Sequence[str] | None, check: bool
 ) -> int:
-    """Embed ``texts`` (default: the build's check corpus), print them, and with ``check`` compare with
-    sentence-transformers: exit code 0 on a match, 1 on a mismatch."""
+    """Embed and print ``texts`` (default: the build's check corpus); with ``check``, exit status 1
+    unless they match sentence-transformers'."""
     texts = list(texts or CHECK_TEXTS)
     embeddings = infer(client, protocol, model, {"text": text_array(texts)})["embedding"]
     for text, row in zip(texts, embeddings, strict=True):

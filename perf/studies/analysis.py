@@ -1,9 +1,5 @@
-"""From measurements to the study's figures: mode tables with ratios, the latency-model fit and its
-predictions, serving efficiency against raw onnxruntime, and the client-bound flag.
-
-Pure functions of the ``StudyResult``; nothing here measures. Every figure comes from the records
-(client view) or from the server-statistics deltas taken over the same windows (server view).
-"""
+"""The batching study's figures, pure functions of the ``StudyResult``: mode rows with ratios, the
+latency-model fit and its predictions, serving efficiency against raw onnxruntime."""
 
 from __future__ import annotations
 
@@ -57,8 +53,7 @@ class Row:
 
 
 def ceiling_rps(result: StudyResult, in_flight: int | None) -> float:
-    """Requests/s the harness reached against ``trivial`` at ``in_flight`` requests (closest measured
-    concurrency), or its best for open loops."""
+    """The harness's requests/s at the closest concurrency to ``in_flight`` (open loop: its best)."""
     if not result.ceiling:
         return float("inf")
     by_concurrency = {m.load.concurrency: m.figures.requests / m.figures.seconds for m in result.ceiling}
@@ -99,8 +94,7 @@ def row(result: StudyResult, mode: str, measurement: Measurement) -> Row:
 
 
 def latency_figures(measurement: Measurement) -> tuple[float, float, float]:
-    """p50, p90, p99 of ``measurement``; ``Unmeasured`` (with what happened) where no request was
-    answered in its measured windows."""
+    """p50, p90, p99; ``Unmeasured`` where no request was answered in the measured windows."""
     summary = measurement.summary()
     if summary.succeeded:
         return summary.p50_ms, summary.p90_ms, summary.p99_ms
@@ -112,10 +106,7 @@ def latency_figures(measurement: Measurement) -> tuple[float, float, float]:
 
 def outside_server_ms(client_mean_ms: float, queue_ms: float, compute_ms: float) -> float:
     """The client's mean latency not spent in the server's queue or compute; ``Unmeasured`` where
-    the server's share exceeds the client's whole mean. The two have different time bases: the
-    client's mean covers the answers of its measured windows, the server's per-request figures its
-    statistics between two snapshots (and the Python backend counts error responses as successes), so
-    a negative difference says the bases disagree, not that time ran backwards."""
+    negative: the two span different times, so that says the spans disagree."""
     outside = client_mean_ms - queue_ms - compute_ms
     if outside >= 0:
         return outside
@@ -123,13 +114,11 @@ def outside_server_ms(client_mean_ms: float, queue_ms: float, compute_ms: float)
 
 
 def send_lag_p99_ms(measurement: Measurement) -> float:
-    """p99 of (send time − last arrival) in the measured windows: the client's own lateness."""
     lags = [r.send_s - max(r.arrivals) for r in measurement.measured_records() if r.ok and r.arrivals]
     return float(np.percentile(lags, 99) * 1e3) if lags else float("nan")
 
 
 def with_ratios(rows: list[Row]) -> list[Row]:
-    """Each row's QPS and latencies as ratios to the ``none`` row (if present)."""
     base = next((r for r in rows if r.mode == "none"), None)
     if base is None:
         return rows
@@ -148,7 +137,6 @@ def open_loop_rows(result: StudyResult, family: FamilyResult) -> list[Row]:
 
 
 def at_concurrency(family: FamilyResult, mode: str, concurrency: int) -> Measurement | None:
-    """The mode's closed-loop measurement at ``concurrency`` (static: its first batch in flight)."""
     runs = family.sweep.get(mode, [])
     exact = [m for m in runs if m.load.concurrency == concurrency]
     return exact[0] if exact else (runs[0] if runs and MODES[mode].collect > 1 else None)
@@ -160,8 +148,7 @@ def closed_loop_rows(result: StudyResult, family: FamilyResult, concurrency: int
 
 
 def padding(measurement: Measurement) -> tuple[float, float] | None:
-    """(padded share, positions computed per position needed) of the requests ``measurement`` sent,
-    from their true and sent lengths (a static batch: padded to its longest); None for fixed shapes."""
+    """(padded share, positions computed per position needed); None for fixed shapes."""
     sized = [r for r in measurement.measured_records() if r.ok and r.sent_length]
     sent = sum(r.batch * r.sent_length for r in sized)
     needed = sum(r.batch * r.length for r in sized)
@@ -170,12 +157,7 @@ def padding(measurement: Measurement) -> tuple[float, float] | None:
     return 1 - needed / sent, sent / needed
 
 
-# --- latency model ---------------------------------------------------------------------------------
-
-
 def served_batches(family: FamilyResult) -> dict[int, BatchBucket]:
-    """Executions and compute time per formed batch size, summed over the measured windows of the
-    family's single-instance modes."""
     every = [*family.sweep.items(), *((m, [x]) for m, x in family.open_loop.items())]
     stats = [
         run.server.stats for mode, runs in every if MODES[mode].instances == 1 for run in runs if run.server
@@ -184,7 +166,6 @@ def served_batches(family: FamilyResult) -> dict[int, BatchBucket]:
 
 
 def fit_served(family: FamilyResult) -> LatencyFit | None:
-    """The model fitted to the server's compute time per batch size (sizes seen >= 5 times)."""
     buckets = {s: b for s, b in served_batches(family).items() if b.executions >= MIN_EXECUTIONS}
     points = {size: b.compute_ns / b.executions / 1e6 for size, b in buckets.items()}
     # Weighted by executions: a size seen 2,000 times is a far better estimate than one seen 5 times.
@@ -197,8 +178,6 @@ def fit_raw(raw: list[RawPoint]) -> LatencyFit | None:
 
 
 def raw_at(raw: list[RawPoint], batch: float, figure: str) -> float:
-    """Raw onnxruntime's ``figure`` (a ``RawPoint`` field) at ``batch``, interpolated between the
-    measured batch sizes."""
     return float(np.interp(batch, [p.batch for p in raw], [getattr(p, figure) for p in raw]))
 
 
@@ -218,12 +197,8 @@ class GainCheck:
 
 
 def predicted_throughput(fit: LatencyFit, mode: str, concurrency: int, formed: dict[int, int]) -> float:
-    """One instance under a closed loop of ``concurrency`` (< the maximum batch, so batches never fill).
-
-    If the batcher's delay outlasts a batch's compute, it waits out the delay with every request in
-    flight queued: one batch of ``concurrency`` per ``delay + T_batch(concurrency)``. Otherwise the
-    instance runs back to back, and the batch sizes it formed set the rate: Σ b / Σ T_batch(b).
-    """
+    """One instance under a closed loop below the maximum batch: a delay that outlasts a batch's compute
+    is waited out with every request in flight; else batches run back to back at the sizes formed."""
     delay = MODES[mode].max_queue_delay_ms or 0.0
     if delay >= fit.batch_ms(concurrency):
         return 1000 * concurrency / (delay + fit.batch_ms(concurrency))
@@ -252,8 +227,6 @@ def gain_checks(family: FamilyResult, fit: LatencyFit, concurrency: int) -> list
 
 @dataclass(frozen=True)
 class Efficiency:
-    """Served vs raw at the batch size the server ran: end to end, compute only, and CPU cost."""
-
     mode: str
     mean_batch: float
     served: float  # samples/s, client view
@@ -298,8 +271,7 @@ def efficiencies(family: FamilyResult, concurrency: int) -> list[Efficiency]:
 
 
 def compute_ratio(raw_fit: LatencyFit | None, stats: ModelStats) -> float:
-    """Raw onnxruntime's time for the batches the server ran (from the raw fit) over the server's
-    compute time for them; ``Unmeasured`` where either side has nothing to give."""
+    """Raw onnxruntime's time for the batches the server ran over the server's compute for them."""
     served_busy = sum(b.compute_ns / 1e6 for b in stats.batches.values())
     if not served_busy:
         return Unmeasured("the server reported no compute time in these windows")

@@ -1,9 +1,5 @@
-"""The batching study as a study of ``make perf``, on the same framework as the others.
-
-``StudyRunner`` (``study``) measures, ``report`` writes ``report.md`` and everything beside it, and
-``batching_goals`` judges. Its report is too long for the console, so the study hands back, per model,
-every mode under the same arrivals as a summary table; the console shows those and the goals.
-"""
+"""The batching study on the framework: ``study`` measures, ``report`` writes, ``batching_goals`` judges;
+the console gets each model's modes under the same arrivals (the report is too long to print)."""
 
 from __future__ import annotations
 
@@ -31,7 +27,6 @@ class BatchingStudy:
         return count_steps(profile)
 
     def run(self, context: StudyContext) -> StudyReport:
-        """Measure every mode on one server (stopped whatever happens), then write the report folder."""
         from perf.studies.report import write_report  # matplotlib only when a report is written
 
         context.folder.mkdir(parents=True, exist_ok=True)
@@ -41,7 +36,6 @@ class BatchingStudy:
 
 
 def summary_tables(result: StudyResult) -> tuple[SummaryTable, ...]:
-    """Per model, every mode under the same arrivals, each against no batching."""
     tables = []
     for name, family in result.families.items():
         load = family.open_load.name if family.open_load else ""

@@ -1,10 +1,4 @@
-"""The batching study's goals, judged against one ``StudyResult``: the thresholds are
-``perf.studies.goals.GOALS``'s; this module says what was measured against them.
-
-A goal that is missed says by how much and what limits it: the client (result near the harness
-ceiling), the cores (server + client CPU near the machine's cores), or the Python backend's IPC (server
-compute time per batch well above raw onnxruntime's at the same batch size).
-"""
+"""The batching study's goals against one ``StudyResult``; a miss says by how much and what limits it."""
 
 from __future__ import annotations
 
@@ -31,7 +25,6 @@ LATE_MS = 1.0  # client lateness or time outside the server above this many ms i
 
 
 def slow_backend(compute_ratio: float) -> bool:
-    """Raw over served compute time measured, and low enough to name the Python backend as a limit."""
     return why_unmeasured(compute_ratio) is None and 0 < compute_ratio < SLOW_BACKEND
 
 
@@ -107,7 +100,6 @@ def served_vs_raw(result: StudyResult, family: FamilyResult) -> Goal:
         )
     short = [e for e in effs if not goal.met(e.ratio)]
     if met and short:
-        # Honest about the spread: the goal is met by the best batching, not by every mode.
         below = ", ".join(f"{e.mode} {e.ratio:.2f}×" for e in short)
         limits = (
             f"met by {best.mode} only; below {goal.limit:g}×: {below}: per-request overhead (client, gRPC, "
@@ -178,9 +170,8 @@ RECOMMENDER_ONLY_NOTE = (
 
 
 def for_model(goal: Goal, model: str) -> Goal:
-    """``goal`` as it applies to ``model``, named with it: a goal whose threshold was written for the
-    recommender (``dynamic vs none``'s 4×) reads "n/a" with the measured figures kept, for any other
-    model; a compute-bound model would read MISSED however well it is served."""
+    """``goal`` named with ``model``; ``dynamic vs none``'s 4× is the recommender's, "n/a" for others
+    (a compute-bound model would read MISSED however well it is served)."""
     if model == GOAL_FAMILY or goal.name != "dynamic vs none":
         return dataclasses.replace(goal, model=model)
     note = RECOMMENDER_ONLY_NOTE.format(limit=GOALS["dynamic QPS"].target(), model=model)
@@ -188,7 +179,6 @@ def for_model(goal: Goal, model: str) -> Goal:
 
 
 def all_goals(result: StudyResult) -> list[Goal]:
-    """Every model's goals, model by model in the order they were measured (``MODELS=a,b``)."""
     goals = []
     for model, family in result.families.items():
         judged = [

@@ -1,8 +1,4 @@
-"""The studies ``make perf`` runs, in order: the batching study first, then the others.
-
-Apart from ``perf.studies.framework`` so that the framework knows no study: each study imports the framework,
-this list imports the studies.
-"""
+"""The studies ``make perf`` runs, in order; apart from ``framework`` so that it knows no study."""
 
 from __future__ import annotations
 

@@ -1,13 +1,5 @@
 """What every study of ``make perf`` stands on: one ``Profile``, one way to call a model, one way to
-measure it with the server's view, one kind of goal, one place a report is written.
-
-A study is a small object with ``name``, ``title``, ``steps(profile)`` and ``run(context)``; it builds
-what it serves, starts a server with ``context.server(...)``, measures with ``context.measure(...)``
-(which honours the profile's protocol, shared memory, windows and seed, and reads the server's
-statistics over the same windows), judges its figures with ``perf.studies.goals.GOALS`` and writes
-``<name>.md`` / ``<name>.json`` into ``context.folder``. ``perf.studies.catalog.studies()`` lists the studies
-in the order ``make perf`` runs them, the batching study first (studies import this module, the list
-imports them); docs/PERF.md ("Writing a new study") shows a whole one.
+measure it with the server's view, one place a report is written (docs/PERF.md, "Writing a new study").
 """
 
 from __future__ import annotations
@@ -35,8 +27,7 @@ Progress = Callable[[str], None]  # called as each step starts, with what it is 
 
 @dataclass(frozen=True)
 class StudyContext:
-    """Everything a study gets from ``make perf``: the options, where to write, where to scratch, and
-    how a load is measured (a test hands in a ``measurement`` that records its loads)."""
+    """What a study gets from ``make perf`` (a test hands in a ``measurement`` that records its loads)."""
 
     profile: Profile
     folder: Path  # the run's report folder: the study writes <name>.md, <name>.json, its server log
@@ -46,14 +37,12 @@ class StudyContext:
     measurement: Callable[..., Measurement] = measure
 
     def server(self, repository: Path, log_name: str, **options: Any) -> TritonServer:
-        """A ``TritonServer`` for ``repository`` (use as a context manager); its log goes into the
-        report folder as ``log_name``. ``options`` are further ``ServerOptions`` fields."""
+        """A ``TritonServer`` logging into the report folder; ``options``: more ``ServerOptions``."""
         return TritonServer(ServerOptions(repository=repository, log_path=self.folder / log_name, **options))
 
     def target(self, server: TritonServer, spec: ModelSpec, served_as: str | None = None) -> Target:
-        """A ``Target`` for ``spec``'s model over the profile's protocol and shared memory, inputs drawn
-        with the profile's seed (a pool of 64 rows). ``served_as`` names the served model when it differs
-        (a pipeline that takes the same inputs as the model it splits)."""
+        """``spec``'s model called as the profile says; ``served_as``: the served name where it differs
+        (a pipeline takes the inputs of the model it splits)."""
         target = self.profile.target(server, spec, rows=64)
         return replace(target, model=served_as) if served_as else target
 
@@ -61,10 +50,8 @@ class StudyContext:
         self, server: TritonServer, target: Target, load: Load, label: str = "", related: Sequence[str] = (),
         settings: MeasureSettings | None = None, engine: LoadEngine | None = None,
     ) -> Measurement:  # fmt: skip
-        """``perf.measure.measurement.measure`` with the profile's windows (or ``settings``: a study
-        that counts rare events needs a fixed, longer run) and the server's view over the measured
-        windows; ``related`` models (an ensemble's steps) get their statistics read over the same
-        windows. ``engine``: what sends the load (default: our client)."""
+        """``measure`` with the profile's windows (or ``settings``: rare events need a fixed, longer run);
+        ``related`` models (an ensemble's steps) are read over the same windows."""
         label = label or f"{target.model} @ {load.name}"
         self.progress(label)
         endpoints = ServerEndpoints.of(server)
@@ -79,8 +66,8 @@ class StudyContext:
         return result
 
     def open_load(self, rate: float, seed_offset: int = 0) -> Load:
-        """The profile's open loop: its trace (``--trace``) if given, else Poisson at ``rate`` seeded by
-        the profile's seed (plus ``seed_offset``, for a phase that must not replay the same arrivals)."""
+        """The profile's trace, else Poisson at ``rate`` (``seed_offset``: a phase that must not replay
+        the same arrivals)."""
         if self.profile.trace:
             return read_trace(self.profile.trace)
         return poisson(rate, self.profile.seed + seed_offset)
@@ -97,8 +84,7 @@ class SummaryTable:
 
 @dataclass(frozen=True)
 class StudyReport:
-    """What a study hands back: its markdown report, its goals, and what the console shows of it: its
-    ``summary`` tables and goals where it has tables (a report too long to print), else the report."""
+    """A study's report and goals; the console shows its ``summary`` tables where it has them."""
 
     name: str
     title: str
@@ -108,8 +94,6 @@ class StudyReport:
 
 
 class Study(Protocol):
-    """A study of ``make perf`` (the batching and pipeline studies are two; see docs/PERF.md)."""
-
     name: str  # file stem of its report: <name>.md, <name>.json
     title: str  # one line for the console
     serves_spec: bool  # serves models of ``context.spec_path``: ``--spec`` must exist when it runs
@@ -124,6 +108,6 @@ class Study(Protocol):
 def write_report(
     context: StudyContext, study: Study, lines: Sequence[str], goals: list[Goal], figures: dict[str, Any]
 ) -> StudyReport:
-    """``<name>.json`` (every figure, first: it survives a failing render) and ``<name>.md``."""
+    """``<name>.json`` (first: it survives a failing render) and ``<name>.md``."""
     path = markdown.write_report(context.folder / f"{study.name}.md", lines, figures)
     return StudyReport(study.name, study.title, path, goals)

@@ -1,9 +1,5 @@
-"""The goals of every study, each threshold written once, checked against one run.
-
-``GOALS`` is the table: one ``GoalSpec`` per threshold renders both the target text ("≥ 4×") and the
-verdict (``met``), so the number in the report's target column is the number that was checked. Each
-study judges its own figures against it (the batching study in ``perf.studies.batching_goals``).
-"""
+"""The goals of every study: one ``GoalSpec`` per threshold renders both the target text and the
+verdict, so the number in the report's target column is the number that was checked."""
 
 from __future__ import annotations
 
@@ -18,8 +14,6 @@ VERDICTS = {True: "met", False: "MISSED", None: "n/a"}
 
 @dataclass(frozen=True)
 class Goal:
-    """One goal's outcome in one run: what was measured against which target, and the verdict."""
-
     name: str
     target: str
     measured: str
@@ -34,8 +28,7 @@ class Goal:
 
 @dataclass(frozen=True)
 class GoalSpec:
-    """A goal's threshold, written once. ``text`` is the target with ``{limit}`` where the threshold
-    goes (and other ``{fields}`` a study fills in); ``met`` compares a measured value with it."""
+    """A threshold: ``text`` has ``{limit}`` where it goes (and ``{fields}`` a study fills in)."""
 
     name: str
     text: str
@@ -46,7 +39,7 @@ class GoalSpec:
         return self.text.format(limit=f"{self.limit:g}", **fields)
 
     def met(self, value: float) -> bool | None:
-        """Whether ``value`` meets the threshold; None for a value that was not measured (NaN)."""
+        """None for a value that was not measured (NaN)."""
         if math.isnan(value):
             return None
         return value >= self.limit if self.higher_is_better else value <= self.limit
@@ -54,11 +47,9 @@ class GoalSpec:
     def outcome(
         self, measured: str = "not measured", met: bool | None = None, limits: str = "", **fields: object
     ) -> Goal:
-        """This goal's outcome in a run (by default: not measured), its target filled in with ``fields``."""
         return Goal(self.name, self.target(**fields), measured, met, limits)
 
     def share(self, value: float) -> float:
-        """``value`` as a fraction of the threshold (how close a miss came)."""
         return value / self.limit if self.limit else math.nan
 
 
@@ -99,8 +90,6 @@ GOALS: dict[str, GoalSpec] = {
 
 
 def goals_table(goals: Sequence[Goal]) -> str:
-    """The markdown table every study's report shows its goals in (with a model column where the
-    goals judge models one by one)."""
     per_model = any(g.model for g in goals)
     return table(
         ["model"] * per_model + ["goal", "target", "measured", "verdict", "what limits it"],

@@ -1,15 +1,5 @@
 """What serving adds to one execution: the server's compute per execution minus raw onnxruntime's
-time for the same batch, in ms.
-
-A ratio (served / raw) hides the size of the cost: 5× at batch 1 and 1.5× at batch 32 can be the same
-1.5 ms. The difference is the figure a user can plan with (the stub's IPC, Triton's request handling,
-our per-request Python), so it is reported beside the ratio, with the batch it holds for.
-
-Served: Triton's ``batch_stats`` (compute input + infer + output) summed over the executions of each
-formed batch size. Raw: ``perf.measure.raw`` at the same sizes, interpolated linearly between the
-measured batch sizes (exact at them) and never extrapolated. A figure that cannot be measured (no
-executions, a size outside the raw range, NaN, or served below raw: the two are timed at different
-moments on shared cores) is said so with the reason, never shown as a number.
+for the same batch, in ms (a ratio hides the size of the cost); raw is interpolated, never extrapolated.
 """
 
 from __future__ import annotations
@@ -29,8 +19,6 @@ NOT_MEASURED = "could not be measured"
 
 @dataclass(frozen=True)
 class Overhead:
-    """Serving's cost per execution over raw onnxruntime, over the executions of some batch sizes."""
-
     batch: float  # mean batch size of the executions it holds for
     executions: int
     served_ms: float  # the server's compute per execution
@@ -46,7 +34,6 @@ class Overhead:
         return self.served_ms / self.raw_ms if self.raw_ms > 0 else math.nan
 
     def missing(self) -> str | None:
-        """Why the overhead cannot be measured, or None when it can."""
         if self.executions <= 0:
             return "the server ran no execution in the measured windows"
         if self.raw_missing:
@@ -64,8 +51,7 @@ class Overhead:
 
 
 def raw_ms_at(raw: Sequence[RawPoint], size: int) -> float | None:
-    """Raw onnxruntime ms per run of ``size`` rows: exact at a measured size, linear between two, None
-    outside the measured range."""
+    """Raw onnxruntime ms at ``size`` rows, linear between measured sizes; None outside them."""
     points = sorted(raw, key=lambda p: p.batch)
     if not points or not points[0].batch <= size <= points[-1].batch:
         return None
@@ -73,7 +59,6 @@ def raw_ms_at(raw: Sequence[RawPoint], size: int) -> float | None:
 
 
 def overhead_of(batches: Mapping[int, BatchBucket], raw: Sequence[RawPoint]) -> Overhead:
-    """The overhead per execution over every execution in ``batches`` (formed size → bucket)."""
     executions = sum(b.executions for b in batches.values())
     if executions <= 0:
         return Overhead(math.nan, 0, math.nan, math.nan)
@@ -93,7 +78,6 @@ def overhead_of(batches: Mapping[int, BatchBucket], raw: Sequence[RawPoint]) -> 
 
 
 def overhead_cell(overhead: Overhead | None) -> str:
-    """The overhead in ms for a table, or "could not be measured (why)"."""
     if overhead is None:
         return f"{NOT_MEASURED} (no server statistics)"
     why = overhead.missing()
@@ -103,8 +87,7 @@ def overhead_cell(overhead: Overhead | None) -> str:
 def at_raw_sizes(
     batches: Mapping[int, BatchBucket], raw: Sequence[RawPoint], min_executions: int
 ) -> list[Overhead]:
-    """One overhead per raw batch size the server formed at least ``min_executions`` times: the batch
-    each figure holds for is a size raw onnxruntime was timed at, nothing interpolated."""
+    """One overhead per raw batch size the server formed at least ``min_executions`` times."""
     return [
         overhead_of({point.batch: batches[point.batch]}, raw)
         for point in sorted(raw, key=lambda p: p.batch)
@@ -113,7 +96,6 @@ def at_raw_sizes(
 
 
 def by_batch_table(overheads: Sequence[Overhead]) -> str:
-    """The per-batch-size table (``at_raw_sizes``) in markdown."""
     rows = [
         [f"{o.batch:g}", o.executions, number(o.served_ms, 3), number(o.raw_ms, 3), overhead_cell(o),
          ratio(o.ratio) if o.missing() is None else "–"]

@@ -1,9 +1,5 @@
-"""What the pipeline study compares: each pipeline against the monolithic model it splits.
-
-Pure data (no torch, no server), so profiles can name comparisons and the CLI can check them before
-anything is built. The shipped pipelines come from the spec (``models.yaml``); ``VARIANTS`` are
-study-only pipelines built into the study's own repository beside them.
-"""
+"""What the pipeline study compares: pure data, so profiles can name comparisons without torch.
+``VARIANTS`` are study-only pipelines built beside the spec's."""
 
 from __future__ import annotations
 

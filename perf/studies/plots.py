@@ -1,7 +1,5 @@
-"""The report's plots (matplotlib, Agg backend, PNG); each is a function of the study result only.
-
-The tune, plan and GPU-check reports take ``plt`` and ``save_figure`` from here, so the backend is
-chosen once, before pyplot loads, and every plot is finished alike."""
+"""The report's plots (PNG); tune, plan and the GPU check take ``plt`` and ``save_figure`` from here, so
+the backend is chosen once, before pyplot loads."""
 
 from __future__ import annotations
 
@@ -20,7 +18,6 @@ from perf.studies.study_spec import MODES
 
 
 def save_figure(figure: plt.Figure, path: Path, axes: plt.Axes | None = None, grid: str = "") -> Path:
-    """Finish a plot the one way every plot here is finished: grid, legend, tight layout, PNG."""
     if axes is not None:
         if grid:
             axes.grid(True, which=grid, alpha=0.3)
@@ -98,7 +95,6 @@ def latency_model_fit(family: FamilyResult, path: Path) -> Path | None:
 
 
 def all_plots(result: StudyResult, folder: Path) -> dict[str, list[Path]]:
-    """Every plot of every family, written into ``folder``; returns family -> paths."""
     plots: dict[str, list[Path]] = {}
     for name, family in result.families.items():
         paths = [

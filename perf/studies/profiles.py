@@ -1,11 +1,5 @@
-"""Study profiles: what ``make perf`` measures, and for how long. ``PERF=quick`` is the 1–2 minute one.
-
-One ``Profile`` drives every study of a run (the batching study, the pipeline study, …): the shared
-options (protocol, shared memory, windows, seed, concurrency, trace) are read by all of them, and a
-study's own knobs are fields here too, with a value per profile, so no study keeps a settings table of
-its own. Every field can be overridden from the command line (``python -m perf run --help``), and every
-field is checked here, before any folder is made or anything is built.
-"""
+"""Study profiles: what ``make perf`` measures, and for how long. One ``Profile`` drives every study,
+a study's own knobs included, and is checked before any folder is made or anything is built."""
 
 from __future__ import annotations
 
@@ -39,27 +33,23 @@ class Profile:
     seed: int = 0
     perf_analyzer: bool = True  # cross-check with perf_analyzer when a working binary is installed
     trace: str | None = None  # a file of inter-arrival times to replay instead of Poisson arrivals
-    # The pipeline study: which comparisons, the fixed load as a fraction of the monolithic model's
-    # capacity (pipelines saturate at 0.5–0.8× of it here), and row updates sent in the live phase.
+    # The pipeline study (pipelines saturate at 0.5–0.8× of the monolithic model's capacity here).
     pipelines: tuple[str, ...] = tuple(COMPARISONS)
     pipeline_load_fraction: float = 0.5
     live_updates: int = 20
-    # The text-embedding study: its modes (none: not run), corpus size, how many of the corpus's texts
-    # the in-process references (raw onnxruntime, sentence-transformers) embed, and int8 vs fp32.
+    # The text-embedding study (no modes: not run).
     text_modes: tuple[str, ...] = ("none", "exact", "buckets", "longest")
     text_corpus: int = 512
     text_reference_texts: int = 128
     text_int8: bool = True  # also serve the int8 encoder (buckets) and compare it with fp32
-    # The queue-policy study: seconds each configuration is measured per load (0: not run). The wait it
-    # looks for comes every few seconds at most, so each run is one fixed span, not stable windows.
+    # The queue-policy study's seconds per configuration and load (0: not run): one fixed span, since
+    # the wait it looks for comes every few seconds at most.
     queue_policy_s: float = 12.0
-    # Models of the user's spec measured as families beside (or instead of) the zoo's, by name
-    # (``perf.studies.study_spec.spec_families``).
+    # Models of the user's spec measured as families (``study_spec.spec_families``).
     spec_families: dict[str, dict[str, Any]] = field(default_factory=dict)
 
     @property
     def family_table(self) -> dict[str, dict[str, Any]]:
-        """Every family this profile may measure: the zoo's and the user's."""
         return {**FAMILIES, **self.spec_families}
 
     def __post_init__(self) -> None:
@@ -100,8 +90,7 @@ class Profile:
     def target(
         self, server: TritonServer, spec: ModelSpec, collect: int = 1, rows: int | None = None
     ) -> Target:
-        """``spec``'s model on ``server``, called as this profile says: protocol, shared memory, and
-        inputs drawn with its seed (a pool of ``rows``; default: the largest raw batch size)."""
+        """``spec``'s model called as this profile says (``rows``: default the largest raw batch)."""
         url = server.grpc_url if self.protocol == "grpc" else server.http_url
         rows = max(collect, rows or max(self.raw_batch_sizes))
         return target_from_spec(spec, url, self.protocol, collect, self.shared_memory, self.seed, rows)
@@ -151,12 +140,8 @@ PROFILES: dict[str, Profile] = {
 
 
 def get_profile(name: str, **overrides: object) -> Profile:
-    """A named profile with ``overrides`` (fields of ``Profile`` or ``MeasureSettings``) applied.
-
-    An option the user gives is meant for every study: ``families`` (``--models``) also narrows the
-    pipeline study to pipelines of those models, and ``poisson_fraction`` (``--rate-fraction``) sets
-    its fixed load too, unless the pipeline study's own fields are given as well.
-    """
+    """A named profile with ``overrides`` (fields of ``Profile`` or ``MeasureSettings``): ``families``
+    also narrows the pipelines, and ``poisson_fraction`` sets their fixed load, unless those are given."""
     if name not in PROFILES:
         raise OptionError(f"unknown profile {name!r}; choose from {', '.join(PROFILES)}")
     profile = PROFILES[name]

@@ -1,10 +1,5 @@
-"""Write ``reports/<timestamp>/``: ``report.md`` with tables, verdicts and plots, the raw records
-(CSV and JSON), the figures as JSON, and the exact spec and configs the study served.
-
-The figures come from the ``StudyResult`` through ``analysis`` and ``goals``; this module lays them
-out and adds the few derived figures that exist only to explain a table (the article comparison, the
-closed-loop delay notes, the request accounting).
-"""
+"""Write ``reports/<timestamp>/``: ``report.md`` with tables, verdicts and plots, the records, the
+figures, and the exact spec and configs served; the figures come from ``analysis`` and the goals."""
 
 from __future__ import annotations
 
@@ -41,8 +36,6 @@ def change(value: float, base: float) -> float:
 
 
 def mode_table(rows: list[analysis.Row]) -> str:
-    """Each mode's figures and their ratios to no batching; for a variable-length model, the padding
-    each mode computed (static batching pads each batch of arrivals to its longest)."""
     padded = any(not math.isnan(r.padded_share) for r in rows)
     header = ["mode", "load", "QPS", "p50 ms", "p90 ms", "p99 ms", "mean batch", "failed/sent",
               "QPS ×none", "p50 ×none", "p90 ×none", "p99 ×none", *["padding"] * padded, "note"]  # fmt: skip
@@ -93,7 +86,6 @@ OUTSIDE_SERVER_NOTE = (
 
 
 def article_section(family: FamilyResult) -> str:
-    """Static 32 vs dynamic 50 ms: our numbers next to the article's +12% QPS / +23% p99, and why."""
     if "static32" not in family.open_loop or "dyn50ms" not in family.open_loop:
         return "_Static 32 or dynamic 50 ms was not in this run; no comparison with the article._"
     static_run, dynamic_run = family.open_loop["static32"], family.open_loop["dyn50ms"]
@@ -183,7 +175,6 @@ def references_section(result: StudyResult, family: FamilyResult) -> str:
 
 
 def overhead_section(family: FamilyResult) -> str:
-    """Serving's cost per execution at each raw batch size the server formed (``perf.studies.overhead``)."""
     sizes = overhead.at_raw_sizes(analysis.served_batches(family), family.raw, analysis.MIN_EXECUTIONS)
     note = (
         "\n\n_overhead ms / execution: the server's compute per execution (`batch_stats`: input + infer + "
@@ -266,7 +257,6 @@ def accounting_section(result: StudyResult) -> str:
 
 
 def delay_bound_notes(closed_rows: list[analysis.Row], concurrency: int) -> str:
-    """Explain closed-loop runs where the batcher waited out its whole delay on every batch."""
     notes = []
     for r in closed_rows:
         delay = MODES[r.mode].max_queue_delay_ms
@@ -354,7 +344,6 @@ def header(result: StudyResult) -> str:
 
 
 def write_report(result: StudyResult, folder: Path) -> Path:
-    """Write everything into ``folder`` and return the path of ``report.md``."""
     folder.mkdir(parents=True, exist_ok=True)
     plots = all_plots(result, folder)
     goals = all_goals(result)
@@ -379,7 +368,6 @@ def all_measurements(result: StudyResult) -> list:
 
 
 def figures(result: StudyResult, goals: list[Goal]) -> dict:
-    """Every table's numbers (``figures.json``; ``perf.markdown.plain`` writes each dataclass as a dict)."""
     return {
         "goals": goals,
         "measurements": [
@@ -393,7 +381,6 @@ def figures(result: StudyResult, goals: list[Goal]) -> dict:
 
 
 def write_raw(result: StudyResult, folder: Path) -> None:
-    """The records, the spec and the configs served, the server's log."""
     records = [r for m in all_measurements(result) for r in m.records]
     write_csv(records, folder / "records.csv")
     write_json(records, folder / "records.json")

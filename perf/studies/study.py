@@ -1,13 +1,6 @@
-"""The batching study: build its repository, start the server, measure every mode, stop the server.
-
-Order of work, all in one run so that ratios compare like with like on a shared machine:
-
-1. the harness ceiling: the load generator against ``trivial`` at every concurrency;
-2. per model family, a closed-loop concurrency sweep of every batching mode;
-3. the family's capacity (best dynamic-batching throughput of the sweep) sets one Poisson rate
-   (``poisson_fraction`` of it), and every mode replays the same seeded arrivals at that rate;
-4. the raw backend: the family's ONNX file in-process, at the same batch sizes and threads.
-"""
+"""The batching study's run, all on one server so that ratios compare like with like: the harness
+ceiling, then per family a closed-loop sweep of every mode, the same Poisson arrivals for every mode,
+and the raw backend (docs/PERF.md, "Order of work")."""
 
 from __future__ import annotations
 
@@ -60,9 +53,7 @@ class StudyResult:
 
 @dataclass(frozen=True)
 class StudyTools:
-    """What the batching study measures with beside the framework's measurement: the raw backend,
-    where perf_analyzer is (None: not here) and its engine. A test hands in a raw backend that returns
-    nothing, or a perf_analyzer that fails, instead of patching this module's names."""
+    """The raw backend and perf_analyzer the study measures with (a test hands in its own)."""
 
     measure_raw: Callable[..., list[RawPoint]] = measure_raw
     perf_analyzer: Callable[[], Path | None] = find_perf_analyzer
@@ -70,8 +61,7 @@ class StudyTools:
 
 
 def sweep_loads(profile: Profile, mode: str) -> list[Load]:
-    """The closed loops of a mode. Static batching sends whole batches, so its concurrencies collapse
-    to distinct numbers of batches in flight (``concurrency // 32``, at least one; and two)."""
+    """A mode's closed loops; static batching's in whole batches in flight (and two)."""
     collect = MODES[mode].collect
     if collect == 1:
         return [closed_loop(c) for c in profile.concurrencies]
@@ -81,15 +71,11 @@ def sweep_loads(profile: Profile, mode: str) -> list[Load]:
 
 
 def count_steps(profile: Profile) -> int:
-    """Steps the progress bar will see: build, start, one per measurement, one per raw reference."""
     per_family = sum(len(sweep_loads(profile, m)) for m in profile.modes) + len(profile.modes) + 1
     return 2 + len(profile.concurrencies) + per_family * len(profile.families)
 
 
 class StudyRunner:
-    """Runs the context's profile against one server (its log: ``server.log`` in the context's folder);
-    ``run`` returns everything measured."""
-
     def __init__(self, context: StudyContext, tools: StudyTools = StudyTools()) -> None:
         self.context = context
         self.profile = profile = context.profile
@@ -125,7 +111,6 @@ class StudyRunner:
         return result
 
     def _cross_check(self, server: TritonServer, result: StudyResult) -> None:
-        """perf_analyzer on the first family's first dynamic mode at the goal concurrency, if installed."""
         binary = self.tools.perf_analyzer() if self.profile.perf_analyzer else None
         if binary is None:
             result.analyzer_note = (

@@ -1,15 +1,7 @@
-"""The study's own model spec: one Triton model per (model family, batching mode), plus ``trivial``.
+"""The study's own model spec: one Triton model per (family, batching mode), plus ``trivial``.
 
-A family is a zoo model below (``FAMILIES``) or a model of the user's spec (``spec_families``: ``make
-perf SPEC=… MODELS=…``), whose graph the study serves in every mode like the zoo's.
-
-Every mode of a family serves the same ONNX graph (same options, same seed), so the modes differ only in
-their ``config.pbtxt``. ``max_batch_size`` is 32 everywhere, so dynamic batching can form at most what
-static batching always sends. The recommender is sized on purpose (docs/PERF.md, "Two regimes"): a
-wide top MLP whose weights (~40 MB) do not fit in cache makes batch 1 memory-bound, about 1.7 ms here,
-well above the ~1 ms per-request serving overhead, so batching has something to win (T ≫ Δt). The
-image classifier is the opposite regime: its convolutions are compute-bound (T ≈ Δt), and batching
-cannot win much.
+Every mode of a family serves the same ONNX graph, so the modes differ only in their ``config.pbtxt``;
+the zoo's two families are two regimes on purpose (docs/PERF.md, "Two regimes").
 """
 
 from __future__ import annotations
@@ -46,13 +38,9 @@ class Mode:
 
 
 def dynamic(delay_us: int, queue: dict[str, Any] | None = None) -> dict[str, Any]:
-    """Dynamic batching with this delay; ``queue`` is a ``default_queue_policy`` (spec ``queue:``).
-
-    The batching study's modes have no queue policy: on this Triton (2.51) a policy makes requests wait
-    ~500 ms now and then unless the model has spare instances (measured each run by the queue-policy
-    study, ``perf/studies/queue_policy_study.py``); its single-instance modes would show that wait instead of
-    what batching does. The study bounds the queue from the client instead: at most 256 requests in
-    flight; further arrivals are shed and counted as failures."""
+    """Dynamic batching with this delay; ``queue`` is a ``default_queue_policy``. The batching study's
+    modes have none: on Triton 2.51 a policy makes single-instance requests wait ~500 ms now and then
+    (the queue-policy study), so the client bounds the queue instead."""
     return {"mode": "dynamic", "max_queue_delay_us": delay_us, **({"queue": queue} if queue else {})}
 
 
@@ -85,15 +73,13 @@ FAMILIES: dict[str, dict[str, Any]] = {
     },
 }  # fmt: skip
 
-# What makes a model of the user's spec the same graph in every mode; how it is batched, placed and
-# threaded is the study's (every mode one config.pbtxt of the same graph, as for the zoo families).
+# What makes a model of the user's spec the same graph in every mode (the rest is the study's).
 GRAPH_FIELDS = ("source", "options", "seed", "precision", "calibration", "inputs", "outputs", "sample",
                 "lengths", "shapes", "buckets", "allow_non_finite")  # fmt: skip
 
 
 def spec_families(spec_path: Path, names: Iterable[str]) -> dict[str, dict[str, Any]]:
-    """Models of the user's spec (``make perf SPEC=… MODELS=…``) as study families: each one's graph
-    (``GRAPH_FIELDS``, paths absolute as the spec resolves them), batched by every mode of the study."""
+    """Models of the user's spec (``make perf SPEC=… MODELS=…``) as study families: their graphs."""
     try:
         spec = parse_spec(load_spec_document(spec_path), Path(spec_path).resolve().parent)
     except SpecError as error:
@@ -132,9 +118,7 @@ def family_entry(
     family: str, name: str, batching: dict[str, Any], instances: int = 1, seed: int = 0,
     table: Mapping[str, dict[str, Any]] = FAMILIES,
 ) -> dict[str, Any]:  # fmt: skip
-    """One ``models`` entry of ``family`` (its fixed graph and seed: the study's, unless the family
-    names its own) with this batching and instances: the entries of one family differ only in their
-    ``config.pbtxt``. ``table``: the zoo's families, or those plus the user's (``spec_families``)."""
+    """One ``models`` entry of ``family`` with this batching and instances (``table``: the families)."""
     return {
         "name": name, "seed": seed, **table[family], "max_batch_size": MAX_BATCH, "batching": batching,
         "instances": {"cpu": instances}, "threads": {"intra_op": 1, "inter_op": 1}, "target": "cpu",
@@ -144,7 +128,6 @@ def family_entry(
 def study_entries(
     families: list[str], modes: list[str], seed: int = 0, table: Mapping[str, dict[str, Any]] = FAMILIES
 ) -> list[dict[str, Any]]:
-    """The spec document's ``models`` list (what goes into the report as the exact spec used)."""
     entries = [
         family_entry(family, model_name(family, key), MODES[key].batching, MODES[key].instances, seed, table)
         for family in families
@@ -156,5 +139,4 @@ def study_entries(
 def study_spec(
     families: list[str], modes: list[str], seed: int = 0, table: Mapping[str, dict[str, Any]] = FAMILIES
 ) -> Spec:
-    """The study's spec (``Profile`` has already checked the names against ``table`` and ``MODES``)."""
     return parse_spec({"models": study_entries(families, modes, seed, table)})

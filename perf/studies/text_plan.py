@@ -1,18 +1,6 @@
-"""What the text-embedding study compares: one encoder served in four batching configurations.
-
-Pure data (no torch, no server), so profiles can name modes and the CLI can check them before anything
-is built. Every mode is its own ensemble (``text_<mode>``: tokenizer → encoder) built from the same
-encoder file, so modes differ only in padding and batching:
-
-* ``none``: no batching; each request padded to its own length;
-* ``exact``: dynamic batching on exact lengths: only requests of identical token length merge;
-* ``buckets``: dynamic batching with length buckets (the shipped ``text_embedding``);
-* ``longest``: ragged batching: any lengths merge and each formed batch is padded to its longest member
-  (the encoder on the Python backend; the native onnxruntime backend would not pad).
-
-``INT8`` is ``buckets`` with the int8 encoder: measured beside it (closed loop on the mixed corpus, and
-raw onnxruntime at the same batch) for int8's speed against fp32, not as a batching mode of its own.
-"""
+"""What the text-embedding study compares: one encoder file served as an ensemble per batching mode
+(docs/TEXT.md), and ``INT8``, ``buckets`` with the int8 encoder. Pure data, so profiles can name modes
+without torch."""
 
 from __future__ import annotations
 
