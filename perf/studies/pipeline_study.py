@@ -1,22 +1,5 @@
-"""The pipeline study: each pipeline against its monolithic model, in one run on one server.
-
-What it measures (docs/PIPELINE.md), all as ratios within the run because the machine is shared:
-
-* **saturation**: a closed loop at the profile's goal concurrency → throughput of the pipeline / the
-  monolithic model;
-* **fixed load**: the same seeded arrivals (``pipeline_load_fraction`` of the monolithic capacity, or
-  the profile's trace) for both → p50 and p99, and the **added p50 per stage boundary**
-  ((p50 pipeline − p50 model) / boundaries);
-* **per step**, from server statistics over the measured windows: queue and compute per request of
-  every stage, and what the ensemble adds on top (its request time minus the stages' queue + compute);
-* **boundary compression** (fp16 against fp32 boundaries, same cuts) and **replicas per stage**;
-* **live updates**: failed / sent under fixed load while embedding rows are updated and the dense stage
-  is swapped to a new version (the server runs with explicit model control for this).
-
-A study on ``perf.studies.framework``: the ``Profile`` says what and how (protocol, shared memory, windows,
-seed, which comparisons), ``StudyContext.measure`` times every request and reads the server's view,
-``perf.studies.goals.GOALS`` judges. This module builds the repository and says what to compare.
-"""
+"""The pipeline study: each pipeline against its monolithic model, in one run on one server, as ratios
+within the run (docs/PIPELINE.md): saturation, a fixed load, per step, and live updates."""
 
 from __future__ import annotations
 
@@ -59,8 +42,6 @@ UPDATE_ROWS = 8  # embedding rows per update request
 
 @dataclass(frozen=True)
 class Figures:
-    """The client's view of one measurement, over its measured windows."""
-
     throughput: float
     p50_ms: float
     p99_ms: float
@@ -77,8 +58,6 @@ class Figures:
 
 @dataclass(frozen=True)
 class Step:
-    """Queue and compute per request of one step of an ensemble (server statistics)."""
-
     step: str
     queue_ms: float
     compute_ms: float
@@ -87,8 +66,6 @@ class Step:
 
 @dataclass(frozen=True)
 class Row:
-    """One comparison: both throughputs at saturation, both under the same fixed load, the steps."""
-
     comparison: Comparison
     saturation_model: float  # inf/s
     saturation_pipeline: float
@@ -109,8 +86,6 @@ class Row:
 
 @dataclass(frozen=True)
 class Live:
-    """The live phase: the pipeline under fixed load while its parameters change."""
-
     figures: Figures
     updates_applied: int
     dense_swapped: bool
@@ -132,20 +107,17 @@ def comparisons(profile: Profile) -> list[Comparison]:
 
 
 def runs_live(profile: Profile) -> bool:
-    """Whether the live phase runs: its pipeline is compared, and updates are asked for."""
     return LIVE_PIPELINE in profile.pipelines and profile.live_updates > 0
 
 
 def fixed_load(context: StudyContext, model: str, capacity: float, seed_offset: int) -> Load:
-    """The fixed load of a comparison: a share of the monolithic model's capacity (or the trace)."""
     if capacity <= 0 and not context.profile.trace:
         raise StudyError(f"{model} answered nothing at saturation; no capacity to set the fixed load from")
     return context.open_load(context.profile.pipeline_load_fraction * capacity, seed_offset)
 
 
 def steps_of(delta: ServerDelta, stages: list[str]) -> list[Step]:
-    """Per stage: queue and compute per request over the delta; then the ensemble's own share (its
-    end-to-end request time minus the stages' queue + compute)."""
+    """Per stage, then the ensemble's own share (its request time minus the stages')."""
     steps = [
         Step(name, s.queue_ms_per_request, s.compute_ms_per_request, s.mean_batch)
         for name in stages
@@ -159,7 +131,6 @@ def steps_of(delta: ServerDelta, stages: list[str]) -> list[Step]:
 
 
 def study_spec(spec_path: Path, wanted: list[Comparison]) -> Spec:
-    """The user's spec's models and pipelines that the comparisons need, plus the study variants."""
     data = load_spec_document(spec_path)  # the bounded reader every spec goes through
     pipelines = {c.pipeline for c in wanted}
     models = {c.model for c in wanted}
@@ -182,11 +153,8 @@ class PipelineStudy:
         return 2 + 2 * len({c.model for c in wanted}) + 2 * len(wanted) + runs_live(profile)
 
     def run(self, context: StudyContext) -> StudyReport:
-        """Build, serve, measure, write ``pipeline.md`` / ``pipeline.json``.
-
-        The repository is built in a fresh folder per run (removed afterwards): the live phase writes a
-        new dense version into it, and two studies running at once must not rebuild each other's.
-        """
+        """A fresh repository per run: the live phase writes a new version into it, and two studies
+        running at once must not rebuild each other's."""
         context.workdir.mkdir(parents=True, exist_ok=True)
         with tempfile.TemporaryDirectory(prefix="pipeline-study-", dir=context.workdir) as scratch:
             rows, live = self._measure(context, Path(scratch) / "repository")
@@ -226,7 +194,6 @@ class PipelineStudy:
 def _send_updates(
     url: str, admin_key: str, repository: Path, spec: Spec, count: int, outcome: _UpdateOutcome
 ) -> None:
-    """Embedding row updates, then a new dense version loaded, while the load runs."""
     pipeline = spec.pipeline(LIVE_PIPELINE)
     model_spec = spec.model(pipeline.model)
     embedding, dense = pipeline.stage_names
@@ -301,7 +268,6 @@ def pipeline_goals(rows: list[Row], live: Live | None) -> list[Goal]:
 def write_pipeline_report(
     context: StudyContext, study: PipelineStudy, rows: list[Row], live: Live | None
 ) -> StudyReport:
-    """``pipeline.md`` (tables and goals) and ``pipeline.json`` (every figure) in the report folder."""
     p = context.profile
     load = f"the trace {p.trace}" if p.trace else "Poisson arrivals"
     lines = [

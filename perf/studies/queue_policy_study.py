@@ -1,19 +1,6 @@
-"""The queue-policy study: what a ``default_queue_policy`` costs on this Triton, and the workaround.
-
-On Triton 2.51 any queue policy (``max_queue_size``, a timeout) turns off the dynamic batcher's payload
-prefetching. Then an arriving request wakes the batcher only if an instance is waiting for work at that
-moment, and nothing wakes it when an instance becomes free: requests that all arrived while every
-instance was busy wait out the batcher's fixed 500 ms sleep (docs/SERVING.md, row 11).
-A model with spare instances almost always has one waiting, so arrivals wake the batcher again.
-
-The study serves the batching study's recommender (dynamic batching, 1 ms) four ways: with and without
-``max_queue_size``, with one instance and with ``SPARE_INSTANCES``. Each gets the same closed loop
-(back-to-back requests at the goal concurrency: where the wait shows most) and the same open loop
-(Poisson at the profile's fraction of the lower capacity without the policy), each for ``queue_policy_s`` s,
-and the study counts requests slower than ``STALL_MS``. Goal: with the policy and spare instances, no
-more slow requests than the same instances without the policy. The single-instance policy row shows
-the limitation itself, so a run on another release (``TRITONSERVER=…``) says whether it is gone.
-"""
+"""The queue-policy study: on Triton 2.51 any queue policy can leave requests waiting out the batcher's
+500 ms sleep unless the model has spare instances (docs/SERVING.md, row 11); measured with and without
+the policy, on one instance and on ``SPARE_INSTANCES`` (docs/PERF.md)."""
 
 from __future__ import annotations
 
@@ -71,8 +58,6 @@ LOADS = ("closed", "open")
 
 @dataclass(frozen=True)
 class Point:
-    """One configuration under one load: the client's figures over the measured span."""
-
     variant: str
     load: str
     sent: int
@@ -94,7 +79,6 @@ class Point:
 
 
 def study_models(seed: int = 0) -> list[dict]:
-    """The spec entries: one recommender graph, four ``config.pbtxt``s."""
     return [
         family_entry(FAMILY, v.model, dynamic(DELAY_US, POLICY if v.policy else None), v.instances, seed)
         for v in VARIANTS
@@ -141,8 +125,7 @@ class QueuePolicyStudy:
 
 
 def served_configs(http_url: str) -> dict[str, dict[str, int]]:
-    """What the server loaded for each configuration (its own config, not our spec): the queue bound
-    (0: no policy) and the instance count, so the report shows what was measured."""
+    """The queue bound (0: none) and instances each model serves with, read back from the server."""
     client = httpclient.InferenceServerClient(http_url)
     served = {}
     try:
@@ -159,8 +142,7 @@ def served_configs(http_url: str) -> dict[str, dict[str, int]]:
 
 
 def capacity(points: list[Point]) -> float:
-    """The lower closed-loop throughput of the configurations without the policy: the open loop runs
-    at a fraction of it, so that it overloads none of them."""
+    """The lower closed-loop throughput without the policy: the open loop must overload none."""
     with_policy = {v.key for v in VARIANTS if v.policy}
     return min(p.throughput for p in points if p.load == "closed" and p.variant not in with_policy)
 
@@ -170,12 +152,10 @@ def _closed(points: list[Point], variant: str) -> float:
 
 
 def _slow(points: list[Point], variant: str) -> int:
-    """Requests of ``variant`` slower than ``STALL_MS``, both loads together."""
     return sum(p.slow for p in points if p.variant == variant)
 
 
 def stall_goal(points: list[Point]) -> Goal:
-    """Slow requests the policy adds on the spare-instance model, both loads together."""
     spec = GOALS["queue policy with spare instances"]
     added = _slow(points, "policy_spare") - _slow(points, "none_spare")
     policy_x1 = _slow(points, "policy_x1")

@@ -1,13 +1,5 @@
-"""The shapes study: a model with a variable axis measured at the lengths its traffic takes.
-
-For each model of the user's spec (``make perf SPEC=… MODELS=…``) whose inputs have a variable axis,
-the study serves it with dynamic batching (1 ms) and measures the same closed loop (the goal
-concurrency) each way of sending of ``perf.measure.bucket_runs``: at one length (what perf, tune and
-plan measured before they drew shapes as served: the optimistic rate), at the traffic's own lengths,
-and padded to bucket sets that leave the model's answer within the spec's tolerance. Per run it reports
-the formed batches per length sent (from the client's records; Triton's statistics give the executions
-per batch size over all lengths) and picks the way of sending that served the most.
-"""
+"""The shapes study: each model of ``--models`` with a variable axis, measured each way of sending of
+``perf.measure.bucket_runs`` under the same closed loop (docs/PERF.md, "Shapes as served")."""
 
 from __future__ import annotations
 
@@ -33,7 +25,6 @@ DELAY_US = 1_000
 
 
 def shaped_families(profile: Profile) -> list[str]:
-    """The profile's models whose inputs have a variable axis (the zoo's have none)."""
     return [name for name in profile.families if has_variable_axis(_model(profile, name))]
 
 
@@ -44,15 +35,12 @@ def _model(profile: Profile, family: str) -> ModelSpec:
 
 
 def sent(run: BucketRun) -> str:
-    """What a run sent, in words."""
     if run.buckets is None:
         return f"every request at {run.length}"
     return f"buckets {list(run.buckets)}" if run.buckets else "each request at its own length"
 
 
 def run_figures(run: BucketRun) -> dict[str, Any]:
-    """A run's figures for ``shapes.json``: the client's, Triton's formed batches over all lengths (and
-    its executions per batch size), the per-length rows and (bucketed) the padding cost."""
     summary, stats = run.measured.figures, run.measured.stats
     return {
         "name": run.name, "lengths": sent(run), "buckets": list(run.buckets or ()),
@@ -114,8 +102,6 @@ class ShapeStudy:
 
 
 def family_lines(family: str, ways: Ways, runs: list[BucketRun], pick: str, profile: Profile) -> list[str]:
-    """The markdown of one model: the runs side by side, the bucket sets not offered (padding changes the
-    answer), then each run's per-length table."""
     single = next(run.measured.figures.throughput for run in runs if run.buckets is None)
     header = ["sent", "lengths", "inf/s", "× one length", "p50 ms", "p99 ms", "failed", "mean batch (Triton)",
               "padding: compute ×", "padded share"]  # fmt: skip

@@ -1,14 +1,5 @@
-"""What the text-embedding study sends, and the in-process references it is held to.
-
-* ``make_corpus``: a deterministic corpus with a realistic length mix: mostly short search queries,
-  some sentences, a few long passages (same seed, same texts, on every machine).
-* ``text_pool``: the corpus as a ``text`` input pool; a ``Target`` with ``cycle=True`` sends its
-  texts in turn (the first rows every time would make every request one length).
-* ``raw_onnxruntime``: the served encoder file run in-process, texts grouped by bucket and batched the
-  way the server batches them, tokenization included (what serving has to beat, minus serving).
-* ``sentence_transformers_rate``: ``SentenceTransformer.encode`` in-process, what a user runs instead.
-* ``bucket_latency``: raw batch time per padded length and batch size, for the latency model per bucket.
-"""
+"""What the text-embedding study sends (a deterministic corpus of realistic lengths) and the in-process
+references it is held to: raw onnxruntime, sentence-transformers, the latency per padded length."""
 
 from __future__ import annotations
 
@@ -39,7 +30,6 @@ class CorpusText:
 
 
 def make_corpus(size: int, seed: int = 0) -> list[CorpusText]:
-    """``size`` texts drawn with ``seed``: kinds by their share, lengths uniform within each kind."""
     rng = np.random.default_rng(seed)
     shares = np.array([share for share, _, _ in KINDS.values()])
     corpus = []
@@ -51,19 +41,11 @@ def make_corpus(size: int, seed: int = 0) -> list[CorpusText]:
     return corpus
 
 
-def text_pool(corpus: Sequence[CorpusText]) -> np.ndarray:
-    """The ``text`` input pool: BYTES ``[rows, 1]``."""
-    return np.array([[c.text.encode("utf-8")] for c in corpus], dtype=np.object_)
-
-
 def raw_onnxruntime(
     onnx_path: str, tokenizer: TextTokenizer, corpus: Sequence[CorpusText], batch: int
 ) -> tuple[float, float]:
-    """(sentences/s, computed/real tokens) of the encoder in-process (one thread) over the corpus.
-
-    Texts are grouped by padded length (bucket) and run ``batch`` at a time, as the dynamic batcher
-    groups them; tokenization is timed too. Best of two passes.
-    """
+    """(sentences/s, computed/real tokens) in-process, one thread, tokenization timed: texts grouped by
+    padded length and run ``batch`` at a time, as the dynamic batcher groups them; best of two passes."""
     session = open_session(onnx_path, 1, 1, ["CPUExecutionProvider"])
     texts = [c.text for c in corpus]
 
@@ -92,7 +74,6 @@ def raw_onnxruntime(
 
 
 def sentence_transformers_rate(package: str, corpus: Sequence[CorpusText], batch: int = 32) -> float:
-    """Sentences/s of ``SentenceTransformer.encode`` in-process (its own length sorting and padding)."""
     from client.text_reference import sentence_transformer
 
     model = sentence_transformer(package)
@@ -106,8 +87,7 @@ def sentence_transformers_rate(package: str, corpus: Sequence[CorpusText], batch
 def bucket_latency(
     onnx_path: str, lengths: Sequence[int], batches: Sequence[int], seconds: float = 0.2
 ) -> dict[int, dict[int, float]]:
-    """``{padded length: {batch: median ms of one run}}`` of the encoder in-process (one thread, real
-    token ids), timed as raw onnxruntime is everywhere (``perf.measure.raw.measure_raw``)."""
+    """``{padded length: {batch: median ms}}`` in-process, timed as ``measure_raw`` times."""
     rng = np.random.default_rng(0)
     table: dict[int, dict[int, float]] = {}
     for length in lengths:

@@ -1,23 +1,6 @@
-"""The text-embedding study: how variable-length text batches, measured on all-MiniLM-L6-v2.
-
-One server serves the same encoder in the profile's ``text_modes`` (``perf.studies.text_plan``: no batching,
-dynamic on exact lengths, dynamic with length buckets, padded to longest). Every mode gets the same
-deterministic corpus (``perf.studies.text_corpus``), one text per request:
-
-* closed loop at the goal concurrency on the mixed corpus and on short queries alone;
-* open loop (the profile's trace, else Poisson at ``poisson_fraction`` of the bucketed mode's capacity),
-  the same arrivals for every mode;
-* short queries (open loop) alone, then with long passages sharing the server (closed loop);
-* from the server: formed batch sizes at the encoder (``batch_stats`` over the measured windows) and
-  padding waste (computed / real tokens, from the tokenizer's and the ragged encoder's custom metrics);
-* references in the same run, server stopped: the encoder file in onnxruntime in-process, texts
-  batched by bucket as the server batches them, and sentence-transformers' ``encode``; the latency
-  model ``T + (N−1)·Δt`` per padded length;
-* int8 vs fp32 (``text_int8``, with the ``buckets`` mode): the int8 encoder served the same way,
-  closed loop on the mixed corpus, and in onnxruntime in-process at the batch the fp32 one formed.
-
-Writes ``text_embedding.md`` / ``.json`` and ``text_records.csv`` into the report folder.
-"""
+"""The text-embedding study: how variable-length text batches, measured on all-MiniLM-L6-v2 served in
+each of the profile's ``text_modes`` under one deterministic corpus, beside in-process references
+(docs/TEXT.md). Writes ``text_embedding.md`` / ``.json`` and ``text_records.csv``."""
 
 from __future__ import annotations
 
@@ -28,6 +11,7 @@ import urllib.request
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from client.text_reference import text_array
 from exporters.schema.text_embeddings import DEFAULT_BUCKETS, DEFAULT_PACKAGE, TextEmbeddingSpec
 from exporters.text.embedding import build_text_embedding, model_folder
 from perf.markdown import number, ratio, table
@@ -47,7 +31,6 @@ from perf.studies.text_corpus import (
     make_corpus,
     raw_onnxruntime,
     sentence_transformers_rate,
-    text_pool,
 )
 from perf.studies.text_plan import INT8, MODES, TITLES, TextMode
 from python_backend.text_tokenizer.tokens import TextTokenizer
@@ -61,8 +44,6 @@ LATENCY_BATCHES = (1, 4, 16)  # batch sizes of the latency model per padded leng
 
 @dataclass
 class Point:
-    """One measurement: a mode under a load, with the encoder's view of it."""
-
     mode: str
     load: str
     summary: Summary
@@ -78,7 +59,6 @@ class Point:
         return sum(s * n for s, n in self.formed.items()) / executions if executions else math.nan
 
     def speed_cells(self) -> list[str]:
-        """Sentences/s, p50 and p99, as every table of the report shows them."""
         return [number(self.summary.throughput), number(self.summary.p50_ms), number(self.summary.p99_ms)]
 
 
@@ -95,11 +75,7 @@ class TextResult:
         return next((p for p in self.points if p.mode == mode and p.load == load), None)
 
 
-# --- the server's token counters -------------------------------------------------------------------
-
-
 def token_counters(metrics: str, model: str) -> dict[str, float]:
-    """``{"metric:kind": value}`` of this project's token counters for ``model`` (Prometheus text)."""
     values: dict[str, float] = {}
     for line in metrics.splitlines():
         match = METRIC_LINE.match(line.strip())
@@ -118,21 +94,16 @@ def read_counters(server: TritonServer, spec: TextEmbeddingSpec) -> dict[str, fl
 
 
 def padding_waste(before: dict[str, float], after: dict[str, float]) -> float:
-    """Computed / real tokens: the ragged encoder's padding per formed batch where it pads, else the
-    tokenizer's (buckets, or each request's own longest text)."""
+    """Computed / real tokens: the ragged encoder's where it pads, else the tokenizer's."""
     diff = {key: after[key] - before.get(key, 0.0) for key in after}
     real = diff.get("text_tokens_total:real", 0.0)
     computed = diff.get("ragged_batch_elements_total:computed") or diff.get("text_tokens_total:padded", 0.0)
     return computed / real if real else math.nan
 
 
-# --- measuring -------------------------------------------------------------------------------------
-
-
 def _target(context: StudyContext, server: TritonServer, model: str, corpus: list[CorpusText]) -> Target:
-    """Texts in turn, over the profile's protocol (no shared memory: each request carries its text)."""
     url = server.grpc_url if context.profile.protocol == "grpc" else server.http_url
-    inputs = {"text": text_pool(corpus)}
+    inputs = {"text": text_array([c.text for c in corpus])}
     return Target(model, url, inputs, {"embedding": EMBEDDING_BYTES}, context.profile.protocol, cycle=True)
 
 
@@ -168,7 +139,6 @@ def measure_sharing(
     context: StudyContext, server: TritonServer, mode: TextMode, queries: list[CorpusText],
     passages: list[CorpusText], load: Load,
 ) -> list[Point]:  # fmt: skip
-    """Short queries (open loop) while long passages keep the same server busy (closed loop)."""
     spec, settings = mode.spec(), context.profile.settings
     context.progress(f"{spec.name}: short queries with long passages sharing")
 
@@ -193,7 +163,6 @@ def measure_sharing(
 
 
 def compares_int8(profile: Profile) -> bool:
-    """Whether the study serves the int8 encoder beside the fp32 ``buckets`` mode."""
     return profile.text_int8 and "buckets" in profile.text_modes
 
 
@@ -202,21 +171,19 @@ def encoder_file(repository: Path, mode: TextMode) -> Path:
 
 
 def served_batch(result: TextResult) -> int:
-    """The mean batch the served fp32 encoder formed with buckets on the mixed corpus (0: unmeasured):
-    where the raw references are taken, to compare at the same batch."""
+    """The mean batch the served bucketed encoder formed (0: unmeasured): raw is compared there."""
     served = result.point("buckets", "closed mixed")
     return max(1, round(served.mean_batch)) if served and served.formed else 0
 
 
 def int8_batch(result: TextResult) -> int:
-    """The batch int8 and fp32 are compared at raw: the one the served fp32 encoder formed."""
     return served_batch(result) or max(LATENCY_BATCHES)
 
 
 def measure_references(
     profile: Profile, result: TextResult, corpus: list[CorpusText], repository: Path, modes: list[TextMode]
 ) -> None:
-    """The in-process references on the corpus's first texts (server stopped: they get the cores)."""
+    """In-process references on the corpus's first texts (server stopped: they get the cores)."""
     corpus = corpus[: profile.text_reference_texts]
     onnx = str(encoder_file(repository, modes[0]))
     tokenizer_path = str(model_folder(DEFAULT_PACKAGE) / "tokenizer.json")
@@ -286,9 +253,6 @@ class TextStudy:
         return result
 
 
-# --- goals and report ------------------------------------------------------------------------------
-
-
 def served_vs_raw(result: TextResult) -> Goal:
     spec = GOALS["text served vs raw"]
     served, batch = result.point("buckets", "closed mixed"), served_batch(result)
@@ -320,8 +284,7 @@ def dynamic_vs_none(result: TextResult) -> Goal:
 
 
 def _batching_limits(result: TextResult, dyn: Point) -> str:
-    """Why batching buys little here, in the run's own figures: the per-sample cost of a batch (Δt)
-    against a batch of one (T) at the short queries' length, and the bucket's padding."""
+    """Why batching buys little here: Δt against T at the short queries' length, and the padding."""
     points = result.latency.get(min(result.latency, default=0), {})
     if len(points) < 2:
         return ""
@@ -351,7 +314,6 @@ def sharing(result: TextResult) -> Goal:
 
 
 def int8_vs_fp32(result: TextResult) -> Goal:
-    """Reported, not required of a run: int8's raw speed over fp32's at the same batch, served beside."""
     spec = GOALS["text int8 vs fp32"]
     batch = int8_batch(result)
     int8, fp32 = result.raw.get(f"int8 buckets, batch {batch}"), result.raw.get(f"buckets, batch {batch}")

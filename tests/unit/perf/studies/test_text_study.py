@@ -5,12 +5,13 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
+from client.text_reference import text_array
 from perf.errors import OptionError
 from perf.measure.records import Record
 from perf.measure.summary import summarize
 from perf.measure.target import Caller, Target
 from perf.studies.profiles import get_profile
-from perf.studies.text_corpus import make_corpus, text_pool
+from perf.studies.text_corpus import make_corpus
 from perf.studies.text_study import Point, TextResult, goals, padding_waste, token_counters
 
 METRICS = """# HELP text_tokens_total tokens handed to the encoder
@@ -32,7 +33,7 @@ def test_corpus_is_deterministic_with_a_realistic_length_mix() -> None:
 
 
 def test_a_cycling_target_sends_every_row_in_turn() -> None:
-    pool = text_pool(make_corpus(5, seed=0))
+    pool = text_array([c.text for c in make_corpus(5, seed=0)])
     caller = Caller(Target("m", "url", {"text": pool}, {"embedding": 1536}, cycle=True), t0=0.0)
     caller.module = __import__("tritonclient.grpc", fromlist=["InferInput"])
     sent = [caller._request_inputs(2)[0][0]._raw_content for _ in range(3)]
