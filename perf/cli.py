@@ -1,11 +1,6 @@
 """``python -m perf``: ``run`` (``make perf``), ``analyzer`` (``make perf-analyzer``), and where the
-exit status of ``tune``, ``plan`` and ``witness`` is decided (their options and runs are
-``perf.tune.cli``'s, ``perf.plan.cli``'s and ``perf.bench.witness``').
-
-Options default to the profile's values; environment variables ``PERF_MODELS``, ``PERF_MODES``,
-``PERF_CONCURRENCY``, ``PERF_GOAL_CONCURRENCY``, ``PERF_PROTOCOL``, ``PERF_SHM``, ``PERF_WINDOW``,
-``PERF_TRACE``, ``PERF_SPEC`` work as well, so ``make perf PERF=quick PERF_PROTOCOL=http`` needs no
-Makefile changes. One ``Profile`` carries every option to every study (``perf.studies.framework``).
+exit status of ``tune``, ``plan`` and ``witness`` is decided. Options default to the profile's, and to
+``PERF_*`` variables, so ``make perf`` needs no plumbing.
 """
 
 from __future__ import annotations
@@ -61,10 +56,7 @@ WORKDIR = Path(".run/perf")
 
 @dataclasses.dataclass(frozen=True)
 class PerfSetup:
-    """What ``python -m perf`` is built from beyond its options: the console it prints to, the studies
-    ``make perf`` runs (``perf.studies.catalog``), and what ``tune`` and ``plan`` are built from. A
-    test hands in a console wide enough that no line wraps, studies of its own, or a tune or plan
-    setup, instead of patching this module's names."""
+    """What ``python -m perf`` is built from beyond its options (a test hands in its own)."""
 
     console: Console = dataclasses.field(
         default_factory=lambda: Console(width=max(shutil.get_terminal_size((150, 40)).columns, 100))
@@ -149,12 +141,8 @@ def _stop_on_sigterm() -> None:
 
 
 def _redeliver_lost_interrupts(previous: Callable[[Any], None]) -> Callable[[Any], None]:
-    """An unraisable-exception hook that sends SIGTERM again when the interrupt was lost.
-
-    A signal handler's exception that lands in a garbage-collector or weakref callback is printed and
-    dropped ("Exception ignored in ..."): the run would go on as if never told to stop. So a dropped
-    KeyboardInterrupt is delivered once more, a moment later, from a timer thread (a signal raised
-    from inside the hook would be dropped with it)."""
+    """Send SIGTERM again, from a timer thread, when a KeyboardInterrupt raised inside a garbage-collector
+    or weakref callback was dropped ("Exception ignored in ..."): else the run would go on."""
 
     def hook(unraisable: Any) -> None:
         if isinstance(unraisable.exc_value, KeyboardInterrupt):
@@ -167,7 +155,6 @@ def _redeliver_lost_interrupts(previous: Callable[[Any], None]) -> Callable[[Any
 
 @contextlib.contextmanager
 def progress_bar(total: int, console: Console) -> Iterator[Callable[[str], None]]:
-    """A progress bar of ``total`` steps; yields the callback a study calls as each step starts."""
     with Progress(
         TextColumn("[bold]{task.description:<60}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
         console=console, transient=False,
@@ -188,7 +175,6 @@ def progress_bar(total: int, console: Console) -> Iterator[Callable[[str], None]
 def run_studies(
     listed: Sequence[Study], profile: Profile, folder: Path, spec_path: Path, console: Console
 ) -> None:
-    """Every study of ``make perf`` in order, each with its own bar."""
     for study in listed:
         if not study.steps(profile):
             console.print(f"{study.title}: not in profile {profile.name}; skipped")
@@ -199,14 +185,12 @@ def run_studies(
 def run_one(
     study: Study, profile: Profile, folder: Path, console: Console, spec_path: Path = Path("models.yaml")
 ) -> StudyReport:
-    """One study with a progress bar of its steps; it writes into ``folder``."""
     console.print(f"{study.title} …")
     with progress_bar(study.steps(profile), console) as step:
         return study.run(StudyContext(profile, folder, WORKDIR, spec_path, step))
 
 
 def print_report(report: StudyReport, console: Console) -> None:
-    """A study's summary tables and goals where it has tables (its report is too long), else its report."""
     if not report.summary:
         console.print(report.path.read_text(), highlight=False, markup=False)
         return
@@ -222,7 +206,6 @@ def print_report(report: StudyReport, console: Console) -> None:
 
 
 def print_goals(goals: list[Goal], console: Console) -> None:
-    """The goals' verdicts, with the model each judged where a study judges several."""
     per_model = any(g.model for g in goals)
     table = Table(*("model",) * per_model, "goal", "measured", "verdict", title="goals")
     for g in goals:
@@ -233,7 +216,6 @@ def print_goals(goals: list[Goal], console: Console) -> None:
 def command_run(args: argparse.Namespace, profile: Profile, setup: PerfSetup) -> int:
     folder = report_folder(args.reports, log_name="perf.log")
     setup.console.print(f"profile [bold]{profile.name}[/bold] → {folder}")
-    # Ctrl-C: main says so and exits 130; the server was stopped
     run_studies(setup.studies(), profile, folder, args.spec, setup.console)
     return 0
 
@@ -253,9 +235,8 @@ USAGE_ERRORS = (OptionError, SpecError, PlacementError)
 
 
 def main(argv: list[str] | None = None, setup: PerfSetup | None = None) -> int:
-    """Every ``python -m perf`` command, and the one place where what went wrong becomes the exit
-    status: a usage or spec error 2 (one line; argparse's own too), nothing meeting the budget 3 (the
-    verdict's line), a runtime failure 1, Ctrl-C or SIGTERM 130 (the server was stopped)."""
+    """Every ``python -m perf`` command, and the one place where what went wrong becomes the exit status
+    (README): usage 2, nothing meets 3, a runtime failure 1, Ctrl-C or SIGTERM 130."""
     top = parser()
     args = top.parse_args(argv)
     setup = setup or PerfSetup()

@@ -1,15 +1,6 @@
-"""perf_analyzer as an independent witness for our load generator, side by side on the same server.
-
-Same model, same configuration (the one loaded), same closed loop, runs interleaved: perf_analyzer
-(one run gives two rows: its own CSV figure, and our records built from its per-request export, which
-must agree within a few % or our record-building is wrong), then our client. Each run's CPU per
-request, the server's and the rest of the machine's (the client, mostly), says why they differ where
-they do: on cores the client shares with the server, a client that costs more CPU per request leaves
-the server less.
-
-``python -m perf witness`` runs it on one configuration (``command_witness``); give it a tuned pick's
-``--max-batch``, ``--delay-us`` and ``--instances`` to witness what ``make tune`` chose.
-"""
+"""perf_analyzer as an independent witness for our load generator, side by side on the same server and
+configuration, runs interleaved; each run's CPU per request says why they differ where they do
+(docs/TUNE.md, "perf_analyzer beside our client")."""
 
 from __future__ import annotations
 
@@ -32,13 +23,20 @@ log = logging.getLogger(__name__)
 HEADING = "## perf_analyzer vs our client (`python -m perf witness`)"
 CSV_ROW = "perf_analyzer (its own CSV)"
 EXPORT_ROW = "perf_analyzer (our records from its export)"
+HEADER = [
+    "engine",
+    "round",
+    "inf/s",
+    "p99 ms",
+    "server CPU ms/request",
+    "the rest's CPU ms/request",
+    "stolen",
+]
 
 
 @dataclass(frozen=True)
 class WitnessOptions:
-    """What ``python -m perf witness`` runs with: the one configuration loaded (``max_batch``,
-    ``delay_us``, ``instances``) and the closed loop both engines drive. ``command_witness`` builds it
-    from the command line, whose defaults are these."""
+    """``python -m perf witness``'s options, and their defaults."""
 
     model: str = "recommender"
     spec: Path = Path("models.yaml")
@@ -60,7 +58,6 @@ class WitnessOptions:
 def side_by_side(
     session: ModelSession, engines: list[LoadEngine], concurrency: int = 16, rounds: int = 2
 ) -> dict[str, list[Measurement]]:
-    """Each engine's runs at ``concurrency`` (closed loop), ``rounds`` rounds, engines interleaved."""
     runs: dict[str, list[Measurement]] = {engine.name: [] for engine in engines}
     load = closed_loop(concurrency)
     for round_index in range(rounds):
@@ -72,7 +69,7 @@ def side_by_side(
 
 
 def rows(runs: dict[str, list[Measurement]]) -> list[list[str]]:
-    """One row per run (perf_analyzer's twice: its CSV, our records): engine, round, inf/s, p99, CPU."""
+    """One row per run, perf_analyzer's twice: its CSV, and our records of its export (they must agree)."""
     out = []
     for name, measured in runs.items():
         for index, run in enumerate(measured):
@@ -88,8 +85,7 @@ def rows(runs: dict[str, list[Measurement]]) -> list[list[str]]:
 
 
 def cpu_verdict(runs: dict[str, list[Measurement]]) -> str:
-    """Our client's CPU per request against perf_analyzer's, and the throughput gap the whole CPU per
-    request (server + client) would give if the shared cores limited both, beside the gap measured."""
+    """The client CPU per request of both, and the throughput gap it gives if the cores limit both."""
     analyzer = next((m for name, m in runs.items() if name.startswith("perf_analyzer")), None)
     ours = runs.get(OurEngine.name)
     if not analyzer or not ours or not all(run.server for run in [*analyzer, *ours]):
@@ -109,7 +105,6 @@ def cpu_verdict(runs: dict[str, list[Measurement]]) -> str:
 
 
 def witness_section(session: ModelSession, concurrency: int = 16) -> list[str]:
-    """The side by side on the configuration loaded now, as a report section."""
     if find_perf_analyzer() is None:
         return [HEADING, "", f"perf_analyzer did not run: {unavailable_message()}."]
     try:
@@ -119,19 +114,10 @@ def witness_section(session: ModelSession, concurrency: int = 16) -> list[str]:
         return [HEADING, "", f"The witness failed: {error}"]
     config = session.current.label if session.current else "?"
     settings = next((r.own.settings_text for m in runs.values() for r in m if r.own), "")
-    header = [
-        "engine",
-        "round",
-        "inf/s",
-        "p99 ms",
-        "server CPU ms/request",
-        "the rest's CPU ms/request",
-        "stolen",
-    ]
     return [
         f"{HEADING}: closed loop, concurrency {concurrency}, {config}",
         "",
-        table(header, rows(runs)),
+        table(HEADER, rows(runs)),
         "",
         cpu_verdict(runs),
         "",
@@ -154,7 +140,6 @@ def command_witness(args: argparse.Namespace) -> int:
 
 
 def add_parser(commands: argparse._SubParsersAction) -> None:
-    """``python -m perf witness``'s options; their defaults are ``WitnessOptions``'."""
     defaults = WitnessOptions()
     witness = commands.add_parser(
         "witness", help="perf_analyzer and our client side by side on one configuration",
@@ -166,8 +151,7 @@ def add_parser(commands: argparse._SubParsersAction) -> None:
 
 
 def options_from(args: argparse.Namespace) -> WitnessOptions:
-    """The parsed options as ``WitnessOptions``: a value it cannot run with is an ``OptionError`` naming
-    the option (exit status 2, ``perf.cli.main``) before any server starts."""
+    """A value it cannot run with is an ``OptionError`` (exit status 2) before any server starts."""
     return WitnessOptions(
         **{field.name: getattr(args, field.name) for field in dataclasses.fields(WitnessOptions)}
     )
