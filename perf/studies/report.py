@@ -14,7 +14,7 @@ import yaml
 from perf.markdown import fit_text, number, percent, ratio, table
 from perf.markdown import write_report as write_report_file
 from perf.measure.records import write_csv, write_json
-from perf.studies import analysis, overhead
+from perf.studies import analysis
 from perf.studies.batching_goals import all_goals
 from perf.studies.goals import Goal, goals_table
 from perf.studies.plots import all_plots
@@ -166,7 +166,7 @@ def references_section(result: StudyResult, family: FamilyResult) -> str:
             ["mode", "mean batch", "served inf/s", "raw inf/s", "served/raw", "compute raw/served",
              "overhead ms / execution", "server CPU s/1k", "raw CPU s/1k"],
             [[MODES[e.mode].title, number(e.mean_batch), number(e.served, 0), number(e.raw, 0),
-              ratio(e.ratio), ratio(e.compute_ratio), overhead.overhead_cell(e.overhead),
+              ratio(e.ratio), ratio(e.compute_ratio), analysis.overhead_cell(e.overhead),
               number(e.server_cpu_per_1000, 3), number(e.raw_cpu_per_1000, 3)]
              for e in effs],
         ))  # fmt: skip
@@ -175,7 +175,7 @@ def references_section(result: StudyResult, family: FamilyResult) -> str:
 
 
 def overhead_section(family: FamilyResult) -> str:
-    sizes = overhead.at_raw_sizes(analysis.served_batches(family), family.raw, analysis.MIN_EXECUTIONS)
+    sizes = analysis.at_raw_sizes(analysis.served_batches(family), family.raw, analysis.MIN_EXECUTIONS)
     note = (
         "\n\n_overhead ms / execution: the server's compute per execution (`batch_stats`: input + infer + "
         "output) minus raw onnxruntime's time for the same batch sizes (interpolated between the raw "
@@ -185,8 +185,8 @@ def overhead_section(family: FamilyResult) -> str:
         f"seen ≥ {analysis.MIN_EXECUTIONS} times):\n\n"
     )
     if not sizes:
-        return note + f"_{overhead.NOT_MEASURED}: no raw batch size was formed often enough._"
-    return note + overhead.by_batch_table(sizes)
+        return note + f"_{analysis.NOT_MEASURED}: no raw batch size was formed often enough._"
+    return note + analysis.by_batch_table(sizes)
 
 
 def latency_model_section(result: StudyResult, family: FamilyResult) -> str:

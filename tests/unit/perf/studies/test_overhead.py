@@ -1,4 +1,4 @@
-"""Serving overhead per execution (``perf.studies.overhead``) from server statistics and raw points,
+"""Serving overhead per execution (``perf.studies.analysis``) from server statistics and raw points,
 without a server: the arithmetic, and every way a figure cannot be measured."""
 
 from __future__ import annotations
@@ -9,7 +9,7 @@ import pytest
 
 from client.stats import BatchBucket
 from perf.measure.raw import RawPoint
-from perf.studies.overhead import NOT_MEASURED, at_raw_sizes, overhead_cell, overhead_of, raw_ms_at
+from perf.studies.analysis import NOT_MEASURED, at_raw_sizes, overhead_cell, overhead_of, raw_ms_at
 
 RAW = [RawPoint(16, 2.0, 8000.0, 0.1), RawPoint(1, 0.5, 2000.0, 0.5)]  # out of order on purpose
 
