@@ -3,12 +3,13 @@ a study's own knobs included, and is checked before any folder is made or anythi
 
 from __future__ import annotations
 
+from collections.abc import Collection
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
 from exporters.schema.models import ModelSpec
-from perf.errors import OptionError
+from perf.errors import OptionError, check_at_least
 from perf.measure.engine import MeasureSettings
 from perf.measure.target import PROTOCOLS, Target, target_from_spec
 from perf.studies.pipeline_plan import COMPARISONS
@@ -57,6 +58,7 @@ class Profile:
         _known("modes (--modes)", self.modes, MODES)
         _known("pipelines", self.pipelines, COMPARISONS)
         _known("text modes", self.text_modes, TEXT_MODES)
+        _known("protocol (--protocol)", (self.protocol,), PROTOCOLS)
         if self.text_corpus < 16 or not 1 <= self.text_reference_texts <= self.text_corpus:
             raise OptionError(
                 f"text_corpus must be >= 16 and text_reference_texts in 1..text_corpus, got "
@@ -73,15 +75,9 @@ class Profile:
             # a rate of 0 has no arrivals: the open loop would never end
             if not getattr(self, name) > 0:
                 raise OptionError(f"{name} (--rate-fraction) must be > 0, got {getattr(self, name)}")
-        if self.queue_policy_s < 0:
-            raise OptionError(f"queue_policy_s must be >= 0 seconds, got {self.queue_policy_s}")
-        if self.live_updates < 0:
-            raise OptionError(f"live_updates must be >= 0, got {self.live_updates}")
+        check_at_least((("queue_policy_s", self.queue_policy_s, 0), ("live_updates", self.live_updates, 0)))
         if self.trace is not None and not Path(self.trace).is_file():
             raise OptionError(f"trace (--trace) {self.trace!r} is not a file")
-        if self.protocol not in PROTOCOLS:
-            choices = ", ".join(PROTOCOLS)
-            raise OptionError(f"protocol (--protocol) must be one of {choices}, got {self.protocol!r}")
         if self.goal_concurrency not in self.concurrencies:
             object.__setattr__(
                 self, "concurrencies", tuple(sorted({*self.concurrencies, self.goal_concurrency}))
@@ -96,7 +92,7 @@ class Profile:
         return target_from_spec(spec, url, self.protocol, collect, self.shared_memory, self.seed, rows)
 
 
-def _known(what: str, names: tuple[str, ...], known: dict) -> None:
+def _known(what: str, names: tuple[str, ...], known: Collection[str]) -> None:
     unknown = [n for n in names if n not in known]
     if unknown:
         raise OptionError(f"unknown {what}: {', '.join(unknown)}; choose from {', '.join(known)}")

@@ -253,34 +253,35 @@ class TextStudy:
         return result
 
 
+def ratio_goal(name: str, value: float, detail: str, limits: str) -> Goal:
+    """``name``'s goal judged on ``value``, a ratio within the run."""
+    spec = GOALS[name]
+    return spec.outcome(f"{ratio(value)} {detail}", spec.met(value), limits)
+
+
 def served_vs_raw(result: TextResult) -> Goal:
-    spec = GOALS["text served vs raw"]
     served, batch = result.point("buckets", "closed mixed"), served_batch(result)
     raw = result.raw.get(f"buckets, batch {batch}")
     if not served or raw is None:
-        return spec.outcome()
-    value = served.summary.throughput / raw[1]
-    measured = (
-        f"{ratio(value)} ({served.summary.throughput:.1f} vs {raw[1]:.1f} sentences/s at batch {batch})"
-    )
-    limits = (
+        return GOALS["text served vs raw"].outcome()
+    rate = served.summary.throughput
+    return ratio_goal(
+        "text served vs raw", rate / raw[1], f"({rate:.1f} vs {raw[1]:.1f} sentences/s at batch {batch})",
         "raw runs in-process, tokenization included; serving adds gRPC, the ensemble and two Python-backend "
-        "hops, on the same cores as the client"
-    )
-    return spec.outcome(measured, spec.met(value), limits)
+        "hops, on the same cores as the client",
+    )  # fmt: skip
 
 
 def dynamic_vs_none(result: TextResult) -> Goal:
-    spec = GOALS["text dynamic vs none"]
     none, dyn = result.point("none", "closed queries"), result.point("buckets", "closed queries")
     if not none or not dyn:
-        return spec.outcome()
-    value = dyn.summary.throughput / none.summary.throughput
-    measured = (
-        f"{ratio(value)} ({dyn.summary.throughput:.1f} vs {none.summary.throughput:.1f} sentences/s, "
-        f"mean formed batch {number(dyn.mean_batch)} vs {number(none.mean_batch)})"
+        return GOALS["text dynamic vs none"].outcome()
+    rate, base = dyn.summary.throughput, none.summary.throughput
+    detail = (
+        f"({rate:.1f} vs {base:.1f} sentences/s, mean formed batch {number(dyn.mean_batch)} vs "
+        f"{number(none.mean_batch)})"
     )
-    return spec.outcome(measured, spec.met(value), _batching_limits(result, dyn))
+    return ratio_goal("text dynamic vs none", rate / base, detail, _batching_limits(result, dyn))
 
 
 def _batching_limits(result: TextResult, dyn: Point) -> str:
@@ -298,40 +299,32 @@ def _batching_limits(result: TextResult, dyn: Point) -> str:
 
 
 def sharing(result: TextResult) -> Goal:
-    spec = GOALS["text short-query p99 shared"]
     alone = next((p for p in result.points if p.load == "queries alone"), None)
     shared = next((p for p in result.points if p.load == "queries shared"), None)
     if not alone or not shared:
-        return spec.outcome()
-    value = shared.summary.p99_ms / alone.summary.p99_ms
-    measured = (
-        f"{ratio(value)} (p99 {number(shared.summary.p99_ms)} ms shared vs {number(alone.summary.p99_ms)})"
-    )
-    head_of_line = (
-        "one encoder instance: a query waits behind a running batch of long passages (head-of-line)"
-    )
-    return spec.outcome(measured, spec.met(value), head_of_line)
+        return GOALS["text short-query p99 shared"].outcome()
+    p99, base = shared.summary.p99_ms, alone.summary.p99_ms
+    return ratio_goal(
+        "text short-query p99 shared", p99 / base, f"(p99 {number(p99)} ms shared vs {number(base)})",
+        "one encoder instance: a query waits behind a running batch of long passages (head-of-line)",
+    )  # fmt: skip
 
 
 def int8_vs_fp32(result: TextResult) -> Goal:
-    spec = GOALS["text int8 vs fp32"]
     batch = int8_batch(result)
     int8, fp32 = result.raw.get(f"int8 buckets, batch {batch}"), result.raw.get(f"buckets, batch {batch}")
     if int8 is None or fp32 is None:
-        return spec.outcome()
-    value = int8[1] / fp32[1]
-    measured = f"{ratio(value)} raw ({int8[1]:.1f} vs {fp32[1]:.1f} sentences/s at batch {batch})"
+        return GOALS["text int8 vs fp32"].outcome()
+    detail = f"raw ({int8[1]:.1f} vs {fp32[1]:.1f} sentences/s at batch {batch})"
     served, served_fp32 = result.point("int8", "closed mixed"), result.point("buckets", "closed mixed")
     if served and served_fp32:
-        measured += (
-            f"; served {ratio(served.summary.throughput / served_fp32.summary.throughput)} "
-            f"({served.summary.throughput:.1f} vs {served_fp32.summary.throughput:.1f})"
-        )
+        rate, base = served.summary.throughput, served_fp32.summary.throughput
+        detail += f"; served {ratio(rate / base)} ({rate:.1f} vs {base:.1f})"
     limits = (
         "int8: MatMul weights int8, activations quantized at run time, outlier channels fp32; attention, "
         "softmax and LayerNorm stay fp32, and served, the tokenizer and the hops cost the same"
     )
-    return spec.outcome(measured, spec.met(value), limits)
+    return ratio_goal("text int8 vs fp32", int8[1] / fp32[1], detail, limits)
 
 
 def goals(result: TextResult) -> list[Goal]:
@@ -339,16 +332,8 @@ def goals(result: TextResult) -> list[Goal]:
     return [*listed, int8_vs_fp32(result)] if compares_int8(result.profile) else listed
 
 
-HEADER = [
-    "mode",
-    "sentences/s",
-    "p50 ms",
-    "p99 ms",
-    "mean formed batch",
-    "padding waste",
-    "failed/sent",
-    "×none",
-]
+HEADER = ["mode", "sentences/s", "p50 ms", "p99 ms", "mean formed batch", "padding waste", "failed/sent",
+          "×none"]  # fmt: skip
 
 
 def _rows(result: TextResult, load: str) -> list[list[str]]:
@@ -361,6 +346,10 @@ def _rows(result: TextResult, load: str) -> list[list[str]]:
             f"{point.failed}/{point.sent}", ratio(gain),
         ])  # fmt: skip
     return rows
+
+
+def section(title: str, body: str) -> list[str]:
+    return ["", f"## {title}", "", body]
 
 
 def report_lines(result: TextResult) -> list[str]:
@@ -377,18 +366,13 @@ def report_lines(result: TextResult) -> list[str]:
         ("closed queries", f"Closed loop, concurrency {profile.goal_concurrency}, short queries only"),
         ("open mixed", f"Open loop at {result.rate:.1f}/s (same arrivals for every mode), mixed corpus"),
     ):
-        lines += ["", f"## {title}", "", table(HEADER, _rows(result, load))]
-    sharing_rows = [
-        [p.load, *p.speed_cells(), f"{p.failed}/{p.sent}"]
-        for p in result.points
-        if p.load in ("queries alone", "queries shared", "passages")
-    ]
-    lines += [
-        "",
-        "## Short queries alone, and with long passages sharing the server (dynamic + buckets)",
-        "",
+        lines += section(title, table(HEADER, _rows(result, load)))
+    streams = [p for p in result.points if p.load in ("queries alone", "queries shared", "passages")]
+    sharing_rows = [[p.load, *p.speed_cells(), f"{p.failed}/{p.sent}"] for p in streams]
+    lines += section(
+        "Short queries alone, and with long passages sharing the server (dynamic + buckets)",
         table(["stream", "sentences/s", "p50 ms", "p99 ms", "failed/sent"], sharing_rows),
-    ]
+    )
     refs = [
         [f"raw onnxruntime in-process ({label})", number(v[1]), ratio(v[2])]
         for label, v in result.raw.items()
@@ -396,26 +380,21 @@ def report_lines(result: TextResult) -> list[str]:
     refs.append(
         ["sentence-transformers encode(batch_size=32) in-process", number(result.sentence_transformers), "–"]
     )
-    lines += [
-        "",
-        f"## References (same run, server stopped, first {profile.text_reference_texts} texts, "
-        "tokenization included)",
-        "",
+    lines += section(
+        f"References (same run, server stopped, first {profile.text_reference_texts} texts, tokenization "
+        "included)",
         table(["reference", "sentences/s", "padding waste"], refs),
-    ]
+    )
     fits = []
     for length, points in sorted(result.latency.items()):
         fit, top = fit_latency(points), max(points)
         gain = ratio(fit.throughput(top) / fit.throughput(1))
         fits.append([length, number(fit.t_ms, 2), number(fit.dt_ms, 2), f"{fit.r2:.3f}", gain, top])
-    lines += [
-        "",
-        "## Latency model per padded length: T_batch(N) = T + (N−1)·Δt (raw onnxruntime, 1 thread)",
-        "",
+    lines += section(
+        "Latency model per padded length: T_batch(N) = T + (N−1)·Δt (raw onnxruntime, 1 thread)",
         table(["length", "T ms", "Δt ms", "R²", "predicted gain at the top batch", "top batch"], fits),
-    ]
-    lines += ["", "## Goals", "", goals_table(goals(result))]
-    return lines
+    )
+    return lines + section("Goals", goals_table(goals(result)))
 
 
 def write_text_report(context: StudyContext, study: TextStudy, result: TextResult) -> StudyReport:
