@@ -12,7 +12,7 @@ from dataclasses import dataclass, replace
 import numpy as np
 
 from client.stats import BatchBucket, ModelStats
-from perf.markdown import number, ratio, table
+from perf.markdown import number
 from perf.measure.measurement import Measurement
 from perf.measure.raw import RawPoint
 from perf.model.latency import LatencyFit, fit_latency
@@ -360,12 +360,3 @@ def at_raw_sizes(
         for point in sorted(raw, key=lambda p: p.batch)
         if point.batch in batches and batches[point.batch].executions >= min_executions
     ]
-
-
-def by_batch_table(overheads: Sequence[Overhead]) -> str:
-    rows = [
-        [f"{o.batch:g}", o.executions, number(o.served_ms, 3), number(o.raw_ms, 3), overhead_cell(o),
-         ratio(o.ratio) if o.missing() is None else "–"]
-        for o in overheads
-    ]  # fmt: skip
-    return table(["batch", "executions", "served compute ms", "raw ms", "overhead ms", "served/raw"], rows)

@@ -24,10 +24,6 @@ SLOW_BACKEND = 0.9  # raw / server compute time below this: the Python backend's
 LATE_MS = 1.0  # client lateness or time outside the server above this many ms is worth naming
 
 
-def slow_backend(compute_ratio: float) -> bool:
-    return why_unmeasured(compute_ratio) is None and 0 < compute_ratio < SLOW_BACKEND
-
-
 def limits_of(row: analysis.Row, efficiency: analysis.Efficiency | None = None) -> str:
     notes = []
     if row.client_bound:
@@ -40,7 +36,8 @@ def limits_of(row: analysis.Row, efficiency: analysis.Efficiency | None = None) 
         notes.append(
             f"cores: server {row.server_cores:.2f} + client {row.client_cores:.2f} of {analysis.CORES} busy"
         )
-    if efficiency is not None and slow_backend(efficiency.compute_ratio):
+    measured = efficiency is not None and why_unmeasured(efficiency.compute_ratio) is None
+    if measured and 0 < efficiency.compute_ratio < SLOW_BACKEND:
         notes.append(
             f"Python-backend execution: server compute is {ratio(1 / efficiency.compute_ratio)} raw "
             f"onnxruntime's at the same batch sizes (IPC, concatenation, thread contention)"

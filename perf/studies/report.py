@@ -186,7 +186,14 @@ def overhead_section(family: FamilyResult) -> str:
     )
     if not sizes:
         return note + f"_{analysis.NOT_MEASURED}: no raw batch size was formed often enough._"
-    return note + analysis.by_batch_table(sizes)
+    rows = [
+        [f"{o.batch:g}", o.executions, number(o.served_ms, 3), number(o.raw_ms, 3), analysis.overhead_cell(o),
+         ratio(o.ratio) if o.missing() is None else "–"]
+        for o in sizes
+    ]  # fmt: skip
+    return note + table(
+        ["batch", "executions", "served compute ms", "raw ms", "overhead ms", "served/raw"], rows
+    )
 
 
 def latency_model_section(result: StudyResult, family: FamilyResult) -> str:
