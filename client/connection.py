@@ -36,16 +36,19 @@ def recorded_warmup(url: str | None) -> dict[str, dict[str, dict[str, Any]]] | N
 
 
 def protocol_module(protocol: str) -> ModuleType:
+    """``tritonclient.http`` or ``tritonclient.grpc``: both expose InferInput, InferRequestedOutput."""
     if protocol not in DEFAULT_URLS:
         raise ClientError(f"protocol must be http or grpc, got {protocol!r}")
     return httpclient if protocol == "http" else grpcclient
 
 
 def connect(protocol: str, url: str | None = None) -> Any:
+    """An ``InferenceServerClient`` for ``protocol`` at ``url`` (default: see module doc)."""
     return protocol_module(protocol).InferenceServerClient(url or default_url(protocol))
 
 
 def model_config(client: Any, protocol: str, model: str) -> dict[str, Any]:
+    """The model's config as a dict, the same shape for both protocols."""
     if protocol == "grpc":
         return client.get_model_config(model, as_json=True)["config"]
     return client.get_model_config(model)

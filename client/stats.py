@@ -81,6 +81,7 @@ def _count_ns(stats: dict[str, Any], key: str) -> tuple[int, int]:
 
 
 def parse_version_stats(entry: dict[str, Any]) -> ModelStats:
+    """One element of ``model_stats`` (one model version)."""
     inference = entry.get("inference_stats", {})
     batches = {
         int(b["batch_size"]): BatchBucket(
@@ -106,6 +107,7 @@ def parse_model_stats(payload: dict[str, Any]) -> ModelStats:
 
 
 def fetch_stats(client: Any, protocol: str, model: str = "") -> dict[str, Any]:
+    """The raw statistics answer as a dict (every model when ``model`` is empty)."""
     if protocol == "grpc":
         return client.get_inference_statistics(model, as_json=True)
     return client.get_inference_statistics(model)

@@ -155,6 +155,7 @@ def _redeliver_lost_interrupts(previous: Callable[[Any], None]) -> Callable[[Any
 
 @contextlib.contextmanager
 def progress_bar(total: int, console: Console) -> Iterator[Callable[[str], None]]:
+    """A bar of ``total`` steps; yields the callback a study calls as each step starts."""
     with Progress(
         TextColumn("[bold]{task.description:<60}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
         console=console, transient=False,
@@ -175,6 +176,7 @@ def progress_bar(total: int, console: Console) -> Iterator[Callable[[str], None]
 def run_studies(
     listed: Sequence[Study], profile: Profile, folder: Path, spec_path: Path, console: Console
 ) -> None:
+    """Every study of ``make perf`` in order, each with its own bar."""
     for study in listed:
         if not study.steps(profile):
             console.print(f"{study.title}: not in profile {profile.name}; skipped")
@@ -185,12 +187,14 @@ def run_studies(
 def run_one(
     study: Study, profile: Profile, folder: Path, console: Console, spec_path: Path = Path("models.yaml")
 ) -> StudyReport:
+    """One study with a progress bar of its steps; it writes into ``folder``."""
     console.print(f"{study.title} …")
     with progress_bar(study.steps(profile), console) as step:
         return study.run(StudyContext(profile, folder, WORKDIR, spec_path, step))
 
 
 def print_report(report: StudyReport, console: Console) -> None:
+    """A study's summary tables and goals where it has tables (its report is too long), else its report."""
     if not report.summary:
         console.print(report.path.read_text(), highlight=False, markup=False)
         return
@@ -206,6 +210,7 @@ def print_report(report: StudyReport, console: Console) -> None:
 
 
 def print_goals(goals: list[Goal], console: Console) -> None:
+    """The goals' verdicts, with the model each judged where a study judges several."""
     per_model = any(g.model for g in goals)
     table = Table(*("model",) * per_model, "goal", "measured", "verdict", title="goals")
     for g in goals:

@@ -58,6 +58,7 @@ class WitnessOptions:
 def side_by_side(
     session: ModelSession, engines: list[LoadEngine], concurrency: int = 16, rounds: int = 2
 ) -> dict[str, list[Measurement]]:
+    """Each engine's runs at ``concurrency`` (closed loop), engines interleaved round by round."""
     runs: dict[str, list[Measurement]] = {engine.name: [] for engine in engines}
     load = closed_loop(concurrency)
     for round_index in range(rounds):
@@ -105,6 +106,7 @@ def cpu_verdict(runs: dict[str, list[Measurement]]) -> str:
 
 
 def witness_section(session: ModelSession, concurrency: int = 16) -> list[str]:
+    """The side by side on the configuration loaded now, as a report section."""
     if find_perf_analyzer() is None:
         return [HEADING, "", f"perf_analyzer did not run: {unavailable_message()}."]
     try:
@@ -140,6 +142,7 @@ def command_witness(args: argparse.Namespace) -> int:
 
 
 def add_parser(commands: argparse._SubParsersAction) -> None:
+    """``python -m perf witness``'s options; their defaults are ``WitnessOptions``'."""
     defaults = WitnessOptions()
     witness = commands.add_parser(
         "witness", help="perf_analyzer and our client side by side on one configuration",

@@ -118,11 +118,13 @@ def outside_server_ms(client_mean_ms: float, queue_ms: float, compute_ms: float)
 
 
 def send_lag_p99_ms(measurement: Measurement) -> float:
+    """p99 of (send time − last arrival) in the measured windows: the client's own lateness."""
     lags = [r.send_s - max(r.arrivals) for r in measurement.measured_records() if r.ok and r.arrivals]
     return float(np.percentile(lags, 99) * 1e3) if lags else float("nan")
 
 
 def with_ratios(rows: list[Row]) -> list[Row]:
+    """Each row's QPS and latencies as ratios to the ``none`` row (if present)."""
     base = next((r for r in rows if r.mode == "none"), None)
     if base is None:
         return rows
@@ -141,6 +143,7 @@ def open_loop_rows(result: StudyResult, family: FamilyResult) -> list[Row]:
 
 
 def at_concurrency(family: FamilyResult, mode: str, concurrency: int) -> Measurement | None:
+    """The mode's closed-loop run at ``concurrency`` (static: its first batch in flight)."""
     runs = family.sweep.get(mode, [])
     exact = [m for m in runs if m.load.concurrency == concurrency]
     return exact[0] if exact else (runs[0] if runs and MODES[mode].collect > 1 else None)
@@ -162,6 +165,7 @@ def padding(measurement: Measurement) -> tuple[float, float] | None:
 
 
 def served_batches(family: FamilyResult) -> dict[int, BatchBucket]:
+    """Executions and compute per formed batch size over the single-instance modes' windows."""
     every = [*family.sweep.items(), *((m, [x]) for m, x in family.open_loop.items())]
     stats = [
         run.server.stats for mode, runs in every if MODES[mode].instances == 1 for run in runs if run.server
@@ -170,6 +174,7 @@ def served_batches(family: FamilyResult) -> dict[int, BatchBucket]:
 
 
 def fit_served(family: FamilyResult) -> LatencyFit | None:
+    """The latency model fitted to the server's compute per batch size (sizes seen often enough)."""
     buckets = {s: b for s, b in served_batches(family).items() if b.executions >= MIN_EXECUTIONS}
     points = {size: b.compute_ns / b.executions / 1e6 for size, b in buckets.items()}
     # Weighted by executions: a size seen 2,000 times is a far better estimate than one seen 5 times.
@@ -182,6 +187,7 @@ def fit_raw(raw: list[RawPoint]) -> LatencyFit | None:
 
 
 def raw_at(raw: Sequence[RawPoint], batch: float, figure: str) -> float:
+    """Raw onnxruntime's ``figure`` (a ``RawPoint`` field) at ``batch``, interpolated."""
     return float(np.interp(batch, [p.batch for p in raw], [getattr(p, figure) for p in raw]))
 
 
@@ -231,6 +237,8 @@ def gain_checks(family: FamilyResult, fit: LatencyFit, concurrency: int) -> list
 
 @dataclass(frozen=True)
 class Efficiency:
+    """Served vs raw at the batch size the server ran: end to end, compute only, and CPU cost."""
+
     mode: str
     mean_batch: float
     served: float  # samples/s, client view
@@ -287,6 +295,8 @@ def compute_ratio(raw_fit: LatencyFit | None, stats: ModelStats) -> float:
 
 @dataclass(frozen=True)
 class Overhead:
+    """Serving's cost per execution over raw onnxruntime, over the executions of some batch sizes."""
+
     batch: float  # mean batch size of the executions it holds for
     executions: int
     served_ms: float  # the server's compute per execution
@@ -302,6 +312,7 @@ class Overhead:
         return self.served_ms / self.raw_ms if self.raw_ms > 0 else math.nan
 
     def missing(self) -> str | None:
+        """Why the overhead cannot be measured, or None when it can."""
         if self.executions <= 0:
             return "the server ran no execution in the measured windows"
         if self.raw_missing:
@@ -326,6 +337,7 @@ def raw_ms_at(raw: Sequence[RawPoint], size: int) -> float | None:
 
 
 def overhead_of(batches: Mapping[int, BatchBucket], raw: Sequence[RawPoint]) -> Overhead:
+    """The overhead per execution over every execution in ``batches`` (formed size → bucket)."""
     executions = sum(b.executions for b in batches.values())
     if executions <= 0:
         return Overhead(math.nan, 0, math.nan, math.nan)
@@ -345,6 +357,7 @@ def overhead_of(batches: Mapping[int, BatchBucket], raw: Sequence[RawPoint]) -> 
 
 
 def overhead_cell(overhead: Overhead | None) -> str:
+    """The overhead in ms for a table, or "could not be measured (why)"."""
     if overhead is None:
         return f"{NOT_MEASURED} (no server statistics)"
     why = overhead.missing()

@@ -27,6 +27,7 @@ class BatchingStudy:
         return count_steps(profile)
 
     def run(self, context: StudyContext) -> StudyReport:
+        """Measure every mode on one server (stopped whatever happens), then write the report folder."""
         from perf.studies.report import write_report  # matplotlib only when a report is written
 
         context.folder.mkdir(parents=True, exist_ok=True)
@@ -36,6 +37,7 @@ class BatchingStudy:
 
 
 def summary_tables(result: StudyResult) -> tuple[SummaryTable, ...]:
+    """Per model, every mode under the same arrivals, each against no batching."""
     tables = []
     for name, family in result.families.items():
         load = family.open_load.name if family.open_load else ""

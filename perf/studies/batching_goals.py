@@ -176,6 +176,7 @@ def for_model(goal: Goal, model: str) -> Goal:
 
 
 def all_goals(result: StudyResult) -> list[Goal]:
+    """Every model's goals, in the order the models were measured (``MODELS=a,b``)."""
     goals = []
     for model, family in result.families.items():
         judged = [

@@ -94,6 +94,8 @@ class StudyReport:
 
 
 class Study(Protocol):
+    """A study of ``make perf`` (docs/PERF.md, "Writing a new study")."""
+
     name: str  # file stem of its report: <name>.md, <name>.json
     title: str  # one line for the console
     serves_spec: bool  # serves models of ``context.spec_path``: ``--spec`` must exist when it runs

@@ -14,6 +14,8 @@ VERDICTS = {True: "met", False: "MISSED", None: "n/a"}
 
 @dataclass(frozen=True)
 class Goal:
+    """One goal's outcome in one run: what was measured against which target, and the verdict."""
+
     name: str
     target: str
     measured: str
@@ -47,9 +49,11 @@ class GoalSpec:
     def outcome(
         self, measured: str = "not measured", met: bool | None = None, limits: str = "", **fields: object
     ) -> Goal:
+        """This goal's outcome in a run (by default: not measured), its target filled in with ``fields``."""
         return Goal(self.name, self.target(**fields), measured, met, limits)
 
     def share(self, value: float) -> float:
+        """``value`` as a fraction of the threshold (how close a miss came)."""
         return value / self.limit if self.limit else math.nan
 
 
@@ -90,6 +94,7 @@ GOALS: dict[str, GoalSpec] = {
 
 
 def goals_table(goals: Sequence[Goal]) -> str:
+    """The goals table every study's report shows (a model column where goals judge models)."""
     per_model = any(g.model for g in goals)
     return table(
         ["model"] * per_model + ["goal", "target", "measured", "verdict", "what limits it"],

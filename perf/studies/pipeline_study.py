@@ -42,6 +42,8 @@ UPDATE_ROWS = 8  # embedding rows per update request
 
 @dataclass(frozen=True)
 class Figures:
+    """The client's view of one measurement, over its measured windows."""
+
     throughput: float
     p50_ms: float
     p99_ms: float
@@ -58,6 +60,8 @@ class Figures:
 
 @dataclass(frozen=True)
 class Step:
+    """Queue and compute per request of one step of an ensemble (server statistics)."""
+
     step: str
     queue_ms: float
     compute_ms: float
@@ -86,6 +90,8 @@ class Row:
 
 @dataclass(frozen=True)
 class Live:
+    """The live phase: the pipeline under fixed load while its parameters change."""
+
     figures: Figures
     updates_applied: int
     dense_swapped: bool
@@ -107,10 +113,12 @@ def comparisons(profile: Profile) -> list[Comparison]:
 
 
 def runs_live(profile: Profile) -> bool:
+    """Whether the live phase runs: its pipeline is compared, and updates are asked for."""
     return LIVE_PIPELINE in profile.pipelines and profile.live_updates > 0
 
 
 def fixed_load(context: StudyContext, model: str, capacity: float, seed_offset: int) -> Load:
+    """The fixed load of a comparison: a share of the monolithic model's capacity (or the trace)."""
     if capacity <= 0 and not context.profile.trace:
         raise StudyError(f"{model} answered nothing at saturation; no capacity to set the fixed load from")
     return context.open_load(context.profile.pipeline_load_fraction * capacity, seed_offset)
@@ -131,6 +139,7 @@ def steps_of(delta: ServerDelta, stages: list[str]) -> list[Step]:
 
 
 def study_spec(spec_path: Path, wanted: list[Comparison]) -> Spec:
+    """The user's spec's models and pipelines that the comparisons need, plus the study variants."""
     data = load_spec_document(spec_path)  # the bounded reader every spec goes through
     pipelines = {c.pipeline for c in wanted}
     models = {c.model for c in wanted}
@@ -268,6 +277,7 @@ def pipeline_goals(rows: list[Row], live: Live | None) -> list[Goal]:
 def write_pipeline_report(
     context: StudyContext, study: PipelineStudy, rows: list[Row], live: Live | None
 ) -> StudyReport:
+    """``pipeline.md`` (tables and goals) and ``pipeline.json`` (every figure)."""
     p = context.profile
     load = f"the trace {p.trace}" if p.trace else "Poisson arrivals"
     lines = [

@@ -18,6 +18,7 @@ from perf.studies.study_spec import MODES
 
 
 def save_figure(figure: plt.Figure, path: Path, axes: plt.Axes | None = None, grid: str = "") -> Path:
+    """Finish a plot the one way every plot here is finished: grid, legend, tight layout, PNG."""
     if axes is not None:
         if grid:
             axes.grid(True, which=grid, alpha=0.3)
@@ -95,6 +96,7 @@ def latency_model_fit(family: FamilyResult, path: Path) -> Path | None:
 
 
 def all_plots(result: StudyResult, folder: Path) -> dict[str, list[Path]]:
+    """Every plot of every family, written into ``folder``; returns family -> paths."""
     plots: dict[str, list[Path]] = {}
     for name, family in result.families.items():
         paths = [

@@ -51,6 +51,7 @@ class Profile:
 
     @property
     def family_table(self) -> dict[str, dict[str, Any]]:
+        """Every family this profile may measure: the zoo's and the user's."""
         return {**FAMILIES, **self.spec_families}
 
     def __post_init__(self) -> None:

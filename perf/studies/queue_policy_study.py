@@ -58,6 +58,8 @@ LOADS = ("closed", "open")
 
 @dataclass(frozen=True)
 class Point:
+    """One configuration under one load: the client's figures over the measured span."""
+
     variant: str
     load: str
     sent: int
@@ -79,6 +81,7 @@ class Point:
 
 
 def study_models(seed: int = 0) -> list[dict]:
+    """The spec entries: one recommender graph, four ``config.pbtxt``s."""
     return [
         family_entry(FAMILY, v.model, dynamic(DELAY_US, POLICY if v.policy else None), v.instances, seed)
         for v in VARIANTS
@@ -156,6 +159,7 @@ def _slow(points: list[Point], variant: str) -> int:
 
 
 def stall_goal(points: list[Point]) -> Goal:
+    """Slow requests the policy adds on the spare-instance model, both loads together."""
     spec = GOALS["queue policy with spare instances"]
     added = _slow(points, "policy_spare") - _slow(points, "none_spare")
     policy_x1 = _slow(points, "policy_x1")

@@ -36,6 +36,7 @@ def change(value: float, base: float) -> float:
 
 
 def mode_table(rows: list[analysis.Row]) -> str:
+    """Each mode's figures and their ratios to no batching (and padding, for variable lengths)."""
     padded = any(not math.isnan(r.padded_share) for r in rows)
     header = ["mode", "load", "QPS", "p50 ms", "p90 ms", "p99 ms", "mean batch", "failed/sent",
               "QPS ×none", "p50 ×none", "p90 ×none", "p99 ×none", *["padding"] * padded, "note"]  # fmt: skip
@@ -86,6 +87,7 @@ OUTSIDE_SERVER_NOTE = (
 
 
 def article_section(family: FamilyResult) -> str:
+    """Static 32 vs dynamic 50 ms: our numbers next to the article's +12% QPS / +23% p99, and why."""
     if "static32" not in family.open_loop or "dyn50ms" not in family.open_loop:
         return "_Static 32 or dynamic 50 ms was not in this run; no comparison with the article._"
     static_run, dynamic_run = family.open_loop["static32"], family.open_loop["dyn50ms"]
@@ -175,6 +177,7 @@ def references_section(result: StudyResult, family: FamilyResult) -> str:
 
 
 def overhead_section(family: FamilyResult) -> str:
+    """Serving's cost per execution at each raw batch size the server formed."""
     sizes = analysis.at_raw_sizes(analysis.served_batches(family), family.raw, analysis.MIN_EXECUTIONS)
     note = (
         "\n\n_overhead ms / execution: the server's compute per execution (`batch_stats`: input + infer + "
@@ -264,6 +267,7 @@ def accounting_section(result: StudyResult) -> str:
 
 
 def delay_bound_notes(closed_rows: list[analysis.Row], concurrency: int) -> str:
+    """Explain closed-loop runs where the batcher waited out its whole delay on every batch."""
     notes = []
     for r in closed_rows:
         delay = MODES[r.mode].max_queue_delay_ms
@@ -375,6 +379,7 @@ def all_measurements(result: StudyResult) -> list:
 
 
 def figures(result: StudyResult, goals: list[Goal]) -> dict:
+    """Every table's numbers (``figures.json``)."""
     return {
         "goals": goals,
         "measurements": [
@@ -388,6 +393,7 @@ def figures(result: StudyResult, goals: list[Goal]) -> dict:
 
 
 def write_raw(result: StudyResult, folder: Path) -> None:
+    """The records, the spec and the configs served, the server's log."""
     records = [r for m in all_measurements(result) for r in m.records]
     write_csv(records, folder / "records.csv")
     write_json(records, folder / "records.json")

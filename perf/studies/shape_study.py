@@ -25,6 +25,7 @@ DELAY_US = 1_000
 
 
 def shaped_families(profile: Profile) -> list[str]:
+    """The profile's models whose inputs have a variable axis (the zoo's have none)."""
     return [name for name in profile.families if has_variable_axis(_model(profile, name))]
 
 
@@ -35,12 +36,14 @@ def _model(profile: Profile, family: str) -> ModelSpec:
 
 
 def sent(run: BucketRun) -> str:
+    """What a run sent, in words."""
     if run.buckets is None:
         return f"every request at {run.length}"
     return f"buckets {list(run.buckets)}" if run.buckets else "each request at its own length"
 
 
 def run_figures(run: BucketRun) -> dict[str, Any]:
+    """A run's figures for ``shapes.json``."""
     summary, stats = run.measured.figures, run.measured.stats
     return {
         "name": run.name, "lengths": sent(run), "buckets": list(run.buckets or ()),
@@ -102,6 +105,7 @@ class ShapeStudy:
 
 
 def family_lines(family: str, ways: Ways, runs: list[BucketRun], pick: str, profile: Profile) -> list[str]:
+    """One model's markdown: the runs side by side, the bucket sets not offered, per-length tables."""
     single = next(run.measured.figures.throughput for run in runs if run.buckets is None)
     header = ["sent", "lengths", "inf/s", "× one length", "p50 ms", "p99 ms", "failed", "mean batch (Triton)",
               "padding: compute ×", "padded share"]  # fmt: skip

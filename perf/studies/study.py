@@ -71,11 +71,14 @@ def sweep_loads(profile: Profile, mode: str) -> list[Load]:
 
 
 def count_steps(profile: Profile) -> int:
+    """Steps the progress bar will see: build, start, one per measurement, one per raw reference."""
     per_family = sum(len(sweep_loads(profile, m)) for m in profile.modes) + len(profile.modes) + 1
     return 2 + len(profile.concurrencies) + per_family * len(profile.families)
 
 
 class StudyRunner:
+    """Runs the context's profile against one server; ``run`` returns everything measured."""
+
     def __init__(self, context: StudyContext, tools: StudyTools = StudyTools()) -> None:
         self.context = context
         self.profile = profile = context.profile

@@ -128,6 +128,7 @@ def family_entry(
 def study_entries(
     families: list[str], modes: list[str], seed: int = 0, table: Mapping[str, dict[str, Any]] = FAMILIES
 ) -> list[dict[str, Any]]:
+    """The spec document's ``models`` list (the report keeps it as the exact spec used)."""
     entries = [
         family_entry(family, model_name(family, key), MODES[key].batching, MODES[key].instances, seed, table)
         for family in families
@@ -139,4 +140,5 @@ def study_entries(
 def study_spec(
     families: list[str], modes: list[str], seed: int = 0, table: Mapping[str, dict[str, Any]] = FAMILIES
 ) -> Spec:
+    """The study's spec (``Profile`` has already checked the names)."""
     return parse_spec({"models": study_entries(families, modes, seed, table)})

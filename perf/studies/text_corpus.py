@@ -30,6 +30,7 @@ class CorpusText:
 
 
 def make_corpus(size: int, seed: int = 0) -> list[CorpusText]:
+    """``size`` texts drawn with ``seed``: kinds by their share, lengths uniform within each kind."""
     rng = np.random.default_rng(seed)
     shares = np.array([share for share, _, _ in KINDS.values()])
     corpus = []
@@ -74,6 +75,7 @@ def raw_onnxruntime(
 
 
 def sentence_transformers_rate(package: str, corpus: Sequence[CorpusText], batch: int = 32) -> float:
+    """Sentences/s of ``SentenceTransformer.encode`` in-process, what a user runs instead."""
     from client.text_reference import sentence_transformer
 
     model = sentence_transformer(package)

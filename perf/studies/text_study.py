@@ -44,6 +44,8 @@ LATENCY_BATCHES = (1, 4, 16)  # batch sizes of the latency model per padded leng
 
 @dataclass
 class Point:
+    """One measurement: a mode under a load, with the encoder's view of it."""
+
     mode: str
     load: str
     summary: Summary
@@ -59,6 +61,7 @@ class Point:
         return sum(s * n for s, n in self.formed.items()) / executions if executions else math.nan
 
     def speed_cells(self) -> list[str]:
+        """Sentences/s, p50 and p99, as every table of the report shows them."""
         return [number(self.summary.throughput), number(self.summary.p50_ms), number(self.summary.p99_ms)]
 
 
@@ -76,6 +79,7 @@ class TextResult:
 
 
 def token_counters(metrics: str, model: str) -> dict[str, float]:
+    """``{"metric:kind": value}`` of this project's token counters for ``model``."""
     values: dict[str, float] = {}
     for line in metrics.splitlines():
         match = METRIC_LINE.match(line.strip())
@@ -139,6 +143,7 @@ def measure_sharing(
     context: StudyContext, server: TritonServer, mode: TextMode, queries: list[CorpusText],
     passages: list[CorpusText], load: Load,
 ) -> list[Point]:  # fmt: skip
+    """Short queries (open loop) while long passages keep the same server busy (closed loop)."""
     spec, settings = mode.spec(), context.profile.settings
     context.progress(f"{spec.name}: short queries with long passages sharing")
 
@@ -163,6 +168,7 @@ def measure_sharing(
 
 
 def compares_int8(profile: Profile) -> bool:
+    """Whether the study serves the int8 encoder beside the fp32 ``buckets`` mode."""
     return profile.text_int8 and "buckets" in profile.text_modes
 
 
@@ -177,6 +183,7 @@ def served_batch(result: TextResult) -> int:
 
 
 def int8_batch(result: TextResult) -> int:
+    """The batch int8 and fp32 are compared at raw: the one the served fp32 encoder formed."""
     return served_batch(result) or max(LATENCY_BATCHES)
 
 
@@ -311,6 +318,7 @@ def sharing(result: TextResult) -> Goal:
 
 
 def int8_vs_fp32(result: TextResult) -> Goal:
+    """Reported, not required of a run: int8's raw speed over fp32's at the same batch."""
     batch = int8_batch(result)
     int8, fp32 = result.raw.get(f"int8 buckets, batch {batch}"), result.raw.get(f"buckets, batch {batch}")
     if int8 is None or fp32 is None:
