@@ -4,6 +4,7 @@ the policy, on one instance and on ``SPARE_INSTANCES`` (docs/PERF.md)."""
 
 from __future__ import annotations
 
+import contextlib
 import tempfile
 from dataclasses import dataclass
 from pathlib import Path
@@ -129,9 +130,8 @@ class QueuePolicyStudy:
 
 def served_configs(http_url: str) -> dict[str, dict[str, int]]:
     """The queue bound (0: none) and instances each model serves with, read back from the server."""
-    client = httpclient.InferenceServerClient(http_url)
     served = {}
-    try:
+    with contextlib.closing(httpclient.InferenceServerClient(http_url)) as client:
         for variant in VARIANTS:
             config = client.get_model_config(variant.model)
             policy = config.get("dynamic_batching", {}).get("default_queue_policy", {})
@@ -139,8 +139,6 @@ def served_configs(http_url: str) -> dict[str, dict[str, int]]:
                 "max_queue_size": int(policy.get("max_queue_size", 0)),
                 "instances": sum(int(group["count"]) for group in config["instance_group"]),
             }
-    finally:
-        client.close()
     return served
 
 
