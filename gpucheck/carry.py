@@ -1,30 +1,14 @@
-"""``make gpu-carry``: the ignored folder of wheels the GPU check needs and the lent machine lacks.
-
-The machine reaches no registry; what travels with a command is the working tree plus the folders it
-names (64 MiB in all). So the folder holds, for the machine's Python (3.12, x86-64):
-
-* ``tritonclient`` and what its gRPC and HTTP clients import there: ``protobuf`` and ``grpcio`` too,
-  because tritonclient's generated code refuses older ones (protobuf gencode 6.33, grpcio 1.81) and
-  the machine's versions are not known; the HTTP client's ``geventhttpclient`` stack and
-  ``python-rapidjson``. Versions are those this project's ``.venv`` runs (``CARRIED``), so the
-  rehearsal here and the check there import the same client code.
-* ``nvidia-pytriton`` trimmed (``trim_pytriton``): tritonserver, its libraries and the Python backend,
-  with only the stub of the target Python. The stubs of other Pythons and the libpython 3.13 that
-  one of them needs are a third of the wheel and never run there.
-* A stripped ``libpython3.X.so.1.0`` when a shared Python of that version is found here: the stub
-  links it and a machine whose Python is static lacks it (the check uses it only then;
-  ``gpucheck.machine.libpython``).
-
-Installed there with ``pip install --no-index --no-deps --target`` (``scripts/gpu_check.sh``).
-Standard library only (and pip, run as a subprocess).
-"""
+"""``make gpu-carry``: the ignored folder of wheels the GPU check needs and the lent machine (Python 3.12,
+offline, 64 MiB carried) lacks: ``tritonclient`` with its gRPC and HTTP stacks (``protobuf`` and
+``grpcio`` too: its generated code refuses older ones) at the versions the ``.venv`` runs (``CARRIED``);
+``nvidia-pytriton`` trimmed to the target Python's stub (``trim_pytriton``); and a stripped
+``libpython3.X.so.1.0`` where one is found here, for a machine whose Python is static. Installed there
+with ``pip install --no-index --no-deps --target``. Standard library only."""
 
 from __future__ import annotations
 
 import argparse
-import base64
 import gzip
-import hashlib
 import importlib.metadata
 import json
 import logging
@@ -60,7 +44,6 @@ class CarryError(RuntimeError):
 
 
 def pinned_versions() -> dict[str, str]:
-    """Each carried distribution at the version this environment runs (the project's ``.venv``)."""
     versions = {}
     for name in CARRIED:
         try:
@@ -71,8 +54,8 @@ def pinned_versions() -> dict[str, str]:
 
 
 def download(versions: dict[str, str], python_version: str, folder: Path) -> list[Path]:
-    """``pip download`` each pinned wheel for ``python_version`` on x86-64 Linux into ``folder``
-    (pip reuses what it already downloaded there)."""
+    """``pip download`` each pinned wheel for ``python_version`` on x86-64 Linux into ``folder`` (pip
+    reuses what it finds there)."""
     folder.mkdir(parents=True, exist_ok=True)
     command = [
         sys.executable, "-m", "pip", "download", "--quiet", "--disable-pip-version-check", "--no-deps",
@@ -101,7 +84,6 @@ def _version_tuple(digits: str) -> tuple[int, int]:
 
 
 def installs_on(wheel_name: str, python_version: str) -> bool:
-    """Whether a wheel (by its file name's tags) installs on CPython ``python_version``."""
     python_tags, abi, _ = wheel_name[: -len(".whl")].split("-")[-3:]
     target = _version_tuple(python_version.replace(".", ""))
     for tag in python_tags.split("."):
@@ -115,7 +97,6 @@ def installs_on(wheel_name: str, python_version: str) -> bool:
 
 
 def _wheel_of(folder: Path, name: str, version: str, python_version: str) -> Path | None:
-    """The wheel of ``name==version`` in ``folder`` that installs on ``python_version``."""
     for wheel in sorted(folder.glob("*.whl")):
         parts = wheel.name.split("-")
         same = _normalized(parts[0]) == _normalized(name) and parts[1] == version
@@ -125,16 +106,15 @@ def _wheel_of(folder: Path, name: str, version: str, python_version: str) -> Pat
 
 
 def _drop_from_pytriton(name: str, python_version: str) -> bool:
-    """The wheel entries the machine never runs: other Pythons' stubs, the libpython one of them
-    bundles."""
+    """Other Pythons' stubs and the libpython one of them bundles: a third of the wheel, never run there."""
     if name.startswith("pytriton/tritonserver/python_backend_stubs/"):
         return name.split("/")[3] != python_version
     return name.startswith("nvidia_pytriton.libs/libpython")
 
 
 def trim_pytriton(wheel: Path, python_version: str, destination: Path) -> Path:
-    """``wheel`` without what ``_drop_from_pytriton`` names, its ``RECORD`` rewritten to match (the
-    kept entries' bytes and hashes are unchanged), as a valid wheel of the same name."""
+    """``wheel`` without what ``_drop_from_pytriton`` names, its ``RECORD`` rewritten to match, as a valid
+    wheel."""
     target = destination / wheel.name
     with (
         zipfile.ZipFile(wheel) as source,
@@ -155,7 +135,7 @@ def trim_pytriton(wheel: Path, python_version: str, destination: Path) -> Path:
 
 
 def _strip(library: Path, destination: Path) -> None:
-    """``library`` without its symbols (a third of its size), gzipped; a plain copy without ``strip``."""
+    """``library`` without its symbols (a third of its size), gzipped."""
     plain = destination.with_suffix("")
     shutil.copyfile(library, plain)
     if shutil.which("strip"):
@@ -166,7 +146,6 @@ def _strip(library: Path, destination: Path) -> None:
 
 
 def local_libpython(python_version: str) -> Path | None:
-    """A shared ``libpython<version>.so.1.0`` of a Python installed here (pyenv or the system), if any."""
     soname = f"libpython{python_version}.so.1.0"
     candidates = [Path(sys.base_prefix) / "lib" / soname]
     candidates += sorted(Path.home().glob(f".pyenv/versions/{python_version}*/lib/{soname}"))
@@ -175,7 +154,7 @@ def local_libpython(python_version: str) -> Path | None:
 
 
 def working_tree_bytes(root: Path) -> int:
-    """What travels of the checkout itself: tracked files plus untracked files git does not ignore."""
+    """What travels of the checkout: tracked files plus untracked ones git does not ignore."""
     listing = subprocess.run(
         ["git", "-C", str(root), "ls-files", "-z", "--cached", "--others", "--exclude-standard"],
         capture_output=True,
@@ -186,13 +165,8 @@ def working_tree_bytes(root: Path) -> int:
 
 
 def folder_files(folder: Path) -> dict[Path, int]:
-    """Every file under ``folder`` with its size in bytes, largest first."""
     sizes = {path: path.stat().st_size for path in folder.rglob("*") if path.is_file()}
     return dict(sorted(sizes.items(), key=lambda item: -item[1]))
-
-
-def _sha256(path: Path) -> str:
-    return base64.urlsafe_b64encode(hashlib.sha256(path.read_bytes()).digest()).decode().rstrip("=")
 
 
 def _up_to_date(destination: Path, wanted: dict) -> bool:
@@ -211,7 +185,7 @@ def _up_to_date(destination: Path, wanted: dict) -> bool:
 def build_carry(
     destination: Path, python_version: str = GPU_PYTHON, downloads: Path = Path(".run/gpu-downloads")
 ) -> Path:
-    """Build (or keep, when it is up to date) the carried folder for ``python_version``."""
+    """Build the carried folder for ``python_version``, or keep it when it is up to date."""
     versions = pinned_versions()
     wanted = {"python": python_version, "versions": versions}
     if _up_to_date(destination, wanted):
@@ -240,15 +214,14 @@ def build_carry(
         for path, size in folder_files(destination).items()
         if path.name != MANIFEST
     }
-    hashes = {name: _sha256(destination / name) for name in files}
-    manifest = {**wanted, "files": files, "sha256": hashes}
+    manifest = {**wanted, "files": files}
     (destination / MANIFEST).write_text(json.dumps(manifest, indent=1, sort_keys=True) + "\n")
     return destination
 
 
 def check_budget(destination: Path, root: Path) -> tuple[int, int]:
-    """``(carried bytes, working tree bytes)``; ``CarryError`` naming the largest carried files when
-    the two together leave less than ``TREE_MARGIN`` of ``TRAVEL_LIMIT``."""
+    """``(carried bytes, working tree bytes)``; ``CarryError`` naming the largest carried files when they
+    leave less than ``TREE_MARGIN`` of ``TRAVEL_LIMIT``."""
     files = folder_files(destination)
     carried = sum(files.values())
     tree = working_tree_bytes(root)

@@ -1,9 +1,5 @@
-"""What the check measures and how long each point runs: the GPU grid, and the rehearsal's tiny one.
-
-Sized for the lent machine's budget (one command under ten minutes, the check itself under eight): every
-point runs in fixed short windows rather than until stable, and ``deadline_s`` stops the check early
-enough to write its report whatever is left (the sections run most important first).
-"""
+"""What the check measures and for how long: fixed short windows rather than until stable, and a
+``deadline_s`` that leaves time to write the report (the sections run most important first)."""
 
 from __future__ import annotations
 

@@ -1,9 +1,5 @@
-"""What the machine running the check is: its Python, torch, GPU and driver, and what its stubs need.
-
-Read, never changed: the card's clocks, power and modes stay as found. ``nvidia-smi`` is asked for
-the driver, the GPU's memory and each process's memory (the stubs'); where it lists no processes
-(a PID namespace can hide them) the report says so instead of a figure.
-"""
+"""What the machine running the check is: its Python, torch, GPU and driver. Read, never changed: the
+card's clocks, power and modes stay as found."""
 
 from __future__ import annotations
 
@@ -47,7 +43,6 @@ class MachineFacts:
 
 
 def smi(*query: str) -> str | None:
-    """``nvidia-smi`` with ``query`` (CSV, no header, no units), or None where it is absent or fails."""
     if shutil.which("nvidia-smi") is None:
         return None
     try:
@@ -88,7 +83,7 @@ def facts() -> MachineFacts:
 
 
 def process_memory_mib() -> dict[int, float] | None:
-    """``{pid: MiB}`` nvidia-smi lists on the GPU; None without nvidia-smi or where it lists none."""
+    """``{pid: MiB}`` nvidia-smi lists (None where it lists none: a PID namespace can hide them)."""
     listing = smi("--query-compute-apps=pid,used_memory")
     if not listing:
         return None
@@ -101,7 +96,6 @@ def process_memory_mib() -> dict[int, float] | None:
 
 
 def gpu_used_mib() -> float | None:
-    """The GPU's used memory as nvidia-smi counts it (every process's, the contexts included)."""
     used = smi("--query-gpu=memory.used")
     try:
         return float(used.strip().splitlines()[0]) if used else None
@@ -110,11 +104,10 @@ def gpu_used_mib() -> float | None:
 
 
 def stub_libpython(carried: Path | None, workdir: Path) -> str:
-    """Make sure the Python-backend stub will find ``libpython3.X.so.1.0`` (it links it; a static
-    Python has none): the loader's own, else this Python's ``LIBDIR`` (added to ``LD_LIBRARY_PATH``),
-    else the carried one (``gpucheck.carry``), unpacked into ``workdir``; the last two run with this
-    Python's standard library (``PYTHONHOME``). Changes this process's environment, which the server inherits;
-    returns where it came from, or raises ``RuntimeError`` saying what is missing."""
+    """Make sure the Python-backend stub finds ``libpython3.X.so.1.0`` (a static Python has none): the
+    loader's own, else this Python's ``LIBDIR``, else the carried one unpacked into ``workdir``; the
+    last two with this Python's stdlib (``PYTHONHOME``). Changes this process's environment, which the
+    server inherits; returns where it came from."""
     soname = f"libpython{sys.version_info.major}.{sys.version_info.minor}.so.1.0"
     try:
         ctypes.CDLL(soname)

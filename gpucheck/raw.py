@@ -1,11 +1,7 @@
-"""Raw torch on the device, in this process: the physical reference for every served figure.
-
-Per model and precision: the median time of one forward at each batch size with the inputs already on
-the device (CUDA events on a GPU, the wall clock on the CPU), after a warm-up; the batching model
-``T + (N−1)·Δt`` fitted to those times (``perf.model.latency``); and on a GPU the memory torch's
-allocator holds for the weights and at the peak of a forward at the largest batch (no CUDA context,
-which the allocator does not see). These curves are the check's compute profile (``compute_profile``).
-"""
+"""Raw torch on the device, in this process: the physical reference for every served figure, and the
+compute profile ``make plan --compute-profile`` reads. The median time of one forward at each batch
+(inputs already on the device) after a warm-up, the fit of ``T + (N−1)·Δt``, and on a GPU the
+allocator's bytes for the weights and at the largest batch's peak."""
 
 from __future__ import annotations
 
@@ -52,7 +48,8 @@ def _timed(run, device: torch.device) -> float:
 
 
 def raw_curve(model: CheckModel, grid: Grid, device: torch.device) -> RawCurve:
-    """Time ``model``'s eager torch module at every batch of ``grid`` on ``device``."""
+    """Time ``model``'s eager module at every batch of ``grid`` on ``device``, with as many CPU threads as
+    a served instance runs."""
     threads = torch.get_num_threads()
     if device.type == "cpu" and model.spec.threads.intra_op > 0:  # as many as a served instance runs
         torch.set_num_threads(model.spec.threads.intra_op)

@@ -1,21 +1,10 @@
-"""``make gpu-rehearsal``: the GPU check's own script on this CPU, so that a machine nobody has here is
-not the first place it runs.
+"""``make gpu-rehearsal``: the GPU check's own script (``scripts/gpu_check.sh``) on this CPU, with a tiny
+grid and ``KIND_CPU``, so the lent machine is not the first place it runs.
 
-It runs ``scripts/gpu_check.sh`` exactly as the lent machine does (the same install of carried wheels
-with ``pip install --no-index --no-deps --target``, the same ``python -m gpucheck run``), with a tiny
-grid and ``KIND_CPU``, under a Python that holds only what the GPU machine's ``python3`` holds:
-
-* a fresh virtual environment of this Python (its ``site-packages`` empty but for pip);
-* the carried wheels, built by ``gpucheck.carry`` for this Python's version (the compiled wheels differ
-  from the GPU machine's 3.12 ones by their tag alone; the versions are the same);
-* ``MACHINE_PACKAGES`` from the project's ``.venv``, standing in for the GPU machine's own copies
-  (DESIGN.md §3: torch, numpy, onnx, onnxruntime, pyyaml, matplotlib, aiohttp, tqdm, rich), with the
-  packages they require, linked into one folder on ``PYTHONPATH``. Nothing else of the ``.venv``: a
-  check that imported pydantic, PyTriton's Python API or anything else the GPU machine lacks fails here.
-
-CUDA is the one thing it cannot exercise: GPU memory and CUDA shared memory are reported as not
-measured. ``validate`` checks what the run wrote (``tests/gpu/test_gpu_rehearsal.py`` calls both).
-"""
+It runs under a fresh virtual environment holding only the carried wheels (built for this Python) and
+``MACHINE_PACKAGES`` linked from the ``.venv``, standing in for the GPU machine's own: a check that
+imports anything that machine lacks fails here. CUDA is all it cannot exercise. ``validate`` checks what
+the run wrote."""
 
 from __future__ import annotations
 
@@ -69,7 +58,6 @@ def closure(roots: tuple[str, ...]) -> list[importlib.metadata.Distribution]:
 
 
 def link_packages(dists: list[importlib.metadata.Distribution], folder: Path) -> None:
-    """Link every top-level file and folder of ``dists`` (their ``.dist-info`` too) into ``folder``."""
     if folder.exists():
         shutil.rmtree(folder)
     folder.mkdir(parents=True)
@@ -92,8 +80,8 @@ def fresh_python(folder: Path) -> Path:
 
 
 def validate(out: Path) -> list[str]:
-    """What is wrong with a run's output (empty when nothing): at most ``MAX_FILES`` files, the report
-    and figures, a well-formed compute profile, and a report that shows every section the JSON holds."""
+    """What is wrong with a run's output: too many files, a missing one, a malformed compute profile, a
+    failed section, or a report that does not show what the JSON holds."""
     from gpucheck import report
 
     problems = []
@@ -131,7 +119,7 @@ def validate(out: Path) -> list[str]:
 
 
 def rehearse(out: Path, work: Path = WORK) -> tuple[int, float]:
-    """Run the check's script here (see the module docstring); ``(exit status, seconds)``."""
+    """Run the check's script here; ``(exit status, seconds)``."""
     version = f"{sys.version_info.major}.{sys.version_info.minor}"
     carried = build_carry(work / "carry", version, DOWNLOADS)
     machine_site = work / "machine-site"

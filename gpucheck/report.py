@@ -1,11 +1,6 @@
-"""The check's output: at most eight files, readable without the machine.
-
-``gpu-figures.json`` holds every figure (and the ``compute_profile`` that ``make plan
---compute-profile`` reads); ``gpu-report.md`` renders it as tables, each saying what was measured and
-how; three plots (``gpu-latency.png``, ``gpu-throughput.png``, ``gpu-transfer.png``); the run's log,
-``gpu-check.log``, is written beside them by ``gpucheck.run``. Every table is derived from the JSON
-alone (``markdown``), so the report can be re-rendered from the figures.
-"""
+"""The check's output, readable without the machine: ``gpu-figures.json`` holds every figure (and the
+``compute_profile`` ``make plan --compute-profile`` reads); ``gpu-report.md`` and the three plots are
+rendered from that JSON alone; ``gpu-check.log`` is written beside them by ``gpucheck.run``."""
 
 from __future__ import annotations
 
@@ -52,8 +47,8 @@ def curve_record(curve: RawCurve) -> dict[str, Any]:
 
 
 def compute_profile(device: str, curves: Iterable[RawCurve]) -> dict[str, Any]:
-    """The shape ``make plan --compute-profile`` reads: per model and precision, the fit of
-    ``T_batch(N) = T + (N−1)·Δt`` to raw torch's time per batch, and those times."""
+    """The shape ``make plan --compute-profile`` reads: per model and precision, the fit of ``T +
+    (N−1)·Δt`` to raw torch's times per batch, and those times."""
     models: dict[str, dict[str, Any]] = {}
     for curve in curves:
         models.setdefault(curve.base, {})[curve.precision] = {
@@ -71,7 +66,6 @@ def compute_profile(device: str, curves: Iterable[RawCurve]) -> dict[str, Any]:
 def figures(
     grid: Grid, facts: MachineFacts, sections: dict[str, dict], raw: dict, wall_s: float
 ) -> dict[str, Any]:
-    """Every figure of the run as one JSON-ready document."""
     not_measured = [{"what": what, "why": why} for what, why in NOT_MEASURED]
     if not facts.cuda_available:
         not_measured.append({
@@ -361,8 +355,7 @@ def _plot_transfer(document: dict, path: Path) -> Path:
 
 
 def write(out: Path, document: dict) -> list[Path]:
-    """The JSON first (every figure survives a failed render), then the report and the plots, both
-    rendered from what the JSON holds."""
+    """The JSON first (every figure survives a failed render), then the report and plots from it."""
     document = json.loads(json.dumps(document, default=plain))
     written = [write_report(out / REPORT, markdown(document), document, out / FIGURES), out / FIGURES]
     for render, name in zip((_plot_latency, _plot_throughput, _plot_transfer), PLOTS, strict=True):

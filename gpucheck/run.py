@@ -1,16 +1,7 @@
-"""``python -m gpucheck run --out DIR``: the whole check in one process, most important first.
-
-1. the machine's facts, and the stub's libpython (``machine``);
-2. raw torch on the device: the batching curve of each model and precision, the compute profile
-   ``make plan --compute-profile`` reads (``raw``);
-3. the repository, built here (``repository``), and one tritonserver (``serving``);
-4. the studies (``studies``): latency model, fp16/fp32 parity and memory per instance (one group of
-   models), then dynamic batching, instances, the pipeline, shared memory.
-
-A study that fails is recorded with its error and the next one runs; past the grid's deadline the
-remaining studies are recorded as skipped. The report is written in every case (``report``), and the
-exit status says whether everything ran: 0 all measured, 1 something failed or was skipped.
-"""
+"""``python -m gpucheck run --out DIR``: the whole check in one process, most important first: the machine
+and the stub's libpython, raw torch (the compute profile), the repository and one tritonserver, then the
+studies. A study that fails is recorded and the next runs; past the grid's deadline the rest are
+skipped. The report is always written; exit 0 only when everything was measured."""
 
 from __future__ import annotations
 
@@ -41,7 +32,8 @@ SERVER_LOG_LINES = 200
 
 
 class Recorder:
-    """Runs each step, timing it and keeping its figures or its failure; skips steps past the deadline."""
+    """Runs each step, timing it and keeping its figures or its failure; skips steps past the deadline or
+    whose needs did not run."""
 
     def __init__(self, deadline_s: float) -> None:
         self.started = time.monotonic()
@@ -167,7 +159,6 @@ def _start(session: Session) -> dict[str, Any]:
 
 
 def _studies(recorder: Recorder, context: studies.Context) -> None:
-    """Each study, most important first, once the models it needs are known to have loaded."""
     session, repository, grid = context.session, context.repository, context.grid
 
     def with_models(names: list[str], study: Callable[[studies.Context], dict]) -> Callable[[], dict]:

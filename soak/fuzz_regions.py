@@ -1,19 +1,10 @@
-"""The shared-memory regions of the invariant fuzz's two clients, and invariant (b) over them.
+"""The invariant fuzz's two clients' shared-memory regions, and invariant (b) over them.
 
-Client A is the fuzz itself; client B is another local user (``soak.other_uid``: uid 65534), when the
-fuzz runs as root. Each fills every byte of its files with its own canary (``canary``: a 16-byte mark
-that names the client) and registers them on both fronts (each front keeps its own table):
-
-* A: ``a0`` (registered at offset 0), ``a1`` (the same size, registered at offset one page into its
-  file), and ``shared``; a case may register one more region of its own (``fresh``);
-* B: ``theirs`` (a name A never registers) and ``shared`` (the same name as A's, on B's own file),
-  registered before A's, as row 49's other user was.
-
-The ledger (``ClientFile``) knows what each file must hold: the fuzz's own writes of input data, and
-only where a request named a range for an output and was answered without error, whatever the model
-wrote there. ``verify`` then reads every file back: any other byte changed, in any client's file, is a
-violation, and so is another client's canary found in a file or an answer.
-"""
+Client A is the fuzz; client B another local user (``soak.other_uid``), when run as root. Each fills its
+files with its own canary and registers them on both fronts: A ``a0``, ``a1`` (one page into its file:
+row 49), ``shared`` and a case's own ``fresh``; B ``theirs`` and ``shared`` (A's name on B's file),
+registered first, as row 49's other user was. ``ClientFile`` knows what each file must hold; ``verify``
+flags any other byte changed and any canary found where it does not belong."""
 
 from __future__ import annotations
 
@@ -48,8 +39,8 @@ def filled(mark: bytes, size: int) -> bytes:
 
 @dataclass
 class ClientFile:
-    """One client's ``/dev/shm`` file and what it must hold; ``allowed``: the ranges an output may have
-    changed since the last ``verify``."""
+    """One client's ``/dev/shm`` file and what it must hold; ``allowed``: ranges an output may have changed
+    since the last ``verify``."""
 
     path: Path
     owner: str
@@ -57,7 +48,6 @@ class ClientFile:
     allowed: list[tuple[int, int]] = field(default_factory=list)
 
     def write(self, position: int, data: bytes) -> bool:
-        """Write ``data`` at ``position`` if it fits in the file (the fuzz's own input bytes)."""
         if position < 0 or position + len(data) > len(self.expected):
             return False
         with open(self.path, "r+b") as handle:
@@ -67,7 +57,6 @@ class ClientFile:
         return True
 
     def changed_outside(self, actual: bytes) -> list[tuple[int, int]]:
-        """The byte ranges of ``actual`` that differ from what is expected, outside ``allowed``."""
         if actual == self.expected:
             return []
         if len(actual) != len(self.expected):
@@ -80,8 +69,6 @@ class ClientFile:
 
 
 class Regions:
-    """Both clients' regions on both fronts (module docstring). ``tag`` keeps this run's names apart."""
-
     def __init__(self, client: Client, other: OtherUser | None, tag: str, stub_region: str) -> None:
         self.client, self.other, self.tag, self.stub_region = client, other, tag, stub_region
         self.marks = {"a": canary("A", tag), "b": canary("B", tag)}
@@ -140,7 +127,6 @@ class Regions:
         return grpc_answer("unregister", *self.client.grpc("SystemSharedMemoryUnregister", request, 30))
 
     def register_fresh(self, protocol: str, registration: Registration, number: int) -> Answer:
-        """The case's own registration under the name of kind ``fresh``."""
         key = registration.key
         if key == "own":
             path = SHM / f"{self.tag}_a_fresh{number}"
@@ -165,15 +151,13 @@ class Regions:
         return [answer]
 
     def _file(self, kind: str) -> tuple[ClientFile | None, int]:
-        """A's file behind a region kind and where the region starts in it (None: not A's file)."""
+        """A's file behind a region kind and where the region starts in it."""
         if kind == "fresh":
             return self.fresh, self.fresh_offset
         return self.files.get(kind), A_OFFSETS.get(kind, 0)
 
     def place(self, shm: ShmRange, size: int, data: bytes | None = None) -> Placed:
-        """A range as sent (its region's name, offset, byte size: the tensor's ``size`` bytes plus the
-        range's delta unless it names its own), with ``data`` written there first when the range lies
-        in A's file."""
+        """A range as sent, with ``data`` written there first when it lies in A's file."""
         placed = Placed(
             self.name(shm.region), shm.offset, shm.size if shm.size is not None else size + shm.size_delta
         )
@@ -183,7 +167,7 @@ class Regions:
         return placed
 
     def allow_output(self, shm: ShmRange, size: int) -> None:
-        """The range an output was written into may change (call only for a request answered ok)."""
+        """The range an output was written into may change (only for a request answered ok)."""
         target, start = self._file(shm.region)
         if target is not None and size > 0:
             target.allowed.append((start + shm.offset, start + shm.offset + size))
@@ -194,11 +178,8 @@ class Regions:
             yield self.fresh
 
     def verify(self, answers: Iterable[tuple[str, Answer]]) -> list[str]:
-        """Invariant (b): every file holds what it must (outside the allowed output ranges), no file
-        holds another client's canary in an output range, and no answer (``(client, answer)``: ``a`` or
-        ``b``) carries another client's canary. A file changed where it must not is written back as it
-        was, so the same case sent again meets the same bytes (hypothesis replays a failing case to
-        shrink it); elsewhere each file's expected bytes become what it holds."""
+        """Invariant (b) over every file and the ``(client, answer)`` pairs. A file changed where it must
+        not is written back, so hypothesis's replay of the case meets the same bytes."""
         problems = []
         for client, answer in answers:
             for other, mark in self.marks.items():

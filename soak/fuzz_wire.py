@@ -1,20 +1,12 @@
-"""What the invariant fuzz sends and how it judges what comes back: a drawn ``Case``
-(``soak.request_space``) as bytes on the wire (an HTTP body, JSON and binary; a gRPC
-``ModelInferRequest``, raw or typed contents), sent over HTTP, gRPC ``ModelInfer`` or a
-``ModelStreamInfer`` stream, and every answer sorted by invariant (a):
+"""What the invariant fuzz sends and how it judges what comes back: a drawn ``Case`` as an HTTP body or a
+gRPC ``ModelInferRequest``, sent over HTTP, ``ModelInfer`` or a ``ModelStreamInfer`` stream, and every
+answer given a verdict for invariant (a): ``ok`` (2xx / ``OK``), ``refused`` (4xx / a client-error code:
+the request's own fault), ``policy`` (429, 504 / the front's ``DEADLINE_EXCEEDED``: a busy server or
+slow model, by design) or ``broken`` (a 5xx, ``INTERNAL``, ``UNAVAILABLE``..., no answer by
+``soak.raw_http``'s rule, or none within the deadline plus ``SLACK_S``).
 
-* ``ok``: 2xx / ``OK``;
-* ``refused``: 4xx / a client-error status (``INVALID_ARGUMENT``, ``NOT_FOUND``, ...), the request's own
-  fault;
-* ``policy``: 429 and 504 / ``DEADLINE_EXCEEDED`` from a front (the model's deadline passed, a share
-  was full): what the fronts answer by design when the server is busy or a model slow;
-* ``broken``: anything else: a 5xx (Triton's 500 included) or ``INTERNAL``, ``UNAVAILABLE``,
-  ``UNKNOWN``, ``CANCELLED``; no answer by ``soak.raw_http``'s rule (a connection refused, reset or
-  closed without a whole answer); no answer within the model's deadline plus ``SLACK_S`` (a hang).
-
-On a stream an error carries no status code, so a message's error there counts as answered; the same
-requests are drawn for unary gRPC, where the code is judged.
-"""
+On a stream an error carries no status code, so a message's error there counts as answered; unary gRPC
+draws the same requests and judges the code."""
 
 from __future__ import annotations
 
@@ -26,6 +18,7 @@ from dataclasses import dataclass
 import grpc
 import numpy as np
 from tritonclient.grpc import service_pb2
+from tritonclient.utils import triton_to_np_dtype
 
 from server.fronts.grpc_request import TYPED_FIELDS
 from soak.fuzz_headers import CASINGS, http_headers
@@ -44,19 +37,13 @@ FRONT_DEADLINE = "did not answer within its deadline"
 # a gRPC code's verdict (module docstring); any other code is broken. DEADLINE_EXCEEDED is the front's
 # only where its details say so (``grpc_answer``).
 GRPC_VERDICTS = {"OK": "ok", "DEADLINE_EXCEEDED": "policy", **dict.fromkeys(CLIENT_FAULTS, "refused")}
-FLOATS = {"FP16": np.float16, "FP32": np.float32, "FP64": np.float64}
-INTEGERS = {
-    "INT8": np.int8, "INT16": np.int16, "INT32": np.int32, "INT64": np.int64,
-    "UINT8": np.uint8, "UINT16": np.uint16, "UINT32": np.uint32, "UINT64": np.uint64,
-}  # fmt: skip
 ALL_VALUES = -(1 << 40)  # a byte delta that cuts a tensor's data to nothing
 SMALL_INTEGERS = 10  # integers without a declared range are drawn from [0, 10)
 
 
 @dataclass(frozen=True)
 class Answer:
-    """One answer as invariant (a) sees it: ``verdict`` (module docstring), the status or failure, the
-    message, the seconds it took, and every byte that came back (invariant (b) looks for other
+    """One answer as invariant (a) sees it, with every byte that came back (invariant (b) looks for other
     clients' canaries in them)."""
 
     what: str
@@ -84,8 +71,8 @@ def grpc_answer(what: str, code: str, details: str, payload: bytes, elapsed_s: f
 
 @dataclass(frozen=True)
 class Carried:
-    """One input's data in each form the carriers take: ``raw`` bytes (binary, raw contents, shared
-    memory), JSON ``values``, and the ``array`` typed contents are made of."""
+    """One input's data in each form the carriers take: ``raw`` bytes, JSON ``values``, and the ``array``
+    typed contents are made of."""
 
     raw: bytes
     values: list
@@ -97,16 +84,16 @@ def _array(tensor: TensorCase, rule: InputSpace | None, rng: np.random.Generator
     if datatype == "BYTES":
         lengths = rng.integers(1, 13, count)
         return [bytes(rng.integers(97, 123, n).astype(np.uint8)) for n in lengths]
-    if datatype in FLOATS or datatype == "BF16":
+    if datatype in ("FP16", "FP32", "FP64", "BF16"):
         values = rng.uniform(-4, 4, count).astype(np.float32)
         if tensor.values == "non-finite" and count:
             values[rng.integers(0, count)] = np.nan
         if datatype == "BF16":
             return (values.view(np.uint32) >> 16).astype(np.uint16)
-        return values.astype(FLOATS[datatype])
+        return values.astype(triton_to_np_dtype(datatype))
     if datatype == "BOOL":
         return rng.integers(0, 2, count).astype(np.bool_)
-    kind = INTEGERS.get(datatype, np.uint8)
+    kind = _integer(datatype) or np.uint8
     info = np.iinfo(kind)
     low, high = (0, SMALL_INTEGERS)
     if rule is not None and rule.value_range is not None and rule.datatype == datatype:
@@ -138,19 +125,22 @@ def _bytes_buffer(items: Sequence[bytes], fault: str) -> bytes:
 
 
 def beyond_datatype(datatype: str) -> float | None:
-    """The nearest value past what ``datatype`` holds that JSON can say, which Triton would cast
-    unchecked (fault matrix row 68): one past an integer type's largest, 1e39 for FP32; None for the
-    others."""
+    """The nearest value past what ``datatype`` holds that JSON can say, which Triton would cast unchecked
+    (fault matrix row 68); None where there is none."""
     if datatype == "FP32":
         return 1e39
-    kind = INTEGERS.get(datatype)
+    kind = _integer(datatype)
     return None if kind is None else int(np.iinfo(kind).max) + 1
 
 
+def _integer(datatype: str) -> type | None:
+    kind = triton_to_np_dtype(datatype)
+    return kind if kind is not None and np.issubdtype(kind, np.integer) else None
+
+
 def typed_carries(datatype: str, value: float) -> bool:
-    """Whether ``datatype``'s typed-contents field carries ``value`` as written, as protobuf itself
-    says: ``uint_contents`` holds 256 for UINT8; ``int_contents`` refuses 2^31 for INT32, and a float
-    field turns 1e39 into infinity."""
+    """Whether ``datatype``'s typed-contents field carries ``value`` as written, as protobuf itself says
+    (``uint_contents`` holds 256 for UINT8; a float field turns 1e39 into infinity)."""
     field = TYPED_FIELDS.get(datatype)
     if field is None:
         return False
@@ -163,9 +153,8 @@ def typed_carries(datatype: str, value: float) -> bool:
 
 
 def carried(tensor: TensorCase, rule: InputSpace | None, seed: int) -> Carried:
-    """``tensor``'s data, drawn from ``seed`` (the same seed, the same bytes), with its faults. A value
-    beyond its datatype (``beyond-datatype``) goes first in the JSON values, and in the typed contents
-    where their field carries it; bytes cannot say it."""
+    """``tensor``'s data from ``seed`` (the same seed, the same bytes), with its faults; a value beyond its
+    datatype goes first in the JSON values, and in the typed contents where their field carries it."""
     array = _array(tensor, rule, np.random.default_rng(seed))
     if isinstance(array, list):
         raw = _bytes_buffer(array, tensor.bytes_fault)
@@ -191,15 +180,13 @@ def carried(tensor: TensorCase, rule: InputSpace | None, seed: int) -> Carried:
 
 
 def carried_inputs(tensors: Sequence[TensorCase], space: ModelSpace | None, seed: int) -> list[Carried]:
-    """Every input's data, each from its own seed after ``seed``, within its rule where ``space`` has one."""
     rules = {rule.name: rule for rule in space.inputs} if space is not None else {}
     return [carried(tensor, rules.get(tensor.name), seed + i) for i, tensor in enumerate(tensors)]
 
 
 def control_case(space: ModelSpace) -> tuple[TensorCase, ...]:
-    """The model's smallest valid request (its required inputs, or its first where all are optional;
-    batch 1, each variable dim at its low bound, integers near their low bound, raw contents): sent
-    after the fuzzed message on a stream, which must still answer it, and the other user's request."""
+    """The model's smallest valid request (required inputs, batch 1, variable dims at their low bound, raw
+    contents): sent after the fuzzed message on a stream, and the other user's request."""
     axes = space.variable_axes()
     required = [rule for rule in space.inputs if not rule.optional] or list(space.inputs[:1])
     tensors = []
@@ -213,8 +200,6 @@ def control_case(space: ModelSpace) -> tuple[TensorCase, ...]:
 
 @dataclass(frozen=True)
 class Placed:
-    """A shared-memory range as sent: the region's name, offset and byte size."""
-
     region: str
     offset: int
     size: int
@@ -223,8 +208,7 @@ class Placed:
 def http_body(
     case: Case, data: Sequence[Carried], inputs: Sequence[Placed | None], outputs: Sequence[Placed | None]
 ) -> Request:
-    """``case`` as an HTTP inference request: JSON header then binary data, with the case's headers
-    (``soak.fuzz_headers``: their names' casing, encodings and ``Content-Type``)."""
+    """``case`` as an HTTP inference request, with the case's headers (``soak.fuzz_headers``)."""
     items, binary = [], []
     for tensor, carried_data, placed in zip(case.inputs, data, inputs, strict=True):
         item: dict = {"name": tensor.name, "datatype": tensor.datatype, "shape": list(tensor.shape)}
@@ -293,8 +277,8 @@ def grpc_request(
 
 
 class Client:
-    """One client's sockets to both fronts (the fuzz's own: uid of this process); ``http`` and ``grpc``
-    answer as ``OtherUser``'s do, so the regions treat both users alike."""
+    """The fuzz's own sockets to both fronts; ``http`` and ``grpc`` answer as ``OtherUser``'s do, so the
+    regions treat both users alike."""
 
     def __init__(self, http_url: str, grpc_url: str) -> None:
         host, port = http_url.rsplit(":", 1)
@@ -317,9 +301,8 @@ class Client:
         timeout_s: float,
         compression: grpc.Compression | None = None,
     ) -> tuple[Answer, dict[str, bool]]:
-        """The messages on one ``ModelStreamInfer`` stream (each compressed by ``compression``): the
-        stream's answer (its end status; ``broken`` too when a message got no answer) and, per message
-        id, whether it was answered without error."""
+        """The messages on one ``ModelStreamInfer`` stream: the stream's answer (``broken`` too when a
+        message got none) and, per message id, whether it was answered without error."""
         start, payload, answered = time.monotonic(), b"", {}
         call = self.channel.stream_stream(SERVICE + "ModelStreamInfer")
         try:

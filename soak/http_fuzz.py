@@ -1,21 +1,7 @@
-"""A small seeded mutation fuzzer for the HTTP front, in the style of Triton's ``L0_http_fuzz``.
-
-It starts from valid requests to every endpoint ``make serve`` exposes (health, metadata, config,
-statistics, inference as JSON and as binary, generate, system shared memory, and the keyed admin
-routes), built from each model's own metadata, and mutates each into a case: the request line
-(method, HEAD and ones Triton does not know among them; path, version, NUL and traversal in
-names), the request target (``mutate_target``: each spelling a front and Triton could route
-differently), the headers (duplicated, dropped, odd ``Content-Type``,
-``Inference-Header-Content-Length`` and ``Content-Encoding`` values, chunked framing) and the body
-(JSON values replaced, deleted or duplicated under the same key; bytes flipped, cut or inserted). Each
-case goes out on its own connection and must get an answer below 500: a fault of the request is never
-the server's, and a connection closed without one is no answer (``soak.raw_http``'s rule). The caller
-checks after every case that the server still lives, serves and kept its stubs. Seeded: one seed, one
-sequence of cases, so a finding replays.
-
-``fuzz()`` runs a fixed number of cases (the fault matrix runs a few hundred; ``make soak`` runs
-bursts of them among its faults).
-"""
+"""A seeded mutation fuzzer for the HTTP front, in the style of Triton's ``L0_http_fuzz``: valid requests
+to every endpoint ``make serve`` exposes, built from each model's metadata, mutated in the request line,
+the request target (``mutate_target``), the headers and the body. Each case must get an answer below 500
+(``soak.raw_http``'s rule); one seed, one sequence of cases, so a finding replays."""
 
 from __future__ import annotations
 
@@ -71,10 +57,8 @@ def _escape(character: str, upper: bool) -> str:
 
 
 def mutate_target(path: str, rng: random.Random) -> tuple[str, str]:
-    """One seeded spelling of the request target ``path`` (a plain ``/v2/...`` path) and what was done:
-    the spellings on which a front and Triton could read two different routes (fault matrix row 35):
-    fragments, dot and empty segments, escaped separators and letters, absolute-form, backslashes,
-    control and non-ASCII bytes, parameters, queries, case, and the target ``*``."""
+    """One seeded spelling of the request target ``path`` and its name: spellings on which a front and
+    Triton could read two different routes (fault matrix row 35)."""
     slashes = [i for i, c in enumerate(path) if c == "/"] or [0]  # a target mutated before may have none
     at = rng.choice(slashes)
     if not any(c.isalpha() for c in path):
@@ -105,8 +89,6 @@ def mutate_target(path: str, rng: random.Random) -> tuple[str, str]:
 
 @dataclass
 class Case(Request):
-    """A request of the fuzz and what was mutated in it."""
-
     mutations: list[str] = field(default_factory=list)
 
     def describe(self) -> str:
@@ -192,8 +174,6 @@ def _nodes(document: Any) -> list[tuple[Any, Any]]:
 
 
 class Mutator:
-    """Seeded mutations of a case: request line, headers, JSON structure, raw bytes."""
-
     def __init__(self, seed: int) -> None:
         self.rng = random.Random(seed)
 
@@ -313,8 +293,8 @@ class FuzzReport:
 def fuzz(
     url: str, models: list[str], cases: int, seed: int, after_each: Callable[[], list[str]] | None = None
 ) -> FuzzReport:
-    """Send ``cases`` mutated requests to the HTTP front at ``url``; a finding is an answer of 500 or
-    more, no answer at all, or a problem ``after_each()`` reports (liveness, stubs, a good inference)."""
+    """Send ``cases`` mutated requests to the HTTP front at ``url``; a finding is an answer of 500 or more,
+    no answer, or a problem ``after_each()`` reports."""
     host, port = url.rsplit(":", 1)
     seeds = seed_cases(url, models)
     mutator = Mutator(seed)

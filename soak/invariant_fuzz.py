@@ -1,23 +1,17 @@
-"""The invariant fuzz: hypothesis draws requests over every served model's request space
-(``soak.request_space``) and sends each to a real server through both fronts; after every request
-three invariants must hold (fault matrix row 62):
+"""The invariant fuzz (fault matrix row 62): hypothesis draws requests over every served model's request
+space (``soak.request_space``) and sends each through both fronts; after every request three invariants
+must hold:
 
-(a) **answered**: every request (the inference, and the registrations and calls around it) gets an
-    answer within its model's deadline plus ``SLACK_S``: 2xx or 4xx, or 429 / 504 (gRPC
-    ``RESOURCE_EXHAUSTED`` / the front's ``DEADLINE_EXCEEDED``) by policy; never a hang, a reset, or a
-    5xx (``soak.fuzz_wire``); on a stream, the fuzzed message and a valid one after it both answered;
-(b) **isolated**: canary bytes in every client's region (two clients of two uids when run as root,
-    ``soak.fuzz_regions``) never appear in another client's answer or region, every region's bytes are
-    unchanged except where a request answered without error named an output, and no client's region
-    listing shows another's;
-(c) **kept**: tritonserver's PID, the fronts' PIDs and the set of Python-backend stubs stay the same
-    throughout, and tritonserver's resident memory at the end stays within ``RSS_BOUND_MIB`` of the
-    start.
+(a) **answered**: within the model's deadline plus ``SLACK_S``, 2xx or 4xx, or 429 / 504 by policy;
+never a hang, a reset or a 5xx (``soak.fuzz_wire``); on a stream, the fuzzed message and a valid one
+after it;
 
-``InvariantFuzz.check(case)`` runs one drawn case and raises ``AssertionError`` naming every invariant it
-broke; ``run_examples`` drives it with hypothesis (a fixed seed, so a run replays), and the tests and
-``make soak`` (``run_for``) account the results in an ``InvariantReport``.
-"""
+(b) **isolated**: no client's canary (``soak.fuzz_regions``; two uids when run as root) in another
+client's answer, region or listing, and no region byte changed but where an answered request named an
+output;
+
+(c) **kept**: tritonserver's PID, the fronts' PIDs and the stubs unchanged, and tritonserver's RSS at
+the end within ``RSS_BOUND_MIB`` of the start."""
 
 from __future__ import annotations
 
@@ -41,7 +35,7 @@ from server.fronts.process import MAX_REQUEST_BYTES
 from server.launcher import TritonServer
 from server.proc_stat import running
 from server.stubs import server_stubs
-from soak import raw_grpc, request_space
+from soak import raw_grpc
 from soak.fuzz_headers import (
     WIRE_FAULTS,
     compressed_accepted,
@@ -79,8 +73,7 @@ RSS_BOUND_MIB = 96.0
 
 
 def served_spaces(server: TritonServer) -> dict[str, ModelSpace]:
-    """Every model the server has READY, read from the config it serves (Triton's own HTTP port and the
-    admin key list them)."""
+    """Every model the server has READY, read from the config it serves."""
     own = httpclient.InferenceServerClient(server.triton_http_url)
     try:
         index = own.get_model_repository_index(headers=admin_headers(server.admin_key))
@@ -98,7 +91,6 @@ def served_spaces(server: TritonServer) -> dict[str, ModelSpace]:
 
 
 def rss_mib(pid: int | None) -> float:
-    """A process's resident memory in MiB (0 when it is gone)."""
     try:
         for line in Path(f"/proc/{pid}/status").read_text().splitlines():
             if line.startswith("VmRSS:"):
@@ -110,8 +102,7 @@ def rss_mib(pid: int | None) -> float:
 
 @dataclass
 class InvariantReport:
-    """What the fuzz sent and what each invariant saw (``text()`` is the accounting ``make soak``
-    prints)."""
+    """What the fuzz sent and what each invariant saw; ``text()`` is what ``make soak`` prints."""
 
     models: list[str] = field(default_factory=list)
     seeds: list[int] = field(default_factory=list)
@@ -176,8 +167,8 @@ class InvariantReport:
 
 
 class InvariantFuzz:
-    """``with InvariantFuzz(server) as fuzz: fuzz.check(case)`` (module docstring). ``stop_at``
-    (``time.monotonic()``): cases drawn after it are not sent (``make soak``'s time budget)."""
+    """``with InvariantFuzz(server) as fuzz: fuzz.check(case)``; cases drawn after ``stop_at`` (monotonic)
+    are not sent (``make soak``'s budget)."""
 
     def __init__(self, server: TritonServer) -> None:
         self.server = server
@@ -220,7 +211,6 @@ class InvariantFuzz:
         return {front.pid for front in self.server.running_fronts}
 
     def _judge(self, answers: Sequence[Answer], deadline_s: float, what: str) -> list[str]:
-        """Invariant (a) over ``answers``."""
         problems = []
         for answer in answers:
             if answer.verdict == "broken":
@@ -258,9 +248,9 @@ class InvariantFuzz:
         return problems
 
     def check(self, case: Case) -> None:
-        """Send ``case`` and hold the three invariants; ``AssertionError`` lists what broke. Once the
-        server broke (invariant (c)), every case fails at once with that, from the same line:
-        hypothesis takes a failure that moves for a flaky one."""
+        """Send ``case`` and hold the invariants; ``AssertionError`` lists what broke. Once the server
+        broke, every case fails at once with the same line: hypothesis takes a moving failure for a
+        flaky one."""
         if time.monotonic() >= self.stop_at and not self.fatal:
             return
         problems = [f"the server broke earlier: {self.fatal}"] if self.fatal else self._held(case)
@@ -271,7 +261,6 @@ class InvariantFuzz:
             raise AssertionError("\n".join(problems))
 
     def _held(self, case: Case) -> list[str]:
-        """What ``case`` broke of the three invariants."""
         space = self.spaces.get(case.model) or self.spaces.get(case.model.rstrip("_"))
         deadline_s = space.deadline_s if space is not None else self.server.options.front_shares.deadline_s
         answers, problems = self._send(case, space, deadline_s)
@@ -293,8 +282,7 @@ class InvariantFuzz:
     def _send(
         self, case: Case, space: ModelSpace | None, deadline_s: float
     ) -> tuple[list[Answer], list[str]]:
-        """The case's registration (if any) and request; the ranges its outputs may have written are
-        allowed when it was answered ok."""
+        """The case's registration (if any) and request; an answered request's output ranges may change."""
         data = carried_inputs(case.inputs, space, case.seed)
         answers = []
         front = "http" if case.protocol == "http" else "grpc"
@@ -335,9 +323,8 @@ class InvariantFuzz:
         outputs: Sequence[Placed | None],
         deadline_s: float,
     ) -> tuple[Answer, str, list[str]]:
-        """The case's request on its protocol: the answer, the verdict of the fuzzed request itself (on a
-        stream, its message's), and what broke invariant (a) beyond the answer (the valid message after
-        it on a stream went unanswered or failed)."""
+        """The answer, the verdict of the fuzzed request itself (on a stream, its message's), and what
+        broke invariant (a) beyond the answer."""
         timeout = deadline_s + SLACK_S
         if case.protocol == "http":
             reply = self.client.http(http_body(case, data, inputs, outputs), timeout)
@@ -397,10 +384,9 @@ class InvariantFuzz:
         return grpc_request(control, data, [None] * len(tensors), [], request_id="control")
 
     def _other_uid(self, case: Case, space: ModelSpace | None) -> list[Answer]:
-        """What the other user does after the case: list its regions on both fronts, or run the
-        model's smallest valid request with its first input and every output in its own region, with
-        the headers an HTTP case drew (``readable``: the body encoded as declared), so the front reads
-        Triton's answer for its regions under every drawn header."""
+        """What the other user does after the case: list its regions on both fronts, or run the model's
+        smallest valid request through its own region with the case's HTTP headers (made readable), so
+        the front reads Triton's answer for its regions under every drawn header."""
         other = self.other
         if other is None or not case.other_uid or space is None:
             return []
@@ -438,7 +424,6 @@ class InvariantFuzz:
         return [answer]
 
     def _listing(self, answers: Sequence[Answer]) -> list[str]:
-        """No client's region listing names another's regions."""
         mine = [self.regions.name(kind) for kind in ("a0", "a1", "fresh")]
         return [
             f"(b) {answer.what} lists {name}, a region of another client"
@@ -450,9 +435,8 @@ class InvariantFuzz:
 
 
 def run_examples(fuzz: InvariantFuzz, examples: int, seed: int, replay: str = "") -> None:
-    """Hypothesis over ``fuzz``: ``examples`` cases from ``seed`` (the same seed draws the same cases),
-    or the one failure a ``@reproduce_failure`` blob printed by an earlier run names (``replay``:
-    ``'<hypothesis version> <blob>'``; a case that holds the invariants now passes). Raises the
+    """``examples`` cases from ``seed`` (the same seed draws the same cases), or the one failure a printed
+    ``@reproduce_failure`` blob names (``replay``: ``'<hypothesis version> <blob>'``). Raises the
     smallest failing case's ``AssertionError``."""
     fuzz.report.seeds.append(seed)
 
@@ -476,17 +460,11 @@ def run_examples(fuzz: InvariantFuzz, examples: int, seed: int, replay: str = ""
         log.info("the replayed case holds the invariants now")
 
 
-def replay_case(fuzz: InvariantFuzz, text: str) -> None:
-    """One case as hypothesis printed it (``Case(model=..., ...)``), sent again."""
-    names = {name: getattr(request_space, name) for name in request_space.REPLAYABLE}
-    fuzz.check(eval(text, {"__builtins__": {}}, names))  # the fuzz's own printed repr, nothing else
-
-
 def run_for(
     server: TritonServer, seconds: float, first_seed: int, examples_per_seed: int = 200
 ) -> InvariantReport:
-    """``make soak``'s phase: hypothesis runs of ``examples_per_seed`` cases, seed after seed, for
-    ``seconds``; a failure is accounted and the next seed goes on, unless the server broke."""
+    """``make soak``'s phase: ``examples_per_seed`` cases a seed, seed after seed, for ``seconds``; a
+    failure is accounted and the next seed goes on, unless the server broke."""
     with InvariantFuzz(server) as fuzz:
         fuzz.stop_at = time.monotonic() + seconds
         seed = first_seed
