@@ -1,9 +1,7 @@
 """``make gpu-carry``: the ignored folder of wheels the GPU check needs and the lent machine (Python 3.12,
-offline, 64 MiB carried) lacks: ``tritonclient`` with its gRPC and HTTP stacks (``protobuf`` and
-``grpcio`` too: its generated code refuses older ones) at the versions the ``.venv`` runs (``CARRIED``);
-``nvidia-pytriton`` trimmed to the target Python's stub (``trim_pytriton``); and a stripped
-``libpython3.X.so.1.0`` where one is found here, for a machine whose Python is static. Installed there
-with ``pip install --no-index --no-deps --target``. Standard library only."""
+offline, 64 MiB carried) lacks, at the versions the ``.venv`` runs: tritonclient with its stacks
+(protobuf and grpcio too: its generated code refuses older ones), nvidia-pytriton trimmed to one stub,
+and a stripped libpython for a machine whose Python is static. Standard library only."""
 
 from __future__ import annotations
 
@@ -54,8 +52,7 @@ def pinned_versions() -> dict[str, str]:
 
 
 def download(versions: dict[str, str], python_version: str, folder: Path) -> list[Path]:
-    """``pip download`` each pinned wheel for ``python_version`` on x86-64 Linux into ``folder`` (pip
-    reuses what it finds there)."""
+    """``pip download`` each pinned wheel for ``python_version`` on x86-64 Linux into ``folder``."""
     folder.mkdir(parents=True, exist_ok=True)
     command = [
         sys.executable, "-m", "pip", "download", "--quiet", "--disable-pip-version-check", "--no-deps",
@@ -113,8 +110,7 @@ def _drop_from_pytriton(name: str, python_version: str) -> bool:
 
 
 def trim_pytriton(wheel: Path, python_version: str, destination: Path) -> Path:
-    """``wheel`` without what ``_drop_from_pytriton`` names, its ``RECORD`` rewritten to match, as a valid
-    wheel."""
+    """``wheel`` without what ``_drop_from_pytriton`` names, its ``RECORD`` rewritten to match."""
     target = destination / wheel.name
     with (
         zipfile.ZipFile(wheel) as source,
@@ -220,8 +216,8 @@ def build_carry(
 
 
 def check_budget(destination: Path, root: Path) -> tuple[int, int]:
-    """``(carried bytes, working tree bytes)``; ``CarryError`` naming the largest carried files when they
-    leave less than ``TREE_MARGIN`` of ``TRAVEL_LIMIT``."""
+    """``(carried bytes, working tree bytes)``; ``CarryError`` naming the largest carried files when over
+    budget."""
     files = folder_files(destination)
     carried = sum(files.values())
     tree = working_tree_bytes(root)

@@ -104,10 +104,9 @@ def gpu_used_mib() -> float | None:
 
 
 def stub_libpython(carried: Path | None, workdir: Path) -> str:
-    """Make sure the Python-backend stub finds ``libpython3.X.so.1.0`` (a static Python has none): the
-    loader's own, else this Python's ``LIBDIR``, else the carried one unpacked into ``workdir``; the
-    last two with this Python's stdlib (``PYTHONHOME``). Changes this process's environment, which the
-    server inherits; returns where it came from."""
+    """Make the stub find ``libpython3.X.so.1.0`` (a static Python has none): the loader's, this Python's
+    ``LIBDIR`` or the carried one, the last two with this Python's stdlib; returns where it came from.
+    Changes this process's environment, which the server inherits."""
     soname = f"libpython{sys.version_info.major}.{sys.version_info.minor}.so.1.0"
     try:
         ctypes.CDLL(soname)
@@ -117,8 +116,7 @@ def stub_libpython(carried: Path | None, workdir: Path) -> str:
     libdir = sysconfig.get_config_var("LIBDIR") or ""
     if libdir and (Path(libdir) / soname).is_file():
         _prepend("LD_LIBRARY_PATH", libdir)
-        # This Python's own build: its standard library is where this Python's is, wherever the build
-        # thought it would be installed (a relocated build, e.g. uv's, finds it only so).
+        # a relocated build (e.g. uv's) finds its standard library only so
         os.environ["PYTHONHOME"] = sys.base_prefix
         return f"{soname} from {libdir} (this Python's LIBDIR), with PYTHONHOME={sys.base_prefix}"
     packed = carried / f"{soname}.gz" if carried else None

@@ -1,7 +1,5 @@
-"""Raw torch on the device, in this process: the physical reference for every served figure, and the
-compute profile ``make plan --compute-profile`` reads. The median time of one forward at each batch
-(inputs already on the device) after a warm-up, the fit of ``T + (N−1)·Δt``, and on a GPU the
-allocator's bytes for the weights and at the largest batch's peak."""
+"""Raw torch on the device, in this process: the physical reference for every served figure and the compute
+profile ``make plan --compute-profile`` reads."""
 
 from __future__ import annotations
 
@@ -48,8 +46,7 @@ def _timed(run, device: torch.device) -> float:
 
 
 def raw_curve(model: CheckModel, grid: Grid, device: torch.device) -> RawCurve:
-    """Time ``model``'s eager module at every batch of ``grid`` on ``device``, with as many CPU threads as
-    a served instance runs."""
+    """Time ``model``'s eager module at every batch, with as many CPU threads as a served instance runs."""
     threads = torch.get_num_threads()
     if device.type == "cpu" and model.spec.threads.intra_op > 0:  # as many as a served instance runs
         torch.set_num_threads(model.spec.threads.intra_op)

@@ -1,10 +1,6 @@
-"""``make gpu-rehearsal``: the GPU check's own script (``scripts/gpu_check.sh``) on this CPU, with a tiny
-grid and ``KIND_CPU``, so the lent machine is not the first place it runs.
-
-It runs under a fresh virtual environment holding only the carried wheels (built for this Python) and
-``MACHINE_PACKAGES`` linked from the ``.venv``, standing in for the GPU machine's own: a check that
-imports anything that machine lacks fails here. CUDA is all it cannot exercise. ``validate`` checks what
-the run wrote."""
+"""``make gpu-rehearsal``: the GPU check's own script on this CPU (tiny grid, ``KIND_CPU``), under a fresh
+virtual environment holding only the carried wheels and ``MACHINE_PACKAGES`` linked from the ``.venv``:
+a check that imports anything the GPU machine lacks fails here first."""
 
 from __future__ import annotations
 
@@ -24,8 +20,8 @@ from gpucheck.carry import CARRIED, build_carry
 ROOT = Path(__file__).resolve().parent.parent
 WORK = ROOT / ".run" / "gpu-rehearsal"
 DOWNLOADS = ROOT / ".run" / "gpu-downloads"
-# Distributions the GPU machine's python3 has (DESIGN.md §3) that the check imports; their own
-# requirements come along (``closure``). onnxruntime-gpu is this .venv's onnxruntime (the CPU provider).
+# What the GPU machine's python3 has (DESIGN.md §3) and the check imports, with their requirements;
+# onnxruntime-gpu is this .venv's onnxruntime
 MACHINE_PACKAGES = (
     "torch", "numpy", "onnx", "onnxruntime-gpu", "pyyaml", "matplotlib", "aiohttp", "tqdm", "rich",
     "packaging", "urllib3", "certifi", "ml-dtypes", "typing-extensions",
@@ -80,8 +76,7 @@ def fresh_python(folder: Path) -> Path:
 
 
 def validate(out: Path) -> list[str]:
-    """What is wrong with a run's output: too many files, a missing one, a malformed compute profile, a
-    failed section, or a report that does not show what the JSON holds."""
+    """What is wrong with a run's output (empty when nothing)."""
     from gpucheck import report
 
     problems = []

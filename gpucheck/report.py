@@ -1,6 +1,5 @@
-"""The check's output, readable without the machine: ``gpu-figures.json`` holds every figure (and the
-``compute_profile`` ``make plan --compute-profile`` reads); ``gpu-report.md`` and the three plots are
-rendered from that JSON alone; ``gpu-check.log`` is written beside them by ``gpucheck.run``."""
+"""The check's output: ``gpu-figures.json`` holds every figure (and the compute profile); the report and
+plots are rendered from it alone."""
 
 from __future__ import annotations
 
@@ -37,18 +36,9 @@ NOT_MEASURED = (
 )  # fmt: skip
 
 
-def curve_record(curve: RawCurve) -> dict[str, Any]:
-    return {
-        "base": curve.base, "precision": curve.precision, "device": curve.device,
-        "batch_ms": {str(b): ms for b, ms in curve.batch_ms.items()},
-        "T_ms": curve.fit.t_ms, "dt_ms": curve.fit.dt_ms, "r2": curve.fit.r2,
-        "weights_mib": curve.weights_mib, "peak_mib": curve.peak_mib,
-    }  # fmt: skip
-
-
 def compute_profile(device: str, curves: Iterable[RawCurve]) -> dict[str, Any]:
-    """The shape ``make plan --compute-profile`` reads: per model and precision, the fit of ``T +
-    (N−1)·Δt`` to raw torch's times per batch, and those times."""
+    """What ``make plan --compute-profile`` reads: per model and precision, raw torch's times per batch and
+    their fit."""
     models: dict[str, dict[str, Any]] = {}
     for curve in curves:
         models.setdefault(curve.base, {})[curve.precision] = {
@@ -56,11 +46,8 @@ def compute_profile(device: str, curves: Iterable[RawCurve]) -> dict[str, Any]:
             "dt_ms": curve.fit.dt_ms,
             "batches": {str(b): ms for b, ms in sorted(curve.batch_ms.items())},
         }
-    return {
-        "device": device,
-        "source": "raw torch on the device, make gpu-check (gpucheck.raw)",
-        "models": models,
-    }
+    source = "raw torch on the device, make gpu-check (gpucheck.raw)"
+    return {"device": device, "source": source, "models": models}
 
 
 def figures(
@@ -99,12 +86,12 @@ def _ms(value: float | None, digits: int = 3) -> str:
 
 
 def _fit_rows(model: dict) -> list[list[str]]:
-    fits = (
-        ("client", model["fit_client"]),
-        ("server compute", model["fit_compute"]),
-        ("raw torch", model["fit_raw"]),
-    )
-    return [[what, _ms(f["T_ms"]), _ms(f["dt_ms"], 4), _ms(f["r2"])] for what, f in fits if f]
+    fits = {
+        "client": model["fit_client"],
+        "server compute": model["fit_compute"],
+        "raw torch": model["fit_raw"],
+    }
+    return [[what, _ms(f["T_ms"]), _ms(f["dt_ms"], 4), _ms(f["r2"])] for what, f in fits.items() if f]
 
 
 def _latency_lines(section: dict) -> list[str]:
@@ -136,6 +123,10 @@ def _parity_lines(section: dict) -> list[str]:
         "",
         table(["model", "precision", "max rel error", "limit", "within"], rows),
     ]
+
+
+def _yes(right: bool) -> str:
+    return "yes" if right else "NO"
 
 
 def _mib(value: Any) -> str:
@@ -235,13 +226,7 @@ def _pipeline_lines(section: dict) -> list[str]:
 
 def _shm_lines(section: dict) -> list[str]:
     rows = [
-        [
-            r["transport"],
-            _ms(r["median_ms"]),
-            _ms(r["p90_ms"]),
-            number(r["mib_per_s"]),
-            "yes" if r["correct"] else "NO",
-        ]
+        [r["transport"], _ms(r["median_ms"]), _ms(r["p90_ms"]), number(r["mib_per_s"]), _yes(r["correct"])]
         for r in section["rows"]
     ]
     return [

@@ -1,14 +1,9 @@
-"""The check's repository, built on the machine that serves it with its torch (a ``.pt2`` does not travel
-between versions). Every model runs torch through the Python backend (``python_backend/torch_stage``),
-the only GPU path there, at the grid's largest batch:
-
-* the latency models and their ``_fp16`` variants, one instance, no batcher (a request of N rows is one
-execution); * ``recommender_dynamic``: the spec's dynamic batching, no queue policy (its 2.51 stall
-would swamp the figures, docs/SERVING.md row 11); * ``image_classifier_x<N>``: N instances on GPU 0; *
-the grid's pipelines, their stages batching with no queue delay; * ``payload_<N>mib``: ``trivial`` with
-one input of N MiB, for shared memory.
-
-Each program is checked against the eager fp32 model before it is written, as every export is."""
+"""The check's repository, built where it is served, with that machine's torch (a ``.pt2`` does not travel
+between versions): every model torch through the Python backend, the one GPU path there, at the grid's
+largest batch: the latency models and fp16 variants without a batcher, ``recommender_dynamic`` (no queue
+policy: its 2.51 stall would swamp the figures, docs/SERVING.md row 11), ``image_classifier_x<N>``, the
+grid's pipelines and ``payload_<N>mib``. Each program is checked against the eager fp32 model before it
+is written."""
 
 from __future__ import annotations
 
@@ -156,8 +151,8 @@ def build_check_model(model: CheckModel, repository: Path, device: str) -> Built
 
 
 def check_spec(spec: Spec, grid: Grid) -> Spec:
-    """``spec`` with the check's pipelines at the grid's largest batch, their stages batching with no queue
-    delay (comparable with the monolith, which has no batcher)."""
+    """``spec`` with the check's pipelines, their stages batching with no queue delay (comparable with the
+    monolith)."""
     image = _at_grid_batch(spec.model(INSTANCE_MODEL), grid)
     pipelines = tuple(
         dataclasses.replace(p, batching=Batching(mode="dynamic", max_queue_delay_us=0))

@@ -1,7 +1,6 @@
-"""``python -m gpucheck run --out DIR``: the whole check in one process, most important first: the machine
-and the stub's libpython, raw torch (the compute profile), the repository and one tritonserver, then the
-studies. A study that fails is recorded and the next runs; past the grid's deadline the rest are
-skipped. The report is always written; exit 0 only when everything was measured."""
+"""``python -m gpucheck run --out DIR``: the whole check in one process, most important first. A step that
+fails is recorded and the next runs; past the grid's deadline the rest are skipped; the report is always
+written, and the exit status says whether everything was measured."""
 
 from __future__ import annotations
 
@@ -32,8 +31,8 @@ SERVER_LOG_LINES = 200
 
 
 class Recorder:
-    """Runs each step, timing it and keeping its figures or its failure; skips steps past the deadline or
-    whose needs did not run."""
+    """Runs each step, keeping its figures or failure; skips it past the deadline or when its needs did not
+    run."""
 
     def __init__(self, deadline_s: float) -> None:
         self.started = time.monotonic()
@@ -95,7 +94,7 @@ def check(out: Path, grid_name: str, spec_path: Path, carried: Path | None) -> i
         for name in studies.latency_group(grid):
             model = models[name]
             raw[(model.base, model.precision)] = raw_curve(model, grid, device)
-        return {"curves": [report.curve_record(c) for c in raw.values()]}
+        return {"curves": sorted(f"{base} {precision}" for base, precision in raw)}
 
     def libpython_step() -> dict[str, Any]:
         facts.libpython = machine.stub_libpython(

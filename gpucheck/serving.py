@@ -1,7 +1,5 @@
-"""One real tritonserver for the whole check, every model loaded at the start, no watchdog (a stub that
-dies is a finding, not to heal). A model that fails to load fails only the studies that need it
-(``require``). On a GPU the Python backend's CUDA memory pool is raised from 64 MiB to hold the largest
-batches in flight."""
+"""One tritonserver for the whole check, every model loaded at the start and no watchdog: a stub that dies
+is a finding. A model that fails to load fails only the studies that need it."""
 
 from __future__ import annotations
 

@@ -1,7 +1,6 @@
-"""The studies through the real server, one function each returning JSON-ready figures: what a client sees
-over gRPC beside the server's compute per batch and raw torch on the same device. Throughput points are
-one window of a closed loop, not a search for stability: the lent minutes are few, and the report
-compares points of one run."""
+"""The studies through the real server, each returning JSON-ready figures. Throughput points are one window
+of a closed loop, not a search for stability: the lent minutes are few, and the report compares points
+of one run."""
 
 from __future__ import annotations
 
@@ -23,12 +22,7 @@ from exporters.sources.load import build_torch_model
 from gpucheck import machine
 from gpucheck.grid import Grid
 from gpucheck.raw import RawCurve
-from gpucheck.repository import (
-    BATCHING_MODEL,
-    INSTANCE_MODEL,
-    CheckRepository,
-    variant_name,
-)
+from gpucheck.repository import BATCHING_MODEL, INSTANCE_MODEL, CheckRepository, variant_name
 from gpucheck.serving import Session, timed_calls
 from perf.measure.engine import MeasureSettings
 from perf.measure.loads import closed_loop
@@ -77,8 +71,7 @@ def latency_group(grid: Grid) -> list[str]:
 
 
 def latency(context: Context) -> dict[str, Any]:
-    """``T + (N−1)·Δt`` served: one request at a time per batch size, client time and the server's compute,
-    beside raw torch."""
+    """``T + (N−1)·Δt`` served, one request at a time per batch, beside the server's compute and raw torch."""
     session, grid = context.session, context.grid
     models = {}
     for name in latency_group(context.grid):
@@ -109,8 +102,7 @@ def latency(context: Context) -> dict[str, Any]:
 
 
 def parity(context: Context) -> dict[str, Any]:
-    """Each latency model's served outputs against the eager fp32 model on the CPU, held to its precision's
-    tolerance."""
+    """Served outputs against the eager fp32 model on the CPU, held to the precision's tolerance."""
     results = {}
     for name in latency_group(context.grid):
         built = context.repository.models[name]
@@ -152,9 +144,8 @@ def _predicted_mib(spec: Any, precision: str) -> float | None:
 
 
 def memory(context: Context) -> dict[str, Any]:
-    """Per latency model after a request of the largest batch: what nvidia-smi says its stub holds, torch's
-    allocator here for the same module, and what ``make plan`` counts (per instance, plus the CUDA
-    context it counts once per GPU)."""
+    """What each latency model's stub holds after the largest batch, against torch's allocator and ``make
+    plan``'s count."""
     context_mib = context_bytes(context.device) / MIB if context.on_gpu else None
     models = {}
     for name in latency_group(context.grid):
@@ -224,8 +215,8 @@ def instances(context: Context) -> dict[str, Any]:
 
 
 def pipeline(context: Context) -> dict[str, Any]:
-    """The two-stage image classifier (fp32 and fp16 boundaries) against the monolith: latency per batch,
-    throughput at one concurrency, bytes crossing the boundary."""
+    """The two-stage image classifier against the monolith: latency, throughput, bytes crossing the
+    boundary."""
     monolith = context.repository.models[INSTANCE_MODEL].model.spec
     rows = []
     for name in (INSTANCE_MODEL, *context.grid.pipelines):
@@ -253,8 +244,8 @@ def pipeline(context: Context) -> dict[str, Any]:
 def _transport_times(
     context: Context, model: str, array: np.ndarray, transport: str
 ) -> tuple[list[float], bool]:
-    """Times of ``shm_requests`` requests of ``array`` in the gRPC message, through one system or one CUDA
-    shared-memory region, and whether the last answer was right (the model doubles its input)."""
+    """Times of requests of ``array`` through ``transport``, and whether the last answer was right
+    (doubled)."""
     client, count = context.session.grpc, context.grid.shm_requests
     size = array.nbytes
     tensor = grpcclient.InferInput("x", list(array.shape), "FP32")

@@ -1,16 +1,11 @@
 """``make soak``: mixed load for minutes with faults injected at random; nothing lost, nothing leaked.
 
-One server on the built repository, supervised and fronted as ``make serve``'s is, with HTTP and gRPC
-callers of ``trivial``, ``recommender`` and ``recommender_pipeline``. First the invariant fuzz
-(``soak.invariant_fuzz``, fault matrix row 62) runs under that load for ``--invariant-s``; then every
-few seconds one fault of ``soak.faults`` or ``soak.attacks`` is injected, each kind once per round in
-random order. At the end the server is drained and stopped under load.
-
-The report (``soak.report``) excuses a failure only inside the outage its fault caused, with the error
-that outage explains; faults that must get one exact answer must all get it. It reports leaks (stubs or
-``/dev/shm`` regions left, the server's RSS), how long the watchdog took to see and heal each stub
-fault, and any tritonserver death the soak did not cause. Exit status 0 only if nothing was lost or
-leaked and the server never died but by the soak's hand."""
+One supervised server with both fronts, as ``make serve`` runs it, under HTTP and gRPC callers. First
+the invariant fuzz (fault matrix row 62) runs for ``--invariant-s``; then every few seconds one fault of
+``soak.faults`` or ``soak.attacks``, each kind once per round. At the end the server is drained and
+stopped under load. A failure is excused only inside its fault's outage, with the error it explains
+(``soak.report``). Exit 0 only if nothing was lost or leaked and the server never died but by the soak's
+hand."""
 
 from __future__ import annotations
 
@@ -114,9 +109,7 @@ def run_soak(
 def main(argv: list[str] | None = None, run: Callable[..., SoakReport] = run_soak) -> int:
     """``make soak``; ``run``: the soak itself (a test hands in one that starts nothing)."""
     parser = argparse.ArgumentParser(
-        prog="python -m soak",
-        description=__doc__,
-        formatter_class=argparse.RawDescriptionHelpFormatter,
+        prog="python -m soak", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
     parser.add_argument("--repository", type=Path, default=Path("model_repository"))
     parser.add_argument("--duration", type=float, default=600.0, help="seconds of load (default 600)")

@@ -40,8 +40,7 @@ GARBAGE_FIRST_MESSAGES = (b"\xff\xff\xff\xff", b"\x0a\xff")
 NOT_A_REQUEST = "ModelStreamInfer: not a valid ModelInferRequest message"
 HALF_OPEN = 4  # connections per fault; half send the HTTP/2 preface and stop
 HALF_OPEN_CLOSED_WITHIN_S = 30.0  # the front's handshake timeout is 10 s; grpc's own default, 60 s
-# what the load may get while tritonserver is down and restarting: the fronts' 503/502 JSON and gRPC
-# UNAVAILABLE (fault matrix, "fronts across restarts"), and a model not loaded yet after the restart
+# the fronts' answers while tritonserver restarts ("fronts across restarts"), and models not yet loaded
 RESTART_GAP = (
     "tritonserver is not reachable",
     "tritonserver did not answer",
@@ -61,8 +60,7 @@ RESTART_WITHIN_S = 300.0  # the supervisor's backoff plus a start on a busy host
 
 
 def unanswered_shapes(soak: Soak) -> None:
-    """``[2^62, 0]`` to the text encoder over HTTP, gRPC and a stream: each refused naming the input, no
-    stub lost (rows 37–39)."""
+    """``[2^62, 0]`` over HTTP, gRPC and a stream: refused naming the input, no stub lost (rows 37–39)."""
     inputs = soak.input_names(ENCODER)
     if inputs is None:
         return
@@ -94,8 +92,7 @@ def unanswered_shapes(soak: Soak) -> None:
 
 
 def garbage_stream(soak: Soak) -> None:
-    """A stream whose first message is no ``ModelInferRequest``: closed with INVALID_ARGUMENT, not left
-    hanging (row 40)."""
+    """A stream whose first message is garbage: closed with INVALID_ARGUMENT, not hung (row 40)."""
     garbage = soak.rng.choice(GARBAGE_FIRST_MESSAGES)
     with grpc.insecure_channel(soak.server.grpc_url) as channel:
         stream = channel.stream_stream("/inference.GRPCInferenceService/ModelStreamInfer")
@@ -110,8 +107,7 @@ def garbage_stream(soak: Soak) -> None:
 
 
 def half_open_http2(soak: Soak) -> None:
-    """Connections to the gRPC front that never finish the HTTP/2 handshake: each closed by the front (row
-    41); watched from a thread while the soak goes on."""
+    """Half-open HTTP/2 connections to the gRPC front: each closed by the front (row 41)."""
     host, port = soak.server.grpc_url.rsplit(":", 1)
     connections = []
     for number in range(HALF_OPEN):
@@ -140,8 +136,8 @@ def _watch_closed(connections: list[socket.socket], record: Callable[[bool], Non
 
 
 def shared_memory_identity(soak: Soak) -> None:
-    """A hard link to a stub's region registered: refused (row 43); a stub's region renamed over a
-    client's: the client's own file read (row 44); no stub lost."""
+    """A stub's region hard-linked (refused, row 43) or renamed over a client's (its own file read, row
+    44)."""
     name = soak.stub_region()
     if name is None:
         return
@@ -168,7 +164,7 @@ def trivial_output(client: object, protocol: str, values: np.ndarray) -> np.ndar
     return client.infer("trivial", make_inputs(protocol_module(protocol), {"x": values})).as_numpy("y")
 
 
-# builds a request that reads a registered region (client, protocol, region name) and returns its output
+# (client, protocol, region name) -> a request reading the region, returning its output
 RegionRead = Callable[[object, str, str], Callable[[], np.ndarray]]
 
 
@@ -178,9 +174,8 @@ def from_region(client: object, protocol: str, name: str) -> Callable[[], np.nda
 
 
 def renamed_over(client: object, protocol: str, region: Path, read: RegionRead = from_region) -> bool:
-    """A stub's ``region`` renamed over a client's registered region, read as ``trivial``'s input (row 44):
-    right only when answered from the client's own file. ``read`` builds the request (a test hands in
-    wrong ones). The stub's region goes back whatever happened."""
+    """A stub's ``region`` renamed over a client's registered region and read (row 44): right only when
+    answered from the client's own file; ``read`` builds the request (a test hands in wrong ones)."""
     values = np.full((1, ROW_FLOATS), 3.5, np.float32)
     with system_region(client, 4096, f"soak_renamed_{protocol}_{os.getpid()}") as (name, handle):
         shared_memory.set_shared_memory_region(handle, [values])
@@ -199,9 +194,8 @@ def renamed_over(client: object, protocol: str, region: Path, read: RegionRead =
 def into_region(
     client: object, protocol: str, name: str, descriptor: int, size: int
 ) -> Callable[[], np.ndarray]:
-    """A ``trivial`` request reading its input from the region's start and writing its output into its last
-    row, which it returns as read through ``descriptor`` (a mapping read past a cut file's end is a
-    SIGBUS)."""
+    """A ``trivial`` request through the region; returns its output row read through ``descriptor``, as a
+    mapping read past a cut file's end is a SIGBUS."""
     module = protocol_module(protocol)
     tensor = module.InferInput("x", [1, ROW_FLOATS], "FP32").set_shared_memory(name, ROW)
     output = module.InferRequestedOutput("y")
@@ -236,9 +230,8 @@ class Verdict:
 def judge(
     call: Callable[[], np.ndarray], rights: Sequence[np.ndarray], refusal: str | None = None
 ) -> Verdict:
-    """Run ``call`` and judge it: answered when its output is one of ``rights``; refused when it raised a
-    bad-request error saying ``refusal``; anything else (another error, the server gone, another output)
-    is wrong."""
+    """Answered when ``call``'s output is one of ``rights``; refused on a bad-request error saying
+    ``refusal``; anything else is wrong."""
     try:
         output = call()
     except Exception as error:  # whatever it is, the request got it instead of an answer
@@ -260,9 +253,7 @@ def server_kept(soak: Soak, pid: int | None, stubs: set[int]) -> bool:
 
 
 def truncate_race(soak: Soak) -> None:
-    """A client cuts its registered region short and restores it while its requests read from and write
-    into it (row 45): each answered or refused with "cut short after registration"; tritonserver's pid
-    and stubs unchanged."""
+    """A client's region cut short and restored while its requests use it (row 45); the server kept."""
     pid, before = soak.server.pid, soak.stub_pids()
     answers_right = True
     for protocol, client in soak.clients().items():
@@ -286,18 +277,14 @@ class Race:
 
 
 def race_rights(client: object, protocol: str, values: np.ndarray) -> list[np.ndarray]:
-    """What a race request may read back: ``trivial``'s output for the region's ``values`` (before a cut)
-    or for zeros (after one)."""
+    """``trivial``'s output for the region's ``values`` (read before a cut) or for zeros (after one)."""
     return [trivial_output(client, protocol, v) for v in (values, np.zeros_like(values))]
 
 
 def race_truncation(client: object, protocol: str, name: str, seconds: float = RACE_S) -> Race:
-    """Cut ``/dev/shm/name`` short and restore it for ``seconds`` while requests run through it (row 45):
-    each answered with one of ``race_rights`` or refused with ``CUT_SHORT``.
-
-    Every other request runs with the file whole and its output row first set to a value no answer has:
-    it must be answered with the region's own output (a front that never wrote its output would read
-    back a cut's zeros)."""
+    """Cut ``/dev/shm/name`` short and restore it for ``seconds`` while requests run through it (row 45).
+    Every other request runs with the file whole and its output row preset to a value no answer has: it
+    must get the region's own output (a front that never wrote it would read back a cut's zeros)."""
     size = 1 << 16
     values = np.full((1, ROW_FLOATS), 2.5, np.float32)
     rights = race_rights(client, protocol, values)
@@ -348,8 +335,8 @@ def race_truncation(client: object, protocol: str, name: str, seconds: float = R
 
 
 def kill_server(soak: Soak) -> None:
-    """``kill -9`` of tritonserver: every model under load is out until the supervisor serves again, which
-    this waits for so the next fault meets a serving server."""
+    """``kill -9`` of tritonserver; waits until the supervisor serves again, so the next fault meets a
+    serving server."""
     supervisor = soak.supervisor
     pid = soak.server.pid
     if supervisor is None or pid is None:

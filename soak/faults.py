@@ -85,12 +85,6 @@ class Soak:
         return code == "INVALID_ARGUMENT" and says in details
 
 
-def _serving_stub(soak: Soak) -> Stub | None:
-    """A random live stub of a model under load (never a config auto-complete stub)."""
-    stubs = [s for s in soak.stubs() if s.model in soak.stub_models and s.instance != s.model]
-    return soak.rng.choice(stubs) if stubs else None
-
-
 def refused(call: Callable[[], object], protocol: str, says: str = "") -> bool:
     """Whether ``call`` is refused as forbidden (HTTP 403, gRPC PERMISSION_DENIED), saying ``says``."""
     try:
@@ -100,24 +94,29 @@ def refused(call: Callable[[], object], protocol: str, says: str = "") -> bool:
         return error.status() == REFUSED[protocol] and says in (error.message() or "")
 
 
+def _signal_stub(soak: Soak, signum: int, fault: str) -> Stub | None:
+    """Signal a random stub of a model under load (never a config auto-complete stub); record the outage."""
+    stubs = [s for s in soak.stubs() if s.model in soak.stub_models and s.instance != s.model]
+    victim = soak.rng.choice(stubs) if stubs else None
+    if victim is not None:
+        os.kill(victim.pid, signum)
+        soak.report.outages.append(Outage(fault, victim.model, time.monotonic(), time.time(), DEAD_STUB))
+    return victim
+
+
 def kill_stub(soak: Soak) -> None:
     """SIGKILL a stub: the watchdog must reload its model."""
-    victim = _serving_stub(soak)
-    if victim is None:
-        return
-    os.kill(victim.pid, signal.SIGKILL)
-    soak.report.outages.append(Outage("stub killed", victim.model, time.monotonic(), time.time(), DEAD_STUB))
-    log.info("killed a stub of %s", victim.model)
+    victim = _signal_stub(soak, signal.SIGKILL, "stub killed")
+    if victim is not None:
+        log.info("killed a stub of %s", victim.model)
 
 
 def stop_stub(soak: Soak) -> None:
-    """SIGSTOP a stub, and SIGCONT it a few seconds later as an unlucky operator would (or never): the
-    watchdog must kill it before it resumes (Triton 2.51 aborts then) and reload its model."""
-    victim = _serving_stub(soak)
+    """SIGSTOP a stub and SIGCONT it later (or never): the watchdog must kill it first, as Triton 2.51
+    aborts when it resumes."""
+    victim = _signal_stub(soak, signal.SIGSTOP, "stub stopped")
     if victim is None:
         return
-    os.kill(victim.pid, signal.SIGSTOP)
-    soak.report.outages.append(Outage("stub stopped", victim.model, time.monotonic(), time.time(), DEAD_STUB))
     resume = soak.rng.choice([None, soak.rng.uniform(*RESUME_AFTER_S)])
     if resume is not None:
         threading.Timer(resume, _resume, args=(victim.pid,)).start()
@@ -141,8 +140,8 @@ def bad_request(soak: Soak) -> None:
 
 
 def update_embedding(soak: Soak) -> None:
-    """An embedding row update to the pipeline's embedding stage, acknowledged; refused as unhealthy while
-    another fault has the stage down, it is retried as a client would (updates overwrite rows)."""
+    """An embedding update must be acknowledged; refused while another fault has the stage down, it is
+    retried as a client would."""
     if PIPELINE not in soak.models:
         return
     config = soak.client.get_model_config(f"{PIPELINE}_embedding")
@@ -151,25 +150,24 @@ def update_embedding(soak: Soak) -> None:
     values = np.full((len(rows), width), soak.rng.uniform(-1, 1), np.float32)
     update = embedding_update(soak.rng.randrange(0, 2), rows, values)
     deadline = time.monotonic() + UPDATE_RETRY_S
-    while True:
+    acknowledged = False
+    while not acknowledged:
         try:
             soak.client.infer(f"{PIPELINE}_embedding", make_inputs(httpclient, update))
             acknowledged = True
         except InferenceServerException as error:
-            if DEAD_STUB in error.message() and time.monotonic() < deadline:
-                time.sleep(0.5)
-                continue
-            log.error("embedding update refused: %s", error)
-            acknowledged = False
-        break
+            if DEAD_STUB not in error.message() or time.monotonic() >= deadline:
+                log.error("embedding update refused: %s", error)
+                break
+            time.sleep(0.5)
     soak.report.check("embedding updates (acknowledged)").record(acknowledged)
 
 
 def overflowing_request(
     model: str, inputs: tuple[str, ...], shape: tuple[int, ...] = (1, 2**61)
 ) -> service_pb2.ModelInferRequest:
-    """INT64 ``shape`` for every input with empty contents; ``[1, 2**61]`` is what Triton 2.51 alone sizes
-    as 0 bytes (2**64 wraps) and hands to the stub."""
+    """INT64 ``shape`` for every input with empty contents; ``[1, 2**61]`` Triton 2.51 alone sizes as 0
+    bytes."""
     request = service_pb2.ModelInferRequest(model_name=model)
     for name in inputs:
         request.inputs.add(name=name, datatype="INT64", shape=shape)
@@ -189,8 +187,7 @@ def overflowing_grpc_shape(soak: Soak) -> None:
 
 
 def shared_memory_probe(soak: Soak) -> None:
-    """A client registers a stub's own IPC region over HTTP and gRPC: refused both times, and its status
-    lists no region of the stub's."""
+    """A client registers a stub's IPC region over both protocols: refused, and not listed."""
     region = soak.stub_region()
     if region is None:
         return
@@ -204,8 +201,8 @@ def shared_memory_probe(soak: Soak) -> None:
 
 
 def fuzz_burst(soak: Soak) -> None:
-    """``soak.fuzz_cases`` mutated HTTP requests (``soak.http_fuzz``): each answered below 500, the server
-    live after each."""
+    """``soak.fuzz_cases`` cases of ``soak.http_fuzz``: each answered below 500, the server live after
+    each."""
     if not soak.fuzz_cases:
         return
     seed = soak.rng.randrange(1 << 31)
@@ -249,9 +246,8 @@ def recover(soak: Soak) -> None:
 
 
 def match_heal_events(outages: list[Outage], events: list[HealEvent], offset: float) -> None:
-    """Each outage gets the first unclaimed event of its model after the fault, and recovers at the first
-    reload of that model that healed from then on (a fault on a model still reloading can make that
-    reload fail)."""
+    """Each outage gets its model's first unclaimed event after the fault, and recovers at the first heal
+    from then on (a fault on a reloading model can make that reload fail)."""
     claimed: set[int] = set()
     for outage in sorted(outages, key=lambda o: o.at):
         if outage.fault == SERVER_KILLED:  # recovered when the supervisor served again, not a reload

@@ -1,11 +1,8 @@
-"""The headers of the invariant fuzz's requests, drawn like the rest of a case: a front that reads a header
-one way for one client and another way for the next is found as surely as one that misreads a shape.
-
-Over HTTP a ``HeaderCase`` draws the names' casing, ``Accept-Encoding``, ``Content-Encoding`` (the body
-compressed to match, or ``MISMATCH``: declared gzip over plain bytes, which must be refused) and
-``Content-Type``. Over gRPC it draws the message's compression and, for ``ModelInfer``, one time in
-three a fault of the call's wire form (``WIRE_FAULTS``), which grpcio will not send, so such a call is
-written frame by frame (``soak.raw_grpc``) and must be refused (``wire_held``)."""
+"""The headers of the invariant fuzz's requests, drawn like the rest of a case, so a front that reads a
+header differently from one client to the next is found. Over HTTP: the names' casing,
+``Accept-Encoding``, ``Content-Encoding`` (or ``MISMATCH``: gzip declared over plain bytes, to be
+refused) and ``Content-Type``; over gRPC the compression and, one time in three, a wire fault
+(``WIRE_FAULTS``) that grpcio will not send, written by ``soak.raw_grpc`` and to be refused."""
 
 from __future__ import annotations
 
@@ -33,13 +30,11 @@ CASINGS: dict[str, Callable[[str], str]] = {
     "mixed": mixed_case,
 }
 ACCEPT_ENCODINGS = ("", "identity", "gzip", "deflate", "gzip, deflate")  # "": no Accept-Encoding
-# Where the front writes an output into a region it reads Triton's answer itself, for a client that may
-# accept a compressed one: there a compressed answer comes first, the value hypothesis draws most often
-# (and shrinks to), as such valid requests are rare draws
+# For an output in a region the front reads Triton's answer itself: compressed first, where hypothesis
+# draws most often, as such valid requests are rare
 ACCEPT_COMPRESSED_FIRST = ("gzip", "deflate", "gzip, deflate", "", "identity")
 MISMATCH = "gzip-plain"  # declared gzip, sent plain: the front must refuse it (4xx)
-# a mismatch one draw in ten, so most bodies are read; not at either end of the tuple, where hypothesis
-# draws more often than elsewhere
+# a mismatch one draw in ten, away from the tuple's ends (hypothesis draws those more often)
 CONTENT_ENCODING_DRAWS = ("", "gzip", "deflate", "", "gzip", MISMATCH, "deflate", "", "gzip", "deflate")
 JSON_TYPES = (
     "application/json",
@@ -102,8 +97,8 @@ def header_cases(draw: st.DrawFn, protocol: str, binary: bool, shm_output: bool 
 
 
 def encoded(body: bytes, encoding: str) -> bytes:
-    """``body`` under ``Content-Encoding: encoding`` (deflate is zlib, RFC 9110), at the fastest level: the
-    front reads every level alike, and 2 MiB takes a fifth of gzip's default time."""
+    """``body`` under ``Content-Encoding: encoding``, at the fastest level (the front reads every level
+    alike)."""
     if encoding == "gzip":
         return gzip.compress(body, compresslevel=1, mtime=0)
     if encoding == "deflate":
@@ -114,8 +109,7 @@ def encoded(body: bytes, encoding: str) -> bytes:
 def http_headers(
     headers: HeaderCase | None, header_length: int | None, body: bytes
 ) -> tuple[list[tuple[str, str]], bytes]:
-    """An inference's headers and body as ``headers`` writes them (None: the fuzz's plain ones);
-    ``header_length`` the JSON header's length where binary data follows."""
+    """An inference's headers and body as ``headers`` writes them (None: the fuzz's plain ones)."""
     if headers is None:
         binary = header_length is not None
         headers = HeaderCase(content_type="application/octet-stream" if binary else "application/json")
@@ -155,16 +149,14 @@ def wire_held(headers: HeaderCase | None, verdict: str) -> list[str]:
 
 
 def accepted(accept_encoding: str, answered: str) -> bool:
-    """Whether an answer encoded as ``answered`` is one a client that sent ``accept_encoding`` ("" accepts
-    any) reads."""
+    """Whether a client that sent ``accept_encoding`` ("" accepts any) reads an answer in ``answered``."""
     if answered in ("", "identity") or not accept_encoding:
         return True
     return answered in [part.split(";")[0].strip() for part in accept_encoding.lower().split(",")]
 
 
 def headers_held(headers: HeaderCase | None, reply: HttpReply, verdict: str) -> list[str]:
-    """What an HTTP answer broke of invariant (a) through the headers: a body declared gzip but sent plain
-    must be refused, and an answer must come in an encoding the request accepts."""
+    """A body declared gzip but sent plain must be refused; an answer must come in an accepted encoding."""
     if headers is None or reply.failure:
         return []
     problems = []

@@ -1,10 +1,8 @@
-"""The invariant fuzz's two clients' shared-memory regions, and invariant (b) over them.
-
-Client A is the fuzz; client B another local user (``soak.other_uid``), when run as root. Each fills its
-files with its own canary and registers them on both fronts: A ``a0``, ``a1`` (one page into its file:
-row 49), ``shared`` and a case's own ``fresh``; B ``theirs`` and ``shared`` (A's name on B's file),
-registered first, as row 49's other user was. ``ClientFile`` knows what each file must hold; ``verify``
-flags any other byte changed and any canary found where it does not belong."""
+"""The invariant fuzz's shared-memory regions and invariant (b) over them. Client A is the fuzz; client B
+another uid (``soak.other_uid``, as root). Each fills its files with its canary and registers them on
+both fronts: A ``a0``, ``a1`` (a page in: row 49), ``shared`` and a case's ``fresh``; B ``theirs`` and
+``shared`` (A's name, B's file), first. ``verify`` flags any byte changed but an answered output's, and
+any canary out of place."""
 
 from __future__ import annotations
 

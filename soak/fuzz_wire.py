@@ -1,12 +1,8 @@
-"""What the invariant fuzz sends and how it judges what comes back: a drawn ``Case`` as an HTTP body or a
-gRPC ``ModelInferRequest``, sent over HTTP, ``ModelInfer`` or a ``ModelStreamInfer`` stream, and every
-answer given a verdict for invariant (a): ``ok`` (2xx / ``OK``), ``refused`` (4xx / a client-error code:
-the request's own fault), ``policy`` (429, 504 / the front's ``DEADLINE_EXCEEDED``: a busy server or
-slow model, by design) or ``broken`` (a 5xx, ``INTERNAL``, ``UNAVAILABLE``..., no answer by
-``soak.raw_http``'s rule, or none within the deadline plus ``SLACK_S``).
-
-On a stream an error carries no status code, so a message's error there counts as answered; unary gRPC
-draws the same requests and judges the code."""
+"""A drawn ``Case`` as bytes on the wire (an HTTP body, a ``ModelInferRequest``), sent over HTTP,
+``ModelInfer`` or a stream, and every answer's verdict for invariant (a): ``ok``; ``refused`` (4xx, a
+client-error code: the request's fault); ``policy`` (429, 504, the front's ``DEADLINE_EXCEEDED``: by
+design); else ``broken``, no answer or a hang included. A stream's message error carries no code, so it
+counts as answered; unary gRPC judges the same requests' codes."""
 
 from __future__ import annotations
 
@@ -26,16 +22,14 @@ from soak.other_uid import GRPC_OPTIONS, SERVICE, grpc_call
 from soak.raw_http import HttpReply, Request, exchange
 from soak.request_space import Case, InputSpace, ModelSpace, TensorCase, data_fits
 
-# How much later than its model's deadline an answer may come before it counts as a hang: the front
-# answers 504 at the deadline, and a loaded 2-core host can be seconds late.
+# past the deadline before an answer counts as a hang: a loaded 2-core host can be seconds late
 SLACK_S = 15.0
 CLIENT_FAULTS = {
     "INVALID_ARGUMENT", "NOT_FOUND", "ALREADY_EXISTS", "PERMISSION_DENIED", "FAILED_PRECONDITION",
     "OUT_OF_RANGE", "UNIMPLEMENTED", "UNAUTHENTICATED", "RESOURCE_EXHAUSTED",
 }  # fmt: skip
 FRONT_DEADLINE = "did not answer within its deadline"
-# a gRPC code's verdict (module docstring); any other code is broken. DEADLINE_EXCEEDED is the front's
-# only where its details say so (``grpc_answer``).
+# a gRPC code's verdict; any other is broken (DEADLINE_EXCEEDED is the front's only where it says so)
 GRPC_VERDICTS = {"OK": "ok", "DEADLINE_EXCEEDED": "policy", **dict.fromkeys(CLIENT_FAULTS, "refused")}
 ALL_VALUES = -(1 << 40)  # a byte delta that cuts a tensor's data to nothing
 SMALL_INTEGERS = 10  # integers without a declared range are drawn from [0, 10)
@@ -43,8 +37,7 @@ SMALL_INTEGERS = 10  # integers without a declared range are drawn from [0, 10)
 
 @dataclass(frozen=True)
 class Answer:
-    """One answer as invariant (a) sees it, with every byte that came back (invariant (b) looks for other
-    clients' canaries in them)."""
+    """One answer for invariant (a), with every byte that came back for invariant (b)'s canary search."""
 
     what: str
     verdict: str
@@ -71,8 +64,7 @@ def grpc_answer(what: str, code: str, details: str, payload: bytes, elapsed_s: f
 
 @dataclass(frozen=True)
 class Carried:
-    """One input's data in each form the carriers take: ``raw`` bytes, JSON ``values``, and the ``array``
-    typed contents are made of."""
+    """One input's data as ``raw`` bytes, JSON ``values`` and the ``array`` typed contents are made of."""
 
     raw: bytes
     values: list
@@ -98,8 +90,7 @@ def _array(tensor: TensorCase, rule: InputSpace | None, rng: np.random.Generator
     low, high = (0, SMALL_INTEGERS)
     if rule is not None and rule.value_range is not None and rule.datatype == datatype:
         low, high = max(rule.value_range[0], int(info.min)), min(rule.value_range[1], int(info.max) + 1)
-    # half the time near the low bound: a declared range can be wider than some of what it indexes
-    # (the recommender's ids [0, 10000) index tables of 10 to 10,000 rows)
+    # half the time near the low bound: the recommender's ids [0, 10000) index tables of 10 rows too
     top = high if rng.integers(0, 2) and tensor.values != "low" else min(high, low + SMALL_INTEGERS)
     values = rng.integers(low, max(top, low + 1), count).astype(kind)
     if tensor.values == "out-of-range" and count:
@@ -125,8 +116,7 @@ def _bytes_buffer(items: Sequence[bytes], fault: str) -> bytes:
 
 
 def beyond_datatype(datatype: str) -> float | None:
-    """The nearest value past what ``datatype`` holds that JSON can say, which Triton would cast unchecked
-    (fault matrix row 68); None where there is none."""
+    """The nearest value past ``datatype`` that JSON can say, which Triton would cast unchecked (row 68)."""
     if datatype == "FP32":
         return 1e39
     kind = _integer(datatype)
@@ -139,8 +129,7 @@ def _integer(datatype: str) -> type | None:
 
 
 def typed_carries(datatype: str, value: float) -> bool:
-    """Whether ``datatype``'s typed-contents field carries ``value`` as written, as protobuf itself says
-    (``uint_contents`` holds 256 for UINT8; a float field turns 1e39 into infinity)."""
+    """Whether ``datatype``'s typed-contents field holds ``value`` as written, as protobuf itself says."""
     field = TYPED_FIELDS.get(datatype)
     if field is None:
         return False
@@ -153,8 +142,8 @@ def typed_carries(datatype: str, value: float) -> bool:
 
 
 def carried(tensor: TensorCase, rule: InputSpace | None, seed: int) -> Carried:
-    """``tensor``'s data from ``seed`` (the same seed, the same bytes), with its faults; a value beyond its
-    datatype goes first in the JSON values, and in the typed contents where their field carries it."""
+    """``tensor``'s data from ``seed``, with its faults; a value beyond the datatype goes first where it
+    can be said."""
     array = _array(tensor, rule, np.random.default_rng(seed))
     if isinstance(array, list):
         raw = _bytes_buffer(array, tensor.bytes_fault)
@@ -185,8 +174,8 @@ def carried_inputs(tensors: Sequence[TensorCase], space: ModelSpace | None, seed
 
 
 def control_case(space: ModelSpace) -> tuple[TensorCase, ...]:
-    """The model's smallest valid request (required inputs, batch 1, variable dims at their low bound, raw
-    contents): sent after the fuzzed message on a stream, and the other user's request."""
+    """The model's smallest valid request: sent after a fuzzed stream message, and the other user's
+    request."""
     axes = space.variable_axes()
     required = [rule for rule in space.inputs if not rule.optional] or list(space.inputs[:1])
     tensors = []
@@ -277,8 +266,7 @@ def grpc_request(
 
 
 class Client:
-    """The fuzz's own sockets to both fronts; ``http`` and ``grpc`` answer as ``OtherUser``'s do, so the
-    regions treat both users alike."""
+    """The fuzz's own sockets to both fronts, answering as ``OtherUser``'s do."""
 
     def __init__(self, http_url: str, grpc_url: str) -> None:
         host, port = http_url.rsplit(":", 1)
@@ -301,8 +289,8 @@ class Client:
         timeout_s: float,
         compression: grpc.Compression | None = None,
     ) -> tuple[Answer, dict[str, bool]]:
-        """The messages on one ``ModelStreamInfer`` stream: the stream's answer (``broken`` too when a
-        message got none) and, per message id, whether it was answered without error."""
+        """The stream's answer (``broken`` when a message got none) and, per message id, whether it was
+        answered ok."""
         start, payload, answered = time.monotonic(), b"", {}
         call = self.channel.stream_stream(SERVICE + "ModelStreamInfer")
         try:

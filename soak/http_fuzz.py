@@ -36,17 +36,8 @@ METHODS = ["GET", "HEAD", "POST", "PUT", "DELETE", "PATCH", "OPTIONS", "TRACE", 
 ENCODINGS = ["gzip", "deflate", "gzip-plain", "br", "gzip, gzip", "identity", "x" * 300]
 SHM_REGION = f"fuzz_{os.getpid()}"
 NAME_TAILS = [
-    "%00x",
-    "\x00x",
-    "/../../etc/passwd",
-    "%2F..%2F",
-    "é",
-    "A" * 3000,
-    "/versions/99",
-    "/versions/-1",
-]
-
-
+    "%00x", "\x00x", "/../../etc/passwd", "%2F..%2F", "é", "A" * 3000, "/versions/99", "/versions/-1",
+]  # fmt: skip
 BACKSLASH = chr(0x5C)
 QUERIES = ["?", "?a=b", "?a=b&c", "?%2F", "?#", "?a=" + BACKSLASH]
 ODD_CHARACTERS = ["\x00", "\t", "\x7f", "\u00e9", "\x1b", " "]

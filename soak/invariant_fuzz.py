@@ -64,11 +64,8 @@ from soak.raw_http import Request
 from soak.request_space import Case, ModelSpace, OutputCase, cases
 
 log = logging.getLogger(__name__)
-# How much tritonserver's RSS may grow over a run (invariant (c); docs/SERVING.md, "The invariant
-# fuzz"). Measured on the default repository from a fresh server: +70 MiB over 6,000 cases, falling off
-# (+26 the first 500, +0.5 the last 1,000): its allocator keeping what the largest tensors needed. A
-# leak the size of row 53's (~27 KB kept per unanswered request) in a third of the cases passes it
-# within about 11,000 cases, sooner once the allocator has settled.
+# Invariant (c)'s bound (docs/SERVING.md, "The invariant fuzz"): a fresh server grows +70 MiB over 6,000
+# cases, levelling off as its allocator settles; row 53's leak in a third of the cases passes it in ~11,000.
 RSS_BOUND_MIB = 96.0
 
 
@@ -167,8 +164,7 @@ class InvariantReport:
 
 
 class InvariantFuzz:
-    """``with InvariantFuzz(server) as fuzz: fuzz.check(case)``; cases drawn after ``stop_at`` (monotonic)
-    are not sent (``make soak``'s budget)."""
+    """``with InvariantFuzz(server) as fuzz: fuzz.check(case)``; nothing is sent after ``stop_at``."""
 
     def __init__(self, server: TritonServer) -> None:
         self.server = server
@@ -248,9 +244,8 @@ class InvariantFuzz:
         return problems
 
     def check(self, case: Case) -> None:
-        """Send ``case`` and hold the invariants; ``AssertionError`` lists what broke. Once the server
-        broke, every case fails at once with the same line: hypothesis takes a moving failure for a
-        flaky one."""
+        """Send ``case``; ``AssertionError`` lists what broke. Once the server broke every case fails with
+        that same line: hypothesis takes a moving failure for a flaky one."""
         if time.monotonic() >= self.stop_at and not self.fatal:
             return
         problems = [f"the server broke earlier: {self.fatal}"] if self.fatal else self._held(case)
@@ -302,6 +297,7 @@ class InvariantFuzz:
         answer, verdict, problems = self._request(
             case, space, data, placed_inputs, placed_outputs, deadline_s
         )
+        self.report.answered += problems
         answers.append(answer)
         self.report.verdicts[(case.protocol, verdict)] += 1
         if verdict == "ok":
@@ -323,8 +319,7 @@ class InvariantFuzz:
         outputs: Sequence[Placed | None],
         deadline_s: float,
     ) -> tuple[Answer, str, list[str]]:
-        """The answer, the verdict of the fuzzed request itself (on a stream, its message's), and what
-        broke invariant (a) beyond the answer."""
+        """The answer, the fuzzed request's own verdict, and what broke (a) beyond the answer."""
         timeout = deadline_s + SLACK_S
         if case.protocol == "http":
             reply = self.client.http(http_body(case, data, inputs, outputs), timeout)
@@ -333,7 +328,6 @@ class InvariantFuzz:
             problems = [f"(a) http {case.model}: {problem}" for problem in held]
             shm_output = any(placed is not None for placed in outputs)
             self.report.covered.update(headers_reached(case.headers, reply, answer.verdict, shm_output))
-            self.report.answered += problems
             return answer, answer.verdict, problems
         request = grpc_request(case, data, inputs, outputs)
         compression = grpc_compression(case.headers)
@@ -345,7 +339,12 @@ class InvariantFuzz:
             )
             self._compression_reached(case, answer.verdict)
             return answer, answer.verdict, []
-        messages = [request, *([self._control(space)] if space is not None else [])]
+        messages = [request]
+        if space is not None:  # the model's smallest valid request after the fuzzed one
+            tensors = control_case(space)
+            control = Case(space.name, "stream", tensors, None, 0)
+            data = carried_inputs(tensors, space, 0)
+            messages.append(grpc_request(control, data, [None] * len(tensors), [], request_id="control"))
         answer, answered = self.client.stream(messages, timeout, compression)
         self._compression_reached(case, answer.verdict if answered.get("fuzz") else "refused")
         if answer.verdict != "ok":
@@ -353,7 +352,6 @@ class InvariantFuzz:
         problems = []
         if space is not None and not answered.get("control"):
             problems.append(f"(a) stream {case.model}: the valid message after the fuzzed one failed")
-        self.report.answered += problems
         return answer, "ok" if answered.get("fuzz") else "refused", problems
 
     def _wire_call(self, case: Case, request: bytes, timeout: float) -> tuple[Answer, str, list[str]]:
@@ -366,27 +364,17 @@ class InvariantFuzz:
             answer = Answer("infer", "broken", reply.failure, "", reply.elapsed_s)
         else:
             answer = grpc_answer("infer", reply.code, reply.message, reply.payload, reply.elapsed_s)
-        problems = [
-            f"(a) grpc {case.model}: {problem}" for problem in wire_held(case.headers, answer.verdict)
-        ]
         self.report.covered[f"{answer.verdict} grpc wire {case.headers.wire}"] += 1
-        self.report.answered += problems
-        return answer, answer.verdict, problems
+        problems = wire_held(case.headers, answer.verdict)
+        return answer, answer.verdict, [f"(a) grpc {case.model}: {problem}" for problem in problems]
 
     def _compression_reached(self, case: Case, verdict: str) -> None:
         if case.headers is not None and case.headers.compression:
             self.report.covered[f"{verdict} {case.protocol} {case.headers.compression} message"] += 1
 
-    def _control(self, space: ModelSpace) -> service_pb2.ModelInferRequest:
-        tensors = control_case(space)
-        control = Case(space.name, "stream", tensors, None, 0)
-        data = carried_inputs(tensors, space, 0)
-        return grpc_request(control, data, [None] * len(tensors), [], request_id="control")
-
     def _other_uid(self, case: Case, space: ModelSpace | None) -> list[Answer]:
-        """What the other user does after the case: list its regions on both fronts, or run the model's
-        smallest valid request through its own region with the case's HTTP headers (made readable), so
-        the front reads Triton's answer for its regions under every drawn header."""
+        """The other user lists its regions, or runs the model's smallest request through its own region
+        with the case's HTTP headers, so the front reads Triton's answer under every drawn header."""
         other = self.other
         if other is None or not case.other_uid or space is None:
             return []
@@ -435,9 +423,8 @@ class InvariantFuzz:
 
 
 def run_examples(fuzz: InvariantFuzz, examples: int, seed: int, replay: str = "") -> None:
-    """``examples`` cases from ``seed`` (the same seed draws the same cases), or the one failure a printed
-    ``@reproduce_failure`` blob names (``replay``: ``'<hypothesis version> <blob>'``). Raises the
-    smallest failing case's ``AssertionError``."""
+    """``examples`` cases from ``seed``, or the one failure a printed ``@reproduce_failure`` blob names
+    (``replay``: ``'<version> <blob>'``)."""
     fuzz.report.seeds.append(seed)
 
     @settings(
@@ -463,8 +450,7 @@ def run_examples(fuzz: InvariantFuzz, examples: int, seed: int, replay: str = ""
 def run_for(
     server: TritonServer, seconds: float, first_seed: int, examples_per_seed: int = 200
 ) -> InvariantReport:
-    """``make soak``'s phase: ``examples_per_seed`` cases a seed, seed after seed, for ``seconds``; a
-    failure is accounted and the next seed goes on, unless the server broke."""
+    """``make soak``'s phase: seed after seed for ``seconds``, until the server broke."""
     with InvariantFuzz(server) as fuzz:
         fuzz.stop_at = time.monotonic() + seconds
         seed = first_seed

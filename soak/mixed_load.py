@@ -15,17 +15,15 @@ from client.connection import connect, protocol_module
 from client.infer import make_inputs
 
 PIPELINE = "recommender_pipeline"
-# What a request sent during a drain may get instead of an answer: all say "not served here", none
-# means a request was taken in and dropped.
+# What a request sent during a drain may get instead of an answer: "not served here", never "dropped".
 CLEAN_REFUSALS = (
     "Request for unknown model",  # unloaded by the drain: HTTP 404 / gRPC NOT_FOUND
     "failed to connect to all addresses",  # gRPC, once the server has exited
     "Connection refused",
     "connection closed",  # HTTP keep-alive connection closed by the exiting server, between requests
 )
-# gRPC: a call still open when 2.51's gRPC frontend shuts down answers CANCELLED. Clean only for a call
-# sent after the drain had unloaded every model (nothing it asked for can have run); sent earlier, it
-# was taken in and dropped.
+# A call open when 2.51's gRPC frontend shuts down is CANCELLED: clean only if sent after the drain had
+# unloaded every model (nothing it asked for can have run).
 CANCELLED_AT_EXIT = "StatusCode.CANCELLED"
 
 

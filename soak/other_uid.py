@@ -1,9 +1,6 @@
-"""Another local user's client for the invariant fuzz: a relay process that runs as uid 65534.
-
-The fronts key every shared-memory region by the peer's uid, so a second client must be a second uid.
-Started as root, the relay imports all it needs, drops to ``NOBODY`` and then, one JSON line at a time,
-creates files in ``/dev/shm``, sends HTTP with ``soak.raw_http`` or makes unary gRPC calls, so both
-users are judged the same way."""
+"""Another local user for the invariant fuzz: a relay that drops to uid 65534, since the fronts key every
+region by the peer's uid. It creates files, sends HTTP with ``soak.raw_http`` and makes unary gRPC calls
+as the fuzz asks, one JSON line each, so both users are judged alike."""
 
 from __future__ import annotations
 

@@ -1,11 +1,8 @@
-"""The soak's one HTTP/1.1 client, on a raw socket: a request goes out as its caller built it (a malformed
-target, a header twice, chunked framing), each on a connection of its own.
-
-One rule says what came back. An **answer** is a status line, its headers and its whole body (to its
-``Content-Length``, else to the connection's end; a HEAD's ends at its headers), within ``timeout_s``,
-its body decoded as a client decodes it. Anything else is no answer, and ``failure`` says which:
-``hang``, ``closed`` (a front answers even a request it will not read before it closes, so a dropped
-request is the front's fault), ``not HTTP``, or ``undecodable``."""
+"""The soak's one HTTP/1.1 client, on a raw socket, so a request goes out as its caller built it. An answer
+is a status line, its headers and its whole body within ``timeout_s``, its body decoded as a client
+would; anything else is no answer, and ``failure`` says which (``hang``, ``closed``, ``not HTTP``,
+``undecodable``). A front answers even a request it will not read before it closes, so a dropped request
+is the front's fault."""
 
 from __future__ import annotations
 
@@ -29,8 +26,7 @@ MAX_DECODED_BYTES = 1 << 30  # a guard against a runaway answer, far above any t
 
 @dataclass
 class Request:
-    """One request as sent (a header name may come twice); ``Host``, ``Connection: close`` and the framing
-    are added on the wire, their names written by ``name_case``."""
+    """One request as sent; ``Host``, ``Connection: close`` and the framing are added on the wire."""
 
     method: str
     path: str
@@ -55,8 +51,7 @@ class Request:
 
 @dataclass(frozen=True)
 class HttpReply:
-    """An answer's ``status``, decoded ``body`` and ``encoding``, or the ``failure`` that says why none
-    came."""
+    """An answer, or the ``failure`` that says why none came."""
 
     status: int = 0
     body: bytes = b""
@@ -77,8 +72,8 @@ def pipelined(
     sent: Event | None = None,
     head_only: bool = False,
 ) -> list[HttpReply]:
-    """``raw`` on one connection as it is (``sent`` set once written), and the first ``replies`` that came
-    back, in order; the list ends at the first that is no answer."""
+    """``raw`` on one connection, and the first ``replies`` that came back; the list ends at the first that
+    is no answer."""
     start, received, got = time.monotonic(), b"", []
     try:
         with socket.create_connection(address, timeout=timeout_s) as sock:
@@ -109,8 +104,7 @@ def pipelined(
 def reply_in(
     received: bytes, ended: bool, elapsed_s: float = 0.0, head_only: bool = False
 ) -> tuple[HttpReply | None, bytes]:
-    """The first reply ``received`` makes, or None while more may come (``ended``: nothing more will); and
-    the bytes after it."""
+    """The first reply in ``received`` (None while more may come) and the bytes after it."""
     head, found, body = received.partition(b"\r\n\r\n")
     if not found:
         return (HttpReply(elapsed_s=elapsed_s, failure="closed: no status line") if ended else None), received

@@ -1,9 +1,6 @@
-"""What ``make soak`` found, and the rule that sorts every request into ok, excused or lost.
-
-A failure is excused only inside an ``Outage`` of a model it depends on (sent inside the window, or in
-flight when the fault struck) and with an error the outage explains; any other failure before the final
-drain is lost, unanswered or answered wrongly. Requests sent during the drain must be answered or
-refused cleanly."""
+"""What ``make soak`` found. A failure is excused only inside an ``Outage`` of a model it depends on, with
+an error the outage explains; any other failure before the drain is lost (unanswered or answered
+wrongly). Requests sent during the drain must be answered or refused cleanly."""
 
 from __future__ import annotations
 
@@ -15,8 +12,7 @@ from soak.mixed_load import Outcome, refused_cleanly
 
 RECOVERY_GRACE_S = 1.0  # a request sent just before the reload finished may still meet the old stub
 SERVER_KILLED = "server killed"  # the soak's own kill -9 of tritonserver (soak.attacks.kill_server)
-# errors that mean no answer came back at all (the rest are answers, wrong ones when not excused),
-# unless a front said so: its answers quote what it met upstream
+# errors that mean no answer came back, unless a front's answer quotes them from upstream
 FRONT_ANSWERS = ("tritonserver is not reachable", "tritonserver did not answer")
 UNANSWERED = (
     "Connection refused",
@@ -165,8 +161,8 @@ def account(
     drain: tuple[float, float | None],
     served_by: dict[str, set[str]],
 ) -> None:
-    """Sort every request into ok / excused / lost / refused after the drain (``drain``: when it started
-    and when every model was unloaded; ``served_by``: the stub-backed models each model depends on)."""
+    """Sort every request into ok / excused / lost / refused after the drain (``served_by``: the
+    stub-backed models each model depends on)."""
     drain_at, drain_finished_at = drain
     for outcome in outcomes:
         if outcome.sent >= drain_at:

@@ -1,11 +1,7 @@
-"""The invariant fuzz's request space (``soak.invariant_fuzz``): each served model's config read into the
-bounds a request to it may take, and the hypothesis strategies that draw requests at and around them,
-with up to two faults from ``MUTATIONS``.
-
-Nothing here lists cases: the bounds come from the config Triton serves (through the fronts' own
-``ModelSignature``) and the backends' value guards. A ``Case`` holds only small numbers and names (its
-data come from ``seed``), so hypothesis prints a failing one whole and ``Case(...)`` pasted back replays
-it."""
+"""The invariant fuzz's request space: each served model's bounds, read from the config Triton serves
+through the fronts' own ``ModelSignature`` and the backends' value guards, and the hypothesis strategies
+that draw requests at and around them with up to two ``MUTATIONS``. A ``Case`` holds only small numbers
+and names (its data come from ``seed``), so a failing one prints whole and pastes back."""
 
 from __future__ import annotations
 
@@ -33,14 +29,13 @@ DATATYPES = (*ELEMENT_BYTES, "FP99", "")
 PAGE = 4096
 HUGE_DIMS = (1 << 31, 1 << 40, 1 << 62, (1 << 63) - 1)
 NEGATIVE_DIMS = (-1, -(1 << 63))
-# The most data one tensor carries: a shape that needs more is sent with no data at all (the front must
-# refuse it from the shape alone). Large valid bodies are rows 59-60's business, not the fuzz's.
+# A shape needing more data than this is sent with none (refused from the shape alone; rows 59-60 test
+# large valid bodies)
 MAX_DATA_BYTES = 2 << 20
 MAX_JSON_VALUES = 1 << 15  # a tensor with more values goes as binary data
 # A's regions (``soak.fuzz_regions``) by kind: the byte size each is registered with
 REGION_BYTES = {"a0": (2 << 20) + 13, "a1": (2 << 20) + 13, "shared": 16 * PAGE}
-# what an input or output may name: A's own regions, the case's own registration, a name another user
-# registered too (A's own file under it), another user's region, and a name nobody registered
+# what a range may name: A's regions, the case's own, another user's, and a name nobody registered
 REGION_KINDS = ("a0", "a1", "shared", "fresh", "theirs", "nosuch")
 BYTES_FAULTS = ("past-end", "huge-length", "cut-prefix", "trailing", "one-short")
 # a shared-memory range moved (``_range_fault``): by what field, to which values
@@ -58,8 +53,7 @@ REPLAYABLE = ("Case", "TensorCase", "OutputCase", "ShmRange", "Registration", "H
 
 @dataclass(frozen=True)
 class InputSpace:
-    """One input as its config allows it: each dim's ``(low, high)`` and the values the backend accepts
-    (``value_range`` ``[lo, hi)`` for integers; floats finite unless ``finite`` is False)."""
+    """One input as its config allows it: each dim's ``(low, high)`` and the values the backend accepts."""
 
     name: str
     datatype: str
@@ -119,9 +113,8 @@ class ModelSpace:
         return self.max_batch_size > 0
 
     def variable_axes(self) -> dict[int, tuple[int, int]]:
-        """Each axis some input leaves variable, with the bounds every such input allows: inputs sharing a
-        variable axis are drawn with one length for it (the text encoder's ids and mask must agree), so
-        a valid request is not a rare draw."""
+        """Each variable axis with the bounds every input allows: inputs sharing one are drawn with one
+        length (the encoder's ids and mask must agree), so valid requests are not rare."""
         axes: dict[int, tuple[int, int]] = {}
         for space in self.inputs:
             for axis, (dim, (low, high)) in enumerate(zip(space.dims, space.bounds, strict=True)):
@@ -133,8 +126,7 @@ class ModelSpace:
 
 @dataclass(frozen=True)
 class ShmRange:
-    """A shared-memory range: a region of ``REGION_KINDS``, an offset, and a byte size (None: the tensor's
-    own plus ``size_delta``)."""
+    """A shared-memory range; ``size`` None: the tensor's own byte size plus ``size_delta``."""
 
     region: str
     offset: int
@@ -144,8 +136,7 @@ class ShmRange:
 
 @dataclass(frozen=True)
 class TensorCase:
-    """One input as sent: ``elements`` values drawn as ``values`` says, carried by ``carrier``, with
-    ``byte_delta`` bytes (or values) added or cut and a BYTES length-prefix fault."""
+    """One input as sent, with its faults."""
 
     name: str
     datatype: str
@@ -167,8 +158,7 @@ class OutputCase:
 
 @dataclass(frozen=True)
 class Registration:
-    """A region the case registers before its request, under the name of kind ``fresh``; ``key`` names the
-    case's own new file, another user's, a stub's region, or no file."""
+    """A region the case registers first, under the name of kind ``fresh``."""
 
     file_size: int
     offset: int
@@ -178,8 +168,7 @@ class Registration:
 
 @dataclass(frozen=True)
 class Case:
-    """One drawn request; ``other_uid`` is what the other user does after it, ``headers`` how its headers
-    are written (None: plain)."""
+    """One drawn request; ``other_uid``: what the other user does after it."""
 
     model: str
     protocol: str
@@ -196,8 +185,8 @@ def element_size(datatype: str) -> int:
 
 
 def data_fits(shape: Sequence[int], datatype: str) -> int:
-    """The elements a tensor of ``shape`` carries: none where a dim is negative or the data would pass
-    ``MAX_DATA_BYTES`` (the front must refuse it from the shape alone)."""
+    """The elements a tensor carries: none past ``MAX_DATA_BYTES`` or with a negative dim (refused from the
+    shape alone)."""
     if any(d < 0 for d in shape):
         return 0
     elements = math.prod(shape)
@@ -335,8 +324,7 @@ def _model_fault(draw: st.DrawFn, space: ModelSpace, tensors: list[TensorCase], 
 
 
 def _range_fault(draw: st.DrawFn, space: ModelSpace, tensors: list[TensorCase], case: dict) -> None:
-    """A shared-memory range moved: an odd or huge offset, past its region's end, a size changed, or a
-    region this client never registered."""
+    """A shared-memory range moved: an odd or huge offset, past its end, resized, or in another's region."""
     named = [i for i, t in enumerate(tensors) if t.shm is not None]
     outputs = [o for o in case["outputs"] or () if o.shm is not None]
     if not named and not outputs:
