@@ -13,7 +13,7 @@ import shutil
 import subprocess
 import sys
 import sysconfig
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
@@ -38,20 +38,14 @@ class MachineFacts:
     smi_header: str = ""
     libpython: str = ""  # where the stub's libpython came from
     cpu_count: int = 0
-    tritonserver: str = ""
-    notes: list[str] = field(default_factory=list)
 
 
 def smi(*query: str) -> str | None:
     if shutil.which("nvidia-smi") is None:
         return None
     try:
-        done = subprocess.run(
-            ["nvidia-smi", *query, "--format=csv,noheader,nounits"],
-            capture_output=True,
-            text=True,
-            timeout=30,
-        )
+        command = ["nvidia-smi", *query, "--format=csv,noheader,nounits"]
+        done = subprocess.run(command, capture_output=True, text=True, timeout=30)
     except (OSError, subprocess.SubprocessError):
         return None
     return done.stdout if done.returncode == 0 else None
@@ -115,17 +109,14 @@ def stub_libpython(carried: Path | None, workdir: Path) -> str:
         pass
     libdir = sysconfig.get_config_var("LIBDIR") or ""
     if libdir and (Path(libdir) / soname).is_file():
-        _prepend("LD_LIBRARY_PATH", libdir)
-        # a relocated build (e.g. uv's) finds its standard library only so
-        os.environ["PYTHONHOME"] = sys.base_prefix
+        _use_libpython_in(libdir)
         return f"{soname} from {libdir} (this Python's LIBDIR), with PYTHONHOME={sys.base_prefix}"
     packed = carried / f"{soname}.gz" if carried else None
     if packed is not None and packed.is_file():
         workdir.mkdir(parents=True, exist_ok=True)
         with gzip.open(packed) as source, open(workdir / soname, "wb") as out:
             shutil.copyfileobj(source, out)
-        _prepend("LD_LIBRARY_PATH", str(workdir))
-        os.environ["PYTHONHOME"] = sys.base_prefix  # the stub's interpreter takes this Python's stdlib
+        _use_libpython_in(str(workdir))
         return f"{soname} carried (gpucheck/carry.py), with PYTHONHOME={sys.base_prefix}"
     raise RuntimeError(
         f"the Python-backend stub links {soname}, which this machine lacks (not on the library path, not in "
@@ -134,5 +125,8 @@ def stub_libpython(carried: Path | None, workdir: Path) -> str:
     )
 
 
-def _prepend(variable: str, path: str) -> None:
-    os.environ[variable] = os.pathsep.join(filter(None, [path, os.environ.get(variable, "")]))
+def _use_libpython_in(folder: str) -> None:
+    """The stub loads libpython from ``folder`` and takes this Python's stdlib (``PYTHONHOME``: a relocated
+    build, e.g. uv's, finds it only so)."""
+    os.environ["LD_LIBRARY_PATH"] = os.pathsep.join(filter(None, [folder, os.environ.get("LD_LIBRARY_PATH")]))
+    os.environ["PYTHONHOME"] = sys.base_prefix

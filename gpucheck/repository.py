@@ -18,7 +18,7 @@ import torch
 import python_backend
 from exporters.artifacts.file_hash import file_sha256
 from exporters.artifacts.parity import ParityReport, compare_outputs
-from exporters.configs.model_config import InstanceGroup, ModelConfig, write_config
+from exporters.configs.model_config import InstanceGroup, write_config
 from exporters.configs.models import build_model_config
 from exporters.pipelines.build import BuiltPipeline, build_pipelines
 from exporters.pipelines.configs import torch_program_config
@@ -52,8 +52,6 @@ class CheckModel:
 @dataclass(frozen=True)
 class BuiltCheckModel:
     model: CheckModel
-    config: ModelConfig
-    sha256: str
     parity: ParityReport  # the written program against the eager fp32 model
 
 
@@ -141,13 +139,12 @@ def build_check_model(model: CheckModel, repository: Path, device: str) -> Built
         [actual], [expected], model.precision, f"{spec.name} (torch program vs eager fp32)"
     )
     python_backend.install_torch_stage(folder)
-    sha256 = file_sha256(path)
     config = build_model_config(spec, 1 if device == "gpu" else 0)
-    config = torch_program_config(config, spec, stage, sha256)
+    config = torch_program_config(config, spec, stage, file_sha256(path))
     kind, gpus = ("KIND_GPU", [0]) if device == "gpu" else ("KIND_CPU", [])
     config.instance_group = [InstanceGroup(kind, model.instances, gpus)]
     write_config(config, repository / spec.name)
-    return BuiltCheckModel(model, config, sha256, parity)
+    return BuiltCheckModel(model, parity)
 
 
 def check_spec(spec: Spec, grid: Grid) -> Spec:

@@ -37,6 +37,7 @@ log = logging.getLogger(__name__)
 MIB = 1 << 20
 PARITY_ROWS = 8
 SEED = 21
+POINT_FIGURES = ("throughput", "p50_ms", "p99_ms", "failed", "requests")
 
 
 @dataclass
@@ -50,11 +51,6 @@ class Context:
     @property
     def on_gpu(self) -> bool:
         return self.repository.device == "gpu"
-
-    def settings(self) -> MeasureSettings:
-        return MeasureSettings(
-            warmup_s=self.grid.warmup_s, window_s=self.grid.window_s, stable_windows=1, max_windows=1
-        )
 
 
 def _fit(points: dict[int, float]) -> dict[str, float]:
@@ -117,14 +113,9 @@ def parity(context: Context) -> dict[str, Any]:
         check = check_outputs(
             expected, served.astype(np.float32), spec.outputs[0].tolerance, built.model.precision
         )
-        results[name] = {
-            "precision": built.model.precision,
-            "max_rel_error": check.max_rel_error,
-            "max_abs_error": check.max_abs_error,
-            "limit": check.tolerance.max_rel,
-            "ok": check.ok,
-            "problems": list(check.problems),
-        }
+        errors = {"max_rel_error": check.max_rel_error, "max_abs_error": check.max_abs_error}
+        limit = {"limit": check.tolerance.max_rel, "ok": check.ok, "problems": list(check.problems)}
+        results[name] = {"precision": built.model.precision, **errors, **limit}
     return {"models": results}
 
 
@@ -165,23 +156,12 @@ def memory(context: Context) -> dict[str, Any]:
 
 def _point(context: Context, spec: Any, concurrency: int, label: str) -> dict[str, Any]:
     target = target_from_spec(spec, context.session.server.grpc_url, rows=max(concurrency, 1), seed=SEED)
-    measurement = measure(
-        target,
-        closed_loop(concurrency),
-        context.settings(),
-        ServerEndpoints.of(context.session.server),
-        label,
-    )
-    figures = measurement.figures
-    return {
-        "concurrency": concurrency,
-        "throughput": figures.throughput,
-        "p50_ms": figures.p50_ms,
-        "p99_ms": figures.p99_ms,
-        "failed": figures.failed,
-        "requests": figures.requests,
-        "mean_batch": measurement.stats.mean_batch,
-    }
+    windows = {"warmup_s": context.grid.warmup_s, "window_s": context.grid.window_s}
+    settings = MeasureSettings(**windows, stable_windows=1, max_windows=1)
+    endpoints = ServerEndpoints.of(context.session.server)
+    measurement = measure(target, closed_loop(concurrency), settings, endpoints, label)
+    figures = {key: getattr(measurement.figures, key) for key in POINT_FIGURES}
+    return {"concurrency": concurrency, **figures, "mean_batch": measurement.stats.mean_batch}
 
 
 def batching(context: Context) -> dict[str, Any]:
