@@ -42,12 +42,9 @@ HALF_OPEN = 4  # connections per fault; half send the HTTP/2 preface and stop
 HALF_OPEN_CLOSED_WITHIN_S = 30.0  # the front's handshake timeout is 10 s; grpc's own default, 60 s
 # the fronts' answers while tritonserver restarts ("fronts across restarts"), and models not yet loaded
 RESTART_GAP = (
-    "tritonserver is not reachable",
-    "tritonserver did not answer",
-    "StatusCode.UNAVAILABLE",
-    "Request for unknown model",
-    "is not ready",
-)
+    "tritonserver is not reachable", "tritonserver did not answer", "StatusCode.UNAVAILABLE",
+    "Request for unknown model", "is not ready",
+)  # fmt: skip
 RACE_S = 3.0  # per protocol: brief, the fault matrix runs it longer
 CUT_SHORT = "cut short after registration"  # the front's refusal of a region cut short (row 45)
 # the statuses it comes with, as tritonclient gives them: HTTP 400, gRPC INVALID_ARGUMENT (row 45)

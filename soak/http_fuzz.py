@@ -33,6 +33,11 @@ CONTENT_TYPES = [
 HEADER_LENGTHS = ["²", "9" * 5000, "-1", "+5", "0", " 12", "1e3", "0x10"]
 # Triton's (GET, POST), HEAD (fault matrix row 65), and others its HTTP parser knows or not (row 67)
 METHODS = ["GET", "HEAD", "POST", "PUT", "DELETE", "PATCH", "OPTIONS", "TRACE", "PROPFIND", "M-SEARCH"]
+# a header replaced by one of its odd values, and how the case names it
+REPLACED_HEADERS = {
+    1: ("Content-Type", CONTENT_TYPES, "content-type"),
+    2: ("Inference-Header-Content-Length", HEADER_LENGTHS, "header length"),
+}
 ENCODINGS = ["gzip", "deflate", "gzip-plain", "br", "gzip, gzip", "identity", "x" * 300]
 SHM_REGION = f"fuzz_{os.getpid()}"
 NAME_TAILS = [
@@ -195,19 +200,16 @@ class Mutator:
         choice = self.rng.randrange(5)
         if choice == 0 and case.headers:
             name, _ = self.rng.choice(case.headers)
-            value = (
-                str(self.rng.randint(0, len(case.body) + 10)) if "length" in name.lower() else "text/plain"
+            length = "length" in name.lower()
+            case.headers.append(
+                (name, str(self.rng.randint(0, len(case.body) + 10)) if length else "text/plain")
             )
-            case.headers.append((name, value))
             case.mutations.append(f"duplicate {name}")
-        elif choice == 1:
-            case.headers = [h for h in case.headers if h[0].lower() != "content-type"]
-            case.headers.append(("Content-Type", self.rng.choice(CONTENT_TYPES)))
-            case.mutations.append("content-type")
-        elif choice == 2:
-            case.headers = [h for h in case.headers if h[0].lower() != "inference-header-content-length"]
-            case.headers.append(("Inference-Header-Content-Length", self.rng.choice(HEADER_LENGTHS)))
-            case.mutations.append("header length")
+        elif choice in REPLACED_HEADERS:
+            name, values, what = REPLACED_HEADERS[choice]
+            case.headers = [h for h in case.headers if h[0].lower() != name.lower()]
+            case.headers.append((name, self.rng.choice(values)))
+            case.mutations.append(what)
         elif choice == 3:
             case.headers.append(("Transfer-Encoding", "chunked"))
             case.mutations.append("chunked")

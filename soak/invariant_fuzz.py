@@ -140,6 +140,8 @@ class InvariantReport:
             f"{self.rss_bound_mib:.0f})"
         )
         first = [f"    {line}" for line in (*self.answered[:3], *self.isolated[:3], *self.kept[:3])]
+        if self.first_failure:
+            first.append(f"  first violation: case {self.first_failure[0]}, {self.first_failure[1]:.0f} s in")
         return "\n".join(
             [
                 f"invariant fuzz: {'PASSED' if self.passed else 'FAILED'}; {self.examples} cases over "
@@ -153,11 +155,6 @@ class InvariantReport:
                 f"{self.stubs} stubs; {rss}; violations {len(self.kept)}",
                 f"  reached: {', '.join(f'{what} {n}' for what, n in sorted(self.covered.items()))}",
                 *first,
-                *(
-                    [f"  first violation: case {self.first_failure[0]}, {self.first_failure[1]:.0f} s in"]
-                    if self.first_failure
-                    else []
-                ),
                 *(f"    failing case: {case}" for case in self.failing_cases[:3]),
             ]
         )

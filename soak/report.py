@@ -15,14 +15,9 @@ SERVER_KILLED = "server killed"  # the soak's own kill -9 of tritonserver (soak.
 # errors that mean no answer came back, unless a front's answer quotes them from upstream
 FRONT_ANSWERS = ("tritonserver is not reachable", "tritonserver did not answer")
 UNANSWERED = (
-    "Connection refused",
-    "failed to connect",
-    "connection closed",
-    "Connection reset",
-    "RemoteDisconnected",
-    "timed out",
-    "DEADLINE_EXCEEDED",
-)
+    "Connection refused", "failed to connect", "connection closed", "Connection reset", "RemoteDisconnected",
+    "timed out", "DEADLINE_EXCEEDED",
+)  # fmt: skip
 
 
 @dataclass
