@@ -237,13 +237,10 @@ def check_budget(destination: Path, root: Path) -> tuple[int, int]:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m gpucheck carry", description=__doc__)
-    parser.add_argument("--dest", type=Path, default=Path(".gpu-carry"))
-    parser.add_argument("--python-version", default=GPU_PYTHON, help="the Python the wheels are for")
-    parser.add_argument("--downloads", type=Path, default=Path(".run/gpu-downloads"))
-    args = parser.parse_args(argv)
+    argparse.ArgumentParser(prog="python -m gpucheck carry", description=__doc__).parse_args(argv)
+    destination = Path(".gpu-carry")
     try:
-        destination = build_carry(args.dest, args.python_version, args.downloads)
+        build_carry(destination)
         carried, tree = check_budget(destination, Path.cwd())
     except CarryError as error:
         print(f"gpu-carry: {error}", file=sys.stderr)
@@ -252,7 +249,7 @@ def main(argv: list[str] | None = None) -> int:
         print(f"  {size / MIB:7.2f} MiB  {path.relative_to(destination)}")
     left = TRAVEL_LIMIT - carried - tree
     print(
-        f"{destination}: {carried / MIB:.1f} MiB for Python {args.python_version}; with the working tree "
+        f"{destination}: {carried / MIB:.1f} MiB for Python {GPU_PYTHON}; with the working tree "
         f"({tree / MIB:.1f} MiB) {(carried + tree) / MIB:.1f} of {TRAVEL_LIMIT / MIB:.0f} MiB "
         f"({left / MIB:.1f} MiB left)"
     )

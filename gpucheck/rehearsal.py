@@ -136,12 +136,11 @@ def rehearse(out: Path, work: Path = WORK) -> tuple[int, float]:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m gpucheck rehearse", description=__doc__)
-    parser.add_argument("--out", type=Path, default=WORK / "out")
-    args = parser.parse_args(argv)
-    status, seconds = rehearse(args.out)
-    problems = validate(args.out)
+    argparse.ArgumentParser(prog="python -m gpucheck rehearse", description=__doc__).parse_args(argv)
+    out = WORK / "out"
+    status, seconds = rehearse(out)
+    problems = validate(out)
     for problem in problems:
         print(f"gpu-rehearsal: {problem}", file=sys.stderr)
-    print(f"gpu-rehearsal: the check's script ran {seconds:.0f} s here, exit {status}; output in {args.out}")
+    print(f"gpu-rehearsal: the check's script ran {seconds:.0f} s here, exit {status}; output in {out}")
     return status or (1 if problems else 0)

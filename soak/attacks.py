@@ -29,7 +29,7 @@ from client.connection import protocol_module
 from client.infer import make_inputs
 from client.shm import system_region
 from soak.faults import ENCODER, Soak, overflowing_request, refused
-from soak.raw_http import Request, exchange
+from soak.raw_http import Request, address, exchange
 from soak.report import Outage
 
 log = logging.getLogger(__name__)
@@ -66,8 +66,7 @@ def unanswered_shapes(soak: Soak) -> None:
         {"inputs": [{"name": n, "shape": [HUGE, 0], "datatype": "INT64", "data": []} for n in inputs]}
     ).encode()
     over_http = Request("POST", f"/v2/models/{ENCODER}/infer", [("Content-Type", "application/json")], body)
-    host, port = soak.server.http_url.rsplit(":", 1)
-    answer = exchange((host, int(port)), over_http, ANSWER_WITHIN_S)
+    answer = exchange(address(soak.server.http_url), over_http, ANSWER_WITHIN_S)
     http_right = answer.status == 400 and NEVER_ANSWERED in answer.body.decode("utf-8", "replace")
     request = overflowing_request(ENCODER, inputs, (HUGE, 0))
     unary_right = soak.invalid_argument(request, NEVER_ANSWERED)
@@ -105,10 +104,9 @@ def garbage_stream(soak: Soak) -> None:
 
 def half_open_http2(soak: Soak) -> None:
     """Half-open HTTP/2 connections to the gRPC front: each closed by the front (row 41)."""
-    host, port = soak.server.grpc_url.rsplit(":", 1)
     connections = []
     for number in range(HALF_OPEN):
-        sock = socket.create_connection((host, int(port)), timeout=ANSWER_WITHIN_S)
+        sock = socket.create_connection(address(soak.server.grpc_url), timeout=ANSWER_WITHIN_S)
         if number % 2:
             sock.sendall(b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n")  # the preface, no SETTINGS
         connections.append(sock)

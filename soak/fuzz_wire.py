@@ -19,7 +19,7 @@ from tritonclient.utils import triton_to_np_dtype
 from server.fronts.grpc_request import TYPED_FIELDS
 from soak.fuzz_headers import CASINGS, http_headers
 from soak.other_uid import GRPC_OPTIONS, SERVICE, grpc_call
-from soak.raw_http import HttpReply, Request, exchange
+from soak.raw_http import HttpReply, Request, address, exchange
 from soak.request_space import Case, InputSpace, ModelSpace, TensorCase, data_fits
 
 # past the deadline before an answer counts as a hang: a loaded 2-core host can be seconds late
@@ -269,10 +269,8 @@ class Client:
     """The fuzz's own sockets to both fronts, answering as ``OtherUser``'s do."""
 
     def __init__(self, http_url: str, grpc_url: str) -> None:
-        host, port = http_url.rsplit(":", 1)
-        self.address = (host, int(port))
-        grpc_host, grpc_port = grpc_url.rsplit(":", 1)
-        self.grpc_address = (grpc_host, int(grpc_port))  # for calls grpcio will not send (soak.raw_grpc)
+        self.address = address(http_url)
+        self.grpc_address = address(grpc_url)  # for calls grpcio will not send (soak.raw_grpc)
         self.channel = grpc.insecure_channel(grpc_url, options=GRPC_OPTIONS)
 
     def http(self, request: Request, timeout_s: float) -> HttpReply:

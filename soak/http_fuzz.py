@@ -19,7 +19,7 @@ import tritonclient.utils.shared_memory as shared_memory
 from tritonclient.utils import serialize_byte_tensor, triton_to_np_dtype
 
 from soak.fuzz_headers import encoded
-from soak.raw_http import Request, exchange
+from soak.raw_http import Request, address, exchange
 
 VALUES: list[Any] = [
     2**40, 2**61, 2**63, 2**64, -1, -(2**63), 0, 1.5, 1e308, "x", "", "²", "\x00", "A" * 5000,
@@ -288,7 +288,6 @@ def fuzz(
 ) -> FuzzReport:
     """Send ``cases`` mutated requests to the HTTP front at ``url``; a finding is an answer of 500 or more,
     no answer, or a problem ``after_each()`` reports."""
-    host, port = url.rsplit(":", 1)
     seeds = seed_cases(url, models)
     mutator = Mutator(seed)
     report = FuzzReport(seed)
@@ -296,7 +295,7 @@ def fuzz(
     try:
         for number in range(cases):
             case = mutator.mutate(mutator.rng.choice(seeds))
-            answer = exchange((host, int(port)), case)
+            answer = exchange(address(url), case)
             report.cases += 1
             if any(m.startswith("target ") for m in case.mutations):
                 report.target_cases.append(number)

@@ -17,7 +17,7 @@ from pathlib import Path
 
 import grpc
 
-from soak.raw_http import HttpReply, Request, exchange
+from soak.raw_http import HttpReply, Request, address, exchange
 
 NOBODY = 65534
 SERVICE = "/inference.GRPCInferenceService/"
@@ -122,13 +122,13 @@ def main(argv: list[str]) -> None:
     """As root: everything imported and the channel made (grpc imports more as it does); then relay as
     ``NOBODY``."""
     http_url, grpc_url = argv
-    host, port = http_url.rsplit(":", 1)
+    http_address = address(http_url)
     channel = grpc.insecure_channel(grpc_url, options=GRPC_OPTIONS)
     channel.unary_unary(SERVICE + "ServerLive")
     os.setgroups([])
     os.setgid(NOBODY)
     os.setuid(NOBODY)
-    _serve((host, int(port)), channel)
+    _serve(http_address, channel)
 
 
 if __name__ == "__main__":

@@ -60,6 +60,12 @@ class HttpReply:
     encoding: str = ""
 
 
+def address(url: str) -> tuple[str, int]:
+    """A ``host:port`` URL as a socket address."""
+    host, port = url.rsplit(":", 1)
+    return host, int(port)
+
+
 def exchange(address: tuple[str, int], request: Request, timeout_s: float = TIMEOUT_S) -> HttpReply:
     return pipelined(address, request.raw(), 1, timeout_s, head_only=request.method == "HEAD")[0]
 
