@@ -79,11 +79,8 @@ def unanswered_shapes(soak: Soak) -> None:
             log.error("[2^62, 0] on a stream: %s", error)
             stream_right = False
     alive = before <= soak.stub_pids(ENCODER)
-    for what, right in (
-        ("HTTP 400", http_right),
-        ("gRPC INVALID_ARGUMENT", unary_right),
-        ("stream", stream_right),
-    ):
+    checks = {"HTTP 400": http_right, "gRPC INVALID_ARGUMENT": unary_right, "stream": stream_right}
+    for what, right in checks.items():
         soak.report.check(f"[2^62, 0] shapes, {what} (refused, no stub lost)").record(right and alive)
 
 
@@ -96,9 +93,8 @@ def garbage_stream(soak: Soak) -> None:
             list(stream(iter([garbage]), timeout=ANSWER_WITHIN_S))
             right = False
         except grpc.RpcError as error:
-            right = error.code() == grpc.StatusCode.INVALID_ARGUMENT and NOT_A_REQUEST in (
-                error.details() or ""
-            )
+            invalid = error.code() == grpc.StatusCode.INVALID_ARGUMENT
+            right = invalid and NOT_A_REQUEST in (error.details() or "")
     soak.report.check("garbage first stream messages (INVALID_ARGUMENT)").record(right)
 
 
@@ -148,9 +144,8 @@ def shared_memory_identity(soak: Soak) -> None:
         finally:
             link.unlink()
         soak.report.check("hard links to a stub's region (refused)").record(linked)
-        soak.report.check("stub regions renamed over a client's (its own file read)").record(
-            renamed_over(client, protocol, region)
-        )
+        own_file_read = renamed_over(client, protocol, region)
+        soak.report.check("stub regions renamed over a client's (its own file read)").record(own_file_read)
     alive = before <= soak.stub_pids()
     soak.report.check("shared-memory identity attacks (no stub lost)").record(alive)
 
