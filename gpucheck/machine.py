@@ -6,7 +6,6 @@ from __future__ import annotations
 import contextlib
 import ctypes
 import gzip
-import logging
 import os
 import platform
 import shutil
@@ -19,7 +18,6 @@ from pathlib import Path
 import numpy as np
 import torch
 
-log = logging.getLogger(__name__)
 MIB = 1 << 20
 
 

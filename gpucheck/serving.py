@@ -3,7 +3,6 @@ is a finding. A model that fails to load fails only the studies that need it."""
 
 from __future__ import annotations
 
-import logging
 import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
@@ -16,7 +15,6 @@ from client.stats import ModelStats, model_stats
 from server import ServerOptions, TritonServer
 from server.stubs import server_stubs
 
-log = logging.getLogger(__name__)
 CUDA_POOL_BYTES = 1 << 30  # per GPU: batches of 256 images are 12 MiB each way, many in flight
 
 
@@ -27,15 +25,10 @@ class ServingError(RuntimeError):
 class Session:
     def __init__(self, repository: Path, on_gpu: bool, workdir: Path) -> None:
         extra = [f"--cuda-memory-pool-byte-size=0:{CUDA_POOL_BYTES}"] if on_gpu else []
-        self.server = TritonServer(
-            ServerOptions(
-                repository=repository,
-                self_heal=False,
-                startup_timeout_s=600.0,
-                workdir=workdir,
-                extra_args=extra,
-            )
+        options = ServerOptions(
+            repository=repository, self_heal=False, startup_timeout_s=600.0, workdir=workdir, extra_args=extra
         )
+        self.server = TritonServer(options)
 
     def __enter__(self) -> Session:
         self.server.start()  # a model that fails to load fails the studies that need it (``require``)

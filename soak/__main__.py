@@ -30,7 +30,6 @@ from soak.invariant_fuzz import rss_mib, run_for
 from soak.mixed_load import PIPELINE, MixedLoad
 from soak.report import SoakReport, account, close_by_restarts, own_restarts
 
-log = logging.getLogger("soak")
 LOAD_MODELS = ("trivial", "recommender", PIPELINE)
 HEAL_WAIT_S = 15  # let the last fault heal before the final drain
 ALL_FAULTS = {**FAULTS, **ATTACKS}
