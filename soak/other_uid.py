@@ -1,6 +1,7 @@
 """Another local user for the invariant fuzz: a relay that drops to uid 65534, since the fronts key every
-region by the peer's uid. It creates files, sends HTTP with ``soak.raw_http`` and makes unary gRPC calls
-as the fuzz asks, one JSON line each, so both users are judged alike."""
+region by the peer's uid. It imports all it needs as root first (the environment in ``/root`` is out of
+that uid's reach), then creates files, sends HTTP with ``soak.raw_http`` and makes unary gRPC calls as
+the fuzz asks, one JSON line each, so both users are judged alike."""
 
 from __future__ import annotations
 

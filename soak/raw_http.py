@@ -1,8 +1,8 @@
 """The soak's one HTTP/1.1 client, on a raw socket, so a request goes out as its caller built it. An answer
-is a status line, its headers and its whole body within ``timeout_s``, its body decoded as a client
-would; anything else is no answer, and ``failure`` says which (``hang``, ``closed``, ``not HTTP``,
-``undecodable``). A front answers even a request it will not read before it closes, so a dropped request
-is the front's fault."""
+is a status line, its headers and its whole body (a HEAD's ends at its headers, RFC 9110) within
+``timeout_s``, its body decoded as a client would; anything else is no answer, and ``failure`` says
+which (``hang``, ``closed``, ``not HTTP``, ``undecodable``). A front answers even a request it will not
+read before it closes, so a dropped request is the front's fault."""
 
 from __future__ import annotations
 
