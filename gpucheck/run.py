@@ -107,16 +107,11 @@ def check(out: Path, grid_name: str, spec_path: Path, carried: Path | None) -> i
     holder: dict[str, Any] = {}
 
     def build_step() -> dict[str, Any]:
-        began = time.monotonic()
         holder["repository"] = repository = build(spec, grid, work / "repository", "gpu" if on_gpu else "cpu")
         return {
-            "build_s": time.monotonic() - began,
             "models": {
-                name: {
-                    "precision": b.model.precision,
-                    "instances": b.model.instances,
-                    "max_rel_error": b.parity.max_rel_error,
-                }
+                name: {"precision": b.model.precision, "instances": b.model.instances,
+                       "max_rel_error": b.parity.max_rel_error}
                 for name, b in repository.models.items()
             },
             "pipelines": {
@@ -148,10 +143,8 @@ def check(out: Path, grid_name: str, spec_path: Path, carried: Path | None) -> i
 
 
 def _start(session: Session) -> dict[str, Any]:
-    began = time.monotonic()
     session.__enter__()
     return {
-        "start_s": time.monotonic() - began,
         "install": str(session.server.install.binary),
         "failed_models": dict(session.server.failed_models),
     }
