@@ -258,8 +258,7 @@ class InvariantFuzz:
         answers, problems = self._send(case, space, deadline_s)
         problems += self._judge(answers, deadline_s, f"{case.protocol} {case.model}")
         theirs = self._other_uid(case, space)
-        for answer in theirs:
-            self.report.covered[f"{answer.what} {answer.verdict}"] += 1
+        self.report.covered.update(f"{answer.what} {answer.verdict}" for answer in theirs)
         problems += self._judge(theirs, deadline_s, "other uid")
         isolated = self.regions.verify([*(("a", a) for a in answers), *(("b", b) for b in theirs)])
         isolated += self._listing(theirs)
