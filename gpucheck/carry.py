@@ -42,6 +42,8 @@ class CarryError(RuntimeError):
 
 
 def pinned_versions() -> dict[str, str]:
+    """Each carried distribution at the version the ``.venv`` runs, so both sides import the same client
+    code."""
     versions = {}
     for name in CARRIED:
         try:
@@ -81,6 +83,7 @@ def _version_tuple(digits: str) -> tuple[int, int]:
 
 
 def installs_on(wheel_name: str, python_version: str) -> bool:
+    """Whether a wheel (by its file name's tags) installs on CPython ``python_version``."""
     python_tags, abi, _ = wheel_name[: -len(".whl")].split("-")[-3:]
     target = _version_tuple(python_version.replace(".", ""))
     for tag in python_tags.split("."):
@@ -142,6 +145,7 @@ def _strip(library: Path, destination: Path) -> None:
 
 
 def local_libpython(python_version: str) -> Path | None:
+    """A shared ``libpython<version>.so.1.0`` of a Python installed here (pyenv or the system), if any."""
     soname = f"libpython{python_version}.so.1.0"
     candidates = [Path(sys.base_prefix) / "lib" / soname]
     candidates += sorted(Path.home().glob(f".pyenv/versions/{python_version}*/lib/{soname}"))
@@ -161,6 +165,7 @@ def working_tree_bytes(root: Path) -> int:
 
 
 def folder_files(folder: Path) -> dict[Path, int]:
+    """Every file under ``folder`` with its size, largest first (what the budget names)."""
     sizes = {path: path.stat().st_size for path in folder.rglob("*") if path.is_file()}
     return dict(sorted(sizes.items(), key=lambda item: -item[1]))
 

@@ -39,6 +39,7 @@ class MachineFacts:
 
 
 def smi(*query: str) -> str | None:
+    """``nvidia-smi`` with ``query`` (CSV, no header, no units), or None where it is absent or fails."""
     if shutil.which("nvidia-smi") is None:
         return None
     try:
@@ -88,6 +89,7 @@ def process_memory_mib() -> dict[int, float] | None:
 
 
 def gpu_used_mib() -> float | None:
+    """The GPU's used memory as nvidia-smi counts it (every process's, the contexts included)."""
     used = smi("--query-gpu=memory.used")
     try:
         return float(used.strip().splitlines()[0]) if used else None

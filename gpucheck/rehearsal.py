@@ -54,6 +54,8 @@ def closure(roots: tuple[str, ...]) -> list[importlib.metadata.Distribution]:
 
 
 def link_packages(dists: list[importlib.metadata.Distribution], folder: Path) -> None:
+    """Link every top-level file and folder of ``dists`` into ``folder``: the machine's packages, nothing
+    else."""
     if folder.exists():
         shutil.rmtree(folder)
     folder.mkdir(parents=True)

@@ -53,6 +53,7 @@ def compute_profile(device: str, curves: Iterable[RawCurve]) -> dict[str, Any]:
 def figures(
     grid: Grid, facts: MachineFacts, sections: dict[str, dict], raw: dict, wall_s: float
 ) -> dict[str, Any]:
+    """Every figure of the run as one JSON-ready document, the report's only source."""
     not_measured = [{"what": what, "why": why} for what, why in NOT_MEASURED]
     if not facts.cuda_available:
         not_measured.append({

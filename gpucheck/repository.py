@@ -39,6 +39,8 @@ NO_BATCHER = Batching(mode="none")
 
 @dataclass(frozen=True)
 class CheckModel:
+    """One served model of the check: the spec as served, what it is a variant of, and its placement."""
+
     spec: ModelSpec
     base: str  # the models.yaml entry it serves
     precision: str
@@ -82,6 +84,7 @@ def _at_grid_batch(model: ModelSpec, grid: Grid, **changes: Any) -> ModelSpec:
 
 
 def check_models(spec: Spec, grid: Grid) -> list[CheckModel]:
+    """The served models the check measures, from the spec's own entries."""
     models = []
     for base, precision in grid.latency_models:
         entry = _at_grid_batch(spec.model(base), grid)
@@ -161,6 +164,7 @@ def check_spec(spec: Spec, grid: Grid) -> Spec:
 
 
 def build(spec: Spec, grid: Grid, repository: Path, device: str) -> CheckRepository:
+    """Build every model and pipeline of the check into ``repository`` for ``device``."""
     repository.mkdir(parents=True, exist_ok=True)
     built = {}
     for model in check_models(spec, grid):

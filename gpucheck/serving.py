@@ -23,6 +23,8 @@ class ServingError(RuntimeError):
 
 
 class Session:
+    """``with Session(repository, on_gpu, workdir) as session``: the server up, every model loaded."""
+
     def __init__(self, repository: Path, on_gpu: bool, workdir: Path) -> None:
         extra = [f"--cuda-memory-pool-byte-size=0:{CUDA_POOL_BYTES}"] if on_gpu else []
         options = ServerOptions(
@@ -50,6 +52,7 @@ class Session:
             )
 
     def stub_pids(self, model: str) -> list[int]:
+        """The live stubs serving ``model``: memory is read per stub, so models beside it do not blur it."""
         assert self.server.pid is not None
         return [s.pid for s in server_stubs(self.server.pid) if s.alive and s.model == model]
 
@@ -69,6 +72,7 @@ class Session:
 
 
 def timed_calls(call: Callable[[], object], count: int, warmup: int) -> list[float]:
+    """Milliseconds of each of ``count`` calls, one after another, after ``warmup`` untimed."""
     for _ in range(warmup):
         call()
     times = []

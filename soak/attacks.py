@@ -151,6 +151,7 @@ def shared_memory_identity(soak: Soak) -> None:
 
 
 def trivial_output(client: object, protocol: str, values: np.ndarray) -> np.ndarray:
+    """``trivial``'s output for ``values`` sent inline: what a region holding them must be answered with."""
     return client.infer("trivial", make_inputs(protocol_module(protocol), {"x": values})).as_numpy("y")
 
 
@@ -159,6 +160,7 @@ RegionRead = Callable[[object, str, str], Callable[[], np.ndarray]]
 
 
 def from_region(client: object, protocol: str, name: str) -> Callable[[], np.ndarray]:
+    """A ``trivial`` request whose input is the first row of the registered region ``name``."""
     tensor = protocol_module(protocol).InferInput("x", [1, ROW_FLOATS], "FP32").set_shared_memory(name, ROW)
     return lambda: client.infer("trivial", [tensor]).as_numpy("y")
 
@@ -239,6 +241,7 @@ def judge(
 
 
 def server_kept(soak: Soak, pid: int | None, stubs: set[int]) -> bool:
+    """Whether tritonserver is still the process ``pid`` and every stub of ``stubs`` still lives."""
     return soak.server.pid == pid and stubs <= soak.stub_pids()
 
 
@@ -255,6 +258,8 @@ def truncate_race(soak: Soak) -> None:
 
 @dataclass
 class Race:
+    """How a truncation race went: answered, refused by the front, and what else any request got."""
+
     answered: int = 0
     refused: int = 0
     wrong: list[str] = field(default_factory=list)

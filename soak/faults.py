@@ -65,6 +65,7 @@ class Soak:
         return {s.pid for s in self.stubs() if model is None or s.model == model}
 
     def stub_region(self) -> str | None:
+        """The ``/dev/shm`` region of a random live stub, if any."""
         regions = [s.shm_region for s in self.stubs() if s.shm_region]
         return self.rng.choice(regions) if regions else None
 
@@ -80,6 +81,7 @@ class Soak:
             return None
 
     def invalid_argument(self, request: service_pb2.ModelInferRequest, says: str) -> bool:
+        """Whether the gRPC front refuses ``request`` with INVALID_ARGUMENT saying ``says``."""
         with grpc.insecure_channel(self.server.grpc_url) as channel:
             code, details, _, _ = grpc_call(channel, "ModelInfer", request.SerializeToString(), 60)
         return code == "INVALID_ARGUMENT" and says in details

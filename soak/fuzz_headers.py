@@ -20,6 +20,7 @@ from soak.raw_http import HttpReply
 
 
 def mixed_case(name: str) -> str:
+    """``name`` with its letters alternately upper and lower case (``cOnTeNt-tYpE``)."""
     return "".join(c.upper() if i % 2 else c.lower() for i, c in enumerate(name))
 
 
@@ -134,6 +135,7 @@ def readable(headers: HeaderCase | None) -> HeaderCase | None:
 
 
 def compressed_accepted(headers: HeaderCase | None) -> bool:
+    """Whether the request asks for a compressed answer (gzip or deflate)."""
     return headers is not None and headers.accept_encoding not in ("", "identity")
 
 

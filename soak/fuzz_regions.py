@@ -46,6 +46,7 @@ class ClientFile:
     allowed: list[tuple[int, int]] = field(default_factory=list)
 
     def write(self, position: int, data: bytes) -> bool:
+        """Write ``data`` at ``position`` if it fits (the fuzz's own input bytes), and expect it there."""
         if position < 0 or position + len(data) > len(self.expected):
             return False
         with open(self.path, "r+b") as handle:
@@ -55,6 +56,7 @@ class ClientFile:
         return True
 
     def changed_outside(self, actual: bytes) -> list[tuple[int, int]]:
+        """The byte ranges of ``actual`` that differ from what is expected, outside ``allowed``."""
         if actual == self.expected:
             return []
         if len(actual) != len(self.expected):
@@ -67,6 +69,8 @@ class ClientFile:
 
 
 class Regions:
+    """Both clients' regions on both fronts; ``tag`` keeps this run's names apart."""
+
     def __init__(self, client: Client, other: OtherUser | None, tag: str, stub_region: str) -> None:
         self.client, self.other, self.tag, self.stub_region = client, other, tag, stub_region
         self.marks = {"a": canary("A", tag), "b": canary("B", tag)}
@@ -125,6 +129,7 @@ class Regions:
         return grpc_answer("unregister", *self.client.grpc("SystemSharedMemoryUnregister", request, 30))
 
     def register_fresh(self, protocol: str, registration: Registration, number: int) -> Answer:
+        """The case's own registration under the name of kind ``fresh``."""
         key = registration.key
         if key == "own":
             path = SHM / f"{self.tag}_a_fresh{number}"

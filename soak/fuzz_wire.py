@@ -169,6 +169,7 @@ def carried(tensor: TensorCase, rule: InputSpace | None, seed: int) -> Carried:
 
 
 def carried_inputs(tensors: Sequence[TensorCase], space: ModelSpace | None, seed: int) -> list[Carried]:
+    """Every input's data, each from its own seed after ``seed``, within its rule where there is one."""
     rules = {rule.name: rule for rule in space.inputs} if space is not None else {}
     return [carried(tensor, rules.get(tensor.name), seed + i) for i, tensor in enumerate(tensors)]
 
@@ -189,6 +190,8 @@ def control_case(space: ModelSpace) -> tuple[TensorCase, ...]:
 
 @dataclass(frozen=True)
 class Placed:
+    """A shared-memory range as sent: the region's name, offset and byte size."""
+
     region: str
     offset: int
     size: int

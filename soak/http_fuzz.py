@@ -85,6 +85,8 @@ def mutate_target(path: str, rng: random.Random) -> tuple[str, str]:
 
 @dataclass
 class Case(Request):
+    """A request of the fuzz and what was mutated in it."""
+
     mutations: list[str] = field(default_factory=list)
 
     def describe(self) -> str:
@@ -170,6 +172,9 @@ def _nodes(document: Any) -> list[tuple[Any, Any]]:
 
 
 class Mutator:
+    """Seeded mutations of a case (request line, target, headers, JSON, bytes, encoding): one seed, one
+    sequence."""
+
     def __init__(self, seed: int) -> None:
         self.rng = random.Random(seed)
 

@@ -88,6 +88,7 @@ def served_spaces(server: TritonServer) -> dict[str, ModelSpace]:
 
 
 def rss_mib(pid: int | None) -> float:
+    """A process's resident memory in MiB (0 once it is gone)."""
     try:
         for line in Path(f"/proc/{pid}/status").read_text().splitlines():
             if line.startswith("VmRSS:"):

@@ -28,6 +28,7 @@ CANCELLED_AT_EXIT = "StatusCode.CANCELLED"
 
 
 def request_arrays(model: str) -> dict[str, np.ndarray]:
+    """One fixed, valid request per model, the same every time, so answers can be compared."""
     if model == "trivial":
         return {"x": np.linspace(-1, 1, 16, dtype=np.float32).reshape(1, 16)}
     rng = np.random.default_rng(3)

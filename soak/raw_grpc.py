@@ -22,6 +22,8 @@ STREAM = 1
 
 @dataclass(frozen=True)
 class GrpcReply:
+    """``code``: the status name (``INVALID_ARGUMENT``), empty with ``failure`` set when no answer came."""
+
     code: str
     message: str
     payload: bytes
@@ -40,6 +42,7 @@ def call_headers(path: str, metadata: list[tuple[bytes, bytes]], timeout_s: floa
 
 
 def message(body: bytes, flag: int = 0) -> bytes:
+    """``body`` as one length-prefixed message (``flag`` 1: compressed)."""
     return bytes([flag]) + len(body).to_bytes(4, "big") + body
 
 

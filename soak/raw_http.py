@@ -67,6 +67,7 @@ def address(url: str) -> tuple[str, int]:
 
 
 def exchange(address: tuple[str, int], request: Request, timeout_s: float = TIMEOUT_S) -> HttpReply:
+    """``request`` on a connection of its own, and what came back by the module's rule."""
     return pipelined(address, request.raw(), 1, timeout_s, head_only=request.method == "HEAD")[0]
 
 

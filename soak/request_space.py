@@ -351,6 +351,7 @@ MUTATIONS = (
 
 @st.composite
 def registrations(draw: st.DrawFn) -> Registration:
+    """A region a case registers: odd, page and past-the-end offsets and sizes, and whose file."""
     file_size = draw(st.sampled_from(FILE_SIZES))
     offset = draw(st.sampled_from((0, 0, PAGE, 1, PAGE - 1, PAGE + 1, file_size - 1, file_size, 1 << 40)))
     rest = max(file_size - offset, 0)
@@ -360,6 +361,8 @@ def registrations(draw: st.DrawFn) -> Registration:
 
 @st.composite
 def cases(draw: st.DrawFn, spaces: Sequence[ModelSpace]) -> Case:
+    """A ``Case`` for one of ``spaces``: every dim on or near a bound half the time, then up to two
+    mutations."""
     space = draw(st.sampled_from(spaces))
     protocol = draw(st.sampled_from(PROTOCOLS))
     registration = draw(st.none() | registrations())

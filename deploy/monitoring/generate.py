@@ -67,6 +67,7 @@ PANELS: list[tuple] = [
 
 
 def prometheus_rule() -> str:
+    """The PrometheusRule object (Prometheus Operator) carrying the same groups as rules/."""
     rule = {
         "apiVersion": "monitoring.coreos.com/v1",
         "kind": "PrometheusRule",
