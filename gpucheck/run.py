@@ -64,10 +64,6 @@ class Recorder:
         self.sections[name] = {"status": "ok", "seconds": time.monotonic() - began, **figures}
         return figures
 
-    @property
-    def complete(self) -> bool:
-        return all(s["status"] == "ok" for s in self.sections.values())
-
 
 def _logging(out: Path) -> None:
     handlers: list[logging.Handler] = [logging.StreamHandler(sys.stdout), logging.FileHandler(out / LOG_NAME)]
@@ -139,7 +135,7 @@ def check(out: Path, grid_name: str, spec_path: Path, carried: Path | None) -> i
         )
     shutil.rmtree(work, ignore_errors=True)
     print(report.summary(document))
-    return 0 if recorder.complete else 1
+    return 0 if all(s["status"] == "ok" for s in recorder.sections.values()) else 1
 
 
 def _start(session: Session) -> dict[str, Any]:

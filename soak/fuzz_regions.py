@@ -24,6 +24,7 @@ SHM = Path("/dev/shm")
 # offset twice: fault matrix row 49)
 A_OFFSETS = {"a0": 0, "a1": PAGE, "shared": 0}
 THEIRS_BYTES = 16 * PAGE
+FRONTS = ("http", "grpc")  # each keeps its own table of regions
 
 
 def canary(client: str, tag: str) -> bytes:
@@ -33,6 +34,23 @@ def canary(client: str, tag: str) -> bytes:
 
 def filled(mark: bytes, size: int) -> bytes:
     return (mark * (size // len(mark) + 1))[:size]
+
+
+def shm_call(
+    who: Client | OtherUser, protocol: str, what: str, call: str, name: str = "", fields: dict | None = None
+) -> Answer:
+    """One system shared-memory API ``call`` (``Register``, ``Unregister``, ``Status``) on one front as
+    ``who``, its answer judged as any other is."""
+    fields = fields or {}
+    if protocol == "grpc":
+        request = getattr(service_pb2, f"SystemSharedMemory{call}Request")(name=name, **fields)
+        return grpc_answer(what, *who.grpc(f"SystemSharedMemory{call}", request.SerializeToString(), 30))
+    if not name:  # the status of every region
+        return http_answer(what, who.http(Request("GET", "/v2/systemsharedmemory/status", []), 30))
+    path = f"/v2/systemsharedmemory/region/{name}/{call.lower()}"
+    headers = [("Content-Type", "application/json")] if fields else []
+    body = json.dumps(fields).encode() if fields else b""
+    return http_answer(what, who.http(Request("POST", path, headers, body), 30))
 
 
 @dataclass
@@ -89,16 +107,13 @@ class Regions:
                 path = SHM / f"{self.tag}_b_{kind}"
                 self.other.create(path.name, filled(self.marks["b"], size))
                 self.files[f"b_{kind}"] = ClientFile(path, "b", bytearray(filled(self.marks["b"], size)))
-                for protocol in ("http", "grpc"):
-                    answer = self.register(protocol, self.name(kind), path.name, 0, size, self.other)
-                    self.setup_answers.append(answer)
+                name = self.name(kind)
+                self.setup_answers += [self.register(p, name, path.name, 0, size, self.other) for p in FRONTS]
         for kind, offset in A_OFFSETS.items():
             path = SHM / f"{self.tag}_a_{kind}"
             self.files[kind] = self._create(path, offset + REGION_BYTES[kind])
-            for protocol in ("http", "grpc"):
-                self.setup_answers.append(
-                    self.register(protocol, self.name(kind), path.name, offset, REGION_BYTES[kind])
-                )
+            size = REGION_BYTES[kind]
+            self.setup_answers += [self.register(p, self.name(kind), path.name, offset, size) for p in FRONTS]
 
     def _create(self, path: Path, size: int) -> ClientFile:
         data = filled(self.marks["a"], size)
@@ -110,23 +125,11 @@ class Regions:
     ) -> Answer:
         """Register ``/dev/shm/file_name`` as ``name`` on one front, as A (or as B: ``other``)."""
         who, what = (self.client, "register") if other is None else (other, "register (other uid)")
-        if protocol == "http":
-            body = json.dumps({"key": f"/{file_name}", "offset": offset, "byte_size": size}).encode()
-            path = f"/v2/systemsharedmemory/region/{name}/register"
-            return http_answer(
-                what, who.http(Request("POST", path, [("Content-Type", "application/json")], body), 30)
-            )
-        request = service_pb2.SystemSharedMemoryRegisterRequest(
-            name=name, key=f"/{file_name}", offset=offset, byte_size=size
-        ).SerializeToString()
-        return grpc_answer(what, *who.grpc("SystemSharedMemoryRegister", request, 30))
+        fields = {"key": f"/{file_name}", "offset": offset, "byte_size": size}
+        return shm_call(who, protocol, what, "Register", name, fields)
 
     def unregister(self, protocol: str, name: str) -> Answer:
-        if protocol == "http":
-            path = f"/v2/systemsharedmemory/region/{name}/unregister"
-            return http_answer("unregister", self.client.http(Request("POST", path, []), 30))
-        request = service_pb2.SystemSharedMemoryUnregisterRequest(name=name).SerializeToString()
-        return grpc_answer("unregister", *self.client.grpc("SystemSharedMemoryUnregister", request, 30))
+        return shm_call(self.client, protocol, "unregister", "Unregister", name)
 
     def register_fresh(self, protocol: str, registration: Registration, number: int) -> Answer:
         """The case's own registration under the name of kind ``fresh``."""
@@ -207,7 +210,7 @@ class Regions:
         return problems
 
     def close(self) -> None:
-        for protocol in ("http", "grpc"):
+        for protocol in FRONTS:
             for kind in A_OFFSETS:
                 self.unregister(protocol, self.name(kind))
         for client_file in self.every_file():

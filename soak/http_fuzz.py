@@ -97,8 +97,6 @@ def _example(datatype: str, shape: list[int]) -> np.ndarray:
     count = int(np.prod(shape))
     if datatype == "BYTES":
         return np.array([b"fuzz"] * count, dtype=object).reshape(shape)
-    if datatype == "BOOL":
-        return np.ones(shape, bool)
     return np.ones(shape, triton_to_np_dtype(datatype))
 
 

@@ -28,7 +28,6 @@ import tritonclient.http as httpclient
 from hypothesis import HealthCheck, Verbosity, given, reproduce_failure, settings
 from hypothesis import seed as hypothesis_seed
 from hypothesis.errors import DidNotReproduce
-from tritonclient.grpc import service_pb2
 
 from server.admin import headers as admin_headers
 from server.fronts.process import MAX_REQUEST_BYTES
@@ -45,7 +44,7 @@ from soak.fuzz_headers import (
     readable,
     wire_held,
 )
-from soak.fuzz_regions import Regions
+from soak.fuzz_regions import Regions, shm_call
 from soak.fuzz_wire import (
     SLACK_S,
     Answer,
@@ -60,7 +59,6 @@ from soak.fuzz_wire import (
     http_body,
 )
 from soak.other_uid import SERVICE, OtherUser
-from soak.raw_http import Request
 from soak.request_space import Case, ModelSpace, OutputCase, cases
 
 log = logging.getLogger(__name__)
@@ -376,12 +374,7 @@ class InvariantFuzz:
         if other is None or not case.other_uid or space is None:
             return []
         if case.other_uid == "status":
-            reply = other.http(Request("GET", "/v2/systemsharedmemory/status", []), 30)
-            request = service_pb2.SystemSharedMemoryStatusRequest().SerializeToString()
-            return [
-                http_answer("other uid status", reply),
-                grpc_answer("other uid status", *other.grpc("SystemSharedMemoryStatus", request, 30)),
-            ]
+            return [shm_call(other, protocol, "other uid status", "Status") for protocol in ("http", "grpc")]
         tensors = control_case(space)
         if not tensors:
             return []
