@@ -69,14 +69,6 @@ def link_packages(dists: list[importlib.metadata.Distribution], folder: Path) ->
                 target.symlink_to(source.resolve(), target_is_directory=source.is_dir())
 
 
-def fresh_python(folder: Path) -> Path:
-    """A virtual environment of this Python with nothing but pip (made once, then reused)."""
-    python = folder / "bin" / "python"
-    if not python.exists():
-        venv.EnvBuilder(with_pip=True, clear=True, symlinks=True).create(folder)
-    return python
-
-
 def validate(out: Path) -> list[str]:
     """What is wrong with a run's output (empty when nothing)."""
     from gpucheck import report
@@ -121,7 +113,9 @@ def rehearse(out: Path, work: Path = WORK) -> tuple[int, float]:
     carried = build_carry(work / "carry", version, DOWNLOADS)
     machine_site = work / "machine-site"
     link_packages(closure(MACHINE_PACKAGES), machine_site)
-    python = fresh_python(work / "python")
+    python = work / "python" / "bin" / "python"
+    if not python.exists():  # a virtual environment of this Python with nothing but pip, made once
+        venv.EnvBuilder(with_pip=True, clear=True, symlinks=True).create(work / "python")
     if out.exists():
         shutil.rmtree(out)
     environment = {

@@ -65,17 +65,13 @@ class Recorder:
         return figures
 
 
-def _logging(out: Path) -> None:
+def check(out: Path, grid_name: str, spec_path: Path, carried: Path | None) -> int:
+    grid = GRIDS[grid_name]
+    out.mkdir(parents=True, exist_ok=True)
     handlers: list[logging.Handler] = [logging.StreamHandler(sys.stdout), logging.FileHandler(out / LOG_NAME)]
     logging.basicConfig(level=logging.INFO, format=LOG_FORMAT, handlers=handlers)
     for noisy in ("torch", "onnxruntime", "matplotlib"):
         logging.getLogger(noisy).setLevel(logging.WARNING)
-
-
-def check(out: Path, grid_name: str, spec_path: Path, carried: Path | None) -> int:
-    grid = GRIDS[grid_name]
-    out.mkdir(parents=True, exist_ok=True)
-    _logging(out)
     work = Path(tempfile.mkdtemp(prefix="gpucheck-"))
     recorder = Recorder(grid.deadline_s)
     facts = machine.facts()
