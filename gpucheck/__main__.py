@@ -1,5 +1,4 @@
-"""``python -m gpucheck carry | run | rehearse`` (docs/GPU.md): each verb imports only what it needs, so
-``carry`` runs with the standard library and ``run`` with what the lent GPU machine has."""
+"""``python -m gpucheck carry | run | rehearse``: each verb imports only what it needs."""
 
 from __future__ import annotations
 

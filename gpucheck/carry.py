@@ -1,30 +1,12 @@
-"""``make gpu-carry``: the ignored folder of wheels the GPU check needs and the lent machine lacks.
-
-The machine reaches no registry; what travels with a command is the working tree plus the folders it
-names (64 MiB in all). So the folder holds, for the machine's Python (3.12, x86-64):
-
-* ``tritonclient`` and what its gRPC and HTTP clients import there: ``protobuf`` and ``grpcio`` too,
-  because tritonclient's generated code refuses older ones (protobuf gencode 6.33, grpcio 1.81) and
-  the machine's versions are not known; the HTTP client's ``geventhttpclient`` stack and
-  ``python-rapidjson``. Versions are those this project's ``.venv`` runs (``CARRIED``), so the
-  rehearsal here and the check there import the same client code.
-* ``nvidia-pytriton`` trimmed (``trim_pytriton``): tritonserver, its libraries and the Python backend,
-  with only the stub of the target Python. The stubs of other Pythons and the libpython 3.13 that
-  one of them needs are a third of the wheel and never run there.
-* A stripped ``libpython3.X.so.1.0`` when a shared Python of that version is found here: the stub
-  links it and a machine whose Python is static lacks it (the check uses it only then;
-  ``gpucheck.machine.libpython``).
-
-Installed there with ``pip install --no-index --no-deps --target`` (``scripts/gpu_check.sh``).
-Standard library only (and pip, run as a subprocess).
-"""
+"""``make gpu-carry``: the ignored folder of wheels the GPU check needs and the lent machine (Python 3.12,
+offline, 64 MiB carried) lacks, at the versions the ``.venv`` runs: tritonclient with its stacks
+(protobuf and grpcio too: its generated code refuses older ones), nvidia-pytriton trimmed to one stub,
+and a stripped libpython for a machine whose Python is static. Standard library only."""
 
 from __future__ import annotations
 
 import argparse
-import base64
 import gzip
-import hashlib
 import importlib.metadata
 import json
 import logging
@@ -60,7 +42,8 @@ class CarryError(RuntimeError):
 
 
 def pinned_versions() -> dict[str, str]:
-    """Each carried distribution at the version this environment runs (the project's ``.venv``)."""
+    """Each carried distribution at the version the ``.venv`` runs, so both sides import the same client
+    code."""
     versions = {}
     for name in CARRIED:
         try:
@@ -71,8 +54,7 @@ def pinned_versions() -> dict[str, str]:
 
 
 def download(versions: dict[str, str], python_version: str, folder: Path) -> list[Path]:
-    """``pip download`` each pinned wheel for ``python_version`` on x86-64 Linux into ``folder``
-    (pip reuses what it already downloaded there)."""
+    """``pip download`` each pinned wheel for ``python_version`` on x86-64 Linux into ``folder``."""
     folder.mkdir(parents=True, exist_ok=True)
     command = [
         sys.executable, "-m", "pip", "download", "--quiet", "--disable-pip-version-check", "--no-deps",
@@ -115,7 +97,6 @@ def installs_on(wheel_name: str, python_version: str) -> bool:
 
 
 def _wheel_of(folder: Path, name: str, version: str, python_version: str) -> Path | None:
-    """The wheel of ``name==version`` in ``folder`` that installs on ``python_version``."""
     for wheel in sorted(folder.glob("*.whl")):
         parts = wheel.name.split("-")
         same = _normalized(parts[0]) == _normalized(name) and parts[1] == version
@@ -125,16 +106,14 @@ def _wheel_of(folder: Path, name: str, version: str, python_version: str) -> Pat
 
 
 def _drop_from_pytriton(name: str, python_version: str) -> bool:
-    """The wheel entries the machine never runs: other Pythons' stubs, the libpython one of them
-    bundles."""
+    """Other Pythons' stubs and the libpython one of them bundles: a third of the wheel, never run there."""
     if name.startswith("pytriton/tritonserver/python_backend_stubs/"):
         return name.split("/")[3] != python_version
     return name.startswith("nvidia_pytriton.libs/libpython")
 
 
 def trim_pytriton(wheel: Path, python_version: str, destination: Path) -> Path:
-    """``wheel`` without what ``_drop_from_pytriton`` names, its ``RECORD`` rewritten to match (the
-    kept entries' bytes and hashes are unchanged), as a valid wheel of the same name."""
+    """``wheel`` without what ``_drop_from_pytriton`` names, its ``RECORD`` rewritten to match."""
     target = destination / wheel.name
     with (
         zipfile.ZipFile(wheel) as source,
@@ -155,7 +134,7 @@ def trim_pytriton(wheel: Path, python_version: str, destination: Path) -> Path:
 
 
 def _strip(library: Path, destination: Path) -> None:
-    """``library`` without its symbols (a third of its size), gzipped; a plain copy without ``strip``."""
+    """``library`` without its symbols (a third of its size), gzipped."""
     plain = destination.with_suffix("")
     shutil.copyfile(library, plain)
     if shutil.which("strip"):
@@ -175,7 +154,7 @@ def local_libpython(python_version: str) -> Path | None:
 
 
 def working_tree_bytes(root: Path) -> int:
-    """What travels of the checkout itself: tracked files plus untracked files git does not ignore."""
+    """What travels of the checkout: tracked files plus untracked ones git does not ignore."""
     listing = subprocess.run(
         ["git", "-C", str(root), "ls-files", "-z", "--cached", "--others", "--exclude-standard"],
         capture_output=True,
@@ -186,13 +165,9 @@ def working_tree_bytes(root: Path) -> int:
 
 
 def folder_files(folder: Path) -> dict[Path, int]:
-    """Every file under ``folder`` with its size in bytes, largest first."""
+    """Every file under ``folder`` with its size, largest first (what the budget names)."""
     sizes = {path: path.stat().st_size for path in folder.rglob("*") if path.is_file()}
     return dict(sorted(sizes.items(), key=lambda item: -item[1]))
-
-
-def _sha256(path: Path) -> str:
-    return base64.urlsafe_b64encode(hashlib.sha256(path.read_bytes()).digest()).decode().rstrip("=")
 
 
 def _up_to_date(destination: Path, wanted: dict) -> bool:
@@ -211,7 +186,7 @@ def _up_to_date(destination: Path, wanted: dict) -> bool:
 def build_carry(
     destination: Path, python_version: str = GPU_PYTHON, downloads: Path = Path(".run/gpu-downloads")
 ) -> Path:
-    """Build (or keep, when it is up to date) the carried folder for ``python_version``."""
+    """Build the carried folder for ``python_version``, or keep it when it is up to date."""
     versions = pinned_versions()
     wanted = {"python": python_version, "versions": versions}
     if _up_to_date(destination, wanted):
@@ -240,15 +215,14 @@ def build_carry(
         for path, size in folder_files(destination).items()
         if path.name != MANIFEST
     }
-    hashes = {name: _sha256(destination / name) for name in files}
-    manifest = {**wanted, "files": files, "sha256": hashes}
+    manifest = {**wanted, "files": files}
     (destination / MANIFEST).write_text(json.dumps(manifest, indent=1, sort_keys=True) + "\n")
     return destination
 
 
 def check_budget(destination: Path, root: Path) -> tuple[int, int]:
-    """``(carried bytes, working tree bytes)``; ``CarryError`` naming the largest carried files when
-    the two together leave less than ``TREE_MARGIN`` of ``TRAVEL_LIMIT``."""
+    """``(carried bytes, working tree bytes)``; ``CarryError`` naming the largest carried files when over
+    budget."""
     files = folder_files(destination)
     carried = sum(files.values())
     tree = working_tree_bytes(root)
@@ -268,13 +242,10 @@ def check_budget(destination: Path, root: Path) -> tuple[int, int]:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m gpucheck carry", description=__doc__)
-    parser.add_argument("--dest", type=Path, default=Path(".gpu-carry"))
-    parser.add_argument("--python-version", default=GPU_PYTHON, help="the Python the wheels are for")
-    parser.add_argument("--downloads", type=Path, default=Path(".run/gpu-downloads"))
-    args = parser.parse_args(argv)
+    argparse.ArgumentParser(prog="python -m gpucheck carry", description=__doc__).parse_args(argv)
+    destination = Path(".gpu-carry")
     try:
-        destination = build_carry(args.dest, args.python_version, args.downloads)
+        build_carry(destination)
         carried, tree = check_budget(destination, Path.cwd())
     except CarryError as error:
         print(f"gpu-carry: {error}", file=sys.stderr)
@@ -283,7 +254,7 @@ def main(argv: list[str] | None = None) -> int:
         print(f"  {size / MIB:7.2f} MiB  {path.relative_to(destination)}")
     left = TRAVEL_LIMIT - carried - tree
     print(
-        f"{destination}: {carried / MIB:.1f} MiB for Python {args.python_version}; with the working tree "
+        f"{destination}: {carried / MIB:.1f} MiB for Python {GPU_PYTHON}; with the working tree "
         f"({tree / MIB:.1f} MiB) {(carried + tree) / MIB:.1f} of {TRAVEL_LIMIT / MIB:.0f} MiB "
         f"({left / MIB:.1f} MiB left)"
     )

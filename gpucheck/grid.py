@@ -1,9 +1,5 @@
-"""What the check measures and how long each point runs: the GPU grid, and the rehearsal's tiny one.
-
-Sized for the lent machine's budget (one command under ten minutes, the check itself under eight): every
-point runs in fixed short windows rather than until stable, and ``deadline_s`` stops the check early
-enough to write its report whatever is left (the sections run most important first).
-"""
+"""What the check measures and for how long: fixed short windows rather than until stable, and a
+``deadline_s`` that leaves time to write the report (the sections run most important first)."""
 
 from __future__ import annotations
 
@@ -60,9 +56,8 @@ GPU = Grid(
     deadline_s=390.0,
 )
 
-# Every code path of the GPU grid, with fewer stubs (each a process importing torch, which is where a
-# 2-core machine's minutes go): fp16 through the recommender only (fp16 convolutions on a CPU are slow),
-# one pipeline (the fp16 boundary: the path the fp32 one shares).
+# Every code path of the GPU grid with fewer stubs (each imports torch: a 2-core machine's minutes); fp16
+# only through the recommender (fp16 convolutions are slow on a CPU), one pipeline.
 REHEARSAL = Grid(
     name="rehearsal",
     latency_models=(("recommender", "fp32"), ("recommender", "fp16"), ("image_classifier", "fp32")),

@@ -1,29 +1,23 @@
-"""What the machine running the check is: its Python, torch, GPU and driver, and what its stubs need.
-
-Read, never changed: the card's clocks, power and modes stay as found. ``nvidia-smi`` is asked for
-the driver, the GPU's memory and each process's memory (the stubs'); where it lists no processes
-(a PID namespace can hide them) the report says so instead of a figure.
-"""
+"""What the machine running the check is: its Python, torch, GPU and driver. Read, never changed: the
+card's clocks, power and modes stay as found."""
 
 from __future__ import annotations
 
 import contextlib
 import ctypes
 import gzip
-import logging
 import os
 import platform
 import shutil
 import subprocess
 import sys
 import sysconfig
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
 import torch
 
-log = logging.getLogger(__name__)
 MIB = 1 << 20
 
 
@@ -42,8 +36,6 @@ class MachineFacts:
     smi_header: str = ""
     libpython: str = ""  # where the stub's libpython came from
     cpu_count: int = 0
-    tritonserver: str = ""
-    notes: list[str] = field(default_factory=list)
 
 
 def smi(*query: str) -> str | None:
@@ -51,12 +43,8 @@ def smi(*query: str) -> str | None:
     if shutil.which("nvidia-smi") is None:
         return None
     try:
-        done = subprocess.run(
-            ["nvidia-smi", *query, "--format=csv,noheader,nounits"],
-            capture_output=True,
-            text=True,
-            timeout=30,
-        )
+        command = ["nvidia-smi", *query, "--format=csv,noheader,nounits"]
+        done = subprocess.run(command, capture_output=True, text=True, timeout=30)
     except (OSError, subprocess.SubprocessError):
         return None
     return done.stdout if done.returncode == 0 else None
@@ -88,7 +76,7 @@ def facts() -> MachineFacts:
 
 
 def process_memory_mib() -> dict[int, float] | None:
-    """``{pid: MiB}`` nvidia-smi lists on the GPU; None without nvidia-smi or where it lists none."""
+    """``{pid: MiB}`` nvidia-smi lists (None where it lists none: a PID namespace can hide them)."""
     listing = smi("--query-compute-apps=pid,used_memory")
     if not listing:
         return None
@@ -110,11 +98,9 @@ def gpu_used_mib() -> float | None:
 
 
 def stub_libpython(carried: Path | None, workdir: Path) -> str:
-    """Make sure the Python-backend stub will find ``libpython3.X.so.1.0`` (it links it; a static
-    Python has none): the loader's own, else this Python's ``LIBDIR`` (added to ``LD_LIBRARY_PATH``),
-    else the carried one (``gpucheck.carry``), unpacked into ``workdir``; the last two run with this
-    Python's standard library (``PYTHONHOME``). Changes this process's environment, which the server inherits;
-    returns where it came from, or raises ``RuntimeError`` saying what is missing."""
+    """Make the stub find ``libpython3.X.so.1.0`` (a static Python has none): the loader's, this Python's
+    ``LIBDIR`` or the carried one, the last two with this Python's stdlib; returns where it came from.
+    Changes this process's environment, which the server inherits."""
     soname = f"libpython{sys.version_info.major}.{sys.version_info.minor}.so.1.0"
     try:
         ctypes.CDLL(soname)
@@ -123,18 +109,14 @@ def stub_libpython(carried: Path | None, workdir: Path) -> str:
         pass
     libdir = sysconfig.get_config_var("LIBDIR") or ""
     if libdir and (Path(libdir) / soname).is_file():
-        _prepend("LD_LIBRARY_PATH", libdir)
-        # This Python's own build: its standard library is where this Python's is, wherever the build
-        # thought it would be installed (a relocated build, e.g. uv's, finds it only so).
-        os.environ["PYTHONHOME"] = sys.base_prefix
+        _use_libpython_in(libdir)
         return f"{soname} from {libdir} (this Python's LIBDIR), with PYTHONHOME={sys.base_prefix}"
     packed = carried / f"{soname}.gz" if carried else None
     if packed is not None and packed.is_file():
         workdir.mkdir(parents=True, exist_ok=True)
         with gzip.open(packed) as source, open(workdir / soname, "wb") as out:
             shutil.copyfileobj(source, out)
-        _prepend("LD_LIBRARY_PATH", str(workdir))
-        os.environ["PYTHONHOME"] = sys.base_prefix  # the stub's interpreter takes this Python's stdlib
+        _use_libpython_in(str(workdir))
         return f"{soname} carried (gpucheck/carry.py), with PYTHONHOME={sys.base_prefix}"
     raise RuntimeError(
         f"the Python-backend stub links {soname}, which this machine lacks (not on the library path, not in "
@@ -143,5 +125,8 @@ def stub_libpython(carried: Path | None, workdir: Path) -> str:
     )
 
 
-def _prepend(variable: str, path: str) -> None:
-    os.environ[variable] = os.pathsep.join(filter(None, [path, os.environ.get(variable, "")]))
+def _use_libpython_in(folder: str) -> None:
+    """The stub loads libpython from ``folder`` and takes this Python's stdlib (``PYTHONHOME``: a relocated
+    build, e.g. uv's, finds it only so)."""
+    os.environ["LD_LIBRARY_PATH"] = os.pathsep.join(filter(None, [folder, os.environ.get("LD_LIBRARY_PATH")]))
+    os.environ["PYTHONHOME"] = sys.base_prefix

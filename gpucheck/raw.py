@@ -1,11 +1,5 @@
-"""Raw torch on the device, in this process: the physical reference for every served figure.
-
-Per model and precision: the median time of one forward at each batch size with the inputs already on
-the device (CUDA events on a GPU, the wall clock on the CPU), after a warm-up; the batching model
-``T + (N−1)·Δt`` fitted to those times (``perf.model.latency``); and on a GPU the memory torch's
-allocator holds for the weights and at the peak of a forward at the largest batch (no CUDA context,
-which the allocator does not see). These curves are the check's compute profile (``compute_profile``).
-"""
+"""Raw torch on the device, in this process: the physical reference for every served figure and the compute
+profile ``make plan --compute-profile`` reads."""
 
 from __future__ import annotations
 
@@ -52,7 +46,7 @@ def _timed(run, device: torch.device) -> float:
 
 
 def raw_curve(model: CheckModel, grid: Grid, device: torch.device) -> RawCurve:
-    """Time ``model``'s eager torch module at every batch of ``grid`` on ``device``."""
+    """Time ``model``'s eager module at every batch, with as many CPU threads as a served instance runs."""
     threads = torch.get_num_threads()
     if device.type == "cpu" and model.spec.threads.intra_op > 0:  # as many as a served instance runs
         torch.set_num_threads(model.spec.threads.intra_op)

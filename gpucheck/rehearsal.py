@@ -1,21 +1,6 @@
-"""``make gpu-rehearsal``: the GPU check's own script on this CPU, so that a machine nobody has here is
-not the first place it runs.
-
-It runs ``scripts/gpu_check.sh`` exactly as the lent machine does (the same install of carried wheels
-with ``pip install --no-index --no-deps --target``, the same ``python -m gpucheck run``), with a tiny
-grid and ``KIND_CPU``, under a Python that holds only what the GPU machine's ``python3`` holds:
-
-* a fresh virtual environment of this Python (its ``site-packages`` empty but for pip);
-* the carried wheels, built by ``gpucheck.carry`` for this Python's version (the compiled wheels differ
-  from the GPU machine's 3.12 ones by their tag alone; the versions are the same);
-* ``MACHINE_PACKAGES`` from the project's ``.venv``, standing in for the GPU machine's own copies
-  (DESIGN.md §3: torch, numpy, onnx, onnxruntime, pyyaml, matplotlib, aiohttp, tqdm, rich), with the
-  packages they require, linked into one folder on ``PYTHONPATH``. Nothing else of the ``.venv``: a
-  check that imported pydantic, PyTriton's Python API or anything else the GPU machine lacks fails here.
-
-CUDA is the one thing it cannot exercise: GPU memory and CUDA shared memory are reported as not
-measured. ``validate`` checks what the run wrote (``tests/gpu/test_gpu_rehearsal.py`` calls both).
-"""
+"""``make gpu-rehearsal``: the GPU check's own script on this CPU (tiny grid, ``KIND_CPU``), under a fresh
+virtual environment holding only the carried wheels and ``MACHINE_PACKAGES`` linked from the ``.venv``:
+a check that imports anything the GPU machine lacks fails here first."""
 
 from __future__ import annotations
 
@@ -35,8 +20,8 @@ from gpucheck.carry import CARRIED, build_carry
 ROOT = Path(__file__).resolve().parent.parent
 WORK = ROOT / ".run" / "gpu-rehearsal"
 DOWNLOADS = ROOT / ".run" / "gpu-downloads"
-# Distributions the GPU machine's python3 has (DESIGN.md §3) that the check imports; their own
-# requirements come along (``closure``). onnxruntime-gpu is this .venv's onnxruntime (the CPU provider).
+# What the GPU machine's python3 has (DESIGN.md §3) and the check imports, with their requirements;
+# onnxruntime-gpu is this .venv's onnxruntime
 MACHINE_PACKAGES = (
     "torch", "numpy", "onnx", "onnxruntime-gpu", "pyyaml", "matplotlib", "aiohttp", "tqdm", "rich",
     "packaging", "urllib3", "certifi", "ml-dtypes", "typing-extensions",
@@ -69,7 +54,8 @@ def closure(roots: tuple[str, ...]) -> list[importlib.metadata.Distribution]:
 
 
 def link_packages(dists: list[importlib.metadata.Distribution], folder: Path) -> None:
-    """Link every top-level file and folder of ``dists`` (their ``.dist-info`` too) into ``folder``."""
+    """Link every top-level file and folder of ``dists`` into ``folder``: the machine's packages, nothing
+    else."""
     if folder.exists():
         shutil.rmtree(folder)
     folder.mkdir(parents=True)
@@ -83,17 +69,8 @@ def link_packages(dists: list[importlib.metadata.Distribution], folder: Path) ->
                 target.symlink_to(source.resolve(), target_is_directory=source.is_dir())
 
 
-def fresh_python(folder: Path) -> Path:
-    """A virtual environment of this Python with nothing but pip (made once, then reused)."""
-    python = folder / "bin" / "python"
-    if not python.exists():
-        venv.EnvBuilder(with_pip=True, clear=True, symlinks=True).create(folder)
-    return python
-
-
 def validate(out: Path) -> list[str]:
-    """What is wrong with a run's output (empty when nothing): at most ``MAX_FILES`` files, the report
-    and figures, a well-formed compute profile, and a report that shows every section the JSON holds."""
+    """What is wrong with a run's output (empty when nothing)."""
     from gpucheck import report
 
     problems = []
@@ -131,12 +108,14 @@ def validate(out: Path) -> list[str]:
 
 
 def rehearse(out: Path, work: Path = WORK) -> tuple[int, float]:
-    """Run the check's script here (see the module docstring); ``(exit status, seconds)``."""
+    """Run the check's script here; ``(exit status, seconds)``."""
     version = f"{sys.version_info.major}.{sys.version_info.minor}"
     carried = build_carry(work / "carry", version, DOWNLOADS)
     machine_site = work / "machine-site"
     link_packages(closure(MACHINE_PACKAGES), machine_site)
-    python = fresh_python(work / "python")
+    python = work / "python" / "bin" / "python"
+    if not python.exists():  # a virtual environment of this Python with nothing but pip, made once
+        venv.EnvBuilder(with_pip=True, clear=True, symlinks=True).create(work / "python")
     if out.exists():
         shutil.rmtree(out)
     environment = {
@@ -153,12 +132,11 @@ def rehearse(out: Path, work: Path = WORK) -> tuple[int, float]:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m gpucheck rehearse", description=__doc__)
-    parser.add_argument("--out", type=Path, default=WORK / "out")
-    args = parser.parse_args(argv)
-    status, seconds = rehearse(args.out)
-    problems = validate(args.out)
+    argparse.ArgumentParser(prog="python -m gpucheck rehearse", description=__doc__).parse_args(argv)
+    out = WORK / "out"
+    status, seconds = rehearse(out)
+    problems = validate(out)
     for problem in problems:
         print(f"gpu-rehearsal: {problem}", file=sys.stderr)
-    print(f"gpu-rehearsal: the check's script ran {seconds:.0f} s here, exit {status}; output in {args.out}")
+    print(f"gpu-rehearsal: the check's script ran {seconds:.0f} s here, exit {status}; output in {out}")
     return status or (1 if problems else 0)

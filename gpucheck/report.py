@@ -1,11 +1,5 @@
-"""The check's output: at most eight files, readable without the machine.
-
-``gpu-figures.json`` holds every figure (and the ``compute_profile`` that ``make plan
---compute-profile`` reads); ``gpu-report.md`` renders it as tables, each saying what was measured and
-how; three plots (``gpu-latency.png``, ``gpu-throughput.png``, ``gpu-transfer.png``); the run's log,
-``gpu-check.log``, is written beside them by ``gpucheck.run``. Every table is derived from the JSON
-alone (``markdown``), so the report can be re-rendered from the figures.
-"""
+"""The check's output: ``gpu-figures.json`` holds every figure (and the compute profile); the report and
+plots are rendered from it alone."""
 
 from __future__ import annotations
 
@@ -42,18 +36,9 @@ NOT_MEASURED = (
 )  # fmt: skip
 
 
-def curve_record(curve: RawCurve) -> dict[str, Any]:
-    return {
-        "base": curve.base, "precision": curve.precision, "device": curve.device,
-        "batch_ms": {str(b): ms for b, ms in curve.batch_ms.items()},
-        "T_ms": curve.fit.t_ms, "dt_ms": curve.fit.dt_ms, "r2": curve.fit.r2,
-        "weights_mib": curve.weights_mib, "peak_mib": curve.peak_mib,
-    }  # fmt: skip
-
-
 def compute_profile(device: str, curves: Iterable[RawCurve]) -> dict[str, Any]:
-    """The shape ``make plan --compute-profile`` reads: per model and precision, the fit of
-    ``T_batch(N) = T + (N−1)·Δt`` to raw torch's time per batch, and those times."""
+    """What ``make plan --compute-profile`` reads: per model and precision, raw torch's times per batch and
+    their fit."""
     models: dict[str, dict[str, Any]] = {}
     for curve in curves:
         models.setdefault(curve.base, {})[curve.precision] = {
@@ -61,17 +46,14 @@ def compute_profile(device: str, curves: Iterable[RawCurve]) -> dict[str, Any]:
             "dt_ms": curve.fit.dt_ms,
             "batches": {str(b): ms for b, ms in sorted(curve.batch_ms.items())},
         }
-    return {
-        "device": device,
-        "source": "raw torch on the device, make gpu-check (gpucheck.raw)",
-        "models": models,
-    }
+    source = "raw torch on the device, make gpu-check (gpucheck.raw)"
+    return {"device": device, "source": source, "models": models}
 
 
 def figures(
     grid: Grid, facts: MachineFacts, sections: dict[str, dict], raw: dict, wall_s: float
 ) -> dict[str, Any]:
-    """Every figure of the run as one JSON-ready document."""
+    """Every figure of the run as one JSON-ready document, the report's only source."""
     not_measured = [{"what": what, "why": why} for what, why in NOT_MEASURED]
     if not facts.cuda_available:
         not_measured.append({
@@ -105,12 +87,12 @@ def _ms(value: float | None, digits: int = 3) -> str:
 
 
 def _fit_rows(model: dict) -> list[list[str]]:
-    fits = (
-        ("client", model["fit_client"]),
-        ("server compute", model["fit_compute"]),
-        ("raw torch", model["fit_raw"]),
-    )
-    return [[what, _ms(f["T_ms"]), _ms(f["dt_ms"], 4), _ms(f["r2"])] for what, f in fits if f]
+    fits = {
+        "client": model["fit_client"],
+        "server compute": model["fit_compute"],
+        "raw torch": model["fit_raw"],
+    }
+    return [[what, _ms(f["T_ms"]), _ms(f["dt_ms"], 4), _ms(f["r2"])] for what, f in fits.items() if f]
 
 
 def _latency_lines(section: dict) -> list[str]:
@@ -142,6 +124,10 @@ def _parity_lines(section: dict) -> list[str]:
         "",
         table(["model", "precision", "max rel error", "limit", "within"], rows),
     ]
+
+
+def _yes(right: bool) -> str:
+    return "yes" if right else "NO"
 
 
 def _mib(value: Any) -> str:
@@ -241,13 +227,7 @@ def _pipeline_lines(section: dict) -> list[str]:
 
 def _shm_lines(section: dict) -> list[str]:
     rows = [
-        [
-            r["transport"],
-            _ms(r["median_ms"]),
-            _ms(r["p90_ms"]),
-            number(r["mib_per_s"]),
-            "yes" if r["correct"] else "NO",
-        ]
+        [r["transport"], _ms(r["median_ms"]), _ms(r["p90_ms"]), number(r["mib_per_s"]), _yes(r["correct"])]
         for r in section["rows"]
     ]
     return [
@@ -361,8 +341,7 @@ def _plot_transfer(document: dict, path: Path) -> Path:
 
 
 def write(out: Path, document: dict) -> list[Path]:
-    """The JSON first (every figure survives a failed render), then the report and the plots, both
-    rendered from what the JSON holds."""
+    """The JSON first (every figure survives a failed render), then the report and plots from it."""
     document = json.loads(json.dumps(document, default=plain))
     written = [write_report(out / REPORT, markdown(document), document, out / FIGURES), out / FIGURES]
     for render, name in zip((_plot_latency, _plot_throughput, _plot_transfer), PLOTS, strict=True):

@@ -1,25 +1,9 @@
-"""The check's repository, built on the machine that serves it, from ``models.yaml``, with its torch.
-
-Every model here runs on torch through the Python backend (``python_backend/torch_stage``): on the
-lent GPU machine that is the only GPU path (no onnxruntime CUDA provider, no TensorRT), and the
-program is exported there by that machine's torch (a ``.pt2`` is not carried between versions). The
-same build on a CPU-only machine places every instance on ``KIND_CPU`` (the rehearsal).
-
-What it serves, all at ``max_batch_size`` = the grid's largest batch:
-
-* the grid's latency models: ``recommender``, ``image_classifier`` and their ``_fp16`` variants
-  (``perf.plan.profile``'s rule: float tensors in fp16), one instance, no dynamic batching: the
-  latency model's served side, so a request of N rows is one execution of N rows, no batcher delay;
-* ``recommender_dynamic``: the recommender with the spec's dynamic batching (its queue delay; no queue
-  policy, whose Triton 2.51 stall would swamp the figures, docs/SERVING.md row 11);
-* ``image_classifier_x<N>``: N instances on GPU 0, no dynamic batching;
-* the grid's pipelines of the spec: the two-stage ``image_classifier_pipeline`` (fp32 boundary) and
-  ``_fp16`` (fp16 boundary), their stages on GPU 0 batching with no queue delay;
-* ``payload_<N>mib``: the zoo's ``trivial`` doubler taking one input of N MiB, for shared memory.
-
-Each model's program is checked against the eager fp32 model at the precision's tolerance before it
-is written (``exporters.artifacts.parity``), as every export of the project is.
-"""
+"""The check's repository, built where it is served, with that machine's torch (a ``.pt2`` does not travel
+between versions): every model torch through the Python backend, the one GPU path there, at the grid's
+largest batch: the latency models and fp16 variants without a batcher, ``recommender_dynamic`` (no queue
+policy: its 2.51 stall would swamp the figures, docs/SERVING.md row 11), ``image_classifier_x<N>``, the
+grid's pipelines and ``payload_<N>mib``. Each program is checked against the eager fp32 model before it
+is written."""
 
 from __future__ import annotations
 
@@ -34,7 +18,7 @@ import torch
 import python_backend
 from exporters.artifacts.file_hash import file_sha256
 from exporters.artifacts.parity import ParityReport, compare_outputs
-from exporters.configs.model_config import InstanceGroup, ModelConfig, write_config
+from exporters.configs.model_config import InstanceGroup, write_config
 from exporters.configs.models import build_model_config
 from exporters.pipelines.build import BuiltPipeline, build_pipelines
 from exporters.pipelines.configs import torch_program_config
@@ -70,8 +54,6 @@ class CheckModel:
 @dataclass(frozen=True)
 class BuiltCheckModel:
     model: CheckModel
-    config: ModelConfig
-    sha256: str
     parity: ParityReport  # the written program against the eager fp32 model
 
 
@@ -98,12 +80,11 @@ def variant_name(base: str, precision: str) -> str:
 
 
 def _at_grid_batch(model: ModelSpec, grid: Grid, **changes: Any) -> ModelSpec:
-    """``model`` at the grid's largest batch, with no batcher unless ``changes`` name one."""
     return dataclasses.replace(model, **{"max_batch_size": grid.max_batch, "batching": NO_BATCHER, **changes})
 
 
 def check_models(spec: Spec, grid: Grid) -> list[CheckModel]:
-    """The served models the check measures (see the module docstring), from ``spec``'s entries."""
+    """The served models the check measures, from the spec's own entries."""
     models = []
     for base, precision in grid.latency_models:
         entry = _at_grid_batch(spec.model(base), grid)
@@ -121,7 +102,7 @@ def check_models(spec: Spec, grid: Grid) -> list[CheckModel]:
 
 
 def payload_spec(spec: Spec, mib: int) -> ModelSpec:
-    """The zoo's doubler taking one fp32 input of ``mib`` MiB (and answering as much), batch 1."""
+    """The zoo's doubler taking one fp32 input of ``mib`` MiB, batch 1."""
     features = mib * (1 << 20) // 4
     trivial = spec.model("trivial")
     return dataclasses.replace(
@@ -136,8 +117,7 @@ def payload_spec(spec: Spec, mib: int) -> ModelSpec:
 
 
 def torch_module(model: CheckModel) -> torch.nn.Module:
-    """The eager module that serves ``model``: the spec's fp32 model, its float parameters in fp16 for
-    an fp16 variant (whose float inputs and outputs are fp16)."""
+    """The eager module serving ``model``: fp32, or its float parameters in fp16 for an fp16 variant."""
     module = build_torch_model(model.spec).eval()
     return module.half() if model.precision == "fp16" else module
 
@@ -162,18 +142,17 @@ def build_check_model(model: CheckModel, repository: Path, device: str) -> Built
         [actual], [expected], model.precision, f"{spec.name} (torch program vs eager fp32)"
     )
     python_backend.install_torch_stage(folder)
-    sha256 = file_sha256(path)
     config = build_model_config(spec, 1 if device == "gpu" else 0)
-    config = torch_program_config(config, spec, stage, sha256)
+    config = torch_program_config(config, spec, stage, file_sha256(path))
     kind, gpus = ("KIND_GPU", [0]) if device == "gpu" else ("KIND_CPU", [])
     config.instance_group = [InstanceGroup(kind, model.instances, gpus)]
     write_config(config, repository / spec.name)
-    return BuiltCheckModel(model, config, sha256, parity)
+    return BuiltCheckModel(model, parity)
 
 
 def check_spec(spec: Spec, grid: Grid) -> Spec:
-    """``spec`` with the pipelines the check serves, their model at the grid's largest batch and
-    their stages batching with no queue delay (comparable with the monolith, which has no batcher)."""
+    """``spec`` with the check's pipelines, their stages batching with no queue delay (comparable with the
+    monolith)."""
     image = _at_grid_batch(spec.model(INSTANCE_MODEL), grid)
     pipelines = tuple(
         dataclasses.replace(p, batching=Batching(mode="dynamic", max_queue_delay_us=0))

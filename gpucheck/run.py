@@ -1,16 +1,6 @@
-"""``python -m gpucheck run --out DIR``: the whole check in one process, most important first.
-
-1. the machine's facts, and the stub's libpython (``machine``);
-2. raw torch on the device: the batching curve of each model and precision, the compute profile
-   ``make plan --compute-profile`` reads (``raw``);
-3. the repository, built here (``repository``), and one tritonserver (``serving``);
-4. the studies (``studies``): latency model, fp16/fp32 parity and memory per instance (one group of
-   models), then dynamic batching, instances, the pipeline, shared memory.
-
-A study that fails is recorded with its error and the next one runs; past the grid's deadline the
-remaining studies are recorded as skipped. The report is written in every case (``report``), and the
-exit status says whether everything ran: 0 all measured, 1 something failed or was skipped.
-"""
+"""``python -m gpucheck run --out DIR``: the whole check in one process, most important first. A step that
+fails is recorded and the next runs; past the grid's deadline the rest are skipped; the report is always
+written, and the exit status says whether everything was measured."""
 
 from __future__ import annotations
 
@@ -41,7 +31,8 @@ SERVER_LOG_LINES = 200
 
 
 class Recorder:
-    """Runs each step, timing it and keeping its figures or its failure; skips steps past the deadline."""
+    """Runs each step, keeping its figures or failure; skips it past the deadline or when its needs did not
+    run."""
 
     def __init__(self, deadline_s: float) -> None:
         self.started = time.monotonic()
@@ -73,22 +64,14 @@ class Recorder:
         self.sections[name] = {"status": "ok", "seconds": time.monotonic() - began, **figures}
         return figures
 
-    @property
-    def complete(self) -> bool:
-        return all(s["status"] == "ok" for s in self.sections.values())
-
-
-def _logging(out: Path) -> None:
-    handlers: list[logging.Handler] = [logging.StreamHandler(sys.stdout), logging.FileHandler(out / LOG_NAME)]
-    logging.basicConfig(level=logging.INFO, format=LOG_FORMAT, handlers=handlers)
-    for noisy in ("torch", "onnxruntime", "matplotlib"):
-        logging.getLogger(noisy).setLevel(logging.WARNING)
-
 
 def check(out: Path, grid_name: str, spec_path: Path, carried: Path | None) -> int:
     grid = GRIDS[grid_name]
     out.mkdir(parents=True, exist_ok=True)
-    _logging(out)
+    handlers: list[logging.Handler] = [logging.StreamHandler(sys.stdout), logging.FileHandler(out / LOG_NAME)]
+    logging.basicConfig(level=logging.INFO, format=LOG_FORMAT, handlers=handlers)
+    for noisy in ("torch", "onnxruntime", "matplotlib"):
+        logging.getLogger(noisy).setLevel(logging.WARNING)
     work = Path(tempfile.mkdtemp(prefix="gpucheck-"))
     recorder = Recorder(grid.deadline_s)
     facts = machine.facts()
@@ -103,7 +86,7 @@ def check(out: Path, grid_name: str, spec_path: Path, carried: Path | None) -> i
         for name in studies.latency_group(grid):
             model = models[name]
             raw[(model.base, model.precision)] = raw_curve(model, grid, device)
-        return {"curves": [report.curve_record(c) for c in raw.values()]}
+        return {"curves": sorted(f"{base} {precision}" for base, precision in raw)}
 
     def libpython_step() -> dict[str, Any]:
         facts.libpython = machine.stub_libpython(
@@ -116,16 +99,11 @@ def check(out: Path, grid_name: str, spec_path: Path, carried: Path | None) -> i
     holder: dict[str, Any] = {}
 
     def build_step() -> dict[str, Any]:
-        began = time.monotonic()
         holder["repository"] = repository = build(spec, grid, work / "repository", "gpu" if on_gpu else "cpu")
         return {
-            "build_s": time.monotonic() - began,
             "models": {
-                name: {
-                    "precision": b.model.precision,
-                    "instances": b.model.instances,
-                    "max_rel_error": b.parity.max_rel_error,
-                }
+                name: {"precision": b.model.precision, "instances": b.model.instances,
+                       "max_rel_error": b.parity.max_rel_error}
                 for name, b in repository.models.items()
             },
             "pipelines": {
@@ -153,21 +131,18 @@ def check(out: Path, grid_name: str, spec_path: Path, carried: Path | None) -> i
         )
     shutil.rmtree(work, ignore_errors=True)
     print(report.summary(document))
-    return 0 if recorder.complete else 1
+    return 0 if all(s["status"] == "ok" for s in recorder.sections.values()) else 1
 
 
 def _start(session: Session) -> dict[str, Any]:
-    began = time.monotonic()
     session.__enter__()
     return {
-        "start_s": time.monotonic() - began,
         "install": str(session.server.install.binary),
         "failed_models": dict(session.server.failed_models),
     }
 
 
 def _studies(recorder: Recorder, context: studies.Context) -> None:
-    """Each study, most important first, once the models it needs are known to have loaded."""
     session, repository, grid = context.session, context.repository, context.grid
 
     def with_models(names: list[str], study: Callable[[studies.Context], dict]) -> Callable[[], dict]:

@@ -1,17 +1,8 @@
-"""One real tritonserver for the whole check, every model of its repository loaded at the start.
-
-Started with ``server.TritonServer`` (the project's launcher: the wheel's tritonserver, our backend
-folder, explicit model control with a keyed repository API), with no watchdog (a stub that dies is a
-finding to report, not to heal). Triton loads the models side by side, which is where a check spends
-its minutes (every instance is a stub process importing torch); a model that fails to load fails only
-the studies that need it (``require``). Memory is read per stub process, so the other models loaded
-beside one do not blur its figure. On a GPU the CUDA memory pool the Python backend passes GPU
-tensors through is raised from Triton's 64 MiB to hold the largest batches in flight.
-"""
+"""One tritonserver for the whole check, every model loaded at the start and no watchdog: a stub that dies
+is a finding. A model that fails to load fails only the studies that need it."""
 
 from __future__ import annotations
 
-import logging
 import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
@@ -24,7 +15,6 @@ from client.stats import ModelStats, model_stats
 from server import ServerOptions, TritonServer
 from server.stubs import server_stubs
 
-log = logging.getLogger(__name__)
 CUDA_POOL_BYTES = 1 << 30  # per GPU: batches of 256 images are 12 MiB each way, many in flight
 
 
@@ -37,15 +27,10 @@ class Session:
 
     def __init__(self, repository: Path, on_gpu: bool, workdir: Path) -> None:
         extra = [f"--cuda-memory-pool-byte-size=0:{CUDA_POOL_BYTES}"] if on_gpu else []
-        self.server = TritonServer(
-            ServerOptions(
-                repository=repository,
-                self_heal=False,
-                startup_timeout_s=600.0,
-                workdir=workdir,
-                extra_args=extra,
-            )
+        options = ServerOptions(
+            repository=repository, self_heal=False, startup_timeout_s=600.0, workdir=workdir, extra_args=extra
         )
+        self.server = TritonServer(options)
 
     def __enter__(self) -> Session:
         self.server.start()  # a model that fails to load fails the studies that need it (``require``)
@@ -67,7 +52,7 @@ class Session:
             )
 
     def stub_pids(self, model: str) -> list[int]:
-        """The live Python-backend stubs serving ``model`` (one per instance)."""
+        """The live stubs serving ``model``: memory is read per stub, so models beside it do not blur it."""
         assert self.server.pid is not None
         return [s.pid for s in server_stubs(self.server.pid) if s.alive and s.model == model]
 
@@ -81,14 +66,13 @@ class Session:
         return {name: result.as_numpy(name) for name in outputs}
 
     def timed(self, model: str, arrays: dict[str, np.ndarray], count: int, warmup: int = 2) -> list[float]:
-        """Milliseconds of ``count`` requests of ``arrays``, one in flight (after ``warmup``), as the
-        client sees them: gRPC there and back, the server's queue and compute."""
+        """Client milliseconds of ``count`` requests, one in flight, after ``warmup``."""
         inputs = make_inputs(grpcclient, arrays)
         return timed_calls(lambda: self.grpc.infer(model, inputs), count, warmup)
 
 
 def timed_calls(call: Callable[[], object], count: int, warmup: int) -> list[float]:
-    """Milliseconds of each of ``count`` calls of ``call``, one after another, after ``warmup`` untimed."""
+    """Milliseconds of each of ``count`` calls, one after another, after ``warmup`` untimed."""
     for _ in range(warmup):
         call()
     times = []

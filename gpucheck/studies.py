@@ -1,13 +1,6 @@
-"""What the check measures through the real server, one function per study, each returning plain
-figures (JSON-ready) that the report reads; ``run`` orders them and records a failure of one without
-losing the others.
-
-Served figures are what a client sees over gRPC, one request in flight unless a load says otherwise,
-beside the server's own compute time per batch (``/v2/models/<m>/stats``) and raw torch on the same
-device (``gpucheck.raw``): the same model, the same rows. Throughput points are one window of a closed
-loop (``perf.measure``), not a search for stability: the lent machine's minutes are few, and ratios
-between the points of one run are what the report draws conclusions from.
-"""
+"""The studies through the real server, each returning JSON-ready figures. Throughput points are one window
+of a closed loop, not a search for stability: the lent minutes are few, and the report compares points
+of one run."""
 
 from __future__ import annotations
 
@@ -29,12 +22,7 @@ from exporters.sources.load import build_torch_model
 from gpucheck import machine
 from gpucheck.grid import Grid
 from gpucheck.raw import RawCurve
-from gpucheck.repository import (
-    BATCHING_MODEL,
-    INSTANCE_MODEL,
-    CheckRepository,
-    variant_name,
-)
+from gpucheck.repository import BATCHING_MODEL, INSTANCE_MODEL, CheckRepository, variant_name
 from gpucheck.serving import Session, timed_calls
 from perf.measure.engine import MeasureSettings
 from perf.measure.loads import closed_loop
@@ -49,6 +37,7 @@ log = logging.getLogger(__name__)
 MIB = 1 << 20
 PARITY_ROWS = 8
 SEED = 21
+POINT_FIGURES = ("throughput", "p50_ms", "p99_ms", "failed", "requests")
 
 
 @dataclass
@@ -63,11 +52,6 @@ class Context:
     def on_gpu(self) -> bool:
         return self.repository.device == "gpu"
 
-    def settings(self) -> MeasureSettings:
-        return MeasureSettings(
-            warmup_s=self.grid.warmup_s, window_s=self.grid.window_s, stable_windows=1, max_windows=1
-        )
-
 
 def _fit(points: dict[int, float]) -> dict[str, float]:
     fit = fit_latency(points)
@@ -75,7 +59,6 @@ def _fit(points: dict[int, float]) -> dict[str, float]:
 
 
 def _named_inputs(spec: Any, rows: int, seed: int) -> dict[str, np.ndarray]:
-    """``draw_inputs``'s arrays by input name, as a request sends them."""
     return dict(zip([t.name for t in spec.inputs], draw_inputs(spec, rows, seed), strict=True))
 
 
@@ -84,8 +67,7 @@ def latency_group(grid: Grid) -> list[str]:
 
 
 def latency(context: Context) -> dict[str, Any]:
-    """``T + (N−1)·Δt`` served: each batch size one request at a time, client time and the server's
-    compute per batch, beside raw torch at the same batch."""
+    """``T + (N−1)·Δt`` served, one request at a time per batch, beside the server's compute and raw torch."""
     session, grid = context.session, context.grid
     models = {}
     for name in latency_group(context.grid):
@@ -116,9 +98,7 @@ def latency(context: Context) -> dict[str, Any]:
 
 
 def parity(context: Context) -> dict[str, Any]:
-    """Each latency model's served outputs against the eager fp32 model on the CPU, held to its
-    precision's tolerance (``exporters.artifacts.parity``): fp16 on the GPU against fp32, and fp32 on the GPU
-    against fp32 on the CPU."""
+    """Served outputs against the eager fp32 model on the CPU, held to the precision's tolerance."""
     results = {}
     for name in latency_group(context.grid):
         built = context.repository.models[name]
@@ -133,14 +113,9 @@ def parity(context: Context) -> dict[str, Any]:
         check = check_outputs(
             expected, served.astype(np.float32), spec.outputs[0].tolerance, built.model.precision
         )
-        results[name] = {
-            "precision": built.model.precision,
-            "max_rel_error": check.max_rel_error,
-            "max_abs_error": check.max_abs_error,
-            "limit": check.tolerance.max_rel,
-            "ok": check.ok,
-            "problems": list(check.problems),
-        }
+        errors = {"max_rel_error": check.max_rel_error, "max_abs_error": check.max_abs_error}
+        limit = {"limit": check.tolerance.max_rel, "ok": check.ok, "problems": list(check.problems)}
+        results[name] = {"precision": built.model.precision, **errors, **limit}
     return {"models": results}
 
 
@@ -160,10 +135,8 @@ def _predicted_mib(spec: Any, precision: str) -> float | None:
 
 
 def memory(context: Context) -> dict[str, Any]:
-    """Per latency model (one instance, after a request of the largest batch): what nvidia-smi says
-    its stub holds, torch's allocator in this process for the same module, and what ``make plan``
-    counts (``perf.plan.graph_memory`` per instance, plus ``perf.model.memory``'s CUDA context for
-    this GPU, which the planner counts once per GPU)."""
+    """What each latency model's stub holds after the largest batch, against torch's allocator and ``make
+    plan``'s count."""
     context_mib = context_bytes(context.device) / MIB if context.on_gpu else None
     models = {}
     for name in latency_group(context.grid):
@@ -183,28 +156,16 @@ def memory(context: Context) -> dict[str, Any]:
 
 def _point(context: Context, spec: Any, concurrency: int, label: str) -> dict[str, Any]:
     target = target_from_spec(spec, context.session.server.grpc_url, rows=max(concurrency, 1), seed=SEED)
-    measurement = measure(
-        target,
-        closed_loop(concurrency),
-        context.settings(),
-        ServerEndpoints.of(context.session.server),
-        label,
-    )
-    figures = measurement.figures
-    return {
-        "concurrency": concurrency,
-        "throughput": figures.throughput,
-        "p50_ms": figures.p50_ms,
-        "p99_ms": figures.p99_ms,
-        "failed": figures.failed,
-        "requests": figures.requests,
-        "mean_batch": measurement.stats.mean_batch,
-    }
+    windows = {"warmup_s": context.grid.warmup_s, "window_s": context.grid.window_s}
+    settings = MeasureSettings(**windows, stable_windows=1, max_windows=1)
+    endpoints = ServerEndpoints.of(context.session.server)
+    measurement = measure(target, closed_loop(concurrency), settings, endpoints, label)
+    figures = {key: getattr(measurement.figures, key) for key in POINT_FIGURES}
+    return {"concurrency": concurrency, **figures, "mean_batch": measurement.stats.mean_batch}
 
 
 def batching(context: Context) -> dict[str, Any]:
-    """The recommender with the spec's dynamic batching against none, batch-1 requests at each
-    concurrency: throughput, p50/p99 and the batch the server formed."""
+    """The recommender with dynamic batching against none, batch-1 requests at each concurrency."""
     none_spec = context.repository.models[BATCHING_MODEL].model.spec
     dynamic = context.repository.models[f"{BATCHING_MODEL}_dynamic"].model.spec
     points = []
@@ -221,8 +182,7 @@ def instance_names(grid: Grid) -> list[str]:
 
 
 def instances(context: Context) -> dict[str, Any]:
-    """1, 2, 4 instances of the image classifier on GPU 0 (no dynamic batching): what
-    ``instance_group { count: N kind: KIND_GPU }`` buys at one concurrency, and what each holds."""
+    """N instances of the image classifier on GPU 0 (no batcher) at one concurrency, and what each holds."""
     rows = []
     for count, name in zip(context.grid.instances, instance_names(context.grid), strict=True):
         spec = context.repository.models[name].model.spec
@@ -235,8 +195,8 @@ def instances(context: Context) -> dict[str, Any]:
 
 
 def pipeline(context: Context) -> dict[str, Any]:
-    """The two-stage image classifier with fp32 and fp16 boundaries against the monolith: latency at
-    each batch (one in flight), throughput at one concurrency, and the bytes crossing the boundary."""
+    """The two-stage image classifier against the monolith: latency, throughput, bytes crossing the
+    boundary."""
     monolith = context.repository.models[INSTANCE_MODEL].model.spec
     rows = []
     for name in (INSTANCE_MODEL, *context.grid.pipelines):
@@ -264,9 +224,8 @@ def pipeline(context: Context) -> dict[str, Any]:
 def _transport_times(
     context: Context, model: str, array: np.ndarray, transport: str
 ) -> tuple[list[float], bool]:
-    """Times of ``shm_requests`` requests of ``array`` through ``transport`` (``grpc``: in the
-    message; ``system``: one /dev/shm region for input and output; ``cuda``: one CUDA region), and
-    whether the last answer was right (the model doubles its input)."""
+    """Times of requests of ``array`` through ``transport``, and whether the last answer was right
+    (doubled)."""
     client, count = context.session.grpc, context.grid.shm_requests
     size = array.nbytes
     tensor = grpcclient.InferInput("x", list(array.shape), "FP32")
@@ -299,8 +258,7 @@ def _transport_times(
 
 
 def shared_memory(context: Context) -> dict[str, Any]:
-    """One input of ``shm_mib`` MiB (and as large an output) through plain gRPC, system shared memory
-    and CUDA shared memory, one request at a time: what each transport costs."""
+    """One input of ``shm_mib`` MiB (and as large an output) through each transport, one request at a time."""
     spec = next(m.model.spec for m in context.repository.models.values() if m.model.base == "trivial")
     array = np.ascontiguousarray(draw_inputs(spec, 1, SEED)[0], dtype=np.float32)
     transports = ["grpc", "system"] + (["cuda"] if context.on_gpu else [])

@@ -1,25 +1,9 @@
-"""``make soak``'s attack faults: the request kinds fault matrix rows 37–46 close, sent among the load.
-
-Each must get its one documented answer while the load runs, and no stub of the server may die:
-
-* ``[2^62, 0]`` INT64 shapes with empty data to the text encoder (rows 37–39), over HTTP, gRPC unary
-  and a gRPC stream: each a 400 / ``INVALID_ARGUMENT`` naming the input (before, Triton never answered
-  and the requests held the HTTP front's upstream connections);
-* a gRPC stream whose first message is garbage (row 40): closed with ``INVALID_ARGUMENT``, not hung;
-* half-open HTTP/2 connections to the gRPC front (row 41): closed by the front's handshake timeout;
-* a hard link to a stub's region registered (row 43): refused; and a stub's region renamed over a
-  client's registered one (row 44): the client's input still read from the file it registered, the
-  stub keeps its region;
-* a client truncating its own registered region while the front copies its input from it and its
-  output into it (row 45), briefly: answered (the output read back the model's for the region's
-  input, or for the zeros a cut leaves) or refused, and every other request, run with the file whole,
-  answered with the region's own output; the server kept;
-* ``kill -9`` of tritonserver itself: the supervisor restarts it and the fronts stay up, answering
-  503/502 JSON and gRPC ``UNAVAILABLE`` in the gap. The load's failures in that gap are an outage of
-  every model (excused only with those answers); the restart is the soak's own, not a death.
-
-The request-target mutations (rows 35–36) go out inside the HTTP fuzz bursts (``soak.http_fuzz``).
-"""
+"""``make soak``'s attack faults: the request kinds fault matrix rows 37–46 close, sent among the load;
+each must get its one documented answer and no stub may die. ``[2^62, 0]`` shapes (rows 37–39), a
+garbage first stream message (row 40), half-open HTTP/2 connections (row 41), a stub's region
+hard-linked or renamed over a client's (rows 43–44), a region truncated while in use (row 45), and
+``kill -9`` of tritonserver (its restart gap is an outage of every model, excused only with the fronts'
+503/502 and ``UNAVAILABLE``). Request-target mutations (rows 35–36) go out in the HTTP fuzz bursts."""
 
 from __future__ import annotations
 
@@ -45,7 +29,7 @@ from client.connection import protocol_module
 from client.infer import make_inputs
 from client.shm import system_region
 from soak.faults import ENCODER, Soak, overflowing_request, refused
-from soak.raw_http import Request, exchange
+from soak.raw_http import Request, address, exchange
 from soak.report import Outage
 
 log = logging.getLogger(__name__)
@@ -56,15 +40,11 @@ GARBAGE_FIRST_MESSAGES = (b"\xff\xff\xff\xff", b"\x0a\xff")
 NOT_A_REQUEST = "ModelStreamInfer: not a valid ModelInferRequest message"
 HALF_OPEN = 4  # connections per fault; half send the HTTP/2 preface and stop
 HALF_OPEN_CLOSED_WITHIN_S = 30.0  # the front's handshake timeout is 10 s; grpc's own default, 60 s
-# what the load may get while tritonserver is down and restarting: the fronts' 503/502 JSON and gRPC
-# UNAVAILABLE (fault matrix, "fronts across restarts"), and a model not loaded yet after the restart
+# the fronts' answers while tritonserver restarts ("fronts across restarts"), and models not yet loaded
 RESTART_GAP = (
-    "tritonserver is not reachable",
-    "tritonserver did not answer",
-    "StatusCode.UNAVAILABLE",
-    "Request for unknown model",
-    "is not ready",
-)
+    "tritonserver is not reachable", "tritonserver did not answer", "StatusCode.UNAVAILABLE",
+    "Request for unknown model", "is not ready",
+)  # fmt: skip
 RACE_S = 3.0  # per protocol: brief, the fault matrix runs it longer
 CUT_SHORT = "cut short after registration"  # the front's refusal of a region cut short (row 45)
 # the statuses it comes with, as tritonclient gives them: HTTP 400, gRPC INVALID_ARGUMENT (row 45)
@@ -77,8 +57,7 @@ RESTART_WITHIN_S = 300.0  # the supervisor's backoff plus a start on a busy host
 
 
 def unanswered_shapes(soak: Soak) -> None:
-    """``[2^62, 0]`` with empty data to the text encoder over HTTP, gRPC unary and a gRPC stream:
-    each refused naming the input, no stub of the encoder lost (fault matrix rows 37–39)."""
+    """``[2^62, 0]`` over HTTP, gRPC and a stream: refused naming the input, no stub lost (rows 37–39)."""
     inputs = soak.input_names(ENCODER)
     if inputs is None:
         return
@@ -87,8 +66,7 @@ def unanswered_shapes(soak: Soak) -> None:
         {"inputs": [{"name": n, "shape": [HUGE, 0], "datatype": "INT64", "data": []} for n in inputs]}
     ).encode()
     over_http = Request("POST", f"/v2/models/{ENCODER}/infer", [("Content-Type", "application/json")], body)
-    host, port = soak.server.http_url.rsplit(":", 1)
-    answer = exchange((host, int(port)), over_http, ANSWER_WITHIN_S)
+    answer = exchange(address(soak.server.http_url), over_http, ANSWER_WITHIN_S)
     http_right = answer.status == 400 and NEVER_ANSWERED in answer.body.decode("utf-8", "replace")
     request = overflowing_request(ENCODER, inputs, (HUGE, 0))
     unary_right = soak.invalid_argument(request, NEVER_ANSWERED)
@@ -101,17 +79,13 @@ def unanswered_shapes(soak: Soak) -> None:
             log.error("[2^62, 0] on a stream: %s", error)
             stream_right = False
     alive = before <= soak.stub_pids(ENCODER)
-    for what, right in (
-        ("HTTP 400", http_right),
-        ("gRPC INVALID_ARGUMENT", unary_right),
-        ("stream", stream_right),
-    ):
+    checks = {"HTTP 400": http_right, "gRPC INVALID_ARGUMENT": unary_right, "stream": stream_right}
+    for what, right in checks.items():
         soak.report.check(f"[2^62, 0] shapes, {what} (refused, no stub lost)").record(right and alive)
 
 
 def garbage_stream(soak: Soak) -> None:
-    """A gRPC stream whose first message is not a ``ModelInferRequest``: closed with INVALID_ARGUMENT
-    (fault matrix row 40), not left hanging."""
+    """A stream whose first message is garbage: closed with INVALID_ARGUMENT, not hung (row 40)."""
     garbage = soak.rng.choice(GARBAGE_FIRST_MESSAGES)
     with grpc.insecure_channel(soak.server.grpc_url) as channel:
         stream = channel.stream_stream("/inference.GRPCInferenceService/ModelStreamInfer")
@@ -119,20 +93,16 @@ def garbage_stream(soak: Soak) -> None:
             list(stream(iter([garbage]), timeout=ANSWER_WITHIN_S))
             right = False
         except grpc.RpcError as error:
-            right = error.code() == grpc.StatusCode.INVALID_ARGUMENT and NOT_A_REQUEST in (
-                error.details() or ""
-            )
+            invalid = error.code() == grpc.StatusCode.INVALID_ARGUMENT
+            right = invalid and NOT_A_REQUEST in (error.details() or "")
     soak.report.check("garbage first stream messages (INVALID_ARGUMENT)").record(right)
 
 
 def half_open_http2(soak: Soak) -> None:
-    """A few connections to the gRPC front that never finish the HTTP/2 handshake (half of them send
-    the preface and stop): each must be closed by the front within ``HALF_OPEN_CLOSED_WITHIN_S``
-    (fault matrix row 41). Watched from a thread, so the soak goes on meanwhile."""
-    host, port = soak.server.grpc_url.rsplit(":", 1)
+    """Half-open HTTP/2 connections to the gRPC front: each closed by the front (row 41)."""
     connections = []
     for number in range(HALF_OPEN):
-        sock = socket.create_connection((host, int(port)), timeout=ANSWER_WITHIN_S)
+        sock = socket.create_connection(address(soak.server.grpc_url), timeout=ANSWER_WITHIN_S)
         if number % 2:
             sock.sendall(b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n")  # the preface, no SETTINGS
         connections.append(sock)
@@ -157,9 +127,8 @@ def _watch_closed(connections: list[socket.socket], record: Callable[[bool], Non
 
 
 def shared_memory_identity(soak: Soak) -> None:
-    """A hard link to a stub's region registered (row 43): refused; and a stub's region renamed over a
-    client's registered region and used as an input (row 44): answered from the file the client
-    registered; over both protocols, the region given back, no stub lost."""
+    """A stub's region hard-linked (refused, row 43) or renamed over a client's (its own file read, row
+    44)."""
     name = soak.stub_region()
     if name is None:
         return
@@ -175,36 +144,30 @@ def shared_memory_identity(soak: Soak) -> None:
         finally:
             link.unlink()
         soak.report.check("hard links to a stub's region (refused)").record(linked)
-        soak.report.check("stub regions renamed over a client's (its own file read)").record(
-            renamed_over(client, protocol, region)
-        )
+        own_file_read = renamed_over(client, protocol, region)
+        soak.report.check("stub regions renamed over a client's (its own file read)").record(own_file_read)
     alive = before <= soak.stub_pids()
     soak.report.check("shared-memory identity attacks (no stub lost)").record(alive)
 
 
 def trivial_output(client: object, protocol: str, values: np.ndarray) -> np.ndarray:
-    """``trivial``'s output for ``values`` sent in the request itself: what a region holding them must
-    be answered with."""
+    """``trivial``'s output for ``values`` sent inline: what a region holding them must be answered with."""
     return client.infer("trivial", make_inputs(protocol_module(protocol), {"x": values})).as_numpy("y")
 
 
-# builds a request that reads a registered region (client, protocol, region name) and returns its output
+# (client, protocol, region name) -> a request reading the region, returning its output
 RegionRead = Callable[[object, str, str], Callable[[], np.ndarray]]
 
 
 def from_region(client: object, protocol: str, name: str) -> Callable[[], np.ndarray]:
-    """A request of ``trivial`` whose input is the first row of the registered region ``name``; it
-    returns the output from the answer."""
+    """A ``trivial`` request whose input is the first row of the registered region ``name``."""
     tensor = protocol_module(protocol).InferInput("x", [1, ROW_FLOATS], "FP32").set_shared_memory(name, ROW)
     return lambda: client.infer("trivial", [tensor]).as_numpy("y")
 
 
 def renamed_over(client: object, protocol: str, region: Path, read: RegionRead = from_region) -> bool:
-    """A stub's ``region`` renamed over a client's registered region, which a request then reads as
-    ``trivial``'s input (fault matrix row 44): right only when answered with the output for the
-    client's own bytes, the file it registered. ``read`` builds that request (``from_region``); the
-    test of this verdict hands it requests that get wrong answers. The stub's region goes back under
-    its own name whatever the request got."""
+    """A stub's ``region`` renamed over a client's registered region and read (row 44): right only when
+    answered from the client's own file; ``read`` builds the request (a test hands in wrong ones)."""
     values = np.full((1, ROW_FLOATS), 3.5, np.float32)
     with system_region(client, 4096, f"soak_renamed_{protocol}_{os.getpid()}") as (name, handle):
         shared_memory.set_shared_memory_region(handle, [values])
@@ -223,10 +186,8 @@ def renamed_over(client: object, protocol: str, region: Path, read: RegionRead =
 def into_region(
     client: object, protocol: str, name: str, descriptor: int, size: int
 ) -> Callable[[], np.ndarray]:
-    """A request of ``trivial`` that reads its input from the start of the registered region ``name``
-    (``size`` bytes, open as ``descriptor``) and has its output written into the region's last row;
-    it returns that row as read back through ``descriptor`` (never through a mapping: the file may be
-    cut short under it, and a mapping read past its end is a SIGBUS)."""
+    """A ``trivial`` request through the region; returns its output row read through ``descriptor``, as a
+    mapping read past a cut file's end is a SIGBUS."""
     module = protocol_module(protocol)
     tensor = module.InferInput("x", [1, ROW_FLOATS], "FP32").set_shared_memory(name, ROW)
     output = module.InferRequestedOutput("y")
@@ -240,8 +201,7 @@ def into_region(
 
 
 def _read_back(descriptor: int, at: int) -> np.ndarray:
-    """The row at ``at``, read once the file is long enough to hold it again (a truncation race cuts
-    it short and restores it; what was there before the cut reads as zeros after it)."""
+    """The row at ``at``, once the file is long enough again (a cut reads as zeros after it)."""
     deadline = time.monotonic() + READ_BACK_WITHIN_S
     row = os.pread(descriptor, ROW, at)
     while len(row) < ROW and time.monotonic() < deadline:
@@ -251,8 +211,8 @@ def _read_back(descriptor: int, at: int) -> np.ndarray:
 
 @dataclass(frozen=True)
 class Verdict:
-    """What one request got, as a soak check judges it: answered with a right output, refused by the
-    front as the fault matrix says it may be, or ``wrong`` (saying what it got instead)."""
+    """A request answered with a right output, refused by the front as the fault matrix allows, or
+    ``wrong``."""
 
     answered: bool = False
     refused: bool = False
@@ -262,10 +222,8 @@ class Verdict:
 def judge(
     call: Callable[[], np.ndarray], rights: Sequence[np.ndarray], refusal: str | None = None
 ) -> Verdict:
-    """Run ``call`` (a request that returns its output) and judge what it got: answered when the output
-    is one of ``rights``; refused when it raised the front's error saying ``refusal``, as a bad request
-    (``BAD_REQUEST``); anything else, any other error (Triton's own, a connection refused: the server
-    gone) or an output that is none of ``rights``, is wrong."""
+    """Answered when ``call``'s output is one of ``rights``; refused on a bad-request error saying
+    ``refusal``; anything else is wrong."""
     try:
         output = call()
     except Exception as error:  # whatever it is, the request got it instead of an answer
@@ -288,11 +246,7 @@ def server_kept(soak: Soak, pid: int | None, stubs: set[int]) -> bool:
 
 
 def truncate_race(soak: Soak) -> None:
-    """A client cuts its own registered region short and restores it, over and over, for
-    ``RACE_S`` per protocol while its requests read ``trivial``'s input from the region and have the
-    output copied into its last bytes (fault matrix row 45): each request answered (with the model's
-    output for the region's input, or for the zeros a cut leaves), or refused with the front's "cut
-    short after registration"; tritonserver's pid and stubs unchanged."""
+    """A client's region cut short and restored while its requests use it (row 45); the server kept."""
     pid, before = soak.server.pid, soak.stub_pids()
     answers_right = True
     for protocol, client in soak.clients().items():
@@ -304,7 +258,7 @@ def truncate_race(soak: Soak) -> None:
 
 @dataclass
 class Race:
-    """How a truncation race went: requests answered, refused by the front, and what else any got."""
+    """How a truncation race went: answered, refused by the front, and what else any request got."""
 
     answered: int = 0
     refused: int = 0
@@ -318,22 +272,14 @@ class Race:
 
 
 def race_rights(client: object, protocol: str, values: np.ndarray) -> list[np.ndarray]:
-    """The outputs a request of the truncation race may read back: ``trivial``'s for the region's
-    input ``values`` (read before a cut), and for zeros (read after one; also what a cut after the
-    output was written leaves)."""
+    """``trivial``'s output for the region's ``values`` (read before a cut) or for zeros (after one)."""
     return [trivial_output(client, protocol, v) for v in (values, np.zeros_like(values))]
 
 
 def race_truncation(client: object, protocol: str, name: str, seconds: float = RACE_S) -> Race:
-    """A client cuts its own registered region ``/dev/shm/name`` short and restores it, over and over,
-    for ``seconds``, while it runs ``trivial`` with the input read from the region and the output
-    written into its last bytes (fault matrix row 45). Each request must be answered with one of
-    ``race_rights``, or refused with the front's "cut short after registration"; anything else is
-    ``wrong``.
-
-    Every other request runs with the cutter held off and the file whole, its output row first set to
-    a value no answer has: it must be answered with the region's own output, not refused and not with
-    the zeros a cut leaves (which a front that never wrote its output would also read back)."""
+    """Cut ``/dev/shm/name`` short and restore it for ``seconds`` while requests run through it (row 45).
+    Every other request runs with the file whole and its output row preset to a value no answer has: it
+    must get the region's own output (a front that never wrote it would read back a cut's zeros)."""
     size = 1 << 16
     values = np.full((1, ROW_FLOATS), 2.5, np.float32)
     rights = race_rights(client, protocol, values)
@@ -384,9 +330,8 @@ def race_truncation(client: object, protocol: str, name: str, seconds: float = R
 
 
 def kill_server(soak: Soak) -> None:
-    """``kill -9`` of tritonserver: the supervisor restarts it and the fronts answer in the gap. Every
-    model under load is out from the kill until the supervisor says it serves again; this waits for
-    that, so the next fault meets a serving server."""
+    """``kill -9`` of tritonserver; waits until the supervisor serves again, so the next fault meets a
+    serving server."""
     supervisor = soak.supervisor
     pid = soak.server.pid
     if supervisor is None or pid is None:

@@ -1,11 +1,6 @@
-"""``make soak``'s faults: one small function per fault, registered in ``FAULTS``.
-
-Each fault gets the ``Soak`` it runs in (server, an HTTP client, the seeded random source, the
-report) and records what it did: a fault that must get one exact answer records it in a ``Check``;
-a fault that takes a model out of service records an ``Outage`` (the accounting then excuses that
-model's failures inside the outage, and only those). Adding a fault is one function and one entry in
-``FAULTS``; ``recover`` fills in, at the end, when each outage ended.
-"""
+"""``make soak``'s faults, one function each, registered in ``FAULTS``. A fault that must get one exact
+answer records a ``Check``; one that takes a model out of service records an ``Outage`` (its failures
+are excused inside it, and only those); ``recover`` fills in when each outage ended."""
 
 from __future__ import annotations
 
@@ -70,7 +65,7 @@ class Soak:
         return {s.pid for s in self.stubs() if model is None or s.model == model}
 
     def stub_region(self) -> str | None:
-        """The shared-memory region (its name in /dev/shm) of a random live stub, if any."""
+        """The ``/dev/shm`` region of a random live stub, if any."""
         regions = [s.shm_region for s in self.stubs() if s.shm_region]
         return self.rng.choice(regions) if regions else None
 
@@ -79,23 +74,17 @@ class Soak:
         return {"http": self.client, "grpc": grpcclient.InferenceServerClient(self.server.grpc_url)}
 
     def input_names(self, model: str) -> tuple[str, ...] | None:
-        """``model``'s input names, or None when this repository does not serve it."""
+        """``model``'s input names, or None when the repository does not serve it."""
         try:
             return tuple(i["name"] for i in self.client.get_model_metadata(model)["inputs"])
         except InferenceServerException:
             return None
 
     def invalid_argument(self, request: service_pb2.ModelInferRequest, says: str) -> bool:
-        """Whether the gRPC front refuses ``request`` with INVALID_ARGUMENT, its details saying ``says``."""
+        """Whether the gRPC front refuses ``request`` with INVALID_ARGUMENT saying ``says``."""
         with grpc.insecure_channel(self.server.grpc_url) as channel:
             code, details, _, _ = grpc_call(channel, "ModelInfer", request.SerializeToString(), 60)
         return code == "INVALID_ARGUMENT" and says in details
-
-
-def _serving_stub(soak: Soak) -> Stub | None:
-    """A random live stub of a model under load (never a config auto-complete stub)."""
-    stubs = [s for s in soak.stubs() if s.model in soak.stub_models and s.instance != s.model]
-    return soak.rng.choice(stubs) if stubs else None
 
 
 def refused(call: Callable[[], object], protocol: str, says: str = "") -> bool:
@@ -107,25 +96,29 @@ def refused(call: Callable[[], object], protocol: str, says: str = "") -> bool:
         return error.status() == REFUSED[protocol] and says in (error.message() or "")
 
 
+def _signal_stub(soak: Soak, signum: int, fault: str) -> Stub | None:
+    """Signal a random stub of a model under load (never a config auto-complete stub); record the outage."""
+    stubs = [s for s in soak.stubs() if s.model in soak.stub_models and s.instance != s.model]
+    victim = soak.rng.choice(stubs) if stubs else None
+    if victim is not None:
+        os.kill(victim.pid, signum)
+        soak.report.outages.append(Outage(fault, victim.model, time.monotonic(), time.time(), DEAD_STUB))
+    return victim
+
+
 def kill_stub(soak: Soak) -> None:
-    """SIGKILL one live stub: the watchdog must reload its model; failures say the stub is unhealthy."""
-    victim = _serving_stub(soak)
-    if victim is None:
-        return
-    os.kill(victim.pid, signal.SIGKILL)
-    soak.report.outages.append(Outage("stub killed", victim.model, time.monotonic(), time.time(), DEAD_STUB))
-    log.info("killed a stub of %s", victim.model)
+    """SIGKILL a stub: the watchdog must reload its model."""
+    victim = _signal_stub(soak, signal.SIGKILL, "stub killed")
+    if victim is not None:
+        log.info("killed a stub of %s", victim.model)
 
 
 def stop_stub(soak: Soak) -> None:
-    """SIGSTOP one live stub, and SIGCONT it a few seconds later as an unlucky operator would (or never):
-    the watchdog must see it hung, kill it before it resumes and reload its model (Triton 2.51 aborts
-    when a stopped stub resumes). Failures say the stub is unhealthy."""
-    victim = _serving_stub(soak)
+    """SIGSTOP a stub and SIGCONT it later (or never): the watchdog must kill it first, as Triton 2.51
+    aborts when it resumes."""
+    victim = _signal_stub(soak, signal.SIGSTOP, "stub stopped")
     if victim is None:
         return
-    os.kill(victim.pid, signal.SIGSTOP)
-    soak.report.outages.append(Outage("stub stopped", victim.model, time.monotonic(), time.time(), DEAD_STUB))
     resume = soak.rng.choice([None, soak.rng.uniform(*RESUME_AFTER_S)])
     if resume is not None:
         threading.Timer(resume, _resume, args=(victim.pid,)).start()
@@ -139,7 +132,7 @@ def _resume(pid: int) -> None:
 
 
 def bad_request(soak: Soak) -> None:
-    """A wrong-dtype request to ``trivial``: it must get exactly the 400 docs/SERVING.md promises."""
+    """A wrong-dtype request to ``trivial``: exactly the 400 docs/SERVING.md promises."""
     try:
         soak.client.infer("trivial", make_inputs(httpclient, {"x": np.zeros((1, 16), np.float64)}))
         right = False
@@ -149,9 +142,8 @@ def bad_request(soak: Soak) -> None:
 
 
 def update_embedding(soak: Soak) -> None:
-    """An embedding row update through the pipeline's embedding stage: it must be acknowledged. Sent
-    while another fault has the stage down, it is refused as unhealthy and retried, as a client would
-    (updates overwrite rows, so a retry is harmless), for up to ``UPDATE_RETRY_S``."""
+    """An embedding update must be acknowledged; refused while another fault has the stage down, it is
+    retried as a client would."""
     if PIPELINE not in soak.models:
         return
     config = soak.client.get_model_config(f"{PIPELINE}_embedding")
@@ -160,26 +152,24 @@ def update_embedding(soak: Soak) -> None:
     values = np.full((len(rows), width), soak.rng.uniform(-1, 1), np.float32)
     update = embedding_update(soak.rng.randrange(0, 2), rows, values)
     deadline = time.monotonic() + UPDATE_RETRY_S
-    while True:
+    acknowledged = False
+    while not acknowledged:
         try:
             soak.client.infer(f"{PIPELINE}_embedding", make_inputs(httpclient, update))
             acknowledged = True
         except InferenceServerException as error:
-            if DEAD_STUB in error.message() and time.monotonic() < deadline:
-                time.sleep(0.5)
-                continue
-            log.error("embedding update refused: %s", error)
-            acknowledged = False
-        break
+            if DEAD_STUB not in error.message() or time.monotonic() >= deadline:
+                log.error("embedding update refused: %s", error)
+                break
+            time.sleep(0.5)
     soak.report.check("embedding updates (acknowledged)").record(acknowledged)
 
 
 def overflowing_request(
     model: str, inputs: tuple[str, ...], shape: tuple[int, ...] = (1, 2**61)
 ) -> service_pb2.ModelInferRequest:
-    """INT64 ``shape`` for every input, with empty raw contents. The default, ``[1, 2**61]``: 97 bytes
-    for the text encoder's two inputs, which Triton 2.51 alone sizes as 0 bytes (2**64 wraps) and hands
-    to the stub."""
+    """INT64 ``shape`` for every input with empty contents; ``[1, 2**61]`` Triton 2.51 alone sizes as 0
+    bytes."""
     request = service_pb2.ModelInferRequest(model_name=model)
     for name in inputs:
         request.inputs.add(name=name, datatype="INT64", shape=shape)
@@ -188,8 +178,7 @@ def overflowing_request(
 
 
 def overflowing_grpc_shape(soak: Soak) -> None:
-    """The overflowing shape over gRPC to a model with a variable INT64 axis (the text encoder): it must
-    get INVALID_ARGUMENT from the gRPC front and no stub of that model may die."""
+    """The overflowing shape over gRPC to the text encoder: INVALID_ARGUMENT, no stub lost."""
     inputs = soak.input_names(ENCODER)
     if inputs is None:
         return
@@ -200,9 +189,7 @@ def overflowing_grpc_shape(soak: Soak) -> None:
 
 
 def shared_memory_probe(soak: Soak) -> None:
-    """A client registers a stub's own IPC region, over HTTP and gRPC: refused both times, and the
-    client's status lists no region of the stub's (without the fronts it read other clients' tensors
-    through it). Only the stub's: a region this client registered for another purpose is its own."""
+    """A client registers a stub's IPC region over both protocols: refused, and not listed."""
     region = soak.stub_region()
     if region is None:
         return
@@ -216,8 +203,8 @@ def shared_memory_probe(soak: Soak) -> None:
 
 
 def fuzz_burst(soak: Soak) -> None:
-    """``soak.fuzz_cases`` mutated HTTP requests (``soak.http_fuzz``): each answered below 500, the
-    server live after each; a stub a case kills shows as lost requests in the accounting."""
+    """``soak.fuzz_cases`` cases of ``soak.http_fuzz``: each answered below 500, the server live after
+    each."""
     if not soak.fuzz_cases:
         return
     seed = soak.rng.randrange(1 << 31)
@@ -254,18 +241,15 @@ FAULTS: dict[str, Callable[[Soak], None]] = {
 
 
 def recover(soak: Soak) -> None:
-    """When the watchdog saw each killed or stopped stub and when the model served again, from its
-    record (epoch seconds, mapped to monotonic)."""
+    """When the watchdog saw each stub outage and when the model served again, from its record."""
     watchdog = soak.server.watchdog
     if watchdog is not None:
         match_heal_events(soak.report.outages, watchdog.state.events, time.monotonic() - time.time())
 
 
 def match_heal_events(outages: list[Outage], events: list[HealEvent], offset: float) -> None:
-    """Each outage gets the first unclaimed event of its model after the fault (``detected_at``), and
-    recovers at the first reload of that model that healed from then on: a fault that lands on a
-    model still reloading from the last one can make that reload fail, and the model serves again
-    only after the watchdog's next."""
+    """Each outage gets its model's first unclaimed event after the fault, and recovers at the first heal
+    from then on (a fault on a reloading model can make that reload fail)."""
     claimed: set[int] = set()
     for outage in sorted(outages, key=lambda o: o.at):
         if outage.fault == SERVER_KILLED:  # recovered when the supervisor served again, not a reload

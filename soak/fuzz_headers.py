@@ -1,22 +1,8 @@
-"""The headers of the invariant fuzz's requests, drawn like the rest of a case (``soak.request_space``):
-what a Triton client may send around the same body, so that a front which reads a header one way for
-one client and another way for the next is found as surely as one that misreads a shape.
-
-Over HTTP a ``HeaderCase`` says how every header name of the request is written (``CASINGS``: HTTP
-names are case-insensitive, and aiohttp's two parsers hand them over differently), the
-``Accept-Encoding`` (the answer then comes gzip or deflate, and is read as a client reads it:
-``soak.raw_http``), the ``Content-Encoding`` with the body compressed to match, or declared gzip over
-plain bytes (``MISMATCH``, which the front must refuse), and the ``Content-Type`` (JSON, octet-stream
-where the body carries binary data, the form type ``curl -d`` sends, with and without parameters, or
-none, as tritonclient sends). Over gRPC it says how the call's message is compressed, and for a
-``ModelInfer`` call, one time in three, a fault of the call's wire form (``WIRE_FAULTS``: metadata
-outside gRPC's grammar or above what Triton always takes, two messages or none, a length prefix that
-says more than follows, a compressed flag without its encoding, gzip that does not unpack), or
-metadata grpcio would send (``VALID_METADATA``): grpcio sends none of the faults, so such a call is
-written frame by frame (``soak.raw_grpc``). A fault must be refused (``wire_held``).
-
-A ``HeaderCase`` is a few short strings, so a ``Case`` holding one still prints whole and pastes back.
-"""
+"""The headers of the invariant fuzz's requests, drawn like the rest of a case, so a front that reads a
+header differently from one client to the next is found. Over HTTP: the names' casing,
+``Accept-Encoding``, ``Content-Encoding`` (or ``MISMATCH``: gzip declared over plain bytes, to be
+refused) and ``Content-Type``; over gRPC the compression and, one time in three, a wire fault
+(``WIRE_FAULTS``) that grpcio will not send, written by ``soak.raw_grpc`` and to be refused."""
 
 from __future__ import annotations
 
@@ -45,13 +31,11 @@ CASINGS: dict[str, Callable[[str], str]] = {
     "mixed": mixed_case,
 }
 ACCEPT_ENCODINGS = ("", "identity", "gzip", "deflate", "gzip, deflate")  # "": no Accept-Encoding
-# Where the front writes an output into a region it reads Triton's answer itself, for a client that may
-# accept a compressed one: there a compressed answer comes first, the value hypothesis draws most often
-# (and shrinks to), as such valid requests are rare draws
+# For an output in a region the front reads Triton's answer itself: compressed first, where hypothesis
+# draws most often, as such valid requests are rare
 ACCEPT_COMPRESSED_FIRST = ("gzip", "deflate", "gzip, deflate", "", "identity")
 MISMATCH = "gzip-plain"  # declared gzip, sent plain: the front must refuse it (4xx)
-# a mismatch one draw in ten, so most bodies are read; not at either end of the tuple, where hypothesis
-# draws more often than elsewhere
+# a mismatch one draw in ten, away from the tuple's ends (hypothesis draws those more often)
 CONTENT_ENCODING_DRAWS = ("", "gzip", "deflate", "", "gzip", MISMATCH, "deflate", "", "gzip", "deflate")
 JSON_TYPES = (
     "application/json",
@@ -84,9 +68,7 @@ WIRE_DRAWS = ("", *WIRE_FAULTS, *[""] * (len(WIRE_FAULTS) - 1), "")
 
 @dataclass(frozen=True)
 class HeaderCase:
-    """How one request's headers are written: over HTTP the names' ``casing`` (a key of ``CASINGS``),
-    ``accept_encoding`` and ``content_encoding`` ("": not sent; ``MISMATCH``: gzip declared over plain
-    bytes) and ``content_type`` (""; not sent); over gRPC the message's ``compression``."""
+    """How one request's headers are written ("": a header not sent); ``wire`` is a key of ``WIRE_FAULTS``."""
 
     casing: str = "canonical"
     accept_encoding: str = ""
@@ -102,8 +84,7 @@ class HeaderCase:
 
 @st.composite
 def header_cases(draw: st.DrawFn, protocol: str, binary: bool, shm_output: bool = False) -> HeaderCase:
-    """The headers of a request on ``protocol`` whose body carries binary data where ``binary`` and
-    that names an output in a region where ``shm_output``, each part drawn on its own."""
+    """The headers of a request on ``protocol``, each part drawn on its own."""
     if protocol != "http":
         wire = draw(st.sampled_from(WIRE_DRAWS)) if protocol == "grpc" else ""
         compression = "" if wire else draw(st.sampled_from(tuple(GRPC_COMPRESSIONS)))
@@ -117,9 +98,8 @@ def header_cases(draw: st.DrawFn, protocol: str, binary: bool, shm_output: bool 
 
 
 def encoded(body: bytes, encoding: str) -> bytes:
-    """``body`` as sent under ``Content-Encoding: encoding`` (gzip; deflate, the zlib format of RFC
-    9110; anything else unchanged, ``MISMATCH`` included). At the fastest level: the front reads every
-    level alike, and a 2 MiB body takes a fifth of the time gzip's default level takes."""
+    """``body`` under ``Content-Encoding: encoding``, at the fastest level (the front reads every level
+    alike)."""
     if encoding == "gzip":
         return gzip.compress(body, compresslevel=1, mtime=0)
     if encoding == "deflate":
@@ -130,10 +110,7 @@ def encoded(body: bytes, encoding: str) -> bytes:
 def http_headers(
     headers: HeaderCase | None, header_length: int | None, body: bytes
 ) -> tuple[list[tuple[str, str]], bytes]:
-    """An inference's headers and body as ``headers`` writes them: its ``Content-Type``, its
-    ``Inference-Header-Content-Length`` where the body carries binary data after a JSON header of
-    ``header_length`` bytes, its encodings, every name in the drawn case; None: the fuzz's plain
-    headers (JSON, or octet-stream with binary data)."""
+    """An inference's headers and body as ``headers`` writes them (None: the fuzz's plain ones)."""
     if headers is None:
         binary = header_length is not None
         headers = HeaderCase(content_type="application/octet-stream" if binary else "application/json")
@@ -158,7 +135,7 @@ def readable(headers: HeaderCase | None) -> HeaderCase | None:
 
 
 def compressed_accepted(headers: HeaderCase | None) -> bool:
-    """Whether the request asks for a compressed answer (gzip or deflate among its ``Accept-Encoding``)."""
+    """Whether the request asks for a compressed answer (gzip or deflate)."""
     return headers is not None and headers.accept_encoding not in ("", "identity")
 
 
@@ -167,25 +144,21 @@ def grpc_compression(headers: HeaderCase | None) -> grpc.Compression | None:
 
 
 def wire_held(headers: HeaderCase | None, verdict: str) -> list[str]:
-    """What a gRPC answer broke of invariant (a) through the call's wire form: a fault must be refused,
-    never run (metadata Triton takes at random is refused at once, every time)."""
+    """A wire fault must be refused, never run (valid metadata aside)."""
     if headers is None or headers.wire in ("", VALID_METADATA) or verdict != "ok":
         return []
     return [f"a call with {headers.wire} was answered OK, not refused"]
 
 
 def accepted(accept_encoding: str, answered: str) -> bool:
-    """Whether an answer in ``answered`` (its ``Content-Encoding``; "": none) is one a client that sent
-    ``accept_encoding`` ("": none, which accepts any) reads."""
+    """Whether a client that sent ``accept_encoding`` ("" accepts any) reads an answer in ``answered``."""
     if answered in ("", "identity") or not accept_encoding:
         return True
     return answered in [part.split(";")[0].strip() for part in accept_encoding.lower().split(",")]
 
 
 def headers_held(headers: HeaderCase | None, reply: HttpReply, verdict: str) -> list[str]:
-    """What an HTTP answer broke of invariant (a) through the request's headers: a body declared gzip
-    but sent plain must be refused, never run; an answer must come in an encoding the request accepts
-    (a client that did not ask for gzip does not inflate it)."""
+    """A body declared gzip but sent plain must be refused; an answer must come in an accepted encoding."""
     if headers is None or reply.failure:
         return []
     problems = []
@@ -198,10 +171,7 @@ def headers_held(headers: HeaderCase | None, reply: HttpReply, verdict: str) -> 
 
 
 def headers_reached(headers: HeaderCase | None, reply: HttpReply, verdict: str, shm_output: bool) -> Counter:
-    """What an HTTP case reached through its headers (the run's coverage): ``<verdict> http <casing>
-    header names``, ``ok http answer in <encoding>``, ``<verdict> http gzip-plain body``, and ``ok http
-    shared-memory output, compressed answer accepted`` (an output the front writes into a region from
-    Triton's answer, for a client that accepts a compressed one)."""
+    """What an HTTP case reached through its headers (the run's coverage)."""
     if headers is None:
         return Counter()
     reached = Counter([f"{verdict} http {headers.casing} header names"])

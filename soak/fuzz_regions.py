@@ -1,19 +1,8 @@
-"""The shared-memory regions of the invariant fuzz's two clients, and invariant (b) over them.
-
-Client A is the fuzz itself; client B is another local user (``soak.other_uid``: uid 65534), when the
-fuzz runs as root. Each fills every byte of its files with its own canary (``canary``: a 16-byte mark
-that names the client) and registers them on both fronts (each front keeps its own table):
-
-* A: ``a0`` (registered at offset 0), ``a1`` (the same size, registered at offset one page into its
-  file), and ``shared``; a case may register one more region of its own (``fresh``);
-* B: ``theirs`` (a name A never registers) and ``shared`` (the same name as A's, on B's own file),
-  registered before A's, as row 49's other user was.
-
-The ledger (``ClientFile``) knows what each file must hold: the fuzz's own writes of input data, and
-only where a request named a range for an output and was answered without error, whatever the model
-wrote there. ``verify`` then reads every file back: any other byte changed, in any client's file, is a
-violation, and so is another client's canary found in a file or an answer.
-"""
+"""The invariant fuzz's shared-memory regions and invariant (b) over them. Client A is the fuzz; client B
+another uid (``soak.other_uid``, as root). Each fills its files with its canary and registers them on
+both fronts: A ``a0``, ``a1`` (a page in: row 49), ``shared`` and a case's ``fresh``; B ``theirs`` and
+``shared`` (A's name, B's file), first. ``verify`` flags any byte changed but an answered output's, and
+any canary out of place."""
 
 from __future__ import annotations
 
@@ -35,6 +24,7 @@ SHM = Path("/dev/shm")
 # offset twice: fault matrix row 49)
 A_OFFSETS = {"a0": 0, "a1": PAGE, "shared": 0}
 THEIRS_BYTES = 16 * PAGE
+FRONTS = ("http", "grpc")  # each keeps its own table of regions
 
 
 def canary(client: str, tag: str) -> bytes:
@@ -46,10 +36,27 @@ def filled(mark: bytes, size: int) -> bytes:
     return (mark * (size // len(mark) + 1))[:size]
 
 
+def shm_call(
+    who: Client | OtherUser, protocol: str, what: str, call: str, name: str = "", fields: dict | None = None
+) -> Answer:
+    """One system shared-memory API ``call`` (``Register``, ``Unregister``, ``Status``) on one front as
+    ``who``, its answer judged as any other is."""
+    fields = fields or {}
+    if protocol == "grpc":
+        request = getattr(service_pb2, f"SystemSharedMemory{call}Request")(name=name, **fields)
+        return grpc_answer(what, *who.grpc(f"SystemSharedMemory{call}", request.SerializeToString(), 30))
+    if not name:  # the status of every region
+        return http_answer(what, who.http(Request("GET", "/v2/systemsharedmemory/status", []), 30))
+    path = f"/v2/systemsharedmemory/region/{name}/{call.lower()}"
+    headers = [("Content-Type", "application/json")] if fields else []
+    body = json.dumps(fields).encode() if fields else b""
+    return http_answer(what, who.http(Request("POST", path, headers, body), 30))
+
+
 @dataclass
 class ClientFile:
-    """One client's ``/dev/shm`` file and what it must hold; ``allowed``: the ranges an output may have
-    changed since the last ``verify``."""
+    """One client's ``/dev/shm`` file and what it must hold; ``allowed``: ranges an output may have changed
+    since the last ``verify``."""
 
     path: Path
     owner: str
@@ -57,7 +64,7 @@ class ClientFile:
     allowed: list[tuple[int, int]] = field(default_factory=list)
 
     def write(self, position: int, data: bytes) -> bool:
-        """Write ``data`` at ``position`` if it fits in the file (the fuzz's own input bytes)."""
+        """Write ``data`` at ``position`` if it fits (the fuzz's own input bytes), and expect it there."""
         if position < 0 or position + len(data) > len(self.expected):
             return False
         with open(self.path, "r+b") as handle:
@@ -80,7 +87,7 @@ class ClientFile:
 
 
 class Regions:
-    """Both clients' regions on both fronts (module docstring). ``tag`` keeps this run's names apart."""
+    """Both clients' regions on both fronts; ``tag`` keeps this run's names apart."""
 
     def __init__(self, client: Client, other: OtherUser | None, tag: str, stub_region: str) -> None:
         self.client, self.other, self.tag, self.stub_region = client, other, tag, stub_region
@@ -100,16 +107,13 @@ class Regions:
                 path = SHM / f"{self.tag}_b_{kind}"
                 self.other.create(path.name, filled(self.marks["b"], size))
                 self.files[f"b_{kind}"] = ClientFile(path, "b", bytearray(filled(self.marks["b"], size)))
-                for protocol in ("http", "grpc"):
-                    answer = self.register(protocol, self.name(kind), path.name, 0, size, self.other)
-                    self.setup_answers.append(answer)
+                name = self.name(kind)
+                self.setup_answers += [self.register(p, name, path.name, 0, size, self.other) for p in FRONTS]
         for kind, offset in A_OFFSETS.items():
             path = SHM / f"{self.tag}_a_{kind}"
             self.files[kind] = self._create(path, offset + REGION_BYTES[kind])
-            for protocol in ("http", "grpc"):
-                self.setup_answers.append(
-                    self.register(protocol, self.name(kind), path.name, offset, REGION_BYTES[kind])
-                )
+            size = REGION_BYTES[kind]
+            self.setup_answers += [self.register(p, self.name(kind), path.name, offset, size) for p in FRONTS]
 
     def _create(self, path: Path, size: int) -> ClientFile:
         data = filled(self.marks["a"], size)
@@ -121,23 +125,11 @@ class Regions:
     ) -> Answer:
         """Register ``/dev/shm/file_name`` as ``name`` on one front, as A (or as B: ``other``)."""
         who, what = (self.client, "register") if other is None else (other, "register (other uid)")
-        if protocol == "http":
-            body = json.dumps({"key": f"/{file_name}", "offset": offset, "byte_size": size}).encode()
-            path = f"/v2/systemsharedmemory/region/{name}/register"
-            return http_answer(
-                what, who.http(Request("POST", path, [("Content-Type", "application/json")], body), 30)
-            )
-        request = service_pb2.SystemSharedMemoryRegisterRequest(
-            name=name, key=f"/{file_name}", offset=offset, byte_size=size
-        ).SerializeToString()
-        return grpc_answer(what, *who.grpc("SystemSharedMemoryRegister", request, 30))
+        fields = {"key": f"/{file_name}", "offset": offset, "byte_size": size}
+        return shm_call(who, protocol, what, "Register", name, fields)
 
     def unregister(self, protocol: str, name: str) -> Answer:
-        if protocol == "http":
-            path = f"/v2/systemsharedmemory/region/{name}/unregister"
-            return http_answer("unregister", self.client.http(Request("POST", path, []), 30))
-        request = service_pb2.SystemSharedMemoryUnregisterRequest(name=name).SerializeToString()
-        return grpc_answer("unregister", *self.client.grpc("SystemSharedMemoryUnregister", request, 30))
+        return shm_call(self.client, protocol, "unregister", "Unregister", name)
 
     def register_fresh(self, protocol: str, registration: Registration, number: int) -> Answer:
         """The case's own registration under the name of kind ``fresh``."""
@@ -165,15 +157,13 @@ class Regions:
         return [answer]
 
     def _file(self, kind: str) -> tuple[ClientFile | None, int]:
-        """A's file behind a region kind and where the region starts in it (None: not A's file)."""
+        """A's file behind a region kind and where the region starts in it."""
         if kind == "fresh":
             return self.fresh, self.fresh_offset
         return self.files.get(kind), A_OFFSETS.get(kind, 0)
 
     def place(self, shm: ShmRange, size: int, data: bytes | None = None) -> Placed:
-        """A range as sent (its region's name, offset, byte size: the tensor's ``size`` bytes plus the
-        range's delta unless it names its own), with ``data`` written there first when the range lies
-        in A's file."""
+        """A range as sent, with ``data`` written there first when it lies in A's file."""
         placed = Placed(
             self.name(shm.region), shm.offset, shm.size if shm.size is not None else size + shm.size_delta
         )
@@ -183,7 +173,7 @@ class Regions:
         return placed
 
     def allow_output(self, shm: ShmRange, size: int) -> None:
-        """The range an output was written into may change (call only for a request answered ok)."""
+        """The range an output was written into may change (only for a request answered ok)."""
         target, start = self._file(shm.region)
         if target is not None and size > 0:
             target.allowed.append((start + shm.offset, start + shm.offset + size))
@@ -194,11 +184,8 @@ class Regions:
             yield self.fresh
 
     def verify(self, answers: Iterable[tuple[str, Answer]]) -> list[str]:
-        """Invariant (b): every file holds what it must (outside the allowed output ranges), no file
-        holds another client's canary in an output range, and no answer (``(client, answer)``: ``a`` or
-        ``b``) carries another client's canary. A file changed where it must not is written back as it
-        was, so the same case sent again meets the same bytes (hypothesis replays a failing case to
-        shrink it); elsewhere each file's expected bytes become what it holds."""
+        """Invariant (b) over every file and the ``(client, answer)`` pairs. A file changed where it must
+        not is written back, so hypothesis's replay of the case meets the same bytes."""
         problems = []
         for client, answer in answers:
             for other, mark in self.marks.items():
@@ -223,7 +210,7 @@ class Regions:
         return problems
 
     def close(self) -> None:
-        for protocol in ("http", "grpc"):
+        for protocol in FRONTS:
             for kind in A_OFFSETS:
                 self.unregister(protocol, self.name(kind))
         for client_file in self.every_file():

@@ -1,20 +1,8 @@
-"""What the invariant fuzz sends and how it judges what comes back: a drawn ``Case``
-(``soak.request_space``) as bytes on the wire (an HTTP body, JSON and binary; a gRPC
-``ModelInferRequest``, raw or typed contents), sent over HTTP, gRPC ``ModelInfer`` or a
-``ModelStreamInfer`` stream, and every answer sorted by invariant (a):
-
-* ``ok``: 2xx / ``OK``;
-* ``refused``: 4xx / a client-error status (``INVALID_ARGUMENT``, ``NOT_FOUND``, ...), the request's own
-  fault;
-* ``policy``: 429 and 504 / ``DEADLINE_EXCEEDED`` from a front (the model's deadline passed, a share
-  was full): what the fronts answer by design when the server is busy or a model slow;
-* ``broken``: anything else: a 5xx (Triton's 500 included) or ``INTERNAL``, ``UNAVAILABLE``,
-  ``UNKNOWN``, ``CANCELLED``; no answer by ``soak.raw_http``'s rule (a connection refused, reset or
-  closed without a whole answer); no answer within the model's deadline plus ``SLACK_S`` (a hang).
-
-On a stream an error carries no status code, so a message's error there counts as answered; the same
-requests are drawn for unary gRPC, where the code is judged.
-"""
+"""A drawn ``Case`` as bytes on the wire (an HTTP body, a ``ModelInferRequest``), sent over HTTP,
+``ModelInfer`` or a stream, and every answer's verdict for invariant (a): ``ok``; ``refused`` (4xx, a
+client-error code: the request's fault); ``policy`` (429, 504, the front's ``DEADLINE_EXCEEDED``: by
+design); else ``broken``, no answer or a hang included. A stream's message error carries no code, so it
+counts as answered; unary gRPC judges the same requests' codes."""
 
 from __future__ import annotations
 
@@ -26,38 +14,30 @@ from dataclasses import dataclass
 import grpc
 import numpy as np
 from tritonclient.grpc import service_pb2
+from tritonclient.utils import triton_to_np_dtype
 
 from server.fronts.grpc_request import TYPED_FIELDS
 from soak.fuzz_headers import CASINGS, http_headers
 from soak.other_uid import GRPC_OPTIONS, SERVICE, grpc_call
-from soak.raw_http import HttpReply, Request, exchange
+from soak.raw_http import HttpReply, Request, address, exchange
 from soak.request_space import Case, InputSpace, ModelSpace, TensorCase, data_fits
 
-# How much later than its model's deadline an answer may come before it counts as a hang: the front
-# answers 504 at the deadline, and a loaded 2-core host can be seconds late.
+# past the deadline before an answer counts as a hang: a loaded 2-core host can be seconds late
 SLACK_S = 15.0
 CLIENT_FAULTS = {
     "INVALID_ARGUMENT", "NOT_FOUND", "ALREADY_EXISTS", "PERMISSION_DENIED", "FAILED_PRECONDITION",
     "OUT_OF_RANGE", "UNIMPLEMENTED", "UNAUTHENTICATED", "RESOURCE_EXHAUSTED",
 }  # fmt: skip
 FRONT_DEADLINE = "did not answer within its deadline"
-# a gRPC code's verdict (module docstring); any other code is broken. DEADLINE_EXCEEDED is the front's
-# only where its details say so (``grpc_answer``).
+# a gRPC code's verdict; any other is broken (DEADLINE_EXCEEDED is the front's only where it says so)
 GRPC_VERDICTS = {"OK": "ok", "DEADLINE_EXCEEDED": "policy", **dict.fromkeys(CLIENT_FAULTS, "refused")}
-FLOATS = {"FP16": np.float16, "FP32": np.float32, "FP64": np.float64}
-INTEGERS = {
-    "INT8": np.int8, "INT16": np.int16, "INT32": np.int32, "INT64": np.int64,
-    "UINT8": np.uint8, "UINT16": np.uint16, "UINT32": np.uint32, "UINT64": np.uint64,
-}  # fmt: skip
 ALL_VALUES = -(1 << 40)  # a byte delta that cuts a tensor's data to nothing
 SMALL_INTEGERS = 10  # integers without a declared range are drawn from [0, 10)
 
 
 @dataclass(frozen=True)
 class Answer:
-    """One answer as invariant (a) sees it: ``verdict`` (module docstring), the status or failure, the
-    message, the seconds it took, and every byte that came back (invariant (b) looks for other
-    clients' canaries in them)."""
+    """One answer for invariant (a), with every byte that came back for invariant (b)'s canary search."""
 
     what: str
     verdict: str
@@ -84,8 +64,7 @@ def grpc_answer(what: str, code: str, details: str, payload: bytes, elapsed_s: f
 
 @dataclass(frozen=True)
 class Carried:
-    """One input's data in each form the carriers take: ``raw`` bytes (binary, raw contents, shared
-    memory), JSON ``values``, and the ``array`` typed contents are made of."""
+    """One input's data as ``raw`` bytes, JSON ``values`` and the ``array`` typed contents are made of."""
 
     raw: bytes
     values: list
@@ -97,22 +76,21 @@ def _array(tensor: TensorCase, rule: InputSpace | None, rng: np.random.Generator
     if datatype == "BYTES":
         lengths = rng.integers(1, 13, count)
         return [bytes(rng.integers(97, 123, n).astype(np.uint8)) for n in lengths]
-    if datatype in FLOATS or datatype == "BF16":
+    if datatype in ("FP16", "FP32", "FP64", "BF16"):
         values = rng.uniform(-4, 4, count).astype(np.float32)
         if tensor.values == "non-finite" and count:
             values[rng.integers(0, count)] = np.nan
         if datatype == "BF16":
             return (values.view(np.uint32) >> 16).astype(np.uint16)
-        return values.astype(FLOATS[datatype])
+        return values.astype(triton_to_np_dtype(datatype))
     if datatype == "BOOL":
         return rng.integers(0, 2, count).astype(np.bool_)
-    kind = INTEGERS.get(datatype, np.uint8)
+    kind = _integer(datatype) or np.uint8
     info = np.iinfo(kind)
     low, high = (0, SMALL_INTEGERS)
     if rule is not None and rule.value_range is not None and rule.datatype == datatype:
         low, high = max(rule.value_range[0], int(info.min)), min(rule.value_range[1], int(info.max) + 1)
-    # half the time near the low bound: a declared range can be wider than some of what it indexes
-    # (the recommender's ids [0, 10000) index tables of 10 to 10,000 rows)
+    # half the time near the low bound: the recommender's ids [0, 10000) index tables of 10 rows too
     top = high if rng.integers(0, 2) and tensor.values != "low" else min(high, low + SMALL_INTEGERS)
     values = rng.integers(low, max(top, low + 1), count).astype(kind)
     if tensor.values == "out-of-range" and count:
@@ -138,19 +116,20 @@ def _bytes_buffer(items: Sequence[bytes], fault: str) -> bytes:
 
 
 def beyond_datatype(datatype: str) -> float | None:
-    """The nearest value past what ``datatype`` holds that JSON can say, which Triton would cast
-    unchecked (fault matrix row 68): one past an integer type's largest, 1e39 for FP32; None for the
-    others."""
+    """The nearest value past ``datatype`` that JSON can say, which Triton would cast unchecked (row 68)."""
     if datatype == "FP32":
         return 1e39
-    kind = INTEGERS.get(datatype)
+    kind = _integer(datatype)
     return None if kind is None else int(np.iinfo(kind).max) + 1
 
 
+def _integer(datatype: str) -> type | None:
+    kind = triton_to_np_dtype(datatype)
+    return kind if kind is not None and np.issubdtype(kind, np.integer) else None
+
+
 def typed_carries(datatype: str, value: float) -> bool:
-    """Whether ``datatype``'s typed-contents field carries ``value`` as written, as protobuf itself
-    says: ``uint_contents`` holds 256 for UINT8; ``int_contents`` refuses 2^31 for INT32, and a float
-    field turns 1e39 into infinity."""
+    """Whether ``datatype``'s typed-contents field holds ``value`` as written, as protobuf itself says."""
     field = TYPED_FIELDS.get(datatype)
     if field is None:
         return False
@@ -163,9 +142,8 @@ def typed_carries(datatype: str, value: float) -> bool:
 
 
 def carried(tensor: TensorCase, rule: InputSpace | None, seed: int) -> Carried:
-    """``tensor``'s data, drawn from ``seed`` (the same seed, the same bytes), with its faults. A value
-    beyond its datatype (``beyond-datatype``) goes first in the JSON values, and in the typed contents
-    where their field carries it; bytes cannot say it."""
+    """``tensor``'s data from ``seed``, with its faults; a value beyond the datatype goes first where it
+    can be said."""
     array = _array(tensor, rule, np.random.default_rng(seed))
     if isinstance(array, list):
         raw = _bytes_buffer(array, tensor.bytes_fault)
@@ -191,15 +169,14 @@ def carried(tensor: TensorCase, rule: InputSpace | None, seed: int) -> Carried:
 
 
 def carried_inputs(tensors: Sequence[TensorCase], space: ModelSpace | None, seed: int) -> list[Carried]:
-    """Every input's data, each from its own seed after ``seed``, within its rule where ``space`` has one."""
+    """Every input's data, each from its own seed after ``seed``, within its rule where there is one."""
     rules = {rule.name: rule for rule in space.inputs} if space is not None else {}
     return [carried(tensor, rules.get(tensor.name), seed + i) for i, tensor in enumerate(tensors)]
 
 
 def control_case(space: ModelSpace) -> tuple[TensorCase, ...]:
-    """The model's smallest valid request (its required inputs, or its first where all are optional;
-    batch 1, each variable dim at its low bound, integers near their low bound, raw contents): sent
-    after the fuzzed message on a stream, which must still answer it, and the other user's request."""
+    """The model's smallest valid request: sent after a fuzzed stream message, and the other user's
+    request."""
     axes = space.variable_axes()
     required = [rule for rule in space.inputs if not rule.optional] or list(space.inputs[:1])
     tensors = []
@@ -223,8 +200,7 @@ class Placed:
 def http_body(
     case: Case, data: Sequence[Carried], inputs: Sequence[Placed | None], outputs: Sequence[Placed | None]
 ) -> Request:
-    """``case`` as an HTTP inference request: JSON header then binary data, with the case's headers
-    (``soak.fuzz_headers``: their names' casing, encodings and ``Content-Type``)."""
+    """``case`` as an HTTP inference request, with the case's headers (``soak.fuzz_headers``)."""
     items, binary = [], []
     for tensor, carried_data, placed in zip(case.inputs, data, inputs, strict=True):
         item: dict = {"name": tensor.name, "datatype": tensor.datatype, "shape": list(tensor.shape)}
@@ -293,14 +269,11 @@ def grpc_request(
 
 
 class Client:
-    """One client's sockets to both fronts (the fuzz's own: uid of this process); ``http`` and ``grpc``
-    answer as ``OtherUser``'s do, so the regions treat both users alike."""
+    """The fuzz's own sockets to both fronts, answering as ``OtherUser``'s do."""
 
     def __init__(self, http_url: str, grpc_url: str) -> None:
-        host, port = http_url.rsplit(":", 1)
-        self.address = (host, int(port))
-        grpc_host, grpc_port = grpc_url.rsplit(":", 1)
-        self.grpc_address = (grpc_host, int(grpc_port))  # for calls grpcio will not send (soak.raw_grpc)
+        self.address = address(http_url)
+        self.grpc_address = address(grpc_url)  # for calls grpcio will not send (soak.raw_grpc)
         self.channel = grpc.insecure_channel(grpc_url, options=GRPC_OPTIONS)
 
     def http(self, request: Request, timeout_s: float) -> HttpReply:
@@ -317,9 +290,8 @@ class Client:
         timeout_s: float,
         compression: grpc.Compression | None = None,
     ) -> tuple[Answer, dict[str, bool]]:
-        """The messages on one ``ModelStreamInfer`` stream (each compressed by ``compression``): the
-        stream's answer (its end status; ``broken`` too when a message got no answer) and, per message
-        id, whether it was answered without error."""
+        """The stream's answer (``broken`` when a message got none) and, per message id, whether it was
+        answered ok."""
         start, payload, answered = time.monotonic(), b"", {}
         call = self.channel.stream_stream(SERVICE + "ModelStreamInfer")
         try:

@@ -1,21 +1,7 @@
-"""A small seeded mutation fuzzer for the HTTP front, in the style of Triton's ``L0_http_fuzz``.
-
-It starts from valid requests to every endpoint ``make serve`` exposes (health, metadata, config,
-statistics, inference as JSON and as binary, generate, system shared memory, and the keyed admin
-routes), built from each model's own metadata, and mutates each into a case: the request line
-(method, HEAD and ones Triton does not know among them; path, version, NUL and traversal in
-names), the request target (``mutate_target``: each spelling a front and Triton could route
-differently), the headers (duplicated, dropped, odd ``Content-Type``,
-``Inference-Header-Content-Length`` and ``Content-Encoding`` values, chunked framing) and the body
-(JSON values replaced, deleted or duplicated under the same key; bytes flipped, cut or inserted). Each
-case goes out on its own connection and must get an answer below 500: a fault of the request is never
-the server's, and a connection closed without one is no answer (``soak.raw_http``'s rule). The caller
-checks after every case that the server still lives, serves and kept its stubs. Seeded: one seed, one
-sequence of cases, so a finding replays.
-
-``fuzz()`` runs a fixed number of cases (the fault matrix runs a few hundred; ``make soak`` runs
-bursts of them among its faults).
-"""
+"""A seeded mutation fuzzer for the HTTP front, in the style of Triton's ``L0_http_fuzz``: valid requests
+to every endpoint ``make serve`` exposes, built from each model's metadata, mutated in the request line,
+the request target (``mutate_target``), the headers and the body. Each case must get an answer below 500
+(``soak.raw_http``'s rule); one seed, one sequence of cases, so a finding replays."""
 
 from __future__ import annotations
 
@@ -33,7 +19,7 @@ import tritonclient.utils.shared_memory as shared_memory
 from tritonclient.utils import serialize_byte_tensor, triton_to_np_dtype
 
 from soak.fuzz_headers import encoded
-from soak.raw_http import Request, exchange
+from soak.raw_http import Request, address, exchange
 
 VALUES: list[Any] = [
     2**40, 2**61, 2**63, 2**64, -1, -(2**63), 0, 1.5, 1e308, "x", "", "²", "\x00", "A" * 5000,
@@ -47,20 +33,16 @@ CONTENT_TYPES = [
 HEADER_LENGTHS = ["²", "9" * 5000, "-1", "+5", "0", " 12", "1e3", "0x10"]
 # Triton's (GET, POST), HEAD (fault matrix row 65), and others its HTTP parser knows or not (row 67)
 METHODS = ["GET", "HEAD", "POST", "PUT", "DELETE", "PATCH", "OPTIONS", "TRACE", "PROPFIND", "M-SEARCH"]
+# a header replaced by one of its odd values, and how the case names it
+REPLACED_HEADERS = {
+    1: ("Content-Type", CONTENT_TYPES, "content-type"),
+    2: ("Inference-Header-Content-Length", HEADER_LENGTHS, "header length"),
+}
 ENCODINGS = ["gzip", "deflate", "gzip-plain", "br", "gzip, gzip", "identity", "x" * 300]
 SHM_REGION = f"fuzz_{os.getpid()}"
 NAME_TAILS = [
-    "%00x",
-    "\x00x",
-    "/../../etc/passwd",
-    "%2F..%2F",
-    "é",
-    "A" * 3000,
-    "/versions/99",
-    "/versions/-1",
-]
-
-
+    "%00x", "\x00x", "/../../etc/passwd", "%2F..%2F", "é", "A" * 3000, "/versions/99", "/versions/-1",
+]  # fmt: skip
 BACKSLASH = chr(0x5C)
 QUERIES = ["?", "?a=b", "?a=b&c", "?%2F", "?#", "?a=" + BACKSLASH]
 ODD_CHARACTERS = ["\x00", "\t", "\x7f", "\u00e9", "\x1b", " "]
@@ -71,10 +53,8 @@ def _escape(character: str, upper: bool) -> str:
 
 
 def mutate_target(path: str, rng: random.Random) -> tuple[str, str]:
-    """One seeded spelling of the request target ``path`` (a plain ``/v2/...`` path) and what was done:
-    the spellings on which a front and Triton could read two different routes (fault matrix row 35):
-    fragments, dot and empty segments, escaped separators and letters, absolute-form, backslashes,
-    control and non-ASCII bytes, parameters, queries, case, and the target ``*``."""
+    """One seeded spelling of the request target ``path`` and its name: spellings on which a front and
+    Triton could read two different routes (fault matrix row 35)."""
     slashes = [i for i, c in enumerate(path) if c == "/"] or [0]  # a target mutated before may have none
     at = rng.choice(slashes)
     if not any(c.isalpha() for c in path):
@@ -117,8 +97,6 @@ def _example(datatype: str, shape: list[int]) -> np.ndarray:
     count = int(np.prod(shape))
     if datatype == "BYTES":
         return np.array([b"fuzz"] * count, dtype=object).reshape(shape)
-    if datatype == "BOOL":
-        return np.ones(shape, bool)
     return np.ones(shape, triton_to_np_dtype(datatype))
 
 
@@ -192,7 +170,8 @@ def _nodes(document: Any) -> list[tuple[Any, Any]]:
 
 
 class Mutator:
-    """Seeded mutations of a case: request line, headers, JSON structure, raw bytes."""
+    """Seeded mutations of a case (request line, target, headers, JSON, bytes, encoding): one seed, one
+    sequence."""
 
     def __init__(self, seed: int) -> None:
         self.rng = random.Random(seed)
@@ -224,19 +203,16 @@ class Mutator:
         choice = self.rng.randrange(5)
         if choice == 0 and case.headers:
             name, _ = self.rng.choice(case.headers)
-            value = (
-                str(self.rng.randint(0, len(case.body) + 10)) if "length" in name.lower() else "text/plain"
+            length = "length" in name.lower()
+            case.headers.append(
+                (name, str(self.rng.randint(0, len(case.body) + 10)) if length else "text/plain")
             )
-            case.headers.append((name, value))
             case.mutations.append(f"duplicate {name}")
-        elif choice == 1:
-            case.headers = [h for h in case.headers if h[0].lower() != "content-type"]
-            case.headers.append(("Content-Type", self.rng.choice(CONTENT_TYPES)))
-            case.mutations.append("content-type")
-        elif choice == 2:
-            case.headers = [h for h in case.headers if h[0].lower() != "inference-header-content-length"]
-            case.headers.append(("Inference-Header-Content-Length", self.rng.choice(HEADER_LENGTHS)))
-            case.mutations.append("header length")
+        elif choice in REPLACED_HEADERS:
+            name, values, what = REPLACED_HEADERS[choice]
+            case.headers = [h for h in case.headers if h[0].lower() != name.lower()]
+            case.headers.append((name, self.rng.choice(values)))
+            case.mutations.append(what)
         elif choice == 3:
             case.headers.append(("Transfer-Encoding", "chunked"))
             case.mutations.append("chunked")
@@ -313,9 +289,8 @@ class FuzzReport:
 def fuzz(
     url: str, models: list[str], cases: int, seed: int, after_each: Callable[[], list[str]] | None = None
 ) -> FuzzReport:
-    """Send ``cases`` mutated requests to the HTTP front at ``url``; a finding is an answer of 500 or
-    more, no answer at all, or a problem ``after_each()`` reports (liveness, stubs, a good inference)."""
-    host, port = url.rsplit(":", 1)
+    """Send ``cases`` mutated requests to the HTTP front at ``url``; a finding is an answer of 500 or more,
+    no answer, or a problem ``after_each()`` reports."""
     seeds = seed_cases(url, models)
     mutator = Mutator(seed)
     report = FuzzReport(seed)
@@ -323,7 +298,7 @@ def fuzz(
     try:
         for number in range(cases):
             case = mutator.mutate(mutator.rng.choice(seeds))
-            answer = exchange((host, int(port)), case)
+            answer = exchange(address(url), case)
             report.cases += 1
             if any(m.startswith("target ") for m in case.mutations):
                 report.target_cases.append(number)

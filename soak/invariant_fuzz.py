@@ -1,23 +1,17 @@
-"""The invariant fuzz: hypothesis draws requests over every served model's request space
-(``soak.request_space``) and sends each to a real server through both fronts; after every request
-three invariants must hold (fault matrix row 62):
+"""The invariant fuzz (fault matrix row 62): hypothesis draws requests over every served model's request
+space (``soak.request_space``) and sends each through both fronts; after every request three invariants
+must hold:
 
-(a) **answered**: every request (the inference, and the registrations and calls around it) gets an
-    answer within its model's deadline plus ``SLACK_S``: 2xx or 4xx, or 429 / 504 (gRPC
-    ``RESOURCE_EXHAUSTED`` / the front's ``DEADLINE_EXCEEDED``) by policy; never a hang, a reset, or a
-    5xx (``soak.fuzz_wire``); on a stream, the fuzzed message and a valid one after it both answered;
-(b) **isolated**: canary bytes in every client's region (two clients of two uids when run as root,
-    ``soak.fuzz_regions``) never appear in another client's answer or region, every region's bytes are
-    unchanged except where a request answered without error named an output, and no client's region
-    listing shows another's;
-(c) **kept**: tritonserver's PID, the fronts' PIDs and the set of Python-backend stubs stay the same
-    throughout, and tritonserver's resident memory at the end stays within ``RSS_BOUND_MIB`` of the
-    start.
+(a) **answered**: within the model's deadline plus ``SLACK_S``, 2xx or 4xx, or 429 / 504 by policy;
+never a hang, a reset or a 5xx (``soak.fuzz_wire``); on a stream, the fuzzed message and a valid one
+after it;
 
-``InvariantFuzz.check(case)`` runs one drawn case and raises ``AssertionError`` naming every invariant it
-broke; ``run_examples`` drives it with hypothesis (a fixed seed, so a run replays), and the tests and
-``make soak`` (``run_for``) account the results in an ``InvariantReport``.
-"""
+(b) **isolated**: no client's canary (``soak.fuzz_regions``; two uids when run as root) in another
+client's answer, region or listing, and no region byte changed but where an answered request named an
+output;
+
+(c) **kept**: tritonserver's PID, the fronts' PIDs and the stubs unchanged, and tritonserver's RSS at
+the end within ``RSS_BOUND_MIB`` of the start."""
 
 from __future__ import annotations
 
@@ -34,14 +28,13 @@ import tritonclient.http as httpclient
 from hypothesis import HealthCheck, Verbosity, given, reproduce_failure, settings
 from hypothesis import seed as hypothesis_seed
 from hypothesis.errors import DidNotReproduce
-from tritonclient.grpc import service_pb2
 
 from server.admin import headers as admin_headers
 from server.fronts.process import MAX_REQUEST_BYTES
 from server.launcher import TritonServer
 from server.proc_stat import running
 from server.stubs import server_stubs
-from soak import raw_grpc, request_space
+from soak import raw_grpc
 from soak.fuzz_headers import (
     WIRE_FAULTS,
     compressed_accepted,
@@ -51,7 +44,7 @@ from soak.fuzz_headers import (
     readable,
     wire_held,
 )
-from soak.fuzz_regions import Regions
+from soak.fuzz_regions import Regions, shm_call
 from soak.fuzz_wire import (
     SLACK_S,
     Answer,
@@ -66,21 +59,16 @@ from soak.fuzz_wire import (
     http_body,
 )
 from soak.other_uid import SERVICE, OtherUser
-from soak.raw_http import Request
 from soak.request_space import Case, ModelSpace, OutputCase, cases
 
 log = logging.getLogger(__name__)
-# How much tritonserver's RSS may grow over a run (invariant (c); docs/SERVING.md, "The invariant
-# fuzz"). Measured on the default repository from a fresh server: +70 MiB over 6,000 cases, falling off
-# (+26 the first 500, +0.5 the last 1,000): its allocator keeping what the largest tensors needed. A
-# leak the size of row 53's (~27 KB kept per unanswered request) in a third of the cases passes it
-# within about 11,000 cases, sooner once the allocator has settled.
+# Invariant (c)'s bound (docs/SERVING.md, "The invariant fuzz"): a fresh server grows +70 MiB over 6,000
+# cases, levelling off as its allocator settles; row 53's leak in a third of the cases passes it in ~11,000.
 RSS_BOUND_MIB = 96.0
 
 
 def served_spaces(server: TritonServer) -> dict[str, ModelSpace]:
-    """Every model the server has READY, read from the config it serves (Triton's own HTTP port and the
-    admin key list them)."""
+    """Every model the server has READY, read from the config it serves."""
     own = httpclient.InferenceServerClient(server.triton_http_url)
     try:
         index = own.get_model_repository_index(headers=admin_headers(server.admin_key))
@@ -98,7 +86,7 @@ def served_spaces(server: TritonServer) -> dict[str, ModelSpace]:
 
 
 def rss_mib(pid: int | None) -> float:
-    """A process's resident memory in MiB (0 when it is gone)."""
+    """A process's resident memory in MiB (0 once it is gone)."""
     try:
         for line in Path(f"/proc/{pid}/status").read_text().splitlines():
             if line.startswith("VmRSS:"):
@@ -110,8 +98,7 @@ def rss_mib(pid: int | None) -> float:
 
 @dataclass
 class InvariantReport:
-    """What the fuzz sent and what each invariant saw (``text()`` is the accounting ``make soak``
-    prints)."""
+    """What the fuzz sent and what each invariant saw; ``text()`` is what ``make soak`` prints."""
 
     models: list[str] = field(default_factory=list)
     seeds: list[int] = field(default_factory=list)
@@ -152,6 +139,8 @@ class InvariantReport:
             f"{self.rss_bound_mib:.0f})"
         )
         first = [f"    {line}" for line in (*self.answered[:3], *self.isolated[:3], *self.kept[:3])]
+        if self.first_failure:
+            first.append(f"  first violation: case {self.first_failure[0]}, {self.first_failure[1]:.0f} s in")
         return "\n".join(
             [
                 f"invariant fuzz: {'PASSED' if self.passed else 'FAILED'}; {self.examples} cases over "
@@ -165,19 +154,13 @@ class InvariantReport:
                 f"{self.stubs} stubs; {rss}; violations {len(self.kept)}",
                 f"  reached: {', '.join(f'{what} {n}' for what, n in sorted(self.covered.items()))}",
                 *first,
-                *(
-                    [f"  first violation: case {self.first_failure[0]}, {self.first_failure[1]:.0f} s in"]
-                    if self.first_failure
-                    else []
-                ),
                 *(f"    failing case: {case}" for case in self.failing_cases[:3]),
             ]
         )
 
 
 class InvariantFuzz:
-    """``with InvariantFuzz(server) as fuzz: fuzz.check(case)`` (module docstring). ``stop_at``
-    (``time.monotonic()``): cases drawn after it are not sent (``make soak``'s time budget)."""
+    """``with InvariantFuzz(server) as fuzz: fuzz.check(case)``; nothing is sent after ``stop_at``."""
 
     def __init__(self, server: TritonServer) -> None:
         self.server = server
@@ -220,7 +203,6 @@ class InvariantFuzz:
         return {front.pid for front in self.server.running_fronts}
 
     def _judge(self, answers: Sequence[Answer], deadline_s: float, what: str) -> list[str]:
-        """Invariant (a) over ``answers``."""
         problems = []
         for answer in answers:
             if answer.verdict == "broken":
@@ -258,9 +240,8 @@ class InvariantFuzz:
         return problems
 
     def check(self, case: Case) -> None:
-        """Send ``case`` and hold the three invariants; ``AssertionError`` lists what broke. Once the
-        server broke (invariant (c)), every case fails at once with that, from the same line:
-        hypothesis takes a failure that moves for a flaky one."""
+        """Send ``case``; ``AssertionError`` lists what broke. Once the server broke every case fails with
+        that same line: hypothesis takes a moving failure for a flaky one."""
         if time.monotonic() >= self.stop_at and not self.fatal:
             return
         problems = [f"the server broke earlier: {self.fatal}"] if self.fatal else self._held(case)
@@ -271,14 +252,12 @@ class InvariantFuzz:
             raise AssertionError("\n".join(problems))
 
     def _held(self, case: Case) -> list[str]:
-        """What ``case`` broke of the three invariants."""
         space = self.spaces.get(case.model) or self.spaces.get(case.model.rstrip("_"))
         deadline_s = space.deadline_s if space is not None else self.server.options.front_shares.deadline_s
         answers, problems = self._send(case, space, deadline_s)
         problems += self._judge(answers, deadline_s, f"{case.protocol} {case.model}")
         theirs = self._other_uid(case, space)
-        for answer in theirs:
-            self.report.covered[f"{answer.what} {answer.verdict}"] += 1
+        self.report.covered.update(f"{answer.what} {answer.verdict}" for answer in theirs)
         problems += self._judge(theirs, deadline_s, "other uid")
         isolated = self.regions.verify([*(("a", a) for a in answers), *(("b", b) for b in theirs)])
         isolated += self._listing(theirs)
@@ -293,8 +272,7 @@ class InvariantFuzz:
     def _send(
         self, case: Case, space: ModelSpace | None, deadline_s: float
     ) -> tuple[list[Answer], list[str]]:
-        """The case's registration (if any) and request; the ranges its outputs may have written are
-        allowed when it was answered ok."""
+        """The case's registration (if any) and request; an answered request's output ranges may change."""
         data = carried_inputs(case.inputs, space, case.seed)
         answers = []
         front = "http" if case.protocol == "http" else "grpc"
@@ -314,6 +292,7 @@ class InvariantFuzz:
         answer, verdict, problems = self._request(
             case, space, data, placed_inputs, placed_outputs, deadline_s
         )
+        self.report.answered += problems
         answers.append(answer)
         self.report.verdicts[(case.protocol, verdict)] += 1
         if verdict == "ok":
@@ -335,9 +314,7 @@ class InvariantFuzz:
         outputs: Sequence[Placed | None],
         deadline_s: float,
     ) -> tuple[Answer, str, list[str]]:
-        """The case's request on its protocol: the answer, the verdict of the fuzzed request itself (on a
-        stream, its message's), and what broke invariant (a) beyond the answer (the valid message after
-        it on a stream went unanswered or failed)."""
+        """The answer, the fuzzed request's own verdict, and what broke (a) beyond the answer."""
         timeout = deadline_s + SLACK_S
         if case.protocol == "http":
             reply = self.client.http(http_body(case, data, inputs, outputs), timeout)
@@ -346,7 +323,6 @@ class InvariantFuzz:
             problems = [f"(a) http {case.model}: {problem}" for problem in held]
             shm_output = any(placed is not None for placed in outputs)
             self.report.covered.update(headers_reached(case.headers, reply, answer.verdict, shm_output))
-            self.report.answered += problems
             return answer, answer.verdict, problems
         request = grpc_request(case, data, inputs, outputs)
         compression = grpc_compression(case.headers)
@@ -358,7 +334,12 @@ class InvariantFuzz:
             )
             self._compression_reached(case, answer.verdict)
             return answer, answer.verdict, []
-        messages = [request, *([self._control(space)] if space is not None else [])]
+        messages = [request]
+        if space is not None:  # the model's smallest valid request after the fuzzed one
+            tensors = control_case(space)
+            control = Case(space.name, "stream", tensors, None, 0)
+            data = carried_inputs(tensors, space, 0)
+            messages.append(grpc_request(control, data, [None] * len(tensors), [], request_id="control"))
         answer, answered = self.client.stream(messages, timeout, compression)
         self._compression_reached(case, answer.verdict if answered.get("fuzz") else "refused")
         if answer.verdict != "ok":
@@ -366,7 +347,6 @@ class InvariantFuzz:
         problems = []
         if space is not None and not answered.get("control"):
             problems.append(f"(a) stream {case.model}: the valid message after the fuzzed one failed")
-        self.report.answered += problems
         return answer, "ok" if answered.get("fuzz") else "refused", problems
 
     def _wire_call(self, case: Case, request: bytes, timeout: float) -> tuple[Answer, str, list[str]]:
@@ -379,38 +359,22 @@ class InvariantFuzz:
             answer = Answer("infer", "broken", reply.failure, "", reply.elapsed_s)
         else:
             answer = grpc_answer("infer", reply.code, reply.message, reply.payload, reply.elapsed_s)
-        problems = [
-            f"(a) grpc {case.model}: {problem}" for problem in wire_held(case.headers, answer.verdict)
-        ]
         self.report.covered[f"{answer.verdict} grpc wire {case.headers.wire}"] += 1
-        self.report.answered += problems
-        return answer, answer.verdict, problems
+        problems = wire_held(case.headers, answer.verdict)
+        return answer, answer.verdict, [f"(a) grpc {case.model}: {problem}" for problem in problems]
 
     def _compression_reached(self, case: Case, verdict: str) -> None:
         if case.headers is not None and case.headers.compression:
             self.report.covered[f"{verdict} {case.protocol} {case.headers.compression} message"] += 1
 
-    def _control(self, space: ModelSpace) -> service_pb2.ModelInferRequest:
-        tensors = control_case(space)
-        control = Case(space.name, "stream", tensors, None, 0)
-        data = carried_inputs(tensors, space, 0)
-        return grpc_request(control, data, [None] * len(tensors), [], request_id="control")
-
     def _other_uid(self, case: Case, space: ModelSpace | None) -> list[Answer]:
-        """What the other user does after the case: list its regions on both fronts, or run the
-        model's smallest valid request with its first input and every output in its own region, with
-        the headers an HTTP case drew (``readable``: the body encoded as declared), so the front reads
-        Triton's answer for its regions under every drawn header."""
+        """The other user lists its regions, or runs the model's smallest request through its own region
+        with the case's HTTP headers, so the front reads Triton's answer under every drawn header."""
         other = self.other
         if other is None or not case.other_uid or space is None:
             return []
         if case.other_uid == "status":
-            reply = other.http(Request("GET", "/v2/systemsharedmemory/status", []), 30)
-            request = service_pb2.SystemSharedMemoryStatusRequest().SerializeToString()
-            return [
-                http_answer("other uid status", reply),
-                grpc_answer("other uid status", *other.grpc("SystemSharedMemoryStatus", request, 30)),
-            ]
+            return [shm_call(other, protocol, "other uid status", "Status") for protocol in ("http", "grpc")]
         tensors = control_case(space)
         if not tensors:
             return []
@@ -438,7 +402,6 @@ class InvariantFuzz:
         return [answer]
 
     def _listing(self, answers: Sequence[Answer]) -> list[str]:
-        """No client's region listing names another's regions."""
         mine = [self.regions.name(kind) for kind in ("a0", "a1", "fresh")]
         return [
             f"(b) {answer.what} lists {name}, a region of another client"
@@ -450,10 +413,8 @@ class InvariantFuzz:
 
 
 def run_examples(fuzz: InvariantFuzz, examples: int, seed: int, replay: str = "") -> None:
-    """Hypothesis over ``fuzz``: ``examples`` cases from ``seed`` (the same seed draws the same cases),
-    or the one failure a ``@reproduce_failure`` blob printed by an earlier run names (``replay``:
-    ``'<hypothesis version> <blob>'``; a case that holds the invariants now passes). Raises the
-    smallest failing case's ``AssertionError``."""
+    """``examples`` cases from ``seed``, or the one failure a printed ``@reproduce_failure`` blob names
+    (``replay``: ``'<version> <blob>'``)."""
     fuzz.report.seeds.append(seed)
 
     @settings(
@@ -476,17 +437,10 @@ def run_examples(fuzz: InvariantFuzz, examples: int, seed: int, replay: str = ""
         log.info("the replayed case holds the invariants now")
 
 
-def replay_case(fuzz: InvariantFuzz, text: str) -> None:
-    """One case as hypothesis printed it (``Case(model=..., ...)``), sent again."""
-    names = {name: getattr(request_space, name) for name in request_space.REPLAYABLE}
-    fuzz.check(eval(text, {"__builtins__": {}}, names))  # the fuzz's own printed repr, nothing else
-
-
 def run_for(
     server: TritonServer, seconds: float, first_seed: int, examples_per_seed: int = 200
 ) -> InvariantReport:
-    """``make soak``'s phase: hypothesis runs of ``examples_per_seed`` cases, seed after seed, for
-    ``seconds``; a failure is accounted and the next seed goes on, unless the server broke."""
+    """``make soak``'s phase: seed after seed for ``seconds``, until the server broke."""
     with InvariantFuzz(server) as fuzz:
         fuzz.stop_at = time.monotonic() + seconds
         seed = first_seed

@@ -1,9 +1,5 @@
-"""Steady mixed load for the fault tests and ``make soak``: closed-loop callers over HTTP and gRPC.
-
-Every request becomes one ``Outcome`` (protocol, model, send/receive time, "" or the exact error text),
-so a caller can say which requests failed, when and with what, and compare the client's count of
-successes with the server's. Each model gets one fixed, valid request, so answers can be compared.
-"""
+"""Steady mixed load for the fault tests and ``make soak``: closed-loop callers over HTTP and gRPC, each
+request one ``Outcome`` with its exact error, and each model one fixed valid request so answers compare."""
 
 from __future__ import annotations
 
@@ -19,22 +15,20 @@ from client.connection import connect, protocol_module
 from client.infer import make_inputs
 
 PIPELINE = "recommender_pipeline"
-# What a request sent during a drain may get instead of an answer: all say "not served here", none
-# means a request was taken in and dropped.
+# What a request sent during a drain may get instead of an answer: "not served here", never "dropped".
 CLEAN_REFUSALS = (
     "Request for unknown model",  # unloaded by the drain: HTTP 404 / gRPC NOT_FOUND
     "failed to connect to all addresses",  # gRPC, once the server has exited
     "Connection refused",
     "connection closed",  # HTTP keep-alive connection closed by the exiting server, between requests
 )
-# gRPC: a call still open when 2.51's gRPC frontend shuts down answers CANCELLED. Clean only for a call
-# sent after the drain had unloaded every model (nothing it asked for can have run); sent earlier, it
-# was taken in and dropped.
+# A call open when 2.51's gRPC frontend shuts down is CANCELLED: clean only if sent after the drain had
+# unloaded every model (nothing it asked for can have run).
 CANCELLED_AT_EXIT = "StatusCode.CANCELLED"
 
 
 def request_arrays(model: str) -> dict[str, np.ndarray]:
-    """One fixed, valid request per model (the same every time, so answers can be compared)."""
+    """One fixed, valid request per model, the same every time, so answers can be compared."""
     if model == "trivial":
         return {"x": np.linspace(-1, 1, 16, dtype=np.float32).reshape(1, 16)}
     rng = np.random.default_rng(3)
@@ -62,7 +56,7 @@ class Outcome:
 
 
 def refused_cleanly(outcome: Outcome, drain_finished_at: float | None) -> bool:
-    """Whether a failed request sent during a drain was refused without being taken in (see above)."""
+    """Whether a request that failed during a drain was refused without being taken in."""
     if any(refusal in outcome.error for refusal in CLEAN_REFUSALS):
         return True
     after_drain = drain_finished_at is not None and outcome.sent >= drain_finished_at
@@ -114,7 +108,7 @@ class MixedLoad:
             thread.join(timeout=30)
 
     def hung(self) -> int:
-        """Callers still waiting for an answer after ``stop()``: requests that never came back."""
+        """Callers still waiting after ``stop()``: requests that never came back."""
         return sum(thread.is_alive() for thread in self._threads)
 
     def wait_for(

@@ -1,16 +1,7 @@
-"""Another local user's client for the invariant fuzz: a relay process that runs as uid 65534.
-
-The fronts key every shared-memory region by the uid at the other end of the connection, so a second
-client must be a second uid. This module is started as root (``OtherUser``), imports all it needs,
-drops to ``NOBODY`` (the interpreter's own files are then out of its reach, as the environment lives in
-``/root``), and from then on does what the fuzz asks on its stdin, one JSON line each, answering on its
-stdout: create a file in ``/dev/shm`` (owned by that uid), send an HTTP request over a plain socket, or
-make a unary gRPC call with bytes in and bytes out. The fuzz builds every request itself; the relay
-only gives it the other uid's sockets.
-
-Both users send HTTP with ``soak.raw_http.exchange``, so both speak to the HTTP front, and have what
-comes back judged, the same way.
-"""
+"""Another local user for the invariant fuzz: a relay that drops to uid 65534, since the fronts key every
+region by the peer's uid. It imports all it needs as root first (the environment in ``/root`` is out of
+that uid's reach), then creates files, sends HTTP with ``soak.raw_http`` and makes unary gRPC calls as
+the fuzz asks, one JSON line each, so both users are judged alike."""
 
 from __future__ import annotations
 
@@ -27,7 +18,7 @@ from pathlib import Path
 
 import grpc
 
-from soak.raw_http import HttpReply, Request, exchange
+from soak.raw_http import HttpReply, Request, address, exchange
 
 NOBODY = 65534
 SERVICE = "/inference.GRPCInferenceService/"
@@ -45,8 +36,8 @@ def grpc_call(
     timeout_s: float,
     compression: grpc.Compression | None = None,
 ) -> tuple[str, str, bytes, float]:
-    """(status code name, details, response bytes, seconds) of a unary call, its message compressed by
-    ``compression``: what both users' clients answer with."""
+    """(status code name, details, response bytes, seconds) of a unary call: what both users' clients
+    answer with."""
     start = time.monotonic()
     try:
         response = channel.unary_unary(SERVICE + method)(request, timeout=timeout_s, compression=compression)
@@ -56,7 +47,6 @@ def grpc_call(
 
 
 def _serve(http_address: tuple[str, int], channel: grpc.Channel) -> None:
-    """The relay's loop (as ``NOBODY``): one command a line on stdin, one answer a line on stdout."""
     for line in sys.stdin:
         command = json.loads(line)
         operation, data = command["op"], base64.b64decode(command["data"])
@@ -80,8 +70,7 @@ def _serve(http_address: tuple[str, int], channel: grpc.Channel) -> None:
 
 
 class OtherUser:
-    """The relay, seen from the fuzz: ``create``, ``http`` and ``grpc`` run as uid ``NOBODY``. Needs
-    root (``available()``); ``close()`` ends it."""
+    """The relay, seen from the fuzz: ``create``, ``http`` and ``grpc`` run as ``NOBODY``. Needs root."""
 
     def __init__(self, http_url: str, grpc_url: str) -> None:
         root = Path(__file__).resolve().parents[1]
@@ -99,7 +88,6 @@ class OtherUser:
         return os.getuid() == 0
 
     def _ask(self, command: dict, data: bytes = b"") -> dict:
-        """``command`` with ``data`` to the relay, and its answer (bytes travel base64, both ways)."""
         assert self.process.stdin is not None and self.process.stdout is not None
         self.process.stdin.write(json.dumps({**command, "data": base64.b64encode(data).decode()}) + "\n")
         self.process.stdin.flush()
@@ -132,16 +120,16 @@ class OtherUser:
 
 
 def main(argv: list[str]) -> None:
-    """As root: everything imported above and the channel made (grpc imports more as it does); then
-    drop to ``NOBODY`` and relay (its first call connects, as that uid)."""
+    """As root: everything imported and the channel made (grpc imports more as it does); then relay as
+    ``NOBODY``."""
     http_url, grpc_url = argv
-    host, port = http_url.rsplit(":", 1)
+    http_address = address(http_url)
     channel = grpc.insecure_channel(grpc_url, options=GRPC_OPTIONS)
     channel.unary_unary(SERVICE + "ServerLive")
     os.setgroups([])
     os.setgid(NOBODY)
     os.setuid(NOBODY)
-    _serve((host, int(port)), channel)
+    _serve(http_address, channel)
 
 
 if __name__ == "__main__":

@@ -1,13 +1,7 @@
-"""One gRPC call written frame by frame (``server.fronts.h2c``'s frames, ``hpack``), for what grpcio will
-not send: metadata outside gRPC's grammar (grpcio refuses it before it leaves the client), a unary call
-with two messages or none, a length prefix that says more than follows, a compressed flag without
-``grpc-encoding``. The invariant fuzz sends its drawn wire faults with it (``soak.fuzz_headers``) and
-the fault matrix its rows 69 and 70.
-
-An answer is the call's ``grpc-status`` name and ``grpc-message``, or a failure: the connection closed,
-reset or silent before the call's trailers, the stream reset, or a ``GOAWAY`` (a call dropped with its
-connection is no answer, as over HTTP in ``soak.raw_http``).
-"""
+"""One gRPC call written frame by frame, for what grpcio will not send (metadata outside gRPC's grammar,
+two messages or none, a length prefix that says more than follows, a compressed flag without
+``grpc-encoding``): the invariant fuzz's wire faults and fault matrix rows 69 and 70. A call dropped
+with its connection, reset or answered with ``GOAWAY`` is no answer, as over HTTP."""
 
 from __future__ import annotations
 
@@ -38,8 +32,7 @@ class GrpcReply:
 
 
 def call_headers(path: str, metadata: list[tuple[bytes, bytes]], timeout_s: float) -> bytes:
-    """A call's request header block as grpcio writes it, with ``metadata`` (names and values as bytes,
-    sent as they are)."""
+    """A call's request header block as grpcio writes it, with ``metadata`` sent as it is."""
     fixed = [
         (b":method", b"POST"), (b":scheme", b"http"), (b":path", path.encode()), (b":authority", b"fuzz"),
         (b"content-type", b"application/grpc"), (b"te", b"trailers"),
@@ -54,8 +47,7 @@ def message(body: bytes, flag: int = 0) -> bytes:
 
 
 def exchange(address: tuple[str, int], block: bytes, data: bytes, timeout_s: float) -> GrpcReply:
-    """Send one call (``block`` from ``call_headers``, ``data`` its DATA bytes, then its end) on a new
-    connection and read its answer."""
+    """Send one call on a new connection and read its answer."""
     started = time.monotonic()
     deadline = started + timeout_s
     try:

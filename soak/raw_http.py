@@ -1,25 +1,8 @@
-"""The soak's one HTTP/1.1 client, on a raw socket: a request goes out as its caller built it, so it can
-be what tritonclient would refuse or normalise (a malformed target, a header twice, chunked framing),
-each on a connection of its own (or several at once, written back to back: ``pipelined``).
-
-One rule says what came back, wherever it is used (the HTTP fuzz and the soak's attacks, the invariant
-fuzz and its other user's relay). An **answer** is a status line ``HTTP/1.x NNN``, its headers and its
-whole body (to its ``Content-Length``, else to the connection's end), all within ``timeout_s`` of the
-connect; the answer to a HEAD ends at its headers (RFC 9110: it has no body, whatever its
-``Content-Length`` says). Anything else is **no answer**, and ``failure`` says which:
-
-* ``hang``: not all of it within ``timeout_s``;
-* ``closed``: the connection refused, reset or ended before that, without a status line or within the
-  body. A front answers even a request it will not read (400 for malformed HTTP, 413 for a body too
-  large) before it closes, so a request dropped without an answer is the front's fault;
-* ``not HTTP``: a first line that is no status line;
-* ``undecodable``: a body its ``Content-Encoding`` (gzip or deflate) does not decode, which no client
-  could read.
-
-An answer's body is read as a client reads it: decoded from the gzip or deflate its
-``Content-Encoding`` names, so what the body says (and every byte a caller looks for in it) is what a
-client would see.
-"""
+"""The soak's one HTTP/1.1 client, on a raw socket, so a request goes out as its caller built it. An answer
+is a status line, its headers and its whole body (a HEAD's ends at its headers, RFC 9110) within
+``timeout_s``, its body decoded as a client would; anything else is no answer, and ``failure`` says
+which (``hang``, ``closed``, ``not HTTP``, ``undecodable``). A front answers even a request it will not
+read before it closes, so a dropped request is the front's fault."""
 
 from __future__ import annotations
 
@@ -43,9 +26,7 @@ MAX_DECODED_BYTES = 1 << 30  # a guard against a runaway answer, far above any t
 
 @dataclass
 class Request:
-    """One request as sent: method, target, headers in order (a name may come twice), body. ``Host``,
-    ``Connection: close`` and the framing (``Content-Length``, or two chunks when the headers name a
-    ``Transfer-Encoding``) are added on the wire, their names written by ``name_case``."""
+    """One request as sent; ``Host``, ``Connection: close`` and the framing are added on the wire."""
 
     method: str
     path: str
@@ -70,15 +51,19 @@ class Request:
 
 @dataclass(frozen=True)
 class HttpReply:
-    """What came back: an answer's ``status``, ``body`` (decoded) and ``encoding`` (its
-    ``Content-Encoding`` lowercased, "" when none), or the ``failure`` that says why none did (module
-    docstring); ``elapsed_s`` from the connect, either way."""
+    """An answer, or the ``failure`` that says why none came."""
 
     status: int = 0
     body: bytes = b""
     elapsed_s: float = 0.0
     failure: str = ""
     encoding: str = ""
+
+
+def address(url: str) -> tuple[str, int]:
+    """A ``host:port`` URL as a socket address."""
+    host, port = url.rsplit(":", 1)
+    return host, int(port)
 
 
 def exchange(address: tuple[str, int], request: Request, timeout_s: float = TIMEOUT_S) -> HttpReply:
@@ -94,9 +79,7 @@ def pipelined(
     sent: Event | None = None,
     head_only: bool = False,
 ) -> list[HttpReply]:
-    """``raw`` on one connection as it is (one request or several back to back, framed as they frame
-    themselves; ``sent`` set once all of it is written), and the first ``replies`` that came back, in
-    order, each by the module's rule (``head_only``: answers to HEADs); the list ends at the first that
+    """``raw`` on one connection, and the first ``replies`` that came back; the list ends at the first that
     is no answer."""
     start, received, got = time.monotonic(), b"", []
     try:
@@ -128,9 +111,7 @@ def pipelined(
 def reply_in(
     received: bytes, ended: bool, elapsed_s: float = 0.0, head_only: bool = False
 ) -> tuple[HttpReply | None, bytes]:
-    """The first reply ``received`` makes by the module's rule, or None while it is not whole yet and more
-    may come (``ended``: the connection ended, nothing more will; ``head_only``: the answer to a HEAD,
-    whole at its headers); and the bytes after it (a pipelined request's answer)."""
+    """The first reply in ``received`` (None while more may come) and the bytes after it."""
     head, found, body = received.partition(b"\r\n\r\n")
     if not found:
         return (HttpReply(elapsed_s=elapsed_s, failure="closed: no status line") if ended else None), received
@@ -151,7 +132,6 @@ def reply_in(
 
 
 def _decoded(status: int, head: bytes, body: bytes, elapsed_s: float) -> HttpReply:
-    """The answer with its body decoded from the gzip or deflate its head names (module docstring)."""
     encoding = _encoding(head)
     if encoding not in WBITS or not body:  # an empty body (a 204) decodes to itself
         return HttpReply(status, body, elapsed_s, encoding=encoding)
@@ -167,6 +147,5 @@ def _decoded(status: int, head: bytes, body: bytes, elapsed_s: float) -> HttpRep
 
 
 def _encoding(head: bytes) -> str:
-    """The ``Content-Encoding`` an answer's ``head`` names, lowercased ("" when none)."""
     named = CONTENT_ENCODING.search(head)
     return named[1].decode("latin-1").lower() if named else ""

@@ -1,13 +1,6 @@
-"""What ``make soak`` found, and the rule that sorts every request into ok, excused or lost.
-
-A failure is *excused* only when a fault took the model it depends on out of service on purpose
-(an ``Outage``: a stub killed or stopped, or the soak's own kill of tritonserver), the request was sent
-inside that outage's window or was still in flight when the fault struck, and its error says why (one
-of the outage's ``symptom``s: for the server's restart gap, the fronts' 503/502 JSON and gRPC
-UNAVAILABLE); any other failure of a request sent before the final drain is *lost*, either unanswered
-(no answer came back: refused, reset, timed out) or answered wrongly (any other error answer). Requests
-sent during the drain must be answered or refused cleanly (``soak.mixed_load.refused_cleanly``).
-"""
+"""What ``make soak`` found. A failure is excused only inside an ``Outage`` of a model it depends on, with
+an error the outage explains; any other failure before the drain is lost (unanswered or answered
+wrongly). Requests sent during the drain must be answered or refused cleanly."""
 
 from __future__ import annotations
 
@@ -19,18 +12,12 @@ from soak.mixed_load import Outcome, refused_cleanly
 
 RECOVERY_GRACE_S = 1.0  # a request sent just before the reload finished may still meet the old stub
 SERVER_KILLED = "server killed"  # the soak's own kill -9 of tritonserver (soak.attacks.kill_server)
-# errors that mean no answer came back at all (the rest are answers, wrong ones when not excused),
-# unless a front said so: its answers quote what it met upstream
+# errors that mean no answer came back, unless a front's answer quotes them from upstream
 FRONT_ANSWERS = ("tritonserver is not reachable", "tritonserver did not answer")
 UNANSWERED = (
-    "Connection refused",
-    "failed to connect",
-    "connection closed",
-    "Connection reset",
-    "RemoteDisconnected",
-    "timed out",
-    "DEADLINE_EXCEEDED",
-)
+    "Connection refused", "failed to connect", "connection closed", "Connection reset", "RemoteDisconnected",
+    "timed out", "DEADLINE_EXCEEDED",
+)  # fmt: skip
 
 
 @dataclass
@@ -55,7 +42,7 @@ class Outage:
 
 @dataclass
 class Check:
-    """Faults that must each get one exact answer (a 400, an acknowledgement): how many, how many right."""
+    """Faults that must each get one exact answer: how many, how many right."""
 
     injected: int = 0
     right: int = 0
@@ -143,7 +130,6 @@ class SoakReport:
 
 
 def _spread(seconds: list[float]) -> str:
-    """Median and slowest of a list of durations, for the summary."""
     if not seconds:
         return "n/a"
     ordered = sorted(seconds)
@@ -170,9 +156,8 @@ def account(
     drain: tuple[float, float | None],
     served_by: dict[str, set[str]],
 ) -> None:
-    """Sort every request into ok / excused / lost / refused after the drain (``drain``: when it
-    started, and when it had unloaded every model; ``served_by``: the stub-backed models each loaded
-    model depends on, since an ensemble fails when one of its stages does)."""
+    """Sort every request into ok / excused / lost / refused after the drain (``served_by``: the
+    stub-backed models each model depends on)."""
     drain_at, drain_finished_at = drain
     for outcome in outcomes:
         if outcome.sent >= drain_at:
@@ -200,8 +185,7 @@ def account(
 
 
 def close_by_restarts(outages: list[Outage]) -> None:
-    """A stub outage the watchdog never healed because the soak killed the whole server meanwhile ends
-    when that server serves again: the restart loads every model afresh."""
+    """A stub outage the soak's own server kill overtook ends when that server serves again."""
     kills = [o for o in outages if o.fault == SERVER_KILLED and o.recovered_at is not None]
     for outage in outages:
         if outage.recovered_at is not None:
@@ -212,6 +196,5 @@ def close_by_restarts(outages: list[Outage]) -> None:
 
 
 def own_restarts(report: SoakReport, history: list[dict]) -> None:
-    """Sort the supervisor's record of deaths: a server the soak killed itself was meant to die (its
-    restart is counted, not failed); any other death fails the run."""
+    """A server the soak killed was meant to die; any other death fails the run."""
     report.server_restarts = [d["cause"] for d in history if d.get("pid") not in report.server_kills]

@@ -1,27 +1,7 @@
-"""The request space of the invariant fuzz (``soak.invariant_fuzz``): each served model's config read
-into the bounds a request to it may take, and the hypothesis strategies that draw requests at and
-around those bounds.
-
-Nothing here lists cases. A ``ModelSpace`` is read from the config Triton serves (through the same
-``ModelSignature`` the fronts check against, so a ``-1`` dim is bounded by ``input_max_shapes`` or by
-what fits in the front's body limit) plus the value guards the backends read (``input_ranges``,
-``allow_non_finite_inputs``). ``cases`` then draws a ``Case``: a model, a protocol (HTTP, gRPC
-``ModelInfer``, gRPC ``ModelStreamInfer``), a request whose every dim sits on a bound (``low - 1``,
-``low``, ``high``, ``high + 1``) half the time and inside it otherwise, what carries each input (JSON
-values, binary data, raw or typed contents, a shared-memory range), the outputs asked for (inline,
-binary, or in a region), and up to two faults from ``MUTATIONS`` (a dim set to 0, 1, the bound, one
-past it, huge or negative; a rank changed; a datatype swapped; bytes cut or added; a BYTES length
-prefix broken; an input missing, unknown or twice; an output unknown or twice; an unknown model; a
-shared-memory range at an odd offset, past its region's end, or in a region this client never
-registered). A case may also register a region of its own first, at an offset drawn from 0, one
-page, odd offsets and past the end of its file, or naming another user's file or a stub's. Last,
-the request's headers (``soak.fuzz_headers``): over HTTP its header names' casing, ``Accept-Encoding``,
-``Content-Encoding`` (the body compressed to match, or not) and ``Content-Type``; over gRPC its
-message's compression.
-
-A ``Case`` holds only small numbers and names (its data come from ``seed``), so hypothesis prints a
-failing one whole, and ``Case(...)`` pasted back replays it.
-"""
+"""The invariant fuzz's request space: each served model's bounds, read from the config Triton serves
+through the fronts' own ``ModelSignature`` and the backends' value guards, and the hypothesis strategies
+that draw requests at and around them with up to two ``MUTATIONS``. A ``Case`` holds only small numbers
+and names (its data come from ``seed``), so a failing one prints whole and pastes back."""
 
 from __future__ import annotations
 
@@ -49,14 +29,13 @@ DATATYPES = (*ELEMENT_BYTES, "FP99", "")
 PAGE = 4096
 HUGE_DIMS = (1 << 31, 1 << 40, 1 << 62, (1 << 63) - 1)
 NEGATIVE_DIMS = (-1, -(1 << 63))
-# The most data one tensor carries: a shape that needs more is sent with no data at all (the front must
-# refuse it from the shape alone). Large valid bodies are rows 59-60's business, not the fuzz's.
+# A shape needing more data than this is sent with none (refused from the shape alone; rows 59-60 test
+# large valid bodies)
 MAX_DATA_BYTES = 2 << 20
 MAX_JSON_VALUES = 1 << 15  # a tensor with more values goes as binary data
 # A's regions (``soak.fuzz_regions``) by kind: the byte size each is registered with
 REGION_BYTES = {"a0": (2 << 20) + 13, "a1": (2 << 20) + 13, "shared": 16 * PAGE}
-# what an input or output may name: A's own regions, the case's own registration, a name another user
-# registered too (A's own file under it), another user's region, and a name nobody registered
+# what a range may name: A's regions, the case's own, another user's, and a name nobody registered
 REGION_KINDS = ("a0", "a1", "shared", "fresh", "theirs", "nosuch")
 BYTES_FAULTS = ("past-end", "huge-length", "cut-prefix", "trailing", "one-short")
 # a shared-memory range moved (``_range_fault``): by what field, to which values
@@ -74,9 +53,7 @@ REPLAYABLE = ("Case", "TensorCase", "OutputCase", "ShmRange", "Registration", "H
 
 @dataclass(frozen=True)
 class InputSpace:
-    """One input as its config allows it: datatype, config dims (``-1`` variable), each dim's
-    ``(low, high)``, and the values the backend accepts (``value_range`` for integers, ``[lo, hi)``;
-    floats finite unless ``finite`` is False)."""
+    """One input as its config allows it: each dim's ``(low, high)`` and the values the backend accepts."""
 
     name: str
     datatype: str
@@ -136,9 +113,8 @@ class ModelSpace:
         return self.max_batch_size > 0
 
     def variable_axes(self) -> dict[int, tuple[int, int]]:
-        """Each axis some input leaves variable (``-1``), with the bounds every such input allows: the
-        inputs of a model that share a variable axis are drawn with one length for it (the text
-        encoder's ids and mask must agree), so a valid request is not the rare draw."""
+        """Each variable axis with the bounds every input allows: inputs sharing one are drawn with one
+        length (the encoder's ids and mask must agree), so valid requests are not rare."""
         axes: dict[int, tuple[int, int]] = {}
         for space in self.inputs:
             for axis, (dim, (low, high)) in enumerate(zip(space.dims, space.bounds, strict=True)):
@@ -150,8 +126,7 @@ class ModelSpace:
 
 @dataclass(frozen=True)
 class ShmRange:
-    """A shared-memory range an input or output names: the region (a kind of ``REGION_KINDS``), the
-    offset in it, and its byte size (None: the tensor's own byte count plus ``size_delta``)."""
+    """A shared-memory range; ``size`` None: the tensor's own byte size plus ``size_delta``."""
 
     region: str
     offset: int
@@ -161,11 +136,7 @@ class ShmRange:
 
 @dataclass(frozen=True)
 class TensorCase:
-    """One input as sent: ``elements`` values drawn as ``values`` says (``valid``, ``non-finite``,
-    ``out-of-range`` of the model's guard, ``beyond-datatype``: one its datatype cannot hold, where JSON
-    or typed contents can say it; ``low``: integers near their low bound), carried by ``carrier``, with
-    ``byte_delta`` bytes (or, in JSON and typed contents, values) added or cut and a BYTES
-    length-prefix fault."""
+    """One input as sent, with its faults."""
 
     name: str
     datatype: str
@@ -187,9 +158,7 @@ class OutputCase:
 
 @dataclass(frozen=True)
 class Registration:
-    """A region the case registers before its request (on the front it uses), under the name of kind
-    ``fresh``: a file of ``file_size`` bytes registered at ``offset`` for ``byte_size`` bytes; ``key``
-    names the case's own new file, another user's, a stub's region, or no file."""
+    """A region the case registers first, under the name of kind ``fresh``."""
 
     file_size: int
     offset: int
@@ -199,9 +168,7 @@ class Registration:
 
 @dataclass(frozen=True)
 class Case:
-    """One drawn request (see the module's docstring); ``other_uid`` is what the other user's client
-    does after it (``status``: list its regions; ``infer``: a request reading from and writing to its
-    own region); ``headers`` how its headers are written (None: the fuzz's plain ones)."""
+    """One drawn request; ``other_uid``: what the other user does after it."""
 
     model: str
     protocol: str
@@ -218,8 +185,8 @@ def element_size(datatype: str) -> int:
 
 
 def data_fits(shape: Sequence[int], datatype: str) -> int:
-    """The elements a tensor of ``shape`` carries: all of them, or none where the shape is not a real
-    one (a negative dim) or needs more than ``MAX_DATA_BYTES``."""
+    """The elements a tensor carries: none past ``MAX_DATA_BYTES`` or with a negative dim (refused from the
+    shape alone)."""
     if any(d < 0 for d in shape):
         return 0
     elements = math.prod(shape)
@@ -233,21 +200,11 @@ def boundary(low: int, high: int) -> st.SearchStrategy[int]:
     return st.one_of(st.sampled_from((low - 1, low, high, high + 1)), st.integers(low, high))
 
 
-def _offset(draw: st.DrawFn, region: str, size: int) -> int:
-    """An offset in a region: its start, odd ones, a page in, or so that the range ends at its end."""
-    region_bytes = REGION_BYTES.get(region, PAGE)
-    return draw(st.sampled_from((0, 1, 7, PAGE, max(0, region_bytes - size))))
-
-
 def _range(draw: st.DrawFn, size: int, registered: bool) -> ShmRange:
-    kinds = ("a0", "a1", "shared", "fresh") if registered else ("a0", "a1", "shared")
-    region = draw(st.sampled_from(kinds))
-    return ShmRange(region, _offset(draw, region, size))
-
-
-def _output_bytes(output: OutputSpace, batch: int | None) -> int:
-    dims = [max(d, 1) for d in output.dims]
-    return max(batch or 1, 1) * math.prod(dims) * element_size(output.datatype)
+    """A range at a region's start, odd offsets, a page in, or ending at the region's end."""
+    region = draw(st.sampled_from(("a0", "a1", "shared", "fresh") if registered else ("a0", "a1", "shared")))
+    end = max(0, REGION_BYTES.get(region, PAGE) - size)
+    return ShmRange(region, draw(st.sampled_from((0, 1, 7, PAGE, end))))
 
 
 @st.composite
@@ -262,14 +219,14 @@ def _outputs(
             continue
         shm = None
         if draw(st.booleans()):
-            size = _output_bytes(output, batch)
+            elements = max(batch or 1, 1) * math.prod(max(d, 1) for d in output.dims)
+            size = elements * element_size(output.datatype)
             shm = replace(_range(draw, size, registered), size=size)
         chosen.append(OutputCase(output.name, binary=protocol == "http" and draw(st.booleans()), shm=shm))
     return tuple(chosen)
 
 
 def _with_shape(tensor: TensorCase, shape: tuple[int, ...]) -> TensorCase:
-    """``tensor`` with ``shape`` and as many elements as that shape carries (``data_fits``)."""
     elements = data_fits(shape, tensor.datatype)
     carrier = "binary" if tensor.carrier == "json" and elements > MAX_JSON_VALUES else tensor.carrier
     return replace(tensor, shape=shape, elements=elements, carrier=carrier)
@@ -280,8 +237,7 @@ def _pick(draw: st.DrawFn, tensors: list[TensorCase]) -> int | None:
 
 
 def _dim_fault(draw: st.DrawFn, space: ModelSpace, tensors: list[TensorCase], case: dict) -> None:
-    """One dim of one input (or the batch of all) set to 0, 1, the bound, one past it, huge or
-    negative."""
+    """One dim of one input (or the batch of all) set to 0, 1, the bound, one past it, huge or negative."""
     index = _pick(draw, tensors)
     if index is None or not tensors[index].shape:
         return
@@ -341,7 +297,6 @@ def _values_fault(draw: st.DrawFn, space: ModelSpace, tensors: list[TensorCase],
 
 
 def _names_fault(draw: st.DrawFn, space: ModelSpace, tensors: list[TensorCase], case: dict) -> None:
-    """An input missing, one the model lacks, one twice, or one renamed."""
     how = draw(st.sampled_from(("missing", "unknown", "twice", "renamed")))
     index = _pick(draw, tensors)
     if how == "unknown" or index is None:
@@ -369,8 +324,7 @@ def _model_fault(draw: st.DrawFn, space: ModelSpace, tensors: list[TensorCase], 
 
 
 def _range_fault(draw: st.DrawFn, space: ModelSpace, tensors: list[TensorCase], case: dict) -> None:
-    """A shared-memory input or output moved: an odd or huge offset, past its region's end, a size cut
-    or grown, or a region this client never registered (another user's, or nobody's)."""
+    """A shared-memory range moved: an odd or huge offset, past its end, resized, or in another's region."""
     named = [i for i, t in enumerate(tensors) if t.shm is not None]
     outputs = [o for o in case["outputs"] or () if o.shm is not None]
     if not named and not outputs:
@@ -397,8 +351,7 @@ MUTATIONS = (
 
 @st.composite
 def registrations(draw: st.DrawFn) -> Registration:
-    """A region a case registers: a file size, an offset in it (0, a page, odd, its end, past it,
-    huge), a byte size (none, one, the rest, one past it, huge), and whose file the key names."""
+    """A region a case registers: odd, page and past-the-end offsets and sizes, and whose file."""
     file_size = draw(st.sampled_from(FILE_SIZES))
     offset = draw(st.sampled_from((0, 0, PAGE, 1, PAGE - 1, PAGE + 1, file_size - 1, file_size, 1 << 40)))
     rest = max(file_size - offset, 0)
@@ -408,7 +361,8 @@ def registrations(draw: st.DrawFn) -> Registration:
 
 @st.composite
 def cases(draw: st.DrawFn, spaces: Sequence[ModelSpace]) -> Case:
-    """A ``Case`` for one of ``spaces`` (see the module's docstring)."""
+    """A ``Case`` for one of ``spaces``: every dim on or near a bound half the time, then up to two
+    mutations."""
     space = draw(st.sampled_from(spaces))
     protocol = draw(st.sampled_from(PROTOCOLS))
     registration = draw(st.none() | registrations())

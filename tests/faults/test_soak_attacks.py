@@ -2,7 +2,7 @@
 
 The soak injects these among minutes of load and only its report says whether each got its answer;
 a change to an attack, or to the front behaviour it guards, would otherwise show only in a soak run.
-Here each fault runs as the soak runs it (``soak.run``: a ``Soak`` around the server, the fault
+Here each fault runs as the soak runs it (``python -m soak``: a ``Soak`` around the server, the fault
 function called with it) and the test holds it to the soak's own verdict: every ``Check`` the fault
 recorded got the answer the fault matrix names (``report.checks``: ``right == injected``), at least
 one was recorded (a fault that silently found nothing to attack fails), good traffic alongside never
@@ -109,7 +109,7 @@ class TritonAlone:
 
 
 def _soak(server: TritonServer | TritonAlone, models: list[str], stub_models: list[str]) -> Soak:
-    """What ``soak.run`` hands each fault, around ``server`` with an empty report."""
+    """What ``python -m soak`` hands each fault, around ``server`` with an empty report."""
     client = httpclient.InferenceServerClient(server.http_url)
     return Soak(server, client, random.Random(0), SoakReport(duration_s=0.0), models, stub_models)
 
@@ -266,7 +266,7 @@ def _serves(server: TritonServer) -> bool:
 def test_the_soaks_kill_of_tritonserver_is_its_own_and_recovered(
     spec_data: dict[str, Any], tmp_path: Path
 ) -> None:
-    """``kill-server`` as ``soak.run`` runs it: a supervised server with both fronts is killed with
+    """``kill-server`` as ``python -m soak`` runs it: a supervised server with both fronts is killed with
     ``kill -9``; the fault waits until the supervisor serves again. Every model's outage then ends
     (the soak fails a run with an outage never recovered), the death is the soak's own (not a
     restart it would fail), the restarted server is not the one ``truncate-race`` would count as
