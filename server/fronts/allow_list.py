@@ -1,37 +1,13 @@
-"""The allow-list: a request reaches Triton only if the served model's config accepts it (fault matrix
-rows 53–55), checked the same way by both fronts, whatever carries each input.
+"""The allow-list: a request reaches Triton only if the served model's config accepts it, exactly,
+whatever carries its inputs (fault matrix rows 53–55 and 61; docs/SERVING.md, "What every inference
+must be: the allow-list").
 
-Each protocol's parser (``server.fronts.kserve_json``, ``server.fronts.grpc_request``) turns a request
-into what is checked here: for every input its name, datatype, shape, and what carries its data
-(``CarriedInput``: JSON values, typed contents, binary or raw bytes, a shared-memory range), plus the
-names of the outputs it asks for. ``check_allowed`` then accepts exactly what the model's config
-(``ModelSignature``, read from the config Triton serves) allows:
-
-* input names: every input of the model once (an ``optional`` input may be left out), none it lacks;
-* each input's datatype equal to the config's;
-* each dim within ``[1, bound]``: the batch dim (models with ``max_batch_size`` > 0) from 1 to
-  ``max_batch_size`` and equal across inputs; fixed dims equal; a ``-1`` dim up to the input's
-  ``input_max_shapes`` entry (the parameter our builds write), or where there is none up to what fits
-  in the front's body limit at the input's smallest element size (``ModelSignature.from_config``);
-* a dim of 0 only where the config says so: a fixed dim of 0, or a 0 in the input's
-  ``input_min_shapes`` entry (a parameter like ``input_max_shapes``; none of our builds write it, so
-  zero is refused: Triton 2.51 never answered ``[0, 0]`` for the text encoder);
-* what carries the data holds exactly what the shape needs: ``elements × size`` bytes, a BYTES
-  buffer whose length prefixes walk it exactly, or as many JSON values or typed contents as elements;
-* requested outputs among the model's outputs, each once.
-
-Shared memory is no exception (fault matrix row 61): an input in a client's region is checked here
-with the range's byte size before the front reads a byte of it, an output wanted in a region is a
-requested output like any other, and the bytes the front then reads from the region are walked here
-too (``check_region_bytes``) before Triton sees them.
-
-Where Triton has a message for a fault its wording is kept (``inference input 'dense' data-type is
-'FP64', but model 'recommender' expects 'FP32'``), so a client reads the same answer with the fronts
-or without; the others name the input and what the config allows.
-
-``ModelSignature`` also says what bounds a request to the model before its body is read: the
-largest valid request in bytes (``largest_request_bytes``) and its deadline (``deadline_s``, from
-the ``request_deadline_s`` parameter, else the front's default).
+Each protocol's parser (``kserve_json``, ``grpc_request``) turns a request into ``CarriedInput``s and
+output names; ``check_allowed`` holds them to the model's ``ModelSignature``: every required input
+once with the config's datatype, each dim within its bounds (a ``-1`` dim up to ``input_max_shapes``
+or what fits in the body limit; 0 only where ``input_min_shapes`` allows it), exactly the data the
+shape needs, known outputs once. Bytes read later from a client's shared-memory range are walked
+too (``check_region_bytes``). Triton's wording is kept where it has one.
 """
 
 from __future__ import annotations
@@ -54,16 +30,14 @@ from server.fronts.tensor_limits import (
 
 MIN_SHAPES_PARAMETER = "input_min_shapes"  # JSON {input: [dims]}: a 0 lets that dim be 0
 DEADLINE_PARAMETER = "request_deadline_s"  # the longest one request to the model may take, queue included
-# The largest valid request in bytes: each element at most this many characters of JSON (repr of any
-# double is at most 24, plus a separator and the brackets of a one-element row; no element of any
-# datatype takes more bytes in binary), the header at most HEADER_ALLOWANCE (names, parameters, an id).
+# The largest valid request: each element at most this many characters of JSON (a double's repr, a
+# separator, a row's brackets; more than any binary element), plus HEADER_ALLOWANCE.
 JSON_CHARS_PER_VALUE = 40
 HEADER_ALLOWANCE = 64 << 10
 
 
 class Carrier(Enum):
-    """What carries an input's data, as a refusal names it; JSON values and typed contents are counted
-    in values, the others in bytes."""
+    """What carries an input's data, as a refusal names it."""
 
     JSON = "its JSON data"
     TYPED = "its typed contents"
@@ -78,11 +52,9 @@ class Carrier(Enum):
 
 @dataclass(frozen=True)
 class CarriedInput:
-    """One input of a request as the allow-list sees it. ``size``: values (JSON, typed contents) or
-    bytes (the others) carried; ``payload``: the bytes themselves where the front holds them, so a
-    BYTES input's length prefixes can be walked. A shared-memory range has none when the request is
-    checked, before the front reads a byte of it: its size is then checked against the shortest
-    elements, and the bytes the front reads are walked afterwards (``check_region_bytes``)."""
+    """One input of a request: ``size`` in values (JSON, typed contents) or bytes; ``payload`` where
+    the front holds the bytes, so BYTES length prefixes can be walked (a shared-memory range has none
+    until the front reads it: ``check_region_bytes``)."""
 
     name: str
     datatype: str
@@ -100,8 +72,8 @@ def protocol_datatype(config_type: str) -> str:
 
 @dataclass(frozen=True)
 class InputRule:
-    """What one input may be: its datatype, and each of its config dims (no batch) within
-    ``[low, high]``, ``fixed`` for dims the config names (``-1`` otherwise)."""
+    """One input's datatype and each config dim (no batch) within ``[low, high]``; ``fixed`` as the
+    config names them."""
 
     datatype: str
     fixed: tuple[int, ...]
@@ -111,9 +83,8 @@ class InputRule:
 
 
 def _dims_parameter(parameters: Mapping[str, Any], key: str) -> dict[str, tuple[int, ...]]:
-    """``{input: dims}`` from the JSON string parameter ``key``, read by the backend's own reader of
-    ``input_max_shapes``; one that does not parse counts as absent (the backend refuses to load with a
-    bad ``input_max_shapes``; ``input_min_shapes`` is read only here)."""
+    """``{input: dims}`` from the JSON parameter ``key``, by the backend's own reader; absent when it
+    does not parse (the backend then refuses to load)."""
     try:
         return parse_max_shapes({"input_max_shapes": parameters.get(key) or {}})
     except ValueError:

@@ -1,31 +1,12 @@
-"""The fronts' own table of the system shared-memory regions clients register: Triton never maps a
-client's file.
+"""The fronts' own table of the system shared-memory regions clients register, so Triton never maps a
+client's file: Triton 2.51 applies a region's offset twice (DESIGN.md §3), and no check of the file
+can make that mapping safe (fault matrix rows 24, 43–45 and 49–52; docs/SERVING.md, "Shared memory").
 
-Triton 2.51 maps a registered region at its offset and adds the offset again when it copies
-(DESIGN.md §3): a region registered at offset 4096 is read and written one page beyond its mapping,
-in whatever Triton mapped next (another client's region), and a larger offset is a SIGSEGV inside
-the server. No check on the client's file can make that mapping safe; only not letting Triton map it
-can. So the fronts serve the system shared-memory API themselves, from this table (fault matrix rows
-24, 43–45 and 49–52):
-
-* ``register`` opens the client's file once and keeps the descriptor. The key names one file directly
-  in ``/dev/shm`` (``/name``, as ``shm_open`` takes it), opened with ``O_NOFOLLOW``: a regular file
-  with one link (a hard link carries another file's owner under a name the client chose), owned by
-  the uid at the other end of the connection (``server.fronts.peer``), with ``offset + byte_size``
-  inside it, and none of the server's own regions (the stubs' IPC, by name and by device and inode:
-  ``ServerRegions``).
-* ``read`` and ``write`` go through that descriptor (``os.pread`` / ``os.pwrite``, the offset applied
-  once, here): a rename, a swap or an unlink of the name after registering changes nothing, and a
-  file cut short reads short (a clear 400), never a SIGBUS, since nothing maps it.
-* The table is per client: the uid is the namespace, so a name one uid registered is unknown to every
-  other uid (using, unregistering or listing it), and no byte crosses clients.
-* It is bounded (``max_per_client`` regions per uid, ``max_regions`` in all) and ``unregister`` closes
-  the descriptor. A front that restarts starts with an empty table: the client's next use of a region
-  gets Triton's own answer for an unknown one (404 / ``NOT_FOUND`` "Unable to find shared memory
-  region"), and registering again fixes it.
-
-Copies are synchronous, on the front's event loop: a region's descriptor is closed only between two
-requests, so no copy can ever read a descriptor number reused by another file.
+``register`` opens the key's one file in ``/dev/shm`` with ``O_NOFOLLOW`` and keeps the descriptor: a
+regular file with one link, owned by the connection's uid (``peer``), holding the range, and none of
+the server's own regions (``ServerRegions``). Copies use ``pread``/``pwrite`` on that descriptor, so a
+later rename or a file cut short changes nothing and never faults. The table is namespaced by uid and
+bounded; copies run on the event loop, so a descriptor is closed only between requests.
 """
 
 from __future__ import annotations
@@ -71,10 +52,8 @@ class RegionUse:
 
 @dataclass(frozen=True)
 class ServerRegions:
-    """The server's own ``/dev/shm`` regions (its Python-backend stubs' IPC), which no client may
-    register: the server's region ``prefix`` and the live stubs' names (``server.stubs``). Each one
-    seen is remembered by device and inode, so a region renamed or hard-linked to another name is
-    still known; the fronts call ``remember`` every second as well as on each registration."""
+    """The server's own ``/dev/shm`` regions (its stubs' IPC), which no client may register; each one
+    seen is remembered by device and inode, so a rename or hard link is still known."""
 
     prefix: str
     stub_regions: Callable[[], set[str]] = set
@@ -139,9 +118,8 @@ def client_uid(client: Client, name: str) -> int:
 def open_client_file(
     server: ServerRegions, client: Client, name: str, key: object, offset: int, byte_size: int
 ) -> int:
-    """A descriptor (read-write) of the file ``key`` names, once it passes every rule of a
-    registration (module doc); ``RequestRefusedError`` saying which rule it breaks otherwise. The
-    rules are checked on the open descriptor: what is checked is what is kept."""
+    """A descriptor of the file ``key`` names once it passes every rule of a registration, checked on
+    the open descriptor (what is checked is what is kept); ``RequestRefusedError`` otherwise."""
     uid = client_uid(client, name)
     file_name = _file_name(name, key)
     path, where = server.directory / file_name, f"shared memory region '{name}': /dev/shm/{file_name}"
@@ -296,9 +274,8 @@ class RegionTable:
 
 @dataclass
 class FrontRegions:
-    """What a front does with system shared memory, whatever its protocol (``shm_http``,
-    ``shm_grpc``): serve it from its own table, or, ``trusted``, check each registration and leave
-    the region to Triton, which maps the file (docs/SERVING.md, "Shared memory")."""
+    """A front's system shared memory: served from its own table, or (``trusted``) each registration
+    checked and the region left to Triton to map."""
 
     server: ServerRegions
     max_request_bytes: int  # what one request may copy in: the front's bound on a body or message
@@ -308,8 +285,7 @@ class FrontRegions:
         self.table: RegionTable | None = None if self.trusted else RegionTable(self.server)
 
     def register(self, client: Client, name: str, key: object, offset: int, byte_size: int) -> bool:
-        """True once the region is in the front's table (answer the client); False once the file
-        passed the checks of a trusted server (forward the registration to Triton)."""
+        """True once the region is in the front's table; False: trusted, forward it to Triton."""
         if self.table is None:
             os.close(open_client_file(self.server, client, name, key, offset, byte_size))
             return False
@@ -318,15 +294,13 @@ class FrontRegions:
 
     @staticmethod
     def check_cuda(client: Client) -> None:
-        """CUDA shared memory carries IPC handles of another process's GPU memory, which the front
-        cannot attribute to a client: the operator's alone (the admin key)."""
+        """CUDA IPC handles cannot be attributed to a client: the operator's alone (the admin key)."""
         if not client.admin:
             raise _forbidden("CUDA shared memory through this server's front needs the admin key")
 
 
 def _allow_descriptors(regions: int) -> None:
-    """Raise this process's soft descriptor limit (up to its hard limit) so a full table still leaves
-    room for the front's sockets."""
+    """Raise the soft descriptor limit so a full table still leaves room for the front's sockets."""
     soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
     wanted = regions + 4096
     if soft != resource.RLIM_INFINITY and soft < wanted:

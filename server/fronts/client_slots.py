@@ -1,19 +1,10 @@
 """How many requests each client may have waiting on Triton, and who gets a free slot: one policy for
-both fronts (fault matrix rows 38 and 57).
+both fronts (fault matrix rows 38 and 57). Four addresses once held all the HTTP front's connections.
 
-A front forwards at most ``capacity`` requests at once (the HTTP front's upstream connections, the
-gRPC front's calls in flight). Without shares, four addresses of 64 requests each held all 256 of
-the HTTP front's connections until Triton answered them (600 s for the ones it never answered), and
-every other client waited. So:
-
-* a client connection may have ``per_connection`` requests waiting (in flight or queued for a slot),
-  a client address ``per_address``; the next one is refused at once (``Refusal.TOO_MANY``: HTTP 429,
-  gRPC ``RESOURCE_EXHAUSTED``), never queued;
-* while all ``capacity`` slots are taken, a request waits in its address's queue; a slot that frees
-  goes to the waiting address holding the fewest slots (max-min fairness), so an address that sent
-  one request is served before one that holds sixty-four, however many addresses flood;
-* a request's wait counts against its deadline (``http_front``/``grpc_front``): a slot is never held
-  longer than the model's deadline, so every queue moves.
+A connection may have ``per_connection`` requests waiting and an address ``per_address``; the next is
+refused at once (429 / ``RESOURCE_EXHAUSTED``). While all ``capacity`` slots are taken a request waits
+in its address's queue, and a freed slot goes to the waiting address holding the fewest (max-min
+fairness). The wait counts against the request's deadline.
 """
 
 from __future__ import annotations
@@ -62,9 +53,7 @@ class ClientSlots:
 
     @contextlib.asynccontextmanager
     async def held(self, address: str, connection: str, wait_s: float | None = None) -> AsyncIterator[None]:
-        """Hold a slot for the block: ``RequestRefusedError`` (``TOO_MANY``) over the client's share,
-        else at once or once one frees (the caller's deadline bounds the wait; ``wait_s``, where there
-        is none, is how long to wait before ``TOO_MANY``)."""
+        """Hold a slot for the block (``TOO_MANY`` over the client's share, or after ``wait_s``)."""
         refusal = self._refusal(address, connection)
         if refusal is not None:
             raise refusal

@@ -1,22 +1,11 @@
-"""Every inference request a front forwards is answered within its model's deadline, and what Triton
-still runs after that is bounded (fault matrix rows 56–58).
+"""Every inference a front forwards is answered within its model's deadline, and what Triton still
+runs after that is bounded (fault matrix rows 56–58; docs/SERVING.md, "Deadlines and client shares").
 
-Triton 2.51 answers some requests late and some never (``[0, 0]`` to the text encoder held an HTTP
-front connection for its 600 s timeout), and a model can simply be slower than its clients can wait.
-So each forwarded inference has a deadline: the model config's ``request_deadline_s`` parameter, or
-the front's default (``--deadline-s``, 60 s). It covers the wait for a slot (``client_slots``) and
-Triton's answer. When it passes, the client gets 504 / ``DEADLINE_EXCEEDED`` naming the model and
-the deadline, and its slot goes to the next request at once.
-
-Triton's HTTP frontend does not stop a request whose connection closes (measured: all of them ran), so
-a request past its deadline is not cut off: it runs on in the background until Triton answers it
-(``OVERDUE_TIMEOUT_S`` at most), and counts as overdue for its model. A model with
-``max_overdue`` such requests gets 429 / ``RESOURCE_EXHAUSTED`` for new ones until Triton answers some: a
-slow model cannot pile up requests inside Triton, and other models are not affected.
-
-A gRPC stream is one call of many messages: ``StreamWaits`` keeps its messages still waiting for their
-answer, each with its model's deadline, bounds how many wait, and ends a stream whose message is not
-answered in time, as a unary call gets ``DEADLINE_EXCEEDED``.
+The deadline is the config's ``request_deadline_s`` parameter or the front's ``--deadline-s``; it
+covers the wait for a slot and Triton's answer, then the client gets 504 / ``DEADLINE_EXCEEDED``.
+Triton does not stop a request whose client left, so it runs on as overdue for its model, and a model
+with ``max_overdue`` such requests gets 429 / ``RESOURCE_EXHAUSTED`` until Triton answers some. On a
+gRPC stream ``StreamWaits`` does the same for each message.
 """
 
 from __future__ import annotations
@@ -63,11 +52,9 @@ class Deadlines:
     async def within(
         self, address: str, connection: str, model: str, deadline_s: float, call: Callable[[], Awaitable[T]]
     ) -> T:
-        """``await call()`` (one upstream exchange) holding a slot of ``slots`` for the client, or
-        ``RequestRefusedError``: over the client's share (``TOO_MANY``), ``model`` with ``max_overdue``
-        overdue requests (``TOO_MANY``), or no answer within ``deadline_s`` (``DEADLINE``; the exchange
-        runs on, counted as overdue until it ends). A client that goes away (the caller is cancelled)
-        cancels the exchange."""
+        """``await call()`` holding a client slot, or ``RequestRefusedError``: over the client's share
+        or ``model``'s overdue bound (``TOO_MANY``), or past ``deadline_s`` (``DEADLINE``: the exchange
+        runs on, counted as overdue). A caller cancelled cancels the exchange."""
         if self.overdue[model] >= self.max_overdue:
             raise RequestRefusedError(
                 f"model '{model}' already has {self.overdue[model]} requests past their deadline that "
@@ -95,8 +82,7 @@ class Deadlines:
             raise
 
     async def _finish(self, model: str, exchange: asyncio.Future) -> None:
-        """Let an overdue exchange end (Triton's answer, or ``OVERDUE_TIMEOUT_S``; nobody reads it),
-        counted against ``model`` until then."""
+        """Let an overdue exchange end (at most ``OVERDUE_TIMEOUT_S``), counted against ``model``."""
         try:
             await asyncio.wait_for(exchange, OVERDUE_TIMEOUT_S)
         except Exception as error:  # the client already has its 504: only worth a debug line
@@ -116,20 +102,15 @@ class _Waiting:
 
 
 class StreamWaits:
-    """``add`` each forwarded message, ``answered`` each answer; ``overdue()`` says when one is late.
-
-    Triton answers a stream's messages in the order they finish, each carrying the request's ``id``: an
-    answer takes the first waiting message of its id, or (no id, or none waiting with it) the oldest.
-    The models served here answer each request once; a decoupled model's extra answers would only free
-    waiting places early."""
+    """A stream's messages waiting for their answer: ``add`` each, ``answered`` each answer (by its
+    ``id``, else the oldest), ``overdue()`` when one is late."""
 
     def __init__(self, limit: int) -> None:
         self.limit = limit
         self.waiting: list[_Waiting] = []
 
     def check_room(self) -> None:
-        """``RequestRefusedError`` (``TOO_MANY``) when ``limit`` messages wait already: asked before a
-        message is rewritten for Triton (its shared-memory inputs read), then ``add``ed."""
+        """``TOO_MANY`` when ``limit`` messages wait already (asked before regions are read)."""
         if len(self.waiting) >= self.limit:
             raise RequestRefusedError(
                 f"this stream already has {len(self.waiting)} requests waiting for their answer, its "
@@ -138,8 +119,7 @@ class StreamWaits:
             )
 
     def add(self, request: service_pb2.ModelInferRequest, deadline_s: float) -> None:
-        """Count ``request`` as waiting, under the id Triton will answer it with, or
-        ``RequestRefusedError`` (``TOO_MANY``) when ``limit`` wait."""
+        """Count ``request`` as waiting, under the id Triton will answer it with."""
         self.check_room()
         expires = time.monotonic() + deadline_s
         self.waiting.append(_Waiting(expires, request.model_name, deadline_s, request.id))

@@ -1,14 +1,7 @@
-"""What a gRPC call's metadata may be before the front forwards it to Triton (docs/SERVING.md, fault
-matrix row 69).
-
-The front passes a call's metadata on to Triton as the client sent it. Triton's gRPC (grpc-core) holds
-metadata to gRPC's grammar and resets a stream whose headers break it: an upper-case or empty name, a
-space in a name, a ``-bin`` value that is not base64 were each answered ``INTERNAL`` (``tritonserver reset
-the call (HTTP/2 error 2)``), and metadata between its 8 KiB soft limit and its 16 KiB hard limit was
-refused or run at random (``received metadata size exceeds soft limit …, rejecting requests with some
-random probability``). grpcio never sends such metadata, so only a client writing its own HTTP/2 meets
-this; the front now forwards only what the grammar allows, in a size Triton always takes, and refuses
-the rest with ``INVALID_ARGUMENT`` naming the header.
+"""What a gRPC call's metadata may be before the front forwards it (fault matrix row 69): Triton's
+grpc-core resets a call whose headers break gRPC's grammar (``INTERNAL``) and refuses at random
+above 8 KiB of metadata, so the front forwards only what the grammar allows in a size Triton always
+takes, and refuses the rest with ``INVALID_ARGUMENT`` naming the header.
 """
 
 from __future__ import annotations

@@ -1,21 +1,12 @@
-"""gRPC over the front's own HTTP/2 (``server.fronts.h2c``): what a call is on the wire (length-prefixed
-messages, ``grpc-timeout``, ``grpc-status`` trailers), and the calls of a client's connection to the
-front (``FrontConnection``, ``ServerCall``); Triton's end is ``server.fronts.grpc_upstream``.
+"""gRPC over the front's own HTTP/2 (``h2c``): length-prefixed messages, ``grpc-timeout`` and
+``grpc-status``, and the calls of a client's connection (``FrontConnection``, ``ServerCall``).
 
-A client connection is an HTTP/2 connection whose streams are calls. Each call's request headers are
-decoded, its messages are reassembled from DATA frames (a message above the front's bound gets
-``RESOURCE_EXHAUSTED`` from its 5-byte prefix, before it is buffered; fault matrix row 20), and the
-call is handed to the front's handler (``GrpcFront.serve``) as a ``ServerCall``: a unary call once its
-one message is whole, a stream at once, reading its messages as they come (and letting the client send
-more only as it reads them). A call the client resets, or whose connection closes, has its handler
-cancelled. What is wrong with a call's wire form is the client's fault, ``INVALID_ARGUMENT`` (row 69):
-metadata Triton would not take (``server.fronts.grpc_metadata``), a unary call of two messages or none,
-a length prefix that says more than follows, gzip that does not unpack. What the front holds for
-clients is bounded (rows 70–71): a client whose answers back up is not read, a connection whose answers
-wait for its window above one message's bound gets no new calls, a unary call's message must be whole
-within ``message_s``, and messages still arriving are held up to ``IncomingBytes`` over all connections.
-A connection must finish its preface and SETTINGS within ``handshake_s`` (row 41) and is
-closed with ``GOAWAY`` after ``idle_s`` without a call.
+A unary call is handed to ``GrpcFront.serve`` once its one message is whole, a stream at once. What
+the front holds for clients is bounded (fault matrix rows 20, 41 and 69–71): a message above the
+bound is refused from its prefix, metadata Triton would not take is ``INVALID_ARGUMENT``
+(``grpc_metadata``), a client whose answers back up is not read, a unary message must be whole
+within ``message_s``, messages still arriving are held up to ``IncomingBytes``, and a connection must
+finish its handshake within ``handshake_s``.
 """
 
 from __future__ import annotations
@@ -44,8 +35,7 @@ RESOURCE_EXHAUSTED, UNIMPLEMENTED = STATUS["RESOURCE_EXHAUSTED"], STATUS["UNIMPL
 INVALID_ARGUMENT, DEADLINE_EXCEEDED = STATUS["INVALID_ARGUMENT"], STATUS["DEADLINE_EXCEEDED"]
 # grpc-timeout units in seconds
 TIMEOUT_UNITS = {b"H": 3600.0, b"M": 60.0, b"S": 1.0, b"m": 1e-3, b"u": 1e-6, b"n": 1e-9}
-# What the front holds of messages still arriving (``IncomingBytes``): this many of the largest, as the
-# HTTP front reads 4 large bodies at once; and how long a unary call's message may take to arrive
+# messages still arriving are held up to this many of the largest (as the HTTP front's large bodies)
 LARGE_MESSAGES = 4
 MESSAGE_TIMEOUT_S = 30.0
 PREFIX_BYTES = 5  # a message's compressed flag and 32-bit length
@@ -189,8 +179,7 @@ class ServerCall:
 
     @property
     def peer(self) -> tuple[str, str, int | None]:
-        """(address, connection, port) of the client, as the shares and the shared-memory table know
-        it (``ipv4:127.0.0.1:54321``: address ``127.0.0.1``, port 54321)."""
+        """(address, connection, port) of the client: ``127.0.0.1``, ``ipv4:127.0.0.1:54321``, 54321."""
         return self.connection.address, self.connection.name, self.connection.port
 
     def time_remaining(self) -> float | None:
@@ -250,9 +239,8 @@ class ServerCall:
         return message
 
     def _hold(self) -> bool:
-        """Count what this call's messages hold until its handler takes them (a stream's: the part of
-        a message and the messages it has not taken; a unary call's: all it sent), and refuse the call
-        that takes the front above its ``IncomingBytes`` bound (False: refused)."""
+        """Count what this call's messages hold until its handler takes them, and refuse the call that
+        takes the front above its ``IncomingBytes`` bound (False: refused)."""
         held = (
             0
             if self.done
@@ -287,9 +275,7 @@ class ServerCall:
             self.finish(DEADLINE_EXCEEDED, f"the call's message was not complete within {limit:g} s")
 
     def _give_window(self, received: int) -> None:
-        """Let the client send more: at once while the messages waiting for the handler stay under
-        one stream window (a message larger than the window can still arrive whole), else once the
-        handler takes them."""
+        """Let the client send more while what waits for the handler stays under one stream window."""
         self.withheld += received
         if self.withheld and (not self.streaming or self.queued <= h2c.STREAM_WINDOW):
             self.connection.consumed(self.stream_id, self.withheld)
@@ -356,11 +342,9 @@ class ServerCall:
 
 
 class IncomingBytes:
-    """Bytes of clients' messages the front holds before a handler takes them, every connection's
-    together: unary calls still arriving and a stream's messages not yet taken. Each is bounded by the
-    message bound, so without this a client opening calls it never finishes held that bound per call
-    for as long as its connection lived (fault matrix row 71); the call that would pass ``limit`` is
-    refused with ``RESOURCE_EXHAUSTED``, like the HTTP front's fifth large body."""
+    """Bytes of clients' messages held before a handler takes them, over all connections: calls never
+    finished held a message's bound each (fault matrix row 71); the call that passes ``limit`` is
+    refused with ``RESOURCE_EXHAUSTED``."""
 
     def __init__(self, limit: int) -> None:
         self.limit, self.held = limit, 0
@@ -412,11 +396,8 @@ class FrontConnection(h2c.Endpoint):
         self.timer = self.loop.call_later(self.front_limits.handshake_s, self._handshake_expired)
 
     def pause_writing(self) -> None:
-        """The client reads slower than its answers come (the transport's buffer passed its high-water
-        mark): read nothing more from it until it catches up. What the front holds for a client that
-        stops reading is then its calls already begun, not every call it goes on sending (fault
-        matrix row 70). Only toward clients: Triton's end keeps reading, or a busy Triton and the
-        front would each wait for the other."""
+        """A client that reads slower than its answers come is not read until it catches up (fault
+        matrix row 70); only toward clients, or a busy Triton and the front would wait on each other."""
         if not self.closed and self.transport is not None:
             self.transport.pause_reading()
 

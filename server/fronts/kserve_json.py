@@ -1,21 +1,10 @@
-"""The KServe v2 JSON the HTTP front lets through to Triton 2.51: parsed once, one way, with every field
-Triton reads having the type Triton reads it as.
+"""The KServe v2 JSON the HTTP front lets through: parsed once, one way, with each field Triton reads of
+the type Triton reads it as (a 400 naming the field where Triton says 500).
 
-Triton answers a field of the wrong JSON type with a 500 ("Unable to parse 'shape': attempt to access
-JSON non-array as array"), which blames the server for the client's request; here each such request
-gets a 400 naming the field. And the front must never read a body differently from Triton:
-
-* **Duplicate keys** are refused wherever they occur (Python's parser keeps the last, Triton's the
-  first: a huge shape placed first passed the front's check and aborted the server).
-* **Numbers Triton's parser cannot hold** (an integer beyond a double, ``1e400``) and lone UTF-16
-  surrogates are refused: Triton would fail to parse them where Python succeeds.
-* The body must be UTF-8 (Python also guesses UTF-16 and UTF-32; Triton does not).
-
-``check_infer`` reads an inference request into what the allow-list checks against the model's config
-(``server.fronts.allow_list``: names, datatypes, shapes, and exactly the data each shape needs, in
-JSON values, binary data after the header, or a shared-memory range), and returns the shared-memory
-ranges it names so the front can copy them (``server.fronts.shm_http``, which walks the bytes it
-reads through the same allow-list).
+The front must never read a body differently from Triton: duplicate keys (Python keeps the last,
+Triton the first), numbers beyond a double and lone surrogates are refused, and the body must be
+UTF-8. ``check_infer`` turns an inference request into what the allow-list checks and returns the
+shared-memory ranges it names.
 """
 
 from __future__ import annotations

@@ -1,17 +1,9 @@
-"""Each served model's config as the fronts check requests against it (``ModelSignature``), cached
-(fault matrix rows 37 and 53).
+"""Each served model's config as the fronts check requests against it, cached (fault matrix rows 37
+and 53). Asked of Triton, not read from disk: what Triton serves is what it runs.
 
-The fronts allow-list every inference request against its model's config
-(``server.fronts.allow_list``) before Triton sees it, so they need each model's config. They ask
-Triton (``/v2/models/<m>/config`` or gRPC ``ModelConfig``) rather than read ``config.pbtxt``: what
-Triton serves is what it runs, whatever the repository on disk says since. A config is kept
-``TTL_S`` seconds and dropped at once when a load or unload of its model passes through the front, so
-a model loaded through the other front or by the launcher is seen within ``TTL_S``.
-
-A request is never forwarded unchecked: a model Triton has no config for is refused with Triton's own
-answer (404 / ``NOT_FOUND`` ``Request for unknown model: 'x' is not found``), remembered for
-``UNKNOWN_TTL_S`` only, so a model just loaded is served at once; while Triton does not answer, with
-503 / ``UNAVAILABLE``, never remembered.
+A config is kept ``TTL_S`` and forgotten when a load or unload passes through the front. A model
+Triton has no config for is refused with Triton's own 404 / ``NOT_FOUND`` (kept ``UNKNOWN_TTL_S``);
+while Triton does not answer, 503 / ``UNAVAILABLE``, never kept. Nothing is forwarded unchecked.
 """
 
 from __future__ import annotations
@@ -36,9 +28,8 @@ MAX_ENTRIES = 1024  # requests naming many unknown models must not grow the cach
 
 
 class ModelSignatures:
-    """``await get(model, version)``: the model's ``ModelSignature``, or ``RequestRefusedError`` saying
-    why there is none; ``forget(model)`` on loads and unloads. Concurrent requests for one model share
-    one fetch. ``body_limit`` is the front's bound on a body or message (``ModelSignature``)."""
+    """``await get(model, version)``: the model's ``ModelSignature`` (one fetch for concurrent
+    requests), or ``RequestRefusedError``; ``forget(model)`` on loads and unloads."""
 
     def __init__(self, fetch: Fetch, body_limit: int) -> None:
         self.fetch, self.body_limit = fetch, body_limit

@@ -1,13 +1,9 @@
-"""What the two front processes (``server.fronts.http_front``, ``server.fronts.grpc_front``) share as
-programs: their common flags, the admin key from the environment, the server's own shared-memory
-regions, and how long they live.
+"""What the two front processes share as programs: their flags, the admin key, the server's own
+shared-memory regions, and how long they live.
 
-A front outlives a tritonserver that dies: while the supervisor restarts it on the same ports, clients
-get the JSON 503 / gRPC ``UNAVAILABLE`` the fronts give for an unreachable server, never "connection
-refused" (fault matrix row 46). It follows the server whose pid the launcher writes to
-``--server-pid-file`` at every start, and exits on SIGTERM (the launcher's ``stop_fronts``: ``make
-stop``, a supervisor that gives up) or once both the process that started it (``--owner-pid``) and the
-server are gone, so nothing outlives a crashed launcher and its server.
+A front outlives a tritonserver that dies, so clients get 503 / ``UNAVAILABLE`` while the supervisor
+restarts it, never "connection refused" (fault matrix row 46). It follows the pid the launcher writes
+to ``--server-pid-file`` and exits on SIGTERM or once both ``--owner-pid`` and the server are gone.
 """
 
 from __future__ import annotations
@@ -68,8 +64,7 @@ SHARE_FLAGS = (
 
 @dataclass(frozen=True)
 class FrontShares:
-    """How long an inference may take and how much of Triton each client may hold, the same on both
-    fronts (``server.fronts.deadlines``, ``server.fronts.client_slots``); ``ServerOptions.front_shares``."""
+    """An inference's deadline and each client's share of Triton, the same on both fronts."""
 
     deadline_s: float = DEFAULT_DEADLINE_S  # unless the model's config sets request_deadline_s
     max_overdue: int = DEFAULT_MAX_OVERDUE  # per model: requests past their deadline Triton still runs
@@ -133,9 +128,7 @@ def _still_needed(args: argparse.Namespace) -> bool:
 
 async def _until_stopped(args: argparse.Namespace) -> None:
     """Return on SIGTERM, or once neither the owner nor the server runs; meanwhile keep the server's
-    shared-memory regions owner-only (``server.shm_private.make_owner_only``, the second layer behind
-    its preloaded library) and remember them as files, so that a rename or hard link cannot pass one
-    off as a client's (``server.fronts.client_regions``)."""
+    regions owner-only and remembered as files (a rename cannot pass one off as a client's)."""
     stop = asyncio.Event()
     asyncio.get_running_loop().add_signal_handler(signal.SIGTERM, stop.set)
     own_regions = ServerRegions(args.shm_prefix)  # this server's prefix alone: no /proc scan a second
@@ -149,8 +142,7 @@ async def _until_stopped(args: argparse.Namespace) -> None:
 def run_front(
     start: Callable[[], Awaitable[Callable[[], Awaitable[None]]]], args: argparse.Namespace
 ) -> None:
-    """Run a front: ``start()`` listens and returns its ``stop()``; it runs until SIGTERM or until
-    neither its owner nor its server runs (``_until_stopped``), then stops."""
+    """Run a front: ``start()`` listens and returns its ``stop()``, awaited once ``_until_stopped``."""
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
 
     async def main() -> None:

@@ -1,24 +1,10 @@
-"""System shared memory over gRPC, served by the gRPC front from its own table
-(``server.fronts.client_regions``): Triton never maps a client's file. The gRPC counterpart of
-``server.fronts.shm_http``.
+"""System shared memory over gRPC, served by the gRPC front from its own table (``client_regions``):
+the counterpart of ``shm_http``, with Triton's own messages.
 
-* ``SystemSharedMemoryRegister``, ``...Unregister`` and ``...Status`` are answered here with Triton's
-  own messages, from the client's part of the table.
-* A ``ModelInfer`` request, or a ``ModelStreamInfer`` message, that names regions has passed the
-  allow-list (``server.fronts.allow_list``, with each range's byte size; fault matrix row 61) before
-  it gets here; it is
-  then rewritten before Triton sees it (``raw_request``): each input in a region becomes raw contents
-  read from the client's file and walked by the allow-list (``check_region_bytes``), typed contents
-  of the other inputs raw contents too (Triton reads no typed contents beside raw ones), and each
-  output wanted in a region comes back as raw contents. Triton's answer is
-  rewritten back (``client_response``): those bytes written into the client's region, the output's
-  raw contents left empty, as Triton answers a shared-memory output.
-* On a stream, answers may come in any order, so a message with outputs in regions travels under an
-  id of the front's own (``StreamOutputs``); the client's id is put back on its answer. How many such
-  messages may wait is the stream's share (``server.fronts.deadlines.StreamWaits``): each leaves on its
-  answer, and a stream whose message is late ends.
-* ``--trusted-shared-memory``: a registration is checked, then forwarded, and Triton maps the file
-  itself (docs/SERVING.md, "Shared memory"). CUDA shared memory needs the admin key either way.
+An inference that names regions has passed the allow-list; its inputs are read from the client's
+files into raw contents (``raw_request``) and outputs wanted in regions come back as raw contents
+that ``client_response`` writes into them. On a stream such a message travels under an id of the
+front's own (``StreamOutputs``), and the client's id is put back on its answer.
 """
 
 from __future__ import annotations
@@ -83,12 +69,10 @@ def raw_request(
     model: ModelSignature,
     limit: int,
 ) -> tuple[list[bytes], dict[str, RegionUse]]:
-    """Rewrite ``request`` (already checked against ``model``: ``grpc_request.check_infer_request``)
-    in place as Triton gets it: every input named in a region read from the client's file, walked by
-    the allow-list (``check_region_bytes``) and put in raw contents, in input order (``limit`` bytes
-    in all at most), every output wanted in a region asked for as raw contents. Returns the raw
-    contents, taken out of the message (``wire`` puts them back), and the outputs to write back
-    (output name -> range), their regions and ranges checked before Triton runs."""
+    """Rewrite a checked ``request`` in place as Triton gets it: inputs in regions read, walked by the
+    allow-list and put in raw contents (typed contents too: Triton reads none beside raw ones);
+    outputs in regions asked for as raw contents. Returns the raw contents, taken out of the message
+    (``wire`` puts them back), and the outputs to write back."""
     given = list(request.raw_input_contents)
     del request.raw_input_contents[:]
     raw: list[bytes] = []
@@ -130,9 +114,8 @@ def _varint(value: int) -> bytes:
 
 
 def wire(request: service_pb2.ModelInferRequest, raw: list[bytes]) -> bytes:
-    """``request`` serialized with ``raw`` as its raw contents. The raw contents are appended as their
-    wire-format fields (a message's fields may come in any order; repeated ones keep theirs): upb
-    takes 60-90 ms here to serialize a 16 MiB bytes field, a join about 5."""
+    """``request`` serialized with ``raw`` appended as its raw-contents fields: upb takes 60-90 ms to
+    serialize a 16 MiB bytes field, a join about 5."""
     parts = [request.SerializeToString()]
     for data in raw:
         parts += [RAW_TAG, _varint(len(data)), data]
@@ -145,9 +128,8 @@ def client_response(
     outputs: dict[str, RegionUse],
     response: service_pb2.ModelInferResponse,
 ) -> None:
-    """Rewrite Triton's ``response`` in place as the client gets it: each output in ``outputs`` written
-    into the client's region, its raw contents left empty. ``RequestRefusedError`` naming the output
-    when a region is too small for it (checked for all before any is written)."""
+    """Rewrite Triton's ``response`` in place: each output in ``outputs`` written into its region (all
+    checked before any is written), its raw contents left empty."""
     writes = []
     for index, tensor in enumerate(response.outputs):
         use = outputs.get(tensor.name)
@@ -166,8 +148,7 @@ class GrpcSharedMemory(FrontRegions):
     """What the gRPC front does with shared memory (``FrontRegions``), in gRPC's terms."""
 
     def answer(self, method: str, request: Message | None, client: Callable[[], Client]) -> bytes | None:
-        """The front's answer to a shared-memory call, or None to forward it (after its checks).
-        ``RequestRefusedError`` for what is refused."""
+        """The front's answer to a shared-memory call, or None to forward it."""
         if method.startswith("CudaSharedMemory"):
             self.check_cuda(client())
             return None
@@ -192,8 +173,7 @@ class GrpcSharedMemory(FrontRegions):
     def to_triton(
         self, client: Client, request: service_pb2.ModelInferRequest, model: ModelSignature
     ) -> tuple[bytes | None, dict[str, RegionUse]]:
-        """An inference request that names regions, checked against ``model``, as Triton gets it (None:
-        forward it as sent), and the outputs to write back."""
+        """A request that names regions as Triton gets it (None: as sent), and the outputs to write."""
         if self.table is None:  # trusted: Triton maps the files itself
             return None, {}
         raw, outputs = raw_request(self.table, client, request, model, self.max_request_bytes)
@@ -209,8 +189,8 @@ class GrpcSharedMemory(FrontRegions):
 
 
 class StreamOutputs:
-    """One ``ModelStreamInfer`` stream's messages whose outputs go to the client's regions, by the id
-    the front gave each: answers on a stream come in the order Triton finishes them."""
+    """A stream's messages whose outputs go to regions, by an id of the front's own: answers come in
+    the order Triton finishes them."""
 
     def __init__(self, shm: GrpcSharedMemory, client: Callable[[], Client]) -> None:
         self.shm, self._client = shm, client
@@ -225,9 +205,7 @@ class StreamOutputs:
         return self._who
 
     def to_triton(self, request: service_pb2.ModelInferRequest, model: ModelSignature) -> bytes | None:
-        """The message, checked against ``model``, as Triton gets it (None: forward it as sent). The
-        stream's share of waiting messages (``StreamWaits``) bounds ``pending`` too: the caller makes
-        room there before this."""
+        """The message as Triton gets it (None: as sent); ``StreamWaits`` bounds ``pending``."""
         shm = self.shm
         if shm.table is None:
             return None

@@ -1,22 +1,11 @@
-"""System shared memory over HTTP, served by the HTTP front from its own table
-(``server.fronts.client_regions``): Triton never maps a client's file.
+"""System shared memory over HTTP, served by the HTTP front from its own table (``client_regions``):
+Triton never maps a client's file.
 
-* ``/v2/systemsharedmemory/...`` register, unregister and status are answered here, in Triton's own
-  formats and words, from the client's part of the table; Triton's own shared-memory API is keyed to
-  the operator (``server.admin``) and never reached from here.
-* An inference request naming regions has passed the allow-list (``server.fronts.allow_list``, with
-  each range's byte size; fault matrix row 61) before it gets here; it is then rewritten before Triton sees it
-  (``binary_request``): each input in a region becomes binary tensor data read from the client's file
-  (``binary_data_size``, after the JSON header: the binary extension) and walked by the allow-list
-  (``check_region_bytes``), each output wanted in a region asks for binary data.
-  Triton's answer is rewritten back (``client_response``): each such output's bytes are written into
-  the client's region and its entry left as Triton leaves a shared-memory output, without data.
-* ``--trusted-shared-memory`` (``trusted``): today's path, for a server whose only client is trusted.
-  A registration is checked as above and then forwarded, and Triton maps the file itself, with its
-  faults (docs/SERVING.md, "Shared memory").
-
-CUDA shared memory carries IPC handles the front cannot attribute to a client: only the operator
-(the admin key) may use it, forwarded to Triton, which keys it the same way.
+The ``/v2/systemsharedmemory`` API is answered here in Triton's formats and words. An inference that
+names regions has passed the allow-list; its inputs are then read from the client's files and sent
+as binary data (``binary_request``), and outputs wanted in regions come back as binary data that
+``client_response`` writes into them. With ``--trusted-shared-memory`` a checked registration is
+forwarded and Triton maps the file itself. CUDA shared memory needs the admin key.
 """
 
 from __future__ import annotations
@@ -77,13 +66,10 @@ def binary_request(
     model: ModelSignature,
     limit: int,
 ) -> tuple[bytes, int, dict[str, RegionUse]]:
-    """An inference request (already checked against ``model``: ``kserve_json.check_infer``) as Triton
-    gets it: every input named in a region read from the client's file, walked by the allow-list
-    (``check_region_bytes``) and sent as binary data in input order (``limit`` bytes in all at most),
-    every output wanted in a region asked for as binary. Returns the body, its JSON header's length
-    and the outputs to write back (output name -> range). The header is parsed again here, on the
-    front's event loop: at most what the loop checks inline (``body_checks.INLINE_BYTES``; more
-    would stall every other client)."""
+    """A checked inference request as Triton gets it: inputs in regions read, walked by the allow-list
+    and sent as binary data; outputs in regions asked for as binary. Returns the body, its JSON
+    header's length and the outputs to write back. The header is parsed again on the event loop, so
+    it is bounded by ``INLINE_BYTES``."""
     split = int(header_length) if header_length is not None else len(body)
     if split > INLINE_BYTES:
         raise RequestRefusedError(
@@ -125,10 +111,9 @@ def client_response(
     payload: bytes,
     header_length: str | None,
 ) -> tuple[bytes, int | None]:
-    """Triton's answer as the client gets it: each output in ``outputs`` written into the client's
-    region and left without data, as Triton answers a shared-memory output. Returns the payload and
-    its JSON header's length (None: no binary data left). ``RequestRefusedError`` naming the output
-    when a region is too small for it (checked for all before any is written)."""
+    """Triton's answer as the client gets it: each output in ``outputs`` written into its region (all
+    checked before any is written) and left without data. Returns the payload and its header's length
+    (None: no binary data left)."""
     split = int(header_length) if header_length is not None else len(payload)
     document = json.loads(payload[:split])
     kept, carried, writes = [], memoryview(payload)[split:], []
@@ -169,8 +154,7 @@ class HttpSharedMemory(FrontRegions):
     def answer(
         self, method: str, path: str, body: bytes, client: Callable[[], Client]
     ) -> web.Response | None:
-        """The front's answer to a shared-memory API call, or None to forward it (after its checks).
-        ``RequestRefusedError`` for what is refused."""
+        """The front's answer to a shared-memory API call, or None to forward it."""
         if CUDA_SHM.fullmatch(path):
             self.check_cuda(client())
             return None
@@ -197,12 +181,8 @@ class HttpSharedMemory(FrontRegions):
     def to_triton(
         self, client: Client, body: bytes, headers: CIMultiDict[str], model: ModelSignature
     ) -> tuple[bytes, dict[str, RegionUse] | None]:
-        """An inference request that names regions, checked against ``model``, as Triton gets it
-        (``binary_request``), and the outputs to write back; ``headers`` (case-insensitive: the
-        client's own ``inference-header-content-length`` is replaced, never sent beside the front's)
-        are updated for the new body. The front writes the outputs from Triton's answer, so it asks
-        for that answer uncompressed whatever the client's ``Accept-Encoding`` (a gzip answer read as
-        JSON was a 500); the client gets it uncompressed, which every client accepts."""
+        """An inference request that names regions as Triton gets it, with ``headers`` updated (the
+        answer asked for uncompressed: the front reads it), and the outputs to write back."""
         if self.table is None:
             return body, None
         body, header_length, outputs = binary_request(
@@ -214,7 +194,7 @@ class HttpSharedMemory(FrontRegions):
         return body, outputs
 
     def to_client(self, client: Client, outputs: dict[str, RegionUse], answer: web.Response) -> web.Response:
-        """Triton's answer to a rewritten request, as the client gets it (``client_response``)."""
+        """Triton's answer to a rewritten request, as the client gets it."""
         if answer.status != 200 or not outputs or self.table is None:
             return answer
         assert isinstance(answer.body, bytes)
