@@ -244,6 +244,11 @@ class RegionTable:
     def has(self, client: Client, name: object) -> bool:
         return client.uid is not None and name in self._regions.get(client.uid, {})
 
+    def copies(self, client: Client, use: RegionUse | None) -> RegionUse | None:
+        """``use`` if the front copies it: a region the client never registered here is left to Triton
+        only for the operator (the admin key: CUDA regions)."""
+        return None if use is None or (client.admin and not self.has(client, use.region)) else use
+
     def read(self, client: Client, use: RegionUse) -> bytes:
         """The ``use.byte_size`` bytes at ``use.offset`` of the client's region."""
         region, start = self.check(client, use)

@@ -31,7 +31,7 @@ from tritonclient.grpc import service_pb2
 
 from server.admin import GRPC_ADMIN_HEADER, GRPC_FRONT_HEADER
 from server.fronts import h2c
-from server.fronts.allow_list import ModelSignature
+from server.fronts.allow_list import ModelSignature, ModelSignatures
 from server.fronts.client_regions import Client, RegionUse
 from server.fronts.client_slots import ClientSlots
 from server.fronts.deadlines import OVERDUE_TIMEOUT_S, STREAM_WATCH_S, Deadlines, StreamWaits
@@ -47,12 +47,12 @@ from server.fronts.grpc_wire import (
     IncomingBytes,
     ServerCall,
 )
-from server.fronts.model_shapes import ModelSignatures
 from server.fronts.peer import peer_uid
 from server.fronts.process import (
     MAX_REQUEST_BYTES,
     MIB,
     FrontShares,
+    UpstreamState,
     add_share_arguments,
     admin_key,
     front_parser,
@@ -62,7 +62,6 @@ from server.fronts.process import (
 )
 from server.fronts.refusal import Refusal, RequestRefusedError
 from server.fronts.shm_grpc import GrpcSharedMemory, StreamOutputs
-from server.fronts.upstream_state import UpstreamState
 
 log = logging.getLogger(__name__)
 PREFIX = f"/{SERVICE.full_name}/"

@@ -62,7 +62,7 @@ def parameter_value(parameters: Any, key: str) -> Any:
     return getattr(parameter, choice) if choice else None
 
 
-def _region_use(parameters: Any, where: str) -> RegionUse | None:
+def region_use(parameters: Any, where: str) -> RegionUse | None:
     region = parameter_value(parameters, "shared_memory_region")
     if region is None:
         return None
@@ -113,7 +113,7 @@ def check_infer_request(request: service_pb2.ModelInferRequest, model: ModelSign
     for tensor in request.inputs:
         shape = check_shape(tensor.name, list(tensor.shape))
         per_element = element_bytes(tensor.datatype)
-        region = _region_use(tensor.parameters, f"input {tensor.name!r}")
+        region = region_use(tensor.parameters, f"input {tensor.name!r}")
         if region is not None:
             uses.append(region)
             check_declared_size(tensor.name, shape, per_element, region.byte_size, "its shared memory range")
@@ -147,7 +147,7 @@ def check_infer_request(request: service_pb2.ModelInferRequest, model: ModelSign
             f"the request has {len(raw)} raw_input_contents entries for {raw_index} inputs sent as raw data"
         )
     for output in request.outputs:
-        region = _region_use(output.parameters, f"output {output.name!r}")
+        region = region_use(output.parameters, f"output {output.name!r}")
         if region is not None:
             uses.append(region)
     check_allowed(model, carried, [output.name for output in request.outputs])

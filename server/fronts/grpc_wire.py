@@ -4,7 +4,7 @@
 A unary call is handed to ``GrpcFront.serve`` once its one message is whole, a stream at once. What
 the front holds for clients is bounded (fault matrix rows 20, 41 and 69–71): a message above the
 bound is refused from its prefix, metadata Triton would not take is ``INVALID_ARGUMENT``
-(``grpc_metadata``), a client whose answers back up is not read, a unary message must be whole
+(``metadata_fault``), a client whose answers back up is not read, a unary message must be whole
 within ``message_s``, messages still arriving are held up to ``IncomingBytes``, and a connection must
 finish its handshake within ``handshake_s``.
 """
@@ -12,7 +12,9 @@ finish its handshake within ``handshake_s``.
 from __future__ import annotations
 
 import asyncio
+import binascii
 import logging
+import re
 import zlib
 from collections import deque
 from collections.abc import Awaitable, Callable
@@ -22,7 +24,6 @@ from urllib.parse import quote, unquote
 import grpc
 
 from server.fronts import h2c
-from server.fronts.grpc_metadata import metadata_fault
 
 log = logging.getLogger(__name__)
 
@@ -43,6 +44,42 @@ RESPONSE_HEADERS = [(b":status", b"200"), (b"content-type", b"application/grpc")
 RESPONSE_BLOCK = h2c.encode_headers(RESPONSE_HEADERS)
 OK_TRAILERS = h2c.encode_headers([(b"grpc-status", b"0")])
 OK_ALONE = RESPONSE_BLOCK + OK_TRAILERS  # trailers-only
+# gRPC's metadata grammar (fault matrix row 69); values of names ending in -bin are base64
+METADATA_NAME = re.compile(rb"[0-9a-z_.-]+")
+ASCII_VALUE = re.compile(rb"[\x20-\x7e]*")
+# counted as HPACK does (+32 a field): Triton refuses at random above 8 KiB, and the front adds its own
+MAX_METADATA_BYTES = 4 << 10
+FIELD_OVERHEAD = 32
+
+
+def metadata_fault(headers: list[tuple[bytes, bytes]]) -> str | None:
+    """Why Triton's gRPC would not take the call's metadata (None: it would)."""
+    size = 0
+    for name, value in headers:
+        if name.startswith(b":"):
+            continue
+        size += len(name) + len(value) + FIELD_OVERHEAD
+        shown = name.decode("latin-1")
+        if not METADATA_NAME.fullmatch(name):
+            return f"metadata name {shown!r} is not gRPC's: lower-case letters, digits, '_', '-' and '.' only"
+        if name.endswith(b"-bin"):
+            if not _is_base64(value):
+                return f"metadata '{shown}' ends in -bin but its value is not base64"
+        elif not ASCII_VALUE.fullmatch(value):
+            return f"metadata '{shown}' holds a byte outside printable ASCII (0x20-0x7E); send it as -bin"
+    if size > MAX_METADATA_BYTES:
+        return f"the call's metadata takes {size} bytes, above the {MAX_METADATA_BYTES} the front forwards"
+    return None
+
+
+def _is_base64(value: bytes) -> bool:
+    if len(value) % 4 == 1:
+        return False
+    try:
+        binascii.a2b_base64(value + b"=" * (-len(value) % 4), strict_mode=True)
+    except binascii.Error:
+        return False
+    return True
 
 
 class GrpcError(Exception):

@@ -32,7 +32,7 @@ from multidict import CIMultiDict
 from yarl import URL
 
 from server.admin import ADMIN_HEADER, FRONT_HEADER
-from server.fronts.allow_list import ModelSignature
+from server.fronts.allow_list import ModelSignature, ModelSignatures
 from server.fronts.body_checks import (
     DEFAULT_MAX_LARGE,
     DEFAULT_WORKERS,
@@ -44,12 +44,12 @@ from server.fronts.client_regions import Client, RegionUse
 from server.fronts.client_slots import ClientSlots
 from server.fronts.deadlines import Deadlines
 from server.fronts.kserve_json import check_generate, check_infer, check_json
-from server.fronts.model_shapes import ModelSignatures
 from server.fronts.peer import peer_uid
 from server.fronts.process import (
     MAX_REQUEST_BYTES,
     MIB,
     FrontShares,
+    UpstreamState,
     add_share_arguments,
     admin_key,
     front_parser,
@@ -60,7 +60,6 @@ from server.fronts.process import (
 from server.fronts.refusal import Refusal, RequestRefusedError
 from server.fronts.request_target import checked_target, forwarded_target
 from server.fronts.shm_http import SYSTEM_SHM, HttpSharedMemory
-from server.fronts.upstream_state import UpstreamState
 
 log = logging.getLogger(__name__)
 HOP_BY_HOP = {

@@ -110,7 +110,8 @@ def check_json(body: bytes) -> None:
 
 
 def _field(container: dict, key: str, kinds: tuple[type, ...], where: str, required: bool = False) -> Any:
-    """``container[key]`` if it has one of ``kinds`` (bool is never an int here), else RequestRefusedError."""
+    """``container[key]`` if it has one of ``kinds`` (bool is never an int here, an int is a uint64),
+    else RequestRefusedError."""
     if key not in container:
         if required:
             raise RequestRefusedError(f"{where}: '{key}' is missing")
@@ -119,51 +120,31 @@ def _field(container: dict, key: str, kinds: tuple[type, ...], where: str, requi
     if (isinstance(value, bool) and bool not in kinds) or not isinstance(value, kinds):
         expected = " or ".join(KIND_NAMES[k] for k in kinds)
         raise RequestRefusedError(f"{where}: '{key}' must be {expected}, got {json.dumps(value)[:40]}")
+    if isinstance(value, int) and not isinstance(value, bool) and not 0 <= value < U64:
+        expected = " or ".join(["a non-negative integer"] + [KIND_NAMES[k] for k in kinds if k is not int])
+        raise RequestRefusedError(f"{where}: '{key}' must be {expected}, got {value}")
     return value
 
 
 KIND_NAMES = {str: "a string", int: "an integer", bool: "true or false", dict: "an object", list: "a list"}
 
 
-def _unsigned(container: dict, key: str, where: str, required: bool = False) -> int | None:
-    value = _field(container, key, (int,), where, required)
-    if value is not None and not 0 <= value < U64:
-        raise RequestRefusedError(f"{where}: '{key}' must be a non-negative integer, got {value}")
-    return value
-
-
-def _parameters(container: dict, where: str, typed: dict[str, Callable[[dict, str, str], object]]) -> dict:
+def _parameters(container: dict, where: str, kinds: dict[str, tuple[type, ...]]) -> dict:
     parameters = _field(container, "parameters", (dict,), where) or {}
-    for key, check in typed.items():
-        if key in parameters:
-            check(parameters, key, f"{where} parameters")
+    for key, allowed in kinds.items():
+        _field(parameters, key, allowed, f"{where} parameters")
     return parameters
 
 
-def _string(container: dict, key: str, where: str) -> object:
-    return _field(container, key, (str,), where)
-
-
-def _boolean(container: dict, key: str, where: str) -> object:
-    return _field(container, key, (bool,), where)
-
-
-def _sequence_id(container: dict, key: str, where: str) -> object:
-    value = _field(container, key, (int, str), where)
-    if isinstance(value, int) and not 0 <= value < U64:
-        raise RequestRefusedError(f"{where}: '{key}' must be a non-negative integer or a string, got {value}")
-    return value
-
-
 REQUEST_PARAMETERS = {
-    "sequence_id": _sequence_id, "sequence_start": _boolean, "sequence_end": _boolean,
-    "priority": _unsigned, "timeout": _unsigned, "binary_data_output": _boolean,
+    "sequence_id": (int, str), "sequence_start": (bool,), "sequence_end": (bool,),
+    "priority": (int,), "timeout": (int,), "binary_data_output": (bool,),
 }  # fmt: skip
 SHM_PARAMETERS = {
-    "shared_memory_region": _string, "shared_memory_byte_size": _unsigned, "shared_memory_offset": _unsigned,
+    "shared_memory_region": (str,), "shared_memory_byte_size": (int,), "shared_memory_offset": (int,),
 }  # fmt: skip
-INPUT_PARAMETERS = {"binary_data_size": _unsigned, **SHM_PARAMETERS}
-OUTPUT_PARAMETERS = {"binary_data": _boolean, "classification": _unsigned, **SHM_PARAMETERS}
+INPUT_PARAMETERS = {"binary_data_size": (int,), **SHM_PARAMETERS}
+OUTPUT_PARAMETERS = {"binary_data": (bool,), "classification": (int,), **SHM_PARAMETERS}
 
 
 def _scalar_check(datatype: object) -> tuple[Callable[[object], bool], str] | None:
@@ -203,10 +184,10 @@ def _check_data(name: object, datatype: object, shape: list[int], data: object) 
         )
 
 
-def _region_use(parameters: dict, where: str) -> RegionUse | None:
+def region_use(parameters: dict, where: str) -> RegionUse | None:
     if "shared_memory_region" not in parameters:
         return None
-    size = _unsigned(parameters, "shared_memory_byte_size", f"{where} parameters", required=True)
+    size = _field(parameters, "shared_memory_byte_size", (int,), f"{where} parameters", required=True)
     return RegionUse(parameters["shared_memory_region"], parameters.get("shared_memory_offset", 0), size)
 
 
@@ -233,7 +214,7 @@ def _read_input(item: object, body_bytes: int) -> tuple[CarriedInput, RegionUse 
             f"'parameters', 'shared_memory_region' in 'parameters'. But "
             f"{' and '.join(carriers) if carriers else 'no field'} {'is' if len(carriers) < 2 else 'are'} set"
         )
-    region = _region_use(parameters, where)
+    region = region_use(parameters, where)
     if region is not None:
         size = region.byte_size
         check_declared_size(name, shape, element_bytes(datatype), size, "its shared memory range")
@@ -251,7 +232,7 @@ def _output_name(item: object, uses: list[RegionUse]) -> str:
     if not isinstance(item, dict):
         raise RequestRefusedError("each entry of 'outputs' must be an object")
     name = _field(item, "name", (str,), "output", required=True)
-    region = _region_use(_parameters(item, f"output {name!r}", OUTPUT_PARAMETERS), f"output {name!r}")
+    region = region_use(_parameters(item, f"output {name!r}", OUTPUT_PARAMETERS), f"output {name!r}")
     if region is not None:
         uses.append(region)
     return name
@@ -314,8 +295,8 @@ def check_register(body: bytes) -> tuple[str, int, int]:
         raise RequestRefusedError("shared memory register request must be a JSON object")
     where = "shared memory register request"
     key = _field(document, "key", (str,), where, required=True)
-    offset = _unsigned(document, "offset", where) or 0
-    return key, offset, _unsigned(document, "byte_size", where, required=True)
+    offset = _field(document, "offset", (int,), where) or 0
+    return key, offset, _field(document, "byte_size", (int,), where, required=True)
 
 
 def check_generate(body: bytes, model: ModelSignature) -> None:

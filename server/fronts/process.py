@@ -95,6 +95,27 @@ def shares_from_args(args: argparse.Namespace, prefix: str = "") -> FrontShares:
     return FrontShares(deadline_s, max_overdue, SlotLimits(*slots))
 
 
+class UpstreamState:
+    """Whether Triton answers, logged once per change: while it is down every forwarded request fails
+    alike, and a traceback each filled thousands of lines per start."""
+
+    def __init__(self, what: str, logger: logging.Logger, answer: str = "502/503") -> None:
+        self.what, self.log, self.answer = what, logger, answer
+        self.reachable: bool | None = None  # None: not tried yet
+
+    def down(self, error: BaseException) -> None:
+        if self.reachable is not False:
+            self.log.warning(
+                "%s is not answering (%s); clients get %s until it does", self.what, error, self.answer
+            )
+        self.reachable = False
+
+    def up(self) -> None:
+        if self.reachable is False:
+            self.log.info("%s answers again", self.what)
+        self.reachable = True
+
+
 def admin_key() -> str:
     """The admin key, from the environment (a command line is world-readable in ``/proc``)."""
     return os.environ.get(KEY_ENV, "")

@@ -27,7 +27,7 @@ from server.fronts.client_regions import (
     RegionUse,
     check_copy_size,
 )
-from server.fronts.grpc_request import TYPED_FIELDS, parameter_value
+from server.fronts.grpc_request import TYPED_FIELDS, region_use
 from server.fronts.refusal import RequestRefusedError
 from server.fronts.shm_http import REGION_PARAMETERS, output_too_small
 
@@ -37,16 +37,9 @@ RAW_TAG = bytes(
 
 
 def _ours(table: RegionTable, client: Client, parameters: Any) -> RegionUse | None:
-    """The range a tensor names, if the front copies it: a region the client never registered here
-    is left to Triton only for the operator (the admin key: CUDA regions)."""
-    if "shared_memory_region" not in parameters:
-        return None
-    name = parameter_value(parameters, "shared_memory_region")
-    if client.admin and not table.has(client, name):
-        return None
-    offset = parameter_value(parameters, "shared_memory_offset") or 0
-    use = RegionUse(name, offset, parameter_value(parameters, "shared_memory_byte_size"))
-    for key in REGION_PARAMETERS:
+    """The range a tensor names if the front copies it, taken out of its parameters."""
+    use = table.copies(client, region_use(parameters, ""))
+    for key in REGION_PARAMETERS if use else ():
         if key in parameters:
             del parameters[key]
     return use

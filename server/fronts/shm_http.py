@@ -26,7 +26,7 @@ from server.fronts.client_regions import (
     RegionUse,
     check_copy_size,
 )
-from server.fronts.kserve_json import check_register
+from server.fronts.kserve_json import check_register, region_use
 from server.fronts.refusal import Refusal, RequestRefusedError
 
 SYSTEM_SHM = re.compile(r"/v2/systemsharedmemory(?:/region/([^/]*))?/(register|unregister|status)")
@@ -46,16 +46,6 @@ def output_too_small(name: str, use: RegionUse, size: int) -> RequestRefusedErro
         f"shared memory size specified with the request for output '{name}' ({use.byte_size} bytes) "
         f"should be at least {size} bytes to hold the results"
     )
-
-
-def _ours(table: RegionTable, client: Client, parameters: dict) -> RegionUse | None:
-    """The range a tensor names, if the front copies it: a region the client never registered here
-    is left to Triton only for the operator (the admin key: CUDA regions)."""
-    if "shared_memory_region" not in parameters:
-        return None
-    region, size = parameters["shared_memory_region"], parameters["shared_memory_byte_size"]
-    use = RegionUse(region, parameters.get("shared_memory_offset", 0), size)
-    return None if client.admin and not table.has(client, region) else use
 
 
 def binary_request(
@@ -79,7 +69,10 @@ def binary_request(
             Refusal.TOO_LARGE,
         )
     document = json.loads(body[:split])
-    inputs = [(item, _ours(table, client, item.get("parameters") or {})) for item in document["inputs"]]
+    inputs = [
+        (item, table.copies(client, region_use(item.get("parameters") or {}, "")))
+        for item in document["inputs"]
+    ]
     check_copy_size((use for _, use in inputs if use is not None), limit)
     binary, carried = [], memoryview(body)[split:]
     for item, use in inputs:
@@ -95,7 +88,7 @@ def binary_request(
     outputs = {}
     for item in document.get("outputs") or []:
         parameters = item.get("parameters") or {}
-        use = _ours(table, client, parameters)
+        use = table.copies(client, region_use(parameters, ""))
         if use is not None:
             table.check(client, use)  # an unknown region or a range outside it: refused before Triton runs
             outputs[item["name"]] = use
