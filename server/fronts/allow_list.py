@@ -67,9 +67,7 @@ class Carrier(Enum):
 
 @dataclass(frozen=True)
 class CarriedInput:
-    """One input of a request: ``size`` in values (JSON, typed contents) or bytes; ``payload`` where
-    the front holds the bytes, so BYTES length prefixes can be walked (a shared-memory range has none
-    until the front reads it: ``check_region_bytes``)."""
+    """One input of a request: ``size`` in values or bytes, ``payload`` where the front holds them."""
 
     name: str
     datatype: str
@@ -87,8 +85,7 @@ def protocol_datatype(config_type: str) -> str:
 
 @dataclass(frozen=True)
 class InputRule:
-    """One input's datatype and each config dim (no batch) within ``[low, high]``; ``fixed`` as the
-    config names them."""
+    """One input's datatype and each config dim (no batch) within ``[low, high]``."""
 
     datatype: str
     fixed: tuple[int, ...]
@@ -98,8 +95,7 @@ class InputRule:
 
 
 def _dims_parameter(parameters: Mapping[str, Any], key: str) -> dict[str, tuple[int, ...]]:
-    """``{input: dims}`` from the JSON parameter ``key``, by the backend's own reader; absent when it
-    does not parse (the backend then refuses to load)."""
+    """``{input: dims}`` from the JSON parameter ``key``, by the backend's own reader."""
     try:
         return parse_max_shapes({"input_max_shapes": parameters.get(key) or {}})
     except ValueError:
@@ -141,8 +137,7 @@ def _rule(item: Mapping[str, Any], max_shapes: dict, min_shapes: dict, body_limi
 
 @dataclass(frozen=True)
 class ModelSignature:
-    """What one model's config lets a request be (see the module's docstring), read from the config
-    Triton serves; ``body_limit`` is the front's own bound on a body or message."""
+    """What one model's config, as Triton serves it, lets a request be."""
 
     model: str
     max_batch_size: int
@@ -153,8 +148,7 @@ class ModelSignature:
 
     @classmethod
     def from_config(cls, model: str, config: Mapping[str, Any], body_limit: int) -> ModelSignature:
-        """From a config as JSON (Triton's ``/v2/models/<m>/config``, or the gRPC ``ModelConfig`` as a
-        dict: int64 fields may come as strings)."""
+        """From a config as JSON (gRPC's as a dict: int64 fields may come as strings)."""
         parameters = config.get("parameters") or {}
         shapes = [_dims_parameter(parameters, key) for key in ("input_max_shapes", MIN_SHAPES_PARAMETER)]
         inputs = {str(item["name"]): _rule(item, *shapes, body_limit) for item in config.get("input") or []}
@@ -167,8 +161,7 @@ class ModelSignature:
         return self.max_batch_size > 0
 
     def largest_request_bytes(self) -> int:
-        """The largest body or message a valid request to this model can be, as JSON or binary (BYTES
-        elements have no bound in a config: a model with one takes up to the front's limit)."""
+        """The largest body a valid request can be (BYTES inputs: the front's limit)."""
         if any(rule.datatype == "BYTES" for rule in self.inputs.values()):
             return self.body_limit
         batch = max(self.max_batch_size, 1)
@@ -184,8 +177,7 @@ class ModelSignature:
 
 
 class ModelSignatures:
-    """``await get(model, version)``: the model's ``ModelSignature`` (one fetch for concurrent
-    requests), or ``RequestRefusedError``; ``forget(model)`` on loads and unloads."""
+    """The models' signatures, one fetch for concurrent requests; ``forget`` on (un)loads."""
 
     def __init__(self, fetch: Fetch, body_limit: int) -> None:
         self.fetch, self.body_limit = fetch, body_limit
@@ -263,8 +255,7 @@ def _check_names(model: ModelSignature, inputs: Sequence[CarriedInput]) -> None:
 
 
 def _check_batch(model: ModelSignature, inputs: Sequence[CarriedInput]) -> None:
-    """One batch size for all inputs, from 1 to ``max_batch_size`` (Triton takes it from the input it
-    reads first, the last one sent, and names the first that differs)."""
+    """One batch size for all inputs, up to ``max_batch_size`` (Triton reads the last input first)."""
     batch = None
     for carried in reversed(inputs):
         if not carried.shape:
@@ -366,9 +357,7 @@ def _check_size(model: ModelSignature, carried: CarriedInput) -> None:
 def check_region_bytes(
     model: ModelSignature, name: str, datatype: str, shape: Sequence[int], payload: bytes | memoryview
 ) -> None:
-    """The bytes a front read from a client's shared-memory range for an input that passed
-    ``check_allowed`` first (which, before the front read a byte, could check only the range's size):
-    checked as any carried bytes are, so a BYTES input's length prefixes walk them exactly."""
+    """The bytes read from a client's range for a checked input, walked as any carried bytes."""
     size = len(payload)
     _check_size(model, CarriedInput(name, datatype, tuple(shape), Carrier.SHARED_MEMORY, size, payload))
 
@@ -385,8 +374,7 @@ def _check_outputs(model: ModelSignature, outputs: Sequence[str]) -> None:
 
 
 def check_allowed(model: ModelSignature, inputs: Sequence[CarriedInput], outputs: Sequence[str]) -> None:
-    """``RequestRefusedError`` unless ``model``'s config accepts a request of these ``inputs``, asking
-    for ``outputs`` (see the module's docstring); the order of the checks is Triton's."""
+    """``RequestRefusedError`` unless ``model``'s config accepts the request (Triton's check order)."""
     for carried in inputs:
         check_dims_fit_int64(carried.name, carried.shape, element_bytes(carried.datatype))
     _check_names(model, inputs)
@@ -400,9 +388,7 @@ def check_allowed(model: ModelSignature, inputs: Sequence[CarriedInput], outputs
 
 
 def raw_request_input(model: ModelSignature, size: int) -> CarriedInput:
-    """The one input of Triton's raw binary request (the whole body, ``size`` bytes, is its data), with
-    the shape Triton deduces for it from the config, or Triton's refusal: a model of one input, with
-    at most one ``-1`` dim (whose length the byte count gives), BYTES only as one element."""
+    """The one input of Triton's raw binary request, shaped as Triton deduces it, or its refusal."""
     if len(model.inputs) != 1:
         raise RequestRefusedError(
             f"Raw request must only have 1 input (found 1) to be deduced but got {len(model.inputs)} "
@@ -433,9 +419,7 @@ def _filled(rule: InputRule, elements: int) -> list[int]:
 
 
 def generate_input(model: ModelSignature, name: str, values: int) -> CarriedInput:
-    """An input of a generate request (``/generate``: inputs as top-level JSON values, ``values`` of
-    them) with the shape Triton gives it: the batch of 1, then the config's dims with the one ``-1``
-    dim as long as the values make it; Triton's refusal when no such shape holds them."""
+    """An input of a generate request, shaped as Triton shapes it, or Triton's refusal."""
     rule = model.inputs[name]
     shape = (*([1] if model.batched else []), *_filled(rule, values))
     if rule.fixed.count(-1) > 1 or math.prod(shape) != values:

@@ -43,8 +43,7 @@ def _ready() -> bool:
 
 
 class BodyCheckers:
-    """``with checkers.place() as need:`` around reading a body, then ``await checkers.check(size,
-    function, *args)``: in a worker for a large body, inline for a small one."""
+    """``with place() as need:`` around reading a body, then ``await check(size, function, *args)``."""
 
     def __init__(
         self,
@@ -73,8 +72,7 @@ class BodyCheckers:
 
     @contextlib.contextmanager
     def place(self) -> Iterator[Callable[[int | None], None]]:
-        """``need(size)`` once the body is known to be ``size`` bytes: a large one takes a place (or
-        ``TOO_MANY``), given back on exit."""
+        """``need(size)`` once the body's size is known: a large one takes a place, given back on exit."""
         held = False
 
         def need(size: int | None) -> None:

@@ -16,8 +16,7 @@ WBITS = {"gzip": 16 + zlib.MAX_WBITS, "deflate": zlib.MAX_WBITS}  # deflate is t
 
 
 def inflate(body: bytes, encoding: str | None, limit: int) -> bytes:
-    """``body`` decoded from ``encoding`` (None or ``identity``: unchanged), or ``RequestRefusedError``: 415
-    for an encoding other than gzip/deflate, 400 for data that does not inflate, 413 above ``limit``."""
+    """``body`` decoded from ``encoding``: 415 for an unknown one, 400 if it does not inflate, 413."""
     name = (encoding or "identity").strip().lower()
     if name == "identity":
         return body

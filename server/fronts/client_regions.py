@@ -34,8 +34,7 @@ _REMEMBERED = 4096
 
 @dataclass(frozen=True)
 class Client:
-    """Who sends a request: the uid of its socket (None: not on this host) and whether it holds the
-    admin key."""
+    """Who sends a request: its socket's uid (None: not on this host), and the admin key or not."""
 
     uid: int | None
     admin: bool = False
@@ -52,8 +51,7 @@ class RegionUse:
 
 @dataclass(frozen=True)
 class ServerRegions:
-    """The server's own ``/dev/shm`` regions (its stubs' IPC), which no client may register; each one
-    seen is remembered by device and inode, so a rename or hard link is still known."""
+    """The server's own regions, remembered by device and inode: a rename or hard link is known."""
 
     prefix: str
     stub_regions: Callable[[], set[str]] = set
@@ -118,8 +116,7 @@ def client_uid(client: Client, name: str) -> int:
 def open_client_file(
     server: ServerRegions, client: Client, name: str, key: object, offset: int, byte_size: int
 ) -> int:
-    """A descriptor of the file ``key`` names once it passes every rule of a registration, checked on
-    the open descriptor (what is checked is what is kept); ``RequestRefusedError`` otherwise."""
+    """A descriptor of the file ``key`` names, checked on the open descriptor (what is kept)."""
     uid = client_uid(client, name)
     file_name = _file_name(name, key)
     path, where = server.directory / file_name, f"shared memory region '{name}': /dev/shm/{file_name}"
@@ -206,8 +203,7 @@ class RegionTable:
         self._regions.setdefault(uid, {})[name] = Region(name, str(key), offset, byte_size, descriptor)
 
     def unregister(self, client: Client, name: str | None) -> None:
-        """Unregister the client's region ``name`` (nothing if it has none of that name), or every
-        region of this client when ``name`` is empty; other clients' regions are never touched."""
+        """Unregister the client's region ``name``, or all of its regions when ``name`` is empty."""
         uid = client_uid(client, name or "")
         own = self._regions.get(uid, {})
         for region in [own.pop(name, None)] if name else [own.pop(n) for n in list(own)]:
@@ -231,8 +227,7 @@ class RegionTable:
         return sum(len(own) for own in self._regions.values())
 
     def check(self, client: Client, use: RegionUse) -> tuple[Region, int]:
-        """The client's region ``use`` names and the file offset ``use`` starts at (404 / 400 as Triton
-        answers an unknown region or a range outside it)."""
+        """The client's region ``use`` names and the file offset it starts at (Triton's 404 / 400)."""
         name = use.region if isinstance(use.region, str) else repr(use.region)
         region = self._regions.get(client_uid(client, name), {}).get(name)
         if region is None:
@@ -245,8 +240,7 @@ class RegionTable:
         return client.uid is not None and name in self._regions.get(client.uid, {})
 
     def copies(self, client: Client, use: RegionUse | None) -> RegionUse | None:
-        """``use`` if the front copies it: a region the client never registered here is left to Triton
-        only for the operator (the admin key: CUDA regions)."""
+        """``use`` if the front copies it (a region not registered here is the operator's: CUDA)."""
         return None if use is None or (client.admin and not self.has(client, use.region)) else use
 
     def read(self, client: Client, use: RegionUse) -> bytes:
@@ -262,8 +256,7 @@ class RegionTable:
         return data
 
     def write(self, client: Client, use: RegionUse, data: bytes) -> None:
-        """``data`` into the client's region at ``use.offset`` (``use.byte_size`` is what the client
-        set aside: at least ``len(data)``, checked by the caller with Triton's message)."""
+        """``data`` into the client's region at ``use.offset`` (the caller checked the size)."""
         region, start = self.check(client, use)
         view = memoryview(data)
         while view:
@@ -279,8 +272,7 @@ class RegionTable:
 
 @dataclass
 class FrontRegions:
-    """A front's system shared memory: served from its own table, or (``trusted``) each registration
-    checked and the region left to Triton to map."""
+    """A front's system shared memory: its own table, or (``trusted``) Triton's mapping."""
 
     server: ServerRegions
     max_request_bytes: int  # what one request may copy in: the front's bound on a body or message

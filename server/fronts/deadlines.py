@@ -41,8 +41,7 @@ def deadline_refusal(model: str, deadline_s: float) -> RequestRefusedError:
 
 
 class Deadlines:
-    """``await deadlines.within(...)`` around each forwarded inference; ``overdue`` counts, by model,
-    the requests whose client got its 504 and Triton still runs."""
+    """``await within(...)`` around each inference; ``overdue`` counts what Triton still runs."""
 
     def __init__(self, slots: ClientSlots, max_overdue: int = DEFAULT_MAX_OVERDUE) -> None:
         self.slots, self.max_overdue = slots, max_overdue
@@ -52,9 +51,7 @@ class Deadlines:
     async def within(
         self, address: str, connection: str, model: str, deadline_s: float, call: Callable[[], Awaitable[T]]
     ) -> T:
-        """``await call()`` holding a client slot, or ``RequestRefusedError``: over the client's share
-        or ``model``'s overdue bound (``TOO_MANY``), or past ``deadline_s`` (``DEADLINE``: the exchange
-        runs on, counted as overdue). A caller cancelled cancels the exchange."""
+        """``await call()`` within the client's share and ``deadline_s`` (then it runs on, overdue)."""
         if self.overdue[model] >= self.max_overdue:
             raise RequestRefusedError(
                 f"model '{model}' already has {self.overdue[model]} requests past their deadline that "
@@ -102,8 +99,7 @@ class _Waiting:
 
 
 class StreamWaits:
-    """A stream's messages waiting for their answer: ``add`` each, ``answered`` each answer (by its
-    ``id``, else the oldest), ``overdue()`` when one is late."""
+    """A stream's messages waiting for their answer (by ``id``, else the oldest)."""
 
     def __init__(self, limit: int) -> None:
         self.limit = limit

@@ -159,8 +159,7 @@ class GrpcFront:
     async def _check(
         self, name: str, raw: bytes
     ) -> tuple[Message | None, ModelSignature | None, list[RegionUse]]:
-        """The call's message parsed, its model's config (an inference) and the shared-memory ranges it
-        names, or ``RequestRefusedError``."""
+        """The message parsed, its model's config and the ranges it names, or ``RequestRefusedError``."""
         request = parse_request(name, raw)
         if request is None:
             return None, None, []
@@ -243,9 +242,7 @@ class GrpcFront:
             raise _refused(refusal) from None
 
     async def _relay(self, call: ServerCall, upstream: UpstreamCall) -> None:
-        """Forward the stream message by message: a refused message gets its error on the stream, one
-        that is no ``ModelInferRequest`` ends it (fault matrix row 40), and so does a message its model
-        does not answer within its deadline; at most ``per_connection`` messages wait."""
+        """Forward a stream: a refused message gets its error, no ``ModelInferRequest`` ends it (row 40)."""
         regions = StreamOutputs(self.shm, functools.partial(self._client, call))
         answers: asyncio.Queue = asyncio.Queue()
         waiting = StreamWaits(self.shares.slots.per_connection)

@@ -45,8 +45,7 @@ def parse_request(method: str, raw: bytes) -> Message | None:
 
 
 def model_to_check(method: str, request: Message) -> tuple[str, str] | None:
-    """The (model, version) an inference call needs the config of (its name checked first: it is sent
-    to Triton); None for other calls."""
+    """The (model, version) an inference call needs the config of, its name checked first."""
     if method not in INFER_METHODS:
         return None
     check_model_name(request.model_name)
@@ -103,8 +102,7 @@ def _typed(tensor: service_pb2.ModelInferRequest.InferInputTensor) -> CarriedInp
 
 
 def check_infer_request(request: service_pb2.ModelInferRequest, model: ModelSignature) -> list[RegionUse]:
-    """``RequestRefusedError`` unless every input carries what its shape declares and ``model``'s config
-    accepts the request; returns the shared-memory ranges it names."""
+    """``RequestRefusedError`` unless ``model`` accepts the request; the ranges it names."""
     check_model_name(request.model_name)
     uses: list[RegionUse] = []
     carried: list[CarriedInput] = []
@@ -155,8 +153,7 @@ def check_infer_request(request: service_pb2.ModelInferRequest, model: ModelSign
 
 
 def check_request(method: str, request: Message, model: ModelSignature | None = None) -> list[RegionUse]:
-    """``RequestRefusedError`` unless the call may reach Triton (an inference against ``model``'s
-    config); returns the shared-memory ranges an inference names."""
+    """``RequestRefusedError`` unless the call may reach Triton; the ranges an inference names."""
     if method in INFER_METHODS:
         if model is None:
             raise ValueError(f"{method} is checked against its model's config; none was given")

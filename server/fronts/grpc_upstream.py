@@ -254,16 +254,14 @@ class Upstream:
     async def start(
         self, path: bytes, metadata: bytes, timeout_s: float, message: bytes | None = None
     ) -> UpstreamCall:
-        """A call to ``path`` with ``metadata`` (an encoded block) and ``timeout_s`` (``message``: see
-        ``UpstreamConnection.start``)."""
+        """A call to ``path`` with ``metadata`` (an encoded block) and ``timeout_s``."""
         connection = await self.connection()
         return connection.start(self._block(path, metadata, timeout_s), message)
 
     def unary(
         self, path: bytes, metadata: bytes, timeout_s: float, message: bytes
     ) -> Awaitable[tuple[bytes, Headers, Headers]]:
-        """One unary call: (message, initial metadata, trailing metadata), or ``GrpcError``; a plain
-        future, no task, on a connection already up."""
+        """One unary call (message, initial, trailing metadata); no task on a connection already up."""
         connection = self._usable()
         if connection is None:
             return asyncio.ensure_future(self._unary_connecting(path, metadata, timeout_s, message))

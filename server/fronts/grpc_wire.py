@@ -129,8 +129,7 @@ def read_status(headers: Headers) -> tuple[int, str, Headers]:
 
 
 class MessageReader:
-    """Whole messages out of a call's DATA frames; ``RESOURCE_EXHAUSTED`` for one above ``limit`` as
-    soon as its prefix says so."""
+    """Whole messages out of DATA frames; one above ``limit`` is refused from its prefix."""
 
     def __init__(self, limit: int, encoding: bytes | None = None) -> None:
         self.limit, self.encoding = limit, encoding
@@ -229,9 +228,7 @@ class ServerCall:
         try:
             messages = self.reader.feed(data) if data else []
         except GrpcError as error:  # before the rest of the message is buffered
-            self.finish(error.code, error.details)
-            if self.task is not None:
-                self.task.cancel()
+            self.abort(error.code, error.details)
             return
         self.messages.extend(messages)
         self.queued += sum(size for _, size in messages)
@@ -241,9 +238,7 @@ class ServerCall:
         if end_stream:
             self.ended = True
             if self.reader.pending:
-                self.finish(INVALID_ARGUMENT, "the call ended inside a message (its length prefix says more)")
-                if self.task is not None:
-                    self.task.cancel()
+                self.abort(INVALID_ARGUMENT, "the call ended inside a message (its length prefix says more)")
                 return
         if self.task is None and (self.streaming or self.ended):
             if not self.streaming:  # its message is the handler's now
@@ -276,8 +271,7 @@ class ServerCall:
         return message
 
     def _hold(self) -> bool:
-        """Count what this call's messages hold until its handler takes them, and refuse the call that
-        takes the front above its ``IncomingBytes`` bound (False: refused)."""
+        """Count what the call holds; refuse it above the ``IncomingBytes`` bound (False)."""
         held = (
             0
             if self.done
@@ -287,13 +281,11 @@ class ServerCall:
         incoming.held += held - self.held
         self.held = held
         if held and incoming.held > incoming.limit:
-            self.finish(
+            self.abort(
                 RESOURCE_EXHAUSTED,
                 f"the front already holds {incoming.held - held} bytes of its clients' messages still "
                 f"arriving or waiting, at most {incoming.limit}; send this call when those are taken",
             )
-            if self.task is not None:
-                self.task.cancel()
             return False
         return True
 
@@ -354,6 +346,12 @@ class ServerCall:
             connection.reset(self.stream_id, h2c.NO_ERROR)
         connection.call_ended(self)
 
+    def abort(self, code: int, details: str) -> None:
+        """End the call with this status and cancel its handler."""
+        self.finish(code, details)
+        if self.task is not None:
+            self.task.cancel()
+
     def on_reset(self, code: int = h2c.CANCEL) -> None:
         """The client reset the call (``code``) or went away."""
         self.done = True
@@ -379,9 +377,7 @@ class ServerCall:
 
 
 class IncomingBytes:
-    """Bytes of clients' messages held before a handler takes them, over all connections: calls never
-    finished held a message's bound each (fault matrix row 71); the call that passes ``limit`` is
-    refused with ``RESOURCE_EXHAUSTED``."""
+    """Bytes of messages held before a handler takes them, over all connections (row 71)."""
 
     def __init__(self, limit: int) -> None:
         self.limit, self.held = limit, 0
@@ -433,8 +429,7 @@ class FrontConnection(h2c.Endpoint):
         self.timer = self.loop.call_later(self.front_limits.handshake_s, self._handshake_expired)
 
     def pause_writing(self) -> None:
-        """A client that reads slower than its answers come is not read until it catches up (fault
-        matrix row 70); only toward clients, or a busy Triton and the front would wait on each other."""
+        """A client that does not read its answers is not read either (fault matrix row 70)."""
         if not self.closed and self.transport is not None:
             self.transport.pause_reading()
 

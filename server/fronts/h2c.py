@@ -100,8 +100,7 @@ class _Sending:
 
 
 class Endpoint(asyncio.Protocol):
-    """One HTTP/2 connection (``client_side``: to Triton); subclasses keep each stream's call in
-    ``calls`` and handle ``on_headers``, ``on_goaway``, ``on_settings`` and ``on_closed``."""
+    """One HTTP/2 connection (``client_side``: to Triton); ``calls`` holds each stream's call."""
 
     client_side = False
 
@@ -440,8 +439,7 @@ class Endpoint(asyncio.Protocol):
 
 
 def _indexed_only(decoder: hpack.Decoder, block: bytes) -> list[tuple[bytes, bytes]] | None:
-    """A block of one-byte indexed fields only (a peer's usual blocks), decoded without ``hpack``'s
-    general path; None for any other block."""
+    """A block of one-byte indexed fields (a peer's usual), decoded fast; None for any other."""
     if not block or len(block) > 64 or min(block) < 0x80 or max(block) == 0xFF:
         return None
     entry = decoder.header_table.get_by_index  # the dynamic table holds memoryviews

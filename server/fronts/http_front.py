@@ -112,15 +112,13 @@ def _answered_as(method: str) -> str:
 
 
 async def _continue(request: web.BaseRequest) -> None:
-    """``100 Continue`` once the headers passed their checks (fault matrix row 66): aiohttp's
-    low-level server never sends it, so ``Expect: 100-continue`` clients waited for their timeout."""
+    """``100 Continue`` once the headers passed (row 66): aiohttp's low-level server never sends it."""
     if request.version >= (1, 1) and request.headers.get("Expect", "").lower() == "100-continue":
         await request.writer.write(b"HTTP/1.1 100 Continue\r\n\r\n")
 
 
 def _content_type(request: web.BaseRequest) -> str:
-    """The media type alone, read without aiohttp's recursive parser, which 239 ``(`` overflowed
-    (fault matrix row 16)."""
+    """The media type, read without aiohttp's recursive parser (239 ``(``: row 16)."""
     value = request.headers.get("Content-Type")
     if value is None:
         return ""
@@ -131,8 +129,7 @@ def _content_type(request: web.BaseRequest) -> str:
 
 
 def forwarded_headers(request: web.BaseRequest) -> CIMultiDict[str]:
-    """The client's headers to forward, keyed case-insensitively so a header the front sets or drops
-    is the client's one in any case; one sent twice is refused (Triton reads the first of two)."""
+    """The client's headers, case-insensitively; one sent twice is refused (Triton reads the first)."""
     names = Counter(name.decode("latin-1").lower() for name, _ in request.raw_headers)
     twice = sorted(name for name, count in names.items() if count > 1 and name not in HOP_BY_HOP)
     if twice:
@@ -141,8 +138,7 @@ def forwarded_headers(request: web.BaseRequest) -> CIMultiDict[str]:
 
 
 class FrontConnection(RequestHandler):
-    """aiohttp's connection handler with a deadline for each request's headers (slowloris: aiohttp
-    keeps a connection that trickles its head) and malformed HTTP answered as JSON in one log line."""
+    """aiohttp's handler with a deadline for a request's head (slowloris) and JSON errors."""
 
     head_timeout_s = 10.0
     _head_timer: asyncio.TimerHandle | None = None
@@ -275,8 +271,7 @@ class HttpFront:
     async def _check(
         self, request: web.BaseRequest, path: str, body: bytes, model: ModelSignature | None
     ) -> list[RegionUse]:
-        """The checks of the route ``path`` (a large body's in a worker); returns the shared-memory
-        ranges an inference names."""
+        """The checks of the route ``path``; returns the shared-memory ranges an inference names."""
         if request.method != "POST":
             return []
         check = functools.partial(self.checkers.check, len(body))
@@ -380,8 +375,7 @@ class HttpFront:
         body: bytes,
         model: ModelSignature | None,
     ) -> web.Response:
-        """Send the checked ``target`` upstream: GET/HEAD on their own connections, the rest within the
-        client's share, an inference within its model's deadline."""
+        """Send ``target`` upstream: GET/HEAD apart, the rest in the client's share and deadline."""
         if request.method in QUICK_METHODS:
             assert self.quick is not None
             return await self._exchange(self.quick, request, target, headers, body)

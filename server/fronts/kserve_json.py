@@ -104,14 +104,12 @@ def load_json(body: bytes) -> object:
 
 
 def check_json(body: bytes) -> None:
-    """``load_json`` without its result: a body only checked (run in a worker, its document would be
-    sent back for nothing)."""
+    """``load_json`` without its result (a worker would send the document back for nothing)."""
     load_json(body)
 
 
 def _field(container: dict, key: str, kinds: tuple[type, ...], where: str, required: bool = False) -> Any:
-    """``container[key]`` if it has one of ``kinds`` (bool is never an int here, an int is a uint64),
-    else RequestRefusedError."""
+    """``container[key]`` if one of ``kinds`` (never a bool for an int; ints are uint64)."""
     if key not in container:
         if required:
             raise RequestRefusedError(f"{where}: '{key}' is missing")
@@ -148,8 +146,7 @@ OUTPUT_PARAMETERS = {"binary_data": (bool,), "classification": (int,), **SHM_PAR
 
 
 def _scalar_check(datatype: object) -> tuple[Callable[[object], bool], str] | None:
-    """What type one JSON value of ``datatype`` must be for Triton to read it, and how to say so (None: a
-    datatype Triton will refuse by itself); whether its datatype holds it is ``value_fits``'s."""
+    """The type a JSON value of ``datatype`` must have, and its name (None: Triton refuses it)."""
     if datatype == "BOOL":
         return (lambda v: v is True or v is False), "true or false"
     if datatype == "BYTES":
@@ -192,8 +189,7 @@ def region_use(parameters: dict, where: str) -> RegionUse | None:
 
 
 def _read_input(item: object, body_bytes: int) -> tuple[CarriedInput, RegionUse | None]:
-    """One entry of ``inputs``, with the range it names in shared memory; an input sent as binary data
-    has no payload yet (``_with_binary`` finds it in the body)."""
+    """One entry of ``inputs`` and the range it names (binary data: ``_with_binary``)."""
     if not isinstance(item, dict):
         raise RequestRefusedError("each entry of 'inputs' must be an object")
     name = _field(item, "name", (str,), "input", required=True)
@@ -288,8 +284,7 @@ def check_infer(body: bytes, header_length: str | None, model: ModelSignature) -
 
 
 def check_register(body: bytes) -> tuple[str, int, int]:
-    """(key, offset, byte size) of a system shared-memory register body: ``{"key": str, "offset": uint,
-    "byte_size": uint}``."""
+    """(key, offset, byte size) of a system shared-memory register body."""
     document = load_json(body)
     if not isinstance(document, dict):
         raise RequestRefusedError("shared memory register request must be a JSON object")
@@ -300,10 +295,7 @@ def check_register(body: bytes) -> tuple[str, int, int]:
 
 
 def check_generate(body: bytes, model: ModelSignature) -> None:
-    """A generate request (``/generate``, ``/generate_stream``): a JSON object whose keys that name an
-    input of ``model`` hold a value or a flat list of values of its datatype, the other keys Triton
-    reads as parameters (scalars); the inputs then pass the allow-list with the shape Triton gives
-    them (``allow_list.generate_input``): ``{"input_ids": []}`` is ``[1, 0]`` and refused there."""
+    """A generate request's JSON: inputs as values of their datatype, scalars as parameters."""
     document = load_json(body)
     if not isinstance(document, dict):
         raise RequestRefusedError("generate request must be a JSON object of input names to values")

@@ -36,8 +36,7 @@ def _spellings(host: str) -> set[str]:
 
 
 def _diag_uid(peer: tuple[str, int], local: tuple[str, int]) -> tuple[bool, int | None]:
-    """(answered, uid or None) from an ``inet_diag_req_v2`` lookup of the socket from ``peer`` to
-    ``local``; not answered when netlink is refused or the families differ."""
+    """(answered, uid or None) of the socket from ``peer`` to ``local``, asked of netlink."""
     address = ipaddress.ip_address(peer[0].strip("[]"))
     ours = ipaddress.ip_address(local[0].strip("[]"))
     if address.version == 6 and address.ipv4_mapped is not None and ours.version == 6 and ours.ipv4_mapped:
@@ -66,8 +65,7 @@ def _diag_uid(peer: tuple[str, int], local: tuple[str, int]) -> tuple[bool, int 
 
 
 def peer_uid(peer: tuple[str, int], local: tuple[str, int]) -> int | None:
-    """The uid owning the client socket ``peer`` connected to our ``local`` (host, port); None when
-    it is not on this host. An unspecified ``local`` host matches our port on any address."""
+    """The uid owning the client socket ``peer`` connected to our ``local``; None: not this host."""
     try:
         any_address = ipaddress.ip_address(local[0].strip("[]")).is_unspecified
         if not any_address:

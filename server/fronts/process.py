@@ -81,8 +81,7 @@ class FrontShares:
 
 
 def add_share_arguments(parser: argparse.ArgumentParser, prefix: str = "") -> None:
-    """The flags of ``FrontShares``: ``--deadline-s`` … on a front, ``--front-deadline-s`` … with
-    ``prefix="front-"`` on ``python -m server start``."""
+    """The flags of ``FrontShares``, ``--front-`` prefixed on ``python -m server start``."""
     for (name, kind, text), default in zip(SHARE_FLAGS, FrontShares().values(), strict=True):
         parser.add_argument(f"--{prefix}{name}", type=kind, default=default, help=text)
 
@@ -96,8 +95,7 @@ def shares_from_args(args: argparse.Namespace, prefix: str = "") -> FrontShares:
 
 
 class UpstreamState:
-    """Whether Triton answers, logged once per change: while it is down every forwarded request fails
-    alike, and a traceback each filled thousands of lines per start."""
+    """Whether Triton answers, logged once per change rather than per failed request."""
 
     def __init__(self, what: str, logger: logging.Logger, answer: str = "502/503") -> None:
         self.what, self.log, self.answer = what, logger, answer
@@ -137,8 +135,7 @@ def server_regions(args: argparse.Namespace) -> ServerRegions:
 
 
 def _still_needed(args: argparse.Namespace) -> bool:
-    """Someone may still restart or use the server: its owner (the supervisor) or the server itself
-    runs. Without either flag a front runs until SIGTERM."""
+    """Its owner or its server still runs (without either flag: until SIGTERM)."""
     if args.owner_pid is None and args.server_pid_file is None:
         return True
     if args.owner_pid is not None and running(args.owner_pid):
@@ -148,8 +145,7 @@ def _still_needed(args: argparse.Namespace) -> bool:
 
 
 async def _until_stopped(args: argparse.Namespace) -> None:
-    """Return on SIGTERM, or once neither the owner nor the server runs; meanwhile keep the server's
-    regions owner-only and remembered as files (a rename cannot pass one off as a client's)."""
+    """Until SIGTERM or nobody needs the server; meanwhile its regions stay owner-only."""
     stop = asyncio.Event()
     asyncio.get_running_loop().add_signal_handler(signal.SIGTERM, stop.set)
     own_regions = ServerRegions(args.shm_prefix)  # this server's prefix alone: no /proc scan a second

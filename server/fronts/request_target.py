@@ -31,8 +31,7 @@ def _check_escapes(target: str, text: str) -> None:
 
 
 def checked_target(target: str) -> tuple[str, str]:
-    """``(path, query)`` of a plain origin-form ``/v2`` target (``query`` without its ``?``, empty when
-    none), or ``RequestRefusedError`` naming what is not plain about it."""
+    """``(path, query)`` of a plain origin-form ``/v2`` target, or ``RequestRefusedError``."""
     if not PRINTABLE.fullmatch(target):
         raise _refuse(target, "holds a space, control or non-ASCII character")
     if "#" in target:

@@ -182,8 +182,7 @@ class GrpcSharedMemory(FrontRegions):
 
 
 class StreamOutputs:
-    """A stream's messages whose outputs go to regions, by an id of the front's own: answers come in
-    the order Triton finishes them."""
+    """A stream's messages with outputs in regions, by an id of the front's own."""
 
     def __init__(self, shm: GrpcSharedMemory, client: Callable[[], Client]) -> None:
         self.shm, self._client = shm, client

@@ -174,8 +174,7 @@ class HttpSharedMemory(FrontRegions):
     def to_triton(
         self, client: Client, body: bytes, headers: CIMultiDict[str], model: ModelSignature
     ) -> tuple[bytes, dict[str, RegionUse] | None]:
-        """An inference request that names regions as Triton gets it, with ``headers`` updated (the
-        answer asked for uncompressed: the front reads it), and the outputs to write back."""
+        """A request naming regions as Triton gets it (answer uncompressed) and outputs to write."""
         if self.table is None:
             return body, None
         body, header_length, outputs = binary_request(

@@ -55,8 +55,7 @@ def element_bytes(datatype: object) -> int:
 def check_declared_size(
     name: object, shape: Sequence[int], per_element: int, carried: int, what: str
 ) -> None:
-    """``RequestRefusedError`` if ``shape`` at ``per_element`` bytes needs more than the ``carried``
-    bytes of ``what``: an exact first bound before anything is counted."""
+    """``RequestRefusedError`` if ``shape`` needs more than the ``carried`` bytes of ``what``."""
     elements = math.prod(shape)
     if elements * per_element > carried:
         raise RequestRefusedError(
@@ -78,8 +77,7 @@ def check_dims_fit_int64(name: object, shape: Sequence[int], per_element: int) -
 
 
 def count_bytes_elements(payload: bytes | memoryview, expected: int) -> tuple[int, int]:
-    """Walk BYTES length prefixes: ``(elements, bytes walked)``, stopping at a prefix that runs past
-    the end or after ``expected + 1`` elements."""
+    """``(elements, bytes walked)`` of BYTES length prefixes, up to ``expected + 1``."""
     view = memoryview(payload)
     elements = offset = 0
     while offset + LENGTH_PREFIX <= len(view) and elements <= expected:
@@ -103,8 +101,7 @@ def integers_of(datatype: object) -> tuple[int, int, str] | None:
 
 
 def value_fits(datatype: object) -> Callable[[float], bool] | None:
-    """A test that a number as the client wrote it is one ``datatype`` holds (NaN and ±inf are FP32's);
-    None for a datatype without such a bound."""
+    """A test that a number is one ``datatype`` holds (None: no bound)."""
     integers = integers_of(datatype)
     if integers is not None:
         low, high, _ = integers
