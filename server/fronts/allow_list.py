@@ -1,18 +1,9 @@
-"""The allow-list: a request reaches Triton only if the served model's config accepts it, exactly,
-whatever carries its inputs (fault matrix rows 53–55 and 61; docs/SERVING.md, "What every inference
-must be: the allow-list").
-
-Each protocol's parser (``kserve_json``, ``grpc_request``) turns a request into ``CarriedInput``s and
-output names; ``check_allowed`` holds them to the model's ``ModelSignature``: every required input
-once with the config's datatype, each dim within its bounds (a ``-1`` dim up to ``input_max_shapes``
-or what fits in the body limit; 0 only where ``input_min_shapes`` allows it), exactly the data the
-shape needs, known outputs once. Bytes read later from a client's shared-memory range are walked
-too (``check_region_bytes``). Triton's wording is kept where it has one.
-
-``ModelSignatures`` caches each model's signature (rows 37 and 53), asked of Triton, not read from
-disk: kept ``TTL_S``, forgotten on a load or unload through the front; a model Triton has no config
-for gets Triton's own 404 / ``NOT_FOUND`` (kept ``UNKNOWN_TTL_S``), and while Triton does not answer,
-503 / ``UNAVAILABLE``. Nothing is forwarded unchecked.
+"""The allow-list: a request reaches Triton only if the served model's config accepts it exactly,
+whatever carries its inputs (fault matrix rows 37, 53–55 and 61; docs/SERVING.md, "What every
+inference must be: the allow-list"). Each protocol's parser turns a request into ``CarriedInput``s;
+``check_allowed`` holds them to the model's ``ModelSignature``, in Triton's words where it has them.
+``ModelSignatures`` caches each signature as Triton serves it (an unknown model gets Triton's 404 /
+``NOT_FOUND``; while Triton does not answer, 503 / ``UNAVAILABLE``): nothing is forwarded unchecked.
 """
 
 from __future__ import annotations

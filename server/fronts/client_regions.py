@@ -1,12 +1,7 @@
 """The fronts' own table of the system shared-memory regions clients register, so Triton never maps a
-client's file: Triton 2.51 applies a region's offset twice (DESIGN.md §3), and no check of the file
-can make that mapping safe (fault matrix rows 24, 43–45 and 49–52; docs/SERVING.md, "Shared memory").
-
-``register`` opens the key's one file in ``/dev/shm`` with ``O_NOFOLLOW`` and keeps the descriptor: a
-regular file with one link, owned by the connection's uid (``peer``), holding the range, and none of
-the server's own regions (``ServerRegions``). Copies use ``pread``/``pwrite`` on that descriptor, so a
-later rename or a file cut short changes nothing and never faults. The table is namespaced by uid and
-bounded; copies run on the event loop, so a descriptor is closed only between requests.
+client's file: Triton 2.51 applies a region's offset twice (DESIGN.md §3; fault matrix rows 24, 43–45
+and 49–52; docs/SERVING.md, "Shared memory"). A registration keeps a descriptor of one file the
+client owns, checked on that descriptor; copies use ``pread``/``pwrite`` on it, on the event loop.
 """
 
 from __future__ import annotations

@@ -1,10 +1,6 @@
-"""How many requests each client may have waiting on Triton, and who gets a free slot: one policy for
-both fronts (fault matrix rows 38 and 57). Four addresses once held all the HTTP front's connections.
-
-A connection may have ``per_connection`` requests waiting and an address ``per_address``; the next is
-refused at once (429 / ``RESOURCE_EXHAUSTED``). While all ``capacity`` slots are taken a request waits
-in its address's queue, and a freed slot goes to the waiting address holding the fewest (max-min
-fairness). The wait counts against the request's deadline.
+"""How many requests each client connection and address may have waiting on Triton, and who gets a
+free slot (the waiting address holding the fewest): one policy for both fronts (fault matrix rows 38
+and 57; docs/SERVING.md, "Deadlines and client shares").
 """
 
 from __future__ import annotations

@@ -1,11 +1,6 @@
-"""Every inference a front forwards is answered within its model's deadline, and what Triton still
-runs after that is bounded (fault matrix rows 56–58; docs/SERVING.md, "Deadlines and client shares").
-
-The deadline is the config's ``request_deadline_s`` parameter or the front's ``--deadline-s``; it
-covers the wait for a slot and Triton's answer, then the client gets 504 / ``DEADLINE_EXCEEDED``.
-Triton does not stop a request whose client left, so it runs on as overdue for its model, and a model
-with ``max_overdue`` such requests gets 429 / ``RESOURCE_EXHAUSTED`` until Triton answers some. On a
-gRPC stream ``StreamWaits`` does the same for each message.
+"""Every inference a front forwards is answered within its model's deadline (``request_deadline_s``, else
+``--deadline-s``), slot wait included, and what Triton still runs after it is bounded per model
+(fault matrix rows 56–58; docs/SERVING.md, "Deadlines and client shares").
 """
 
 from __future__ import annotations

@@ -1,20 +1,10 @@
-"""A gRPC front for tritonserver 2.51: the HTTP front's protection for gRPC clients (fault matrix
-rows 19–21, 24, 37–41, 43–45, 49–57, 61 and 69–71; docs/SERVING.md, "The fronts").
+"""A gRPC front for tritonserver 2.51, whose gRPC takes messages up to 2 GiB and wraps input byte sizes
+in 64 bits (97 bytes of ``INT64 [1, 2**61]`` killed a stub): every call of the inference service is
+bounded and checked as the HTTP front checks requests (``grpc_request``, ``shm_grpc``, deadlines and
+shares, the wire bounds of ``grpc_wire``) and forwarded as the client's bytes (docs/SERVING.md, "The
+fronts"). It speaks HTTP/2 itself (``h2c``): a grpc.aio relay cost 1.26 ms of CPU a request.
 
-Triton's gRPC takes messages up to 2 GiB and wraps input byte sizes in 64 bits (97 bytes of ``INT64
-[1, 2**61]`` killed a stub), with no option to bound either. This front forwards every call of
-``inference.GRPCInferenceService`` to Triton's loopback port as the client's bytes, after: a message
-bound (``max_message_bytes``); each message's checks and its model's allow-list (``grpc_request``;
-an unknown model gets Triton's ``NOT_FOUND``, a refused stream message its error on the stream, a
-stream message that is no ``ModelInferRequest`` ends the stream); system shared memory served from
-the front's own table (``shm_grpc``); deadlines and client shares (``deadlines``, ``client_slots``;
-a stream holds one slot); and the wire bounds of ``grpc_wire``.
-
-It speaks HTTP/2 itself (``h2c``, ``grpc_wire``, ``grpc_upstream``): a grpc.aio relay cost 1.26 ms
-of CPU a request, mostly in the two gRPC stacks (docs/SERVING.md, "What the fronts cost").
-
-Run as ``python -m server.fronts.grpc_front --listen HOST:PORT --upstream HOST:PORT`` with the admin
-key in the environment and the lifetime flags of ``server.fronts.process``.
+Run as ``python -m server.fronts.grpc_front --listen HOST:PORT --upstream HOST:PORT``.
 """
 
 from __future__ import annotations

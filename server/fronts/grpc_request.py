@@ -1,9 +1,6 @@
-"""What the gRPC front refuses of a call's decoded message, the counterpart of the HTTP front's
-``request_target``, ``kserve_json`` and ``body_encoding``: a message that is not the method's request
-type (row 40); an inference input that declares more than its raw, typed or shared-memory data
-carries, a dimension above 2^31 - 1, or a typed value its datatype cannot hold (rows 19, 37, 39 and
-68); a request its model's config does not accept (``allow_list``, rows 53–55); a model name with a
-control character (row 21).
+"""What the gRPC front refuses of a call's decoded message: not the method's request type (row 40), an
+input declaring more than its data carries or a typed value its datatype cannot hold (rows 19, 37,
+39, 68), a request its model's config does not accept (rows 53–55), a name with a NUL (row 21).
 """
 
 from __future__ import annotations

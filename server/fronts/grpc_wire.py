@@ -1,12 +1,6 @@
-"""gRPC over the front's own HTTP/2 (``h2c``): length-prefixed messages, ``grpc-timeout`` and
-``grpc-status``, and the calls of a client's connection (``FrontConnection``, ``ServerCall``).
-
-A unary call is handed to ``GrpcFront.serve`` once its one message is whole, a stream at once. What
-the front holds for clients is bounded (fault matrix rows 20, 41 and 69–71): a message above the
-bound is refused from its prefix, metadata Triton would not take is ``INVALID_ARGUMENT``
-(``metadata_fault``), a client whose answers back up is not read, a unary message must be whole
-within ``message_s``, messages still arriving are held up to ``IncomingBytes``, and a connection must
-finish its handshake within ``handshake_s``.
+"""gRPC over the front's own HTTP/2 (``h2c``): messages, ``grpc-timeout``, ``grpc-status``, and the calls
+of a client's connection (``FrontConnection``, ``ServerCall``), with what the front holds for
+clients bounded (fault matrix rows 20, 41 and 69–71).
 """
 
 from __future__ import annotations

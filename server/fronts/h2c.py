@@ -1,10 +1,6 @@
-"""HTTP/2 over cleartext (h2c, prior knowledge) for both ends of the gRPC front: frames, flow control
-and header blocks (``hpack`` decodes them).
-
-Why not grpc.aio or the ``h2`` library: their per-call objects cost more CPU than this whole front
-(docs/SERVING.md, "What the fronts cost"; ``scripts/h2_library_cost.py``). Blocks sent use literal
-fields and no dynamic table, priorities are ignored, push is refused, and the writes of one loop turn
-go out in one ``write``. A peer that breaks the protocol gets ``GOAWAY`` with the error code.
+"""HTTP/2 over cleartext (prior knowledge) for both ends of the gRPC front: frames, flow control and
+header blocks (``hpack`` decodes them). Neither grpc.aio nor the ``h2`` library: their per-call work
+costs more CPU than this whole front (``scripts/h2_library_cost.py``).
 """
 
 from __future__ import annotations

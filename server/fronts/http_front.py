@@ -1,18 +1,10 @@
-"""An HTTP front for tritonserver 2.51: Triton's HTTP frontend crashes the whole server on a few small
-inputs and answers many faulty ones with 500, so every request is bounded and checked here first
-(docs/SERVING.md, "The fronts"; fault matrix rows 16, 35, 37, 38, 53–59, 61 and 65–67):
+"""An HTTP front for tritonserver 2.51, whose HTTP frontend crashes the whole server on a few small
+inputs and answers many faulty ones with 500: every request is bounded and checked here first (the
+request target, one reading of headers and JSON, each client's share and each inference's deadline,
+the model's allow-list, shared memory from the front's own table) and forwarded with ``FRONT_HEADER``,
+without which Triton's own port takes no inference (docs/SERVING.md, "The fronts").
 
-* the target is a plain ``/v2/...`` path and Triton gets the path that was checked (``request_target``);
-* each client's share of upstream slots and each inference's deadline (``client_slots``, ``deadlines``);
-* a body above its route's bound is refused from its ``Content-Length``, a large one is checked in a
-  worker (``body_checks``), a gzip one inflated and forwarded plain (``body_encoding``);
-* one reading: a header, JSON key or number two parsers could read differently is a 400
-  (``kserve_json``), and an inference must be one its model's config accepts (``allow_list``);
-* system shared memory is served from the front's own table (``shm_http``).
-
-Triton's own port takes inference only with ``FRONT_HEADER``, so the checks cannot be bypassed.
-Run as ``python -m server.fronts.http_front --listen HOST:PORT --upstream HOST:PORT`` with the admin
-key in the environment and the lifetime flags of ``server.fronts.process``.
+Run as ``python -m server.fronts.http_front --listen HOST:PORT --upstream HOST:PORT``.
 """
 
 from __future__ import annotations

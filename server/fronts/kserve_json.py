@@ -1,10 +1,6 @@
-"""The KServe v2 JSON the HTTP front lets through: parsed once, one way, with each field Triton reads of
-the type Triton reads it as (a 400 naming the field where Triton says 500).
-
-The front must never read a body differently from Triton: duplicate keys (Python keeps the last,
-Triton the first), numbers beyond a double and lone surrogates are refused, and the body must be
-UTF-8. ``check_infer`` turns an inference request into what the allow-list checks and returns the
-shared-memory ranges it names.
+"""The KServe v2 JSON the HTTP front lets through: read once, the way Triton reads it (duplicate keys,
+numbers beyond a double, lone surrogates and non-UTF-8 refused), each field of the type Triton reads
+it as: a 400 naming the field where Triton says 500.
 """
 
 from __future__ import annotations

@@ -1,9 +1,6 @@
-"""What the two front processes share as programs: their flags, the admin key, the server's own
-shared-memory regions, and how long they live.
-
-A front outlives a tritonserver that dies, so clients get 503 / ``UNAVAILABLE`` while the supervisor
-restarts it, never "connection refused" (fault matrix row 46). It follows the pid the launcher writes
-to ``--server-pid-file`` and exits on SIGTERM or once both ``--owner-pid`` and the server are gone.
+"""What the two front processes share: their flags, the admin key, the server's own regions, and their
+life: a front outlives a tritonserver that dies, so clients get 503 / ``UNAVAILABLE`` during a
+restart (fault matrix row 46), and exits on SIGTERM or once its owner and its server are gone.
 """
 
 from __future__ import annotations

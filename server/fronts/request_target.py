@@ -1,8 +1,6 @@
-"""The one request target the HTTP front accepts, so that the route it checks is the route Triton runs
-(fault matrix row 35; docs/SERVING.md, "Request targets"): libevhtp drops a ``#fragment`` and matches
-undecoded paths, so ``/v2/.../unregister#x`` once passed unchecked. Refused: anything but an
-origin-form ``/v2`` path, ``#``, backslashes, empty, ``.`` or ``..`` segments, and escapes of
-``/ \\ . # ? %`` or control characters. The checked path is forwarded, never the raw target.
+"""The one request target the HTTP front accepts, a plain ``/v2/...`` path that Triton's libevhtp cannot
+read differently (it drops ``#fragments`` and does not decode), forwarded as checked (fault matrix
+row 35; docs/SERVING.md, "Request targets").
 """
 
 from __future__ import annotations

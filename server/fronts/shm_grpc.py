@@ -1,10 +1,5 @@
-"""System shared memory over gRPC, served by the gRPC front from its own table (``client_regions``):
-the counterpart of ``shm_http``, with Triton's own messages.
-
-An inference that names regions has passed the allow-list; its inputs are read from the client's
-files into raw contents (``raw_request``) and outputs wanted in regions come back as raw contents
-that ``client_response`` writes into them. On a stream such a message travels under an id of the
-front's own (``StreamOutputs``), and the client's id is put back on its answer.
+"""System shared memory over gRPC, the counterpart of ``shm_http``: regions copied into raw contents and
+outputs written back from them; on a stream, under an id of the front's own (``StreamOutputs``).
 """
 
 from __future__ import annotations

@@ -1,11 +1,6 @@
 """System shared memory over HTTP, served by the HTTP front from its own table (``client_regions``):
-Triton never maps a client's file.
-
-The ``/v2/systemsharedmemory`` API is answered here in Triton's formats and words. An inference that
-names regions has passed the allow-list; its inputs are then read from the client's files and sent
-as binary data (``binary_request``), and outputs wanted in regions come back as binary data that
-``client_response`` writes into them. With ``--trusted-shared-memory`` a checked registration is
-forwarded and Triton maps the file itself. CUDA shared memory needs the admin key.
+the API answered in Triton's words, and an inference's regions copied in as binary data and its
+outputs written back, so Triton never maps a client's file. CUDA shared memory needs the admin key.
 """
 
 from __future__ import annotations

@@ -1,7 +1,6 @@
-"""The checks both fronts make on every inference input that need no config (``allow_list`` holds the
-model's): a declared shape never needs more bytes than the request carries (Triton 2.51 wraps
-``elements × size`` in 64 bits: ``[1, 2**61]`` of INT64 reached the stub as 0 bytes), a model name
-has no NUL, and each value is one its datatype holds.
+"""Checks of every inference input that need no config: a shape never declares more than its bytes
+carry (Triton wraps ``elements × size`` in 64 bits), a model name has no NUL, and each value is one
+its datatype holds.
 """
 
 from __future__ import annotations
