@@ -20,12 +20,7 @@ from typing import Any
 
 from python_backend.batching import beyond_max_shape, parse_max_shapes
 from server.fronts.refusal import Refusal, RequestRefusedError
-from server.fronts.tensor_limits import (
-    MAX_ANY_DIM,
-    check_dims_fit_int64,
-    count_bytes_elements,
-    element_bytes,
-)
+from server.fronts.tensor_limits import MAX_ANY_DIM, check_dims_fit_int64, count_bytes_elements, element_bytes
 
 log = logging.getLogger(__name__)
 MIN_SHAPES_PARAMETER = "input_min_shapes"  # JSON {input: [dims]}: a 0 lets that dim be 0

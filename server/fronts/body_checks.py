@@ -105,6 +105,5 @@ class BodyCheckers:
             self.close()
             self.start()
             raise RequestRefusedError(
-                "the front's body-check worker died while checking this request; retry",
-                Refusal.UNAVAILABLE,
+                "the front's body-check worker died while checking this request; retry", Refusal.UNAVAILABLE
             ) from error

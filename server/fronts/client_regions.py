@@ -170,10 +170,7 @@ class RegionTable:
     """The regions clients registered, by uid and name; every copy to or from a client's memory."""
 
     def __init__(
-        self,
-        server: ServerRegions,
-        max_per_client: int = MAX_PER_CLIENT,
-        max_regions: int = MAX_REGIONS,
+        self, server: ServerRegions, max_per_client: int = MAX_PER_CLIENT, max_regions: int = MAX_REGIONS
     ) -> None:
         self.server, self.max_per_client, self.max_regions = server, max_per_client, max_regions
         self._regions: dict[int, dict[str, Region]] = {}

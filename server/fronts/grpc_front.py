@@ -302,10 +302,7 @@ async def start_front(listen: str, front: GrpcFront) -> Callable[[], Awaitable[N
     except OSError as error:
         raise OSError(f"gRPC front cannot listen on {listen}: {error}") from error
     log.info(
-        "grpc front on %s -> %s (messages up to %d bytes)",
-        listen,
-        front.upstream,
-        front.max_message_bytes,
+        "grpc front on %s -> %s (messages up to %d bytes)", listen, front.upstream, front.max_message_bytes
     )
 
     async def stop() -> None:

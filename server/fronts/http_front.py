@@ -25,12 +25,7 @@ from yarl import URL
 
 from server.admin import ADMIN_HEADER, FRONT_HEADER
 from server.fronts.allow_list import ModelSignature, ModelSignatures
-from server.fronts.body_checks import (
-    DEFAULT_MAX_LARGE,
-    DEFAULT_WORKERS,
-    INLINE_BYTES,
-    BodyCheckers,
-)
+from server.fronts.body_checks import DEFAULT_MAX_LARGE, DEFAULT_WORKERS, INLINE_BYTES, BodyCheckers
 from server.fronts.body_encoding import inflate
 from server.fronts.client_regions import Client, RegionUse
 from server.fronts.client_slots import ClientSlots
@@ -54,6 +49,7 @@ from server.fronts.request_target import checked_target, forwarded_target
 from server.fronts.shm_http import SYSTEM_SHM, HttpSharedMemory
 
 log = logging.getLogger(__name__)
+Headers = CIMultiDict[str]
 HOP_BY_HOP = {
     "connection", "keep-alive", "proxy-authenticate", "proxy-authorization", "te", "trailer",
     "transfer-encoding", "upgrade", "host", "content-length", FRONT_HEADER,
@@ -120,7 +116,7 @@ def _content_type(request: web.BaseRequest) -> str:
     return media_type
 
 
-def forwarded_headers(request: web.BaseRequest) -> CIMultiDict[str]:
+def forwarded_headers(request: web.BaseRequest) -> Headers:
     """The client's headers, case-insensitively; one sent twice is refused (Triton reads the first)."""
     names = Counter(name.decode("latin-1").lower() for name, _ in request.raw_headers)
     twice = sorted(name for name, count in names.items() if count > 1 and name not in HOP_BY_HOP)
@@ -363,19 +359,19 @@ class HttpFront:
         self,
         request: web.BaseRequest,
         target: str,
-        headers: CIMultiDict[str],
+        headers: Headers,
         body: bytes,
         model: ModelSignature | None,
     ) -> web.Response:
         """Send ``target`` upstream: GET/HEAD apart, the rest in the client's share and deadline."""
         if request.method in QUICK_METHODS:
             assert self.quick is not None
-            return await self._exchange(self.quick, request, target, headers, body)
+            return await self._exchange(self.quick, request.method, target, headers, body)
         assert self.session is not None
         peer = request.transport.get_extra_info("peername") if request.transport else None
         address = request.remote or ""
         connection = f"{peer[0]}:{peer[1]}" if peer else address
-        exchange = functools.partial(self._exchange, self.session, request, target, headers, body)
+        exchange = functools.partial(self._exchange, self.session, request.method, target, headers, body)
         if model is None:
             async with self.slots.held(address, connection):
                 return await exchange()
@@ -383,17 +379,12 @@ class HttpFront:
         return await self.deadlines.within(address, connection, model.model, deadline, exchange)
 
     async def _exchange(
-        self,
-        session: ClientSession,
-        request: web.BaseRequest,
-        target: str,
-        headers: CIMultiDict[str],
-        body: bytes,
+        self, session: ClientSession, method: str, target: str, headers: Headers, body: bytes
     ) -> web.Response:
         url = URL(target, encoded=True)
         try:
             async with session.request(
-                _answered_as(request.method), url, data=body, headers=headers, allow_redirects=False
+                _answered_as(method), url, data=body, headers=headers, allow_redirects=False
             ) as answer:
                 payload = await answer.read()
                 status = answer.status

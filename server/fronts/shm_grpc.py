@@ -15,13 +15,7 @@ from tritonclient.grpc import service_pb2
 from tritonclient.utils import triton_to_np_dtype
 
 from server.fronts.allow_list import ModelSignature, check_region_bytes
-from server.fronts.client_regions import (
-    Client,
-    FrontRegions,
-    RegionTable,
-    RegionUse,
-    check_copy_size,
-)
+from server.fronts.client_regions import Client, FrontRegions, RegionTable, RegionUse, check_copy_size
 from server.fronts.grpc_request import TYPED_FIELDS, region_use
 from server.fronts.refusal import RequestRefusedError
 from server.fronts.shm_http import REGION_PARAMETERS, output_too_small

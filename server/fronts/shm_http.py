@@ -14,13 +14,7 @@ from multidict import CIMultiDict
 
 from server.fronts.allow_list import ModelSignature, check_region_bytes
 from server.fronts.body_checks import INLINE_BYTES
-from server.fronts.client_regions import (
-    Client,
-    FrontRegions,
-    RegionTable,
-    RegionUse,
-    check_copy_size,
-)
+from server.fronts.client_regions import Client, FrontRegions, RegionTable, RegionUse, check_copy_size
 from server.fronts.kserve_json import check_register, region_use
 from server.fronts.refusal import Refusal, RequestRefusedError
 
