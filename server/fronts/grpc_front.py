@@ -23,8 +23,7 @@ from server.admin import GRPC_ADMIN_HEADER, GRPC_FRONT_HEADER
 from server.fronts import h2c
 from server.fronts.allow_list import ModelSignature, ModelSignatures
 from server.fronts.client_regions import Client, RegionUse
-from server.fronts.client_slots import ClientSlots
-from server.fronts.deadlines import OVERDUE_TIMEOUT_S, STREAM_WATCH_S, Deadlines, StreamWaits
+from server.fronts.client_slots import OVERDUE_TIMEOUT_S, STREAM_WATCH_S, ClientSlots, Deadlines, StreamWaits
 from server.fronts.grpc_request import SERVICE, check_request, model_to_check, parse_request
 from server.fronts.grpc_upstream import Upstream, UpstreamCall
 from server.fronts.grpc_wire import (

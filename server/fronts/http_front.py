@@ -28,8 +28,7 @@ from server.fronts.allow_list import ModelSignature, ModelSignatures
 from server.fronts.body_checks import DEFAULT_MAX_LARGE, DEFAULT_WORKERS, INLINE_BYTES, BodyCheckers
 from server.fronts.body_encoding import inflate
 from server.fronts.client_regions import Client, RegionUse
-from server.fronts.client_slots import ClientSlots
-from server.fronts.deadlines import Deadlines
+from server.fronts.client_slots import ClientSlots, Deadlines
 from server.fronts.kserve_json import check_generate, check_infer, check_json
 from server.fronts.peer import peer_uid
 from server.fronts.process import (

@@ -17,8 +17,7 @@ from pathlib import Path
 
 from server.admin import KEY_ENV
 from server.fronts.client_regions import ServerRegions
-from server.fronts.client_slots import SlotLimits
-from server.fronts.deadlines import DEFAULT_DEADLINE_S, DEFAULT_MAX_OVERDUE
+from server.fronts.client_slots import DEFAULT_DEADLINE_S, DEFAULT_MAX_OVERDUE, SlotLimits
 from server.proc_stat import running
 from server.shm_private import make_owner_only
 from server.stubs import stub_regions
