@@ -71,8 +71,6 @@ def _refused(refusal: RequestRefusedError) -> GrpcError:
 
 
 class GrpcFront:
-    """Checks each call of the inference service and forwards it to ``upstream`` as bytes."""
-
     def __init__(
         self,
         upstream: str,
@@ -99,7 +97,6 @@ class GrpcFront:
         self.front_key = h2c.encode_headers([(GRPC_FRONT_HEADER.encode(), key.encode())]) if key else b""
 
     def connection(self) -> FrontConnection:
-        """A new client connection (the listening socket's protocol factory)."""
         limits = ConnectionLimits(self.max_message_bytes, HANDSHAKE_TIMEOUT_S, IDLE_TIMEOUT_S, self.incoming)
         return FrontConnection(limits, self.methods, PREFIX, self.serve, self.connections)
 
@@ -107,7 +104,6 @@ class GrpcFront:
         await (self._stream if call.streaming else self._unary)(call)
 
     async def _model_config(self, model: str, version: str) -> dict:
-        """The config Triton serves for ``model``, as a dict, or Triton's refusal when it has none."""
         request = service_pb2.ModelConfigRequest(name=model, version=version).SerializeToString()
         try:
             raw, _, _ = await self.triton.unary(
@@ -293,7 +289,6 @@ class GrpcFront:
 
 
 async def start_front(listen: str, front: GrpcFront) -> Callable[[], Awaitable[None]]:
-    """Listen on ``listen`` (``front.local``, parsed); returns the coroutine function that stops the front."""
     try:
         server = await asyncio.get_running_loop().create_server(
             front.connection, front.local[0] or None, front.local[1], reuse_address=True
@@ -305,7 +300,6 @@ async def start_front(listen: str, front: GrpcFront) -> Callable[[], Awaitable[N
     )
 
     async def stop() -> None:
-        """Take no new calls, give those in flight ``STOP_GRACE_S``, then close everything."""
         server.close()
         for connection in list(front.connections):
             connection.close_gracefully()

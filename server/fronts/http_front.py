@@ -94,7 +94,6 @@ def _error(status: int, message: str) -> web.Response:
 
 
 def _answered_as(method: str) -> str:
-    """The method whose answer ``method`` gets (``UPSTREAM_METHODS``: a HEAD gets its GET's)."""
     return UPSTREAM_METHODS.get(method, method)
 
 
@@ -175,8 +174,6 @@ class FrontConnection(RequestHandler):
 
 
 class FrontServer(web.Server):
-    """aiohttp's low-level server with ``FrontConnection`` connections and a body size bound."""
-
     def __init__(self, handler, limits: FrontLimits, **kwargs) -> None:
         super().__init__(handler, **kwargs)
         self.limits = limits
@@ -193,8 +190,6 @@ class FrontServer(web.Server):
 
 
 class HttpFront:
-    """The request handler: checks, forwards to ``upstream`` (``host:port``), answers."""
-
     def __init__(self, upstream: str, limits: FrontLimits, key: str, shm: HttpSharedMemory) -> None:
         self.upstream, self.limits, self.key, self.shm = upstream, limits, key, shm
         self.state = UpstreamState(f"tritonserver at {upstream}", log)
@@ -228,7 +223,6 @@ class HttpFront:
         self.checkers.close()
 
     async def _model_config(self, model: str, version: str) -> dict:
-        """The config Triton serves for ``model``, or Triton's refusal."""
         assert self.quick is not None
         versioned = f"/versions/{version}" if version else ""
         url = URL(f"/v2/models/{model}{versioned}/config", encoded=True)
@@ -401,7 +395,6 @@ class HttpFront:
 
 
 async def start_front(listen: str, front: HttpFront) -> Callable[[], Awaitable[None]]:
-    """Listen on ``listen`` (``host:port``); returns the coroutine function that stops the front."""
     host, port = listen.rsplit(":", 1)
     await front.open()
     limits = front.limits

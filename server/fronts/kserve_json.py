@@ -79,7 +79,6 @@ def _check_strings(value: object) -> None:
 
 
 def load_json(body: bytes) -> object:
-    """Parse a request body as Triton's parser would, or ``RequestRefusedError`` saying why not."""
     try:
         text = body.decode("utf-8")
     except UnicodeDecodeError as error:
@@ -247,14 +246,8 @@ def _with_binary(carried: list[CarriedInput], body: bytes, header_bytes: int) ->
 
 
 def check_infer(body: bytes, header_length: str | None, model: ModelSignature) -> list[RegionUse]:
-    """``RequestRefusedError`` unless the inference request is one Triton reads as the front does and
-    ``model``'s config accepts it (``server.fronts.allow_list``); returns the shared-memory ranges it
-    names.
-
-    ``header_length`` is the ``Inference-Header-Content-Length`` header: the JSON is then the body's
-    first bytes and binary data follows. ``0`` is Triton's raw request: the whole body is the single
-    input's bytes, its shape deduced from the config as Triton deduces it.
-    """
+    """``RequestRefusedError`` unless ``model`` accepts the request; the ranges it names. ``header_length``
+    ``0`` is Triton's raw request: the whole body is the one input's bytes."""
     header = body
     if header_length is not None:
         if not HEADER_LENGTH.fullmatch(header_length) or int(header_length) > len(body):
@@ -280,7 +273,6 @@ def check_infer(body: bytes, header_length: str | None, model: ModelSignature) -
 
 
 def check_register(body: bytes) -> tuple[str, int, int]:
-    """(key, offset, byte size) of a system shared-memory register body."""
     document = load_json(body)
     if not isinstance(document, dict):
         raise RequestRefusedError("shared memory register request must be a JSON object")

@@ -35,7 +35,6 @@ def _ours(table: RegionTable, client: Client, parameters: Any) -> RegionUse | No
 
 
 def _raw_contents(tensor: service_pb2.ModelInferRequest.InferInputTensor) -> bytes:
-    """Typed contents as the raw bytes Triton would make of them."""
     if tensor.datatype == "BYTES":
         return b"".join(len(v).to_bytes(4, "little") + v for v in tensor.contents.bytes_contents)
     if tensor.datatype not in TYPED_FIELDS:
@@ -51,10 +50,8 @@ def raw_request(
     model: ModelSignature,
     limit: int,
 ) -> tuple[list[bytes], dict[str, RegionUse]]:
-    """Rewrite a checked ``request`` in place as Triton gets it: inputs in regions read, walked by the
-    allow-list and put in raw contents (typed contents too: Triton reads none beside raw ones);
-    outputs in regions asked for as raw contents. Returns the raw contents, taken out of the message
-    (``wire`` puts them back), and the outputs to write back."""
+    """Rewrite a checked ``request`` for Triton: regions and typed contents (Triton reads none beside raw
+    ones) become raw contents, returned apart for ``wire``, with the outputs to write back."""
     given = list(request.raw_input_contents)
     del request.raw_input_contents[:]
     raw: list[bytes] = []
@@ -96,8 +93,7 @@ def _varint(value: int) -> bytes:
 
 
 def wire(request: service_pb2.ModelInferRequest, raw: list[bytes]) -> bytes:
-    """``request`` serialized with ``raw`` appended as its raw-contents fields: upb takes 60-90 ms to
-    serialize a 16 MiB bytes field, a join about 5."""
+    """``request`` with ``raw`` appended as fields: upb takes 60-90 ms on 16 MiB of bytes, a join 5."""
     parts = [request.SerializeToString()]
     for data in raw:
         parts += [RAW_TAG, _varint(len(data)), data]
@@ -110,8 +106,7 @@ def client_response(
     outputs: dict[str, RegionUse],
     response: service_pb2.ModelInferResponse,
 ) -> None:
-    """Rewrite Triton's ``response`` in place: each output in ``outputs`` written into its region (all
-    checked before any is written), its raw contents left empty."""
+    """Write each output of ``outputs`` into its region (all checked first) and empty its raw contents."""
     writes = []
     for index, tensor in enumerate(response.outputs):
         use = outputs.get(tensor.name)
@@ -127,10 +122,7 @@ def client_response(
 
 
 class GrpcSharedMemory(FrontRegions):
-    """What the gRPC front does with shared memory (``FrontRegions``), in gRPC's terms."""
-
     def answer(self, method: str, request: Message | None, client: Callable[[], Client]) -> bytes | None:
-        """The front's answer to a shared-memory call, or None to forward it."""
         if method.startswith("CudaSharedMemory"):
             self.check_cuda(client())
             return None
@@ -162,7 +154,6 @@ class GrpcSharedMemory(FrontRegions):
         return wire(request, raw), outputs
 
     def to_client(self, client: Client, outputs: dict[str, RegionUse], raw: bytes) -> bytes:
-        """Triton's answer to a rewritten ``ModelInfer``, as the client gets it."""
         if not outputs or self.table is None:
             return raw
         response = service_pb2.ModelInferResponse.FromString(raw)
@@ -198,7 +189,6 @@ class StreamOutputs:
         return wire(request, raw)
 
     def to_client(self, raw: bytes) -> bytes:
-        """An answer of the stream as the client gets it: outputs written, the client's id back."""
         if not self.pending:
             return raw
         answer = service_pb2.ModelStreamInferResponse.FromString(raw)

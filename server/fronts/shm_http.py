@@ -45,10 +45,8 @@ def binary_request(
     model: ModelSignature,
     limit: int,
 ) -> tuple[bytes, int, dict[str, RegionUse]]:
-    """A checked inference request as Triton gets it: inputs in regions read, walked by the allow-list
-    and sent as binary data; outputs in regions asked for as binary. Returns the body, its JSON
-    header's length and the outputs to write back. The header is parsed again on the event loop, so
-    it is bounded by ``INLINE_BYTES``."""
+    """A checked request as Triton gets it, regions as binary data, with its header's length and the
+    outputs to write back; the header is parsed on the event loop, so bounded by ``INLINE_BYTES``."""
     split = int(header_length) if header_length is not None else len(body)
     if split > INLINE_BYTES:
         raise RequestRefusedError(
@@ -93,9 +91,8 @@ def client_response(
     payload: bytes,
     header_length: str | None,
 ) -> tuple[bytes, int | None]:
-    """Triton's answer as the client gets it: each output in ``outputs`` written into its region (all
-    checked before any is written) and left without data. Returns the payload and its header's length
-    (None: no binary data left)."""
+    """Triton's answer with each output of ``outputs`` written into its region (all checked first) and
+    its header's length (None: no binary data left)."""
     split = int(header_length) if header_length is not None else len(payload)
     document = json.loads(payload[:split])
     kept, carried, writes = [], memoryview(payload)[split:], []
@@ -126,17 +123,13 @@ def _json(document: object, status: int = 200) -> web.Response:
 
 
 def _empty() -> web.Response:
-    """Triton's answer to a register or unregister that worked: 200, JSON, no body."""
     return web.Response(status=200, content_type="application/json")
 
 
 class HttpSharedMemory(FrontRegions):
-    """What the HTTP front does with shared memory (``FrontRegions``), in HTTP's terms."""
-
     def answer(
         self, method: str, path: str, body: bytes, client: Callable[[], Client]
     ) -> web.Response | None:
-        """The front's answer to a shared-memory API call, or None to forward it."""
         if CUDA_SHM.fullmatch(path):
             self.check_cuda(client())
             return None
@@ -175,7 +168,6 @@ class HttpSharedMemory(FrontRegions):
         return body, outputs
 
     def to_client(self, client: Client, outputs: dict[str, RegionUse], answer: web.Response) -> web.Response:
-        """Triton's answer to a rewritten request, as the client gets it."""
         if answer.status != 200 or not outputs or self.table is None:
             return answer
         assert isinstance(answer.body, bytes)
