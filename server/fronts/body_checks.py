@@ -34,10 +34,6 @@ def _die_with_the_front() -> None:
         ctypes.CDLL(None, use_errno=True).prctl(PR_SET_PDEATHSIG, signal.SIGKILL)
 
 
-def _ready() -> bool:
-    return True
-
-
 class BodyCheckers:
     """``with place() as need:`` around reading a body, then ``await check(size, function, *args)``."""
 
@@ -56,7 +52,7 @@ class BodyCheckers:
         self._pool = ProcessPoolExecutor(
             self.workers, mp_context=multiprocessing.get_context("spawn"), initializer=_die_with_the_front
         )
-        self._pool.submit(_ready)
+        self._pool.submit(int)  # any task: the pool spawns its worker now
 
     def close(self) -> None:
         if self._pool is not None:

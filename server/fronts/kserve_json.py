@@ -61,23 +61,6 @@ def _parse_float(text: str) -> float:
     return value
 
 
-def _check_strings(value: object) -> None:
-    """Every string in ``value`` is valid Unicode (a lone surrogate escape is not)."""
-    pending = [value]
-    while pending:
-        item = pending.pop()
-        if isinstance(item, dict):
-            pending.extend(item.keys())
-            pending.extend(item.values())
-        elif isinstance(item, list):
-            pending.extend(item)
-        elif isinstance(item, str):
-            try:
-                item.encode("utf-8")
-            except UnicodeEncodeError as error:
-                raise RequestRefusedError("request JSON holds a lone UTF-16 surrogate escape") from error
-
-
 def load_json(body: bytes) -> object:
     try:
         text = body.decode("utf-8")
@@ -93,8 +76,13 @@ def load_json(body: bytes) -> object:
         raise
     except ValueError as error:
         raise RequestRefusedError(f"request body is not valid JSON: {error}") from error
-    if SURROGATE_ESCAPE.search(text):
-        _check_strings(document)
+    if SURROGATE_ESCAPE.search(text):  # a lone surrogate escape parses, but is no Unicode Triton reads
+        try:
+            json.dumps(document, ensure_ascii=False).encode("utf-8")
+        except UnicodeEncodeError as error:
+            raise RequestRefusedError("request JSON holds a lone UTF-16 surrogate escape") from error
+        except RecursionError as error:
+            raise RequestRefusedError("request JSON nests too deeply") from error
     return document
 
 
