@@ -186,7 +186,8 @@ class ServerCall:
                 encoding = None if value == b"identity" else value
             if not name.startswith(b":"):
                 self.metadata.append((name, value))
-        self.reader = MessageReader(connection.front_limits.max_message_bytes, encoding)
+        limits = connection.front_limits
+        self.reader = MessageReader(limits.max_message_bytes, encoding)
         self.messages: deque[tuple[bytes, int]] = deque()
         self.queued = 0  # bytes of the messages waiting for the handler
         self.withheld = 0  # bytes received and not yet given back as window
@@ -197,11 +198,7 @@ class ServerCall:
         self.done = False
         self.held = 0  # bytes of this call's messages counted in the front's ``IncomingBytes``
         # a unary call's message must be whole in time (fault matrix row 71), as an HTTP body must
-        self.timer = (
-            None
-            if streaming
-            else connection.loop.call_later(connection.front_limits.message_s, self._message_late)
-        )
+        self.timer = None if streaming else connection.loop.call_later(limits.message_s, self._message_late)
 
     @property
     def peer(self) -> tuple[str, str, int | None]:
