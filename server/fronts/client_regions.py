@@ -37,6 +37,8 @@ class Client:
 
 @dataclass(frozen=True)
 class RegionUse:
+    """A shared-memory range an input or output of an inference request names."""
+
     region: object
     offset: int
     byte_size: int
@@ -234,6 +236,7 @@ class RegionTable:
         return None if use is None or (client.admin and not self.has(client, use.region)) else use
 
     def read(self, client: Client, use: RegionUse) -> bytes:
+        """The ``use.byte_size`` bytes at ``use.offset`` of the client's region."""
         region, start = self.check(client, use)
         data = os.pread(region.descriptor, use.byte_size, start)
         if len(data) != use.byte_size:

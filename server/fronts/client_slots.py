@@ -215,6 +215,7 @@ class StreamWaits:
             )
 
     def add(self, request: service_pb2.ModelInferRequest, deadline_s: float) -> None:
+        """Count ``request`` as waiting, under the id Triton will answer it with."""
         self.check_room()
         expires = time.monotonic() + deadline_s
         self.waiting.append(_Waiting(expires, request.model_name, deadline_s, request.id))
@@ -231,6 +232,7 @@ class StreamWaits:
             del self.waiting[0]
 
     def overdue(self) -> RequestRefusedError | None:
+        """The refusal for the first message past its deadline, or None."""
         now = time.monotonic()
         late = next((w for w in self.waiting if w.expires <= now), None)
         return None if late is None else deadline_refusal(late.model, late.deadline_s)

@@ -71,6 +71,8 @@ def _refused(refusal: RequestRefusedError) -> GrpcError:
 
 
 class GrpcFront:
+    """Checks each call of the inference service and forwards it to ``upstream`` as bytes."""
+
     def __init__(
         self,
         upstream: str,
@@ -97,6 +99,7 @@ class GrpcFront:
         self.front_key = h2c.encode_headers([(GRPC_FRONT_HEADER.encode(), key.encode())]) if key else b""
 
     def connection(self) -> FrontConnection:
+        """A new client connection (the listening socket's protocol factory)."""
         limits = ConnectionLimits(self.max_message_bytes, HANDSHAKE_TIMEOUT_S, IDLE_TIMEOUT_S, self.incoming)
         return FrontConnection(limits, self.methods, PREFIX, self.serve, self.connections)
 
@@ -289,6 +292,7 @@ class GrpcFront:
 
 
 async def start_front(listen: str, front: GrpcFront) -> Callable[[], Awaitable[None]]:
+    """Listen on ``listen`` (``front.local``, parsed); returns the coroutine function that stops the front."""
     try:
         server = await asyncio.get_running_loop().create_server(
             front.connection, front.local[0] or None, front.local[1], reuse_address=True

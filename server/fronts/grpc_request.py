@@ -59,6 +59,7 @@ def parameter_value(parameters: Any, key: str) -> Any:
 
 
 def region_use(parameters: Any, where: str) -> RegionUse | None:
+    """The shared-memory range a tensor's parameters name, if any."""
     region = parameter_value(parameters, "shared_memory_region")
     if region is None:
         return None

@@ -129,6 +129,7 @@ class UpstreamCall:
             self.waiter = None
 
     async def answers(self) -> AsyncIterator[bytes]:
+        """Triton's messages as they come; ``GrpcError`` for a status other than OK at the end."""
         while True:
             while self.messages:
                 yield self.messages.popleft()
@@ -202,6 +203,8 @@ class UpstreamConnection(h2c.Endpoint):
 
 
 class Upstream:
+    """Calls to tritonserver's gRPC port at ``address`` (``host:port``)."""
+
     def __init__(self, address: str) -> None:
         host, port = address.rsplit(":", 1)
         self.host, self.port, self.authority = host.strip("[]"), int(port), address.encode()

@@ -110,6 +110,7 @@ def status_headers(code: int, details: str, trailing: Headers) -> Headers:
 
 
 def read_status(headers: Headers) -> tuple[int, str, Headers]:
+    """(code, details, trailing metadata) of a call's trailers."""
     code, details, trailing = UNKNOWN, "", []
     for name, value in headers:
         if name == b"grpc-status":
@@ -129,6 +130,7 @@ class MessageReader:
         self.pending = bytearray()
 
     def feed(self, data: bytes) -> list[tuple[bytes, int]]:
+        """The messages completed by ``data``, each with its size on the wire."""
         pending = self.pending
         if not pending and len(data) >= PREFIX_BYTES:
             length = int.from_bytes(data[1:5], "big")
@@ -170,6 +172,8 @@ class MessageReader:
 
 
 class ServerCall:
+    """One call of a client, as the front's handler sees it."""
+
     def __init__(
         self, connection: FrontConnection, stream_id: int, method: str, headers: Headers, streaming: bool
     ) -> None:
@@ -209,6 +213,7 @@ class ServerCall:
         return None if self.deadline is None else self.deadline - self.connection.loop.time()
 
     def on_data(self, data: bytes, end_stream: bool) -> None:
+        """DATA from the client (``end_stream``: its last)."""
         if self.done:
             return
         try:
@@ -235,6 +240,7 @@ class ServerCall:
             self.waiter.set_result(None)
 
     def message(self) -> bytes:
+        """The one message of a unary call."""
         if len(self.messages) != 1:
             raise GrpcError(
                 INVALID_ARGUMENT, f"a unary call carries one message, this one {len(self.messages)}"
@@ -242,6 +248,7 @@ class ServerCall:
         return self.messages[0][0]
 
     async def receive(self) -> bytes | None:
+        """The next message of a stream; None once the client has sent its last."""
         while not self.messages:
             if self.ended:
                 return None
@@ -274,6 +281,7 @@ class ServerCall:
         return True
 
     def release(self) -> None:
+        """This call's messages are no longer the front's to count (taken, or the call ended)."""
         self.connection.front_limits.incoming.held -= self.held
         self.held = 0
         if self.timer is not None:
@@ -302,6 +310,7 @@ class ServerCall:
         self.connection.send_data(self.stream_id, frame_message(message))
 
     def reply(self, message: bytes, initial: Headers = (), trailing: Headers = ()) -> None:
+        """A unary call's answer: headers, the message and OK trailers, in one write."""
         if self.done:
             return
         self.headers_sent = True
@@ -329,11 +338,13 @@ class ServerCall:
         connection.call_ended(self)
 
     def abort(self, code: int, details: str) -> None:
+        """End the call with this status and cancel its handler."""
         self.finish(code, details)
         if self.task is not None:
             self.task.cancel()
 
     def on_reset(self, code: int = h2c.CANCEL) -> None:
+        """The client reset the call (``code``) or went away."""
         self.done = True
         if self.task is not None:
             self.task.cancel()

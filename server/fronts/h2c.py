@@ -151,6 +151,7 @@ class Endpoint(asyncio.Protocol):
             self.transport.write(data)
 
     def close(self, code: int = NO_ERROR, message: str = "", last_stream: int = 0) -> None:
+        """``GOAWAY`` with ``code`` and end the connection."""
         if self.closed or self.transport is None:
             return
         self.write(goaway(last_stream, code, message.encode()))
@@ -308,6 +309,7 @@ class Endpoint(asyncio.Protocol):
         self.sending[stream_id] = _Sending(self.peer_window)
 
     def send_headers(self, stream_id: int, block: bytes, end_stream: bool = False) -> None:
+        """A header block (``encode_headers``) on ``stream_id``, after any data still waiting."""
         sending = self.sending.get(stream_id)
         if sending is not None and sending.waiting:
             sending.waiting.append((None, block, end_stream))
@@ -399,6 +401,7 @@ class Endpoint(asyncio.Protocol):
         self.write(frame(RST_STREAM, 0, stream_id, _U32.pack(code)))
 
     def forget(self, stream_id: int) -> None:
+        """``stream_id`` is closed both ways: drop what is kept for it."""
         sending = self.sending.pop(stream_id, None)
         if sending is not None:
             self.queued -= sending.queued

@@ -174,6 +174,8 @@ class FrontConnection(RequestHandler):
 
 
 class FrontServer(web.Server):
+    """aiohttp's low-level server with ``FrontConnection`` connections and a body size bound."""
+
     def __init__(self, handler, limits: FrontLimits, **kwargs) -> None:
         super().__init__(handler, **kwargs)
         self.limits = limits
@@ -190,6 +192,8 @@ class FrontServer(web.Server):
 
 
 class HttpFront:
+    """The request handler: checks, forwards to ``upstream`` (``host:port``), answers."""
+
     def __init__(self, upstream: str, limits: FrontLimits, key: str, shm: HttpSharedMemory) -> None:
         self.upstream, self.limits, self.key, self.shm = upstream, limits, key, shm
         self.state = UpstreamState(f"tritonserver at {upstream}", log)
@@ -395,6 +399,7 @@ class HttpFront:
 
 
 async def start_front(listen: str, front: HttpFront) -> Callable[[], Awaitable[None]]:
+    """Listen on ``listen`` (``host:port``); returns the coroutine function that stops the front."""
     host, port = listen.rsplit(":", 1)
     await front.open()
     limits = front.limits

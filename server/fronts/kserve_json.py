@@ -62,6 +62,7 @@ def _parse_float(text: str) -> float:
 
 
 def load_json(body: bytes) -> object:
+    """Parse a request body as Triton's parser would, or ``RequestRefusedError`` saying why not."""
     try:
         text = body.decode("utf-8")
     except UnicodeDecodeError as error:
@@ -165,6 +166,7 @@ def _check_data(name: object, datatype: object, shape: list[int], data: object) 
 
 
 def region_use(parameters: dict, where: str) -> RegionUse | None:
+    """The shared-memory range a tensor's parameters name, if any."""
     if "shared_memory_region" not in parameters:
         return None
     size = _field(parameters, "shared_memory_byte_size", (int,), f"{where} parameters", required=True)
@@ -261,6 +263,7 @@ def check_infer(body: bytes, header_length: str | None, model: ModelSignature) -
 
 
 def check_register(body: bytes) -> tuple[str, int, int]:
+    """(key, offset, byte size) of a system shared-memory register body."""
     document = load_json(body)
     if not isinstance(document, dict):
         raise RequestRefusedError("shared memory register request must be a JSON object")

@@ -67,10 +67,12 @@ class FrontShares:
     slots: SlotLimits = field(default_factory=SlotLimits)
 
     def values(self) -> tuple[float, int, int, int, int]:
+        """The values of ``SHARE_FLAGS``, in its order."""
         slots = self.slots
         return (self.deadline_s, self.max_overdue, slots.capacity, slots.per_address, slots.per_connection)
 
     def flags(self) -> list[str]:
+        """The fronts' command-line flags for these shares."""
         return [f"--{name}={value}" for (name, _, _), value in zip(SHARE_FLAGS, self.values(), strict=True)]
 
 
@@ -81,6 +83,7 @@ def add_share_arguments(parser: argparse.ArgumentParser, prefix: str = "") -> No
 
 
 def shares_from_args(args: argparse.Namespace, prefix: str = "") -> FrontShares:
+    """The ``FrontShares`` of the flags ``add_share_arguments`` added with ``prefix``."""
     deadline_s, max_overdue, *slots = (
         getattr(args, (prefix + n).replace("-", "_")) for n, _, _ in SHARE_FLAGS
     )
@@ -113,6 +116,7 @@ def admin_key() -> str:
 
 
 def current_server_pid(pid_file: Path | None) -> int | None:
+    """The pid of the tritonserver the launcher started last (None: no file, or not readable yet)."""
     if pid_file is None:
         return None
     try:
@@ -122,6 +126,7 @@ def current_server_pid(pid_file: Path | None) -> int | None:
 
 
 def server_regions(args: argparse.Namespace) -> ServerRegions:
+    """The server's own regions (its prefix, every live stub's), which no client may register."""
     return ServerRegions(args.shm_prefix, stub_regions)
 
 

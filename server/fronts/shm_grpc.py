@@ -122,7 +122,10 @@ def client_response(
 
 
 class GrpcSharedMemory(FrontRegions):
+    """What the gRPC front does with shared memory (``FrontRegions``), in gRPC's terms."""
+
     def answer(self, method: str, request: Message | None, client: Callable[[], Client]) -> bytes | None:
+        """The front's answer to a shared-memory call, or None to forward it."""
         if method.startswith("CudaSharedMemory"):
             self.check_cuda(client())
             return None
@@ -154,6 +157,7 @@ class GrpcSharedMemory(FrontRegions):
         return wire(request, raw), outputs
 
     def to_client(self, client: Client, outputs: dict[str, RegionUse], raw: bytes) -> bytes:
+        """Triton's answer to a rewritten ``ModelInfer``, as the client gets it."""
         if not outputs or self.table is None:
             return raw
         response = service_pb2.ModelInferResponse.FromString(raw)
@@ -189,6 +193,7 @@ class StreamOutputs:
         return wire(request, raw)
 
     def to_client(self, raw: bytes) -> bytes:
+        """An answer of the stream as the client gets it: outputs written, the client's id back."""
         if not self.pending:
             return raw
         answer = service_pb2.ModelStreamInferResponse.FromString(raw)

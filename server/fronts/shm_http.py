@@ -127,9 +127,12 @@ def _empty() -> web.Response:
 
 
 class HttpSharedMemory(FrontRegions):
+    """What the HTTP front does with shared memory (``FrontRegions``), in HTTP's terms."""
+
     def answer(
         self, method: str, path: str, body: bytes, client: Callable[[], Client]
     ) -> web.Response | None:
+        """The front's answer to a shared-memory API call, or None to forward it."""
         if CUDA_SHM.fullmatch(path):
             self.check_cuda(client())
             return None
@@ -168,6 +171,7 @@ class HttpSharedMemory(FrontRegions):
         return body, outputs
 
     def to_client(self, client: Client, outputs: dict[str, RegionUse], answer: web.Response) -> web.Response:
+        """Triton's answer to a rewritten request, as the client gets it."""
         if answer.status != 200 or not outputs or self.table is None:
             return answer
         assert isinstance(answer.body, bytes)

@@ -35,6 +35,7 @@ def check_model_name(name: object) -> None:
 
 
 def check_shape(name: object, shape: object) -> list[int]:
+    """``shape`` as a list of non-negative int64 dims, or ``RequestRefusedError`` naming the input."""
     dims = list(shape) if isinstance(shape, list | tuple) else None
     if dims is None or not all(
         isinstance(d, int) and not isinstance(d, bool) and 0 <= d <= MAX_DIM for d in dims
