@@ -93,10 +93,6 @@ def _error(status: int, message: str) -> web.Response:
     return web.json_response({"error": message}, status=status)
 
 
-def _answered_as(method: str) -> str:
-    return UPSTREAM_METHODS.get(method, method)
-
-
 async def _continue(request: web.BaseRequest) -> None:
     """``100 Continue`` once the headers passed (row 66): aiohttp's low-level server never sends it."""
     if request.version >= (1, 1) and request.headers.get("Expect", "").lower() == "100-continue":
@@ -319,7 +315,10 @@ class HttpFront:
                 body = inflate(body, headers.pop("Content-Encoding", None), limit)
                 need(len(body))
                 answer = self.shm.answer(
-                    _answered_as(request.method), path, body, lambda: self._client(request)
+                    UPSTREAM_METHODS.get(request.method, request.method),
+                    path,
+                    body,
+                    lambda: self._client(request),
                 )
                 if answer is not None:  # the shared-memory API, served by the front itself
                     return answer
@@ -381,7 +380,7 @@ class HttpFront:
         url = URL(target, encoded=True)
         try:
             async with session.request(
-                _answered_as(method), url, data=body, headers=headers, allow_redirects=False
+                UPSTREAM_METHODS.get(method, method), url, data=body, headers=headers, allow_redirects=False
             ) as answer:
                 payload = await answer.read()
                 status = answer.status
