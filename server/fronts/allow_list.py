@@ -1,69 +1,44 @@
-"""The allow-list: a request reaches Triton only if the served model's config accepts it (fault matrix
-rows 53–55), checked the same way by both fronts, whatever carries each input.
-
-Each protocol's parser (``server.fronts.kserve_json``, ``server.fronts.grpc_request``) turns a request
-into what is checked here: for every input its name, datatype, shape, and what carries its data
-(``CarriedInput``: JSON values, typed contents, binary or raw bytes, a shared-memory range), plus the
-names of the outputs it asks for. ``check_allowed`` then accepts exactly what the model's config
-(``ModelSignature``, read from the config Triton serves) allows:
-
-* input names: every input of the model once (an ``optional`` input may be left out), none it lacks;
-* each input's datatype equal to the config's;
-* each dim within ``[1, bound]``: the batch dim (models with ``max_batch_size`` > 0) from 1 to
-  ``max_batch_size`` and equal across inputs; fixed dims equal; a ``-1`` dim up to the input's
-  ``input_max_shapes`` entry (the parameter our builds write), or where there is none up to what fits
-  in the front's body limit at the input's smallest element size (``ModelSignature.from_config``);
-* a dim of 0 only where the config says so: a fixed dim of 0, or a 0 in the input's
-  ``input_min_shapes`` entry (a parameter like ``input_max_shapes``; none of our builds write it, so
-  zero is refused: Triton 2.51 never answered ``[0, 0]`` for the text encoder);
-* what carries the data holds exactly what the shape needs: ``elements × size`` bytes, a BYTES
-  buffer whose length prefixes walk it exactly, or as many JSON values or typed contents as elements;
-* requested outputs among the model's outputs, each once.
-
-Shared memory is no exception (fault matrix row 61): an input in a client's region is checked here
-with the range's byte size before the front reads a byte of it, an output wanted in a region is a
-requested output like any other, and the bytes the front then reads from the region are walked here
-too (``check_region_bytes``) before Triton sees them.
-
-Where Triton has a message for a fault its wording is kept (``inference input 'dense' data-type is
-'FP64', but model 'recommender' expects 'FP32'``), so a client reads the same answer with the fronts
-or without; the others name the input and what the config allows.
-
-``ModelSignature`` also says what bounds a request to the model before its body is read: the
-largest valid request in bytes (``largest_request_bytes``) and its deadline (``deadline_s``, from
-the ``request_deadline_s`` parameter, else the front's default).
+"""The allow-list: a request reaches Triton only if the served model's config accepts it exactly,
+whatever carries its inputs (fault matrix rows 37, 53–55 and 61; docs/SERVING.md, "What every
+inference must be: the allow-list"). Each protocol's parser turns a request into ``CarriedInput``s;
+``check_allowed`` holds them to the model's ``ModelSignature``, in Triton's words where it has them.
+``ModelSignatures`` caches each signature as Triton serves it (an unknown model gets Triton's 404 /
+``NOT_FOUND``; while Triton does not answer, 503 / ``UNAVAILABLE``): nothing is forwarded unchecked.
 """
 
 from __future__ import annotations
 
+import asyncio
+import logging
 import math
+import time
 from collections import Counter
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from enum import Enum
 from typing import Any
 
 from python_backend.batching import beyond_max_shape, parse_max_shapes
-from server.fronts.refusal import RequestRefusedError
-from server.fronts.tensor_limits import (
-    MAX_ANY_DIM,
-    check_dims_fit_int64,
-    count_bytes_elements,
-    element_bytes,
-)
+from server.fronts.refusal import Refusal, RequestRefusedError
+from server.fronts.tensor_limits import MAX_ANY_DIM, check_dims_fit_int64, count_bytes_elements, element_bytes
 
+log = logging.getLogger(__name__)
 MIN_SHAPES_PARAMETER = "input_min_shapes"  # JSON {input: [dims]}: a 0 lets that dim be 0
 DEADLINE_PARAMETER = "request_deadline_s"  # the longest one request to the model may take, queue included
-# The largest valid request in bytes: each element at most this many characters of JSON (repr of any
-# double is at most 24, plus a separator and the brackets of a one-element row; no element of any
-# datatype takes more bytes in binary), the header at most HEADER_ALLOWANCE (names, parameters, an id).
+# The largest valid request: each element at most this many characters of JSON (a double's repr, a
+# separator, a row's brackets; more than any binary element), plus HEADER_ALLOWANCE.
 JSON_CHARS_PER_VALUE = 40
 HEADER_ALLOWANCE = 64 << 10
+# fetch(model, version): the config, RequestRefusedError with Triton's answer, or any other error
+Fetch = Callable[[str, str], Awaitable[Mapping[str, Any]]]
+TTL_S = 5.0  # how long a config is kept
+UNKNOWN_TTL_S = 1.0  # how long Triton's "no such model" is kept
+FETCH_TIMEOUT_S = 5.0  # how long Triton may take to answer for a config
+MAX_ENTRIES = 1024  # requests naming many unknown models must not grow the cache without bound
 
 
 class Carrier(Enum):
-    """What carries an input's data, as a refusal names it; JSON values and typed contents are counted
-    in values, the others in bytes."""
+    """What carries an input's data, as a refusal names it."""
 
     JSON = "its JSON data"
     TYPED = "its typed contents"
@@ -78,11 +53,7 @@ class Carrier(Enum):
 
 @dataclass(frozen=True)
 class CarriedInput:
-    """One input of a request as the allow-list sees it. ``size``: values (JSON, typed contents) or
-    bytes (the others) carried; ``payload``: the bytes themselves where the front holds them, so a
-    BYTES input's length prefixes can be walked. A shared-memory range has none when the request is
-    checked, before the front reads a byte of it: its size is then checked against the shortest
-    elements, and the bytes the front reads are walked afterwards (``check_region_bytes``)."""
+    """One input of a request: ``size`` in values or bytes, ``payload`` where the front holds them."""
 
     name: str
     datatype: str
@@ -100,8 +71,7 @@ def protocol_datatype(config_type: str) -> str:
 
 @dataclass(frozen=True)
 class InputRule:
-    """What one input may be: its datatype, and each of its config dims (no batch) within
-    ``[low, high]``, ``fixed`` for dims the config names (``-1`` otherwise)."""
+    """One input's datatype and each config dim (no batch) within ``[low, high]``."""
 
     datatype: str
     fixed: tuple[int, ...]
@@ -111,9 +81,7 @@ class InputRule:
 
 
 def _dims_parameter(parameters: Mapping[str, Any], key: str) -> dict[str, tuple[int, ...]]:
-    """``{input: dims}`` from the JSON string parameter ``key``, read by the backend's own reader of
-    ``input_max_shapes``; one that does not parse counts as absent (the backend refuses to load with a
-    bad ``input_max_shapes``; ``input_min_shapes`` is read only here)."""
+    """``{input: dims}`` from the JSON parameter ``key``, by the backend's own reader."""
     try:
         return parse_max_shapes({"input_max_shapes": parameters.get(key) or {}})
     except ValueError:
@@ -155,8 +123,7 @@ def _rule(item: Mapping[str, Any], max_shapes: dict, min_shapes: dict, body_limi
 
 @dataclass(frozen=True)
 class ModelSignature:
-    """What one model's config lets a request be (see the module's docstring), read from the config
-    Triton serves; ``body_limit`` is the front's own bound on a body or message."""
+    """What one model's config, as Triton serves it, lets a request be."""
 
     model: str
     max_batch_size: int
@@ -167,8 +134,7 @@ class ModelSignature:
 
     @classmethod
     def from_config(cls, model: str, config: Mapping[str, Any], body_limit: int) -> ModelSignature:
-        """From a config as JSON (Triton's ``/v2/models/<m>/config``, or the gRPC ``ModelConfig`` as a
-        dict: int64 fields may come as strings)."""
+        """From a config as JSON (gRPC's as a dict: int64 fields may come as strings)."""
         parameters = config.get("parameters") or {}
         shapes = [_dims_parameter(parameters, key) for key in ("input_max_shapes", MIN_SHAPES_PARAMETER)]
         inputs = {str(item["name"]): _rule(item, *shapes, body_limit) for item in config.get("input") or []}
@@ -181,8 +147,7 @@ class ModelSignature:
         return self.max_batch_size > 0
 
     def largest_request_bytes(self) -> int:
-        """The largest body or message a valid request to this model can be, as JSON or binary (BYTES
-        elements have no bound in a config: a model with one takes up to the front's limit)."""
+        """The largest body a valid request can be (BYTES inputs: the front's limit)."""
         if any(rule.datatype == "BYTES" for rule in self.inputs.values()):
             return self.body_limit
         batch = max(self.max_batch_size, 1)
@@ -195,6 +160,58 @@ class ModelSignature:
         dims = [f"1..{self.max_batch_size}"] if self.batched else []
         dims += [str(low) if low == high else f"{low}..{high}" for low, high in rule.bounds]
         return "[" + ",".join(dims) + "]"
+
+
+class ModelSignatures:
+    """The models' signatures, one fetch for concurrent requests; ``forget`` on (un)loads."""
+
+    def __init__(self, fetch: Fetch, body_limit: int) -> None:
+        self.fetch, self.body_limit = fetch, body_limit
+        self._entries: dict[tuple[str, str], tuple[float, ModelSignature | RequestRefusedError]] = {}
+        self._pending: dict[tuple[str, str], asyncio.Future] = {}
+
+    async def get(self, model: str, version: str = "") -> ModelSignature:
+        key = (model, version)
+        entry = self._entries.get(key)
+        if entry is not None and time.monotonic() < entry[0]:
+            return _known(entry[1])
+        pending = self._pending.get(key)
+        if pending is None:
+            pending = self._pending[key] = asyncio.ensure_future(self._load(key))
+            pending.add_done_callback(lambda _: self._pending.pop(key, None))
+        return _known(await asyncio.shield(pending))
+
+    async def _load(self, key: tuple[str, str]) -> ModelSignature | RequestRefusedError:
+        try:
+            config = await asyncio.wait_for(self.fetch(*key), FETCH_TIMEOUT_S)
+            found: ModelSignature | RequestRefusedError = ModelSignature.from_config(
+                key[0], config, self.body_limit
+            )
+            expires = time.monotonic() + TTL_S
+        except RequestRefusedError as refusal:  # Triton's answer: no such model (version)
+            found, expires = refusal, time.monotonic() + UNKNOWN_TTL_S
+        except Exception as error:  # Triton unreachable or silent: refuse, remember nothing
+            log.debug("no config for model %r: %r", key[0], error)
+            return RequestRefusedError(
+                f"tritonserver is not reachable (starting, restarting or down), so the config of model "
+                f"'{key[0]}' cannot be checked: {error!r}",
+                Refusal.UNAVAILABLE,
+            )
+        if len(self._entries) >= MAX_ENTRIES:
+            self._entries.clear()
+        self._entries[key] = (expires, found)
+        return found
+
+    def forget(self, model: str) -> None:
+        """Drop what is known of ``model`` (every version): it is being loaded or unloaded."""
+        for key in [key for key in self._entries if key[0] == model]:
+            del self._entries[key]
+
+
+def _known(found: ModelSignature | RequestRefusedError) -> ModelSignature:
+    if isinstance(found, RequestRefusedError):
+        raise RequestRefusedError(str(found), found.kind)  # a fresh one per request: no shared traceback
+    return found
 
 
 def _listed(dims: Iterable[int]) -> str:
@@ -224,8 +241,7 @@ def _check_names(model: ModelSignature, inputs: Sequence[CarriedInput]) -> None:
 
 
 def _check_batch(model: ModelSignature, inputs: Sequence[CarriedInput]) -> None:
-    """One batch size for all inputs, from 1 to ``max_batch_size`` (Triton takes it from the input it
-    reads first, the last one sent, and names the first that differs)."""
+    """One batch size for all inputs, up to ``max_batch_size`` (Triton reads the last input first)."""
     batch = None
     for carried in reversed(inputs):
         if not carried.shape:
@@ -327,9 +343,7 @@ def _check_size(model: ModelSignature, carried: CarriedInput) -> None:
 def check_region_bytes(
     model: ModelSignature, name: str, datatype: str, shape: Sequence[int], payload: bytes | memoryview
 ) -> None:
-    """The bytes a front read from a client's shared-memory range for an input that passed
-    ``check_allowed`` first (which, before the front read a byte, could check only the range's size):
-    checked as any carried bytes are, so a BYTES input's length prefixes walk them exactly."""
+    """The bytes read from a client's range for a checked input, walked as any carried bytes."""
     size = len(payload)
     _check_size(model, CarriedInput(name, datatype, tuple(shape), Carrier.SHARED_MEMORY, size, payload))
 
@@ -346,8 +360,7 @@ def _check_outputs(model: ModelSignature, outputs: Sequence[str]) -> None:
 
 
 def check_allowed(model: ModelSignature, inputs: Sequence[CarriedInput], outputs: Sequence[str]) -> None:
-    """``RequestRefusedError`` unless ``model``'s config accepts a request of these ``inputs``, asking
-    for ``outputs`` (see the module's docstring); the order of the checks is Triton's."""
+    """``RequestRefusedError`` unless ``model``'s config accepts the request (Triton's check order)."""
     for carried in inputs:
         check_dims_fit_int64(carried.name, carried.shape, element_bytes(carried.datatype))
     _check_names(model, inputs)
@@ -361,9 +374,7 @@ def check_allowed(model: ModelSignature, inputs: Sequence[CarriedInput], outputs
 
 
 def raw_request_input(model: ModelSignature, size: int) -> CarriedInput:
-    """The one input of Triton's raw binary request (the whole body, ``size`` bytes, is its data), with
-    the shape Triton deduces for it from the config, or Triton's refusal: a model of one input, with
-    at most one ``-1`` dim (whose length the byte count gives), BYTES only as one element."""
+    """The one input of Triton's raw binary request, shaped as Triton deduces it, or its refusal."""
     if len(model.inputs) != 1:
         raise RequestRefusedError(
             f"Raw request must only have 1 input (found 1) to be deduced but got {len(model.inputs)} "
@@ -394,9 +405,7 @@ def _filled(rule: InputRule, elements: int) -> list[int]:
 
 
 def generate_input(model: ModelSignature, name: str, values: int) -> CarriedInput:
-    """An input of a generate request (``/generate``: inputs as top-level JSON values, ``values`` of
-    them) with the shape Triton gives it: the batch of 1, then the config's dims with the one ``-1``
-    dim as long as the values make it; Triton's refusal when no such shape holds them."""
+    """An input of a generate request, shaped as Triton shapes it, or Triton's refusal."""
     rule = model.inputs[name]
     shape = (*([1] if model.batched else []), *_filled(rule, values))
     if rule.fixed.count(-1) > 1 or math.prod(shape) != values:

@@ -1,15 +1,5 @@
-"""Large request bodies are checked in worker processes, a bounded number at a time, so one body never
-stalls the HTTP front's other clients (fault matrix row 59).
-
-Reading a request's JSON, with every number checked for one reading (``server.fronts.kserve_json``),
-takes about 27 s for a 60 MiB body of FP32 values on these machines; on the front's one event loop
-that was 27 s in which no other client was answered, and 50 such bodies took the front to 4.5 GB.
-Here a body above ``inline_bytes`` is checked by a pure function in a worker process
-(``concurrent.futures``, started with ``spawn``: no copy of the event loop's state), while the loop
-answers everyone else; at most ``max_large`` such bodies are read or checked at once, counted from
-their ``Content-Length`` before a byte is read (a chunked body from the moment it grows past
-``inline_bytes``), and the next is refused with 429 saying to send the tensor data as binary, which
-needs no parsing. Smaller bodies are checked on the loop: moving them would cost more than it saves.
+"""Large request bodies are checked in worker processes, a bounded number at a time, so one body (60 MiB
+of JSON took 27 s) never stalls the HTTP front's other clients (fault matrix row 59).
 """
 
 from __future__ import annotations
@@ -39,20 +29,13 @@ PR_SET_PDEATHSIG = 1  # prctl(2): the signal a process gets when its parent dies
 
 
 def _die_with_the_front() -> None:
-    """A worker's initializer: it is killed when its front dies, however the front dies (a SIGKILL
-    leaves no time to shut the pool down)."""
+    """A worker dies with its front, even one killed by SIGKILL."""
     with contextlib.suppress(OSError, AttributeError):
         ctypes.CDLL(None, use_errno=True).prctl(PR_SET_PDEATHSIG, signal.SIGKILL)
 
 
-def _ready() -> bool:
-    return True
-
-
 class BodyCheckers:
-    """``with checkers.place() as need:`` around reading and checking a body;
-    ``await checkers.check(size, function, *args)`` runs ``function`` in a worker for a large body
-    (inline for a small one)."""
+    """``with place() as need:`` around reading a body, then ``await check(size, function, *args)``."""
 
     def __init__(
         self,
@@ -69,7 +52,7 @@ class BodyCheckers:
         self._pool = ProcessPoolExecutor(
             self.workers, mp_context=multiprocessing.get_context("spawn"), initializer=_die_with_the_front
         )
-        self._pool.submit(_ready)
+        self._pool.submit(int)  # any task: the pool spawns its worker now
 
     def close(self) -> None:
         if self._pool is not None:
@@ -81,9 +64,7 @@ class BodyCheckers:
 
     @contextlib.contextmanager
     def place(self) -> Iterator[Callable[[int | None], None]]:
-        """``with checkers.place() as need:`` around reading and checking one body; ``need(size)`` as
-        soon as the body is known to be ``size`` bytes. The first large size takes a large-body place
-        (or ``RequestRefusedError``), given back on exit."""
+        """``need(size)`` once the body's size is known: a large one takes a place, given back on exit."""
         held = False
 
         def need(size: int | None) -> None:
@@ -109,8 +90,7 @@ class BodyCheckers:
         self.taken += 1
 
     async def check(self, size: int, function: Callable[..., T], *args: Any) -> T:
-        """``function(*args)`` for a body of ``size`` bytes: in a worker when it is large (the caller
-        holds a ``place()`` that ``need``ed it), else here."""
+        """``function(*args)`` for a body of ``size`` bytes, in a worker when it is large."""
         if not self.is_large(size) or self._pool is None:
             return function(*args)
         loop = asyncio.get_running_loop()
@@ -121,6 +101,5 @@ class BodyCheckers:
             self.close()
             self.start()
             raise RequestRefusedError(
-                "the front's body-check worker died while checking this request; retry",
-                Refusal.UNAVAILABLE,
+                "the front's body-check worker died while checking this request; retry", Refusal.UNAVAILABLE
             ) from error

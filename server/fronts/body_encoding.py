@@ -1,9 +1,5 @@
-"""Request bodies sent with ``Content-Encoding``: inflated by the front, bounded, and forwarded plain.
-
-Triton 2.51 inflates ``gzip`` and ``deflate`` bodies itself, so a front that checks the inflated body
-must forward exactly that body without the header (forwarding the inflated body still marked gzip
-made Triton refuse a valid request). Inflating here also bounds a compression bomb: at most
-``limit`` bytes come out, whatever the ratio.
+"""``Content-Encoding`` bodies inflated by the front, bounded, and forwarded plain: Triton inflates gzip
+itself, so the checked body must be the one it runs.
 """
 
 from __future__ import annotations
@@ -16,8 +12,7 @@ WBITS = {"gzip": 16 + zlib.MAX_WBITS, "deflate": zlib.MAX_WBITS}  # deflate is t
 
 
 def inflate(body: bytes, encoding: str | None, limit: int) -> bytes:
-    """``body`` decoded from ``encoding`` (None or ``identity``: unchanged), or ``RequestRefusedError``: 415
-    for an encoding other than gzip/deflate, 400 for data that does not inflate, 413 above ``limit``."""
+    """``body`` decoded from ``encoding``: 415 for an unknown one, 400 if it does not inflate, 413."""
     name = (encoding or "identity").strip().lower()
     if name == "identity":
         return body

@@ -1,31 +1,7 @@
-"""The fronts' own table of the system shared-memory regions clients register: Triton never maps a
-client's file.
-
-Triton 2.51 maps a registered region at its offset and adds the offset again when it copies
-(DESIGN.md §3): a region registered at offset 4096 is read and written one page beyond its mapping,
-in whatever Triton mapped next (another client's region), and a larger offset is a SIGSEGV inside
-the server. No check on the client's file can make that mapping safe; only not letting Triton map it
-can. So the fronts serve the system shared-memory API themselves, from this table (fault matrix rows
-24, 43–45 and 49–52):
-
-* ``register`` opens the client's file once and keeps the descriptor. The key names one file directly
-  in ``/dev/shm`` (``/name``, as ``shm_open`` takes it), opened with ``O_NOFOLLOW``: a regular file
-  with one link (a hard link carries another file's owner under a name the client chose), owned by
-  the uid at the other end of the connection (``server.fronts.peer``), with ``offset + byte_size``
-  inside it, and none of the server's own regions (the stubs' IPC, by name and by device and inode:
-  ``ServerRegions``).
-* ``read`` and ``write`` go through that descriptor (``os.pread`` / ``os.pwrite``, the offset applied
-  once, here): a rename, a swap or an unlink of the name after registering changes nothing, and a
-  file cut short reads short (a clear 400), never a SIGBUS, since nothing maps it.
-* The table is per client: the uid is the namespace, so a name one uid registered is unknown to every
-  other uid (using, unregistering or listing it), and no byte crosses clients.
-* It is bounded (``max_per_client`` regions per uid, ``max_regions`` in all) and ``unregister`` closes
-  the descriptor. A front that restarts starts with an empty table: the client's next use of a region
-  gets Triton's own answer for an unknown one (404 / ``NOT_FOUND`` "Unable to find shared memory
-  region"), and registering again fixes it.
-
-Copies are synchronous, on the front's event loop: a region's descriptor is closed only between two
-requests, so no copy can ever read a descriptor number reused by another file.
+"""The fronts' own table of the system shared-memory regions clients register, so Triton never maps a
+client's file: Triton 2.51 applies a region's offset twice (DESIGN.md §3; fault matrix rows 24, 43–45
+and 49–52; docs/SERVING.md, "Shared memory"). A registration keeps a descriptor of one file the
+client owns, checked on that descriptor; copies use ``pread``/``pwrite`` on it, on the event loop.
 """
 
 from __future__ import annotations
@@ -53,8 +29,7 @@ _REMEMBERED = 4096
 
 @dataclass(frozen=True)
 class Client:
-    """Who sends a request: the uid of its socket (None: not on this host) and whether it holds the
-    admin key."""
+    """Who sends a request: its socket's uid (None: not on this host), and the admin key or not."""
 
     uid: int | None
     admin: bool = False
@@ -71,10 +46,7 @@ class RegionUse:
 
 @dataclass(frozen=True)
 class ServerRegions:
-    """The server's own ``/dev/shm`` regions (its Python-backend stubs' IPC), which no client may
-    register: the server's region ``prefix`` and the live stubs' names (``server.stubs``). Each one
-    seen is remembered by device and inode, so a region renamed or hard-linked to another name is
-    still known; the fronts call ``remember`` every second as well as on each registration."""
+    """The server's own regions, remembered by device and inode: a rename or hard link is known."""
 
     prefix: str
     stub_regions: Callable[[], set[str]] = set
@@ -139,9 +111,7 @@ def client_uid(client: Client, name: str) -> int:
 def open_client_file(
     server: ServerRegions, client: Client, name: str, key: object, offset: int, byte_size: int
 ) -> int:
-    """A descriptor (read-write) of the file ``key`` names, once it passes every rule of a
-    registration (module doc); ``RequestRefusedError`` saying which rule it breaks otherwise. The
-    rules are checked on the open descriptor: what is checked is what is kept."""
+    """A descriptor of the file ``key`` names, checked on the open descriptor (what is kept)."""
     uid = client_uid(client, name)
     file_name = _file_name(name, key)
     path, where = server.directory / file_name, f"shared memory region '{name}': /dev/shm/{file_name}"
@@ -200,10 +170,7 @@ class RegionTable:
     """The regions clients registered, by uid and name; every copy to or from a client's memory."""
 
     def __init__(
-        self,
-        server: ServerRegions,
-        max_per_client: int = MAX_PER_CLIENT,
-        max_regions: int = MAX_REGIONS,
+        self, server: ServerRegions, max_per_client: int = MAX_PER_CLIENT, max_regions: int = MAX_REGIONS
     ) -> None:
         self.server, self.max_per_client, self.max_regions = server, max_per_client, max_regions
         self._regions: dict[int, dict[str, Region]] = {}
@@ -228,8 +195,7 @@ class RegionTable:
         self._regions.setdefault(uid, {})[name] = Region(name, str(key), offset, byte_size, descriptor)
 
     def unregister(self, client: Client, name: str | None) -> None:
-        """Unregister the client's region ``name`` (nothing if it has none of that name), or every
-        region of this client when ``name`` is empty; other clients' regions are never touched."""
+        """Unregister the client's region ``name``, or all of its regions when ``name`` is empty."""
         uid = client_uid(client, name or "")
         own = self._regions.get(uid, {})
         for region in [own.pop(name, None)] if name else [own.pop(n) for n in list(own)]:
@@ -253,8 +219,7 @@ class RegionTable:
         return sum(len(own) for own in self._regions.values())
 
     def check(self, client: Client, use: RegionUse) -> tuple[Region, int]:
-        """The client's region ``use`` names and the file offset ``use`` starts at (404 / 400 as Triton
-        answers an unknown region or a range outside it)."""
+        """The client's region ``use`` names and the file offset it starts at (Triton's 404 / 400)."""
         name = use.region if isinstance(use.region, str) else repr(use.region)
         region = self._regions.get(client_uid(client, name), {}).get(name)
         if region is None:
@@ -265,6 +230,10 @@ class RegionTable:
 
     def has(self, client: Client, name: object) -> bool:
         return client.uid is not None and name in self._regions.get(client.uid, {})
+
+    def copies(self, client: Client, use: RegionUse | None) -> RegionUse | None:
+        """``use`` if the front copies it (a region not registered here is the operator's: CUDA)."""
+        return None if use is None or (client.admin and not self.has(client, use.region)) else use
 
     def read(self, client: Client, use: RegionUse) -> bytes:
         """The ``use.byte_size`` bytes at ``use.offset`` of the client's region."""
@@ -279,8 +248,7 @@ class RegionTable:
         return data
 
     def write(self, client: Client, use: RegionUse, data: bytes) -> None:
-        """``data`` into the client's region at ``use.offset`` (``use.byte_size`` is what the client
-        set aside: at least ``len(data)``, checked by the caller with Triton's message)."""
+        """``data`` into the client's region at ``use.offset`` (the caller checked the size)."""
         region, start = self.check(client, use)
         view = memoryview(data)
         while view:
@@ -296,9 +264,7 @@ class RegionTable:
 
 @dataclass
 class FrontRegions:
-    """What a front does with system shared memory, whatever its protocol (``shm_http``,
-    ``shm_grpc``): serve it from its own table, or, ``trusted``, check each registration and leave
-    the region to Triton, which maps the file (docs/SERVING.md, "Shared memory")."""
+    """A front's system shared memory: its own table, or (``trusted``) Triton's mapping."""
 
     server: ServerRegions
     max_request_bytes: int  # what one request may copy in: the front's bound on a body or message
@@ -308,8 +274,7 @@ class FrontRegions:
         self.table: RegionTable | None = None if self.trusted else RegionTable(self.server)
 
     def register(self, client: Client, name: str, key: object, offset: int, byte_size: int) -> bool:
-        """True once the region is in the front's table (answer the client); False once the file
-        passed the checks of a trusted server (forward the registration to Triton)."""
+        """True once the region is in the front's table; False: trusted, forward it to Triton."""
         if self.table is None:
             os.close(open_client_file(self.server, client, name, key, offset, byte_size))
             return False
@@ -318,15 +283,13 @@ class FrontRegions:
 
     @staticmethod
     def check_cuda(client: Client) -> None:
-        """CUDA shared memory carries IPC handles of another process's GPU memory, which the front
-        cannot attribute to a client: the operator's alone (the admin key)."""
+        """CUDA IPC handles cannot be attributed to a client: the operator's alone (the admin key)."""
         if not client.admin:
             raise _forbidden("CUDA shared memory through this server's front needs the admin key")
 
 
 def _allow_descriptors(regions: int) -> None:
-    """Raise this process's soft descriptor limit (up to its hard limit) so a full table still leaves
-    room for the front's sockets."""
+    """Raise the soft descriptor limit so a full table still leaves room for the front's sockets."""
     soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
     wanted = regions + 4096
     if soft != resource.RLIM_INFINITY and soft < wanted:

@@ -1,55 +1,10 @@
-"""A gRPC front for tritonserver 2.51: the HTTP front's protection for gRPC clients (fault matrix
-rows 19–21, 37–41 and 69–71).
+"""A gRPC front for tritonserver 2.51, whose gRPC takes messages up to 2 GiB and wraps input byte sizes
+in 64 bits (97 bytes of ``INT64 [1, 2**61]`` killed a stub): every call of the inference service is
+bounded and checked as the HTTP front checks requests (``grpc_request``, ``shm_grpc``, deadlines and
+shares, the wire bounds of ``grpc_wire``) and forwarded as the client's bytes (docs/SERVING.md, "The
+fronts"). It speaks HTTP/2 itself (``h2c``): a grpc.aio relay cost 1.26 ms of CPU a request.
 
-Triton's gRPC frontend accepts messages up to 2 GiB and computes input byte sizes in 64-bit integers:
-one 97-byte request (``INT64 [1, 2**61]`` with empty contents) wrapped the check to 0 and killed the
-text encoder's stub every time, and a 300 MB request left the server 1.4 GB larger for good. Triton
-2.51 has no option to bound either (``tritonserver --help``: no gRPC message size flag). This front
-listens where clients connect and forwards every call of ``inference.GRPCInferenceService`` to Triton's
-own gRPC port on loopback, unchanged, after:
-
-* a message-size bound (``max_message_bytes``, 64 MiB like the HTTP front's body): larger messages get
-  ``RESOURCE_EXHAUSTED`` from gRPC itself before they are buffered whole;
-* the checks of each message (``server.fronts.grpc_request``): for ``ModelInfer`` and each message of
-  ``ModelStreamInfer``, inputs that carry the bytes their shapes declare (rows 19, 37 and 39: Triton
-  never answered ``[2^62, 0]``) in a request its model's config accepts, exactly
-  (``server.fronts.allow_list``; rows 53–55), whatever carries the inputs; an unknown model is refused
-  with Triton's ``NOT_FOUND``, never forwarded unchecked; model names without control characters. A
-  refused stream message is answered on the stream with its error, as Triton answers its own, and a
-  stream message that is no ``ModelInferRequest`` ends the stream with ``INVALID_ARGUMENT`` (row 40);
-* system shared memory served here, from the front's own table: Triton never maps a client's file
-  (``server.fronts.shm_grpc``; fault matrix rows 24, 43–45 and 49–52); the bytes are read from the
-  client's region only once the request passed the allow-list, and walked by it before Triton sees them
-  (row 61);
-* deadlines and client shares: an inference call is answered within its model's deadline
-  (``DEADLINE_EXCEEDED`` after; ``server.fronts.deadlines``, row 56) and a client connection and
-  address may each have a share of the calls waiting on Triton (``RESOURCE_EXHAUSTED`` beyond;
-  ``server.fronts.client_slots``, row 57); a stream holds one slot and bounds its waiting messages;
-* a connection must finish its HTTP/2 handshake within 10 s (row 41), and one without a call for 5
-  minutes is closed with ``GOAWAY``;
-* a call's wire form (``server.fronts.grpc_wire``): metadata in gRPC's grammar and of a size Triton
-  always takes (``server.fronts.grpc_metadata``), one whole message on a unary call, else
-  ``INVALID_ARGUMENT`` (row 69); a client that does not read its answers is not read either (row 70);
-  a unary call's message whole within 30 s, and at most four of the largest messages held while they
-  arrive, over all connections (row 71).
-
-Refusals are ``INVALID_ARGUMENT`` (``PERMISSION_DENIED`` for someone else's file) with a message
-naming the input. Everything else passes through as bytes: requests that pass are forwarded as the
-client sent them, not re-encoded, unless they name shared memory. While Triton is unreachable, calls
-get ``UNAVAILABLE`` and the front logs that once.
-
-**Why it speaks HTTP/2 itself.** It was a grpc.aio server forwarding over a grpc.aio channel: at
-concurrency 16 it gave 0.43× the direct throughput with 1.26 ms of its own CPU a request, where a plain
-compiled h2c proxy (caddy) gave 0.70× at 0.57 ms. A py-spy profile put most of that in the two gRPC
-stacks (their call objects, tasks and callbacks per call, both ways), a tenth in the checks. A gRPC
-call is a handful of HTTP/2 frames, so the front now reads and writes them itself
-(``server.fronts.h2c``, ``server.fronts.grpc_wire`` toward clients, ``server.fronts.grpc_upstream``
-toward Triton) and runs the same checks on each call's message; docs/SERVING.md ("What the fronts
-cost") has what it costs now, against direct and against caddy.
-
-Run as ``python -m server.fronts.grpc_front --listen HOST:PORT --upstream HOST:PORT``, with the
-admin key in the environment (``server.admin.KEY_ENV``) and the lifetime flags of
-``server.fronts.process`` (the launcher passes them).
+Run as ``python -m server.fronts.grpc_front --listen HOST:PORT --upstream HOST:PORT``.
 """
 
 from __future__ import annotations
@@ -66,10 +21,9 @@ from tritonclient.grpc import service_pb2
 
 from server.admin import GRPC_ADMIN_HEADER, GRPC_FRONT_HEADER
 from server.fronts import h2c
-from server.fronts.allow_list import ModelSignature
+from server.fronts.allow_list import ModelSignature, ModelSignatures
 from server.fronts.client_regions import Client, RegionUse
-from server.fronts.client_slots import ClientSlots
-from server.fronts.deadlines import OVERDUE_TIMEOUT_S, STREAM_WATCH_S, Deadlines, StreamWaits
+from server.fronts.client_slots import OVERDUE_TIMEOUT_S, STREAM_WATCH_S, ClientSlots, Deadlines, StreamWaits
 from server.fronts.grpc_request import SERVICE, check_request, model_to_check, parse_request
 from server.fronts.grpc_upstream import Upstream, UpstreamCall
 from server.fronts.grpc_wire import (
@@ -82,12 +36,12 @@ from server.fronts.grpc_wire import (
     IncomingBytes,
     ServerCall,
 )
-from server.fronts.model_shapes import ModelSignatures
 from server.fronts.peer import peer_uid
 from server.fronts.process import (
     MAX_REQUEST_BYTES,
     MIB,
     FrontShares,
+    UpstreamState,
     add_share_arguments,
     admin_key,
     front_parser,
@@ -97,13 +51,11 @@ from server.fronts.process import (
 )
 from server.fronts.refusal import Refusal, RequestRefusedError
 from server.fronts.shm_grpc import GrpcSharedMemory, StreamOutputs
-from server.fronts.upstream_state import UpstreamState
 
 log = logging.getLogger(__name__)
 PREFIX = f"/{SERVICE.full_name}/"
 NOT_FORWARDED = (b"user-agent", b"content-type", b"te", b"host", GRPC_FRONT_HEADER.encode())
-# A connection must finish its HTTP/2 preface and SETTINGS within this (grpc's default: 60 s, measured),
-# or it is closed (fault matrix row 41): a client could hold 300 half-open connections that long.
+# a connection's HTTP/2 handshake must be done within this (fault matrix row 41; grpc's own: 60 s)
 HANDSHAKE_TIMEOUT_S = 10.0
 IDLE_TIMEOUT_S = 300.0  # a connection with no call for 5 minutes is closed (GOAWAY: clients reconnect)
 CONFIG_TIMEOUT_S = 5.0
@@ -155,7 +107,6 @@ class GrpcFront:
         await (self._stream if call.streaming else self._unary)(call)
 
     async def _model_config(self, model: str, version: str) -> dict:
-        """The config Triton serves for ``model``, as a dict, or Triton's refusal when it has none."""
         request = service_pb2.ModelConfigRequest(name=model, version=version).SerializeToString()
         try:
             raw, _, _ = await self.triton.unary(
@@ -180,8 +131,7 @@ class GrpcFront:
         return Client(uid, self.admin is not None and sent == self.admin)
 
     def _metadata(self, call: ServerCall) -> bytes:
-        """The call's metadata as Triton gets it (an encoded block): the client's, less what gRPC and
-        the front set, with the front's key."""
+        """The client's metadata as Triton gets it (encoded), less gRPC's own, with the front's key."""
         kept = tuple(
             (name, value)
             for name, value in call.metadata
@@ -197,10 +147,7 @@ class GrpcFront:
     async def _check(
         self, name: str, raw: bytes
     ) -> tuple[Message | None, ModelSignature | None, list[RegionUse]]:
-        """``RequestRefusedError`` unless the call's message passes the checks
-        (``server.fronts.grpc_request``); returns it parsed, with its model's config for an inference
-        (whose message must also be no larger than the model's largest valid request) and the
-        shared-memory ranges it names."""
+        """The message parsed, its model's config and the ranges it names, or ``RequestRefusedError``."""
         request = parse_request(name, raw)
         if request is None:
             return None, None, []
@@ -223,8 +170,7 @@ class GrpcFront:
         return error
 
     def _upstream_timeout(self, call: ServerCall) -> float:
-        """How long a call may wait on Triton: the client's own deadline, at most ``OVERDUE_TIMEOUT_S``
-        (an overdue call runs on until Triton answers it, not for ever)."""
+        """The client's own deadline, at most ``OVERDUE_TIMEOUT_S``."""
         remaining = call.time_remaining()
         return OVERDUE_TIMEOUT_S if remaining is None else min(remaining, OVERDUE_TIMEOUT_S)
 
@@ -269,8 +215,7 @@ class GrpcFront:
         call.reply(answer, initial, trailing)
 
     async def _stream(self, call: ServerCall) -> None:
-        """A stream holds one slot for its life (``wait_s``: the front's deadline to get one); see
-        ``_relay`` for its messages."""
+        """A stream holds one slot for its life (waiting for it at most the front's deadline)."""
         address, connection, _ = call.peer
         try:
             async with self.slots.held(address, connection, wait_s=self.shares.deadline_s):
@@ -285,12 +230,7 @@ class GrpcFront:
             raise _refused(refusal) from None
 
     async def _relay(self, call: ServerCall, upstream: UpstreamCall) -> None:
-        """Forward the stream message by message; a refused message gets its error on the stream, and
-        one that is not a ``ModelInferRequest`` at all ends the stream with ``INVALID_ARGUMENT`` (there
-        is no request to answer; fault matrix row 40). At most ``per_connection`` messages wait for
-        their answer (the next gets an error on the stream), and a message its model does not answer
-        within its deadline ends the stream with ``DEADLINE_EXCEEDED`` (Triton drops what the ended
-        call still had queued)."""
+        """Forward a stream: a refused message gets its error, no ``ModelInferRequest`` ends it (row 40)."""
         regions = StreamOutputs(self.shm, functools.partial(self._client, call))
         answers: asyncio.Queue = asyncio.Queue()
         waiting = StreamWaits(self.shares.slots.per_connection)
@@ -360,14 +300,10 @@ async def start_front(listen: str, front: GrpcFront) -> Callable[[], Awaitable[N
     except OSError as error:
         raise OSError(f"gRPC front cannot listen on {listen}: {error}") from error
     log.info(
-        "grpc front on %s -> %s (messages up to %d bytes)",
-        listen,
-        front.upstream,
-        front.max_message_bytes,
+        "grpc front on %s -> %s (messages up to %d bytes)", listen, front.upstream, front.max_message_bytes
     )
 
     async def stop() -> None:
-        """Take no new calls, give those in flight ``STOP_GRACE_S``, then close everything."""
         server.close()
         for connection in list(front.connections):
             connection.close_gracefully()

@@ -1,23 +1,6 @@
-"""What the gRPC front refuses of a call and why, as functions over the call's decoded message: the
-gRPC counterpart of the HTTP front's ``request_target``, ``kserve_json`` and ``body_encoding``, checked
-by ``server.fronts.grpc_front`` before a message is forwarded.
-
-* a message that is not the method's request type is refused (a stream message that is no
-  ``ModelInferRequest`` ends the stream there; fault matrix row 40);
-* ``ModelInfer`` and each ``ModelStreamInfer`` message: no input may declare more bytes than its raw
-  contents, typed contents or shared-memory range carry, nor a dimension above 2^31 - 1
-  (``server.fronts.tensor_limits``; rows 19, 37 and 39), nor a typed content its datatype cannot hold
-  (``300`` in ``uint_contents`` for UINT8: Triton would run 44; row 68, as for the HTTP front's JSON
-  values); then the request must be one its model's config accepts, exactly
-  (``server.fronts.allow_list``, shared with the HTTP front; rows 53–55), whatever carries its inputs:
-  a shared-memory range counts its byte size here, and the bytes the front reads from it are walked by
-  the same allow-list before Triton sees them (``server.fronts.shm_grpc``, which also answers the
-  shared-memory calls);
-* model names without control characters (Triton would read ``recommender\\x00x`` as ``recommender``;
-  row 21).
-
-Each refusal is a ``RequestRefusedError`` (``server.fronts.refusal``), which the front answers with the
-gRPC status of its kind and its message.
+"""What the gRPC front refuses of a call's decoded message: not the method's request type (row 40), an
+input declaring more than its data carries or a typed value its datatype cannot hold (rows 19, 37,
+39, 68), a request its model's config does not accept (rows 53–55), a name with a NUL (row 21).
 """
 
 from __future__ import annotations
@@ -48,8 +31,7 @@ CONTENTS = tuple(f.name for f in service_pb2.InferTensorContents.DESCRIPTOR.fiel
 
 
 def parse_request(method: str, raw: bytes) -> Message | None:
-    """The message of a call to ``method``, decoded; None for a method whose request type is not known
-    here (it is forwarded as it is). ``RequestRefusedError`` when ``raw`` is not such a message."""
+    """The message of a call to ``method``, decoded (None: an unknown method, forwarded as it is)."""
     kind = REQUEST_TYPES.get(method)
     if kind is None:
         return None
@@ -60,8 +42,7 @@ def parse_request(method: str, raw: bytes) -> Message | None:
 
 
 def model_to_check(method: str, request: Message) -> tuple[str, str] | None:
-    """The (model, version) whose config the checks of an inference call need, or None for other
-    calls. The name is checked first: the front sends it to Triton to ask for that config."""
+    """The (model, version) an inference call needs the config of, its name checked first."""
     if method not in INFER_METHODS:
         return None
     check_model_name(request.model_name)
@@ -77,7 +58,8 @@ def parameter_value(parameters: Any, key: str) -> Any:
     return getattr(parameter, choice) if choice else None
 
 
-def _region_use(parameters: Any, where: str) -> RegionUse | None:
+def region_use(parameters: Any, where: str) -> RegionUse | None:
+    """The shared-memory range a tensor's parameters name, if any."""
     region = parameter_value(parameters, "shared_memory_region")
     if region is None:
         return None
@@ -97,15 +79,12 @@ TYPED_FIELDS = {
     "UINT32": "uint_contents", "UINT64": "uint64_contents", "FP32": "fp32_contents",
     "FP64": "fp64_contents", "BYTES": "bytes_contents",
 }  # fmt: skip
-# The datatypes whose typed-contents field is wider than they are (int32, uint32): a value there may be
-# one the datatype cannot hold, which Triton casts unchecked (300 as UINT8 runs as 44; row 68). Every
-# other field holds exactly its datatype's values.
+# datatypes whose typed field is wider than they are: Triton casts such values unchecked (row 68)
 WIDER_FIELD = ("INT8", "INT16", "UINT8", "UINT16")
 
 
 def _typed(tensor: service_pb2.ModelInferRequest.InferInputTensor) -> CarriedInput:
-    """An input sent as typed contents: the values of its datatype's field, and no other field, each
-    one its datatype holds (``tensor_limits.check_value_fits``, the HTTP front's check of JSON values)."""
+    """An input sent as typed contents: in its datatype's field alone, each value one it holds."""
     field = TYPED_FIELDS.get(tensor.datatype)
     used = [name for name in CONTENTS if len(getattr(tensor.contents, name))]
     if field is None or any(name != field for name in used):
@@ -121,9 +100,7 @@ def _typed(tensor: service_pb2.ModelInferRequest.InferInputTensor) -> CarriedInp
 
 
 def check_infer_request(request: service_pb2.ModelInferRequest, model: ModelSignature) -> list[RegionUse]:
-    """``RequestRefusedError`` unless every input carries what its shape declares and ``model``'s config
-    (the model the request names) accepts the request (``server.fronts.allow_list``); returns the
-    shared-memory ranges it names (the front copies them: ``server.fronts.shm_grpc``)."""
+    """``RequestRefusedError`` unless ``model`` accepts the request; the ranges it names."""
     check_model_name(request.model_name)
     uses: list[RegionUse] = []
     carried: list[CarriedInput] = []
@@ -132,7 +109,7 @@ def check_infer_request(request: service_pb2.ModelInferRequest, model: ModelSign
     for tensor in request.inputs:
         shape = check_shape(tensor.name, list(tensor.shape))
         per_element = element_bytes(tensor.datatype)
-        region = _region_use(tensor.parameters, f"input {tensor.name!r}")
+        region = region_use(tensor.parameters, f"input {tensor.name!r}")
         if region is not None:
             uses.append(region)
             check_declared_size(tensor.name, shape, per_element, region.byte_size, "its shared memory range")
@@ -166,7 +143,7 @@ def check_infer_request(request: service_pb2.ModelInferRequest, model: ModelSign
             f"the request has {len(raw)} raw_input_contents entries for {raw_index} inputs sent as raw data"
         )
     for output in request.outputs:
-        region = _region_use(output.parameters, f"output {output.name!r}")
+        region = region_use(output.parameters, f"output {output.name!r}")
         if region is not None:
             uses.append(region)
     check_allowed(model, carried, [output.name for output in request.outputs])
@@ -174,10 +151,7 @@ def check_infer_request(request: service_pb2.ModelInferRequest, model: ModelSign
 
 
 def check_request(method: str, request: Message, model: ModelSignature | None = None) -> list[RegionUse]:
-    """``RequestRefusedError`` unless the call of ``method`` with ``request`` may reach Triton.
-    ``model`` is the config of the model an inference call names (``model_to_check``): an inference
-    call is never checked without one. Returns the shared-memory ranges an inference call names (the
-    front copies them); the shared-memory calls themselves are ``server.fronts.shm_grpc``'s."""
+    """``RequestRefusedError`` unless the call may reach Triton; the ranges an inference names."""
     if method in INFER_METHODS:
         if model is None:
             raise ValueError(f"{method} is checked against its model's config; none was given")

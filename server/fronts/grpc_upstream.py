@@ -1,12 +1,7 @@
-"""The gRPC front's end toward Triton: calls on HTTP/2 connections of its own (``server.fronts.h2c``)
-to tritonserver's loopback gRPC port.
-
-Calls share one connection (another opens when Triton's ``SETTINGS_MAX_CONCURRENT_STREAMS`` or the
-stream ids run out, or Triton says ``GOAWAY``). A connection Triton refuses or drops fails its calls
-with ``UNAVAILABLE`` ``tritonserver is not reachable: …``, and the next call connects again, so a
-restarted server is used at once (fault matrix row 46). Request headers are the client's metadata with
-the front's key added, in literal fields (``h2c.encode_headers``); answers are reassembled into
-messages and a status.
+"""The gRPC front's calls to tritonserver's loopback gRPC port, on HTTP/2 connections of its own
+(``h2c``). Calls share a connection until Triton's stream limit, the stream ids or a ``GOAWAY`` end
+it; a connection that fails fails its calls with ``UNAVAILABLE`` and the next call connects again, so
+a restarted server is used at once (fault matrix row 46).
 """
 
 from __future__ import annotations
@@ -145,8 +140,7 @@ class UpstreamCall:
             await self._wait()
 
     def unary_answer(self) -> asyncio.Future:
-        """The one answer of a unary call, as a future of (message, initial metadata, trailing
-        metadata) or ``GrpcError``: no task per call. Cancelling it cancels the call."""
+        """The one answer of a unary call as a future; cancelling it cancels the call."""
         answer = self.answer = self.connection.loop.create_future()
         answer.add_done_callback(lambda done: self.cancel() if done.cancelled() else None)
         if self.status is not None:
@@ -260,16 +254,14 @@ class Upstream:
     async def start(
         self, path: bytes, metadata: bytes, timeout_s: float, message: bytes | None = None
     ) -> UpstreamCall:
-        """A call to ``path`` with ``metadata`` (an encoded block) and ``timeout_s`` (``message``: see
-        ``UpstreamConnection.start``)."""
+        """A call to ``path`` with ``metadata`` (an encoded block) and ``timeout_s``."""
         connection = await self.connection()
         return connection.start(self._block(path, metadata, timeout_s), message)
 
     def unary(
         self, path: bytes, metadata: bytes, timeout_s: float, message: bytes
     ) -> Awaitable[tuple[bytes, Headers, Headers]]:
-        """One unary call: (Triton's message, initial metadata, trailing metadata), or ``GrpcError``.
-        On a connection already up, a plain future (``UpstreamCall.unary_answer``)."""
+        """One unary call (message, initial, trailing metadata); no task on a connection already up."""
         connection = self._usable()
         if connection is None:
             return asyncio.ensure_future(self._unary_connecting(path, metadata, timeout_s, message))

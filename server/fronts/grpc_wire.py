@@ -1,27 +1,14 @@
-"""gRPC over the front's own HTTP/2 (``server.fronts.h2c``): what a call is on the wire (length-prefixed
-messages, ``grpc-timeout``, ``grpc-status`` trailers), and the calls of a client's connection to the
-front (``FrontConnection``, ``ServerCall``); Triton's end is ``server.fronts.grpc_upstream``.
-
-A client connection is an HTTP/2 connection whose streams are calls. Each call's request headers are
-decoded, its messages are reassembled from DATA frames (a message above the front's bound gets
-``RESOURCE_EXHAUSTED`` from its 5-byte prefix, before it is buffered; fault matrix row 20), and the
-call is handed to the front's handler (``GrpcFront.serve``) as a ``ServerCall``: a unary call once its
-one message is whole, a stream at once, reading its messages as they come (and letting the client send
-more only as it reads them). A call the client resets, or whose connection closes, has its handler
-cancelled. What is wrong with a call's wire form is the client's fault, ``INVALID_ARGUMENT`` (row 69):
-metadata Triton would not take (``server.fronts.grpc_metadata``), a unary call of two messages or none,
-a length prefix that says more than follows, gzip that does not unpack. What the front holds for
-clients is bounded (rows 70–71): a client whose answers back up is not read, a connection whose answers
-wait for its window above one message's bound gets no new calls, a unary call's message must be whole
-within ``message_s``, and messages still arriving are held up to ``IncomingBytes`` over all connections.
-A connection must finish its preface and SETTINGS within ``handshake_s`` (row 41) and is
-closed with ``GOAWAY`` after ``idle_s`` without a call.
+"""gRPC over the front's own HTTP/2 (``h2c``): messages, ``grpc-timeout``, ``grpc-status``, and the calls
+of a client's connection (``FrontConnection``, ``ServerCall``), with what the front holds for
+clients bounded (fault matrix rows 20, 41 and 69–71).
 """
 
 from __future__ import annotations
 
 import asyncio
+import binascii
 import logging
+import re
 import zlib
 from collections import deque
 from collections.abc import Awaitable, Callable
@@ -31,7 +18,6 @@ from urllib.parse import quote, unquote
 import grpc
 
 from server.fronts import h2c
-from server.fronts.grpc_metadata import metadata_fault
 
 log = logging.getLogger(__name__)
 
@@ -44,8 +30,7 @@ RESOURCE_EXHAUSTED, UNIMPLEMENTED = STATUS["RESOURCE_EXHAUSTED"], STATUS["UNIMPL
 INVALID_ARGUMENT, DEADLINE_EXCEEDED = STATUS["INVALID_ARGUMENT"], STATUS["DEADLINE_EXCEEDED"]
 # grpc-timeout units in seconds
 TIMEOUT_UNITS = {b"H": 3600.0, b"M": 60.0, b"S": 1.0, b"m": 1e-3, b"u": 1e-6, b"n": 1e-9}
-# What the front holds of messages still arriving (``IncomingBytes``): this many of the largest, as the
-# HTTP front reads 4 large bodies at once; and how long a unary call's message may take to arrive
+# messages still arriving are held up to this many of the largest (as the HTTP front's large bodies)
 LARGE_MESSAGES = 4
 MESSAGE_TIMEOUT_S = 30.0
 PREFIX_BYTES = 5  # a message's compressed flag and 32-bit length
@@ -53,6 +38,42 @@ RESPONSE_HEADERS = [(b":status", b"200"), (b"content-type", b"application/grpc")
 RESPONSE_BLOCK = h2c.encode_headers(RESPONSE_HEADERS)
 OK_TRAILERS = h2c.encode_headers([(b"grpc-status", b"0")])
 OK_ALONE = RESPONSE_BLOCK + OK_TRAILERS  # trailers-only
+# gRPC's metadata grammar (fault matrix row 69); values of names ending in -bin are base64
+METADATA_NAME = re.compile(rb"[0-9a-z_.-]+")
+ASCII_VALUE = re.compile(rb"[\x20-\x7e]*")
+# counted as HPACK does (+32 a field): Triton refuses at random above 8 KiB, and the front adds its own
+MAX_METADATA_BYTES = 4 << 10
+FIELD_OVERHEAD = 32
+
+
+def metadata_fault(headers: list[tuple[bytes, bytes]]) -> str | None:
+    """Why Triton's gRPC would not take the call's metadata (None: it would)."""
+    size = 0
+    for name, value in headers:
+        if name.startswith(b":"):
+            continue
+        size += len(name) + len(value) + FIELD_OVERHEAD
+        shown = name.decode("latin-1")
+        if not METADATA_NAME.fullmatch(name):
+            return f"metadata name {shown!r} is not gRPC's: lower-case letters, digits, '_', '-' and '.' only"
+        if name.endswith(b"-bin"):
+            if not _is_base64(value):
+                return f"metadata '{shown}' ends in -bin but its value is not base64"
+        elif not ASCII_VALUE.fullmatch(value):
+            return f"metadata '{shown}' holds a byte outside printable ASCII (0x20-0x7E); send it as -bin"
+    if size > MAX_METADATA_BYTES:
+        return f"the call's metadata takes {size} bytes, above the {MAX_METADATA_BYTES} the front forwards"
+    return None
+
+
+def _is_base64(value: bytes) -> bool:
+    if len(value) % 4 == 1:
+        return False
+    try:
+        binascii.a2b_base64(value + b"=" * (-len(value) % 4), strict_mode=True)
+    except binascii.Error:
+        return False
+    return True
 
 
 class GrpcError(Exception):
@@ -102,8 +123,7 @@ def read_status(headers: Headers) -> tuple[int, str, Headers]:
 
 
 class MessageReader:
-    """Whole messages out of a call's DATA frames; ``RESOURCE_EXHAUSTED`` for one above ``limit`` as
-    soon as its prefix says so."""
+    """Whole messages out of DATA frames; one above ``limit`` is refused from its prefix."""
 
     def __init__(self, limit: int, encoding: bytes | None = None) -> None:
         self.limit, self.encoding = limit, encoding
@@ -170,7 +190,8 @@ class ServerCall:
                 encoding = None if value == b"identity" else value
             if not name.startswith(b":"):
                 self.metadata.append((name, value))
-        self.reader = MessageReader(connection.front_limits.max_message_bytes, encoding)
+        limits = connection.front_limits
+        self.reader = MessageReader(limits.max_message_bytes, encoding)
         self.messages: deque[tuple[bytes, int]] = deque()
         self.queued = 0  # bytes of the messages waiting for the handler
         self.withheld = 0  # bytes received and not yet given back as window
@@ -181,16 +202,11 @@ class ServerCall:
         self.done = False
         self.held = 0  # bytes of this call's messages counted in the front's ``IncomingBytes``
         # a unary call's message must be whole in time (fault matrix row 71), as an HTTP body must
-        self.timer = (
-            None
-            if streaming
-            else connection.loop.call_later(connection.front_limits.message_s, self._message_late)
-        )
+        self.timer = None if streaming else connection.loop.call_later(limits.message_s, self._message_late)
 
     @property
     def peer(self) -> tuple[str, str, int | None]:
-        """(address, connection, port) of the client, as the shares and the shared-memory table know
-        it (``ipv4:127.0.0.1:54321``: address ``127.0.0.1``, port 54321)."""
+        """(address, connection, port) of the client: ``127.0.0.1``, ``ipv4:127.0.0.1:54321``, 54321."""
         return self.connection.address, self.connection.name, self.connection.port
 
     def time_remaining(self) -> float | None:
@@ -203,9 +219,7 @@ class ServerCall:
         try:
             messages = self.reader.feed(data) if data else []
         except GrpcError as error:  # before the rest of the message is buffered
-            self.finish(error.code, error.details)
-            if self.task is not None:
-                self.task.cancel()
+            self.abort(error.code, error.details)
             return
         self.messages.extend(messages)
         self.queued += sum(size for _, size in messages)
@@ -215,9 +229,7 @@ class ServerCall:
         if end_stream:
             self.ended = True
             if self.reader.pending:
-                self.finish(INVALID_ARGUMENT, "the call ended inside a message (its length prefix says more)")
-                if self.task is not None:
-                    self.task.cancel()
+                self.abort(INVALID_ARGUMENT, "the call ended inside a message (its length prefix says more)")
                 return
         if self.task is None and (self.streaming or self.ended):
             if not self.streaming:  # its message is the handler's now
@@ -250,9 +262,7 @@ class ServerCall:
         return message
 
     def _hold(self) -> bool:
-        """Count what this call's messages hold until its handler takes them (a stream's: the part of
-        a message and the messages it has not taken; a unary call's: all it sent), and refuse the call
-        that takes the front above its ``IncomingBytes`` bound (False: refused)."""
+        """Count what the call holds; refuse it above the ``IncomingBytes`` bound (False)."""
         held = (
             0
             if self.done
@@ -262,13 +272,11 @@ class ServerCall:
         incoming.held += held - self.held
         self.held = held
         if held and incoming.held > incoming.limit:
-            self.finish(
+            self.abort(
                 RESOURCE_EXHAUSTED,
                 f"the front already holds {incoming.held - held} bytes of its clients' messages still "
                 f"arriving or waiting, at most {incoming.limit}; send this call when those are taken",
             )
-            if self.task is not None:
-                self.task.cancel()
             return False
         return True
 
@@ -287,9 +295,7 @@ class ServerCall:
             self.finish(DEADLINE_EXCEEDED, f"the call's message was not complete within {limit:g} s")
 
     def _give_window(self, received: int) -> None:
-        """Let the client send more: at once while the messages waiting for the handler stay under
-        one stream window (a message larger than the window can still arrive whole), else once the
-        handler takes them."""
+        """Let the client send more while what waits for the handler stays under one stream window."""
         self.withheld += received
         if self.withheld and (not self.streaming or self.queued <= h2c.STREAM_WINDOW):
             self.connection.consumed(self.stream_id, self.withheld)
@@ -331,6 +337,12 @@ class ServerCall:
             connection.reset(self.stream_id, h2c.NO_ERROR)
         connection.call_ended(self)
 
+    def abort(self, code: int, details: str) -> None:
+        """End the call with this status and cancel its handler."""
+        self.finish(code, details)
+        if self.task is not None:
+            self.task.cancel()
+
     def on_reset(self, code: int = h2c.CANCEL) -> None:
         """The client reset the call (``code``) or went away."""
         self.done = True
@@ -356,11 +368,7 @@ class ServerCall:
 
 
 class IncomingBytes:
-    """Bytes of clients' messages the front holds before a handler takes them, every connection's
-    together: unary calls still arriving and a stream's messages not yet taken. Each is bounded by the
-    message bound, so without this a client opening calls it never finishes held that bound per call
-    for as long as its connection lived (fault matrix row 71); the call that would pass ``limit`` is
-    refused with ``RESOURCE_EXHAUSTED``, like the HTTP front's fifth large body."""
+    """Bytes of messages held before a handler takes them, over all connections (row 71)."""
 
     def __init__(self, limit: int) -> None:
         self.limit, self.held = limit, 0
@@ -412,11 +420,7 @@ class FrontConnection(h2c.Endpoint):
         self.timer = self.loop.call_later(self.front_limits.handshake_s, self._handshake_expired)
 
     def pause_writing(self) -> None:
-        """The client reads slower than its answers come (the transport's buffer passed its high-water
-        mark): read nothing more from it until it catches up. What the front holds for a client that
-        stops reading is then its calls already begun, not every call it goes on sending (fault
-        matrix row 70). Only toward clients: Triton's end keeps reading, or a busy Triton and the
-        front would each wait for the other."""
+        """A client that does not read its answers is not read either (fault matrix row 70)."""
         if not self.closed and self.transport is not None:
             self.transport.pause_reading()
 

@@ -1,26 +1,6 @@
-"""HTTP/2 over cleartext (h2c, prior knowledge) as the gRPC front relays it: frames, flow control and
-header blocks, for both of its ends (``server.fronts.grpc_wire``).
-
-The front used to be a grpc.aio server forwarding over a grpc.aio channel: per call, two gRPC stacks
-built and tore down their Python call objects, tasks and futures (1.26 ms of front CPU a request on two
-cores, more than tritonserver and its stub spent on the request). A gRPC call is a few HTTP/2 frames, so
-the front reads them itself: this module parses and writes frames, keeps the flow-control windows of
-both directions and decodes header blocks; nothing per call beyond that. Why not the ``h2`` library,
-the well-kept one for the protocol: its state machine takes about 0.23 ms of CPU for one side of one
-unary call (``scripts/h2_library_cost.py``), and a relay has two sides, so ``h2`` alone would cost more
-than this whole front does per request (0.26 ms, docs/SERVING.md "What the fronts cost"); ``hpack``, the
-part of it that is the protocol's hard piece, is used. What it leaves out on purpose:
-
-* header blocks it sends use no dynamic table (literal fields, names from the static table where they
-  are there): a few bytes more per call on loopback, and no encoder state to keep in step with a peer;
-  the blocks it receives are decoded with ``hpack`` (its dynamic table is the peer's business);
-* priorities are ignored and server push is refused (``SETTINGS_ENABLE_PUSH`` 0 to Triton, and a
-  client may not push);
-* writes of one turn of the event loop go out in one ``write`` (``_flush``): under load the frames of
-  many calls share a system call.
-
-A protocol error ends the connection with ``GOAWAY`` and the error code; a peer that breaks flow control
-or sends a frame above the size it was told is one.
+"""HTTP/2 over cleartext (prior knowledge) for both ends of the gRPC front: frames, flow control and
+header blocks (``hpack`` decodes them). Neither grpc.aio nor the ``h2`` library: their per-call work
+costs more CPU than this whole front (``scripts/h2_library_cost.py``).
 """
 
 from __future__ import annotations
@@ -55,8 +35,8 @@ STREAM_CLOSED, FRAME_SIZE_ERROR, REFUSED_STREAM, CANCEL, COMPRESSION_ERROR = 5, 
 DEFAULT_WINDOW = 65_535
 DEFAULT_FRAME = 16_384
 MAX_WINDOW = (1 << 31) - 1
-# What the front lets a peer send ahead on one stream, and on the whole connection: a stream's window is
-# given back as the front consumes its data (``consumed``), the connection's as frames arrive.
+# what a peer may send ahead: a stream's window is given back as its data is consumed, the connection's
+# as frames arrive
 STREAM_WINDOW = 4 << 20
 CONNECTION_WINDOW = 1 << 30
 MAX_HEADER_LIST = 64 << 10  # decoded header fields of one block, as grpc's own hard limit
@@ -116,11 +96,7 @@ class _Sending:
 
 
 class Endpoint(asyncio.Protocol):
-    """One HTTP/2 connection: ``client_side`` to Triton, else a client's connection to the front.
-
-    Subclasses get ``on_headers``, ``on_goaway``, ``on_settings`` and ``on_closed``, keep each stream's
-    call in ``calls`` (which gets its stream's DATA and RST_STREAM: ``on_data``, ``on_reset``), and
-    send with ``send_headers``, ``send_data`` and ``reset``."""
+    """One HTTP/2 connection (``client_side``: to Triton); ``calls`` holds each stream's call."""
 
     client_side = False
 
@@ -373,8 +349,7 @@ class Endpoint(asyncio.Protocol):
     def _write_data(
         self, stream_id: int, sending: _Sending, data: bytes | memoryview, end_stream: bool
     ) -> memoryview | None:
-        """Write what the windows allow of ``data``; returns the rest (None: all written), a view of
-        ``data``: a large message waiting for window is never copied again."""
+        """Write what the windows allow of ``data``; returns the rest as a view (None: all written)."""
         allowed = min(sending.window, self.send_window)
         if len(data) <= allowed and len(data) <= self.peer_frame:
             sending.window -= len(data)
@@ -419,7 +394,6 @@ class Endpoint(asyncio.Protocol):
             sending.waiting.popleft()
 
     def _ended(self, stream_id: int) -> None:
-        """The front's side of ``stream_id`` is done: nothing more will be sent on it."""
         self.sending.pop(stream_id, None)
 
     def reset(self, stream_id: int, code: int = CANCEL) -> None:
@@ -460,9 +434,7 @@ class Endpoint(asyncio.Protocol):
 
 
 def _indexed_only(decoder: hpack.Decoder, block: bytes) -> list[tuple[bytes, bytes]] | None:
-    """A block made only of one-byte indexed fields (every byte ``1xxxxxxx``, none 0xFF), decoded
-    without ``hpack``'s general path; such fields leave the dynamic table as it is. None for any
-    other block. Once a peer has sent its usual fields, its blocks are mostly of this kind."""
+    """A block of one-byte indexed fields (a peer's usual), decoded fast; None for any other."""
     if not block or len(block) > 64 or min(block) < 0x80 or max(block) == 0xFF:
         return None
     entry = decoder.header_table.get_by_index  # the dynamic table holds memoryviews

@@ -1,52 +1,10 @@
-"""An HTTP front for tritonserver 2.51: bounds and checks each request before Triton's own HTTP
-frontend sees it, because that frontend crashes the whole server on a few small inputs (the
-fault matrix's HTTP-front rows, docs/SERVING.md) and blames the server (500) for many faulty ones:
+"""An HTTP front for tritonserver 2.51, whose HTTP frontend crashes the whole server on a few small
+inputs and answers many faulty ones with 500: every request is bounded and checked here first (the
+request target, one reading of headers and JSON, each client's share and each inference's deadline,
+the model's allow-list, shared memory from the front's own table) and forwarded with ``FRONT_HEADER``,
+without which Triton's own port takes no inference (docs/SERVING.md, "The fronts").
 
-* the request target: only a plain origin-form ``/v2/...`` path, and Triton gets the path that was
-  checked, never the raw target (``server.fronts.request_target``; fault matrix row 35); only the
-  methods Triton serves, a HEAD answered as its GET without a body (rows 65 and 67);
-* upstream slots: a client connection and a client address may each have a share of the requests
-  waiting on Triton (429 beyond), a free slot goes to the waiting address holding the fewest
-  (``server.fronts.client_slots``), GET/HEAD have connections of their own, and a client that hangs
-  up cancels its upstream request (rows 38 and 57);
-* deadlines: an inference is answered within its model's deadline, 504 after it
-  (``server.fronts.deadlines``; row 56);
-* framing: a body above what its route accepts (an inference: the largest valid request of its
-  model, ``server.fronts.allow_list``; else ``max_body_bytes``) is refused with 413 from its
-  ``Content-Length`` before it is read, a chunked one as it arrives; each whole body is buffered (408
-  after ``body_timeout_s``) and a request's headers must be complete within ``header_timeout_s`` of
-  their first byte (408; slowloris); pipelined requests are answered in order; a large body is
-  checked in a worker process (``server.fronts.body_checks``; row 59);
-* one reading: a header Triton reads (``Inference-Header-Content-Length``, ``Content-Type``, ...)
-  sent twice (in any cases), a JSON key sent twice, or a number only one parser can hold is a 400, so
-  the front and Triton can never check and run two different requests (``server.fronts.kserve_json``);
-  a header the front sets or drops is the client's one whatever case its name is sent in;
-* ``Content-Encoding: gzip|deflate`` bodies are inflated here, bounded by ``max_body_bytes``, and
-  forwarded plain (415 for other encodings, 400 for a body that does not inflate);
-* a form-encoded body (``curl -d``) is forwarded as ``application/json``, which it is on every ``/v2``
-  route (libevhtp would parse it as a query string and segfault);
-* inference JSON is checked field by field (400 naming the field where Triton says 500), no input
-  may declare more elements than bytes carry it (``server.fronts.tensor_limits``; row 37), and the
-  request must be one its model's config accepts, exactly (``server.fronts.allow_list`` against the
-  config Triton serves, ``server.fronts.model_shapes``; rows 53–55): an unknown model is refused with
-  Triton's 404, never forwarded unchecked;
-* system shared memory is served here, from the front's own table: Triton never maps a client's file
-  (``server.fronts.shm_http``, ``server.fronts.client_regions``; fault matrix rows 24, 43–45, 49–52);
-  an inference's shared-memory inputs pass the same allow-list as any other, before the front reads
-  a byte of the client's region, and the bytes it reads are walked by it before Triton sees them
-  (row 61);
-* when Triton is unreachable, clients get JSON they can parse: 503 while it is down or starting, 502
-  when it drops a request, and the front logs that once, not once per request.
-
-Triton's own HTTP port listens on loopback, with the inference API restricted to requests carrying
-``FRONT_HEADER`` (which only the fronts add) and its shared-memory API to the admin key, so the checks
-cannot be bypassed by connecting to it. Errors use Triton's shape, ``{"error": "..."}``, so
-tritonclient reports them like Triton's. Costs: one extra loopback hop and a JSON parse per inference
-request.
-
-Run as ``python -m server.fronts.http_front --listen HOST:PORT --upstream HOST:PORT``, with the
-admin key in the environment (``KEY_ENV``) and the lifetime flags of ``server.fronts.process`` (the
-launcher passes them: the front follows its tritonserver across restarts and exits once both are gone).
+Run as ``python -m server.fronts.http_front --listen HOST:PORT --upstream HOST:PORT``.
 """
 
 from __future__ import annotations
@@ -66,24 +24,18 @@ from multidict import CIMultiDict
 from yarl import URL
 
 from server.admin import ADMIN_HEADER, FRONT_HEADER
-from server.fronts.allow_list import ModelSignature
-from server.fronts.body_checks import (
-    DEFAULT_MAX_LARGE,
-    DEFAULT_WORKERS,
-    INLINE_BYTES,
-    BodyCheckers,
-)
+from server.fronts.allow_list import ModelSignature, ModelSignatures
+from server.fronts.body_checks import DEFAULT_MAX_LARGE, DEFAULT_WORKERS, INLINE_BYTES, BodyCheckers
 from server.fronts.body_encoding import inflate
 from server.fronts.client_regions import Client, RegionUse
-from server.fronts.client_slots import ClientSlots
-from server.fronts.deadlines import Deadlines
+from server.fronts.client_slots import ClientSlots, Deadlines
 from server.fronts.kserve_json import check_generate, check_infer, check_json
-from server.fronts.model_shapes import ModelSignatures
 from server.fronts.peer import peer_uid
 from server.fronts.process import (
     MAX_REQUEST_BYTES,
     MIB,
     FrontShares,
+    UpstreamState,
     add_share_arguments,
     admin_key,
     front_parser,
@@ -94,9 +46,9 @@ from server.fronts.process import (
 from server.fronts.refusal import Refusal, RequestRefusedError
 from server.fronts.request_target import checked_target, forwarded_target
 from server.fronts.shm_http import SYSTEM_SHM, HttpSharedMemory
-from server.fronts.upstream_state import UpstreamState
 
 log = logging.getLogger(__name__)
+Headers = CIMultiDict[str]
 HOP_BY_HOP = {
     "connection", "keep-alive", "proxy-authenticate", "proxy-authorization", "te", "trailer",
     "transfer-encoding", "upgrade", "host", "content-length", FRONT_HEADER,
@@ -109,15 +61,10 @@ FORM_TYPES = ("application/x-www-form-urlencoded", "multipart/form-data")
 INFER = re.compile(r"/v2/models/([^/]+)(?:/versions/([^/]+))?/(?:infer|generate|generate_stream)")
 REPOSITORY_CHANGE = re.compile(r"/v2/repository/models/([^/]+)/(?:load|unload)")
 QUICK_METHODS = ("GET", "HEAD")  # health, metadata, config, statistics: their own upstream connections
-# Triton 2.51 answers HEAD on every route with 405 and a body, which HTTP forbids (a HEAD answer ends
-# at its headers): the front read that body as the next answer's status line and answered 502 (fault
-# matrix row 65). A HEAD is its GET without the body (RFC 9110, 9.3.2), so Triton is asked the GET,
-# and aiohttp sends the client the GET's status and headers alone; the front's own routes (shared
-# memory) answer a HEAD as their GET too.
+# Triton 2.51 answers HEAD with 405 and a body, which HTTP forbids (fault matrix row 65): a HEAD is
+# sent as its GET and aiohttp gives the client the GET's headers alone.
 UPSTREAM_METHODS = {"HEAD": "GET"}
-# The methods Triton's HTTP API serves; any other is answered 405 here, in Triton's words (fault matrix
-# row 67): Triton answers the ones its HTTP parser knows with 405 and drops the connection on the others
-# (``M-SEARCH``: a 502 here), so forwarding them could only lose the answer.
+# Triton drops the connection on methods its parser does not know (row 67): 405 here instead.
 SERVED_METHODS = ("GET", "HEAD", "POST")
 # Triton's 500s that are about the request's JSON, never the server: answered as the 400 they are.
 REQUEST_FAULTS = re.compile(
@@ -134,9 +81,7 @@ class FrontLimits:
     idle_timeout_s: float = 75.0  # a kept-alive connection with no request
     upstream_timeout_s: float = 600.0  # a POST that is no inference (a repository load can take minutes)
     shutdown_s: float = 5.0  # on exit, requests still in flight get this long
-    # An inference's deadline; POSTs share ``shares.slots.capacity`` upstream connections within each
-    # client's share (fault matrix rows 38, 56 and 57); GET/HEAD requests have their own
-    # ``quick_connections``, so health and metadata are answered while inference fills the rest.
+    # POSTs share the slots (rows 38, 56, 57); GET/HEAD have ``quick_connections`` of their own
     shares: FrontShares = field(default_factory=FrontShares)
     quick_connections: int = 32
     quick_timeout_s: float = 60.0
@@ -148,25 +93,14 @@ def _error(status: int, message: str) -> web.Response:
     return web.json_response({"error": message}, status=status)
 
 
-def _answered_as(method: str) -> str:
-    """The method whose answer ``method`` gets (``UPSTREAM_METHODS``: a HEAD gets its GET's)."""
-    return UPSTREAM_METHODS.get(method, method)
-
-
 async def _continue(request: web.BaseRequest) -> None:
-    """``100 Continue`` to a client that waits for it before it sends its body (``Expect:
-    100-continue``, as curl sends a large body), once the request passed every check its headers allow
-    (fault matrix row 66): a request refused from its headers is refused before its body is sent.
-    Triton sends it at once; aiohttp's low-level server never does, so such a client waited for its
-    own timeout (curl's 1 s) on every request, or for good."""
+    """``100 Continue`` once the headers passed (row 66): aiohttp's low-level server never sends it."""
     if request.version >= (1, 1) and request.headers.get("Expect", "").lower() == "100-continue":
         await request.writer.write(b"HTTP/1.1 100 Continue\r\n\r\n")
 
 
 def _content_type(request: web.BaseRequest) -> str:
-    """The media type alone (``RequestRefusedError`` unless it is one), read without aiohttp's recursive
-    header parser: 239 ``(`` overflowed it into a 500 on every route, health included (fault matrix
-    row 16)."""
+    """The media type, read without aiohttp's recursive parser (239 ``(``: row 16)."""
     value = request.headers.get("Content-Type")
     if value is None:
         return ""
@@ -176,16 +110,8 @@ def _content_type(request: web.BaseRequest) -> str:
     return media_type
 
 
-def forwarded_headers(request: web.BaseRequest) -> CIMultiDict[str]:
-    """The client's headers to forward; ``RequestRefusedError`` for one sent twice (Triton reads the first
-    of two, the front would check the other: one reading for both needs one value).
-
-    Keyed case-insensitively, as HTTP names are: every header the front sets, replaces or drops (a form
-    body's ``Content-Type``, ``Content-Encoding``, ``Accept-Encoding``, ``Inference-Header-Content-Length``)
-    is then the client's one whatever case it was sent in. Keyed by the names as sent, a name the front
-    spelt another way became a second entry, and which of the two reached Triton was left to aiohttp
-    (its client keeps the last; its compiled parser gives well-known names their canonical case, its
-    pure-Python parser keeps them as sent)."""
+def forwarded_headers(request: web.BaseRequest) -> Headers:
+    """The client's headers, case-insensitively; one sent twice is refused (Triton reads the first)."""
     names = Counter(name.decode("latin-1").lower() for name, _ in request.raw_headers)
     twice = sorted(name for name, count in names.items() if count > 1 and name not in HOP_BY_HOP)
     if twice:
@@ -194,16 +120,7 @@ def forwarded_headers(request: web.BaseRequest) -> CIMultiDict[str]:
 
 
 class FrontConnection(RequestHandler):
-    """aiohttp's connection handler plus a deadline for each request's headers, and errors as JSON.
-
-    aiohttp closes a connection that sends nothing for the idle timeout, but a connection that sends
-    its headers a byte at a time is kept as long as it trickles. Here the clock starts at the first
-    byte a request's head brings while the connection is idle, and stops when the head is complete;
-    at ``head_timeout_s`` the client gets a 408 and the connection is closed.
-
-    Malformed HTTP (a bad request line, header or framing) gets a JSON 400 and one log line, not
-    aiohttp's text answer and a traceback per request: a client's fault must not fill the log.
-    """
+    """aiohttp's handler with a deadline for a request's head (slowloris) and JSON errors."""
 
     head_timeout_s = 10.0
     _head_timer: asyncio.TimerHandle | None = None
@@ -306,7 +223,6 @@ class HttpFront:
         self.checkers.close()
 
     async def _model_config(self, model: str, version: str) -> dict:
-        """The config Triton serves for ``model`` (raw, as named in the path), or Triton's refusal."""
         assert self.quick is not None
         versioned = f"/versions/{version}" if version else ""
         url = URL(f"/v2/models/{model}{versioned}/config", encoded=True)
@@ -336,10 +252,7 @@ class HttpFront:
     async def _check(
         self, request: web.BaseRequest, path: str, body: bytes, model: ModelSignature | None
     ) -> list[RegionUse]:
-        """The checks of the route ``path`` (Triton's raw path: it does not decode names); ``model``
-        is the config of the model an inference names. What reads the body is a pure function, run in
-        a worker for a large body (``BodyCheckers``). Returns the shared-memory ranges an inference
-        request names (the front copies them once they passed: ``HttpSharedMemory.to_triton``)."""
+        """The checks of the route ``path``; returns the shared-memory ranges an inference names."""
         if request.method != "POST":
             return []
         check = functools.partial(self.checkers.check, len(body))
@@ -353,9 +266,7 @@ class HttpFront:
         return []
 
     def _body_limit(self, path: str, model: ModelSignature | None) -> tuple[int, str]:
-        """How large a body the route ``path`` takes, and why: an inference, its model's largest valid
-        request; a shared-memory call, what the event loop parses inline (it is read there: a
-        registration is a few fields); any other, the front's own bound."""
+        """How large a body the route ``path`` takes, and why (a shared-memory call is parsed inline)."""
         if model is not None:
             return model.largest_request_bytes(), f"the largest request model '{model.model}' takes"
         if SYSTEM_SHM.fullmatch(path):
@@ -363,16 +274,14 @@ class HttpFront:
         return self.limits.max_body_bytes, "the largest the front takes"
 
     async def _model(self, request: web.BaseRequest, path: str) -> ModelSignature | None:
-        """The config of the model an inference names (``RequestRefusedError`` when Triton has none:
-        never forwarded unchecked); None for other routes."""
+        """The config of the model an inference names (never forwarded unchecked); None for other routes."""
         match = INFER.fullmatch(path) if request.method == "POST" else None
         return await self.signatures.get(match[1], match[2] or "") if match else None
 
     async def _read_body(
         self, request: web.BaseRequest, limit: int, what: str, need: Callable[[int | None], None]
     ) -> bytes:
-        """The whole body, counted as it arrives: 413 (``TOO_LARGE``) past ``limit`` (a chunked body
-        has no ``Content-Length`` to check first), a large-body place taken as soon as it is large."""
+        """The whole body, 413 as soon as it passes ``limit`` (a chunked body has no ``Content-Length``)."""
         chunks, size = [], 0
         async for chunk in request.content.iter_any():
             size += len(chunk)
@@ -406,7 +315,10 @@ class HttpFront:
                 body = inflate(body, headers.pop("Content-Encoding", None), limit)
                 need(len(body))
                 answer = self.shm.answer(
-                    _answered_as(request.method), path, body, lambda: self._client(request)
+                    UPSTREAM_METHODS.get(request.method, request.method),
+                    path,
+                    body,
+                    lambda: self._client(request),
                 )
                 if answer is not None:  # the shared-memory API, served by the front itself
                     return answer
@@ -443,22 +355,19 @@ class HttpFront:
         self,
         request: web.BaseRequest,
         target: str,
-        headers: CIMultiDict[str],
+        headers: Headers,
         body: bytes,
         model: ModelSignature | None,
     ) -> web.Response:
-        """Send the checked ``target`` upstream; GET/HEAD on their own connections, other methods on
-        the shared ones within the client's share (``ClientSlots``), an inference within its model's
-        deadline (``Deadlines.within``). A client that hangs up cancels this (the server's
-        ``handler_cancellation``), which closes its upstream connection."""
+        """Send ``target`` upstream: GET/HEAD apart, the rest in the client's share and deadline."""
         if request.method in QUICK_METHODS:
             assert self.quick is not None
-            return await self._exchange(self.quick, request, target, headers, body)
+            return await self._exchange(self.quick, request.method, target, headers, body)
         assert self.session is not None
         peer = request.transport.get_extra_info("peername") if request.transport else None
         address = request.remote or ""
         connection = f"{peer[0]}:{peer[1]}" if peer else address
-        exchange = functools.partial(self._exchange, self.session, request, target, headers, body)
+        exchange = functools.partial(self._exchange, self.session, request.method, target, headers, body)
         if model is None:
             async with self.slots.held(address, connection):
                 return await exchange()
@@ -466,17 +375,12 @@ class HttpFront:
         return await self.deadlines.within(address, connection, model.model, deadline, exchange)
 
     async def _exchange(
-        self,
-        session: ClientSession,
-        request: web.BaseRequest,
-        target: str,
-        headers: CIMultiDict[str],
-        body: bytes,
+        self, session: ClientSession, method: str, target: str, headers: Headers, body: bytes
     ) -> web.Response:
         url = URL(target, encoded=True)
         try:
             async with session.request(
-                _answered_as(request.method), url, data=body, headers=headers, allow_redirects=False
+                UPSTREAM_METHODS.get(method, method), url, data=body, headers=headers, allow_redirects=False
             ) as answer:
                 payload = await answer.read()
                 status = answer.status
@@ -512,8 +416,7 @@ async def start_front(listen: str, front: HttpFront) -> Callable[[], Awaitable[N
     log.info("http front on %s -> %s", listen, front.upstream)
 
     async def stop() -> None:
-        # Stops listening, lets requests in flight finish (shutdown_s at most), then closes the upstream
-        # connections (kept-alive ones would otherwise hold tritonserver's exit for its exit timeout).
+        # kept-alive upstream connections would hold tritonserver's exit for its exit timeout
         await runner.cleanup()
         await front.close()
 

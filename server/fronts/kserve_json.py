@@ -1,21 +1,6 @@
-"""The KServe v2 JSON the HTTP front lets through to Triton 2.51: parsed once, one way, with every field
-Triton reads having the type Triton reads it as.
-
-Triton answers a field of the wrong JSON type with a 500 ("Unable to parse 'shape': attempt to access
-JSON non-array as array"), which blames the server for the client's request; here each such request
-gets a 400 naming the field. And the front must never read a body differently from Triton:
-
-* **Duplicate keys** are refused wherever they occur (Python's parser keeps the last, Triton's the
-  first: a huge shape placed first passed the front's check and aborted the server).
-* **Numbers Triton's parser cannot hold** (an integer beyond a double, ``1e400``) and lone UTF-16
-  surrogates are refused: Triton would fail to parse them where Python succeeds.
-* The body must be UTF-8 (Python also guesses UTF-16 and UTF-32; Triton does not).
-
-``check_infer`` reads an inference request into what the allow-list checks against the model's config
-(``server.fronts.allow_list``: names, datatypes, shapes, and exactly the data each shape needs, in
-JSON values, binary data after the header, or a shared-memory range), and returns the shared-memory
-ranges it names so the front can copy them (``server.fronts.shm_http``, which walks the bytes it
-reads through the same allow-list).
+"""The KServe v2 JSON the HTTP front lets through: read once, the way Triton reads it (duplicate keys,
+numbers beyond a double, lone surrogates and non-UTF-8 refused), each field of the type Triton reads
+it as: a 400 naming the field where Triton says 500.
 """
 
 from __future__ import annotations
@@ -76,23 +61,6 @@ def _parse_float(text: str) -> float:
     return value
 
 
-def _check_strings(value: object) -> None:
-    """Every string in ``value`` is valid Unicode (a lone surrogate escape is not)."""
-    pending = [value]
-    while pending:
-        item = pending.pop()
-        if isinstance(item, dict):
-            pending.extend(item.keys())
-            pending.extend(item.values())
-        elif isinstance(item, list):
-            pending.extend(item)
-        elif isinstance(item, str):
-            try:
-                item.encode("utf-8")
-            except UnicodeEncodeError as error:
-                raise RequestRefusedError("request JSON holds a lone UTF-16 surrogate escape") from error
-
-
 def load_json(body: bytes) -> object:
     """Parse a request body as Triton's parser would, or ``RequestRefusedError`` saying why not."""
     try:
@@ -109,19 +77,23 @@ def load_json(body: bytes) -> object:
         raise
     except ValueError as error:
         raise RequestRefusedError(f"request body is not valid JSON: {error}") from error
-    if SURROGATE_ESCAPE.search(text):
-        _check_strings(document)
+    if SURROGATE_ESCAPE.search(text):  # a lone surrogate escape parses, but is no Unicode Triton reads
+        try:
+            json.dumps(document, ensure_ascii=False).encode("utf-8")
+        except UnicodeEncodeError as error:
+            raise RequestRefusedError("request JSON holds a lone UTF-16 surrogate escape") from error
+        except RecursionError as error:
+            raise RequestRefusedError("request JSON nests too deeply") from error
     return document
 
 
 def check_json(body: bytes) -> None:
-    """``load_json`` without its result: a body only checked (run in a worker, its document would be
-    sent back for nothing)."""
+    """``load_json`` without its result (a worker would send the document back for nothing)."""
     load_json(body)
 
 
 def _field(container: dict, key: str, kinds: tuple[type, ...], where: str, required: bool = False) -> Any:
-    """``container[key]`` if it has one of ``kinds`` (bool is never an int here), else RequestRefusedError."""
+    """``container[key]`` if one of ``kinds`` (never a bool for an int; ints are uint64)."""
     if key not in container:
         if required:
             raise RequestRefusedError(f"{where}: '{key}' is missing")
@@ -130,56 +102,35 @@ def _field(container: dict, key: str, kinds: tuple[type, ...], where: str, requi
     if (isinstance(value, bool) and bool not in kinds) or not isinstance(value, kinds):
         expected = " or ".join(KIND_NAMES[k] for k in kinds)
         raise RequestRefusedError(f"{where}: '{key}' must be {expected}, got {json.dumps(value)[:40]}")
+    if isinstance(value, int) and not isinstance(value, bool) and not 0 <= value < U64:
+        expected = " or ".join(["a non-negative integer"] + [KIND_NAMES[k] for k in kinds if k is not int])
+        raise RequestRefusedError(f"{where}: '{key}' must be {expected}, got {value}")
     return value
 
 
 KIND_NAMES = {str: "a string", int: "an integer", bool: "true or false", dict: "an object", list: "a list"}
 
 
-def _unsigned(container: dict, key: str, where: str, required: bool = False) -> int | None:
-    value = _field(container, key, (int,), where, required)
-    if value is not None and not 0 <= value < U64:
-        raise RequestRefusedError(f"{where}: '{key}' must be a non-negative integer, got {value}")
-    return value
-
-
-def _parameters(container: dict, where: str, typed: dict[str, Callable[[dict, str, str], object]]) -> dict:
+def _parameters(container: dict, where: str, kinds: dict[str, tuple[type, ...]]) -> dict:
     parameters = _field(container, "parameters", (dict,), where) or {}
-    for key, check in typed.items():
-        if key in parameters:
-            check(parameters, key, f"{where} parameters")
+    for key, allowed in kinds.items():
+        _field(parameters, key, allowed, f"{where} parameters")
     return parameters
 
 
-def _string(container: dict, key: str, where: str) -> object:
-    return _field(container, key, (str,), where)
-
-
-def _boolean(container: dict, key: str, where: str) -> object:
-    return _field(container, key, (bool,), where)
-
-
-def _sequence_id(container: dict, key: str, where: str) -> object:
-    value = _field(container, key, (int, str), where)
-    if isinstance(value, int) and not 0 <= value < U64:
-        raise RequestRefusedError(f"{where}: '{key}' must be a non-negative integer or a string, got {value}")
-    return value
-
-
 REQUEST_PARAMETERS = {
-    "sequence_id": _sequence_id, "sequence_start": _boolean, "sequence_end": _boolean,
-    "priority": _unsigned, "timeout": _unsigned, "binary_data_output": _boolean,
+    "sequence_id": (int, str), "sequence_start": (bool,), "sequence_end": (bool,),
+    "priority": (int,), "timeout": (int,), "binary_data_output": (bool,),
 }  # fmt: skip
 SHM_PARAMETERS = {
-    "shared_memory_region": _string, "shared_memory_byte_size": _unsigned, "shared_memory_offset": _unsigned,
+    "shared_memory_region": (str,), "shared_memory_byte_size": (int,), "shared_memory_offset": (int,),
 }  # fmt: skip
-INPUT_PARAMETERS = {"binary_data_size": _unsigned, **SHM_PARAMETERS}
-OUTPUT_PARAMETERS = {"binary_data": _boolean, "classification": _unsigned, **SHM_PARAMETERS}
+INPUT_PARAMETERS = {"binary_data_size": (int,), **SHM_PARAMETERS}
+OUTPUT_PARAMETERS = {"binary_data": (bool,), "classification": (int,), **SHM_PARAMETERS}
 
 
 def _scalar_check(datatype: object) -> tuple[Callable[[object], bool], str] | None:
-    """What type one JSON value of ``datatype`` must be for Triton to read it, and how to say so (None: a
-    datatype Triton will refuse by itself); whether its datatype holds it is ``value_fits``'s."""
+    """The type a JSON value of ``datatype`` must have, and its name (None: Triton refuses it)."""
     if datatype == "BOOL":
         return (lambda v: v is True or v is False), "true or false"
     if datatype == "BYTES":
@@ -214,16 +165,16 @@ def _check_data(name: object, datatype: object, shape: list[int], data: object) 
         )
 
 
-def _region_use(parameters: dict, where: str) -> RegionUse | None:
+def region_use(parameters: dict, where: str) -> RegionUse | None:
+    """The shared-memory range a tensor's parameters name, if any."""
     if "shared_memory_region" not in parameters:
         return None
-    size = _unsigned(parameters, "shared_memory_byte_size", f"{where} parameters", required=True)
+    size = _field(parameters, "shared_memory_byte_size", (int,), f"{where} parameters", required=True)
     return RegionUse(parameters["shared_memory_region"], parameters.get("shared_memory_offset", 0), size)
 
 
 def _read_input(item: object, body_bytes: int) -> tuple[CarriedInput, RegionUse | None]:
-    """One entry of ``inputs``, with the range it names in shared memory; an input sent as binary data
-    has no payload yet (``_with_binary`` finds it in the body)."""
+    """One entry of ``inputs`` and the range it names (binary data: ``_with_binary``)."""
     if not isinstance(item, dict):
         raise RequestRefusedError("each entry of 'inputs' must be an object")
     name = _field(item, "name", (str,), "input", required=True)
@@ -244,7 +195,7 @@ def _read_input(item: object, body_bytes: int) -> tuple[CarriedInput, RegionUse 
             f"'parameters', 'shared_memory_region' in 'parameters'. But "
             f"{' and '.join(carriers) if carriers else 'no field'} {'is' if len(carriers) < 2 else 'are'} set"
         )
-    region = _region_use(parameters, where)
+    region = region_use(parameters, where)
     if region is not None:
         size = region.byte_size
         check_declared_size(name, shape, element_bytes(datatype), size, "its shared memory range")
@@ -262,7 +213,7 @@ def _output_name(item: object, uses: list[RegionUse]) -> str:
     if not isinstance(item, dict):
         raise RequestRefusedError("each entry of 'outputs' must be an object")
     name = _field(item, "name", (str,), "output", required=True)
-    region = _region_use(_parameters(item, f"output {name!r}", OUTPUT_PARAMETERS), f"output {name!r}")
+    region = region_use(_parameters(item, f"output {name!r}", OUTPUT_PARAMETERS), f"output {name!r}")
     if region is not None:
         uses.append(region)
     return name
@@ -285,14 +236,8 @@ def _with_binary(carried: list[CarriedInput], body: bytes, header_bytes: int) ->
 
 
 def check_infer(body: bytes, header_length: str | None, model: ModelSignature) -> list[RegionUse]:
-    """``RequestRefusedError`` unless the inference request is one Triton reads as the front does and
-    ``model``'s config accepts it (``server.fronts.allow_list``); returns the shared-memory ranges it
-    names.
-
-    ``header_length`` is the ``Inference-Header-Content-Length`` header: the JSON is then the body's
-    first bytes and binary data follows. ``0`` is Triton's raw request: the whole body is the single
-    input's bytes, its shape deduced from the config as Triton deduces it.
-    """
+    """``RequestRefusedError`` unless ``model`` accepts the request; the ranges it names. ``header_length``
+    ``0`` is Triton's raw request: the whole body is the one input's bytes."""
     header = body
     if header_length is not None:
         if not HEADER_LENGTH.fullmatch(header_length) or int(header_length) > len(body):
@@ -318,22 +263,18 @@ def check_infer(body: bytes, header_length: str | None, model: ModelSignature) -
 
 
 def check_register(body: bytes) -> tuple[str, int, int]:
-    """(key, offset, byte size) of a system shared-memory register body: ``{"key": str, "offset": uint,
-    "byte_size": uint}``."""
+    """(key, offset, byte size) of a system shared-memory register body."""
     document = load_json(body)
     if not isinstance(document, dict):
         raise RequestRefusedError("shared memory register request must be a JSON object")
     where = "shared memory register request"
     key = _field(document, "key", (str,), where, required=True)
-    offset = _unsigned(document, "offset", where) or 0
-    return key, offset, _unsigned(document, "byte_size", where, required=True)
+    offset = _field(document, "offset", (int,), where) or 0
+    return key, offset, _field(document, "byte_size", (int,), where, required=True)
 
 
 def check_generate(body: bytes, model: ModelSignature) -> None:
-    """A generate request (``/generate``, ``/generate_stream``): a JSON object whose keys that name an
-    input of ``model`` hold a value or a flat list of values of its datatype, the other keys Triton
-    reads as parameters (scalars); the inputs then pass the allow-list with the shape Triton gives
-    them (``allow_list.generate_input``): ``{"input_ids": []}`` is ``[1, 0]`` and refused there."""
+    """A generate request's JSON: inputs as values of their datatype, scalars as parameters."""
     document = load_json(body)
     if not isinstance(document, dict):
         raise RequestRefusedError("generate request must be a JSON object of input names to values")

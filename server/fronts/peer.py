@@ -1,17 +1,7 @@
-"""Which local user is at the other end of a TCP connection, read from the kernel's socket tables.
-
-System shared memory is a local-host feature: a client names a ``/dev/shm`` file and the server maps
-it. The fronts (``server.fronts.http_front``, ``server.fronts.grpc_front``) let a client name only
-files it owns, so they need the client's uid. For a loopback connection the client's own socket is listed in
-``/proc/net/tcp`` or ``tcp6`` (an IPv4 address on a dual-stack socket appears there as
-``::ffff:a.b.c.d``) with the uid that opened it: its local address is our peer's address and its
-remote address is our end. A peer on another host (or in another network namespace) has no such
-entry, and gets ``None``: it cannot share memory with this host anyway.
-
-Reading those tables costs the kernel a walk over every socket (17 ms a lookup on a busy machine), so
-the kernel's socket diagnostics (``NETLINK_SOCK_DIAG``) are asked first, for the one socket by its
-addresses and ports (well under a millisecond); the tables remain for where netlink is not allowed or
-our end listens on every address.
+"""Which local user is at the other end of a TCP connection: system shared memory lets a client name
+only files it owns. A loopback client's socket is in the kernel's tables with its uid; one on another
+host is not (``None``). Netlink socket diagnostics are asked first (well under a millisecond), the
+``/proc/net/tcp*`` tables (17 ms on a busy machine) where netlink is refused.
 """
 
 from __future__ import annotations
@@ -46,9 +36,7 @@ def _spellings(host: str) -> set[str]:
 
 
 def _diag_uid(peer: tuple[str, int], local: tuple[str, int]) -> tuple[bool, int | None]:
-    """The kernel's answer for the one TCP socket whose own end is ``peer`` and whose other end is
-    ``local`` (an ``inet_diag_req_v2`` lookup): (answered, its uid or None when there is no such
-    socket on this host). Not answered: netlink is refused here, or the families differ."""
+    """(answered, uid or None) of the socket from ``peer`` to ``local``, asked of netlink."""
     address = ipaddress.ip_address(peer[0].strip("[]"))
     ours = ipaddress.ip_address(local[0].strip("[]"))
     if address.version == 6 and address.ipv4_mapped is not None and ours.version == 6 and ours.ipv4_mapped:
@@ -77,9 +65,7 @@ def _diag_uid(peer: tuple[str, int], local: tuple[str, int]) -> tuple[bool, int 
 
 
 def peer_uid(peer: tuple[str, int], local: tuple[str, int]) -> int | None:
-    """The uid owning the client socket ``peer`` connected to our ``local`` (host, port); None when
-    the peer's socket is not on this host (or the tables cannot be read). A ``local`` host of
-    ``0.0.0.0`` or ``::`` (listening on every interface) matches our port on any address."""
+    """The uid owning the client socket ``peer`` connected to our ``local``; None: not this host."""
     try:
         any_address = ipaddress.ip_address(local[0].strip("[]")).is_unspecified
         if not any_address:

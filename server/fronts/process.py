@@ -1,13 +1,6 @@
-"""What the two front processes (``server.fronts.http_front``, ``server.fronts.grpc_front``) share as
-programs: their common flags, the admin key from the environment, the server's own shared-memory
-regions, and how long they live.
-
-A front outlives a tritonserver that dies: while the supervisor restarts it on the same ports, clients
-get the JSON 503 / gRPC ``UNAVAILABLE`` the fronts give for an unreachable server, never "connection
-refused" (fault matrix row 46). It follows the server whose pid the launcher writes to
-``--server-pid-file`` at every start, and exits on SIGTERM (the launcher's ``stop_fronts``: ``make
-stop``, a supervisor that gives up) or once both the process that started it (``--owner-pid``) and the
-server are gone, so nothing outlives a crashed launcher and its server.
+"""What the two front processes share: their flags, the admin key, the server's own regions, and their
+life: a front outlives a tritonserver that dies, so clients get 503 / ``UNAVAILABLE`` during a
+restart (fault matrix row 46), and exits on SIGTERM or once its owner and its server are gone.
 """
 
 from __future__ import annotations
@@ -24,8 +17,7 @@ from pathlib import Path
 
 from server.admin import KEY_ENV
 from server.fronts.client_regions import ServerRegions
-from server.fronts.client_slots import SlotLimits
-from server.fronts.deadlines import DEFAULT_DEADLINE_S, DEFAULT_MAX_OVERDUE
+from server.fronts.client_slots import DEFAULT_DEADLINE_S, DEFAULT_MAX_OVERDUE, SlotLimits
 from server.proc_stat import running
 from server.shm_private import make_owner_only
 from server.stubs import stub_regions
@@ -68,8 +60,7 @@ SHARE_FLAGS = (
 
 @dataclass(frozen=True)
 class FrontShares:
-    """How long an inference may take and how much of Triton each client may hold, the same on both
-    fronts (``server.fronts.deadlines``, ``server.fronts.client_slots``); ``ServerOptions.front_shares``."""
+    """An inference's deadline and each client's share of Triton, the same on both fronts."""
 
     deadline_s: float = DEFAULT_DEADLINE_S  # unless the model's config sets request_deadline_s
     max_overdue: int = DEFAULT_MAX_OVERDUE  # per model: requests past their deadline Triton still runs
@@ -86,8 +77,7 @@ class FrontShares:
 
 
 def add_share_arguments(parser: argparse.ArgumentParser, prefix: str = "") -> None:
-    """The flags of ``FrontShares``: ``--deadline-s`` … on a front, ``--front-deadline-s`` … with
-    ``prefix="front-"`` on ``python -m server start``."""
+    """The flags of ``FrontShares``, ``--front-`` prefixed on ``python -m server start``."""
     for (name, kind, text), default in zip(SHARE_FLAGS, FrontShares().values(), strict=True):
         parser.add_argument(f"--{prefix}{name}", type=kind, default=default, help=text)
 
@@ -98,6 +88,26 @@ def shares_from_args(args: argparse.Namespace, prefix: str = "") -> FrontShares:
         getattr(args, (prefix + n).replace("-", "_")) for n, _, _ in SHARE_FLAGS
     )
     return FrontShares(deadline_s, max_overdue, SlotLimits(*slots))
+
+
+class UpstreamState:
+    """Whether Triton answers, logged once per change rather than per failed request."""
+
+    def __init__(self, what: str, logger: logging.Logger, answer: str = "502/503") -> None:
+        self.what, self.log, self.answer = what, logger, answer
+        self.reachable: bool | None = None  # None: not tried yet
+
+    def down(self, error: BaseException) -> None:
+        if self.reachable is not False:
+            self.log.warning(
+                "%s is not answering (%s); clients get %s until it does", self.what, error, self.answer
+            )
+        self.reachable = False
+
+    def up(self) -> None:
+        if self.reachable is False:
+            self.log.info("%s answers again", self.what)
+        self.reachable = True
 
 
 def admin_key() -> str:
@@ -121,8 +131,7 @@ def server_regions(args: argparse.Namespace) -> ServerRegions:
 
 
 def _still_needed(args: argparse.Namespace) -> bool:
-    """Someone may still restart or use the server: its owner (the supervisor) or the server itself
-    runs. Without either flag a front runs until SIGTERM."""
+    """Its owner or its server still runs (without either flag: until SIGTERM)."""
     if args.owner_pid is None and args.server_pid_file is None:
         return True
     if args.owner_pid is not None and running(args.owner_pid):
@@ -132,10 +141,7 @@ def _still_needed(args: argparse.Namespace) -> bool:
 
 
 async def _until_stopped(args: argparse.Namespace) -> None:
-    """Return on SIGTERM, or once neither the owner nor the server runs; meanwhile keep the server's
-    shared-memory regions owner-only (``server.shm_private.make_owner_only``, the second layer behind
-    its preloaded library) and remember them as files, so that a rename or hard link cannot pass one
-    off as a client's (``server.fronts.client_regions``)."""
+    """Until SIGTERM or nobody needs the server; meanwhile its regions stay owner-only."""
     stop = asyncio.Event()
     asyncio.get_running_loop().add_signal_handler(signal.SIGTERM, stop.set)
     own_regions = ServerRegions(args.shm_prefix)  # this server's prefix alone: no /proc scan a second
@@ -149,8 +155,7 @@ async def _until_stopped(args: argparse.Namespace) -> None:
 def run_front(
     start: Callable[[], Awaitable[Callable[[], Awaitable[None]]]], args: argparse.Namespace
 ) -> None:
-    """Run a front: ``start()`` listens and returns its ``stop()``; it runs until SIGTERM or until
-    neither its owner nor its server runs (``_until_stopped``), then stops."""
+    """Run a front: ``start()`` listens and returns its ``stop()``, awaited once ``_until_stopped``."""
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
 
     async def main() -> None:

@@ -1,23 +1,6 @@
-"""The one request target the HTTP front accepts: a plain origin-form ``/v2/...`` path, so that the route
-the front checks is exactly the route Triton runs (fault matrix row 35).
-
-Triton 2.51's HTTP server (libevhtp) splits a target its own way: it drops a ``#fragment``, and it
-matches its routes on the raw path without decoding it. A front that read ``/v2/.../unregister#x``
-as a path ending in ``#x`` applied no route check while Triton ran the unregister; the same gap let a
-huge declared shape through. Rather than imitate one parser with another, the front refuses every
-target on which two readings could differ, and forwards the path it checked, never the raw target:
-
-* only ``/v2`` or ``/v2/`` followed by segments (absolute-form ``http://host/v2/...``, authority-form
-  ``host:port`` and ``*`` are refused; aiohttp's parser already refuses the last two, and control or
-  non-ASCII bytes);
-* no ``#`` anywhere, no backslash, no empty segment (``//``, a trailing ``/``), no ``.`` or ``..``
-  segment;
-* a ``%`` must start a two-digit hex escape, and the escape must not stand for a character that
-  separates or rewrites a path (``/ \\ . # ? %``) or a control character: ``%2F``, ``%5C``, ``%2E``,
-  ``%23``, ``%3F``, ``%25``, ``%00``–``%1F``, ``%7F`` are refused; other escapes (``%20``, ``%C3%A9``)
-  pass, and Triton, which does not decode them, reads the same bytes we checked;
-* the query (after the first ``?``) is forwarded as it came if it holds only printable ASCII without
-  ``#`` or a backslash; Triton's v2 routes read no query.
+"""The one request target the HTTP front accepts, a plain ``/v2/...`` path that Triton's libevhtp cannot
+read differently (it drops ``#fragments`` and does not decode), forwarded as checked (fault matrix
+row 35; docs/SERVING.md, "Request targets").
 """
 
 from __future__ import annotations
@@ -46,8 +29,7 @@ def _check_escapes(target: str, text: str) -> None:
 
 
 def checked_target(target: str) -> tuple[str, str]:
-    """``(path, query)`` of a plain origin-form ``/v2`` target (``query`` without its ``?``, empty when
-    none), or ``RequestRefusedError`` naming what is not plain about it."""
+    """``(path, query)`` of a plain origin-form ``/v2`` target, or ``RequestRefusedError``."""
     if not PRINTABLE.fullmatch(target):
         raise _refuse(target, "holds a space, control or non-ASCII character")
     if "#" in target:

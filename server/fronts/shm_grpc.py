@@ -1,24 +1,5 @@
-"""System shared memory over gRPC, served by the gRPC front from its own table
-(``server.fronts.client_regions``): Triton never maps a client's file. The gRPC counterpart of
-``server.fronts.shm_http``.
-
-* ``SystemSharedMemoryRegister``, ``...Unregister`` and ``...Status`` are answered here with Triton's
-  own messages, from the client's part of the table.
-* A ``ModelInfer`` request, or a ``ModelStreamInfer`` message, that names regions has passed the
-  allow-list (``server.fronts.allow_list``, with each range's byte size; fault matrix row 61) before
-  it gets here; it is
-  then rewritten before Triton sees it (``raw_request``): each input in a region becomes raw contents
-  read from the client's file and walked by the allow-list (``check_region_bytes``), typed contents
-  of the other inputs raw contents too (Triton reads no typed contents beside raw ones), and each
-  output wanted in a region comes back as raw contents. Triton's answer is
-  rewritten back (``client_response``): those bytes written into the client's region, the output's
-  raw contents left empty, as Triton answers a shared-memory output.
-* On a stream, answers may come in any order, so a message with outputs in regions travels under an
-  id of the front's own (``StreamOutputs``); the client's id is put back on its answer. How many such
-  messages may wait is the stream's share (``server.fronts.deadlines.StreamWaits``): each leaves on its
-  answer, and a stream whose message is late ends.
-* ``--trusted-shared-memory``: a registration is checked, then forwarded, and Triton maps the file
-  itself (docs/SERVING.md, "Shared memory"). CUDA shared memory needs the admin key either way.
+"""System shared memory over gRPC, the counterpart of ``shm_http``: regions copied into raw contents and
+outputs written back from them; on a stream, under an id of the front's own (``StreamOutputs``).
 """
 
 from __future__ import annotations
@@ -34,14 +15,8 @@ from tritonclient.grpc import service_pb2
 from tritonclient.utils import triton_to_np_dtype
 
 from server.fronts.allow_list import ModelSignature, check_region_bytes
-from server.fronts.client_regions import (
-    Client,
-    FrontRegions,
-    RegionTable,
-    RegionUse,
-    check_copy_size,
-)
-from server.fronts.grpc_request import TYPED_FIELDS, parameter_value
+from server.fronts.client_regions import Client, FrontRegions, RegionTable, RegionUse, check_copy_size
+from server.fronts.grpc_request import TYPED_FIELDS, region_use
 from server.fronts.refusal import RequestRefusedError
 from server.fronts.shm_http import REGION_PARAMETERS, output_too_small
 
@@ -51,23 +26,15 @@ RAW_TAG = bytes(
 
 
 def _ours(table: RegionTable, client: Client, parameters: Any) -> RegionUse | None:
-    """The range a tensor names, if the front copies it: a region the client never registered here
-    is left to Triton only for the operator (the admin key: CUDA regions)."""
-    if "shared_memory_region" not in parameters:
-        return None
-    name = parameter_value(parameters, "shared_memory_region")
-    if client.admin and not table.has(client, name):
-        return None
-    offset = parameter_value(parameters, "shared_memory_offset") or 0
-    use = RegionUse(name, offset, parameter_value(parameters, "shared_memory_byte_size"))
-    for key in REGION_PARAMETERS:
+    """The range a tensor names if the front copies it, taken out of its parameters."""
+    use = table.copies(client, region_use(parameters, ""))
+    for key in REGION_PARAMETERS if use else ():
         if key in parameters:
             del parameters[key]
     return use
 
 
 def _raw_contents(tensor: service_pb2.ModelInferRequest.InferInputTensor) -> bytes:
-    """Typed contents as the raw bytes Triton would make of them."""
     if tensor.datatype == "BYTES":
         return b"".join(len(v).to_bytes(4, "little") + v for v in tensor.contents.bytes_contents)
     if tensor.datatype not in TYPED_FIELDS:
@@ -83,12 +50,8 @@ def raw_request(
     model: ModelSignature,
     limit: int,
 ) -> tuple[list[bytes], dict[str, RegionUse]]:
-    """Rewrite ``request`` (already checked against ``model``: ``grpc_request.check_infer_request``)
-    in place as Triton gets it: every input named in a region read from the client's file, walked by
-    the allow-list (``check_region_bytes``) and put in raw contents, in input order (``limit`` bytes
-    in all at most), every output wanted in a region asked for as raw contents. Returns the raw
-    contents, taken out of the message (``wire`` puts them back), and the outputs to write back
-    (output name -> range), their regions and ranges checked before Triton runs."""
+    """Rewrite a checked ``request`` for Triton: regions and typed contents (Triton reads none beside raw
+    ones) become raw contents, returned apart for ``wire``, with the outputs to write back."""
     given = list(request.raw_input_contents)
     del request.raw_input_contents[:]
     raw: list[bytes] = []
@@ -130,9 +93,7 @@ def _varint(value: int) -> bytes:
 
 
 def wire(request: service_pb2.ModelInferRequest, raw: list[bytes]) -> bytes:
-    """``request`` serialized with ``raw`` as its raw contents. The raw contents are appended as their
-    wire-format fields (a message's fields may come in any order; repeated ones keep theirs): upb
-    takes 60-90 ms here to serialize a 16 MiB bytes field, a join about 5."""
+    """``request`` with ``raw`` appended as fields: upb takes 60-90 ms on 16 MiB of bytes, a join 5."""
     parts = [request.SerializeToString()]
     for data in raw:
         parts += [RAW_TAG, _varint(len(data)), data]
@@ -145,9 +106,7 @@ def client_response(
     outputs: dict[str, RegionUse],
     response: service_pb2.ModelInferResponse,
 ) -> None:
-    """Rewrite Triton's ``response`` in place as the client gets it: each output in ``outputs`` written
-    into the client's region, its raw contents left empty. ``RequestRefusedError`` naming the output
-    when a region is too small for it (checked for all before any is written)."""
+    """Write each output of ``outputs`` into its region (all checked first) and empty its raw contents."""
     writes = []
     for index, tensor in enumerate(response.outputs):
         use = outputs.get(tensor.name)
@@ -166,8 +125,7 @@ class GrpcSharedMemory(FrontRegions):
     """What the gRPC front does with shared memory (``FrontRegions``), in gRPC's terms."""
 
     def answer(self, method: str, request: Message | None, client: Callable[[], Client]) -> bytes | None:
-        """The front's answer to a shared-memory call, or None to forward it (after its checks).
-        ``RequestRefusedError`` for what is refused."""
+        """The front's answer to a shared-memory call, or None to forward it."""
         if method.startswith("CudaSharedMemory"):
             self.check_cuda(client())
             return None
@@ -192,8 +150,7 @@ class GrpcSharedMemory(FrontRegions):
     def to_triton(
         self, client: Client, request: service_pb2.ModelInferRequest, model: ModelSignature
     ) -> tuple[bytes | None, dict[str, RegionUse]]:
-        """An inference request that names regions, checked against ``model``, as Triton gets it (None:
-        forward it as sent), and the outputs to write back."""
+        """A request that names regions as Triton gets it (None: as sent), and the outputs to write."""
         if self.table is None:  # trusted: Triton maps the files itself
             return None, {}
         raw, outputs = raw_request(self.table, client, request, model, self.max_request_bytes)
@@ -209,8 +166,7 @@ class GrpcSharedMemory(FrontRegions):
 
 
 class StreamOutputs:
-    """One ``ModelStreamInfer`` stream's messages whose outputs go to the client's regions, by the id
-    the front gave each: answers on a stream come in the order Triton finishes them."""
+    """A stream's messages with outputs in regions, by an id of the front's own."""
 
     def __init__(self, shm: GrpcSharedMemory, client: Callable[[], Client]) -> None:
         self.shm, self._client = shm, client
@@ -225,9 +181,7 @@ class StreamOutputs:
         return self._who
 
     def to_triton(self, request: service_pb2.ModelInferRequest, model: ModelSignature) -> bytes | None:
-        """The message, checked against ``model``, as Triton gets it (None: forward it as sent). The
-        stream's share of waiting messages (``StreamWaits``) bounds ``pending`` too: the caller makes
-        room there before this."""
+        """The message as Triton gets it (None: as sent); ``StreamWaits`` bounds ``pending``."""
         shm = self.shm
         if shm.table is None:
             return None

@@ -1,22 +1,6 @@
-"""System shared memory over HTTP, served by the HTTP front from its own table
-(``server.fronts.client_regions``): Triton never maps a client's file.
-
-* ``/v2/systemsharedmemory/...`` register, unregister and status are answered here, in Triton's own
-  formats and words, from the client's part of the table; Triton's own shared-memory API is keyed to
-  the operator (``server.admin``) and never reached from here.
-* An inference request naming regions has passed the allow-list (``server.fronts.allow_list``, with
-  each range's byte size; fault matrix row 61) before it gets here; it is then rewritten before Triton sees it
-  (``binary_request``): each input in a region becomes binary tensor data read from the client's file
-  (``binary_data_size``, after the JSON header: the binary extension) and walked by the allow-list
-  (``check_region_bytes``), each output wanted in a region asks for binary data.
-  Triton's answer is rewritten back (``client_response``): each such output's bytes are written into
-  the client's region and its entry left as Triton leaves a shared-memory output, without data.
-* ``--trusted-shared-memory`` (``trusted``): today's path, for a server whose only client is trusted.
-  A registration is checked as above and then forwarded, and Triton maps the file itself, with its
-  faults (docs/SERVING.md, "Shared memory").
-
-CUDA shared memory carries IPC handles the front cannot attribute to a client: only the operator
-(the admin key) may use it, forwarded to Triton, which keys it the same way.
+"""System shared memory over HTTP, served by the HTTP front from its own table (``client_regions``):
+the API answered in Triton's words, and an inference's regions copied in as binary data and its
+outputs written back, so Triton never maps a client's file. CUDA shared memory needs the admin key.
 """
 
 from __future__ import annotations
@@ -30,14 +14,8 @@ from multidict import CIMultiDict
 
 from server.fronts.allow_list import ModelSignature, check_region_bytes
 from server.fronts.body_checks import INLINE_BYTES
-from server.fronts.client_regions import (
-    Client,
-    FrontRegions,
-    RegionTable,
-    RegionUse,
-    check_copy_size,
-)
-from server.fronts.kserve_json import check_register
+from server.fronts.client_regions import Client, FrontRegions, RegionTable, RegionUse, check_copy_size
+from server.fronts.kserve_json import check_register, region_use
 from server.fronts.refusal import Refusal, RequestRefusedError
 
 SYSTEM_SHM = re.compile(r"/v2/systemsharedmemory(?:/region/([^/]*))?/(register|unregister|status)")
@@ -59,16 +37,6 @@ def output_too_small(name: str, use: RegionUse, size: int) -> RequestRefusedErro
     )
 
 
-def _ours(table: RegionTable, client: Client, parameters: dict) -> RegionUse | None:
-    """The range a tensor names, if the front copies it: a region the client never registered here
-    is left to Triton only for the operator (the admin key: CUDA regions)."""
-    if "shared_memory_region" not in parameters:
-        return None
-    region, size = parameters["shared_memory_region"], parameters["shared_memory_byte_size"]
-    use = RegionUse(region, parameters.get("shared_memory_offset", 0), size)
-    return None if client.admin and not table.has(client, region) else use
-
-
 def binary_request(
     table: RegionTable,
     client: Client,
@@ -77,13 +45,8 @@ def binary_request(
     model: ModelSignature,
     limit: int,
 ) -> tuple[bytes, int, dict[str, RegionUse]]:
-    """An inference request (already checked against ``model``: ``kserve_json.check_infer``) as Triton
-    gets it: every input named in a region read from the client's file, walked by the allow-list
-    (``check_region_bytes``) and sent as binary data in input order (``limit`` bytes in all at most),
-    every output wanted in a region asked for as binary. Returns the body, its JSON header's length
-    and the outputs to write back (output name -> range). The header is parsed again here, on the
-    front's event loop: at most what the loop checks inline (``body_checks.INLINE_BYTES``; more
-    would stall every other client)."""
+    """A checked request as Triton gets it, regions as binary data, with its header's length and the
+    outputs to write back; the header is parsed on the event loop, so bounded by ``INLINE_BYTES``."""
     split = int(header_length) if header_length is not None else len(body)
     if split > INLINE_BYTES:
         raise RequestRefusedError(
@@ -93,7 +56,10 @@ def binary_request(
             Refusal.TOO_LARGE,
         )
     document = json.loads(body[:split])
-    inputs = [(item, _ours(table, client, item.get("parameters") or {})) for item in document["inputs"]]
+    inputs = [
+        (item, table.copies(client, region_use(item.get("parameters") or {}, "")))
+        for item in document["inputs"]
+    ]
     check_copy_size((use for _, use in inputs if use is not None), limit)
     binary, carried = [], memoryview(body)[split:]
     for item, use in inputs:
@@ -109,7 +75,7 @@ def binary_request(
     outputs = {}
     for item in document.get("outputs") or []:
         parameters = item.get("parameters") or {}
-        use = _ours(table, client, parameters)
+        use = table.copies(client, region_use(parameters, ""))
         if use is not None:
             table.check(client, use)  # an unknown region or a range outside it: refused before Triton runs
             outputs[item["name"]] = use
@@ -125,10 +91,8 @@ def client_response(
     payload: bytes,
     header_length: str | None,
 ) -> tuple[bytes, int | None]:
-    """Triton's answer as the client gets it: each output in ``outputs`` written into the client's
-    region and left without data, as Triton answers a shared-memory output. Returns the payload and
-    its JSON header's length (None: no binary data left). ``RequestRefusedError`` naming the output
-    when a region is too small for it (checked for all before any is written)."""
+    """Triton's answer with each output of ``outputs`` written into its region (all checked first) and
+    its header's length (None: no binary data left)."""
     split = int(header_length) if header_length is not None else len(payload)
     document = json.loads(payload[:split])
     kept, carried, writes = [], memoryview(payload)[split:], []
@@ -159,7 +123,6 @@ def _json(document: object, status: int = 200) -> web.Response:
 
 
 def _empty() -> web.Response:
-    """Triton's answer to a register or unregister that worked: 200, JSON, no body."""
     return web.Response(status=200, content_type="application/json")
 
 
@@ -169,8 +132,7 @@ class HttpSharedMemory(FrontRegions):
     def answer(
         self, method: str, path: str, body: bytes, client: Callable[[], Client]
     ) -> web.Response | None:
-        """The front's answer to a shared-memory API call, or None to forward it (after its checks).
-        ``RequestRefusedError`` for what is refused."""
+        """The front's answer to a shared-memory API call, or None to forward it."""
         if CUDA_SHM.fullmatch(path):
             self.check_cuda(client())
             return None
@@ -197,12 +159,7 @@ class HttpSharedMemory(FrontRegions):
     def to_triton(
         self, client: Client, body: bytes, headers: CIMultiDict[str], model: ModelSignature
     ) -> tuple[bytes, dict[str, RegionUse] | None]:
-        """An inference request that names regions, checked against ``model``, as Triton gets it
-        (``binary_request``), and the outputs to write back; ``headers`` (case-insensitive: the
-        client's own ``inference-header-content-length`` is replaced, never sent beside the front's)
-        are updated for the new body. The front writes the outputs from Triton's answer, so it asks
-        for that answer uncompressed whatever the client's ``Accept-Encoding`` (a gzip answer read as
-        JSON was a 500); the client gets it uncompressed, which every client accepts."""
+        """A request naming regions as Triton gets it (answer uncompressed) and outputs to write."""
         if self.table is None:
             return body, None
         body, header_length, outputs = binary_request(
@@ -214,7 +171,7 @@ class HttpSharedMemory(FrontRegions):
         return body, outputs
 
     def to_client(self, client: Client, outputs: dict[str, RegionUse], answer: web.Response) -> web.Response:
-        """Triton's answer to a rewritten request, as the client gets it (``client_response``)."""
+        """Triton's answer to a rewritten request, as the client gets it."""
         if answer.status != 200 or not outputs or self.table is None:
             return answer
         assert isinstance(answer.body, bytes)

@@ -1,15 +1,6 @@
-"""The checks both fronts make on every inference input before Triton sees it, whatever the protocol and
-whatever the model: the bounds that need no config (``server.fronts.allow_list`` holds the model's).
-
-Triton 2.51 computes an input's byte size as ``elements × element size`` in 64-bit integers: a shape
-like ``[1, 2**61]`` of INT64 wraps to 0, passes its byte-size check with empty contents, and the
-Python-backend stub then aborts building a numpy array of 2**61 elements; a shape
-like ``[64, 2**40]`` in a 300-byte HTTP body crashed the HTTP frontend while it allocated. Here the
-product is taken in Python's unbounded integers and compared with the bytes that actually carry the
-input (the body, the binary part, or the named shared-memory range), so an input can never declare
-more data than it brings. Model names are checked too: Triton's C API reads them up to the first NUL,
-so ``recommender\\x00x`` would reach ``recommender``. And each value must be one its datatype holds:
-Triton casts what the client wrote to the datatype unchecked (``check_value_fits``).
+"""Checks of every inference input that need no config: a shape never declares more than its bytes
+carry (Triton wraps ``elements × size`` in 64 bits), a model name has no NUL, and each value is one
+its datatype holds.
 """
 
 from __future__ import annotations
@@ -25,24 +16,18 @@ ELEMENT_BYTES = {
     "UINT32": 4, "INT32": 4, "FP32": 4, "UINT64": 8, "INT64": 8, "FP64": 8, "BYTES": 4,
 }  # fmt: skip
 MAX_DIM = (1 << 63) - 1  # Triton reads dims as int64
-# No dimension above 2^31 - 1 (fault matrix row 37): a real tensor that long on one axis needs 2 GiB or
-# more, beyond the fronts' 64 MiB bodies and messages; only an input with another dimension of 0 can
-# declare one, and Triton left such requests (``[2^62, 0]``) unanswered, each holding a connection.
+# no dimension above 2^31 - 1 (fault matrix row 37): only a shape with a 0 can declare one within a
+# body, and Triton left such requests (``[2^62, 0]``) unanswered
 MAX_ANY_DIM = (1 << 31) - 1
 LENGTH_PREFIX = 4  # a BYTES element in binary form: its length, 4 bytes little-endian, then its bytes
-# Triton casts each value of an input to its datatype without a bound, whatever carries it: a JSON value
-# ("FIXME for unsigned should bounds check" in its HTTP server) and a gRPC typed content, whose field is
-# wider than the narrow datatypes (int_contents is int32 for INT8 and INT16, uint_contents uint32 for
-# UINT8 and UINT16). 300 as UINT8 runs as 44, 2^32 + 5 as INT32 as 5, 1e39 as FP32 as infinity. Both
-# fronts read the value the client wrote, so a value its datatype cannot hold is refused (one reading;
-# fault matrix row 68).
+# Triton casts a JSON value or gRPC typed content to its datatype unbounded (300 as UINT8 runs as 44,
+# 1e39 as FP32 as infinity): such values are refused (fault matrix row 68)
 INTEGER_BITS = {f"{sign}INT{bits}": bits for sign in ("", "U") for bits in (8, 16, 32, 64)}
 FP32_MAX = float.fromhex("0x1.fffffep+127")
 
 
 def check_model_name(name: object) -> None:
-    """A model name Triton reads the way we do: a string without control characters (Triton's C API
-    stops reading it at a NUL). An empty name is Triton's to judge (statistics: every model)."""
+    """A model name without control characters (Triton's C API stops reading it at a NUL)."""
     if not isinstance(name, str) or any(ord(c) < 0x20 or c == "\x7f" for c in name):
         raise RequestRefusedError(
             f"model name {name!r} holds a control character (Triton would read only what precedes it)"
@@ -62,18 +47,14 @@ def check_shape(name: object, shape: object) -> list[int]:
 
 
 def element_bytes(datatype: object) -> int:
-    """The fewest bytes one element of ``datatype`` takes in binary form (an unknown datatype counts
-    one byte; the allow-list then names it)."""
+    """The fewest bytes one element of ``datatype`` takes in binary form (unknown: 1)."""
     return ELEMENT_BYTES.get(datatype, 1) if isinstance(datatype, str) else 1
 
 
 def check_declared_size(
     name: object, shape: Sequence[int], per_element: int, carried: int, what: str
 ) -> None:
-    """``RequestRefusedError`` if the input's ``shape``, at ``per_element`` bytes or more per element, needs
-    more than the ``carried`` bytes of ``what`` (e.g. "the request", "its binary data", "its shared
-    memory range"). The product is exact here, never wrapped. A first bound, checked before anything
-    is counted; the allow-list then asks for exactly what the shape needs."""
+    """``RequestRefusedError`` if ``shape`` needs more than the ``carried`` bytes of ``what``."""
     elements = math.prod(shape)
     if elements * per_element > carried:
         raise RequestRefusedError(
@@ -83,8 +64,7 @@ def check_declared_size(
 
 
 def check_dims_fit_int64(name: object, shape: Sequence[int], per_element: int) -> None:
-    """``RequestRefusedError`` for a shape no model can run, whatever its config says (fault matrix
-    row 37): a dimension above ``MAX_ANY_DIM``, or a byte size beyond int64 whatever the zeros."""
+    """``RequestRefusedError`` for a shape no model can run (fault matrix row 37)."""
     if any(d > MAX_ANY_DIM for d in shape):
         raise RequestRefusedError(
             f"input {name!r} declares shape {list(shape)}: a dimension above {MAX_ANY_DIM} fits no model"
@@ -96,10 +76,7 @@ def check_dims_fit_int64(name: object, shape: Sequence[int], per_element: int) -
 
 
 def count_bytes_elements(payload: bytes | memoryview, expected: int) -> tuple[int, int]:
-    """Walk the length prefixes of BYTES elements in binary form: ``(elements, bytes walked)``. The walk
-    stops at a prefix that runs past the end, so ``bytes walked < len(payload)`` says the buffer is not
-    whole elements (a short prefix, a length beyond the end), and after ``expected + 1`` elements (one
-    more than the shape needs already says it is wrong)."""
+    """``(elements, bytes walked)`` of BYTES length prefixes, up to ``expected + 1``."""
     view = memoryview(payload)
     elements = offset = 0
     while offset + LENGTH_PREFIX <= len(view) and elements <= expected:
@@ -112,8 +89,7 @@ def count_bytes_elements(payload: bytes | memoryview, expected: int) -> tuple[in
 
 
 def integers_of(datatype: object) -> tuple[int, int, str] | None:
-    """The integers ``datatype`` holds, ``[low, high)``, and how a refusal names them (``integers in
-    [0, 2^8)``); None for a datatype that is not an integer type."""
+    """The integers ``datatype`` holds, ``[low, high)``, and how a refusal names them; None: not one."""
     bits = INTEGER_BITS.get(datatype) if isinstance(datatype, str) else None
     if bits is None:
         return None
@@ -124,9 +100,7 @@ def integers_of(datatype: object) -> tuple[int, int, str] | None:
 
 
 def value_fits(datatype: object) -> Callable[[float], bool] | None:
-    """A test that a number, as the client wrote it (a JSON value, a gRPC typed content), is one
-    ``datatype`` holds (see ``INTEGER_BITS``); None for a datatype that has no such bound. NaN and
-    ±infinity are FP32 values, the model's to refuse."""
+    """A test that a number is one ``datatype`` holds (None: no bound)."""
     integers = integers_of(datatype)
     if integers is not None:
         low, high, _ = integers
@@ -137,8 +111,7 @@ def value_fits(datatype: object) -> Callable[[float], bool] | None:
 
 
 def check_value_fits(name: object, datatype: object, value: float) -> None:
-    """``RequestRefusedError`` naming input ``name`` if ``value`` is one ``datatype`` cannot hold
-    (``value_fits``): Triton would run another."""
+    """``RequestRefusedError`` naming input ``name`` if ``datatype`` cannot hold ``value``."""
     fits = value_fits(datatype)
     if fits is None or fits(value):
         return

@@ -38,8 +38,7 @@ from resilience_fixtures import tree_environment
 from slow_model import SLOW, write_slow_model
 from tritonclient.grpc import service_pb2, service_pb2_grpc
 
-from server.fronts.client_slots import SlotLimits
-from server.fronts.deadlines import DEFAULT_MAX_OVERDUE
+from server.fronts.client_slots import DEFAULT_MAX_OVERDUE, SlotLimits
 from server.launcher import free_port_arguments
 from server.proc_stat import running
 from server.watchdog import model_progress

@@ -15,11 +15,11 @@ from server.fronts.allow_list import (
     CarriedInput,
     Carrier,
     ModelSignature,
+    ModelSignatures,
     check_allowed,
     raw_request_input,
 )
 from server.fronts.kserve_json import check_generate
-from server.fronts.model_shapes import ModelSignatures
 from server.fronts.refusal import Refusal, RequestRefusedError
 
 LIMIT = 64 << 20

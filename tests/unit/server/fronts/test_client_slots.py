@@ -12,8 +12,7 @@ from tritonclient.grpc import service_pb2
 
 from server.fronts.allow_list import ModelSignature
 from server.fronts.body_checks import BodyCheckers
-from server.fronts.client_slots import ClientSlots, SlotLimits
-from server.fronts.deadlines import Deadlines, StreamWaits
+from server.fronts.client_slots import ClientSlots, Deadlines, SlotLimits, StreamWaits
 from server.fronts.kserve_json import check_infer
 from server.fronts.refusal import Refusal, RequestRefusedError
 

@@ -14,7 +14,6 @@ import hpack
 import pytest
 
 from server.fronts import h2c
-from server.fronts.grpc_metadata import metadata_fault
 from server.fronts.grpc_wire import (
     INVALID_ARGUMENT,
     RESOURCE_EXHAUSTED,
@@ -26,6 +25,7 @@ from server.fronts.grpc_wire import (
     ServerCall,
     format_timeout,
     frame_message,
+    metadata_fault,
     parse_timeout,
     read_status,
 )
