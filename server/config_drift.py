@@ -1,15 +1,9 @@
 """Does each served model run the ``config.pbtxt`` on disk? A rebuild while serving says otherwise.
 
-Triton reads a model's config when it loads the model and keeps that copy; ``python -m exporters
-build`` rewrites ``config.pbtxt`` in place. Until the model is reloaded (``server load``, a restart, or
-a stub death that reloads the model's new files under the old config) the server runs one config and
-the disk holds another, silently. ``python -m client health`` and ``python -m server status`` call
-``config_drift`` to say so.
-
-The comparison is small on purpose: every field the file on disk sets must hold the same value in the
-served config (``GET /v2/models/<m>/config``); what Triton adds when it completes a config (defaults,
-instance names) is not drift. Fields are compared through ``model_config.proto``, so formatting, field
-order and JSON's int64-as-string make no difference.
+Triton keeps the config it loaded while ``python -m exporters build`` rewrites the file;
+``python -m client health`` and ``python -m server status`` say so until the model is reloaded. Every
+field the file sets must hold the same value in the served config; what Triton adds (defaults) is not
+drift. Compared through ``model_config.proto``, so formatting and JSON's int64-as-string do not matter.
 """
 
 from __future__ import annotations

@@ -1,21 +1,10 @@
 """``python -m server.container``: the entry point of this project's server image (deploy/Dockerfile).
 
-It runs the supervisor (``server.supervisor``) in the foreground, as the container's main process:
-tritonserver is its child, with the same command and environment as ``TritonServer`` (backend folder,
-shared-memory sizing, ``PYTHONPATH`` and ``LD_LIBRARY_PATH`` for the wheel's server) and its log
-copied to the container's stdout. A tritonserver that dies is restarted in place on the same ports
-(faster than a container restart: the repository is already there), the stub watchdog heals dead and
-hung stubs, and ``--probe-port`` answers the pod's probes (``/ready``, ``/live``: ``server.readiness``),
-which, unlike Triton 2.51's own endpoints, say not ready while a model's stub is dead or hung.
-
-SIGTERM (what Kubernetes sends after the preStop pause) goes on to tritonserver at once: it finishes
-the requests in flight for up to ``--exit-timeout`` seconds and exits; the supervisor waits for it
-(SIGKILL 5 s past the timeout), removes what it left behind and exits. The pod's
-``terminationGracePeriodSeconds`` must exceed the preStop pause plus this timeout (checked by
-tests/deploy/test_manifests.py).
-
-Unlike ``make serve`` it binds all interfaces by default: inside a pod the Service and the kubelet's
-probes must reach it. Network policy, not the bind address, limits who can.
+Runs the supervisor in the foreground as the container's main process: tritonserver as ``TritonServer``
+starts it, restarted in place when it dies, its log on stdout, and ``--probe-port`` answering the pod's
+``/ready`` and ``/live`` (``server.readiness``). SIGTERM goes on to tritonserver, which finishes what is
+in flight for up to ``--exit-timeout``; ``terminationGracePeriodSeconds`` must exceed the preStop pause
+plus that (tests/deploy/test_manifests.py). Binds all interfaces: the Service and probes must reach it.
 """
 
 from __future__ import annotations
@@ -33,7 +22,6 @@ from server.readiness import ProbeEndpoint
 from server.supervisor import Supervisor
 
 ADMIN_KEY_ENV = "TRITON_ADMIN_KEY"
-# Latency quantiles (p50/p90/p95/p99 per model) for the dashboard and the queue-time alert.
 METRICS_ARGS = ["--metrics-config=summary_latencies=true"]
 
 
@@ -64,7 +52,7 @@ def main(argv: list[str] | None = None) -> int:
     if not args.repository.is_dir():
         print(f"error: model repository {args.repository} does not exist", file=sys.stderr)
         return 1
-    server = TritonServer(  # the pod's tritonserver, not started yet
+    server = TritonServer(
         server_options(
             args,
             exit_timeout_s=args.exit_timeout,
@@ -74,10 +62,7 @@ def main(argv: list[str] | None = None) -> int:
             extra_args=METRICS_ARGS,
             startup_timeout_s=args.startup_timeout,
             port_wait_s=10.0,  # a restart may find the dead server's ports still held for a moment
-            # the keyed admin APIs (server.admin): a Secret's key, or a random one nobody outside holds
-            admin_key=os.environ.get(ADMIN_KEY_ENV) or None,
-            # no front here, and every interface bound: Triton's shared-memory API needs the admin key
-            # unless --trusted-shared-memory (server.cli_options)
+            admin_key=os.environ.get(ADMIN_KEY_ENV) or None,  # a Secret's key, or a random one
         )
     )
     if args.print:

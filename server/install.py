@@ -1,9 +1,7 @@
 """Find a tritonserver and assemble the backend folder it needs.
 
-Search order: ``$TRITONSERVER`` (a binary path), a ``tritonserver`` on ``PATH`` (e.g. inside the NGC
-container), then the binary shipped in the ``nvidia-pytriton`` wheel (the default on these machines).
-The wheel has the Python backend but no native onnxruntime backend, so the assembled folder adds our
-python-based ``onnxruntime`` backend; a native install keeps its own.
+Search order: ``$TRITONSERVER``, ``tritonserver`` on ``PATH`` (the NGC container), then the binary in
+the ``nvidia-pytriton`` wheel, which lacks the native onnxruntime backend: ours takes its place.
 """
 
 from __future__ import annotations
@@ -32,8 +30,8 @@ class ServerInstall:
 
 
 def _wheel_root() -> Path | None:
-    """The wheel's ``tritonserver`` folder, found without importing PyTriton: its Python API needs
-    packages (pyzmq, sh, typer...) that a machine given only the wheel lacks (the GPU check's)."""
+    """The wheel's ``tritonserver`` folder, found without importing PyTriton (whose imports a machine
+    given only the wheel lacks)."""
     spec = importlib.util.find_spec("pytriton")
     if spec is None or not spec.submodule_search_locations:
         return None
@@ -69,8 +67,8 @@ def _stub_for_running_python(install: ServerInstall) -> Path:
 
 
 def replace_file(source: Path, target: Path) -> None:
-    """Copy ``source`` over ``target`` by rename, so a target that a running stub executes is never
-    opened for writing (that fails with "Text file busy"); an identical target is left alone."""
+    """Copy ``source`` over ``target`` by rename (a running stub's binary cannot be opened for
+    writing: "Text file busy"); an identical target is left alone."""
     if target.is_file():
         a, b = source.stat(), target.stat()
         if a.st_size == b.st_size and int(a.st_mtime) == int(b.st_mtime):
@@ -79,10 +77,7 @@ def replace_file(source: Path, target: Path) -> None:
 
 
 def assemble_backends(install: ServerInstall, destination: Path) -> Path:
-    """Build the ``--backend-directory`` folder: the install's backends plus what this machine lacks.
-
-    Idempotent; safe to call before every start.
-    """
+    """Build the ``--backend-directory`` folder: the install's backends plus what it lacks (idempotent)."""
     destination.mkdir(parents=True, exist_ok=True)
     for backend in sorted(install.backends.iterdir()) if install.backends.is_dir() else []:
         target = destination / backend.name

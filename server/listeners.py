@@ -1,11 +1,7 @@
-"""Whether the sockets listening on a server's ports are its own, from the kernel's socket tables and
-the processes' descriptors.
+"""Whether the sockets listening on a server's ports are its own (the kernel's socket tables).
 
-A server's ports are picked free by the OS, and tritonserver binds them only once it has loaded its
-models (seconds, minutes on a loaded host). Another process starting beside it may take one meanwhile,
-and then answers the readiness probe in its place: a start beside ``make test`` once went on to measure
-another server. So a start counts a port as its own only when the socket listening there is one of
-its processes'; where the tables cannot be read (no ``/proc``), it cannot tell and trusts the probe.
+tritonserver binds its OS-picked ports only once its models load; another process may take one
+meanwhile and answer the readiness probe in its place. Without ``/proc`` tables, the probe is trusted.
 """
 
 from __future__ import annotations

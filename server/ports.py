@@ -1,12 +1,8 @@
 """Server ports from one fixed base (``PORT_BASE=`` / ``--port-base``) instead of the OS's choice.
 
-The tools that start servers of their own (``python -m perf run|tune|plan``, ``python -m soak``) pick
-free ports from the OS by default, which a shared host or a firewall cannot plan for. With a base, every
-server such a process starts takes ``PORTS_PER_SERVER`` consecutive ports from it: HTTP, gRPC, metrics, and
-the loopback ports Triton's own HTTP and gRPC endpoints move to behind the fronts (``make serve``'s HTTP and
-gRPC fronts). Servers that run one after the other reuse the same ports; one started while another of this
-process still runs takes the next block, at most ``MAX_SERVERS`` blocks. A port already taken by something
-else is an error that names it, never a silent move to another port.
+With a base, every server a process starts (perf, soak) takes ``PORTS_PER_SERVER`` consecutive ports
+from it, in ``ROLES`` order; one started while another still runs takes the next block. A port already
+taken is an error that names it, never a silent move, so a firewall can plan for them.
 """
 
 from __future__ import annotations

@@ -1,13 +1,9 @@
-"""The supervisor's probe endpoints: ``/ready`` and ``/live`` for Kubernetes (``server.container``).
+"""The supervisor's probe endpoints for Kubernetes (``server.container``): ``/ready`` and ``/live``.
 
-Triton 2.51's own ``/v2/health/ready`` says 200 while a model's stub is dead or hung (every request to
-that model fails meanwhile), and nothing answers at all while the supervisor restarts a dead server.
-``/ready`` says what a load balancer needs to know: 200 only while the supervisor has a server up,
-Triton itself is ready, and the watchdog holds no model unavailable; otherwise 503 with the reason. The
-body is JSON either way, with the supervisor's record (restarts, last cause). ``/live`` is 200 as long
-as the supervisor supervises (a server being restarted is alive: restarting it is the cure, and a
-liveness probe on Triton's port would kill the container mid-restart); the supervisor exits once it
-gives up, and the container with it.
+Triton 2.51's ``/v2/health/ready`` says 200 while a model's stub is dead or hung, and nothing answers
+while the supervisor restarts a dead server. ``/ready`` is 200 only while the supervisor serves, Triton
+is ready and the watchdog holds no model unavailable; ``/live`` is 200 while the supervisor supervises
+(a restart is the cure, not a reason to kill the container). JSON bodies with the supervisor's record.
 """
 
 from __future__ import annotations
