@@ -14,7 +14,7 @@ HERE = Path(__file__).parent
 RUNTIME_HELPERS = ("runtime_paths.py", "batching.py", "dtypes.py")
 ONNXRUNTIME_BACKEND = ("onnxruntime/model.py", "onnxruntime/ort_session.py", *RUNTIME_HELPERS)
 TORCH_STAGE = ("torch_stage/model.py", "torch_stage/embedding_rows.py", "torch_stage/update_log.py",
-               *RUNTIME_HELPERS)  # fmt: skip
+               "atomic_files.py", *RUNTIME_HELPERS)  # fmt: skip
 TEXT_TOKENIZER = ("text_tokenizer/model.py", "text_tokenizer/tokens.py", *RUNTIME_HELPERS)
 
 

@@ -75,8 +75,9 @@ def _sweep(folder: Path) -> None:
                 leftover.unlink()
 
 
-def _fsync(path: Path, flags: int = os.O_RDONLY) -> None:
-    descriptor = os.open(path, flags)
+def fsync(path: Path | str) -> None:
+    """fsync a file, or a folder to make a rename in it durable."""
+    descriptor = os.open(path, os.O_RDONLY)
     try:
         os.fsync(descriptor)
     finally:
@@ -93,9 +94,9 @@ def staged(path: Path, size: int | None = None) -> Iterator[Path]:
         path.parent.mkdir(parents=True, exist_ok=True)
         _sweep(path.parent)
         yield temporary
-        _fsync(temporary)
+        fsync(temporary)
         os.replace(temporary, path)
-        _fsync(path.parent)
+        fsync(path.parent)
     except OSError as error:
         if error.errno not in FULL or isinstance(error, DiskFullError):
             raise

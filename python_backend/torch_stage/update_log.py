@@ -21,6 +21,11 @@ from collections.abc import Callable, Sequence
 
 import torch
 
+try:  # beside model.py inside the stub
+    from atomic_files import fsync, staged
+except ImportError:  # imported as a package (unit tests)
+    from python_backend.atomic_files import fsync, staged
+
 MAGIC = b"EWL1"
 BASE_MAGIC = b"EWLB"
 ARTIFACT_MAGIC = b"EWLA"
@@ -147,7 +152,7 @@ class UpdateLog:
             return None
         aside = f"{self.path}.set-aside-{written_for[:12] or 'unknown'}-{int(time.time())}"
         os.replace(self.path, aside)
-        _fsync_folder(self.path)
+        fsync(os.path.dirname(self.path) or ".")
         return aside
 
     def append(self, table: torch.Tensor, row: torch.Tensor, values: torch.Tensor) -> None:
@@ -176,25 +181,9 @@ class UpdateLog:
                 values = table[row.to(table.device)].cpu()
                 parts.append(encode(torch.full_like(row, index), row, values))
         parts[:0] = [encode_artifact(self.artifact), _record(BASE_MAGIC, BASE.pack(self.version, len(parts)))]
-        temporary = f"{self.path}.compacting"
-        descriptor = os.open(temporary, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
-        try:
-            for part in parts:
-                view = memoryview(part)
-                while view:  # a large snapshot may take more than one write
-                    view = view[os.write(descriptor, view) :]
-            os.fsync(descriptor)
-        finally:
-            os.close(descriptor)
-        os.replace(temporary, self.path)
-        _fsync_folder(self.path)
+        with (
+            staged(self.path) as temporary,
+            open(os.open(temporary, os.O_WRONLY | os.O_CREAT, 0o600), "wb") as out,
+        ):
+            out.writelines(parts)
         self.snapshot_bytes = os.path.getsize(self.path)
-
-
-def _fsync_folder(path: str) -> None:
-    """Make a rename in ``path``'s folder durable."""
-    folder = os.open(os.path.dirname(path) or ".", os.O_RDONLY)
-    try:
-        os.fsync(folder)
-    finally:
-        os.close(folder)
