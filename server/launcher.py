@@ -230,19 +230,25 @@ class TritonServer:
         self.server_pid_file = self._workdir / "tritonserver.pid"  # the tritonserver the fronts follow
 
     def _pick_ports(self) -> None:
-        """The ports given, then the port base's, else ones the OS picks free now."""
-        options = self.options
+        """The ports given, then the port base's, else ones the OS picks free now; and their URLs."""
+        options, host = self.options, self.options.host
         given = [p for p in (options.http_port, options.grpc_port, options.metrics_port) if p]
         http, grpc, metrics, own_http, own_grpc = (
             self.base_ports.all()
             if self.base_ports
-            else free_ports([options.host] * 3 + ["127.0.0.1"] * 2, taken=given)
+            else free_ports([host] * 3 + ["127.0.0.1"] * 2, taken=given)
         )
         self.http_port = options.http_port or http
         self.triton_http_port = own_http if options.http_front else self.http_port
         self.grpc_port = options.grpc_port or grpc
         self.triton_grpc_port = own_grpc if options.grpc_front else self.grpc_port
         self.metrics_port = options.metrics_port or metrics
+        self.http_url = f"{host}:{self.http_port}"
+        self.grpc_url = f"{host}:{self.grpc_port}"
+        self.metrics_url = f"http://{host}:{self.metrics_port}/metrics"
+        # Triton's own endpoints: the fronts' upstreams where there are fronts
+        self.triton_http_url = f"{'127.0.0.1' if options.http_front else host}:{self.triton_http_port}"
+        self.triton_grpc_url = f"{'127.0.0.1' if options.grpc_front else host}:{self.triton_grpc_port}"
 
     def _lost_a_picked_port(self, error: ServerError, restart: bool) -> bool:
         """Whether a first start lost a port the OS picked to another process between pick and bind;
@@ -256,28 +262,6 @@ class TritonServer:
         """Whether the HTTP and gRPC ports listen in tritonserver or its fronts, not in another process."""
         ports = {self.http_port, self.triton_http_port, self.grpc_port, self.triton_grpc_port}
         return held_by(ports, [p for p in (self.pid, *(f.pid for f in self.fronts)) if p is not None])
-
-    @property
-    def http_url(self) -> str:
-        return f"{self.options.host}:{self.http_port}"
-
-    @property
-    def triton_http_url(self) -> str:
-        """Triton's own HTTP endpoint (the front's upstream when there is one)."""
-        return f"{'127.0.0.1' if self.options.http_front else self.options.host}:{self.triton_http_port}"
-
-    @property
-    def grpc_url(self) -> str:
-        return f"{self.options.host}:{self.grpc_port}"
-
-    @property
-    def triton_grpc_url(self) -> str:
-        """Triton's own gRPC endpoint (the gRPC front's upstream when there is one)."""
-        return f"{'127.0.0.1' if self.options.grpc_front else self.options.host}:{self.triton_grpc_port}"
-
-    @property
-    def metrics_url(self) -> str:
-        return f"http://{self.options.host}:{self.metrics_port}/metrics"
 
     @property
     def trusts_shared_memory(self) -> bool:
