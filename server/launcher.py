@@ -127,12 +127,6 @@ def free_ports(hosts: Sequence[str], taken: Collection[int] = ()) -> list[int]:
     return picked
 
 
-def free_port_arguments(host: str = "127.0.0.1") -> list[str]:
-    """``--http-port``, ``--grpc-port`` and ``--metrics-port`` for ``python -m server start``."""
-    kinds = ("http", "grpc", "metrics")
-    return [f"--{kind}-port={port}" for kind, port in zip(kinds, free_ports([host] * 3), strict=True)]
-
-
 def free_port(host: str = "127.0.0.1") -> int:
     return free_ports([host])[0]
 

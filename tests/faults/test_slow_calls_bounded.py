@@ -40,9 +40,9 @@ from tritonclient.grpc import service_pb2, service_pb2_grpc
 
 from server.fronts.client_slots import SlotLimits
 from server.fronts.deadlines import DEFAULT_MAX_OVERDUE
-from server.launcher import free_port_arguments
 from server.proc_stat import running
 from server.watchdog import model_progress
+from tests.faults.harness import free_port_arguments
 
 pytestmark = pytest.mark.integration
 CALLS = 2000
