@@ -10,7 +10,6 @@ the tritonserver named in ``server_pid_file`` across restarts (docs/SERVING.md).
 
 from __future__ import annotations
 
-import contextlib
 import http.client
 import json
 import logging
@@ -26,7 +25,6 @@ import tempfile
 import threading
 import time
 import urllib.request
-from collections.abc import Collection, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO
@@ -42,7 +40,7 @@ from server.admin import KEY_ENV, AdminError, drain, load_model, restricted_api_
 from server.admin import headers as admin_headers
 from server.fronts.process import FrontShares
 from server.install import ServerError, assemble_backends, find_install
-from server.listeners import held_by
+from server.ports import check_port_free, free_ports, held_by
 from server.shm_private import SERVER_UMASK, make_owner_only, preload_environment
 from server.stubs import kill_stray_stubs
 from server.watchdog import Watchdog
@@ -92,43 +90,6 @@ def _tee(source: IO[bytes], path: Path) -> None:
             log_file.flush()
             sys.stdout.buffer.write(line)
             sys.stdout.buffer.flush()
-
-
-def check_port_free(host: str, port: int, wait_s: float, name: str) -> None:
-    """``ServerError`` if something still listens on ``host:port`` after ``wait_s`` seconds: another
-    Triton there would answer the readiness probe for ours."""
-    deadline = time.monotonic() + wait_s
-    while True:
-        with socket.socket() as sock:
-            sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)  # TIME_WAIT is no obstacle
-            try:
-                sock.bind((host, port))
-                return
-            except OSError as error:
-                if time.monotonic() >= deadline:
-                    raise ServerError(
-                        f"port {name} on {host} is in use ({error.strerror}); pick another or stop it"
-                    ) from error
-        time.sleep(0.25)
-
-
-def free_ports(hosts: Sequence[str], taken: Collection[int] = ()) -> list[int]:
-    """A free port for each of ``hosts``, all different and none of ``taken``: every socket stays
-    bound until all are picked, or the OS may hand one port out twice."""
-    picked: list[int] = []
-    with contextlib.ExitStack() as bound:
-        for host in hosts:
-            port = 0
-            while port == 0 or port in taken or port in picked:
-                sock = bound.enter_context(socket.socket())
-                sock.bind((host, 0))
-                port = sock.getsockname()[1]
-            picked.append(port)
-    return picked
-
-
-def free_port(host: str = "127.0.0.1") -> int:
-    return free_ports([host])[0]
 
 
 def python_shm_bytes(repository: Path) -> int:

@@ -14,7 +14,7 @@ import tritonclient.http as httpclient
 
 from client.connection import connect
 from server import TritonServer
-from server.launcher import free_ports
+from server.ports import free_ports
 from server.proc_stat import stat_fields
 from server.stubs import STUB_NAME
 from server.supervisor import death_cause
