@@ -194,8 +194,6 @@ def _record_state(server: TritonServer, args: argparse.Namespace) -> None:
         "http_front_pid": server.http_front.pid if server.http_front is not None else None,
         "triton_grpc": server.triton_grpc_url,
         "grpc_front_pid": server.grpc_front.pid if server.grpc_front is not None else None,
-        "watchdog_events": str(EVENTS.resolve()),
-        "supervisor_record": str(SUPERVISOR.resolve()),
         "warmup": warmup_snapshot(server.triton_http_url),
     }
     write_record(STATE, state)

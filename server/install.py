@@ -58,14 +58,6 @@ def find_install() -> ServerInstall:
     return ServerInstall(root / "bin" / "tritonserver", root / "backends", (libs,), "wheel")
 
 
-def _stub_for_running_python(install: ServerInstall) -> Path:
-    version = f"{sys.version_info.major}.{sys.version_info.minor}"
-    stub = install.backends.parent / "python_backend_stubs" / version / "triton_python_backend_stub"
-    if not stub.is_file():
-        raise ServerError(f"the nvidia-pytriton wheel has no Python backend stub for Python {version}")
-    return stub
-
-
 def replace_file(source: Path, target: Path) -> None:
     """Copy ``source`` over ``target`` by rename (a running stub's binary cannot be opened for
     writing: "Text file busy"); an identical target is left alone."""
@@ -85,7 +77,13 @@ def assemble_backends(install: ServerInstall, destination: Path) -> Path:
             target.mkdir(exist_ok=True)
             for item in ("libtriton_python.so", "triton_python_backend_utils.py"):
                 replace_file(backend / item, target / item)
-            replace_file(_stub_for_running_python(install), target / "triton_python_backend_stub")
+            version = f"{sys.version_info.major}.{sys.version_info.minor}"
+            stub = install.backends.parent / "python_backend_stubs" / version / "triton_python_backend_stub"
+            if not stub.is_file():
+                raise ServerError(
+                    f"the nvidia-pytriton wheel has no Python backend stub for Python {version}"
+                )
+            replace_file(stub, target / "triton_python_backend_stub")
         else:
             if target.is_symlink() and target.resolve() != backend.resolve():
                 target.unlink()  # stale link from an earlier install (e.g. a recreated venv)

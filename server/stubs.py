@@ -74,7 +74,7 @@ def activity(pid: int) -> int | None:
     return total
 
 
-def _stubs(parent: int | None) -> list[Stub]:
+def server_stubs(parent: int | None) -> list[Stub]:
     """The stub processes that are children of ``parent`` (any: None), live or not yet reaped."""
     found = []
     for entry in os.listdir("/proc"):
@@ -83,20 +83,15 @@ def _stubs(parent: int | None) -> list[Stub]:
     return found
 
 
-def server_stubs(server_pid: int) -> list[Stub]:
-    """The server's child stub processes, live or exited-but-unreaped."""
-    return _stubs(server_pid)
-
-
 def stubs_with_prefix(prefix: str) -> list[int]:
     """Live stubs (any parent, orphans included) whose shared-memory region starts with ``prefix``."""
-    return [stub.pid for stub in _stubs(None) if stub.alive and stub.shm_region.startswith(prefix)]
+    return [stub.pid for stub in server_stubs(None) if stub.alive and stub.shm_region.startswith(prefix)]
 
 
 def stub_regions() -> set[str]:
     """The ``/dev/shm`` regions of every live stub on this host: no client may register one
     (``server.fronts.client_regions``)."""
-    return {stub.shm_region for stub in _stubs(None) if stub.alive}
+    return {stub.shm_region for stub in server_stubs(None) if stub.alive}
 
 
 def kill_stray_stubs(prefix: str) -> None:
