@@ -18,22 +18,8 @@ TORCH_STAGE = ("torch_stage/model.py", "torch_stage/embedding_rows.py", "torch_s
 TEXT_TOKENIZER = ("text_tokenizer/model.py", "text_tokenizer/tokens.py", *RUNTIME_HELPERS)
 
 
-def _install(files: tuple[str, ...], destination: Path) -> None:
-    """Copy ``files`` into ``destination``, each replaced whole: a starting stub never reads half."""
+def install(files: tuple[str, ...], destination: Path) -> None:
+    """Copy ``files`` (one of the lists above) into ``destination``, each replaced whole: a starting stub
+    never reads half a file."""
     for name in files:
         copy_file(HERE / name, destination / Path(name).name)
-
-
-def install_onnxruntime_backend(destination: Path) -> None:
-    """``destination`` becomes ``<backend-dir>/onnxruntime``: serves ``backend: "onnxruntime"`` models."""
-    _install(ONNXRUNTIME_BACKEND, destination)
-
-
-def install_text_tokenizer(destination: Path) -> None:
-    """``destination`` (a tokenizer stage's version folder) receives the tokenizer model and helpers."""
-    _install(TEXT_TOKENIZER, destination)
-
-
-def install_torch_stage(destination: Path) -> None:
-    """``destination`` (a stage's version folder) receives the torch stage runner and its helpers."""
-    _install(TORCH_STAGE, destination)

@@ -93,5 +93,5 @@ def assemble_backends(install: ServerInstall, destination: Path) -> Path:
     if not (ours / "libtriton_onnxruntime.so").exists():  # no native onnxruntime backend
         if ours.is_symlink():
             ours.unlink()
-        python_backend.install_onnxruntime_backend(ours)
+        python_backend.install(python_backend.ONNXRUNTIME_BACKEND, ours)
     return destination
