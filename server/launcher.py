@@ -359,10 +359,12 @@ class TritonServer:
 
     @property
     def fronts(self) -> list[subprocess.Popen]:
+        """The front processes started (HTTP front, gRPC front)."""
         return [front for front in (self.http_front, self.grpc_front) if front is not None]
 
     @property
     def running_fronts(self) -> list[subprocess.Popen]:
+        """The fronts still running: across a restart they keep their ports."""
         return [front for front in self.fronts if front.poll() is None]
 
     def _launch_front(self, module: str, port: int, upstream: str, *more: str) -> subprocess.Popen:

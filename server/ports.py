@@ -155,6 +155,7 @@ def free_ports(hosts: Sequence[str], taken: Collection[int] = ()) -> list[int]:
 
 
 def free_port(host: str = "127.0.0.1") -> int:
+    """One port nobody listens on right now."""
     return free_ports([host])[0]
 
 

@@ -78,6 +78,7 @@ class HealEvent:
 
 
 def what_happened(cause: str) -> str:
+    """What happened to a stub, for people: "died", or "hung (why), killed"."""
     return cause if cause == DIED else f"hung ({cause}), killed"
 
 
