@@ -141,7 +141,7 @@ def build_check_model(model: CheckModel, repository: Path, device: str) -> Built
     parity = compare_outputs(
         [actual], [expected], model.precision, f"{spec.name} (torch program vs eager fp32)"
     )
-    python_backend.install_torch_stage(folder)
+    python_backend.install(python_backend.TORCH_STAGE, folder)
     config = build_model_config(spec, 1 if device == "gpu" else 0)
     config = torch_program_config(config, spec, stage, file_sha256(path))
     kind, gpus = ("KIND_GPU", [0]) if device == "gpu" else ("KIND_CPU", [])

@@ -1,11 +1,7 @@
 """Python-backend models: the python-based ``onnxruntime`` backend and the pipeline stage runner.
 
-The Python backend's stub runs an embedded interpreter that ignores the virtual environment and
-imports only what sits beside the ``model.py`` it serves (or in the backend folder). So each model here
-is installed as a flat folder: its own files plus the runtime helpers they import. This package says
-which files those are (``install_onnxruntime_backend``, ``install_torch_stage``,
-``install_text_tokenizer``); the launcher and the
-repository builders call these and list no files of ours themselves.
+The stub imports only what sits beside the ``model.py`` it serves, so each model is installed as a
+flat folder: its files plus the helpers they import, listed here and nowhere else.
 """
 
 from __future__ import annotations
@@ -15,31 +11,15 @@ from pathlib import Path
 from python_backend.atomic_files import copy_file
 
 HERE = Path(__file__).parent
-# Imported by every model.py here; standard library (runtime_paths, dtypes) or numpy/torch-agnostic.
 RUNTIME_HELPERS = ("runtime_paths.py", "batching.py", "dtypes.py")
 ONNXRUNTIME_BACKEND = ("onnxruntime/model.py", "onnxruntime/ort_session.py", *RUNTIME_HELPERS)
 TORCH_STAGE = ("torch_stage/model.py", "torch_stage/embedding_rows.py", "torch_stage/update_log.py",
-               *RUNTIME_HELPERS)  # fmt: skip
+               "atomic_files.py", *RUNTIME_HELPERS)  # fmt: skip
 TEXT_TOKENIZER = ("text_tokenizer/model.py", "text_tokenizer/tokens.py", *RUNTIME_HELPERS)
 
 
-def _install(files: tuple[str, ...], destination: Path) -> None:
-    """Copy ``files`` into ``destination``, each replaced whole: a stub that (re)starts meanwhile reads
-    the old file or the new one, never an empty or half-copied one."""
+def install(files: tuple[str, ...], destination: Path) -> None:
+    """Copy ``files`` (one of the lists above) into ``destination``, each replaced whole: a starting stub
+    never reads half a file."""
     for name in files:
         copy_file(HERE / name, destination / Path(name).name)
-
-
-def install_onnxruntime_backend(destination: Path) -> None:
-    """``destination`` becomes ``<backend-dir>/onnxruntime``: serves ``backend: "onnxruntime"`` models."""
-    _install(ONNXRUNTIME_BACKEND, destination)
-
-
-def install_text_tokenizer(destination: Path) -> None:
-    """``destination`` (a tokenizer stage's version folder) receives the tokenizer model and helpers."""
-    _install(TEXT_TOKENIZER, destination)
-
-
-def install_torch_stage(destination: Path) -> None:
-    """``destination`` (a stage's version folder) receives the torch stage runner and its helpers."""
-    _install(TORCH_STAGE, destination)

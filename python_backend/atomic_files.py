@@ -1,16 +1,9 @@
 """Files that readers see whole or not at all, and one clear error when the disk is full.
 
-A build rewrites folders a live server reads from (a stub that restarts reloads ``model.py`` and its
-helpers, Triton rereads ``config.pbtxt``), and a later build trusts what an earlier one left behind.
-So every file is written under a hidden temporary name in its own folder
-(``.partial-<pid>-<token>.<name>``, a name nothing loads), flushed and fsynced, then renamed over its
-final name (atomic on POSIX) and the folder fsynced: a reader sees the old file or the new one, never a
-part. A failure removes the temporary; one left by a process that was killed is removed by the next
-write into that folder once its process is gone.
-
-A full file system (``ENOSPC``, a quota, a file-size limit) becomes ``DiskFullError``, naming the file,
-the space left and the space the file needs, instead of a bare ``[Errno 28]`` from deep inside a
-library. Standard library only: the launcher and the exporters both write through it.
+A build rewrites folders a live server reads from. Every file is written under a hidden temporary name
+(``.partial-<pid>-<token>.<name>``) in its folder, fsynced, renamed over its final name and the folder
+fsynced; a temporary left by a killed process is removed by the next write there. A full file system
+becomes ``DiskFullError``, naming the file, the space left and the space needed. Standard library only.
 """
 
 from __future__ import annotations
@@ -82,8 +75,9 @@ def _sweep(folder: Path) -> None:
                 leftover.unlink()
 
 
-def _fsync(path: Path, flags: int = os.O_RDONLY) -> None:
-    descriptor = os.open(path, flags)
+def fsync(path: Path | str) -> None:
+    """fsync a file, or a folder to make a rename in it durable."""
+    descriptor = os.open(path, os.O_RDONLY)
     try:
         os.fsync(descriptor)
     finally:
@@ -92,18 +86,17 @@ def _fsync(path: Path, flags: int = os.O_RDONLY) -> None:
 
 @contextlib.contextmanager
 def staged(path: Path, size: int | None = None) -> Iterator[Path]:
-    """``with staged(final) as temporary:`` write ``temporary`` (any way: a library's save); on a clean
-    exit it replaces ``final`` whole. ``size``: the bytes the file will take, when known (for the
-    disk-full message). On any failure the temporary is removed and ``final`` is left as it was."""
+    """``with staged(final) as temporary:`` write ``temporary`` any way; a clean exit replaces ``final``
+    whole, a failure leaves it as it was. ``size``: the bytes it will take, for the disk-full message."""
     path = Path(path)
     temporary = path.parent / f"{PARTIAL}{os.getpid()}-{secrets.token_hex(4)}.{path.name}"
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
         _sweep(path.parent)
         yield temporary
-        _fsync(temporary)
+        fsync(temporary)
         os.replace(temporary, path)
-        _fsync(path.parent)
+        fsync(path.parent)
     except OSError as error:
         if error.errno not in FULL or isinstance(error, DiskFullError):
             raise
@@ -126,7 +119,6 @@ def write_text(path: Path, text: str) -> None:
 
 
 def copy_file(source: Path, destination: Path) -> None:
-    """Copy ``source`` (with its mode) to ``destination`` whole or not at all (``shutil.copy2`` over a
-    live file leaves it empty or short while it copies)."""
+    """Copy ``source`` (with its mode) to ``destination`` whole or not at all."""
     with staged(destination, Path(source).stat().st_size) as temporary:
         shutil.copy2(source, temporary)

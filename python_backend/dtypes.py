@@ -1,9 +1,7 @@
 """The one dtype table: each dtype's spec name, Triton config type, numpy name and torch name.
 
-Every package reads it: the spec (which dtypes a model may declare), the config writers (``TYPE_*``),
-the exporters and perf (numpy arrays), the pipeline stages and the torch stage runner (torch dtypes).
-Standard library only and importable without numpy or torch: it is also copied beside the stage
-runner's ``model.py`` (the stub sees only that folder), and the client imports it without torch.
+Standard library only, importable without numpy or torch: it is copied beside the stage runner's
+``model.py``, and the client imports it.
 """
 
 from __future__ import annotations

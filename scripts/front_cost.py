@@ -64,7 +64,7 @@ from perf.measure.server_view import process_tree_cpu_s
 from perf.measure.target import Target
 from server import ServerOptions, TritonServer
 from server.admin import FRONT_HEADER, GRPC_FRONT_HEADER, KEY_ENV
-from server.launcher import free_port, free_ports
+from server.ports import free_port, free_ports
 
 MODEL = "recommender"
 

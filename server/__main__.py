@@ -1,14 +1,9 @@
 """``python -m server start|stop|status|drain|load|unload``: the server behind ``make serve``.
 
-``start`` launches the supervisor (``supervise``, a detached process of its own session, see
-``server.supervisor``), which starts tritonserver (with its HTTP front and stub watchdog), restarts it
-on the same ports when it dies, and records pid, ports, log path and supervisor in
-``.run/server.json`` so ``stop`` and ``status`` (and the client's defaults) can find it; ``start``
-returns once the server is ready, with what the supervisor reported. The admin key for the restricted
-APIs is in ``.run/admin.key`` (0600); what the supervisor and the watchdog did is in
-``.run/supervisor.json`` and ``.run/watchdog.json``. Only one ``start`` runs per checkout at a time
-(a lock file). ``stop`` releases the supervisor (so nothing restarts the server being stopped), then
-drains (see ``server.admin.drain``); ``drain`` alone is the Kubernetes preStop step.
+``start`` launches a detached supervisor (``server.supervisor``) and returns once it reports the server
+ready; the state is in ``.run/`` (``server.json``, ``admin.key`` 0600, ``supervisor.json``,
+``watchdog.json``), one server per checkout. ``stop`` and ``drain`` release the supervisor first, so
+nothing restarts the server they stop; ``drain`` alone is the Kubernetes preStop step.
 """
 
 from __future__ import annotations
@@ -50,7 +45,7 @@ STARTUP_MARGIN_S = 60.0  # beyond the server's own startup timeout, for the supe
 
 
 def _take_lock():
-    """An exclusive lock on ``.run/server.lock`` for the whole start, or None if another start holds it."""
+    """An exclusive lock on ``.run/server.lock`` for the whole start, or None and the holder's pid."""
     LOCK.parent.mkdir(exist_ok=True)
     handle = open(LOCK, "a+")  # noqa: SIM115 (held until this process exits or releases it)
     try:
@@ -81,7 +76,7 @@ def _start(args: argparse.Namespace) -> int:
         if _alive(state["pid"]) or _supervising(state):
             print(_already_running(state), file=sys.stderr)
             return 1
-        _clear_leftovers(state)  # a server that died without `make stop`: clear what it left behind
+        _clear_leftovers(state)  # a server that died without `make stop`
     SUPERVISOR_LOG.parent.mkdir(exist_ok=True)
     supervisor = subprocess.Popen(
         [sys.executable, "-m", "server", "supervise", *args.flags],  # the same server flags
@@ -114,8 +109,6 @@ def _start(args: argparse.Namespace) -> int:
 
 
 def _already_running(state: dict) -> str:
-    """One line: which server this checkout runs (one per checkout: ``.run/`` holds its state) and how
-    to stop it."""
     return (
         f"error: this checkout already runs a server (tritonserver pid {state['pid']}, supervisor pid "
         f"{state.get('supervisor_pid')}, http {state['http']}, grpc {state['grpc']}, repository "
@@ -139,15 +132,14 @@ def _first_report(supervisor: subprocess.Popen, timeout_s: float) -> dict:
 
 
 def _supervise(args: argparse.Namespace) -> int:
-    """The supervisor process behind ``make serve`` (see ``server.supervisor``)."""
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s %(message)s")
     options = server_options(
         args,
         log_path=Path(".run/server.log").resolve(),
         workdir=Path(".run/server").resolve(),
         port_wait_s=10.0,  # a server stopped a moment ago may still hold its ports
-        http_front=args.http_front,  # Triton 2.51's HTTP frontend crashes on some inputs (docs/SERVING.md)
-        grpc_front=args.grpc_front,  # and its gRPC one takes 2 GiB messages and wrapping shapes
+        http_front=args.http_front,
+        grpc_front=args.grpc_front,
         startup_timeout_s=args.startup_timeout,
         watchdog_record=EVENTS.resolve(),
         front_shares=shares_from_args(args, "front-"),
@@ -190,7 +182,7 @@ def _record_state(server: TritonServer, args: argparse.Namespace) -> None:
     state = {
         "pid": server.pid,
         "http": server.http_url,
-        "triton_http": server.triton_http_url,  # Triton itself (behind the HTTP front): admin calls
+        "triton_http": server.triton_http_url,  # Triton itself, behind the front: admin calls
         "grpc": server.grpc_url,
         "metrics": server.metrics_url,
         "log": str(server.log_path),
@@ -200,25 +192,20 @@ def _record_state(server: TritonServer, args: argparse.Namespace) -> None:
         "model_control_mode": args.model_control_mode,
         "supervisor_pid": os.getpid(),
         "http_front_pid": server.http_front.pid if server.http_front is not None else None,
-        "triton_grpc": server.triton_grpc_url,  # Triton itself (behind the gRPC front)
+        "triton_grpc": server.triton_grpc_url,
         "grpc_front_pid": server.grpc_front.pid if server.grpc_front is not None else None,
-        "watchdog_events": str(EVENTS.resolve()),
-        "supervisor_record": str(SUPERVISOR.resolve()),
-        # what the server ran itself at load, before any client: `client stats` subtracts it
         "warmup": warmup_snapshot(server.triton_http_url),
     }
     write_record(STATE, state)
 
 
 def _clear_leftovers(state: dict) -> None:
-    """Stubs and shared memory of a recorded server that is gone (killed, crashed, or just stopped)."""
     kill_stray_stubs(state.get("shm_prefix", "tb-none-"))
     remove_shm_regions(state.get("shm_prefix", "tb-none-"))
 
 
 def _runs(pid: int | None, marker: bytes) -> bool:
-    """Does ``pid`` still run a command holding ``marker``? A recorded pid may have been reused after a
-    crash or reboot."""
+    """Does ``pid`` still run a command holding ``marker`` (a recorded pid may have been reused)?"""
     try:
         return bool(pid) and marker in Path(f"/proc/{pid}/cmdline").read_bytes()
     except OSError:
@@ -226,17 +213,15 @@ def _runs(pid: int | None, marker: bytes) -> bool:
 
 
 def _alive(pid: int) -> bool:
-    """Is ``pid`` still our tritonserver?"""
     return _runs(pid, b"tritonserver")
 
 
 def _supervising(state: dict) -> bool:
-    """Is the recorded supervisor still running (perhaps restarting the server right now)?"""
     return _runs(state.get("supervisor_pid"), b"supervise")
 
 
 def _signal(pid: int | None, marker: bytes, number: int = signal.SIGTERM, wait_s: float = 0.0) -> None:
-    """Send ``number`` to ``pid`` if it still runs ``marker``, then wait up to ``wait_s`` for it to exit."""
+    """Send ``number`` to ``pid`` if it still runs ``marker``; wait up to ``wait_s`` for it to exit."""
     if not _runs(pid, marker):
         return
     with contextlib.suppress(OSError):
@@ -248,7 +233,7 @@ def _signal(pid: int | None, marker: bytes, number: int = signal.SIGTERM, wait_s
 
 def _release_supervisor(state: dict, wait_s: float) -> None:
     """End supervision (SIGUSR1) and wait for the supervisor to exit: nothing restarts the server after
-    this. A supervisor in the middle of a restart stops that half-started server first."""
+    this (a half-started one is stopped)."""
     pid = state.get("supervisor_pid")
     _signal(pid, b"supervise", signal.SIGUSR1, wait_s)
     _signal(pid, b"supervise")  # still there: it had hung
@@ -275,10 +260,11 @@ def _admin_url(state: dict) -> str:
 
 def _running_state() -> dict | None:
     """The recorded server's state while it is running; None (and says so) otherwise."""
-    if not STATE.exists() or not _alive(json.loads(STATE.read_text())["pid"]):
+    state = read_record(STATE)
+    if not state or not _alive(state["pid"]):
         print("not running")
         return None
-    return json.loads(STATE.read_text())
+    return state
 
 
 def _drain_command(args: argparse.Namespace) -> int:
@@ -298,7 +284,7 @@ def _stop(args: argparse.Namespace) -> int:
     pid = state["pid"]
     if _alive(pid):
         _drain(state, args.timeout)
-        # the fronts' kept-alive upstream connections would hold Triton's exit for its exit timeout
+        # the fronts' kept-alive upstream connections would hold Triton's exit
         _signal(state.get("http_front_pid"), b"http_front", wait_s=10)
         _signal(state.get("grpc_front_pid"), b"grpc_front", wait_s=10)
         _signal(pid, b"tritonserver", wait_s=args.timeout)
@@ -338,7 +324,6 @@ def _status(args: argparse.Namespace) -> int:
 
 
 def _load_or_unload(args: argparse.Namespace) -> int:
-    """``load`` or ``unload`` a model of the recorded server (explicit mode only), with the admin key."""
     state = _running_state()
     if state is None:
         return 1
@@ -362,7 +347,7 @@ def _load_or_unload(args: argparse.Namespace) -> int:
 
 
 def _add_start_arguments(parser: argparse.ArgumentParser, host_help: str) -> None:
-    """The server's flags: ``start``'s, passed on as given to the ``supervise`` process."""
+    """``start``'s flags, passed on as given to the ``supervise`` process."""
     add_server_arguments(parser, Path("model_repository"), "127.0.0.1", host_help)
     add_share_arguments(parser, prefix="front-")  # the fronts' deadline and client shares
     parser.add_argument(

@@ -1,25 +1,13 @@
 """The server's admin surface: a key for the restricted APIs, keyed model loads, and the drain.
 
-Triton 2.51 lets any local process load code (a ``model.py`` sent as a file override) through the
-model-repository API once model control is explicit. Every server we start therefore restricts the
-model-repository, trace and logging APIs to requests carrying ``ADMIN_HEADER`` with a random key (Triton's
-``--http-restricted-api`` / ``--grpc-restricted-protocol``); without it HTTP answers 403 and gRPC
-UNAVAILABLE. Over gRPC the metadata key is ``GRPC_ADMIN_HEADER`` (Triton adds its own prefix). The key
-lives in ``TritonServer.admin_key`` and, for ``make serve``, in ``.run/admin.key`` (mode 0600).
-``load_model`` below is the only loader our tools use: it refuses file overrides unless asked, and
-says which version keeps serving when a new one fails to load.
-
-Behind the fronts (``server.fronts.http_front``, ``server.fronts.grpc_front``), Triton's own port of that
-protocol also restricts the inference API to requests carrying ``FRONT_HEADER``, which the fronts add
-once their checks pass: a client connecting to Triton's loopback port directly cannot skip them. The
-value is the same secret under another header name, so a front can pass inference through without passing
-admin rights on. Triton's system and CUDA shared-memory API is the operator's alone (the admin key): the
-fronts serve system shared memory from their own table, so Triton never maps a client's file
-(``server.fronts.client_regions``). Only ``trusted_shared_memory`` (a server whose only client is
-trusted) opens it: to what a front passed on, or to anyone on a protocol without a front. The fronts read
-the key from the environment (``KEY_ENV``): a command line is readable by every local user in ``/proc``;
-so, note, is tritonserver's own, where Triton 2.51 takes these keys (mount ``/proc`` with ``hidepid=2``
-on a shared host).
+Once model control is explicit, Triton 2.51 lets any local process load code (a ``model.py`` file
+override) through the model-repository API. So every server we start keys the repository, trace,
+logging and shared-memory APIs to ``ADMIN_HEADER`` (403 / UNAVAILABLE without it), and behind a front
+also the inference API to ``FRONT_HEADER``, which the front adds once its checks pass: a client on
+Triton's loopback port cannot skip them. One secret under two names, so a front passes inference on
+without admin rights. ``trusted_shared_memory`` alone opens the shared-memory API (to what a front
+passed on, or to anyone without a front). The fronts read the key from ``KEY_ENV``, not their command
+line (readable in ``/proc``; tritonserver's own is, so mount ``/proc`` with ``hidepid=2`` on a shared host).
 """
 
 from __future__ import annotations
@@ -40,7 +28,6 @@ from server.stubs import server_stubs
 log = logging.getLogger(__name__)
 
 ADMIN_HEADER = "triton-admin-key"
-# Triton's gRPC frontend looks for the restricted-protocol key under this prefix
 GRPC_ADMIN_HEADER = f"triton-grpc-protocol-{ADMIN_HEADER}"
 RESTRICTED_APIS = ("model-repository", "trace", "logging")
 FRONT_HEADER = "triton-front-key"
@@ -57,10 +44,8 @@ class AdminError(RuntimeError):
 def restricted_api_args(
     key: str, http_front: bool, grpc_front: bool, trusted_shared_memory: bool
 ) -> list[str]:
-    """tritonserver flags restricting ``RESTRICTED_APIS`` and Triton's shared-memory API on both
-    protocols to holders of ``key``, and on a protocol with a front, ``FRONTED_APIS`` to requests the
-    front passed on. ``trusted_shared_memory`` lets Triton map clients' files (module doc): its
-    shared-memory API then goes with the front's requests, or is open without a front."""
+    """tritonserver flags keying the restricted APIs on both protocols, and behind a front
+    ``FRONTED_APIS`` to what the front passed on (module doc)."""
     args = []
     for flag, fronted in (("--http-restricted-api", http_front), ("--grpc-restricted-protocol", grpc_front)):
         admin_apis, fronted_apis = list(RESTRICTED_APIS), list(FRONTED_APIS)
@@ -75,7 +60,7 @@ def restricted_api_args(
 
 
 def write_key(path: Path, key: str) -> None:
-    """Write the key readable by its owner only (created 0600, never world-readable for a moment)."""
+    """Write the key created 0600: never readable by others, not even for a moment."""
     path.parent.mkdir(parents=True, exist_ok=True)
     path.unlink(missing_ok=True)
     with os.fdopen(os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600), "w") as handle:
@@ -90,16 +75,14 @@ def read_key(path: Path) -> str | None:
 
 
 def headers(key: str, protocol: str = "http") -> dict[str, str]:
-    """The request headers that unlock every restricted API, on a front or on Triton's own port
-    (gRPC metadata takes prefixed names)."""
+    """The request headers that unlock every restricted API (gRPC metadata takes prefixed names)."""
     if protocol == "grpc":
         return {GRPC_ADMIN_HEADER: key, GRPC_FRONT_HEADER: key}
     return {ADMIN_HEADER: key, FRONT_HEADER: key}
 
 
 def model_versions(client: httpclient.InferenceServerClient, key: str) -> dict[str, dict[str, str]]:
-    """The repository index grouped by model: ``{model: {version: state}}`` for every version Triton
-    knows."""
+    """The repository index grouped by model: ``{model: {version: state}}``."""
     grouped: dict[str, dict[str, str]] = {}
     for entry in client.get_model_repository_index(headers=headers(key)):
         grouped.setdefault(entry["name"], {})[entry.get("version", "")] = entry.get("state", "")
@@ -108,9 +91,8 @@ def model_versions(client: httpclient.InferenceServerClient, key: str) -> dict[s
 
 def serving_versions(client: httpclient.InferenceServerClient, key: str, model: str) -> list[str]:
     """The versions of ``model`` that are READY now."""
-    return [
-        version for version, state in model_versions(client, key).get(model, {}).items() if state == "READY"
-    ]
+    versions = model_versions(client, key).get(model, {})
+    return [version for version, state in versions.items() if state == "READY"]
 
 
 def load_model(
@@ -121,12 +103,8 @@ def load_model(
     files: dict[str, bytes] | None = None,
     allow_file_override: bool = False,
 ) -> str:
-    """Load (or reload) ``model``; returns a one-line account of what serves afterwards.
-
-    File overrides carry code the server would run; they are refused unless ``allow_file_override``.
-    When the load fails but an older version still serves, the ``AdminError`` says so: the server is
-    still serving that model, which is what readiness reports (docs/SERVING.md, Readiness).
-    """
+    """Load (or reload) ``model``; one line saying what serves afterwards. File overrides (code the
+    server would run) are refused unless allowed; a failed load says which version keeps serving."""
     if files and not allow_file_override:
         raise AdminError(
             f"load of '{model}' with file overrides refused: they run code inside the server; "
@@ -159,14 +137,11 @@ def _ensembles_first(client: httpclient.InferenceServerClient, names: Iterable[s
 
 
 def drain(http_url: str, key: str, timeout_s: float, server_pid: int) -> list[str]:
-    """Stop admitting work and let in-flight requests finish: unload every loaded model, then wait.
+    """Unload every loaded model and wait for their stubs to exit; the models unloaded.
 
-    Triton 2.51 keeps admitting requests for the whole exit timeout after SIGTERM and then drops what is
-    in flight. An unload instead refuses new requests at once (HTTP 404 / gRPC NOT_FOUND "Request for
-    unknown model") while requests already admitted run to completion; the stubs then exit on their own.
-    It also waits until the live stubs of the server (``server_pid``) have exited, so SIGTERM finds
-    nothing running. Returns the models it unloaded; raises ``AdminError`` if they are not all
-    unloaded in ``timeout_s``.
+    Triton 2.51 keeps admitting requests for its whole exit timeout after SIGTERM, then drops what is
+    in flight; an unload refuses new requests at once (404 / NOT_FOUND) and lets admitted ones finish.
+    ``AdminError`` if that takes longer than ``timeout_s``.
     """
     client = httpclient.InferenceServerClient(http_url, connection_timeout=10, network_timeout=timeout_s)
     states = model_versions(client, key)

@@ -1,5 +1,5 @@
-"""The server flags shared by ``python -m server start`` (``make serve``) and ``python -m server.container``
-(the image's entry point), and the ``ServerOptions`` they make: one definition, two defaults for host."""
+"""The server flags of ``python -m server start`` and ``python -m server.container``, and the
+``ServerOptions`` they make."""
 
 from __future__ import annotations
 
@@ -30,7 +30,7 @@ def add_server_arguments(
 
 
 def server_options(args: argparse.Namespace, **more: Any) -> ServerOptions:
-    """``ServerOptions`` from the flags above, plus whatever the caller sets itself (``more``)."""
+    """``ServerOptions`` from the flags above, plus what the caller sets itself (``more``)."""
     return ServerOptions(
         repository=args.repository,
         host=args.host,

@@ -1,15 +1,9 @@
 """Does each served model run the ``config.pbtxt`` on disk? A rebuild while serving says otherwise.
 
-Triton reads a model's config when it loads the model and keeps that copy; ``python -m exporters
-build`` rewrites ``config.pbtxt`` in place. Until the model is reloaded (``server load``, a restart, or
-a stub death that reloads the model's new files under the old config) the server runs one config and
-the disk holds another, silently. ``python -m client health`` and ``python -m server status`` call
-``config_drift`` to say so.
-
-The comparison is small on purpose: every field the file on disk sets must hold the same value in the
-served config (``GET /v2/models/<m>/config``); what Triton adds when it completes a config (defaults,
-instance names) is not drift. Fields are compared through ``model_config.proto``, so formatting, field
-order and JSON's int64-as-string make no difference.
+Triton keeps the config it loaded while ``python -m exporters build`` rewrites the file;
+``python -m client health`` and ``python -m server status`` say so until the model is reloaded. Every
+field the file sets must hold the same value in the served config; what Triton adds (defaults) is not
+drift. Compared through ``model_config.proto``, so formatting and JSON's int64-as-string do not matter.
 """
 
 from __future__ import annotations
@@ -29,24 +23,16 @@ def _shown(field: FieldDescriptor, value: Any) -> str:
     if field.type == FieldDescriptor.TYPE_ENUM:
         known = field.enum_type.values_by_number.get(value)
         return known.name if known is not None else str(value)
-    if isinstance(value, Message):
-        return "{" + text_format.MessageToString(value, as_one_line=True) + "}"
     return repr(value) if isinstance(value, str) else str(value)
 
 
-def _map_differences(field: FieldDescriptor, on_disk: Any, served: Any, name: str) -> list[str]:
-    value_field = field.message_type.fields_by_name["value"]
-    found = []
-    for key in on_disk:
-        where = f"{name}[{key!r}]"
-        if key not in served:
-            found.append(f"{where}: on disk, not served")
-        elif value_field.type == FieldDescriptor.TYPE_MESSAGE:
-            found += differences(on_disk[key], served[key], where + ".")
-        elif on_disk[key] != served[key]:
-            mine, theirs = _shown(value_field, on_disk[key]), _shown(value_field, served[key])
-            found.append(f"{where}: {mine} on disk, {theirs} served")
-    return found
+def _value_differences(field: FieldDescriptor, mine: Any, theirs: Any, name: str) -> list[str]:
+    """One value of ``field``: a message compared field by field, a scalar as a whole."""
+    if field.type == FieldDescriptor.TYPE_MESSAGE:
+        return differences(mine, theirs, name + ".")
+    return (
+        [] if mine == theirs else [f"{name}: {_shown(field, mine)} on disk, {_shown(field, theirs)} served"]
+    )
 
 
 def differences(on_disk: Message, served: Message, prefix: str = "") -> list[str]:
@@ -54,23 +40,25 @@ def differences(on_disk: Message, served: Message, prefix: str = "") -> list[str
     found: list[str] = []
     for field, value in on_disk.ListFields():
         name, other = prefix + field.name, getattr(served, field.name)
-        repeated = field.is_repeated
-        if repeated and field.message_type is not None and field.message_type.GetOptions().map_entry:
-            found += _map_differences(field, value, other, name)
-        elif repeated and field.type == FieldDescriptor.TYPE_MESSAGE:
-            if len(value) != len(other):
-                found.append(f"{name}: {len(value)} entries on disk, {len(other)} served")
-            else:
-                for index, (mine, theirs) in enumerate(zip(value, other, strict=True)):
-                    found += differences(mine, theirs, f"{name}[{index}].")
-        elif repeated:
-            if list(value) != list(other):
-                mine, theirs = [_shown(field, v) for v in value], [_shown(field, v) for v in other]
-                found.append(f"{name}: {mine} on disk, {theirs} served")
-        elif field.type == FieldDescriptor.TYPE_MESSAGE:
-            found += differences(value, other, name + ".")
-        elif value != other:
-            found.append(f"{name}: {_shown(field, value)} on disk, {_shown(field, other)} served")
+        messages = field.is_repeated and field.type == FieldDescriptor.TYPE_MESSAGE
+        if messages and field.message_type.GetOptions().map_entry:
+            value_field = field.message_type.fields_by_name["value"]
+            for key in value:
+                where = f"{name}[{key!r}]"
+                if key in other:
+                    found += _value_differences(value_field, value[key], other[key], where)
+                else:
+                    found.append(f"{where}: on disk, not served")
+        elif messages and len(value) != len(other):
+            found.append(f"{name}: {len(value)} entries on disk, {len(other)} served")
+        elif messages:
+            for index, (mine, theirs) in enumerate(zip(value, other, strict=True)):
+                found += differences(mine, theirs, f"{name}[{index}].")
+        elif field.is_repeated and list(value) != list(other):
+            mine, theirs = [_shown(field, v) for v in value], [_shown(field, v) for v in other]
+            found.append(f"{name}: {mine} on disk, {theirs} served")
+        elif not field.is_repeated:
+            found += _value_differences(field, value, other, name)
     return found
 
 

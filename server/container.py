@@ -1,40 +1,102 @@
 """``python -m server.container``: the entry point of this project's server image (deploy/Dockerfile).
 
-It runs the supervisor (``server.supervisor``) in the foreground, as the container's main process:
-tritonserver is its child, with the same command and environment as ``TritonServer`` (backend folder,
-shared-memory sizing, ``PYTHONPATH`` and ``LD_LIBRARY_PATH`` for the wheel's server) and its log
-copied to the container's stdout. A tritonserver that dies is restarted in place on the same ports
-(faster than a container restart: the repository is already there), the stub watchdog heals dead and
-hung stubs, and ``--probe-port`` answers the pod's probes (``/ready``, ``/live``: ``server.readiness``),
-which, unlike Triton 2.51's own endpoints, say not ready while a model's stub is dead or hung.
+Runs the supervisor in the foreground as the container's main process: tritonserver as ``TritonServer``
+starts it, restarted in place when it dies, its log on stdout. SIGTERM goes on to tritonserver, which
+finishes what is in flight for up to ``--exit-timeout``; ``terminationGracePeriodSeconds`` must exceed
+the preStop pause plus that (tests/deploy/test_manifests.py). Binds all interfaces: the Service and
+probes must reach it.
 
-SIGTERM (what Kubernetes sends after the preStop pause) goes on to tritonserver at once: it finishes
-the requests in flight for up to ``--exit-timeout`` seconds and exits; the supervisor waits for it
-(SIGKILL 5 s past the timeout), removes what it left behind and exits. The pod's
-``terminationGracePeriodSeconds`` must exceed the preStop pause plus this timeout (checked by
-tests/deploy/test_manifests.py).
-
-Unlike ``make serve`` it binds all interfaces by default: inside a pod the Service and the kubelet's
-probes must reach it. Network policy, not the bind address, limits who can.
+``--probe-port`` answers the pod's probes, because Triton 2.51's ``/v2/health/ready`` says 200 while a
+model's stub is dead or hung, and nothing answers while a dead server restarts. ``/ready`` is 200 only
+while the supervisor serves, Triton is ready and the watchdog holds no model unavailable; ``/live`` is
+200 while the supervisor supervises (a restart is the cure, not a reason to kill the container).
 """
 
 from __future__ import annotations
 
 import argparse
+import json
 import logging
 import os
 import sys
+import threading
+import urllib.error
+import urllib.request
+from dataclasses import asdict
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
 from server.cli_options import add_server_arguments, server_options
 from server.install import ServerError
 from server.launcher import TritonServer
-from server.readiness import ProbeEndpoint
-from server.supervisor import Supervisor
+from server.supervisor import SERVING, Supervisor
+
+log = logging.getLogger(__name__)
 
 ADMIN_KEY_ENV = "TRITON_ADMIN_KEY"
-# Latency quantiles (p50/p90/p95/p99 per model) for the dashboard and the queue-time alert.
 METRICS_ARGS = ["--metrics-config=summary_latencies=true"]
+
+
+def readiness(supervisor: Supervisor) -> tuple[bool, str]:
+    """Whether the supervised server can serve every model now, and if not, why."""
+    server = supervisor.server
+    if supervisor.record.state != SERVING:
+        return False, f"tritonserver is {supervisor.record.state}"
+    if server.process is None or server.process.poll() is not None:
+        return False, "tritonserver is not running"
+    if server.watchdog is not None and server.watchdog.state.unavailable_now:
+        reasons = "; ".join(f"{m}: {why}" for m, why in sorted(server.watchdog.state.unavailable_now.items()))
+        return False, f"models unavailable until the watchdog has reloaded them: {reasons}"
+    try:
+        with urllib.request.urlopen(f"http://{server.triton_http_url}/v2/health/ready", timeout=2) as answer:
+            if answer.status == 200:
+                return True, "serving"
+    except (urllib.error.URLError, OSError) as error:
+        return False, f"tritonserver does not answer: {error}"
+    return False, "tritonserver is not ready"
+
+
+class ProbeEndpoint:
+    """``/ready`` and ``/live`` on ``host:port`` in a thread of the supervisor's process."""
+
+    def __init__(self, supervisor: Supervisor, host: str, port: int) -> None:
+        self.supervisor = supervisor
+        endpoint = self
+
+        class Handler(BaseHTTPRequestHandler):
+            def do_GET(self) -> None:
+                status, body = endpoint.answer(self.path)
+                payload = json.dumps(body).encode()
+                self.send_response(status)
+                self.send_header("Content-Type", "application/json")
+                self.send_header("Content-Length", str(len(payload)))
+                self.end_headers()
+                self.wfile.write(payload)
+
+            def log_message(self, *args: object) -> None:  # a probe every few seconds: no access log
+                pass
+
+        self.httpd = ThreadingHTTPServer((host, port), Handler)
+        self.httpd.daemon_threads = True
+        self._thread = threading.Thread(target=self.httpd.serve_forever, name="probes", daemon=True)
+
+    def answer(self, path: str) -> tuple[int, dict]:
+        record = asdict(self.supervisor.record)
+        if path == "/live":
+            return 200, {"live": True, "supervisor": record}
+        if path == "/ready":
+            ready, why = readiness(self.supervisor)
+            return (200 if ready else 503), {"ready": ready, "why": why, "supervisor": record}
+        return 404, {"error": f"no such probe {path!r}: /ready or /live"}
+
+    def start(self) -> ProbeEndpoint:
+        self._thread.start()
+        log.info("probes on %s:%s: /ready /live", *self.httpd.server_address[:2])
+        return self
+
+    def stop(self) -> None:
+        self.httpd.shutdown()
+        self.httpd.server_close()
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -55,7 +117,6 @@ def _parser() -> argparse.ArgumentParser:
     parser.add_argument(
         "--startup-timeout", type=float, default=600.0, help="seconds a (re)start may take to be ready"
     )
-    parser.add_argument("--print", action="store_true", help="print the command instead of running it")
     return parser
 
 
@@ -64,7 +125,7 @@ def main(argv: list[str] | None = None) -> int:
     if not args.repository.is_dir():
         print(f"error: model repository {args.repository} does not exist", file=sys.stderr)
         return 1
-    server = TritonServer(  # the pod's tritonserver, not started yet
+    server = TritonServer(
         server_options(
             args,
             exit_timeout_s=args.exit_timeout,
@@ -74,15 +135,9 @@ def main(argv: list[str] | None = None) -> int:
             extra_args=METRICS_ARGS,
             startup_timeout_s=args.startup_timeout,
             port_wait_s=10.0,  # a restart may find the dead server's ports still held for a moment
-            # the keyed admin APIs (server.admin): a Secret's key, or a random one nobody outside holds
-            admin_key=os.environ.get(ADMIN_KEY_ENV) or None,
-            # no front here, and every interface bound: Triton's shared-memory API needs the admin key
-            # unless --trusted-shared-memory (server.cli_options)
+            admin_key=os.environ.get(ADMIN_KEY_ENV) or None,  # a Secret's key, or a random one
         )
     )
-    if args.print:
-        print(" ".join(server.command()))
-        return 0
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s %(message)s")
     supervisor = Supervisor(server, args.workdir / "supervisor.json", stop_server=TritonServer.terminate)
     supervisor.handle_signals()

@@ -1,9 +1,7 @@
 """Find a tritonserver and assemble the backend folder it needs.
 
-Search order: ``$TRITONSERVER`` (a binary path), a ``tritonserver`` on ``PATH`` (e.g. inside the NGC
-container), then the binary shipped in the ``nvidia-pytriton`` wheel (the default on these machines).
-The wheel has the Python backend but no native onnxruntime backend, so the assembled folder adds our
-python-based ``onnxruntime`` backend; a native install keeps its own.
+Search order: ``$TRITONSERVER``, ``tritonserver`` on ``PATH`` (the NGC container), then the binary in
+the ``nvidia-pytriton`` wheel, which lacks the native onnxruntime backend: ours takes its place.
 """
 
 from __future__ import annotations
@@ -32,8 +30,8 @@ class ServerInstall:
 
 
 def _wheel_root() -> Path | None:
-    """The wheel's ``tritonserver`` folder, found without importing PyTriton: its Python API needs
-    packages (pyzmq, sh, typer...) that a machine given only the wheel lacks (the GPU check's)."""
+    """The wheel's ``tritonserver`` folder, found without importing PyTriton (whose imports a machine
+    given only the wheel lacks)."""
     spec = importlib.util.find_spec("pytriton")
     if spec is None or not spec.submodule_search_locations:
         return None
@@ -60,17 +58,9 @@ def find_install() -> ServerInstall:
     return ServerInstall(root / "bin" / "tritonserver", root / "backends", (libs,), "wheel")
 
 
-def _stub_for_running_python(install: ServerInstall) -> Path:
-    version = f"{sys.version_info.major}.{sys.version_info.minor}"
-    stub = install.backends.parent / "python_backend_stubs" / version / "triton_python_backend_stub"
-    if not stub.is_file():
-        raise ServerError(f"the nvidia-pytriton wheel has no Python backend stub for Python {version}")
-    return stub
-
-
 def replace_file(source: Path, target: Path) -> None:
-    """Copy ``source`` over ``target`` by rename, so a target that a running stub executes is never
-    opened for writing (that fails with "Text file busy"); an identical target is left alone."""
+    """Copy ``source`` over ``target`` by rename (a running stub's binary cannot be opened for
+    writing: "Text file busy"); an identical target is left alone."""
     if target.is_file():
         a, b = source.stat(), target.stat()
         if a.st_size == b.st_size and int(a.st_mtime) == int(b.st_mtime):
@@ -79,10 +69,7 @@ def replace_file(source: Path, target: Path) -> None:
 
 
 def assemble_backends(install: ServerInstall, destination: Path) -> Path:
-    """Build the ``--backend-directory`` folder: the install's backends plus what this machine lacks.
-
-    Idempotent; safe to call before every start.
-    """
+    """Build the ``--backend-directory`` folder: the install's backends plus what it lacks (idempotent)."""
     destination.mkdir(parents=True, exist_ok=True)
     for backend in sorted(install.backends.iterdir()) if install.backends.is_dir() else []:
         target = destination / backend.name
@@ -90,7 +77,13 @@ def assemble_backends(install: ServerInstall, destination: Path) -> Path:
             target.mkdir(exist_ok=True)
             for item in ("libtriton_python.so", "triton_python_backend_utils.py"):
                 replace_file(backend / item, target / item)
-            replace_file(_stub_for_running_python(install), target / "triton_python_backend_stub")
+            version = f"{sys.version_info.major}.{sys.version_info.minor}"
+            stub = install.backends.parent / "python_backend_stubs" / version / "triton_python_backend_stub"
+            if not stub.is_file():
+                raise ServerError(
+                    f"the nvidia-pytriton wheel has no Python backend stub for Python {version}"
+                )
+            replace_file(stub, target / "triton_python_backend_stub")
         else:
             if target.is_symlink() and target.resolve() != backend.resolve():
                 target.unlink()  # stale link from an earlier install (e.g. a recreated venv)
@@ -100,5 +93,5 @@ def assemble_backends(install: ServerInstall, destination: Path) -> Path:
     if not (ours / "libtriton_onnxruntime.so").exists():  # no native onnxruntime backend
         if ours.is_symlink():
             ours.unlink()
-        python_backend.install_onnxruntime_backend(ours)
+        python_backend.install(python_backend.ONNXRUNTIME_BACKEND, ours)
     return destination

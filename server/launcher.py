@@ -1,32 +1,15 @@
 """``TritonServer``: start a real tritonserver on a model repository, wait until ready, stop cleanly.
 
-Used as a context manager by tests and perf, and behind ``make serve`` / ``make stop`` and the
-container (both through ``server.supervisor``, which starts it again when it dies). Binds
-127.0.0.1 by default (Triton 2.51 has known CVEs; do not expose it), gives each server its own
-Python-backend shared-memory prefix so several can run side by side, and sizes that shared memory for
-the largest batch any model can receive.
-
-Resilience (see docs/SERVING.md): the server always runs with explicit model control and every model
-loaded at start, its model-repository/trace/logging APIs restricted to a random admin key
-(``server.admin``); a watchdog reloads a model whose stub died or hung (``server.watchdog``);
-``stop()`` drains (unloads every model so new requests are refused while admitted ones finish) before
-SIGTERM; and ``/v2/health/ready`` runs non-strict, because 2.51 keeps it false for good after one
-failed version load even while the old version serves; per-model readiness and ``python -m client
-health`` say which models serve.
-
-Fronts (``make serve`` runs both): ``http_front`` and ``grpc_front`` put ``server.fronts.http_front`` and
-``server.fronts.grpc_front`` on the public ports and move Triton's own to loopback ports, where inference
-answers only what a front passed on (``server.admin``). Triton never maps a client's shared-memory file
-unless ``trusted_shared_memory`` says the clients are trusted (the fronts copy the bytes instead). The
-fronts outlive a tritonserver that dies: they follow the one the pid file names (``server_pid_file``),
-answering 503 / ``UNAVAILABLE`` while the supervisor restarts it, and stop with ``stop()`` (or once this
-process and its server are both gone). The stubs' ``/dev/shm`` regions are private from creation
-(``server.shm_private``) and made owner-only again once the server is ready.
+Behind tests, perf, ``make serve`` and the container (the last two through ``server.supervisor``).
+Binds 127.0.0.1 by default (Triton 2.51 has known CVEs). Every server runs with explicit model control,
+its repository/trace/logging APIs keyed (``server.admin``), a stub watchdog (``server.watchdog``), a
+drain before SIGTERM, and non-strict ``/v2/health/ready`` (2.51 keeps it false for good after one failed
+version load). With fronts (``make serve``), Triton's own ports move to loopback and the fronts follow
+the tritonserver named in ``server_pid_file`` across restarts (docs/SERVING.md).
 """
 
 from __future__ import annotations
 
-import contextlib
 import http.client
 import json
 import logging
@@ -42,7 +25,6 @@ import tempfile
 import threading
 import time
 import urllib.request
-from collections.abc import Collection, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO
@@ -58,7 +40,7 @@ from server.admin import KEY_ENV, AdminError, drain, load_model, restricted_api_
 from server.admin import headers as admin_headers
 from server.fronts.process import FrontShares
 from server.install import ServerError, assemble_backends, find_install
-from server.listeners import held_by
+from server.ports import check_port_free, free_ports, held_by
 from server.shm_private import SERVER_UMASK, make_owner_only, preload_environment
 from server.stubs import kill_stray_stubs
 from server.watchdog import Watchdog
@@ -68,44 +50,28 @@ log = logging.getLogger(__name__)
 WIDEST = 8  # bytes per element assumed for a type our dtype table lacks: never too small a region
 MIB = 1 << 20
 DRAIN_GRACE_S = 1.0
-# After its exit timeout, tritonserver still unloads and joins its stubs: seconds on a loaded 2-core machine
-# with everything drained. SIGKILL only a server that hangs there, not one that is finishing its exit.
+# After its exit timeout tritonserver still unloads and joins its stubs (seconds on a loaded host):
+# SIGKILL only a server that hangs there.
 EXIT_MARGIN_S = 30.0
-# the spec's bound too (exporters.schema.guards): shm per stub is 4x the largest batch
-MAX_BATCH_BYTES = 1 << 30
-START_ATTEMPTS = 3  # starts lost to the stub-lock abort below (two in a row happen on a loaded host)
-# or to a picked port another process took first
+MAX_BATCH_BYTES = 1 << 30  # the spec's bound too (exporters.schema.guards): shm per stub is 4x this
+START_ATTEMPTS = 3  # starts lost to the stub-lock abort (two in a row happen) or to a port taken first
 STUB_LOCK_ABORT = "boost::interprocess::lock_exception"
 
 
 def starved_stub_abort(returncode: int | None, log_tail: str) -> bool:
-    """True when tritonserver died of Triton 2.51's stub-lock abort (SIGABRT, ``lock_exception``).
-
-    A Python-backend stub that gets no CPU for about a second while it starts is given up on, and
-    the server aborts when it runs again: a fault of a starved machine, not of the repository, so
-    ``start`` tries again (``START_ATTEMPTS`` in all); any other failure (a bad model, a port in use)
-    is reported at once.
-    """
+    """True when tritonserver died of 2.51's stub-lock abort: a stub starved of CPU while it started,
+    a fault of the machine, not the repository, so ``start`` tries again."""
     return returncode == -signal.SIGABRT and STUB_LOCK_ABORT in log_tail
 
 
 def starved_stub_load(reason: str) -> bool:
-    """True when a model failed to load because Triton found its stub unhealthy (``Stub process
-    '<instance>' is not healthy``) while it started or ran its warm-up.
-
-    On a starved machine a sound stub can miss Triton's health check there; the model is not at
-    fault, so ``wait_ready`` loads it again (``START_ATTEMPTS`` loads in all). A stub that dies each
-    time still fails the model, named after those tries; any other reason is named at once.
-    """
+    """True when a model failed to load because a starved stub missed Triton's health check
+    (``Stub process '<instance>' is not healthy``), so ``wait_ready`` loads it again."""
     return "Stub process '" in reason and "is not healthy" in reason
 
 
 def remove_shm_regions(prefix: str) -> list[str]:
-    """Unlink the Python backend's ``/dev/shm`` regions named ``prefix*``.
-
-    A stub killed with its server (SIGKILL, a crash) cannot remove its region; 16 MiB or more each, they
-    would pile up over repeated test and perf runs. Called once the server is gone.
-    """
+    """Unlink the ``/dev/shm/<prefix>*`` regions a killed stub could not remove (16 MiB or more each)."""
     removed = []
     for region in Path("/dev/shm").glob(f"{prefix}*"):
         try:
@@ -126,77 +92,12 @@ def _tee(source: IO[bytes], path: Path) -> None:
             sys.stdout.buffer.flush()
 
 
-def check_port_free(host: str, port: int, wait_s: float, name: str) -> None:
-    """``ServerError`` if something still listens on ``host:port`` after ``wait_s`` seconds.
-
-    Without this, another Triton on the same port (e.g. an NGC container) answers the readiness probe
-    and the launch looks successful while our server has failed to bind. ``SO_REUSEADDR`` (as servers
-    set it) lets a quick restart reuse a port whose old connections linger in TIME_WAIT; the wait
-    covers a previous server that is still shutting down.
-    """
-    deadline = time.monotonic() + wait_s
-    while True:
-        with socket.socket() as sock:
-            sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-            try:
-                sock.bind((host, port))
-                return
-            except OSError as error:
-                if time.monotonic() >= deadline:
-                    raise ServerError(
-                        f"port {name} on {host} is in use ({error.strerror}); pick another or stop it"
-                    ) from error
-        time.sleep(0.25)
-
-
-def free_ports(hosts: Sequence[str], taken: Collection[int] = ()) -> list[int]:
-    """A port for each of ``hosts`` that nobody listens on right now, all different and none of ``taken``.
-
-    The OS picks them. Each socket stays bound until every port is picked: ports picked one at a time
-    can come back equal (the OS may hand a closed port out again), and two of one server's ports
-    equal is a start that fails; on a host where another test run starts servers too, it happened.
-    """
-    picked: list[int] = []
-    with contextlib.ExitStack() as bound:
-        for host in hosts:
-            port = 0
-            while port == 0 or port in taken or port in picked:
-                sock = bound.enter_context(socket.socket())
-                sock.bind((host, 0))
-                port = sock.getsockname()[1]
-            picked.append(port)
-    return picked
-
-
-def free_port_arguments(host: str = "127.0.0.1") -> list[str]:
-    """``--http-port``, ``--grpc-port`` and ``--metrics-port`` for ``python -m server start``, picked
-    together (``free_ports``)."""
-    kinds = ("http", "grpc", "metrics")
-    return [f"--{kind}-port={port}" for kind, port in zip(kinds, free_ports([host] * 3), strict=True)]
-
-
-def free_port(host: str = "127.0.0.1") -> int:
-    """A port nobody listens on right now (the OS picks it); several at once: ``free_ports``."""
-    return free_ports([host])[0]
-
-
-def _largest_dims(config: model_config_pb2.ModelConfig) -> dict[str, list[int]]:
-    """Each input's largest dims: a variable axis (-1) takes the size it warms up at, which the
-    exporters set to the spec's ``max_shape``."""
-    largest: dict[str, list[int]] = {}
-    for warmup in config.model_warmup:
-        for name, tensor in warmup.inputs.items():
-            known = largest.setdefault(name, list(tensor.dims))
-            largest[name] = [max(a, b) for a, b in zip(known, tensor.dims, strict=False)]
-    return largest
-
-
 def python_shm_bytes(repository: Path) -> int:
     """Shared memory per Python-backend stub, sized so the largest batch never makes the region grow.
 
     Per model: ``max_batch_size × (bytes of one sample's inputs + outputs)``, times 4 for requests and
-    responses in flight, plus 8 MiB of headroom; the largest model wins; never below 16 MiB. A variable
-    axis counts at its warm-up size (the spec's ``max_shape``); an output's at the largest warm-up axis.
+    responses in flight, plus 8 MiB; the largest model wins; never below 16 MiB. A variable axis counts
+    at its warm-up size (the spec's ``max_shape``); an output's at the largest warm-up axis.
     """
     largest = 0
     for path in Path(repository).glob("*/config.pbtxt"):
@@ -205,7 +106,11 @@ def python_shm_bytes(repository: Path) -> int:
         except (OSError, text_format.ParseError) as error:
             raise ServerError(f"{path}: not a valid model config: {error}") from error
         rows = max(config.max_batch_size, 1)
-        warm = _largest_dims(config)
+        warm: dict[str, list[int]] = {}
+        for warmup in config.model_warmup:
+            for name, tensor in warmup.inputs.items():
+                known = warm.setdefault(name, list(tensor.dims))
+                warm[name] = [max(a, b) for a, b in zip(known, tensor.dims, strict=False)]
         longest = max((d for dims in warm.values() for d in dims), default=1)
         per_sample = 0
         for tensor in (*config.input, *config.output):
@@ -236,35 +141,24 @@ class ServerOptions:
     load_models: list[str] = field(default_factory=list)  # empty loads "*"
     startup_timeout_s: float = 180.0
     stop_timeout_s: float = 30.0  # drain: how long admitted requests may take to finish
-    exit_timeout_s: float = 30.0  # Triton's own wait after SIGTERM (open HTTP connections, raw SIGTERM)
+    exit_timeout_s: float = 30.0  # Triton's own wait after SIGTERM
     self_heal: bool = True  # run the stub watchdog
     admin_key: str | None = None  # None: a random one per start
     port_wait_s: float = 0.0  # wait this long for a port still held by a server shutting down
     log_path: Path | None = None
     workdir: Path | None = None  # backend folder and log; None: a temporary one removed on stop
-    watchdog_record: Path | None = None  # the watchdog's JSON record; None: <workdir>/watchdog.json
+    watchdog_record: Path | None = None  # None: <workdir>/watchdog.json
     extra_args: list[str] = field(default_factory=list)
-    # Put server.fronts.http_front in front of Triton's HTTP endpoint (``make serve`` does): clients use
-    # http_port, Triton's own HTTP port becomes a loopback port of its own (``triton_http_url``).
+    # The fronts take the public ports; Triton's own move to loopback (triton_http_url, triton_grpc_url).
     http_front: bool = False
     http_front_body_timeout_s: float = 30.0  # a body not complete by then gets 408
     http_front_header_timeout_s: float = 10.0  # headers not complete this long after their first byte: 408
-    # The same for gRPC (server.fronts.grpc_front): clients use grpc_port, Triton's own is
-    # ``triton_grpc_url``.
     grpc_front: bool = False
-    # Both fronts (docs/SERVING.md, "Deadlines and client shares"): an inference's deadline unless its
-    # config sets request_deadline_s (504 / DEADLINE_EXCEEDED), requests forwarded at once, and each
-    # client address's and connection's share of them (429 / RESOURCE_EXHAUSTED beyond).
-    front_shares: FrontShares = field(default_factory=FrontShares)
-    # Whether Triton may map a client's /dev/shm file (docs/SERVING.md, Shared memory). False: never;
-    # the fronts serve system shared memory from their own table and copy the bytes, and Triton's own
-    # shared-memory API needs the admin key. True: Triton maps it, with 2.51's faults (the offset applied
-    # twice); only for a server whose clients are trusted. None: True without fronts (an in-process
-    # server on loopback, whose client is the process that started it: make perf, the tests), False
-    # with them. `python -m server start` and the container pass False unless --trusted-shared-memory.
+    front_shares: FrontShares = field(default_factory=FrontShares)  # docs/SERVING.md, client shares
+    # Whether Triton may map a client's /dev/shm file, with 2.51's faults (docs/SERVING.md, Shared
+    # memory); None: only without fronts (an in-process server whose client started it).
     trusted_shared_memory: bool | None = None
-    # Copy the server's log to this process's stdout as well (the container: stdout is the pod's log).
-    echo_log: bool = False
+    echo_log: bool = False  # copy the server's log to stdout too (the container's log)
 
 
 class TritonServer:
@@ -278,74 +172,51 @@ class TritonServer:
         self._workdir = Path(options.workdir or tempfile.mkdtemp(prefix="tritonserver-"))
         self._workdir.mkdir(parents=True, exist_ok=True)
         self.log_path = options.log_path or self._workdir / "server.log"
-        # With a port base (``server.ports``) every port comes from it, else the OS picks free ones.
-        self.base_ports = ports.reserve()
+        self.base_ports = ports.reserve()  # with a port base every port comes from it (server.ports)
         self._pick_ports()
         self.http_front: subprocess.Popen | None = None
         self.grpc_front: subprocess.Popen | None = None
         self.shm_prefix = f"tb{os.getpid()}_{self.http_port}_"  # this server's Python-backend regions
         self.failed_models: dict[str, str] = {}  # name -> reason, for models that did not load
-        self.admin_key = options.admin_key or secrets.token_urlsafe(24)  # the keyed APIs' (server.admin)
+        self.admin_key = options.admin_key or secrets.token_urlsafe(24)
         self.watchdog: Watchdog | None = None
         self.watchdog_path = options.watchdog_record or self._workdir / "watchdog.json"
         self.drain_finished_at: float | None = None  # time.monotonic() when stop()'s drain completed
-        # the tritonserver the fronts follow now (rewritten at every start; server.fronts.process)
-        self.server_pid_file = self._workdir / "tritonserver.pid"
+        self.server_pid_file = self._workdir / "tritonserver.pid"  # the tritonserver the fronts follow
 
     def _pick_ports(self) -> None:
-        """The ports given, then the port base's, else ones the OS picks free now (and again after a
-        start that lost one of those to another process: ``start``)."""
-        options = self.options
+        """The ports given, then the port base's, else ones the OS picks free now; and their URLs."""
+        options, host = self.options, self.options.host
         given = [p for p in (options.http_port, options.grpc_port, options.metrics_port) if p]
         http, grpc, metrics, own_http, own_grpc = (
             self.base_ports.all()
             if self.base_ports
-            else free_ports([options.host] * 3 + ["127.0.0.1"] * 2, taken=given)
+            else free_ports([host] * 3 + ["127.0.0.1"] * 2, taken=given)
         )
         self.http_port = options.http_port or http
-        # With the front, Triton's HTTP endpoint moves to a port of its own on loopback.
         self.triton_http_port = own_http if options.http_front else self.http_port
         self.grpc_port = options.grpc_port or grpc
         self.triton_grpc_port = own_grpc if options.grpc_front else self.grpc_port
         self.metrics_port = options.metrics_port or metrics
+        self.http_url = f"{host}:{self.http_port}"
+        self.grpc_url = f"{host}:{self.grpc_port}"
+        self.metrics_url = f"http://{host}:{self.metrics_port}/metrics"
+        # Triton's own endpoints: the fronts' upstreams where there are fronts
+        self.triton_http_url = f"{'127.0.0.1' if options.http_front else host}:{self.triton_http_port}"
+        self.triton_grpc_url = f"{'127.0.0.1' if options.grpc_front else host}:{self.triton_grpc_port}"
 
     def _lost_a_picked_port(self, error: ServerError, restart: bool) -> bool:
-        """Whether a failed first start lost a port the OS picked for it to another process, between
-        the pick and the bind (tritonserver, a front or the check saying "already in use"): on a host
-        where other servers start too (another ``make test``, ``make perf`` beside it) it happens, and
-        new ports cure it. Ports a user gave or a port base holds are theirs: an error then."""
+        """Whether a first start lost a port the OS picked to another process between pick and bind;
+        new ports cure that. Ports a user gave or a port base holds are theirs: an error then."""
         if restart or self.base_ports:
             return False
         given = (self.options.http_port, self.options.grpc_port, self.options.metrics_port)
         return not all(given) and "already in use" in str(error).lower()
 
     def _ports_held(self) -> bool:
-        """Whether the HTTP and gRPC ports (public, and Triton's own behind the fronts) listen in
-        tritonserver or its fronts (``server.listeners``)."""
+        """Whether the HTTP and gRPC ports listen in tritonserver or its fronts, not in another process."""
         ports = {self.http_port, self.triton_http_port, self.grpc_port, self.triton_grpc_port}
         return held_by(ports, [p for p in (self.pid, *(f.pid for f in self.fronts)) if p is not None])
-
-    @property
-    def http_url(self) -> str:
-        return f"{self.options.host}:{self.http_port}"
-
-    @property
-    def triton_http_url(self) -> str:
-        """Triton's own HTTP endpoint (the front's upstream when there is one)."""
-        return f"{'127.0.0.1' if self.options.http_front else self.options.host}:{self.triton_http_port}"
-
-    @property
-    def grpc_url(self) -> str:
-        return f"{self.options.host}:{self.grpc_port}"
-
-    @property
-    def triton_grpc_url(self) -> str:
-        """Triton's own gRPC endpoint (the gRPC front's upstream when there is one)."""
-        return f"{'127.0.0.1' if self.options.grpc_front else self.options.host}:{self.triton_grpc_port}"
-
-    @property
-    def metrics_url(self) -> str:
-        return f"http://{self.options.host}:{self.metrics_port}/metrics"
 
     @property
     def trusts_shared_memory(self) -> bool:
@@ -373,12 +244,9 @@ class TritonServer:
             "--allow-metrics=true",
             "--allow-gpu-metrics=false",
             f"--exit-timeout-secs={int(options.exit_timeout_s)}",
-            # One model that fails to load must not take the others down (2.51 exits by default);
-            # wait_ready names the failed ones instead.
-            "--exit-on-error=false",
-            # Every config.pbtxt the exporters write is complete. Auto-completing a Python-backend
-            # model starts a stub per load that only reads the model file and exits: a torch stage's
-            # imports torch for it (half of the stubs a test run started, and their CPU).
+            "--exit-on-error=false",  # one model that fails to load must not take the others down
+            # Every config.pbtxt we write is complete; auto-completing a Python-backend model starts a
+            # stub per load only to read the model file (a torch stage's imports torch for it).
             "--disable-auto-complete-config",
             f"--backend-config=python,shm-default-byte-size={python_shm_bytes(options.repository)}",
             f"--backend-config=python,shm-growth-byte-size={16 * MIB}",
@@ -392,9 +260,8 @@ class TritonServer:
         ]
 
     def environment(self) -> dict[str, str]:
-        """Environment for the server: the venv's packages on ``PYTHONPATH`` (the Python-backend stub
-        does not see the venv), the wheel's shared libraries on ``LD_LIBRARY_PATH``, and the library
-        that keeps the stubs' ``/dev/shm`` regions private from creation (``server.shm_private``)."""
+        """The venv's packages on ``PYTHONPATH`` (the stub does not see the venv), the wheel's libraries
+        on ``LD_LIBRARY_PATH``, and the library keeping the stubs' regions private (``shm_private``)."""
         site = [sysconfig.get_paths()["purelib"], sysconfig.get_paths()["platlib"]]
         paths = [*site, *filter(None, os.environ.get("PYTHONPATH", "").split(os.pathsep))]
         libs = [
@@ -408,14 +275,11 @@ class TritonServer:
         return preload_environment(self._workdir, {**os.environ, **added})
 
     def start(self) -> TritonServer:
-        """Launch and block until ready.
+        """Launch and block until ready; on failure stop and clean up before the error rises.
 
-        On any failure the process is stopped and the temporary folder removed before the error rises;
-        a start lost to Triton 2.51's stub-lock abort (``starved_stub_abort``), or to another process
-        taking a port picked for it (``_lost_a_picked_port``: on new ports), is tried again first
-        (``START_ATTEMPTS`` in all), and a model whose stub was unhealthy while it loaded is loaded again.
-        A server that has died can be started again (``server.supervisor`` does): same ports, admin key
-        and shared-memory prefix, and its watchdog's history.
+        A start lost to the stub-lock abort or to a port taken first is tried again
+        (``START_ATTEMPTS`` in all). A dead server can be started again (``server.supervisor``): same
+        ports, admin key and shared-memory prefix, and its watchdog's history.
         """
         restart = bool(self.running_fronts)  # a restart keeps the fronts answering (fault matrix row 46)
         for attempt in range(1, START_ATTEMPTS + 1):
@@ -435,8 +299,7 @@ class TritonServer:
                     self._pick_ports()
                 else:
                     log.warning(
-                        "tritonserver aborted while its stubs started (Triton 2.51 aborts when a stub it "
-                        "gave up on resumes, which a starved CPU causes); starting it again"
+                        "tritonserver aborted while its stubs started (a starved CPU); starting it again"
                     )
             except BaseException:
                 self.stop()
@@ -466,7 +329,7 @@ class TritonServer:
         checked += [("127.0.0.1", self.triton_http_port)] if self.options.http_front else []
         checked += [("127.0.0.1", self.triton_grpc_port)] if self.options.grpc_front else []
         ports.hold(self.base_ports)
-        for host, port in checked:  # a port-in-use error names it from the port base where there is one
+        for host, port in checked:
             named = self.base_ports.describe(port) if self.base_ports else str(port)
             check_port_free(host, port, self.options.port_wait_s, named)
         command = self.command()
@@ -481,7 +344,7 @@ class TritonServer:
             )
         if self.options.echo_log:
             threading.Thread(target=_tee, args=(self.process.stdout, self.log_path), daemon=True).start()
-        write_text(self.server_pid_file, f"{self.pid}\n")  # the tritonserver the fronts follow, whole
+        write_text(self.server_pid_file, f"{self.pid}\n")
         shares = self.options.front_shares.flags()
         if self.options.http_front and self.http_front not in self.running_fronts:
             self.http_front = self._launch_front(
@@ -501,14 +364,12 @@ class TritonServer:
 
     @property
     def running_fronts(self) -> list[subprocess.Popen]:
-        """The fronts still running (across a restart they keep their ports)."""
+        """The fronts still running: across a restart they keep their ports."""
         return [front for front in self.fronts if front.poll() is None]
 
     def _launch_front(self, module: str, port: int, upstream: str, *more: str) -> subprocess.Popen:
-        """Start a front (``module``) on the public ``port``. It follows the tritonserver named in
-        ``server_pid_file`` across restarts and exits on SIGTERM (``stop_fronts``) or once both this
-        process and that server are gone. The admin key travels in its environment, never on its
-        command line."""
+        """Start a front on the public ``port``; the admin key travels in its environment, never on its
+        command line (readable in ``/proc``)."""
         command = [
             sys.executable, "-m", module, f"--listen={self.options.host}:{port}", f"--upstream={upstream}",
             f"--server-pid-file={self.server_pid_file}", f"--owner-pid={os.getpid()}",
@@ -541,29 +402,26 @@ class TritonServer:
         return [line for line in lines if f"'{name}'" in line or f"{name}:" in line][-limit:]
 
     def _settled_failures(self) -> dict[str, str] | None:
-        """``{name: reason}`` of models that failed to load once every model has settled, else None.
-
-        Settled: the server is live and no model is still loading (READY or UNAVAILABLE each).
-        """
+        """``{name: reason}`` of the models that failed to load once every model is READY or
+        UNAVAILABLE; None while any is still loading or the server does not answer."""
         request = urllib.request.Request(
             f"http://{self.triton_http_url}/v2/repository/index",
             data=b"{}",
             method="POST",
-            headers=admin_headers(self.admin_key),  # the repository API is keyed (server.admin)
+            headers=admin_headers(self.admin_key),
         )
         try:
             with urllib.request.urlopen(request, timeout=5) as response:
                 index = json.loads(response.read())
-        except (OSError, ValueError):  # not answering yet
+        except (OSError, ValueError):
             return None
         if not index or any(m.get("state") not in ("READY", "UNAVAILABLE") for m in index):
             return None
         return {m["name"]: m.get("reason", "") for m in index if m.get("state") == "UNAVAILABLE"}
 
     def _load_starved_again(self, failed: dict[str, str]) -> dict[str, str]:
-        """Load each model of ``failed`` whose stub was found unhealthy (``starved_stub_load``) again,
-        up to ``START_ATTEMPTS`` loads in all; returns the models still failed, with their last reason
-        (fault matrix row 64)."""
+        """Load each model of ``failed`` whose stub was found unhealthy again, up to ``START_ATTEMPTS``
+        loads in all; the models still failed, with their last reason (fault matrix row 64)."""
         client = httpclient.InferenceServerClient(
             self.triton_http_url, network_timeout=self.options.startup_timeout_s
         )
@@ -586,14 +444,14 @@ class TritonServer:
     def describe_failures(self) -> str:
         """One paragraph per failed model: its reason and its own log lines."""
         return "\n".join(
-            f"model {name!r} failed to load: {reason}\n    " + "\n    ".join(self.model_log_lines(name))
+            f"model {name!r} failed to load: {reason}\n    "
+            + ("\n    ".join(self.model_log_lines(name)) or "(no log lines name it)")
             for name, reason in sorted(self.failed_models.items())
         )
 
     def grpc_front_listens(self) -> bool:
-        """Whether the gRPC front (where there is one) accepts connections yet. Readiness is asked over
-        HTTP, so without this a server is "ready" while a slow-starting gRPC front's port still refuses
-        connections, which a gRPC client meets as ``Connection refused`` (fault matrix row 46)."""
+        """Whether the gRPC front (where there is one) accepts connections yet: readiness is asked over
+        HTTP, and a gRPC client must not meet ``Connection refused`` after it (fault matrix row 46)."""
         if not self.options.grpc_front:
             return True
         try:
@@ -603,8 +461,8 @@ class TritonServer:
             return False
 
     def wait_ready(self) -> None:
-        """Until ready, or until every model has settled with some failed (those are named and the
-        rest keep serving); ``ServerError`` if the process dies or the timeout passes."""
+        """Until ready, or until every model has settled with some failed (named; the rest serve);
+        ``ServerError`` if the process or a front dies or the timeout passes."""
         deadline = time.monotonic() + self.options.startup_timeout_s
         while time.monotonic() < deadline:
             if self.process is not None and self.process.poll() is not None:
@@ -622,11 +480,10 @@ class TritonServer:
             ready = self.is_ready() and self.process is not None and self.process.poll() is None
             ready = ready and self._ports_held()  # not another process's answer on a picked port
             failed = self._settled_failures()
-            if ready or failed:  # readiness is non-strict (module doc): name any model that failed
+            if ready or failed:
                 self.failed_models = self._load_starved_again(failed or {})
-                for name, reason in sorted(self.failed_models.items()):
-                    lines = "\n    ".join(self.model_log_lines(name)) or "(no log lines name it)"
-                    log.error("model %s failed to load: %s\n    %s", name, reason, lines)
+                if self.failed_models:
+                    log.error("%s", self.describe_failures())
                 return
             time.sleep(0.25)
         raise ServerError(
@@ -634,36 +491,31 @@ class TritonServer:
         )
 
     def stop(self) -> None:
-        """Drain (through Triton's own HTTP endpoint, while the front still forwards), stop the front,
-        then SIGTERM; SIGKILL if it outlives its exit timeout (+``EXIT_MARGIN_S``); then remove what the
-        server leaves behind: stray stubs, its shared-memory regions and a temporary workdir."""
+        """Drain through Triton's own endpoint (while the front still forwards), then ``terminate``."""
         if self.watchdog is not None:
             self.watchdog.stop()
         if self.process is not None and self.process.poll() is None and self.is_ready():
             try:
                 drain(self.triton_http_url, self.admin_key, self.options.stop_timeout_s, self.pid)
-                self.drain_finished_at = time.monotonic()  # every model unloaded (stays None otherwise)
+                self.drain_finished_at = time.monotonic()
             except Exception as error:  # still stop; say what was not drained
                 log.warning("drain incomplete, stopping anyway: %s", error)
-            # a request already on its way when the drain ended is refused (NOT_FOUND) in this grace;
-            # after SIGTERM, 2.51's gRPC frontend would answer it CANCELLED instead
+            # a request on its way when the drain ended is refused (NOT_FOUND) in this grace; after
+            # SIGTERM, 2.51's gRPC frontend would answer it CANCELLED instead
             time.sleep(DRAIN_GRACE_S)
         self.terminate()
 
     def terminate(self) -> None:
-        """``stop()`` without the drain: the fronts, then SIGTERM as Kubernetes sends it (Triton finishes
-        what is in flight for up to its exit timeout), SIGKILL if it is still there ``EXIT_MARGIN_S``
-        later, then the cleanup."""
+        """``stop()`` without the drain: the fronts, the server (``reap``), its ports and work folder."""
         self.stop_fronts()
         self.reap()
-        ports.release(self.base_ports)  # the next server of this process may take them
+        ports.release(self.base_ports)
         if self._owns_workdir:
             shutil.rmtree(self._workdir, ignore_errors=True)
 
     def reap(self) -> None:
-        """The server process (SIGTERM, then SIGKILL), its stray stubs and ``/dev/shm`` regions, but
-        not the fronts nor the work folder: what the supervisor does before a restart, so that clients
-        keep getting 503 / ``UNAVAILABLE`` rather than "connection refused" (fault matrix row 46)."""
+        """SIGTERM the server (SIGKILL ``EXIT_MARGIN_S`` past its exit timeout), then remove its stray
+        stubs and regions; the fronts stay, answering 503 / ``UNAVAILABLE`` (fault matrix row 46)."""
         if self.watchdog is not None:
             self.watchdog.stop()
         if self.process is not None and self.process.poll() is None:
@@ -679,8 +531,8 @@ class TritonServer:
             remove_shm_regions(self.shm_prefix)
 
     def stop_fronts(self) -> None:
-        """The fronts first: each stops listening, lets its requests in flight finish and closes its
-        kept-alive upstream connections, which would otherwise hold Triton's exit."""
+        """Each front stops listening, finishes its requests and closes its kept-alive upstream
+        connections, which would otherwise hold Triton's exit."""
         running = self.running_fronts
         for front in running:
             front.terminate()

@@ -1,20 +1,25 @@
-"""Server ports from one fixed base (``PORT_BASE=`` / ``--port-base``) instead of the OS's choice.
+"""A server's ports: free ones the OS picks, or ones from a fixed base, and who listens on them.
 
-The tools that start servers of their own (``python -m perf run|tune|plan``, ``python -m soak``) pick
-free ports from the OS by default, which a shared host or a firewall cannot plan for. With a base, every
-server such a process starts takes ``PORTS_PER_SERVER`` consecutive ports from it: HTTP, gRPC, metrics, and
-the loopback ports Triton's own HTTP and gRPC endpoints move to behind the fronts (``make serve``'s HTTP and
-gRPC fronts). Servers that run one after the other reuse the same ports; one started while another of this
-process still runs takes the next block, at most ``MAX_SERVERS`` blocks. A port already taken by something
-else is an error that names it, never a silent move to another port.
+With a base (``PORT_BASE=`` / ``--port-base``), every server a process starts (perf, soak) takes
+``PORTS_PER_SERVER`` consecutive ports from it, in ``ROLES`` order; one started while another still runs
+takes the next block. A port already taken is an error that names it, never a silent move, so a
+firewall can plan for them. OS-picked ports are bound only once the models load, and another process
+may take one meanwhile and answer the readiness probe: ``held_by`` reads the kernel's socket tables to
+tell (without ``/proc`` tables, the probe is trusted).
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
+import os
+import socket
 import threading
+import time
+from collections.abc import Collection, Iterable, Sequence
 from dataclasses import dataclass
 
+from server.fronts.peer import TABLES  # the kernel's socket tables, as the fronts read them
 from server.install import ServerError
 
 PORTS_PER_SERVER = 5  # http, grpc, metrics, triton_http, triton_grpc
@@ -114,3 +119,76 @@ def add_port_base_option(parser: argparse.ArgumentParser) -> None:
         help=f"take every server's ports from this base ({PORTS_PER_SERVER} per server: HTTP, gRPC, metrics, "
         "Triton's own HTTP and gRPC behind the fronts) instead of free ports the OS picks",
     )
+
+
+def check_port_free(host: str, port: int, wait_s: float, name: str) -> None:
+    """``ServerError`` if something still listens on ``host:port`` after ``wait_s`` seconds: another
+    Triton there would answer the readiness probe for ours."""
+    deadline = time.monotonic() + wait_s
+    while True:
+        with socket.socket() as sock:
+            sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)  # TIME_WAIT is no obstacle
+            try:
+                sock.bind((host, port))
+                return
+            except OSError as error:
+                if time.monotonic() >= deadline:
+                    raise ServerError(
+                        f"port {name} on {host} is in use ({error.strerror}); pick another or stop it"
+                    ) from error
+        time.sleep(0.25)
+
+
+def free_ports(hosts: Sequence[str], taken: Collection[int] = ()) -> list[int]:
+    """A free port for each of ``hosts``, all different and none of ``taken``: every socket stays
+    bound until all are picked, or the OS may hand one port out twice."""
+    picked: list[int] = []
+    with contextlib.ExitStack() as bound:
+        for host in hosts:
+            port = 0
+            while port == 0 or port in taken or port in picked:
+                sock = bound.enter_context(socket.socket())
+                sock.bind((host, 0))
+                port = sock.getsockname()[1]
+            picked.append(port)
+    return picked
+
+
+def free_port(host: str = "127.0.0.1") -> int:
+    """One port nobody listens on right now."""
+    return free_ports([host])[0]
+
+
+LISTEN = "0A"  # the state column of a listening socket
+
+
+def listening_inodes() -> dict[int, set[str]]:
+    """The inodes of the sockets listening on each port (any address), from one read of the tables."""
+    inodes: dict[int, set[str]] = {}
+    for table in TABLES:
+        with contextlib.suppress(OSError):
+            for line in table.read_text().splitlines()[1:]:
+                fields = line.split()  # sl, local address:port, remote, state, ..., inode (10th)
+                if len(fields) > 9 and fields[3] == LISTEN:
+                    inodes.setdefault(int(fields[1].rsplit(":", 1)[1], 16), set()).add(fields[9])
+    return inodes
+
+
+def socket_inodes(pid: int) -> set[str]:
+    """The inodes of the sockets process ``pid`` holds ({} when it is gone)."""
+    found: set[str] = set()
+    with contextlib.suppress(OSError):
+        for fd in os.listdir(f"/proc/{pid}/fd"):
+            with contextlib.suppress(OSError):
+                link = os.readlink(f"/proc/{pid}/fd/{fd}")
+                if link.startswith("socket:["):
+                    found.add(link[len("socket:[") : -1])
+    return found
+
+
+def held_by(ports: Iterable[int], pids: Iterable[int]) -> bool:
+    """Whether something listens on each of ``ports`` and every such socket is one of ``pids``'."""
+    if not any(table.exists() for table in TABLES):
+        return True
+    ours, listening = set().union(*(socket_inodes(pid) for pid in pids)), listening_inodes()
+    return all((found := listening.get(port)) and found <= ours for port in ports)

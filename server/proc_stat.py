@@ -13,9 +13,8 @@ STOPPED_STATES = ("T", "t")  # stopped by a signal (SIGSTOP, SIGTSTP), or by a t
 
 
 def stat_fields(stat: int | Path) -> list[str] | None:
-    """The fields after the command name of a pid's ``stat`` (or of a ``stat`` file, e.g. a thread's
-    ``/proc/<pid>/task/<tid>/stat``): ``[0]`` state, ``[1]`` ppid, ``[11]`` and ``[12]`` utime and stime
-    in clock ticks. None once it is gone."""
+    """The fields after the command name of a pid's (or a thread's) ``stat``: ``[0]`` state, ``[1]``
+    ppid, ``[11]`` and ``[12]`` utime and stime; None once it is gone."""
     path = Path(f"/proc/{stat}/stat") if isinstance(stat, int) else stat
     try:
         text = path.read_text()
@@ -31,12 +30,9 @@ def running(pid: int | None, parent: int | None = None) -> bool:
 
 
 def stop(pid: int, wait_s: float) -> bool:
-    """SIGSTOP ``pid`` and wait up to ``wait_s`` until every thread of it is stopped: ``kill`` returns
-    once the signal is queued, and each thread stops only when it next runs, which on a loaded host may
-    be a while; until then it can still take or release a mutex, or read and answer a request. True once
-    they all are; False when ``wait_s`` passed first (a frozen process, in a cgroup freezer, never
-    reaches ``T`` and runs no code either way). ``ProcessLookupError`` once it is gone (a zombie too:
-    someone else killed it)."""
+    """SIGSTOP ``pid`` and wait up to ``wait_s`` until every thread of it is stopped (each stops only
+    when it next runs, and may take a mutex until then); False when ``wait_s`` passed first (a frozen
+    process never reaches ``T``). ``ProcessLookupError`` once it is gone."""
     os.kill(pid, signal.SIGSTOP)
     deadline = time.monotonic() + wait_s
     while not _every_thread_stopped(pid):

@@ -1,25 +1,11 @@
 """The Python backend's ``/dev/shm`` regions are private (0600) from the moment they exist.
 
-Triton 2.51's Python backend creates each stub's IPC region through Boost.Interprocess, which calls
-``fchmod(fd, 0644)`` right after ``shm_open`` so that the umask cannot narrow it (measured: with a
-umask of 077 the regions still appear 0644). Until something tightens them, any local user can open
-one, keep the descriptor, and read every tensor the stub later sees; a chmod after the fact
-(``make_owner_only`` below) does not close a descriptor opened before it (fault matrix row 42). This is
-the server's own IPC, whoever its clients are: a separate matter from the files clients register,
-which Triton never maps unless the server trusts its clients (``server.fronts.client_regions``).
-
-So tritonserver runs with a umask of 077 and a small preloaded library (``shm_private.c``) that
-drops group and other bits from any chmod of a ``/dev/shm`` file: the region is created 0600 and
-stays so.
-
-The library is compiled with the system C compiler into the server's work folder (not a shared
-folder another user could write to). Without a compiler the server still starts, the regions are
-tightened once it is ready, and a warning says so.
-
-That tightening (``make_owner_only``) is the second layer, and what remains without a compiler: the
-launcher makes the regions 0600 once the server is ready and the fronts do so for those of reloaded
-or restarted stubs within a second of their creation. Nothing the server runs needs another user to
-open them (the server and its stubs run as one user).
+Triton 2.51's Python backend creates each stub's IPC region 0644 whatever the umask (Boost.Interprocess
+calls ``fchmod``), so any local user could open one and read every tensor the stub later sees; a chmod
+after the fact does not close a descriptor opened before it (fault matrix row 42). So tritonserver
+runs with a umask of 077 and a preloaded library (``shm_private.c``, compiled into the server's work
+folder) that drops group and other bits from any chmod of a ``/dev/shm`` file. Without a compiler the
+second layer remains: ``make_owner_only`` once the server is ready, and the fronts for restarted stubs.
 """
 
 from __future__ import annotations
@@ -40,8 +26,7 @@ SHM_DIR = Path("/dev/shm")
 
 
 def build_library(folder: Path) -> Path | None:
-    """``folder/shm_private.so``, compiled if missing or older than its source; None without a C
-    compiler (or if it fails to build), after a warning."""
+    """``folder/shm_private.so``, compiled if missing or stale; None (and a warning) without a compiler."""
     library = folder / LIBRARY_NAME
     if library.exists() and library.stat().st_mtime >= SOURCE.stat().st_mtime:
         return library

@@ -1,12 +1,9 @@
 """Which robust process-shared mutexes a Python-backend stub owns, read from its ``/dev/shm`` region.
 
-The Python backend keeps its pool mutex (and others) in the stub's shared-memory region as robust
-glibc mutexes: a locked one holds its owner's thread id in its lock word and again in its owner field
-8 bytes on. When the owner dies holding it, the kernel marks it owner-died and tritonserver's next
-lock of it raises ``boost::interprocess::lock_exception``, which nothing catches: the server aborts
-(fault matrix row 25). A stub stopped while it owns the pool mutex and then killed did exactly that in
-our trials, every time; one stopped owning none never did. The watchdog reads this before it kills a
-stopped stub (``server.watchdog``). Reading costs one read of the region's first 256 KiB.
+A locked robust glibc mutex holds its owner's thread id in its lock word and again 8 bytes on. A stub
+killed while it owns the pool mutex leaves it owner-died, and tritonserver's next lock raises an
+uncaught ``lock_exception``: the server aborts (fault matrix row 25). The watchdog reads this before it
+kills a stopped stub.
 """
 
 from __future__ import annotations

@@ -1,15 +1,8 @@
 """The Python backend's stub processes of one server, read from ``/proc``.
 
 A stub's argv is ``triton_python_backend_stub <model file> <shm region> <shm size> <growth> <parent pid>
-<backend dir> <ipc handle> <instance name> ...``: the model file's folder names model and version, the
-region name starts with the server's shared-memory prefix. The watchdog, the drain and ``stop()`` use
-these to find dead, lingering or orphaned stubs of exactly one server.
-
-A live stub is also *hung* when it can no longer answer: stopped (``/proc`` state ``T``, SIGSTOP, or
-``t``, a tracer), or frozen some other way (a cgroup freezer, an uninterruptible wait): then none of its
-threads runs. A healthy stub is never that quiet, even with no traffic: its health thread wakes every
-300 ms to tell the server it is alive, so its threads' context switches and CPU time (``activity``)
-keep moving.
+<backend dir> <ipc handle> <instance name> ...``. A live stub is hung when none of its threads runs
+(stopped, or frozen): a healthy one's health thread wakes every 300 ms, so ``activity`` keeps moving.
 """
 
 from __future__ import annotations
@@ -27,7 +20,7 @@ STUB_NAME = b"triton_python_backend_stub"
 
 @dataclass(frozen=True)
 class Stub:
-    """One Python-backend stub: argv is ``stub <model file> <shm region> ... <instance name> ...``."""
+    """One Python-backend stub process."""
 
     pid: int
     model: str
@@ -61,8 +54,8 @@ def _stub_from_proc(pid: int, parent: int | None) -> Stub | None:
 
 
 def activity(pid: int) -> int | None:
-    """Context switches plus CPU ticks over all threads of ``pid``: a count that stays the same only
-    while no thread of it runs. None once the process is gone."""
+    """Context switches plus CPU ticks over all threads of ``pid``: it stays the same only while no
+    thread runs. None once the process is gone."""
     total = 0
     try:
         tasks = list(Path(f"/proc/{pid}/task").iterdir())
@@ -81,9 +74,8 @@ def activity(pid: int) -> int | None:
     return total
 
 
-def _stubs(parent: int | None) -> list[Stub]:
-    """The stub processes that are children of ``parent`` (of any process: None), live or
-    exited-but-unreaped."""
+def server_stubs(parent: int | None) -> list[Stub]:
+    """The stub processes that are children of ``parent`` (any: None), live or not yet reaped."""
     found = []
     for entry in os.listdir("/proc"):
         if entry.isdigit() and (stub := _stub_from_proc(int(entry), parent)) is not None:
@@ -91,28 +83,19 @@ def _stubs(parent: int | None) -> list[Stub]:
     return found
 
 
-def server_stubs(server_pid: int) -> list[Stub]:
-    """The server's child stub processes, live or exited-but-unreaped."""
-    return _stubs(server_pid)
-
-
 def stubs_with_prefix(prefix: str) -> list[int]:
     """Live stubs (any parent, orphans included) whose shared-memory region starts with ``prefix``."""
-    return [stub.pid for stub in _stubs(None) if stub.alive and stub.shm_region.startswith(prefix)]
+    return [stub.pid for stub in server_stubs(None) if stub.alive and stub.shm_region.startswith(prefix)]
 
 
 def stub_regions() -> set[str]:
-    """The ``/dev/shm`` names the live stubs of every server on this host use for their IPC: no
-    client may register one of them as its own shared memory (``server.fronts.client_regions``)."""
-    return {stub.shm_region for stub in _stubs(None) if stub.alive}
+    """The ``/dev/shm`` regions of every live stub on this host: no client may register one
+    (``server.fronts.client_regions``)."""
+    return {stub.shm_region for stub in server_stubs(None) if stub.alive}
 
 
 def kill_stray_stubs(prefix: str) -> None:
-    """SIGKILL stubs of a server that is gone (their argv names its shared-memory ``prefix``).
-
-    A stub whose server was killed can outlive it (re-parented to init), holding its region and the
-    backend folder's stub binary; nothing else would ever stop it.
-    """
+    """SIGKILL stubs whose region starts with ``prefix``: orphans of a killed server live on otherwise."""
     for pid in stubs_with_prefix(prefix):
         with contextlib.suppress(OSError):  # exited meanwhile
             os.kill(pid, signal.SIGKILL)

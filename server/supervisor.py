@@ -1,29 +1,15 @@
 """Keep one tritonserver running: restart it on the same ports when it dies.
 
-systemd's ``Restart=on-failure`` is the model. A server that exits with a non-zero status or is killed
-by a signal is restarted after ``RestartSec`` (here 1 s, doubled for every restart already inside the
-start-limit interval, capped at 30 s); more than ``StartLimitBurst`` restarts inside
-``StartLimitIntervalSec`` (5 in 300 s) and the supervisor gives up, as systemd marks the unit failed.
-A server that exits with status 0 stopped on purpose and is not restarted.
+Modelled on systemd's ``Restart=on-failure``: a server killed or exiting non-zero is restarted after a
+delay (1 s, doubled for each recent restart, at most 30 s); more than 5 restarts in 300 s and the
+supervisor gives up; exit status 0 was on purpose. The restart reuses the same ``TritonServer`` (ports,
+admin key, shared-memory prefix, watchdog history), and the fronts stay up meanwhile, answering 503 /
+``UNAVAILABLE`` rather than "connection refused" (fault matrix row 46). The dead server's stubs and
+regions are removed at once and its log kept as ``<log>.1``; ``SupervisorRecord`` (JSON) says what
+happened, for ``python -m server status`` and ``python -m client health``.
 
-The restart reuses the same ``TritonServer``: same ports, same admin key, same shared-memory prefix
-and the same repository, so acknowledged embedding updates come back from the stage's write-ahead
-log. The fronts stay up across the restart and follow the new server (``server.fronts.process``):
-meanwhile clients get HTTP 503 JSON / gRPC ``UNAVAILABLE``, never "connection refused" (fault matrix
-row 46). They stop when supervision ends for good: stopped, gave up, or a server that exited 0.
-The moment a death is seen, the dead server's stray stubs and ``/dev/shm`` regions are removed (a
-killed server leaves 16 MiB or more per stub behind) and its log is kept as ``<log>.1``. The stub
-watchdog runs in the same process, one thread per server, its history carried over.
-
-What happened is in ``SupervisorRecord``, written as JSON after every change: restarts, the last
-cause ("killed by SIGABRT: terminate called after throwing an instance of
-'boost::interprocess::lock_exception'"), when the server served again. ``python -m server status``
-and ``python -m client health`` show it.
-
-Signals: SIGTERM or SIGINT stops supervising and stops the server (``stop_server``); SIGUSR1
-releases it: supervision ends, the server keeps running (``python -m server stop`` and ``drain``
-release it first, so nothing restarts a server they are stopping). A signal during a (re)start stops
-that half-started server.
+Signals: SIGTERM/SIGINT stop supervising and the server; SIGUSR1 releases it (the server keeps running:
+``python -m server stop`` and ``drain`` do that first). A signal during a (re)start stops that server.
 """
 
 from __future__ import annotations
@@ -45,7 +31,7 @@ log = logging.getLogger(__name__)
 STARTING, SERVING, RESTARTING = "starting", "serving", "restarting"
 STOPPED, GAVE_UP, RELEASED = "stopped", "gave up", "released"
 POLL_S = 0.2
-# Lines of a dying server's log that say why: C++ aborts, Triton's own signal handler.
+# lines of a dying server's log that say why: C++ aborts, Triton's own signal handler
 CAUSE_MARKERS = ("terminate called", "what():", "Signal (", "Segmentation fault", "Aborted")
 
 
@@ -94,12 +80,12 @@ class SupervisorRecord:
     restarts: int = 0
     last_cause: str = ""
     last_death_at: float | None = None  # epoch seconds
-    serving_again_at: float | None = None  # epoch seconds, when the restarted server was ready
+    serving_again_at: float | None = None
     history: list[dict] = field(default_factory=list)  # every death: cause, when, serving again when
 
 
 def record_lines(record: dict) -> list[str]:
-    """The record as ``status`` and ``client health`` print it: nothing when nothing happened."""
+    """The record as ``status`` and ``client health`` print it."""
     if not record:
         return []
     state = record.get("state", "?")
@@ -163,7 +149,7 @@ class Supervisor:
         self._write()
 
     def _start(self) -> None:
-        """Start the server unless a signal asked otherwise; the record says it serves (not yet written)."""
+        """Start the server unless a signal asked otherwise; the record (not yet written) says it serves."""
         self._starting = True
         try:
             if self._wanted is None:

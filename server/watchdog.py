@@ -1,47 +1,17 @@
 """Self-healing: bring a model back when one of its Python-backend stubs dies or hangs.
 
-Triton 2.51 does not restart a dead stub: every request to that instance gets 500 "Stub process ... is
-not healthy" for good while the model still reports READY. The watchdog looks at the server's child
-processes four times a second (no inference traffic, no model-specific probes): a stub that has exited while
-its model is READY, no live stub serves the same instance and the model has fewer live stubs than its
-config has instances is dead (a load with fewer instances retires stubs on purpose). It then reloads
-that model through the keyed model-repository API with the model's own config plus a changed
-``watchdog_reload`` parameter (Triton skips a load whose config is unchanged), removes the dead stub's
-shared-memory region, and records the event in a JSON file that ``python -m client health`` shows.
+Triton 2.51 never restarts a dead stub: its instance answers 500 "Stub process ... is not healthy" for
+good while the model reports READY. The watchdog reads the server's stubs from ``/proc`` four times a
+second (no requests, nothing a model's statistics count) and reloads the model of a dead stub through
+the keyed repository API, with a changed ``watchdog_reload`` parameter (Triton skips an unchanged load).
 
-A *hung* stub is worse than a dead one. A stub that is stopped (SIGSTOP: ``/proc`` state ``T``) gets
-the same 500 for every request while the model reports READY, and once it resumes, tritonserver 2.51
-aborts (``boost::interprocess::lock_exception``): every model goes down. Killing the stub while it is
-still stopped, then reloading the model as for a dead stub, avoids that, unless the stub stopped while
-it owned the Python backend's pool mutex: killed then, it leaves the mutex owner-died and the server
-aborts at its next execute on that instance. So a stopped stub that owns one is let run for a
-millisecond at a time until it owns none (``server.stub_locks``), and only then killed.
-So a serving stub that is stopped, or whose threads have not run at all for ``SILENT_AFTER_S`` (a
-healthy stub's health thread runs every 300 ms: ``server.stubs.activity``), is killed at once and
-healed like a dead one; its model is reported unavailable from detection until the reload is done.
-Reading ``/proc`` costs nothing and sends no request that a model's statistics would count.
-
-A stub need not be stopped to be given up on: one that gets no CPU for a second (a starved host, a
-cgroup freezer) fails Triton's health check in the middle of an ``execute`` just the same. Triton then
-answers that batch ``Stub process '<instance>' is not healthy`` and frees its shared memory while the
-stub still holds it; once the stub runs again, it answers into freed memory and the server dies
-(SIGSEGV in ``libtriton_python.so``, or ``lock_exception``; docs/SERVING.md, "Triton 2.51's own
-limits"). So silence is judged well inside Triton's one-second window: a stub silent for
-``SILENT_AFTER_S`` is stopped where it is, let release any pool mutex it owns, and killed before it
-can resume. A stub silent that long would be given up on by Triton a fraction of a second later.
-
-A stub can also hang while its threads still run: its ``execute`` never returns (a deadlock, an
-endless loop, a call that waits forever). Triton 2.51 then holds every later request to that model
-in its queue, for good. The watchdog reads Triton's metrics once a second: a model whose stubs are
-alive, with requests waiting (``nv_inference_pending_request_count``) and not one execution, success
-or failure counted for ``STUCK_AFTER_S`` (10 s), is stuck; its stubs are killed and the model reloaded
-like a hung stub's (the request that hung and those queued behind it get ``Stub process ... is not
-healthy``). A probe inference per model would find this too, but would count in the statistics the
-fault tests compare, and needs a valid request per model; the metrics are already there. The
-threshold must exceed the slowest execution a model can legitimately take.
-
-Runs as a thread beside ``TritonServer`` (the supervisor behind ``make serve`` and the container
-holds one).
+A stub is hung, and killed at once, when it is stopped (state ``T``: once it resumes, 2.51 aborts with
+``lock_exception``) or silent for ``SILENT_AFTER_S`` (a healthy stub's health thread runs every 300 ms;
+Triton gives up on one silent for a second and the server dies if it then resumes), or stuck: requests
+waiting and nothing finished for ``STUCK_AFTER_S`` by Triton's metrics (an ``execute`` that never
+returns). A stopped stub that owns a pool mutex is let run a millisecond at a time until it owns none
+(``server.stub_locks``): killed holding one, it aborts the server. Its model is reported unavailable
+until reloaded; every event goes to a JSON record that ``python -m client health`` shows.
 """
 
 from __future__ import annotations
@@ -68,11 +38,8 @@ from server.stubs import Stub, activity, server_stubs
 log = logging.getLogger(__name__)
 DIED = "died"
 POLL_S = 0.25  # how often the stubs are read from /proc: a silent stub must be seen inside Triton's window
-# A healthy stub's threads run every 0.3 s; one that has not run for this long is hung. Triton gives a
-# stub in the middle of an execute one second (``HEALTH_WINDOW_S``) and the server dies if it resumes
-# after that, so silence is judged before: at the first poll 0.7 s on, 0.75-1.0 s after its last run.
-SILENT_AFTER_S = 0.7
-HEALTH_WINDOW_S = 1.0  # hard-coded in the Python backend of 2.51, no backend-config option changes it
+SILENT_AFTER_S = 0.7  # judged at the first poll after this: 0.75-1.0 s after a stub's last run
+HEALTH_WINDOW_S = 1.0  # Triton's give-up time for a stub mid-execute, hard-coded in 2.51
 STOP_WAIT_S = 0.1  # how long a running hung stub may take to stop before its mutexes are read anyway
 RELEASE_TRIES = 50  # a stopped stub owning a pool mutex is let run this many times (1 ms each) to release it
 KILL_WAIT_S = 5.0  # how long a killed hung stub may take to exit before the reload starts anyway
@@ -104,10 +71,10 @@ class HealEvent:
     model: str
     instance: str
     stub_pid: int
-    detected_at: float  # when the watchdog saw the stub dead or hung (epoch seconds)
+    detected_at: float  # epoch seconds
     healed_at: float | None = None
     error: str = ""
-    cause: str = DIED  # or why a live stub was taken for hung (and killed): "stopped, state T", ...
+    cause: str = DIED  # or why a live stub was taken for hung: "stopped, state T", ...
 
 
 def what_happened(cause: str) -> str:
@@ -124,9 +91,8 @@ class WatchdogState:
 class Watchdog:
     """Watches one server's stubs and reloads a model whose stub died or hung; ``start()`` / ``stop()``.
 
-    The poll (``check_once``) only reads ``/proc``, kills hung stubs and hands each model to heal to a
-    thread of its own: a reload can take 10 s or more (a torch stage imports torch twice), and a stub
-    that stops meanwhile must still be killed within a poll or two, before it can resume.
+    Each reload runs in a thread of its own: it can take 10 s or more, and a stub that stops meanwhile
+    must still be killed within a poll or two.
     """
 
     def __init__(
@@ -177,8 +143,7 @@ class Watchdog:
                 log.exception("watchdog poll failed")
 
     def dead_stubs(self, scan: list[Stub] | None = None) -> list[Stub]:
-        """Stubs seen alive earlier that are gone now, whose instance no live stub serves (``scan``:
-        the server's stubs as just read, to save reading ``/proc`` twice in one poll)."""
+        """Stubs seen alive earlier that are gone now, whose instance no live stub serves."""
         self._live = [s for s in (server_stubs(self.server_pid) if scan is None else scan) if s.alive]
         seen, self._known = self._known, {s.pid: s for s in self._live}
         live_instances = {s.instance for s in self._live}
@@ -206,8 +171,7 @@ class Watchdog:
         return list(hung.values())
 
     def stuck_models(self, live: list[Stub]) -> dict[str, str]:
-        """Models with live stubs whose waiting requests have not moved for ``STUCK_AFTER_S``, each
-        with why (read from the metrics at most every ``PROGRESS_EVERY_S``; {} without a metrics URL)."""
+        """Models with live stubs whose waiting requests have not moved for ``STUCK_AFTER_S``, with why."""
         now = time.monotonic()
         if self.metrics_url is None or now - self._progress_read_at < PROGRESS_EVERY_S:
             return {}
@@ -229,10 +193,8 @@ class Watchdog:
         return stuck
 
     def _release_mutexes(self, stub: Stub) -> None:
-        """A stopped stub killed while it owns one of the Python backend's robust mutexes (its pool's)
-        leaves it owner-died, and tritonserver's next execute on that instance aborts the server
-        (``lock_exception``; ``server.stub_locks``). So let it run for a millisecond at a time, stopped
-        again in between, until it owns none; the resume is over long before Triton gives up on it."""
+        """Let a stopped stub run a millisecond at a time until it owns no pool mutex: killed owning one,
+        it leaves it owner-died and the server aborts (``server.stub_locks``)."""
         held: list[int] = []
         for _ in range(RELEASE_TRIES):
             held = owned_mutexes(stub.pid, stub.shm_region)
@@ -249,17 +211,14 @@ class Watchdog:
         )
 
     def _stop_where_it_is(self, stub: Stub) -> None:
-        """SIGSTOP a hung stub that is not stopped (silent, or stuck with its threads running), every
-        thread of it, so that it owns the same mutexes while they are read as when it is killed
-        (``_release_mutexes``). A frozen stub (a cgroup freezer) never reaches state T; it runs no code
-        either way."""
+        """SIGSTOP every thread of a hung stub, so it owns the same mutexes when read as when killed (a
+        frozen stub never reaches state T; it runs no code either way)."""
         with contextlib.suppress(ProcessLookupError):
             stop(stub.pid, STOP_WAIT_S)
 
     def _kill_hung(self, scan: list[Stub]) -> bool:
-        """SIGKILL every hung stub at once, before it can resume (whatever its model is doing: a stub
-        that resumes after Triton gave up on it aborts the server); its death is then healed like any
-        other, under the event recorded here. True if it killed one."""
+        """SIGKILL every hung stub before it can resume; its death is then healed like any other, under
+        the event recorded here. True if it killed one."""
         killed = False
         for stub, cause in self.hung_stubs(scan):
             if not stub.stopped:
@@ -314,9 +273,7 @@ class Watchdog:
         """Reload ``model`` if ``dead`` held stubs of a serving version that no live stub replaces."""
         client = httpclient.InferenceServerClient(self.http_url, network_timeout=120)
         serving = set(serving_versions(client, self.admin_key, model))
-        # Only a stub of a serving version matters: stubs of a model being unloaded, of a version
-        # that failed to load, or the short-lived config auto-complete stub (instance name = model
-        # name) exit on purpose.
+        # stubs of an unloaded or failed version, or the auto-complete stub (named as the model): on purpose
         stubs = [s for s in dead if s.version in serving and s.instance != model]
         if not stubs or self._retired(client, model, serving):
             self._forget_killed(model, [s.pid for s in dead])
@@ -358,8 +315,7 @@ class Watchdog:
 
     def _retired(self, client: httpclient.InferenceServerClient, model: str, serving: set[str]) -> bool:
         """True when the model's live stubs are as many as its config asks for: the stubs that exited
-        were retired by a load with fewer instances (e.g. ×2 → ×1 through the repository API), not
-        killed. Without this rule the watchdog reloaded a model the user had just scaled down."""
+        were retired by a load with fewer instances, and a reload would undo the user's scale-down."""
         live = sum(1 for s in self._live if s.model == model and s.version in serving and s.instance != model)
         try:
             groups = client.get_model_config(model).get("instance_group", [])
@@ -377,8 +333,7 @@ class Watchdog:
         return False
 
     def _reload_config(self, client: httpclient.InferenceServerClient, model: str) -> dict:
-        """The model's config with a changed ``watchdog_reload`` parameter: Triton skips a load whose
-        config equals the loaded one, so this makes it build new instances (and stubs)."""
+        """The model's config with a changed ``watchdog_reload`` parameter, so Triton builds new stubs."""
         config = client.get_model_config(model)
         parameters = config.setdefault("parameters", {})
         parameters["watchdog_reload"] = {"string_value": str(len(self.state.events))}

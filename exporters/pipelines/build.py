@@ -208,7 +208,7 @@ def build_pipeline(
     (repository / pipeline.name / "1").mkdir(parents=True, exist_ok=True)  # ensembles need a version
     for stage in stages:  # the torch stage runner and the helpers it imports beside the artifact
         if stage.runtime == "torch_export":
-            python_backend.install_torch_stage(repository / stage.name / "1")
+            python_backend.install(python_backend.TORCH_STAGE, repository / stage.name / "1")
     for config in configs:
         write_config(config, repository / config.name)
     record.write(repository / pipeline.name / RECORD)

@@ -42,7 +42,7 @@ from exporters.precision.fp16 import to_fp16
 from exporters.precision.int8 import to_int8_dynamic
 from exporters.schema.text_embeddings import TextEmbeddingSpec
 from exporters.text.configs import TOKEN_INPUTS, text_configs
-from python_backend import install_onnxruntime_backend, install_text_tokenizer
+from python_backend import ONNXRUNTIME_BACKEND, TEXT_TOKENIZER, install
 from python_backend.atomic_files import copy_file, staged
 
 log = logging.getLogger(__name__)
@@ -250,9 +250,9 @@ def build_text_embedding(
     configs = text_configs(spec, num_gpus, ragged, vocab_size)  # placement errors before the slow export
     record = export_encoder(spec, folder, repository / spec.encoder_name / "1", done)
     if ragged:  # padded to longest: our onnxruntime model.py, served as a Python-backend model
-        install_onnxruntime_backend(repository / spec.encoder_name / "1")
+        install(ONNXRUNTIME_BACKEND, repository / spec.encoder_name / "1")
     # The tokenizer stage's model.py and helpers, and the package's tokenizer.json.
-    install_text_tokenizer(repository / spec.tokenizer_name / "1")
+    install(TEXT_TOKENIZER, repository / spec.tokenizer_name / "1")
     copy_file(folder / "tokenizer.json", repository / spec.tokenizer_name / "1" / "tokenizer.json")
     (repository / spec.name / "1").mkdir(parents=True, exist_ok=True)  # ensembles need a version
     for config in configs:

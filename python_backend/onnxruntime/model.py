@@ -1,18 +1,11 @@
 """A python-based ``onnxruntime`` backend: serves ``backend: "onnxruntime"`` models where the native
-C++ backend is absent (the embedded tritonserver from the nvidia-pytriton wheel).
+C++ backend is absent (the nvidia-pytriton wheel's tritonserver).
 
-Placed at ``<backend-dir>/onnxruntime/model.py`` by the launcher, so the same repository runs unchanged
-here and on the native backend inside the NGC container. It reads only standard config fields:
-``default_model_filename``, the ``intra_op_thread_count`` / ``inter_op_thread_count`` parameters, and a
-``tensorrt`` GPU execution accelerator, and the input guards' ``input_ranges`` /
-``allow_non_finite_inputs`` / ``input_max_shapes`` parameters (written by ``exporters.schema.guards``; the
-native backend ignores them). The whole list of requests Triton hands to ``execute`` runs as one
-onnxruntime call (see ``batching.py``); a bad request gets its own error response. The session is
-opened by ``ort_session.open_session``, as the build's check opens it.
-
-Placed in a model's own folder and served with ``backend: "python"``, it also runs inputs marked
-``allow_ragged_batch``: requests of different lengths are zero-padded to the longest of the formed
-batch (the text study's padded-to-longest variant; the native backend would not pad them).
+Installed as ``<backend-dir>/onnxruntime/model.py``, so one repository runs here and on the native
+backend in the NGC container. It reads only standard config fields plus the input guards' parameters
+(``exporters.schema.guards``; the native backend ignores them). The requests of an ``execute`` run as
+one onnxruntime call (``batching``); a bad request gets its own error. Served with ``backend:
+"python"`` from a model's own folder, it also zero-pads ``allow_ragged_batch`` inputs to the longest.
 """
 
 import json
@@ -53,7 +46,6 @@ def _tensor_infos(entries: list[dict]) -> list[TensorInfo]:
 
 
 def _thread_count(config: dict, key: str) -> int:
-    """A thread count parameter; 0 (onnxruntime decides) where the config has none."""
     value = config_parameter(config, key) or "0"
     if not value.isdigit():
         raise pb_utils.TritonModelException(
@@ -66,8 +58,7 @@ WARMUP_PARAMETER = "warmup_formed_sizes"  # exporters.configs.models writes it; 
 
 
 def larger_sizes(config: dict) -> list[int]:
-    """The batch sizes above 1 this config's dynamic batcher forms: its preferred sizes and
-    ``max_batch_size``, read from the config as loaded (so an edited ``max_batch_size`` is followed)."""
+    """The batch sizes above 1 this config's dynamic batcher forms: preferred sizes and ``max_batch_size``."""
     top = int(config.get("max_batch_size", 0))
     if top <= 1 or "dynamic_batching" not in config:
         return []
@@ -76,12 +67,9 @@ def larger_sizes(config: dict) -> list[int]:
 
 
 def warmup_feeds(config: dict) -> list[dict]:
-    """Zero inputs at every size ``larger_sizes`` gives, for each of the config's batch-1 warm-up
-    samples (their dims and types: a variable axis warms at the size the sample names). The config's
-    own ``model_warmup`` stays at batch 1, a size every ``max_batch_size`` allows: a config whose
-    ``max_batch_size`` a tool or a person lowers still loads, and this warm-up follows it. A config
-    without warm-up samples (``warmup: false`` in the spec) gets none here either, and only a config
-    whose ``WARMUP_PARAMETER`` is ``true`` gets it (the text encoder warms its lengths at batch 1)."""
+    """Zero inputs at every size ``larger_sizes`` gives, for each batch-1 warm-up sample, when
+    ``WARMUP_PARAMETER`` is true. The config's own ``model_warmup`` stays at batch 1, so a config whose
+    ``max_batch_size`` is lowered still loads, and this warm-up follows it."""
     if config_parameter(config, WARMUP_PARAMETER) != "true":
         return []
     feeds = []
@@ -166,8 +154,7 @@ class TritonPythonModel:
         self.output_names = [t.name for t in self.outputs]
         for feeds in warmup_feeds(config):
             self.session.run(self.output_names, feeds)
-        # An axis shared at dim 0 alone is the batch: batching.check_layout holds every input of a
-        # request to one row count already, so only the others are checked per request.
+        # an axis shared at dim 0 alone is the batch, which check_layout holds to one row count
         self.shared_axes = {
             axis: places
             for axis, places in shared_axes(self.session.get_inputs()).items()
@@ -191,15 +178,14 @@ class TritonPythonModel:
         try:
             outputs = self.session.run(self.output_names, feeds)
         except InvalidArgument as error:
-            # Shapes and dtypes were checked already, so this is a bad value, e.g. an id outside an
-            # embedding table: the client's fault (400), attributed to the integer inputs that index.
+            # shapes and dtypes were checked, so a value is bad (an id outside a table): the client's fault
             suspects = [t.name for t in self.inputs if t.dtype.kind in "iu"] or [t.name for t in self.inputs]
             names = ", ".join(f"'{n}'" for n in suspects)
             raise InvalidInputError(f"input {names} holds a value the model rejects: {error}") from error
         return dict(zip(self.output_names, outputs, strict=True))
 
     def _read(self, request) -> dict:
-        # One pass over the request's inputs: pb_utils.get_input_tensor_by_name lists them all per name.
+        # one pass: pb_utils.get_input_tensor_by_name lists every input per name
         given = {tensor.name(): tensor for tensor in request.inputs()}
         arrays = {}
         for info in self.inputs:
@@ -220,9 +206,7 @@ class TritonPythonModel:
             if received:
                 self.elements.real.increment(int(received))
         results = run_batched(read, self.inputs, self._run, self.concatenate)
-        # Each result is a row slice of the batch's outputs: C-contiguous, so pb_utils.Tensor takes it
-        # as it is (it copies only non-contiguous arrays; the copy into shared memory comes later either
-        # way), and nothing else is done per request.
+        # each result is a C-contiguous row slice, which pb_utils.Tensor takes without a copy
         return [
             error_response(pb_utils, result)
             if isinstance(result, Exception)

@@ -1,9 +1,6 @@
 """The tokenizer stage of a text-embedding ensemble: ``text`` (BYTES) → ``input_ids``, ``attention_mask``.
 
-Reads ``tokenizer.json`` beside this file and two config parameters: ``max_seq_length`` (truncation)
-and ``pad_buckets`` (comma-separated lengths; empty pads each request to its own longest text). Every
-request of an execute is tokenized in one ``encode_batch`` call; a bad request gets its own 400.
-Counts real and padded tokens in two custom metrics, the padding waste the perf study reports.
+Parameters ``max_seq_length`` and ``pad_buckets``; counts real and padded tokens in two metrics.
 """
 
 import json

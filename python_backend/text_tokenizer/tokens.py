@@ -1,16 +1,8 @@
 """Text → padded token ids for the encoder, one ``encode_batch`` per execute, bad requests failing alone.
 
-No Triton import: unit-tested without a server. Pieces:
-
-* ``decode_texts``: a request's BYTES tensor → ``str`` per row; non-UTF-8 bytes, an empty batch or a
-  non-text element is an ``InvalidInputError`` naming the input (HTTP 400), for that request only.
-* ``bounded``: a huge text is cut at a whitespace before it is tokenized, so a 1 MB request costs what
-  a few pages cost. The cut is exact, not an approximation: BERT's normaliser works per character and
-  its pre-tokenizer always splits at whitespace, so the tokens of a prefix that ends at whitespace are
-  the first tokens of the whole text; the prefix is used only when it already fills ``max_length``.
-* ``pad_length``: the smallest bucket that holds a request's longest text, so requests of the same
-  bucket have the same shape and Triton's dynamic batcher merges them; without buckets, the request's
-  own longest text.
+``bounded`` cuts a huge text at whitespace before tokenizing, exactly: BERT's pre-tokenizer splits at
+whitespace, so a prefix ending there gives the whole text's first tokens. ``pad_length`` pads to the
+smallest bucket, so Triton's dynamic batcher can merge requests of one bucket. No Triton import.
 """
 
 from __future__ import annotations

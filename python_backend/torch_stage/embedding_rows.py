@@ -1,11 +1,7 @@
 """Embedding tables served by a stage: id checks on lookups and atomic row updates while serving.
 
-The recommendation scenario updates parameters asynchronously while the model serves (the article's
-parameter server). A stage applies each update request whole or not at all: every index and value is
-checked before the first row is written, and the runner applies updates only between batches, so no
-lookup batch ever sees a half-applied update.
-
-Torch only: copied beside each stage's model.py, unit-tested without a server.
+An update is checked whole before its first row is written, and applied only between batches, so no
+lookup ever sees half of one. Torch only: copied beside each stage's model.py.
 """
 
 from __future__ import annotations
@@ -27,11 +23,7 @@ UPDATE_VERSION = "update_version"  # the answer to an update: row updates applie
 
 
 def check_ids(ids: torch.Tensor, tables: Sequence[torch.Tensor], input_name: str) -> None:
-    """Column ``i`` of ``ids`` indexes table ``i``; an id outside it is the client's error, named.
-
-    One vectorised comparison on the happy path (it runs on every batch); the message is built only
-    when something is out of range.
-    """
+    """Column ``i`` of ``ids`` indexes table ``i``; an id outside it is the client's error, named."""
     if ids.shape[1] != len(tables):
         raise InvalidInputError(
             f"input '{input_name}' has {ids.shape[1]} columns, one per table ({len(tables)})"
@@ -76,11 +68,8 @@ def check_row_updates(
 def apply_row_updates(
     tables: Sequence[torch.Tensor], table: torch.Tensor, row: torch.Tensor, values: torch.Tensor
 ) -> int:
-    """Overwrite ``tables[table[i]][row[i]] = values[i]`` for every i, all or nothing; rows written.
-
-    ``table`` and ``row`` are ``[N, 1]`` int64, ``values`` is ``[N, D]``; later rows win when one row
-    is written twice in the same update.
-    """
+    """Overwrite ``tables[table[i]][row[i]] = values[i]`` for every i, all or nothing (later rows win);
+    the rows written."""
     check_row_updates(tables, table, row, values)
     table, row = table.reshape(-1), row.reshape(-1)
     with torch.no_grad():

@@ -1,30 +1,11 @@
 """One stage of a pipeline-parallel ensemble: a ``torch.export`` program on the device Triton assigned.
 
-Copied (with ``embedding_rows.py``, ``update_log.py`` and the runtime helpers) into
-``<pipeline>_<stage>/1/`` by the repository build. Why it is shaped this way:
-
-* The device comes from ``model_instance_kind`` / ``model_instance_device_id``, so the ensemble's
-  ``instance_group`` alone decides placement (stage k on GPU k mod G, or the CPU).
-* Tensors come in and go out by DLPack (``FORCE_CPU_ONLY_INPUT_TENSORS: no``), so when neighbouring
-  stages share a GPU the activation never makes a host round trip; on another device it moves once.
-* Triton hands ``execute`` a list of requests; they run as one concatenated batch
-  (``batching.run_batched``), and a bad request gets its own error, prefixed with this stage's name
-  so the ensemble's error says which stage failed.
-* The artifact is one this project's build exported (from a zoo or ``python:`` module, never from an
-  archive brought from outside: those are opened only in the exporters' sandbox and served as ONNX),
-  and the stage loads it only if it is byte for byte the file the build recorded: its SHA-256 must be
-  the config's ``stage_sha256``. A file that is not (another archive dropped in its place, or a later
-  build's while an older config is reloaded) is refused before torch reads it; after a rebuild, a
-  reload under the old config (the watchdog reloads a model with its served config) refuses the new
-  file rather than serve a stage of another build beside the old ones. The bytes hashed are the bytes
-  loaded, so the file cannot change in between.
-* An embedding stage (parameter ``embedding_tables``) also takes row updates while it serves: a request
-  carrying ``update_table`` / ``update_row`` / ``update_values`` is applied whole, before the lookup
-  batch of the same ``execute`` call and never during one (see ``embedding_rows.py``). Each update is
-  written to a write-ahead log (``update_log.py``) before it is applied and acknowledged, and
-  ``initialize`` replays that log, so a stub restart (the watchdog's reload) or a server restart loses
-  no acknowledged update. The log names the artifact it was written against: after a rebuild it is set
-  aside, not replayed onto the new weights.
+Copied with its helpers into ``<pipeline>_<stage>/1/`` by the build (docs/PIPELINE.md). The device comes
+from ``model_instance_kind`` / ``model_instance_device_id``; tensors move by DLPack, so neighbouring
+stages on one GPU never round-trip through the host; requests run as one batch (``batching``). The
+program is loaded only if its bytes hash to the config's ``stage_sha256``: no other archive (nor a later
+build's under an older config) is ever read by torch. An embedding stage also applies row updates
+between batches, logged before they are acknowledged and replayed at ``initialize`` (``update_log``).
 """
 
 import hashlib
@@ -61,7 +42,7 @@ from torch.utils.dlpack import from_dlpack, to_dlpack  # noqa: E402
 
 
 def _lookup_inputs(entries: list) -> list:
-    """The inputs the stage's program takes (an embedding stage's update inputs are not among them)."""
+    """The inputs the stage's program takes (not an embedding stage's update inputs)."""
     return [
         TensorInfo(e["name"], BY_TRITON[e["data_type"]].torch_dtype(), tuple(int(d) for d in e["dims"]))
         for e in entries
@@ -110,8 +91,7 @@ class TritonPythonModel:
                 )
 
     def _program(self, path: str, built_with: str) -> tuple:
-        """The stage's program on its device, and the SHA-256 of its file, which must be ``built_with``,
-        the hash the build recorded in the config: any other file is refused unread."""
+        """The stage's program on its device and its file's SHA-256, which must be ``built_with``."""
         if not os.path.isfile(path):
             raise pb_utils.TritonModelException(f"{self.name}: no stage program at {path}")
         if not built_with:
@@ -140,10 +120,8 @@ class TritonPythonModel:
             with torch.inference_mode():
                 output = self.module(*(batch[i.name].to(self.device) for i in self.inputs))
         except IndexError as error:
-            # Shapes and dtypes were checked already, so an index out of range is a bad value: an id
-            # inside the declared range but outside a smaller table (a stage without live updates has
-            # no tables to check first). The client's fault (400), as the onnxruntime backend says it
-            # (fault matrix row 63).
+            # Shapes and dtypes were checked, so this is an id outside a table smaller than its
+            # declared range: the client's fault (400), as onnxruntime says it (fault matrix row 63).
             raise InvalidInputError(
                 f"input '{self.inputs[0].name}' holds a value the model rejects: IndexError: {error}"
             ) from error
@@ -151,7 +129,7 @@ class TritonPythonModel:
         return {self.output_names[0]: output.contiguous()}
 
     def _read(self, given: dict, names) -> dict:
-        """``names`` of ``given`` (a request's inputs by name, listed once in ``execute``) as tensors."""
+        """``names`` of ``given`` (a request's inputs by name) as tensors."""
         arrays = {}
         for name in names:
             tensor = given.get(name)
@@ -161,8 +139,7 @@ class TritonPythonModel:
         return arrays
 
     def _error(self, error: Exception) -> "pb_utils.InferenceResponse":
-        """``error`` answering one request, prefixed with this stage's name (the ensemble's error then
-        says which stage failed)."""
+        """``error`` for one request, named after this stage (the ensemble's error says which failed)."""
         return error_response(pb_utils, error, f"{self.name}: ")
 
     def _update(self, given: dict) -> "pb_utils.InferenceResponse":
@@ -191,8 +168,7 @@ class TritonPythonModel:
 
     def _mixed(self, given: dict) -> "pb_utils.InferenceResponse":
         """An update that also carries ids to look up is refused whole: the two answers cannot share one
-        response (``update_version`` has a row per updated row, the lookup one per id row), and serving
-        only the update silently dropped the lookup."""
+        response (their rows differ)."""
         names = [*UPDATE_INPUTS, *(t.name for t in self.inputs)]
         carried = ", ".join(name for name in names if name in given)
         error = InvalidInputError(
@@ -202,8 +178,7 @@ class TritonPythonModel:
         return self._error(error)
 
     def execute(self, requests: list) -> list:
-        # Each request's inputs listed once (pb_utils.get_input_tensor_by_name lists them all per name);
-        # only an embedding stage looks for update inputs, which no other stage's requests can carry.
+        # each request's inputs listed once (pb_utils.get_input_tensor_by_name lists them all per name)
         given = [{tensor.name(): tensor for tensor in r.inputs()} for r in requests]
         lookup_names = [t.name for t in self.inputs]
         updates = {}

@@ -1,26 +1,14 @@
 """A write-ahead log of embedding row updates, so an acknowledged update survives a stub or server restart.
 
-The embedding stage appends each update (after it is validated, before it is applied and acknowledged)
-as one record and fsyncs; ``initialize`` replays the log onto the freshly loaded tables. A record torn by
-a crash mid-write fails its checksum and is cut off at replay: it was never acknowledged.
+Each validated update is appended and fsynced before it is applied and acknowledged; ``initialize``
+replays the log, and a record torn by a crash fails its checksum and is cut off. The first record
+names the artifact (SHA-256) the updates apply to: after a rebuild the log is set aside, not replayed
+onto new weights. Past ``COMPACT_BYTES`` (and twice its last snapshot) the log is rewritten as a
+snapshot of every row ever updated, renamed over it, so it is bounded by the tables.
 
-Updates are rows of one particular set of tables: the log's first record names the stage artifact it
-was written against (its SHA-256). A rebuild writes a new artifact into the same folder; at the next load
-a log naming another artifact (or none: a log of an older format) is not replayed onto the new weights
-but set aside beside it (``<log>.set-aside-<artifact>-<time>``), and ``replay`` says so, so the runner
-can log it. The new weights start a new log.
-
-The log is bounded by the tables, not by the number of updates: once it is larger than
-``COMPACT_BYTES`` and than twice its last snapshot, ``UpdateLog`` rewrites it as a snapshot (the
-current values of every row ever updated, after a base record carrying the update count, so the
-version answered to clients keeps counting), written beside it, fsynced and renamed over it: a crash
-leaves either the old log or the new one whole.
-
-Update record: ``MAGIC``, rows, width, crc32 of the payload, then int64 table[rows], int64 row[rows],
-float32 values[rows × width]. Base record (a snapshot's first): ``BASE_MAGIC``, 0, 0, crc32, then
-int64 the updates the snapshot stands for and int64 the update records after it that make it up.
-Artifact record (the log's first): ``ARTIFACT_MAGIC``, 0, 0, crc32, then the artifact's 32-byte SHA-256.
-Standard library and torch only: it runs inside the stub.
+Records: a header (magic, rows, width, crc32 of the payload), then the payload. ``MAGIC``: int64
+table[rows], int64 row[rows], float32 values[rows × width]. ``BASE_MAGIC`` (a snapshot's first): int64
+updates it stands for, int64 records it is made of. ``ARTIFACT_MAGIC``: the 32-byte SHA-256.
 """
 
 from __future__ import annotations
@@ -32,6 +20,11 @@ import zlib
 from collections.abc import Callable, Sequence
 
 import torch
+
+try:  # beside model.py inside the stub
+    from atomic_files import fsync, staged
+except ImportError:  # imported as a package (unit tests)
+    from python_backend.atomic_files import fsync, staged
 
 MAGIC = b"EWL1"
 BASE_MAGIC = b"EWLB"
@@ -65,8 +58,7 @@ def encode_artifact(artifact: str) -> bytes:
 def append(
     path: str, table: torch.Tensor, row: torch.Tensor, values: torch.Tensor, first: bytes = b""
 ) -> None:
-    """Append one update durably (one ``write`` on an ``O_APPEND`` descriptor, then ``fsync``);
-    ``first`` (the artifact record) opens a log that is new or empty."""
+    """Append one update durably (one ``write``, then ``fsync``); ``first`` opens a new log."""
     record = encode(table.cpu(), row.cpu(), values.cpu())
     descriptor = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o600)
     try:
@@ -81,8 +73,8 @@ def append(
 
 
 def read(path: str) -> tuple[int, list[Record]]:
-    """The number of updates the log stands for, and every whole record in order (a snapshot's, then
-    later updates); a torn or corrupt tail is truncated away (never acknowledged)."""
+    """The number of updates the log stands for, and every whole record in order; a torn tail (never
+    acknowledged) is truncated away."""
     if not os.path.exists(path):
         return 0, []
     with open(path, "rb") as handle:
@@ -124,10 +116,8 @@ def artifact_of(path: str) -> str:
 class UpdateLog:
     """The log of one embedding stage: replays onto its tables, appends updates, compacts itself.
 
-    ``version`` counts the updates applied since the stage was built (what an update request is
-    answered); ``touched`` holds, per table, the rows any update wrote: the rows a snapshot keeps.
-    ``artifact`` is the SHA-256 of the stage artifact the tables were loaded from ("" when unknown: no
-    log is then set aside).
+    ``version`` counts the updates since the stage was built (an update's answer); ``touched`` holds
+    per table the rows a snapshot keeps.
     """
 
     def __init__(
@@ -144,10 +134,8 @@ class UpdateLog:
         self.snapshot_bytes = 0  # the log's size after its last snapshot
 
     def replay(self, apply: Callable[..., object]) -> str | None:
-        """Apply every logged update with ``apply(tables, table, row, values)``, then compact if due.
-
-        A log written against another artifact is set aside first, not replayed: the path it was moved
-        to is returned (None when the log, if any, belongs to these tables)."""
+        """Apply every logged update with ``apply(tables, table, row, values)``, then compact if due; a
+        log of another artifact is set aside instead, and where it went is returned."""
         set_aside = self._set_aside_if_foreign()
         self.version, records = read(self.path)
         for record in records:
@@ -164,7 +152,7 @@ class UpdateLog:
             return None
         aside = f"{self.path}.set-aside-{written_for[:12] or 'unknown'}-{int(time.time())}"
         os.replace(self.path, aside)
-        _fsync_folder(self.path)
+        fsync(os.path.dirname(self.path) or ".")
         return aside
 
     def append(self, table: torch.Tensor, row: torch.Tensor, values: torch.Tensor) -> None:
@@ -178,8 +166,7 @@ class UpdateLog:
             self.touched[t].add(r)
 
     def compact_if_due(self) -> None:
-        """Compact when the log has grown enough; after an update, called once it is in the tables, so
-        the snapshot holds it."""
+        """Compact once the log has grown enough (after an update is in the tables)."""
         size = os.path.getsize(self.path) if os.path.exists(self.path) else 0
         if size > max(self.compact_bytes, 2 * self.snapshot_bytes):
             self.compact()
@@ -194,25 +181,9 @@ class UpdateLog:
                 values = table[row.to(table.device)].cpu()
                 parts.append(encode(torch.full_like(row, index), row, values))
         parts[:0] = [encode_artifact(self.artifact), _record(BASE_MAGIC, BASE.pack(self.version, len(parts)))]
-        temporary = f"{self.path}.compacting"
-        descriptor = os.open(temporary, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
-        try:
-            for part in parts:
-                view = memoryview(part)
-                while view:  # a large snapshot may take more than one write
-                    view = view[os.write(descriptor, view) :]
-            os.fsync(descriptor)
-        finally:
-            os.close(descriptor)
-        os.replace(temporary, self.path)
-        _fsync_folder(self.path)
+        with (
+            staged(self.path) as temporary,
+            open(os.open(temporary, os.O_WRONLY | os.O_CREAT, 0o600), "wb") as out,
+        ):
+            out.writelines(parts)
         self.snapshot_bytes = os.path.getsize(self.path)
-
-
-def _fsync_folder(path: str) -> None:
-    """Make a rename in ``path``'s folder durable."""
-    folder = os.open(os.path.dirname(path) or ".", os.O_RDONLY)
-    try:
-        os.fsync(folder)
-    finally:
-        os.close(folder)

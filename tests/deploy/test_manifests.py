@@ -94,7 +94,7 @@ def test_validation_rejects_a_broken_object(gpu_objects: list[dict[str, Any]]) -
 
 
 # (path, port) of the readiness, startup and liveness probes. Our image's supervisor answers its own
-# (server.readiness: not ready while a stub is dead or hung or the server restarts); the NGC image only
+# (server.container: not ready while a stub is dead or hung or the server restarts); the NGC image only
 # has Triton's.
 PROBES = {
     "overlays/cpu": (("/ready", "probes"), ("/ready", "probes"), ("/live", "probes")),

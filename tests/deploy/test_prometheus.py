@@ -40,7 +40,8 @@ from exporters.repository import build_repository
 from exporters.schema.models import parse_spec
 from server import admin
 from server.container import ADMIN_KEY_ENV
-from server.launcher import free_port, free_ports, remove_shm_regions
+from server.launcher import remove_shm_regions
+from server.ports import free_port, free_ports
 from server.proc_stat import stat_fields
 
 pytestmark = pytest.mark.integration

@@ -14,6 +14,7 @@ import tritonclient.http as httpclient
 
 from client.connection import connect
 from server import TritonServer
+from server.ports import free_ports
 from server.proc_stat import stat_fields
 from server.stubs import STUB_NAME
 from server.supervisor import death_cause
@@ -21,6 +22,12 @@ from soak import raw_http
 
 PROTOCOLS = ("http", "grpc")
 GOOD_MODEL = "trivial"  # the model good traffic runs on while a fault is injected elsewhere
+
+
+def free_port_arguments(host: str = "127.0.0.1") -> list[str]:
+    """``--http-port``, ``--grpc-port`` and ``--metrics-port`` for ``python -m server start``."""
+    kinds = ("http", "grpc", "metrics")
+    return [f"--{kind}-port={port}" for kind, port in zip(kinds, free_ports([host] * 3), strict=True)]
 
 
 def url(server: TritonServer, protocol: str) -> str:

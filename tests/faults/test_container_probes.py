@@ -40,7 +40,7 @@ from resilience_fixtures import (
     wait_for,
 )
 
-from server.launcher import free_ports
+from server.ports import free_ports
 from server.proc_stat import stat_fields
 from server.stubs import stubs_with_prefix
 

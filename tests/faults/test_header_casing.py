@@ -33,7 +33,7 @@ from shm_harness import client_file
 
 from server import TritonServer
 from server.admin import KEY_ENV
-from server.launcher import free_port
+from server.ports import free_port
 
 pytestmark = pytest.mark.integration
 START_GUARD_S = 90  # not a latency bound: only how long a front that does not start may hold the test

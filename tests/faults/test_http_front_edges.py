@@ -27,7 +27,7 @@ from tritonclient.utils import InferenceServerException
 from waiting_sockets import waiting_at
 
 from server import ServerOptions, TritonServer
-from server.launcher import free_ports
+from server.ports import free_ports
 from soak import raw_http
 
 pytestmark = pytest.mark.integration

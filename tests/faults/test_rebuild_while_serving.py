@@ -32,7 +32,7 @@ from client.__main__ import main as client_main
 from client.connection import connect
 from exporters.__main__ import main as exporters_main
 from server.__main__ import main as server_main
-from server.launcher import free_port_arguments
+from tests.faults.harness import free_port_arguments
 
 pytestmark = pytest.mark.integration
 DRIFT = "SERVED CONFIG DIFFERS from"

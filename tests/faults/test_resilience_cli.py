@@ -17,9 +17,9 @@ import pytest
 import yaml
 from resilience_fixtures import build_small_repository, shm_regions, tree_environment
 
-from server.launcher import free_port_arguments
 from server.proc_stat import running
 from server.stubs import stubs_with_prefix
+from tests.faults.harness import free_port_arguments
 
 pytestmark = pytest.mark.integration
 BUSY = "is starting a server from this checkout; wait for it, or `make stop`"

@@ -39,9 +39,9 @@ from slow_model import SLOW, write_slow_model
 from tritonclient.grpc import service_pb2, service_pb2_grpc
 
 from server.fronts.client_slots import DEFAULT_MAX_OVERDUE, SlotLimits
-from server.launcher import free_port_arguments
 from server.proc_stat import running
 from server.watchdog import model_progress
+from tests.faults.harness import free_port_arguments
 
 pytestmark = pytest.mark.integration
 CALLS = 2000

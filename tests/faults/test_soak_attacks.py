@@ -64,7 +64,7 @@ from shm_harness import a_stub_region, client_file
 
 from client.connection import connect
 from server import TritonServer
-from server.launcher import free_port
+from server.ports import free_port
 from server.supervisor import RestartPolicy, Supervisor
 from soak.attacks import (
     ATTACKS,

@@ -34,8 +34,8 @@ from resilience_fixtures import (
     wait_for,
 )
 
-from server.launcher import free_port_arguments
 from server.stubs import server_stubs, stubs_with_prefix
+from tests.faults.harness import free_port_arguments
 
 pytestmark = pytest.mark.integration
 

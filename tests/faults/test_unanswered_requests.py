@@ -37,7 +37,7 @@ from tritonclient.utils import InferenceServerException
 from waiting_sockets import waiting_at
 
 from server import ServerOptions, TritonServer
-from server.launcher import free_port
+from server.ports import free_port
 from server.stubs import server_stubs
 
 pytestmark = pytest.mark.integration

@@ -29,7 +29,7 @@ import torch
 import yaml
 
 from perf.cli import main as perf_main
-from server.launcher import free_port_arguments
+from tests.faults.harness import free_port_arguments
 
 # A hang guard, not a speed check: many times the slowest test here (make perf of two own models) on a
 # loaded two-core host.

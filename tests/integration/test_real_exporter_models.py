@@ -29,7 +29,7 @@ import yaml
 from tritonclient.utils import InferenceServerException
 
 from server.admin import FRONT_HEADER, GRPC_FRONT_HEADER
-from server.launcher import free_port_arguments
+from tests.faults.harness import free_port_arguments
 
 pytestmark = pytest.mark.integration
 ROOT = Path(__file__).resolve().parents[2]

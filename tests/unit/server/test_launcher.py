@@ -30,12 +30,11 @@ from server.launcher import (
     MIB,
     ServerOptions,
     TritonServer,
-    free_ports,
     python_shm_bytes,
     remove_shm_regions,
     starved_stub_abort,
 )
-from server.listeners import held_by
+from server.ports import free_ports, held_by
 
 
 def test_wheel_server_is_found_by_default(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -209,7 +208,7 @@ class Impostor(http.server.BaseHTTPRequestHandler):
 def test_another_server_answering_on_a_picked_port_is_not_taken_for_this_one(tmp_path: Path) -> None:
     """tritonserver binds its ports once its models have loaded; a server another process starts on
     one of them meanwhile answers the readiness probe (beside ``make test``, ``make perf`` once
-    measured another server). It is not taken for ours (``server.listeners``): ours fails to bind,
+    measured another server). It is not taken for ours (``server.ports.held_by``): ours fails to bind,
     and the start goes on, on new ports."""
     for name, text in SLOW_TO_LOAD.items():
         (tmp_path / "slow_to_load" / name).parent.mkdir(parents=True, exist_ok=True)

@@ -11,7 +11,7 @@ from collections.abc import Callable
 import pytest
 
 from server import watchdog as watchdog_module
-from server.launcher import free_ports
+from server.ports import free_ports
 from server.proc_stat import stat_fields
 from server.stubs import STOPPED_STATES, Stub
 from server.watchdog import HEALTH_WINDOW_S, POLL_S, Watchdog, model_progress
