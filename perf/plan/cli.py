@@ -1,16 +1,6 @@
-"""``python -m perf plan`` (``make plan MODEL=… P99_MS=… [TOPOLOGY=…] [ACCURACY=…] [COMPUTE_PROFILE=…]``).
-
-Topology (``--topology`` folder or shipped name, else this host's GPUs, else its CPU) → profile (the
-variants built and measured; on the CPU with the tuner's probe on the real server; for a GPU this host
-lacks, a recorded compute profile where one is given) → every strategy placed and predicted → on the
-CPU, the top architectures searched on the real server by the one measured search, the answer the best
-point a run held the budget at (``perf.plan.verify``), a probe run included → for a model with a
-variable axis, its formed batches per length and length buckets at that rate (``perf.plan.shapes``),
-whose miss reopens the answer → ``reports/<timestamp>-plan/``: ``plan.json``, ``report.md``,
-``p99_vs_rate.png``, ``overlay.yaml`` and ``spec.planned.yaml``. Where nothing meets the budget (every
-strategy predicted over it and no run held it, or no point measured held it): one line with the closest
-run over the budget, no overlay, exit status 3. A server that died: exit status 1, its log kept.
-"""
+"""``python -m perf plan`` (``make plan``): topology → profile → every strategy placed and predicted → on
+the CPU, the best searched on the real server → ``reports/<timestamp>-plan/`` (docs/PLAN.md). Exit
+status 3 where nothing meets the budget, 1 where a server died (its log kept)."""
 
 from __future__ import annotations
 
@@ -58,11 +48,8 @@ WORKDIR = Path(".run/plan")
 
 @dataclasses.dataclass(frozen=True)
 class PlanSetup:
-    """What a ``make plan`` run is built from beyond its options: the windows every run is measured in
-    (``--seconds`` sets their length), this host's GPUs (None: none, the CPU is planned for), how the
-    variants are built and timed (the profile) and how a strategy is served for its verification. A
-    test hands in shorter windows, a host without GPUs, fixed figures or a scripted session instead of
-    patching this module's names."""
+    """What a ``make plan`` run is built from beyond its options; a test hands in its own instead of
+    patching."""
 
     windows: MeasureSettings = TUNE_WINDOWS
     live_topology: Callable[[], Topology | None] = live_topology
@@ -126,7 +113,7 @@ def _ints(text: str, option: str) -> tuple[int, ...]:
 
 
 def _topology(args: argparse.Namespace, setup: PlanSetup) -> tuple[Topology, bool]:
-    """The machine planned for, and whether this host runs it (a live GPU or the CPU here)."""
+    """The machine planned for, and whether this host runs it."""
     if args.topology:
         return topology_folder(args.topology), False
     return setup.live_topology() or cpu_topology(), True
@@ -248,7 +235,7 @@ def command_plan(args: argparse.Namespace, console, setup: PlanSetup = THE_SETUP
 
 
 def recorded_profile(args: argparse.Namespace, topology: Topology, model: str) -> ComputeProfile | None:
-    """``--compute-profile``, read and checked before anything is built (an error: exit status 2)."""
+    """``--compute-profile``, read and checked before anything is built."""
     if not args.compute_profile:
         return None
     if not topology.on_gpu:
@@ -265,15 +252,14 @@ def recorded_profile(args: argparse.Namespace, topology: Topology, model: str) -
 
 
 def over_budget_everywhere(judged: list[Judged]) -> bool:
-    """No strategy is feasible, and some that fit the machine lost only on the budget: a verdict about
-    the budget on this machine, not a plan that cannot be placed."""
+    """Some strategy fit the machine and lost only on the budget: a verdict, not a plan that cannot be
+    placed."""
     return any(j.placement is not None and j.reason.startswith("over budget") for j in judged)
 
 
 def predicted_verdict(budget_ms: float, topology: Topology, evidence: Evidence[str]) -> NothingMeetsError:
-    """Every strategy predicted over the budget, and nothing measured holds it: the closest run over
-    the budget the probe measured on this host's server, or, with nothing measured (a recorded
-    topology, no probe), the prediction's verdict."""
+    """Every strategy predicted over the budget and nothing measured holds it: the closest run over it, or,
+    with nothing measured, the prediction's verdict."""
     if not evidence.runs:
         return NothingMeetsError(
             f"nothing meets p99 <= {budget_ms:g} ms on {topology.name}: every strategy that fits is "

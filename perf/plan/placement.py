@@ -1,26 +1,6 @@
-"""Where a strategy's instances go on the GPUs, within each GPU's headroom.
-
-Rules:
-
-* one stage per GPU, and a replica's stages on distinct GPUs, so replicas spread evenly;
-* a stage boundary goes over the fastest link available: the replicas' chains are chosen to maximise
-  the slowest boundary link among them, then the total bandwidth (on the DGX-1 an ``NV2`` or ``NV1``
-  pair before any ``SYS`` path);
-* no GPU over its headroom (``perf.model.memory``): instances × memory per instance, plus the CUDA
-  context and workspaces once per GPU used (``context_bytes``, per GPU kind), added to what the GPU
-  already uses, stays within 80% of it;
-* ``sharded``: the dense part's instances and the context on each of the GPUs with the most room,
-  then the tables packed whole into what is left (``perf.plan.tables``); the exchange of looked-up
-  rows goes over the slowest link between a GPU and the tables' other GPUs;
-* a CPU plan: everything within 80% of this host's memory;
-* nothing fits: ``PlacementError``, saying what was needed and what each GPU had.
-
-Triton routes an ensemble's next step to whichever instance of the next stage model is free, not to
-the one beside the previous stage's GPU: a stage model with instances on several GPUs would send its
-boundary over every link between them. So each replica of a split is its own set of stage models
-(and ensemble), each pinned to the GPUs its chain was given; requests reach the replicas by the
-client spreading them over the replicas' ensembles (``Placement.routing``).
-"""
+"""Where a strategy's instances go on the GPUs, within each GPU's headroom (docs/PLAN.md, "Placement").
+Triton sends an ensemble's next step to whichever instance of the next stage is free, so each replica
+of a split is its own set of stage models pinned to its chain of GPUs, and the client spreads requests."""
 
 from __future__ import annotations
 
@@ -68,8 +48,7 @@ def replica_name(base: str, replica: int, replicas: int) -> str:
 
 
 def _within_headroom(topology: Topology, planned: dict[int, int]) -> dict[int, int]:
-    """``planned`` plus each used GPU's CUDA context and workspaces (once per GPU), checked against
-    each GPU's headroom."""
+    """``planned`` plus each used GPU's CUDA context, checked against each GPU's headroom."""
     planned = {d: b + context_bytes(topology.gpu(d).name) for d, b in planned.items()}
     over = [d for d, needed in planned.items() if not topology.gpu(d).memory.fits(needed)]
     if over:
@@ -124,8 +103,7 @@ def _spread(topology: Topology, count: int) -> tuple[int, ...]:
 
 
 def split_models(split: str, suffixes: tuple[str, ...], replica: int, replicas: int) -> tuple[str, ...]:
-    """The Triton names of a replica's stage models: the replica's pipeline name (``replica_name``)
-    and each stage's suffix (``_embedding``, ``_stage1``, ... as ``PipelineSpec.stage_names``)."""
+    """The Triton names of a replica's stage models (``PipelineSpec.stage_names``' suffixes)."""
     return tuple(replica_name(split, replica, replicas) + suffix for suffix in suffixes)
 
 
@@ -136,9 +114,8 @@ def place(
     split: tuple[str, tuple[str, ...]] = ("", ()),
     tables: tuple[Table, ...] = (),
 ) -> Placement:
-    """Put ``strategy`` on ``topology`` (see the module rules); ``split`` is the split's pipeline name
-    and its stages' name suffixes (the served names: ``split_models``). The whole model is served
-    under its cost's name (``<model>`` or ``<model>_<precision>``, as the overlay names it)."""
+    """Put ``strategy`` on ``topology`` (``PlacementError`` where it does not fit); ``split`` is the split's
+    pipeline name and its stages' name suffixes. The whole model is served under its cost's name."""
     name, suffixes = split
     if not topology.on_gpu:
         return _place_on_cpu(strategy, costs, split_models(name, suffixes, 0, 1))
@@ -205,8 +182,7 @@ def _place_sharded(
 def _place_on_cpu(
     strategy: Strategy, costs: tuple[StageCost, ...], stage_models: tuple[str, ...]
 ) -> Placement:
-    """A CPU plan: everything on the one device within ``HEADROOM`` of this host's memory (a model
-    bigger than the host is over), boundaries through host memory."""
+    """A CPU plan: everything within ``HEADROOM`` of this host's memory, boundaries through host memory."""
     names = (costs[0].name,) if strategy.kind == "data" else stage_models
     assignments = tuple(Assignment(names[k], 0, k, (), strategy.instances[k]) for k in range(strategy.stages))
     memory = sum(n * c.memory_bytes for n, c in zip(strategy.instances, costs, strict=True))
