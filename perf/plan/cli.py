@@ -23,10 +23,9 @@ from perf.plan.placement import PlacementError
 from perf.plan.planner import Judged, NoStrategyError, Plan, PlanRequest, plan
 from perf.plan.profile import count, measure_profile, plan_target
 from perf.plan.report import plot, rate_sentence, render
-from perf.plan.shapes import plan_shapes
 from perf.plan.strategy import ModelProfile, Space
 from perf.plan.topology import Topology, cpu_topology, live_topology, topology_folder
-from perf.plan.verify import Serve, measure_plan, probe_evidence, real_server, verification_rows
+from perf.plan.verify import Serve, measure_plan, plan_shapes, probe_evidence, real_server, verification_rows
 from perf.report_folder import report_folder
 from perf.saved import save_document
 from perf.session.model import (
@@ -161,7 +160,7 @@ def command_plan(args: argparse.Namespace, console, setup: PlanSetup = THE_SETUP
         return saved
 
     def shapes_step(settled: Plan, rate: float) -> None:
-        """The shapes step on the answer at its rate (``perf.plan.shapes``), its runs evidence."""
+        """The shapes step on the answer at its rate (``perf.plan.verify.plan_shapes``), its runs evidence."""
         rechecked.append(plan_shapes(base, settled, rate, engine, settings, args.workdir, step, evidence))
 
     with keep_dead_server_log(folder):

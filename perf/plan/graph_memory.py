@@ -108,29 +108,23 @@ class _Writes(TorchDispatchMode):
         return out
 
 
-def meta_module(spec: ModelSpec) -> nn.Module:
-    """``spec``'s torch module on the meta device (no storage, whatever its size)."""
-    with torch.device("meta"):
-        if spec.source_kind == "zoo":
-            return ZOO[spec.source].create(spec.options, spec.seed)
-        if spec.source_kind == "python":
-            from exporters.sources.load import load_source
-
-            return load_source(spec).module  # type: ignore[attr-defined]
-    raise GraphMemoryError(
-        f"{spec.name}: memory from the graph needs a torch module (a zoo or python source), "
-        f"not a {spec.source_kind} source"
-    )
-
-
 def graph_memory(spec: ModelSpec) -> GraphMemory:
     """``spec``'s parameters, tables and activations at ``max_batch_size``; nothing built or allocated."""
+    if spec.source_kind not in ("zoo", "python"):
+        raise GraphMemoryError(
+            f"{spec.name}: memory from the graph needs a torch module (a zoo or python source), "
+            f"not a {spec.source_kind} source"
+        )
     try:
-        module = meta_module(spec).eval()
+        with torch.device("meta"):  # no storage, whatever its size
+            if spec.source_kind == "zoo":
+                module = ZOO[spec.source].create(spec.options, spec.seed).eval()
+            else:
+                from exporters.sources.load import load_source
+
+                module = load_source(spec).module.eval()  # type: ignore[attr-defined]
         # inputs of the largest batch, as the exporters draw them, on the meta device
         inputs = [torch.from_numpy(a).to("meta") for a in draw_inputs(spec, spec.max_batch_size, 0, module)]
-    except GraphMemoryError:
-        raise
     except Exception as error:  # a user factory may refuse the meta device in any way
         raise GraphMemoryError(f"{spec.name}: cannot build it on the meta device: {error}") from error
     counted: set[int] = set()

@@ -1,18 +1,21 @@
 """Where a strategy's instances go on the GPUs, within each GPU's headroom (docs/PLAN.md, "Placement").
 Triton sends an ensemble's next step to whichever instance of the next stage is free, so each replica
-of a split is its own set of stage models pinned to its chain of GPUs, and the client spreads requests."""
+of a split is its own set of stage models pinned to its chain of GPUs, and the client spreads requests.
+A model that is mostly embedding tables gains nothing from replicas (each holds every table) and may fit
+on no single GPU: its tables are packed whole over GPUs by the size-based greedy sharder of DLRM's and
+TorchRec's planners (a table too large for every GPU's room is not split row-wise)."""
 
 from __future__ import annotations
 
 import dataclasses
 import itertools
+from collections.abc import Callable
 from dataclasses import dataclass
 
 from perf.model.links import HOST, Link, Transfer
 from perf.model.memory import HEADROOM, MIB, context_bytes
 from perf.plan.graph_memory import Table, host_memory_bytes
 from perf.plan.strategy import StageCost, Strategy
-from perf.plan.tables import TablePackingError, exchange, pack_tables
 from perf.plan.topology import Topology
 
 CPU_DEVICE = -1  # the device index of a CPU plan
@@ -154,10 +157,7 @@ def _place_sharded(
     gpus = _spread(topology, strategy.replicas)
     planned = _within_headroom(topology, {g: strategy.instances[0] * dense.memory_bytes for g in gpus})
     room = {g: topology.gpu(g).memory.budget_bytes - planned[g] for g in gpus}
-    try:
-        packed = pack_tables(tables, room, strategy.precision)
-    except TablePackingError as error:
-        raise PlacementError(f"over memory: {error}") from error
+    packed = pack_tables(tables, room, strategy.precision)
     for gpu, found in packed.items():
         planned[gpu] += sum(t.bytes(strategy.precision) for t in found)
     found = exchange(packed, topology.link, strategy.precision)
@@ -194,3 +194,57 @@ def _place_on_cpu(
         )
     routing = "one model on the CPU" if strategy.kind == "data" else "one ensemble on the CPU"
     return Placement(assignments, {CPU_DEVICE: memory}, ((HOST,) * (strategy.stages - 1),), routing)
+
+
+def pack_tables(
+    tables: tuple[Table, ...], room: dict[int, int], precision: str
+) -> dict[int, tuple[Table, ...]]:
+    """Each table, largest first, onto the GPU of ``room`` (bytes free) with the most room left; every GPU
+    in the answer, even an empty one."""
+    left = dict(room)
+    placed: dict[int, list[Table]] = {gpu: [] for gpu in room}
+    for table in sorted(tables, key=lambda t: (-t.bytes(precision), t.name)):
+        gpu = min(left, key=lambda g: (-left[g], g))
+        needed = table.bytes(precision)
+        if needed > left[gpu]:
+            rooms = ", ".join(f"GPU{g} {b / MIB:,.0f} MiB" for g, b in sorted(left.items()))
+            raise PlacementError(
+                f"over memory: table {table.name} ({needed / MIB:,.0f} MiB in {precision}) fits no GPU's "
+                f"room left within 80% ({rooms})"
+            )
+        left[gpu] -= needed
+        placed[gpu].append(table)
+    return {gpu: tuple(found) for gpu, found in placed.items()}
+
+
+@dataclass(frozen=True)
+class Exchange:
+    """The all-to-all of one request: the bytes its dense GPU receives, over the slowest link among them."""
+
+    gpu: int  # the dense GPU with the most remote bytes
+    bytes_per_request: float
+    transfer: Transfer
+
+    @property
+    def link(self) -> Link:
+        return self.transfer.link
+
+
+def exchange(
+    packed: dict[int, tuple[Table, ...]], link: Callable[[int, int], Link], precision: str
+) -> Exchange:
+    """The worst GPU's exchange: the rows its requests look up in the other GPUs' tables, over the slowest
+    link."""
+    found = []
+    for gpu in packed:
+        others = [g for g, tables in packed.items() if g != gpu and tables]
+        remote = sum(t.request_bytes(precision) for g in others for t in packed[g])
+        slowest = min((link(g, gpu) for g in others), key=lambda lk: lk.gbs, default=None)
+        found.append(Exchange(gpu, remote, Transfer(remote, slowest) if slowest else Transfer(0.0)))
+    return max(found, key=lambda e: e.transfer.seconds(1))  # the first of equals, as GPUs are listed
+
+
+def with_exchange(cost: StageCost, transfer: Transfer) -> StageCost:
+    """``cost`` with a batch's exchange added (hop latency plus ``N`` rows over the link: linear in ``N``)."""
+    one, per_sample = transfer.seconds(1), transfer.seconds(2) - transfer.seconds(1)
+    return dataclasses.replace(cost, t_s=cost.t_s + one, dt_s=cost.dt_s + per_sample)

@@ -11,9 +11,8 @@ from perf.measure.loads import poisson
 from perf.model.links import Transfer
 from perf.model.predict import Prediction, capacity_bound, highest_rate, predict
 from perf.model.tandem import TandemStage, predict_tandem, tandem_bound
-from perf.plan.placement import Placement, PlacementError, place
+from perf.plan.placement import Placement, PlacementError, place, with_exchange
 from perf.plan.strategy import WHOLE_KINDS, ModelProfile, Space, Strategy, strategies
-from perf.plan.tables import with_exchange
 from perf.plan.topology import Topology
 
 ARRIVALS = 15_000  # a prediction simulates at most this many arrivals per replica (p99 from 150 tail samples)

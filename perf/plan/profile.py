@@ -174,15 +174,6 @@ def _stage_costs(
     )
 
 
-def counted_memory(model: ModelSpec) -> GraphMemory | None:
-    """``model``'s memory from its graph, or None where its source has no torch module."""
-    try:
-        return graph_memory(model)
-    except GraphMemoryError as error:
-        log.info("memory measured on the export: %s", error)
-        return None
-
-
 @dataclass(frozen=True)
 class Counted:
     """A model's memory from its graph (None: no torch module) and why it is too big to build here (""),
@@ -194,20 +185,12 @@ class Counted:
 
 def count(model: ModelSpec) -> Counted:
     """``model``'s ``Counted``: its graph counted once, on the meta device."""
-    memory = counted_memory(model)
-    return Counted(memory, too_big_to_build(model, memory) if memory is not None else "")
-
-
-def buildable(spec: Spec, model: str, counted: Counted) -> tuple[Spec, str]:
-    """The spec the profile builds (its compute proxy in place of a model too big for this host) and why."""
-    base = spec.model(model)
-    reason = counted.too_big
-    if not reason:
-        return spec, ""
-    proxy = compute_proxy(base)
-    if proxy is None:
-        raise OptionError(f"{reason}, and it has no smaller proxy to time its compute on")
-    return dataclasses.replace(spec, models=tuple(proxy if m is base else m for m in spec.models)), reason
+    try:
+        memory = graph_memory(model)
+    except GraphMemoryError as error:
+        log.info("memory measured on the export: %s", error)
+        return Counted(None, "")
+    return Counted(memory, too_big_to_build(model, memory))
 
 
 def measure_profile(
@@ -218,8 +201,12 @@ def measure_profile(
     """Build the variants into ``repository`` and measure them; ``probe`` brings the costs beyond compute,
     ``recorded`` the whole model's compute."""
     counted = counted or count(spec.model(model))
-    memory = counted.memory
-    spec, proxy_reason = buildable(spec, model, counted)
+    memory, proxy_reason = counted.memory, counted.too_big
+    if proxy_reason:  # timed on its compute proxy in its place
+        proxy = compute_proxy(spec.model(model))
+        if proxy is None:
+            raise OptionError(f"{proxy_reason}, and it has no smaller proxy to time its compute on")
+        spec = dataclasses.replace(spec, models=tuple(proxy if m.name == model else m for m in spec.models))
     chosen = variants(spec, model, split)
     built = {
         m.spec.precision: m

@@ -163,14 +163,6 @@ def version_warnings(header: str, onnxruntime_cuda: str | None) -> tuple[str, ..
     return ()
 
 
-def _onnxruntime_cuda() -> str | None:
-    try:
-        from onnxruntime.capi import build_and_package_info as info
-    except ImportError:
-        return None
-    return getattr(info, "cuda_version", None) or None
-
-
 def live_topology() -> Topology | None:
     """This host's GPUs through ``nvidia-smi`` (None where there is none)."""
     if shutil.which("nvidia-smi") is None:
@@ -182,5 +174,9 @@ def live_topology() -> Topology | None:
     except (OSError, subprocess.SubprocessError) as error:
         log.info("nvidia-smi failed (%s): planning for the CPU", error)
         return None
-    warnings = version_warnings(header, _onnxruntime_cuda())
+    try:
+        from onnxruntime.capi import build_and_package_info as info
+    except ImportError:
+        info = None
+    warnings = version_warnings(header, getattr(info, "cuda_version", None) or None)
     return topology_from("this host", topo_text, gpus_text, warnings)

@@ -1,6 +1,8 @@
 """The plan measured on the real server (a CPU plan) by the one measured search ``make tune`` uses: every
 run is evidence, keyed by the strategy's label; the answer is the best point that holds the budget by
-the search's rule (docs/PLAN.md, "Verification")."""
+the search's rule (docs/PLAN.md, "Verification"). For a model with a variable axis, the whole-model pick
+is measured once more at its rate by the tuner's length-bucket runs (Triton batches only equal shapes),
+whose miss reopens the answer."""
 
 from __future__ import annotations
 
@@ -13,6 +15,7 @@ from exporters.schema.models import ModelSpec, Spec
 from perf.errors import StudyError
 from perf.measure.engine import LoadEngine, MeasureSettings
 from perf.measure.loads import poisson
+from perf.measure.shapes import has_variable_axis
 from perf.model.batcher import BatcherConfig
 from perf.plan.document import VerificationRow
 from perf.plan.planner import Judged, Plan, Predictor
@@ -23,6 +26,7 @@ from perf.session.model import ModelSession
 from perf.session.pipeline import PipelineSession
 from perf.session.probe import ProbeResult
 from perf.session.search import Evidence, SearchPlan, Server, Verdict, decide, search
+from perf.session.shapes_section import ShapesFigures, shapes_step
 
 SETTLE_ROUNDS = 12  # a hang guard: each round searches an answer or refutes one
 # A served strategy: its session (entered for the runs) and the configuration it is loaded with.
@@ -226,3 +230,31 @@ def verification_rows(plan: Plan, evidence: Evidence[str]) -> list[VerificationR
                 runs_met=tuple(r.meets(plan.request.budget_ms) for r in runs),
             ))  # fmt: skip
     return rows
+
+
+def plan_shapes(
+    base: ModelSpec, plan: Plan, rate: float, engine: LoadEngine, settings: MeasureSettings, workdir: Path,
+    step: Callable[[str], None], evidence: Evidence[str],
+) -> ShapesFigures | None:  # fmt: skip
+    """The shapes section of the pick at ``rate``; None for a fixed-shape model or a pick that is not
+    whole."""
+    strategy = plan.chosen.strategy
+    if not has_variable_axis(base) or rate <= 0:
+        return None
+    if strategy.kind != "data":
+        step(f"shapes: not measured for {strategy.label} (the bucket runs serve the whole model)")
+        return None
+    session, config = data_session(base, strategy, workdir / "shapes", engine, settings)
+    label, written = strategy.label, "spec.planned.yaml"
+    with session:
+        return shapes_step(
+            session,
+            config,
+            lambda r: poisson(r, plan.request.seed),
+            rate,
+            evidence,
+            label,
+            label,
+            step,
+            written,
+        )
