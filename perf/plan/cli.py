@@ -15,7 +15,6 @@ from exporters.resolve import load_spec
 from perf.errors import NothingMeetsError, OptionError
 from perf.markdown import number
 from perf.measure.engine import MeasureSettings, OurEngine
-from perf.measure.shapes import has_variable_axis
 from perf.plan.compute_profile import ComputeProfile, compute_origin, read_compute_profile
 from perf.plan.document import PlanDocument, plan_document
 from perf.plan.overlay import plan_overlay, server_flags, write_plan_overlay
@@ -111,13 +110,6 @@ def _ints(text: str, option: str) -> tuple[int, ...]:
     return values
 
 
-def _topology(args: argparse.Namespace, setup: PlanSetup) -> tuple[Topology, bool]:
-    """The machine planned for, and whether this host runs it."""
-    if args.topology:
-        return topology_folder(args.topology), False
-    return setup.live_topology() or cpu_topology(), True
-
-
 def command_plan(args: argparse.Namespace, console, setup: PlanSetup = THE_SETUP) -> int:
     started = time.perf_counter()
     spec = load_spec(args.spec)
@@ -125,7 +117,8 @@ def command_plan(args: argparse.Namespace, console, setup: PlanSetup = THE_SETUP
     base = spec.model(model)
     counted = count(base)  # the graph's memory, once: whether the server measures, and the profile
     too_big = counted.too_big
-    topology, here = _topology(args, setup)
+    here = not args.topology  # this host runs the plan: a live GPU or this CPU
+    topology = topology_folder(args.topology) if args.topology else setup.live_topology() or cpu_topology()
     space = Space(
         _ints(args.instances, "--instances"), _ints(args.delays_us, "--delays-us"), split=not args.no_split
     )
@@ -159,7 +152,7 @@ def command_plan(args: argparse.Namespace, console, setup: PlanSetup = THE_SETUP
         plot(planned, folder / "p99_vs_rate.png")
         return saved
 
-    def shapes_step(settled: Plan, rate: float) -> None:
+    def recheck(settled: Plan, rate: float) -> None:
         """The shapes step on the answer at its rate (``perf.plan.verify.plan_shapes``), its runs evidence."""
         rechecked.append(plan_shapes(base, settled, rate, engine, settings, args.workdir, step, evidence))
 
@@ -196,7 +189,6 @@ def command_plan(args: argparse.Namespace, console, setup: PlanSetup = THE_SETUP
         measured_rate = None
         if measuring and (args.verify > 0 or not planned.chosen.feasible):
             serve = setup.real_server(spec, model, engine, settings, args.workdir)
-            recheck = shapes_step if has_variable_axis(base) else None
             try:
                 planned, measured_rate = measure_plan(planned, evidence, args.verify, serve, step, recheck)
             except NothingMeetsError as verdict:

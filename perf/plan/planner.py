@@ -56,8 +56,7 @@ class Plan:
 
 
 class Predictor:
-    """One placed strategy predicted at any total rate: the whole model as one batcher, a split as the tandem
-    of one replica's stages over its slowest links."""
+    """One placed strategy predicted at any total rate (a split: one replica over its slowest links)."""
 
     def __init__(self, strategy: Strategy, profile: ModelProfile, placement: Placement, request: PlanRequest):
         self.strategy, self.request = strategy, request

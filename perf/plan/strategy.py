@@ -26,8 +26,8 @@ WHOLE_KINDS = ("data", "sharded")  # the whole model's graph, one batcher in fro
 
 @dataclass(frozen=True)
 class StageCost:
-    """One stage (or the whole model) on the device planned for: ``T + (N-1)·Δt`` per batch, the
-    memory of one instance, and the bytes per sample its output sends to the next stage."""
+    """One stage (or the whole model): ``T + (N-1)·Δt`` per batch, one instance's memory, bytes per sample
+    out."""
 
     name: str
     t_s: float

@@ -51,9 +51,7 @@ class Topology:
 
     def link(self, a: int, b: int) -> Link:
         """The link a boundary from GPU ``a`` to GPU ``b`` crosses (one device: the host's, none)."""
-        if a == b:
-            return HOST
-        return link_for(self.levels[(a, b)], self.gpu(a).name)
+        return HOST if a == b else link_for(self.levels[(a, b)], self.gpu(a).name)
 
 
 def _mib(cell: str, what: str) -> int:

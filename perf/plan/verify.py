@@ -77,8 +77,8 @@ def served_by(strategy: Strategy, config: BatcherConfig, precision: str) -> bool
 def probe_evidence(
     evidence: Evidence[str], plan: Plan, probed: ProbeResult, precision: str, model: str
 ) -> None:
-    """The probe's runs as evidence for the whole-model strategy each served (another configuration under its
-    own name: it can be the closest run named, never the answer)."""
+    """The probe's runs as evidence for the whole-model strategy each served (another configuration under
+    its own name: it can be the closest run named, never the answer)."""
     for config, run in probed.runs:
         judged = next((j for j in plan.judged if served_by(j.strategy, config, precision)), None)
         key = judged.strategy.label if judged else f"{model} {config.label}"
@@ -143,9 +143,8 @@ def measure_plan(
     plan: Plan, evidence: Evidence[str], count: int, serve: Serve, step: Callable[[str], None],
     recheck: Recheck | None = None,
 ) -> tuple[Plan, float]:  # fmt: skip
-    """The plan as measured: the candidates searched, the answer settled, searched where it was not yet, and
-    checked by ``recheck`` (the shapes step), whose miss reopens it. ``NothingMeetsError`` where none
-    holds."""
+    """The plan as measured: the candidates searched, the answer settled and checked by ``recheck`` (the
+    shapes step), whose miss reopens it; ``NothingMeetsError`` where no point holds."""
     searched: set[str] = set()
     for judged, start in candidates(plan, evidence, count):
         search_strategy(judged, start, plan, evidence, serve, step)

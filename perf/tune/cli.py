@@ -184,8 +184,8 @@ def partial_on_failure(folder: Path, title: str, session: ModelSession) -> Itera
 
 
 def write_partial(folder: Path, title: str, error: BaseException, runs: Sequence[Measurement]) -> None:
-    """``partial.md``: ``error`` and the runs measured before it, so minutes of measuring are not thrown away
-    with a traceback."""
+    """``partial.md``: ``error`` and the runs before it, so minutes of measuring are not lost to a
+    traceback."""
     rows = [
         [
             run.label, number(run.load.rate, 0) if run.load.rate else "–", number(run.throughput, 0),
@@ -221,8 +221,8 @@ def write_partial(folder: Path, title: str, error: BaseException, runs: Sequence
 def measure_and_pick(
     args: argparse.Namespace, spec: Spec, grid: Grid, folder: Path, console, setup: TuneSetup = THE_SETUP
 ) -> tuple[TuneDocument, BatcherConfig]:
-    """The tuner over ``grid`` on one real server; the saved result and the pick. The raw backend is measured
-    once the server has stopped, so that it gets the cores."""
+    """The tuner on one real server; the saved result and the pick (the raw backend measured once the server
+    has stopped, so that it gets the cores)."""
     request = TuneRequest(args.p99_ms, args.rate, grid, args.seed, _load_at(args), args.shortlist)
     # perf_analyzer logs its runs into the report folder
     engine = (

@@ -56,8 +56,8 @@ def columns_table(columns: dict[str, Callable[[Any], object]], items: Iterable[A
 
 
 def p99(run: RunFigures | None, unit: str = "") -> str:
-    """A measured p99, marked where it holds the host's noise, and saying so where it rests on too few
-    requests to meet the budget by."""
+    """A measured p99, marked where it holds the host's noise or rests on too few requests to meet the
+    budget."""
     if not run:
         return "–"
     mark = NOISE_MARK if run.host_noise else ""
@@ -130,8 +130,7 @@ def prediction_figure(saved: TuneDocument) -> str:
 
 
 def runs_text(point: PointFigures) -> str:
-    """How many runs a point had and what the search's rule made of them; where they disagree, each
-    run's p99 and the rule."""
+    """A point's runs and the search's rule on them; where they disagree, each run's p99."""
     runs = f"{point.runs} run{'s' if point.runs != 1 else ''}"
     text = f"{runs}, {point.verdict}" if point.verdict else runs
     disagree = disagreement(point.runs_p99_ms, point.runs_met)
