@@ -2,9 +2,8 @@
 
 from __future__ import annotations
 
-import dataclasses
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from perf.model.batcher import BatcherConfig
 
@@ -73,4 +72,4 @@ def neighbours(chosen: BatcherConfig, grid: Grid) -> list[BatcherConfig]:
         return []
     index = delays.index(chosen.max_queue_delay_us)
     picks = [delays[i] for i in (index - 1, index + 1) if 0 <= i < len(delays)]
-    return [dataclasses.replace(chosen, max_queue_delay_us=delay) for delay in picks]
+    return [replace(chosen, max_queue_delay_us=delay) for delay in picks]

@@ -6,9 +6,8 @@ network and frontend are crossed once per request (``overhead_s``), not per stag
 
 from __future__ import annotations
 
-import dataclasses
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import numpy as np
 
@@ -57,7 +56,7 @@ def simulate_tandem(
     batches: list[np.ndarray] = []
     busy: list[float] = []
     for k, stage in enumerate(stages):
-        service = dataclasses.replace(stage.service, overhead_s=0.0)
+        service = replace(stage.service, overhead_s=0.0)
         result = simulate(times, stage.config, service, seed + k)
         done = times + result.latencies_s
         batches.append(result.batch_sizes)

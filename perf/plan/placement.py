@@ -7,10 +7,9 @@ TorchRec's planners (a table too large for every GPU's room is not split row-wis
 
 from __future__ import annotations
 
-import dataclasses
 import itertools
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field, replace
 
 from perf.model.links import HOST, Link, Transfer
 from perf.model.memory import HEADROOM, MIB, context_bytes
@@ -42,7 +41,7 @@ class Placement:
     memory: dict[int, int]  # device -> bytes the plan puts there
     links: tuple[tuple[Link, ...], ...]  # per replica, the link of each boundary
     routing: str
-    tables: dict[int, tuple[str, ...]] = dataclasses.field(default_factory=dict)  # GPU -> its tables
+    tables: dict[int, tuple[str, ...]] = field(default_factory=dict)  # GPU -> its tables
     exchange: Transfer | None = None  # sharded: a request's looked-up rows from the other GPUs
 
 
@@ -247,4 +246,4 @@ def exchange(
 def with_exchange(cost: StageCost, transfer: Transfer) -> StageCost:
     """``cost`` with a batch's exchange added (hop latency plus ``N`` rows over the link: linear in ``N``)."""
     one, per_sample = transfer.seconds(1), transfer.seconds(2) - transfer.seconds(1)
-    return dataclasses.replace(cost, t_s=cost.t_s + one, dt_s=cost.dt_s + per_sample)
+    return replace(cost, t_s=cost.t_s + one, dt_s=cost.dt_s + per_sample)

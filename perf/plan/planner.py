@@ -3,9 +3,8 @@
 
 from __future__ import annotations
 
-import dataclasses
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 from perf.measure.loads import poisson
 from perf.model.links import Transfer
@@ -84,7 +83,7 @@ class Predictor:
             (stage,) = self.stages
             return predict(stage.config, stage.service, load, seconds)
         found = predict_tandem(self.stages, self.transfers, load, self.overhead_s, seconds)
-        return dataclasses.replace(found, rate=rate, throughput=found.throughput * self.replicas)
+        return replace(found, rate=rate, throughput=found.throughput * self.replicas)
 
     @property
     def bound(self) -> float:

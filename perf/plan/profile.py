@@ -4,11 +4,10 @@ probe, and for a GPU this host lacks a recorded compute profile (docs/PLAN.md ha
 
 from __future__ import annotations
 
-import dataclasses
 import logging
 import statistics
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -68,9 +67,9 @@ def precision_variant(model: ModelSpec, precision: str) -> ModelSpec:
     floats, dtype = set(TENSOR_DTYPE.values()), TENSOR_DTYPE[precision]
 
     def retyped(tensors):
-        return tuple(dataclasses.replace(t, dtype=dtype) if t.dtype in floats else t for t in tensors)
+        return tuple(replace(t, dtype=dtype) if t.dtype in floats else t for t in tensors)
 
-    return dataclasses.replace(
+    return replace(
         model, name=f"{model.name}_{precision}", precision=precision,
         inputs=retyped(model.inputs), outputs=retyped(model.outputs),
     )  # fmt: skip
@@ -89,7 +88,7 @@ def whole_variants(spec: Spec, base: ModelSpec) -> dict[str, ModelSpec]:
             if not served:
                 continue
             if precision != base.precision:
-                variant = dataclasses.replace(variant, calibration=served[0].calibration)
+                variant = replace(variant, calibration=served[0].calibration)
         whole[precision] = variant
     return whole
 
@@ -102,7 +101,7 @@ def plan_target(spec: Spec, name: str) -> tuple[Spec, str]:
     for pipeline in spec.pipelines:
         if pipeline.name == name:
             others = tuple(p for p in spec.pipelines if p is not pipeline)
-            return dataclasses.replace(spec, pipelines=(pipeline, *others)), pipeline.model
+            return replace(spec, pipelines=(pipeline, *others)), pipeline.model
     raise OptionError(
         f"no model or pipeline named {name!r} (models: {[m.name for m in spec.models]}; "
         f"pipelines: {[p.name for p in spec.pipelines]})"
@@ -117,10 +116,10 @@ def variants(spec: Spec, model: str, split: bool = True) -> Variants:
     pipelines = [p for p in spec.pipelines if p.model == model] if split else []
     if not pipelines:
         return Variants(whole, {})
-    first = dataclasses.replace(pipelines[0], live_updates=False, replicas=())
+    first = replace(pipelines[0], live_updates=False, replicas=())
     return Variants(
         whole,
-        {d: dataclasses.replace(first, boundary_dtype=d, name=f"{first.name}_{d}") for d in BOUNDARY_DTYPES},
+        {d: replace(first, boundary_dtype=d, name=f"{first.name}_{d}") for d in BOUNDARY_DTYPES},
     )
 
 
@@ -206,7 +205,7 @@ def measure_profile(
         proxy = compute_proxy(spec.model(model))
         if proxy is None:
             raise OptionError(f"{proxy_reason}, and it has no smaller proxy to time its compute on")
-        spec = dataclasses.replace(spec, models=tuple(proxy if m.name == model else m for m in spec.models))
+        spec = replace(spec, models=tuple(proxy if m.name == model else m for m in spec.models))
     chosen = variants(spec, model, split)
     built = {
         m.spec.precision: m
@@ -282,7 +281,7 @@ def with_recorded(
     out = _rescaled(whole, whole[reference], figures[reference].T_ms / 1e3, figures[reference].dt_ms / 1e3)
     for precision, mine in figures.items():
         if precision in whole:
-            out[precision] = dataclasses.replace(whole[precision], t_s=mine.T_ms / 1e3, dt_s=mine.dt_ms / 1e3)
+            out[precision] = replace(whole[precision], t_s=mine.T_ms / 1e3, dt_s=mine.dt_ms / 1e3)
     scaled = [p for p in whole if p not in figures]
     source = (
         f"the compute profile recorded on {recorded.device} ({recorded.source}): "
@@ -300,7 +299,7 @@ def _rescaled(
     unscaled)."""
     scale_t = t_s / reference.t_s if reference.t_s > 0 else 1.0
     scale_dt = dt_s / reference.dt_s if reference.dt_s > 0 else 1.0
-    return {p: dataclasses.replace(c, t_s=c.t_s * scale_t, dt_s=c.dt_s * scale_dt) for p, c in costs.items()}
+    return {p: replace(c, t_s=c.t_s * scale_t, dt_s=c.dt_s * scale_dt) for p, c in costs.items()}
 
 
 def _export_memory(variant: ModelSpec, artifact: Path) -> int:

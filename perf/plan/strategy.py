@@ -3,9 +3,8 @@ precision a parameter like any other) and what it knows of the model it plans fo
 
 from __future__ import annotations
 
-import dataclasses
 import itertools
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Literal
 
 from perf.model.batcher import BatcherConfig, ServiceModel
@@ -51,7 +50,7 @@ class Overheads:
         cpu = self.cpu.get(instances) or self.cpu.get(min(self.cpu, default=0))
         if cpu is not None and stages > 1:
             per_request_s, per_execution_s = stages * cpu.per_request_s, stages * cpu.per_execution_s
-            cpu = dataclasses.replace(cpu, per_request_s=per_request_s, per_execution_s=per_execution_s)
+            cpu = replace(cpu, per_request_s=per_request_s, per_execution_s=per_execution_s)
         per_request = self.per_request_s.get(instances, max(self.per_request_s.values(), default=0.0))
         return ServiceModel(cost.t_s, cost.dt_s, per_request, self.overhead_s, self.per_batch_s, cpu)
 
@@ -83,7 +82,7 @@ class ModelProfile:
         if strategy.kind == "sharded":
             whole = self.whole[strategy.precision]
             tables = sum(t.bytes(strategy.precision) for t in self.tables)
-            return (dataclasses.replace(whole, memory_bytes=max(0, whole.memory_bytes - tables)),)
+            return (replace(whole, memory_bytes=max(0, whole.memory_bytes - tables)),)
         return self.stages[strategy.precision]
 
     def split_of(self, strategy: Strategy) -> tuple[str, tuple[str, ...]]:

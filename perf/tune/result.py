@@ -4,10 +4,9 @@ after the tuner adds to it by building a new one, never by changing it."""
 
 from __future__ import annotations
 
-import dataclasses
 import math
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 from perf.measure.measurement import Measurement
@@ -40,8 +39,8 @@ class RunFigures:
     host_noise: bool
     engine: str
     # the requests its percentiles rest on, and whether they were too few to meet the budget by
-    samples: int = dataclasses.field(default=0, kw_only=True)
-    too_few: bool = dataclasses.field(default=False, kw_only=True)
+    samples: int = field(default=0, kw_only=True)
+    too_few: bool = field(default=False, kw_only=True)
 
 
 @dataclass(frozen=True)
@@ -162,7 +161,7 @@ class TuneDocument:
 
     def with_section(self, lines: Sequence[str]) -> TuneDocument:
         """This document with one more report section after the tuner's own."""
-        return dataclasses.replace(self, sections=(*self.sections, tuple(lines)))
+        return replace(self, sections=(*self.sections, tuple(lines)))
 
 
 def _finite(value: float) -> float | None:
