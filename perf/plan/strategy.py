@@ -160,17 +160,16 @@ def _powers_up_to(count: int) -> tuple[int, ...]:
 
 def strategies(profile: ModelProfile, gpus: int, space: Space) -> list[Strategy]:
     """Every strategy of ``space`` for ``profile`` on ``gpus`` GPUs (0: the CPU, one device)."""
-    out: list[Strategy] = []
-    devices = space.devices or (_powers_up_to(gpus) if gpus else (1,))
-    for precision, count, instances, delay in itertools.product(
-        profile.precisions("data"), devices, space.instances, space.delays_us
-    ):
-        out.append(Strategy("data", precision, (instances,), count, delay, profile.max_batch))
+    whole: dict[Kind, tuple[int, ...]] = {"data": space.devices or (_powers_up_to(gpus) if gpus else (1,))}
     if profile.tables and gpus >= 2:
+        whole["sharded"] = _powers_up_to(gpus)[1:]
+    out = [
+        Strategy(kind, precision, (instances,), count, delay, profile.max_batch)
+        for kind, counts in whole.items()
         for precision, count, instances, delay in itertools.product(
-            profile.precisions("sharded"), _powers_up_to(gpus)[1:], space.instances, space.delays_us
-        ):
-            out.append(Strategy("sharded", precision, (instances,), count, delay, profile.max_batch))
+            profile.precisions(kind), counts, space.instances, space.delays_us
+        )
+    ]
     if not space.split:
         return out
     for precision in profile.precisions("pipeline"):
