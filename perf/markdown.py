@@ -18,9 +18,7 @@ def number(value: float | None, digits: int = 1, signed: bool = False, unit: str
     why = why_unmeasured(value, signed)
     if why is not None:
         return unmeasured_text(why)
-    if abs(value) >= 1000:
-        return f"{value:,.0f}{unit}"
-    return f"{value:.{digits}f}{unit}"
+    return f"{value:,.0f}{unit}" if abs(value) >= 1000 else f"{value:.{digits}f}{unit}"
 
 
 def ratio(value: float | None, signed: bool = False) -> str:

@@ -1,16 +1,10 @@
 """Install NVIDIA perf_analyzer into the virtual environment, beside (not over) the project's tritonclient.
 
-The current PyPI perf_analyzer needs glibc >= 2.38; the ``tritonclient`` 2.41.0 wheel (manylinux1)
-ships ``bin/perf_analyzer`` built for glibc 2.34, which runs here once two libraries are found:
-``libb64.so.0d`` (Debian package ``libb64-0d``) and ``libcudart.so.12`` (PyPI
-``nvidia-cuda-runtime-cu12``; no GPU needed). Everything is downloaded with the ordinary clients
-(``pip download``, ``apt-get download``), unpacked into ``.venv/perf_analyzer/`` and started through a
-small wrapper that sets ``LD_LIBRARY_PATH``; nothing is installed system-wide and the venv's
-tritonclient stays the version pyproject pins. Where a step fails, the reason is written to
-``UNAVAILABLE`` there (``make setup`` does not fail for a cross-check tool) and tests skip with it.
-
-``python -m perf.perf_analyzer_install [--force]``
-"""
+The current PyPI perf_analyzer needs glibc >= 2.38; the ``tritonclient`` 2.41.0 wheel ships one built
+for glibc 2.34 that runs here with ``libb64.so.0d`` (Debian ``libb64-0d``) and ``libcudart.so.12``
+(PyPI ``nvidia-cuda-runtime-cu12``). They are fetched with the ordinary clients into
+``.venv/perf_analyzer/`` behind a wrapper that sets ``LD_LIBRARY_PATH``; a failure is written to
+``UNAVAILABLE`` there (``make setup`` goes on without a cross-check tool) and tests skip with it."""
 
 from __future__ import annotations
 

@@ -1,7 +1,5 @@
-"""The folder a report-writing command works in: ``reports/<timestamp>[-<kind>]/``, with its log.
-
-``make perf``, ``make tune`` and ``make plan`` each write one such folder; a new timestamp per run keeps
-earlier reports, and the log beside the report is where a surprising figure can be traced back."""
+"""The folder a report-writing command works in: ``reports/<timestamp>[-<kind>]/``, with its log (a new
+timestamp per run keeps earlier reports; the log is where a surprising figure is traced back)."""
 
 from __future__ import annotations
 

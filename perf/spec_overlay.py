@@ -1,11 +1,6 @@
-"""A candidate as the spec says it: a spec overlay (YAML), the merged spec, and Triton's config JSON.
-
-An overlay is a spec document holding only what the tuner changes (``max_batch_size``, ``batching``
-and the CPU instance count), per model name; ``apply_overlay`` merges it over the base document and
-``exporters.schema.models.parse_spec`` validates the result, so a tuned configuration goes through exactly the
-checks a hand-written one does. The config JSON is what ``load_model(..., config=...)`` takes to
-reload a model with another batching configuration on a server in explicit model-control mode.
-"""
+"""A candidate as the spec says it: an overlay holding only what the tuner decides, merged over the base
+spec and checked by ``parse_spec`` like a hand-written one; and the config JSON ``load_model`` takes to
+reload a model with another batching on a server in explicit model-control mode."""
 
 from __future__ import annotations
 
@@ -26,12 +21,9 @@ from perf.model.batcher import BatcherConfig
 
 
 def candidate_spec(base: ModelSpec, config: BatcherConfig, keep_queue: bool = False) -> ModelSpec:
-    """``base`` with the candidate's batching and instance count.
-
-    The base's queue policy is dropped unless ``keep_queue``: on Triton 2.51 any
-    ``default_queue_policy`` stalls the dynamic batcher ~510 ms every few seconds (README, Known
-    limits), which would make every p99 the tuner measures that stall instead of the batching.
-    """
+    """``base`` with the candidate's batching and instance count; its queue policy dropped unless
+    ``keep_queue``: on Triton 2.51 one stalls the batcher ~510 ms every few seconds, and every p99 measured
+    would be that stall."""
     if config.batching:
         batching = dataclasses.replace(
             base.batching,
@@ -55,8 +47,7 @@ def candidate_spec(base: ModelSpec, config: BatcherConfig, keep_queue: bool = Fa
 def overlay_entry(
     base: ModelSpec, config: BatcherConfig, keep_queue: bool = False, buckets: tuple[int, ...] | None = None
 ) -> dict[str, Any]:
-    """The overlay's entry for one model: only the fields the tuner decides (``batching`` whole, and
-    for a variable-length model the length ``buckets`` it chose, ``()`` for none)."""
+    """The overlay's entry for one model: ``batching`` whole, and a variable-length model's ``buckets``."""
     tuned = candidate_spec(base, config, keep_queue)
     batching: dict[str, Any] = {"mode": tuned.batching.mode}
     if config.batching:
@@ -88,9 +79,8 @@ def _merge(base: Any, over: Any) -> Any:
 
 
 def apply_overlay(base: dict[str, Any], overlay: dict[str, Any]) -> dict[str, Any]:
-    """Merge an overlay's ``models`` entries over the base document's, by name. A name the base lacks
-    is an error (an overlay tunes models, it does not add them). ``batching`` is replaced whole (a
-    tuned batcher is one decision: a queue policy the overlay leaves out is gone); other mappings merge."""
+    """Merge an overlay's ``models`` over the base document's by name (an overlay tunes models, it does not
+    add them); ``batching`` is replaced whole, a tuned batcher being one decision."""
     merged = copy.deepcopy(base)
     by_name = {entry.get("name"): entry for entry in merged.get("models", [])}
     for index, entry in enumerate(overlay.get("models", [])):
@@ -105,9 +95,8 @@ def apply_overlay(base: dict[str, Any], overlay: dict[str, Any]) -> dict[str, An
 
 
 def base_document(base_path: Path) -> dict[str, Any]:
-    """The base spec's document (the bounded reader every spec goes through) with its models' source
-    paths made absolute, resolved against the base spec's folder: a spec merged from it and written
-    elsewhere (a report folder, where the base's relative paths point nowhere) builds from any folder."""
+    """The base spec's document with its source paths made absolute, so a spec merged from it and written
+    elsewhere (a report folder) builds from any folder."""
     return with_absolute_paths(load_spec_document(base_path), base_path.resolve().parent)
 
 
@@ -119,9 +108,8 @@ def write_merged_spec(
     note: str,
     merge: Callable[[dict[str, Any], dict[str, Any]], dict[str, Any]] = apply_overlay,
 ) -> Spec:
-    """Write ``overlay.yaml`` and the base spec merged with it (``merge``) as ``name`` into ``folder``;
-    return the checked spec. The tuner's and the planner's one writer (``spec.tuned.yaml``,
-    ``spec.planned.yaml``); the merged spec's source paths are absolute (``base_document``)."""
+    """Write ``overlay.yaml`` and the base spec merged with it as ``name`` into ``folder``; the checked
+    spec."""
     merged = merge(base_document(base_path), overlay)
     spec = parse_spec(merged)  # the same validation as models.yaml: a bad overlay fails here, by field
     header = f"# {note}\n"

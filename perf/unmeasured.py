@@ -1,14 +1,6 @@
-"""A figure that could not be measured, and why: a NaN that carries its reason to the report.
-
-Every perf, tune and plan report formats its figures with ``perf.markdown`` (``number``, ``ratio``,
-``percent``), which prints "could not be measured: <why>" for such a value, for any other NaN or
-infinity, and for a negative value where the figure cannot be negative (a time, a rate, a ratio of
-them, a fit's T or Δt). A least-squares fit or a ratio of two noisy differences can come out below
-zero; printed as a figure, it would be a claim the run did not make. Where the code that computes a
-figure knows why it has none (no request answered, a fit whose intercept came out negative), it
-returns ``Unmeasured(why)`` and the report says so; arithmetic on it gives a plain NaN, reported
-with the generic reason.
-"""
+"""A figure that could not be measured, and why: a NaN that carries its reason to the report, where
+``perf.markdown`` prints "could not be measured: <why>" instead of a claim the run did not make (a NaN,
+an infinity, or a negative time or rate from a noisy fit)."""
 
 from __future__ import annotations
 
@@ -21,9 +13,7 @@ INFINITE = "came out infinite (nothing measured to divide by)"
 
 
 class Unmeasured(float):
-    """NaN with the reason it is not a figure (``why``). It is a float, so the dataclasses, the JSON
-    writer and comparisons that take figures take it too (JSON keeps ``NaN``; the reason lives in the
-    report)."""
+    """NaN with the reason it is not a figure (``why``); a float, so whatever takes figures takes it."""
 
     why: str
 
@@ -58,9 +48,8 @@ def unmeasured_text(why: str) -> str:
 
 
 def error_percent(predicted: float, measured: float | None) -> float:
-    """How far ``predicted`` is from ``measured``, in percent of ``measured`` (signed). NaN where there
-    is nothing to compare: nothing measured (None or 0), or either side no figure (``why_unmeasured``:
-    a prediction below zero is a model's noise, not an error of some size)."""
+    """How far ``predicted`` is from ``measured``, in percent of ``measured`` (signed); NaN where either
+    side is no figure (a prediction below zero is a model's noise, not an error of some size)."""
     if not measured or why_unmeasured(predicted) or why_unmeasured(measured):
         return math.nan
     return 100 * (predicted - measured) / measured

@@ -1,20 +1,7 @@
-"""The wait for a CPU: the tuner's contention term, for a machine whose server, frontend threads and
-load generator share a few cores.
-
-A request's latency there includes time spent waiting for a CPU, and that wait grows as the cores fill
-up; the batcher simulation alone (execution times from the server's statistics) leaves it out and, on
-two cores, predicted half the p99 the server showed at 60% of its capacity. So:
-
-* the cores busy over a run are fitted to what it did: ``cores busy = idle + a·requests/s +
-  b·executions/s`` (``CpuModel``), so a candidate's utilization at any rate follows from the requests
-  and executions the simulation forms;
-* each simulated request waits as in an M/M/c queue for one of the ``c`` cores at that utilization
-  ``ρ``, with a service time ``s`` (the scheduling slice): with the Erlang C probability a wait drawn
-  from an exponential of mean ``s/(c(1-ρ))``, else none. ``s`` is calibrated from measured runs
-  (``perf.model.service.slice_for``). One parameter, a textbook shape.
-
-The readings themselves (``/proc/stat``) are the measurement layer's (``perf.measure.server_view``).
-"""
+"""The wait for a CPU on a machine whose server and load generator share a few cores: without it the
+batcher simulation predicted half the p99 the server showed at 60% of its capacity on two cores. The
+busy cores are fitted to requests and executions per second (``CpuModel``), and each request waits as
+in an M/M/c queue for a core at that utilization, with one calibrated parameter, the slice."""
 
 from __future__ import annotations
 
@@ -29,8 +16,8 @@ MAX_UTILIZATION = 0.97  # beyond it the M/M/c wait diverges; the simulation's ow
 
 @dataclass(frozen=True)
 class CpuModel:
-    """``cores busy = idle + per_request·requests/s + per_execution·executions/s`` on ``cores`` cores,
-    and ``slice_s``, the M/M/c service time of the CPU wait (see the module docstring)."""
+    """``cores busy = idle + per_request·requests/s + per_execution·executions/s`` on ``cores`` cores, and
+    ``slice_s``, the M/M/c service time of the CPU wait."""
 
     idle_cores: float
     per_request_s: float  # CPU seconds a request costs the machine (client, frontend, backend)

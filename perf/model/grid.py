@@ -2,9 +2,8 @@
 
 from __future__ import annotations
 
-import dataclasses
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from perf.model.batcher import BatcherConfig
 
@@ -22,9 +21,8 @@ class Grid:
     def batch_sizes(
         self, budget_ms: float, compute_ms: Callable[[int], float] | None = None
     ) -> tuple[int, ...]:
-        """The max batch sizes a candidate may have: the grid's, each bounded so that one full batch's
-        compute (``compute_ms``, measured) fits in the budget. A size whose batch alone takes longer
-        becomes the largest size that fits; none of 2 or more fits: no batching at all."""
+        """The grid's max batch sizes, each bounded so that one full batch's compute fits in the budget (none
+        of 2 or more fits: no batching at all)."""
         if compute_ms is None:
             return self.max_batches
         sizes = []
@@ -37,8 +35,7 @@ class Grid:
     def candidates(
         self, budget_ms: float, compute_ms: Callable[[int], float] | None = None
     ) -> list[BatcherConfig]:
-        """Every combination whose delay leaves room in the budget (a delay >= budget cannot meet it),
-        with batch sizes whose compute fits the budget (``batch_sizes``)."""
+        """Every combination whose delay leaves room in the budget, with batch sizes whose compute fits it."""
         out: list[BatcherConfig] = []
         for instances in self.instances:
             if self.no_batching:
@@ -75,4 +72,4 @@ def neighbours(chosen: BatcherConfig, grid: Grid) -> list[BatcherConfig]:
         return []
     index = delays.index(chosen.max_queue_delay_us)
     picks = [delays[i] for i in (index - 1, index + 1) if 0 <= i < len(delays)]
-    return [dataclasses.replace(chosen, max_queue_delay_us=delay) for delay in picks]
+    return [replace(chosen, max_queue_delay_us=delay) for delay in picks]

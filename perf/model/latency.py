@@ -1,10 +1,5 @@
-"""The article's batching model ``T_batch(N) = T + (N-1)·Δt``, fitted by least squares.
-
-``T`` is the cost of a batch of one, ``Δt`` what each extra sample adds; throughput at batch N is
-``N / T_batch(N)``, approaching ``N×`` when ``Δt ≪ T``. Fitted to the per-batch-size compute times the
-server itself reports (``batch_stats``), then used to predict what batching should buy and compared
-with what it did buy.
-"""
+"""The article's batching model ``T_batch(N) = T + (N-1)·Δt``, fitted by least squares to the compute
+times per batch size the server reports (``T``: a batch of one; ``Δt``: each further sample)."""
 
 from __future__ import annotations
 
@@ -25,9 +20,7 @@ class LatencyFit:
 
     @property
     def flaw(self) -> str | None:
-        """Why this fit is not a cost model (None: it is): a least-squares T or Δt below zero, which no
-        batch costs. Its T or Δt is then reported as not measured (``perf.markdown``), and nothing is
-        predicted from it."""
+        """Why this fit is not a cost model (None: it is): a T or Δt below zero, which no batch costs."""
         if self.t_ms < 0:
             return (
                 "the fit's T (a batch of one) came out negative: the times per batch size do not extend "
@@ -52,8 +45,8 @@ class LatencyFit:
 
 
 def fit_latency(points: Mapping[int, float], weights: Mapping[int, float] | None = None) -> LatencyFit:
-    """Least-squares ``T`` and ``Δt`` from ``{batch size: ms}``; ``weights`` (e.g. executions seen)
-    weight each point; R² is computed with the same weights. Needs two distinct batch sizes."""
+    """Least-squares ``T`` and ``Δt`` from ``{batch size: ms}``, each point (and R²) weighted by
+    ``weights``."""
     sizes = sorted(points)
     if len(sizes) < 2:
         raise OptionError(f"need at least two batch sizes to fit, got {sizes}")

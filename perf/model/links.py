@@ -1,34 +1,17 @@
-"""What a stage boundary costs: bytes over the link between two devices, plus a per-hop latency.
+"""What a stage boundary costs: bytes over the link between two devices, plus a per-hop latency; one table
+with its sources. Bandwidths are GB/s (10⁹ bytes/s) per direction:
 
-One table, with its sources, so every figure the planner uses for a link is in one place.
+* NVLink per link (``NV#`` is ``#`` bonded links): NVIDIA's NVLink page and the V100, A100, H100/H200
+  datasheets (https://www.nvidia.com/en-us/data-center/nvlink/): the total per GPU over the link count.
+* PCIe per direction of an x16 slot: the PCI-SIG base specifications 3.0, 4.0, 5.0 (``PIX``, ``PXB``,
+  ``PHB`` and ``NODE`` go at the slot's rate); the GPU's generation from its datasheet.
+* ``SYS`` crosses sockets, where the CUDA runtime stages the copy through host memory: two PCIe copies,
+  modelled as half the PCIe bandwidth (an assumption, labelled as one).
+* A GPU the table does not name takes the generic figures of its link type (``generic``, and the plan
+  says so): NVLink 2-4's per link, PCIe Gen4 (every data-centre GPU since Ampere), ``SYS`` half of it.
 
-Bandwidths are per direction (a boundary sends one way), in GB/s (10⁹ bytes/s):
-
-* **NVLink**, per link, by GPU generation; ``nvidia-smi topo -m`` prints ``NV#`` for a bonded set of
-  ``#`` links, so a pair's bandwidth is ``# ×`` the per-link figure. NVIDIA's NVLink page gives the
-  total per GPU (both directions) and the link count: P100 160 GB/s over 4 links (NVLink 1), V100 300
-  GB/s over 6 (NVLink 2), A100 600 GB/s over 12 (NVLink 3), H100/H200 900 GB/s over 18 (NVLink 4),
-  B200 1.8 TB/s over 18 (NVLink 5): 20, 25, 25, 25 and 50 GB/s per link and direction.
-  Source: https://www.nvidia.com/en-us/data-center/nvlink/ and the V100, A100, H100/H200 datasheets.
-* **PCIe**, per direction of an x16 slot by generation: Gen3 15.75, Gen4 31.5, Gen5 63 GB/s (PCI-SIG
-  PCIe base specifications 3.0, 4.0, 5.0: 8, 16, 32 GT/s × 16 lanes, 128b/130b encoding). The GPU's
-  generation: V100 SXM2 Gen3; A100, L4 Gen4; H100, H200 Gen5 (their datasheets). ``PIX``, ``PXB``,
-  ``PHB`` and ``NODE`` go over PCIe at the slot's rate.
-* **SYS** crosses the SMP interconnect between CPU sockets (``nvidia-smi topo -m``'s legend), where
-  peer-to-peer access is generally not supported and the CUDA runtime stages the copy through host
-  memory: two PCIe copies, modelled as half the PCIe bandwidth. An assumption, labelled as one.
-* **host**: both stages on one device (or on the CPU): no copy beyond what the stage costs measure.
-
-* **Generic figures** for a GPU the table does not name (an RTX A6000, T4, A10, A40, L40S...): the
-  link type alone decides. ``NV#`` takes NVLink 2-4's 25 GB/s per link and direction (``GENERIC_NVLINK_GBS``;
-  NVLink 1 had 20, NVLink 5 has 50), the PCIe levels PCIe Gen4 x16 (``GENERIC_PCIE``: every NVIDIA
-  data-centre and workstation GPU since Ampere, 2020, is Gen4 or later; a Gen3 card such as the T4 has
-  half), ``SYS`` half of that as above. Such a link is marked ``generic`` and the plan says so.
-
-Per-hop latencies are the order of magnitude of a ``cudaMemcpyPeer`` of a few bytes as the CUDA
-samples' ``p2pBandwidthLatencyTest`` reports it (a few µs over NVLink, about twice that over PCIe,
-more across sockets). They are assumptions too; at the batch sizes served, the bandwidth term rules.
-"""
+Per-hop latencies are the order of magnitude the CUDA samples' ``p2pBandwidthLatencyTest`` reports;
+assumptions too, and at the batch sizes served the bandwidth term rules."""
 
 from __future__ import annotations
 
@@ -50,8 +33,7 @@ PCIE_LEVELS = ("PIX", "PXB", "PHB", "NODE")
 
 @dataclass(frozen=True)
 class Link:
-    """A link between two devices as the planner sees it: its ``nvidia-smi`` level, bandwidth and
-    per-hop latency."""
+    """A link between two devices: its ``nvidia-smi`` level, bandwidth and per-hop latency."""
 
     level: str  # "NV12", "PIX", "SYS", "host", ...
     gbs: float  # GB/s per direction (inf for host)
@@ -69,8 +51,7 @@ HOST = Link("host", float("inf"), 0.0)
 
 
 def generation(gpu_name: str) -> str | None:
-    """The table's key in a GPU's name (``NVIDIA A100-SXM4-80GB`` → ``A100``); None for a GPU the
-    table does not name (its links then take the generic figures of their type)."""
+    """The table's key in a GPU's name (``NVIDIA A100-SXM4-80GB`` → ``A100``); None for an unknown GPU."""
     words = "".join(c if c.isalnum() else " " for c in gpu_name).split()
     for key in sorted(set(NVLINK_PER_LINK_GBS) | set(GPU_PCIE), key=len, reverse=True):
         if key in words:
@@ -90,8 +71,7 @@ def generic_note(gpu_name: str) -> str:
 
 
 def link_for(level: str, gpu_name: str) -> Link:
-    """The link behind a ``topo -m`` cell between two GPUs of ``gpu_name`` (a GPU the table does not
-    name: the generic figures of the level)."""
+    """The link behind a ``topo -m`` cell between two GPUs of ``gpu_name``."""
     key = generation(gpu_name)
     generic = key is None
     pcie = PCIE_GBS[GPU_PCIE.get(key, GENERIC_PCIE)]

@@ -1,12 +1,5 @@
-"""Memory per instance against a device's headroom: what fits where.
-
-An instance holds its weights and its activations at ``max_batch_size`` (counted from the model's
-graph: ``perf.plan.graph_memory``). Each GPU a plan uses also holds, once, the server process's CUDA
-context and the math libraries' workspaces (``context_bytes``). A device may be filled to
-``HEADROOM`` of its memory, counting what is already used there (``nvidia-smi``'s ``memory.used``):
-the article keeps 20% of each GPU free for the allocator's fragmentation and workspaces that grow
-under load.
-"""
+"""Memory per instance against a device's headroom: the article keeps 20% of each GPU free for the
+allocator's fragmentation and workspaces that grow under load, counting what is already in use there."""
 
 from __future__ import annotations
 
@@ -17,24 +10,18 @@ from perf.model.links import generation  # the one place GPU names are read
 HEADROOM = 0.80  # the share of a device's memory the plan may fill (20% stays free)
 MIB = 1024 * 1024
 
-# Per GPU kind, MiB a serving process holds on a GPU before any model: the CUDA context (its code
-# modules, the device heap and the per-thread stacks: the part that grows with the SM count and the
-# CUDA version) plus cuBLAS's and cuDNN's workspaces of the instances' handles. The context is an
-# order of magnitude, not a datasheet figure: NVIDIA publishes none; CUDA 12 contexts as nvidia-smi
-# shows them for a process that only touched the device are a few hundred MiB, larger on GPUs with
-# more SMs, and lazy module loading (CUDA_MODULE_LOADING=LAZY, the default since CUDA 12.2) keeps
-# them there. The cuBLAS part is its recommended workspace per handle, 32 MiB on Hopper and 4 MiB
-# elsewhere (cuBLAS API reference, cublasSetWorkspace), for a few handles. ``exporters.memory``'s CUDA
-# figure excludes the context, so the two add up without counting it twice; ``make gpu-check`` sets
-# each Python-backend stub's whole figure (a context of its own included) beside these (docs/GPU.md).
+# Per GPU kind, MiB a serving process holds on a GPU before any model: the CUDA context (an order of
+# magnitude: NVIDIA publishes none; CUDA 12 contexts with lazy module loading are a few hundred MiB,
+# more on GPUs with more SMs) plus cuBLAS's recommended workspace per handle (32 MiB on Hopper, 4 MiB
+# elsewhere: cublasSetWorkspace) for a few handles. ``exporters.memory``'s CUDA figure excludes the
+# context; ``make gpu-check`` measures each stub's whole figure beside these (docs/GPU.md).
 CONTEXT_MIB = {"P100": 300, "V100": 350, "A100": 450, "L4": 350, "L40": 400, "H100": 550, "H200": 550,
                "B200": 600}  # fmt: skip
 GENERIC_CONTEXT_MIB = 500  # a GPU the table does not name
 
 
 def context_bytes(gpu_name: str) -> int:
-    """The CUDA context and workspaces a serving process holds on one GPU of ``gpu_name``
-    (``CONTEXT_MIB``; ``GENERIC_CONTEXT_MIB`` for a GPU the table does not name)."""
+    """The CUDA context and workspaces a serving process holds on one GPU of ``gpu_name``."""
     return CONTEXT_MIB.get(generation(gpu_name), GENERIC_CONTEXT_MIB) * MIB
 
 

@@ -1,8 +1,6 @@
-"""Predictions from the batcher simulation: p99 at a load, and the highest rate within a p99 budget.
-
-Open-loop arrivals are drawn from the same ``perf.measure.loads`` factories the load engines replay, so a
-prediction and a measurement at one rate see arrivals of one seeded process.
-"""
+"""Predictions from the batcher simulation: p99 at a load, and the highest rate within a p99 budget. The
+arrivals come from the load factories the engines replay, so a prediction and a measurement at one
+rate see one seeded process."""
 
 from __future__ import annotations
 
@@ -33,8 +31,8 @@ class Prediction:
 def prediction(
     config: BatcherConfig, rate: float, result: SimResult, arrivals_s: Sequence[float]
 ) -> Prediction:
-    """``result``, the simulated run of ``arrivals_s`` at ``rate``, as the prediction for ``config`` (one
-    batcher's or a tandem's): sustained where its throughput is within 5% of the rate offered."""
+    """``result`` (the simulated run of ``arrivals_s``) as the prediction for ``config``: sustained where its
+    throughput is within 5% of the rate offered."""
     offered = len(arrivals_s) / arrivals_s[-1] if len(arrivals_s) > 1 else 0.0
     sustained = bool(result.throughput >= 0.95 * offered)
     figures = (result.p99_ms(), result.throughput, result.mean_batch, sustained, result.cpu_utilization)
@@ -59,13 +57,7 @@ def max_rate(
     load_at: LoadAt = poisson,
     seconds: float = 6.0,
 ) -> Prediction | None:
-    """The highest rate whose predicted p99 meets ``budget_ms``, or None if no rate does.
-
-    p99 is not monotonic in the rate under batching (at a trickle every request waits the whole delay;
-    more traffic fills batches sooner), so a coarse scan up to the capacity bound comes first, then a
-    bisection between the highest rate that passed and the next one that failed. ``load_at`` builds
-    the load at a rate (Poisson by default).
-    """
+    """The highest rate whose predicted p99 meets ``budget_ms``, or None if no rate does."""
     return highest_rate(
         lambda rate: predict(config, service, load_at(rate), seconds),
         capacity_bound(config, service),
@@ -76,9 +68,9 @@ def max_rate(
 def highest_rate(
     predict_at: Callable[[float], Prediction], bound: float, budget_ms: float, scan: int = 8, steps: int = 7
 ) -> Prediction | None:
-    """The scan and bisection of ``max_rate`` over any predictor (one batcher, or a tandem of them):
-    ``scan`` rates up to ``bound``, then ``steps`` halvings between the highest rate that met the
-    budget and the next one that did not."""
+    """The highest rate within the budget for any predictor: ``scan`` rates up to ``bound``, then ``steps``
+    halvings above the highest that met it (p99 is not monotonic in the rate under batching: at a trickle
+    every request waits the whole delay, so a scan comes before the bisection)."""
     rates = [bound * (k + 1) / scan for k in range(scan)]
     results = [predict_at(rate) for rate in rates]
     passing = [k for k, found in enumerate(results) if found.meets(budget_ms)]

@@ -1,13 +1,5 @@
-"""The service model's costs beyond compute, calibrated from figures a measurement hands in.
-
-``T`` and ``Δt`` come from the compute the server reports per batch size (``perf.model.latency``).
-What the server does not report is what makes a small model on shared cores slow: the Python
-backend's IPC per execution, frontend work per request, the client's own cycles. Two saturated runs
-(the server behind the offered rate, every instance always busy) say how long an instance really spends
-per batch; what the fit does not account for is split into a cost per execution and a cost per
-request (``per_batch_and_request_ms``). The CPU wait's slice is what makes the simulated p99 of a run
-equal the measured one (``slice_for``).
-"""
+"""The costs beyond compute that the server does not report (the Python backend's IPC per execution,
+frontend work per request, the client's own cycles), calibrated from figures a measurement hands in."""
 
 from __future__ import annotations
 
@@ -21,10 +13,8 @@ from perf.model.latency import LatencyFit, fit_latency
 
 
 def fit_compute(compute_ms: dict[int, float], executions: dict[int, int]) -> LatencyFit:
-    """``T + (N-1)·Δt`` over the formed sizes (mean compute ms per execution), each weighted by its
-    executions. One size only (a run that formed nothing but single requests) gives ``Δt`` from
-    nothing: the slope is taken as 0. A fit that is no cost (``T`` ≤ 0 or ``Δt`` < 0, from sizes that
-    scatter) gives way to the line through the smallest and the largest size, its slope kept >= 0."""
+    """``T + (N-1)·Δt`` over the formed sizes, weighted by their executions; one size gives a slope of 0, and
+    a fit that is no cost (from sizes that scatter) gives way to the line through the smallest and largest."""
     if len(compute_ms) == 1:
         ((_, ms),) = compute_ms.items()
         return LatencyFit(ms, 0.0, 1.0, dict(compute_ms))
@@ -39,18 +29,16 @@ def fit_compute(compute_ms: dict[int, float], executions: dict[int, int]) -> Lat
 
 
 def busy_per_batch_ms(mean_batch: float, served_per_s: float, instances: int) -> float:
-    """Instance milliseconds per execution of a run the server could not keep up with: every instance
-    always busy, so each execution took ``instances × batch / served rate``."""
+    """Instance ms per execution of a run the server fell behind on: every instance was always busy."""
     return 1e3 * instances * mean_batch / served_per_s if served_per_s > 0 else 0.0
 
 
 def per_batch_and_request_ms(
     single: tuple[float, float], batched: tuple[float, float], fit: LatencyFit
 ) -> tuple[float, float]:
-    """(per-batch ms, per-request ms) beyond the fitted compute that make the simulated capacity equal
-    the measured one both without batching (``single``: (mean batch 1, busy ms per execution)) and with
-    it (``batched``): two saturated runs, two unknowns. Negative solutions are clipped to 0 (then the
-    other absorbs all)."""
+    """(per-batch ms, per-request ms) beyond the fitted compute that make the simulated capacity equal the
+    measured one without (``single``) and with batching (``batched``): two saturated runs, two unknowns,
+    negative solutions clipped to 0."""
     (b1, busy1), (b2, busy2) = single, batched
     extra1, extra2 = busy1 - fit.batch_ms(b1), busy2 - fit.batch_ms(b2)
     if b2 - b1 < 0.5:  # the batched run formed no real batches: one equation, put it all per request
@@ -67,9 +55,8 @@ def per_batch_and_request_ms(
 def slice_for(
     arrivals: np.ndarray, config: BatcherConfig, service: ServiceModel, cpu: CpuModel, target_p99_ms: float
 ) -> float:
-    """The CPU wait's slice that makes the simulated p99 of ``arrivals`` equal ``target_p99_ms``
-    (bisection: with the random draws fixed, every wait scales with the slice, so the p99 grows with
-    it). 0 when the simulation alone already reaches the target; at most 50 ms."""
+    """The CPU wait's slice that makes the simulated p99 of ``arrivals`` equal ``target_p99_ms``, by bisection
+    (with the draws fixed the p99 grows with the slice); 0 where the simulation alone reaches it."""
 
     def p99(slice_s: float) -> float:
         model = dataclasses.replace(service, cpu=dataclasses.replace(cpu, slice_s=slice_s))

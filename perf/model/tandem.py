@@ -1,28 +1,13 @@
-"""A tandem of batchers: the stages of a pipeline, each Triton's dynamic batcher, with a link between
-consecutive stages. What the planner predicts a split model (and a replica of one) with.
-
-Rules, beyond the single batcher's (``perf.model.batcher``):
-
-* a request enters stage 0 at its arrival; stage ``k`` batches, queues and runs it exactly as one
-  batcher does, with its own delay, max batch and instance count (``TandemStage``);
-* an ensemble hands each response of a batch on at once, so the batch's requests leave stage ``k``
-  together and cross the boundary together: one transfer of ``batch × bytes per sample`` over the
-  boundary's link (``perf.model.links.Transfer``), which takes the link's per-hop latency plus the
-  bytes over its bandwidth;
-* a link carries one transfer at a time (first finished, first sent): a boundary whose bytes outgrow
-  its bandwidth queues there, which is what "link-bound" means;
-* requests reach stage ``k+1`` in the order their transfers end (instances finish out of order);
-* a request's latency is the last stage's completion minus its arrival, plus ``overhead_s`` once (the
-  client, network and frontend are crossed once per request, not per stage).
-
-No I/O and no clock, as the rest of ``perf.model``.
-"""
+"""A tandem of batchers: the stages of a split model, each Triton's dynamic batcher, with a link between
+consecutive stages (docs/PLAN.md, "Prediction"). Beyond the single batcher's rules: an ensemble hands
+a batch's responses on at once, so they cross the boundary as one transfer; a link carries one
+transfer at a time (a boundary whose bytes outgrow it queues there: "link-bound"); the client,
+network and frontend are crossed once per request (``overhead_s``), not per stage."""
 
 from __future__ import annotations
 
-import dataclasses
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import numpy as np
 
@@ -43,8 +28,8 @@ class TandemStage:
 
 @dataclass(frozen=True)
 class TandemResult(SimResult):
-    """A tandem's run as one batcher's: ``batch_sizes`` are the first stage's (its batcher stands for the
-    configuration), no CPU utilization of its own."""
+    """A tandem's run as one batcher's (``batch_sizes``: the first stage's), with each stage's and link's
+    figures."""
 
     stage_batches: tuple[np.ndarray, ...] = ()  # per stage, the formed batch sizes
     link_busy: tuple[float, ...] = ()  # per boundary: the share of the span its link was sending
@@ -57,8 +42,9 @@ def simulate_tandem(
     overhead_s: float = 0.0,
     seed: int = 0,
 ) -> TandemResult:
-    """Run ``arrivals_s`` (sorted seconds) through ``stages`` with ``transfers[k]`` between stage k and
-    k+1; see the module rules. A stage's CPU term, if any, draws its waits with ``seed + k``."""
+    """Run ``arrivals_s`` (sorted seconds) through ``stages`` with ``transfers[k]`` between stage k and k+1
+    (requests reach stage k+1 in the order their transfers end); stage k's CPU waits draw with ``seed +
+    k``."""
     if not stages:
         raise OptionError("a tandem needs at least one stage")
     if len(transfers) != len(stages) - 1:
@@ -70,7 +56,7 @@ def simulate_tandem(
     batches: list[np.ndarray] = []
     busy: list[float] = []
     for k, stage in enumerate(stages):
-        service = dataclasses.replace(stage.service, overhead_s=0.0)
+        service = replace(stage.service, overhead_s=0.0)
         result = simulate(times, stage.config, service, seed + k)
         done = times + result.latencies_s
         batches.append(result.batch_sizes)
@@ -101,8 +87,8 @@ def predict_tandem(
     stages: Sequence[TandemStage], transfers: Sequence[Transfer], load: Load, overhead_s: float = 0.0,
     seconds: float = 6.0,
 ) -> Prediction:  # fmt: skip
-    """p99 and throughput of the tandem at ``load``, as ``perf.model.predict.predict`` for one batcher
-    (the first stage's batcher stands for the configuration; ``mean_batch`` is the first stage's)."""
+    """p99 and throughput of the tandem at ``load``, as ``predict`` for one batcher (the first stage's
+    config)."""
     arrivals = arrival_times(load, seconds, ARRIVALS_MAX)
     result = simulate_tandem(arrivals, stages, transfers, overhead_s)
     return prediction(stages[0].config, load.rate, result, arrivals)

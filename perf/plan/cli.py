@@ -1,16 +1,6 @@
-"""``python -m perf plan`` (``make plan MODEL=… P99_MS=… [TOPOLOGY=…] [ACCURACY=…] [COMPUTE_PROFILE=…]``).
-
-Topology (``--topology`` folder or shipped name, else this host's GPUs, else its CPU) → profile (the
-variants built and measured; on the CPU with the tuner's probe on the real server; for a GPU this host
-lacks, a recorded compute profile where one is given) → every strategy placed and predicted → on the
-CPU, the top architectures searched on the real server by the one measured search, the answer the best
-point a run held the budget at (``perf.plan.verify``), a probe run included → for a model with a
-variable axis, its formed batches per length and length buckets at that rate (``perf.plan.shapes``),
-whose miss reopens the answer → ``reports/<timestamp>-plan/``: ``plan.json``, ``report.md``,
-``p99_vs_rate.png``, ``overlay.yaml`` and ``spec.planned.yaml``. Where nothing meets the budget (every
-strategy predicted over it and no run held it, or no point measured held it): one line with the closest
-run over the budget, no overlay, exit status 3. A server that died: exit status 1, its log kept.
-"""
+"""``python -m perf plan`` (``make plan``): topology → profile → every strategy placed and predicted → on
+the CPU, the best searched on the real server → ``reports/<timestamp>-plan/`` (docs/PLAN.md). Exit
+status 3 where nothing meets the budget, 1 where a server died (its log kept)."""
 
 from __future__ import annotations
 
@@ -25,7 +15,6 @@ from exporters.resolve import load_spec
 from perf.errors import NothingMeetsError, OptionError
 from perf.markdown import number
 from perf.measure.engine import MeasureSettings, OurEngine
-from perf.measure.shapes import has_variable_axis
 from perf.plan.compute_profile import ComputeProfile, compute_origin, read_compute_profile
 from perf.plan.document import PlanDocument, plan_document
 from perf.plan.overlay import plan_overlay, server_flags, write_plan_overlay
@@ -33,10 +22,9 @@ from perf.plan.placement import PlacementError
 from perf.plan.planner import Judged, NoStrategyError, Plan, PlanRequest, plan
 from perf.plan.profile import count, measure_profile, plan_target
 from perf.plan.report import plot, rate_sentence, render
-from perf.plan.shapes import plan_shapes
 from perf.plan.strategy import ModelProfile, Space
 from perf.plan.topology import Topology, cpu_topology, live_topology, topology_folder
-from perf.plan.verify import Serve, measure_plan, probe_evidence, real_server, verification_rows
+from perf.plan.verify import Serve, measure_plan, plan_shapes, probe_evidence, real_server, verification_rows
 from perf.report_folder import report_folder
 from perf.saved import save_document
 from perf.session.model import (
@@ -58,11 +46,8 @@ WORKDIR = Path(".run/plan")
 
 @dataclasses.dataclass(frozen=True)
 class PlanSetup:
-    """What a ``make plan`` run is built from beyond its options: the windows every run is measured in
-    (``--seconds`` sets their length), this host's GPUs (None: none, the CPU is planned for), how the
-    variants are built and timed (the profile) and how a strategy is served for its verification. A
-    test hands in shorter windows, a host without GPUs, fixed figures or a scripted session instead of
-    patching this module's names."""
+    """What a ``make plan`` run is built from beyond its options; a test hands in its own instead of
+    patching."""
 
     windows: MeasureSettings = TUNE_WINDOWS
     live_topology: Callable[[], Topology | None] = live_topology
@@ -125,13 +110,6 @@ def _ints(text: str, option: str) -> tuple[int, ...]:
     return values
 
 
-def _topology(args: argparse.Namespace, setup: PlanSetup) -> tuple[Topology, bool]:
-    """The machine planned for, and whether this host runs it (a live GPU or the CPU here)."""
-    if args.topology:
-        return topology_folder(args.topology), False
-    return setup.live_topology() or cpu_topology(), True
-
-
 def command_plan(args: argparse.Namespace, console, setup: PlanSetup = THE_SETUP) -> int:
     started = time.perf_counter()
     spec = load_spec(args.spec)
@@ -139,7 +117,8 @@ def command_plan(args: argparse.Namespace, console, setup: PlanSetup = THE_SETUP
     base = spec.model(model)
     counted = count(base)  # the graph's memory, once: whether the server measures, and the profile
     too_big = counted.too_big
-    topology, here = _topology(args, setup)
+    here = not args.topology  # this host runs the plan: a live GPU or this CPU
+    topology = topology_folder(args.topology) if args.topology else setup.live_topology() or cpu_topology()
     space = Space(
         _ints(args.instances, "--instances"), _ints(args.delays_us, "--delays-us"), split=not args.no_split
     )
@@ -173,8 +152,8 @@ def command_plan(args: argparse.Namespace, console, setup: PlanSetup = THE_SETUP
         plot(planned, folder / "p99_vs_rate.png")
         return saved
 
-    def shapes_step(settled: Plan, rate: float) -> None:
-        """The shapes step on the answer at its rate (``perf.plan.shapes``), its runs evidence."""
+    def recheck(settled: Plan, rate: float) -> None:
+        """The shapes step on the answer at its rate (``perf.plan.verify.plan_shapes``), its runs evidence."""
         rechecked.append(plan_shapes(base, settled, rate, engine, settings, args.workdir, step, evidence))
 
     with keep_dead_server_log(folder):
@@ -210,7 +189,6 @@ def command_plan(args: argparse.Namespace, console, setup: PlanSetup = THE_SETUP
         measured_rate = None
         if measuring and (args.verify > 0 or not planned.chosen.feasible):
             serve = setup.real_server(spec, model, engine, settings, args.workdir)
-            recheck = shapes_step if has_variable_axis(base) else None
             try:
                 planned, measured_rate = measure_plan(planned, evidence, args.verify, serve, step, recheck)
             except NothingMeetsError as verdict:
@@ -248,7 +226,7 @@ def command_plan(args: argparse.Namespace, console, setup: PlanSetup = THE_SETUP
 
 
 def recorded_profile(args: argparse.Namespace, topology: Topology, model: str) -> ComputeProfile | None:
-    """``--compute-profile``, read and checked before anything is built (an error: exit status 2)."""
+    """``--compute-profile``, read and checked before anything is built."""
     if not args.compute_profile:
         return None
     if not topology.on_gpu:
@@ -265,15 +243,14 @@ def recorded_profile(args: argparse.Namespace, topology: Topology, model: str) -
 
 
 def over_budget_everywhere(judged: list[Judged]) -> bool:
-    """No strategy is feasible, and some that fit the machine lost only on the budget: a verdict about
-    the budget on this machine, not a plan that cannot be placed."""
+    """Some strategy fit the machine and lost only on the budget: a verdict, not a plan that cannot be
+    placed."""
     return any(j.placement is not None and j.reason.startswith("over budget") for j in judged)
 
 
 def predicted_verdict(budget_ms: float, topology: Topology, evidence: Evidence[str]) -> NothingMeetsError:
-    """Every strategy predicted over the budget, and nothing measured holds it: the closest run over
-    the budget the probe measured on this host's server, or, with nothing measured (a recorded
-    topology, no probe), the prediction's verdict."""
+    """Every strategy predicted over the budget and nothing measured holds it: the closest run over it, or,
+    with nothing measured, the prediction's verdict."""
     if not evidence.runs:
         return NothingMeetsError(
             f"nothing meets p99 <= {budget_ms:g} ms on {topology.name}: every strategy that fits is "

@@ -1,21 +1,5 @@
-"""A recorded GPU compute profile: what a model's batches cost on a GPU this host does not have, so that
-``make plan`` on that GPU's topology predicts from the GPU's compute instead of this host's CPU.
-
-The GPU check (``make gpu-check`` on a lent GPU machine) writes one under the key ``compute_profile`` of
-its figures JSON; ``make plan … COMPUTE_PROFILE=FILE`` (``--compute-profile FILE``) reads that whole
-file or a file that is just the object::
-
-    {"compute_profile": {"device": "NVIDIA H200", "source": "raw torch on CUDA, make gpu-check",
-      "models": {"recommender": {"fp32": {"T_ms": 0.21, "dt_ms": 0.004, "batches": {"1": 0.21, "8": 0.24}},
-                                 "fp16": {...}}}}}
-
-``T_ms`` and ``dt_ms`` are the fit of the article's ``T_batch(N) = T + (N-1)·Δt``; ``batches`` the
-timings it was fitted to. The file is read through frozen dataclasses (``perf.saved``): a field
-missing, misspelt or of the wrong type is refused in one line naming it (exit status 2).
-
-``compute_origin`` says, for the headline, where the compute behind a plan's rates was measured,
-against the machine planned for, in words a reader cannot take for a GPU figure when it is not one.
-"""
+"""A recorded GPU compute profile (``make gpu-check``'s ``compute_profile``, docs/PLAN.md): what a model's
+batches cost on a GPU this host does not have, so ``make plan`` on that GPU predicts from its compute."""
 
 from __future__ import annotations
 
@@ -78,9 +62,8 @@ class ComputeProfile:
 
 
 def read_compute_profile(path: Path) -> ComputeProfile:
-    """``path`` read as a compute profile: the GPU check's figures file (the profile under its
-    ``compute_profile``) or the object alone. An ``OptionError`` (exit status 2) naming the file and the
-    field it got wrong."""
+    """``path`` as a compute profile (the GPU check's figures file or the object alone); an ``OptionError``
+    naming the field it got wrong."""
     return load_document(path, ComputeProfile, under="compute_profile")
 
 
@@ -95,8 +78,8 @@ def same_device(recorded: str, named: list[str]) -> bool:
 
 
 def compute_origin(device: str, recorded: bool, gpus: list[str], here: bool) -> str:
-    """Where the compute behind a plan's predicted rates comes from, against the machine planned for
-    (``gpus``: its GPUs' names, none for a CPU plan; ``here``: the plan is for this host)."""
+    """Where the compute behind a plan's rates was measured, against the machine planned for, in words a
+    reader cannot take for a GPU figure when it is not one."""
     if not gpus:
         return f"from compute measured on {device}"
     named = " + ".join(f"{count}× {name}" for name, count in Counter(gpus).items())  # 4× NVIDIA RTX A6000

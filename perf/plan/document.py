@@ -1,7 +1,5 @@
-"""``plan.json`` as types: the plan's record (every figure the report shows) built once from the plan
-and what the run measured, written and read back through ``perf.saved``, so ``report.md`` and the
-console summary read attributes, and a field renamed or of the wrong type fails when the file is read,
-naming it, not as a ``KeyError`` in the report."""
+"""``plan.json`` as types (``perf.saved``): the report and the console read attributes, and a field
+renamed or of the wrong type fails when the file is read, naming it."""
 
 from __future__ import annotations
 
@@ -55,9 +53,8 @@ class StrategyFigures:
 
 @dataclass(frozen=True)
 class VerificationRow:
-    """One point measured on the real server (a strategy at one rate, by the probe, the search or the
-    shapes step): predicted against measured (its last run), how many runs it had and what the
-    search's rule made of them (``perf.session.search``)."""
+    """One point measured on the real server: predicted against measured (its last run), its runs and
+    verdict."""
 
     strategy: str  # the strategy's label
     fraction: float  # of its predicted rate (0: none was predicted within the budget)
@@ -133,10 +130,7 @@ def plan_document(
     verdict: str | None = None, measured_rate: float | None = None, overlay_written: bool = False,
     shapes: ShapesFigures | None = None, asked: str = "", compute_origin: str = "",
 ) -> PlanDocument:  # fmt: skip
-    """The document of ``plan`` (its pick placed) with what the run measured: the verification, the
-    verdict where nothing measured held the budget, the measured rate, whether the overlay was written
-    and the shapes section; ``asked``: the name planned for as the user gave it (a pipeline's);
-    ``compute_origin``: where the compute behind the predicted rates was measured."""
+    """The document of ``plan`` (its pick placed) with what the run measured."""
     chosen, topology = plan.chosen, plan.topology
     assert chosen.placement is not None
     gpus = tuple(

@@ -1,26 +1,6 @@
-"""Memory per instance from the model's graph, without building it: ``graph_memory``.
-
-A model too big for this host (a recommender whose tables total 40 GB) must still be planned here, so
-the planner counts memory instead of measuring a build:
-
-* **Parameters**: the torch module is built on the ``meta`` device (every tensor has its shape and
-  dtype and no storage), so a 40 GB module costs nothing. Its elements fall in three kinds, because
-  each precision stores them differently (``BYTES``): the weights of the weighted ops (``Linear``,
-  ``Conv``: fp32 4 bytes, fp16 2, int8 1, as ``exporters.precision.int8`` quantizes exactly these), embedding
-  tables (``Embedding``, ``EmbeddingBag``: int8 leaves their ``Gather`` in fp32) and the rest
-  (biases, norms, float buffers: fp32 in int8 too).
-* **Activations**: one forward of the meta module at ``max_batch_size`` under a dispatch mode that
-  adds up the bytes every operator writes (views excluded). Every intermediate counted at once is an
-  upper bound: onnxruntime's planner reuses buffers, so the figure errs on the side of fitting.
-  Float activations take the precision's element size (int8 graphs keep fp32 activations).
-* **Tables**: each embedding table, with the rows one request looks up in it (the lookup's output
-  per sample), which a table placed on another GPU sends over the link (``perf.plan.tables``).
-
-The CUDA context is not an instance's: ``perf.model.memory.context_bytes`` counts it once per GPU.
-A source with no torch module (an ONNX file, a ``.pt2`` program) raises ``GraphMemoryError``; the
-profile then counts each precision's exported ONNX file instead (``onnx_instance_bytes``: its
-initializers and ONNX shape inference at the largest batch).
-"""
+"""Memory per instance counted from the model's graph on the meta device, without building it: a model
+too big for this host (tables of 40 GB) must still be planned here. Activations are every operator's
+output at once, an upper bound (onnxruntime reuses buffers), so the figure errs on the side of fitting."""
 
 from __future__ import annotations
 
@@ -68,7 +48,8 @@ class Table:
 
 @dataclass(frozen=True)
 class GraphMemory:
-    """Element counts of one model's graph (see the module docstring); bytes per precision."""
+    """Element counts of one model's graph; bytes per precision (each stores weights, tables and the rest
+    differently, as ``exporters.precision.int8`` quantizes only the weighted ops)."""
 
     weights: int  # elements of the weighted ops' weights
     other: int  # elements of the other float parameters and buffers
@@ -101,8 +82,8 @@ class GraphMemory:
 
 
 class _Writes(TorchDispatchMode):
-    """Adds up what every operator writes (outputs that alias an input are views: not counted), and
-    the output of each embedding lookup per weight."""
+    """Adds up what every operator writes (an output aliasing an input is a view), and each table's
+    lookups."""
 
     def __init__(self) -> None:
         super().__init__()
@@ -127,30 +108,23 @@ class _Writes(TorchDispatchMode):
         return out
 
 
-def meta_module(spec: ModelSpec) -> nn.Module:
-    """``spec``'s torch module on the meta device (no storage, whatever its size)."""
-    with torch.device("meta"):
-        if spec.source_kind == "zoo":
-            return ZOO[spec.source].create(spec.options, spec.seed)
-        if spec.source_kind == "python":
-            from exporters.sources.load import load_source
-
-            return load_source(spec).module  # type: ignore[attr-defined]
-    raise GraphMemoryError(
-        f"{spec.name}: memory from the graph needs a torch module (a zoo or python source), "
-        f"not a {spec.source_kind} source"
-    )
-
-
 def graph_memory(spec: ModelSpec) -> GraphMemory:
-    """Count ``spec``'s parameters, tables and activations at ``max_batch_size`` from its graph on
-    the meta device (see the module docstring); nothing is built or allocated."""
+    """``spec``'s parameters, tables and activations at ``max_batch_size``; nothing built or allocated."""
+    if spec.source_kind not in ("zoo", "python"):
+        raise GraphMemoryError(
+            f"{spec.name}: memory from the graph needs a torch module (a zoo or python source), "
+            f"not a {spec.source_kind} source"
+        )
     try:
-        module = meta_module(spec).eval()
+        with torch.device("meta"):  # no storage, whatever its size
+            if spec.source_kind == "zoo":
+                module = ZOO[spec.source].create(spec.options, spec.seed).eval()
+            else:
+                from exporters.sources.load import load_source
+
+                module = load_source(spec).module.eval()  # type: ignore[attr-defined]
         # inputs of the largest batch, as the exporters draw them, on the meta device
         inputs = [torch.from_numpy(a).to("meta") for a in draw_inputs(spec, spec.max_batch_size, 0, module)]
-    except GraphMemoryError:
-        raise
     except Exception as error:  # a user factory may refuse the meta device in any way
         raise GraphMemoryError(f"{spec.name}: cannot build it on the meta device: {error}") from error
     counted: set[int] = set()
@@ -194,8 +168,8 @@ def host_memory_bytes() -> int:
 
 
 def too_big_to_build(spec: ModelSpec, memory: GraphMemory | None = None) -> str:
-    """Why ``spec`` is not built on this host (its fp32 parameters over ``HOST_SHARE`` of the host's
-    memory: a build holds the torch module and its export at once), or "" when it may be."""
+    """Why ``spec`` is not built on this host (a build holds the torch module and its export at once), or
+    ""."""
     try:
         memory = memory or graph_memory(spec)
     except GraphMemoryError:
@@ -210,11 +184,8 @@ def too_big_to_build(spec: ModelSpec, memory: GraphMemory | None = None) -> str:
 
 
 def compute_proxy(spec: ModelSpec) -> ModelSpec | None:
-    """A model like ``spec`` whose compute is the same and whose tables are small enough to build:
-    the zoo recommender with every table capped at ``PROXY_ROWS`` rows (a lookup costs the same in
-    a table of ten thousand rows as in one of ten million, but for cache effects). None where the
-    spec has no such knob (``table_sizes``). It keeps the model's name: its variants and split are
-    built and timed under the names the plan serves."""
+    """``spec`` with every table capped at ``PROXY_ROWS`` rows (a lookup costs the same in a small table),
+    under the model's own name; None where the spec has no ``table_sizes`` knob."""
     sizes = spec.options.get("table_sizes")
     if spec.source_kind != "zoo" or not isinstance(sizes, list | tuple):
         return None
@@ -223,11 +194,8 @@ def compute_proxy(spec: ModelSpec) -> ModelSpec | None:
 
 
 def onnx_instance_bytes(path: Path, batch: int) -> int:
-    """One instance of the exported ONNX file at ``batch``: its initializers as stored (each precision
-    exactly, int8's scales included) plus every tensor the graph computes, from ONNX shape inference
-    with the batch axis set to ``batch`` (for a source with no torch module: the file is all there
-    is). An axis other than the batch that inference leaves unknown counts as 1: an underestimate
-    the report's memory line names."""
+    """One instance of the exported ONNX file at ``batch``: its initializers plus every tensor ONNX shape
+    inference gives (an unknown axis other than the batch counts as 1, an underestimate the report names)."""
     import onnx
 
     model = onnx.load(str(path), load_external_data=False)

@@ -1,17 +1,6 @@
-"""The chosen strategy as the spec says it, and the server flags that keep the headroom.
-
-The overlay holds what the plan decides: for the whole model, its ``models`` entry (precision,
-batching, instances with their ``gpus:`` list); for a split, one ``pipelines`` entry per replica,
-each with its stages' instances (``replicas``), boundary dtype, batching and ``gpus`` (the GPU of
-each stage, so each replica's boundary stays on the link its placement chose). Models merge over the
-base spec as the tuner's overlay does (``perf.spec_overlay.apply_overlay``); the plan's pipelines
-replace any of the same name and join the rest. The merged document goes through ``parse_spec``: a
-planned configuration passes exactly the checks a hand-written one does.
-
-``--model-load-gpu-limit <gpu>:0.80`` for every GPU the plan uses: Triton refuses a model load that
-would take a GPU past 80% of its memory (the headroom the placement kept), instead of running out
-of memory later under load.
-"""
+"""The chosen strategy as a spec overlay (merged and checked by ``parse_spec`` like a hand-written spec),
+and the ``--model-load-gpu-limit`` flags that make Triton refuse a load past the headroom the placement
+kept, instead of running out of memory later under load."""
 
 from __future__ import annotations
 
@@ -40,11 +29,10 @@ def plan_overlay(
     document: dict[str, Any], spec: Spec, model: str, strategy: Strategy, placement: Placement, on_gpu: bool,
     buckets: Sequence[int] | None = None,
 ) -> dict:  # fmt: skip
-    """The overlay of ``strategy`` placed as ``placement`` over the spec ``document`` (see the module
-    docstring). Another precision is another model (pipelines split the fp32 one): the overlay then
-    names ``<model>_<precision>``, a copy of the model's entry in that precision unless the spec has
-    one of that name already. ``buckets``: the length buckets the shapes section chose for the whole
-    model (``[]``: none; None: the spec's stay)."""
+    """The overlay of ``strategy`` placed as ``placement`` over the spec ``document``: another precision is
+    another model, ``<model>_<precision>`` (a copy of the model's entry unless the spec has one); a split is
+    one pipeline per replica, each stage pinned to its GPU. ``buckets``: the shapes step's (None: the
+    spec's)."""
     batching = {"mode": "dynamic", "max_queue_delay_us": strategy.delay_us}
     base = spec.model(model)
     if strategy.kind == "data":
@@ -88,8 +76,8 @@ def plan_overlay(
 
 
 def merge(base: dict[str, Any], overlay: dict[str, Any]) -> dict[str, Any]:
-    """The base document with the overlay's models merged (a model the base lacks joins it) and its
-    pipelines in place of same-named ones."""
+    """The base document with the overlay's models merged (or joined) and its pipelines replacing same-named
+    ones."""
     known = {m.get("name") for m in base.get("models", [])}
     models = overlay.get("models", [])
     merged = apply_overlay(base, {"models": [m for m in models if m["name"] in known]})

@@ -1,38 +1,20 @@
-"""Where a strategy's instances go on the GPUs, within each GPU's headroom.
-
-Rules:
-
-* one stage per GPU, and a replica's stages on distinct GPUs, so replicas spread evenly;
-* a stage boundary goes over the fastest link available: the replicas' chains are chosen to maximise
-  the slowest boundary link among them, then the total bandwidth (on the DGX-1 an ``NV2`` or ``NV1``
-  pair before any ``SYS`` path);
-* no GPU over its headroom (``perf.model.memory``): instances × memory per instance, plus the CUDA
-  context and workspaces once per GPU used (``context_bytes``, per GPU kind), added to what the GPU
-  already uses, stays within 80% of it;
-* ``sharded``: the dense part's instances and the context on each of the GPUs with the most room,
-  then the tables packed whole into what is left (``perf.plan.tables``); the exchange of looked-up
-  rows goes over the slowest link between a GPU and the tables' other GPUs;
-* a CPU plan: everything within 80% of this host's memory;
-* nothing fits: ``PlacementError``, saying what was needed and what each GPU had.
-
-Triton routes an ensemble's next step to whichever instance of the next stage model is free, not to
-the one beside the previous stage's GPU: a stage model with instances on several GPUs would send its
-boundary over every link between them. So each replica of a split is its own set of stage models
-(and ensemble), each pinned to the GPUs its chain was given; requests reach the replicas by the
-client spreading them over the replicas' ensembles (``Placement.routing``).
-"""
+"""Where a strategy's instances go on the GPUs, within each GPU's headroom (docs/PLAN.md, "Placement").
+Triton sends an ensemble's next step to whichever instance of the next stage is free, so each replica
+of a split is its own set of stage models pinned to its chain of GPUs, and the client spreads requests.
+A model that is mostly embedding tables gains nothing from replicas (each holds every table) and may fit
+on no single GPU: its tables are packed whole over GPUs by the size-based greedy sharder of DLRM's and
+TorchRec's planners (a table too large for every GPU's room is not split row-wise)."""
 
 from __future__ import annotations
 
-import dataclasses
 import itertools
-from dataclasses import dataclass
+from collections.abc import Callable
+from dataclasses import dataclass, field, replace
 
 from perf.model.links import HOST, Link, Transfer
 from perf.model.memory import HEADROOM, MIB, context_bytes
 from perf.plan.graph_memory import Table, host_memory_bytes
 from perf.plan.strategy import StageCost, Strategy
-from perf.plan.tables import TablePackingError, exchange, pack_tables
 from perf.plan.topology import Topology
 
 CPU_DEVICE = -1  # the device index of a CPU plan
@@ -59,7 +41,7 @@ class Placement:
     memory: dict[int, int]  # device -> bytes the plan puts there
     links: tuple[tuple[Link, ...], ...]  # per replica, the link of each boundary
     routing: str
-    tables: dict[int, tuple[str, ...]] = dataclasses.field(default_factory=dict)  # GPU -> its tables
+    tables: dict[int, tuple[str, ...]] = field(default_factory=dict)  # GPU -> its tables
     exchange: Transfer | None = None  # sharded: a request's looked-up rows from the other GPUs
 
 
@@ -68,8 +50,7 @@ def replica_name(base: str, replica: int, replicas: int) -> str:
 
 
 def _within_headroom(topology: Topology, planned: dict[int, int]) -> dict[int, int]:
-    """``planned`` plus each used GPU's CUDA context and workspaces (once per GPU), checked against
-    each GPU's headroom."""
+    """``planned`` plus each used GPU's CUDA context, checked against each GPU's headroom."""
     planned = {d: b + context_bytes(topology.gpu(d).name) for d, b in planned.items()}
     over = [d for d, needed in planned.items() if not topology.gpu(d).memory.fits(needed)]
     if over:
@@ -124,8 +105,7 @@ def _spread(topology: Topology, count: int) -> tuple[int, ...]:
 
 
 def split_models(split: str, suffixes: tuple[str, ...], replica: int, replicas: int) -> tuple[str, ...]:
-    """The Triton names of a replica's stage models: the replica's pipeline name (``replica_name``)
-    and each stage's suffix (``_embedding``, ``_stage1``, ... as ``PipelineSpec.stage_names``)."""
+    """The Triton names of a replica's stage models (``PipelineSpec.stage_names``' suffixes)."""
     return tuple(replica_name(split, replica, replicas) + suffix for suffix in suffixes)
 
 
@@ -136,9 +116,8 @@ def place(
     split: tuple[str, tuple[str, ...]] = ("", ()),
     tables: tuple[Table, ...] = (),
 ) -> Placement:
-    """Put ``strategy`` on ``topology`` (see the module rules); ``split`` is the split's pipeline name
-    and its stages' name suffixes (the served names: ``split_models``). The whole model is served
-    under its cost's name (``<model>`` or ``<model>_<precision>``, as the overlay names it)."""
+    """Put ``strategy`` on ``topology`` (``PlacementError`` where it does not fit); ``split`` is the split's
+    pipeline name and its stages' name suffixes. The whole model is served under its cost's name."""
     name, suffixes = split
     if not topology.on_gpu:
         return _place_on_cpu(strategy, costs, split_models(name, suffixes, 0, 1))
@@ -177,10 +156,7 @@ def _place_sharded(
     gpus = _spread(topology, strategy.replicas)
     planned = _within_headroom(topology, {g: strategy.instances[0] * dense.memory_bytes for g in gpus})
     room = {g: topology.gpu(g).memory.budget_bytes - planned[g] for g in gpus}
-    try:
-        packed = pack_tables(tables, room, strategy.precision)
-    except TablePackingError as error:
-        raise PlacementError(f"over memory: {error}") from error
+    packed = pack_tables(tables, room, strategy.precision)
     for gpu, found in packed.items():
         planned[gpu] += sum(t.bytes(strategy.precision) for t in found)
     found = exchange(packed, topology.link, strategy.precision)
@@ -205,8 +181,7 @@ def _place_sharded(
 def _place_on_cpu(
     strategy: Strategy, costs: tuple[StageCost, ...], stage_models: tuple[str, ...]
 ) -> Placement:
-    """A CPU plan: everything on the one device within ``HEADROOM`` of this host's memory (a model
-    bigger than the host is over), boundaries through host memory."""
+    """A CPU plan: everything within ``HEADROOM`` of this host's memory, boundaries through host memory."""
     names = (costs[0].name,) if strategy.kind == "data" else stage_models
     assignments = tuple(Assignment(names[k], 0, k, (), strategy.instances[k]) for k in range(strategy.stages))
     memory = sum(n * c.memory_bytes for n, c in zip(strategy.instances, costs, strict=True))
@@ -218,3 +193,57 @@ def _place_on_cpu(
         )
     routing = "one model on the CPU" if strategy.kind == "data" else "one ensemble on the CPU"
     return Placement(assignments, {CPU_DEVICE: memory}, ((HOST,) * (strategy.stages - 1),), routing)
+
+
+def pack_tables(
+    tables: tuple[Table, ...], room: dict[int, int], precision: str
+) -> dict[int, tuple[Table, ...]]:
+    """Each table, largest first, onto the GPU of ``room`` (bytes free) with the most room left; every GPU
+    in the answer, even an empty one."""
+    left = dict(room)
+    placed: dict[int, list[Table]] = {gpu: [] for gpu in room}
+    for table in sorted(tables, key=lambda t: (-t.bytes(precision), t.name)):
+        gpu = min(left, key=lambda g: (-left[g], g))
+        needed = table.bytes(precision)
+        if needed > left[gpu]:
+            rooms = ", ".join(f"GPU{g} {b / MIB:,.0f} MiB" for g, b in sorted(left.items()))
+            raise PlacementError(
+                f"over memory: table {table.name} ({needed / MIB:,.0f} MiB in {precision}) fits no GPU's "
+                f"room left within 80% ({rooms})"
+            )
+        left[gpu] -= needed
+        placed[gpu].append(table)
+    return {gpu: tuple(found) for gpu, found in placed.items()}
+
+
+@dataclass(frozen=True)
+class Exchange:
+    """The all-to-all of one request: the bytes its dense GPU receives, over the slowest link among them."""
+
+    gpu: int  # the dense GPU with the most remote bytes
+    bytes_per_request: float
+    transfer: Transfer
+
+    @property
+    def link(self) -> Link:
+        return self.transfer.link
+
+
+def exchange(
+    packed: dict[int, tuple[Table, ...]], link: Callable[[int, int], Link], precision: str
+) -> Exchange:
+    """The worst GPU's exchange: the rows its requests look up in the other GPUs' tables, over the slowest
+    link."""
+    found = []
+    for gpu in packed:
+        others = [g for g, tables in packed.items() if g != gpu and tables]
+        remote = sum(t.request_bytes(precision) for g in others for t in packed[g])
+        slowest = min((link(g, gpu) for g in others), key=lambda lk: lk.gbs, default=None)
+        found.append(Exchange(gpu, remote, Transfer(remote, slowest) if slowest else Transfer(0.0)))
+    return max(found, key=lambda e: e.transfer.seconds(1))  # the first of equals, as GPUs are listed
+
+
+def with_exchange(cost: StageCost, transfer: Transfer) -> StageCost:
+    """``cost`` with a batch's exchange added (hop latency plus ``N`` rows over the link: linear in ``N``)."""
+    one, per_sample = transfer.seconds(1), transfer.seconds(2) - transfer.seconds(1)
+    return replace(cost, t_s=cost.t_s + one, dt_s=cost.dt_s + per_sample)

@@ -1,34 +1,17 @@
-"""Every strategy placed, predicted and judged; the pick.
-
-For each strategy of the space: placed on the machine (``perf.plan.placement``: over memory or not
-enough GPUs ends it there), held to the accuracy tolerance (the variant's measured error), then
-predicted. The whole model is one batcher in front of all its instances (``perf.model.predict``); a
-split is a tandem of batchers with each boundary over the link its placement gave it
-(``perf.model.tandem``); a hybrid's replicas each take an equal share of the traffic, and the replica
-with the slowest links is the one predicted. Tables spread over GPUs (``sharded``) are the whole
-model's batcher with each batch's exchange of looked-up rows over its link added to its service
-(``perf.plan.tables.with_exchange``). Each gets the highest rate whose predicted p99 meets the
-budget.
-
-The pick: the highest rate; strategies within ``TIE_SHARE`` of it tie, and ties go to fewer devices,
-then fewer instances, then the shorter delay. Every other strategy gets the reason it lost: over
-memory, not enough GPUs, over the accuracy tolerance, over the budget at every rate, link-bound (its
-boundary's link carries less than its stages compute), or a lower rate than the pick.
-"""
+"""Every strategy placed, predicted and judged; the pick: the highest rate within the budget, ties
+(within ``TIE_SHARE``) to fewer devices, instances, then delay; every other strategy says why it lost."""
 
 from __future__ import annotations
 
-import dataclasses
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 from perf.measure.loads import poisson
 from perf.model.links import Transfer
 from perf.model.predict import Prediction, capacity_bound, highest_rate, predict
 from perf.model.tandem import TandemStage, predict_tandem, tandem_bound
-from perf.plan.placement import Placement, PlacementError, place
+from perf.plan.placement import Placement, PlacementError, place, with_exchange
 from perf.plan.strategy import WHOLE_KINDS, ModelProfile, Space, Strategy, strategies
-from perf.plan.tables import with_exchange
 from perf.plan.topology import Topology
 
 ARRIVALS = 15_000  # a prediction simulates at most this many arrivals per replica (p99 from 150 tail samples)
@@ -72,8 +55,7 @@ class Plan:
 
 
 class Predictor:
-    """How one placed strategy is predicted at any total rate (``at``), and its rate bound: the whole
-    model as one batcher, a split as the tandem of one replica's stages over its slowest links."""
+    """One placed strategy predicted at any total rate (a split: one replica over its slowest links)."""
 
     def __init__(self, strategy: Strategy, profile: ModelProfile, placement: Placement, request: PlanRequest):
         self.strategy, self.request = strategy, request
@@ -101,12 +83,11 @@ class Predictor:
             (stage,) = self.stages
             return predict(stage.config, stage.service, load, seconds)
         found = predict_tandem(self.stages, self.transfers, load, self.overhead_s, seconds)
-        return dataclasses.replace(found, rate=rate, throughput=found.throughput * self.replicas)
+        return replace(found, rate=rate, throughput=found.throughput * self.replicas)
 
     @property
     def bound(self) -> float:
-        """Requests/s in all at most: every instance at full batches (a split: its slowest stage or link,
-        times its replicas)."""
+        """Requests/s in all at most: every instance at full batches (a split: its slowest stage or link)."""
         return tandem_bound(self.stages, self.transfers) * self.replicas
 
     def link_bound(self) -> str:
@@ -170,8 +151,7 @@ def _order(judged: list[Judged]) -> list[Judged]:
 
 
 class NoStrategyError(PlacementError):
-    """No strategy is feasible; ``judged`` says why each lost (a caller tells "over budget at every rate"
-    apart from "does not fit")."""
+    """No strategy is feasible; ``judged`` says why each lost (over budget apart from does not fit)."""
 
     def __init__(self, message: str, judged: list[Judged]) -> None:
         super().__init__(message)
@@ -181,7 +161,7 @@ class NoStrategyError(PlacementError):
 def plan(
     profile: ModelProfile, topology: Topology, request: PlanRequest, step: Callable[[str], None] | None = None
 ) -> Plan:
-    """Judge every strategy of ``request.space`` and pick (see the module docstring)."""
+    """Judge every strategy of ``request.space`` and pick."""
     candidates = strategies(profile, len(topology.gpus), request.space)
     if step:
         step(f"predicting {len(candidates)} strategies on {topology.name}")

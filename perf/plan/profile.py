@@ -1,37 +1,13 @@
-"""What the planner measures of a model before it predicts: ``ModelProfile``.
-
-1. The variants are built into the plan's work repository by the project's own builders: the whole
-   model in each precision (``exporters.repository``) and the split in each boundary dtype
-   (``exporters.pipelines.build``: its record has the bytes crossing each boundary and the compression
-   error). The memory of one whole-model instance at its largest batch is counted from the model's
-   graph (``perf.plan.graph_memory``: parameters per precision and activations, nothing allocated);
-   a source without a torch module has each precision's exported ONNX file counted instead
-   (initializers and ONNX shape inference at the largest batch).
-   A model too big to build on this host (``too_big_to_build``) is timed on its compute proxy (the
-   same network with small tables, ``compute_proxy``) and planned with its own graph's memory.
-2. Compute per batch: the whole model's ``T + (N-1)·Δt`` from onnxruntime in-process at batch 1 and
-   at ``max_batch_size`` (``perf.measure.raw``), on the device planned for (CUDA on a GPU host, else the CPU).
-   Each stage gets the share of it that its served artifact takes when run alone at the same batches:
-   the split costs no compute of its own, only its boundaries and the costs beyond compute.
-3. Memory per stage instance: the whole model's memory, shared out by the stages' parameter bytes
-   (the weights are what an instance holds; activations follow the same cut), each table at the
-   size of the model planned (not of its proxy).
-4. On the CPU, the costs beyond compute come from the tuner's probe of the whole model on the real
-   server (``perf.session.probe``): compute as the server reports it replaces the raw figure, and the
-   per-execution and per-request costs, the overhead outside the server and the CPU term come with it.
-5. For a GPU this host does not have, a recorded compute profile (``perf.plan.compute_profile``, the
-   GPU check's output) replaces the whole model's compute in the precisions it recorded; a precision
-   it lacks is scaled by the recorded over this host's figure of one it has, and the stages follow the
-   whole model's share as always.
-"""
+"""What the planner measures of a model before it predicts (``ModelProfile``): the variants built and
+timed in-process, memory counted from the graph, on the CPU the costs beyond compute from the tuner's
+probe, and for a GPU this host lacks a recorded compute profile (docs/PLAN.md has the method)."""
 
 from __future__ import annotations
 
-import dataclasses
 import logging
 import statistics
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -91,17 +67,16 @@ def precision_variant(model: ModelSpec, precision: str) -> ModelSpec:
     floats, dtype = set(TENSOR_DTYPE.values()), TENSOR_DTYPE[precision]
 
     def retyped(tensors):
-        return tuple(dataclasses.replace(t, dtype=dtype) if t.dtype in floats else t for t in tensors)
+        return tuple(replace(t, dtype=dtype) if t.dtype in floats else t for t in tensors)
 
-    return dataclasses.replace(
+    return replace(
         model, name=f"{model.name}_{precision}", precision=precision,
         inputs=retyped(model.inputs), outputs=retyped(model.outputs),
     )  # fmt: skip
 
 
 def whole_variants(spec: Spec, base: ModelSpec) -> dict[str, ModelSpec]:
-    """``base`` in every precision; an opt-in one (int8) only where the spec serves the model in it
-    (an entry of the same source, options and seed), with that entry's calibration."""
+    """``base`` in every precision; an opt-in one (int8) only where the spec serves the model in it."""
     whole = {}
     same = (base.source, base.options, base.seed)
     for precision in PRECISIONS:
@@ -113,22 +88,20 @@ def whole_variants(spec: Spec, base: ModelSpec) -> dict[str, ModelSpec]:
             if not served:
                 continue
             if precision != base.precision:
-                variant = dataclasses.replace(variant, calibration=served[0].calibration)
+                variant = replace(variant, calibration=served[0].calibration)
         whole[precision] = variant
     return whole
 
 
 def plan_target(spec: Spec, name: str) -> tuple[Spec, str]:
-    """``MODEL=`` as the planner takes it: a model of the spec (its first pipeline is the split), or
-    a pipeline (its model, split as that pipeline says: the spec comes back with that pipeline first,
-    where the profile, the verification and the overlay take the split from). Anything else: an
-    error naming both lists."""
+    """``MODEL=`` as a model, or a pipeline (the spec comes back with it first: the split is taken from the
+    first pipeline); anything else is an error naming both lists."""
     if any(m.name == name for m in spec.models):
         return spec, name
     for pipeline in spec.pipelines:
         if pipeline.name == name:
             others = tuple(p for p in spec.pipelines if p is not pipeline)
-            return dataclasses.replace(spec, pipelines=(pipeline, *others)), pipeline.model
+            return replace(spec, pipelines=(pipeline, *others)), pipeline.model
     raise OptionError(
         f"no model or pipeline named {name!r} (models: {[m.name for m in spec.models]}; "
         f"pipelines: {[p.name for p in spec.pipelines]})"
@@ -136,18 +109,17 @@ def plan_target(spec: Spec, name: str) -> tuple[Spec, str]:
 
 
 def variants(spec: Spec, model: str, split: bool = True) -> Variants:
-    """The whole model in every precision it can be planned in (``whole_variants``), and the spec's
-    first pipeline splitting it (each boundary dtype, no live updates: a plan may give the first stage
-    several instances; ``plan_target`` puts a pipeline named by ``MODEL=`` first)."""
+    """The whole model in every precision, and the spec's first pipeline splitting it in each boundary dtype
+    (no live updates: a plan may give the first stage several instances)."""
     base = spec.model(model)
     whole = whole_variants(spec, base)
     pipelines = [p for p in spec.pipelines if p.model == model] if split else []
     if not pipelines:
         return Variants(whole, {})
-    first = dataclasses.replace(pipelines[0], live_updates=False, replicas=())
+    first = replace(pipelines[0], live_updates=False, replicas=())
     return Variants(
         whole,
-        {d: dataclasses.replace(first, boundary_dtype=d, name=f"{first.name}_{d}") for d in BOUNDARY_DTYPES},
+        {d: replace(first, boundary_dtype=d, name=f"{first.name}_{d}") for d in BOUNDARY_DTYPES},
     )
 
 
@@ -164,8 +136,8 @@ def _median_s(fn, tensors: tuple[torch.Tensor, ...], repeats: int = 15) -> float
 
 
 def _stage_params(stages, memory: GraphMemory | None) -> list[int]:
-    """Each stage's parameter bytes in fp32, each embedding table at the size ``memory`` counted
-    (the model planned, where the stages are its compute proxy's), in module order."""
+    """Each stage's fp32 parameter bytes, each table at the size ``memory`` counted (the model's, not its
+    proxy's)."""
     real = iter(memory.tables if memory is not None else ())
     params = []
     for stage in stages:
@@ -180,9 +152,8 @@ def _stage_params(stages, memory: GraphMemory | None) -> list[int]:
 def _stage_costs(
     built: BuiltPipeline, base: ModelSpec, repository: Path, total: StageCost, memory: GraphMemory | None
 ) -> tuple[StageCost, ...]:
-    """Per stage: ``total`` (the whole model) shared out by the stage's part of the chain's time at
-    batch 1 (``T``), at max batch (``Δt``) and of its parameter bytes (memory), with the bytes per
-    sample it sends over its boundary."""
+    """Per stage: ``total`` shared out by the stage's part of the chain's time at batch 1 (``T``), at max
+    batch (``Δt``) and of its parameter bytes (memory), with the bytes per sample over its boundary."""
     model = build_torch_model(base)
     stages, _ = make_stages(built.spec, base, model, built.record.split_plan, built.record.build_id)
     timings = []
@@ -202,20 +173,10 @@ def _stage_costs(
     )
 
 
-def counted_memory(model: ModelSpec) -> GraphMemory | None:
-    """``model``'s memory from its graph, or None where its source has no torch module."""
-    try:
-        return graph_memory(model)
-    except GraphMemoryError as error:
-        log.info("memory measured on the export: %s", error)
-        return None
-
-
 @dataclass(frozen=True)
 class Counted:
-    """A model's memory counted from its graph (None: its source has no torch module) and why it is too
-    big to build on this host ("": it is not). Counted once a plan (``count``): ``make plan`` decides
-    from it whether the server measures, and the profile what it builds and each instance's memory."""
+    """A model's memory from its graph (None: no torch module) and why it is too big to build here (""),
+    counted once per plan."""
 
     memory: GraphMemory | None
     too_big: str
@@ -223,21 +184,12 @@ class Counted:
 
 def count(model: ModelSpec) -> Counted:
     """``model``'s ``Counted``: its graph counted once, on the meta device."""
-    memory = counted_memory(model)
-    return Counted(memory, too_big_to_build(model, memory) if memory is not None else "")
-
-
-def buildable(spec: Spec, model: str, counted: Counted) -> tuple[Spec, str]:
-    """The spec the profile builds (``spec``, or its model's compute proxy in its place where the
-    model is too big for this host) and why the proxy (empty: none)."""
-    base = spec.model(model)
-    reason = counted.too_big
-    if not reason:
-        return spec, ""
-    proxy = compute_proxy(base)
-    if proxy is None:
-        raise OptionError(f"{reason}, and it has no smaller proxy to time its compute on")
-    return dataclasses.replace(spec, models=tuple(proxy if m is base else m for m in spec.models)), reason
+    try:
+        memory = graph_memory(model)
+    except GraphMemoryError as error:
+        log.info("memory measured on the export: %s", error)
+        return Counted(None, "")
+    return Counted(memory, too_big_to_build(model, memory))
 
 
 def measure_profile(
@@ -245,13 +197,15 @@ def measure_profile(
     providers: tuple[str, ...] = ("CPUExecutionProvider",), device: str = "this host's CPU",
     recorded: ComputeProfile | None = None, counted: Counted | None = None,
 ) -> ModelProfile:  # fmt: skip
-    """Build the variants into ``repository`` and measure them (see the module docstring). With
-    ``probe`` (the fp32 whole model probed on the real server) the costs beyond compute come with it;
-    with ``recorded``, the whole model's compute is the recorded profile's; ``counted``: the model's
-    memory as the caller counted it already (None: counted here)."""
+    """Build the variants into ``repository`` and measure them; ``probe`` brings the costs beyond compute,
+    ``recorded`` the whole model's compute."""
     counted = counted or count(spec.model(model))
-    memory = counted.memory
-    spec, proxy_reason = buildable(spec, model, counted)
+    memory, proxy_reason = counted.memory, counted.too_big
+    if proxy_reason:  # timed on its compute proxy in its place
+        proxy = compute_proxy(spec.model(model))
+        if proxy is None:
+            raise OptionError(f"{proxy_reason}, and it has no smaller proxy to time its compute on")
+        spec = replace(spec, models=tuple(proxy if m.name == model else m for m in spec.models))
     chosen = variants(spec, model, split)
     built = {
         m.spec.precision: m
@@ -316,8 +270,8 @@ def measure_profile(
 def with_recorded(
     whole: dict[str, StageCost], figures: dict[str, PrecisionCompute], recorded: ComputeProfile
 ) -> tuple[dict[str, StageCost], str]:
-    """``whole`` with the recorded compute where the profile has the precision, the others scaled by
-    the recorded over this host's figure of the first precision it has; and the source, in words."""
+    """``whole`` with the recorded compute, precisions it lacks scaled by its first's ratio; and the
+    source."""
     shared = [p for p in ("fp32", *figures) if p in figures and p in whole]
     if not shared:
         raise OptionError(
@@ -327,7 +281,7 @@ def with_recorded(
     out = _rescaled(whole, whole[reference], figures[reference].T_ms / 1e3, figures[reference].dt_ms / 1e3)
     for precision, mine in figures.items():
         if precision in whole:
-            out[precision] = dataclasses.replace(whole[precision], t_s=mine.T_ms / 1e3, dt_s=mine.dt_ms / 1e3)
+            out[precision] = replace(whole[precision], t_s=mine.T_ms / 1e3, dt_s=mine.dt_ms / 1e3)
     scaled = [p for p in whole if p not in figures]
     source = (
         f"the compute profile recorded on {recorded.device} ({recorded.source}): "
@@ -341,16 +295,15 @@ def with_recorded(
 def _rescaled(
     costs: dict[str, StageCost], reference: StageCost, t_s: float, dt_s: float
 ) -> dict[str, StageCost]:
-    """``costs`` with ``T`` and ``Δt`` scaled by ``t_s`` and ``dt_s`` over ``reference``'s (where a term
-    is 0, unscaled): one measured figure carried to the costs measured only beside it."""
+    """``costs`` with ``T`` and ``Δt`` scaled as ``reference``'s are to ``t_s`` and ``dt_s`` (a 0 term:
+    unscaled)."""
     scale_t = t_s / reference.t_s if reference.t_s > 0 else 1.0
     scale_dt = dt_s / reference.dt_s if reference.dt_s > 0 else 1.0
-    return {p: dataclasses.replace(c, t_s=c.t_s * scale_t, dt_s=c.dt_s * scale_dt) for p, c in costs.items()}
+    return {p: replace(c, t_s=c.t_s * scale_t, dt_s=c.dt_s * scale_dt) for p, c in costs.items()}
 
 
 def _export_memory(variant: ModelSpec, artifact: Path) -> int:
-    """A model without a torch module: its exported ONNX file counted (``onnx_instance_bytes``), or
-    measured where the export is not ONNX."""
+    """A model without a torch module: its ONNX export counted, or another export measured."""
     if artifact.suffix == ".onnx":
         return onnx_instance_bytes(artifact, variant.max_batch_size)
     return measured_instance_memory(variant, artifact)

@@ -1,6 +1,4 @@
-"""The plan's report: ``report.md`` rendered from its record alone (``plan.json``,
-``perf.plan.document.PlanDocument``), and ``p99_vs_rate.png`` (predicted p99 against the rate for the
-top three architectures)."""
+"""The plan's ``report.md``, rendered from ``plan.json`` alone, and ``p99_vs_rate.png``."""
 
 from __future__ import annotations
 
@@ -36,8 +34,8 @@ def plot(plan: Plan, path: Path) -> Path:
 
 
 def rate_sentence(saved: PlanDocument) -> str:
-    """The rate the plan answers with, and in the same sentence where its figure comes from: what the
-    server measured, else the prediction, labelled as one, with the origin of the compute behind it."""
+    """The plan's rate and, in the same sentence, where it comes from: measured, else predicted and labelled
+    so."""
     chosen = saved.chosen
     origin = saved.compute_origin or f"from {saved.compute_source}"
     predicted = (
@@ -57,9 +55,7 @@ def rate_sentence(saved: PlanDocument) -> str:
 
 
 def answer(saved: PlanDocument) -> list[str]:
-    """The headline: the pick with the rate the server measured it to hold the budget at (else the
-    prediction's, saying where its compute was measured); or, where nothing measured held it, the
-    verdict and that nothing here is an answer."""
+    """The headline: the pick with its rate, or the verdict and that nothing here is an answer."""
     chosen = saved.chosen
     if saved.verdict:
         return [
@@ -80,24 +76,16 @@ def answer(saved: PlanDocument) -> list[str]:
     ]
 
 
-def chosen(saved: PlanDocument) -> str:
-    """The chosen strategy's row, with the rate the server measured it to hold the budget up to."""
-    if saved.measured_rate:
-        return f"chosen (measured within the budget up to {number(saved.measured_rate, 0)}/s)"
-    return "chosen"
-
-
-def title(saved: PlanDocument) -> str:
-    """The name planned for as ``MODEL=`` gave it; a pipeline's says which model it splits."""
-    if saved.asked and saved.asked != saved.model:
-        return f"{saved.asked} (a pipeline splitting {saved.model})"
-    return saved.model
-
-
 def render(folder: Path, saved: PlanDocument) -> Path:
     """``report.md`` from the plan's document alone (the one built, or ``plan.json`` read back)."""
+    title = saved.model  # as ``MODEL=`` gave it: a pipeline's says which model it splits
+    if saved.asked and saved.asked != saved.model:
+        title = f"{saved.asked} (a pipeline splitting {saved.model})"
+    chosen = "chosen"
+    if saved.measured_rate:
+        chosen = f"chosen (measured within the budget up to {number(saved.measured_rate, 0)}/s)"
     lines = [
-        f"# Plan: {title(saved)}, p99 ≤ {saved.budget_ms:g} ms on {saved.topology.name}",
+        f"# Plan: {title}, p99 ≤ {saved.budget_ms:g} ms on {saved.topology.name}",
         "",
         *answer(saved),
         "",
@@ -121,7 +109,7 @@ def render(folder: Path, saved: PlanDocument) -> Path:
                "why it lost"],
               [[s.label, number(s.rate, 0) if s.rate else "none", number(s.p99_ms) if s.p99_ms else "–",
                 ", ".join(f"{d} {number(m)}" for d, m in s.memory_mib.items()),
-                "; ".join(" ".join(links) for links in s.links if links) or "–", s.reason or chosen(saved)]
+                "; ".join(" ".join(links) for links in s.links if links) or "–", s.reason or chosen]
                for s in saved.strategies]),
         "",
         "![predicted p99 vs rate](p99_vs_rate.png)",

@@ -1,30 +1,10 @@
-"""What the planner chooses between, and what it knows of the model it plans for.
-
-A ``Strategy`` is an architecture: the whole model replicated (data parallel: ``per_device``
-instances on each of ``devices``), or the model split into stages by the project's splitter, one
-replica of the stages (pipeline parallel) or several (hybrid), with instances per stage. Its
-``precision`` is a parameter like any other: for the whole model one of ``PRECISIONS`` (the
-exporters' ``precision:``), for a split one of ``BOUNDARY_DTYPES`` (the splitter's compression of what
-crosses the boundaries). A precision the exporters gain joins ``TENSOR_DTYPE`` with the dtype its
-model's float inputs and outputs take; the profile then builds and measures it, its accuracy figure
-included, and the accuracy constraint (a maximum relative error) is an input of the plan. int8 is
-considered where the spec has an int8 entry of the same model (``OPT_IN_PRECISIONS``).
-
-A model that is mostly embedding tables gets one more architecture on a machine with several GPUs:
-its tables spread over ``devices`` GPUs, whole tables on each (``perf.plan.tables``), and its dense
-part on every one of them (``sharded``), the way DLRM serves; a request's lookups in the tables of
-other GPUs cross the link to the GPU running its dense part.
-
-``ModelProfile`` holds the measured inputs (``perf.plan.profile`` measures them): per precision, the
-cost of the whole model and of each stage on the device planned for, memory per instance, the bytes
-crossing each boundary, and the accuracy each variant was measured at against the fp32 reference.
-"""
+"""What the planner chooses between (``Strategy``: data, pipeline, hybrid or sharded parallel, with its
+precision a parameter like any other) and what it knows of the model it plans for (``ModelProfile``)."""
 
 from __future__ import annotations
 
-import dataclasses
 import itertools
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Literal
 
 from perf.model.batcher import BatcherConfig, ServiceModel
@@ -45,8 +25,8 @@ WHOLE_KINDS = ("data", "sharded")  # the whole model's graph, one batcher in fro
 
 @dataclass(frozen=True)
 class StageCost:
-    """One stage (or the whole model) on the device planned for: ``T + (N-1)·Δt`` per batch, the
-    memory of one instance, and the bytes per sample its output sends to the next stage."""
+    """One stage (or the whole model): ``T + (N-1)·Δt`` per batch, one instance's memory, bytes per sample
+    out."""
 
     name: str
     t_s: float
@@ -57,8 +37,7 @@ class StageCost:
 
 @dataclass(frozen=True)
 class Overheads:
-    """Costs beyond compute (calibrated by the tuner's probe on a CPU server; none on a GPU plan):
-    per execution, per request, once per request outside the server, and the CPU-wait term."""
+    """Costs beyond compute (the tuner's probe on a CPU server; none on a GPU plan)."""
 
     per_batch_s: float = 0.0
     per_request_s: dict[int, float] = field(default_factory=dict)  # per instance count
@@ -66,20 +45,19 @@ class Overheads:
     cpu: dict[int, CpuModel] = field(default_factory=dict)  # per instance count
 
     def service(self, cost: StageCost, instances: int, stages: int = 1) -> ServiceModel:
-        """The stage's service model with these costs (the overhead outside the server too: a tandem
-        counts it once per request); a stage of ``stages`` shares the CPU with the others, so its CPU
-        term counts every stage's requests and executions (``stages ×``)."""
+        """The stage's service model with these costs; a stage of ``stages`` shares the CPU with the others,
+        so its CPU term counts every stage's requests and executions."""
         cpu = self.cpu.get(instances) or self.cpu.get(min(self.cpu, default=0))
         if cpu is not None and stages > 1:
             per_request_s, per_execution_s = stages * cpu.per_request_s, stages * cpu.per_execution_s
-            cpu = dataclasses.replace(cpu, per_request_s=per_request_s, per_execution_s=per_execution_s)
+            cpu = replace(cpu, per_request_s=per_request_s, per_execution_s=per_execution_s)
         per_request = self.per_request_s.get(instances, max(self.per_request_s.values(), default=0.0))
         return ServiceModel(cost.t_s, cost.dt_s, per_request, self.overhead_s, self.per_batch_s, cpu)
 
 
 @dataclass(frozen=True)
 class ModelProfile:
-    """What the planner knows of one model on the device it plans for (see the module docstring)."""
+    """What the planner knows of one model on the device it plans for: costs, memory, accuracy per variant."""
 
     model: str
     max_batch: int
@@ -98,19 +76,17 @@ class ModelProfile:
         return tuple(p for p in BOUNDARY_DTYPES if self.stages.get(p))
 
     def costs(self, strategy: Strategy) -> tuple[StageCost, ...]:
-        """Per stage; for ``sharded``, the whole model's dense part (its memory without the tables,
-        which ``perf.plan.placement`` packs separately)."""
+        """Per stage; for ``sharded``, the dense part (its memory without the tables, packed separately)."""
         if strategy.kind == "data":
             return (self.whole[strategy.precision],)
         if strategy.kind == "sharded":
             whole = self.whole[strategy.precision]
             tables = sum(t.bytes(strategy.precision) for t in self.tables)
-            return (dataclasses.replace(whole, memory_bytes=max(0, whole.memory_bytes - tables)),)
+            return (replace(whole, memory_bytes=max(0, whole.memory_bytes - tables)),)
         return self.stages[strategy.precision]
 
     def split_of(self, strategy: Strategy) -> tuple[str, tuple[str, ...]]:
-        """The split's served pipeline name and its stages' name suffixes (the stage costs carry the
-        names the profile built them under, ``<split>_<precision><suffix>``)."""
+        """The split's served pipeline name and its stages' name suffixes."""
         if strategy.kind in WHOLE_KINDS:
             return ("", ())
         built = f"{self.split_name}_{strategy.precision}"
@@ -124,10 +100,8 @@ class ModelProfile:
 
 @dataclass(frozen=True)
 class Strategy:
-    """One architecture. Data parallel: ``replicas`` devices, ``instances[0]`` instances on each, one
-    batcher in front of all of them (one Triton model). Pipeline (``replicas`` 1) and hybrid: each
-    replica its own chain of stage models and ensemble, stage ``k`` with ``instances[k]`` instances.
-    Sharded: the tables spread over ``replicas`` GPUs, the dense part ``instances[0]`` times on each."""
+    """One architecture; pipeline and hybrid replicas are each their own chain of stage models (stage ``k``
+    with ``instances[k]``); data and sharded put ``instances[0]`` on each of ``replicas`` devices."""
 
     kind: Kind
     precision: str
@@ -146,8 +120,7 @@ class Strategy:
         return self.replicas if self.kind in WHOLE_KINDS else self.replicas * self.stages
 
     def batcher(self, stage: int = 0) -> BatcherConfig:
-        """Stage ``stage``'s batcher: the delay on the first stage, a short re-forming wait after it
-        (``exporters.pipelines.configs.stage_batching``), every instance of the model behind one queue."""
+        """Stage ``stage``'s batcher: the delay on the first stage, a short re-forming wait after it."""
         from exporters.pipelines.configs import DOWNSTREAM_QUEUE_DELAY_US
 
         delay = self.delay_us if stage == 0 else min(self.delay_us, DOWNSTREAM_QUEUE_DELAY_US)
@@ -187,17 +160,16 @@ def _powers_up_to(count: int) -> tuple[int, ...]:
 
 def strategies(profile: ModelProfile, gpus: int, space: Space) -> list[Strategy]:
     """Every strategy of ``space`` for ``profile`` on ``gpus`` GPUs (0: the CPU, one device)."""
-    out: list[Strategy] = []
-    devices = space.devices or (_powers_up_to(gpus) if gpus else (1,))
-    for precision, count, instances, delay in itertools.product(
-        profile.precisions("data"), devices, space.instances, space.delays_us
-    ):
-        out.append(Strategy("data", precision, (instances,), count, delay, profile.max_batch))
+    whole: dict[Kind, tuple[int, ...]] = {"data": space.devices or (_powers_up_to(gpus) if gpus else (1,))}
     if profile.tables and gpus >= 2:
+        whole["sharded"] = _powers_up_to(gpus)[1:]
+    out = [
+        Strategy(kind, precision, (instances,), count, delay, profile.max_batch)
+        for kind, counts in whole.items()
         for precision, count, instances, delay in itertools.product(
-            profile.precisions("sharded"), _powers_up_to(gpus)[1:], space.instances, space.delays_us
-        ):
-            out.append(Strategy("sharded", precision, (instances,), count, delay, profile.max_batch))
+            profile.precisions(kind), counts, space.instances, space.delays_us
+        )
+    ]
     if not space.split:
         return out
     for precision in profile.precisions("pipeline"):

@@ -1,13 +1,5 @@
-"""The machine a plan is for: its GPUs, their memory, and the link between every pair.
-
-Read from the two outputs a GPU host gives: ``nvidia-smi topo -m`` (the matrix of link levels between
-devices, with its legend) and ``nvidia-smi --query-gpu=index,name,memory.total,memory.used
---format=csv``. On a GPU host they are run here (``live_topology``); elsewhere ``TOPOLOGY=<folder>``
-names a folder holding them as ``topo.txt`` and ``gpus.csv`` (``perf/plan/topologies/`` ships five).
-A GPU the link table does not name plans with the generic figures of its links' types and its memory
-from ``gpus.csv``; the topology's warnings say so.
-A host without GPUs plans for its CPU (``cpu_topology``): one device, no links.
-"""
+"""The machine a plan is for: its GPUs, their memory and the link between every pair, from ``nvidia-smi
+topo -m`` and ``--query-gpu`` run here or recorded in a ``TOPOLOGY=`` folder; no GPU: the CPU."""
 
 from __future__ import annotations
 
@@ -59,9 +51,7 @@ class Topology:
 
     def link(self, a: int, b: int) -> Link:
         """The link a boundary from GPU ``a`` to GPU ``b`` crosses (one device: the host's, none)."""
-        if a == b:
-            return HOST
-        return link_for(self.levels[(a, b)], self.gpu(a).name)
+        return HOST if a == b else link_for(self.levels[(a, b)], self.gpu(a).name)
 
 
 def _mib(cell: str, what: str) -> int:
@@ -90,8 +80,7 @@ def parse_gpus(text: str) -> tuple[Gpu, ...]:
 
 
 def parse_topo(text: str) -> dict[tuple[int, int], str]:
-    """``nvidia-smi topo -m``'s matrix: the level between every pair of GPUs (NIC columns, the CPU
-    and NUMA affinities and the legend are ignored)."""
+    """``nvidia-smi topo -m``'s level between every pair of GPUs (other columns and the legend ignored)."""
     lines = [line for line in text.splitlines() if line.strip()]
     if not lines:
         raise OptionError("topo.txt is empty")
@@ -154,8 +143,8 @@ def _smi(*args: str) -> str:
 
 
 def version_warnings(header: str, onnxruntime_cuda: str | None) -> tuple[str, ...]:
-    """The driver's CUDA version (``nvidia-smi``'s header) against the one onnxruntime was built for:
-    a driver older than the runtime fails at the first GPU session, which a plan should say first."""
+    """The driver's CUDA version against onnxruntime's: an older driver fails at the first GPU session, which
+    a plan should say first."""
     driver = re.search(r"Driver Version:\s*([\d.]+)", header)
     cuda = re.search(r"CUDA Version:\s*([\d.]+)", header)
     if not cuda:
@@ -172,14 +161,6 @@ def version_warnings(header: str, onnxruntime_cuda: str | None) -> tuple[str, ..
     return ()
 
 
-def _onnxruntime_cuda() -> str | None:
-    try:
-        from onnxruntime.capi import build_and_package_info as info
-    except ImportError:
-        return None
-    return getattr(info, "cuda_version", None) or None
-
-
 def live_topology() -> Topology | None:
     """This host's GPUs through ``nvidia-smi`` (None where there is none)."""
     if shutil.which("nvidia-smi") is None:
@@ -191,5 +172,9 @@ def live_topology() -> Topology | None:
     except (OSError, subprocess.SubprocessError) as error:
         log.info("nvidia-smi failed (%s): planning for the CPU", error)
         return None
-    warnings = version_warnings(header, _onnxruntime_cuda())
+    try:
+        from onnxruntime.capi import build_and_package_info as info
+    except ImportError:
+        info = None
+    warnings = version_warnings(header, getattr(info, "cuda_version", None) or None)
     return topology_from("this host", topo_text, gpus_text, warnings)

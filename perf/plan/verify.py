@@ -1,18 +1,8 @@
-"""The plan measured on the real server, where it can run (a CPU plan): the top architectures built,
-served by the tuner's sessions (``perf.session.model.ModelSession`` for the whole model,
-``perf.session.pipeline`` for a split) and searched by the one measured search that ``make tune``
-uses (``perf.session.search``), from their predicted rate.
-
-Every run is evidence (``Evidence``, keyed by the strategy's label): the probe's runs count for the
-whole-model strategy they served (``probe_evidence``), the search's for the architecture searched, the
-shapes step's for the pick at its rate. The answer is the best point that holds the budget by the
-search's rule (``settle``), searched before it stands, its open points at or below its rate decided
-(a miss there that stands refutes every rate above it); an architecture that held it at no rate tried
-is demoted, however well it was predicted. Where no architecture is predicted within the budget, those a
-probe run held it with are searched instead (none: the one whose run came closest, from that run, a
-miss alone being no verdict): a prediction that nothing fits does not override a measurement. Where no
-point holds, ``NothingMeetsError`` names the closest run over the budget.
-"""
+"""The plan measured on the real server (a CPU plan) by the one measured search ``make tune`` uses: every
+run is evidence, keyed by the strategy's label; the answer is the best point that holds the budget by
+the search's rule (docs/PLAN.md, "Verification"). For a model with a variable axis, the whole-model pick
+is measured once more at its rate by the tuner's length-bucket runs (Triton batches only equal shapes),
+whose miss reopens the answer."""
 
 from __future__ import annotations
 
@@ -25,6 +15,7 @@ from exporters.schema.models import ModelSpec, Spec
 from perf.errors import StudyError
 from perf.measure.engine import LoadEngine, MeasureSettings
 from perf.measure.loads import poisson
+from perf.measure.shapes import has_variable_axis
 from perf.model.batcher import BatcherConfig
 from perf.plan.document import VerificationRow
 from perf.plan.planner import Judged, Plan, Predictor
@@ -35,6 +26,7 @@ from perf.session.model import ModelSession
 from perf.session.pipeline import PipelineSession
 from perf.session.probe import ProbeResult
 from perf.session.search import Evidence, SearchPlan, Server, Verdict, decide, search
+from perf.session.shapes_section import ShapesFigures, shapes_step
 
 SETTLE_ROUNDS = 12  # a hang guard: each round searches an answer or refutes one
 # A served strategy: its session (entered for the runs) and the configuration it is loaded with.
@@ -69,8 +61,7 @@ def real_server(
 def data_session(
     base: ModelSpec, strategy: Strategy, folder: Path, engine: LoadEngine, settings: MeasureSettings
 ) -> tuple[ModelSession, BatcherConfig]:
-    """The session that serves a whole-model strategy (its precision's variant of ``base``) and the
-    configuration it is loaded with."""
+    """The session that serves a whole-model strategy, and the configuration it is loaded with."""
     variant = precision_variant(base, strategy.precision)
     spec = Spec(models=(variant,))
     session = ModelSession(spec, variant.name, strategy.max_batch, folder, engine, settings)
@@ -86,9 +77,8 @@ def served_by(strategy: Strategy, config: BatcherConfig, precision: str) -> bool
 def probe_evidence(
     evidence: Evidence[str], plan: Plan, probed: ProbeResult, precision: str, model: str
 ) -> None:
-    """The probe's runs as evidence: each for the whole-model strategy it served (a configuration no
-    strategy is, such as no batching, under its own name: it can be the closest run named, never the
-    answer)."""
+    """The probe's runs as evidence for the whole-model strategy each served (another configuration under
+    its own name: it can be the closest run named, never the answer)."""
     for config, run in probed.runs:
         judged = next((j for j in plan.judged if served_by(j.strategy, config, precision)), None)
         key = judged.strategy.label if judged else f"{model} {config.label}"
@@ -96,9 +86,8 @@ def probe_evidence(
 
 
 def candidates(plan: Plan, evidence: Evidence[str], count: int) -> list[tuple[Judged, float]]:
-    """What the verification searches, and from which rate: the ``count`` best architectures predicted
-    within the budget, from their predicted rate; or, where none is, the strategies a probe run held
-    it with (none: the one whose run came closest, from that run; ``Evidence.worth_searching``)."""
+    """What the verification searches, from which rate: the best architectures predicted within the budget;
+    where none is, those a probe run held it with (``Evidence.worth_searching``)."""
     top = top_architectures(plan, count)
     if top:
         return [(j, j.rate) for j in top]
@@ -133,8 +122,7 @@ def decide_open(
     judged: Judged, rates: list[float], plan: Plan, evidence: Evidence[str], serve: Serve,
     step: Callable[[str], None],
 ) -> None:  # fmt: skip
-    """``judged``'s open points at ``rates`` decided by the rule on the real server (a miss there is
-    measured again, as any miss is)."""
+    """``judged``'s open points at ``rates`` decided by the rule on the real server."""
     label = judged.strategy.label
     step(f"deciding {label} at {', '.join(f'{r:,.0f}/s' for r in rates)}: a run there missed the budget")
     with served(judged, serve) as running:
@@ -155,9 +143,8 @@ def measure_plan(
     plan: Plan, evidence: Evidence[str], count: int, serve: Serve, step: Callable[[str], None],
     recheck: Recheck | None = None,
 ) -> tuple[Plan, float]:  # fmt: skip
-    """The plan as measured: the ``candidates`` searched, the answer settled (``settle``), searched
-    where it was not yet (a probe run's strategy), and checked once more by ``recheck`` (the shapes
-    step), whose miss reopens it. Raises ``NothingMeetsError`` where no point holds."""
+    """The plan as measured: the candidates searched, the answer settled and checked by ``recheck`` (the
+    shapes step), whose miss reopens it; ``NothingMeetsError`` where no point holds."""
     searched: set[str] = set()
     for judged, start in candidates(plan, evidence, count):
         search_strategy(judged, start, plan, evidence, serve, step)
@@ -181,12 +168,9 @@ def measure_plan(
 
 
 def settle(plan: Plan, evidence: Evidence[str]) -> tuple[Plan, float]:
-    """The plan as measured: the placed strategy with the best point that holds the budget (ties: the
-    plan's order) is the pick, with that rate; the measured ones that held it nowhere are demoted, the
-    others lose on their measured rate, each reason saying so. Where measurement overturned the
-    prediction's pick, a strategy predicted within the budget but never measured says so, rather than
-    keep a reason that compared it with a pick that lost. Raises ``NothingMeetsError`` (the
-    closest run over the budget) where no point holds."""
+    """The placed strategy with the best point that holds the budget is the pick, at that rate; the others say
+    what measurement made of them (demoted, a lower measured rate, or not measured where measurement
+    overturned the prediction's pick). ``NothingMeetsError`` where no point holds."""
     labels = {j.strategy.label: j for j in placed(plan)}
     label, rate = evidence.best(keys=list(labels), prefer=list(labels)) or ("", 0.0)
     best = labels.get(label)
@@ -224,8 +208,7 @@ def settle(plan: Plan, evidence: Evidence[str]) -> tuple[Plan, float]:
 
 
 def verification_rows(plan: Plan, evidence: Evidence[str]) -> list[VerificationRow]:
-    """One row per point measured of a placed strategy, predicted and measured (its last run, how many,
-    each one's p99 and whether it met, and the rule's verdict), in the order measured."""
+    """One row per point measured of a placed strategy, predicted against measured, in the order measured."""
     rows = []
     for judged in placed(plan):
         label = judged.strategy.label
@@ -246,3 +229,31 @@ def verification_rows(plan: Plan, evidence: Evidence[str]) -> list[VerificationR
                 runs_met=tuple(r.meets(plan.request.budget_ms) for r in runs),
             ))  # fmt: skip
     return rows
+
+
+def plan_shapes(
+    base: ModelSpec, plan: Plan, rate: float, engine: LoadEngine, settings: MeasureSettings, workdir: Path,
+    step: Callable[[str], None], evidence: Evidence[str],
+) -> ShapesFigures | None:  # fmt: skip
+    """The shapes section of the pick at ``rate``; None for a fixed-shape model or a pick that is not
+    whole."""
+    strategy = plan.chosen.strategy
+    if not has_variable_axis(base) or rate <= 0:
+        return None
+    if strategy.kind != "data":
+        step(f"shapes: not measured for {strategy.label} (the bucket runs serve the whole model)")
+        return None
+    session, config = data_session(base, strategy, workdir / "shapes", engine, settings)
+    label, written = strategy.label, "spec.planned.yaml"
+    with session:
+        return shapes_step(
+            session,
+            config,
+            lambda r: poisson(r, plan.request.seed),
+            rate,
+            evidence,
+            label,
+            label,
+            step,
+            written,
+        )

@@ -1,14 +1,6 @@
-"""``python -m perf tune`` (``make tune MODEL=… P99_MS=… [RATE=…]``): options and the run.
-
-Probe the model on a real server (at most the spec's ``max_batch_size``), predict every candidate with
-the batcher simulation, search a shortlist on the server with the one measured search
-(``perf.session.search``), answer with the best point a run held the budget at (verified around it, and
-for a model with a variable axis measured once more by the shapes step, whose miss reopens it), write
-the answer as a spec overlay, build it, and write ``result.json`` and the report rendered from it into
-``reports/<timestamp>-tune/``. Where no run holds the budget: one line naming the closest run over it,
-``partial.md`` with every run (not an answer), no ``spec.tuned.yaml``, exit status 3. A server that
-died during a run: exit status 1, saying how it died, its log kept in the report folder.
-"""
+"""``python -m perf tune`` (``make tune``): the tuner's run on a real server, its answer written as a spec
+overlay, built and reported in ``reports/<timestamp>-tune/`` (docs/TUNE.md). Exit status 3 where no
+run holds the budget (``partial.md``, no ``spec.tuned.yaml``), 1 where a server died (its log kept)."""
 
 from __future__ import annotations
 
@@ -57,12 +49,8 @@ ENGINES = ("auto", "ours", "perf_analyzer")
 
 @dataclasses.dataclass(frozen=True)
 class TuneSetup:
-    """What a ``make tune`` run is built from beyond its options: the grids ``--grid`` names, the
-    server's work folder, the windows every run is measured in (``--seconds`` sets their length), the
-    session on the real server, the tuner itself and where perf_analyzer is (None: not here). A test
-    hands in a smaller grid, its own folder, shorter windows, a scripted session, a tuner that keeps
-    its result or fails, or a host with or without perf_analyzer, instead of patching this module's
-    names."""
+    """What a ``make tune`` run is built from beyond its options; a test hands in its own instead of
+    patching."""
 
     quick_grid: Grid = QUICK_GRID
     wide_grid: Grid = WIDE_GRID
@@ -126,8 +114,8 @@ def usage_errors(args: argparse.Namespace, setup: TuneSetup = THE_SETUP) -> str 
 
 
 def within_spec(grid: Grid, max_batch_size: int) -> Grid:
-    """``grid`` with no max batch size above the spec's ``max_batch_size`` (the batch the model was
-    exported, sized and checked for): a larger one becomes it."""
+    """``grid`` with no max batch size above the spec's ``max_batch_size`` (the batch the model was exported
+    for)."""
     if max_batch_size < 2:
         raise OptionError(f"the spec's max_batch_size is {max_batch_size}: there is no batching to tune")
     sizes = tuple(dict.fromkeys(min(size, max_batch_size) for size in grid.max_batches))
@@ -135,8 +123,7 @@ def within_spec(grid: Grid, max_batch_size: int) -> Grid:
 
 
 def engine_name(args: argparse.Namespace, setup: TuneSetup = THE_SETUP) -> str:
-    """``--engine``: perf_analyzer where asked, or with ``auto`` where it is installed; our client
-    otherwise."""
+    """``--engine``: perf_analyzer where asked, or with ``auto`` where it is installed; else our client."""
     if args.engine != "auto":
         return args.engine
     return "ours" if setup.perf_analyzer() is None else "perf_analyzer"
@@ -183,8 +170,8 @@ def command_tune(args: argparse.Namespace, console, setup: TuneSetup = THE_SETUP
 
 @contextlib.contextmanager
 def partial_on_failure(folder: Path, title: str, session: ModelSession) -> Iterator[None]:
-    """On a ``PerfError`` (a measurement the engine could not make) or the verdict that nothing meets
-    the budget, write ``partial.md`` with the runs measured so far, then let it through."""
+    """On a ``PerfError`` or the verdict that nothing meets the budget, write ``partial.md``, then
+    re-raise."""
     try:
         yield
     except PerfError as error:
@@ -197,10 +184,8 @@ def partial_on_failure(folder: Path, title: str, session: ModelSession) -> Itera
 
 
 def write_partial(folder: Path, title: str, error: BaseException, runs: Sequence[Measurement]) -> None:
-    """Write ``partial.md`` into ``folder``: ``error`` and ``runs`` (in the order measured). Minutes of
-    measuring are not thrown away with a traceback: it lists each run (configuration and rate, what was
-    served, p99, the batches formed, the windows' length), so the user sees how far the tuner got and
-    why it stopped."""
+    """``partial.md``: ``error`` and the runs before it, so minutes of measuring are not lost to a
+    traceback."""
     rows = [
         [
             run.label, number(run.load.rate, 0) if run.load.rate else "–", number(run.throughput, 0),
@@ -236,8 +221,8 @@ def write_partial(folder: Path, title: str, error: BaseException, runs: Sequence
 def measure_and_pick(
     args: argparse.Namespace, spec: Spec, grid: Grid, folder: Path, console, setup: TuneSetup = THE_SETUP
 ) -> tuple[TuneDocument, BatcherConfig]:
-    """The tuner over ``grid`` on one real server; the saved result and the pick. The raw backend is
-    measured once the server has stopped, so that it gets the cores."""
+    """The tuner on one real server; the saved result and the pick (the raw backend measured once the server
+    has stopped, so that it gets the cores)."""
     request = TuneRequest(args.p99_ms, args.rate, grid, args.seed, _load_at(args), args.shortlist)
     # perf_analyzer logs its runs into the report folder
     engine = (
@@ -280,8 +265,7 @@ def measure_and_pick(
 
 
 def print_summary(saved: TuneDocument, report: Path, console) -> None:
-    """The answer in two lines: the measured rate first; the prediction only labelled as one, so that a
-    prediction that put nothing within the budget never reads as the answer beside a measured one."""
+    """The answer in two lines: the measured rate first, the prediction only labelled as one."""
     operating, noise = saved.operating, saved.noise
     measured = operating.measured
     held = " (holds the host's noise)" if measured and measured.host_noise else ""

@@ -1,8 +1,5 @@
-"""The tuner's report, rendered from its saved result alone (``perf.tune.result``): what was measured,
-what was predicted, what was chosen, how it held up, and which figures hold the host's noise.
-
-``python -m perf.tune.report <folder>`` renders it again from ``<folder>/result.json``.
-"""
+"""The tuner's report, rendered from its saved result alone (``python -m perf.tune.report <folder>``
+renders it again from ``<folder>/result.json``)."""
 
 from __future__ import annotations
 
@@ -59,8 +56,8 @@ def columns_table(columns: dict[str, Callable[[Any], object]], items: Iterable[A
 
 
 def p99(run: RunFigures | None, unit: str = "") -> str:
-    """A measured p99, marked where it holds the host's noise, and saying so where it rests on too few
-    requests to meet the budget by."""
+    """A measured p99, marked where it holds the host's noise or rests on too few requests to meet the
+    budget."""
     if not run:
         return "–"
     mark = NOISE_MARK if run.host_noise else ""
@@ -78,13 +75,19 @@ def goals(saved: TuneDocument) -> list[Goal]:
 
 
 def headline(saved: TuneDocument) -> list[str]:
-    operating = saved.operating
-    seconds = saved.seconds
+    operating, seconds, up_to = saved.operating, saved.seconds, number(saved.measured_max_rate, 0)
+    held = (
+        f"holds p99 ≤ {saved.budget_ms:g} ms at the target, {number(saved.target_rate, 0)} requests/s, "
+        f"measured (and up to {up_to}/s)"
+        if saved.target_rate
+        else f"holds p99 ≤ {saved.budget_ms:g} ms up to **{up_to} requests/s**, measured (the highest rate a "
+        "point held the budget at, by the search's rule)"
+    )
     return [
         f"# Tuning {saved.model} for p99 ≤ {saved.budget_ms:g} ms",
         "",
-        f"Chosen: **{saved.chosen}**: {answer_sentence(saved)}; overlay in `overlay.yaml`, the merged spec "
-        "in `spec.tuned.yaml`.",
+        f"Chosen: **{saved.chosen}**: {held}; overlay in `overlay.yaml`, the merged spec in "
+        "`spec.tuned.yaml`.",
         "",
         f"At {number(saved.operating_rate, 0)} requests/s: measured p99 {p99(operating.measured, ' ms')} "
         f"({runs_text(operating)}); the batcher simulation predicted {number(operating.predicted.p99_ms)} ms "
@@ -101,19 +104,6 @@ def headline(saved: TuneDocument) -> list[str]:
     ]
 
 
-def answer_sentence(saved: TuneDocument) -> str:
-    """The measured figure the answer stands on."""
-    if saved.target_rate:
-        return (
-            f"holds p99 ≤ {saved.budget_ms:g} ms at the target, {number(saved.target_rate, 0)} requests/s, "
-            f"measured (and up to {number(saved.measured_max_rate, 0)}/s)"
-        )
-    return (
-        f"holds p99 ≤ {saved.budget_ms:g} ms up to **{number(saved.measured_max_rate, 0)} requests/s**, "
-        "measured (the highest rate a point held the budget at, by the search's rule)"
-    )
-
-
 def prediction_sentence(saved: TuneDocument) -> str:
     """The prediction's figures, labelled as such."""
     first = (
@@ -125,10 +115,9 @@ def prediction_sentence(saved: TuneDocument) -> str:
 
 
 def prediction_figure(saved: TuneDocument) -> str:
-    """What the prediction said, in words that never contradict the answer measured: its rate for the
-    answer where it ranked it; where the answer is a configuration it did not rank (a probe run's, one
-    the bound on the batch size left out), its own first and that first's rate, which is not the
-    answer's; only where it put no candidate within the budget, that it did."""
+    """What the prediction said, in words that never contradict the answer measured: its rate for the answer
+    where it ranked it, else its own first and that first's rate, else that it put nothing within the
+    budget."""
     if saved.predicted_max_rate is not None:
         return f"{number(saved.predicted_max_rate, 0)}/s within the budget"
     first = next((c for c in saved.candidates if c.feasible and c.best), None)
@@ -141,8 +130,7 @@ def prediction_figure(saved: TuneDocument) -> str:
 
 
 def runs_text(point: PointFigures) -> str:
-    """How many runs a point had and what the search's rule made of them; where they disagree, each
-    run's p99 and the rule."""
+    """A point's runs and the search's rule on them; where they disagree, each run's p99."""
     runs = f"{point.runs} run{'s' if point.runs != 1 else ''}"
     text = f"{runs}, {point.verdict}" if point.verdict else runs
     disagree = disagreement(point.runs_p99_ms, point.runs_met)
@@ -150,9 +138,7 @@ def runs_text(point: PointFigures) -> str:
 
 
 def demotions(saved: TuneDocument) -> list[str]:
-    """The answers a later run refuted before this one: each point named, at the answer's rate or below
-    it, once measured again, missed the budget, so the answer it held is none however well it did
-    before (a configuration holds the budget up to no rate above a miss that stands)."""
+    """The answers a later run refuted: each missed the budget at its rate or below, so it is none."""
     if not saved.demoted:
         return []
     misses = "; ".join(
@@ -183,14 +169,9 @@ def noise_section(saved: TuneDocument) -> list[str]:
         f"{len(noise.remeasured)} of {noise.runs} runs were measured again ({noise.remeasured_s:.0f} s).",
         "",
     ]
-    if noisy:
-        lines.append(
-            f"{len(noisy)} of the {len(runs)} figures below still hold the host's noise (marked "
-            f"{NOISE_MARK}): " + ", ".join(f"{run.label} ({number(run.stolen_pct)}%)" for run in noisy) + "."
-        )
-    else:
-        lines.append("No figure below holds the host's noise.")
-    return lines
+    noisy_labels = ", ".join(f"{run.label} ({number(run.stolen_pct)}%)" for run in noisy)
+    still = f"{len(noisy)} of the {len(runs)} figures below still hold the host's noise (marked {NOISE_MARK})"
+    return [*lines, f"{still}: {noisy_labels}." if noisy else "No figure below holds the host's noise."]
 
 
 def probe_section(saved: TuneDocument) -> list[str]:
@@ -295,9 +276,8 @@ def shortlist_section(saved: TuneDocument) -> list[str]:
 
 
 def held_up_to(candidate: ShortlistFigures) -> str:
-    """The rate a shortlisted configuration held the budget up to, and where a point of it held higher
-    up, the miss below that point which stood (a probe's or a verification's point, perhaps not among
-    the search's listed beside it): "holds up to" needs every point below."""
+    """The rate a shortlisted configuration held the budget up to, naming a miss that stood below a point
+    that held ("holds up to" needs every point below)."""
     refuted = candidate.refuted_rate
     held_above = refuted is not None and any(
         p.verdict == "holds" and p.rate > refuted for p in candidate.points

@@ -1,22 +1,12 @@
-"""The tuner's saved result: one JSON document (``result.json``) with every figure of a run, from which
-the report is rendered (``perf.tune.report``), now or later, and which other tools read.
-
-The document is ``TuneDocument``, frozen dataclasses whose field names are the file's keys; it is
-written and read back through ``perf.saved``, so a reader gets typed attributes and a file that is
-not a tune result is refused when read, naming the field. A step after the tuner (the shapes step)
-adds to it by building a new one (``with_section``, ``dataclasses.replace``), never by changing it.
-
-Each measured run is saved with the figures a reader judges it by, and with the host-noise policy's
-verdict on it (``host_noise``: its stolen share reached the policy's limit, so the figure holds the
-host's other work as well as the configuration).
-"""
+"""The tuner's saved result, ``result.json``: every figure of a run, as frozen dataclasses whose field
+names are the file's keys (``perf.saved``), from which the report is rendered now or later. A step
+after the tuner adds to it by building a new one, never by changing it."""
 
 from __future__ import annotations
 
-import dataclasses
 import math
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 from perf.measure.measurement import Measurement
@@ -49,8 +39,8 @@ class RunFigures:
     host_noise: bool
     engine: str
     # the requests its percentiles rest on, and whether they were too few to meet the budget by
-    samples: int = dataclasses.field(default=0, kw_only=True)
-    too_few: bool = dataclasses.field(default=False, kw_only=True)
+    samples: int = field(default=0, kw_only=True)
+    too_few: bool = field(default=False, kw_only=True)
 
 
 @dataclass(frozen=True)
@@ -72,9 +62,8 @@ class PredictionFigures:
 
 @dataclass(frozen=True)
 class PointFigures:
-    """One configuration at one rate: predicted, and measured where the server ran it (``measured``:
-    its last run of ``runs``; ``verdict``: the search's rule on them, holds / misses / open; every
-    run's p99 and whether it met the budget, so that a report shows the runs that disagree)."""
+    """One configuration at one rate: predicted, and measured (its last run) with every run's p99 and
+    whether it met the budget, so that a report shows the runs that disagree."""
 
     config: str
     rate: float
@@ -172,7 +161,7 @@ class TuneDocument:
 
     def with_section(self, lines: Sequence[str]) -> TuneDocument:
         """This document with one more report section after the tuner's own."""
-        return dataclasses.replace(self, sections=(*self.sections, tuple(lines)))
+        return replace(self, sections=(*self.sections, tuple(lines)))
 
 
 def _finite(value: float) -> float | None:
@@ -213,10 +202,6 @@ def prediction_figures(prediction: Prediction, cores: int) -> PredictionFigures:
         met_rate=prediction.sustained,
         cpu_cores=prediction.cpu_utilization * cores,
     )
-
-
-def _maybe(prediction: Prediction | None, cores: int) -> PredictionFigures | None:
-    return None if prediction is None else prediction_figures(prediction, cores)
 
 
 def point_figures(point: Point, noise: NoisePolicy, cores: int) -> PointFigures:
@@ -280,8 +265,8 @@ def document(result: TuneResult, model: str, engine: str, noise: NoisePolicy, co
             CandidateFigures(
                 config=r.config.label,
                 feasible=r.feasible(request),
-                best=_maybe(r.best, cores),
-                at_rate=_maybe(r.at_rate, cores),
+                best=prediction_figures(r.best, cores) if r.best else None,
+                at_rate=prediction_figures(r.at_rate, cores) if r.at_rate else None,
             )
             for r in result.ranking
         ),

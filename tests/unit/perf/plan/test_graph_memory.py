@@ -34,11 +34,10 @@ from perf.plan.graph_memory import (
     onnx_instance_bytes,
     too_big_to_build,
 )
-from perf.plan.placement import PlacementError, place
+from perf.plan.placement import PlacementError, exchange, pack_tables, place
 from perf.plan.planner import PlanRequest, Predictor, plan
 from perf.plan.profile import plan_target, precision_variant, variants
 from perf.plan.strategy import ModelProfile, Space, StageCost, Strategy, strategies
-from perf.plan.tables import TablePackingError, exchange, pack_tables
 from perf.plan.topology import cpu_topology, topology_folder
 from perf.saved import load_document
 
@@ -113,7 +112,7 @@ def test_tables_pack_largest_first_onto_the_gpu_with_most_room() -> None:
     packed = pack_tables(tables, {0: 60, 1: 60}, "fp32")
     # t0 (40) → GPU0; t1 (28) and t2 (24) → GPU1 (more room); t3, t4 → the GPU with more room then
     assert {g: [t.name for t in ts] for g, ts in packed.items()} == {0: ["t0", "t3", "t4"], 1: ["t1", "t2"]}
-    with pytest.raises(TablePackingError, match=r"table t0 .* fits no GPU's room"):
+    with pytest.raises(PlacementError, match=r"table t0 .* fits no GPU's room"):
         pack_tables(tables, {0: 36, 1: 36}, "fp32")
 
 

@@ -18,7 +18,7 @@ from perf.measure.engine import OurEngine
 from perf.plan.document import plan_document
 from perf.plan.overlay import plan_overlay, write_plan_overlay
 from perf.plan.report import render
-from perf.plan.shapes import plan_shapes
+from perf.plan.verify import plan_shapes
 from perf.session.model import TUNE_WINDOWS
 from perf.session.search import Evidence
 from perf.session.shapes_section import HEADING, ShapesFigures
