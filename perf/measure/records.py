@@ -57,16 +57,7 @@ def latencies(records: Iterable[Record]) -> np.ndarray:
     return np.concatenate(parts) if parts else np.empty(0)
 
 
-# How each ``Record`` field is read back from its CSV text (``write_csv``'s inverse), by field name:
-# worked out once from the field types, not once per row.
-PARSE = {
-    "str": str,
-    "float": float,
-    "int": lambda text: int(text or 0),  # a column an older file lacks reads as 0
-    "bool": lambda text: text == "True",
-    "tuple[float, ...]": lambda text: tuple(float(a) for a in text.split()),
-}
-CSV_FIELDS = {f.name: PARSE[f.type] for f in fields(Record)}
+CSV_FIELDS = [f.name for f in fields(Record)]
 
 
 def write_csv(records: Sequence[Record], path: Path) -> None:
@@ -77,15 +68,6 @@ def write_csv(records: Sequence[Record], path: Path) -> None:
             row = asdict(record)
             row["arrivals"] = " ".join(f"{a:.6f}" for a in record.arrivals)
             writer.writerow([row[name] for name in CSV_FIELDS])
-
-
-def read_csv(path: Path) -> list[Record]:
-    """The inverse of ``write_csv`` (lets a report be rebuilt from the raw records)."""
-    with open(path, newline="") as handle:
-        return [
-            Record(**{name: parse(row.get(name) or "") for name, parse in CSV_FIELDS.items()})
-            for row in csv.DictReader(handle)
-        ]
 
 
 def write_json(records: Sequence[Record], path: Path) -> None:

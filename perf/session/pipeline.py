@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import dataclasses
 
-import tritonclient.http as httpclient
 from google.protobuf import json_format
 
 from client.stats import ModelStats
@@ -123,12 +122,3 @@ class PipelineSession(ModelSession):
             stats = pipeline_stats([run.server.related[name] for name in self.related])
             run.server = dataclasses.replace(run.server, stats=stats)
         return run
-
-    def loaded_configs(self) -> dict[str, dict]:
-        """Each stage's configuration as the server reports it now."""
-        assert self.server is not None
-        client = httpclient.InferenceServerClient(self.server.http_url)
-        try:
-            return {name: client.get_model_config(name) for name in self.pipeline.stage_names}
-        finally:
-            client.close()
