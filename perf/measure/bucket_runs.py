@@ -1,11 +1,7 @@
-"""The ways of sending a variable-length model's traffic, measured side by side: what the shapes study
-of ``make perf`` and the shapes section of ``make tune`` and ``make plan`` share.
-
-Triton merges only equal shapes, so the same arrivals are sent at one length (one draw: what a
-single-length measurement promises), each at its own length, and padded to each bucket set of
-``perf.measure.shapes.bucket_ways`` that padding leaves harmless (``perf.measure.padding_check``; the
-others are refused, not measured); a bucketed run is priced (raw compute at the padded over the true
-lengths). The caller serves and measures, with our client: its records carry each request's length.
+"""The ways of sending a variable-length model's traffic, measured side by side, as perf's shapes study
+and the shapes sections of tune and plan share them: every request at one length, each at its own,
+and padded to each bucket set ``perf.measure.padding_check`` finds harmless (priced as raw compute).
+The caller serves and measures with our client, whose records carry each request's length.
 """
 
 from __future__ import annotations
@@ -29,8 +25,8 @@ Measure = Callable[[Target, str, int], Measurement]  # one run: its way's name, 
 
 @dataclass(frozen=True)
 class BucketRun:
-    """One way of sending, measured: ``buckets`` None for every request at one length (``length``),
-    ``()`` for each request at its own, else the bucket set the requests were padded to."""
+    """One way of sending, measured: ``buckets`` None for every request at ``length``, ``()`` for each
+    at its own, else the bucket set."""
 
     name: str
     buckets: tuple[int, ...] | None
@@ -46,7 +42,6 @@ class BucketRun:
         return shapes.shape_rows(records, max_batch, self.measured.stats.executions)
 
     def formed_lines(self, max_batch: int) -> list[str]:
-        """The run's per-length table under its heading."""
         table = shapes.shape_table(self.rows(max_batch))
         return [f"### {self.name}: formed batches per length sent", "", *table]
 
@@ -59,9 +54,7 @@ class BucketRun:
 
 @dataclass(frozen=True)
 class Ways:
-    """A model's ways of sending: ``offered`` (measured) and ``refused`` (padding changes the answer,
-    with the verdict that says how), of its traffic's lengths ``mix``; ``onnx_file`` is the served file
-    the padding is checked and priced on."""
+    """A model's ways of sending: ``offered`` (measured) and ``refused`` (padding changes the answer)."""
 
     model: ModelSpec
     onnx_file: Path
@@ -86,15 +79,14 @@ class Ways:
 
 
 def ways_of(model: ModelSpec, onnx_file: Path, seed: int) -> Ways:
-    """The ``bucket_ways`` of ``model``'s traffic, each checked on ``onnx_file`` before it is offered."""
     mix = shapes.shape_mix(model, seed)
     offered, refused = offered_ways(shapes.bucket_ways(model, seed), onnx_file, model, mix, seed)
     return Ways(model, onnx_file, seed, mix, offered, refused)
 
 
 def choose(runs: list[BucketRun], budget_ms: float | None = None) -> BucketRun:
-    """The run that meets ``budget_ms`` with the lowest p99, else (or without a budget) the one that
-    served the most; never the one-length run (it is not the traffic)."""
+    """The run that meets ``budget_ms`` with the lowest p99, else the one that served the most; never
+    the one-length run (it is not the traffic)."""
     shaped = [run for run in runs if run.buckets is not None]
     meeting = [run for run in shaped if budget_ms is not None and run.measured.meets(budget_ms)]
     if meeting:

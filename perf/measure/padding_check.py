@@ -1,15 +1,11 @@
 """Whether padding a request to a bucket leaves the model's answer as it was, checked before buckets
 are offered.
 
-Buckets batch requests of different lengths by padding each to the bucket above it, and the model
-computes the padding. A model that masks it (an ``attention_mask`` padded with zeros), pools with a
-maximum, or answers per position (cropped back to the true length) gives the same answer; a recurrence
-or a mean over time does not: the Conv1d+GRU of the tests, padded from 40 frames to 59, moves its state
-by 0.058 on values of 0.21. So before perf, tune or plan measure (and offer) a bucket set, the served
-ONNX file runs a few rows at lengths of the traffic (its quantiles) as they are and padded as the
-bucket set would pad them, and each output is held to the spec's own tolerance
-(``exporters.artifacts.parity``, the build's check): the set is offered only where every output stays within
-it, and the report says which length, padded to what, moved which output by how much where it does not.
+A model that masks its padding, pools with a maximum or answers per position gives the same answer
+padded; a recurrence or a mean over time does not (the tests' Conv1d+GRU padded from 40 frames to 59
+moves by 0.058 on values of 0.21). So the served ONNX file runs a few rows at the traffic's quantile
+lengths as they are and padded as a bucket set pads them, each output held to the spec's tolerance
+(``exporters.artifacts.parity``); a set is offered only where every output stays within it.
 """
 
 from __future__ import annotations
@@ -32,8 +28,7 @@ QUANTILES = (0.0, 0.1, 0.25, 0.5, 0.75, 0.9)  # the traffic's lengths that are p
 
 @dataclass(frozen=True)
 class PaddingVerdict:
-    """One bucket set: whether padding to it keeps every output within the spec's tolerance, and
-    what was compared (``detail``, one clause for the report)."""
+    """Whether padding to ``buckets`` keeps every output within tolerance; ``detail`` says what moved."""
 
     buckets: tuple[int, ...]
     harmless: bool
@@ -41,9 +36,7 @@ class PaddingVerdict:
 
 
 class PaddingProbe:
-    """The served ONNX file in-process (one thread); ``compare(n, m)`` runs ``ROWS`` rows at length ``n``
-    and the same rows padded to ``m``, and holds the padded run's outputs (cropped back to the true
-    run's shape) to the spec's tolerance."""
+    """The served ONNX file in-process (one thread), to compare rows at a length with them padded."""
 
     def __init__(self, onnx_path: Path, spec: ModelSpec, seed: int = 0) -> None:
         from python_backend.onnxruntime.ort_session import open_session  # only where buckets are judged
@@ -56,7 +49,7 @@ class PaddingProbe:
         return self.session.run([t.name for t in self.spec.outputs], feed)
 
     def compare(self, length: int, padded_to: int) -> tuple[bool, str]:
-        """(within tolerance, what the worst output did) for ``length`` padded to ``padded_to``."""
+        """(within tolerance, what the worst output did), padded outputs cropped to the true shape."""
         true = resized(self.spec, self.base, length)
         expected = self._run(true)
         actual = self._run(resized(self.spec, true, padded_to))
@@ -74,9 +67,8 @@ class PaddingProbe:
 
 
 def longest_draw(spec: ModelSpec, seed: int, draws: int = 16) -> dict[str, np.ndarray]:
-    """``ROWS`` rows as the model's inputs are drawn (``exporters.sources.inputs``): at the axis bound where
-    the spec draws them, else the longest of ``draws`` calls of its sampler (shorter lengths are cropped
-    from it; longer ones repeat its last position, as padding does)."""
+    """``ROWS`` rows drawn at the axis bound, or the longest of ``draws`` calls of the spec's sampler:
+    shorter lengths are cropped from it."""
     if spec.sample is None:
         spec = dataclasses.replace(spec, lengths=(spec.variable_bound,))
     names = [t.name for t in spec.inputs]
@@ -86,8 +78,7 @@ def longest_draw(spec: ModelSpec, seed: int, draws: int = 16) -> dict[str, np.nd
 
 
 def padding_verdict(probe: PaddingProbe, mix: ShapeMix, buckets: Sequence[int], bound: int) -> PaddingVerdict:
-    """Pad the mix's quantile lengths as ``buckets`` would and compare; the first length whose
-    answer moves beyond the tolerance decides (and is named)."""
+    """Pad the mix's quantile lengths as ``buckets`` would; the first that moves beyond tolerance decides."""
     lengths = sorted({mix.quantile(q) if q else mix.lengths[0] for q in QUANTILES})
     pairs = [(n, bucket_of(n, buckets, bound)) for n in lengths]
     pairs = [(n, m) for n, m in pairs if m != n]
@@ -107,8 +98,7 @@ def padding_verdict(probe: PaddingProbe, mix: ShapeMix, buckets: Sequence[int], 
 def offered_ways(
     ways: dict[str, tuple[int, ...]], onnx_path: Path, spec: ModelSpec, mix: ShapeMix, seed: int = 0
 ) -> tuple[dict[str, tuple[int, ...]], dict[str, PaddingVerdict]]:
-    """``ways`` split into the bucket sets padding leaves harmless (offered, measured) and those it does
-    not (with the verdict that says why); "exact lengths" (no buckets) is always offered."""
+    """``ways`` split into those padding leaves harmless (offered) and the others, with their verdicts."""
     probe = PaddingProbe(onnx_path, spec, seed)
     bound = spec.variable_bound
     offered, refused = {}, {}

@@ -1,10 +1,6 @@
 """One record per request, the only raw data perf keeps: every table and plot is derived from these.
-
-Times are seconds on ``time.perf_counter``'s clock, relative to the start of the measurement.
-``arrivals`` holds one arrival time per sample the request carries when the samples arrived at
-different times (static batching collects 32 arrivals into one request); otherwise a single value
-shared by all the request's samples. Latency is counted from arrival, not from sending, so time a
-sample spends waiting in the client (for a batch to fill, or for a free slot) is not hidden.
+Times are seconds from the start of the measurement; latency counts from each sample's arrival, so
+time waiting in the client (for a batch to fill, a free slot) is not hidden.
 """
 
 from __future__ import annotations
@@ -30,13 +26,10 @@ class Record:
     bytes_received: int  # tensor payload received (outputs)
     ok: bool
     status: str = "ok"  # "ok", or the error's class and message
-    arrivals: tuple[float, ...] = field(default_factory=tuple)
+    arrivals: tuple[float, ...] = field(default_factory=tuple)  # per sample where they differ, else one
     label: str = ""  # which measurement point (mode, load) produced it
-    # A model with a variable axis (``perf.measure.shapes``): the request's true length and the length it was
-    # sent at (a bucket's, when padded); 0 for fixed shapes. A request collecting several arrivals (static
-    # batching) is sent at the longest of their lengths: ``length`` is then their mean, rounded.
-    length: int = 0
-    sent_length: int = 0
+    length: int = 0  # a variable axis' true length (a static batch's mean), 0 for fixed shapes
+    sent_length: int = 0  # the length sent at (a bucket's, when padded)
 
     @property
     def shed(self) -> bool:
@@ -52,7 +45,6 @@ class Record:
 
 
 def latencies(records: Iterable[Record]) -> np.ndarray:
-    """Per-sample latencies (seconds) of the successful records."""
     parts = [r.sample_latencies() for r in records if r.ok]
     return np.concatenate(parts) if parts else np.empty(0)
 

@@ -1,13 +1,7 @@
-"""The server's own view of a measurement: statistics and CPU, as differences between two
-snapshots taken at the edges of the measured windows.
-
-* ``/v2/models/<m>/stats`` (parsed by ``client.stats``): time in queue vs compute, and ``batch_stats``,
-  i.e. executions and compute time per batch size, which says which batches the batcher really formed.
-* ``/proc``: CPU seconds of tritonserver plus its Python-backend stub processes, so that server cost
-  per 1,000 inferences can be compared with raw onnxruntime's, a figure a busy client cannot distort;
-* ``/proc/stat``: the whole machine's busy time (the client's too: what a request competes with for a
-  core) and the time the hypervisor kept a runnable CPU of this machine waiting (steal), which says
-  whether a figure holds the host's other guests (``perf.measure.noise``).
+"""The server's own view of a measurement, as differences between snapshots at the windows' edges:
+its statistics (``client.stats``: queue vs compute, executions per batch size), the CPU seconds of
+tritonserver and its stubs (``/proc``: server cost a busy client cannot distort), and the machine's
+busy and stolen time (``/proc/stat``: steal says whether a figure holds the host's other guests).
 """
 
 from __future__ import annotations
@@ -112,8 +106,7 @@ def _model_stats(endpoints: ServerEndpoints, model: str) -> ModelStats:
 def snapshot(
     endpoints: ServerEndpoints, model: str, at_s: float, related: tuple[str, ...] = ()
 ) -> ServerSnapshot:
-    """Read stats and CPU now, and the stats of the ``related`` models (an ensemble's steps).
-    Blocking and quick (a few ms per model); called between windows."""
+    """Stats and CPU now, and the stats of the ``related`` models (an ensemble's steps)."""
     stats = _model_stats(endpoints, model)
     server_cpu = process_tree_cpu_s(endpoints.pid) if endpoints.pid else 0.0
     others = {name: _model_stats(endpoints, name) for name in related}
@@ -137,10 +130,7 @@ class ServerDelta:
         return 1000 * self.server_cpu_s / self.stats.inferences if self.stats.inferences else 0.0
 
     def cpu_ms_per_request(self) -> tuple[float, float]:
-        """(server, everything else) CPU milliseconds per request the server counted. Everything else
-        is the load engine's client, mostly: on cores it shares with the server, what a client spends
-        per request the server goes without, which is why a Python client sustains less than a C++ one
-        against the same server. NaN where a reading is missing."""
+        """(server, everything else: mostly the client) CPU ms per request the server counted."""
         if not self.stats.requests:
             return math.nan, math.nan
         per_request = 1e3 / self.stats.requests

@@ -1,7 +1,5 @@
-"""Figures from records: throughput and latency percentiles over a span of time.
-
-A request belongs to the span its response arrived in. Throughput counts successful *samples* (a
-static batch of 32 is 32 inferences); latencies are per sample, from arrival.
+"""Figures from records over a span: a request belongs to the span its response arrived in; throughput
+counts successful samples; latencies are per sample, from arrival.
 """
 
 from __future__ import annotations
@@ -53,8 +51,7 @@ def summarize(records: Sequence[Record], start_s: float | None = None, end_s: fl
 
 
 def window_is_stable(values: Sequence[float], tolerance: float) -> bool:
-    """perf_analyzer's rule (2.41.0, ``--stability-percentage``): the largest value over the smallest
-    is within ``1 + tolerance``, so both engines call the same windows agreed; no value may be 0."""
+    """perf_analyzer's rule (``--stability-percentage``): largest over smallest within ``1 + tolerance``."""
     if not values or any(np.isnan(v) for v in values):
         return False
     smallest = min(values)
