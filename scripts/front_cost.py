@@ -148,15 +148,16 @@ def _wait_listening(port: int, process: subprocess.Popen, log: Path, name: str, 
     raise SystemExit(f"{name} did not listen on {port} within {wait_s:g} s: {log.read_text()[-2000:]}")
 
 
-@contextmanager
-def profiled_grpc_front(server: TritonServer, statistics_file: Path) -> Iterator[Route]:
-    """A second gRPC front under cProfile with the server's front's flags (read from ``/proc``: the
-    launcher keeps them nowhere else) on a port of its own; it writes ``statistics_file`` on SIGTERM."""
+def profile_grpc_front(
+    server: TritonServer, concurrency: int, args: argparse.Namespace, binary: Path
+) -> None:
+    """One run through a second gRPC front under cProfile with the server's front's flags (read from
+    ``/proc``: the launcher keeps them nowhere else); it writes ``args.profile`` on SIGTERM."""
     assert server.grpc_front is not None
     flags = Path(f"/proc/{server.grpc_front.pid}/cmdline").read_bytes().decode().split("\0")[3:-1]
     port = free_port()
     flags = [f"--listen=127.0.0.1:{port}" if flag.startswith("--listen=") else flag for flag in flags]
-    profiler = [sys.executable, "-m", "cProfile", "-o", str(statistics_file)]
+    profiler = [sys.executable, "-m", "cProfile", "-o", str(args.profile)]
     with tempfile.TemporaryDirectory() as folder:
         log = Path(folder, "front.log")
         with log.open("wb") as output:
@@ -168,17 +169,11 @@ def profiled_grpc_front(server: TritonServer, statistics_file: Path) -> Iterator
             )
         try:
             _wait_listening(port, process, log, "the profiled gRPC front")
-            yield Route("profiled", f"127.0.0.1:{port}", process.pid)
+            route = Route("profiled", f"127.0.0.1:{port}", process.pid)
+            f = run_route(server, route, "grpc", concurrency, args.window_ms, binary)
         finally:
             process.terminate()
             process.wait(timeout=30)
-
-
-def profile_grpc_front(
-    server: TritonServer, concurrency: int, args: argparse.Namespace, binary: Path
-) -> None:
-    with profiled_grpc_front(server, args.profile) as route:
-        f = run_route(server, route, "grpc", concurrency, args.window_ms, binary)
     print(
         f"grpc, profiled front, concurrency {concurrency}: {f.throughput:.0f} inf/s, p50 {f.p50_ms:.2f} ms, "
         f"{f.between_ms:.3f} ms front CPU/request under cProfile; statistics in {args.profile}"

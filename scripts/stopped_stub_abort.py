@@ -1,23 +1,10 @@
 """Try to reproduce Triton 2.51's abort after the watchdog kills a stopped stub (docs/SERVING.md, fault
-matrix row 25 and "What is still open").
-
-Serves ``trivial`` and ``recommender_pipeline`` (built small, as the fault tests build it) on the
-embedded tritonserver with the stub watchdog, then repeats: SIGSTOP the pipeline's embedding stub
-(never resumed), wait for the watchdog to kill it and reload its model, watch ``--settle-s`` more, and
-see whether tritonserver survived. By default the pipeline and ``trivial`` get closed-loop traffic over
-HTTP and gRPC throughout (``--callers`` per model and protocol), so the stop often lands while a
-request is in the stub and the ensemble's dense stage runs; ``--idle`` stops it with no traffic.
-
-``--holding S`` tests the mechanism: the Python backend's pool mutex is a robust process-shared mutex
-in the stub's ``/dev/shm`` region, and a lock of one whose owner died raises
-``boost::interprocess::lock_exception`` in tritonserver. The script then watches the running stub's
-region for up to S seconds and stops it when it owns such a mutex (``server.stub_locks``), and
-reports aborts separately for stops owning a mutex and owning none. What to expect: no abort, stops
-owning a mutex included (the watchdog lets such a stub release it before the kill).
-
-A server that dies is counted (its log lines before the abort are printed) and started again. Not a
-test: a measurement of the abort rate, to repeat after a change to ``server/watchdog.py`` or on
-another Triton release.
+matrix row 25): serve ``trivial`` and ``recommender_pipeline`` built small with the stub watchdog, then
+repeatedly SIGSTOP the pipeline's embedding stub, wait for the watchdog to kill it and reload the
+model, and see whether tritonserver survived, with closed-loop traffic (``--callers``) unless
+``--idle``. ``--holding S`` stops the stub when it owns a pool mutex (watched up to S seconds), whose
+owner's death would make tritonserver abort; aborts are counted apart for stops owning one. What to
+expect: no abort. A server that dies is counted, its log tail printed, and started again.
 
     .venv/bin/python scripts/stopped_stub_abort.py [--iterations 10] [--callers 1] [--idle]
         [--holding 15] [--settle-s 3] [--repository built_small_repository]
@@ -57,7 +44,7 @@ def embedding_stub_pid(server: TritonServer) -> int | None:
 
 
 def healed(server: TritonServer, stopped_pid: int) -> bool:
-    """The stopped stub is gone, a new stub serves the model and the watchdog marks nothing unavailable."""
+    """The stopped stub is gone, a new one serves and the watchdog marks nothing unavailable."""
     if any(s.pid == stopped_pid and s.alive for s in server_stubs(server.pid)):
         return False
     fresh = embedding_stub_pid(server)
@@ -65,8 +52,7 @@ def healed(server: TritonServer, stopped_pid: int) -> bool:
 
 
 def one_stop(server: TritonServer, settle_s: float, holding_s: float) -> tuple[bool, float, bool]:
-    """Stop the embedding stub once (``holding_s`` > 0: when it owns a mutex, watched that long); (server
-    survived, seconds from the stop to the healed state, the stub owned a mutex when it stopped)."""
+    """Stop the embedding stub once: (server survived, seconds to heal, it owned a mutex when stopped)."""
     stub = next(s for s in server_stubs(server.pid) if s.pid == embedding_stub_pid(server))
     pid, stopped = stub.pid, time.monotonic()
     held, attempts = stop_owning_a_mutex(pid, stub.shm_region, holding_s)
