@@ -63,6 +63,8 @@ class Route:
 
 @dataclass
 class Figures:
+    """One route's run: perf_analyzer's figures and what the run cost."""
+
     throughput: float
     p50_ms: float
     p99_ms: float
@@ -73,6 +75,8 @@ class Figures:
 
 @dataclass
 class Rounds:
+    """Every round's figures of each route, for one protocol and concurrency."""
+
     routes: list[str]
     rounds: list[dict[str, Figures]] = field(default_factory=list)
 
@@ -216,6 +220,7 @@ def busy_shares(statistics_file: Path) -> list[tuple[float, str]]:
 def routes(
     server: TritonServer, protocol: str, proxy: tuple[subprocess.Popen, str, str] | None
 ) -> list[Route]:
+    """Where perf_analyzer connects for ``protocol``: Triton's own port, the front, the proxy."""
     grpc = protocol == "grpc"
     front = server.grpc_front if grpc else server.http_front
     assert front is not None
@@ -269,6 +274,7 @@ def compare(
     args: argparse.Namespace,
     binary: Path,
 ) -> Rounds:
+    """``args.rounds`` rounds over ``found`` in rotated order, printing each run."""
     result = Rounds([route.name for route in found])
     columns = "inf/s, p50 ms, p99 ms, CPU ms/request (between, server), batch"
     print(f"{protocol}, {MODEL}, concurrency {concurrency}: {columns}")
@@ -293,6 +299,7 @@ def compare(
 
 
 def table(results: dict[tuple[str, int], Rounds]) -> str:
+    """The medians as a markdown table: one row per protocol, concurrency and route."""
     lines = [
         "| protocol | c | route | throughput / direct, median (rounds) | p50 ms (/ direct) "
         "| CPU ms/request in between | server CPU ms/request | formed batch |",

@@ -48,6 +48,8 @@ def _repository(spec: Path, folder: Path) -> Path:
 
 
 class Route:
+    """One way to send the request: through a front, its tensors in a region or in the body."""
+
     def __init__(self, server: TritonServer, protocol: str, rows: int, in_region: bool, stack: ExitStack):
         self.module = protocol_module(protocol)
         self.url = server.http_url if protocol == "http" else server.grpc_url

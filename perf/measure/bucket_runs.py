@@ -42,6 +42,7 @@ class BucketRun:
         return shapes.shape_rows(records, max_batch, self.measured.stats.executions)
 
     def formed_lines(self, max_batch: int) -> list[str]:
+        """The run's per-length table under its heading."""
         table = shapes.shape_table(self.rows(max_batch))
         return [f"### {self.name}: formed batches per length sent", "", *table]
 
@@ -79,6 +80,7 @@ class Ways:
 
 
 def ways_of(model: ModelSpec, onnx_file: Path, seed: int) -> Ways:
+    """The ``bucket_ways`` of ``model``'s traffic, each checked on ``onnx_file`` first."""
     mix = shapes.shape_mix(model, seed)
     offered, refused = offered_ways(shapes.bucket_ways(model, seed), onnx_file, model, mix, seed)
     return Ways(model, onnx_file, seed, mix, offered, refused)

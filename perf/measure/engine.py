@@ -125,6 +125,8 @@ class EngineRun:
 
 @dataclass(frozen=True)
 class Job:
+    """What an engine is asked to run: ``load`` against ``target`` in ``settings``' windows."""
+
     target: Target
     load: Load
     settings: MeasureSettings
@@ -132,6 +134,8 @@ class Job:
 
 
 class LoadEngine(Protocol):
+    """One way to send a measurement's requests."""
+
     @property
     def name(self) -> str: ...
 
@@ -139,6 +143,8 @@ class LoadEngine(Protocol):
 
 
 class OurEngine:
+    """The project's asyncio client in this process: ``drive`` on one ``Caller``."""
+
     name = "ours"
 
     def run(self, job: Job, at_edge: Edge | None = None) -> EngineRun:

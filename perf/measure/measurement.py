@@ -59,6 +59,7 @@ class Measurement:
 
     @functools.cached_property
     def figures(self) -> Summary:
+        """``summary()``, computed once (the records do not change)."""
         return self.summary()
 
     def summary(self) -> Summary:
@@ -92,6 +93,7 @@ class Measurement:
 
     @property
     def failed(self) -> int:
+        """Its requests that failed over the windows that count."""
         return self.figures.failed
 
     @property
@@ -101,6 +103,7 @@ class Measurement:
 
     @property
     def samples(self) -> int:
+        """The requests (samples) its latency percentiles rest on."""
         return self.figures.samples
 
     @property
@@ -114,10 +117,12 @@ class Measurement:
 
     @property
     def stats(self) -> ModelStats:
+        """The server's statistics over the measurement (empty without a server view)."""
         return self.server.stats if self.server else ModelStats()
 
     @property
     def stolen_share(self) -> float:
+        """The share of the CPUs' time the hypervisor took (NaN without a reading)."""
         return self.server.stolen_share if self.server else math.nan
 
 

@@ -20,6 +20,8 @@ STOLEN_LIMIT = 0.005  # of the CPUs' time: from 0.5% stolen over a run, the run 
 
 @dataclass(frozen=True)
 class Remeasured:
+    """A run set aside for the host's steal, and the one measured in its place."""
+
     label: str
     stolen_share: float
     p99_ms: float
@@ -30,6 +32,8 @@ class Remeasured:
 
 @dataclass(frozen=True)
 class NoiseFigures:
+    """The policy's account of a run of measurements, as a saved result keeps it."""
+
     stolen_limit: float
     runs: int  # measurements taken through the policy
     remeasured: tuple[Remeasured, ...]  # those measured once more for the host's steal
@@ -63,5 +67,6 @@ class NoisePolicy:
         return again if not again.stolen_share > first.stolen_share else first
 
     def account(self) -> NoiseFigures:
+        """The policy's account for a saved result."""
         again = tuple(self.remeasured)
         return NoiseFigures(self.stolen_limit, self.runs, again, float(sum(r.seconds for r in again)))

@@ -45,6 +45,7 @@ class Record:
 
 
 def latencies(records: Iterable[Record]) -> np.ndarray:
+    """Per-sample latencies (seconds) of the successful records."""
     parts = [r.sample_latencies() for r in records if r.ok]
     return np.concatenate(parts) if parts else np.empty(0)
 

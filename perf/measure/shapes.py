@@ -32,6 +32,7 @@ PADDING_BATCH = 4  # the batch the padding cost's raw compute is timed at
 
 
 def has_variable_axis(spec: ModelSpec) -> bool:
+    """Whether an input of ``spec`` has a non-batch variable axis."""
     return any(t.variable for t in spec.inputs)
 
 
@@ -76,6 +77,7 @@ class ShapeMix:
 
 
 def mix_of(lengths: Sequence[int], source: str) -> ShapeMix:
+    """The ``ShapeMix`` of observed ``lengths``, each weighted by how often it came."""
     counts = sorted(Counter(int(n) for n in lengths).items())
     total = sum(c for _, c in counts)
     return ShapeMix(tuple(n for n, _ in counts), tuple(c / total for _, c in counts), source)
@@ -121,6 +123,7 @@ def bucket_ways(model: ModelSpec, seed: int = 0) -> dict[str, tuple[int, ...]]:
 
 
 def padded_share(mix: ShapeMix, buckets: Sequence[int], bound: int) -> float:
+    """The share of sent positions that are padding."""
     sent = sum(w * bucket_of(n, buckets, bound) for n, w in zip(mix.lengths, mix.weights, strict=True))
     return 1.0 - mix.mean / sent if sent else 0.0
 

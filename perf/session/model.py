@@ -61,6 +61,7 @@ def add_window_options(parser: argparse.ArgumentParser) -> None:
 
 
 def window_usage_error(args: argparse.Namespace) -> str | None:
+    """What is wrong with ``add_window_options``' values, if anything."""
     if args.seconds <= 0:
         return f"--seconds must be > 0, got {args.seconds}"
     if args.p99_samples is not None and args.p99_samples < 1:
@@ -81,6 +82,8 @@ def windows_for(settings: MeasureSettings, largest_batch_s: float) -> MeasureSet
 
 
 class ModelSession:
+    """Build, serve and reload one model; ``with ModelSession(...) as session``."""
+
     def __init__(
         self,
         spec: Spec,
@@ -164,6 +167,7 @@ class ModelSession:
 
     @property
     def model_file(self) -> Path:
+        """The served ONNX file (the raw reference measures it in-process)."""
         return self.workdir / "repository" / self.base.name / "1" / "model.onnx"
 
     @property
@@ -185,6 +189,7 @@ class ModelSession:
         self.buckets, self.vary_shapes = buckets, vary_shapes
 
     def died(self, during: str) -> ServerDiedError | None:
+        """The server's death during ``during``, or None while it runs."""
         if self.server is None or self.server.process is None or (code := self.server.process.poll()) is None:
             return None
         cause = death_cause(code, self.server.log_tail(80))
@@ -241,6 +246,7 @@ class ModelSession:
             time.sleep(0.05)
 
     def live_stubs(self) -> int:
+        """The loaded model's live Python-backend stubs (0 for other backends)."""
         assert self.server is not None
         if self.server.pid is None:
             return 0

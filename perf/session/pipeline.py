@@ -27,6 +27,7 @@ from server import TritonServer
 
 
 def stage_configs(built: BuiltPipeline, config: BatcherConfig) -> list[ModelConfig]:
+    """Every stage's model config with the candidate's batching."""
     pipeline = built.spec
     if config.batching:
         batching = Batching(

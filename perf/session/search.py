@@ -45,6 +45,8 @@ class Verdict(enum.Enum):
 
 
 class Run(Protocol):
+    """What the rule reads of a run (``Measurement`` has it)."""
+
     label: str
     p99_ms: float
     throughput: float
@@ -57,6 +59,8 @@ class Run(Protocol):
 
 
 class Server(Protocol):
+    """What the search needs of a server: a run of a load on what is prepared now."""
+
     def measure(self, load: Load, label: str) -> Run: ...
 
 
@@ -68,6 +72,7 @@ def misses_far(run: Run, offered: float, budget_ms: float) -> bool:
 
 
 def verdict(runs: Sequence[Run], offered: float, budget_ms: float) -> Verdict:
+    """The rule (module docstring): what ``runs`` of one point at ``offered``/s say."""
     met = sum(1 for run in runs if run.meets(budget_ms))
     missed = len(runs) - met
     if met > missed:
@@ -98,6 +103,7 @@ def disagreement(p99s: Sequence[float | None], mets: Sequence[bool]) -> str:
 
 
 def rung(rate: float) -> float:
+    """``rate``'s place on the ladder (a whole number for a rung)."""
     return RUNGS * math.log2(rate)
 
 
@@ -111,6 +117,7 @@ def on_ladder(rate: float) -> float:
 
 
 def rungs_between(low: float, high: float) -> list[int]:
+    """The rungs strictly between ``low`` and ``high``."""
     first, last = math.floor(rung(low) + 1e-9) + 1, math.ceil(rung(high) - 1e-9) - 1
     return list(range(first, last + 1))
 
@@ -210,6 +217,7 @@ class Evidence(Generic[K]):
     def nothing_meets(
         self, name: Callable[[K], str], detail: str = "", at_least: float = 0.0, where: str = "here"
     ) -> NothingMeetsError:
+        """The verdict where no point holds, naming the closest run over the budget."""
         closest = self.closest_miss(at_least)
         if closest is None:
             return NothingMeetsError(
