@@ -40,6 +40,7 @@ from exporters.repository import build_repository
 from exporters.schema.bounded_yaml import load_spec_document
 from exporters.schema.models import parse_spec
 from perf.errors import StudyError
+from perf.markdown import table as markdown_table
 from perf.measure.analyzer import PerfAnalyzerEngine, find_perf_analyzer
 from perf.measure.engine import MeasureSettings
 from perf.measure.loads import closed_loop
@@ -300,29 +301,24 @@ def compare(
 
 def table(results: dict[tuple[str, int], Rounds]) -> str:
     """The medians as a markdown table: one row per protocol, concurrency and route."""
-    lines = [
-        "| protocol | c | route | throughput / direct, median (rounds) | p50 ms (/ direct) "
-        "| CPU ms/request in between | server CPU ms/request | formed batch |",
-        "|---|---|---|---|---|---|---|---|",
-    ]
+    header = ["protocol", "c", "route", "throughput / direct, median (rounds)", "p50 ms (/ direct)",
+              "CPU ms/request in between", "server CPU ms/request", "formed batch"]  # fmt: skip
+    rows = []
     for (protocol, concurrency), rounds in results.items():
         if not rounds.rounds:
-            lines.append(f"| {protocol} | {concurrency} | (no stable round) | | | | | |")
+            rows.append([protocol, concurrency, "(no stable round)", "", "", "", "", ""])
             continue
         for route in rounds.routes:
-            ratio, each = rounds.ratio(route, "throughput")
+            if route == "direct":
+                shown, between = f"{rounds.median(route, 'throughput'):.0f} inf/s", "–"
+            else:
+                ratio, each = rounds.ratio(route, "throughput")
+                shown = f"{ratio:.2f} ({', '.join(f'{v:.2f}' for v in each)})"
+                between = f"{rounds.median(route, 'between_ms'):.2f}"
             p50 = f"{rounds.median(route, 'p50_ms'):.2f} ({rounds.ratio(route, 'p50_ms')[0]:.2f}×)"
-            shown = (
-                f"{ratio:.2f} ({', '.join(f'{v:.2f}' for v in each)})"
-                if route != "direct"
-                else (f"{rounds.median(route, 'throughput'):.0f} inf/s")
-            )
-            between = f"{rounds.median(route, 'between_ms'):.2f}" if route != "direct" else "–"
-            lines.append(
-                f"| {protocol} | {concurrency} | {route} | {shown} | {p50} | {between} | "
-                f"{rounds.median(route, 'server_ms'):.2f} | {rounds.median(route, 'batch'):.1f} |"
-            )
-    return "\n".join(lines)
+            server, batch = f"{rounds.median(route, 'server_ms'):.2f}", f"{rounds.median(route, 'batch'):.1f}"
+            rows.append([protocol, concurrency, route, shown, p50, between, server, batch])
+    return markdown_table(header, rows)
 
 
 def main() -> None:

@@ -30,12 +30,8 @@ def in_span(records: Sequence[Record], start_s: float, end_s: float) -> list[Rec
     return [r for r in records if start_s <= r.recv_s < end_s]
 
 
-def summarize(records: Sequence[Record], start_s: float | None = None, end_s: float | None = None) -> Summary:
-    """Summarize the records answered in ``[start_s, end_s)`` (default: first send to last answer)."""
-    if start_s is None:
-        start_s = min((r.send_s for r in records), default=0.0)
-    if end_s is None:
-        end_s = np.nextafter(max((r.recv_s for r in records), default=start_s), np.inf)
+def summarize(records: Sequence[Record], start_s: float, end_s: float) -> Summary:
+    """Summarize the records answered in ``[start_s, end_s)``."""
     chosen = in_span(records, start_s, end_s)
     ok = [r for r in chosen if r.ok]
     lat_ms = latencies(ok) * 1e3

@@ -79,16 +79,8 @@ def target_from_spec(
     pool = plan.typical_pool if plan is not None else None
     arrays = [pool[t.name] for t in spec.inputs] if pool is not None else draw_inputs(spec, rows, seed)
     outputs = {t.name: int(np.prod(t.largest)) * DTYPES[t.dtype].numpy_dtype().itemsize for t in spec.outputs}
-    return Target(
-        model=spec.name,
-        url=url,
-        inputs={t.name: np.ascontiguousarray(a) for t, a in zip(spec.inputs, arrays, strict=True)},
-        output_row_bytes=outputs,
-        protocol=protocol,
-        collect=collect,
-        shared_memory=shared_memory,
-        shapes=plan,
-    )
+    inputs = {t.name: np.ascontiguousarray(a) for t, a in zip(spec.inputs, arrays, strict=True)}
+    return Target(spec.name, url, inputs, outputs, protocol, collect, shared_memory, shapes=plan)
 
 
 def _connect(target: Target, slots: int) -> Any:
@@ -177,7 +169,8 @@ class Caller:
             length, sent = round(sum(n for n, _ in pairs) / count), max(s for _, s in pairs)
             pools = plan.pools[sent]
         elif self.target.cycle:
-            start, self._next_row = self._next_row % self.pool_rows, self._next_row + batch
+            rows = len(next(iter(pools.values())))
+            start, self._next_row = self._next_row % rows, self._next_row + batch
         key = (sent, start, batch)
         if key not in self._inputs:
             tensors, offset, nbytes = [], 0, 0
@@ -237,10 +230,6 @@ class Caller:
         now = time.perf_counter() - self.t0
         status = f"{SHED}: {self.slot_count} requests already in flight"
         return Record(self.target.model, now, now, len(arrivals), 0, 0, False, status, arrivals, self.label)
-
-    @property
-    def pool_rows(self) -> int:
-        return next(iter(self.target.inputs.values())).shape[0]
 
     def _received_bytes(self, result: Any, batch: int) -> int:
         if self.target.shared_memory:
