@@ -55,12 +55,10 @@ CSV_FIELDS = [f.name for f in fields(Record)]
 
 def write_csv(records: Sequence[Record], path: Path) -> None:
     with open(path, "w", newline="") as handle:
-        writer = csv.writer(handle)
-        writer.writerow(CSV_FIELDS)
+        writer = csv.DictWriter(handle, CSV_FIELDS)
+        writer.writeheader()
         for record in records:
-            row = asdict(record)
-            row["arrivals"] = " ".join(f"{a:.6f}" for a in record.arrivals)
-            writer.writerow([row[name] for name in CSV_FIELDS])
+            writer.writerow({**asdict(record), "arrivals": " ".join(f"{a:.6f}" for a in record.arrivals)})
 
 
 def write_json(records: Sequence[Record], path: Path) -> None:

@@ -12,7 +12,6 @@ compute, and ``perf.measure.padding_check`` offers buckets only where the answer
 from __future__ import annotations
 
 import logging
-from collections import Counter
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -78,9 +77,8 @@ class ShapeMix:
 
 def mix_of(lengths: Sequence[int], source: str) -> ShapeMix:
     """The ``ShapeMix`` of observed ``lengths``, each weighted by how often it came."""
-    counts = sorted(Counter(int(n) for n in lengths).items())
-    total = sum(c for _, c in counts)
-    return ShapeMix(tuple(n for n, _ in counts), tuple(c / total for _, c in counts), source)
+    values, counts = np.unique(np.asarray(lengths, dtype=int), return_counts=True)
+    return ShapeMix(tuple(int(n) for n in values), tuple(float(c) for c in counts / counts.sum()), source)
 
 
 def shape_mix(spec: ModelSpec, seed: int = 0, draws: int = SAMPLER_DRAWS) -> ShapeMix:
