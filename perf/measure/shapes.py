@@ -6,7 +6,7 @@ take (the spec's ``shapes:``, else tallied from its sampler); a ``ShapePlan`` is
 an input pool per length sent and a seeded (true, sent) length per request. Buckets pad each request
 to the smallest bucket that fits (fewer shapes, larger batches, padding computed): padding repeats the
 last position (values stay valid) and pads a mask input with zeros; ``padding_cost`` prices it as raw
-compute, and ``perf.measure.padding_check`` offers buckets only where the answer stays within tolerance.
+compute, and ``perf.measure.bucket_runs`` offers buckets only where the answer stays within tolerance.
 """
 
 from __future__ import annotations

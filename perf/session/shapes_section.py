@@ -11,11 +11,10 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from perf.markdown import number, table
-from perf.measure.bucket_runs import BucketRun, Ways, choose, ways_of
+from perf.measure.bucket_runs import BucketRun, Ways, choose, refused_lines, ways_of
 from perf.measure.engine import OurEngine
 from perf.measure.loads import Load
 from perf.measure.measurement import Measurement, too_few_note
-from perf.measure.padding_check import refused_lines
 from perf.measure.shapes import PADDING_BATCH
 from perf.measure.target import Target
 from perf.model.batcher import BatcherConfig
