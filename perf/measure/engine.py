@@ -21,8 +21,7 @@ from typing import Protocol
 
 from perf.errors import OptionError
 from perf.measure.loads import Load
-from perf.measure.records import Record
-from perf.measure.summary import summarize, window_is_stable
+from perf.measure.records import Record, summarize, window_is_stable
 from perf.measure.target import Caller, Target
 
 log = logging.getLogger(__name__)

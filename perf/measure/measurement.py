@@ -27,9 +27,8 @@ from perf.measure.engine import (
     OurEngine,
 )
 from perf.measure.loads import Load, arrival_times
-from perf.measure.records import Record
+from perf.measure.records import Record, Summary, in_span, summarize
 from perf.measure.server_view import ServerDelta, ServerEndpoints, ServerSnapshot, delta, snapshot
-from perf.measure.summary import Summary, in_span, summarize
 from perf.measure.target import Target
 
 log = logging.getLogger(__name__)

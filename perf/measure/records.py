@@ -1,6 +1,7 @@
-"""One record per request, the only raw data perf keeps: every table and plot is derived from these.
-Times are seconds from the start of the measurement; latency counts from each sample's arrival, so
-time waiting in the client (for a batch to fill, a free slot) is not hidden.
+"""One record per request, the only raw data perf keeps, and the figures every table and plot derives
+from them. Times are seconds from the start of the measurement; latency counts from each sample's
+arrival, so time waiting in the client (for a batch to fill, a free slot) is not hidden. A request
+belongs to the span its response arrived in; throughput counts successful samples.
 """
 
 from __future__ import annotations
@@ -68,3 +69,45 @@ def write_json(records: Sequence[Record], path: Path) -> None:
         columns[name] = [round(t, 6) for t in columns[name]]
     columns["arrivals"] = [[round(a, 6) for a in times] for times in columns["arrivals"]]
     path.write_text(json.dumps(columns, separators=(",", ":")))
+
+
+@dataclass(frozen=True)
+class Summary:
+    requests: int  # requests whose outcome fell in the span
+    succeeded: int
+    failed: int
+    samples: int  # successful samples
+    seconds: float
+    throughput: float  # successful samples per second
+    p50_ms: float
+    p90_ms: float
+    p99_ms: float
+    mean_ms: float
+
+
+def in_span(records: Sequence[Record], start_s: float, end_s: float) -> list[Record]:
+    return [r for r in records if start_s <= r.recv_s < end_s]
+
+
+def summarize(records: Sequence[Record], start_s: float, end_s: float) -> Summary:
+    """Summarize the records answered in ``[start_s, end_s)``."""
+    chosen = in_span(records, start_s, end_s)
+    ok = [r for r in chosen if r.ok]
+    lat_ms = latencies(ok) * 1e3
+    p50, p90, p99 = np.percentile(lat_ms, [50, 90, 99]) if lat_ms.size else (np.nan, np.nan, np.nan)
+    seconds = float(end_s - start_s)
+    samples = sum(r.batch for r in ok)
+    return Summary(
+        requests=len(chosen), succeeded=len(ok), failed=len(chosen) - len(ok), samples=samples,
+        seconds=seconds, throughput=samples / seconds if seconds > 0 else 0.0,
+        p50_ms=float(p50), p90_ms=float(p90), p99_ms=float(p99),
+        mean_ms=float(lat_ms.mean()) if lat_ms.size else float("nan"),
+    )  # fmt: skip
+
+
+def window_is_stable(values: Sequence[float], tolerance: float) -> bool:
+    """perf_analyzer's rule (``--stability-percentage``): largest over smallest within ``1 + tolerance``."""
+    if not values or any(np.isnan(v) for v in values):
+        return False
+    smallest = min(values)
+    return smallest > 0 and max(values) <= (1 + tolerance) * smallest

@@ -6,8 +6,7 @@ import math
 import numpy as np
 import pytest
 
-from perf.measure.records import Record, write_csv
-from perf.measure.summary import summarize, window_is_stable
+from perf.measure.records import Record, summarize, window_is_stable, write_csv
 from tests import records_csv as records_module
 from tests.records_csv import read_csv
 
