@@ -30,6 +30,9 @@ from perf.measure.target import Target
 
 ROWS = 2  # rows per run: enough to see a difference, cheap at the longest bucket
 QUANTILES = (0.0, 0.1, 0.25, 0.5, 0.75, 0.9)  # the traffic's lengths that are padded and compared
+ONE_LENGTH = "one length"  # the run that sends every request at one length
+Send = Callable[[tuple[int, ...] | None], Target]  # the target of the runs that follow (None: one length)
+Measure = Callable[[Target, str, int], Measurement]  # one run: its way's name, the one length (else 0)
 
 
 @dataclass(frozen=True)
@@ -126,11 +129,6 @@ def refused_lines(refused: dict[str, PaddingVerdict]) -> list[str]:
         f"Not offered, not measured (padding checked on the served ONNX file, {ROWS} rows at the traffic's "
         "lengths, padded as each set pads, outputs held to the spec's tolerance): " + "; ".join(parts) + "."
     ]
-
-
-ONE_LENGTH = "one length"  # the run that sends every request at one length
-Send = Callable[[tuple[int, ...] | None], Target]  # the target of the runs that follow (None: one length)
-Measure = Callable[[Target, str, int], Measurement]  # one run: its way's name, the one length (else 0)
 
 
 @dataclass(frozen=True)
