@@ -5,8 +5,7 @@ other studies (``perf.measure.measurement.measure`` is not re-exported: its name
 from perf.measure.engine import MeasureSettings
 from perf.measure.loads import Load, closed_loop, poisson, trace
 from perf.measure.measurement import Measurement
-from perf.measure.records import Record
-from perf.measure.summary import Summary, summarize
+from perf.measure.records import Record, Summary, summarize
 from perf.measure.target import Caller, Target, target_from_spec
 
 __all__ = [

@@ -1,31 +1,15 @@
-"""What the fronts cost: perf_analyzer on the recommender through each front, straight to Triton's own
-port of the same server, and through a plain compiled proxy (caddy) where one is given, route after
-route in turns, at each concurrency asked for.
+"""What the fronts cost (docs/SERVING.md, "What the fronts cost"): perf_analyzer on the recommender
+straight to Triton's own port (``direct``, passing the front key as the fronts do), through each front
+of the same server, and through caddy's plain h2c / HTTP proxy where ``--caddy`` gives one, the routes
+in rotated order each round so that all see the same moment of a shared machine. Printed: each route's
+throughput and p50 over direct's in the same round (median over rounds), the CPU per request of the
+process in between and of tritonserver with its stubs (``/proc``), and the mean batch Triton formed.
+The recommender runs without its queue policy (on Triton 2.51 it stalls the batcher ~500 ms now and
+then, which would swamp every route alike); a round perf_analyzer cannot make stable is skipped.
 
-One server as ``make serve`` runs it (``server.fronts.http_front`` and ``server.fronts.grpc_front`` in
-front of Triton's loopback ports). Each round measures the same model on every route: ``direct`` is
-Triton's own port (perf_analyzer passing the front key, as the fronts do), ``front`` the front, and
-``proxy`` caddy's h2c / HTTP reverse proxy to Triton's port (adding the front key, checking nothing),
-so all see the same server, the same batcher and the same moment of a shared machine. The routes take
-turns in a rotated order (round 1: direct, front, proxy; round 2: front, proxy, direct; …), and the
-result of a round is each route's throughput and p50 as a ratio of the direct route's in that round;
-what is printed is the median over rounds of those ratios, with:
-
-* the CPU each route costs per request: the front's (or caddy's) process, and tritonserver's with its
-  stubs, from ``/proc``, over the requests the server's statistics counted during that route's run;
-* the mean batch Triton formed on that route (inferences per execution in its statistics): a route
-  that delays requests unevenly makes the batcher form smaller batches, which costs the server CPU.
-
-The recommender runs without its queue policy: on Triton 2.51 a queue policy with one instance makes
-the batcher stall ~500 ms now and then (docs/SERVING.md), which would swamp every route alike. A run
-perf_analyzer cannot make stable is reported and its round skipped. Not a test: a measurement to repeat
-where the cost matters. caddy comes from Debian (``apt-get download caddy && dpkg -x caddy_*.deb DIR``;
-the binary is ``DIR/usr/bin/caddy``); without ``--caddy`` the proxy route is left out.
-
-``--profile FILE`` says where the gRPC front's time goes: after the rounds, a second gRPC front with the
-same flags as the server's runs under cProfile beside it, perf_analyzer runs once through it at the
-highest concurrency asked, and its statistics are written to FILE (``pstats``) and their top printed.
-cProfile slows the Python it counts, so read the shares, not the rate.
+``--profile FILE``: after the rounds, one run at the highest concurrency through a second gRPC front
+under cProfile (read the shares, not its rate); its busy time by module is printed, its statistics
+written to FILE.
 
     .venv/bin/python scripts/front_cost.py [--rounds 3] [--protocols grpc http] [--concurrency 1 4 16]
         [--caddy PATH] [--window-ms 3000] [--profile FILE]
@@ -56,6 +40,7 @@ from exporters.repository import build_repository
 from exporters.schema.bounded_yaml import load_spec_document
 from exporters.schema.models import parse_spec
 from perf.errors import StudyError
+from perf.markdown import table as markdown_table
 from perf.measure.analyzer import PerfAnalyzerEngine, find_perf_analyzer
 from perf.measure.engine import MeasureSettings
 from perf.measure.loads import closed_loop
@@ -73,7 +58,7 @@ MODEL = "recommender"
 class Route:
     name: str
     url: str
-    pid: int | None  # the process in between (front or proxy): its CPU is the route's cost
+    pid: int | None  # the process in between (front or proxy), whose CPU is the route's cost
     header: tuple[str, ...] = ()  # perf_analyzer options (the front key on the direct route)
 
 
@@ -106,7 +91,7 @@ class Rounds:
 
 
 def _inputs(rows: int = 16) -> dict[str, np.ndarray]:
-    """perf_analyzer's input pool; ids below 10 fit every embedding table of the recommender."""
+    """ids below 10 fit every embedding table of the recommender."""
     rng = np.random.default_rng(0)
     return {
         "dense": rng.standard_normal((rows, 13)).astype(np.float32),
@@ -121,14 +106,14 @@ CADDYFILE = """{{
         protocols h1 h2c
     }}
 }}
-http://127.0.0.1:{grpc_port} {{
-    reverse_proxy h2c://{triton_grpc} {{
-        header_up {grpc_header} {key}
+http://127.0.0.1:{3} {{
+    reverse_proxy h2c://{0.triton_grpc_url} {{
+        header_up {1} {0.admin_key}
     }}
 }}
-http://127.0.0.1:{http_port} {{
-    reverse_proxy http://{triton_http} {{
-        header_up {http_header} {key}
+http://127.0.0.1:{4} {{
+    reverse_proxy http://{0.triton_http_url} {{
+        header_up {2} {0.admin_key}
     }}
 }}
 """
@@ -140,17 +125,7 @@ def caddy_proxy(binary: Path, server: TritonServer) -> Iterator[tuple[subprocess
     grpc_port, http_port = free_ports(["127.0.0.1"] * 2)  # picked together: never the same port twice
     with tempfile.TemporaryDirectory() as folder:
         caddyfile = Path(folder, "Caddyfile")
-        caddyfile.write_text(
-            CADDYFILE.format(
-                grpc_port=grpc_port,
-                http_port=http_port,
-                key=server.admin_key,
-                triton_grpc=server.triton_grpc_url,
-                grpc_header=GRPC_FRONT_HEADER,
-                triton_http=server.triton_http_url,
-                http_header=FRONT_HEADER,
-            )
-        )
+        caddyfile.write_text(CADDYFILE.format(server, GRPC_FRONT_HEADER, FRONT_HEADER, grpc_port, http_port))
         process = subprocess.Popen(
             [str(binary), "run", "--config", str(caddyfile), "--adapter", "caddyfile"],
             stdout=subprocess.DEVNULL,
@@ -178,16 +153,16 @@ def _wait_listening(port: int, process: subprocess.Popen, log: Path, name: str, 
     raise SystemExit(f"{name} did not listen on {port} within {wait_s:g} s: {log.read_text()[-2000:]}")
 
 
-@contextmanager
-def profiled_grpc_front(server: TritonServer, statistics_file: Path) -> Iterator[Route]:
-    """A second gRPC front under cProfile, with the flags of the server's own (read from ``/proc``, as the
-    launcher keeps them nowhere else) on a port of its own: the route through it. Its statistics are
-    written to ``statistics_file`` when it stops on SIGTERM, as a front does for ``make stop``."""
+def profile_grpc_front(
+    server: TritonServer, concurrency: int, args: argparse.Namespace, binary: Path
+) -> None:
+    """One run through a second gRPC front under cProfile with the server's front's flags (read from
+    ``/proc``: the launcher keeps them nowhere else); it writes ``args.profile`` on SIGTERM."""
     assert server.grpc_front is not None
     flags = Path(f"/proc/{server.grpc_front.pid}/cmdline").read_bytes().decode().split("\0")[3:-1]
     port = free_port()
     flags = [f"--listen=127.0.0.1:{port}" if flag.startswith("--listen=") else flag for flag in flags]
-    profiler = [sys.executable, "-m", "cProfile", "-o", str(statistics_file)]
+    profiler = [sys.executable, "-m", "cProfile", "-o", str(args.profile)]
     with tempfile.TemporaryDirectory() as folder:
         log = Path(folder, "front.log")
         with log.open("wb") as output:
@@ -199,18 +174,11 @@ def profiled_grpc_front(server: TritonServer, statistics_file: Path) -> Iterator
             )
         try:
             _wait_listening(port, process, log, "the profiled gRPC front")
-            yield Route("profiled", f"127.0.0.1:{port}", process.pid)
+            route = Route("profiled", f"127.0.0.1:{port}", process.pid)
+            f = run_route(server, route, "grpc", concurrency, args.window_ms, binary)
         finally:
             process.terminate()
             process.wait(timeout=30)
-
-
-def profile_grpc_front(
-    server: TritonServer, concurrency: int, args: argparse.Namespace, binary: Path
-) -> None:
-    """One perf_analyzer run through a profiled gRPC front; prints its figures and the profile's top."""
-    with profiled_grpc_front(server, args.profile) as route:
-        f = run_route(server, route, "grpc", concurrency, args.window_ms, binary)
     print(
         f"grpc, profiled front, concurrency {concurrency}: {f.throughput:.0f} inf/s, p50 {f.p50_ms:.2f} ms, "
         f"{f.between_ms:.3f} ms front CPU/request under cProfile; statistics in {args.profile}"
@@ -222,10 +190,9 @@ def profile_grpc_front(
 
 
 def busy_shares(statistics_file: Path) -> list[tuple[float, str]]:
-    """A profile's own time grouped by where it was spent: each module of ``server/fronts``, the asyncio
-    loop, socket calls, HPACK, protobuf, the rest; as shares of the time not spent waiting in epoll
-    (whose share of the whole is the first entry), largest first. A builtin's time counts for whoever
-    called it (``len`` in ``h2c`` is ``h2c``'s time)."""
+    """A profile's own time by where it was spent (each module of ``server/fronts``, the asyncio loop,
+    socket calls, HPACK, protobuf, the rest) as shares of the time not spent waiting in epoll (whose
+    share of the whole comes first), largest first; a builtin's time counts for its caller."""
 
     def part_of(file: str) -> str:
         if "server/fronts/" in file:
@@ -277,9 +244,8 @@ def _stats(server: TritonServer) -> ModelStats:
 def run_route(
     server: TritonServer, route: Route, protocol: str, concurrency: int, window_ms: int, binary: Path
 ) -> Figures:
-    """One perf_analyzer run on ``route``; ``StudyError`` when its windows never agree."""
-    # perf_analyzer's own stability check, as generous as a shared machine needs: the last three of at
-    # least ten windows within 100% of their mean on throughput and average latency
+    """One perf_analyzer run on ``route``; ``StudyError`` when its windows never agree (within 100%:
+    as generous as a shared machine needs)."""
     settings = MeasureSettings(warmup_s=0.0, window_s=window_ms / 1000, max_windows=4, tolerance=1.0)
     stats = _stats(server)
     between, own = process_tree_cpu_s(route.pid or 0), process_tree_cpu_s(server.pid or 0)
@@ -309,7 +275,7 @@ def compare(
     args: argparse.Namespace,
     binary: Path,
 ) -> Rounds:
-    """``args.rounds`` rounds over ``found``, in rotated order; prints each run."""
+    """``args.rounds`` rounds over ``found`` in rotated order, printing each run."""
     result = Rounds([route.name for route in found])
     columns = "inf/s, p50 ms, p99 ms, CPU ms/request (between, server), batch"
     print(f"{protocol}, {MODEL}, concurrency {concurrency}: {columns}")
@@ -335,29 +301,24 @@ def compare(
 
 def table(results: dict[tuple[str, int], Rounds]) -> str:
     """The medians as a markdown table: one row per protocol, concurrency and route."""
-    lines = [
-        "| protocol | c | route | throughput / direct, median (rounds) | p50 ms (/ direct) "
-        "| CPU ms/request in between | server CPU ms/request | formed batch |",
-        "|---|---|---|---|---|---|---|---|",
-    ]
+    header = ["protocol", "c", "route", "throughput / direct, median (rounds)", "p50 ms (/ direct)",
+              "CPU ms/request in between", "server CPU ms/request", "formed batch"]  # fmt: skip
+    rows = []
     for (protocol, concurrency), rounds in results.items():
         if not rounds.rounds:
-            lines.append(f"| {protocol} | {concurrency} | (no stable round) | | | | | |")
+            rows.append([protocol, concurrency, "(no stable round)", "", "", "", "", ""])
             continue
         for route in rounds.routes:
-            ratio, each = rounds.ratio(route, "throughput")
+            if route == "direct":
+                shown, between = f"{rounds.median(route, 'throughput'):.0f} inf/s", "–"
+            else:
+                ratio, each = rounds.ratio(route, "throughput")
+                shown = f"{ratio:.2f} ({', '.join(f'{v:.2f}' for v in each)})"
+                between = f"{rounds.median(route, 'between_ms'):.2f}"
             p50 = f"{rounds.median(route, 'p50_ms'):.2f} ({rounds.ratio(route, 'p50_ms')[0]:.2f}×)"
-            shown = (
-                f"{ratio:.2f} ({', '.join(f'{v:.2f}' for v in each)})"
-                if route != "direct"
-                else (f"{rounds.median(route, 'throughput'):.0f} inf/s")
-            )
-            between = f"{rounds.median(route, 'between_ms'):.2f}" if route != "direct" else "–"
-            lines.append(
-                f"| {protocol} | {concurrency} | {route} | {shown} | {p50} | {between} | "
-                f"{rounds.median(route, 'server_ms'):.2f} | {rounds.median(route, 'batch'):.1f} |"
-            )
-    return "\n".join(lines)
+            server, batch = f"{rounds.median(route, 'server_ms'):.2f}", f"{rounds.median(route, 'batch'):.1f}"
+            rows.append([protocol, concurrency, route, shown, p50, between, server, batch])
+    return markdown_table(header, rows)
 
 
 def main() -> None:

@@ -1,14 +1,7 @@
-"""What the ``h2`` library would cost the gRPC front: the CPU of one unary gRPC call on one connection.
-
-Why it exists: the gRPC front relays HTTP/2 frames with its own small layer (``server.fronts.h2c``)
-rather than with ``h2``, the well-kept library for the protocol. This measures the library's side of
-the choice: ``h2``'s ``H2Connection`` on the server side of one connection receives a call's HEADERS
-and DATA (600 bytes, as the recommender's request) and sends the answer's HEADERS, DATA and trailers;
-only that side's CPU time is counted. A relay needs two such sides per call (the client's connection
-and Triton's), so twice this figure is what ``h2`` alone would add to every request, against the
-front's whole CPU per request in docs/SERVING.md's "What the fronts cost".
-
-``h2`` is not a dependency of the project; run this in a throwaway environment::
+"""What the ``h2`` library would cost the gRPC front (docs/SERVING.md, "What the fronts cost"): the CPU
+of ``h2``'s ``H2Connection`` on the server side of one unary call of the recommender's size. A relay
+has two such sides per call, which is why the front has its own HTTP/2 layer (``server.fronts.h2c``).
+``h2`` is not a dependency; run this in a throwaway environment::
 
     python3 -m venv /tmp/h2 && /tmp/h2/bin/pip install h2==4.1.0
     /tmp/h2/bin/python scripts/h2_library_cost.py --calls 20000
@@ -51,7 +44,6 @@ def connected() -> tuple[h2.connection.H2Connection, h2.connection.H2Connection]
 
 
 def _answer(server: h2.connection.H2Connection, data: bytes) -> bytes:
-    """The server side of one call: what a relay's end does with the bytes of a call and its answer."""
     for event in server.receive_data(data):
         if isinstance(event, h2.events.DataReceived):
             server.acknowledge_received_data(event.flow_controlled_length, event.stream_id)
@@ -63,7 +55,7 @@ def _answer(server: h2.connection.H2Connection, data: bytes) -> bytes:
 
 
 def cpu_per_call(calls: int) -> float:
-    """Seconds of this process's CPU the server side spends per call, over ``calls`` calls in a row."""
+    """This process's CPU seconds the server side spends per call, over ``calls`` calls in a row."""
     client, server = connected()
     spent, pending = 0.0, b""
     for _ in range(calls):

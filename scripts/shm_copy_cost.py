@@ -1,17 +1,9 @@
-"""What the fronts' shared-memory copy costs, against Triton mapping the client's file itself.
-
-Two servers of one repository run side by side, both with their fronts as ``make serve`` runs them:
-one as by default (the front ``pread``s the input from the client's region and ``pwrite``s the output
-into it; Triton gets binary tensor data) and one with ``trusted_shared_memory`` (the front forwards the
-registration and Triton maps the file, as Triton does on its own). The model is ``trivial`` (y = 2x)
-widened to 262,144 features, so one row is 1 MiB of FP32: a 1 MB request is one row, a 16 MB request
-16 rows, input and output both in the client's region. For reference, the same request with its input
-in the request body and its output in the answer (binary) goes through the default server's front.
-
-Each round sends ``--requests`` requests, one at a time, on each route in turn, for each size, so every
-route sees the same moment of a shared machine; reported per round: the median ms per request of each
-route, the ratio copy/trusted, and the front's CPU ms per request (from ``/proc``). Every route's answer
-is checked once per round. Not a test: a measurement to repeat where the cost matters.
+"""What the fronts' shared-memory copy costs against Triton mapping the client's file itself
+(docs/SERVING.md, "Shared memory through the fronts"): two servers of one repository with their fronts,
+one default (the front copies the tensors in and out of the client's region) and one with
+``trusted_shared_memory`` (Triton maps the file), serving ``trivial`` widened to 1 MiB of FP32 a row;
+and, for reference, the same request with its tensors in the body. Each round sends ``--requests``
+requests one at a time per route and size, the routes in turn, and checks every route's answer once.
 
     .venv/bin/python scripts/shm_copy_cost.py [--rounds 5] [--requests 20] [--protocols grpc http]
 """
@@ -126,7 +118,6 @@ def _compare(servers: dict[str, TritonServer], protocol: str, rows: int, args: a
 
 
 def _server(repository: Path, mode: str) -> TritonServer:
-    """A server with both fronts; ``trusted``: Triton maps the clients' files itself."""
     options = ServerOptions(repository=repository, http_front=True, grpc_front=True, self_heal=False)
     options.trusted_shared_memory = mode == "trusted"
     return TritonServer(options)

@@ -1,35 +1,11 @@
-"""Where a served execution's time goes: Triton's ``compute_infer`` per execution of the recommender at
-batch 1 and 8, on two versions of our python-based onnxruntime backend and on two minimal Python
-models, with raw onnxruntime at the same batch.
-
-One server, one repository, four models built from ``models.yaml``'s ``recommender`` (same ONNX file,
-same threads, same inputs and outputs), each served with ``backend: "python"`` and its files in its
-version folder, so each stub imports its own copy:
-
-* ``recommender_before``: the backend files of ``--baseline``, another checkout of this project
-  (``git worktree add --detach /tmp/baseline main``);
-* ``recommender_after``: this checkout's;
-* ``recommender_bare``: concatenate, run, split, nothing else (``stub_cost_models/bare.py``);
-* ``recommender_floor``: each request's rows read and zeros answered (``stub_cost_models/floor.py``),
-  the least a Python-backend model does: its time is the Python backend's own round trip (Triton's
-  request handling, the stub's IPC and shared-memory copies), which no model.py removes.
-
-perf_analyzer drives the models in a closed loop: concurrency 1 for executions of one request,
-concurrency 8 for executions of eight requests of one row each (the batcher prefers 8 and waits up to
-2 ms for it). The two models compared are driven at the same time, one perf_analyzer each (``PAIRS``):
-on a host busy with other work, both then see the same moments, and the ratio of a round compares like
-with like (each pays for the other's load too, alike). Each round measures both pairs at both
-batches, the pairs' order alternating, then times raw onnxruntime in this process while the server
-idles. ``compute_infer`` is read from the
-server's ``batch_stats`` for exactly that batch size, so executions of other sizes never mix in; beside
-it, the stub process's CPU time per execution, which a machine busy with other work distorts far less.
-
-Printed per batch, wall and CPU: medians over rounds, the median of the rounds' after/before ratios
-(and in how many rounds after was the cheaper), and the split of ``after``: the floor, onnxruntime in
-the stub (bare − floor, against raw onnxruntime in a hot loop here, and its CPU with the caches made
-cold between runs, as the other processes of a served execution leave them), and our backend's own
-work (after − bare: reading, checks, errors kept per request). Not a test: a measurement to repeat where the
-backend changes; on a shared machine, prefer more rounds.
+"""Where a served execution's time goes (docs/PERF.md, "Where a served execution's time goes"): Triton's
+``compute_infer`` and the stub's CPU per execution of the recommender at batch 1 and 8, served four
+times on the Python backend: ``before`` (the backend files of ``--baseline``, another checkout),
+``after`` (this checkout's), ``bare`` (concatenate, run, split: ``stub_cost_models/bare.py``) and
+``floor`` (zeros answered: the Python backend's own round trip, ``stub_cost_models/floor.py``), with
+raw onnxruntime timed between rounds, hot and with caches made cold. perf_analyzer keeps 1 or 8
+requests in flight; the two models of a pair (``PAIRS``) are driven at the same time, so whatever else
+the host runs falls on both alike.
 
     .venv/bin/python scripts/stub_cost.py --baseline /tmp/baseline [--rounds 16] [--window-ms 800]
 """
@@ -40,6 +16,7 @@ import argparse
 import statistics
 import tempfile
 import time
+from collections import defaultdict
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
@@ -72,14 +49,12 @@ OWN_MODELS = Path(__file__).parent / "stub_cost_models"  # bare.py, floor.py: se
 BATCHES = (1, 8)
 EVICT_BYTES = 16 * 2**20  # more than this host's caches
 COLUMNS = ("before", "after", "after/before", "cheaper in", "floor", "bare-floor", "raw", "after-bare")
-Series = dict[tuple[str, int], list[float]]  # (variant, batch) -> one figure per round
-Raw = dict[int, list[float]]  # batch -> one figure per round
+Series = dict[tuple[str, str, int], list[float]]  # (figure, variant, batch) -> one figure per round
 
 
 def _spec_data(spec_path: Path) -> dict:
-    """The spec's recommender once per variant, without its queue policy (on Triton 2.51 a queue policy
-    with one instance stalls the batcher ~500 ms now and then, docs/SERVING.md) and with a batcher that
-    forms batches of 8 when 8 requests are in flight."""
+    """The recommender once per variant, without its queue policy (on Triton 2.51 it stalls the batcher
+    now and then) and with a batcher that forms batches of 8 when 8 requests are in flight."""
     data = load_spec_document(spec_path)
     entry = next(m for m in data["models"] if m["name"] == MODEL)
     entry["batching"] = {"mode": "dynamic", "max_queue_delay_us": 2000, "preferred_batch_sizes": [8]}
@@ -89,9 +64,8 @@ def _spec_data(spec_path: Path) -> dict:
 
 
 def _serve_from(model_dir: Path, variant: str, backend_files: Path | None) -> None:
-    """Serve ``model_dir`` on the Python backend: the onnxruntime backend files of ``backend_files`` (a
-    ``python_backend`` folder) beside its ``model.onnx``, or, where it is None, ``OWN_MODELS``'s model
-    of that ``variant``."""
+    """Serve ``model_dir`` on the Python backend with the backend files of ``backend_files`` (a
+    ``python_backend`` folder), or where it is None ``OWN_MODELS``'s model of that ``variant``."""
     version = model_dir / "1"
     if backend_files is None:  # with the runtime helper that finds the venv's packages, as ours do
         (version / "model.py").write_bytes((OWN_MODELS / f"{variant}.py").read_bytes())
@@ -109,8 +83,7 @@ def _serve_from(model_dir: Path, variant: str, backend_files: Path | None) -> No
 
 @dataclass(frozen=True)
 class Figures:
-    """One model's counters: executions of one batch size and their ``compute_infer``, every execution,
-    and the CPU seconds of its stub."""
+    """One model's executions of one batch size, their ``compute_infer``, all executions, its stub's CPU."""
 
     executions: int
     infer_ns: int
@@ -135,8 +108,8 @@ class Figures:
 def _served(
     server: TritonServer, target, batch: int, settings: MeasureSettings, engine
 ) -> tuple[float, float]:
-    """``compute_infer`` ms per execution of ``batch`` requests while perf_analyzer keeps ``batch`` in
-    flight, and the stub's CPU ms per execution (any size: at 8 in flight nearly all are 8)."""
+    """``compute_infer`` ms per execution of ``batch`` requests with ``batch`` in flight, and the stub's
+    CPU ms per execution (any size: at 8 in flight nearly all are 8)."""
     before = Figures.read(server, target.model, batch)
     measure(target, closed_loop(batch), settings, engine=engine)
     after = Figures.read(server, target.model, batch)
@@ -148,9 +121,8 @@ def _served(
 
 
 def _raw_cold_cpu_ms(onnx_path: Path, inputs: dict, batch: int, runs: int = 200) -> float:
-    """Raw onnxruntime's CPU ms per run of ``batch`` rows with ``EVICT_BYTES`` touched between runs, as
-    the other processes of a served execution (perf_analyzer, tritonserver, other stubs) touch theirs:
-    what the same run costs with cold caches."""
+    """Raw onnxruntime's CPU ms per run with ``EVICT_BYTES`` touched between runs, as the other processes
+    of a served execution touch theirs: the run with cold caches."""
     session = open_session(str(onnx_path), 1, 1, ["CPUExecutionProvider"])
     feeds = {name: pool[:batch] for name, pool in inputs.items()}
     junk, spent = np.zeros(EVICT_BYTES // 8), 0.0
@@ -162,28 +134,40 @@ def _raw_cold_cpu_ms(onnx_path: Path, inputs: dict, batch: int, runs: int = 200)
     return 1e3 * spent / runs
 
 
-def _line(batch: int, what: str, served: Series, raw: dict[int, list[float]]) -> str:
-    before, after = served["before", batch], served["after", batch]
-    ratios = [a / b for a, b in zip(after, before, strict=True)]
-    median = {variant: statistics.median(served[variant, batch]) for variant in VARIANTS}
-    cheaper = f"{sum(r < 1 for r in ratios)}/{len(ratios)}"
+def _line(batch: int, what: str, series: Series) -> str:
+    """One figure's row: medians over rounds, the rounds' after/before and the split of ``after``."""
+    median = {v: statistics.median(series[what, v, batch]) for v in (*VARIANTS, "raw")}
+    ratios = [a / b for a, b in zip(series[what, "after", batch], series[what, "before", batch], strict=True)]
     figures = (f"{median['before']:.3f}", f"{median['after']:.3f}", f"{statistics.median(ratios):.2f}",
-               cheaper, f"{median['floor']:.3f}", f"{median['bare'] - median['floor']:.3f}",
-               f"{statistics.median(raw[batch]):.3f}", f"{median['after'] - median['bare']:.3f}")  # fmt: skip
+               f"{sum(r < 1 for r in ratios)}/{len(ratios)}", f"{median['floor']:.3f}",
+               f"{median['bare'] - median['floor']:.3f}", f"{median['raw']:.3f}",
+               f"{median['after'] - median['bare']:.3f}")  # fmt: skip
     cells = " ".join(f"{v:>{max(len(n), 7)}}" for v, n in zip(figures, COLUMNS, strict=True))
     rounds = ", ".join(f"{r:.2f}" for r in ratios)
     return f"{batch:>5} {what:>8} {cells}\n{'':>15}rounds' after/before: {rounds}"
 
 
-def _report(wall: Series, cpu: Series, raw_wall: Raw, raw_cpu: Raw, raw_cold: Raw) -> None:
-    print("\nmedians over rounds, ms per execution. wall: compute_infer (raw: session.run's time); CPU: the")
-    print("stub process's user + system time per execution (raw: this process's CPU per session.run)")
-    print(f"{'batch':>5} {'':>8} " + " ".join(f"{name:>{max(len(name), 7)}}" for name in COLUMNS))
+def _round(
+    number: int, server: TritonServer, targets: dict, onnx_path: Path, series: Series, settings, engine
+) -> None:
+    """One round: both pairs at both batches (the pairs' order alternating), then raw onnxruntime."""
+    pairs = PAIRS[number % 2 :] + PAIRS[: number % 2]
     for batch in BATCHES:
-        print(_line(batch, "wall", wall, raw_wall))
-        print(_line(batch, "CPU", cpu, raw_cpu))
-        cold = statistics.median(raw_cold[batch])
-        print(f"{'':>15}raw onnxruntime's CPU with caches cold between runs: {cold:.3f} ms")
+        for pair in pairs:
+            with ThreadPoolExecutor(len(pair)) as pool:
+                runs = {v: pool.submit(_served, server, targets[v], batch, settings, engine) for v in pair}
+            for variant, run in runs.items():
+                infer_ms, cpu_ms = run.result()
+                series["wall", variant, batch].append(infer_ms)
+                series["CPU", variant, batch].append(cpu_ms)
+                figures = f"{infer_ms:7.3f} ms, CPU {cpu_ms:7.3f} ms"
+                print(f"round {number + 1} batch {batch} {variant:6} {figures}", flush=True)
+    inputs = targets["after"].inputs
+    for point in measure_raw(onnx_path, inputs, BATCHES, seconds=1.0):
+        series["wall", "raw", point.batch].append(point.batch_ms)
+        series["CPU", "raw", point.batch].append(point.cpu_s_per_1000 * point.batch)  # CPU ms per run
+        series["cold", "raw", point.batch].append(_raw_cold_cpu_ms(onnx_path, inputs, point.batch))
+        print(f"round {number + 1} batch {point.batch} raw    {point.batch_ms:7.3f} ms", flush=True)
 
 
 def main() -> None:
@@ -199,53 +183,31 @@ def main() -> None:
     if binary is None:
         raise SystemExit("no perf_analyzer: run `make perf-analyzer` first")
     engine = PerfAnalyzerEngine(binary)
-    # perf_analyzer's own stability check, generous as a shared machine needs; only the server's
-    # statistics are read here, and they count every execution whether the windows agreed or not
+    # only the server's statistics are read, which count every execution whether windows agreed or not
     settings = MeasureSettings(warmup_s=0.0, window_s=args.window_ms / 1000, max_windows=4, tolerance=1.0)
     spec = parse_spec(_spec_data(args.spec))
     sources = {"before": args.baseline / "python_backend", "after": Path(python_backend.__file__).parent}
+    series: Series = defaultdict(list)
     with tempfile.TemporaryDirectory() as folder:
         repository = Path(folder, "repository")
         build_repository(spec, repository, num_gpus=0)
         for variant in VARIANTS:
             _serve_from(repository / f"{MODEL}_{variant}", variant, sources.get(variant))
         onnx_path = repository / f"{MODEL}_after" / "1" / "model.onnx"
-        wall: Series = {(v, b): [] for v in VARIANTS for b in BATCHES}
-        cpu: Series = {(v, b): [] for v in VARIANTS for b in BATCHES}
-        raw_wall: Raw = {b: [] for b in BATCHES}
-        raw_cpu: Raw = {b: [] for b in BATCHES}
-        raw_cold: Raw = {b: [] for b in BATCHES}
         with TritonServer(ServerOptions(repository=repository, self_heal=False)) as server:
-            targets = {m.name: target_from_spec(m, server.grpc_url, rows=16) for m in spec.models}
-            for round_number in range(args.rounds):
-                pairs = PAIRS[round_number % 2 :] + PAIRS[: round_number % 2]
-                for batch in BATCHES:
-                    for pair in pairs:
-                        # the two of a pair at the same time: whatever else the host runs meanwhile,
-                        # both see it (each pays for the other too, alike)
-                        with ThreadPoolExecutor(len(pair)) as pool:
-                            runs = {
-                                variant: pool.submit(
-                                    _served, server, targets[f"{MODEL}_{variant}"], batch, settings, engine
-                                )
-                                for variant in pair
-                            }
-                        for variant, run in runs.items():
-                            infer_ms, cpu_ms = run.result()
-                            wall[variant, batch].append(infer_ms)
-                            cpu[variant, batch].append(cpu_ms)
-                            figures = f"{infer_ms:7.3f} ms, CPU {cpu_ms:7.3f} ms"
-                            print(f"round {round_number + 1} batch {batch} {variant:6} {figures}", flush=True)
-                inputs = targets[f"{MODEL}_after"].inputs
-                for point in measure_raw(onnx_path, inputs, BATCHES, seconds=1.0):
-                    raw_wall[point.batch].append(point.batch_ms)
-                    raw_cpu[point.batch].append(point.cpu_s_per_1000 * point.batch)  # CPU ms per run
-                    raw_cold[point.batch].append(_raw_cold_cpu_ms(onnx_path, inputs, point.batch))
-                    print(
-                        f"round {round_number + 1} batch {point.batch} raw    {point.batch_ms:7.3f} ms",
-                        flush=True,
-                    )
-        _report(wall, cpu, raw_wall, raw_cpu, raw_cold)
+            targets = {
+                v: target_from_spec(spec.model(f"{MODEL}_{v}"), server.grpc_url, rows=16) for v in VARIANTS
+            }
+            for number in range(args.rounds):
+                _round(number, server, targets, onnx_path, series, settings, engine)
+    print("\nmedians over rounds, ms per execution. wall: compute_infer (raw: session.run's time); CPU: the")
+    print("stub process's user + system time per execution (raw: this process's CPU per session.run)")
+    print(f"{'batch':>5} {'':>8} " + " ".join(f"{name:>{max(len(name), 7)}}" for name in COLUMNS))
+    for batch in BATCHES:
+        print(_line(batch, "wall", series))
+        print(_line(batch, "CPU", series))
+        cold = statistics.median(series["cold", "raw", batch])
+        print(f"{'':>15}raw onnxruntime's CPU with caches cold between runs: {cold:.3f} ms")
 
 
 if __name__ == "__main__":

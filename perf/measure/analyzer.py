@@ -1,30 +1,15 @@
-"""NVIDIA perf_analyzer: found where a real binary runs, driven through the one command line of the
-project, and wrapped as a load engine (``PerfAnalyzerEngine``) behind ``perf.measure.engine.LoadEngine``.
+"""NVIDIA perf_analyzer as a load engine (``PerfAnalyzerEngine``), found where a real binary runs:
+``tritonclient[all]`` installs only a placeholder package, and PyPI's build needs glibc ≥ 2.38
+(``perf.perf_analyzer_install`` installs one that runs on 2.34).
 
-``tritonclient[all]`` installs a ``perf_analyzer`` *Python package* that is only a placeholder, and the
-PyPI build of the real tool needs glibc ≥ 2.38; so the binary is searched for and run once before it
-is trusted (``perf.perf_analyzer_install`` installs the 2.41.0 build that runs on glibc 2.34).
-
-Its measurement is its own: ``MeasureSettings`` become ``--measurement-interval``, ``--max-trials``
-and ``--stability-percentage``, and perf_analyzer keeps measuring windows until its last three agree
-within that percentage on throughput and average latency (the rule ``perf.measure.engine.OurEngine`` applies
-too), or the trials run out. Measured with 2.41.0:
-
-* a window lasts 1.2 × ``--measurement-interval`` (``WINDOW_STRETCH``);
-* ``--profile-export-file`` holds every request of every window (``timestamp`` and
-  ``response_timestamps`` in nanoseconds of the wall clock, and the ``window_boundaries``); records
-  are built from it, and the last three windows count, as in perf_analyzer's own CSV;
-* a closed loop (``--concurrency-range``) whose windows never agree exits 2 with
-  "Failed to obtain stable measurement" and writes neither file: it is measured once more with windows
-  twice as long, as its message advises; twice unstable is an error. An open loop
-  (``--request-intervals``, ``--async``) whose windows never agree exits 0 and writes the export but
-  no CSV: the run is kept and marked unstable;
-* a window with no request answered in it fails the whole run ("No valid requests recorded within
-  time interval"): an open loop's windows are those ``perf.measure.engine.sized_for`` sizes for a p99
-  (the last three expect ``P99_SAMPLES`` arrivals and more, so a window expects over 30), and a run
-  that still has one (a rate past the cap) is measured once more with windows twice as long;
-* any failed call ends it ("Thread [0] had error: …"), and so does a model reload under load ("failed
-  to find the requested model version" at the next window): a run never reloads under load.
+Its windows and stability check are its own (``--measurement-interval``, ``--max-trials``,
+``--stability-percentage``, the rule ``OurEngine`` applies too). What 2.41.0 does, measured: a window
+lasts 1.2 × the interval; ``--profile-export-file`` holds every request (wall-clock ns) and the window
+boundaries, and our records come from it, the last three windows counting as in its CSV; a closed loop
+whose windows never agree exits 2 and writes nothing (measured once more, windows twice as long), an
+open loop's exits 0 without a CSV (kept, marked unstable); a window with no answered request fails the
+run (``sized_for`` sizes windows against it, then once more twice as long); a failed call or a model
+reload under load ends it, so a run never reloads under load.
 """
 
 from __future__ import annotations
@@ -64,13 +49,12 @@ Then set PERF_ANALYZER=/path/to/perf_analyzer (or put it on PATH) and run `make 
 This machine's glibc: {glibc}."""
 WINDOW_STRETCH = 1.2  # a window lasts this × --measurement-interval (measured, 2.41.0)
 WINDOWS_JUDGED = 3  # perf_analyzer judges, and reports, its last three windows
-CLOSED_LOOP_TRIALS = 10  # perf_analyzer's own default --max-trials, the least a closed loop gets
-UNSTABLE = "Failed to obtain stable measurement"  # its words when its windows never agree
-# its words when a window ended with no request answered in it: the run fails, whatever came before
+CLOSED_LOOP_TRIALS = 10  # its own default --max-trials: on two shared cores c=16 needed five
+UNSTABLE = "Failed to obtain stable measurement"
 EMPTY_WINDOW = "No valid requests recorded within time interval"
 INPUT_ROWS = 16  # rows of the input pool written to --input-data (a cycling target: all, up to the cap)
 INPUT_ROWS_MAX = 4096
-SHAPED_REQUESTS = 256  # requests of a variable-length target written to --input-data, each at its length
+SHAPED_REQUESTS = 256  # requests of a variable-length target written to --input-data
 
 
 def glibc_version() -> str:
@@ -81,11 +65,8 @@ def glibc_version() -> str:
 
 
 def find_perf_analyzer(prefix: Path | None = None) -> Path | None:
-    """A perf_analyzer executable that is a real program and runs, or None: ``$PERF_ANALYZER``, the one
-    ``make perf-analyzer`` installed into the venv at ``prefix`` (this one's by default), then ``PATH``.
-
-    Probed with ``--version``: the 2.41.0 release rejects ``--help`` as an unrecognized option.
-    """
+    """A perf_analyzer that runs, or None: ``$PERF_ANALYZER``, the one ``make perf-analyzer`` installed
+    into the venv at ``prefix`` (this one's by default), then ``PATH``."""
     candidates = [os.environ.get("PERF_ANALYZER"), installed_wrapper(prefix), shutil.which("perf_analyzer")]
     for candidate in filter(None, candidates):
         try:
@@ -103,18 +84,15 @@ def unavailable_message() -> str:
 
 
 def _tensor_data(row: np.ndarray) -> dict:
-    """One input of one sample in ``--input-data`` JSON: a list of values, or for fp16 (which 2.41.0
-    refuses as a list: "Can not use explicit tensor description for fp16 datatype") its raw bytes."""
+    """One input of one sample in ``--input-data`` JSON; fp16 as raw bytes (2.41.0 refuses it as a list)."""
     if row.dtype == np.float16:
         return {"content": {"b64": base64.b64encode(row.tobytes()).decode()}, "shape": list(row.shape)}
     return {"content": row.ravel().tolist(), "shape": list(row.shape)}
 
 
 def write_input_data(target: Target, path: Path) -> Path:
-    """perf_analyzer's ``--input-data`` JSON, one entry per sample, which it sends in turn: rows of our
-    input pool (so ids stay inside the tables), all of a cycling target's up to ``INPUT_ROWS_MAX``; for
-    a model with a variable axis, the requests of its ``ShapePlan`` in turn, each at the length it is
-    sent at, so its runs carry the traffic's lengths as ours do (``perf.measure.shapes``)."""
+    """perf_analyzer's ``--input-data``, samples it sends in turn: rows of our input pool (ids stay inside
+    the tables), or a variable-length target's requests at their sent lengths, as ours send them."""
     if target.shapes is not None:
         pools = [target.shapes.pools[sent] for _, sent in target.shapes.requests[:SHAPED_REQUESTS]]
         samples = [{name: pool[0] for name, pool in inputs.items()} for inputs in pools]
@@ -129,19 +107,11 @@ def write_input_data(target: Target, path: Path) -> Path:
 
 def window_options(settings: MeasureSettings, longer: float = 1.0, closed: bool = False) -> tuple[str, ...]:
     """``settings`` as perf_analyzer's options (windows ``longer`` times as long). A closed loop gets at
-    least perf_analyzer's own default of ``CLOSED_LOOP_TRIALS`` windows: without agreement it writes
-    nothing at all, and on two shared cores its windows at concurrency 16 agreed within 10% after five
-    (measured), more than a short profile's three."""
+    least ``CLOSED_LOOP_TRIALS`` windows: without agreement it writes nothing at all."""
     interval_ms = max(1, round(longer * settings.window_s * 1000 / WINDOW_STRETCH))
     trials = max(WINDOWS_JUDGED, settings.max_windows, CLOSED_LOOP_TRIALS if closed else 0)
-    return (
-        "--measurement-interval",
-        str(interval_ms),
-        "--max-trials",
-        str(trials),
-        "--stability-percentage",
-        f"{100 * settings.tolerance:g}",
-    )
+    windows = ["--measurement-interval", str(interval_ms), "--max-trials", str(trials)]
+    return (*windows, "--stability-percentage", f"{100 * settings.tolerance:g}")
 
 
 def command(
@@ -152,37 +122,20 @@ def command(
     folder: Path,
     extra: tuple[str, ...] = (),
 ) -> list[str]:
-    """The project's perf_analyzer command line: ``target`` with our inputs, ``load_options`` (a
-    concurrency or request intervals), ``windows`` (``window_options``), its CSV and export into
-    ``folder``, and ``extra`` options (e.g. ``-H name:value``, a header on every request)."""
+    """The project's perf_analyzer command line for ``target``, its CSV and export into ``folder``."""
     if target.collect != 1:
         raise OptionError(f"perf_analyzer sends single samples, not collect={target.collect}")
     data = write_input_data(target, folder / "inputs.json")
-    line = [
-        str(binary),
-        "-m",
-        target.model,
-        "-u",
-        target.url,
-        "-i",
-        target.protocol,
-        "--input-data",
-        str(data),
-        "-f",
-        str(folder / "figures.csv"),
-        "--profile-export-file",
-        str(folder / "export.json"),
-        *load_options,
-        *windows,
-        *extra,
-    ]
+    line = [str(binary), "-m", target.model, "-u", target.url, "-i", target.protocol]
+    line += ["--input-data", str(data), "-f", str(folder / "figures.csv")]
+    line += ["--profile-export-file", str(folder / "export.json"), *load_options, *windows, *extra]
     if target.shared_memory:
         line += ["--shared-memory", "system"]
     return line
 
 
 def read_analyzer_csv(path: Path, settings: tuple[str, ...] = ()) -> EngineFigures:
-    """perf_analyzer's own figures from its ``-f`` CSV (first row; latencies there are in µs)."""
+    """perf_analyzer's own figures from its ``-f`` CSV (latencies there in µs)."""
     row = next(csv.DictReader(io.StringIO(path.read_text())))
     latencies_ms = (float(row[f"p{q} latency"]) / 1e3 for q in (50, 90, 99))
     return EngineFigures(float(row["Inferences/Second"]), *latencies_ms, settings)
@@ -218,8 +171,7 @@ class Export:
         return list(itertools.pairwise(edges))
 
     def records(self, target: Target, label: str) -> list[Record]:
-        """One record per exported request, on the windows' clock; a request's arrival is its send
-        time (an open loop's sends lagged their schedule by at most 3.6 ms at 800/s, measured)."""
+        """One record per exported request, on the windows' clock, arriving when sent."""
         start = self.windows_ns[0]
         sent = sum(a[0].nbytes for a in target.inputs.values())  # one row of each input
         received = sum(target.output_row_bytes.values())
@@ -232,9 +184,8 @@ class Export:
 
 
 class PerfAnalyzerEngine:
-    """perf_analyzer as a ``perf.measure.engine.LoadEngine``. ``log_folder``: where each run's command
-    line and output are appended (``perf_analyzer.log``), e.g. a report folder; ``extra``: options every run
-    adds (``command``)."""
+    """perf_analyzer as a ``LoadEngine``; each run's command line and output are appended to
+    ``log_folder``/perf_analyzer.log, and every run adds the options ``extra``."""
 
     def __init__(
         self, binary: Path | None = None, log_folder: Path | None = None, extra: tuple[str, ...] = ()
@@ -249,7 +200,7 @@ class PerfAnalyzerEngine:
         self.extra = extra
 
     def run(self, job: Job, at_edge: Edge | None = None) -> EngineRun:
-        """``job`` in perf_analyzer's windows (``at_edge`` is not called: it runs in its own process)."""
+        """``job`` in perf_analyzer's windows (``at_edge`` is not called: another process runs them)."""
         target, load, label = job.target, job.load, job.label
         settings = sized_for(job.settings, load, WINDOWS_JUDGED, label)
         with tempfile.TemporaryDirectory(prefix="perf_analyzer_") as scratch:
@@ -276,9 +227,8 @@ class PerfAnalyzerEngine:
 
     @staticmethod
     def _load_options(load: Load, settings: MeasureSettings, longer: float, folder: Path) -> list[str]:
-        """A closed loop's concurrency, or an open loop's arrivals as intervals (µs) for every window
-        perf_analyzer may measure, each ``longer`` times ``settings``' (it plays the file again from the
-        top if its windows outlast it)."""
+        """A closed loop's concurrency, or an open loop's arrivals as intervals (µs) for every window it
+        may measure."""
         if load.kind == "closed":
             return ["--concurrency-range", str(load.concurrency)]
         seconds = settings.max_windows * settings.window_s * longer * WINDOW_STRETCH + 1.0
@@ -291,8 +241,7 @@ class PerfAnalyzerEngine:
         return ["--async", "--request-intervals", str(intervals)]
 
     def _call(self, line: list[str], seconds: float, label: str) -> tuple[int, str]:
-        """Run ``line``: its exit status and output (stdout and stderr), logged where ``log_folder``
-        says."""
+        """Run ``line``: its exit status and output, logged to ``log_folder``."""
         try:
             done = subprocess.run(line, capture_output=True, text=True, timeout=120 + 3 * seconds)
             returncode, output = done.returncode, done.stdout + done.stderr

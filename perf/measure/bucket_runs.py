@@ -1,36 +1,140 @@
-"""The ways of sending a variable-length model's traffic, measured side by side: what the shapes study
-of ``make perf`` and the shapes section of ``make tune`` and ``make plan`` share.
+"""The ways of sending a variable-length model's traffic, measured side by side, as perf's shapes study
+and the shapes sections of tune and plan share them: every request at one length, each at its own,
+and padded to each bucket set whose padding is harmless (priced as raw compute). The caller serves and
+measures with our client, whose records carry each request's length.
 
-Triton merges only equal shapes, so the same arrivals are sent at one length (one draw: what a
-single-length measurement promises), each at its own length, and padded to each bucket set of
-``perf.measure.shapes.bucket_ways`` that padding leaves harmless (``perf.measure.padding_check``; the
-others are refused, not measured); a bucketed run is priced (raw compute at the padded over the true
-lengths). The caller serves and measures, with our client: its records carry each request's length.
+Padding is harmless where the model masks it, pools with a maximum or answers per position; a
+recurrence or a mean over time is not (the tests' Conv1d+GRU padded from 40 frames to 59 moves by 0.058
+on values of 0.21). So before a bucket set is offered, the served ONNX file runs a few rows at the
+traffic's quantile lengths as they are and padded as the set pads them, each output held to the spec's
+tolerance (``exporters.artifacts.parity``).
 """
 
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
+import numpy as np
+
+from exporters.artifacts.parity import check_outputs
 from exporters.schema.models import ModelSpec
+from exporters.sources.inputs import draw_inputs
 from perf.markdown import ratio
 from perf.measure import shapes
 from perf.measure.measurement import Measurement
-from perf.measure.padding_check import PaddingVerdict, offered_ways
+from perf.measure.shapes import ShapeMix, bucket_of, length_of, resized
 from perf.measure.target import Target
 
+ROWS = 2  # rows per run: enough to see a difference, cheap at the longest bucket
+QUANTILES = (0.0, 0.1, 0.25, 0.5, 0.75, 0.9)  # the traffic's lengths that are padded and compared
 ONE_LENGTH = "one length"  # the run that sends every request at one length
 Send = Callable[[tuple[int, ...] | None], Target]  # the target of the runs that follow (None: one length)
 Measure = Callable[[Target, str, int], Measurement]  # one run: its way's name, the one length (else 0)
 
 
 @dataclass(frozen=True)
+class PaddingVerdict:
+    """Whether padding to ``buckets`` keeps every output within tolerance; ``detail`` says what moved."""
+
+    buckets: tuple[int, ...]
+    harmless: bool
+    detail: str
+
+
+class PaddingProbe:
+    """The served ONNX file in-process (one thread), to compare rows at a length with them padded."""
+
+    def __init__(self, onnx_path: Path, spec: ModelSpec, seed: int = 0) -> None:
+        from python_backend.onnxruntime.ort_session import open_session  # only where buckets are judged
+
+        self.session = open_session(str(onnx_path), 1, 1, ["CPUExecutionProvider"])
+        self.spec = spec
+        self.base = longest_draw(spec, seed)
+
+    def _run(self, feed: dict[str, np.ndarray]) -> list[np.ndarray]:
+        return self.session.run([t.name for t in self.spec.outputs], feed)
+
+    def compare(self, length: int, padded_to: int) -> tuple[bool, str]:
+        """(within tolerance, what the worst output did), padded outputs cropped to the true shape."""
+        true = resized(self.spec, self.base, length)
+        expected = self._run(true)
+        actual = self._run(resized(self.spec, true, padded_to))
+        checks = []
+        for tensor, want, got in zip(self.spec.outputs, expected, actual, strict=True):
+            cropped = got[tuple(slice(0, size) for size in want.shape)]
+            checks.append(check_outputs(want, cropped, tensor.tolerance, self.spec.precision, tensor.name))
+        worst = max(checks, key=lambda c: (not c.ok, c.max_rel_error))
+        words = (
+            f"length {length} padded to {padded_to}: {worst.name} moved by up to {worst.max_abs_error:.3g} "
+            f"on values up to {worst.scale:.3g} (max rel {worst.max_rel_error:.3g}, the spec's tolerance "
+            f"{worst.tolerance.max_rel:g})"
+        )
+        return all(c.ok for c in checks), words
+
+
+def longest_draw(spec: ModelSpec, seed: int, draws: int = 16) -> dict[str, np.ndarray]:
+    """``ROWS`` rows drawn at the axis bound, or the longest of ``draws`` calls of the spec's sampler:
+    shorter lengths are cropped from it."""
+    if spec.sample is None:
+        spec = dataclasses.replace(spec, lengths=(spec.variable_bound,))
+    names = [t.name for t in spec.inputs]
+    count = draws if spec.sample is not None else 1
+    candidates = [dict(zip(names, draw_inputs(spec, ROWS, seed + k), strict=True)) for k in range(count)]
+    return max(candidates, key=lambda arrays: length_of(spec, list(arrays.values())))
+
+
+def padding_verdict(probe: PaddingProbe, mix: ShapeMix, buckets: Sequence[int], bound: int) -> PaddingVerdict:
+    """Pad the mix's quantile lengths as ``buckets`` would; the first that moves beyond tolerance decides."""
+    lengths = sorted({mix.quantile(q) if q else mix.lengths[0] for q in QUANTILES})
+    pairs = [(n, bucket_of(n, buckets, bound)) for n in lengths]
+    pairs = [(n, m) for n, m in pairs if m != n]
+    if not pairs:
+        return PaddingVerdict(tuple(buckets), True, "no length of the traffic is padded")
+    worst = ""
+    for length, padded_to in pairs:
+        harmless, words = probe.compare(length, padded_to)
+        if not harmless:
+            return PaddingVerdict(tuple(buckets), False, f"padding changes the answer: {words}")
+        worst = worst or words
+    return PaddingVerdict(
+        tuple(buckets), True, f"{len(pairs)} lengths padded, every output within the tolerance ({worst})"
+    )
+
+
+def offered_ways(
+    ways: dict[str, tuple[int, ...]], onnx_path: Path, spec: ModelSpec, mix: ShapeMix, seed: int = 0
+) -> tuple[dict[str, tuple[int, ...]], dict[str, PaddingVerdict]]:
+    """``ways`` split into those padding leaves harmless (offered) and the others, with their verdicts."""
+    probe = PaddingProbe(onnx_path, spec, seed)
+    bound = spec.variable_bound
+    offered, refused = {}, {}
+    for name, buckets in ways.items():
+        verdict = padding_verdict(probe, mix, buckets, bound) if buckets else None
+        if verdict is None or verdict.harmless:
+            offered[name] = buckets
+        else:
+            refused[name] = verdict
+    return offered, refused
+
+
+def refused_lines(refused: dict[str, PaddingVerdict]) -> list[str]:
+    """The report's sentence for bucket sets not offered ([] where none was refused)."""
+    if not refused:
+        return []
+    parts = [f"{name} {list(v.buckets)}: {v.detail}" for name, v in refused.items()]
+    return [
+        f"Not offered, not measured (padding checked on the served ONNX file, {ROWS} rows at the traffic's "
+        "lengths, padded as each set pads, outputs held to the spec's tolerance): " + "; ".join(parts) + "."
+    ]
+
+
+@dataclass(frozen=True)
 class BucketRun:
-    """One way of sending, measured: ``buckets`` None for every request at one length (``length``),
-    ``()`` for each request at its own, else the bucket set the requests were padded to."""
+    """One way of sending, measured: ``buckets`` None for every request at ``length``, ``()`` for each
+    at its own, else the bucket set."""
 
     name: str
     buckets: tuple[int, ...] | None
@@ -59,9 +163,7 @@ class BucketRun:
 
 @dataclass(frozen=True)
 class Ways:
-    """A model's ways of sending: ``offered`` (measured) and ``refused`` (padding changes the answer,
-    with the verdict that says how), of its traffic's lengths ``mix``; ``onnx_file`` is the served file
-    the padding is checked and priced on."""
+    """A model's ways of sending: ``offered`` (measured) and ``refused`` (padding changes the answer)."""
 
     model: ModelSpec
     onnx_file: Path
@@ -86,15 +188,15 @@ class Ways:
 
 
 def ways_of(model: ModelSpec, onnx_file: Path, seed: int) -> Ways:
-    """The ``bucket_ways`` of ``model``'s traffic, each checked on ``onnx_file`` before it is offered."""
+    """The ``bucket_ways`` of ``model``'s traffic, each checked on ``onnx_file`` first."""
     mix = shapes.shape_mix(model, seed)
     offered, refused = offered_ways(shapes.bucket_ways(model, seed), onnx_file, model, mix, seed)
     return Ways(model, onnx_file, seed, mix, offered, refused)
 
 
 def choose(runs: list[BucketRun], budget_ms: float | None = None) -> BucketRun:
-    """The run that meets ``budget_ms`` with the lowest p99, else (or without a budget) the one that
-    served the most; never the one-length run (it is not the traffic)."""
+    """The run that meets ``budget_ms`` with the lowest p99, else the one that served the most; never
+    the one-length run (it is not the traffic)."""
     shaped = [run for run in runs if run.buckets is not None]
     meeting = [run for run in shaped if budget_ms is not None and run.measured.meets(budget_ms)]
     if meeting:

@@ -1,19 +1,11 @@
-"""Load engines: what sends the requests of a measurement, behind one interface.
+"""Load engines: what sends the requests of a measurement, behind one interface (``LoadEngine``).
 
-A ``LoadEngine`` runs one ``Load`` (a closed loop, or open-loop arrival times) against one ``Target`` in
-measurement windows, as ``MeasureSettings`` says: a warm-up, then windows until the last
-``stable_windows`` agree within ``tolerance`` (throughput and mean latency: perf_analyzer's rule), at
-most ``max_windows``; an open loop's windows long enough that those kept hold the requests a p99 is
-judged on (``sized_for``, the one rule both engines apply). It hands back an ``EngineRun``: every
-request's ``Record``, the windows, which of them count and whether they agreed.
-``perf.measure.measurement`` adds the server's view around it.
-
-Two engines implement it: ``OurEngine`` here (the project's asyncio client in this process, ``drive``
-deciding when its requests leave) and ``perf.measure.analyzer.PerfAnalyzerEngine`` (NVIDIA's C++
-client; its own windows and stability check, our records from its per-request export). ``at_edge``
-lets an engine that runs in this process call back at the start of the first window and at the end of
-each, so the server's statistics can be read over exactly the windows that count; an engine in
-another process does not call it.
+An engine runs one ``Load`` against one ``Target`` in windows as ``MeasureSettings`` says (a warm-up,
+then windows until the last ``stable_windows`` agree within ``tolerance``, perf_analyzer's rule) and
+hands back an ``EngineRun``: every request's ``Record``, the windows and which count. ``OurEngine``
+(the asyncio client here) and ``perf.measure.analyzer.PerfAnalyzerEngine`` implement it; ``at_edge``
+lets an engine in this process call back at window edges, so the server's statistics can be read
+over exactly the windows that count.
 """
 
 from __future__ import annotations
@@ -29,40 +21,30 @@ from typing import Protocol
 
 from perf.errors import OptionError
 from perf.measure.loads import Load
-from perf.measure.records import Record
-from perf.measure.summary import summarize, window_is_stable
+from perf.measure.records import Record, summarize, window_is_stable
 from perf.measure.target import Caller, Target
 
 log = logging.getLogger(__name__)
 Edge = Callable[[float], None]  # called with the time (s on the records' clock) of a window edge
-# The requests a measurement's latency percentiles are judged on, at least: the p99 of fewer lies
-# between their two largest latencies (of 5, all a tuner's search at 2/s on a loaded host saw, it is
-# one stall), a figure one request decides, not a tail. An open loop's kept windows are sized to hold
-# them (``sized_for``); a run that still has fewer is no evidence of meeting a budget (``Measurement.meets``).
+# The requests a p99 is judged on, at least: the p99 of fewer is a figure one request decides, not a
+# tail. A run with fewer is no evidence of meeting a budget (``Measurement.meets``).
 P99_SAMPLES = 100
-# The longest the windows a run keeps may last together: at 0.1/s a p99's requests take 23 minutes, a
-# point of a search measured twice. 90 s sizes every rate from 1.6/s up (a tuner's search on a loaded
-# host went down to 2/s); below, a run keeps 90 s of windows, most often has fewer requests than its
-# p99 needs and is reported as too few, never as meeting the budget.
+# The longest the windows a run keeps may last together (sizes every rate from 1.6/s up); a slower
+# rate's run has too few requests, reported as such, never as meeting the budget.
 KEPT_CAP_S = 90.0
 
 
 @dataclass(frozen=True)
 class MeasureSettings:
     """Like perf_analyzer: ``stable_windows`` consecutive windows within ``tolerance``, at most
-    ``max_windows``, after ``warmup_s``. A session on one server (``perf.session.model``) also reads
-    the last two: its windows last at least ``window_batches`` of its largest batch, and a run the
-    hypervisor stole from is measured once more where ``remeasure_stolen`` (``perf.measure.noise``)."""
+    ``max_windows``, after ``warmup_s``. A session (``perf.session.model``) also reads the last two."""
 
     warmup_s: float = 1.0
     window_s: float = 2.0
     stable_windows: int = 3
     max_windows: int = 6
     tolerance: float = 0.10
-    # perf_analyzer gives up on a window no request completed in ("No valid requests recorded within
-    # time interval"), and a window of a few batches says little about a p99: a model whose full batch
-    # takes 200 ms gets windows of 4 s.
-    window_batches: int = 20
+    window_batches: int = 20  # windows last this many of the largest batch: a few say little of a p99
     remeasure_stolen: bool = True
     p99_samples: int = P99_SAMPLES  # tests lower it to keep short windows: the rule still sizes them
 
@@ -98,9 +80,8 @@ class MeasureSettings:
 
 def sized_for(settings: MeasureSettings, load: Load, kept: int, label: str = "") -> MeasureSettings:
     """``settings`` with an open loop's windows long enough that the ``kept`` that count expect
-    ``settings.p99_samples`` arrivals at the load's rate and four Poisson spreads more (so that the
-    count a run gets falls short once in 3,000 runs, not one in two), at most ``KEPT_CAP_S`` together.
-    A closed loop, and a rate the windows already expect that many at, keep ``settings``."""
+    ``p99_samples`` arrivals and four Poisson spreads more (short once in 3,000 runs), at most
+    ``KEPT_CAP_S`` together."""
     if load.kind == "closed" or load.rate <= 0:
         return settings
     wanted = settings.p99_samples + 4 * math.sqrt(settings.p99_samples)
@@ -116,7 +97,7 @@ def sized_for(settings: MeasureSettings, load: Load, kept: int, label: str = "")
 
 @dataclass(frozen=True)
 class EngineFigures:
-    """An engine's own account of the windows that count (perf_analyzer's CSV), to hold ours against."""
+    """An engine's own figures of the windows that count (perf_analyzer's CSV), to hold ours against."""
 
     throughput: float
     p50_ms: float
@@ -131,8 +112,7 @@ class EngineFigures:
 
 @dataclass
 class EngineRun:
-    """What an engine hands back: the records on one clock (seconds from the run's start), the
-    windows on that clock, and which of them count."""
+    """The records and windows on one clock (seconds from the run's start), and which windows count."""
 
     records: list[Record]
     windows: list[tuple[float, float]]
@@ -144,7 +124,7 @@ class EngineRun:
 
 @dataclass(frozen=True)
 class Job:
-    """What an engine is asked to run: ``load`` against ``target`` in the windows ``settings`` says."""
+    """What an engine is asked to run: ``load`` against ``target`` in ``settings``' windows."""
 
     target: Target
     load: Load
@@ -153,7 +133,7 @@ class Job:
 
 
 class LoadEngine(Protocol):
-    """One way to send a measurement's requests (``OurEngine``, ``analyzer.PerfAnalyzerEngine``)."""
+    """One way to send a measurement's requests."""
 
     @property
     def name(self) -> str: ...
@@ -206,16 +186,11 @@ class OurEngine:
         return EngineRun(sink, windows, used, settings.agree(figures), caller.attempts)
 
 
-# --- when requests leave: the only code that decides it ---------------------------------------------
-# Closed loop: ``concurrency`` workers, each sending the next request as soon as its last one returns.
-# Open loop: requests leave at their arrival times, late or not (a late send still counts its latency
-# from the arrival), with ``collect`` arrivals gathered into one request for static batching; an
-# arrival that finds every slot busy is shed and recorded as failed.
-
-
 async def drive(caller: Caller, load: Load, stop: asyncio.Event, sink: list[Record]) -> None:
-    """Generate ``load`` until ``stop`` is set, then wait for every request in flight. A closed loop has
-    one worker per slot of ``caller`` (``OurEngine`` gives it concurrency/collect)."""
+    """The only code that decides when requests leave, until ``stop``: a closed loop's workers (one per
+    slot) send again as their last returns; an open loop's requests leave at their arrival times, late
+    or not (latency counts from arrival), ``collect`` arrivals per request; one that finds every slot
+    busy is shed and recorded as failed."""
     if load.kind == "open":
         return await _open(caller, load, stop, sink)
 

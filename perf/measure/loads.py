@@ -1,9 +1,7 @@
-"""Load shapes: small functions that say *when* requests go out, nothing else.
-
-A closed loop keeps ``concurrency`` samples in flight (a new one leaves as one returns); an open loop
-sends at given arrival times whatever the server does, which is what real traffic does and what makes
-queueing visible. Open-loop arrivals come from a factory so that every mode of a study replays the very
-same sequence (same seed, same times).
+"""Load shapes: small functions that say *when* requests go out. A closed loop keeps ``concurrency``
+samples in flight; an open loop sends at given arrival times whatever the server does (what real
+traffic does, and what makes queueing visible), from a factory so that every run replays the same
+sequence.
 """
 
 from __future__ import annotations
@@ -65,8 +63,7 @@ def trace(inter_arrival_s: Sequence[float], name: str = "trace") -> Load:
 
 
 def arrival_times(load: Load, seconds: float, limit: int = 200_000) -> np.ndarray:
-    """The first ``seconds`` of an open ``load``'s arrivals (at most ``limit``), as an engine sends
-    them and the batcher simulation replays them."""
+    """The first ``seconds`` of an open ``load``'s arrivals (at most ``limit``)."""
     if load.arrivals is None:
         raise OptionError(f"{load.name}: a closed loop has no arrival times")
     times = itertools.takewhile(lambda t: t <= seconds, load.arrivals())

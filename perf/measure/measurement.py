@@ -1,11 +1,8 @@
 """One measurement, whatever sends the load: the ``Measurement`` every study and the tuner read.
 
-``measure`` runs a ``Load`` against a ``Target`` with a load engine (``perf.measure.engine``: our client by
-default, or perf_analyzer) in windows until they agree (or a cap), and reads the server's own view
-around it: its statistics, its processes' CPU and the whole machine's busy and stolen CPU
-(``perf.measure.server_view``), over exactly the windows that count where the engine runs in this
-process, over the whole run where it does not. A ``Measurement`` keeps every record (warm-up and
-drain included, so nothing is lost), the windows, which of them count, and that view.
+``measure`` runs a ``Load`` against a ``Target`` with a load engine and reads the server's own view
+(``server_view``) over exactly the windows that count where the engine runs in this process, over the
+whole run where it does not. A ``Measurement`` keeps every record (warm-up and drain too).
 """
 
 from __future__ import annotations
@@ -30,9 +27,8 @@ from perf.measure.engine import (
     OurEngine,
 )
 from perf.measure.loads import Load, arrival_times
-from perf.measure.records import Record
+from perf.measure.records import Record, Summary, in_span, summarize
 from perf.measure.server_view import ServerDelta, ServerEndpoints, ServerSnapshot, delta, snapshot
-from perf.measure.summary import Summary, in_span, summarize
 from perf.measure.target import Target
 
 log = logging.getLogger(__name__)
@@ -72,8 +68,7 @@ class Measurement:
         return in_span(self.records, *self.span)
 
     def mean_window_rate(self) -> float:
-        """The mean of the counted windows' throughputs: perf_analyzer's own figure (its CSV), which
-        differs from the rate over their whole span where a stall stretched one window."""
+        """The mean of the counted windows' throughputs: perf_analyzer's own figure (its CSV)."""
         first, last = self.used
         return float(np.mean([summarize(self.records, a, b).throughput for a, b in self.windows[first:last]]))
 
@@ -87,8 +82,8 @@ class Measurement:
 
     @functools.cached_property
     def offered(self) -> float:
-        """An open loop's arrivals per second over the windows that count, as its load drew them
-        (a Poisson draw of a few seconds is a few % off its mean rate); 0 for a closed loop."""
+        """An open loop's arrivals per second over the windows that count, as drawn (a Poisson draw of
+        a few seconds is a few % off its mean rate); 0 for a closed loop."""
         if self.load.kind != "open":
             return 0.0
         start, end = self.span
@@ -112,14 +107,11 @@ class Measurement:
 
     @property
     def too_few(self) -> bool:
-        """Its percentiles rest on fewer requests than a p99 is judged on (``p99_samples``: the
-        engine's ``P99_SAMPLES`` unless its settings lowered it): a rate past the windows' cap, or one
-        whose requests were shed or failed."""
+        """Its percentiles rest on fewer requests than a p99 is judged on (``p99_samples``)."""
         return self.samples < self.p99_samples
 
     def meets(self, budget_ms: float) -> bool:
-        """Kept up with, on enough requests to judge a p99 by, and p99 within ``budget_ms``: the one
-        judgement of "within the budget" (tune's and plan's search reads it)."""
+        """The one judgement of "within the budget": kept up with, enough requests, p99 within it."""
         return self.sustained and not self.too_few and self.p99_ms <= budget_ms
 
     @property
@@ -129,17 +121,17 @@ class Measurement:
 
     @property
     def stolen_share(self) -> float:
-        """The share of the CPUs' time the hypervisor took over the measurement (NaN without a reading)."""
+        """The share of the CPUs' time the hypervisor took (NaN without a reading)."""
         return self.server.stolen_share if self.server else math.nan
 
 
 def too_few_text(samples: int) -> str:
-    """How reports name a run whose p99 rests on too few requests to meet a budget (``too_few``)."""
+    """How reports name a run whose p99 rests on too few requests (``too_few``)."""
     return f"too few requests: {samples}"
 
 
 def too_few_note(samples: int, too_few: bool) -> str:
-    """What follows a run's p99 in a report: `` (too few requests: N)`` where it was too few, else nothing."""
+    """`` (too few requests: N)`` after a run's p99 where it was too few."""
     return f" ({too_few_text(samples)})" if too_few else ""
 
 
@@ -152,9 +144,8 @@ def measure(
     related: tuple[str, ...] = (),
     engine: LoadEngine | None = None,
 ) -> Measurement:
-    """Measure ``target`` under ``load`` with ``engine`` (ours by default). ``endpoints`` adds the
-    server's view; ``related`` models (an ensemble's steps) get their statistics read over the same
-    span."""
+    """Measure ``target`` under ``load`` with ``engine`` (ours by default); ``endpoints`` adds the
+    server's view, of the ``related`` models (an ensemble's steps) too."""
     engine = engine or OurEngine()
     settings = settings or MeasureSettings()
     started = time.perf_counter()
@@ -178,8 +169,7 @@ def measure(
 async def measure_async(
     target: Target, load: Load, settings: MeasureSettings, label: str = ""
 ) -> Measurement:
-    """``measure`` with our engine, for callers that already run an event loop (two loads on one server
-    at once); no server view."""
+    """``measure`` with our engine inside a running event loop (two loads at once); no server view."""
     started = time.perf_counter()
     job = Job(target, load, settings, label)
     measurement = _measurement(job, await OurEngine().run_async(job), OurEngine.name)
@@ -188,14 +178,12 @@ async def measure_async(
 
 
 def _measurement(job: Job, run: EngineRun, engine: str) -> Measurement:
-    """``run`` as a ``Measurement``: each field of an ``EngineRun`` is the ``Measurement``'s of its name."""
     needed = job.settings.p99_samples
     return Measurement(job.label, job.target.model, job.load, engine=engine, p99_samples=needed, **vars(run))
 
 
 def _settled(take: Callable[[], ServerSnapshot]) -> ServerSnapshot:
-    """A snapshot after the server has finished counting: Triton updates a request's statistics just
-    after sending its response, so the last answers of a run can be missing from an immediate read."""
+    """A snapshot once the counts settle: Triton counts a request just after sending its response."""
     last = take()
     for _ in range(40):
         time.sleep(0.05)

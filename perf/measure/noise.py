@@ -1,15 +1,8 @@
-"""Host noise, as one measurement policy: which runs hold the host's other work, measured once more.
-
-On a virtual machine, a CPU of ours that has work waits while the host runs other guests, and
-``/proc/stat`` counts that wait as steal (``perf.measure.server_view``). A stall of tens of milliseconds is
-the whole tail of a 10 ms budget: such a run measures the host as much as the configuration. A
-host with no steal (a GPU server of one's own) never meets this policy.
-
-``NoisePolicy`` is handed to whatever measures (the tuner's session, a simulated server): a run whose
-stolen share reached ``stolen_limit`` is measured once more, and the less stolen of the two counts.
-Whatever still counts stolen is a figure that holds the host's noise (``holds_noise``): the tuner's
-saved result marks it, and its report says so next to the figure. Nothing else: the search does not
-know about steal, and no run is measured a third time.
+"""Host noise, as one measurement policy: a run whose stolen share (``/proc/stat``'s steal: the
+hypervisor ran other guests while ours had work) reached ``stolen_limit`` is measured once more, and
+the less stolen of the two counts. What still counts stolen holds the host's noise (``holds_noise``):
+the tuner's result and report mark it. The search knows nothing of steal; no run is measured a third
+time.
 """
 
 from __future__ import annotations
@@ -55,8 +48,7 @@ class NoisePolicy:
     remeasured: list[Remeasured] = field(default_factory=list)
 
     def holds_noise(self, run: Measurement) -> bool:
-        """The hypervisor took at least ``stolen_limit`` of the CPUs' time during ``run`` (False
-        without a reading: where ``/proc/stat`` has no steal counter, no run holds noise)."""
+        """The hypervisor took at least ``stolen_limit`` of the CPUs' time (False without a reading)."""
         share = run.stolen_share
         return math.isfinite(share) and share >= self.stolen_limit
 
@@ -67,22 +59,14 @@ class NoisePolicy:
         if not (self.remeasure and self.holds_noise(first)):
             return first
         again = take()
-        self.remeasured.append(
-            Remeasured(
-                first.label, first.stolen_share, first.p99_ms, first.wall_s, again.stolen_share, again.p99_ms
-            )
-        )
-        log.info(
-            "%s: %.1f%% of the CPUs' time stolen (p99 %.1f ms); measured again: %.1f%% (p99 %.1f ms)",
-            first.label,
-            100 * first.stolen_share,
-            first.p99_ms,
-            100 * again.stolen_share,
-            again.p99_ms,
-        )
+        stolen = (first.stolen_share, first.p99_ms, first.wall_s, again.stolen_share, again.p99_ms)
+        self.remeasured.append(Remeasured(first.label, *stolen))
+        words = "%s: %.1f%% of the CPUs' time stolen (p99 %.1f ms); measured again: %.1f%% (p99 %.1f ms)"
+        shares = 100 * first.stolen_share, first.p99_ms, 100 * again.stolen_share, again.p99_ms
+        log.info(words, first.label, *shares)
         return again if not again.stolen_share > first.stolen_share else first
 
     def account(self) -> NoiseFigures:
-        """The policy's account for a saved result: its limit, the runs, those measured again."""
+        """The policy's account for a saved result."""
         again = tuple(self.remeasured)
         return NoiseFigures(self.stolen_limit, self.runs, again, float(sum(r.seconds for r in again)))

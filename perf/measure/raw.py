@@ -1,8 +1,5 @@
-"""The raw backend: the same ONNX file in-process in onnxruntime, same threads, same batch sizes.
-
-This is the physical reference for the served numbers: served throughput / raw throughput at the same
-batch size is the serving efficiency, and raw CPU-seconds per 1,000 inferences is what the server's
-CPU cost is compared with.
+"""The raw backend: the same ONNX file in-process in onnxruntime, same threads, same batch sizes: the
+physical reference served throughput and server CPU are compared with.
 """
 
 from __future__ import annotations
@@ -30,11 +27,8 @@ def measure_raw(
     inter_op_threads: int = 1, seconds: float = 0.5, repeats: int = 5,
     providers: Sequence[str] = ("CPUExecutionProvider",),
 ) -> list[RawPoint]:  # fmt: skip
-    """Time ``session.run`` at each batch size: ``repeats`` rounds of ~``seconds/repeats``, median round.
-
-    ``inputs`` is a pool of rows as in ``Target``; batch ``b`` uses the first ``b`` rows. ``providers``:
-    the onnxruntime execution providers (the planner times the CUDA provider on a GPU host).
-    """
+    """Time ``session.run`` at each batch size (the first ``b`` rows of ``inputs``): ``repeats`` rounds
+    of ~``seconds/repeats``, the median round."""
     session = open_session(str(onnx_path), intra_op_threads, inter_op_threads, list(providers))
     points = []
     for batch in batch_sizes:

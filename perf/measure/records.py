@@ -1,10 +1,7 @@
-"""One record per request, the only raw data perf keeps: every table and plot is derived from these.
-
-Times are seconds on ``time.perf_counter``'s clock, relative to the start of the measurement.
-``arrivals`` holds one arrival time per sample the request carries when the samples arrived at
-different times (static batching collects 32 arrivals into one request); otherwise a single value
-shared by all the request's samples. Latency is counted from arrival, not from sending, so time a
-sample spends waiting in the client (for a batch to fill, or for a free slot) is not hidden.
+"""One record per request, the only raw data perf keeps, and the figures every table and plot derives
+from them. Times are seconds from the start of the measurement; latency counts from each sample's
+arrival, so time waiting in the client (for a batch to fill, a free slot) is not hidden. A request
+belongs to the span its response arrived in; throughput counts successful samples.
 """
 
 from __future__ import annotations
@@ -30,13 +27,10 @@ class Record:
     bytes_received: int  # tensor payload received (outputs)
     ok: bool
     status: str = "ok"  # "ok", or the error's class and message
-    arrivals: tuple[float, ...] = field(default_factory=tuple)
+    arrivals: tuple[float, ...] = field(default_factory=tuple)  # per sample where they differ, else one
     label: str = ""  # which measurement point (mode, load) produced it
-    # A model with a variable axis (``perf.measure.shapes``): the request's true length and the length it was
-    # sent at (a bucket's, when padded); 0 for fixed shapes. A request collecting several arrivals (static
-    # batching) is sent at the longest of their lengths: ``length`` is then their mean, rounded.
-    length: int = 0
-    sent_length: int = 0
+    length: int = 0  # a variable axis' true length (a static batch's mean), 0 for fixed shapes
+    sent_length: int = 0  # the length sent at (a bucket's, when padded)
 
     @property
     def shed(self) -> bool:
@@ -57,35 +51,15 @@ def latencies(records: Iterable[Record]) -> np.ndarray:
     return np.concatenate(parts) if parts else np.empty(0)
 
 
-# How each ``Record`` field is read back from its CSV text (``write_csv``'s inverse), by field name:
-# worked out once from the field types, not once per row.
-PARSE = {
-    "str": str,
-    "float": float,
-    "int": lambda text: int(text or 0),  # a column an older file lacks reads as 0
-    "bool": lambda text: text == "True",
-    "tuple[float, ...]": lambda text: tuple(float(a) for a in text.split()),
-}
-CSV_FIELDS = {f.name: PARSE[f.type] for f in fields(Record)}
+CSV_FIELDS = [f.name for f in fields(Record)]
 
 
 def write_csv(records: Sequence[Record], path: Path) -> None:
     with open(path, "w", newline="") as handle:
-        writer = csv.writer(handle)
-        writer.writerow(CSV_FIELDS)
+        writer = csv.DictWriter(handle, CSV_FIELDS)
+        writer.writeheader()
         for record in records:
-            row = asdict(record)
-            row["arrivals"] = " ".join(f"{a:.6f}" for a in record.arrivals)
-            writer.writerow([row[name] for name in CSV_FIELDS])
-
-
-def read_csv(path: Path) -> list[Record]:
-    """The inverse of ``write_csv`` (lets a report be rebuilt from the raw records)."""
-    with open(path, newline="") as handle:
-        return [
-            Record(**{name: parse(row.get(name) or "") for name, parse in CSV_FIELDS.items()})
-            for row in csv.DictReader(handle)
-        ]
+            writer.writerow({**asdict(record), "arrivals": " ".join(f"{a:.6f}" for a in record.arrivals)})
 
 
 def write_json(records: Sequence[Record], path: Path) -> None:
@@ -95,3 +69,45 @@ def write_json(records: Sequence[Record], path: Path) -> None:
         columns[name] = [round(t, 6) for t in columns[name]]
     columns["arrivals"] = [[round(a, 6) for a in times] for times in columns["arrivals"]]
     path.write_text(json.dumps(columns, separators=(",", ":")))
+
+
+@dataclass(frozen=True)
+class Summary:
+    requests: int  # requests whose outcome fell in the span
+    succeeded: int
+    failed: int
+    samples: int  # successful samples
+    seconds: float
+    throughput: float  # successful samples per second
+    p50_ms: float
+    p90_ms: float
+    p99_ms: float
+    mean_ms: float
+
+
+def in_span(records: Sequence[Record], start_s: float, end_s: float) -> list[Record]:
+    return [r for r in records if start_s <= r.recv_s < end_s]
+
+
+def summarize(records: Sequence[Record], start_s: float, end_s: float) -> Summary:
+    """Summarize the records answered in ``[start_s, end_s)``."""
+    chosen = in_span(records, start_s, end_s)
+    ok = [r for r in chosen if r.ok]
+    lat_ms = latencies(ok) * 1e3
+    p50, p90, p99 = np.percentile(lat_ms, [50, 90, 99]) if lat_ms.size else (np.nan, np.nan, np.nan)
+    seconds = float(end_s - start_s)
+    samples = sum(r.batch for r in ok)
+    return Summary(
+        requests=len(chosen), succeeded=len(ok), failed=len(chosen) - len(ok), samples=samples,
+        seconds=seconds, throughput=samples / seconds if seconds > 0 else 0.0,
+        p50_ms=float(p50), p90_ms=float(p90), p99_ms=float(p99),
+        mean_ms=float(lat_ms.mean()) if lat_ms.size else float("nan"),
+    )  # fmt: skip
+
+
+def window_is_stable(values: Sequence[float], tolerance: float) -> bool:
+    """perf_analyzer's rule (``--stability-percentage``): largest over smallest within ``1 + tolerance``."""
+    if not values or any(np.isnan(v) for v in values):
+        return False
+    smallest = min(values)
+    return smallest > 0 and max(values) <= (1 + tolerance) * smallest

@@ -1,14 +1,7 @@
-"""The server's own view of a measurement: statistics, metrics and CPU, as differences between two
-snapshots taken at the edges of the measured windows.
-
-* ``/v2/models/<m>/stats`` (parsed by ``client.stats``): time in queue vs compute, and ``batch_stats``,
-  i.e. executions and compute time per batch size, which says which batches the batcher really formed.
-* the metrics endpoint: pending requests (a gauge, sampled) and cumulative queue duration.
-* ``/proc``: CPU seconds of tritonserver plus its Python-backend stub processes, so that server cost
-  per 1,000 inferences can be compared with raw onnxruntime's, a figure a busy client cannot distort;
-* ``/proc/stat``: the whole machine's busy time (the client's too: what a request competes with for a
-  core) and the time the hypervisor kept a runnable CPU of this machine waiting (steal), which says
-  whether a figure holds the host's other guests (``perf.measure.noise``).
+"""The server's own view of a measurement, as differences between snapshots at the windows' edges:
+its statistics (``client.stats``: queue vs compute, executions per batch size), the CPU seconds of
+tritonserver and its stubs (``/proc``: server cost a busy client cannot distort), and the machine's
+busy and stolen time (``/proc/stat``: steal says whether a figure holds the host's other guests).
 """
 
 from __future__ import annotations
@@ -28,7 +21,7 @@ from exporters.devices import usable_cores
 from server.proc_stat import stat_fields
 
 CLOCK_TICKS = os.sysconf("SC_CLK_TCK")
-METRIC_LINE = re.compile(r"^(\w+)\{([^}]*)\}\s+([0-9.eE+-]+)$")
+METRIC_LINE = re.compile(r"^(\w+)\{([^}]*)\}\s+([0-9.eE+-]+)$")  # a Prometheus sample with labels
 PROC_STAT = Path("/proc/stat")
 IDLE_FIELDS = (3, 4)  # idle, iowait in the "cpu" line of /proc/stat
 STEAL_FIELD = 7  # steal: the hypervisor kept a runnable CPU of this machine off the host's cores
@@ -71,16 +64,6 @@ def stolen_share(before: HostCpu | None, after: HostCpu | None) -> float:
     return (after.stolen - before.stolen) / (after.total - before.total)
 
 
-def parse_metrics(text: str, model: str) -> dict[str, float]:
-    """``nv_*`` metric values of ``model`` (summed over versions) from Prometheus text."""
-    values: dict[str, float] = {}
-    for line in text.splitlines():
-        match = METRIC_LINE.match(line.strip())
-        if match and f'model="{model}"' in match.group(2):
-            values[match.group(1)] = values.get(match.group(1), 0.0) + float(match.group(3))
-    return values
-
-
 def process_tree_cpu_s(pid: int) -> float:
     """CPU seconds (user + system) of ``pid`` and its direct children (the backend stubs)."""
     total = 0
@@ -95,7 +78,6 @@ def process_tree_cpu_s(pid: int) -> float:
 class ServerSnapshot:
     at_s: float
     stats: ModelStats
-    metrics: dict[str, float]
     server_cpu_s: float
     client_cpu_s: float
     related: dict[str, ModelStats] = field(default_factory=dict)  # e.g. an ensemble's stage models
@@ -104,37 +86,31 @@ class ServerSnapshot:
 
 @dataclass(frozen=True)
 class ServerEndpoints:
-    """Where to read the server's view: HTTP ``host:port``, metrics URL, and the server's pid."""
+    """Where to read the server's view: HTTP ``host:port`` and the server's pid."""
 
     http_url: str
-    metrics_url: str | None = None
     pid: int | None = None
 
     @classmethod
     def of(cls, server: Any) -> ServerEndpoints:
         """A running ``server.TritonServer``'s endpoints."""
-        return cls(server.http_url, server.metrics_url, server.pid)
-
-
-def _get(url: str) -> bytes:
-    with urllib.request.urlopen(url, timeout=5) as response:
-        return response.read()
+        return cls(server.http_url, server.pid)
 
 
 def _model_stats(endpoints: ServerEndpoints, model: str) -> ModelStats:
-    return parse_model_stats(json.loads(_get(f"http://{endpoints.http_url}/v2/models/{model}/stats")))
+    url = f"http://{endpoints.http_url}/v2/models/{model}/stats"
+    with urllib.request.urlopen(url, timeout=5) as response:
+        return parse_model_stats(json.loads(response.read()))
 
 
 def snapshot(
     endpoints: ServerEndpoints, model: str, at_s: float, related: tuple[str, ...] = ()
 ) -> ServerSnapshot:
-    """Read stats, metrics and CPU now, and the stats of the ``related`` models (an ensemble's steps).
-    Blocking and quick (a few ms per model); called between windows."""
+    """Stats and CPU now, and the stats of the ``related`` models (an ensemble's steps)."""
     stats = _model_stats(endpoints, model)
-    metrics = parse_metrics(_get(endpoints.metrics_url).decode(), model) if endpoints.metrics_url else {}
     server_cpu = process_tree_cpu_s(endpoints.pid) if endpoints.pid else 0.0
     others = {name: _model_stats(endpoints, name) for name in related}
-    return ServerSnapshot(at_s, stats, metrics, server_cpu, time.process_time(), others, HostCpu.now())
+    return ServerSnapshot(at_s, stats, server_cpu, time.process_time(), others, HostCpu.now())
 
 
 @dataclass(frozen=True)
@@ -143,8 +119,6 @@ class ServerDelta:
 
     seconds: float
     stats: ModelStats
-    queue_us_metric: float  # nv_inference_queue_duration_us accumulated over the span
-    pending_mean: float  # nv_inference_pending_request_count, mean of the samples taken
     server_cpu_s: float
     client_cpu_s: float
     related: dict[str, ModelStats] = field(default_factory=dict)  # each related model's difference
@@ -156,10 +130,7 @@ class ServerDelta:
         return 1000 * self.server_cpu_s / self.stats.inferences if self.stats.inferences else 0.0
 
     def cpu_ms_per_request(self) -> tuple[float, float]:
-        """(server, everything else) CPU milliseconds per request the server counted. Everything else
-        is the load engine's client, mostly: on cores it shares with the server, what a client spends
-        per request the server goes without, which is why a Python client sustains less than a C++ one
-        against the same server. NaN where a reading is missing."""
+        """(server, everything else: mostly the client) CPU ms per request the server counted."""
         if not self.stats.requests:
             return math.nan, math.nan
         per_request = 1e3 / self.stats.requests
@@ -175,13 +146,9 @@ class ServerDelta:
 
 def delta(snapshots: list[ServerSnapshot]) -> ServerDelta:
     first, last = snapshots[0], snapshots[-1]
-    pending = [s.metrics.get("nv_inference_pending_request_count", 0.0) for s in snapshots[1:]]
     return ServerDelta(
         seconds=last.at_s - first.at_s,
         stats=last.stats - first.stats,
-        queue_us_metric=last.metrics.get("nv_inference_queue_duration_us", 0.0)
-        - first.metrics.get("nv_inference_queue_duration_us", 0.0),
-        pending_mean=sum(pending) / len(pending) if pending else 0.0,
         server_cpu_s=last.server_cpu_s - first.server_cpu_s,
         client_cpu_s=last.client_cpu_s - first.client_cpu_s,
         related={name: last.related[name] - first.related[name] for name in last.related},

@@ -1,27 +1,17 @@
 """Shapes as served: the lengths requests of a model with a variable axis take, and length buckets.
 
-Triton's dynamic batcher merges only requests of equal shapes. Sending every request at one length (one
-draw of the sampler) lets every request batch with every other, so the batching gain and every rate
-come out optimistic for a model whose traffic has many lengths. Here a model with a variable axis gets a
-``ShapeMix``: the lengths its requests take, from the spec's ``shapes:`` when given, else tallied from
-``SAMPLER_DRAWS`` calls of its sampler (``exporters.sources.inputs.draw_inputs``: the ``sample:`` function,
-``lengths``, or uniform up to ``max_shape``). A ``ShapePlan`` turns it into what the client sends: one
-input pool per length sent and a seeded sequence of (true, sent) lengths, one per request.
-
-Buckets (``buckets:`` in the spec, or candidates at quantiles of the mix) pad each request to the
-smallest bucket length that fits, as the text service does with its token buckets: fewer shapes,
-larger batches, at the price of computing the padding. ``padding_cost`` measures that price as raw
-compute (the same ONNX file in-process) at the padded over the true lengths. Padding repeats the last
-position of each variable axis, which keeps every value valid for the input (ids stay in their range),
-and pads a mask input (an integer input named ``*mask*``) with zeros; the model sees the padding, so
-buckets are offered only where padding leaves its answer within the spec's tolerance
-(``perf.measure.padding_check``).
+Triton's dynamic batcher merges only requests of equal shapes, so sending every request at one length
+makes batching look better than the traffic allows. A ``ShapeMix`` is the lengths a model's requests
+take (the spec's ``shapes:``, else tallied from its sampler); a ``ShapePlan`` is what the client sends:
+an input pool per length sent and a seeded (true, sent) length per request. Buckets pad each request
+to the smallest bucket that fits (fewer shapes, larger batches, padding computed): padding repeats the
+last position (values stay valid) and pads a mask input with zeros; ``padding_cost`` prices it as raw
+compute, and ``perf.measure.bucket_runs`` offers buckets only where the answer stays within tolerance.
 """
 
 from __future__ import annotations
 
 import logging
-from collections import Counter
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -35,19 +25,18 @@ from perf.measure.records import Record
 
 log = logging.getLogger(__name__)
 SAMPLER_DRAWS = 256  # sampler calls tallied into a ShapeMix when the spec states no ``shapes:``
-PLAN_REQUESTS = 4096  # the (true, sent) lengths a plan cycles through: the sequence repeats after these
+PLAN_REQUESTS = 4096  # the (true, sent) lengths a plan cycles through
 GAP_S = 0.0005  # responses of one shape this close together are counted as one formed batch
-PADDING_BATCH = 4  # the batch the padding cost's raw compute is timed at (the tuner, the planner, the study)
+PADDING_BATCH = 4  # the batch the padding cost's raw compute is timed at
 
 
 def has_variable_axis(spec: ModelSpec) -> bool:
-    """Whether an input of ``spec`` has a non-batch variable axis (``-1`` in its shape)."""
+    """Whether an input of ``spec`` has a non-batch variable axis."""
     return any(t.variable for t in spec.inputs)
 
 
 def length_of(spec: ModelSpec, arrays: Sequence[np.ndarray]) -> int:
-    """The length of a request: the size of the first variable axis of the first input that has one
-    (``draw_inputs`` shares one length between every variable axis)."""
+    """The size of the first variable axis (``draw_inputs`` gives every variable axis one length)."""
     for tensor, array in zip(spec.inputs, arrays, strict=True):
         if tensor.variable:
             return int(array.shape[1 + tensor.shape.index(VARIABLE)])
@@ -56,8 +45,7 @@ def length_of(spec: ModelSpec, arrays: Sequence[np.ndarray]) -> int:
 
 @dataclass(frozen=True)
 class ShapeMix:
-    """Lengths (ascending, distinct) and the share of requests that take each; ``source`` says where
-    they come from, for reports."""
+    """Lengths (ascending, distinct), the share of requests that take each, and where they come from."""
 
     lengths: tuple[int, ...]
     weights: tuple[float, ...]
@@ -88,10 +76,9 @@ class ShapeMix:
 
 
 def mix_of(lengths: Sequence[int], source: str) -> ShapeMix:
-    """The ``ShapeMix`` of observed ``lengths``: each distinct length weighted by how often it came."""
-    counts = sorted(Counter(int(n) for n in lengths).items())
-    total = sum(c for _, c in counts)
-    return ShapeMix(tuple(n for n, _ in counts), tuple(c / total for _, c in counts), source)
+    """The ``ShapeMix`` of observed ``lengths``, each weighted by how often it came."""
+    values, counts = np.unique(np.asarray(lengths, dtype=int), return_counts=True)
+    return ShapeMix(tuple(int(n) for n in values), tuple(float(c) for c in counts / counts.sum()), source)
 
 
 def shape_mix(spec: ModelSpec, seed: int = 0, draws: int = SAMPLER_DRAWS) -> ShapeMix:
@@ -109,16 +96,14 @@ def shape_mix(spec: ModelSpec, seed: int = 0, draws: int = SAMPLER_DRAWS) -> Sha
 
 
 def bucket_of(length: int, buckets: Sequence[int], bound: int) -> int:
-    """The length a request of ``length`` is sent at: the smallest bucket that fits it, ``length``
-    itself without buckets, the axis bound when it is longer than every bucket."""
+    """The length a request is sent at: the smallest bucket that fits it (the axis bound past all)."""
     if not buckets:
         return length
     return next((b for b in sorted(buckets) if b >= length), max(bound, length))
 
 
 def bucket_candidates(mix: ShapeMix) -> dict[str, tuple[int, ...]]:
-    """What the tuner and the perf study try: no buckets, 2 and 4 buckets at quantiles of the mix (the
-    longest length always one of them, so no request is padded past what the traffic needs)."""
+    """No buckets, and 2 and 4 buckets at quantiles of the mix, the longest length always one of them."""
     candidates: dict[str, tuple[int, ...]] = {"exact lengths": ()}
     for count in (2, 4):
         edges = tuple(sorted({*(mix.quantile(k / count) for k in range(1, count)), mix.longest}))
@@ -128,8 +113,7 @@ def bucket_candidates(mix: ShapeMix) -> dict[str, tuple[int, ...]]:
 
 
 def bucket_ways(model: ModelSpec, seed: int = 0) -> dict[str, tuple[int, ...]]:
-    """The bucket sets the tuner, the planner and the perf study measure: ``bucket_candidates`` of the
-    model's traffic, and the spec's own ``buckets:`` where they are not among them."""
+    """The bucket sets tune, plan and perf measure: the candidates and the spec's own ``buckets:``."""
     ways = bucket_candidates(shape_mix(model, seed))
     if model.buckets and model.buckets not in ways.values():
         ways["the spec's buckets"] = model.buckets
@@ -137,20 +121,18 @@ def bucket_ways(model: ModelSpec, seed: int = 0) -> dict[str, tuple[int, ...]]:
 
 
 def padded_share(mix: ShapeMix, buckets: Sequence[int], bound: int) -> float:
-    """The share of sent positions that are padding: 1 - mean true length / mean sent length."""
+    """The share of sent positions that are padding."""
     sent = sum(w * bucket_of(n, buckets, bound) for n, w in zip(mix.lengths, mix.weights, strict=True))
     return 1.0 - mix.mean / sent if sent else 0.0
 
 
 def is_mask(tensor: TensorSpec) -> bool:
-    """An integer input named as a mask (``attention_mask``, ``mask``): padding it with zeros tells the
-    model which positions are padding."""
+    """An integer input named as a mask: padded with zeros, it tells the model what is padding."""
     return tensor.dtype in INTEGER_DTYPES and "mask" in tensor.name.lower()
 
 
 def resized(spec: ModelSpec, arrays: dict[str, np.ndarray], length: int) -> dict[str, np.ndarray]:
-    """``arrays`` with every variable axis cropped or padded to ``length`` (at most that axis' bound):
-    padded by repeating its last position, a mask input (``is_mask``) by zeros."""
+    """``arrays`` with every variable axis cropped or padded to ``length`` (at most that axis' bound)."""
     out = {}
     for tensor in spec.inputs:
         array = arrays[tensor.name]
@@ -170,8 +152,7 @@ def resized(spec: ModelSpec, arrays: dict[str, np.ndarray], length: int) -> dict
 
 @dataclass(frozen=True)
 class ShapePlan:
-    """What the client sends for a model with a variable axis: ``pools[sent length]`` (rows as in
-    ``Target.inputs``) and, per request in turn (cycling), its (true length, sent length)."""
+    """``pools[sent length]`` (rows as in ``Target.inputs``) and each request's (true, sent) length."""
 
     mix: ShapeMix
     buckets: tuple[int, ...]
@@ -180,8 +161,7 @@ class ShapePlan:
 
     @property
     def typical_pool(self) -> dict[str, np.ndarray]:
-        """The pool at the median length sent: the one shape for consumers that send one (window
-        sizing, the raw reference), neither the shortest nor the longest."""
+        """The pool at the median length sent, for consumers that send one shape."""
         sent = sorted(s for _, s in self.requests)
         return self.pools[sent[len(sent) // 2]]
 
@@ -193,9 +173,7 @@ class ShapePlan:
 def shape_plan(
     spec: ModelSpec, rows: int, seed: int = 0, buckets: Sequence[int] = (), requests: int = PLAN_REQUESTS
 ) -> ShapePlan:
-    """A ``ShapePlan`` for ``spec``: request lengths drawn from ``shape_mix(spec)`` with ``seed``, each
-    sent at its bucket. The pools' values come from one ``draw_inputs`` call, resized to each length
-    sent."""
+    """Lengths drawn from ``shape_mix(spec)``, each sent at its bucket; one draw resized per length."""
     mix = shape_mix(spec, seed)
     bound = spec.variable_bound
     true = mix.draw(requests, np.random.default_rng(seed))
@@ -205,14 +183,11 @@ def shape_plan(
     return ShapePlan(mix, tuple(buckets), pools, pairs)
 
 
-# --- padding cost: raw compute at the padded over the true lengths -------------------------------------
-
 Timer = Callable[[int], float]  # seconds of one batch at a length
 
 
 def onnx_timer(onnx_path: Path, spec: ModelSpec, batch: int, seed: int = 0, seconds: float = 0.2) -> Timer:
-    """Seconds of one batch of ``batch`` at a length, timed in-process with onnxruntime (one thread,
-    as the served instances run) on ``onnx_path``."""
+    """Seconds of one batch at a length, in-process onnxruntime with one thread as served."""
     from perf.measure.raw import measure_raw  # onnxruntime: only where a padding cost is measured
 
     base = dict(zip((t.name for t in spec.inputs), draw_inputs(spec, batch, seed), strict=True))
@@ -226,9 +201,8 @@ def onnx_timer(onnx_path: Path, spec: ModelSpec, batch: int, seed: int = 0, seco
 
 @dataclass(frozen=True)
 class PaddingCost:
-    """Raw compute of the traffic with buckets over without: ``ratio`` 1.3 = padding costs 30% more
-    compute; ``padded_share`` the share of sent positions that are padding; ``timed`` the (length,
-    seconds per batch) points the ratio interpolates between."""
+    """Raw compute with buckets over without (``ratio`` 1.3: 30% more), the share of sent positions that
+    are padding, and the (length, seconds per batch) points timed."""
 
     buckets: tuple[int, ...]
     ratio: float
@@ -237,9 +211,8 @@ class PaddingCost:
 
 
 def padding_cost(mix: ShapeMix, buckets: Sequence[int], bound: int, timer: Timer) -> PaddingCost:
-    """Σ share·T(sent length) / Σ share·T(true length), with T timed at the buckets and the mix's
-    quartiles and interpolated linearly between them (a length's cost is near-linear in it for
-    convolutions, recurrences and MLPs over positions; attention is timed at enough points to show)."""
+    """Σ share·T(sent) / Σ share·T(true), T timed at the buckets and the mix's quartiles, linear between
+    (near-linear in length for convolutions, recurrences and MLPs; enough points to show attention)."""
     sent = [bucket_of(n, buckets, bound) for n in mix.lengths]
     points = sorted({mix.lengths[0], *(mix.quantile(q) for q in (0.25, 0.5, 0.75)), mix.longest, *sent})
     timed = tuple((n, timer(n)) for n in points)
@@ -253,17 +226,11 @@ def padding_cost(mix: ShapeMix, buckets: Sequence[int], bound: int, timer: Timer
     return PaddingCost(tuple(buckets), ratio, padded_share(mix, buckets, bound), timed)
 
 
-# --- per-shape figures from the client's records ------------------------------------------------------
-
-
 @dataclass(frozen=True)
 class ShapeRow:
-    """The requests sent at one length: how many, their true lengths, their latency, and the batches
-    they formed as the responses show them (Triton's statistics count executions per batch size, not
-    per shape; a batch's responses leave together, so responses of one shape arriving within
-    ``GAP_S`` of each other are counted as one batch, and where Triton's count of executions is known
-    the per-length counts are scaled to sum to it: the split between lengths from the client, the
-    total from the server)."""
+    """The requests sent at one length and the batches they formed as their responses show them: Triton
+    counts executions per batch size, not per shape, so the split between lengths comes from the client
+    and the total from the server."""
 
     sent_length: int
     requests: int
@@ -280,8 +247,7 @@ class ShapeRow:
 
 
 def formed_batches(recv_s: Sequence[float], max_batch: int) -> int:
-    """Responses grouped into batches: a new batch where the gap to the previous response exceeds
-    ``GAP_S`` or the group already holds ``max_batch``."""
+    """Responses grouped into batches: a batch's responses leave together (within ``GAP_S``)."""
     batches, size, last = 0, 0, -np.inf
     for at in sorted(recv_s):
         if at - last > GAP_S or size >= max_batch:
@@ -291,8 +257,7 @@ def formed_batches(recv_s: Sequence[float], max_batch: int) -> int:
 
 
 def shape_rows(records: Sequence[Record], max_batch: int, executions: int = 0) -> list[ShapeRow]:
-    """One ``ShapeRow`` per length sent, over the successful ``records`` that carry a length;
-    ``executions``: Triton's count over the same span (0: unknown), which the batches are scaled to."""
+    """One ``ShapeRow`` per length sent; batches scaled to Triton's ``executions`` where known (not 0)."""
     sized = [r for r in records if r.ok and r.sent_length]
     by_length: dict[int, list[Record]] = {}
     for record in sized:
@@ -314,8 +279,7 @@ def shape_rows(records: Sequence[Record], max_batch: int, executions: int = 0) -
 
 
 def shape_table(rows: Sequence[ShapeRow], limit: int = 12) -> list[str]:
-    """Markdown lines of the per-shape table: the ``limit`` most requested lengths, then one line for
-    the rest (a sampler of 190 lengths would otherwise print 190 rows)."""
+    """The per-shape table: the ``limit`` most requested lengths, then one line for the rest."""
     lines = [
         "| length sent | true lengths | requests | share | p50 ms | p99 ms | formed batches | mean batch |",
         "|---:|---|---:|---:|---:|---:|---:|---:|",

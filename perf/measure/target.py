@@ -1,15 +1,9 @@
 """What to load and how to call it: ``Target`` (model, inputs, protocol) and ``Caller``, the one place
 that times every request and turns it into a ``Record``.
 
-Inputs are made once (a pool of rows; a request of ``b`` samples sends the first ``b`` rows) so the
-client spends its CPU on sending, not on building arrays. With ``shared_memory`` the input pool lives in
-one read-only system shared-memory region and every in-flight slot owns an output region, all sized
-once, so nothing grows during a run.
-
-A model with a variable axis is sent at the lengths its traffic takes (``perf.measure.shapes``): the target
-carries a ``ShapePlan`` (a pool per length sent, and each request's length in turn), and every record
-says its request's true and sent length. ``inputs`` is then the pool at the median length sent, for
-consumers that send one shape (window sizing, the raw reference).
+Inputs are made once (a request of ``b`` samples sends the first ``b`` rows of a pool) so the client
+spends its CPU on sending; with ``shared_memory`` every region is sized once, so nothing grows during a
+run. A model with a variable axis is sent at the lengths its traffic takes (a ``ShapePlan``).
 """
 
 from __future__ import annotations
@@ -52,9 +46,7 @@ class Target:
     collect: int = 1
     shared_memory: bool = False
     max_in_flight: int = 256  # open loop: arrivals beyond this are shed and recorded as failures
-    # Each request takes the next rows of the pool (wrapping) instead of the first ones: for pools whose
-    # rows differ in cost, e.g. texts of different lengths, so that every row is really sent.
-    cycle: bool = False
+    cycle: bool = False  # each request takes the next rows (rows that differ in cost are all sent)
     shapes: ShapePlan | None = None  # requests at the lengths the traffic takes (variable axes)
 
     def __post_init__(self) -> None:
@@ -73,11 +65,9 @@ def target_from_spec(
     spec: ModelSpec, url: str, protocol: str = "grpc", collect: int = 1, shared_memory: bool = False,
     seed: int = 0, rows: int | None = None, vary_shapes: bool = True, buckets: tuple[int, ...] | None = None,
 ) -> Target:  # fmt: skip
-    """A ``Target`` for a model of the spec, with valid inputs drawn the way the exporters draw them.
-
-    A model with a variable axis is sent at the lengths its traffic takes (``vary_shapes``; not with
-    shared memory, whose regions are sized once), padded to ``buckets`` (default: the spec's);
-    ``vary_shapes=False`` sends every request at one drawn length."""
+    """A ``Target`` for a model of the spec, inputs drawn as the exporters draw them; a variable axis at
+    the traffic's lengths padded to ``buckets`` (default: the spec's) unless ``vary_shapes`` is False
+    or with shared memory, whose regions are sized once."""
     rows = rows or max(collect, 1)
     plan = None
     if vary_shapes and has_variable_axis(spec):
@@ -89,32 +79,20 @@ def target_from_spec(
     pool = plan.typical_pool if plan is not None else None
     arrays = [pool[t.name] for t in spec.inputs] if pool is not None else draw_inputs(spec, rows, seed)
     outputs = {t.name: int(np.prod(t.largest)) * DTYPES[t.dtype].numpy_dtype().itemsize for t in spec.outputs}
-    return Target(
-        model=spec.name,
-        url=url,
-        inputs={t.name: np.ascontiguousarray(a) for t, a in zip(spec.inputs, arrays, strict=True)},
-        output_row_bytes=outputs,
-        protocol=protocol,
-        collect=collect,
-        shared_memory=shared_memory,
-        shapes=plan,
-    )
+    inputs = {t.name: np.ascontiguousarray(a) for t, a in zip(spec.inputs, arrays, strict=True)}
+    return Target(spec.name, url, inputs, outputs, protocol, collect, shared_memory, shapes=plan)
 
 
 def _connect(target: Target, slots: int) -> Any:
-    """tritonclient's asyncio client for ``target``'s protocol, ``slots`` connections for HTTP."""
     if target.protocol == "http":
         return http_aio.InferenceServerClient(target.url, conn_limit=slots)
     return grpc_aio.InferenceServerClient(target.url)
 
 
 class Caller:
-    """An open asyncio client for one ``Target``; ``await call(batch, arrivals)`` gives a ``Record``.
-
-    Use as ``async with Caller(target, t0) as caller``. ``slots`` bounds the requests in flight; each
-    call holds one (its output region, with shared memory). ``connect(target, slots)`` opens the
-    client (tritonclient's asyncio client of the target's protocol; a test hands in one of its own).
-    """
+    """An open asyncio client for one ``Target`` (``async with``); ``await call(batch, arrivals)`` gives
+    a ``Record``. ``slots`` bounds the requests in flight; ``connect`` opens the client (a test hands
+    in its own)."""
 
     def __init__(
         self, target: Target, t0: float, label: str = "", slots: int | None = None,
@@ -161,7 +139,7 @@ class Caller:
             await self.client.close()
 
     async def _region(self, byte_size: int) -> str:
-        """A new registered region; ``_regions`` holds exactly the regions registered with the server."""
+        """A new registered region; ``_regions`` holds exactly those registered with the server."""
         name = f"perf_{os.getpid()}_{uuid.uuid4().hex[:10]}"
         handle = shm.create_shared_memory_region(name, f"/{name}", byte_size)
         try:
@@ -180,13 +158,9 @@ class Caller:
         self._output_regions = [await self._region(max(per_slot, 64)) for _ in range(self.slot_count)]
 
     def _request_inputs(self, batch: int) -> tuple[list[Any], int, int, int]:
-        """The next request's ``InferInput``s (built once per sent length, starting row and batch size),
-        its payload bytes, true length and sent length (0 and 0 for fixed shapes).
-
-        With ``cycle``, each request starts at the pool row after the last one sent. With ``shapes``, a
-        request that collects several arrivals (static batching) takes the next ``batch`` lengths of
-        the traffic, as they arrive, and is sent padded to the longest of them (to its bucket, with
-        buckets); its true length is then their mean, rounded."""
+        """The next request's ``InferInput``s (built once per sent length, first row and batch), its payload
+        bytes, true and sent length (0 for fixed shapes). A static batch of varying lengths is sent at
+        the longest of its arrivals' sent lengths; its true length is their mean."""
         plan, pools, start, length, sent = self.target.shapes, self.target.inputs, 0, 0, 0
         if plan is not None:
             count = batch if self.target.collect > 1 else 1
@@ -195,7 +169,8 @@ class Caller:
             length, sent = round(sum(n for n, _ in pairs) / count), max(s for _, s in pairs)
             pools = plan.pools[sent]
         elif self.target.cycle:
-            start, self._next_row = self._next_row % self.pool_rows, self._next_row + batch
+            rows = len(next(iter(pools.values())))
+            start, self._next_row = self._next_row % rows, self._next_row + batch
         key = (sent, start, batch)
         if key not in self._inputs:
             tensors, offset, nbytes = [], 0, 0
@@ -255,10 +230,6 @@ class Caller:
         now = time.perf_counter() - self.t0
         status = f"{SHED}: {self.slot_count} requests already in flight"
         return Record(self.target.model, now, now, len(arrivals), 0, 0, False, status, arrivals, self.label)
-
-    @property
-    def pool_rows(self) -> int:
-        return next(iter(self.target.inputs.values())).shape[0]
 
     def _received_bytes(self, result: Any, batch: int) -> int:
         if self.target.shared_memory:

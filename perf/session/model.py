@@ -1,18 +1,11 @@
 """One real server for a whole tuning run, in explicit model-control mode: the tuner's ``Server``.
 
-The model's files are built once (at the largest ``max_batch_size`` of the grid, so the Python
-backend's shared memory fits every candidate); each candidate is then a ``load_model`` with a config
-override, which takes seconds where rebuilding and restarting would take a minute. Every run is one
-``perf.measure.measurement.measure`` with the session's load engine and windows, through the host-noise policy
-(``perf.measure.noise``) the session was given: a ``Measurement`` with the records and the server's own view.
-
-A server that dies during a run, a reload included, is reported as such (``ServerDiedError``, exit status
-1, with how it died as ``server.supervisor`` says it): the run is no evidence about the configuration,
-and the commands keep its log in their report folder (``keep_dead_server_log``).
-
-A model with a variable axis is measured at the lengths its traffic takes (``perf.measure.shapes``: the spec's
-``shapes:`` or its sampler, padded to the spec's ``buckets:``), so the probe's formed batches and every
-rate are those of mixed lengths; ``use_buckets`` changes the padding for the runs that follow.
+The model is built once at the grid's largest ``max_batch_size`` (so the Python backend's shared memory
+fits every candidate); each candidate is a ``load_model`` with a config override, seconds where a
+rebuild and restart take a minute. Every run is one ``measure`` through the session's noise policy. A
+server that dies, during a reload too, is reported as such (``ServerDiedError``, exit status 1): the
+run is no evidence about the configuration, and the commands keep its log (``keep_dead_server_log``).
+A model with a variable axis is sent at its traffic's lengths; ``use_buckets`` changes the padding.
 """
 
 from __future__ import annotations
@@ -48,12 +41,8 @@ from server.supervisor import death_cause
 
 log = logging.getLogger(__name__)
 RETIRE_WAIT_S = 6.0  # after a reload, at most this long for the replaced instances' stubs to exit
-# Each run: a short warm-up, then windows until three agree within 10% (at most five). The three that
-# count cover 2.4 s: at 2,000 requests/s, a p99 from about 50 tail samples.
 TUNE_WINDOWS = MeasureSettings(warmup_s=0.5, window_s=0.8, stable_windows=3, max_windows=5, tolerance=0.10)
-# The largest batch is timed this many times after a warm-up and the median kept: one stall of a shared
-# host would otherwise size every window of the session.
-TIMED_BATCHES = 3
+TIMED_BATCHES = 3  # the largest batch timed, median kept: one stall would size every window
 
 
 def add_window_options(parser: argparse.ArgumentParser) -> None:
@@ -81,16 +70,13 @@ def window_usage_error(args: argparse.Namespace) -> str | None:
 
 
 def run_windows(windows: MeasureSettings, args: argparse.Namespace) -> MeasureSettings:
-    """``windows`` as ``add_window_options`` asked: ``--seconds`` over the windows that count, and the
-    requests a p99 rests on where ``--p99-samples`` was given (else the windows' own: ``P99_SAMPLES``
-    for ``TUNE_WINDOWS``)."""
+    """``windows`` as ``add_window_options`` asked."""
     samples = windows.p99_samples if args.p99_samples is None else args.p99_samples
     return dataclasses.replace(windows, window_s=args.seconds / windows.stable_windows, p99_samples=samples)
 
 
 def windows_for(settings: MeasureSettings, largest_batch_s: float) -> MeasureSettings:
-    """``settings`` with windows of at least ``settings.window_batches`` batches of ``largest_batch_s``
-    seconds."""
+    """``settings`` with windows of at least ``window_batches`` batches of ``largest_batch_s``."""
     floor = settings.window_batches * largest_batch_s
     return settings if settings.window_s >= floor else dataclasses.replace(settings, window_s=floor)
 
@@ -143,8 +129,7 @@ class ModelSession:
         return self
 
     def _time_largest_batch(self) -> float:
-        """Seconds one request of the largest batch takes (the median of ``TIMED_BATCHES`` after one
-        that warms up): what every measurement's windows are sized by."""
+        """Seconds one request of the largest batch takes, which every run's windows are sized by."""
         assert self.server is not None
         client = httpclient.InferenceServerClient(self.server.http_url, network_timeout=600.0)
         took = []
@@ -158,8 +143,8 @@ class ModelSession:
         return statistics.median(took[1:])
 
     def sized(self, settings: MeasureSettings) -> MeasureSettings:
-        """``settings`` with windows sized by the largest batch as timed at the start, never by what a
-        run measured (one stalled execution would otherwise lengthen every run after it)."""
+        """``settings`` sized by the largest batch as timed at the start, never by a run (one stall would
+        lengthen every run after it)."""
         return windows_for(settings, self.largest_batch_s)
 
     def _options(self, repository: Path, load_models: list[str]) -> ServerOptions:
@@ -187,7 +172,7 @@ class ModelSession:
 
     @property
     def target(self) -> Target:
-        """Where the runs send and what, as ``use_buckets`` said last (made once per way of sending)."""
+        """Where the runs send and what, as ``use_buckets`` said last."""
         sending = (self.buckets, self.vary_shapes)
         if sending not in self._sending:
             assert self.server is not None
@@ -199,12 +184,12 @@ class ModelSession:
         return self._sending[sending]
 
     def use_buckets(self, buckets: tuple[int, ...] | None, vary_shapes: bool = True) -> None:
-        """Send the runs that follow padded to ``buckets`` (``()``: each request at its own length;
-        None: the spec's), or every request at one length (``vary_shapes=False``, for comparison)."""
+        """Send the runs that follow padded to ``buckets`` (``()``: none; None: the spec's), or all at
+        one length."""
         self.buckets, self.vary_shapes = buckets, vary_shapes
 
     def died(self, during: str) -> ServerDiedError | None:
-        """The server's death during ``during`` (how it died, its log), or None while it runs."""
+        """The server's death during ``during``, or None while it runs."""
         if self.server is None or self.server.process is None or (code := self.server.process.poll()) is None:
             return None
         cause = death_cause(code, self.server.log_tail(80))
@@ -215,8 +200,7 @@ class ModelSession:
 
     @contextlib.contextmanager
     def watching(self, during: str) -> Iterator[None]:
-        """Raise ``ServerDiedError`` where the server died during the block (whatever the block raised
-        of it: a reset connection, a run of failed requests)."""
+        """Raise ``ServerDiedError`` where the server died during the block, whatever the block raised."""
         try:
             yield
         except Exception as error:
@@ -227,21 +211,19 @@ class ModelSession:
             raise dead
 
     def load(self, config: BatcherConfig) -> float:
-        """Reload the model with ``config`` (no-op if already loaded); returns the seconds it took."""
+        """Reload the model with ``config`` (unless loaded); the seconds it took."""
         if config == self.current:
             return 0.0
         with self.watching(f"the reload of {config.label}"):
             return self._reload(config)
 
     def _reload(self, config: BatcherConfig) -> float:
-        """Load every model ``_overrides`` names with its config override, through one client."""
         assert self.server is not None
         started = time.perf_counter()
         client = httpclient.InferenceServerClient(self.server.http_url)
         try:
             loaded, overrides = self._overrides(config)
             for name, override in overrides.items():
-                # the repository API is keyed on every server we start (server.admin)
                 admin.load_model(client, self.server.admin_key, name, config=override)
         finally:
             client.close()
@@ -251,15 +233,12 @@ class ModelSession:
         return took
 
     def _overrides(self, config: BatcherConfig) -> tuple[str, dict[str, dict]]:
-        """What a reload to ``config`` loads, in words, and each model's config override."""
         override = json.loads(config_json(candidate_spec(self.base, config, self.keep_queue)))
         return config.label, {self.base.name: override}
 
     def prepare(self, config: BatcherConfig) -> None:
-        """Load ``config`` for a measurement: after a reload, wait (at most ``RETIRE_WAIT_S``) until the
-        replaced instances' stubs have exited. ``load_model`` returns while they still run (here 1.1-2.6
-        s more, one stub after the other), so a run right after a reload would share the cores with
-        their exit. The new instances warm up at load (``model_warmup``)."""
+        """Load ``config``, then wait (at most ``RETIRE_WAIT_S``) for the replaced instances' stubs to exit:
+        ``load_model`` returns while they still run, which a run would share the cores with."""
         if not self.load(config):
             return
         deadline = time.perf_counter() + RETIRE_WAIT_S
@@ -283,8 +262,8 @@ class ModelSession:
         settings: MeasureSettings | None = None,
         engine: LoadEngine | None = None,
     ) -> Measurement:
-        """``load`` on the configuration loaded now, through the session's noise policy, with the
-        session's engine or ``engine`` (ours where every request's length must be in the records)."""
+        """``load`` on the configuration loaded now, through the noise policy, with ``engine`` or the
+        session's."""
         with self.watching(label):
             return self.noise.measure(
                 lambda: self._measure_once(load, label, settings or self.settings, engine)
@@ -304,8 +283,7 @@ class ModelSession:
 
 @contextlib.contextmanager
 def keep_dead_server_log(folder: Path) -> Iterator[None]:
-    """Where the server died, its log copied into ``folder`` (the next command's server would overwrite
-    the one in the work folder) and the error saying so; then the error goes on (exit status 1)."""
+    """Where the server died, its log copied into ``folder`` (the next server would overwrite it)."""
     try:
         yield
     except ServerDiedError as error:

@@ -1,18 +1,13 @@
-"""The tuner's session for a pipeline (an ensemble of stage models), e.g. ``recommender_pipeline``.
-
-A candidate's batching is the stages' batching: the ensemble only routes, so "no batching" is every
-stage without a dynamic batcher and "delay d" is the first stage waiting ``d`` and later stages the
-short re-forming wait the build gives them (``exporters.pipelines.configs.stage_batching``). Each
-candidate reloads every stage with a config override (explicit model control); Triton reloads the
-ensemble that depends on them. Load goes through the ensemble, which takes the monolithic model's
-inputs; the server view is the first stage's (``pipeline_stats``).
+"""The tuner's session for a pipeline (an ensemble of stage models): a candidate's batching is the
+stages' (the first waits the delay, later stages the short re-forming wait of
+``exporters.pipelines.configs.stage_batching``), each candidate reloads every stage with a config
+override, load goes through the ensemble and the server view is the first stage's.
 """
 
 from __future__ import annotations
 
 import dataclasses
 
-import tritonclient.http as httpclient
 from google.protobuf import json_format
 
 from client.stats import ModelStats
@@ -32,7 +27,7 @@ from server import TritonServer
 
 
 def stage_configs(built: BuiltPipeline, config: BatcherConfig) -> list[ModelConfig]:
-    """Every stage's model config with the candidate's batching (the built configs otherwise)."""
+    """Every stage's model config with the candidate's batching."""
     pipeline = built.spec
     if config.batching:
         batching = Batching(
@@ -53,21 +48,13 @@ def stage_configs(built: BuiltPipeline, config: BatcherConfig) -> list[ModelConf
 
 
 def pipeline_stats(stages: list[ModelStats]) -> ModelStats:
-    """One view of a pipeline's stages, as if it were one model: the first stage's.
-
-    The candidate's delay acts there, and a request enters the pipeline there, so its requests, formed
-    batches, queue and compute are what the batcher simulation models. The later stages run in their
-    own processes, overlapping the first (pipeline parallel): their time shows up as per-request
-    latency outside the batcher (measured one request at a time) and, under overload, in the served
-    rate that calibrates the cost beyond compute. Summing their compute into the first stage's would
-    count overlapped time as if serial. A failure at any stage counts.
-    """
+    """The first stage's view, where the delay acts: later stages overlap it (pipeline parallel), so
+    summing their compute would count overlapped time as serial. A failure at any stage counts."""
     return dataclasses.replace(stages[0], failed=max(s.failed for s in stages))
 
 
 class PipelineSession(ModelSession):
-    """``ModelSession`` for a pipeline: ``base`` is the model it splits (its inputs and batch limit),
-    load goes to the ensemble, candidates reload the stages."""
+    """``base`` is the model the pipeline splits (its inputs and batch limit)."""
 
     def __init__(
         self,
@@ -89,8 +76,7 @@ class PipelineSession(ModelSession):
 
     def __enter__(self) -> PipelineSession:
         repository = self.workdir / "repository"
-        # Built with the probe's first candidate (every stage batching, no delay), so the server starts
-        # with it loaded: one reload of every stage (seconds each) fewer.
+        # built with the probe's first candidate loaded: one reload of every stage fewer
         first = BatcherConfig(self.largest_batch, 0)
         self.pipeline = dataclasses.replace(
             self.pipeline, batching=Batching(mode="dynamic", max_queue_delay_us=0)
@@ -104,7 +90,6 @@ class PipelineSession(ModelSession):
         return self
 
     def _overrides(self, config: BatcherConfig) -> tuple[str, dict[str, dict]]:
-        """Every stage with ``config``'s batching."""
         assert self.built is not None
         if config.instances != 1:
             raise ValueError("a pipeline's candidates keep the stages' instance counts (instances = 1)")
@@ -117,18 +102,8 @@ class PipelineSession(ModelSession):
     def _measure_once(
         self, load: Load, label: str, settings: MeasureSettings, engine: LoadEngine | None = None
     ) -> Measurement:
-        """A run through the ensemble, the server's view that of its stages (``pipeline_stats``)."""
         run = super()._measure_once(load, label, settings, engine)
         if run.server is not None:
             stats = pipeline_stats([run.server.related[name] for name in self.related])
             run.server = dataclasses.replace(run.server, stats=stats)
         return run
-
-    def loaded_configs(self) -> dict[str, dict]:
-        """Each stage's configuration as the server reports it now."""
-        assert self.server is not None
-        client = httpclient.InferenceServerClient(self.server.http_url)
-        try:
-            return {name: client.get_model_config(name) for name in self.pipeline.stage_names}
-        finally:
-            client.close()

@@ -1,28 +1,17 @@
-"""What the prediction needs, measured in one ramp of open loops: the service model per instance count.
+"""What the prediction needs, measured in one ramp of open loops per instance count: the largest batch
+with no delay under Poisson arrivals at rates ×``step`` each run until the server falls behind, and
+one more ramp without batching. From the server's statistics and the machine's CPU counters:
 
-For each instance count, the largest batch with no delay is loaded and Poisson arrivals are offered
-at rising rates (×``step`` each run) until the server falls behind. Those runs give, from the server's
-own statistics and the machine's CPU counters:
+* the compute per formed batch size (``batch_stats``), fitted to ``T + (N-1)·Δt``;
+* the costs beyond compute per execution and per request (``perf.model.service``), from how long an
+  instance spends per batch once saturated: on two shared cores most of a small model's cost;
+* the overhead outside the batcher: the lowest rate's latency beyond the server's queue and compute;
+* the CPU term (``perf.model.cpu``): busy cores over the runs that kept up, fitted to requests and
+  executions, and each instance count's CPU-wait slice that reproduces its busier runs' p99.
 
-* the compute per formed batch size (``batch_stats``; every rate forms another mix of sizes), fitted
-  to ``T + (N-1)·Δt``;
-* how long an instance really spends per batch once saturated (the run it fell behind on: each
-  execution took ``instances × batch / served rate``); with one more ramp without batching, the costs
-  beyond compute split into a cost per execution and one per request (``perf.model.service``). On two
-  shared cores they are most of a small model's cost (frontend, Python-backend IPC, the client's own
-  CPU): without them the simulation promises several times the rate the machine serves;
-* the overhead outside the batcher (client, network, frontend): the lowest rate's latency beyond the
-  server's queue and compute per request;
-* the CPU term (``perf.model.cpu``): the machine's busy cores over the runs that kept up, fitted to the
-  requests and executions the server counted, and each instance count's CPU-wait slice, the one with
-  which the simulation reproduces its busier runs' p99.
-
-The first run, at ``first_rate``, also says where to start: the server's time per request there bounds
-the rate one instance serves without batching. A probe run is evidence like any other run
-(``perf.session.search``): its configuration at its rate. Given the budget, a ramp stops raising the
-rate at a run whose p99 is over ``FAR_MISS`` × the budget (measured once more at that rate, as a run
-the server fell behind on is): beyond it no rate says anything about the budget, and deeper overload
-only makes runs long (a p99 of seconds) and the host slow for everything else.
+A probe run is evidence like any other (``perf.session.search``). Given the budget, a ramp goes no
+higher than a run whose p99 is over ``FAR_MISS`` × the budget: beyond it no rate says anything about
+the budget, and deeper overload only makes runs long and the host slow.
 """
 
 from __future__ import annotations
@@ -48,8 +37,7 @@ log = logging.getLogger(__name__)
 
 
 class Server(Protocol):
-    """What the probe and the search need of a server: the real one (``perf.session.model``) or a
-    simulated one (the tests'). ``measure`` takes the load on the configuration prepared last."""
+    """The real server (``perf.session.model``) or a simulated one: ``measure`` runs on what was prepared."""
 
     cores: int  # the cores the server and its clients share (the CPU term's ``c``)
 
@@ -93,24 +81,15 @@ def _ramp(
     budget_ms: float | None = None,
 ) -> Measurement:
     """``config`` at ``rate``, ×``plan.step`` each run that kept up, until the server fell behind twice
-    at one rate (a run it fell behind on is measured again at the same rate:
-    one run a neighbour disturbed does not end a ramp, and the ramp never goes deeper into overload than
-    the first rate it fell behind at); the one of the two served the most is the saturation returned.
-    A run whose p99 is over ``FAR_MISS`` × ``budget_ms`` counts as one the server fell behind on: the
-    rate goes no higher, and a second such run at it ends the ramp (one stalled run does not). At most
-    ``plan.max_runs``: a server that kept up with all of them saturates at the last."""
+    at one rate (one disturbed run does not end a ramp); the one of the two that served the most is
+    the saturation. A p99 over ``FAR_MISS`` × ``budget_ms`` counts as falling behind."""
     server.prepare(config)
     behind: list[Measurement] = []
     for _ in range(plan.max_runs):
         run = server.measure(poisson(rate, plan.seed), f"probe {config.label} @ {rate:.0f}/s")
         out.append((config, run))
-        log.info(
-            "%s: served %.0f/s, mean batch %.1f, p99 %.1f ms",
-            run.label,
-            run.throughput,
-            run.stats.mean_batch,
-            run.p99_ms,
-        )
+        figures = run.throughput, run.stats.mean_batch, run.p99_ms
+        log.info("%s: served %.0f/s, mean batch %.1f, p99 %.1f ms", run.label, *figures)
         over = budget_ms is not None and not run.p99_ms <= FAR_MISS * budget_ms
         if over:
             log.info(
@@ -135,8 +114,7 @@ def probe(
     server: Server, instance_counts: tuple[int, ...], max_batch: int, plan: ProbePlan | None = None,
     budget_ms: float | None = None,
 ) -> ProbeResult:  # fmt: skip
-    """Measure the service model for each instance count in ``instance_counts``; with ``budget_ms``, no
-    ramp goes past a rate at which a run's p99 was over ``FAR_MISS`` × the budget."""
+    """Measure the service model for each instance count in ``instance_counts``."""
     plan = plan or ProbePlan()
     started = time.perf_counter()
     runs, saturation = _ramps(server, instance_counts, max_batch, plan, budget_ms)
@@ -157,10 +135,9 @@ def probe(
 def _ramps(
     server: Server, instance_counts: tuple[int, ...], max_batch: int, plan: ProbePlan, budget_ms: float | None
 ) -> tuple[list[tuple[BatcherConfig, Measurement]], dict[int, Measurement]]:
-    """Every run of the probe, in order, and the saturation of each instance count (0: unbatched).
-    The first run, at ``first_rate``, says how long the server takes for a request alone: the first
-    ramp starts at half what one instance serves so, each further count at 0.6 of what the one
-    before saturated at, the unbatched ramp at 0.8 of it."""
+    """Every run in order, and each instance count's saturation (0: unbatched). The first run says how
+    long a request alone takes: the first ramp starts at half what one instance serves so, each
+    further count at 0.6 of the one before's saturation, the unbatched ramp at 0.8 of it."""
     first_config = BatcherConfig(max_batch, 0, instances=instance_counts[0])
     server.prepare(first_config)
     label = f"probe {first_config.label} @ {plan.first_rate:.0f}/s"
@@ -182,9 +159,8 @@ def _ramps(
 def _costs(
     runs: list[tuple[BatcherConfig, Measurement]], saturation: dict[int, Measurement], counts: tuple[int, ...]
 ) -> tuple[dict[int, LatencyFit], float, dict[int, float]]:
-    """Per instance count the compute fit over its batched runs' formed sizes, and the costs beyond
-    compute: per execution from the first count's saturation with and without batching, and per request
-    for each count (what more instances add shows there)."""
+    """Per instance count the compute fit over its formed sizes, and the costs beyond compute: per
+    execution from the first count's saturation with and without batching, per request for each."""
     fits, per_request, per_batch = {}, {}, 0.0
     for instances in counts:
         own = [run.stats for config, run in runs if config.instances == instances and config.batching]
@@ -210,10 +186,9 @@ def _with_cpu(
     cores: int,
     plan: ProbePlan,
 ) -> dict[int, ServiceModel]:
-    """``services`` with the CPU term: one busy-core fit over every run that kept up (an overloaded run
-    keeps client and server busy whatever its rate, which a cost per request and per execution cannot
-    describe), and for each instance count the median slice its busier runs ask for (how long a
-    request waits for a core depends on how many instances' threads compete for them)."""
+    """``services`` with the CPU term: one busy-core fit over the runs that kept up (overload keeps
+    every core busy whatever the rate), and per instance count the median CPU-wait slice of its busier
+    runs (how many threads compete for a core depends on the instances)."""
     kept_up = [(config, run) for config, run in runs if run.sustained and run.server]
     loads = [run.server.cpu_load() for _, run in kept_up]
     cpu = fit_cpu_model([x[0] for x in loads], [x[1] for x in loads], [x[2] for x in loads], cores)

@@ -1,34 +1,20 @@
-"""The one measured search: at what rate does a served configuration hold a p99 budget?
+"""The one measured search: at what rate does a served configuration hold a p99 budget? ``make tune``
+and ``make plan`` ask it through ``search``; no other module searches rates.
 
-``make tune`` (its shortlist and its answer) and ``make plan`` (its verification) ask it through
-``search``; no other module searches rates. Two pieces:
-
-* **The rule** (``verdict``), for a *point*: one configuration at one rate. A run that met the budget
-  (the server kept up, p99 within it, on enough requests: ``Measurement.meets``) shows that the
-  configuration holds it there: a shared host's noise adds latency, it never takes any away; a run whose
-  p99 rests on too few requests is no such evidence and counts as a miss. A miss may be that noise, so a
-  miss alone decides nothing and the point is measured again. The point holds when more of its runs met
-  the budget than missed it; it misses when more missed and either two did or one missed by far
-  (``misses_far``: p99 over ``FAR_MISS`` × the budget, or less than ``BEHIND`` of the offered rate
-  served: no stall of a neighbour does that, and measuring it again only loads the host further); as
-  many met as missed: one run more. A fresh point so takes one run (it met, or missed by far), two (two
-  misses) or three (a miss and a met, then the third). A point measured again later (the shapes step, a
-  re-measure) is decided the same way with the new run counted: a later miss reopens it, a single one
-  does not close it.
-* **The search** (``search``): rates on one ladder (``RUNGS`` per doubling, 12% apart, the same for
-  every tool), so that two tools asking about the same configuration measure the same points. From
-  what is known of the configuration (its points so far, else the first rate given: a prediction, a
-  target, a rate a run met the budget at): up ``UP`` rungs after a point that held, down ``DOWN`` after
-  one that missed (at once to what the server served, where a run missed by far serving less), each
-  step twice the last in the same direction; then the gap between the highest rate that held and the
-  lowest above it that missed is halved until they are neighbouring rungs. Its answer is the highest
+* **The rule** (``verdict``) for a point (one configuration at one rate): a run that met the budget
+  (``Measurement.meets``) shows it holds there, since a shared host's noise only adds latency; a miss
+  may be that noise, so a miss alone decides nothing. The point holds when more runs met than missed;
+  it misses when more missed and either two did or one missed by far (``misses_far``); a tie takes one
+  run more. A later run of a point (the shapes step) is counted the same way.
+* **The search** (``search``): rates on one ladder (``RUNGS`` per doubling) so that every tool measures
+  the same points; up ``UP`` rungs after a hold, down ``DOWN`` after a miss (at once to what the server
+  served after a far miss), each step twice the last in the same direction, then the gap between the
+  highest hold and the lowest miss above it halved to neighbouring rungs. The answer is the highest
   rate that held, never a guess between runs.
 
-``Evidence`` keeps every run a tool made (probe, search, verification, shapes step) by point. A
-configuration holds the budget *up to* the highest rate a point of it holds at below any point of it
-whose miss stands (``refuted_at``); the answer is the best such point, at the rate it was measured;
-"nothing meets" only where no point holds, naming the closest run over the budget and by how much
-(``nothing_meets``).
+``Evidence`` keeps every run of a tool by point: a configuration holds *up to* its highest holding
+point below any point whose miss stands (``refuted_at``); "nothing meets" only where no point holds,
+naming the closest miss (``nothing_meets``).
 """
 
 from __future__ import annotations
@@ -59,7 +45,7 @@ class Verdict(enum.Enum):
 
 
 class Run(Protocol):
-    """What the rule reads of a run (``perf.measure.measurement.Measurement`` has it)."""
+    """What the rule reads of a run (``Measurement`` has it)."""
 
     label: str
     p99_ms: float
@@ -73,20 +59,20 @@ class Run(Protocol):
 
 
 class Server(Protocol):
-    """What the search needs of a server: a run of a load on the configuration prepared now."""
+    """What the search needs of a server: a run of a load on what is prepared now."""
 
     def measure(self, load: Load, label: str) -> Run: ...
 
 
 def misses_far(run: Run, offered: float, budget_ms: float) -> bool:
     """A miss no neighbour's noise explains: p99 over ``FAR_MISS`` × the budget (or none), or less than
-    ``BEHIND`` of ``offered`` served (``offered`` 0: a closed loop, no rate to fall behind)."""
+    ``BEHIND`` of ``offered`` served."""
     p99 = run.p99_ms
     return not math.isfinite(p99) or p99 > FAR_MISS * budget_ms or run.throughput < BEHIND * offered
 
 
 def verdict(runs: Sequence[Run], offered: float, budget_ms: float) -> Verdict:
-    """The rule (module docstring): what ``runs`` of one point at ``offered`` requests/s say."""
+    """The rule (module docstring): what ``runs`` of one point at ``offered``/s say."""
     met = sum(1 for run in runs if run.meets(budget_ms))
     missed = len(runs) - met
     if met > missed:
@@ -104,9 +90,8 @@ RULE = (
 
 
 def disagreement(p99s: Sequence[float | None], mets: Sequence[bool]) -> str:
-    """Where a point's runs disagree (some met the budget, some missed it): every run's p99 in the order
-    measured, which met, and the rule that decided (``RULE``); "" where they agree. A report shows it
-    beside the last run's figures, so that no run is hidden behind another of the same point."""
+    """Where a point's runs disagree: every run's p99 in order, which met, and the rule (else "");
+    reports show it so that no run hides behind another of the same point."""
     if len(set(mets)) < 2:
         return ""
     each = ", ".join(
@@ -127,8 +112,7 @@ def at_rung(index: int) -> float:
 
 
 def on_ladder(rate: float) -> float:
-    """The rung nearest ``rate``: every rate the search measures, but a target the user named and a
-    point measured already (a probe's run) it measures again."""
+    """The rung nearest ``rate``."""
     return at_rung(round(rung(rate)))
 
 
@@ -143,8 +127,7 @@ K = TypeVar("K", bound=Hashable)
 
 @dataclass
 class Evidence(Generic[K]):
-    """Every run of one tool, by configuration (``K``: a ``BatcherConfig``, a strategy's label) and
-    rate, in the order measured; the rule applied to them."""
+    """Every run of one tool by configuration (``K``) and rate, in the order measured."""
 
     budget_ms: float
     runs: dict[K, dict[float, list[Run]]] = field(default_factory=dict)
@@ -162,11 +145,9 @@ class Evidence(Generic[K]):
         return sorted(self.runs.get(key, {}))
 
     def refuted_at(self, key: K) -> float:
-        """The lowest rate at which a point of ``key`` misses the budget on runs that rest on enough
-        requests (inf: none). A configuration that misses there does not hold "up to" any rate above
-        it, whatever a point higher up held (a batcher that waits out its delay at a light load can do
-        worse than at a heavier one). A point that misses only on too few requests is no such
-        evidence: it says nothing about the rates above it."""
+        """The lowest rate a point of ``key`` misses at on enough requests (inf: none): no rate above it
+        holds, whatever a point higher up held (a batcher waiting out its delay at a light load can
+        do worse than at a heavier one)."""
         refuting = (
             rate
             for rate in self.rates(key)
@@ -176,25 +157,21 @@ class Evidence(Generic[K]):
         return min(refuting, default=math.inf)
 
     def held_rate(self, key: K) -> float:
-        """The highest rate ``key`` holds the budget up to: the highest point that holds below any
-        point that refutes it (``refuted_at``; 0: none)."""
+        """The highest point of ``key`` that holds below ``refuted_at`` (0: none)."""
         ceiling = self.refuted_at(key)
         held = (r for r in self.rates(key) if r < ceiling and self.verdict(key, r) is Verdict.HOLDS)
         return max(held, default=0.0)
 
     def open_below(self, key: K, rate: float) -> list[float]:
-        """The points of ``key`` at or below ``rate`` still open (a miss alone, or as many met as
-        missed): each is decided before ``rate`` stands as ``key``'s answer, since a miss there that
-        stands refutes the rates above it (``refuted_at``)."""
+        """The points of ``key`` at or below ``rate`` still open: each is decided before ``rate`` stands
+        as the answer, since a miss there would refute it."""
         return [r for r in self.rates(key) if r <= rate and self.verdict(key, r) is Verdict.OPEN]
 
     def best(
         self, keys: Sequence[K] | None = None, at: float | None = None, prefer: Sequence[K] = ()
     ) -> tuple[K, float] | None:
-        """The best point that holds: the configuration held to the highest rate, and that rate (with
-        ``at``, a target: only those whose point at ``at`` holds, answered at ``at``). Ties go to the
-        order of ``prefer``, then to the order configurations were first measured in. None: no point
-        holds."""
+        """The configuration held to the highest rate, and that rate (with a target ``at``: those whose
+        point at ``at`` holds); ties go to ``prefer``'s order, then the first measured. None: none holds."""
         keys = list(self.runs) if keys is None else [k for k in keys if k in self.runs]
         if at is not None:
             keys = [k for k in keys if self.verdict(k, at) is Verdict.HOLDS and at < self.refuted_at(k)]
@@ -206,10 +183,8 @@ class Evidence(Generic[K]):
         return key, (at if at is not None else rate)
 
     def worth_searching(self, keys: Sequence[K] | None = None, count: int = 1) -> list[tuple[K, float]]:
-        """Where no prediction proposes anything to search: the configurations (of ``keys``) a point
-        holds for, the highest held rate first, each with that rate; where none holds, the one whose
-        run missed the budget closest, at that run's rate (a miss alone decides nothing: the search
-        measures that point again before "nothing meets" stands). At most ``count``."""
+        """Where no prediction proposes a search: the configurations held to the highest rates, each with
+        that rate, else the closest miss at its rate (measured again before "nothing meets" stands)."""
         keys = list(self.runs) if keys is None else [k for k in keys if k in self.runs]
         held = sorted(((k, rate) for k in keys if (rate := self.held_rate(k)) > 0), key=lambda kr: -kr[1])
         if held:
@@ -220,9 +195,8 @@ class Evidence(Generic[K]):
     def closest_miss(
         self, at_least: float = 0.0, keys: Sequence[K] | None = None
     ) -> tuple[K, float, Run] | None:
-        """The run that missed the budget closest to it (those over it first: a run that fell behind
-        with a p99 inside the budget is named only where no other missed), at ``at_least``/s or more
-        where any was measured there; of ``keys`` only, where given."""
+        """The run that missed the budget closest (a p99 over it before one that fell behind within it),
+        at ``at_least``/s or more where any was measured there."""
         missed = [
             (key, rate, run)
             for key, points in self.runs.items()
@@ -243,7 +217,7 @@ class Evidence(Generic[K]):
     def nothing_meets(
         self, name: Callable[[K], str], detail: str = "", at_least: float = 0.0, where: str = "here"
     ) -> NothingMeetsError:
-        """The verdict where no point holds: one line naming the closest run over the budget."""
+        """The verdict where no point holds, naming the closest run over the budget."""
         closest = self.closest_miss(at_least)
         if closest is None:
             return NothingMeetsError(
@@ -261,8 +235,7 @@ class Evidence(Generic[K]):
 def decide(
     server: Server, evidence: Evidence[K], key: K, rate: float, load_at: Callable[[float], Load], label: str
 ) -> Verdict:
-    """Measure ``key`` (the configuration prepared on ``server`` now) at ``rate`` until the rule
-    decides its point; a point decided already is not measured again."""
+    """Measure ``key`` (prepared on ``server``) at ``rate`` until the rule decides its point."""
     while (found := evidence.verdict(key, rate)) is Verdict.OPEN:
         run = server.measure(load_at(rate), f"{label} @ {rate:,.0f}/s")
         evidence.add(key, rate, run)
@@ -273,16 +246,14 @@ def decide(
 
 @dataclass(frozen=True)
 class SearchPlan:
-    """How far one search may go: ``max_points`` rates at most (a guard: from a first rate within a
-    factor of four it needs about six), none below ``floor`` requests/s."""
+    """At most ``max_points`` rates (about six from within a factor of four), none below ``floor``/s."""
 
     max_points: int = 10
     floor: float = FLOOR
 
 
 def _bracket(evidence: Evidence[K], key: K) -> tuple[float | None, float | None, Run | None]:
-    """The highest rate ``key`` holds the budget up to (``Evidence.held_rate``), the lowest above it
-    that misses, and that miss's last run (points still open count as neither)."""
+    """``key``'s held rate, the lowest decided miss above it, and that miss's last run."""
     held = evidence.held_rate(key) or None
     decided = [(r, evidence.verdict(key, r)) for r in evidence.rates(key)]
     above = [r for r, v in decided if v is Verdict.MISSES and (held is None or r > held)]
@@ -295,13 +266,11 @@ def search(
     target: float | None = None, plan: SearchPlan = SearchPlan(), label: str = "search",
     step: Callable[[str], None] | None = None,
 ) -> list[float]:  # fmt: skip
-    """Search the highest rate at which ``key`` (prepared on ``server``) holds the budget (module
-    docstring); every run joins ``evidence``. With ``target``: its point first, and a miss there ends
-    the search. Returns the rates it measured, in order; ``evidence.held_rate(key)`` is the answer."""
+    """Search the highest rate ``key`` (prepared on ``server``) holds the budget at; every run joins
+    ``evidence``. A ``target`` is measured first and a miss there ends it. Returns the rates measured."""
     visited: list[float] = []
     up, down = UP, DOWN
-    # the first rate: the target, a point of ``key`` measured already (measured again where still open),
-    # else the rung nearest ``start``
+    # the target, a point of ``key`` measured already (again where still open), else the nearest rung
     rate: float | None = target or (start if evidence.of(key, start) else on_ladder(max(start, plan.floor)))
     held, missed, _ = _bracket(evidence, key)
     reopen = bool(evidence.of(key, start)) and evidence.verdict(key, start) is Verdict.OPEN
@@ -326,7 +295,6 @@ def search(
 def _next(
     held: float | None, missed: float | None, miss: Run | None, up: int, down: int, plan: SearchPlan
 ) -> float | None:
-    """The next rate to measure, or None where the search is done."""
     if held is not None and missed is not None:
         between = rungs_between(held, missed)
         return at_rung(between[len(between) // 2]) if between else None

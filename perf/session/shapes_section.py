@@ -1,14 +1,8 @@
-"""The choice of length buckets for a model with a variable axis, as a report section: ``make tune``
-runs it on its pick, ``make plan`` on its verified pick, each at its measured operating rate (the same
-arrivals every run) with the ways of sending of ``perf.measure.bucket_runs``. Triton merges only equal
-shapes; buckets let requests of different lengths batch again at the price of computing the padding.
-The choice: the way that meets the budget with the lowest p99 (at an equal offered rate, the served
-rates are equal), else the one that served the most.
-
-It is also one more check of the answer, the same for both tools: where no way meets the budget, the
-run of the way the search sent (the spec's ``buckets:``, or each request at its own length) is one more
-run of the answer at its rate. It joins the tool's evidence and the point is decided again by the
-search's rule on the same session, so that a miss there reopens the answer (``perf.session.search``).
+"""The choice of length buckets as a report section: ``make tune`` runs it on its pick, ``make plan`` on
+its verified pick, at its operating rate, with the ways of sending of ``perf.measure.bucket_runs``.
+The choice: the way that meets the budget with the lowest p99, else the one that served the most.
+Where no way meets it, the run of the way the search sent joins the evidence and the answer's point
+is decided again, so a miss there reopens the answer (``perf.session.search``).
 """
 
 from __future__ import annotations
@@ -17,11 +11,10 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from perf.markdown import number, table
-from perf.measure.bucket_runs import BucketRun, Ways, choose, ways_of
+from perf.measure.bucket_runs import BucketRun, Ways, choose, refused_lines, ways_of
 from perf.measure.engine import OurEngine
 from perf.measure.loads import Load
 from perf.measure.measurement import Measurement, too_few_note
-from perf.measure.padding_check import refused_lines
 from perf.measure.shapes import PADDING_BATCH
 from perf.measure.target import Target
 from perf.model.batcher import BatcherConfig
@@ -34,8 +27,7 @@ HEADING = "## Shapes as served: length buckets"
 def bucket_runs(
     session: ModelSession, load: Load, step: Callable[[str], None], ways: Ways
 ) -> list[BucketRun]:
-    """Every way of ``ways`` under ``load`` on the configuration loaded now, priced; the session is
-    left sending as it did before."""
+    """Every way of ``ways`` under ``load``, priced; the session is left sending as before."""
     before = (session.buckets, session.vary_shapes)
 
     def send(buckets: tuple[int, ...] | None) -> Target:
@@ -55,9 +47,7 @@ def bucket_runs(
 
 @dataclass(frozen=True)
 class ShapesFigures:
-    """Shapes as served, as saved (``plan.json``'s ``shapes``; ``result.json`` keeps them as a
-    section and its ``buckets``): the report section's lines, and the buckets chosen (``()``: each
-    request at its own length; None: the choice missed the budget, the spec's stay)."""
+    """The section's lines and the buckets chosen (``()``: none; None: the choice missed the budget)."""
 
     section: tuple[str, ...]
     buckets: tuple[int, ...] | None
@@ -68,11 +58,8 @@ def shapes_step(
     evidence: Evidence[K], answer: K, name: str, step: Callable[[str], None],
     written: str = "spec.tuned.yaml",
 ) -> ShapesFigures:  # fmt: skip
-    """The bucket runs on the answer (``answer`` in ``evidence``, ``name`` in the runs' labels, served
-    as ``config`` on ``session``, whose model has a variable axis) at ``rate``: the section and the
-    buckets chosen where the choice meets the budget; where nothing does, the run of the way the search
-    sent joins ``evidence`` and the point is decided again (module docstring). ``written``: the merged
-    spec that carries the choice (tune's or plan's)."""
+    """The bucket runs on the answer (``answer`` in ``evidence``, served as ``config``) at ``rate``;
+    ``written``: the merged spec that carries the choice."""
     budget_ms = evidence.budget_ms
     searched = session.buckets if session.buckets is not None else tuple(session.base.buckets)
     session.prepare(config)

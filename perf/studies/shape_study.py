@@ -10,10 +10,9 @@ from typing import Any
 from exporters.repository import build_repository
 from exporters.schema.models import ModelSpec, Spec, parse_spec
 from perf.markdown import number, ratio, table
-from perf.measure.bucket_runs import BucketRun, Ways, choose, ways_of
+from perf.measure.bucket_runs import BucketRun, Ways, choose, refused_lines, ways_of
 from perf.measure.loads import closed_loop
 from perf.measure.measurement import Measurement
-from perf.measure.padding_check import refused_lines
 from perf.measure.shapes import PADDING_BATCH, bucket_ways, has_variable_axis
 from perf.measure.target import Target, target_from_spec
 from perf.model.grid import MAX_BATCH

@@ -17,9 +17,8 @@ from exporters.text.embedding import build_text_embedding, model_folder
 from perf.markdown import number, ratio, table
 from perf.measure.loads import Load, closed_loop
 from perf.measure.measurement import Measurement, measure_async
-from perf.measure.records import Record, write_csv
+from perf.measure.records import Record, Summary, write_csv
 from perf.measure.server_view import METRIC_LINE
-from perf.measure.summary import Summary
 from perf.measure.target import Target
 from perf.model.latency import fit_latency
 from perf.studies.framework import StudyContext, StudyReport, write_report

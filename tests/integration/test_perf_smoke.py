@@ -8,13 +8,13 @@ import math
 import numpy as np
 import pytest
 
-from perf.measure.records import read_csv
 from perf.studies.analysis import at_concurrency, efficiencies, open_loop_rows
 from perf.studies.framework import StudyContext
 from perf.studies.profiles import get_profile
 from perf.studies.report import all_measurements, write_report
 from perf.studies.study import StudyRunner
 from perf.studies.study_spec import MODES
+from tests.records_csv import read_csv
 
 # A hang guard, not a speed check: over three times the slowest test here on a loaded two-core host
 # (two busy loops beside three workers).

@@ -7,12 +7,12 @@ import json
 
 import pytest
 
-from perf.measure.records import read_csv
 from perf.studies.framework import StudyContext
 from perf.studies.profiles import get_profile
 from perf.studies.text_plan import INT8
 from perf.studies.text_plan import MODES as MODE_PLANS
 from perf.studies.text_study import TextStudy
+from tests.records_csv import read_csv
 
 # A hang guard, not a speed check: three times the study's setup on a loaded two-core host, which,
 # with this file run alone, builds the shared repository before the study's own repository and server.

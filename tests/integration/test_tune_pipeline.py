@@ -9,6 +9,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+import tritonclient.http as httpclient
 
 from exporters.resolve import load_spec
 from perf.measure.engine import MeasureSettings, OurEngine
@@ -33,7 +34,13 @@ def session(tmp_path_factory: pytest.TempPathFactory) -> Iterator[PipelineSessio
 
 def stage_batchers(session: PipelineSession) -> dict[str, dict | None]:
     """Each stage's ``dynamic_batching`` as the server reports its loaded config."""
-    return {name: config.get("dynamic_batching") for name, config in session.loaded_configs().items()}
+    assert session.server is not None
+    client = httpclient.InferenceServerClient(session.server.http_url)
+    try:
+        configs = {name: client.get_model_config(name) for name in session.pipeline.stage_names}
+    finally:
+        client.close()
+    return {name: config.get("dynamic_batching") for name, config in configs.items()}
 
 
 def test_the_probe_batches_the_stages_and_no_request_fails_at_the_server(session: PipelineSession) -> None:

@@ -154,4 +154,4 @@ class SimulatedServer:
         cpu = service.cpu
         busy = cpu.utilization(len(arrivals) / seconds, len(sizes) / seconds) * cpu.cores if cpu else np.nan
         busy = float(busy * self.rng.uniform(0.95, 1.05))
-        return ServerDelta(seconds, stats, 0.0, 0.0, 0.0, 0.0, busy_cores=busy, stolen_share=stolen_share)
+        return ServerDelta(seconds, stats, 0.0, 0.0, busy_cores=busy, stolen_share=stolen_share)

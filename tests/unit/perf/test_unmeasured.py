@@ -79,7 +79,7 @@ def _records(model: str, ok: bool, count: int, batch: int, latency_s: float) -> 
 
 
 def _measurement(model: str, records: list[Record], stats: ModelStats | None) -> Measurement:
-    server = ServerDelta(1.0, stats, 0.0, 0.0, 0.4, 0.3) if stats is not None else None
+    server = ServerDelta(1.0, stats, 0.4, 0.3) if stats is not None else None
     return Measurement(f"{model} @ c{CONCURRENCY}", model, closed_loop(CONCURRENCY), records, [(0.0, 10.0)],
                        (0, 1), True, len(records), server)  # fmt: skip
 

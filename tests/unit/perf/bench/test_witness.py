@@ -66,9 +66,7 @@ PA = "perf_analyzer 2.41.0"
 
 
 def delta(requests: int, busy_cores: float, server_cpu_s: float, seconds: float = 2.0) -> ServerDelta:
-    return ServerDelta(
-        seconds, ModelStats(requests=requests), 0.0, 0.0, server_cpu_s, 0.0, busy_cores=busy_cores
-    )
+    return ServerDelta(seconds, ModelStats(requests=requests), server_cpu_s, 0.0, busy_cores=busy_cores)
 
 
 def run(engine: str, throughput: float, server: ServerDelta, own=None) -> SimpleNamespace:

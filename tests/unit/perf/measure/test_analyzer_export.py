@@ -13,7 +13,7 @@ import pytest
 
 from perf.errors import StudyError
 from perf.measure.analyzer import Export, read_analyzer_csv
-from perf.measure.summary import summarize
+from perf.measure.records import summarize
 from perf.measure.target import Target
 
 DATA = Path(__file__).resolve().parents[3] / "data"

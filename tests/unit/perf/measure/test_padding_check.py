@@ -1,4 +1,4 @@
-"""Buckets only where padding is harmless (``perf.measure.padding_check``), on real exports of two
+"""Buckets only where padding is harmless (``perf.measure.bucket_runs``), on real exports of two
 factories: the Conv1d+GRU, whose state moves when a sequence is padded (no bucket set offered, the
 report names the length, the padding and by how much), and a masked mean over frames, whose mask
 input is padded with zeros (every bucket set offered). No server: the checks run the served ONNX file."""
@@ -13,7 +13,7 @@ import pytest
 
 from exporters.onnx_export import export_onnx
 from exporters.schema.models import ModelSpec, parse_model
-from perf.measure.padding_check import offered_ways, refused_lines
+from perf.measure.bucket_runs import offered_ways, refused_lines
 from perf.measure.shapes import bucket_ways, resized, shape_mix
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[3] / "data" / "own_factories"))

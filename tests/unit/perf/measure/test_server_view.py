@@ -1,4 +1,4 @@
-"""Parsing the server's statistics and metrics, and differencing snapshots."""
+"""Parsing the server's statistics, and differencing snapshots."""
 
 import math
 import os
@@ -6,7 +6,7 @@ import os
 import pytest
 
 from client.stats import parse_model_stats
-from perf.measure.server_view import HostCpu, busy_cores, parse_metrics, process_tree_cpu_s, stolen_share
+from perf.measure.server_view import HostCpu, busy_cores, process_tree_cpu_s, stolen_share
 
 
 def stats_payload(success, executions, inferences, batches):
@@ -40,18 +40,6 @@ def test_stats_delta_gives_formed_batches_and_means():
     assert delta.compute_ms_at(8) == pytest.approx(5.0)
     assert delta.queue_ms_per_request == pytest.approx(2.0)
     assert delta.compute_ms_per_request == pytest.approx(3.0)
-
-
-def test_metrics_are_read_per_model():
-    text = "\n".join([
-        "# HELP nv_inference_pending_request_count pending",
-        'nv_inference_pending_request_count{model="a",version="1"} 3',
-        'nv_inference_pending_request_count{model="ab",version="1"} 7',
-        'nv_inference_queue_duration_us{model="a",version="1"} 1.5e3',
-    ])  # fmt: skip
-    assert parse_metrics(text, "a") == {
-        "nv_inference_pending_request_count": 3.0, "nv_inference_queue_duration_us": 1500.0,
-    }  # fmt: skip
 
 
 def test_process_cpu_reads_proc():

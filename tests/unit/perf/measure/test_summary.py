@@ -6,9 +6,9 @@ import math
 import numpy as np
 import pytest
 
-from perf.measure import records as records_module
-from perf.measure.records import Record, read_csv, write_csv
-from perf.measure.summary import summarize, window_is_stable
+from perf.measure.records import Record, summarize, window_is_stable, write_csv
+from tests import records_csv as records_module
+from tests.records_csv import read_csv
 
 
 def record(send, recv, batch=1, ok=True, arrivals=()):

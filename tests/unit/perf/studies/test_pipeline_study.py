@@ -90,7 +90,7 @@ def test_failures_that_were_shed_arrivals_are_told_apart(tmp_path: Path) -> None
 def test_steps_split_the_ensemble_time_into_stages_and_the_rest() -> None:
     stage = ModelStats(requests=10, queue_ns=2_000_000, compute_ns=10_000_000, inferences=20, executions=5)
     ensemble = ModelStats(requests=10, request_ns=10 * 2_000_000)
-    delta = ServerDelta(1.0, ensemble, 0.0, 0.0, 0.0, 0.0, related={"stage0": stage})
+    delta = ServerDelta(1.0, ensemble, 0.0, 0.0, related={"stage0": stage})
     steps = steps_of(delta, ["stage0"])
     assert steps[0] == Step("stage0", 0.2, 1.0, 4.0)
     assert steps[1].step == "ensemble (between steps)" and steps[1].compute_ms == pytest.approx(0.8)

@@ -7,8 +7,7 @@ import pytest
 
 from client.text_reference import text_array
 from perf.errors import OptionError
-from perf.measure.records import Record
-from perf.measure.summary import summarize
+from perf.measure.records import Record, summarize
 from perf.measure.target import Caller, Target
 from perf.studies.profiles import get_profile
 from perf.studies.text_corpus import make_corpus
