@@ -1,10 +1,8 @@
 """``python -m exporters.sandbox.bounded AS CPU FSIZE NOFILE -- COMMAND...``: COMMAND under rlimits.
 
-The first program the sandbox runs: it lowers its own soft and hard limits (address space, CPU
-seconds, file size, open files, no core files) and then becomes COMMAND (``execv``), so whatever
-COMMAND loads runs bounded and, with every capability dropped, can never raise them again. Set here
-rather than by the parent before it starts bubblewrap: a ``preexec_fn`` in a process with threads
-(torch's) can deadlock. Standard library only, imported before anything from the archive is.
+The sandbox's first program lowers its soft and hard limits and becomes COMMAND, which, with every
+capability dropped, can never raise them again. Not the parent's ``preexec_fn``: in a process with
+threads (torch's) it can deadlock. Standard library only, imported before anything from the archive.
 """
 
 from __future__ import annotations
@@ -17,7 +15,6 @@ CPU_GRACE_S = 5  # SIGXCPU at the soft limit, SIGKILL this much later (a handler
 
 
 def apply_bounds(address_space: int, cpu_s: int, file_size: int, open_files: int) -> None:
-    """Lower this process's limits for good (children inherit them)."""
     for limit, value in (
         (resource.RLIMIT_AS, (address_space, address_space)),
         (resource.RLIMIT_CPU, (cpu_s, cpu_s + CPU_GRACE_S)),

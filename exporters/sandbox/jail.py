@@ -43,6 +43,7 @@ MEMORY_MARKS = (
     "DefaultCPUAllocator: can't allocate",
 )
 INPUTS = Path("/in")
+PACKAGES = (exporters, python_backend)  # the project's packages, bound read-only
 TAIL_BYTES = 16_384  # of the sandbox's stdout and stderr, kept for the error message
 MIB = 1 << 20
 # Host paths Python may need besides the interpreter and the venv, and the loader's cache.
@@ -154,7 +155,7 @@ def _runtime_binds() -> list[str]:
             arguments += ["--ro-bind", folder, folder]
     for file in SYSTEM_FILES:
         arguments += ["--ro-bind-try", file, file]
-    packages = [Path(exporters.__file__).resolve().parent, Path(python_backend.__file__).resolve().parent]
+    packages = [Path(m.__file__).resolve().parent for m in PACKAGES]
     roots = sorted(
         {os.path.realpath(sys.base_prefix), os.path.realpath(sys.prefix)} | {str(p) for p in packages}
     )
@@ -163,25 +164,16 @@ def _runtime_binds() -> list[str]:
     return arguments
 
 
-def python_path() -> str:
-    parents = {str(Path(m.__file__).resolve().parent.parent) for m in (exporters, python_backend)}
-    return os.pathsep.join(sorted(parents))
-
-
-def interpreter() -> str:
-    """The venv's own ``bin/python`` (a path bound inside the sandbox, that finds the venv's packages)."""
-    return str(Path(os.path.realpath(sys.prefix)) / "bin" / Path(sys.executable).name)
-
-
 def jail_arguments(
     bwrap: str, inputs: dict[str, Path], bounds: Bounds, result_fd: int | None = None
 ) -> list[str]:
     """bubblewrap's arguments up to (not including) the command: namespaces, binds, environment."""
+    python_path = os.pathsep.join(sorted({str(Path(m.__file__).resolve().parents[1]) for m in PACKAGES}))
     arguments = [
         bwrap, "--unshare-all", "--unshare-user", "--disable-userns", "--uid", str(SANDBOX_UID),
         "--gid", str(SANDBOX_UID), "--cap-drop", "ALL", "--new-session", "--die-with-parent",
         "--clearenv", "--setenv", "PATH", "/usr/bin:/bin", "--setenv", "HOME", "/tmp",
-        "--setenv", "LANG", "C.UTF-8", "--setenv", "PYTHONPATH", python_path(),
+        "--setenv", "LANG", "C.UTF-8", "--setenv", "PYTHONPATH", python_path,
         "--setenv", "PYTHONDONTWRITEBYTECODE", "1",
         *(["--setenv", RESULT_FD_ENV, str(result_fd)] if result_fd is not None else []),
         # /tmp first: a bind below it (a project or venv under /tmp) is then mounted on the tmpfs, not hidden
@@ -197,7 +189,7 @@ def jail_arguments(
 
 def bounded_command(python_arguments: list[str], bounds: Bounds) -> list[str]:
     """``python python_arguments`` inside the sandbox, behind ``bounded``'s rlimits."""
-    python = interpreter()
+    python = str(Path(os.path.realpath(sys.prefix)) / "bin" / Path(sys.executable).name)  # the venv's own
     limits = [bounds.memory_bytes, bounds.cpu_s, bounds.output_bytes, bounds.open_files]
     return [
         python, "-s", "-B", "-m", "exporters.sandbox.bounded", *map(str, limits), "--",

@@ -29,18 +29,6 @@ def served_float(precision: str) -> str:
 MAX_TENSOR_NAME = 256
 
 
-def check_tensor_name(name: str) -> None:
-    """Names as exporters write them (``x:0``, ``input.1``) are served unchanged; control characters
-    and surrounding spaces are refused: logs and YAML would hide them."""
-    if not name or len(name) > MAX_TENSOR_NAME or not name.isprintable() or name != name.strip():
-        raise SpecError(
-            "name",
-            f"must be 1 to {MAX_TENSOR_NAME} printable characters without surrounding spaces, got "
-            f"{name!r}; write the name the model file gives the tensor (if that is the name, rename "
-            "the tensor where the model is exported)",
-        )
-
-
 @dataclass(frozen=True)
 class Tolerance:
     """How closely an output must reproduce its fp32 source: ``kind`` picks the defaults
@@ -78,7 +66,14 @@ class TensorSpec:
 
     def __post_init__(self) -> None:
         check_fields(self)
-        check_tensor_name(self.name)
+        name = self.name  # served as the model file gives it (``x:0``); logs and YAML would hide the rest
+        if not name or len(name) > MAX_TENSOR_NAME or not name.isprintable() or name != name.strip():
+            raise SpecError(
+                "name",
+                f"must be 1 to {MAX_TENSOR_NAME} printable characters without surrounding spaces, got "
+                f"{name!r}; write the name the model file gives the tensor (if that is the name, rename "
+                "the tensor where the model is exported)",
+            )
         if not self.shape:
             raise SpecError(
                 "shape",

@@ -29,18 +29,6 @@ def hints(cls: type) -> dict[str, Any]:
     return typing.get_type_hints(cls)
 
 
-def choices(cls: type, name: str) -> tuple[Any, ...]:
-    """The ``Literal`` values field ``name`` of ``cls`` allows."""
-    hint = hints(cls)[name]
-    arms = get_args(hint) if get_origin(hint) in (Union, types.UnionType) else (hint,)
-    literal = next((arm for arm in arms if get_origin(arm) is Literal), hint)
-    return get_args(literal)
-
-
-def field_names(cls: type) -> tuple[str, ...]:
-    return tuple(f.name for f in dataclasses.fields(cls))
-
-
 def required_names(cls: type) -> tuple[str, ...]:
     missing = dataclasses.MISSING
     return tuple(
@@ -155,7 +143,7 @@ def parse(cls: type, data: Any, path: str, **overrides: Any) -> Any:
     the mapping left out."""
     if not isinstance(data, dict):
         raise SpecError(path, f"must be a mapping, got {type(data).__name__}")
-    allowed = field_names(cls)
+    allowed = [f.name for f in dataclasses.fields(cls)]
     unknown = sorted(set(data) - set(allowed))
     if unknown:
         raise SpecError(f"{path}.{unknown[0]}", f"unknown field (allowed: {', '.join(sorted(allowed))})")
