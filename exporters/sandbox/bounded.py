@@ -14,7 +14,9 @@ import sys
 CPU_GRACE_S = 5  # SIGXCPU at the soft limit, SIGKILL this much later (a handler cannot outlive it)
 
 
-def apply_bounds(address_space: int, cpu_s: int, file_size: int, open_files: int) -> None:
+def main(argv: list[str]) -> None:
+    separator = argv.index("--")
+    address_space, cpu_s, file_size, open_files = (int(v) for v in argv[:separator])
     for limit, value in (
         (resource.RLIMIT_AS, (address_space, address_space)),
         (resource.RLIMIT_CPU, (cpu_s, cpu_s + CPU_GRACE_S)),
@@ -22,14 +24,8 @@ def apply_bounds(address_space: int, cpu_s: int, file_size: int, open_files: int
         (resource.RLIMIT_NOFILE, (open_files, open_files)),
         (resource.RLIMIT_CORE, (0, 0)),
     ):
-        resource.setrlimit(limit, value)
-
-
-def main(argv: list[str]) -> None:
-    separator = argv.index("--")
-    address_space, cpu_s, file_size, open_files = (int(v) for v in argv[:separator])
+        resource.setrlimit(limit, value)  # soft and hard, for good: children inherit them
     command = argv[separator + 1 :]
-    apply_bounds(address_space, cpu_s, file_size, open_files)
     os.execv(command[0], command)
 
 

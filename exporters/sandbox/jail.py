@@ -23,7 +23,6 @@ import subprocess
 import sys
 import threading
 import time
-from collections import deque
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -213,20 +212,17 @@ def _checked_start(bwrap: str, bounds: Bounds) -> None:
         raise SandboxUnavailableError(f"the sandbox does not start here ({message}): {USERNS_HINT}")
 
 
-def _collect(stream, sink: bytearray | deque, limit: int, overflowed: threading.Event) -> None:
-    """Read ``stream`` into ``sink``: a bytearray up to ``limit`` (past it, set ``overflowed``), or a deque
-    keeping the last ``TAIL_BYTES``."""
+def _collect(stream, sink: bytearray, limit: int, overflowed: threading.Event) -> None:
+    """Read ``stream`` into ``sink`` up to ``limit`` bytes (past it, set ``overflowed``); with no
+    ``limit``, keep only the last ``TAIL_BYTES``."""
     with stream:
         while chunk := stream.read(65536):
-            if isinstance(sink, deque):
-                sink.append(chunk)
-                while len(sink) > 1 and sum(map(len, sink)) > TAIL_BYTES:
-                    sink.popleft()
-            elif len(sink) + len(chunk) > limit:
+            if limit and len(sink) + len(chunk) > limit:
                 overflowed.set()
                 return
-            else:
-                sink.extend(chunk)
+            sink.extend(chunk)
+            if not limit:
+                del sink[:-TAIL_BYTES]
 
 
 def _wait(process: subprocess.Popen, bounds: Bounds, overflowed: threading.Event) -> bool:
@@ -268,7 +264,7 @@ def run_in_sandbox(python_arguments: list[str], inputs: dict[str, Path], bounds:
         raise SandboxUnavailableError(f"{bwrap} does not start ({error}): {INSTALL_HINT}") from error
     finally:
         os.close(write_end)
-    result, tail, overflowed = bytearray(), deque(), threading.Event()
+    result, tail, overflowed = bytearray(), bytearray(), threading.Event()
     results = open(read_end, "rb")  # noqa: SIM115 (its reader thread closes it)
     sinks = ((results, result, bounds.output_bytes), (process.stdout, tail, 0))
     readers = [threading.Thread(target=_collect, args=(*sink, overflowed), daemon=True) for sink in sinks]
@@ -285,7 +281,7 @@ def run_in_sandbox(python_arguments: list[str], inputs: dict[str, Path], bounds:
         raise SandboxRunError(
             f"{what}: stopped after {bounds.wall_s:.0f} s, its wall-clock bound (SANDBOX_WALL_S)"
         )
-    return Jailed(process.returncode, bytes(result), b"".join(tail).decode("utf-8", errors="replace"))
+    return Jailed(process.returncode, bytes(result), tail.decode("utf-8", errors="replace"))
 
 
 def failure(jailed: Jailed, bounds: Bounds) -> str:

@@ -109,18 +109,15 @@ class OutsideArchive:
             "%s: %s %s in the sandbox (bounds: %s)", self.field, mode, self.path.name, self.bounds.describe()
         )
         with tempfile.TemporaryDirectory(prefix="outside-archive-") as private:
-            inputs = {PROGRAM: Path(private) / PROGRAM}
-            inputs[PROGRAM].write_bytes(self.data)
-            for name, data in extra.items():
-                (Path(private) / name).write_bytes(data)
-                inputs[name] = Path(private) / name
+            inputs = {name: Path(private) / name for name in (PROGRAM, *extra)}
+            for name, data in {PROGRAM: self.data, **extra}.items():
+                inputs[name].write_bytes(data)
             jailed = run_in_sandbox(["-m", CHILD, mode], inputs, self.bounds, what)
         try:
             files = child.read_frames(jailed.result, frozenset((*names, ERROR)))
         except child.FrameError as error:
-            if jailed.returncode != 0:
-                raise SandboxRunError(f"{what} failed: {failure(jailed, self.bounds)}") from error
-            raise SandboxRunError(f"{what} failed: {error}") from error
+            reason = failure(jailed, self.bounds) if jailed.returncode != 0 else error
+            raise SandboxRunError(f"{what} failed: {reason}") from error
         if jailed.returncode == USER_ERROR and set(files) == {ERROR}:
             try:
                 problem = str(json.loads(files[ERROR])["problem"])

@@ -118,11 +118,6 @@ def _check_against(
         same_kind = found.dtype == tensor.dtype or (found.dtype == "fp32" and tensor.dtype in floats)
         if not same_kind:
             raise SpecError(f"{path}.dtype", f"is {tensor.dtype}, the ONNX file says {found.dtype}")
-        if found.batch_fixed is not None:
-            raise SpecError(
-                f"{spec.name}.source.{spec.source_kind}",
-                f"{tensor.name}'s batch axis is fixed at {found.batch_fixed}; export a dynamic first axis",
-            )
         agrees = len(found.dims) == len(tensor.shape) and all(
             f in (VARIABLE, d) for f, d in zip(found.dims, tensor.shape, strict=True)
         )
