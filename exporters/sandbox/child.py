@@ -52,6 +52,7 @@ def write_frames(stream: BinaryIO, files: dict[str, bytes]) -> None:
 
 
 def read_frames(data: bytes, allowed: frozenset[str]) -> dict[str, bytes]:
+    """The files in ``data``; ``FrameError`` unless every name is in ``allowed`` and appears once."""
     if not data.startswith(MAGIC):
         raise FrameError("it sent no results (the output does not start with the sandbox's frame marker)")
     files: dict[str, bytes] = {}

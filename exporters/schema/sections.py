@@ -158,6 +158,7 @@ class Batching:
             )
 
     def check_fits(self, max_batch_size: int) -> None:
+        """The limits that need the model's ``max_batch_size``, which this section does not hold."""
         for index, size in enumerate(self.preferred_batch_sizes):
             if size > max_batch_size:
                 raise SpecError(

@@ -58,6 +58,7 @@ class TextEmbeddingSpec:
 
     @property
     def output_tolerance(self) -> Tolerance:
+        """The spec's tolerance, or the embedding defaults of its precision."""
         return self.tolerance or Tolerance(kind="embedding")
 
     @property
@@ -70,4 +71,5 @@ class TextEmbeddingSpec:
 
     @property
     def repository_names(self) -> tuple[str, ...]:
+        """Every model folder the service owns: the ensemble and its two stages."""
         return (self.name, self.tokenizer_name, self.encoder_name)

@@ -21,6 +21,7 @@ from exporters.sources.inputs import draw_inputs
 
 
 def check_output_shapes(spec: ModelSpec, outputs: list[np.ndarray], what: str) -> None:
+    """The spec's outputs must match what the model gives (count, and shape: -1 within max_shape)."""
     if len(outputs) != len(spec.outputs):
         raise SpecError(
             f"{spec.name}.outputs", f"lists {len(spec.outputs)} outputs, {what} gives {len(outputs)}"
@@ -41,6 +42,7 @@ class LoadedSource(ABC):
         self.spec = spec
 
     def inputs(self, batch: int, seed: int) -> list[np.ndarray]:
+        """Example inputs, drawn as for every consumer (``draw_inputs``)."""
         return draw_inputs(self.spec, batch, seed, self.zoo_model)
 
     @property

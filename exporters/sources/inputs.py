@@ -63,6 +63,7 @@ def _from_function(
 
 
 def check_sample(spec: ModelSpec, arrays: list[np.ndarray], batch: int, what: str) -> None:
+    """Each array must fit its input: batch first, fixed axes equal, variable axes within max_shape."""
     for index, (array, tensor) in enumerate(zip(arrays, spec.inputs, strict=True)):
         fits = (
             array.ndim == len(tensor.shape) + 1 and array.shape[0] == batch and tensor.admits(array.shape[1:])

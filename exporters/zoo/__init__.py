@@ -28,6 +28,7 @@ class ZooModel:
     input_options: frozenset[str] = frozenset()
 
     def create(self, options: dict[str, Any], seed: int) -> nn.Module:
+        """Built with seeded weights: the same options and seed always give the same weights."""
         torch.manual_seed(seed)
         return self.build(**{k: v for k, v in options.items() if k in self.build_options}).eval()
 
