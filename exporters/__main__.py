@@ -18,8 +18,7 @@ from exporters.configs.model_config import ModelConfig
 from exporters.configs.models import QUEUE_POLICY_SPARE_INSTANCES, lacks_spare_instances
 from exporters.devices import detect_gpu_count
 from exporters.errors import ExportCheckError, ExporterError, SpecError
-from exporters.init.entry import entry_yaml, init_entry, parse_ranges
-from exporters.init.shapes import tried_lengths
+from exporters.init.entry import entry_yaml, init_entry, parse_ranges, tried_lengths
 from exporters.memory import measured_instance_memory
 from exporters.pipelines.build import BuiltPipeline, build_pipelines
 from exporters.repository import build_repository

@@ -1,2 +1,1 @@
-"""``python -m exporters init``: a ready ``models.yaml`` entry read from the user's artifact (``entry``),
-with the lengths of its variable axes tried as the build tries them (``shapes``)."""
+"""``python -m exporters init``: a ``models.yaml`` entry read from an artifact, its lengths tried."""

@@ -1,10 +1,6 @@
-"""``python -m exporters init``: a ready ``models.yaml`` entry read from the user's artifact.
-
-Nobody should type shapes by hand: the ONNX graph and the ``torch.export`` program state their tensors,
-a Hugging Face folder its vocabulary, width and longest input, and a factory with a ``sample`` function
-shows its inputs (and its outputs, by running it once). The entry is built as a ``ModelSpec``, so it
-passes the same checks as the file it will be pasted into.
-"""
+"""``python -m exporters init``: a ready ``models.yaml`` entry read from the user's artifact (a factory's
+from its ``sample`` function and one run), built as a ``ModelSpec`` so it passes the spec's checks, with
+the lengths of an ONNX file's variable axes tried as the build tries them."""
 
 from __future__ import annotations
 
@@ -18,11 +14,13 @@ from typing import Any
 import numpy as np
 import yaml
 
+from exporters.artifacts.ort_failures import LENGTHS_FIX, ORT_ERRORS, ort_reason, shapes_text
 from exporters.devices import usable_cores
 from exporters.errors import SpecError
 from exporters.schema.models import HuggingFaceSource, ModelSpec, OnnxSource, PythonSource, TorchExportSource
-from exporters.schema.sections import INTEGER_DTYPES, TensorSpec, served_float
+from exporters.schema.sections import INTEGER_DTYPES, VARIABLE, TensorSpec, served_float
 from exporters.schema.typed import to_data
+from exporters.sources.inputs import draw_inputs
 from exporters.sources.user_code import call_sampler, import_object
 from python_backend.dtypes import DTYPES
 
@@ -35,8 +33,7 @@ def _name(text: str) -> str:
 
 
 def parse_ranges(texts: list[str] | None) -> dict[str, tuple[int, int]]:
-    """``--range NAME=LO:HI`` options as ``{name: (lo, hi)}``: the valid ids ``lo`` to ``hi - 1`` of an
-    integer input the artifact does not bound."""
+    """``--range NAME=LO:HI`` options as ``{name: (lo, hi)}`` (valid ids ``lo`` to ``hi - 1``)."""
     ranges = {}
     for text in texts or ():
         name, _, bounds = text.rpartition("=")
@@ -86,8 +83,7 @@ def _varying(draws: list[dict[str, Any]], name: str, max_length: int | None) -> 
 
 
 def _check_batch_axis(sample: str, function: Any, drawn: dict[str, Any]) -> None:
-    """The sampler's side: for ``batch`` = 2 (and 3) every array must have the batch as its first axis;
-    otherwise the error names the input, its shape and that the sampler is what to change."""
+    """At batch 2 (and 3) every array's first axis must be the batch; else the sampler is at fault."""
     again = call_sampler(function, sample, "--sample", 3, np.random.default_rng(0))
     for batch, arrays in ((2, drawn), (3, again if isinstance(again, dict) else {})):
         for name, array in arrays.items():
@@ -104,8 +100,7 @@ def _check_batch_axis(sample: str, function: Any, drawn: dict[str, Any]) -> None
 def _python_tensors(
     source: PythonSource, sample: str | None, options: dict[str, Any], max_length: int | None, precision: str
 ) -> dict[str, Any]:
-    """Inputs from the user's sample function (8 draws, to see which axes vary), outputs from running
-    the factory's module on one of them."""
+    """Inputs from 8 draws of the sample function (to see which axes vary), outputs from one run."""
     if sample is None:
         raise SpecError(
             "--sample", "a module does not state its input shapes; name a sample function (module:fn)"
@@ -160,8 +155,7 @@ def _python_tensors(
 
 
 def _ranged(inputs: tuple[TensorSpec, ...], ranges: dict[str, tuple[int, int]]) -> tuple[TensorSpec, ...]:
-    """``inputs`` with the ``--range`` of each integer input named (a sampler draws the ids; served
-    requests outside the range get HTTP 400)."""
+    """``inputs`` with the ``--range`` of each integer input named (served ids outside get HTTP 400)."""
     integers = [t.name for t in inputs if t.dtype in INTEGER_DTYPES]
     unknown = sorted(set(ranges) - set(integers))
     if unknown:
@@ -170,8 +164,7 @@ def _ranged(inputs: tuple[TensorSpec, ...], ranges: dict[str, tuple[int, int]]) 
 
 
 def _at_precision(tensors: tuple[TensorSpec, ...], precision: str) -> tuple[TensorSpec, ...]:
-    """Float tensors in the model's precision: the sample draws and the module answer in fp32 whatever
-    ``--precision`` asks for (the exporter casts the served model and its float inputs)."""
+    """Float tensors in the model's precision (the sampler and the module answer in fp32)."""
     return tuple(
         dataclasses.replace(t, dtype=served_float(precision)) if t.dtype in ("fp32", "fp16") else t
         for t in tensors
@@ -191,8 +184,7 @@ def init_entry(
     options: dict[str, Any] | None = None,
     ranges: dict[str, tuple[int, int]] | None = None,
 ) -> ModelSpec:
-    """The ``ModelSpec`` for the artifact at ``location`` (``kind``: onnx, torch_export, huggingface,
-    python), checked like any spec entry."""
+    """The ``ModelSpec`` for the artifact at ``location`` (``kind``: onnx, torch_export, ...)."""
     if ranges and kind == "huggingface":
         raise SpecError("--range", "a Hugging Face model's ids are its vocabulary's; init reads them")
     if kind == "python":
@@ -222,9 +214,7 @@ def init_entry(
 
 
 def machine_hint(cores: int) -> str:
-    """What the defaults leave unused on this machine, as comment lines: one instance with one
-    onnxruntime thread runs on one core; more instances serve requests at once, more threads make each
-    batch faster. ``make tune`` measures which pays."""
+    """What the defaults (one instance, one thread: one core) leave unused here, as comment lines."""
     if cores <= 1:
         return "# this machine has 1 usable core: the defaults (one instance, one thread) use it\n"
     return (
@@ -235,12 +225,90 @@ def machine_hint(cores: int) -> str:
 
 
 def entry_yaml(spec: ModelSpec, cores: int | None = None, notes: Sequence[str] = ()) -> str:
-    """The entry as YAML under ``models:``, ready to paste (defaults left out), with what the machine's
-    ``cores`` (default: this process's usable cores) allow beyond the defaults, and ``notes`` (what
-    init found and changed, e.g. ``exporters.init.shapes``) as comments."""
+    """The entry as YAML under ``models:``, ready to paste; the machine hint and ``notes`` as comments."""
     text = yaml.safe_dump({"models": [to_data(spec)]}, sort_keys=False, default_flow_style=None, width=110)
     header = "# from `python -m exporters init`; paths are relative to the folder of the spec file\n"
     comments = "".join(
         "".join(f"# {line}\n" for line in textwrap.wrap(note, 100, break_on_hyphens=False)) for note in notes
     )
     return header + comments + machine_hint(usable_cores() if cores is None else cores) + text
+
+
+STRIDES = tuple(2**k for k in range(1, 9))  # 2 … 256: UNet-like models halve up to 5 or 6 times
+MAX_LENGTHS = 16  # lengths written at most; more multiples are thinned out evenly
+
+
+def _with_stride(spec: ModelSpec, stride: int, bound: int) -> ModelSpec:
+    """``spec`` with ``lengths:`` and every variable axis' bound at multiples of ``stride``."""
+    top = bound // stride * stride
+    multiples = list(range(stride, top + 1, stride))
+    if len(multiples) > MAX_LENGTHS:
+        picks = np.linspace(0, len(multiples) - 1, MAX_LENGTHS).round().astype(int)
+        multiples = [multiples[i] for i in sorted(set(picks))]
+
+    def bounded(tensor: TensorSpec) -> TensorSpec:
+        if not tensor.variable:
+            return tensor
+        largest = tuple(
+            max(stride, m // stride * stride) if d == VARIABLE else m
+            for d, m in zip(tensor.shape, tensor.largest, strict=True)
+        )
+        return dataclasses.replace(tensor, max_shape=largest)
+
+    return dataclasses.replace(
+        spec, inputs=tuple(map(bounded, spec.inputs)), outputs=tuple(map(bounded, spec.outputs)),
+        lengths=tuple(multiples),
+    )  # fmt: skip
+
+
+def tried_lengths(spec: ModelSpec, onnx_path: Path, where: str) -> tuple[ModelSpec, str]:
+    """``spec`` with lengths the file runs at, and a note for the entry's header ("": unchanged).
+
+    A file whose axes take only some lengths would pass ``init`` and fail the build, so it is run at batch
+    1 at lengths of every parity and the bound; where one fails, ``lengths:`` and ``max_shape`` become
+    multiples of the smallest power of two whose multiples all run.
+    """
+    bound = spec.variable_bound
+    if not bound:
+        return spec, ""
+    import onnxruntime as ort  # only where an ONNX file is tried
+
+    options = ort.SessionOptions()
+    options.log_severity_level = 4  # the failures are expected here; the error says what matters
+    session = ort.InferenceSession(str(onnx_path), options, providers=["CPUExecutionProvider"])
+
+    def feed(length: int) -> dict[str, np.ndarray]:
+        arrays = draw_inputs(dataclasses.replace(spec, lengths=(length,)), 1, seed=length)
+        return {t.name: a for t, a in zip(spec.inputs, arrays, strict=True)}
+
+    def failure(length: int) -> str | None:
+        try:
+            session.run(None, feed(length))
+        except ORT_ERRORS as error:
+            return ort_reason(error)
+        return None
+
+    probes = {n for n in (1, 3, 35, bound // 2 + 1, bound - 1, bound) if 1 <= n <= bound}  # odd, even, bound
+    failed = {n: why for n in sorted(probes) if (why := failure(n))}
+    if not failed:
+        return spec, ""
+    first = max(failed)  # the failure nearest the bound: the one the warm-up would meet
+    why = failed[first]
+    shapes = shapes_text(feed(first))
+    for stride in STRIDES:
+        top = bound // stride * stride
+        if top < stride:
+            break
+        tries = sorted({stride, max(stride, top // 2 // stride * stride), top})
+        if all(failure(n) is None for n in tries):
+            fixed = _with_stride(spec, stride, bound)
+            note = (
+                f"onnxruntime runs this model only at some lengths ({shapes}: {why}); every multiple of "
+                f"{stride} tried ran, so lengths: and max_shape are multiples of {stride}"
+            )
+            return fixed, note
+    raise SpecError(
+        where,
+        f"onnxruntime cannot run the model at {shapes} ({why}), nor at every multiple of any power of two "
+        f"up to {bound}; {LENGTHS_FIX}",
+    )

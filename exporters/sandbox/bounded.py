@@ -1,10 +1,8 @@
 """``python -m exporters.sandbox.bounded AS CPU FSIZE NOFILE -- COMMAND...``: COMMAND under rlimits.
 
-The first program the sandbox runs: it lowers its own soft and hard limits (address space, CPU
-seconds, file size, open files, no core files) and then becomes COMMAND (``execv``), so whatever
-COMMAND loads runs bounded and, with every capability dropped, can never raise them again. Set here
-rather than by the parent before it starts bubblewrap: a ``preexec_fn`` in a process with threads
-(torch's) can deadlock. Standard library only, imported before anything from the archive is.
+The sandbox's first program lowers its soft and hard limits and becomes COMMAND, which, with every
+capability dropped, can never raise them again. Not the parent's ``preexec_fn``: in a process with
+threads (torch's) it can deadlock. Standard library only, imported before anything from the archive.
 """
 
 from __future__ import annotations
@@ -16,8 +14,9 @@ import sys
 CPU_GRACE_S = 5  # SIGXCPU at the soft limit, SIGKILL this much later (a handler cannot outlive it)
 
 
-def apply_bounds(address_space: int, cpu_s: int, file_size: int, open_files: int) -> None:
-    """Lower this process's limits for good (children inherit them)."""
+def main(argv: list[str]) -> None:
+    separator = argv.index("--")
+    address_space, cpu_s, file_size, open_files = (int(v) for v in argv[:separator])
     for limit, value in (
         (resource.RLIMIT_AS, (address_space, address_space)),
         (resource.RLIMIT_CPU, (cpu_s, cpu_s + CPU_GRACE_S)),
@@ -25,14 +24,8 @@ def apply_bounds(address_space: int, cpu_s: int, file_size: int, open_files: int
         (resource.RLIMIT_NOFILE, (open_files, open_files)),
         (resource.RLIMIT_CORE, (0, 0)),
     ):
-        resource.setrlimit(limit, value)
-
-
-def main(argv: list[str]) -> None:
-    separator = argv.index("--")
-    address_space, cpu_s, file_size, open_files = (int(v) for v in argv[:separator])
+        resource.setrlimit(limit, value)  # soft and hard, for good: children inherit them
     command = argv[separator + 1 :]
-    apply_bounds(address_space, cpu_s, file_size, open_files)
     os.execv(command[0], command)
 
 

@@ -1,13 +1,13 @@
-"""Inside the sandbox: ``python -m exporters.sandbox.child describe|convert``, on ``/in/program.pt2``.
+"""Inside the sandbox: ``python -m exporters.sandbox.child describe|convert``, on ``/in/program.pt2``;
+and the one way out of it, named byte strings in frames on a pipe.
 
-Everything from ``torch.export.load`` on may run the archive's code, and may be made to lie; that is
-why it runs here, bounded (``jail``), and why the parent trusts nothing it sends beyond what it checks.
-``describe`` sends the program's signature (``found.json``). ``convert`` also reads ``/in/request.json``
-(the spec's tensor names) and ``/in/inputs.npz`` (the inputs the parent drew: set ``k``'s input ``i``
-as ``k_i``), exports the program to ONNX with the dynamo exporter (opset ``DYNAMO_OPSET``, one file,
-fp32) with those names, runs the program on every set and sends ``model.onnx`` and ``outputs.npz``
-(set ``k``'s output ``j`` as ``k_j``) beside the signature. A failure the user can act on (a dtype
-the spec cannot serve, a program that fails on the spec's inputs) is sent as ``error.json``.
+Everything from ``torch.export.load`` on may run the archive's code and may lie, so the parent trusts
+nothing sent beyond what it checks. ``describe`` sends the signature (``found.json``); ``convert`` also
+exports the program to ONNX (dynamo, one fp32 file) with the names in ``/in/request.json`` and runs it on
+``/in/inputs.npz`` (set ``k``'s input ``i`` as ``k_i``), sending ``model.onnx`` and ``outputs.npz``. A
+failure the user can act on is sent as ``error.json``. The sandbox has no folder the parent reads, so no
+file it leaves (a link to a secret, a million files) can reach the parent: ``read_frames`` accepts only
+the names asked for, each once.
 """
 
 from __future__ import annotations
@@ -17,14 +17,15 @@ import io
 import json
 import logging
 import os
+import struct
 import sys
 import warnings
+from typing import BinaryIO
 
 import numpy as np
 import torch
 
 from exporters.artifacts.torch_reference import torch_reference
-from exporters.sandbox.frames import write_frames
 from exporters.sandbox.jail import INPUTS, RESULT_FD_ENV
 from exporters.sandbox.program_signature import SignatureError, program_tensors, to_json
 
@@ -33,11 +34,48 @@ PROGRAM, REQUEST, ARRAYS = "program.pt2", "request.json", "inputs.npz"
 FOUND, ONNX, OUTPUTS, ERROR = "found.json", "model.onnx", "outputs.npz", "error.json"
 DYNAMO_OPSET = 18
 USER_ERROR = 2  # the exit status that says error.json holds the reason
+MAGIC = b"SANDBOX1"
+HEADER = struct.Struct("<HQ")  # name length, byte count
+
+
+class FrameError(ValueError):
+    """What came out of the sandbox is not frames of the expected files."""
+
+
+def write_frames(stream: BinaryIO, files: dict[str, bytes]) -> None:
+    stream.write(MAGIC)
+    for name, data in files.items():
+        raw = name.encode()
+        stream.write(HEADER.pack(len(raw), len(data)) + raw)
+        stream.write(data)
+    stream.flush()
+
+
+def read_frames(data: bytes, allowed: frozenset[str]) -> dict[str, bytes]:
+    """The files in ``data``; ``FrameError`` unless every name is in ``allowed`` and appears once."""
+    if not data.startswith(MAGIC):
+        raise FrameError("it sent no results (the output does not start with the sandbox's frame marker)")
+    files: dict[str, bytes] = {}
+    position = len(MAGIC)
+    while position < len(data):
+        if position + HEADER.size > len(data):
+            raise FrameError("its output ends inside a frame header")
+        name_length, size = HEADER.unpack_from(data, position)
+        position += HEADER.size
+        name = data[position : position + name_length].decode("utf-8", errors="replace")
+        position += name_length
+        if name not in allowed or name in files:
+            raise FrameError(f"it sent a file {name[:80]!r} that was not asked for, or twice")
+        if position + size > len(data):
+            raise FrameError(f"its output ends inside {name!r}")
+        files[name] = data[position : position + size]
+        position += size
+    return files
 
 
 def _quiet_onnx_export(program: torch.export.ExportedProgram, example: tuple, request: dict) -> bytes:
-    """The program as one fp32 ONNX file named as the spec names its tensors. The dynamo exporter
-    prints progress and warns about torchvision ops it will not need: kept off the output."""
+    """The program as one fp32 ONNX file named as the spec names its tensors, the exporter's progress and
+    warnings kept off the output."""
     logging.getLogger("torch.onnx._internal.exporter._registration").setLevel(logging.ERROR)
     with warnings.catch_warnings(), contextlib.redirect_stdout(io.StringIO()):
         warnings.simplefilter("ignore")
@@ -55,7 +93,6 @@ def _input_sets(count: int) -> list[tuple[torch.Tensor, ...]]:
 
 
 def convert(program: torch.export.ExportedProgram, request: dict) -> dict[str, bytes]:
-    """``model.onnx`` and ``outputs.npz`` for the request (see the module's docstring)."""
     sets = _input_sets(len(request["inputs"]))
     module = program.module()
     outputs = {}

@@ -1,24 +1,14 @@
 """Run a Python module of the project in a bubblewrap sandbox, bounded, and collect what it sends back.
 
-What the sandboxed process can reach (``jail_arguments``):
+What the sandboxed process can reach (``jail_arguments``): read-only binds of what Python needs (``/usr``,
+the ``/lib`` links, the interpreter, the venv, the project's packages) and of the inputs under ``/in``;
+nothing else of the host. The only writable place is ``/tmp``, a bounded tmpfs; results leave through
+one pipe (``frames``). It runs as uid 65534 in new user, PID, IPC, UTS, cgroup and network namespaces
+(no interface but a down loopback), every capability dropped, no further user namespaces, in its own
+session; rlimits (``bounded``) and a wall-clock limit bound it, and it dies with the parent.
 
-* **Files:** read-only binds of what Python needs (``/usr`` and the ``/lib`` links, the interpreter's
-  install, the virtual environment, the project's ``exporters`` and ``python_backend`` packages) and
-  of the caller's inputs under ``/in``; nothing else of the host (no home folder, no ``/etc`` but the
-  loader's cache, no ``/sys``). The only writable place is ``/tmp``, a tmpfs of
-  ``Bounds.scratch_bytes`` that vanishes with the sandbox (the root it is mounted in is read-only).
-  Results leave through one pipe (``frames``).
-* **Identity:** a new user namespace as uid/gid 65534 with every capability dropped and no further
-  user namespaces (``--disable-userns``), so it cannot remount a bind writable or gain privileges
-  back; its own session (no terminal injection), PID, IPC, UTS and cgroup namespaces.
-* **Network:** its own network namespace: no interface but a loopback that is down.
-* **Bounds:** address space, CPU seconds, file size and open files as rlimits (``bounded``), and a
-  wall-clock limit the parent enforces by killing it; it dies with the parent (``--die-with-parent``)
-  and with its namespace's first process.
-
-bubblewrap comes from ``$BWRAP``, else the copy ``make setup`` unpacks into ``.venv/bubblewrap``,
-else ``PATH``; it must be 0.8 or newer. A sandbox that cannot start is a ``SandboxUnavailableError``
-naming the fix; there is no fallback to running unconfined.
+bubblewrap (0.8 or newer) comes from ``$BWRAP``, else ``.venv/bubblewrap`` (``make setup``), else
+``PATH``; a sandbox that cannot start is a ``SandboxUnavailableError``, never a run unconfined.
 """
 
 from __future__ import annotations
@@ -33,7 +23,6 @@ import subprocess
 import sys
 import threading
 import time
-from collections import deque
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -53,10 +42,10 @@ MEMORY_MARKS = (
     "DefaultCPUAllocator: can't allocate",
 )
 INPUTS = Path("/in")
+PACKAGES = (exporters, python_backend)  # the project's packages, bound read-only
 TAIL_BYTES = 16_384  # of the sandbox's stdout and stderr, kept for the error message
 MIB = 1 << 20
-# Host paths Python may need besides the interpreter and the venv: library links on merged-/usr
-# systems, real folders elsewhere, and the loader's cache.
+# Host paths Python may need besides the interpreter and the venv, and the loader's cache.
 SYSTEM_DIRS = ("/bin", "/sbin", "/lib", "/lib32", "/lib64", "/libx32")
 SYSTEM_FILES = ("/etc/ld.so.cache", "/etc/ld.so.conf")
 INSTALL_HINT = (
@@ -90,7 +79,7 @@ def _environment_int(name: str, default: int) -> int:
 
 @dataclass(frozen=True)
 class Bounds:
-    """What the sandbox may use. ``from_environment`` reads the user's overrides (SANDBOX_*)."""
+    """What the sandbox may use; ``from_environment`` reads the user's overrides (SANDBOX_*)."""
 
     memory_bytes: int = 8192 * MIB  # address space (RLIMIT_AS): torch and a model need a few GiB
     cpu_s: int = 900
@@ -117,8 +106,7 @@ class Bounds:
 
 @dataclass(frozen=True)
 class Jailed:
-    """A finished sandboxed run: its exit status, the bytes it sent on the result pipe, and the tail
-    of its stdout and stderr."""
+    """A finished sandboxed run: its exit status, its result pipe's bytes, its output's tail."""
 
     returncode: int
     result: bytes
@@ -166,7 +154,7 @@ def _runtime_binds() -> list[str]:
             arguments += ["--ro-bind", folder, folder]
     for file in SYSTEM_FILES:
         arguments += ["--ro-bind-try", file, file]
-    packages = [Path(exporters.__file__).resolve().parent, Path(python_backend.__file__).resolve().parent]
+    packages = [Path(m.__file__).resolve().parent for m in PACKAGES]
     roots = sorted(
         {os.path.realpath(sys.base_prefix), os.path.realpath(sys.prefix)} | {str(p) for p in packages}
     )
@@ -175,27 +163,16 @@ def _runtime_binds() -> list[str]:
     return arguments
 
 
-def python_path() -> str:
-    """The folder(s) holding the project's packages, for ``PYTHONPATH`` inside the sandbox."""
-    parents = {str(Path(m.__file__).resolve().parent.parent) for m in (exporters, python_backend)}
-    return os.pathsep.join(sorted(parents))
-
-
-def interpreter() -> str:
-    """This environment's interpreter, by a path that exists inside the sandbox (the venv's own
-    ``bin/python``, so the venv's packages are found)."""
-    return str(Path(os.path.realpath(sys.prefix)) / "bin" / Path(sys.executable).name)
-
-
 def jail_arguments(
     bwrap: str, inputs: dict[str, Path], bounds: Bounds, result_fd: int | None = None
 ) -> list[str]:
     """bubblewrap's arguments up to (not including) the command: namespaces, binds, environment."""
+    python_path = os.pathsep.join(sorted({str(Path(m.__file__).resolve().parents[1]) for m in PACKAGES}))
     arguments = [
         bwrap, "--unshare-all", "--unshare-user", "--disable-userns", "--uid", str(SANDBOX_UID),
         "--gid", str(SANDBOX_UID), "--cap-drop", "ALL", "--new-session", "--die-with-parent",
         "--clearenv", "--setenv", "PATH", "/usr/bin:/bin", "--setenv", "HOME", "/tmp",
-        "--setenv", "LANG", "C.UTF-8", "--setenv", "PYTHONPATH", python_path(),
+        "--setenv", "LANG", "C.UTF-8", "--setenv", "PYTHONPATH", python_path,
         "--setenv", "PYTHONDONTWRITEBYTECODE", "1",
         *(["--setenv", RESULT_FD_ENV, str(result_fd)] if result_fd is not None else []),
         # /tmp first: a bind below it (a project or venv under /tmp) is then mounted on the tmpfs, not hidden
@@ -211,7 +188,7 @@ def jail_arguments(
 
 def bounded_command(python_arguments: list[str], bounds: Bounds) -> list[str]:
     """``python python_arguments`` inside the sandbox, behind ``bounded``'s rlimits."""
-    python = interpreter()
+    python = str(Path(os.path.realpath(sys.prefix)) / "bin" / Path(sys.executable).name)  # the venv's own
     limits = [bounds.memory_bytes, bounds.cpu_s, bounds.output_bytes, bounds.open_files]
     return [
         python, "-s", "-B", "-m", "exporters.sandbox.bounded", *map(str, limits), "--",
@@ -221,8 +198,7 @@ def bounded_command(python_arguments: list[str], bounds: Bounds) -> list[str]:
 
 @functools.cache
 def _checked_start(bwrap: str, bounds: Bounds) -> None:
-    """Start the sandbox once with ``true``: a machine where it cannot start fails here, with the
-    fix, not as an obscure failure of the real run."""
+    """Start the sandbox once with ``true``, so a machine where it cannot start fails with the fix."""
     _checked_version(bwrap)
     try:
         done = subprocess.run(
@@ -236,25 +212,22 @@ def _checked_start(bwrap: str, bounds: Bounds) -> None:
         raise SandboxUnavailableError(f"the sandbox does not start here ({message}): {USERNS_HINT}")
 
 
-def _collect(stream, sink: bytearray | deque, limit: int, overflowed: threading.Event) -> None:
-    """Read ``stream`` to its end into ``sink``: a bytearray up to ``limit`` bytes (past it, set
-    ``overflowed`` and stop), or a deque keeping only the last ``TAIL_BYTES``."""
+def _collect(stream, sink: bytearray, limit: int, overflowed: threading.Event) -> None:
+    """Read ``stream`` into ``sink`` up to ``limit`` bytes (past it, set ``overflowed``); with no
+    ``limit``, keep only the last ``TAIL_BYTES``."""
     with stream:
         while chunk := stream.read(65536):
-            if isinstance(sink, deque):
-                sink.append(chunk)
-                while len(sink) > 1 and sum(map(len, sink)) > TAIL_BYTES:
-                    sink.popleft()
-            elif len(sink) + len(chunk) > limit:
+            if limit and len(sink) + len(chunk) > limit:
                 overflowed.set()
                 return
-            else:
-                sink.extend(chunk)
+            sink.extend(chunk)
+            if not limit:
+                del sink[:-TAIL_BYTES]
 
 
 def _wait(process: subprocess.Popen, bounds: Bounds, overflowed: threading.Event) -> bool:
-    """Wait for ``process`` within the wall-clock bound; kill it (its whole session: the namespace's
-    processes die with bubblewrap) when the bound passes or it sends too much. True if it timed out."""
+    """Wait within the wall-clock bound; kill its session when the bound passes or it sends too much.
+    True if it timed out."""
     deadline = time.monotonic() + bounds.wall_s
     while not overflowed.is_set():
         try:
@@ -270,11 +243,9 @@ def _wait(process: subprocess.Popen, bounds: Bounds, overflowed: threading.Event
 
 
 def run_in_sandbox(python_arguments: list[str], inputs: dict[str, Path], bounds: Bounds, what: str) -> Jailed:
-    """Run ``python python_arguments`` (``["-m", module, …]``, or a script among the inputs) in the
-    sandbox with ``inputs`` (name inside ``/in`` → host file) bound read-only, and return what it wrote
-    to the result pipe (its descriptor's number is in ``$SANDBOX_RESULT_FD``). ``SandboxRunError``
-    naming ``what`` when it goes past the wall-clock or output bound; any other outcome, its exit
-    status included, is the caller's to judge (``failure``)."""
+    """Run ``python python_arguments`` in the sandbox with ``inputs`` (name in ``/in`` → host file) bound
+    read-only; what it wrote to ``$SANDBOX_RESULT_FD``. ``SandboxRunError`` naming ``what`` past the
+    wall-clock or output bound; its exit status is the caller's to judge (``failure``)."""
     bwrap = find_bwrap()
     _checked_start(bwrap, bounds)
     read_end, write_end = os.pipe()
@@ -293,7 +264,7 @@ def run_in_sandbox(python_arguments: list[str], inputs: dict[str, Path], bounds:
         raise SandboxUnavailableError(f"{bwrap} does not start ({error}): {INSTALL_HINT}") from error
     finally:
         os.close(write_end)
-    result, tail, overflowed = bytearray(), deque(), threading.Event()
+    result, tail, overflowed = bytearray(), bytearray(), threading.Event()
     results = open(read_end, "rb")  # noqa: SIM115 (its reader thread closes it)
     sinks = ((results, result, bounds.output_bytes), (process.stdout, tail, 0))
     readers = [threading.Thread(target=_collect, args=(*sink, overflowed), daemon=True) for sink in sinks]
@@ -310,12 +281,12 @@ def run_in_sandbox(python_arguments: list[str], inputs: dict[str, Path], bounds:
         raise SandboxRunError(
             f"{what}: stopped after {bounds.wall_s:.0f} s, its wall-clock bound (SANDBOX_WALL_S)"
         )
-    return Jailed(process.returncode, bytes(result), b"".join(tail).decode("utf-8", errors="replace"))
+    return Jailed(process.returncode, bytes(result), tail.decode("utf-8", errors="replace"))
 
 
 def failure(jailed: Jailed, bounds: Bounds) -> str:
-    """Why a sandboxed run that exited non-zero failed, in one line: a bound it reached (bubblewrap
-    reports a death by signal N as 128 + N), else its exit status and the last line it printed."""
+    """Why a run failed, in one line: a bound it reached (bubblewrap reports signal N as 128 + N), else
+    its exit status and the last line it printed."""
     lines = [line.strip() for line in jailed.output_tail.splitlines() if line.strip()]
     last = lines[-1][:400] if lines else "(it printed nothing)"
     if jailed.returncode == 128 + signal.SIGXCPU:

@@ -1,17 +1,11 @@
 """The parent's side of an outside archive: its signature and its ONNX conversion, made in the sandbox.
 
-``OutsideArchive(path, field)`` reads the archive's bytes once: those bytes are hashed, copied into a
-private folder and bound read-only into the sandbox, so the file cannot change between the hash and
-the load. ``describe`` gives the program's signature, ``convert`` its fp32 ONNX file with the spec's
-tensor names and the program's own outputs for the inputs the caller drew. Both run
-``exporters.sandbox.child`` through ``jail.run_in_sandbox``; what comes back is parsed as untrusted
-data (``frames``, ``program_signature.from_json``, ``numpy.load`` without pickle).
-
-Results are kept in a cache (``cache_root()``: ``$TRITON_BATCHING_CACHE``, else
-``$XDG_CACHE_HOME/triton-batching``, else ``~/.cache/triton-batching``), one folder per archive hash
-and request, each file recorded with its SHA-256: ``exporters build``, ``client infer --check`` and
-``make perf`` then reuse one conversion instead of starting the sandbox each time. A folder whose files
-no longer match their record is made again.
+The archive's bytes are read once, hashed, and those bytes bound into the sandbox, so the file cannot
+change between the hash and the load; what comes back is parsed as untrusted data (frames,
+``program_signature.from_json``, ``numpy.load`` without pickle). Results are cached per archive hash and
+request (``$TRITON_BATCHING_CACHE``, else ``$XDG_CACHE_HOME``/``~/.cache`` ``/triton-batching``), each
+file with its SHA-256, so build, ``infer --check`` and perf share one conversion; a folder whose files
+no longer match is made again.
 """
 
 from __future__ import annotations
@@ -24,7 +18,6 @@ import logging
 import os
 import shutil
 import tempfile
-from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
@@ -32,8 +25,8 @@ import torch
 
 from exporters.artifacts.file_hash import file_matches, file_sha256
 from exporters.errors import SpecError
+from exporters.sandbox import child
 from exporters.sandbox.child import ARRAYS, ERROR, FOUND, ONNX, OUTPUTS, PROGRAM, REQUEST, USER_ERROR
-from exporters.sandbox.frames import FrameError, read_frames
 from exporters.sandbox.jail import Bounds, SandboxRunError, failure, run_in_sandbox
 from exporters.sandbox.program_signature import ProgramTensor, from_json
 
@@ -59,46 +52,38 @@ def cache_root() -> Path:
     return Path(base) / "triton-batching"
 
 
-@dataclass(frozen=True)
-class Conversion:
-    """A cached conversion: the ONNX file and the program's outputs per input set."""
-
-    folder: Path
-
-    def program_outputs(self, sets: int, count: int) -> list[list[np.ndarray]]:
-        """The program's ``count`` outputs for each of the ``sets`` input sets, as the sandbox sent them."""
-        with np.load(self.folder / OUTPUTS, allow_pickle=False) as arrays:
-            return [[np.asarray(arrays[f"{k}_{j}"]) for j in range(count)] for k in range(sets)]
-
-
 class OutsideArchive:
     """An archive the user brought: opened only in the sandbox; ``field`` names it in errors."""
 
-    def __init__(self, path: Path, field: str, bounds: Bounds | None = None) -> None:
+    def __init__(self, path: Path, field: str) -> None:
         if not path.is_file():
             raise SpecError(field, f"no such file: {path}")
         self.path, self.field = path, field
         self.data = path.read_bytes()
         self.sha256 = hashlib.sha256(self.data).hexdigest()
-        self.bounds = bounds or Bounds.from_environment()
+        self.bounds = Bounds.from_environment()
 
     def describe(self) -> tuple[list[ProgramTensor], list[ProgramTensor]]:
-        """The program's user inputs and outputs (``program_signature.program_tensors``)."""
         key = self._key("describe")
         folder = self._cached(key, (FOUND,)) or self._run("describe", {}, key, (FOUND,))
         return from_json((folder / FOUND).read_bytes())
 
     def convert(
         self, input_names: list[str], output_names: list[str], sets: list[list[np.ndarray]]
-    ) -> Conversion:
-        """The program as an fp32 ONNX file with these tensor names, and its outputs for ``sets``."""
+    ) -> tuple[Path, list[list[np.ndarray]]]:
+        """The program as an fp32 ONNX file with these tensor names, and its outputs for each of ``sets``."""
         buffer = io.BytesIO()
         np.savez(buffer, **{f"{k}_{i}": a for k, arrays in enumerate(sets) for i, a in enumerate(arrays)})
         request = json.dumps({"inputs": input_names, "outputs": output_names}).encode()
         key = self._key("convert", request, buffer.getvalue())
         names = (FOUND, ONNX, OUTPUTS)
         extra = {REQUEST: request, ARRAYS: buffer.getvalue()}
-        return Conversion(self._cached(key, names) or self._run("convert", extra, key, names))
+        folder = self._cached(key, names) or self._run("convert", extra, key, names)
+        with np.load(folder / OUTPUTS, allow_pickle=False) as arrays:
+            count = len(output_names)
+            return folder / ONNX, [
+                [np.asarray(arrays[f"{k}_{j}"]) for j in range(count)] for k in range(len(sets))
+            ]
 
     def _key(self, mode: str, *parts: bytes) -> str:
         digest = hashlib.sha256(f"{CONVERTER_VERSION}\0{torch.__version__}\0{mode}\0{self.sha256}".encode())
@@ -117,25 +102,22 @@ class OutsideArchive:
         return None
 
     def _run(self, mode: str, extra: dict[str, bytes], key: str, names: tuple[str, ...]) -> Path:
-        """Run the child in the sandbox on a private copy of the archive; its results, checked as
-        frames of exactly ``names``, go into the cache folder ``key``."""
+        """Run the child in the sandbox on a private copy of the archive; its results, checked as frames
+        of exactly ``names``, go into the cache folder ``key``."""
         what = f"{self.field}: opening {self.path.name} in the sandbox"
         log.info(
             "%s: %s %s in the sandbox (bounds: %s)", self.field, mode, self.path.name, self.bounds.describe()
         )
         with tempfile.TemporaryDirectory(prefix="outside-archive-") as private:
-            inputs = {PROGRAM: Path(private) / PROGRAM}
-            inputs[PROGRAM].write_bytes(self.data)
-            for name, data in extra.items():
-                (Path(private) / name).write_bytes(data)
-                inputs[name] = Path(private) / name
+            inputs = {name: Path(private) / name for name in (PROGRAM, *extra)}
+            for name, data in {PROGRAM: self.data, **extra}.items():
+                inputs[name].write_bytes(data)
             jailed = run_in_sandbox(["-m", CHILD, mode], inputs, self.bounds, what)
         try:
-            files = read_frames(jailed.result, frozenset((*names, ERROR)))
-        except FrameError as error:
-            if jailed.returncode != 0:
-                raise SandboxRunError(f"{what} failed: {failure(jailed, self.bounds)}") from error
-            raise SandboxRunError(f"{what} failed: {error}") from error
+            files = child.read_frames(jailed.result, frozenset((*names, ERROR)))
+        except child.FrameError as error:
+            reason = failure(jailed, self.bounds) if jailed.returncode != 0 else error
+            raise SandboxRunError(f"{what} failed: {reason}") from error
         if jailed.returncode == USER_ERROR and set(files) == {ERROR}:
             try:
                 problem = str(json.loads(files[ERROR])["problem"])
@@ -158,23 +140,20 @@ class OutsideArchive:
         """The files as cache folder ``key``, written whole under a temporary name and then renamed."""
         root = cache_root() / "outside-archives"
         root.mkdir(parents=True, exist_ok=True)
-        staging = Path(tempfile.mkdtemp(prefix=f".{key[:12]}-", dir=root))
+        staging, final = Path(tempfile.mkdtemp(prefix=f".{key[:12]}-", dir=root)), root / key
         try:
             for name, data in files.items():
                 (staging / name).write_bytes(data)
             record = {name: file_sha256(staging / name) for name in files}
             (staging / RECORD).write_text(json.dumps(record))
-            final = root / key
             with contextlib.suppress(FileNotFoundError):
                 shutil.rmtree(final)  # a damaged entry (its files did not match the record)
             os.replace(staging, final)
         except OSError:
-            shutil.rmtree(staging, ignore_errors=True)
             concurrent = self._cached(key, tuple(files))  # another process stored the same conversion
             if concurrent is None:
                 raise
             return concurrent
-        except BaseException:
-            shutil.rmtree(staging, ignore_errors=True)
-            raise
+        finally:
+            shutil.rmtree(staging, ignore_errors=True)  # gone after the rename
         return final

@@ -1,10 +1,5 @@
-"""A ``torch.export`` program's user inputs and outputs, read inside the sandbox and sent out as JSON.
-
-``program_tensors`` runs in the sandbox on the loaded program (torch only); ``to_json`` and
-``from_json`` carry its answer across. What comes back is untrusted data: ``from_json`` accepts only
-the exact shape of a ``ProgramTensor`` (names as strings, dtypes the spec knows, whole-number dims:
-the dataclass is its schema, ``exporters.schema.typed``) and raises ``ValueError`` on anything else.
-"""
+"""A ``torch.export`` program's user inputs and outputs, read inside the sandbox and sent out as JSON;
+``from_json`` takes back only the exact shape of a ``ProgramTensor`` (the dataclass is its schema)."""
 
 from __future__ import annotations
 
@@ -26,8 +21,8 @@ class SignatureError(ValueError):
 
 @dataclass(frozen=True)
 class ProgramTensor:
-    """A user input or output of the program: dims without the batch axis (-1 where dynamic, with its
-    upper bound in ``bounds``), and the batch axis' range; ``range`` for ids feeding an embedding."""
+    """A user input or output: dims without the batch axis (-1 where dynamic, bounded by ``bounds``),
+    the batch axis' range, and ``range`` for ids feeding an embedding."""
 
     name: str
     dtype: str
@@ -77,8 +72,7 @@ def _tensor(name: str, value: Any, program: Any, table_rows: int | None) -> Prog
 
 
 def program_tensors(program: Any) -> tuple[list[ProgramTensor], list[ProgramTensor]]:
-    """The program's user inputs and outputs; outputs are called ``output`` (``output<k>`` for several);
-    an input that indexes an embedding table gets that table's rows as its ``range``."""
+    """The program's user inputs and outputs (named ``output``, or ``output<k>`` for several)."""
     import torch
 
     signature = program.graph_signature
@@ -106,8 +100,7 @@ def to_json(inputs: list[ProgramTensor], outputs: list[ProgramTensor]) -> bytes:
 
 
 def from_json(text: bytes) -> tuple[list[ProgramTensor], list[ProgramTensor]]:
-    """The signature ``to_json`` wrote; ``ValueError`` (a ``SpecError`` naming the field) on anything
-    but exactly that."""
+    """The signature ``to_json`` wrote; ``ValueError`` on anything but exactly that."""
     data = json.loads(text)
     if not isinstance(data, dict) or set(data) != {"inputs", "outputs"}:
         raise ValueError("not an object of inputs and outputs")

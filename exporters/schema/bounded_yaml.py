@@ -1,13 +1,9 @@
 """Read ``models.yaml`` within bounds: what the YAML loader expands may not exceed what a spec needs.
 
-YAML aliases (``*name``) repeat what their anchor points to without copying it, so a file of a few
-hundred bytes can stand for billions of values ("billion laughs"). ``yaml.safe_load`` builds that
-cheaply, as shared references; the cost comes later, when the build folds ``options`` into a content
-hash (JSON) or a factory walks them: one such spec grew the build to 5.2 GB before ``MemoryError``.
-So the document is measured as expanded (every alias counted as often as it is used, strings by their
-length) right after loading, and refused with a ``SpecError`` naming the field that expands, before
-anything else reads it. Recursive aliases, numbers too long to convert and nesting too deep for the
-parser are refused the same way, as is a file larger than ``MAX_SPEC_BYTES``.
+YAML aliases repeat their anchor without copying it, so a few hundred bytes can stand for billions of
+values ("billion laughs"): cheap as shared references, but the content hash (JSON) would expand them.
+So the document is measured as expanded right after loading and refused with a ``SpecError`` naming
+the field that expands, as are recursive aliases, unconvertible numbers, too deep nesting and large files.
 """
 
 from __future__ import annotations
@@ -32,11 +28,8 @@ def _children(value: Any) -> list[tuple[str, Any]]:
 
 
 def _expanded_sizes(document: Any) -> dict[int, int]:
-    """The expanded size of every container in ``document`` (by ``id``), each computed once.
-
-    Iterative (a deep document must not exhaust Python's stack); a container met again while it is
-    being measured is a recursive alias, refused with the path it was met at.
-    """
+    """The expanded size of every container in ``document`` (by ``id``), iteratively (a deep document must
+    not exhaust Python's stack); a container met again while open is a recursive alias."""
     sizes: dict[int, int] = {}
     open_: set[int] = set()
     stack: list[tuple[Any, str, bool]] = [(document, "", False)]

@@ -1,15 +1,9 @@
 """The declarative spec (``models.yaml``): what to serve, where it comes from, how to batch and place it.
 
-Each section is a frozen dataclass, and the dataclass is the schema (``exporters.schema.typed``): its
-fields are the allowed keys, its defaults the defaults, ``Literal`` hints the choices. Invariants live in
-``__post_init__``, so an object built by the parser, by hand or by ``dataclasses.replace`` is checked
-the same way. Parsing is strict: unknown keys, wrong types and impossible values raise ``SpecError``
-naming the field path (``models[1].batching.max_queue_delay_us: must be >= 0``), because a typo in a
-serving config otherwise surfaces as a silently different deployment.
-
-A pure schema: parsing reads no file. The tensors of a self-describing source (an ONNX file, a
-``.pt2`` program) that the spec leaves out are filled in by ``exporters.resolve``, which reads the
-artifact; the sections shared with ``text_embeddings:`` live in ``exporters.schema.sections``.
+Each section is a frozen dataclass that is its own schema (``exporters.schema.typed``), with its
+invariants in ``__post_init__``; a typo in a serving config is a ``SpecError`` naming the field path,
+never a silently different deployment. Parsing reads no file: ``exporters.resolve`` fills in the tensors
+a self-describing source leaves out.
 """
 
 from __future__ import annotations
@@ -22,7 +16,7 @@ from typing import Any, Literal
 
 from exporters.errors import SpecError
 from exporters.schema.bounded_yaml import check_expansion
-from exporters.schema.guards import check_batch_bounds, check_zoo_options
+from exporters.schema.guards import check_batch_bounds
 from exporters.schema.sections import (
     INTEGER_DTYPES,
     MODEL_DTYPES,
@@ -30,13 +24,13 @@ from exporters.schema.sections import (
     Batching,
     Instances,
     Precision,
+    Shapes,
     Target,
     TensorSpec,
     Threads,
     served_float,
 )
-from exporters.schema.shapes import Shapes
-from exporters.schema.text_embeddings import TextEmbeddingSpec, parse_text_embeddings
+from exporters.schema.text_embeddings import TextEmbeddingSpec
 from exporters.schema.typed import Checked, at_least, check_fields, parse, to_data
 from exporters.zoo import ZOO
 
@@ -48,8 +42,9 @@ DEFAULT_INSTANCES = Instances()
 DEFAULT_THREADS = Threads()
 
 
-def _name_like(value: str) -> bool:
-    return value.replace("_", "").replace("-", "").isalnum()
+def _check_name(name: str) -> None:
+    if not name.replace("_", "").replace("-", "").isalnum():
+        raise SpecError("name", f"must be letters, digits, '_' or '-', got {name!r}")
 
 
 def _check_callable(key: str, location: str, what: str) -> None:
@@ -61,7 +56,7 @@ def _check_callable(key: str, location: str, what: str) -> None:
 
 def _resolve(base_dir: Path | None, location: str) -> str:
     """A path of the spec, relative to the spec file's folder (absolute paths stay as they are)."""
-    return str((base_dir / location).resolve()) if base_dir is not None else str(Path(location).resolve())
+    return str(Path(base_dir or "", location).resolve())
 
 
 @dataclass(frozen=True)
@@ -80,46 +75,41 @@ class PythonSource:
         return self if self.path is None else PythonSource(self.python, _resolve(base_dir, self.path))
 
 
+class _FileSource(Checked):
+    """A source whose one field is a path, relative to the spec file's folder."""
+
+    def resolved(self, base_dir: Path | None) -> Any:
+        (location,) = dataclasses.astuple(self)
+        return type(self)(_resolve(base_dir, location))
+
+
 @dataclass(frozen=True)
-class OnnxSource(Checked):
+class OnnxSource(_FileSource):
     """``source: {onnx: path/model.onnx}``: an existing ONNX file, checked and copied in."""
 
     onnx: str
 
-    def resolved(self, base_dir: Path | None) -> OnnxSource:
-        return OnnxSource(_resolve(base_dir, self.onnx))
-
 
 @dataclass(frozen=True)
-class TorchExportSource(Checked):
-    """``source: {torch_export: path/program.pt2}``: a ``torch.export`` program, loaded without
-    unpickling anything."""
+class TorchExportSource(_FileSource):
+    """``source: {torch_export: path/program.pt2}``: a ``torch.export`` program, opened in the sandbox."""
 
     torch_export: str
 
-    def resolved(self, base_dir: Path | None) -> TorchExportSource:
-        return TorchExportSource(_resolve(base_dir, self.torch_export))
-
 
 @dataclass(frozen=True)
-class HuggingFaceSource(Checked):
+class HuggingFaceSource(_FileSource):
     """``source: {huggingface: folder or package}``: a transformers model loaded offline, from a local
     folder or an installed package that carries its weights (``get_model_path()``)."""
 
     huggingface: str
 
     def resolved(self, base_dir: Path | None) -> HuggingFaceSource:
-        candidate = Path(_resolve(base_dir, self.huggingface))
-        return HuggingFaceSource(str(candidate)) if candidate.is_dir() else self
+        candidate = super().resolved(base_dir)
+        return candidate if Path(candidate.huggingface).is_dir() else self
 
 
 Source = str | PythonSource | OnnxSource | TorchExportSource | HuggingFaceSource
-SOURCE_KINDS = {
-    PythonSource: "python",
-    OnnxSource: "onnx",
-    TorchExportSource: "torch_export",
-    HuggingFaceSource: "huggingface",
-}
 # Sources whose artifact states its own signature: their inputs/outputs may be left out of the spec.
 SELF_DESCRIBING = ("onnx", "torch_export")
 
@@ -128,19 +118,11 @@ SELF_DESCRIBING = ("onnx", "torch_export")
 class ModelSpec:
     """One model of the repository: where it comes from and how Triton serves it.
 
-    ``source`` is a zoo entry's name (seeded random weights) or a mapping naming the user's own model
-    (``PythonSource``, ``OnnxSource``, ``TorchExportSource``, ``HuggingFaceSource``). ``inputs`` and
-    ``outputs`` are the served signature (shapes without the batch axis); float tensors use
-    ``precision``. Example inputs for parity checks, warm-up, ``client infer --check`` and perf come from
-    ``sample`` (``"module:function"``, called as ``function(batch, rng)``) when given, else from the zoo
-    or the tensors' dtype, shape, ``range`` and the ``lengths`` variable axes take.
-
-    ``shapes`` (the lengths requests take as served) and ``buckets`` (lengths to pad requests up to)
-    are for perf, tune and plan (``perf.measure.shapes``): Triton batches only requests of equal shapes.
-
-    ``precision: int8`` quantizes the fp32 graph (``exporters.precision.int8``); its float tensors stay fp32.
-    Its activation ranges are calibrated on batches from ``calibration`` (a function like ``sample``,
-    e.g. one that reads real data) when given, else from the same sampler as every other input.
+    ``source`` is a zoo entry's name (seeded random weights) or a mapping naming the user's own model.
+    ``inputs``/``outputs`` are the served signature (no batch axis). Example inputs come from
+    ``sample`` (``function(batch, rng)``) when given, else from the zoo or the tensors themselves.
+    ``shapes`` and ``buckets`` are for perf, tune and plan: Triton batches only requests of equal shapes.
+    ``calibration`` (int8 only) draws the batches activation ranges are calibrated on.
     """
 
     name: str
@@ -166,8 +148,7 @@ class ModelSpec:
 
     def __post_init__(self) -> None:
         check_fields(self)
-        if not _name_like(self.name):
-            raise SpecError("name", f"must be letters, digits, '_' or '-', got {self.name!r}")
+        _check_name(self.name)
         self._check_source()
         self._check_tensors()
         check_batch_bounds(self.max_batch_size, [(t.dtype, t.largest) for t in (*self.inputs, *self.outputs)])
@@ -181,19 +162,23 @@ class ModelSpec:
     def _check_source(self) -> None:
         if isinstance(self.source, str):
             if self.source not in ZOO:
-                kinds = " | ".join(SOURCE_KINDS.values())
                 raise SpecError(
                     "source",
-                    f"must be one of {', '.join(ZOO)} (the zoo), or a mapping {{{kinds}: ...}}; "
+                    f"must be one of {', '.join(ZOO)} (the zoo), or a mapping "
+                    "{python | onnx | torch_export | huggingface: ...}; "
                     f"got {self.source!r}",
                 )
             zoo = ZOO[self.source]
             allowed = zoo.build_options | zoo.input_options
-            for key in self.options:
+            for key, value in self.options.items():
                 if key not in allowed:
                     names = ", ".join(sorted(allowed)) or "none"
                     raise SpecError(f"options.{key}", f"unknown option for {self.source} (allowed: {names})")
-            check_zoo_options(self.options)
+                values = value if isinstance(value, list) else [value]  # every zoo option is a size
+                if not values or not all(type(v) is int and v >= 1 for v in values):
+                    raise SpecError(
+                        f"options.{key}", f"must be a positive integer or a list of them, got {value!r}"
+                    )
         elif self.source_kind != "python" and self.options:
             raise SpecError("options", f"{self.source_kind} sources take no options (only zoo and python do)")
         # Options reach the content hash (as JSON) and the user's factory: bounded as expanded, also when
@@ -243,7 +228,7 @@ class ModelSpec:
     @property
     def source_kind(self) -> str:
         """``zoo``, ``python``, ``onnx``, ``torch_export`` or ``huggingface``."""
-        return "zoo" if isinstance(self.source, str) else SOURCE_KINDS[type(self.source)]
+        return "zoo" if isinstance(self.source, str) else dataclasses.fields(self.source)[0].name
 
     @property
     def variable_bound(self) -> int:
@@ -254,15 +239,9 @@ class ModelSpec:
 
 @dataclass(frozen=True)
 class PipelineSpec:
-    """A model served as an ensemble of stages on different devices (model/pipeline parallel).
-
-    ``model`` names the monolithic entry of ``models`` that is split (and that the pipeline must
-    equal). ``split: blocks`` cuts an ``nn.Sequential`` into ``stages`` contiguous stages (at
-    ``cut_points`` or balanced by ``balance``); ``split: embedding_dense`` puts the recommender's
-    embedding tables and its dense network in two stages. ``replicas[k]`` instances serve stage k
-    (hybrid parallel); ``boundary_dtype`` compresses the activations that cross stage boundaries;
-    ``gpus`` pins stage k to GPU ``gpus[k]`` (the planner keeps each replica's boundary on one link).
-    """
+    """A model of ``models`` (``model``, which the pipeline must equal) served as an ensemble of stages
+    on different devices: ``split: blocks`` cuts an ``nn.Sequential`` into contiguous stages,
+    ``embedding_dense`` puts the recommender's tables and dense network apart (docs/SPEC.md)."""
 
     name: str
     model: str
@@ -278,8 +257,7 @@ class PipelineSpec:
 
     def __post_init__(self) -> None:
         check_fields(self)
-        if not _name_like(self.name):
-            raise SpecError("name", f"must be letters, digits, '_' or '-', got {self.name!r}")
+        _check_name(self.name)
         if self.split == "embedding_dense" and (self.stages != 2 or self.cut_points):
             raise SpecError(
                 "stages", "embedding_dense has exactly 2 stages (embedding, dense) and no cut_points"
@@ -366,12 +344,8 @@ def _named(entries: tuple[Any, ...], name: str, kind: str) -> Any:
     raise SpecError(f"{kind}s", f"no {kind} named {name!r} (have {[e.name for e in entries]})")
 
 
-# --- parsing: YAML → dataclasses (the dataclasses define and check everything) -------------------------
-
-
 def parse_model(data: Any, path: str, base_dir: Path | None = None) -> ModelSpec:
-    """Parse one entry of ``models``; every error names ``path`` and the field. Paths in ``source`` are
-    relative to ``base_dir`` (the spec file's folder)."""
+    """Parse one entry of ``models``; paths in ``source`` are relative to ``base_dir`` (the spec's folder)."""
     spec = parse(ModelSpec, data, path)
     if not isinstance(spec.source, str):
         spec = dataclasses.replace(spec, source=spec.source.resolved(base_dir))
@@ -424,9 +398,8 @@ def parse_pipeline(data: Any, path: str, models: tuple[ModelSpec, ...]) -> Pipel
 
 
 def with_absolute_paths(data: Any, base_dir: Path) -> Any:
-    """The spec document with every path of a model's ``source`` resolved against ``base_dir`` (the
-    spec file's folder), so a copy of it written elsewhere (the tuner's ``spec.tuned.yaml``) builds the
-    same models from any folder. Entries that do not parse are left for ``parse_spec`` to name."""
+    """The spec document with every path of a model's ``source`` absolute, so a copy written elsewhere
+    (the tuner's ``spec.tuned.yaml``) builds the same models; entries that do not parse stay as they are."""
     if not isinstance(data, dict) or not isinstance(data.get("models"), list):
         return data
     models = []
@@ -448,8 +421,13 @@ def parse_spec(data: Any, base_dir: Path | None = None) -> Spec:
     if not isinstance(data.get("models"), list) or not data["models"]:
         raise SpecError("models", "must be a non-empty list")
     models = tuple(parse_model(item, f"models[{i}]", base_dir) for i, item in enumerate(data["models"]))
-    items = data.get("pipelines", [])
-    if not isinstance(items, list):
-        raise SpecError("pipelines", "must be a list")
-    pipelines = tuple(parse_pipeline(item, f"pipelines[{i}]", models) for i, item in enumerate(items))
-    return Spec(models, pipelines, parse_text_embeddings(data.get("text_embeddings", [])))
+    lists = {key: data.get(key, []) for key in ("pipelines", "text_embeddings")}
+    for key, items in lists.items():
+        if not isinstance(items, list):
+            raise SpecError(key, "must be a list")
+    pipelines = (parse_pipeline(item, f"pipelines[{i}]", models) for i, item in enumerate(lists["pipelines"]))
+    texts = (
+        parse(TextEmbeddingSpec, item, f"text_embeddings[{i}]")
+        for i, item in enumerate(lists["text_embeddings"])
+    )
+    return Spec(models, tuple(pipelines), tuple(texts))

@@ -1,10 +1,5 @@
-"""The sections every part of the spec shares: tensors, batching, queue policy, instances, threads.
-
-``models:`` entries (``exporters.schema.models``) and ``text_embeddings:`` entries
-(``exporters.schema.text_embeddings``) are built from the same sections, so they live below both: each
-dataclass is the schema of its YAML mapping (``exporters.schema.typed``), with its invariants in
-``__post_init__``.
-"""
+"""The sections ``models:`` and ``text_embeddings:`` entries share: tensors, batching, instances, threads,
+shapes; each dataclass is the schema of its YAML mapping (``exporters.schema.typed``)."""
 
 from __future__ import annotations
 
@@ -27,36 +22,17 @@ VARIABLE = -1  # a variable axis in a shape (bounded by ``max_shape``)
 
 
 def served_float(precision: str) -> str:
-    """The dtype a model's float inputs and outputs have: fp16 models take and give fp16; int8 models
-    keep them fp32 (the graph quantizes and dequantizes inside, so clients send what fp32 takes)."""
+    """The dtype of a model's float tensors: int8 models keep fp32 (the graph quantizes inside)."""
     return "fp16" if precision == "fp16" else "fp32"
 
 
 MAX_TENSOR_NAME = 256
 
 
-def check_tensor_name(name: str) -> None:
-    """A tensor name as exporters write them: ``save_infer_model/scale_0.tmp_1``, ``x:0``,
-    ``input.1`` are served unchanged. Triton's config asks only for a non-empty name; control
-    characters and surrounding spaces are refused: logs and YAML would hide them."""
-    if not name or len(name) > MAX_TENSOR_NAME or not name.isprintable() or name != name.strip():
-        raise SpecError(
-            "name",
-            f"must be 1 to {MAX_TENSOR_NAME} printable characters without surrounding spaces, got "
-            f"{name!r}; write the name the model file gives the tensor (if that is the name, rename "
-            "the tensor where the model is exported)",
-        )
-
-
 @dataclass(frozen=True)
 class Tolerance:
-    """How closely an output must reproduce its fp32 source (``outputs[i].tolerance``).
-
-    ``kind`` picks the defaults (``exporters.artifacts.parity``): ``values`` are held to ``max_rel`` (the
-    worst difference over the output's largest reference magnitude); ``class_scores`` also to ``top1``, the
-    share of rows whose argmax must agree; ``embedding`` also to ``cosine``, the least cosine similarity
-    of a row. A limit given here replaces the default; ``max_abs`` applies only when given.
-    """
+    """How closely an output must reproduce its fp32 source: ``kind`` picks the defaults
+    (``exporters.artifacts.parity``), a limit given here replaces one; ``max_abs`` applies only when given."""
 
     kind: OutputKind = "values"
     max_abs: float | None = None
@@ -78,13 +54,8 @@ class Tolerance:
 
 @dataclass(frozen=True)
 class TensorSpec:
-    """One input or output; ``shape`` excludes the batch dimension (Triton's convention).
-
-    ``-1`` marks a variable axis (a sequence length); ``max_shape`` then bounds it, because warm-up,
-    shared-memory sizing and generated inputs need a largest case. ``range: [lo, hi)`` (integer inputs)
-    is the half-open interval valid ids are drawn from. ``tolerance`` (outputs only) is how closely the
-    served output must match the source (``Tolerance``; defaults by kind and precision).
-    """
+    """One input or output; ``shape`` excludes the batch axis. ``-1`` marks a variable axis, bounded by
+    ``max_shape`` (warm-up and shm sizing need a largest case); ``range: [lo, hi)``: valid integer ids."""
 
     name: str
     dtype: Dtype
@@ -95,7 +66,14 @@ class TensorSpec:
 
     def __post_init__(self) -> None:
         check_fields(self)
-        check_tensor_name(self.name)
+        name = self.name  # served as the model file gives it (``x:0``); logs and YAML would hide the rest
+        if not name or len(name) > MAX_TENSOR_NAME or not name.isprintable() or name != name.strip():
+            raise SpecError(
+                "name",
+                f"must be 1 to {MAX_TENSOR_NAME} printable characters without surrounding spaces, got "
+                f"{name!r}; write the name the model file gives the tensor (if that is the name, rename "
+                "the tensor where the model is exported)",
+            )
         if not self.shape:
             raise SpecError(
                 "shape",
@@ -156,12 +134,8 @@ class QueuePolicy(Checked):
 
 @dataclass(frozen=True)
 class Batching:
-    """How requests become batches: ``none`` (one request per execution), ``static`` (the client sends
-    batches of exactly ``batch_size``; the server adds no wait), or ``dynamic`` (Triton's dynamic
-    batcher merges requests, waiting at most ``max_queue_delay_us``, preferring
-    ``preferred_batch_sizes``; ``queue`` bounds what waits). Limits that need the model's
-    ``max_batch_size`` are checked by ``check_fits``, called by the model's section.
-    """
+    """How requests become batches: ``none``, ``static`` (clients send ``batch_size``) or ``dynamic``
+    (Triton's dynamic batcher); limits that need ``max_batch_size`` are in ``check_fits``."""
 
     mode: BatchingMode = "dynamic"
     max_queue_delay_us: int = at_least(0, 1000)
@@ -217,3 +191,32 @@ class Threads(Checked):
 
     intra_op: int = at_least(0, 1)
     inter_op: int = at_least(0, 1)
+
+
+@dataclass(frozen=True)
+class Shapes:
+    """``shapes: {lengths: [16, 64, 200], weights: [5, 3, 2]}``: the lengths requests take as served, each
+    with a probability proportional to its weight (perf, tune and plan; ``perf.measure.shapes``)."""
+
+    lengths: tuple[int, ...] = at_least(1)
+    weights: tuple[float, ...] = ()
+
+    def __post_init__(self) -> None:
+        check_fields(self)
+        if not self.lengths:
+            raise SpecError("lengths", "must list at least one length")
+        if len(set(self.lengths)) != len(self.lengths):
+            raise SpecError("lengths", f"must not repeat a length, got {list(self.lengths)}")
+        if self.weights and len(self.weights) != len(self.lengths):
+            raise SpecError(
+                "weights", f"must give one weight per length ({len(self.lengths)}), got {len(self.weights)}"
+            )
+        if any(not w > 0 for w in self.weights):
+            raise SpecError("weights", f"must all be > 0, got {list(self.weights)}")
+
+    @property
+    def probabilities(self) -> tuple[float, ...]:
+        """The weights scaled to sum to 1."""
+        weights = self.weights or (1.0,) * len(self.lengths)
+        total = float(sum(weights))
+        return tuple(float(w) / total for w in weights)

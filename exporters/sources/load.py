@@ -17,8 +17,7 @@ from exporters.zoo import ZOO
 
 
 def _python(spec: ModelSpec) -> LoadedSource:
-    """The user's factory, called with ``options`` as keyword arguments after seeding torch with
-    ``seed`` (so randomly initialised weights are reproducible); its source files count in the hash."""
+    """The user's factory, called with ``options`` after seeding torch (reproducible random weights)."""
     source = spec.source
     assert isinstance(source, PythonSource)
     field = f"{spec.name}.source.python"
@@ -44,7 +43,7 @@ def _python(spec: ModelSpec) -> LoadedSource:
 
 
 def load_source(spec: ModelSpec) -> LoadedSource:
-    """Load ``spec``'s model (imports of the heavier sources happen only when a spec uses them)."""
+    """Load ``spec``'s model (the heavier sources are imported only when used)."""
     kind = spec.source_kind
     if kind == "zoo":
         return TorchModuleSource(spec, ZOO[spec.source].create(spec.options, spec.seed))
@@ -64,10 +63,8 @@ def load_source(spec: ModelSpec) -> LoadedSource:
 
 
 def build_torch_model(spec: ModelSpec) -> nn.Module:
-    """The spec's torch model in fp32 (the reference for every precision): the zoo entry with its
-    seeded weights, or the module of the user's factory or Hugging Face folder. An ``onnx`` or
-    ``torch_export`` source has none in this process (a ``.pt2`` program from outside is opened only
-    in the sandbox, and leaves it as ONNX): refused before anything is loaded."""
+    """The spec's fp32 torch model; ``onnx`` and ``torch_export`` sources have none here (refused before
+    anything is loaded)."""
     if spec.source_kind not in MODULE_KINDS:
         raise ExportCheckError(f"{spec.name}: {no_torch_module(spec.source_kind)}")
     return load_source(spec).module  # type: ignore[attr-defined]

@@ -1,11 +1,5 @@
-"""``source: {onnx: file}``: a user's existing ONNX file, checked and copied into the repository.
-
-Checked before anything is written: the external-data confinement check on the user's file (its
-initializers may not point outside its folder), ``onnx.checker`` (full), a dynamic batch axis, and the
-spec's signature against the graph (names, dtypes, shapes). The copy is a single self-contained file.
-``precision: fp16`` from an fp32 file converts the graph with ``exporters.precision.fp16`` (fp16 tensors
-in and out) and holds it to the fp32 file, run in onnxruntime, at the fp16 tolerance.
-"""
+"""``source: {onnx: file}``: a user's ONNX file, checked (external data confined to its folder,
+``onnx.checker``, a dynamic batch axis, the spec's signature) and copied in as one self-contained file."""
 
 from __future__ import annotations
 
@@ -38,9 +32,8 @@ ONNX_DTYPES = {
 
 @dataclass(frozen=True)
 class GraphTensor:
-    """A graph input or output as the file states it: ``dims`` without the batch axis, -1 where
-    symbolic; ``batch_fixed`` when the first axis has a fixed size; ``range`` for ids that index an
-    initializer through ``Gather`` (an embedding table: valid ids are ``[0, rows)``)."""
+    """A graph input or output: ``dims`` without the batch axis (-1: symbolic), ``batch_fixed`` when the
+    first axis is fixed, ``range`` for ids that ``Gather`` from an initializer (``[0, rows)``)."""
 
     name: str
     dtype: str
@@ -48,11 +41,6 @@ class GraphTensor:
     batch_fixed: int | None
     range: tuple[int, int] | None = None
     rank: int | None = None  # None: the file states no shape
-
-    @property
-    def scalar(self) -> bool:
-        """No axis at all, so no batch axis either."""
-        return self.rank == 0
 
 
 def _id_ranges(graph: onnx.GraphProto) -> dict[str, tuple[int, int]]:
@@ -65,7 +53,7 @@ def _id_ranges(graph: onnx.GraphProto) -> dict[str, tuple[int, int]]:
 
 
 def graph_tensors(model: onnx.ModelProto, where: str) -> tuple[list[GraphTensor], list[GraphTensor]]:
-    """The graph's real inputs (initializers excluded) and outputs; ``where`` names the file in errors."""
+    """The graph's real inputs (initializers excluded) and outputs."""
     graph = model.graph
     initializers = {t.name for t in graph.initializer}
     ranges = _id_ranges(graph)
@@ -90,14 +78,12 @@ def graph_tensors(model: onnx.ModelProto, where: str) -> tuple[list[GraphTensor]
 
 
 def check_batch_axis(inputs: list[GraphTensor], outputs: list[GraphTensor], where: str) -> None:
-    """``SpecError`` in plain words when the graph has no batch axis: a tensor with no axis at all, or
-    one whose first axis has a fixed size. Triton batches (and this project serves) models whose every
-    input and output starts with an axis of any size; without it the spec's shapes would be read one
-    axis off (an output of ``[]``)."""
+    """``SpecError`` in plain words when a tensor has no batch axis (no axis, or a fixed first one), or
+    none beyond it: the spec's shapes would be read one axis off."""
     named = [(kind, t) for kind, tensors in (("input", inputs), ("output", outputs)) for t in tensors]
     for kind, tensor in named:
-        if tensor.scalar or tensor.batch_fixed is not None:
-            shape = "[] (a scalar)" if tensor.scalar else str([tensor.batch_fixed, *tensor.dims])
+        if tensor.rank == 0 or tensor.batch_fixed is not None:
+            shape = "[] (a scalar)" if tensor.rank == 0 else str([tensor.batch_fixed, *tensor.dims])
             raise SpecError(
                 where,
                 f"the model has no batch axis: {kind} {tensor.name!r} is {shape}, where a batching model's "
@@ -132,11 +118,6 @@ def _check_against(
         same_kind = found.dtype == tensor.dtype or (found.dtype == "fp32" and tensor.dtype in floats)
         if not same_kind:
             raise SpecError(f"{path}.dtype", f"is {tensor.dtype}, the ONNX file says {found.dtype}")
-        if found.batch_fixed is not None:
-            raise SpecError(
-                f"{spec.name}.source.{spec.source_kind}",
-                f"{tensor.name}'s batch axis is fixed at {found.batch_fixed}; export a dynamic first axis",
-            )
         agrees = len(found.dims) == len(tensor.shape) and all(
             f in (VARIABLE, d) for f, d in zip(found.dims, tensor.shape, strict=True)
         )
@@ -147,14 +128,14 @@ def _check_against(
 
 
 class OnnxModelSource(LoadedSource):
-    """An ONNX file as the model's source (``field`` names it in errors): the user's (``source: {onnx:
-    file}``) or one converted in the sandbox; the reference is the file itself (fp32) run in onnxruntime."""
+    """An ONNX file as the model's source (the user's, or one converted in the sandbox); the reference
+    is the file itself run in onnxruntime."""
 
     def __init__(self, spec: ModelSpec, path: Path, field: str) -> None:
         super().__init__(spec)
         self.field, self.path = field, path
         self.model = load_checked(self.path, self.field)
-        graph_tensors(self.model, self.field)  # an unserved type or batch axis: refused before a session
+        self.graph = graph_tensors(self.model, self.field)  # an unserved type or batch axis: refused here
         options = ort.SessionOptions()
         options.log_severity_level = 4  # a shape it refuses is explained by run_or_explain, not logged raw
         self.session = ort.InferenceSession(
@@ -162,9 +143,8 @@ class OnnxModelSource(LoadedSource):
         )
 
     def check_signature(self) -> None:
-        inputs, outputs = graph_tensors(self.model, self.field)
-        _check_against(self.spec, "inputs", self.spec.inputs, inputs)
-        _check_against(self.spec, "outputs", self.spec.outputs, outputs)
+        _check_against(self.spec, "inputs", self.spec.inputs, self.graph[0])
+        _check_against(self.spec, "outputs", self.spec.outputs, self.graph[1])
         super().check_signature()
 
     def reference(self, inputs: list[np.ndarray]) -> list[np.ndarray]:
@@ -177,15 +157,12 @@ class OnnxModelSource(LoadedSource):
         digest.update(self.model.SerializeToString())
 
     def onnx_bytes(self) -> bytes:
-        graph_inputs, _ = graph_tensors(self.model, self.field)
-        needs_half = self.spec.precision == "fp16" and any(t.dtype == "fp32" for t in graph_inputs)
+        needs_half = self.spec.precision == "fp16" and any(t.dtype == "fp32" for t in self.graph[0])
         return (to_fp16(self.model) if needs_half else self.model).SerializeToString()
 
 
 def read_model(path: Path, field: str, load_external_data: bool = True) -> onnx.ModelProto:
-    """The ONNX file at ``path``; a ``SpecError`` naming ``field`` and the file when there is none or it
-    is not an ONNX model (``onnx: /etc/passwd`` fails to decode; some bytes decode to a message with no
-    graph)."""
+    """The ONNX file at ``path``; a ``SpecError`` naming ``field`` when it is not an ONNX model."""
     if not path.is_file():
         raise SpecError(field, f"no such file: {path}")
     try:
@@ -198,7 +175,7 @@ def read_model(path: Path, field: str, load_external_data: bool = True) -> onnx.
 
 
 def load_checked(path: Path, field: str) -> onnx.ModelProto:
-    """The user's ONNX file, loaded with its external data after the confinement and checker checks."""
+    """The user's ONNX file with its external data, after the confinement and checker checks."""
     try:
         check_external_data(path, read_model(path, field, load_external_data=False))
     except ExportCheckError as error:

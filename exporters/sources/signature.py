@@ -1,10 +1,6 @@
 """Read a model's signature from its artifact (an ONNX graph, a ``torch.export`` program), so the spec
-may leave ``inputs``/``outputs`` out and ``python -m exporters init`` can print them.
-
-What an artifact does not state has to come from the user: a bound for a variable axis (the program's
-range constraint when it has one, else ``max_length``) and the valid ids of an integer input (found
-when the input indexes an embedding table, else an error asking for ``range:``).
-"""
+may leave ``inputs``/``outputs`` out and ``exporters init`` can print them; what the artifact does not
+state (a variable axis' bound, an integer input's valid ids) the user gives."""
 
 from __future__ import annotations
 
@@ -22,8 +18,7 @@ def to_tensor_specs(
     found: list[Any], kind: str, precision: str, where: str, max_length: int | None = None,
     ranges: Mapping[str, tuple[int, int]] | None = None,
 ) -> tuple[TensorSpec, ...]:  # fmt: skip
-    """``GraphTensor``/``ProgramTensor``s as spec tensors (floats in ``precision``); ``ranges``: the
-    valid ids of integer inputs by name (``exporters init --range``), over what the artifact shows."""
+    """``GraphTensor``/``ProgramTensor``s as spec tensors; ``ranges``: ``init --range`` by input name."""
     ranges = ranges or {}
     if kind == "inputs":
         integers = [item.name for item in found if item.dtype in INTEGER_DTYPES]

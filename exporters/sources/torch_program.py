@@ -1,16 +1,8 @@
 """``source: {torch_export: program.pt2}``: a ``torch.export`` program from outside, served as ONNX.
 
-The archive is code whatever a loader checks (``exporters.sandbox``), so it is opened only in the
-sandbox: there its signature is read, it is exported to ONNX with the spec's tensor names by the
-dynamo exporter (the only one that takes an ``ExportedProgram``), opset 18, as one fp32 file, and the
-program is run on the inputs drawn here. Back in this process the converted file is the model's
-source exactly as an ``onnx:`` file is (``OnnxModelSource``), first held to the program's own outputs
-at the fp32 tolerance. The repository serves that ONNX, never the archive; ``client infer --check``
-compares with it.
-
-The program must have been exported with a dynamic batch axis that admits 1 (``Dim("batch",
-min=1)``); its other dynamic axes become the spec's variable axes, bounded by the program's own range
-constraints. The archive's SHA-256 is its identity in the content hash.
+The archive is opened only in the sandbox (``exporters.sandbox``), which converts it to ONNX and runs it
+on inputs drawn here; the converted file is then the model's source as an ``onnx:`` file is, first held
+to the program's own outputs at the fp32 tolerance. The archive's SHA-256 is its identity in the hash.
 """
 
 from __future__ import annotations
@@ -23,7 +15,7 @@ import numpy as np
 from exporters.artifacts.parity import compare_outputs
 from exporters.artifacts.torch_reference import widen
 from exporters.errors import ExportCheckError, SpecError
-from exporters.sandbox.outside_archive import CONVERTER_VERSION, ONNX, OutsideArchive
+from exporters.sandbox.outside_archive import CONVERTER_VERSION, OutsideArchive
 from exporters.sandbox.program_signature import ProgramTensor
 from exporters.schema.models import ModelSpec, TorchExportSource
 from exporters.schema.sections import VARIABLE, TensorSpec
@@ -35,7 +27,6 @@ CHECK_BATCHES = (1, 3)  # as the exporter's parity check (3 exercises the batch 
 
 
 def _axis_fits(real: int, declared: int, declared_max: int, bound: int) -> bool:
-    """A fixed program axis needs the same size; a dynamic one takes any size or a -1 within its bound."""
     if real != VARIABLE:
         return declared == real
     return declared != VARIABLE or declared_max <= bound
@@ -70,8 +61,7 @@ def _check_against(
 
 
 def input_sets(spec: ModelSpec) -> list[list[np.ndarray]]:
-    """The inputs the program runs on in the sandbox, widened to fp32: the exporter's example (batch
-    2, seed 0), then its check batches (seed 100 + batch), each within ``max_batch_size``."""
+    """The inputs the program runs on in the sandbox: the exporter's example, then the parity batches."""
     batches = [min(b, spec.max_batch_size) for b in (EXAMPLE_BATCH, *CHECK_BATCHES)]
     seeds = [0, *(100 + batch for batch in batches[1:])]
     return [[widen(a) for a in draw_inputs(spec, b, seed)] for b, seed in zip(batches, seeds, strict=True)]
@@ -89,12 +79,13 @@ class TorchProgramSource(OnnxModelSource):
         _check_against(spec, "outputs", spec.outputs, found_outputs)
         self.archive_sha256 = archive.sha256
         sets = input_sets(spec)
-        conversion = archive.convert([t.name for t in spec.inputs], [t.name for t in spec.outputs], sets)
-        super().__init__(spec, conversion.folder / ONNX, field)
-        self._hold_to_program(sets, conversion.program_outputs(len(sets), len(spec.outputs)))
+        onnx_file, outputs = archive.convert(
+            [t.name for t in spec.inputs], [t.name for t in spec.outputs], sets
+        )
+        super().__init__(spec, onnx_file, field)
+        self._hold_to_program(sets, outputs)
 
     def _hold_to_program(self, sets: list[list[np.ndarray]], expected: list[list[np.ndarray]]) -> None:
-        """The converted file must give the program's own outputs (fp32 tolerance, per output)."""
         names = [t.name for t in self.spec.outputs]
         tolerances = [t.tolerance for t in self.spec.outputs]
         worst = None

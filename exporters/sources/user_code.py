@@ -32,8 +32,7 @@ def import_object(reference: str, path: str | None, field: str) -> Any:
 
 
 def check_sampler_signature(function: Any, reference: str, field: str) -> None:
-    """A ``SpecError`` naming ``field`` unless ``function`` can be called as ``function(batch, rng)``
-    (``exporters validate`` checks it without calling it)."""
+    """A ``SpecError`` naming ``field`` unless ``function`` can be called as ``function(batch, rng)``."""
     name = reference.partition(":")[2]
     if not callable(function):
         raise SpecError(field, f"{reference} is not a function; define def {name}(batch, rng)")
@@ -53,8 +52,7 @@ def check_sampler_signature(function: Any, reference: str, field: str) -> None:
 
 
 def call_sampler(function: Any, reference: str, field: str, batch: int, rng: Any) -> Any:
-    """``function(batch, rng)``, as ``sample:`` and ``calibration:`` functions are called; a function
-    that does not take those two arguments, or raises, is a ``SpecError`` naming ``field`` in one line."""
+    """``function(batch, rng)``; a failure is a one-line ``SpecError`` naming ``field``."""
     check_sampler_signature(function, reference, field)
     try:
         return function(batch, rng)
@@ -66,8 +64,8 @@ def call_sampler(function: Any, reference: str, field: str, batch: int, rng: Any
 
 
 def _forget_other_copies(package: str, path: Path) -> None:
-    """Drop ``package`` from the import cache when it was imported from another folder than ``path``
-    (two specs, or two projects, naming the same package), so the spec's own copy is the one used."""
+    """Drop ``package`` from the import cache when it came from another folder than ``path`` (two specs
+    naming the same package), so the spec's own copy is used."""
     cached = sys.modules.get(package)
     origin = getattr(cached, "__file__", None)
     if cached is None or (origin and Path(origin).resolve().is_relative_to(path.resolve())):
@@ -78,9 +76,8 @@ def _forget_other_copies(package: str, path: Path) -> None:
 
 
 def module_files(reference: str, path: str | None) -> list[Path]:
-    """The user's source files a build depends on: every module imported from ``path`` (the factory's
-    module and what it imports from the user's project), else the factory's own module file. Not every
-    ``.py`` under ``path``: that folder may hold a virtual environment."""
+    """The user's source files a build depends on: every module imported from ``path`` (not every ``.py``
+    there: it may hold a venv), else the factory's own file."""
     if path is None:
         file = getattr(sys.modules.get(reference.partition(":")[0]), "__file__", None)
         return [Path(file)] if file else []

@@ -1,10 +1,5 @@
-"""A ResNet-18-structured image classifier, written here so nothing is downloaded.
-
-The video-analysis scenario of the design: a CNN whose cost grows with resolution. `width` scales every
-stage's channels (64 is the real ResNet-18) so that the study can size the model for a 2-core machine
-without changing its structure. The network is an ``nn.Sequential`` of blocks so that the pipeline
-splitter can cut it at block boundaries.
-"""
+"""A ResNet-18-structured image classifier, written here so nothing is downloaded: ``width`` scales every
+stage's channels (64 is the real one); an ``nn.Sequential`` of blocks, so a pipeline can cut it."""
 
 from __future__ import annotations
 
@@ -33,23 +28,9 @@ class BasicBlock(nn.Module):
         return torch.relu(out + self.shortcut(x))
 
 
-class Head(nn.Module):
-    """Global average pooling and the linear classifier."""
-
-    def __init__(self, channels: int, num_classes: int) -> None:
-        super().__init__()
-        self.fc = nn.Linear(channels, num_classes)
-
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return self.fc(torch.flatten(nn.functional.adaptive_avg_pool2d(x, 1), 1))
-
-
 def build_image_classifier(width: int = 32, num_classes: int = 10) -> nn.Sequential:
-    """ResNet-18 layout: stem, four stages of two basic blocks, pooled linear head.
-
-    Returned in eval mode with non-trivial batch-norm statistics, so that exported graphs fold real
-    numbers rather than identity normalisation.
-    """
+    """Stem, four stages of two basic blocks, pooled linear head; batch-norm statistics non-trivial, so
+    exported graphs fold real numbers."""
     if width < 1 or num_classes < 1:
         raise ValueError(f"width and num_classes must be >= 1, got width={width}, num_classes={num_classes}")
     stem = nn.Sequential(
@@ -66,7 +47,7 @@ def build_image_classifier(width: int = 32, num_classes: int = 10) -> nn.Sequent
             stride = 2 if stage > 0 and index == 0 else 1
             blocks.append(BasicBlock(channels, out_channels, stride))
             channels = out_channels
-    blocks.append(Head(channels, num_classes))
+    blocks.append(nn.Sequential(nn.AdaptiveAvgPool2d(1), nn.Flatten(), nn.Linear(channels, num_classes)))
     model = nn.Sequential(*blocks)
     for module in model.modules():
         if isinstance(module, nn.BatchNorm2d):

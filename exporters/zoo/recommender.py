@@ -1,10 +1,5 @@
-"""A DLRM-style recommender: embedding tables for sparse ids, MLPs for dense features.
-
-The recommendation scenario of the design. The model is written as two halves on purpose:
-``embed`` (the memory-heavy lookups) and ``dense`` (bottom MLP, pairwise-dot interaction, top MLP), so
-that the pipeline issue can place them on different devices and check that the halves compose to the
-whole.
-"""
+"""A DLRM-style recommender: embedding tables for sparse ids, MLPs for dense features, written as two
+halves (``embed``, the memory-heavy lookups; ``dense``) so a pipeline can place them on different devices."""
 
 from __future__ import annotations
 
@@ -79,8 +74,3 @@ class Recommender(nn.Module):
 
     def forward(self, dense: torch.Tensor, sparse_ids: torch.Tensor) -> torch.Tensor:
         return self.dense(dense, self.embed(sparse_ids))
-
-
-def build_recommender(**options: object) -> Recommender:
-    """Build the recommender in eval mode; options are ``Recommender``'s keyword arguments."""
-    return Recommender(**options).eval()  # type: ignore[arg-type]
