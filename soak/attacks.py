@@ -134,18 +134,19 @@ def shared_memory_identity(soak: Soak) -> None:
         return
     region = Path("/dev/shm") / name
     before = soak.stub_pids()
-    for protocol, client in soak.clients().items():
-        name = f"soak_link_{protocol}_{os.getpid()}"
-        link = Path("/dev/shm") / name
-        os.link(region, link)
-        try:
-            register = functools.partial(client.register_system_shared_memory, name, f"/{name}", 4096)
-            linked = refused(register, protocol, "has 2 links")
-        finally:
-            link.unlink()
-        soak.report.check("hard links to a stub's region (refused)").record(linked)
-        own_file_read = renamed_over(client, protocol, region)
-        soak.report.check("stub regions renamed over a client's (its own file read)").record(own_file_read)
+    with soak.clients() as clients:
+        for protocol, client in clients.items():
+            name = f"soak_link_{protocol}_{os.getpid()}"
+            link = Path("/dev/shm") / name
+            os.link(region, link)
+            try:
+                register = functools.partial(client.register_system_shared_memory, name, f"/{name}", 4096)
+                linked = refused(register, protocol, "has 2 links")
+            finally:
+                link.unlink()
+            soak.report.check("hard links to a stub's region (refused)").record(linked)
+            own_read = renamed_over(client, protocol, region)
+            soak.report.check("stub regions renamed over a client's (its own file read)").record(own_read)
     alive = before <= soak.stub_pids()
     soak.report.check("shared-memory identity attacks (no stub lost)").record(alive)
 
@@ -249,8 +250,9 @@ def truncate_race(soak: Soak) -> None:
     """A client's region cut short and restored while its requests use it (row 45); the server kept."""
     pid, before = soak.server.pid, soak.stub_pids()
     answers_right = True
-    for protocol, client in soak.clients().items():
-        answers_right &= not race_truncation(client, protocol, f"soak_cut_{protocol}_{os.getpid()}").wrong
+    with soak.clients() as clients:
+        for protocol, client in clients.items():
+            answers_right &= not race_truncation(client, protocol, f"soak_cut_{protocol}_{os.getpid()}").wrong
     soak.report.check("regions truncated while in use (answered or refused, server kept)").record(
         answers_right and server_kept(soak, pid, before)
     )

@@ -12,7 +12,7 @@ import random
 import signal
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -69,9 +69,13 @@ class Soak:
         regions = [s.shm_region for s in self.stubs() if s.shm_region]
         return self.rng.choice(regions) if regions else None
 
-    def clients(self) -> dict[str, Any]:
-        """A client per protocol: the soak's own over HTTP, a new one over gRPC."""
-        return {"http": self.client, "grpc": grpcclient.InferenceServerClient(self.server.grpc_url)}
+    @contextlib.contextmanager
+    def clients(self) -> Iterator[dict[str, Any]]:
+        """A client per protocol: the soak's own over HTTP, a new one over gRPC, closed when the block
+        ends: left open, each run's channel stayed open until the garbage collector found it (a caught
+        error's traceback holds it in a reference cycle), and was closed in whichever thread that was."""
+        with grpcclient.InferenceServerClient(self.server.grpc_url) as grpc_client:
+            yield {"http": self.client, "grpc": grpc_client}
 
     def input_names(self, model: str) -> tuple[str, ...] | None:
         """``model``'s input names, or None when the repository does not serve it."""
@@ -193,10 +197,13 @@ def shared_memory_probe(soak: Soak) -> None:
     region = soak.stub_region()
     if region is None:
         return
-    refusals = [  # a list, not a generator: both protocols are probed even when the first is not refused
-        refused(functools.partial(client.register_system_shared_memory, region, f"/{region}", 4096), protocol)
-        for protocol, client in soak.clients().items()
-    ]
+    with soak.clients() as clients:
+        refusals = [  # a list, not a generator: both protocols are probed even when the first is not refused
+            refused(
+                functools.partial(client.register_system_shared_memory, region, f"/{region}", 4096), protocol
+            )
+            for protocol, client in clients.items()
+        ]
     status = soak.client.get_system_shared_memory_status()
     registered = [r for r in status if r.get("name") == region or r.get("key") == f"/{region}"]
     soak.report.check("shared-memory probes (refused)").record(all(refusals) and not registered)

@@ -102,7 +102,8 @@ def _example(datatype: str, shape: list[int]) -> np.ndarray:
 
 def seed_cases(url: str, models: list[str]) -> list[Case]:
     """Valid requests to every endpoint, built from each model's metadata on the server at ``url``."""
-    client = httpclient.InferenceServerClient(url)
+    with httpclient.InferenceServerClient(url) as client:  # closed here, not by whichever thread collects it
+        metadata_of = {model: client.get_model_metadata(model) for model in models}
     json_type = [("Content-Type", "application/json")]
     cases = [
         Case("GET", "/v2/health/live", []), Case("GET", "/v2/health/ready", []), Case("GET", "/v2", []),
@@ -116,7 +117,7 @@ def seed_cases(url: str, models: list[str]) -> list[Case]:
         Case("POST", f"/v2/systemsharedmemory/region/{SHM_REGION}/unregister", json_type),
     ]  # fmt: skip
     for model in models:
-        metadata = client.get_model_metadata(model)
+        metadata = metadata_of[model]
         base = f"/v2/models/{model}"
         cases += [Case("GET", base + tail, []) for tail in ("", "/config", "/ready", "/stats")]
         inputs, binary_inputs, payloads, generate = [], [], [], {}

@@ -152,8 +152,8 @@ def good_traffic(fault_server: TritonServer):
             client.close()  # in this thread: the gevent pool cannot be joined from the collector's
 
         def __enter__(self) -> Traffic:
-            stats = connect("grpc", fault_server.grpc_url)
-            self.before = model_stats(stats, "grpc", GOOD_MODEL)
+            with connect("grpc", fault_server.grpc_url) as stats:
+                self.before = model_stats(stats, "grpc", GOOD_MODEL)
             self.threads = [threading.Thread(target=self._loop, args=(p,), daemon=True) for p in PROTOCOLS]
             for thread in self.threads:
                 thread.start()
@@ -169,8 +169,8 @@ def good_traffic(fault_server: TritonServer):
             assert traffic.failures == [], traffic.failures[:5]
             assert traffic.ok == traffic.sent >= self.minimum
             if self.server_count:  # read once Triton has counted the last answers (one sample each)
-                stats = connect("grpc", fault_server.grpc_url)
-                counted = stats_counting(stats, "grpc", GOOD_MODEL, self.before, traffic.ok)
+                with connect("grpc", fault_server.grpc_url) as stats:
+                    counted = stats_counting(stats, "grpc", GOOD_MODEL, self.before, traffic.ok)
                 assert counted.requests == traffic.ok, "server count != client count"
 
     return Running

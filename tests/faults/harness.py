@@ -66,9 +66,9 @@ def orphans(server: TritonServer) -> list[str]:
 
 def assert_live_and_ready(server: TritonServer) -> None:
     for protocol in PROTOCOLS:
-        client = connect(protocol, url(server, protocol))
-        assert client.is_server_live(), f"not live over {protocol}"
-        assert client.is_server_ready(), f"not ready over {protocol}"
+        with connect(protocol, url(server, protocol)) as client:
+            assert client.is_server_live(), f"not live over {protocol}"
+            assert client.is_server_ready(), f"not ready over {protocol}"
 
 
 def revive(server: TritonServer) -> str | None:

@@ -32,6 +32,10 @@ built as the race builds its requests: a region holding another input, the same 
 Triton's own port, and one to a port where nothing listens (the server gone); and the race's "server
 kept" is asked about a server the supervisor restarted.
 
+The faults that open a gRPC client of their own (``Soak.clients``: ``shm``, ``shm-identity``,
+``truncate-race``) run a few times with the garbage collector off, and must leave none of those
+clients open: a soak runs them again and again in one process.
+
 ``kill-server`` needs a supervised server of its own (the shared one has no supervisor): the last
 test starts one and holds the kill to the soak's verdict on it (an outage of every model, recovered
 once the supervisor serves again, and the death counted as the soak's own).
@@ -45,6 +49,7 @@ bursts' fuzzer is ``test_http_fuzz``'s.
 from __future__ import annotations
 
 import functools
+import gc
 import os
 import random
 import threading
@@ -56,11 +61,13 @@ from typing import Any
 
 import numpy as np
 import pytest
+import tritonclient.grpc as grpcclient
 import tritonclient.http as httpclient
 import tritonclient.utils.shared_memory as shared_memory
 from harness import PROTOCOLS, trivial_inputs, url
 from resilience_fixtures import build_small_repository, explicit_options
 from shm_harness import a_stub_region, client_file
+from tritonclient.utils import InferenceServerException
 
 from client.connection import connect
 from server import TritonServer
@@ -92,6 +99,9 @@ pytestmark = pytest.mark.integration
 ANSWERED = {name: ATTACKS[name] for name in ATTACKS if name != "kill-server"} | {
     name: FAULTS[name] for name in ("shm", "bad", "overflow")
 }
+# the faults that open a gRPC client of their own (``Soak.clients``), and how often a test runs each
+OPENING_CLIENTS = ("shm", "shm-identity", "truncate-race")
+ROUNDS = 3
 WATCHED_S = HALF_OPEN_CLOSED_WITHIN_S + 30  # half-open's checks are recorded from its own thread
 # the faults whose verdicts Triton's own ports answer wrongly (the shared-memory ones register a
 # region first, which those ports refuse before there is anything to judge)
@@ -136,6 +146,42 @@ def test_each_answered_fault_gets_its_answer(fault_server: TritonServer, good_tr
     assert checks, f"{fault} recorded no check: it found nothing to attack"
     assert all(right == injected > 0 for right, injected in checks.values()), checks
     assert not soak.report.outages, "an answered fault took a model out of service"
+
+
+def _grpc_clients() -> list[grpcclient.InferenceServerClient]:
+    # type(), not isinstance(): a deprecated proxy among the objects (torch's) warns when asked its class
+    return [o for o in gc.get_objects() if issubclass(type(o), grpcclient.InferenceServerClient)]
+
+
+def _still_open(client: grpcclient.InferenceServerClient) -> bool:
+    """Whether a request can still go through ``client`` (a closed one's channel refuses to send it)."""
+    try:
+        client.is_server_live()
+    except ValueError:  # "Cannot invoke RPC on closed channel!"
+        return False
+    except InferenceServerException:
+        pass
+    return True
+
+
+@pytest.mark.parametrize("fault", OPENING_CLIENTS)
+def test_a_fault_closes_the_clients_it_opens(fault_server: TritonServer, fault: str) -> None:
+    """A soak runs each fault again and again in one process: every gRPC client a run opens must be
+    closed when it returns. Left to the garbage collector, a caught error's reference cycle keeps it
+    open until the next collection, so the collector is off while the fault runs (as between two
+    collections), and no client the runs opened may still be open after them. The process's file
+    descriptors would not tell: gRPC shares one connection per address among all its channels."""
+    soak = _soak(fault_server, ["trivial", "recommender", PIPELINE], [])
+    held_before = _grpc_clients()
+    gc.disable()
+    try:
+        for _ in range(ROUNDS):
+            _run(fault, soak)
+        opened = [c for c in _grpc_clients() if not any(c is held for held in held_before)]
+    finally:
+        gc.enable()
+    still_open = [client for client in opened if _still_open(client)]
+    assert not still_open, f"{len(still_open)} of {fault}'s gRPC clients left open after {ROUNDS} runs"
 
 
 @pytest.mark.parametrize("fault", JUDGING_AN_ANSWER)
