@@ -1,9 +1,5 @@
-"""The JSON records a build keeps beside its artifacts (``export.json``, ``pipeline.json``).
-
-Written whole or not at all (``python_backend.atomic_files``), and read so that a missing, empty or
-damaged record means "rebuild", never a crash: a record cut short by a full disk once made every later
-build fail with ``JSONDecodeError`` until it was deleted by hand.
-"""
+"""The JSON records a build keeps beside its artifacts, written whole; a missing or damaged one means
+"rebuild", never a crash."""
 
 from __future__ import annotations
 

@@ -1,13 +1,9 @@
-"""Build the spec's pipelines into the repository: check, export, configure, record.
+"""Build the spec's pipelines into the repository: check in torch, export, check the artifacts, record.
 
-Order (check before writing): the stage chain is checked against the whole model in torch first
-(uncompressed: the split itself must be exact) and the compression error is measured, before
-anything is written. Each artifact is then written under a ``.partial`` name, loaded back the way the
-server loads it, and the chain of artifacts is checked against the whole model again; only then do
-files take their final names. ``pipeline.json`` beside the ensemble (a ``PipelineRecord``) records the
-cuts, costs, errors and boundary bytes (the perf pipeline study reads it). A content hash of the
-model, its weights and the pipeline spec lets a rebuild skip the work, and keeps the measured cut
-points, so rebuilding never moves a cut by timing noise.
+The stage chain is held to the whole model in torch (uncompressed: the split must be exact), then its
+artifacts, loaded back as the server loads them, before any file takes its final name. ``pipeline.json``
+keeps the cuts and figures under a content hash, so a rebuild skips the work and never moves a cut by
+timing noise.
 """
 
 from __future__ import annotations
@@ -122,13 +118,6 @@ def _missing_folders(folder: Path) -> list[Path]:
     return missing[::-1]
 
 
-def _discard(created: list[Path]) -> None:
-    """Remove the folders a failed build made (innermost first, if empty)."""
-    for folder in reversed(created):
-        with contextlib.suppress(OSError):  # not empty: something else lives there now; leave it
-            folder.rmdir()
-
-
 def _export(
     pipeline: PipelineSpec, spec: ModelSpec, model: nn.Module, stages: list[Stage], plan: SplitPlan | None,
     repository: Path, digest: str, build_id: str,
@@ -170,7 +159,9 @@ def _export(
             artifacts = check_stages(stages, whole, samples, pipeline.boundary_dtype, what, fns=loaded)
             hashes = [file_sha256(partial) for partial in partials]
     except BaseException:  # nothing half-built stays in the repository, whatever the failure
-        _discard(created)
+        for folder in reversed(created):
+            with contextlib.suppress(OSError):  # not empty: something else lives there now
+                folder.rmdir()
         raise
     ranges = plan.stage_ranges() if plan else [None] * len(stages)
     return PipelineRecord(
@@ -191,10 +182,8 @@ def _export(
 def build_pipeline(
     pipeline: PipelineSpec, spec: ModelSpec, repository: Path, num_gpus: int, plan: SplitPlan | None = None
 ) -> BuiltPipeline:
-    """Build the ensemble and its stage models into ``repository`` (reusing an identical earlier build).
-
-    ``plan`` (cuts already chosen for the same model and stage count) skips the cost measurement.
-    """
+    """Build the ensemble and its stage models into ``repository`` (reusing an identical earlier build);
+    ``plan``: cuts already chosen for the same model and stages."""
     model = build_torch_model(spec)
     digest = _identity(pipeline, spec, model)
     record = _recorded(repository, pipeline, digest)
@@ -223,11 +212,8 @@ def build_pipelines(
     only: Iterable[str] | None = None,
     on_pipeline: Callable[[PipelineSpec], None] | None = None,
 ) -> list[BuiltPipeline]:
-    """Build every pipeline of ``spec`` (or those named in ``only``; other names are ignored here).
-
-    Pipelines that cut the same model into the same stages share one plan, so that variants (e.g. with
-    and without boundary compression) differ only in what the spec says, not by timing noise.
-    """
+    """Build every pipeline of ``spec`` (or those named in ``only``); pipelines cutting the same model
+    into the same stages share one plan, so variants differ only as the spec says, not by timing noise."""
     wanted = None if only is None else set(only)
     built: list[BuiltPipeline] = []
     plans: dict[tuple, SplitPlan] = {}

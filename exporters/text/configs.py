@@ -1,25 +1,16 @@
 """Triton configs of a text-embedding service: tokenizer (Python), encoder (ONNX), and the ensemble.
 
-The encoder's sequence axis is ``-1`` (dims ``[-1]``): the native onnxruntime backend (NGC) and ours
-both take any length, and the dynamic batcher merges requests of the same padded length, which is
-what the tokenizer's buckets provide. ``ragged=True`` makes the padded-to-longest alternative the perf
-study compares against: ``allow_ragged_batch`` lets the batcher merge any lengths, and the encoder
-then runs on the Python backend (our onnxruntime ``model.py`` placed in the model folder), which pads
-each formed batch to its longest member. That variant is never the served default: the native
-onnxruntime backend would concatenate ragged inputs without padding.
+The batcher merges requests of the same padded length, which the tokenizer's buckets provide.
+``ragged=True`` is the alternative the perf study compares against: ``allow_ragged_batch``, and the
+encoder on our onnxruntime ``model.py``, which pads each batch to its longest (the native backend
+would concatenate ragged inputs unpadded, so it is never the default).
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 
-from exporters.configs.model_config import (
-    InstanceGroup,
-    ModelConfig,
-    ModelTensor,
-    ModelWarmup,
-    WarmupInput,
-)
+from exporters.configs.model_config import InstanceGroup, ModelConfig, ModelTensor, ModelWarmup, WarmupInput
 from exporters.configs.models import chained_ensemble, dynamic_batching, instance_groups
 from exporters.schema.guards import guard_parameters
 from exporters.schema.text_embeddings import TextEmbeddingSpec
@@ -73,11 +64,8 @@ def _warmups(spec: TextEmbeddingSpec) -> list[ModelWarmup]:
 
 
 def encoder_guards(spec: TextEmbeddingSpec, vocab_size: int | None) -> dict[str, str]:
-    """The encoder holds direct requests to what the tokenizer gives it: ids inside the vocabulary, a
-    0/1 attention mask, at most ``max_seq_length`` tokens. The ensemble is not the only way in (a client
-    may call the encoder by name), and its checks must not be skipped that way; our onnxruntime backend
-    enforces these, the native one ignores the parameters, and the fronts bound the sequence axis by
-    the last (``input_max_shapes``) before Triton sees a request."""
+    """Requests that call the encoder by name are held to what the tokenizer gives it: ids inside the
+    vocabulary, a 0/1 mask, at most ``max_seq_length`` tokens (our backend and the fronts enforce them)."""
     ranges = {"input_ids": (0, vocab_size), "attention_mask": (0, 2)} if vocab_size is not None else {}
     longest = {name: (spec.max_seq_length,) for name in TOKEN_INPUTS}
     return guard_parameters(ranges, allow_non_finite=False, max_shapes=longest)
@@ -113,10 +101,5 @@ def ensemble_config(spec: TextEmbeddingSpec) -> ModelConfig:
 def text_configs(
     spec: TextEmbeddingSpec, num_gpus: int, ragged: bool = False, vocab_size: int | None = None
 ) -> list[ModelConfig]:
-    """The ensemble's config first, then the tokenizer's and the encoder's (``vocab_size``: see
-    ``encoder_guards``)."""
-    return [
-        ensemble_config(spec),
-        tokenizer_config(spec),
-        encoder_config(spec, num_gpus, ragged, vocab_size),
-    ]
+    """The ensemble's config first, then the tokenizer's and the encoder's."""
+    return [ensemble_config(spec), tokenizer_config(spec), encoder_config(spec, num_gpus, ragged, vocab_size)]
