@@ -14,7 +14,6 @@ from rich.markup import escape
 from rich.progress import Progress
 from rich.table import Table
 
-from exporters.configs.model_config import ModelConfig
 from exporters.configs.models import QUEUE_POLICY_SPARE_INSTANCES, lacks_spare_instances
 from exporters.devices import detect_gpu_count
 from exporters.errors import ExportCheckError, ExporterError, SpecError
@@ -79,18 +78,6 @@ def _init(args: argparse.Namespace) -> str:
     return entry_yaml(spec, notes=[note] if note else [])
 
 
-def _warn_queue_policies(configs: list[ModelConfig], console: Console) -> None:
-    """One warning for every config whose queue policy meets too few instances (docs/SERVING.md, row 11)."""
-    names = [c.name for c in configs if lacks_spare_instances(c)]
-    if names:
-        console.print(
-            f"[yellow]warning[/yellow] a queue policy with fewer than {QUEUE_POLICY_SPARE_INSTANCES} "
-            f"instances per device: {', '.join(names)}. On Triton 2.51 their requests can wait ~500 ms "
-            f"now and then (docs/SERVING.md, row 11); give them "
-            f"{QUEUE_POLICY_SPARE_INSTANCES} instances or drop the policy."
-        )
-
-
 def main(argv: list[str] | None = None) -> int:
     args = _parser().parse_args(argv)
     logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
@@ -149,18 +136,23 @@ def main(argv: list[str] | None = None) -> int:
     for item in built:
         groups = ", ".join(f"{g.kind}×{g.count}{g.gpus or ''}" for g in item.config.instance_group)
         table.add_row(
-            item.spec.name,
-            item.spec.precision,
-            item.spec.batching.mode,
-            groups,
+            item.spec.name, item.spec.precision, item.spec.batching.mode, groups,
             f"{item.artifact.max_rel_error:.2e} ({item.artifact.tolerance:g})",
             "cached" if item.artifact.cached else "exported",
             *([f"{memory[item.spec.name] / 2**20:.1f}"] if memory else []),
-        )
+        )  # fmt: skip
     console.print(table)
     if pipelines:
         console.print(_pipeline_table(pipelines))
-    _warn_queue_policies([item.config for item in built] + [c for p in pipelines for c in p.configs], console)
+    configs = [item.config for item in built] + [c for p in pipelines for c in p.configs]
+    names = [c.name for c in configs if lacks_spare_instances(c)]
+    if names:
+        console.print(
+            f"[yellow]warning[/yellow] a queue policy with fewer than {QUEUE_POLICY_SPARE_INSTANCES} "
+            f"instances per device: {', '.join(names)}. On Triton 2.51 their requests can wait ~500 ms "
+            f"now and then (docs/SERVING.md, row 11); give them "
+            f"{QUEUE_POLICY_SPARE_INSTANCES} instances or drop the policy."
+        )
     for item in texts:
         record = item.record
         limits = ", ".join(f"{k} {v:g}" for k, v in record["outputs"][0]["tolerance"].items() if k != "kind")

@@ -29,7 +29,7 @@ from exporters.artifacts.records import current_record, write_record
 from exporters.errors import ExportCheckError
 from exporters.precision.int8 import to_int8
 from exporters.schema.models import ModelSpec
-from exporters.sources.base import LoadedSource, TorchModuleSource
+from exporters.sources.base import TorchModuleSource
 from exporters.sources.inputs import calibration_inputs
 from exporters.sources.load import load_source
 from python_backend.atomic_files import staged
@@ -103,16 +103,6 @@ def run_onnx(path: Path, spec: ModelSpec, inputs: list[np.ndarray]) -> list[np.n
     return outputs
 
 
-def served_onnx(spec: ModelSpec, source: LoadedSource) -> bytes:
-    """The source's export in the spec's precision; int8 quantized from fp32 on the calibration batches."""
-    data = source.onnx_bytes()
-    if spec.precision != "int8":
-        return data
-    names = [t.name for t in spec.inputs]
-    feeds = [dict(zip(names, batch, strict=True)) for batch in calibration_inputs(spec, source.zoo_model)]
-    return to_int8(data, feeds)
-
-
 def export_onnx(spec: ModelSpec, out_dir: Path) -> Artifact:
     """Export ``spec``'s model to ``out_dir/model.onnx`` unless an identical export is already there;
     the file replaces ``model.onnx`` whole only after its checks pass (a failure leaves no part behind)."""
@@ -126,7 +116,10 @@ def export_onnx(spec: ModelSpec, out_dir: Path) -> Artifact:
             return Artifact(path=path, cached=True, **{k: v for k, v in record.items() if k != "path"})
     worst = None
     names, tolerances = [t.name for t in spec.outputs], [t.tolerance for t in spec.outputs]
-    data = served_onnx(spec, source)
+    data = source.onnx_bytes()
+    if spec.precision == "int8":  # quantized from the fp32 export, calibrated on the spec's batches
+        batches = calibration_inputs(spec, source.zoo_model)
+        data = to_int8(data, [{t.name: a for t, a in zip(spec.inputs, b, strict=True)} for b in batches])
     with staged(path, len(data)) as staging:
         staging.write_bytes(data)
         onnx.checker.check_model(str(staging), full_check=True)

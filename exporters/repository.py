@@ -77,12 +77,9 @@ def prepare_repository(repository: Path, keep: Iterable[str]) -> None:
 
 
 def build_repository(
-    spec: Spec,
-    repository: Path,
-    num_gpus: int,
-    only: Iterable[str] | None = None,
+    spec: Spec, repository: Path, num_gpus: int, only: Iterable[str] | None = None,
     on_model: Callable[[ModelSpec], None] | None = None,
-) -> list[BuiltModel]:
+) -> list[BuiltModel]:  # fmt: skip
     """Build every model of ``spec`` (or those named in ``only``, which may name pipelines and text
     services too); ``on_model`` reports progress."""
     selected = [m for m in spec.models if only is None or m.name in set(only)]

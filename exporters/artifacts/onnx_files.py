@@ -33,12 +33,9 @@ def check_external_data(model_path: Path, model: onnx.ModelProto | None = None) 
 
 
 def module_to_onnx(
-    module: nn.Module,
-    example: tuple[torch.Tensor, ...],
-    input_names: list[str],
-    output_names: list[str],
+    module: nn.Module, example: tuple[torch.Tensor, ...], input_names: list[str], output_names: list[str],
     variable_axes: dict[str, dict[int, str]] | None = None,
-) -> bytes:
+) -> bytes:  # fmt: skip
     """``torch.onnx.export`` with the given tensor names, a dynamic batch axis on every tensor (plus
     ``variable_axes``) and the TorchScript-based exporter (exact names, fast)."""
     axes = {

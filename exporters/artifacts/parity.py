@@ -133,12 +133,9 @@ def _collapse(actual: np.ndarray, expected: np.ndarray, scale: float, precision:
 
 
 def check_outputs(
-    expected: np.ndarray,
-    actual: np.ndarray,
-    tolerance: Tolerance | None,
-    precision: str,
+    expected: np.ndarray, actual: np.ndarray, tolerance: Tolerance | None, precision: str,
     name: str = "output",
-) -> OutputCheck:
+) -> OutputCheck:  # fmt: skip
     """One output held to ``tolerance`` (resolved for ``precision``); never raises: ``problems`` say what
     failed."""
     limits = resolved(tolerance, precision)
@@ -201,24 +198,16 @@ class ParityReport:
 
 
 def compare_outputs(
-    actual: Sequence[np.ndarray],
-    expected: Sequence[np.ndarray],
-    precision: str,
-    what: str,
-    names: Sequence[str] | None = None,
-    tolerances: Sequence[Tolerance | None] | None = None,
-) -> ParityReport:
+    actual: Sequence[np.ndarray], expected: Sequence[np.ndarray], precision: str, what: str,
+    names: Sequence[str] | None = None, tolerances: Sequence[Tolerance | None] | None = None,
+) -> ParityReport:  # fmt: skip
     """Check every output; ``ExportCheckError`` naming ``what``, the output and each broken limit."""
     if len(actual) != len(expected):
         raise ExportCheckError(f"{what}: {len(actual)} outputs, torch gives {len(expected)}")
     names = list(names) if names is not None else [f"output {i}" for i in range(len(expected))]
     limits = list(tolerances) if tolerances is not None else [None] * len(expected)
-    report = ParityReport(
-        tuple(
-            check_outputs(e, a, t, precision, n)
-            for a, e, t, n in zip(actual, expected, limits, names, strict=True)
-        )
-    )
+    outputs = zip(actual, expected, limits, names, strict=True)
+    report = ParityReport(tuple(check_outputs(e, a, t, precision, n) for a, e, t, n in outputs))
     failed = [c for c in report.checks if not c.ok]
     if failed:
         raise ExportCheckError(

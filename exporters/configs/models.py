@@ -39,15 +39,6 @@ TENSORRT_FP16, TENSORRT_INT8 = (
 )
 
 
-def gpu_accelerators(spec: ModelSpec, target: str) -> list[dict]:
-    """TensorRT on GPU targets: INT8 for an int8 model, FP16 when the spec asks for it."""
-    if target != "gpu":
-        return []
-    if spec.precision == "int8":
-        return [TENSORRT_INT8]
-    return [TENSORRT_FP16] if spec.tensorrt_fp16 else []
-
-
 def resolve_target(spec: ModelSpec, num_gpus: int) -> str:
     """``cpu`` or ``gpu``: ``auto`` picks GPU when the planned machine has one."""
     if spec.target == "gpu" and num_gpus == 0:
@@ -94,8 +85,7 @@ def dynamic_batching(batching: Batching) -> ModelDynamicBatching | None:
 
 
 def lacks_spare_instances(config: ModelConfig) -> bool:
-    """Whether a queue policy meets fewer than ``QUEUE_POLICY_SPARE_INSTANCES`` instances on a device:
-    Triton 2.51 then makes requests wait ~500 ms now and then (see the constant)."""
+    """Whether a queue policy meets fewer than ``QUEUE_POLICY_SPARE_INSTANCES`` instances on a device."""
     batching = config.dynamic_batching
     if batching is None or batching.default_queue_policy is None or not config.instance_group:
         return False
@@ -123,17 +113,15 @@ def warmups(spec: ModelSpec, inputs: Sequence[TensorSpec], batching: Batching) -
 
 
 def build_model_config(
-    spec: ModelSpec,
-    num_gpus: int,
-    *,
-    name: str | None = None,
-    inputs: Sequence[TensorSpec] | None = None,
-    outputs: Sequence[TensorSpec] | None = None,
-    batching: Batching | None = None,
-) -> ModelConfig:
+    spec: ModelSpec, num_gpus: int, *, name: str | None = None, inputs: Sequence[TensorSpec] | None = None,
+    outputs: Sequence[TensorSpec] | None = None, batching: Batching | None = None,
+) -> ModelConfig:  # fmt: skip
     """The complete ``config.pbtxt`` for an ONNX model on the ``onnxruntime`` backend; a pipeline stage
     passes its own ``name``, tensors and ``batching`` (e.g. fp16 boundaries of an fp32 model)."""
-    target = resolve_target(spec, num_gpus)
+    on_gpu = resolve_target(spec, num_gpus) == "gpu"
+    # TensorRT on GPU targets: INT8 for an int8 model, FP16 when the spec asks for it.
+    tensorrt = TENSORRT_INT8 if spec.precision == "int8" else TENSORRT_FP16 if spec.tensorrt_fp16 else None
+    accelerators = [tensorrt] if tensorrt and on_gpu else []
     inputs = spec.inputs if inputs is None else inputs
     outputs = spec.outputs if outputs is None else outputs
     batching = spec.batching if batching is None else batching
@@ -156,7 +144,7 @@ def build_model_config(
                 {t.name: t.largest for t in inputs if t.variable},
             ),
         },
-        gpu_execution_accelerator=gpu_accelerators(spec, target),
+        gpu_execution_accelerator=accelerators,
     )
 
 

@@ -23,7 +23,7 @@ from torch import nn
 
 import python_backend
 from exporters.artifacts.file_hash import file_matches, file_sha256
-from exporters.artifacts.records import read_record
+from exporters.artifacts.records import read_record, write_record
 from exporters.configs.model_config import ModelConfig, write_config
 from exporters.errors import SpecError
 from exporters.onnx_export import content_hash
@@ -70,11 +70,8 @@ def _samples(spec: ModelSpec, model: nn.Module, batch: int, seed: int) -> Tensor
 
 
 def _identity(pipeline: PipelineSpec, spec: ModelSpec, model: nn.Module) -> str:
-    digest = hashlib.sha256(content_hash(spec, model).encode())
-    digest.update(
-        json.dumps([dataclasses.asdict(pipeline), BUILD_VERSION], sort_keys=True, default=list).encode()
-    )
-    return digest.hexdigest()
+    plain = json.dumps([dataclasses.asdict(pipeline), BUILD_VERSION], sort_keys=True, default=list)
+    return hashlib.sha256((content_hash(spec, model) + plain).encode()).hexdigest()
 
 
 def make_stages(
@@ -91,22 +88,15 @@ def make_stages(
 
 def _recorded(repository: Path, pipeline: PipelineSpec, digest: str) -> PipelineRecord | None:
     """The record of an identical earlier build whose artifacts are all still there, else None."""
-    record_path = repository / pipeline.name / RECORD
-    data = read_record(record_path)
-    if data is None:
-        return None
+    data = read_record(repository / pipeline.name / RECORD)
     try:
-        record = PipelineRecord.from_json(data)
+        record = None if data is None else PipelineRecord.from_json(data)
     except (KeyError, TypeError, ValueError):  # an older or damaged record: rebuild
-        log.info("%s: unreadable %s, rebuilding", pipeline.name, record_path)
         return None
-    if record.content_hash != digest or not record.build_id:  # no build id: stages of an older build
+    if record is None or record.content_hash != digest or not record.build_id:  # no id: an older build
         return None
-    if not all(
-        file_matches(repository / stage.name / "1" / stage.artifact, stage.sha256) for stage in record.stages
-    ):
-        return None
-    return record
+    intact = all(file_matches(repository / s.name / "1" / s.artifact, s.sha256) for s in record.stages)
+    return record if intact else None
 
 
 def _missing_folders(folder: Path) -> list[Path]:
@@ -129,11 +119,8 @@ def _export(
     def whole(tensors: Tensors) -> torch.Tensor:
         return model(*(tensors[t.name] for t in spec.inputs))
 
-    exact = stages
-    if pipeline.boundary_dtype != "fp32":
-        exact, _ = make_stages(
-            dataclasses.replace(pipeline, boundary_dtype="fp32"), spec, model, plan, build_id
-        )
+    fp32 = dataclasses.replace(pipeline, boundary_dtype="fp32")
+    exact = make_stages(fp32, spec, model, plan, build_id)[0] if pipeline.boundary_dtype != "fp32" else stages
     split = check_stages(exact, whole, samples, "fp32", f"{pipeline.name} (stages in sequence)")
     compression = 0.0
     if pipeline.boundary_dtype != "fp32":
@@ -191,8 +178,7 @@ def build_pipeline(
     stages, plan = make_stages(pipeline, spec, model, (record and record.split_plan) or plan, build_id)
     pipeline_configs(pipeline, spec, stages, num_gpus)  # placement errors before the slow work
     cached = record is not None
-    if record is None:
-        record = _export(pipeline, spec, model, stages, plan, repository, digest, build_id)
+    record = record or _export(pipeline, spec, model, stages, plan, repository, digest, build_id)
     configs = pipeline_configs(pipeline, spec, stages, num_gpus, {s.name: s.sha256 for s in record.stages})
     (repository / pipeline.name / "1").mkdir(parents=True, exist_ok=True)  # ensembles need a version
     for stage in stages:  # the torch stage runner and the helpers it imports beside the artifact
@@ -200,18 +186,15 @@ def build_pipeline(
             python_backend.install_torch_stage(repository / stage.name / "1")
     for config in configs:
         write_config(config, repository / config.name)
-    record.write(repository / pipeline.name / RECORD)
+    write_record(repository / pipeline.name / RECORD, record.to_json())
     log.info("%s: %s stages %s", pipeline.name, "cached" if cached else "exported", [s.name for s in stages])
     return BuiltPipeline(pipeline, record, configs, cached)
 
 
 def build_pipelines(
-    spec: Spec,
-    repository: Path,
-    num_gpus: int,
-    only: Iterable[str] | None = None,
+    spec: Spec, repository: Path, num_gpus: int, only: Iterable[str] | None = None,
     on_pipeline: Callable[[PipelineSpec], None] | None = None,
-) -> list[BuiltPipeline]:
+) -> list[BuiltPipeline]:  # fmt: skip
     """Build every pipeline of ``spec`` (or those named in ``only``); pipelines cutting the same model
     into the same stages share one plan, so variants differ only as the spec says, not by timing noise."""
     wanted = None if only is None else set(only)

@@ -91,20 +91,16 @@ def torch_program_config(config: ModelConfig, spec: ModelSpec, stage: Stage, sha
     return dataclasses.replace(config, backend="python", parameters=parameters, gpu_execution_accelerator=[])
 
 
-def ensemble_config(pipeline: PipelineSpec, spec: ModelSpec, stages: Sequence[Stage]) -> ModelConfig:
-    """The ensemble: the monolithic model's signature, stages chained through named tensors."""
-    steps = [(stage.name, [t.name for t in stage.inputs], [stage.output.name]) for stage in stages]
-    inputs, outputs = ([model_tensor(t) for t in tensors] for tensors in (spec.inputs, spec.outputs))
-    return chained_ensemble(pipeline.name, spec.max_batch_size, inputs, outputs, steps)
-
-
 def pipeline_configs(
     pipeline: PipelineSpec, spec: ModelSpec, stages: Sequence[Stage], num_gpus: int,
     artifacts: Mapping[str, str] | None = None,
 ) -> list[ModelConfig]:  # fmt: skip
-    """The ensemble's config, then each stage's; ``artifacts`` maps stage names to their SHA-256."""
+    """The ensemble's config (the whole model's signature, the stages chained through named tensors),
+    then each stage's; ``artifacts`` maps stage names to their SHA-256."""
     hashes = artifacts or {}
+    steps = [(stage.name, [t.name for t in stage.inputs], [stage.output.name]) for stage in stages]
+    inputs, outputs = ([model_tensor(t) for t in tensors] for tensors in (spec.inputs, spec.outputs))
     return [
-        ensemble_config(pipeline, spec, stages),
+        chained_ensemble(pipeline.name, spec.max_batch_size, inputs, outputs, steps),
         *(stage_config(pipeline, spec, s, k, num_gpus, hashes.get(s.name, "")) for k, s in enumerate(stages)),
     ]

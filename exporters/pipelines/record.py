@@ -5,10 +5,8 @@ from __future__ import annotations
 
 import json
 from dataclasses import asdict, dataclass
-from pathlib import Path
 from typing import Any
 
-from exporters.artifacts.records import write_record
 from exporters.pipelines.splitter import SplitPlan
 from exporters.schema.typed import parse
 
@@ -69,6 +67,3 @@ class PipelineRecord:
         """The record ``to_json`` wrote; a missing or unknown key raises ``SpecError``, a ``ValueError``."""
         derived = {"boundary_bytes_per_request", "boundary_bytes_saved_per_request"}
         return parse(cls, {k: v for k, v in data.items() if k not in derived}, "pipeline.json")
-
-    def write(self, path: Path) -> None:
-        write_record(path, self.to_json())

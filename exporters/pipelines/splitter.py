@@ -51,8 +51,7 @@ class SplitPlan:
 
     def stage_ranges(self) -> list[tuple[int, int]]:
         """``[start, stop)`` block indices of each stage."""
-        bounds = [0, *self.cuts, len(self.block_costs)]
-        return list(itertools.pairwise(bounds))
+        return list(itertools.pairwise([0, *self.cuts, len(self.block_costs)]))
 
 
 @dataclass(frozen=True)
@@ -244,14 +243,9 @@ def _tie_costs(blocks: Sequence[nn.Module], example: torch.Tensor, costs: BlockC
 
 
 def plan_split(
-    model: nn.Module,
-    example: torch.Tensor,
-    num_stages: int,
-    what: str,
-    cut_points: Sequence[int] = (),
-    balance: str = "latency",
-    threads: int = 1,
-) -> SplitPlan:
+    model: nn.Module, example: torch.Tensor, num_stages: int, what: str, cut_points: Sequence[int] = (),
+    balance: str = "latency", threads: int = 1,
+) -> SplitPlan:  # fmt: skip
     """Choose the cuts: the given ``cut_points`` (checked against the model), else balanced by cost."""
     blocks = sequential_blocks(model, what)
     if num_stages > len(blocks):

@@ -83,13 +83,9 @@ def run_stages(stages: Sequence[Stage], inputs: Tensors, fns: Sequence[StageFn] 
 
 
 def check_stages(
-    stages: Sequence[Stage],
-    expected: Callable[[Tensors], torch.Tensor],
-    samples: Sequence[Tensors],
-    precision: str,
-    what: str,
-    fns: Sequence[StageFn] | None = None,
-) -> ParityReport:
+    stages: Sequence[Stage], expected: Callable[[Tensors], torch.Tensor], samples: Sequence[Tensors],
+    precision: str, what: str, fns: Sequence[StageFn] | None = None,
+) -> ParityReport:  # fmt: skip
     """The worst parity of the stage chain's final output against ``expected`` over ``samples``."""
     worst = None
     for sample in samples:

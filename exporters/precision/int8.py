@@ -33,27 +33,16 @@ def weighted_nodes(model: onnx.ModelProto) -> list[str]:
     ]
 
 
-def _named(model: onnx.ModelProto) -> onnx.ModelProto:
-    """Every node with a unique name (the quantizer selects nodes by name; exporters may leave some out)."""
-    seen: set[str] = set()
-    for index, node in enumerate(model.graph.node):
-        if not node.name or node.name in seen:
-            node.name = f"{node.op_type}_{index}"
-        seen.add(node.name)
-    return model
-
-
 def to_int8(data: bytes, calibration: Iterable[Mapping[str, np.ndarray]]) -> bytes:
     """``data`` (an fp32 ONNX file) as a QDQ int8 graph calibrated on ``calibration`` (feeds by name)."""
     from onnxruntime.quantization import CalibrationDataReader, QuantFormat, QuantType, quantize_static
 
     class Feeds(CalibrationDataReader):
         def __init__(self) -> None:
-            self.batches = iter(calibration)
+            self.batches = (dict(batch) for batch in calibration)
 
         def get_next(self) -> dict[str, np.ndarray] | None:
-            batch = next(self.batches, None)
-            return None if batch is None else dict(batch)
+            return next(self.batches, None)
 
     with tempfile.TemporaryDirectory(prefix="int8-") as folder:
         source, target = _prepared(data, Path(folder)), Path(folder) / "int8.onnx"
@@ -98,5 +87,11 @@ def _prepared(data: bytes, folder: Path) -> Path:
     # Symbolic inference is skipped: it fails on a sequence axis that a Min() bounds, as in the text
     # encoder's position ids.
     quant_pre_process(str(exported), str(source), skip_symbolic_shape=True)
-    onnx.save(_named(onnx.load(str(source))), str(source))
+    model = onnx.load(str(source))
+    seen: set[str] = set()
+    for index, node in enumerate(model.graph.node):  # the quantizers select nodes by name
+        if not node.name or node.name in seen:
+            node.name = f"{node.op_type}_{index}"
+        seen.add(node.name)
+    onnx.save(model, str(source))
     return source

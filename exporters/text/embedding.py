@@ -145,12 +145,6 @@ def encoder_onnx(
     return to_fp16(model, keep_io_types=True, block=["LayerNormalization"]).SerializeToString()
 
 
-def _cached(out_dir: Path, digest: str) -> dict[str, Any] | None:
-    """The record of an identical earlier export whose ``model.onnx`` is still exactly that file."""
-    record = current_record(out_dir / RECORD, out_dir / "model.onnx", digest)
-    return None if record is None else record | {"cached": True}
-
-
 def export_encoder(
     spec: TextEmbeddingSpec, folder: Path, out_dir: Path, done: dict[str, Path] | None = None
 ) -> dict[str, Any]:
@@ -158,15 +152,15 @@ def export_encoder(
     ``done`` maps content hashes to folders this build exported: an identical encoder is copied."""
     digest = content_hash(spec, folder)
     path, record_path = out_dir / "model.onnx", out_dir / RECORD
-    record = _cached(out_dir, digest)
-    if record is None and done and digest in done and _cached(done[digest], digest):
-        copy_file(done[digest] / "model.onnx", path)
-        copy_file(done[digest] / RECORD, record_path)
-        record = _cached(out_dir, digest)
+    twin = (done or {}).get(digest)
+    if twin is not None and current_record(record_path, path, digest) is None:
+        copy_file(twin / "model.onnx", path)
+        copy_file(twin / RECORD, record_path)
     if done is not None:
         done[digest] = out_dir
+    record = current_record(record_path, path, digest)  # an identical export whose file is still there
     if record is not None:
-        return record
+        return record | {"cached": True}
     from exporters.sources.huggingface import load_model  # heavy import, only where a text model is built
 
     encoder = SentenceEncoder(load_model(folder)).eval()
