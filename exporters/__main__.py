@@ -159,8 +159,7 @@ def main(argv: list[str] | None = None) -> int:
         console.print(
             f"text embedding {item.spec.name} ({item.spec.precision}, buckets {list(item.spec.buckets)}): "
             f"max abs error {record['max_abs_error']:.1e}, min cosine {record['min_cosine']:.6f} vs torch "
-            f"(limits: {limits})"
-            f"{' (cached)' if record['cached'] else ''}"
+            f"(limits: {limits}){' (cached)' if record['cached'] else ''}"
         )
     return 0
 

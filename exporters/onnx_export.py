@@ -86,10 +86,8 @@ def run_onnx(path: Path, spec: ModelSpec, inputs: list[np.ndarray]) -> list[np.n
     session = open_session(str(path), spec.threads.intra_op, spec.threads.inter_op, ["CPUExecutionProvider"])
     axes = shared_axes(session.get_inputs())
     names = [t.name for t in spec.outputs]
-    feeds = [
-        {t.name: np.zeros((1, *t.largest), DTYPES[t.dtype].numpy_dtype()) for t in spec.inputs}
-    ] * spec.warmup
-    feeds.append({t.name: a for t, a in zip(spec.inputs, inputs, strict=True)})
+    zeros = {t.name: np.zeros((1, *t.largest), DTYPES[t.dtype].numpy_dtype()) for t in spec.inputs}
+    feeds = [zeros] * spec.warmup + [{t.name: a for t, a in zip(spec.inputs, inputs, strict=True)}]
     for feed in feeds:
         try:
             check_shared_axes(feed, axes)

@@ -37,12 +37,11 @@ def build_model(
     ``earlier`` equal in every hashed field lends its export (variants are exported once)."""
     config = build_model_config(spec, num_gpus)  # validates placement before the slow export
     out_dir = repository / spec.name / "1"
-    twin = next(
-        (b.artifact for b in earlier if all(getattr(b.spec, n) == getattr(spec, n) for n in HASHED_FIELDS)),
-        None,
-    )
-    if twin is not None:
-        lend_export(twin, out_dir)
+    twins = [
+        b.artifact for b in earlier if all(getattr(b.spec, f) == getattr(spec, f) for f in HASHED_FIELDS)
+    ]
+    if twins:
+        lend_export(twins[0], out_dir)
     artifact = export_onnx(spec, out_dir)
     return BuiltModel(spec, config, artifact, write_config(config, repository / spec.name))
 

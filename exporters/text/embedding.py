@@ -2,10 +2,10 @@
 
 The encoder is the package's BERT (offline) plus sentence-transformers' mean pooling and L2
 normalisation in one graph, so the served output is the sentence embedding. fp16 converts the fp32
-graph (a graph exported from a halved module does not load) keeping ``LayerNormalization`` in fp32;
-int8 quantizes its ``MatMul``s dynamically. Each is held to torch on real token batches before it takes
-its final name; ``export.json`` keeps the figures, a content hash and the file's SHA-256 (a rebuild
-skips the work only while both match).
+graph (a graph exported from a halved module does not load) keeping ``LayerNormalization``, whose fp16
+variance loses too much, in fp32; int8 quantizes its ``MatMul``s dynamically. Each is held to torch on
+real token batches before it takes its final name; ``export.json`` keeps the figures, a content hash and
+the file's SHA-256 (a rebuild skips the work only while both match).
 """
 
 from __future__ import annotations
@@ -71,8 +71,7 @@ class SentenceEncoder(nn.Module):
 def model_folder(package: str) -> Path:
     """The weights folder a package carries (``get_model_path()``); SpecError if it has none."""
     try:
-        module = importlib.import_module(package)
-        folder = Path(module.get_model_path())
+        folder = Path(importlib.import_module(package).get_model_path())
     except (ImportError, AttributeError) as error:
         raise SpecError("package", f"{package!r} does not provide get_model_path(): {error}") from error
     if not (folder / "config.json").is_file() or not (folder / "tokenizer.json").is_file():
