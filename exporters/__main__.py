@@ -35,16 +35,13 @@ def _parser() -> argparse.ArgumentParser:
     build.add_argument("--spec", type=Path, default=Path("models.yaml"))
     build.add_argument("--repository", type=Path, default=Path("model_repository"))
     build.add_argument("--models", help="comma-separated subset of model and pipeline names")
-    build.add_argument(
-        "--gpus", type=int, default=None, help="plan for N GPUs (default: detect; 0 forces CPU placement)"
-    )
+    build.add_argument("--gpus", type=int, help="plan for N GPUs (default: detect; 0 forces CPU placement)")
     build.add_argument(
         "--measure-memory", action="store_true",
         help="also measure the memory one instance of each model holds at its max batch (once per file)",
     )  # fmt: skip
-    sub.add_parser("validate", help="check models.yaml and exit").add_argument(
-        "--spec", type=Path, default=Path("models.yaml")
-    )
+    validate = sub.add_parser("validate", help="check models.yaml and exit")
+    validate.add_argument("--spec", type=Path, default=Path("models.yaml"))
     init = sub.add_parser("init", help="print a models.yaml entry read from an artifact")
     what = init.add_mutually_exclusive_group(required=True)
     what.add_argument("--onnx", metavar="FILE", help="an ONNX file")
