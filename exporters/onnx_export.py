@@ -68,8 +68,7 @@ EXPORT_RECORD = "export.json"  # written beside model.onnx
 
 
 def content_hash(spec: ModelSpec, identity: Any) -> str:
-    """Hash of the spec's ``HASHED_FIELDS`` and what ``identity`` (a loaded source, or an ``nn.Module``
-    whose weights count) folds in."""
+    """Hash of the spec's ``HASHED_FIELDS`` and what ``identity`` (a source, a module's weights) folds in."""
     digest = hashlib.sha256()
     fields = {name: getattr(spec, name) for name in HASHED_FIELDS}
     fields |= {"opset": OPSET, "exporter": EXPORTER_VERSION, "torch": torch.__version__}

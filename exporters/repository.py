@@ -58,8 +58,7 @@ def lend_export(artifact: Artifact, out_dir: Path) -> None:
 
 
 def prepare_repository(repository: Path, keep: Iterable[str]) -> None:
-    """Create the repository and drop the model folders the marker lists that the spec lost (your own
-    folders are not on it)."""
+    """Create the repository; drop the folders the marker lists that the spec lost (never your own)."""
     repository.mkdir(parents=True, exist_ok=True)
     marker = repository / MARKER
     keep, built = set(keep), (read_record(marker) or {}).get("built")
@@ -79,8 +78,7 @@ def build_repository(
     spec: Spec, repository: Path, num_gpus: int, only: Iterable[str] | None = None,
     on_model: Callable[[ModelSpec], None] | None = None,
 ) -> list[BuiltModel]:  # fmt: skip
-    """Build every model of ``spec`` (or those named in ``only``, which may name pipelines and text
-    services too); ``on_model`` reports progress."""
+    """Build every model of ``spec`` (or of ``only``, which may name pipelines and text services too)."""
     selected = [m for m in spec.models if only is None or m.name in set(only)]
     owners = (*spec.pipelines, *spec.text_embeddings)  # entries that own several model folders
     missing = set(only or ()) - {entry.name for entry in (*spec.models, *owners)}

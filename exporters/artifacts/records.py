@@ -30,8 +30,7 @@ def read_record(path: Path) -> dict[str, Any] | None:
 
 
 def current_record(path: Path, artifact: Path, digest: str) -> dict[str, Any] | None:
-    """The record at ``path`` of an identical earlier export (content hash ``digest``) whose
-    ``artifact`` is still exactly the file it recorded (``file_sha256``), else None."""
+    """The record at ``path`` of an identical export (``digest``) whose ``artifact`` is still that file."""
     record = read_record(path)
     if record is None or record.get("content_hash") != digest:
         return None

@@ -78,8 +78,7 @@ def make_stages(
     pipeline: PipelineSpec, spec: ModelSpec, model: nn.Module, plan: SplitPlan | None = None,
     build_id: str = "",
 ) -> tuple[list[Stage], SplitPlan | None]:  # fmt: skip
-    """The pipeline's stages in torch (planning the cuts now unless ``plan`` is given); ``build_id``
-    names their boundary tensors (``stages.boundary_name``)."""
+    """The pipeline's stages in torch (cuts planned now unless ``plan`` is given), named by ``build_id``."""
     if pipeline.split == "embedding_dense":
         return embedding_dense_stages(pipeline, spec, model, build_id), None
     example = _samples(spec, model, min(COST_BATCH, spec.max_batch_size), seed=0)[spec.inputs[0].name]
@@ -169,8 +168,7 @@ def _export(
 def build_pipeline(
     pipeline: PipelineSpec, spec: ModelSpec, repository: Path, num_gpus: int, plan: SplitPlan | None = None
 ) -> BuiltPipeline:
-    """Build the ensemble and its stage models into ``repository`` (reusing an identical earlier build);
-    ``plan``: cuts already chosen for the same model and stages."""
+    """Build the ensemble and its stages, reusing an identical earlier build (or ``plan``'s cuts)."""
     model = build_torch_model(spec)
     digest = _identity(pipeline, spec, model)
     record = _recorded(repository, pipeline, digest)

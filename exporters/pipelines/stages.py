@@ -183,8 +183,7 @@ def stage_artifact(stage: Stage, example: tuple[torch.Tensor, ...], max_batch_si
 
 
 def check_stage_file(stage: Stage, path: Path) -> None:
-    """An ONNX stage must pass ``onnx.checker`` and keep its data in its folder (a ``.pt2`` is checked by
-    running it)."""
+    """An ONNX stage passes ``onnx.checker`` and keeps its data in its folder (a ``.pt2`` is run instead)."""
     if stage.runtime != "onnx":
         return
     try:

@@ -78,8 +78,7 @@ def to_int8_dynamic(data: bytes, calibration: Iterable[Mapping[str, np.ndarray]]
 
 
 def _prepared(data: bytes, folder: Path) -> Path:
-    """``data`` through ONNX Runtime's pre-processing (the quantizers need shapes), every node uniquely
-    named, saved in ``folder``."""
+    """``data`` through ONNX Runtime's pre-processing (the quantizers need shapes), saved in ``folder``."""
     from onnxruntime.quantization.shape_inference import quant_pre_process
 
     exported, source = folder / "export.onnx", folder / "fp32.onnx"
