@@ -49,12 +49,11 @@ def build_model(
 def lend_export(artifact: Artifact, out_dir: Path) -> None:
     """Copy ``artifact`` and its record into ``out_dir`` unless it holds that export; ``export_onnx``
     checks the copy as any earlier export, so a copy can save work but never change a result."""
-    record = artifact.path.with_name(EXPORT_RECORD)
     if (read_record(out_dir / EXPORT_RECORD) or {}).get("content_hash") == artifact.content_hash:
         return
     out_dir.mkdir(parents=True, exist_ok=True)
     shutil.copy2(artifact.path, out_dir / artifact.path.name)
-    shutil.copy2(record, out_dir / EXPORT_RECORD)
+    shutil.copy2(artifact.path.with_name(EXPORT_RECORD), out_dir / EXPORT_RECORD)
 
 
 def prepare_repository(repository: Path, keep: Iterable[str]) -> None:

@@ -30,7 +30,7 @@ from exporters.artifacts.file_hash import file_sha256
 from exporters.artifacts.onnx_files import OPSET, check_external_data, module_to_onnx
 from exporters.artifacts.parity import compare_outputs
 from exporters.artifacts.records import current_record, write_record
-from exporters.configs.model_config import ModelConfig, write_config
+from exporters.configs.model_config import write_config
 from exporters.errors import SpecError
 from exporters.precision.fp16 import to_fp16
 from exporters.precision.int8 import to_int8_dynamic
@@ -194,7 +194,6 @@ def export_encoder(
 class BuiltTextEmbedding:
     spec: TextEmbeddingSpec
     record: dict[str, Any]
-    configs: list[ModelConfig]
 
 
 def build_text_embedding(
@@ -214,7 +213,7 @@ def build_text_embedding(
     (repository / spec.name / "1").mkdir(parents=True, exist_ok=True)  # ensembles need a version
     for config in configs:
         write_config(config, repository / config.name)
-    return BuiltTextEmbedding(spec, record, configs)
+    return BuiltTextEmbedding(spec, record)
 
 
 def build_text_embeddings(
