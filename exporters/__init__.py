@@ -1,10 +1,7 @@
 """Exporters: spec (YAML) → torch model → ONNX → Triton model repository with schema-checked configs.
 
-``LAYERS`` is the order of imports between the package's folders and top-level modules, stated here
-once and checked by ``tests/unit/exporters/test_layers.py``: a part imports only from the layers
-before it, never from a part of its own layer or of a later one, and never in a circle (a deferred
-import inside a function counts too). Data flows the same way: the spec is read, a source is loaded,
-exported and checked, and the repository is written from what the layers below made.
+``LAYERS`` is the order of imports between the package's folders and top-level modules: a part imports
+only from the layers before it, deferred imports included (``tests/unit/exporters/test_layers.py``).
 """
 
 LAYERS: tuple[tuple[str, ...], ...] = (

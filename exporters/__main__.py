@@ -14,7 +14,6 @@ from rich.markup import escape
 from rich.progress import Progress
 from rich.table import Table
 
-from exporters.configs.model_config import ModelConfig
 from exporters.configs.models import QUEUE_POLICY_SPARE_INSTANCES, lacks_spare_instances
 from exporters.devices import detect_gpu_count
 from exporters.errors import ExportCheckError, ExporterError, SpecError
@@ -35,16 +34,13 @@ def _parser() -> argparse.ArgumentParser:
     build.add_argument("--spec", type=Path, default=Path("models.yaml"))
     build.add_argument("--repository", type=Path, default=Path("model_repository"))
     build.add_argument("--models", help="comma-separated subset of model and pipeline names")
-    build.add_argument(
-        "--gpus", type=int, default=None, help="plan for N GPUs (default: detect; 0 forces CPU placement)"
-    )
+    build.add_argument("--gpus", type=int, help="plan for N GPUs (default: detect; 0 forces CPU placement)")
     build.add_argument(
         "--measure-memory", action="store_true",
         help="also measure the memory one instance of each model holds at its max batch (once per file)",
     )  # fmt: skip
-    sub.add_parser("validate", help="check models.yaml and exit").add_argument(
-        "--spec", type=Path, default=Path("models.yaml")
-    )
+    validate = sub.add_parser("validate", help="check models.yaml and exit")
+    validate.add_argument("--spec", type=Path, default=Path("models.yaml"))
     init = sub.add_parser("init", help="print a models.yaml entry read from an artifact")
     what = init.add_mutually_exclusive_group(required=True)
     what.add_argument("--onnx", metavar="FILE", help="an ONNX file")
@@ -76,18 +72,6 @@ def _init(args: argparse.Namespace) -> str:
     if kind == "onnx":  # the file states its axes variable, not which lengths it runs at: try them
         spec, note = tried_lengths(spec, Path(args.onnx), f"--onnx {args.onnx}")
     return entry_yaml(spec, notes=[note] if note else [])
-
-
-def _warn_queue_policies(configs: list[ModelConfig], console: Console) -> None:
-    """One warning for every config whose queue policy meets too few instances (docs/SERVING.md, row 11)."""
-    names = [c.name for c in configs if lacks_spare_instances(c)]
-    if names:
-        console.print(
-            f"[yellow]warning[/yellow] a queue policy with fewer than {QUEUE_POLICY_SPARE_INSTANCES} "
-            f"instances per device: {', '.join(names)}. On Triton 2.51 their requests can wait ~500 ms "
-            f"now and then (docs/SERVING.md, row 11); give them "
-            f"{QUEUE_POLICY_SPARE_INSTANCES} instances or drop the policy."
-        )
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -148,26 +132,30 @@ def main(argv: list[str] | None = None) -> int:
     for item in built:
         groups = ", ".join(f"{g.kind}×{g.count}{g.gpus or ''}" for g in item.config.instance_group)
         table.add_row(
-            item.spec.name,
-            item.spec.precision,
-            item.spec.batching.mode,
-            groups,
+            item.spec.name, item.spec.precision, item.spec.batching.mode, groups,
             f"{item.artifact.max_rel_error:.2e} ({item.artifact.tolerance:g})",
             "cached" if item.artifact.cached else "exported",
             *([f"{memory[item.spec.name] / 2**20:.1f}"] if memory else []),
-        )
+        )  # fmt: skip
     console.print(table)
     if pipelines:
         console.print(_pipeline_table(pipelines))
-    _warn_queue_policies([item.config for item in built] + [c for p in pipelines for c in p.configs], console)
+    configs = [item.config for item in built] + [c for p in pipelines for c in p.configs]
+    names = [c.name for c in configs if lacks_spare_instances(c)]
+    if names:
+        console.print(
+            f"[yellow]warning[/yellow] a queue policy with fewer than {QUEUE_POLICY_SPARE_INSTANCES} "
+            f"instances per device: {', '.join(names)}. On Triton 2.51 their requests can wait ~500 ms "
+            f"now and then (docs/SERVING.md, row 11); give them "
+            f"{QUEUE_POLICY_SPARE_INSTANCES} instances or drop the policy."
+        )
     for item in texts:
         record = item.record
         limits = ", ".join(f"{k} {v:g}" for k, v in record["outputs"][0]["tolerance"].items() if k != "kind")
         console.print(
             f"text embedding {item.spec.name} ({item.spec.precision}, buckets {list(item.spec.buckets)}): "
             f"max abs error {record['max_abs_error']:.1e}, min cosine {record['min_cosine']:.6f} vs torch "
-            f"(limits: {limits})"
-            f"{' (cached)' if record['cached'] else ''}"
+            f"(limits: {limits}){' (cached)' if record['cached'] else ''}"
         )
     return 0
 

@@ -3,14 +3,11 @@
 from __future__ import annotations
 
 import os
-import shutil
 import subprocess
 
 
 def detect_gpu_count() -> int:
     """Number of NVIDIA GPUs visible here; 0 where there is no driver (CPU-only machines, CI)."""
-    if shutil.which("nvidia-smi") is None:
-        return 0
     try:
         listing = subprocess.run(["nvidia-smi", "-L"], capture_output=True, text=True, timeout=20, check=True)
     except (OSError, subprocess.SubprocessError):

@@ -1,8 +1,5 @@
-"""Exceptions of the exporters package.
-
-User-input problems (a bad ``models.yaml``, an impossible config) are kept apart from runtime failures
-(an export that does not match torch), so the CLI can say "fix your spec" versus "this is a bug".
-"""
+"""Exceptions of the exporters package: user-input problems apart from runtime failures, so the CLI can
+say "fix your spec" versus "this is a bug"."""
 
 
 class ExporterError(Exception):

@@ -1,16 +1,14 @@
 """A model of the spec → ONNX, checked against its source before it enters the repository.
 
-``export_onnx`` is a pure function of (spec, out_dir): the same spec and source give the same file,
-and a content hash of both lets a rebuild skip work already done. Every source (``exporters.sources``)
-goes through the same steps: the spec's signature checked against the real model, the ONNX file
-written under a temporary name, ``onnx.checker``, the external-data confinement check, and parity
-with the source's fp32 reference in onnxruntime on the CPU; only then does ``model.onnx`` take its
-final name. Torch modules use the TorchScript-based exporter (``dynamo=False``), which gives the spec's
-tensor names exactly and takes a fraction of a second per model.
+``export_onnx`` is a pure function of (spec, out_dir); a content hash of both lets a rebuild skip work
+already done. Every source goes through the same steps: its signature checked, the file written under a
+temporary name, ``onnx.checker``, the external-data check and parity with the source's fp32 reference;
+only then does ``model.onnx`` take its final name.
 """
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
 import logging
@@ -31,7 +29,7 @@ from exporters.artifacts.records import current_record, write_record
 from exporters.errors import ExportCheckError
 from exporters.precision.int8 import to_int8
 from exporters.schema.models import ModelSpec
-from exporters.sources.base import LoadedSource, TorchModuleSource
+from exporters.sources.base import TorchModuleSource
 from exporters.sources.inputs import calibration_inputs
 from exporters.sources.load import load_source
 from python_backend.atomic_files import staged
@@ -41,9 +39,7 @@ from python_backend.onnxruntime.ort_session import open_session
 
 log = logging.getLogger(__name__)
 
-# Bump when the export procedure changes, to invalidate cached artifacts (5: int8 weights in 7 bits,
-# exporters.precision.int8.REDUCE_RANGE).
-EXPORTER_VERSION = "5"
+EXPORTER_VERSION = "5"  # bump when the export procedure changes, to invalidate cached artifacts
 # Batch sizes the parity check runs (3 exercises the dynamic batch axis: the export's example has 2).
 # int8 is judged on agreement over many rows (top-1 share, worst cosine): one batch of 64.
 CHECK_BATCHES = {"fp32": (1, 3), "fp16": (1, 3), "int8": (64,)}
@@ -62,20 +58,17 @@ class Artifact:
     cached: bool = False
     file_sha256: str = ""  # of model.onnx as written; a cache hit requires the file to still match
     outputs: list[dict[str, Any]] = field(default_factory=list)  # per output: figures and limits (parity)
-    # A source converted before it is served (a torch_export program, in the sandbox): how the converted
-    # file matched the original there (``LoadedSource.conversion``); empty for the others.
+    # How a source converted before it is served (torch_export, in the sandbox) matched its original.
     conversion: dict[str, Any] = field(default_factory=dict)
 
 
-# The spec's fields the exported file depends on: equal in these, two models export the same file
-# (the serving fields, name, batching, instances, ..., may differ).
+# The spec's fields the exported file depends on: equal in these, two models export the same file.
 HASHED_FIELDS = ("source", "options", "seed", "precision", "calibration", "inputs", "outputs")
 EXPORT_RECORD = "export.json"  # written beside model.onnx
 
 
 def content_hash(spec: ModelSpec, identity: Any) -> str:
-    """Hash of everything that determines the exported file: the spec's ``HASHED_FIELDS`` and what the
-    source folds in (``identity``: a loaded source, or an ``nn.Module`` whose weights count)."""
+    """Hash of the spec's ``HASHED_FIELDS`` and what ``identity`` (a source, a module's weights) folds in."""
     digest = hashlib.sha256()
     fields = {name: getattr(spec, name) for name in HASHED_FIELDS}
     fields |= {"opset": OPSET, "exporter": EXPORTER_VERSION, "torch": torch.__version__}
@@ -87,17 +80,13 @@ def content_hash(spec: ModelSpec, identity: Any) -> str:
 
 
 def run_onnx(path: Path, spec: ModelSpec, inputs: list[np.ndarray]) -> list[np.ndarray]:
-    """``inputs`` through the file as the python-based onnxruntime backend runs it: the same session
-    options and the same reading of the file's named axes (inputs that must agree), after the
-    backend's warm-up request (zeros at batch 1, variable axes at ``max_shape``), so a file whose
-    requests or warm-up the backend would refuse fails the build instead of the server's load."""
+    """``inputs`` through the file as our onnxruntime backend runs it (its session options, named axes
+    and warm-up request), so a file the backend would refuse fails the build, not the server's load."""
     session = open_session(str(path), spec.threads.intra_op, spec.threads.inter_op, ["CPUExecutionProvider"])
     axes = shared_axes(session.get_inputs())
     names = [t.name for t in spec.outputs]
-    feeds = [
-        {t.name: np.zeros((1, *t.largest), DTYPES[t.dtype].numpy_dtype()) for t in spec.inputs}
-    ] * spec.warmup
-    feeds.append({t.name: a for t, a in zip(spec.inputs, inputs, strict=True)})
+    zeros = {t.name: np.zeros((1, *t.largest), DTYPES[t.dtype].numpy_dtype()) for t in spec.inputs}
+    feeds = [zeros] * spec.warmup + [{t.name: a for t, a in zip(spec.inputs, inputs, strict=True)}]
     for feed in feeds:
         try:
             check_shared_axes(feed, axes)
@@ -111,53 +100,29 @@ def run_onnx(path: Path, spec: ModelSpec, inputs: list[np.ndarray]) -> list[np.n
     return outputs
 
 
-def served_onnx(spec: ModelSpec, source: LoadedSource) -> bytes:
-    """The file to serve: the source's export in the spec's precision; for int8 its fp32 export,
-    quantized and calibrated on the spec's calibration batches (``exporters.precision.int8``)."""
-    data = source.onnx_bytes()
-    if spec.precision != "int8":
-        return data
-    names = [t.name for t in spec.inputs]
-    feeds = [dict(zip(names, batch, strict=True)) for batch in calibration_inputs(spec, source.zoo_model)]
-    return to_int8(data, feeds)
-
-
-def _recorded(record_path: Path, path: Path, digest: str) -> Artifact | None:
-    """The artifact an identical earlier export recorded, if its file is still exactly that file."""
-    record = current_record(record_path, path, digest)
-    if record is None:
-        return None
-    try:
-        return Artifact(path=path, cached=True, **{k: v for k, v in record.items() if k != "path"})
-    except TypeError:  # a record of another shape: rebuild
-        return None
-
-
 def export_onnx(spec: ModelSpec, out_dir: Path) -> Artifact:
-    """Export ``spec``'s model to ``out_dir/model.onnx`` unless an identical export is already there.
-
-    The file is written under a temporary name and only replaces ``model.onnx`` (whole, atomically)
-    after ``onnx.checker`` and the parity check against the source (``CHECK_BATCHES``) have passed;
-    any failure, a full disk included, leaves no part behind.
-    """
+    """Export ``spec``'s model to ``out_dir/model.onnx`` unless an identical export is already there;
+    the file replaces ``model.onnx`` whole only after its checks pass (a failure leaves no part behind)."""
     source = load_source(spec)
     source.check_signature()
     digest = content_hash(spec, source)
     path, record_path = out_dir / "model.onnx", out_dir / EXPORT_RECORD
-    cached = _recorded(record_path, path, digest)
-    if cached is not None:
-        log.info("%s: export up to date (%s)", spec.name, digest[:12])
-        return cached
+    record = current_record(record_path, path, digest)  # an identical export whose file is still there
+    with contextlib.suppress(TypeError):  # a record of another shape: rebuild
+        if record is not None:
+            return Artifact(path=path, cached=True, **{k: v for k, v in record.items() if k != "path"})
     worst = None
     names, tolerances = [t.name for t in spec.outputs], [t.tolerance for t in spec.outputs]
-    data = served_onnx(spec, source)
+    data = source.onnx_bytes()
+    if spec.precision == "int8":  # quantized from the fp32 export, calibrated on the spec's batches
+        batches = calibration_inputs(spec, source.zoo_model)
+        data = to_int8(data, [{t.name: a for t, a in zip(spec.inputs, b, strict=True)} for b in batches])
     with staged(path, len(data)) as staging:
         staging.write_bytes(data)
         onnx.checker.check_model(str(staging), full_check=True)
         check_external_data(staging)
         for batch in CHECK_BATCHES[spec.precision]:
             inputs = source.inputs(batch, seed=100 + batch)
-            # Each output held to its tolerance: in the spec; ExportCheckError names the limit it broke.
             report = compare_outputs(
                 run_onnx(staging, spec, inputs), source.reference(inputs), spec.precision,
                 f"{spec.name} ({spec.precision} ONNX, batch {batch})", names, tolerances,

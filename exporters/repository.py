@@ -1,8 +1,7 @@
 """Build a Triton model repository from the spec: one folder per model, ``1/model.onnx`` + config.
 
-The repository is owned by the build: a marker file at its root lets a rebuild remove models that are
-no longer in the spec (Triton would otherwise keep serving them), and never touches a folder it did not
-create.
+A marker file at its root lets a rebuild remove the models it built that the spec lost (Triton would
+keep serving them), never a folder it did not create.
 """
 
 from __future__ import annotations
@@ -34,48 +33,34 @@ class BuiltModel:
 def build_model(
     spec: ModelSpec, repository: Path, num_gpus: int, earlier: Iterable[BuiltModel] = ()
 ) -> BuiltModel:
-    """Export one model into ``repository/<name>/1`` and write its config next to it.
-
-    A model of ``earlier`` (built before it in the same build) equal in every field the export's
-    content hash reads lends its export: variants that differ only in batching or instances are
-    exported once.
-    """
+    """Export one model into ``repository/<name>/1`` and write its config next to it; a model of
+    ``earlier`` equal in every hashed field lends its export (variants are exported once)."""
     config = build_model_config(spec, num_gpus)  # validates placement before the slow export
     out_dir = repository / spec.name / "1"
-    twin = next(
-        (b.artifact for b in earlier if all(getattr(b.spec, n) == getattr(spec, n) for n in HASHED_FIELDS)),
-        None,
-    )
-    if twin is not None:
-        lend_export(twin, out_dir)
+    twins = [
+        b.artifact for b in earlier if all(getattr(b.spec, f) == getattr(spec, f) for f in HASHED_FIELDS)
+    ]
+    if twins:
+        lend_export(twins[0], out_dir)
     artifact = export_onnx(spec, out_dir)
     return BuiltModel(spec, config, artifact, write_config(config, repository / spec.name))
 
 
 def lend_export(artifact: Artifact, out_dir: Path) -> None:
-    """Copy ``artifact`` and its export record into ``out_dir``, unless it already holds that export.
-
-    ``export_onnx`` then checks the copy as it checks any earlier export (content hash and file
-    checksum) and exports afresh if they do not hold, so a copy can save work but never change a result.
-    """
-    record = artifact.path.with_name(EXPORT_RECORD)
+    """Copy ``artifact`` and its record into ``out_dir`` unless it holds that export; ``export_onnx``
+    checks the copy as any earlier export, so a copy can save work but never change a result."""
     if (read_record(out_dir / EXPORT_RECORD) or {}).get("content_hash") == artifact.content_hash:
         return
     out_dir.mkdir(parents=True, exist_ok=True)
     shutil.copy2(artifact.path, out_dir / artifact.path.name)
-    shutil.copy2(record, out_dir / EXPORT_RECORD)
+    shutil.copy2(artifact.path.with_name(EXPORT_RECORD), out_dir / EXPORT_RECORD)
 
 
 def prepare_repository(repository: Path, keep: Iterable[str]) -> None:
-    """Create the repository and drop model folders an earlier build created that the spec lost.
-
-    The marker lists every folder a build created; folders not on it (your own models) are never
-    removed, whatever they hold.
-    """
+    """Create the repository; drop the folders the marker lists that the spec lost (never your own)."""
     repository.mkdir(parents=True, exist_ok=True)
     marker = repository / MARKER
     keep, built = set(keep), (read_record(marker) or {}).get("built")
-    # Model folders earlier builds created, as recorded in the marker (none if absent or unreadable).
     earlier = {name for name in built if isinstance(name, str)} if isinstance(built, list) else set()
     for name in sorted(earlier - keep):
         folder = repository / name
@@ -89,17 +74,10 @@ def prepare_repository(repository: Path, keep: Iterable[str]) -> None:
 
 
 def build_repository(
-    spec: Spec,
-    repository: Path,
-    num_gpus: int,
-    only: Iterable[str] | None = None,
+    spec: Spec, repository: Path, num_gpus: int, only: Iterable[str] | None = None,
     on_model: Callable[[ModelSpec], None] | None = None,
-) -> list[BuiltModel]:
-    """Build every model of ``spec`` (or those named in ``only``); ``on_model`` reports progress.
-
-    ``only`` may also name pipelines (``pipelines.build.build_pipelines`` builds those); the folders of
-    every model and pipeline of the spec are kept.
-    """
+) -> list[BuiltModel]:  # fmt: skip
+    """Build every model of ``spec`` (or of ``only``, which may name pipelines and text services too)."""
     selected = [m for m in spec.models if only is None or m.name in set(only)]
     owners = (*spec.pipelines, *spec.text_embeddings)  # entries that own several model folders
     missing = set(only or ()) - {entry.name for entry in (*spec.models, *owners)}

@@ -1,11 +1,5 @@
-"""``models.yaml`` → the ``Spec`` the build, the clients and perf work from.
-
-Parsing (``exporters.schema.models``) is a pure schema and reads no artifact. A self-describing source
-(an ONNX file, a ``torch.export`` program) may leave its ``inputs``/``outputs`` out of the spec; this
-step reads them from the artifact (``exporters.sources.signature``), so every consumer sees a complete
-signature.
-Tensors the spec does give are checked against the artifact when it is built.
-"""
+"""``models.yaml`` → the ``Spec`` the build, the clients and perf work from, every signature complete:
+tensors a self-describing source (ONNX, ``torch.export``) leaves out of the spec are read from it."""
 
 from __future__ import annotations
 
@@ -41,6 +35,5 @@ def resolve_spec(spec: Spec) -> Spec:
 
 
 def load_spec(path: str | Path) -> Spec:
-    """Read (within ``exporters.schema.bounded_yaml``'s bounds), validate and resolve a ``models.yaml`` file;
-    its folder anchors the relative paths inside it."""
+    """Read (bounded), validate and resolve a ``models.yaml``; its folder anchors its relative paths."""
     return resolve_spec(parse_spec(load_spec_document(path), Path(path).resolve().parent))

@@ -1,9 +1,5 @@
-"""The hash of an artifact file, so a cache hit means "this exact file", not "a file by that name".
-
-The content hash of spec + weights says whether an export *would* produce the same file; it says
-nothing about the file on disk. A truncated or edited ``model.onnx`` with an intact record would
-otherwise be reported "cached" and fail only when the server loads it. Builds record the file's
-SHA-256 beside it and re-export when the file no longer matches.
+"""The hash of an artifact file, so a cache hit means "this exact file", not "a file by that name": a
+truncated ``model.onnx`` with an intact record would otherwise be "cached" and fail only in the server.
 """
 
 from __future__ import annotations
@@ -14,13 +10,12 @@ from pathlib import Path
 from typing import Any
 
 log = logging.getLogger(__name__)
-CHUNK = 1 << 20
 
 
 def file_sha256(path: Path) -> str:
     digest = hashlib.sha256()
     with open(path, "rb") as handle:
-        while chunk := handle.read(CHUNK):
+        while chunk := handle.read(1 << 20):
             digest.update(chunk)
     return digest.hexdigest()
 

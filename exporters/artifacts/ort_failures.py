@@ -1,10 +1,5 @@
-"""onnxruntime's refusals of a shape, in one line that names the model, the shape and the fix.
-
-An ONNX file states that an axis is variable, not which lengths it takes: a detector that halves its
-image five times and doubles it back (a UNet, PP-OCR's) runs only at multiples of 32 and fails inside
-onnxruntime's ``Add`` at any other size, with a message about broadcasting from the C++ source.
-``exporters init`` and ``exporters build`` both turn that into what the user can act on.
-"""
+"""onnxruntime's refusals of a shape, in one line that names the model, the shape and the fix: a file
+states that an axis is variable, not which lengths it takes (a UNet runs only at multiples of 32)."""
 
 from __future__ import annotations
 

@@ -1,22 +1,11 @@
-"""Numerical parity between an exported or served model and the fp32 source it came from: one check.
+"""Numerical parity of an exported or served model with its fp32 source: one check for every artifact
+and every ``client infer --check``, so a model is held to the same limits built and served.
 
-Every artifact (each source kind, each precision, pipeline stages) and every ``client infer --check``
-goes through ``check_outputs``, so a model is held to the same limits at build time and when served.
-Per output it measures, against the fp32 reference:
-
-* ``max_rel``: the worst difference over the output's largest reference magnitude, with no floor under
-  that magnitude: an output whose values are all tiny is held to its own scale, not passed because
-  every error is below some absolute number;
-* collapse: an output the precision cannot carry fails whatever the differences say: all zero where
-  the reference is not, most nonzero reference values flushed to zero, or a reference whose largest
-  magnitude lies below the smallest normal number of the served dtype (fp16: 6.1e-05);
-* ``top1`` (class scores): the share of rows whose argmax agrees; a row whose two candidates lie within
-  the dtype's resolution of each other counts as agreeing, since the precision cannot order them;
-* ``cosine`` (embeddings): the least cosine similarity of a row;
-* ``max_abs`` where the spec asks for it.
-
-Limits come from the output's ``tolerance:`` in the spec, defaulted by kind and precision
-(``resolved``). The figures and the limits land in ``export.json``.
+Per output: ``max_rel`` (worst difference over the reference's largest magnitude, no floor: tiny
+outputs are held to their own scale); collapse (all zero, mostly flushed to zero, or a scale below the
+dtype's smallest normal fails whatever the differences); ``top1`` for class scores (rows within the
+dtype's resolution count as agreeing); ``cosine`` for embeddings; ``max_abs`` where the spec asks.
+Limits: the output's ``tolerance:``, defaulted by kind and precision (``resolved``).
 """
 
 from __future__ import annotations
@@ -30,18 +19,13 @@ import numpy as np
 from exporters.errors import ExportCheckError
 from exporters.schema.sections import Tolerance
 
-# Relative to the output's largest reference magnitude: fp32 should agree to float rounding, fp16 to
-# ~3 digits; bf16 (pipeline boundaries only) keeps 8 mantissa bits, about 2 digits. int8 quantizes
-# every weighted layer's activations to 256 levels and its errors add up over the layers: its limits
-# come from measurement on the zoo and the text encoder (docs/SPEC.md) and hold the shape of the
-# answer (which class, which direction) more than its digits.
+# Relative to the reference's largest magnitude: fp32 to float rounding, fp16 ~3 digits, bf16 (pipeline
+# boundaries) ~2; int8's limits are measured (docs/SPEC.md) and hold the answer's shape more than digits.
 MAX_REL = {"fp32": 1e-4, "fp16": 2e-2, "bf16": 5e-2, "int8": 0.1}
 COSINE = {"fp32": 0.99999, "fp16": 0.999, "bf16": 0.99, "int8": 0.99}  # embeddings
-# class scores: every row's argmax agrees (ties within the dtype's resolution excepted); int8 may
-# reorder a few close calls.
+# class scores: every row's argmax agrees (ties within the dtype's resolution excepted), but for int8.
 TOP1 = {"fp32": 1.0, "fp16": 1.0, "bf16": 1.0, "int8": 0.95}
-# What each precision can represent: its smallest normal number and its relative resolution (epsilon).
-# int8 models give fp32 outputs (dequantized inside): fp32's range, and the resolution of 8 bits.
+# Each precision's smallest normal number and resolution (int8 models give fp32 outputs at 8 bits).
 SMALLEST_NORMAL = {"fp32": float(np.finfo(np.float32).tiny), "fp16": float(np.finfo(np.float16).tiny),
                    "bf16": 2.0**-126, "int8": float(np.finfo(np.float32).tiny)}  # fmt: skip
 EPSILON = {"fp32": float(np.finfo(np.float32).eps), "fp16": float(np.finfo(np.float16).eps), "bf16": 2.0**-7,
@@ -114,8 +98,7 @@ def _min_cosine(actual: np.ndarray, expected: np.ndarray) -> float:
 
 
 def _top1_agreement(actual: np.ndarray, expected: np.ndarray, precision: str) -> float:
-    """Share of rows (argmax over the last axis) where served and reference pick the same class, or
-    classes whose reference scores lie within the dtype's resolution of each other."""
+    """Share of rows whose argmax agrees, or picks classes within the dtype's resolution of each other."""
     a, e = (x.reshape(-1, x.shape[-1]) if x.ndim > 1 else x.reshape(1, -1) for x in (actual, expected))
     if a.shape[0] == 0 or a.shape[1] == 0:
         return 1.0
@@ -150,14 +133,11 @@ def _collapse(actual: np.ndarray, expected: np.ndarray, scale: float, precision:
 
 
 def check_outputs(
-    expected: np.ndarray,
-    actual: np.ndarray,
-    tolerance: Tolerance | None,
-    precision: str,
+    expected: np.ndarray, actual: np.ndarray, tolerance: Tolerance | None, precision: str,
     name: str = "output",
-) -> OutputCheck:
-    """One output held to ``tolerance`` (resolved for ``precision``); never raises on a mismatch: the
-    returned check's ``problems`` say what failed, its figures by how much."""
+) -> OutputCheck:  # fmt: skip
+    """One output held to ``tolerance`` (resolved for ``precision``); never raises: ``problems`` say what
+    failed."""
     limits = resolved(tolerance, precision)
     if actual.shape != expected.shape:
         problem = f"shape {list(actual.shape)}, the reference has {list(expected.shape)}"
@@ -218,25 +198,16 @@ class ParityReport:
 
 
 def compare_outputs(
-    actual: Sequence[np.ndarray],
-    expected: Sequence[np.ndarray],
-    precision: str,
-    what: str,
-    names: Sequence[str] | None = None,
-    tolerances: Sequence[Tolerance | None] | None = None,
-) -> ParityReport:
-    """Check every output (``check_outputs``); raise ``ExportCheckError`` naming ``what``, the output
-    and each limit it broke when any fails."""
+    actual: Sequence[np.ndarray], expected: Sequence[np.ndarray], precision: str, what: str,
+    names: Sequence[str] | None = None, tolerances: Sequence[Tolerance | None] | None = None,
+) -> ParityReport:  # fmt: skip
+    """Check every output; ``ExportCheckError`` naming ``what``, the output and each broken limit."""
     if len(actual) != len(expected):
         raise ExportCheckError(f"{what}: {len(actual)} outputs, torch gives {len(expected)}")
     names = list(names) if names is not None else [f"output {i}" for i in range(len(expected))]
     limits = list(tolerances) if tolerances is not None else [None] * len(expected)
-    report = ParityReport(
-        tuple(
-            check_outputs(e, a, t, precision, n)
-            for a, e, t, n in zip(actual, expected, limits, names, strict=True)
-        )
-    )
+    outputs = zip(actual, expected, limits, names, strict=True)
+    report = ParityReport(tuple(check_outputs(e, a, t, precision, n) for a, e, t, n in outputs))
     failed = [c for c in report.checks if not c.ok]
     if failed:
         raise ExportCheckError(

@@ -1,9 +1,5 @@
-"""The JSON records a build keeps beside its artifacts (``export.json``, ``pipeline.json``).
-
-Written whole or not at all (``python_backend.atomic_files``), and read so that a missing, empty or
-damaged record means "rebuild", never a crash: a record cut short by a full disk once made every later
-build fail with ``JSONDecodeError`` until it was deleted by hand.
-"""
+"""The JSON records a build keeps beside its artifacts, written whole; a missing or damaged one means
+"rebuild", never a crash."""
 
 from __future__ import annotations
 
@@ -34,8 +30,7 @@ def read_record(path: Path) -> dict[str, Any] | None:
 
 
 def current_record(path: Path, artifact: Path, digest: str) -> dict[str, Any] | None:
-    """The record at ``path`` of an identical earlier export (content hash ``digest``) whose
-    ``artifact`` is still exactly the file it recorded (``file_sha256``), else None."""
+    """The record at ``path`` of an identical export (``digest``) whose ``artifact`` is still that file."""
     record = read_record(path)
     if record is None or record.get("content_hash") != digest:
         return None

@@ -1,9 +1,5 @@
-"""The torch side of every check: a torch model's fp32 answer, the truth every exported artifact and
-every served answer is held to.
-
-A leaf (torch and numpy only), so that sources, the exporter, the pipeline builder and the client's
-``--check`` all compute the reference the same way without importing one another.
-"""
+"""A torch model's fp32 answer, the truth every artifact and served answer is held to (a leaf, so every
+checker computes it the same way)."""
 
 from __future__ import annotations
 

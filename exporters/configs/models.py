@@ -1,8 +1,7 @@
 """Turn a ``ModelSpec`` into a Triton ``ModelConfig``: batching, placement, warm-up, threads.
 
-Placement rule: GPU targets get one ``instance_group`` entry per GPU (``count`` instances each), so
-Triton runs data-parallel replicas on every card; CPU targets get a single ``KIND_CPU`` entry. ``auto``
-chooses by the number of GPUs the build is planned for (detected, or given with ``--gpus``).
+Placement: one ``KIND_GPU`` entry per GPU (data-parallel replicas on every card), or one ``KIND_CPU``
+entry; ``auto`` chooses by the GPUs the build is planned for (detected, or ``--gpus``).
 """
 
 from __future__ import annotations
@@ -28,28 +27,16 @@ from exporters.schema.sections import DTYPES, Batching, TensorSpec
 # config's batch-1 warm-up (python_backend/onnxruntime/model.py reads it; the native backend ignores it).
 WARMUP_PARAMETER = "warmup_formed_sizes"
 
-# Triton 2.51: any queue policy turns off the dynamic batcher's payload prefetching; a request then
-# wakes the batcher only if an instance is idle when it arrives, and requests that all came while every
-# instance was busy wait out the batcher's 500 ms sleep (docs/SERVING.md, row 11). With
-# this many instances per device one is almost always idle (measured every `make perf` by the queue-
-# policy study, perf/studies/queue_policy_study.py).
+# Triton 2.51: with a queue policy, requests that all came while every instance was busy wait out the
+# batcher's 500 ms sleep (docs/SERVING.md, row 11); with this many instances per device one is almost
+# always idle (perf/studies/queue_policy_study.py measures it).
 QUEUE_POLICY_SPARE_INSTANCES = 4
 
-# An int8 (QDQ) model asks TensorRT for INT8: it reads the graph's Q/DQ pairs as explicit precision,
-# so no TensorRT calibration cache is needed. Not measured here (no GPU); docs/SPEC.md.
+# An int8 (QDQ) model asks TensorRT for INT8: its Q/DQ pairs are explicit precision, no calibration cache.
 TENSORRT_FP16, TENSORRT_INT8 = (
     {"name": "tensorrt", "parameters": {"precision_mode": mode, "max_workspace_size_bytes": str(1 << 30)}}
     for mode in ("FP16", "INT8")
 )
-
-
-def gpu_accelerators(spec: ModelSpec, target: str) -> list[dict]:
-    """TensorRT on GPU targets: INT8 for an int8 model, FP16 when the spec asks for it."""
-    if target != "gpu":
-        return []
-    if spec.precision == "int8":
-        return [TENSORRT_INT8]
-    return [TENSORRT_FP16] if spec.tensorrt_fp16 else []
 
 
 def resolve_target(spec: ModelSpec, num_gpus: int) -> str:
@@ -98,8 +85,7 @@ def dynamic_batching(batching: Batching) -> ModelDynamicBatching | None:
 
 
 def lacks_spare_instances(config: ModelConfig) -> bool:
-    """Whether a queue policy meets fewer than ``QUEUE_POLICY_SPARE_INSTANCES`` instances on a device:
-    Triton 2.51 then makes requests wait ~500 ms now and then (see the constant)."""
+    """Whether a queue policy meets fewer than ``QUEUE_POLICY_SPARE_INSTANCES`` instances on a device."""
     batching = config.dynamic_batching
     if batching is None or batching.default_queue_policy is None or not config.instance_group:
         return False
@@ -109,16 +95,9 @@ def lacks_spare_instances(config: ModelConfig) -> bool:
 def warmups(spec: ModelSpec, inputs: Sequence[TensorSpec], batching: Batching) -> list[ModelWarmup]:
     """Warm up so that the first real request pays no setup cost.
 
-    Dynamic batching (and none) warms at batch 1 only: a size every ``max_batch_size`` allows, so a
-    config whose ``max_batch_size`` a tool (Model Analyzer) or a person lowers still loads, where a
-    sample above the new maximum would fail the load. The onnxruntime backend warms the larger sizes
-    the loaded config forms from that sample (``python_backend/onnxruntime/model.py``:
-    ``warmup_feeds``). Static batching warms its one size: the client sends exactly that.
-
-    Variable axes warm up at their ``max_shape`` (the largest allocation). Every input warms up with
-    zeros: random ids could fall outside an embedding table, and Triton's ``random_data`` fills floats
-    with random bytes, which include NaN/Inf bit patterns that the input guards reject (the warm-up
-    then fails the model's load).
+    Batch 1 (static batching: its one size), so a config whose ``max_batch_size`` is lowered later still
+    loads; our onnxruntime backend warms the larger sizes it forms. Variable axes at ``max_shape``, all
+    zeros: random ids could leave an embedding table, random floats hold NaN/Inf the guards reject.
     """
     if not spec.warmup:
         return []
@@ -128,34 +107,21 @@ def warmups(spec: ModelSpec, inputs: Sequence[TensorSpec], batching: Batching) -
                 f"{spec.name}.warmup",
                 f"warm-up sends zeros, outside {tensor.name}'s range {list(tensor.range)}; set warmup: false",
             )
-    return [
-        ModelWarmup(
-            name=f"batch_{size}",
-            batch_size=size,
-            inputs={
-                t.name: WarmupInput(DTYPES[t.dtype], list(t.largest), zero_data=True, random_data=False)
-                for t in inputs
-            },
-        )
-        for size in ((batching.batch_size,) if batching.mode == "static" else (1,))
-    ]
+    size = batching.batch_size if batching.mode == "static" else 1
+    zeros = {t.name: WarmupInput(DTYPES[t.dtype], list(t.largest), zero_data=True) for t in inputs}
+    return [ModelWarmup(name=f"batch_{size}", batch_size=size, inputs=zeros)]
 
 
 def build_model_config(
-    spec: ModelSpec,
-    num_gpus: int,
-    *,
-    name: str | None = None,
-    inputs: Sequence[TensorSpec] | None = None,
-    outputs: Sequence[TensorSpec] | None = None,
-    batching: Batching | None = None,
-) -> ModelConfig:
-    """The complete ``config.pbtxt`` for an ONNX model served by the ``onnxruntime`` backend.
-
-    ``name``, ``inputs``, ``outputs`` and ``batching`` default to the spec's; a pipeline stage passes its
-    own (its tensors need not follow a model's precision rule, e.g. fp16 boundaries of an fp32 model).
-    """
-    target = resolve_target(spec, num_gpus)
+    spec: ModelSpec, num_gpus: int, *, name: str | None = None, inputs: Sequence[TensorSpec] | None = None,
+    outputs: Sequence[TensorSpec] | None = None, batching: Batching | None = None,
+) -> ModelConfig:  # fmt: skip
+    """The complete ``config.pbtxt`` for an ONNX model on the ``onnxruntime`` backend; a pipeline stage
+    passes its own ``name``, tensors and ``batching`` (e.g. fp16 boundaries of an fp32 model)."""
+    on_gpu = resolve_target(spec, num_gpus) == "gpu"
+    # TensorRT on GPU targets: INT8 for an int8 model, FP16 when the spec asks for it.
+    tensorrt = TENSORRT_INT8 if spec.precision == "int8" else TENSORRT_FP16 if spec.tensorrt_fp16 else None
+    accelerators = [tensorrt] if tensorrt and on_gpu else []
     inputs = spec.inputs if inputs is None else inputs
     outputs = spec.outputs if outputs is None else outputs
     batching = spec.batching if batching is None else batching
@@ -178,7 +144,7 @@ def build_model_config(
                 {t.name: t.largest for t in inputs if t.variable},
             ),
         },
-        gpu_execution_accelerator=gpu_accelerators(spec, target),
+        gpu_execution_accelerator=accelerators,
     )
 
 

@@ -1,13 +1,9 @@
-"""Build the spec's pipelines into the repository: check, export, configure, record.
+"""Build the spec's pipelines into the repository: check in torch, export, check the artifacts, record.
 
-Order (check before writing): the stage chain is checked against the whole model in torch first
-(uncompressed: the split itself must be exact) and the compression error is measured, before
-anything is written. Each artifact is then written under a ``.partial`` name, loaded back the way the
-server loads it, and the chain of artifacts is checked against the whole model again; only then do
-files take their final names. ``pipeline.json`` beside the ensemble (a ``PipelineRecord``) records the
-cuts, costs, errors and boundary bytes (the perf pipeline study reads it). A content hash of the
-model, its weights and the pipeline spec lets a rebuild skip the work, and keeps the measured cut
-points, so rebuilding never moves a cut by timing noise.
+The stage chain is held to the whole model in torch (uncompressed: the split must be exact), then its
+artifacts, loaded back as the server loads them, before any file takes its final name. ``pipeline.json``
+keeps the cuts and figures under a content hash, so a rebuild skips the work and never moves a cut by
+timing noise.
 """
 
 from __future__ import annotations
@@ -27,7 +23,7 @@ from torch import nn
 
 import python_backend
 from exporters.artifacts.file_hash import file_matches, file_sha256
-from exporters.artifacts.records import read_record
+from exporters.artifacts.records import read_record, write_record
 from exporters.configs.model_config import ModelConfig, write_config
 from exporters.errors import SpecError
 from exporters.onnx_export import content_hash
@@ -74,19 +70,15 @@ def _samples(spec: ModelSpec, model: nn.Module, batch: int, seed: int) -> Tensor
 
 
 def _identity(pipeline: PipelineSpec, spec: ModelSpec, model: nn.Module) -> str:
-    digest = hashlib.sha256(content_hash(spec, model).encode())
-    digest.update(
-        json.dumps([dataclasses.asdict(pipeline), BUILD_VERSION], sort_keys=True, default=list).encode()
-    )
-    return digest.hexdigest()
+    plain = json.dumps([dataclasses.asdict(pipeline), BUILD_VERSION], sort_keys=True, default=list)
+    return hashlib.sha256((content_hash(spec, model) + plain).encode()).hexdigest()
 
 
 def make_stages(
     pipeline: PipelineSpec, spec: ModelSpec, model: nn.Module, plan: SplitPlan | None = None,
     build_id: str = "",
 ) -> tuple[list[Stage], SplitPlan | None]:  # fmt: skip
-    """The pipeline's stages in torch (planning the cuts now unless ``plan`` is given); ``build_id``
-    names their boundary tensors (``stages.boundary_name``)."""
+    """The pipeline's stages in torch (cuts planned now unless ``plan`` is given), named by ``build_id``."""
     if pipeline.split == "embedding_dense":
         return embedding_dense_stages(pipeline, spec, model, build_id), None
     example = _samples(spec, model, min(COST_BATCH, spec.max_batch_size), seed=0)[spec.inputs[0].name]
@@ -95,22 +87,15 @@ def make_stages(
 
 def _recorded(repository: Path, pipeline: PipelineSpec, digest: str) -> PipelineRecord | None:
     """The record of an identical earlier build whose artifacts are all still there, else None."""
-    record_path = repository / pipeline.name / RECORD
-    data = read_record(record_path)
-    if data is None:
-        return None
+    data = read_record(repository / pipeline.name / RECORD)
     try:
-        record = PipelineRecord.from_json(data)
+        record = None if data is None else PipelineRecord.from_json(data)
     except (KeyError, TypeError, ValueError):  # an older or damaged record: rebuild
-        log.info("%s: unreadable %s, rebuilding", pipeline.name, record_path)
         return None
-    if record.content_hash != digest or not record.build_id:  # no build id: stages of an older build
+    if record is None or record.content_hash != digest or not record.build_id:  # no id: an older build
         return None
-    if not all(
-        file_matches(repository / stage.name / "1" / stage.artifact, stage.sha256) for stage in record.stages
-    ):
-        return None
-    return record
+    intact = all(file_matches(repository / s.name / "1" / s.artifact, s.sha256) for s in record.stages)
+    return record if intact else None
 
 
 def _missing_folders(folder: Path) -> list[Path]:
@@ -120,13 +105,6 @@ def _missing_folders(folder: Path) -> list[Path]:
         missing.append(folder)
         folder = folder.parent
     return missing[::-1]
-
-
-def _discard(created: list[Path]) -> None:
-    """Remove the folders a failed build made (innermost first, if empty)."""
-    for folder in reversed(created):
-        with contextlib.suppress(OSError):  # not empty: something else lives there now; leave it
-            folder.rmdir()
 
 
 def _export(
@@ -140,11 +118,8 @@ def _export(
     def whole(tensors: Tensors) -> torch.Tensor:
         return model(*(tensors[t.name] for t in spec.inputs))
 
-    exact = stages
-    if pipeline.boundary_dtype != "fp32":
-        exact, _ = make_stages(
-            dataclasses.replace(pipeline, boundary_dtype="fp32"), spec, model, plan, build_id
-        )
+    fp32 = dataclasses.replace(pipeline, boundary_dtype="fp32")
+    exact = make_stages(fp32, spec, model, plan, build_id)[0] if pipeline.boundary_dtype != "fp32" else stages
     split = check_stages(exact, whole, samples, "fp32", f"{pipeline.name} (stages in sequence)")
     compression = 0.0
     if pipeline.boundary_dtype != "fp32":
@@ -170,7 +145,9 @@ def _export(
             artifacts = check_stages(stages, whole, samples, pipeline.boundary_dtype, what, fns=loaded)
             hashes = [file_sha256(partial) for partial in partials]
     except BaseException:  # nothing half-built stays in the repository, whatever the failure
-        _discard(created)
+        for folder in reversed(created):
+            with contextlib.suppress(OSError):  # not empty: something else lives there now
+                folder.rmdir()
         raise
     ranges = plan.stage_ranges() if plan else [None] * len(stages)
     return PipelineRecord(
@@ -191,10 +168,7 @@ def _export(
 def build_pipeline(
     pipeline: PipelineSpec, spec: ModelSpec, repository: Path, num_gpus: int, plan: SplitPlan | None = None
 ) -> BuiltPipeline:
-    """Build the ensemble and its stage models into ``repository`` (reusing an identical earlier build).
-
-    ``plan`` (cuts already chosen for the same model and stage count) skips the cost measurement.
-    """
+    """Build the ensemble and its stages, reusing an identical earlier build (or ``plan``'s cuts)."""
     model = build_torch_model(spec)
     digest = _identity(pipeline, spec, model)
     record = _recorded(repository, pipeline, digest)
@@ -202,8 +176,7 @@ def build_pipeline(
     stages, plan = make_stages(pipeline, spec, model, (record and record.split_plan) or plan, build_id)
     pipeline_configs(pipeline, spec, stages, num_gpus)  # placement errors before the slow work
     cached = record is not None
-    if record is None:
-        record = _export(pipeline, spec, model, stages, plan, repository, digest, build_id)
+    record = record or _export(pipeline, spec, model, stages, plan, repository, digest, build_id)
     configs = pipeline_configs(pipeline, spec, stages, num_gpus, {s.name: s.sha256 for s in record.stages})
     (repository / pipeline.name / "1").mkdir(parents=True, exist_ok=True)  # ensembles need a version
     for stage in stages:  # the torch stage runner and the helpers it imports beside the artifact
@@ -211,23 +184,17 @@ def build_pipeline(
             python_backend.install(python_backend.TORCH_STAGE, repository / stage.name / "1")
     for config in configs:
         write_config(config, repository / config.name)
-    record.write(repository / pipeline.name / RECORD)
+    write_record(repository / pipeline.name / RECORD, record.to_json())
     log.info("%s: %s stages %s", pipeline.name, "cached" if cached else "exported", [s.name for s in stages])
     return BuiltPipeline(pipeline, record, configs, cached)
 
 
 def build_pipelines(
-    spec: Spec,
-    repository: Path,
-    num_gpus: int,
-    only: Iterable[str] | None = None,
+    spec: Spec, repository: Path, num_gpus: int, only: Iterable[str] | None = None,
     on_pipeline: Callable[[PipelineSpec], None] | None = None,
-) -> list[BuiltPipeline]:
-    """Build every pipeline of ``spec`` (or those named in ``only``; other names are ignored here).
-
-    Pipelines that cut the same model into the same stages share one plan, so that variants (e.g. with
-    and without boundary compression) differ only in what the spec says, not by timing noise.
-    """
+) -> list[BuiltPipeline]:  # fmt: skip
+    """Build every pipeline of ``spec`` (or those named in ``only``); pipelines cutting the same model
+    into the same stages share one plan, so variants differ only as the spec says, not by timing noise."""
     wanted = None if only is None else set(only)
     built: list[BuiltPipeline] = []
     plans: dict[tuple, SplitPlan] = {}

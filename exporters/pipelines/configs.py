@@ -1,9 +1,7 @@
 """Triton configs of a pipeline: one model per stage, placed on its own device, and the ensemble.
 
-Placement rule (model parallel): stage k runs on GPU ``k mod G`` of the G planned GPUs with
-``replicas[k]`` instances there (hybrid parallel: data-parallel replicas inside a stage); on CPU targets
-every stage is ``KIND_CPU``. Every stage batches dynamically, because an ensemble hands each request to
-each stage separately: a batch formed before stage 0 does not survive into stage 1.
+Stage k runs on GPU ``k mod G`` with ``replicas[k]`` instances (or on the CPU). Every stage batches
+dynamically: an ensemble hands each request to each stage separately, so a batch does not survive it.
 """
 
 from __future__ import annotations
@@ -11,12 +9,7 @@ from __future__ import annotations
 import dataclasses
 from collections.abc import Mapping, Sequence
 
-from exporters.configs.model_config import (
-    InstanceGroup,
-    ModelConfig,
-    ModelTensor,
-    OptionalModelInput,
-)
+from exporters.configs.model_config import InstanceGroup, ModelConfig, ModelTensor, OptionalModelInput
 from exporters.configs.models import build_model_config, chained_ensemble, model_tensor, resolve_target
 from exporters.errors import SpecError
 from exporters.pipelines.stages import Stage
@@ -33,8 +26,7 @@ DOWNSTREAM_QUEUE_DELAY_US = 100
 def stage_placement(
     pipeline: PipelineSpec, spec: ModelSpec, index: int, num_gpus: int
 ) -> list[InstanceGroup]:
-    """Stage ``index`` on GPU ``gpus[index]`` if the pipeline pins it, else ``index mod num_gpus`` (or
-    the CPU), with its replica count."""
+    """Stage ``index`` on the GPU the pipeline pins, else ``index mod num_gpus`` (or the CPU)."""
     count = pipeline.stage_replicas(index)
     if resolve_target(spec, num_gpus) == "cpu":
         return [InstanceGroup(kind="KIND_CPU", count=count)]
@@ -55,9 +47,8 @@ def stage_batching(pipeline: PipelineSpec, index: int) -> Batching:
 def stage_config(
     pipeline: PipelineSpec, spec: ModelSpec, stage: Stage, index: int, num_gpus: int, sha256: str = ""
 ) -> ModelConfig:
-    """An ONNX stage is an ordinary ``onnxruntime`` model; a torch stage runs on the Python backend and
-    is told the SHA-256 of the artifact it was built with (``stage_sha256``): the runner refuses any
-    other file, e.g. a rebuilt one loaded under this older config when a stub is reloaded."""
+    """An ONNX stage is an ordinary ``onnxruntime`` model; a torch stage runs on the Python backend,
+    refusing any artifact but the one of ``sha256`` (a rebuilt file under this older config)."""
     config = build_model_config(
         spec, num_gpus, name=stage.name, inputs=stage.inputs, outputs=(stage.output,),
         batching=stage_batching(pipeline, index),
@@ -68,9 +59,7 @@ def stage_config(
     config = torch_program_config(config, spec, stage, sha256)
     if not (stage.embedding_tables and pipeline.live_updates):
         return config
-    # Update requests carry no ids and lookups no updates: every input is optional. The update inputs
-    # ([N, 1] table and row ids, [N, width] values) and the version answered are the runner's
-    # (``embedding_rows``).
+    # Update requests carry no ids and lookups no updates: every input is optional (``embedding_rows``).
     updates = [
         (UPDATE_TABLE, DTYPES["int64"], [1]),
         (UPDATE_ROW, DTYPES["int64"], [1]),
@@ -86,10 +75,8 @@ def stage_config(
 
 
 def torch_program_config(config: ModelConfig, spec: ModelSpec, stage: Stage, sha256: str = "") -> ModelConfig:
-    """``config`` served by the torch stage runner (``python_backend/torch_stage``) on the Python
-    backend, running ``stage``'s ``.pt2`` program on the device its instance group names: a pipeline
-    stage, or a whole model served by torch (the GPU check's path where no onnxruntime CUDA provider
-    exists). The runner refuses any artifact but the one of ``sha256``."""
+    """``config`` served by the torch stage runner on the Python backend, running ``stage``'s ``.pt2`` on
+    its instance group's device (a pipeline stage, or a whole model in the GPU check)."""
     parameters = {
         "stage_program": stage.artifact_name,
         **({"stage_sha256": sha256} if sha256 else {}),
@@ -104,21 +91,16 @@ def torch_program_config(config: ModelConfig, spec: ModelSpec, stage: Stage, sha
     return dataclasses.replace(config, backend="python", parameters=parameters, gpu_execution_accelerator=[])
 
 
-def ensemble_config(pipeline: PipelineSpec, spec: ModelSpec, stages: Sequence[Stage]) -> ModelConfig:
-    """The ensemble: the monolithic model's signature, stages chained through named tensors."""
-    steps = [(stage.name, [t.name for t in stage.inputs], [stage.output.name]) for stage in stages]
-    inputs, outputs = ([model_tensor(t) for t in tensors] for tensors in (spec.inputs, spec.outputs))
-    return chained_ensemble(pipeline.name, spec.max_batch_size, inputs, outputs, steps)
-
-
 def pipeline_configs(
     pipeline: PipelineSpec, spec: ModelSpec, stages: Sequence[Stage], num_gpus: int,
     artifacts: Mapping[str, str] | None = None,
 ) -> list[ModelConfig]:  # fmt: skip
-    """The ensemble's config first, then each stage's, in pipeline order; ``artifacts`` maps stage names
-    to the SHA-256 of the artifact each was built with."""
+    """The ensemble's config (the whole model's signature, the stages chained through named tensors),
+    then each stage's; ``artifacts`` maps stage names to their SHA-256."""
     hashes = artifacts or {}
+    steps = [(stage.name, [t.name for t in stage.inputs], [stage.output.name]) for stage in stages]
+    inputs, outputs = ([model_tensor(t) for t in tensors] for tensors in (spec.inputs, spec.outputs))
     return [
-        ensemble_config(pipeline, spec, stages),
+        chained_ensemble(pipeline.name, spec.max_batch_size, inputs, outputs, steps),
         *(stage_config(pipeline, spec, s, k, num_gpus, hashes.get(s.name, "")) for k, s in enumerate(stages)),
     ]

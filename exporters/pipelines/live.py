@@ -1,12 +1,6 @@
-"""Change a served recommender pipeline's parameters without stopping it (the article's parameter server).
-
-Two paths, matching how the pieces are served:
-
-* **Embedding rows** (``embedding_update``): the embedding stage takes update requests of its own
-  (``update_table``, ``update_row``, ``update_values``) and applies each whole, between batches.
-* **The dense network** (``publish_dense_version``): a new version folder is exported next to the
-  served one, checked against torch like every artifact, and then loaded with Triton's model control
-  (``load_model`` in ``--model-control-mode=explicit``); Triton swaps versions without dropping requests.
+"""Change a served recommender pipeline's parameters without stopping it: embedding rows by update
+requests to the embedding stage (``embedding_update``), the dense network as a new, checked version
+folder that Triton's model control loads without dropping requests (``publish_dense_version``).
 """
 
 from __future__ import annotations
@@ -45,11 +39,7 @@ def publish_dense_version(
     pipeline: PipelineSpec, spec: ModelSpec, repository: Path, version: int, seed: int
 ) -> Recommender:
     """Export the dense stage of a recommender built with ``seed`` as ``version``; returns that model.
-
-    The version is built in a hidden sibling folder (Triton ignores folders that are not numbers) and
-    renamed into place only after it matches torch, so Triton never sees a half-written version and a
-    failed attempt leaves nothing behind; the caller then loads it (``client.load_model(<pipeline>_dense)``).
-    """
+    Built in a hidden sibling folder and renamed into place only once it matches torch."""
     if pipeline.split != "embedding_dense":
         raise SpecError(f"{pipeline.name}.split", "only an embedding_dense pipeline has a dense stage")
     model = build_torch_model(dataclasses.replace(spec, seed=seed))

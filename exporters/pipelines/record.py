@@ -1,19 +1,12 @@
-"""``pipeline.json``: what a pipeline build did, as one typed record.
-
-Written beside the ensemble by the build, read back by a rebuild (to skip work and keep the cuts), by
-``python -m exporters build``'s summary and by the perf pipeline study. One dataclass, so each of them
-reads fields, not keys, and the JSON shape is defined here alone (tuples written as lists and read
-back as tuples, so a fresh record equals one read from disk).
-"""
+"""``pipeline.json``: what a pipeline build did, as one typed record read back by a rebuild, the build's
+summary and the perf pipeline study (fields, not keys; the JSON shape defined here alone)."""
 
 from __future__ import annotations
 
 import json
 from dataclasses import asdict, dataclass
-from pathlib import Path
 from typing import Any
 
-from exporters.artifacts.records import write_record
 from exporters.pipelines.splitter import SplitPlan
 from exporters.schema.typed import parse
 
@@ -71,10 +64,6 @@ class PipelineRecord:
 
     @classmethod
     def from_json(cls, data: dict[str, Any]) -> PipelineRecord:
-        """The record ``to_json`` wrote: its dataclasses are its schema (``exporters.schema.typed``),
-        so a missing or unknown key raises ``SpecError``, a ``ValueError``."""
+        """The record ``to_json`` wrote; a missing or unknown key raises ``SpecError``, a ``ValueError``."""
         derived = {"boundary_bytes_per_request", "boundary_bytes_saved_per_request"}
         return parse(cls, {k: v for k, v in data.items() if k not in derived}, "pipeline.json")
-
-    def write(self, path: Path) -> None:
-        write_record(path, self.to_json())

@@ -1,17 +1,9 @@
-"""Cut a model made of an ordered sequence of blocks into K contiguous stages of balanced cost.
+"""Cut an ordered sequence of blocks into K contiguous stages of balanced cost (pure torch, no I/O).
 
-A pipeline runs at the pace of its slowest stage, so the cut points should equalise stage latency.
-Latency is measured (each block timed on the real activation it receives) because the proxies mislead:
-a CNN's stem has few parameters but runs at the highest resolution. FLOPs are the fallback where timing
-is impossible (a block fails to run alone, or times round to zero), parameter count the last resort.
-Given cut points (``models.yaml``) skip the costing altogether.
-
-Timing is noisy, and a fresh build must not get a different pipeline because of it: cuts whose slowest
-stage lies within the measurement's own noise of the best are equally good as far as the timing can
-tell, so among them the cut is taken by a key that does not depend on timing (``steady_cuts``).
-
-Pure torch, no I/O: ``plan_split`` chooses, ``split_blocks`` cuts; ``stages.check_stages``
-proves that the stages run in sequence equal the whole model before anything is written.
+A pipeline runs at the pace of its slowest stage. Latency is measured per block on its real input,
+because proxies mislead (a CNN's stem has few parameters but the highest resolution); FLOPs, then
+parameter counts, are the fallbacks. Cuts within the timing's own noise of the best are taken by a key
+timing cannot move (``steady_cuts``), so a fresh build does not get another pipeline by chance.
 """
 
 from __future__ import annotations
@@ -33,16 +25,14 @@ from exporters.errors import SpecError
 log = logging.getLogger(__name__)
 
 COST_METHODS = ("latency", "flops", "params")  # a balance falls back to the methods after it
-# The least timing noise a latency balance assumes. One build's rounds miss what varies between
-# processes (allocation, frequency, cache placement): on a quiet host the image classifier's rounds
-# spread 1.8-2.5% while its best slowest stage varied by 3.6% across six fresh builds.
+# The least timing noise a latency balance assumes: one build's rounds miss what varies between
+# processes (allocation, frequency, cache placement).
 MIN_LATENCY_NOISE = 0.03
 RECORDED_NEAR_CUTS = 16  # how many near cuts a plan records: enough to read the choice, not all of them
 
 
 def stage_sums(costs: Sequence[float], cuts: Sequence[int]) -> tuple[float, ...]:
-    """The cost of each stage of ``cuts``, as differences of the prefix sums ``balanced_cuts`` compares
-    (the same arithmetic, so the cut it found is within a limit derived from these sums)."""
+    """The cost of each stage, by the prefix sums ``balanced_cuts`` compares (the same rounding)."""
     prefix = _prefix(costs)
     return tuple(float(prefix[b] - prefix[a]) for a, b in itertools.pairwise([0, *cuts, len(costs)]))
 
@@ -61,8 +51,7 @@ class SplitPlan:
 
     def stage_ranges(self) -> list[tuple[int, int]]:
         """``[start, stop)`` block indices of each stage."""
-        bounds = [0, *self.cuts, len(self.block_costs)]
-        return list(itertools.pairwise(bounds))
+        return list(itertools.pairwise([0, *self.cuts, len(self.block_costs)]))
 
 
 @dataclass(frozen=True)
@@ -96,19 +85,9 @@ def _block_inputs(blocks: Sequence[nn.Module], example: torch.Tensor) -> list[to
 def measure_latency(
     blocks: Sequence[nn.Module], example: torch.Tensor, repeats: int = 7, threads: int = 1
 ) -> tuple[list[float], float]:
-    """Seconds per block on its real input (the fastest of ``repeats`` interleaved rounds), and the
-    relative noise of those figures.
-
-    The minimum, not the median: on a shared machine interference only ever adds time, and rounds
-    interleave the blocks so a burst of it does not land on one block alone. ``threads`` matches the
-    serving instances' intra-op threads, since blocks scale differently with threads.
-
-    The noise is how far the typical round lies above the fastest, over the whole model:
-    ``sum(median rounds) / sum(fastest rounds) - 1``. Another build's fastest round lands somewhere
-    between this floor and the typical round, so stage costs that differ by less than that spread
-    differ by chance. The whole model's spread, not each block's: one block's handful of rounds is too
-    few to estimate its own spread, and a stage's cost is a sum over blocks anyway.
-    """
+    """Seconds per block on its real input (the fastest of ``repeats`` interleaved rounds: interference
+    only adds time), and their relative noise, ``sum(median rounds) / sum(fastest rounds) - 1`` over the
+    whole model (one block's few rounds cannot estimate its own). ``threads``: the serving instances'."""
     inputs = _block_inputs(blocks, example)
     previous_threads = torch.get_num_threads()
     torch.set_num_threads(max(threads, 1))
@@ -148,10 +127,7 @@ def count_params(blocks: Sequence[nn.Module]) -> list[float]:
 def block_costs(
     blocks: Sequence[nn.Module], example: torch.Tensor, balance: str, threads: int = 1
 ) -> BlockCosts:
-    """Per-block costs by ``balance``, falling back (latency → flops → params) when a method fails.
-
-    Measured latency's noise is at least ``MIN_LATENCY_NOISE``; counted costs have none.
-    """
+    """Per-block costs by ``balance``, falling back (latency → flops → params) when a method fails."""
     methods = COST_METHODS[COST_METHODS.index(balance) :]
     for method in methods:
         noise = 0.0
@@ -179,12 +155,8 @@ def _prefix(costs: Sequence[float]) -> np.ndarray:
 def balanced_cuts(
     costs: Sequence[float], num_stages: int, within: tuple[Sequence[float], float] | None = None
 ) -> tuple[int, ...]:
-    """Contiguous cut points minimising the most expensive stage (the pipeline's pace).
-
-    ``within=(other, limit)`` admits only the cuts none of whose stages costs more than ``limit`` by
-    ``other`` (how ``steady_cuts`` balances FLOPs among the cuts that latency cannot tell apart).
-    Exact dynamic programme over (stages, prefix length); n is a few dozen blocks at most.
-    """
+    """Contiguous cut points minimising the most expensive stage, by an exact dynamic programme;
+    ``within=(other, limit)`` admits only cuts none of whose stages costs more than ``limit`` by ``other``."""
     n = len(costs)
     if not 1 <= num_stages <= n:
         raise SpecError("split.stages", f"cannot cut {n} blocks into {num_stages} non-empty stages")
@@ -210,11 +182,8 @@ def balanced_cuts(
 
 
 def cuts_within(costs: Sequence[float], num_stages: int, limit: float) -> Iterator[tuple[int, ...]]:
-    """The cuts into ``num_stages`` non-empty stages none of which costs more than ``limit``, in order.
-
-    Depth first over the stage ends, abandoning a stage as soon as it exceeds ``limit`` (costs are not
-    negative); a generator, since a loose limit admits combinatorially many.
-    """
+    """The cuts into ``num_stages`` stages none of which costs more than ``limit``, depth first (a
+    generator: a loose limit admits combinatorially many)."""
     prefix, n = _prefix(costs), len(costs)
 
     def extend(cuts: tuple[int, ...], start: int, left: int) -> Iterator[tuple[int, ...]]:
@@ -231,14 +200,8 @@ def cuts_within(costs: Sequence[float], num_stages: int, limit: float) -> Iterat
 
 
 def steady_cuts(costs: BlockCosts, num_stages: int, tie_costs: BlockCosts | None) -> SplitPlan:
-    """The balanced cuts, taken by a key that timing noise cannot move whenever it could move them.
-
-    ``balanced_cuts`` finds the best slowest stage; every cut whose slowest stage is within
-    ``costs.noise`` of it is as good as the measurement can tell. Among those, ``balanced_cuts`` again
-    takes the one with the best balance of ``tie_costs`` (FLOPs: counted, not timed; without them, the
-    first the programme meets). A cut that beats all others by more than the noise is the only
-    candidate, so it still wins; counted costs have no noise and keep the plain balanced cut.
-    """
+    """The balanced cuts; among those within ``costs.noise`` of the best slowest stage (as good as the
+    timing can tell), the best balance of ``tie_costs`` (counted, not timed), else the first found."""
     best = balanced_cuts(costs.values, num_stages)
     limit = max(stage_sums(costs.values, best)) * (1 + costs.noise)
     tie = tie_costs.values if tie_costs is not None else [0.0] * len(costs.values)
@@ -270,8 +233,7 @@ def _reason(
 
 
 def _tie_costs(blocks: Sequence[nn.Module], example: torch.Tensor, costs: BlockCosts) -> BlockCosts | None:
-    """FLOPs (or parameters) to settle cuts that measured latency cannot tell apart; counted costs need
-    nothing more (they have no noise, only exact ties, taken earliest)."""
+    """FLOPs (or parameters) to settle cuts that measured latency cannot tell apart."""
     if costs.method != "latency":
         return None
     try:
@@ -281,14 +243,9 @@ def _tie_costs(blocks: Sequence[nn.Module], example: torch.Tensor, costs: BlockC
 
 
 def plan_split(
-    model: nn.Module,
-    example: torch.Tensor,
-    num_stages: int,
-    what: str,
-    cut_points: Sequence[int] = (),
-    balance: str = "latency",
-    threads: int = 1,
-) -> SplitPlan:
+    model: nn.Module, example: torch.Tensor, num_stages: int, what: str, cut_points: Sequence[int] = (),
+    balance: str = "latency", threads: int = 1,
+) -> SplitPlan:  # fmt: skip
     """Choose the cuts: the given ``cut_points`` (checked against the model), else balanced by cost."""
     blocks = sequential_blocks(model, what)
     if num_stages > len(blocks):

@@ -1,9 +1,7 @@
-"""The stages of a pipeline as torch modules over named tensors: what each Triton stage model runs.
+"""A pipeline's stages as torch modules over the ensemble's named tensors, both kinds of split alike.
 
-Both kinds of split become one shape, a list of ``Stage``s whose inputs and outputs are the ensemble's
-named tensors, so checking, exporting and config generation treat them alike. Compressed boundaries
-live inside the stage modules: a stage casts its output to the boundary dtype and the next stage casts
-it back to fp32, so neither the runner nor the ensemble knows about compression beyond a data type.
+Compressed boundaries live inside the stage modules (a stage casts its output to the boundary dtype, the
+next casts it back to fp32), so neither the runner nor the ensemble knows of compression.
 """
 
 from __future__ import annotations
@@ -85,13 +83,9 @@ def run_stages(stages: Sequence[Stage], inputs: Tensors, fns: Sequence[StageFn] 
 
 
 def check_stages(
-    stages: Sequence[Stage],
-    expected: Callable[[Tensors], torch.Tensor],
-    samples: Sequence[Tensors],
-    precision: str,
-    what: str,
-    fns: Sequence[StageFn] | None = None,
-) -> ParityReport:
+    stages: Sequence[Stage], expected: Callable[[Tensors], torch.Tensor], samples: Sequence[Tensors],
+    precision: str, what: str, fns: Sequence[StageFn] | None = None,
+) -> ParityReport:  # fmt: skip
     """The worst parity of the stage chain's final output against ``expected`` over ``samples``."""
     worst = None
     for sample in samples:
@@ -104,12 +98,8 @@ def check_stages(
 
 
 def boundary_name(base: str, build_id: str) -> str:
-    """A tensor that crosses a stage boundary, named for the build that made the stages.
-
-    Triton's ensemble chains stages by tensor name, so stages of two builds cannot be chained: reloading
-    one stage after a rebuild (new weights) breaks the pipeline with an error instead of serving the new
-    stage beside the old ones, a silently mixed model. (Triton checks the names; no stage needs to.)
-    """
+    """A boundary tensor named for the build that made the stages: Triton chains stages by name, so a
+    stage reloaded after a rebuild fails to chain instead of silently serving a mixed model."""
     return f"{base}_{build_id}" if build_id else base
 
 
@@ -171,13 +161,8 @@ def embedding_dense_stages(
 
 
 def stage_artifact(stage: Stage, example: tuple[torch.Tensor, ...], max_batch_size: int) -> bytes:
-    """The stage's artifact: a ``torch.export`` program with a dynamic batch axis, or ONNX.
-
-    The example's batch must be within ``1..max_batch_size``; with a maximum of 1 the batch axis is static.
-    Any failure of the exporter surfaces as a ``StageExportError`` naming the stage. Made in memory:
-    torch's zip writer aborts the process (SIGABRT) when the disk fills mid-file, while the caller's own
-    write of these bytes fails with a clear error.
-    """
+    """The stage's artifact, ONNX or a ``torch.export`` program with a dynamic batch axis, made in memory
+    (torch's zip writer aborts the process when the disk fills mid-file); failures name the stage."""
     try:
         if stage.runtime == "onnx":
             return module_to_onnx(stage.module, example, [t.name for t in stage.inputs], [stage.output.name])
@@ -198,8 +183,7 @@ def stage_artifact(stage: Stage, example: tuple[torch.Tensor, ...], max_batch_si
 
 
 def check_stage_file(stage: Stage, path: Path) -> None:
-    """An ONNX stage file must pass ``onnx.checker`` and keep its data inside its folder (a ``.pt2`` is
-    checked when it is loaded back and run against the whole model)."""
+    """An ONNX stage passes ``onnx.checker`` and keeps its data in its folder (a ``.pt2`` is run instead)."""
     if stage.runtime != "onnx":
         return
     try:

@@ -1,11 +1,8 @@
 """fp32 ONNX graphs to fp16, in one place: onnxruntime's converter (``onnxruntime.transformers``,
 maintained with the runtime that serves the result; no converter package of its own).
 
-Ops without fp16 kernels stay fp32 behind Cast nodes: the converter's default block list, or the
-caller's ``block`` list instead (the text encoder keeps only ``LayerNormalization`` in fp32, whose fp16
-variance loses too much). The
-converter appends its Casts at the end of the graph; a topological sort puts them back in order, as the
-ONNX checker requires.
+Ops in the block list (the converter's default, or the caller's) stay fp32 behind Casts; the converter
+appends those at the end of the graph, so a topological sort puts them in the order the checker needs.
 """
 
 from __future__ import annotations

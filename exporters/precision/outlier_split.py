@@ -1,13 +1,9 @@
 """Keep a weighted ``MatMul``'s outlier input channels in fp32, so its int8 part quantizes the rest finely.
 
-A transformer's hidden states carry a few channels far larger than the others (in all-MiniLM-L6-v2,
-channel 99 of the layer inputs reaches 20-30 on the ``[CLS]`` token where most channels stay below 3).
-Quantized per tensor, as ONNX Runtime's dynamic quantization does, those few values set the scale and
-every other channel keeps only a few of its 256 levels. Splitting the product by input channel
-(``x·W = (x·keep)·W + x[:, outliers]·W[outliers, :]``, the decomposition of LLM.int8()) leaves the
-large channels to a small fp32 ``MatMul`` and the rest to the int8 one, with its range set by ordinary
-values. The rewrite is exact in fp32; which channels count as outliers is decided once, from the
-calibration batches: those whose largest magnitude exceeds ``ratio`` times the median channel's.
+A transformer's hidden states carry a few channels far larger than the others; quantized per tensor,
+they set the scale and leave the rest a few levels. ``x·W = (x·keep)·W + x[:, outliers]·W[outliers, :]``
+(LLM.int8()'s decomposition, exact in fp32) gives them a small fp32 ``MatMul``; outliers are the
+channels whose calibration peak exceeds ``ratio`` times the median channel's.
 """
 
 from __future__ import annotations

@@ -1,2 +1,1 @@
-"""A ``text_embeddings:`` entry built into the repository: the encoder ONNX from packaged real weights,
-the tokenizer stage and the ensemble (``embedding``), and the Triton configs of the three (``configs``)."""
+"""A ``text_embeddings:`` entry: encoder ONNX from packaged weights, tokenizer stage, ensemble, configs."""

@@ -1,25 +1,16 @@
 """Triton configs of a text-embedding service: tokenizer (Python), encoder (ONNX), and the ensemble.
 
-The encoder's sequence axis is ``-1`` (dims ``[-1]``): the native onnxruntime backend (NGC) and ours
-both take any length, and the dynamic batcher merges requests of the same padded length, which is
-what the tokenizer's buckets provide. ``ragged=True`` makes the padded-to-longest alternative the perf
-study compares against: ``allow_ragged_batch`` lets the batcher merge any lengths, and the encoder
-then runs on the Python backend (our onnxruntime ``model.py`` placed in the model folder), which pads
-each formed batch to its longest member. That variant is never the served default: the native
-onnxruntime backend would concatenate ragged inputs without padding.
+The batcher merges requests of the same padded length, which the tokenizer's buckets provide.
+``ragged=True`` is the alternative the perf study compares against: ``allow_ragged_batch``, and the
+encoder on our onnxruntime ``model.py``, which pads each batch to its longest (the native backend
+would concatenate ragged inputs unpadded, so it is never the default).
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 
-from exporters.configs.model_config import (
-    InstanceGroup,
-    ModelConfig,
-    ModelTensor,
-    ModelWarmup,
-    WarmupInput,
-)
+from exporters.configs.model_config import InstanceGroup, ModelConfig, ModelTensor, ModelWarmup, WarmupInput
 from exporters.configs.models import chained_ensemble, dynamic_batching, instance_groups
 from exporters.schema.guards import guard_parameters
 from exporters.schema.text_embeddings import TextEmbeddingSpec
@@ -37,11 +28,6 @@ class RaggedModelInput(ModelTensor):
     allow_ragged_batch: bool = True
 
 
-def _token_tensors(ragged: bool = False) -> list[ModelTensor]:
-    kind = RaggedModelInput if ragged else ModelTensor
-    return [kind(name, "TYPE_INT64", [-1]) for name in TOKEN_INPUTS]
-
-
 def tokenizer_config(spec: TextEmbeddingSpec) -> ModelConfig:
     """Tokenization is CPU work on every target; ``pad_buckets`` empty pads to each request's longest."""
     return ModelConfig(
@@ -49,7 +35,7 @@ def tokenizer_config(spec: TextEmbeddingSpec) -> ModelConfig:
         backend="python",
         max_batch_size=spec.max_batch_size,
         input=[TEXT],
-        output=_token_tensors(),
+        output=[ModelTensor(name, "TYPE_INT64", [-1]) for name in TOKEN_INPUTS],
         instance_group=[InstanceGroup(kind="KIND_CPU", count=1)],
         dynamic_batching=dynamic_batching(spec.batching),
         parameters={
@@ -59,64 +45,41 @@ def tokenizer_config(spec: TextEmbeddingSpec) -> ModelConfig:
     )
 
 
-def _warmups(spec: TextEmbeddingSpec) -> list[ModelWarmup]:
-    """One warm-up per padded length the tokenizer can emit (batch 1), so no first request pays it."""
-    lengths = spec.buckets or (spec.max_seq_length,)
-    return [
-        ModelWarmup(
-            name=f"length_{length}",
-            batch_size=1,
-            inputs={name: WarmupInput("TYPE_INT64", [length], zero_data=True) for name in TOKEN_INPUTS},
-        )
-        for length in lengths
-    ]
-
-
-def encoder_guards(spec: TextEmbeddingSpec, vocab_size: int | None) -> dict[str, str]:
-    """The encoder holds direct requests to what the tokenizer gives it: ids inside the vocabulary, a
-    0/1 attention mask, at most ``max_seq_length`` tokens. The ensemble is not the only way in (a client
-    may call the encoder by name), and its checks must not be skipped that way; our onnxruntime backend
-    enforces these, the native one ignores the parameters, and the fronts bound the sequence axis by
-    the last (``input_max_shapes``) before Triton sees a request."""
-    ranges = {"input_ids": (0, vocab_size), "attention_mask": (0, 2)} if vocab_size is not None else {}
-    longest = {name: (spec.max_seq_length,) for name in TOKEN_INPUTS}
-    return guard_parameters(ranges, allow_non_finite=False, max_shapes=longest)
-
-
 def encoder_config(
     spec: TextEmbeddingSpec, num_gpus: int, ragged: bool = False, vocab_size: int | None = None
 ) -> ModelConfig:
-    """The ONNX encoder on the ``onnxruntime`` backend (or, ragged, on the Python backend)."""
+    """The ONNX encoder on the ``onnxruntime`` backend (or, ragged, on the Python backend), warmed at
+    every padded length the tokenizer emits. Requests that call it by name are held to what the
+    tokenizer gives: ids inside the vocabulary, a 0/1 mask, at most ``max_seq_length`` tokens."""
+    ranges = {"input_ids": (0, vocab_size), "attention_mask": (0, 2)} if vocab_size is not None else {}
+    longest = {name: (spec.max_seq_length,) for name in TOKEN_INPUTS}
+    warmups = [
+        ModelWarmup(
+            f"length_{n}", 1, {t: WarmupInput("TYPE_INT64", [n], zero_data=True) for t in TOKEN_INPUTS}
+        )
+        for n in spec.buckets or (spec.max_seq_length,)
+    ]
     return ModelConfig(
         name=spec.encoder_name,
         backend="python" if ragged else "onnxruntime",
         max_batch_size=spec.max_batch_size,
-        input=_token_tensors(ragged),
+        input=[(RaggedModelInput if ragged else ModelTensor)(n, "TYPE_INT64", [-1]) for n in TOKEN_INPUTS],
         output=[EMBEDDING],
         instance_group=instance_groups(spec, num_gpus),
         dynamic_batching=dynamic_batching(spec.batching),
-        model_warmup=_warmups(spec),
+        model_warmup=warmups,
         parameters={
             "intra_op_thread_count": str(spec.threads.intra_op),
             "inter_op_thread_count": str(spec.threads.inter_op),
-            **encoder_guards(spec, vocab_size),
+            **guard_parameters(ranges, allow_non_finite=False, max_shapes=longest),
         },
     )
-
-
-def ensemble_config(spec: TextEmbeddingSpec) -> ModelConfig:
-    """``text`` → tokenizer → encoder → ``embedding``."""
-    steps = [(spec.tokenizer_name, ["text"], TOKEN_INPUTS), (spec.encoder_name, TOKEN_INPUTS, ["embedding"])]
-    return chained_ensemble(spec.name, spec.max_batch_size, [TEXT], [EMBEDDING], steps)
 
 
 def text_configs(
     spec: TextEmbeddingSpec, num_gpus: int, ragged: bool = False, vocab_size: int | None = None
 ) -> list[ModelConfig]:
-    """The ensemble's config first, then the tokenizer's and the encoder's (``vocab_size``: see
-    ``encoder_guards``)."""
-    return [
-        ensemble_config(spec),
-        tokenizer_config(spec),
-        encoder_config(spec, num_gpus, ragged, vocab_size),
-    ]
+    """The configs of the ensemble (``text`` → tokenizer → encoder → ``embedding``), tokenizer, encoder."""
+    steps = [(spec.tokenizer_name, ["text"], TOKEN_INPUTS), (spec.encoder_name, TOKEN_INPUTS, ["embedding"])]
+    ensemble = chained_ensemble(spec.name, spec.max_batch_size, [TEXT], [EMBEDDING], steps)
+    return [ensemble, tokenizer_config(spec), encoder_config(spec, num_gpus, ragged, vocab_size)]

@@ -1,17 +1,11 @@
 """Build a text-embedding service from packaged real weights: encoder ONNX, tokenizer stage, configs.
 
-The encoder is the package's BERT (loaded with ``transformers``, offline) plus sentence-transformers'
-mean pooling over the attention mask and L2 normalisation, exported as one graph so the served output is
-the sentence embedding itself. fp32 uses the TorchScript-based exporter (opset 17, ~2e-7 from torch);
-fp16 is that graph converted with onnxruntime's float16 tool, keeping ``LayerNormalization`` and the
-graph's inputs/outputs in fp32 (a graph exported from a halved module does not load: onnxruntime binds
-LayerNormalization's inputs to different types); int8 is that graph's ``MatMul``s quantized dynamically
-with their outlier input channels kept fp32 (``exporters.precision.int8``). Each is checked against torch on
-real token batches of several lengths before they take their final name, through the one parity check
-(``exporters.artifacts.parity``, kind ``embedding``: cosine and max_rel, the spec's ``tolerance:`` or the
-precision's defaults); ``export.json`` records the figures and limits, a content hash (weights,
-precision, exporter) and the file's SHA-256: a rebuild skips the work only while both still match (a
-truncated ``model.onnx`` is rebuilt, never reported cached).
+The encoder is the package's BERT (offline) plus sentence-transformers' mean pooling and L2
+normalisation in one graph, so the served output is the sentence embedding. fp16 converts the fp32
+graph (a graph exported from a halved module does not load) keeping ``LayerNormalization``, whose fp16
+variance loses too much, in fp32; int8 quantizes its ``MatMul``s dynamically. Each is held to torch on
+real token batches before it takes its final name; ``export.json`` keeps the figures, a content hash and
+the file's SHA-256 (a rebuild skips the work only while both match).
 """
 
 from __future__ import annotations
@@ -34,9 +28,9 @@ from torch import nn
 
 from exporters.artifacts.file_hash import file_sha256
 from exporters.artifacts.onnx_files import OPSET, check_external_data, module_to_onnx
-from exporters.artifacts.parity import ParityReport, compare_outputs
+from exporters.artifacts.parity import compare_outputs
 from exporters.artifacts.records import current_record, write_record
-from exporters.configs.model_config import ModelConfig, write_config
+from exporters.configs.model_config import write_config
 from exporters.errors import SpecError
 from exporters.precision.fp16 import to_fp16
 from exporters.precision.int8 import to_int8_dynamic
@@ -77,8 +71,7 @@ class SentenceEncoder(nn.Module):
 def model_folder(package: str) -> Path:
     """The weights folder a package carries (``get_model_path()``); SpecError if it has none."""
     try:
-        module = importlib.import_module(package)
-        folder = Path(module.get_model_path())
+        folder = Path(importlib.import_module(package).get_model_path())
     except (ImportError, AttributeError) as error:
         raise SpecError("package", f"{package!r} does not provide get_model_path(): {error}") from error
     if not (folder / "config.json").is_file() or not (folder / "tokenizer.json").is_file():
@@ -96,23 +89,15 @@ def check_batches(folder: Path, max_length: int) -> list[dict[str, np.ndarray]]:
     batches = []
     for texts in [[t] for t in CHECK_TEXTS[:2]] + [list(CHECK_TEXTS)]:
         encodings = tokenizer.encode_batch(texts)
-        batches.append(
-            {
-                "input_ids": np.array([e.ids for e in encodings], dtype=np.int64),
-                "attention_mask": np.array([e.attention_mask for e in encodings], dtype=np.int64),
-            }
-        )
+        ids = np.array([e.ids for e in encodings], dtype=np.int64)
+        mask = np.array([e.attention_mask for e in encodings], dtype=np.int64)
+        batches.append({"input_ids": ids, "attention_mask": mask})
     return batches
 
 
 def content_hash(spec: TextEmbeddingSpec, folder: Path) -> str:
     digest = hashlib.sha256()
-    identity = {
-        "precision": spec.precision,
-        "opset": OPSET,
-        "export": EXPORT_VERSION,
-        "torch": torch.__version__,
-    }
+    identity = dict(precision=spec.precision, opset=OPSET, export=EXPORT_VERSION, torch=torch.__version__)
     digest.update(json.dumps(identity, sort_keys=True).encode())
     for name in ("config.json", "model.safetensors"):
         digest.update((folder / name).read_bytes())
@@ -122,10 +107,8 @@ def content_hash(spec: TextEmbeddingSpec, folder: Path) -> str:
 def calibration_batches(
     folder: Path, batches: int = 8, rows: int = 16, length: int = 64
 ) -> list[dict[str, np.ndarray]]:
-    """What int8 finds the encoder's outlier channels on: fixed-length batches of random token ids
-    framed by ``[CLS]``/``[SEP]``, 4 to ``length`` tokens per row, the rest padding masked out. The
-    outliers are the model's (a few channels of the hidden state, largest on the special tokens), so
-    random ids find them without a corpus; seeded, so every build is the same."""
+    """Seeded batches of random token ids framed by ``[CLS]``/``[SEP]`` (4 to ``length`` per row, the rest
+    masked): the outlier channels int8 keeps are the model's, so random ids find them without a corpus."""
     from tokenizers import Tokenizer
 
     tokenizer = Tokenizer.from_file(str(folder / "tokenizer.json"))
@@ -148,9 +131,7 @@ def encoder_onnx(
     encoder: SentenceEncoder, example: dict[str, np.ndarray], precision: str,
     calibration: list[dict[str, np.ndarray]],
 ) -> bytes:  # fmt: skip
-    """The encoder as ONNX bytes: exported in fp32, converted for fp16 (LayerNormalization and the
-    graph's inputs and outputs kept fp32), or quantized for int8 (dynamic, outlier channels of
-    ``calibration`` kept fp32: ``exporters.precision.int8.to_int8_dynamic``)."""
+    """The encoder as ONNX bytes in ``precision`` (fp16 and int8 made from the fp32 graph)."""
     data = module_to_onnx(
         encoder, tuple(torch.from_numpy(example[name]) for name in TOKEN_INPUTS), list(TOKEN_INPUTS),
         ["embedding"], variable_axes={name: {1: "sequence"} for name in TOKEN_INPUTS},
@@ -163,57 +144,24 @@ def encoder_onnx(
     return to_fp16(model, keep_io_types=True, block=["LayerNormalization"]).SerializeToString()
 
 
-def check_against_torch(
-    path: Path, encoder: SentenceEncoder, batches: Iterable[dict[str, np.ndarray]], spec: TextEmbeddingSpec
-) -> ParityReport:
-    """The ONNX file's embeddings against torch's over ``batches``, through the one check
-    (``exporters.artifacts.parity``, kind ``embedding``); the worst figures, or ``ExportCheckError`` naming
-    them."""
-    session = ort.InferenceSession(str(path), providers=["CPUExecutionProvider"])
-    worst = None
-    for batch in batches:
-        (actual,) = session.run(["embedding"], batch)
-        with torch.inference_mode():
-            expected = encoder(*(torch.from_numpy(batch[n]) for n in TOKEN_INPUTS)).numpy()
-        what = f"{spec.encoder_name} ({spec.precision}, {actual.shape[0]} texts)"
-        report = compare_outputs(
-            [actual], [expected], spec.precision, what, ["embedding"], [spec.output_tolerance]
-        )
-        worst = report.worse(worst)
-    assert worst is not None
-    return worst
-
-
-def _cached(out_dir: Path, digest: str) -> dict[str, Any] | None:
-    """The record of an identical earlier export whose ``model.onnx`` is still exactly that file."""
-    record = current_record(out_dir / RECORD, out_dir / "model.onnx", digest)
-    return None if record is None else record | {"cached": True}
-
-
 def export_encoder(
     spec: TextEmbeddingSpec, folder: Path, out_dir: Path, done: dict[str, Path] | None = None
 ) -> dict[str, Any]:
     """``out_dir/model.onnx`` for ``spec.precision``, checked against torch; the export record.
-
-    ``done`` maps content hashes to folders this build already exported: an identical encoder (a
-    variant differing only in batching) is copied from there instead of exported again. The file is
-    written under a temporary name and replaces ``model.onnx`` whole only after its checks pass.
-    """
+    ``done`` maps content hashes to folders this build exported: an identical encoder is copied."""
     digest = content_hash(spec, folder)
     path, record_path = out_dir / "model.onnx", out_dir / RECORD
-    record = _cached(out_dir, digest)
-    if record is None and done and digest in done and _cached(done[digest], digest):
-        copy_file(done[digest] / "model.onnx", path)
-        copy_file(done[digest] / RECORD, record_path)
-        record = _cached(out_dir, digest)
+    twin = (done or {}).get(digest)
+    if twin is not None and current_record(record_path, path, digest) is None:
+        copy_file(twin / "model.onnx", path)
+        copy_file(twin / RECORD, record_path)
     if done is not None:
         done[digest] = out_dir
+    record = current_record(record_path, path, digest)  # an identical export whose file is still there
     if record is not None:
-        return record
+        return record | {"cached": True}
     from exporters.sources.huggingface import load_model  # heavy import, only where a text model is built
 
-    # The fp32 encoder from local safetensors files only (no hub access, no pickle); eager attention
-    # traces cleanly.
     encoder = SentenceEncoder(load_model(folder)).eval()
     batches = check_batches(folder, spec.max_seq_length)
     data = encoder_onnx(encoder, batches[-1], spec.precision, calibration_batches(folder))
@@ -221,7 +169,16 @@ def export_encoder(
         staging.write_bytes(data)
         onnx.checker.check_model(str(staging), full_check=True)
         check_external_data(staging)
-        (check,) = check_against_torch(staging, encoder, batches, spec).checks
+        session = ort.InferenceSession(str(staging), providers=["CPUExecutionProvider"])
+        worst, limits = None, [spec.output_tolerance]
+        for batch in batches:  # the worst figures over the batches; ExportCheckError when any fails
+            (actual,) = session.run(["embedding"], batch)
+            with torch.inference_mode():
+                expected = encoder(*(torch.from_numpy(batch[n]) for n in TOKEN_INPUTS)).numpy()
+            what = f"{spec.encoder_name} ({spec.precision}, {actual.shape[0]} texts)"
+            report = compare_outputs([actual], [expected], spec.precision, what, ["embedding"], limits)
+            worst = report.worse(worst)
+        (check,) = worst.checks
         sha256 = file_sha256(staging)
     record = {
         "content_hash": digest, "precision": spec.precision, "package": spec.package,
@@ -237,7 +194,6 @@ def export_encoder(
 class BuiltTextEmbedding:
     spec: TextEmbeddingSpec
     record: dict[str, Any]
-    configs: list[ModelConfig]
 
 
 def build_text_embedding(
@@ -257,7 +213,7 @@ def build_text_embedding(
     (repository / spec.name / "1").mkdir(parents=True, exist_ok=True)  # ensembles need a version
     for config in configs:
         write_config(config, repository / config.name)
-    return BuiltTextEmbedding(spec, record, configs)
+    return BuiltTextEmbedding(spec, record)
 
 
 def build_text_embeddings(
