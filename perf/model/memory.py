@@ -13,7 +13,8 @@ MIB = 1024 * 1024
 # Per GPU kind, MiB a serving process holds on a GPU before any model: the CUDA context (an order of
 # magnitude: NVIDIA publishes none; CUDA 12 contexts with lazy module loading are a few hundred MiB,
 # more on GPUs with more SMs) plus cuBLAS's recommended workspace per handle (32 MiB on Hopper, 4 MiB
-# elsewhere: cublasSetWorkspace) for a few handles. ``make gpu-check`` measures each stub's whole figure beside these (docs/GPU.md).
+# elsewhere: cublasSetWorkspace) for a few handles. ``make gpu-check`` measures each stub's
+# whole figure beside these (docs/GPU.md).
 CONTEXT_MIB = {"P100": 300, "V100": 350, "A100": 450, "L4": 350, "L40": 400, "H100": 550, "H200": 550,
                "B200": 600}  # fmt: skip
 GENERIC_CONTEXT_MIB = 500  # a GPU the table does not name
