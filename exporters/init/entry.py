@@ -277,13 +277,16 @@ def tried_lengths(spec: ModelSpec, onnx_path: Path, where: str) -> tuple[ModelSp
         return spec, ""
     import onnxruntime as ort  # only where an ONNX file is tried
 
+    from exporters.artifacts.torch_reference import widen
+
     options = ort.SessionOptions()
     options.log_severity_level = 4  # the failures are expected here; the error says what matters
     session = ort.InferenceSession(str(onnx_path), options, providers=["CPUExecutionProvider"])
 
     def feed(length: int) -> dict[str, np.ndarray]:
+        """Inputs at ``length`` as the build runs the file: floats widened (an fp16 spec of an fp32 file)."""
         arrays = draw_inputs(dataclasses.replace(spec, lengths=(length,)), 1, seed=length)
-        return {t.name: a for t, a in zip(spec.inputs, arrays, strict=True)}
+        return {t.name: widen(a) for t, a in zip(spec.inputs, arrays, strict=True)}
 
     def failure(length: int) -> str | None:
         try:

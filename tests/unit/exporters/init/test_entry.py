@@ -87,6 +87,19 @@ def test_init_writes_the_lengths_an_onnx_file_runs_at_and_the_entry_builds(
     assert artifact.max_rel_error <= 1e-4  # the build's own runs: the warm-up at 96, drawn lengths
 
 
+def test_init_tries_an_fp32_onnx_file_at_fp16_in_its_own_dtype_and_the_fp16_entry_builds(
+    unet_onnx: Path, tmp_path: Path, capsys: pytest.CaptureFixture
+) -> None:
+    # The build runs the user's fp32 file with widened inputs and serves an fp16 copy; init tries it alike.
+    argv = ["init", "--onnx", str(unet_onnx), "--max-length", "100", "--max-batch-size", "2"]
+    assert main([*argv, "--precision", "fp16"]) == 0, capsys.readouterr().out
+    (entry,) = yaml.safe_load(capsys.readouterr().out)["models"]
+    assert entry["precision"] == "fp16" and entry["lengths"] == [32, 64, 96]
+    assert [t["dtype"] for t in (*entry["inputs"], *entry["outputs"])] == ["fp16", "fp16"]
+    artifact = export_onnx(parse_spec({"models": [entry]}).model("unet"), tmp_path)
+    assert artifact.precision == "fp16" and artifact.max_rel_error <= 2e-2
+
+
 def test_a_spec_at_lengths_the_onnx_file_refuses_names_the_model_the_shape_and_the_fix(
     unet_onnx: Path, tmp_path: Path
 ) -> None:
