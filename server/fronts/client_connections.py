@@ -5,10 +5,11 @@ process ran out of descriptors and every other client's connection was refused.
 
 A connection beyond a share is not counted and is refused with the protocol's clearest answer (the
 caller writes it): over HTTP a 503 as it is accepted, over gRPC ``RESOURCE_EXHAUSTED`` on its first call
-(a ``GOAWAY`` before any call makes grpc's clients retry the call on a new connection at once, without
-end: one such client grew past 15 GB). It is closed once the client had a moment to read its answer (a
-socket closed with unread bytes is reset, and a reset can drop the answer before the client reads it),
-and only ``REFUSED_WAITING`` refused connections wait so at once; beyond them one is closed at once.
+(a ``GOAWAY`` before any call made tritonclient's gRPC client retry the call on a new connection at
+once, without end: a call without a timeout grew its process to 15 GB before it was killed). It is
+closed once the client had a moment to read its answer (a socket closed with unread bytes is reset, and
+a reset can drop the answer before the client reads it), and only ``REFUSED_WAITING`` refused
+connections wait so at once; beyond them one is closed at once.
 """
 
 from __future__ import annotations

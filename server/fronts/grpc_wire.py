@@ -449,7 +449,7 @@ class FrontConnection(h2c.Endpoint):
     def _refused(self, refusal: str) -> None:
         """Fault matrix row 73: a connection beyond its client's share, never counted and never served;
         its first call gets ``RESOURCE_EXHAUSTED`` with ``refusal`` (then ``GOAWAY``), one without a call
-        within ``REFUSED_WAIT_S`` a ``GOAWAY`` alone, one beyond the refused that may wait a close."""
+        within ``REFUSED_WAIT_S`` a ``GOAWAY`` alone; one beyond the refused that may wait is closed now."""
         log.debug("refusing a connection from %s: %s", self.name, refusal)
         self.refusal = refusal
         self.refused_waiting = self.front_limits.clients.wait_refused()
