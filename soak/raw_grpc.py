@@ -46,12 +46,16 @@ def message(body: bytes, flag: int = 0) -> bytes:
     return bytes([flag]) + len(body).to_bytes(4, "big") + body
 
 
-def exchange(address: tuple[str, int], block: bytes, data: bytes, timeout_s: float) -> GrpcReply:
-    """Send one call on a new connection and read its answer."""
+def exchange(
+    address: tuple[str, int], block: bytes, data: bytes, timeout_s: float, source: str = ""
+) -> GrpcReply:
+    """Send one call on a new connection (from the local address ``source``, if given) and read its
+    answer."""
     started = time.monotonic()
     deadline = started + timeout_s
+    bind = (source, 0) if source else None
     try:
-        with socket.create_connection(address, timeout=timeout_s) as sock:
+        with socket.create_connection(address, timeout=timeout_s, source_address=bind) as sock:
             frames = [
                 h2c.PREFACE,
                 h2c.settings_frame({}),

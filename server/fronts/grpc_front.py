@@ -22,6 +22,7 @@ from tritonclient.grpc import service_pb2
 from server.admin import GRPC_ADMIN_HEADER, GRPC_FRONT_HEADER
 from server.fronts import h2c
 from server.fronts.allow_list import ModelSignature, ModelSignatures
+from server.fronts.client_connections import ClientConnections
 from server.fronts.client_regions import Client, RegionUse
 from server.fronts.client_slots import OVERDUE_TIMEOUT_S, STREAM_WATCH_S, ClientSlots, Deadlines, StreamWaits
 from server.fronts.grpc_request import SERVICE, check_request, model_to_check, parse_request
@@ -80,7 +81,7 @@ class GrpcFront:
         shm: GrpcSharedMemory,
         listen: str,
         max_message_bytes: int,  # any call; an inference is bounded by its model's too
-        shares: FrontShares,  # inference calls (a stream: one slot)
+        shares: FrontShares,  # inference calls (a stream: one slot), connections held open
     ) -> None:
         self.upstream, self.shm = upstream, shm
         self.max_message_bytes, self.shares = max_message_bytes, shares
@@ -94,13 +95,16 @@ class GrpcFront:
         self.methods = {method.name: method.client_streaming for method in SERVICE.methods}
         self.connections: set[FrontConnection] = set()
         self.incoming = IncomingBytes(LARGE_MESSAGES * max_message_bytes)  # of calls still arriving
+        self.clients = ClientConnections(shares.connections)
         self.metadata_blocks: dict[tuple, bytes] = {}
         self.admin = key.encode() if key else None
         self.front_key = h2c.encode_headers([(GRPC_FRONT_HEADER.encode(), key.encode())]) if key else b""
 
     def connection(self) -> FrontConnection:
         """A new client connection (the listening socket's protocol factory)."""
-        limits = ConnectionLimits(self.max_message_bytes, HANDSHAKE_TIMEOUT_S, IDLE_TIMEOUT_S, self.incoming)
+        limits = ConnectionLimits(
+            self.max_message_bytes, HANDSHAKE_TIMEOUT_S, IDLE_TIMEOUT_S, self.incoming, self.clients
+        )
         return FrontConnection(limits, self.methods, PREFIX, self.serve, self.connections)
 
     async def serve(self, call: ServerCall) -> None:

@@ -12,12 +12,19 @@ import re
 import zlib
 from collections import deque
 from collections.abc import Awaitable, Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from urllib.parse import quote, unquote
 
 import grpc
 
 from server.fronts import h2c
+from server.fronts.client_connections import (
+    DEFAULT_SHARE,
+    REFUSED_WAIT_S,
+    ClientConnections,
+    close_after_answer,
+    peer_address,
+)
 
 log = logging.getLogger(__name__)
 
@@ -380,6 +387,8 @@ class ConnectionLimits:
     handshake_s: float
     idle_s: float
     incoming: IncomingBytes  # the front's, shared by its connections
+    # the front's count of connections by client address (fault matrix row 73)
+    clients: ClientConnections = field(default_factory=lambda: ClientConnections(DEFAULT_SHARE))
     message_s: float = MESSAGE_TIMEOUT_S  # a unary call's message must be whole within this
 
 
@@ -403,6 +412,8 @@ class FrontConnection(h2c.Endpoint):
         self.last_stream = 0
         self.address, self.name, self.port = "", "", None
         self.handshaken = False
+        self.refusal = ""  # beyond the client's share of connections (row 73): its first call's answer
+        self.refused_waiting = False  # counted among the front's refused connections that wait
         self.stopping = False
         self.idle_since = 0.0
         self.timer: asyncio.TimerHandle | None = None
@@ -410,12 +421,14 @@ class FrontConnection(h2c.Endpoint):
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         super().connection_made(transport)
         peer = transport.get_extra_info("peername")
+        self.address = self.name = peer_address(peer)
         if isinstance(peer, tuple) and len(peer) >= 2:
             host, self.port = peer[0], peer[1]
-            self.address = host[7:] if host.startswith("::ffff:") else host
             self.name = f"ipv6:[{host}]:{self.port}" if ":" in host else f"ipv4:{host}:{self.port}"
-        else:
-            self.address = self.name = str(peer)
+        refusal = self.front_limits.clients.admit(self.address)
+        if refusal is not None:
+            self._refused(refusal)
+            return
         self.connections.add(self)
         self.timer = self.loop.call_later(self.front_limits.handshake_s, self._handshake_expired)
 
@@ -433,9 +446,32 @@ class FrontConnection(h2c.Endpoint):
             log.debug("closing %s: no HTTP/2 handshake within %g s", self.name, self.front_limits.handshake_s)
             self.close(h2c.PROTOCOL_ERROR, "no HTTP/2 handshake in time")
 
+    def _refused(self, refusal: str) -> None:
+        """Fault matrix row 73: a connection beyond its client's share, never counted and never served;
+        its first call gets ``RESOURCE_EXHAUSTED`` with ``refusal`` (then ``GOAWAY``), one without a call
+        within ``REFUSED_WAIT_S`` a ``GOAWAY`` alone; one beyond the refused that may wait is closed now."""
+        log.debug("refusing a connection from %s: %s", self.name, refusal)
+        self.refusal = refusal
+        self.refused_waiting = self.front_limits.clients.wait_refused()
+        if not self.refused_waiting:
+            self.closed = True
+            if self.transport is not None:
+                self.transport.abort()
+            return
+        self.timer = self.loop.call_later(REFUSED_WAIT_S, self._end_refused, h2c.ENHANCE_YOUR_CALM)
+
+    def _end_refused(self, code: int) -> None:
+        self.write(h2c.goaway(self.last_stream, code, self.refusal.encode()))
+        self._flush()
+        self.closed = True
+        if self.transport is not None:
+            close_after_answer(self.transport)
+
     def on_settings(self) -> None:
         if not self.handshaken:
             self.handshaken = True
+            if self.refusal:
+                return
             if self.timer is not None:
                 self.timer.cancel()
             self.idle_since = self.loop.time()
@@ -463,6 +499,12 @@ class FrontConnection(h2c.Endpoint):
                 )
             return  # trailers of a call the front has ended already
         self.last_stream = stream_id
+        if self.refusal:
+            self._refuse(stream_id, end_stream, RESOURCE_EXHAUSTED, self.refusal)
+            if self.timer is not None:
+                self.timer.cancel()
+            self._end_refused(h2c.NO_ERROR)
+            return
         if self.stopping:
             self.reset(stream_id, h2c.REFUSED_STREAM)
             return
@@ -515,8 +557,13 @@ class FrontConnection(h2c.Endpoint):
             self.idle_since = self.loop.time()
 
     def on_closed(self, error: Exception | None) -> None:
-        self.connections.discard(self)
         if self.timer is not None:
             self.timer.cancel()
+        if self.refusal:
+            if self.refused_waiting:
+                self.front_limits.clients.refused_gone()
+            return
+        self.front_limits.clients.release(self.address)
+        self.connections.discard(self)
         for call in list(self.calls.values()):
             call.on_reset()

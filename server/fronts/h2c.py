@@ -31,6 +31,7 @@ MAX_HEADER_LIST_SIZE = 6
 # error codes
 NO_ERROR, PROTOCOL_ERROR, INTERNAL_ERROR, FLOW_CONTROL_ERROR = 0, 1, 2, 3
 STREAM_CLOSED, FRAME_SIZE_ERROR, REFUSED_STREAM, CANCEL, COMPRESSION_ERROR = 5, 6, 7, 8, 9
+ENHANCE_YOUR_CALM = 11
 
 DEFAULT_WINDOW = 65_535
 DEFAULT_FRAME = 16_384
@@ -162,6 +163,8 @@ class Endpoint(asyncio.Protocol):
     # -- receiving
 
     def data_received(self, data: bytes) -> None:
+        if self.closed:  # a connection ended by this side only waits for the socket to close
+            return
         buffer = self.buffer
         buffer += data
         if not self.preface_seen:

@@ -17,6 +17,7 @@ import re
 from collections import Counter
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
+from typing import cast
 
 from aiohttp import ClientConnectorError, ClientError, ClientSession, ClientTimeout, TCPConnector, web
 from aiohttp.web_protocol import RequestHandler
@@ -27,6 +28,11 @@ from server.admin import ADMIN_HEADER, FRONT_HEADER
 from server.fronts.allow_list import ModelSignature, ModelSignatures
 from server.fronts.body_checks import DEFAULT_MAX_LARGE, DEFAULT_WORKERS, INLINE_BYTES, BodyCheckers
 from server.fronts.body_encoding import inflate
+from server.fronts.client_connections import (
+    ClientConnections,
+    close_after_answer,
+    peer_address,
+)
 from server.fronts.client_regions import Client, RegionUse
 from server.fronts.client_slots import ClientSlots, Deadlines
 from server.fronts.kserve_json import check_generate, check_infer, check_json
@@ -124,8 +130,35 @@ class FrontConnection(RequestHandler):
 
     head_timeout_s = 10.0
     _head_timer: asyncio.TimerHandle | None = None
+    clients: ClientConnections | None = None  # the server's, counting this connection (row 73)
+    address = ""
+    refused = False  # beyond the client's share of connections: answered 503 and never read
+    refused_waiting = False  # counted among the front's refused connections that wait to close
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        self.address = peer_address(transport.get_extra_info("peername"))
+        refusal = self.clients.admit(self.address) if self.clients is not None else None
+        if refusal is None:
+            super().connection_made(transport)
+            return
+        log.debug("refusing a connection from %s: %s", self.address, refusal)  # fault matrix row 73
+        self.refused = True
+        body = json.dumps({"error": refusal})
+        cast(asyncio.WriteTransport, transport).write(
+            (
+                "HTTP/1.1 503 Service Unavailable\r\nContent-Type: application/json\r\n"
+                f"Content-Length: {len(body)}\r\nConnection: close\r\n\r\n{body}"
+            ).encode()
+        )
+        self.refused_waiting = self.clients.wait_refused()
+        if self.refused_waiting:
+            close_after_answer(transport)
+        else:
+            transport.close()
 
     def data_received(self, data: bytes) -> None:
+        if self.refused:
+            return
         idle = self._waiter is not None and not self._messages
         super().data_received(data)
         if self._messages:
@@ -152,6 +185,12 @@ class FrontConnection(RequestHandler):
         self.force_close()
 
     def connection_lost(self, exc: BaseException | None) -> None:
+        if self.refused:
+            if self.refused_waiting and self.clients is not None:
+                self.clients.refused_gone()
+            return
+        if self.clients is not None:
+            self.clients.release(self.address)
         self._stop_head_timer()
         super().connection_lost(exc)
 
@@ -175,10 +214,12 @@ class FrontServer(web.Server):
     def __init__(self, handler, limits: FrontLimits, **kwargs) -> None:
         super().__init__(handler, **kwargs)
         self.limits = limits
+        self.clients = ClientConnections(limits.shares.connections)
 
     def __call__(self) -> RequestHandler:
         handler = FrontConnection(self, loop=self._loop, **self._kwargs)
         handler.head_timeout_s = self.limits.header_timeout_s
+        handler.clients = self.clients
         return handler
 
     def _make_request(self, message, payload, protocol, writer, task) -> web.BaseRequest:

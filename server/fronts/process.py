@@ -16,6 +16,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from server.admin import KEY_ENV
+from server.fronts.client_connections import ConnectionShare
 from server.fronts.client_regions import ServerRegions
 from server.fronts.client_slots import DEFAULT_DEADLINE_S, DEFAULT_MAX_OVERDUE, SlotLimits
 from server.proc_stat import running
@@ -55,6 +56,10 @@ SHARE_FLAGS = (
      "(429 / RESOURCE_EXHAUSTED beyond)"),
     ("max-connection-requests", int, "requests one client connection may "
      "have waiting (429 / RESOURCE_EXHAUSTED beyond)"),
+    ("max-client-connections", int, "connections one client address may hold "
+     "open (503 / GOAWAY as it connects beyond)"),
+    ("max-connections", int, "connections all clients together may hold open (fewer "
+     "where the open-file limit would not hold them)"),
 )  # fmt: skip
 
 
@@ -65,11 +70,15 @@ class FrontShares:
     deadline_s: float = DEFAULT_DEADLINE_S  # unless the model's config sets request_deadline_s
     max_overdue: int = DEFAULT_MAX_OVERDUE  # per model: requests past their deadline Triton still runs
     slots: SlotLimits = field(default_factory=SlotLimits)
+    connections: ConnectionShare = field(default_factory=ConnectionShare)  # held open (row 73)
 
-    def values(self) -> tuple[float, int, int, int, int]:
+    def values(self) -> tuple[float, int, int, int, int, int, int]:
         """The values of ``SHARE_FLAGS``, in its order."""
-        slots = self.slots
-        return (self.deadline_s, self.max_overdue, slots.capacity, slots.per_address, slots.per_connection)
+        slots, connections = self.slots, self.connections
+        return (
+            self.deadline_s, self.max_overdue, slots.capacity, slots.per_address, slots.per_connection,
+            connections.per_address, connections.total,
+        )  # fmt: skip
 
     def flags(self) -> list[str]:
         """The fronts' command-line flags for these shares."""
@@ -84,10 +93,11 @@ def add_share_arguments(parser: argparse.ArgumentParser, prefix: str = "") -> No
 
 def shares_from_args(args: argparse.Namespace, prefix: str = "") -> FrontShares:
     """The ``FrontShares`` of the flags ``add_share_arguments`` added with ``prefix``."""
-    deadline_s, max_overdue, *slots = (
+    deadline_s, max_overdue, capacity, per_address, per_connection, connections, total = (
         getattr(args, (prefix + n).replace("-", "_")) for n, _, _ in SHARE_FLAGS
     )
-    return FrontShares(deadline_s, max_overdue, SlotLimits(*slots))
+    slots = SlotLimits(capacity, per_address, per_connection)
+    return FrontShares(deadline_s, max_overdue, slots, ConnectionShare(connections, total))
 
 
 class UpstreamState:

@@ -1,0 +1,111 @@
+"""How many connections a front holds open, one policy for both fronts (fault matrix row 73): each
+client address has a share of them, and all clients together stay below the front's file descriptor
+limit. Without it one address could hold thousands of idle keep-alive or HTTP/2 connections until the
+process ran out of descriptors and every other client's connection was refused.
+
+A connection beyond a share is not counted and is refused with the protocol's clearest answer (the
+caller writes it): over HTTP a 503 as it is accepted, over gRPC ``RESOURCE_EXHAUSTED`` on its first call
+(a ``GOAWAY`` before any call made tritonclient's gRPC client retry the call on a new connection at
+once, without end: a call without a timeout grew its process to 15 GB before it was killed). It is
+closed once the client had a moment to read its answer (a socket closed with unread bytes is reset, and
+a reset can drop the answer before the client reads it), and only ``REFUSED_WAITING`` refused
+connections wait so at once; beyond them one is closed at once.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import resource
+from collections import Counter
+from dataclasses import dataclass
+from typing import cast
+
+# perf_analyzer opens one HTTP connection per concurrent request and one gRPC connection per six
+# (TRITON_CLIENT_GRPC_CHANNEL_MAX_SHARE_COUNT); tritonclient's HTTP client one per unit of its
+# `concurrency`: 512 covers either at 8 times the requests an address may have waiting (64)
+PER_ADDRESS = 512
+TOTAL = 8192
+RESERVED_FDS = 1024  # kept for the front's own: its upstream connections, body workers, logs
+LINGER_S = 1.0  # a refused connection stays this long (or until the client closes) to read its answer
+REFUSED_WAIT_S = 2.0  # a refused gRPC connection waits this long for the call its answer goes to
+REFUSED_WAITING = 64  # refused connections waiting for their answer or their close, all clients
+
+
+@dataclass(frozen=True)
+class ConnectionShare:
+    per_address: int = PER_ADDRESS  # connections one client address may hold open
+    total: int = TOTAL  # all clients together (and at most the descriptor limit less a reserve)
+
+
+DEFAULT_SHARE = ConnectionShare()
+
+
+def descriptor_room(total: int) -> int:
+    """``total``, or fewer where the process's open-file limit would not hold that many (the limit
+    less ``RESERVED_FDS``, or half of it when it is small)."""
+    soft, _ = resource.getrlimit(resource.RLIMIT_NOFILE)
+    if soft == resource.RLIM_INFINITY:
+        return total
+    return max(1, min(total, soft - min(RESERVED_FDS, soft // 2)))
+
+
+def peer_address(peer: object) -> str:
+    """A socket's ``peername`` as the address shares are counted by (an IPv4-mapped IPv6 one as IPv4)."""
+    if isinstance(peer, tuple) and len(peer) >= 2:
+        host = str(peer[0])
+        return host[7:] if host.startswith("::ffff:") else host
+    return str(peer)
+
+
+class ClientConnections:
+    """``admit(address)`` as a connection is accepted, ``release(address)`` once it is gone."""
+
+    def __init__(self, limits: ConnectionShare) -> None:
+        self.per_address = limits.per_address
+        self.total = descriptor_room(limits.total)
+        self.open: Counter[str] = Counter()
+        self.count = 0
+        self.refused_waiting = 0
+
+    def admit(self, address: str) -> str | None:
+        """Count a new connection from ``address``; or, beyond a share, why it is refused (not counted)."""
+        if self.open[address] >= self.per_address:
+            return (
+                f"this client address ({address}) already holds {self.open[address]} connections to the "
+                f"front, its share ({self.per_address} per address, {self.total} in all); reuse them or "
+                "close some"
+            )
+        if self.count >= self.total:
+            return (
+                f"the front already holds {self.count} client connections, all it takes; retry when "
+                "other clients close theirs"
+            )
+        self.open[address] += 1
+        self.count += 1
+        return None
+
+    def wait_refused(self) -> bool:
+        """Whether a refused connection may wait for its answer (counted until ``refused_gone``); if
+        not, the caller closes it at once."""
+        if self.refused_waiting >= REFUSED_WAITING:
+            return False
+        self.refused_waiting += 1
+        return True
+
+    def refused_gone(self) -> None:
+        self.refused_waiting -= 1
+
+    def release(self, address: str) -> None:
+        self.count -= 1
+        self.open[address] -= 1
+        if self.open[address] <= 0:
+            del self.open[address]
+
+
+def close_after_answer(transport: asyncio.BaseTransport) -> None:
+    """End a refused connection whose answer was written: no more is sent, what the client sends is
+    discarded (the protocol's part), and the socket closes when the client closes or after ``LINGER_S``."""
+    writer = cast(asyncio.WriteTransport, transport)
+    if writer.can_write_eof():
+        writer.write_eof()
+    asyncio.get_running_loop().call_later(LINGER_S, writer.abort)
