@@ -20,9 +20,8 @@ from collections import Counter
 from dataclasses import dataclass
 from typing import cast
 
-# perf_analyzer opens one HTTP connection per concurrent request and one gRPC connection per six
-# (TRITON_CLIENT_GRPC_CHANNEL_MAX_SHARE_COUNT); tritonclient's HTTP client one per unit of its
-# `concurrency`: 512 covers either at 8 times the requests an address may have waiting (64)
+# an HTTP/1.1 client needs at most one connection per request in flight (a gRPC client multiplexes):
+# 512 is 8 times the requests an address may have waiting (64)
 PER_ADDRESS = 512
 TOTAL = 8192
 RESERVED_FDS = 1024  # kept for the front's own: its upstream connections, body workers, logs
