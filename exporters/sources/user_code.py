@@ -85,6 +85,13 @@ def module_files(reference: str, path: str | None) -> list[Path]:
     files = {
         Path(file).resolve()
         for module in list(sys.modules.values())
-        if (file := getattr(module, "__file__", None)) and Path(file).resolve().is_relative_to(root)
+        if (file := getattr(module, "__file__", None)) and _is_file_under(file, root)
     }
     return sorted(files)
+
+
+def _is_file_under(file: str, root: Path) -> bool:
+    """True when a module's ``__file__`` is a file under ``root``, whose bytes the content hash reads. A
+    relative name names no folder (``torch.classes`` has ``_classes.py``): resolved against the working
+    directory, it passed for the user's whenever the build ran from ``root`` (``path: .``)."""
+    return Path(file).is_absolute() and Path(file).is_file() and Path(file).resolve().is_relative_to(root)

@@ -3,8 +3,10 @@ model and field, the user's code in the content hash, inputs drawn from the spec
 
 from __future__ import annotations
 
+import sys
 import warnings
 from pathlib import Path
+from types import ModuleType
 from typing import Any
 
 import numpy as np
@@ -173,6 +175,24 @@ def test_the_users_source_files_count_in_the_content_hash(tmp_path: Path) -> Non
     assert content_hash(spec, load_source(spec)) == first  # same code, same seed: same hash
     _user_project(tmp_path, body="# a comment changes the file, so the build must not be skipped\n")
     assert content_hash(spec, load_source(spec)) != first
+
+
+def test_a_project_built_from_its_own_folder_hashes_only_its_own_files(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """``path: .`` from inside the project: torch's modules with a relative ``__file__`` (``_classes.py``,
+    ``_ops.py``) are not the user's, even where the project holds a file of that name (never imported);
+    and a name under the folder that is no file cannot be hashed."""
+    project = _user_project(tmp_path).resolve()
+    (project / "_ops.py").write_text("")
+    monkeypatch.chdir(project)
+    gone = ModuleType("gone")
+    gone.__file__ = str(project / "gone.py")
+    monkeypatch.setitem(sys.modules, "gone", gone)
+    spec = _python(tmp_path)
+    source = load_source(spec)
+    assert source.files == [project / "userpkg" / "__init__.py", project / "userpkg" / "nets.py"]
+    content_hash(spec, source)  # reads every file it names
 
 
 def test_inputs_drawn_from_the_spec_honour_range_lengths_and_bounds() -> None:
