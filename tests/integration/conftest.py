@@ -4,12 +4,13 @@ Starting a server and exporting models are what the integration tests spend thei
 tests that only send requests share one repository and one server: every model, pipeline and text
 embedding of ``models.yaml``, plus test-only variants:
 
-* ``recommender_slow_batcher``: a batcher that waits 300 ms, so concurrent requests provably share a batch;
+* ``recommender_batch_of_four``: a batcher that holds requests until four are queued (``batched.py``),
+  so four sent concurrently share a batch however late a busy machine sends one;
 * ``recommender_tiny_queue``: a queue of 2 behind a 500 ms batcher, so a burst is provably rejected,
   not queued without bound, however slowly a busy machine sends it;
 * ``image_classifier_pipeline_hybrid``: the image classifier cut into three stages at given cut points,
   bf16 boundaries, two replicas of the middle stage;
-* ``text_embedding_slow``: the fp32 text service behind a 300 ms batcher.
+* ``text_embedding_batch_of_four``: the fp32 text service, both stages holding requests until four are queued.
 
 Tests that change what a server serves (live updates, version swaps) or that serve a repository of
 their own start their own server; ``reuse_exports`` lets their build skip the exports this one made.
@@ -25,6 +26,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from batched import HOLDING
 
 from exporters.pipelines.build import build_pipelines
 from exporters.repository import build_repository
@@ -39,7 +41,7 @@ HYBRID = {
     "name": "image_classifier_pipeline_hybrid", "model": "image_classifier", "split": "blocks",
     "stages": 3, "cut_points": [2, 6], "replicas": [1, 2, 1], "boundary_dtype": "bf16",
 }  # fmt: skip
-SLOW_TEXT = "text_embedding_slow"
+TEXT_GROUP = "text_embedding_batch_of_four"
 ReuseExports = Callable[[Path, Mapping[str, str]], None]
 # The tuner's windows in tests: a short warm-up and never more than the three windows that count.
 # One run per measurement: on these VMs most runs see some steal, and measuring each again doubles a
@@ -65,12 +67,7 @@ def _variant(spec_data: dict[str, Any], base: str, name: str, batching: dict[str
 def serving_spec(spec_data: dict[str, Any]) -> Spec:
     data = copy.deepcopy(spec_data)
     data["models"] += [
-        _variant(
-            spec_data,
-            "recommender",
-            "recommender_slow_batcher",
-            {"mode": "dynamic", "max_queue_delay_us": 300_000},
-        ),
+        _variant(spec_data, "recommender", "recommender_batch_of_four", HOLDING),
         _variant(
             spec_data,
             "recommender",
@@ -84,8 +81,7 @@ def serving_spec(spec_data: dict[str, Any]) -> Spec:
         ),
     ]
     data["pipelines"] = [*data.get("pipelines", []), HYBRID]
-    slow = {**data["text_embeddings"][0], "name": SLOW_TEXT}
-    data["text_embeddings"].append(slow | {"batching": {"mode": "dynamic", "max_queue_delay_us": 300_000}})
+    data["text_embeddings"].append({**data["text_embeddings"][0], "name": TEXT_GROUP, "batching": HOLDING})
     return parse_spec(data)
 
 

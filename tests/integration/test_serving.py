@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 import tritonclient.grpc as grpcclient
 import tritonclient.http as httpclient
-from batched import Batch, until_batched
+from batched import GROUP, Batch, sent_as_batches
 from bursts import bursts_until_refused
 from counted import stats_counting
 from raw_json import infer_json
@@ -29,6 +29,7 @@ pytestmark = pytest.mark.integration
 ROOT = Path(__file__).resolve().parents[2]
 SPEC = ROOT / "models.yaml"
 PROTOCOLS = ("http", "grpc")
+GROUPED = "recommender_batch_of_four"  # built by conftest.py
 
 
 def _url(server: TritonServer, protocol: str) -> str:
@@ -154,9 +155,9 @@ def test_grpc_bad_input_is_invalid_argument(server: TritonServer) -> None:
 
 
 def test_bad_request_in_a_batch_fails_alone(server: TritonServer) -> None:
-    """Four requests wait in one 300 ms batch; the one with an out-of-range id fails, three succeed.
-    Four that did not all share one batch (Triton's batch_stats) are sent again (``until_batched``),
-    and every try's answers are held to the same checks."""
+    """Four requests share one batch; the one with an out-of-range id fails, three succeed. The model
+    holds requests until four are queued, so they share it however the host schedules the threads
+    (Triton's batch_stats confirm it)."""
     client = connect("grpc", server.grpc_url)
     good = reference(SPEC, "recommender", batch=1, seed=5)
 
@@ -165,21 +166,20 @@ def test_bad_request_in_a_batch_fails_alone(server: TritonServer) -> None:
         if index == 2:
             arrays["sparse_ids"] = np.full_like(arrays["sparse_ids"], 10**9)
         try:
-            return infer(connect("grpc", server.grpc_url), "grpc", "recommender_slow_batcher", arrays)
+            return infer(connect("grpc", server.grpc_url), "grpc", GROUPED, arrays)
         except InferenceServerException as error:
             return error
 
     def four() -> list:
-        with ThreadPoolExecutor(4) as pool:
-            return list(pool.map(one, range(4)))
+        with ThreadPoolExecutor(GROUP) as pool:
+            return list(pool.map(one, range(GROUP)))
 
-    together = Batch("recommender_slow_batcher", size=4, inferences=4)
-    for results in until_batched(four, client, "grpc", [together]):
-        failed = [r for r in results if isinstance(r, InferenceServerException)]
-        assert len(failed) == 1 and failed[0].status() == "StatusCode.INVALID_ARGUMENT", results
-        assert "'sparse_ids'" in failed[0].message()
-        for result in (r for r in results if not isinstance(r, InferenceServerException)):
-            np.testing.assert_allclose(result["probability"], good.expected["probability"], rtol=1e-5)
+    results = sent_as_batches(four, client, "grpc", [Batch(GROUPED, size=GROUP, inferences=GROUP)])
+    failed = [r for r in results if isinstance(r, InferenceServerException)]
+    assert len(failed) == 1 and failed[0].status() == "StatusCode.INVALID_ARGUMENT", results
+    assert "'sparse_ids'" in failed[0].message()
+    for result in (r for r in results if not isinstance(r, InferenceServerException)):
+        np.testing.assert_allclose(result["probability"], good.expected["probability"], rtol=1e-5)
 
 
 def test_overload_is_rejected_by_the_queue_policy(server: TritonServer) -> None:

