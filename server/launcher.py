@@ -10,10 +10,12 @@ the tritonserver named in ``server_pid_file`` across restarts (docs/SERVING.md).
 
 from __future__ import annotations
 
+import contextlib
 import http.client
 import json
 import logging
 import os
+import re
 import secrets
 import shutil
 import signal
@@ -198,6 +200,8 @@ class TritonServer:
         self.grpc_port = options.grpc_port or grpc
         self.triton_grpc_port = own_grpc if options.grpc_front else self.grpc_port
         self.metrics_port = options.metrics_port or metrics
+        picked = set() if self.base_ports else {http, grpc, metrics, own_http, own_grpc} - set(given)
+        self.picked_ports = picked  # new ones replace them when another process binds one first
         self.http_url = f"{host}:{self.http_port}"
         self.grpc_url = f"{host}:{self.grpc_port}"
         self.metrics_url = f"http://{host}:{self.metrics_port}/metrics"
@@ -205,13 +209,19 @@ class TritonServer:
         self.triton_http_url = f"{'127.0.0.1' if options.http_front else host}:{self.triton_http_port}"
         self.triton_grpc_url = f"{'127.0.0.1' if options.grpc_front else host}:{self.triton_grpc_port}"
 
-    def _lost_a_picked_port(self, error: ServerError, restart: bool) -> bool:
-        """Whether a first start lost a port the OS picked to another process between pick and bind;
-        new ports cure that. Ports a user gave or a port base holds are theirs: an error then."""
-        if restart or self.base_ports:
-            return False
-        given = (self.options.http_port, self.options.grpc_port, self.options.metrics_port)
-        return not all(given) and "already in use" in str(error).lower()
+    def _lost_picked_ports(self, error: ServerError, restart: bool) -> set[int]:
+        """The ports the OS picked for a first start that another process bound first, as the check
+        before launch, Triton's log (``Socket '…:port' already in use``, maybe far above its tail once
+        its models unload) or a front's log (EADDRINUSE) names them; new ports cure that. A port the
+        user gave or a port base holds is theirs, and a restart keeps its ports: never one of these."""
+        if restart:
+            return set()
+        texts = [str(error)]
+        for path in [self.log_path, *map(self._front_log, self.fronts)]:
+            with contextlib.suppress(OSError):
+                texts.append(path.read_text(errors="replace"))
+        reports = [line for text in texts for line in text.splitlines() if "already in use" in line.lower()]
+        return {int(number) for line in reports for number in re.findall(r"\d+", line)} & self.picked_ports
 
     def _ports_held(self) -> bool:
         """Whether the HTTP and gRPC ports listen in tritonserver or its fronts, not in another process."""
@@ -290,12 +300,14 @@ class TritonServer:
             except ServerError as error:
                 returncode = self.process.poll() if self.process is not None else None
                 starved = starved_stub_abort(returncode, self.log_tail())
-                lost = self._lost_a_picked_port(error, restart)
+                lost = self._lost_picked_ports(error, restart)
                 (self.reap if restart else self.stop)()
                 if not (starved or lost) or attempt == START_ATTEMPTS:
                     raise
                 if lost:
-                    log.warning("a port picked for tritonserver was taken by another process; new ports")
+                    log.warning("port %s, picked for tritonserver, was taken by another process; starting "
+                                "again on new ports (%d of %d)", ", ".join(map(str, sorted(lost))),
+                                attempt + 1, START_ATTEMPTS)  # fmt: skip
                     self._pick_ports()
                 else:
                     log.warning(
@@ -379,6 +391,10 @@ class TritonServer:
         environment = {**os.environ, KEY_ENV: self.admin_key}
         with open(self.log_path.with_name(f"{module.rsplit('.', 1)[1]}.log"), "wb") as log_file:
             return subprocess.Popen(command, stdout=log_file, stderr=subprocess.STDOUT, env=environment)
+
+    def _front_log(self, front: subprocess.Popen) -> Path:
+        """Where ``front`` writes (``_launch_front``): its module's name beside the server's log."""
+        return self.log_path.with_name(f"{front.args[2].rsplit('.', 1)[1]}.log")
 
     def log_tail(self, lines: int = 40) -> str:
         try:
@@ -471,9 +487,9 @@ class TritonServer:
                 )
             for front in self.fronts:
                 if front.poll() is not None:
-                    name = front.args[2].rsplit(".", 1)[1]
-                    front_log = self.log_path.with_name(f"{name}.log").read_text(errors="replace")
-                    raise ServerError(f"{name} exited with {front.returncode}:\n{front_log[-2000:]}")
+                    front_log = self._front_log(front)
+                    text = front_log.read_text(errors="replace")
+                    raise ServerError(f"{front_log.stem} exited with {front.returncode}:\n{text[-2000:]}")
             if not self.grpc_front_listens():
                 time.sleep(0.25)
                 continue

@@ -141,7 +141,13 @@ def check_port_free(host: str, port: int, wait_s: float, name: str) -> None:
 
 def free_ports(hosts: Sequence[str], taken: Collection[int] = ()) -> list[int]:
     """A free port for each of ``hosts``, all different and none of ``taken``: every socket stays
-    bound until all are picked, or the OS may hand one port out twice."""
+    bound until all are picked, or the OS may hand one port out twice.
+
+    The OS picks from the ephemeral range, where outgoing connections take their local ports too, so
+    one may be taken before the server binds it: ``TritonServer.start`` then goes on on new ones. Picking
+    below that range would spare outgoing connections but not the race, and would lose what ``bind(0)``
+    gives: the kernel never hands a port it holds for one picker to another picker at once.
+    """
     picked: list[int] = []
     with contextlib.ExitStack() as bound:
         for host in hosts:

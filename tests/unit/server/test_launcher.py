@@ -181,6 +181,38 @@ def test_a_picked_port_another_process_took_first_means_new_ports_not_a_failed_s
             assert server.http_port != lost and server.is_ready()  # ready on its new HTTP port
 
 
+@pytest.mark.integration
+def test_triton_own_port_picked_behind_given_public_ports_is_picked_again_when_taken(tmp_path: Path) -> None:
+    """With fronts, Triton's own loopback ports are picked even when the user gives the public ones;
+    another process binding one first means new ones for Triton, and the public ports stay as given."""
+    given = dict(zip(("http_port", "grpc_port", "metrics_port"), free_ports(["127.0.0.1"] * 3), strict=True))
+    server = TritonServer(ServerOptions(repository=tmp_path, http_front=True, grpc_front=True, **given))
+    lost = server.triton_grpc_port
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", lost))
+        taken.listen()
+        with server:
+            assert server.triton_grpc_port != lost and server.is_ready()
+            assert (server.http_port, server.grpc_port, server.metrics_port) == tuple(given.values())
+
+
+def test_a_port_lost_is_read_from_the_whole_log_not_only_the_tail_in_the_error(tmp_path: Path) -> None:
+    """Triton binds its ports after loading its models, and on failing to bind it unloads them all:
+    their lines push ``already in use`` out of the log tail the error carries. The port named in the
+    log is picked again; a port the user gave is never picked again."""
+    for grpc_given in (0, free_ports(["127.0.0.1"])[0]):
+        server = TritonServer(ServerOptions(repository=tmp_path, grpc_port=grpc_given))
+        unloads = [f"model_lifecycle.cc:623] successfully unloaded 'm{n}' version 1" for n in range(60)]
+        server.log_path.write_text(
+            f"main.cc:256] failed to start GRPC service: Unavailable - Socket "
+            f"'127.0.0.1:{server.grpc_port}' already in use\n" + "\n".join(unloads) + "\n"
+        )
+        error = ServerError(f"tritonserver exited with 1; log:\n{server.log_tail()}")
+        expected = set() if grpc_given else {server.grpc_port}
+        assert server._lost_picked_ports(error, restart=False) == expected
+        server.terminate()
+
+
 SLOW_TO_LOAD = {
     "config.pbtxt": 'name: "slow_to_load" backend: "python" max_batch_size: 0 '
     'input [{ name: "x" data_type: TYPE_FP32 dims: [1] }] '
