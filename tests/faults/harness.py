@@ -7,6 +7,7 @@ import re
 import threading
 from dataclasses import dataclass, field
 from pathlib import Path
+from urllib.parse import urlsplit
 
 import numpy as np
 import tritonclient.grpc as grpcclient
@@ -14,20 +15,37 @@ import tritonclient.http as httpclient
 
 from client.connection import connect
 from server import TritonServer
-from server.ports import free_ports
+from server.__main__ import STATE
 from server.proc_stat import stat_fields
+from server.records import read_record
 from server.stubs import STUB_NAME
 from server.supervisor import death_cause
 from soak import raw_http
 
 PROTOCOLS = ("http", "grpc")
 GOOD_MODEL = "trivial"  # the model good traffic runs on while a fault is injected elsewhere
+PORT_KINDS = ("http", "grpc", "metrics")
 
 
-def free_port_arguments(host: str = "127.0.0.1") -> list[str]:
-    """``--http-port``, ``--grpc-port`` and ``--metrics-port`` for ``python -m server start``."""
-    kinds = ("http", "grpc", "metrics")
-    return [f"--{kind}-port={port}" for kind, port in zip(kinds, free_ports([host] * 3), strict=True)]
+def start_arguments() -> list[str]:
+    """Port flags for ``python -m server start`` that let its launcher pick the ports (0 is "pick").
+
+    Ports a test picked itself could be bound by another process (any outgoing connection takes an
+    ephemeral port) before the server binds them, and such a start fails with EADDRINUSE; the launcher
+    picks ports of its own again when that happens. The ports it got are in ``.run/server.json``.
+    """
+    return [f"--{kind}-port=0" for kind in PORT_KINDS]
+
+
+def recorded_port_arguments(checkout: Path) -> list[str]:
+    """Port flags that start a server again on the ports the server of ``checkout`` was recorded on."""
+    state = read_record(checkout / STATE)
+    return [f"--{kind}-port={_port(state[kind])}" for kind in PORT_KINDS]
+
+
+def _port(address: str) -> int:
+    """The port of a recorded address: ``host:port``, or a URL (the metrics one)."""
+    return urlsplit(address if "//" in address else f"//{address}").port
 
 
 def url(server: TritonServer, protocol: str) -> str:

@@ -32,7 +32,7 @@ from client.__main__ import main as client_main
 from client.connection import connect
 from exporters.__main__ import main as exporters_main
 from server.__main__ import main as server_main
-from tests.faults.harness import free_port_arguments
+from tests.faults.harness import start_arguments
 
 pytestmark = pytest.mark.integration
 DRIFT = "SERVED CONFIG DIFFERS from"
@@ -64,7 +64,7 @@ def served(spec_data: dict[str, Any], tmp_path: Path, monkeypatch: pytest.Monkey
     monkeypatch.setenv("COLUMNS", "1000")
     (tmp_path / "models.yaml").write_text(yaml.safe_dump(_spec(spec_data, 100)))
     assert exporters_main(["build", "--gpus", "0"]) == 0
-    ports = free_port_arguments()
+    ports = start_arguments()
     started = _server(tmp_path, "start", "--model-control-mode", "explicit", *ports)
     assert started.returncode == 0, started.stderr
     try:

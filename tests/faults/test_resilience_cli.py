@@ -19,7 +19,7 @@ from resilience_fixtures import build_small_repository, shm_regions, tree_enviro
 
 from server.proc_stat import running
 from server.stubs import stubs_with_prefix
-from tests.faults.harness import free_port_arguments
+from tests.faults.harness import recorded_port_arguments, start_arguments
 
 pytestmark = pytest.mark.integration
 BUSY = "is starting a server from this checkout; wait for it, or `make stop`"
@@ -50,8 +50,7 @@ def _finish(process: subprocess.Popen, timeout: float = 240) -> tuple[int, str, 
 
 
 def test_second_start_fails_cleanly_and_quick_restart_works(checkout: Path) -> None:
-    ports = free_port_arguments()
-    start = ("server", "start", *ports)
+    start = ("server", "start", *start_arguments())
     first, second = _cli(checkout, *start), _cli(checkout, *start)
     results = [_finish(first), _finish(second)]
     codes = sorted(code for code, _, _ in results)
@@ -65,15 +64,19 @@ def test_second_start_fails_cleanly_and_quick_restart_works(checkout: Path) -> N
         health = _finish(_cli(checkout, "client", "--protocol", protocol, "health"))
         assert health[0] == 0 and "trivial: READY (serving version 1)" in health[1], health
     assert oct((checkout / ".run" / "admin.key").stat().st_mode & 0o777) == "0o600"
+    same_ports = recorded_port_arguments(checkout)  # given, so the restart below cannot move off them
 
     stopped = _finish(_cli(checkout, "server", "stop"))
     assert stopped[0] == 0 and "drained: trivial" in stopped[1], stopped
     assert not running(state["pid"]) and not running(state["supervisor_pid"])
     assert stubs_with_prefix(state["shm_prefix"]) == [] and shm_regions(state["shm_prefix"]) == []
 
-    again = _finish(_cli(checkout, *start))  # at once, on the same ports
+    again = _finish(_cli(checkout, "server", "start", *same_ports))  # at once, on the same ports
     assert again[0] == 0, again
     restarted = json.loads((checkout / ".run" / "server.json").read_text())
+    assert [restarted[kind] for kind in ("http", "grpc", "metrics")] == [
+        state[kind] for kind in ("http", "grpc", "metrics")
+    ]
     assert _finish(_cli(checkout, "client", "infer", "--model", "trivial"))[0] == 0
     assert _finish(_cli(checkout, "server", "stop"))[0] == 0
     assert not running(restarted["pid"]) and stubs_with_prefix(restarted["shm_prefix"]) == []

@@ -41,7 +41,7 @@ from tritonclient.grpc import service_pb2, service_pb2_grpc
 from server.fronts.client_slots import DEFAULT_MAX_OVERDUE, SlotLimits
 from server.proc_stat import running
 from server.watchdog import model_progress
-from tests.faults.harness import free_port_arguments
+from tests.faults.harness import start_arguments
 
 pytestmark = pytest.mark.integration
 CALLS = 2000
@@ -157,7 +157,7 @@ def _rss(pid: int) -> int:
 
 
 def test_thousands_of_slow_calls_are_bounded_and_the_server_drains(checkout: Path) -> None:
-    ports = free_port_arguments()
+    ports = start_arguments()
     started = _cli(checkout, "server", "start", *ports)
     assert started.returncode == 0, started.stderr[-3000:]
     state = json.loads((checkout / ".run" / "server.json").read_text())

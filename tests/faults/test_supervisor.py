@@ -35,7 +35,7 @@ from resilience_fixtures import (
 )
 
 from server.stubs import server_stubs, stubs_with_prefix
-from tests.faults.harness import free_port_arguments
+from tests.faults.harness import start_arguments
 
 pytestmark = pytest.mark.integration
 
@@ -78,7 +78,7 @@ def _restarted(checkout: Path, dead_pid: int) -> dict | None:
 
 
 def test_a_killed_server_is_restarted_on_its_ports_with_its_updates_and_nothing_left(checkout: Path) -> None:
-    ports = free_port_arguments()
+    ports = start_arguments()
     code, out, err = _cli(checkout, "server", "start", *ports, "--model-control-mode=explicit")
     assert code == 0, (out, err)
     try:

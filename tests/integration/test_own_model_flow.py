@@ -29,7 +29,7 @@ import torch
 import yaml
 
 from perf.cli import main as perf_main
-from tests.faults.harness import free_port_arguments
+from tests.faults.harness import start_arguments
 
 # A hang guard, not a speed check: many times the slowest test here (make perf of two own models) on a
 # loaded two-core host.
@@ -96,7 +96,7 @@ def test_a_factory_from_init_through_serve_with_its_own_statistics(project: Path
     built = _run(project, "exporters", "build", "--spec", "own.yaml", "--repository", "own_repository",
                  "--models", "conv_gru")  # fmt: skip
     assert built.returncode == 0, built.stdout + built.stderr
-    ports = free_port_arguments()
+    ports = start_arguments()
     started = _run(project, "server", "start", "--repository", "own_repository", "--spec", "own.yaml", *ports)
     assert started.returncode == 0, started.stdout + started.stderr
     try:

@@ -29,7 +29,7 @@ import yaml
 from tritonclient.utils import InferenceServerException
 
 from server.admin import FRONT_HEADER, GRPC_FRONT_HEADER
-from tests.faults.harness import free_port_arguments
+from tests.faults.harness import start_arguments
 
 pytestmark = pytest.mark.integration
 ROOT = Path(__file__).resolve().parents[2]
@@ -52,10 +52,6 @@ def _run(folder: Path, *args: str) -> subprocess.CompletedProcess:
         [sys.executable, "-m", *args], cwd=folder, env=environment, capture_output=True, text=True,
         timeout=COMMAND_TIMEOUT_S,
     )  # fmt: skip
-
-
-def _ports() -> list[str]:
-    return free_port_arguments()
 
 
 def _init(folder: Path, *args: str) -> list[dict]:
@@ -108,7 +104,7 @@ def _too_long_over_http(http_url: str, headers: dict[str, str]) -> tuple[int, st
 
 
 def test_real_exporter_files_serve_and_answer_like_their_source(project: Path) -> None:
-    started = _run(project, "server", "start", *_ports())
+    started = _run(project, "server", "start", *start_arguments())
     assert started.returncode == 0 and "tritonserver ready" in started.stdout, started.stdout + started.stderr
     try:
         state = json.loads((project / ".run" / "server.json").read_text())
@@ -133,7 +129,7 @@ def test_real_exporter_files_serve_and_answer_like_their_source(project: Path) -
             assert refused.value.status() == "StatusCode.INVALID_ARGUMENT", (grpc_url, refused.value)
             assert INPUT in refused.value.message() and "max_shape" in refused.value.message()
 
-        second = _run(project, "server", "start", *_ports())
+        second = _run(project, "server", "start", *start_arguments())
         line = second.stderr.strip()
         assert second.returncode == 1 and "\n" not in line, second.stderr
         assert f"tritonserver pid {state['pid']}" in line and state["http"] in line and "`make stop`" in line
@@ -165,7 +161,7 @@ def test_serve_exits_1_naming_each_model_that_failed_unless_partial_is_allowed(
     shutil.copytree(project / "model_repository", checkout / "model_repository")
     (checkout / "model_repository" / "paddle_cls" / "1" / "model.onnx").write_bytes(b"not an ONNX file")
 
-    refused = _run(checkout, "server", "start", *_ports())
+    refused = _run(checkout, "server", "start", *start_arguments())
     assert refused.returncode == 1, refused.stdout + refused.stderr
     assert "1 model(s) failed to load: paddle_cls" in refused.stderr and "ALLOW_PARTIAL=1" in refused.stderr
     assert (
@@ -173,7 +169,7 @@ def test_serve_exits_1_naming_each_model_that_failed_unless_partial_is_allowed(
     )
     assert not (checkout / ".run" / "server.json").exists()  # stopped: nothing left serving
 
-    partial = _run(checkout, "server", "start", "--allow-partial", *_ports())
+    partial = _run(checkout, "server", "start", "--allow-partial", *start_arguments())
     try:
         assert partial.returncode == 0, partial.stdout + partial.stderr
         assert "1 model(s) failed to load; the others serve" in partial.stderr
