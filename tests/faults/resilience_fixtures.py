@@ -54,11 +54,13 @@ def build_small_repository(spec_data: dict[str, Any], path: Path, pipeline: bool
 
 @contextlib.contextmanager
 def small_server(
-    spec_data: dict[str, Any], tmp_path_factory: pytest.TempPathFactory, name: str
+    spec_data: dict[str, Any], tmp_path_factory: pytest.TempPathFactory, name: str, pipeline: bool = True
 ) -> Iterator[TritonServer]:
     """A server of a test module's own, with its watchdog, on the small repository
-    (``build_small_repository``); ``name`` names its folders."""
-    repository = build_small_repository(spec_data, tmp_path_factory.mktemp(f"{name}_repository"))
+    (``build_small_repository``; ``pipeline=False`` leaves the pipeline out); ``name`` names its folders."""
+    repository = build_small_repository(
+        spec_data, tmp_path_factory.mktemp(f"{name}_repository"), pipeline=pipeline
+    )
     with TritonServer(explicit_options(repository, tmp_path_factory.mktemp(f"{name}_workdir"))) as running:
         yield running
 

@@ -20,10 +20,10 @@ from pathlib import Path
 import numpy as np
 import pytest
 from harness import GOOD_MODEL
-from resilience_fixtures import build_small_repository
+from resilience_fixtures import small_server
 from tritonclient.grpc import service_pb2
 
-from server import ServerOptions, TritonServer
+from server import TritonServer
 from server.fronts import h2c
 from server.ports import free_port
 from soak.raw_grpc import call_headers, exchange, message
@@ -42,15 +42,8 @@ def _beyond_share(address: str) -> str:
 
 
 @pytest.fixture(scope="module")
-def small_server(spec_data: dict, tmp_path_factory: pytest.TempPathFactory) -> Iterator[TritonServer]:
-    repository = build_small_repository(spec_data, tmp_path_factory.mktemp("connections"), pipeline=False)
-    options = ServerOptions(
-        repository=repository,
-        self_heal=False,
-        startup_timeout_s=240,
-        workdir=tmp_path_factory.mktemp("connections_workdir"),
-    )
-    with TritonServer(options) as server:
+def triton(spec_data: dict, tmp_path_factory: pytest.TempPathFactory) -> Iterator[TritonServer]:
+    with small_server(spec_data, tmp_path_factory, "connections", pipeline=False) as server:
         yield server
 
 
@@ -133,8 +126,8 @@ def _length(answer: bytes) -> int:
     return 0
 
 
-def test_grpc_front_refuses_connections_beyond_an_address_share(small_server: TritonServer, tmp_path: Path):
-    with _running("server.fronts.grpc_front", small_server.grpc_url, tmp_path / "grpc_front.log") as port:
+def test_grpc_front_refuses_connections_beyond_an_address_share(triton: TritonServer, tmp_path: Path):
+    with _running("server.fronts.grpc_front", triton.grpc_url, tmp_path / "grpc_front.log") as port:
         held = [_grpc_held(port, HOLDER) for _ in range(PER_ADDRESS)]
         code, why = _grpc_call(port, HOLDER)
         assert code == "RESOURCE_EXHAUSTED" and _beyond_share(HOLDER) in why, (code, why)
@@ -153,8 +146,8 @@ def test_grpc_front_refuses_connections_beyond_an_address_share(small_server: Tr
             sock.close()
 
 
-def test_http_front_refuses_connections_beyond_an_address_share(small_server: TritonServer, tmp_path: Path):
-    with _running("server.fronts.http_front", small_server.http_url, tmp_path / "http_front.log") as port:
+def test_http_front_refuses_connections_beyond_an_address_share(triton: TritonServer, tmp_path: Path):
+    with _running("server.fronts.http_front", triton.http_url, tmp_path / "http_front.log") as port:
         held = [_connect(port, HOLDER) for _ in range(PER_ADDRESS)]
         for sock in held:  # kept alive after an answer, as a client's pool keeps them
             assert _http_answer(port, HOLDER, sock).startswith(b"HTTP/1.1 200"), "a held connection"
