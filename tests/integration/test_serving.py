@@ -98,10 +98,11 @@ def test_raw_kserve_json_requests(server: TritonServer, serving_spec: Spec) -> N
     """A plain KServe v2 JSON body (what curl sends) to every model: outputs of the right shape.
 
     Triton takes no FP16 in JSON; an fp16 model answers 400 naming the input (tritonclient's binary
-    format serves it, see test_answers_equal_torch).
+    format serves it, see test_answers_equal_torch). The model that holds requests until a group is
+    queued gets a whole group in one body, which it runs at once.
     """
-    rows = 2
     for model in serving_spec.models:
+        rows = GROUP if model.name == GROUPED else 2
         body = {
             "inputs": [
                 {
