@@ -83,15 +83,21 @@ def module_files(reference: str, path: str | None) -> list[Path]:
         return [Path(file)] if file else []
     root = Path(path).resolve()
     files = {
-        Path(file).resolve()
+        hashed
         for module in list(sys.modules.values())
-        if (file := getattr(module, "__file__", None)) and _is_file_under(file, root)
+        if (file := getattr(module, "__file__", None)) and (hashed := _hashed_file_under(file, root))
     }
     return sorted(files)
 
 
-def _is_file_under(file: str, root: Path) -> bool:
-    """True when a module's ``__file__`` is a file under ``root``, whose bytes the content hash reads. A
-    relative name names no folder (``torch.classes`` has ``_classes.py``): resolved against the working
-    directory, it passed for the user's whenever the build ran from ``root`` (``path: .``)."""
-    return Path(file).is_absolute() and Path(file).is_file() and Path(file).resolve().is_relative_to(root)
+def _hashed_file_under(file: str, root: Path) -> Path | None:
+    """The file under ``root`` whose bytes the content hash reads for a module whose ``__file__`` is
+    ``file``: that file, or the archive the module was imported from (``deps.zip/pkg/mod.py`` is no file
+    on disk, ``deps.zip`` is), so an edit inside a zip archive rebuilds too. A relative name names no
+    folder (``torch.classes`` has ``_classes.py``): resolved against the working directory, it passed for
+    the user's whenever the build ran from ``root`` (``path: .``)."""
+    name = Path(file)
+    if not name.is_absolute():
+        return None
+    on_disk = next((p.resolve() for p in (name, *name.parents) if p.is_file()), None)
+    return on_disk if on_disk is not None and on_disk.is_relative_to(root) else None

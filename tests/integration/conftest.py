@@ -10,7 +10,10 @@ embedding of ``models.yaml``, plus test-only variants:
   not queued without bound, however slowly a busy machine sends it;
 * ``image_classifier_pipeline_hybrid``: the image classifier cut into three stages at given cut points,
   bf16 boundaries, two replicas of the middle stage;
-* ``text_embedding_batch_of_four``: the fp32 text service, both stages holding requests until four are queued.
+* ``text_embedding_batch_of_four``: the fp32 text service, both stages holding requests until four are queued;
+* ``recommender_pipeline_batch_of_four`` and ``image_classifier_pipeline_hybrid_batch_of_four``: those
+  pipelines with a first stage that holds requests until four are queued, so requests sent as a group
+  share its batch and are split back by the stages however late a busy machine sends one.
 
 Tests that change what a server serves (live updates, version swaps) or that serve a repository of
 their own start their own server; ``reuse_exports`` lets their build skip the exports this one made.
@@ -42,6 +45,7 @@ HYBRID = {
     "stages": 3, "cut_points": [2, 6], "replicas": [1, 2, 1], "boundary_dtype": "bf16",
 }  # fmt: skip
 TEXT_GROUP = "text_embedding_batch_of_four"
+GROUPED_PIPELINES = ("recommender_pipeline", HYBRID["name"])  # each also served as <name>_batch_of_four
 ReuseExports = Callable[[Path, Mapping[str, str]], None]
 # The tuner's windows in tests: a short warm-up and never more than the three windows that count.
 # One run per measurement: on these VMs most runs see some steal, and measuring each again doubles a
@@ -80,7 +84,12 @@ def serving_spec(spec_data: dict[str, Any]) -> Spec:
             },
         ),
     ]
-    data["pipelines"] = [*data.get("pipelines", []), HYBRID]
+    pipelines = [*data.get("pipelines", []), HYBRID]
+    data["pipelines"] = pipelines + [
+        {**p, "name": f"{p['name']}_batch_of_four", "batching": HOLDING}
+        for p in pipelines
+        if p["name"] in GROUPED_PIPELINES
+    ]
     data["text_embeddings"].append({**data["text_embeddings"][0], "name": TEXT_GROUP, "batching": HOLDING})
     return parse_spec(data)
 

@@ -9,11 +9,13 @@ replicas of the middle stage (hybrid).
 from __future__ import annotations
 
 from collections.abc import Iterator
+from functools import partial
 from pathlib import Path
 
 import numpy as np
 import pytest
 import tritonclient.http as httpclient
+from batched import GROUP, Batch, sent_as_batches
 from counted import stats_counting
 from tritonclient.utils import InferenceServerException
 
@@ -48,6 +50,14 @@ def infer(client: httpclient.InferenceServerClient, model: str, arrays: dict[str
     return _first_output(client.infer(model, make_inputs(httpclient, arrays)))
 
 
+def _all_in_flight(
+    client: httpclient.InferenceServerClient, model: str, requests: list[dict[str, np.ndarray]]
+) -> list[np.ndarray]:
+    """The first output of ``model`` for each of ``requests``, all sent before any answer is read."""
+    pending = [client.async_infer(model, make_inputs(httpclient, arrays)) for arrays in requests]
+    return [_first_output(request.get_result()) for request in pending]
+
+
 def _inputs(spec: Spec, model: str, batch: int, seed: int) -> dict[str, np.ndarray]:
     model_spec = spec.model(model)
     arrays = draw_inputs(model_spec, batch, seed, build_torch_model(model_spec))
@@ -75,18 +85,32 @@ def test_pipeline_equals_monolithic_model(client, serving_spec: Spec, pipeline: 
     assert len(np.unique(expected.reshape(5, -1), axis=0)) > 1
 
 
+# The request sizes of each group add up to GROUP: the held first stage (``batched.py``) runs a group as
+# one batch of GROUP rows once all of it is queued (no part of a group reaches GROUP before its last
+# request), and as no request has GROUP rows, that batch carries two requests or more.
+GROUPS = ((1, 3), (2, 2), (1, 1, 2), (1, 1, 1, 1), (3, 1), (1, 2, 1))
+
+
 @pytest.mark.parametrize("pipeline", ["recommender_pipeline", HYBRID])
 def test_concurrent_requests_get_their_own_answers(client, serving_spec: Spec, pipeline: str) -> None:
-    """Requests batched together inside each stage are split back to the right caller."""
-    spec = serving_spec.pipeline(pipeline)
-    requests = [_inputs(serving_spec, spec.model, batch=1 + i % 3, seed=100 + i) for i in range(16)]
-    expected = [infer(client, spec.model, arrays) for arrays in requests]
-    pending = [
-        client.async_infer(pipeline, make_inputs(httpclient, arrays)) for arrays in requests
-    ]  # all in flight
-    answers = [_first_output(request.get_result()) for request in pending]
-    for index, (answer, reference) in enumerate(zip(answers, expected, strict=True)):
-        compare_outputs([answer], [reference], spec.boundary_dtype, f"{pipeline} request {index}")
+    """Requests batched together inside a stage are split back to the right caller. Each group is sent
+    concurrently to the pipeline's ``_batch_of_four`` variant, whose first stage holds requests until
+    the whole group is queued, so the group shares that stage's batch however the host schedules the
+    requests (Triton's batch_stats confirm it); later stages get the batch's requests as one burst."""
+    held = serving_spec.pipeline(f"{pipeline}_batch_of_four")
+    first_stage = Batch(held.stage_names[0], size=GROUP, inferences=GROUP)
+    for group_index, group in enumerate(GROUPS):
+        requests = [
+            _inputs(serving_spec, held.model, rows, seed=100 + 10 * group_index + i)
+            for i, rows in enumerate(group)
+        ]
+        expected = [infer(client, held.model, arrays) for arrays in requests]
+        answers = sent_as_batches(
+            partial(_all_in_flight, client, held.name, requests), client, "http", [first_stage]
+        )
+        for index, (answer, reference) in enumerate(zip(answers, expected, strict=True)):
+            what = f"{held.name} group {group} request {index}"
+            compare_outputs([answer], [reference], held.boundary_dtype, what)
 
 
 def test_failing_stage_names_ensemble_and_stage_and_server_keeps_answering(

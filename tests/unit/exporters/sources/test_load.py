@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import sys
 import warnings
+import zipfile
 from pathlib import Path
 from types import ModuleType
 from typing import Any
@@ -174,6 +175,31 @@ def test_the_users_source_files_count_in_the_content_hash(tmp_path: Path) -> Non
     first = content_hash(spec, load_source(spec))
     assert content_hash(spec, load_source(spec)) == first  # same code, same seed: same hash
     _user_project(tmp_path, body="# a comment changes the file, so the build must not be skipped\n")
+    assert content_hash(spec, load_source(spec)) != first
+
+
+def _zip_package(archive: Path, width_line: str) -> None:
+    with zipfile.ZipFile(archive, "w") as bundle:
+        bundle.writestr("zipped/__init__.py", "")
+        bundle.writestr("zipped/width.py", width_line)
+
+
+def test_a_module_imported_from_a_zip_under_the_folder_counts_in_the_content_hash(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, request: pytest.FixtureRequest
+) -> None:
+    """A module of ``path`` imports a package from a zip archive there (``deps.zip/zipped/width.py`` is
+    no file on disk): the archive is hashed, so an edit inside it rebuilds the model."""
+    project = _user_project(tmp_path, body="import zipped.width  # from deps.zip\n").resolve()
+    archive = project / "deps.zip"
+    _zip_package(archive, "WIDTH = 4\n")
+    monkeypatch.syspath_prepend(str(archive))  # as the user's own code or a .pth file would
+    request.addfinalizer(lambda: [sys.modules.pop(name, None) for name in ("zipped", "zipped.width")])
+    spec = _python(tmp_path)
+    source = load_source(spec)
+    assert sys.modules["zipped.width"].__file__ == str(archive / "zipped" / "width.py")
+    assert archive in source.files
+    first = content_hash(spec, source)
+    _zip_package(archive, "WIDTH = 5  # an edit inside the archive\n")
     assert content_hash(spec, load_source(spec)) != first
 
 
