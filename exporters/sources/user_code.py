@@ -80,7 +80,8 @@ def module_files(reference: str, path: str | None) -> list[Path]:
     there: it may hold a venv), else the factory's own file."""
     if path is None:
         file = getattr(sys.modules.get(reference.partition(":")[0]), "__file__", None)
-        return [Path(file)] if file else []
+        on_disk = _on_disk(Path(file)) if file else None
+        return [on_disk] if on_disk is not None else []
     root = Path(path).resolve()
     files = {
         hashed
@@ -99,5 +100,10 @@ def _hashed_file_under(file: str, root: Path) -> Path | None:
     name = Path(file)
     if not name.is_absolute():
         return None
-    on_disk = next((p.resolve() for p in (name, *name.parents) if p.is_file()), None)
+    on_disk = _on_disk(name)
     return on_disk if on_disk is not None and on_disk.is_relative_to(root) else None
+
+
+def _on_disk(name: Path) -> Path | None:
+    """``name`` itself, or the archive it lies in (the nearest parent that is a file), resolved."""
+    return next((p.resolve() for p in (name, *name.parents) if p.is_file()), None)

@@ -203,6 +203,28 @@ def test_a_module_imported_from_a_zip_under_the_folder_counts_in_the_content_has
     assert content_hash(spec, load_source(spec)) != first
 
 
+def test_a_factory_from_a_zip_on_sys_path_without_a_path_hashes_its_archive(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, request: pytest.FixtureRequest
+) -> None:
+    """No ``path``: the factory's own file counts, and for a factory in a zip archive that is the archive
+    (``bundle.zip/zipnets.py`` is no file: hashing it failed)."""
+    archive = tmp_path / "bundle.zip"
+    factory = "import torch\nfrom torch import nn\ndef make():\n    return nn.Sequential(nn.Linear(3, 4))\n"
+    with zipfile.ZipFile(archive, "w") as bundle:
+        bundle.writestr("zipnets.py", factory)
+    monkeypatch.syspath_prepend(str(archive))
+    request.addfinalizer(lambda: sys.modules.pop("zipnets", None))
+    entry = _entry(
+        {"python": "zipnets:make"},
+        inputs=[{"name": "x", "dtype": "fp32", "shape": [3]}],
+        outputs=[{"name": "y", "dtype": "fp32", "shape": [4]}],
+    )
+    spec = _resolved({"models": [entry]}, tmp_path).model("mine")
+    source = load_source(spec)
+    assert source.files == [archive.resolve()]
+    assert content_hash(spec, source)
+
+
 def test_a_project_built_from_its_own_folder_hashes_only_its_own_files(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
