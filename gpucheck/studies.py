@@ -16,6 +16,7 @@ import tritonclient.grpc as grpcclient
 import tritonclient.utils.shared_memory as system_shm
 
 from client import shm
+from client.infer import timed_calls
 from exporters.artifacts.parity import check_outputs
 from exporters.sources.inputs import draw_inputs
 from exporters.sources.load import build_torch_model
@@ -23,7 +24,7 @@ from gpucheck import machine
 from gpucheck.grid import Grid
 from gpucheck.raw import RawCurve
 from gpucheck.repository import BATCHING_MODEL, INSTANCE_MODEL, CheckRepository, variant_name
-from gpucheck.serving import Session, timed_calls
+from gpucheck.serving import Session
 from perf.measure.engine import MeasureSettings
 from perf.measure.loads import closed_loop
 from perf.measure.measurement import measure
