@@ -239,22 +239,19 @@ def _transport_times(
         tensor.set_data_from_numpy(array)
         times = run()
         answer = client.infer(model, [tensor], outputs=[output]).as_numpy("y")
-    elif transport == "system":
-        with shm.system_region(client, 2 * size) as (region, handle):
-            system_shm.set_shared_memory_region(handle, [array])
-            tensor.set_shared_memory(region, size, 0)
-            output.set_shared_memory(region, size, size)
-            times = run()
-            answer = shm.read_output(handle, np.dtype(np.float32), array.shape, size)
-    else:
+        return times, bool(np.array_equal(answer, array * 2))
+    if transport == "cuda":
         import tritonclient.utils.cuda_shared_memory as cudashm
 
-        with shm.cuda_region(client, 2 * size) as (region, handle):
-            cudashm.set_shared_memory_region(handle, [array])
-            tensor.set_shared_memory(region, size, 0)
-            output.set_shared_memory(region, size, size)
-            times = run()
-            answer = cudashm.get_contents_as_numpy(handle, np.float32, array.shape, offset=size)
+        memory, region_of = cudashm, shm.cuda_region
+    else:
+        memory, region_of = system_shm, shm.system_region
+    with region_of(client, 2 * size) as (region, handle):
+        memory.set_shared_memory_region(handle, [array])
+        tensor.set_shared_memory(region, size, 0)
+        output.set_shared_memory(region, size, size)
+        times = run()
+        answer = memory.get_contents_as_numpy(handle, np.float32, array.shape, offset=size).copy()
     return times, bool(np.array_equal(answer, array * 2))
 
 
