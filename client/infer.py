@@ -4,6 +4,8 @@ optionally through system shared memory."""
 from __future__ import annotations
 
 import itertools
+import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -73,3 +75,15 @@ def infer(
             o.name: shm.read_output(handle, o.dtype, (rows, *o.dims), offset)
             for o, offset in zip(outputs, offsets[len(arrays) :], strict=False)
         }
+
+
+def timed_calls(call: Callable[[], object], count: int, warmup: int) -> list[float]:
+    """Milliseconds of each of ``count`` calls, one after another, after ``warmup`` untimed."""
+    for _ in range(warmup):
+        call()
+    times = []
+    for _ in range(count):
+        began = time.perf_counter()
+        call()
+        times.append((time.perf_counter() - began) * 1e3)
+    return times

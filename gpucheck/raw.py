@@ -6,11 +6,11 @@ from __future__ import annotations
 import functools
 import logging
 import statistics
-import time
 from dataclasses import dataclass
 
 import torch
 
+from client.infer import timed_calls
 from exporters.sources.inputs import draw_inputs
 from gpucheck.grid import Grid
 from gpucheck.repository import CheckModel, torch_module
@@ -40,9 +40,7 @@ def _timed(run, device: torch.device) -> float:
         end.record()
         end.synchronize()
         return start.elapsed_time(end)
-    began = time.perf_counter()
-    run()
-    return (time.perf_counter() - began) * 1e3
+    return timed_calls(run, 1, warmup=0)[0]
 
 
 def raw_curve(model: CheckModel, grid: Grid, device: torch.device) -> RawCurve:

@@ -3,14 +3,13 @@ is a finding. A model that fails to load fails only the studies that need it."""
 
 from __future__ import annotations
 
-import time
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from pathlib import Path
 
 import numpy as np
 import tritonclient.grpc as grpcclient
 
-from client.infer import make_inputs
+from client.infer import make_inputs, timed_calls
 from client.stats import ModelStats, model_stats
 from server import ServerOptions, TritonServer
 from server.stubs import server_stubs
@@ -69,15 +68,3 @@ class Session:
         """Client milliseconds of ``count`` requests, one in flight, after ``warmup``."""
         inputs = make_inputs(grpcclient, arrays)
         return timed_calls(lambda: self.grpc.infer(model, inputs), count, warmup)
-
-
-def timed_calls(call: Callable[[], object], count: int, warmup: int) -> list[float]:
-    """Milliseconds of each of ``count`` calls, one after another, after ``warmup`` untimed."""
-    for _ in range(warmup):
-        call()
-    times = []
-    for _ in range(count):
-        began = time.perf_counter()
-        call()
-        times.append((time.perf_counter() - began) * 1e3)
-    return times

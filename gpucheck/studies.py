@@ -16,6 +16,7 @@ import tritonclient.grpc as grpcclient
 import tritonclient.utils.shared_memory as system_shm
 
 from client import shm
+from client.infer import timed_calls
 from exporters.artifacts.parity import check_outputs
 from exporters.sources.inputs import draw_inputs
 from exporters.sources.load import build_torch_model
@@ -23,7 +24,7 @@ from gpucheck import machine
 from gpucheck.grid import Grid
 from gpucheck.raw import RawCurve
 from gpucheck.repository import BATCHING_MODEL, INSTANCE_MODEL, CheckRepository, variant_name
-from gpucheck.serving import Session, timed_calls
+from gpucheck.serving import Session
 from perf.measure.engine import MeasureSettings
 from perf.measure.loads import closed_loop
 from perf.measure.measurement import measure
@@ -238,22 +239,19 @@ def _transport_times(
         tensor.set_data_from_numpy(array)
         times = run()
         answer = client.infer(model, [tensor], outputs=[output]).as_numpy("y")
-    elif transport == "system":
-        with shm.system_region(client, 2 * size) as (region, handle):
-            system_shm.set_shared_memory_region(handle, [array])
-            tensor.set_shared_memory(region, size, 0)
-            output.set_shared_memory(region, size, size)
-            times = run()
-            answer = shm.read_output(handle, np.dtype(np.float32), array.shape, size)
-    else:
+        return times, bool(np.array_equal(answer, array * 2))
+    if transport == "cuda":
         import tritonclient.utils.cuda_shared_memory as cudashm
 
-        with shm.cuda_region(client, 2 * size) as (region, handle):
-            cudashm.set_shared_memory_region(handle, [array])
-            tensor.set_shared_memory(region, size, 0)
-            output.set_shared_memory(region, size, size)
-            times = run()
-            answer = cudashm.get_contents_as_numpy(handle, np.float32, array.shape, offset=size)
+        memory, region_of = cudashm, shm.cuda_region
+    else:
+        memory, region_of = system_shm, shm.system_region
+    with region_of(client, 2 * size) as (region, handle):
+        memory.set_shared_memory_region(handle, [array])
+        tensor.set_shared_memory(region, size, 0)
+        output.set_shared_memory(region, size, size)
+        times = run()
+        answer = memory.get_contents_as_numpy(handle, np.float32, array.shape, offset=size).copy()
     return times, bool(np.array_equal(answer, array * 2))
 
 

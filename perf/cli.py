@@ -32,6 +32,7 @@ from perf.errors import (
     NothingMeetsError,
     OptionError,
     PerfError,
+    comma_list,
 )
 from perf.measure.analyzer import HOW_TO_GET_IT, find_perf_analyzer, glibc_version
 from perf.plan.cli import THE_SETUP as THE_PLAN_SETUP
@@ -64,13 +65,6 @@ class PerfSetup:
     studies: Callable[[], Sequence[Study]] = studies
     tune: TuneSetup = THE_SETUP
     plan: PlanSetup = THE_PLAN_SETUP
-
-
-def _csv(value: str | None, kind: type = str, option: str = "") -> tuple | None:
-    try:
-        return tuple(kind(v) for v in value.split(",") if v.strip()) if value else None
-    except ValueError as error:
-        raise OptionError(f"{option} {value!r}: {error}") from error
 
 
 def parser() -> argparse.ArgumentParser:
@@ -110,8 +104,8 @@ def parser() -> argparse.ArgumentParser:
 
 def profile_from(args: argparse.Namespace) -> Profile:
     overrides = {
-        "families": _csv(args.models), "modes": _csv(args.modes),
-        "concurrencies": _csv(args.concurrency, int, "--concurrency"), "protocol": args.protocol,
+        "families": comma_list(args.models), "modes": comma_list(args.modes),
+        "concurrencies": comma_list(args.concurrency, int, "--concurrency"), "protocol": args.protocol,
         "goal_concurrency": args.goal_concurrency, "window_s": args.window,
         "warmup_s": args.warmup,
         "max_windows": args.max_windows, "poisson_fraction": args.rate_fraction, "trace": args.trace,

@@ -26,6 +26,14 @@ def check_at_least(bounds: tuple[tuple[str, float, float], ...]) -> None:
             raise OptionError(f"{option} must be >= {least}, got {value}")
 
 
+def comma_list(text: str | None, kind: type = str, option: str = "") -> tuple | None:
+    """``"1,4,16"`` as a tuple of ``kind`` (None for no text); an ``OptionError`` naming ``option``."""
+    try:
+        return tuple(kind(v) for v in text.split(",") if v.strip()) if text else None
+    except ValueError as error:
+        raise OptionError(f"{option} {text!r}: {error}") from error
+
+
 class StudyError(PerfError, RuntimeError):
     """A study could not complete (a response of the wrong shape, a phase that did not finish)."""
 

@@ -13,7 +13,6 @@ from __future__ import annotations
 import argparse
 import statistics
 import tempfile
-import time
 from contextlib import ExitStack
 from pathlib import Path
 
@@ -21,6 +20,7 @@ import numpy as np
 import tritonclient.utils.shared_memory as shm
 
 from client.connection import connect, protocol_module
+from client.infer import timed_calls
 from client.shm import system_region
 from exporters.repository import build_repository
 from exporters.schema.bounded_yaml import load_spec_document
@@ -84,12 +84,8 @@ class Route:
     def measure(self, requests: int) -> tuple[float, float]:
         """Median ms per request, and the front's CPU ms per request."""
         cpu = process_tree_cpu_s(self.front.pid)
-        took = []
-        for _ in range(requests):
-            start = time.perf_counter()
-            self.client.infer(MODEL, self.inputs, outputs=self.outputs)
-            took.append(time.perf_counter() - start)
-        return 1000 * statistics.median(took), 1000 * (process_tree_cpu_s(self.front.pid) - cpu) / requests
+        took = timed_calls(lambda: self.client.infer(MODEL, self.inputs, outputs=self.outputs), requests, 0)
+        return statistics.median(took), 1000 * (process_tree_cpu_s(self.front.pid) - cpu) / requests
 
 
 def _compare(servers: dict[str, TritonServer], protocol: str, rows: int, args: argparse.Namespace) -> None:

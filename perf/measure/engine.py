@@ -19,7 +19,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Protocol
 
-from perf.errors import OptionError
+from perf.errors import OptionError, check_at_least
 from perf.measure.loads import Load
 from perf.measure.records import Record, summarize, window_is_stable
 from perf.measure.target import Caller, Target
@@ -51,8 +51,10 @@ class MeasureSettings:
     def __post_init__(self) -> None:
         if not self.window_s > 0:
             raise OptionError(f"window_s (--window) must be > 0 seconds, got {self.window_s}")
-        if self.stable_windows < 1:
-            raise OptionError(f"stable_windows must be >= 1, got {self.stable_windows}")
+        check_at_least((
+            ("stable_windows", self.stable_windows, 1), ("window_batches", self.window_batches, 1),
+            ("p99_samples", self.p99_samples, 1),
+        ))  # fmt: skip
         if self.max_windows < self.stable_windows:
             raise OptionError(
                 f"max_windows (--max-windows) must be >= stable_windows ({self.stable_windows}), "
@@ -60,10 +62,6 @@ class MeasureSettings:
             )
         if not self.tolerance > 0:
             raise OptionError(f"tolerance must be > 0, got {self.tolerance}")
-        if self.window_batches < 1:
-            raise OptionError(f"window_batches must be >= 1, got {self.window_batches}")
-        if self.p99_samples < 1:
-            raise OptionError(f"p99_samples must be >= 1, got {self.p99_samples}")
 
     @property
     def longest_s(self) -> float:

@@ -9,7 +9,6 @@ from __future__ import annotations
 import json
 import math
 import os
-import re
 import time
 import urllib.request
 from dataclasses import dataclass, field
@@ -21,7 +20,6 @@ from exporters.devices import usable_cores
 from server.proc_stat import stat_fields
 
 CLOCK_TICKS = os.sysconf("SC_CLK_TCK")
-METRIC_LINE = re.compile(r"^(\w+)\{([^}]*)\}\s+([0-9.eE+-]+)$")  # a Prometheus sample with labels
 PROC_STAT = Path("/proc/stat")
 IDLE_FIELDS = (3, 4)  # idle, iowait in the "cpu" line of /proc/stat
 STEAL_FIELD = 7  # steal: the hypervisor kept a runnable CPU of this machine off the host's cores

@@ -28,7 +28,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from perf.errors import OptionError
+from perf.errors import OptionError, check_at_least
 from perf.model.cpu import CpuModel
 
 
@@ -42,12 +42,10 @@ class BatcherConfig:
     instances: int = 1
 
     def __post_init__(self) -> None:
-        if self.max_batch_size < 1:
-            raise OptionError(f"max_batch_size must be >= 1, got {self.max_batch_size}")
-        if self.max_queue_delay_us < 0:
-            raise OptionError(f"max_queue_delay_us must be >= 0, got {self.max_queue_delay_us}")
-        if self.instances < 1:
-            raise OptionError(f"instances must be >= 1, got {self.instances}")
+        check_at_least((
+            ("max_batch_size", self.max_batch_size, 1), ("max_queue_delay_us", self.max_queue_delay_us, 0),
+            ("instances", self.instances, 1),
+        ))  # fmt: skip
         bad = [s for s in self.preferred_batch_sizes if not 1 <= s <= self.max_batch_size]
         if bad:
             raise OptionError(

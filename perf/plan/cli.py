@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import Any
 
 from exporters.resolve import load_spec
-from perf.errors import NothingMeetsError, OptionError
+from perf.errors import NothingMeetsError, OptionError, comma_list
 from perf.markdown import number
 from perf.measure.engine import MeasureSettings, OurEngine
 from perf.plan.compute_profile import ComputeProfile, compute_origin, read_compute_profile
@@ -101,10 +101,7 @@ def usage_errors(args: argparse.Namespace) -> str | None:
 
 
 def _ints(text: str, option: str) -> tuple[int, ...]:
-    try:
-        values = tuple(int(v) for v in text.split(",") if v.strip())
-    except ValueError as error:
-        raise PlacementError(f"{option} {text!r}: {error}") from error
+    values = comma_list(text, int, option)
     if not values or min(values) < 0:
         raise PlacementError(f"{option} {text!r}: needs non-negative integers")
     return values

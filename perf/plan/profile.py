@@ -6,13 +6,13 @@ from __future__ import annotations
 
 import logging
 import statistics
-import time
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import TYPE_CHECKING
 
 import torch
 
+from client.infer import timed_calls
 from exporters.memory import measured_instance_memory
 from exporters.pipelines.build import BuiltPipeline, build_pipelines, make_stages
 from exporters.pipelines.stages import load_stage, stage_examples
@@ -125,14 +125,7 @@ def variants(spec: Spec, model: str, split: bool = True) -> Variants:
 
 def _median_s(fn, tensors: tuple[torch.Tensor, ...], repeats: int = 15) -> float:
     with torch.no_grad():
-        for _ in range(3):
-            fn(*tensors)
-        times = []
-        for _ in range(repeats):
-            start = time.perf_counter()
-            fn(*tensors)
-            times.append(time.perf_counter() - start)
-    return statistics.median(times)
+        return statistics.median(timed_calls(lambda: fn(*tensors), repeats, warmup=3)) / 1e3
 
 
 def _stage_params(stages, memory: GraphMemory | None) -> list[int]:

@@ -23,7 +23,7 @@ from pathlib import Path
 
 import tritonclient.http as httpclient
 
-from client.infer import infer
+from client.infer import infer, timed_calls
 from exporters.repository import build_repository
 from exporters.schema.models import ModelSpec, Spec
 from perf.errors import ServerDiedError
@@ -132,15 +132,13 @@ class ModelSession:
         """Seconds one request of the largest batch takes, which every run's windows are sized by."""
         assert self.server is not None
         client = httpclient.InferenceServerClient(self.server.http_url, network_timeout=600.0)
-        took = []
         try:
-            for _ in range(1 + TIMED_BATCHES):
-                started = time.perf_counter()
-                infer(client, "http", self.base.name, self.target.inputs)
-                took.append(time.perf_counter() - started)
+            took = timed_calls(
+                lambda: infer(client, "http", self.base.name, self.target.inputs), TIMED_BATCHES, 1
+            )
         finally:
             client.close()
-        return statistics.median(took[1:])
+        return statistics.median(took) / 1e3
 
     def sized(self, settings: MeasureSettings) -> MeasureSettings:
         """``settings`` sized by the largest batch as timed at the start, never by a run (one stall would

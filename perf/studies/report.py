@@ -30,11 +30,6 @@ BATCHING_PAYS = 0.25  # Δt below this share of T: a batch costs little more tha
 DELAY_BOUND_MS, DELAY_BOUND_FILL = 2.0, 0.9
 
 
-def change(value: float, base: float) -> float:
-    """``value`` over ``base`` − 1, in percent; NaN where ``base`` is no figure to divide by."""
-    return 100 * (value / base - 1) if base and not math.isnan(base) else math.nan
-
-
 def mode_table(rows: list[analysis.Row]) -> str:
     """Each mode's figures and their ratios to no batching (and padding, for variable lengths)."""
     padded = any(not math.isnan(r.padded_share) for r in rows)
@@ -94,8 +89,9 @@ def article_section(family: FamilyResult) -> str:
     static, dynamic = static_run.summary(), dynamic_run.summary()
     cap_static = max((m.summary().throughput for m in family.sweep.get("static32", [])), default=0.0)
     cap_dynamic = max((m.summary().throughput for m in family.sweep.get("dyn50ms", [])), default=0.0)
-    qps, p99 = change(static.throughput, dynamic.throughput), change(static.p99_ms, dynamic.p99_ms)
-    capacity = change(cap_static, cap_dynamic)
+    qps = error_percent(static.throughput, dynamic.throughput)
+    p99 = error_percent(static.p99_ms, dynamic.p99_ms)
+    capacity = error_percent(cap_static, cap_dynamic)
     rate = family.open_load.rate if family.open_load else 0.0
     fill_ms = 1000 * 31 / rate if rate else float("nan")
     formed = dynamic_run.server.stats.mean_batch if dynamic_run.server else 0

@@ -18,7 +18,6 @@ from perf.markdown import number, ratio, table
 from perf.measure.loads import Load, closed_loop
 from perf.measure.measurement import Measurement, measure_async
 from perf.measure.records import Record, Summary, write_csv
-from perf.measure.server_view import METRIC_LINE
 from perf.measure.target import Target
 from perf.model.latency import fit_latency
 from perf.studies.framework import StudyContext, StudyReport, write_report
@@ -38,6 +37,7 @@ from server import TritonServer
 EMBEDDING_BYTES = 384 * 4
 SHARE_FRACTION = 0.3  # short-query rate in the sharing phase / the bucketed mode's short-query capacity
 PASSAGES_IN_FLIGHT = 2  # long passages kept in flight while short queries are measured
+METRIC_LINE = re.compile(r"^(\w+)\{([^}]*)\}\s+([0-9.eE+-]+)$")  # a Prometheus sample with labels
 LATENCY_BATCHES = (1, 4, 16)  # batch sizes of the latency model per padded length (and raw references)
 
 
