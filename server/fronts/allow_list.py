@@ -1,40 +1,29 @@
 """The allow-list: a request reaches Triton only if the served model's config accepts it exactly,
 whatever carries its inputs (fault matrix rows 37, 53–55 and 61; docs/SERVING.md, "What every
 inference must be: the allow-list"). Each protocol's parser turns a request into ``CarriedInput``s;
-``check_allowed`` holds them to the model's ``ModelSignature``, in Triton's words where it has them.
-``ModelSignatures`` caches each signature as Triton serves it (an unknown model gets Triton's 404 /
-``NOT_FOUND``; while Triton does not answer, 503 / ``UNAVAILABLE``): nothing is forwarded unchecked.
+``check_allowed`` holds them to the model's ``ModelSignature``, in Triton's words where it has them;
+``server.fronts.signature_cache`` keeps each signature as Triton serves it.
 """
 
 from __future__ import annotations
 
-import asyncio
-import logging
 import math
-import time
 from collections import Counter
-from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from enum import Enum
 from typing import Any
 
 from python_backend.batching import beyond_max_shape, parse_max_shapes
-from server.fronts.refusal import Refusal, RequestRefusedError
+from server.fronts.refusal import RequestRefusedError
 from server.fronts.tensor_limits import MAX_ANY_DIM, check_dims_fit_int64, count_bytes_elements, element_bytes
 
-log = logging.getLogger(__name__)
 MIN_SHAPES_PARAMETER = "input_min_shapes"  # JSON {input: [dims]}: a 0 lets that dim be 0
 DEADLINE_PARAMETER = "request_deadline_s"  # the longest one request to the model may take, queue included
 # The largest valid request: each element at most this many characters of JSON (a double's repr, a
 # separator, a row's brackets; more than any binary element), plus HEADER_ALLOWANCE.
 JSON_CHARS_PER_VALUE = 40
 HEADER_ALLOWANCE = 64 << 10
-# fetch(model, version): the config, RequestRefusedError with Triton's answer, or any other error
-Fetch = Callable[[str, str], Awaitable[Mapping[str, Any]]]
-TTL_S = 5.0  # how long a config is kept
-UNKNOWN_TTL_S = 1.0  # how long Triton's "no such model" is kept
-FETCH_TIMEOUT_S = 5.0  # how long Triton may take to answer for a config
-MAX_ENTRIES = 1024  # requests naming many unknown models must not grow the cache without bound
 
 
 class Carrier(Enum):
@@ -160,58 +149,6 @@ class ModelSignature:
         dims = [f"1..{self.max_batch_size}"] if self.batched else []
         dims += [str(low) if low == high else f"{low}..{high}" for low, high in rule.bounds]
         return "[" + ",".join(dims) + "]"
-
-
-class ModelSignatures:
-    """The models' signatures, one fetch for concurrent requests; ``forget`` on (un)loads."""
-
-    def __init__(self, fetch: Fetch, body_limit: int) -> None:
-        self.fetch, self.body_limit = fetch, body_limit
-        self._entries: dict[tuple[str, str], tuple[float, ModelSignature | RequestRefusedError]] = {}
-        self._pending: dict[tuple[str, str], asyncio.Future] = {}
-
-    async def get(self, model: str, version: str = "") -> ModelSignature:
-        key = (model, version)
-        entry = self._entries.get(key)
-        if entry is not None and time.monotonic() < entry[0]:
-            return _known(entry[1])
-        pending = self._pending.get(key)
-        if pending is None:
-            pending = self._pending[key] = asyncio.ensure_future(self._load(key))
-            pending.add_done_callback(lambda _: self._pending.pop(key, None))
-        return _known(await asyncio.shield(pending))
-
-    async def _load(self, key: tuple[str, str]) -> ModelSignature | RequestRefusedError:
-        try:
-            config = await asyncio.wait_for(self.fetch(*key), FETCH_TIMEOUT_S)
-            found: ModelSignature | RequestRefusedError = ModelSignature.from_config(
-                key[0], config, self.body_limit
-            )
-            expires = time.monotonic() + TTL_S
-        except RequestRefusedError as refusal:  # Triton's answer: no such model (version)
-            found, expires = refusal, time.monotonic() + UNKNOWN_TTL_S
-        except Exception as error:  # Triton unreachable or silent: refuse, remember nothing
-            log.debug("no config for model %r: %r", key[0], error)
-            return RequestRefusedError(
-                f"tritonserver is not reachable (starting, restarting or down), so the config of model "
-                f"'{key[0]}' cannot be checked: {error!r}",
-                Refusal.UNAVAILABLE,
-            )
-        if len(self._entries) >= MAX_ENTRIES:
-            self._entries.clear()
-        self._entries[key] = (expires, found)
-        return found
-
-    def forget(self, model: str) -> None:
-        """Drop what is known of ``model`` (every version): it is being loaded or unloaded."""
-        for key in [key for key in self._entries if key[0] == model]:
-            del self._entries[key]
-
-
-def _known(found: ModelSignature | RequestRefusedError) -> ModelSignature:
-    if isinstance(found, RequestRefusedError):
-        raise RequestRefusedError(str(found), found.kind)  # a fresh one per request: no shared traceback
-    return found
 
 
 def _listed(dims: Iterable[int]) -> str:

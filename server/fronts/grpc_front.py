@@ -21,7 +21,7 @@ from tritonclient.grpc import service_pb2
 
 from server.admin import GRPC_ADMIN_HEADER, GRPC_FRONT_HEADER
 from server.fronts import h2c
-from server.fronts.allow_list import ModelSignature, ModelSignatures
+from server.fronts.allow_list import ModelSignature
 from server.fronts.client_connections import ClientConnections
 from server.fronts.client_regions import Client, RegionUse
 from server.fronts.client_slots import OVERDUE_TIMEOUT_S, STREAM_WATCH_S, ClientSlots, Deadlines, StreamWaits
@@ -52,6 +52,7 @@ from server.fronts.process import (
 )
 from server.fronts.refusal import Refusal, RequestRefusedError
 from server.fronts.shm_grpc import GrpcSharedMemory, StreamOutputs
+from server.fronts.signature_cache import ModelSignatures
 
 log = logging.getLogger(__name__)
 PREFIX = f"/{SERVICE.full_name}/"

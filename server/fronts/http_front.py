@@ -25,7 +25,7 @@ from multidict import CIMultiDict
 from yarl import URL
 
 from server.admin import ADMIN_HEADER, FRONT_HEADER
-from server.fronts.allow_list import ModelSignature, ModelSignatures
+from server.fronts.allow_list import ModelSignature
 from server.fronts.body_checks import DEFAULT_MAX_LARGE, DEFAULT_WORKERS, INLINE_BYTES, BodyCheckers
 from server.fronts.body_encoding import inflate
 from server.fronts.client_connections import (
@@ -52,6 +52,7 @@ from server.fronts.process import (
 from server.fronts.refusal import Refusal, RequestRefusedError
 from server.fronts.request_target import checked_target, forwarded_target
 from server.fronts.shm_http import SYSTEM_SHM, HttpSharedMemory
+from server.fronts.signature_cache import ModelSignatures
 
 log = logging.getLogger(__name__)
 Headers = CIMultiDict[str]

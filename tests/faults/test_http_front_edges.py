@@ -131,7 +131,10 @@ def test_a_request_in_flight_when_triton_dies_gets_json(small_repository: Path, 
 
     "In flight" is seen, not slept for: the request's bytes wait in the receive queue of Triton's
     socket (``/proc/net/tcp``), more bytes than the front's own ``GET`` of the model's config. A request
-    killed before it reached Triton would get the 503 of a server not reachable instead."""
+    killed before it reached Triton would get the 503 of a server not reachable instead. However long a
+    loaded host takes between the warm request and this one, this one is checked against the config the
+    warm one fetched (fault matrix row 74); before, a gap over the front's 5 s config TTL sent it to ask
+    the stopped Triton for the config, and it never reached Triton's socket."""
     options = ServerOptions(
         repository=small_repository, http_front=True, self_heal=False, startup_timeout_s=240, workdir=tmp_path
     )

@@ -4,7 +4,6 @@ real server over both protocols (tests/faults/test_allow_list.py)."""
 
 from __future__ import annotations
 
-import asyncio
 import json
 import math
 import struct
@@ -15,7 +14,6 @@ from server.fronts.allow_list import (
     CarriedInput,
     Carrier,
     ModelSignature,
-    ModelSignatures,
     check_allowed,
     raw_request_input,
 )
@@ -200,36 +198,6 @@ def test_the_largest_request_and_the_deadline_come_from_the_config() -> None:
     assert recommender.largest_request_bytes() == (64 << 10) + 64 * 21 * 40
     assert recommender.deadline_s == 2.5
     assert TEXT.largest_request_bytes() == LIMIT and TEXT.deadline_s is None
-
-
-def test_configs_are_cached_and_refusals_keep_tritons_words() -> None:
-    calls: list[str] = []
-
-    async def fetch(model: str, version: str) -> dict:
-        calls.append(model)
-        if model == "down":
-            raise ConnectionError("refused")
-        if model != "text_embedding_encoder":
-            raise RequestRefusedError(f"Request for unknown model: '{model}' is not found", Refusal.NOT_FOUND)
-        return ENCODER_CONFIG
-
-    async def run() -> None:
-        cache = ModelSignatures(fetch, LIMIT)
-        assert (await cache.get("text_embedding_encoder")).inputs.keys() == {"input_ids", "mask"}
-        await cache.get("text_embedding_encoder")
-        with pytest.raises(RequestRefusedError, match="unknown model: 'x' is not found") as refusal:
-            await cache.get("x")
-        assert refusal.value.kind == Refusal.NOT_FOUND
-        with pytest.raises(RequestRefusedError, match="tritonserver is not reachable") as refusal:
-            await cache.get("down")
-        assert refusal.value.kind == Refusal.UNAVAILABLE
-        with pytest.raises(RequestRefusedError):
-            await cache.get("down")  # not remembered: asked again
-        cache.forget("text_embedding_encoder")
-        await cache.get("text_embedding_encoder")
-
-    asyncio.run(run())
-    assert calls == ["text_embedding_encoder", "x", "down", "down", "text_embedding_encoder"]
 
 
 def test_a_generate_request_is_shaped_as_triton_shapes_it() -> None:

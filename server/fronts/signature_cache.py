@@ -1,0 +1,143 @@
+"""The configs the fronts check requests against, as Triton serves them (``ModelSignatures``): one
+fetch for the concurrent requests of a model, dropped by ``forget`` when a load or unload passes the
+front. An unknown model gets Triton's 404 / ``NOT_FOUND``; nothing is forwarded unchecked.
+
+A config that was known stays in use when Triton is slow or silent (docs/SERVING.md, fault matrix
+row 74). Past ``TTL_S`` it is fetched again in the background while requests go on being checked
+against it, and a refresh that fails or times out keeps it, for at most ``STALE_S`` after Triton last
+answered for it. Before, every burst after the TTL waited on one shared fetch, and on a starved host
+(2 cores, load 10+) a fetch slower than ``FETCH_TIMEOUT_S`` refused the whole burst with "tritonserver
+is not reachable" although Triton was up. Only a model never seen (or forgotten) is refused so now. A
+down or silent Triton is not hidden: a request checked against a kept config gets the fronts' answer to
+its own call upstream (503 or 502 when Triton is down, its deadline's 504 when Triton is silent).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import functools
+import logging
+import time
+from collections.abc import Awaitable, Callable, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from server.fronts.allow_list import ModelSignature
+from server.fronts.refusal import Refusal, RequestRefusedError
+
+log = logging.getLogger(__name__)
+# fetch(model, version): the config, RequestRefusedError with Triton's answer, or any other error
+Fetch = Callable[[str, str], Awaitable[Mapping[str, Any]]]
+Key = tuple[str, str]  # (model, version)
+Found = ModelSignature | RequestRefusedError
+TTL_S = 5.0  # a config older than this is fetched again, in the background, when next asked for
+RETRY_S = 1.0  # a refresh that failed is tried again this long after, at the next request
+# How long a config stays in use while its refreshes fail: a model loaded with other dims through
+# Triton's own port is checked against its old config at most this long when Triton cannot say so.
+STALE_S = 300.0
+UNKNOWN_TTL_S = 1.0  # how long Triton's "no such model" is kept
+FETCH_TIMEOUT_S = 5.0  # how long Triton may take to answer for a config
+MAX_ENTRIES = 1024  # requests naming many unknown models must not grow the cache without bound
+
+
+@dataclass(slots=True)
+class _Entry:
+    found: Found
+    refresh_at: float  # time.monotonic() after which a request starts a refresh
+    usable_until: float  # after this, requests wait for Triton's answer
+    stale: bool = False  # a refresh failed since Triton last answered (logged once)
+
+
+class ModelSignatures:
+    """The models' signatures, one fetch for concurrent requests; ``forget`` on (un)loads."""
+
+    def __init__(self, fetch: Fetch, body_limit: int) -> None:
+        self.fetch, self.body_limit = fetch, body_limit
+        self._entries: dict[Key, _Entry] = {}
+        self._pending: dict[Key, asyncio.Future[Found]] = {}
+
+    async def get(self, model: str, version: str = "") -> ModelSignature:
+        """``model``'s signature, or ``RequestRefusedError``: Triton's refusal, or ``UNAVAILABLE``
+        when Triton does not answer for a config not known."""
+        key = (model, version)
+        now = time.monotonic()
+        entry = self._entries.get(key)
+        if entry is not None and now < entry.usable_until:
+            if now >= entry.refresh_at:
+                self._loading(key)  # in the background: this request goes on with what is known
+            return _known(entry.found)
+        return _known(await asyncio.shield(self._loading(key)))
+
+    def forget(self, model: str) -> None:
+        """Drop what is known of ``model`` (every version): it is being loaded or unloaded. A fetch
+        already in flight answers the requests waiting on it but is not kept: it may predate the load."""
+        for key in [key for key in self._entries if key[0] == model]:
+            del self._entries[key]
+        for key in [key for key in self._pending if key[0] == model]:
+            del self._pending[key]
+
+    def _loading(self, key: Key) -> asyncio.Future[Found]:
+        """The fetch of ``key``'s config in flight, started if none is."""
+        pending = self._pending.get(key)
+        if pending is None:
+            pending = self._pending[key] = asyncio.ensure_future(self._load(key))
+            pending.add_done_callback(functools.partial(self._loaded, key))
+        return pending
+
+    async def _load(self, key: Key) -> Found:
+        """The signature, Triton's refusal, or ``UNAVAILABLE`` when Triton did not answer."""
+        try:
+            config = await asyncio.wait_for(self.fetch(*key), FETCH_TIMEOUT_S)
+            return ModelSignature.from_config(key[0], config, self.body_limit)
+        except RequestRefusedError as refusal:  # Triton's answer: no such model (version)
+            return refusal
+        except Exception as error:  # Triton unreachable or silent
+            log.debug("no config for model %r: %r", key[0], error)
+            unanswered = RequestRefusedError(
+                f"tritonserver is not reachable (starting, restarting or down), so the config of model "
+                f"'{key[0]}' cannot be checked: {error!r}",
+                Refusal.UNAVAILABLE,
+            )
+            unanswered.__cause__ = error
+            return unanswered
+
+    def _loaded(self, key: Key, load: asyncio.Future[Found]) -> None:
+        if self._pending.get(key) is not load:
+            return  # forgotten while it ran
+        del self._pending[key]
+        if load.cancelled():
+            return
+        found, now = load.result(), time.monotonic()
+        if isinstance(found, RequestRefusedError) and found.kind is Refusal.UNAVAILABLE:
+            self._keep(key, found, now)
+            return
+        if isinstance(found, ModelSignature):
+            entry = _Entry(found, now + TTL_S, now + STALE_S)
+        else:
+            entry = _Entry(found, now + UNKNOWN_TTL_S, now + UNKNOWN_TTL_S)
+        if len(self._entries) >= MAX_ENTRIES:
+            self._entries.clear()
+        self._entries[key] = entry
+
+    def _keep(self, key: Key, unanswered: RequestRefusedError, now: float) -> None:
+        """Triton did not answer a refresh: a known config stays in use until ``usable_until``."""
+        entry = self._entries.get(key)
+        if entry is None or not isinstance(entry.found, ModelSignature) or now >= entry.usable_until:
+            self._entries.pop(key, None)
+            return
+        entry.refresh_at = now + RETRY_S
+        if not entry.stale:
+            entry.stale = True
+            log.warning(
+                "no config of model '%s' from tritonserver (%r): requests are checked against the one it "
+                "served last until it answers (for %.0f s more at most)",
+                key[0],
+                unanswered.__cause__,
+                entry.usable_until - now,
+            )
+
+
+def _known(found: Found) -> ModelSignature:
+    if isinstance(found, RequestRefusedError):
+        raise RequestRefusedError(str(found), found.kind)  # a fresh one per request: no shared traceback
+    return found
