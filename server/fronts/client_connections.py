@@ -39,20 +39,18 @@ class ConnectionShare:
 DEFAULT_SHARE = ConnectionShare()
 
 
-def raise_open_file_limit(total: int) -> int:
-    """Raise the process's soft open-file limit toward what ``total`` connections need (``total`` plus
-    ``RESERVED_FDS``), up to the hard limit and never down: a soft limit of 1,024 (many systems'
-    default) would otherwise cut the total to 512 where the hard limit allows all of it. Returns the
-    soft limit now in force."""
+def raise_open_file_limit(wanted: int) -> int:
+    """Raise the process's soft open-file limit to ``wanted`` descriptors, up to the hard limit and never
+    down (a soft limit of 1,024, many systems' default, would cut 8,192 connections to 512 where the
+    hard limit allows them all); returns the soft limit in force."""
     soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
-    wanted = total + RESERVED_FDS
     if soft == resource.RLIM_INFINITY or soft >= wanted:
         return soft
     raised = wanted if hard == resource.RLIM_INFINITY else min(wanted, hard)
     if raised > soft:
         try:
             resource.setrlimit(resource.RLIMIT_NOFILE, (raised, hard))
-        except (OSError, ValueError):  # not allowed here: the total adapts to the soft limit instead
+        except (OSError, ValueError):  # not allowed here: the shares adapt to the soft limit instead
             return soft
     return raised
 
