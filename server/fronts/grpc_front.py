@@ -84,7 +84,7 @@ class GrpcFront:
         listen: str,
         max_message_bytes: int,  # any call; an inference is bounded by its model's too
         shares: FrontShares,  # inference calls (a stream: one slot), connections held open
-        message_s: float = MESSAGE_TIMEOUT_S,  # a message begun must be whole within this (rows 71, 74)
+        message_s: float = MESSAGE_TIMEOUT_S,  # a message begun must be whole within this (rows 71, 75)
     ) -> None:
         self.upstream, self.shm, self.message_s = upstream, shm, message_s
         self.max_message_bytes, self.shares = max_message_bytes, shares

@@ -1,6 +1,6 @@
 """gRPC over the front's own HTTP/2 (``h2c``): messages, ``grpc-timeout``, ``grpc-status``, and the calls
 of a client's connection (``FrontConnection``, ``ServerCall``), with what the front holds for
-clients bounded (fault matrix rows 20, 41, 69–71 and 74).
+clients bounded (fault matrix rows 20, 41, 69–71 and 75).
 """
 
 from __future__ import annotations
@@ -209,7 +209,7 @@ class ServerCall:
         self.done = False
         self.held = 0  # bytes of this call's messages counted in the front's ``IncomingBytes``
         # a message must be whole in time, as an HTTP body must: a unary call's from the call's start
-        # (fault matrix row 71), each of a stream's from its first byte (row 74)
+        # (fault matrix row 71), each of a stream's from its first byte (row 75)
         self.timer: asyncio.TimerHandle | None = None
         if not streaming:
             self._time_message()
@@ -412,7 +412,7 @@ class ConnectionLimits:
     incoming: IncomingBytes  # the front's, shared by its connections
     # the front's count of connections by client address (fault matrix row 73)
     clients: ClientConnections = field(default_factory=lambda: ClientConnections(DEFAULT_SHARE))
-    message_s: float = MESSAGE_TIMEOUT_S  # a message must be whole within this (rows 71, 74)
+    message_s: float = MESSAGE_TIMEOUT_S  # a message must be whole within this (rows 71, 75)
 
 
 class FrontConnection(h2c.Endpoint):

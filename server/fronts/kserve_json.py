@@ -216,7 +216,7 @@ def _output_name(item: object, uses: list[RegionUse]) -> str:
     parameters = _parameters(item, f"output {name!r}", OUTPUT_PARAMETERS)
     region = region_use(parameters, f"output {name!r}")
     if region is not None:
-        # one place for its data, as Triton asks (fault matrix row 75): the front, which asks Triton for
+        # one place for its data, as Triton asks (fault matrix row 76): the front, which asks Triton for
         # a region's output as binary data, would answer what Triton refuses (a classification's strings
         # written into a region sized for the tensor)
         asked = [

@@ -1,4 +1,4 @@
-"""Fault matrix rows 53–55, 61 and 75: a request reaches Triton only if its model's config accepts it, over
+"""Fault matrix rows 53–55, 61 and 76: a request reaches Triton only if its model's config accepts it, over
 both protocols, for the plain ONNX models, the ensembles and the text encoder alike, whatever carries
 its tensors, shared memory included.
 
@@ -319,7 +319,7 @@ def _output_in_region_over_grpc(server: TritonServer, region: str, asked: dict) 
 
 @pytest.mark.parametrize("protocol", PROTOCOLS)
 def test_an_output_in_shared_memory_asks_for_nothing_else(fault_server: TritonServer, protocol: str) -> None:
-    """Row 75: an output in the client's region that also asks for binary data (HTTP) or a
+    """Row 76: an output in the client's region that also asks for binary data (HTTP) or a
     classification is refused in Triton 2.51's own words, and nothing is written into the region;
     ``binary_data: false`` over HTTP, and ``binary_data`` over gRPC (which Triton ignores there), are
     answered with the output in the region (before: the front answered both, a classification's strings

@@ -1,4 +1,4 @@
-"""Fault matrix rows 69–71 and 74: gRPC calls whose wire form is wrong, and clients that hold the
+"""Fault matrix rows 69–71 and 75: gRPC calls whose wire form is wrong, and clients that hold the
 front's memory.
 
 Measured with the gRPC front as it was: metadata outside gRPC's grammar reached Triton, which reset the
@@ -154,7 +154,7 @@ def test_calls_whose_message_never_completes_are_bounded_and_answered(fault_serv
 def test_a_stream_message_never_completed_ends_the_stream_and_frees_its_slot(
     fault_server: TritonServer, tmp_path: Path
 ) -> None:
-    """Row 74: on a front of its own (a 2 s message time, 2 slots a connection) before the fault
+    """Row 75: on a front of its own (a 2 s message time, 2 slots a connection) before the fault
     server's Triton, two streams hold the connection's slots (a third is refused); one begins a message
     and stalls. That stream ends ``DEADLINE_EXCEEDED`` naming the message time, and its slot serves a
     new stream; the other, idle between messages all that while, is served on (before: the stalled

@@ -359,7 +359,7 @@ def test_calls_whose_messages_never_finish_are_bounded_and_answered() -> None:
 
 
 def test_a_stream_message_begun_must_be_whole_in_time_but_a_stream_may_wait_between_messages() -> None:
-    """Fault matrix row 74: on a stream, a message whose first bytes came must be whole within the
+    """Fault matrix row 75: on a stream, a message whose first bytes came must be whole within the
     front's message time; else the stream ends ``DEADLINE_EXCEEDED``, its handler (which holds its slot
     and its Triton stream) is cancelled and its bytes are no longer counted (before: never ended, the
     bytes held for the stream's life). A stream may wait as long as it likes between messages, and a

@@ -425,7 +425,7 @@ def test_peer_uid_tells_users_apart() -> None:
     ],
 )
 def test_an_output_in_shared_memory_asks_for_nothing_else(asked: dict, refused: str | None) -> None:
-    """Fault matrix row 75: an output in a region that also asks for binary data or a classification is
+    """Fault matrix row 76: an output in a region that also asks for binary data or a classification is
     refused in Triton's words, over HTTP (both) and gRPC (classification: gRPC has no binary data, and
     Triton ignores the parameter there); before, the front answered both, writing a classification's
     strings into the region."""
