@@ -300,6 +300,9 @@ class ServerCall:
         self.connection.front_limits.incoming.held -= self.held
         self.held = 0
         self._stop_timer()
+        if self.done:  # its bytes go now: a stream's handler task and this call keep each other alive
+            self.reader.pending = bytearray()
+            self.messages.clear()
 
     def _time_message(self) -> None:
         self.timer = self.connection.loop.call_later(

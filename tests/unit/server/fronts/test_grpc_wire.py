@@ -368,9 +368,11 @@ def test_a_stream_message_begun_must_be_whole_in_time_but_a_stream_may_wait_betw
     async def run() -> None:
         taken: dict[int, list[bytes]] = {}
         cancelled: list[int] = []
+        calls: dict[int, ServerCall] = {}
         go = asyncio.Event()
 
         async def serve(call: ServerCall) -> None:
+            calls[call.stream_id] = call
             try:
                 if call.stream_id == 5:  # takes nothing yet: the front withholds its window
                     await go.wait()
@@ -414,6 +416,7 @@ def test_a_stream_message_begun_must_be_whole_in_time_but_a_stream_may_wait_betw
         assert answers[1][b"grpc-status"] == str(DEADLINE_EXCEEDED).encode()
         assert "not complete within 0.2 s of its first byte" in unquote(answers[1][b"grpc-message"].decode())
         assert cancelled == [1] and taken[1] == [b"first"]
+        assert not calls[1].reader.pending  # dropped as the stream ended, not when the collector runs
         assert b"grpc-status" not in answers[3] and 5 not in answers
         assert incoming.held == len(backlog) + 50  # stream 5's alone
         send(3, frame_message(b"later"), end=True)  # stream 3 goes on after its wait
