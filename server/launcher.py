@@ -40,6 +40,7 @@ from python_backend.dtypes import BY_TRITON
 from server import ports
 from server.admin import KEY_ENV, AdminError, drain, load_model, restricted_api_args
 from server.admin import headers as admin_headers
+from server.fronts.grpc_wire import MESSAGE_TIMEOUT_S
 from server.fronts.process import FrontShares
 from server.install import ServerError, assemble_backends, find_install
 from server.ports import check_port_free, free_ports, held_by
@@ -156,6 +157,7 @@ class ServerOptions:
     http_front_body_timeout_s: float = 30.0  # a body not complete by then gets 408
     http_front_header_timeout_s: float = 10.0  # headers not complete this long after their first byte: 408
     grpc_front: bool = False
+    grpc_front_message_timeout_s: float = MESSAGE_TIMEOUT_S  # a message not whole by then ends its call
     front_shares: FrontShares = field(default_factory=FrontShares)  # docs/SERVING.md, client shares
     # Whether Triton may map a client's /dev/shm file, with 2.51's faults (docs/SERVING.md, Shared
     # memory); None: only without fronts (an in-process server whose client started it).
@@ -366,8 +368,9 @@ class TritonServer:
             )  # fmt: skip
         if self.options.grpc_front and self.grpc_front not in self.running_fronts:
             self.grpc_front = self._launch_front(
-                "server.fronts.grpc_front", self.grpc_port, self.triton_grpc_url, *shares
-            )
+                "server.fronts.grpc_front", self.grpc_port, self.triton_grpc_url, *shares,
+                f"--message-timeout-s={self.options.grpc_front_message_timeout_s}",
+            )  # fmt: skip
 
     @property
     def fronts(self) -> list[subprocess.Popen]:

@@ -39,6 +39,22 @@ class ConnectionShare:
 DEFAULT_SHARE = ConnectionShare()
 
 
+def raise_open_file_limit(wanted: int) -> int:
+    """Raise the process's soft open-file limit to ``wanted`` descriptors, up to the hard limit and never
+    down (a soft limit of 1,024, many systems' default, would cut 8,192 connections to 512 where the
+    hard limit allows them all); returns the soft limit in force."""
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    if soft == resource.RLIM_INFINITY or soft >= wanted:
+        return soft
+    raised = wanted if hard == resource.RLIM_INFINITY else min(wanted, hard)
+    if raised > soft:
+        try:
+            resource.setrlimit(resource.RLIMIT_NOFILE, (raised, hard))
+        except (OSError, ValueError):  # not allowed here: the shares adapt to the soft limit instead
+            return soft
+    return raised
+
+
 def descriptor_room(total: int) -> int:
     """``total``, or fewer where the process's open-file limit would not hold that many (the limit
     less ``RESERVED_FDS``, or half of it when it is small)."""

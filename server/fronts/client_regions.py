@@ -9,12 +9,12 @@ from __future__ import annotations
 import errno
 import os
 import re
-import resource
 import stat
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from pathlib import Path
 
+from server.fronts.client_connections import raise_open_file_limit
 from server.fronts.refusal import Refusal, RequestRefusedError
 
 SHM_DIR = Path("/dev/shm")
@@ -22,6 +22,7 @@ SHM_DIR = Path("/dev/shm")
 KEY = re.compile(r"/?([A-Za-z0-9._-]{1,255})")
 MAX_PER_CLIENT = 256
 MAX_REGIONS = 2048
+SOCKET_ROOM = 4096  # descriptors a full region table leaves the front for its sockets
 FileId = tuple[int, int]  # (st_dev, st_ino): which file, whatever name reaches it
 _server_files: dict[FileId, str] = {}  # every server region this process has seen: file -> its name
 _REMEMBERED = 4096
@@ -174,7 +175,7 @@ class RegionTable:
     ) -> None:
         self.server, self.max_per_client, self.max_regions = server, max_per_client, max_regions
         self._regions: dict[int, dict[str, Region]] = {}
-        _allow_descriptors(max_regions)
+        raise_open_file_limit(max_regions + SOCKET_ROOM)
 
     def register(self, client: Client, name: str, key: object, offset: int, byte_size: int) -> None:
         uid = client_uid(client, name)
@@ -286,12 +287,3 @@ class FrontRegions:
         """CUDA IPC handles cannot be attributed to a client: the operator's alone (the admin key)."""
         if not client.admin:
             raise _forbidden("CUDA shared memory through this server's front needs the admin key")
-
-
-def _allow_descriptors(regions: int) -> None:
-    """Raise the soft descriptor limit so a full table still leaves room for the front's sockets."""
-    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
-    wanted = regions + 4096
-    if soft != resource.RLIM_INFINITY and soft < wanted:
-        limit = wanted if hard == resource.RLIM_INFINITY else min(wanted, hard)
-        resource.setrlimit(resource.RLIMIT_NOFILE, (max(soft, limit), hard))

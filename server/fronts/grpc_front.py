@@ -29,6 +29,7 @@ from server.fronts.grpc_request import SERVICE, check_request, model_to_check, p
 from server.fronts.grpc_upstream import Upstream, UpstreamCall
 from server.fronts.grpc_wire import (
     LARGE_MESSAGES,
+    MESSAGE_TIMEOUT_S,
     STATUS,
     UNAVAILABLE,
     ConnectionLimits,
@@ -83,8 +84,9 @@ class GrpcFront:
         listen: str,
         max_message_bytes: int,  # any call; an inference is bounded by its model's too
         shares: FrontShares,  # inference calls (a stream: one slot), connections held open
+        message_s: float = MESSAGE_TIMEOUT_S,  # a message begun must be whole within this (rows 71, 75)
     ) -> None:
-        self.upstream, self.shm = upstream, shm
+        self.upstream, self.shm, self.message_s = upstream, shm, message_s
         self.max_message_bytes, self.shares = max_message_bytes, shares
         host, port = listen.rsplit(":", 1)
         self.local = (host.strip("[]"), int(port))
@@ -104,7 +106,12 @@ class GrpcFront:
     def connection(self) -> FrontConnection:
         """A new client connection (the listening socket's protocol factory)."""
         limits = ConnectionLimits(
-            self.max_message_bytes, HANDSHAKE_TIMEOUT_S, IDLE_TIMEOUT_S, self.incoming, self.clients
+            self.max_message_bytes,
+            HANDSHAKE_TIMEOUT_S,
+            IDLE_TIMEOUT_S,
+            self.incoming,
+            self.clients,
+            self.message_s,
         )
         return FrontConnection(limits, self.methods, PREFIX, self.serve, self.connections)
 
@@ -328,13 +335,21 @@ def main(argv: list[str] | None = None) -> None:
         "python -m server.fronts.grpc_front", __doc__, "host:port of tritonserver's gRPC endpoint"
     )
     parser.add_argument("--max-message-mib", type=int, default=MAX_REQUEST_BYTES // MIB)
+    parser.add_argument(
+        "--message-timeout-s",
+        type=float,
+        default=MESSAGE_TIMEOUT_S,
+        help="a message must be whole this many seconds after a unary call starts or a stream's message "
+        "begins (DEADLINE_EXCEEDED after)",
+    )
     add_share_arguments(parser)
     args = parser.parse_args(argv)
     limit, shares = args.max_message_mib * MIB, shares_from_args(args)
     shm = GrpcSharedMemory(server_regions(args), limit, args.trusted_shared_memory)
     run_front(  # the front is made inside the event loop: its connections belong to that loop
         lambda: start_front(
-            args.listen, GrpcFront(args.upstream, admin_key(), shm, args.listen, limit, shares)
+            args.listen,
+            GrpcFront(args.upstream, admin_key(), shm, args.listen, limit, shares, args.message_timeout_s),
         ),
         args,
     )

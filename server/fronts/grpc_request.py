@@ -145,6 +145,10 @@ def check_infer_request(request: service_pb2.ModelInferRequest, model: ModelSign
     for output in request.outputs:
         region = region_use(output.parameters, f"output {output.name!r}")
         if region is not None:
+            if "classification" in output.parameters:  # as Triton refuses (fault matrix row 76)
+                raise RequestRefusedError(
+                    f"output {output.name!r} can't set both 'shared_memory_region' and 'classification'"
+                )
             uses.append(region)
     check_allowed(model, carried, [output.name for output in request.outputs])
     return uses

@@ -1,6 +1,6 @@
 """gRPC over the front's own HTTP/2 (``h2c``): messages, ``grpc-timeout``, ``grpc-status``, and the calls
 of a client's connection (``FrontConnection``, ``ServerCall``), with what the front holds for
-clients bounded (fault matrix rows 20, 41 and 69–71).
+clients bounded (fault matrix rows 20, 41, 69–71 and 75).
 """
 
 from __future__ import annotations
@@ -208,8 +208,11 @@ class ServerCall:
         self.headers_sent = False
         self.done = False
         self.held = 0  # bytes of this call's messages counted in the front's ``IncomingBytes``
-        # a unary call's message must be whole in time (fault matrix row 71), as an HTTP body must
-        self.timer = None if streaming else connection.loop.call_later(limits.message_s, self._message_late)
+        # a message must be whole in time, as an HTTP body must: a unary call's from the call's start
+        # (fault matrix row 71), each of a stream's from its first byte (row 75)
+        self.timer: asyncio.TimerHandle | None = None
+        if not streaming:
+            self._time_message()
 
     @property
     def peer(self) -> tuple[str, str, int | None]:
@@ -230,6 +233,11 @@ class ServerCall:
             return
         self.messages.extend(messages)
         self.queued += sum(size for _, size in messages)
+        if self.streaming:
+            if messages or not self.reader.pending:  # the message timed is whole
+                self._stop_timer()
+            if self.reader.pending and self.timer is None:  # a message begins
+                self._time_message()
         if not self._hold():
             return
         self._give_window(len(data))
@@ -291,15 +299,33 @@ class ServerCall:
         """This call's messages are no longer the front's to count (taken, or the call ended)."""
         self.connection.front_limits.incoming.held -= self.held
         self.held = 0
+        self._stop_timer()
+        if self.done:  # its bytes go now: a stream's handler task and this call keep each other alive
+            self.reader.pending = bytearray()
+            self.messages.clear()
+
+    def _time_message(self) -> None:
+        self.timer = self.connection.loop.call_later(
+            self.connection.front_limits.message_s, self._message_late
+        )
+
+    def _stop_timer(self) -> None:
         if self.timer is not None:
             self.timer.cancel()
             self.timer = None
 
     def _message_late(self) -> None:
         self.timer = None
-        if not self.ended and not self.done:
-            limit = self.connection.front_limits.message_s
-            self.finish(DEADLINE_EXCEEDED, f"the call's message was not complete within {limit:g} s")
+        if self.ended or self.done:
+            return
+        if self.withheld:  # the front holds back the stream's window: the rest cannot come yet
+            self._time_message()
+            return
+        limit = self.connection.front_limits.message_s
+        late = "a message of this stream" if self.streaming else "the call's message"
+        since = " of its first byte" if self.streaming else ""
+        # the call ends and its handler with it: a stream's slot and Triton stream are freed
+        self.abort(DEADLINE_EXCEEDED, f"{late} was not complete within {limit:g} s{since}")
 
     def _give_window(self, received: int) -> None:
         """Let the client send more while what waits for the handler stays under one stream window."""
@@ -389,7 +415,7 @@ class ConnectionLimits:
     incoming: IncomingBytes  # the front's, shared by its connections
     # the front's count of connections by client address (fault matrix row 73)
     clients: ClientConnections = field(default_factory=lambda: ClientConnections(DEFAULT_SHARE))
-    message_s: float = MESSAGE_TIMEOUT_S  # a unary call's message must be whole within this
+    message_s: float = MESSAGE_TIMEOUT_S  # a message must be whole within this (rows 71, 75)
 
 
 class FrontConnection(h2c.Endpoint):

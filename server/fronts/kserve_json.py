@@ -213,8 +213,22 @@ def _output_name(item: object, uses: list[RegionUse]) -> str:
     if not isinstance(item, dict):
         raise RequestRefusedError("each entry of 'outputs' must be an object")
     name = _field(item, "name", (str,), "output", required=True)
-    region = region_use(_parameters(item, f"output {name!r}", OUTPUT_PARAMETERS), f"output {name!r}")
+    parameters = _parameters(item, f"output {name!r}", OUTPUT_PARAMETERS)
+    region = region_use(parameters, f"output {name!r}")
     if region is not None:
+        # one place for its data, as Triton asks (fault matrix row 76): the front, which asks Triton for
+        # a region's output as binary data, would answer what Triton refuses (a classification's strings
+        # written into a region sized for the tensor)
+        asked = [
+            key for key, given in (
+                ("binary_data", parameters.get("binary_data") is True),
+                ("classification", "classification" in parameters),
+            ) if given
+        ]  # fmt: skip
+        if asked:
+            raise RequestRefusedError(
+                f"Output {name!r} can't set both 'shared_memory_region' and '{asked[0]}'"
+            )
         uses.append(region)
     return name
 

@@ -16,8 +16,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from server.admin import KEY_ENV
-from server.fronts.client_connections import ConnectionShare
-from server.fronts.client_regions import ServerRegions
+from server.fronts.client_connections import RESERVED_FDS, ConnectionShare, raise_open_file_limit
+from server.fronts.client_regions import MAX_REGIONS, ServerRegions
 from server.fronts.client_slots import DEFAULT_DEADLINE_S, DEFAULT_MAX_OVERDUE, SlotLimits
 from server.proc_stat import running
 from server.shm_private import make_owner_only
@@ -167,6 +167,9 @@ def run_front(
 ) -> None:
     """Run a front: ``start()`` listens and returns its ``stop()``, awaited once ``_until_stopped``."""
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    # every connection of the shares (row 73), the front's own and a full region table, where the hard
+    # limit allows: before the shares read the soft limit
+    raise_open_file_limit(shares_from_args(args).connections.total + RESERVED_FDS + MAX_REGIONS)
 
     async def main() -> None:
         stop = await start()

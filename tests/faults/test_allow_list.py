@@ -1,4 +1,4 @@
-"""Fault matrix rows 53–55 and 61: a request reaches Triton only if its model's config accepts it, over
+"""Fault matrix rows 53–55, 61 and 76: a request reaches Triton only if its model's config accepts it, over
 both protocols, for the plain ONNX models, the ensembles and the text encoder alike, whatever carries
 its tensors, shared memory included.
 
@@ -278,3 +278,76 @@ def test_tensors_in_shared_memory_pass_the_same_allow_list(
                 client.unregister_system_shared_memory(name)
                 path.unlink(missing_ok=True)
     client.close()  # here, not in whichever thread collects it (gevent)
+
+
+MARK = b"\xab" * 64  # where the output would go, before any request wrote it
+
+
+def _output_in_region_over_http(server: TritonServer, region: str, asked: dict) -> tuple[int, str]:
+    """``trivial`` with ``x`` read from the region's first 64 bytes and ``y`` asked into the next 64,
+    with ``asked`` among ``y``'s parameters (tritonclient sends neither combination): (status, error)."""
+    in_region = {"shared_memory_region": region, "shared_memory_byte_size": 64}
+    body = {
+        "inputs": [{"name": "x", "shape": [1, 16], "datatype": "FP32", "parameters": in_region}],
+        "outputs": [{"name": "y", "parameters": {**in_region, "shared_memory_offset": 64, **asked}}],
+    }
+    [(status, answer)] = exchange(
+        server, raw_request(json.dumps(body).encode(), path="/v2/models/trivial/infer")
+    )
+    return status, json.loads(answer).get("error", "") if status != 200 else ""
+
+
+def _output_in_region_over_grpc(server: TritonServer, region: str, asked: dict) -> tuple[str, str]:
+    request = service_pb2.ModelInferRequest(model_name="trivial")
+    tensors = [request.inputs.add(name="x", datatype="FP32", shape=[1, 16]), request.outputs.add(name="y")]
+    for tensor, offset in zip(tensors, (0, 64), strict=True):
+        tensor.parameters["shared_memory_region"].string_param = region
+        tensor.parameters["shared_memory_byte_size"].int64_param = 64
+        tensor.parameters["shared_memory_offset"].int64_param = offset
+    for key, value in asked.items():
+        if isinstance(value, bool):
+            tensors[1].parameters[key].bool_param = value
+        else:
+            tensors[1].parameters[key].int64_param = value
+    with grpc.insecure_channel(server.grpc_url) as channel:
+        try:
+            service_pb2_grpc.GRPCInferenceServiceStub(channel).ModelInfer(request, timeout=ANSWER_GUARD_S)
+        except grpc.RpcError as error:
+            return error.code().name, error.details()
+    return "OK", ""
+
+
+@pytest.mark.parametrize("protocol", PROTOCOLS)
+def test_an_output_in_shared_memory_asks_for_nothing_else(fault_server: TritonServer, protocol: str) -> None:
+    """Row 76: an output in the client's region that also asks for binary data (HTTP) or a
+    classification is refused in Triton 2.51's own words, and nothing is written into the region;
+    ``binary_data: false`` over HTTP, and ``binary_data`` over gRPC (which Triton ignores there), are
+    answered with the output in the region (before: the front answered both, a classification's strings
+    written into a region meant for 16 floats)."""
+    client = connect(protocol, url(fault_server, protocol))
+    name = f"outputs_{protocol}_{os.getpid()}"
+    path = Path("/dev/shm") / name
+    path.write_bytes(np.ones(16, np.float32).tobytes() + MARK + b"\0" * (4096 - 128))
+    client.register_system_shared_memory(name, f"/{name}", 4096)
+    try:
+        if protocol == "http":
+            refused = {
+                "binary_data": _output_in_region_over_http(fault_server, name, {"binary_data": True}),
+                "classification": _output_in_region_over_http(fault_server, name, {"classification": 1}),
+            }
+            wanted = "Output 'y' can't set both 'shared_memory_region' and '{}'"
+            assert refused == {key: (400, wanted.format(key)) for key in refused}
+            assert path.read_bytes()[64:128] == MARK
+            assert _output_in_region_over_http(fault_server, name, {"binary_data": False}) == (200, "")
+        else:
+            assert _output_in_region_over_grpc(fault_server, name, {"classification": 1}) == (
+                "INVALID_ARGUMENT",
+                "output 'y' can't set both 'shared_memory_region' and 'classification'",
+            )
+            assert path.read_bytes()[64:128] == MARK
+            assert _output_in_region_over_grpc(fault_server, name, {"binary_data": True}) == ("OK", "")
+        assert path.read_bytes()[64:128] != MARK  # the output accepted went to the region
+    finally:
+        client.unregister_system_shared_memory(name)
+        path.unlink(missing_ok=True)
+    client.close()

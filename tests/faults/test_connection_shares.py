@@ -8,11 +8,8 @@ Here both fronts run with small shares (4 per address, 6 in all) before a small 
 
 from __future__ import annotations
 
-import contextlib
 import json
 import socket
-import subprocess
-import sys
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -20,12 +17,12 @@ from pathlib import Path
 import numpy as np
 import pytest
 from harness import GOOD_MODEL
+from own_front import own_front
 from resilience_fixtures import small_server
 from tritonclient.grpc import service_pb2
 
 from server import TritonServer
 from server.fronts import h2c
-from server.ports import free_port
 from soak.raw_grpc import call_headers, exchange, message
 
 pytestmark = pytest.mark.integration
@@ -45,38 +42,6 @@ def _beyond_share(address: str) -> str:
 def triton(spec_data: dict, tmp_path_factory: pytest.TempPathFactory) -> Iterator[TritonServer]:
     with small_server(spec_data, tmp_path_factory, "connections", pipeline=False) as server:
         yield server
-
-
-def _front(module: str, upstream: str, log_path: Path) -> tuple[subprocess.Popen, int]:
-    """A front of ``module`` before ``upstream`` with the small shares, once its log says it listens (a
-    port taken between ``free_port()`` and its bind is left for another)."""
-    deadline = time.monotonic() + HANG_GUARD_S
-    while True:
-        port = free_port()
-        command = [sys.executable, "-m", module, f"--listen=127.0.0.1:{port}", f"--upstream={upstream}"]
-        with open(log_path, "wb") as log_file:
-            front = subprocess.Popen(
-                [*command, *SHARES],
-                stdout=log_file,
-                stderr=subprocess.STDOUT,
-            )
-        listening = f"front on 127.0.0.1:{port}"
-        while front.poll() is None and listening not in log_path.read_text():
-            assert time.monotonic() < deadline, log_path.read_text()
-            time.sleep(0.1)
-        if front.poll() is None:
-            return front, port
-        assert time.monotonic() < deadline, log_path.read_text()
-
-
-@contextlib.contextmanager
-def _running(module: str, upstream: str, log_path: Path) -> Iterator[int]:
-    front, port = _front(module, upstream, log_path)
-    try:
-        yield port
-    finally:
-        front.terminate()
-        front.wait(timeout=30)
 
 
 def _connect(port: int, source: str) -> socket.socket:
@@ -127,7 +92,7 @@ def _length(answer: bytes) -> int:
 
 
 def test_grpc_front_refuses_connections_beyond_an_address_share(triton: TritonServer, tmp_path: Path):
-    with _running("server.fronts.grpc_front", triton.grpc_url, tmp_path / "grpc_front.log") as port:
+    with own_front("server.fronts.grpc_front", triton.grpc_url, tmp_path / "grpc_front.log", SHARES) as port:
         held = [_grpc_held(port, HOLDER) for _ in range(PER_ADDRESS)]
         code, why = _grpc_call(port, HOLDER)
         assert code == "RESOURCE_EXHAUSTED" and _beyond_share(HOLDER) in why, (code, why)
@@ -147,7 +112,7 @@ def test_grpc_front_refuses_connections_beyond_an_address_share(triton: TritonSe
 
 
 def test_http_front_refuses_connections_beyond_an_address_share(triton: TritonServer, tmp_path: Path):
-    with _running("server.fronts.http_front", triton.http_url, tmp_path / "http_front.log") as port:
+    with own_front("server.fronts.http_front", triton.http_url, tmp_path / "http_front.log", SHARES) as port:
         held = [_connect(port, HOLDER) for _ in range(PER_ADDRESS)]
         for sock in held:  # kept alive after an answer, as a client's pool keeps them
             assert _http_answer(port, HOLDER, sock).startswith(b"HTTP/1.1 200"), "a held connection"

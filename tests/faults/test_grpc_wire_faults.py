@@ -1,22 +1,30 @@
-"""Fault matrix rows 69–71: gRPC calls whose wire form is wrong, and clients that hold the front's memory.
+"""Fault matrix rows 69–71 and 75: gRPC calls whose wire form is wrong, and clients that hold the
+front's memory.
 
 Measured with the gRPC front as it was: metadata outside gRPC's grammar reached Triton, which reset the
 call (``INTERNAL``); metadata between Triton's 8 KiB soft and 16 KiB hard limit was run or refused at
 random; two messages on a unary call, a length prefix longer than what followed and gzip that did not
 unpack were ``INTERNAL``; a client that sent calls and never read grew the front by 176 MB in 30 s; and
 unary calls whose message never finished were never answered and held what they had sent (six of 40 MiB:
-240 MB) for their connection's life. grpcio sends none of these, so they are written frame by frame.
+240 MB) for their connection's life. A stream's message begun and never finished was never timed: the
+stream held its slot, its Triton stream and what it had sent (four of 60 MiB: 240 MiB, every other
+client's message above 16 MiB refused meanwhile) until the client's own deadline, or for 600 s without
+one. grpcio sends none of these, so they are written frame by frame.
 """
 
 from __future__ import annotations
 
 import gzip
 import socket
+from collections.abc import Callable
+from pathlib import Path
+from urllib.parse import unquote
 
 import hpack
 import numpy as np
 import pytest
 from harness import GOOD_MODEL
+from own_front import own_front
 from tritonclient.grpc import service_pb2
 
 from server import TritonServer
@@ -27,6 +35,8 @@ from soak.raw_grpc import call_headers, exchange, message
 
 pytestmark = pytest.mark.integration
 INFER = "/inference.GRPCInferenceService/ModelInfer"
+STREAM = "/inference.GRPCInferenceService/ModelStreamInfer"
+HANG_GUARD_S = 120.0  # how long an answer may take before it counts as never: not a latency bound
 MIB = 1 << 20
 
 
@@ -141,24 +151,85 @@ def test_calls_whose_message_never_completes_are_bounded_and_answered(fault_serv
     assert _front_rss_mib(fault_server) - before < 64
 
 
+def test_a_stream_message_never_completed_ends_the_stream_and_frees_its_slot(
+    fault_server: TritonServer, tmp_path: Path
+) -> None:
+    """Row 75: on a front of its own (a 2 s message time, 2 slots a connection) before the fault
+    server's Triton, two streams hold the connection's slots (a third is refused); one begins a message
+    and stalls. That stream ends ``DEADLINE_EXCEEDED`` naming the message time, and its slot serves a
+    new stream; the other, idle between messages all that while, is served on (before: the stalled
+    stream was never ended, holding its slot and its bytes)."""
+    flags = ["--message-timeout-s=2", "--max-connection-requests=2"]
+    log_path = tmp_path / "grpc_front.log"
+    upstream, key = fault_server.triton_grpc_url, fault_server.admin_key
+    with (
+        own_front("server.fronts.grpc_front", upstream, log_path, flags, key) as port,
+        socket.create_connection(("127.0.0.1", port)) as sock,
+    ):
+        sock.sendall(h2c.PREFACE + h2c.settings_frame({}))
+        answers = _Answers(sock)
+        for stream in (1, 3):
+            sock.sendall(_stream_start(stream) + h2c.frame(h2c.DATA, 0, stream, message(_trivial())))
+        answers.until(lambda: 1 in answers.data and 3 in answers.data)
+        # a stream's first data starts its handler, which asks for a slot: refused, the connection has two
+        sock.sendall(_stream_start(5) + h2c.frame(h2c.DATA, 0, 5, message(_trivial())))
+        answers.until(lambda: 5 in answers.trailers)
+        assert answers.status(5)[0] == b"8", answers.trailers
+        sock.sendall(h2c.frame(h2c.DATA, 0, 3, message(_trivial())[:20]))  # a message begun, then nothing
+        answers.until(lambda: 3 in answers.trailers)
+        code, why = answers.status(3)
+        assert code == b"4" and "a message of this stream was not complete within 2 s" in why, why
+        sock.sendall(_stream_start(7) + h2c.frame(h2c.DATA, h2c.END_STREAM, 7, message(_trivial())))
+        answers.until(lambda: 7 in answers.trailers)  # the stalled stream's slot serves another
+        assert answers.status(7) == (b"0", "") and answers.data[7], answers.trailers
+        sock.sendall(h2c.frame(h2c.DATA, h2c.END_STREAM, 1, message(_trivial())))
+        answers.until(lambda: 1 in answers.trailers)
+        assert answers.status(1) == (b"0", ""), answers.trailers
+        assert len(answers.data[1]) > len(answers.data[7])  # two answers on the stream that waited
+
+
+def _stream_start(stream: int) -> bytes:
+    return h2c.frame(h2c.HEADERS, h2c.END_HEADERS, stream, call_headers(STREAM, [], HANG_GUARD_S))
+
+
+class _Answers:
+    """What the front sends on one raw connection, by stream: DATA bytes and the closing headers."""
+
+    def __init__(self, sock: socket.socket) -> None:
+        self.sock, self.decoder, self.buffer = sock, hpack.Decoder(), b""
+        self.data: dict[int, bytes] = {}
+        self.trailers: dict[int, dict[bytes, bytes]] = {}
+
+    def status(self, stream: int) -> tuple[bytes, str]:
+        fields = self.trailers[stream]
+        return fields.get(b"grpc-status", b""), unquote(fields.get(b"grpc-message", b"").decode("latin-1"))
+
+    def until(self, done: Callable[[], bool], timeout_s: float = HANG_GUARD_S) -> None:
+        """Read frames until ``done()``; fails once ``timeout_s`` passed without it."""
+        self.sock.settimeout(timeout_s)
+        while not done():
+            chunk = self.sock.recv(1 << 16)
+            assert chunk, f"the front closed the connection; answers so far {self.trailers}"
+            self.buffer += chunk
+            while len(self.buffer) >= 9:
+                length = int.from_bytes(self.buffer[:3], "big")
+                if len(self.buffer) < 9 + length:
+                    break
+                kind, flags = self.buffer[3], self.buffer[4]
+                stream = int.from_bytes(self.buffer[5:9], "big") & 0x7FFFFFFF
+                payload, self.buffer = self.buffer[9 : 9 + length], self.buffer[9 + length :]
+                if kind == h2c.HEADERS:
+                    fields = dict(self.decoder.decode(payload, raw=True))
+                    if flags & h2c.END_STREAM:
+                        self.trailers[stream] = fields
+                elif kind == h2c.DATA:
+                    self.data[stream] = self.data.get(stream, b"") + payload
+                elif kind == h2c.SETTINGS and not flags & h2c.ACK:
+                    self.sock.sendall(h2c.frame(h2c.SETTINGS, h2c.ACK, 0))
+
+
 def _trailers(sock: socket.socket, streams: int, timeout_s: float) -> dict[int, dict[bytes, bytes]]:
     """The trailers of the first ``streams`` calls answered on ``sock``, by stream."""
-    decoder, buffer, found = hpack.Decoder(), b"", {}
-    sock.settimeout(timeout_s)
-    while len(found) < streams:
-        chunk = sock.recv(1 << 16)
-        assert chunk, f"the front closed the connection; answers so far {found}"
-        buffer += chunk
-        while len(buffer) >= 9:
-            length = int.from_bytes(buffer[:3], "big")
-            if len(buffer) < 9 + length:
-                break
-            kind, flags, stream = buffer[3], buffer[4], int.from_bytes(buffer[5:9], "big") & 0x7FFFFFFF
-            payload, buffer = buffer[9 : 9 + length], buffer[9 + length :]
-            if kind == h2c.HEADERS:
-                fields = dict(decoder.decode(payload, raw=True))
-                if flags & h2c.END_STREAM:
-                    found[stream] = fields
-            elif kind == h2c.SETTINGS and not flags & h2c.ACK:
-                sock.sendall(h2c.frame(h2c.SETTINGS, h2c.ACK, 0))
-    return found
+    answers = _Answers(sock)
+    answers.until(lambda: len(answers.trailers) >= streams, timeout_s)
+    return answers.trailers

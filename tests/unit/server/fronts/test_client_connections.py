@@ -7,7 +7,14 @@ import resource
 
 import pytest
 
-from server.fronts.client_connections import ClientConnections, ConnectionShare, descriptor_room
+from server.fronts.client_connections import (
+    RESERVED_FDS,
+    ClientConnections,
+    ConnectionShare,
+    descriptor_room,
+    raise_open_file_limit,
+)
+from server.fronts.client_regions import MAX_REGIONS
 
 
 def test_an_address_beyond_its_share_is_refused_and_others_are_not():
@@ -32,3 +39,52 @@ def test_all_clients_together_are_bounded():
 def test_the_total_stays_below_the_open_file_limit(monkeypatch: pytest.MonkeyPatch, soft: int, room: int):
     monkeypatch.setattr(resource, "getrlimit", lambda _: (soft, soft))
     assert descriptor_room(8192) == room
+
+
+WANTED = 8192 + RESERVED_FDS + MAX_REGIONS  # what a front with the default shares asks for
+
+
+class _Limits:
+    """A stand-in for the process's RLIMIT_NOFILE, as ``resource`` reads and sets it."""
+
+    def __init__(self, soft: int, hard: int, settable: bool = True) -> None:
+        self.soft, self.hard, self.settable = soft, hard, settable
+
+    def get(self, _: int) -> tuple[int, int]:
+        return self.soft, self.hard
+
+    def set(self, _: int, limits: tuple[int, int]) -> None:
+        if not self.settable:
+            raise ValueError("not allowed to raise the current limit")
+        self.soft, self.hard = limits
+
+
+@pytest.mark.parametrize(
+    ("soft", "hard", "raised", "room"),
+    [
+        (1024, 524_288, WANTED, 8192),  # what the front asks for, no more
+        (1024, 4096, 4096, 3072),  # the hard limit is the most
+        (1024, resource.RLIM_INFINITY, WANTED, 8192),
+        (20_000, 20_000, 20_000, 8192),  # already enough: never lowered
+        (resource.RLIM_INFINITY, resource.RLIM_INFINITY, resource.RLIM_INFINITY, 8192),
+    ],
+)
+def test_a_front_raises_its_soft_open_file_limit_toward_its_total(
+    monkeypatch: pytest.MonkeyPatch, soft: int, hard: int, raised: int, room: int
+):
+    """Row 73: a soft limit below what the front asks for (every connection, its own descriptors and a
+    full region table) is raised to it, up to the hard limit, so the documented 8,192 connections hold
+    where the hard limit allows (before: a soft limit of 1,024 cut the total to 512)."""
+    limits = _Limits(soft, hard)
+    monkeypatch.setattr(resource, "getrlimit", limits.get)
+    monkeypatch.setattr(resource, "setrlimit", limits.set)
+    assert raise_open_file_limit(WANTED) == raised
+    assert (limits.soft, limits.hard) == (raised, hard)
+    assert descriptor_room(8192) == room
+
+
+def test_a_soft_limit_that_cannot_be_raised_is_kept(monkeypatch: pytest.MonkeyPatch):
+    limits = _Limits(1024, 524_288, settable=False)
+    monkeypatch.setattr(resource, "getrlimit", limits.get)
+    monkeypatch.setattr(resource, "setrlimit", limits.set)
+    assert raise_open_file_limit(WANTED) == 1024 and descriptor_room(8192) == 512

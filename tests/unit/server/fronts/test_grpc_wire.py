@@ -15,6 +15,7 @@ import pytest
 
 from server.fronts import h2c
 from server.fronts.grpc_wire import (
+    DEADLINE_EXCEEDED,
     INVALID_ARGUMENT,
     RESOURCE_EXHAUSTED,
     ConnectionLimits,
@@ -353,6 +354,79 @@ def test_calls_whose_messages_never_finish_are_bounded_and_answered() -> None:
         connections[1].data_received(_call(5, frame_message(b"whole")))  # a whole call is served
         await asyncio.sleep(0.01)
         assert [call.stream_id for call in served] == [5] and incoming.held == 0
+
+    asyncio.run(run())
+
+
+def test_a_stream_message_begun_must_be_whole_in_time_but_a_stream_may_wait_between_messages() -> None:
+    """Fault matrix row 75: on a stream, a message whose first bytes came must be whole within the
+    front's message time; else the stream ends ``DEADLINE_EXCEEDED``, its handler (which holds its slot
+    and its Triton stream) is cancelled and its bytes are no longer counted (before: never ended, the
+    bytes held for the stream's life). A stream may wait as long as it likes between messages, and a
+    message the front withholds window from is not the client's delay."""
+
+    async def run() -> None:
+        taken: dict[int, list[bytes]] = {}
+        cancelled: list[int] = []
+        calls: dict[int, ServerCall] = {}
+        go = asyncio.Event()
+
+        async def serve(call: ServerCall) -> None:
+            calls[call.stream_id] = call
+            try:
+                if call.stream_id == 5:  # takes nothing yet: the front withholds its window
+                    await go.wait()
+                while (message := await call.receive()) is not None:
+                    taken.setdefault(call.stream_id, []).append(message)
+                    call.send_message(b"taken")
+            except asyncio.CancelledError:
+                cancelled.append(call.stream_id)
+                raise
+
+        incoming = IncomingBytes(256 << 20)
+        limits = ConnectionLimits(64 << 20, 10.0, 300.0, incoming, message_s=0.2)
+        connection = FrontConnection(
+            limits, {"ModelStreamInfer": True}, "/inference.GRPCInferenceService/", serve, set()
+        )
+        connection.connection_made(MemoryTransport())
+        headers = [(b":method", b"POST"), (b":path", b"/inference.GRPCInferenceService/ModelStreamInfer")]
+        connection.data_received(h2c.PREFACE + h2c.settings_frame({}))
+
+        def send(stream: int, data: bytes, end: bool = False) -> None:
+            for start in range(0, len(data), h2c.DEFAULT_FRAME):
+                connection.data_received(
+                    h2c.frame(h2c.DATA, 0, stream, data[start : start + h2c.DEFAULT_FRAME])
+                )
+            if end:
+                connection.data_received(h2c.frame(h2c.DATA, h2c.END_STREAM, stream))
+
+        begun = frame_message(b"z" * 100)
+        backlog = frame_message(b"y" * (5 << 20))  # above the stream window: the rest is withheld
+        for stream, data in (
+            (1, frame_message(b"first") + begun[:50]),
+            (3, frame_message(b"first")),
+            (5, backlog + begun[:50]),
+        ):
+            connection.data_received(
+                h2c.frame(h2c.HEADERS, h2c.END_HEADERS, stream, h2c.encode_headers(headers))
+            )
+            send(stream, data)
+        await asyncio.sleep(0.5)
+        answers = _answers(connection.transport)
+        assert answers[1][b"grpc-status"] == str(DEADLINE_EXCEEDED).encode()
+        assert "not complete within 0.2 s of its first byte" in unquote(answers[1][b"grpc-message"].decode())
+        assert cancelled == [1] and taken[1] == [b"first"]
+        assert not calls[1].reader.pending  # dropped as the stream ended, not when the collector runs
+        assert b"grpc-status" not in answers[3] and 5 not in answers
+        assert incoming.held == len(backlog) + 50  # stream 5's alone
+        send(3, frame_message(b"later"), end=True)  # stream 3 goes on after its wait
+        go.set()
+        await asyncio.sleep(0.01)
+        send(5, begun[50:], end=True)  # the rest of stream 5's message, once it has window again
+        await asyncio.sleep(0.01)
+        answers = _answers(connection.transport)
+        assert {stream: answers[stream][b"grpc-status"] for stream in (3, 5)} == {3: b"0", 5: b"0"}
+        assert taken[3] == [b"first", b"later"] and len(taken[5]) == 2 and incoming.held == 0
 
     asyncio.run(run())
 

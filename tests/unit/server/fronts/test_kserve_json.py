@@ -413,3 +413,41 @@ def test_peer_uid_tells_users_apart() -> None:
         finally:  # once looked at: a child that left on a timer could be gone before the look
             os.kill(child, 9)
             os.waitpid(child, 0)
+
+
+@pytest.mark.parametrize(
+    ("asked", "refused"),
+    [
+        ({"binary_data": True}, "binary_data"),
+        ({"classification": 1}, "classification"),
+        ({"classification": 0}, "classification"),  # Triton refuses the parameter's presence
+        ({"binary_data": False}, None),  # Triton takes it: the output goes to the region
+    ],
+)
+def test_an_output_in_shared_memory_asks_for_nothing_else(asked: dict, refused: str | None) -> None:
+    """Fault matrix row 76: an output in a region that also asks for binary data or a classification is
+    refused in Triton's words, over HTTP (both) and gRPC (classification: gRPC has no binary data, and
+    Triton ignores the parameter there); before, the front answered both, writing a classification's
+    strings into the region."""
+    region = {"shared_memory_region": "r", "shared_memory_byte_size": 4}
+    body = json.loads(_body([1, 13]))
+    body["outputs"] = [{"name": "y", "parameters": {**region, **asked}}]
+    request = _grpc_request([1, 2], b"\0" * 16)
+    output = request.outputs.add(name="y")
+    output.parameters["shared_memory_region"].string_param = "r"
+    output.parameters["shared_memory_byte_size"].int64_param = 4
+    for key, value in asked.items():
+        if isinstance(value, bool):
+            output.parameters[key].bool_param = value
+        else:
+            output.parameters[key].int64_param = value
+    if refused is None:
+        assert len(check_infer(json.dumps(body).encode(), None, DENSE)) == 1
+    else:
+        with _refused(f"Output 'y' can't set both 'shared_memory_region' and '{refused}'"):
+            check_infer(json.dumps(body).encode(), None, DENSE)
+    if refused == "classification":
+        with _refused("output 'y' can't set both 'shared_memory_region' and 'classification'"):
+            check_infer_request(request, ENCODER)
+    else:
+        assert len(check_infer_request(request, ENCODER)) == 1
