@@ -19,17 +19,9 @@ from server.fronts import signature_cache
 from server.fronts.allow_list import ModelSignature
 from server.fronts.refusal import Refusal, RequestRefusedError
 from server.fronts.signature_cache import ModelSignatures
+from tests.unit.server.fronts.test_allow_list import ENCODER_CONFIG, LIMIT
 
-LIMIT = 64 << 20
 MODEL = "text_embedding_encoder"
-ENCODER_CONFIG = {
-    "max_batch_size": 32,
-    "input": [
-        {"name": "input_ids", "data_type": "TYPE_INT64", "dims": ["-1"]},
-        {"name": "mask", "data_type": "TYPE_INT64", "dims": [4]},
-    ],
-    "output": [{"name": "embedding", "data_type": "TYPE_FP32", "dims": [384]}],
-}
 RELOADED_CONFIG = {**ENCODER_CONFIG, "max_batch_size": 8}  # the same model loaded again with other limits
 ENCODER = ModelSignature.from_config(MODEL, ENCODER_CONFIG, LIMIT)
 RELOADED = ModelSignature.from_config(MODEL, RELOADED_CONFIG, LIMIT)
