@@ -40,7 +40,7 @@ from python_backend.dtypes import BY_TRITON
 from server import ports
 from server.admin import KEY_ENV, AdminError, drain, load_model, restricted_api_args
 from server.admin import headers as admin_headers
-from server.fronts.grpc_wire import MESSAGE_TIMEOUT_S
+from server.fronts.client_slots import MESSAGE_TIMEOUT_S  # not grpc_wire: its hpack is not on the GPU machine
 from server.fronts.process import FrontShares
 from server.install import ServerError, assemble_backends, find_install
 from server.ports import check_port_free, free_ports, held_by

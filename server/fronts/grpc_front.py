@@ -24,12 +24,18 @@ from server.fronts import h2c
 from server.fronts.allow_list import ModelSignature
 from server.fronts.client_connections import ClientConnections
 from server.fronts.client_regions import Client, RegionUse
-from server.fronts.client_slots import OVERDUE_TIMEOUT_S, STREAM_WATCH_S, ClientSlots, Deadlines, StreamWaits
+from server.fronts.client_slots import (
+    MESSAGE_TIMEOUT_S,
+    OVERDUE_TIMEOUT_S,
+    STREAM_WATCH_S,
+    ClientSlots,
+    Deadlines,
+    StreamWaits,
+)
 from server.fronts.grpc_request import SERVICE, check_request, model_to_check, parse_request
 from server.fronts.grpc_upstream import Upstream, UpstreamCall
 from server.fronts.grpc_wire import (
     LARGE_MESSAGES,
-    MESSAGE_TIMEOUT_S,
     STATUS,
     UNAVAILABLE,
     ConnectionLimits,

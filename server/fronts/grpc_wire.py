@@ -25,6 +25,7 @@ from server.fronts.client_connections import (
     close_after_answer,
     peer_address,
 )
+from server.fronts.client_slots import MESSAGE_TIMEOUT_S
 
 log = logging.getLogger(__name__)
 
@@ -39,7 +40,6 @@ INVALID_ARGUMENT, DEADLINE_EXCEEDED = STATUS["INVALID_ARGUMENT"], STATUS["DEADLI
 TIMEOUT_UNITS = {b"H": 3600.0, b"M": 60.0, b"S": 1.0, b"m": 1e-3, b"u": 1e-6, b"n": 1e-9}
 # messages still arriving are held up to this many of the largest (as the HTTP front's large bodies)
 LARGE_MESSAGES = 4
-MESSAGE_TIMEOUT_S = 30.0
 PREFIX_BYTES = 5  # a message's compressed flag and 32-bit length
 RESPONSE_HEADERS = [(b":status", b"200"), (b"content-type", b"application/grpc")]
 RESPONSE_BLOCK = h2c.encode_headers(RESPONSE_HEADERS)

@@ -29,7 +29,7 @@ from tritonclient.grpc import service_pb2
 
 from server import TritonServer
 from server.fronts import h2c
-from server.fronts.grpc_wire import MESSAGE_TIMEOUT_S
+from server.fronts.client_slots import MESSAGE_TIMEOUT_S
 from soak.invariant_fuzz import rss_mib
 from soak.raw_grpc import call_headers, exchange, message
 
