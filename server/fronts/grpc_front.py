@@ -99,7 +99,7 @@ class GrpcFront:
         self.methods = {method.name: method.client_streaming for method in SERVICE.methods}
         self.connections: set[FrontConnection] = set()
         self.incoming = IncomingBytes(LARGE_MESSAGES * max_message_bytes)  # of calls still arriving
-        self.clients = ClientConnections(shares.connections)
+        self.clients = ClientConnections(shares.connections, shm.descriptors)
         self.metadata_blocks: dict[tuple, bytes] = {}
         self.admin = key.encode() if key else None
         self.front_key = h2c.encode_headers([(GRPC_FRONT_HEADER.encode(), key.encode())]) if key else b""
