@@ -151,9 +151,18 @@ class TensorCase:
 
 @dataclass(frozen=True)
 class OutputCase:
+    """One output asked for; with ``shm``, ``binary`` or ``classification`` is a fault (row 76)."""
+
     name: str
     binary: bool = False
     shm: ShmRange | None = None
+    classification: int = 0  # top classes asked for (0: none)
+
+    @property
+    def asks_more_than_its_region(self) -> bool:
+        """An output in a region that also asks for binary data or a classification: Triton refuses it,
+        and so must the fronts, writing nothing into the region (fault matrix row 76)."""
+        return self.shm is not None and (self.binary or self.classification > 0)
 
 
 @dataclass(frozen=True)
@@ -222,7 +231,8 @@ def _outputs(
             elements = max(batch or 1, 1) * math.prod(max(d, 1) for d in output.dims)
             size = elements * element_size(output.datatype)
             shm = replace(_range(draw, size, registered), size=size)
-        chosen.append(OutputCase(output.name, binary=protocol == "http" and draw(st.booleans()), shm=shm))
+        binary = protocol == "http" and draw(st.booleans()) and shm is None  # with a region: a fault
+        chosen.append(OutputCase(output.name, binary=binary, shm=shm))
     return tuple(chosen)
 
 
@@ -319,6 +329,21 @@ def _outputs_fault(draw: st.DrawFn, space: ModelSpace, tensors: list[TensorCase]
     case["outputs"] = tuple(outputs)
 
 
+def _region_output_fault(draw: st.DrawFn, space: ModelSpace, tensors: list[TensorCase], case: dict) -> None:
+    """An output in a region that also asks for binary data (HTTP) or a classification (row 76)."""
+    outputs = [o for o in case["outputs"] or () if o.shm is not None]
+    if not outputs:
+        return
+    output = draw(st.sampled_from(outputs))
+    binary = case["protocol"] == "http" and draw(st.booleans())
+    changed = (
+        replace(output, binary=True)
+        if binary
+        else replace(output, classification=draw(st.sampled_from((1, 3))))
+    )
+    case["outputs"] = tuple(changed if o is output else o for o in case["outputs"])
+
+
 def _model_fault(draw: st.DrawFn, space: ModelSpace, tensors: list[TensorCase], case: dict) -> None:
     case["model"] = draw(st.sampled_from(("fuzz_nosuch_model", space.name + "_")))
 
@@ -345,7 +370,7 @@ def _range_fault(draw: st.DrawFn, space: ModelSpace, tensors: list[TensorCase], 
 
 MUTATIONS = (
     _dim_fault, _dim_fault, _rank_fault, _datatype_fault, _bytes_fault, _bytes_fault, _values_fault,
-    _names_fault, _outputs_fault, _model_fault, _range_fault, _range_fault,
+    _names_fault, _outputs_fault, _model_fault, _range_fault, _range_fault, _region_output_fault,
 )  # fmt: skip
 
 
@@ -383,6 +408,7 @@ def cases(draw: st.DrawFn, spaces: Sequence[ModelSpace]) -> Case:
         tensors.append(_with_shape(TensorCase(rule.name, rule.datatype, shape, carrier, 0, shm=shm), shape))
     case: dict[str, Any] = {
         "model": space.name,
+        "protocol": protocol,
         "outputs": draw(_outputs(space, protocol, batch, registration is not None)),
     }
     for mutation in draw(st.lists(st.sampled_from(MUTATIONS), max_size=2)):
