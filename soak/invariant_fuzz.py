@@ -294,7 +294,8 @@ class InvariantFuzz:
         )
         asking_more = [o.name for o in case.outputs or () if o.asks_more_than_its_region]
         if asking_more:  # row 76: refused, and (not allowed below) nothing written into the region
-            covered[f"{verdict} {front} shared-memory output asking for more"] += 1
+            if "can't set both" in answer.message or b"can't set both" in answer.payload:
+                covered[f"refused {front} shared-memory output asking for more, named"] += 1
             if verdict == "ok":
                 problems.append(
                     f"(a) {case.protocol} {case.model}: outputs {asking_more} in a region that also ask for "
