@@ -20,7 +20,7 @@ from server.fronts.grpc_request import TYPED_FIELDS
 from soak.fuzz_headers import CASINGS, http_headers
 from soak.other_uid import GRPC_OPTIONS, SERVICE, grpc_call
 from soak.raw_http import HttpReply, Request, address, exchange
-from soak.request_space import Case, InputSpace, ModelSpace, TensorCase, data_fits
+from soak.request_space import Case, InputSpace, ModelSpace, OutputCase, TensorCase, data_fits
 
 # past the deadline before an answer counts as a hang: a loaded 2-core host can be seconds late
 SLACK_S = 15.0
@@ -215,15 +215,24 @@ def http_body(
     document: dict = {"inputs": items}
     if case.outputs is not None:
         document["outputs"] = [
-            {"name": output.name, "parameters": _region_parameters(placed)}
-            if placed is not None
-            else {"name": output.name, "parameters": {"binary_data": output.binary}}
+            {"name": output.name, "parameters": _output_parameters(output, placed)}
             for output, placed in zip(case.outputs, outputs, strict=True)
         ]
     header = json.dumps(document).encode()
     headers, body = http_headers(case.headers, len(header) if binary else None, header + b"".join(binary))
     casing = CASINGS[case.headers.casing if case.headers is not None else "canonical"]
     return Request("POST", f"/v2/models/{case.model}/infer", headers, body, name_case=casing)
+
+
+def _output_parameters(output: OutputCase, placed: Placed | None) -> dict:
+    """An output's parameters over HTTP: its range, or ``binary_data``; with a range, ``binary_data``
+    only when asked for (a fault, row 76), and a classification when drawn."""
+    parameters = {"binary_data": output.binary} if placed is None or output.binary else {}
+    if placed is not None:
+        parameters.update(_region_parameters(placed))
+    if output.classification:
+        parameters["classification"] = output.classification
+    return parameters
 
 
 def _region_parameters(placed: Placed) -> dict:
@@ -265,6 +274,8 @@ def grpc_request(
         wanted = request.outputs.add(name=output.name)
         if placed is not None:
             _set_region(wanted.parameters, placed)
+        if output.classification:
+            wanted.parameters["classification"].int64_param = output.classification
     return request
 
 

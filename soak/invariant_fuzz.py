@@ -4,7 +4,7 @@ must hold:
 
 (a) **answered**: within the model's deadline plus ``SLACK_S``, 2xx or 4xx, or 429 / 504 by policy;
 never a hang, a reset or a 5xx (``soak.fuzz_wire``); on a stream, the fuzzed message and a valid one
-after it;
+after it; an output in a region that also asks for binary data or a classification refused (row 76);
 
 (b) **isolated**: no client's canary (``soak.fuzz_regions``; two uids when run as root) in another
 client's answer, region or listing, and no region byte changed but where an answered request named an
@@ -292,6 +292,15 @@ class InvariantFuzz:
         answer, verdict, problems = self._request(
             case, space, data, placed_inputs, placed_outputs, deadline_s
         )
+        asking_more = [o.name for o in case.outputs or () if o.asks_more_than_its_region]
+        if asking_more:  # row 76: refused, and (not allowed below) nothing written into the region
+            if "can't set both" in answer.message or b"can't set both" in answer.payload:
+                covered[f"refused {front} shared-memory output asking for more, named"] += 1
+            if verdict == "ok":
+                problems.append(
+                    f"(a) {case.protocol} {case.model}: outputs {asking_more} in a region that also ask for "
+                    "binary data or a classification were answered, not refused"
+                )
         self.report.answered += problems
         answers.append(answer)
         self.report.verdicts[(case.protocol, verdict)] += 1
@@ -300,7 +309,7 @@ class InvariantFuzz:
             if any(p is not None for p in placed_inputs):  # counted only when reached: no "… 0" line
                 covered[f"ok {front} shared-memory input"] += 1
             for output, placed in zip(case.outputs or (), placed_outputs, strict=True):
-                if output.shm is not None and placed is not None:
+                if output.shm is not None and placed is not None and not output.asks_more_than_its_region:
                     self.regions.allow_output(output.shm, placed.size)
                     covered[f"ok {front} shared-memory output"] += 1
         return answers, problems

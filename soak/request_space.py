@@ -47,6 +47,12 @@ RANGE_FAULTS = {
 FILE_SIZES = (PAGE, 3 * PAGE + 13, (2 << 20) + PAGE + 13)
 REGISTRATION_KEYS = ("own", "own", "own", "theirs", "stub", "missing")
 OTHER_UID_ACTIONS = ("", "", "status", "infer")
+# what an output in a region asks for besides, one time in three a fault (row 76): drawn with the output
+# rather than as a mutation, so that it meets cases valid otherwise (a mutation seldom did)
+REGION_OUTPUT_ASKS = {
+    "http": ("", "", "", "", "binary", "classification"),
+    "grpc": ("", "", "", "", "classification", "classification"),  # gRPC has no binary data
+}
 # what a printed Case names
 REPLAYABLE = ("Case", "TensorCase", "OutputCase", "ShmRange", "Registration", "HeaderCase")
 
@@ -151,9 +157,18 @@ class TensorCase:
 
 @dataclass(frozen=True)
 class OutputCase:
+    """One output asked for; with ``shm``, ``binary`` or ``classification`` is a fault (row 76)."""
+
     name: str
     binary: bool = False
     shm: ShmRange | None = None
+    classification: int = 0  # top classes asked for (0: none)
+
+    @property
+    def asks_more_than_its_region(self) -> bool:
+        """An output in a region that also asks for binary data or a classification: Triton refuses it,
+        and so must the fronts, writing nothing into the region (fault matrix row 76)."""
+        return self.shm is not None and (self.binary or self.classification > 0)
 
 
 @dataclass(frozen=True)
@@ -217,12 +232,15 @@ def _outputs(
     for output in space.outputs:
         if draw(st.booleans()):  # left out: hypothesis draws False more often, so most are asked for
             continue
-        shm = None
+        shm, asks = None, ""
         if draw(st.booleans()):
             elements = max(batch or 1, 1) * math.prod(max(d, 1) for d in output.dims)
             size = elements * element_size(output.datatype)
             shm = replace(_range(draw, size, registered), size=size)
-        chosen.append(OutputCase(output.name, binary=protocol == "http" and draw(st.booleans()), shm=shm))
+            asks = draw(st.sampled_from(REGION_OUTPUT_ASKS["http" if protocol == "http" else "grpc"]))
+        binary = protocol == "http" and draw(st.booleans()) and shm is None
+        classification = 3 if asks == "classification" else 0
+        chosen.append(OutputCase(output.name, binary or asks == "binary", shm, classification))
     return tuple(chosen)
 
 

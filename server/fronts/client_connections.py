@@ -55,13 +55,14 @@ def raise_open_file_limit(wanted: int) -> int:
     return raised
 
 
-def descriptor_room(total: int) -> int:
-    """``total``, or fewer where the process's open-file limit would not hold that many (the limit
-    less ``RESERVED_FDS``, or half of it when it is small)."""
+def descriptor_room(total: int, kept: int = 0) -> int:
+    """``total``, or fewer where the process's open-file limit would not hold that many beside
+    ``RESERVED_FDS`` and the ``kept`` descriptors a full region table holds (their sum, or half the
+    limit when it is small): else a full table and every connection could pass the limit."""
     soft, _ = resource.getrlimit(resource.RLIMIT_NOFILE)
     if soft == resource.RLIM_INFINITY:
         return total
-    return max(1, min(total, soft - min(RESERVED_FDS, soft // 2)))
+    return max(1, min(total, soft - min(RESERVED_FDS + kept, soft // 2)))
 
 
 def peer_address(peer: object) -> str:
@@ -73,11 +74,12 @@ def peer_address(peer: object) -> str:
 
 
 class ClientConnections:
-    """``admit(address)`` as a connection is accepted, ``release(address)`` once it is gone."""
+    """``admit(address)`` as a connection is accepted, ``release(address)`` once it is gone; ``kept``:
+    the descriptors the front's region table may hold besides."""
 
-    def __init__(self, limits: ConnectionShare) -> None:
+    def __init__(self, limits: ConnectionShare, kept: int = 0) -> None:
         self.per_address = limits.per_address
-        self.total = descriptor_room(limits.total)
+        self.total = descriptor_room(limits.total, kept)
         self.open: Counter[str] = Counter()
         self.count = 0
         self.refused_waiting = 0

@@ -274,6 +274,11 @@ class FrontRegions:
     def __post_init__(self) -> None:
         self.table: RegionTable | None = None if self.trusted else RegionTable(self.server)
 
+    @property
+    def descriptors(self) -> int:
+        """The most descriptors the front's table may hold open (none when trusted: Triton maps)."""
+        return 0 if self.table is None else self.table.max_regions
+
     def register(self, client: Client, name: str, key: object, offset: int, byte_size: int) -> bool:
         """True once the region is in the front's table; False: trusted, forward it to Triton."""
         if self.table is None:

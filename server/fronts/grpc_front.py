@@ -91,8 +91,9 @@ class GrpcFront:
         max_message_bytes: int,  # any call; an inference is bounded by its model's too
         shares: FrontShares,  # inference calls (a stream: one slot), connections held open
         message_s: float = MESSAGE_TIMEOUT_S,  # a message begun must be whole within this (rows 71, 75)
+        idle_s: float = IDLE_TIMEOUT_S,  # a connection without calls, a stream without a message (row 77)
     ) -> None:
-        self.upstream, self.shm, self.message_s = upstream, shm, message_s
+        self.upstream, self.shm, self.message_s, self.idle_s = upstream, shm, message_s, idle_s
         self.max_message_bytes, self.shares = max_message_bytes, shares
         host, port = listen.rsplit(":", 1)
         self.local = (host.strip("[]"), int(port))
@@ -104,7 +105,7 @@ class GrpcFront:
         self.methods = {method.name: method.client_streaming for method in SERVICE.methods}
         self.connections: set[FrontConnection] = set()
         self.incoming = IncomingBytes(LARGE_MESSAGES * max_message_bytes)  # of calls still arriving
-        self.clients = ClientConnections(shares.connections)
+        self.clients = ClientConnections(shares.connections, shm.descriptors)
         self.metadata_blocks: dict[tuple, bytes] = {}
         self.admin = key.encode() if key else None
         self.front_key = h2c.encode_headers([(GRPC_FRONT_HEADER.encode(), key.encode())]) if key else b""
@@ -114,7 +115,7 @@ class GrpcFront:
         limits = ConnectionLimits(
             self.max_message_bytes,
             HANDSHAKE_TIMEOUT_S,
-            IDLE_TIMEOUT_S,
+            self.idle_s,
             self.incoming,
             self.clients,
             self.message_s,
@@ -348,6 +349,13 @@ def main(argv: list[str] | None = None) -> None:
         help="a message must be whole this many seconds after a unary call starts or a stream's message "
         "begins (DEADLINE_EXCEEDED after)",
     )
+    parser.add_argument(
+        "--idle-timeout-s",
+        type=float,
+        default=IDLE_TIMEOUT_S,
+        help="a connection without calls is closed, and a stream that sent no message ended, after this "
+        "many seconds",
+    )
     add_share_arguments(parser)
     args = parser.parse_args(argv)
     limit, shares = args.max_message_mib * MIB, shares_from_args(args)
@@ -355,7 +363,16 @@ def main(argv: list[str] | None = None) -> None:
     run_front(  # the front is made inside the event loop: its connections belong to that loop
         lambda: start_front(
             args.listen,
-            GrpcFront(args.upstream, admin_key(), shm, args.listen, limit, shares, args.message_timeout_s),
+            GrpcFront(
+                args.upstream,
+                admin_key(),
+                shm,
+                args.listen,
+                limit,
+                shares,
+                args.message_timeout_s,
+                args.idle_timeout_s,
+            ),
         ),
         args,
     )

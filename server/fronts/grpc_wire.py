@@ -1,6 +1,6 @@
 """gRPC over the front's own HTTP/2 (``h2c``): messages, ``grpc-timeout``, ``grpc-status``, and the calls
 of a client's connection (``FrontConnection``, ``ServerCall``), with what the front holds for
-clients bounded (fault matrix rows 20, 41, 69–71 and 75).
+clients bounded (fault matrix rows 20, 41, 69–71, 75 and 77).
 """
 
 from __future__ import annotations
@@ -41,6 +41,10 @@ TIMEOUT_UNITS = {b"H": 3600.0, b"M": 60.0, b"S": 1.0, b"m": 1e-3, b"u": 1e-6, b"
 # messages still arriving are held up to this many of the largest (as the HTTP front's large bodies)
 LARGE_MESSAGES = 4
 PREFIX_BYTES = 5  # a message's compressed flag and 32-bit length
+# a connection's calls at once (SETTINGS_MAX_CONCURRENT_STREAMS; more: REFUSED_STREAM, fault matrix row 77):
+# far above the requests a connection may have waiting (32 by default), so a client meets its slot share
+# long before it; grpcio and perf_analyzer queue calls beyond it on their side rather than fail them
+MAX_STREAMS = 1024
 RESPONSE_HEADERS = [(b":status", b"200"), (b"content-type", b"application/grpc")]
 RESPONSE_BLOCK = h2c.encode_headers(RESPONSE_HEADERS)
 OK_TRAILERS = h2c.encode_headers([(b"grpc-status", b"0")])
@@ -209,10 +213,11 @@ class ServerCall:
         self.done = False
         self.held = 0  # bytes of this call's messages counted in the front's ``IncomingBytes``
         # a message must be whole in time, as an HTTP body must: a unary call's from the call's start
-        # (fault matrix row 71), each of a stream's from its first byte (row 75)
+        # (fault matrix row 71), each of a stream's from its first byte (row 75); a stream's first byte
+        # must come within the connection's idle time: until then it has no handler and no slot, yet
+        # keeps its connection from idling (row 77)
         self.timer: asyncio.TimerHandle | None = None
-        if not streaming:
-            self._time_message()
+        self._time_message(limits.idle_s if streaming else limits.message_s)
 
     @property
     def peer(self) -> tuple[str, str, int | None]:
@@ -234,7 +239,7 @@ class ServerCall:
         self.messages.extend(messages)
         self.queued += sum(size for _, size in messages)
         if self.streaming:
-            if messages or not self.reader.pending:  # the message timed is whole
+            if messages or not self.reader.pending or self.task is None:  # whole, or the stream's first
                 self._stop_timer()
             if self.reader.pending and self.timer is None:  # a message begins
                 self._time_message()
@@ -304,10 +309,9 @@ class ServerCall:
             self.reader.pending = bytearray()
             self.messages.clear()
 
-    def _time_message(self) -> None:
-        self.timer = self.connection.loop.call_later(
-            self.connection.front_limits.message_s, self._message_late
-        )
+    def _time_message(self, seconds: float | None = None) -> None:
+        limit = self.connection.front_limits.message_s if seconds is None else seconds
+        self.timer = self.connection.loop.call_later(limit, self._message_late)
 
     def _stop_timer(self) -> None:
         if self.timer is not None:
@@ -320,6 +324,10 @@ class ServerCall:
             return
         if self.withheld:  # the front holds back the stream's window: the rest cannot come yet
             self._time_message()
+            return
+        if self.streaming and self.task is None:  # its headers alone (row 77)
+            idle_s = self.connection.front_limits.idle_s
+            self.abort(DEADLINE_EXCEEDED, f"the stream sent no message within {idle_s:g} s of its start")
             return
         limit = self.connection.front_limits.message_s
         late = "a message of this stream" if self.streaming else "the call's message"
@@ -430,7 +438,11 @@ class FrontConnection(h2c.Endpoint):
         connections: set[FrontConnection],
     ) -> None:
         super().__init__(
-            {h2c.INITIAL_WINDOW_SIZE: h2c.STREAM_WINDOW, h2c.MAX_HEADER_LIST_SIZE: h2c.MAX_HEADER_LIST}
+            {
+                h2c.MAX_CONCURRENT_STREAMS: MAX_STREAMS,
+                h2c.INITIAL_WINDOW_SIZE: h2c.STREAM_WINDOW,
+                h2c.MAX_HEADER_LIST_SIZE: h2c.MAX_HEADER_LIST,
+            }
         )
         self.front_limits, self.methods, self.prefix = limits, methods, prefix.encode()
         self.front_serve, self.connections = serve, connections
@@ -531,7 +543,7 @@ class FrontConnection(h2c.Endpoint):
                 self.timer.cancel()
             self._end_refused(h2c.NO_ERROR)
             return
-        if self.stopping:
+        if self.stopping or len(self.calls) >= MAX_STREAMS:  # RFC 9113 §5.1.2; fault matrix row 77
             self.reset(stream_id, h2c.REFUSED_STREAM)
             return
         path = next((value for name, value in headers if name == b":path"), b"")

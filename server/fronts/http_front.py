@@ -212,10 +212,10 @@ class FrontConnection(RequestHandler):
 class FrontServer(web.Server):
     """aiohttp's low-level server with ``FrontConnection`` connections and a body size bound."""
 
-    def __init__(self, handler, limits: FrontLimits, **kwargs) -> None:
+    def __init__(self, handler, limits: FrontLimits, kept_descriptors: int, **kwargs) -> None:
         super().__init__(handler, **kwargs)
         self.limits = limits
-        self.clients = ClientConnections(limits.shares.connections)
+        self.clients = ClientConnections(limits.shares.connections, kept_descriptors)
 
     def __call__(self) -> RequestHandler:
         handler = FrontConnection(self, loop=self._loop, **self._kwargs)
@@ -447,6 +447,7 @@ async def start_front(listen: str, front: HttpFront) -> Callable[[], Awaitable[N
     server = FrontServer(
         front.handle,
         limits,
+        front.shm.descriptors,  # a full region table's, beside the connections
         handler_cancellation=True,  # a client that hangs up frees its upstream connection (row 38)
         keepalive_timeout=limits.idle_timeout_s,
         auto_decompress=False,

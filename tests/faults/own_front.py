@@ -8,7 +8,7 @@ import os
 import subprocess
 import sys
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from pathlib import Path
 
 from server.admin import KEY_ENV
@@ -19,12 +19,19 @@ START_GUARD_S = 60  # how long a front may take to listen before the test fails:
 
 @contextlib.contextmanager
 def own_front(
-    module: str, upstream: str, log_path: Path, flags: Sequence[str] = (), admin_key: str = ""
+    module: str,
+    upstream: str,
+    log_path: Path,
+    flags: Sequence[str] = (),
+    admin_key: str = "",
+    variables: Mapping[str, str] | None = None,
 ) -> Iterator[int]:
     """``module``'s front before ``upstream`` with ``flags`` (and ``admin_key``, which a Triton behind
-    fronts needs to take inferences): its port once its log says it listens (a port taken between
-    ``free_port()`` and its bind is left for another); stopped afterwards."""
-    environment = {**os.environ, KEY_ENV: admin_key} if admin_key else None
+    fronts needs to take inferences; ``variables``, set in its environment): its port once its log says
+    it listens (a port taken between ``free_port()`` and its bind is left for another); stopped
+    afterwards."""
+    added = {**(variables or {}), **({KEY_ENV: admin_key} if admin_key else {})}
+    environment = {**os.environ, **added} if added else None
     deadline = time.monotonic() + START_GUARD_S
     while True:
         port = free_port()

@@ -1,4 +1,4 @@
-"""Fault matrix rows 69–71 and 75: gRPC calls whose wire form is wrong, and clients that hold the
+"""Fault matrix rows 69–71, 75 and 77: gRPC calls whose wire form is wrong, and clients that hold the
 front's memory.
 
 Measured with the gRPC front as it was: metadata outside gRPC's grammar reached Triton, which reset the
@@ -9,7 +9,9 @@ unary calls whose message never finished were never answered and held what they 
 240 MB) for their connection's life. A stream's message begun and never finished was never timed: the
 stream held its slot, its Triton stream and what it had sent (four of 60 MiB: 240 MiB, every other
 client's message above 16 MiB refused meanwhile) until the client's own deadline, or for 600 s without
-one. grpcio sends none of these, so they are written frame by frame.
+one. One connection could open any number of streams that sent their headers alone (10,000 of them: the
+front 27 MiB larger), and such a stream kept its connection open for good. grpcio sends none of these,
+so they are written frame by frame.
 """
 
 from __future__ import annotations
@@ -30,6 +32,7 @@ from tritonclient.grpc import service_pb2
 from server import TritonServer
 from server.fronts import h2c
 from server.fronts.client_slots import MESSAGE_TIMEOUT_S
+from server.fronts.grpc_wire import MAX_STREAMS
 from soak.invariant_fuzz import rss_mib
 from soak.raw_grpc import call_headers, exchange, message
 
@@ -188,6 +191,36 @@ def test_a_stream_message_never_completed_ends_the_stream_and_frees_its_slot(
         assert len(answers.data[1]) > len(answers.data[7])  # two answers on the stream that waited
 
 
+def test_streams_that_send_headers_alone_are_bounded_and_end(
+    fault_server: TritonServer, tmp_path: Path
+) -> None:
+    """Row 77: on a front of its own (a 2 s idle time) before the fault server's Triton, one connection
+    opens 1,032 streams that send their headers and nothing more. The front advertised at most 1,024
+    streams a connection, and the 8 beyond are reset ``REFUSED_STREAM``; every one it took ends
+    ``DEADLINE_EXCEEDED`` naming the idle time, and the connection, then without calls, is closed idle
+    (``GOAWAY`` ``NO_ERROR``); another client is answered meanwhile (before: every stream taken and
+    kept, the connection never closed)."""
+    log_path = tmp_path / "grpc_front.log"
+    upstream, key = fault_server.triton_grpc_url, fault_server.admin_key
+    streams = range(1, 2 * (MAX_STREAMS + 8), 2)
+    with (
+        own_front("server.fronts.grpc_front", upstream, log_path, ["--idle-timeout-s=2"], key) as port,
+        socket.create_connection(("127.0.0.1", port)) as sock,
+    ):
+        sock.sendall(h2c.PREFACE + h2c.settings_frame({}))
+        sock.sendall(b"".join(_stream_start(stream) for stream in streams))
+        answers = _Answers(sock)
+        answers.until(lambda: len(answers.refused()) == 8)
+        other = exchange(("127.0.0.1", port), call_headers(INFER, [], 30.0), message(_trivial()), 30.0)
+        assert (other.failure, other.code) == ("", "OK"), other
+        answers.until(lambda: answers.goaway is not None)
+        assert answers.settings[h2c.MAX_CONCURRENT_STREAMS] == MAX_STREAMS
+        assert answers.refused() == set(streams[MAX_STREAMS:])
+        assert {answers.status(stream)[0] for stream in streams[:MAX_STREAMS]} == {b"4"}, answers.trailers
+        assert "the stream sent no message within 2 s of its start" in answers.status(1)[1]
+        assert answers.goaway[0] == h2c.NO_ERROR, answers.goaway
+
+
 def _stream_start(stream: int) -> bytes:
     return h2c.frame(h2c.HEADERS, h2c.END_HEADERS, stream, call_headers(STREAM, [], HANG_GUARD_S))
 
@@ -199,10 +232,16 @@ class _Answers:
         self.sock, self.decoder, self.buffer = sock, hpack.Decoder(), b""
         self.data: dict[int, bytes] = {}
         self.trailers: dict[int, dict[bytes, bytes]] = {}
+        self.resets: dict[int, int] = {}  # stream: RST_STREAM's code
+        self.settings: dict[int, int] = {}
+        self.goaway: tuple[int, bytes] | None = None  # its code and debug data
 
     def status(self, stream: int) -> tuple[bytes, str]:
         fields = self.trailers[stream]
         return fields.get(b"grpc-status", b""), unquote(fields.get(b"grpc-message", b"").decode("latin-1"))
+
+    def refused(self) -> set[int]:
+        return {stream for stream, code in self.resets.items() if code == h2c.REFUSED_STREAM}
 
     def until(self, done: Callable[[], bool], timeout_s: float = HANG_GUARD_S) -> None:
         """Read frames until ``done()``; fails once ``timeout_s`` passed without it."""
@@ -224,7 +263,18 @@ class _Answers:
                         self.trailers[stream] = fields
                 elif kind == h2c.DATA:
                     self.data[stream] = self.data.get(stream, b"") + payload
+                elif kind == h2c.RST_STREAM:
+                    self.resets[stream] = int.from_bytes(payload, "big")
+                elif kind == h2c.GOAWAY:
+                    self.goaway = (int.from_bytes(payload[4:8], "big"), payload[8:])
                 elif kind == h2c.SETTINGS and not flags & h2c.ACK:
+                    self.settings.update(
+                        (
+                            int.from_bytes(payload[i : i + 2], "big"),
+                            int.from_bytes(payload[i + 2 : i + 6], "big"),
+                        )
+                        for i in range(0, len(payload), 6)
+                    )
                     self.sock.sendall(h2c.frame(h2c.SETTINGS, h2c.ACK, 0))
 
 

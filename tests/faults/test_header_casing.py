@@ -20,23 +20,18 @@ import gzip
 import http.client
 import json
 import os
-import subprocess
-import sys
-import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import numpy as np
 import pytest
 import tritonclient.http as httpclient
+from own_front import own_front
 from shm_harness import client_file
 
 from server import TritonServer
-from server.admin import KEY_ENV
-from server.ports import free_port
 
 pytestmark = pytest.mark.integration
-START_GUARD_S = 90  # not a latency bound: only how long a front that does not start may hold the test
 CASINGS: dict[str, Callable[[str], str]] = {"canonical": str, "lower": str.lower, "upper": str.upper}
 Front = tuple[str, int]
 Answer = tuple[int, dict[str, str], bytes]
@@ -49,30 +44,21 @@ def python_parser_front(
 ) -> Iterator[Front]:
     """A second HTTP front before the fault server's Triton, as the launcher starts one but with
     aiohttp's pure-Python HTTP parser, which keeps every header name as the client sent it."""
-    port = free_port()
     log_path = tmp_path_factory.mktemp("python_parser_front") / "http_front.log"
-    command = [
-        sys.executable, "-m", "server.fronts.http_front", f"--listen=127.0.0.1:{port}",
-        f"--upstream={fault_server.triton_http_url}", f"--server-pid-file={fault_server.server_pid_file}",
-        f"--owner-pid={os.getpid()}", f"--shm-prefix={fault_server.shm_prefix}",
-    ]  # fmt: skip
-    environment = {**os.environ, KEY_ENV: fault_server.admin_key, "AIOHTTP_NO_EXTENSIONS": "1"}
-    with open(log_path, "wb") as log_file:
-        front = subprocess.Popen(command, stdout=log_file, stderr=subprocess.STDOUT, env=environment)
-    deadline = time.monotonic() + START_GUARD_S
-    while not _live(("127.0.0.1", port)):
-        assert front.poll() is None and time.monotonic() < deadline, log_path.read_text()
-        time.sleep(0.2)
-    yield "127.0.0.1", port
-    front.terminate()
-    front.wait(timeout=30)
-
-
-def _live(front: Front) -> bool:
-    try:
-        return _request(front, "GET", "/v2/health/live", b"", {})[0] == 200
-    except OSError:
-        return False
+    flags = [
+        f"--server-pid-file={fault_server.server_pid_file}",
+        f"--owner-pid={os.getpid()}",
+        f"--shm-prefix={fault_server.shm_prefix}",
+    ]
+    with own_front(
+        "server.fronts.http_front",
+        fault_server.triton_http_url,
+        log_path,
+        flags,
+        fault_server.admin_key,
+        {"AIOHTTP_NO_EXTENSIONS": "1"},
+    ) as port:
+        yield "127.0.0.1", port
 
 
 @pytest.fixture(params=["compiled_parser", "python_parser"])

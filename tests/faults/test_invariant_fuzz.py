@@ -8,7 +8,8 @@ client's canary reached another client's answer or region and no region changed 
 request named an output, (c) tritonserver, the fronts and every stub kept their PIDs; at the end
 tritonserver's RSS is within the stated bound of the start. The run must also reach what it claims to
 test: a valid request answered for every served model, shared-memory inputs and outputs over both
-fronts, registrations accepted and refused, the other user's requests, and the drawn headers
+fronts, registrations accepted and refused, outputs in a region that also ask for binary data or a
+classification refused over both fronts (row 76), the other user's requests, and the drawn headers
 (``soak.fuzz_headers``): a valid request with its header names in a casing other than the canonical
 one, a gzip answer read back, an output written into a region for a client that accepts a compressed answer
 (the front reads Triton's answer itself there: a gzip one read as JSON was a 500), a body declared
@@ -78,6 +79,8 @@ def test_invariants_hold_over_every_served_model(fault_server: TritonServer) -> 
     assert any(reached[f"{what}, compressed answer accepted"] for what in compressed)
     assert reached[f"refused http {MISMATCH} body"] and not reached[f"ok http {MISMATCH} body"]
     assert reached["ok grpc gzip message"] and reached["ok stream gzip message"]
+    for front in ("http", "grpc"):  # row 76, refused: an answer would have broken (a)
+        assert reached[f"refused {front} shared-memory output asking for more, named"], front
     faults = [wire for wire in WIRE_FAULTS if wire != VALID_METADATA]
     assert any(reached[f"refused grpc wire {wire}"] for wire in faults), "no gRPC wire fault refused"
     if OtherUser.available():

@@ -8,8 +8,9 @@ JSON values pair with typed contents, binary data with raw contents, a shared-me
 same range; values among bytes go as raw contents over gRPC, which cannot mix the two. Each front's
 whole check of an inference is applied: its size bound, then ``kserve_json.check_infer`` or
 ``grpc_request.check_infer_request``. Not compared: what one protocol cannot say, a value beyond its
-datatype that gRPC cannot carry (2^31 as INT32, 1e39 as FP32, any among raw contents), and FP16 or
-BF16 values, which typed contents cannot carry and JSON can (Triton refuses them)."""
+datatype that gRPC cannot carry (2^31 as INT32, 1e39 as FP32, any among raw contents), FP16 or BF16
+values, which typed contents cannot carry and JSON can (Triton refuses them), and ``binary_data`` on
+an output in a region, which gRPC cannot ask for."""
 
 from __future__ import annotations
 
@@ -67,7 +68,9 @@ def _written_for(case: Case, protocol: str) -> Case:
 
 
 def _said_alike(case: Case) -> bool:
-    """Whether both protocols can say every input of ``case`` (the module's docstring)."""
+    """Whether both protocols can say every input and output of ``case`` (the module's docstring)."""
+    if any(output.binary and output.shm is not None for output in case.outputs or ()):
+        return False
     for tensor in case.inputs:
         if tensor.carrier not in VALUE_CARRIERS:
             continue
@@ -136,8 +139,9 @@ def _over_grpc(case: Case, data: list[Carried], model: ModelSignature) -> str:
 
 def test_both_fronts_accept_or_refuse_each_drawn_request_alike() -> None:
     """Every drawn case said alike over both protocols gets one verdict class from both fronts; the
-    draws must reach both verdicts, and typed contents that carry a value beyond their datatype (300
-    in ``uint_contents`` for UINT8: the narrow model's inputs)."""
+    draws must reach both verdicts, typed contents that carry a value beyond their datatype (300
+    in ``uint_contents`` for UINT8: the narrow model's inputs), and an output in a region that also
+    asks for a classification (row 76), which both refuse."""
     reached: Counter = Counter()
 
     @settings(max_examples=EXAMPLES, deadline=None, database=None, suppress_health_check=list(HealthCheck))
@@ -161,7 +165,11 @@ def test_both_fronts_accept_or_refuse_each_drawn_request_alike() -> None:
         reached[verdict] += 1
         if any(_beyond_in_typed_contents(tensor) for tensor in _written_for(case, "grpc").inputs):
             reached[f"beyond its datatype in typed contents, {verdict}"] += 1
+        if any(output.asks_more_than_its_region for output in case.outputs or ()):
+            reached[f"an output in a region asking for more, {verdict}"] += 1
 
     same_verdict()
     assert reached["accepted"] and reached["refused"], reached
     assert reached["beyond its datatype in typed contents, refused"], reached
+    assert reached["an output in a region asking for more, refused"], reached
+    assert not reached["an output in a region asking for more, accepted"], reached

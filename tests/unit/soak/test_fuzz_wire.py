@@ -5,14 +5,28 @@ refused, by policy or broken."""
 
 from __future__ import annotations
 
+import json
+
 import pytest
 
+from server.fronts.allow_list import ModelSignature
+from server.fronts.kserve_json import check_infer
+from server.fronts.refusal import RequestRefusedError
 from server.fronts.tensor_limits import count_bytes_elements
 from soak import request_space
-from soak.fuzz_wire import SLACK_S, carried, control_case, grpc_answer, http_answer
+from soak.fuzz_wire import (
+    SLACK_S,
+    Placed,
+    carried,
+    carried_inputs,
+    control_case,
+    grpc_answer,
+    http_answer,
+    http_body,
+)
 from soak.raw_http import HttpReply
-from soak.request_space import BYTES_FAULTS, ModelSpace, TensorCase, element_size
-from tests.unit.soak.fuzz_spaces import SPACES, allowed
+from soak.request_space import BYTES_FAULTS, Case, ModelSpace, OutputCase, ShmRange, TensorCase, element_size
+from tests.unit.soak.fuzz_spaces import ENCODER, LIMIT, SPACES, allowed
 
 
 @pytest.mark.parametrize("space", SPACES, ids=lambda s: s.name)
@@ -102,3 +116,29 @@ def test_an_http_answer_is_judged_by_its_status(reply: HttpReply, verdict: str) 
 )
 def test_a_grpc_answer_is_judged_by_its_code(code: str, details: str, verdict: str) -> None:
     assert grpc_answer("infer", code, details, b"", SLACK_S).verdict == verdict
+
+
+@pytest.mark.parametrize(
+    ("output", "asked"),
+    [
+        (OutputCase("embedding", binary=True, shm=ShmRange("a0", 0, 1536)), "binary_data"),
+        (OutputCase("embedding", shm=ShmRange("a0", 0, 1536), classification=3), "classification"),
+    ],
+)
+def test_an_output_in_a_region_asking_for_more_goes_on_the_wire_and_is_refused(
+    output: OutputCase, asked: str
+) -> None:
+    """Fault matrix row 76 as the fuzz draws it: an output in a region that also asks for binary data
+    or a classification reaches the HTTP front with both parameters, which refuses it (the fuzz then
+    holds the region unchanged and an answer a broken invariant)."""
+    space = SPACES[0]
+    tensors = control_case(space)
+    case = Case(space.name, "http", tensors, (output,), seed=0)
+    data = carried_inputs(tensors, space, 0)
+    request = http_body(case, data, [None] * len(tensors), [Placed("fz_a0", 0, 1536)])
+    parameters = json.loads(request.body)["outputs"][0]["parameters"]
+    assert parameters["shared_memory_region"] == "fz_a0" and asked in parameters
+    assert output.asks_more_than_its_region
+    model = ModelSignature.from_config(space.name, ENCODER, LIMIT)
+    with pytest.raises(RequestRefusedError, match=f"can't set both 'shared_memory_region' and '{asked}'"):
+        check_infer(request.body, None, model)

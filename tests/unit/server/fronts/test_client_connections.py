@@ -4,6 +4,7 @@ process's open-file limit."""
 from __future__ import annotations
 
 import resource
+from pathlib import Path
 
 import pytest
 
@@ -14,7 +15,7 @@ from server.fronts.client_connections import (
     descriptor_room,
     raise_open_file_limit,
 )
-from server.fronts.client_regions import MAX_REGIONS
+from server.fronts.client_regions import MAX_REGIONS, FrontRegions, ServerRegions
 
 
 def test_an_address_beyond_its_share_is_refused_and_others_are_not():
@@ -88,3 +89,21 @@ def test_a_soft_limit_that_cannot_be_raised_is_kept(monkeypatch: pytest.MonkeyPa
     monkeypatch.setattr(resource, "getrlimit", limits.get)
     monkeypatch.setattr(resource, "setrlimit", limits.set)
     assert raise_open_file_limit(WANTED) == 1024 and descriptor_room(8192) == 512
+
+
+@pytest.mark.parametrize(
+    ("soft", "trusted", "room"), [(10_000, False, 6928), (10_000, True, 8192), (11_264, False, 8192)]
+)
+def test_the_room_leaves_a_full_region_table_its_descriptors(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path, soft: int, trusted: bool, room: int
+):
+    """Row 73: a front that keeps its clients' regions (not ``--trusted-shared-memory``) may hold 2,048
+    descriptors of them; its connections get the limit less those and its own 1,024, so a full table and
+    every connection stay below it (before: a limit of 10,000 took 8,192 connections beside them)."""
+    limits = _Limits(soft, soft)
+    monkeypatch.setattr(resource, "getrlimit", limits.get)
+    monkeypatch.setattr(resource, "setrlimit", limits.set)
+    regions = FrontRegions(ServerRegions("srv_", set, tmp_path), 1 << 20, trusted)
+    assert regions.descriptors == (0 if trusted else MAX_REGIONS)
+    clients = ClientConnections(ConnectionShare(), regions.descriptors)
+    assert clients.total == room and clients.total + regions.descriptors + RESERVED_FDS <= soft

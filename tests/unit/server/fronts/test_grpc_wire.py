@@ -17,6 +17,7 @@ from server.fronts import h2c
 from server.fronts.grpc_wire import (
     DEADLINE_EXCEEDED,
     INVALID_ARGUMENT,
+    MAX_STREAMS,
     RESOURCE_EXHAUSTED,
     ConnectionLimits,
     FrontConnection,
@@ -448,5 +449,50 @@ def test_a_new_call_on_a_stream_id_already_used_ends_the_connection() -> None:
         assert transport.closed
         [goaway] = [payload for kind, _, _, payload in frames(transport.data) if kind == h2c.GOAWAY]
         assert struct.unpack(">II", goaway[:8]) == (0, h2c.PROTOCOL_ERROR) and b"id 3 after 5" in goaway
+
+    asyncio.run(run())
+
+
+def test_streams_beyond_the_advertised_limit_are_refused_and_a_silent_stream_ends() -> None:
+    """Fault matrix row 77: the front advertises ``SETTINGS_MAX_CONCURRENT_STREAMS`` and resets a
+    stream beyond it ``REFUSED_STREAM`` (RFC 9113, 5.1.2); a stream that sent its headers and no message
+    ends ``DEADLINE_EXCEEDED`` after the connection's idle time, its place free again, and the
+    connection then idles out (before: no limit, no timer, and such a stream kept its connection open
+    for good)."""
+
+    async def run() -> None:
+        served: list[ServerCall] = []
+
+        async def serve(call: ServerCall) -> None:
+            served.append(call)
+
+        limits = ConnectionLimits(1000, 10.0, 0.2, IncomingBytes(4000))
+        methods = {"ModelStreamInfer": True}
+        connection = FrontConnection(limits, methods, "/inference.GRPCInferenceService/", serve, set())
+        transport = MemoryTransport()
+        connection.connection_made(transport)
+        [settings] = [p for kind, _, _, p in frames(transport.data) if kind == h2c.SETTINGS]
+        advertised = dict(struct.unpack(">HI", settings[i : i + 6]) for i in range(0, len(settings), 6))
+        assert advertised[h2c.MAX_CONCURRENT_STREAMS] == MAX_STREAMS
+        headers = [(b":method", b"POST"), (b":path", b"/inference.GRPCInferenceService/ModelStreamInfer")]
+        block = h2c.encode_headers(headers)
+        connection.data_received(h2c.PREFACE + h2c.settings_frame({}))
+        streams = range(1, 2 * (MAX_STREAMS + 2), 2)
+        connection.data_received(b"".join(h2c.frame(h2c.HEADERS, h2c.END_HEADERS, s, block) for s in streams))
+        await asyncio.sleep(0)
+        resets = {
+            stream: struct.unpack(">I", payload)[0]
+            for kind, _, stream, payload in frames(transport.data)
+            if kind == h2c.RST_STREAM
+        }
+        assert resets == dict.fromkeys(streams[MAX_STREAMS:], h2c.REFUSED_STREAM)
+        assert len(connection.calls) == MAX_STREAMS and not transport.closed
+        await asyncio.sleep(0.3)
+        answers = _answers(transport)
+        assert {answers[stream][b"grpc-status"] for stream in streams[:MAX_STREAMS]} == {b"4"}
+        assert "sent no message within 0.2 s" in unquote(answers[1][b"grpc-message"].decode())
+        assert not connection.calls and served == []
+        await asyncio.sleep(1.2)  # the idle check runs at most once a second
+        assert transport.closed
 
     asyncio.run(run())
