@@ -42,6 +42,7 @@ from server.fronts.grpc_wire import (
     FrontConnection,
     GrpcError,
     IncomingBytes,
+    OpenStreams,
     ServerCall,
 )
 from server.fronts.peer import peer_uid
@@ -106,6 +107,7 @@ class GrpcFront:
         self.connections: set[FrontConnection] = set()
         self.incoming = IncomingBytes(LARGE_MESSAGES * max_message_bytes)  # of calls still arriving
         self.clients = ClientConnections(shares.connections, shm.descriptors)
+        self.streams = OpenStreams()  # calls open on all connections (row 77)
         self.metadata_blocks: dict[tuple, bytes] = {}
         self.admin = key.encode() if key else None
         self.front_key = h2c.encode_headers([(GRPC_FRONT_HEADER.encode(), key.encode())]) if key else b""
@@ -119,6 +121,7 @@ class GrpcFront:
             self.incoming,
             self.clients,
             self.message_s,
+            self.streams,
         )
         return FrontConnection(limits, self.methods, PREFIX, self.serve, self.connections)
 
