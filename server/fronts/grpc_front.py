@@ -25,6 +25,7 @@ from server.fronts.allow_list import ModelSignature
 from server.fronts.client_connections import ClientConnections
 from server.fronts.client_regions import Client, RegionUse
 from server.fronts.client_slots import (
+    IDLE_TIMEOUT_S,
     MESSAGE_TIMEOUT_S,
     OVERDUE_TIMEOUT_S,
     STREAM_WATCH_S,
@@ -67,7 +68,6 @@ PREFIX = f"/{SERVICE.full_name}/"
 NOT_FORWARDED = (b"user-agent", b"content-type", b"te", b"host", GRPC_FRONT_HEADER.encode())
 # a connection's HTTP/2 handshake must be done within this (fault matrix row 41; grpc's own: 60 s)
 HANDSHAKE_TIMEOUT_S = 10.0
-IDLE_TIMEOUT_S = 300.0  # a connection with no call for 5 minutes is closed (GOAWAY: clients reconnect)
 CONFIG_TIMEOUT_S = 5.0
 STOP_GRACE_S = 5.0
 # Triton's answers for a model it has no config for: passed on as they are, in its words
