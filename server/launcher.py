@@ -40,7 +40,7 @@ from python_backend.dtypes import BY_TRITON
 from server import ports
 from server.admin import KEY_ENV, AdminError, drain, load_model, restricted_api_args
 from server.admin import headers as admin_headers
-from server.fronts.client_slots import MESSAGE_TIMEOUT_S  # not grpc_wire: its hpack is not on the GPU machine
+from server.fronts.client_slots import IDLE_TIMEOUT_S, MESSAGE_TIMEOUT_S  # hpack (grpc_*) is not on the GPU
 from server.fronts.process import FrontShares
 from server.install import ServerError, assemble_backends, find_install
 from server.ports import check_port_free, free_ports, held_by
@@ -158,6 +158,7 @@ class ServerOptions:
     http_front_header_timeout_s: float = 10.0  # headers not complete this long after their first byte: 408
     grpc_front: bool = False
     grpc_front_message_timeout_s: float = MESSAGE_TIMEOUT_S  # a message not whole by then ends its call
+    grpc_front_idle_timeout_s: float = IDLE_TIMEOUT_S  # then a connection without calls closes
     front_shares: FrontShares = field(default_factory=FrontShares)  # docs/SERVING.md, client shares
     # Whether Triton may map a client's /dev/shm file, with 2.51's faults (docs/SERVING.md, Shared
     # memory); None: only without fronts (an in-process server whose client started it).
@@ -369,8 +370,15 @@ class TritonServer:
         if self.options.grpc_front and self.grpc_front not in self.running_fronts:
             self.grpc_front = self._launch_front(
                 "server.fronts.grpc_front", self.grpc_port, self.triton_grpc_url, *shares,
-                f"--message-timeout-s={self.options.grpc_front_message_timeout_s}",
+                *self.grpc_front_times(),
             )  # fmt: skip
+
+    def grpc_front_times(self) -> list[str]:
+        """The gRPC front's flags for its message and idle times (fault matrix rows 71, 75, 77)."""
+        return [
+            f"--message-timeout-s={self.options.grpc_front_message_timeout_s}",
+            f"--idle-timeout-s={self.options.grpc_front_idle_timeout_s}",
+        ]
 
     @property
     def fronts(self) -> list[subprocess.Popen]:

@@ -27,6 +27,9 @@ DEFAULT_DEADLINE_S = 60.0
 DEFAULT_MAX_OVERDUE = 64
 OVERDUE_TIMEOUT_S = 600.0  # an overdue request Triton never answers is dropped after this long
 MESSAGE_TIMEOUT_S = 30.0  # a gRPC message begun must be whole within this (fault matrix rows 71, 75)
+# a gRPC connection with no call for 5 minutes is closed (GOAWAY: clients reconnect), and a stream that
+# sent no message within it ended (row 77)
+IDLE_TIMEOUT_S = 300.0
 STREAM_WATCH_S = 0.25  # how often a stream's deadlines are looked at
 
 

@@ -25,6 +25,7 @@ from server.fronts.allow_list import ModelSignature
 from server.fronts.client_connections import ClientConnections
 from server.fronts.client_regions import Client, RegionUse
 from server.fronts.client_slots import (
+    IDLE_TIMEOUT_S,
     MESSAGE_TIMEOUT_S,
     OVERDUE_TIMEOUT_S,
     STREAM_WATCH_S,
@@ -42,6 +43,7 @@ from server.fronts.grpc_wire import (
     FrontConnection,
     GrpcError,
     IncomingBytes,
+    OpenStreams,
     ServerCall,
 )
 from server.fronts.peer import peer_uid
@@ -66,7 +68,6 @@ PREFIX = f"/{SERVICE.full_name}/"
 NOT_FORWARDED = (b"user-agent", b"content-type", b"te", b"host", GRPC_FRONT_HEADER.encode())
 # a connection's HTTP/2 handshake must be done within this (fault matrix row 41; grpc's own: 60 s)
 HANDSHAKE_TIMEOUT_S = 10.0
-IDLE_TIMEOUT_S = 300.0  # a connection with no call for 5 minutes is closed (GOAWAY: clients reconnect)
 CONFIG_TIMEOUT_S = 5.0
 STOP_GRACE_S = 5.0
 # Triton's answers for a model it has no config for: passed on as they are, in its words
@@ -106,6 +107,7 @@ class GrpcFront:
         self.connections: set[FrontConnection] = set()
         self.incoming = IncomingBytes(LARGE_MESSAGES * max_message_bytes)  # of calls still arriving
         self.clients = ClientConnections(shares.connections, shm.descriptors)
+        self.streams = OpenStreams()  # calls open on all connections (row 77)
         self.metadata_blocks: dict[tuple, bytes] = {}
         self.admin = key.encode() if key else None
         self.front_key = h2c.encode_headers([(GRPC_FRONT_HEADER.encode(), key.encode())]) if key else b""
@@ -119,6 +121,7 @@ class GrpcFront:
             self.incoming,
             self.clients,
             self.message_s,
+            self.streams,
         )
         return FrontConnection(limits, self.methods, PREFIX, self.serve, self.connections)
 

@@ -10,7 +10,7 @@ import binascii
 import logging
 import re
 import zlib
-from collections import deque
+from collections import Counter, deque
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from urllib.parse import quote, unquote
@@ -45,6 +45,12 @@ PREFIX_BYTES = 5  # a message's compressed flag and 32-bit length
 # far above the requests a connection may have waiting (32 by default), so a client meets its slot share
 # long before it; grpcio and perf_analyzer queue calls beyond it on their side rather than fail them
 MAX_STREAMS = 1024
+# calls open on the whole front, and from one client address (more: REFUSED_STREAM, row 77): the
+# connection shares (row 73) alone would let 8,192 connections hold 1,024 each, 8.4 M streams of about
+# 2.7 KB, 22 GB. An address has at most 64 requests waiting (its slot share), so 2,048 never bites a real
+# client, and eight addresses at their share are all the total takes (44 MB)
+STREAMS_PER_ADDRESS = 2048
+STREAMS_TOTAL = 16384
 RESPONSE_HEADERS = [(b":status", b"200"), (b"content-type", b"application/grpc")]
 RESPONSE_BLOCK = h2c.encode_headers(RESPONSE_HEADERS)
 OK_TRAILERS = h2c.encode_headers([(b"grpc-status", b"0")])
@@ -415,6 +421,30 @@ class IncomingBytes:
         self.limit, self.held = limit, 0
 
 
+class OpenStreams:
+    """Calls open on the front's connections, by client address and in all (row 77): ``open(address)``
+    as a call is taken, ``close(address)`` once it has ended."""
+
+    def __init__(self, per_address: int = STREAMS_PER_ADDRESS, total: int = STREAMS_TOTAL) -> None:
+        self.per_address, self.total = per_address, total
+        self.by_address: Counter[str] = Counter()
+        self.count = 0
+
+    def open(self, address: str) -> bool:
+        """Count a new call from ``address``; False (not counted) beyond its share or the total."""
+        if self.count >= self.total or self.by_address[address] >= self.per_address:
+            return False
+        self.by_address[address] += 1
+        self.count += 1
+        return True
+
+    def close(self, address: str) -> None:
+        self.count -= 1
+        self.by_address[address] -= 1
+        if self.by_address[address] <= 0:
+            del self.by_address[address]
+
+
 @dataclass(frozen=True)
 class ConnectionLimits:
     max_message_bytes: int
@@ -424,6 +454,7 @@ class ConnectionLimits:
     # the front's count of connections by client address (fault matrix row 73)
     clients: ClientConnections = field(default_factory=lambda: ClientConnections(DEFAULT_SHARE))
     message_s: float = MESSAGE_TIMEOUT_S  # a message must be whole within this (rows 71, 75)
+    streams: OpenStreams = field(default_factory=OpenStreams)  # the front's, shared by its connections
 
 
 class FrontConnection(h2c.Endpoint):
@@ -565,6 +596,9 @@ class FrontConnection(h2c.Endpoint):
                 "read them (send WINDOW_UPDATE) before starting more calls",
             )
             return
+        if not self.front_limits.streams.open(self.address):  # the front's calls, in all (row 77)
+            self.reset(stream_id, h2c.REFUSED_STREAM)
+            return
         call = ServerCall(self, stream_id, method, headers, streaming)
         self.calls[stream_id] = call
         self.open_stream(stream_id)
@@ -589,7 +623,8 @@ class FrontConnection(h2c.Endpoint):
 
     def call_ended(self, call: ServerCall) -> None:
         call.release()
-        self.calls.pop(call.stream_id, None)
+        if self.calls.pop(call.stream_id, None) is not None:
+            self.front_limits.streams.close(self.address)
         self.stream_received.pop(call.stream_id, None)
         if not self.calls:
             self.idle_since = self.loop.time()

@@ -403,3 +403,18 @@ def test_the_readiness_probes_take_a_refusal_or_an_http_error_for_not_ready_yet(
     finally:
         failing.shutdown()
         failing.server_close()
+
+
+def test_the_grpc_front_is_given_its_message_and_idle_times(tmp_path: Path) -> None:
+    """``ServerOptions`` sets the gRPC front's message time (rows 71, 75) and its idle time: a connection
+    without calls closes, a stream that sent no message ends after it (row 77); by default the front's."""
+    options = ServerOptions(
+        repository=tmp_path,
+        grpc_front=True,
+        workdir=tmp_path / "w",
+        grpc_front_message_timeout_s=7.0,
+        grpc_front_idle_timeout_s=9.0,
+    )
+    assert TritonServer(options).grpc_front_times() == ["--message-timeout-s=7.0", "--idle-timeout-s=9.0"]
+    default = TritonServer(ServerOptions(repository=tmp_path, grpc_front=True, workdir=tmp_path / "d"))
+    assert default.grpc_front_times() == ["--message-timeout-s=30.0", "--idle-timeout-s=300.0"]

@@ -24,6 +24,7 @@ from server.fronts.grpc_wire import (
     GrpcError,
     IncomingBytes,
     MessageReader,
+    OpenStreams,
     ServerCall,
     format_timeout,
     frame_message,
@@ -494,5 +495,66 @@ def test_streams_beyond_the_advertised_limit_are_refused_and_a_silent_stream_end
         assert not connection.calls and served == []
         await asyncio.sleep(1.2)  # the idle check runs at most once a second
         assert transport.closed
+
+    asyncio.run(run())
+
+
+class _AddressTransport(MemoryTransport):
+    """A transport whose client is at ``address``."""
+
+    def __init__(self, address: str) -> None:
+        super().__init__()
+        self.address = address
+
+    def get_extra_info(self, name: str) -> tuple[str, int]:
+        return (self.address, 40000)
+
+
+def test_streams_are_bounded_per_client_address_and_in_all_over_connections() -> None:
+    """Fault matrix row 77: the front counts the calls open on all its connections; one beyond its
+    address's share or beyond the total is reset ``REFUSED_STREAM``, however few its own connection has
+    open (before: only each connection's 1,024 bounded them, 8.4 M streams over 8,192 connections). A
+    call that ends, or a connection that closes, frees its places."""
+
+    async def run() -> None:
+        async def serve(call: ServerCall) -> None:
+            await asyncio.Event().wait()
+
+        streams = OpenStreams(per_address=3, total=5)
+        limits = ConnectionLimits(1000, 10.0, 300.0, IncomingBytes(4000), streams=streams)
+        block = h2c.encode_headers(
+            [(b":method", b"POST"), (b":path", b"/inference.GRPCInferenceService/ModelStreamInfer")]
+        )
+        connections = {}
+        for name, address in (("a", "127.0.0.1"), ("b", "127.0.0.1"), ("c", "10.0.0.2")):
+            connection = FrontConnection(
+                limits, {"ModelStreamInfer": True}, "/inference.GRPCInferenceService/", serve, set()
+            )
+            connection.connection_made(_AddressTransport(address))
+            connection.data_received(h2c.PREFACE + h2c.settings_frame({}))
+            connections[name] = connection
+
+        async def open_streams(name: str, *ids: int) -> dict[int, int]:
+            """Open streams ``ids`` on connection ``name``: the RST_STREAM codes the front answered."""
+            connection = connections[name]
+            connection.transport.data.clear()
+            connection.data_received(b"".join(h2c.frame(h2c.HEADERS, h2c.END_HEADERS, s, block) for s in ids))
+            await asyncio.sleep(0)  # the front writes once per turn of the loop
+            return {
+                stream: struct.unpack(">I", payload)[0]
+                for kind, _, stream, payload in frames(connection.transport.data)
+                if kind == h2c.RST_STREAM
+            }
+
+        assert await open_streams("a", 1, 3) == {}
+        assert await open_streams("b", 1, 3) == {3: h2c.REFUSED_STREAM}  # its address: 3 at most
+        assert await open_streams("c", 1, 3, 5) == {5: h2c.REFUSED_STREAM}  # the front's fifth, then none
+        assert (streams.count, dict(streams.by_address)) == (5, {"127.0.0.1": 3, "10.0.0.2": 2})
+        connections["a"].data_received(h2c.frame(h2c.RST_STREAM, 0, 1, struct.pack(">I", h2c.CANCEL)))
+        assert await open_streams("c", 7) == {}  # the place stream 1 of ``a`` held
+        assert await open_streams("b", 5) == {5: h2c.REFUSED_STREAM}
+        connections["c"].connection_lost(None)
+        assert (streams.count, dict(streams.by_address)) == (2, {"127.0.0.1": 2})
+        assert await open_streams("b", 7) == {}
 
     asyncio.run(run())
