@@ -73,33 +73,52 @@ def peer_address(peer: object) -> str:
     return str(peer)
 
 
-class ClientConnections:
+class AddressCounts:
+    """What the front holds open, by client address and in all, each bounded: its connections (row 73)
+    and its gRPC calls (row 77)."""
+
+    def __init__(self, per_address: int, total: int) -> None:
+        self.per_address, self.total = per_address, total
+        self.by_address: Counter[str] = Counter()
+        self.count = 0
+
+    def take(self, address: str) -> bool:
+        """Count one more for ``address``; False (not counted) beyond its share or the total."""
+        if self.count >= self.total or self.by_address[address] >= self.per_address:
+            return False
+        self.by_address[address] += 1
+        self.count += 1
+        return True
+
+    def release(self, address: str) -> None:
+        self.count -= 1
+        self.by_address[address] -= 1
+        if self.by_address[address] <= 0:
+            del self.by_address[address]
+
+
+class ClientConnections(AddressCounts):
     """``admit(address)`` as a connection is accepted, ``release(address)`` once it is gone; ``kept``:
     the descriptors the front's region table may hold besides."""
 
     def __init__(self, limits: ConnectionShare, kept: int = 0) -> None:
-        self.per_address = limits.per_address
-        self.total = descriptor_room(limits.total, kept)
-        self.open: Counter[str] = Counter()
-        self.count = 0
+        super().__init__(limits.per_address, descriptor_room(limits.total, kept))
         self.refused_waiting = 0
 
     def admit(self, address: str) -> str | None:
         """Count a new connection from ``address``; or, beyond a share, why it is refused (not counted)."""
-        if self.open[address] >= self.per_address:
+        if self.take(address):
+            return None
+        if self.by_address[address] >= self.per_address:
             return (
-                f"this client address ({address}) already holds {self.open[address]} connections to the "
-                f"front, its share ({self.per_address} per address, {self.total} in all); reuse them or "
+                f"this client address ({address}) already holds {self.by_address[address]} connections to "
+                f"the front, its share ({self.per_address} per address, {self.total} in all); reuse them or "
                 "close some"
             )
-        if self.count >= self.total:
-            return (
-                f"the front already holds {self.count} client connections, all it takes; retry when "
-                "other clients close theirs"
-            )
-        self.open[address] += 1
-        self.count += 1
-        return None
+        return (
+            f"the front already holds {self.count} client connections, all it takes; retry when "
+            "other clients close theirs"
+        )
 
     def wait_refused(self) -> bool:
         """Whether a refused connection may wait for its answer (counted until ``refused_gone``); if
@@ -111,12 +130,6 @@ class ClientConnections:
 
     def refused_gone(self) -> None:
         self.refused_waiting -= 1
-
-    def release(self, address: str) -> None:
-        self.count -= 1
-        self.open[address] -= 1
-        if self.open[address] <= 0:
-            del self.open[address]
 
 
 def close_after_answer(transport: asyncio.BaseTransport) -> None:

@@ -43,8 +43,8 @@ from server.fronts.grpc_wire import (
     FrontConnection,
     GrpcError,
     IncomingBytes,
-    OpenStreams,
     ServerCall,
+    open_streams,
 )
 from server.fronts.peer import peer_uid
 from server.fronts.process import (
@@ -107,7 +107,7 @@ class GrpcFront:
         self.connections: set[FrontConnection] = set()
         self.incoming = IncomingBytes(LARGE_MESSAGES * max_message_bytes)  # of calls still arriving
         self.clients = ClientConnections(shares.connections, shm.descriptors)
-        self.streams = OpenStreams()  # calls open on all connections (row 77)
+        self.streams = open_streams()  # calls open on all connections (row 77)
         self.metadata_blocks: dict[tuple, bytes] = {}
         self.admin = key.encode() if key else None
         self.front_key = h2c.encode_headers([(GRPC_FRONT_HEADER.encode(), key.encode())]) if key else b""

@@ -10,7 +10,7 @@ import binascii
 import logging
 import re
 import zlib
-from collections import Counter, deque
+from collections import deque
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from urllib.parse import quote, unquote
@@ -21,6 +21,7 @@ from server.fronts import h2c
 from server.fronts.client_connections import (
     DEFAULT_SHARE,
     REFUSED_WAIT_S,
+    AddressCounts,
     ClientConnections,
     close_after_answer,
     peer_address,
@@ -421,28 +422,9 @@ class IncomingBytes:
         self.limit, self.held = limit, 0
 
 
-class OpenStreams:
-    """Calls open on the front's connections, by client address and in all (row 77): ``open(address)``
-    as a call is taken, ``close(address)`` once it has ended."""
-
-    def __init__(self, per_address: int = STREAMS_PER_ADDRESS, total: int = STREAMS_TOTAL) -> None:
-        self.per_address, self.total = per_address, total
-        self.by_address: Counter[str] = Counter()
-        self.count = 0
-
-    def open(self, address: str) -> bool:
-        """Count a new call from ``address``; False (not counted) beyond its share or the total."""
-        if self.count >= self.total or self.by_address[address] >= self.per_address:
-            return False
-        self.by_address[address] += 1
-        self.count += 1
-        return True
-
-    def close(self, address: str) -> None:
-        self.count -= 1
-        self.by_address[address] -= 1
-        if self.by_address[address] <= 0:
-            del self.by_address[address]
+def open_streams() -> AddressCounts:
+    """The count of calls open on the front's connections, by client address and in all (row 77)."""
+    return AddressCounts(STREAMS_PER_ADDRESS, STREAMS_TOTAL)
 
 
 @dataclass(frozen=True)
@@ -454,7 +436,7 @@ class ConnectionLimits:
     # the front's count of connections by client address (fault matrix row 73)
     clients: ClientConnections = field(default_factory=lambda: ClientConnections(DEFAULT_SHARE))
     message_s: float = MESSAGE_TIMEOUT_S  # a message must be whole within this (rows 71, 75)
-    streams: OpenStreams = field(default_factory=OpenStreams)  # the front's, shared by its connections
+    streams: AddressCounts = field(default_factory=open_streams)  # the front's, shared by its connections
 
 
 class FrontConnection(h2c.Endpoint):
@@ -596,7 +578,7 @@ class FrontConnection(h2c.Endpoint):
                 "read them (send WINDOW_UPDATE) before starting more calls",
             )
             return
-        if not self.front_limits.streams.open(self.address):  # the front's calls, in all (row 77)
+        if not self.front_limits.streams.take(self.address):  # the front's calls, in all (row 77)
             self.reset(stream_id, h2c.REFUSED_STREAM)
             return
         call = ServerCall(self, stream_id, method, headers, streaming)
@@ -624,7 +606,7 @@ class FrontConnection(h2c.Endpoint):
     def call_ended(self, call: ServerCall) -> None:
         call.release()
         if self.calls.pop(call.stream_id, None) is not None:
-            self.front_limits.streams.close(self.address)
+            self.front_limits.streams.release(self.address)
         self.stream_received.pop(call.stream_id, None)
         if not self.calls:
             self.idle_since = self.loop.time()

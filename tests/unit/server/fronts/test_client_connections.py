@@ -26,7 +26,7 @@ def test_an_address_beyond_its_share_is_refused_and_others_are_not():
     assert clients.admit("10.0.0.2") is None
     clients.release("10.0.0.1")
     assert clients.admit("10.0.0.1") is None  # a closed connection's place is free again
-    assert clients.count == 3 and clients.open == {"10.0.0.1": 2, "10.0.0.2": 1}
+    assert clients.count == 3 and clients.by_address == {"10.0.0.1": 2, "10.0.0.2": 1}
 
 
 def test_all_clients_together_are_bounded():

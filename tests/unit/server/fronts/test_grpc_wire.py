@@ -14,6 +14,7 @@ import hpack
 import pytest
 
 from server.fronts import h2c
+from server.fronts.client_connections import AddressCounts
 from server.fronts.grpc_wire import (
     DEADLINE_EXCEEDED,
     INVALID_ARGUMENT,
@@ -24,7 +25,6 @@ from server.fronts.grpc_wire import (
     GrpcError,
     IncomingBytes,
     MessageReader,
-    OpenStreams,
     ServerCall,
     format_timeout,
     frame_message,
@@ -520,7 +520,7 @@ def test_streams_are_bounded_per_client_address_and_in_all_over_connections() ->
         async def serve(call: ServerCall) -> None:
             await asyncio.Event().wait()
 
-        streams = OpenStreams(per_address=3, total=5)
+        streams = AddressCounts(per_address=3, total=5)
         limits = ConnectionLimits(1000, 10.0, 300.0, IncomingBytes(4000), streams=streams)
         block = h2c.encode_headers(
             [(b":method", b"POST"), (b":path", b"/inference.GRPCInferenceService/ModelStreamInfer")]
