@@ -17,7 +17,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 from harness import GOOD_MODEL
-from own_front import own_front
+from own_front import own_front, refusals_logged
 from resilience_fixtures import small_server
 from tritonclient.grpc import service_pb2
 
@@ -83,6 +83,13 @@ def _http_answer(port: int, source: str, sock: socket.socket | None = None) -> b
     return answer
 
 
+def _assert_refusals_logged(log_path: Path) -> None:
+    """The front, stopped, logged whom it refused and why: ``HOLDER`` beyond its share (its first line
+    written at once), ``THIRD``, refused once, beyond the total."""
+    assert refusals_logged(log_path, HOLDER, "connections beyond its address's share")[:1] == [1]
+    assert refusals_logged(log_path, THIRD, "connections beyond the front's total") == [1]
+
+
 def _length(answer: bytes) -> int:
     head = answer.split(b"\r\n\r\n", 1)[0].lower()
     for line in head.split(b"\r\n"):
@@ -92,7 +99,8 @@ def _length(answer: bytes) -> int:
 
 
 def test_grpc_front_refuses_connections_beyond_an_address_share(triton: TritonServer, tmp_path: Path):
-    with own_front("server.fronts.grpc_front", triton.grpc_url, tmp_path / "grpc_front.log", SHARES) as port:
+    log_path = tmp_path / "grpc_front.log"
+    with own_front("server.fronts.grpc_front", triton.grpc_url, log_path, SHARES) as port:
         held = [_grpc_held(port, HOLDER) for _ in range(PER_ADDRESS)]
         code, why = _grpc_call(port, HOLDER)
         assert code == "RESOURCE_EXHAUSTED" and _beyond_share(HOLDER) in why, (code, why)
@@ -109,10 +117,12 @@ def test_grpc_front_refuses_connections_beyond_an_address_share(triton: TritonSe
             time.sleep(0.1)
         for sock in held:
             sock.close()
+    _assert_refusals_logged(log_path)
 
 
 def test_http_front_refuses_connections_beyond_an_address_share(triton: TritonServer, tmp_path: Path):
-    with own_front("server.fronts.http_front", triton.http_url, tmp_path / "http_front.log", SHARES) as port:
+    log_path = tmp_path / "http_front.log"
+    with own_front("server.fronts.http_front", triton.http_url, log_path, SHARES) as port:
         held = [_connect(port, HOLDER) for _ in range(PER_ADDRESS)]
         for sock in held:  # kept alive after an answer, as a client's pool keeps them
             assert _http_answer(port, HOLDER, sock).startswith(b"HTTP/1.1 200"), "a held connection"
@@ -134,3 +144,4 @@ def test_http_front_refuses_connections_beyond_an_address_share(triton: TritonSe
             time.sleep(0.1)
         for sock in held:
             sock.close()
+    _assert_refusals_logged(log_path)
