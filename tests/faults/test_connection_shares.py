@@ -3,7 +3,8 @@
 Measured with the fronts as they were: one address held 19,000 idle gRPC connections (each had sent the
 HTTP/2 preface and SETTINGS) or 8,000 kept-alive HTTP ones, the front growing by ~5 KB and one file
 descriptor for each, until its open-file limit (20,000 here) refused every other client's connection.
-Here both fronts run with small shares (4 per address, 6 in all) before a small server of their own.
+Here both fronts run with small shares (4 per address, 6 in all) before a small server of their own,
+and their logs name the addresses they refused and why.
 """
 
 from __future__ import annotations
