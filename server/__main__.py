@@ -25,10 +25,15 @@ import tritonclient.http as httpclient
 from tritonclient.utils import InferenceServerException
 
 from server import admin
-from server.cli_options import add_server_arguments, server_options
+from server.cli_options import (
+    add_front_timeout_arguments,
+    add_server_arguments,
+    front_timeouts,
+    server_options,
+)
 from server.config_drift import config_drift
 from server.fronts.process import add_share_arguments, shares_from_args
-from server.launcher import ServerError, TritonServer, remove_shm_regions
+from server.launcher import ServerError, ServerOptions, TritonServer, remove_shm_regions
 from server.records import read_record, write_record
 from server.stubs import kill_stray_stubs
 from server.supervisor import Supervisor, record_lines
@@ -131,9 +136,9 @@ def _first_report(supervisor: subprocess.Popen, timeout_s: float) -> dict:
     return {"error": f"the supervisor exited with {supervisor.wait()}:\n" + "\n".join(tail)}
 
 
-def _supervise(args: argparse.Namespace) -> int:
-    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s %(message)s")
-    options = server_options(
+def supervised_options(args: argparse.Namespace) -> ServerOptions:
+    """The ``ServerOptions`` of the server ``supervise`` runs, from the flags ``start`` was given."""
+    return server_options(
         args,
         log_path=Path(".run/server.log").resolve(),
         workdir=Path(".run/server").resolve(),
@@ -143,8 +148,13 @@ def _supervise(args: argparse.Namespace) -> int:
         startup_timeout_s=args.startup_timeout,
         watchdog_record=EVENTS.resolve(),
         front_shares=shares_from_args(args, "front-"),
+        **front_timeouts(args),
     )
-    server = TritonServer(options)
+
+
+def _supervise(args: argparse.Namespace) -> int:
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s %(message)s")
+    server = TritonServer(supervised_options(args))
     supervisor = Supervisor(server, SUPERVISOR.resolve(), on_serving=lambda s: _record_state(s, args))
     supervisor.handle_signals()
     try:
@@ -350,6 +360,7 @@ def _add_start_arguments(parser: argparse.ArgumentParser, host_help: str) -> Non
     """``start``'s flags, passed on as given to the ``supervise`` process."""
     add_server_arguments(parser, Path("model_repository"), "127.0.0.1", host_help)
     add_share_arguments(parser, prefix="front-")  # the fronts' deadline and client shares
+    add_front_timeout_arguments(parser)
     parser.add_argument(
         "--model-control-mode",
         choices=("none", "explicit"),
@@ -382,7 +393,8 @@ def _add_start_arguments(parser: argparse.ArgumentParser, host_help: str) -> Non
     )
 
 
-def main(argv: list[str] | None = None) -> int:
+def command_parser() -> argparse.ArgumentParser:
+    """``python -m server``'s commands and their flags."""
     parser = argparse.ArgumentParser(prog="python -m server", description=__doc__)
     sub = parser.add_subparsers(dest="command", required=True)
     start = sub.add_parser("start", help="start tritonserver in the background and wait until ready")
@@ -400,7 +412,11 @@ def main(argv: list[str] | None = None) -> int:
     unload.add_argument("model")
     supervise = sub.add_parser("supervise", help="(internal) the supervisor process behind make serve")
     _add_start_arguments(supervise, "bind address")
-    args = parser.parse_args(argv)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = command_parser().parse_args(argv)
     args.flags = (sys.argv[1:] if argv is None else argv)[1:]  # the command's own flags, after its name
     handlers = {
         "start": _start,

@@ -4,10 +4,24 @@
 from __future__ import annotations
 
 import argparse
+import dataclasses
 from pathlib import Path
 from typing import Any
 
 from server.launcher import ServerOptions
+
+# The fronts' times ``python -m server start`` sets (flag, ``ServerOptions`` field, help); each front
+# alone takes the same flag without ``front-``.
+FRONT_TIMEOUTS = (
+    ("front-body-timeout-s", "http_front_body_timeout_s", "an HTTP request body must be whole this many "
+     "seconds after it begins (408 after; fault matrix row 6)"),
+    ("front-header-timeout-s", "http_front_header_timeout_s", "HTTP request headers must be whole this "
+     "many seconds after their first byte (408 after; row 13)"),
+    ("front-message-timeout-s", "grpc_front_message_timeout_s", "a gRPC message must be whole this many "
+     "seconds after a unary call starts or a stream's message begins (DEADLINE_EXCEEDED after; rows 71, 75)"),
+    ("front-idle-timeout-s", "grpc_front_idle_timeout_s", "a gRPC connection without calls is closed, and "
+     "a stream that sent no message ended, after this many seconds (row 77)"),
+)  # fmt: skip
 
 
 def add_server_arguments(
@@ -40,3 +54,15 @@ def server_options(args: argparse.Namespace, **more: Any) -> ServerOptions:
         trusted_shared_memory=args.trusted_shared_memory,
         **more,
     )
+
+
+def add_front_timeout_arguments(parser: argparse.ArgumentParser) -> None:
+    """The flags of ``FRONT_TIMEOUTS``, defaulting to ``ServerOptions``'s own."""
+    defaults = {option.name: option.default for option in dataclasses.fields(ServerOptions)}
+    for flag, name, text in FRONT_TIMEOUTS:
+        parser.add_argument(f"--{flag}", type=float, default=defaults[name], help=text)
+
+
+def front_timeouts(args: argparse.Namespace) -> dict[str, float]:
+    """The ``ServerOptions`` fields of the flags ``add_front_timeout_arguments`` added."""
+    return {name: getattr(args, flag.replace("-", "_")) for flag, name, _ in FRONT_TIMEOUTS}

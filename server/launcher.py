@@ -364,14 +364,20 @@ class TritonServer:
         if self.options.http_front and self.http_front not in self.running_fronts:
             self.http_front = self._launch_front(
                 "server.fronts.http_front", self.http_port, self.triton_http_url, *shares,
-                f"--body-timeout-s={self.options.http_front_body_timeout_s}",
-                f"--header-timeout-s={self.options.http_front_header_timeout_s}",
+                *self.http_front_times(),
             )  # fmt: skip
         if self.options.grpc_front and self.grpc_front not in self.running_fronts:
             self.grpc_front = self._launch_front(
                 "server.fronts.grpc_front", self.grpc_port, self.triton_grpc_url, *shares,
                 *self.grpc_front_times(),
             )  # fmt: skip
+
+    def http_front_times(self) -> list[str]:
+        """The HTTP front's flags for its body and header times (fault matrix rows 6, 13)."""
+        return [
+            f"--body-timeout-s={self.options.http_front_body_timeout_s}",
+            f"--header-timeout-s={self.options.http_front_header_timeout_s}",
+        ]
 
     def grpc_front_times(self) -> list[str]:
         """The gRPC front's flags for its message and idle times (fault matrix rows 71, 75, 77)."""

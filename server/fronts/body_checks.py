@@ -86,6 +86,7 @@ class BodyCheckers:
                 f"{self.inline_bytes} bytes each); retry, or send the tensor data as binary (tritonclient's "
                 "binary_data=True: a JSON header and raw bytes), which needs no parsing",
                 Refusal.TOO_MANY,
+                "large bodies beyond those the front reads at once (429, fault matrix row 59)",
             )
         self.taken += 1
 

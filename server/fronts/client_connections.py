@@ -20,6 +20,8 @@ from collections import Counter
 from dataclasses import dataclass
 from typing import cast
 
+from server.fronts.refusal_log import note_refusal
+
 # an HTTP/1.1 client needs at most one connection per request in flight (a gRPC client multiplexes):
 # 512 is 8 times the requests an address may have waiting (64)
 PER_ADDRESS = 512
@@ -90,6 +92,10 @@ class AddressCounts:
         self.count += 1
         return True
 
+    def bound_met(self, address: str) -> str:
+        """Which bound ``take`` refused ``address`` at, in words for the front's log."""
+        return "its address's share" if self.by_address[address] >= self.per_address else "the front's total"
+
     def release(self, address: str) -> None:
         self.count -= 1
         self.by_address[address] -= 1
@@ -109,6 +115,8 @@ class ClientConnections(AddressCounts):
         """Count a new connection from ``address``; or, beyond a share, why it is refused (not counted)."""
         if self.take(address):
             return None
+        bound = self.bound_met(address)
+        note_refusal(f"connections beyond {bound} (503 / RESOURCE_EXHAUSTED, fault matrix row 73)", address)
         if self.by_address[address] >= self.per_address:
             return (
                 f"this client address ({address}) already holds {self.by_address[address]} connections to "

@@ -191,6 +191,7 @@ class RegionTable:
                 f"shared memory region '{name}': this client has {len(own)} regions registered (at most "
                 f"{self.max_per_client}, {self.max_regions} for all clients); unregister some first",
                 Refusal.TOO_MANY,
+                "shared-memory regions beyond its share (429 / RESOURCE_EXHAUSTED)",
             )
         descriptor = open_client_file(self.server, client, name, key, offset, byte_size)
         self._regions.setdefault(uid, {})[name] = Region(name, str(key), offset, byte_size, descriptor)

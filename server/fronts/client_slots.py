@@ -64,6 +64,8 @@ class ClientSlots:
             f"requests waiting on tritonserver, its share ({share} per {who}, {limits.capacity} in all); "
             "send more when those are answered",
             Refusal.TOO_MANY,
+            f"requests beyond its {who}'s share waiting on tritonserver (429 / RESOURCE_EXHAUSTED, fault "
+            "matrix row 38)",
         )
 
     @contextlib.asynccontextmanager
@@ -82,6 +84,7 @@ class ClientSlots:
                 raise RequestRefusedError(
                     f"no slot of the {self.limits.capacity} to tritonserver freed within {wait_s:g} s; retry",
                     Refusal.TOO_MANY,
+                    "no slot to tritonserver freed within the deadline (RESOURCE_EXHAUSTED)",
                 ) from None
             try:
                 yield
@@ -141,6 +144,7 @@ def deadline_refusal(model: str, deadline_s: float) -> RequestRefusedError:
         f"model '{model}' did not answer within its deadline of {deadline_s:g} s; the front stopped "
         "waiting and freed this request's slot",
         Refusal.DEADLINE,
+        "an inference past its model's deadline (504 / DEADLINE_EXCEEDED, fault matrix row 56)",
     )
 
 
@@ -161,6 +165,7 @@ class Deadlines:
                 f"model '{model}' already has {self.overdue[model]} requests past their deadline that "
                 "tritonserver is still running; it takes no more until it answers some (retry later)",
                 Refusal.TOO_MANY,
+                "a model at its bound of overdue requests (429 / RESOURCE_EXHAUSTED, fault matrix row 58)",
             )
         scope = asyncio.timeout(deadline_s)
         try:
@@ -216,6 +221,7 @@ class StreamWaits:
                 f"this stream already has {len(self.waiting)} requests waiting for their answer, its "
                 "share; send more when those are answered",
                 Refusal.TOO_MANY,
+                "stream messages beyond its share waiting for their answer (the stream's error message)",
             )
 
     def add(self, request: service_pb2.ModelInferRequest, deadline_s: float) -> None:

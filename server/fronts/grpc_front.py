@@ -60,6 +60,7 @@ from server.fronts.process import (
     shares_from_args,
 )
 from server.fronts.refusal import Refusal, RequestRefusedError
+from server.fronts.refusal_log import note_refused
 from server.fronts.shm_grpc import GrpcSharedMemory, StreamOutputs
 from server.fronts.signature_cache import ModelSignatures
 
@@ -76,7 +77,9 @@ LOADS = ("RepositoryModelLoad", "RepositoryModelUnload")
 METADATA_BLOCKS = 1024  # encoded metadata blocks kept (clients send the same few)
 
 
-def _refused(refusal: RequestRefusedError) -> GrpcError:
+def _refused(refusal: RequestRefusedError, call: ServerCall) -> GrpcError:
+    """``refusal`` as the call's status, counted in the front's log when a bound of the front made it."""
+    note_refused(refusal, call.peer[0])
     return GrpcError(STATUS[refusal.kind.grpc_code], str(refusal))
 
 
@@ -231,7 +234,7 @@ class GrpcFront:
             if outputs and client is not None:
                 answer = self.shm.to_client(client, outputs, answer)
         except RequestRefusedError as refusal:
-            raise _refused(refusal) from None
+            raise _refused(refusal, call) from None
         except GrpcError as error:
             raise self._upstream_error(error) from None
         call.reply(answer, initial, trailing)
@@ -249,7 +252,7 @@ class GrpcFront:
                     raise self._upstream_error(error) from None
                 await self._relay(call, upstream)
         except RequestRefusedError as refusal:
-            raise _refused(refusal) from None
+            raise _refused(refusal, call) from None
 
     async def _relay(self, call: ServerCall, upstream: UpstreamCall) -> None:
         """Forward a stream: a refused message gets its error, no ``ModelInferRequest`` ends it (row 40)."""
@@ -274,6 +277,7 @@ class GrpcFront:
                     except DecodeError:
                         await answers.put(refusal)
                         return
+                    note_refused(refusal, call.peer[0])  # the stream goes on: the refusal is one message's
                     answer = service_pb2.ModelStreamInferResponse(error_message=str(refusal))
                     answer.infer_response.id = request.id
                     answer.infer_response.model_name = request.model_name
@@ -305,7 +309,7 @@ class GrpcFront:
                 if isinstance(item, GrpcError):
                     raise self._upstream_error(item)
                 if isinstance(item, RequestRefusedError):
-                    raise _refused(item)
+                    raise _refused(item, call)
                 call.send_message(item)
         finally:
             for task in tasks:

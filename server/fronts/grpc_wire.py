@@ -27,6 +27,7 @@ from server.fronts.client_connections import (
     peer_address,
 )
 from server.fronts.client_slots import MESSAGE_TIMEOUT_S
+from server.fronts.refusal_log import note_refusal
 
 log = logging.getLogger(__name__)
 
@@ -299,6 +300,10 @@ class ServerCall:
         incoming.held += held - self.held
         self.held = held
         if held and incoming.held > incoming.limit:
+            note_refusal(
+                "calls beyond the message bytes the front holds (RESOURCE_EXHAUSTED, fault matrix row 71)",
+                self.connection.address,
+            )
             self.abort(
                 RESOURCE_EXHAUSTED,
                 f"the front already holds {incoming.held - held} bytes of its clients' messages still "
@@ -332,13 +337,20 @@ class ServerCall:
         if self.withheld:  # the front holds back the stream's window: the rest cannot come yet
             self._time_message()
             return
+        address = self.connection.address
         if self.streaming and self.task is None:  # its headers alone (row 77)
             idle_s = self.connection.front_limits.idle_s
+            note_refusal(
+                "streams without a message in the idle time (DEADLINE_EXCEEDED, fault matrix row 77)", address
+            )
             self.abort(DEADLINE_EXCEEDED, f"the stream sent no message within {idle_s:g} s of its start")
             return
         limit = self.connection.front_limits.message_s
         late = "a message of this stream" if self.streaming else "the call's message"
         since = " of its first byte" if self.streaming else ""
+        note_refusal(
+            "messages not whole in the message time (DEADLINE_EXCEEDED, fault matrix rows 71, 75)", address
+        )
         # the call ends and its handler with it: a stream's slot and Triton stream are freed
         self.abort(DEADLINE_EXCEEDED, f"{late} was not complete within {limit:g} s{since}")
 
@@ -494,6 +506,9 @@ class FrontConnection(h2c.Endpoint):
 
     def _handshake_expired(self) -> None:
         if not self.handshaken:
+            note_refusal(
+                "connections without an HTTP/2 handshake in time (closed, fault matrix row 41)", self.address
+            )
             log.debug("closing %s: no HTTP/2 handshake within %g s", self.name, self.front_limits.handshake_s)
             self.close(h2c.PROTOCOL_ERROR, "no HTTP/2 handshake in time")
 
@@ -557,6 +572,11 @@ class FrontConnection(h2c.Endpoint):
             self._end_refused(h2c.NO_ERROR)
             return
         if self.stopping or len(self.calls) >= MAX_STREAMS:  # RFC 9113 §5.1.2; fault matrix row 77
+            if not self.stopping:
+                note_refusal(
+                    f"calls beyond its connection's {MAX_STREAMS} open (REFUSED_STREAM, fault matrix row 77)",
+                    self.address,
+                )
             self.reset(stream_id, h2c.REFUSED_STREAM)
             return
         path = next((value for name, value in headers if name == b":path"), b"")
@@ -570,6 +590,11 @@ class FrontConnection(h2c.Endpoint):
             self._refuse(stream_id, end_stream, INVALID_ARGUMENT, fault)
             return
         if self.queued > self.front_limits.max_message_bytes:
+            note_refusal(
+                "calls while its answers wait for its HTTP/2 window (RESOURCE_EXHAUSTED, fault matrix "
+                "row 70)",
+                self.address,
+            )
             self._refuse(
                 stream_id,
                 end_stream,
@@ -578,7 +603,10 @@ class FrontConnection(h2c.Endpoint):
                 "read them (send WINDOW_UPDATE) before starting more calls",
             )
             return
-        if not self.front_limits.streams.take(self.address):  # the front's calls, in all (row 77)
+        streams = self.front_limits.streams
+        if not streams.take(self.address):  # the front's calls, in all (row 77)
+            bound = streams.bound_met(self.address)
+            note_refusal(f"calls open beyond {bound} (REFUSED_STREAM, fault matrix row 77)", self.address)
             self.reset(stream_id, h2c.REFUSED_STREAM)
             return
         call = ServerCall(self, stream_id, method, headers, streaming)

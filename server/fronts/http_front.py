@@ -50,6 +50,7 @@ from server.fronts.process import (
     shares_from_args,
 )
 from server.fronts.refusal import Refusal, RequestRefusedError
+from server.fronts.refusal_log import note_refusal, note_refused
 from server.fronts.request_target import checked_target, forwarded_target
 from server.fronts.shm_http import SYSTEM_SHM, HttpSharedMemory
 from server.fronts.signature_cache import ModelSignatures
@@ -176,6 +177,7 @@ class FrontConnection(RequestHandler):
         self._head_timer = None
         if self.transport is None or self._messages or self._waiter is None:
             return
+        note_refusal("requests whose headers were not whole in time (408, fault matrix row 13)", self.address)
         body = json.dumps({"error": f"request headers not complete within {self.head_timeout_s:g} s"})
         self.transport.write(
             (
@@ -370,10 +372,12 @@ class HttpFront:
                     client = self._client(request)
                     body, outputs = self.shm.to_triton(client, body, headers, model)  # Triton never maps it
         except asyncio.TimeoutError:
+            note_refusal("request bodies not whole in time (408, fault matrix row 6)", request.remote or "")
             response = _error(408, f"request body not complete within {self.limits.body_timeout_s:g} s")
             response.force_close()
             return response
         except RequestRefusedError as refusal:
+            note_refused(refusal, request.remote or "")
             response = _error(refusal.kind.http_status, str(refusal))
             if not body_read:  # the body is still on the connection: close it rather than read it
                 response.force_close()
@@ -390,6 +394,7 @@ class HttpFront:
             if outputs and client is not None:
                 return self.shm.to_client(client, outputs, answer)
         except RequestRefusedError as refusal:
+            note_refused(refusal, request.remote or "")
             return _error(refusal.kind.http_status, str(refusal))
         return answer
 

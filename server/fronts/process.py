@@ -19,6 +19,7 @@ from server.admin import KEY_ENV
 from server.fronts.client_connections import RESERVED_FDS, ConnectionShare, raise_open_file_limit
 from server.fronts.client_regions import MAX_REGIONS, ServerRegions
 from server.fronts.client_slots import DEFAULT_DEADLINE_S, DEFAULT_MAX_OVERDUE, SlotLimits
+from server.fronts.refusal_log import REFUSALS
 from server.proc_stat import running
 from server.shm_private import make_owner_only
 from server.stubs import stub_regions
@@ -151,13 +152,15 @@ def _still_needed(args: argparse.Namespace) -> bool:
 
 
 async def _until_stopped(args: argparse.Namespace) -> None:
-    """Until SIGTERM or nobody needs the server; meanwhile its regions stay owner-only."""
+    """Until SIGTERM or nobody needs the server; meanwhile its regions stay owner-only and the refusals
+    counted since their last log line are written once their window has passed."""
     stop = asyncio.Event()
     asyncio.get_running_loop().add_signal_handler(signal.SIGTERM, stop.set)
     own_regions = ServerRegions(args.shm_prefix)  # this server's prefix alone: no /proc scan a second
     while not stop.is_set() and _still_needed(args):
         make_owner_only(args.shm_prefix)
         own_regions.remember()
+        REFUSALS.flush()
         with contextlib.suppress(asyncio.TimeoutError):
             await asyncio.wait_for(stop.wait(), 1.0)
 
@@ -177,6 +180,7 @@ def run_front(
             await _until_stopped(args)
         finally:
             await stop()
+            REFUSALS.flush(everything=True)  # the refusals counted since their last line
 
     with contextlib.suppress(KeyboardInterrupt):
         asyncio.run(main())

@@ -27,12 +27,14 @@ class Refusal(Enum):
 
 
 class RequestRefusedError(ValueError):
-    """The request is refused before it reaches Triton; the message says what is wrong with it."""
+    """The request is refused before it reaches Triton; the message says what is wrong with it.
+    ``bound``: the front's bound that refused it, for the front's log (``refusal_log``); empty when the
+    request itself is at fault."""
 
-    def __init__(self, message: str, kind: Refusal = Refusal.INVALID) -> None:
+    def __init__(self, message: str, kind: Refusal = Refusal.INVALID, bound: str = "") -> None:
         super().__init__(message)
-        self.kind = kind
+        self.kind, self.bound = kind, bound
 
     def __reduce__(self) -> tuple:
         """Pickled with its kind: the HTTP front checks large JSON bodies in a worker process."""
-        return type(self), (str(self), self.kind)
+        return type(self), (str(self), self.kind, self.bound)

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import re
 import subprocess
 import sys
 import time
@@ -12,9 +13,14 @@ from collections.abc import Iterator, Mapping, Sequence
 from pathlib import Path
 
 from server.admin import KEY_ENV
+from server.fronts.refusal_log import WINDOW_S
 from server.ports import free_port
 
 START_GUARD_S = 60  # how long a front may take to listen before the test fails: a hang guard
+# a line of the front's refusal log (``server.fronts.refusal_log``): address, count, bound
+REFUSAL_LINE = re.compile(
+    r"WARNING server\.fronts\.refusal_log: client (\S+) refused (\d+) times?(?: in \d+ s)?: (.*)"
+)
 
 
 @contextlib.contextmanager
@@ -52,3 +58,16 @@ def own_front(
     finally:
         front.terminate()
         front.wait(timeout=30)
+
+
+def refusals_logged(log_path: Path, address: str, bound: str) -> list[int]:
+    """The counts of the front's refusal lines for ``address`` whose bound begins with ``bound``, in
+    order (the last one written as the front stopped)."""
+    found = (REFUSAL_LINE.search(line) for line in log_path.read_text().splitlines())
+    return [int(m[2]) for m in found if m and m[1] == address and m[3].startswith(bound)]
+
+
+def most_refusal_lines(seconds: float) -> int:
+    """The most lines one bound and address may take in ``seconds`` of a front's life: the first at once,
+    one more per window passed, and the count left as it stops."""
+    return 2 + int(seconds // WINDOW_S)

@@ -3,7 +3,8 @@
 Measured with the fronts as they were: one address held 19,000 idle gRPC connections (each had sent the
 HTTP/2 preface and SETTINGS) or 8,000 kept-alive HTTP ones, the front growing by ~5 KB and one file
 descriptor for each, until its open-file limit (20,000 here) refused every other client's connection.
-Here both fronts run with small shares (4 per address, 6 in all) before a small server of their own.
+Here both fronts run with small shares (4 per address, 6 in all) before a small server of their own,
+and their logs name the addresses they refused and why.
 """
 
 from __future__ import annotations
@@ -17,7 +18,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 from harness import GOOD_MODEL
-from own_front import own_front
+from own_front import own_front, refusals_logged
 from resilience_fixtures import small_server
 from tritonclient.grpc import service_pb2
 
@@ -83,6 +84,13 @@ def _http_answer(port: int, source: str, sock: socket.socket | None = None) -> b
     return answer
 
 
+def _assert_refusals_logged(log_path: Path) -> None:
+    """The front, stopped, logged whom it refused and why: ``HOLDER`` beyond its share (its first line
+    written at once), ``THIRD``, refused once, beyond the total."""
+    assert refusals_logged(log_path, HOLDER, "connections beyond its address's share")[:1] == [1]
+    assert refusals_logged(log_path, THIRD, "connections beyond the front's total") == [1]
+
+
 def _length(answer: bytes) -> int:
     head = answer.split(b"\r\n\r\n", 1)[0].lower()
     for line in head.split(b"\r\n"):
@@ -92,7 +100,8 @@ def _length(answer: bytes) -> int:
 
 
 def test_grpc_front_refuses_connections_beyond_an_address_share(triton: TritonServer, tmp_path: Path):
-    with own_front("server.fronts.grpc_front", triton.grpc_url, tmp_path / "grpc_front.log", SHARES) as port:
+    log_path = tmp_path / "grpc_front.log"
+    with own_front("server.fronts.grpc_front", triton.grpc_url, log_path, SHARES) as port:
         held = [_grpc_held(port, HOLDER) for _ in range(PER_ADDRESS)]
         code, why = _grpc_call(port, HOLDER)
         assert code == "RESOURCE_EXHAUSTED" and _beyond_share(HOLDER) in why, (code, why)
@@ -109,10 +118,12 @@ def test_grpc_front_refuses_connections_beyond_an_address_share(triton: TritonSe
             time.sleep(0.1)
         for sock in held:
             sock.close()
+    _assert_refusals_logged(log_path)
 
 
 def test_http_front_refuses_connections_beyond_an_address_share(triton: TritonServer, tmp_path: Path):
-    with own_front("server.fronts.http_front", triton.http_url, tmp_path / "http_front.log", SHARES) as port:
+    log_path = tmp_path / "http_front.log"
+    with own_front("server.fronts.http_front", triton.http_url, log_path, SHARES) as port:
         held = [_connect(port, HOLDER) for _ in range(PER_ADDRESS)]
         for sock in held:  # kept alive after an answer, as a client's pool keeps them
             assert _http_answer(port, HOLDER, sock).startswith(b"HTTP/1.1 200"), "a held connection"
@@ -134,3 +145,4 @@ def test_http_front_refuses_connections_beyond_an_address_share(triton: TritonSe
             time.sleep(0.1)
         for sock in held:
             sock.close()
+    _assert_refusals_logged(log_path)

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import gzip
 import socket
+import time
 from collections.abc import Callable
 from pathlib import Path
 from urllib.parse import unquote
@@ -26,7 +27,7 @@ import hpack
 import numpy as np
 import pytest
 from harness import GOOD_MODEL
-from own_front import own_front
+from own_front import most_refusal_lines, own_front, refusals_logged
 from tritonclient.grpc import service_pb2
 
 from server import TritonServer
@@ -199,10 +200,12 @@ def test_streams_that_send_headers_alone_are_bounded_and_end(
     streams a connection, and the 8 beyond are reset ``REFUSED_STREAM``; every one it took ends
     ``DEADLINE_EXCEEDED`` naming the idle time, and the connection, then without calls, is closed idle
     (``GOAWAY`` ``NO_ERROR``); another client is answered meanwhile (before: every stream taken and
-    kept, the connection never closed)."""
+    kept, the connection never closed). The front's log names the client address and counts both
+    refusals, a few lines each rather than one a stream."""
     log_path = tmp_path / "grpc_front.log"
     upstream, key = fault_server.triton_grpc_url, fault_server.admin_key
     streams = range(1, 2 * (MAX_STREAMS + 8), 2)
+    started = time.monotonic()
     with (
         own_front("server.fronts.grpc_front", upstream, log_path, ["--idle-timeout-s=2"], key) as port,
         socket.create_connection(("127.0.0.1", port)) as sock,
@@ -219,6 +222,14 @@ def test_streams_that_send_headers_alone_are_bounded_and_end(
         assert {answers.status(stream)[0] for stream in streams[:MAX_STREAMS]} == {b"4"}, answers.trailers
         assert "the stream sent no message within 2 s of its start" in answers.status(1)[1]
         assert answers.goaway[0] == h2c.NO_ERROR, answers.goaway
+    most_lines = most_refusal_lines(time.monotonic() - started)  # the front has stopped: all written
+    for bound, count in [
+        (f"calls beyond its connection's {MAX_STREAMS} open", 8),
+        ("streams without a message", MAX_STREAMS),
+    ]:
+        counts = refusals_logged(log_path, "127.0.0.1", bound)  # the first line at once, then folded
+        assert counts[:1] == [1] and sum(counts) == count, (bound, counts, log_path.read_text()[-2000:])
+        assert len(counts) <= most_lines, counts
 
 
 def _stream_start(stream: int) -> bytes:

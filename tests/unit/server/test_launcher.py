@@ -25,6 +25,8 @@ from exporters.configs.model_config import write_config
 from exporters.configs.models import build_model_config
 from exporters.schema.models import parse_spec
 from server import launcher
+from server.__main__ import command_parser, supervised_options
+from server.cli_options import FRONT_TIMEOUTS
 from server.install import ServerError, assemble_backends, find_install
 from server.launcher import (
     MIB,
@@ -418,3 +420,22 @@ def test_the_grpc_front_is_given_its_message_and_idle_times(tmp_path: Path) -> N
     assert TritonServer(options).grpc_front_times() == ["--message-timeout-s=7.0", "--idle-timeout-s=9.0"]
     default = TritonServer(ServerOptions(repository=tmp_path, grpc_front=True, workdir=tmp_path / "d"))
     assert default.grpc_front_times() == ["--message-timeout-s=30.0", "--idle-timeout-s=300.0"]
+
+
+def test_start_gives_the_fronts_the_times_its_flags_set(tmp_path: Path) -> None:
+    """``python -m server start --front-…-timeout-s`` reaches ``ServerOptions`` in the ``supervise``
+    process (which gets ``start``'s own flags) and each front's command line; without them, the
+    defaults of ``ServerOptions``."""
+    start = ["start", "--front-body-timeout-s=3", "--front-header-timeout-s=4"]
+    start += ["--front-message-timeout-s=5", "--front-idle-timeout-s=6"]
+    given = supervised_options(command_parser().parse_args(["supervise", *start[1:]]))
+    assert (given.http_front_body_timeout_s, given.http_front_header_timeout_s) == (3.0, 4.0)
+    assert (given.grpc_front_message_timeout_s, given.grpc_front_idle_timeout_s) == (5.0, 6.0)
+    server = TritonServer(replace(given, workdir=tmp_path / "w", log_path=tmp_path / "server.log"))
+    assert server.http_front_times() == ["--body-timeout-s=3.0", "--header-timeout-s=4.0"]
+    assert server.grpc_front_times() == ["--message-timeout-s=5.0", "--idle-timeout-s=6.0"]
+
+    default = supervised_options(command_parser().parse_args(["supervise"]))
+    fields = [name for _, name, _ in FRONT_TIMEOUTS]
+    defaults = ServerOptions(repository=tmp_path)
+    assert [getattr(default, name) for name in fields] == [getattr(defaults, name) for name in fields]

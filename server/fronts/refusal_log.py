@@ -1,0 +1,94 @@
+"""The fronts' refusals by policy in their log: an operator whose clients get ``REFUSED_STREAM``,
+``RESOURCE_EXHAUSTED``, 429, 503 or a timeout can see that the front did it, to which client address,
+for which bound and how often (docs/SERVING.md, "Refusals in the front's log").
+
+One WARNING line per (bound, client address) at most every ``WINDOW_S``, counting the refusals since
+that pair's last line: a flood of refusals writes a few lines, never one per request. A request refused
+for its own fault (400 / ``INVALID_ARGUMENT``) is not logged here: its client gets a clear error.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from server.fronts.refusal import RequestRefusedError
+
+log = logging.getLogger(__name__)
+WINDOW_S = 10.0
+# (bound, address) pairs kept between lines; beyond, new addresses are counted together under
+# ``OTHER_ADDRESSES``, so many addresses refused at once cost neither memory nor lines without bound
+MAX_PAIRS = 1024
+OTHER_ADDRESSES = "(other addresses)"
+
+
+@dataclass
+class _Pair:
+    last_line: float  # when this pair's last line was written
+    unlogged: int = 0  # refusals since
+
+
+class RefusalLog:
+    """``note(bound, address)`` at each refusal; ``flush()`` now and then writes what waits."""
+
+    def __init__(
+        self,
+        logger: logging.Logger = log,
+        window_s: float = WINDOW_S,
+        clock: Callable[[], float] = time.monotonic,
+        max_pairs: int = MAX_PAIRS,
+    ) -> None:
+        self.log, self.window_s, self.clock, self.max_pairs = logger, window_s, clock, max_pairs
+        self.pairs: dict[tuple[str, str], _Pair] = {}
+
+    def note(self, bound: str, address: str) -> None:
+        """One refusal of ``address`` by ``bound``: a line now if the pair had none within the window."""
+        now = self.clock()
+        key = (bound, address)
+        if key not in self.pairs and len(self.pairs) >= self.max_pairs:
+            key = (bound, OTHER_ADDRESSES)
+        pair = self.pairs.get(key)
+        if pair is None:
+            self.pairs[key] = _Pair(now)
+            self._line(key, 1, None)
+            return
+        pair.unlogged += 1
+        if now - pair.last_line >= self.window_s:
+            self._write(key, pair, now)
+
+    def flush(self, everything: bool = False) -> None:
+        """Write the refusals counted since a line whose window has passed (``everything``: all of them,
+        as the front stops); forget pairs with nothing to write once their window has passed."""
+        now = self.clock()
+        for key, pair in list(self.pairs.items()):
+            due = everything or now - pair.last_line >= self.window_s
+            if pair.unlogged and due:
+                self._write(key, pair, now)
+            elif due:
+                del self.pairs[key]
+
+    def _write(self, key: tuple[str, str], pair: _Pair, now: float) -> None:
+        self._line(key, pair.unlogged, now - pair.last_line)
+        pair.last_line, pair.unlogged = now, 0
+
+    def _line(self, key: tuple[str, str], count: int, seconds: float | None) -> None:
+        bound, address = key
+        times = "1 time" if count == 1 else f"{count} times"
+        since = "" if seconds is None else f" in {seconds:.0f} s"
+        self.log.warning("client %s refused %s%s: %s", address, times, since, bound)
+
+
+REFUSALS = RefusalLog()  # the front process's own
+
+
+def note_refusal(bound: str, address: str) -> None:
+    """Count a refusal by one of the front's bounds in its log."""
+    REFUSALS.note(bound, address)
+
+
+def note_refused(refusal: RequestRefusedError, address: str) -> None:
+    """Count ``refusal`` in the log when one of the front's bounds made it (it names its ``bound``)."""
+    if refusal.bound:
+        REFUSALS.note(refusal.bound, address)
