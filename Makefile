@@ -41,6 +41,7 @@ help: ## list the targets and the variables they take
 	@echo "  ALLOW_PARTIAL=1  make serve keeps serving when some models fail to load (default: exit 1)"
 	@echo "  TRUSTED_SHM=1  make serve lets tritonserver map clients' shared memory (trusted clients only:"
 	@echo "                 docs/SERVING.md, Shared memory); default: the fronts copy it"
+	@echo "  SERVE_ARGS=    further options of python -m server start: the fronts' shares and times (--help lists them)"
 	@echo "  TOPOLOGY= ACCURACY=  make plan: a recorded GPU topology (e.g. dgx1-v100), the accuracy limit"
 	@echo "  COMPUTE_PROFILE=     make plan: a GPU's recorded compute (the GPU check's figures JSON)"
 	@echo "  SOAK_S=$(SOAK_S) INVARIANT_S=  make soak: seconds of faults; seconds of the invariant fuzz before them"
@@ -79,7 +80,7 @@ repo: setup ## export the models of $(SPEC) into $(REPO) (ONNX + config.pbtxt, c
 serve: repo ## start tritonserver on $(REPO) in the background, supervised: restarted if it dies (127.0.0.1, HTTP_PORT/GRPC_PORT/METRICS_PORT)
 	$(BIN)/python -m server start --repository $(REPO) --spec $(SPEC) --http-port $(HTTP_PORT) \
 		--grpc-port $(GRPC_PORT) --metrics-port $(METRICS_PORT) $(if $(ALLOW_PARTIAL),--allow-partial) \
-		$(if $(TRUSTED_SHM),--trusted-shared-memory)
+		$(if $(TRUSTED_SHM),--trusted-shared-memory) $(SERVE_ARGS)
 
 stop: ## stop the server started by `make serve`
 	@if [ -x $(BIN)/python ]; then $(BIN)/python -m server stop; else echo "nothing to stop"; fi

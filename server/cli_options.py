@@ -8,6 +8,7 @@ import dataclasses
 from pathlib import Path
 from typing import Any
 
+from server.fronts.process import positive
 from server.launcher import ServerOptions
 
 # The fronts' times ``python -m server start`` sets (flag, ``ServerOptions`` field, help); each front
@@ -60,7 +61,7 @@ def add_front_timeout_arguments(parser: argparse.ArgumentParser) -> None:
     """The flags of ``FRONT_TIMEOUTS``, defaulting to ``ServerOptions``'s own."""
     defaults = {option.name: option.default for option in dataclasses.fields(ServerOptions)}
     for flag, name, text in FRONT_TIMEOUTS:
-        parser.add_argument(f"--{flag}", type=float, default=defaults[name], help=text)
+        parser.add_argument(f"--{flag}", type=positive(float), default=defaults[name], help=text)
 
 
 def front_timeouts(args: argparse.Namespace) -> dict[str, float]:

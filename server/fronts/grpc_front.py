@@ -55,6 +55,7 @@ from server.fronts.process import (
     add_share_arguments,
     admin_key,
     front_parser,
+    positive,
     run_front,
     server_regions,
     shares_from_args,
@@ -348,17 +349,17 @@ def main(argv: list[str] | None = None) -> None:
     parser = front_parser(
         "python -m server.fronts.grpc_front", __doc__, "host:port of tritonserver's gRPC endpoint"
     )
-    parser.add_argument("--max-message-mib", type=int, default=MAX_REQUEST_BYTES // MIB)
+    parser.add_argument("--max-message-mib", type=positive(int), default=MAX_REQUEST_BYTES // MIB)
     parser.add_argument(
         "--message-timeout-s",
-        type=float,
+        type=positive(float),
         default=MESSAGE_TIMEOUT_S,
         help="a message must be whole this many seconds after a unary call starts or a stream's message "
         "begins (DEADLINE_EXCEEDED after)",
     )
     parser.add_argument(
         "--idle-timeout-s",
-        type=float,
+        type=positive(float),
         default=IDLE_TIMEOUT_S,
         help="a connection without calls is closed, and a stream that sent no message ended, after this "
         "many seconds",

@@ -45,6 +45,7 @@ from server.fronts.process import (
     add_share_arguments,
     admin_key,
     front_parser,
+    positive,
     run_front,
     server_regions,
     shares_from_args,
@@ -475,9 +476,9 @@ def main(argv: list[str] | None = None) -> None:
     parser = front_parser(
         "python -m server.fronts.http_front", __doc__, "host:port of tritonserver's HTTP endpoint"
     )
-    parser.add_argument("--max-body-mib", type=int, default=FrontLimits.max_body_bytes // MIB)
-    parser.add_argument("--body-timeout-s", type=float, default=FrontLimits.body_timeout_s)
-    parser.add_argument("--header-timeout-s", type=float, default=FrontLimits.header_timeout_s)
+    parser.add_argument("--max-body-mib", type=positive(int), default=FrontLimits.max_body_bytes // MIB)
+    parser.add_argument("--body-timeout-s", type=positive(float), default=FrontLimits.body_timeout_s)
+    parser.add_argument("--header-timeout-s", type=positive(float), default=FrontLimits.header_timeout_s)
     parser.add_argument(
         "--body-workers",
         type=int,
@@ -486,7 +487,7 @@ def main(argv: list[str] | None = None) -> None:
     )
     parser.add_argument(
         "--max-large-bodies",
-        type=int,
+        type=positive(int),
         default=FrontLimits.max_large_bodies,
         help="large bodies read or checked at once (429 beyond: send binary tensor data)",
     )

@@ -14,6 +14,7 @@ import signal
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 from server.admin import KEY_ENV
 from server.fronts.client_connections import RESERVED_FDS, ConnectionShare, raise_open_file_limit
@@ -28,6 +29,20 @@ MIB = 1 << 20
 # The fronts' own bound on any body or message, and on what one request may copy in from shared memory
 # (a batch-32 image request as JSON is about 8 MB); an inference is bounded by its model's config too.
 MAX_REQUEST_BYTES = 64 * MIB
+
+
+def positive(kind: Callable[[str], Any]) -> Callable[[str], Any]:
+    """An argparse type for a time, size or count the fronts need above 0: at 0 a front would end or
+    refuse every call, which no operator asks for on purpose."""
+
+    def parse(text: str) -> Any:
+        value = kind(text)
+        if not value > 0:
+            raise argparse.ArgumentTypeError(f"{text!r} is not above 0")
+        return value
+
+    parse.__name__ = kind.__name__  # argparse names the type when ``kind`` itself refuses the text
+    return parse
 
 
 def front_parser(prog: str, description: str | None, upstream_help: str) -> argparse.ArgumentParser:
@@ -48,18 +63,18 @@ def front_parser(prog: str, description: str | None, upstream_help: str) -> argp
 
 # The flags of ``FrontShares`` (name, type, help), in the order of ``FrontShares.values()``.
 SHARE_FLAGS = (
-    ("deadline-s", float, "an inference is answered within this many seconds "
+    ("deadline-s", positive(float), "an inference is answered within this many seconds "
      "(504 / DEADLINE_EXCEEDED after), unless its model's config sets request_deadline_s"),
     ("max-overdue", int, "requests past their deadline tritonserver may still "
      "run per model (429 / RESOURCE_EXHAUSTED beyond)"),
-    ("upstream-slots", int, "requests a front forwards at once, all clients together"),
-    ("max-client-requests", int, "requests one client address may have waiting "
+    ("upstream-slots", positive(int), "requests a front forwards at once, all clients together"),
+    ("max-client-requests", positive(int), "requests one client address may have waiting "
      "(429 / RESOURCE_EXHAUSTED beyond)"),
-    ("max-connection-requests", int, "requests one client connection may "
+    ("max-connection-requests", positive(int), "requests one client connection may "
      "have waiting (429 / RESOURCE_EXHAUSTED beyond)"),
-    ("max-client-connections", int, "connections one client address may hold "
+    ("max-client-connections", positive(int), "connections one client address may hold "
      "open (503 / GOAWAY as it connects beyond)"),
-    ("max-connections", int, "connections all clients together may hold open (fewer "
+    ("max-connections", positive(int), "connections all clients together may hold open (fewer "
      "where the open-file limit would not hold them)"),
 )  # fmt: skip
 

@@ -439,3 +439,22 @@ def test_start_gives_the_fronts_the_times_its_flags_set(tmp_path: Path) -> None:
     fields = [name for _, name, _ in FRONT_TIMEOUTS]
     defaults = ServerOptions(repository=tmp_path)
     assert [getattr(default, name) for name in fields] == [getattr(defaults, name) for name in fields]
+
+
+@pytest.mark.parametrize(
+    "flag",
+    [
+        "--front-idle-timeout-s=0",
+        "--front-message-timeout-s=-1",
+        "--front-deadline-s=0",
+        "--front-upstream-slots=0",
+    ],
+)
+def test_start_refuses_a_front_time_or_share_of_zero(flag: str, capsys: pytest.CaptureFixture) -> None:
+    """A front time or share of 0 would end or refuse every call: ``start`` names the flag and exits 2
+    before anything starts, rather than a server that answers nobody."""
+    with pytest.raises(SystemExit) as exited:
+        command_parser().parse_args(["start", flag])
+    assert exited.value.code == 2
+    name, value = flag.split("=")
+    assert f"argument {name}: '{value}' is not above 0" in capsys.readouterr().err
