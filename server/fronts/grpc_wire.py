@@ -1,6 +1,6 @@
 """gRPC over the front's own HTTP/2 (``h2c``): messages, ``grpc-timeout``, ``grpc-status``, and the calls
 of a client's connection (``FrontConnection``, ``ServerCall``), with what the front holds for
-clients bounded (fault matrix rows 20, 41, 69–71, 75 and 77).
+clients bounded (fault matrix rows 20, 41, 69–71, 75, 77 and 78).
 """
 
 from __future__ import annotations
