@@ -42,6 +42,7 @@ from server.fronts.grpc_wire import (
     ConnectionLimits,
     FrontConnection,
     GrpcError,
+    Headers,
     IncomingBytes,
     ServerCall,
     open_streams,
@@ -200,6 +201,15 @@ class GrpcFront:
         remaining = call.time_remaining()
         return OVERDUE_TIMEOUT_S if remaining is None else min(remaining, OVERDUE_TIMEOUT_S)
 
+    def _forward(
+        self, call: ServerCall, path: bytes, timeout_s: float, raw: bytes
+    ) -> Awaitable[tuple[bytes, Headers, Headers]]:
+        """Hand a unary call to Triton, which runs it whatever the client does after: from now on a reset
+        leaves the call's handler to wait for Triton's answer, holding its slot and its stream's place
+        (fault matrix row 78)."""
+        call.forwarded = True
+        return self.triton.unary(path, self._metadata(call), timeout_s, raw)
+
     async def _unary(self, call: ServerCall) -> None:
         name, raw = call.method, call.message()
         client, outputs, request = None, {}, None
@@ -215,11 +225,7 @@ class GrpcFront:
                 rewritten, outputs = self.shm.to_triton(client, request, model)  # Triton never maps it
                 raw = rewritten or raw
             exchange = functools.partial(
-                self.triton.unary,
-                (PREFIX + name).encode(),
-                self._metadata(call),
-                self._upstream_timeout(call),
-                raw,
+                self._forward, call, (PREFIX + name).encode(), self._upstream_timeout(call), raw
             )
             if model is None:
                 answer, initial, trailing = await exchange()
@@ -251,6 +257,7 @@ class GrpcFront:
                     )
                 except GrpcError as error:
                     raise self._upstream_error(error) from None
+                call.forwarded = True  # a reset ends what it sends, not what Triton runs (row 78)
                 await self._relay(call, upstream)
         except RequestRefusedError as refusal:
             raise _refused(refusal, call) from None

@@ -1,6 +1,6 @@
 """gRPC over the front's own HTTP/2 (``h2c``): messages, ``grpc-timeout``, ``grpc-status``, and the calls
 of a client's connection (``FrontConnection``, ``ServerCall``), with what the front holds for
-clients bounded (fault matrix rows 20, 41, 69–71, 75 and 77).
+clients bounded (fault matrix rows 20, 41, 69–71, 75, 77 and 78).
 """
 
 from __future__ import annotations
@@ -217,6 +217,9 @@ class ServerCall:
         self.ended = False  # the client sent all it will
         self.waiter: asyncio.Future | None = None
         self.task: asyncio.Task | None = None
+        # the handler handed the call to Triton, which runs it whatever the client does after: a reset
+        # no longer cancels the handler, which waits for Triton's answer (fault matrix row 78)
+        self.forwarded = False
         self.headers_sent = False
         self.done = False
         self.held = 0  # bytes of this call's messages counted in the front's ``IncomingBytes``
@@ -404,27 +407,36 @@ class ServerCall:
             self.task.cancel()
 
     def on_reset(self, code: int = h2c.CANCEL) -> None:
-        """The client reset the call (``code``) or went away."""
+        """The client reset the call (``code``) or went away. Its handler is cancelled, unless it already
+        forwarded the call (Triton runs it anyway: the handler waits for its answer). Either way the call
+        keeps its place among the streams counted (row 77) until its handler has ended (fault matrix row
+        78): a client that resets each call it sends never has one open, while the work of its calls goes
+        on."""
         self.done = True
-        if self.task is not None:
+        if self.task is None or self.task.done():
+            self.connection.call_ended(self)
+            return
+        self.release()  # what it sent and the handler has not taken is dropped
+        if not self.forwarded:
             self.task.cancel()
-        self.connection.call_ended(self)
+            return
+        self.ended = True  # a stream's handler forwards nothing more and waits for Triton's last answer
+        if self.waiter is not None and not self.waiter.done():
+            self.waiter.set_result(None)
 
     def _served(self, task: asyncio.Task) -> None:
         if task.cancelled():
             if not self.done:
                 self.connection.reset(self.stream_id, h2c.CANCEL)
                 self.done = True
-                self.connection.call_ended(self)
-            return
-        error = task.exception()
-        if isinstance(error, GrpcError):
+        elif isinstance(error := task.exception(), GrpcError):
             self.finish(error.code, error.details, error.trailing)
         elif error is not None:
             log.error("the gRPC front failed on a %s call", self.method, exc_info=error)
             self.finish(INTERNAL, f"the front failed: {error!r}")
         else:
             self.finish(OK)
+        self.connection.call_ended(self)  # a call reset meanwhile leaves its place only now (row 78)
 
 
 class IncomingBytes:
@@ -553,7 +565,7 @@ class FrontConnection(h2c.Endpoint):
 
     def on_headers(self, stream_id: int, headers: Headers, end_stream: bool) -> None:
         call = self.calls.get(stream_id)
-        if call is not None:  # trailers from the client: its side ends
+        if call is not None and not call.done:  # trailers from the client: its side ends
             call.on_data(b"", True)
             return
         if not self.handshaken or stream_id % 2 == 0:

@@ -6,9 +6,10 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import numpy as np
 from google.protobuf import text_format
 from python_models import STUB_PATH
-from tritonclient.grpc import model_config_pb2
+from tritonclient.grpc import model_config_pb2, service_pb2
 
 SLOW = "slow"
 DEADLINE_S = 3.0  # the model's request_deadline_s: the fronts answer 504 after this long
@@ -34,10 +35,13 @@ class TritonPythonModel:
 )
 
 
-def write_slow_model(repository: Path, deadline_s: float = DEADLINE_S, instances: int = 1) -> None:
+def write_slow_model(
+    repository: Path, deadline_s: float = DEADLINE_S, instances: int = 1, max_batch: int = MAX_BATCH
+) -> None:
     """``slow``: ``seconds`` FP32 [batch, 1] in, the same out, after sleeping that long; dynamic batching
-    gathers the requests that wait, so one sleep answers a batch of them."""
-    config = model_config_pb2.ModelConfig(name=SLOW, backend="python", max_batch_size=MAX_BATCH)
+    gathers up to ``max_batch`` of the requests that wait, so one sleep answers a batch of them (with 1,
+    every request but the one running waits in Triton's queue, where its metrics count it)."""
+    config = model_config_pb2.ModelConfig(name=SLOW, backend="python", max_batch_size=max_batch)
     config.input.add(name="seconds", data_type=model_config_pb2.TYPE_FP32, dims=[1])
     config.output.add(name="slept", data_type=model_config_pb2.TYPE_FP32, dims=[1])
     config.instance_group.add(kind=model_config_pb2.ModelInstanceGroup.KIND_CPU, count=instances)
@@ -46,3 +50,11 @@ def write_slow_model(repository: Path, deadline_s: float = DEADLINE_S, instances
     (repository / SLOW / "1").mkdir(parents=True)
     (repository / SLOW / "config.pbtxt").write_text(text_format.MessageToString(config))
     (repository / SLOW / "1" / "model.py").write_text(MODEL_PY)
+
+
+def slow_request(seconds: float) -> bytes:
+    """A serialized ``ModelInferRequest`` asking ``slow`` for ``seconds``."""
+    request = service_pb2.ModelInferRequest(model_name=SLOW)
+    request.inputs.add(name="seconds", datatype="FP32", shape=[1, 1])
+    request.raw_input_contents.append(np.float32([[seconds]]).tobytes())
+    return request.SerializeToString()

@@ -1,5 +1,5 @@
-"""Fault matrix rows 69–71, 75 and 77: gRPC calls whose wire form is wrong, and clients that hold the
-front's memory.
+"""Fault matrix rows 69–71, 75, 77 and 78: gRPC calls whose wire form is wrong, and clients that hold the
+front's memory or, resetting their calls, Triton's work.
 
 Measured with the gRPC front as it was: metadata outside gRPC's grammar reached Triton, which reset the
 call (``INTERNAL``); metadata between Triton's 8 KiB soft and 16 KiB hard limit was run or refused at
@@ -10,8 +10,9 @@ unary calls whose message never finished were never answered and held what they 
 stream held its slot, its Triton stream and what it had sent (four of 60 MiB: 240 MiB, every other
 client's message above 16 MiB refused meanwhile) until the client's own deadline, or for 600 s without
 one. One connection could open any number of streams that sent their headers alone (10,000 of them: the
-front 27 MiB larger), and such a stream kept its connection open for good. grpcio sends none of these,
-so they are written frame by frame.
+front 27 MiB larger), and such a stream kept its connection open for good. A client that reset each call
+once the front had read it never had a call open, so no bound applied, while Triton had the calls: of
+5,000, 1,680 reached a model. grpcio sends none of these, so they are written frame by frame.
 """
 
 from __future__ import annotations
@@ -19,8 +20,9 @@ from __future__ import annotations
 import gzip
 import socket
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
+from typing import Any
 from urllib.parse import unquote
 
 import hpack
@@ -28,20 +30,25 @@ import numpy as np
 import pytest
 from harness import GOOD_MODEL
 from own_front import most_refusal_lines, own_front, refusals_logged
+from pending_watch import PendingWatch
+from resilience_fixtures import build_small_repository
+from slow_model import SLOW, slow_request, write_slow_model
 from tritonclient.grpc import service_pb2
 
-from server import TritonServer
+from server import ServerOptions, TritonServer
 from server.fronts import h2c
-from server.fronts.client_slots import MESSAGE_TIMEOUT_S
+from server.fronts.client_slots import MESSAGE_TIMEOUT_S, SlotLimits
 from server.fronts.grpc_wire import MAX_STREAMS
 from soak.invariant_fuzz import rss_mib
-from soak.raw_grpc import call_headers, exchange, message
+from soak.raw_grpc import GrpcReply, call_headers, exchange, message
 
 pytestmark = pytest.mark.integration
 INFER = "/inference.GRPCInferenceService/ModelInfer"
 STREAM = "/inference.GRPCInferenceService/ModelStreamInfer"
 HANG_GUARD_S = 120.0  # how long an answer may take before it counts as never: not a latency bound
 MIB = 1 << 20
+SLOW_ASKS_S = 60.0  # what a reset call asks of ``slow`` (its most): it waits in Triton for the whole test
+RESET_CALLS, RESET_BATCH = 1000, 50
 
 
 def _address(server: TritonServer) -> tuple[str, int]:
@@ -232,6 +239,83 @@ def test_streams_that_send_headers_alone_are_bounded_and_end(
         assert len(counts) <= most_lines, counts
 
 
+@pytest.fixture(scope="module")
+def slow_server(
+    spec_data: dict[str, Any], tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[TritonServer]:
+    """A server of its own with ``trivial`` and ``slow`` (``tests/faults/slow_model.py``), whose one
+    instance takes as long as a request asks: what the front lets reach it waits in its queue, where
+    Triton counts it."""
+    repository = build_small_repository(
+        spec_data, tmp_path_factory.mktemp("rapid_reset_repository"), pipeline=False
+    )
+    write_slow_model(repository, deadline_s=2 * SLOW_ASKS_S, max_batch=1)
+    options = ServerOptions(
+        repository=repository,
+        grpc_front=True,
+        self_heal=False,  # a stub asleep for a minute is what this model does, not a stuck one to heal
+        startup_timeout_s=240,
+        stop_timeout_s=5,  # Triton still runs what the front forwarded: do not wait for it
+        exit_timeout_s=3,
+        workdir=tmp_path_factory.mktemp("rapid_reset_workdir"),
+    )
+    with TritonServer(options) as running:
+        assert running.failed_models == {}, running.describe_failures()
+        yield running
+
+
+def _answered_right(reply: GrpcReply) -> bool:
+    """A ``trivial`` call of ones answered OK with twos."""
+    if (reply.failure, reply.code) != ("", "OK"):
+        return False
+    answer = service_pb2.ModelInferResponse.FromString(reply.payload[5:])
+    return np.array_equal(np.frombuffer(answer.raw_output_contents[0], np.float32), np.full(16, 2.0))
+
+
+def test_calls_reset_once_sent_leave_triton_no_more_than_the_clients_share(slow_server: TritonServer) -> None:
+    """Row 78 (HTTP/2 "rapid reset"): one connection sends 1,000 whole ``ModelInfer`` calls to ``slow``
+    asking a minute each, 50 at a time, and resets each batch (``RST_STREAM`` ``CANCEL``) as soon as a
+    PING sent after it is acknowledged: the front has read them, so their handlers have begun. Triton
+    never has more of them waiting than the connection's share of slots (32): a forwarded call keeps its
+    slot and its stream's place until Triton answers it, whatever the client does, and the calls beyond
+    the share are refused. Another client's calls are answered, right, throughout (before: each reset
+    freed the call's place and slot at once, and Triton had hundreds of them waiting)."""
+    share = SlotLimits().per_connection
+    address = _address(slow_server)
+    warm = exchange(address, call_headers(INFER, [], 30.0), message(slow_request(0.0)), HANG_GUARD_S)
+    assert (warm.failure, warm.code) == ("", "OK"), warm  # the front has the model's config
+    block, body = call_headers(INFER, [], HANG_GUARD_S), message(slow_request(SLOW_ASKS_S))
+    others = []
+    with (
+        socket.create_connection(address) as sock,
+        PendingWatch(slow_server.metrics_url, SLOW) as pending,
+    ):
+        sock.sendall(h2c.PREFACE + h2c.settings_frame({}))
+        answers = _Answers(sock)
+        for first in range(1, 2 * RESET_CALLS, 2 * RESET_BATCH):
+            batch = range(first, first + 2 * RESET_BATCH, 2)
+            calls = [
+                h2c.frame(h2c.HEADERS, h2c.END_HEADERS, s, block)
+                + h2c.frame(h2c.DATA, h2c.END_STREAM, s, body)
+                for s in batch
+            ]
+            sock.sendall(b"".join(calls) + h2c.frame(h2c.PING, 0, 0, first.to_bytes(8, "big")))
+            answers.until(lambda first=first: first in answers.pings)
+            sock.sendall(
+                b"".join(h2c.frame(h2c.RST_STREAM, 0, s, h2c.CANCEL.to_bytes(4, "big")) for s in batch)
+            )
+            if first % (10 * RESET_BATCH) == 1:
+                other = exchange(address, call_headers(INFER, [], 30.0), message(_trivial()), HANG_GUARD_S)
+                others.append("right" if _answered_right(other) else other)
+        pending.read_again()
+        assert answers.goaway is None, answers.goaway
+    assert others and others == ["right"] * len(others), others
+    assert pending.reads > 0, "Triton's metrics never answered during the resets"
+    assert pending.most > 0, "no reset call reached Triton: the loop tested nothing"
+    # ``slow`` runs one request at a time (``max_batch=1``): Triton holds the one running and those waiting
+    assert pending.most + 1 <= share, f"Triton had {pending.most:g} reset calls waiting besides one running"
+
+
 def _stream_start(stream: int) -> bytes:
     return h2c.frame(h2c.HEADERS, h2c.END_HEADERS, stream, call_headers(STREAM, [], HANG_GUARD_S))
 
@@ -246,6 +330,7 @@ class _Answers:
         self.resets: dict[int, int] = {}  # stream: RST_STREAM's code
         self.settings: dict[int, int] = {}
         self.goaway: tuple[int, bytes] | None = None  # its code and debug data
+        self.pings: set[int] = set()  # the payloads of the PINGs the front acknowledged
 
     def status(self, stream: int) -> tuple[bytes, str]:
         fields = self.trailers[stream]
@@ -278,6 +363,8 @@ class _Answers:
                     self.resets[stream] = int.from_bytes(payload, "big")
                 elif kind == h2c.GOAWAY:
                     self.goaway = (int.from_bytes(payload[4:8], "big"), payload[8:])
+                elif kind == h2c.PING and flags & h2c.ACK:
+                    self.pings.add(int.from_bytes(payload, "big"))
                 elif kind == h2c.SETTINGS and not flags & h2c.ACK:
                     self.settings.update(
                         (

@@ -25,23 +25,20 @@ import asyncio
 import json
 import subprocess
 import sys
-import threading
 import time
-import urllib.error
-import urllib.request
 from collections import Counter
 from pathlib import Path
 
 import grpc
 import numpy as np
 import pytest
+from pending_watch import PendingWatch
 from resilience_fixtures import tree_environment
 from slow_model import SLOW, write_slow_model
 from tritonclient.grpc import service_pb2, service_pb2_grpc
 
 from server.fronts.client_slots import DEFAULT_MAX_OVERDUE, SlotLimits
 from server.proc_stat import running
-from server.watchdog import model_progress
 from tests.faults.harness import start_arguments
 
 pytestmark = pytest.mark.integration
@@ -56,7 +53,6 @@ ENCODER = "text_embedding_encoder"
 PER_ADDRESS = SlotLimits().per_address  # the channel may open more than one connection
 # the most requests of one client the front lets Triton hold for a model: in slots, and overdue
 IN_TRITON_BOUND = PER_ADDRESS + DEFAULT_MAX_OVERDUE
-READ_EVERY_S = 0.05
 
 
 @pytest.fixture(scope="module")
@@ -142,34 +138,6 @@ async def _round(url: str) -> tuple[Counter, Counter]:
     return Counter(answers[:CALLS]), Counter(answers[CALLS:])
 
 
-class PendingWatch:
-    """Reads Triton's metrics every ``READ_EVERY_S`` in a thread while a round runs: the most ``slow``
-    requests Triton had waiting, and how many reads answered (so an empty watch is not a pass)."""
-
-    def __init__(self, metrics_url: str) -> None:
-        self.metrics_url, self.most, self.reads = metrics_url, 0.0, 0
-        self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._watch, daemon=True)
-
-    def __enter__(self) -> PendingWatch:
-        self._thread.start()
-        return self
-
-    def __exit__(self, *_: object) -> None:
-        self._stop.set()
-        self._thread.join()
-
-    def _watch(self) -> None:
-        while not self._stop.wait(READ_EVERY_S):
-            try:
-                with urllib.request.urlopen(self.metrics_url, timeout=5) as answer:
-                    progress = model_progress(answer.read().decode(errors="replace"))
-            except (urllib.error.URLError, OSError):
-                continue
-            self.reads += 1
-            self.most = max(self.most, progress.get(SLOW, (0.0, 0.0))[0])
-
-
 def _rss(pid: int) -> int:
     status = Path(f"/proc/{pid}/status").read_text()
     return int(next(line.split()[1] for line in status.splitlines() if line.startswith("VmRSS"))) << 10
@@ -184,7 +152,7 @@ def test_thousands_of_slow_calls_are_bounded_and_the_server_drains(checkout: Pat
         memory = []
         asyncio.run(_learn_configs(state["grpc"]))
         for _ in range(ROUNDS):
-            with PendingWatch(state["metrics"]) as pending:
+            with PendingWatch(state["metrics"], SLOW) as pending:
                 zeros, slow = asyncio.run(_round(state["grpc"]))
             assert zeros == {"refused": CALLS}, zeros
             assert set(slow) <= {"over its share", "late", "overdue"}, slow  # none unanswered, none in time

@@ -558,3 +558,74 @@ def test_streams_are_bounded_per_client_address_and_in_all_over_connections() ->
         assert await open_streams("b", 7) == {}
 
     asyncio.run(run())
+
+
+def test_a_reset_call_keeps_its_place_until_its_handler_ends() -> None:
+    """Fault matrix row 78: a call the client resets (``RST_STREAM``) counts against its connection's and
+    its address's streams until its handler has ended: a handler the reset cancelled that is still
+    ending, and one that had forwarded the call, which the reset does not cancel (Triton runs it
+    anyway): a unary call's waits for Triton's answer, a stream's forwards nothing more and waits for
+    Triton's last answer. Nothing is sent to the client after its reset (before: the place was free at
+    the reset, so a client that reset each call after sending it never had one open, whatever work its
+    calls left)."""
+
+    async def run() -> None:
+        answered, ending = asyncio.Event(), asyncio.Event()  # Triton's answer; a cancelled handler's end
+        cancelled: list[int] = []
+        received: list[bytes | None] = []
+
+        async def serve(call: ServerCall) -> None:
+            if call.stream_id == 1:  # a unary call forwarded: its handler waits for Triton's answer
+                call.forwarded = True
+                await answered.wait()
+                call.reply(b"answer")
+            elif call.stream_id == 3:  # not forwarded: cancelled by the reset, and ending meanwhile
+                try:
+                    await asyncio.Event().wait()
+                except asyncio.CancelledError:
+                    cancelled.append(call.stream_id)
+                    await ending.wait()
+                    raise
+            else:  # a stream forwarded: its handler reads until the client's side ends
+                call.forwarded = True
+                while (message := await call.receive()) is not None:
+                    received.append(message)
+                received.append(None)
+                await answered.wait()
+
+        streams = AddressCounts(per_address=3, total=8)
+        limits = ConnectionLimits(1000, 10.0, 300.0, IncomingBytes(4000), streams=streams)
+        methods = {"ModelInfer": False, "ModelStreamInfer": True}
+        connection = FrontConnection(limits, methods, "/inference.GRPCInferenceService/", serve, set())
+        connection.connection_made(_AddressTransport("10.0.0.3"))
+        connection.data_received(h2c.PREFACE + h2c.settings_frame({}))
+        stream_path = [(b":method", b"POST"), (b":path", b"/inference.GRPCInferenceService/ModelStreamInfer")]
+        connection.data_received(
+            _call(1, frame_message(b"a"))
+            + _call(3, frame_message(b"b"))
+            + h2c.frame(h2c.HEADERS, h2c.END_HEADERS, 5, h2c.encode_headers(stream_path))
+            + h2c.frame(h2c.DATA, 0, 5, frame_message(b"first"))
+        )
+        await asyncio.sleep(0.01)  # every handler has begun
+        transport = connection.transport
+        transport.data.clear()
+        resets = b"".join(h2c.frame(h2c.RST_STREAM, 0, s, struct.pack(">I", h2c.CANCEL)) for s in (1, 3, 5))
+        connection.data_received(resets)
+        await asyncio.sleep(0.01)
+        assert cancelled == [3] and received == [b"first", None]
+        assert sorted(connection.calls) == [1, 3, 5]  # what the connection's 1,024 count
+        assert dict(streams.by_address) == {"10.0.0.3": 3}
+        connection.data_received(_call(7, frame_message(b"c")))  # beyond the address's 3: refused
+        await asyncio.sleep(0)
+        assert [(s, p) for kind, _, s, p in frames(transport.data) if kind == h2c.RST_STREAM] == [
+            (7, struct.pack(">I", h2c.REFUSED_STREAM))
+        ]
+        ending.set()
+        await asyncio.sleep(0.01)
+        assert sorted(connection.calls) == [1, 5] and streams.count == 2
+        answered.set()
+        await asyncio.sleep(0.01)
+        assert not connection.calls and streams.count == 0
+        assert [kind for kind, _, _, _ in frames(transport.data) if kind != h2c.RST_STREAM] == []
+
+    asyncio.run(run())
