@@ -61,7 +61,7 @@ class ConfigChanges:
         try:
             mark_changed(self.path, model)
         except OSError as error:  # the server's folder is gone: it is stopping
-            log.warning("the other front is not told that %s was loaded: %s", model, error)
+            log.warning("the other front is not told that %s was loaded or unloaded: %s", model, error)
 
     def _size(self) -> int:
         try:
