@@ -204,6 +204,7 @@ def _record_state(server: TritonServer, args: argparse.Namespace) -> None:
         "http_front_pid": server.http_front.pid if server.http_front is not None else None,
         "triton_grpc": server.triton_grpc_url,
         "grpc_front_pid": server.grpc_front.pid if server.grpc_front is not None else None,
+        "config_changes": str(server.config_changes_file),  # loads and unloads name their model there
         "warmup": warmup_snapshot(server.triton_http_url),
     }
     write_record(STATE, state)
@@ -342,14 +343,18 @@ def _load_or_unload(args: argparse.Namespace) -> int:
         return 1
     key = admin.read_key(KEY) or ""
     client = httpclient.InferenceServerClient(_admin_url(state), network_timeout=600)
+    # the fronts check the model's next request against the config Triton serves then (row 79)
+    changes = Path(state["config_changes"]) if state.get("config_changes") else None
     if args.command == "unload":
-        client.unload_model(args.model, headers=admin.headers(key))
+        admin.unload_model(client, key, args.model, changes)
         print(f"unloading {args.model}")
         return 0
     files = {f"file:{Path(f).name}": Path(f).read_bytes() for f in args.file or []}
     try:
         allow = args.allow_file_override
-        print(admin.load_model(client, key, args.model, files=files, allow_file_override=allow))
+        print(
+            admin.load_model(client, key, args.model, files=files, allow_file_override=allow, changes=changes)
+        )
     except admin.AdminError as error:
         print(f"error: {error}", file=sys.stderr)
         return 1

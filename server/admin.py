@@ -12,17 +12,19 @@ line (readable in ``/proc``; tritonserver's own is, so mount ``/proc`` with ``hi
 
 from __future__ import annotations
 
+import contextlib
 import json
 import logging
 import os
 import time
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
 from pathlib import Path
 from typing import Any
 
 import tritonclient.http as httpclient
 from tritonclient.utils import InferenceServerException
 
+from server.config_changes import mark_changed
 from server.stubs import server_stubs
 
 log = logging.getLogger(__name__)
@@ -102,26 +104,49 @@ def load_model(
     config: dict[str, Any] | None = None,
     files: dict[str, bytes] | None = None,
     allow_file_override: bool = False,
+    changes: Path | None = None,
 ) -> str:
     """Load (or reload) ``model``; one line saying what serves afterwards. File overrides (code the
-    server would run) are refused unless allowed; a failed load says which version keeps serving."""
+    server would run) are refused unless allowed; a failed load says which version keeps serving.
+    ``changes``: the server's ``config_changes_file``, where the fronts learn that the model's config
+    may have changed, before this returns (fault matrix row 79)."""
     if files and not allow_file_override:
         raise AdminError(
             f"load of '{model}' with file overrides refused: they run code inside the server; "
             "pass allow_file_override=True (CLI: --allow-file-override) if that is intended"
         )
     try:
-        client.load_model(
-            model,
-            headers=headers(key),
-            config=json.dumps(config) if config is not None else None,
-            files=files,
-        )
+        with configs_changing(changes, model):
+            client.load_model(
+                model,
+                headers=headers(key),
+                config=json.dumps(config) if config is not None else None,
+                files=files,
+            )
     except InferenceServerException as error:
         serving = serving_versions(client, key, model)
         still = f"; version {', '.join(serving)} keeps serving" if serving else "; nothing serves it"
         raise AdminError(f"load of '{model}' failed: {error.message()}{still}") from error
     return f"{model}: serving version {', '.join(serving_versions(client, key, model)) or '(none)'}"
+
+
+def unload_model(
+    client: httpclient.InferenceServerClient, key: str, model: str, changes: Path | None = None
+) -> None:
+    """Unload ``model``; ``changes`` as ``load_model``'s."""
+    with configs_changing(changes, model):
+        client.unload_model(model, headers=headers(key))
+
+
+@contextlib.contextmanager
+def configs_changing(changes: Path | None, model: str) -> Iterator[None]:
+    """Mark ``model`` in ``changes`` once Triton answered its load or unload, whatever the answer: a
+    load that failed or timed out here may still have replaced the model."""
+    try:
+        yield
+    finally:
+        if changes is not None:
+            mark_changed(changes, model)
 
 
 def _ensembles_first(client: httpclient.InferenceServerClient, names: Iterable[str]) -> list[list[str]]:

@@ -40,6 +40,7 @@ from python_backend.dtypes import BY_TRITON
 from server import ports
 from server.admin import KEY_ENV, AdminError, drain, load_model, restricted_api_args
 from server.admin import headers as admin_headers
+from server.config_changes import mark_changed
 from server.fronts.client_slots import IDLE_TIMEOUT_S, MESSAGE_TIMEOUT_S  # hpack (grpc_*) is not on the GPU
 from server.fronts.process import FrontShares
 from server.install import ServerError, assemble_backends, find_install
@@ -188,6 +189,8 @@ class TritonServer:
         self.watchdog_path = options.watchdog_record or self._workdir / "watchdog.json"
         self.drain_finished_at: float | None = None  # time.monotonic() when stop()'s drain completed
         self.server_pid_file = self._workdir / "tritonserver.pid"  # the tritonserver the fronts follow
+        # the models whose served config changed, for the fronts (server.config_changes, row 79)
+        self.config_changes_file = self._workdir / "config_changes"
 
     def _pick_ports(self) -> None:
         """The ports given, then the port base's, else ones the OS picks free now; and their URLs."""
@@ -348,6 +351,7 @@ class TritonServer:
             named = self.base_ports.describe(port) if self.base_ports else str(port)
             check_port_free(host, port, self.options.port_wait_s, named)
         command = self.command()
+        mark_changed(self.config_changes_file)  # the fronts held the last server's configs (row 79)
         self.log_path.parent.mkdir(parents=True, exist_ok=True)
         with open(self.log_path, "wb") as log_file:
             self.process = subprocess.Popen(
@@ -402,7 +406,7 @@ class TritonServer:
         command = [
             sys.executable, "-m", module, f"--listen={self.options.host}:{port}", f"--upstream={upstream}",
             f"--server-pid-file={self.server_pid_file}", f"--owner-pid={os.getpid()}",
-            f"--shm-prefix={self.shm_prefix}", *more,
+            f"--shm-prefix={self.shm_prefix}", f"--config-changes={self.config_changes_file}", *more,
             *(["--trusted-shared-memory"] if self.trusts_shared_memory else []),
         ]  # fmt: skip
         environment = {**os.environ, KEY_ENV: self.admin_key}
@@ -466,7 +470,7 @@ class TritonServer:
                 log.warning("model %s failed to load: %s; loading it again (%d of %d)", name, reason.strip(),
                             attempt, START_ATTEMPTS)  # fmt: skip
                 try:
-                    log.info(load_model(client, self.admin_key, name))
+                    log.info(load_model(client, self.admin_key, name, changes=self.config_changes_file))
                     reason = ""
                 except AdminError as error:
                     reason = str(error)

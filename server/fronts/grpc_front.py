@@ -20,6 +20,7 @@ from google.protobuf.message import DecodeError, Message
 from tritonclient.grpc import service_pb2
 
 from server.admin import GRPC_ADMIN_HEADER, GRPC_FRONT_HEADER
+from server.config_changes import ConfigChanges
 from server.fronts import h2c
 from server.fronts.allow_list import ModelSignature
 from server.fronts.client_connections import ClientConnections
@@ -55,6 +56,7 @@ from server.fronts.process import (
     UpstreamState,
     add_share_arguments,
     admin_key,
+    config_changes,
     front_parser,
     positive,
     run_front,
@@ -98,6 +100,7 @@ class GrpcFront:
         shares: FrontShares,  # inference calls (a stream: one slot), connections held open
         message_s: float = MESSAGE_TIMEOUT_S,  # a message begun must be whole within this (rows 71, 75)
         idle_s: float = IDLE_TIMEOUT_S,  # a connection without calls, a stream without a message (row 77)
+        changes: ConfigChanges | None = None,  # the served configs changed (row 79)
     ) -> None:
         self.upstream, self.shm, self.message_s, self.idle_s = upstream, shm, message_s, idle_s
         self.max_message_bytes, self.shares = max_message_bytes, shares
@@ -105,7 +108,7 @@ class GrpcFront:
         self.local = (host.strip("[]"), int(port))
         self.state = UpstreamState(f"tritonserver's gRPC at {upstream}", log, "UNAVAILABLE")
         self.triton = Upstream(upstream)
-        self.signatures = ModelSignatures(self._model_config, self.max_message_bytes)
+        self.signatures = ModelSignatures(self._model_config, self.max_message_bytes, changes)
         self.slots = ClientSlots(self.shares.slots)
         self.deadlines = Deadlines(self.slots, self.shares.max_overdue)
         self.methods = {method.name: method.client_streaming for method in SERVICE.methods}
@@ -387,6 +390,7 @@ def main(argv: list[str] | None = None) -> None:
                 shares,
                 args.message_timeout_s,
                 args.idle_timeout_s,
+                config_changes(args),
             ),
         ),
         args,

@@ -25,6 +25,7 @@ from multidict import CIMultiDict
 from yarl import URL
 
 from server.admin import ADMIN_HEADER, FRONT_HEADER
+from server.config_changes import ConfigChanges
 from server.fronts.allow_list import ModelSignature
 from server.fronts.body_checks import DEFAULT_MAX_LARGE, DEFAULT_WORKERS, INLINE_BYTES, BodyCheckers
 from server.fronts.body_encoding import inflate
@@ -44,6 +45,7 @@ from server.fronts.process import (
     UpstreamState,
     add_share_arguments,
     admin_key,
+    config_changes,
     front_parser,
     positive,
     run_front,
@@ -235,12 +237,19 @@ class FrontServer(web.Server):
 class HttpFront:
     """The request handler: checks, forwards to ``upstream`` (``host:port``), answers."""
 
-    def __init__(self, upstream: str, limits: FrontLimits, key: str, shm: HttpSharedMemory) -> None:
+    def __init__(
+        self,
+        upstream: str,
+        limits: FrontLimits,
+        key: str,
+        shm: HttpSharedMemory,
+        changes: ConfigChanges | None = None,  # the served configs changed (row 79)
+    ) -> None:
         self.upstream, self.limits, self.key, self.shm = upstream, limits, key, shm
         self.state = UpstreamState(f"tritonserver at {upstream}", log)
         self.session: ClientSession | None = None
         self.quick: ClientSession | None = None
-        self.signatures = ModelSignatures(self._model_config, limits.max_body_bytes)
+        self.signatures = ModelSignatures(self._model_config, limits.max_body_bytes, changes)
         self.slots = ClientSlots(limits.shares.slots)
         self.deadlines = Deadlines(self.slots, limits.shares.max_overdue)
         self.checkers = BodyCheckers(limits.body_workers, limits.max_large_bodies)
@@ -502,7 +511,7 @@ def main(argv: list[str] | None = None) -> None:
         max_large_bodies=args.max_large_bodies,
     )
     shm = HttpSharedMemory(server_regions(args), limits.max_body_bytes, args.trusted_shared_memory)
-    front = HttpFront(args.upstream, limits, admin_key(), shm)
+    front = HttpFront(args.upstream, limits, admin_key(), shm, config_changes(args))
     run_front(lambda: start_front(args.listen, front), args)
 
 

@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from server.admin import KEY_ENV
+from server.config_changes import ConfigChanges
 from server.fronts.client_connections import RESERVED_FDS, ConnectionShare, raise_open_file_limit
 from server.fronts.client_regions import MAX_REGIONS, ServerRegions
 from server.fronts.client_slots import DEFAULT_DEADLINE_S, DEFAULT_MAX_OVERDUE, SlotLimits
@@ -52,6 +53,11 @@ def front_parser(prog: str, description: str | None, upstream_help: str) -> argp
     parser.add_argument("--server-pid-file", type=Path, help="holds the pid of the tritonserver to follow")
     parser.add_argument("--owner-pid", type=int, help="the process that started this front")
     parser.add_argument("--shm-prefix", default="", help="the server's Python-backend region prefix")
+    parser.add_argument(
+        "--config-changes",
+        type=Path,
+        help="the launcher's file naming the models whose served config changed (server.config_changes)",
+    )
     parser.add_argument(
         "--trusted-shared-memory",
         action="store_true",
@@ -149,6 +155,11 @@ def current_server_pid(pid_file: Path | None) -> int | None:
         return int(pid_file.read_text().strip())
     except (OSError, ValueError):
         return None
+
+
+def config_changes(args: argparse.Namespace) -> ConfigChanges | None:
+    """The models whose served config changed, as the launcher's file names them (fault matrix row 79)."""
+    return ConfigChanges(args.config_changes) if args.config_changes is not None else None
 
 
 def server_regions(args: argparse.Namespace) -> ServerRegions:

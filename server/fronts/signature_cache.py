@@ -10,6 +10,14 @@ answered for it. Before, every burst after the TTL waited on one shared fetch, a
 is not reachable" although Triton was up. Only a model never seen (or forgotten) is refused so now. A
 down or silent Triton is not hidden: a request checked against a kept config gets the fronts' answer to
 its own call upstream (503 or 502 when Triton is down, its deadline's 504 when Triton is silent).
+
+A config held is trusted only until the served configs change (row 79): a load or unload through
+Triton's own port or the other front, or a tritonserver started again, is named in the launcher's
+``server.config_changes`` file, which ``get`` looks at before each check. A model named there is
+fetched again before its next request is checked (others' requests go on as before); when Triton does
+not answer that fetch, the config held stays in use as above. Before, for 5 s and more after such a
+load, requests were checked against the config Triton no longer served: one the new config refuses
+reached Triton, one it accepts was refused.
 """
 
 from __future__ import annotations
@@ -22,6 +30,7 @@ from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from server.config_changes import Changed, ConfigChanges
 from server.fronts.allow_list import ModelSignature
 from server.fronts.refusal import Refusal, RequestRefusedError
 
@@ -46,34 +55,58 @@ class _Entry:
     refresh_at: float  # time.monotonic() after which a request starts a refresh
     usable_until: float  # after this, requests wait for Triton's answer
     stale: bool = False  # a refresh failed since Triton last answered (logged once)
+    trusted: bool = True  # False once the served config may have changed: Triton's answer first (row 79)
 
 
 class ModelSignatures:
-    """The models' signatures, one fetch for concurrent requests; ``forget`` on (un)loads."""
+    """The models' signatures, one fetch for concurrent requests; ``forget`` on (un)loads. ``changes``
+    names the models whose served config changed since ``get`` last looked (None: a front without the
+    launcher's file learns only of the loads that pass it)."""
 
-    def __init__(self, fetch: Fetch, body_limit: int) -> None:
-        self.fetch, self.body_limit = fetch, body_limit
+    def __init__(self, fetch: Fetch, body_limit: int, changes: ConfigChanges | None = None) -> None:
+        self.fetch, self.body_limit, self.changes = fetch, body_limit, changes
         self._entries: dict[Key, _Entry] = {}
         self._pending: dict[Key, asyncio.Future[Found]] = {}
 
     async def get(self, model: str, version: str = "") -> ModelSignature:
         """``model``'s signature, or ``RequestRefusedError``: Triton's refusal, or ``UNAVAILABLE``
         when Triton does not answer for a config not known."""
+        changed = self.changes.poll() if self.changes is not None else None
+        if changed:
+            self._distrust(changed)
         key = (model, version)
         now = time.monotonic()
         entry = self._entries.get(key)
         if entry is not None and now < entry.usable_until:
+            if not entry.trusted:  # the config Triton serves may differ from this one (row 79)
+                return _known(_held_if_unanswered(entry, await asyncio.shield(self._loading(key))))
             if now >= entry.refresh_at:
                 self._loading(key)  # in the background: this request goes on with what is known
             return _known(entry.found)
         return _known(await asyncio.shield(self._loading(key)))
 
     def forget(self, model: str) -> None:
-        """Drop what is known of ``model`` (every version): it is being loaded or unloaded. A fetch
-        already in flight answers the requests waiting on it but is not kept: it may predate the load."""
+        """Drop what is known of ``model`` (every version): it was loaded or unloaded through this
+        front, which ``changes`` tells the other front. A fetch already in flight answers the requests
+        waiting on it but is not kept: it may predate the load."""
         for key in [key for key in self._entries if key[0] == model]:
             del self._entries[key]
-        for key in [key for key in self._pending if key[0] == model]:
+        self._drop_fetches(lambda name: name == model)
+        if self.changes is not None:
+            self.changes.mark(model)
+
+    def _distrust(self, changed: Changed) -> None:
+        """The served configs of the models ``changed`` names may differ from those held: each is
+        fetched again before its model's next check, and a fetch in flight is not kept."""
+        for key, entry in self._entries.items():
+            if changed.covers(key[0]):
+                entry.trusted = False
+        self._drop_fetches(changed.covers)
+
+    def _drop_fetches(self, of_model: Callable[[str], bool]) -> None:
+        """Fetches in flight that may predate a change of their model's config answer the requests
+        waiting on them, but are not kept."""
+        for key in [key for key in self._pending if of_model(key[0])]:
             del self._pending[key]
 
     def _loading(self, key: Key) -> asyncio.Future[Found]:
@@ -135,6 +168,12 @@ class ModelSignatures:
                 unanswered.__cause__,
                 entry.usable_until - now,
             )
+
+
+def _held_if_unanswered(entry: _Entry, found: Found) -> Found:
+    """Triton's answer for a config no longer trusted; the signature held when Triton gave none (row 74)."""
+    unanswered = isinstance(found, RequestRefusedError) and found.kind is Refusal.UNAVAILABLE
+    return entry.found if unanswered and isinstance(entry.found, ModelSignature) else found
 
 
 def _known(found: Found) -> ModelSignature:

@@ -6,7 +6,8 @@ aside and renamed over it (a new inode); in-place writes (``write_text``, ``shut
 the very file it reads, even when they then write the same bytes back. Requests keep succeeding. And
 what is served now differs from what is on disk (the rebuild changed a batching delay): ``python -m
 client health`` and ``python -m server status`` must say so, naming the field, and stop saying so
-once the model is reloaded.
+once the model is reloaded (``python -m server load``, which names the model where the fronts look for
+changed configs: fault matrix row 79).
 
 Runs the real CLI in its own folder (its own ``.run/``) on free ports, importing this tree's code.
 """
@@ -14,6 +15,7 @@ Runs the real CLI in its own folder (its own ``.run/``) on free ports, importing
 from __future__ import annotations
 
 import copy
+import json
 import os
 import subprocess
 import sys
@@ -136,5 +138,8 @@ def test_a_rebuild_while_serving_replaces_files_whole_and_the_drift_is_reported(
     assert code == 0 and expected in status and status.count(DRIFT) == 1, status
 
     assert _report(server_main, ["load", "trivial"], capsys)[0] == 0
+    # the fronts learn of the load before their next check (row 79): the record names the file they read
+    changes = Path(json.loads((served / ".run" / "server.json").read_text())["config_changes"])
+    assert changes.read_text().splitlines()[-1] == '"trivial"'
     code, health = _report(client_main, ["health"], capsys)
     assert code == 0 and DRIFT not in health, health

@@ -1,7 +1,8 @@
-"""The fronts' cache of model configs without a server (fault matrix rows 55 and 74): one fetch for
+"""The fronts' cache of model configs without a server (fault matrix rows 55, 74 and 79): one fetch for
 concurrent requests, Triton's refusals kept in its words, a known config kept in use while Triton does
-not answer for it (stale-if-error), a model never seen or forgotten refused ``UNAVAILABLE`` then. The
-fault matrix runs it against the real server (tests/faults/test_config_refresh.py).
+not answer for it (stale-if-error), a model never seen or forgotten refused ``UNAVAILABLE`` then, a
+config fetched again before its next check once the launcher's file says it changed. The fault matrix
+runs it against the real server (tests/faults/test_config_refresh.py, test_config_reload.py).
 
 No test here waits on a clock: ``TTL_S`` 0 makes every request after a fetch start a refresh, and what
 runs in the background is waited for by yielding to the event loop until the cache shows it.
@@ -12,9 +13,11 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections.abc import Callable
+from pathlib import Path
 
 import pytest
 
+from server.config_changes import ConfigChanges, mark_changed
 from server.fronts import signature_cache
 from server.fronts.allow_list import ModelSignature
 from server.fronts.refusal import Refusal, RequestRefusedError
@@ -25,6 +28,8 @@ MODEL = "text_embedding_encoder"
 RELOADED_CONFIG = {**ENCODER_CONFIG, "max_batch_size": 8}  # the same model loaded again with other limits
 ENCODER = ModelSignature.from_config(MODEL, ENCODER_CONFIG, LIMIT)
 RELOADED = ModelSignature.from_config(MODEL, RELOADED_CONFIG, LIMIT)
+OTHER = ModelSignature.from_config("other", ENCODER_CONFIG, LIMIT)
+RELOADED_OTHER = ModelSignature.from_config("other", RELOADED_CONFIG, LIMIT)
 HANG_GUARD_S = 30  # not a latency bound: how long a request may wait before it counts as held for good
 
 
@@ -217,3 +222,83 @@ def test_a_fetch_in_flight_when_the_model_is_forgotten_is_not_kept() -> None:
         assert await cache.get(MODEL) == RELOADED
 
     asyncio.run(run())
+
+
+def test_a_config_whose_model_was_loaded_again_is_fetched_before_its_next_check(tmp_path: Path) -> None:
+    """Fault matrix row 79: a load through Triton's own port names the model in the launcher's file; the
+    model's next request waits for the config Triton serves now, well inside ``TTL_S``, while another
+    model's config stays in use unfetched. (Before: checked against the config from before the load
+    until the TTL passed and a refresh that request started came back.)"""
+    changes = tmp_path / "config_changes"
+    calls: list[str] = []
+
+    async def fetch(model: str, version: str) -> dict:
+        calls.append(model)
+        return RELOADED_CONFIG if calls.count(model) > 1 else ENCODER_CONFIG
+
+    async def run() -> None:
+        cache = ModelSignatures(fetch, LIMIT, ConfigChanges(changes))
+        assert await cache.get(MODEL) == ENCODER
+        assert await cache.get("other") == OTHER
+        mark_changed(changes, MODEL)  # python -m server load, once Triton answered
+        assert await cache.get(MODEL) == RELOADED
+        assert await cache.get("other") == OTHER
+        assert await cache.get(MODEL) == RELOADED
+
+    asyncio.run(run())
+    assert calls == [MODEL, "other", MODEL]
+
+
+@pytest.mark.parametrize("unanswered", ["silent", "refused"])
+def test_a_restarted_triton_is_asked_first_and_its_silence_keeps_the_config_held(
+    unanswered: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A tritonserver started again (every model named): while it does not answer (silent past
+    ``FETCH_TIMEOUT_S``, or refusing connections), each request is checked against the config held once
+    its fetch failed (row 74's rule), and the next one asks again; the first answer replaces the config
+    for every model."""
+    monkeypatch.setattr(signature_cache, "FETCH_TIMEOUT_S", 0.05)
+    changes = tmp_path / "config_changes"
+    up = [True]
+    calls: list[str] = []
+
+    async def fetch(model: str, version: str) -> dict:
+        calls.append(model)
+        if not up[0] and unanswered == "silent":
+            await asyncio.Event().wait()  # outlasts FETCH_TIMEOUT_S
+        if not up[0]:
+            raise ConnectionError("refused")
+        return RELOADED_CONFIG if calls.count(model) > 1 else ENCODER_CONFIG
+
+    async def run() -> None:
+        cache = ModelSignatures(fetch, LIMIT, ConfigChanges(changes))
+        assert [await cache.get(model) for model in (MODEL, "other")] == [ENCODER, OTHER]
+        up[0] = False
+        mark_changed(changes)  # the launcher, before it starts tritonserver again
+        assert [await cache.get(model) for model in (MODEL, MODEL, "other")] == [ENCODER, ENCODER, OTHER]
+        up[0] = True
+        assert await cache.get(MODEL) == RELOADED
+        assert await cache.get("other") == RELOADED_OTHER
+
+    asyncio.run(run())
+    assert calls == [MODEL, "other", MODEL, MODEL, "other", MODEL, "other"]
+
+
+def test_a_load_through_one_front_reaches_the_other(tmp_path: Path) -> None:
+    """A load passing one front (``forget``) is named in the file the other front reads."""
+    changes = tmp_path / "config_changes"
+    mark_changed(changes)  # the launcher's start, before the fronts: no concern of theirs
+    calls: list[str] = []
+
+    async def fetch(model: str, version: str) -> dict:
+        calls.append(model)
+        return RELOADED_CONFIG if len(calls) > 2 else ENCODER_CONFIG
+
+    async def run() -> None:
+        http, grpc = (ModelSignatures(fetch, LIMIT, ConfigChanges(changes)) for _ in range(2))
+        assert [await http.get(MODEL), await grpc.get(MODEL)] == [ENCODER, ENCODER]
+        http.forget(MODEL)  # a load passed the HTTP front
+        assert [await grpc.get(MODEL), await http.get(MODEL)] == [RELOADED, RELOADED]
+
+    asyncio.run(run())
+    assert calls == [MODEL] * 4
