@@ -2,8 +2,8 @@
 
 Triton 2.51's HTTP frontend runs a request whose connection closed, so the HTTP front cancelling its
 upstream request on a hang-up only hid the work: one client address that sent 1,000 requests to a slow
-model, each on a connection of its own closed once the front had forwarded it, left 996 of them waiting
-in Triton at once, no share applying; asking 50 ms each, Triton ran 997 of them for clients long gone.
+model, each on a connection of its own closed once Triton had it, left 999 of them waiting in Triton at
+once, no share applying; asking 50 ms each and closed 20 ms after sending, Triton ran 997 of 1,000.
 Now a forwarded inference keeps its client's slot until Triton answers it or its deadline passes, and the
 client's requests beyond its share are refused.
 """
