@@ -154,12 +154,20 @@ class Deadlines:
     def __init__(self, slots: ClientSlots, max_overdue: int = DEFAULT_MAX_OVERDUE) -> None:
         self.slots, self.max_overdue = slots, max_overdue
         self.overdue: Counter[str] = Counter()
-        self._finishing: set[asyncio.Future] = set()  # the overdue exchanges' waits, kept until done
+        # what the front still waits on for no one, kept until done: overdue exchanges, and requests
+        # whose client left once they were forwarded
+        self._finishing: set[asyncio.Future] = set()
 
     async def within(
         self, address: str, connection: str, model: str, deadline_s: float, call: Callable[[], Awaitable[T]]
     ) -> T:
-        """``await call()`` within the client's share and ``deadline_s`` (then it runs on, overdue)."""
+        """``await call()`` within the client's share and ``deadline_s`` (then it runs on, overdue).
+
+        A caller cancelled while it waits for a slot leaves the queue. Once ``call()`` began, Triton runs
+        the request whatever its client does (fault matrix rows 38 and 78): a caller cancelled then (its
+        client hung up or reset the call) leaves the request to run on, holding the client's slot until
+        Triton answers it or its deadline passes, and overdue from then, as if the client had waited.
+        Cancelling the exchange would free the slot while Triton still had the work."""
         if self.overdue[model] >= self.max_overdue:
             raise RequestRefusedError(
                 f"model '{model}' already has {self.overdue[model]} requests past their deadline that "
@@ -167,9 +175,30 @@ class Deadlines:
                 Refusal.TOO_MANY,
                 "a model at its bound of overdue requests (429 / RESOURCE_EXHAUSTED, fault matrix row 58)",
             )
+        forwarded = asyncio.Event()
+        run = asyncio.ensure_future(self._run(address, connection, model, deadline_s, call, forwarded))
+        try:
+            return await asyncio.shield(run)
+        except asyncio.CancelledError:
+            if not forwarded.is_set():
+                run.cancel()  # still waiting for a slot: nothing reached Triton
+            self._finishing.add(run)
+            run.add_done_callback(self._left_behind)
+            raise
+
+    async def _run(
+        self,
+        address: str,
+        connection: str,
+        model: str,
+        deadline_s: float,
+        call: Callable[[], Awaitable[T]],
+        forwarded: asyncio.Event,
+    ) -> T:
         scope = asyncio.timeout(deadline_s)
         try:
             async with scope, self.slots.held(address, connection):
+                forwarded.set()
                 exchange = asyncio.ensure_future(call())
                 try:
                     return await asyncio.shield(exchange)
@@ -186,6 +215,12 @@ class Deadlines:
             if scope.expired():
                 raise deadline_refusal(model, deadline_s) from None
             raise
+
+    def _left_behind(self, run: asyncio.Future) -> None:
+        """A request whose client left has ended (or left the queue): its answer goes to no one."""
+        self._finishing.discard(run)
+        if not run.cancelled() and run.exception() is not None:
+            log.debug("a request whose client left ended with %r", run.exception())
 
     async def _finish(self, model: str, exchange: asyncio.Future) -> None:
         """Let an overdue exchange end (at most ``OVERDUE_TIMEOUT_S``), counted against ``model``."""

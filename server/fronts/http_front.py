@@ -416,7 +416,11 @@ class HttpFront:
         body: bytes,
         model: ModelSignature | None,
     ) -> web.Response:
-        """Send ``target`` upstream: GET/HEAD apart, the rest in the client's share and deadline."""
+        """Send ``target`` upstream: GET/HEAD apart, the rest in the client's share and deadline. An
+        inference forwarded keeps its slot when its client hangs up, until Triton answers it or its
+        deadline passes (``Deadlines.within``, fault matrix row 38): Triton 2.51 runs a request whose
+        connection closed. Any other POST is an API Triton answers at once (repository, trace, logging,
+        shared memory; 403 without its key): a hang-up cancels it."""
         if request.method in QUICK_METHODS:
             assert self.quick is not None
             return await self._exchange(self.quick, request.method, target, headers, body)
@@ -463,7 +467,9 @@ async def start_front(listen: str, front: HttpFront) -> Callable[[], Awaitable[N
         front.handle,
         limits,
         front.shm.descriptors,  # a full region table's, beside the connections
-        handler_cancellation=True,  # a client that hangs up frees its upstream connection (row 38)
+        # a client that hangs up ends its body's read and its wait for a slot, not the inference Triton
+        # already has (``_forward``, row 38)
+        handler_cancellation=True,
         keepalive_timeout=limits.idle_timeout_s,
         auto_decompress=False,
         access_log=None,

@@ -13,6 +13,12 @@ from server.watchdog import model_progress
 READ_EVERY_S = 0.05
 
 
+def pending(metrics_url: str, model: str) -> float:
+    """The requests ``model`` has waiting in Triton now (those its instances run are not counted)."""
+    with urllib.request.urlopen(metrics_url, timeout=5) as answer:
+        return model_progress(answer.read().decode(errors="replace")).get(model, (0.0, 0.0))[0]
+
+
 class PendingWatch:
     """Reads Triton's metrics every ``READ_EVERY_S`` in a thread while a block runs: the most ``model``
     requests Triton had waiting, and how many reads answered (so an empty watch is not a pass)."""
@@ -40,9 +46,8 @@ class PendingWatch:
     def _watch(self) -> None:
         while not self._stop.wait(READ_EVERY_S):
             try:
-                with urllib.request.urlopen(self.metrics_url, timeout=5) as answer:
-                    progress = model_progress(answer.read().decode(errors="replace"))
+                waiting = pending(self.metrics_url, self.model)
             except (urllib.error.URLError, OSError):
                 continue
             self.reads += 1
-            self.most = max(self.most, progress.get(self.model, (0.0, 0.0))[0])
+            self.most = max(self.most, waiting)

@@ -4,12 +4,19 @@ deadline, served by the real tritonserver like every model of the repository."""
 
 from __future__ import annotations
 
+import contextlib
+from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import numpy as np
+import pytest
 from google.protobuf import text_format
 from python_models import STUB_PATH
+from resilience_fixtures import build_small_repository
 from tritonclient.grpc import model_config_pb2, service_pb2
+
+from server import ServerOptions, TritonServer
 
 SLOW = "slow"
 DEADLINE_S = 3.0  # the model's request_deadline_s: the fronts answer 504 after this long
@@ -58,3 +65,32 @@ def slow_request(seconds: float) -> bytes:
     request.inputs.add(name="seconds", datatype="FP32", shape=[1, 1])
     request.raw_input_contents.append(np.float32([[seconds]]).tobytes())
     return request.SerializeToString()
+
+
+@contextlib.contextmanager
+def slow_model_server(
+    spec_data: dict[str, Any],
+    tmp_path_factory: pytest.TempPathFactory,
+    name: str,
+    deadline_s: float,
+    **fronts: bool,
+) -> Iterator[TritonServer]:
+    """A server of its own with ``trivial`` and ``slow``, whose one instance takes as long as a request
+    asks (``max_batch`` 1): what the fronts (``fronts``: ``http_front=True`` and the like) let reach it
+    waits in its queue, where Triton counts it. ``name`` names its folders."""
+    repository = build_small_repository(
+        spec_data, tmp_path_factory.mktemp(f"{name}_repository"), pipeline=False
+    )
+    write_slow_model(repository, deadline_s=deadline_s, max_batch=1)
+    options = ServerOptions(
+        repository=repository,
+        self_heal=False,  # a stub asleep for a minute is what this model does, not a stuck one to heal
+        startup_timeout_s=240,
+        stop_timeout_s=5,  # Triton still runs what the front forwarded: do not wait for it
+        exit_timeout_s=3,
+        workdir=tmp_path_factory.mktemp(f"{name}_workdir"),
+        **fronts,
+    )
+    with TritonServer(options) as running:
+        assert running.failed_models == {}, running.describe_failures()
+        yield running

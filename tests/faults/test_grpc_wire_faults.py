@@ -31,11 +31,10 @@ import pytest
 from harness import GOOD_MODEL
 from own_front import most_refusal_lines, own_front, refusals_logged
 from pending_watch import PendingWatch
-from resilience_fixtures import build_small_repository
-from slow_model import SLOW, slow_request, write_slow_model
+from slow_model import SLOW, slow_model_server, slow_request
 from tritonclient.grpc import service_pb2
 
-from server import ServerOptions, TritonServer
+from server import TritonServer
 from server.fronts import h2c
 from server.fronts.client_slots import MESSAGE_TIMEOUT_S, SlotLimits
 from server.fronts.grpc_wire import MAX_STREAMS
@@ -243,24 +242,10 @@ def test_streams_that_send_headers_alone_are_bounded_and_end(
 def slow_server(
     spec_data: dict[str, Any], tmp_path_factory: pytest.TempPathFactory
 ) -> Iterator[TritonServer]:
-    """A server of its own with ``trivial`` and ``slow`` (``tests/faults/slow_model.py``), whose one
-    instance takes as long as a request asks: what the front lets reach it waits in its queue, where
-    Triton counts it."""
-    repository = build_small_repository(
-        spec_data, tmp_path_factory.mktemp("rapid_reset_repository"), pipeline=False
-    )
-    write_slow_model(repository, deadline_s=2 * SLOW_ASKS_S, max_batch=1)
-    options = ServerOptions(
-        repository=repository,
-        grpc_front=True,
-        self_heal=False,  # a stub asleep for a minute is what this model does, not a stuck one to heal
-        startup_timeout_s=240,
-        stop_timeout_s=5,  # Triton still runs what the front forwarded: do not wait for it
-        exit_timeout_s=3,
-        workdir=tmp_path_factory.mktemp("rapid_reset_workdir"),
-    )
-    with TritonServer(options) as running:
-        assert running.failed_models == {}, running.describe_failures()
+    """``tests/faults/slow_model.py``'s server, behind the gRPC front."""
+    with slow_model_server(
+        spec_data, tmp_path_factory, "rapid_reset", 2 * SLOW_ASKS_S, grpc_front=True
+    ) as running:
         yield running
 
 

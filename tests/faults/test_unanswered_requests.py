@@ -275,7 +275,8 @@ def test_one_client_holds_its_share_and_a_hang_up_frees_it(
 ) -> None:
     """Triton stops answering (SIGSTOP): a client's third request is refused at once with a JSON 429,
     not queued behind the two held; once it hangs up on those two, two more are forwarded (the
-    upstream requests were cancelled), and a third is again a 429."""
+    upstream requests were cancelled: a repository POST runs no model, whereas an inference Triton
+    has keeps its slot after a hang-up, ``test_http_hang_ups.py``), and a third is again a 429."""
     port, triton_port = front_with_two_slots, small_server.triton_http_port
     stop_every_thread(small_server.pid)
     seen = set(waiting_at(triton_port))  # not requests of this test

@@ -1,11 +1,13 @@
-"""The fronts' client shares, deadlines and large-body checks without a server (fault matrix rows
-56–59); the fault matrix runs them against the real server (tests/faults/test_deadlines_and_shares.py,
-test_large_json.py)."""
+"""The fronts' client shares, deadlines and large-body checks without a server (fault matrix rows 38
+and 56–59); the fault matrix runs them against the real server (tests/faults/test_deadlines_and_shares.py,
+test_http_hang_ups.py, test_large_json.py)."""
 
 from __future__ import annotations
 
 import asyncio
 import json
+import time
+from collections.abc import Callable
 
 import pytest
 from tritonclient.grpc import service_pb2
@@ -15,6 +17,16 @@ from server.fronts.body_checks import BodyCheckers
 from server.fronts.client_slots import ClientSlots, Deadlines, SlotLimits, StreamWaits
 from server.fronts.kserve_json import check_infer
 from server.fronts.refusal import Refusal, RequestRefusedError
+
+HANG_GUARD_S = 30.0  # how long the event loop may take to get somewhere: not a latency bound
+
+
+async def _until(done: Callable[[], bool]) -> None:
+    """Let the loop run until ``done()`` (a hang guard, never a bound on how fast)."""
+    give_up = time.monotonic() + HANG_GUARD_S
+    while not done():
+        assert time.monotonic() < give_up, "the event loop never got there"
+        await asyncio.sleep(0.01)
 
 
 def test_a_client_over_its_share_is_refused_at_once() -> None:
@@ -110,25 +122,95 @@ def test_a_model_slower_than_its_deadline_gets_504_and_is_counted_overdue() -> N
     asyncio.run(run())
 
 
-def test_a_client_that_goes_away_cancels_its_exchange() -> None:
-    async def run() -> None:
-        slots = ClientSlots(SlotLimits())
-        deadlines = Deadlines(slots)
-        started, cancelled = asyncio.Event(), asyncio.Event()
+def test_a_client_that_goes_away_while_it_waits_for_a_slot_leaves_the_queue() -> None:
+    """Nothing of it reached Triton: its request is dropped and frees its share at once."""
 
-        async def upstream() -> None:
+    async def run() -> None:
+        slots = ClientSlots(SlotLimits(capacity=1))
+        deadlines = Deadlines(slots)
+        answer = asyncio.Event()
+        sent: list[str] = []
+
+        async def upstream(who: str) -> str:
+            sent.append(who)
+            await answer.wait()
+            return who
+
+        first = asyncio.create_task(deadlines.within("a", "a:1", "m", 60, lambda: upstream("a")))
+        gone = asyncio.create_task(deadlines.within("b", "b:1", "m", 60, lambda: upstream("b")))
+        await _until(lambda: bool(slots.queues))
+        assert sent == ["a"] and slots.by_address["b"] == 1
+        gone.cancel()
+        await _until(lambda: not slots.queues)
+        assert "b" not in slots.by_address and "b:1" not in slots.by_connection
+        answer.set()
+        assert await first == "a" and sent == ["a"]
+        assert slots.taken == 0 and not deadlines.overdue
+
+    asyncio.run(run())
+
+
+def test_a_request_forwarded_keeps_its_slot_when_its_client_goes_away() -> None:
+    """Fault matrix row 38: Triton runs a request whose client hung up, so the exchange is not cancelled
+    and the client's share counts it until Triton answers; the client's next request beyond its share is
+    refused meanwhile."""
+
+    async def run() -> None:
+        slots = ClientSlots(SlotLimits(per_address=1))
+        deadlines = Deadlines(slots)
+        started, answer = asyncio.Event(), asyncio.Event()
+        cancelled: list[bool] = []
+
+        async def upstream() -> str:
             started.set()
             try:
-                await asyncio.sleep(60)
+                await answer.wait()
             except asyncio.CancelledError:
-                cancelled.set()
+                cancelled.append(True)
                 raise
+            return "answered"
 
         caller = asyncio.create_task(deadlines.within("a", "a:1", "m", 60, upstream))
         await started.wait()
+        caller.cancel()  # the client hung up
+        with pytest.raises(asyncio.CancelledError):
+            await caller
+        await asyncio.sleep(0.01)
+        assert not cancelled, "the exchange Triton still runs was cancelled"
+        assert slots.taken == 1 and slots.by_address["a"] == 1 and slots.by_connection["a:1"] == 1
+        with pytest.raises(RequestRefusedError, match=r"address \(a\) already has 1 requests") as refusal:
+            await deadlines.within("a", "a:2", "m", 60, upstream)
+        assert refusal.value.kind == Refusal.TOO_MANY
+        answer.set()
+        await _until(lambda: slots.taken == 0)
+        assert not slots.by_address and not slots.by_connection and not deadlines.overdue
+
+    asyncio.run(run())
+
+
+def test_a_request_whose_client_went_away_is_overdue_at_its_deadline() -> None:
+    """The same accounting as for a client that waited and got its 504: the slot is freed at the
+    deadline and the exchange counts against its model until Triton answers it."""
+
+    async def run() -> None:
+        slots = ClientSlots(SlotLimits())
+        deadlines = Deadlines(slots, max_overdue=1)
+        started, answer = asyncio.Event(), asyncio.Event()
+
+        async def upstream() -> str:
+            started.set()
+            await answer.wait()
+            return "late"
+
+        caller = asyncio.create_task(deadlines.within("a", "a:1", "slow", 0.05, upstream))
+        await started.wait()
         caller.cancel()
-        await asyncio.wait_for(cancelled.wait(), 5)
-        assert slots.taken == 0 and not deadlines.overdue
+        await _until(lambda: bool(deadlines.overdue))
+        assert deadlines.overdue["slow"] == 1 and slots.taken == 0 and not slots.by_address
+        with pytest.raises(RequestRefusedError, match="'slow' already has 1 requests past their deadline"):
+            await deadlines.within("b", "b:1", "slow", 1, upstream)
+        answer.set()
+        await _until(lambda: not deadlines.overdue)
 
     asyncio.run(run())
 
