@@ -121,6 +121,13 @@ def _content_type(request: web.BaseRequest) -> str:
     return media_type
 
 
+def client_address(request: web.BaseRequest) -> str:
+    """The address a request's client is counted and logged by, spelled as its connection's (an
+    IPv4-mapped IPv6 one as IPv4): its request share and its connections are one client's."""
+    peer = request.transport.get_extra_info("peername") if request.transport else None
+    return peer_address(peer) if peer else request.remote or ""
+
+
 def forwarded_headers(request: web.BaseRequest) -> Headers:
     """The client's headers, case-insensitively; one sent twice is refused (Triton reads the first)."""
     names = Counter(name.decode("latin-1").lower() for name, _ in request.raw_headers)
@@ -382,12 +389,14 @@ class HttpFront:
                     client = self._client(request)
                     body, outputs = self.shm.to_triton(client, body, headers, model)  # Triton never maps it
         except asyncio.TimeoutError:
-            note_refusal("request bodies not whole in time (408, fault matrix row 6)", request.remote or "")
+            note_refusal(
+                "request bodies not whole in time (408, fault matrix row 6)", client_address(request)
+            )
             response = _error(408, f"request body not complete within {self.limits.body_timeout_s:g} s")
             response.force_close()
             return response
         except RequestRefusedError as refusal:
-            note_refused(refusal, request.remote or "")
+            note_refused(refusal, client_address(request))
             response = _error(refusal.kind.http_status, str(refusal))
             if not body_read:  # the body is still on the connection: close it rather than read it
                 response.force_close()
@@ -404,7 +413,7 @@ class HttpFront:
             if outputs and client is not None:
                 return self.shm.to_client(client, outputs, answer)
         except RequestRefusedError as refusal:
-            note_refused(refusal, request.remote or "")
+            note_refused(refusal, client_address(request))
             return _error(refusal.kind.http_status, str(refusal))
         return answer
 
@@ -426,7 +435,7 @@ class HttpFront:
             return await self._exchange(self.quick, request.method, target, headers, body)
         assert self.session is not None
         peer = request.transport.get_extra_info("peername") if request.transport else None
-        address = request.remote or ""
+        address = client_address(request)
         connection = f"{peer[0]}:{peer[1]}" if peer else address
         exchange = functools.partial(self._exchange, self.session, request.method, target, headers, body)
         if model is None:

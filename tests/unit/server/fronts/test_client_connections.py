@@ -5,17 +5,21 @@ from __future__ import annotations
 
 import resource
 from pathlib import Path
+from unittest import mock
 
 import pytest
+from aiohttp.test_utils import make_mocked_request
 
 from server.fronts.client_connections import (
     RESERVED_FDS,
     ClientConnections,
     ConnectionShare,
     descriptor_room,
+    peer_address,
     raise_open_file_limit,
 )
 from server.fronts.client_regions import MAX_REGIONS, FrontRegions, ServerRegions
+from server.fronts.http_front import client_address
 
 
 def test_an_address_beyond_its_share_is_refused_and_others_are_not():
@@ -107,3 +111,13 @@ def test_the_room_leaves_a_full_region_table_its_descriptors(
     assert regions.descriptors == (0 if trusted else MAX_REGIONS)
     clients = ClientConnections(ConnectionShare(), regions.descriptors)
     assert clients.total == room and clients.total + regions.descriptors + RESERVED_FDS <= soft
+
+
+@pytest.mark.parametrize("peer", [("::ffff:10.0.0.7", 50000, 0, 0), ("10.0.0.7", 50000)])
+def test_a_request_counts_against_the_address_its_connection_counts_against(peer: tuple) -> None:
+    """A client reaching a dual-stack front as IPv4-mapped IPv6 is one client for its request share and
+    refusal lines (``client_address``) and for its connections (``peer_address``): one spelling."""
+    transport = mock.Mock()
+    transport.get_extra_info.side_effect = lambda name, default=None: peer if name == "peername" else default
+    request = make_mocked_request("POST", "/v2/models/m/infer", transport=transport)
+    assert client_address(request) == peer_address(peer) == "10.0.0.7"
