@@ -30,7 +30,6 @@ import numpy as np
 import pytest
 from harness import GOOD_MODEL
 from own_front import most_refusal_lines, own_front, refusals_logged
-from pending_watch import PendingWatch
 from slow_model import SLOW, slow_model_server, slow_request
 from tritonclient.grpc import service_pb2
 
@@ -39,6 +38,7 @@ from server.fronts import h2c
 from server.fronts.client_slots import MESSAGE_TIMEOUT_S, SlotLimits
 from server.fronts.grpc_wire import MAX_STREAMS
 from soak.invariant_fuzz import rss_mib
+from soak.pending import PendingWatch
 from soak.raw_grpc import GrpcReply, call_headers, exchange, message
 
 pytestmark = pytest.mark.integration
