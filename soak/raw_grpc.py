@@ -44,6 +44,11 @@ def call_headers(path: str, metadata: list[tuple[bytes, bytes]], timeout_s: floa
     return h2c.encode_headers(fixed + metadata)
 
 
+def status_name(status: bytes) -> str:
+    """A ``grpc-status`` value's name (``b"8"``: ``RESOURCE_EXHAUSTED``); empty for none of gRPC's."""
+    return CODES.get(int(status), "") if status.isdigit() else ""
+
+
 def message(body: bytes, flag: int = 0) -> bytes:
     """``body`` as one length-prefixed message (``flag`` 1: compressed)."""
     return bytes([flag]) + len(body).to_bytes(4, "big") + body
@@ -112,7 +117,7 @@ def _answer(sock: socket.socket, deadline: float, started: float) -> GrpcReply:
                 if flags & h2c.END_STREAM:
                     fields = dict(headers)
                     status = fields.get(b"grpc-status", b"")
-                    code = CODES.get(int(status), "") if status.isdigit() else ""
+                    code = status_name(status)
                     text = unquote(fields.get(b"grpc-message", b"").decode("latin-1"))
                     if not code:
                         return failed(f"trailers without a grpc-status: {status!r}")
