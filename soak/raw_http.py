@@ -122,9 +122,14 @@ def hang_ups(
     with selectors.DefaultSelector() as waiting:
         try:
             for _ in range(count):
-                sock = socket.create_connection(address, timeout=TIMEOUT_S, source_address=bind)
+                try:
+                    sock = socket.create_connection(address, timeout=TIMEOUT_S, source_address=bind)
+                except OSError as error:
+                    got.append(HttpReply(failure=f"closed: {error!r}"))
+                    continue
                 connections.append(sock)
-                sock.sendall(raw)
+                with contextlib.suppress(OSError):  # answered and closed before it read it all: read that
+                    sock.sendall(raw)
                 waiting.register(sock, selectors.EVENT_READ, data=bytearray())
             hang_up_at = time.monotonic() + after_s
             while waiting.get_map() and (left := hang_up_at - time.monotonic()) > 0:

@@ -148,3 +148,12 @@ def test_calls_are_reset_once_a_ping_after_them_is_acknowledged_and_not_before()
     ]
     assert resets == [(h2c.RST_STREAM, 0, s, h2c.CANCEL.to_bytes(4, "big")) for s in (1, 3, 5)]
     assert answers.pings == {7}
+
+
+def test_hang_ups_where_nothing_listens_are_each_no_answer() -> None:
+    """A connection the front never took is no answer, counted as such, not an error that ends the
+    soak: its verdict is then wrong, as for any request the front dropped."""
+    with socket.create_server(("127.0.0.1", 0)) as closed:
+        address = closed.getsockname()
+    replies = hang_ups(address, b"GET / HTTP/1.1\r\n\r\n", 3, after_s=0.1)
+    assert [r.failure.split("(")[0] for r in replies] == ["closed: ConnectionRefusedError"] * 3, replies
