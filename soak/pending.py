@@ -14,10 +14,19 @@ from server.watchdog import model_progress
 READ_EVERY_S = 0.05
 
 
+def _counts(metrics_url: str, model: str) -> tuple[float, float]:
+    with urllib.request.urlopen(metrics_url, timeout=5) as answer:
+        return model_progress(answer.read().decode(errors="replace")).get(model, (0.0, 0.0))
+
+
 def pending(metrics_url: str, model: str) -> float:
     """The requests ``model`` has waiting in Triton now (those its instances run are not counted)."""
-    with urllib.request.urlopen(metrics_url, timeout=5) as answer:
-        return model_progress(answer.read().decode(errors="replace")).get(model, (0.0, 0.0))[0]
+    return _counts(metrics_url, model)[0]
+
+
+def progress(metrics_url: str, model: str) -> float:
+    """Triton's count of ``model``'s executions, successes and failures so far: it grew, a request ran."""
+    return _counts(metrics_url, model)[1]
 
 
 class PendingWatch:

@@ -33,10 +33,10 @@ from tritonclient.grpc import service_pb2
 
 from server import TritonServer
 from server.fronts import h2c
-from server.fronts.client_slots import MESSAGE_TIMEOUT_S, SlotLimits
-from server.fronts.grpc_wire import MAX_STREAMS
+from server.fronts.client_slots import MESSAGE_TIMEOUT_S, OVERDUE_TIMEOUT_S, SlotLimits
+from server.fronts.grpc_wire import MAX_STREAMS, STREAMS_PER_ADDRESS
 from soak.invariant_fuzz import rss_mib
-from soak.pending import PendingWatch
+from soak.pending import PendingWatch, pending, progress
 from soak.raw_grpc import Answers, GrpcReply, call_headers, exchange, message, send_and_reset
 
 pytestmark = pytest.mark.integration
@@ -288,6 +288,132 @@ def test_calls_reset_once_sent_leave_triton_no_more_than_the_clients_share(slow_
     assert pending.most > 0, "no reset call reached Triton: the loop tested nothing"
     # ``slow`` runs one request at a time (``max_batch=1``): Triton holds the one running and those waiting
     assert pending.most + 1 <= share, f"Triton had {pending.most:g} reset calls waiting besides one running"
+
+
+STREAM_RESETS = 1500  # beyond a connection's 1,024 open calls: places kept for good would lock it out
+STREAM_ASKS_S = 0.2  # what a reset stream asks of ``slow``: the share forwarded drains in seconds
+# a reset stream's deadline: Triton gets the front's most (``OVERDUE_TIMEOUT_S``, 600 s), beyond the hang
+# guard, so within it only the front's half-close ends a forwarded stream on Triton
+RESET_STREAM_DEADLINE_S = 2 * OVERDUE_TIMEOUT_S
+
+
+@pytest.fixture(scope="module")
+def stream_reset_server(
+    spec_data: dict[str, Any], tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[TritonServer]:
+    """``slow_model.py``'s server behind the gRPC front, of its own: ``slow_server``'s Triton keeps the
+    calls its test sent for a minute each."""
+    with slow_model_server(spec_data, tmp_path_factory, "stream_reset", 60.0, grpc_front=True) as running:
+        yield running
+
+
+class _RawConnection:
+    """A raw client connection to the front: new stream ids, frames sent, a PING to catch up with it."""
+
+    def __init__(self, sock: socket.socket) -> None:
+        self.sock, self.answers, self.next_stream, self.pings = sock, Answers(sock), 1, 0
+        sock.sendall(h2c.PREFACE + h2c.settings_frame({}))
+
+    def new_streams(self, count: int) -> range:
+        streams = range(self.next_stream, self.next_stream + 2 * count, 2)
+        self.next_stream += 2 * count
+        return streams
+
+    def send(self, frames: list[bytes]) -> None:
+        """``frames``, then a PING: back once its acknowledgement is, so the front has read them all and
+        answered what it answers at once (``REFUSED_STREAM``)."""
+        self.pings += 1
+        self.sock.sendall(b"".join(frames) + h2c.frame(h2c.PING, 0, 0, self.pings.to_bytes(8, "big")))
+        self.answers.until(lambda ping=self.pings: ping in self.answers.pings)
+
+    def reset(self, streams: range) -> None:
+        self.send([h2c.frame(h2c.RST_STREAM, 0, s, h2c.CANCEL.to_bytes(4, "big")) for s in streams])
+
+    def refused_of(self, count: int) -> int:
+        """Open ``count`` streams (headers alone, no handler, no slot), reset them: how many were refused."""
+        streams = self.new_streams(count)
+        self.send([_stream_start(stream) for stream in streams])
+        self.reset(streams)
+        return len(self.answers.refused() & set(streams))
+
+    def answered(self, body: bytes) -> tuple[bytes, str, service_pb2.ModelStreamInferResponse | None]:
+        """One stream of ``body``'s one message, ended by the client: its status and answer."""
+        stream = self.new_streams(1)[0]
+        self.send([_stream_start(stream), h2c.frame(h2c.DATA, h2c.END_STREAM, stream, body)])
+        self.answers.until(lambda: stream in self.answers.trailers)
+        data = self.answers.data.get(stream, b"")
+        answer = service_pb2.ModelStreamInferResponse.FromString(data[5:]) if data else None
+        return (*self.answers.status(stream), answer)
+
+
+def _output(answer: service_pb2.ModelStreamInferResponse | None) -> np.ndarray | None:
+    """A stream answer's one output as FP32 (None: no answer, or an error message)."""
+    if answer is None or answer.error_message:
+        return None
+    return np.frombuffer(answer.infer_response.raw_output_contents[0], np.float32)
+
+
+@pytest.mark.parametrize(
+    ("model", "body", "expected"),
+    [
+        (GOOD_MODEL, message(_trivial()), np.full(16, 2.0, np.float32)),  # ones doubled
+        (SLOW, message(slow_request(STREAM_ASKS_S)), np.float32([STREAM_ASKS_S])),  # the seconds slept
+    ],
+    ids=[GOOD_MODEL, SLOW],
+)
+def test_streams_reset_once_forwarded_end_on_triton_and_free_their_places(
+    stream_reset_server: TritonServer,
+    model: str,
+    body: bytes,
+    expected: np.ndarray,
+) -> None:
+    """Row 78, a stream's path: one connection opens 1,500 ``ModelStreamInfer`` streams, 50 at a time,
+    each sending one whole request (to ``trivial``, or to ``slow`` asking 0.2 s) without ending its side,
+    and resets each batch (``RST_STREAM`` ``CANCEL``) once a PING after it is acknowledged. The front
+    forwards what the connection's slots allow and refuses the rest; a forwarded stream's handler sends
+    Triton the end of the stream, so Triton ends it once it answered, and the handler ends with it. None
+    is refused ``REFUSED_STREAM`` on the way (1,500 is beyond the 1,024 a connection may have open), and
+    once Triton has nothing of the model waiting, the connection takes 1,024 open streams again and a
+    new connection from the same address the address's other 1,024 (counted, not timed: refused ones
+    are tried again until the hang guard), and both complete a stream, answered right. A front that did
+    not tell a forwarded stream's handler of the reset (so never half-closed Triton's stream) kept the 32
+    it had forwarded open, each with its place and slot, until the deadline it gave Triton (600 s)."""
+    address = _address(stream_reset_server)
+    metrics = stream_reset_server.metrics_url
+    before = progress(metrics, model)
+    with socket.create_connection(address) as first_sock:
+        first = _RawConnection(first_sock)
+        block = call_headers(STREAM, [], RESET_STREAM_DEADLINE_S)
+        for _ in range(0, STREAM_RESETS, RESET_BATCH):
+            batch = first.new_streams(RESET_BATCH)
+            first.send(
+                [
+                    h2c.frame(h2c.HEADERS, h2c.END_HEADERS, s, block) + h2c.frame(h2c.DATA, 0, s, body)
+                    for s in batch
+                ]
+            )
+            first.reset(batch)
+        assert first.answers.goaway is None, first.answers.goaway
+        assert not first.answers.refused(), f"{len(first.answers.refused())} streams refused a place"
+        give_up = time.monotonic() + HANG_GUARD_S  # a hang guard: the places are counted, not timed
+        while pending(metrics, model) > 0 and time.monotonic() < give_up:
+            time.sleep(0.1)
+        with socket.create_connection(address) as second_sock:  # the same address, a new connection
+            second = _RawConnection(second_sock)
+            while True:
+                held = [first.refused_of(MAX_STREAMS), second.refused_of(STREAMS_PER_ADDRESS - MAX_STREAMS)]
+                if not any(held) or time.monotonic() > give_up:
+                    break
+                time.sleep(0.5)
+            assert held == [0, 0], f"places still held on the connection and the address's other: {held}"
+            reached = progress(metrics, model) - before  # the reset streams Triton ran, all answered now
+            for connection in (first, second):
+                code, why, answer = connection.answered(body)
+                output = _output(answer)
+                right = output is not None and np.array_equal(output, expected)
+                assert code == b"0" and right, (code, why, answer)
+            assert pending(metrics, model) == 0
+    assert reached > 0, "no reset stream reached Triton: the loop tested nothing"
 
 
 def _stream_start(stream: int) -> bytes:
