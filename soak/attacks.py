@@ -1,12 +1,16 @@
-"""``make soak``'s attack faults: the request kinds fault matrix rows 37–46 close, sent among the load;
-each must get its one documented answer and no stub may die. ``[2^62, 0]`` shapes (rows 37–39), a
+"""``make soak``'s attack faults: the request kinds fault matrix rows 37–46 and 78 close, sent among the
+load; each must get its one documented answer and no stub may die. ``[2^62, 0]`` shapes (rows 37–39), a
 garbage first stream message (row 40), half-open HTTP/2 connections (row 41), a stub's region
 hard-linked or renamed over a client's (rows 43–44), a region truncated while in use (row 45), and
 ``kill -9`` of tritonserver (its restart gap is an outage of every model, excused only with the fronts'
-503/502 and ``UNAVAILABLE``). Request-target mutations (rows 35–36) go out in the HTTP fuzz bursts."""
+503/502 and ``UNAVAILABLE``). From an address of their own (``ATTACKER``, so the load's share is not
+theirs): inferences whose client hangs up once they are sent (row 38) and calls reset once sent (row
+78), each answered 200/OK or refused as beyond the client's share, with no more of them waiting in
+Triton than that share. Request-target mutations (rows 35–36) go out in the HTTP fuzz bursts."""
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import json
 import logging
@@ -22,14 +26,18 @@ from pathlib import Path
 import grpc
 import numpy as np
 import tritonclient.utils.shared_memory as shared_memory
-from tritonclient.grpc import service_pb2_grpc
+from tritonclient.grpc import service_pb2, service_pb2_grpc
 from tritonclient.utils import InferenceServerException
 
 from client.connection import protocol_module
 from client.infer import make_inputs
 from client.shm import system_region
+from server.fronts import h2c
+from server.fronts.client_slots import SlotLimits
+from soak import raw_grpc
 from soak.faults import ENCODER, Soak, overflowing_request, refused
-from soak.raw_http import Request, address, exchange
+from soak.pending import PendingWatch, pending
+from soak.raw_http import Request, address, exchange, hang_ups
 from soak.report import Outage
 
 log = logging.getLogger(__name__)
@@ -54,6 +62,20 @@ ROW_FLOATS = 16  # trivial's x and y: FP32 [1, 16]
 ROW = 4 * ROW_FLOATS
 UNWRITTEN = np.full((1, ROW_FLOATS), -1.0, np.float32)  # no answer of the race's: 2 * 2.5 or 2 * 0
 RESTART_WITHIN_S = 300.0  # the supervisor's backoff plus a start on a busy host
+# Linux routes all of 127.0.0.0/8 to loopback: the share attacks' own client address, whose share of the
+# slots to Triton is not the load's (127.0.0.1), so the load is never refused for their sake
+ATTACKER = "127.0.0.9"
+SHARES = SlotLimits()  # the fronts' shares, as the soak serves them
+SHARE_REFUSAL = "requests waiting on tritonserver, its share"  # a share's 429 / RESOURCE_EXHAUSTED (row 38)
+WAVES = 5  # bursts of a share's worth each: while the first is held in Triton, the next are refused
+HANG_UP_AFTER_S = 0.2  # a wave's connections are closed this long after it was sent, answered or not
+# tokens of each attack request (fewer if the encoder takes fewer): enough that a wave still waits in
+# Triton when the next comes, so a front that freed a slot at a hang-up or reset lets Triton hold more
+ENCODER_TOKENS = 64
+INFER = "/inference.GRPCInferenceService/ModelInfer"
+# what a share attack may be answered, and what the answer must say: served, or refused as beyond the
+# client's share (429 / RESOURCE_EXHAUSTED, rows 38 and 78)
+SHARE_ANSWERS = {200: "", "OK": "", 429: SHARE_REFUSAL, "RESOURCE_EXHAUSTED": SHARE_REFUSAL}
 
 
 def unanswered_shapes(soak: Soak) -> None:
@@ -360,6 +382,128 @@ def kill_server(soak: Soak) -> None:
     log.error("tritonserver not serving again %.0f s after the kill", RESTART_WITHIN_S)
 
 
+def encoder_request(soak: Soak) -> tuple[tuple[str, ...], int] | None:
+    """The encoder's input names and the tokens a share attack's request carries (None: not served)."""
+    inputs = soak.input_names(ENCODER)
+    if inputs is None:
+        return None
+    parameters = soak.client.get_model_config(ENCODER).get("parameters", {})
+    longest = json.loads(parameters.get("input_max_shapes", {}).get("string_value", "{}"))
+    return inputs, min([ENCODER_TOKENS, *(dims[-1] for dims in longest.values())])
+
+
+def within_share(soak: Soak, what: str, share: int, attack: Callable[[Callable[[], None]], bool]) -> None:
+    """Record ``what``: ``attack(read)`` (whether every answer it got was right; ``read()`` after each
+    wave waits for a count begun after it) while Triton's count of the encoder's waiting requests is
+    read; right only if Triton never had more than ``share`` waiting (and was read at all) and the server
+    and its stubs were kept."""
+    pid, stubs = soak.server.pid, soak.stub_pids()
+    _until_quiet(soak.server.metrics_url)
+    with PendingWatch(soak.server.metrics_url, ENCODER) as watch:
+        answers_right = attack(watch.read_again)
+        watch.read_again()
+    soak.report.waited(what, watch.most, share)
+    within = watch.reads > 0 and watch.most <= share
+    if not within:
+        log.error("%s: Triton had %g waiting (share %d, %d reads)", what, watch.most, share, watch.reads)
+    soak.report.check(what).record(answers_right and within and server_kept(soak, pid, stubs))
+
+
+def _until_quiet(metrics_url: str) -> None:
+    """Until Triton has none of the encoder's requests waiting (an earlier run's), ``ANSWER_WITHIN_S`` at
+    most: what is counted waiting next is then this run's own."""
+    deadline = time.monotonic() + ANSWER_WITHIN_S
+    while time.monotonic() < deadline:
+        with contextlib.suppress(OSError):  # no read this time: the next one tells
+            if pending(metrics_url, ENCODER) == 0:
+                return
+        time.sleep(0.1)
+
+
+def share_answer(status: int | str, text: str) -> bool:
+    """Whether a share attack may be answered ``status`` (HTTP's, or gRPC's name) saying ``text``."""
+    return status in SHARE_ANSWERS and SHARE_ANSWERS[status] in text
+
+
+def hung_up_inferences(soak: Soak) -> None:
+    """Waves of encoder inferences over HTTP from ``ATTACKER``, a share's worth each, every connection
+    closed right after its request was sent (fault matrix row 38): each answer that came first is 200 or
+    the address's 429, Triton never has more of them waiting than the address's share (a forwarded
+    inference keeps its slot until Triton answers it), and the server and stubs are kept."""
+    asked = encoder_request(soak)
+    if asked is None:
+        return
+    inputs, tokens = asked
+    tensors = [{"name": n, "shape": [1, tokens], "datatype": "INT64", "data": [1] * tokens} for n in inputs]
+    body = json.dumps({"inputs": tensors}).encode()
+    raw = Request("POST", f"/v2/models/{ENCODER}/infer", [("Content-Type", "application/json")], body).raw()
+    share, front = SHARES.per_address, address(soak.server.http_url)
+
+    def attack(read: Callable[[], None]) -> bool:
+        replies = []
+        for _ in range(WAVES):
+            replies += hang_ups(front, raw, share, HANG_UP_AFTER_S, ATTACKER)
+            read()
+        wrong = [r for r in replies if not share_answer(r.status, r.body.decode("utf-8", "replace"))]
+        for reply in wrong[:3]:
+            log.error("HTTP hang-ups: answered %s %r %s", reply.status, reply.body[:200], reply.failure)
+        return not wrong
+
+    within_share(
+        soak, "HTTP inferences hung up once sent (200 or the share's 429, server kept)", share, attack
+    )
+
+
+def reset_calls(soak: Soak) -> None:
+    """Waves of encoder ``ModelInfer`` calls on one gRPC connection from ``ATTACKER``, a share's worth
+    of the address each, every call reset once the front read it (fault matrix row 78): each answer that
+    came first is ``OK`` or the connection's ``RESOURCE_EXHAUSTED``, nothing else is reset or sent
+    ``GOAWAY``, Triton never has more of them waiting than the connection's share (a forwarded call keeps
+    its slot until Triton answers it), and the server and stubs are kept."""
+    asked = encoder_request(soak)
+    if asked is None:
+        return
+    inputs, tokens = asked
+    request = service_pb2.ModelInferRequest(model_name=ENCODER)
+    for name in inputs:
+        request.inputs.add(name=name, datatype="INT64", shape=[1, tokens])
+        request.raw_input_contents.append(np.ones((1, tokens), np.int64).tobytes())
+    block = raw_grpc.call_headers(INFER, [], ANSWER_WITHIN_S)
+    data = raw_grpc.message(request.SerializeToString())
+    front, wave = address(soak.server.grpc_url), 2 * SHARES.per_address  # a client's streams are odd
+
+    def attack(read: Callable[[], None]) -> bool:
+        # one call answered first: the front has the encoder's config when the resets come, as the fault
+        # test has it (a front still fetching it saw calls reset before it forwarded them)
+        warm = raw_grpc.exchange(front, block, data, ANSWER_WITHIN_S, ATTACKER)
+        try:
+            with socket.create_connection(front, ANSWER_WITHIN_S, (ATTACKER, 0)) as sock:
+                sock.sendall(h2c.PREFACE + h2c.settings_frame({}))
+                answers = raw_grpc.Answers(sock)
+                for first in range(1, WAVES * wave, wave):
+                    calls = range(first, first + wave, 2)
+                    raw_grpc.send_and_reset(answers, block, data, calls, first, ANSWER_WITHIN_S)
+                    read()
+        except OSError as error:  # the front closed the connection, or never acknowledged a PING
+            log.error("gRPC resets: %r", error)
+            return False
+        statuses = [(warm.code, warm.message)]
+        statuses += [
+            (raw_grpc.status_name(code), text) for code, text in map(answers.status, answers.trailers)
+        ]
+        wrong = [(code, text) for code, text in statuses if not share_answer(code, text)]
+        if wrong or answers.resets or answers.goaway:
+            log.error(
+                "gRPC resets: answered %s, reset %s, GOAWAY %s", wrong[:3], answers.resets, answers.goaway
+            )
+        return not (wrong or answers.resets or answers.goaway)
+
+    share = SHARES.per_connection
+    within_share(
+        soak, "gRPC calls reset once sent (OK or the share's RESOURCE_EXHAUSTED, server kept)", share, attack
+    )
+
+
 ATTACKS: dict[str, Callable[[Soak], None]] = {
     "unanswered": unanswered_shapes,
     "garbage-stream": garbage_stream,
@@ -367,4 +511,6 @@ ATTACKS: dict[str, Callable[[Soak], None]] = {
     "shm-identity": shared_memory_identity,
     "kill-server": kill_server,
     "truncate-race": truncate_race,
+    "hang-ups": hung_up_inferences,
+    "resets": reset_calls,
 }

@@ -1,13 +1,15 @@
 """One gRPC call written frame by frame, for what grpcio will not send (metadata outside gRPC's grammar,
 two messages or none, a length prefix that says more than follows, a compressed flag without
 ``grpc-encoding``): the invariant fuzz's wire faults and fault matrix rows 69 and 70. A call dropped
-with its connection, reset or answered with ``GOAWAY`` is no answer, as over HTTP."""
+with its connection, reset or answered with ``GOAWAY`` is no answer, as over HTTP. ``Answers`` reads
+many calls' answers on one connection, and ``send_and_reset`` resets calls the front has read (row 78)."""
 
 from __future__ import annotations
 
 import socket
 import struct
 import time
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from urllib.parse import unquote
 
@@ -18,6 +20,7 @@ from server.fronts import h2c
 
 CODES = {code.value[0]: code.name for code in grpc.StatusCode}
 STREAM = 1
+ANSWER_GUARD_S = 120.0  # how long ``Answers.until`` waits before it gives up: a hang guard, not a bound
 
 
 @dataclass(frozen=True)
@@ -39,6 +42,11 @@ def call_headers(path: str, metadata: list[tuple[bytes, bytes]], timeout_s: floa
         (b"grpc-timeout", b"%dm" % int(timeout_s * 1000)),
     ]  # fmt: skip
     return h2c.encode_headers(fixed + metadata)
+
+
+def status_name(status: bytes) -> str:
+    """A ``grpc-status`` value's name (``b"8"``: ``RESOURCE_EXHAUSTED``); empty for none of gRPC's."""
+    return CODES.get(int(status), "") if status.isdigit() else ""
 
 
 def message(body: bytes, flag: int = 0) -> bytes:
@@ -109,8 +117,82 @@ def _answer(sock: socket.socket, deadline: float, started: float) -> GrpcReply:
                 if flags & h2c.END_STREAM:
                     fields = dict(headers)
                     status = fields.get(b"grpc-status", b"")
-                    code = CODES.get(int(status), "") if status.isdigit() else ""
+                    code = status_name(status)
                     text = unquote(fields.get(b"grpc-message", b"").decode("latin-1"))
                     if not code:
                         return failed(f"trailers without a grpc-status: {status!r}")
                     return GrpcReply(code, text, bytes(payload), time.monotonic() - started)
+
+
+class Answers:
+    """What the front sends on one raw connection, by stream: DATA bytes and the closing headers."""
+
+    def __init__(self, sock: socket.socket) -> None:
+        self.sock, self.decoder, self.buffer = sock, hpack.Decoder(), b""
+        self.data: dict[int, bytes] = {}
+        self.trailers: dict[int, dict[bytes, bytes]] = {}
+        self.resets: dict[int, int] = {}  # stream: RST_STREAM's code
+        self.settings: dict[int, int] = {}
+        self.goaway: tuple[int, bytes] | None = None  # its code and debug data
+        self.pings: set[int] = set()  # the payloads of the PINGs the front acknowledged
+
+    def status(self, stream: int) -> tuple[bytes, str]:
+        fields = self.trailers[stream]
+        return fields.get(b"grpc-status", b""), unquote(fields.get(b"grpc-message", b"").decode("latin-1"))
+
+    def refused(self) -> set[int]:
+        return {stream for stream, code in self.resets.items() if code == h2c.REFUSED_STREAM}
+
+    def until(self, done: Callable[[], bool], timeout_s: float = ANSWER_GUARD_S) -> None:
+        """Read frames until ``done()``; ``TimeoutError`` once ``timeout_s`` passed without a frame,
+        ``ConnectionError`` if the front closed the connection first."""
+        self.sock.settimeout(timeout_s)
+        while not done():
+            chunk = self.sock.recv(1 << 16)
+            if not chunk:
+                raise ConnectionError(f"the front closed the connection; answers so far {self.trailers}")
+            self.buffer += chunk
+            while len(self.buffer) >= 9:
+                length = int.from_bytes(self.buffer[:3], "big")
+                if len(self.buffer) < 9 + length:
+                    break
+                kind, flags = self.buffer[3], self.buffer[4]
+                stream = int.from_bytes(self.buffer[5:9], "big") & 0x7FFFFFFF
+                payload, self.buffer = self.buffer[9 : 9 + length], self.buffer[9 + length :]
+                self._read(kind, flags, stream, payload)
+
+    def _read(self, kind: int, flags: int, stream: int, payload: bytes) -> None:
+        if kind == h2c.HEADERS:
+            fields = dict(self.decoder.decode(payload, raw=True))
+            if flags & h2c.END_STREAM:
+                self.trailers[stream] = fields
+        elif kind == h2c.DATA:
+            self.data[stream] = self.data.get(stream, b"") + payload
+        elif kind == h2c.RST_STREAM:
+            self.resets[stream] = int.from_bytes(payload, "big")
+        elif kind == h2c.GOAWAY:
+            self.goaway = (int.from_bytes(payload[4:8], "big"), payload[8:])
+        elif kind == h2c.PING and flags & h2c.ACK:
+            self.pings.add(int.from_bytes(payload, "big"))
+        elif kind == h2c.SETTINGS and not flags & h2c.ACK:
+            self.settings.update(
+                (int.from_bytes(payload[i : i + 2], "big"), int.from_bytes(payload[i + 2 : i + 6], "big"))
+                for i in range(0, len(payload), 6)
+            )
+            self.sock.sendall(h2c.frame(h2c.SETTINGS, h2c.ACK, 0))
+
+
+def send_and_reset(
+    answers: Answers, block: bytes, data: bytes, streams: Sequence[int], ping: int, timeout_s: float
+) -> None:
+    """A whole call on each of ``streams`` (``block``, then ``data`` ending it), each reset (``RST_STREAM``
+    ``CANCEL``) as soon as a PING sent after them (``ping``: its payload) is acknowledged: the front has
+    read them, so their handlers have begun (HTTP/2 "rapid reset", fault matrix row 78)."""
+    calls = [
+        h2c.frame(h2c.HEADERS, h2c.END_HEADERS, s, block) + h2c.frame(h2c.DATA, h2c.END_STREAM, s, data)
+        for s in streams
+    ]
+    answers.sock.sendall(b"".join(calls) + h2c.frame(h2c.PING, 0, 0, ping.to_bytes(8, "big")))
+    answers.until(lambda: ping in answers.pings, timeout_s)
+    cancel = h2c.CANCEL.to_bytes(4, "big")
+    answers.sock.sendall(b"".join(h2c.frame(h2c.RST_STREAM, 0, s, cancel) for s in streams))

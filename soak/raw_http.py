@@ -2,12 +2,14 @@
 is a status line, its headers and its whole body (a HEAD's ends at its headers, RFC 9110) within
 ``timeout_s``, its body decoded as a client would; anything else is no answer, and ``failure`` says
 which (``hang``, ``closed``, ``not HTTP``, ``undecodable``). A front answers even a request it will not
-read before it closes, so a dropped request is the front's fault."""
+read before it closes, so a dropped request is the front's fault. ``hang_ups`` sends a request on many
+connections and closes them without waiting for its answers (fault matrix row 38)."""
 
 from __future__ import annotations
 
 import contextlib
 import re
+import selectors
 import socket
 import time
 import zlib
@@ -106,6 +108,45 @@ def pipelined(
         return [*got, HttpReply(elapsed_s=time.monotonic() - start, failure="hang")]
     except OSError as error:
         return [*got, HttpReply(elapsed_s=time.monotonic() - start, failure=f"closed: {error!r}")]
+
+
+def hang_ups(
+    address: tuple[str, int], raw: bytes, count: int, after_s: float, source: str = ""
+) -> list[HttpReply]:
+    """``raw`` on ``count`` connections of its own at once (from the local address ``source``, if given),
+    each closed ``after_s`` after the last was sent unless it was answered before: the answers that came
+    by then (a connection that ended without one: its ``failure``)."""
+    bind = (source, 0) if source else None
+    connections: list[socket.socket] = []
+    got: list[HttpReply] = []
+    with selectors.DefaultSelector() as waiting:
+        try:
+            for _ in range(count):
+                try:
+                    sock = socket.create_connection(address, timeout=TIMEOUT_S, source_address=bind)
+                except OSError as error:
+                    got.append(HttpReply(failure=f"closed: {error!r}"))
+                    continue
+                connections.append(sock)
+                with contextlib.suppress(OSError):  # answered and closed before it read it all: read that
+                    sock.sendall(raw)
+                waiting.register(sock, selectors.EVENT_READ, data=bytearray())
+            hang_up_at = time.monotonic() + after_s
+            while waiting.get_map() and (left := hang_up_at - time.monotonic()) > 0:
+                for key, _ in waiting.select(left):
+                    try:
+                        chunk = key.fileobj.recv(1 << 20)
+                    except OSError:
+                        chunk = b""
+                    key.data.extend(chunk)
+                    reply = reply_in(bytes(key.data), not chunk)[0]
+                    if reply is not None:
+                        got.append(reply)
+                        waiting.unregister(key.fileobj)
+        finally:
+            for sock in connections:
+                sock.close()
+    return got
 
 
 def reply_in(

@@ -65,6 +65,8 @@ class SoakReport:
     refused_after_drain: int = 0
     outages: list[Outage] = field(default_factory=list)
     checks: dict[str, Check] = field(default_factory=dict)  # what each answered fault must get
+    # a share attack's check: the most of its requests Triton had waiting at once, and that share
+    most_waiting: dict[str, tuple[float, int]] = field(default_factory=dict)
     server_restarts: list[str] = field(default_factory=list)  # deaths the soak did not cause: why each
     server_kills: list[int] = field(default_factory=list)  # pids of the servers the soak killed itself
     server_pids: list[int] = field(default_factory=list)  # every tritonserver pid of the run, in order
@@ -78,6 +80,10 @@ class SoakReport:
     def check(self, what: str) -> Check:
         return self.checks.setdefault(what, Check())
 
+    def waited(self, what: str, most: float, share: int) -> None:
+        """Keep the most of ``what``'s requests Triton had waiting at once, over all its runs."""
+        self.most_waiting[what] = (max(most, self.most_waiting.get(what, (0.0, share))[0]), share)
+
     @property
     def passed(self) -> bool:
         return (
@@ -89,6 +95,12 @@ class SoakReport:
             and not self.server_restarts
             and (self.invariants is None or self.invariants.passed)
         )
+
+    def _waiting_line(self, what: str) -> str:
+        if what not in self.most_waiting:
+            return ""
+        most, share = self.most_waiting[what]
+        return f"; most of them waiting in tritonserver at once {most:g} (their share {share})"
 
     def outage_lines(self) -> list[str]:
         lines = []
@@ -120,7 +132,10 @@ class SoakReport:
                 + " -> ".join(str(pid) for pid in self.server_pids),
                 f"  tritonserver deaths the soak did not cause: {len(self.server_restarts)}"
                 + "".join(f"; {cause}" for cause in self.server_restarts),
-                *(f"  {what}: {c.injected}, answered right: {c.right}" for what, c in self.checks.items()),
+                *(
+                    f"  {what}: {c.injected}, answered right: {c.right}{self._waiting_line(what)}"
+                    for what, c in self.checks.items()
+                ),
                 f"  server RSS: {self.rss_start_mib:.0f} MiB at start, {self.rss_end_mib:.0f} MiB at the end",
                 f"  after stop: stubs left {self.leaked_stubs}, /dev/shm regions left {self.leaked_regions}, "
                 f"server exit code {self.exit_code}",

@@ -20,17 +20,14 @@ from __future__ import annotations
 import gzip
 import socket
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
-from urllib.parse import unquote
 
-import hpack
 import numpy as np
 import pytest
 from harness import GOOD_MODEL
 from own_front import most_refusal_lines, own_front, refusals_logged
-from pending_watch import PendingWatch, pending, progress
 from slow_model import SLOW, slow_model_server, slow_request
 from tritonclient.grpc import service_pb2
 
@@ -39,7 +36,8 @@ from server.fronts import h2c
 from server.fronts.client_slots import MESSAGE_TIMEOUT_S, OVERDUE_TIMEOUT_S, SlotLimits
 from server.fronts.grpc_wire import MAX_STREAMS, STREAMS_PER_ADDRESS
 from soak.invariant_fuzz import rss_mib
-from soak.raw_grpc import GrpcReply, call_headers, exchange, message
+from soak.pending import PendingWatch, pending, progress
+from soak.raw_grpc import Answers, GrpcReply, call_headers, exchange, message, send_and_reset
 
 pytestmark = pytest.mark.integration
 INFER = "/inference.GRPCInferenceService/ModelInfer"
@@ -177,7 +175,7 @@ def test_a_stream_message_never_completed_ends_the_stream_and_frees_its_slot(
         socket.create_connection(("127.0.0.1", port)) as sock,
     ):
         sock.sendall(h2c.PREFACE + h2c.settings_frame({}))
-        answers = _Answers(sock)
+        answers = Answers(sock)
         for stream in (1, 3):
             sock.sendall(_stream_start(stream) + h2c.frame(h2c.DATA, 0, stream, message(_trivial())))
         answers.until(lambda: 1 in answers.data and 3 in answers.data)
@@ -218,7 +216,7 @@ def test_streams_that_send_headers_alone_are_bounded_and_end(
     ):
         sock.sendall(h2c.PREFACE + h2c.settings_frame({}))
         sock.sendall(b"".join(_stream_start(stream) for stream in streams))
-        answers = _Answers(sock)
+        answers = Answers(sock)
         answers.until(lambda: len(answers.refused()) == 8)
         other = exchange(("127.0.0.1", port), call_headers(INFER, [], 30.0), message(_trivial()), 30.0)
         assert (other.failure, other.code) == ("", "OK"), other
@@ -276,19 +274,10 @@ def test_calls_reset_once_sent_leave_triton_no_more_than_the_clients_share(slow_
         PendingWatch(slow_server.metrics_url, SLOW) as pending,
     ):
         sock.sendall(h2c.PREFACE + h2c.settings_frame({}))
-        answers = _Answers(sock)
+        answers = Answers(sock)
         for first in range(1, 2 * RESET_CALLS, 2 * RESET_BATCH):
             batch = range(first, first + 2 * RESET_BATCH, 2)
-            calls = [
-                h2c.frame(h2c.HEADERS, h2c.END_HEADERS, s, block)
-                + h2c.frame(h2c.DATA, h2c.END_STREAM, s, body)
-                for s in batch
-            ]
-            sock.sendall(b"".join(calls) + h2c.frame(h2c.PING, 0, 0, first.to_bytes(8, "big")))
-            answers.until(lambda first=first: first in answers.pings)
-            sock.sendall(
-                b"".join(h2c.frame(h2c.RST_STREAM, 0, s, h2c.CANCEL.to_bytes(4, "big")) for s in batch)
-            )
+            send_and_reset(answers, block, body, batch, first, HANG_GUARD_S)
             if first % (10 * RESET_BATCH) == 1:
                 other = exchange(address, call_headers(INFER, [], 30.0), message(_trivial()), HANG_GUARD_S)
                 others.append("right" if _answered_right(other) else other)
@@ -322,7 +311,7 @@ class _RawConnection:
     """A raw client connection to the front: new stream ids, frames sent, a PING to catch up with it."""
 
     def __init__(self, sock: socket.socket) -> None:
-        self.sock, self.answers, self.next_stream, self.pings = sock, _Answers(sock), 1, 0
+        self.sock, self.answers, self.next_stream, self.pings = sock, Answers(sock), 1, 0
         sock.sendall(h2c.PREFACE + h2c.settings_frame({}))
 
     def new_streams(self, count: int) -> range:
@@ -431,64 +420,8 @@ def _stream_start(stream: int) -> bytes:
     return h2c.frame(h2c.HEADERS, h2c.END_HEADERS, stream, call_headers(STREAM, [], HANG_GUARD_S))
 
 
-class _Answers:
-    """What the front sends on one raw connection, by stream: DATA bytes and the closing headers."""
-
-    def __init__(self, sock: socket.socket) -> None:
-        self.sock, self.decoder, self.buffer = sock, hpack.Decoder(), b""
-        self.data: dict[int, bytes] = {}
-        self.trailers: dict[int, dict[bytes, bytes]] = {}
-        self.resets: dict[int, int] = {}  # stream: RST_STREAM's code
-        self.settings: dict[int, int] = {}
-        self.goaway: tuple[int, bytes] | None = None  # its code and debug data
-        self.pings: set[int] = set()  # the payloads of the PINGs the front acknowledged
-
-    def status(self, stream: int) -> tuple[bytes, str]:
-        fields = self.trailers[stream]
-        return fields.get(b"grpc-status", b""), unquote(fields.get(b"grpc-message", b"").decode("latin-1"))
-
-    def refused(self) -> set[int]:
-        return {stream for stream, code in self.resets.items() if code == h2c.REFUSED_STREAM}
-
-    def until(self, done: Callable[[], bool], timeout_s: float = HANG_GUARD_S) -> None:
-        """Read frames until ``done()``; fails once ``timeout_s`` passed without it."""
-        self.sock.settimeout(timeout_s)
-        while not done():
-            chunk = self.sock.recv(1 << 16)
-            assert chunk, f"the front closed the connection; answers so far {self.trailers}"
-            self.buffer += chunk
-            while len(self.buffer) >= 9:
-                length = int.from_bytes(self.buffer[:3], "big")
-                if len(self.buffer) < 9 + length:
-                    break
-                kind, flags = self.buffer[3], self.buffer[4]
-                stream = int.from_bytes(self.buffer[5:9], "big") & 0x7FFFFFFF
-                payload, self.buffer = self.buffer[9 : 9 + length], self.buffer[9 + length :]
-                if kind == h2c.HEADERS:
-                    fields = dict(self.decoder.decode(payload, raw=True))
-                    if flags & h2c.END_STREAM:
-                        self.trailers[stream] = fields
-                elif kind == h2c.DATA:
-                    self.data[stream] = self.data.get(stream, b"") + payload
-                elif kind == h2c.RST_STREAM:
-                    self.resets[stream] = int.from_bytes(payload, "big")
-                elif kind == h2c.GOAWAY:
-                    self.goaway = (int.from_bytes(payload[4:8], "big"), payload[8:])
-                elif kind == h2c.PING and flags & h2c.ACK:
-                    self.pings.add(int.from_bytes(payload, "big"))
-                elif kind == h2c.SETTINGS and not flags & h2c.ACK:
-                    self.settings.update(
-                        (
-                            int.from_bytes(payload[i : i + 2], "big"),
-                            int.from_bytes(payload[i + 2 : i + 6], "big"),
-                        )
-                        for i in range(0, len(payload), 6)
-                    )
-                    self.sock.sendall(h2c.frame(h2c.SETTINGS, h2c.ACK, 0))
-
-
 def _trailers(sock: socket.socket, streams: int, timeout_s: float) -> dict[int, dict[bytes, bytes]]:
     """The trailers of the first ``streams`` calls answered on ``sock``, by stream."""
-    answers = _Answers(sock)
+    answers = Answers(sock)
     answers.until(lambda: len(answers.trailers) >= streams, timeout_s)
     return answers.trailers

@@ -19,11 +19,11 @@ from collections.abc import Iterator
 from typing import Any
 
 import pytest
-from pending_watch import PendingWatch, pending
 from slow_model import SLOW, slow_model_server
 
 from server import TritonServer
 from server.fronts.client_slots import SlotLimits
+from soak.pending import PendingWatch, pending
 from soak.raw_http import HttpReply, reply_in
 
 pytestmark = pytest.mark.integration

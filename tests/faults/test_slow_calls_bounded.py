@@ -32,13 +32,13 @@ from pathlib import Path
 import grpc
 import numpy as np
 import pytest
-from pending_watch import PendingWatch
 from resilience_fixtures import tree_environment
 from slow_model import SLOW, write_slow_model
 from tritonclient.grpc import service_pb2, service_pb2_grpc
 
 from server.fronts.client_slots import DEFAULT_MAX_OVERDUE, SlotLimits
 from server.proc_stat import running
+from soak.pending import PendingWatch
 from tests.faults.harness import start_arguments
 
 pytestmark = pytest.mark.integration

@@ -14,6 +14,8 @@ wants is the fault's own code (``soak.attacks``, ``soak.faults``); the rows it c
 * ``half-open``: half-open HTTP/2 connections closed by the gRPC front (row 41);
 * ``shm-identity``: a hard link to a stub's region, a stub's region renamed over a client's (43, 44);
 * ``truncate-race``: a client's region truncated while the front copies through it (row 45);
+* ``hang-ups``, ``resets``: inferences hung up once sent over HTTP and calls reset once sent over gRPC,
+  from an address of their own (rows 38 and 78);
 * ``shm``, ``bad``, ``overflow`` (``soak.faults``): a stub's own region registered, a wrong dtype, the
   overflowing gRPC shape.
 
@@ -105,7 +107,7 @@ ROUNDS = 3
 WATCHED_S = HALF_OPEN_CLOSED_WITHIN_S + 30  # half-open's checks are recorded from its own thread
 # the faults whose verdicts Triton's own ports answer wrongly (the shared-memory ones register a
 # region first, which those ports refuse before there is anything to judge)
-JUDGING_AN_ANSWER = ("unanswered", "garbage-stream", "bad", "overflow", "half-open")
+JUDGING_AN_ANSWER = ("unanswered", "garbage-stream", "bad", "overflow", "half-open", "hang-ups", "resets")
 
 
 @dataclass
@@ -116,6 +118,7 @@ class TritonAlone:
     http_url: str
     grpc_url: str
     pid: int | None
+    metrics_url: str
 
 
 def _soak(server: TritonServer | TritonAlone, models: list[str], stub_models: list[str]) -> Soak:
@@ -186,7 +189,9 @@ def test_a_fault_closes_the_clients_it_opens(fault_server: TritonServer, fault: 
 
 @pytest.mark.parametrize("fault", JUDGING_AN_ANSWER)
 def test_each_verdict_refuses_a_wrong_answer(fault_server: TritonServer, fault: str) -> None:
-    alone = TritonAlone(fault_server.triton_http_url, fault_server.triton_grpc_url, fault_server.pid)
+    alone = TritonAlone(
+        fault_server.triton_http_url, fault_server.triton_grpc_url, fault_server.pid, fault_server.metrics_url
+    )
     soak = _soak(alone, ["trivial", "recommender", PIPELINE], [])
     _run(fault, soak)
     checks = {what: (check.right, check.injected) for what, check in soak.report.checks.items()}
