@@ -7,7 +7,6 @@ many calls' answers on one connection, and ``send_and_reset`` resets calls the f
 from __future__ import annotations
 
 import socket
-import struct
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -79,49 +78,31 @@ def exchange(
 
 
 def _answer(sock: socket.socket, deadline: float, started: float) -> GrpcReply:
-    decoder, buffer, headers, payload = hpack.Decoder(), b"", [], bytearray()
+    """The call's answer, or why there is none: the first of its trailers, a ``GOAWAY``, or its reset
+    before it had headers ends the wait."""
+    answers = Answers(sock)
+
+    def ended() -> bool:
+        reset = STREAM in answers.resets and STREAM not in answers.headed
+        return STREAM in answers.trailers or answers.goaway is not None or reset
 
     def failed(why: str) -> GrpcReply:
-        return GrpcReply("", "", bytes(payload), time.monotonic() - started, why)
+        return GrpcReply("", "", answers.data.get(STREAM, b""), time.monotonic() - started, why)
 
-    while True:
-        remaining = deadline - time.monotonic()
-        if remaining <= 0:
-            return failed("no answer in time")
-        sock.settimeout(remaining)
-        try:
-            chunk = sock.recv(1 << 16)
-        except TimeoutError:
-            return failed("no answer in time")
-        if not chunk:
-            return failed("connection closed before the call's status")
-        buffer += chunk
-        while len(buffer) >= 9:
-            head, flags, stream = struct.unpack_from(">IBI", buffer)
-            end = 9 + (head >> 8)
-            if len(buffer) < end:
-                break
-            kind, body, buffer = head & 0xFF, buffer[9:end], buffer[end:]
-            if kind == h2c.GOAWAY:
-                return failed(f"GOAWAY {struct.unpack_from('>I', body, 4)[0]}: {body[8:]!r}")
-            if stream != STREAM:
-                if kind == h2c.SETTINGS and not flags & h2c.ACK:
-                    sock.sendall(h2c.frame(h2c.SETTINGS, h2c.ACK, 0))
-                continue
-            if kind == h2c.RST_STREAM and not headers:
-                return failed(f"stream reset ({struct.unpack('>I', body)[0]})")
-            if kind == h2c.DATA:
-                payload += body
-            elif kind == h2c.HEADERS:
-                headers += decoder.decode(body, raw=True)
-                if flags & h2c.END_STREAM:
-                    fields = dict(headers)
-                    status = fields.get(b"grpc-status", b"")
-                    code = status_name(status)
-                    text = unquote(fields.get(b"grpc-message", b"").decode("latin-1"))
-                    if not code:
-                        return failed(f"trailers without a grpc-status: {status!r}")
-                    return GrpcReply(code, text, bytes(payload), time.monotonic() - started)
+    try:
+        answers.until(ended, deadline)
+    except TimeoutError:
+        return failed("no answer in time")
+    except ConnectionError:
+        return failed("connection closed before the call's status")
+    if answers.goaway is not None:
+        return failed(f"GOAWAY {answers.goaway[0]}: {answers.goaway[1]!r}")
+    if STREAM not in answers.trailers:
+        return failed(f"stream reset ({answers.resets[STREAM]})")
+    status, text = answers.status(STREAM)
+    if not status_name(status):
+        return failed(f"trailers without a grpc-status: {status!r}")
+    return GrpcReply(status_name(status), text, answers.data.get(STREAM, b""), time.monotonic() - started)
 
 
 class Answers:
@@ -131,6 +112,7 @@ class Answers:
         self.sock, self.decoder, self.buffer = sock, hpack.Decoder(), b""
         self.data: dict[int, bytes] = {}
         self.trailers: dict[int, dict[bytes, bytes]] = {}
+        self.headed: set[int] = set()  # streams the front sent headers on
         self.resets: dict[int, int] = {}  # stream: RST_STREAM's code
         self.settings: dict[int, int] = {}
         self.goaway: tuple[int, bytes] | None = None  # its code and debug data
@@ -143,27 +125,32 @@ class Answers:
     def refused(self) -> set[int]:
         return {stream for stream, code in self.resets.items() if code == h2c.REFUSED_STREAM}
 
-    def until(self, done: Callable[[], bool], timeout_s: float = ANSWER_GUARD_S) -> None:
-        """Read frames until ``done()``; ``TimeoutError`` once ``timeout_s`` passed without a frame,
-        ``ConnectionError`` if the front closed the connection first."""
-        self.sock.settimeout(timeout_s)
+    def until(self, done: Callable[[], bool], deadline: float | None = None) -> None:
+        """Read frames until ``done()``, checked after each frame (the frames after it wait for the next
+        call); ``TimeoutError`` once ``deadline`` (``time.monotonic()``; default ``ANSWER_GUARD_S`` from
+        now) passed, ``ConnectionError`` if the front closed the connection first."""
+        deadline = time.monotonic() + ANSWER_GUARD_S if deadline is None else deadline
         while not done():
-            chunk = self.sock.recv(1 << 16)
-            if not chunk:
-                raise ConnectionError(f"the front closed the connection; answers so far {self.trailers}")
-            self.buffer += chunk
-            while len(self.buffer) >= 9:
+            if len(self.buffer) >= 9 and len(self.buffer) >= 9 + int.from_bytes(self.buffer[:3], "big"):
                 length = int.from_bytes(self.buffer[:3], "big")
-                if len(self.buffer) < 9 + length:
-                    break
                 kind, flags = self.buffer[3], self.buffer[4]
                 stream = int.from_bytes(self.buffer[5:9], "big") & 0x7FFFFFFF
                 payload, self.buffer = self.buffer[9 : 9 + length], self.buffer[9 + length :]
                 self._read(kind, flags, stream, payload)
+                continue
+            remaining = deadline - time.monotonic()
+            if remaining <= 0:
+                raise TimeoutError("no answer in time")
+            self.sock.settimeout(remaining)
+            chunk = self.sock.recv(1 << 16)
+            if not chunk:
+                raise ConnectionError(f"the front closed the connection; answers so far {self.trailers}")
+            self.buffer += chunk
 
     def _read(self, kind: int, flags: int, stream: int, payload: bytes) -> None:
         if kind == h2c.HEADERS:
             fields = dict(self.decoder.decode(payload, raw=True))
+            self.headed.add(stream)
             if flags & h2c.END_STREAM:
                 self.trailers[stream] = fields
         elif kind == h2c.DATA:
@@ -193,6 +180,6 @@ def send_and_reset(
         for s in streams
     ]
     answers.sock.sendall(b"".join(calls) + h2c.frame(h2c.PING, 0, 0, ping.to_bytes(8, "big")))
-    answers.until(lambda: ping in answers.pings, timeout_s)
+    answers.until(lambda: ping in answers.pings, time.monotonic() + timeout_s)
     cancel = h2c.CANCEL.to_bytes(4, "big")
     answers.sock.sendall(b"".join(h2c.frame(h2c.RST_STREAM, 0, s, cancel) for s in streams))

@@ -423,5 +423,5 @@ def _stream_start(stream: int) -> bytes:
 def _trailers(sock: socket.socket, streams: int, timeout_s: float) -> dict[int, dict[bytes, bytes]]:
     """The trailers of the first ``streams`` calls answered on ``sock``, by stream."""
     answers = Answers(sock)
-    answers.until(lambda: len(answers.trailers) >= streams, timeout_s)
+    answers.until(lambda: len(answers.trailers) >= streams, time.monotonic() + timeout_s)
     return answers.trailers
