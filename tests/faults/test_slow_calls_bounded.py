@@ -99,7 +99,9 @@ KINDS = {  # (status, how the message starts) -> what the answer says
 
 
 def _kind(code: str, details: str) -> str:
-    return next((kind for (c, start), kind in KINDS.items() if c == code and details.startswith(start)), code)
+    """The kind of answer ``KINDS`` names, else the code with the start of its details (what to look into)."""
+    found = (kind for (c, start), kind in KINDS.items() if c == code and details.startswith(start))
+    return next(found, f"{code}: {details[:120]}")
 
 
 async def _learn_configs(url: str) -> None:
