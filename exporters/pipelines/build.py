@@ -22,8 +22,7 @@ import torch
 from torch import nn
 
 import python_backend
-from exporters.artifacts.file_hash import file_matches, file_sha256
-from exporters.artifacts.records import read_record, write_record
+from exporters.artifacts.records import file_matches, file_sha256, read_record, write_record
 from exporters.configs.model_config import ModelConfig, write_config
 from exporters.errors import SpecError
 from exporters.onnx_export import content_hash
