@@ -237,12 +237,8 @@ def pad_concatenate(arrays: list[np.ndarray]) -> np.ndarray:
     longest = max(a.shape[1] for a in arrays)
     if all(a.shape[1] == longest for a in arrays):
         return np.concatenate(arrays)
-    widths = [(0, 0), (0, 0)] + [(0, 0)] * (arrays[0].ndim - 2)
-    padded = []
-    for array in arrays:
-        widths[1] = (0, longest - array.shape[1])
-        padded.append(np.pad(array, widths))
-    return np.concatenate(padded)
+    rest = [(0, 0)] * (arrays[0].ndim - 2)
+    return np.concatenate([np.pad(a, [(0, 0), (0, longest - a.shape[1]), *rest]) for a in arrays])
 
 
 def _split(outputs: Arrays, sizes: Sequence[int]) -> list[Arrays]:

@@ -91,21 +91,11 @@ def choose_providers(config: dict, kind: str, device_id: int, cache_dir: str) ->
         )
     accelerators = config.get("optimization", {}).get("execution_accelerators", {})
     tensorrt = any(a.get("name") == "tensorrt" for a in accelerators.get("gpu_execution_accelerator", []))
-    providers: list = []
-    if tensorrt and "TensorrtExecutionProvider" in available:
-        providers.append(
-            (
-                "TensorrtExecutionProvider",
-                {
-                    "device_id": device_id,
-                    "trt_fp16_enable": True,
-                    "trt_engine_cache_enable": True,
-                    "trt_engine_cache_path": cache_dir,
-                },
-            )
-        )
-    providers.append(("CUDAExecutionProvider", {"device_id": device_id}))
-    return providers
+    cuda = ("CUDAExecutionProvider", {"device_id": device_id})
+    if not (tensorrt and "TensorrtExecutionProvider" in available):
+        return [cuda]
+    options = {"device_id": device_id, "trt_fp16_enable": True, "trt_engine_cache_enable": True}
+    return [("TensorrtExecutionProvider", {**options, "trt_engine_cache_path": cache_dir}), cuda]
 
 
 class TritonPythonModel:
