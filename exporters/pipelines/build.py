@@ -99,11 +99,7 @@ def _recorded(repository: Path, pipeline: PipelineSpec, digest: str) -> Pipeline
 
 def _missing_folders(folder: Path) -> list[Path]:
     """``folder`` and those of its parents that do not exist yet, outermost first."""
-    missing = []
-    while not folder.exists():
-        missing.append(folder)
-        folder = folder.parent
-    return missing[::-1]
+    return [path for path in (*reversed(folder.parents), folder) if not path.exists()]
 
 
 def _export(
