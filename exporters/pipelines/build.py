@@ -138,11 +138,6 @@ def _samples(spec: ModelSpec, model: nn.Module, batch: int, seed: int) -> Tensor
     return {t.name: torch.from_numpy(a) for t, a in zip(spec.inputs, arrays, strict=True)}
 
 
-def _identity(pipeline: PipelineSpec, spec: ModelSpec, model: nn.Module) -> str:
-    plain = json.dumps([dataclasses.asdict(pipeline), BUILD_VERSION], sort_keys=True, default=list)
-    return hashlib.sha256((content_hash(spec, model) + plain).encode()).hexdigest()
-
-
 def make_stages(
     pipeline: PipelineSpec, spec: ModelSpec, model: nn.Module, plan: SplitPlan | None = None,
     build_id: str = "",
@@ -165,11 +160,6 @@ def _recorded(repository: Path, pipeline: PipelineSpec, digest: str) -> Pipeline
         return None
     intact = all(file_matches(repository / s.name / "1" / s.artifact, s.sha256) for s in record.stages)
     return record if intact else None
-
-
-def _missing_folders(folder: Path) -> list[Path]:
-    """``folder`` and those of its parents that do not exist yet, outermost first."""
-    return [path for path in (*reversed(folder.parents), folder) if not path.exists()]
 
 
 def _export(
@@ -200,7 +190,7 @@ def _export(
             partials = []
             for stage, example in zip(stages, stage_examples(stages, samples[-1]), strict=True):
                 folder = repository / stage.name / "1"
-                created += _missing_folders(folder)
+                created += [path for path in (*reversed(folder.parents), folder) if not path.exists()]
                 data = stage_artifact(stage, example, spec.max_batch_size)
                 partials.append(commit.enter_context(staged(folder / stage.artifact_name, len(data))))
                 partials[-1].write_bytes(data)
@@ -235,7 +225,8 @@ def build_pipeline(
 ) -> BuiltPipeline:
     """Build the ensemble and its stages, reusing an identical earlier build (or ``plan``'s cuts)."""
     model = build_torch_model(spec)
-    digest = _identity(pipeline, spec, model)
+    plain = json.dumps([dataclasses.asdict(pipeline), BUILD_VERSION], sort_keys=True, default=list)
+    digest = hashlib.sha256((content_hash(spec, model) + plain).encode()).hexdigest()
     record = _recorded(repository, pipeline, digest)
     build_id = record.build_id if record is not None else secrets.token_hex(BUILD_ID_BYTES)
     stages, plan = make_stages(pipeline, spec, model, (record and record.split_plan) or plan, build_id)
