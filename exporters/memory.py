@@ -22,8 +22,7 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-from exporters.artifacts.file_hash import file_sha256
-from exporters.artifacts.records import read_record, write_record
+from exporters.artifacts.records import file_sha256, read_record, write_record
 from exporters.errors import ExporterError
 
 if TYPE_CHECKING:  # the spec imports torch and the zoo: not for the measuring process

@@ -21,11 +21,10 @@ import onnx
 import torch
 from torch import nn
 
-from exporters.artifacts.file_hash import file_sha256
 from exporters.artifacts.onnx_files import OPSET, check_external_data
 from exporters.artifacts.ort_failures import run_or_explain
 from exporters.artifacts.parity import compare_outputs
-from exporters.artifacts.records import current_record, write_record
+from exporters.artifacts.records import current_record, file_sha256, write_record
 from exporters.errors import ExportCheckError
 from exporters.precision.int8 import to_int8
 from exporters.schema.models import ModelSpec

@@ -16,8 +16,8 @@ from typing import Any
 import torch
 
 import python_backend
-from exporters.artifacts.file_hash import file_sha256
 from exporters.artifacts.parity import ParityReport, compare_outputs
+from exporters.artifacts.records import file_sha256
 from exporters.configs.model_config import InstanceGroup, write_config
 from exporters.configs.models import build_model_config
 from exporters.pipelines.build import BuiltPipeline, build_pipelines

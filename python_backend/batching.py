@@ -88,7 +88,11 @@ def with_value_guards(inputs: Sequence[TensorInfo], config: dict) -> list[Tensor
     unknown = sorted(set(ranges) - {info.name for info in inputs})
     if unknown:
         raise ValueError(f"parameter input_ranges names no input of the model: {unknown}")
-    max_dims = _max_shapes(config.get("parameters", {}), inputs)
+    max_dims = parse_max_shapes(config.get("parameters", {}))
+    by_name = {info.name: info for info in inputs}
+    for name, dims in max_dims.items():
+        if name not in by_name or len(dims) != len(by_name[name].dims):
+            raise ValueError(f"parameter input_max_shapes: {name!r} {list(dims)} fits no input of the model")
     return [
         dataclasses.replace(
             info, finite=allow == "false", bounds=ranges.get(info.name), max_dims=max_dims.get(info.name)
@@ -97,15 +101,13 @@ def with_value_guards(inputs: Sequence[TensorInfo], config: dict) -> list[Tensor
     ]
 
 
-def _max_shapes(parameters: dict, inputs: Sequence[TensorInfo]) -> dict[str, tuple[int, ...]]:
-    """``input_max_shapes``: each named input's largest dims, one per config dim (``ValueError`` names a
-    bad parameter)."""
-    found = parse_max_shapes(parameters)
-    by_name = {info.name: info for info in inputs}
-    for name, dims in found.items():
-        if name not in by_name or len(dims) != len(by_name[name].dims):
-            raise ValueError(f"parameter input_max_shapes: {name!r} {list(dims)} fits no input of the model")
-    return found
+def read_inputs(given: dict, names: Sequence[str], convert: Callable) -> Arrays | InvalidInputError:
+    """``names`` of a request's inputs (``given``, by name) converted to arrays, or the error naming
+    the first missing one (returned, not raised: ``run_batched`` passes it through to that request)."""
+    missing = [name for name in names if name not in given]
+    if missing:
+        return InvalidInputError(f"input '{missing[0]}' is missing")
+    return {name: convert(given[name]) for name in names}
 
 
 def _is_float(array) -> bool:
@@ -197,13 +199,6 @@ def check_layout(arrays: Arrays, inputs: Sequence[TensorInfo]) -> int:
     return rows or 0
 
 
-def validate(arrays: Arrays, inputs: Sequence[TensorInfo]) -> int:
-    """Check one request's inputs against the config, layout and values; return its batch size."""
-    rows = check_layout(arrays, inputs)
-    check_values(arrays, inputs)
-    return rows
-
-
 ANONYMOUS_AXES = ("", "?")  # symbolic sizes that name no axis (onnxruntime shows them as given)
 
 
@@ -242,12 +237,8 @@ def pad_concatenate(arrays: list[np.ndarray]) -> np.ndarray:
     longest = max(a.shape[1] for a in arrays)
     if all(a.shape[1] == longest for a in arrays):
         return np.concatenate(arrays)
-    widths = [(0, 0), (0, 0)] + [(0, 0)] * (arrays[0].ndim - 2)
-    padded = []
-    for array in arrays:
-        widths[1] = (0, longest - array.shape[1])
-        padded.append(np.pad(array, widths))
-    return np.concatenate(padded)
+    rest = [(0, 0)] * (arrays[0].ndim - 2)
+    return np.concatenate([np.pad(a, [(0, 0), (0, longest - a.shape[1]), *rest]) for a in arrays])
 
 
 def _split(outputs: Arrays, sizes: Sequence[int]) -> list[Arrays]:

@@ -1,17 +1,48 @@
-"""The JSON records a build keeps beside its artifacts, written whole; a missing or damaged one means
-"rebuild", never a crash."""
+"""The JSON records a build keeps beside its artifacts, written whole, and the hashes of the files they
+vouch for: a missing or damaged record means "rebuild", never a crash, and a cache hit means "this exact
+file", not "a file by that name" (a truncated ``model.onnx`` with an intact record would otherwise be
+"cached" and fail only in the server)."""
 
 from __future__ import annotations
 
+import hashlib
 import json
 import logging
 from pathlib import Path
 from typing import Any
 
-from exporters.artifacts.file_hash import file_matches
 from python_backend.atomic_files import write_text
 
 log = logging.getLogger(__name__)
+
+
+def file_sha256(path: Path) -> str:
+    with open(path, "rb") as handle:
+        return hashlib.file_digest(handle, "sha256").hexdigest()
+
+
+def file_matches(path: Path, expected: str | None) -> bool:
+    """True when ``path`` exists and hashes to ``expected``; logs why a recorded artifact is rebuilt."""
+    if not path.is_file():
+        return False
+    if not expected:
+        log.warning("%s: no file hash recorded (older build); rebuilding it", path)
+        return False
+    actual = file_sha256(path)
+    if actual != expected:
+        log.warning(
+            "%s: file changed since it was built (sha256 %s, recorded %s); rebuilding it",
+            path, actual[:12], expected[:12],
+        )  # fmt: skip
+        return False
+    return True
+
+
+def hash_files(files: list[Path], digest: Any) -> None:
+    """Fold the names and bytes of ``files`` into ``digest`` (a hashlib object)."""
+    for file in files:
+        digest.update(file.name.encode())
+        digest.update(file.read_bytes())
 
 
 def read_record(path: Path) -> dict[str, Any] | None:

@@ -14,21 +14,21 @@ import hashlib
 import json
 import logging
 import secrets
-from collections.abc import Callable, Iterable
-from dataclasses import dataclass
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import asdict, dataclass
 from pathlib import Path
+from typing import Any
 
+import numpy as np
 import torch
 from torch import nn
 
 import python_backend
-from exporters.artifacts.file_hash import file_matches, file_sha256
-from exporters.artifacts.records import read_record, write_record
+from exporters.artifacts.records import file_matches, file_sha256, read_record, write_record
 from exporters.configs.model_config import ModelConfig, write_config
 from exporters.errors import SpecError
 from exporters.onnx_export import content_hash
 from exporters.pipelines.configs import pipeline_configs
-from exporters.pipelines.record import PipelineRecord, StageRecord
 from exporters.pipelines.splitter import SplitPlan
 from exporters.pipelines.stages import (
     Stage,
@@ -36,7 +36,6 @@ from exporters.pipelines.stages import (
     block_stages,
     check_stage_file,
     check_stages,
-    describe_boundaries,
     embedding_dense_stages,
     load_stage,
     run_stages,
@@ -44,9 +43,11 @@ from exporters.pipelines.stages import (
     stage_examples,
 )
 from exporters.schema.models import ModelSpec, PipelineSpec, Spec
+from exporters.schema.typed import parse
 from exporters.sources.inputs import draw_inputs
 from exporters.sources.load import build_torch_model
 from python_backend.atomic_files import staged
+from python_backend.dtypes import DTYPES
 
 log = logging.getLogger(__name__)
 
@@ -54,6 +55,74 @@ BUILD_VERSION = "1"  # bump when the pipeline build changes, to invalidate recor
 BUILD_ID_BYTES = 4  # a fresh id per export names the boundary tensors (8 hex digits)
 RECORD = "pipeline.json"
 COST_BATCH = 8  # the batch the splitter times blocks at: a typical formed batch, not batch 1
+
+
+@dataclass(frozen=True)
+class StageRecord:
+    name: str
+    runtime: str  # "onnx" | "torch_export"
+    artifact: str  # file name inside <name>/1/
+    blocks: tuple[int, int] | None  # [start, stop) of the model's blocks; None for a named split
+    inputs: tuple[str, ...]
+    output: str
+    sha256: str = ""  # of the artifact as written; a cached build requires the file to still match
+
+
+@dataclass(frozen=True)
+class BoundaryRecord:
+    """A tensor that crosses a stage boundary, and its bytes per request row as sent and in fp32."""
+
+    tensor: str
+    dtype: str
+    shape: tuple[int, ...]
+    bytes_per_row: int
+    fp32_bytes_per_row: int
+
+
+@dataclass(frozen=True)
+class PipelineRecord:
+    content_hash: str  # of the model, its weights and the pipeline spec: equal hash, nothing to redo
+    pipeline: str
+    model: str
+    split: str
+    stages: tuple[StageRecord, ...]
+    split_plan: SplitPlan | None  # the measured cuts (None for embedding_dense)
+    boundary_dtype: str
+    boundaries: tuple[BoundaryRecord, ...]
+    split_max_rel_error: float  # the stages in sequence vs the whole model, uncompressed (torch)
+    compression_max_rel_error: float  # compressed vs uncompressed boundaries (0 for fp32)
+    artifact_max_rel_error: float  # the exported artifacts, loaded as the server loads them
+    build_id: str = ""  # names the boundary tensors: stages of two builds cannot be chained
+
+    @property
+    def boundary_bytes_per_request(self) -> int:
+        return sum(b.bytes_per_row for b in self.boundaries)
+
+    @property
+    def boundary_bytes_saved_per_request(self) -> int:
+        return sum(b.fp32_bytes_per_row for b in self.boundaries) - self.boundary_bytes_per_request
+
+    def to_json(self) -> dict[str, Any]:
+        data = asdict(self)
+        data["boundary_bytes_per_request"] = self.boundary_bytes_per_request  # for readers of the file
+        data["boundary_bytes_saved_per_request"] = self.boundary_bytes_saved_per_request
+        return json.loads(json.dumps(data))
+
+    @classmethod
+    def from_json(cls, data: dict[str, Any]) -> PipelineRecord:
+        """The record ``to_json`` wrote; a missing or unknown key raises ``SpecError``, a ``ValueError``."""
+        derived = {"boundary_bytes_per_request", "boundary_bytes_saved_per_request"}
+        return parse(cls, {k: v for k, v in data.items() if k not in derived}, "pipeline.json")
+
+
+def describe_boundaries(stages: Sequence[Stage]) -> list[BoundaryRecord]:
+    """Every tensor that crosses a stage boundary, with its bytes per request row (as sent and in fp32)."""
+    rows = []
+    for tensor in (stage.output for stage in stages[:-1]):
+        elements = int(np.prod(tensor.shape))
+        size = DTYPES[tensor.dtype].size
+        rows.append(BoundaryRecord(tensor.name, tensor.dtype, tensor.shape, elements * size, elements * 4))
+    return rows
 
 
 @dataclass(frozen=True)
@@ -67,11 +136,6 @@ class BuiltPipeline:
 def _samples(spec: ModelSpec, model: nn.Module, batch: int, seed: int) -> Tensors:
     arrays = draw_inputs(spec, batch, seed, model)
     return {t.name: torch.from_numpy(a) for t, a in zip(spec.inputs, arrays, strict=True)}
-
-
-def _identity(pipeline: PipelineSpec, spec: ModelSpec, model: nn.Module) -> str:
-    plain = json.dumps([dataclasses.asdict(pipeline), BUILD_VERSION], sort_keys=True, default=list)
-    return hashlib.sha256((content_hash(spec, model) + plain).encode()).hexdigest()
 
 
 def make_stages(
@@ -96,15 +160,6 @@ def _recorded(repository: Path, pipeline: PipelineSpec, digest: str) -> Pipeline
         return None
     intact = all(file_matches(repository / s.name / "1" / s.artifact, s.sha256) for s in record.stages)
     return record if intact else None
-
-
-def _missing_folders(folder: Path) -> list[Path]:
-    """``folder`` and those of its parents that do not exist yet, outermost first."""
-    missing = []
-    while not folder.exists():
-        missing.append(folder)
-        folder = folder.parent
-    return missing[::-1]
 
 
 def _export(
@@ -135,7 +190,7 @@ def _export(
             partials = []
             for stage, example in zip(stages, stage_examples(stages, samples[-1]), strict=True):
                 folder = repository / stage.name / "1"
-                created += _missing_folders(folder)
+                created += [path for path in (*reversed(folder.parents), folder) if not path.exists()]
                 data = stage_artifact(stage, example, spec.max_batch_size)
                 partials.append(commit.enter_context(staged(folder / stage.artifact_name, len(data))))
                 partials[-1].write_bytes(data)
@@ -170,7 +225,8 @@ def build_pipeline(
 ) -> BuiltPipeline:
     """Build the ensemble and its stages, reusing an identical earlier build (or ``plan``'s cuts)."""
     model = build_torch_model(spec)
-    digest = _identity(pipeline, spec, model)
+    plain = json.dumps([dataclasses.asdict(pipeline), BUILD_VERSION], sort_keys=True, default=list)
+    digest = hashlib.sha256((content_hash(spec, model) + plain).encode()).hexdigest()
     record = _recorded(repository, pipeline, digest)
     build_id = record.build_id if record is not None else secrets.token_hex(BUILD_ID_BYTES)
     stages, plan = make_stages(pipeline, spec, model, (record and record.split_plan) or plan, build_id)

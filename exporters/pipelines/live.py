@@ -15,8 +15,7 @@ import torch
 
 from exporters.artifacts.records import read_record
 from exporters.errors import SpecError
-from exporters.pipelines.build import RECORD, make_stages
-from exporters.pipelines.record import PipelineRecord
+from exporters.pipelines.build import RECORD, PipelineRecord, make_stages
 from exporters.pipelines.stages import check_stages, export_stage, load_stage
 from exporters.schema.models import ModelSpec, PipelineSpec
 from exporters.sources.load import build_torch_model

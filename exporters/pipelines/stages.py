@@ -21,7 +21,6 @@ from torch import nn
 from exporters.artifacts.onnx_files import check_external_data, module_to_onnx
 from exporters.artifacts.parity import ParityReport, compare_outputs
 from exporters.errors import ExporterError, SpecError, StageExportError
-from exporters.pipelines.record import BoundaryRecord
 from exporters.pipelines.splitter import SplitPlan, plan_split, split_blocks
 from exporters.schema.models import ModelSpec, PipelineSpec
 from exporters.schema.sections import TensorSpec
@@ -222,13 +221,3 @@ def stage_examples(stages: Sequence[Stage], inputs: Tensors) -> list[tuple[torch
     """Each stage's example arguments, from one run of the chain."""
     tensors = run_stages(stages, inputs)
     return [tuple(tensors[t.name] for t in stage.inputs) for stage in stages]
-
-
-def describe_boundaries(stages: Sequence[Stage]) -> list[BoundaryRecord]:
-    """Every tensor that crosses a stage boundary, with its bytes per request row (as sent and in fp32)."""
-    rows = []
-    for tensor in (stage.output for stage in stages[:-1]):
-        elements = int(np.prod(tensor.shape))
-        size = DTYPES[tensor.dtype].size
-        rows.append(BoundaryRecord(tensor.name, tensor.dtype, tensor.shape, elements * size, elements * 4))
-    return rows

@@ -14,6 +14,7 @@ import numpy as np
 import onnx
 import onnxruntime as ort
 from onnx import helper, numpy_helper
+from onnxruntime.transformers.onnx_model import OnnxModel
 
 OUTLIER_RATIO = 3.0  # a channel whose largest magnitude is above 3× the median channel's is an outlier
 MOST_OUTLIERS = 16  # at most this many channels per input stay fp32 (the fp32 product stays small)
@@ -54,8 +55,6 @@ def split_outlier_channels(
     weights = {tensor.name: tensor for tensor in model.graph.initializer}
     inputs = sorted({by_name[name].input[0] for name in nodes})
     peaks = channel_peaks(model, inputs, calibration)
-    before: dict[str, list[onnx.NodeProto]] = {}  # input tensor -> nodes to insert after its producer
-    after: dict[str, list[onnx.NodeProto]] = {}  # node name -> nodes to insert after it
     for tensor in inputs:
         channels = outlier_channels(peaks[tensor])
         if channels.size == 0:
@@ -69,11 +68,11 @@ def split_outlier_channels(
                 numpy_helper.from_array(channels, f"{tensor}_outlier_ids"),
             ]
         )
-        before[tensor] = [
+        model.graph.node.extend([
             helper.make_node("Mul", [tensor, f"{tensor}_keep"], [inliers], name=f"{tensor}_inlier_mul"),
             helper.make_node("Gather", [tensor, f"{tensor}_outlier_ids"], [outliers], axis=-1,
                              name=f"{tensor}_outlier_gather"),
-        ]  # fmt: skip
+        ])  # fmt: skip
         for node in (by_name[name] for name in nodes if by_name[name].input[0] == tensor):
             rows = f"{node.name}_outlier_rows"  # per node: a weight may serve several
             weight = numpy_helper.to_array(weights[node.input[1]])
@@ -81,25 +80,11 @@ def split_outlier_channels(
             result = node.output[0]
             parts = [f"{result}_inlier_part", f"{result}_outlier_part"]
             node.input[0], node.output[0] = inliers, parts[0]
-            after[node.name] = [
-                helper.make_node("MatMul", [outliers, rows], [parts[1]], name=f"{node.name}_outliers"),
-                helper.make_node("Add", parts, [result], name=f"{node.name}_sum"),
-            ]
-    ordered: list[onnx.NodeProto] = []
-
-    def emit(node: onnx.NodeProto) -> None:  # a node, then what reads its outputs first (topological)
-        ordered.append(node)
-        for output in node.output:
-            for inserted in before.pop(output, []):
-                emit(inserted)
-        for inserted in after.pop(node.name, []):
-            emit(inserted)
-
-    for tensor in [t for t in inputs if t in {value.name for value in model.graph.input}]:
-        for inserted in before.pop(tensor, []):
-            emit(inserted)
-    for node in list(model.graph.node):
-        emit(node)
-    del model.graph.node[:]
-    model.graph.node.extend(ordered)
+            model.graph.node.extend(
+                [
+                    helper.make_node("MatMul", [outliers, rows], [parts[1]], name=f"{node.name}_outliers"),
+                    helper.make_node("Add", parts, [result], name=f"{node.name}_sum"),
+                ]
+            )
+    OnnxModel(model).topological_sort()  # the new nodes were appended: read them after their inputs
     return model

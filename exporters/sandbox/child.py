@@ -86,14 +86,11 @@ def _quiet_onnx_export(program: torch.export.ExportedProgram, example: tuple, re
     return exported.model_proto.SerializeToString()
 
 
-def _input_sets(count: int) -> list[tuple[torch.Tensor, ...]]:
-    with np.load(INPUTS / ARRAYS, allow_pickle=False) as arrays:
-        sets = sorted({int(key.split("_")[0]) for key in arrays.files})
-        return [tuple(torch.from_numpy(arrays[f"{k}_{i}"]) for i in range(count)) for k in sets]
-
-
 def convert(program: torch.export.ExportedProgram, request: dict) -> dict[str, bytes]:
-    sets = _input_sets(len(request["inputs"]))
+    with np.load(INPUTS / ARRAYS, allow_pickle=False) as arrays:  # set k's input i as k_i
+        keys = sorted({int(key.split("_")[0]) for key in arrays.files})
+        positions = range(len(request["inputs"]))
+        sets = [tuple(torch.from_numpy(arrays[f"{k}_{i}"]) for i in positions) for k in keys]
     module = program.module()
     outputs = {}
     for k, inputs in enumerate(sets):

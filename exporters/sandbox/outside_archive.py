@@ -23,7 +23,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from exporters.artifacts.file_hash import file_matches, file_sha256
+from exporters.artifacts.records import file_matches, file_sha256
 from exporters.errors import SpecError
 from exporters.sandbox import child
 from exporters.sandbox.child import ARRAYS, ERROR, FOUND, ONNX, OUTPUTS, PROGRAM, REQUEST, USER_ERROR

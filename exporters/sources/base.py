@@ -11,8 +11,8 @@ import numpy as np
 import torch
 from torch import nn
 
-from exporters.artifacts.file_hash import hash_files
 from exporters.artifacts.onnx_files import module_to_onnx
+from exporters.artifacts.records import hash_files
 from exporters.artifacts.torch_reference import torch_reference
 from exporters.errors import SpecError
 from exporters.schema.models import ModelSpec

@@ -26,10 +26,9 @@ import torch
 import torch.nn.functional as F  # noqa: N812 (the conventional name)
 from torch import nn
 
-from exporters.artifacts.file_hash import file_sha256
 from exporters.artifacts.onnx_files import OPSET, check_external_data, module_to_onnx
 from exporters.artifacts.parity import compare_outputs
-from exporters.artifacts.records import current_record, write_record
+from exporters.artifacts.records import current_record, file_sha256, write_record
 from exporters.configs.model_config import write_config
 from exporters.errors import SpecError
 from exporters.precision.fp16 import to_fp16

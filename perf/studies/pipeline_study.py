@@ -16,9 +16,8 @@ import numpy as np
 import tritonclient.http as httpclient
 
 from client.infer import make_inputs
-from exporters.pipelines.build import build_pipelines
+from exporters.pipelines.build import PipelineRecord, build_pipelines
 from exporters.pipelines.live import embedding_update, publish_dense_version
-from exporters.pipelines.record import PipelineRecord
 from exporters.repository import build_repository
 from exporters.schema.bounded_yaml import load_spec_document
 from exporters.schema.models import Spec, parse_spec

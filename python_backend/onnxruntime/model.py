@@ -10,6 +10,7 @@ one onnxruntime call (``batching``); a bad request gets its own error. Served wi
 
 import json
 import os
+from operator import methodcaller
 
 from runtime_paths import add_launcher_paths
 
@@ -26,6 +27,7 @@ from batching import (  # noqa: E402
     error_response,
     pad_concatenate,
     padding_counters,
+    read_inputs,
     run_batched,
     shared_axes,
     with_value_guards,
@@ -35,14 +37,12 @@ from ort_session import open_session  # noqa: E402
 
 
 def _tensor_infos(entries: list[dict]) -> list[TensorInfo]:
-    return [
-        TensorInfo(
-            e["name"],
-            np.dtype(pb_utils.triton_string_to_numpy(e["data_type"])),
-            tuple(int(d) for d in e["dims"]),
-        )
-        for e in entries
-    ]
+    return [TensorInfo(e["name"], _numpy_dtype(e), tuple(int(d) for d in e["dims"])) for e in entries]
+
+
+def _numpy_dtype(entry: dict) -> np.dtype:
+    """The numpy dtype of a config entry's ``data_type`` (an input, or a warm-up sample's input)."""
+    return np.dtype(pb_utils.triton_string_to_numpy(entry["data_type"]))
 
 
 def _thread_count(config: dict, key: str) -> int:
@@ -72,21 +72,12 @@ def warmup_feeds(config: dict) -> list[dict]:
     ``max_batch_size`` is lowered still loads, and this warm-up follows it."""
     if config_parameter(config, WARMUP_PARAMETER) != "true":
         return []
-    feeds = []
-    for sample in config.get("model_warmup", []):
-        if int(sample.get("batch_size", 1)) != 1:
-            continue
-        for size in larger_sizes(config):
-            feeds.append(
-                {
-                    name: np.zeros(
-                        (size, *(int(d) for d in tensor["dims"])),
-                        np.dtype(pb_utils.triton_string_to_numpy(tensor["data_type"])),
-                    )
-                    for name, tensor in sample["inputs"].items()
-                }
-            )
-    return feeds
+    samples = [s["inputs"] for s in config.get("model_warmup", []) if int(s.get("batch_size", 1)) == 1]
+    return [
+        {name: np.zeros((size, *(int(d) for d in t["dims"])), _numpy_dtype(t)) for name, t in sample.items()}
+        for sample in samples
+        for size in larger_sizes(config)
+    ]
 
 
 def choose_providers(config: dict, kind: str, device_id: int, cache_dir: str) -> list:
@@ -100,21 +91,11 @@ def choose_providers(config: dict, kind: str, device_id: int, cache_dir: str) ->
         )
     accelerators = config.get("optimization", {}).get("execution_accelerators", {})
     tensorrt = any(a.get("name") == "tensorrt" for a in accelerators.get("gpu_execution_accelerator", []))
-    providers: list = []
-    if tensorrt and "TensorrtExecutionProvider" in available:
-        providers.append(
-            (
-                "TensorrtExecutionProvider",
-                {
-                    "device_id": device_id,
-                    "trt_fp16_enable": True,
-                    "trt_engine_cache_enable": True,
-                    "trt_engine_cache_path": cache_dir,
-                },
-            )
-        )
-    providers.append(("CUDAExecutionProvider", {"device_id": device_id}))
-    return providers
+    cuda = ("CUDAExecutionProvider", {"device_id": device_id})
+    if not (tensorrt and "TensorrtExecutionProvider" in available):
+        return [cuda]
+    options = {"device_id": device_id, "trt_fp16_enable": True, "trt_engine_cache_enable": True}
+    return [("TensorrtExecutionProvider", {**options, "trt_engine_cache_path": cache_dir}), cuda]
 
 
 class TritonPythonModel:
@@ -184,17 +165,13 @@ class TritonPythonModel:
             raise InvalidInputError(f"input {names} holds a value the model rejects: {error}") from error
         return dict(zip(self.output_names, outputs, strict=True))
 
-    def _read(self, request) -> dict:
+    def _read(self, request) -> dict | InvalidInputError:
         # one pass: pb_utils.get_input_tensor_by_name lists every input per name
         given = {tensor.name(): tensor for tensor in request.inputs()}
-        arrays = {}
-        for info in self.inputs:
-            tensor = given.get(info.name)
-            if tensor is None:
-                return InvalidInputError(f"input '{info.name}' is missing")
-            arrays[info.name] = tensor.as_numpy()
+        arrays = read_inputs(given, [t.name for t in self.inputs], methodcaller("as_numpy"))
         try:
-            check_shared_axes(arrays, self.shared_axes)
+            if not isinstance(arrays, Exception):
+                check_shared_axes(arrays, self.shared_axes)
         except InvalidInputError as error:
             return error
         return arrays

@@ -100,7 +100,7 @@ class TextTokenizer:
         for texts in requests:
             if isinstance(texts, Exception):
                 results.append(texts)
-                continue
-            results.append(self._pad(encodings[start : start + len(texts)]))
-            start += len(texts)
+            else:
+                results.append(self._pad(encodings[start : start + len(texts)]))
+                start += len(texts)
         return results

@@ -26,6 +26,7 @@ from batching import (  # noqa: E402
     TensorInfo,
     config_parameter,
     error_response,
+    read_inputs,
     run_batched,
     with_value_guards,
 )
@@ -57,6 +58,10 @@ def instance_device(kind: str, device_id: int) -> torch.device:
     if not torch.cuda.is_available():
         raise pb_utils.TritonModelException(f"instance on GPU {device_id} but torch sees no CUDA device")
     return torch.device("cuda", device_id)
+
+
+def _from_triton(tensor: "pb_utils.Tensor") -> torch.Tensor:
+    return from_dlpack(tensor.to_dlpack())
 
 
 class TritonPythonModel:
@@ -128,15 +133,10 @@ class TritonPythonModel:
         # Contiguous once per batch, so every request's rows are a contiguous view DLPack can hand on.
         return {self.output_names[0]: output.contiguous()}
 
-    def _read(self, given: dict, names) -> dict:
-        """``names`` of ``given`` (a request's inputs by name) as tensors."""
-        arrays = {}
-        for name in names:
-            tensor = given.get(name)
-            if tensor is None:
-                return InvalidInputError(f"input '{name}' is missing")
-            arrays[name] = from_dlpack(tensor.to_dlpack())
-        return arrays
+    @staticmethod
+    def _read(given: dict, names) -> dict | InvalidInputError:
+        """``names`` of ``given`` (a request's inputs by name) as tensors, by DLPack."""
+        return read_inputs(given, names, _from_triton)
 
     def _error(self, error: Exception) -> "pb_utils.InferenceResponse":
         """``error`` for one request, named after this stage (the ensemble's error says which failed)."""

@@ -19,8 +19,8 @@ from harness import PROTOCOLS, orphans, trivial_inputs, url
 
 from client.connection import connect
 from exporters.__main__ import main as exporters_main
-from exporters.artifacts.file_hash import file_sha256
 from exporters.artifacts.onnx_files import check_external_data
+from exporters.artifacts.records import file_sha256
 from exporters.errors import ExportCheckError, SpecError
 from exporters.onnx_export import export_onnx
 from exporters.schema.models import parse_spec

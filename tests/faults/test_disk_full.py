@@ -32,7 +32,7 @@ from small_disk import MountUnavailableError, private_tmpfs
 
 import python_backend
 from exporters.__main__ import main as exporters_main
-from exporters.artifacts.file_hash import file_sha256
+from exporters.artifacts.records import file_sha256
 from exporters.configs.model_config import read_config
 
 pytestmark = pytest.mark.integration

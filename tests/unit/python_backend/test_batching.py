@@ -19,8 +19,8 @@ from python_backend.batching import (
     pad_concatenate,
     run_batched,
     shared_axes,
-    validate,
 )
+from tests.unit.python_backend.request_checks import validate
 
 INPUTS = [TensorInfo("x", np.dtype(np.float32), (2,)), TensorInfo("ids", np.dtype(np.int64), (1,))]
 

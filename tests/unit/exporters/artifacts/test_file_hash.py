@@ -1,11 +1,11 @@
-"""The artifact file hash (``exporters.artifacts.file_hash``): a changed file is told from the one
+"""The artifact file hash (``exporters.artifacts.records``): a changed file is told from the one
 recorded."""
 
 from __future__ import annotations
 
 from pathlib import Path
 
-from exporters.artifacts.file_hash import file_matches, file_sha256
+from exporters.artifacts.records import file_matches, file_sha256
 
 
 def test_file_hash_detects_a_changed_artifact(tmp_path: Path) -> None:

@@ -17,8 +17,7 @@ from exporters.configs.model_config import read_config
 from exporters.errors import ExportCheckError, StageExportError
 from exporters.pipelines import build as pipeline_build
 from exporters.pipelines import splitter
-from exporters.pipelines.build import build_pipelines, make_stages
-from exporters.pipelines.record import PipelineRecord
+from exporters.pipelines.build import PipelineRecord, build_pipelines, make_stages
 from exporters.pipelines.stages import Stage, check_stages, export_stage
 from exporters.schema.models import Spec, TensorSpec, parse_spec
 from exporters.sources.load import build_torch_model

@@ -16,9 +16,9 @@ from exporters.text.configs import text_configs
 from python_backend.batching import (
     InvalidInputError,
     TensorInfo,
-    validate,
     with_value_guards,
 )
+from tests.unit.python_backend.request_checks import validate
 
 
 def test_config_parameters_carry_the_guards(model_spec) -> None:

@@ -26,10 +26,11 @@ from exporters.schema.sections import TensorSpec
 from perf.studies.analysis import outside_server_ms
 from perf.studies.batching_goals import GOAL_FAMILY, for_model
 from perf.studies.goals import Goal
-from python_backend.batching import InvalidInputError, TensorInfo, shared_axes, validate, with_value_guards
+from python_backend.batching import InvalidInputError, TensorInfo, shared_axes, with_value_guards
 from server.__main__ import _already_running
 from server.fronts.allow_list import CarriedInput, Carrier, ModelSignature, check_allowed
 from server.fronts.refusal import RequestRefusedError
+from tests.unit.python_backend.request_checks import validate
 
 DATA = Path(__file__).resolve().parents[3] / "data" / "real_exporters"
 sys.path.insert(0, str(DATA))

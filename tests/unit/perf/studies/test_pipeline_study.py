@@ -11,7 +11,7 @@ import pytest
 
 from client.stats import ModelStats
 from exporters.errors import SpecError
-from exporters.pipelines.record import BoundaryRecord, PipelineRecord
+from exporters.pipelines.build import BoundaryRecord, PipelineRecord
 from perf.errors import OptionError, StudyError
 from perf.measure.server_view import ServerDelta
 from perf.studies.framework import StudyContext

@@ -12,7 +12,7 @@ import pytest
 import torch
 from torch import nn
 
-from exporters.artifacts.file_hash import file_sha256
+from exporters.artifacts.records import file_sha256
 from python_backend.batching import InvalidInputError, TensorInfo, run_batched
 from python_backend.torch_stage.embedding_rows import (
     UPDATE_ROW,
