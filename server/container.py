@@ -56,47 +56,38 @@ def readiness(supervisor: Supervisor) -> tuple[bool, str]:
     return False, "tritonserver is not ready"
 
 
-class ProbeEndpoint:
-    """``/ready`` and ``/live`` on ``host:port`` in a thread of the supervisor's process."""
+def probe_answer(supervisor: Supervisor, path: str) -> tuple[int, dict]:
+    """The status and JSON body of probe ``path``."""
+    record = asdict(supervisor.record)
+    if path == "/live":
+        return 200, {"live": True, "supervisor": record}
+    if path == "/ready":
+        ready, why = readiness(supervisor)
+        return (200 if ready else 503), {"ready": ready, "why": why, "supervisor": record}
+    return 404, {"error": f"no such probe {path!r}: /ready or /live"}
 
-    def __init__(self, supervisor: Supervisor, host: str, port: int) -> None:
-        self.supervisor = supervisor
-        endpoint = self
 
-        class Handler(BaseHTTPRequestHandler):
-            def do_GET(self) -> None:
-                status, body = endpoint.answer(self.path)
-                payload = json.dumps(body).encode()
-                self.send_response(status)
-                self.send_header("Content-Type", "application/json")
-                self.send_header("Content-Length", str(len(payload)))
-                self.end_headers()
-                self.wfile.write(payload)
+def serve_probes(supervisor: Supervisor, host: str, port: int) -> ThreadingHTTPServer:
+    """``/ready`` and ``/live`` on ``host:port``, served by a thread of the supervisor's process."""
 
-            def log_message(self, *args: object) -> None:  # a probe every few seconds: no access log
-                pass
+    class Handler(BaseHTTPRequestHandler):
+        def do_GET(self) -> None:
+            status, body = probe_answer(supervisor, self.path)
+            payload = json.dumps(body).encode()
+            self.send_response(status)
+            self.send_header("Content-Type", "application/json")
+            self.send_header("Content-Length", str(len(payload)))
+            self.end_headers()
+            self.wfile.write(payload)
 
-        self.httpd = ThreadingHTTPServer((host, port), Handler)
-        self.httpd.daemon_threads = True
-        self._thread = threading.Thread(target=self.httpd.serve_forever, name="probes", daemon=True)
+        def log_message(self, *args: object) -> None:  # a probe every few seconds: no access log
+            pass
 
-    def answer(self, path: str) -> tuple[int, dict]:
-        record = asdict(self.supervisor.record)
-        if path == "/live":
-            return 200, {"live": True, "supervisor": record}
-        if path == "/ready":
-            ready, why = readiness(self.supervisor)
-            return (200 if ready else 503), {"ready": ready, "why": why, "supervisor": record}
-        return 404, {"error": f"no such probe {path!r}: /ready or /live"}
-
-    def start(self) -> ProbeEndpoint:
-        self._thread.start()
-        log.info("probes on %s:%s: /ready /live", *self.httpd.server_address[:2])
-        return self
-
-    def stop(self) -> None:
-        self.httpd.shutdown()
-        self.httpd.server_close()
+    httpd = ThreadingHTTPServer((host, port), Handler)
+    httpd.daemon_threads = True
+    threading.Thread(target=httpd.serve_forever, name="probes", daemon=True).start()
+    log.info("probes on %s:%s: /ready /live", *httpd.server_address[:2])
+    return httpd
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -141,7 +132,7 @@ def main(argv: list[str] | None = None) -> int:
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s %(message)s")
     supervisor = Supervisor(server, args.workdir / "supervisor.json", stop_server=TritonServer.terminate)
     supervisor.handle_signals()
-    probes = ProbeEndpoint(supervisor, args.host, args.probe_port).start()
+    probes = serve_probes(supervisor, args.host, args.probe_port)
     try:
         supervisor.start()
     except ServerError as error:
@@ -150,7 +141,8 @@ def main(argv: list[str] | None = None) -> int:
     try:
         return supervisor.run()
     finally:
-        probes.stop()
+        probes.shutdown()
+        probes.server_close()
 
 
 if __name__ == "__main__":

@@ -53,10 +53,7 @@ PENDING = "nv_inference_pending_request_count"
 def model_progress(metrics_text: str) -> dict[str, tuple[float, float]]:
     """Per model, from Triton's metrics: (requests waiting, executions + successes + failures so far)."""
     found: dict[str, list[float]] = {}
-    for line in metrics_text.splitlines():
-        match = METRIC.match(line)
-        if match is None:
-            continue
+    for match in filter(None, map(METRIC.match, metrics_text.splitlines())):
         name, model, value = match.group(1), match.group(2), float(match.group(3))
         totals = found.setdefault(model, [0.0, 0.0])
         if name == PENDING:
@@ -322,15 +319,10 @@ class Watchdog:
         except Exception:  # no config to compare with: treat the exit as a death, as before
             return False
         wanted = sum(int(g.get("count", 1)) * max(1, len(g.get("gpus", []))) for g in groups)
-        if wanted and live >= wanted * len(serving):
-            log.info(
-                "%s: %d live stubs serve its %d configured instances; an exit was a retirement",
-                model,
-                live,
-                wanted,
-            )
-            return True
-        return False
+        retired = bool(wanted) and live >= wanted * len(serving)
+        if retired:
+            log.info("%s: %d live stubs serve its %d instances: a retirement", model, live, wanted)
+        return retired
 
     def _reload_config(self, client: httpclient.InferenceServerClient, model: str) -> dict:
         """The model's config with a changed ``watchdog_reload`` parameter, so Triton builds new stubs."""
