@@ -145,7 +145,6 @@ def supervised_options(args: argparse.Namespace) -> ServerOptions:
         port_wait_s=10.0,  # a server stopped a moment ago may still hold its ports
         http_front=args.http_front,
         grpc_front=args.grpc_front,
-        startup_timeout_s=args.startup_timeout,
         watchdog_record=EVENTS.resolve(),
         front_shares=shares_from_args(args, "front-"),
         **front_timeouts(args),
@@ -363,7 +362,7 @@ def _load_or_unload(args: argparse.Namespace) -> int:
 
 def _add_start_arguments(parser: argparse.ArgumentParser, host_help: str) -> None:
     """``start``'s flags, passed on as given to the ``supervise`` process."""
-    add_server_arguments(parser, Path("model_repository"), "127.0.0.1", host_help)
+    add_server_arguments(parser, Path("model_repository"), "127.0.0.1", host_help, startup_timeout=180.0)
     add_share_arguments(parser, prefix="front-")  # the fronts' deadline and client shares
     add_front_timeout_arguments(parser)
     parser.add_argument(
@@ -374,20 +373,13 @@ def _add_start_arguments(parser: argparse.ArgumentParser, host_help: str) -> Non
         "explicit: they load and unload models with the admin key. Triton itself runs in explicit mode "
         "either way, for the drain and the stub watchdog",
     )
-    parser.add_argument(
-        "--http-front",
-        action=argparse.BooleanOptionalAction,
-        default=True,
-        help="put server.fronts.http_front in front of Triton's HTTP port (default; see docs/SERVING.md)",
-    )
-    parser.add_argument(
-        "--grpc-front",
-        action=argparse.BooleanOptionalAction,
-        default=True,
-        help="put server.fronts.grpc_front in front of Triton's gRPC port "
-        "(default; message size and shape checks)",
-    )
-    parser.add_argument("--startup-timeout", type=float, default=180.0, help="seconds to wait for ready")
+    for front, port in (("http", "HTTP"), ("grpc", "gRPC")):
+        parser.add_argument(
+            f"--{front}-front",
+            action=argparse.BooleanOptionalAction,
+            default=True,
+            help=f"put server.fronts.{front}_front before Triton's {port} port (default; docs/SERVING.md)",
+        )
     parser.add_argument(
         "--allow-partial",
         action="store_true",

@@ -1,15 +1,11 @@
 """``python -m server.container``: the entry point of this project's server image (deploy/Dockerfile).
 
-Runs the supervisor in the foreground as the container's main process: tritonserver as ``TritonServer``
-starts it, restarted in place when it dies, its log on stdout. SIGTERM goes on to tritonserver, which
-finishes what is in flight for up to ``--exit-timeout``; ``terminationGracePeriodSeconds`` must exceed
-the preStop pause plus that (tests/deploy/test_manifests.py). Binds all interfaces: the Service and
-probes must reach it.
-
-``--probe-port`` answers the pod's probes, because Triton 2.51's ``/v2/health/ready`` says 200 while a
-model's stub is dead or hung, and nothing answers while a dead server restarts. ``/ready`` is 200 only
-while the supervisor serves, Triton is ready and the watchdog holds no model unavailable; ``/live`` is
-200 while the supervisor supervises (a restart is the cure, not a reason to kill the container).
+The supervisor runs in the foreground as the container's main process, binding all interfaces (the
+Service and probes must reach it), tritonserver's log on stdout; SIGTERM goes on to tritonserver
+(``terminationGracePeriodSeconds`` must exceed the preStop pause plus ``--exit-timeout``). The probes
+on ``--probe-port`` exist because 2.51's ``/v2/health/ready`` says 200 while a stub is dead or hung:
+``/ready`` is 200 only while the supervisor serves, Triton is ready and the watchdog holds no model
+unavailable; ``/live`` while the supervisor supervises (a restart is the cure, not a reason to kill).
 """
 
 from __future__ import annotations
@@ -92,9 +88,8 @@ def serve_probes(supervisor: Supervisor, host: str, port: int) -> ThreadingHTTPS
 
 def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="python -m server.container", description=__doc__)
-    add_server_arguments(
-        parser, Path("/models"), "0.0.0.0", "bind address: all interfaces, so the Service and probes reach it"
-    )
+    host_help = "bind address: all interfaces, so the Service and probes reach it"
+    add_server_arguments(parser, Path("/models"), "0.0.0.0", host_help, startup_timeout=600.0)
     parser.add_argument(
         "--exit-timeout",
         type=int,
@@ -105,9 +100,6 @@ def _parser() -> argparse.ArgumentParser:
         "--workdir", type=Path, default=Path("/tmp/triton"), help="backend folder (a writable volume)"
     )
     parser.add_argument("--probe-port", type=int, default=8003, help="/ready and /live for the pod's probes")
-    parser.add_argument(
-        "--startup-timeout", type=float, default=600.0, help="seconds a (re)start may take to be ready"
-    )
     return parser
 
 
@@ -124,7 +116,6 @@ def main(argv: list[str] | None = None) -> int:
             log_path=args.workdir / "server.log",
             echo_log=True,
             extra_args=METRICS_ARGS,
-            startup_timeout_s=args.startup_timeout,
             port_wait_s=10.0,  # a restart may find the dead server's ports still held for a moment
             admin_key=os.environ.get(ADMIN_KEY_ENV) or None,  # a Secret's key, or a random one
         )

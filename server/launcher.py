@@ -1,11 +1,10 @@
 """``TritonServer``: start a real tritonserver on a model repository, wait until ready, stop cleanly.
 
-Behind tests, perf, ``make serve`` and the container (the last two through ``server.supervisor``).
 Binds 127.0.0.1 by default (Triton 2.51 has known CVEs). Every server runs with explicit model control,
-its repository/trace/logging APIs keyed (``server.admin``), a stub watchdog (``server.watchdog``), a
-drain before SIGTERM, and non-strict ``/v2/health/ready`` (2.51 keeps it false for good after one failed
-version load). With fronts (``make serve``), Triton's own ports move to loopback and the fronts follow
-the tritonserver named in ``server_pid_file`` across restarts (docs/SERVING.md).
+its admin APIs keyed (``server.admin``), a stub watchdog, a drain before SIGTERM, and non-strict
+readiness (2.51 keeps it false for good after one failed version load). With fronts, Triton's own
+ports move to loopback and the fronts follow the tritonserver named in ``server_pid_file`` across
+restarts (docs/SERVING.md).
 """
 
 from __future__ import annotations
@@ -105,12 +104,9 @@ def _tee(source: IO[bytes], path: Path) -> None:
 
 
 def python_shm_bytes(repository: Path) -> int:
-    """Shared memory per Python-backend stub, sized so the largest batch never makes the region grow.
-
-    Per model: ``max_batch_size × (bytes of one sample's inputs + outputs)``, times 4 for requests and
-    responses in flight, plus 8 MiB; the largest model wins; never below 16 MiB. A variable axis counts
-    at its warm-up size (the spec's ``max_shape``); an output's at the largest warm-up axis.
-    """
+    """Shared memory per Python-backend stub, sized so the largest batch never makes the region grow:
+    4 × ``max_batch_size`` × one sample's input and output bytes (a variable axis at its warm-up size,
+    an output's at the largest warm-up axis) + 8 MiB, for the largest model; at least 16 MiB."""
     largest = 0
     for path in Path(repository).glob("*/config.pbtxt"):
         try:
@@ -299,12 +295,9 @@ class TritonServer:
         return preload_environment(self._workdir, {**os.environ, **added})
 
     def start(self) -> TritonServer:
-        """Launch and block until ready; on failure stop and clean up before the error rises.
-
-        A start lost to the stub-lock abort or to a port taken first is tried again
-        (``START_ATTEMPTS`` in all). A dead server can be started again (``server.supervisor``): same
-        ports, admin key and shared-memory prefix, and its watchdog's history.
-        """
+        """Launch and block until ready, trying again after the stub-lock abort or a port taken first;
+        on failure stop and clean up. A dead server starts again with the same ports, admin key,
+        shared-memory prefix and watchdog history (``server.supervisor``)."""
         restart = bool(self.running_fronts)  # a restart keeps the fronts answering (fault matrix row 46)
         for attempt in range(1, START_ATTEMPTS + 1):
             try:
