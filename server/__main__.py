@@ -34,10 +34,9 @@ from server.cli_options import (
 from server.config_drift import config_drift
 from server.fronts.process import add_share_arguments, shares_from_args
 from server.launcher import ServerError, ServerOptions, TritonServer, remove_shm_regions
-from server.records import read_record, write_record
+from server.records import read_record, warmup_snapshot, write_record
 from server.stubs import kill_stray_stubs
 from server.supervisor import Supervisor, record_lines
-from server.warmup_record import warmup_snapshot
 from server.watchdog import event_lines
 
 STATE = Path(".run/server.json")
@@ -191,7 +190,7 @@ def _record_state(server: TritonServer, args: argparse.Namespace) -> None:
     state = {
         "pid": server.pid,
         "http": server.http_url,
-        "triton_http": server.triton_http_url,  # Triton itself, behind the front: admin calls
+        "triton_http": server.triton_http_url,  # Triton itself, behind the front: admin calls go there
         "grpc": server.grpc_url,
         "metrics": server.metrics_url,
         "log": str(server.log_path),
@@ -255,17 +254,12 @@ def _drain(state: dict, timeout: float) -> int:
         print(f"no admin key at {KEY}; cannot drain", file=sys.stderr)
         return 1
     try:
-        drained = admin.drain(_admin_url(state), key, timeout, state["pid"])
+        drained = admin.drain(state["triton_http"], key, timeout, state["pid"])
     except (admin.AdminError, InferenceServerException, OSError) as error:
         print(f"drain incomplete: {error}", file=sys.stderr)
         return 1
     print(f"drained: {', '.join(drained) or 'nothing was loaded'}; new requests are refused")
     return 0
-
-
-def _admin_url(state: dict) -> str:
-    """Triton's own HTTP endpoint: admin calls do not go through the HTTP front."""
-    return state.get("triton_http", state["http"])
 
 
 def _running_state() -> dict | None:
@@ -289,8 +283,8 @@ def _stop(args: argparse.Namespace) -> int:
     if not STATE.exists():
         print("no server started by `make serve` is recorded")
         return 0
-    _release_supervisor(json.loads(STATE.read_text()), wait_s=args.timeout + 30)
-    state = json.loads(STATE.read_text())  # a restart in progress may have recorded a new server
+    _release_supervisor(read_record(STATE), wait_s=args.timeout + 30)
+    state = read_record(STATE)  # a restart in progress may have recorded a new server
     pid = state["pid"]
     if _alive(pid):
         _drain(state, args.timeout)
@@ -315,7 +309,7 @@ def _status(args: argparse.Namespace) -> int:
     running = _alive(state["pid"])
     print(json.dumps(state, indent=2))
     if running:
-        client = httpclient.InferenceServerClient(_admin_url(state))
+        client = httpclient.InferenceServerClient(state["triton_http"])
         models = client.get_model_repository_index(headers=admin.headers(admin.read_key(KEY) or ""))
         for model in models:
             print(f"  {model['name']:24} {model.get('state', '?'):10} {model.get('reason', '')}")
@@ -341,7 +335,7 @@ def _load_or_unload(args: argparse.Namespace) -> int:
         print("the server runs with --model-control-mode none: its model set is fixed", file=sys.stderr)
         return 1
     key = admin.read_key(KEY) or ""
-    client = httpclient.InferenceServerClient(_admin_url(state), network_timeout=600)
+    client = httpclient.InferenceServerClient(state["triton_http"], network_timeout=600)
     # the fronts check the model's next request against the config Triton serves then (row 79)
     changes = Path(state["config_changes"]) if state.get("config_changes") else None
     if args.command == "unload":
