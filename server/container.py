@@ -105,9 +105,6 @@ def _parser() -> argparse.ArgumentParser:
 
 def main(argv: list[str] | None = None) -> int:
     args = _parser().parse_args(argv)
-    if not args.repository.is_dir():
-        print(f"error: model repository {args.repository} does not exist", file=sys.stderr)
-        return 1
     server = TritonServer(
         server_options(
             args,

@@ -168,8 +168,7 @@ class Supervisor:
                     log.warning("tritonserver exited with status 0: stopped on purpose, not restarted")
                     self.server.reap()
                     self.server.stop_fronts()
-                    self.record.state = STOPPED
-                    self._write()
+                    self._write(STOPPED)
                     return 0
                 if not self._restart(process.returncode):
                     return 1
@@ -194,12 +193,10 @@ class Supervisor:
                 limit = (self.policy.burst, self.policy.interval_s)
                 log.error("%d restarts within %.0f s: giving up (the start limit)", *limit)
                 self.server.stop_fronts()
-                self.record.state = GAVE_UP
-                self._write()
+                self._write(GAVE_UP)
                 return False
             delay = self.policy.delay(self._restarts, moment)
-            self.record.state = RESTARTING
-            self._write()
+            self._write(RESTARTING)
             log.warning("restarting tritonserver in %.1f s", delay)
             self._sleep(delay)
             if self._wanted is not None:
@@ -226,8 +223,7 @@ class Supervisor:
             self.stop_server(self.server)
         elif self.server.watchdog is not None:
             self.server.watchdog.stop()
-        self.record.state = STOPPED if self._wanted == STOPPED else RELEASED
-        self._write()
+        self._write(STOPPED if self._wanted == STOPPED else RELEASED)
         return 0
 
     def _sleep(self, seconds: float) -> None:
@@ -235,6 +231,8 @@ class Supervisor:
         while self._wanted is None and time.monotonic() < deadline:
             time.sleep(min(POLL_S, max(0.0, deadline - time.monotonic())))
 
-    def _write(self) -> None:
+    def _write(self, state: str | None = None) -> None:
+        """Write the record, in ``state`` when one is given."""
+        self.record.state = state or self.record.state
         if self.record_path is not None:
             write_record(self.record_path, asdict(self.record))
