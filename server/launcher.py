@@ -326,15 +326,8 @@ class TritonServer:
         make_owner_only(self.shm_prefix)  # no other user may map the stubs' IPC (server.shm_private)
         if self.options.self_heal and self.pid is not None:
             history = self.watchdog.state if self.watchdog is not None else None  # a restart keeps it
-            self.watchdog = Watchdog(
-                self.pid,
-                self.triton_http_url,
-                self.admin_key,
-                self.watchdog_path,
-                state=history,
-                metrics_url=self.metrics_url,
-            )
-            self.watchdog.start()
+            watched = (self.pid, self.triton_http_url, self.admin_key, self.watchdog_path)
+            self.watchdog = Watchdog(*watched, state=history, metrics_url=self.metrics_url).start()
         log.info("tritonserver ready (pid %s) http=%s grpc=%s", self.pid, self.http_url, self.grpc_url)
         return self
 
