@@ -313,12 +313,9 @@ def _status(args: argparse.Namespace) -> int:
         models = client.get_model_repository_index(headers=admin.headers(admin.read_key(KEY) or ""))
         for model in models:
             print(f"  {model['name']:24} {model.get('state', '?'):10} {model.get('reason', '')}")
-            if model.get("state") == "READY":
-                drift = config_drift(
-                    Path(state["repository"]), model["name"], client.get_model_config(model["name"])
-                )
-                if drift:
-                    print(f"  {'':24} {drift}")
+            served = client.get_model_config(model["name"]) if model.get("state") == "READY" else None
+            if served and (drift := config_drift(Path(state["repository"]), model["name"], served)):
+                print(f"  {'':24} {drift}")
     elif _supervising(state):
         print("tritonserver is down; the supervisor is restarting it")
     else:
