@@ -77,7 +77,7 @@ def _start(args: argparse.Namespace) -> int:
         return 1
     if STATE.exists():
         state = json.loads(STATE.read_text())
-        if _alive(state["pid"]) or _supervising(state):
+        if _runs(state["pid"], b"tritonserver") or _runs(state.get("supervisor_pid"), b"supervise"):
             print(_already_running(state), file=sys.stderr)
             return 1
         _clear_leftovers(state)  # a server that died without `make stop`
@@ -221,14 +221,6 @@ def _runs(pid: int | None, marker: bytes) -> bool:
         return False
 
 
-def _alive(pid: int) -> bool:
-    return _runs(pid, b"tritonserver")
-
-
-def _supervising(state: dict) -> bool:
-    return _runs(state.get("supervisor_pid"), b"supervise")
-
-
 def _signal(pid: int | None, marker: bytes, number: int = signal.SIGTERM, wait_s: float = 0.0) -> None:
     """Send ``number`` to ``pid`` if it still runs ``marker``; wait up to ``wait_s`` for it to exit."""
     if not _runs(pid, marker):
@@ -265,7 +257,7 @@ def _drain(state: dict, timeout: float) -> int:
 def _running_state() -> dict | None:
     """The recorded server's state while it is running; None (and says so) otherwise."""
     state = read_record(STATE)
-    if not state or not _alive(state["pid"]):
+    if not state or not _runs(state["pid"], b"tritonserver"):
         print("not running")
         return None
     return state
@@ -286,7 +278,7 @@ def _stop(args: argparse.Namespace) -> int:
     _release_supervisor(read_record(STATE), wait_s=args.timeout + 30)
     state = read_record(STATE)  # a restart in progress may have recorded a new server
     pid = state["pid"]
-    if _alive(pid):
+    if _runs(pid, b"tritonserver"):
         _drain(state, args.timeout)
         # the fronts' kept-alive upstream connections would hold Triton's exit
         _signal(state.get("http_front_pid"), b"http_front", wait_s=10)
@@ -306,7 +298,7 @@ def _status(args: argparse.Namespace) -> int:
         print("not running")
         return 1
     state = json.loads(STATE.read_text())
-    running = _alive(state["pid"])
+    running = _runs(state["pid"], b"tritonserver")
     print(json.dumps(state, indent=2))
     if running:
         client = httpclient.InferenceServerClient(state["triton_http"])
@@ -316,7 +308,7 @@ def _status(args: argparse.Namespace) -> int:
             served = client.get_model_config(model["name"]) if model.get("state") == "READY" else None
             if served and (drift := config_drift(Path(state["repository"]), model["name"], served)):
                 print(f"  {'':24} {drift}")
-    elif _supervising(state):
+    elif _runs(state.get("supervisor_pid"), b"supervise"):
         print("tritonserver is down; the supervisor is restarting it")
     else:
         print("not running")
