@@ -59,8 +59,7 @@ def _take_lock():
         holder = handle.read().strip() or "?"
         handle.close()
         return None, holder
-    handle.seek(0)
-    handle.truncate()
+    handle.truncate(0)
     handle.write(str(os.getpid()))
     handle.flush()
     return handle, ""
