@@ -22,7 +22,7 @@ from client.errors import ClientError, MismatchError
 from client.health import report as health_report
 from client.infer import infer
 from client.stats import fetch_stats, parse_version_stats, without_warmup
-from server.warmup_record import warmup_counts
+from server.records import warmup_counts
 
 DEFAULT_SPEC = Path("models.yaml")
 

@@ -16,10 +16,6 @@ DEFAULT_URLS = {"http": "127.0.0.1:8000", "grpc": "127.0.0.1:8001"}
 SERVER_STATE = Path(".run/server.json")
 
 
-def default_url(protocol: str) -> str:
-    return read_record(SERVER_STATE).get(protocol) or DEFAULT_URLS[protocol]
-
-
 def recorded_path(key: str) -> Path | None:
     """The ``"repository"`` or ``"spec"`` ``make serve`` recorded; None where it recorded none."""
     recorded = read_record(SERVER_STATE).get(key)
@@ -44,7 +40,10 @@ def protocol_module(protocol: str) -> ModuleType:
 
 def connect(protocol: str, url: str | None = None) -> Any:
     """An ``InferenceServerClient`` for ``protocol`` at ``url`` (default: see module doc)."""
-    return protocol_module(protocol).InferenceServerClient(url or default_url(protocol))
+    module = protocol_module(protocol)
+    return module.InferenceServerClient(
+        url or read_record(SERVER_STATE).get(protocol) or DEFAULT_URLS[protocol]
+    )
 
 
 def model_config(client: Any, protocol: str, model: str) -> dict[str, Any]:

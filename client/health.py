@@ -64,14 +64,11 @@ def model_health(
                 health.serving.append(entry.get("version", ""))
             elif entry.get("reason", "") not in ("", "unloaded"):
                 health.failed[entry.get("version", "")] = entry["reason"].strip().splitlines()[0][:160]
-    names = models or sorted(index)
-    result = []
-    for name in names:
-        health = index.get(name) or ModelHealth(name)
-        if not key and client.is_model_ready(name):
+    result = [index.get(name) or ModelHealth(name) for name in models or sorted(index)]
+    for health in result:
+        if not key and client.is_model_ready(health.name):
             health.serving = ["?"]
-        health.unavailable = events.get("unavailable_now", {}).get(name, "")
-        result.append(health)
+        health.unavailable = events.get("unavailable_now", {}).get(health.name, "")
     return result
 
 
@@ -100,11 +97,6 @@ def report(
     for health in healths:  # a rebuild since the model loaded: reported, the model stays healthy
         if repository is not None and health.serving:
             health.drift = config_drift(repository, health.name, model_config(client, protocol, health.name))
-    lines = [
-        f"live: {live}  ready: {ready}",
-        *down,
-        *(h.line() for h in healths),
-        *record_lines(supervisor),
-        *event_lines(events),
-    ]
+    lines = [f"live: {live}  ready: {ready}", *down, *(h.line() for h in healths)]
+    lines += [*record_lines(supervisor), *event_lines(events)]
     return "\n".join(lines), live and ready and all(h.ok for h in healths)

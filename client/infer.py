@@ -6,7 +6,6 @@ from __future__ import annotations
 import itertools
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
@@ -16,25 +15,6 @@ from tritonclient.utils import np_to_triton_dtype, triton_to_np_dtype
 from client import shm
 from client.connection import model_config, protocol_module
 from client.errors import ClientError
-
-
-@dataclass(frozen=True)
-class OutputInfo:
-    name: str
-    dtype: np.dtype
-    dims: tuple[int, ...]
-
-
-def output_infos(config: dict[str, Any]) -> list[OutputInfo]:
-    """Outputs as the config declares them (dims without the batch axis when batching is on)."""
-    return [
-        OutputInfo(
-            o["name"],
-            np.dtype(triton_to_np_dtype(o["data_type"].removeprefix("TYPE_"))),
-            tuple(int(d) for d in o["dims"]),
-        )
-        for o in config["output"]
-    ]
 
 
 def make_inputs(module: Any, arrays: dict[str, np.ndarray]) -> list[Any]:
@@ -48,19 +28,21 @@ def make_inputs(module: Any, arrays: dict[str, np.ndarray]) -> list[Any]:
 def infer(
     client: Any, protocol: str, model: str, arrays: dict[str, np.ndarray], use_shm: bool = False
 ) -> dict[str, np.ndarray]:
-    """Run ``model`` on ``arrays`` (batch axis first) and return every declared output."""
+    """Run ``model`` on ``arrays`` (batch axis first) and return every output its config declares."""
     module = protocol_module(protocol)
-    outputs = output_infos(model_config(client, protocol, model))
-    requested = [module.InferRequestedOutput(o.name) for o in outputs]
+    outputs = model_config(client, protocol, model)["output"]
+    requested = [module.InferRequestedOutput(o["name"]) for o in outputs]
     if not use_shm:
         result = client.infer(model, make_inputs(module, arrays), outputs=requested)
-        return {o.name: result.as_numpy(o.name) for o in outputs}
-    if any(d < 0 for o in outputs for d in o.dims):
+        return {o["name"]: result.as_numpy(o["name"]) for o in outputs}
+    rows = next(iter(arrays.values())).shape[0]
+    shapes = [(rows, *(int(d) for d in o["dims"])) for o in outputs]  # dims without the batch axis
+    if any(d < 0 for shape in shapes for d in shape):
         raise ClientError(
             f"{model}: an output has a variable axis, its size is unknown before the call; no shm"
         )
-    rows = next(iter(arrays.values())).shape[0]
-    out_sizes = [rows * int(np.prod(o.dims)) * o.dtype.itemsize for o in outputs]
+    dtypes = [np.dtype(triton_to_np_dtype(o["data_type"].removeprefix("TYPE_"))) for o in outputs]
+    out_sizes = [int(np.prod(shape)) * dtype.itemsize for shape, dtype in zip(shapes, dtypes, strict=True)]
     sizes = [a.nbytes for a in arrays.values()] + out_sizes
     offsets = list(itertools.accumulate(sizes, initial=0))  # the inputs back to back, then the outputs
     with shm.system_region(client, offsets[-1]) as (region, handle):
@@ -71,9 +53,10 @@ def infer(
         for tensor, size, offset in zip([*tensors, *requested], sizes, offsets, strict=False):
             tensor.set_shared_memory(region, size, offset)
         client.infer(model, tensors, outputs=requested)
+        places = zip(outputs, dtypes, shapes, offsets[len(arrays) :], strict=False)
         return {
-            o.name: shm.read_output(handle, o.dtype, (rows, *o.dims), offset)
-            for o, offset in zip(outputs, offsets[len(arrays) :], strict=False)
+            o["name"]: system_shm.get_contents_as_numpy(handle, dtype, shape, offset=offset).copy()
+            for o, dtype, shape, offset in places
         }
 
 

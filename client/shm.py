@@ -9,7 +9,6 @@ import uuid
 from collections.abc import Iterator
 from typing import Any
 
-import numpy as np
 import tritonclient.utils.shared_memory as shm
 from tritonclient.utils import InferenceServerException
 
@@ -42,10 +41,6 @@ def _unregister(client: Any, name: str) -> None:
             if "currently in use" not in str(error) or attempt == UNREGISTER_TRIES - 1:
                 raise
             time.sleep(UNREGISTER_WAIT_S)
-
-
-def read_output(handle: Any, dtype: np.dtype, shape: tuple[int, ...], offset: int) -> np.ndarray:
-    return shm.get_contents_as_numpy(handle, dtype, shape, offset=offset).copy()
 
 
 @contextlib.contextmanager

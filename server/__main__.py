@@ -34,10 +34,9 @@ from server.cli_options import (
 from server.config_drift import config_drift
 from server.fronts.process import add_share_arguments, shares_from_args
 from server.launcher import ServerError, ServerOptions, TritonServer, remove_shm_regions
-from server.records import read_record, write_record
+from server.records import read_record, warmup_snapshot, write_record
 from server.stubs import kill_stray_stubs
 from server.supervisor import Supervisor, record_lines
-from server.warmup_record import warmup_snapshot
 from server.watchdog import event_lines
 
 STATE = Path(".run/server.json")
@@ -60,8 +59,7 @@ def _take_lock():
         holder = handle.read().strip() or "?"
         handle.close()
         return None, holder
-    handle.seek(0)
-    handle.truncate()
+    handle.truncate(0)
     handle.write(str(os.getpid()))
     handle.flush()
     return handle, ""
@@ -78,7 +76,7 @@ def _start(args: argparse.Namespace) -> int:
         return 1
     if STATE.exists():
         state = json.loads(STATE.read_text())
-        if _alive(state["pid"]) or _supervising(state):
+        if _runs(state["pid"], b"tritonserver") or _runs(state.get("supervisor_pid"), b"supervise"):
             print(_already_running(state), file=sys.stderr)
             return 1
         _clear_leftovers(state)  # a server that died without `make stop`
@@ -145,7 +143,6 @@ def supervised_options(args: argparse.Namespace) -> ServerOptions:
         port_wait_s=10.0,  # a server stopped a moment ago may still hold its ports
         http_front=args.http_front,
         grpc_front=args.grpc_front,
-        startup_timeout_s=args.startup_timeout,
         watchdog_record=EVENTS.resolve(),
         front_shares=shares_from_args(args, "front-"),
         **front_timeouts(args),
@@ -192,7 +189,7 @@ def _record_state(server: TritonServer, args: argparse.Namespace) -> None:
     state = {
         "pid": server.pid,
         "http": server.http_url,
-        "triton_http": server.triton_http_url,  # Triton itself, behind the front: admin calls
+        "triton_http": server.triton_http_url,  # Triton itself, behind the front: admin calls go there
         "grpc": server.grpc_url,
         "metrics": server.metrics_url,
         "log": str(server.log_path),
@@ -223,14 +220,6 @@ def _runs(pid: int | None, marker: bytes) -> bool:
         return False
 
 
-def _alive(pid: int) -> bool:
-    return _runs(pid, b"tritonserver")
-
-
-def _supervising(state: dict) -> bool:
-    return _runs(state.get("supervisor_pid"), b"supervise")
-
-
 def _signal(pid: int | None, marker: bytes, number: int = signal.SIGTERM, wait_s: float = 0.0) -> None:
     """Send ``number`` to ``pid`` if it still runs ``marker``; wait up to ``wait_s`` for it to exit."""
     if not _runs(pid, marker):
@@ -256,7 +245,7 @@ def _drain(state: dict, timeout: float) -> int:
         print(f"no admin key at {KEY}; cannot drain", file=sys.stderr)
         return 1
     try:
-        drained = admin.drain(_admin_url(state), key, timeout, state["pid"])
+        drained = admin.drain(state["triton_http"], key, timeout, state["pid"])
     except (admin.AdminError, InferenceServerException, OSError) as error:
         print(f"drain incomplete: {error}", file=sys.stderr)
         return 1
@@ -264,15 +253,10 @@ def _drain(state: dict, timeout: float) -> int:
     return 0
 
 
-def _admin_url(state: dict) -> str:
-    """Triton's own HTTP endpoint: admin calls do not go through the HTTP front."""
-    return state.get("triton_http", state["http"])
-
-
 def _running_state() -> dict | None:
     """The recorded server's state while it is running; None (and says so) otherwise."""
     state = read_record(STATE)
-    if not state or not _alive(state["pid"]):
+    if not state or not _runs(state["pid"], b"tritonserver"):
         print("not running")
         return None
     return state
@@ -290,10 +274,10 @@ def _stop(args: argparse.Namespace) -> int:
     if not STATE.exists():
         print("no server started by `make serve` is recorded")
         return 0
-    _release_supervisor(json.loads(STATE.read_text()), wait_s=args.timeout + 30)
-    state = json.loads(STATE.read_text())  # a restart in progress may have recorded a new server
+    _release_supervisor(read_record(STATE), wait_s=args.timeout + 30)
+    state = read_record(STATE)  # a restart in progress may have recorded a new server
     pid = state["pid"]
-    if _alive(pid):
+    if _runs(pid, b"tritonserver"):
         _drain(state, args.timeout)
         # the fronts' kept-alive upstream connections would hold Triton's exit
         _signal(state.get("http_front_pid"), b"http_front", wait_s=10)
@@ -313,20 +297,17 @@ def _status(args: argparse.Namespace) -> int:
         print("not running")
         return 1
     state = json.loads(STATE.read_text())
-    running = _alive(state["pid"])
+    running = _runs(state["pid"], b"tritonserver")
     print(json.dumps(state, indent=2))
     if running:
-        client = httpclient.InferenceServerClient(_admin_url(state))
+        client = httpclient.InferenceServerClient(state["triton_http"])
         models = client.get_model_repository_index(headers=admin.headers(admin.read_key(KEY) or ""))
         for model in models:
             print(f"  {model['name']:24} {model.get('state', '?'):10} {model.get('reason', '')}")
-            if model.get("state") == "READY":
-                drift = config_drift(
-                    Path(state["repository"]), model["name"], client.get_model_config(model["name"])
-                )
-                if drift:
-                    print(f"  {'':24} {drift}")
-    elif _supervising(state):
+            served = client.get_model_config(model["name"]) if model.get("state") == "READY" else None
+            if served and (drift := config_drift(Path(state["repository"]), model["name"], served)):
+                print(f"  {'':24} {drift}")
+    elif _runs(state.get("supervisor_pid"), b"supervise"):
         print("tritonserver is down; the supervisor is restarting it")
     else:
         print("not running")
@@ -342,7 +323,7 @@ def _load_or_unload(args: argparse.Namespace) -> int:
         print("the server runs with --model-control-mode none: its model set is fixed", file=sys.stderr)
         return 1
     key = admin.read_key(KEY) or ""
-    client = httpclient.InferenceServerClient(_admin_url(state), network_timeout=600)
+    client = httpclient.InferenceServerClient(state["triton_http"], network_timeout=600)
     # the fronts check the model's next request against the config Triton serves then (row 79)
     changes = Path(state["config_changes"]) if state.get("config_changes") else None
     if args.command == "unload":
@@ -363,7 +344,7 @@ def _load_or_unload(args: argparse.Namespace) -> int:
 
 def _add_start_arguments(parser: argparse.ArgumentParser, host_help: str) -> None:
     """``start``'s flags, passed on as given to the ``supervise`` process."""
-    add_server_arguments(parser, Path("model_repository"), "127.0.0.1", host_help)
+    add_server_arguments(parser, Path("model_repository"), "127.0.0.1", host_help, startup_timeout=180.0)
     add_share_arguments(parser, prefix="front-")  # the fronts' deadline and client shares
     add_front_timeout_arguments(parser)
     parser.add_argument(
@@ -374,20 +355,13 @@ def _add_start_arguments(parser: argparse.ArgumentParser, host_help: str) -> Non
         "explicit: they load and unload models with the admin key. Triton itself runs in explicit mode "
         "either way, for the drain and the stub watchdog",
     )
-    parser.add_argument(
-        "--http-front",
-        action=argparse.BooleanOptionalAction,
-        default=True,
-        help="put server.fronts.http_front in front of Triton's HTTP port (default; see docs/SERVING.md)",
-    )
-    parser.add_argument(
-        "--grpc-front",
-        action=argparse.BooleanOptionalAction,
-        default=True,
-        help="put server.fronts.grpc_front in front of Triton's gRPC port "
-        "(default; message size and shape checks)",
-    )
-    parser.add_argument("--startup-timeout", type=float, default=180.0, help="seconds to wait for ready")
+    for front, port in (("http", "HTTP"), ("grpc", "gRPC")):
+        parser.add_argument(
+            f"--{front}-front",
+            action=argparse.BooleanOptionalAction,
+            default=True,
+            help=f"put server.fronts.{front}_front before Triton's {port} port (default; docs/SERVING.md)",
+        )
     parser.add_argument(
         "--allow-partial",
         action="store_true",

@@ -1,13 +1,11 @@
 """The server's admin surface: a key for the restricted APIs, keyed model loads, and the drain.
 
-Once model control is explicit, Triton 2.51 lets any local process load code (a ``model.py`` file
-override) through the model-repository API. So every server we start keys the repository, trace,
-logging and shared-memory APIs to ``ADMIN_HEADER`` (403 / UNAVAILABLE without it), and behind a front
-also the inference API to ``FRONT_HEADER``, which the front adds once its checks pass: a client on
-Triton's loopback port cannot skip them. One secret under two names, so a front passes inference on
-without admin rights. ``trusted_shared_memory`` alone opens the shared-memory API (to what a front
-passed on, or to anyone without a front). The fronts read the key from ``KEY_ENV``, not their command
-line (readable in ``/proc``; tritonserver's own is, so mount ``/proc`` with ``hidepid=2`` on a shared host).
+With explicit model control, Triton 2.51 lets any local process load code (a ``model.py`` file
+override), so every server keys its repository, trace, logging and shared-memory APIs to
+``ADMIN_HEADER``, and behind a front the inference API to ``FRONT_HEADER``, which the front adds once
+its checks pass: one secret under two names, so a front passes inference on without admin rights.
+``trusted_shared_memory`` alone opens the shared-memory API. The fronts read the key from ``KEY_ENV``,
+never their command line (readable in ``/proc``; mount it ``hidepid=2`` on a shared host).
 """
 
 from __future__ import annotations
@@ -162,12 +160,9 @@ def _ensembles_first(client: httpclient.InferenceServerClient, names: Iterable[s
 
 
 def drain(http_url: str, key: str, timeout_s: float, server_pid: int) -> list[str]:
-    """Unload every loaded model and wait for their stubs to exit; the models unloaded.
-
-    Triton 2.51 keeps admitting requests for its whole exit timeout after SIGTERM, then drops what is
-    in flight; an unload refuses new requests at once (404 / NOT_FOUND) and lets admitted ones finish.
-    ``AdminError`` if that takes longer than ``timeout_s``.
-    """
+    """Unload every loaded model (returned), wait for its stubs to exit (``AdminError`` past ``timeout_s``):
+    after SIGTERM Triton 2.51 admits requests for its whole exit timeout, then drops them, while an
+    unload refuses new ones at once (404 / NOT_FOUND) and lets admitted ones finish."""
     client = httpclient.InferenceServerClient(http_url, connection_timeout=10, network_timeout=timeout_s)
     states = model_versions(client, key)
     loaded = [m for m, versions in states.items() if "READY" in versions.values()]

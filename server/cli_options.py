@@ -26,9 +26,15 @@ FRONT_TIMEOUTS = (
 
 
 def add_server_arguments(
-    parser: argparse.ArgumentParser, repository: Path, host: str, host_help: str
+    parser: argparse.ArgumentParser, repository: Path, host: str, host_help: str, startup_timeout: float
 ) -> None:
     parser.add_argument("--repository", type=Path, default=repository)
+    parser.add_argument(
+        "--startup-timeout",
+        type=float,
+        default=startup_timeout,
+        help="seconds a (re)start may take to be ready",
+    )
     parser.add_argument("--host", default=host, help=host_help)
     parser.add_argument("--http-port", type=int, default=8000)
     parser.add_argument("--grpc-port", type=int, default=8001)
@@ -53,6 +59,7 @@ def server_options(args: argparse.Namespace, **more: Any) -> ServerOptions:
         grpc_port=args.grpc_port,
         metrics_port=args.metrics_port,
         trusted_shared_memory=args.trusted_shared_memory,
+        startup_timeout_s=args.startup_timeout,
         **more,
     )
 

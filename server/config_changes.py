@@ -1,15 +1,11 @@
 """Which served configs may have changed since a front last looked (docs/SERVING.md, fault matrix
 row 79).
 
-The fronts keep the configs Triton serves (``server.fronts.signature_cache``), and Triton never says
-when one changes: a model loaded again through Triton's own port (``python -m server load``) or
-through the other front, or a tritonserver the supervisor started again on a repository whose
-``config.pbtxt`` changed, serves its new config at once. So whatever changes the served configs
-appends one line to a file the launcher owns, once Triton has answered: the model's name (JSON) after
-a load or unload, ``null`` (every model) before each tritonserver start. A front looks at the file's
-size before each check (one ``stat``) and reads only what was appended since; the models named stop
-being trusted, and their next request waits for Triton's answer. The file only grows (a line per
-load or start), so a front never misses a line between two looks.
+Triton never says when a served config changes (a load through its own port or the other front, a
+restart on a rebuilt repository), so whatever changes them appends a line to a file the launcher owns,
+once Triton has answered: the model's name (JSON), or ``null`` (every model) before each tritonserver
+start. A front reads only what was appended since it last looked (one ``stat`` before each check); the
+file only grows, so no line is missed between two looks.
 """
 
 from __future__ import annotations

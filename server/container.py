@@ -1,15 +1,11 @@
 """``python -m server.container``: the entry point of this project's server image (deploy/Dockerfile).
 
-Runs the supervisor in the foreground as the container's main process: tritonserver as ``TritonServer``
-starts it, restarted in place when it dies, its log on stdout. SIGTERM goes on to tritonserver, which
-finishes what is in flight for up to ``--exit-timeout``; ``terminationGracePeriodSeconds`` must exceed
-the preStop pause plus that (tests/deploy/test_manifests.py). Binds all interfaces: the Service and
-probes must reach it.
-
-``--probe-port`` answers the pod's probes, because Triton 2.51's ``/v2/health/ready`` says 200 while a
-model's stub is dead or hung, and nothing answers while a dead server restarts. ``/ready`` is 200 only
-while the supervisor serves, Triton is ready and the watchdog holds no model unavailable; ``/live`` is
-200 while the supervisor supervises (a restart is the cure, not a reason to kill the container).
+The supervisor runs in the foreground as the container's main process, binding all interfaces (the
+Service and probes must reach it), tritonserver's log on stdout; SIGTERM goes on to tritonserver
+(``terminationGracePeriodSeconds`` must exceed the preStop pause plus ``--exit-timeout``). The probes
+on ``--probe-port`` exist because 2.51's ``/v2/health/ready`` says 200 while a stub is dead or hung:
+``/ready`` is 200 only while the supervisor serves, Triton is ready and the watchdog holds no model
+unavailable; ``/live`` while the supervisor supervises (a restart is the cure, not a reason to kill).
 """
 
 from __future__ import annotations
@@ -56,54 +52,44 @@ def readiness(supervisor: Supervisor) -> tuple[bool, str]:
     return False, "tritonserver is not ready"
 
 
-class ProbeEndpoint:
-    """``/ready`` and ``/live`` on ``host:port`` in a thread of the supervisor's process."""
+def probe_answer(supervisor: Supervisor, path: str) -> tuple[int, dict]:
+    """The status and JSON body of probe ``path``."""
+    record = asdict(supervisor.record)
+    if path == "/live":
+        return 200, {"live": True, "supervisor": record}
+    if path == "/ready":
+        ready, why = readiness(supervisor)
+        return (200 if ready else 503), {"ready": ready, "why": why, "supervisor": record}
+    return 404, {"error": f"no such probe {path!r}: /ready or /live"}
 
-    def __init__(self, supervisor: Supervisor, host: str, port: int) -> None:
-        self.supervisor = supervisor
-        endpoint = self
 
-        class Handler(BaseHTTPRequestHandler):
-            def do_GET(self) -> None:
-                status, body = endpoint.answer(self.path)
-                payload = json.dumps(body).encode()
-                self.send_response(status)
-                self.send_header("Content-Type", "application/json")
-                self.send_header("Content-Length", str(len(payload)))
-                self.end_headers()
-                self.wfile.write(payload)
+def serve_probes(supervisor: Supervisor, host: str, port: int) -> ThreadingHTTPServer:
+    """``/ready`` and ``/live`` on ``host:port``, served by a thread of the supervisor's process."""
 
-            def log_message(self, *args: object) -> None:  # a probe every few seconds: no access log
-                pass
+    class Handler(BaseHTTPRequestHandler):
+        def do_GET(self) -> None:
+            status, body = probe_answer(supervisor, self.path)
+            payload = json.dumps(body).encode()
+            self.send_response(status)
+            self.send_header("Content-Type", "application/json")
+            self.send_header("Content-Length", str(len(payload)))
+            self.end_headers()
+            self.wfile.write(payload)
 
-        self.httpd = ThreadingHTTPServer((host, port), Handler)
-        self.httpd.daemon_threads = True
-        self._thread = threading.Thread(target=self.httpd.serve_forever, name="probes", daemon=True)
+        def log_message(self, *args: object) -> None:  # a probe every few seconds: no access log
+            pass
 
-    def answer(self, path: str) -> tuple[int, dict]:
-        record = asdict(self.supervisor.record)
-        if path == "/live":
-            return 200, {"live": True, "supervisor": record}
-        if path == "/ready":
-            ready, why = readiness(self.supervisor)
-            return (200 if ready else 503), {"ready": ready, "why": why, "supervisor": record}
-        return 404, {"error": f"no such probe {path!r}: /ready or /live"}
-
-    def start(self) -> ProbeEndpoint:
-        self._thread.start()
-        log.info("probes on %s:%s: /ready /live", *self.httpd.server_address[:2])
-        return self
-
-    def stop(self) -> None:
-        self.httpd.shutdown()
-        self.httpd.server_close()
+    httpd = ThreadingHTTPServer((host, port), Handler)
+    httpd.daemon_threads = True
+    threading.Thread(target=httpd.serve_forever, name="probes", daemon=True).start()
+    log.info("probes on %s:%s: /ready /live", *httpd.server_address[:2])
+    return httpd
 
 
 def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="python -m server.container", description=__doc__)
-    add_server_arguments(
-        parser, Path("/models"), "0.0.0.0", "bind address: all interfaces, so the Service and probes reach it"
-    )
+    host_help = "bind address: all interfaces, so the Service and probes reach it"
+    add_server_arguments(parser, Path("/models"), "0.0.0.0", host_help, startup_timeout=600.0)
     parser.add_argument(
         "--exit-timeout",
         type=int,
@@ -114,17 +100,11 @@ def _parser() -> argparse.ArgumentParser:
         "--workdir", type=Path, default=Path("/tmp/triton"), help="backend folder (a writable volume)"
     )
     parser.add_argument("--probe-port", type=int, default=8003, help="/ready and /live for the pod's probes")
-    parser.add_argument(
-        "--startup-timeout", type=float, default=600.0, help="seconds a (re)start may take to be ready"
-    )
     return parser
 
 
 def main(argv: list[str] | None = None) -> int:
     args = _parser().parse_args(argv)
-    if not args.repository.is_dir():
-        print(f"error: model repository {args.repository} does not exist", file=sys.stderr)
-        return 1
     server = TritonServer(
         server_options(
             args,
@@ -133,7 +113,6 @@ def main(argv: list[str] | None = None) -> int:
             log_path=args.workdir / "server.log",
             echo_log=True,
             extra_args=METRICS_ARGS,
-            startup_timeout_s=args.startup_timeout,
             port_wait_s=10.0,  # a restart may find the dead server's ports still held for a moment
             admin_key=os.environ.get(ADMIN_KEY_ENV) or None,  # a Secret's key, or a random one
         )
@@ -141,7 +120,7 @@ def main(argv: list[str] | None = None) -> int:
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s %(message)s")
     supervisor = Supervisor(server, args.workdir / "supervisor.json", stop_server=TritonServer.terminate)
     supervisor.handle_signals()
-    probes = ProbeEndpoint(supervisor, args.host, args.probe_port).start()
+    probes = serve_probes(supervisor, args.host, args.probe_port)
     try:
         supervisor.start()
     except ServerError as error:
@@ -150,7 +129,8 @@ def main(argv: list[str] | None = None) -> int:
     try:
         return supervisor.run()
     finally:
-        probes.stop()
+        probes.shutdown()
+        probes.server_close()
 
 
 if __name__ == "__main__":

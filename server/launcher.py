@@ -1,11 +1,10 @@
 """``TritonServer``: start a real tritonserver on a model repository, wait until ready, stop cleanly.
 
-Behind tests, perf, ``make serve`` and the container (the last two through ``server.supervisor``).
 Binds 127.0.0.1 by default (Triton 2.51 has known CVEs). Every server runs with explicit model control,
-its repository/trace/logging APIs keyed (``server.admin``), a stub watchdog (``server.watchdog``), a
-drain before SIGTERM, and non-strict ``/v2/health/ready`` (2.51 keeps it false for good after one failed
-version load). With fronts (``make serve``), Triton's own ports move to loopback and the fronts follow
-the tritonserver named in ``server_pid_file`` across restarts (docs/SERVING.md).
+its admin APIs keyed (``server.admin``), a stub watchdog, a drain before SIGTERM, and non-strict
+readiness (2.51 keeps it false for good after one failed version load). With fronts, Triton's own
+ports move to loopback and the fronts follow the tritonserver named in ``server_pid_file`` across
+restarts (docs/SERVING.md).
 """
 
 from __future__ import annotations
@@ -78,12 +77,20 @@ def remove_shm_regions(prefix: str) -> list[str]:
     """Unlink the ``/dev/shm/<prefix>*`` regions a killed stub could not remove (16 MiB or more each)."""
     removed = []
     for region in Path("/dev/shm").glob(f"{prefix}*"):
-        try:
+        with contextlib.suppress(OSError):
             region.unlink()
             removed.append(region.name)
-        except OSError:
-            continue
     return removed
+
+
+def _wait_or_kill(process: subprocess.Popen, timeout_s: float) -> None:
+    """Wait for ``process`` (already sent SIGTERM) to exit; SIGKILL it after ``timeout_s``."""
+    try:
+        process.wait(timeout=timeout_s)
+    except subprocess.TimeoutExpired:
+        log.warning("%s ignored SIGTERM; killing it", Path(process.args[0]).name)
+        process.kill()
+        process.wait(timeout=10)
 
 
 def _tee(source: IO[bytes], path: Path) -> None:
@@ -97,12 +104,9 @@ def _tee(source: IO[bytes], path: Path) -> None:
 
 
 def python_shm_bytes(repository: Path) -> int:
-    """Shared memory per Python-backend stub, sized so the largest batch never makes the region grow.
-
-    Per model: ``max_batch_size × (bytes of one sample's inputs + outputs)``, times 4 for requests and
-    responses in flight, plus 8 MiB; the largest model wins; never below 16 MiB. A variable axis counts
-    at its warm-up size (the spec's ``max_shape``); an output's at the largest warm-up axis.
-    """
+    """Shared memory per Python-backend stub, sized so the largest batch never makes the region grow:
+    4 × ``max_batch_size`` × one sample's input and output bytes (a variable axis at its warm-up size,
+    an output's at the largest warm-up axis) + 8 MiB, for the largest model; at least 16 MiB."""
     largest = 0
     for path in Path(repository).glob("*/config.pbtxt"):
         try:
@@ -291,12 +295,9 @@ class TritonServer:
         return preload_environment(self._workdir, {**os.environ, **added})
 
     def start(self) -> TritonServer:
-        """Launch and block until ready; on failure stop and clean up before the error rises.
-
-        A start lost to the stub-lock abort or to a port taken first is tried again
-        (``START_ATTEMPTS`` in all). A dead server can be started again (``server.supervisor``): same
-        ports, admin key and shared-memory prefix, and its watchdog's history.
-        """
+        """Launch and block until ready, trying again after the stub-lock abort or a port taken first;
+        on failure stop and clean up. A dead server starts again with the same ports, admin key,
+        shared-memory prefix and watchdog history (``server.supervisor``)."""
         restart = bool(self.running_fronts)  # a restart keeps the fronts answering (fault matrix row 46)
         for attempt in range(1, START_ATTEMPTS + 1):
             try:
@@ -325,15 +326,8 @@ class TritonServer:
         make_owner_only(self.shm_prefix)  # no other user may map the stubs' IPC (server.shm_private)
         if self.options.self_heal and self.pid is not None:
             history = self.watchdog.state if self.watchdog is not None else None  # a restart keeps it
-            self.watchdog = Watchdog(
-                self.pid,
-                self.triton_http_url,
-                self.admin_key,
-                self.watchdog_path,
-                state=history,
-                metrics_url=self.metrics_url,
-            )
-            self.watchdog.start()
+            watched = (self.pid, self.triton_http_url, self.admin_key, self.watchdog_path)
+            self.watchdog = Watchdog(*watched, state=history, metrics_url=self.metrics_url).start()
         log.info("tritonserver ready (pid %s) http=%s grpc=%s", self.pid, self.http_url, self.grpc_url)
         return self
 
@@ -364,31 +358,23 @@ class TritonServer:
         if self.options.echo_log:
             threading.Thread(target=_tee, args=(self.process.stdout, self.log_path), daemon=True).start()
         write_text(self.server_pid_file, f"{self.pid}\n")
-        shares = self.options.front_shares.flags()
         if self.options.http_front and self.http_front not in self.running_fronts:
-            self.http_front = self._launch_front(
-                "server.fronts.http_front", self.http_port, self.triton_http_url, *shares,
-                *self.http_front_times(),
-            )  # fmt: skip
+            self.http_front = self._launch_front("http_front", self.http_port, self.triton_http_url)
         if self.options.grpc_front and self.grpc_front not in self.running_fronts:
-            self.grpc_front = self._launch_front(
-                "server.fronts.grpc_front", self.grpc_port, self.triton_grpc_url, *shares,
-                *self.grpc_front_times(),
-            )  # fmt: skip
+            self.grpc_front = self._launch_front("grpc_front", self.grpc_port, self.triton_grpc_url)
 
-    def http_front_times(self) -> list[str]:
-        """The HTTP front's flags for its body and header times (fault matrix rows 6, 13)."""
-        return [
-            f"--body-timeout-s={self.options.http_front_body_timeout_s}",
-            f"--header-timeout-s={self.options.http_front_header_timeout_s}",
-        ]
-
-    def grpc_front_times(self) -> list[str]:
-        """The gRPC front's flags for its message and idle times (fault matrix rows 71, 75, 77)."""
-        return [
-            f"--message-timeout-s={self.options.grpc_front_message_timeout_s}",
-            f"--idle-timeout-s={self.options.grpc_front_idle_timeout_s}",
-        ]
+    def front_times(self, front: str) -> list[str]:
+        """The ``http_front``'s flags for its body and header times (fault matrix rows 6, 13), or the
+        ``grpc_front``'s for its message and idle times (rows 71, 75, 77)."""
+        options = self.options
+        if front == "http_front":
+            times = {"body": options.http_front_body_timeout_s, "header": options.http_front_header_timeout_s}
+        else:
+            times = {
+                "message": options.grpc_front_message_timeout_s,
+                "idle": options.grpc_front_idle_timeout_s,
+            }
+        return [f"--{name}-timeout-s={seconds}" for name, seconds in times.items()]
 
     @property
     def fronts(self) -> list[subprocess.Popen]:
@@ -400,22 +386,25 @@ class TritonServer:
         """The fronts still running: across a restart they keep their ports."""
         return [front for front in self.fronts if front.poll() is None]
 
-    def _launch_front(self, module: str, port: int, upstream: str, *more: str) -> subprocess.Popen:
-        """Start a front on the public ``port``; the admin key travels in its environment, never on its
-        command line (readable in ``/proc``)."""
+    def _launch_front(self, front: str, port: int, upstream: str) -> subprocess.Popen:
+        """Start ``server.fronts.<front>`` on the public ``port``; the admin key travels in its
+        environment, never on its command line (readable in ``/proc``)."""
         command = [
-            sys.executable, "-m", module, f"--listen={self.options.host}:{port}", f"--upstream={upstream}",
-            f"--server-pid-file={self.server_pid_file}", f"--owner-pid={os.getpid()}",
-            f"--shm-prefix={self.shm_prefix}", f"--config-changes={self.config_changes_file}", *more,
+            sys.executable, "-m", f"server.fronts.{front}", f"--listen={self.options.host}:{port}",
+            f"--upstream={upstream}", f"--server-pid-file={self.server_pid_file}",
+            f"--owner-pid={os.getpid()}", f"--shm-prefix={self.shm_prefix}",
+            f"--config-changes={self.config_changes_file}",
+            *self.options.front_shares.flags(), *self.front_times(front),
             *(["--trusted-shared-memory"] if self.trusts_shared_memory else []),
         ]  # fmt: skip
         environment = {**os.environ, KEY_ENV: self.admin_key}
-        with open(self.log_path.with_name(f"{module.rsplit('.', 1)[1]}.log"), "wb") as log_file:
+        with open(self._front_log(command), "wb") as log_file:
             return subprocess.Popen(command, stdout=log_file, stderr=subprocess.STDOUT, env=environment)
 
-    def _front_log(self, front: subprocess.Popen) -> Path:
-        """Where ``front`` writes (``_launch_front``): its module's name beside the server's log."""
-        return self.log_path.with_name(f"{front.args[2].rsplit('.', 1)[1]}.log")
+    def _front_log(self, front: subprocess.Popen | list[str]) -> Path:
+        """Where a front (or its command) writes: its module's name beside the server's log."""
+        command = front if isinstance(front, list) else front.args
+        return self.log_path.with_name(f"{command[2].rsplit('.', 1)[1]}.log")
 
     def log_tail(self, lines: int = 40) -> str:
         try:
@@ -556,13 +545,8 @@ class TritonServer:
         if self.watchdog is not None:
             self.watchdog.stop()
         if self.process is not None and self.process.poll() is None:
-            self.process.send_signal(signal.SIGTERM)
-            try:
-                self.process.wait(timeout=self.options.exit_timeout_s + EXIT_MARGIN_S)
-            except subprocess.TimeoutExpired:
-                log.warning("tritonserver ignored SIGTERM; killing it")
-                self.process.kill()
-                self.process.wait(timeout=10)
+            self.process.terminate()
+            _wait_or_kill(self.process, self.options.exit_timeout_s + EXIT_MARGIN_S)
         if self.process is not None:
             kill_stray_stubs(self.shm_prefix)
             remove_shm_regions(self.shm_prefix)
@@ -574,11 +558,7 @@ class TritonServer:
         for front in running:
             front.terminate()
         for front in running:
-            try:
-                front.wait(timeout=self.options.stop_timeout_s)
-            except subprocess.TimeoutExpired:
-                front.kill()
-                front.wait(timeout=10)
+            _wait_or_kill(front, self.options.stop_timeout_s)
 
     def __enter__(self) -> TritonServer:
         return self.start()

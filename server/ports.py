@@ -1,11 +1,9 @@
 """A server's ports: free ones the OS picks, or ones from a fixed base, and who listens on them.
 
-With a base (``PORT_BASE=`` / ``--port-base``), every server a process starts (perf, soak) takes
-``PORTS_PER_SERVER`` consecutive ports from it, in ``ROLES`` order; one started while another still runs
-takes the next block. A port already taken is an error that names it, never a silent move, so a
-firewall can plan for them. OS-picked ports are bound only once the models load, and another process
-may take one meanwhile and answer the readiness probe: ``held_by`` reads the kernel's socket tables to
-tell (without ``/proc`` tables, the probe is trusted).
+With a base (``PORT_BASE=`` / ``--port-base``) each server of a process takes the next free block of
+``PORTS_PER_SERVER`` ports, in ``ROLES`` order, and a port already taken is an error that names it, so
+a firewall can plan for them. An OS-picked port may be taken by another process before Triton binds
+it: ``held_by`` reads the kernel's socket tables to tell whose answer the readiness probe got.
 """
 
 from __future__ import annotations
@@ -141,13 +139,8 @@ def check_port_free(host: str, port: int, wait_s: float, name: str) -> None:
 
 def free_ports(hosts: Sequence[str], taken: Collection[int] = ()) -> list[int]:
     """A free port for each of ``hosts``, all different and none of ``taken``: every socket stays
-    bound until all are picked, or the OS may hand one port out twice.
-
-    The OS picks from the ephemeral range, where outgoing connections take their local ports too, so
-    one may be taken before the server binds it: ``TritonServer.start`` then goes on on new ones. Picking
-    below that range would spare outgoing connections but not the race, and would lose what ``bind(0)``
-    gives: the kernel never hands a port it holds for one picker to another picker at once.
-    """
+    bound until all are picked, or the OS may hand one port out twice. Another process may still take
+    one before the server binds it (``TritonServer.start`` then picks new ones)."""
     picked: list[int] = []
     with contextlib.ExitStack() as bound:
         for host in hosts:

@@ -1,11 +1,10 @@
 """The Python backend's ``/dev/shm`` regions are private (0600) from the moment they exist.
 
-Triton 2.51's Python backend creates each stub's IPC region 0644 whatever the umask (Boost.Interprocess
-calls ``fchmod``), so any local user could open one and read every tensor the stub later sees; a chmod
+Triton 2.51's Python backend ``fchmod``s each stub's IPC region 0644 whatever the umask, and a chmod
 after the fact does not close a descriptor opened before it (fault matrix row 42). So tritonserver
-runs with a umask of 077 and a preloaded library (``shm_private.c``, compiled into the server's work
-folder) that drops group and other bits from any chmod of a ``/dev/shm`` file. Without a compiler the
-second layer remains: ``make_owner_only`` once the server is ready, and the fronts for restarted stubs.
+runs with umask 077 and a preloaded library (``shm_private.c``) that drops group and other bits from
+any chmod of a ``/dev/shm`` file; without a compiler, ``make_owner_only`` once the server is ready
+(and the fronts, for restarted stubs).
 """
 
 from __future__ import annotations

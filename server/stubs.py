@@ -76,11 +76,8 @@ def activity(pid: int) -> int | None:
 
 def server_stubs(parent: int | None) -> list[Stub]:
     """The stub processes that are children of ``parent`` (any: None), live or not yet reaped."""
-    found = []
-    for entry in os.listdir("/proc"):
-        if entry.isdigit() and (stub := _stub_from_proc(int(entry), parent)) is not None:
-            found.append(stub)
-    return found
+    read = (_stub_from_proc(int(entry), parent) for entry in os.listdir("/proc") if entry.isdigit())
+    return [stub for stub in read if stub is not None]
 
 
 def stubs_with_prefix(prefix: str) -> list[int]:

@@ -1,15 +1,11 @@
-"""Keep one tritonserver running: restart it on the same ports when it dies.
+"""Keep one tritonserver running: restart it on the same ports when it dies, as systemd's
+``Restart=on-failure`` does (``RestartPolicy``; exit status 0 was on purpose).
 
-Modelled on systemd's ``Restart=on-failure``: a server killed or exiting non-zero is restarted after a
-delay (1 s, doubled for each recent restart, at most 30 s); more than 5 restarts in 300 s and the
-supervisor gives up; exit status 0 was on purpose. The restart reuses the same ``TritonServer`` (ports,
-admin key, shared-memory prefix, watchdog history), and the fronts stay up meanwhile, answering 503 /
-``UNAVAILABLE`` rather than "connection refused" (fault matrix row 46). The dead server's stubs and
-regions are removed at once and its log kept as ``<log>.1``; ``SupervisorRecord`` (JSON) says what
-happened, for ``python -m server status`` and ``python -m client health``.
-
-Signals: SIGTERM/SIGINT stop supervising and the server; SIGUSR1 releases it (the server keeps running:
-``python -m server stop`` and ``drain`` do that first). A signal during a (re)start stops that server.
+The restart reuses the same ``TritonServer`` (ports, admin key, shared-memory prefix, watchdog
+history) and the fronts stay up meanwhile, answering 503 / ``UNAVAILABLE`` (fault matrix row 46); the
+dead server's log is kept as ``<log>.1``. SIGTERM/SIGINT stop supervising and the server; SIGUSR1
+releases it, running (``python -m server stop`` and ``drain`` do that first); a signal during a
+(re)start stops that server.
 """
 
 from __future__ import annotations
@@ -49,11 +45,11 @@ class RestartPolicy:
         return sum(1 for moment in restarts if now - moment < self.interval_s)
 
     def delay(self, restarts: list[float], now: float) -> float:
-        """How long to wait before the next start: doubled for each recent restart, capped."""
+        """Doubled for each recent restart, capped."""
         return min(self.max_delay_s, self.first_delay_s * 2 ** self.recent(restarts, now))
 
     def exhausted(self, restarts: list[float], now: float) -> bool:
-        """True once another restart would exceed the burst inside the interval."""
+        """Another restart would exceed the burst inside the interval."""
         return self.recent(restarts, now) >= self.burst
 
 
@@ -172,8 +168,7 @@ class Supervisor:
                     log.warning("tritonserver exited with status 0: stopped on purpose, not restarted")
                     self.server.reap()
                     self.server.stop_fronts()
-                    self.record.state = STOPPED
-                    self._write()
+                    self._write(STOPPED)
                     return 0
                 if not self._restart(process.returncode):
                     return 1
@@ -187,7 +182,9 @@ class Supervisor:
         now = time.time()
         log.error("tritonserver (pid %s) %s", self.server.pid, cause)
         self.server.reap()  # the fronts stay, answering 503 / UNAVAILABLE until the restarted server serves
-        self._keep_log()
+        log_path = self.server.log_path
+        with contextlib.suppress(OSError):  # kept as <log>.1: the restarted server writes a new one
+            log_path.replace(log_path.with_name(log_path.name + ".1"))
         self.record.last_cause, self.record.last_death_at = cause, now
         self.record.history.append({"died_at": now, "pid": self.server.pid, "cause": cause})
         while True:
@@ -196,12 +193,10 @@ class Supervisor:
                 limit = (self.policy.burst, self.policy.interval_s)
                 log.error("%d restarts within %.0f s: giving up (the start limit)", *limit)
                 self.server.stop_fronts()
-                self.record.state = GAVE_UP
-                self._write()
+                self._write(GAVE_UP)
                 return False
             delay = self.policy.delay(self._restarts, moment)
-            self.record.state = RESTARTING
-            self._write()
+            self._write(RESTARTING)
             log.warning("restarting tritonserver in %.1f s", delay)
             self._sleep(delay)
             if self._wanted is not None:
@@ -226,24 +221,18 @@ class Supervisor:
         """What a signal asked for: stop the server, or leave it running."""
         if self._wanted == STOPPED:
             self.stop_server(self.server)
-            self.record.state = STOPPED
-        else:
-            if self.server.watchdog is not None:
-                self.server.watchdog.stop()
-            self.record.state = RELEASED
-        self._write()
+        elif self.server.watchdog is not None:
+            self.server.watchdog.stop()
+        self._write(STOPPED if self._wanted == STOPPED else RELEASED)
         return 0
-
-    def _keep_log(self) -> None:
-        """The dead server's log becomes ``<log>.1``: the restarted server writes a new one."""
-        with contextlib.suppress(OSError):
-            self.server.log_path.replace(self.server.log_path.with_name(self.server.log_path.name + ".1"))
 
     def _sleep(self, seconds: float) -> None:
         deadline = time.monotonic() + seconds
         while self._wanted is None and time.monotonic() < deadline:
             time.sleep(min(POLL_S, max(0.0, deadline - time.monotonic())))
 
-    def _write(self) -> None:
+    def _write(self, state: str | None = None) -> None:
+        """Write the record, in ``state`` when one is given."""
+        self.record.state = state or self.record.state
         if self.record_path is not None:
             write_record(self.record_path, asdict(self.record))

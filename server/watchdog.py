@@ -1,17 +1,10 @@
 """Self-healing: bring a model back when one of its Python-backend stubs dies or hangs.
 
-Triton 2.51 never restarts a dead stub: its instance answers 500 "Stub process ... is not healthy" for
-good while the model reports READY. The watchdog reads the server's stubs from ``/proc`` four times a
-second (no requests, nothing a model's statistics count) and reloads the model of a dead stub through
-the keyed repository API, with a changed ``watchdog_reload`` parameter (Triton skips an unchanged load).
-
-A stub is hung, and killed at once, when it is stopped (state ``T``: once it resumes, 2.51 aborts with
-``lock_exception``) or silent for ``SILENT_AFTER_S`` (a healthy stub's health thread runs every 300 ms;
-Triton gives up on one silent for a second and the server dies if it then resumes), or stuck: requests
-waiting and nothing finished for ``STUCK_AFTER_S`` by Triton's metrics (an ``execute`` that never
-returns). A stopped stub that owns a pool mutex is let run a millisecond at a time until it owns none
-(``server.stub_locks``): killed holding one, it aborts the server. Its model is reported unavailable
-until reloaded; every event goes to a JSON record that ``python -m client health`` shows.
+Triton 2.51 never restarts a dead stub (its instance answers 500 for good while the model reports
+READY), and aborts once a stub it gave up on resumes. So the watchdog reads the server's stubs from
+``/proc`` four times a second (nothing a model's statistics count), kills a hung one (stopped, silent,
+or stuck by Triton's metrics) and reloads the model of a dead one through the keyed repository API.
+Every event goes to the JSON record that ``python -m client health`` shows.
 """
 
 from __future__ import annotations
@@ -53,10 +46,7 @@ PENDING = "nv_inference_pending_request_count"
 def model_progress(metrics_text: str) -> dict[str, tuple[float, float]]:
     """Per model, from Triton's metrics: (requests waiting, executions + successes + failures so far)."""
     found: dict[str, list[float]] = {}
-    for line in metrics_text.splitlines():
-        match = METRIC.match(line)
-        if match is None:
-            continue
+    for match in filter(None, map(METRIC.match, metrics_text.splitlines())):
         name, model, value = match.group(1), match.group(2), float(match.group(3))
         totals = found.setdefault(model, [0.0, 0.0])
         if name == PENDING:
@@ -89,11 +79,8 @@ class WatchdogState:
 
 
 class Watchdog:
-    """Watches one server's stubs and reloads a model whose stub died or hung; ``start()`` / ``stop()``.
-
-    Each reload runs in a thread of its own: it can take 10 s or more, and a stub that stops meanwhile
-    must still be killed within a poll or two.
-    """
+    """Watches one server's stubs; each reload runs in a thread of its own (10 s or more), so a stub
+    that stops meanwhile is still killed within a poll or two."""
 
     def __init__(
         self,
@@ -322,15 +309,10 @@ class Watchdog:
         except Exception:  # no config to compare with: treat the exit as a death, as before
             return False
         wanted = sum(int(g.get("count", 1)) * max(1, len(g.get("gpus", []))) for g in groups)
-        if wanted and live >= wanted * len(serving):
-            log.info(
-                "%s: %d live stubs serve its %d configured instances; an exit was a retirement",
-                model,
-                live,
-                wanted,
-            )
-            return True
-        return False
+        retired = bool(wanted) and live >= wanted * len(serving)
+        if retired:
+            log.info("%s: %d live stubs serve its %d instances: a retirement", model, live, wanted)
+        return retired
 
     def _reload_config(self, client: httpclient.InferenceServerClient, model: str) -> dict:
         """The model's config with a changed ``watchdog_reload`` parameter, so Triton builds new stubs."""

@@ -142,22 +142,18 @@ def dashboard() -> str:
     return json.dumps(board, indent=2, ensure_ascii=False) + "\n"
 
 
-def outputs() -> dict[Path, str]:
-    return {PROMETHEUS_RULE: prometheus_rule(), DASHBOARD: dashboard()}
-
-
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--check", action="store_true", help="exit 1 if a generated file is stale")
     args = parser.parse_args(argv)
-    stale = []
-    for path, text in outputs().items():
+    stale = False
+    for path, text in {PROMETHEUS_RULE: prometheus_rule(), DASHBOARD: dashboard()}.items():
         if not args.check:
             path.parent.mkdir(parents=True, exist_ok=True)
             path.write_text(text)
             print(f"wrote {path.relative_to(DEPLOY.parent)}")
         elif not path.exists() or path.read_text() != text:
-            stale.append(path)
+            stale = True
             print(f"stale: {path.relative_to(DEPLOY.parent)} (run `make deploy-rules`)")
     return 1 if stale else 0
 

@@ -417,9 +417,10 @@ def test_the_grpc_front_is_given_its_message_and_idle_times(tmp_path: Path) -> N
         grpc_front_message_timeout_s=7.0,
         grpc_front_idle_timeout_s=9.0,
     )
-    assert TritonServer(options).grpc_front_times() == ["--message-timeout-s=7.0", "--idle-timeout-s=9.0"]
+    times = TritonServer(options).front_times("grpc_front")
+    assert times == ["--message-timeout-s=7.0", "--idle-timeout-s=9.0"]
     default = TritonServer(ServerOptions(repository=tmp_path, grpc_front=True, workdir=tmp_path / "d"))
-    assert default.grpc_front_times() == ["--message-timeout-s=30.0", "--idle-timeout-s=300.0"]
+    assert default.front_times("grpc_front") == ["--message-timeout-s=30.0", "--idle-timeout-s=300.0"]
 
 
 def test_start_gives_the_fronts_the_times_its_flags_set(tmp_path: Path) -> None:
@@ -432,8 +433,8 @@ def test_start_gives_the_fronts_the_times_its_flags_set(tmp_path: Path) -> None:
     assert (given.http_front_body_timeout_s, given.http_front_header_timeout_s) == (3.0, 4.0)
     assert (given.grpc_front_message_timeout_s, given.grpc_front_idle_timeout_s) == (5.0, 6.0)
     server = TritonServer(replace(given, workdir=tmp_path / "w", log_path=tmp_path / "server.log"))
-    assert server.http_front_times() == ["--body-timeout-s=3.0", "--header-timeout-s=4.0"]
-    assert server.grpc_front_times() == ["--message-timeout-s=5.0", "--idle-timeout-s=6.0"]
+    assert server.front_times("http_front") == ["--body-timeout-s=3.0", "--header-timeout-s=4.0"]
+    assert server.front_times("grpc_front") == ["--message-timeout-s=5.0", "--idle-timeout-s=6.0"]
 
     default = supervised_options(command_parser().parse_args(["supervise"]))
     fields = [name for _, name, _ in FRONT_TIMEOUTS]
