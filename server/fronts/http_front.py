@@ -291,7 +291,7 @@ class HttpFront:
             async with self.quick.get(url, headers={"Accept-Encoding": "identity"}) as answer:
                 document = await answer.json(content_type=None)
                 status = answer.status
-        except (ClientError, asyncio.TimeoutError) as error:
+        except (TimeoutError, ClientError) as error:
             self.state.down(error)  # logged once, like a forwarded request that finds Triton down
             raise
         self.state.up()
@@ -388,7 +388,7 @@ class HttpFront:
                     assert model is not None  # only an inference names regions
                     client = self._client(request)
                     body, outputs = self.shm.to_triton(client, body, headers, model)  # Triton never maps it
-        except asyncio.TimeoutError:
+        except TimeoutError:
             note_refusal(
                 "request bodies not whole in time (408, fault matrix row 6)", client_address(request)
             )
@@ -458,7 +458,7 @@ class HttpFront:
         except ClientConnectorError as error:
             self.state.down(error)
             return _error(503, f"tritonserver is not reachable (starting, restarting or down): {error}")
-        except (ClientError, asyncio.TimeoutError) as error:
+        except (TimeoutError, ClientError) as error:
             self.state.down(error)
             return _error(502, f"tritonserver did not answer the request (it may have crashed): {error!r}")
         self.state.up()
