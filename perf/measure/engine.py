@@ -1,12 +1,6 @@
-"""Load engines: what sends the requests of a measurement, behind one interface (``LoadEngine``).
-
-An engine runs one ``Load`` against one ``Target`` in windows as ``MeasureSettings`` says (a warm-up,
-then windows until the last ``stable_windows`` agree within ``tolerance``, perf_analyzer's rule) and
-hands back an ``EngineRun``: every request's ``Record``, the windows and which count. ``OurEngine``
-(the asyncio client here) and ``perf.measure.analyzer.PerfAnalyzerEngine`` implement it; ``at_edge``
-lets an engine in this process call back at window edges, so the server's statistics can be read
-over exactly the windows that count.
-"""
+"""Load engines, behind one interface (``LoadEngine``): ``OurEngine`` here, ``PerfAnalyzerEngine`` in
+``analyzer``; windows and their stability rule are perf_analyzer's (docs/PERF.md, "One measurement,
+two engines")."""
 
 from __future__ import annotations
 

@@ -1,9 +1,5 @@
-"""One measurement, whatever sends the load: the ``Measurement`` every study and the tuner read.
-
-``measure`` runs a ``Load`` against a ``Target`` with a load engine and reads the server's own view
-(``server_view``) over exactly the windows that count where the engine runs in this process, over the
-whole run where it does not. A ``Measurement`` keeps every record (warm-up and drain too).
-"""
+"""One measurement, whatever sends the load: the ``Measurement`` every study and the tuner read, with
+the server's view over exactly the windows that count where the engine runs in this process."""
 
 from __future__ import annotations
 
