@@ -30,8 +30,8 @@ from perf.measure.measurement import Measurement
 from perf.measure.server_view import ServerDelta
 from perf.studies.framework import StudyContext, StudyReport, write_report
 from perf.studies.goals import GOALS, Goal, goals_table
-from perf.studies.pipeline_plan import COMPARISONS, LIVE_PIPELINE, VARIANTS, Comparison
 from perf.studies.profiles import Profile
+from perf.studies.study_spec import COMPARISONS, LIVE_PIPELINE, VARIANTS, Comparison
 from server import TritonServer
 from server.admin import headers as admin_headers
 

@@ -23,6 +23,7 @@ from perf.model.latency import fit_latency
 from perf.studies.framework import StudyContext, StudyReport, write_report
 from perf.studies.goals import GOALS, Goal, goals_table
 from perf.studies.profiles import Profile
+from perf.studies.study_spec import INT8, TEXT_MODES, TEXT_TITLES, TextMode
 from perf.studies.text_corpus import (
     CorpusText,
     bucket_latency,
@@ -30,7 +31,6 @@ from perf.studies.text_corpus import (
     raw_onnxruntime,
     sentence_transformers_rate,
 )
-from perf.studies.text_plan import INT8, MODES, TITLES, TextMode
 from python_backend.text_tokenizer.tokens import TextTokenizer
 from server import TritonServer
 
@@ -223,7 +223,7 @@ class TextStudy:
 
     def _measure(self, context: StudyContext) -> TextResult:
         profile = context.profile
-        modes = [MODES[name] for name in profile.text_modes]
+        modes = [TEXT_MODES[name] for name in profile.text_modes]
         repository = context.workdir / "text_repository"  # kept: a rebuild reuses the exported encoder
         context.progress("building the text study repository (encoder exported once)")
         done: dict[str, Path] = {}  # one ensemble per mode, the fp32 ones sharing one exported encoder file
@@ -249,7 +249,7 @@ class TextStudy:
             for mode in modes:
                 load = context.open_load(result.rate)
                 result.points.append(measure_mode(context, server, mode, corpus, load, "open mixed"))
-            shared_mode = MODES["buckets"] if "buckets" in profile.text_modes else modes[0]
+            shared_mode = TEXT_MODES["buckets"] if "buckets" in profile.text_modes else modes[0]
             short = result.point(shared_mode.name, "closed queries")
             load = context.open_load(max(SHARE_FRACTION * short.summary.throughput, 1.0), seed_offset=1)
             result.points.append(measure_mode(context, server, shared_mode, queries, load, "queries alone"))
@@ -349,8 +349,8 @@ def _rows(result: TextResult, load: str) -> list[list[str]]:
     for point in (p for p in result.points if p.load == load):
         gain = point.summary.throughput / base.summary.throughput if base else math.nan
         rows.append([
-            TITLES[point.mode], *point.speed_cells(), number(point.mean_batch, 2), ratio(point.padding_waste),
-            f"{point.failed}/{point.sent}", ratio(gain),
+            TEXT_TITLES[point.mode], *point.speed_cells(), number(point.mean_batch, 2),
+            ratio(point.padding_waste), f"{point.failed}/{point.sent}", ratio(gain),
         ])  # fmt: skip
     return rows
 
