@@ -34,13 +34,13 @@ from perf.errors import (
     PerfError,
     comma_list,
 )
+from perf.markdown import report_folder
 from perf.measure.analyzer import HOW_TO_GET_IT, find_perf_analyzer, glibc_version
 from perf.plan.cli import THE_SETUP as THE_PLAN_SETUP
 from perf.plan.cli import PlanSetup, command_plan
 from perf.plan.cli import add_parser as add_plan_parser
 from perf.plan.cli import usage_errors as plan_usage_errors
 from perf.plan.placement import PlacementError
-from perf.report_folder import report_folder
 from perf.studies.batching import BatchingStudy
 from perf.studies.catalog import studies
 from perf.studies.framework import Study, StudyContext, StudyReport

@@ -12,13 +12,12 @@ from dataclasses import dataclass, replace
 import numpy as np
 
 from client.stats import BatchBucket, ModelStats
-from perf.markdown import number
+from perf.markdown import Unmeasured, error_percent, number
 from perf.measure.measurement import Measurement
 from perf.measure.raw import RawPoint
 from perf.model.latency import LatencyFit, fit_latency
 from perf.studies.study import FamilyResult, StudyResult
 from perf.studies.study_spec import MODES
-from perf.unmeasured import Unmeasured, error_percent
 
 CLIENT_BOUND = 0.8  # a result within 80% of the harness ceiling is flagged client-bound
 MIN_EXECUTIONS = 5  # batch sizes seen fewer times are too noisy to fit

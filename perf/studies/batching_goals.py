@@ -4,12 +4,11 @@ from __future__ import annotations
 
 import dataclasses
 
-from perf.markdown import fit_text, number, percent, ratio
+from perf.markdown import fit_text, number, percent, ratio, why_unmeasured
 from perf.studies import analysis
 from perf.studies.goals import GOALS, Goal
 from perf.studies.study import FamilyResult, StudyResult
 from perf.studies.study_spec import MODES
-from perf.unmeasured import why_unmeasured
 
 GOAL_FAMILY = "recommender"
 OVERHEAD_NOTE = (

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import yaml
 
-from perf.markdown import fit_text, number, percent, ratio, table
+from perf.markdown import error_percent, fit_text, number, percent, ratio, table, why_unmeasured
 from perf.markdown import write_report as write_report_file
 from perf.measure.records import write_csv, write_json
 from perf.studies import analysis
@@ -20,7 +20,6 @@ from perf.studies.goals import Goal, goals_table
 from perf.studies.plots import all_plots
 from perf.studies.study import FamilyResult, StudyResult
 from perf.studies.study_spec import MODES, study_entries
-from perf.unmeasured import error_percent, why_unmeasured
 
 ARTICLE_QPS, ARTICLE_P99 = 0.12, 0.23  # static 32 vs dynamic 50 ms in the source article
 REGIME_COMPUTE_BOUND = "mostly compute-bound: batching saves per-request overhead, not compute"

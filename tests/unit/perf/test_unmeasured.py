@@ -18,7 +18,7 @@ from pathlib import Path
 import pytest
 
 from client.stats import BatchBucket, ModelStats
-from perf.markdown import fit_text, number, percent, ratio
+from perf.markdown import NEGATIVE, UNMEASURED, Unmeasured, error_percent, fit_text, number, percent, ratio
 from perf.measure.loads import closed_loop
 from perf.measure.measurement import Measurement
 from perf.measure.raw import RawPoint
@@ -32,7 +32,6 @@ from perf.studies.profiles import get_profile
 from perf.studies.report import write_report
 from perf.studies.study import FamilyResult, StudyResult
 from perf.studies.study_spec import study_spec
-from perf.unmeasured import NEGATIVE, UNMEASURED, Unmeasured, error_percent
 
 CONCURRENCY = 16
 # A negative figure printed as one: a minus that starts a number (not a date's or a range's hyphen).
