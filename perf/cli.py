@@ -41,7 +41,6 @@ from perf.plan.cli import PlanSetup, command_plan
 from perf.plan.cli import add_parser as add_plan_parser
 from perf.plan.cli import usage_errors as plan_usage_errors
 from perf.plan.placement import PlacementError
-from perf.studies.batching import BatchingStudy
 from perf.studies.catalog import studies
 from perf.studies.framework import Study, StudyContext, StudyReport
 from perf.studies.goals import Goal
@@ -220,6 +219,8 @@ def command_run(args: argparse.Namespace, profile: Profile, setup: PerfSetup) ->
 
 
 def command_analyzer(console: Console) -> int:
+    from perf.studies.report import BatchingStudy  # matplotlib only when a report is written
+
     binary = find_perf_analyzer()
     if binary is None:
         console.print(HOW_TO_GET_IT.format(glibc=glibc_version()), highlight=False)

@@ -67,18 +67,18 @@ def dynamic_vs_none(result: StudyResult, family: FamilyResult) -> Goal:
     )
     met = bool(qps.met(best.ratios["throughput"])) and bool(p99.met(best.ratios["p99_ms"]))
     effs = {e.mode: e for e in analysis.efficiencies(family, concurrency)}
-    limits = "" if met else f"best {best.mode} is {qps.share(best.ratios['throughput']):.0%} of the target; "
-    limits += "" if met else limits_of(best, effs.get(best.mode))
+    share = qps.share(best.ratios["throughput"])
+    limits = (
+        ""
+        if met
+        else f"best {best.mode} is {share:.0%} of the target; {limits_of(best, effs.get(best.mode))}"
+    )
     return Goal("dynamic vs none", target, text, met, limits)
 
 
 def served_vs_raw(result: StudyResult, family: FamilyResult) -> Goal:
-    goal = GOALS["served vs raw"]
-    effs = [
-        e
-        for e in analysis.efficiencies(family, result.profile.goal_concurrency)
-        if MODES[e.mode].instances == 1
-    ]
+    goal, concurrency = GOALS["served vs raw"], result.profile.goal_concurrency
+    effs = [e for e in analysis.efficiencies(family, concurrency) if MODES[e.mode].instances == 1]
     if not effs:
         return goal.outcome()
     text = ", ".join(f"{e.mode} (batch {number(e.mean_batch)}): {ratio(e.ratio)}" for e in effs)
@@ -86,13 +86,11 @@ def served_vs_raw(result: StudyResult, family: FamilyResult) -> Goal:
     met = goal.met(best.ratio)
     limits = ""
     if not met:
-        rows = {r.mode: r for r in analysis.closed_loop_rows(result, family, result.profile.goal_concurrency)}
-        limits = f"best {best.mode} reaches {goal.share(best.ratio):.0%} of the target; " + limits_of(
-            rows[best.mode], best
-        )
-        limits += (
-            f"; CPU per 1,000 inferences: server {best.server_cpu_per_1000:.2f} s vs raw "
-            f"{best.raw_cpu_per_1000:.2f} s"
+        rows = {r.mode: r for r in analysis.closed_loop_rows(result, family, concurrency)}
+        limits = (
+            f"best {best.mode} reaches {goal.share(best.ratio):.0%} of the target; "
+            f"{limits_of(rows[best.mode], best)}; CPU per 1,000 inferences: server "
+            f"{best.server_cpu_per_1000:.2f} s vs raw {best.raw_cpu_per_1000:.2f} s"
         )
     short = [e for e in effs if not goal.met(e.ratio)]
     if met and short:
