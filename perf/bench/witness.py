@@ -115,7 +115,7 @@ def witness_section(session: ModelSession, concurrency: int = 16) -> list[str]:
         log.exception("the witness failed")
         return [HEADING, "", f"The witness failed: {error}"]
     config = session.current.label if session.current else "?"
-    settings = next((r.own.settings_text for m in runs.values() for r in m if r.own), "")
+    settings = next((" ".join(r.own.settings) for m in runs.values() for r in m if r.own), "")
     return [
         f"{HEADING}: closed loop, concurrency {concurrency}, {config}",
         "",

@@ -97,10 +97,6 @@ class EngineFigures:
     p99_ms: float
     settings: tuple[str, ...] = ()  # the measurement options it ran with (reports print them)
 
-    @property
-    def settings_text(self) -> str:
-        return " ".join(self.settings)
-
 
 @dataclass
 class EngineRun:

@@ -299,7 +299,7 @@ def cross_check_section(result: StudyResult) -> str:
     header = ["model", "concurrency", "perf_analyzer inf/s (its CSV)", "perf_analyzer inf/s (its export)",
               "ours inf/s", "perf_analyzer p50 ms", "ours p50 ms", "perf_analyzer p99 ms",
               "ours p99 ms"]  # fmt: skip
-    settings = sorted({theirs.own.settings_text for theirs, _ in result.cross_check if theirs.own})
+    settings = sorted({" ".join(theirs.own.settings) for theirs, _ in result.cross_check if theirs.own})
     used = "; ".join(f"`{text}`" for text in settings) or "its defaults"
     return (
         "\n## perf_analyzer cross-check (same server, same model, back to back)\n\n" + table(header, rows)

@@ -218,10 +218,6 @@ class TextStudy:
         return 2 + 3 * modes - ("exact" in profile.text_modes) + 2 + 1 + compares_int8(profile)
 
     def run(self, context: StudyContext) -> StudyReport:
-        result = self._measure(context)
-        return write_text_report(context, self, result)
-
-    def _measure(self, context: StudyContext) -> TextResult:
         profile = context.profile
         modes = [TEXT_MODES[name] for name in profile.text_modes]
         repository = context.workdir / "text_repository"  # kept: a rebuild reuses the exported encoder
@@ -256,7 +252,7 @@ class TextStudy:
             result.points += measure_sharing(context, server, shared_mode, queries, passages, load)
         context.progress("references in-process: raw onnxruntime, sentence-transformers, latency per length")
         measure_references(profile, result, corpus, repository, modes)
-        return result
+        return write_text_report(context, self, result)
 
 
 def ratio_goal(name: str, value: float, detail: str, limits: str) -> Goal:
