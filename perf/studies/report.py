@@ -1,4 +1,4 @@
-"""The batching study on the framework (``study`` measures, ``batching_goals`` judges) and its report
+"""The batching study on the framework (``study`` measures, ``analysis`` figures and judges) and its report
 folder: ``report.md`` with tables, verdicts and plots, the records, the figures, and the exact spec and
 configs served; the console gets each model's modes under the same arrivals (the report is too long
 to print). Imported only when the study runs: it loads matplotlib."""
@@ -17,7 +17,7 @@ from perf.markdown import error_percent, fit_text, number, percent, ratio, table
 from perf.markdown import write_report as write_report_file
 from perf.measure.records import write_csv, write_json
 from perf.studies import analysis
-from perf.studies.batching_goals import all_goals
+from perf.studies.analysis import all_goals
 from perf.studies.framework import StudyContext, StudyReport, SummaryTable
 from perf.studies.goals import Goal, goals_table
 from perf.studies.plots import all_plots

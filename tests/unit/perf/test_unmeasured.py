@@ -26,7 +26,7 @@ from perf.measure.records import Record
 from perf.measure.server_view import ServerDelta
 from perf.model.latency import fit_latency
 from perf.studies import analysis
-from perf.studies.batching_goals import all_goals
+from perf.studies.analysis import all_goals
 from perf.studies.profiles import get_profile
 from perf.studies.report import summary_tables, write_report
 from perf.studies.study import FamilyResult, StudyResult
