@@ -117,16 +117,14 @@ def bucket_latency(
 ) -> dict[int, dict[int, float]]:
     """``{padded length: {batch: median ms}}`` in-process, timed as ``measure_raw`` times."""
     rng = np.random.default_rng(0)
-    table: dict[int, dict[int, float]] = {}
+    latency = {}
     for length in lengths:
         shape = (max(batches), length)
-        pool = {
-            "input_ids": rng.integers(1000, 20000, size=shape, dtype=np.int64),
-            "attention_mask": np.ones(shape, dtype=np.int64),
-        }
+        ids = rng.integers(1000, 20000, size=shape, dtype=np.int64)
+        pool = {"input_ids": ids, "attention_mask": np.ones(shape, dtype=np.int64)}
         points = measure_raw(Path(onnx_path), pool, batches, seconds=seconds, repeats=3)
-        table[length] = {point.batch: point.batch_ms for point in points}
-    return table
+        latency[length] = {point.batch: point.batch_ms for point in points}
+    return latency
 
 
 @dataclass
@@ -340,7 +338,15 @@ class TextStudy:
             result.points += measure_sharing(context, server, shared_mode, queries, passages, load)
         context.progress("references in-process: raw onnxruntime, sentence-transformers, latency per length")
         measure_references(profile, result, corpus, repository, modes)
-        return write_text_report(context, self, result)
+        write_csv([r for p in result.points for r in p.records], context.folder / "text_records.csv")
+        figures = {
+            "rate": result.rate, "raw": result.raw, "sentence_transformers": result.sentence_transformers,
+            "latency": result.latency,
+            "points": [{"mode": p.mode, "load": p.load, "summary": p.summary, "sent": p.sent,
+                        "failed": p.failed, "formed": p.formed, "mean_batch": p.mean_batch,
+                        "padding_waste": p.padding_waste} for p in result.points],
+        }  # fmt: skip
+        return write_report(context, self, report_lines(result), goals(result), figures)
 
 
 def ratio_goal(name: str, value: float, detail: str, limits: str) -> Goal:
@@ -486,15 +492,3 @@ def report_lines(result: TextResult) -> list[str]:
         table(["length", "T ms", "Δt ms", "R²", "predicted gain at the top batch", "top batch"], fits),
     )
     return lines + section("Goals", goals_table(goals(result)))
-
-
-def write_text_report(context: StudyContext, study: TextStudy, result: TextResult) -> StudyReport:
-    write_csv([r for p in result.points for r in p.records], context.folder / "text_records.csv")
-    figures = {
-        "rate": result.rate, "raw": result.raw, "sentence_transformers": result.sentence_transformers,
-        "latency": result.latency,
-        "points": [{"mode": p.mode, "load": p.load, "summary": p.summary, "sent": p.sent, "failed": p.failed,
-                    "formed": p.formed, "mean_batch": p.mean_batch, "padding_waste": p.padding_waste}
-                   for p in result.points],
-    }  # fmt: skip
-    return write_report(context, study, report_lines(result), goals(result), figures)
