@@ -20,7 +20,7 @@ from pathlib import Path
 import numpy as np
 
 from perf.errors import OptionError, StudyError
-from perf.measure.engine import Edge, EngineFigures, EngineRun, Job, MeasureSettings, sized_for
+from perf.measure.engine import Edge, EngineFigures, Job, Measurement, MeasureSettings, sized_for
 from perf.measure.loads import Load, arrival_times
 from perf.measure.records import Record
 from perf.measure.target import Target
@@ -163,7 +163,7 @@ class PerfAnalyzerEngine:
         self.log_folder = log_folder
         self.extra = extra
 
-    def run(self, job: Job, at_edge: Edge | None = None) -> EngineRun:
+    def run(self, job: Job, at_edge: Edge | None = None) -> Measurement:
         """``job`` in perf_analyzer's windows (``at_edge`` is not called: another process runs them)."""
         target, load, label = job.target, job.load, job.label
         settings = sized_for(job.settings, load, WINDOWS_JUDGED, label)
@@ -186,7 +186,9 @@ class PerfAnalyzerEngine:
             own = read_analyzer_csv(figures, windows) if figures.is_file() else None
             records, windows = read_export(folder / "export.json", target, label)
         used = (max(0, len(windows) - WINDOWS_JUDGED), len(windows))
-        return EngineRun(records, windows, used, UNSTABLE not in output, len(records), own)
+        return job.measurement(
+            self.name, records, windows, used, UNSTABLE not in output, len(records), own=own
+        )
 
     @staticmethod
     def _load_options(load: Load, settings: MeasureSettings, longer: float, folder: Path) -> list[str]:
