@@ -211,13 +211,6 @@ def print_goals(goals: list[Goal], console: Console) -> None:
     console.print(table)
 
 
-def command_run(args: argparse.Namespace, profile: Profile, setup: PerfSetup) -> int:
-    folder = report_folder(args.reports, log_name="perf.log")
-    setup.console.print(f"profile [bold]{profile.name}[/bold] → {folder}")
-    run_studies(setup.studies(), profile, folder, args.spec, setup.console)
-    return 0
-
-
 def command_analyzer(console: Console) -> int:
     from perf.studies.report import BatchingStudy  # matplotlib only when a report is written
 
@@ -287,7 +280,10 @@ def run_command(top: argparse.ArgumentParser, args: argparse.Namespace, setup: P
         return command_analyzer(setup.console)
     if args.command == "witness":
         return command_witness(args)
-    return command_run(args, profile, setup)
+    folder = report_folder(args.reports, log_name="perf.log")
+    setup.console.print(f"profile [bold]{profile.name}[/bold] → {folder}")
+    run_studies(setup.studies(), profile, folder, args.spec, setup.console)
+    return 0
 
 
 if __name__ == "__main__":
