@@ -302,7 +302,7 @@ class Overhead:
     executions: int
     served_ms: float  # the server's compute per execution
     raw_ms: float  # raw onnxruntime per execution at the same batch sizes; NaN where unknown
-    raw_missing: str = ""  # why ``raw_ms`` is unknown
+    why: str = ""  # why the overhead cannot be measured ("": it can)
 
     @property
     def ms(self) -> float:
@@ -311,23 +311,6 @@ class Overhead:
     @property
     def ratio(self) -> float:
         return self.served_ms / self.raw_ms if self.raw_ms > 0 else math.nan
-
-    def missing(self) -> str | None:
-        """Why the overhead cannot be measured, or None when it can."""
-        if self.executions <= 0:
-            return "the server ran no execution in the measured windows"
-        if self.raw_missing:
-            return self.raw_missing
-        if not math.isfinite(self.served_ms):
-            return "the served compute per execution is not a number"
-        if not math.isfinite(self.raw_ms):
-            return "raw onnxruntime's time is not a number"
-        if self.ms < 0:
-            return (
-                f"served compute {number(self.served_ms, 3)} ms is below raw onnxruntime's "
-                f"{number(self.raw_ms, 3)} ms: the two were timed at different moments on shared cores"
-            )
-        return None
 
 
 def raw_ms_at(raw: Sequence[RawPoint], size: int) -> float | None:
@@ -341,28 +324,37 @@ def overhead_of(batches: Mapping[int, BatchBucket], raw: Sequence[RawPoint]) -> 
     """The overhead per execution over every execution in ``batches`` (formed size → bucket)."""
     executions = sum(b.executions for b in batches.values())
     if executions <= 0:
-        return Overhead(math.nan, 0, math.nan, math.nan)
+        return Overhead(
+            math.nan, 0, math.nan, math.nan, "the server ran no execution in the measured windows"
+        )
     batch = sum(size * b.executions for size, b in batches.items()) / executions
     served_ms = sum(b.compute_ns for b in batches.values()) / 1e6 / executions
+    at = {size: raw_ms_at(raw, size) for size in batches}
+    outside = [size for size, ms in at.items() if ms is None]
+    raw_ms = math.nan if outside else sum(at[size] * b.executions for size, b in batches.items()) / executions
+    why = ""
     if not raw:
-        return Overhead(batch, executions, served_ms, math.nan, "raw onnxruntime was not timed")
-    raw_total = 0.0
-    for size, bucket in batches.items():
-        at = raw_ms_at(raw, size)
-        if at is None:
-            sizes = sorted(p.batch for p in raw)
-            reason = f"batch {size} is outside the raw batch sizes ({sizes[0]}–{sizes[-1]})"
-            return Overhead(batch, executions, served_ms, math.nan, reason)
-        raw_total += at * bucket.executions
-    return Overhead(batch, executions, served_ms, raw_total / executions)
+        why = "raw onnxruntime was not timed"
+    elif outside:
+        sizes = sorted(p.batch for p in raw)
+        why = f"batch {outside[0]} is outside the raw batch sizes ({sizes[0]}–{sizes[-1]})"
+    elif not math.isfinite(served_ms):
+        why = "the served compute per execution is not a number"
+    elif not math.isfinite(raw_ms):
+        why = "raw onnxruntime's time is not a number"
+    elif served_ms < raw_ms:
+        why = (
+            f"served compute {number(served_ms, 3)} ms is below raw onnxruntime's {number(raw_ms, 3)} ms: "
+            "the two were timed at different moments on shared cores"
+        )
+    return Overhead(batch, executions, served_ms, raw_ms, why)
 
 
 def overhead_cell(overhead: Overhead | None) -> str:
     """The overhead in ms for a table, or "could not be measured (why)"."""
     if overhead is None:
         return f"{NOT_MEASURED} (no server statistics)"
-    why = overhead.missing()
-    return f"{NOT_MEASURED} ({why})" if why else number(overhead.ms, 3)
+    return f"{NOT_MEASURED} ({overhead.why})" if overhead.why else number(overhead.ms, 3)
 
 
 def at_raw_sizes(

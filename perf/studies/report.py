@@ -190,7 +190,7 @@ def overhead_section(family: FamilyResult) -> str:
         return note + f"_{analysis.NOT_MEASURED}: no raw batch size was formed often enough._"
     rows = [
         [f"{o.batch:g}", o.executions, number(o.served_ms, 3), number(o.raw_ms, 3), analysis.overhead_cell(o),
-         ratio(o.ratio) if o.missing() is None else "–"]
+         ratio(o.ratio) if not o.why else "–"]
         for o in sizes
     ]  # fmt: skip
     return note + table(
