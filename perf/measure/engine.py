@@ -296,10 +296,9 @@ async def _open(caller: Caller, load: Load, stop: asyncio.Event, sink: list[Reco
     start = time.perf_counter() - caller.t0
     for offset in load.arrivals():
         arrival = start + offset
-        delay = arrival - (time.perf_counter() - caller.t0)
-        while delay > 0 and not stop.is_set():  # short naps so a sparse trace still stops promptly
+        # short naps so a sparse trace still stops promptly
+        while (delay := arrival - (time.perf_counter() - caller.t0)) > 0 and not stop.is_set():
             await asyncio.sleep(min(delay, 0.05))
-            delay = arrival - (time.perf_counter() - caller.t0)
         if stop.is_set():
             break
         group.append(arrival)
