@@ -23,15 +23,8 @@ log = logging.getLogger(__name__)
 HEADING = "## perf_analyzer vs our client (`python -m perf witness`)"
 CSV_ROW = "perf_analyzer (its own CSV)"
 EXPORT_ROW = "perf_analyzer (our records from its export)"
-HEADER = [
-    "engine",
-    "round",
-    "inf/s",
-    "p99 ms",
-    "server CPU ms/request",
-    "the rest's CPU ms/request",
-    "stolen",
-]
+HEADER = ["engine", "round", "inf/s", "p99 ms", "server CPU ms/request", "the rest's CPU ms/request",
+          "stolen"]  # fmt: skip
 
 
 @dataclass(frozen=True)
