@@ -124,6 +124,9 @@ class Job:
 
 @dataclass
 class Measurement:
+    """One measurement, whatever sent its load: every record (warm-up and drain too) and window on one
+    clock, which windows count, and the server's view of them (``measurement.measure`` adds it)."""
+
     label: str
     model: str
     load: Load
