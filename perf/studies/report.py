@@ -17,7 +17,6 @@ from perf.markdown import error_percent, fit_text, number, percent, ratio, table
 from perf.markdown import write_report as write_report_file
 from perf.measure.records import write_csv, write_json
 from perf.studies import analysis
-from perf.studies.analysis import all_goals
 from perf.studies.framework import StudyContext, StudyReport, SummaryTable
 from perf.studies.goals import Goal, goals_table
 from perf.studies.plots import all_plots
@@ -356,7 +355,7 @@ def header(result: StudyResult) -> str:
 def write_report(result: StudyResult, folder: Path) -> Path:
     folder.mkdir(parents=True, exist_ok=True)
     plots = all_plots(result, folder)
-    goals = all_goals(result)
+    goals = analysis.all_goals(result)
     sections = [header(result), "\n## Goals\n", goals_table(goals), "\n" + accounting_section(result)]
     for name, family in result.families.items():
         sections.append("\n" + family_section(result, name, family, plots.get(name, [])))
@@ -425,7 +424,7 @@ class BatchingStudy:
         context.folder.mkdir(parents=True, exist_ok=True)
         result = StudyRunner(context).run()
         path = write_report(result, context.folder)
-        return StudyReport(self.name, self.title, path, all_goals(result), summary_tables(result))
+        return StudyReport(self.name, self.title, path, analysis.all_goals(result), summary_tables(result))
 
 
 def summary_tables(result: StudyResult) -> tuple[SummaryTable, ...]:
