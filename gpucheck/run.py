@@ -23,7 +23,7 @@ from gpucheck.grid import GRIDS
 from gpucheck.raw import raw_curve
 from gpucheck.repository import build, check_models
 from gpucheck.serving import Session
-from perf.report_folder import LOG_FORMAT
+from perf.markdown import LOG_FORMAT
 
 log = logging.getLogger("gpucheck")
 LOG_NAME = "gpu-check.log"

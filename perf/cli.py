@@ -34,14 +34,13 @@ from perf.errors import (
     PerfError,
     comma_list,
 )
+from perf.markdown import report_folder
 from perf.measure.analyzer import HOW_TO_GET_IT, find_perf_analyzer, glibc_version
 from perf.plan.cli import THE_SETUP as THE_PLAN_SETUP
 from perf.plan.cli import PlanSetup, command_plan
 from perf.plan.cli import add_parser as add_plan_parser
 from perf.plan.cli import usage_errors as plan_usage_errors
 from perf.plan.placement import PlacementError
-from perf.report_folder import report_folder
-from perf.studies.batching import BatchingStudy
 from perf.studies.catalog import studies
 from perf.studies.framework import Study, StudyContext, StudyReport
 from perf.studies.goals import Goal
@@ -212,14 +211,9 @@ def print_goals(goals: list[Goal], console: Console) -> None:
     console.print(table)
 
 
-def command_run(args: argparse.Namespace, profile: Profile, setup: PerfSetup) -> int:
-    folder = report_folder(args.reports, log_name="perf.log")
-    setup.console.print(f"profile [bold]{profile.name}[/bold] → {folder}")
-    run_studies(setup.studies(), profile, folder, args.spec, setup.console)
-    return 0
-
-
 def command_analyzer(console: Console) -> int:
+    from perf.studies.report import BatchingStudy  # matplotlib only when a report is written
+
     binary = find_perf_analyzer()
     if binary is None:
         console.print(HOW_TO_GET_IT.format(glibc=glibc_version()), highlight=False)
@@ -286,7 +280,10 @@ def run_command(top: argparse.ArgumentParser, args: argparse.Namespace, setup: P
         return command_analyzer(setup.console)
     if args.command == "witness":
         return command_witness(args)
-    return command_run(args, profile, setup)
+    folder = report_folder(args.reports, log_name="perf.log")
+    setup.console.print(f"profile [bold]{profile.name}[/bold] → {folder}")
+    run_studies(setup.studies(), profile, folder, args.spec, setup.console)
+    return 0
 
 
 if __name__ == "__main__":

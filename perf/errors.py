@@ -1,9 +1,6 @@
-"""Exceptions of the perf package, in the shape of ``exporters.errors``.
-
-An option or input the user got wrong (``OptionError``: a mode that does not exist, a window of 0 s)
-is kept apart from a study that failed while running (``StudyError``), so the CLI can answer the first
-with a usage message before anything is built or measured, and report the second as a failure.
-"""
+"""Exceptions of the perf package, in the shape of ``exporters.errors``: an option the user got wrong
+(``OptionError``) is kept apart from a study that failed while running (``StudyError``), so the CLI
+answers the first with a usage message before anything is built or measured."""
 
 from __future__ import annotations
 

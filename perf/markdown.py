@@ -1,20 +1,72 @@
-"""The markdown every perf report is written with: number formatting, tables, and the one writer."""
+"""The markdown every perf report is written with: number formatting, tables, the one writer and the
+folder it writes into. A figure that could not be measured is a NaN that carries its reason
+(``Unmeasured``) to the report, which prints "could not be measured: <why>" instead of a claim the run
+did not make (a NaN, an infinity, or a negative time or rate from a noisy fit); a new timestamped
+folder per run keeps earlier reports, and its log is where a surprising figure is traced back."""
 
 from __future__ import annotations
 
 import json
+import logging
+import math
 from collections.abc import Sequence
 from dataclasses import asdict, is_dataclass
+from datetime import datetime
 from pathlib import Path
 from typing import Any
 
-from perf.unmeasured import unmeasured_text, why_unmeasured
+UNMEASURED = "could not be measured"
+NO_VALUE = "no value in this run"
+NEGATIVE = "came out negative (noise larger than the effect)"
+INFINITE = "came out infinite (nothing measured to divide by)"
+
+
+class Unmeasured(float):
+    """NaN with the reason it is not a figure (``why``); a float, so whatever takes figures takes it."""
+
+    why: str
+
+    def __new__(cls, why: str = "") -> Unmeasured:
+        value = super().__new__(cls, math.nan)
+        value.why = why if isinstance(why, str) else ""  # a copy rebuilds from the float, then the state
+        return value
+
+    def __repr__(self) -> str:
+        return f"Unmeasured({self.why!r})"
+
+
+def why_unmeasured(value: float | None, signed: bool = False) -> str | None:
+    """Why ``value`` is not a figure to print (None: it is one). ``signed``: a figure that may be
+    negative (a change, an error in percent)."""
+    if value is None:
+        return NO_VALUE
+    if isinstance(value, Unmeasured):
+        return value.why or NO_VALUE
+    if math.isnan(value):
+        return NO_VALUE
+    if math.isinf(value):
+        return INFINITE
+    if value < 0 and not signed:
+        return NEGATIVE
+    return None
+
+
+def unmeasured_text(why: str) -> str:
+    """The words a report shows in place of a figure."""
+    return f"{UNMEASURED}: {why}"
+
+
+def error_percent(predicted: float, measured: float | None) -> float:
+    """How far ``predicted`` is from ``measured``, in percent of ``measured`` (signed); NaN where either
+    side is no figure (a prediction below zero is a model's noise, not an error of some size)."""
+    if not measured or why_unmeasured(predicted) or why_unmeasured(measured):
+        return math.nan
+    return 100 * (predicted - measured) / measured
 
 
 def number(value: float | None, digits: int = 1, signed: bool = False, unit: str = "") -> str:
     """A figure as the reports print it, followed by ``unit``; "could not be measured: <why>" (no unit)
-    for NaN, infinity, an ``Unmeasured`` value, and a negative one unless ``signed``
-    (``perf.unmeasured``)."""
+    for NaN, infinity, an ``Unmeasured`` value, and a negative one unless ``signed``."""
     why = why_unmeasured(value, signed)
     if why is not None:
         return unmeasured_text(why)
@@ -65,3 +117,16 @@ def plain(value: object) -> object:
     if is_dataclass(value) and not isinstance(value, type):
         return asdict(value)
     return value.item() if hasattr(value, "item") else str(value)
+
+
+LOG_FORMAT = "%(asctime)s %(name)s %(levelname)s %(message)s"
+
+
+def report_folder(reports: Path, kind: str = "", log_name: str | None = None) -> Path:
+    """Create ``reports/<timestamp>-<kind>`` (no suffix without ``kind``); with ``log_name``, send this
+    process's INFO log there (unless logging is already set up, as under pytest)."""
+    folder = reports / (datetime.now().strftime("%Y%m%d-%H%M%S") + (f"-{kind}" if kind else ""))
+    folder.mkdir(parents=True, exist_ok=True)
+    if log_name is not None:
+        logging.basicConfig(level=logging.INFO, filename=folder / log_name, format=LOG_FORMAT)
+    return folder

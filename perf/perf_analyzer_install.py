@@ -1,10 +1,7 @@
 """Install NVIDIA perf_analyzer into the virtual environment, beside (not over) the project's tritonclient.
-
-The current PyPI perf_analyzer needs glibc >= 2.38; the ``tritonclient`` 2.41.0 wheel ships one built
-for glibc 2.34 that runs here with ``libb64.so.0d`` (Debian ``libb64-0d``) and ``libcudart.so.12``
-(PyPI ``nvidia-cuda-runtime-cu12``). They are fetched with the ordinary clients into
-``.venv/perf_analyzer/`` behind a wrapper that sets ``LD_LIBRARY_PATH``; a failure is written to
-``UNAVAILABLE`` there (``make setup`` goes on without a cross-check tool) and tests skip with it."""
+The 2.41.0 binary from the ``tritonclient`` wheel, which runs on glibc 2.34 (PyPI's needs 2.38), with
+its two libraries behind a wrapper (docs/PERF.md, "perf_analyzer"); a failure is written to
+``UNAVAILABLE`` there, and ``make setup`` goes on without a cross-check tool."""
 
 from __future__ import annotations
 

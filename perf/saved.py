@@ -1,11 +1,6 @@
 """Saved documents (``result.json``, ``plan.json``): frozen dataclasses written as JSON and read back
-through the same types.
-
-A report rendered later, or another tool reading a run, gets typed attributes instead of string keys:
-a field renamed on one side, a figure of the wrong type or a missing section fails when the file is
-read, naming the field (pydantic validates the stdlib dataclasses), not as a ``KeyError`` deep in a
-report. Non-finite figures are written as JSON's ``NaN``/``Infinity``, as ``json`` does, and read back.
-"""
+through the same types (pydantic validates them), so a renamed field, a figure of the wrong type or a
+missing section fails as the file is read, naming the field, not as a ``KeyError`` deep in a report."""
 
 from __future__ import annotations
 

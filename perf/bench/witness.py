@@ -23,15 +23,8 @@ log = logging.getLogger(__name__)
 HEADING = "## perf_analyzer vs our client (`python -m perf witness`)"
 CSV_ROW = "perf_analyzer (its own CSV)"
 EXPORT_ROW = "perf_analyzer (our records from its export)"
-HEADER = [
-    "engine",
-    "round",
-    "inf/s",
-    "p99 ms",
-    "server CPU ms/request",
-    "the rest's CPU ms/request",
-    "stolen",
-]
+HEADER = ["engine", "round", "inf/s", "p99 ms", "server CPU ms/request", "the rest's CPU ms/request",
+          "stolen"]  # fmt: skip
 
 
 @dataclass(frozen=True)
@@ -115,7 +108,7 @@ def witness_section(session: ModelSession, concurrency: int = 16) -> list[str]:
         log.exception("the witness failed")
         return [HEADING, "", f"The witness failed: {error}"]
     config = session.current.label if session.current else "?"
-    settings = next((r.own.settings_text for m in runs.values() for r in m if r.own), "")
+    settings = next((" ".join(r.own.settings) for m in runs.values() for r in m if r.own), "")
     return [
         f"{HEADING}: closed loop, concurrency {concurrency}, {config}",
         "",

@@ -1,16 +1,6 @@
-"""NVIDIA perf_analyzer as a load engine (``PerfAnalyzerEngine``), found where a real binary runs:
-``tritonclient[all]`` installs only a placeholder package, and PyPI's build needs glibc ≥ 2.38
-(``perf.perf_analyzer_install`` installs one that runs on 2.34).
-
-Its windows and stability check are its own (``--measurement-interval``, ``--max-trials``,
-``--stability-percentage``, the rule ``OurEngine`` applies too). What 2.41.0 does, measured: a window
-lasts 1.2 × the interval; ``--profile-export-file`` holds every request (wall-clock ns) and the window
-boundaries, and our records come from it, the last three windows counting as in its CSV; a closed loop
-whose windows never agree exits 2 and writes nothing (measured once more, windows twice as long), an
-open loop's exits 0 without a CSV (kept, marked unstable); a window with no answered request fails the
-run (``sized_for`` sizes windows against it, then once more twice as long); a failed call or a model
-reload under load ends it, so a run never reloads under load.
-"""
+"""NVIDIA perf_analyzer as a load engine (``PerfAnalyzerEngine``), found where a real binary runs; how
+2.41.0 windows, judges and fails a run, and how we answer it: docs/PERF.md, "One measurement, two
+engines"."""
 
 from __future__ import annotations
 
@@ -25,13 +15,12 @@ import re
 import shutil
 import subprocess
 import tempfile
-from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
 
 from perf.errors import OptionError, StudyError
-from perf.measure.engine import Edge, EngineFigures, EngineRun, Job, MeasureSettings, sized_for
+from perf.measure.engine import Edge, EngineFigures, Job, Measurement, MeasureSettings, sized_for
 from perf.measure.loads import Load, arrival_times
 from perf.measure.records import Record
 from perf.measure.target import Target
@@ -141,46 +130,21 @@ def read_analyzer_csv(path: Path, settings: tuple[str, ...] = ()) -> EngineFigur
     return EngineFigures(float(row["Inferences/Second"]), *latencies_ms, settings)
 
 
-@dataclass(frozen=True)
-class Export:
-    """perf_analyzer's profile export of one experiment, times in wall-clock nanoseconds."""
-
-    sends_ns: np.ndarray
-    receives_ns: np.ndarray  # the last response of each request
-    windows_ns: tuple[int, ...]
-
-    @classmethod
-    def read(cls, path: Path) -> Export:
-        document = json.loads(path.read_text())
-        experiments = document.get("experiments") or []
-        if len(experiments) != 1:
-            raise StudyError(
-                f"{path}: expected one experiment in perf_analyzer's export, got {len(experiments)}"
-            )
-        requests = sorted(experiments[0]["requests"], key=lambda r: r["timestamp"])
-        return cls(
-            np.array([r["timestamp"] for r in requests], dtype=np.int64),
-            np.array([max(r["response_timestamps"]) for r in requests], dtype=np.int64),
-            tuple(int(b) for b in experiments[0]["window_boundaries"]),
-        )
-
-    @property
-    def windows(self) -> list[tuple[float, float]]:
-        """The windows in seconds from the first one's start (the records' clock)."""
-        edges = [(b - self.windows_ns[0]) / 1e9 for b in self.windows_ns]
-        return list(itertools.pairwise(edges))
-
-    def records(self, target: Target, label: str) -> list[Record]:
-        """One record per exported request, on the windows' clock, arriving when sent."""
-        start = self.windows_ns[0]
-        sent = sum(a[0].nbytes for a in target.inputs.values())  # one row of each input
-        received = sum(target.output_row_bytes.values())
-        sends = ((self.sends_ns - start) / 1e9).tolist()
-        receives = ((self.receives_ns - start) / 1e9).tolist()
-        return [
-            Record(target.model, s, r, 1, sent, received, True, "ok", (s,), label)
-            for s, r in zip(sends, receives, strict=True)
-        ]
+def read_export(path: Path, target: Target, label: str) -> tuple[list[Record], list[tuple[float, float]]]:
+    """perf_analyzer's profile export of one experiment (wall-clock ns) as our records and windows, in
+    seconds from the first window's start, each request arriving when sent."""
+    experiments = json.loads(path.read_text()).get("experiments") or []
+    if len(experiments) != 1:
+        raise StudyError(f"{path}: expected one experiment in perf_analyzer's export, got {len(experiments)}")
+    start = int(experiments[0]["window_boundaries"][0])
+    edges = [(int(b) - start) / 1e9 for b in experiments[0]["window_boundaries"]]
+    sent = sum(a[0].nbytes for a in target.inputs.values())  # one row of each input
+    received = sum(target.output_row_bytes.values())
+    records = []
+    for request in sorted(experiments[0]["requests"], key=lambda r: r["timestamp"]):
+        send, recv = (request["timestamp"] - start) / 1e9, (max(request["response_timestamps"]) - start) / 1e9
+        records.append(Record(target.model, send, recv, 1, sent, received, True, "ok", (send,), label))
+    return records, list(itertools.pairwise(edges))
 
 
 class PerfAnalyzerEngine:
@@ -199,7 +163,7 @@ class PerfAnalyzerEngine:
         self.log_folder = log_folder
         self.extra = extra
 
-    def run(self, job: Job, at_edge: Edge | None = None) -> EngineRun:
+    def run(self, job: Job, at_edge: Edge | None = None) -> Measurement:
         """``job`` in perf_analyzer's windows (``at_edge`` is not called: another process runs them)."""
         target, load, label = job.target, job.load, job.label
         settings = sized_for(job.settings, load, WINDOWS_JUDGED, label)
@@ -218,12 +182,13 @@ class PerfAnalyzerEngine:
                     )
                 why = "disagreed" if UNSTABLE in output else "had one with no request answered"
                 log.info("%s: perf_analyzer's windows %s; once more, twice as long", label, why)
-            export = Export.read(folder / "export.json")
             figures = folder / "figures.csv"  # absent where an open loop's windows never agreed
             own = read_analyzer_csv(figures, windows) if figures.is_file() else None
-        records, windows = export.records(target, label), export.windows
+            records, windows = read_export(folder / "export.json", target, label)
         used = (max(0, len(windows) - WINDOWS_JUDGED), len(windows))
-        return EngineRun(records, windows, used, UNSTABLE not in output, len(records), own)
+        return job.measurement(
+            self.name, records, windows, used, UNSTABLE not in output, len(records), own=own
+        )
 
     @staticmethod
     def _load_options(load: Load, settings: MeasureSettings, longer: float, folder: Path) -> list[str]:

@@ -1,14 +1,6 @@
-"""The ways of sending a variable-length model's traffic, measured side by side, as perf's shapes study
-and the shapes sections of tune and plan share them: every request at one length, each at its own,
-and padded to each bucket set whose padding is harmless (priced as raw compute). The caller serves and
-measures with our client, whose records carry each request's length.
-
-Padding is harmless where the model masks it, pools with a maximum or answers per position; a
-recurrence or a mean over time is not (the tests' Conv1d+GRU padded from 40 frames to 59 moves by 0.058
-on values of 0.21). So before a bucket set is offered, the served ONNX file runs a few rows at the
-traffic's quantile lengths as they are and padded as the set pads them, each output held to the spec's
-tolerance (``exporters.artifacts.parity``).
-"""
+"""The ways of sending a variable-length model's traffic, measured side by side (perf's shapes study,
+tune's and plan's shapes sections): one length, each its own, and each bucket set whose padding leaves
+every output within the spec's tolerance (docs/PERF.md, "Shapes as served")."""
 
 from __future__ import annotations
 

@@ -1,17 +1,12 @@
-"""Load engines: what sends the requests of a measurement, behind one interface (``LoadEngine``).
-
-An engine runs one ``Load`` against one ``Target`` in windows as ``MeasureSettings`` says (a warm-up,
-then windows until the last ``stable_windows`` agree within ``tolerance``, perf_analyzer's rule) and
-hands back an ``EngineRun``: every request's ``Record``, the windows and which count. ``OurEngine``
-(the asyncio client here) and ``perf.measure.analyzer.PerfAnalyzerEngine`` implement it; ``at_edge``
-lets an engine in this process call back at window edges, so the server's statistics can be read
-over exactly the windows that count.
-"""
+"""Load engines, behind one interface (``LoadEngine``): ``OurEngine`` here, ``PerfAnalyzerEngine`` in
+``analyzer``, each handing back a ``Measurement``; windows and their stability rule are perf_analyzer's
+(docs/PERF.md, "One measurement, two engines")."""
 
 from __future__ import annotations
 
 import asyncio
 import dataclasses
+import functools
 import logging
 import math
 import time
@@ -19,9 +14,13 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Protocol
 
+import numpy as np
+
+from client.stats import ModelStats
 from perf.errors import OptionError, check_at_least
-from perf.measure.loads import Load
-from perf.measure.records import Record, summarize, window_is_stable
+from perf.measure.loads import Load, arrival_times
+from perf.measure.records import Record, Summary, in_span, summarize, window_is_stable
+from perf.measure.server_view import ServerDelta
 from perf.measure.target import Caller, Target
 
 log = logging.getLogger(__name__)
@@ -32,6 +31,7 @@ P99_SAMPLES = 100
 # The longest the windows a run keeps may last together (sizes every rate from 1.6/s up); a slower
 # rate's run has too few requests, reported as such, never as meeting the budget.
 KEPT_CAP_S = 90.0
+SUSTAINED = 0.95  # an open loop was kept up with when the server answered this share of its rate
 
 
 @dataclass(frozen=True)
@@ -103,22 +103,6 @@ class EngineFigures:
     p99_ms: float
     settings: tuple[str, ...] = ()  # the measurement options it ran with (reports print them)
 
-    @property
-    def settings_text(self) -> str:
-        return " ".join(self.settings)
-
-
-@dataclass
-class EngineRun:
-    """The records and windows on one clock (seconds from the run's start), and which windows count."""
-
-    records: list[Record]
-    windows: list[tuple[float, float]]
-    used: tuple[int, int]  # windows[used[0]:used[1]] are the measurement
-    stable: bool  # the used windows agreed (the engine's own check)
-    attempts: int  # requests started plus arrivals shed: every one ends as exactly one record
-    own: EngineFigures | None = None  # the engine's own figures of the same windows, if it has any
-
 
 @dataclass(frozen=True)
 class Job:
@@ -129,6 +113,107 @@ class Job:
     settings: MeasureSettings
     label: str = ""
 
+    def measurement(
+        self, engine: str, records: list[Record], windows: list[tuple[float, float]], used: tuple[int, int],
+        stable: bool, attempts: int, own: EngineFigures | None = None,
+    ) -> Measurement:  # fmt: skip
+        """What an engine hands back for this job, on one clock (seconds from the run's start)."""
+        return Measurement(self.label, self.target.model, self.load, records, windows, used, stable, attempts,
+                           engine=engine, own=own, p99_samples=self.settings.p99_samples)  # fmt: skip
+
+
+@dataclass
+class Measurement:
+    """One measurement, whatever sent its load: every record (warm-up and drain too) and window on one
+    clock, which windows count, and the server's view of them (``measurement.measure`` adds it)."""
+
+    label: str
+    model: str
+    load: Load
+    records: list[Record]
+    windows: list[tuple[float, float]]
+    used: tuple[int, int]  # windows[used[0]:used[1]] are the measurement
+    stable: bool
+    attempts: int  # requests started plus arrivals shed: must equal len(records)
+    server: ServerDelta | None = None  # over the used windows (an engine in another process: the run)
+    server_total: ModelStats | None = None  # from before warm-up to after the drain
+    engine: str = "ours"  # the load engine that sent it (``LoadEngine.name``)
+    own: EngineFigures | None = None  # the engine's own figures of the used windows (perf_analyzer's)
+    wall_s: float = 0.0  # the whole run, warm-up, reads of the server and drain included
+    p99_samples: int = P99_SAMPLES  # the requests its p99 must rest on to be judged (its settings')
+
+    @property
+    def span(self) -> tuple[float, float]:
+        return self.windows[self.used[0]][0], self.windows[self.used[1] - 1][1]
+
+    @functools.cached_property
+    def figures(self) -> Summary:
+        """``summary()``, computed once (the records do not change)."""
+        return self.summary()
+
+    def summary(self) -> Summary:
+        return summarize(self.records, *self.span)
+
+    def measured_records(self) -> list[Record]:
+        return in_span(self.records, *self.span)
+
+    def mean_window_rate(self) -> float:
+        """The mean of the counted windows' throughputs: perf_analyzer's own figure (its CSV)."""
+        first, last = self.used
+        return float(np.mean([summarize(self.records, a, b).throughput for a, b in self.windows[first:last]]))
+
+    @property
+    def p99_ms(self) -> float:
+        return self.figures.p99_ms
+
+    @property
+    def throughput(self) -> float:
+        return self.figures.throughput
+
+    @functools.cached_property
+    def offered(self) -> float:
+        """An open loop's arrivals per second over the windows that count, as drawn (a Poisson draw of
+        a few seconds is a few % off its mean rate); 0 for a closed loop."""
+        if self.load.kind != "open":
+            return 0.0
+        start, end = self.span
+        times = arrival_times(self.load, end)
+        return float(np.count_nonzero(times >= start)) / (end - start) if end > start else 0.0
+
+    @property
+    def failed(self) -> int:
+        """Its requests that failed over the windows that count."""
+        return self.figures.failed
+
+    @property
+    def sustained(self) -> bool:
+        """Nothing failed, and an open loop's rate was kept up with."""
+        return bool(self.figures.failed == 0 and self.throughput >= SUSTAINED * self.offered)
+
+    @property
+    def samples(self) -> int:
+        """The requests (samples) its latency percentiles rest on."""
+        return self.figures.samples
+
+    @property
+    def too_few(self) -> bool:
+        """Its percentiles rest on fewer requests than a p99 is judged on (``p99_samples``)."""
+        return self.samples < self.p99_samples
+
+    def meets(self, budget_ms: float) -> bool:
+        """The one judgement of "within the budget": kept up with, enough requests, p99 within it."""
+        return self.sustained and not self.too_few and self.p99_ms <= budget_ms
+
+    @property
+    def stats(self) -> ModelStats:
+        """The server's statistics over the measurement (empty without a server view)."""
+        return self.server.stats if self.server else ModelStats()
+
+    @property
+    def stolen_share(self) -> float:
+        """The share of the CPUs' time the hypervisor took (NaN without a reading)."""
+        return self.server.stolen_share if self.server else math.nan
+
 
 class LoadEngine(Protocol):
     """One way to send a measurement's requests."""
@@ -136,7 +221,7 @@ class LoadEngine(Protocol):
     @property
     def name(self) -> str: ...
 
-    def run(self, job: Job, at_edge: Edge | None = None) -> EngineRun: ...
+    def run(self, job: Job, at_edge: Edge | None = None) -> Measurement: ...
 
 
 class OurEngine:
@@ -144,10 +229,10 @@ class OurEngine:
 
     name = "ours"
 
-    def run(self, job: Job, at_edge: Edge | None = None) -> EngineRun:
+    def run(self, job: Job, at_edge: Edge | None = None) -> Measurement:
         return asyncio.run(self.run_async(job, at_edge))
 
-    async def run_async(self, job: Job, at_edge: Edge | None = None) -> EngineRun:
+    async def run_async(self, job: Job, at_edge: Edge | None = None) -> Measurement:
         """``run`` for callers that already run an event loop (two loads on one server at once)."""
         target, load, label = job.target, job.load, job.label
         settings = sized_for(job.settings, load, job.settings.stable_windows, label)
@@ -181,7 +266,7 @@ class OurEngine:
                 stop.set()
                 await driver
         used = (max(0, len(windows) - settings.stable_windows), len(windows))
-        return EngineRun(sink, windows, used, settings.agree(figures), caller.attempts)
+        return job.measurement(self.name, sink, windows, used, settings.agree(figures), caller.attempts)
 
 
 async def drive(caller: Caller, load: Load, stop: asyncio.Event, sink: list[Record]) -> None:
@@ -214,10 +299,9 @@ async def _open(caller: Caller, load: Load, stop: asyncio.Event, sink: list[Reco
     start = time.perf_counter() - caller.t0
     for offset in load.arrivals():
         arrival = start + offset
-        delay = arrival - (time.perf_counter() - caller.t0)
-        while delay > 0 and not stop.is_set():  # short naps so a sparse trace still stops promptly
+        # short naps so a sparse trace still stops promptly
+        while (delay := arrival - (time.perf_counter() - caller.t0)) > 0 and not stop.is_set():
             await asyncio.sleep(min(delay, 0.05))
-            delay = arrival - (time.perf_counter() - caller.t0)
         if stop.is_set():
             break
         group.append(arrival)

@@ -1,8 +1,5 @@
-"""Load shapes: small functions that say *when* requests go out. A closed loop keeps ``concurrency``
-samples in flight; an open loop sends at given arrival times whatever the server does (what real
-traffic does, and what makes queueing visible), from a factory so that every run replays the same
-sequence.
-"""
+"""Load shapes: small functions that say *when* requests go out; an open loop's arrivals come from a
+factory, so that every run replays the same sequence."""
 
 from __future__ import annotations
 

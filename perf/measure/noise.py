@@ -1,9 +1,5 @@
-"""Host noise, as one measurement policy: a run whose stolen share (``/proc/stat``'s steal: the
-hypervisor ran other guests while ours had work) reached ``stolen_limit`` is measured once more, and
-the less stolen of the two counts. What still counts stolen holds the host's noise (``holds_noise``):
-the tuner's result and report mark it. The search knows nothing of steal; no run is measured a third
-time.
-"""
+"""Host noise as one measurement policy: a run whose stolen share reached ``stolen_limit`` is measured
+once more and the less stolen counts (docs/TUNE.md, "Host noise"); the search knows nothing of steal."""
 
 from __future__ import annotations
 

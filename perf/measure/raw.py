@@ -38,12 +38,9 @@ def measure_raw(
         rounds, runs, cpu = [], 0, 0.0
         for _ in range(repeats):
             count, cpu_start, start = 0, time.process_time(), time.perf_counter()
-            while True:
+            while not count or (elapsed := time.perf_counter() - start) < seconds / repeats:
                 session.run(None, feeds)
                 count += 1
-                elapsed = time.perf_counter() - start
-                if elapsed >= seconds / repeats:
-                    break
             cpu += time.process_time() - cpu_start
             runs += count
             rounds.append(elapsed / count)

@@ -1,8 +1,6 @@
-"""The server's own view of a measurement, as differences between snapshots at the windows' edges:
-its statistics (``client.stats``: queue vs compute, executions per batch size), the CPU seconds of
-tritonserver and its stubs (``/proc``: server cost a busy client cannot distort), and the machine's
-busy and stolen time (``/proc/stat``: steal says whether a figure holds the host's other guests).
-"""
+"""The server's own view of a measurement, as differences between snapshots at the windows' edges: its
+statistics, the CPU seconds of tritonserver and its stubs (a cost a busy client cannot distort), and the
+machine's busy and stolen time."""
 
 from __future__ import annotations
 
@@ -45,21 +43,15 @@ class HostCpu:
         stolen = values[STEAL_FIELD]
         return cls(sum(values) - idle - stolen, sum(values), stolen)
 
-
-def busy_cores(before: HostCpu | None, after: HostCpu | None) -> float:
-    """Cores busy on average between two readings (0..usable cores); NaN without readings."""
-    if before is None or after is None or after.total <= before.total:
-        return math.nan
-    host_cores = os.cpu_count() or 1  # /proc/stat's "cpu" line sums every CPU of the host
-    fraction = (after.busy - before.busy) / (after.total - before.total)
-    return min(fraction * host_cores, float(usable_cores()))
-
-
-def stolen_share(before: HostCpu | None, after: HostCpu | None) -> float:
-    """The share of the CPUs' time the hypervisor took between two readings (0..1); NaN without."""
-    if before is None or after is None or after.total <= before.total:
-        return math.nan
-    return (after.stolen - before.stolen) / (after.total - before.total)
+    def since(self, before: HostCpu | None) -> tuple[float, float]:
+        """(cores busy on average, 0..usable cores; the share of the CPUs' time the hypervisor took, 0..1)
+        since ``before``; NaN without a reading."""
+        total = self.total - before.total if before else 0.0
+        if total <= 0:
+            return math.nan, math.nan
+        host_cores = os.cpu_count() or 1  # /proc/stat's "cpu" line sums every CPU of the host
+        busy = min((self.busy - before.busy) / total * host_cores, float(usable_cores()))
+        return busy, (self.stolen - before.stolen) / total
 
 
 def process_tree_cpu_s(pid: int) -> float:
@@ -144,12 +136,13 @@ class ServerDelta:
 
 def delta(snapshots: list[ServerSnapshot]) -> ServerDelta:
     first, last = snapshots[0], snapshots[-1]
+    busy, stolen = last.host.since(first.host) if last.host else (math.nan, math.nan)
     return ServerDelta(
         seconds=last.at_s - first.at_s,
         stats=last.stats - first.stats,
         server_cpu_s=last.server_cpu_s - first.server_cpu_s,
         client_cpu_s=last.client_cpu_s - first.client_cpu_s,
         related={name: last.related[name] - first.related[name] for name in last.related},
-        busy_cores=busy_cores(first.host, last.host),
-        stolen_share=stolen_share(first.host, last.host),
+        busy_cores=busy,
+        stolen_share=stolen,
     )

@@ -1,13 +1,6 @@
-"""Shapes as served: the lengths requests of a model with a variable axis take, and length buckets.
-
-Triton's dynamic batcher merges only requests of equal shapes, so sending every request at one length
-makes batching look better than the traffic allows. A ``ShapeMix`` is the lengths a model's requests
-take (the spec's ``shapes:``, else tallied from its sampler); a ``ShapePlan`` is what the client sends:
-an input pool per length sent and a seeded (true, sent) length per request. Buckets pad each request
-to the smallest bucket that fits (fewer shapes, larger batches, padding computed): padding repeats the
-last position (values stay valid) and pads a mask input with zeros; ``padding_cost`` prices it as raw
-compute, and ``perf.measure.bucket_runs`` offers buckets only where the answer stays within tolerance.
-"""
+"""Shapes as served (docs/PERF.md): the lengths a variable-length model's requests take (``ShapeMix``),
+what the client sends for them (``ShapePlan``), buckets and what their padding costs. Triton merges only
+requests of equal shapes, so one length for every request makes batching look better than it is."""
 
 from __future__ import annotations
 

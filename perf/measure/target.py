@@ -1,10 +1,6 @@
-"""What to load and how to call it: ``Target`` (model, inputs, protocol) and ``Caller``, the one place
-that times every request and turns it into a ``Record``.
-
-Inputs are made once (a request of ``b`` samples sends the first ``b`` rows of a pool) so the client
-spends its CPU on sending; with ``shared_memory`` every region is sized once, so nothing grows during a
-run. A model with a variable axis is sent at the lengths its traffic takes (a ``ShapePlan``).
-"""
+"""What to load and how to call it: ``Target`` and ``Caller``, the one place that times every request.
+Inputs are made once and shared-memory regions sized once, so the client spends its CPU on sending and
+nothing grows during a run."""
 
 from __future__ import annotations
 

@@ -13,7 +13,7 @@ from typing import Any
 
 from exporters.resolve import load_spec
 from perf.errors import NothingMeetsError, OptionError, comma_list
-from perf.markdown import number
+from perf.markdown import number, report_folder
 from perf.measure.engine import MeasureSettings, OurEngine
 from perf.plan.compute_profile import ComputeProfile, compute_origin, read_compute_profile
 from perf.plan.document import PlanDocument, plan_document
@@ -25,7 +25,6 @@ from perf.plan.report import plot, rate_sentence, render
 from perf.plan.strategy import ModelProfile, Space
 from perf.plan.topology import Topology, cpu_topology, live_topology, topology_folder
 from perf.plan.verify import Serve, measure_plan, plan_shapes, probe_evidence, real_server, verification_rows
-from perf.report_folder import report_folder
 from perf.saved import save_document
 from perf.session.model import (
     TUNE_WINDOWS,

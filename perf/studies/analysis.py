@@ -1,6 +1,7 @@
 """The batching study's figures, pure functions of the ``StudyResult``: mode rows with ratios, the
-latency-model fit and its predictions, serving efficiency against raw onnxruntime, and the serving
-overhead per execution (served minus raw, in ms: a ratio hides the size of the cost)."""
+latency-model fit and its predictions, serving efficiency against raw onnxruntime, the serving
+overhead per execution (served minus raw, in ms: a ratio hides the size of the cost), and the goals
+judged on them, a miss saying by how much and what limits it."""
 
 from __future__ import annotations
 
@@ -12,13 +13,13 @@ from dataclasses import dataclass, replace
 import numpy as np
 
 from client.stats import BatchBucket, ModelStats
-from perf.markdown import number
+from perf.markdown import Unmeasured, error_percent, fit_text, number, percent, ratio, why_unmeasured
 from perf.measure.measurement import Measurement
 from perf.measure.raw import RawPoint
 from perf.model.latency import LatencyFit, fit_latency
+from perf.studies.goals import GOALS, Goal
 from perf.studies.study import FamilyResult, StudyResult
 from perf.studies.study_spec import MODES
-from perf.unmeasured import Unmeasured, error_percent
 
 CLIENT_BOUND = 0.8  # a result within 80% of the harness ceiling is flagged client-bound
 MIN_EXECUTIONS = 5  # batch sizes seen fewer times are too noisy to fit
@@ -301,7 +302,7 @@ class Overhead:
     executions: int
     served_ms: float  # the server's compute per execution
     raw_ms: float  # raw onnxruntime per execution at the same batch sizes; NaN where unknown
-    raw_missing: str = ""  # why ``raw_ms`` is unknown
+    why: str = ""  # why the overhead cannot be measured ("": it can)
 
     @property
     def ms(self) -> float:
@@ -310,23 +311,6 @@ class Overhead:
     @property
     def ratio(self) -> float:
         return self.served_ms / self.raw_ms if self.raw_ms > 0 else math.nan
-
-    def missing(self) -> str | None:
-        """Why the overhead cannot be measured, or None when it can."""
-        if self.executions <= 0:
-            return "the server ran no execution in the measured windows"
-        if self.raw_missing:
-            return self.raw_missing
-        if not math.isfinite(self.served_ms):
-            return "the served compute per execution is not a number"
-        if not math.isfinite(self.raw_ms):
-            return "raw onnxruntime's time is not a number"
-        if self.ms < 0:
-            return (
-                f"served compute {number(self.served_ms, 3)} ms is below raw onnxruntime's "
-                f"{number(self.raw_ms, 3)} ms: the two were timed at different moments on shared cores"
-            )
-        return None
 
 
 def raw_ms_at(raw: Sequence[RawPoint], size: int) -> float | None:
@@ -340,28 +324,37 @@ def overhead_of(batches: Mapping[int, BatchBucket], raw: Sequence[RawPoint]) -> 
     """The overhead per execution over every execution in ``batches`` (formed size → bucket)."""
     executions = sum(b.executions for b in batches.values())
     if executions <= 0:
-        return Overhead(math.nan, 0, math.nan, math.nan)
+        return Overhead(
+            math.nan, 0, math.nan, math.nan, "the server ran no execution in the measured windows"
+        )
     batch = sum(size * b.executions for size, b in batches.items()) / executions
     served_ms = sum(b.compute_ns for b in batches.values()) / 1e6 / executions
+    at = {size: raw_ms_at(raw, size) for size in batches}
+    outside = [size for size, ms in at.items() if ms is None]
+    raw_ms = math.nan if outside else sum(at[size] * b.executions for size, b in batches.items()) / executions
+    why = ""
     if not raw:
-        return Overhead(batch, executions, served_ms, math.nan, "raw onnxruntime was not timed")
-    raw_total = 0.0
-    for size, bucket in batches.items():
-        at = raw_ms_at(raw, size)
-        if at is None:
-            sizes = sorted(p.batch for p in raw)
-            reason = f"batch {size} is outside the raw batch sizes ({sizes[0]}–{sizes[-1]})"
-            return Overhead(batch, executions, served_ms, math.nan, reason)
-        raw_total += at * bucket.executions
-    return Overhead(batch, executions, served_ms, raw_total / executions)
+        why = "raw onnxruntime was not timed"
+    elif outside:
+        sizes = sorted(p.batch for p in raw)
+        why = f"batch {outside[0]} is outside the raw batch sizes ({sizes[0]}–{sizes[-1]})"
+    elif not math.isfinite(served_ms):
+        why = "the served compute per execution is not a number"
+    elif not math.isfinite(raw_ms):
+        why = "raw onnxruntime's time is not a number"
+    elif served_ms < raw_ms:
+        why = (
+            f"served compute {number(served_ms, 3)} ms is below raw onnxruntime's {number(raw_ms, 3)} ms: "
+            "the two were timed at different moments on shared cores"
+        )
+    return Overhead(batch, executions, served_ms, raw_ms, why)
 
 
 def overhead_cell(overhead: Overhead | None) -> str:
     """The overhead in ms for a table, or "could not be measured (why)"."""
     if overhead is None:
         return f"{NOT_MEASURED} (no server statistics)"
-    why = overhead.missing()
-    return f"{NOT_MEASURED} ({why})" if why else number(overhead.ms, 3)
+    return f"{NOT_MEASURED} ({overhead.why})" if overhead.why else number(overhead.ms, 3)
 
 
 def at_raw_sizes(
@@ -373,3 +366,172 @@ def at_raw_sizes(
         for point in sorted(raw, key=lambda p: p.batch)
         if point.batch in batches and batches[point.batch].executions >= min_executions
     ]
+
+
+GOAL_FAMILY = "recommender"
+OVERHEAD_NOTE = (
+    "the model counts compute only; per-request serving overhead (client, gRPC, Python-backend IPC) and "
+    "the batcher's waiting are paid whatever the batch, so they shrink the measured gain"
+)
+
+
+# Where a missed goal's explanation starts pointing at a limit (diagnoses, not goals).
+CORES_BUSY = 0.85  # server + client CPU at this share of the machine's cores: the cores limit
+SLOW_BACKEND = 0.9  # raw / server compute time below this: the Python backend's execution limits
+LATE_MS = 1.0  # client lateness or time outside the server above this many ms is worth naming
+
+
+def limits_of(row: Row, efficiency: Efficiency | None = None) -> str:
+    notes = []
+    if row.client_bound:
+        notes.append(
+            f"client-bound ({row.requests_per_s:.0f} req/s is within {CLIENT_BOUND:.0%} of the "
+            "harness ceiling)"
+        )
+    cores = row.server_cores + row.client_cores
+    if cores >= CORES_BUSY * CORES:
+        notes.append(f"cores: server {row.server_cores:.2f} + client {row.client_cores:.2f} of {CORES} busy")
+    measured = efficiency is not None and why_unmeasured(efficiency.compute_ratio) is None
+    if measured and 0 < efficiency.compute_ratio < SLOW_BACKEND:
+        notes.append(
+            f"Python-backend execution: server compute is {ratio(1 / efficiency.compute_ratio)} raw "
+            f"onnxruntime's at the same batch sizes (IPC, concatenation, thread contention)"
+        )
+    if row.send_lag_p99_ms > LATE_MS:
+        notes.append(f"client lateness: p99 {row.send_lag_p99_ms:.1f} ms from arrival to send")
+    if row.outside_server_ms > LATE_MS:
+        notes.append(
+            f"outside the server: {row.outside_server_ms:.1f} ms of the mean latency is neither queue nor "
+            "compute (client, gRPC, response path)"
+        )
+    if row.queue_ms > row.compute_ms:
+        notes.append(f"queueing: {row.queue_ms:.1f} ms queue vs {row.compute_ms:.1f} ms compute per request")
+    return "; ".join(notes) or "no single limit stands out"
+
+
+def dynamic_vs_none(result: StudyResult, family: FamilyResult) -> Goal:
+    concurrency = result.profile.goal_concurrency
+    qps, p99 = GOALS["dynamic QPS"], GOALS["dynamic p99"]
+    rows = closed_loop_rows(result, family, concurrency)
+    dynamic = [r for r in rows if MODES[r.mode].max_queue_delay_ms is not None and r.ratios]
+    target = f"{qps.target()}, {p99.target()} (concurrency {concurrency})"
+    if not dynamic:
+        return Goal("dynamic vs none", target, "not measured", None)
+    best = max(dynamic, key=lambda r: (bool(p99.met(r.ratios["p99_ms"])), r.ratios["throughput"]))
+    text = ", ".join(
+        f"{r.mode}: {ratio(r.ratios['throughput'])} QPS, p99 {ratio(r.ratios['p99_ms'])}" for r in dynamic
+    )
+    met = bool(qps.met(best.ratios["throughput"])) and bool(p99.met(best.ratios["p99_ms"]))
+    if met:
+        return Goal("dynamic vs none", target, text, met)
+    effs = {e.mode: e for e in efficiencies(family, concurrency)}
+    limits = f"best {best.mode} is {qps.share(best.ratios['throughput']):.0%} of the target; "
+    return Goal("dynamic vs none", target, text, met, limits + limits_of(best, effs.get(best.mode)))
+
+
+def served_vs_raw(result: StudyResult, family: FamilyResult) -> Goal:
+    goal, concurrency = GOALS["served vs raw"], result.profile.goal_concurrency
+    effs = [e for e in efficiencies(family, concurrency) if MODES[e.mode].instances == 1]
+    if not effs:
+        return goal.outcome()
+    text = ", ".join(f"{e.mode} (batch {number(e.mean_batch)}): {ratio(e.ratio)}" for e in effs)
+    best = max(effs, key=lambda e: e.ratio)
+    met = goal.met(best.ratio)
+    limits = ""
+    if not met:
+        rows = {r.mode: r for r in closed_loop_rows(result, family, concurrency)}
+        limits = (
+            f"best {best.mode} reaches {goal.share(best.ratio):.0%} of the target; "
+            f"{limits_of(rows[best.mode], best)}; CPU per 1,000 inferences: server "
+            f"{best.server_cpu_per_1000:.2f} s vs raw {best.raw_cpu_per_1000:.2f} s"
+        )
+    short = [e for e in effs if not goal.met(e.ratio)]
+    if met and short:
+        below = ", ".join(f"{e.mode} {e.ratio:.2f}×" for e in short)
+        limits = (
+            f"met by {best.mode} only; below {goal.limit:g}×: {below}: per-request overhead (client, gRPC, "
+            "Python-backend IPC) weighs on small batches, and a batcher that waits out its delay idles"
+        )
+    return goal.outcome(text, met, limits)
+
+
+def latency_model(result: StudyResult, family: FamilyResult) -> list[Goal]:
+    fit_goal, gain_goal = GOALS["latency-model fit"], GOALS["predicted gain"]
+    fit = fit_served(family)
+    if fit is None:
+        return [fit_goal.outcome("too few batch sizes formed")]
+    measured = f"{fit_text(fit)} ({len(fit.points)} sizes)"
+    if fit.flaw:  # a fit no batch follows: not a model, however well it matches the points
+        return [fit_goal.outcome(measured, False, fit.flaw)]
+    met = fit_goal.met(fit.r2)
+    scatter = "" if met else "compute times per batch size scatter (shared cores)"
+    goals = [fit_goal.outcome(measured, met, scatter)]
+    checks = gain_checks(family, fit, result.profile.goal_concurrency)
+    if checks:
+        text = ", ".join(
+            f"{c.mode}: predicted {ratio(c.predicted)} vs measured {ratio(c.measured)} "
+            f"({percent(c.error_pct)})"
+            for c in checks
+        )
+        met = all(gain_goal.met(abs(c.error_pct)) for c in checks)
+        limits = "" if met else OVERHEAD_NOTE
+        goals.append(gain_goal.outcome(text, met, limits))
+    return goals
+
+
+def poisson_bound(result: StudyResult, family: FamilyResult) -> Goal:
+    goal = GOALS["Poisson p99 bound"]
+    parts, met, limits = [], True, []
+    rows = {r.mode: r for r in open_loop_rows(result, family)}
+    for mode, measurement in family.open_loop.items():
+        delay = MODES[mode].max_queue_delay_ms
+        if delay is None or measurement.server is None or not measurement.server.stats.batches:
+            continue
+        largest = max(measurement.server.stats.batches)
+        waited = delay + measurement.server.stats.compute_ms_at(largest)  # the bound without its slack
+        bound = waited + goal.limit
+        p99 = rows[mode].p99_ms
+        ok = goal.met(p99 - waited)
+        met &= ok
+        parts.append(f"{mode}: p99 {number(p99)} ms vs bound {number(bound)} ms")
+        if not ok:
+            note = f"{mode} over by {p99 - bound:.1f} ms: " + limits_of(rows[mode])
+            if rows[mode].queue_ms > delay:
+                note += (
+                    f"; queue {rows[mode].queue_ms:.1f} ms/request > the {delay:.0f} ms delay: at this load "
+                    "a request often arrives while a batch is running and waits for it too, a second "
+                    "compute the bound does not count"
+                )
+            limits.append(note)
+    if not parts:
+        return goal.outcome()
+    load = family.open_load.name if family.open_load else ""
+    return Goal(f"{goal.name} ({load})", goal.target(), ", ".join(parts), met, "; ".join(limits))
+
+
+RECOMMENDER_ONLY_NOTE = (
+    "not applicable: the {limit} target is the recommender's, an overhead-bound model where batching "
+    "amortizes per-request cost; {model}'s gain is what its compute per row leaves to share (the latency "
+    "model's predicted gain below says what to expect)"
+)
+
+
+def for_model(goal: Goal, model: str) -> Goal:
+    """``goal`` named with ``model``; ``dynamic vs none``'s 4× is the recommender's, "n/a" for others
+    (a compute-bound model would read MISSED however well it is served)."""
+    if model == GOAL_FAMILY or goal.name != "dynamic vs none":
+        return replace(goal, model=model)
+    note = RECOMMENDER_ONLY_NOTE.format(limit=GOALS["dynamic QPS"].target(), model=model)
+    return Goal(goal.name, goal.target, goal.measured, None, note, model)
+
+
+def all_goals(result: StudyResult) -> list[Goal]:
+    """Every model's goals, in the order the models were measured (``MODELS=a,b``)."""
+    goals = []
+    for model, family in result.families.items():
+        judged = [
+            dynamic_vs_none(result, family), served_vs_raw(result, family),
+            *latency_model(result, family), poisson_bound(result, family),
+        ]  # fmt: skip
+        goals += [for_model(goal, model) for goal in judged]
+    return goals

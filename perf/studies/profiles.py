@@ -12,9 +12,7 @@ from exporters.schema.models import ModelSpec
 from perf.errors import OptionError, check_at_least
 from perf.measure.engine import MeasureSettings
 from perf.measure.target import PROTOCOLS, Target, target_from_spec
-from perf.studies.pipeline_plan import COMPARISONS
-from perf.studies.study_spec import FAMILIES, MODES
-from perf.studies.text_plan import MODES as TEXT_MODES
+from perf.studies.study_spec import COMPARISONS, FAMILIES, MODES, TEXT_MODES
 from server import TritonServer
 
 

@@ -1,5 +1,7 @@
-"""Write ``reports/<timestamp>/``: ``report.md`` with tables, verdicts and plots, the records, the
-figures, and the exact spec and configs served; the figures come from ``analysis`` and the goals."""
+"""The batching study on the framework (``study`` measures, ``analysis`` figures and judges) and its report
+folder: ``report.md`` with tables, verdicts and plots, the records, the figures, and the exact spec and
+configs served; the console gets each model's modes under the same arrivals (the report is too long
+to print). Imported only when the study runs: it loads matplotlib."""
 
 from __future__ import annotations
 
@@ -11,16 +13,16 @@ from pathlib import Path
 
 import yaml
 
-from perf.markdown import fit_text, number, percent, ratio, table
+from perf.markdown import error_percent, fit_text, number, percent, ratio, table, why_unmeasured
 from perf.markdown import write_report as write_report_file
 from perf.measure.records import write_csv, write_json
 from perf.studies import analysis
-from perf.studies.batching_goals import all_goals
+from perf.studies.framework import StudyContext, StudyReport, SummaryTable
 from perf.studies.goals import Goal, goals_table
 from perf.studies.plots import all_plots
-from perf.studies.study import FamilyResult, StudyResult
+from perf.studies.profiles import Profile
+from perf.studies.study import FamilyResult, StudyResult, StudyRunner, count_steps
 from perf.studies.study_spec import MODES, study_entries
-from perf.unmeasured import error_percent, why_unmeasured
 
 ARTICLE_QPS, ARTICLE_P99 = 0.12, 0.23  # static 32 vs dynamic 50 ms in the source article
 REGIME_COMPUTE_BOUND = "mostly compute-bound: batching saves per-request overhead, not compute"
@@ -187,7 +189,7 @@ def overhead_section(family: FamilyResult) -> str:
         return note + f"_{analysis.NOT_MEASURED}: no raw batch size was formed often enough._"
     rows = [
         [f"{o.batch:g}", o.executions, number(o.served_ms, 3), number(o.raw_ms, 3), analysis.overhead_cell(o),
-         ratio(o.ratio) if o.missing() is None else "–"]
+         ratio(o.ratio) if not o.why else "–"]
         for o in sizes
     ]  # fmt: skip
     return note + table(
@@ -296,7 +298,7 @@ def cross_check_section(result: StudyResult) -> str:
     header = ["model", "concurrency", "perf_analyzer inf/s (its CSV)", "perf_analyzer inf/s (its export)",
               "ours inf/s", "perf_analyzer p50 ms", "ours p50 ms", "perf_analyzer p99 ms",
               "ours p99 ms"]  # fmt: skip
-    settings = sorted({theirs.own.settings_text for theirs, _ in result.cross_check if theirs.own})
+    settings = sorted({" ".join(theirs.own.settings) for theirs, _ in result.cross_check if theirs.own})
     used = "; ".join(f"`{text}`" for text in settings) or "its defaults"
     return (
         "\n## perf_analyzer cross-check (same server, same model, back to back)\n\n" + table(header, rows)
@@ -353,7 +355,7 @@ def header(result: StudyResult) -> str:
 def write_report(result: StudyResult, folder: Path) -> Path:
     folder.mkdir(parents=True, exist_ok=True)
     plots = all_plots(result, folder)
-    goals = all_goals(result)
+    goals = analysis.all_goals(result)
     sections = [header(result), "\n## Goals\n", goals_table(goals), "\n" + accounting_section(result)]
     for name, family in result.families.items():
         sections.append("\n" + family_section(result, name, family, plots.get(name, [])))
@@ -402,3 +404,41 @@ def write_raw(result: StudyResult, folder: Path) -> None:
         shutil.copy2(config, target)
     if result.server_log and result.server_log.exists() and result.server_log.parent != folder:
         shutil.copy2(result.server_log, folder / "server.log")
+
+
+SUMMARY_HEADER = ("mode", "QPS", "p50 ms", "p90 ms", "p99 ms", "mean batch", "failed/sent", "QPS ×none",
+                  "p99 ×none")  # fmt: skip
+
+
+class BatchingStudy:
+    # The report folder's main report: report.md, its figures in figures.json (docs/PERF.md).
+    name = "report"
+    title = "batching study (every batching mode of each model under the same load)"
+    serves_spec = False  # models of --spec (--models) are read into the profile before anything runs
+
+    def steps(self, profile: Profile) -> int:
+        return count_steps(profile)
+
+    def run(self, context: StudyContext) -> StudyReport:
+        """Measure every mode on one server (stopped whatever happens), then write the report folder."""
+        context.folder.mkdir(parents=True, exist_ok=True)
+        result = StudyRunner(context).run()
+        path = write_report(result, context.folder)
+        return StudyReport(self.name, self.title, path, analysis.all_goals(result), summary_tables(result))
+
+
+def summary_tables(result: StudyResult) -> tuple[SummaryTable, ...]:
+    """Per model, every mode under the same arrivals, each against no batching."""
+    tables = []
+    for name, family in result.families.items():
+        load = family.open_load.name if family.open_load else ""
+        rows = tuple(
+            (MODES[r.mode].title, number(r.throughput, 0), number(r.p50_ms), number(r.p90_ms),
+             number(r.p99_ms), number(r.mean_batch), f"{r.failed}/{r.sent}",
+             ratio(r.ratios.get("throughput", math.nan)), ratio(r.ratios.get("p99_ms", math.nan)))
+            for r in analysis.open_loop_rows(result, family)
+        )  # fmt: skip
+        tables.append(
+            SummaryTable(f"{name}: every mode under the same arrivals ({load})", SUMMARY_HEADER, rows)
+        )
+    return tuple(tables)

@@ -1,8 +1,7 @@
-"""The study's own model spec: one Triton model per (family, batching mode), plus ``trivial``.
-
-Every mode of a family serves the same ONNX graph, so the modes differ only in their ``config.pbtxt``;
-the zoo's two families are two regimes on purpose (docs/PERF.md, "Two regimes").
-"""
+"""What the studies serve, as pure data (profiles name it without torch): the batching study's one
+Triton model per (family, batching mode) plus ``trivial``, each mode of a family the same ONNX graph
+(the zoo's two families are two regimes on purpose: docs/PERF.md, "Two regimes"); the pipeline study's
+comparisons; the text study's modes."""
 
 from __future__ import annotations
 
@@ -14,7 +13,9 @@ from typing import Any
 from exporters.errors import SpecError
 from exporters.resolve import resolve_model
 from exporters.schema.bounded_yaml import load_spec_document
-from exporters.schema.models import Spec, parse_spec
+from exporters.schema.models import Batching, Spec, parse_spec
+from exporters.schema.sections import Precision
+from exporters.schema.text_embeddings import DEFAULT_BATCHING, DEFAULT_BUCKETS, TextEmbeddingSpec
 from exporters.schema.typed import to_data
 from perf.errors import OptionError
 from perf.model.grid import MAX_BATCH
@@ -142,3 +143,72 @@ def study_spec(
 ) -> Spec:
     """The study's spec (``Profile`` has already checked the names)."""
     return parse_spec({"models": study_entries(families, modes, seed, table)})
+
+
+# The pipeline study: each pipeline against a model; ``VARIANTS`` are study-only pipelines built beside
+# the spec's.
+@dataclass(frozen=True)
+class Comparison:
+    """A pipeline measured against ``model``; ``boundaries`` = stages − 1."""
+
+    pipeline: str
+    model: str
+    boundaries: int
+    role: str  # what the row shows: "pipeline …", "fp16 boundary", "replicas [1, 2]", ...
+    goals: tuple[str, ...] = ()  # keys of ``perf.studies.goals.GOALS`` this row is judged by
+
+
+VARIANTS: tuple[dict[str, Any], ...] = (
+    {"name": "recommender_pipeline_fp16b", "model": "recommender", "split": "embedding_dense",
+     "boundary_dtype": "fp16"},
+    {"name": "image_classifier_pipeline_r12", "model": "image_classifier", "split": "blocks", "stages": 2,
+     "replicas": [1, 2]},
+    {"name": "image_classifier_torch", "model": "image_classifier", "split": "blocks", "stages": 1},
+)  # fmt: skip
+
+COMPARISONS: dict[str, Comparison] = {
+    c.pipeline: c
+    for c in (
+        Comparison("recommender_pipeline", "recommender", 1, "pipeline (embedding | dense)",
+                   ("pipeline saturation", "added p50 per boundary")),
+        Comparison("recommender_pipeline_fp16b", "recommender", 1, "fp16 boundary"),
+        Comparison("image_classifier_pipeline", "image_classifier", 1, "pipeline (2 stages, auto split)",
+                   ("pipeline saturation",)),
+        Comparison("image_classifier_pipeline_fp16", "image_classifier", 1, "fp16 boundary"),
+        Comparison("image_classifier_pipeline_r12", "image_classifier", 1, "replicas [1, 2]"),
+        Comparison("image_classifier_torch", "image_classifier", 0, "1 stage, same torch runner"),
+    )
+}  # fmt: skip
+LIVE_PIPELINE = "recommender_pipeline"  # the one whose parameters the live phase updates while serving
+
+
+# The text-embedding study: one encoder file served as an ensemble per batching mode (docs/TEXT.md);
+# ``INT8`` is ``buckets`` with the int8 encoder.
+@dataclass(frozen=True)
+class TextMode:
+    name: str
+    title: str
+    buckets: tuple[int, ...]
+    batching: Batching
+    ragged: bool = False
+    precision: Precision = "fp32"
+
+    def spec(self) -> TextEmbeddingSpec:
+        return TextEmbeddingSpec(
+            name=f"text_{self.name}", buckets=self.buckets, batching=self.batching, precision=self.precision
+        )
+
+
+TEXT_MODES = {
+    m.name: m
+    for m in (
+        TextMode("none", "no batching", (), Batching(mode="none")),
+        TextMode("exact", "dynamic, exact lengths", (), DEFAULT_BATCHING),
+        TextMode("buckets", "dynamic + length buckets", DEFAULT_BUCKETS, DEFAULT_BATCHING),
+        TextMode("longest", "dynamic, padded to longest (ragged)", (), DEFAULT_BATCHING, ragged=True),
+    )
+}
+INT8 = TextMode(
+    "int8", "dynamic + length buckets, int8 encoder", DEFAULT_BUCKETS, DEFAULT_BATCHING, precision="int8"
+)
+TEXT_TITLES = {m.name: m.title for m in (*TEXT_MODES.values(), INT8)}

@@ -1,5 +1,6 @@
 """The text-embedding study: how variable-length text batches, measured on all-MiniLM-L6-v2 served in
-each of the profile's ``text_modes`` under one deterministic corpus, beside in-process references
+each of the profile's ``text_modes`` under one deterministic corpus of realistic lengths, beside
+in-process references: raw onnxruntime, sentence-transformers, the latency per padded length
 (docs/TEXT.md). Writes ``text_embedding.md`` / ``.json`` and ``text_records.csv``."""
 
 from __future__ import annotations
@@ -7,9 +8,13 @@ from __future__ import annotations
 import asyncio
 import math
 import re
+import time
 import urllib.request
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
+
+import numpy as np
 
 from client.text_reference import text_array
 from exporters.schema.text_embeddings import DEFAULT_BUCKETS, DEFAULT_PACKAGE, TextEmbeddingSpec
@@ -17,20 +22,15 @@ from exporters.text.embedding import build_text_embedding, model_folder
 from perf.markdown import number, ratio, table
 from perf.measure.loads import Load, closed_loop
 from perf.measure.measurement import Measurement, measure_async
+from perf.measure.raw import measure_raw
 from perf.measure.records import Record, Summary, write_csv
 from perf.measure.target import Target
 from perf.model.latency import fit_latency
 from perf.studies.framework import StudyContext, StudyReport, write_report
 from perf.studies.goals import GOALS, Goal, goals_table
 from perf.studies.profiles import Profile
-from perf.studies.text_corpus import (
-    CorpusText,
-    bucket_latency,
-    make_corpus,
-    raw_onnxruntime,
-    sentence_transformers_rate,
-)
-from perf.studies.text_plan import INT8, MODES, TITLES, TextMode
+from perf.studies.study_spec import INT8, TEXT_MODES, TEXT_TITLES, TextMode
+from python_backend.onnxruntime.ort_session import open_session
 from python_backend.text_tokenizer.tokens import TextTokenizer
 from server import TritonServer
 
@@ -39,6 +39,92 @@ SHARE_FRACTION = 0.3  # short-query rate in the sharing phase / the bucketed mod
 PASSAGES_IN_FLIGHT = 2  # long passages kept in flight while short queries are measured
 METRIC_LINE = re.compile(r"^(\w+)\{([^}]*)\}\s+([0-9.eE+-]+)$")  # a Prometheus sample with labels
 LATENCY_BATCHES = (1, 4, 16)  # batch sizes of the latency model per padded length (and raw references)
+
+# the corpus's vocabulary, the commonest English words first: data, one word a line
+WORDS = Path(__file__).with_name("corpus_words.txt").read_text().split()
+KINDS = {  # kind: (share of the corpus, fewest words, most words)
+    "query": (0.6, 3, 10),
+    "sentence": (0.25, 12, 30),
+    "passage": (0.15, 90, 200),
+}
+
+
+@dataclass(frozen=True)
+class CorpusText:
+    text: str
+    kind: str  # query | sentence | passage
+
+
+def make_corpus(size: int, seed: int = 0) -> list[CorpusText]:
+    """``size`` texts drawn with ``seed``: kinds by their share, lengths uniform within each kind."""
+    rng = np.random.default_rng(seed)
+    shares = np.array([share for share, _, _ in KINDS.values()])
+    corpus = []
+    for kind in rng.choice(list(KINDS), size=size, p=shares / shares.sum()):
+        low, high = KINDS[kind][1:]
+        words = rng.choice(WORDS, size=int(rng.integers(low, high + 1)))
+        text = " ".join(words)
+        corpus.append(CorpusText(text[0].upper() + text[1:] + ("?" if kind == "query" else "."), str(kind)))
+    return corpus
+
+
+def raw_onnxruntime(
+    onnx_path: str, tokenizer: TextTokenizer, corpus: Sequence[CorpusText], batch: int
+) -> tuple[float, float]:
+    """(sentences/s, computed/real tokens) in-process, one thread, tokenization timed: texts grouped by
+    padded length and run ``batch`` at a time, as the dynamic batcher groups them; best of two passes."""
+    session = open_session(onnx_path, 1, 1, ["CPUExecutionProvider"])
+    texts = [c.text for c in corpus]
+
+    def one_pass() -> tuple[float, int, int]:
+        start = time.perf_counter()
+        encoded = tokenizer.tokenize([[t] for t in texts])
+        by_width: dict[int, list] = {}
+        for item in encoded:
+            by_width.setdefault(item.input_ids.shape[1], []).append(item)
+        real = computed = 0
+        for items in by_width.values():
+            for first in range(0, len(items), batch):
+                group = items[first : first + batch]
+                ids = np.concatenate([g.input_ids for g in group])
+                mask = np.concatenate([g.attention_mask for g in group])
+                session.run(["embedding"], {"input_ids": ids, "attention_mask": mask})
+                real += sum(g.real_tokens for g in group)
+                computed += ids.size
+        return time.perf_counter() - start, real, computed
+
+    session.run(
+        ["embedding"], {"input_ids": np.ones((1, 8), np.int64), "attention_mask": np.ones((1, 8), np.int64)}
+    )
+    best, real, computed = min(one_pass() for _ in range(2))
+    return len(texts) / best, computed / real
+
+
+def sentence_transformers_rate(package: str, corpus: Sequence[CorpusText], batch: int = 32) -> float:
+    """Sentences/s of ``SentenceTransformer.encode`` in-process, what a user runs instead."""
+    from client.text_reference import sentence_transformer
+
+    model = sentence_transformer(package)
+    texts = [c.text for c in corpus]
+    model.encode(texts[:batch], batch_size=batch, normalize_embeddings=True)
+    start = time.perf_counter()
+    model.encode(texts, batch_size=batch, normalize_embeddings=True)
+    return len(texts) / (time.perf_counter() - start)
+
+
+def bucket_latency(
+    onnx_path: str, lengths: Sequence[int], batches: Sequence[int], seconds: float = 0.2
+) -> dict[int, dict[int, float]]:
+    """``{padded length: {batch: median ms}}`` in-process, timed as ``measure_raw`` times."""
+    rng = np.random.default_rng(0)
+    latency = {}
+    for length in lengths:
+        shape = (max(batches), length)
+        ids = rng.integers(1000, 20000, size=shape, dtype=np.int64)
+        pool = {"input_ids": ids, "attention_mask": np.ones(shape, dtype=np.int64)}
+        points = measure_raw(Path(onnx_path), pool, batches, seconds=seconds, repeats=3)
+        latency[length] = {point.batch: point.batch_ms for point in points}
+    return latency
 
 
 @dataclass
@@ -218,12 +304,8 @@ class TextStudy:
         return 2 + 3 * modes - ("exact" in profile.text_modes) + 2 + 1 + compares_int8(profile)
 
     def run(self, context: StudyContext) -> StudyReport:
-        result = self._measure(context)
-        return write_text_report(context, self, result)
-
-    def _measure(self, context: StudyContext) -> TextResult:
         profile = context.profile
-        modes = [MODES[name] for name in profile.text_modes]
+        modes = [TEXT_MODES[name] for name in profile.text_modes]
         repository = context.workdir / "text_repository"  # kept: a rebuild reuses the exported encoder
         context.progress("building the text study repository (encoder exported once)")
         done: dict[str, Path] = {}  # one ensemble per mode, the fp32 ones sharing one exported encoder file
@@ -249,14 +331,22 @@ class TextStudy:
             for mode in modes:
                 load = context.open_load(result.rate)
                 result.points.append(measure_mode(context, server, mode, corpus, load, "open mixed"))
-            shared_mode = MODES["buckets"] if "buckets" in profile.text_modes else modes[0]
+            shared_mode = TEXT_MODES["buckets"] if "buckets" in profile.text_modes else modes[0]
             short = result.point(shared_mode.name, "closed queries")
             load = context.open_load(max(SHARE_FRACTION * short.summary.throughput, 1.0), seed_offset=1)
             result.points.append(measure_mode(context, server, shared_mode, queries, load, "queries alone"))
             result.points += measure_sharing(context, server, shared_mode, queries, passages, load)
         context.progress("references in-process: raw onnxruntime, sentence-transformers, latency per length")
         measure_references(profile, result, corpus, repository, modes)
-        return result
+        write_csv([r for p in result.points for r in p.records], context.folder / "text_records.csv")
+        figures = {
+            "rate": result.rate, "raw": result.raw, "sentence_transformers": result.sentence_transformers,
+            "latency": result.latency,
+            "points": [{"mode": p.mode, "load": p.load, "summary": p.summary, "sent": p.sent,
+                        "failed": p.failed, "formed": p.formed, "mean_batch": p.mean_batch,
+                        "padding_waste": p.padding_waste} for p in result.points],
+        }  # fmt: skip
+        return write_report(context, self, report_lines(result), goals(result), figures)
 
 
 def ratio_goal(name: str, value: float, detail: str, limits: str) -> Goal:
@@ -349,8 +439,8 @@ def _rows(result: TextResult, load: str) -> list[list[str]]:
     for point in (p for p in result.points if p.load == load):
         gain = point.summary.throughput / base.summary.throughput if base else math.nan
         rows.append([
-            TITLES[point.mode], *point.speed_cells(), number(point.mean_batch, 2), ratio(point.padding_waste),
-            f"{point.failed}/{point.sent}", ratio(gain),
+            TEXT_TITLES[point.mode], *point.speed_cells(), number(point.mean_batch, 2),
+            ratio(point.padding_waste), f"{point.failed}/{point.sent}", ratio(gain),
         ])  # fmt: skip
     return rows
 
@@ -402,15 +492,3 @@ def report_lines(result: TextResult) -> list[str]:
         table(["length", "T ms", "Δt ms", "R²", "predicted gain at the top batch", "top batch"], fits),
     )
     return lines + section("Goals", goals_table(goals(result)))
-
-
-def write_text_report(context: StudyContext, study: TextStudy, result: TextResult) -> StudyReport:
-    write_csv([r for p in result.points for r in p.records], context.folder / "text_records.csv")
-    figures = {
-        "rate": result.rate, "raw": result.raw, "sentence_transformers": result.sentence_transformers,
-        "latency": result.latency,
-        "points": [{"mode": p.mode, "load": p.load, "summary": p.summary, "sent": p.sent, "failed": p.failed,
-                    "formed": p.formed, "mean_batch": p.mean_batch, "padding_waste": p.padding_waste}
-                   for p in result.points],
-    }  # fmt: skip
-    return write_report(context, study, report_lines(result), goals(result), figures)

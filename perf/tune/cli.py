@@ -16,7 +16,7 @@ from exporters.repository import build_repository
 from exporters.resolve import load_spec
 from exporters.schema.models import Spec
 from perf.errors import NothingMeetsError, OptionError, PerfError
-from perf.markdown import number, table
+from perf.markdown import number, report_folder, table
 from perf.measure.analyzer import PerfAnalyzerEngine, find_perf_analyzer, unavailable_message
 from perf.measure.engine import MeasureSettings, OurEngine
 from perf.measure.loads import Load, read_trace
@@ -25,7 +25,6 @@ from perf.measure.raw import measure_raw
 from perf.measure.shapes import has_variable_axis
 from perf.model.batcher import BatcherConfig
 from perf.model.grid import QUICK_GRID, WIDE_GRID, Grid
-from perf.report_folder import report_folder
 from perf.session.model import (
     TUNE_WINDOWS,
     ModelSession,

@@ -10,7 +10,7 @@ from pathlib import Path
 from typing import Any
 
 from perf.errors import EXIT_USAGE, OptionError
-from perf.markdown import number, percent, table, write_report
+from perf.markdown import error_percent, number, percent, table, write_report
 from perf.measure.measurement import too_few_note
 from perf.session.search import disagreement
 from perf.studies.goals import GOALS, Goal, goals_table
@@ -24,7 +24,6 @@ from perf.tune.result import (
     TuneDocument,
     load,
 )
-from perf.unmeasured import error_percent
 
 NOISE_MARK = "†"  # beside a figure whose run the hypervisor took CPU from (``perf.measure.noise``)
 

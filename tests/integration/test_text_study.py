@@ -9,8 +9,8 @@ import pytest
 
 from perf.studies.framework import StudyContext
 from perf.studies.profiles import get_profile
-from perf.studies.text_plan import INT8
-from perf.studies.text_plan import MODES as MODE_PLANS
+from perf.studies.study_spec import INT8
+from perf.studies.study_spec import TEXT_MODES as MODE_PLANS
 from perf.studies.text_study import TextStudy
 from tests.records_csv import read_csv
 

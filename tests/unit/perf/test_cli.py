@@ -218,7 +218,7 @@ def test_a_missing_spec_stops_only_a_profile_whose_studies_serve_it(tmp_path: Pa
 
 def test_every_model_of_a_two_model_run_has_its_goals_named_by_model(tmp_path: Path, capsys) -> None:
     from perf.cli import print_goals
-    from perf.studies.batching_goals import all_goals
+    from perf.studies.analysis import all_goals
     from perf.studies.goals import goals_table
     from tests.unit.perf.test_unmeasured import result as one_model_run
 

@@ -18,7 +18,7 @@ from pathlib import Path
 import pytest
 
 from client.stats import BatchBucket, ModelStats
-from perf.markdown import fit_text, number, percent, ratio
+from perf.markdown import NEGATIVE, UNMEASURED, Unmeasured, error_percent, fit_text, number, percent, ratio
 from perf.measure.loads import closed_loop
 from perf.measure.measurement import Measurement
 from perf.measure.raw import RawPoint
@@ -26,13 +26,11 @@ from perf.measure.records import Record
 from perf.measure.server_view import ServerDelta
 from perf.model.latency import fit_latency
 from perf.studies import analysis
-from perf.studies.batching import summary_tables
-from perf.studies.batching_goals import all_goals
+from perf.studies.analysis import all_goals
 from perf.studies.profiles import get_profile
-from perf.studies.report import write_report
+from perf.studies.report import summary_tables, write_report
 from perf.studies.study import FamilyResult, StudyResult
 from perf.studies.study_spec import study_spec
-from perf.unmeasured import NEGATIVE, UNMEASURED, Unmeasured, error_percent
 
 CONCURRENCY = 16
 # A negative figure printed as one: a minus that starts a number (not a date's or a range's hyphen).

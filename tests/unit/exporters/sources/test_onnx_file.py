@@ -23,8 +23,7 @@ from exporters.errors import ExportCheckError, SpecError
 from exporters.init.entry import init_entry
 from exporters.onnx_export import export_onnx
 from exporters.schema.sections import TensorSpec
-from perf.studies.analysis import outside_server_ms
-from perf.studies.batching_goals import GOAL_FAMILY, for_model
+from perf.studies.analysis import GOAL_FAMILY, for_model, outside_server_ms
 from perf.studies.goals import Goal
 from python_backend.batching import InvalidInputError, TensorInfo, shared_axes, with_value_guards
 from server.__main__ import _already_running

@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 
 from perf.errors import StudyError
-from perf.measure.analyzer import Export, read_analyzer_csv
+from perf.measure.analyzer import read_analyzer_csv, read_export
 from perf.measure.records import summarize
 from perf.measure.target import Target
 
@@ -33,13 +33,11 @@ def throughput(records) -> float:
 
 def test_closed_loop_records_reproduce_perf_analyzers_own_csv(target: Target) -> None:
     raw = json.loads(CLOSED.read_text())["experiments"][0]["requests"]
-    export = Export.read(CLOSED)
-    records = export.records(target, "c2")
+    records, windows = read_export(CLOSED, target, "c2")
     assert len(records) == len(raw) and all(r.ok and r.batch == 1 for r in records)
     assert all(0 <= r.send_s < r.recv_s for r in records)
     assert [r.arrivals for r in records] == [(r.send_s,) for r in records]
     assert records[0].bytes_sent == 16 * 4 + 8 * 8 and records[0].bytes_received == 4
-    windows = export.windows
     assert len(windows) == 3 and windows[0][0] == 0.0
     assert all(a[1] == b[0] for a, b in itertools.pairwise(windows))  # back to back
     theirs = read_analyzer_csv(CLOSED.with_suffix(".csv"))
@@ -55,17 +53,17 @@ def test_closed_loop_records_reproduce_perf_analyzers_own_csv(target: Target) ->
 
 def test_open_loop_requests_leave_on_our_schedule(target: Target) -> None:
     arrivals = np.loadtxt(DATA / "perf_analyzer_2.41.0_open_arrivals.txt")
-    records = Export.read(OPEN).records(target, "open")
+    records, _ = read_export(OPEN, target, "open")
     sends = np.array([r.send_s for r in records])
     assert np.all(np.diff(sends) >= 0) and len(records) == len(arrivals)
     assert np.abs(sends - arrivals).max() < 0.02  # sent on our schedule (the lag was ~1 ms)
 
 
-def test_an_export_without_its_experiment_is_an_error(tmp_path: Path) -> None:
+def test_an_export_without_its_experiment_is_an_error(tmp_path: Path, target: Target) -> None:
     empty = tmp_path / "export.json"
     empty.write_text(json.dumps({"experiments": [], "version": "2.41.0"}))
     with pytest.raises(StudyError, match="expected one experiment"):
-        Export.read(empty)
+        read_export(empty, target, "empty")
 
 
 def test_fp16_inputs_go_to_perf_analyzer_as_raw_bytes(tmp_path: Path) -> None:

@@ -6,7 +6,7 @@ import os
 import pytest
 
 from client.stats import parse_model_stats
-from perf.measure.server_view import HostCpu, busy_cores, process_tree_cpu_s, stolen_share
+from perf.measure.server_view import HostCpu, process_tree_cpu_s
 
 
 def stats_payload(success, executions, inferences, batches):
@@ -52,7 +52,8 @@ def test_proc_stat_reads_busy_and_stolen_time_apart() -> None:
     assert now is not None and 0 < now.busy <= now.total and 0 <= now.stolen <= now.total
     # the hypervisor took 50 of 1,000 jiffies: 5% stolen, and not counted as this machine's work
     before, after = HostCpu(100, 1000, 10), HostCpu(600, 2000, 60)
-    assert stolen_share(before, after) == pytest.approx(0.05)
-    assert 0 < busy_cores(before, after) <= os.cpu_count()
-    assert math.isnan(busy_cores(None, now)) and math.isnan(stolen_share(now, None))
-    assert math.isnan(busy_cores(now, now))  # no time passed: no figure, not a 0
+    busy, stolen = after.since(before)
+    assert stolen == pytest.approx(0.05)
+    assert 0 < busy <= os.cpu_count()
+    assert all(math.isnan(x) for x in now.since(None))
+    assert all(math.isnan(x) for x in now.since(now))  # no time passed: no figure, not a 0

@@ -33,7 +33,7 @@ def test_overhead_is_served_minus_raw_per_execution_over_the_formed_sizes() -> N
     assert overhead.raw_ms == pytest.approx((10 * 0.5 + 5 * raw_at_8) / 15)
     assert overhead.ms == pytest.approx(overhead.served_ms - overhead.raw_ms)
     assert overhead.ratio == pytest.approx(overhead.served_ms / overhead.raw_ms)
-    assert overhead.missing() is None and overhead_cell(overhead) == f"{overhead.ms:.3f}"
+    assert not overhead.why and overhead_cell(overhead) == f"{overhead.ms:.3f}"
 
 
 @pytest.mark.parametrize(
@@ -48,7 +48,7 @@ def test_overhead_is_served_minus_raw_per_execution_over_the_formed_sizes() -> N
 )
 def test_what_cannot_be_measured_says_why_and_shows_no_number(batches, raw, reason: str) -> None:
     overhead = overhead_of(batches, raw)
-    assert reason in overhead.missing()
+    assert reason in overhead.why
     cell = overhead_cell(overhead)
     assert cell.startswith(f"{NOT_MEASURED} (") and reason in cell
     assert overhead_cell(None) == f"{NOT_MEASURED} (no server statistics)"

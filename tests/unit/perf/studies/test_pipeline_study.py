@@ -15,7 +15,6 @@ from exporters.pipelines.build import BoundaryRecord, PipelineRecord
 from perf.errors import OptionError, StudyError
 from perf.measure.server_view import ServerDelta
 from perf.studies.framework import StudyContext
-from perf.studies.pipeline_plan import COMPARISONS
 from perf.studies.pipeline_study import (
     Figures,
     Live,
@@ -28,6 +27,7 @@ from perf.studies.pipeline_study import (
     write_pipeline_report,
 )
 from perf.studies.profiles import get_profile
+from perf.studies.study_spec import COMPARISONS
 from tests.unit.exporters.schema.test_bounded_yaml import laughs, written
 
 RECORD = PipelineRecord(

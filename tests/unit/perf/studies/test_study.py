@@ -7,10 +7,10 @@ from __future__ import annotations
 import types
 from pathlib import Path
 
-from perf.studies.batching import BatchingStudy
 from perf.studies.catalog import studies
 from perf.studies.framework import StudyContext
 from perf.studies.profiles import get_profile
+from perf.studies.report import BatchingStudy
 from perf.studies.study import FamilyResult, StudyResult, StudyRunner, StudyTools, count_steps
 
 SERVER = types.SimpleNamespace(grpc_url="localhost:1", http_url="localhost:2", metrics_url=None, pid=None)

@@ -10,8 +10,7 @@ from perf.errors import OptionError
 from perf.measure.records import Record, summarize
 from perf.measure.target import Caller, Target
 from perf.studies.profiles import get_profile
-from perf.studies.text_corpus import make_corpus
-from perf.studies.text_study import Point, TextResult, goals, padding_waste, token_counters
+from perf.studies.text_study import Point, TextResult, goals, make_corpus, padding_waste, token_counters
 
 METRICS = """# HELP text_tokens_total tokens handed to the encoder
 text_tokens_total{kind="real",model="text_buckets_tokenizer"} 1000
