@@ -352,8 +352,4 @@ def write(out: Path, document: dict) -> list[Path]:
 def summary(document: dict) -> str:
     """A short table for the end of the command's output (the device tool returns the tail)."""
     rows = [[n, s["status"], number(s.get("seconds", math.nan))] for n, s in document["sections"].items()]
-    lines = [table(["step", "status", "s"], rows)]
-    for model, by_precision in document["compute_profile"]["models"].items():
-        for precision, p in by_precision.items():
-            lines.append(f"{model} {precision}: T {p['T_ms']:.4f} ms, Δt {p['dt_ms']:.5f} ms (raw torch)")
-    return "\n".join(lines)
+    return table(["step", "status", "s"], rows) + "\n\n" + _profile_lines(document["compute_profile"])[-1]

@@ -1,12 +1,7 @@
 """``make soak``'s attack faults: the request kinds fault matrix rows 37–46 and 78 close, sent among the
-load; each must get its one documented answer and no stub may die. ``[2^62, 0]`` shapes (rows 37–39), a
-garbage first stream message (row 40), half-open HTTP/2 connections (row 41), a stub's region
-hard-linked or renamed over a client's (rows 43–44), a region truncated while in use (row 45), and
-``kill -9`` of tritonserver (its restart gap is an outage of every model, excused only with the fronts'
-503/502 and ``UNAVAILABLE``). From an address of their own (``ATTACKER``, so the load's share is not
-theirs): inferences whose client hangs up once they are sent (row 38) and calls reset once sent (row
-78), each answered 200/OK or refused as beyond the client's share, with no more of them waiting in
-Triton than that share. Request-target mutations (rows 35–36) go out in the HTTP fuzz bursts."""
+load, each to get its one documented answer with no stub lost. The share attacks (rows 38 and 78) come
+from an address of their own (``ATTACKER``), so the load's share is not theirs; ``kill -9`` of
+tritonserver is an outage of every model, excused only with the fronts' restart answers."""
 
 from __future__ import annotations
 
@@ -149,8 +144,7 @@ def _watch_closed(connections: list[socket.socket], record: Callable[[bool], Non
 
 
 def shared_memory_identity(soak: Soak) -> None:
-    """A stub's region hard-linked (refused, row 43) or renamed over a client's (its own file read, row
-    44)."""
+    """A stub's region hard-linked (refused, row 43) or renamed over a client's (row 44)."""
     name = soak.stub_region()
     if name is None:
         return
@@ -189,8 +183,8 @@ def from_region(client: object, protocol: str, name: str) -> Callable[[], np.nda
 
 
 def renamed_over(client: object, protocol: str, region: Path, read: RegionRead = from_region) -> bool:
-    """A stub's ``region`` renamed over a client's registered region and read (row 44): right only when
-    answered from the client's own file; ``read`` builds the request (a test hands in wrong ones)."""
+    """A stub's ``region`` renamed over a client's registered one (row 44): right only when answered from
+    the client's own file; ``read`` builds the request (a test hands in wrong ones)."""
     values = np.full((1, ROW_FLOATS), 3.5, np.float32)
     with system_region(client, 4096, f"soak_renamed_{protocol}_{os.getpid()}") as (name, handle):
         shared_memory.set_shared_memory_region(handle, [values])
@@ -209,8 +203,8 @@ def renamed_over(client: object, protocol: str, region: Path, read: RegionRead =
 def into_region(
     client: object, protocol: str, name: str, descriptor: int, size: int
 ) -> Callable[[], np.ndarray]:
-    """A ``trivial`` request through the region; returns its output row read through ``descriptor``, as a
-    mapping read past a cut file's end is a SIGBUS."""
+    """A ``trivial`` request through the region, its output read through ``descriptor`` (a mapping read
+    past a cut file's end is a SIGBUS)."""
     module = protocol_module(protocol)
     tensor = module.InferInput("x", [1, ROW_FLOATS], "FP32").set_shared_memory(name, ROW)
     output = module.InferRequestedOutput("y")
@@ -234,8 +228,7 @@ def _read_back(descriptor: int, at: int) -> np.ndarray:
 
 @dataclass(frozen=True)
 class Verdict:
-    """A request answered with a right output, refused by the front as the fault matrix allows, or
-    ``wrong``."""
+    """A request answered right, refused by the front as the fault matrix allows, or ``wrong``."""
 
     answered: bool = False
     refused: bool = False
@@ -245,8 +238,7 @@ class Verdict:
 def judge(
     call: Callable[[], np.ndarray], rights: Sequence[np.ndarray], refusal: str | None = None
 ) -> Verdict:
-    """Answered when ``call``'s output is one of ``rights``; refused on a bad-request error saying
-    ``refusal``; anything else is wrong."""
+    """Answered when ``call``'s output is one of ``rights``; refused on a bad request saying ``refusal``."""
     try:
         output = call()
     except Exception as error:  # whatever it is, the request got it instead of an answer
@@ -301,9 +293,8 @@ def race_rights(client: object, protocol: str, values: np.ndarray) -> list[np.nd
 
 
 def race_truncation(client: object, protocol: str, name: str, seconds: float = RACE_S) -> Race:
-    """Cut ``/dev/shm/name`` short and restore it for ``seconds`` while requests run through it (row 45).
-    Every other request runs with the file whole and its output row preset to a value no answer has: it
-    must get the region's own output (a front that never wrote it would read back a cut's zeros)."""
+    """Cut ``/dev/shm/name`` short and restore it for ``seconds`` while requests run through it (row 45);
+    every other request runs on the whole file with its output row preset, so an unwritten output shows."""
     size = 1 << 16
     values = np.full((1, ROW_FLOATS), 2.5, np.float32)
     rights = race_rights(client, protocol, values)
@@ -354,8 +345,7 @@ def race_truncation(client: object, protocol: str, name: str, seconds: float = R
 
 
 def kill_server(soak: Soak) -> None:
-    """``kill -9`` of tritonserver; waits until the supervisor serves again, so the next fault meets a
-    serving server."""
+    """``kill -9`` of tritonserver; waits until the supervisor serves again, for the next fault."""
     supervisor = soak.supervisor
     pid = soak.server.pid
     if supervisor is None or pid is None:
@@ -393,10 +383,8 @@ def encoder_request(soak: Soak) -> tuple[tuple[str, ...], int] | None:
 
 
 def within_share(soak: Soak, what: str, share: int, attack: Callable[[Callable[[], None]], bool]) -> None:
-    """Record ``what``: ``attack(read)`` (whether every answer it got was right; ``read()`` after each
-    wave waits for a count begun after it) while Triton's count of the encoder's waiting requests is
-    read; right only if Triton never had more than ``share`` waiting (and was read at all) and the server
-    and its stubs were kept."""
+    """Record ``what``: right when ``attack(read)`` got only right answers, Triton never had more than
+    ``share`` of the encoder's requests waiting (and was read at all), and the server was kept."""
     pid, stubs = soak.server.pid, soak.stub_pids()
     _until_quiet(soak.server.metrics_url)
     with PendingWatch(soak.server.metrics_url, ENCODER) as watch:
@@ -410,8 +398,7 @@ def within_share(soak: Soak, what: str, share: int, attack: Callable[[Callable[[
 
 
 def _until_quiet(metrics_url: str) -> None:
-    """Until Triton has none of the encoder's requests waiting (an earlier run's), ``ANSWER_WITHIN_S`` at
-    most: what is counted waiting next is then this run's own."""
+    """Until Triton has none of the encoder's requests waiting, so what is counted next is this run's."""
     deadline = time.monotonic() + ANSWER_WITHIN_S
     while time.monotonic() < deadline:
         with contextlib.suppress(OSError):  # no read this time: the next one tells
@@ -427,9 +414,7 @@ def share_answer(status: int | str, text: str) -> bool:
 
 def hung_up_inferences(soak: Soak) -> None:
     """Waves of encoder inferences over HTTP from ``ATTACKER``, a share's worth each, every connection
-    closed right after its request was sent (fault matrix row 38): each answer that came first is 200 or
-    the address's 429, Triton never has more of them waiting than the address's share (a forwarded
-    inference keeps its slot until Triton answers it), and the server and stubs are kept."""
+    closed once sent (fault matrix row 38): a forwarded inference keeps its slot until Triton answers."""
     asked = encoder_request(soak)
     if asked is None:
         return
@@ -455,11 +440,8 @@ def hung_up_inferences(soak: Soak) -> None:
 
 
 def reset_calls(soak: Soak) -> None:
-    """Waves of encoder ``ModelInfer`` calls on one gRPC connection from ``ATTACKER``, a share's worth
-    of the address each, every call reset once the front read it (fault matrix row 78): each answer that
-    came first is ``OK`` or the connection's ``RESOURCE_EXHAUSTED``, nothing else is reset or sent
-    ``GOAWAY``, Triton never has more of them waiting than the connection's share (a forwarded call keeps
-    its slot until Triton answers it), and the server and stubs are kept."""
+    """Waves of encoder calls on one gRPC connection from ``ATTACKER``, each reset once the front read it
+    (fault matrix row 78): nothing else may be reset or sent ``GOAWAY``."""
     asked = encoder_request(soak)
     if asked is None:
         return

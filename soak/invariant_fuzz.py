@@ -88,12 +88,9 @@ def served_spaces(server: TritonServer) -> dict[str, ModelSpace]:
 def rss_mib(pid: int | None) -> float:
     """A process's resident memory in MiB (0 once it is gone)."""
     try:
-        for line in Path(f"/proc/{pid}/status").read_text().splitlines():
-            if line.startswith("VmRSS:"):
-                return int(line.split()[1]) / 1024
+        return int(Path(f"/proc/{pid}/statm").read_text().split()[1]) * os.sysconf("SC_PAGE_SIZE") / (1 << 20)
     except OSError:
-        pass
-    return 0.0
+        return 0.0
 
 
 @dataclass
@@ -240,8 +237,8 @@ class InvariantFuzz:
         return problems
 
     def check(self, case: Case) -> None:
-        """Send ``case``; ``AssertionError`` lists what broke. Once the server broke every case fails with
-        that same line: hypothesis takes a moving failure for a flaky one."""
+        """Send ``case``; ``AssertionError`` lists what broke, the same line for every case once the server
+        broke (hypothesis takes a moving failure for a flaky one)."""
         if time.monotonic() >= self.stop_at and not self.fatal:
             return
         problems = [f"the server broke earlier: {self.fatal}"] if self.fatal else self._held(case)
@@ -377,8 +374,8 @@ class InvariantFuzz:
             self.report.covered[f"{verdict} {case.protocol} {case.headers.compression} message"] += 1
 
     def _other_uid(self, case: Case, space: ModelSpace | None) -> list[Answer]:
-        """The other user lists its regions, or runs the model's smallest request through its own region
-        with the case's HTTP headers, so the front reads Triton's answer under every drawn header."""
+        """The other user lists its regions, or sends the model's smallest request through its own region
+        under the case's HTTP headers."""
         other = self.other
         if other is None or not case.other_uid or space is None:
             return []
