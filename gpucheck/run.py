@@ -22,7 +22,7 @@ from gpucheck import machine, report, studies
 from gpucheck.grid import GRIDS
 from gpucheck.raw import raw_curve
 from gpucheck.repository import build, check_models
-from gpucheck.serving import Session
+from gpucheck.studies import Session
 from perf.report_folder import LOG_FORMAT
 
 log = logging.getLogger("gpucheck")

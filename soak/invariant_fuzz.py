@@ -21,7 +21,7 @@ import os
 import time
 from collections import Counter
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 import tritonclient.http as httpclient
@@ -286,9 +286,8 @@ class InvariantFuzz:
             self.regions.place(o.shm, o.shm.size or 0) if o.shm is not None else None
             for o in case.outputs or ()
         ]
-        answer, verdict, problems = self._request(
-            case, space, data, placed_inputs, placed_outputs, deadline_s
-        )
+        answer, problems = self._request(case, space, data, placed_inputs, placed_outputs, deadline_s)
+        verdict = answer.verdict
         asking_more = [o.name for o in case.outputs or () if o.asks_more_than_its_region]
         if asking_more:  # row 76: refused, and (not allowed below) nothing written into the region
             if "can't set both" in answer.message or b"can't set both" in answer.payload:
@@ -319,8 +318,8 @@ class InvariantFuzz:
         inputs: Sequence[Placed | None],
         outputs: Sequence[Placed | None],
         deadline_s: float,
-    ) -> tuple[Answer, str, list[str]]:
-        """The answer, the fuzzed request's own verdict, and what broke (a) beyond the answer."""
+    ) -> tuple[Answer, list[str]]:
+        """The answer, its verdict the fuzzed request's own, and what broke (a) beyond the answer."""
         timeout = deadline_s + SLACK_S
         if case.protocol == "http":
             reply = self.client.http(http_body(case, data, inputs, outputs), timeout)
@@ -329,7 +328,7 @@ class InvariantFuzz:
             problems = [f"(a) http {case.model}: {problem}" for problem in held]
             shm_output = any(placed is not None for placed in outputs)
             self.report.covered.update(headers_reached(case.headers, reply, answer.verdict, shm_output))
-            return answer, answer.verdict, problems
+            return answer, problems
         request = grpc_request(case, data, inputs, outputs)
         compression = grpc_compression(case.headers)
         if case.protocol == "grpc" and case.headers is not None and case.headers.wire:
@@ -339,7 +338,7 @@ class InvariantFuzz:
                 "infer", *self.client.grpc("ModelInfer", request.SerializeToString(), timeout, compression)
             )
             self._compression_reached(case, answer.verdict)
-            return answer, answer.verdict, []
+            return answer, []
         messages = [request]
         if space is not None:  # the model's smallest valid request after the fuzzed one
             tensors = control_case(space)
@@ -349,13 +348,13 @@ class InvariantFuzz:
         answer, answered = self.client.stream(messages, timeout, compression)
         self._compression_reached(case, answer.verdict if answered.get("fuzz") else "refused")
         if answer.verdict != "ok":
-            return answer, answer.verdict, []
+            return answer, []
         problems = []
         if space is not None and not answered.get("control"):
             problems.append(f"(a) stream {case.model}: the valid message after the fuzzed one failed")
-        return answer, "ok" if answered.get("fuzz") else "refused", problems
+        return answer if answered.get("fuzz") else replace(answer, verdict="refused"), problems
 
-    def _wire_call(self, case: Case, request: bytes, timeout: float) -> tuple[Answer, str, list[str]]:
+    def _wire_call(self, case: Case, request: bytes, timeout: float) -> tuple[Answer, list[str]]:
         """A ``ModelInfer`` call with the drawn wire fault, written frame by frame (``soak.raw_grpc``)."""
         assert case.headers is not None
         metadata, data = WIRE_FAULTS[case.headers.wire](request)
@@ -367,7 +366,7 @@ class InvariantFuzz:
             answer = grpc_answer("infer", reply.code, reply.message, reply.payload, reply.elapsed_s)
         self.report.covered[f"{answer.verdict} grpc wire {case.headers.wire}"] += 1
         problems = wire_held(case.headers, answer.verdict)
-        return answer, answer.verdict, [f"(a) grpc {case.model}: {problem}" for problem in problems]
+        return answer, [f"(a) grpc {case.model}: {problem}" for problem in problems]
 
     def _compression_reached(self, case: Case, verdict: str) -> None:
         if case.headers is not None and case.headers.compression:
