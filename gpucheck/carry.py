@@ -46,8 +46,7 @@ class CarryError(RuntimeError):
 
 
 def pinned_versions() -> dict[str, str]:
-    """Each carried distribution at the version the ``.venv`` runs, so both sides import the same client
-    code."""
+    """Each carried distribution at the version the ``.venv`` runs: both sides import the same code."""
     versions = {}
     for name in CARRIED:
         try:
@@ -211,8 +210,7 @@ def build_carry(
 
 
 def check_budget(destination: Path, root: Path) -> tuple[int, int]:
-    """``(carried bytes, working tree bytes)``; ``CarryError`` naming the largest carried files when over
-    budget."""
+    """``(carried bytes, working tree bytes)``; over budget, ``CarryError`` names the largest files."""
     files = folder_files(destination)
     carried = sum(files.values())
     tree = working_tree_bytes(root)

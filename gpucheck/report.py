@@ -37,8 +37,7 @@ NOT_MEASURED = (
 
 
 def compute_profile(device: str, curves: Iterable[RawCurve]) -> dict[str, Any]:
-    """What ``make plan --compute-profile`` reads: per model and precision, raw torch's times per batch and
-    their fit."""
+    """What ``make plan --compute-profile`` reads: raw torch's times per batch and their fit."""
     models: dict[str, dict[str, Any]] = {}
     for curve in curves:
         models.setdefault(curve.base, {})[curve.precision] = {

@@ -52,7 +52,7 @@ class ServingError(RuntimeError):
 
 
 class Session:
-    """``with Session(repository, on_gpu, workdir) as session``: the server up, every model loaded."""
+    """The check's tritonserver: ``start()`` loads every model, ``close()`` stops it."""
 
     def __init__(self, repository: Path, on_gpu: bool, workdir: Path) -> None:
         extra = [f"--cuda-memory-pool-byte-size=0:{CUDA_POOL_BYTES}"] if on_gpu else []
@@ -61,12 +61,12 @@ class Session:
         )
         self.server = TritonServer(options)
 
-    def __enter__(self) -> Session:
+    def start(self) -> dict[str, Any]:
         self.server.start()  # a model that fails to load fails the studies that need it (``require``)
         self.grpc = grpcclient.InferenceServerClient(self.server.grpc_url)
-        return self
+        return {"install": str(self.server.install.binary), "failed_models": dict(self.server.failed_models)}
 
-    def __exit__(self, *exc_info: object) -> None:
+    def close(self) -> None:
         self.grpc.close()  # an open connection would hold tritonserver's exit
         self.server.terminate()  # nothing in flight to drain: SIGTERM, and the cleanup
 
@@ -195,8 +195,7 @@ def _predicted_mib(spec: Any, precision: str) -> float | None:
 
 
 def memory(context: Context) -> dict[str, Any]:
-    """What each latency model's stub holds after the largest batch, against torch's allocator and ``make
-    plan``'s count."""
+    """Each latency model's stub memory after the largest batch, against torch's and ``make plan``'s."""
     context_mib = context_bytes(context.device) / MIB if context.on_gpu else None
     models = {}
     for name in latency_group(context.grid):
@@ -255,8 +254,7 @@ def instances(context: Context) -> dict[str, Any]:
 
 
 def pipeline(context: Context) -> dict[str, Any]:
-    """The two-stage image classifier against the monolith: latency, throughput, bytes crossing the
-    boundary."""
+    """The two-stage image classifier against the monolith: latency, throughput, bytes crossing stages."""
     monolith = context.repository.models[INSTANCE_MODEL].model.spec
     rows = []
     for name in (INSTANCE_MODEL, *context.grid.pipelines):
@@ -284,8 +282,7 @@ def pipeline(context: Context) -> dict[str, Any]:
 def _transport_times(
     context: Context, model: str, array: np.ndarray, transport: str
 ) -> tuple[list[float], bool]:
-    """Times of requests of ``array`` through ``transport``, and whether the last answer was right
-    (doubled)."""
+    """Times of requests of ``array`` through ``transport``, and whether the last answer was doubled."""
     client, count = context.session.grpc, context.grid.shm_requests
     size = array.nbytes
     tensor = grpcclient.InferInput("x", list(array.shape), "FP32")

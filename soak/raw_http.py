@@ -1,9 +1,7 @@
 """The soak's one HTTP/1.1 client, on a raw socket, so a request goes out as its caller built it. An answer
-is a status line, its headers and its whole body (a HEAD's ends at its headers, RFC 9110) within
-``timeout_s``, its body decoded as a client would; anything else is no answer, and ``failure`` says
-which (``hang``, ``closed``, ``not HTTP``, ``undecodable``). A front answers even a request it will not
-read before it closes, so a dropped request is the front's fault. ``hang_ups`` sends a request on many
-connections and closes them without waiting for its answers (fault matrix row 38)."""
+is a status line, its headers and its whole body (a HEAD's ends at its headers) within ``timeout_s``,
+decoded as a client would; anything else is no answer, and ``failure`` says which. A front answers even
+a request it will not read before it closes, so a dropped request is the front's fault."""
 
 from __future__ import annotations
 
@@ -81,8 +79,7 @@ def pipelined(
     sent: Event | None = None,
     head_only: bool = False,
 ) -> list[HttpReply]:
-    """``raw`` on one connection, and the first ``replies`` that came back; the list ends at the first that
-    is no answer."""
+    """``raw`` on one connection, and the first ``replies`` that came back, up to the first no answer."""
     start, received, got = time.monotonic(), b"", []
     try:
         with socket.create_connection(address, timeout=timeout_s) as sock:
