@@ -69,20 +69,14 @@ RSS_BOUND_MIB = 96.0
 
 def served_spaces(server: TritonServer) -> dict[str, ModelSpace]:
     """Every model the server has READY, read from the config it serves."""
-    own = httpclient.InferenceServerClient(server.triton_http_url)
-    try:
+    with httpclient.InferenceServerClient(server.triton_http_url) as own:
         index = own.get_model_repository_index(headers=admin_headers(server.admin_key))
-        spaces = {}
-        for entry in index:
-            if entry.get("state") != "READY" or entry["name"] in spaces:
-                continue
-            config = own.get_model_config(entry["name"])
-            spaces[entry["name"]] = ModelSpace.from_config(
-                entry["name"], config, MAX_REQUEST_BYTES, server.options.front_shares.deadline_s
-            )
-        return spaces
-    finally:
-        own.close()
+        ready = dict.fromkeys(entry["name"] for entry in index if entry.get("state") == "READY")
+        deadline_s = server.options.front_shares.deadline_s
+        return {
+            name: ModelSpace.from_config(name, own.get_model_config(name), MAX_REQUEST_BYTES, deadline_s)
+            for name in ready
+        }
 
 
 def rss_mib(pid: int | None) -> float:
