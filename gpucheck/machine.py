@@ -40,8 +40,6 @@ class MachineFacts:
 
 def smi(*query: str) -> str | None:
     """``nvidia-smi`` with ``query`` (CSV, no header, no units), or None where it is absent or fails."""
-    if shutil.which("nvidia-smi") is None:
-        return None
     try:
         command = ["nvidia-smi", *query, "--format=csv,noheader,nounits"]
         done = subprocess.run(command, capture_output=True, text=True, timeout=30)
