@@ -31,6 +31,7 @@ from server.fronts import h2c
 from server.fronts.client_slots import SlotLimits
 from soak import raw_grpc
 from soak.faults import ENCODER, Soak, overflowing_request, refused
+from soak.other_uid import SERVICE
 from soak.pending import PendingWatch, pending
 from soak.raw_http import Request, address, exchange, hang_ups
 from soak.report import Outage
@@ -57,19 +58,15 @@ ROW_FLOATS = 16  # trivial's x and y: FP32 [1, 16]
 ROW = 4 * ROW_FLOATS
 UNWRITTEN = np.full((1, ROW_FLOATS), -1.0, np.float32)  # no answer of the race's: 2 * 2.5 or 2 * 0
 RESTART_WITHIN_S = 300.0  # the supervisor's backoff plus a start on a busy host
-# Linux routes all of 127.0.0.0/8 to loopback: the share attacks' own client address, whose share of the
-# slots to Triton is not the load's (127.0.0.1), so the load is never refused for their sake
+# the share attacks' own loopback address (all of 127.0.0.0/8 is), so the load's share is never theirs
 ATTACKER = "127.0.0.9"
 SHARES = SlotLimits()  # the fronts' shares, as the soak serves them
 SHARE_REFUSAL = "requests waiting on tritonserver, its share"  # a share's 429 / RESOURCE_EXHAUSTED (row 38)
 WAVES = 5  # bursts of a share's worth each: while the first is held in Triton, the next are refused
 HANG_UP_AFTER_S = 0.2  # a wave's connections are closed this long after it was sent, answered or not
-# tokens of each attack request (fewer if the encoder takes fewer): enough that a wave still waits in
-# Triton when the next comes, so a front that freed a slot at a hang-up or reset lets Triton hold more
+# tokens of each request (fewer if the encoder takes fewer): a wave still waits when the next comes
 ENCODER_TOKENS = 64
-INFER = "/inference.GRPCInferenceService/ModelInfer"
-# what a share attack may be answered, and what the answer must say: served, or refused as beyond the
-# client's share (429 / RESOURCE_EXHAUSTED, rows 38 and 78)
+# a share attack's answers, and what each must say: served, or refused beyond the share (rows 38, 78)
 SHARE_ANSWERS = {200: "", "OK": "", 429: SHARE_REFUSAL, "RESOURCE_EXHAUSTED": SHARE_REFUSAL}
 
 
@@ -105,7 +102,7 @@ def garbage_stream(soak: Soak) -> None:
     """A stream whose first message is garbage: closed with INVALID_ARGUMENT, not hung (row 40)."""
     garbage = soak.rng.choice(GARBAGE_FIRST_MESSAGES)
     with grpc.insecure_channel(soak.server.grpc_url) as channel:
-        stream = channel.stream_stream("/inference.GRPCInferenceService/ModelStreamInfer")
+        stream = channel.stream_stream(SERVICE + "ModelStreamInfer")
         try:
             list(stream(iter([garbage]), timeout=ANSWER_WITHIN_S))
             right = False
@@ -450,7 +447,7 @@ def reset_calls(soak: Soak) -> None:
     for name in inputs:
         request.inputs.add(name=name, datatype="INT64", shape=[1, tokens])
         request.raw_input_contents.append(np.ones((1, tokens), np.int64).tobytes())
-    block = raw_grpc.call_headers(INFER, [], ANSWER_WITHIN_S)
+    block = raw_grpc.call_headers(SERVICE + "ModelInfer", [], ANSWER_WITHIN_S)
     data = raw_grpc.message(request.SerializeToString())
     front, wave = address(soak.server.grpc_url), 2 * SHARES.per_address  # a client's streams are odd
 
