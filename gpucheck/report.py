@@ -86,11 +86,8 @@ def _ms(value: float | None, digits: int = 3) -> str:
 
 
 def _fit_rows(model: dict) -> list[list[str]]:
-    fits = {
-        "client": model["fit_client"],
-        "server compute": model["fit_compute"],
-        "raw torch": model["fit_raw"],
-    }
+    keys = {"client": "fit_client", "server compute": "fit_compute", "raw torch": "fit_raw"}
+    fits = {what: model[key] for what, key in keys.items()}
     return [[what, _ms(f["T_ms"]), _ms(f["dt_ms"], 4), _ms(f["r2"])] for what, f in fits.items() if f]
 
 
@@ -162,12 +159,8 @@ def _memory_lines(section: dict) -> list[str]:
 
 
 def _point_cells(point: dict) -> list[str]:
-    return [
-        number(point["throughput"]),
-        number(point["p50_ms"], 2),
-        number(point["p99_ms"], 2),
-        number(point["mean_batch"], 1),
-    ]
+    digits = {"throughput": 1, "p50_ms": 2, "p99_ms": 2, "mean_batch": 1}
+    return [number(point[key], places) for key, places in digits.items()]
 
 
 BATCHING_HEADER = ("concurrency", "none inf/s", "p50 ms", "p99 ms", "batch", "dynamic inf/s", "p50 ms",
