@@ -159,17 +159,18 @@ def folder_files(folder: Path) -> dict[Path, int]:
     return dict(sorted(sizes.items(), key=lambda item: -item[1]))
 
 
+def _listed(destination: Path) -> dict[str, int]:
+    """The carried files and their sizes, as the manifest lists them."""
+    files = folder_files(destination)
+    return {str(path.relative_to(destination)): size for path, size in files.items() if path.name != MANIFEST}
+
+
 def _up_to_date(destination: Path, wanted: dict) -> bool:
     try:
         manifest = json.loads((destination / MANIFEST).read_text())
     except (OSError, ValueError):
         return False
-    if {k: manifest.get(k) for k in wanted} != wanted:
-        return False
-    return all(
-        (destination / name).is_file() and (destination / name).stat().st_size == size
-        for name, size in manifest.get("files", {}).items()
-    )
+    return manifest == {**wanted, "files": _listed(destination)}
 
 
 def build_carry(
@@ -199,12 +200,7 @@ def build_carry(
             "no shared libpython%s here: the check will need the GPU machine's own (its stub links it)",
             python_version,
         )
-    files = {
-        str(path.relative_to(destination)): size
-        for path, size in folder_files(destination).items()
-        if path.name != MANIFEST
-    }
-    manifest = {**wanted, "files": files}
+    manifest = {**wanted, "files": _listed(destination)}
     (destination / MANIFEST).write_text(json.dumps(manifest, indent=1, sort_keys=True) + "\n")
     return destination
 
