@@ -1,7 +1,7 @@
 """``make gpu-carry``: the ignored folder of wheels the GPU check needs and the lent machine (Python 3.12,
 offline, 64 MiB carried) lacks, at the versions the ``.venv`` runs: tritonclient with its stacks
 (protobuf and grpcio too: its generated code refuses older ones), nvidia-pytriton trimmed to one stub,
-and a stripped libpython for a machine whose Python is static. Standard library only."""
+and a stripped libpython for a machine whose Python is static."""
 
 from __future__ import annotations
 
@@ -15,6 +15,10 @@ import subprocess
 import sys
 import zipfile
 from pathlib import Path
+
+from packaging.tags import compatible_tags, cpython_tags
+from packaging.utils import canonicalize_name, parse_wheel_filename
+from packaging.version import Version
 
 log = logging.getLogger(__name__)
 
@@ -42,8 +46,7 @@ class CarryError(RuntimeError):
 
 
 def pinned_versions() -> dict[str, str]:
-    """Each carried distribution at the version the ``.venv`` runs, so both sides import the same client
-    code."""
+    """Each carried distribution at the version the ``.venv`` runs: both sides import the same code."""
     versions = {}
     for name in CARRIED:
         try:
@@ -74,32 +77,18 @@ def download(versions: dict[str, str], python_version: str, folder: Path) -> lis
     return wheels
 
 
-def _normalized(name: str) -> str:
-    return name.replace("-", "_").replace(".", "_").lower()
-
-
-def _version_tuple(digits: str) -> tuple[int, int]:
-    return int(digits[0]), int(digits[1:] or 0)
-
-
 def installs_on(wheel_name: str, python_version: str) -> bool:
-    """Whether a wheel (by its file name's tags) installs on CPython ``python_version``."""
-    python_tags, abi, _ = wheel_name[: -len(".whl")].split("-")[-3:]
-    target = _version_tuple(python_version.replace(".", ""))
-    for tag in python_tags.split("."):
-        if tag.startswith("py3"):
-            return True
-        if tag.startswith("cp") and tag[2:].isdigit():
-            version = _version_tuple(tag[2:])
-            if version == target or (abi == "abi3" and version <= target):
-                return True
-    return False
+    """Whether a wheel (by its file name's tags) installs on CPython ``python_version`` (``pip download``
+    picked the platform)."""
+    target = tuple(int(part) for part in python_version.split("."))
+    supported = {(t.interpreter, t.abi) for t in (*cpython_tags(target), *compatible_tags(target))}
+    return any((tag.interpreter, tag.abi) in supported for tag in parse_wheel_filename(wheel_name)[3])
 
 
 def _wheel_of(folder: Path, name: str, version: str, python_version: str) -> Path | None:
     for wheel in sorted(folder.glob("*.whl")):
-        parts = wheel.name.split("-")
-        same = _normalized(parts[0]) == _normalized(name) and parts[1] == version
+        found, found_version, _, _ = parse_wheel_filename(wheel.name)
+        same = found == canonicalize_name(name) and found_version == Version(version)
         if same and installs_on(wheel.name, python_version):
             return wheel
     return None
@@ -170,17 +159,18 @@ def folder_files(folder: Path) -> dict[Path, int]:
     return dict(sorted(sizes.items(), key=lambda item: -item[1]))
 
 
+def _listed(destination: Path) -> dict[str, int]:
+    """The carried files and their sizes, as the manifest lists them."""
+    files = folder_files(destination)
+    return {str(path.relative_to(destination)): size for path, size in files.items() if path.name != MANIFEST}
+
+
 def _up_to_date(destination: Path, wanted: dict) -> bool:
     try:
         manifest = json.loads((destination / MANIFEST).read_text())
     except (OSError, ValueError):
         return False
-    if {k: manifest.get(k) for k in wanted} != wanted:
-        return False
-    return all(
-        (destination / name).is_file() and (destination / name).stat().st_size == size
-        for name, size in manifest.get("files", {}).items()
-    )
+    return manifest == {**wanted, "files": _listed(destination)}
 
 
 def build_carry(
@@ -197,7 +187,7 @@ def build_carry(
         shutil.rmtree(destination)
     wheels_folder.mkdir(parents=True)
     for wheel in download(versions, python_version, downloads):
-        if wheel.name.startswith(_normalized(PYTRITON)):
+        if parse_wheel_filename(wheel.name)[0] == PYTRITON:
             trim_pytriton(wheel, python_version, wheels_folder)
         else:
             shutil.copy2(wheel, wheels_folder / wheel.name)
@@ -210,19 +200,13 @@ def build_carry(
             "no shared libpython%s here: the check will need the GPU machine's own (its stub links it)",
             python_version,
         )
-    files = {
-        str(path.relative_to(destination)): size
-        for path, size in folder_files(destination).items()
-        if path.name != MANIFEST
-    }
-    manifest = {**wanted, "files": files}
+    manifest = {**wanted, "files": _listed(destination)}
     (destination / MANIFEST).write_text(json.dumps(manifest, indent=1, sort_keys=True) + "\n")
     return destination
 
 
 def check_budget(destination: Path, root: Path) -> tuple[int, int]:
-    """``(carried bytes, working tree bytes)``; ``CarryError`` naming the largest carried files when over
-    budget."""
+    """``(carried bytes, working tree bytes)``; over budget, ``CarryError`` names the largest files."""
     files = folder_files(destination)
     carried = sum(files.values())
     tree = working_tree_bytes(root)

@@ -40,8 +40,6 @@ class MachineFacts:
 
 def smi(*query: str) -> str | None:
     """``nvidia-smi`` with ``query`` (CSV, no header, no units), or None where it is absent or fails."""
-    if shutil.which("nvidia-smi") is None:
-        return None
     try:
         command = ["nvidia-smi", *query, "--format=csv,noheader,nounits"]
         done = subprocess.run(command, capture_output=True, text=True, timeout=30)
@@ -77,14 +75,9 @@ def facts() -> MachineFacts:
 
 def process_memory_mib() -> dict[int, float] | None:
     """``{pid: MiB}`` nvidia-smi lists (None where it lists none: a PID namespace can hide them)."""
-    listing = smi("--query-compute-apps=pid,used_memory")
-    if not listing:
-        return None
-    memory = {}
-    for line in listing.strip().splitlines():
-        pid, used = (part.strip() for part in line.split(","))
-        if pid.isdigit() and used.replace(".", "").isdigit():
-            memory[int(pid)] = float(used)
+    listing = smi("--query-compute-apps=pid,used_memory") or ""
+    rows = [[part.strip() for part in line.split(",")] for line in listing.strip().splitlines()]
+    memory = {int(pid): float(mib) for pid, mib in rows if pid.isdigit() and mib.replace(".", "").isdigit()}
     return memory or None
 
 

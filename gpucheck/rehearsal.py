@@ -54,8 +54,7 @@ def closure(roots: tuple[str, ...]) -> list[importlib.metadata.Distribution]:
 
 
 def link_packages(dists: list[importlib.metadata.Distribution], folder: Path) -> None:
-    """Link every top-level file and folder of ``dists`` into ``folder``: the machine's packages, nothing
-    else."""
+    """Link every top-level file and folder of ``dists`` into ``folder``: the machine's packages alone."""
     if folder.exists():
         shutil.rmtree(folder)
     folder.mkdir(parents=True)

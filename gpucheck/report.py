@@ -37,8 +37,7 @@ NOT_MEASURED = (
 
 
 def compute_profile(device: str, curves: Iterable[RawCurve]) -> dict[str, Any]:
-    """What ``make plan --compute-profile`` reads: per model and precision, raw torch's times per batch and
-    their fit."""
+    """What ``make plan --compute-profile`` reads: raw torch's times per batch and their fit."""
     models: dict[str, dict[str, Any]] = {}
     for curve in curves:
         models.setdefault(curve.base, {})[curve.precision] = {
@@ -87,11 +86,8 @@ def _ms(value: float | None, digits: int = 3) -> str:
 
 
 def _fit_rows(model: dict) -> list[list[str]]:
-    fits = {
-        "client": model["fit_client"],
-        "server compute": model["fit_compute"],
-        "raw torch": model["fit_raw"],
-    }
+    keys = {"client": "fit_client", "server compute": "fit_compute", "raw torch": "fit_raw"}
+    fits = {what: model[key] for what, key in keys.items()}
     return [[what, _ms(f["T_ms"]), _ms(f["dt_ms"], 4), _ms(f["r2"])] for what, f in fits.items() if f]
 
 
@@ -163,12 +159,8 @@ def _memory_lines(section: dict) -> list[str]:
 
 
 def _point_cells(point: dict) -> list[str]:
-    return [
-        number(point["throughput"]),
-        number(point["p50_ms"], 2),
-        number(point["p99_ms"], 2),
-        number(point["mean_batch"], 1),
-    ]
+    digits = {"throughput": 1, "p50_ms": 2, "p99_ms": 2, "mean_batch": 1}
+    return [number(point[key], places) for key, places in digits.items()]
 
 
 BATCHING_HEADER = ("concurrency", "none inf/s", "p50 ms", "p99 ms", "batch", "dynamic inf/s", "p50 ms",
@@ -352,8 +344,4 @@ def write(out: Path, document: dict) -> list[Path]:
 def summary(document: dict) -> str:
     """A short table for the end of the command's output (the device tool returns the tail)."""
     rows = [[n, s["status"], number(s.get("seconds", math.nan))] for n, s in document["sections"].items()]
-    lines = [table(["step", "status", "s"], rows)]
-    for model, by_precision in document["compute_profile"]["models"].items():
-        for precision, p in by_precision.items():
-            lines.append(f"{model} {precision}: T {p['T_ms']:.4f} ms, Δt {p['dt_ms']:.5f} ms (raw torch)")
-    return "\n".join(lines)
+    return table(["step", "status", "s"], rows) + "\n\n" + _profile_lines(document["compute_profile"])[-1]

@@ -1,9 +1,7 @@
-"""The check's repository, built where it is served, with that machine's torch (a ``.pt2`` does not travel
-between versions): every model torch through the Python backend, the one GPU path there, at the grid's
-largest batch: the latency models and fp16 variants without a batcher, ``recommender_dynamic`` (no queue
-policy: its 2.51 stall would swamp the figures, docs/SERVING.md row 11), ``image_classifier_x<N>``, the
-grid's pipelines and ``payload_<N>mib``. Each program is checked against the eager fp32 model before it
-is written."""
+"""The check's repository, built where it is served with that machine's torch (a ``.pt2`` does not travel
+between versions): every model torch through the Python backend, the one GPU path there, each program
+checked against the eager fp32 model before it is written. ``recommender_dynamic`` has no queue policy:
+its 2.51 stall would swamp the figures (docs/SERVING.md row 11)."""
 
 from __future__ import annotations
 

@@ -22,7 +22,7 @@ from gpucheck import machine, report, studies
 from gpucheck.grid import GRIDS
 from gpucheck.raw import raw_curve
 from gpucheck.repository import build, check_models
-from gpucheck.serving import Session
+from gpucheck.studies import Session
 from perf.markdown import LOG_FORMAT
 
 log = logging.getLogger("gpucheck")
@@ -31,8 +31,7 @@ SERVER_LOG_LINES = 200
 
 
 class Recorder:
-    """Runs each step, keeping its figures or failure; skips it past the deadline or when its needs did not
-    run."""
+    """Runs each step, keeping its figures or failure; skips it past the deadline or without its needs."""
 
     def __init__(self, deadline_s: float) -> None:
         self.started = time.monotonic()
@@ -118,11 +117,11 @@ def check(out: Path, grid_name: str, spec_path: Path, carried: Path | None) -> i
     if "repository" in holder:
         repository = holder["repository"]
         session = Session(repository.path, on_gpu, work / "server")
-        if recorder.run("server", lambda: _start(session), needs=("stub",)) is not None:
+        if recorder.run("server", session.start, needs=("stub",)) is not None:
             try:
                 _studies(recorder, studies.Context(grid, repository, session, raw, facts.device))
             finally:
-                session.__exit__(None, None, None)
+                session.close()
     document = report.figures(grid, facts, recorder.sections, raw, time.monotonic() - recorder.started)
     report.write(out, document)
     if session is not None:
@@ -132,14 +131,6 @@ def check(out: Path, grid_name: str, spec_path: Path, carried: Path | None) -> i
     shutil.rmtree(work, ignore_errors=True)
     print(report.summary(document))
     return 0 if all(s["status"] == "ok" for s in recorder.sections.values()) else 1
-
-
-def _start(session: Session) -> dict[str, Any]:
-    session.__enter__()
-    return {
-        "install": str(session.server.install.binary),
-        "failed_models": dict(session.server.failed_models),
-    }
 
 
 def _studies(recorder: Recorder, context: studies.Context) -> None:

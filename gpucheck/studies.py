@@ -1,13 +1,16 @@
-"""The studies through the real server, each returning JSON-ready figures. Throughput points are one window
-of a closed loop, not a search for stability: the lent minutes are few, and the report compares points
-of one run."""
+"""The studies through the real server, each returning JSON-ready figures, and the one server they share:
+every model loaded at the start and no watchdog (a stub that dies is a finding; a model that fails to
+load fails only the studies that need it). Throughput points are one window of a closed loop, not a
+search for stability: the lent minutes are few, and the report compares points of one run."""
 
 from __future__ import annotations
 
 import dataclasses
 import logging
 import statistics
+from collections.abc import Sequence
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -16,7 +19,8 @@ import tritonclient.grpc as grpcclient
 import tritonclient.utils.shared_memory as system_shm
 
 from client import shm
-from client.infer import timed_calls
+from client.infer import make_inputs, timed_calls
+from client.stats import ModelStats, model_stats
 from exporters.artifacts.parity import check_outputs
 from exporters.sources.inputs import draw_inputs
 from exporters.sources.load import build_torch_model
@@ -24,7 +28,6 @@ from gpucheck import machine
 from gpucheck.grid import Grid
 from gpucheck.raw import RawCurve
 from gpucheck.repository import BATCHING_MODEL, INSTANCE_MODEL, CheckRepository, variant_name
-from gpucheck.serving import Session
 from perf.measure.engine import MeasureSettings
 from perf.measure.loads import closed_loop
 from perf.measure.measurement import measure
@@ -33,12 +36,68 @@ from perf.measure.target import target_from_spec
 from perf.model.latency import fit_latency
 from perf.model.memory import context_bytes
 from perf.plan.graph_memory import GraphMemoryError, graph_memory
+from server import ServerOptions, TritonServer
+from server.stubs import server_stubs
 
 log = logging.getLogger(__name__)
 MIB = 1 << 20
 PARITY_ROWS = 8
 SEED = 21
 POINT_FIGURES = ("throughput", "p50_ms", "p99_ms", "failed", "requests")
+CUDA_POOL_BYTES = 1 << 30  # per GPU: batches of 256 images are 12 MiB each way, many in flight
+
+
+class ServingError(RuntimeError):
+    """A model would not load, unload or answer; the message names it."""
+
+
+class Session:
+    """The check's tritonserver: ``start()`` loads every model, ``close()`` stops it."""
+
+    def __init__(self, repository: Path, on_gpu: bool, workdir: Path) -> None:
+        extra = [f"--cuda-memory-pool-byte-size=0:{CUDA_POOL_BYTES}"] if on_gpu else []
+        options = ServerOptions(
+            repository=repository, self_heal=False, startup_timeout_s=600.0, workdir=workdir, extra_args=extra
+        )
+        self.server = TritonServer(options)
+
+    def start(self) -> dict[str, Any]:
+        self.server.start()  # a model that fails to load fails the studies that need it (``require``)
+        self.grpc = grpcclient.InferenceServerClient(self.server.grpc_url)
+        return {"install": str(self.server.install.binary), "failed_models": dict(self.server.failed_models)}
+
+    def close(self) -> None:
+        self.grpc.close()  # an open connection would hold tritonserver's exit
+        self.server.terminate()  # nothing in flight to drain: SIGTERM, and the cleanup
+
+    def require(self, names: Sequence[str]) -> None:
+        """``ServingError`` naming each of ``names`` that failed to load, with its log lines."""
+        failed = [name for name in names if name in self.server.failed_models]
+        if failed:
+            raise ServingError(
+                "; ".join(f"{n} did not load: {self.server.failed_models[n]}" for n in failed)
+                + "\n"
+                + "\n".join(line for n in failed for line in self.server.model_log_lines(n))
+            )
+
+    def stub_pids(self, model: str) -> list[int]:
+        """The live stubs serving ``model``: memory is read per stub, so models beside it do not blur it."""
+        assert self.server.pid is not None
+        return [s.pid for s in server_stubs(self.server.pid) if s.alive and s.model == model]
+
+    def stats(self, model: str) -> ModelStats:
+        return model_stats(self.grpc, "grpc", model)
+
+    def infer(
+        self, model: str, arrays: dict[str, np.ndarray], outputs: Sequence[str]
+    ) -> dict[str, np.ndarray]:
+        result = self.grpc.infer(model, make_inputs(grpcclient, arrays))
+        return {name: result.as_numpy(name) for name in outputs}
+
+    def timed(self, model: str, arrays: dict[str, np.ndarray], count: int, warmup: int = 2) -> list[float]:
+        """Client milliseconds of ``count`` requests, one in flight, after ``warmup``."""
+        inputs = make_inputs(grpcclient, arrays)
+        return timed_calls(lambda: self.grpc.infer(model, inputs), count, warmup)
 
 
 @dataclass
@@ -136,8 +195,7 @@ def _predicted_mib(spec: Any, precision: str) -> float | None:
 
 
 def memory(context: Context) -> dict[str, Any]:
-    """What each latency model's stub holds after the largest batch, against torch's allocator and ``make
-    plan``'s count."""
+    """Each latency model's stub memory after the largest batch, against torch's and ``make plan``'s."""
     context_mib = context_bytes(context.device) / MIB if context.on_gpu else None
     models = {}
     for name in latency_group(context.grid):
@@ -196,8 +254,7 @@ def instances(context: Context) -> dict[str, Any]:
 
 
 def pipeline(context: Context) -> dict[str, Any]:
-    """The two-stage image classifier against the monolith: latency, throughput, bytes crossing the
-    boundary."""
+    """The two-stage image classifier against the monolith: latency, throughput, bytes crossing stages."""
     monolith = context.repository.models[INSTANCE_MODEL].model.spec
     rows = []
     for name in (INSTANCE_MODEL, *context.grid.pipelines):
@@ -225,8 +282,7 @@ def pipeline(context: Context) -> dict[str, Any]:
 def _transport_times(
     context: Context, model: str, array: np.ndarray, transport: str
 ) -> tuple[list[float], bool]:
-    """Times of requests of ``array`` through ``transport``, and whether the last answer was right
-    (doubled)."""
+    """Times of requests of ``array`` through ``transport``, and whether the last answer was doubled."""
     client, count = context.session.grpc, context.grid.shm_requests
     size = array.nbytes
     tensor = grpcclient.InferInput("x", list(array.shape), "FP32")

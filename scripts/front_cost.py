@@ -1,19 +1,8 @@
 """What the fronts cost (docs/SERVING.md, "What the fronts cost"): perf_analyzer on the recommender
-straight to Triton's own port (``direct``, passing the front key as the fronts do), through each front
-of the same server, and through caddy's plain h2c / HTTP proxy where ``--caddy`` gives one, the routes
-in rotated order each round so that all see the same moment of a shared machine. Printed: each route's
-throughput and p50 over direct's in the same round (median over rounds), the CPU per request of the
-process in between and of tritonserver with its stubs (``/proc``), and the mean batch Triton formed.
-The recommender runs without its queue policy (on Triton 2.51 it stalls the batcher ~500 ms now and
-then, which would swamp every route alike); a round perf_analyzer cannot make stable is skipped.
-
-``--profile FILE``: after the rounds, one run at the highest concurrency through a second gRPC front
-under cProfile (read the shares, not its rate); its busy time by module is printed, its statistics
-written to FILE.
-
-    .venv/bin/python scripts/front_cost.py [--rounds 3] [--protocols grpc http] [--concurrency 1 4 16]
-        [--caddy PATH] [--window-ms 3000] [--profile FILE]
-"""
+(without its queue policy, whose 2.51 stalls would swamp every route) straight to Triton's own port
+(``direct``, with the front key), through each front, and through caddy's plain proxy (``--caddy``),
+the routes rotated each round so all see the same moment of a shared machine. ``--profile FILE``
+adds one run through a second gRPC front under cProfile (read the shares, not its rate)."""
 
 from __future__ import annotations
 
@@ -322,9 +311,7 @@ def table(results: dict[tuple[str, int], Rounds]) -> str:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(
-        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
-    )
+    parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--protocols", nargs="+", default=["grpc", "http"], choices=["grpc", "http"])
     parser.add_argument("--concurrency", type=int, nargs="+", default=[1, 4, 16])

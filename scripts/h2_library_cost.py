@@ -1,11 +1,6 @@
-"""What the ``h2`` library would cost the gRPC front (docs/SERVING.md, "What the fronts cost"): the CPU
-of ``h2``'s ``H2Connection`` on the server side of one unary call of the recommender's size. A relay
-has two such sides per call, which is why the front has its own HTTP/2 layer (``server.fronts.h2c``).
-``h2`` is not a dependency; run this in a throwaway environment::
-
-    python3 -m venv /tmp/h2 && /tmp/h2/bin/pip install h2==4.1.0
-    /tmp/h2/bin/python scripts/h2_library_cost.py --calls 20000
-"""
+"""What the ``h2`` library would cost the gRPC front (docs/SERVING.md, "What the fronts cost"): the CPU of
+``h2``'s server side of one unary call of the recommender's size (a relay has two). ``h2`` is not a
+dependency: ``python3 -m venv /tmp/h2 && /tmp/h2/bin/pip install h2==4.1.0``, then run this with it."""
 
 from __future__ import annotations
 
@@ -74,7 +69,7 @@ def cpu_per_call(calls: int) -> float:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--calls", type=int, default=20_000, help="unary calls in a row (default 20000)")
     parser.add_argument("--rounds", type=int, default=3, help="rounds; the median is printed (default 3)")
     args = parser.parse_args()

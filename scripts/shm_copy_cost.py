@@ -1,12 +1,7 @@
 """What the fronts' shared-memory copy costs against Triton mapping the client's file itself
-(docs/SERVING.md, "Shared memory through the fronts"): two servers of one repository with their fronts,
-one default (the front copies the tensors in and out of the client's region) and one with
-``trusted_shared_memory`` (Triton maps the file), serving ``trivial`` widened to 1 MiB of FP32 a row;
-and, for reference, the same request with its tensors in the body. Each round sends ``--requests``
-requests one at a time per route and size, the routes in turn, and checks every route's answer once.
-
-    .venv/bin/python scripts/shm_copy_cost.py [--rounds 5] [--requests 20] [--protocols grpc http]
-"""
+(docs/SERVING.md, "Shared memory through the fronts"): a default and a ``trusted_shared_memory`` server
+of ``trivial`` widened to 1 MiB of FP32 a row, and the same request with its tensors in the body;
+the routes in turn each round, every route's answer checked once."""
 
 from __future__ import annotations
 
@@ -120,9 +115,7 @@ def _server(repository: Path, mode: str) -> TritonServer:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(
-        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
-    )
+    parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--rounds", type=int, default=5)
     parser.add_argument("--requests", type=int, default=20, help="requests per route, size and round")
     parser.add_argument("--protocols", nargs="+", default=["grpc", "http"], choices=["grpc", "http"])

@@ -1,13 +1,7 @@
 """Try to reproduce Triton 2.51's abort after the watchdog kills a stopped stub (docs/SERVING.md, fault
-matrix row 25): serve ``trivial`` and ``recommender_pipeline`` built small with the stub watchdog, then
-repeatedly SIGSTOP the pipeline's embedding stub under closed-loop traffic, wait for the watchdog to
-kill it and reload the model, and see whether tritonserver survived. ``--holding S`` stops the stub
-when it owns a pool mutex (watched up to S seconds), whose owner's death would make tritonserver
-abort; aborts are counted apart for stops owning one. What to expect: no abort. A server that dies is
-counted, its log tail printed, and started again.
-
-    .venv/bin/python scripts/stopped_stub_abort.py [--iterations 10] [--holding 15]
-"""
+matrix row 25): under load, SIGSTOP the pipeline's embedding stub again and again (``--holding S``: when
+it owns a pool mutex), and count the times tritonserver did not survive its kill and reload, apart for
+stops owning a mutex. What to expect: no abort."""
 
 from __future__ import annotations
 
@@ -69,9 +63,7 @@ def one_stop(server: TritonServer, holding_s: float) -> tuple[bool, float, bool]
 
 
 def main() -> int:
-    parser = argparse.ArgumentParser(
-        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
-    )
+    parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--iterations", type=int, default=10)
     parser.add_argument(
         "--holding", type=float, default=0.0, metavar="S",

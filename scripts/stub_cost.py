@@ -1,14 +1,7 @@
-"""Where a served execution's time goes (docs/PERF.md, "Where a served execution's time goes"): Triton's
-``compute_infer`` and the stub's CPU per execution of the recommender at batch 1 and 8, served four
-times on the Python backend: ``before`` (the backend files of ``--baseline``, another checkout),
-``after`` (this checkout's), ``bare`` (concatenate, run, split: ``stub_cost_models/bare.py``) and
-``floor`` (zeros answered: the Python backend's own round trip, ``stub_cost_models/floor.py``), with
-raw onnxruntime timed between rounds, hot and with caches made cold. perf_analyzer keeps 1 or 8
-requests in flight; the two models of a pair (``PAIRS``) are driven at the same time, so whatever else
-the host runs falls on both alike.
-
-    .venv/bin/python scripts/stub_cost.py --baseline /tmp/baseline [--rounds 16] [--window-ms 800]
-"""
+"""Where a served execution's time goes (docs/PERF.md): the recommender's ``compute_infer`` and stub CPU
+per execution at batch 1 and 8, served as ``before`` (``--baseline``'s backend), ``after`` (this
+checkout's), ``bare`` and ``floor`` (``stub_cost_models/``), beside raw onnxruntime hot and cold. The
+two models of a pair (``PAIRS``) are driven at once, so the host's other work falls on both alike."""
 
 from __future__ import annotations
 
@@ -171,9 +164,7 @@ def _round(
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(
-        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
-    )
+    parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--baseline", type=Path, required=True, help="another checkout of this project")
     parser.add_argument("--rounds", type=int, default=16)
     parser.add_argument("--window-ms", type=int, default=800)

@@ -1,11 +1,9 @@
 """``make soak``: mixed load for minutes with faults injected at random; nothing lost, nothing leaked.
 
-One supervised server with both fronts, as ``make serve`` runs it, under HTTP and gRPC callers. First
-the invariant fuzz (fault matrix row 62) runs for ``--invariant-s``; then every few seconds one fault of
-``soak.faults`` or ``soak.attacks``, each kind once per round. At the end the server is drained and
-stopped under load. A failure is excused only inside its fault's outage, with the error it explains
-(``soak.report``). Exit 0 only if nothing was lost or leaked and the server never died but by the soak's
-hand."""
+One supervised server with both fronts, as ``make serve`` runs it, under HTTP and gRPC callers: the
+invariant fuzz (fault matrix row 62) for ``--invariant-s``, then a fault of ``soak.faults`` or
+``soak.attacks`` every few seconds, then a drain under load. Exit 0 only if nothing was lost or leaked
+and the server never died but by the soak's hand."""
 
 from __future__ import annotations
 

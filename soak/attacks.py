@@ -1,12 +1,7 @@
 """``make soak``'s attack faults: the request kinds fault matrix rows 37–46 and 78 close, sent among the
-load; each must get its one documented answer and no stub may die. ``[2^62, 0]`` shapes (rows 37–39), a
-garbage first stream message (row 40), half-open HTTP/2 connections (row 41), a stub's region
-hard-linked or renamed over a client's (rows 43–44), a region truncated while in use (row 45), and
-``kill -9`` of tritonserver (its restart gap is an outage of every model, excused only with the fronts'
-503/502 and ``UNAVAILABLE``). From an address of their own (``ATTACKER``, so the load's share is not
-theirs): inferences whose client hangs up once they are sent (row 38) and calls reset once sent (row
-78), each answered 200/OK or refused as beyond the client's share, with no more of them waiting in
-Triton than that share. Request-target mutations (rows 35–36) go out in the HTTP fuzz bursts."""
+load, each to get its one documented answer with no stub lost. The share attacks (rows 38 and 78) come
+from an address of their own (``ATTACKER``), so the load's share is not theirs; ``kill -9`` of
+tritonserver is an outage of every model, excused only with the fronts' restart answers."""
 
 from __future__ import annotations
 
@@ -36,6 +31,7 @@ from server.fronts import h2c
 from server.fronts.client_slots import SlotLimits
 from soak import raw_grpc
 from soak.faults import ENCODER, Soak, overflowing_request, refused
+from soak.other_uid import SERVICE
 from soak.pending import PendingWatch, pending
 from soak.raw_http import Request, address, exchange, hang_ups
 from soak.report import Outage
@@ -62,19 +58,15 @@ ROW_FLOATS = 16  # trivial's x and y: FP32 [1, 16]
 ROW = 4 * ROW_FLOATS
 UNWRITTEN = np.full((1, ROW_FLOATS), -1.0, np.float32)  # no answer of the race's: 2 * 2.5 or 2 * 0
 RESTART_WITHIN_S = 300.0  # the supervisor's backoff plus a start on a busy host
-# Linux routes all of 127.0.0.0/8 to loopback: the share attacks' own client address, whose share of the
-# slots to Triton is not the load's (127.0.0.1), so the load is never refused for their sake
+# the share attacks' own loopback address (all of 127.0.0.0/8 is), so the load's share is never theirs
 ATTACKER = "127.0.0.9"
 SHARES = SlotLimits()  # the fronts' shares, as the soak serves them
 SHARE_REFUSAL = "requests waiting on tritonserver, its share"  # a share's 429 / RESOURCE_EXHAUSTED (row 38)
 WAVES = 5  # bursts of a share's worth each: while the first is held in Triton, the next are refused
 HANG_UP_AFTER_S = 0.2  # a wave's connections are closed this long after it was sent, answered or not
-# tokens of each attack request (fewer if the encoder takes fewer): enough that a wave still waits in
-# Triton when the next comes, so a front that freed a slot at a hang-up or reset lets Triton hold more
+# tokens of each request (fewer if the encoder takes fewer): a wave still waits when the next comes
 ENCODER_TOKENS = 64
-INFER = "/inference.GRPCInferenceService/ModelInfer"
-# what a share attack may be answered, and what the answer must say: served, or refused as beyond the
-# client's share (429 / RESOURCE_EXHAUSTED, rows 38 and 78)
+# a share attack's answers, and what each must say: served, or refused beyond the share (rows 38, 78)
 SHARE_ANSWERS = {200: "", "OK": "", 429: SHARE_REFUSAL, "RESOURCE_EXHAUSTED": SHARE_REFUSAL}
 
 
@@ -110,7 +102,7 @@ def garbage_stream(soak: Soak) -> None:
     """A stream whose first message is garbage: closed with INVALID_ARGUMENT, not hung (row 40)."""
     garbage = soak.rng.choice(GARBAGE_FIRST_MESSAGES)
     with grpc.insecure_channel(soak.server.grpc_url) as channel:
-        stream = channel.stream_stream("/inference.GRPCInferenceService/ModelStreamInfer")
+        stream = channel.stream_stream(SERVICE + "ModelStreamInfer")
         try:
             list(stream(iter([garbage]), timeout=ANSWER_WITHIN_S))
             right = False
@@ -149,8 +141,7 @@ def _watch_closed(connections: list[socket.socket], record: Callable[[bool], Non
 
 
 def shared_memory_identity(soak: Soak) -> None:
-    """A stub's region hard-linked (refused, row 43) or renamed over a client's (its own file read, row
-    44)."""
+    """A stub's region hard-linked (refused, row 43) or renamed over a client's (row 44)."""
     name = soak.stub_region()
     if name is None:
         return
@@ -189,8 +180,8 @@ def from_region(client: object, protocol: str, name: str) -> Callable[[], np.nda
 
 
 def renamed_over(client: object, protocol: str, region: Path, read: RegionRead = from_region) -> bool:
-    """A stub's ``region`` renamed over a client's registered region and read (row 44): right only when
-    answered from the client's own file; ``read`` builds the request (a test hands in wrong ones)."""
+    """A stub's ``region`` renamed over a client's registered one (row 44): right only when answered from
+    the client's own file; ``read`` builds the request (a test hands in wrong ones)."""
     values = np.full((1, ROW_FLOATS), 3.5, np.float32)
     with system_region(client, 4096, f"soak_renamed_{protocol}_{os.getpid()}") as (name, handle):
         shared_memory.set_shared_memory_region(handle, [values])
@@ -209,8 +200,8 @@ def renamed_over(client: object, protocol: str, region: Path, read: RegionRead =
 def into_region(
     client: object, protocol: str, name: str, descriptor: int, size: int
 ) -> Callable[[], np.ndarray]:
-    """A ``trivial`` request through the region; returns its output row read through ``descriptor``, as a
-    mapping read past a cut file's end is a SIGBUS."""
+    """A ``trivial`` request through the region, its output read through ``descriptor`` (a mapping read
+    past a cut file's end is a SIGBUS)."""
     module = protocol_module(protocol)
     tensor = module.InferInput("x", [1, ROW_FLOATS], "FP32").set_shared_memory(name, ROW)
     output = module.InferRequestedOutput("y")
@@ -234,8 +225,7 @@ def _read_back(descriptor: int, at: int) -> np.ndarray:
 
 @dataclass(frozen=True)
 class Verdict:
-    """A request answered with a right output, refused by the front as the fault matrix allows, or
-    ``wrong``."""
+    """A request answered right, refused by the front as the fault matrix allows, or ``wrong``."""
 
     answered: bool = False
     refused: bool = False
@@ -245,8 +235,7 @@ class Verdict:
 def judge(
     call: Callable[[], np.ndarray], rights: Sequence[np.ndarray], refusal: str | None = None
 ) -> Verdict:
-    """Answered when ``call``'s output is one of ``rights``; refused on a bad-request error saying
-    ``refusal``; anything else is wrong."""
+    """Answered when ``call``'s output is one of ``rights``; refused on a bad request saying ``refusal``."""
     try:
         output = call()
     except Exception as error:  # whatever it is, the request got it instead of an answer
@@ -301,9 +290,8 @@ def race_rights(client: object, protocol: str, values: np.ndarray) -> list[np.nd
 
 
 def race_truncation(client: object, protocol: str, name: str, seconds: float = RACE_S) -> Race:
-    """Cut ``/dev/shm/name`` short and restore it for ``seconds`` while requests run through it (row 45).
-    Every other request runs with the file whole and its output row preset to a value no answer has: it
-    must get the region's own output (a front that never wrote it would read back a cut's zeros)."""
+    """Cut ``/dev/shm/name`` short and restore it for ``seconds`` while requests run through it (row 45);
+    every other request runs on the whole file with its output row preset, so an unwritten output shows."""
     size = 1 << 16
     values = np.full((1, ROW_FLOATS), 2.5, np.float32)
     rights = race_rights(client, protocol, values)
@@ -354,8 +342,7 @@ def race_truncation(client: object, protocol: str, name: str, seconds: float = R
 
 
 def kill_server(soak: Soak) -> None:
-    """``kill -9`` of tritonserver; waits until the supervisor serves again, so the next fault meets a
-    serving server."""
+    """``kill -9`` of tritonserver; waits until the supervisor serves again, for the next fault."""
     supervisor = soak.supervisor
     pid = soak.server.pid
     if supervisor is None or pid is None:
@@ -393,10 +380,8 @@ def encoder_request(soak: Soak) -> tuple[tuple[str, ...], int] | None:
 
 
 def within_share(soak: Soak, what: str, share: int, attack: Callable[[Callable[[], None]], bool]) -> None:
-    """Record ``what``: ``attack(read)`` (whether every answer it got was right; ``read()`` after each
-    wave waits for a count begun after it) while Triton's count of the encoder's waiting requests is
-    read; right only if Triton never had more than ``share`` waiting (and was read at all) and the server
-    and its stubs were kept."""
+    """Record ``what``: right when ``attack(read)`` got only right answers, Triton never had more than
+    ``share`` of the encoder's requests waiting (and was read at all), and the server was kept."""
     pid, stubs = soak.server.pid, soak.stub_pids()
     _until_quiet(soak.server.metrics_url)
     with PendingWatch(soak.server.metrics_url, ENCODER) as watch:
@@ -410,8 +395,7 @@ def within_share(soak: Soak, what: str, share: int, attack: Callable[[Callable[[
 
 
 def _until_quiet(metrics_url: str) -> None:
-    """Until Triton has none of the encoder's requests waiting (an earlier run's), ``ANSWER_WITHIN_S`` at
-    most: what is counted waiting next is then this run's own."""
+    """Until Triton has none of the encoder's requests waiting, so what is counted next is this run's."""
     deadline = time.monotonic() + ANSWER_WITHIN_S
     while time.monotonic() < deadline:
         with contextlib.suppress(OSError):  # no read this time: the next one tells
@@ -427,9 +411,7 @@ def share_answer(status: int | str, text: str) -> bool:
 
 def hung_up_inferences(soak: Soak) -> None:
     """Waves of encoder inferences over HTTP from ``ATTACKER``, a share's worth each, every connection
-    closed right after its request was sent (fault matrix row 38): each answer that came first is 200 or
-    the address's 429, Triton never has more of them waiting than the address's share (a forwarded
-    inference keeps its slot until Triton answers it), and the server and stubs are kept."""
+    closed once sent (fault matrix row 38): a forwarded inference keeps its slot until Triton answers."""
     asked = encoder_request(soak)
     if asked is None:
         return
@@ -455,11 +437,8 @@ def hung_up_inferences(soak: Soak) -> None:
 
 
 def reset_calls(soak: Soak) -> None:
-    """Waves of encoder ``ModelInfer`` calls on one gRPC connection from ``ATTACKER``, a share's worth
-    of the address each, every call reset once the front read it (fault matrix row 78): each answer that
-    came first is ``OK`` or the connection's ``RESOURCE_EXHAUSTED``, nothing else is reset or sent
-    ``GOAWAY``, Triton never has more of them waiting than the connection's share (a forwarded call keeps
-    its slot until Triton answers it), and the server and stubs are kept."""
+    """Waves of encoder calls on one gRPC connection from ``ATTACKER``, each reset once the front read it
+    (fault matrix row 78): nothing else may be reset or sent ``GOAWAY``."""
     asked = encoder_request(soak)
     if asked is None:
         return
@@ -468,7 +447,7 @@ def reset_calls(soak: Soak) -> None:
     for name in inputs:
         request.inputs.add(name=name, datatype="INT64", shape=[1, tokens])
         request.raw_input_contents.append(np.ones((1, tokens), np.int64).tobytes())
-    block = raw_grpc.call_headers(INFER, [], ANSWER_WITHIN_S)
+    block = raw_grpc.call_headers(SERVICE + "ModelInfer", [], ANSWER_WITHIN_S)
     data = raw_grpc.message(request.SerializeToString())
     front, wave = address(soak.server.grpc_url), 2 * SHARES.per_address  # a client's streams are odd
 

@@ -71,9 +71,8 @@ class Soak:
 
     @contextlib.contextmanager
     def clients(self) -> Iterator[dict[str, Any]]:
-        """A client per protocol: the soak's own over HTTP, a new one over gRPC, closed when the block
-        ends: left open, each run's channel stayed open until the garbage collector found it (a caught
-        error's traceback holds it in a reference cycle), and was closed in whichever thread that was."""
+        """A client per protocol: the soak's own over HTTP, a new one over gRPC closed with the block (left
+        open, a caught error's traceback kept it until the collector closed it in whichever thread)."""
         with grpcclient.InferenceServerClient(self.server.grpc_url) as grpc_client:
             yield {"http": self.client, "grpc": grpc_client}
 
@@ -118,8 +117,7 @@ def kill_stub(soak: Soak) -> None:
 
 
 def stop_stub(soak: Soak) -> None:
-    """SIGSTOP a stub and SIGCONT it later (or never): the watchdog must kill it first, as Triton 2.51
-    aborts when it resumes."""
+    """SIGSTOP a stub and SIGCONT it later (or never): the watchdog must kill it first (2.51 aborts)."""
     victim = _signal_stub(soak, signal.SIGSTOP, "stub stopped")
     if victim is None:
         return
@@ -146,8 +144,7 @@ def bad_request(soak: Soak) -> None:
 
 
 def update_embedding(soak: Soak) -> None:
-    """An embedding update must be acknowledged; refused while another fault has the stage down, it is
-    retried as a client would."""
+    """An embedding update must be acknowledged (retried while another fault has the stage down)."""
     if PIPELINE not in soak.models:
         return
     config = soak.client.get_model_config(f"{PIPELINE}_embedding")
@@ -172,8 +169,7 @@ def update_embedding(soak: Soak) -> None:
 def overflowing_request(
     model: str, inputs: tuple[str, ...], shape: tuple[int, ...] = (1, 2**61)
 ) -> service_pb2.ModelInferRequest:
-    """INT64 ``shape`` for every input with empty contents; ``[1, 2**61]`` Triton 2.51 alone sizes as 0
-    bytes."""
+    """INT64 ``shape`` for every input, no contents; ``[1, 2**61]`` Triton 2.51 alone sizes as 0 bytes."""
     request = service_pb2.ModelInferRequest(model_name=model)
     for name in inputs:
         request.inputs.add(name=name, datatype="INT64", shape=shape)
@@ -210,8 +206,7 @@ def shared_memory_probe(soak: Soak) -> None:
 
 
 def fuzz_burst(soak: Soak) -> None:
-    """``soak.fuzz_cases`` cases of ``soak.http_fuzz``: each answered below 500, the server live after
-    each."""
+    """``soak.fuzz_cases`` cases of ``soak.http_fuzz``: each answered below 500, the server live after."""
     if not soak.fuzz_cases:
         return
     seed = soak.rng.randrange(1 << 31)

@@ -1,8 +1,6 @@
 """The headers of the invariant fuzz's requests, drawn like the rest of a case, so a front that reads a
-header differently from one client to the next is found. Over HTTP: the names' casing,
-``Accept-Encoding``, ``Content-Encoding`` (or ``MISMATCH``: gzip declared over plain bytes, to be
-refused) and ``Content-Type``; over gRPC the compression and, one time in three, a wire fault
-(``WIRE_FAULTS``) that grpcio will not send, written by ``soak.raw_grpc`` and to be refused."""
+header differently from one client to the next is found; over gRPC, the compression or a wire fault
+(``WIRE_FAULTS``) that grpcio will not send."""
 
 from __future__ import annotations
 
@@ -98,8 +96,7 @@ def header_cases(draw: st.DrawFn, protocol: str, binary: bool, shm_output: bool 
 
 
 def encoded(body: bytes, encoding: str) -> bytes:
-    """``body`` under ``Content-Encoding: encoding``, at the fastest level (the front reads every level
-    alike)."""
+    """``body`` under ``Content-Encoding: encoding``, at the fastest level."""
     if encoding == "gzip":
         return gzip.compress(body, compresslevel=1, mtime=0)
     if encoding == "deflate":

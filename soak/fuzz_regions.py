@@ -1,8 +1,6 @@
-"""The invariant fuzz's shared-memory regions and invariant (b) over them. Client A is the fuzz; client B
-another uid (``soak.other_uid``, as root). Each fills its files with its canary and registers them on
-both fronts: A ``a0``, ``a1`` (a page in: row 49), ``shared`` and a case's ``fresh``; B ``theirs`` and
-``shared`` (A's name, B's file), first. ``verify`` flags any byte changed but an answered output's, and
-any canary out of place."""
+"""The invariant fuzz's shared-memory regions and invariant (b) over them. Client A is the fuzz, client B
+another uid (``soak.other_uid``, as root); each fills its files with its canary and registers them on
+both fronts. ``verify`` flags any byte changed but an answered output's, and any canary out of place."""
 
 from __future__ import annotations
 
@@ -39,8 +37,7 @@ def filled(mark: bytes, size: int) -> bytes:
 def shm_call(
     who: Client | OtherUser, protocol: str, what: str, call: str, name: str = "", fields: dict | None = None
 ) -> Answer:
-    """One system shared-memory API ``call`` (``Register``, ``Unregister``, ``Status``) on one front as
-    ``who``, its answer judged as any other is."""
+    """One system shared-memory API ``call`` (``Register``, ``Unregister``, ``Status``) as ``who``."""
     fields = fields or {}
     if protocol == "grpc":
         request = getattr(service_pb2, f"SystemSharedMemory{call}Request")(name=name, **fields)
@@ -55,8 +52,7 @@ def shm_call(
 
 @dataclass
 class ClientFile:
-    """One client's ``/dev/shm`` file and what it must hold; ``allowed``: ranges an output may have changed
-    since the last ``verify``."""
+    """A client's ``/dev/shm`` file, what it must hold, and the ranges outputs may have changed."""
 
     path: Path
     owner: str

@@ -1,8 +1,6 @@
-"""A drawn ``Case`` as bytes on the wire (an HTTP body, a ``ModelInferRequest``), sent over HTTP,
-``ModelInfer`` or a stream, and every answer's verdict for invariant (a): ``ok``; ``refused`` (4xx, a
-client-error code: the request's fault); ``policy`` (429, 504, the front's ``DEADLINE_EXCEEDED``: by
-design); else ``broken``, no answer or a hang included. A stream's message error carries no code, so it
-counts as answered; unary gRPC judges the same requests' codes."""
+"""A drawn ``Case`` on the wire (HTTP, ``ModelInfer`` or a stream) and each answer's verdict for invariant
+(a): ``ok``; ``refused`` (4xx, a client-error code); ``policy`` (429, 504, the front's
+``DEADLINE_EXCEEDED``); else ``broken``, no answer or a hang included."""
 
 from __future__ import annotations
 
@@ -142,8 +140,7 @@ def typed_carries(datatype: str, value: float) -> bool:
 
 
 def carried(tensor: TensorCase, rule: InputSpace | None, seed: int) -> Carried:
-    """``tensor``'s data from ``seed``, with its faults; a value beyond the datatype goes first where it
-    can be said."""
+    """``tensor``'s data from ``seed`` with its faults (a value beyond the datatype first, where sayable)."""
     array = _array(tensor, rule, np.random.default_rng(seed))
     if isinstance(array, list):
         raw = _bytes_buffer(array, tensor.bytes_fault)
@@ -175,8 +172,7 @@ def carried_inputs(tensors: Sequence[TensorCase], space: ModelSpace | None, seed
 
 
 def control_case(space: ModelSpace) -> tuple[TensorCase, ...]:
-    """The model's smallest valid request: sent after a fuzzed stream message, and the other user's
-    request."""
+    """The model's smallest valid request (after a fuzzed stream message, and the other user's)."""
     axes = space.variable_axes()
     required = [rule for rule in space.inputs if not rule.optional] or list(space.inputs[:1])
     tensors = []
@@ -301,8 +297,7 @@ class Client:
         timeout_s: float,
         compression: grpc.Compression | None = None,
     ) -> tuple[Answer, dict[str, bool]]:
-        """The stream's answer (``broken`` when a message got none) and, per message id, whether it was
-        answered ok."""
+        """The stream's answer (``broken`` when a message got none) and, per message id, whether it was ok."""
         start, payload, answered = time.monotonic(), b"", {}
         call = self.channel.stream_stream(SERVICE + "ModelStreamInfer")
         try:

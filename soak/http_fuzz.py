@@ -171,8 +171,7 @@ def _nodes(document: Any) -> list[tuple[Any, Any]]:
 
 
 class Mutator:
-    """Seeded mutations of a case (request line, target, headers, JSON, bytes, encoding): one seed, one
-    sequence."""
+    """Seeded mutations of a case: one seed, one sequence."""
 
     def __init__(self, seed: int) -> None:
         self.rng = random.Random(seed)
@@ -290,8 +289,8 @@ class FuzzReport:
 def fuzz(
     url: str, models: list[str], cases: int, seed: int, after_each: Callable[[], list[str]] | None = None
 ) -> FuzzReport:
-    """Send ``cases`` mutated requests to the HTTP front at ``url``; a finding is an answer of 500 or more,
-    no answer, or a problem ``after_each()`` reports."""
+    """``cases`` mutated requests to the HTTP front at ``url``; a finding is a 5xx, no answer, or what
+    ``after_each()`` reports."""
     seeds = seed_cases(url, models)
     mutator = Mutator(seed)
     report = FuzzReport(seed)

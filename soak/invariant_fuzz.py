@@ -21,7 +21,7 @@ import os
 import time
 from collections import Counter
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 import tritonclient.http as httpclient
@@ -69,31 +69,22 @@ RSS_BOUND_MIB = 96.0
 
 def served_spaces(server: TritonServer) -> dict[str, ModelSpace]:
     """Every model the server has READY, read from the config it serves."""
-    own = httpclient.InferenceServerClient(server.triton_http_url)
-    try:
+    with httpclient.InferenceServerClient(server.triton_http_url) as own:
         index = own.get_model_repository_index(headers=admin_headers(server.admin_key))
-        spaces = {}
-        for entry in index:
-            if entry.get("state") != "READY" or entry["name"] in spaces:
-                continue
-            config = own.get_model_config(entry["name"])
-            spaces[entry["name"]] = ModelSpace.from_config(
-                entry["name"], config, MAX_REQUEST_BYTES, server.options.front_shares.deadline_s
-            )
-        return spaces
-    finally:
-        own.close()
+        ready = dict.fromkeys(entry["name"] for entry in index if entry.get("state") == "READY")
+        deadline_s = server.options.front_shares.deadline_s
+        return {
+            name: ModelSpace.from_config(name, own.get_model_config(name), MAX_REQUEST_BYTES, deadline_s)
+            for name in ready
+        }
 
 
 def rss_mib(pid: int | None) -> float:
     """A process's resident memory in MiB (0 once it is gone)."""
     try:
-        for line in Path(f"/proc/{pid}/status").read_text().splitlines():
-            if line.startswith("VmRSS:"):
-                return int(line.split()[1]) / 1024
+        return int(Path(f"/proc/{pid}/statm").read_text().split()[1]) * os.sysconf("SC_PAGE_SIZE") / (1 << 20)
     except OSError:
-        pass
-    return 0.0
+        return 0.0
 
 
 @dataclass
@@ -240,8 +231,8 @@ class InvariantFuzz:
         return problems
 
     def check(self, case: Case) -> None:
-        """Send ``case``; ``AssertionError`` lists what broke. Once the server broke every case fails with
-        that same line: hypothesis takes a moving failure for a flaky one."""
+        """Send ``case``; ``AssertionError`` lists what broke, the same line for every case once the server
+        broke (hypothesis takes a moving failure for a flaky one)."""
         if time.monotonic() >= self.stop_at and not self.fatal:
             return
         problems = [f"the server broke earlier: {self.fatal}"] if self.fatal else self._held(case)
@@ -289,9 +280,8 @@ class InvariantFuzz:
             self.regions.place(o.shm, o.shm.size or 0) if o.shm is not None else None
             for o in case.outputs or ()
         ]
-        answer, verdict, problems = self._request(
-            case, space, data, placed_inputs, placed_outputs, deadline_s
-        )
+        answer, problems = self._request(case, space, data, placed_inputs, placed_outputs, deadline_s)
+        verdict = answer.verdict
         asking_more = [o.name for o in case.outputs or () if o.asks_more_than_its_region]
         if asking_more:  # row 76: refused, and (not allowed below) nothing written into the region
             if "can't set both" in answer.message or b"can't set both" in answer.payload:
@@ -322,8 +312,8 @@ class InvariantFuzz:
         inputs: Sequence[Placed | None],
         outputs: Sequence[Placed | None],
         deadline_s: float,
-    ) -> tuple[Answer, str, list[str]]:
-        """The answer, the fuzzed request's own verdict, and what broke (a) beyond the answer."""
+    ) -> tuple[Answer, list[str]]:
+        """The answer, its verdict the fuzzed request's own, and what broke (a) beyond the answer."""
         timeout = deadline_s + SLACK_S
         if case.protocol == "http":
             reply = self.client.http(http_body(case, data, inputs, outputs), timeout)
@@ -332,7 +322,7 @@ class InvariantFuzz:
             problems = [f"(a) http {case.model}: {problem}" for problem in held]
             shm_output = any(placed is not None for placed in outputs)
             self.report.covered.update(headers_reached(case.headers, reply, answer.verdict, shm_output))
-            return answer, answer.verdict, problems
+            return answer, problems
         request = grpc_request(case, data, inputs, outputs)
         compression = grpc_compression(case.headers)
         if case.protocol == "grpc" and case.headers is not None and case.headers.wire:
@@ -342,7 +332,7 @@ class InvariantFuzz:
                 "infer", *self.client.grpc("ModelInfer", request.SerializeToString(), timeout, compression)
             )
             self._compression_reached(case, answer.verdict)
-            return answer, answer.verdict, []
+            return answer, []
         messages = [request]
         if space is not None:  # the model's smallest valid request after the fuzzed one
             tensors = control_case(space)
@@ -352,13 +342,13 @@ class InvariantFuzz:
         answer, answered = self.client.stream(messages, timeout, compression)
         self._compression_reached(case, answer.verdict if answered.get("fuzz") else "refused")
         if answer.verdict != "ok":
-            return answer, answer.verdict, []
+            return answer, []
         problems = []
         if space is not None and not answered.get("control"):
             problems.append(f"(a) stream {case.model}: the valid message after the fuzzed one failed")
-        return answer, "ok" if answered.get("fuzz") else "refused", problems
+        return answer if answered.get("fuzz") else replace(answer, verdict="refused"), problems
 
-    def _wire_call(self, case: Case, request: bytes, timeout: float) -> tuple[Answer, str, list[str]]:
+    def _wire_call(self, case: Case, request: bytes, timeout: float) -> tuple[Answer, list[str]]:
         """A ``ModelInfer`` call with the drawn wire fault, written frame by frame (``soak.raw_grpc``)."""
         assert case.headers is not None
         metadata, data = WIRE_FAULTS[case.headers.wire](request)
@@ -370,15 +360,15 @@ class InvariantFuzz:
             answer = grpc_answer("infer", reply.code, reply.message, reply.payload, reply.elapsed_s)
         self.report.covered[f"{answer.verdict} grpc wire {case.headers.wire}"] += 1
         problems = wire_held(case.headers, answer.verdict)
-        return answer, answer.verdict, [f"(a) grpc {case.model}: {problem}" for problem in problems]
+        return answer, [f"(a) grpc {case.model}: {problem}" for problem in problems]
 
     def _compression_reached(self, case: Case, verdict: str) -> None:
         if case.headers is not None and case.headers.compression:
             self.report.covered[f"{verdict} {case.protocol} {case.headers.compression} message"] += 1
 
     def _other_uid(self, case: Case, space: ModelSpace | None) -> list[Answer]:
-        """The other user lists its regions, or runs the model's smallest request through its own region
-        with the case's HTTP headers, so the front reads Triton's answer under every drawn header."""
+        """The other user lists its regions, or sends the model's smallest request through its own region
+        under the case's HTTP headers."""
         other = self.other
         if other is None or not case.other_uid or space is None:
             return []

@@ -1,7 +1,6 @@
-"""Another local user for the invariant fuzz: a relay that drops to uid 65534, since the fronts key every
-region by the peer's uid. It imports all it needs as root first (the environment in ``/root`` is out of
-that uid's reach), then creates files, sends HTTP with ``soak.raw_http`` and makes unary gRPC calls as
-the fuzz asks, one JSON line each, so both users are judged alike."""
+"""Another local user for the invariant fuzz, since the fronts key every region by the peer's uid: a relay
+that imports all it needs as root (``/root`` is out of the other uid's reach), drops to uid 65534, and
+makes the calls the fuzz asks for, one JSON line each, so both users are judged alike."""
 
 from __future__ import annotations
 
@@ -36,8 +35,7 @@ def grpc_call(
     timeout_s: float,
     compression: grpc.Compression | None = None,
 ) -> tuple[str, str, bytes, float]:
-    """(status code name, details, response bytes, seconds) of a unary call: what both users' clients
-    answer with."""
+    """(status code name, details, response bytes, seconds) of a unary call, for both users' clients."""
     start = time.monotonic()
     try:
         response = channel.unary_unary(SERVICE + method)(request, timeout=timeout_s, compression=compression)
@@ -120,8 +118,7 @@ class OtherUser:
 
 
 def main(argv: list[str]) -> None:
-    """As root: everything imported and the channel made (grpc imports more as it does); then relay as
-    ``NOBODY``."""
+    """As root: everything imported and the channel made; then relay as ``NOBODY``."""
     http_url, grpc_url = argv
     http_address = address(http_url)
     channel = grpc.insecure_channel(grpc_url, options=GRPC_OPTIONS)

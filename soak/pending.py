@@ -1,6 +1,5 @@
-"""Triton's own count of the requests a model has waiting (``nv_inference_pending_request_count``), read
-through a fault's run (the fault tests' and ``make soak``'s attacks): what the fronts let reach Triton,
-whatever the clients' timing."""
+"""Triton's own count of a model's waiting requests, read through a fault's run: what the fronts let
+reach Triton, whatever the clients' timing."""
 
 from __future__ import annotations
 

@@ -1,8 +1,6 @@
-"""One gRPC call written frame by frame, for what grpcio will not send (metadata outside gRPC's grammar,
-two messages or none, a length prefix that says more than follows, a compressed flag without
-``grpc-encoding``): the invariant fuzz's wire faults and fault matrix rows 69 and 70. A call dropped
-with its connection, reset or answered with ``GOAWAY`` is no answer, as over HTTP. ``Answers`` reads
-many calls' answers on one connection, and ``send_and_reset`` resets calls the front has read (row 78)."""
+"""gRPC calls written frame by frame, for what grpcio will not send: the invariant fuzz's wire faults, fault
+matrix rows 69 and 70, and calls reset once the front read them (row 78). A call dropped with its
+connection, reset or answered with ``GOAWAY`` is no answer, as over HTTP."""
 
 from __future__ import annotations
 
@@ -56,8 +54,7 @@ def message(body: bytes, flag: int = 0) -> bytes:
 def exchange(
     address: tuple[str, int], block: bytes, data: bytes, timeout_s: float, source: str = ""
 ) -> GrpcReply:
-    """Send one call on a new connection (from the local address ``source``, if given) and read its
-    answer."""
+    """One call on a new connection (from the local address ``source``, if given), and its answer."""
     started = time.monotonic()
     deadline = started + timeout_s
     bind = (source, 0) if source else None
@@ -78,8 +75,7 @@ def exchange(
 
 
 def _answer(sock: socket.socket, deadline: float, started: float) -> GrpcReply:
-    """The call's answer, or why there is none: the first of its trailers, a ``GOAWAY``, or its reset
-    before it had headers ends the wait."""
+    """The call's answer, or why none: its trailers, a ``GOAWAY``, or a reset before headers ends it."""
     answers = Answers(sock)
 
     def ended() -> bool:

@@ -1,9 +1,7 @@
 """The soak's one HTTP/1.1 client, on a raw socket, so a request goes out as its caller built it. An answer
-is a status line, its headers and its whole body (a HEAD's ends at its headers, RFC 9110) within
-``timeout_s``, its body decoded as a client would; anything else is no answer, and ``failure`` says
-which (``hang``, ``closed``, ``not HTTP``, ``undecodable``). A front answers even a request it will not
-read before it closes, so a dropped request is the front's fault. ``hang_ups`` sends a request on many
-connections and closes them without waiting for its answers (fault matrix row 38)."""
+is a status line, its headers and its whole body (a HEAD's ends at its headers) within ``timeout_s``,
+decoded as a client would; anything else is no answer, and ``failure`` says which. A front answers even
+a request it will not read before it closes, so a dropped request is the front's fault."""
 
 from __future__ import annotations
 
@@ -81,8 +79,7 @@ def pipelined(
     sent: Event | None = None,
     head_only: bool = False,
 ) -> list[HttpReply]:
-    """``raw`` on one connection, and the first ``replies`` that came back; the list ends at the first that
-    is no answer."""
+    """``raw`` on one connection, and the first ``replies`` that came back, up to the first no answer."""
     start, received, got = time.monotonic(), b"", []
     try:
         with socket.create_connection(address, timeout=timeout_s) as sock:
@@ -117,35 +114,31 @@ def hang_ups(
     each closed ``after_s`` after the last was sent unless it was answered before: the answers that came
     by then (a connection that ended without one: its ``failure``)."""
     bind = (source, 0) if source else None
-    connections: list[socket.socket] = []
     got: list[HttpReply] = []
-    with selectors.DefaultSelector() as waiting:
-        try:
-            for _ in range(count):
+    with selectors.DefaultSelector() as waiting, contextlib.ExitStack() as connections:
+        for _ in range(count):
+            try:
+                sock = connections.enter_context(
+                    socket.create_connection(address, timeout=TIMEOUT_S, source_address=bind)
+                )
+            except OSError as error:
+                got.append(HttpReply(failure=f"closed: {error!r}"))
+                continue
+            with contextlib.suppress(OSError):  # answered and closed before it read it all: read that
+                sock.sendall(raw)
+            waiting.register(sock, selectors.EVENT_READ, data=bytearray())
+        hang_up_at = time.monotonic() + after_s
+        while waiting.get_map() and (left := hang_up_at - time.monotonic()) > 0:
+            for key, _ in waiting.select(left):
                 try:
-                    sock = socket.create_connection(address, timeout=TIMEOUT_S, source_address=bind)
-                except OSError as error:
-                    got.append(HttpReply(failure=f"closed: {error!r}"))
-                    continue
-                connections.append(sock)
-                with contextlib.suppress(OSError):  # answered and closed before it read it all: read that
-                    sock.sendall(raw)
-                waiting.register(sock, selectors.EVENT_READ, data=bytearray())
-            hang_up_at = time.monotonic() + after_s
-            while waiting.get_map() and (left := hang_up_at - time.monotonic()) > 0:
-                for key, _ in waiting.select(left):
-                    try:
-                        chunk = key.fileobj.recv(1 << 20)
-                    except OSError:
-                        chunk = b""
-                    key.data.extend(chunk)
-                    reply = reply_in(bytes(key.data), not chunk)[0]
-                    if reply is not None:
-                        got.append(reply)
-                        waiting.unregister(key.fileobj)
-        finally:
-            for sock in connections:
-                sock.close()
+                    chunk = key.fileobj.recv(1 << 20)
+                except OSError:
+                    chunk = b""
+                key.data.extend(chunk)
+                reply = reply_in(bytes(key.data), not chunk)[0]
+                if reply is not None:
+                    got.append(reply)
+                    waiting.unregister(key.fileobj)
     return got
 
 

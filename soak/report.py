@@ -6,6 +6,7 @@ from __future__ import annotations
 
 from collections import Counter
 from dataclasses import dataclass, field
+from statistics import median_high
 
 from soak.invariant_fuzz import InvariantReport
 from soak.mixed_load import Outcome, refused_cleanly
@@ -145,10 +146,7 @@ class SoakReport:
 
 
 def _spread(seconds: list[float]) -> str:
-    if not seconds:
-        return "n/a"
-    ordered = sorted(seconds)
-    return f"median {ordered[len(ordered) // 2]:.1f} s, slowest {ordered[-1]:.1f} s"
+    return f"median {median_high(seconds):.1f} s, slowest {max(seconds):.1f} s" if seconds else "n/a"
 
 
 def _when(outcome: Outcome, outages: list[Outage], served_by: dict[str, set[str]]) -> str:

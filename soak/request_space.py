@@ -1,7 +1,6 @@
-"""The invariant fuzz's request space: each served model's bounds, read from the config Triton serves
-through the fronts' own ``ModelSignature`` and the backends' value guards, and the hypothesis strategies
-that draw requests at and around them with up to two ``MUTATIONS``. A ``Case`` holds only small numbers
-and names (its data come from ``seed``), so a failing one prints whole and pastes back."""
+"""The invariant fuzz's request space: each served model's bounds, read through the fronts' own
+``ModelSignature`` and the backends' value guards, and the strategies that draw requests around them. A
+``Case`` holds only small numbers and names (its data come from ``seed``), so a failing one pastes back."""
 
 from __future__ import annotations
 
@@ -200,8 +199,7 @@ def element_size(datatype: str) -> int:
 
 
 def data_fits(shape: Sequence[int], datatype: str) -> int:
-    """The elements a tensor carries: none past ``MAX_DATA_BYTES`` or with a negative dim (refused from the
-    shape alone)."""
+    """The elements a tensor carries: none past ``MAX_DATA_BYTES`` or with a negative dim."""
     if any(d < 0 for d in shape):
         return 0
     elements = math.prod(shape)
@@ -379,8 +377,7 @@ def registrations(draw: st.DrawFn) -> Registration:
 
 @st.composite
 def cases(draw: st.DrawFn, spaces: Sequence[ModelSpace]) -> Case:
-    """A ``Case`` for one of ``spaces``: every dim on or near a bound half the time, then up to two
-    mutations."""
+    """A ``Case`` for one of ``spaces``: dims on or near a bound half the time, up to two mutations."""
     space = draw(st.sampled_from(spaces))
     protocol = draw(st.sampled_from(PROTOCOLS))
     registration = draw(st.none() | registrations())
