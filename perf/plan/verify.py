@@ -25,7 +25,7 @@ from perf.plan.strategy import Strategy
 from perf.session.model import ModelSession
 from perf.session.pipeline import PipelineSession
 from perf.session.probe import ProbeResult
-from perf.session.search import Evidence, SearchPlan, Server, Verdict, decide, search
+from perf.session.search import Evidence, Server, Verdict, decide, search
 from perf.session.shapes_section import ShapesFigures, shapes_step
 
 SETTLE_ROUNDS = 12  # a hang guard: each round searches an answer or refutes one
@@ -114,7 +114,7 @@ def search_strategy(
     with served(judged, serve) as running:
         search(
             running, evidence, label, lambda rate: poisson(rate, plan.request.seed), start,
-            plan=SearchPlan(), label=f"plan {label}", step=step,
+            label=f"plan {label}", step=step,
         )  # fmt: skip
 
 

@@ -38,7 +38,7 @@ from perf.model.batcher import BatcherConfig
 from perf.model.grid import Grid, neighbours
 from perf.model.predict import LoadAt, Prediction, max_rate, predict
 from perf.session.probe import ProbePlan, ProbeResult, Server, probe
-from perf.session.search import Evidence, SearchPlan, Verdict, at_rung, decide, rung, search
+from perf.session.search import Evidence, Verdict, at_rung, decide, rung, search
 
 Step = Callable[[str], None]
 # The caller's further check of the answer at its rate (the shapes step), whose runs join the evidence.
@@ -56,7 +56,6 @@ class TuneRequest:
     seed: int = 0
     load_at: LoadAt | None = None  # rate -> load; Poisson by default
     shortlist: int = 4  # families searched on the server (0: the prediction's first alone)
-    search: SearchPlan = field(default_factory=SearchPlan)
     predict_s: float = 6.0  # seconds of arrivals each prediction simulates
 
     def load(self, rate: float) -> Load:
@@ -198,7 +197,7 @@ def search_candidate(
     started = time.perf_counter()
     server.prepare(config)
     rates = search(
-        server, evidence, config, request.load, start, target=request.rate, plan=request.search,
+        server, evidence, config, request.load, start, target=request.rate,
         label=f"search {config.label}", step=step,
     )  # fmt: skip
     points = [point_of(result, request, evidence, config, rate) for rate in rates]
