@@ -168,15 +168,14 @@ def _stage_costs(
 
 @dataclass(frozen=True)
 class Counted:
-    """A model's memory from its graph (None: no torch module) and why it is too big to build here (""),
-    counted once per plan."""
+    """A model's memory from its graph, counted once per plan (None: no torch module), and why it is too
+    big to build here ("")."""
 
     memory: GraphMemory | None
     too_big: str
 
 
 def count(model: ModelSpec) -> Counted:
-    """``model``'s ``Counted``: its graph counted once, on the meta device."""
     try:
         memory = graph_memory(model)
     except GraphMemoryError as error:

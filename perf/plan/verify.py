@@ -244,16 +244,8 @@ def plan_shapes(
         step(f"shapes: not measured for {strategy.label} (the bucket runs serve the whole model)")
         return None
     session, config = data_session(base, strategy, workdir / "shapes", engine, settings)
-    label, written = strategy.label, "spec.planned.yaml"
     with session:
         return shapes_step(
-            session,
-            config,
-            lambda r: poisson(r, plan.request.seed),
-            rate,
-            evidence,
-            label,
-            label,
-            step,
-            written,
-        )
+            session, config, lambda r: poisson(r, plan.request.seed), rate, evidence, strategy.label,
+            strategy.label, step, "spec.planned.yaml",
+        )  # fmt: skip

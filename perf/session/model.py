@@ -85,17 +85,10 @@ class ModelSession:
     """Build, serve and reload one model; ``with ModelSession(...) as session``."""
 
     def __init__(
-        self,
-        spec: Spec,
-        model: str,
-        largest_batch: int,
-        workdir: Path,
-        engine: LoadEngine,
-        settings: MeasureSettings = TUNE_WINDOWS,
-        noise: NoisePolicy | None = None,
-        seed: int = 0,
+        self, spec: Spec, model: str, largest_batch: int, workdir: Path, engine: LoadEngine,
+        settings: MeasureSettings = TUNE_WINDOWS, noise: NoisePolicy | None = None, seed: int = 0,
         keep_queue: bool = False,
-    ) -> None:
+    ) -> None:  # fmt: skip
         self.base: ModelSpec = spec.model(model)
         self.largest_batch = max(largest_batch, self.base.max_batch_size)
         self.workdir = workdir

@@ -7,6 +7,7 @@ override, load goes through the ensemble and the server view is the first stage'
 from __future__ import annotations
 
 import dataclasses
+from pathlib import Path
 
 from google.protobuf import json_format
 
@@ -57,15 +58,9 @@ class PipelineSession(ModelSession):
     """``base`` is the model the pipeline splits (its inputs and batch limit)."""
 
     def __init__(
-        self,
-        spec: Spec,
-        pipeline: str,
-        largest_batch: int,
-        workdir,
-        engine: LoadEngine,
-        settings: MeasureSettings = TUNE_WINDOWS,
-        noise: NoisePolicy | None = None,
-    ) -> None:
+        self, spec: Spec, pipeline: str, largest_batch: int, workdir: Path, engine: LoadEngine,
+        settings: MeasureSettings = TUNE_WINDOWS, noise: NoisePolicy | None = None,
+    ) -> None:  # fmt: skip
         self.pipeline: PipelineSpec = spec.pipeline(pipeline)
         super().__init__(spec, self.pipeline.model, largest_batch, workdir, engine, settings, noise)
         # The stages' batch axis is the model's: candidates stay within what the stages were built for.
