@@ -138,23 +138,12 @@ def plan_document(
         for g in topology.gpus
     )
     return PlanDocument(
-        model=plan.profile.model,
-        budget_ms=plan.request.budget_ms,
-        max_rel_error=plan.request.max_error,
+        model=plan.profile.model, budget_ms=plan.request.budget_ms, max_rel_error=plan.request.max_error,
         topology=TopologyFigures(topology.name, gpus, tuple(topology.warnings)),
-        compute_source=plan.profile.compute_source,
-        memory_source=plan.profile.memory_source,
-        chosen=strategy_figures(chosen),
-        placement=chosen.placement.assignments,
-        routing=chosen.placement.routing,
-        server_flags=tuple(flags),
-        strategies=tuple(strategy_figures(j) for j in plan.judged),
-        verification=tuple(verification),
-        seconds=seconds,
-        verdict=verdict,
-        measured_rate=measured_rate,
-        overlay_written=overlay_written,
-        shapes=shapes,
-        asked=asked or plan.profile.model,
-        compute_origin=compute_origin,
-    )
+        compute_source=plan.profile.compute_source, memory_source=plan.profile.memory_source,
+        chosen=strategy_figures(chosen), placement=chosen.placement.assignments,
+        routing=chosen.placement.routing, server_flags=tuple(flags),
+        strategies=tuple(strategy_figures(j) for j in plan.judged), verification=tuple(verification),
+        seconds=seconds, verdict=verdict, measured_rate=measured_rate, overlay_written=overlay_written,
+        shapes=shapes, asked=asked or plan.profile.model, compute_origin=compute_origin,
+    )  # fmt: skip

@@ -139,12 +139,8 @@ class ModelSession:
         return windows_for(settings, self.largest_batch_s)
 
     def _options(self, repository: Path, load_models: list[str]) -> ServerOptions:
-        return ServerOptions(
-            repository=repository,
-            load_models=load_models,
-            log_path=self.workdir / "server.log",
-            startup_timeout_s=240,
-        )
+        log_path = self.workdir / "server.log"
+        return ServerOptions(repository, load_models=load_models, log_path=log_path, startup_timeout_s=240)
 
     def __exit__(self, *exc_info: object) -> None:
         if self.server is not None:
@@ -211,13 +207,10 @@ class ModelSession:
     def _reload(self, config: BatcherConfig) -> float:
         assert self.server is not None
         started = time.perf_counter()
-        client = httpclient.InferenceServerClient(self.server.http_url)
-        try:
-            loaded, overrides = self._overrides(config)
+        loaded, overrides = self._overrides(config)
+        with contextlib.closing(httpclient.InferenceServerClient(self.server.http_url)) as client:
             for name, override in overrides.items():
                 admin.load_model(client, self.server.admin_key, name, config=override)
-        finally:
-            client.close()
         self.current = config
         took = time.perf_counter() - started
         log.info("loaded %s in %.1f s", loaded, took)
