@@ -46,8 +46,7 @@ WORKDIR = Path(".run/plan")
 
 @dataclasses.dataclass(frozen=True)
 class PlanSetup:
-    """What a ``make plan`` run is built from beyond its options; a test hands in its own instead of
-    patching."""
+    """What a ``make plan`` run is built from beyond its options (a test hands in its own)."""
 
     windows: MeasureSettings = TUNE_WINDOWS
     live_topology: Callable[[], Topology | None] = live_topology
@@ -240,14 +239,12 @@ def recorded_profile(args: argparse.Namespace, topology: Topology, model: str) -
 
 
 def over_budget_everywhere(judged: list[Judged]) -> bool:
-    """Some strategy fit the machine and lost only on the budget: a verdict, not a plan that cannot be
-    placed."""
+    """Some strategy fit the machine and lost only on the budget: a verdict, not a placement error."""
     return any(j.placement is not None and j.reason.startswith("over budget") for j in judged)
 
 
 def predicted_verdict(budget_ms: float, topology: Topology, evidence: Evidence[str]) -> NothingMeetsError:
-    """Every strategy predicted over the budget and nothing measured holds it: the closest run over it, or,
-    with nothing measured, the prediction's verdict."""
+    """The closest run over the budget, or with nothing measured the prediction's verdict."""
     if not evidence.runs:
         return NothingMeetsError(
             f"nothing meets p99 <= {budget_ms:g} ms on {topology.name}: every strategy that fits is "

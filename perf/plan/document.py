@@ -53,8 +53,7 @@ class StrategyFigures:
 
 @dataclass(frozen=True)
 class VerificationRow:
-    """One point measured on the real server: predicted against measured (its last run), its runs and
-    verdict."""
+    """One point measured on the real server: predicted against its last run, its runs and verdict."""
 
     strategy: str  # the strategy's label
     fraction: float  # of its predicted rate (0: none was predicted within the budget)

@@ -188,8 +188,7 @@ def _place_on_cpu(
 def pack_tables(
     tables: tuple[Table, ...], room: dict[int, int], precision: str
 ) -> dict[int, tuple[Table, ...]]:
-    """Each table, largest first, onto the GPU of ``room`` (bytes free) with the most room left; every GPU
-    in the answer, even an empty one."""
+    """Each table, largest first, onto the GPU of ``room`` (bytes free) with the most room left."""
     left = dict(room)
     placed: dict[int, list[Table]] = {gpu: [] for gpu in room}
     for table in sorted(tables, key=lambda t: (-t.bytes(precision), t.name)):
@@ -222,8 +221,7 @@ class Exchange:
 def exchange(
     packed: dict[int, tuple[Table, ...]], link: Callable[[int, int], Link], precision: str
 ) -> Exchange:
-    """The worst GPU's exchange: the rows its requests look up in the other GPUs' tables, over the slowest
-    link."""
+    """The worst GPU's exchange: its requests' rows from other GPUs' tables, over the slowest link."""
     found = []
     for gpu in packed:
         others = [g for g, tables in packed.items() if g != gpu and tables]

@@ -60,8 +60,7 @@ class Variants:
 
 
 def precision_variant(model: ModelSpec, precision: str) -> ModelSpec:
-    """``model`` in ``precision`` (float tensors take ``TENSOR_DTYPE[precision]``), named ``<name>`` or
-    ``<name>_<precision>``."""
+    """``model`` in ``precision`` (float tensors in ``TENSOR_DTYPE[precision]``), ``<name>_<precision>``."""
     if precision == model.precision:
         return model
     floats, dtype = set(TENSOR_DTYPE.values()), TENSOR_DTYPE[precision]
@@ -129,8 +128,7 @@ def _median_s(fn, tensors: tuple[torch.Tensor, ...], repeats: int = 15) -> float
 
 
 def _stage_params(stages, memory: GraphMemory | None) -> list[int]:
-    """Each stage's fp32 parameter bytes, each table at the size ``memory`` counted (the model's, not its
-    proxy's)."""
+    """Each stage's fp32 parameter bytes, its tables at the model's size (``memory``), not its proxy's."""
     real = iter(memory.tables if memory is not None else ())
     params = []
     for stage in stages:
@@ -189,8 +187,7 @@ def measure_profile(
     providers: tuple[str, ...] = ("CPUExecutionProvider",), device: str = "this host's CPU",
     recorded: ComputeProfile | None = None, counted: Counted | None = None,
 ) -> ModelProfile:  # fmt: skip
-    """Build the variants into ``repository`` and measure them; ``probe`` brings the costs beyond compute,
-    ``recorded`` the whole model's compute."""
+    """Build the variants into ``repository`` and measure them (``probe``: the costs beyond compute)."""
     counted = counted or count(spec.model(model))
     memory, proxy_reason = counted.memory, counted.too_big
     if proxy_reason:  # timed on its compute proxy in its place
@@ -262,8 +259,7 @@ def measure_profile(
 def with_recorded(
     whole: dict[str, StageCost], figures: dict[str, PrecisionCompute], recorded: ComputeProfile
 ) -> tuple[dict[str, StageCost], str]:
-    """``whole`` with the recorded compute, precisions it lacks scaled by its first's ratio; and the
-    source."""
+    """``whole`` with the recorded compute (others scaled by its first's ratio), and the source."""
     shared = [p for p in ("fp32", *figures) if p in figures and p in whole]
     if not shared:
         raise OptionError(
@@ -287,8 +283,7 @@ def with_recorded(
 def _rescaled(
     costs: dict[str, StageCost], reference: StageCost, t_s: float, dt_s: float
 ) -> dict[str, StageCost]:
-    """``costs`` with ``T`` and ``Δt`` scaled as ``reference``'s are to ``t_s`` and ``dt_s`` (a 0 term:
-    unscaled)."""
+    """``costs`` with ``T`` and ``Δt`` scaled as ``reference``'s are to ``t_s`` and ``dt_s`` (0: unscaled)."""
     scale_t = t_s / reference.t_s if reference.t_s > 0 else 1.0
     scale_dt = dt_s / reference.dt_s if reference.dt_s > 0 else 1.0
     return {p: replace(c, t_s=c.t_s * scale_t, dt_s=c.dt_s * scale_dt) for p, c in costs.items()}

@@ -235,8 +235,7 @@ def plan_shapes(
     base: ModelSpec, plan: Plan, rate: float, engine: LoadEngine, settings: MeasureSettings, workdir: Path,
     step: Callable[[str], None], evidence: Evidence[str],
 ) -> ShapesFigures | None:  # fmt: skip
-    """The shapes section of the pick at ``rate``; None for a fixed-shape model or a pick that is not
-    whole."""
+    """The shapes section of the pick at ``rate``; None for a fixed-shape model or a split pick."""
     strategy = plan.chosen.strategy
     if not has_variable_axis(base) or rate <= 0:
         return None

@@ -134,8 +134,7 @@ class ModelSession:
         return statistics.median(took) / 1e3
 
     def sized(self, settings: MeasureSettings) -> MeasureSettings:
-        """``settings`` sized by the largest batch as timed at the start, never by a run (one stall would
-        lengthen every run after it)."""
+        """``settings`` sized by the largest batch timed at the start: a stall in a run lengthens no other."""
         return windows_for(settings, self.largest_batch_s)
 
     def _options(self, repository: Path, load_models: list[str]) -> ServerOptions:
@@ -171,8 +170,7 @@ class ModelSession:
         return self._sending[sending]
 
     def use_buckets(self, buckets: tuple[int, ...] | None, vary_shapes: bool = True) -> None:
-        """Send the runs that follow padded to ``buckets`` (``()``: none; None: the spec's), or all at
-        one length."""
+        """Send the next runs padded to ``buckets`` (``()``: none; None: the spec's), or at one length."""
         self.buckets, self.vary_shapes = buckets, vary_shapes
 
     def died(self, during: str) -> ServerDiedError | None:
@@ -246,8 +244,7 @@ class ModelSession:
         settings: MeasureSettings | None = None,
         engine: LoadEngine | None = None,
     ) -> Measurement:
-        """``load`` on the configuration loaded now, through the noise policy, with ``engine`` or the
-        session's."""
+        """``load`` on the configuration loaded now, through the noise policy."""
         with self.watching(label):
             return self.noise.measure(
                 lambda: self._measure_once(load, label, settings or self.settings, engine)

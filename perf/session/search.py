@@ -145,8 +145,7 @@ class Evidence(Generic[K]):
         return max(held, default=0.0)
 
     def open_below(self, key: K, rate: float) -> list[float]:
-        """The points of ``key`` at or below ``rate`` still open: each is decided before ``rate`` stands
-        as the answer, since a miss there would refute it."""
+        """The points of ``key`` still open at or below ``rate``: a miss there would refute ``rate``."""
         return [r for r in self.rates(key) if r <= rate and self.verdict(key, r) is Verdict.OPEN]
 
     def best(

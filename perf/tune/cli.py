@@ -49,8 +49,7 @@ ENGINES = ("auto", "ours", "perf_analyzer")
 
 @dataclasses.dataclass(frozen=True)
 class TuneSetup:
-    """What a ``make tune`` run is built from beyond its options; a test hands in its own instead of
-    patching."""
+    """What a ``make tune`` run is built from beyond its options (a test hands in its own)."""
 
     quick_grid: Grid = QUICK_GRID
     wide_grid: Grid = WIDE_GRID
@@ -114,8 +113,7 @@ def usage_errors(args: argparse.Namespace, setup: TuneSetup = THE_SETUP) -> str 
 
 
 def within_spec(grid: Grid, max_batch_size: int) -> Grid:
-    """``grid`` with no max batch size above the spec's ``max_batch_size`` (the batch the model was exported
-    for)."""
+    """``grid`` with no max batch size above the spec's, the batch the model was exported for."""
     if max_batch_size < 2:
         raise OptionError(f"the spec's max_batch_size is {max_batch_size}: there is no batching to tune")
     sizes = tuple(dict.fromkeys(min(size, max_batch_size) for size in grid.max_batches))
@@ -170,8 +168,7 @@ def command_tune(args: argparse.Namespace, console, setup: TuneSetup = THE_SETUP
 
 @contextlib.contextmanager
 def partial_on_failure(folder: Path, title: str, session: ModelSession) -> Iterator[None]:
-    """On a ``PerfError`` or the verdict that nothing meets the budget, write ``partial.md``, then
-    re-raise."""
+    """On a ``PerfError`` (the verdict that nothing meets included) write ``partial.md``, then re-raise."""
     try:
         yield
     except PerfError as error:
@@ -184,8 +181,7 @@ def partial_on_failure(folder: Path, title: str, session: ModelSession) -> Itera
 
 
 def write_partial(folder: Path, title: str, error: BaseException, runs: Sequence[Measurement]) -> None:
-    """``partial.md``: ``error`` and the runs before it, so minutes of measuring are not lost to a
-    traceback."""
+    """``partial.md``: ``error`` and the runs before it, so minutes of measuring survive a failure."""
     rows = [
         [
             run.label, number(run.load.rate, 0) if run.load.rate else "–", number(run.throughput, 0),
@@ -221,8 +217,7 @@ def write_partial(folder: Path, title: str, error: BaseException, runs: Sequence
 def measure_and_pick(
     args: argparse.Namespace, spec: Spec, grid: Grid, folder: Path, console, setup: TuneSetup = THE_SETUP
 ) -> tuple[TuneDocument, BatcherConfig]:
-    """The tuner on one real server; the saved result and the pick (the raw backend measured once the server
-    has stopped, so that it gets the cores)."""
+    """The tuner on one real server; the saved result and the pick (the raw backend once it has stopped)."""
     request = TuneRequest(args.p99_ms, args.rate, grid, args.seed, _load_at(args), args.shortlist)
     # perf_analyzer logs its runs into the report folder
     engine = (

@@ -61,8 +61,7 @@ def columns_table(columns: dict[str, Callable[[Any], object]], items: Iterable[A
 
 
 def p99(run: RunFigures | None, unit: str = "") -> str:
-    """A measured p99, marked where it holds the host's noise or rests on too few requests to meet the
-    budget."""
+    """A measured p99, marked where it holds the host's noise or rests on too few requests."""
     if not run:
         return "–"
     mark = NOISE_MARK if run.host_noise else ""

@@ -84,8 +84,7 @@ class Point:
 
 @dataclass
 class Candidate:
-    """A configuration searched on the server: the points its search measured, and the highest rate
-    it held the budget at once searched (0: none)."""
+    """A configuration searched on the server: its points, and the highest rate it held (0: none)."""
 
     config: BatcherConfig
     predicted_rate: float
@@ -301,8 +300,7 @@ def tune(
     server: Server, request: TuneRequest, plan: ProbePlan | None = None, step: Step | None = None,
     recheck: Recheck | None = None,
 ) -> TuneResult:  # fmt: skip
-    """The whole tuner on ``server`` (a started ``ModelSession``, or a simulated server). Raises
-    ``NothingMeetsError`` where no run held the budget under the search's rule."""
+    """The whole tuner on ``server``; ``NothingMeetsError`` where no point holds by the search's rule."""
     step = step or (lambda text: None)
     grid = request.grid
     evidence: Evidence[BatcherConfig] = Evidence(request.budget_ms)
