@@ -31,6 +31,7 @@ from perf.session.model import (
     TUNE_WINDOWS,
     ModelSession,
     add_window_options,
+    bound_error,
     keep_dead_server_log,
     run_windows,
     window_usage_error,
@@ -86,14 +87,13 @@ def add_parser(commands: argparse._SubParsersAction) -> None:
 
 
 def usage_errors(args: argparse.Namespace) -> str | None:
-    if args.p99_ms <= 0:
-        return f"--p99-ms must be > 0, got {args.p99_ms}"
-    if args.accuracy is not None and args.accuracy < 0:
-        return f"--accuracy must be >= 0, got {args.accuracy}"
-    if args.predict_s <= 0:
-        return f"--predict-s must be > 0, got {args.predict_s}"
-    if (window_error := window_usage_error(args)) is not None:
-        return window_error
+    bounds = (
+        ("--p99-ms", args.p99_ms, ">", 0),
+        ("--accuracy", args.accuracy, ">=", 0),
+        ("--predict-s", args.predict_s, ">", 0),
+    )
+    if (error := bound_error(*bounds) or window_usage_error(args)) is not None:
+        return error
     if args.probe_runs < 0 or args.verify < 0:
         return "--probe-runs and --verify must be >= 0"
     return None

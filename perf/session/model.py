@@ -60,13 +60,17 @@ def add_window_options(parser: argparse.ArgumentParser) -> None:
     )  # fmt: skip
 
 
+def bound_error(*checks: tuple[str, float | None, str, float]) -> str | None:
+    """The first of ``(option, value, ">" or ">=", least)`` whose value (None: not given) is out of bounds."""
+    for option, value, op, least in checks:
+        if value is not None and (value <= least if op == ">" else value < least):
+            return f"{option} must be {op} {least:g}, got {value}"
+    return None
+
+
 def window_usage_error(args: argparse.Namespace) -> str | None:
     """What is wrong with ``add_window_options``' values, if anything."""
-    if args.seconds <= 0:
-        return f"--seconds must be > 0, got {args.seconds}"
-    if args.p99_samples is not None and args.p99_samples < 1:
-        return f"--p99-samples must be >= 1, got {args.p99_samples}"
-    return None
+    return bound_error(("--seconds", args.seconds, ">", 0), ("--p99-samples", args.p99_samples, ">=", 1))
 
 
 def run_windows(windows: MeasureSettings, args: argparse.Namespace) -> MeasureSettings:

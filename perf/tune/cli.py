@@ -30,6 +30,7 @@ from perf.session.model import (
     TUNE_WINDOWS,
     ModelSession,
     add_window_options,
+    bound_error,
     keep_dead_server_log,
     run_windows,
     window_usage_error,
@@ -65,32 +66,24 @@ THE_SETUP = TuneSetup()  # what make tune runs with
 
 def add_parser(commands: argparse._SubParsersAction) -> None:
     parser = commands.add_parser("tune", help="pick the batching configuration for a p99 budget")
-    parser.add_argument("--model", help="a model of the spec (e.g. recommender)")
-    parser.add_argument("--spec", type=Path, default=Path("models.yaml"))
-    parser.add_argument("--p99-ms", type=float, help="the latency budget (p99, milliseconds)")
-    parser.add_argument(
-        "--rate", type=float, help="target rate (requests/s); default: the highest within the budget"
-    )
-    parser.add_argument("--trace", help="inter-arrival times (s) scaled to each rate")
-    parser.add_argument("--grid", choices=["quick", "wide"], default="quick")
+    add = parser.add_argument
+    add("--model", help="a model of the spec (e.g. recommender)")
+    add("--spec", type=Path, default=Path("models.yaml"))
+    add("--p99-ms", type=float, help="the latency budget (p99, milliseconds)")
+    add("--rate", type=float, help="target rate (requests/s); default: the highest within the budget")
+    add("--trace", help="inter-arrival times (s) scaled to each rate")
+    add("--grid", choices=["quick", "wide"], default="quick")
     add_window_options(parser)
-    parser.add_argument(
+    add(
         "--shortlist", type=int, default=4, help="families searched on the server (0: the prediction's first)"
     )
-    parser.add_argument(
-        "--engine",
-        choices=ENGINES,
-        default="auto",
+    add("--engine", choices=ENGINES, default="auto",
         help="load engine: our client, perf_analyzer (`make perf-analyzer`), or auto: perf_analyzer where "
-        "installed",
-    )
-    parser.add_argument(
-        "--keep-queue-policy",
-        action="store_true",
-        help="keep the spec's queue policy (on Triton 2.51 it stalls the batcher ~510 ms)",
-    )
-    parser.add_argument("--seed", type=int, default=0)
-    parser.add_argument("--reports", type=Path, default=Path("reports"))
+        "installed")  # fmt: skip
+    add("--keep-queue-policy", action="store_true",
+        help="keep the spec's queue policy (on Triton 2.51 it stalls the batcher ~510 ms)")  # fmt: skip
+    add("--seed", type=int, default=0)
+    add("--reports", type=Path, default=Path("reports"))
     add_port_base_option(parser)
 
 
@@ -101,12 +94,13 @@ def usage_errors(args: argparse.Namespace, setup: TuneSetup = THE_SETUP) -> str 
         return window_error
     if not args.model or args.p99_ms is None:
         return "--model and --p99-ms are required"
-    if args.p99_ms <= 0:
-        return f"--p99-ms must be > 0, got {args.p99_ms}"
-    if args.rate is not None and args.rate <= 0:
-        return f"--rate must be > 0, got {args.rate}"
-    if args.shortlist < 0:
-        return f"--shortlist must be >= 0, got {args.shortlist}"
+    bounds = (
+        ("--p99-ms", args.p99_ms, ">", 0),
+        ("--rate", args.rate, ">", 0),
+        ("--shortlist", args.shortlist, ">=", 0),
+    )
+    if (bound := bound_error(*bounds)) is not None:
+        return bound
     if args.trace and not Path(args.trace).is_file():
         return f"--trace: no such file {args.trace!r}"
     return None
