@@ -115,9 +115,8 @@ def command_plan(args: argparse.Namespace, console, setup: PlanSetup = THE_SETUP
     too_big = counted.too_big
     here = not args.topology  # this host runs the plan: a live GPU or this CPU
     topology = topology_folder(args.topology) if args.topology else setup.live_topology() or cpu_topology()
-    space = Space(
-        _ints(args.instances, "--instances"), _ints(args.delays_us, "--delays-us"), split=not args.no_split
-    )
+    instances, delays = _ints(args.instances, "--instances"), _ints(args.delays_us, "--delays-us")
+    space = Space(instances, delays, split=not args.no_split)
     recorded = recorded_profile(args, topology, model)
     folder = report_folder(args.reports, "plan", "plan.log")  # once the options and the spec are read
     request = PlanRequest(args.p99_ms, args.accuracy, space, args.predict_s)
@@ -134,7 +133,7 @@ def command_plan(args: argparse.Namespace, console, setup: PlanSetup = THE_SETUP
     engine = OurEngine()
     measuring = here and not topology.on_gpu and not too_big  # this CPU: the server measures
     if too_big and here and not topology.on_gpu:
-        console.print(f"  no probe or verification on the server: {too_big}")
+        step(f"no probe or verification on the server: {too_big}")
     evidence: Evidence[str] = Evidence(args.p99_ms)
     rechecked: list[ShapesFigures | None] = []  # the shapes step of each answer, the last one's the answer's
 
@@ -155,16 +154,14 @@ def command_plan(args: argparse.Namespace, console, setup: PlanSetup = THE_SETUP
     with keep_dead_server_log(folder):
         probed = None
         if measuring and args.probe_runs > 0:
-            console.print("  probing the whole model on the real server (the tuner's probe)")
+            step("probing the whole model on the real server (the tuner's probe)")
             largest, workdir = base.max_batch_size, args.workdir / "probe"
             with ModelSession(spec, model, largest, workdir, engine, settings) as session:
                 probed = probe(
                     session, space.instances, session.largest_batch, ProbePlan(max_runs=args.probe_runs),
                     args.p99_ms,
                 )  # fmt: skip
-        console.print(
-            "  building and measuring the variants (whole model per precision, split per boundary dtype)"
-        )
+        step("building and measuring the variants (whole model per precision, split per boundary dtype)")
         live_gpu = here and topology.on_gpu
         providers = ("CUDAExecutionProvider",) if live_gpu else ("CPUExecutionProvider",)
         device = "this host's GPU (CUDA provider)" if live_gpu else "this host's CPU"
@@ -198,9 +195,9 @@ def command_plan(args: argparse.Namespace, console, setup: PlanSetup = THE_SETUP
     assert planned.chosen.placement is not None
     shaped = rechecked[-1] if measured_rate and rechecked else None
     if planned.chosen.strategy.kind == "sharded":
-        console.print(
-            "  no spec overlay: a spec cannot yet place a model's tables on other GPUs than its dense "
-            "part; plan.json and report.md hold the table placement"
+        step(
+            "no spec overlay: a spec cannot yet place a model's tables on other GPUs than its dense part; "
+            "plan.json and report.md hold the table placement"
         )
     else:
         overlay = plan_overlay(

@@ -1,8 +1,6 @@
-"""The plan measured on the real server (a CPU plan) by the one measured search ``make tune`` uses: every
-run is evidence, keyed by the strategy's label; the answer is the best point that holds the budget by
-the search's rule (docs/PLAN.md, "Verification"). For a model with a variable axis, the whole-model pick
-is measured once more at its rate by the tuner's length-bucket runs (Triton batches only equal shapes),
-whose miss reopens the answer."""
+"""The plan measured on the real server (a CPU plan) by the one measured search ``make tune`` uses, every
+run evidence keyed by the strategy's label (docs/PLAN.md, "Verification"); a variable-length pick is
+measured once more by the tuner's length-bucket runs, whose miss reopens the answer."""
 
 from __future__ import annotations
 

@@ -2,10 +2,8 @@
 
 The model is built once at the grid's largest ``max_batch_size`` (so the Python backend's shared memory
 fits every candidate); each candidate is a ``load_model`` with a config override, seconds where a
-rebuild and restart take a minute. Every run is one ``measure`` through the session's noise policy. A
-server that dies, during a reload too, is reported as such (``ServerDiedError``, exit status 1): the
-run is no evidence about the configuration, and the commands keep its log (``keep_dead_server_log``).
-A model with a variable axis is sent at its traffic's lengths; ``use_buckets`` changes the padding.
+rebuild and restart take a minute. A server that dies is reported as such (``ServerDiedError``, exit
+status 1): the run is no evidence about the configuration, and the commands keep its log.
 """
 
 from __future__ import annotations

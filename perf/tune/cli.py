@@ -149,9 +149,8 @@ def command_tune(args: argparse.Namespace, console, setup: TuneSetup = THE_SETUP
         raise
     save(folder, saved)
     note = f"python -m perf tune --model {args.model} --p99-ms {args.p99_ms:g}: {chosen.label}"
-    tuned = write_overlay(
-        args.spec, spec.model(args.model), chosen, folder, note, args.keep_queue_policy, saved.buckets
-    )
+    base, keep = spec.model(args.model), args.keep_queue_policy
+    tuned = write_overlay(args.spec, base, chosen, folder, note, keep, saved.buckets)
     console.print(f"  overlay validates; building {args.model} from spec.tuned.yaml")
     build_repository(tuned, folder / "repository", num_gpus=0, only=[args.model])
     report = render(folder)
@@ -213,10 +212,8 @@ def measure_and_pick(
 ) -> tuple[TuneDocument, BatcherConfig]:
     """The tuner on one real server; the saved result and the pick (the raw backend once it has stopped)."""
     request = TuneRequest(args.p99_ms, args.rate, grid, args.seed, _load_at(args), args.shortlist)
-    # perf_analyzer logs its runs into the report folder
-    engine = (
-        PerfAnalyzerEngine(log_folder=folder) if engine_name(args, setup) == "perf_analyzer" else OurEngine()
-    )
+    analyzer = engine_name(args, setup) == "perf_analyzer"
+    engine = PerfAnalyzerEngine(log_folder=folder) if analyzer else OurEngine()  # it logs its runs there
     console.print(
         f"tuning [bold]{args.model}[/bold] for p99 ≤ {args.p99_ms:g} ms with {engine.name} → {folder}"
     )
@@ -234,8 +231,9 @@ def measure_and_pick(
 
     def shapes_of(config: BatcherConfig, rate: float, evidence: Evidence[BatcherConfig]) -> None:
         """The length buckets on the answer at its rate (the tuner chooses them), its runs evidence."""
-        figures = shapes_step(session, config, request.load, rate, evidence, config, config.label, progress)
-        shapes.append(figures)
+        shapes.append(
+            shapes_step(session, config, request.load, rate, evidence, config, config.label, progress)
+        )
 
     with session, partial_on_failure(folder, f"Tuning {args.model} for p99 ≤ {args.p99_ms:g} ms", session):
         recheck = shapes_of if has_variable_axis(session.base) else None
@@ -245,10 +243,9 @@ def measure_and_pick(
         saved = dataclasses.replace(saved, seconds=dataclasses.replace(saved.seconds, make_tune=took))
         if shapes:
             saved = dataclasses.replace(saved.with_section(shapes[-1].section), buckets=shapes[-1].buckets)
-    model = session.base
-    sizes = [b for b in (1, 4, 16, 32) if b <= session.largest_batch]
+    threads, sizes = session.base.threads, [b for b in (1, 4, 16, 32) if b <= session.largest_batch]
     raw = measure_raw(
-        session.model_file, session.target.inputs, sizes, model.threads.intra_op, model.threads.inter_op, 0.3
+        session.model_file, session.target.inputs, sizes, threads.intra_op, threads.inter_op, 0.3
     )
     return dataclasses.replace(saved, raw=tuple(raw)), result.chosen
 
