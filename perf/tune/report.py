@@ -108,9 +108,7 @@ def headline(saved: TuneDocument) -> list[str]:
 def prediction_sentence(saved: TuneDocument) -> str:
     """The prediction's figures, labelled as such."""
     first = (
-        f"; the prediction alone ranks {saved.model_pick} first"
-        if saved.predicted_max_rate is not None
-        else ""
+        "" if saved.predicted_max_rate is None else f"; the prediction alone ranks {saved.model_pick} first"
     )
     return f"Prediction (not a measurement): {prediction_figure(saved)}{first}."
 
@@ -277,13 +275,14 @@ def held_up_to(candidate: ShortlistFigures) -> str:
 
 def verification_section(saved: TuneDocument, plot: Path) -> list[str]:
     demoted = {(p.config, p.rate) for p in saved.demoted}
+
+    def config(point: PointFigures) -> str:
+        chosen = " **chosen**" if point.config == saved.chosen else ""
+        return point.config + chosen + (" (reopened)" if (point.config, point.rate) in demoted else "")
+
     rows = columns_table(
         {
-            "config": lambda p: (
-                p.config
-                + (" **chosen**" if p.config == saved.chosen else "")
-                + (" (reopened)" if (p.config, p.rate) in demoted else "")
-            ),
+            "config": config,
             "rate /s": lambda p: number(p.rate, 0),
             "pred p99": lambda p: number(p.predicted.p99_ms),
             "meas p99": lambda p: p99(p.measured),
