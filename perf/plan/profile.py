@@ -116,10 +116,8 @@ def variants(spec: Spec, model: str, split: bool = True) -> Variants:
     if not pipelines:
         return Variants(whole, {})
     first = replace(pipelines[0], live_updates=False, replicas=())
-    return Variants(
-        whole,
-        {d: replace(first, boundary_dtype=d, name=f"{first.name}_{d}") for d in BOUNDARY_DTYPES},
-    )
+    by_dtype = {d: replace(first, boundary_dtype=d, name=f"{first.name}_{d}") for d in BOUNDARY_DTYPES}
+    return Variants(whole, by_dtype)
 
 
 def _median_s(fn, tensors: tuple[torch.Tensor, ...], repeats: int = 15) -> float:
@@ -196,10 +194,8 @@ def measure_profile(
             raise OptionError(f"{proxy_reason}, and it has no smaller proxy to time its compute on")
         spec = replace(spec, models=tuple(proxy if m.name == model else m for m in spec.models))
     chosen = variants(spec, model, split)
-    built = {
-        m.spec.precision: m
-        for m in build_repository(Spec(models=tuple(chosen.whole.values())), repository, 0)
-    }
+    whole_spec = Spec(models=tuple(chosen.whole.values()))
+    built = {m.spec.precision: m for m in build_repository(whole_spec, repository, 0)}
     base = chosen.whole["fp32"]
     whole: dict[str, StageCost] = {}
     accuracy: dict[str, float] = {}
@@ -225,12 +221,9 @@ def measure_profile(
     if probe is not None:
         fit = probe.fits[min(probe.fits)]
         whole = _rescaled(whole, whole["fp32"], fit.t_ms / 1e3, fit.dt_ms / 1e3)
-        overheads = Overheads(
-            probe.per_batch_ms / 1e3,
-            {n: ms / 1e3 for n, ms in probe.per_request_ms.items()},
-            probe.overhead_ms / 1e3,
-            {n: s.cpu for n, s in probe.services.items() if s.cpu is not None},
-        )
+        per_request = {n: ms / 1e3 for n, ms in probe.per_request_ms.items()}
+        cpu = {n: s.cpu for n, s in probe.services.items() if s.cpu is not None}
+        overheads = Overheads(probe.per_batch_ms / 1e3, per_request, probe.overhead_ms / 1e3, cpu)
         source = (
             "the server's compute statistics (the tuner's probe of the fp32 whole model); other precisions "
             "and the stages scaled by onnxruntime in-process"
