@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import itertools
 from collections.abc import Callable
 from dataclasses import dataclass, replace
 
@@ -25,31 +26,25 @@ class Grid:
         of 2 or more fits: no batching at all)."""
         if compute_ms is None:
             return self.max_batches
-        sizes = []
-        for size in self.max_batches:
-            fitting = max((n for n in range(1, size + 1) if compute_ms(n) <= budget_ms), default=1)
-            if fitting > 1 and fitting not in sizes:
-                sizes.append(fitting)
-        return tuple(sizes)
+        fitting = (
+            max((n for n in range(1, size + 1) if compute_ms(n) <= budget_ms), default=1)
+            for size in self.max_batches
+        )
+        return tuple(dict.fromkeys(n for n in fitting if n > 1))
 
     def candidates(
         self, budget_ms: float, compute_ms: Callable[[int], float] | None = None
     ) -> list[BatcherConfig]:
         """Every combination whose delay leaves room in the budget, with batch sizes whose compute fits it."""
+        sizes = self.batch_sizes(budget_ms, compute_ms)
+        delays = [delay for delay in self.delays_us if delay / 1000 < budget_ms]
         out: list[BatcherConfig] = []
         for instances in self.instances:
             if self.no_batching:
                 out.append(BatcherConfig(1, 0, instances=instances))
-            for size in self.batch_sizes(budget_ms, compute_ms):
-                for delay in self.delays_us:
-                    if delay / 1000 >= budget_ms:
-                        continue
-                    for preferred in self.preferred:
-                        kept = tuple(p for p in preferred if p < size)
-                        config = BatcherConfig(size, delay, kept, instances)
-                        if config not in out:
-                            out.append(config)
-        return out
+            for size, delay, preferred in itertools.product(sizes, delays, self.preferred):
+                out.append(BatcherConfig(size, delay, tuple(p for p in preferred if p < size), instances))
+        return list(dict.fromkeys(out))  # preferred sets that differ only above a size are one candidate
 
     @property
     def largest_batch(self) -> int:

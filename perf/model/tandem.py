@@ -36,12 +36,9 @@ class TandemResult(SimResult):
 
 
 def simulate_tandem(
-    arrivals_s: Sequence[float],
-    stages: Sequence[TandemStage],
-    transfers: Sequence[Transfer],
-    overhead_s: float = 0.0,
-    seed: int = 0,
-) -> TandemResult:
+    arrivals_s: Sequence[float], stages: Sequence[TandemStage], transfers: Sequence[Transfer],
+    overhead_s: float = 0.0, seed: int = 0,
+) -> TandemResult:  # fmt: skip
     """Run ``arrivals_s`` (sorted seconds) through ``stages`` with ``transfers[k]`` between stage k and k+1
     (requests reach stage k+1 in the order their transfers end); stage k's CPU waits draw with ``seed +
     k``."""

@@ -30,6 +30,7 @@ from perf.session.model import (
     TUNE_WINDOWS,
     ModelSession,
     add_window_options,
+    bound_error,
     keep_dead_server_log,
     run_windows,
     window_usage_error,
@@ -45,8 +46,7 @@ WORKDIR = Path(".run/plan")
 
 @dataclasses.dataclass(frozen=True)
 class PlanSetup:
-    """What a ``make plan`` run is built from beyond its options; a test hands in its own instead of
-    patching."""
+    """What a ``make plan`` run is built from beyond its options (a test hands in its own)."""
 
     windows: MeasureSettings = TUNE_WINDOWS
     live_topology: Callable[[], Topology | None] = live_topology
@@ -86,14 +86,13 @@ def add_parser(commands: argparse._SubParsersAction) -> None:
 
 
 def usage_errors(args: argparse.Namespace) -> str | None:
-    if args.p99_ms <= 0:
-        return f"--p99-ms must be > 0, got {args.p99_ms}"
-    if args.accuracy is not None and args.accuracy < 0:
-        return f"--accuracy must be >= 0, got {args.accuracy}"
-    if args.predict_s <= 0:
-        return f"--predict-s must be > 0, got {args.predict_s}"
-    if (window_error := window_usage_error(args)) is not None:
-        return window_error
+    bounds = (
+        ("--p99-ms", args.p99_ms, ">", 0),
+        ("--accuracy", args.accuracy, ">=", 0),
+        ("--predict-s", args.predict_s, ">", 0),
+    )
+    if (error := bound_error(*bounds) or window_usage_error(args)) is not None:
+        return error
     if args.probe_runs < 0 or args.verify < 0:
         return "--probe-runs and --verify must be >= 0"
     return None
@@ -115,9 +114,8 @@ def command_plan(args: argparse.Namespace, console, setup: PlanSetup = THE_SETUP
     too_big = counted.too_big
     here = not args.topology  # this host runs the plan: a live GPU or this CPU
     topology = topology_folder(args.topology) if args.topology else setup.live_topology() or cpu_topology()
-    space = Space(
-        _ints(args.instances, "--instances"), _ints(args.delays_us, "--delays-us"), split=not args.no_split
-    )
+    instances, delays = _ints(args.instances, "--instances"), _ints(args.delays_us, "--delays-us")
+    space = Space(instances, delays, split=not args.no_split)
     recorded = recorded_profile(args, topology, model)
     folder = report_folder(args.reports, "plan", "plan.log")  # once the options and the spec are read
     request = PlanRequest(args.p99_ms, args.accuracy, space, args.predict_s)
@@ -134,7 +132,7 @@ def command_plan(args: argparse.Namespace, console, setup: PlanSetup = THE_SETUP
     engine = OurEngine()
     measuring = here and not topology.on_gpu and not too_big  # this CPU: the server measures
     if too_big and here and not topology.on_gpu:
-        console.print(f"  no probe or verification on the server: {too_big}")
+        step(f"no probe or verification on the server: {too_big}")
     evidence: Evidence[str] = Evidence(args.p99_ms)
     rechecked: list[ShapesFigures | None] = []  # the shapes step of each answer, the last one's the answer's
 
@@ -155,16 +153,14 @@ def command_plan(args: argparse.Namespace, console, setup: PlanSetup = THE_SETUP
     with keep_dead_server_log(folder):
         probed = None
         if measuring and args.probe_runs > 0:
-            console.print("  probing the whole model on the real server (the tuner's probe)")
+            step("probing the whole model on the real server (the tuner's probe)")
             largest, workdir = base.max_batch_size, args.workdir / "probe"
             with ModelSession(spec, model, largest, workdir, engine, settings) as session:
                 probed = probe(
                     session, space.instances, session.largest_batch, ProbePlan(max_runs=args.probe_runs),
                     args.p99_ms,
                 )  # fmt: skip
-        console.print(
-            "  building and measuring the variants (whole model per precision, split per boundary dtype)"
-        )
+        step("building and measuring the variants (whole model per precision, split per boundary dtype)")
         live_gpu = here and topology.on_gpu
         providers = ("CUDAExecutionProvider",) if live_gpu else ("CPUExecutionProvider",)
         device = "this host's GPU (CUDA provider)" if live_gpu else "this host's CPU"
@@ -198,9 +194,9 @@ def command_plan(args: argparse.Namespace, console, setup: PlanSetup = THE_SETUP
     assert planned.chosen.placement is not None
     shaped = rechecked[-1] if measured_rate and rechecked else None
     if planned.chosen.strategy.kind == "sharded":
-        console.print(
-            "  no spec overlay: a spec cannot yet place a model's tables on other GPUs than its dense "
-            "part; plan.json and report.md hold the table placement"
+        step(
+            "no spec overlay: a spec cannot yet place a model's tables on other GPUs than its dense part; "
+            "plan.json and report.md hold the table placement"
         )
     else:
         overlay = plan_overlay(
@@ -239,14 +235,12 @@ def recorded_profile(args: argparse.Namespace, topology: Topology, model: str) -
 
 
 def over_budget_everywhere(judged: list[Judged]) -> bool:
-    """Some strategy fit the machine and lost only on the budget: a verdict, not a plan that cannot be
-    placed."""
+    """Some strategy fit the machine and lost only on the budget: a verdict, not a placement error."""
     return any(j.placement is not None and j.reason.startswith("over budget") for j in judged)
 
 
 def predicted_verdict(budget_ms: float, topology: Topology, evidence: Evidence[str]) -> NothingMeetsError:
-    """Every strategy predicted over the budget and nothing measured holds it: the closest run over it, or,
-    with nothing measured, the prediction's verdict."""
+    """The closest run over the budget, or with nothing measured the prediction's verdict."""
     if not evidence.runs:
         return NothingMeetsError(
             f"nothing meets p99 <= {budget_ms:g} ms on {topology.name}: every strategy that fits is "

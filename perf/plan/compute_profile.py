@@ -62,8 +62,7 @@ class ComputeProfile:
 
 
 def read_compute_profile(path: Path) -> ComputeProfile:
-    """``path`` as a compute profile (the GPU check's figures file or the object alone); an ``OptionError``
-    naming the field it got wrong."""
+    """The GPU check's figures file, or its profile alone; an ``OptionError`` naming a wrong field."""
     return load_document(path, ComputeProfile, under="compute_profile")
 
 

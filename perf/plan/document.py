@@ -53,8 +53,7 @@ class StrategyFigures:
 
 @dataclass(frozen=True)
 class VerificationRow:
-    """One point measured on the real server: predicted against measured (its last run), its runs and
-    verdict."""
+    """One point measured on the real server: predicted against its last run, its runs and verdict."""
 
     strategy: str  # the strategy's label
     fraction: float  # of its predicted rate (0: none was predicted within the budget)
@@ -138,23 +137,12 @@ def plan_document(
         for g in topology.gpus
     )
     return PlanDocument(
-        model=plan.profile.model,
-        budget_ms=plan.request.budget_ms,
-        max_rel_error=plan.request.max_error,
+        model=plan.profile.model, budget_ms=plan.request.budget_ms, max_rel_error=plan.request.max_error,
         topology=TopologyFigures(topology.name, gpus, tuple(topology.warnings)),
-        compute_source=plan.profile.compute_source,
-        memory_source=plan.profile.memory_source,
-        chosen=strategy_figures(chosen),
-        placement=chosen.placement.assignments,
-        routing=chosen.placement.routing,
-        server_flags=tuple(flags),
-        strategies=tuple(strategy_figures(j) for j in plan.judged),
-        verification=tuple(verification),
-        seconds=seconds,
-        verdict=verdict,
-        measured_rate=measured_rate,
-        overlay_written=overlay_written,
-        shapes=shapes,
-        asked=asked or plan.profile.model,
-        compute_origin=compute_origin,
-    )
+        compute_source=plan.profile.compute_source, memory_source=plan.profile.memory_source,
+        chosen=strategy_figures(chosen), placement=chosen.placement.assignments,
+        routing=chosen.placement.routing, server_flags=tuple(flags),
+        strategies=tuple(strategy_figures(j) for j in plan.judged), verification=tuple(verification),
+        seconds=seconds, verdict=verdict, measured_rate=measured_rate, overlay_written=overlay_written,
+        shapes=shapes, asked=asked or plan.profile.model, compute_origin=compute_origin,
+    )  # fmt: skip

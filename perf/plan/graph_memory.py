@@ -62,11 +62,8 @@ class GraphMemory:
         return sum(t.bytes(precision) for t in self.tables)
 
     def parameter_bytes(self, precision: str) -> int:
-        return (
-            self.weights * WEIGHT_BYTES[precision]
-            + self.other * FLOAT_BYTES[precision]
-            + self.table_bytes(precision)
-        )
+        weights, other = self.weights * WEIGHT_BYTES[precision], self.other * FLOAT_BYTES[precision]
+        return weights + other + self.table_bytes(precision)
 
     def activation_bytes(self, precision: str) -> int:
         return self.activations * FLOAT_BYTES[precision] + self.fixed_bytes
@@ -82,8 +79,7 @@ class GraphMemory:
 
 
 class _Writes(TorchDispatchMode):
-    """Adds up what every operator writes (an output aliasing an input is a view), and each table's
-    lookups."""
+    """Adds up what every operator writes (an output aliasing an input is a view) and each table's lookups."""
 
     def __init__(self) -> None:
         super().__init__()
@@ -163,13 +159,11 @@ def graph_memory(spec: ModelSpec) -> GraphMemory:
 
 
 def host_memory_bytes() -> int:
-    """This host's physical memory."""
     return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
 
 
 def too_big_to_build(spec: ModelSpec, memory: GraphMemory | None = None) -> str:
-    """Why ``spec`` is not built on this host (a build holds the torch module and its export at once), or
-    ""."""
+    """Why ``spec`` is not built here ("": it is): a build holds the torch module and its export at once."""
     try:
         memory = memory or graph_memory(spec)
     except GraphMemoryError:

@@ -76,8 +76,7 @@ def plan_overlay(
 
 
 def merge(base: dict[str, Any], overlay: dict[str, Any]) -> dict[str, Any]:
-    """The base document with the overlay's models merged (or joined) and its pipelines replacing same-named
-    ones."""
+    """The base document with the overlay's models merged or joined, its pipelines replacing namesakes."""
     known = {m.get("name") for m in base.get("models", [])}
     models = overlay.get("models", [])
     merged = apply_overlay(base, {"models": [m for m in models if m["name"] in known]})
@@ -89,8 +88,7 @@ def merge(base: dict[str, Any], overlay: dict[str, Any]) -> dict[str, Any]:
 
 
 def write_plan_overlay(base_path: Path, overlay: dict[str, Any], folder: Path, note: str) -> Spec:
-    """``overlay.yaml`` and the merged ``spec.planned.yaml`` in ``folder`` (source paths absolute, so it
-    builds from any folder); the checked spec."""
+    """``overlay.yaml`` and ``spec.planned.yaml`` (absolute source paths) in ``folder``; the checked spec."""
     return write_merged_spec(base_path, overlay, folder, "spec.planned.yaml", note, merge)
 
 

@@ -54,11 +54,9 @@ def _within_headroom(topology: Topology, planned: dict[int, int]) -> dict[int, i
     planned = {d: b + context_bytes(topology.gpu(d).name) for d, b in planned.items()}
     over = [d for d, needed in planned.items() if not topology.gpu(d).memory.fits(needed)]
     if over:
+        room = {d: topology.gpu(d).memory.budget_bytes / MIB for d in over}
         details = "; ".join(
-            f"GPU{d} needs {planned[d] / MIB:.0f} MiB, has "
-            f"{topology.gpu(d).memory.budget_bytes / MIB:.0f} MiB "
-            "within 80%"
-            for d in over
+            f"GPU{d} needs {planned[d] / MIB:.0f} MiB, has {room[d]:.0f} MiB within 80%" for d in over
         )
         raise PlacementError(f"over memory: {details}")
     return planned
@@ -110,12 +108,9 @@ def split_models(split: str, suffixes: tuple[str, ...], replica: int, replicas: 
 
 
 def place(
-    strategy: Strategy,
-    costs: tuple[StageCost, ...],
-    topology: Topology,
-    split: tuple[str, tuple[str, ...]] = ("", ()),
-    tables: tuple[Table, ...] = (),
-) -> Placement:
+    strategy: Strategy, costs: tuple[StageCost, ...], topology: Topology,
+    split: tuple[str, tuple[str, ...]] = ("", ()), tables: tuple[Table, ...] = (),
+) -> Placement:  # fmt: skip
     """Put ``strategy`` on ``topology`` (``PlacementError`` where it does not fit); ``split`` is the split's
     pipeline name and its stages' name suffixes. The whole model is served under its cost's name."""
     name, suffixes = split
@@ -168,14 +163,9 @@ def _place_sharded(
         f"the dense part's instances on GPUs {list(gpus)} behind one batcher; each batch's lookups in "
         f"the tables of other GPUs cross {found.link.label} ({found.bytes_per_request:,.0f} bytes a request)"
     )
-    return Placement(
-        tuple(assignments),
-        planned,
-        ((found.link,),) if found.transfer.link is not HOST else ((),),
-        routing,
-        {g: tuple(t.name for t in packed[g]) for g in gpus},
-        found.transfer,
-    )
+    links = ((found.link,),) if found.transfer.link is not HOST else ((),)
+    tables_on = {g: tuple(t.name for t in packed[g]) for g in gpus}
+    return Placement(tuple(assignments), planned, links, routing, tables_on, found.transfer)
 
 
 def _place_on_cpu(
@@ -198,8 +188,7 @@ def _place_on_cpu(
 def pack_tables(
     tables: tuple[Table, ...], room: dict[int, int], precision: str
 ) -> dict[int, tuple[Table, ...]]:
-    """Each table, largest first, onto the GPU of ``room`` (bytes free) with the most room left; every GPU
-    in the answer, even an empty one."""
+    """Each table, largest first, onto the GPU of ``room`` (bytes free) with the most room left."""
     left = dict(room)
     placed: dict[int, list[Table]] = {gpu: [] for gpu in room}
     for table in sorted(tables, key=lambda t: (-t.bytes(precision), t.name)):
@@ -232,8 +221,7 @@ class Exchange:
 def exchange(
     packed: dict[int, tuple[Table, ...]], link: Callable[[int, int], Link], precision: str
 ) -> Exchange:
-    """The worst GPU's exchange: the rows its requests look up in the other GPUs' tables, over the slowest
-    link."""
+    """The worst GPU's exchange: its requests' rows from other GPUs' tables, over the slowest link."""
     found = []
     for gpu in packed:
         others = [g for g, tables in packed.items() if g != gpu and tables]

@@ -168,21 +168,15 @@ def plan(
     judged = _order([judge(s, profile, topology, request) for s in candidates])
     chosen = judged[0]
     if not chosen.feasible:
-        reasons = sorted({j.reason.split(":")[0] for j in judged})
-        raise NoStrategyError(
-            f"no strategy fits within p99 {request.budget_ms:g} ms on {topology.name}: "
-            + "; ".join(reasons)
-            + f" (first: {judged[0].strategy.label}: {judged[0].reason})",
-            judged,
-        )
-    for other in judged[1:]:
-        if other.feasible:
-            lower = f"lower rate: {other.rate:,.0f}/s against {chosen.rate:,.0f}/s"
-            if other.rate >= (1 - TIE_SHARE) * chosen.rate:
-                lower = (
-                    f"ties on rate ({other.rate:,.0f}/s); the pick needs no more devices, instances or delay"
-                )
-            other.reason = f"{lower}{'; ' + other.link_bound if other.link_bound else ''}"
+        reasons = "; ".join(sorted({j.reason.split(":")[0] for j in judged}))
+        first = f"{chosen.strategy.label}: {chosen.reason}"
+        where = f"within p99 {request.budget_ms:g} ms on {topology.name}"
+        raise NoStrategyError(f"no strategy fits {where}: {reasons} (first: {first})", judged)
+    for other in (j for j in judged[1:] if j.feasible):
+        lower = f"lower rate: {other.rate:,.0f}/s against {chosen.rate:,.0f}/s"
+        if other.rate >= (1 - TIE_SHARE) * chosen.rate:
+            lower = f"ties on rate ({other.rate:,.0f}/s); the pick needs no more devices, instances or delay"
+        other.reason = f"{lower}{'; ' + other.link_bound if other.link_bound else ''}"
     return Plan(request, profile, topology, judged, chosen)
 
 

@@ -60,8 +60,7 @@ class Variants:
 
 
 def precision_variant(model: ModelSpec, precision: str) -> ModelSpec:
-    """``model`` in ``precision`` (float tensors take ``TENSOR_DTYPE[precision]``), named ``<name>`` or
-    ``<name>_<precision>``."""
+    """``model`` in ``precision`` (float tensors in ``TENSOR_DTYPE[precision]``), ``<name>_<precision>``."""
     if precision == model.precision:
         return model
     floats, dtype = set(TENSOR_DTYPE.values()), TENSOR_DTYPE[precision]
@@ -117,10 +116,8 @@ def variants(spec: Spec, model: str, split: bool = True) -> Variants:
     if not pipelines:
         return Variants(whole, {})
     first = replace(pipelines[0], live_updates=False, replicas=())
-    return Variants(
-        whole,
-        {d: replace(first, boundary_dtype=d, name=f"{first.name}_{d}") for d in BOUNDARY_DTYPES},
-    )
+    by_dtype = {d: replace(first, boundary_dtype=d, name=f"{first.name}_{d}") for d in BOUNDARY_DTYPES}
+    return Variants(whole, by_dtype)
 
 
 def _median_s(fn, tensors: tuple[torch.Tensor, ...], repeats: int = 15) -> float:
@@ -129,8 +126,7 @@ def _median_s(fn, tensors: tuple[torch.Tensor, ...], repeats: int = 15) -> float
 
 
 def _stage_params(stages, memory: GraphMemory | None) -> list[int]:
-    """Each stage's fp32 parameter bytes, each table at the size ``memory`` counted (the model's, not its
-    proxy's)."""
+    """Each stage's fp32 parameter bytes, its tables at the model's size (``memory``), not its proxy's."""
     real = iter(memory.tables if memory is not None else ())
     params = []
     for stage in stages:
@@ -168,15 +164,14 @@ def _stage_costs(
 
 @dataclass(frozen=True)
 class Counted:
-    """A model's memory from its graph (None: no torch module) and why it is too big to build here (""),
-    counted once per plan."""
+    """A model's memory from its graph, counted once per plan (None: no torch module), and why it is too
+    big to build here ("")."""
 
     memory: GraphMemory | None
     too_big: str
 
 
 def count(model: ModelSpec) -> Counted:
-    """``model``'s ``Counted``: its graph counted once, on the meta device."""
     try:
         memory = graph_memory(model)
     except GraphMemoryError as error:
@@ -190,8 +185,7 @@ def measure_profile(
     providers: tuple[str, ...] = ("CPUExecutionProvider",), device: str = "this host's CPU",
     recorded: ComputeProfile | None = None, counted: Counted | None = None,
 ) -> ModelProfile:  # fmt: skip
-    """Build the variants into ``repository`` and measure them; ``probe`` brings the costs beyond compute,
-    ``recorded`` the whole model's compute."""
+    """Build the variants into ``repository`` and measure them (``probe``: the costs beyond compute)."""
     counted = counted or count(spec.model(model))
     memory, proxy_reason = counted.memory, counted.too_big
     if proxy_reason:  # timed on its compute proxy in its place
@@ -200,10 +194,8 @@ def measure_profile(
             raise OptionError(f"{proxy_reason}, and it has no smaller proxy to time its compute on")
         spec = replace(spec, models=tuple(proxy if m.name == model else m for m in spec.models))
     chosen = variants(spec, model, split)
-    built = {
-        m.spec.precision: m
-        for m in build_repository(Spec(models=tuple(chosen.whole.values())), repository, 0)
-    }
+    whole_spec = Spec(models=tuple(chosen.whole.values()))
+    built = {m.spec.precision: m for m in build_repository(whole_spec, repository, 0)}
     base = chosen.whole["fp32"]
     whole: dict[str, StageCost] = {}
     accuracy: dict[str, float] = {}
@@ -229,12 +221,9 @@ def measure_profile(
     if probe is not None:
         fit = probe.fits[min(probe.fits)]
         whole = _rescaled(whole, whole["fp32"], fit.t_ms / 1e3, fit.dt_ms / 1e3)
-        overheads = Overheads(
-            probe.per_batch_ms / 1e3,
-            {n: ms / 1e3 for n, ms in probe.per_request_ms.items()},
-            probe.overhead_ms / 1e3,
-            {n: s.cpu for n, s in probe.services.items() if s.cpu is not None},
-        )
+        per_request = {n: ms / 1e3 for n, ms in probe.per_request_ms.items()}
+        cpu = {n: s.cpu for n, s in probe.services.items() if s.cpu is not None}
+        overheads = Overheads(probe.per_batch_ms / 1e3, per_request, probe.overhead_ms / 1e3, cpu)
         source = (
             "the server's compute statistics (the tuner's probe of the fp32 whole model); other precisions "
             "and the stages scaled by onnxruntime in-process"
@@ -263,8 +252,7 @@ def measure_profile(
 def with_recorded(
     whole: dict[str, StageCost], figures: dict[str, PrecisionCompute], recorded: ComputeProfile
 ) -> tuple[dict[str, StageCost], str]:
-    """``whole`` with the recorded compute, precisions it lacks scaled by its first's ratio; and the
-    source."""
+    """``whole`` with the recorded compute (others scaled by its first's ratio), and the source."""
     shared = [p for p in ("fp32", *figures) if p in figures and p in whole]
     if not shared:
         raise OptionError(
@@ -288,8 +276,7 @@ def with_recorded(
 def _rescaled(
     costs: dict[str, StageCost], reference: StageCost, t_s: float, dt_s: float
 ) -> dict[str, StageCost]:
-    """``costs`` with ``T`` and ``Δt`` scaled as ``reference``'s are to ``t_s`` and ``dt_s`` (a 0 term:
-    unscaled)."""
+    """``costs`` with ``T`` and ``Δt`` scaled as ``reference``'s are to ``t_s`` and ``dt_s`` (0: unscaled)."""
     scale_t = t_s / reference.t_s if reference.t_s > 0 else 1.0
     scale_dt = dt_s / reference.dt_s if reference.dt_s > 0 else 1.0
     return {p: replace(c, t_s=c.t_s * scale_t, dt_s=c.dt_s * scale_dt) for p, c in costs.items()}

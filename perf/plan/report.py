@@ -34,8 +34,7 @@ def plot(plan: Plan, path: Path) -> Path:
 
 
 def rate_sentence(saved: PlanDocument) -> str:
-    """The plan's rate and, in the same sentence, where it comes from: measured, else predicted and labelled
-    so."""
+    """The plan's rate and, in the same sentence, whether it was measured or predicted, and from what."""
     chosen = saved.chosen
     origin = saved.compute_origin or f"from {saved.compute_source}"
     predicted = (

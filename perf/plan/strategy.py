@@ -93,9 +93,8 @@ class ModelProfile:
         return self.split_name, tuple(c.name.removeprefix(built) for c in self.stages[strategy.precision])
 
     def error_of(self, strategy: Strategy) -> float:
-        return self.accuracy.get(
-            f"{'whole' if strategy.kind in WHOLE_KINDS else 'split'}/{strategy.precision}", 0.0
-        )
+        form = "whole" if strategy.kind in WHOLE_KINDS else "split"
+        return self.accuracy.get(f"{form}/{strategy.precision}", 0.0)
 
 
 @dataclass(frozen=True)

@@ -125,11 +125,10 @@ def topology_folder(location: str) -> Topology:
     if not folder.is_dir():
         shipped = ", ".join(sorted(p.name for p in FIXTURES.iterdir() if p.is_dir()))
         raise OptionError(f"TOPOLOGY={location}: no such folder, nor a shipped topology ({shipped})")
-    files = {name: folder / name for name in ("topo.txt", "gpus.csv")}
-    for path in files.values():
-        if not path.is_file():
-            raise OptionError(f"TOPOLOGY={location}: {path} is missing")
-    return topology_from(folder.name, files["topo.txt"].read_text(), files["gpus.csv"].read_text())
+    topo, gpus = folder / "topo.txt", folder / "gpus.csv"
+    if missing := next((path for path in (topo, gpus) if not path.is_file()), None):
+        raise OptionError(f"TOPOLOGY={location}: {missing} is missing")
+    return topology_from(folder.name, topo.read_text(), gpus.read_text())
 
 
 def cpu_topology() -> Topology:
@@ -173,8 +172,8 @@ def live_topology() -> Topology | None:
         log.info("nvidia-smi failed (%s): planning for the CPU", error)
         return None
     try:
-        from onnxruntime.capi import build_and_package_info as info
+        from onnxruntime.capi.build_and_package_info import cuda_version
     except ImportError:
-        info = None
-    warnings = version_warnings(header, getattr(info, "cuda_version", None) or None)
+        cuda_version = None
+    warnings = version_warnings(header, cuda_version or None)
     return topology_from("this host", topo_text, gpus_text, warnings)

@@ -1,8 +1,6 @@
-"""The plan measured on the real server (a CPU plan) by the one measured search ``make tune`` uses: every
-run is evidence, keyed by the strategy's label; the answer is the best point that holds the budget by
-the search's rule (docs/PLAN.md, "Verification"). For a model with a variable axis, the whole-model pick
-is measured once more at its rate by the tuner's length-bucket runs (Triton batches only equal shapes),
-whose miss reopens the answer."""
+"""The plan measured on the real server (a CPU plan) by the one measured search ``make tune`` uses, every
+run evidence keyed by the strategy's label (docs/PLAN.md, "Verification"); a variable-length pick is
+measured once more by the tuner's length-bucket runs, whose miss reopens the answer."""
 
 from __future__ import annotations
 
@@ -25,7 +23,7 @@ from perf.plan.strategy import Strategy
 from perf.session.model import ModelSession
 from perf.session.pipeline import PipelineSession
 from perf.session.probe import ProbeResult
-from perf.session.search import Evidence, SearchPlan, Server, Verdict, decide, search
+from perf.session.search import Evidence, Server, Verdict, decide, search
 from perf.session.shapes_section import ShapesFigures, shapes_step
 
 SETTLE_ROUNDS = 12  # a hang guard: each round searches an answer or refutes one
@@ -114,7 +112,7 @@ def search_strategy(
     with served(judged, serve) as running:
         search(
             running, evidence, label, lambda rate: poisson(rate, plan.request.seed), start,
-            plan=SearchPlan(), label=f"plan {label}", step=step,
+            label=f"plan {label}", step=step,
         )  # fmt: skip
 
 
@@ -235,8 +233,7 @@ def plan_shapes(
     base: ModelSpec, plan: Plan, rate: float, engine: LoadEngine, settings: MeasureSettings, workdir: Path,
     step: Callable[[str], None], evidence: Evidence[str],
 ) -> ShapesFigures | None:  # fmt: skip
-    """The shapes section of the pick at ``rate``; None for a fixed-shape model or a pick that is not
-    whole."""
+    """The shapes section of the pick at ``rate``; None for a fixed-shape model or a split pick."""
     strategy = plan.chosen.strategy
     if not has_variable_axis(base) or rate <= 0:
         return None
@@ -244,16 +241,8 @@ def plan_shapes(
         step(f"shapes: not measured for {strategy.label} (the bucket runs serve the whole model)")
         return None
     session, config = data_session(base, strategy, workdir / "shapes", engine, settings)
-    label, written = strategy.label, "spec.planned.yaml"
     with session:
         return shapes_step(
-            session,
-            config,
-            lambda r: poisson(r, plan.request.seed),
-            rate,
-            evidence,
-            label,
-            label,
-            step,
-            written,
-        )
+            session, config, lambda r: poisson(r, plan.request.seed), rate, evidence, strategy.label,
+            strategy.label, step, "spec.planned.yaml",
+        )  # fmt: skip

@@ -2,10 +2,8 @@
 
 The model is built once at the grid's largest ``max_batch_size`` (so the Python backend's shared memory
 fits every candidate); each candidate is a ``load_model`` with a config override, seconds where a
-rebuild and restart take a minute. Every run is one ``measure`` through the session's noise policy. A
-server that dies, during a reload too, is reported as such (``ServerDiedError``, exit status 1): the
-run is no evidence about the configuration, and the commands keep its log (``keep_dead_server_log``).
-A model with a variable axis is sent at its traffic's lengths; ``use_buckets`` changes the padding.
+rebuild and restart take a minute. A server that dies is reported as such (``ServerDiedError``, exit
+status 1): the run is no evidence about the configuration, and the commands keep its log.
 """
 
 from __future__ import annotations
@@ -60,13 +58,17 @@ def add_window_options(parser: argparse.ArgumentParser) -> None:
     )  # fmt: skip
 
 
+def bound_error(*checks: tuple[str, float | None, str, float]) -> str | None:
+    """The first of ``(option, value, ">" or ">=", least)`` whose value (None: not given) is out of bounds."""
+    for option, value, op, least in checks:
+        if value is not None and (value <= least if op == ">" else value < least):
+            return f"{option} must be {op} {least:g}, got {value}"
+    return None
+
+
 def window_usage_error(args: argparse.Namespace) -> str | None:
     """What is wrong with ``add_window_options``' values, if anything."""
-    if args.seconds <= 0:
-        return f"--seconds must be > 0, got {args.seconds}"
-    if args.p99_samples is not None and args.p99_samples < 1:
-        return f"--p99-samples must be >= 1, got {args.p99_samples}"
-    return None
+    return bound_error(("--seconds", args.seconds, ">", 0), ("--p99-samples", args.p99_samples, ">=", 1))
 
 
 def run_windows(windows: MeasureSettings, args: argparse.Namespace) -> MeasureSettings:
@@ -85,17 +87,10 @@ class ModelSession:
     """Build, serve and reload one model; ``with ModelSession(...) as session``."""
 
     def __init__(
-        self,
-        spec: Spec,
-        model: str,
-        largest_batch: int,
-        workdir: Path,
-        engine: LoadEngine,
-        settings: MeasureSettings = TUNE_WINDOWS,
-        noise: NoisePolicy | None = None,
-        seed: int = 0,
+        self, spec: Spec, model: str, largest_batch: int, workdir: Path, engine: LoadEngine,
+        settings: MeasureSettings = TUNE_WINDOWS, noise: NoisePolicy | None = None, seed: int = 0,
         keep_queue: bool = False,
-    ) -> None:
+    ) -> None:  # fmt: skip
         self.base: ModelSpec = spec.model(model)
         self.largest_batch = max(largest_batch, self.base.max_batch_size)
         self.workdir = workdir
@@ -141,17 +136,12 @@ class ModelSession:
         return statistics.median(took) / 1e3
 
     def sized(self, settings: MeasureSettings) -> MeasureSettings:
-        """``settings`` sized by the largest batch as timed at the start, never by a run (one stall would
-        lengthen every run after it)."""
+        """``settings`` sized by the largest batch timed at the start: a stall in a run lengthens no other."""
         return windows_for(settings, self.largest_batch_s)
 
     def _options(self, repository: Path, load_models: list[str]) -> ServerOptions:
-        return ServerOptions(
-            repository=repository,
-            load_models=load_models,
-            log_path=self.workdir / "server.log",
-            startup_timeout_s=240,
-        )
+        log_path = self.workdir / "server.log"
+        return ServerOptions(repository, load_models=load_models, log_path=log_path, startup_timeout_s=240)
 
     def __exit__(self, *exc_info: object) -> None:
         if self.server is not None:
@@ -182,8 +172,7 @@ class ModelSession:
         return self._sending[sending]
 
     def use_buckets(self, buckets: tuple[int, ...] | None, vary_shapes: bool = True) -> None:
-        """Send the runs that follow padded to ``buckets`` (``()``: none; None: the spec's), or all at
-        one length."""
+        """Send the next runs padded to ``buckets`` (``()``: none; None: the spec's), or at one length."""
         self.buckets, self.vary_shapes = buckets, vary_shapes
 
     def died(self, during: str) -> ServerDiedError | None:
@@ -218,13 +207,10 @@ class ModelSession:
     def _reload(self, config: BatcherConfig) -> float:
         assert self.server is not None
         started = time.perf_counter()
-        client = httpclient.InferenceServerClient(self.server.http_url)
-        try:
-            loaded, overrides = self._overrides(config)
+        loaded, overrides = self._overrides(config)
+        with contextlib.closing(httpclient.InferenceServerClient(self.server.http_url)) as client:
             for name, override in overrides.items():
                 admin.load_model(client, self.server.admin_key, name, config=override)
-        finally:
-            client.close()
         self.current = config
         took = time.perf_counter() - started
         log.info("loaded %s in %.1f s", loaded, took)
@@ -260,8 +246,7 @@ class ModelSession:
         settings: MeasureSettings | None = None,
         engine: LoadEngine | None = None,
     ) -> Measurement:
-        """``load`` on the configuration loaded now, through the noise policy, with ``engine`` or the
-        session's."""
+        """``load`` on the configuration loaded now, through the noise policy."""
         with self.watching(label):
             return self.noise.measure(
                 lambda: self._measure_once(load, label, settings or self.settings, engine)

@@ -1,12 +1,11 @@
-"""The tuner's session for a pipeline (an ensemble of stage models): a candidate's batching is the
-stages' (the first waits the delay, later stages the short re-forming wait of
-``exporters.pipelines.configs.stage_batching``), each candidate reloads every stage with a config
-override, load goes through the ensemble and the server view is the first stage's.
-"""
+"""The tuner's session for a pipeline: each candidate reloads every stage with its batching (the first
+waits the delay, later stages ``stage_batching``'s short re-forming wait); the server view is the first
+stage's."""
 
 from __future__ import annotations
 
 import dataclasses
+from pathlib import Path
 
 from google.protobuf import json_format
 
@@ -30,11 +29,8 @@ def stage_configs(built: BuiltPipeline, config: BatcherConfig) -> list[ModelConf
     """Every stage's model config with the candidate's batching."""
     pipeline = built.spec
     if config.batching:
-        batching = Batching(
-            mode="dynamic",
-            max_queue_delay_us=config.max_queue_delay_us,
-            preferred_batch_sizes=config.preferred_batch_sizes,
-        )
+        delay, preferred = config.max_queue_delay_us, config.preferred_batch_sizes
+        batching = Batching(mode="dynamic", max_queue_delay_us=delay, preferred_batch_sizes=preferred)
         pipeline = dataclasses.replace(pipeline, batching=batching)
     stages = built.configs[1:]  # the ensemble first, then the stages in order
     return [
@@ -57,15 +53,9 @@ class PipelineSession(ModelSession):
     """``base`` is the model the pipeline splits (its inputs and batch limit)."""
 
     def __init__(
-        self,
-        spec: Spec,
-        pipeline: str,
-        largest_batch: int,
-        workdir,
-        engine: LoadEngine,
-        settings: MeasureSettings = TUNE_WINDOWS,
-        noise: NoisePolicy | None = None,
-    ) -> None:
+        self, spec: Spec, pipeline: str, largest_batch: int, workdir: Path, engine: LoadEngine,
+        settings: MeasureSettings = TUNE_WINDOWS, noise: NoisePolicy | None = None,
+    ) -> None:  # fmt: skip
         self.pipeline: PipelineSpec = spec.pipeline(pipeline)
         super().__init__(spec, self.pipeline.model, largest_batch, workdir, engine, settings, noise)
         # The stages' batch axis is the model's: candidates stay within what the stages were built for.

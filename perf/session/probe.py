@@ -1,17 +1,7 @@
-"""What the prediction needs, measured in one ramp of open loops per instance count: the largest batch
-with no delay under Poisson arrivals at rates ×``step`` each run until the server falls behind, and
-one more ramp without batching. From the server's statistics and the machine's CPU counters:
-
-* the compute per formed batch size (``batch_stats``), fitted to ``T + (N-1)·Δt``;
-* the costs beyond compute per execution and per request (``perf.model.service``), from how long an
-  instance spends per batch once saturated: on two shared cores most of a small model's cost;
-* the overhead outside the batcher: the lowest rate's latency beyond the server's queue and compute;
-* the CPU term (``perf.model.cpu``): busy cores over the runs that kept up, fitted to requests and
-  executions, and each instance count's CPU-wait slice that reproduces its busier runs' p99.
-
-A probe run is evidence like any other (``perf.session.search``). Given the budget, a ramp goes no
-higher than a run whose p99 is over ``FAR_MISS`` × the budget: beyond it no rate says anything about
-the budget, and deeper overload only makes runs long and the host slow.
+"""What the prediction needs, measured in one ramp of open loops per instance count and one without
+batching (docs/TUNE.md, "Probe"): the compute fit, the costs beyond it, the overhead outside the server
+and the CPU term. A ramp stops at a p99 over ``FAR_MISS`` × the budget: no higher rate says anything
+about the budget, and deeper overload only makes runs long and the host slow.
 """
 
 from __future__ import annotations
@@ -73,16 +63,11 @@ class ProbeResult:
 
 
 def _ramp(
-    server: Server,
-    config: BatcherConfig,
-    rate: float,
-    plan: ProbePlan,
-    out: list[tuple[BatcherConfig, Measurement]],
-    budget_ms: float | None = None,
-) -> Measurement:
-    """``config`` at ``rate``, ×``plan.step`` each run that kept up, until the server fell behind twice
-    at one rate (one disturbed run does not end a ramp); the one of the two that served the most is
-    the saturation. A p99 over ``FAR_MISS`` × ``budget_ms`` counts as falling behind."""
+    server: Server, config: BatcherConfig, rate: float, plan: ProbePlan,
+    out: list[tuple[BatcherConfig, Measurement]], budget_ms: float | None = None,
+) -> Measurement:  # fmt: skip
+    """``config`` from ``rate`` up until the server fell behind twice at one rate (one disturbed run does
+    not end a ramp); the saturation: the one of the two that served the most."""
     server.prepare(config)
     behind: list[Measurement] = []
     for _ in range(plan.max_runs):
@@ -90,8 +75,7 @@ def _ramp(
         out.append((config, run))
         figures = run.throughput, run.stats.mean_batch, run.p99_ms
         log.info("%s: served %.0f/s, mean batch %.1f, p99 %.1f ms", run.label, *figures)
-        over = budget_ms is not None and not run.p99_ms <= FAR_MISS * budget_ms
-        if over:
+        if over := budget_ms is not None and not run.p99_ms <= FAR_MISS * budget_ms:
             log.info(
                 "%s: p99 over %g× the %g ms budget: the rate goes no higher", run.label, FAR_MISS, budget_ms
             )
@@ -114,7 +98,6 @@ def probe(
     server: Server, instance_counts: tuple[int, ...], max_batch: int, plan: ProbePlan | None = None,
     budget_ms: float | None = None,
 ) -> ProbeResult:  # fmt: skip
-    """Measure the service model for each instance count in ``instance_counts``."""
     plan = plan or ProbePlan()
     started = time.perf_counter()
     runs, saturation = _ramps(server, instance_counts, max_batch, plan, budget_ms)
@@ -135,9 +118,8 @@ def probe(
 def _ramps(
     server: Server, instance_counts: tuple[int, ...], max_batch: int, plan: ProbePlan, budget_ms: float | None
 ) -> tuple[list[tuple[BatcherConfig, Measurement]], dict[int, Measurement]]:
-    """Every run in order, and each instance count's saturation (0: unbatched). The first run says how
-    long a request alone takes: the first ramp starts at half what one instance serves so, each
-    further count at 0.6 of the one before's saturation, the unbatched ramp at 0.8 of it."""
+    """Every run in order, and each instance count's saturation (0: unbatched); each ramp starts from what
+    the first run (a request alone) or the ramp before it served."""
     first_config = BatcherConfig(max_batch, 0, instances=instance_counts[0])
     server.prepare(first_config)
     label = f"probe {first_config.label} @ {plan.first_rate:.0f}/s"
@@ -159,8 +141,8 @@ def _ramps(
 def _costs(
     runs: list[tuple[BatcherConfig, Measurement]], saturation: dict[int, Measurement], counts: tuple[int, ...]
 ) -> tuple[dict[int, LatencyFit], float, dict[int, float]]:
-    """Per instance count the compute fit over its formed sizes, and the costs beyond compute: per
-    execution from the first count's saturation with and without batching, per request for each."""
+    """Per instance count the compute fit and the per-request cost beyond it; the per-execution cost from
+    the first count's saturation with and without batching."""
     fits, per_request, per_batch = {}, {}, 0.0
     for instances in counts:
         own = [run.stats for config, run in runs if config.instances == instances and config.batching]
@@ -186,9 +168,8 @@ def _with_cpu(
     cores: int,
     plan: ProbePlan,
 ) -> dict[int, ServiceModel]:
-    """``services`` with the CPU term: one busy-core fit over the runs that kept up (overload keeps
-    every core busy whatever the rate), and per instance count the median CPU-wait slice of its busier
-    runs (how many threads compete for a core depends on the instances)."""
+    """``services`` with the CPU term: one busy-core fit over the runs that kept up (overload keeps every
+    core busy whatever the rate), and per instance count the median slice of its busier runs."""
     kept_up = [(config, run) for config, run in runs if run.sustained and run.server]
     loads = [run.server.cpu_load() for _, run in kept_up]
     cpu = fit_cpu_model([x[0] for x in loads], [x[1] for x in loads], [x[2] for x in loads], cores)

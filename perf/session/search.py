@@ -1,20 +1,7 @@
 """The one measured search: at what rate does a served configuration hold a p99 budget? ``make tune``
-and ``make plan`` ask it through ``search``; no other module searches rates.
-
-* **The rule** (``verdict``) for a point (one configuration at one rate): a run that met the budget
-  (``Measurement.meets``) shows it holds there, since a shared host's noise only adds latency; a miss
-  may be that noise, so a miss alone decides nothing. The point holds when more runs met than missed;
-  it misses when more missed and either two did or one missed by far (``misses_far``); a tie takes one
-  run more. A later run of a point (the shapes step) is counted the same way.
-* **The search** (``search``): rates on one ladder (``RUNGS`` per doubling) so that every tool measures
-  the same points; up ``UP`` rungs after a hold, down ``DOWN`` after a miss (at once to what the server
-  served after a far miss), each step twice the last in the same direction, then the gap between the
-  highest hold and the lowest miss above it halved to neighbouring rungs. The answer is the highest
-  rate that held, never a guess between runs.
-
-``Evidence`` keeps every run of a tool by point: a configuration holds *up to* its highest holding
-point below any point whose miss stands (``refuted_at``); "nothing meets" only where no point holds,
-naming the closest miss (``nothing_meets``).
+and ``make plan`` ask it through ``search``; no other module searches rates. The rule (``verdict``), the
+ladder and the steps are docs/TUNE.md's "The one measured search": a shared host's noise only adds
+latency, so a run that met the budget shows the point holds, and a miss alone decides nothing.
 """
 
 from __future__ import annotations
@@ -36,6 +23,7 @@ BEHIND = 0.8  # ... as does one that served less than this share of the offered 
 RUNGS = 6  # rungs of the rate ladder per doubling (each 2 ** (1/6) ≈ 1.12× the one below)
 UP, DOWN = 2, 3  # first steps after a hold (×1.26) and after a miss (×0.71), in rungs
 FLOOR = 1.0  # requests/s: the search goes no lower
+MAX_POINTS = 10  # rates a search measures at most (about six from within a factor of four)
 
 
 class Verdict(enum.Enum):
@@ -116,12 +104,6 @@ def on_ladder(rate: float) -> float:
     return at_rung(round(rung(rate)))
 
 
-def rungs_between(low: float, high: float) -> list[int]:
-    """The rungs strictly between ``low`` and ``high``."""
-    first, last = math.floor(rung(low) + 1e-9) + 1, math.ceil(rung(high) - 1e-9) - 1
-    return list(range(first, last + 1))
-
-
 K = TypeVar("K", bound=Hashable)
 
 
@@ -163,8 +145,7 @@ class Evidence(Generic[K]):
         return max(held, default=0.0)
 
     def open_below(self, key: K, rate: float) -> list[float]:
-        """The points of ``key`` at or below ``rate`` still open: each is decided before ``rate`` stands
-        as the answer, since a miss there would refute it."""
+        """The points of ``key`` still open at or below ``rate``: a miss there would refute ``rate``."""
         return [r for r in self.rates(key) if r <= rate and self.verdict(key, r) is Verdict.OPEN]
 
     def best(
@@ -215,13 +196,13 @@ class Evidence(Generic[K]):
         return min(missed, key=closeness, default=None)
 
     def nothing_meets(
-        self, name: Callable[[K], str], detail: str = "", at_least: float = 0.0, where: str = "here"
+        self, name: Callable[[K], str], detail: str = "", at_least: float = 0.0
     ) -> NothingMeetsError:
         """The verdict where no point holds, naming the closest run over the budget."""
         closest = self.closest_miss(at_least)
         if closest is None:
             return NothingMeetsError(
-                f"nothing meets p99 <= {self.budget_ms:g} ms {where}: nothing was measured", detail
+                f"nothing meets p99 <= {self.budget_ms:g} ms here: nothing was measured", detail
             )
         key, rate, run = closest
         behind = None if run.sustained or run.failed else run.throughput  # failures: named as such
@@ -244,14 +225,6 @@ def decide(
     return found
 
 
-@dataclass(frozen=True)
-class SearchPlan:
-    """At most ``max_points`` rates (about six from within a factor of four), none below ``floor``/s."""
-
-    max_points: int = 10
-    floor: float = FLOOR
-
-
 def _bracket(evidence: Evidence[K], key: K) -> tuple[float | None, float | None, Run | None]:
     """``key``'s held rate, the lowest decided miss above it, and that miss's last run."""
     held = evidence.held_rate(key) or None
@@ -263,7 +236,7 @@ def _bracket(evidence: Evidence[K], key: K) -> tuple[float | None, float | None,
 
 def search(
     server: Server, evidence: Evidence[K], key: K, load_at: Callable[[float], Load], start: float, *,
-    target: float | None = None, plan: SearchPlan = SearchPlan(), label: str = "search",
+    target: float | None = None, label: str = "search",
     step: Callable[[str], None] | None = None,
 ) -> list[float]:  # fmt: skip
     """Search the highest rate ``key`` (prepared on ``server``) holds the budget at; every run joins
@@ -271,13 +244,13 @@ def search(
     visited: list[float] = []
     up, down = UP, DOWN
     # the target, a point of ``key`` measured already (again where still open), else the nearest rung
-    rate: float | None = target or (start if evidence.of(key, start) else on_ladder(max(start, plan.floor)))
+    rate: float | None = target or (start if evidence.of(key, start) else on_ladder(max(start, FLOOR)))
     held, missed, _ = _bracket(evidence, key)
     reopen = bool(evidence.of(key, start)) and evidence.verdict(key, start) is Verdict.OPEN
     if target is None and (held is not None or missed is not None) and not reopen:
-        rate = _next(held, missed, None, up, down, plan)  # what is known already steers it
+        rate = _next(held, missed, None, up, down)  # what is known already steers it
     last: Verdict | None = None
-    while rate is not None and len(visited) < plan.max_points:
+    while rate is not None and len(visited) < MAX_POINTS:
         if step:
             step(f"{label}: {rate:,.0f}/s")
         found = decide(server, evidence, key, rate, load_at, label)
@@ -288,16 +261,15 @@ def search(
             up, down = (2 * up, down) if found is Verdict.HOLDS else (up, 2 * down)
         last = found
         held, missed, miss = _bracket(evidence, key)
-        rate = _next(held, missed, miss, up, down, plan)
+        rate = _next(held, missed, miss, up, down)
     return visited
 
 
-def _next(
-    held: float | None, missed: float | None, miss: Run | None, up: int, down: int, plan: SearchPlan
-) -> float | None:
+def _next(held: float | None, missed: float | None, miss: Run | None, up: int, down: int) -> float | None:
+    """The next rate: halfway (in rungs) between a hold and the miss above it, else a step from either."""
     if held is not None and missed is not None:
-        between = rungs_between(held, missed)
-        return at_rung(between[len(between) // 2]) if between else None
+        first, last = math.floor(rung(held) + 1e-9) + 1, math.ceil(rung(missed) - 1e-9) - 1
+        return at_rung((first + last + 1) // 2) if first <= last else None
     if held is not None:
         return at_rung(math.floor(rung(held) + 1e-9) + up)
     if missed is None:
@@ -306,4 +278,4 @@ def _next(
     if miss is not None and 0 < miss.throughput < BEHIND * missed:  # fell far behind: from what it served
         index = min(index, math.floor(rung(BEHIND * miss.throughput)))
     rate = at_rung(index)
-    return rate if rate >= plan.floor else None
+    return rate if rate >= FLOOR else None

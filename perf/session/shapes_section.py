@@ -1,8 +1,6 @@
-"""The choice of length buckets as a report section: ``make tune`` runs it on its pick, ``make plan`` on
-its verified pick, at its operating rate, with the ways of sending of ``perf.measure.bucket_runs``.
-The choice: the way that meets the budget with the lowest p99, else the one that served the most.
-Where no way meets it, the run of the way the search sent joins the evidence and the answer's point
-is decided again, so a miss there reopens the answer (``perf.session.search``).
+"""The choice of length buckets as a report section, on ``make tune``'s pick and ``make plan``'s verified
+pick at its rate (docs/TUNE.md, "Variable-length models"). Where no way of sending meets the budget, the
+run sent as the search sent is one more run of the answer's point, so a miss there reopens the answer.
 """
 
 from __future__ import annotations

@@ -29,6 +29,7 @@ from perf.session.model import (
     TUNE_WINDOWS,
     ModelSession,
     add_window_options,
+    bound_error,
     keep_dead_server_log,
     run_windows,
     window_usage_error,
@@ -48,8 +49,7 @@ ENGINES = ("auto", "ours", "perf_analyzer")
 
 @dataclasses.dataclass(frozen=True)
 class TuneSetup:
-    """What a ``make tune`` run is built from beyond its options; a test hands in its own instead of
-    patching."""
+    """What a ``make tune`` run is built from beyond its options (a test hands in its own)."""
 
     quick_grid: Grid = QUICK_GRID
     wide_grid: Grid = WIDE_GRID
@@ -65,32 +65,24 @@ THE_SETUP = TuneSetup()  # what make tune runs with
 
 def add_parser(commands: argparse._SubParsersAction) -> None:
     parser = commands.add_parser("tune", help="pick the batching configuration for a p99 budget")
-    parser.add_argument("--model", help="a model of the spec (e.g. recommender)")
-    parser.add_argument("--spec", type=Path, default=Path("models.yaml"))
-    parser.add_argument("--p99-ms", type=float, help="the latency budget (p99, milliseconds)")
-    parser.add_argument(
-        "--rate", type=float, help="target rate (requests/s); default: the highest within the budget"
-    )
-    parser.add_argument("--trace", help="inter-arrival times (s) scaled to each rate")
-    parser.add_argument("--grid", choices=["quick", "wide"], default="quick")
+    add = parser.add_argument
+    add("--model", help="a model of the spec (e.g. recommender)")
+    add("--spec", type=Path, default=Path("models.yaml"))
+    add("--p99-ms", type=float, help="the latency budget (p99, milliseconds)")
+    add("--rate", type=float, help="target rate (requests/s); default: the highest within the budget")
+    add("--trace", help="inter-arrival times (s) scaled to each rate")
+    add("--grid", choices=["quick", "wide"], default="quick")
     add_window_options(parser)
-    parser.add_argument(
+    add(
         "--shortlist", type=int, default=4, help="families searched on the server (0: the prediction's first)"
     )
-    parser.add_argument(
-        "--engine",
-        choices=ENGINES,
-        default="auto",
+    add("--engine", choices=ENGINES, default="auto",
         help="load engine: our client, perf_analyzer (`make perf-analyzer`), or auto: perf_analyzer where "
-        "installed",
-    )
-    parser.add_argument(
-        "--keep-queue-policy",
-        action="store_true",
-        help="keep the spec's queue policy (on Triton 2.51 it stalls the batcher ~510 ms)",
-    )
-    parser.add_argument("--seed", type=int, default=0)
-    parser.add_argument("--reports", type=Path, default=Path("reports"))
+        "installed")  # fmt: skip
+    add("--keep-queue-policy", action="store_true",
+        help="keep the spec's queue policy (on Triton 2.51 it stalls the batcher ~510 ms)")  # fmt: skip
+    add("--seed", type=int, default=0)
+    add("--reports", type=Path, default=Path("reports"))
     add_port_base_option(parser)
 
 
@@ -101,20 +93,20 @@ def usage_errors(args: argparse.Namespace, setup: TuneSetup = THE_SETUP) -> str 
         return window_error
     if not args.model or args.p99_ms is None:
         return "--model and --p99-ms are required"
-    if args.p99_ms <= 0:
-        return f"--p99-ms must be > 0, got {args.p99_ms}"
-    if args.rate is not None and args.rate <= 0:
-        return f"--rate must be > 0, got {args.rate}"
-    if args.shortlist < 0:
-        return f"--shortlist must be >= 0, got {args.shortlist}"
+    bounds = (
+        ("--p99-ms", args.p99_ms, ">", 0),
+        ("--rate", args.rate, ">", 0),
+        ("--shortlist", args.shortlist, ">=", 0),
+    )
+    if (bound := bound_error(*bounds)) is not None:
+        return bound
     if args.trace and not Path(args.trace).is_file():
         return f"--trace: no such file {args.trace!r}"
     return None
 
 
 def within_spec(grid: Grid, max_batch_size: int) -> Grid:
-    """``grid`` with no max batch size above the spec's ``max_batch_size`` (the batch the model was exported
-    for)."""
+    """``grid`` with no max batch size above the spec's, the batch the model was exported for."""
     if max_batch_size < 2:
         raise OptionError(f"the spec's max_batch_size is {max_batch_size}: there is no batching to tune")
     sizes = tuple(dict.fromkeys(min(size, max_batch_size) for size in grid.max_batches))
@@ -156,9 +148,8 @@ def command_tune(args: argparse.Namespace, console, setup: TuneSetup = THE_SETUP
         raise
     save(folder, saved)
     note = f"python -m perf tune --model {args.model} --p99-ms {args.p99_ms:g}: {chosen.label}"
-    tuned = write_overlay(
-        args.spec, spec.model(args.model), chosen, folder, note, args.keep_queue_policy, saved.buckets
-    )
+    base, keep = spec.model(args.model), args.keep_queue_policy
+    tuned = write_overlay(args.spec, base, chosen, folder, note, keep, saved.buckets)
     console.print(f"  overlay validates; building {args.model} from spec.tuned.yaml")
     build_repository(tuned, folder / "repository", num_gpus=0, only=[args.model])
     report = render(folder)
@@ -169,8 +160,7 @@ def command_tune(args: argparse.Namespace, console, setup: TuneSetup = THE_SETUP
 
 @contextlib.contextmanager
 def partial_on_failure(folder: Path, title: str, session: ModelSession) -> Iterator[None]:
-    """On a ``PerfError`` or the verdict that nothing meets the budget, write ``partial.md``, then
-    re-raise."""
+    """On a ``PerfError`` (the verdict that nothing meets included) write ``partial.md``, then re-raise."""
     try:
         yield
     except PerfError as error:
@@ -183,8 +173,7 @@ def partial_on_failure(folder: Path, title: str, session: ModelSession) -> Itera
 
 
 def write_partial(folder: Path, title: str, error: BaseException, runs: Sequence[Measurement]) -> None:
-    """``partial.md``: ``error`` and the runs before it, so minutes of measuring are not lost to a
-    traceback."""
+    """``partial.md``: ``error`` and the runs before it, so minutes of measuring survive a failure."""
     rows = [
         [
             run.label, number(run.load.rate, 0) if run.load.rate else "–", number(run.throughput, 0),
@@ -220,13 +209,10 @@ def write_partial(folder: Path, title: str, error: BaseException, runs: Sequence
 def measure_and_pick(
     args: argparse.Namespace, spec: Spec, grid: Grid, folder: Path, console, setup: TuneSetup = THE_SETUP
 ) -> tuple[TuneDocument, BatcherConfig]:
-    """The tuner on one real server; the saved result and the pick (the raw backend measured once the server
-    has stopped, so that it gets the cores)."""
+    """The tuner on one real server; the saved result and the pick (the raw backend once it has stopped)."""
     request = TuneRequest(args.p99_ms, args.rate, grid, args.seed, _load_at(args), args.shortlist)
-    # perf_analyzer logs its runs into the report folder
-    engine = (
-        PerfAnalyzerEngine(log_folder=folder) if engine_name(args, setup) == "perf_analyzer" else OurEngine()
-    )
+    analyzer = engine_name(args, setup) == "perf_analyzer"
+    engine = PerfAnalyzerEngine(log_folder=folder) if analyzer else OurEngine()  # it logs its runs there
     console.print(
         f"tuning [bold]{args.model}[/bold] for p99 ≤ {args.p99_ms:g} ms with {engine.name} → {folder}"
     )
@@ -244,8 +230,9 @@ def measure_and_pick(
 
     def shapes_of(config: BatcherConfig, rate: float, evidence: Evidence[BatcherConfig]) -> None:
         """The length buckets on the answer at its rate (the tuner chooses them), its runs evidence."""
-        figures = shapes_step(session, config, request.load, rate, evidence, config, config.label, progress)
-        shapes.append(figures)
+        shapes.append(
+            shapes_step(session, config, request.load, rate, evidence, config, config.label, progress)
+        )
 
     with session, partial_on_failure(folder, f"Tuning {args.model} for p99 ≤ {args.p99_ms:g} ms", session):
         recheck = shapes_of if has_variable_axis(session.base) else None
@@ -255,10 +242,9 @@ def measure_and_pick(
         saved = dataclasses.replace(saved, seconds=dataclasses.replace(saved.seconds, make_tune=took))
         if shapes:
             saved = dataclasses.replace(saved.with_section(shapes[-1].section), buckets=shapes[-1].buckets)
-    model = session.base
-    sizes = [b for b in (1, 4, 16, 32) if b <= session.largest_batch]
+    threads, sizes = session.base.threads, [b for b in (1, 4, 16, 32) if b <= session.largest_batch]
     raw = measure_raw(
-        session.model_file, session.target.inputs, sizes, model.threads.intra_op, model.threads.inter_op, 0.3
+        session.model_file, session.target.inputs, sizes, threads.intra_op, threads.inter_op, 0.3
     )
     return dataclasses.replace(saved, raw=tuple(raw)), result.chosen
 

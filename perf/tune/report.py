@@ -49,14 +49,18 @@ def plot_verification(saved: TuneDocument, path: Path) -> Path:
     return save_figure(figure, path, axes, grid="both")
 
 
+def section(title: str, *blocks: str) -> list[str]:
+    """A report section: its heading, then each block after a blank line."""
+    return ["", f"## {title}", *(line for block in blocks for line in ("", block))]
+
+
 def columns_table(columns: dict[str, Callable[[Any], object]], items: Iterable[Any]) -> str:
     """A table with one column per entry of ``columns`` (its header, and the cell of an item)."""
     return table(list(columns), [[cell(item) for cell in columns.values()] for item in items])
 
 
 def p99(run: RunFigures | None, unit: str = "") -> str:
-    """A measured p99, marked where it holds the host's noise or rests on too few requests to meet the
-    budget."""
+    """A measured p99, marked where it holds the host's noise or rests on too few requests."""
     if not run:
         return "–"
     mark = NOISE_MARK if run.host_noise else ""
@@ -96,19 +100,14 @@ def headline(saved: TuneDocument) -> list[str]:
         f"Time: probe {seconds.probe:.0f} s, prediction {seconds.predict:.1f} s, shortlist "
         f"{seconds.shortlist:.0f} s (the search: {seconds.tuner:.0f} s), answer and verification "
         f"{seconds.verify:.0f} s. Load engine for every server figure: {saved.engine}.",
-        "",
-        "## Goals",
-        "",
-        goals_table(goals(saved)),
+        *section("Goals", goals_table(goals(saved))),
     ]
 
 
 def prediction_sentence(saved: TuneDocument) -> str:
     """The prediction's figures, labelled as such."""
     first = (
-        f"; the prediction alone ranks {saved.model_pick} first"
-        if saved.predicted_max_rate is not None
-        else ""
+        "" if saved.predicted_max_rate is None else f"; the prediction alone ranks {saved.model_pick} first"
     )
     return f"Prediction (not a measurement): {prediction_figure(saved)}{first}."
 
@@ -158,19 +157,16 @@ def noise_section(saved: TuneDocument) -> list[str]:
     points = [p for c in saved.shortlist for p in c.points] + list(saved.verification)
     runs = [run for run in (*saved.probe.runs, *(p.measured for p in points)) if run]
     noisy = [run for run in runs if run.host_noise]
-    lines = [
-        "",
-        "## Host noise (`perf.measure.noise`)",
-        "",
+    policy = (
         f"A run with {100 * noise.stolen_limit:.1f}% or more of the CPUs' time stolen by the hypervisor "
         "(steal in `/proc/stat`) measures the host's other guests as well as the configuration: it is "
         "measured once more and the less stolen of the two counts. "
-        f"{len(noise.remeasured)} of {noise.runs} runs were measured again ({noise.remeasured_s:.0f} s).",
-        "",
-    ]
+        f"{len(noise.remeasured)} of {noise.runs} runs were measured again ({noise.remeasured_s:.0f} s)."
+    )
     noisy_labels = ", ".join(f"{run.label} ({number(run.stolen_pct)}%)" for run in noisy)
     still = f"{len(noisy)} of the {len(runs)} figures below still hold the host's noise (marked {NOISE_MARK})"
-    return [*lines, f"{still}: {noisy_labels}." if noisy else "No figure below holds the host's noise."]
+    held = f"{still}: {noisy_labels}." if noisy else "No figure below holds the host's noise."
+    return section("Host noise (`perf.measure.noise`)", policy, held)
 
 
 def probe_section(saved: TuneDocument) -> list[str]:
@@ -203,19 +199,11 @@ def probe_section(saved: TuneDocument) -> list[str]:
         },
         probe.runs,
     )
-    return [
-        "",
-        "## What the prediction was built from (probe)",
-        "",
+    outside = (
         f"Latency outside the server at the lowest rate: {number(probe.overhead_ms, 3)} ms; p99 there "
-        f"{number(probe.floor_p99_ms)} ms.",
-        "",
-        fits,
-        "",
-        contention,
-        "",
-        runs,
-    ]
+        f"{number(probe.floor_p99_ms)} ms."
+    )
+    return section("What the prediction was built from (probe)", outside, fits, contention, runs)
 
 
 def cpu_sentence(cpu: CpuFigures) -> str:
@@ -242,7 +230,7 @@ def candidates_section(saved: TuneDocument) -> list[str]:
     }
     if target:
         columns[f"p99 at {target:g}/s (ms)"] = lambda c: number(c.at_rate.p99_ms)
-    return ["", "## Every candidate, predicted", "", columns_table(columns, saved.candidates)]
+    return section("Every candidate, predicted", columns_table(columns, saved.candidates))
 
 
 def shortlist_section(saved: TuneDocument) -> list[str]:
@@ -260,18 +248,15 @@ def shortlist_section(saved: TuneDocument) -> list[str]:
         },
         saved.shortlist,
     )
-    return [
-        "",
-        "## The shortlist, measured",
-        "",
+    return section(
+        "The shortlist, measured",
         "The best predicted candidate of each family (instances, max batch size), searched on the server "
         "by the one measured search (`perf.session.search`): rates on one ladder, up after a point that held "
         "the budget, down after one that missed, then between until they are neighbouring rungs; a point "
         "holds when more of its runs met the budget than missed it (a miss alone is measured again); a run "
         "whose p99 rests on too few requests to judge it by is marked so and counts as a miss.",
-        "",
         rows,
-    ]
+    )
 
 
 def held_up_to(candidate: ShortlistFigures) -> str:
@@ -289,13 +274,14 @@ def held_up_to(candidate: ShortlistFigures) -> str:
 
 def verification_section(saved: TuneDocument, plot: Path) -> list[str]:
     demoted = {(p.config, p.rate) for p in saved.demoted}
+
+    def config(point: PointFigures) -> str:
+        chosen = " **chosen**" if point.config == saved.chosen else ""
+        return point.config + chosen + (" (reopened)" if (point.config, point.rate) in demoted else "")
+
     rows = columns_table(
         {
-            "config": lambda p: (
-                p.config
-                + (" **chosen**" if p.config == saved.chosen else "")
-                + (" (reopened)" if (p.config, p.rate) in demoted else "")
-            ),
+            "config": config,
             "rate /s": lambda p: number(p.rate, 0),
             "pred p99": lambda p: number(p.predicted.p99_ms),
             "meas p99": lambda p: p99(p.measured),
@@ -313,19 +299,15 @@ def verification_section(saved: TuneDocument, plot: Path) -> list[str]:
         },
         saved.verification,
     )
-    return [
-        "",
-        "## Predicted vs measured",
-        "",
+    return section(
+        "Predicted vs measured",
         f"![p99 vs rate]({plot.name})",
-        "",
         "The answer and its neighbours around its measured rate; a point the search measured already is "
         "shown with its runs, the others were measured once here (a miss alone stays open, but the "
         "answer's own below its rate, which are measured until the rule decides them). Each row's p99 is "
         "its last run's; where a point's runs disagree, the last column gives each.",
-        "",
         rows,
-    ]
+    )
 
 
 def raw_section(saved: TuneDocument) -> list[str]:

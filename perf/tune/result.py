@@ -173,118 +173,83 @@ def run_figures(run: Measurement, noise: NoisePolicy) -> RunFigures:
     summary = run.figures
     cpu = run.server.cpu_load() if run.server else (math.nan, math.nan, math.nan)
     return RunFigures(
-        label=run.label,
-        offered=run.offered,
-        served=summary.throughput,
-        p50_ms=_finite(summary.p50_ms),
-        p99_ms=_finite(summary.p99_ms),
-        sent=summary.requests,
-        failed=summary.failed,
-        met_rate=run.sustained,
-        stable=run.stable,
-        mean_batch=run.stats.mean_batch,
+        label=run.label, offered=run.offered, served=summary.throughput, p50_ms=_finite(summary.p50_ms),
+        p99_ms=_finite(summary.p99_ms), sent=summary.requests, failed=summary.failed, met_rate=run.sustained,
+        stable=run.stable, mean_batch=run.stats.mean_batch,
         batches={str(size): bucket.executions for size, bucket in sorted(run.stats.batches.items())},
-        cpu_cores=_finite(cpu[2]),
-        stolen_pct=_finite(100 * run.stolen_share),
-        host_noise=noise.holds_noise(run),
-        engine=run.engine,
-        samples=run.samples,
-        too_few=run.too_few,
-    )
+        cpu_cores=_finite(cpu[2]), stolen_pct=_finite(100 * run.stolen_share),
+        host_noise=noise.holds_noise(run), engine=run.engine, samples=run.samples, too_few=run.too_few,
+    )  # fmt: skip
 
 
 def prediction_figures(prediction: Prediction, cores: int) -> PredictionFigures:
     return PredictionFigures(
-        rate=prediction.rate,
-        p99_ms=prediction.p99_ms,
-        served=prediction.throughput,
-        mean_batch=prediction.mean_batch,
-        met_rate=prediction.sustained,
+        rate=prediction.rate, p99_ms=prediction.p99_ms, served=prediction.throughput,
+        mean_batch=prediction.mean_batch, met_rate=prediction.sustained,
         cpu_cores=prediction.cpu_utilization * cores,
-    )
+    )  # fmt: skip
 
 
 def point_figures(point: Point, noise: NoisePolicy, cores: int) -> PointFigures:
     return PointFigures(
-        config=point.config.label,
-        rate=point.rate,
-        predicted=prediction_figures(point.predicted, cores),
-        measured=run_figures(point.measured, noise) if point.measured else None,
-        runs=point.runs,
+        config=point.config.label, rate=point.rate, predicted=prediction_figures(point.predicted, cores),
+        measured=run_figures(point.measured, noise) if point.measured else None, runs=point.runs,
         verdict=point.verdict.value if point.verdict else None,
-        runs_p99_ms=tuple(_finite(p99) for p99 in point.p99s),
-        runs_met=point.mets,
-    )
+        runs_p99_ms=tuple(_finite(p99) for p99 in point.p99s), runs_met=point.mets,
+    )  # fmt: skip
 
 
 def probe_figures(result: TuneResult, noise: NoisePolicy) -> ProbeFigures:
     probe, cpu = result.probe, result.probe.cpu
+    cpu_figures = None if cpu is None else CpuFigures(
+        idle_cores=cpu.idle_cores, per_request_us=1e6 * cpu.per_request_s,
+        per_execution_us=1e6 * cpu.per_execution_s, cores=cpu.cores,
+        slice_ms={str(n): 1e3 * s.cpu.slice_s for n, s in probe.services.items() if s.cpu},
+    )  # fmt: skip
     return ProbeFigures(
         fits={str(n): FitFigures(f.t_ms, f.dt_ms, f.r2) for n, f in probe.fits.items()},
         per_batch_ms=probe.per_batch_ms,
         per_request_ms={str(n): ms for n, ms in probe.per_request_ms.items()},
-        overhead_ms=probe.overhead_ms,
-        floor_p99_ms=probe.floor_p99_ms,
-        cpu=None
-        if cpu is None
-        else CpuFigures(
-            idle_cores=cpu.idle_cores,
-            per_request_us=1e6 * cpu.per_request_s,
-            per_execution_us=1e6 * cpu.per_execution_s,
-            cores=cpu.cores,
-            slice_ms={str(n): 1e3 * s.cpu.slice_s for n, s in probe.services.items() if s.cpu},
-        ),
+        overhead_ms=probe.overhead_ms, floor_p99_ms=probe.floor_p99_ms, cpu=cpu_figures,
         runs=tuple(ProbeRunFigures(**vars(run_figures(run, noise)), config=c.label) for c, run in probe.runs),
-    )
+    )  # fmt: skip
 
 
 def document(result: TuneResult, model: str, engine: str, noise: NoisePolicy, cores: int) -> TuneDocument:
     """Every figure of ``result`` (``engine``: the load engine's name; ``cores``: the CPU term's)."""
-    request, probe = result.request, result.probe
+    request, probe, evidence = result.request, result.probe, result.evidence
     chosen = next((r for r in result.ranking if r.config == result.chosen), None)
+    candidates = tuple(
+        CandidateFigures(
+            config=r.config.label, feasible=r.feasible(request),
+            best=prediction_figures(r.best, cores) if r.best else None,
+            at_rate=prediction_figures(r.at_rate, cores) if r.at_rate else None,
+        )
+        for r in result.ranking
+    )  # fmt: skip
+    shortlist = tuple(
+        ShortlistFigures(
+            config=c.config.label, predicted_rate=c.predicted_rate,
+            measured_rate=evidence.held_rate(c.config), refuted_rate=_finite(evidence.refuted_at(c.config)),
+            seconds=c.seconds,
+            points=tuple(point_figures(p, noise, cores) for p in c.points),
+        )
+        for c in result.shortlist
+    )  # fmt: skip
+    seconds = Seconds(
+        probe=probe.seconds, predict=result.predict_s, shortlist=result.shortlist_s, verify=result.verify_s,
+        tuner=probe.seconds + result.predict_s + result.shortlist_s,  # the search, not the verification
+    )  # fmt: skip
     return TuneDocument(
-        model=model,
-        budget_ms=request.budget_ms,
-        target_rate=request.rate,
-        engine=engine,
+        model=model, budget_ms=request.budget_ms, target_rate=request.rate, engine=engine,
         chosen=result.chosen.label,
         model_pick=result.ranking[0].config.label if result.ranking else "no candidate",
-        operating_rate=result.operating_rate,
-        predicted_max_rate=chosen.rate if chosen else None,
-        measured_max_rate=result.measured_rate,
-        operating=point_figures(result.operating_point, noise, cores),
-        seconds=Seconds(
-            probe=probe.seconds,
-            predict=result.predict_s,
-            shortlist=result.shortlist_s,
-            verify=result.verify_s,
-            tuner=probe.seconds + result.predict_s + result.shortlist_s,  # the search, not the verification
-        ),
-        probe=probe_figures(result, noise),
-        candidates=tuple(
-            CandidateFigures(
-                config=r.config.label,
-                feasible=r.feasible(request),
-                best=prediction_figures(r.best, cores) if r.best else None,
-                at_rate=prediction_figures(r.at_rate, cores) if r.at_rate else None,
-            )
-            for r in result.ranking
-        ),
-        shortlist=tuple(
-            ShortlistFigures(
-                config=c.config.label,
-                predicted_rate=c.predicted_rate,
-                measured_rate=result.evidence.held_rate(c.config),
-                refuted_rate=_finite(result.evidence.refuted_at(c.config)),
-                seconds=c.seconds,
-                points=tuple(point_figures(p, noise, cores) for p in c.points),
-            )
-            for c in result.shortlist
-        ),
+        operating_rate=result.operating_rate, predicted_max_rate=chosen.rate if chosen else None,
+        measured_max_rate=result.measured_rate, operating=point_figures(result.operating_point, noise, cores),
+        seconds=seconds, probe=probe_figures(result, noise), candidates=candidates, shortlist=shortlist,
         verification=tuple(point_figures(p, noise, cores) for p in result.points),
-        demoted=tuple(point_figures(p, noise, cores) for p in result.demoted),
-        noise=noise.account(),
-    )
+        demoted=tuple(point_figures(p, noise, cores) for p in result.demoted), noise=noise.account(),
+    )  # fmt: skip
 
 
 def save(folder: Path, saved: TuneDocument) -> Path:

@@ -1,26 +1,12 @@
-"""The tuner, as a pipeline: probe → predict every candidate → search a shortlist on the server →
-the answer, the best point a run on the server held the budget at.
+"""The tuner, as a pipeline: ``probe`` → ``rank`` every candidate by the batcher simulation →
+``shortlist``: the best predicted of each family searched on the server → ``settle``: the answer, the
+best point a run on the server held the budget at (docs/TUNE.md, "What it does").
 
-1. ``probe``: the service model per instance count, measured (``perf.session.probe``). Its runs are
-   evidence like any other: each is its configuration at its rate.
-2. ``rank``: every candidate of the grid predicted by the batcher simulation: the highest rate its p99
-   stays within the budget (with a target rate: whether it does there).
-3. ``shortlist``: the best predicted of each family (instance count, max batch size), each searched on
-   the server by the one measured search (``perf.session.search``) from its prediction (with a target
-   rate: from the target). Where no candidate is predicted within the budget, the configurations a
-   probe run held it with are searched instead (none: the one whose run came closest, from that run):
-   a prediction that nothing fits does not override a measurement.
-4. ``settle``: the answer is the best point of every run made that holds the budget under the
-   search's rule (the highest rate; with a target rate, one that holds there), searched before it
-   stands. It is verified around its rate (each point predicted, then measured: the report's
-   comparison, and more evidence), and measured once more where the caller asks (``recheck``: the
-   shapes step). A later run that misses reopens it: its point is decided by the rule, and where it no
-   longer holds the next best point is the answer; so does a miss that stands at a lower rate of the
-   same configuration (it holds the budget "up to" no rate above that: ``Evidence.refuted_at``). No
-   point holds: ``NothingMeetsError``, naming the closest run over the budget.
-
+Every run, the probe's too, is evidence about its configuration at its rate, so the answer is decided
+by the search's rule over all of them (``perf.session.search``): a prediction that nothing fits does
+not override a measurement, and a later run that misses at the answer's rate or below reopens it.
 Every run goes through the ``Server`` handed in, which owns how a run is measured (load engine,
-windows, the host-noise policy); the search only asks "this configuration at this rate".
+windows, the host-noise policy); the tuner only asks "this configuration at this rate".
 """
 
 from __future__ import annotations
@@ -38,7 +24,7 @@ from perf.model.batcher import BatcherConfig
 from perf.model.grid import Grid, neighbours
 from perf.model.predict import LoadAt, Prediction, max_rate, predict
 from perf.session.probe import ProbePlan, ProbeResult, Server, probe
-from perf.session.search import Evidence, SearchPlan, Verdict, at_rung, decide, rung, search
+from perf.session.search import Evidence, Verdict, at_rung, decide, rung, search
 
 Step = Callable[[str], None]
 # The caller's further check of the answer at its rate (the shapes step), whose runs join the evidence.
@@ -56,7 +42,6 @@ class TuneRequest:
     seed: int = 0
     load_at: LoadAt | None = None  # rate -> load; Poisson by default
     shortlist: int = 4  # families searched on the server (0: the prediction's first alone)
-    search: SearchPlan = field(default_factory=SearchPlan)
     predict_s: float = 6.0  # seconds of arrivals each prediction simulates
 
     def load(self, rate: float) -> Load:
@@ -99,8 +84,7 @@ class Point:
 
 @dataclass
 class Candidate:
-    """A configuration searched on the server: the points its search measured, and the highest rate
-    it held the budget at once searched (0: none)."""
+    """A configuration searched on the server: its points, and the highest rate it held (0: none)."""
 
     config: BatcherConfig
     predicted_rate: float
@@ -198,7 +182,7 @@ def search_candidate(
     started = time.perf_counter()
     server.prepare(config)
     rates = search(
-        server, evidence, config, request.load, start, target=request.rate, plan=request.search,
+        server, evidence, config, request.load, start, target=request.rate,
         label=f"search {config.label}", step=step,
     )  # fmt: skip
     points = [point_of(result, request, evidence, config, rate) for rate in rates]
@@ -273,8 +257,7 @@ def settle(
 def nothing_meets(
     request: TuneRequest, evidence: Evidence[BatcherConfig], detail: str = ""
 ) -> NothingMeetsError:
-    """The one-line verdict, naming the closest run over the budget (with a target rate, among those
-    run at it or above, where any were)."""
+    """The one-line verdict, naming the closest run over the budget (with a target rate, at it or above)."""
     return evidence.nothing_meets(lambda config: config.label, detail, request.rate or 0.0)
 
 
@@ -317,8 +300,7 @@ def tune(
     server: Server, request: TuneRequest, plan: ProbePlan | None = None, step: Step | None = None,
     recheck: Recheck | None = None,
 ) -> TuneResult:  # fmt: skip
-    """The whole tuner on ``server`` (a started ``ModelSession``, or a simulated server). Raises
-    ``NothingMeetsError`` where no run held the budget under the search's rule."""
+    """The whole tuner on ``server``; ``NothingMeetsError`` where no point holds by the search's rule."""
     step = step or (lambda text: None)
     grid = request.grid
     evidence: Evidence[BatcherConfig] = Evidence(request.budget_ms)

@@ -20,8 +20,8 @@ from perf.plan.verify import measure_plan
 from perf.session.probe import ProbePlan
 from perf.session.search import (
     FAR_MISS,
+    MAX_POINTS,
     Evidence,
-    SearchPlan,
     Verdict,
     at_rung,
     decide,
@@ -109,7 +109,7 @@ def test_the_search_finds_the_highest_rung_within_the_budget_from_any_start(star
     held, rates = searched(server, start)
     assert held == pytest.approx(highest_rung_within(1000.0))  # the same answer, wherever it started
     assert rates[0] == on_ladder(start) and all(r == on_ladder(r) for r in rates)  # rungs only
-    assert len(rates) <= SearchPlan().max_points
+    assert len(rates) <= MAX_POINTS
     above = [r for r in rates if r > held]
     assert above and min(above) == pytest.approx(at_rung(round(rung(held)) + 1))  # its neighbour missed
 
