@@ -9,6 +9,7 @@ Run as ``python -m server.fronts.grpc_front --listen HOST:PORT --upstream HOST:P
 
 from __future__ import annotations
 
+import argparse
 import asyncio
 import contextlib
 import functools
@@ -20,7 +21,6 @@ from google.protobuf.message import DecodeError, Message
 from tritonclient.grpc import service_pb2
 
 from server.admin import GRPC_ADMIN_HEADER, GRPC_FRONT_HEADER
-from server.config_changes import ConfigChanges
 from server.fronts import h2c
 from server.fronts.allow_list import ModelSignature
 from server.fronts.client_connections import ClientConnections
@@ -46,15 +46,12 @@ from server.fronts.grpc_wire import (
     Headers,
     IncomingBytes,
     ServerCall,
-    open_streams,
 )
 from server.fronts.peer import peer_uid
 from server.fronts.process import (
     MAX_REQUEST_BYTES,
     MIB,
-    FrontShares,
     UpstreamState,
-    add_share_arguments,
     admin_key,
     config_changes,
     front_parser,
@@ -88,50 +85,39 @@ def _refused(refusal: RequestRefusedError, call: ServerCall) -> GrpcError:
 
 
 class GrpcFront:
-    """Checks each call of the inference service and forwards it to ``upstream`` as bytes."""
+    """Checks each call of the inference service and forwards it to ``--upstream`` as bytes."""
 
-    def __init__(
-        self,
-        upstream: str,
-        key: str,
-        shm: GrpcSharedMemory,
-        listen: str,
-        max_message_bytes: int,  # any call; an inference is bounded by its model's too
-        shares: FrontShares,  # inference calls (a stream: one slot), connections held open
-        message_s: float = MESSAGE_TIMEOUT_S,  # a message begun must be whole within this (rows 71, 75)
-        idle_s: float = IDLE_TIMEOUT_S,  # a connection without calls, a stream without a message (row 77)
-        changes: ConfigChanges | None = None,  # the served configs changed (row 79)
-    ) -> None:
-        self.upstream, self.shm, self.message_s, self.idle_s = upstream, shm, message_s, idle_s
-        self.max_message_bytes, self.shares = max_message_bytes, shares
-        host, port = listen.rsplit(":", 1)
+    def __init__(self, args: argparse.Namespace) -> None:
+        self.upstream, self.listen, self.shares = args.upstream, args.listen, shares_from_args(args)
+        self.max_message_bytes = args.max_message_mib * MIB  # any call; an inference's model bounds it too
+        self.shm = GrpcSharedMemory(server_regions(args), self.max_message_bytes, args.trusted_shared_memory)
+        host, port = args.listen.rsplit(":", 1)
         self.local = (host.strip("[]"), int(port))
-        self.state = UpstreamState(f"tritonserver's gRPC at {upstream}", log, "UNAVAILABLE")
-        self.triton = Upstream(upstream)
-        self.signatures = ModelSignatures(self._model_config, self.max_message_bytes, changes)
+        self.state = UpstreamState(f"tritonserver's gRPC at {self.upstream}", log, "UNAVAILABLE")
+        self.triton = Upstream(self.upstream)
+        self.signatures = ModelSignatures(self._model_config, self.max_message_bytes, config_changes(args))
         self.slots = ClientSlots(self.shares.slots)
         self.deadlines = Deadlines(self.slots, self.shares.max_overdue)
         self.methods = {method.name: method.client_streaming for method in SERVICE.methods}
         self.connections: set[FrontConnection] = set()
-        self.incoming = IncomingBytes(LARGE_MESSAGES * max_message_bytes)  # of calls still arriving
-        self.clients = ClientConnections(shares.connections, shm.descriptors)
-        self.streams = open_streams()  # calls open on all connections (row 77)
+        # the bounds all connections share: messages still arriving (row 71), connections (row 73), calls
+        # open (row 77)
+        self.limits = ConnectionLimits(
+            self.max_message_bytes,
+            HANDSHAKE_TIMEOUT_S,
+            args.idle_timeout_s,
+            IncomingBytes(LARGE_MESSAGES * self.max_message_bytes),
+            ClientConnections(self.shares.connections, self.shm.descriptors),
+            args.message_timeout_s,
+        )
         self.metadata_blocks: dict[tuple, bytes] = {}
+        key = admin_key()
         self.admin = key.encode() if key else None
         self.front_key = h2c.encode_headers([(GRPC_FRONT_HEADER.encode(), key.encode())]) if key else b""
 
     def connection(self) -> FrontConnection:
         """A new client connection (the listening socket's protocol factory)."""
-        limits = ConnectionLimits(
-            self.max_message_bytes,
-            HANDSHAKE_TIMEOUT_S,
-            self.idle_s,
-            self.incoming,
-            self.clients,
-            self.message_s,
-            self.streams,
-        )
-        return FrontConnection(limits, self.methods, PREFIX, self.serve, self.connections)
+        return FrontConnection(self.limits, self.methods, PREFIX, self.serve, self.connections)
 
     async def serve(self, call: ServerCall) -> None:
         await (self._stream if call.streaming else self._unary)(call)
@@ -328,16 +314,19 @@ class GrpcFront:
             upstream.cancel()
 
 
-async def start_front(listen: str, front: GrpcFront) -> Callable[[], Awaitable[None]]:
-    """Listen on ``listen`` (``front.local``, parsed); returns the coroutine function that stops the front."""
+async def start_front(front: GrpcFront) -> Callable[[], Awaitable[None]]:
+    """Listen on ``front.listen``; returns the coroutine function that stops the front."""
     try:
         server = await asyncio.get_running_loop().create_server(
             front.connection, front.local[0] or None, front.local[1], reuse_address=True
         )
     except OSError as error:
-        raise OSError(f"gRPC front cannot listen on {listen}: {error}") from error
+        raise OSError(f"gRPC front cannot listen on {front.listen}: {error}") from error
     log.info(
-        "grpc front on %s -> %s (messages up to %d bytes)", listen, front.upstream, front.max_message_bytes
+        "grpc front on %s -> %s (messages up to %d bytes)",
+        front.listen,
+        front.upstream,
+        front.max_message_bytes,
     )
 
     async def stop() -> None:
@@ -374,27 +363,8 @@ def main(argv: list[str] | None = None) -> None:
         help="a connection without calls is closed, and a stream that sent no message ended, after this "
         "many seconds",
     )
-    add_share_arguments(parser)
-    args = parser.parse_args(argv)
-    limit, shares = args.max_message_mib * MIB, shares_from_args(args)
-    shm = GrpcSharedMemory(server_regions(args), limit, args.trusted_shared_memory)
-    run_front(  # the front is made inside the event loop: its connections belong to that loop
-        lambda: start_front(
-            args.listen,
-            GrpcFront(
-                args.upstream,
-                admin_key(),
-                shm,
-                args.listen,
-                limit,
-                shares,
-                args.message_timeout_s,
-                args.idle_timeout_s,
-                config_changes(args),
-            ),
-        ),
-        args,
-    )
+    # the front is made inside the event loop: its connections belong to that loop
+    run_front(parser, argv, lambda args: start_front(GrpcFront(args)))
 
 
 if __name__ == "__main__":

@@ -192,16 +192,21 @@ async def _until_stopped(args: argparse.Namespace) -> None:
 
 
 def run_front(
-    start: Callable[[], Awaitable[Callable[[], Awaitable[None]]]], args: argparse.Namespace
+    parser: argparse.ArgumentParser,
+    argv: list[str] | None,
+    start: Callable[[argparse.Namespace], Awaitable[Callable[[], Awaitable[None]]]],
 ) -> None:
-    """Run a front: ``start()`` listens and returns its ``stop()``, awaited once ``_until_stopped``."""
+    """Run a front with ``parser``'s flags and the shares': ``start(args)`` listens and returns its
+    ``stop()``, awaited once ``_until_stopped``."""
+    add_share_arguments(parser)
+    args = parser.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     # every connection of the shares (row 73), the front's own and a full region table, where the hard
     # limit allows: before the shares read the soft limit
     raise_open_file_limit(shares_from_args(args).connections.total + RESERVED_FDS + MAX_REGIONS)
 
     async def main() -> None:
-        stop = await start()
+        stop = await start(args)
         try:
             await _until_stopped(args)
         finally:
