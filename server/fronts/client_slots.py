@@ -106,16 +106,11 @@ class ClientSlots:
         except asyncio.CancelledError:
             if granted.done() and not granted.cancelled():
                 self._give_back(address)  # handed over just as the wait was cancelled
-            else:
-                self._leave_queue(address, granted)
+            elif granted in (queue := self.queues.get(address, ())):
+                queue.remove(granted)
+                if not queue:
+                    del self.queues[address]
             raise
-
-    def _leave_queue(self, address: str, granted: asyncio.Future) -> None:
-        queue = self.queues.get(address)
-        if queue is not None and granted in queue:
-            queue.remove(granted)
-            if not queue:
-                del self.queues[address]
 
     def _give_back(self, address: str) -> None:
         """Free ``address``'s slot: to the waiting address holding the fewest, else back to the pool."""
@@ -229,9 +224,7 @@ class Deadlines:
         except Exception as error:  # the client already has its 504: only worth a debug line
             log.debug("an overdue request ended with %r", error)
         finally:
-            self.overdue[model] -= 1
-            if self.overdue[model] <= 0:
-                del self.overdue[model]
+            _drop(self.overdue, model)
 
 
 @dataclass(frozen=True)

@@ -201,7 +201,10 @@ class Endpoint(asyncio.Protocol):
         if self.block is not None and kind != CONTINUATION:
             raise ProtocolError(PROTOCOL_ERROR, "a header block was interrupted")
         if kind == DATA:
-            self._received(len(payload))
+            self.received += len(payload)  # the connection's window, given back once half of it is used
+            if self.received >= CONNECTION_WINDOW // 2:
+                self.write(window_update(0, self.received))
+                self.received = 0
             if flags & PADDED:
                 payload = _unpad(payload)
             self.on_data(stream_id, payload, bool(flags & END_STREAM))
@@ -290,13 +293,6 @@ class Endpoint(asyncio.Protocol):
         if sending is not None:
             sending.window += increment
             self._send_waiting(stream_id)
-
-    def _received(self, size: int) -> None:
-        """Give the connection's window back once half of it is used (a stream's: ``consumed``)."""
-        self.received += size
-        if self.received >= CONNECTION_WINDOW // 2:
-            self.write(window_update(0, self.received))
-            self.received = 0
 
     def consumed(self, stream_id: int, size: int) -> None:
         """``size`` bytes of ``stream_id`` were taken off the front's hands: the peer may send more."""

@@ -79,8 +79,6 @@ REQUEST_FAULTS = re.compile(
     r"Unable to parse|attempt to access JSON|attempt to get members|failed to parse the request JSON"
     r"|Expected JSON object|Unable to set 'classification'|failed to get request params"
 )
-
-
 IDLE_TIMEOUT_S = 75.0  # a kept-alive connection with no request
 UPSTREAM_TIMEOUT_S = 600.0  # a POST that is no inference (a repository load can take minutes)
 SHUTDOWN_S = 5.0  # on exit, requests still in flight get this long
@@ -315,19 +313,6 @@ class HttpFront:
             await check(check_json, body)  # every other /v2 POST body is JSON: one reading for both
         return []
 
-    def _body_limit(self, path: str, model: ModelSignature | None) -> tuple[int, str]:
-        """How large a body the route ``path`` takes, and why (a shared-memory call is parsed inline)."""
-        if model is not None:
-            return model.largest_request_bytes(), f"the largest request model '{model.model}' takes"
-        if SYSTEM_SHM.fullmatch(path):
-            return INLINE_BYTES, "the largest a shared-memory call takes"
-        return self.max_body_bytes, "the largest the front takes"
-
-    async def _model(self, request: web.BaseRequest, path: str) -> ModelSignature | None:
-        """The config of the model an inference names (never forwarded unchecked); None for other routes."""
-        match = INFER.fullmatch(path) if request.method == "POST" else None
-        return await self.signatures.get(match[1], match[2] or "") if match else None
-
     async def _read_body(
         self, request: web.BaseRequest, limit: int, what: str, need: Callable[[int | None], None]
     ) -> bytes:
@@ -349,8 +334,15 @@ class HttpFront:
                 raise RequestRefusedError("Method Not Allowed", Refusal.NOT_ALLOWED)
             headers = forwarded_headers(request)
             form = _content_type(request) in FORM_TYPES
-            model = await self._model(request, path)
-            limit, what = self._body_limit(path, model)
+            infer = INFER.fullmatch(path) if request.method == "POST" else None
+            # the config of the model an inference names: never forwarded unchecked
+            model = await self.signatures.get(infer[1], infer[2] or "") if infer else None
+            limit, what = self.max_body_bytes, "the largest the front takes"
+            if model is not None:
+                limit = model.largest_request_bytes()
+                what = f"the largest request model '{model.model}' takes"
+            elif SYSTEM_SHM.fullmatch(path):  # parsed on the event loop
+                limit, what = INLINE_BYTES, "the largest a shared-memory call takes"
             declared = request.content_length
             if declared is not None and declared > limit:  # before reading a byte
                 raise RequestRefusedError(

@@ -19,7 +19,7 @@ from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from server.config_changes import Changed, ConfigChanges
+from server.config_changes import ConfigChanges
 from server.fronts.allow_list import ModelSignature
 from server.fronts.refusal import Refusal, RequestRefusedError
 
@@ -59,8 +59,11 @@ class ModelSignatures:
         """``model``'s signature, or ``RequestRefusedError``: Triton's refusal, or ``UNAVAILABLE``
         when Triton does not answer for a config not known."""
         changed = self.changes.poll() if self.changes is not None else None
-        if changed:
-            self._distrust(changed)
+        if changed:  # the models it names are fetched again before their next check
+            for key, entry in self._entries.items():
+                if changed.covers(key[0]):
+                    entry.trusted = False
+            self._drop_fetches(changed.covers)
         key = (model, version)
         now = time.monotonic()
         entry = self._entries.get(key)
@@ -79,13 +82,6 @@ class ModelSignatures:
         self._drop_fetches(lambda name: name == model)
         if self.changes is not None:
             self.changes.mark(model)
-
-    def _distrust(self, changed: Changed) -> None:
-        """The models ``changed`` names are fetched again before their next check."""
-        for key, entry in self._entries.items():
-            if changed.covers(key[0]):
-                entry.trusted = False
-        self._drop_fetches(changed.covers)
 
     def _drop_fetches(self, of_model: Callable[[str], bool]) -> None:
         """Fetches in flight that may predate a change answer their waiting requests but are not kept."""
