@@ -190,15 +190,6 @@ class GrpcFront:
         remaining = call.time_remaining()
         return OVERDUE_TIMEOUT_S if remaining is None else min(remaining, OVERDUE_TIMEOUT_S)
 
-    def _forward(
-        self, call: ServerCall, path: bytes, timeout_s: float, raw: bytes
-    ) -> Awaitable[tuple[bytes, Headers, Headers]]:
-        """Hand a unary call to Triton, which runs it whatever the client does after: from now on a reset
-        leaves the call's handler to wait for Triton's answer, holding its slot and its stream's place
-        (fault matrix row 78)."""
-        call.forwarded = True
-        return self.triton.unary(path, self._metadata(call), timeout_s, raw)
-
     async def _unary(self, call: ServerCall) -> None:
         name, raw = call.method, call.message()
         client, outputs, request = None, {}, None
@@ -213,9 +204,15 @@ class GrpcFront:
                 client = self._client(call)
                 rewritten, outputs = self.shm.to_triton(client, request, model)  # Triton never maps it
                 raw = rewritten or raw
-            exchange = functools.partial(
-                self._forward, call, (PREFIX + name).encode(), self._upstream_timeout(call), raw
-            )
+            timeout_s = self._upstream_timeout(call)
+
+            def exchange() -> Awaitable[tuple[bytes, Headers, Headers]]:
+                """Hand the call to Triton, which runs it whatever the client does after: from now on a
+                reset leaves this handler to wait for Triton's answer, holding its slot and its stream's
+                place (fault matrix row 78)."""
+                call.forwarded = True
+                return self.triton.unary((PREFIX + name).encode(), self._metadata(call), timeout_s, raw)
+
             if model is None:
                 answer, initial, trailing = await exchange()
             else:

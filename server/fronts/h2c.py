@@ -312,13 +312,13 @@ class Endpoint(asyncio.Protocol):
         sending = self.sending.get(stream_id)
         if sending is not None and sending.waiting:
             sending.waiting.append((None, block, end_stream))
-            return
-        self._write_headers(stream_id, block, end_stream)
+        else:
+            self._write_headers(stream_id, block, end_stream)
 
     def _write_headers(self, stream_id: int, block: bytes, end_stream: bool) -> None:
         flags = END_STREAM if end_stream else 0
         if end_stream:
-            self._ended(stream_id)
+            self.sending.pop(stream_id, None)
         if len(block) <= self.peer_frame:
             self.write(frame(HEADERS, flags | END_HEADERS, stream_id, block))
             return
@@ -333,17 +333,11 @@ class Endpoint(asyncio.Protocol):
         sending = self.sending.get(stream_id)
         if sending is None:
             return  # reset meanwhile
-        if sending.waiting:
-            self._queue(sending, data, end_stream)
-            return
-        rest = self._write_data(stream_id, sending, data, end_stream)
+        rest = data if sending.waiting else self._write_data(stream_id, sending, data, end_stream)
         if rest is not None:
-            self._queue(sending, rest, end_stream)
-
-    def _queue(self, sending: _Sending, data: bytes | memoryview, end_stream: bool) -> None:
-        sending.waiting.append((data, end_stream))
-        sending.queued += len(data)
-        self.queued += len(data)
+            sending.waiting.append((rest, end_stream))
+            sending.queued += len(rest)
+            self.queued += len(rest)
 
     def _write_data(
         self, stream_id: int, sending: _Sending, data: bytes | memoryview, end_stream: bool
@@ -354,7 +348,7 @@ class Endpoint(asyncio.Protocol):
             sending.window -= len(data)
             self.send_window -= len(data)
             if end_stream:
-                self._ended(stream_id)
+                self.sending.pop(stream_id, None)
             self.write(frame(DATA, END_STREAM if end_stream else 0, stream_id, data))
             return None
         view = memoryview(data)
@@ -371,7 +365,7 @@ class Endpoint(asyncio.Protocol):
         self.write(b"".join(frames))
         if sent == len(view):
             if end_stream:
-                self._ended(stream_id)
+                self.sending.pop(stream_id, None)
             return None
         return view[sent:]
 
@@ -391,9 +385,6 @@ class Endpoint(asyncio.Protocol):
                 sending.waiting[0] = (rest, item[1])
                 return
             sending.waiting.popleft()
-
-    def _ended(self, stream_id: int) -> None:
-        self.sending.pop(stream_id, None)
 
     def reset(self, stream_id: int, code: int = CANCEL) -> None:
         self.forget(stream_id)

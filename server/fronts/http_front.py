@@ -138,14 +138,14 @@ class FrontConnection(RequestHandler):
 
     head_timeout_s = 10.0
     _head_timer: asyncio.TimerHandle | None = None
-    clients: ClientConnections | None = None  # the server's, counting this connection (row 73)
+    clients: ClientConnections  # the server's, counting this connection (row 73)
     address = ""
     refused = False  # beyond the client's share of connections: answered 503 and never read
     refused_waiting = False  # counted among the front's refused connections that wait to close
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         self.address = peer_address(transport.get_extra_info("peername"))
-        refusal = self.clients.admit(self.address) if self.clients is not None else None
+        refusal = self.clients.admit(self.address)
         if refusal is None:
             super().connection_made(transport)
             return
@@ -184,11 +184,10 @@ class FrontConnection(RequestHandler):
 
     def connection_lost(self, exc: BaseException | None) -> None:
         if self.refused:
-            if self.refused_waiting and self.clients is not None:
+            if self.refused_waiting:
                 self.clients.refused_gone()
             return
-        if self.clients is not None:
-            self.clients.release(self.address)
+        self.clients.release(self.address)
         self._stop_head_timer()
         super().connection_lost(exc)
 

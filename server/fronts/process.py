@@ -13,6 +13,7 @@ import os
 import signal
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
+from operator import attrgetter
 from pathlib import Path
 from typing import Any
 
@@ -67,21 +68,22 @@ def front_parser(prog: str, description: str | None, upstream_help: str) -> argp
     return parser
 
 
-# The flags of ``FrontShares`` (name, type, help), in the order of ``FrontShares.values()``.
+# The flags of ``FrontShares``: name, the field each sets, type, help.
 SHARE_FLAGS = (
-    ("deadline-s", positive(float), "an inference is answered within this many seconds "
+    ("deadline-s", "deadline_s", positive(float), "an inference is answered within this many seconds "
      "(504 / DEADLINE_EXCEEDED after), unless its model's config sets request_deadline_s"),
-    ("max-overdue", int, "requests past their deadline tritonserver may still "
+    ("max-overdue", "max_overdue", int, "requests past their deadline tritonserver may still "
      "run per model (429 / RESOURCE_EXHAUSTED beyond)"),
-    ("upstream-slots", positive(int), "requests a front forwards at once, all clients together"),
-    ("max-client-requests", positive(int), "requests one client address may have waiting "
-     "(429 / RESOURCE_EXHAUSTED beyond)"),
-    ("max-connection-requests", positive(int), "requests one client connection may "
-     "have waiting (429 / RESOURCE_EXHAUSTED beyond)"),
-    ("max-client-connections", positive(int), "connections one client address may hold "
-     "open (503 / GOAWAY as it connects beyond)"),
-    ("max-connections", positive(int), "connections all clients together may hold open (fewer "
-     "where the open-file limit would not hold them)"),
+    ("upstream-slots", "slots.capacity", positive(int), "requests a front forwards at once, all clients "
+     "together"),
+    ("max-client-requests", "slots.per_address", positive(int), "requests one client address may have "
+     "waiting (429 / RESOURCE_EXHAUSTED beyond)"),
+    ("max-connection-requests", "slots.per_connection", positive(int), "requests one client connection "
+     "may have waiting (429 / RESOURCE_EXHAUSTED beyond)"),
+    ("max-client-connections", "connections.per_address", positive(int), "connections one client "
+     "address may hold open (503 / GOAWAY as it connects beyond)"),
+    ("max-connections", "connections.total", positive(int), "connections all clients together may hold "
+     "open (fewer where the open-file limit would not hold them)"),
 )  # fmt: skip
 
 
@@ -94,29 +96,23 @@ class FrontShares:
     slots: SlotLimits = field(default_factory=SlotLimits)
     connections: ConnectionShare = field(default_factory=ConnectionShare)  # held open (row 73)
 
-    def values(self) -> tuple[float, int, int, int, int, int, int]:
-        """The values of ``SHARE_FLAGS``, in its order."""
-        slots, connections = self.slots, self.connections
-        return (
-            self.deadline_s, self.max_overdue, slots.capacity, slots.per_address, slots.per_connection,
-            connections.per_address, connections.total,
-        )  # fmt: skip
-
     def flags(self) -> list[str]:
         """The fronts' command-line flags for these shares."""
-        return [f"--{name}={value}" for (name, _, _), value in zip(SHARE_FLAGS, self.values(), strict=True)]
+        return [f"--{name}={attrgetter(path)(self)}" for name, path, _, _ in SHARE_FLAGS]
 
 
 def add_share_arguments(parser: argparse.ArgumentParser, prefix: str = "") -> None:
     """The flags of ``FrontShares``, ``--front-`` prefixed on ``python -m server start``."""
-    for (name, kind, text), default in zip(SHARE_FLAGS, FrontShares().values(), strict=True):
-        parser.add_argument(f"--{prefix}{name}", type=kind, default=default, help=text)
+    for name, path, kind, text in SHARE_FLAGS:
+        parser.add_argument(
+            f"--{prefix}{name}", type=kind, default=attrgetter(path)(FrontShares()), help=text
+        )
 
 
 def shares_from_args(args: argparse.Namespace, prefix: str = "") -> FrontShares:
     """The ``FrontShares`` of the flags ``add_share_arguments`` added with ``prefix``."""
     deadline_s, max_overdue, capacity, per_address, per_connection, connections, total = (
-        getattr(args, (prefix + n).replace("-", "_")) for n, _, _ in SHARE_FLAGS
+        getattr(args, (prefix + name).replace("-", "_")) for name, _, _, _ in SHARE_FLAGS
     )
     slots = SlotLimits(capacity, per_address, per_connection)
     return FrontShares(deadline_s, max_overdue, slots, ConnectionShare(connections, total))
