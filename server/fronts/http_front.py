@@ -26,8 +26,7 @@ from yarl import URL
 
 from server.admin import ADMIN_HEADER, FRONT_HEADER
 from server.fronts.allow_list import ModelSignature
-from server.fronts.body_checks import DEFAULT_MAX_LARGE, DEFAULT_WORKERS, INLINE_BYTES, BodyCheckers
-from server.fronts.body_encoding import inflate
+from server.fronts.body_checks import DEFAULT_MAX_LARGE, DEFAULT_WORKERS, INLINE_BYTES, BodyCheckers, inflate
 from server.fronts.client_connections import (
     ClientConnections,
     close_after_answer,
