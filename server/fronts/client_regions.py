@@ -226,12 +226,10 @@ class RegionTable:
             raise RequestRefusedError(f"Invalid offset + byte size for shared memory region: '{name}'")
         return region, region.offset + use.offset
 
-    def has(self, client: Client, name: object) -> bool:
-        return client.uid is not None and name in self._regions.get(client.uid, {})
-
     def copies(self, client: Client, use: RegionUse | None) -> RegionUse | None:
         """``use`` if the front copies it (a region not registered here is the operator's: CUDA)."""
-        return None if use is None or (client.admin and not self.has(client, use.region)) else use
+        operators = use is not None and client.admin and use.region not in self._regions.get(client.uid, {})
+        return None if operators else use
 
     def read(self, client: Client, use: RegionUse) -> bytes:
         """The ``use.byte_size`` bytes at ``use.offset`` of the client's region."""
