@@ -30,8 +30,6 @@ from server.fronts.client_slots import (
     MESSAGE_TIMEOUT_S,
     OVERDUE_TIMEOUT_S,
     STREAM_WATCH_S,
-    ClientSlots,
-    Deadlines,
     StreamWaits,
 )
 from server.fronts.grpc_request import SERVICE, check_request, model_to_check, parse_request
@@ -51,19 +49,15 @@ from server.fronts.peer import peer_uid
 from server.fronts.process import (
     MAX_REQUEST_BYTES,
     MIB,
+    Front,
     UpstreamState,
-    admin_key,
-    config_changes,
     front_parser,
     positive,
     run_front,
-    server_regions,
-    shares_from_args,
 )
 from server.fronts.refusal import Refusal, RequestRefusedError
 from server.fronts.refusal_log import note_refused
 from server.fronts.shm_grpc import GrpcSharedMemory, StreamOutputs
-from server.fronts.signature_cache import ModelSignatures
 
 log = logging.getLogger(__name__)
 PREFIX = f"/{SERVICE.full_name}/"
@@ -84,20 +78,19 @@ def _refused(refusal: RequestRefusedError, call: ServerCall) -> GrpcError:
     return GrpcError(STATUS[refusal.kind.grpc_code], str(refusal))
 
 
-class GrpcFront:
+class GrpcFront(Front):
     """Checks each call of the inference service and forwards it to ``--upstream`` as bytes."""
 
+    shm: GrpcSharedMemory
+
     def __init__(self, args: argparse.Namespace) -> None:
-        self.upstream, self.listen, self.shares = args.upstream, args.listen, shares_from_args(args)
         self.max_message_bytes = args.max_message_mib * MIB  # any call; an inference's model bounds it too
-        self.shm = GrpcSharedMemory(server_regions(args), self.max_message_bytes, args.trusted_shared_memory)
+        state = UpstreamState(f"tritonserver's gRPC at {args.upstream}", log, "UNAVAILABLE")
+        super().__init__(args, GrpcSharedMemory, self.max_message_bytes, state)
+        self.listen = args.listen
         host, port = args.listen.rsplit(":", 1)
         self.local = (host.strip("[]"), int(port))
-        self.state = UpstreamState(f"tritonserver's gRPC at {self.upstream}", log, "UNAVAILABLE")
         self.triton = Upstream(self.upstream)
-        self.signatures = ModelSignatures(self._model_config, self.max_message_bytes, config_changes(args))
-        self.slots = ClientSlots(self.shares.slots)
-        self.deadlines = Deadlines(self.slots, self.shares.max_overdue)
         self.methods = {method.name: method.client_streaming for method in SERVICE.methods}
         self.connections: set[FrontConnection] = set()
         # the bounds all connections share: messages still arriving (row 71), connections (row 73), calls
@@ -111,9 +104,8 @@ class GrpcFront:
             args.message_timeout_s,
         )
         self.metadata_blocks: dict[tuple, bytes] = {}
-        key = admin_key()
-        self.admin = key.encode() if key else None
-        self.front_key = h2c.encode_headers([(GRPC_FRONT_HEADER.encode(), key.encode())]) if key else b""
+        key = self.key.encode()
+        self.front_key = h2c.encode_headers([(GRPC_FRONT_HEADER.encode(), key)]) if key else b""
 
     def connection(self) -> FrontConnection:
         """A new client connection (the listening socket's protocol factory)."""
@@ -144,7 +136,7 @@ class GrpcFront:
         uid = None if port is None else peer_uid((address, port), self.local)
         admin_header = GRPC_ADMIN_HEADER.encode()
         sent = next((value for name, value in call.metadata if name == admin_header), None)
-        return Client(uid, self.admin is not None and sent == self.admin)
+        return Client(uid, bool(self.key) and sent == self.key.encode())
 
     def _metadata(self, call: ServerCall) -> bytes:
         """The client's metadata as Triton gets it (encoded), less gRPC's own, with the front's key."""

@@ -33,26 +33,21 @@ from server.fronts.client_connections import (
     peer_address,
 )
 from server.fronts.client_regions import Client, RegionUse
-from server.fronts.client_slots import ClientSlots, Deadlines
 from server.fronts.kserve_json import check_generate, check_infer, check_json
 from server.fronts.peer import peer_uid
 from server.fronts.process import (
     MAX_REQUEST_BYTES,
     MIB,
+    Front,
     UpstreamState,
-    admin_key,
-    config_changes,
     front_parser,
     positive,
     run_front,
-    server_regions,
-    shares_from_args,
 )
 from server.fronts.refusal import Refusal, RequestRefusedError
 from server.fronts.refusal_log import note_refusal, note_refused
 from server.fronts.request_target import checked_target, forwarded_target
 from server.fronts.shm_http import SYSTEM_SHM, HttpSharedMemory
-from server.fronts.signature_cache import ModelSignatures
 
 log = logging.getLogger(__name__)
 Headers = CIMultiDict[str]
@@ -225,26 +220,17 @@ class FrontServer(web.Server):
         )
 
 
-class HttpFront:
+class HttpFront(Front):
     """The request handler: checks, forwards to ``--upstream``, answers."""
 
+    shm: HttpSharedMemory
+
     def __init__(self, args: argparse.Namespace) -> None:
-        self.upstream, self.args, self.shares, self.key = (
-            args.upstream,
-            args,
-            shares_from_args(args),
-            admin_key(),
-        )
-        self.max_body_bytes = (
-            args.max_body_mib * MIB
-        )  # an inference is bounded by its model's largest request too
-        self.shm = HttpSharedMemory(server_regions(args), self.max_body_bytes, args.trusted_shared_memory)
-        self.state = UpstreamState(f"tritonserver at {self.upstream}", log)
+        self.max_body_bytes = args.max_body_mib * MIB  # an inference is bounded by its model's largest too
+        state = UpstreamState(f"tritonserver at {args.upstream}", log)
+        super().__init__(args, HttpSharedMemory, self.max_body_bytes, state)
         self.session: ClientSession | None = None
         self.quick: ClientSession | None = None
-        self.signatures = ModelSignatures(self._model_config, self.max_body_bytes, config_changes(args))
-        self.slots = ClientSlots(self.shares.slots)
-        self.deadlines = Deadlines(self.slots, self.shares.max_overdue)
         self.checkers = BodyCheckers(args.body_workers, args.max_large_bodies)
 
     async def open(self) -> None:

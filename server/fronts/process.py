@@ -11,7 +11,7 @@ import contextlib
 import logging
 import os
 import signal
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
 from operator import attrgetter
 from pathlib import Path
@@ -20,9 +20,16 @@ from typing import Any
 from server.admin import KEY_ENV
 from server.config_changes import ConfigChanges
 from server.fronts.client_connections import RESERVED_FDS, ConnectionShare, raise_open_file_limit
-from server.fronts.client_regions import MAX_REGIONS, ServerRegions
-from server.fronts.client_slots import DEFAULT_DEADLINE_S, DEFAULT_MAX_OVERDUE, SlotLimits
+from server.fronts.client_regions import MAX_REGIONS, FrontRegions, ServerRegions
+from server.fronts.client_slots import (
+    DEFAULT_DEADLINE_S,
+    DEFAULT_MAX_OVERDUE,
+    ClientSlots,
+    Deadlines,
+    SlotLimits,
+)
 from server.fronts.refusal_log import REFUSALS
+from server.fronts.signature_cache import ModelSignatures
 from server.proc_stat import running
 from server.shm_private import make_owner_only
 from server.stubs import stub_regions
@@ -138,11 +145,6 @@ class UpstreamState:
         self.reachable = True
 
 
-def admin_key() -> str:
-    """The admin key, from the environment (a command line is world-readable in ``/proc``)."""
-    return os.environ.get(KEY_ENV, "")
-
-
 def current_server_pid(pid_file: Path | None) -> int | None:
     """The pid of the tritonserver the launcher started last (None: no file, or not readable yet)."""
     if pid_file is None:
@@ -153,14 +155,32 @@ def current_server_pid(pid_file: Path | None) -> int | None:
         return None
 
 
-def config_changes(args: argparse.Namespace) -> ConfigChanges | None:
-    """The models whose served config changed, as the launcher's file names them (fault matrix row 79)."""
-    return ConfigChanges(args.config_changes) if args.config_changes is not None else None
+class Front:
+    """What both fronts hold, from their flags: tritonserver at ``--upstream`` and whether it answers,
+    the shares, the models' configs (``_model_config`` fetches one in the front's protocol), the admin
+    key and the clients' shared memory (``regions``: the front's kind, bounded by ``max_request_bytes``)."""
 
+    def __init__(
+        self,
+        args: argparse.Namespace,
+        regions: type[FrontRegions],
+        max_request_bytes: int,
+        state: UpstreamState,
+    ) -> None:
+        self.args, self.upstream, self.shares, self.state = args, args.upstream, shares_from_args(args), state
+        self.key = os.environ.get(KEY_ENV, "")  # not a flag: a command line is world-readable in /proc
+        # the server's own regions (its prefix, every live stub's) no client may register
+        self.shm = regions(
+            ServerRegions(args.shm_prefix, stub_regions), max_request_bytes, args.trusted_shared_memory
+        )
+        # the models whose served config changed, as the launcher's file names them (fault matrix row 79)
+        changes = ConfigChanges(args.config_changes) if args.config_changes is not None else None
+        self.signatures = ModelSignatures(self._model_config, max_request_bytes, changes)
+        self.slots = ClientSlots(self.shares.slots)
+        self.deadlines = Deadlines(self.slots, self.shares.max_overdue)
 
-def server_regions(args: argparse.Namespace) -> ServerRegions:
-    """The server's own regions (its prefix, every live stub's), which no client may register."""
-    return ServerRegions(args.shm_prefix, stub_regions)
+    async def _model_config(self, model: str, version: str) -> Mapping[str, Any]:
+        raise NotImplementedError
 
 
 def _still_needed(args: argparse.Namespace) -> bool:
