@@ -335,22 +335,18 @@ class ServerCall:
         if self.withheld:  # the front holds back the stream's window: the rest cannot come yet
             self._time_message()
             return
-        address = self.connection.address
+        limits = self.connection.front_limits
         if self.streaming and self.task is None:  # its headers alone (row 77)
-            idle_s = self.connection.front_limits.idle_s
-            note_refusal(
-                "streams without a message in the idle time (DEADLINE_EXCEEDED, fault matrix row 77)", address
-            )
-            self.abort(DEADLINE_EXCEEDED, f"the stream sent no message within {idle_s:g} s of its start")
-            return
-        limit = self.connection.front_limits.message_s
-        late = "a message of this stream" if self.streaming else "the call's message"
-        since = " of its first byte" if self.streaming else ""
-        note_refusal(
-            "messages not whole in the message time (DEADLINE_EXCEEDED, fault matrix rows 71, 75)", address
-        )
+            bound = "streams without a message in the idle time (DEADLINE_EXCEEDED, fault matrix row 77)"
+            details = f"the stream sent no message within {limits.idle_s:g} s of its start"
+        else:
+            bound = "messages not whole in the message time (DEADLINE_EXCEEDED, fault matrix rows 71, 75)"
+            late = "a message of this stream" if self.streaming else "the call's message"
+            since = " of its first byte" if self.streaming else ""
+            details = f"{late} was not complete within {limits.message_s:g} s{since}"
+        note_refusal(bound, self.connection.address)
         # the call ends and its handler with it: a stream's slot and Triton stream are freed
-        self.abort(DEADLINE_EXCEEDED, f"{late} was not complete within {limit:g} s{since}")
+        self.abort(DEADLINE_EXCEEDED, details)
 
     def _give_window(self, received: int) -> None:
         """Let the client send more while what waits for the handler stays under one stream window."""
