@@ -355,22 +355,19 @@ class ServerCall:
             self.connection.consumed(self.stream_id, self.withheld)
             self.withheld = 0
 
-    def send_message(self, message: bytes) -> None:
+    def send_message(self, message: bytes, initial: Headers = ()) -> None:
+        """A message of the answer, after its headers (with ``initial`` metadata) if they were not sent."""
         if self.done:
             return
         if not self.headers_sent:
             self.headers_sent = True
-            self.connection.send_headers(self.stream_id, RESPONSE_BLOCK)
+            block = h2c.encode_headers(RESPONSE_HEADERS + list(initial)) if initial else RESPONSE_BLOCK
+            self.connection.send_headers(self.stream_id, block)
         self.connection.send_data(self.stream_id, frame_message(message))
 
     def reply(self, message: bytes, initial: Headers = (), trailing: Headers = ()) -> None:
         """A unary call's answer: headers, the message and OK trailers, in one write."""
-        if self.done:
-            return
-        self.headers_sent = True
-        block = RESPONSE_BLOCK if not initial else h2c.encode_headers(RESPONSE_HEADERS + list(initial))
-        self.connection.send_headers(self.stream_id, block)
-        self.connection.send_data(self.stream_id, frame_message(message))
+        self.send_message(message, initial)
         self.finish(OK, "", list(trailing))
 
     def finish(self, code: int, details: str = "", trailing: Headers | None = None) -> None:
