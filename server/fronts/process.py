@@ -156,9 +156,8 @@ def current_server_pid(pid_file: Path | None) -> int | None:
 
 
 class Front:
-    """What both fronts hold, from their flags: tritonserver at ``--upstream`` and whether it answers,
-    the shares, the models' configs (``_model_config`` fetches one in the front's protocol), the admin
-    key and the clients' shared memory (``regions``: the front's kind, bounded by ``max_request_bytes``)."""
+    """What both fronts hold, from their flags: tritonserver's state, the shares, the models' configs
+    (``_model_config`` fetches one in the front's protocol), the admin key, the clients' shared memory."""
 
     def __init__(
         self,
