@@ -179,8 +179,9 @@ class GrpcFront(Front):
 
     def _upstream_timeout(self, call: ServerCall) -> float:
         """The client's own deadline, at most ``OVERDUE_TIMEOUT_S``."""
-        remaining = call.time_remaining()
-        return OVERDUE_TIMEOUT_S if remaining is None else min(remaining, OVERDUE_TIMEOUT_S)
+        if call.deadline is None:
+            return OVERDUE_TIMEOUT_S
+        return min(call.deadline - call.connection.loop.time(), OVERDUE_TIMEOUT_S)
 
     async def _unary(self, call: ServerCall) -> None:
         name, raw = call.method, call.message()

@@ -230,9 +230,6 @@ class ServerCall:
         """(address, connection, port) of the client: ``127.0.0.1``, ``ipv4:127.0.0.1:54321``, 54321."""
         return self.connection.address, self.connection.name, self.connection.port
 
-    def time_remaining(self) -> float | None:
-        return None if self.deadline is None else self.deadline - self.connection.loop.time()
-
     def on_data(self, data: bytes, end_stream: bool) -> None:
         """DATA from the client (``end_stream``: its last)."""
         if self.done:
