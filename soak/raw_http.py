@@ -15,7 +15,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from threading import Event
 
-from server.fronts.body_encoding import WBITS
+from server.fronts.body_checks import WBITS
 
 TIMEOUT_S = 30.0  # a hang guard, not a latency bound: unanswered by then counts as never
 STATUS_LINE = re.compile(rb"HTTP/1\.[01] (\d{3})(?: .*)?")

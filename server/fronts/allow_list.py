@@ -35,10 +35,6 @@ class Carrier(Enum):
     RAW = "its raw data"
     SHARED_MEMORY = "its shared memory range"
 
-    @property
-    def counts_values(self) -> bool:
-        return self in (Carrier.JSON, Carrier.TYPED)
-
 
 @dataclass(frozen=True)
 class CarriedInput:
@@ -242,7 +238,7 @@ def _check_size(model: ModelSignature, carried: CarriedInput) -> None:
     """What carries the input holds exactly what its shape needs."""
     elements = math.prod(carried.shape)
     where = f"input '{carried.name}' for model '{model.model}'"
-    if carried.carrier.counts_values:
+    if carried.carrier in (Carrier.JSON, Carrier.TYPED):  # it counts values, not bytes
         if carried.size != elements:
             raise RequestRefusedError(
                 f"{where}: {carried.carrier.value} hold {carried.size} values but shape "

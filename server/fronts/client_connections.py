@@ -1,15 +1,10 @@
 """How many connections a front holds open, one policy for both fronts (fault matrix row 73): each
-client address has a share of them, and all clients together stay below the front's file descriptor
-limit. Without it one address could hold thousands of idle keep-alive or HTTP/2 connections until the
-process ran out of descriptors and every other client's connection was refused.
+client address has a share of them, and all clients together stay below the front's descriptor limit.
 
-A connection beyond a share is not counted and is refused with the protocol's clearest answer (the
-caller writes it): over HTTP a 503 as it is accepted, over gRPC ``RESOURCE_EXHAUSTED`` on its first call
-(a ``GOAWAY`` before any call made tritonclient's gRPC client retry the call on a new connection at
-once, without end: a call without a timeout grew its process to 15 GB before it was killed). It is
-closed once the client had a moment to read its answer (a socket closed with unread bytes is reset, and
-a reset can drop the answer before the client reads it), and only ``REFUSED_WAITING`` refused
-connections wait so at once; beyond them one is closed at once.
+A connection beyond a share is not counted and is refused with the protocol's clearest answer: over
+HTTP a 503 as it is accepted, over gRPC ``RESOURCE_EXHAUSTED`` on its first call (a ``GOAWAY`` before
+any call makes tritonclient retry on a new connection without end). It is closed once the client had a
+moment to read that answer, and only ``REFUSED_WAITING`` refused connections wait so at once.
 """
 
 from __future__ import annotations

@@ -78,16 +78,6 @@ def _forbidden(message: str) -> RequestRefusedError:
     return RequestRefusedError(message, Refusal.FORBIDDEN)
 
 
-def _file_name(name: str, key: object) -> str:
-    match = KEY.fullmatch(key) if isinstance(key, str) else None
-    if match is None or match[1] in (".", ".."):
-        raise RequestRefusedError(
-            f"shared memory region '{name}': key {key!r} must name one file in /dev/shm "
-            "('/name': 1-255 characters of A-Z a-z 0-9 . _ -)"
-        )
-    return match[1]
-
-
 def check_copy_size(uses: Iterable[RegionUse], limit: int) -> None:
     """One request's shared-memory inputs are copied into the front's memory: bounded as a body is."""
     total = sum(use.byte_size for use in uses)
@@ -114,7 +104,13 @@ def open_client_file(
 ) -> int:
     """A descriptor of the file ``key`` names, checked on the open descriptor (what is kept)."""
     uid = client_uid(client, name)
-    file_name = _file_name(name, key)
+    match = KEY.fullmatch(key) if isinstance(key, str) else None
+    if match is None or match[1] in (".", ".."):
+        raise RequestRefusedError(
+            f"shared memory region '{name}': key {key!r} must name one file in /dev/shm "
+            "('/name': 1-255 characters of A-Z a-z 0-9 . _ -)"
+        )
+    file_name = match[1]
     path, where = server.directory / file_name, f"shared memory region '{name}': /dev/shm/{file_name}"
     try:
         descriptor = os.open(path, os.O_RDWR | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
@@ -230,12 +226,10 @@ class RegionTable:
             raise RequestRefusedError(f"Invalid offset + byte size for shared memory region: '{name}'")
         return region, region.offset + use.offset
 
-    def has(self, client: Client, name: object) -> bool:
-        return client.uid is not None and name in self._regions.get(client.uid, {})
-
     def copies(self, client: Client, use: RegionUse | None) -> RegionUse | None:
         """``use`` if the front copies it (a region not registered here is the operator's: CUDA)."""
-        return None if use is None or (client.admin and not self.has(client, use.region)) else use
+        operators = use is not None and client.admin and use.region not in self._regions.get(client.uid, {})
+        return None if operators else use
 
     def read(self, client: Client, use: RegionUse) -> bytes:
         """The ``use.byte_size`` bytes at ``use.offset`` of the client's region."""

@@ -51,29 +51,22 @@ class ClientSlots:
         self.by_connection: Counter[str] = Counter()  # held or queued, by connection
         self.queues: dict[str, deque[asyncio.Future]] = {}
 
-    def _refusal(self, address: str, connection: str) -> RequestRefusedError | None:
-        limits = self.limits
-        if self.by_connection[connection] >= limits.per_connection:
-            count, share, who = self.by_connection[connection], limits.per_connection, "connection"
-        elif self.by_address[address] >= limits.per_address:
-            count, share, who = self.by_address[address], limits.per_address, "address"
-        else:
-            return None
-        return RequestRefusedError(
-            f"this client {who} ({connection if who == 'connection' else address}) already has {count} "
-            f"requests waiting on tritonserver, its share ({share} per {who}, {limits.capacity} in all); "
-            "send more when those are answered",
-            Refusal.TOO_MANY,
-            f"requests beyond its {who}'s share waiting on tritonserver (429 / RESOURCE_EXHAUSTED, fault "
-            "matrix row 38)",
-        )
-
     @contextlib.asynccontextmanager
     async def held(self, address: str, connection: str, wait_s: float | None = None) -> AsyncIterator[None]:
         """Hold a slot for the block (``TOO_MANY`` over the client's share, or after ``wait_s``)."""
-        refusal = self._refusal(address, connection)
-        if refusal is not None:
-            raise refusal
+        for who, client, count, share in (
+            ("connection", connection, self.by_connection[connection], self.limits.per_connection),
+            ("address", address, self.by_address[address], self.limits.per_address),
+        ):
+            if count >= share:
+                raise RequestRefusedError(
+                    f"this client {who} ({client}) already has {count} requests waiting on tritonserver, its "
+                    f"share ({share} per {who}, {self.limits.capacity} in all); send more when those are "
+                    "answered",
+                    Refusal.TOO_MANY,
+                    f"requests beyond its {who}'s share waiting on tritonserver (429 / RESOURCE_EXHAUSTED, "
+                    "fault matrix row 38)",
+                )
         self.by_address[address] += 1
         self.by_connection[connection] += 1
         try:
@@ -106,16 +99,11 @@ class ClientSlots:
         except asyncio.CancelledError:
             if granted.done() and not granted.cancelled():
                 self._give_back(address)  # handed over just as the wait was cancelled
-            else:
-                self._leave_queue(address, granted)
+            elif granted in (queue := self.queues.get(address, ())):
+                queue.remove(granted)
+                if not queue:
+                    del self.queues[address]
             raise
-
-    def _leave_queue(self, address: str, granted: asyncio.Future) -> None:
-        queue = self.queues.get(address)
-        if queue is not None and granted in queue:
-            queue.remove(granted)
-            if not queue:
-                del self.queues[address]
 
     def _give_back(self, address: str) -> None:
         """Free ``address``'s slot: to the waiting address holding the fewest, else back to the pool."""
@@ -229,9 +217,7 @@ class Deadlines:
         except Exception as error:  # the client already has its 504: only worth a debug line
             log.debug("an overdue request ended with %r", error)
         finally:
-            self.overdue[model] -= 1
-            if self.overdue[model] <= 0:
-                del self.overdue[model]
+            _drop(self.overdue, model)
 
 
 @dataclass(frozen=True)

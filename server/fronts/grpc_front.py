@@ -9,6 +9,7 @@ Run as ``python -m server.fronts.grpc_front --listen HOST:PORT --upstream HOST:P
 
 from __future__ import annotations
 
+import argparse
 import asyncio
 import contextlib
 import functools
@@ -20,7 +21,6 @@ from google.protobuf.message import DecodeError, Message
 from tritonclient.grpc import service_pb2
 
 from server.admin import GRPC_ADMIN_HEADER, GRPC_FRONT_HEADER
-from server.config_changes import ConfigChanges
 from server.fronts import h2c
 from server.fronts.allow_list import ModelSignature
 from server.fronts.client_connections import ClientConnections
@@ -30,8 +30,6 @@ from server.fronts.client_slots import (
     MESSAGE_TIMEOUT_S,
     OVERDUE_TIMEOUT_S,
     STREAM_WATCH_S,
-    ClientSlots,
-    Deadlines,
     StreamWaits,
 )
 from server.fronts.grpc_request import SERVICE, check_request, model_to_check, parse_request
@@ -46,27 +44,20 @@ from server.fronts.grpc_wire import (
     Headers,
     IncomingBytes,
     ServerCall,
-    open_streams,
 )
 from server.fronts.peer import peer_uid
 from server.fronts.process import (
     MAX_REQUEST_BYTES,
     MIB,
-    FrontShares,
+    Front,
     UpstreamState,
-    add_share_arguments,
-    admin_key,
-    config_changes,
     front_parser,
     positive,
     run_front,
-    server_regions,
-    shares_from_args,
 )
 from server.fronts.refusal import Refusal, RequestRefusedError
 from server.fronts.refusal_log import note_refused
 from server.fronts.shm_grpc import GrpcSharedMemory, StreamOutputs
-from server.fronts.signature_cache import ModelSignatures
 
 log = logging.getLogger(__name__)
 PREFIX = f"/{SERVICE.full_name}/"
@@ -87,51 +78,38 @@ def _refused(refusal: RequestRefusedError, call: ServerCall) -> GrpcError:
     return GrpcError(STATUS[refusal.kind.grpc_code], str(refusal))
 
 
-class GrpcFront:
-    """Checks each call of the inference service and forwards it to ``upstream`` as bytes."""
+class GrpcFront(Front):
+    """Checks each call of the inference service and forwards it to ``--upstream`` as bytes."""
 
-    def __init__(
-        self,
-        upstream: str,
-        key: str,
-        shm: GrpcSharedMemory,
-        listen: str,
-        max_message_bytes: int,  # any call; an inference is bounded by its model's too
-        shares: FrontShares,  # inference calls (a stream: one slot), connections held open
-        message_s: float = MESSAGE_TIMEOUT_S,  # a message begun must be whole within this (rows 71, 75)
-        idle_s: float = IDLE_TIMEOUT_S,  # a connection without calls, a stream without a message (row 77)
-        changes: ConfigChanges | None = None,  # the served configs changed (row 79)
-    ) -> None:
-        self.upstream, self.shm, self.message_s, self.idle_s = upstream, shm, message_s, idle_s
-        self.max_message_bytes, self.shares = max_message_bytes, shares
-        host, port = listen.rsplit(":", 1)
+    shm: GrpcSharedMemory
+
+    def __init__(self, args: argparse.Namespace) -> None:
+        self.max_message_bytes = args.max_message_mib * MIB  # any call; an inference's model bounds it too
+        state = UpstreamState(f"tritonserver's gRPC at {args.upstream}", log, "UNAVAILABLE")
+        super().__init__(args, GrpcSharedMemory, self.max_message_bytes, state)
+        self.listen = args.listen
+        host, port = args.listen.rsplit(":", 1)
         self.local = (host.strip("[]"), int(port))
-        self.state = UpstreamState(f"tritonserver's gRPC at {upstream}", log, "UNAVAILABLE")
-        self.triton = Upstream(upstream)
-        self.signatures = ModelSignatures(self._model_config, self.max_message_bytes, changes)
-        self.slots = ClientSlots(self.shares.slots)
-        self.deadlines = Deadlines(self.slots, self.shares.max_overdue)
+        self.triton = Upstream(self.upstream)
         self.methods = {method.name: method.client_streaming for method in SERVICE.methods}
         self.connections: set[FrontConnection] = set()
-        self.incoming = IncomingBytes(LARGE_MESSAGES * max_message_bytes)  # of calls still arriving
-        self.clients = ClientConnections(shares.connections, shm.descriptors)
-        self.streams = open_streams()  # calls open on all connections (row 77)
+        # the bounds all connections share: messages still arriving (row 71), connections (row 73), calls
+        # open (row 77)
+        self.limits = ConnectionLimits(
+            self.max_message_bytes,
+            HANDSHAKE_TIMEOUT_S,
+            args.idle_timeout_s,
+            IncomingBytes(LARGE_MESSAGES * self.max_message_bytes),
+            ClientConnections(self.shares.connections, self.shm.descriptors),
+            args.message_timeout_s,
+        )
         self.metadata_blocks: dict[tuple, bytes] = {}
-        self.admin = key.encode() if key else None
-        self.front_key = h2c.encode_headers([(GRPC_FRONT_HEADER.encode(), key.encode())]) if key else b""
+        key = self.key.encode()
+        self.front_key = h2c.encode_headers([(GRPC_FRONT_HEADER.encode(), key)]) if key else b""
 
     def connection(self) -> FrontConnection:
         """A new client connection (the listening socket's protocol factory)."""
-        limits = ConnectionLimits(
-            self.max_message_bytes,
-            HANDSHAKE_TIMEOUT_S,
-            self.idle_s,
-            self.incoming,
-            self.clients,
-            self.message_s,
-            self.streams,
-        )
-        return FrontConnection(limits, self.methods, PREFIX, self.serve, self.connections)
+        return FrontConnection(self.limits, self.methods, PREFIX, self.serve, self.connections)
 
     async def serve(self, call: ServerCall) -> None:
         await (self._stream if call.streaming else self._unary)(call)
@@ -158,7 +136,7 @@ class GrpcFront:
         uid = None if port is None else peer_uid((address, port), self.local)
         admin_header = GRPC_ADMIN_HEADER.encode()
         sent = next((value for name, value in call.metadata if name == admin_header), None)
-        return Client(uid, self.admin is not None and sent == self.admin)
+        return Client(uid, bool(self.key) and sent == self.key.encode())
 
     def _metadata(self, call: ServerCall) -> bytes:
         """The client's metadata as Triton gets it (encoded), less gRPC's own, with the front's key."""
@@ -201,17 +179,9 @@ class GrpcFront:
 
     def _upstream_timeout(self, call: ServerCall) -> float:
         """The client's own deadline, at most ``OVERDUE_TIMEOUT_S``."""
-        remaining = call.time_remaining()
-        return OVERDUE_TIMEOUT_S if remaining is None else min(remaining, OVERDUE_TIMEOUT_S)
-
-    def _forward(
-        self, call: ServerCall, path: bytes, timeout_s: float, raw: bytes
-    ) -> Awaitable[tuple[bytes, Headers, Headers]]:
-        """Hand a unary call to Triton, which runs it whatever the client does after: from now on a reset
-        leaves the call's handler to wait for Triton's answer, holding its slot and its stream's place
-        (fault matrix row 78)."""
-        call.forwarded = True
-        return self.triton.unary(path, self._metadata(call), timeout_s, raw)
+        if call.deadline is None:
+            return OVERDUE_TIMEOUT_S
+        return min(call.deadline - call.connection.loop.time(), OVERDUE_TIMEOUT_S)
 
     async def _unary(self, call: ServerCall) -> None:
         name, raw = call.method, call.message()
@@ -227,9 +197,15 @@ class GrpcFront:
                 client = self._client(call)
                 rewritten, outputs = self.shm.to_triton(client, request, model)  # Triton never maps it
                 raw = rewritten or raw
-            exchange = functools.partial(
-                self._forward, call, (PREFIX + name).encode(), self._upstream_timeout(call), raw
-            )
+            timeout_s = self._upstream_timeout(call)
+
+            def exchange() -> Awaitable[tuple[bytes, Headers, Headers]]:
+                """Hand the call to Triton, which runs it whatever the client does after: from now on a
+                reset leaves this handler to wait for Triton's answer, holding its slot and its stream's
+                place (fault matrix row 78)."""
+                call.forwarded = True
+                return self.triton.unary((PREFIX + name).encode(), self._metadata(call), timeout_s, raw)
+
             if model is None:
                 answer, initial, trailing = await exchange()
             else:
@@ -328,16 +304,19 @@ class GrpcFront:
             upstream.cancel()
 
 
-async def start_front(listen: str, front: GrpcFront) -> Callable[[], Awaitable[None]]:
-    """Listen on ``listen`` (``front.local``, parsed); returns the coroutine function that stops the front."""
+async def start_front(front: GrpcFront) -> Callable[[], Awaitable[None]]:
+    """Listen on ``front.listen``; returns the coroutine function that stops the front."""
     try:
         server = await asyncio.get_running_loop().create_server(
             front.connection, front.local[0] or None, front.local[1], reuse_address=True
         )
     except OSError as error:
-        raise OSError(f"gRPC front cannot listen on {listen}: {error}") from error
+        raise OSError(f"gRPC front cannot listen on {front.listen}: {error}") from error
     log.info(
-        "grpc front on %s -> %s (messages up to %d bytes)", listen, front.upstream, front.max_message_bytes
+        "grpc front on %s -> %s (messages up to %d bytes)",
+        front.listen,
+        front.upstream,
+        front.max_message_bytes,
     )
 
     async def stop() -> None:
@@ -374,27 +353,8 @@ def main(argv: list[str] | None = None) -> None:
         help="a connection without calls is closed, and a stream that sent no message ended, after this "
         "many seconds",
     )
-    add_share_arguments(parser)
-    args = parser.parse_args(argv)
-    limit, shares = args.max_message_mib * MIB, shares_from_args(args)
-    shm = GrpcSharedMemory(server_regions(args), limit, args.trusted_shared_memory)
-    run_front(  # the front is made inside the event loop: its connections belong to that loop
-        lambda: start_front(
-            args.listen,
-            GrpcFront(
-                args.upstream,
-                admin_key(),
-                shm,
-                args.listen,
-                limit,
-                shares,
-                args.message_timeout_s,
-                args.idle_timeout_s,
-                config_changes(args),
-            ),
-        ),
-        args,
-    )
+    # the front is made inside the event loop: its connections belong to that loop
+    run_front(parser, argv, lambda args: start_front(GrpcFront(args)))
 
 
 if __name__ == "__main__":

@@ -83,8 +83,8 @@ TYPED_FIELDS = {
 WIDER_FIELD = ("INT8", "INT16", "UINT8", "UINT16")
 
 
-def _typed(tensor: service_pb2.ModelInferRequest.InferInputTensor) -> CarriedInput:
-    """An input sent as typed contents: in its datatype's field alone, each value one it holds."""
+def _check_typed(tensor: service_pb2.ModelInferRequest.InferInputTensor) -> None:
+    """Typed contents in their datatype's field alone, each value one it holds."""
     field = TYPED_FIELDS.get(tensor.datatype)
     used = [name for name in CONTENTS if len(getattr(tensor.contents, name))]
     if field is None or any(name != field for name in used):
@@ -96,7 +96,6 @@ def _typed(tensor: service_pb2.ModelInferRequest.InferInputTensor) -> CarriedInp
     if values and tensor.datatype in WIDER_FIELD:
         for extreme in (min(values), max(values)):  # one its datatype holds, as over HTTP
             check_value_fits(tensor.name, tensor.datatype, extreme)
-    return CarriedInput(tensor.name, tensor.datatype, tuple(tensor.shape), Carrier.TYPED, len(values))
 
 
 def check_infer_request(request: service_pb2.ModelInferRequest, model: ModelSignature) -> list[RegionUse]:
@@ -108,15 +107,11 @@ def check_infer_request(request: service_pb2.ModelInferRequest, model: ModelSign
     raw_index = 0  # Triton hands raw contents, in order, to the inputs without shm or typed contents
     for tensor in request.inputs:
         shape = check_shape(tensor.name, list(tensor.shape))
-        per_element = element_bytes(tensor.datatype)
         region = region_use(tensor.parameters, f"input {tensor.name!r}")
+        per_element, payload = element_bytes(tensor.datatype), None
         if region is not None:
             uses.append(region)
-            check_declared_size(tensor.name, shape, per_element, region.byte_size, "its shared memory range")
-            size = region.byte_size
-            carried.append(
-                CarriedInput(tensor.name, tensor.datatype, tuple(shape), Carrier.SHARED_MEMORY, size)
-            )
+            carrier, size, what = Carrier.SHARED_MEMORY, region.byte_size, "its shared memory range"
         elif tensor.HasField("contents"):
             if raw:
                 raise RequestRefusedError(
@@ -124,8 +119,7 @@ def check_infer_request(request: service_pb2.ModelInferRequest, model: ModelSign
                     f"raw_input_contents for model {request.model_name!r}"
                 )
             values = max(len(getattr(tensor.contents, field)) for field in CONTENTS)
-            check_declared_size(tensor.name, shape, 1, values, "its typed data")
-            carried.append(_typed(tensor))
+            carrier, size, what, per_element = Carrier.TYPED, values, "its typed data", 1
         else:
             if raw_index >= len(raw):
                 raise RequestRefusedError(
@@ -134,10 +128,11 @@ def check_infer_request(request: service_pb2.ModelInferRequest, model: ModelSign
                 )
             payload = raw[raw_index]
             raw_index += 1
-            check_declared_size(tensor.name, shape, per_element, len(payload), "its raw data")
-            carried.append(
-                CarriedInput(tensor.name, tensor.datatype, tuple(shape), Carrier.RAW, len(payload), payload)
-            )
+            carrier, size, what = Carrier.RAW, len(payload), "its raw data"
+        check_declared_size(tensor.name, shape, per_element, size, what)
+        if carrier is Carrier.TYPED:
+            _check_typed(tensor)
+        carried.append(CarriedInput(tensor.name, tensor.datatype, tuple(shape), carrier, size, payload))
     if raw_index != len(raw):
         raise RequestRefusedError(
             f"the request has {len(raw)} raw_input_contents entries for {raw_index} inputs sent as raw data"

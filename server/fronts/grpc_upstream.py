@@ -251,27 +251,21 @@ class Upstream:
             ])  # fmt: skip
         return head + metadata + h2c.encode_headers([(b"grpc-timeout", format_timeout(timeout_s))])
 
-    async def start(
-        self, path: bytes, metadata: bytes, timeout_s: float, message: bytes | None = None
-    ) -> UpstreamCall:
-        """A call to ``path`` with ``metadata`` (an encoded block) and ``timeout_s``."""
-        connection = await self.connection()
-        return connection.start(self._block(path, metadata, timeout_s), message)
+    async def start(self, path: bytes, metadata: bytes, timeout_s: float) -> UpstreamCall:
+        """A streaming call to ``path`` with ``metadata`` (an encoded block) and ``timeout_s``."""
+        return (await self.connection()).start(self._block(path, metadata, timeout_s))
 
     def unary(
         self, path: bytes, metadata: bytes, timeout_s: float, message: bytes
     ) -> Awaitable[tuple[bytes, Headers, Headers]]:
         """One unary call (message, initial, trailing metadata); no task on a connection already up."""
-        connection = self._usable()
+        block, connection = self._block(path, metadata, timeout_s), self._usable()
         if connection is None:
-            return asyncio.ensure_future(self._unary_connecting(path, metadata, timeout_s, message))
-        return connection.start(self._block(path, metadata, timeout_s), message).unary_answer()
+            return asyncio.ensure_future(self._unary_connecting(block, message))
+        return connection.start(block, message).unary_answer()
 
-    async def _unary_connecting(
-        self, path: bytes, metadata: bytes, timeout_s: float, message: bytes
-    ) -> tuple[bytes, Headers, Headers]:
-        call = await self.start(path, metadata, timeout_s, message)
-        return await call.unary_answer()
+    async def _unary_connecting(self, block: bytes, message: bytes) -> tuple[bytes, Headers, Headers]:
+        return await (await self.connection()).start(block, message).unary_answer()
 
     async def close(self) -> None:
         for connection in list(self.connections):

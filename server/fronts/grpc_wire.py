@@ -43,14 +43,11 @@ TIMEOUT_UNITS = {b"H": 3600.0, b"M": 60.0, b"S": 1.0, b"m": 1e-3, b"u": 1e-6, b"
 # messages still arriving are held up to this many of the largest (as the HTTP front's large bodies)
 LARGE_MESSAGES = 4
 PREFIX_BYTES = 5  # a message's compressed flag and 32-bit length
-# a connection's calls at once (SETTINGS_MAX_CONCURRENT_STREAMS; more: REFUSED_STREAM, fault matrix row 77):
-# far above the requests a connection may have waiting (32 by default), so a client meets its slot share
-# long before it; grpcio and perf_analyzer queue calls beyond it on their side rather than fail them
+# a connection's calls at once (SETTINGS_MAX_CONCURRENT_STREAMS; more: REFUSED_STREAM, fault matrix row 77),
+# far above a connection's slot share (32), which a client meets first
 MAX_STREAMS = 1024
-# calls open on the whole front, and from one client address (more: REFUSED_STREAM, row 77): the
-# connection shares (row 73) alone would let 8,192 connections hold 1,024 each, 8.4 M streams of about
-# 2.7 KB, 22 GB. An address has at most 64 requests waiting (its slot share), so 2,048 never bites a real
-# client, and eight addresses at their share are all the total takes (44 MB)
+# calls open from one client address and on the whole front (row 77): without them 8,192 connections of
+# 1,024 streams would take 22 GB; an address has at most 64 requests waiting, and the total is 44 MB
 STREAMS_PER_ADDRESS = 2048
 STREAMS_TOTAL = 16384
 RESPONSE_HEADERS = [(b":status", b"200"), (b"content-type", b"application/grpc")]
@@ -86,9 +83,7 @@ def metadata_fault(headers: list[tuple[bytes, bytes]]) -> str | None:
 
 
 def _is_base64(value: bytes) -> bool:
-    if len(value) % 4 == 1:
-        return False
-    try:
+    try:  # strict: refuses a length of 4n + 1 too
         binascii.a2b_base64(value + b"=" * (-len(value) % 4), strict_mode=True)
     except binascii.Error:
         return False
@@ -235,9 +230,6 @@ class ServerCall:
         """(address, connection, port) of the client: ``127.0.0.1``, ``ipv4:127.0.0.1:54321``, 54321."""
         return self.connection.address, self.connection.name, self.connection.port
 
-    def time_remaining(self) -> float | None:
-        return None if self.deadline is None else self.deadline - self.connection.loop.time()
-
     def on_data(self, data: bytes, end_stream: bool) -> None:
         """DATA from the client (``end_stream``: its last)."""
         if self.done:
@@ -340,22 +332,18 @@ class ServerCall:
         if self.withheld:  # the front holds back the stream's window: the rest cannot come yet
             self._time_message()
             return
-        address = self.connection.address
+        limits = self.connection.front_limits
         if self.streaming and self.task is None:  # its headers alone (row 77)
-            idle_s = self.connection.front_limits.idle_s
-            note_refusal(
-                "streams without a message in the idle time (DEADLINE_EXCEEDED, fault matrix row 77)", address
-            )
-            self.abort(DEADLINE_EXCEEDED, f"the stream sent no message within {idle_s:g} s of its start")
-            return
-        limit = self.connection.front_limits.message_s
-        late = "a message of this stream" if self.streaming else "the call's message"
-        since = " of its first byte" if self.streaming else ""
-        note_refusal(
-            "messages not whole in the message time (DEADLINE_EXCEEDED, fault matrix rows 71, 75)", address
-        )
+            bound = "streams without a message in the idle time (DEADLINE_EXCEEDED, fault matrix row 77)"
+            details = f"the stream sent no message within {limits.idle_s:g} s of its start"
+        else:
+            bound = "messages not whole in the message time (DEADLINE_EXCEEDED, fault matrix rows 71, 75)"
+            late = "a message of this stream" if self.streaming else "the call's message"
+            since = " of its first byte" if self.streaming else ""
+            details = f"{late} was not complete within {limits.message_s:g} s{since}"
+        note_refusal(bound, self.connection.address)
         # the call ends and its handler with it: a stream's slot and Triton stream are freed
-        self.abort(DEADLINE_EXCEEDED, f"{late} was not complete within {limit:g} s{since}")
+        self.abort(DEADLINE_EXCEEDED, details)
 
     def _give_window(self, received: int) -> None:
         """Let the client send more while what waits for the handler stays under one stream window."""
@@ -364,22 +352,19 @@ class ServerCall:
             self.connection.consumed(self.stream_id, self.withheld)
             self.withheld = 0
 
-    def send_message(self, message: bytes) -> None:
+    def send_message(self, message: bytes, initial: Headers = ()) -> None:
+        """A message of the answer, after its headers (with ``initial`` metadata) if they were not sent."""
         if self.done:
             return
         if not self.headers_sent:
             self.headers_sent = True
-            self.connection.send_headers(self.stream_id, RESPONSE_BLOCK)
+            block = h2c.encode_headers(RESPONSE_HEADERS + list(initial)) if initial else RESPONSE_BLOCK
+            self.connection.send_headers(self.stream_id, block)
         self.connection.send_data(self.stream_id, frame_message(message))
 
     def reply(self, message: bytes, initial: Headers = (), trailing: Headers = ()) -> None:
         """A unary call's answer: headers, the message and OK trailers, in one write."""
-        if self.done:
-            return
-        self.headers_sent = True
-        block = RESPONSE_BLOCK if not initial else h2c.encode_headers(RESPONSE_HEADERS + list(initial))
-        self.connection.send_headers(self.stream_id, block)
-        self.connection.send_data(self.stream_id, frame_message(message))
+        self.send_message(message, initial)
         self.finish(OK, "", list(trailing))
 
     def finish(self, code: int, details: str = "", trailing: Headers | None = None) -> None:
@@ -446,11 +431,6 @@ class IncomingBytes:
         self.limit, self.held = limit, 0
 
 
-def open_streams() -> AddressCounts:
-    """The count of calls open on the front's connections, by client address and in all (row 77)."""
-    return AddressCounts(STREAMS_PER_ADDRESS, STREAMS_TOTAL)
-
-
 @dataclass(frozen=True)
 class ConnectionLimits:
     max_message_bytes: int
@@ -460,7 +440,8 @@ class ConnectionLimits:
     # the front's count of connections by client address (fault matrix row 73)
     clients: ClientConnections = field(default_factory=lambda: ClientConnections(DEFAULT_SHARE))
     message_s: float = MESSAGE_TIMEOUT_S  # a message must be whole within this (rows 71, 75)
-    streams: AddressCounts = field(default_factory=open_streams)  # the front's, shared by its connections
+    # the front's calls open, shared by its connections (row 77)
+    streams: AddressCounts = field(default_factory=lambda: AddressCounts(STREAMS_PER_ADDRESS, STREAMS_TOTAL))
 
 
 class FrontConnection(h2c.Endpoint):

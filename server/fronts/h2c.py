@@ -201,7 +201,10 @@ class Endpoint(asyncio.Protocol):
         if self.block is not None and kind != CONTINUATION:
             raise ProtocolError(PROTOCOL_ERROR, "a header block was interrupted")
         if kind == DATA:
-            self._received(len(payload))
+            self.received += len(payload)  # the connection's window, given back once half of it is used
+            if self.received >= CONNECTION_WINDOW // 2:
+                self.write(window_update(0, self.received))
+                self.received = 0
             if flags & PADDED:
                 payload = _unpad(payload)
             self.on_data(stream_id, payload, bool(flags & END_STREAM))
@@ -291,13 +294,6 @@ class Endpoint(asyncio.Protocol):
             sending.window += increment
             self._send_waiting(stream_id)
 
-    def _received(self, size: int) -> None:
-        """Give the connection's window back once half of it is used (a stream's: ``consumed``)."""
-        self.received += size
-        if self.received >= CONNECTION_WINDOW // 2:
-            self.write(window_update(0, self.received))
-            self.received = 0
-
     def consumed(self, stream_id: int, size: int) -> None:
         """``size`` bytes of ``stream_id`` were taken off the front's hands: the peer may send more."""
         total = self.stream_received.get(stream_id, 0) + size
@@ -316,13 +312,13 @@ class Endpoint(asyncio.Protocol):
         sending = self.sending.get(stream_id)
         if sending is not None and sending.waiting:
             sending.waiting.append((None, block, end_stream))
-            return
-        self._write_headers(stream_id, block, end_stream)
+        else:
+            self._write_headers(stream_id, block, end_stream)
 
     def _write_headers(self, stream_id: int, block: bytes, end_stream: bool) -> None:
         flags = END_STREAM if end_stream else 0
         if end_stream:
-            self._ended(stream_id)
+            self.sending.pop(stream_id, None)
         if len(block) <= self.peer_frame:
             self.write(frame(HEADERS, flags | END_HEADERS, stream_id, block))
             return
@@ -337,17 +333,11 @@ class Endpoint(asyncio.Protocol):
         sending = self.sending.get(stream_id)
         if sending is None:
             return  # reset meanwhile
-        if sending.waiting:
-            self._queue(sending, data, end_stream)
-            return
-        rest = self._write_data(stream_id, sending, data, end_stream)
+        rest = data if sending.waiting else self._write_data(stream_id, sending, data, end_stream)
         if rest is not None:
-            self._queue(sending, rest, end_stream)
-
-    def _queue(self, sending: _Sending, data: bytes | memoryview, end_stream: bool) -> None:
-        sending.waiting.append((data, end_stream))
-        sending.queued += len(data)
-        self.queued += len(data)
+            sending.waiting.append((rest, end_stream))
+            sending.queued += len(rest)
+            self.queued += len(rest)
 
     def _write_data(
         self, stream_id: int, sending: _Sending, data: bytes | memoryview, end_stream: bool
@@ -358,7 +348,7 @@ class Endpoint(asyncio.Protocol):
             sending.window -= len(data)
             self.send_window -= len(data)
             if end_stream:
-                self._ended(stream_id)
+                self.sending.pop(stream_id, None)
             self.write(frame(DATA, END_STREAM if end_stream else 0, stream_id, data))
             return None
         view = memoryview(data)
@@ -375,7 +365,7 @@ class Endpoint(asyncio.Protocol):
         self.write(b"".join(frames))
         if sent == len(view):
             if end_stream:
-                self._ended(stream_id)
+                self.sending.pop(stream_id, None)
             return None
         return view[sent:]
 
@@ -395,9 +385,6 @@ class Endpoint(asyncio.Protocol):
                 sending.waiting[0] = (rest, item[1])
                 return
             sending.waiting.popleft()
-
-    def _ended(self, stream_id: int) -> None:
-        self.sending.pop(stream_id, None)
 
     def reset(self, stream_id: int, code: int = CANCEL) -> None:
         self.forget(stream_id)

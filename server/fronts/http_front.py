@@ -9,6 +9,7 @@ Run as ``python -m server.fronts.http_front --listen HOST:PORT --upstream HOST:P
 
 from __future__ import annotations
 
+import argparse
 import asyncio
 import functools
 import json
@@ -16,7 +17,6 @@ import logging
 import re
 from collections import Counter
 from collections.abc import Awaitable, Callable
-from dataclasses import dataclass, field
 from typing import cast
 
 from aiohttp import ClientConnectorError, ClientError, ClientSession, ClientTimeout, TCPConnector, web
@@ -25,38 +25,29 @@ from multidict import CIMultiDict
 from yarl import URL
 
 from server.admin import ADMIN_HEADER, FRONT_HEADER
-from server.config_changes import ConfigChanges
 from server.fronts.allow_list import ModelSignature
-from server.fronts.body_checks import DEFAULT_MAX_LARGE, DEFAULT_WORKERS, INLINE_BYTES, BodyCheckers
-from server.fronts.body_encoding import inflate
+from server.fronts.body_checks import DEFAULT_MAX_LARGE, DEFAULT_WORKERS, INLINE_BYTES, BodyCheckers, inflate
 from server.fronts.client_connections import (
     ClientConnections,
     close_after_answer,
     peer_address,
 )
 from server.fronts.client_regions import Client, RegionUse
-from server.fronts.client_slots import ClientSlots, Deadlines
 from server.fronts.kserve_json import check_generate, check_infer, check_json
 from server.fronts.peer import peer_uid
 from server.fronts.process import (
     MAX_REQUEST_BYTES,
     MIB,
-    FrontShares,
+    Front,
     UpstreamState,
-    add_share_arguments,
-    admin_key,
-    config_changes,
     front_parser,
     positive,
     run_front,
-    server_regions,
-    shares_from_args,
 )
 from server.fronts.refusal import Refusal, RequestRefusedError
 from server.fronts.refusal_log import note_refusal, note_refused
 from server.fronts.request_target import checked_target, forwarded_target
 from server.fronts.shm_http import SYSTEM_SHM, HttpSharedMemory
-from server.fronts.signature_cache import ModelSignatures
 
 log = logging.getLogger(__name__)
 Headers = CIMultiDict[str]
@@ -82,22 +73,21 @@ REQUEST_FAULTS = re.compile(
     r"Unable to parse|attempt to access JSON|attempt to get members|failed to parse the request JSON"
     r"|Expected JSON object|Unable to set 'classification'|failed to get request params"
 )
+IDLE_TIMEOUT_S = 75.0  # a kept-alive connection with no request
+UPSTREAM_TIMEOUT_S = 600.0  # a POST that is no inference (a repository load can take minutes)
+SHUTDOWN_S = 5.0  # on exit, requests still in flight get this long
+# POSTs share the slots (rows 38, 56, 57); GET/HEAD have connections of their own
+QUICK_CONNECTIONS = 32
+QUICK_TIMEOUT_S = 60.0
 
 
-@dataclass(frozen=True)
-class FrontLimits:
-    max_body_bytes: int = MAX_REQUEST_BYTES  # an inference is bounded by its model's largest request too
-    body_timeout_s: float = 30.0
-    header_timeout_s: float = 10.0
-    idle_timeout_s: float = 75.0  # a kept-alive connection with no request
-    upstream_timeout_s: float = 600.0  # a POST that is no inference (a repository load can take minutes)
-    shutdown_s: float = 5.0  # on exit, requests still in flight get this long
-    # POSTs share the slots (rows 38, 56, 57); GET/HEAD have ``quick_connections`` of their own
-    shares: FrontShares = field(default_factory=FrontShares)
-    quick_connections: int = 32
-    quick_timeout_s: float = 60.0
-    body_workers: int = DEFAULT_WORKERS  # processes that check large bodies (row 59)
-    max_large_bodies: int = DEFAULT_MAX_LARGE  # large bodies read or checked at once
+def _closing_answer(status: str, message: str) -> bytes:
+    """A JSON error written straight to a connection that is closed after it."""
+    body = json.dumps({"error": message})
+    return (
+        f"HTTP/1.1 {status}\r\nContent-Type: application/json\r\nContent-Length: {len(body)}\r\n"
+        f"Connection: close\r\n\r\n{body}"
+    ).encode()
 
 
 def _error(status: int, message: str) -> web.Response:
@@ -142,26 +132,20 @@ class FrontConnection(RequestHandler):
 
     head_timeout_s = 10.0
     _head_timer: asyncio.TimerHandle | None = None
-    clients: ClientConnections | None = None  # the server's, counting this connection (row 73)
+    clients: ClientConnections  # the server's, counting this connection (row 73)
     address = ""
     refused = False  # beyond the client's share of connections: answered 503 and never read
     refused_waiting = False  # counted among the front's refused connections that wait to close
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         self.address = peer_address(transport.get_extra_info("peername"))
-        refusal = self.clients.admit(self.address) if self.clients is not None else None
+        refusal = self.clients.admit(self.address)
         if refusal is None:
             super().connection_made(transport)
             return
         log.debug("refusing a connection from %s: %s", self.address, refusal)  # fault matrix row 73
         self.refused = True
-        body = json.dumps({"error": refusal})
-        cast(asyncio.WriteTransport, transport).write(
-            (
-                "HTTP/1.1 503 Service Unavailable\r\nContent-Type: application/json\r\n"
-                f"Content-Length: {len(body)}\r\nConnection: close\r\n\r\n{body}"
-            ).encode()
-        )
+        cast(asyncio.WriteTransport, transport).write(_closing_answer("503 Service Unavailable", refusal))
         self.refused_waiting = self.clients.wait_refused()
         if self.refused_waiting:
             close_after_answer(transport)
@@ -188,22 +172,16 @@ class FrontConnection(RequestHandler):
         if self.transport is None or self._messages or self._waiter is None:
             return
         note_refusal("requests whose headers were not whole in time (408, fault matrix row 13)", self.address)
-        body = json.dumps({"error": f"request headers not complete within {self.head_timeout_s:g} s"})
-        self.transport.write(
-            (
-                "HTTP/1.1 408 Request Timeout\r\nContent-Type: application/json\r\n"
-                f"Content-Length: {len(body)}\r\nConnection: close\r\n\r\n{body}"
-            ).encode()
-        )
+        message = f"request headers not complete within {self.head_timeout_s:g} s"
+        self.transport.write(_closing_answer("408 Request Timeout", message))
         self.force_close()
 
     def connection_lost(self, exc: BaseException | None) -> None:
         if self.refused:
-            if self.refused_waiting and self.clients is not None:
+            if self.refused_waiting:
                 self.clients.refused_gone()
             return
-        if self.clients is not None:
-            self.clients.release(self.address)
+        self.clients.release(self.address)
         self._stop_head_timer()
         super().connection_lost(exc)
 
@@ -224,46 +202,39 @@ class FrontConnection(RequestHandler):
 class FrontServer(web.Server):
     """aiohttp's low-level server with ``FrontConnection`` connections and a body size bound."""
 
-    def __init__(self, handler, limits: FrontLimits, kept_descriptors: int, **kwargs) -> None:
-        super().__init__(handler, **kwargs)
-        self.limits = limits
-        self.clients = ClientConnections(limits.shares.connections, kept_descriptors)
+    def __init__(self, front: HttpFront, **kwargs) -> None:
+        super().__init__(front.handle, **kwargs)
+        self.front = front
+        # connections, beside a full region table's descriptors
+        self.clients = ClientConnections(front.shares.connections, front.shm.descriptors)
 
     def __call__(self) -> RequestHandler:
         handler = FrontConnection(self, loop=self._loop, **self._kwargs)
-        handler.head_timeout_s = self.limits.header_timeout_s
+        handler.head_timeout_s = self.front.args.header_timeout_s
         handler.clients = self.clients
         return handler
 
     def _make_request(self, message, payload, protocol, writer, task) -> web.BaseRequest:
         return web.BaseRequest(
-            message, payload, protocol, writer, task, self._loop, client_max_size=self.limits.max_body_bytes
+            message, payload, protocol, writer, task, self._loop, client_max_size=self.front.max_body_bytes
         )
 
 
-class HttpFront:
-    """The request handler: checks, forwards to ``upstream`` (``host:port``), answers."""
+class HttpFront(Front):
+    """The request handler: checks, forwards to ``--upstream``, answers."""
 
-    def __init__(
-        self,
-        upstream: str,
-        limits: FrontLimits,
-        key: str,
-        shm: HttpSharedMemory,
-        changes: ConfigChanges | None = None,  # the served configs changed (row 79)
-    ) -> None:
-        self.upstream, self.limits, self.key, self.shm = upstream, limits, key, shm
-        self.state = UpstreamState(f"tritonserver at {upstream}", log)
+    shm: HttpSharedMemory
+
+    def __init__(self, args: argparse.Namespace) -> None:
+        self.max_body_bytes = args.max_body_mib * MIB  # an inference is bounded by its model's largest too
+        state = UpstreamState(f"tritonserver at {args.upstream}", log)
+        super().__init__(args, HttpSharedMemory, self.max_body_bytes, state)
         self.session: ClientSession | None = None
         self.quick: ClientSession | None = None
-        self.signatures = ModelSignatures(self._model_config, limits.max_body_bytes, changes)
-        self.slots = ClientSlots(limits.shares.slots)
-        self.deadlines = Deadlines(self.slots, limits.shares.max_overdue)
-        self.checkers = BodyCheckers(limits.body_workers, limits.max_large_bodies)
+        self.checkers = BodyCheckers(args.body_workers, args.max_large_bodies)
 
     async def open(self) -> None:
         self.checkers.start()
-        limits = self.limits
 
         def session(connections: int, timeout_s: float) -> ClientSession:
             return ClientSession(
@@ -274,8 +245,8 @@ class HttpFront:
             )
 
         # room for the slots' requests and for the overdue ones still running beside them
-        self.session = session(limits.shares.slots.capacity * 2, limits.upstream_timeout_s)
-        self.quick = session(limits.quick_connections, limits.quick_timeout_s)
+        self.session = session(self.shares.slots.capacity * 2, UPSTREAM_TIMEOUT_S)
+        self.quick = session(QUICK_CONNECTIONS, QUICK_TIMEOUT_S)
 
     async def close(self) -> None:
         for session in (self.session, self.quick):
@@ -326,19 +297,6 @@ class HttpFront:
             await check(check_json, body)  # every other /v2 POST body is JSON: one reading for both
         return []
 
-    def _body_limit(self, path: str, model: ModelSignature | None) -> tuple[int, str]:
-        """How large a body the route ``path`` takes, and why (a shared-memory call is parsed inline)."""
-        if model is not None:
-            return model.largest_request_bytes(), f"the largest request model '{model.model}' takes"
-        if SYSTEM_SHM.fullmatch(path):
-            return INLINE_BYTES, "the largest a shared-memory call takes"
-        return self.limits.max_body_bytes, "the largest the front takes"
-
-    async def _model(self, request: web.BaseRequest, path: str) -> ModelSignature | None:
-        """The config of the model an inference names (never forwarded unchecked); None for other routes."""
-        match = INFER.fullmatch(path) if request.method == "POST" else None
-        return await self.signatures.get(match[1], match[2] or "") if match else None
-
     async def _read_body(
         self, request: web.BaseRequest, limit: int, what: str, need: Callable[[int | None], None]
     ) -> bytes:
@@ -360,8 +318,15 @@ class HttpFront:
                 raise RequestRefusedError("Method Not Allowed", Refusal.NOT_ALLOWED)
             headers = forwarded_headers(request)
             form = _content_type(request) in FORM_TYPES
-            model = await self._model(request, path)
-            limit, what = self._body_limit(path, model)
+            infer = INFER.fullmatch(path) if request.method == "POST" else None
+            # the config of the model an inference names: never forwarded unchecked
+            model = await self.signatures.get(infer[1], infer[2] or "") if infer else None
+            limit, what = self.max_body_bytes, "the largest the front takes"
+            if model is not None:
+                limit = model.largest_request_bytes()
+                what = f"the largest request model '{model.model}' takes"
+            elif SYSTEM_SHM.fullmatch(path):  # parsed on the event loop
+                limit, what = INLINE_BYTES, "the largest a shared-memory call takes"
             declared = request.content_length
             if declared is not None and declared > limit:  # before reading a byte
                 raise RequestRefusedError(
@@ -371,7 +336,7 @@ class HttpFront:
                 need(declared)
                 await _continue(request)
                 reading = self._read_body(request, limit, what, need)
-                body = await asyncio.wait_for(reading, self.limits.body_timeout_s)
+                body = await asyncio.wait_for(reading, self.args.body_timeout_s)
                 body_read = True
                 body = inflate(body, headers.pop("Content-Encoding", None), limit)
                 need(len(body))
@@ -392,7 +357,7 @@ class HttpFront:
             note_refusal(
                 "request bodies not whole in time (408, fault matrix row 6)", client_address(request)
             )
-            response = _error(408, f"request body not complete within {self.limits.body_timeout_s:g} s")
+            response = _error(408, f"request body not complete within {self.args.body_timeout_s:g} s")
             response.force_close()
             return response
         except RequestRefusedError as refusal:
@@ -441,7 +406,7 @@ class HttpFront:
         if model is None:
             async with self.slots.held(address, connection):
                 return await exchange()
-        deadline = model.deadline_s or self.limits.shares.deadline_s
+        deadline = model.deadline_s or self.shares.deadline_s
         return await self.deadlines.within(address, connection, model.model, deadline, exchange)
 
     async def _exchange(
@@ -467,26 +432,23 @@ class HttpFront:
         return web.Response(status=status, body=payload, headers=kept)
 
 
-async def start_front(listen: str, front: HttpFront) -> Callable[[], Awaitable[None]]:
-    """Listen on ``listen`` (``host:port``); returns the coroutine function that stops the front."""
-    host, port = listen.rsplit(":", 1)
+async def start_front(front: HttpFront) -> Callable[[], Awaitable[None]]:
+    """Listen on ``--listen`` (``host:port``); returns the coroutine function that stops the front."""
+    host, port = front.args.listen.rsplit(":", 1)
     await front.open()
-    limits = front.limits
     server = FrontServer(
-        front.handle,
-        limits,
-        front.shm.descriptors,  # a full region table's, beside the connections
+        front,
         # a client that hangs up ends its body's read and its wait for a slot, not the inference Triton
         # already has (``_forward``, row 38)
         handler_cancellation=True,
-        keepalive_timeout=limits.idle_timeout_s,
+        keepalive_timeout=IDLE_TIMEOUT_S,
         auto_decompress=False,
         access_log=None,
     )
-    runner = web.ServerRunner(server, shutdown_timeout=limits.shutdown_s)
+    runner = web.ServerRunner(server, shutdown_timeout=SHUTDOWN_S)
     await runner.setup()
     await web.TCPSite(runner, host, int(port)).start()
-    log.info("http front on %s -> %s", listen, front.upstream)
+    log.info("http front on %s -> %s", front.args.listen, front.upstream)
 
     async def stop() -> None:
         # kept-alive upstream connections would hold tritonserver's exit for its exit timeout
@@ -500,34 +462,22 @@ def main(argv: list[str] | None = None) -> None:
     parser = front_parser(
         "python -m server.fronts.http_front", __doc__, "host:port of tritonserver's HTTP endpoint"
     )
-    parser.add_argument("--max-body-mib", type=positive(int), default=FrontLimits.max_body_bytes // MIB)
-    parser.add_argument("--body-timeout-s", type=positive(float), default=FrontLimits.body_timeout_s)
-    parser.add_argument("--header-timeout-s", type=positive(float), default=FrontLimits.header_timeout_s)
+    parser.add_argument("--max-body-mib", type=positive(int), default=MAX_REQUEST_BYTES // MIB)
+    parser.add_argument("--body-timeout-s", type=positive(float), default=30.0)
+    parser.add_argument("--header-timeout-s", type=positive(float), default=10.0)
     parser.add_argument(
         "--body-workers",
         type=int,
-        default=FrontLimits.body_workers,
+        default=DEFAULT_WORKERS,
         help="processes that check request bodies above 256 KiB off the event loop",
     )
     parser.add_argument(
         "--max-large-bodies",
         type=positive(int),
-        default=FrontLimits.max_large_bodies,
+        default=DEFAULT_MAX_LARGE,
         help="large bodies read or checked at once (429 beyond: send binary tensor data)",
     )
-    add_share_arguments(parser)
-    args = parser.parse_args(argv)
-    limits = FrontLimits(
-        max_body_bytes=args.max_body_mib * MIB,
-        body_timeout_s=args.body_timeout_s,
-        header_timeout_s=args.header_timeout_s,
-        shares=shares_from_args(args),
-        body_workers=args.body_workers,
-        max_large_bodies=args.max_large_bodies,
-    )
-    shm = HttpSharedMemory(server_regions(args), limits.max_body_bytes, args.trusted_shared_memory)
-    front = HttpFront(args.upstream, limits, admin_key(), shm, config_changes(args))
-    run_front(lambda: start_front(args.listen, front), args)
+    run_front(parser, argv, lambda args: start_front(HttpFront(args)))
 
 
 if __name__ == "__main__":

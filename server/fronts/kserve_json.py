@@ -182,13 +182,12 @@ def _read_input(item: object, body_bytes: int) -> tuple[CarriedInput, RegionUse 
     shape = check_shape(name, _field(item, "shape", (list,), where, required=True))
     datatype = _field(item, "datatype", (str,), where, required=True)
     parameters = _parameters(item, where, INPUT_PARAMETERS)
-    carriers = [
-        key for key, present in (
-            ("'data'", "data" in item),
-            ("'binary_data_size' in 'parameters'", "binary_data_size" in parameters),
-            ("'shared_memory_region' in 'parameters'", "shared_memory_region" in parameters),
-        ) if present
-    ]  # fmt: skip
+    carriers = ["'data'"] if "data" in item else []
+    carriers += [
+        f"'{key}' in 'parameters'"
+        for key in ("binary_data_size", "shared_memory_region")
+        if key in parameters
+    ]
     if len(carriers) != 1:
         raise RequestRefusedError(
             f"{where} must set only one of the following fields: 'data', 'binary_data_size' in "
@@ -219,12 +218,7 @@ def _output_name(item: object, uses: list[RegionUse]) -> str:
         # one place for its data, as Triton asks (fault matrix row 76): the front, which asks Triton for
         # a region's output as binary data, would answer what Triton refuses (a classification's strings
         # written into a region sized for the tensor)
-        asked = [
-            key for key, given in (
-                ("binary_data", parameters.get("binary_data") is True),
-                ("classification", "classification" in parameters),
-            ) if given
-        ]  # fmt: skip
+        asked = [key for key in ("binary_data", "classification") if parameters.get(key, False) is not False]
         if asked:
             raise RequestRefusedError(
                 f"Output {name!r} can't set both 'shared_memory_region' and '{asked[0]}'"

@@ -11,17 +11,25 @@ import contextlib
 import logging
 import os
 import signal
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
+from operator import attrgetter
 from pathlib import Path
 from typing import Any
 
 from server.admin import KEY_ENV
 from server.config_changes import ConfigChanges
 from server.fronts.client_connections import RESERVED_FDS, ConnectionShare, raise_open_file_limit
-from server.fronts.client_regions import MAX_REGIONS, ServerRegions
-from server.fronts.client_slots import DEFAULT_DEADLINE_S, DEFAULT_MAX_OVERDUE, SlotLimits
+from server.fronts.client_regions import MAX_REGIONS, FrontRegions, ServerRegions
+from server.fronts.client_slots import (
+    DEFAULT_DEADLINE_S,
+    DEFAULT_MAX_OVERDUE,
+    ClientSlots,
+    Deadlines,
+    SlotLimits,
+)
 from server.fronts.refusal_log import REFUSALS
+from server.fronts.signature_cache import ModelSignatures
 from server.proc_stat import running
 from server.shm_private import make_owner_only
 from server.stubs import stub_regions
@@ -67,21 +75,22 @@ def front_parser(prog: str, description: str | None, upstream_help: str) -> argp
     return parser
 
 
-# The flags of ``FrontShares`` (name, type, help), in the order of ``FrontShares.values()``.
+# The flags of ``FrontShares``: name, the field each sets, type, help.
 SHARE_FLAGS = (
-    ("deadline-s", positive(float), "an inference is answered within this many seconds "
+    ("deadline-s", "deadline_s", positive(float), "an inference is answered within this many seconds "
      "(504 / DEADLINE_EXCEEDED after), unless its model's config sets request_deadline_s"),
-    ("max-overdue", int, "requests past their deadline tritonserver may still "
+    ("max-overdue", "max_overdue", int, "requests past their deadline tritonserver may still "
      "run per model (429 / RESOURCE_EXHAUSTED beyond)"),
-    ("upstream-slots", positive(int), "requests a front forwards at once, all clients together"),
-    ("max-client-requests", positive(int), "requests one client address may have waiting "
-     "(429 / RESOURCE_EXHAUSTED beyond)"),
-    ("max-connection-requests", positive(int), "requests one client connection may "
-     "have waiting (429 / RESOURCE_EXHAUSTED beyond)"),
-    ("max-client-connections", positive(int), "connections one client address may hold "
-     "open (503 / GOAWAY as it connects beyond)"),
-    ("max-connections", positive(int), "connections all clients together may hold open (fewer "
-     "where the open-file limit would not hold them)"),
+    ("upstream-slots", "slots.capacity", positive(int), "requests a front forwards at once, all clients "
+     "together"),
+    ("max-client-requests", "slots.per_address", positive(int), "requests one client address may have "
+     "waiting (429 / RESOURCE_EXHAUSTED beyond)"),
+    ("max-connection-requests", "slots.per_connection", positive(int), "requests one client connection "
+     "may have waiting (429 / RESOURCE_EXHAUSTED beyond)"),
+    ("max-client-connections", "connections.per_address", positive(int), "connections one client "
+     "address may hold open (503 / GOAWAY as it connects beyond)"),
+    ("max-connections", "connections.total", positive(int), "connections all clients together may hold "
+     "open (fewer where the open-file limit would not hold them)"),
 )  # fmt: skip
 
 
@@ -94,29 +103,23 @@ class FrontShares:
     slots: SlotLimits = field(default_factory=SlotLimits)
     connections: ConnectionShare = field(default_factory=ConnectionShare)  # held open (row 73)
 
-    def values(self) -> tuple[float, int, int, int, int, int, int]:
-        """The values of ``SHARE_FLAGS``, in its order."""
-        slots, connections = self.slots, self.connections
-        return (
-            self.deadline_s, self.max_overdue, slots.capacity, slots.per_address, slots.per_connection,
-            connections.per_address, connections.total,
-        )  # fmt: skip
-
     def flags(self) -> list[str]:
         """The fronts' command-line flags for these shares."""
-        return [f"--{name}={value}" for (name, _, _), value in zip(SHARE_FLAGS, self.values(), strict=True)]
+        return [f"--{name}={attrgetter(path)(self)}" for name, path, _, _ in SHARE_FLAGS]
 
 
 def add_share_arguments(parser: argparse.ArgumentParser, prefix: str = "") -> None:
     """The flags of ``FrontShares``, ``--front-`` prefixed on ``python -m server start``."""
-    for (name, kind, text), default in zip(SHARE_FLAGS, FrontShares().values(), strict=True):
-        parser.add_argument(f"--{prefix}{name}", type=kind, default=default, help=text)
+    for name, path, kind, text in SHARE_FLAGS:
+        parser.add_argument(
+            f"--{prefix}{name}", type=kind, default=attrgetter(path)(FrontShares()), help=text
+        )
 
 
 def shares_from_args(args: argparse.Namespace, prefix: str = "") -> FrontShares:
     """The ``FrontShares`` of the flags ``add_share_arguments`` added with ``prefix``."""
     deadline_s, max_overdue, capacity, per_address, per_connection, connections, total = (
-        getattr(args, (prefix + n).replace("-", "_")) for n, _, _ in SHARE_FLAGS
+        getattr(args, (prefix + name).replace("-", "_")) for name, _, _, _ in SHARE_FLAGS
     )
     slots = SlotLimits(capacity, per_address, per_connection)
     return FrontShares(deadline_s, max_overdue, slots, ConnectionShare(connections, total))
@@ -142,11 +145,6 @@ class UpstreamState:
         self.reachable = True
 
 
-def admin_key() -> str:
-    """The admin key, from the environment (a command line is world-readable in ``/proc``)."""
-    return os.environ.get(KEY_ENV, "")
-
-
 def current_server_pid(pid_file: Path | None) -> int | None:
     """The pid of the tritonserver the launcher started last (None: no file, or not readable yet)."""
     if pid_file is None:
@@ -157,14 +155,31 @@ def current_server_pid(pid_file: Path | None) -> int | None:
         return None
 
 
-def config_changes(args: argparse.Namespace) -> ConfigChanges | None:
-    """The models whose served config changed, as the launcher's file names them (fault matrix row 79)."""
-    return ConfigChanges(args.config_changes) if args.config_changes is not None else None
+class Front:
+    """What both fronts hold, from their flags: tritonserver's state, the shares, the models' configs
+    (``_model_config`` fetches one in the front's protocol), the admin key, the clients' shared memory."""
 
+    def __init__(
+        self,
+        args: argparse.Namespace,
+        regions: type[FrontRegions],
+        max_request_bytes: int,
+        state: UpstreamState,
+    ) -> None:
+        self.args, self.upstream, self.shares, self.state = args, args.upstream, shares_from_args(args), state
+        self.key = os.environ.get(KEY_ENV, "")  # not a flag: a command line is world-readable in /proc
+        # the server's own regions (its prefix, every live stub's) no client may register
+        self.shm = regions(
+            ServerRegions(args.shm_prefix, stub_regions), max_request_bytes, args.trusted_shared_memory
+        )
+        # the models whose served config changed, as the launcher's file names them (fault matrix row 79)
+        changes = ConfigChanges(args.config_changes) if args.config_changes is not None else None
+        self.signatures = ModelSignatures(self._model_config, max_request_bytes, changes)
+        self.slots = ClientSlots(self.shares.slots)
+        self.deadlines = Deadlines(self.slots, self.shares.max_overdue)
 
-def server_regions(args: argparse.Namespace) -> ServerRegions:
-    """The server's own regions (its prefix, every live stub's), which no client may register."""
-    return ServerRegions(args.shm_prefix, stub_regions)
+    async def _model_config(self, model: str, version: str) -> Mapping[str, Any]:
+        raise NotImplementedError
 
 
 def _still_needed(args: argparse.Namespace) -> bool:
@@ -192,16 +207,21 @@ async def _until_stopped(args: argparse.Namespace) -> None:
 
 
 def run_front(
-    start: Callable[[], Awaitable[Callable[[], Awaitable[None]]]], args: argparse.Namespace
+    parser: argparse.ArgumentParser,
+    argv: list[str] | None,
+    start: Callable[[argparse.Namespace], Awaitable[Callable[[], Awaitable[None]]]],
 ) -> None:
-    """Run a front: ``start()`` listens and returns its ``stop()``, awaited once ``_until_stopped``."""
+    """Run a front with ``parser``'s flags and the shares': ``start(args)`` listens and returns its
+    ``stop()``, awaited once ``_until_stopped``."""
+    add_share_arguments(parser)
+    args = parser.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     # every connection of the shares (row 73), the front's own and a full region table, where the hard
     # limit allows: before the shares read the soft limit
     raise_open_file_limit(shares_from_args(args).connections.total + RESERVED_FDS + MAX_REGIONS)
 
     async def main() -> None:
-        stop = await start()
+        stop = await start(args)
         try:
             await _until_stopped(args)
         finally:

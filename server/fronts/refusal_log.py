@@ -26,7 +26,7 @@ OTHER_ADDRESSES = "(other addresses)"
 
 @dataclass
 class _Pair:
-    last_line: float  # when this pair's last line was written
+    last_line: float | None = None  # when this pair's last line was written
     unlogged: int = 0  # refusals since
 
 
@@ -49,13 +49,9 @@ class RefusalLog:
         key = (bound, address)
         if key not in self.pairs and len(self.pairs) >= self.max_pairs:
             key = (bound, OTHER_ADDRESSES)
-        pair = self.pairs.get(key)
-        if pair is None:
-            self.pairs[key] = _Pair(now)
-            self._line(key, 1, None)
-            return
+        pair = self.pairs.setdefault(key, _Pair())
         pair.unlogged += 1
-        if now - pair.last_line >= self.window_s:
+        if pair.last_line is None or now - pair.last_line >= self.window_s:
             self._write(key, pair, now)
 
     def flush(self, everything: bool = False) -> None:
@@ -70,14 +66,11 @@ class RefusalLog:
                 del self.pairs[key]
 
     def _write(self, key: tuple[str, str], pair: _Pair, now: float) -> None:
-        self._line(key, pair.unlogged, now - pair.last_line)
-        pair.last_line, pair.unlogged = now, 0
-
-    def _line(self, key: tuple[str, str], count: int, seconds: float | None) -> None:
         bound, address = key
-        times = "1 time" if count == 1 else f"{count} times"
-        since = "" if seconds is None else f" in {seconds:.0f} s"
+        times = "1 time" if pair.unlogged == 1 else f"{pair.unlogged} times"
+        since = "" if pair.last_line is None else f" in {now - pair.last_line:.0f} s"
         self.log.warning("client %s refused %s%s: %s", address, times, since, bound)
+        pair.last_line, pair.unlogged = now, 0
 
 
 REFUSALS = RefusalLog()  # the front process's own

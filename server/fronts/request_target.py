@@ -20,14 +20,6 @@ def _refuse(target: str, why: str) -> RequestRefusedError:
     return RequestRefusedError(f"request target {target[:80]!r} {why}; send a plain /v2/... path")
 
 
-def _check_escapes(target: str, text: str) -> None:
-    for escape in ESCAPE.finditer(text):
-        if len(escape.group()) != 3:
-            raise _refuse(target, "has a '%' that starts no two-digit hex escape")
-        if int(escape.group()[1:], 16) in FORBIDDEN_ESCAPES:
-            raise _refuse(target, f"has the escape {escape.group()!r}, a separator, dot or control character")
-
-
 def checked_target(target: str) -> tuple[str, str]:
     """``(path, query)`` of a plain origin-form ``/v2`` target, or ``RequestRefusedError``."""
     if not PRINTABLE.fullmatch(target):
@@ -46,7 +38,11 @@ def checked_target(target: str) -> tuple[str, str]:
             raise _refuse(target, "has an empty segment ('//' or a trailing '/')")
         if segment in (".", ".."):
             raise _refuse(target, f"has a {segment!r} segment")
-    _check_escapes(target, path)
+    for escape in ESCAPE.finditer(path):
+        if len(escape.group()) != 3:
+            raise _refuse(target, "has a '%' that starts no two-digit hex escape")
+        if int(escape.group()[1:], 16) in FORBIDDEN_ESCAPES:
+            raise _refuse(target, f"has the escape {escape.group()!r}, a separator, dot or control character")
     return path, query
 
 

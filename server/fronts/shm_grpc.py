@@ -4,6 +4,7 @@ outputs written back from them; on a stream, under an id of the front's own (``S
 
 from __future__ import annotations
 
+import functools
 import itertools
 import uuid
 from collections.abc import Callable
@@ -169,23 +170,21 @@ class StreamOutputs:
     """A stream's messages with outputs in regions, by an id of the front's own."""
 
     def __init__(self, shm: GrpcSharedMemory, client: Callable[[], Client]) -> None:
-        self.shm, self._client = shm, client
-        self._who: Client | None = None
+        self.shm, self._ask_client = shm, client
         self._prefix = f"front-shm-{uuid.uuid4().hex}-"
         self._numbers = itertools.count()
         self.pending: dict[str, tuple[str, dict[str, RegionUse]]] = {}
 
+    @functools.cached_property
     def client(self) -> Client:
-        if self._who is None:  # one stream, one connection, one client
-            self._who = self._client()
-        return self._who
+        return self._ask_client()  # once: one stream, one connection, one client
 
     def to_triton(self, request: service_pb2.ModelInferRequest, model: ModelSignature) -> bytes | None:
         """The message as Triton gets it (None: as sent); ``StreamWaits`` bounds ``pending``."""
         shm = self.shm
         if shm.table is None:
             return None
-        raw, outputs = raw_request(shm.table, self.client(), request, model, shm.max_request_bytes)
+        raw, outputs = raw_request(shm.table, self.client, request, model, shm.max_request_bytes)
         if outputs:
             token = f"{self._prefix}{next(self._numbers)}"
             self.pending[token] = (request.id, outputs)
@@ -207,7 +206,7 @@ class StreamOutputs:
         response.id, outputs = entry
         if not answer.error_message:
             try:
-                client_response(self.shm.table, self.client(), outputs, response)
+                client_response(self.shm.table, self.client, outputs, response)
             except RequestRefusedError as refusal:
                 answer.error_message = str(refusal)
                 answer.infer_response.CopyFrom(

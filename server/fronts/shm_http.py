@@ -21,6 +21,7 @@ from server.fronts.refusal import Refusal, RequestRefusedError
 SYSTEM_SHM = re.compile(r"/v2/systemsharedmemory(?:/region/([^/]*))?/(register|unregister|status)")
 CUDA_SHM = re.compile(r"/v2/cudasharedmemory(?:/region/[^/]*)?/(register|unregister|status)")
 HEADER_LENGTH = "Inference-Header-Content-Length"
+REWRITTEN_HEADERS = ("content-type", HEADER_LENGTH.lower())  # of an answer whose outputs went to regions
 REGION_PARAMETERS = ("shared_memory_region", "shared_memory_offset", "shared_memory_byte_size")
 JSON_SEPARATORS = (",", ":")
 
@@ -178,11 +179,7 @@ class HttpSharedMemory(FrontRegions):
         payload, length = client_response(
             self.table, client, outputs, answer.body, answer.headers.get(HEADER_LENGTH)
         )
-        headers = {
-            k: v
-            for k, v in answer.headers.items()
-            if k.lower() not in ("content-type", HEADER_LENGTH.lower())
-        }
+        headers = {k: v for k, v in answer.headers.items() if k.lower() not in REWRITTEN_HEADERS}
         if length is not None:
             headers[HEADER_LENGTH] = str(length)
         content_type = "application/octet-stream" if length is not None else "application/json"

@@ -1,23 +1,12 @@
 """The configs the fronts check requests against, as Triton serves them (``ModelSignatures``): one
-fetch for the concurrent requests of a model, dropped by ``forget`` when a load or unload passes the
-front. An unknown model gets Triton's 404 / ``NOT_FOUND``; nothing is forwarded unchecked.
+fetch for the concurrent requests of a model; an unknown model gets Triton's 404 / ``NOT_FOUND`` and
+nothing is forwarded unchecked.
 
-A config that was known stays in use when Triton is slow or silent (docs/SERVING.md, fault matrix
-row 74). Past ``TTL_S`` it is fetched again in the background while requests go on being checked
-against it, and a refresh that fails or times out keeps it, for at most ``STALE_S`` after Triton last
-answered for it. Before, every burst after the TTL waited on one shared fetch, and on a starved host
-(2 cores, load 10+) a fetch slower than ``FETCH_TIMEOUT_S`` refused the whole burst with "tritonserver
-is not reachable" although Triton was up. Only a model never seen (or forgotten) is refused so now. A
-down or silent Triton is not hidden: a request checked against a kept config gets the fronts' answer to
-its own call upstream (503 or 502 when Triton is down, its deadline's 504 when Triton is silent).
-
-A config held is trusted only until the served configs change (row 79): a load or unload through
-Triton's own port or the other front, or a tritonserver started again, is named in the launcher's
-``server.config_changes`` file, which ``get`` looks at before each check. A model named there is
-fetched again before its next request is checked (others' requests go on as before); when Triton does
-not answer that fetch, the config held stays in use as above. Before, for 5 s and more after such a
-load, requests were checked against the config Triton no longer served: one the new config refuses
-reached Triton, one it accepts was refused.
+A known config stays in use while Triton is slow or silent (fault matrix row 74): past ``TTL_S`` it is
+fetched again in the background and kept, for at most ``STALE_S`` after Triton last answered, when that
+fetch fails; only a model never seen waits on its fetch. It is trusted only until the served configs
+change (row 79): a load or unload through this front (``forget``), or one the launcher's
+``server.config_changes`` file names, makes the model's next check wait for Triton's answer.
 """
 
 from __future__ import annotations
@@ -30,7 +19,7 @@ from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from server.config_changes import Changed, ConfigChanges
+from server.config_changes import ConfigChanges
 from server.fronts.allow_list import ModelSignature
 from server.fronts.refusal import Refusal, RequestRefusedError
 
@@ -59,9 +48,7 @@ class _Entry:
 
 
 class ModelSignatures:
-    """The models' signatures, one fetch for concurrent requests; ``forget`` on (un)loads. ``changes``
-    names the models whose served config changed since ``get`` last looked (None: a front without the
-    launcher's file learns only of the loads that pass it)."""
+    """The models' signatures; ``changes``: the launcher's file (None: only loads through this front)."""
 
     def __init__(self, fetch: Fetch, body_limit: int, changes: ConfigChanges | None = None) -> None:
         self.fetch, self.body_limit, self.changes = fetch, body_limit, changes
@@ -72,8 +59,11 @@ class ModelSignatures:
         """``model``'s signature, or ``RequestRefusedError``: Triton's refusal, or ``UNAVAILABLE``
         when Triton does not answer for a config not known."""
         changed = self.changes.poll() if self.changes is not None else None
-        if changed:
-            self._distrust(changed)
+        if changed:  # the models it names are fetched again before their next check
+            for key, entry in self._entries.items():
+                if changed.covers(key[0]):
+                    entry.trusted = False
+            self._drop_fetches(changed.covers)
         key = (model, version)
         now = time.monotonic()
         entry = self._entries.get(key)
@@ -86,26 +76,15 @@ class ModelSignatures:
         return _known(await asyncio.shield(self._loading(key)))
 
     def forget(self, model: str) -> None:
-        """Drop what is known of ``model`` (every version): it was loaded or unloaded through this
-        front, which ``changes`` tells the other front. A fetch already in flight answers the requests
-        waiting on it but is not kept: it may predate the load."""
+        """``model`` was loaded or unloaded through this front: drop it, and tell the other front."""
         for key in [key for key in self._entries if key[0] == model]:
             del self._entries[key]
         self._drop_fetches(lambda name: name == model)
         if self.changes is not None:
             self.changes.mark(model)
 
-    def _distrust(self, changed: Changed) -> None:
-        """The served configs of the models ``changed`` names may differ from those held: each is
-        fetched again before its model's next check, and a fetch in flight is not kept."""
-        for key, entry in self._entries.items():
-            if changed.covers(key[0]):
-                entry.trusted = False
-        self._drop_fetches(changed.covers)
-
     def _drop_fetches(self, of_model: Callable[[str], bool]) -> None:
-        """Fetches in flight that may predate a change of their model's config answer the requests
-        waiting on them, but are not kept."""
+        """Fetches in flight that may predate a change answer their waiting requests but are not kept."""
         for key in [key for key in self._pending if of_model(key[0])]:
             del self._pending[key]
 

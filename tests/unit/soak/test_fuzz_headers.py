@@ -10,7 +10,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import seed as hypothesis_seed
 
-from server.fronts.body_encoding import inflate
+from server.fronts.body_checks import inflate
 from server.fronts.grpc_wire import MessageReader, metadata_fault
 from server.fronts.refusal import RequestRefusedError
 from soak.fuzz_headers import (

@@ -19,7 +19,7 @@ import pytest
 from tritonclient.grpc import service_pb2
 
 from server.fronts.allow_list import ModelSignature
-from server.fronts.body_encoding import inflate
+from server.fronts.body_checks import inflate
 from server.fronts.grpc_request import (
     TYPED_FIELDS,
     WIDER_FIELD,
