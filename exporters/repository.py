@@ -8,15 +8,20 @@ from __future__ import annotations
 
 import logging
 import shutil
-from collections.abc import Callable, Iterable
+import tempfile
+from collections.abc import Callable, Iterable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from exporters.artifacts.records import read_record, write_record
 from exporters.configs.model_config import ModelConfig, write_config
 from exporters.configs.models import build_model_config
+from exporters.errors import SpecError
 from exporters.onnx_export import EXPORT_RECORD, HASHED_FIELDS, Artifact, export_onnx
-from exporters.schema.models import ModelSpec, Spec
+from exporters.schema.bounded_yaml import load_spec_document
+from exporters.schema.models import ModelSpec, Spec, parse_spec
 
 log = logging.getLogger(__name__)
 MARKER = ".built-by-triton-batching"
@@ -91,3 +96,21 @@ def build_repository(
             on_model(model)
         built.append(build_model(model, repository, num_gpus, earlier=built))
     return built
+
+
+def spec_entry(spec_path: Path, name: str) -> dict[str, Any]:
+    """Model ``name``'s entry of the spec at ``spec_path``, for a script to change and serve alone."""
+    entry = next((m for m in load_spec_document(spec_path)["models"] if m["name"] == name), None)
+    if entry is None:
+        raise SpecError(f"{spec_path} has no model {name!r}")
+    return entry
+
+
+@contextmanager
+def scratch_repository(models: list[dict[str, Any]]) -> Iterator[tuple[Spec, Path]]:
+    """``models`` (spec entries) built for the CPU into a repository removed when the block ends."""
+    spec = parse_spec({"models": models})
+    with tempfile.TemporaryDirectory() as folder:
+        repository = Path(folder, "repository")
+        build_repository(spec, repository, num_gpus=0)
+        yield spec, repository

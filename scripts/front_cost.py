@@ -25,9 +25,7 @@ import numpy as np
 import tritonclient.http as httpclient
 
 from client.stats import ModelStats, model_stats
-from exporters.repository import build_repository
-from exporters.schema.bounded_yaml import load_spec_document
-from exporters.schema.models import parse_spec
+from exporters.repository import scratch_repository, spec_entry
 from perf.errors import StudyError
 from perf.markdown import table as markdown_table
 from perf.measure.analyzer import PerfAnalyzerEngine, find_perf_analyzer
@@ -327,14 +325,10 @@ def main() -> None:
         raise SystemExit("no perf_analyzer: run `make perf-analyzer` first")
     if args.caddy is not None and not args.caddy.is_file():
         raise SystemExit(f"no caddy at {args.caddy}")
-    data = load_spec_document(args.spec)
-    data["models"] = [m for m in data["models"] if m["name"] == MODEL]
-    data["models"][0]["batching"].pop("queue", None)
-    data.pop("pipelines", None), data.pop("text_embeddings", None)
+    entry = spec_entry(args.spec, MODEL)
+    entry["batching"].pop("queue", None)
     results: dict[tuple[str, int], Rounds] = {}
-    with tempfile.TemporaryDirectory() as folder:
-        repository = Path(folder, "repository")
-        build_repository(parse_spec(data), repository, num_gpus=0)
+    with scratch_repository([entry]) as (_, repository):
         options = ServerOptions(repository=repository, http_front=True, grpc_front=True, self_heal=False)
         with (
             TritonServer(options) as server,

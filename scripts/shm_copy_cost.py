@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import argparse
 import statistics
-import tempfile
 from contextlib import ExitStack
 from pathlib import Path
 
@@ -17,9 +16,7 @@ import tritonclient.utils.shared_memory as shm
 from client.connection import connect, protocol_module
 from client.infer import timed_calls
 from client.shm import system_region
-from exporters.repository import build_repository
-from exporters.schema.bounded_yaml import load_spec_document
-from exporters.schema.models import parse_spec
+from exporters.repository import scratch_repository, spec_entry
 from perf.measure.server_view import process_tree_cpu_s
 from server import ServerOptions, TritonServer
 
@@ -29,17 +26,13 @@ ROW_BYTES = 4 * FEATURES
 ROUTES = ("copy", "trusted", "body")
 
 
-def _repository(spec: Path, folder: Path) -> Path:
-    data = load_spec_document(spec)
-    trivial = next(m for m in data["models"] if m["name"] == "trivial")
-    wide = {
-        **trivial, "name": MODEL, "options": {"features": FEATURES}, "max_batch_size": 16,
+def _wide(spec: Path) -> dict:
+    """``trivial`` widened to ``FEATURES`` a row."""
+    return {
+        **spec_entry(spec, "trivial"), "name": MODEL, "options": {"features": FEATURES}, "max_batch_size": 16,
         "inputs": [{"name": "x", "dtype": "fp32", "shape": [FEATURES]}],
         "outputs": [{"name": "y", "dtype": "fp32", "shape": [FEATURES]}],
     }  # fmt: skip
-    repository = folder / "repository"
-    build_repository(parse_spec({"models": [wide]}), repository, num_gpus=0)
-    return repository
 
 
 class Route:
@@ -121,8 +114,7 @@ def main() -> None:
     parser.add_argument("--protocols", nargs="+", default=["grpc", "http"], choices=["grpc", "http"])
     parser.add_argument("--spec", type=Path, default=Path("models.yaml"))
     args = parser.parse_args()
-    with tempfile.TemporaryDirectory() as folder, ExitStack() as stack:
-        repository = _repository(args.spec, Path(folder))
+    with scratch_repository([_wide(args.spec)]) as (_, repository), ExitStack() as stack:
         servers = {mode: stack.enter_context(_server(repository, mode)) for mode in ("copy", "trusted")}
         for protocol in args.protocols:
             for rows in (1, 16):

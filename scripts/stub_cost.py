@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import argparse
 import statistics
-import tempfile
 import time
 from collections import defaultdict
 from concurrent.futures import ThreadPoolExecutor
@@ -21,9 +20,7 @@ from google.protobuf import text_format
 import python_backend
 from client.stats import fetch_stats
 from exporters.configs.model_config import read_config
-from exporters.repository import build_repository
-from exporters.schema.bounded_yaml import load_spec_document
-from exporters.schema.models import parse_spec
+from exporters.repository import scratch_repository, spec_entry
 from perf.measure.analyzer import PerfAnalyzerEngine, find_perf_analyzer
 from perf.measure.engine import MeasureSettings
 from perf.measure.loads import closed_loop
@@ -45,15 +42,12 @@ COLUMNS = ("before", "after", "after/before", "cheaper in", "floor", "bare-floor
 Series = dict[tuple[str, str, int], list[float]]  # (figure, variant, batch) -> one figure per round
 
 
-def _spec_data(spec_path: Path) -> dict:
+def _entries(spec_path: Path) -> list[dict]:
     """The recommender once per variant, without its queue policy (on Triton 2.51 it stalls the batcher
     now and then) and with a batcher that forms batches of 8 when 8 requests are in flight."""
-    data = load_spec_document(spec_path)
-    entry = next(m for m in data["models"] if m["name"] == MODEL)
+    entry = spec_entry(spec_path, MODEL)
     entry["batching"] = {"mode": "dynamic", "max_queue_delay_us": 2000, "preferred_batch_sizes": [8]}
-    data["models"] = [{**entry, "name": f"{MODEL}_{variant}"} for variant in VARIANTS]
-    data.pop("pipelines", None), data.pop("text_embeddings", None)
-    return data
+    return [{**entry, "name": f"{MODEL}_{variant}"} for variant in VARIANTS]
 
 
 def _serve_from(model_dir: Path, variant: str, backend_files: Path | None) -> None:
@@ -176,12 +170,9 @@ def main() -> None:
     engine = PerfAnalyzerEngine(binary)
     # only the server's statistics are read, which count every execution whether windows agreed or not
     settings = MeasureSettings(warmup_s=0.0, window_s=args.window_ms / 1000, max_windows=4, tolerance=1.0)
-    spec = parse_spec(_spec_data(args.spec))
     sources = {"before": args.baseline / "python_backend", "after": Path(python_backend.__file__).parent}
     series: Series = defaultdict(list)
-    with tempfile.TemporaryDirectory() as folder:
-        repository = Path(folder, "repository")
-        build_repository(spec, repository, num_gpus=0)
+    with scratch_repository(_entries(args.spec)) as (spec, repository):
         for variant in VARIANTS:
             _serve_from(repository / f"{MODEL}_{variant}", variant, sources.get(variant))
         onnx_path = repository / f"{MODEL}_after" / "1" / "model.onnx"

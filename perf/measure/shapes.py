@@ -14,6 +14,7 @@ import numpy as np
 from exporters.schema.models import ModelSpec
 from exporters.schema.sections import INTEGER_DTYPES, VARIABLE, TensorSpec
 from exporters.sources.inputs import draw_inputs
+from perf.markdown import table
 from perf.measure.records import Record
 
 log = logging.getLogger(__name__)
@@ -273,23 +274,18 @@ def shape_rows(records: Sequence[Record], max_batch: int, executions: int = 0) -
 
 def shape_table(rows: Sequence[ShapeRow], limit: int = 12) -> list[str]:
     """The per-shape table: the ``limit`` most requested lengths, then one line for the rest."""
-    lines = [
-        "| length sent | true lengths | requests | share | p50 ms | p99 ms | formed batches | mean batch |",
-        "|---:|---|---:|---:|---:|---:|---:|---:|",
-    ]
+    header = ["length sent", "true lengths", "requests", "share", "p50 ms", "p99 ms", "formed batches",
+              "mean batch"]  # fmt: skip
     shown = sorted(sorted(rows, key=lambda r: -r.requests)[:limit], key=lambda r: r.sent_length)
+    body: list[list[object]] = []
     for r in shown:
         true = f"{r.shortest}" if r.shortest == r.longest else f"{r.shortest}-{r.longest}"
-        lines.append(
-            f"| {r.sent_length} | {true} | {r.requests} | {r.share:.1%} | {r.p50_ms:.1f} | {r.p99_ms:.1f} "
-            f"| {r.batches:.0f} | {r.mean_batch:.2f} |"
-        )
+        body.append([r.sent_length, true, r.requests, f"{r.share:.1%}", f"{r.p50_ms:.1f}", f"{r.p99_ms:.1f}",
+                     f"{r.batches:.0f}", f"{r.mean_batch:.2f}"])  # fmt: skip
     rest = [r for r in rows if r not in shown]
     if rest:
         requests, batches = sum(r.requests for r in rest), sum(r.batches for r in rest)
         share = sum(r.share for r in rest)
-        lines.append(
-            f"| {len(rest)} more lengths | | {requests} | {share:.1%} | | | {batches:.0f} "
-            f"| {requests / batches if batches else 0:.2f} |"
-        )
-    return lines
+        body.append([f"{len(rest)} more lengths", "", requests, f"{share:.1%}", "", "", f"{batches:.0f}",
+                     f"{requests / batches if batches else 0:.2f}"])  # fmt: skip
+    return table(header, body).splitlines()

@@ -13,6 +13,7 @@ from dataclasses import dataclass, replace
 import numpy as np
 
 from client.stats import BatchBucket, ModelStats
+from perf import markdown
 from perf.markdown import Unmeasured, error_percent, fit_text, number, percent, ratio, why_unmeasured
 from perf.measure.measurement import Measurement
 from perf.measure.raw import RawPoint
@@ -24,7 +25,6 @@ from perf.studies.study_spec import MODES
 CLIENT_BOUND = 0.8  # a result within 80% of the harness ceiling is flagged client-bound
 MIN_EXECUTIONS = 5  # batch sizes seen fewer times are too noisy to fit
 CORES = os.cpu_count() or 1
-NOT_MEASURED = "could not be measured"
 
 
 @dataclass(frozen=True)
@@ -353,8 +353,8 @@ def overhead_of(batches: Mapping[int, BatchBucket], raw: Sequence[RawPoint]) -> 
 def overhead_cell(overhead: Overhead | None) -> str:
     """The overhead in ms for a table, or "could not be measured (why)"."""
     if overhead is None:
-        return f"{NOT_MEASURED} (no server statistics)"
-    return f"{NOT_MEASURED} ({overhead.why})" if overhead.why else number(overhead.ms, 3)
+        return f"{markdown.UNMEASURED} (no server statistics)"
+    return f"{markdown.UNMEASURED} ({overhead.why})" if overhead.why else number(overhead.ms, 3)
 
 
 def at_raw_sizes(

@@ -25,7 +25,7 @@ from exporters.sources.load import build_torch_model
 from perf.errors import StudyError
 from perf.markdown import table
 from perf.measure.loads import Load, closed_loop
-from perf.measure.measurement import Measurement
+from perf.measure.records import Summary
 from perf.measure.server_view import ServerDelta
 from perf.studies.framework import StudyContext, StudyReport, write_report
 from perf.studies.goals import GOALS, Goal, goals_table
@@ -37,24 +37,6 @@ from server.admin import headers as admin_headers
 log = logging.getLogger(__name__)
 DENSE_VERSION, DENSE_SEED = 2, 99  # the version the live phase publishes, and its weights' seed
 UPDATE_ROWS = 8  # embedding rows per update request
-
-
-@dataclass(frozen=True)
-class Figures:
-    """The client's view of one measurement, over its measured windows."""
-
-    throughput: float
-    p50_ms: float
-    p99_ms: float
-    failed: int
-    sent: int
-    shed: int = 0  # of the failed: arrivals the client shed because the pipeline fell behind
-
-    @classmethod
-    def of(cls, measurement: Measurement) -> Figures:
-        s = measurement.summary()
-        shed = sum(r.shed for r in measurement.measured_records())
-        return cls(s.throughput, s.p50_ms, s.p99_ms, s.failed, s.requests, shed)
 
 
 @dataclass(frozen=True)
@@ -72,8 +54,8 @@ class Row:
     comparison: Comparison
     saturation_model: float  # inf/s
     saturation_pipeline: float
-    fixed_model: Figures
-    fixed_pipeline: Figures
+    fixed_model: Summary  # the client's view of each under the fixed load
+    fixed_pipeline: Summary
     steps: list[Step]
     record: PipelineRecord
 
@@ -92,9 +74,10 @@ class Live:
     """The live phase: the pipeline under fixed load while its parameters change (the updater counts
     into it as it goes)."""
 
-    figures: Figures | None = None
+    figures: Summary | None = None
     updates_applied: int = 0
     dense_swapped: bool = False
+    shed: int = 0  # of the failed: arrivals the client shed because the pipeline fell behind
 
     @property
     def complete(self) -> bool:
@@ -172,12 +155,12 @@ class PipelineStudy:
         saturate = closed_loop(profile.goal_concurrency)
         with context.server(repository, "pipeline-server.log", startup_timeout_s=300) as server:
             capacity: dict[str, float] = {}
-            fixed: dict[str, tuple[Load, Figures]] = {}  # each model's fixed load, and its figures under it
+            fixed: dict[str, tuple[Load, Summary]] = {}  # each model's fixed load, and its figures under it
             for model in sorted({c.model for c in wanted}):
                 target = context.target(server, spec.model(model))
-                capacity[model] = Figures.of(context.measure(server, target, saturate)).throughput
+                capacity[model] = context.measure(server, target, saturate).throughput
                 load = fixed_load(context, model, capacity[model], seed_offset=1)
-                fixed[model] = load, Figures.of(context.measure(server, target, load))
+                fixed[model] = load, context.measure(server, target, load).summary()
             rows = []
             for c in wanted:
                 target = context.target(server, spec.model(c.model), served_as=c.pipeline)
@@ -186,7 +169,7 @@ class PipelineStudy:
                 low = context.measure(server, target, load, related=stages)
                 steps = steps_of(low.server, stages) if low.server else []
                 rows.append(
-                    Row(c, capacity[c.model], Figures.of(sat).throughput, model_figures, Figures.of(low),
+                    Row(c, capacity[c.model], sat.throughput, model_figures, low.summary(),
                         steps, records[c.pipeline])
                 )  # fmt: skip
             live = _measure_live(context, server, spec, repository, capacity) if runs_live(profile) else None
@@ -230,7 +213,8 @@ def _measure_live(
     updater.start()
     measurement = context.measure(server, target, load, f"{LIVE_PIPELINE} during live updates")
     updater.join(timeout=120)
-    return replace(live, figures=Figures.of(measurement))  # a copy: an updater still running counts on
+    shed = sum(r.shed for r in measurement.measured_records())
+    return replace(live, figures=measurement.summary(), shed=shed)  # a copy: a running updater counts on
 
 
 def pipeline_goals(rows: list[Row], live: Live | None) -> list[Goal]:
@@ -247,12 +231,12 @@ def pipeline_goals(rows: list[Row], live: Live | None) -> list[Goal]:
     if live is not None:
         spec = GOALS["failed during live updates"]
         measured = (
-            f"{live.figures.failed}/{live.figures.sent} failed; {live.updates_applied} updates applied, "
+            f"{live.figures.failed}/{live.figures.requests} failed; {live.updates_applied} updates applied, "
             f"dense v{DENSE_VERSION} {'live' if live.dense_swapped else 'NOT swapped'}"
         )
         met = spec.met(live.figures.failed) if live.complete else None
         limits = "" if live.complete else "incomplete: the updates or the version swap did not finish"
-        failed, shed = live.figures.failed, live.figures.shed
+        failed, shed = live.figures.failed, live.shed
         if shed:
             note = f"{shed} of the {failed} failed were arrivals shed by the client (every slot busy)"
             if shed == failed:
@@ -289,7 +273,7 @@ def write_pipeline_report(
             f"{fm.p50_ms:.2f} → {fp.p50_ms:.2f}", f"{fm.p99_ms:.2f} → {fp.p99_ms:.2f}",
             "—" if math.isnan(added) else f"{added:+.2f}",
             f"{rec.boundary_bytes_per_request} ({rec.boundary_bytes_saved_per_request})",
-            f"{rec.compression_max_rel_error:.1e}", f"{fp.failed}/{fp.sent}",
+            f"{rec.compression_max_rel_error:.1e}", f"{fp.failed}/{fp.requests}",
         ])  # fmt: skip
     lines += [table(header, body), "", "## Per step (server statistics, fixed load)", ""]
     step_rows = [

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import yaml
 
-from perf.markdown import error_percent, fit_text, number, percent, ratio, table, why_unmeasured
+from perf.markdown import UNMEASURED, error_percent, fit_text, number, percent, ratio, table, why_unmeasured
 from perf.markdown import write_report as write_report_file
 from perf.measure.records import write_csv, write_json
 from perf.studies import analysis
@@ -186,7 +186,7 @@ def overhead_section(family: FamilyResult) -> str:
         f"seen ≥ {analysis.MIN_EXECUTIONS} times):\n\n"
     )
     if not sizes:
-        return note + f"_{analysis.NOT_MEASURED}: no raw batch size was formed often enough._"
+        return note + f"_{UNMEASURED}: no raw batch size was formed often enough._"
     rows = [
         [f"{o.batch:g}", o.executions, number(o.served_ms, 3), number(o.raw_ms, 3), analysis.overhead_cell(o),
          ratio(o.ratio) if not o.why else "–"]

@@ -8,8 +8,9 @@ import math
 import pytest
 
 from client.stats import BatchBucket
+from perf.markdown import UNMEASURED
 from perf.measure.raw import RawPoint
-from perf.studies.analysis import NOT_MEASURED, at_raw_sizes, overhead_cell, overhead_of, raw_ms_at
+from perf.studies.analysis import at_raw_sizes, overhead_cell, overhead_of, raw_ms_at
 
 RAW = [RawPoint(16, 2.0, 8000.0, 0.1), RawPoint(1, 0.5, 2000.0, 0.5)]  # out of order on purpose
 
@@ -50,8 +51,8 @@ def test_what_cannot_be_measured_says_why_and_shows_no_number(batches, raw, reas
     overhead = overhead_of(batches, raw)
     assert reason in overhead.why
     cell = overhead_cell(overhead)
-    assert cell.startswith(f"{NOT_MEASURED} (") and reason in cell
-    assert overhead_cell(None) == f"{NOT_MEASURED} (no server statistics)"
+    assert cell.startswith(f"{UNMEASURED} (") and reason in cell
+    assert overhead_cell(None) == f"{UNMEASURED} (no server statistics)"
 
 
 def test_per_batch_figures_only_at_raw_sizes_seen_often_enough() -> None:

@@ -13,10 +13,10 @@ from client.stats import ModelStats
 from exporters.errors import SpecError
 from exporters.pipelines.build import BoundaryRecord, PipelineRecord
 from perf.errors import OptionError, StudyError
+from perf.measure.records import Summary
 from perf.measure.server_view import ServerDelta
 from perf.studies.framework import StudyContext
 from perf.studies.pipeline_study import (
-    Figures,
     Live,
     PipelineStudy,
     Row,
@@ -38,8 +38,11 @@ RECORD = PipelineRecord(
 )  # fmt: skip
 
 
-def _fixed(p50: float, failed: int = 0) -> Figures:
-    return Figures(throughput=100.0, p50_ms=p50, p99_ms=2 * p50, failed=failed, sent=100)
+def _fixed(p50: float, failed: int = 0) -> Summary:
+    return Summary(
+        requests=100, succeeded=100 - failed, failed=failed, samples=100 - failed, seconds=1.0,
+        throughput=100.0, p50_ms=p50, p90_ms=1.5 * p50, p99_ms=2 * p50, mean_ms=p50,
+    )  # fmt: skip
 
 
 def _row(pipeline_qps: float, pipeline_p50: float) -> Row:
@@ -81,8 +84,8 @@ def test_failed_requests_during_a_complete_live_phase_miss_the_goal(tmp_path: Pa
 
 
 def test_failures_that_were_shed_arrivals_are_told_apart(tmp_path: Path) -> None:
-    shed = Figures(throughput=100.0, p50_ms=1.0, p99_ms=2.0, failed=3, sent=100, shed=3)
-    text = _report(tmp_path, _row(190.0, 2.3), Live(shed, updates_applied=10, dense_swapped=True))
+    live = Live(_fixed(1.0, failed=3), updates_applied=10, dense_swapped=True, shed=3)
+    text = _report(tmp_path, _row(190.0, 2.3), live)
     assert "| **MISSED** | 3 of the 3 failed were arrivals shed by the client" in text
     assert "no request was refused by the server" in text
 
