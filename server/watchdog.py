@@ -25,8 +25,7 @@ import tritonclient.http as httpclient
 from server.admin import load_model, serving_versions
 from server.proc_stat import stop
 from server.records import write_record
-from server.stub_locks import owned_mutexes
-from server.stubs import Stub, activity, server_stubs
+from server.stubs import Stub, activity, owned_mutexes, server_stubs
 
 log = logging.getLogger(__name__)
 DIED = "died"
@@ -181,7 +180,7 @@ class Watchdog:
 
     def _release_mutexes(self, stub: Stub) -> None:
         """Let a stopped stub run a millisecond at a time until it owns no pool mutex: killed owning one,
-        it leaves it owner-died and the server aborts (``server.stub_locks``)."""
+        it leaves it owner-died and the server aborts (``server.stubs.owned_mutexes``)."""
         held: list[int] = []
         for _ in range(RELEASE_TRIES):
             held = owned_mutexes(stub.pid, stub.shm_region)
