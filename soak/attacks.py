@@ -14,7 +14,6 @@ import signal
 import socket
 import threading
 import time
-import urllib.error
 import urllib.request
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
@@ -417,7 +416,7 @@ class PendingWatch:
         while not self._stop.wait(READ_EVERY_S):
             try:
                 waiting = pending(self.metrics_url, self.model)
-            except (urllib.error.URLError, OSError):
+            except OSError:  # urllib's errors included: this read is lost, the next one tells
                 continue
             self.reads += 1
             self.most = max(self.most, waiting)
