@@ -1,7 +1,8 @@
 """``make soak``'s attack faults: the request kinds fault matrix rows 37–46 and 78 close, sent among the
 load, each to get its one documented answer with no stub lost. The share attacks (rows 38 and 78) come
-from an address of their own (``ATTACKER``), so the load's share is not theirs; ``kill -9`` of
-tritonserver is an outage of every model, excused only with the fronts' restart answers."""
+from an address of their own (``ATTACKER``), so the load's share is not theirs, and are judged by
+Triton's own count of waiting requests (``PendingWatch``); ``kill -9`` of tritonserver is an outage of
+every model, excused only with the fronts' restart answers."""
 
 from __future__ import annotations
 
