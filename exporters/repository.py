@@ -32,7 +32,6 @@ class BuiltModel:
     spec: ModelSpec
     config: ModelConfig
     artifact: Artifact
-    config_path: Path
 
 
 def build_model(
@@ -48,7 +47,8 @@ def build_model(
     if twins:
         lend_export(twins[0], out_dir)
     artifact = export_onnx(spec, out_dir)
-    return BuiltModel(spec, config, artifact, write_config(config, repository / spec.name))
+    write_config(config, repository / spec.name)
+    return BuiltModel(spec, config, artifact)
 
 
 def lend_export(artifact: Artifact, out_dir: Path) -> None:

@@ -1,8 +1,13 @@
-"""The Python backend's stub processes of one server, read from ``/proc``.
+"""The Python backend's stub processes of one server, read from ``/proc``, and the mutexes they own.
 
 A stub's argv is ``triton_python_backend_stub <model file> <shm region> <shm size> <growth> <parent pid>
 <backend dir> <ipc handle> <instance name> ...``. A live stub is hung when none of its threads runs
 (stopped, or frozen): a healthy one's health thread wakes every 300 ms, so ``activity`` keeps moving.
+
+A locked robust glibc mutex holds its owner's thread id in its lock word and again 8 bytes on. A stub
+killed while it owns the pool mutex in its ``/dev/shm`` region leaves it owner-died, and tritonserver's
+next lock raises an uncaught ``lock_exception``: the server aborts (fault matrix row 25). The watchdog
+reads ``owned_mutexes`` before it kills a stopped stub.
 """
 
 from __future__ import annotations
@@ -13,9 +18,13 @@ import signal
 from dataclasses import dataclass
 from pathlib import Path
 
+import numpy as np
+
 from server.proc_stat import EXITED, STOPPED_STATES, stat_fields
 
 STUB_NAME = b"triton_python_backend_stub"
+SCANNED_WORDS = 1 << 16  # a region's first 256 KiB: the pool's header and the IPC control are there
+FUTEX_TID_MASK = 0x3FFFFFFF  # a locked robust mutex's lock word: owner thread id plus two flag bits
 
 
 @dataclass(frozen=True)
@@ -96,3 +105,18 @@ def kill_stray_stubs(prefix: str) -> None:
     for pid in stubs_with_prefix(prefix):
         with contextlib.suppress(OSError):  # exited meanwhile
             os.kill(pid, signal.SIGKILL)
+
+
+def owned_mutexes(pid: int, region: str) -> list[int]:
+    """Offsets in ``/dev/shm/<region>`` of the robust mutexes that a thread of ``pid`` owns now;
+    [] when the process or the region is gone. Only meaningful while ``pid`` is stopped."""
+    try:
+        tids = np.array([int(t) for t in os.listdir(f"/proc/{pid}/task")], dtype=np.uint32)
+        words = np.fromfile(Path("/dev/shm", region), np.uint32, SCANNED_WORDS)
+    except (FileNotFoundError, ProcessLookupError, ValueError):
+        return []
+    if tids.size == 0 or words.size < 3:
+        return []
+    lock_words = words[:-2] & np.uint32(FUTEX_TID_MASK)
+    near = np.flatnonzero((lock_words >= tids.min()) & (lock_words <= tids.max()))
+    return [int(i) * 4 for i in near if lock_words[i] in tids and words[i + 2] == lock_words[i]]

@@ -25,14 +25,12 @@ import tritonclient.http as httpclient
 from server.admin import load_model, serving_versions
 from server.proc_stat import stop
 from server.records import write_record
-from server.stub_locks import owned_mutexes
-from server.stubs import Stub, activity, server_stubs
+from server.stubs import Stub, activity, owned_mutexes, server_stubs
 
 log = logging.getLogger(__name__)
 DIED = "died"
-POLL_S = 0.25  # how often the stubs are read from /proc: a silent stub must be seen inside Triton's window
+POLL_S = 0.25  # stubs read from /proc this often: a silent one is seen inside Triton's 1 s health window
 SILENT_AFTER_S = 0.7  # judged at the first poll after this: 0.75-1.0 s after a stub's last run
-HEALTH_WINDOW_S = 1.0  # Triton's give-up time for a stub mid-execute, hard-coded in 2.51
 STOP_WAIT_S = 0.1  # how long a running hung stub may take to stop before its mutexes are read anyway
 RELEASE_TRIES = 50  # a stopped stub owning a pool mutex is let run this many times (1 ms each) to release it
 KILL_WAIT_S = 5.0  # how long a killed hung stub may take to exit before the reload starts anyway
@@ -181,7 +179,7 @@ class Watchdog:
 
     def _release_mutexes(self, stub: Stub) -> None:
         """Let a stopped stub run a millisecond at a time until it owns no pool mutex: killed owning one,
-        it leaves it owner-died and the server aborts (``server.stub_locks``)."""
+        it leaves it owner-died and the server aborts (``server.stubs.owned_mutexes``)."""
         held: list[int] = []
         for _ in range(RELEASE_TRIES):
             held = owned_mutexes(stub.pid, stub.shm_region)

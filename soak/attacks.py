@@ -1,7 +1,8 @@
 """``make soak``'s attack faults: the request kinds fault matrix rows 37–46 and 78 close, sent among the
 load, each to get its one documented answer with no stub lost. The share attacks (rows 38 and 78) come
-from an address of their own (``ATTACKER``), so the load's share is not theirs; ``kill -9`` of
-tritonserver is an outage of every model, excused only with the fronts' restart answers."""
+from an address of their own (``ATTACKER``), so the load's share is not theirs, and are judged by
+Triton's own count of waiting requests (``PendingWatch``); ``kill -9`` of tritonserver is an outage of
+every model, excused only with the fronts' restart answers."""
 
 from __future__ import annotations
 
@@ -14,6 +15,7 @@ import signal
 import socket
 import threading
 import time
+import urllib.request
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -29,10 +31,10 @@ from client.infer import make_inputs
 from client.shm import system_region
 from server.fronts import h2c
 from server.fronts.client_slots import SlotLimits
+from server.watchdog import model_progress
 from soak import raw_grpc
 from soak.faults import ENCODER, Soak, overflowing_request, refused
 from soak.other_uid import SERVICE
-from soak.pending import PendingWatch, pending
 from soak.raw_http import Request, address, exchange, hang_ups
 from soak.report import Outage
 
@@ -57,6 +59,7 @@ READ_BACK_WITHIN_S = 5.0  # a row read back waits this long for its file to be r
 ROW_FLOATS = 16  # trivial's x and y: FP32 [1, 16]
 ROW = 4 * ROW_FLOATS
 UNWRITTEN = np.full((1, ROW_FLOATS), -1.0, np.float32)  # no answer of the race's: 2 * 2.5 or 2 * 0
+READ_EVERY_S = 0.05  # how often a ``PendingWatch`` reads Triton's metrics
 RESTART_WITHIN_S = 300.0  # the supervisor's backoff plus a start on a busy host
 # the share attacks' own loopback address (all of 127.0.0.0/8 is), so the load's share is never theirs
 ATTACKER = "127.0.0.9"
@@ -377,6 +380,47 @@ def encoder_request(soak: Soak) -> tuple[tuple[str, ...], int] | None:
     parameters = soak.client.get_model_config(ENCODER).get("parameters", {})
     longest = json.loads(parameters.get("input_max_shapes", {}).get("string_value", "{}"))
     return inputs, min([ENCODER_TOKENS, *(dims[-1] for dims in longest.values())])
+
+
+def pending(metrics_url: str, model: str) -> float:
+    """The requests ``model`` has waiting in Triton now (those its instances run are not counted): what
+    the fronts let reach Triton, whatever the clients' timing."""
+    with urllib.request.urlopen(metrics_url, timeout=5) as answer:
+        return model_progress(answer.read().decode(errors="replace")).get(model, (0.0, 0.0))[0]
+
+
+class PendingWatch:
+    """Reads Triton's metrics every ``READ_EVERY_S`` in a thread while a block runs: the most ``model``
+    requests Triton had waiting, and how many reads answered (so an empty watch is not a pass)."""
+
+    def __init__(self, metrics_url: str, model: str) -> None:
+        self.metrics_url, self.model, self.most, self.reads = metrics_url, model, 0.0, 0
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._watch, daemon=True)
+
+    def __enter__(self) -> PendingWatch:
+        self._thread.start()
+        return self
+
+    def __exit__(self, *_: object) -> None:
+        self._stop.set()
+        self._thread.join()
+
+    def read_again(self, guard_s: float = 60.0) -> None:
+        """Wait for a read begun after this call (``guard_s``: a hang guard, not a bound), so what the block
+        left waiting is counted however short it was."""
+        wanted, give_up = self.reads + 2, time.monotonic() + guard_s  # the read under way began before
+        while self.reads < wanted and time.monotonic() < give_up:
+            time.sleep(READ_EVERY_S)
+
+    def _watch(self) -> None:
+        while not self._stop.wait(READ_EVERY_S):
+            try:
+                waiting = pending(self.metrics_url, self.model)
+            except OSError:  # urllib's errors included: this read is lost, the next one tells
+                continue
+            self.reads += 1
+            self.most = max(self.most, waiting)
 
 
 def within_share(soak: Soak, what: str, share: int, attack: Callable[[Callable[[], None]], bool]) -> None:

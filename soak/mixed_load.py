@@ -74,7 +74,7 @@ class MixedLoad:
         self.outcomes: list[Outcome] = []
         self._lock = threading.Lock()
         self._stop = threading.Event()
-        self._threads = [
+        self.callers = [  # one thread each; one alive after ``stop()`` waits on a request never answered
             threading.Thread(target=self._loop, args=(protocol, model), daemon=True)
             for protocol in ("http", "grpc")
             for model in models
@@ -98,18 +98,14 @@ class MixedLoad:
         client.close()  # in this thread: the gevent pool cannot be joined from the collector's
 
     def start(self) -> MixedLoad:
-        for thread in self._threads:
-            thread.start()
+        for caller in self.callers:
+            caller.start()
         return self
 
     def stop(self) -> None:
         self._stop.set()
-        for thread in self._threads:
-            thread.join(timeout=30)
-
-    def hung(self) -> int:
-        """Callers still waiting after ``stop()``: requests that never came back."""
-        return sum(thread.is_alive() for thread in self._threads)
+        for caller in self.callers:
+            caller.join(timeout=30)
 
     def wait_for(
         self, count: int, timeout_s: float = 60, where: Callable[[Outcome], bool] = lambda o: True
@@ -123,7 +119,3 @@ class MixedLoad:
     def ok(self, where: Callable[[Outcome], bool] = lambda o: True) -> list[Outcome]:
         with self._lock:
             return [o for o in self.outcomes if not o.error and where(o)]
-
-    def failed(self, where: Callable[[Outcome], bool] = lambda o: True) -> list[Outcome]:
-        with self._lock:
-            return [o for o in self.outcomes if o.error and where(o)]

@@ -52,8 +52,6 @@ REGION_OUTPUT_ASKS = {
     "http": ("", "", "", "", "binary", "classification"),
     "grpc": ("", "", "", "", "classification", "classification"),  # gRPC has no binary data
 }
-# what a printed Case names
-REPLAYABLE = ("Case", "TensorCase", "OutputCase", "ShmRange", "Registration", "HeaderCase")
 
 
 @dataclass(frozen=True)
@@ -66,7 +64,6 @@ class InputSpace:
     bounds: tuple[tuple[int, int], ...]
     optional: bool = False
     value_range: tuple[int, int] | None = None
-    finite: bool = True
 
 
 @dataclass(frozen=True)
@@ -97,9 +94,7 @@ class ModelSpace:
         ]
         guards = {info.name: info for info in with_value_guards(infos, dict(config))}  # in input order
         inputs = tuple(
-            InputSpace(
-                name_, rule.datatype, rule.fixed, rule.bounds, rule.optional, guard.bounds, guard.finite
-            )
+            InputSpace(name_, rule.datatype, rule.fixed, rule.bounds, rule.optional, guard.bounds)
             for (name_, rule), guard in zip(signature.inputs.items(), guards.values(), strict=True)
         )
         outputs = tuple(

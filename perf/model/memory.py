@@ -39,7 +39,3 @@ class DeviceMemory:
 
     def fits(self, planned_bytes: int) -> bool:
         return planned_bytes <= self.budget_bytes
-
-    def share_after(self, planned_bytes: int) -> float:
-        """The device's fill (0..1) with ``planned_bytes`` added to what is in use."""
-        return (self.used_bytes + planned_bytes) / self.total_bytes if self.total_bytes else 0.0

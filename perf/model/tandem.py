@@ -26,22 +26,13 @@ class TandemStage:
     service: ServiceModel
 
 
-@dataclass(frozen=True)
-class TandemResult(SimResult):
-    """A tandem's run as one batcher's (``batch_sizes``: the first stage's), with each stage's and link's
-    figures."""
-
-    stage_batches: tuple[np.ndarray, ...] = ()  # per stage, the formed batch sizes
-    link_busy: tuple[float, ...] = ()  # per boundary: the share of the span its link was sending
-
-
 def simulate_tandem(
     arrivals_s: Sequence[float], stages: Sequence[TandemStage], transfers: Sequence[Transfer],
     overhead_s: float = 0.0, seed: int = 0,
-) -> TandemResult:  # fmt: skip
+) -> SimResult:  # fmt: skip
     """Run ``arrivals_s`` (sorted seconds) through ``stages`` with ``transfers[k]`` between stage k and k+1
-    (requests reach stage k+1 in the order their transfers end); stage k's CPU waits draw with ``seed +
-    k``."""
+    (requests reach stage k+1 in the order their transfers end), as one batcher's run (``batch_sizes``:
+    the first stage's); stage k's CPU waits draw with ``seed + k``."""
     if not stages:
         raise OptionError("a tandem needs at least one stage")
     if len(transfers) != len(stages) - 1:
@@ -50,8 +41,7 @@ def simulate_tandem(
     count = len(origin)
     ids = np.arange(count)  # the original request behind each position of the current stage's order
     times = origin.copy()
-    batches: list[np.ndarray] = []
-    busy: list[float] = []
+    batches: list[np.ndarray] = []  # per stage, the formed batch sizes
     for k, stage in enumerate(stages):
         service = replace(stage.service, overhead_s=0.0)
         result = simulate(times, stage.config, service, seed + k)
@@ -60,24 +50,19 @@ def simulate_tandem(
         if k == len(stages) - 1:
             times = done
             break
-        transfer, link_free, sent = transfers[k], 0.0, 0.0
+        transfer, link_free = transfers[k], 0.0
         arrive = np.empty(count)
         stops = np.cumsum(result.batch_sizes)  # [start, stop) of each formed batch in the stage's order
         spans = zip((stops - result.batch_sizes).tolist(), stops.tolist(), strict=True)
         for start, stop in sorted(spans, key=lambda span: done[span[0]]):
-            took = transfer.seconds(stop - start)
-            begin = max(done[start], link_free)
-            link_free = begin + took
-            sent += took
+            link_free = max(done[start], link_free) + transfer.seconds(stop - start)  # one at a time
             arrive[start:stop] = link_free
         order = np.argsort(arrive, kind="stable")
         ids, times = ids[order], arrive[order]
-        busy.append(sent)
     latencies = np.empty(count)
     latencies[ids] = times - origin[ids] + overhead_s
     span = float(times.max() - origin[0]) if count else 0.0
-    shares = tuple(b / span if span > 0 else 0.0 for b in busy)
-    return TandemResult(latencies, batches[0], span, stage_batches=tuple(batches), link_busy=shares)
+    return SimResult(latencies, batches[0], span)
 
 
 def predict_tandem(

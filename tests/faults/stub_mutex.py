@@ -1,7 +1,7 @@
 """Stop a Python-backend stub at the moment it owns one of the Python backend's robust mutexes (fault
 matrix row 25): a stop at a random moment rarely lands there, and only such a stop, once the stub is
-killed, made tritonserver 2.51 abort (``server.stub_locks``). And the other way round: kill a stub at a
-moment it owns none, for the rows about a stub's death that the watchdog heals (row 1)."""
+killed, made tritonserver 2.51 abort (``server.stubs.owned_mutexes``). And the other way round: kill a
+stub at a moment it owns none, for the rows about a stub's death that the watchdog heals (row 1)."""
 
 from __future__ import annotations
 
@@ -11,7 +11,7 @@ import time
 
 from process_stop import stop_every_thread
 
-from server.stub_locks import owned_mutexes
+from server.stubs import owned_mutexes
 
 
 def stop_owning_a_mutex(pid: int, region: str, seconds: float) -> tuple[list[int], int]:

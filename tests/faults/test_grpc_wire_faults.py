@@ -20,6 +20,7 @@ from __future__ import annotations
 import gzip
 import socket
 import time
+import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -35,8 +36,9 @@ from server import TritonServer
 from server.fronts import h2c
 from server.fronts.client_slots import MESSAGE_TIMEOUT_S, OVERDUE_TIMEOUT_S, SlotLimits
 from server.fronts.grpc_wire import MAX_STREAMS, STREAMS_PER_ADDRESS
+from server.watchdog import model_progress
+from soak.attacks import PendingWatch, pending
 from soak.invariant_fuzz import rss_mib
-from soak.pending import PendingWatch, pending, progress
 from soak.raw_grpc import Answers, GrpcReply, call_headers, exchange, message, send_and_reset
 
 pytestmark = pytest.mark.integration
@@ -346,6 +348,12 @@ class _RawConnection:
         return (*self.answers.status(stream), answer)
 
 
+def _executions(metrics_url: str, model: str) -> float:
+    """Triton's count of ``model``'s executions, successes and failures so far: it grew, a request ran."""
+    with urllib.request.urlopen(metrics_url, timeout=5) as answer:
+        return model_progress(answer.read().decode(errors="replace")).get(model, (0.0, 0.0))[1]
+
+
 def _output(answer: service_pb2.ModelStreamInferResponse | None) -> np.ndarray | None:
     """A stream answer's one output as FP32 (None: no answer, or an error message)."""
     if answer is None or answer.error_message:
@@ -380,7 +388,7 @@ def test_streams_reset_once_forwarded_end_on_triton_and_free_their_places(
     it had forwarded open, each with its place and slot, until the deadline it gave Triton (600 s)."""
     address = _address(stream_reset_server)
     metrics = stream_reset_server.metrics_url
-    before = progress(metrics, model)
+    before = _executions(metrics, model)
     with socket.create_connection(address) as first_sock:
         first = _RawConnection(first_sock)
         block = call_headers(STREAM, [], RESET_STREAM_DEADLINE_S)
@@ -406,7 +414,7 @@ def test_streams_reset_once_forwarded_end_on_triton_and_free_their_places(
                     break
                 time.sleep(0.5)
             assert held == [0, 0], f"places still held on the connection and the address's other: {held}"
-            reached = progress(metrics, model) - before  # the reset streams Triton ran, all answered now
+            reached = _executions(metrics, model) - before  # the reset streams Triton ran, all answered now
             for connection in (first, second):
                 code, why, answer = connection.answered(body)
                 output = _output(answer)

@@ -23,7 +23,7 @@ from slow_model import SLOW, slow_model_server
 
 from server import TritonServer
 from server.fronts.client_slots import SlotLimits
-from soak.pending import PendingWatch, pending
+from soak.attacks import PendingWatch, pending
 from soak.raw_http import HttpReply, reply_in
 
 pytestmark = pytest.mark.integration

@@ -28,27 +28,21 @@ import os
 import pytest
 
 from server import TritonServer
-from soak import request_space
 from soak.fuzz_headers import CASINGS, MISMATCH, VALID_METADATA, WIRE_FAULTS
 from soak.invariant_fuzz import InvariantFuzz, run_examples
 from soak.other_uid import OtherUser
+from tests.unit.soak.fuzz_spaces import replayed
 
 pytestmark = pytest.mark.integration
 EXAMPLES = int(os.environ.get("INVARIANT_FUZZ_EXAMPLES", "500"))
 SEED = int(os.environ.get("INVARIANT_FUZZ_SEED", "0"))
 
 
-def replay_case(fuzz: InvariantFuzz, text: str) -> None:
-    """One case as hypothesis printed it (``Case(model=..., ...)``), sent again."""
-    names = {name: getattr(request_space, name) for name in request_space.REPLAYABLE}
-    fuzz.check(eval(text, {"__builtins__": {}}, names))  # the fuzz's own printed repr, nothing else
-
-
 def test_invariants_hold_over_every_served_model(fault_server: TritonServer) -> None:
     with InvariantFuzz(fault_server) as fuzz:
         try:
             if os.environ.get("INVARIANT_FUZZ_CASE"):
-                replay_case(fuzz, os.environ["INVARIANT_FUZZ_CASE"])
+                fuzz.check(replayed(os.environ["INVARIANT_FUZZ_CASE"]))  # a case as hypothesis printed it
             else:
                 run_examples(fuzz, EXAMPLES, SEED, os.environ.get("INVARIANT_FUZZ_REPLAY", ""))
         finally:

@@ -38,7 +38,7 @@ from tritonclient.grpc import service_pb2, service_pb2_grpc
 
 from server.fronts.client_slots import DEFAULT_MAX_OVERDUE, SlotLimits
 from server.proc_stat import running
-from soak.pending import PendingWatch
+from soak.attacks import PendingWatch
 from tests.faults.harness import start_arguments
 
 pytestmark = pytest.mark.integration

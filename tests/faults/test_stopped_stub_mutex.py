@@ -67,6 +67,6 @@ def test_a_stub_stopped_owning_the_pool_mutex_is_killed_without_aborting_the_ser
     finally:
         load.stop()
     assert server.process.poll() is None, server.log_tail()
-    assert load.hung() == 0
+    assert not any(caller.is_alive() for caller in load.callers), "a request never came back"
     if not owned_at_stop:  # about one run in three here: the server survived, but the case was not met
         pytest.skip(f"none of {MAX_STOPS} stops landed while the stub owned the pool mutex")

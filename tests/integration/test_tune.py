@@ -68,8 +68,8 @@ def test_a_measurement_starts_after_the_replaced_instances_have_exited(session: 
 
 def test_the_written_overlay_validates_and_builds(session: ModelSession, tmp_path: Path) -> None:
     tuned = write_overlay(SPEC, session.base, BatcherConfig(16, 2000, instances=2), tmp_path, "test")
-    built = build_repository(tuned, tmp_path / "repository", num_gpus=0, only=[MODEL])
-    text = built[0].config_path.read_text()
+    build_repository(tuned, tmp_path / "repository", num_gpus=0, only=[MODEL])
+    text = (tmp_path / "repository" / MODEL / "config.pbtxt").read_text()
     assert "max_queue_delay_microseconds: 2000" in text and "max_batch_size: 16" in text
     assert "count: 2" in text and "default_queue_policy" not in text
 

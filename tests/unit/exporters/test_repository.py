@@ -61,4 +61,4 @@ def test_variants_of_one_graph_are_exported_once(spec_data: dict[str, Any], tmp_
         assert artifact.path == tmp_path / name / "1" / "model.onnx"
         assert artifact.path.read_bytes() == first.path.read_bytes()
     assert built["reseeded"].artifact.content_hash != first.content_hash
-    assert "max_queue_delay_microseconds: 9" in built["slow"].config_path.read_text()
+    assert "max_queue_delay_microseconds: 9" in (tmp_path / "slow" / "config.pbtxt").read_text()

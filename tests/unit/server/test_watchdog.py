@@ -14,7 +14,9 @@ from server import watchdog as watchdog_module
 from server.ports import free_ports
 from server.proc_stat import stat_fields
 from server.stubs import STOPPED_STATES, Stub
-from server.watchdog import HEALTH_WINDOW_S, POLL_S, Watchdog, model_progress
+from server.watchdog import POLL_S, Watchdog, model_progress
+
+HEALTH_WINDOW_S = 1.0  # Triton's give-up time for a stub mid-execute, hard-coded in 2.51
 
 METRICS = """# HELP nv_inference_request_success Number of successful inference requests
 nv_inference_request_success{model="sleepy",version="1"} 5

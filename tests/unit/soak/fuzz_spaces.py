@@ -1,15 +1,16 @@
 """Served configs the invariant fuzz's unit tests draw from (the text encoder as Triton serves it, a
 BYTES model, and ``NARROW``, a model of narrow integer inputs), and the fronts' allow-list applied to
 what the fuzz would send: the tests of ``soak.request_space`` and ``soak.fuzz_wire`` judge their
-requests by the fronts' own rules."""
+requests by the fronts' own rules. And a printed case read back, as ``INVARIANT_FUZZ_CASE`` replays it."""
 
 from __future__ import annotations
 
 import json
 
 from server.fronts.allow_list import CarriedInput, Carrier, ModelSignature, check_allowed
+from soak.fuzz_headers import HeaderCase
 from soak.fuzz_wire import carried
-from soak.request_space import ModelSpace, TensorCase
+from soak.request_space import Case, ModelSpace, OutputCase, Registration, ShmRange, TensorCase
 
 LIMIT = 64 << 20
 # the text encoder as Triton serves it: two INT64 [-1, -1] inputs sharing a sequence axis of at most 16
@@ -55,3 +56,11 @@ def allowed(space: ModelSpace, tensors: tuple[TensorCase, ...], seed: int) -> No
         for t, data in zip(tensors, (carried(t, rules[t.name], seed) for t in tensors), strict=True)
     ]
     check_allowed(signature, carried_inputs, [])
+
+
+def replayed(text: str) -> Case:
+    """A case as hypothesis printed it (``Case(model=..., ...)``), built again from the case types alone."""
+    names = {
+        kind.__name__: kind for kind in (Case, TensorCase, OutputCase, ShmRange, Registration, HeaderCase)
+    }
+    return eval(text, {"__builtins__": {}}, names)  # the fuzz's own printed repr, nothing else

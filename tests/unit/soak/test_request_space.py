@@ -11,10 +11,9 @@ from hypothesis import HealthCheck, assume, given, settings
 from hypothesis import seed as hypothesis_seed
 
 from server.fronts.refusal import RequestRefusedError
-from soak import request_space
 from soak.fuzz_wire import carried
 from soak.request_space import Case, cases
-from tests.unit.soak.fuzz_spaces import SPACES, allowed
+from tests.unit.soak.fuzz_spaces import SPACES, allowed, replayed
 
 
 def test_a_model_space_is_read_from_the_served_config() -> None:
@@ -22,7 +21,7 @@ def test_a_model_space_is_read_from_the_served_config() -> None:
     assert encoder.max_batch_size == 32 and encoder.deadline_s == 60.0
     ids, mask = encoder.inputs
     assert (ids.datatype, ids.dims, ids.bounds, ids.value_range) == ("INT64", (-1,), ((1, 16),), (0, 30522))
-    assert mask.value_range == (0, 2) and ids.finite
+    assert mask.value_range == (0, 2)
     assert encoder.variable_axes() == {0: (1, 16)}
     assert [o.name for o in encoder.outputs] == ["embedding"]
 
@@ -33,8 +32,7 @@ def test_a_model_space_is_read_from_the_served_config() -> None:
 def test_every_drawn_case_prints_as_it_replays(case: Case) -> None:
     """A failing case is replayed from what hypothesis prints (``INVARIANT_FUZZ_CASE``): its repr is the
     case, and its data come from its seed alone."""
-    names = {name: getattr(request_space, name) for name in request_space.REPLAYABLE}
-    assert eval(repr(case), {"__builtins__": {}}, names) == case
+    assert replayed(repr(case)) == case
     rules = {rule.name: rule for space in SPACES for rule in space.inputs}
     first = [carried(t, rules.get(t.name), case.seed + i).raw for i, t in enumerate(case.inputs)]
     again = [carried(t, rules.get(t.name), case.seed + i).raw for i, t in enumerate(case.inputs)]
