@@ -288,8 +288,9 @@ def test_calls_reset_once_sent_leave_triton_no_more_than_the_clients_share(slow_
     assert others and others == ["right"] * len(others), others
     assert pending.reads > 0, "Triton's metrics never answered during the resets"
     assert pending.most > 0, "no reset call reached Triton: the loop tested nothing"
-    # ``slow`` runs one request at a time (``max_batch=1``): Triton holds the one running and those waiting
-    assert pending.most + 1 <= share, f"Triton had {pending.most:g} reset calls waiting besides one running"
+    # the share bounds what Triton holds; its waiting count alone can reach it for an instant: a call whose
+    # answer the front has passed on frees its slot before Triton takes the next one from its queue
+    assert pending.most <= share, f"Triton had {pending.most:g} reset calls waiting, above its share {share}"
 
 
 STREAM_RESETS = 1500  # beyond a connection's 1,024 open calls: places kept for good would lock it out

@@ -140,7 +140,8 @@ def test_clients_that_hang_up_leave_triton_no_more_than_their_share(slow_server:
     assert others == ["right"] * len(others), others
     assert watch.reads > 0, "Triton's metrics never answered during the hang-ups"
     assert watch.most > 0, "no hung-up request reached Triton: the loop tested nothing"
-    # ``slow`` runs one request at a time (``max_batch=1``): Triton holds the one running and those waiting
-    assert watch.most + 1 <= share, f"Triton had {watch.most:g} hung-up requests waiting besides one running"
+    # the share bounds what Triton holds; its waiting count alone can reach it for an instant: a call whose
+    # answer the front has passed on frees its slot before Triton takes the next one from its queue
+    assert watch.most <= share, f"Triton had {watch.most:g} hung-up requests waiting (share {share})"
     assert refused, "none of the requests beyond the client's share was refused"
     assert set(refused) == {(429, SHARE_REFUSAL)}, set(refused)
