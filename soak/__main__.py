@@ -94,7 +94,8 @@ def run_soak(
         server.stop()
         load.stop()
         report.exit_code = server.process.returncode if server.process else None
-        account(report, load.outcomes, (drain_at, server.drain_finished_at), served_by)
+        waiting = [caller.name for caller in load.callers if caller.is_alive()]
+        account(report, load.outcomes, (drain_at, server.drain_finished_at), served_by, waiting)
     finally:
         supervisor.release()
         server.stop()

@@ -75,7 +75,9 @@ class MixedLoad:
         self._lock = threading.Lock()
         self._stop = threading.Event()
         self.callers = [  # one thread each; one alive after ``stop()`` waits on a request never answered
-            threading.Thread(target=self._loop, args=(protocol, model), daemon=True)
+            threading.Thread(
+                target=self._loop, args=(protocol, model), name=f"{protocol} {model}", daemon=True
+            )
             for protocol in ("http", "grpc")
             for model in models
             for _ in range(callers_per)

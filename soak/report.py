@@ -5,6 +5,7 @@ wrongly). Requests sent during the drain must be answered or refused cleanly."""
 from __future__ import annotations
 
 from collections import Counter
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from statistics import median_high
 
@@ -168,10 +169,15 @@ def account(
     outcomes: list[Outcome],
     drain: tuple[float, float | None],
     served_by: dict[str, set[str]],
+    waiting: Sequence[str] = (),
 ) -> None:
     """Sort every request into ok / excused / lost / refused after the drain (``served_by``: the
-    stub-backed models each model depends on)."""
+    stub-backed models each model depends on). ``waiting``: the callers still without an answer once the
+    load stopped; their requests have no outcome, and each is lost, unanswered."""
     drain_at, drain_finished_at = drain
+    for caller in waiting:
+        report.lost_unanswered += 1
+        report.lost.append(f"unanswered: {caller}: its request had no answer after the drain")
     for outcome in outcomes:
         if outcome.sent >= drain_at:
             if outcome.error and not refused_cleanly(outcome, drain_finished_at):

@@ -6,7 +6,7 @@ from __future__ import annotations
 from server.watchdog import HealEvent
 from soak.faults import match_heal_events
 from soak.invariant_fuzz import InvariantReport
-from soak.mixed_load import Outcome
+from soak.mixed_load import MixedLoad, Outcome
 from soak.report import SERVER_KILLED, Outage, SoakReport, account, close_by_restarts, own_restarts
 
 UNHEALTHY = "[500] Stub process 'recommender_0_0' is not healthy."
@@ -38,6 +38,17 @@ def test_failures_inside_the_outage_of_their_model_are_excused_and_nothing_else(
     assert report.lost[1].startswith(
         "answered wrongly: http trivial (answered in 0.1 s, no outage of its models before it)"
     )
+    assert not report.passed
+
+
+def test_a_caller_still_waiting_after_the_drain_is_lost_unanswered() -> None:
+    """Its request never got an outcome: without ``waiting`` the run below would pass on one good answer."""
+    report = _report()
+    load = MixedLoad("127.0.0.1:1", "127.0.0.1:2", ["trivial"])
+    assert [caller.name for caller in load.callers] == ["http trivial", "grpc trivial"]
+    account(report, [Outcome("http", "trivial", 1.0, 1.1, "")], (100.0, 101.0), SERVED_BY, ["grpc trivial"])
+    assert (report.ok, report.lost_unanswered) == (1, 1)
+    assert report.lost == ["unanswered: grpc trivial: its request had no answer after the drain"]
     assert not report.passed
 
 
