@@ -220,7 +220,7 @@ def test_every_model_of_a_two_model_run_has_its_goals_named_by_model(tmp_path: P
     from perf.cli import print_goals
     from perf.studies.analysis import all_goals
     from perf.studies.goals import goals_table
-    from tests.unit.perf.test_unmeasured import result as one_model_run
+    from tests.unit.perf.test_markdown import result as one_model_run
 
     result = one_model_run.__wrapped__(tmp_path)
     result.families["tagger"] = result.families["recommender"]
