@@ -200,7 +200,7 @@ class FrontConnection(RequestHandler):
 
 
 class FrontServer(web.Server):
-    """aiohttp's low-level server with ``FrontConnection`` connections and a body size bound."""
+    """aiohttp's low-level server with ``FrontConnection`` connections (bodies: ``HttpFront._read_body``)."""
 
     def __init__(self, front: HttpFront, **kwargs) -> None:
         super().__init__(front.handle, **kwargs)
@@ -213,11 +213,6 @@ class FrontServer(web.Server):
         handler.head_timeout_s = self.front.args.header_timeout_s
         handler.clients = self.clients
         return handler
-
-    def _make_request(self, message, payload, protocol, writer, task) -> web.BaseRequest:
-        return web.BaseRequest(
-            message, payload, protocol, writer, task, self._loop, client_max_size=self.front.max_body_bytes
-        )
 
 
 class HttpFront(Front):

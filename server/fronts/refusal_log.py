@@ -74,11 +74,7 @@ class RefusalLog:
 
 
 REFUSALS = RefusalLog()  # the front process's own
-
-
-def note_refusal(bound: str, address: str) -> None:
-    """Count a refusal by one of the front's bounds in its log."""
-    REFUSALS.note(bound, address)
+note_refusal = REFUSALS.note  # a refusal by one of the front's bounds
 
 
 def note_refused(refusal: RequestRefusedError, address: str) -> None:
