@@ -41,7 +41,6 @@ from server.fronts.grpc_wire import (
     ConnectionLimits,
     FrontConnection,
     GrpcError,
-    Headers,
     IncomingBytes,
     ServerCall,
 )
@@ -133,7 +132,8 @@ class GrpcFront(Front):
 
     def _client(self, call: ServerCall) -> Client:
         address, _, port = call.peer
-        uid = None if port is None else peer_uid((address, port), self.local)
+        local = call.connection.transport.get_extra_info("sockname") if call.connection.transport else None
+        uid = None if port is None or not local else peer_uid((address, port), local[:2])
         admin_header = GRPC_ADMIN_HEADER.encode()
         sent = next((value for name, value in call.metadata if name == admin_header), None)
         return Client(uid, bool(self.key) and sent == self.key.encode())
@@ -197,18 +197,12 @@ class GrpcFront(Front):
                 client = self._client(call)
                 rewritten, outputs = self.shm.to_triton(client, request, model)  # Triton never maps it
                 raw = rewritten or raw
-            timeout_s = self._upstream_timeout(call)
-
-            def exchange() -> Awaitable[tuple[bytes, Headers, Headers]]:
-                """Hand the call to Triton, which runs it whatever the client does after: from now on a
-                reset leaves this handler to wait for Triton's answer, holding its slot and its stream's
-                place (fault matrix row 78)."""
+            path, timeout_s = (PREFIX + name).encode(), self._upstream_timeout(call)
+            exchange = functools.partial(self.triton.unary, path, self._metadata(call), timeout_s, raw)
+            if model is None:  # answered at once; a reset still lets a load reach ``forget`` (row 79)
                 call.forwarded = True
-                return self.triton.unary((PREFIX + name).encode(), self._metadata(call), timeout_s, raw)
-
-            if model is None:
                 answer, initial, trailing = await exchange()
-            else:
+            else:  # a reset cancels this handler, not the inference: ``within`` keeps its slot (row 78)
                 address, connection, _ = call.peer
                 deadline = model.deadline_s or self.shares.deadline_s
                 answer, initial, trailing = await self.deadlines.within(
