@@ -46,7 +46,6 @@ from server.fronts.process import (
 )
 from server.fronts.refusal import Refusal, RequestRefusedError
 from server.fronts.refusal_log import note_refusal, note_refused
-from server.fronts.request_target import checked_target, forwarded_target
 from server.fronts.shm_http import SYSTEM_SHM, HttpSharedMemory
 
 log = logging.getLogger(__name__)
@@ -73,12 +72,55 @@ REQUEST_FAULTS = re.compile(
     r"Unable to parse|attempt to access JSON|attempt to get members|failed to parse the request JSON"
     r"|Expected JSON object|Unable to set 'classification'|failed to get request params"
 )
+# the one request target taken: a plain /v2/... path libevhtp cannot read otherwise (it drops
+# ``#fragments`` and does not decode), forwarded as checked (fault matrix row 35; "Request targets")
+PRINTABLE = re.compile(r"[\x21-\x7e]*")
+ESCAPE = re.compile(r"%(?:[0-9A-Fa-f]{2})?")
+# what an escape may not stand for: a separator, a dot, the escape character itself, a control byte
+FORBIDDEN_ESCAPES = {ord(c) for c in "/\\.#?%"} | set(range(0x20)) | {0x7F}
+API_ROOT = "/v2"
 IDLE_TIMEOUT_S = 75.0  # a kept-alive connection with no request
 UPSTREAM_TIMEOUT_S = 600.0  # a POST that is no inference (a repository load can take minutes)
 SHUTDOWN_S = 5.0  # on exit, requests still in flight get this long
 # POSTs share the slots (rows 38, 56, 57); GET/HEAD have connections of their own
 QUICK_CONNECTIONS = 32
 QUICK_TIMEOUT_S = 60.0
+
+
+def _bad_target(target: str, why: str) -> RequestRefusedError:
+    return RequestRefusedError(f"request target {target[:80]!r} {why}; send a plain /v2/... path")
+
+
+def checked_target(target: str) -> tuple[str, str]:
+    """``(path, query)`` of a plain origin-form ``/v2`` target, or ``RequestRefusedError``."""
+    if not PRINTABLE.fullmatch(target):
+        raise _bad_target(target, "holds a space, control or non-ASCII character")
+    if "#" in target:
+        raise _bad_target(target, "has a '#' fragment")
+    if "\\" in target:
+        raise _bad_target(target, "has a backslash")
+    if not target.startswith("/"):
+        raise _bad_target(target, "is not origin-form (a path starting with '/')")
+    path, _, query = target.partition("?")
+    if path != API_ROOT and not path.startswith(API_ROOT + "/"):
+        raise _bad_target(target, f"is outside {API_ROOT}")
+    for segment in path.split("/")[1:]:
+        if segment == "":
+            raise _bad_target(target, "has an empty segment ('//' or a trailing '/')")
+        if segment in (".", ".."):
+            raise _bad_target(target, f"has a {segment!r} segment")
+    for escape in ESCAPE.finditer(path):
+        if len(escape.group()) != 3:
+            raise _bad_target(target, "has a '%' that starts no two-digit hex escape")
+        if int(escape.group()[1:], 16) in FORBIDDEN_ESCAPES:
+            why = f"has the escape {escape.group()!r}, a separator, dot or control character"
+            raise _bad_target(target, why)
+    return path, query
+
+
+def forwarded_target(path: str, query: str) -> str:
+    """The target sent to Triton: the checked path, and the query when there is one."""
+    return f"{path}?{query}" if query else path
 
 
 def _closing_answer(status: str, message: str) -> bytes:
