@@ -306,12 +306,8 @@ async def start_front(front: GrpcFront) -> Callable[[], Awaitable[None]]:
         )
     except OSError as error:
         raise OSError(f"gRPC front cannot listen on {front.listen}: {error}") from error
-    log.info(
-        "grpc front on %s -> %s (messages up to %d bytes)",
-        front.listen,
-        front.upstream,
-        front.max_message_bytes,
-    )
+    limit = front.max_message_bytes
+    log.info("grpc front on %s -> %s (messages up to %d bytes)", front.listen, front.upstream, limit)
 
     async def stop() -> None:
         server.close()

@@ -197,7 +197,8 @@ class UpstreamConnection(h2c.Endpoint):
             self.close()
 
     def on_closed(self, error: Exception | None) -> None:
-        self.upstream.connection_lost(self)
+        if self in self.upstream.connections:
+            self.upstream.connections.remove(self)
         for call in list(self.calls.values()):
             call._end(not_reachable(error or "it closed the connection"))
 
@@ -236,10 +237,6 @@ class Upstream:
             self.connecting = None
         self.connections.append(connection)
         return connection
-
-    def connection_lost(self, connection: UpstreamConnection) -> None:
-        if connection in self.connections:
-            self.connections.remove(connection)
 
     def _block(self, path: bytes, metadata: bytes, timeout_s: float) -> bytes:
         """A call's request headers: their fixed part (encoded once per path), the metadata, the timeout."""

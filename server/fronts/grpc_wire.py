@@ -392,11 +392,8 @@ class ServerCall:
             self.task.cancel()
 
     def on_reset(self, code: int = h2c.CANCEL) -> None:
-        """The client reset the call (``code``) or went away. Its handler is cancelled, unless it already
-        forwarded the call (Triton runs it anyway: the handler waits for its answer). Either way the call
-        keeps its place among the streams counted (row 77) until its handler has ended (fault matrix row
-        78): a client that resets each call it sends never has one open, while the work of its calls goes
-        on."""
+        """The client reset the call or went away: its handler is cancelled unless it ``forwarded`` the call
+        (Triton runs it anyway), and the call is counted (row 77) until its handler has ended (row 78)."""
         self.done = True
         if self.task is None or self.task.done():
             self.connection.call_ended(self)

@@ -427,11 +427,9 @@ class HttpFront(Front):
         body: bytes,
         model: ModelSignature | None,
     ) -> web.Response:
-        """Send ``target`` upstream: GET/HEAD apart, the rest in the client's share and deadline. An
-        inference forwarded keeps its slot when its client hangs up, until Triton answers it or its
-        deadline passes (``Deadlines.within``, fault matrix row 38): Triton 2.51 runs a request whose
-        connection closed. Any other POST is an API Triton answers at once (repository, trace, logging,
-        shared memory; 403 without its key): a hang-up cancels it."""
+        """Send ``target`` upstream: GET/HEAD apart, the rest in the client's share and deadline. A hang-up
+        cancels a POST that is no inference (Triton answers those at once), not an inference Triton has
+        (``Deadlines.within``, fault matrix row 38)."""
         if request.method in QUICK_METHODS:
             assert self.quick is not None
             return await self._exchange(self.quick, request.method, target, headers, body)
