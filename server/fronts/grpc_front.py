@@ -86,9 +86,6 @@ class GrpcFront(Front):
         self.max_message_bytes = args.max_message_mib * MIB  # any call; an inference's model bounds it too
         state = UpstreamState(f"tritonserver's gRPC at {args.upstream}", log, "UNAVAILABLE")
         super().__init__(args, GrpcSharedMemory, self.max_message_bytes, state)
-        self.listen = args.listen
-        host, port = args.listen.rsplit(":", 1)
-        self.local = (host.strip("[]"), int(port))
         self.triton = Upstream(self.upstream)
         self.methods = {method.name: method.client_streaming for method in SERVICE.methods}
         self.connections: set[FrontConnection] = set()
@@ -299,15 +296,16 @@ class GrpcFront(Front):
 
 
 async def start_front(front: GrpcFront) -> Callable[[], Awaitable[None]]:
-    """Listen on ``front.listen``; returns the coroutine function that stops the front."""
+    """Listen on ``--listen`` (``host:port``); returns the coroutine function that stops the front."""
+    listen, limit = front.args.listen, front.max_message_bytes
+    host, port = listen.rsplit(":", 1)
     try:
         server = await asyncio.get_running_loop().create_server(
-            front.connection, front.local[0] or None, front.local[1], reuse_address=True
+            front.connection, host.strip("[]") or None, int(port), reuse_address=True
         )
     except OSError as error:
-        raise OSError(f"gRPC front cannot listen on {front.listen}: {error}") from error
-    limit = front.max_message_bytes
-    log.info("grpc front on %s -> %s (messages up to %d bytes)", front.listen, front.upstream, limit)
+        raise OSError(f"gRPC front cannot listen on {listen}: {error}") from error
+    log.info("grpc front on %s -> %s (messages up to %d bytes)", listen, front.upstream, limit)
 
     async def stop() -> None:
         server.close()
