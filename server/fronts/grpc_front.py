@@ -274,12 +274,9 @@ class GrpcFront(Front):
             await answers.put(finished)
 
         async def watch() -> None:
-            while True:
+            while (late := waiting.overdue()) is None:
                 await asyncio.sleep(STREAM_WATCH_S)
-                late = waiting.overdue()
-                if late is not None:
-                    await answers.put(late)
-                    return
+            await answers.put(late)
 
         tasks = [asyncio.ensure_future(job()) for job in (forward_requests, receive, watch)]
         try:

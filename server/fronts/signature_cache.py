@@ -1,12 +1,7 @@
-"""The configs the fronts check requests against, as Triton serves them (``ModelSignatures``): one
-fetch for the concurrent requests of a model; an unknown model gets Triton's 404 / ``NOT_FOUND`` and
-nothing is forwarded unchecked.
-
-A known config stays in use while Triton is slow or silent (fault matrix row 74): past ``TTL_S`` it is
-fetched again in the background and kept, for at most ``STALE_S`` after Triton last answered, when that
-fetch fails; only a model never seen waits on its fetch. It is trusted only until the served configs
-change (row 79): a load or unload through this front (``forget``), or one the launcher's
-``server.config_changes`` file names, makes the model's next check wait for Triton's answer.
+"""The configs the fronts check requests against, as Triton serves them (``ModelSignatures``), one
+fetch for a model's concurrent requests: a known config stays in use while Triton is slow or silent
+(fault matrix row 74) and is trusted until the served configs change (row 79: ``forget``, or the
+launcher's ``server.config_changes`` file); nothing is forwarded unchecked.
 """
 
 from __future__ import annotations
