@@ -48,17 +48,15 @@ class UpstreamCall:
         self.status: GrpcError | None = None  # set when the call ended (code OK: fine)
         self.waiter: asyncio.Future | None = None
         self.answer: asyncio.Future | None = None  # a unary call's (``unary_answer``)
-        self.ended = False  # the front's side
 
     def write(self, message: bytes, end: bool = False) -> None:
+        """A message to Triton (``end``: the front's last; h2c sends nothing on a stream ended)."""
         if self.status is None:
-            self.connection.send_data(self.stream_id, frame_message(message), end_stream=end)
-        self.ended = self.ended or end
+            self.connection.send_data(self.stream_id, frame_message(message), end)
 
     def done_writing(self) -> None:
-        if not self.ended and self.status is None:
+        if self.status is None:
             self.connection.send_data(self.stream_id, b"", end_stream=True)
-        self.ended = True
 
     def cancel(self) -> None:
         if self.status is None:
