@@ -63,6 +63,7 @@ PREFIX = f"/{SERVICE.full_name}/"
 NOT_FORWARDED = (b"user-agent", b"content-type", b"te", b"host", GRPC_FRONT_HEADER.encode())
 # a connection's HTTP/2 handshake must be done within this (fault matrix row 41; grpc's own: 60 s)
 HANDSHAKE_TIMEOUT_S = 10.0
+CONFIG_PATH = f"{PREFIX}ModelConfig".encode()
 CONFIG_TIMEOUT_S = 5.0
 STOP_GRACE_S = 5.0
 # Triton's answers for a model it has no config for: passed on as they are, in its words
@@ -113,9 +114,7 @@ class GrpcFront(Front):
     async def _model_config(self, model: str, version: str) -> dict:
         request = service_pb2.ModelConfigRequest(name=model, version=version).SerializeToString()
         try:
-            raw, _, _ = await self.triton.unary(
-                (PREFIX + "ModelConfig").encode(), b"", CONFIG_TIMEOUT_S, request
-            )
+            raw, _, _ = await self.triton.unary(CONFIG_PATH, b"", CONFIG_TIMEOUT_S, request)
         except GrpcError as error:
             refusal = TRITON_REFUSALS.get(error.code)
             if refusal is not None:
