@@ -74,7 +74,7 @@ METADATA_BLOCKS = 1024  # encoded metadata blocks kept (clients send the same fe
 
 def _refused(refusal: RequestRefusedError, call: ServerCall) -> GrpcError:
     """``refusal`` as the call's status, counted in the front's log when a bound of the front made it."""
-    note_refused(refusal, call.peer[0])
+    note_refused(refusal, call.connection.address)
     return GrpcError(STATUS[refusal.kind.grpc_code], str(refusal))
 
 
@@ -127,9 +127,9 @@ class GrpcFront(Front):
         return json_format.MessageToDict(answer.config, preserving_proto_field_name=True)
 
     def _client(self, call: ServerCall) -> Client:
-        address, _, port = call.peer
-        local = call.connection.transport.get_extra_info("sockname") if call.connection.transport else None
-        uid = None if port is None or not local else peer_uid((address, port), local[:2])
+        info = call.connection.transport.get_extra_info
+        peer, local = info("peername"), info("sockname")
+        uid = peer_uid(peer[:2], local[:2]) if peer and local else None
         admin_header = GRPC_ADMIN_HEADER.encode()
         sent = next((value for name, value in call.metadata if name == admin_header), None)
         return Client(uid, bool(self.key) and sent == self.key.encode())
@@ -199,10 +199,9 @@ class GrpcFront(Front):
                 call.forwarded = True
                 answer, initial, trailing = await exchange()
             else:  # a reset cancels this handler, not the inference: ``within`` keeps its slot (row 78)
-                address, connection, _ = call.peer
                 deadline = model.deadline_s or self.shares.deadline_s
                 answer, initial, trailing = await self.deadlines.within(
-                    address, connection, model.model, deadline, exchange
+                    call.connection.address, call.connection.name, model.model, deadline, exchange
                 )
             self.state.up()
             if name in LOADS and request is not None:
@@ -217,9 +216,9 @@ class GrpcFront(Front):
 
     async def _stream(self, call: ServerCall) -> None:
         """A stream holds one slot for its life (waiting for it at most the front's deadline)."""
-        address, connection, _ = call.peer
+        connection = call.connection
         try:
-            async with self.slots.held(address, connection, wait_s=self.shares.deadline_s):
+            async with self.slots.held(connection.address, connection.name, wait_s=self.shares.deadline_s):
                 try:
                     upstream = await self.triton.start(
                         (PREFIX + call.method).encode(), self._metadata(call), self._upstream_timeout(call)
@@ -254,7 +253,7 @@ class GrpcFront(Front):
                     except DecodeError:
                         await answers.put(refusal)
                         return
-                    note_refused(refusal, call.peer[0])  # the stream goes on: the refusal is one message's
+                    note_refused(refusal, call.connection.address)  # the stream goes on: one message refused
                     answer = service_pb2.ModelStreamInferResponse(error_message=str(refusal))
                     answer.infer_response.id = request.id
                     answer.infer_response.model_name = request.model_name

@@ -225,11 +225,6 @@ class ServerCall:
         self.timer: asyncio.TimerHandle | None = None
         self._time_message(limits.idle_s if streaming else limits.message_s)
 
-    @property
-    def peer(self) -> tuple[str, str, int | None]:
-        """(address, connection, port) of the client: ``127.0.0.1``, ``ipv4:127.0.0.1:54321``, 54321."""
-        return self.connection.address, self.connection.name, self.connection.port
-
     def on_data(self, data: bytes, end_stream: bool) -> None:
         """DATA from the client (``end_stream``: its last)."""
         if self.done:
@@ -463,7 +458,7 @@ class FrontConnection(h2c.Endpoint):
         self.front_serve, self.connections = serve, connections
         self.calls: dict[int, ServerCall] = {}
         self.last_stream = 0
-        self.address, self.name, self.port = "", "", None
+        self.address = self.name = ""  # the client's: ``127.0.0.1``, ``ipv4:127.0.0.1:54321``
         self.handshaken = False
         self.refusal = ""  # beyond the client's share of connections (row 73): its first call's answer
         self.refused_waiting = False  # counted among the front's refused connections that wait
@@ -476,8 +471,8 @@ class FrontConnection(h2c.Endpoint):
         peer = transport.get_extra_info("peername")
         self.address = self.name = peer_address(peer)
         if isinstance(peer, tuple) and len(peer) >= 2:
-            host, self.port = peer[0], peer[1]
-            self.name = f"ipv6:[{host}]:{self.port}" if ":" in host else f"ipv4:{host}:{self.port}"
+            host, port = peer[0], peer[1]
+            self.name = f"ipv6:[{host}]:{port}" if ":" in host else f"ipv4:{host}:{port}"
         refusal = self.front_limits.clients.admit(self.address)
         if refusal is not None:
             self._refused(refusal)
