@@ -152,7 +152,6 @@ class UpstreamConnection(h2c.Endpoint):
     def __init__(self, upstream: Upstream) -> None:
         super().__init__({h2c.ENABLE_PUSH: 0, h2c.INITIAL_WINDOW_SIZE: h2c.STREAM_WINDOW})
         self.upstream = upstream
-        self.calls: dict[int, UpstreamCall] = {}
         self.next_stream = 1
         self.going_away = False
 

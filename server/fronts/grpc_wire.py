@@ -456,7 +456,6 @@ class FrontConnection(h2c.Endpoint):
         )
         self.front_limits, self.methods, self.prefix = limits, methods, prefix.encode()
         self.front_serve, self.connections = serve, connections
-        self.calls: dict[int, ServerCall] = {}
         self.last_stream = 0
         self.address = self.name = ""  # the client's: ``127.0.0.1``, ``ipv4:127.0.0.1:54321``
         self.handshaken = False
@@ -506,8 +505,7 @@ class FrontConnection(h2c.Endpoint):
         self.refused_waiting = self.front_limits.clients.wait_refused()
         if not self.refused_waiting:
             self.closed = True
-            if self.transport is not None:
-                self.transport.abort()
+            self.transport.abort()
             return
         self.timer = self.loop.call_later(REFUSED_WAIT_S, self._end_refused, h2c.ENHANCE_YOUR_CALM)
 
@@ -515,8 +513,7 @@ class FrontConnection(h2c.Endpoint):
         self.write(h2c.goaway(self.last_stream, code, self.refusal.encode()))
         self._flush()
         self.closed = True
-        if self.transport is not None:
-            close_after_answer(self.transport)
+        close_after_answer(self.transport)
 
     def on_settings(self) -> None:
         if not self.handshaken:
