@@ -269,8 +269,7 @@ class Endpoint(asyncio.Protocol):
                 self.peer_frame = value
             elif key == MAX_CONCURRENT_STREAMS:
                 self.peer_streams = value
-            elif key == HEADER_TABLE_SIZE:
-                pass  # our blocks use no dynamic table
+            # HEADER_TABLE_SIZE and the rest need nothing: our blocks use no dynamic table
         self.write(frame(SETTINGS, ACK, 0))
         self.on_settings()
         for stream_id in list(self.sending):

@@ -46,7 +46,7 @@ from server.fronts.process import (
 )
 from server.fronts.refusal import Refusal, RequestRefusedError
 from server.fronts.refusal_log import note_refusal, note_refused
-from server.fronts.shm_http import SYSTEM_SHM, HttpSharedMemory
+from server.fronts.shm_http import HEADER_LENGTH, SYSTEM_SHM, HttpSharedMemory
 
 log = logging.getLogger(__name__)
 Headers = CIMultiDict[str]
@@ -328,8 +328,7 @@ class HttpFront(Front):
         if model is not None and path.endswith(("/generate", "/generate_stream")):
             await check(check_generate, body, model)
         elif model is not None:
-            header_length = request.headers.get("Inference-Header-Content-Length")
-            return await check(check_infer, body, header_length, model)
+            return await check(check_infer, body, request.headers.get(HEADER_LENGTH), model)
         elif body:
             await check(check_json, body)  # every other /v2 POST body is JSON: one reading for both
         return []
@@ -377,12 +376,8 @@ class HttpFront(Front):
                 body_read = True
                 body = inflate(body, headers.pop("Content-Encoding", None), limit)
                 need(len(body))
-                answer = self.shm.answer(
-                    UPSTREAM_METHODS.get(request.method, request.method),
-                    path,
-                    body,
-                    lambda: self._client(request),
-                )
+                method = UPSTREAM_METHODS.get(request.method, request.method)
+                answer = self.shm.answer(method, path, body, lambda: self._client(request))
                 if answer is not None:  # the shared-memory API, served by the front itself
                     return answer
                 client, outputs = None, None
