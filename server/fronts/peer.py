@@ -6,10 +6,10 @@ host is not (``None``). Netlink socket diagnostics are asked first (well under a
 
 from __future__ import annotations
 
+import array
 import ipaddress
 import socket
 import struct
-import sys
 from pathlib import Path
 
 TABLES = (Path("/proc/net/tcp"), Path("/proc/net/tcp6"))
@@ -20,9 +20,7 @@ UID_AT = 16 + 64  # netlink header, then inet_diag_msg up to idiag_uid
 
 def _words(packed: bytes) -> str:
     """An address as the kernel prints it: 32-bit words in host byte order, in hex."""
-    return "".join(
-        f"{int.from_bytes(packed[i : i + 4], sys.byteorder):08X}" for i in range(0, len(packed), 4)
-    )
+    return "".join(f"{word:08X}" for word in array.array("I", packed))
 
 
 def _address(host: str) -> ipaddress.IPv4Address | ipaddress.IPv6Address:
