@@ -82,16 +82,15 @@ class GrpcFront(Front):
     """Checks each call of the inference service and forwards it to ``--upstream`` as bytes."""
 
     shm: GrpcSharedMemory
+    regions = GrpcSharedMemory
 
     def __init__(self, args: argparse.Namespace) -> None:
         self.max_message_bytes = args.max_message_mib * MIB  # any call; an inference's model bounds it too
         state = UpstreamState(f"tritonserver's gRPC at {args.upstream}", log, "UNAVAILABLE")
-        super().__init__(args, GrpcSharedMemory, self.max_message_bytes, state)
+        super().__init__(args, self.max_message_bytes, state)
         self.triton = Upstream(self.upstream)
         self.methods = {method.name: method.client_streaming for method in SERVICE.methods}
         self.connections: set[FrontConnection] = set()
-        # the bounds all connections share: messages still arriving (row 71), connections (row 73), calls
-        # open (row 77)
         self.limits = ConnectionLimits(
             self.max_message_bytes,
             HANDSHAKE_TIMEOUT_S,

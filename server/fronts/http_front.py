@@ -261,11 +261,12 @@ class HttpFront(Front):
     """The request handler: checks, forwards to ``--upstream``, answers."""
 
     shm: HttpSharedMemory
+    regions = HttpSharedMemory
 
     def __init__(self, args: argparse.Namespace) -> None:
         self.max_body_bytes = args.max_body_mib * MIB  # an inference is bounded by its model's largest too
         state = UpstreamState(f"tritonserver at {args.upstream}", log)
-        super().__init__(args, HttpSharedMemory, self.max_body_bytes, state)
+        super().__init__(args, self.max_body_bytes, state)
         self.session: ClientSession | None = None
         self.quick: ClientSession | None = None
         self.checkers = BodyCheckers(args.body_workers, args.max_large_bodies)
