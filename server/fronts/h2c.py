@@ -147,8 +147,7 @@ class Endpoint(asyncio.Protocol):
     def _flush(self) -> None:
         self.flush_pending = False
         if self.out and not self.closed and self.transport is not None:
-            data = b"".join(self.out) if len(self.out) > 1 else self.out[0]
-            self.out = []
+            data, self.out = b"".join(self.out), []
             self.transport.write(data)
 
     def close(self, code: int = NO_ERROR, message: str = "", last_stream: int = 0) -> None:
