@@ -91,8 +91,7 @@ def _rule(item: Mapping[str, Any], max_shapes: dict, min_shapes: dict, body_limi
         dims if dims is not None and len(dims) == len(fixed) else None
         for dims in (max_shapes.get(name), min_shapes.get(name))
     )
-    per_element = element_bytes(datatype)
-    fixed_bytes = per_element * math.prod(d for d in fixed if d > 0)
+    fixed_bytes = element_bytes(datatype) * math.prod(d for d in fixed if d > 0)
     # a -1 dim without a declared max: as long as one input of batch 1 can be and still fit the body
     derived = max(1, min(MAX_ANY_DIM, body_limit // max(fixed_bytes, 1)))
     bounds = []

@@ -71,26 +71,24 @@ class BodyCheckers:
 
         def need(size: int | None) -> None:
             nonlocal held
-            if not held and self.is_large(size):
-                self._take()
-                held = True
+            if held or not self.is_large(size):
+                return
+            if self.taken >= self.max_large:
+                raise RequestRefusedError(
+                    f"the front is already reading or checking {self.taken} large request bodies (over "
+                    f"{self.inline_bytes} bytes each); retry, or send the tensor data as binary "
+                    "(tritonclient's binary_data=True: a JSON header and raw bytes), which needs no parsing",
+                    Refusal.TOO_MANY,
+                    "large bodies beyond those the front reads at once (429, fault matrix row 59)",
+                )
+            self.taken += 1
+            held = True
 
         try:
             yield need
         finally:
             if held:
                 self.taken -= 1
-
-    def _take(self) -> None:
-        if self.taken >= self.max_large:
-            raise RequestRefusedError(
-                f"the front is already reading or checking {self.taken} large request bodies (over "
-                f"{self.inline_bytes} bytes each); retry, or send the tensor data as binary (tritonclient's "
-                "binary_data=True: a JSON header and raw bytes), which needs no parsing",
-                Refusal.TOO_MANY,
-                "large bodies beyond those the front reads at once (429, fault matrix row 59)",
-            )
-        self.taken += 1
 
     async def check(self, size: int, function: Callable[..., T], *args: Any) -> T:
         """``function(*args)`` for a body of ``size`` bytes, in a worker when it is large."""

@@ -1,10 +1,7 @@
-"""How many connections a front holds open, one policy for both fronts (fault matrix row 73): each
-client address has a share of them, and all clients together stay below the front's descriptor limit.
-
-A connection beyond a share is not counted and is refused with the protocol's clearest answer: over
-HTTP a 503 as it is accepted, over gRPC ``RESOURCE_EXHAUSTED`` on its first call (a ``GOAWAY`` before
-any call makes tritonclient retry on a new connection without end). It is closed once the client had a
-moment to read that answer, and only ``REFUSED_WAITING`` refused connections wait so at once.
+"""How many connections a front holds open, one policy for both fronts (fault matrix row 73): a share
+per client address, all below the descriptor limit. One beyond is refused with the protocol's clearest
+answer (HTTP 503; gRPC ``RESOURCE_EXHAUSTED`` on its first call, as a ``GOAWAY`` before any call makes
+tritonclient retry without end), then closed; at most ``REFUSED_WAITING`` such connections wait.
 """
 
 from __future__ import annotations

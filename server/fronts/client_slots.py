@@ -14,7 +14,7 @@ import time
 from collections import Counter, deque
 from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass
-from typing import TypeVar
+from typing import NamedTuple, TypeVar
 
 from google.protobuf.message import DecodeError
 from tritonclient.grpc import service_pb2
@@ -149,13 +149,9 @@ class Deadlines:
     async def within(
         self, address: str, connection: str, model: str, deadline_s: float, call: Callable[[], Awaitable[T]]
     ) -> T:
-        """``await call()`` within the client's share and ``deadline_s`` (then it runs on, overdue).
-
-        A caller cancelled while it waits for a slot leaves the queue. Once ``call()`` began, Triton runs
-        the request whatever its client does (fault matrix rows 38 and 78): a caller cancelled then (its
-        client hung up or reset the call) leaves the request to run on, holding the client's slot until
-        Triton answers it or its deadline passes, and overdue from then, as if the client had waited.
-        Cancelling the exchange would free the slot while Triton still had the work."""
+        """``await call()`` within the client's share and ``deadline_s`` (then it runs on, overdue). A
+        caller cancelled once ``call()`` began (its client hung up or reset the call) leaves it to run on
+        with the client's slot, as Triton runs it anyway (fault matrix rows 38 and 78)."""
         if self.overdue[model] >= self.max_overdue:
             raise RequestRefusedError(
                 f"model '{model}' already has {self.overdue[model]} requests past their deadline that "
@@ -220,12 +216,11 @@ class Deadlines:
             _drop(self.overdue, model)
 
 
-@dataclass(frozen=True)
-class _Waiting:
+class _Waiting(NamedTuple):
     expires: float
+    request_id: str
     model: str
     deadline_s: float
-    request_id: str
 
 
 class StreamWaits:
@@ -248,22 +243,23 @@ class StreamWaits:
     def add(self, request: service_pb2.ModelInferRequest, deadline_s: float) -> None:
         """Count ``request`` as waiting, under the id Triton will answer it with."""
         self.check_room()
-        expires = time.monotonic() + deadline_s
-        self.waiting.append(_Waiting(expires, request.model_name, deadline_s, request.id))
+        self.waiting.append(
+            _Waiting(time.monotonic() + deadline_s, request.id, request.model_name, deadline_s)
+        )
 
     def answered(self, raw: bytes) -> None:
         try:
             request_id = service_pb2.ModelStreamInferResponse.FromString(raw).infer_response.id
         except DecodeError:
             request_id = ""
-        match = next((w for w in self.waiting if request_id and w.request_id == request_id), None)
-        if match is not None:
-            self.waiting.remove(match)
-        elif self.waiting:
-            del self.waiting[0]
+        ids = [waiting.request_id for waiting in self.waiting]
+        if self.waiting:
+            del self.waiting[ids.index(request_id) if request_id and request_id in ids else 0]
 
     def overdue(self) -> RequestRefusedError | None:
         """The refusal for the first message past its deadline, or None."""
         now = time.monotonic()
-        late = next((w for w in self.waiting if w.expires <= now), None)
-        return None if late is None else deadline_refusal(late.model, late.deadline_s)
+        for expires, _, model, deadline_s in self.waiting:
+            if expires <= now:
+                return deadline_refusal(model, deadline_s)
+        return None

@@ -41,7 +41,6 @@ from server.fronts.grpc_wire import (
     ConnectionLimits,
     FrontConnection,
     GrpcError,
-    Headers,
     IncomingBytes,
     ServerCall,
 )
@@ -64,6 +63,7 @@ PREFIX = f"/{SERVICE.full_name}/"
 NOT_FORWARDED = (b"user-agent", b"content-type", b"te", b"host", GRPC_FRONT_HEADER.encode())
 # a connection's HTTP/2 handshake must be done within this (fault matrix row 41; grpc's own: 60 s)
 HANDSHAKE_TIMEOUT_S = 10.0
+CONFIG_PATH = f"{PREFIX}ModelConfig".encode()
 CONFIG_TIMEOUT_S = 5.0
 STOP_GRACE_S = 5.0
 # Triton's answers for a model it has no config for: passed on as they are, in its words
@@ -74,7 +74,7 @@ METADATA_BLOCKS = 1024  # encoded metadata blocks kept (clients send the same fe
 
 def _refused(refusal: RequestRefusedError, call: ServerCall) -> GrpcError:
     """``refusal`` as the call's status, counted in the front's log when a bound of the front made it."""
-    note_refused(refusal, call.peer[0])
+    note_refused(refusal, call.connection.address)
     return GrpcError(STATUS[refusal.kind.grpc_code], str(refusal))
 
 
@@ -82,19 +82,15 @@ class GrpcFront(Front):
     """Checks each call of the inference service and forwards it to ``--upstream`` as bytes."""
 
     shm: GrpcSharedMemory
+    regions = GrpcSharedMemory
 
     def __init__(self, args: argparse.Namespace) -> None:
         self.max_message_bytes = args.max_message_mib * MIB  # any call; an inference's model bounds it too
         state = UpstreamState(f"tritonserver's gRPC at {args.upstream}", log, "UNAVAILABLE")
-        super().__init__(args, GrpcSharedMemory, self.max_message_bytes, state)
-        self.listen = args.listen
-        host, port = args.listen.rsplit(":", 1)
-        self.local = (host.strip("[]"), int(port))
+        super().__init__(args, self.max_message_bytes, state)
         self.triton = Upstream(self.upstream)
         self.methods = {method.name: method.client_streaming for method in SERVICE.methods}
         self.connections: set[FrontConnection] = set()
-        # the bounds all connections share: messages still arriving (row 71), connections (row 73), calls
-        # open (row 77)
         self.limits = ConnectionLimits(
             self.max_message_bytes,
             HANDSHAKE_TIMEOUT_S,
@@ -117,9 +113,7 @@ class GrpcFront(Front):
     async def _model_config(self, model: str, version: str) -> dict:
         request = service_pb2.ModelConfigRequest(name=model, version=version).SerializeToString()
         try:
-            raw, _, _ = await self.triton.unary(
-                (PREFIX + "ModelConfig").encode(), b"", CONFIG_TIMEOUT_S, request
-            )
+            raw, _, _ = await self.triton.unary(CONFIG_PATH, b"", CONFIG_TIMEOUT_S, request)
         except GrpcError as error:
             refusal = TRITON_REFUSALS.get(error.code)
             if refusal is not None:
@@ -132,8 +126,9 @@ class GrpcFront(Front):
         return json_format.MessageToDict(answer.config, preserving_proto_field_name=True)
 
     def _client(self, call: ServerCall) -> Client:
-        address, _, port = call.peer
-        uid = None if port is None else peer_uid((address, port), self.local)
+        info = call.connection.transport.get_extra_info
+        peer, local = info("peername"), info("sockname")
+        uid = peer_uid(peer[:2], local[:2]) if peer and local else None
         admin_header = GRPC_ADMIN_HEADER.encode()
         sent = next((value for name, value in call.metadata if name == admin_header), None)
         return Client(uid, bool(self.key) and sent == self.key.encode())
@@ -197,22 +192,15 @@ class GrpcFront(Front):
                 client = self._client(call)
                 rewritten, outputs = self.shm.to_triton(client, request, model)  # Triton never maps it
                 raw = rewritten or raw
-            timeout_s = self._upstream_timeout(call)
-
-            def exchange() -> Awaitable[tuple[bytes, Headers, Headers]]:
-                """Hand the call to Triton, which runs it whatever the client does after: from now on a
-                reset leaves this handler to wait for Triton's answer, holding its slot and its stream's
-                place (fault matrix row 78)."""
+            path, timeout_s = (PREFIX + name).encode(), self._upstream_timeout(call)
+            exchange = functools.partial(self.triton.unary, path, self._metadata(call), timeout_s, raw)
+            if model is None:  # answered at once; a reset still lets a load reach ``forget`` (row 79)
                 call.forwarded = True
-                return self.triton.unary((PREFIX + name).encode(), self._metadata(call), timeout_s, raw)
-
-            if model is None:
                 answer, initial, trailing = await exchange()
-            else:
-                address, connection, _ = call.peer
+            else:  # a reset cancels this handler, not the inference: ``within`` keeps its slot (row 78)
                 deadline = model.deadline_s or self.shares.deadline_s
                 answer, initial, trailing = await self.deadlines.within(
-                    address, connection, model.model, deadline, exchange
+                    call.connection.address, call.connection.name, model.model, deadline, exchange
                 )
             self.state.up()
             if name in LOADS and request is not None:
@@ -227,9 +215,9 @@ class GrpcFront(Front):
 
     async def _stream(self, call: ServerCall) -> None:
         """A stream holds one slot for its life (waiting for it at most the front's deadline)."""
-        address, connection, _ = call.peer
+        connection = call.connection
         try:
-            async with self.slots.held(address, connection, wait_s=self.shares.deadline_s):
+            async with self.slots.held(connection.address, connection.name, wait_s=self.shares.deadline_s):
                 try:
                     upstream = await self.triton.start(
                         (PREFIX + call.method).encode(), self._metadata(call), self._upstream_timeout(call)
@@ -264,7 +252,7 @@ class GrpcFront(Front):
                     except DecodeError:
                         await answers.put(refusal)
                         return
-                    note_refused(refusal, call.peer[0])  # the stream goes on: the refusal is one message's
+                    note_refused(refusal, call.connection.address)  # the stream goes on: one message refused
                     answer = service_pb2.ModelStreamInferResponse(error_message=str(refusal))
                     answer.infer_response.id = request.id
                     answer.infer_response.model_name = request.model_name
@@ -283,12 +271,9 @@ class GrpcFront(Front):
             await answers.put(finished)
 
         async def watch() -> None:
-            while True:
+            while (late := waiting.overdue()) is None:
                 await asyncio.sleep(STREAM_WATCH_S)
-                late = waiting.overdue()
-                if late is not None:
-                    await answers.put(late)
-                    return
+            await answers.put(late)
 
         tasks = [asyncio.ensure_future(job()) for job in (forward_requests, receive, watch)]
         try:
@@ -305,19 +290,16 @@ class GrpcFront(Front):
 
 
 async def start_front(front: GrpcFront) -> Callable[[], Awaitable[None]]:
-    """Listen on ``front.listen``; returns the coroutine function that stops the front."""
+    """Listen on ``--listen`` (``host:port``); returns the coroutine function that stops the front."""
+    listen, limit = front.args.listen, front.max_message_bytes
+    host, port = listen.rsplit(":", 1)
     try:
         server = await asyncio.get_running_loop().create_server(
-            front.connection, front.local[0] or None, front.local[1], reuse_address=True
+            front.connection, host.strip("[]") or None, int(port), reuse_address=True
         )
     except OSError as error:
-        raise OSError(f"gRPC front cannot listen on {front.listen}: {error}") from error
-    log.info(
-        "grpc front on %s -> %s (messages up to %d bytes)",
-        front.listen,
-        front.upstream,
-        front.max_message_bytes,
-    )
+        raise OSError(f"gRPC front cannot listen on {listen}: {error}") from error
+    log.info("grpc front on %s -> %s (messages up to %d bytes)", listen, front.upstream, limit)
 
     async def stop() -> None:
         server.close()

@@ -48,17 +48,15 @@ class UpstreamCall:
         self.status: GrpcError | None = None  # set when the call ended (code OK: fine)
         self.waiter: asyncio.Future | None = None
         self.answer: asyncio.Future | None = None  # a unary call's (``unary_answer``)
-        self.ended = False  # the front's side
 
     def write(self, message: bytes, end: bool = False) -> None:
+        """A message to Triton (``end``: the front's last; h2c sends nothing on a stream ended)."""
         if self.status is None:
-            self.connection.send_data(self.stream_id, frame_message(message), end_stream=end)
-        self.ended = self.ended or end
+            self.connection.send_data(self.stream_id, frame_message(message), end)
 
     def done_writing(self) -> None:
-        if not self.ended and self.status is None:
+        if self.status is None:
             self.connection.send_data(self.stream_id, b"", end_stream=True)
-        self.ended = True
 
     def cancel(self) -> None:
         if self.status is None:
@@ -154,7 +152,6 @@ class UpstreamConnection(h2c.Endpoint):
     def __init__(self, upstream: Upstream) -> None:
         super().__init__({h2c.ENABLE_PUSH: 0, h2c.INITIAL_WINDOW_SIZE: h2c.STREAM_WINDOW})
         self.upstream = upstream
-        self.calls: dict[int, UpstreamCall] = {}
         self.next_stream = 1
         self.going_away = False
 
@@ -197,7 +194,8 @@ class UpstreamConnection(h2c.Endpoint):
             self.close()
 
     def on_closed(self, error: Exception | None) -> None:
-        self.upstream.connection_lost(self)
+        if self in self.upstream.connections:
+            self.upstream.connections.remove(self)
         for call in list(self.calls.values()):
             call._end(not_reachable(error or "it closed the connection"))
 
@@ -236,10 +234,6 @@ class Upstream:
             self.connecting = None
         self.connections.append(connection)
         return connection
-
-    def connection_lost(self, connection: UpstreamConnection) -> None:
-        if connection in self.connections:
-            self.connections.remove(connection)
 
     def _block(self, path: bytes, metadata: bytes, timeout_s: float) -> bytes:
         """A call's request headers: their fixed part (encoded once per path), the metadata, the timeout."""

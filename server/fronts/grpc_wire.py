@@ -225,11 +225,6 @@ class ServerCall:
         self.timer: asyncio.TimerHandle | None = None
         self._time_message(limits.idle_s if streaming else limits.message_s)
 
-    @property
-    def peer(self) -> tuple[str, str, int | None]:
-        """(address, connection, port) of the client: ``127.0.0.1``, ``ipv4:127.0.0.1:54321``, 54321."""
-        return self.connection.address, self.connection.name, self.connection.port
-
     def on_data(self, data: bytes, end_stream: bool) -> None:
         """DATA from the client (``end_stream``: its last)."""
         if self.done:
@@ -392,11 +387,8 @@ class ServerCall:
             self.task.cancel()
 
     def on_reset(self, code: int = h2c.CANCEL) -> None:
-        """The client reset the call (``code``) or went away. Its handler is cancelled, unless it already
-        forwarded the call (Triton runs it anyway: the handler waits for its answer). Either way the call
-        keeps its place among the streams counted (row 77) until its handler has ended (fault matrix row
-        78): a client that resets each call it sends never has one open, while the work of its calls goes
-        on."""
+        """The client reset the call or went away: its handler is cancelled unless it ``forwarded`` the call
+        (Triton runs it anyway), and the call is counted (row 77) until its handler has ended (row 78)."""
         self.done = True
         if self.task is None or self.task.done():
             self.connection.call_ended(self)
@@ -464,9 +456,8 @@ class FrontConnection(h2c.Endpoint):
         )
         self.front_limits, self.methods, self.prefix = limits, methods, prefix.encode()
         self.front_serve, self.connections = serve, connections
-        self.calls: dict[int, ServerCall] = {}
         self.last_stream = 0
-        self.address, self.name, self.port = "", "", None
+        self.address = self.name = ""  # the client's: ``127.0.0.1``, ``ipv4:127.0.0.1:54321``
         self.handshaken = False
         self.refusal = ""  # beyond the client's share of connections (row 73): its first call's answer
         self.refused_waiting = False  # counted among the front's refused connections that wait
@@ -479,8 +470,8 @@ class FrontConnection(h2c.Endpoint):
         peer = transport.get_extra_info("peername")
         self.address = self.name = peer_address(peer)
         if isinstance(peer, tuple) and len(peer) >= 2:
-            host, self.port = peer[0], peer[1]
-            self.name = f"ipv6:[{host}]:{self.port}" if ":" in host else f"ipv4:{host}:{self.port}"
+            host, port = peer[0], peer[1]
+            self.name = f"ipv6:[{host}]:{port}" if ":" in host else f"ipv4:{host}:{port}"
         refusal = self.front_limits.clients.admit(self.address)
         if refusal is not None:
             self._refused(refusal)
@@ -514,8 +505,7 @@ class FrontConnection(h2c.Endpoint):
         self.refused_waiting = self.front_limits.clients.wait_refused()
         if not self.refused_waiting:
             self.closed = True
-            if self.transport is not None:
-                self.transport.abort()
+            self.transport.abort()
             return
         self.timer = self.loop.call_later(REFUSED_WAIT_S, self._end_refused, h2c.ENHANCE_YOUR_CALM)
 
@@ -523,8 +513,7 @@ class FrontConnection(h2c.Endpoint):
         self.write(h2c.goaway(self.last_stream, code, self.refusal.encode()))
         self._flush()
         self.closed = True
-        if self.transport is not None:
-            close_after_answer(self.transport)
+        close_after_answer(self.transport)
 
     def on_settings(self) -> None:
         if not self.handshaken:

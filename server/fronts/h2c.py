@@ -147,8 +147,7 @@ class Endpoint(asyncio.Protocol):
     def _flush(self) -> None:
         self.flush_pending = False
         if self.out and not self.closed and self.transport is not None:
-            data = b"".join(self.out) if len(self.out) > 1 else self.out[0]
-            self.out = []
+            data, self.out = b"".join(self.out), []
             self.transport.write(data)
 
     def close(self, code: int = NO_ERROR, message: str = "", last_stream: int = 0) -> None:
@@ -269,8 +268,7 @@ class Endpoint(asyncio.Protocol):
                 self.peer_frame = value
             elif key == MAX_CONCURRENT_STREAMS:
                 self.peer_streams = value
-            elif key == HEADER_TABLE_SIZE:
-                pass  # our blocks use no dynamic table
+            # HEADER_TABLE_SIZE and the rest need nothing: our blocks use no dynamic table
         self.write(frame(SETTINGS, ACK, 0))
         self.on_settings()
         for stream_id in list(self.sending):
@@ -342,32 +340,26 @@ class Endpoint(asyncio.Protocol):
     def _write_data(
         self, stream_id: int, sending: _Sending, data: bytes | memoryview, end_stream: bool
     ) -> memoryview | None:
-        """Write what the windows allow of ``data``; returns the rest as a view (None: all written)."""
-        allowed = min(sending.window, self.send_window)
-        if len(data) <= allowed and len(data) <= self.peer_frame:
-            sending.window -= len(data)
-            self.send_window -= len(data)
-            if end_stream:
-                self.sending.pop(stream_id, None)
-            self.write(frame(DATA, END_STREAM if end_stream else 0, stream_id, data))
-            return None
+        """Write what the windows allow of ``data``; returns the rest as a view (None: all written). An
+        empty last frame needs no window."""
         view = memoryview(data)
-        if allowed <= 0:
+        size = max(0, min(sending.window, self.send_window, len(view)))
+        if not size and view:
             return view
-        frames, sent, size = [], 0, min(allowed, len(view))
-        while sent < size:
+        frames, sent = [], 0
+        while not frames or sent < size:
             chunk = view[sent : sent + min(self.peer_frame, size - sent)]
             sent += len(chunk)
-            last = sent == len(view)
-            frames.append(frame(DATA, END_STREAM if last and end_stream else 0, stream_id, chunk))
+            last = end_stream and sent == len(view)
+            frames.append(frame(DATA, END_STREAM if last else 0, stream_id, chunk))
         sending.window -= sent
         self.send_window -= sent
         self.write(b"".join(frames))
-        if sent == len(view):
-            if end_stream:
-                self.sending.pop(stream_id, None)
-            return None
-        return view[sent:]
+        if sent < len(view):
+            return view[sent:]
+        if end_stream:
+            self.sending.pop(stream_id, None)
+        return None
 
     def _send_waiting(self, stream_id: int) -> None:
         sending = self.sending.get(stream_id)

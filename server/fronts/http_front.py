@@ -46,8 +46,7 @@ from server.fronts.process import (
 )
 from server.fronts.refusal import Refusal, RequestRefusedError
 from server.fronts.refusal_log import note_refusal, note_refused
-from server.fronts.request_target import checked_target, forwarded_target
-from server.fronts.shm_http import SYSTEM_SHM, HttpSharedMemory
+from server.fronts.shm_http import HEADER_LENGTH, SYSTEM_SHM, HttpSharedMemory
 
 log = logging.getLogger(__name__)
 Headers = CIMultiDict[str]
@@ -73,12 +72,55 @@ REQUEST_FAULTS = re.compile(
     r"Unable to parse|attempt to access JSON|attempt to get members|failed to parse the request JSON"
     r"|Expected JSON object|Unable to set 'classification'|failed to get request params"
 )
+# the one request target taken: a plain /v2/... path libevhtp cannot read otherwise (it drops
+# ``#fragments`` and does not decode), forwarded as checked (fault matrix row 35; "Request targets")
+PRINTABLE = re.compile(r"[\x21-\x7e]*")
+ESCAPE = re.compile(r"%(?:[0-9A-Fa-f]{2})?")
+# what an escape may not stand for: a separator, a dot, the escape character itself, a control byte
+FORBIDDEN_ESCAPES = {ord(c) for c in "/\\.#?%"} | set(range(0x20)) | {0x7F}
+API_ROOT = "/v2"
 IDLE_TIMEOUT_S = 75.0  # a kept-alive connection with no request
 UPSTREAM_TIMEOUT_S = 600.0  # a POST that is no inference (a repository load can take minutes)
 SHUTDOWN_S = 5.0  # on exit, requests still in flight get this long
 # POSTs share the slots (rows 38, 56, 57); GET/HEAD have connections of their own
 QUICK_CONNECTIONS = 32
 QUICK_TIMEOUT_S = 60.0
+
+
+def _bad_target(target: str, why: str) -> RequestRefusedError:
+    return RequestRefusedError(f"request target {target[:80]!r} {why}; send a plain /v2/... path")
+
+
+def checked_target(target: str) -> tuple[str, str]:
+    """``(path, query)`` of a plain origin-form ``/v2`` target, or ``RequestRefusedError``."""
+    if not PRINTABLE.fullmatch(target):
+        raise _bad_target(target, "holds a space, control or non-ASCII character")
+    if "#" in target:
+        raise _bad_target(target, "has a '#' fragment")
+    if "\\" in target:
+        raise _bad_target(target, "has a backslash")
+    if not target.startswith("/"):
+        raise _bad_target(target, "is not origin-form (a path starting with '/')")
+    path, _, query = target.partition("?")
+    if path != API_ROOT and not path.startswith(API_ROOT + "/"):
+        raise _bad_target(target, f"is outside {API_ROOT}")
+    for segment in path.split("/")[1:]:
+        if segment == "":
+            raise _bad_target(target, "has an empty segment ('//' or a trailing '/')")
+        if segment in (".", ".."):
+            raise _bad_target(target, f"has a {segment!r} segment")
+    for escape in ESCAPE.finditer(path):
+        if len(escape.group()) != 3:
+            raise _bad_target(target, "has a '%' that starts no two-digit hex escape")
+        if int(escape.group()[1:], 16) in FORBIDDEN_ESCAPES:
+            why = f"has the escape {escape.group()!r}, a separator, dot or control character"
+            raise _bad_target(target, why)
+    return path, query
+
+
+def forwarded_target(path: str, query: str) -> str:
+    """The target sent to Triton: the checked path, and the query when there is one."""
+    return f"{path}?{query}" if query else path
 
 
 def _closing_answer(status: str, message: str) -> bytes:
@@ -200,7 +242,7 @@ class FrontConnection(RequestHandler):
 
 
 class FrontServer(web.Server):
-    """aiohttp's low-level server with ``FrontConnection`` connections and a body size bound."""
+    """aiohttp's low-level server with ``FrontConnection`` connections (bodies: ``HttpFront._read_body``)."""
 
     def __init__(self, front: HttpFront, **kwargs) -> None:
         super().__init__(front.handle, **kwargs)
@@ -214,21 +256,17 @@ class FrontServer(web.Server):
         handler.clients = self.clients
         return handler
 
-    def _make_request(self, message, payload, protocol, writer, task) -> web.BaseRequest:
-        return web.BaseRequest(
-            message, payload, protocol, writer, task, self._loop, client_max_size=self.front.max_body_bytes
-        )
-
 
 class HttpFront(Front):
     """The request handler: checks, forwards to ``--upstream``, answers."""
 
     shm: HttpSharedMemory
+    regions = HttpSharedMemory
 
     def __init__(self, args: argparse.Namespace) -> None:
         self.max_body_bytes = args.max_body_mib * MIB  # an inference is bounded by its model's largest too
         state = UpstreamState(f"tritonserver at {args.upstream}", log)
-        super().__init__(args, HttpSharedMemory, self.max_body_bytes, state)
+        super().__init__(args, self.max_body_bytes, state)
         self.session: ClientSession | None = None
         self.quick: ClientSession | None = None
         self.checkers = BodyCheckers(args.body_workers, args.max_large_bodies)
@@ -291,8 +329,7 @@ class HttpFront(Front):
         if model is not None and path.endswith(("/generate", "/generate_stream")):
             await check(check_generate, body, model)
         elif model is not None:
-            header_length = request.headers.get("Inference-Header-Content-Length")
-            return await check(check_infer, body, header_length, model)
+            return await check(check_infer, body, request.headers.get(HEADER_LENGTH), model)
         elif body:
             await check(check_json, body)  # every other /v2 POST body is JSON: one reading for both
         return []
@@ -340,12 +377,8 @@ class HttpFront(Front):
                 body_read = True
                 body = inflate(body, headers.pop("Content-Encoding", None), limit)
                 need(len(body))
-                answer = self.shm.answer(
-                    UPSTREAM_METHODS.get(request.method, request.method),
-                    path,
-                    body,
-                    lambda: self._client(request),
-                )
+                method = UPSTREAM_METHODS.get(request.method, request.method)
+                answer = self.shm.answer(method, path, body, lambda: self._client(request))
                 if answer is not None:  # the shared-memory API, served by the front itself
                     return answer
                 client, outputs = None, None
@@ -390,11 +423,9 @@ class HttpFront(Front):
         body: bytes,
         model: ModelSignature | None,
     ) -> web.Response:
-        """Send ``target`` upstream: GET/HEAD apart, the rest in the client's share and deadline. An
-        inference forwarded keeps its slot when its client hangs up, until Triton answers it or its
-        deadline passes (``Deadlines.within``, fault matrix row 38): Triton 2.51 runs a request whose
-        connection closed. Any other POST is an API Triton answers at once (repository, trace, logging,
-        shared memory; 403 without its key): a hang-up cancels it."""
+        """Send ``target`` upstream: GET/HEAD apart, the rest in the client's share and deadline. A hang-up
+        cancels a POST that is no inference (Triton answers those at once), not an inference Triton has
+        (``Deadlines.within``, fault matrix row 38)."""
         if request.method in QUICK_METHODS:
             assert self.quick is not None
             return await self._exchange(self.quick, request.method, target, headers, body)

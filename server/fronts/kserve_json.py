@@ -65,25 +65,21 @@ def load_json(body: bytes) -> object:
     """Parse a request body as Triton's parser would, or ``RequestRefusedError`` saying why not."""
     try:
         text = body.decode("utf-8")
-    except UnicodeDecodeError as error:
-        raise RequestRefusedError(f"request body is not UTF-8: {error}") from error
-    try:
         document = json.loads(
             text, object_pairs_hook=_refuse_duplicates, parse_int=_parse_int, parse_float=_parse_float
         )
+        if SURROGATE_ESCAPE.search(text):  # a lone surrogate escape parses, but is no Unicode Triton reads
+            json.dumps(document, ensure_ascii=False).encode("utf-8")
+    except UnicodeDecodeError as error:
+        raise RequestRefusedError(f"request body is not UTF-8: {error}") from error
+    except UnicodeEncodeError as error:
+        raise RequestRefusedError("request JSON holds a lone UTF-16 surrogate escape") from error
     except RecursionError as error:
         raise RequestRefusedError("request JSON nests too deeply") from error
     except RequestRefusedError:
         raise
     except ValueError as error:
         raise RequestRefusedError(f"request body is not valid JSON: {error}") from error
-    if SURROGATE_ESCAPE.search(text):  # a lone surrogate escape parses, but is no Unicode Triton reads
-        try:
-            json.dumps(document, ensure_ascii=False).encode("utf-8")
-        except UnicodeEncodeError as error:
-            raise RequestRefusedError("request JSON holds a lone UTF-16 surrogate escape") from error
-        except RecursionError as error:
-            raise RequestRefusedError("request JSON nests too deeply") from error
     return document
 
 
@@ -196,16 +192,15 @@ def _read_input(item: object, body_bytes: int) -> tuple[CarriedInput, RegionUse 
         )
     region = region_use(parameters, where)
     if region is not None:
-        size = region.byte_size
-        check_declared_size(name, shape, element_bytes(datatype), size, "its shared memory range")
-        return CarriedInput(name, datatype, tuple(shape), Carrier.SHARED_MEMORY, size), region
-    if "binary_data_size" in parameters:
-        size = parameters["binary_data_size"]
-        check_declared_size(name, shape, element_bytes(datatype), size, "its binary data")
-        return CarriedInput(name, datatype, tuple(shape), Carrier.BINARY, size), None
-    check_declared_size(name, shape, 1, body_bytes, "the request")
-    _check_data(name, datatype, shape, item["data"])
-    return CarriedInput(name, datatype, tuple(shape), Carrier.JSON, math.prod(shape)), None
+        carrier, size = Carrier.SHARED_MEMORY, region.byte_size
+    elif "binary_data_size" in parameters:
+        carrier, size = Carrier.BINARY, parameters["binary_data_size"]
+    else:
+        check_declared_size(name, shape, 1, body_bytes, "the request")
+        _check_data(name, datatype, shape, item["data"])
+        return CarriedInput(name, datatype, tuple(shape), Carrier.JSON, math.prod(shape)), None
+    check_declared_size(name, shape, element_bytes(datatype), size, carrier.value)
+    return CarriedInput(name, datatype, tuple(shape), carrier, size), region
 
 
 def _output_name(item: object, uses: list[RegionUse]) -> str:

@@ -6,10 +6,10 @@ host is not (``None``). Netlink socket diagnostics are asked first (well under a
 
 from __future__ import annotations
 
+import array
 import ipaddress
 import socket
 import struct
-import sys
 from pathlib import Path
 
 TABLES = (Path("/proc/net/tcp"), Path("/proc/net/tcp6"))
@@ -20,16 +20,18 @@ UID_AT = 16 + 64  # netlink header, then inet_diag_msg up to idiag_uid
 
 def _words(packed: bytes) -> str:
     """An address as the kernel prints it: 32-bit words in host byte order, in hex."""
-    return "".join(
-        f"{int.from_bytes(packed[i : i + 4], sys.byteorder):08X}" for i in range(0, len(packed), 4)
-    )
+    return "".join(f"{word:08X}" for word in array.array("I", packed))
+
+
+def _address(host: str) -> ipaddress.IPv4Address | ipaddress.IPv6Address:
+    """``host`` as an address, an IPv4-mapped IPv6 one as IPv4 (a dual-stack socket's IPv4 client)."""
+    address = ipaddress.ip_address(host.strip("[]"))
+    return address.ipv4_mapped or address if address.version == 6 else address
 
 
 def _spellings(host: str) -> set[str]:
     """Every way the tables may print ``host``: as IPv4 and as IPv4-mapped IPv6, or as IPv6."""
-    address = ipaddress.ip_address(host.strip("[]"))
-    if address.version == 6 and address.ipv4_mapped is not None:
-        address = address.ipv4_mapped
+    address = _address(host)
     if address.version == 4:
         return {_words(address.packed), _words(ipaddress.IPv6Address(f"::ffff:{address}").packed)}
     return {_words(address.packed)}
@@ -37,10 +39,7 @@ def _spellings(host: str) -> set[str]:
 
 def _diag_uid(peer: tuple[str, int], local: tuple[str, int]) -> tuple[bool, int | None]:
     """(answered, uid or None) of the socket from ``peer`` to ``local``, asked of netlink."""
-    address = ipaddress.ip_address(peer[0].strip("[]"))
-    ours = ipaddress.ip_address(local[0].strip("[]"))
-    if address.version == 6 and address.ipv4_mapped is not None and ours.version == 6 and ours.ipv4_mapped:
-        address, ours = address.ipv4_mapped, ours.ipv4_mapped  # an IPv4 client of a dual-stack socket
+    address, ours = _address(peer[0]), _address(local[0])
     if address.version != ours.version:
         return False, None
     family = socket.AF_INET if address.version == 4 else socket.AF_INET6
@@ -67,27 +66,19 @@ def _diag_uid(peer: tuple[str, int], local: tuple[str, int]) -> tuple[bool, int 
 def peer_uid(peer: tuple[str, int], local: tuple[str, int]) -> int | None:
     """The uid owning the client socket ``peer`` connected to our ``local``; None: not this host."""
     try:
-        any_address = ipaddress.ip_address(local[0].strip("[]")).is_unspecified
-        if not any_address:
-            answered, uid = _diag_uid(peer, local)
-            if answered:
-                return uid
+        answered, uid = _diag_uid(peer, local)
+        if answered:
+            return uid
         peers = {f"{spelling}:{peer[1]:04X}" for spelling in _spellings(peer[0])}
-        ours = set() if any_address else {f"{spelling}:{local[1]:04X}" for spelling in _spellings(local[0])}
+        ours = {f"{spelling}:{local[1]:04X}" for spelling in _spellings(local[0])}
     except ValueError:
         return None
-    port = f":{local[1]:04X}"
     for table in TABLES:
         try:
             lines = table.read_text().splitlines()[1:]
         except OSError:
             continue
-        for line in lines:
-            fields = line.split()
-            if (
-                len(fields) > 7
-                and fields[1] in peers
-                and (fields[2] in ours or (any_address and fields[2].endswith(port)))
-            ):
+        for fields in map(str.split, lines):
+            if len(fields) > 7 and fields[1] in peers and fields[2] in ours:
                 return int(fields[7])
     return None

@@ -159,17 +159,13 @@ class Front:
     """What both fronts hold, from their flags: tritonserver's state, the shares, the models' configs
     (``_model_config`` fetches one in the front's protocol), the admin key, the clients' shared memory."""
 
-    def __init__(
-        self,
-        args: argparse.Namespace,
-        regions: type[FrontRegions],
-        max_request_bytes: int,
-        state: UpstreamState,
-    ) -> None:
+    regions: type[FrontRegions]  # the clients' shared memory in the front's protocol
+
+    def __init__(self, args: argparse.Namespace, max_request_bytes: int, state: UpstreamState) -> None:
         self.args, self.upstream, self.shares, self.state = args, args.upstream, shares_from_args(args), state
         self.key = os.environ.get(KEY_ENV, "")  # not a flag: a command line is world-readable in /proc
         # the server's own regions (its prefix, every live stub's) no client may register
-        self.shm = regions(
+        self.shm = self.regions(
             ServerRegions(args.shm_prefix, stub_regions), max_request_bytes, args.trusted_shared_memory
         )
         # the models whose served config changed, as the launcher's file names them (fault matrix row 79)

@@ -1,10 +1,6 @@
-"""The fronts' refusals by policy in their log: an operator whose clients get ``REFUSED_STREAM``,
-``RESOURCE_EXHAUSTED``, 429, 503 or a timeout can see that the front did it, to which client address,
-for which bound and how often (docs/SERVING.md, "Refusals in the front's log").
-
-One WARNING line per (bound, client address) at most every ``WINDOW_S``, counting the refusals since
-that pair's last line: a flood of refusals writes a few lines, never one per request. A request refused
-for its own fault (400 / ``INVALID_ARGUMENT``) is not logged here: its client gets a clear error.
+"""The fronts' refusals by policy in their log, so an operator sees which bound refused which client
+address how often (docs/SERVING.md, "Refusals in the front's log"): one WARNING line per (bound,
+address) at most every ``WINDOW_S``, so a flood writes a few lines. A request at fault is not logged.
 """
 
 from __future__ import annotations
@@ -74,11 +70,7 @@ class RefusalLog:
 
 
 REFUSALS = RefusalLog()  # the front process's own
-
-
-def note_refusal(bound: str, address: str) -> None:
-    """Count a refusal by one of the front's bounds in its log."""
-    REFUSALS.note(bound, address)
+note_refusal = REFUSALS.note  # a refusal by one of the front's bounds
 
 
 def note_refused(refusal: RequestRefusedError, address: str) -> None:

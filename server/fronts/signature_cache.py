@@ -1,12 +1,7 @@
-"""The configs the fronts check requests against, as Triton serves them (``ModelSignatures``): one
-fetch for the concurrent requests of a model; an unknown model gets Triton's 404 / ``NOT_FOUND`` and
-nothing is forwarded unchecked.
-
-A known config stays in use while Triton is slow or silent (fault matrix row 74): past ``TTL_S`` it is
-fetched again in the background and kept, for at most ``STALE_S`` after Triton last answered, when that
-fetch fails; only a model never seen waits on its fetch. It is trusted only until the served configs
-change (row 79): a load or unload through this front (``forget``), or one the launcher's
-``server.config_changes`` file names, makes the model's next check wait for Triton's answer.
+"""The configs the fronts check requests against, as Triton serves them (``ModelSignatures``), one
+fetch for a model's concurrent requests: a known config stays in use while Triton is slow or silent
+(fault matrix row 74) and is trusted until the served configs change (row 79: ``forget``, or the
+launcher's ``server.config_changes`` file); nothing is forwarded unchecked.
 """
 
 from __future__ import annotations
@@ -120,39 +115,34 @@ class ModelSignatures:
         if load.cancelled():
             return
         found, now = load.result(), time.monotonic()
-        if isinstance(found, RequestRefusedError) and found.kind is Refusal.UNAVAILABLE:
-            self._keep(key, found, now)
-            return
-        if isinstance(found, ModelSignature):
-            entry = _Entry(found, now + TTL_S, now + STALE_S)
-        else:
-            entry = _Entry(found, now + UNKNOWN_TTL_S, now + UNKNOWN_TTL_S)
-        if len(self._entries) >= MAX_ENTRIES:
-            self._entries.clear()
-        self._entries[key] = entry
-
-    def _keep(self, key: Key, unanswered: RequestRefusedError, now: float) -> None:
-        """Triton did not answer a refresh: a known config stays in use until ``usable_until``."""
         entry = self._entries.get(key)
-        if entry is None or not isinstance(entry.found, ModelSignature) or now >= entry.usable_until:
+        if not _unanswered(found):
+            ttl, usable = (TTL_S, STALE_S) if isinstance(found, ModelSignature) else (UNKNOWN_TTL_S,) * 2
+            if len(self._entries) >= MAX_ENTRIES:
+                self._entries.clear()
+            self._entries[key] = _Entry(found, now + ttl, now + usable)
+        elif entry is None or not isinstance(entry.found, ModelSignature) or now >= entry.usable_until:
             self._entries.pop(key, None)
-            return
-        entry.refresh_at = now + RETRY_S
-        if not entry.stale:
-            entry.stale = True
-            log.warning(
-                "no config of model '%s' from tritonserver (%r): requests are checked against the one it "
-                "served last until it answers (for %.0f s more at most)",
-                key[0],
-                unanswered.__cause__,
-                entry.usable_until - now,
-            )
+        else:  # Triton did not answer a refresh: a known config stays in use until ``usable_until``
+            entry.refresh_at = now + RETRY_S
+            if not entry.stale:
+                entry.stale = True
+                log.warning(
+                    "no config of model '%s' from tritonserver (%r): requests are checked against the one "
+                    "it served last until it answers (for %.0f s more at most)",
+                    key[0],
+                    found.__cause__,
+                    entry.usable_until - now,
+                )
+
+
+def _unanswered(found: Found) -> bool:
+    return isinstance(found, RequestRefusedError) and found.kind is Refusal.UNAVAILABLE
 
 
 def _held_if_unanswered(entry: _Entry, found: Found) -> Found:
     """Triton's answer for a config no longer trusted; the signature held when Triton gave none (row 74)."""
-    unanswered = isinstance(found, RequestRefusedError) and found.kind is Refusal.UNAVAILABLE
-    return entry.found if unanswered and isinstance(entry.found, ModelSignature) else found
+    return entry.found if _unanswered(found) and isinstance(entry.found, ModelSignature) else found
 
 
 def _known(found: Found) -> ModelSignature:

@@ -262,7 +262,7 @@ def test_calls_reset_once_sent_leave_triton_no_more_than_the_clients_share(slow_
     asking a minute each, 50 at a time, and resets each batch (``RST_STREAM`` ``CANCEL``) as soon as a
     PING sent after it is acknowledged: the front has read them, so their handlers have begun. Triton
     never has more of them waiting than the connection's share of slots (32): a forwarded call keeps its
-    slot and its stream's place until Triton answers it, whatever the client does, and the calls beyond
+    slot until Triton answers it, whatever the client does, and the calls beyond
     the share are refused. Another client's calls are answered, right, throughout (before: each reset
     freed the call's place and slot at once, and Triton had hundreds of them waiting)."""
     share = SlotLimits().per_connection

@@ -24,8 +24,8 @@ import tritonclient.http as httpclient
 import tritonclient.utils.shared_memory as shared_memory
 
 from server import TritonServer
+from server.fronts.http_front import checked_target
 from server.fronts.refusal import RequestRefusedError
-from server.fronts.request_target import checked_target
 from server.stubs import server_stubs
 from soak.http_fuzz import mutate_target
 from soak.raw_http import Request, exchange

@@ -390,8 +390,16 @@ def test_peer_uid_finds_the_local_client(tmp_path: Path) -> None:
             connection, address = listener.accept()
             with connection:
                 assert peer_uid(address, connection.getsockname()) == os.getuid()
-                assert peer_uid(address, ("0.0.0.0", connection.getsockname()[1])) == os.getuid()
                 assert peer_uid(("10.1.2.3", 4242), connection.getsockname()) is None
+    with socket.socket(socket.AF_INET6) as listener:  # dual-stack: an IPv4 client's addresses are mapped
+        listener.bind(("::", 0))
+        listener.listen()
+        with socket.create_connection(("127.0.0.1", listener.getsockname()[1])):
+            connection, address = listener.accept()
+            with connection:
+                assert address[0] == "::ffff:127.0.0.1"
+                assert peer_uid(address[:2], connection.getsockname()[:2]) == os.getuid()
+                assert peer_uid(("127.0.0.1", address[1]), connection.getsockname()[:2]) == os.getuid()
 
 
 @pytest.mark.skipif(os.getuid() != 0, reason="needs root to connect as another uid")

@@ -6,8 +6,8 @@ from __future__ import annotations
 
 import pytest
 
+from server.fronts.http_front import checked_target, forwarded_target
 from server.fronts.refusal import RequestRefusedError
-from server.fronts.request_target import checked_target, forwarded_target
 
 
 @pytest.mark.parametrize(
