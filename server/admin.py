@@ -90,7 +90,6 @@ def model_versions(client: httpclient.InferenceServerClient, key: str) -> dict[s
 
 
 def serving_versions(client: httpclient.InferenceServerClient, key: str, model: str) -> list[str]:
-    """The versions of ``model`` that are READY now."""
     versions = model_versions(client, key).get(model, {})
     return [version for version, state in versions.items() if state == "READY"]
 

@@ -16,7 +16,6 @@ import logging
 import os
 import sys
 import threading
-import urllib.error
 import urllib.request
 from dataclasses import asdict
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
@@ -47,7 +46,7 @@ def readiness(supervisor: Supervisor) -> tuple[bool, str]:
         with urllib.request.urlopen(f"http://{server.triton_http_url}/v2/health/ready", timeout=2) as answer:
             if answer.status == 200:
                 return True, "serving"
-    except (urllib.error.URLError, OSError) as error:
+    except OSError as error:  # urllib's errors included
         return False, f"tritonserver does not answer: {error}"
     return False, "tritonserver is not ready"
 

@@ -232,7 +232,6 @@ class Supervisor:
             time.sleep(min(POLL_S, max(0.0, deadline - time.monotonic())))
 
     def _write(self, state: str | None = None) -> None:
-        """Write the record, in ``state`` when one is given."""
         self.record.state = state or self.record.state
         if self.record_path is not None:
             write_record(self.record_path, asdict(self.record))
