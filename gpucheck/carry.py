@@ -160,7 +160,6 @@ def folder_files(folder: Path) -> dict[Path, int]:
 
 
 def _listed(destination: Path) -> dict[str, int]:
-    """The carried files and their sizes, as the manifest lists them."""
     files = folder_files(destination)
     return {str(path.relative_to(destination)): size for path, size in files.items() if path.name != MANIFEST}
 

@@ -67,7 +67,6 @@ def _alive(pid: int) -> bool:
 
 
 def _sweep(folder: Path) -> None:
-    """Remove temporaries that processes no longer running left in ``folder``."""
     for leftover in folder.glob(f"{PARTIAL}*"):
         pid = leftover.name.removeprefix(PARTIAL).split("-", 1)[0]
         if pid.isdigit() and int(pid) != os.getpid() and not _alive(int(pid)):
@@ -108,13 +107,11 @@ def staged(path: Path, size: int | None = None) -> Iterator[Path]:
 
 
 def write_bytes(path: Path, data: bytes) -> None:
-    """Write ``data`` to ``path`` whole or not at all."""
     with staged(path, len(data)) as temporary, open(temporary, "wb") as handle:
         handle.write(data)
 
 
 def write_text(path: Path, text: str) -> None:
-    """Write ``text`` (UTF-8) to ``path`` whole or not at all."""
     write_bytes(path, text.encode())
 
 

@@ -9,6 +9,5 @@ import sys
 
 
 def add_launcher_paths() -> None:
-    """Prepend the launcher's ``PYTHONPATH`` entries to ``sys.path``, keeping their order."""
     wanted = [p for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p and p not in sys.path]
     sys.path[:0] = wanted

@@ -370,7 +370,6 @@ def _add_start_arguments(parser: argparse.ArgumentParser, host_help: str) -> Non
 
 
 def command_parser() -> argparse.ArgumentParser:
-    """``python -m server``'s commands and their flags."""
     parser = argparse.ArgumentParser(prog="python -m server", description=__doc__)
     sub = parser.add_subparsers(dest="command", required=True)
     start = sub.add_parser("start", help="start tritonserver in the background and wait until ready")

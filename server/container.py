@@ -52,7 +52,6 @@ def readiness(supervisor: Supervisor) -> tuple[bool, str]:
 
 
 def probe_answer(supervisor: Supervisor, path: str) -> tuple[int, dict]:
-    """The status and JSON body of probe ``path``."""
     record = asdict(supervisor.record)
     if path == "/live":
         return 200, {"live": True, "supervisor": record}

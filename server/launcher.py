@@ -373,7 +373,6 @@ class TritonServer:
 
     @property
     def fronts(self) -> list[subprocess.Popen]:
-        """The front processes started (HTTP front, gRPC front)."""
         return [front for front in (self.http_front, self.grpc_front) if front is not None]
 
     @property

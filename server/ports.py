@@ -44,7 +44,6 @@ class ServerPorts:
     slot: int
 
     def all(self) -> tuple[int, ...]:
-        """The block's ports in ``ROLES`` order."""
         first = self.base + self.slot * PORTS_PER_SERVER
         return tuple(range(first, first + PORTS_PER_SERVER))
 
@@ -88,7 +87,6 @@ def hold(ports: ServerPorts | None) -> None:
 
 
 def release(ports: ServerPorts | None) -> None:
-    """``ports`` free for the next server of this process (its server has stopped)."""
     if ports is not None:
         with _lock:
             _held.discard(ports.slot)
@@ -109,7 +107,6 @@ def port_base_argument(text: str) -> int:
 
 
 def add_port_base_option(parser: argparse.ArgumentParser) -> None:
-    """``--port-base`` on a command that starts servers of its own."""
     parser.add_argument(
         "--port-base",
         type=port_base_argument,
@@ -154,7 +151,6 @@ def free_ports(hosts: Sequence[str], taken: Collection[int] = ()) -> list[int]:
 
 
 def free_port(host: str = "127.0.0.1") -> int:
-    """One port nobody listens on right now."""
     return free_ports([host])[0]
 
 

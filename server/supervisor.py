@@ -41,7 +41,6 @@ class RestartPolicy:
     interval_s: float = 300.0  # StartLimitIntervalSec
 
     def recent(self, restarts: list[float], now: float) -> int:
-        """Restarts (monotonic times) inside the start-limit interval ending ``now``."""
         return sum(1 for moment in restarts if now - moment < self.interval_s)
 
     def delay(self, restarts: list[float], now: float) -> float:
@@ -49,7 +48,6 @@ class RestartPolicy:
         return min(self.max_delay_s, self.first_delay_s * 2 ** self.recent(restarts, now))
 
     def exhausted(self, restarts: list[float], now: float) -> bool:
-        """Another restart would exceed the burst inside the interval."""
         return self.recent(restarts, now) >= self.burst
 
 
