@@ -1,8 +1,6 @@
-"""``python -m client health``: whether the served models can serve, not only whether the server answers.
-
-Triton 2.51 says READY while a model's stub is dead or hung, so the watchdog's record decides; the
-exit status is 0 only if every model checked serves, so it can be a readiness probe.
-"""
+"""``python -m client health``: whether the models can serve, not only whether the server answers. 2.51
+says READY while a stub is dead or hung, so the watchdog's record decides; exit 0 only if every model
+checked serves, so it can be a readiness probe."""
 
 from __future__ import annotations
 

@@ -1,10 +1,6 @@
-"""Files that readers see whole or not at all, and one clear error when the disk is full.
-
-A build rewrites folders a live server reads from. Every file is written under a hidden temporary name
-(``.partial-<pid>-<token>.<name>``) in its folder, fsynced, renamed over its final name and the folder
-fsynced; a temporary left by a killed process is removed by the next write there. A full file system
-becomes ``DiskFullError``, naming the file, the space left and the space needed. Standard library only.
-"""
+"""Files that readers see whole or not at all (a build rewrites folders a live server reads), and one
+clear error when the disk is full. Each is written under a hidden temporary name, fsynced and renamed
+over its final name; a killed writer's temporary is swept by the next write there. Standard library only."""
 
 from __future__ import annotations
 

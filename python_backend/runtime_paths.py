@@ -1,8 +1,5 @@
-"""Make the virtual environment importable inside the Python backend's stub.
-
-The stub's embedded libpython ignores ``PYTHONPATH`` and the venv; the launcher exports ``PYTHONPATH``
-anyway and this puts it first on ``sys.path``. Standard library only: it runs before anything else.
-"""
+"""The stub's embedded libpython ignores ``PYTHONPATH`` and the venv: put the ``PYTHONPATH`` the
+launcher exports first on ``sys.path``. Standard library only: it runs before anything else."""
 
 import os
 import sys

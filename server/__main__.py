@@ -1,10 +1,7 @@
-"""``python -m server start|stop|status|drain|load|unload``: the server behind ``make serve``.
-
-``start`` launches a detached supervisor (``server.supervisor``) and returns once it reports the server
-ready; the state is in ``.run/`` (``server.json``, ``admin.key`` 0600, ``supervisor.json``,
-``watchdog.json``), one server per checkout. ``stop`` and ``drain`` release the supervisor first, so
-nothing restarts the server they stop; ``drain`` alone is the Kubernetes preStop step.
-"""
+"""``python -m server start|stop|status|drain|load|unload``: the server behind ``make serve``, one per
+checkout, its state in ``.run/``. ``start`` runs a detached supervisor and returns once it reports the
+server ready; ``stop`` and ``drain`` (the Kubernetes preStop step) release the supervisor first, so
+nothing restarts the server they stop."""
 
 from __future__ import annotations
 

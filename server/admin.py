@@ -1,12 +1,9 @@
-"""The server's admin surface: a key for the restricted APIs, keyed model loads, and the drain.
+"""The server's admin surface: the key for the restricted APIs, keyed model loads, and the drain.
 
-With explicit model control, Triton 2.51 lets any local process load code (a ``model.py`` file
-override), so every server keys its repository, trace, logging and shared-memory APIs to
-``ADMIN_HEADER``, and behind a front the inference API to ``FRONT_HEADER``, which the front adds once
-its checks pass: one secret under two names, so a front passes inference on without admin rights.
-``trusted_shared_memory`` alone opens the shared-memory API. The fronts read the key from ``KEY_ENV``,
-never their command line (readable in ``/proc``; mount it ``hidepid=2`` on a shared host).
-"""
+With explicit model control any local process could load code, so the repository, trace, logging and
+shared-memory APIs need ``ADMIN_HEADER``, and behind a front inference needs ``FRONT_HEADER``, which
+the front adds once its checks pass: one secret under two names. Fronts read it from ``KEY_ENV``, never
+their command line (readable in ``/proc``)."""
 
 from __future__ import annotations
 

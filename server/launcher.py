@@ -1,11 +1,7 @@
 """``TritonServer``: start a real tritonserver on a model repository, wait until ready, stop cleanly.
-
-Binds 127.0.0.1 by default (Triton 2.51 has known CVEs). Every server runs with explicit model control,
-its admin APIs keyed (``server.admin``), a stub watchdog, a drain before SIGTERM, and non-strict
-readiness (2.51 keeps it false for good after one failed version load). With fronts, Triton's own
-ports move to loopback and the fronts follow the tritonserver named in ``server_pid_file`` across
-restarts (docs/SERVING.md).
-"""
+Binds 127.0.0.1 by default (2.51 has known CVEs); explicit model control with keyed admin APIs
+(``server.admin``), a stub watchdog, a drain before SIGTERM, non-strict readiness (2.51 keeps it false
+after one failed load); with fronts, Triton's own ports move to loopback (docs/SERVING.md)."""
 
 from __future__ import annotations
 

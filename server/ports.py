@@ -1,10 +1,6 @@
-"""A server's ports: free ones the OS picks, or ones from a fixed base, and who listens on them.
-
-With a base (``PORT_BASE=`` / ``--port-base``) each server of a process takes the next free block of
-``PORTS_PER_SERVER`` ports, in ``ROLES`` order, and a port already taken is an error that names it, so
-a firewall can plan for them. An OS-picked port may be taken by another process before Triton binds
-it: ``held_by`` reads the kernel's socket tables to tell whose answer the readiness probe got.
-"""
+"""A server's ports: free ones the OS picks, or blocks of ``PORTS_PER_SERVER`` from a fixed base
+(``--port-base``) where a taken port is an error naming it; ``held_by`` reads the kernel's socket tables
+to tell whose answer the readiness probe got on an OS-picked port another process took first."""
 
 from __future__ import annotations
 

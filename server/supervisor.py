@@ -1,12 +1,6 @@
-"""Keep one tritonserver running: restart it on the same ports when it dies, as systemd's
-``Restart=on-failure`` does (``RestartPolicy``; exit status 0 was on purpose).
-
-The restart reuses the same ``TritonServer`` (ports, admin key, shared-memory prefix, watchdog
-history) and the fronts stay up meanwhile, answering 503 / ``UNAVAILABLE`` (fault matrix row 46); the
-dead server's log is kept as ``<log>.1``. SIGTERM/SIGINT stop supervising and the server; SIGUSR1
-releases it, running (``python -m server stop`` and ``drain`` do that first); a signal during a
-(re)start stops that server.
-"""
+"""Keep one tritonserver running: restart it on the same ``TritonServer`` (ports, admin key, region
+prefix, watchdog history) when it dies, as systemd's ``Restart=on-failure`` does, while the fronts answer
+503 / ``UNAVAILABLE`` (row 46). SIGTERM/SIGINT stop it, SIGUSR1 releases it running (docs/SERVING.md)."""
 
 from __future__ import annotations
 
