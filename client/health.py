@@ -79,10 +79,8 @@ def report(
     supervisor_path: Path | None = None,
     repository: Path | None = None,
 ) -> tuple[str, bool]:
-    """The text ``client health`` prints and whether everything checked can serve.
-
-    The records are read before the server is asked: its answers can take seconds while the watchdog
-    reloads a model, and a record read after them could already say the outage is over."""
+    """The text ``client health`` prints and whether everything checked can serve. The records are read
+    first: the server's answers can take seconds while a model reloads, and by then the outage is over."""
     events = read_record(events_path) if events_path else {}
     supervisor = read_record(supervisor_path) if supervisor_path else {}
     down = []

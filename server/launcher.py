@@ -357,8 +357,7 @@ class TritonServer:
             self.grpc_front = self._launch_front("grpc_front", self.grpc_port, self.triton_grpc_url)
 
     def front_times(self, front: str) -> list[str]:
-        """The ``http_front``'s flags for its body and header times (fault matrix rows 6, 13), or the
-        ``grpc_front``'s for its message and idle times (rows 71, 75, 77)."""
+        """The front's time flags (fault matrix rows 6, 13; the gRPC front's 71, 75, 77)."""
         options = self.options
         times = (
             {"body": options.http_front_body_timeout_s, "header": options.http_front_header_timeout_s}
