@@ -175,7 +175,6 @@ def _up_to_date(destination: Path, wanted: dict) -> bool:
 def build_carry(
     destination: Path, python_version: str = GPU_PYTHON, downloads: Path = Path(".run/gpu-downloads")
 ) -> Path:
-    """Build the carried folder for ``python_version``, or keep it when it is up to date."""
     versions = pinned_versions()
     wanted = {"python": python_version, "versions": versions}
     if _up_to_date(destination, wanted):

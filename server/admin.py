@@ -100,10 +100,9 @@ def load_model(
     allow_file_override: bool = False,
     changes: Path | None = None,
 ) -> str:
-    """Load (or reload) ``model``; one line saying what serves afterwards. File overrides (code the
-    server would run) are refused unless allowed; a failed load says which version keeps serving.
-    ``changes``: the server's ``config_changes_file``, where the fronts learn that the model's config
-    may have changed, before this returns (fault matrix row 79)."""
+    """Load (or reload) ``model``; one line saying what serves afterwards (after a failure too). File
+    overrides (code the server would run) are refused unless allowed. ``changes``: the server's
+    ``config_changes_file``, where the fronts learn the config may have changed (fault matrix row 79)."""
     if files and not allow_file_override:
         raise AdminError(
             f"load of '{model}' with file overrides refused: they run code inside the server; "

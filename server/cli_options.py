@@ -51,7 +51,6 @@ def add_server_arguments(
 
 
 def server_options(args: argparse.Namespace, **more: Any) -> ServerOptions:
-    """``ServerOptions`` from the flags above, plus what the caller sets itself (``more``)."""
     return ServerOptions(
         repository=args.repository,
         host=args.host,

@@ -288,9 +288,8 @@ class TritonServer:
         return preload_environment(self._workdir, {**os.environ, **added})
 
     def start(self) -> TritonServer:
-        """Launch and block until ready, trying again after the stub-lock abort or a port taken first;
-        on failure stop and clean up. A dead server starts again with the same ports, admin key,
-        shared-memory prefix and watchdog history (``server.supervisor``)."""
+        """Launch and block until ready, again after the stub-lock abort or a port taken first; a dead
+        server starts again with the same ports, key, region prefix and watchdog history (supervisor)."""
         restart = bool(self.running_fronts)  # a restart keeps the fronts answering (fault matrix row 46)
         for attempt in range(1, START_ATTEMPTS + 1):
             try:

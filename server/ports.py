@@ -131,9 +131,8 @@ def check_port_free(host: str, port: int, wait_s: float, name: str) -> None:
 
 
 def free_ports(hosts: Sequence[str], taken: Collection[int] = ()) -> list[int]:
-    """A free port for each of ``hosts``, all different and none of ``taken``: every socket stays
-    bound until all are picked, or the OS may hand one port out twice. Another process may still take
-    one before the server binds it (``TritonServer.start`` then picks new ones)."""
+    """A free port for each of ``hosts``, all different and none of ``taken``: every socket stays bound
+    until all are picked, or the OS may hand one out twice (another process may still take one first)."""
     picked: list[int] = []
     with contextlib.ExitStack() as bound:
         for host in hosts:

@@ -38,7 +38,6 @@ class RestartPolicy:
         return sum(1 for moment in restarts if now - moment < self.interval_s)
 
     def delay(self, restarts: list[float], now: float) -> float:
-        """Doubled for each recent restart, capped."""
         return min(self.max_delay_s, self.first_delay_s * 2 ** self.recent(restarts, now))
 
     def exhausted(self, restarts: list[float], now: float) -> bool:
