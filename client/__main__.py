@@ -1,8 +1,5 @@
-"""``python -m client {health,metadata,infer,stats}``: talk to the served repository.
-
-``infer --check`` holds the answer to the model it was exported from and exits 1 on a mismatch, so it
-can gate a deployment script.
-"""
+"""``python -m client {health,metadata,infer,stats}``: talk to the served repository; ``infer --check``
+exits 1 when the answer differs from the model it was exported from, so it can gate a deployment."""
 
 from __future__ import annotations
 

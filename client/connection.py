@@ -39,7 +39,6 @@ def protocol_module(protocol: str) -> ModuleType:
 
 
 def connect(protocol: str, url: str | None = None) -> Any:
-    """An ``InferenceServerClient`` for ``protocol`` at ``url`` (default: see module doc)."""
     module = protocol_module(protocol)
     return module.InferenceServerClient(
         url or read_record(SERVER_STATE).get(protocol) or DEFAULT_URLS[protocol]

@@ -1,8 +1,6 @@
-"""``python -m client health``: whether the served models can serve, not only whether the server answers.
-
-Triton 2.51 says READY while a model's stub is dead or hung, so the watchdog's record decides; the
-exit status is 0 only if every model checked serves, so it can be a readiness probe.
-"""
+"""``python -m client health``: whether the models can serve, not only whether the server answers. 2.51
+says READY while a stub is dead or hung, so the watchdog's record decides; exit 0 only if every model
+checked serves, so it can be a readiness probe."""
 
 from __future__ import annotations
 
@@ -81,10 +79,8 @@ def report(
     supervisor_path: Path | None = None,
     repository: Path | None = None,
 ) -> tuple[str, bool]:
-    """The text ``client health`` prints and whether everything checked can serve.
-
-    The records are read before the server is asked: its answers can take seconds while the watchdog
-    reloads a model, and a record read after them could already say the outage is over."""
+    """The text ``client health`` prints and whether everything checked can serve. The records are read
+    first: the server's answers can take seconds while a model reloads, and by then the outage is over."""
     events = read_record(events_path) if events_path else {}
     supervisor = read_record(supervisor_path) if supervisor_path else {}
     down = []

@@ -81,7 +81,6 @@ def _count_ns(stats: dict[str, Any], key: str) -> tuple[int, int]:
 
 
 def parse_version_stats(entry: dict[str, Any]) -> ModelStats:
-    """One element of ``model_stats`` (one model version)."""
     inference = entry.get("inference_stats", {})
     batches = {
         int(b["batch_size"]): BatchBucket(
@@ -114,7 +113,6 @@ def fetch_stats(client: Any, protocol: str, model: str = "") -> dict[str, Any]:
 
 
 def model_stats(client: Any, protocol: str, model: str) -> ModelStats:
-    """``model``'s statistics over all its loaded versions."""
     return parse_model_stats(fetch_stats(client, protocol, model))
 
 

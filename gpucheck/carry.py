@@ -160,7 +160,6 @@ def folder_files(folder: Path) -> dict[Path, int]:
 
 
 def _listed(destination: Path) -> dict[str, int]:
-    """The carried files and their sizes, as the manifest lists them."""
     files = folder_files(destination)
     return {str(path.relative_to(destination)): size for path, size in files.items() if path.name != MANIFEST}
 
@@ -176,7 +175,6 @@ def _up_to_date(destination: Path, wanted: dict) -> bool:
 def build_carry(
     destination: Path, python_version: str = GPU_PYTHON, downloads: Path = Path(".run/gpu-downloads")
 ) -> Path:
-    """Build the carried folder for ``python_version``, or keep it when it is up to date."""
     versions = pinned_versions()
     wanted = {"python": python_version, "versions": versions}
     if _up_to_date(destination, wanted):

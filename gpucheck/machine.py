@@ -91,9 +91,8 @@ def gpu_used_mib() -> float | None:
 
 
 def stub_libpython(carried: Path | None, workdir: Path) -> str:
-    """Make the stub find ``libpython3.X.so.1.0`` (a static Python has none): the loader's, this Python's
-    ``LIBDIR`` or the carried one, the last two with this Python's stdlib; returns where it came from.
-    Changes this process's environment, which the server inherits."""
+    """Make the stub find ``libpython3.X.so.1.0`` (a static Python has none) through this process's
+    environment, which the server inherits: the loader's, this ``LIBDIR``'s or the carried one."""
     soname = f"libpython{sys.version_info.major}.{sys.version_info.minor}.so.1.0"
     try:
         ctypes.CDLL(soname)

@@ -69,8 +69,10 @@ def link_packages(dists: list[importlib.metadata.Distribution], folder: Path) ->
 
 
 def validate(out: Path) -> list[str]:
-    """What is wrong with a run's output (empty when nothing)."""
+    """What is wrong with a run's output (empty when nothing); its profile read as ``make plan`` does."""
     from gpucheck import report
+    from perf.errors import OptionError
+    from perf.plan.compute_profile import read_compute_profile
 
     problems = []
     files = [p for p in out.rglob("*") if p.is_file()]
@@ -82,19 +84,15 @@ def validate(out: Path) -> list[str]:
         return problems
     document = json.loads((out / report.FIGURES).read_text())
     text = (out / report.REPORT).read_text()
-    profile = document.get("compute_profile", {})
-    if not isinstance(profile.get("device"), str) or not isinstance(profile.get("source"), str):
-        problems.append("compute_profile lacks its device or source")
-    for model, by_precision in profile.get("models", {}).items():
+    try:
+        fits = read_compute_profile(out / report.FIGURES).models
+    except OptionError as error:
+        problems.append(str(error))
+        fits = {}
+    for model, by_precision in fits.items():
         for precision, fit in by_precision.items():
-            if precision not in ("fp32", "fp16") or not {"T_ms", "dt_ms", "batches"} <= set(fit):
-                problems.append(f"compute_profile.models.{model}.{precision} is not {{T_ms, dt_ms, batches}}")
-            elif not all(isinstance(v, float) and v > 0 for v in fit["batches"].values()):
-                problems.append(
-                    f"compute_profile.models.{model}.{precision}.batches holds a non-positive time"
-                )
-            elif f"{fit['T_ms']:.4f}" not in text:
-                problems.append(f"the report does not show {model} {precision}'s T ({fit['T_ms']:.4f} ms)")
+            if f"{fit.T_ms:.4f}" not in text:
+                problems.append(f"the report does not show {model} {precision}'s T ({fit.T_ms:.4f} ms)")
     for name, section in document.get("sections", {}).items():
         if section.get("status") != "ok":
             problems.append(

@@ -82,7 +82,6 @@ def _at_grid_batch(model: ModelSpec, grid: Grid, **changes: Any) -> ModelSpec:
 
 
 def check_models(spec: Spec, grid: Grid) -> list[CheckModel]:
-    """The served models the check measures, from the spec's own entries."""
     models = []
     for base, precision in grid.latency_models:
         entry = _at_grid_batch(spec.model(base), grid)
@@ -162,7 +161,6 @@ def check_spec(spec: Spec, grid: Grid) -> Spec:
 
 
 def build(spec: Spec, grid: Grid, repository: Path, device: str) -> CheckRepository:
-    """Build every model and pipeline of the check into ``repository`` for ``device``."""
     repository.mkdir(parents=True, exist_ok=True)
     built = {}
     for model in check_models(spec, grid):

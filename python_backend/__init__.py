@@ -1,8 +1,5 @@
-"""Python-backend models: the python-based ``onnxruntime`` backend and the pipeline stage runner.
-
-The stub imports only what sits beside the ``model.py`` it serves, so each model is installed as a
-flat folder: its files plus the helpers they import, listed here and nowhere else.
-"""
+"""Python-backend models. The stub imports only what sits beside the ``model.py`` it serves, so each is
+installed as a flat folder: its files plus the helpers they import, listed here and nowhere else."""
 
 from __future__ import annotations
 

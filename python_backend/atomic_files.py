@@ -1,10 +1,6 @@
-"""Files that readers see whole or not at all, and one clear error when the disk is full.
-
-A build rewrites folders a live server reads from. Every file is written under a hidden temporary name
-(``.partial-<pid>-<token>.<name>``) in its folder, fsynced, renamed over its final name and the folder
-fsynced; a temporary left by a killed process is removed by the next write there. A full file system
-becomes ``DiskFullError``, naming the file, the space left and the space needed. Standard library only.
-"""
+"""Files that readers see whole or not at all (a build rewrites folders a live server reads), and one
+clear error when the disk is full. Each is written under a hidden temporary name, fsynced and renamed
+over its final name; a killed writer's temporary is swept by the next write there. Standard library only."""
 
 from __future__ import annotations
 
@@ -67,7 +63,6 @@ def _alive(pid: int) -> bool:
 
 
 def _sweep(folder: Path) -> None:
-    """Remove temporaries that processes no longer running left in ``folder``."""
     for leftover in folder.glob(f"{PARTIAL}*"):
         pid = leftover.name.removeprefix(PARTIAL).split("-", 1)[0]
         if pid.isdigit() and int(pid) != os.getpid() and not _alive(int(pid)):
@@ -108,13 +103,11 @@ def staged(path: Path, size: int | None = None) -> Iterator[Path]:
 
 
 def write_bytes(path: Path, data: bytes) -> None:
-    """Write ``data`` to ``path`` whole or not at all."""
     with staged(path, len(data)) as temporary, open(temporary, "wb") as handle:
         handle.write(data)
 
 
 def write_text(path: Path, text: str) -> None:
-    """Write ``text`` (UTF-8) to ``path`` whole or not at all."""
     write_bytes(path, text.encode())
 
 

@@ -1,8 +1,5 @@
-"""The one dtype table: each dtype's spec name, Triton config type, numpy name and torch name.
-
-Standard library only, importable without numpy or torch: it is copied beside the stage runner's
-``model.py``, and the client imports it.
-"""
+"""The one dtype table: spec name, Triton config type, numpy and torch names. Standard library only
+(numpy and torch imported on use): it is copied beside the stage runner's ``model.py``."""
 
 from __future__ import annotations
 

@@ -177,9 +177,8 @@ def profile_grpc_front(
 
 
 def busy_shares(statistics_file: Path) -> list[tuple[float, str]]:
-    """A profile's own time by where it was spent (each module of ``server/fronts``, the asyncio loop,
-    socket calls, HPACK, protobuf, the rest) as shares of the time not spent waiting in epoll (whose
-    share of the whole comes first), largest first; a builtin's time counts for its caller."""
+    """A profile's own time by where it was spent (each ``server/fronts`` module, asyncio, sockets, HPACK,
+    protobuf, the rest; a builtin's in its caller) as shares of the time not in epoll, whose comes first."""
 
     def part_of(file: str) -> str:
         if "server/fronts/" in file:
@@ -287,7 +286,6 @@ def compare(
 
 
 def table(results: dict[tuple[str, int], Rounds]) -> str:
-    """The medians as a markdown table: one row per protocol, concurrency and route."""
     header = ["protocol", "c", "route", "throughput / direct, median (rounds)", "p50 ms (/ direct)",
               "CPU ms/request in between", "server CPU ms/request", "formed batch"]  # fmt: skip
     rows = []

@@ -27,7 +27,6 @@ ROUTES = ("copy", "trusted", "body")
 
 
 def _wide(spec: Path) -> dict:
-    """``trivial`` widened to ``FEATURES`` a row."""
     return {
         **spec_entry(spec, "trivial"), "name": MODEL, "options": {"features": FEATURES}, "max_batch_size": 16,
         "inputs": [{"name": "x", "dtype": "fp32", "shape": [FEATURES]}],

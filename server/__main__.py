@@ -1,10 +1,7 @@
-"""``python -m server start|stop|status|drain|load|unload``: the server behind ``make serve``.
-
-``start`` launches a detached supervisor (``server.supervisor``) and returns once it reports the server
-ready; the state is in ``.run/`` (``server.json``, ``admin.key`` 0600, ``supervisor.json``,
-``watchdog.json``), one server per checkout. ``stop`` and ``drain`` release the supervisor first, so
-nothing restarts the server they stop; ``drain`` alone is the Kubernetes preStop step.
-"""
+"""``python -m server start|stop|status|drain|load|unload``: the server behind ``make serve``, one per
+checkout, its state in ``.run/``. ``start`` runs a detached supervisor and returns once it reports the
+server ready; ``stop`` and ``drain`` (the Kubernetes preStop step) release the supervisor first, so
+nothing restarts the server they stop."""
 
 from __future__ import annotations
 
@@ -77,7 +74,12 @@ def _start(args: argparse.Namespace) -> int:
     if STATE.exists():
         state = json.loads(STATE.read_text())
         if _runs(state["pid"], b"tritonserver") or _runs(state.get("supervisor_pid"), b"supervise"):
-            print(_already_running(state), file=sys.stderr)
+            print(
+                f"error: this checkout already runs a server (tritonserver pid {state['pid']}, supervisor "
+                f"pid {state.get('supervisor_pid')}, http {state['http']}, grpc {state['grpc']}, repository "
+                f"{state.get('repository')}); one server per checkout: stop it first with `make stop`",
+                file=sys.stderr,
+            )
             return 1
         _clear_leftovers(state)  # a server that died without `make stop`
     SUPERVISOR_LOG.parent.mkdir(exist_ok=True)
@@ -109,14 +111,6 @@ def _start(args: argparse.Namespace) -> int:
         print(report["failed"], file=sys.stderr)
     print(f"log: {report['log']}   stop with: make stop   admin key: {KEY}")
     return 0
-
-
-def _already_running(state: dict) -> str:
-    return (
-        f"error: this checkout already runs a server (tritonserver pid {state['pid']}, supervisor pid "
-        f"{state.get('supervisor_pid')}, http {state['http']}, grpc {state['grpc']}, repository "
-        f"{state.get('repository')}); one server per checkout: stop it first with `make stop`"
-    )
 
 
 def _first_report(supervisor: subprocess.Popen, timeout_s: float) -> dict:
@@ -280,8 +274,8 @@ def _stop(args: argparse.Namespace) -> int:
     if _runs(pid, b"tritonserver"):
         _drain(state, args.timeout)
         # the fronts' kept-alive upstream connections would hold Triton's exit
-        _signal(state.get("http_front_pid"), b"http_front", wait_s=10)
-        _signal(state.get("grpc_front_pid"), b"grpc_front", wait_s=10)
+        for front in ("http_front", "grpc_front"):
+            _signal(state.get(f"{front}_pid"), front.encode(), wait_s=10)
         _signal(pid, b"tritonserver", wait_s=args.timeout)
         _signal(pid, b"tritonserver", signal.SIGKILL)  # still there after its timeout
         print(f"stopped tritonserver (pid {pid})")
@@ -293,10 +287,10 @@ def _stop(args: argparse.Namespace) -> int:
 
 
 def _status(args: argparse.Namespace) -> int:
-    if not STATE.exists():
+    state = read_record(STATE)
+    if not state:
         print("not running")
         return 1
-    state = json.loads(STATE.read_text())
     running = _runs(state["pid"], b"tritonserver")
     print(json.dumps(state, indent=2))
     if running:
@@ -373,7 +367,6 @@ def _add_start_arguments(parser: argparse.ArgumentParser, host_help: str) -> Non
 
 
 def command_parser() -> argparse.ArgumentParser:
-    """``python -m server``'s commands and their flags."""
     parser = argparse.ArgumentParser(prog="python -m server", description=__doc__)
     sub = parser.add_subparsers(dest="command", required=True)
     start = sub.add_parser("start", help="start tritonserver in the background and wait until ready")

@@ -1,12 +1,9 @@
-"""The server's admin surface: a key for the restricted APIs, keyed model loads, and the drain.
+"""The server's admin surface: the key for the restricted APIs, keyed model loads, and the drain.
 
-With explicit model control, Triton 2.51 lets any local process load code (a ``model.py`` file
-override), so every server keys its repository, trace, logging and shared-memory APIs to
-``ADMIN_HEADER``, and behind a front the inference API to ``FRONT_HEADER``, which the front adds once
-its checks pass: one secret under two names, so a front passes inference on without admin rights.
-``trusted_shared_memory`` alone opens the shared-memory API. The fronts read the key from ``KEY_ENV``,
-never their command line (readable in ``/proc``; mount it ``hidepid=2`` on a shared host).
-"""
+With explicit model control any local process could load code, so the repository, trace, logging and
+shared-memory APIs need ``ADMIN_HEADER``, and behind a front inference needs ``FRONT_HEADER``, which
+the front adds once its checks pass: one secret under two names. Fronts read it from ``KEY_ENV``, never
+their command line (readable in ``/proc``)."""
 
 from __future__ import annotations
 
@@ -90,7 +87,6 @@ def model_versions(client: httpclient.InferenceServerClient, key: str) -> dict[s
 
 
 def serving_versions(client: httpclient.InferenceServerClient, key: str, model: str) -> list[str]:
-    """The versions of ``model`` that are READY now."""
     versions = model_versions(client, key).get(model, {})
     return [version for version, state in versions.items() if state == "READY"]
 
@@ -104,10 +100,9 @@ def load_model(
     allow_file_override: bool = False,
     changes: Path | None = None,
 ) -> str:
-    """Load (or reload) ``model``; one line saying what serves afterwards. File overrides (code the
-    server would run) are refused unless allowed; a failed load says which version keeps serving.
-    ``changes``: the server's ``config_changes_file``, where the fronts learn that the model's config
-    may have changed, before this returns (fault matrix row 79)."""
+    """Load (or reload) ``model``; one line saying what serves afterwards (after a failure too). File
+    overrides (code the server would run) are refused unless allowed. ``changes``: the server's
+    ``config_changes_file``, where the fronts learn the config may have changed (fault matrix row 79)."""
     if files and not allow_file_override:
         raise AdminError(
             f"load of '{model}' with file overrides refused: they run code inside the server; "

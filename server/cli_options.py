@@ -51,7 +51,6 @@ def add_server_arguments(
 
 
 def server_options(args: argparse.Namespace, **more: Any) -> ServerOptions:
-    """``ServerOptions`` from the flags above, plus what the caller sets itself (``more``)."""
     return ServerOptions(
         repository=args.repository,
         host=args.host,
@@ -65,12 +64,10 @@ def server_options(args: argparse.Namespace, **more: Any) -> ServerOptions:
 
 
 def add_front_timeout_arguments(parser: argparse.ArgumentParser) -> None:
-    """The flags of ``FRONT_TIMEOUTS``, defaulting to ``ServerOptions``'s own."""
     defaults = {option.name: option.default for option in dataclasses.fields(ServerOptions)}
     for flag, name, text in FRONT_TIMEOUTS:
         parser.add_argument(f"--{flag}", type=positive(float), default=defaults[name], help=text)
 
 
 def front_timeouts(args: argparse.Namespace) -> dict[str, float]:
-    """The ``ServerOptions`` fields of the flags ``add_front_timeout_arguments`` added."""
     return {name: getattr(args, flag.replace("-", "_")) for flag, name, _ in FRONT_TIMEOUTS}

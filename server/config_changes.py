@@ -1,12 +1,6 @@
-"""Which served configs may have changed since a front last looked (docs/SERVING.md, fault matrix
-row 79).
-
-Triton never says when a served config changes (a load through its own port or the other front, a
-restart on a rebuilt repository), so whatever changes them appends a line to a file the launcher owns,
-once Triton has answered: the model's name (JSON), or ``null`` (every model) before each tritonserver
-start. A front reads only what was appended since it last looked (one ``stat`` before each check); the
-file only grows, so no line is missed between two looks.
-"""
+"""Which served configs may have changed since a front last looked (docs/SERVING.md, row 79): Triton
+never says, so whatever loads, unloads or starts a server appends the model's name (JSON; ``null``:
+every model) to a file the launcher owns, once Triton answered; it only grows, so no line is missed."""
 
 from __future__ import annotations
 

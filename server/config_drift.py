@@ -1,10 +1,6 @@
-"""Does each served model run the ``config.pbtxt`` on disk? A rebuild while serving says otherwise.
-
-Triton keeps the config it loaded while ``python -m exporters build`` rewrites the file;
-``python -m client health`` and ``python -m server status`` say so until the model is reloaded. Every
-field the file sets must hold the same value in the served config; what Triton adds (defaults) is not
-drift. Compared through ``model_config.proto``, so formatting and JSON's int64-as-string do not matter.
-"""
+"""Does each served model run the ``config.pbtxt`` on disk? Triton keeps the config it loaded while a
+rebuild rewrites the file. Every field the file sets must hold in the served config (Triton's defaults
+are no drift), compared as ``model_config.proto`` messages so formatting and int64-as-string do not count."""
 
 from __future__ import annotations
 

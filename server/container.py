@@ -1,12 +1,6 @@
-"""``python -m server.container``: the entry point of this project's server image (deploy/Dockerfile).
-
-The supervisor runs in the foreground as the container's main process, binding all interfaces (the
-Service and probes must reach it), tritonserver's log on stdout; SIGTERM goes on to tritonserver
-(``terminationGracePeriodSeconds`` must exceed the preStop pause plus ``--exit-timeout``). The probes
-on ``--probe-port`` exist because 2.51's ``/v2/health/ready`` says 200 while a stub is dead or hung:
-``/ready`` is 200 only while the supervisor serves, Triton is ready and the watchdog holds no model
-unavailable; ``/live`` while the supervisor supervises (a restart is the cure, not a reason to kill).
-"""
+"""``python -m server.container``: the server image's entry point (deploy/Dockerfile): the supervisor in
+the foreground on all interfaces, the log on stdout, and probes on ``--probe-port`` because 2.51's
+``/v2/health/ready`` says 200 while a stub is dead or hung (docs/DEPLOY.md)."""
 
 from __future__ import annotations
 
@@ -16,7 +10,6 @@ import logging
 import os
 import sys
 import threading
-import urllib.error
 import urllib.request
 from dataclasses import asdict
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
@@ -47,13 +40,12 @@ def readiness(supervisor: Supervisor) -> tuple[bool, str]:
         with urllib.request.urlopen(f"http://{server.triton_http_url}/v2/health/ready", timeout=2) as answer:
             if answer.status == 200:
                 return True, "serving"
-    except (urllib.error.URLError, OSError) as error:
+    except OSError as error:  # urllib's errors included
         return False, f"tritonserver does not answer: {error}"
     return False, "tritonserver is not ready"
 
 
 def probe_answer(supervisor: Supervisor, path: str) -> tuple[int, dict]:
-    """The status and JSON body of probe ``path``."""
     record = asdict(supervisor.record)
     if path == "/live":
         return 200, {"live": True, "supervisor": record}

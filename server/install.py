@@ -1,8 +1,5 @@
-"""Find a tritonserver and assemble the backend folder it needs.
-
-Search order: ``$TRITONSERVER``, ``tritonserver`` on ``PATH`` (the NGC container), then the binary in
-the ``nvidia-pytriton`` wheel, which lacks the native onnxruntime backend: ours takes its place.
-"""
+"""Find a tritonserver (``$TRITONSERVER``, ``PATH`` as in the NGC container, then the nvidia-pytriton
+wheel's) and assemble its backend folder: ours takes the place of the wheel's missing onnxruntime."""
 
 from __future__ import annotations
 

@@ -1,11 +1,7 @@
 """``TritonServer``: start a real tritonserver on a model repository, wait until ready, stop cleanly.
-
-Binds 127.0.0.1 by default (Triton 2.51 has known CVEs). Every server runs with explicit model control,
-its admin APIs keyed (``server.admin``), a stub watchdog, a drain before SIGTERM, and non-strict
-readiness (2.51 keeps it false for good after one failed version load). With fronts, Triton's own
-ports move to loopback and the fronts follow the tritonserver named in ``server_pid_file`` across
-restarts (docs/SERVING.md).
-"""
+Binds 127.0.0.1 by default (2.51 has known CVEs); explicit model control with keyed admin APIs
+(``server.admin``), a stub watchdog, a drain before SIGTERM, non-strict readiness (2.51 keeps it false
+after one failed load); with fronts, Triton's own ports move to loopback (docs/SERVING.md)."""
 
 from __future__ import annotations
 
@@ -84,7 +80,6 @@ def remove_shm_regions(prefix: str) -> list[str]:
 
 
 def _wait_or_kill(process: subprocess.Popen, timeout_s: float) -> None:
-    """Wait for ``process`` (already sent SIGTERM) to exit; SIGKILL it after ``timeout_s``."""
     try:
         process.wait(timeout=timeout_s)
     except subprocess.TimeoutExpired:
@@ -94,7 +89,6 @@ def _wait_or_kill(process: subprocess.Popen, timeout_s: float) -> None:
 
 
 def _tee(source: IO[bytes], path: Path) -> None:
-    """Write every line of ``source`` to ``path`` and to this process's stdout, until it closes."""
     with open(path, "wb") as log_file:
         for line in iter(source.readline, b""):
             log_file.write(line)
@@ -220,10 +214,9 @@ class TritonServer:
         self.triton_grpc_url = f"{'127.0.0.1' if options.grpc_front else host}:{self.triton_grpc_port}"
 
     def _lost_picked_ports(self, error: ServerError, restart: bool) -> set[int]:
-        """The ports the OS picked for a first start that another process bound first, as the check
-        before launch, Triton's log (``Socket '…:port' already in use``, maybe far above its tail once
-        its models unload) or a front's log (EADDRINUSE) names them; new ports cure that. A port the
-        user gave or a port base holds is theirs, and a restart keeps its ports: never one of these."""
+        """The OS-picked ports of a first start that another process bound first, as the port check or a
+        log names them (anywhere in it: Triton's may be far above its tail); new ports cure that. A
+        port the user gave or a port base holds, and a restart's, are never among them."""
         if restart:
             return set()
         texts = [str(error)]
@@ -295,9 +288,8 @@ class TritonServer:
         return preload_environment(self._workdir, {**os.environ, **added})
 
     def start(self) -> TritonServer:
-        """Launch and block until ready, trying again after the stub-lock abort or a port taken first;
-        on failure stop and clean up. A dead server starts again with the same ports, admin key,
-        shared-memory prefix and watchdog history (``server.supervisor``)."""
+        """Launch and block until ready, again after the stub-lock abort or a port taken first; a dead
+        server starts again with the same ports, key, region prefix and watchdog history (supervisor)."""
         restart = bool(self.running_fronts)  # a restart keeps the fronts answering (fault matrix row 46)
         for attempt in range(1, START_ATTEMPTS + 1):
             try:
@@ -364,21 +356,17 @@ class TritonServer:
             self.grpc_front = self._launch_front("grpc_front", self.grpc_port, self.triton_grpc_url)
 
     def front_times(self, front: str) -> list[str]:
-        """The ``http_front``'s flags for its body and header times (fault matrix rows 6, 13), or the
-        ``grpc_front``'s for its message and idle times (rows 71, 75, 77)."""
+        """The front's time flags (fault matrix rows 6, 13; the gRPC front's 71, 75, 77)."""
         options = self.options
-        if front == "http_front":
-            times = {"body": options.http_front_body_timeout_s, "header": options.http_front_header_timeout_s}
-        else:
-            times = {
-                "message": options.grpc_front_message_timeout_s,
-                "idle": options.grpc_front_idle_timeout_s,
-            }
+        times = (
+            {"body": options.http_front_body_timeout_s, "header": options.http_front_header_timeout_s}
+            if front == "http_front"
+            else {"message": options.grpc_front_message_timeout_s, "idle": options.grpc_front_idle_timeout_s}
+        )
         return [f"--{name}-timeout-s={seconds}" for name, seconds in times.items()]
 
     @property
     def fronts(self) -> list[subprocess.Popen]:
-        """The front processes started (HTTP front, gRPC front)."""
         return [front for front in (self.http_front, self.grpc_front) if front is not None]
 
     @property
@@ -406,11 +394,14 @@ class TritonServer:
         command = front if isinstance(front, list) else front.args
         return self.log_path.with_name(f"{command[2].rsplit('.', 1)[1]}.log")
 
-    def log_tail(self, lines: int = 40) -> str:
+    def _log_lines(self) -> list[str]:
         try:
-            return "\n".join(self.log_path.read_text(errors="replace").splitlines()[-lines:])
+            return self.log_path.read_text(errors="replace").splitlines()
         except OSError:
-            return "(no server log)"
+            return []
+
+    def log_tail(self, lines: int = 40) -> str:
+        return "\n".join(self._log_lines()[-lines:]) if self.log_path.exists() else "(no server log)"
 
     def is_ready(self) -> bool:
         try:
@@ -421,11 +412,7 @@ class TritonServer:
 
     def model_log_lines(self, name: str, limit: int = 12) -> list[str]:
         """The server log's lines about model ``name`` (Triton quotes model names: ``'name'``)."""
-        try:
-            lines = self.log_path.read_text(errors="replace").splitlines()
-        except OSError:
-            return []
-        return [line for line in lines if f"'{name}'" in line or f"{name}:" in line][-limit:]
+        return [line for line in self._log_lines() if f"'{name}'" in line or f"{name}:" in line][-limit:]
 
     def _settled_failures(self) -> dict[str, str] | None:
         """``{name: reason}`` of the models that failed to load once every model is READY or

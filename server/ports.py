@@ -1,10 +1,6 @@
-"""A server's ports: free ones the OS picks, or ones from a fixed base, and who listens on them.
-
-With a base (``PORT_BASE=`` / ``--port-base``) each server of a process takes the next free block of
-``PORTS_PER_SERVER`` ports, in ``ROLES`` order, and a port already taken is an error that names it, so
-a firewall can plan for them. An OS-picked port may be taken by another process before Triton binds
-it: ``held_by`` reads the kernel's socket tables to tell whose answer the readiness probe got.
-"""
+"""A server's ports: free ones the OS picks, or blocks of ``PORTS_PER_SERVER`` from a fixed base
+(``--port-base``) where a taken port is an error naming it; ``held_by`` reads the kernel's socket tables
+to tell whose answer the readiness probe got on an OS-picked port another process took first."""
 
 from __future__ import annotations
 
@@ -44,7 +40,6 @@ class ServerPorts:
     slot: int
 
     def all(self) -> tuple[int, ...]:
-        """The block's ports in ``ROLES`` order."""
         first = self.base + self.slot * PORTS_PER_SERVER
         return tuple(range(first, first + PORTS_PER_SERVER))
 
@@ -88,7 +83,6 @@ def hold(ports: ServerPorts | None) -> None:
 
 
 def release(ports: ServerPorts | None) -> None:
-    """``ports`` free for the next server of this process (its server has stopped)."""
     if ports is not None:
         with _lock:
             _held.discard(ports.slot)
@@ -109,7 +103,6 @@ def port_base_argument(text: str) -> int:
 
 
 def add_port_base_option(parser: argparse.ArgumentParser) -> None:
-    """``--port-base`` on a command that starts servers of its own."""
     parser.add_argument(
         "--port-base",
         type=port_base_argument,
@@ -138,9 +131,8 @@ def check_port_free(host: str, port: int, wait_s: float, name: str) -> None:
 
 
 def free_ports(hosts: Sequence[str], taken: Collection[int] = ()) -> list[int]:
-    """A free port for each of ``hosts``, all different and none of ``taken``: every socket stays
-    bound until all are picked, or the OS may hand one port out twice. Another process may still take
-    one before the server binds it (``TritonServer.start`` then picks new ones)."""
+    """A free port for each of ``hosts``, all different and none of ``taken``: every socket stays bound
+    until all are picked, or the OS may hand one out twice (another process may still take one first)."""
     picked: list[int] = []
     with contextlib.ExitStack() as bound:
         for host in hosts:
@@ -154,7 +146,6 @@ def free_ports(hosts: Sequence[str], taken: Collection[int] = ()) -> list[int]:
 
 
 def free_port(host: str = "127.0.0.1") -> int:
-    """One port nobody listens on right now."""
     return free_ports([host])[0]
 
 

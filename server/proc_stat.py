@@ -30,9 +30,8 @@ def running(pid: int | None, parent: int | None = None) -> bool:
 
 
 def stop(pid: int, wait_s: float) -> bool:
-    """SIGSTOP ``pid`` and wait up to ``wait_s`` until every thread of it is stopped (each stops only
-    when it next runs, and may take a mutex until then); False when ``wait_s`` passed first (a frozen
-    process never reaches ``T``). ``ProcessLookupError`` once it is gone."""
+    """SIGSTOP ``pid``; whether every thread stopped within ``wait_s`` (each only when it next runs, and
+    may take a mutex until then; a frozen one never does). ``ProcessLookupError`` once it is gone."""
     os.kill(pid, signal.SIGSTOP)
     deadline = time.monotonic() + wait_s
     while not _every_thread_stopped(pid):

@@ -1,11 +1,6 @@
-"""The Python backend's ``/dev/shm`` regions are private (0600) from the moment they exist.
-
-Triton 2.51's Python backend ``fchmod``s each stub's IPC region 0644 whatever the umask, and a chmod
-after the fact does not close a descriptor opened before it (fault matrix row 42). So tritonserver
-runs with umask 077 and a preloaded library (``shm_private.c``) that drops group and other bits from
-any chmod of a ``/dev/shm`` file; without a compiler, ``make_owner_only`` once the server is ready
-(and the fronts, for restarted stubs).
-"""
+"""The Python backend's ``/dev/shm`` regions are 0600 from the moment they exist (fault matrix row 42):
+2.51 ``fchmod``s them 0644 and a descriptor opened before a later chmod outlives it, so tritonserver
+runs with umask 077 and ``shm_private.c`` preloaded; without a compiler, ``make_owner_only`` once ready."""
 
 from __future__ import annotations
 

@@ -29,8 +29,6 @@ FUTEX_TID_MASK = 0x3FFFFFFF  # a locked robust mutex's lock word: owner thread i
 
 @dataclass(frozen=True)
 class Stub:
-    """One Python-backend stub process."""
-
     pid: int
     model: str
     version: str

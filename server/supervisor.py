@@ -1,12 +1,6 @@
-"""Keep one tritonserver running: restart it on the same ports when it dies, as systemd's
-``Restart=on-failure`` does (``RestartPolicy``; exit status 0 was on purpose).
-
-The restart reuses the same ``TritonServer`` (ports, admin key, shared-memory prefix, watchdog
-history) and the fronts stay up meanwhile, answering 503 / ``UNAVAILABLE`` (fault matrix row 46); the
-dead server's log is kept as ``<log>.1``. SIGTERM/SIGINT stop supervising and the server; SIGUSR1
-releases it, running (``python -m server stop`` and ``drain`` do that first); a signal during a
-(re)start stops that server.
-"""
+"""Keep one tritonserver running: restart it on the same ``TritonServer`` (ports, admin key, region
+prefix, watchdog history) when it dies, as systemd's ``Restart=on-failure`` does, while the fronts answer
+503 / ``UNAVAILABLE`` (row 46). SIGTERM/SIGINT stop it, SIGUSR1 releases it running (docs/SERVING.md)."""
 
 from __future__ import annotations
 
@@ -41,15 +35,12 @@ class RestartPolicy:
     interval_s: float = 300.0  # StartLimitIntervalSec
 
     def recent(self, restarts: list[float], now: float) -> int:
-        """Restarts (monotonic times) inside the start-limit interval ending ``now``."""
         return sum(1 for moment in restarts if now - moment < self.interval_s)
 
     def delay(self, restarts: list[float], now: float) -> float:
-        """Doubled for each recent restart, capped."""
         return min(self.max_delay_s, self.first_delay_s * 2 ** self.recent(restarts, now))
 
     def exhausted(self, restarts: list[float], now: float) -> bool:
-        """Another restart would exceed the burst inside the interval."""
         return self.recent(restarts, now) >= self.burst
 
 
@@ -232,7 +223,6 @@ class Supervisor:
             time.sleep(min(POLL_S, max(0.0, deadline - time.monotonic())))
 
     def _write(self, state: str | None = None) -> None:
-        """Write the record, in ``state`` when one is given."""
         self.record.state = state or self.record.state
         if self.record_path is not None:
             write_record(self.record_path, asdict(self.record))

@@ -1,11 +1,7 @@
-"""Self-healing: bring a model back when one of its Python-backend stubs dies or hangs.
-
-Triton 2.51 never restarts a dead stub (its instance answers 500 for good while the model reports
-READY), and aborts once a stub it gave up on resumes. So the watchdog reads the server's stubs from
-``/proc`` four times a second (nothing a model's statistics count), kills a hung one (stopped, silent,
-or stuck by Triton's metrics) and reloads the model of a dead one through the keyed repository API.
-Every event goes to the JSON record that ``python -m client health`` shows.
-"""
+"""Self-healing: Triton 2.51 never restarts a dead stub (its instance answers 500 while the model says
+READY) and aborts once a stub it gave up on resumes. So the watchdog reads the stubs from ``/proc`` four
+times a second, kills a hung one (stopped, silent, or stuck by the metrics), reloads the model of a dead
+one through the keyed repository API, and records each event for ``python -m client health``."""
 
 from __future__ import annotations
 

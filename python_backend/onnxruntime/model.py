@@ -67,9 +67,8 @@ def larger_sizes(config: dict) -> list[int]:
 
 
 def warmup_feeds(config: dict) -> list[dict]:
-    """Zero inputs at every size ``larger_sizes`` gives, for each batch-1 warm-up sample, when
-    ``WARMUP_PARAMETER`` is true. The config's own ``model_warmup`` stays at batch 1, so a config whose
-    ``max_batch_size`` is lowered still loads, and this warm-up follows it."""
+    """Zero inputs at every ``larger_sizes`` for each batch-1 warm-up sample (if ``WARMUP_PARAMETER``):
+    ``model_warmup`` stays at batch 1, so a config whose ``max_batch_size`` is lowered still loads."""
     if config_parameter(config, WARMUP_PARAMETER) != "true":
         return []
     samples = [s["inputs"] for s in config.get("model_warmup", []) if int(s.get("batch_size", 1)) == 1]

@@ -1,8 +1,5 @@
-"""Open an ONNX file in onnxruntime as the python-based ``onnxruntime`` backend serves it.
-
-Shared by the backend and the build's check (``exporters.onnx_export``), so a file the build has run
-is a file the backend loads. Imports only onnxruntime: it is copied flat into the backend folder.
-"""
+"""Open an ONNX file as the python-based ``onnxruntime`` backend serves it, shared with the build's
+check so a file the build ran is a file the backend loads. Only onnxruntime: it is copied flat."""
 
 from __future__ import annotations
 

@@ -1,7 +1,5 @@
-"""The tokenizer stage of a text-embedding ensemble: ``text`` (BYTES) → ``input_ids``, ``attention_mask``.
-
-Parameters ``max_seq_length`` and ``pad_buckets``; counts real and padded tokens in two metrics.
-"""
+"""The tokenizer stage of a text-embedding ensemble: ``text`` (BYTES) → ``input_ids``, ``attention_mask``,
+padded to ``pad_buckets`` up to ``max_seq_length``; real and padded tokens counted in two metrics."""
 
 import json
 import os

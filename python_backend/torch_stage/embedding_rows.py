@@ -1,8 +1,5 @@
-"""Embedding tables served by a stage: id checks on lookups and atomic row updates while serving.
-
-An update is checked whole before its first row is written, and applied only between batches, so no
-lookup ever sees half of one. Torch only: copied beside each stage's model.py.
-"""
+"""Embedding tables of a stage: id checks on lookups, and row updates checked whole and applied only
+between batches, so no lookup sees half of one. Torch only: copied beside each stage's model.py."""
 
 from __future__ import annotations
 

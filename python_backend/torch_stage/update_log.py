@@ -114,11 +114,8 @@ def artifact_of(path: str) -> str:
 
 
 class UpdateLog:
-    """The log of one embedding stage: replays onto its tables, appends updates, compacts itself.
-
-    ``version`` counts the updates since the stage was built (an update's answer); ``touched`` holds
-    per table the rows a snapshot keeps.
-    """
+    """One stage's log; ``version`` counts the updates since the build (an update's answer), ``touched``
+    the rows per table a snapshot keeps."""
 
     def __init__(
         self,

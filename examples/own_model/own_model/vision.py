@@ -25,8 +25,7 @@ class SqueezeExcite(nn.Module):
 
 
 class InvertedResidual(nn.Module):
-    """Expand (1×1), depthwise 3×3 (stride 1 or 2), squeeze-excite, project (1×1); a skip where shapes
-    allow."""
+    """Expand (1×1), depthwise 3×3, squeeze-excite, project (1×1); a skip where shapes allow."""
 
     def __init__(self, inputs: int, expanded: int, outputs: int, stride: int) -> None:
         super().__init__()

@@ -69,4 +69,4 @@ def test_validate_refuses_more_files_than_come_back_and_a_malformed_profile(tmp_
         (tmp_path / f"extra{extra}.txt").write_text("x")
     problems = validate(tmp_path)
     assert any("the device tool brings back 8" in p for p in problems)
-    assert any("is not {T_ms, dt_ms, batches}" in p for p in problems)
+    assert any("models.recommender.fp32.dt_ms: Field required" in p for p in problems)
