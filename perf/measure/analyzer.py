@@ -104,13 +104,9 @@ def window_options(settings: MeasureSettings, longer: float = 1.0, closed: bool 
 
 
 def command(
-    binary: Path,
-    target: Target,
-    load_options: list[str],
-    windows: tuple[str, ...],
-    folder: Path,
+    binary: Path, target: Target, load_options: list[str], windows: tuple[str, ...], folder: Path,
     extra: tuple[str, ...] = (),
-) -> list[str]:
+) -> list[str]:  # fmt: skip
     """The project's perf_analyzer command line for ``target``, its CSV and export into ``folder``."""
     if target.collect != 1:
         raise OptionError(f"perf_analyzer sends single samples, not collect={target.collect}")

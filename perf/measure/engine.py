@@ -218,8 +218,7 @@ class Measurement:
 class LoadEngine(Protocol):
     """One way to send a measurement's requests."""
 
-    @property
-    def name(self) -> str: ...
+    name: str
 
     def run(self, job: Job, at_edge: Edge | None = None) -> Measurement: ...
 

@@ -167,13 +167,10 @@ class StudyRunner:
         self.context.progress(f"{family}: raw onnxruntime")
         reference = self.spec.model(model_name(family, self.profile.modes[0]))
         out.raw = self.tools.measure_raw(
-            self.repository / reference.name / "1" / "model.onnx",
-            self.target(server, reference.name).inputs,
-            self.profile.raw_batch_sizes,
-            reference.threads.intra_op,
-            reference.threads.inter_op,
+            self.repository / reference.name / "1" / "model.onnx", self.target(server, reference.name).inputs,
+            self.profile.raw_batch_sizes, reference.threads.intra_op, reference.threads.inter_op,
             self.profile.raw_seconds,
-        )
+        )  # fmt: skip
         return out
 
 
