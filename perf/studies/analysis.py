@@ -268,18 +268,11 @@ def efficiencies(family: FamilyResult, concurrency: int) -> list[Efficiency]:
             continue
         stats = measurement.server.stats
         batch = stats.mean_batch or 1.0
-        out.append(
-            Efficiency(
-                mode,
-                batch,
-                measurement.summary().throughput,
-                raw_at(raw, batch, "throughput"),
-                compute_ratio(raw_fit, stats),
-                measurement.server.server_cpu_s_per_1000,
-                raw_at(raw, batch, "cpu_s_per_1000"),
-                overhead_of(stats.batches, raw),
-            )
-        )
+        out.append(Efficiency(
+            mode, batch, measurement.summary().throughput, raw_at(raw, batch, "throughput"),
+            compute_ratio(raw_fit, stats), measurement.server.server_cpu_s_per_1000,
+            raw_at(raw, batch, "cpu_s_per_1000"), overhead_of(stats.batches, raw),
+        ))  # fmt: skip
     return out
 
 

@@ -206,13 +206,9 @@ def _point(mode: str, load: str, measurement: Measurement, encoder: str, waste: 
 
 
 def measure_mode(
-    context: StudyContext,
-    server: TritonServer,
-    mode: TextMode,
-    corpus: list[CorpusText],
-    load: Load,
+    context: StudyContext, server: TritonServer, mode: TextMode, corpus: list[CorpusText], load: Load,
     name: str,
-) -> Point:
+) -> Point:  # fmt: skip
     spec = mode.spec()
     before = read_counters(server, spec)
     measurement = context.measure(
