@@ -1,8 +1,6 @@
-"""The markdown every perf report is written with: number formatting, tables, the one writer and the
-folder it writes into. A figure that could not be measured is a NaN that carries its reason
-(``Unmeasured``) to the report, which prints "could not be measured: <why>" instead of a claim the run
-did not make (a NaN, an infinity, or a negative time or rate from a noisy fit); a new timestamped
-folder per run keeps earlier reports, and its log is where a surprising figure is traced back."""
+"""The markdown every perf report is written with. A figure that could not be measured is a NaN that
+carries its reason (``Unmeasured``), printed as "could not be measured: <why>", never as a claim the run
+did not make; a new timestamped folder per run keeps earlier reports."""
 
 from __future__ import annotations
 

@@ -1,7 +1,5 @@
-"""The batching study's figures, pure functions of the ``StudyResult``: mode rows with ratios, the
-latency-model fit and its predictions, serving efficiency against raw onnxruntime, the serving
-overhead per execution (served minus raw, in ms: a ratio hides the size of the cost), and the goals
-judged on them, a miss saying by how much and what limits it."""
+"""The batching study's figures and goals, pure functions of the ``StudyResult``; serving overhead is
+served minus raw in ms (a ratio hides the size of the cost), and a missed goal says what limits it."""
 
 from __future__ import annotations
 

@@ -1,7 +1,6 @@
-"""The batching study on the framework (``study`` measures, ``analysis`` figures and judges) and its report
-folder: ``report.md`` with tables, verdicts and plots, the records, the figures, and the exact spec and
-configs served; the console gets each model's modes under the same arrivals (the report is too long
-to print). Imported only when the study runs: it loads matplotlib."""
+"""The batching study on the framework and its report folder; the console gets each model's modes under
+the same arrivals (the report is too long to print). Imported only when the study runs: it loads
+matplotlib."""
 
 from __future__ import annotations
 

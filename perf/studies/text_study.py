@@ -1,7 +1,5 @@
-"""The text-embedding study: how variable-length text batches, measured on all-MiniLM-L6-v2 served in
-each of the profile's ``text_modes`` under one deterministic corpus of realistic lengths, beside
-in-process references: raw onnxruntime, sentence-transformers, the latency per padded length
-(docs/TEXT.md). Writes ``text_embedding.md`` / ``.json`` and ``text_records.csv``."""
+"""The text-embedding study: how variable-length text batches, all-MiniLM-L6-v2 served in each of the
+profile's ``text_modes`` under one deterministic corpus, beside in-process references (docs/TEXT.md)."""
 
 from __future__ import annotations
 
