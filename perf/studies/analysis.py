@@ -127,13 +127,9 @@ def with_ratios(rows: list[Row]) -> list[Row]:
     base = next((r for r in rows if r.mode == "none"), None)
     if base is None:
         return rows
-    keys = ("throughput", "p50_ms", "p90_ms", "p99_ms")
+    of_base = {k: getattr(base, k) for k in ("throughput", "p50_ms", "p90_ms", "p99_ms")}
     return [
-        replace(
-            r,
-            ratios={k: getattr(r, k) / getattr(base, k) if getattr(base, k) else float("nan") for k in keys},
-        )
-        for r in rows
+        replace(r, ratios={k: getattr(r, k) / b if b else math.nan for k, b in of_base.items()}) for r in rows
     ]
 
 
