@@ -56,12 +56,14 @@ class StudyContext:
         self.progress(label)
         endpoints = ServerEndpoints.of(server)
         windows = settings or self.profile.settings
-        run = self.measurement(target, load, windows, endpoints, label, tuple(related), engine)
-        log.info("%s: %.0f inf/s, p99 %.1f ms, %d failed", label, run.throughput, run.p99_ms, run.failed)
-        failure = next((r.status for r in run.records if not r.ok), None)
+        result = self.measurement(target, load, windows, endpoints, label, tuple(related), engine)
+        summary = result.summary()
+        log.info("%s: %.0f inf/s, p99 %.1f ms, %d failed", label, summary.throughput, summary.p99_ms,
+                 summary.failed)  # fmt: skip
+        failure = next((r.status for r in result.records if not r.ok), None)
         if failure:
             log.warning("%s: requests failed; the first: %s", label, failure)
-        return run
+        return result
 
     def open_load(self, rate: float, seed_offset: int = 0) -> Load:
         """The profile's trace, else Poisson at ``rate`` (``seed_offset``: a phase that must not replay
