@@ -36,12 +36,8 @@ def candidate_spec(base: ModelSpec, config: BatcherConfig, keep_queue: bool = Fa
     else:
         batching = Batching(mode="none")
     instances = dataclasses.replace(base.instances, cpu=config.instances)
-    return dataclasses.replace(
-        base,
-        max_batch_size=config.max_batch_size if config.batching else base.max_batch_size,
-        batching=batching,
-        instances=instances,
-    )
+    max_batch_size = config.max_batch_size if config.batching else base.max_batch_size
+    return dataclasses.replace(base, max_batch_size=max_batch_size, batching=batching, instances=instances)
 
 
 def overlay_entry(
