@@ -286,7 +286,6 @@ async def drive(caller: Caller, load: Load, stop: asyncio.Event, sink: list[Reco
 async def _open(caller: Caller, load: Load, stop: asyncio.Event, sink: list[Record]) -> None:
     assert load.arrivals is not None
     collect = caller.target.collect
-    pending: set[asyncio.Task] = set()
     group: list[float] = []
 
     async def send(arrivals: tuple[float, ...], slot: int) -> None:
@@ -296,22 +295,19 @@ async def _open(caller: Caller, load: Load, stop: asyncio.Event, sink: list[Reco
             caller.free.put_nowait(slot)
 
     start = time.perf_counter() - caller.t0
-    for offset in load.arrivals():
-        arrival = start + offset
-        # short naps so a sparse trace still stops promptly
-        while (delay := arrival - (time.perf_counter() - caller.t0)) > 0 and not stop.is_set():
-            await asyncio.sleep(min(delay, 0.05))
-        if stop.is_set():
-            break
-        group.append(arrival)
-        if len(group) < collect:
-            continue
-        arrivals, group = tuple(group), []
-        if caller.free.empty():
-            sink.append(caller.shed(arrivals))
-            continue
-        task = asyncio.create_task(send(arrivals, caller.free.get_nowait()))
-        pending.add(task)
-        task.add_done_callback(pending.discard)
-    if pending:
-        await asyncio.gather(*pending)
+    async with asyncio.TaskGroup() as sending:  # every request sent is answered before the loop ends
+        for offset in load.arrivals():
+            arrival = start + offset
+            # short naps so a sparse trace still stops promptly
+            while (delay := arrival - (time.perf_counter() - caller.t0)) > 0 and not stop.is_set():
+                await asyncio.sleep(min(delay, 0.05))
+            if stop.is_set():
+                break
+            group.append(arrival)
+            if len(group) < collect:
+                continue
+            arrivals, group = tuple(group), []
+            if caller.free.empty():
+                sink.append(caller.shed(arrivals))
+                continue
+            sending.create_task(send(arrivals, caller.free.get_nowait()))
