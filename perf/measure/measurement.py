@@ -40,8 +40,7 @@ def measure(
     before = take() if take else None
     edges: list[ServerSnapshot] = []
     at_edge = (lambda _at: edges.append(take())) if take else None
-    job = Job(target, load, settings, label)
-    measurement = engine.run(job, at_edge)
+    measurement = engine.run(Job(target, load, settings, label), at_edge)
     first, last = measurement.used
     if take and before:
         after = _settled(take)
