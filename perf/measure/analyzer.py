@@ -122,7 +122,7 @@ def command(
 def read_analyzer_csv(path: Path, settings: tuple[str, ...] = ()) -> EngineFigures:
     """perf_analyzer's own figures from its ``-f`` CSV (latencies there in µs)."""
     row = next(csv.DictReader(io.StringIO(path.read_text())))
-    latencies_ms = (float(row[f"p{q} latency"]) / 1e3 for q in (50, 90, 99))
+    latencies_ms = (float(row[f"p{q} latency"]) / 1e3 for q in (50, 99))
     return EngineFigures(float(row["Inferences/Second"]), *latencies_ms, settings)
 
 

@@ -99,7 +99,6 @@ class EngineFigures:
 
     throughput: float
     p50_ms: float
-    p90_ms: float
     p99_ms: float
     settings: tuple[str, ...] = ()  # the measurement options it ran with (reports print them)
 
