@@ -83,12 +83,12 @@ def parser() -> argparse.ArgumentParser:
     run.add_argument("--shm", action="store_true", default=env("PERF_SHM") in ("1", "true", "yes"),
                      help="send inputs and receive outputs through system shared memory")  # fmt: skip
     run.add_argument("--window", type=float, default=env("PERF_WINDOW"), help="seconds per window")
-    run.add_argument("--warmup", type=float, default=None, help="warm-up seconds")
-    run.add_argument("--max-windows", type=int, default=None)
-    run.add_argument("--rate-fraction", type=float, default=None,
+    run.add_argument("--warmup", type=float, help="warm-up seconds")
+    run.add_argument("--max-windows", type=int)
+    run.add_argument("--rate-fraction", type=float,
                      help=f"open-loop rate / capacity ({Profile.poisson_fraction})")  # fmt: skip
     run.add_argument("--trace", default=env("PERF_TRACE"), help="file of inter-arrival times (s) to replay")
-    run.add_argument("--seed", type=int, default=None)
+    run.add_argument("--seed", type=int)
     run.add_argument("--reports", type=Path, default=Path("reports"), help="parent folder of the report")
     run.add_argument("--spec", type=Path, default=Path(env("PERF_SPEC", "models.yaml")),
                      help="the spec whose pipelines the pipeline study serves, and where --models that "

@@ -74,10 +74,9 @@ class NothingMeetsError(PerfError):
         served = f", serving only {per_second(behind)} of it" if behind is not None else ""
         failures = f", {failed:,} request{'s' if failed != 1 else ''} failed" if failed else ""
         answered = f"with p99 {p99_ms:,.1f} ms{over}" if p99_ms == p99_ms else "where no request was answered"
-        figure = f"{answered}{served}{failures}"
         return cls(
             f"nothing meets p99 <= {budget_ms:g} ms here: the closest measured was {label} at "
-            f"{per_second(rate)} {figure}{f' ({note})' if note else ''}",
+            f"{per_second(rate)} {answered}{served}{failures}{f' ({note})' if note else ''}",
             detail,
         )
 

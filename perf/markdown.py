@@ -1,8 +1,6 @@
-"""The markdown every perf report is written with: number formatting, tables, the one writer and the
-folder it writes into. A figure that could not be measured is a NaN that carries its reason
-(``Unmeasured``) to the report, which prints "could not be measured: <why>" instead of a claim the run
-did not make (a NaN, an infinity, or a negative time or rate from a noisy fit); a new timestamped
-folder per run keeps earlier reports, and its log is where a surprising figure is traced back."""
+"""The markdown every perf report is written with. A figure that could not be measured is a NaN that
+carries its reason (``Unmeasured``), printed as "could not be measured: <why>", never as a claim the run
+did not make; a new timestamped folder per run keeps earlier reports."""
 
 from __future__ import annotations
 
@@ -51,11 +49,6 @@ def why_unmeasured(value: float | None, signed: bool = False) -> str | None:
     return None
 
 
-def unmeasured_text(why: str) -> str:
-    """The words a report shows in place of a figure."""
-    return f"{UNMEASURED}: {why}"
-
-
 def error_percent(predicted: float, measured: float | None) -> float:
     """How far ``predicted`` is from ``measured``, in percent of ``measured`` (signed); NaN where either
     side is no figure (a prediction below zero is a model's noise, not an error of some size)."""
@@ -69,20 +62,20 @@ def number(value: float | None, digits: int = 1, signed: bool = False, unit: str
     for NaN, infinity, an ``Unmeasured`` value, and a negative one unless ``signed``."""
     why = why_unmeasured(value, signed)
     if why is not None:
-        return unmeasured_text(why)
+        return f"{UNMEASURED}: {why}"
     return f"{value:,.0f}{unit}" if abs(value) >= 1000 else f"{value:.{digits}f}{unit}"
 
 
 def ratio(value: float | None, signed: bool = False) -> str:
     """``value`` as ``1.23×``; not a figure as ``number`` says."""
     why = why_unmeasured(value, signed)
-    return unmeasured_text(why) if why is not None else f"{value:.2f}×"
+    return f"{UNMEASURED}: {why}" if why is not None else f"{value:.2f}×"
 
 
 def percent(value: float | None) -> str:
     """A change or an error in percent, signed (``+12%``); NaN and infinity as ``number`` says."""
     why = why_unmeasured(value, signed=True)
-    return unmeasured_text(why) if why is not None else f"{value:+.0f}%"
+    return f"{UNMEASURED}: {why}" if why is not None else f"{value:+.0f}%"
 
 
 def fit_text(fit: Any, digits: int = 3) -> str:

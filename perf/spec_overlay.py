@@ -36,12 +36,8 @@ def candidate_spec(base: ModelSpec, config: BatcherConfig, keep_queue: bool = Fa
     else:
         batching = Batching(mode="none")
     instances = dataclasses.replace(base.instances, cpu=config.instances)
-    return dataclasses.replace(
-        base,
-        max_batch_size=config.max_batch_size if config.batching else base.max_batch_size,
-        batching=batching,
-        instances=instances,
-    )
+    max_batch_size = config.max_batch_size if config.batching else base.max_batch_size
+    return dataclasses.replace(base, max_batch_size=max_batch_size, batching=batching, instances=instances)
 
 
 def overlay_entry(
@@ -101,13 +97,9 @@ def base_document(base_path: Path) -> dict[str, Any]:
 
 
 def write_merged_spec(
-    base_path: Path,
-    overlay: dict[str, Any],
-    folder: Path,
-    name: str,
-    note: str,
+    base_path: Path, overlay: dict[str, Any], folder: Path, name: str, note: str,
     merge: Callable[[dict[str, Any], dict[str, Any]], dict[str, Any]] = apply_overlay,
-) -> Spec:
+) -> Spec:  # fmt: skip
     """Write ``overlay.yaml`` and the base spec merged with it as ``name`` into ``folder``; the checked
     spec."""
     merged = merge(base_document(base_path), overlay)
@@ -122,14 +114,9 @@ def write_merged_spec(
 
 
 def write_overlay(
-    base_path: Path,
-    base: ModelSpec,
-    config: BatcherConfig,
-    folder: Path,
-    note: str,
-    keep_queue: bool = False,
-    buckets: tuple[int, ...] | None = None,
-) -> Spec:
+    base_path: Path, base: ModelSpec, config: BatcherConfig, folder: Path, note: str,
+    keep_queue: bool = False, buckets: tuple[int, ...] | None = None,
+) -> Spec:  # fmt: skip
     """Write ``overlay.yaml`` and the merged ``spec.tuned.yaml`` into ``folder``; return the checked spec."""
     overlay = {"models": [overlay_entry(base, config, keep_queue, buckets)]}
     return write_merged_spec(base_path, overlay, folder, "spec.tuned.yaml", note)

@@ -11,6 +11,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from statistics import fmean
 
+import numpy as np
+
 from perf.errors import OptionError, StudyError, check_at_least
 from perf.markdown import number, table
 from perf.measure.analyzer import PerfAnalyzerEngine, find_perf_analyzer, unavailable_message
@@ -84,10 +86,8 @@ def cpu_verdict(runs: dict[str, list[Measurement]]) -> str:
     ours = runs.get(OurEngine.name)
     if not analyzer or not ours or not all(run.server for run in [*analyzer, *ours]):
         return "No CPU figures for both engines."
-    cpu = {name: [run.server.cpu_ms_per_request() for run in measured] for name, measured in runs.items()}
     (pa_server, pa_client), (server, client) = (
-        tuple(fmean([x[k] for x in cpu[name]]) for k in (0, 1))
-        for name in (analyzer[0].engine, OurEngine.name)
+        np.mean([run.server.cpu_ms_per_request() for run in each], axis=0) for each in (analyzer, ours)
     )
     from_cpu = (pa_server + pa_client) / (server + client) - 1
     measured = fmean([r.throughput for r in ours]) / fmean([r.throughput for r in analyzer]) - 1

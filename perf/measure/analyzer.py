@@ -104,13 +104,9 @@ def window_options(settings: MeasureSettings, longer: float = 1.0, closed: bool 
 
 
 def command(
-    binary: Path,
-    target: Target,
-    load_options: list[str],
-    windows: tuple[str, ...],
-    folder: Path,
+    binary: Path, target: Target, load_options: list[str], windows: tuple[str, ...], folder: Path,
     extra: tuple[str, ...] = (),
-) -> list[str]:
+) -> list[str]:  # fmt: skip
     """The project's perf_analyzer command line for ``target``, its CSV and export into ``folder``."""
     if target.collect != 1:
         raise OptionError(f"perf_analyzer sends single samples, not collect={target.collect}")
@@ -126,7 +122,7 @@ def command(
 def read_analyzer_csv(path: Path, settings: tuple[str, ...] = ()) -> EngineFigures:
     """perf_analyzer's own figures from its ``-f`` CSV (latencies there in µs)."""
     row = next(csv.DictReader(io.StringIO(path.read_text())))
-    latencies_ms = (float(row[f"p{q} latency"]) / 1e3 for q in (50, 90, 99))
+    latencies_ms = (float(row[f"p{q} latency"]) / 1e3 for q in (50, 99))
     return EngineFigures(float(row["Inferences/Second"]), *latencies_ms, settings)
 
 

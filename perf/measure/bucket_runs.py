@@ -5,7 +5,7 @@ every output within the spec's tolerance (docs/PERF.md, "Shapes as served")."""
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -36,28 +36,22 @@ class PaddingVerdict:
     detail: str
 
 
-class PaddingProbe:
-    """The served ONNX file in-process (one thread), to compare rows at a length with them padded."""
+def padding_probe(onnx_path: Path, spec: ModelSpec, seed: int = 0) -> Callable[[int, int], tuple[bool, str]]:
+    """``compare(length, padded_to)`` on the served ONNX file in-process (one thread): (within tolerance,
+    what the worst output did), padded outputs cropped to the true shape."""
+    from python_backend.onnxruntime.ort_session import open_session  # only where buckets are judged
 
-    def __init__(self, onnx_path: Path, spec: ModelSpec, seed: int = 0) -> None:
-        from python_backend.onnxruntime.ort_session import open_session  # only where buckets are judged
+    session = open_session(str(onnx_path), 1, 1, ["CPUExecutionProvider"])
+    base, names = longest_draw(spec, seed), [t.name for t in spec.outputs]
 
-        self.session = open_session(str(onnx_path), 1, 1, ["CPUExecutionProvider"])
-        self.spec = spec
-        self.base = longest_draw(spec, seed)
-
-    def _run(self, feed: dict[str, np.ndarray]) -> list[np.ndarray]:
-        return self.session.run([t.name for t in self.spec.outputs], feed)
-
-    def compare(self, length: int, padded_to: int) -> tuple[bool, str]:
-        """(within tolerance, what the worst output did), padded outputs cropped to the true shape."""
-        true = resized(self.spec, self.base, length)
-        expected = self._run(true)
-        actual = self._run(resized(self.spec, true, padded_to))
-        checks = []
-        for tensor, want, got in zip(self.spec.outputs, expected, actual, strict=True):
-            cropped = got[tuple(slice(0, size) for size in want.shape)]
-            checks.append(check_outputs(want, cropped, tensor.tolerance, self.spec.precision, tensor.name))
+    def compare(length: int, padded_to: int) -> tuple[bool, str]:
+        true = resized(spec, base, length)
+        expected, actual = session.run(names, true), session.run(names, resized(spec, true, padded_to))
+        checks = [
+            check_outputs(want, got[tuple(slice(0, size) for size in want.shape)], tensor.tolerance,
+                          spec.precision, tensor.name)
+            for tensor, want, got in zip(spec.outputs, expected, actual, strict=True)
+        ]  # fmt: skip
         worst = max(checks, key=lambda c: (not c.ok, c.max_rel_error))
         words = (
             f"length {length} padded to {padded_to}: {worst.name} moved by up to {worst.max_abs_error:.3g} "
@@ -65,6 +59,8 @@ class PaddingProbe:
             f"{worst.tolerance.max_rel:g})"
         )
         return all(c.ok for c in checks), words
+
+    return compare
 
 
 def longest_draw(spec: ModelSpec, seed: int, draws: int = 16) -> dict[str, np.ndarray]:
@@ -78,37 +74,28 @@ def longest_draw(spec: ModelSpec, seed: int, draws: int = 16) -> dict[str, np.nd
     return max(candidates, key=lambda arrays: length_of(spec, list(arrays.values())))
 
 
-def padding_verdict(probe: PaddingProbe, mix: ShapeMix, buckets: Sequence[int], bound: int) -> PaddingVerdict:
-    """Pad the mix's quantile lengths as ``buckets`` would; the first that moves beyond tolerance decides."""
-    lengths = sorted({mix.quantile(q) if q else mix.lengths[0] for q in QUANTILES})
-    pairs = [(n, bucket_of(n, buckets, bound)) for n in lengths]
-    pairs = [(n, m) for n, m in pairs if m != n]
-    if not pairs:
-        return PaddingVerdict(tuple(buckets), True, "no length of the traffic is padded")
-    worst = ""
-    for length, padded_to in pairs:
-        harmless, words = probe.compare(length, padded_to)
-        if not harmless:
-            return PaddingVerdict(tuple(buckets), False, f"padding changes the answer: {words}")
-        worst = worst or words
-    return PaddingVerdict(
-        tuple(buckets), True, f"{len(pairs)} lengths padded, every output within the tolerance ({worst})"
-    )
-
-
 def offered_ways(
     ways: dict[str, tuple[int, ...]], onnx_path: Path, spec: ModelSpec, mix: ShapeMix, seed: int = 0
 ) -> tuple[dict[str, tuple[int, ...]], dict[str, PaddingVerdict]]:
-    """``ways`` split into those padding leaves harmless (offered) and the others, with their verdicts."""
-    probe = PaddingProbe(onnx_path, spec, seed)
-    bound = spec.variable_bound
+    """``ways`` split into those padding leaves harmless (offered) and the others, with their verdicts: the
+    mix's quantile lengths are padded as each set pads, and the first that moves beyond tolerance decides."""
+    compare = padding_probe(onnx_path, spec, seed)
+    lengths = sorted({mix.quantile(q) if q else mix.lengths[0] for q in QUANTILES})
+
+    def harm(buckets: tuple[int, ...]) -> str | None:
+        for length in lengths if buckets else ():
+            padded_to = bucket_of(length, buckets, spec.variable_bound)
+            harmless, words = compare(length, padded_to) if padded_to != length else (True, "")
+            if not harmless:
+                return words
+        return None
+
     offered, refused = {}, {}
     for name, buckets in ways.items():
-        verdict = padding_verdict(probe, mix, buckets, bound) if buckets else None
-        if verdict is None or verdict.harmless:
+        if (words := harm(buckets)) is None:
             offered[name] = buckets
         else:
-            refused[name] = verdict
+            refused[name] = PaddingVerdict(tuple(buckets), False, f"padding changes the answer: {words}")
     return offered, refused
 
 

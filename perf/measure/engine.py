@@ -99,7 +99,6 @@ class EngineFigures:
 
     throughput: float
     p50_ms: float
-    p90_ms: float
     p99_ms: float
     settings: tuple[str, ...] = ()  # the measurement options it ran with (reports print them)
 
@@ -218,8 +217,7 @@ class Measurement:
 class LoadEngine(Protocol):
     """One way to send a measurement's requests."""
 
-    @property
-    def name(self) -> str: ...
+    name: str
 
     def run(self, job: Job, at_edge: Edge | None = None) -> Measurement: ...
 
@@ -287,7 +285,6 @@ async def drive(caller: Caller, load: Load, stop: asyncio.Event, sink: list[Reco
 async def _open(caller: Caller, load: Load, stop: asyncio.Event, sink: list[Record]) -> None:
     assert load.arrivals is not None
     collect = caller.target.collect
-    pending: set[asyncio.Task] = set()
     group: list[float] = []
 
     async def send(arrivals: tuple[float, ...], slot: int) -> None:
@@ -297,22 +294,19 @@ async def _open(caller: Caller, load: Load, stop: asyncio.Event, sink: list[Reco
             caller.free.put_nowait(slot)
 
     start = time.perf_counter() - caller.t0
-    for offset in load.arrivals():
-        arrival = start + offset
-        # short naps so a sparse trace still stops promptly
-        while (delay := arrival - (time.perf_counter() - caller.t0)) > 0 and not stop.is_set():
-            await asyncio.sleep(min(delay, 0.05))
-        if stop.is_set():
-            break
-        group.append(arrival)
-        if len(group) < collect:
-            continue
-        arrivals, group = tuple(group), []
-        if caller.free.empty():
-            sink.append(caller.shed(arrivals))
-            continue
-        task = asyncio.create_task(send(arrivals, caller.free.get_nowait()))
-        pending.add(task)
-        task.add_done_callback(pending.discard)
-    if pending:
-        await asyncio.gather(*pending)
+    async with asyncio.TaskGroup() as sending:  # every request sent is answered before the loop ends
+        for offset in load.arrivals():
+            arrival = start + offset
+            # short naps so a sparse trace still stops promptly
+            while (delay := arrival - (time.perf_counter() - caller.t0)) > 0 and not stop.is_set():
+                await asyncio.sleep(min(delay, 0.05))
+            if stop.is_set():
+                break
+            group.append(arrival)
+            if len(group) < collect:
+                continue
+            arrivals, group = tuple(group), []
+            if caller.free.empty():
+                sink.append(caller.shed(arrivals))
+                continue
+            sending.create_task(send(arrivals, caller.free.get_nowait()))

@@ -27,14 +27,10 @@ def too_few_note(samples: int, too_few: bool) -> str:
 
 
 def measure(
-    target: Target,
-    load: Load,
-    settings: MeasureSettings | None = None,
-    endpoints: ServerEndpoints | None = None,
-    label: str = "",
-    related: tuple[str, ...] = (),
+    target: Target, load: Load, settings: MeasureSettings | None = None,
+    endpoints: ServerEndpoints | None = None, label: str = "", related: tuple[str, ...] = (),
     engine: LoadEngine | None = None,
-) -> Measurement:
+) -> Measurement:  # fmt: skip
     """Measure ``target`` under ``load`` with ``engine`` (ours by default); ``endpoints`` adds the
     server's view, of the ``related`` models (an ensemble's steps) too."""
     engine = engine or OurEngine()
@@ -44,8 +40,7 @@ def measure(
     before = take() if take else None
     edges: list[ServerSnapshot] = []
     at_edge = (lambda _at: edges.append(take())) if take else None
-    job = Job(target, load, settings, label)
-    measurement = engine.run(job, at_edge)
+    measurement = engine.run(Job(target, load, settings, label), at_edge)
     first, last = measurement.used
     if take and before:
         after = _settled(take)

@@ -58,8 +58,7 @@ def write_csv(records: Sequence[Record], path: Path) -> None:
     with open(path, "w", newline="") as handle:
         writer = csv.DictWriter(handle, CSV_FIELDS)
         writer.writeheader()
-        for record in records:
-            writer.writerow({**asdict(record), "arrivals": " ".join(f"{a:.6f}" for a in record.arrivals)})
+        writer.writerows({**asdict(r), "arrivals": " ".join(f"{a:.6f}" for a in r.arrivals)} for r in records)
 
 
 def write_json(records: Sequence[Record], path: Path) -> None:

@@ -137,12 +137,8 @@ class ServerDelta:
 def delta(snapshots: list[ServerSnapshot]) -> ServerDelta:
     first, last = snapshots[0], snapshots[-1]
     busy, stolen = last.host.since(first.host) if last.host else (math.nan, math.nan)
+    related = {name: last.related[name] - first.related[name] for name in last.related}
     return ServerDelta(
-        seconds=last.at_s - first.at_s,
-        stats=last.stats - first.stats,
-        server_cpu_s=last.server_cpu_s - first.server_cpu_s,
-        client_cpu_s=last.client_cpu_s - first.client_cpu_s,
-        related={name: last.related[name] - first.related[name] for name in last.related},
-        busy_cores=busy,
-        stolen_share=stolen,
-    )
+        last.at_s - first.at_s, last.stats - first.stats, last.server_cpu_s - first.server_cpu_s,
+        last.client_cpu_s - first.client_cpu_s, related, busy, stolen,
+    )  # fmt: skip

@@ -12,7 +12,7 @@ from pathlib import Path
 import numpy as np
 
 from exporters.schema.models import ModelSpec
-from exporters.schema.sections import INTEGER_DTYPES, VARIABLE, TensorSpec
+from exporters.schema.sections import INTEGER_DTYPES, VARIABLE
 from exporters.sources.inputs import draw_inputs
 from perf.markdown import table
 from perf.measure.records import Record
@@ -120,16 +120,13 @@ def padded_share(mix: ShapeMix, buckets: Sequence[int], bound: int) -> float:
     return 1.0 - mix.mean / sent if sent else 0.0
 
 
-def is_mask(tensor: TensorSpec) -> bool:
-    """An integer input named as a mask: padded with zeros, it tells the model what is padding."""
-    return tensor.dtype in INTEGER_DTYPES and "mask" in tensor.name.lower()
-
-
 def resized(spec: ModelSpec, arrays: dict[str, np.ndarray], length: int) -> dict[str, np.ndarray]:
     """``arrays`` with every variable axis cropped or padded to ``length`` (at most that axis' bound)."""
     out = {}
     for tensor in spec.inputs:
         array = arrays[tensor.name]
+        # an integer input named as a mask is padded with zeros: it tells the model what is padding
+        mask = tensor.dtype in INTEGER_DTYPES and "mask" in tensor.name.lower()
         for axis, (dim, bound) in enumerate(zip(tensor.shape, tensor.largest, strict=True)):
             if dim != VARIABLE:
                 continue
@@ -139,7 +136,7 @@ def resized(spec: ModelSpec, arrays: dict[str, np.ndarray], length: int) -> dict
             elif target > current:
                 widths = [(0, 0)] * array.ndim
                 widths[axis + 1] = (0, target - current)
-                array = np.pad(array, widths, mode="constant" if is_mask(tensor) else "edge")
+                array = np.pad(array, widths, mode="constant" if mask else "edge")
         out[tensor.name] = np.ascontiguousarray(array)
     return out
 

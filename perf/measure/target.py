@@ -171,9 +171,7 @@ class Caller:
         if key not in self._inputs:
             tensors, offset, nbytes = [], 0, 0
             for name, pool in pools.items():
-                rows = (
-                    np.take(pool, range(start, start + batch), axis=0, mode="wrap") if start else pool[:batch]
-                )
+                rows = np.take(pool, range(start, start + batch), axis=0, mode="wrap")
                 tensor = self.module.InferInput(name, list(rows.shape), np_to_triton_dtype(rows.dtype))
                 if self.target.shared_memory:
                     tensor.set_shared_memory(self._input_region, rows.nbytes, offset=offset)

@@ -1,7 +1,5 @@
-"""The batching study's figures, pure functions of the ``StudyResult``: mode rows with ratios, the
-latency-model fit and its predictions, serving efficiency against raw onnxruntime, the serving
-overhead per execution (served minus raw, in ms: a ratio hides the size of the cost), and the goals
-judged on them, a miss saying by how much and what limits it."""
+"""The batching study's figures and goals, pure functions of the ``StudyResult``; serving overhead is
+served minus raw in ms (a ratio hides the size of the cost), and a missed goal says what limits it."""
 
 from __future__ import annotations
 
@@ -129,13 +127,9 @@ def with_ratios(rows: list[Row]) -> list[Row]:
     base = next((r for r in rows if r.mode == "none"), None)
     if base is None:
         return rows
-    keys = ("throughput", "p50_ms", "p90_ms", "p99_ms")
+    of_base = {k: getattr(base, k) for k in ("throughput", "p50_ms", "p90_ms", "p99_ms")}
     return [
-        replace(
-            r,
-            ratios={k: getattr(r, k) / getattr(base, k) if getattr(base, k) else float("nan") for k in keys},
-        )
-        for r in rows
+        replace(r, ratios={k: getattr(r, k) / b if b else math.nan for k, b in of_base.items()}) for r in rows
     ]
 
 
@@ -268,18 +262,11 @@ def efficiencies(family: FamilyResult, concurrency: int) -> list[Efficiency]:
             continue
         stats = measurement.server.stats
         batch = stats.mean_batch or 1.0
-        out.append(
-            Efficiency(
-                mode,
-                batch,
-                measurement.summary().throughput,
-                raw_at(raw, batch, "throughput"),
-                compute_ratio(raw_fit, stats),
-                measurement.server.server_cpu_s_per_1000,
-                raw_at(raw, batch, "cpu_s_per_1000"),
-                overhead_of(stats.batches, raw),
-            )
-        )
+        out.append(Efficiency(
+            mode, batch, measurement.summary().throughput, raw_at(raw, batch, "throughput"),
+            compute_ratio(raw_fit, stats), measurement.server.server_cpu_s_per_1000,
+            raw_at(raw, batch, "cpu_s_per_1000"), overhead_of(stats.batches, raw),
+        ))  # fmt: skip
     return out
 
 
@@ -338,8 +325,6 @@ def overhead_of(batches: Mapping[int, BatchBucket], raw: Sequence[RawPoint]) -> 
     elif outside:
         sizes = sorted(p.batch for p in raw)
         why = f"batch {outside[0]} is outside the raw batch sizes ({sizes[0]}–{sizes[-1]})"
-    elif not math.isfinite(served_ms):
-        why = "the served compute per execution is not a number"
     elif not math.isfinite(raw_ms):
         why = "raw onnxruntime's time is not a number"
     elif served_ms < raw_ms:

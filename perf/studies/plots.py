@@ -82,14 +82,12 @@ def latency_model_fit(family: FamilyResult, path: Path) -> Path | None:
     sizes = np.array(sorted(fit.points))
     axes.scatter(sizes, [fit.points[s] for s in sizes], label="server compute (batch_stats)")
     line = np.linspace(1, sizes.max(), 50)
-    axes.plot(line, [fit.batch_ms(n) for n in line], "C0-",
-              label=f"fit {fit_text(fit, 2)}")  # fmt: skip
+    axes.plot(line, [fit.batch_ms(n) for n in line], "C0-", label=f"fit {fit_text(fit, 2)}")
     raw_fit = analysis.fit_raw(family.raw)
     if raw_fit is not None:
         axes.scatter([p.batch for p in family.raw], [p.batch_ms for p in family.raw], marker="s", color="C1",
                      label="raw onnxruntime")  # fmt: skip
-        axes.plot(line, [raw_fit.batch_ms(n) for n in line], "C1--",
-                  label=f"raw fit {fit_text(raw_fit, 2)}")  # fmt: skip
+        axes.plot(line, [raw_fit.batch_ms(n) for n in line], "C1--", label=f"raw fit {fit_text(raw_fit, 2)}")
     axes.set(xlabel="batch size N", ylabel="T_batch(N) (ms)",
              title=f"{family.family}: T_batch(N) = T + (N-1)·Δt")  # fmt: skip
     return save_figure(figure, path, axes, grid="major")

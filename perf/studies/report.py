@@ -1,7 +1,6 @@
-"""The batching study on the framework (``study`` measures, ``analysis`` figures and judges) and its report
-folder: ``report.md`` with tables, verdicts and plots, the records, the figures, and the exact spec and
-configs served; the console gets each model's modes under the same arrivals (the report is too long
-to print). Imported only when the study runs: it loads matplotlib."""
+"""The batching study on the framework and its report folder; the console gets each model's modes under
+the same arrivals (the report is too long to print). Imported only when the study runs: it loads
+matplotlib."""
 
 from __future__ import annotations
 
@@ -94,15 +93,14 @@ def article_section(family: FamilyResult) -> str:
     qps = error_percent(static.throughput, dynamic.throughput)
     p99 = error_percent(static.p99_ms, dynamic.p99_ms)
     capacity = error_percent(cap_static, cap_dynamic)
-    rate = family.open_load.rate if family.open_load else 0.0
-    fill_ms = 1000 * 31 / rate if rate else float("nan")
+    fill_ms = 1000 * 31 / family.open_load.rate
     formed = dynamic_run.server.stats.mean_batch if dynamic_run.server else 0
     comparable = not (why_unmeasured(capacity, signed=True) or why_unmeasured(p99, signed=True))
     agree = comparable and capacity > 0 and p99 > 0
-    static_cpu = static_run.server.server_cpu_s_per_1000 if static_run.server else float("nan")
-    dynamic_cpu = dynamic_run.server.server_cpu_s_per_1000 if dynamic_run.server else float("nan")
+    static_cpu, dynamic_cpu = (run.server.server_cpu_s_per_1000 if run.server else math.nan
+                               for run in (static_run, dynamic_run))  # fmt: skip
     lines = [
-        f"Static 32 vs dynamic 50 ms, same arrivals ({family.open_load.name if family.open_load else ''}): "
+        f"Static 32 vs dynamic 50 ms, same arrivals ({family.open_load.name}): "
         f"QPS {percent(qps)}, p99 {percent(p99)}; at capacity (best closed loop): QPS {percent(capacity)}. "
         f"The article reports +{ARTICLE_QPS:.0%} QPS and +{ARTICLE_P99:.0%} p99.",
         "",

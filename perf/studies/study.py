@@ -11,7 +11,6 @@ from datetime import datetime
 from pathlib import Path
 
 from exporters.repository import build_repository
-from exporters.schema.models import Spec
 from perf.measure.analyzer import PerfAnalyzerEngine, find_perf_analyzer, glibc_version
 from perf.measure.engine import LoadEngine
 from perf.measure.loads import Load, closed_loop
@@ -40,7 +39,6 @@ class FamilyResult:
 @dataclass
 class StudyResult:
     profile: Profile
-    spec: Spec
     repository: Path
     started: datetime
     finished: datetime | None = None
@@ -98,7 +96,7 @@ class StudyRunner:
         return self.context.measure(server, self.target(server, model), load, label, engine=engine)
 
     def run(self) -> StudyResult:
-        result = StudyResult(self.profile, self.spec, self.repository, datetime.now())
+        result = StudyResult(self.profile, self.repository, datetime.now())
         self.context.progress("building the study repository")
         build_repository(self.spec, self.repository, num_gpus=0)
         self.context.progress("starting tritonserver")
@@ -167,13 +165,10 @@ class StudyRunner:
         self.context.progress(f"{family}: raw onnxruntime")
         reference = self.spec.model(model_name(family, self.profile.modes[0]))
         out.raw = self.tools.measure_raw(
-            self.repository / reference.name / "1" / "model.onnx",
-            self.target(server, reference.name).inputs,
-            self.profile.raw_batch_sizes,
-            reference.threads.intra_op,
-            reference.threads.inter_op,
+            self.repository / reference.name / "1" / "model.onnx", self.target(server, reference.name).inputs,
+            self.profile.raw_batch_sizes, reference.threads.intra_op, reference.threads.inter_op,
             self.profile.raw_seconds,
-        )
+        )  # fmt: skip
         return out
 
 

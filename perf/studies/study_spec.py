@@ -1,7 +1,5 @@
-"""What the studies serve, as pure data (profiles name it without torch): the batching study's one
-Triton model per (family, batching mode) plus ``trivial``, each mode of a family the same ONNX graph
-(the zoo's two families are two regimes on purpose: docs/PERF.md, "Two regimes"); the pipeline study's
-comparisons; the text study's modes."""
+"""What the studies serve, as pure data (profiles name it without torch); each batching mode of a family
+serves the same ONNX graph (the zoo's two families are two regimes on purpose: docs/PERF.md)."""
 
 from __future__ import annotations
 

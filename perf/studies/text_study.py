@@ -1,7 +1,5 @@
-"""The text-embedding study: how variable-length text batches, measured on all-MiniLM-L6-v2 served in
-each of the profile's ``text_modes`` under one deterministic corpus of realistic lengths, beside
-in-process references: raw onnxruntime, sentence-transformers, the latency per padded length
-(docs/TEXT.md). Writes ``text_embedding.md`` / ``.json`` and ``text_records.csv``."""
+"""The text-embedding study: how variable-length text batches, all-MiniLM-L6-v2 served in each of the
+profile's ``text_modes`` under one deterministic corpus, beside in-process references (docs/TEXT.md)."""
 
 from __future__ import annotations
 
@@ -11,7 +9,7 @@ import re
 import time
 import urllib.request
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 import numpy as np
@@ -138,7 +136,6 @@ class Point:
     failed: int
     formed: dict[int, int]  # encoder batch size -> executions (measured windows)
     padding_waste: float  # computed tokens / real tokens
-    records: list[Record] = field(repr=False, default_factory=list)
 
     @property
     def mean_batch(self) -> float:
@@ -158,9 +155,18 @@ class TextResult:
     raw: dict[str, list[float]] = field(default_factory=dict)  # label -> [batch, sentences/s, waste]
     sentence_transformers: float = math.nan
     latency: dict[int, dict[int, float]] = field(default_factory=dict)
+    records: list[Record] = field(repr=False, default_factory=list)  # every point's, for text_records.csv
 
     def point(self, mode: str, load: str) -> Point | None:
         return next((p for p in self.points if p.mode == mode and p.load == load), None)
+
+    def add(self, mode: str, load: str, measurement: Measurement, encoder: str, waste: float) -> None:
+        """``measurement`` as a point with the encoder's formed batches, its records kept."""
+        stats = measurement.server.related.get(encoder) if measurement.server else None
+        formed = {s: b.executions for s, b in stats.batches.items() if b.executions} if stats else {}
+        failed, summary = sum(not r.ok for r in measurement.records), measurement.summary()
+        self.points.append(Point(mode, load, summary, measurement.attempts, failed, formed, waste))
+        self.records += measurement.records
 
 
 def token_counters(metrics: str, model: str) -> dict[str, float]:
@@ -196,38 +202,24 @@ def _target(context: StudyContext, server: TritonServer, model: str, corpus: lis
     return Target(model, url, inputs, {"embedding": EMBEDDING_BYTES}, context.profile.protocol, cycle=True)
 
 
-def _point(mode: str, load: str, measurement: Measurement, encoder: str, waste: float) -> Point:
-    stats = measurement.server.related.get(encoder) if measurement.server else None
-    formed = {s: b.executions for s, b in stats.batches.items() if b.executions} if stats else {}
-    failed = sum(not r.ok for r in measurement.records)
-    return Point(
-        mode, load, measurement.summary(), measurement.attempts, failed, formed, waste, measurement.records
-    )
-
-
 def measure_mode(
-    context: StudyContext,
-    server: TritonServer,
-    mode: TextMode,
-    corpus: list[CorpusText],
-    load: Load,
-    name: str,
-) -> Point:
+    context: StudyContext, server: TritonServer, result: TextResult, mode: TextMode, corpus: list[CorpusText],
+    load: Load, name: str,
+) -> None:  # fmt: skip
     spec = mode.spec()
     before = read_counters(server, spec)
     measurement = context.measure(
         server, _target(context, server, spec.name, corpus), load, f"{spec.name} {name}",
         related=(spec.encoder_name, spec.tokenizer_name),
     )  # fmt: skip
-    return _point(
-        mode.name, name, measurement, spec.encoder_name, padding_waste(before, read_counters(server, spec))
-    )
+    waste = padding_waste(before, read_counters(server, spec))
+    result.add(mode.name, name, measurement, spec.encoder_name, waste)
 
 
 def measure_sharing(
-    context: StudyContext, server: TritonServer, mode: TextMode, queries: list[CorpusText],
-    passages: list[CorpusText], load: Load,
-) -> list[Point]:  # fmt: skip
+    context: StudyContext, server: TritonServer, result: TextResult, mode: TextMode,
+    queries: list[CorpusText], passages: list[CorpusText], load: Load,
+) -> None:  # fmt: skip
     """Short queries (open loop) while long passages keep the same server busy (closed loop)."""
     spec, settings = mode.spec(), context.profile.settings
     context.progress(f"{spec.name}: short queries with long passages sharing")
@@ -246,10 +238,8 @@ def measure_sharing(
     before = read_counters(server, spec)
     shared, busy = asyncio.run(both())
     waste = padding_waste(before, read_counters(server, spec))
-    return [
-        _point(mode.name, "queries shared", shared, "", waste),
-        _point(mode.name, "passages", busy, "", waste),
-    ]
+    for measurement in (shared, busy):
+        result.add(mode.name, measurement.label, measurement, "", waste)
 
 
 def compares_int8(profile: Profile) -> bool:
@@ -319,32 +309,28 @@ class TextStudy:
         with context.server(repository, "text-server.log", startup_timeout_s=300) as server:
             saturate = closed_loop(profile.goal_concurrency)
             for mode in modes:
-                result.points.append(measure_mode(context, server, mode, corpus, saturate, "closed mixed"))
+                measure_mode(context, server, result, mode, corpus, saturate, "closed mixed")
                 if mode.name != "exact":  # short queries rarely share a length: exact is no batching there
-                    result.points.append(
-                        measure_mode(context, server, mode, queries, saturate, "closed queries")
-                    )
+                    measure_mode(context, server, result, mode, queries, saturate, "closed queries")
             if compares_int8(profile):
-                result.points.append(measure_mode(context, server, INT8, corpus, saturate, "closed mixed"))
+                measure_mode(context, server, result, INT8, corpus, saturate, "closed mixed")
             anchor = result.point("buckets", "closed mixed") or result.points[0]
             result.rate = max(profile.poisson_fraction * anchor.summary.throughput, 1.0)
             for mode in modes:
                 load = context.open_load(result.rate)
-                result.points.append(measure_mode(context, server, mode, corpus, load, "open mixed"))
+                measure_mode(context, server, result, mode, corpus, load, "open mixed")
             shared_mode = TEXT_MODES["buckets"] if "buckets" in profile.text_modes else modes[0]
             short = result.point(shared_mode.name, "closed queries")
             load = context.open_load(max(SHARE_FRACTION * short.summary.throughput, 1.0), seed_offset=1)
-            result.points.append(measure_mode(context, server, shared_mode, queries, load, "queries alone"))
-            result.points += measure_sharing(context, server, shared_mode, queries, passages, load)
+            measure_mode(context, server, result, shared_mode, queries, load, "queries alone")
+            measure_sharing(context, server, result, shared_mode, queries, passages, load)
         context.progress("references in-process: raw onnxruntime, sentence-transformers, latency per length")
         measure_references(profile, result, corpus, repository, modes)
-        write_csv([r for p in result.points for r in p.records], context.folder / "text_records.csv")
+        write_csv(result.records, context.folder / "text_records.csv")
         figures = {
             "rate": result.rate, "raw": result.raw, "sentence_transformers": result.sentence_transformers,
             "latency": result.latency,
-            "points": [{"mode": p.mode, "load": p.load, "summary": p.summary, "sent": p.sent,
-                        "failed": p.failed, "formed": p.formed, "mean_batch": p.mean_batch,
-                        "padding_waste": p.padding_waste} for p in result.points],
+            "points": [asdict(p) | {"mean_batch": p.mean_batch} for p in result.points],
         }  # fmt: skip
         return write_report(context, self, report_lines(result), goals(result), figures)
 

@@ -30,7 +30,6 @@ from perf.studies.analysis import all_goals
 from perf.studies.profiles import get_profile
 from perf.studies.report import summary_tables, write_report
 from perf.studies.study import FamilyResult, StudyResult
-from perf.studies.study_spec import study_spec
 
 CONCURRENCY = 16
 # A negative figure printed as one: a minus that starts a number (not a date's or a range's hyphen).
@@ -110,11 +109,8 @@ def result(tmp_path: Path) -> StudyResult:
         RawPoint(8, 4.0, 2_000.0, 0.5),
         RawPoint(32, 20.0, 1_600.0, 0.6),
     ]
-    spec = study_spec(list(profile.families), list(profile.modes), profile.seed)
     started = datetime(2000, 1, 1)
-    return StudyResult(
-        profile, spec, tmp_path / "repository", started, started, families={"recommender": family}
-    )
+    return StudyResult(profile, tmp_path / "repository", started, started, families={"recommender": family})
 
 
 def test_the_batching_report_prints_no_negative_or_nan_figure(result: StudyResult, tmp_path: Path) -> None:

@@ -26,7 +26,7 @@ def test_a_failed_cross_check_keeps_the_study(tmp_path: Path) -> None:
 
     tools = StudyTools(perf_analyzer=lambda: Path("/usr/bin/perf_analyzer"), analyzer_engine=fails)
     study = runner(tmp_path, tools)
-    result = StudyResult(study.profile, study.spec, study.repository, started=None)
+    result = StudyResult(study.profile, study.repository, started=None)
     study._cross_check(SERVER, result)
     assert result.cross_check == [] and "exited with status 1" in result.analyzer_note
 
