@@ -108,7 +108,6 @@ class InvariantReport:
     rss_start_mib: float = 0.0
     rss_peak_mib: float = 0.0
     rss_end_mib: float = 0.0
-    rss_bound_mib: float = RSS_BOUND_MIB
     failing_cases: list[str] = field(default_factory=list)
     covered: Counter = field(default_factory=Counter)  # what the cases reached: "ok <model>", ...
     first_failure: tuple[int, float] | None = None  # (the case's number, seconds into the run)
@@ -119,7 +118,7 @@ class InvariantReport:
 
     @property
     def passed(self) -> bool:
-        within = self.rss_growth_mib <= self.rss_bound_mib
+        within = self.rss_growth_mib <= RSS_BOUND_MIB
         return self.examples > 0 and not (self.answered or self.isolated or self.kept) and within
 
     def text(self) -> str:
@@ -127,7 +126,7 @@ class InvariantReport:
         rss = (
             f"RSS {self.rss_start_mib:.0f} MiB at start, {self.rss_peak_mib:.0f} peak, "
             f"{self.rss_end_mib:.0f} at the end (growth {self.rss_growth_mib:+.0f}, bound "
-            f"{self.rss_bound_mib:.0f})"
+            f"{RSS_BOUND_MIB:.0f})"
         )
         first = [f"    {line}" for line in (*self.answered[:3], *self.isolated[:3], *self.kept[:3])]
         if self.first_failure:
@@ -174,7 +173,7 @@ class InvariantFuzz:
         self._judge(self.regions.setup_answers, 30.0, "setup")
         report = self.report
         report.server_pid, report.front_pids = server.pid, self._front_pids()
-        self.stub_pids = self._stub_pids()
+        self.stub_pids = {stub.pid for stub in stubs}
         report.stubs = len(self.stub_pids)
         report.rss_start_mib = report.rss_peak_mib = report.rss_end_mib = rss_mib(report.server_pid)
         self._started = time.monotonic()
@@ -186,9 +185,6 @@ class InvariantFuzz:
         if self.other is not None:
             self.other.close()
         self.client.close()
-
-    def _stub_pids(self) -> set[int]:
-        return {stub.pid for stub in server_stubs(self.server.pid or 0) if stub.alive}
 
     def _front_pids(self) -> set[int]:
         return {front.pid for front in self.server.running_fronts}
@@ -219,7 +215,8 @@ class InvariantFuzz:
         if fronts != report.front_pids:
             problems.append(f"(c) the fronts {sorted(report.front_pids)} are now {sorted(fronts)}")
         gone = [stub for stub in self.stub_pids if not running(stub, parent=pid)]
-        stubs = self._stub_pids() if gone else self.stub_pids  # the full scan of /proc only when needed
+        # the full scan of /proc only when needed
+        stubs = {s.pid for s in server_stubs(pid or 0) if s.alive} if gone else self.stub_pids
         if stubs != self.stub_pids:
             problems.append(
                 f"(c) stubs died {sorted(self.stub_pids - stubs)}, new {sorted(stubs - self.stub_pids)}"
