@@ -427,7 +427,12 @@ def within_share(soak: Soak, what: str, share: int, attack: ShareAttack) -> None
     longest = json.loads(parameters.get("input_max_shapes", {}).get("string_value", "{}"))
     tokens = min([ENCODER_TOKENS, *(dims[-1] for dims in longest.values())])
     pid, stubs = soak.server.pid, soak.stub_pids()
-    _until_quiet(soak.server.metrics_url)
+    quiet_by = time.monotonic() + ANSWER_WITHIN_S  # none waiting first: what is counted is this run's
+    while time.monotonic() < quiet_by:
+        with contextlib.suppress(OSError):  # no read this time: the next one tells
+            if pending(soak.server.metrics_url, ENCODER) == 0:
+                break
+        time.sleep(0.1)
     with PendingWatch(soak.server.metrics_url, ENCODER) as watch:
         answers_right = attack(inputs, tokens, watch.read_again)
         watch.read_again()
@@ -436,16 +441,6 @@ def within_share(soak: Soak, what: str, share: int, attack: ShareAttack) -> None
     if not within:
         log.error("%s: Triton had %g waiting (share %d, %d reads)", what, watch.most, share, watch.reads)
     soak.report.check(what).record(answers_right and within and server_kept(soak, pid, stubs))
-
-
-def _until_quiet(metrics_url: str) -> None:
-    """Until Triton has none of the encoder's requests waiting, so what is counted next is this run's."""
-    deadline = time.monotonic() + ANSWER_WITHIN_S
-    while time.monotonic() < deadline:
-        with contextlib.suppress(OSError):  # no read this time: the next one tells
-            if pending(metrics_url, ENCODER) == 0:
-                return
-        time.sleep(0.1)
 
 
 def share_answer(status: int | str, text: str) -> bool:
