@@ -89,16 +89,6 @@ class Case(Request):
 
     mutations: list[str] = field(default_factory=list)
 
-    def describe(self) -> str:
-        return f"{self.method} {self.path[:80]} [{', '.join(self.mutations)}] body {self.body[:120]!r}"
-
-
-def _example(datatype: str, shape: list[int]) -> np.ndarray:
-    count = int(np.prod(shape))
-    if datatype == "BYTES":
-        return np.array([b"fuzz"] * count, dtype=object).reshape(shape)
-    return np.ones(shape, triton_to_np_dtype(datatype))
-
 
 def seed_cases(url: str, models: list[str]) -> list[Case]:
     """Valid requests to every endpoint, built from each model's metadata on the server at ``url``."""
@@ -116,8 +106,7 @@ def seed_cases(url: str, models: list[str]) -> list[Case]:
         ),
         Case("POST", f"/v2/systemsharedmemory/region/{SHM_REGION}/unregister", json_type),
     ]  # fmt: skip
-    for model in models:
-        metadata = metadata_of[model]
+    for model, metadata in metadata_of.items():
         base = f"/v2/models/{model}"
         cases += [Case("GET", base + tail, []) for tail in ("", "/config", "/ready", "/stats")]
         inputs, binary_inputs, payloads, generate = [], [], [], {}
@@ -125,10 +114,11 @@ def seed_cases(url: str, models: list[str]) -> list[Case]:
             shape = [1 if d < 0 else d for d in tensor["shape"]]
             if tensor["shape"] and tensor["shape"][-1] < 0:
                 shape[-1] = 4  # a variable axis: a few elements
-            array = _example(tensor["datatype"], shape)
             if tensor["datatype"] == "BYTES":  # JSON values, and the binary form's length-prefixed elements
+                array = np.full(shape, b"fuzz", dtype=object)
                 data, payload = [v.decode() for v in array.flatten()], serialize_byte_tensor(array).item()
             else:
+                array = np.ones(shape, triton_to_np_dtype(tensor["datatype"]))
                 data, payload = array.flatten().tolist(), array.tobytes()
             item = {"name": tensor["name"], "shape": shape, "datatype": tensor["datatype"]}
             payloads.append(payload)
@@ -307,7 +297,8 @@ def fuzz(
             if answer.status >= 500:
                 problems.append(f"{answer.status} {answer.body[:160]!r}")
             problems += after_each() if after_each else []
-            report.findings += [f"case {number}: {case.describe()}: {p}" for p in problems]
+            sent = f"{case.method} {case.path[:80]} [{', '.join(case.mutations)}] body {case.body[:120]!r}"
+            report.findings += [f"case {number}: {sent}: {p}" for p in problems]
     finally:
         shared_memory.destroy_shared_memory_region(region)
     return report

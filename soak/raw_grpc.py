@@ -120,9 +120,6 @@ class Answers:
         fields = self.trailers[stream]
         return fields.get(b"grpc-status", b""), unquote(fields.get(b"grpc-message", b"").decode("latin-1"))
 
-    def refused(self) -> set[int]:
-        return {stream for stream, code in self.resets.items() if code == h2c.REFUSED_STREAM}
-
     def until(self, done: Callable[[], bool], deadline: float | None = None) -> None:
         """Read frames until ``done()``, checked after each frame (the frames after it wait for the next
         call); ``TimeoutError`` once ``deadline`` (``time.monotonic()``; default ``ANSWER_GUARD_S`` from
