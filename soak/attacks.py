@@ -36,7 +36,7 @@ from soak import raw_grpc
 from soak.faults import ENCODER, Soak, overflowing_request, refused
 from soak.other_uid import SERVICE
 from soak.raw_http import Request, address, exchange, hang_ups
-from soak.report import Outage
+from soak.report import SERVER_KILLED, Outage
 
 log = logging.getLogger(__name__)
 HUGE = 2**62
@@ -344,15 +344,14 @@ def race_truncation(client: object, protocol: str, name: str, seconds: float = R
 
 def kill_server(soak: Soak) -> None:
     """``kill -9`` of tritonserver; waits until the supervisor serves again, for the next fault."""
-    supervisor = soak.supervisor
-    pid = soak.server.pid
+    supervisor, pid = soak.supervisor, soak.server.pid
     if supervisor is None or pid is None:
         return
     deaths = len(supervisor.record.history)
     at, epoch = time.monotonic(), time.time()
     os.kill(pid, signal.SIGKILL)
     outages = [
-        Outage("server killed", m, at, epoch, RESTART_GAP) for m in sorted({*soak.models, *soak.stub_models})
+        Outage(SERVER_KILLED, m, at, epoch, RESTART_GAP) for m in sorted({*soak.models, *soak.stub_models})
     ]
     soak.report.outages.extend(outages)
     soak.report.server_kills.append(pid)
