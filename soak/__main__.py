@@ -117,8 +117,7 @@ def main(argv: list[str] | None = None, run: Callable[..., SoakReport] = run_soa
     parser.add_argument(
         "--invariant-s",
         type=float,
-        default=None,
-        help="seconds of the invariant fuzz before the faults (default: half of --duration; 0: none)",
+        help="seconds of the invariant fuzz first (default: half of --duration; 0: none)",
     )
     add_port_base_option(parser)
     args = parser.parse_args(argv)

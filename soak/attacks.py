@@ -36,7 +36,7 @@ from soak import raw_grpc
 from soak.faults import ENCODER, Soak, overflowing_request, refused
 from soak.other_uid import SERVICE
 from soak.raw_http import Request, address, exchange, hang_ups
-from soak.report import Outage
+from soak.report import SERVER_KILLED, Outage
 
 log = logging.getLogger(__name__)
 HUGE = 2**62
@@ -73,17 +73,20 @@ ENCODER_TOKENS = 64
 SHARE_ANSWERS = {200: "", "OK": "", 429: SHARE_REFUSAL, "RESOURCE_EXHAUSTED": SHARE_REFUSAL}
 
 
+def encoder_json(inputs: tuple[str, ...], shape: list[int], data: list[int]) -> Request:
+    """An HTTP inference to the encoder in JSON, every input of ``shape`` holding ``data``."""
+    tensors = [{"name": n, "shape": shape, "datatype": "INT64", "data": data} for n in inputs]
+    body = json.dumps({"inputs": tensors}).encode()
+    return Request("POST", f"/v2/models/{ENCODER}/infer", [("Content-Type", "application/json")], body)
+
+
 def unanswered_shapes(soak: Soak) -> None:
     """``[2^62, 0]`` over HTTP, gRPC and a stream: refused naming the input, no stub lost (rows 37–39)."""
     inputs = soak.input_names(ENCODER)
     if inputs is None:
         return
     before = soak.stub_pids(ENCODER)
-    body = json.dumps(
-        {"inputs": [{"name": n, "shape": [HUGE, 0], "datatype": "INT64", "data": []} for n in inputs]}
-    ).encode()
-    over_http = Request("POST", f"/v2/models/{ENCODER}/infer", [("Content-Type", "application/json")], body)
-    answer = exchange(address(soak.server.http_url), over_http, ANSWER_WITHIN_S)
+    answer = exchange(address(soak.server.http_url), encoder_json(inputs, [HUGE, 0], []), ANSWER_WITHIN_S)
     http_right = answer.status == 400 and NEVER_ANSWERED in answer.body.decode("utf-8", "replace")
     request = overflowing_request(ENCODER, inputs, (HUGE, 0))
     unary_right = soak.invalid_argument(request, NEVER_ANSWERED)
@@ -212,18 +215,13 @@ def into_region(
 
     def request() -> np.ndarray:
         client.infer("trivial", [tensor], outputs=[output])
-        return _read_back(descriptor, size - ROW)
+        deadline = time.monotonic() + READ_BACK_WITHIN_S  # a file cut short is restored soon after
+        row = os.pread(descriptor, ROW, size - ROW)
+        while len(row) < ROW and time.monotonic() < deadline:
+            row = os.pread(descriptor, ROW, size - ROW)
+        return np.frombuffer(row, np.float32).reshape(1, -1)
 
     return request
-
-
-def _read_back(descriptor: int, at: int) -> np.ndarray:
-    """The row at ``at``, once the file is long enough again (a cut reads as zeros after it)."""
-    deadline = time.monotonic() + READ_BACK_WITHIN_S
-    row = os.pread(descriptor, ROW, at)
-    while len(row) < ROW and time.monotonic() < deadline:
-        row = os.pread(descriptor, ROW, at)
-    return np.frombuffer(row, np.float32).reshape(1, -1)
 
 
 @dataclass(frozen=True)
@@ -346,15 +344,14 @@ def race_truncation(client: object, protocol: str, name: str, seconds: float = R
 
 def kill_server(soak: Soak) -> None:
     """``kill -9`` of tritonserver; waits until the supervisor serves again, for the next fault."""
-    supervisor = soak.supervisor
-    pid = soak.server.pid
+    supervisor, pid = soak.supervisor, soak.server.pid
     if supervisor is None or pid is None:
         return
     deaths = len(supervisor.record.history)
     at, epoch = time.monotonic(), time.time()
     os.kill(pid, signal.SIGKILL)
     outages = [
-        Outage("server killed", m, at, epoch, RESTART_GAP) for m in sorted({*soak.models, *soak.stub_models})
+        Outage(SERVER_KILLED, m, at, epoch, RESTART_GAP) for m in sorted({*soak.models, *soak.stub_models})
     ]
     soak.report.outages.extend(outages)
     soak.report.server_kills.append(pid)
@@ -370,16 +367,6 @@ def kill_server(soak: Soak) -> None:
             return
         time.sleep(0.5)
     log.error("tritonserver not serving again %.0f s after the kill", RESTART_WITHIN_S)
-
-
-def encoder_request(soak: Soak) -> tuple[tuple[str, ...], int] | None:
-    """The encoder's input names and the tokens a share attack's request carries (None: not served)."""
-    inputs = soak.input_names(ENCODER)
-    if inputs is None:
-        return None
-    parameters = soak.client.get_model_config(ENCODER).get("parameters", {})
-    longest = json.loads(parameters.get("input_max_shapes", {}).get("string_value", "{}"))
-    return inputs, min([ENCODER_TOKENS, *(dims[-1] for dims in longest.values())])
 
 
 def pending(metrics_url: str, model: str) -> float:
@@ -423,29 +410,36 @@ class PendingWatch:
             self.most = max(self.most, waiting)
 
 
-def within_share(soak: Soak, what: str, share: int, attack: Callable[[Callable[[], None]], bool]) -> None:
-    """Record ``what``: right when ``attack(read)`` got only right answers, Triton never had more than
-    ``share`` of the encoder's requests waiting (and was read at all), and the server was kept."""
+# a share attack: (the encoder's input names, the tokens a request carries, a read of Triton's count
+# to call after each wave) -> whether every answer was right
+ShareAttack = Callable[[tuple[str, ...], int, Callable[[], None]], bool]
+
+
+def within_share(soak: Soak, what: str, share: int, attack: ShareAttack) -> None:
+    """Record ``what`` (when the encoder is served): right when ``attack`` got only right answers, Triton
+    never had more than ``share`` of the encoder's requests waiting (and was read at all), and the
+    server was kept."""
+    inputs = soak.input_names(ENCODER)
+    if inputs is None:
+        return
+    parameters = soak.client.get_model_config(ENCODER).get("parameters", {})
+    longest = json.loads(parameters.get("input_max_shapes", {}).get("string_value", "{}"))
+    tokens = min([ENCODER_TOKENS, *(dims[-1] for dims in longest.values())])
     pid, stubs = soak.server.pid, soak.stub_pids()
-    _until_quiet(soak.server.metrics_url)
+    quiet_by = time.monotonic() + ANSWER_WITHIN_S  # none waiting first: what is counted is this run's
+    while time.monotonic() < quiet_by:
+        with contextlib.suppress(OSError):  # no read this time: the next one tells
+            if pending(soak.server.metrics_url, ENCODER) == 0:
+                break
+        time.sleep(0.1)
     with PendingWatch(soak.server.metrics_url, ENCODER) as watch:
-        answers_right = attack(watch.read_again)
+        answers_right = attack(inputs, tokens, watch.read_again)
         watch.read_again()
     soak.report.waited(what, watch.most, share)
     within = watch.reads > 0 and watch.most <= share
     if not within:
         log.error("%s: Triton had %g waiting (share %d, %d reads)", what, watch.most, share, watch.reads)
     soak.report.check(what).record(answers_right and within and server_kept(soak, pid, stubs))
-
-
-def _until_quiet(metrics_url: str) -> None:
-    """Until Triton has none of the encoder's requests waiting, so what is counted next is this run's."""
-    deadline = time.monotonic() + ANSWER_WITHIN_S
-    while time.monotonic() < deadline:
-        with contextlib.suppress(OSError):  # no read this time: the next one tells
-            if pending(metrics_url, ENCODER) == 0:
-                return
-        time.sleep(0.1)
 
 
 def share_answer(status: int | str, text: str) -> bool:
@@ -456,16 +450,10 @@ def share_answer(status: int | str, text: str) -> bool:
 def hung_up_inferences(soak: Soak) -> None:
     """Waves of encoder inferences over HTTP from ``ATTACKER``, a share's worth each, every connection
     closed once sent (fault matrix row 38): a forwarded inference keeps its slot until Triton answers."""
-    asked = encoder_request(soak)
-    if asked is None:
-        return
-    inputs, tokens = asked
-    tensors = [{"name": n, "shape": [1, tokens], "datatype": "INT64", "data": [1] * tokens} for n in inputs]
-    body = json.dumps({"inputs": tensors}).encode()
-    raw = Request("POST", f"/v2/models/{ENCODER}/infer", [("Content-Type", "application/json")], body).raw()
     share, front = SHARES.per_address, address(soak.server.http_url)
 
-    def attack(read: Callable[[], None]) -> bool:
+    def attack(inputs: tuple[str, ...], tokens: int, read: Callable[[], None]) -> bool:
+        raw = encoder_json(inputs, [1, tokens], [1] * tokens).raw()
         replies = []
         for _ in range(WAVES):
             replies += hang_ups(front, raw, share, HANG_UP_AFTER_S, ATTACKER)
@@ -483,19 +471,15 @@ def hung_up_inferences(soak: Soak) -> None:
 def reset_calls(soak: Soak) -> None:
     """Waves of encoder calls on one gRPC connection from ``ATTACKER``, each reset once the front read it
     (fault matrix row 78): nothing else may be reset or sent ``GOAWAY``."""
-    asked = encoder_request(soak)
-    if asked is None:
-        return
-    inputs, tokens = asked
-    request = service_pb2.ModelInferRequest(model_name=ENCODER)
-    for name in inputs:
-        request.inputs.add(name=name, datatype="INT64", shape=[1, tokens])
-        request.raw_input_contents.append(np.ones((1, tokens), np.int64).tobytes())
     block = raw_grpc.call_headers(SERVICE + "ModelInfer", [], ANSWER_WITHIN_S)
-    data = raw_grpc.message(request.SerializeToString())
     front, wave = address(soak.server.grpc_url), 2 * SHARES.per_address  # a client's streams are odd
 
-    def attack(read: Callable[[], None]) -> bool:
+    def attack(inputs: tuple[str, ...], tokens: int, read: Callable[[], None]) -> bool:
+        request = service_pb2.ModelInferRequest(model_name=ENCODER)
+        for name in inputs:
+            request.inputs.add(name=name, datatype="INT64", shape=[1, tokens])
+            request.raw_input_contents.append(np.ones((1, tokens), np.int64).tobytes())
+        data = raw_grpc.message(request.SerializeToString())
         # one call answered first: the front has the encoder's config when the resets come, as the fault
         # test has it (a front still fetching it saw calls reset before it forwarded them)
         warm = raw_grpc.exchange(front, block, data, ANSWER_WITHIN_S, ATTACKER)

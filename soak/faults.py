@@ -102,18 +102,18 @@ def refused(call: Callable[[], object], protocol: str, says: str = "") -> bool:
 def _signal_stub(soak: Soak, signum: int, fault: str) -> Stub | None:
     """Signal a random stub of a model under load (never a config auto-complete stub); record the outage."""
     stubs = [s for s in soak.stubs() if s.model in soak.stub_models and s.instance != s.model]
-    victim = soak.rng.choice(stubs) if stubs else None
-    if victim is not None:
-        os.kill(victim.pid, signum)
-        soak.report.outages.append(Outage(fault, victim.model, time.monotonic(), time.time(), DEAD_STUB))
+    if not stubs:
+        return None
+    victim = soak.rng.choice(stubs)
+    os.kill(victim.pid, signum)
+    soak.report.outages.append(Outage(fault, victim.model, time.monotonic(), time.time(), DEAD_STUB))
+    log.info("%s: a stub of %s", fault, victim.model)
     return victim
 
 
 def kill_stub(soak: Soak) -> None:
     """SIGKILL a stub: the watchdog must reload its model."""
-    victim = _signal_stub(soak, signal.SIGKILL, "stub killed")
-    if victim is not None:
-        log.info("killed a stub of %s", victim.model)
+    _signal_stub(soak, signal.SIGKILL, "stub killed")
 
 
 def stop_stub(soak: Soak) -> None:
@@ -124,8 +124,7 @@ def stop_stub(soak: Soak) -> None:
     resume = soak.rng.choice([None, soak.rng.uniform(*RESUME_AFTER_S)])
     if resume is not None:
         threading.Timer(resume, _resume, args=(victim.pid,)).start()
-    then = f"resuming it in {resume:.1f} s" if resume is not None else "never resuming it"
-    log.info("stopped a stub of %s; %s", victim.model, then)
+    log.info("stub stopped: %s", "never resumed" if resume is None else f"resumed in {resume:.1f} s")
 
 
 def _resume(pid: int) -> None:

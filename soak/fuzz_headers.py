@@ -111,17 +111,14 @@ def http_headers(
     if headers is None:
         binary = header_length is not None
         headers = HeaderCase(content_type="application/octet-stream" if binary else "application/json")
-    named: list[tuple[str, str]] = []
-    if headers.content_type:
-        named.append(("Content-Type", headers.content_type))
-    if header_length is not None:
-        named.append(("Inference-Header-Content-Length", str(header_length)))
-    if headers.content_encoding:
-        named.append(("Content-Encoding", headers.content_encoding.removesuffix("-plain")))
-    if headers.accept_encoding:
-        named.append(("Accept-Encoding", headers.accept_encoding))
+    named = [  # "": not sent
+        ("Content-Type", headers.content_type),
+        ("Inference-Header-Content-Length", "" if header_length is None else str(header_length)),
+        ("Content-Encoding", headers.content_encoding.removesuffix("-plain")),
+        ("Accept-Encoding", headers.accept_encoding),
+    ]
     case = CASINGS[headers.casing]
-    return [(case(name), value) for name, value in named], encoded(body, headers.content_encoding)
+    return [(case(name), value) for name, value in named if value], encoded(body, headers.content_encoding)
 
 
 def readable(headers: HeaderCase | None) -> HeaderCase | None:

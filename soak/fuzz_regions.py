@@ -88,10 +88,9 @@ class Regions:
     def __init__(self, client: Client, other: OtherUser | None, tag: str, stub_region: str) -> None:
         self.client, self.other, self.tag, self.stub_region = client, other, tag, stub_region
         self.marks = {"a": canary("A", tag), "b": canary("B", tag)}
-        self.files: dict[str, ClientFile] = {}
+        self.files: dict[str, ClientFile] = {}  # A's by region kind (the case's own: "fresh"); B's "b_<kind>"
+        self.starts = dict(A_OFFSETS)  # where each of A's regions starts in its file
         self.setup_answers: list[Answer] = []
-        self.fresh: ClientFile | None = None
-        self.fresh_offset = 0
 
     def name(self, kind: str) -> str:
         return f"{self.tag}_{kind}"
@@ -132,7 +131,8 @@ class Regions:
         key = registration.key
         if key == "own":
             path = SHM / f"{self.tag}_a_fresh{number}"
-            self.fresh, self.fresh_offset = self._create(path, registration.file_size), registration.offset
+            self.files["fresh"] = self._create(path, registration.file_size)
+            self.starts["fresh"] = registration.offset
             file_name = path.name
         else:
             file_name = {
@@ -147,37 +147,26 @@ class Regions:
     def end_fresh(self, protocol: str) -> list[Answer]:
         """Unregister the case's own region and remove its file (after ``verify``)."""
         answer = self.unregister(protocol, self.name("fresh"))
-        if self.fresh is not None:
-            self.fresh.path.unlink(missing_ok=True)
-            self.fresh = None
+        fresh = self.files.pop("fresh", None)
+        if fresh is not None:
+            fresh.path.unlink(missing_ok=True)
         return [answer]
-
-    def _file(self, kind: str) -> tuple[ClientFile | None, int]:
-        """A's file behind a region kind and where the region starts in it."""
-        if kind == "fresh":
-            return self.fresh, self.fresh_offset
-        return self.files.get(kind), A_OFFSETS.get(kind, 0)
 
     def place(self, shm: ShmRange, size: int, data: bytes | None = None) -> Placed:
         """A range as sent, with ``data`` written there first when it lies in A's file."""
         placed = Placed(
             self.name(shm.region), shm.offset, shm.size if shm.size is not None else size + shm.size_delta
         )
-        target, start = self._file(shm.region)
+        target, start = self.files.get(shm.region), self.starts.get(shm.region, 0)
         if data is not None and target is not None:
             target.write(start + shm.offset, data)
         return placed
 
     def allow_output(self, shm: ShmRange, size: int) -> None:
         """The range an output was written into may change (only for a request answered ok)."""
-        target, start = self._file(shm.region)
+        target, start = self.files.get(shm.region), self.starts.get(shm.region, 0)
         if target is not None and size > 0:
             target.allowed.append((start + shm.offset, start + shm.offset + size))
-
-    def every_file(self) -> Iterable[ClientFile]:
-        yield from self.files.values()
-        if self.fresh is not None:
-            yield self.fresh
 
     def verify(self, answers: Iterable[tuple[str, Answer]]) -> list[str]:
         """Invariant (b) over every file and the ``(client, answer)`` pairs. A file changed where it must
@@ -187,7 +176,7 @@ class Regions:
             for other, mark in self.marks.items():
                 if other != client and mark in answer.payload:
                     problems.append(f"the answer to {answer.what} holds another client's canary {mark!r}")
-        for client_file in self.every_file():
+        for client_file in self.files.values():
             actual = client_file.path.read_bytes()
             changed = client_file.changed_outside(actual)
             foreign = self.marks["b" if client_file.owner == "a" else "a"]
@@ -209,5 +198,5 @@ class Regions:
         for protocol in FRONTS:
             for kind in A_OFFSETS:
                 self.unregister(protocol, self.name(kind))
-        for client_file in self.every_file():
+        for client_file in self.files.values():
             client_file.path.unlink(missing_ok=True)

@@ -108,7 +108,6 @@ class InvariantReport:
     rss_start_mib: float = 0.0
     rss_peak_mib: float = 0.0
     rss_end_mib: float = 0.0
-    rss_bound_mib: float = RSS_BOUND_MIB
     failing_cases: list[str] = field(default_factory=list)
     covered: Counter = field(default_factory=Counter)  # what the cases reached: "ok <model>", ...
     first_failure: tuple[int, float] | None = None  # (the case's number, seconds into the run)
@@ -119,7 +118,7 @@ class InvariantReport:
 
     @property
     def passed(self) -> bool:
-        within = self.rss_growth_mib <= self.rss_bound_mib
+        within = self.rss_growth_mib <= RSS_BOUND_MIB
         return self.examples > 0 and not (self.answered or self.isolated or self.kept) and within
 
     def text(self) -> str:
@@ -127,7 +126,7 @@ class InvariantReport:
         rss = (
             f"RSS {self.rss_start_mib:.0f} MiB at start, {self.rss_peak_mib:.0f} peak, "
             f"{self.rss_end_mib:.0f} at the end (growth {self.rss_growth_mib:+.0f}, bound "
-            f"{self.rss_bound_mib:.0f})"
+            f"{RSS_BOUND_MIB:.0f})"
         )
         first = [f"    {line}" for line in (*self.answered[:3], *self.isolated[:3], *self.kept[:3])]
         if self.first_failure:
@@ -174,7 +173,7 @@ class InvariantFuzz:
         self._judge(self.regions.setup_answers, 30.0, "setup")
         report = self.report
         report.server_pid, report.front_pids = server.pid, self._front_pids()
-        self.stub_pids = self._stub_pids()
+        self.stub_pids = {stub.pid for stub in stubs}
         report.stubs = len(self.stub_pids)
         report.rss_start_mib = report.rss_peak_mib = report.rss_end_mib = rss_mib(report.server_pid)
         self._started = time.monotonic()
@@ -186,9 +185,6 @@ class InvariantFuzz:
         if self.other is not None:
             self.other.close()
         self.client.close()
-
-    def _stub_pids(self) -> set[int]:
-        return {stub.pid for stub in server_stubs(self.server.pid or 0) if stub.alive}
 
     def _front_pids(self) -> set[int]:
         return {front.pid for front in self.server.running_fronts}
@@ -219,7 +215,8 @@ class InvariantFuzz:
         if fronts != report.front_pids:
             problems.append(f"(c) the fronts {sorted(report.front_pids)} are now {sorted(fronts)}")
         gone = [stub for stub in self.stub_pids if not running(stub, parent=pid)]
-        stubs = self._stub_pids() if gone else self.stub_pids  # the full scan of /proc only when needed
+        # the full scan of /proc only when needed
+        stubs = {s.pid for s in server_stubs(pid or 0) if s.alive} if gone else self.stub_pids
         if stubs != self.stub_pids:
             problems.append(
                 f"(c) stubs died {sorted(self.stub_pids - stubs)}, new {sorted(stubs - self.stub_pids)}"
@@ -251,7 +248,14 @@ class InvariantFuzz:
         self.report.covered.update(f"{answer.what} {answer.verdict}" for answer in theirs)
         problems += self._judge(theirs, deadline_s, "other uid")
         isolated = self.regions.verify([*(("a", a) for a in answers), *(("b", b) for b in theirs)])
-        isolated += self._listing(theirs)
+        mine = [self.regions.name(kind).encode() for kind in ("a0", "a1", "fresh")]
+        isolated += [
+            f"(b) {answer.what} lists {name.decode()}, a region of another client"
+            for answer in theirs
+            if answer.what == "other uid status"
+            for name in mine
+            if name in answer.payload
+        ]
         self.report.isolated += isolated
         self.report.regions_checked += 1
         if case.registration is not None:
@@ -314,57 +318,46 @@ class InvariantFuzz:
         deadline_s: float,
     ) -> tuple[Answer, list[str]]:
         """The answer, its verdict the fuzzed request's own, and what broke (a) beyond the answer."""
-        timeout = deadline_s + SLACK_S
+        timeout, headers, covered = deadline_s + SLACK_S, case.headers, self.report.covered
         if case.protocol == "http":
             reply = self.client.http(http_body(case, data, inputs, outputs), timeout)
             answer = http_answer("infer", reply)
-            held = headers_held(case.headers, reply, answer.verdict)
-            problems = [f"(a) http {case.model}: {problem}" for problem in held]
             shm_output = any(placed is not None for placed in outputs)
-            self.report.covered.update(headers_reached(case.headers, reply, answer.verdict, shm_output))
-            return answer, problems
+            covered.update(headers_reached(headers, reply, answer.verdict, shm_output))
+            held = headers_held(headers, reply, answer.verdict)
+            return answer, [f"(a) http {case.model}: {problem}" for problem in held]
         request = grpc_request(case, data, inputs, outputs)
-        compression = grpc_compression(case.headers)
-        if case.protocol == "grpc" and case.headers is not None and case.headers.wire:
-            return self._wire_call(case, request.SerializeToString(), timeout)
+        if case.protocol == "grpc" and headers is not None and headers.wire:  # written frame by frame
+            metadata, wire_data = WIRE_FAULTS[headers.wire](request.SerializeToString())
+            block = raw_grpc.call_headers(SERVICE + "ModelInfer", metadata, timeout)
+            reply = raw_grpc.exchange(self.client.grpc_address, block, wire_data, timeout)
+            if reply.failure:
+                answer = Answer("infer", "broken", reply.failure, "", reply.elapsed_s)
+            else:
+                answer = grpc_answer("infer", reply.code, reply.message, reply.payload, reply.elapsed_s)
+            covered[f"{answer.verdict} grpc wire {headers.wire}"] += 1
+            return answer, [f"(a) grpc {case.model}: {p}" for p in wire_held(headers, answer.verdict)]
+        compression, problems = grpc_compression(headers), []
         if case.protocol == "grpc":
-            answer = grpc_answer(
-                "infer", *self.client.grpc("ModelInfer", request.SerializeToString(), timeout, compression)
-            )
-            self._compression_reached(case, answer.verdict)
-            return answer, []
-        messages = [request]
-        if space is not None:  # the model's smallest valid request after the fuzzed one
-            tensors = control_case(space)
-            control = Case(space.name, "stream", tensors, None, 0)
-            data = carried_inputs(tensors, space, 0)
-            messages.append(grpc_request(control, data, [None] * len(tensors), [], request_id="control"))
-        answer, answered = self.client.stream(messages, timeout, compression)
-        self._compression_reached(case, answer.verdict if answered.get("fuzz") else "refused")
-        if answer.verdict != "ok":
-            return answer, []
-        problems = []
-        if space is not None and not answered.get("control"):
-            problems.append(f"(a) stream {case.model}: the valid message after the fuzzed one failed")
-        return answer if answered.get("fuzz") else replace(answer, verdict="refused"), problems
-
-    def _wire_call(self, case: Case, request: bytes, timeout: float) -> tuple[Answer, list[str]]:
-        """A ``ModelInfer`` call with the drawn wire fault, written frame by frame (``soak.raw_grpc``)."""
-        assert case.headers is not None
-        metadata, data = WIRE_FAULTS[case.headers.wire](request)
-        block = raw_grpc.call_headers(SERVICE + "ModelInfer", metadata, timeout)
-        reply = raw_grpc.exchange(self.client.grpc_address, block, data, timeout)
-        if reply.failure:
-            answer = Answer("infer", "broken", reply.failure, "", reply.elapsed_s)
+            called = self.client.grpc("ModelInfer", request.SerializeToString(), timeout, compression)
+            answer = grpc_answer("infer", *called)
+            reached = answer.verdict
         else:
-            answer = grpc_answer("infer", reply.code, reply.message, reply.payload, reply.elapsed_s)
-        self.report.covered[f"{answer.verdict} grpc wire {case.headers.wire}"] += 1
-        problems = wire_held(case.headers, answer.verdict)
-        return answer, [f"(a) grpc {case.model}: {problem}" for problem in problems]
-
-    def _compression_reached(self, case: Case, verdict: str) -> None:
-        if case.headers is not None and case.headers.compression:
-            self.report.covered[f"{verdict} {case.protocol} {case.headers.compression} message"] += 1
+            messages = [request]
+            if space is not None:  # the model's smallest valid request after the fuzzed one
+                tensors = control_case(space)
+                control = Case(space.name, "stream", tensors, None, 0)
+                control_data = carried_inputs(tensors, space, 0)
+                messages.append(grpc_request(control, control_data, [None] * len(tensors), [], "control"))
+            answer, answered = self.client.stream(messages, timeout, compression)
+            reached = answer.verdict if answered.get("fuzz") else "refused"
+            if answer.verdict == "ok" and space is not None and not answered.get("control"):
+                problems.append(f"(a) stream {case.model}: the valid message after the fuzzed one failed")
+            if answer.verdict == "ok" and not answered.get("fuzz"):
+                answer = replace(answer, verdict="refused")
+        if headers is not None and headers.compression:
+            covered[f"{reached} {case.protocol} {headers.compression} message"] += 1
+        return answer, problems
 
     def _other_uid(self, case: Case, space: ModelSpace | None) -> list[Answer]:
         """The other user lists its regions, or sends the model's smallest request through its own region
@@ -399,16 +392,6 @@ class InvariantFuzz:
             if compressed_accepted(headers):
                 self.report.covered["other uid infer ok, compressed answer accepted"] += 1
         return [answer]
-
-    def _listing(self, answers: Sequence[Answer]) -> list[str]:
-        mine = [self.regions.name(kind) for kind in ("a0", "a1", "fresh")]
-        return [
-            f"(b) {answer.what} lists {name}, a region of another client"
-            for answer in answers
-            if answer.what == "other uid status"
-            for name in mine
-            if name.encode() in answer.payload
-        ]
 
 
 def run_examples(fuzz: InvariantFuzz, examples: int, seed: int, replay: str = "") -> None:

@@ -5,6 +5,7 @@ connection, reset or answered with ``GOAWAY`` is no answer, as over HTTP."""
 from __future__ import annotations
 
 import socket
+import struct
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -17,6 +18,7 @@ from server.fronts import h2c
 
 CODES = {code.value[0]: code.name for code in grpc.StatusCode}
 STREAM = 1
+FRAME = struct.Struct(">IBI")  # 24-bit length and 8-bit type, flags, stream id
 ANSWER_GUARD_S = 120.0  # how long ``Answers.until`` waits before it gives up: a hang guard, not a bound
 
 
@@ -118,21 +120,17 @@ class Answers:
         fields = self.trailers[stream]
         return fields.get(b"grpc-status", b""), unquote(fields.get(b"grpc-message", b"").decode("latin-1"))
 
-    def refused(self) -> set[int]:
-        return {stream for stream, code in self.resets.items() if code == h2c.REFUSED_STREAM}
-
     def until(self, done: Callable[[], bool], deadline: float | None = None) -> None:
         """Read frames until ``done()``, checked after each frame (the frames after it wait for the next
         call); ``TimeoutError`` once ``deadline`` (``time.monotonic()``; default ``ANSWER_GUARD_S`` from
         now) passed, ``ConnectionError`` if the front closed the connection first."""
         deadline = time.monotonic() + ANSWER_GUARD_S if deadline is None else deadline
         while not done():
-            if len(self.buffer) >= 9 and len(self.buffer) >= 9 + int.from_bytes(self.buffer[:3], "big"):
-                length = int.from_bytes(self.buffer[:3], "big")
-                kind, flags = self.buffer[3], self.buffer[4]
-                stream = int.from_bytes(self.buffer[5:9], "big") & 0x7FFFFFFF
+            length = int.from_bytes(self.buffer[:3], "big")
+            if len(self.buffer) >= 9 + length:  # a whole frame
+                head, flags, stream = FRAME.unpack_from(self.buffer)
                 payload, self.buffer = self.buffer[9 : 9 + length], self.buffer[9 + length :]
-                self._read(kind, flags, stream, payload)
+                self._read(head & 0xFF, flags, stream & 0x7FFFFFFF, payload)
                 continue
             remaining = deadline - time.monotonic()
             if remaining <= 0:
@@ -158,10 +156,7 @@ class Answers:
         elif kind == h2c.PING and flags & h2c.ACK:
             self.pings.add(int.from_bytes(payload, "big"))
         elif kind == h2c.SETTINGS and not flags & h2c.ACK:
-            self.settings.update(
-                (int.from_bytes(payload[i : i + 2], "big"), int.from_bytes(payload[i + 2 : i + 6], "big"))
-                for i in range(0, len(payload), 6)
-            )
+            self.settings.update(struct.iter_unpack(">HI", payload))
             self.sock.sendall(h2c.frame(h2c.SETTINGS, h2c.ACK, 0))
 
 

@@ -98,30 +98,25 @@ class SoakReport:
             and (self.invariants is None or self.invariants.passed)
         )
 
-    def _waiting_line(self, what: str) -> str:
-        if what not in self.most_waiting:
-            return ""
-        most, share = self.most_waiting[what]
-        return f"; most of them waiting in tritonserver at once {most:g} (their share {share})"
-
-    def outage_lines(self) -> list[str]:
-        lines = []
-        for fault in sorted({o.fault for o in self.outages}):
-            outages = [o for o in self.outages if o.fault == fault]
-            recoveries = [o.recovered_at - o.at for o in outages if o.recovered_at is not None]
-            detections = [o.detected_at - o.at for o in outages if o.detected_at is not None]
-            lines.append(
-                f"  {fault}: {len({o.at for o in outages})} ({Counter(o.model for o in outages)}); "
-                f"all recovered: {len(recoveries) == len(outages)}; fault to detected {_spread(detections)}; "
-                f"fault to recovered {_spread(recoveries)}"
-            )
-        return lines
-
     def text(self) -> str:
         wrong = len(self.lost) - self.lost_unanswered
         lost = f"{len(self.lost)} (unanswered {self.lost_unanswered}, answered wrongly {wrong})"
         lost += "".join(f"\n    lost: {text}" for text in self.lost[:5])
         excused = ", ".join(f"{fault} {n}" for fault, n in sorted(self.excused_by.items()))
+        outage_lines = []
+        for fault in sorted({o.fault for o in self.outages}):
+            outages = [o for o in self.outages if o.fault == fault]
+            recoveries = [o.recovered_at - o.at for o in outages if o.recovered_at is not None]
+            detections = [o.detected_at - o.at for o in outages if o.detected_at is not None]
+            outage_lines.append(
+                f"  {fault}: {len({o.at for o in outages})} ({Counter(o.model for o in outages)}); "
+                f"all recovered: {len(recoveries) == len(outages)}; fault to detected {_spread(detections)}; "
+                f"fault to recovered {_spread(recoveries)}"
+            )
+        waiting = {
+            what: f"; most of them waiting in tritonserver at once {most:g} (their share {share})"
+            for what, (most, share) in self.most_waiting.items()
+        }
         return "\n".join(
             [
                 f"soak {self.duration_s:.0f} s: {'PASSED' if self.passed else 'FAILED'}",
@@ -129,13 +124,13 @@ class SoakReport:
                 f"failed inside a fault's outage window {self.excused} ({excused or 'none'}); lost {lost}",
                 f"  sent during the final drain: answered {self.answered_during_drain}, "
                 f"refused cleanly {self.refused_after_drain}",
-                *self.outage_lines(),
+                *outage_lines,
                 f"  tritonserver killed by the soak: {len(self.server_kills)}; pids "
                 + " -> ".join(str(pid) for pid in self.server_pids),
                 f"  tritonserver deaths the soak did not cause: {len(self.server_restarts)}"
                 + "".join(f"; {cause}" for cause in self.server_restarts),
                 *(
-                    f"  {what}: {c.injected}, answered right: {c.right}{self._waiting_line(what)}"
+                    f"  {what}: {c.injected}, answered right: {c.right}{waiting.get(what, '')}"
                     for what, c in self.checks.items()
                 ),
                 f"  server RSS: {self.rss_start_mib:.0f} MiB at start, {self.rss_end_mib:.0f} MiB at the end",

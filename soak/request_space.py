@@ -92,10 +92,10 @@ class ModelSpace:
             TensorInfo(rule_name, np.dtype(triton_to_np_dtype(rule.datatype) or np.uint8), rule.fixed)
             for rule_name, rule in signature.inputs.items()
         ]
-        guards = {info.name: info for info in with_value_guards(infos, dict(config))}  # in input order
+        guards = with_value_guards(infos, dict(config))  # in input order
         inputs = tuple(
             InputSpace(name_, rule.datatype, rule.fixed, rule.bounds, rule.optional, guard.bounds)
-            for (name_, rule), guard in zip(signature.inputs.items(), guards.values(), strict=True)
+            for (name_, rule), guard in zip(signature.inputs.items(), guards, strict=True)
         )
         outputs = tuple(
             OutputSpace(
