@@ -15,10 +15,9 @@ from perf.measure.engine import LoadEngine, MeasureSettings
 from perf.measure.loads import Load, poisson
 from perf.measure.shapes import has_variable_axis
 from perf.model.batcher import BatcherConfig
-from perf.plan.document import VerificationRow
+from perf.plan.document import VerificationRow, top_architectures
 from perf.plan.planner import Judged, Plan, Predictor
 from perf.plan.profile import precision_variant, variants
-from perf.plan.report import top_architectures
 from perf.plan.strategy import Strategy
 from perf.session.model import ModelSession
 from perf.session.pipeline import PipelineSession

@@ -115,25 +115,18 @@ class ModelSession:
         build_spec = dataclasses.replace(self.base, max_batch_size=self.largest_batch, warmup=False)
         build_repository(Spec(models=(build_spec,)), repository, num_gpus=0)
         self.server = TritonServer(self._options(repository, [self.base.name])).start()
-        try:
-            self.largest_batch_s = self._time_largest_batch()
+        client = httpclient.InferenceServerClient(self.server.http_url, network_timeout=600.0)
+        try:  # one request of the largest batch, which every run's windows are sized by
+            with contextlib.closing(client):
+                took = timed_calls(
+                    lambda: infer(client, "http", self.base.name, self.target.inputs), TIMED_BATCHES, 1
+                )
         except BaseException:
             self.__exit__(None, None, None)
             raise
+        self.largest_batch_s = statistics.median(took) / 1e3
         log.info("a batch of %d takes %.0f ms", self.largest_batch, 1e3 * self.largest_batch_s)
         return self
-
-    def _time_largest_batch(self) -> float:
-        """Seconds one request of the largest batch takes, which every run's windows are sized by."""
-        assert self.server is not None
-        client = httpclient.InferenceServerClient(self.server.http_url, network_timeout=600.0)
-        try:
-            took = timed_calls(
-                lambda: infer(client, "http", self.base.name, self.target.inputs), TIMED_BATCHES, 1
-            )
-        finally:
-            client.close()
-        return statistics.median(took) / 1e3
 
     def sized(self, settings: MeasureSettings) -> MeasureSettings:
         """``settings`` sized by the largest batch timed at the start: a stall in a run lengthens no other."""
@@ -201,16 +194,13 @@ class ModelSession:
         """Reload the model with ``config`` (unless loaded); the seconds it took."""
         if config == self.current:
             return 0.0
-        with self.watching(f"the reload of {config.label}"):
-            return self._reload(config)
-
-    def _reload(self, config: BatcherConfig) -> float:
         assert self.server is not None
         started = time.perf_counter()
-        loaded, overrides = self._overrides(config)
-        with contextlib.closing(httpclient.InferenceServerClient(self.server.http_url)) as client:
-            for name, override in overrides.items():
-                admin.load_model(client, self.server.admin_key, name, config=override)
+        with self.watching(f"the reload of {config.label}"):
+            loaded, overrides = self._overrides(config)
+            with contextlib.closing(httpclient.InferenceServerClient(self.server.http_url)) as client:
+                for name, override in overrides.items():
+                    admin.load_model(client, self.server.admin_key, name, config=override)
         self.current = config
         took = time.perf_counter() - started
         log.info("loaded %s in %.1f s", loaded, took)

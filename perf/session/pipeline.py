@@ -9,7 +9,6 @@ from pathlib import Path
 
 from google.protobuf import json_format
 
-from client.stats import ModelStats
 from exporters.configs.model_config import ModelConfig
 from exporters.configs.models import dynamic_batching
 from exporters.pipelines.build import BuiltPipeline, build_pipelines
@@ -41,12 +40,6 @@ def stage_configs(built: BuiltPipeline, config: BatcherConfig) -> list[ModelConf
         )
         for k, stage in enumerate(stages)
     ]
-
-
-def pipeline_stats(stages: list[ModelStats]) -> ModelStats:
-    """The first stage's view, where the delay acts: later stages overlap it (pipeline parallel), so
-    summing their compute would count overlapped time as serial. A failure at any stage counts."""
-    return dataclasses.replace(stages[0], failed=max(s.failed for s in stages))
 
 
 class PipelineSession(ModelSession):
@@ -94,6 +87,9 @@ class PipelineSession(ModelSession):
     ) -> Measurement:
         run = super()._measure_once(load, label, settings, engine)
         if run.server is not None:
-            stats = pipeline_stats([run.server.related[name] for name in self.related])
+            # the first stage's view, where the delay acts: later stages overlap it (pipeline parallel), so
+            # summing their compute would count overlapped time as serial; a failure at any stage counts
+            stages = [run.server.related[name] for name in self.related]
+            stats = dataclasses.replace(stages[0], failed=max(s.failed for s in stages))
             run.server = dataclasses.replace(run.server, stats=stats)
         return run
