@@ -19,8 +19,7 @@ from perf.plan.document import VerificationRow, top_architectures
 from perf.plan.planner import Judged, Plan, Predictor
 from perf.plan.profile import precision_variant, variants
 from perf.plan.strategy import Strategy
-from perf.session.model import ModelSession
-from perf.session.pipeline import PipelineSession
+from perf.session.model import ModelSession, PipelineSession
 from perf.session.probe import ProbeResult
 from perf.session.search import Evidence, Server, Verdict, decide, search
 from perf.session.shapes_section import ShapesFigures, shapes_step

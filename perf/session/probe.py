@@ -19,8 +19,7 @@ from perf.measure.loads import Load, arrival_times, poisson
 from perf.measure.measurement import Measurement
 from perf.model.batcher import BatcherConfig, ServiceModel, simulate
 from perf.model.cpu import CpuModel, fit_cpu_model
-from perf.model.latency import LatencyFit
-from perf.model.service import busy_per_batch_ms, fit_compute, per_batch_and_request_ms, slice_for
+from perf.model.latency import LatencyFit, busy_per_batch_ms, fit_compute, per_batch_and_request_ms, slice_for
 from perf.session.search import FAR_MISS
 
 log = logging.getLogger(__name__)
