@@ -148,7 +148,6 @@ class Space:
 
     instances: tuple[int, ...] = (1, 2)
     delays_us: tuple[int, ...] = (0, 1000)
-    devices: tuple[int, ...] | None = None  # data parallel device counts (None: 1, 2, 4, ... all)
     split: bool = True
 
 
@@ -159,7 +158,7 @@ def _powers_up_to(count: int) -> tuple[int, ...]:
 
 def strategies(profile: ModelProfile, gpus: int, space: Space) -> list[Strategy]:
     """Every strategy of ``space`` for ``profile`` on ``gpus`` GPUs (0: the CPU, one device)."""
-    whole: dict[Kind, tuple[int, ...]] = {"data": space.devices or (_powers_up_to(gpus) if gpus else (1,))}
+    whole: dict[Kind, tuple[int, ...]] = {"data": _powers_up_to(gpus) if gpus else (1,)}
     if profile.tables and gpus >= 2:
         whole["sharded"] = _powers_up_to(gpus)[1:]
     out = [

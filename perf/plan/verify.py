@@ -17,7 +17,7 @@ from perf.measure.shapes import has_variable_axis
 from perf.model.batcher import BatcherConfig
 from perf.plan.document import VerificationRow, top_architectures
 from perf.plan.planner import Judged, Plan, Predictor
-from perf.plan.profile import precision_variant, variants
+from perf.plan.profile import precision_variant, split_variants
 from perf.plan.strategy import Strategy
 from perf.session.model import ModelSession, PipelineSession
 from perf.session.probe import ProbeResult
@@ -43,7 +43,7 @@ def real_server(
         if strategy.kind == "data":
             return data_session(base, strategy, folder, engine, settings)
         pipeline = dataclasses.replace(
-            variants(spec, model).split[strategy.precision], replicas=strategy.instances
+            split_variants(spec, model)[strategy.precision], replicas=strategy.instances
         )
         session = PipelineSession(
             Spec(models=(base,), pipelines=(pipeline,)), pipeline.name, strategy.max_batch, folder, engine,

@@ -230,9 +230,8 @@ def measure_and_pick(
 
     def shapes_of(config: BatcherConfig, rate: float, evidence: Evidence[BatcherConfig]) -> None:
         """The length buckets on the answer at its rate (the tuner chooses them), its runs evidence."""
-        shapes.append(
-            shapes_step(session, config, request.load, rate, evidence, config, config.label, progress)
-        )
+        found = shapes_step(session, config, request.load, rate, evidence, config, config.label, progress)
+        shapes.append(found)
 
     with session, partial_on_failure(folder, f"Tuning {args.model} for p99 ≤ {args.p99_ms:g} ms", session):
         recheck = shapes_of if has_variable_axis(session.base) else None

@@ -36,7 +36,7 @@ from perf.plan.graph_memory import (
 )
 from perf.plan.placement import PlacementError, exchange, pack_tables, place
 from perf.plan.planner import PlanRequest, Predictor, plan
-from perf.plan.profile import plan_target, precision_variant, variants
+from perf.plan.profile import plan_target, precision_variant, split_variants
 from perf.plan.strategy import ModelProfile, Space, StageCost, Strategy, strategies
 from perf.plan.topology import cpu_topology, topology_folder
 from perf.saved import load_document
@@ -205,8 +205,7 @@ def test_model_accepts_a_pipeline_name() -> None:
     spec, model = plan_target(SPEC, "image_classifier_pipeline_fp16")  # the model's second pipeline
     assert model == "image_classifier"
     assert next(p.name for p in spec.pipelines if p.model == model) == "image_classifier_pipeline_fp16"
-    chosen = variants(spec, model)
-    assert {p.name for p in chosen.split.values()} == {
+    assert {p.name for p in split_variants(spec, model).values()} == {
         "image_classifier_pipeline_fp16_fp32",
         "image_classifier_pipeline_fp16_fp16",
     }
