@@ -104,7 +104,7 @@ def test_a_40_gb_recommender_is_counted_without_allocating_it() -> None:
     assert "too big to build here" in too_big_to_build(big, memory)
     proxy = compute_proxy(big)
     assert proxy is not None and max(proxy.options["table_sizes"]) <= 10_000
-    assert too_big_to_build(proxy) == ""
+    assert too_big_to_build(proxy, graph_memory(proxy)) == ""
 
 
 def test_tables_pack_largest_first_onto_the_gpu_with_most_room() -> None:
