@@ -195,9 +195,12 @@ def measure_profile(
         # T and Δt through batch 1 and the largest (the slope kept >= 0)
         t_s, top_s = one.batch_ms / 1e3, top.batch_ms / 1e3
         dt_s = max(0.0, (top_s - t_s) / max(largest - 1, 1))
-        instance = (
-            memory.instance_bytes(precision) if memory is not None else _export_memory(variant, artifact.path)
-        )
+        if memory is not None:
+            instance = memory.instance_bytes(precision)
+        elif artifact.path.suffix == ".onnx":  # no torch module: its ONNX export counted
+            instance = onnx_instance_bytes(artifact.path, largest)
+        else:  # ... or another export measured
+            instance = measured_instance_memory(variant, artifact.path)
         whole[precision] = StageCost(variant.name, t_s, dt_s, instance)
         accuracy[f"whole/{precision}"] = artifact.max_rel_error
     source = f"onnxruntime in-process on {device}"
@@ -266,13 +269,6 @@ def _rescaled(
     scale_t = t_s / reference.t_s if reference.t_s > 0 else 1.0
     scale_dt = dt_s / reference.dt_s if reference.dt_s > 0 else 1.0
     return {p: replace(c, t_s=c.t_s * scale_t, dt_s=c.dt_s * scale_dt) for p, c in costs.items()}
-
-
-def _export_memory(variant: ModelSpec, artifact: Path) -> int:
-    """A model without a torch module: its ONNX export counted, or another export measured."""
-    if artifact.suffix == ".onnx":
-        return onnx_instance_bytes(artifact, variant.max_batch_size)
-    return measured_instance_memory(variant, artifact)
 
 
 def memory_source(memory: GraphMemory | None) -> str:
