@@ -155,10 +155,8 @@ def command_plan(args: argparse.Namespace, console, setup: PlanSetup = THE_SETUP
             step("probing the whole model on the real server (the tuner's probe)")
             largest, workdir = base.max_batch_size, args.workdir / "probe"
             with ModelSession(spec, model, largest, workdir, engine, settings) as session:
-                probed = probe(
-                    session, space.instances, session.largest_batch, ProbePlan(max_runs=args.probe_runs),
-                    args.p99_ms,
-                )  # fmt: skip
+                ramps = ProbePlan(max_runs=args.probe_runs)
+                probed = probe(session, space.instances, session.largest_batch, ramps, args.p99_ms)
         step("building and measuring the variants (whole model per precision, split per boundary dtype)")
         live_gpu = here and topology.on_gpu
         providers = ("CUDAExecutionProvider",) if live_gpu else ("CPUExecutionProvider",)
@@ -263,9 +261,8 @@ def print_summary(saved: PlanDocument, report: Path, console) -> None:
             f"{number(row.predicted_p99_ms)} ms), served {row.measured_throughput:.0f}/s; {row.runs} run(s), "
             f"{row.point_text}"
         )
-    shapes = saved.shapes
-    if shapes:
-        buckets = shapes.buckets
+    if saved.shapes:
+        buckets = saved.shapes.buckets
         choice = "the spec's stay (no way met the budget)" if buckets is None else f"buckets: {list(buckets)}"
         console.print(f"  shapes as served (formed batches per length in the report): {choice}")
     console.print(f"report {report}")
