@@ -50,8 +50,7 @@ class LatencyFit:
 
 
 def fit_latency(points: Mapping[int, float], weights: Mapping[int, float] | None = None) -> LatencyFit:
-    """Least-squares ``T`` and ``Δt`` from ``{batch size: ms}``, each point (and R²) weighted by
-    ``weights``."""
+    """Least-squares ``T`` and ``Δt`` from ``{batch size: ms}``, points and R² weighted by ``weights``."""
     sizes = sorted(points)
     if len(sizes) < 2:
         raise OptionError(f"need at least two batch sizes to fit, got {sizes}")

@@ -155,8 +155,7 @@ Counted = tuple[GraphMemory | None, str]
 
 
 def count(model: ModelSpec) -> Counted:
-    """A model's memory from its graph, counted once per plan (None: no torch module), and why it is too
-    big to build here ("")."""
+    """A model's memory from its graph (None: no torch module), and why it is too big to build here ("")."""
     try:
         memory = graph_memory(model)
     except GraphMemoryError as error:

@@ -25,8 +25,7 @@ WHOLE_KINDS = ("data", "sharded")  # the whole model's graph, one batcher in fro
 
 @dataclass(frozen=True)
 class StageCost:
-    """One stage (or the whole model): ``T + (N-1)·Δt`` per batch, one instance's memory, bytes per sample
-    out."""
+    """One stage (or the whole model): ``T + (N-1)·Δt`` a batch, an instance's memory, bytes a sample out."""
 
     name: str
     t_s: float

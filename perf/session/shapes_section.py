@@ -35,8 +35,7 @@ def shapes_step(
     evidence: Evidence[K], answer: K, name: str, step: Callable[[str], None],
     written: str = "spec.tuned.yaml",
 ) -> ShapesFigures:  # fmt: skip
-    """The bucket runs on the answer (``answer`` in ``evidence``, served as ``config``) at ``rate``;
-    ``written``: the merged spec that carries the choice."""
+    """The bucket runs on ``answer`` (served as ``config``) at ``rate``; ``written``: the spec carrying it."""
     budget_ms = evidence.budget_ms
     searched = session.buckets if session.buckets is not None else tuple(session.base.buckets)
     session.prepare(config)
