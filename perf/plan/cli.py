@@ -109,8 +109,7 @@ def command_plan(args: argparse.Namespace, console, setup: PlanSetup = THE_SETUP
     spec = load_spec(args.spec)
     spec, model = plan_target(spec, args.model)  # a model or a pipeline; a clear error before building
     base = spec.model(model)
-    counted = count(base)  # the graph's memory, once: whether the server measures, and the profile
-    too_big = counted[1]
+    memory, too_big = count(base)  # the graph's memory, once: whether the server measures, and the profile
     here = not args.topology  # this host runs the plan: a live GPU or this CPU
     topology = topology_folder(args.topology) if args.topology else setup.live_topology() or cpu_topology()
     instances, delays = _ints(args.instances, "--instances"), _ints(args.delays_us, "--delays-us")
@@ -163,7 +162,7 @@ def command_plan(args: argparse.Namespace, console, setup: PlanSetup = THE_SETUP
         device = "this host's GPU (CUDA provider)" if live_gpu else "this host's CPU"
         profile = setup.measure_profile(
             spec, model, args.workdir / "repository", not args.no_split, probed, providers, device, recorded,
-            counted=counted,
+            counted=(memory, too_big),
         )  # fmt: skip
         measured_on = recorded.device if recorded else device
         origin = compute_origin(measured_on, recorded is not None, [g.name for g in topology.gpus], here)

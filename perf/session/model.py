@@ -124,8 +124,8 @@ class ModelSession:
         build_spec = dataclasses.replace(self.base, max_batch_size=self.largest_batch, warmup=False)
         build_repository(Spec(models=(build_spec,)), repository, num_gpus=0)
         self.server = TritonServer(self._options(repository, [self.base.name])).start()
-        client = httpclient.InferenceServerClient(self.server.http_url, network_timeout=600.0)
         try:  # one request of the largest batch, which every run's windows are sized by
+            client = httpclient.InferenceServerClient(self.server.http_url, network_timeout=600.0)
             with contextlib.closing(client):
                 took = timed_calls(
                     lambda: infer(client, "http", self.base.name, self.target.inputs), TIMED_BATCHES, 1
