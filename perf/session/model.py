@@ -314,16 +314,14 @@ class PipelineSession(ModelSession):
     def __enter__(self) -> PipelineSession:
         repository = self.workdir / "repository"
         # built with the probe's first candidate loaded: one reload of every stage fewer
-        first = BatcherConfig(self.largest_batch, 0)
-        self.pipeline = dataclasses.replace(
-            self.pipeline, batching=Batching(mode="dynamic", max_queue_delay_us=0)
-        )
+        batching = Batching(mode="dynamic", max_queue_delay_us=0)
+        self.pipeline = dataclasses.replace(self.pipeline, batching=batching)
         spec = Spec(models=(dataclasses.replace(self.base, warmup=False),), pipelines=(self.pipeline,))
         build_repository(spec, repository, num_gpus=0)  # the monolithic model: the raw reference
         (self.built,) = build_pipelines(spec, repository, num_gpus=0)
         # the ensemble loads its stages
         self.server = TritonServer(self._options(repository, [self.pipeline.name])).start()
-        self.current = first
+        self.current = BatcherConfig(self.largest_batch, 0)
         return self
 
     def _overrides(self, config: BatcherConfig) -> tuple[str, dict[str, dict]]:
