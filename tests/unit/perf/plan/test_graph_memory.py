@@ -121,7 +121,7 @@ def test_the_exchange_is_the_remote_rows_over_the_slowest_link() -> None:
     tables = {0: (Table("a", 100, 128, 1.0),), 1: (Table("b", 100, 128, 2.0),), 2: (), 3: ()}
     found = exchange(tables, topology.link, "fp16")
     # GPU2 and GPU3 receive both tables' rows (3 rows of 128 fp16) across the sockets (SYS)
-    assert found.bytes_per_request == 3 * 128 * FLOAT_BYTES["fp16"]
+    assert found.bytes_per_sample == 3 * 128 * FLOAT_BYTES["fp16"]
     assert found.link.level == "SYS"
 
 
