@@ -151,8 +151,7 @@ class Space:
 
 
 def _powers_up_to(count: int) -> tuple[int, ...]:
-    counts = [n for n in (1, 2, 4, 8, 16) if n < count]
-    return tuple([*counts, count])
+    return (*(n for n in (1, 2, 4, 8, 16) if n < count), count)
 
 
 def strategies(profile: ModelProfile, gpus: int, space: Space) -> list[Strategy]:
