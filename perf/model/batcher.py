@@ -82,7 +82,7 @@ class ServiceModel:
     each execution and each request cost beyond it while the machine is saturated (the Python backend's
     IPC per execution; frontend work per request and, on a shared CPU, the client's own cycles),
     calibrated so the simulated capacity equals the measured one with and without batching
-    (``perf.model.service``). ``overhead_s`` is added to every request's latency outside the batcher
+    (``perf.model.latency``). ``overhead_s`` is added to every request's latency outside the batcher
     and the instance (client, network, frontend). ``cpu`` adds the wait for a CPU, which grows with the
     load (``perf.model.cpu``).
     """

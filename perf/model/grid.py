@@ -22,8 +22,7 @@ class Grid:
     def batch_sizes(
         self, budget_ms: float, compute_ms: Callable[[int], float] | None = None
     ) -> tuple[int, ...]:
-        """The grid's max batch sizes, each bounded so that one full batch's compute fits in the budget (none
-        of 2 or more fits: no batching at all)."""
+        """The max batch sizes, each bounded so a full batch computes within the budget (none of 2: none)."""
         if compute_ms is None:
             return self.max_batches
         fitting = (

@@ -29,6 +29,7 @@ GENERIC_NVLINK_GBS = 25.0  # per link and direction where the GPU is unknown: NV
 GENERIC_PCIE = "gen4"  # the PCIe generation assumed where the GPU is unknown
 SYS_SHARE = 0.5  # of the PCIe bandwidth: a copy staged through host memory is two PCIe copies
 PCIE_LEVELS = ("PIX", "PXB", "PHB", "NODE")
+UNKNOWN_LEVEL = "unknown link level {!r} (expected NV#, PIX, PXB, PHB, NODE or SYS)"
 
 
 @dataclass(frozen=True)
@@ -79,7 +80,7 @@ def link_for(level: str, gpu_name: str) -> Link:
         try:
             links = int(level[2:])
         except ValueError:
-            raise OptionError(_unknown_level(level)) from None
+            raise OptionError(UNKNOWN_LEVEL.format(level)) from None
         if key is not None and key not in NVLINK_PER_LINK_GBS:
             raise OptionError(f"{gpu_name} shows {level}, but the link table has no NVLink figure for it")
         per_link = GENERIC_NVLINK_GBS if key is None else NVLINK_PER_LINK_GBS[key]
@@ -88,11 +89,7 @@ def link_for(level: str, gpu_name: str) -> Link:
         return Link(level, pcie, HOP_LATENCY_US[level], generic)
     if level == "SYS":
         return Link(level, pcie * SYS_SHARE, HOP_LATENCY_US["SYS"], generic)
-    raise OptionError(_unknown_level(level))
-
-
-def _unknown_level(level: str) -> str:
-    return f"unknown link level {level!r} (expected NV#, PIX, PXB, PHB, NODE or SYS)"
+    raise OptionError(UNKNOWN_LEVEL.format(level))
 
 
 @dataclass(frozen=True)

@@ -31,8 +31,7 @@ class Prediction:
 def prediction(
     config: BatcherConfig, rate: float, result: SimResult, arrivals_s: Sequence[float]
 ) -> Prediction:
-    """``result`` (the simulated run of ``arrivals_s``) as the prediction for ``config``: sustained where its
-    throughput is within 5% of the rate offered."""
+    """``result``, the simulated run of ``arrivals_s``: sustained where it served 95% of the rate offered."""
     offered = len(arrivals_s) / arrivals_s[-1] if len(arrivals_s) > 1 else 0.0
     sustained = bool(result.throughput >= 0.95 * offered)
     figures = (result.p99_ms(), result.throughput, result.mean_batch, sustained, result.cpu_utilization)

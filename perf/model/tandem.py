@@ -69,8 +69,7 @@ def predict_tandem(
     stages: Sequence[TandemStage], transfers: Sequence[Transfer], load: Load, overhead_s: float = 0.0,
     seconds: float = 6.0,
 ) -> Prediction:  # fmt: skip
-    """p99 and throughput of the tandem at ``load``, as ``predict`` for one batcher (the first stage's
-    config)."""
+    """The tandem at ``load``, as ``predict`` for one batcher (labelled with the first stage's config)."""
     arrivals = arrival_times(load, seconds, ARRIVALS_MAX)
     result = simulate_tandem(arrivals, stages, transfers, overhead_s)
     return prediction(stages[0].config, load.rate, result, arrivals)

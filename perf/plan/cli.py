@@ -16,12 +16,11 @@ from perf.errors import NothingMeetsError, OptionError, comma_list
 from perf.markdown import number, report_folder
 from perf.measure.engine import MeasureSettings, OurEngine
 from perf.plan.compute_profile import ComputeProfile, compute_origin, read_compute_profile
-from perf.plan.document import PlanDocument, plan_document
+from perf.plan.document import PlanDocument, plan_document, plot, rate_sentence, render
 from perf.plan.overlay import plan_overlay, server_flags, write_plan_overlay
 from perf.plan.placement import PlacementError
 from perf.plan.planner import Judged, NoStrategyError, Plan, PlanRequest, plan
 from perf.plan.profile import count, measure_profile, plan_target
-from perf.plan.report import plot, rate_sentence, render
 from perf.plan.strategy import ModelProfile, Space
 from perf.plan.topology import Topology, cpu_topology, live_topology, topology_folder
 from perf.plan.verify import Serve, measure_plan, plan_shapes, probe_evidence, real_server, verification_rows
@@ -110,8 +109,7 @@ def command_plan(args: argparse.Namespace, console, setup: PlanSetup = THE_SETUP
     spec = load_spec(args.spec)
     spec, model = plan_target(spec, args.model)  # a model or a pipeline; a clear error before building
     base = spec.model(model)
-    counted = count(base)  # the graph's memory, once: whether the server measures, and the profile
-    too_big = counted.too_big
+    memory, too_big = count(base)  # the graph's memory, once: whether the server measures, and the profile
     here = not args.topology  # this host runs the plan: a live GPU or this CPU
     topology = topology_folder(args.topology) if args.topology else setup.live_topology() or cpu_topology()
     instances, delays = _ints(args.instances, "--instances"), _ints(args.delays_us, "--delays-us")
@@ -156,17 +154,15 @@ def command_plan(args: argparse.Namespace, console, setup: PlanSetup = THE_SETUP
             step("probing the whole model on the real server (the tuner's probe)")
             largest, workdir = base.max_batch_size, args.workdir / "probe"
             with ModelSession(spec, model, largest, workdir, engine, settings) as session:
-                probed = probe(
-                    session, space.instances, session.largest_batch, ProbePlan(max_runs=args.probe_runs),
-                    args.p99_ms,
-                )  # fmt: skip
+                ramps = ProbePlan(max_runs=args.probe_runs)
+                probed = probe(session, space.instances, session.largest_batch, ramps, args.p99_ms)
         step("building and measuring the variants (whole model per precision, split per boundary dtype)")
         live_gpu = here and topology.on_gpu
         providers = ("CUDAExecutionProvider",) if live_gpu else ("CPUExecutionProvider",)
         device = "this host's GPU (CUDA provider)" if live_gpu else "this host's CPU"
         profile = setup.measure_profile(
             spec, model, args.workdir / "repository", not args.no_split, probed, providers, device, recorded,
-            counted=counted,
+            counted=(memory, too_big),
         )  # fmt: skip
         measured_on = recorded.device if recorded else device
         origin = compute_origin(measured_on, recorded is not None, [g.name for g in topology.gpus], here)
@@ -264,9 +260,8 @@ def print_summary(saved: PlanDocument, report: Path, console) -> None:
             f"{number(row.predicted_p99_ms)} ms), served {row.measured_throughput:.0f}/s; {row.runs} run(s), "
             f"{row.point_text}"
         )
-    shapes = saved.shapes
-    if shapes:
-        buckets = shapes.buckets
+    if saved.shapes:
+        buckets = saved.shapes.buckets
         choice = "the spec's stay (no way met the budget)" if buckets is None else f"buckets: {list(buckets)}"
         console.print(f"  shapes as served (formed batches per length in the report): {choice}")
     console.print(f"report {report}")

@@ -66,14 +66,8 @@ def read_compute_profile(path: Path) -> ComputeProfile:
     return load_document(path, ComputeProfile, under="compute_profile")
 
 
-def same_device(recorded: str, named: list[str]) -> bool:
-    """Whether the profile's device is every GPU the topology names (``NVIDIA H200`` and ``H200`` alike)."""
-
-    def plain(text: str) -> str:
-        return text.lower().replace("nvidia", "").replace("tesla", "").strip()
-
-    mine = plain(recorded)
-    return bool(named) and all(mine in plain(n) or plain(n) in mine for n in named)
+def plain(gpu: str) -> str:
+    return gpu.lower().replace("nvidia", "").replace("tesla", "").strip()
 
 
 def compute_origin(device: str, recorded: bool, gpus: list[str], here: bool) -> str:
@@ -82,9 +76,10 @@ def compute_origin(device: str, recorded: bool, gpus: list[str], here: bool) -> 
     if not gpus:
         return f"from compute measured on {device}"
     named = " + ".join(f"{count}× {name}" for name, count in Counter(gpus).items())  # 4× NVIDIA RTX A6000
-    if recorded:
+    if recorded:  # the same device where it is every GPU named (``NVIDIA H200`` and ``H200`` alike)
+        mine, theirs = plain(device), [plain(name) for name in gpus]
         where = f"from the compute profile recorded on {device}"
-        return where if same_device(device, gpus) else f"{where}, not on the {named} named"
+        return where if all(mine in n or n in mine for n in theirs) else f"{where}, not on the {named} named"
     if here:
         return f"from compute measured on this host's {named}"
     return f"from compute measured on {device}, not on the {named} named"

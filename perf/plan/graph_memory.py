@@ -123,21 +123,18 @@ def graph_memory(spec: ModelSpec) -> GraphMemory:
         inputs = [torch.from_numpy(a).to("meta") for a in draw_inputs(spec, spec.max_batch_size, 0, module)]
     except Exception as error:  # a user factory may refuse the meta device in any way
         raise GraphMemoryError(f"{spec.name}: cannot build it on the meta device: {error}") from error
-    counted: set[int] = set()
     weights = 0
     tables: list[tuple[str, nn.Module]] = []
     rest = list(module.buffers())  # and every parameter neither a table nor a weighted op's weight
-    for name, child in module.named_modules():
-        for param in child.parameters(recurse=False):
-            if id(param) in counted:
-                continue
-            counted.add(id(param))
-            if isinstance(child, TABLES) and param is child.weight:
-                tables.append((name, child))
-            elif isinstance(child, WEIGHTED) and param is child.weight:
-                weights += param.numel()
-            else:
-                rest.append(param)
+    for name, param in module.named_parameters():  # each shared parameter once
+        owner = name.rpartition(".")[0]
+        child = module.get_submodule(owner)
+        if isinstance(child, TABLES) and param is child.weight:
+            tables.append((owner, child))
+        elif isinstance(child, WEIGHTED) and param is child.weight:
+            weights += param.numel()
+        else:
+            rest.append(param)
     other = sum(t.numel() for t in rest if t.is_floating_point())
     fixed = sum(t.numel() * t.element_size() for t in rest if not t.is_floating_point())
     writes = _Writes()
@@ -162,12 +159,8 @@ def host_memory_bytes() -> int:
     return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
 
 
-def too_big_to_build(spec: ModelSpec, memory: GraphMemory | None = None) -> str:
+def too_big_to_build(spec: ModelSpec, memory: GraphMemory) -> str:
     """Why ``spec`` is not built here ("": it is): a build holds the torch module and its export at once."""
-    try:
-        memory = memory or graph_memory(spec)
-    except GraphMemoryError:
-        return ""  # not countable: the build is the only way, as before
     needed, host = memory.parameter_bytes("fp32"), host_memory_bytes()
     if needed <= HOST_SHARE * host:
         return ""

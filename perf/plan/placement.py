@@ -154,18 +154,18 @@ def _place_sharded(
     packed = pack_tables(tables, room, strategy.precision)
     for gpu, found in packed.items():
         planned[gpu] += sum(t.bytes(strategy.precision) for t in found)
-    found = exchange(packed, topology.link, strategy.precision)
+    sent = exchange(packed, topology.link, strategy.precision)
     assignments = [Assignment(dense.name, 0, 0, gpus, strategy.instances[0])]
     assignments += [
         Assignment(f"tables {', '.join(t.name for t in packed[g])}", 0, 1, (g,), 1) for g in gpus if packed[g]
     ]
     routing = (
         f"the dense part's instances on GPUs {list(gpus)} behind one batcher; each batch's lookups in "
-        f"the tables of other GPUs cross {found.link.label} ({found.bytes_per_request:,.0f} bytes a request)"
+        f"the tables of other GPUs cross {sent.link.label} ({sent.bytes_per_sample:,.0f} bytes a request)"
     )
-    links = ((found.link,),) if found.transfer.link is not HOST else ((),)
+    links = ((sent.link,),) if sent.link is not HOST else ((),)
     tables_on = {g: tuple(t.name for t in packed[g]) for g in gpus}
-    return Placement(tuple(assignments), planned, links, routing, tables_on, found.transfer)
+    return Placement(tuple(assignments), planned, links, routing, tables_on, sent)
 
 
 def _place_on_cpu(
@@ -205,30 +205,18 @@ def pack_tables(
     return {gpu: tuple(found) for gpu, found in placed.items()}
 
 
-@dataclass(frozen=True)
-class Exchange:
-    """The all-to-all of one request: the bytes its dense GPU receives, over the slowest link among them."""
-
-    gpu: int  # the dense GPU with the most remote bytes
-    bytes_per_request: float
-    transfer: Transfer
-
-    @property
-    def link(self) -> Link:
-        return self.transfer.link
-
-
 def exchange(
     packed: dict[int, tuple[Table, ...]], link: Callable[[int, int], Link], precision: str
-) -> Exchange:
-    """The worst GPU's exchange: its requests' rows from other GPUs' tables, over the slowest link."""
+) -> Transfer:
+    """The all-to-all of one request on the worst dense GPU: the bytes of its rows in other GPUs' tables
+    (``bytes_per_sample``), over the slowest link among them."""
     found = []
     for gpu in packed:
         others = [g for g, tables in packed.items() if g != gpu and tables]
         remote = sum(t.request_bytes(precision) for g in others for t in packed[g])
         slowest = min((link(g, gpu) for g in others), key=lambda lk: lk.gbs, default=None)
-        found.append(Exchange(gpu, remote, Transfer(remote, slowest) if slowest else Transfer(0.0)))
-    return max(found, key=lambda e: e.transfer.seconds(1))  # the first of equals, as GPUs are listed
+        found.append(Transfer(remote, slowest) if slowest else Transfer(0.0))
+    return max(found, key=lambda transfer: transfer.seconds(1))  # the first of equals, as GPUs are listed
 
 
 def with_exchange(cost: StageCost, transfer: Transfer) -> StageCost:

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import logging
 import statistics
-from dataclasses import dataclass, replace
+from dataclasses import replace
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -49,14 +49,6 @@ if TYPE_CHECKING:  # annotations only: reading a profile needs pydantic, which t
     from perf.plan.compute_profile import ComputeProfile, PrecisionCompute
 
 log = logging.getLogger(__name__)
-
-
-@dataclass(frozen=True)
-class Variants:
-    """The specs the profile builds: the whole model per precision, the split per boundary dtype."""
-
-    whole: dict[str, ModelSpec]
-    split: dict[str, PipelineSpec]
 
 
 def precision_variant(model: ModelSpec, precision: str) -> ModelSpec:
@@ -107,17 +99,14 @@ def plan_target(spec: Spec, name: str) -> tuple[Spec, str]:
     )
 
 
-def variants(spec: Spec, model: str, split: bool = True) -> Variants:
-    """The whole model in every precision, and the spec's first pipeline splitting it in each boundary dtype
-    (no live updates: a plan may give the first stage several instances)."""
-    base = spec.model(model)
-    whole = whole_variants(spec, base)
-    pipelines = [p for p in spec.pipelines if p.model == model] if split else []
+def split_variants(spec: Spec, model: str) -> dict[str, PipelineSpec]:
+    """The spec's first pipeline splitting ``model`` in each boundary dtype, none without one (no live
+    updates: a plan may give the first stage several instances)."""
+    pipelines = [p for p in spec.pipelines if p.model == model]
     if not pipelines:
-        return Variants(whole, {})
+        return {}
     first = replace(pipelines[0], live_updates=False, replicas=())
-    by_dtype = {d: replace(first, boundary_dtype=d, name=f"{first.name}_{d}") for d in BOUNDARY_DTYPES}
-    return Variants(whole, by_dtype)
+    return {d: replace(first, boundary_dtype=d, name=f"{first.name}_{d}") for d in BOUNDARY_DTYPES}
 
 
 def _median_s(fn, tensors: tuple[torch.Tensor, ...], repeats: int = 15) -> float:
@@ -162,22 +151,17 @@ def _stage_costs(
     )
 
 
-@dataclass(frozen=True)
-class Counted:
-    """A model's memory from its graph, counted once per plan (None: no torch module), and why it is too
-    big to build here ("")."""
-
-    memory: GraphMemory | None
-    too_big: str
+Counted = tuple[GraphMemory | None, str]
 
 
 def count(model: ModelSpec) -> Counted:
+    """A model's memory from its graph (None: no torch module), and why it is too big to build here ("")."""
     try:
         memory = graph_memory(model)
     except GraphMemoryError as error:
         log.info("memory measured on the export: %s", error)
-        return Counted(None, "")
-    return Counted(memory, too_big_to_build(model, memory))
+        return None, ""
+    return memory, too_big_to_build(model, memory)
 
 
 def measure_profile(
@@ -186,20 +170,21 @@ def measure_profile(
     recorded: ComputeProfile | None = None, counted: Counted | None = None,
 ) -> ModelProfile:  # fmt: skip
     """Build the variants into ``repository`` and measure them (``probe``: the costs beyond compute)."""
-    counted = counted or count(spec.model(model))
-    memory, proxy_reason = counted.memory, counted.too_big
+    memory, proxy_reason = counted or count(spec.model(model))
     if proxy_reason:  # timed on its compute proxy in its place
         proxy = compute_proxy(spec.model(model))
         if proxy is None:
             raise OptionError(f"{proxy_reason}, and it has no smaller proxy to time its compute on")
         spec = replace(spec, models=tuple(proxy if m.name == model else m for m in spec.models))
-    chosen = variants(spec, model, split)
-    whole_spec = Spec(models=tuple(chosen.whole.values()))
-    built = {m.spec.precision: m for m in build_repository(whole_spec, repository, 0)}
-    base = chosen.whole["fp32"]
+    whole_specs = whole_variants(spec, spec.model(model))
+    split_specs = split_variants(spec, model) if split else {}
+    built = {
+        m.spec.precision: m for m in build_repository(Spec(models=tuple(whole_specs.values())), repository, 0)
+    }
+    base = whole_specs["fp32"]
     whole: dict[str, StageCost] = {}
     accuracy: dict[str, float] = {}
-    for precision, variant in chosen.whole.items():
+    for precision, variant in whole_specs.items():
         artifact, largest = built[precision].artifact, variant.max_batch_size
         pool = dict(zip([t.name for t in variant.inputs], draw_inputs(variant, largest, 0), strict=True))
         one, top = measure_raw(
@@ -209,9 +194,12 @@ def measure_profile(
         # T and Δt through batch 1 and the largest (the slope kept >= 0)
         t_s, top_s = one.batch_ms / 1e3, top.batch_ms / 1e3
         dt_s = max(0.0, (top_s - t_s) / max(largest - 1, 1))
-        instance = (
-            memory.instance_bytes(precision) if memory is not None else _export_memory(variant, artifact.path)
-        )
+        if memory is not None:
+            instance = memory.instance_bytes(precision)
+        elif artifact.path.suffix == ".onnx":  # no torch module: its ONNX export counted
+            instance = onnx_instance_bytes(artifact.path, largest)
+        else:  # ... or another export measured
+            instance = measured_instance_memory(variant, artifact.path)
         whole[precision] = StageCost(variant.name, t_s, dt_s, instance)
         accuracy[f"whole/{precision}"] = artifact.max_rel_error
     source = f"onnxruntime in-process on {device}"
@@ -232,8 +220,8 @@ def measure_profile(
         whole, source = with_recorded(whole, recorded.of(model, "--compute-profile"), recorded)
     stages: dict[str, tuple[StageCost, ...]] = {}
     split_name = ""
-    if chosen.split:
-        pipelines = tuple(chosen.split.values())
+    if split_specs:
+        pipelines = tuple(split_specs.values())
         pipeline_spec = Spec(models=(base,), pipelines=pipelines)
         for pipeline in build_pipelines(pipeline_spec, repository, 0):
             precision = pipeline.spec.boundary_dtype
@@ -280,13 +268,6 @@ def _rescaled(
     scale_t = t_s / reference.t_s if reference.t_s > 0 else 1.0
     scale_dt = dt_s / reference.dt_s if reference.dt_s > 0 else 1.0
     return {p: replace(c, t_s=c.t_s * scale_t, dt_s=c.dt_s * scale_dt) for p, c in costs.items()}
-
-
-def _export_memory(variant: ModelSpec, artifact: Path) -> int:
-    """A model without a torch module: its ONNX export counted, or another export measured."""
-    if artifact.suffix == ".onnx":
-        return onnx_instance_bytes(artifact, variant.max_batch_size)
-    return measured_instance_memory(variant, artifact)
 
 
 def memory_source(memory: GraphMemory | None) -> str:

@@ -25,8 +25,7 @@ WHOLE_KINDS = ("data", "sharded")  # the whole model's graph, one batcher in fro
 
 @dataclass(frozen=True)
 class StageCost:
-    """One stage (or the whole model): ``T + (N-1)·Δt`` per batch, one instance's memory, bytes per sample
-    out."""
+    """One stage (or the whole model): ``T + (N-1)·Δt`` a batch, an instance's memory, bytes a sample out."""
 
     name: str
     t_s: float
@@ -148,18 +147,16 @@ class Space:
 
     instances: tuple[int, ...] = (1, 2)
     delays_us: tuple[int, ...] = (0, 1000)
-    devices: tuple[int, ...] | None = None  # data parallel device counts (None: 1, 2, 4, ... all)
     split: bool = True
 
 
 def _powers_up_to(count: int) -> tuple[int, ...]:
-    counts = [n for n in (1, 2, 4, 8, 16) if n < count]
-    return tuple([*counts, count])
+    return (*(n for n in (1, 2, 4, 8, 16) if n < count), count)
 
 
 def strategies(profile: ModelProfile, gpus: int, space: Space) -> list[Strategy]:
     """Every strategy of ``space`` for ``profile`` on ``gpus`` GPUs (0: the CPU, one device)."""
-    whole: dict[Kind, tuple[int, ...]] = {"data": space.devices or (_powers_up_to(gpus) if gpus else (1,))}
+    whole: dict[Kind, tuple[int, ...]] = {"data": _powers_up_to(gpus) if gpus else (1,)}
     if profile.tables and gpus >= 2:
         whole["sharded"] = _powers_up_to(gpus)[1:]
     out = [

@@ -12,16 +12,14 @@ from pathlib import Path
 from exporters.schema.models import ModelSpec, Spec
 from perf.errors import StudyError
 from perf.measure.engine import LoadEngine, MeasureSettings
-from perf.measure.loads import poisson
+from perf.measure.loads import Load, poisson
 from perf.measure.shapes import has_variable_axis
 from perf.model.batcher import BatcherConfig
-from perf.plan.document import VerificationRow
+from perf.plan.document import VerificationRow, top_architectures
 from perf.plan.planner import Judged, Plan, Predictor
-from perf.plan.profile import precision_variant, variants
-from perf.plan.report import top_architectures
+from perf.plan.profile import precision_variant, split_variants
 from perf.plan.strategy import Strategy
-from perf.session.model import ModelSession
-from perf.session.pipeline import PipelineSession
+from perf.session.model import ModelSession, PipelineSession
 from perf.session.probe import ProbeResult
 from perf.session.search import Evidence, Server, Verdict, decide, search
 from perf.session.shapes_section import ShapesFigures, shapes_step
@@ -45,7 +43,7 @@ def real_server(
         if strategy.kind == "data":
             return data_session(base, strategy, folder, engine, settings)
         pipeline = dataclasses.replace(
-            variants(spec, model).split[strategy.precision], replicas=strategy.instances
+            split_variants(spec, model)[strategy.precision], replicas=strategy.instances
         )
         session = PipelineSession(
             Spec(models=(base,), pipelines=(pipeline,)), pipeline.name, strategy.max_batch, folder, engine,
@@ -98,36 +96,6 @@ def placed(plan: Plan) -> list[Judged]:
     return [j for j in plan.judged if j.placement is not None]
 
 
-def search_strategy(
-    judged: Judged,
-    start: float,
-    plan: Plan,
-    evidence: Evidence[str],
-    serve: Serve,
-    step: Callable[[str], None],
-) -> None:
-    """``judged`` served and searched from ``start``; every run joins ``evidence``."""
-    label = judged.strategy.label
-    step(f"searching {label} on the real server")
-    with served(judged, serve) as running:
-        search(
-            running, evidence, label, lambda rate: poisson(rate, plan.request.seed), start,
-            label=f"plan {label}", step=step,
-        )  # fmt: skip
-
-
-def decide_open(
-    judged: Judged, rates: list[float], plan: Plan, evidence: Evidence[str], serve: Serve,
-    step: Callable[[str], None],
-) -> None:  # fmt: skip
-    """``judged``'s open points at ``rates`` decided by the rule on the real server."""
-    label = judged.strategy.label
-    step(f"deciding {label} at {', '.join(f'{r:,.0f}/s' for r in rates)}: a run there missed the budget")
-    with served(judged, serve) as running:
-        for rate in rates:
-            decide(running, evidence, label, rate, lambda r: poisson(r, plan.request.seed), f"plan {label}")
-
-
 @contextmanager
 def served(judged: Judged, serve: Serve) -> Iterator[Server]:
     """``judged``'s strategy served on a session of its own, prepared with its configuration."""
@@ -144,24 +112,36 @@ def measure_plan(
     """The plan as measured: the candidates searched, the answer settled and checked by ``recheck`` (the
     shapes step), whose miss reopens it; ``NothingMeetsError`` where no point holds."""
     searched: set[str] = set()
+
+    def load_at(rate: float) -> Load:
+        return poisson(rate, plan.request.seed)
+
+    def search_from(judged: Judged, start: float) -> None:
+        label = judged.strategy.label
+        step(f"searching {label} on the real server")
+        with served(judged, serve) as running:
+            search(running, evidence, label, load_at, start, label=f"plan {label}", step=step)
+        searched.add(label)
+
     for judged, start in candidates(plan, evidence, count):
-        search_strategy(judged, start, plan, evidence, serve, step)
-        searched.add(judged.strategy.label)
+        search_from(judged, start)
     for _ in range(SETTLE_ROUNDS):
         settled, rate = settle(plan, evidence)
         label = settled.chosen.strategy.label
         if label not in searched:
-            search_strategy(settled.chosen, rate, plan, evidence, serve, step)
-            searched.add(label)
-            continue
-        if opened := evidence.open_below(label, rate):  # a miss at or below it that may stand
-            decide_open(settled.chosen, opened, plan, evidence, serve, step)
-            continue
-        if recheck is not None:
-            recheck(settled, rate)
-        if evidence.verdict(label, rate) is Verdict.HOLDS:
-            return settled, rate
-        step(f"{label} at {rate:,.0f}/s: a later run missed the budget there; the answer is reopened")
+            search_from(settled.chosen, rate)
+        elif opened := evidence.open_below(label, rate):  # a miss at or below it that may stand
+            rates = ", ".join(f"{r:,.0f}/s" for r in opened)
+            step(f"deciding {label} at {rates}: a run there missed the budget")
+            with served(settled.chosen, serve) as running:
+                for point in opened:
+                    decide(running, evidence, label, point, load_at, f"plan {label}")
+        else:
+            if recheck is not None:
+                recheck(settled, rate)
+            if evidence.verdict(label, rate) is Verdict.HOLDS:
+                return settled, rate
+            step(f"{label} at {rate:,.0f}/s: a later run missed the budget there; the answer is reopened")
     raise StudyError(f"the plan's answer did not settle in {SETTLE_ROUNDS} rounds")
 
 

@@ -4,6 +4,10 @@ The model is built once at the grid's largest ``max_batch_size`` (so the Python 
 fits every candidate); each candidate is a ``load_model`` with a config override, seconds where a
 rebuild and restart take a minute. A server that dies is reported as such (``ServerDiedError``, exit
 status 1): the run is no evidence about the configuration, and the commands keep its log.
+
+A pipeline's session (``PipelineSession``) reloads every stage with each candidate's batching (the first
+waits the delay, later stages ``stage_batching``'s short re-forming wait); its server view is the first
+stage's.
 """
 
 from __future__ import annotations
@@ -20,10 +24,15 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import tritonclient.http as httpclient
+from google.protobuf import json_format
 
 from client.infer import infer, timed_calls
+from exporters.configs.model_config import ModelConfig
+from exporters.configs.models import dynamic_batching
+from exporters.pipelines.build import BuiltPipeline, build_pipelines
+from exporters.pipelines.configs import stage_batching
 from exporters.repository import build_repository
-from exporters.schema.models import ModelSpec, Spec
+from exporters.schema.models import Batching, ModelSpec, PipelineSpec, Spec
 from perf.errors import ServerDiedError
 from perf.measure.engine import KEPT_CAP_S, P99_SAMPLES, LoadEngine, MeasureSettings
 from perf.measure.loads import Load
@@ -115,25 +124,18 @@ class ModelSession:
         build_spec = dataclasses.replace(self.base, max_batch_size=self.largest_batch, warmup=False)
         build_repository(Spec(models=(build_spec,)), repository, num_gpus=0)
         self.server = TritonServer(self._options(repository, [self.base.name])).start()
-        try:
-            self.largest_batch_s = self._time_largest_batch()
+        try:  # one request of the largest batch, which every run's windows are sized by
+            client = httpclient.InferenceServerClient(self.server.http_url, network_timeout=600.0)
+            with contextlib.closing(client):
+                took = timed_calls(
+                    lambda: infer(client, "http", self.base.name, self.target.inputs), TIMED_BATCHES, 1
+                )
         except BaseException:
             self.__exit__(None, None, None)
             raise
+        self.largest_batch_s = statistics.median(took) / 1e3
         log.info("a batch of %d takes %.0f ms", self.largest_batch, 1e3 * self.largest_batch_s)
         return self
-
-    def _time_largest_batch(self) -> float:
-        """Seconds one request of the largest batch takes, which every run's windows are sized by."""
-        assert self.server is not None
-        client = httpclient.InferenceServerClient(self.server.http_url, network_timeout=600.0)
-        try:
-            took = timed_calls(
-                lambda: infer(client, "http", self.base.name, self.target.inputs), TIMED_BATCHES, 1
-            )
-        finally:
-            client.close()
-        return statistics.median(took) / 1e3
 
     def sized(self, settings: MeasureSettings) -> MeasureSettings:
         """``settings`` sized by the largest batch timed at the start: a stall in a run lengthens no other."""
@@ -201,16 +203,13 @@ class ModelSession:
         """Reload the model with ``config`` (unless loaded); the seconds it took."""
         if config == self.current:
             return 0.0
-        with self.watching(f"the reload of {config.label}"):
-            return self._reload(config)
-
-    def _reload(self, config: BatcherConfig) -> float:
         assert self.server is not None
         started = time.perf_counter()
-        loaded, overrides = self._overrides(config)
-        with contextlib.closing(httpclient.InferenceServerClient(self.server.http_url)) as client:
-            for name, override in overrides.items():
-                admin.load_model(client, self.server.admin_key, name, config=override)
+        with self.watching(f"the reload of {config.label}"):
+            loaded, overrides = self._overrides(config)
+            with contextlib.closing(httpclient.InferenceServerClient(self.server.http_url)) as client:
+                for name, override in overrides.items():
+                    admin.load_model(client, self.server.admin_key, name, config=override)
         self.current = config
         took = time.perf_counter() - started
         log.info("loaded %s in %.1f s", loaded, took)
@@ -277,3 +276,72 @@ def keep_dead_server_log(folder: Path) -> Iterator[None]:
             error.kept = str(kept)
             error.args = (f"{error.args[0]}; its log is kept in {kept}",)
         raise
+
+
+def stage_configs(built: BuiltPipeline, config: BatcherConfig) -> list[ModelConfig]:
+    """Every stage's model config with the candidate's batching."""
+    pipeline = built.spec
+    if config.batching:
+        delay, preferred = config.max_queue_delay_us, config.preferred_batch_sizes
+        batching = Batching(mode="dynamic", max_queue_delay_us=delay, preferred_batch_sizes=preferred)
+        pipeline = dataclasses.replace(pipeline, batching=batching)
+    stages = built.configs[1:]  # the ensemble first, then the stages in order
+    return [
+        dataclasses.replace(
+            stage,
+            dynamic_batching=dynamic_batching(stage_batching(pipeline, k)) if config.batching else None,
+            model_warmup=[],
+        )
+        for k, stage in enumerate(stages)
+    ]
+
+
+class PipelineSession(ModelSession):
+    """``base`` is the model the pipeline splits (its inputs and batch limit)."""
+
+    def __init__(
+        self, spec: Spec, pipeline: str, largest_batch: int, workdir: Path, engine: LoadEngine,
+        settings: MeasureSettings = TUNE_WINDOWS, noise: NoisePolicy | None = None,
+    ) -> None:  # fmt: skip
+        self.pipeline: PipelineSpec = spec.pipeline(pipeline)
+        super().__init__(spec, self.pipeline.model, largest_batch, workdir, engine, settings, noise)
+        # The stages' batch axis is the model's: candidates stay within what the stages were built for.
+        self.largest_batch = self.base.max_batch_size
+        self.related = tuple(self.pipeline.stage_names)
+        self.sent_to = self.pipeline.name
+        self.built: BuiltPipeline | None = None
+
+    def __enter__(self) -> PipelineSession:
+        repository = self.workdir / "repository"
+        # built with the probe's first candidate loaded: one reload of every stage fewer
+        batching = Batching(mode="dynamic", max_queue_delay_us=0)
+        self.pipeline = dataclasses.replace(self.pipeline, batching=batching)
+        spec = Spec(models=(dataclasses.replace(self.base, warmup=False),), pipelines=(self.pipeline,))
+        build_repository(spec, repository, num_gpus=0)  # the monolithic model: the raw reference
+        (self.built,) = build_pipelines(spec, repository, num_gpus=0)
+        # the ensemble loads its stages
+        self.server = TritonServer(self._options(repository, [self.pipeline.name])).start()
+        self.current = BatcherConfig(self.largest_batch, 0)
+        return self
+
+    def _overrides(self, config: BatcherConfig) -> tuple[str, dict[str, dict]]:
+        assert self.built is not None
+        if config.instances != 1:
+            raise ValueError("a pipeline's candidates keep the stages' instance counts (instances = 1)")
+        overrides = {
+            stage.name: json_format.MessageToDict(stage.to_proto())
+            for stage in stage_configs(self.built, config)
+        }
+        return f"{config.label} on the stages of {self.pipeline.name}", overrides
+
+    def _measure_once(
+        self, load: Load, label: str, settings: MeasureSettings, engine: LoadEngine | None = None
+    ) -> Measurement:
+        run = super()._measure_once(load, label, settings, engine)
+        if run.server is not None:
+            # the first stage's view, where the delay acts: later stages overlap it (pipeline parallel), so
+            # summing their compute would count overlapped time as serial; a failure at any stage counts
+            stages = [run.server.related[name] for name in self.related]
+            stats = dataclasses.replace(stages[0], failed=max(s.failed for s in stages))
+            run.server = dataclasses.replace(run.server, stats=stats)
+        return run

@@ -15,25 +15,23 @@ from typing import Protocol
 import numpy as np
 
 from client.stats import ModelStats
-from perf.measure.loads import Load, arrival_times, poisson
+from perf.measure.loads import arrival_times, poisson
 from perf.measure.measurement import Measurement
 from perf.model.batcher import BatcherConfig, ServiceModel, simulate
 from perf.model.cpu import CpuModel, fit_cpu_model
-from perf.model.latency import LatencyFit
-from perf.model.service import busy_per_batch_ms, fit_compute, per_batch_and_request_ms, slice_for
+from perf.model.latency import LatencyFit, busy_per_batch_ms, fit_compute, per_batch_and_request_ms, slice_for
 from perf.session.search import FAR_MISS
+from perf.session.search import Server as MeasuringServer
 
 log = logging.getLogger(__name__)
 
 
-class Server(Protocol):
+class Server(MeasuringServer, Protocol):
     """The real server (``perf.session.model``) or a simulated one: ``measure`` runs on what was prepared."""
 
     cores: int  # the cores the server and its clients share (the CPU term's ``c``)
 
     def prepare(self, config: BatcherConfig) -> None: ...
-
-    def measure(self, load: Load, label: str) -> Measurement: ...
 
 
 @dataclass(frozen=True)

@@ -15,7 +15,7 @@ from typing import Generic, Protocol, TypeVar
 
 from perf.errors import NothingMeetsError
 from perf.measure.loads import Load
-from perf.measure.measurement import too_few_text
+from perf.measure.measurement import Measurement, too_few_text
 
 log = logging.getLogger(__name__)
 FAR_MISS = 4.0  # a run whose p99 is over this × the budget misses by far
@@ -32,34 +32,20 @@ class Verdict(enum.Enum):
     OPEN = "open"  # one miss alone, or as many met as missed: measured once more
 
 
-class Run(Protocol):
-    """What the rule reads of a run (``Measurement`` has it)."""
-
-    label: str
-    p99_ms: float
-    throughput: float
-    sustained: bool  # the server kept up with the offered load
-    samples: int  # the requests its p99 rests on
-    too_few: bool  # too few of them to judge a p99 by (``Measurement.too_few``)
-    failed: int  # requests that failed (each makes the run a miss: ``sustained`` is false)
-
-    def meets(self, budget_ms: float) -> bool: ...
-
-
 class Server(Protocol):
     """What the search needs of a server: a run of a load on what is prepared now."""
 
-    def measure(self, load: Load, label: str) -> Run: ...
+    def measure(self, load: Load, label: str) -> Measurement: ...
 
 
-def misses_far(run: Run, offered: float, budget_ms: float) -> bool:
+def misses_far(run: Measurement, offered: float, budget_ms: float) -> bool:
     """A miss no neighbour's noise explains: p99 over ``FAR_MISS`` × the budget (or none), or less than
     ``BEHIND`` of ``offered`` served."""
     p99 = run.p99_ms
     return not math.isfinite(p99) or p99 > FAR_MISS * budget_ms or run.throughput < BEHIND * offered
 
 
-def verdict(runs: Sequence[Run], offered: float, budget_ms: float) -> Verdict:
+def verdict(runs: Sequence[Measurement], offered: float, budget_ms: float) -> Verdict:
     """The rule (module docstring): what ``runs`` of one point at ``offered``/s say."""
     met = sum(1 for run in runs if run.meets(budget_ms))
     missed = len(runs) - met
@@ -112,12 +98,12 @@ class Evidence(Generic[K]):
     """Every run of one tool by configuration (``K``) and rate, in the order measured."""
 
     budget_ms: float
-    runs: dict[K, dict[float, list[Run]]] = field(default_factory=dict)
+    runs: dict[K, dict[float, list[Measurement]]] = field(default_factory=dict)
 
-    def add(self, key: K, rate: float, run: Run) -> None:
+    def add(self, key: K, rate: float, run: Measurement) -> None:
         self.runs.setdefault(key, {}).setdefault(rate, []).append(run)
 
-    def of(self, key: K, rate: float) -> list[Run]:
+    def of(self, key: K, rate: float) -> list[Measurement]:
         return self.runs.get(key, {}).get(rate, [])
 
     def verdict(self, key: K, rate: float) -> Verdict:
@@ -175,7 +161,7 @@ class Evidence(Generic[K]):
 
     def closest_miss(
         self, at_least: float = 0.0, keys: Sequence[K] | None = None
-    ) -> tuple[K, float, Run] | None:
+    ) -> tuple[K, float, Measurement] | None:
         """The run that missed the budget closest (a p99 over it before one that fell behind within it),
         at ``at_least``/s or more where any was measured there."""
         missed = [
@@ -189,7 +175,7 @@ class Evidence(Generic[K]):
         if at_least and any(rate >= at_least for _, rate, _ in missed):
             missed = [m for m in missed if m[1] >= at_least]
 
-        def closeness(item: tuple[K, float, Run]) -> tuple[bool, float]:
+        def closeness(item: tuple[K, float, Measurement]) -> tuple[bool, float]:
             p99 = item[2].p99_ms
             return (p99 <= self.budget_ms, p99 if math.isfinite(p99) else math.inf)
 
@@ -225,7 +211,7 @@ def decide(
     return found
 
 
-def _bracket(evidence: Evidence[K], key: K) -> tuple[float | None, float | None, Run | None]:
+def _bracket(evidence: Evidence[K], key: K) -> tuple[float | None, float | None, Measurement | None]:
     """``key``'s held rate, the lowest decided miss above it, and that miss's last run."""
     held = evidence.held_rate(key) or None
     decided = [(r, evidence.verdict(key, r)) for r in evidence.rates(key)]
@@ -265,7 +251,9 @@ def search(
     return visited
 
 
-def _next(held: float | None, missed: float | None, miss: Run | None, up: int, down: int) -> float | None:
+def _next(
+    held: float | None, missed: float | None, miss: Measurement | None, up: int, down: int
+) -> float | None:
     """The next rate: halfway (in rungs) between a hold and the miss above it, else a step from either."""
     if held is not None and missed is not None:
         first, last = math.floor(rung(held) + 1e-9) + 1, math.ceil(rung(missed) - 1e-9) - 1

@@ -9,7 +9,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from perf.markdown import number, table
-from perf.measure.bucket_runs import BucketRun, Ways, choose, refused_lines, ways_of
+from perf.measure.bucket_runs import choose, refused_lines, ways_of
 from perf.measure.engine import OurEngine
 from perf.measure.loads import Load
 from perf.measure.measurement import Measurement, too_few_note
@@ -20,27 +20,6 @@ from perf.session.model import ModelSession
 from perf.session.search import Evidence, K, decide
 
 HEADING = "## Shapes as served: length buckets"
-
-
-def bucket_runs(
-    session: ModelSession, load: Load, step: Callable[[str], None], ways: Ways
-) -> list[BucketRun]:
-    """Every way of ``ways`` under ``load``, priced; the session is left sending as before."""
-    before = (session.buckets, session.vary_shapes)
-
-    def send(buckets: tuple[int, ...] | None) -> Target:
-        session.use_buckets(buckets, vary_shapes=buckets is not None)
-        return session.target
-
-    def measure(target: Target, name: str, length: int) -> Measurement:
-        step(f"shapes: every request at one length ({length})" if length else f"shapes: {name}")
-        return session.measure(load, name if length else f"shapes: {name}", engine=OurEngine())
-
-    try:
-        runs = ways.measure(send, measure)
-    finally:
-        session.use_buckets(*before)
-    return ways.priced(runs)
 
 
 @dataclass(frozen=True)
@@ -56,14 +35,25 @@ def shapes_step(
     evidence: Evidence[K], answer: K, name: str, step: Callable[[str], None],
     written: str = "spec.tuned.yaml",
 ) -> ShapesFigures:  # fmt: skip
-    """The bucket runs on the answer (``answer`` in ``evidence``, served as ``config``) at ``rate``;
-    ``written``: the merged spec that carries the choice."""
+    """The bucket runs on ``answer`` (served as ``config``) at ``rate``; ``written``: the spec carrying it."""
     budget_ms = evidence.budget_ms
     searched = session.buckets if session.buckets is not None else tuple(session.base.buckets)
     session.prepare(config)
     ways = ways_of(session.base, session.model_file, session.seed)
-    load = load_at(rate)
-    runs = bucket_runs(session, load, step, ways)
+    load, before = load_at(rate), (session.buckets, session.vary_shapes)
+
+    def send(buckets: tuple[int, ...] | None) -> Target:
+        session.use_buckets(buckets, vary_shapes=buckets is not None)
+        return session.target
+
+    def measure(target: Target, name: str, length: int) -> Measurement:
+        step(f"shapes: every request at one length ({length})" if length else f"shapes: {name}")
+        return session.measure(load, name if length else f"shapes: {name}", engine=OurEngine())
+
+    try:  # every way under ``load``, priced; the session is left sending as before
+        runs = ways.priced(ways.measure(send, measure))
+    finally:
+        session.use_buckets(*before)
     as_searched = next((run.measured for run in runs if run.buckets == searched), None)
     chosen = choose(runs, budget_ms)
     header = ["sent", "buckets", "inf/s", "p99 ms", "mean batch (Triton)", "padding: compute ×",

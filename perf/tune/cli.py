@@ -105,14 +105,6 @@ def usage_errors(args: argparse.Namespace, setup: TuneSetup = THE_SETUP) -> str 
     return None
 
 
-def within_spec(grid: Grid, max_batch_size: int) -> Grid:
-    """``grid`` with no max batch size above the spec's, the batch the model was exported for."""
-    if max_batch_size < 2:
-        raise OptionError(f"the spec's max_batch_size is {max_batch_size}: there is no batching to tune")
-    sizes = tuple(dict.fromkeys(min(size, max_batch_size) for size in grid.max_batches))
-    return dataclasses.replace(grid, max_batches=sizes)
-
-
 def engine_name(args: argparse.Namespace, setup: TuneSetup = THE_SETUP) -> str:
     """``--engine``: perf_analyzer where asked, or with ``auto`` where it is installed; else our client."""
     if args.engine != "auto":
@@ -134,8 +126,12 @@ def _load_at(args: argparse.Namespace) -> Callable[[float], Load] | None:
 def command_tune(args: argparse.Namespace, console, setup: TuneSetup = THE_SETUP) -> int:
     """``python -m perf tune``: the tuner's run, its answer written, built and reported."""
     spec = load_spec(args.spec)  # a spec error before any report folder is made
+    exported = spec.model(args.model).max_batch_size  # no max batch size above the one exported for
+    if exported < 2:
+        raise OptionError(f"the spec's max_batch_size is {exported}: there is no batching to tune")
     grid = setup.wide_grid if args.grid == "wide" else setup.quick_grid
-    grid = within_spec(grid, spec.model(args.model).max_batch_size)  # ... and a batch limit of 1
+    sizes = tuple(dict.fromkeys(min(size, exported) for size in grid.max_batches))
+    grid = dataclasses.replace(grid, max_batches=sizes)
     folder = report_folder(args.reports, "tune", "tune.log")
     try:
         with keep_dead_server_log(folder):
@@ -230,9 +226,8 @@ def measure_and_pick(
 
     def shapes_of(config: BatcherConfig, rate: float, evidence: Evidence[BatcherConfig]) -> None:
         """The length buckets on the answer at its rate (the tuner chooses them), its runs evidence."""
-        shapes.append(
-            shapes_step(session, config, request.load, rate, evidence, config, config.label, progress)
-        )
+        found = shapes_step(session, config, request.load, rate, evidence, config, config.label, progress)
+        shapes.append(found)
 
     with session, partial_on_failure(folder, f"Tuning {args.model} for p99 ≤ {args.p99_ms:g} ms", session):
         recheck = shapes_of if has_variable_axis(session.base) else None

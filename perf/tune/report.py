@@ -13,7 +13,7 @@ from perf.errors import EXIT_USAGE, OptionError
 from perf.markdown import error_percent, number, percent, table, write_report
 from perf.measure.measurement import too_few_note
 from perf.session.search import disagreement
-from perf.studies.goals import GOALS, Goal, goals_table
+from perf.studies.goals import GOALS, goals_table
 from perf.studies.plots import plt, save_figure
 from perf.tune.result import (
     CandidateFigures,
@@ -71,14 +71,9 @@ def _error(point: PointFigures) -> float:
     return error_percent(point.predicted.p99_ms, point.measured.p99_ms if point.measured else None)
 
 
-def goals(saved: TuneDocument) -> list[Goal]:
-    spec = GOALS["tuner p99 prediction"]
-    error = _error(saved.operating)
-    return [spec.outcome(percent(error), spec.met(abs(error)))]
-
-
 def headline(saved: TuneDocument) -> list[str]:
     operating, seconds, up_to = saved.operating, saved.seconds, number(saved.measured_max_rate, 0)
+    goal, error = GOALS["tuner p99 prediction"], _error(saved.operating)
     held = (
         f"holds p99 ≤ {saved.budget_ms:g} ms at the target, {number(saved.target_rate, 0)} requests/s, "
         f"measured (and up to {up_to}/s)"
@@ -100,15 +95,14 @@ def headline(saved: TuneDocument) -> list[str]:
         f"Time: probe {seconds.probe:.0f} s, prediction {seconds.predict:.1f} s, shortlist "
         f"{seconds.shortlist:.0f} s (the search: {seconds.tuner:.0f} s), answer and verification "
         f"{seconds.verify:.0f} s. Load engine for every server figure: {saved.engine}.",
-        *section("Goals", goals_table(goals(saved))),
+        *section("Goals", goals_table([goal.outcome(percent(error), goal.met(abs(error)))])),
     ]
 
 
 def prediction_sentence(saved: TuneDocument) -> str:
     """The prediction's figures, labelled as such."""
-    first = (
-        "" if saved.predicted_max_rate is None else f"; the prediction alone ranks {saved.model_pick} first"
-    )
+    ranked = saved.predicted_max_rate is not None
+    first = f"; the prediction alone ranks {saved.model_pick} first" if ranked else ""
     return f"Prediction (not a measurement): {prediction_figure(saved)}{first}."
 
 
@@ -183,8 +177,7 @@ def probe_section(saved: TuneDocument) -> list[str]:
         },
         probe.fits,
     )
-    cpu = probe.cpu
-    contention = cpu_sentence(cpu) if cpu else "No CPU term (no CPU readings)."
+    contention = cpu_sentence(probe.cpu) if probe.cpu else "No CPU term (no CPU readings)."
     runs = columns_table(
         {
             "probe run": lambda run: run.label,
@@ -325,13 +318,9 @@ def raw_section(saved: TuneDocument) -> list[str]:
     ]
 
 
-def render(folder: Path) -> Path:
-    """``report.md`` and its plot in ``folder``, from ``folder/result.json``."""
-    return render_document(load(folder), folder)
-
-
-def render_document(saved: TuneDocument, folder: Path) -> Path:
-    """``report.md`` and its plot in ``folder``, from ``saved``."""
+def render(folder: Path, saved: TuneDocument | None = None) -> Path:
+    """``report.md`` and its plot in ``folder``, from ``saved`` (None: ``folder/result.json``)."""
+    saved = saved or load(folder)
     plot = plot_verification(saved, folder / "p99_vs_rate.png")
     lines = [
         *headline(saved),

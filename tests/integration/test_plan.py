@@ -24,8 +24,7 @@ from perf.cli import parser
 from perf.errors import NothingMeetsError
 from perf.measure.engine import MeasureSettings
 from perf.plan.cli import THE_SETUP, PlanSetup, command_plan
-from perf.plan.document import PlanDocument
-from perf.plan.report import render
+from perf.plan.document import PlanDocument, render
 from perf.plan.strategy import PRECISIONS
 from perf.saved import load_document
 

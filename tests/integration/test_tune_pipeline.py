@@ -15,7 +15,7 @@ from exporters.resolve import load_spec
 from perf.measure.engine import MeasureSettings, OurEngine
 from perf.measure.noise import NoisePolicy
 from perf.model.batcher import BatcherConfig
-from perf.session.pipeline import PipelineSession
+from perf.session.model import PipelineSession
 from perf.session.probe import ProbePlan, probe
 
 pytestmark = pytest.mark.integration

@@ -7,9 +7,8 @@ import pytest
 
 from perf.measure.loads import arrival_times, poisson
 from perf.model.batcher import BatcherConfig, ServiceModel, simulate
-from perf.model.latency import LatencyFit
+from perf.model.latency import LatencyFit, fit_compute, per_batch_and_request_ms
 from perf.model.predict import max_rate, predict
-from perf.model.service import fit_compute, per_batch_and_request_ms
 
 
 def ms(values: np.ndarray) -> list[float]:

@@ -12,8 +12,8 @@ import pytest
 from perf.measure.loads import arrival_times, poisson
 from perf.model.batcher import BatcherConfig, ServiceModel, simulate
 from perf.model.cpu import CpuModel, erlang_c, fit_cpu_model
+from perf.model.latency import slice_for
 from perf.model.predict import max_rate
-from perf.model.service import slice_for
 
 
 def test_the_cpu_fit_recovers_per_request_and_per_execution_costs() -> None:

@@ -12,8 +12,7 @@ from pathlib import Path
 import pytest
 
 from perf.errors import OptionError
-from perf.plan.document import PlanDocument, plan_document
-from perf.plan.report import render, top_architectures
+from perf.plan.document import PlanDocument, plan_document, render, top_architectures
 from perf.saved import load_document, save_document
 from perf.session.shapes_section import ShapesFigures
 from tests.unit.perf.plan.test_shapes import SECTION

@@ -36,7 +36,7 @@ from perf.plan.graph_memory import (
 )
 from perf.plan.placement import PlacementError, exchange, pack_tables, place
 from perf.plan.planner import PlanRequest, Predictor, plan
-from perf.plan.profile import plan_target, precision_variant, variants
+from perf.plan.profile import plan_target, precision_variant, split_variants
 from perf.plan.strategy import ModelProfile, Space, StageCost, Strategy, strategies
 from perf.plan.topology import cpu_topology, topology_folder
 from perf.saved import load_document
@@ -104,7 +104,7 @@ def test_a_40_gb_recommender_is_counted_without_allocating_it() -> None:
     assert "too big to build here" in too_big_to_build(big, memory)
     proxy = compute_proxy(big)
     assert proxy is not None and max(proxy.options["table_sizes"]) <= 10_000
-    assert too_big_to_build(proxy) == ""
+    assert too_big_to_build(proxy, graph_memory(proxy)) == ""
 
 
 def test_tables_pack_largest_first_onto_the_gpu_with_most_room() -> None:
@@ -121,7 +121,7 @@ def test_the_exchange_is_the_remote_rows_over_the_slowest_link() -> None:
     tables = {0: (Table("a", 100, 128, 1.0),), 1: (Table("b", 100, 128, 2.0),), 2: (), 3: ()}
     found = exchange(tables, topology.link, "fp16")
     # GPU2 and GPU3 receive both tables' rows (3 rows of 128 fp16) across the sockets (SYS)
-    assert found.bytes_per_request == 3 * 128 * FLOAT_BYTES["fp16"]
+    assert found.bytes_per_sample == 3 * 128 * FLOAT_BYTES["fp16"]
     assert found.link.level == "SYS"
 
 
@@ -205,8 +205,7 @@ def test_model_accepts_a_pipeline_name() -> None:
     spec, model = plan_target(SPEC, "image_classifier_pipeline_fp16")  # the model's second pipeline
     assert model == "image_classifier"
     assert next(p.name for p in spec.pipelines if p.model == model) == "image_classifier_pipeline_fp16"
-    chosen = variants(spec, model)
-    assert {p.name for p in chosen.split.values()} == {
+    assert {p.name for p in split_variants(spec, model).values()} == {
         "image_classifier_pipeline_fp16_fp32",
         "image_classifier_pipeline_fp16_fp16",
     }

@@ -18,7 +18,7 @@ from perf.model.memory import MIB
 from perf.plan.overlay import merge, plan_overlay, server_flags, write_plan_overlay
 from perf.plan.placement import PlacementError, place
 from perf.plan.planner import PlanRequest, plan
-from perf.plan.profile import variants
+from perf.plan.profile import whole_variants
 from perf.plan.strategy import ModelProfile, Space, StageCost, Strategy, strategies
 from perf.plan.topology import FIXTURES, cpu_topology, parse_gpus, parse_topo, topology_folder
 from perf.spec_overlay import base_document
@@ -168,12 +168,12 @@ def with_int8(p: ModelProfile, max_rel: float) -> ModelProfile:
 
 def test_int8_is_planned_only_where_the_spec_serves_the_model_in_int8() -> None:
     spec = load_spec(SPEC)
-    whole = variants(spec, "recommender", split=False).whole  # models.yaml has recommender_int8
+    whole = whole_variants(spec, spec.model("recommender"))  # models.yaml has recommender_int8
     assert set(whole) == {"fp32", "fp16", "int8"}
     int8 = whole["int8"]
     assert int8.name == "recommender_int8" and int8.precision == "int8"
     assert {t.dtype for t in int8.inputs + int8.outputs} == {"fp32", "int64"}  # int8 keeps fp32 tensors
-    assert set(variants(spec, "trivial", split=False).whole) == {"fp32", "fp16"}  # no trivial_int8
+    assert set(whole_variants(spec, spec.model("trivial"))) == {"fp32", "fp16"}  # no trivial_int8
 
 
 def test_int8_is_a_data_parallel_precision_and_wins_within_the_tolerance() -> None:

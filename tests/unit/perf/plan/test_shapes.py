@@ -15,9 +15,8 @@ import yaml
 from exporters.errors import SpecError
 from exporters.schema.models import Spec, parse_model
 from perf.measure.engine import OurEngine
-from perf.plan.document import plan_document
+from perf.plan.document import plan_document, render
 from perf.plan.overlay import plan_overlay, write_plan_overlay
-from perf.plan.report import render
 from perf.plan.verify import plan_shapes
 from perf.session.model import TUNE_WINDOWS
 from perf.session.search import Evidence

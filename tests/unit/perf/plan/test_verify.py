@@ -20,9 +20,8 @@ from perf.errors import EXIT_NOTHING_MEETS, NothingMeetsError
 from perf.measure.loads import poisson
 from perf.model.batcher import BatcherConfig
 from perf.plan import cli as plan_cli
-from perf.plan.document import VerificationRow
+from perf.plan.document import VerificationRow, top_architectures
 from perf.plan.planner import NoStrategyError, Plan, PlanRequest, plan
-from perf.plan.report import top_architectures
 from perf.plan.strategy import Space
 from perf.plan.topology import cpu_topology
 from perf.plan.verify import measure_plan, probe_evidence, settle, verification_rows

@@ -76,7 +76,7 @@ def test_a_reload_the_server_died_in_is_named_too(session: ModelSession) -> None
         session.server.die()
         raise ConnectionRefusedError("connection refused")
 
-    session._reload = reload_that_dies
+    session._overrides = reload_that_dies
     with pytest.raises(ServerDiedError, match=r"died during the reload of max 8, 1 ms ×1: killed by SIGSEGV"):
         session.prepare(BatcherConfig(8, 1000))
 

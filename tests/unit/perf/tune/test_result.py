@@ -44,7 +44,7 @@ def built() -> TuneDocument:
 def rendered(saved: TuneDocument, folder: Path) -> str:
     """The report rendered from the document in memory (never written as ``result.json``)."""
     folder.mkdir()
-    return report.render_document(saved, folder).read_text()
+    return report.render(folder, saved).read_text()
 
 
 def test_a_tune_result_reads_back_as_written_and_renders_the_same_report(
