@@ -406,8 +406,8 @@ def dynamic_vs_none(result: StudyResult, family: FamilyResult) -> Goal:
     text = ", ".join(
         f"{r.mode}: {ratio(r.ratios['throughput'])} QPS, p99 {ratio(r.ratios['p99_ms'])}" for r in dynamic
     )
-    met = bool(qps.met(best.ratios["throughput"])) and bool(p99.met(best.ratios["p99_ms"]))
-    if met:
+    met = all_met([qps.met(best.ratios["throughput"]), p99.met(best.ratios["p99_ms"])])
+    if met is not False:  # met, or nothing to compare with (none answered nothing)
         return Goal("dynamic vs none", target, text, met)
     effs = {e.mode: e for e in efficiencies(family, concurrency)}
     limits = f"best {best.mode} is {qps.share(best.ratios['throughput']):.0%} of the target; "
@@ -458,8 +458,8 @@ def latency_model(result: StudyResult, family: FamilyResult) -> list[Goal]:
             f"({percent(c.error_pct)})"
             for c in checks
         )
-        met = all(gain_goal.met(abs(c.error_pct)) for c in checks)
-        limits = "" if met else OVERHEAD_NOTE
+        met = all_met(gain_goal.met(abs(c.error_pct)) for c in checks)
+        limits = OVERHEAD_NOTE if met is False else ""
         goals.append(gain_goal.outcome(text, met, limits))
     return goals
 

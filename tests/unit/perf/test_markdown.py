@@ -184,3 +184,35 @@ def test_an_open_loop_mode_that_batched_but_answered_nothing_is_not_measured(
     assert "| Poisson p99 bound (Poisson 200/s) |" in report and not re.search(
         r"\bnan\b", report, re.IGNORECASE
     )
+
+
+def _closed_family(none_answered: bool, dyn10ms_answered: bool, dyn1ms_requests: int = 765) -> FamilyResult:
+    """A closed loop at the goal concurrency whose server formed batches that fit ``T = 1, Δt = 0.2`` ms."""
+    batches = {1: (50, 1.0), 8: (50, 2.4), 16: (50, 4.0)}
+    runs = [("none", none_answered, 900, 1), ("dyn1ms", True, dyn1ms_requests, 4),
+            ("dyn10ms", dyn10ms_answered, 90, 4)]  # fmt: skip
+    family = FamilyResult("recommender")
+    for mode, answered, requests, batch in runs:
+        records = _records(f"recommender_{mode}", answered, requests, batch, 0.004)
+        family.sweep[mode] = [_measurement(f"recommender_{mode}", records, _stats(batches))]
+    return family
+
+
+def test_dynamic_vs_none_is_not_measured_where_none_answered_nothing(result: StudyResult) -> None:
+    family = _closed_family(none_answered=False, dyn10ms_answered=True)
+    goal = analysis.dynamic_vs_none(result, family)
+    assert goal.met is None and not goal.limits and goal.measured.startswith(f"dyn1ms: {UNMEASURED}")
+    missed = analysis.dynamic_vs_none(result, _closed_family(none_answered=True, dyn10ms_answered=True))
+    assert missed.met is False and missed.limits.startswith("best dyn1ms is 85% of the target")
+
+
+def test_a_gain_check_with_no_answered_request_is_not_measured_not_missed(result: StudyResult) -> None:
+    """dyn10ms formed batches on the server but its client counted no answer: no measured gain."""
+    family = _closed_family(none_answered=True, dyn10ms_answered=False)
+    _, gain = analysis.latency_model(result, family)
+    assert "dyn1ms: predicted 3.38× vs measured 3.40× (-1%)" in gain.measured
+    assert f"dyn10ms: predicted 1.14× vs measured 0.00× ({UNMEASURED}" in gain.measured
+    assert gain.met is None and not gain.limits
+    _, gain = analysis.latency_model(result, _closed_family(True, False, dyn1ms_requests=900))
+    assert "dyn1ms: predicted 3.38× vs measured 4.00× (-16%)" in gain.measured
+    assert gain.met is False and gain.limits == analysis.OVERHEAD_NOTE
