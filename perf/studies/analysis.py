@@ -16,7 +16,7 @@ from perf.markdown import Unmeasured, error_percent, fit_text, number, percent, 
 from perf.measure.measurement import Measurement
 from perf.measure.raw import RawPoint
 from perf.model.latency import LatencyFit, fit_latency
-from perf.studies.goals import GOALS, Goal
+from perf.studies.goals import GOALS, Goal, all_met
 from perf.studies.study import FamilyResult, StudyResult
 from perf.studies.study_spec import MODES
 
@@ -406,8 +406,8 @@ def dynamic_vs_none(result: StudyResult, family: FamilyResult) -> Goal:
     text = ", ".join(
         f"{r.mode}: {ratio(r.ratios['throughput'])} QPS, p99 {ratio(r.ratios['p99_ms'])}" for r in dynamic
     )
-    met = bool(qps.met(best.ratios["throughput"])) and bool(p99.met(best.ratios["p99_ms"]))
-    if met:
+    met = all_met([qps.met(best.ratios["throughput"]), p99.met(best.ratios["p99_ms"])])
+    if met is not False:  # met, or nothing to compare with (none answered nothing)
         return Goal("dynamic vs none", target, text, met)
     effs = {e.mode: e for e in efficiencies(family, concurrency)}
     limits = f"best {best.mode} is {qps.share(best.ratios['throughput']):.0%} of the target; "
@@ -458,15 +458,15 @@ def latency_model(result: StudyResult, family: FamilyResult) -> list[Goal]:
             f"({percent(c.error_pct)})"
             for c in checks
         )
-        met = all(gain_goal.met(abs(c.error_pct)) for c in checks)
-        limits = "" if met else OVERHEAD_NOTE
+        met = all_met(gain_goal.met(abs(c.error_pct)) for c in checks)
+        limits = OVERHEAD_NOTE if met is False else ""
         goals.append(gain_goal.outcome(text, met, limits))
     return goals
 
 
 def poisson_bound(result: StudyResult, family: FamilyResult) -> Goal:
     goal = GOALS["Poisson p99 bound"]
-    parts, met, limits = [], True, []
+    parts, verdicts, limits = [], [], []
     rows = {r.mode: r for r in open_loop_rows(result, family)}
     for mode, measurement in family.open_loop.items():
         delay = MODES[mode].max_queue_delay_ms
@@ -476,10 +476,10 @@ def poisson_bound(result: StudyResult, family: FamilyResult) -> Goal:
         waited = delay + measurement.server.stats.compute_ms_at(largest)  # the bound without its slack
         bound = waited + goal.limit
         p99 = rows[mode].p99_ms
-        ok = goal.met(p99 - waited)
-        met &= ok
-        parts.append(f"{mode}: p99 {number(p99)} ms vs bound {number(bound)} ms")
-        if not ok:
+        ok = goal.met(p99 - waited)  # None: no request answered, so no p99 (the text says why)
+        verdicts.append(ok)
+        parts.append(f"{mode}: p99 {number(p99, unit=' ms')} vs bound {number(bound, unit=' ms')}")
+        if ok is False:
             note = f"{mode} over by {p99 - bound:.1f} ms: " + limits_of(rows[mode])
             if rows[mode].queue_ms > delay:
                 note += (
@@ -491,7 +491,9 @@ def poisson_bound(result: StudyResult, family: FamilyResult) -> Goal:
     if not parts:
         return goal.outcome()
     load = family.open_load.name if family.open_load else ""
-    return Goal(f"{goal.name} ({load})", goal.target(), ", ".join(parts), met, "; ".join(limits))
+    return Goal(
+        f"{goal.name} ({load})", goal.target(), ", ".join(parts), all_met(verdicts), "; ".join(limits)
+    )
 
 
 RECOMMENDER_ONLY_NOTE = (

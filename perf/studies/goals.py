@@ -4,7 +4,7 @@ verdict, so the number in the report's target column is the number that was chec
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
 from perf.markdown import table
@@ -26,6 +26,13 @@ class Goal:
     @property
     def verdict(self) -> str:
         return VERDICTS[self.met]
+
+
+def all_met(verdicts: Iterable[bool | None]) -> bool | None:
+    """One goal's verdict over several parts (modes, checks): missed where a measured part missed, else
+    not measured (None) where a part was not, else met; ``and`` would crash on None or read it as missed."""
+    verdicts = list(verdicts)
+    return False if False in verdicts else None if None in verdicts else True
 
 
 @dataclass(frozen=True)

@@ -12,6 +12,7 @@ from __future__ import annotations
 import copy
 import math
 import re
+from dataclasses import replace
 from datetime import datetime
 from pathlib import Path
 
@@ -19,7 +20,7 @@ import pytest
 
 from client.stats import BatchBucket, ModelStats
 from perf.markdown import NEGATIVE, UNMEASURED, Unmeasured, error_percent, fit_text, number, percent, ratio
-from perf.measure.loads import closed_loop
+from perf.measure.loads import closed_loop, poisson
 from perf.measure.measurement import Measurement
 from perf.measure.raw import RawPoint
 from perf.measure.records import Record
@@ -27,6 +28,7 @@ from perf.measure.server_view import ServerDelta
 from perf.model.latency import fit_latency
 from perf.studies import analysis
 from perf.studies.analysis import all_goals
+from perf.studies.goals import all_met
 from perf.studies.profiles import get_profile
 from perf.studies.report import summary_tables, write_report
 from perf.studies.study import FamilyResult, StudyResult
@@ -142,3 +144,75 @@ def test_the_console_summary_prints_no_nan(result: StudyResult) -> None:
     assert not any(re.search(r"\bnan\b", cell) or NEGATIVE_FIGURE.search(cell) for cell in cells), cells
     static = next(row for row in summary.rows if row[0].startswith("static"))
     assert static[2].startswith("could not be measured: no request answered")
+
+
+def test_a_goal_over_several_parts_misses_on_a_measured_miss_and_is_not_measured_where_one_was_not() -> None:
+    assert all_met([True, None, False]) is False and all_met([True, None]) is None
+    assert all_met([True, True]) is True and all_met([]) is True
+
+
+def _open_run(model: str, answered: bool, latency_s: float) -> Measurement:
+    """An open-loop run of ``model`` whose server formed a hundred batches of 4, 1 ms each."""
+    records = _records(model, answered, 400 if answered else 30, 1, latency_s)
+    return replace(_measurement(model, records, _stats({4: (100, 1.0)})), load=poisson(200.0))
+
+
+def test_an_open_loop_mode_that_batched_but_answered_nothing_is_not_measured(
+    result: StudyResult, tmp_path: Path
+) -> None:
+    """Triton counts a Python-backend error as a success, so a dynamic mode can form batches on the
+    server while the client counts no answer: its p99 is no figure, and the Poisson goal says so
+    (the bound at a 1 ms delay is 1 + 1 + 2 ms)."""
+    family = result.families["recommender"]
+    family.open_load = poisson(200.0)
+    family.open_loop = {
+        "dyn1ms": _open_run("recommender_dyn1ms", True, 0.003),
+        "dyn10ms": _open_run("recommender_dyn10ms", False, 0.05),
+    }
+    (goal,) = [g for g in all_goals(result) if g.name.startswith("Poisson p99 bound")]
+    assert goal.met is None and goal.verdict == "n/a" and not goal.limits
+    assert "dyn1ms: p99 3.0 ms vs bound 4.0 ms" in goal.measured
+    assert (
+        "dyn10ms: p99 could not be measured: no request answered (30 of 30 failed) vs bound" in goal.measured
+    )
+    family.open_loop["dyn1ms"] = _open_run("recommender_dyn1ms", True, 0.009)
+    (goal,) = [g for g in all_goals(result) if g.name.startswith("Poisson p99 bound")]
+    assert (
+        goal.met is False and goal.limits.startswith("dyn1ms over by 5.0 ms") and "dyn10ms" not in goal.limits
+    )
+    report = write_report(result, tmp_path / "report").read_text()
+    assert "| Poisson p99 bound (Poisson 200/s) |" in report and not re.search(
+        r"\bnan\b", report, re.IGNORECASE
+    )
+
+
+def _closed_family(none_answered: bool, dyn10ms_answered: bool, dyn1ms_requests: int = 765) -> FamilyResult:
+    """A closed loop at the goal concurrency whose server formed batches that fit ``T = 1, Δt = 0.2`` ms."""
+    batches = {1: (50, 1.0), 8: (50, 2.4), 16: (50, 4.0)}
+    runs = [("none", none_answered, 900, 1), ("dyn1ms", True, dyn1ms_requests, 4),
+            ("dyn10ms", dyn10ms_answered, 90, 4)]  # fmt: skip
+    family = FamilyResult("recommender")
+    for mode, answered, requests, batch in runs:
+        records = _records(f"recommender_{mode}", answered, requests, batch, 0.004)
+        family.sweep[mode] = [_measurement(f"recommender_{mode}", records, _stats(batches))]
+    return family
+
+
+def test_dynamic_vs_none_is_not_measured_where_none_answered_nothing(result: StudyResult) -> None:
+    family = _closed_family(none_answered=False, dyn10ms_answered=True)
+    goal = analysis.dynamic_vs_none(result, family)
+    assert goal.met is None and not goal.limits and goal.measured.startswith(f"dyn1ms: {UNMEASURED}")
+    missed = analysis.dynamic_vs_none(result, _closed_family(none_answered=True, dyn10ms_answered=True))
+    assert missed.met is False and missed.limits.startswith("best dyn1ms is 85% of the target")
+
+
+def test_a_gain_check_with_no_answered_request_is_not_measured_not_missed(result: StudyResult) -> None:
+    """dyn10ms formed batches on the server but its client counted no answer: no measured gain."""
+    family = _closed_family(none_answered=True, dyn10ms_answered=False)
+    _, gain = analysis.latency_model(result, family)
+    assert "dyn1ms: predicted 3.38× vs measured 3.40× (-1%)" in gain.measured
+    assert f"dyn10ms: predicted 1.14× vs measured 0.00× ({UNMEASURED}" in gain.measured
+    assert gain.met is None and not gain.limits
+    _, gain = analysis.latency_model(result, _closed_family(True, False, dyn1ms_requests=900))
+    assert "dyn1ms: predicted 3.38× vs measured 4.00× (-16%)" in gain.measured
+    assert gain.met is False and gain.limits == analysis.OVERHEAD_NOTE
