@@ -74,12 +74,7 @@ def _start(args: argparse.Namespace) -> int:
     if STATE.exists():
         state = json.loads(STATE.read_text())
         if _runs(state["pid"], b"tritonserver") or _runs(state.get("supervisor_pid"), b"supervise"):
-            print(
-                f"error: this checkout already runs a server (tritonserver pid {state['pid']}, supervisor "
-                f"pid {state.get('supervisor_pid')}, http {state['http']}, grpc {state['grpc']}, repository "
-                f"{state.get('repository')}); one server per checkout: stop it first with `make stop`",
-                file=sys.stderr,
-            )
+            print(_already_running(state), file=sys.stderr)
             return 1
         _clear_leftovers(state)  # a server that died without `make stop`
     SUPERVISOR_LOG.parent.mkdir(exist_ok=True)
@@ -111,6 +106,14 @@ def _start(args: argparse.Namespace) -> int:
         print(report["failed"], file=sys.stderr)
     print(f"log: {report['log']}   stop with: make stop   admin key: {KEY}")
     return 0
+
+
+def _already_running(state: dict) -> str:
+    return (
+        f"error: this checkout already runs a server (tritonserver pid {state['pid']}, supervisor pid "
+        f"{state.get('supervisor_pid')}, http {state['http']}, grpc {state['grpc']}, repository "
+        f"{state.get('repository')}); one server per checkout: stop it first with `make stop`"
+    )
 
 
 def _first_report(supervisor: subprocess.Popen, timeout_s: float) -> dict:
