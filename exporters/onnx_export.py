@@ -131,7 +131,7 @@ def export_onnx(spec: ModelSpec, out_dir: Path) -> Artifact:
     assert worst is not None
     artifact = Artifact(
         path, digest, spec.precision, worst.max_abs_error, worst.max_rel_error, worst.tolerance,
-        file_sha256=sha256, outputs=[c.record() for c in worst.checks], conversion=source.conversion(),
+        file_sha256=sha256, outputs=[c.record() for c in worst.checks], conversion=source.conversion,
     )  # fmt: skip
     write_record(record_path, {k: v for k, v in asdict(artifact).items() if k not in ("path", "cached")})
     log.info("%s: exported %s, max rel error %.2e", spec.name, spec.precision, artifact.max_rel_error)

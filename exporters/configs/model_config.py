@@ -67,20 +67,12 @@ class InstanceGroup:
 
 @dataclass
 class ModelQueuePolicy:
+    """Values come from the spec's checked ``queue:``; ``model_config.proto`` refuses the rest on write."""
+
     timeout_action: str = "REJECT"
     default_timeout_microseconds: int = 0
     allow_timeout_override: bool = False
     max_queue_size: int = 0
-
-    def __post_init__(self) -> None:
-        if self.timeout_action not in ("REJECT", "DELAY"):
-            raise SpecError(
-                "default_queue_policy.timeout_action", f"must be REJECT or DELAY, got {self.timeout_action!r}"
-            )
-        if self.max_queue_size < 0 or self.default_timeout_microseconds < 0:
-            raise SpecError(
-                "default_queue_policy", "max_queue_size and default_timeout_microseconds must be >= 0"
-            )
 
 
 @dataclass
@@ -158,35 +150,14 @@ class ModelConfig:
                 )
 
     def to_dict(self) -> dict[str, Any]:
-        """The proto's JSON form; empty sections are left out."""
-        data = {k: v for k, v in dataclasses.asdict(self).items() if v not in (None, [], {}, "")}
-        data["max_batch_size"] = self.max_batch_size
-        data.pop("gpu_execution_accelerator", None)
-        data.pop("ensemble_steps", None)
+        """The proto's JSON form; empty sections are left out (parameters keep empty values)."""
+        data = dataclasses.asdict(self)
+        accelerators = data.pop("gpu_execution_accelerator")
+        data["optimization"] = {"execution_accelerators": {"gpu_execution_accelerator": accelerators}}
+        data["ensemble_scheduling"] = {"step": data.pop("ensemble_steps")}
+        data = _without_unset(data)
         if self.parameters:
             data["parameters"] = {k: {"string_value": v} for k, v in self.parameters.items()}
-        if self.dynamic_batching is not None:
-            data["dynamic_batching"] = {
-                k: v for k, v in dataclasses.asdict(self.dynamic_batching).items() if v not in (None, [])
-            }
-        if self.gpu_execution_accelerator:
-            data["optimization"] = {
-                "execution_accelerators": {"gpu_execution_accelerator": self.gpu_execution_accelerator}
-            }
-        if self.model_warmup:
-            # zero_data/random_data are a proto oneof: only the chosen one may appear.
-            data["model_warmup"] = [
-                {
-                    **dataclasses.asdict(w),
-                    "inputs": {
-                        name: {k: v for k, v in dataclasses.asdict(i).items() if v is not False}
-                        for name, i in w.inputs.items()
-                    },
-                }
-                for w in self.model_warmup
-            ]
-        if self.ensemble_steps:
-            data["ensemble_scheduling"] = {"step": [dataclasses.asdict(s) for s in self.ensemble_steps]}
         return data
 
     def to_proto(self) -> model_config_pb2.ModelConfig:
@@ -194,6 +165,17 @@ class ModelConfig:
             return json_format.ParseDict(self.to_dict(), model_config_pb2.ModelConfig())
         except json_format.ParseError as error:
             raise SpecError(self.name, f"config does not fit model_config.proto: {error}") from error
+
+
+def _without_unset(value: Any) -> Any:
+    """``value`` without None, False or empty entries: proto3 leaves them unset, and a warm-up input's
+    ``zero_data``/``random_data`` are a oneof, of which only the chosen one may appear."""
+    if isinstance(value, list):
+        return [_without_unset(v) for v in value]
+    if not isinstance(value, dict):
+        return value
+    items = ((k, _without_unset(v)) for k, v in value.items())
+    return {k: v for k, v in items if v is not None and v is not False and v not in ("", [], {})}
 
 
 def write_config(config: ModelConfig, model_dir: Path) -> Path:

@@ -70,18 +70,10 @@ def dynamic_batching(batching: Batching) -> ModelDynamicBatching | None:
     if batching.mode != "dynamic":
         return None
     queue = batching.queue
-    policy = None
-    if queue is not None:
-        policy = ModelQueuePolicy(
-            timeout_action=queue.timeout_action.upper(),
-            default_timeout_microseconds=queue.timeout_us,
-            max_queue_size=queue.max_queue_size,
-        )
-    return ModelDynamicBatching(
-        preferred_batch_size=list(batching.preferred_batch_sizes),
-        max_queue_delay_microseconds=batching.max_queue_delay_us,
-        default_queue_policy=policy,
+    policy = queue and ModelQueuePolicy(
+        queue.timeout_action.upper(), queue.timeout_us, False, queue.max_queue_size
     )
+    return ModelDynamicBatching(list(batching.preferred_batch_sizes), batching.max_queue_delay_us, policy)
 
 
 def lacks_spare_instances(config: ModelConfig) -> bool:

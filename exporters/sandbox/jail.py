@@ -22,7 +22,7 @@ import signal
 import subprocess
 import sys
 import threading
-import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -212,34 +212,22 @@ def _checked_start(bwrap: str, bounds: Bounds) -> None:
         raise SandboxUnavailableError(f"the sandbox does not start here ({message}): {USERNS_HINT}")
 
 
-def _collect(stream, sink: bytearray, limit: int, overflowed: threading.Event) -> None:
-    """Read ``stream`` into ``sink`` up to ``limit`` bytes (past it, set ``overflowed``); with no
-    ``limit``, keep only the last ``TAIL_BYTES``."""
+def _collect(stream, sink: bytearray, limit: int, overflow: Callable[[], None]) -> None:
+    """Read ``stream`` into ``sink``; past ``limit`` bytes, call ``overflow`` and stop; with no ``limit``,
+    keep only the last ``TAIL_BYTES``."""
     with stream:
         while chunk := stream.read(65536):
             if limit and len(sink) + len(chunk) > limit:
-                overflowed.set()
+                overflow()
                 return
             sink.extend(chunk)
             if not limit:
                 del sink[:-TAIL_BYTES]
 
 
-def _wait(process: subprocess.Popen, bounds: Bounds, overflowed: threading.Event) -> bool:
-    """Wait within the wall-clock bound; kill its session when the bound passes or it sends too much.
-    True if it timed out."""
-    deadline = time.monotonic() + bounds.wall_s
-    while not overflowed.is_set():
-        try:
-            process.wait(timeout=max(0.0, min(0.5, deadline - time.monotonic())))
-            return False
-        except subprocess.TimeoutExpired:
-            if time.monotonic() >= deadline:
-                break
+def _kill_session(process: subprocess.Popen) -> None:
     with contextlib.suppress(ProcessLookupError):
         os.killpg(process.pid, signal.SIGKILL)
-    process.wait()
-    return not overflowed.is_set()
 
 
 def run_in_sandbox(python_arguments: list[str], inputs: dict[str, Path], bounds: Bounds, what: str) -> Jailed:
@@ -265,12 +253,23 @@ def run_in_sandbox(python_arguments: list[str], inputs: dict[str, Path], bounds:
     finally:
         os.close(write_end)
     result, tail, overflowed = bytearray(), bytearray(), threading.Event()
+
+    def overflow() -> None:  # it sends too much: its session dies at once, not at the wall-clock bound
+        overflowed.set()
+        _kill_session(process)
+
     results = open(read_end, "rb")  # noqa: SIM115 (its reader thread closes it)
     sinks = ((results, result, bounds.output_bytes), (process.stdout, tail, 0))
-    readers = [threading.Thread(target=_collect, args=(*sink, overflowed), daemon=True) for sink in sinks]
+    readers = [threading.Thread(target=_collect, args=(*sink, overflow), daemon=True) for sink in sinks]
     for reader in readers:
         reader.start()
-    timed_out = _wait(process, bounds, overflowed)
+    try:
+        process.wait(timeout=bounds.wall_s)
+        timed_out = False
+    except subprocess.TimeoutExpired:
+        _kill_session(process)
+        process.wait()
+        timed_out = True
     for reader in readers:
         reader.join(timeout=10)
     if overflowed.is_set():

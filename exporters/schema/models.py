@@ -290,9 +290,6 @@ class PipelineSpec:
         if self.batching.mode != "dynamic":
             raise SpecError("batching.mode", f"every stage batches dynamically; got {self.batching.mode}")
 
-    def stage_replicas(self, stage: int) -> int:
-        return self.replicas[stage] if self.replicas else 1
-
     @property
     def stage_names(self) -> tuple[str, ...]:
         """The Triton model behind each stage, in pipeline order."""

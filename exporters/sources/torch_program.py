@@ -99,14 +99,11 @@ class TorchProgramSource(OnnxModelSource):
                 raise
             except Exception as error:  # onnxruntime refusing the converted file, or outputs of other shapes
                 raise ExportCheckError(f"{what}: {type(error).__name__}: {error}") from error
-        self._conversion = {
+        self.conversion = {
             "check": "the ONNX converted in the sandbox vs the program's own outputs there (fp32)",
             "max_abs_error": worst.max_abs_error, "max_rel_error": worst.max_rel_error,
             "tolerance": worst.tolerance, "outputs": [c.record() for c in worst.checks],
         }  # fmt: skip
-
-    def conversion(self) -> dict[str, Any]:
-        return self._conversion
 
     def fold_identity(self, digest: Any) -> None:
         digest.update(f"torch_export {CONVERTER_VERSION} {self.archive_sha256}".encode())
