@@ -1,10 +1,7 @@
-"""A model of the spec → ONNX, checked against its source before it enters the repository.
-
-``export_onnx`` is a pure function of (spec, out_dir); a content hash of both lets a rebuild skip work
-already done. Every source goes through the same steps: its signature checked, the file written under a
-temporary name, ``onnx.checker``, the external-data check and parity with the source's fp32 reference;
-only then does ``model.onnx`` take its final name.
-"""
+"""A model of the spec → ONNX, checked against its source before it enters the repository: whatever the
+source, its signature is checked, the file written under a temporary name, checked (``onnx.checker``,
+external data, parity with the fp32 reference) and only then named ``model.onnx``; a content hash of
+the spec and the source lets a rebuild skip work already done."""
 
 from __future__ import annotations
 
@@ -21,8 +18,7 @@ import onnx
 import torch
 from torch import nn
 
-from exporters.artifacts.onnx_files import OPSET, check_external_data
-from exporters.artifacts.ort_failures import run_or_explain
+from exporters.artifacts.onnx_files import OPSET, check_external_data, run_or_explain
 from exporters.artifacts.parity import compare_outputs
 from exporters.artifacts.records import current_record, file_sha256, write_record
 from exporters.errors import ExportCheckError

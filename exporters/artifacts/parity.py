@@ -1,12 +1,7 @@
 """Numerical parity of an exported or served model with its fp32 source: one check for every artifact
-and every ``client infer --check``, so a model is held to the same limits built and served.
-
-Per output: ``max_rel`` (worst difference over the reference's largest magnitude, no floor: tiny
-outputs are held to their own scale); collapse (all zero, mostly flushed to zero, or a scale below the
-dtype's smallest normal fails whatever the differences); ``top1`` for class scores (rows within the
-dtype's resolution count as agreeing); ``cosine`` for embeddings; ``max_abs`` where the spec asks.
-Limits: the output's ``tolerance:``, defaulted by kind and precision (``resolved``).
-"""
+and every ``client infer --check``, so a model is held to the same limits built and served. The figures
+(``max_rel`` without floor, collapse, ``top1``, ``cosine``, ``max_abs``) and their defaults by kind and
+precision are in docs/SPEC.md."""
 
 from __future__ import annotations
 

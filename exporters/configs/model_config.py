@@ -1,9 +1,6 @@
-"""Typed Triton model configs whose field names match ``model_config.proto``.
-
-Configs are built as these dataclasses, validated in ``__post_init__`` (naming the offending field),
-turned into a dict, parsed with ``json_format.ParseDict`` into ``model_config_pb2.ModelConfig`` (so a
-misspelt field fails at build time) and written with ``text_format``. Never with string formatting.
-"""
+"""Typed Triton model configs whose field names match ``model_config.proto``: validated in
+``__post_init__`` (naming the field), parsed with ``json_format.ParseDict`` into
+``model_config_pb2.ModelConfig`` (a misspelt field fails at build time), written with ``text_format``."""
 
 from __future__ import annotations
 

@@ -14,7 +14,7 @@ from typing import Any
 import numpy as np
 import yaml
 
-from exporters.artifacts.ort_failures import LENGTHS_FIX, ORT_ERRORS, ort_reason, shapes_text
+from exporters.artifacts.onnx_files import LENGTHS_FIX, ORT_ERRORS, ort_reason, shapes_text
 from exporters.devices import usable_cores
 from exporters.errors import SpecError
 from exporters.schema.models import HuggingFaceSource, ModelSpec, OnnxSource, PythonSource, TorchExportSource

@@ -1,10 +1,7 @@
-"""Build the spec's pipelines into the repository: check in torch, export, check the artifacts, record.
-
-The stage chain is held to the whole model in torch (uncompressed: the split must be exact), then its
-artifacts, loaded back as the server loads them, before any file takes its final name. ``pipeline.json``
-keeps the cuts and figures under a content hash, so a rebuild skips the work and never moves a cut by
-timing noise.
-"""
+"""Build the spec's pipelines into the repository: the stage chain is held to the whole model in torch
+(uncompressed: the split must be exact), then its artifacts, loaded back as the server loads them,
+before any file takes its final name. ``pipeline.json`` keeps the cuts and figures under a content
+hash, so a rebuild skips the work and never moves a cut by timing noise."""
 
 from __future__ import annotations
 

@@ -27,7 +27,7 @@ def stage_placement(
     pipeline: PipelineSpec, spec: ModelSpec, index: int, num_gpus: int
 ) -> list[InstanceGroup]:
     """Stage ``index`` on the GPU the pipeline pins, else ``index mod num_gpus`` (or the CPU)."""
-    count = pipeline.replicas[index] if pipeline.replicas else 1
+    count = pipeline.stage_replicas(index)
     if resolve_target(spec, num_gpus) == "cpu":
         return [InstanceGroup(kind="KIND_CPU", count=count)]
     gpu = pipeline.gpus[index] if pipeline.gpus else index % num_gpus

@@ -1,10 +1,7 @@
 """The declarative spec (``models.yaml``): what to serve, where it comes from, how to batch and place it.
-
-Each section is a frozen dataclass that is its own schema (``exporters.schema.typed``), with its
-invariants in ``__post_init__``; a typo in a serving config is a ``SpecError`` naming the field path,
-never a silently different deployment. Parsing reads no file: ``exporters.resolve`` fills in the tensors
-a self-describing source leaves out.
-"""
+Each section is a frozen dataclass that is its own schema (``exporters.schema.typed``), so a typo is a
+``SpecError`` naming the field path, never a silently different deployment; ``exporters.resolve`` fills
+in the tensors a self-describing source leaves out."""
 
 from __future__ import annotations
 
@@ -289,6 +286,9 @@ class PipelineSpec:
             )
         if self.batching.mode != "dynamic":
             raise SpecError("batching.mode", f"every stage batches dynamically; got {self.batching.mode}")
+
+    def stage_replicas(self, stage: int) -> int:
+        return self.replicas[stage] if self.replicas else 1
 
     @property
     def stage_names(self) -> tuple[str, ...]:

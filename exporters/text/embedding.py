@@ -1,12 +1,9 @@
 """Build a text-embedding service from packaged real weights: encoder ONNX, tokenizer stage, configs.
 
-The encoder is the package's BERT (offline) plus sentence-transformers' mean pooling and L2
-normalisation in one graph, so the served output is the sentence embedding. fp16 converts the fp32
-graph (a graph exported from a halved module does not load) keeping ``LayerNormalization``, whose fp16
-variance loses too much, in fp32; int8 quantizes its ``MatMul``s dynamically. Each is held to torch on
-real token batches before it takes its final name; ``export.json`` keeps the figures, a content hash and
-the file's SHA-256 (a rebuild skips the work only while both match).
-"""
+The encoder is the package's BERT plus sentence-transformers' mean pooling and L2 normalisation in one
+graph, so the served output is the sentence embedding. fp16 converts the fp32 graph (a graph exported
+from a halved module does not load) keeping ``LayerNormalization``, whose fp16 variance loses too much,
+in fp32."""
 
 from __future__ import annotations
 
