@@ -96,8 +96,7 @@ def run_onnx(path: Path, spec: ModelSpec, inputs: list[np.ndarray]) -> list[np.n
 
 
 def export_onnx(spec: ModelSpec, out_dir: Path) -> Artifact:
-    """Export ``spec``'s model to ``out_dir/model.onnx`` unless an identical export is already there;
-    the file replaces ``model.onnx`` whole only after its checks pass (a failure leaves no part behind)."""
+    """Export ``spec``'s model to ``out_dir/model.onnx`` unless an identical export is already there."""
     source = load_source(spec)
     source.check_signature()
     digest = content_hash(spec, source)

@@ -1,8 +1,6 @@
-"""Build a Triton model repository from the spec: one folder per model, ``1/model.onnx`` + config.
-
-A marker file at its root lets a rebuild remove the models it built that the spec lost (Triton would
-keep serving them), never a folder it did not create.
-"""
+"""Build a Triton model repository from the spec: one folder per model, ``1/model.onnx`` + config. A
+marker file at its root lets a rebuild remove the models it built that the spec lost (Triton would keep
+serving them), never a folder it did not create."""
 
 from __future__ import annotations
 

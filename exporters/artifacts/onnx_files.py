@@ -30,8 +30,7 @@ LENGTHS_FIX = (
 
 
 def check_external_data(model_path: Path, model: onnx.ModelProto | None = None) -> None:
-    """Reject ONNX initializers stored outside the model's own folder (path traversal on load);
-    ``model``: the file already loaded without its external data."""
+    """Reject ONNX initializers stored outside the model's own folder (path traversal on load)."""
     model = model if model is not None else onnx.load(str(model_path), load_external_data=False)
     root = model_path.parent.resolve()
     for tensor in model.graph.initializer:

@@ -1,8 +1,6 @@
-"""Triton configs of a pipeline: one model per stage, placed on its own device, and the ensemble.
-
-Stage k runs on GPU ``k mod G`` with ``replicas[k]`` instances (or on the CPU). Every stage batches
-dynamically: an ensemble hands each request to each stage separately, so a batch does not survive it.
-"""
+"""Triton configs of a pipeline: one model per stage, placed on its own device, and the ensemble. Every
+stage batches dynamically: an ensemble hands each request to each stage separately, so a batch does not
+survive it."""
 
 from __future__ import annotations
 

@@ -1,10 +1,8 @@
-"""Cut an ordered sequence of blocks into K contiguous stages of balanced cost (pure torch, no I/O).
-
-A pipeline runs at the pace of its slowest stage. Latency is measured per block on its real input,
-because proxies mislead (a CNN's stem has few parameters but the highest resolution); FLOPs, then
-parameter counts, are the fallbacks. Cuts within the timing's own noise of the best are taken by a key
-timing cannot move (``steady_cuts``), so a fresh build does not get another pipeline by chance.
-"""
+"""Cut an ordered sequence of blocks into K contiguous stages of balanced cost (pure torch, no I/O): a
+pipeline runs at the pace of its slowest stage. Latency is measured per block on its real input, as
+proxies mislead (a CNN's stem has few parameters but the highest resolution); FLOPs, then parameter
+counts, are the fallbacks. Cuts within the timing's own noise of the best are taken by a key timing
+cannot move (``steady_cuts``), so a fresh build does not get another pipeline by chance."""
 
 from __future__ import annotations
 

@@ -1,8 +1,6 @@
 """A pipeline's stages as torch modules over the ensemble's named tensors, both kinds of split alike.
-
 Compressed boundaries live inside the stage modules (a stage casts its output to the boundary dtype, the
-next casts it back to fp32), so neither the runner nor the ensemble knows of compression.
-"""
+next casts it back to fp32), so neither the runner nor the ensemble knows of compression."""
 
 from __future__ import annotations
 

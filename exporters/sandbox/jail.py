@@ -1,15 +1,7 @@
-"""Run a Python module of the project in a bubblewrap sandbox, bounded, and collect what it sends back.
-
-What the sandboxed process can reach (``jail_arguments``): read-only binds of what Python needs (``/usr``,
-the ``/lib`` links, the interpreter, the venv, the project's packages) and of the inputs under ``/in``;
-nothing else of the host. The only writable place is ``/tmp``, a bounded tmpfs; results leave through
-one pipe (``frames``). It runs as uid 65534 in new user, PID, IPC, UTS, cgroup and network namespaces
-(no interface but a down loopback), every capability dropped, no further user namespaces, in its own
-session; rlimits (``bounded``) and a wall-clock limit bound it, and it dies with the parent.
-
-bubblewrap (0.8 or newer) comes from ``$BWRAP``, else ``.venv/bubblewrap`` (``make setup``), else
-``PATH``; a sandbox that cannot start is a ``SandboxUnavailableError``, never a run unconfined.
-"""
+"""Run a Python module of the project in a bubblewrap sandbox, bounded, and collect what it sends back
+through its one pipe. What it may reach, its namespaces and its bounds: docs/SERVING.md, "Trust
+boundary". bubblewrap (0.8 or newer) comes from ``$BWRAP``, else ``.venv/bubblewrap`` (``make setup``),
+else ``PATH``; a sandbox that cannot start is a ``SandboxUnavailableError``, never a run unconfined."""
 
 from __future__ import annotations
 

@@ -1,12 +1,7 @@
 """The parent's side of an outside archive: its signature and its ONNX conversion, made in the sandbox.
-
-The archive's bytes are read once, hashed, and those bytes bound into the sandbox, so the file cannot
-change between the hash and the load; what comes back is parsed as untrusted data (frames,
-``program_signature.from_json``, ``numpy.load`` without pickle). Results are cached per archive hash and
-request (``$TRITON_BATCHING_CACHE``, else ``$XDG_CACHE_HOME``/``~/.cache`` ``/triton-batching``), each
-file with its SHA-256, so build, ``infer --check`` and perf share one conversion; a folder whose files
-no longer match is made again.
-"""
+The bytes bound into the sandbox are the bytes hashed, so the file cannot change between hash and load;
+what comes back is parsed as untrusted data. Results are cached per archive hash and request
+(``cache_root``), each file with its SHA-256, so build, ``infer --check`` and perf share one conversion."""
 
 from __future__ import annotations
 
@@ -26,9 +21,19 @@ import torch
 from exporters.artifacts.records import file_matches, file_sha256
 from exporters.errors import SpecError
 from exporters.sandbox import child
-from exporters.sandbox.child import ARRAYS, ERROR, FOUND, ONNX, OUTPUTS, PROGRAM, REQUEST, USER_ERROR
+from exporters.sandbox.child import (
+    ARRAYS,
+    ERROR,
+    FOUND,
+    ONNX,
+    OUTPUTS,
+    PROGRAM,
+    REQUEST,
+    USER_ERROR,
+    ProgramTensor,
+    from_json,
+)
 from exporters.sandbox.jail import Bounds, SandboxRunError, failure, run_in_sandbox
-from exporters.sandbox.program_signature import ProgramTensor, from_json
 
 log = logging.getLogger(__name__)
 

@@ -113,14 +113,10 @@ SELF_DESCRIBING = ("onnx", "torch_export")
 
 @dataclass(frozen=True)
 class ModelSpec:
-    """One model of the repository: where it comes from and how Triton serves it.
-
-    ``source`` is a zoo entry's name (seeded random weights) or a mapping naming the user's own model.
-    ``inputs``/``outputs`` are the served signature (no batch axis). Example inputs come from
-    ``sample`` (``function(batch, rng)``) when given, else from the zoo or the tensors themselves.
-    ``shapes`` and ``buckets`` are for perf, tune and plan: Triton batches only requests of equal shapes.
-    ``calibration`` (int8 only) draws the batches activation ranges are calibrated on.
-    """
+    """One model of the repository: ``source`` is a zoo entry's name (seeded random weights) or a mapping
+    naming the user's own model; ``inputs``/``outputs`` the served signature (no batch axis). Example
+    inputs come from ``sample`` (``function(batch, rng)``), else the zoo or the tensors themselves;
+    ``calibration`` (int8 only) draws the batches activation ranges are calibrated on."""
 
     name: str
     source: Source
@@ -305,8 +301,7 @@ class PipelineSpec:
 
 @dataclass(frozen=True)
 class Spec:
-    """The whole document: models, pipelines that split some of them, text embeddings; every name in
-    the repository is unique."""
+    """The whole document; every name in the repository is unique."""
 
     models: tuple[ModelSpec, ...]
     pipelines: tuple[PipelineSpec, ...] = ()

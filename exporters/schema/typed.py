@@ -111,8 +111,7 @@ def nested(path: str, error: SpecError) -> SpecError:
 
 
 def _from_yaml(value: Any, hint: Any, path: str) -> Any:
-    """Convert YAML data towards ``hint``: mappings into dataclasses, lists into tuples; the rest is
-    checked by the constructor."""
+    """YAML data towards ``hint`` (mappings into dataclasses, lists into tuples); the constructor checks."""
     origin, args = get_origin(hint), get_args(hint)
     if origin in (Union, types.UnionType):
         if isinstance(value, dict):

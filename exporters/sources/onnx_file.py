@@ -127,8 +127,7 @@ def _check_against(
 
 
 class OnnxModelSource(LoadedSource):
-    """An ONNX file as the model's source (the user's, or one converted in the sandbox); the reference
-    is the file itself run in onnxruntime."""
+    """An ONNX file (the user's, or one converted in the sandbox); the reference is the file itself."""
 
     def __init__(self, spec: ModelSpec, path: Path, field: str) -> None:
         super().__init__(spec)

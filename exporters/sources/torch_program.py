@@ -1,9 +1,6 @@
 """``source: {torch_export: program.pt2}``: a ``torch.export`` program from outside, served as ONNX.
-
-The archive is opened only in the sandbox (``exporters.sandbox``), which converts it to ONNX and runs it
-on inputs drawn here; the converted file is then the model's source as an ``onnx:`` file is, first held
-to the program's own outputs at the fp32 tolerance. The archive's SHA-256 is its identity in the hash.
-"""
+The sandbox converts it and runs it on inputs drawn here; the converted file is then the model's source
+as an ``onnx:`` file is, first held to the program's own outputs at the fp32 tolerance."""
 
 from __future__ import annotations
 
@@ -15,8 +12,8 @@ import numpy as np
 from exporters.artifacts.parity import compare_outputs
 from exporters.artifacts.torch_reference import widen
 from exporters.errors import ExportCheckError, SpecError
+from exporters.sandbox.child import ProgramTensor
 from exporters.sandbox.outside_archive import CONVERTER_VERSION, OutsideArchive
-from exporters.sandbox.program_signature import ProgramTensor
 from exporters.schema.models import ModelSpec, TorchExportSource
 from exporters.schema.sections import VARIABLE, TensorSpec
 from exporters.sources.inputs import draw_inputs

@@ -3,7 +3,10 @@
 The encoder is the package's BERT plus sentence-transformers' mean pooling and L2 normalisation in one
 graph, so the served output is the sentence embedding. fp16 converts the fp32 graph (a graph exported
 from a halved module does not load) keeping ``LayerNormalization``, whose fp16 variance loses too much,
-in fp32."""
+in fp32. The batcher merges requests of the same padded length, which the tokenizer's buckets give;
+``ragged=True``, which the perf study compares, serves the encoder with ``allow_ragged_batch`` on our
+onnxruntime ``model.py``, padding each batch to its longest (the native backend would concatenate ragged
+inputs unpadded, so it is never the default)."""
 
 from __future__ import annotations
 
@@ -26,18 +29,26 @@ from torch import nn
 from exporters.artifacts.onnx_files import OPSET, check_external_data, module_to_onnx
 from exporters.artifacts.parity import compare_outputs
 from exporters.artifacts.records import current_record, file_sha256, write_record
-from exporters.configs.model_config import write_config
+from exporters.configs.model_config import (
+    InstanceGroup,
+    ModelConfig,
+    ModelTensor,
+    ModelWarmup,
+    WarmupInput,
+    write_config,
+)
+from exporters.configs.models import chained_ensemble, dynamic_batching, instance_groups
 from exporters.errors import SpecError
 from exporters.precision.fp16 import to_fp16
 from exporters.precision.int8 import to_int8_dynamic
+from exporters.schema.guards import guard_parameters
 from exporters.schema.text_embeddings import TextEmbeddingSpec
-from exporters.text.configs import TOKEN_INPUTS, text_configs
 from python_backend import ONNXRUNTIME_BACKEND, TEXT_TOKENIZER, install
 from python_backend.atomic_files import copy_file, staged
 
 log = logging.getLogger(__name__)
 
-EXPORT_VERSION = "3"  # bump when the procedure changes, to invalidate cached artifacts (3: int8 in 7 bits)
+EXPORT_VERSION = "3"  # bump when the procedure changes, to invalidate cached artifacts
 RECORD = "export.json"
 # Texts the build check runs: short, accented, CJK, emoji, and one past the truncation length.
 CHECK_TEXTS = (
@@ -48,6 +59,76 @@ CHECK_TEXTS = (
     "I love it 😀🎉",
     " ".join(f"word{i} and more" for i in range(200)),
 )
+
+
+EMBEDDING_DIM = 384
+TOKEN_INPUTS = ("input_ids", "attention_mask")
+TEXT = ModelTensor("text", "TYPE_STRING", [1])
+EMBEDDING = ModelTensor("embedding", "TYPE_FP32", [EMBEDDING_DIM])
+
+
+@dataclass
+class RaggedModelInput(ModelTensor):
+    """An encoder input the batcher may merge across lengths (``ModelInput.allow_ragged_batch``)."""
+
+    allow_ragged_batch: bool = True
+
+
+def tokenizer_config(spec: TextEmbeddingSpec) -> ModelConfig:
+    """Tokenization is CPU work on every target; ``pad_buckets`` empty pads to each request's longest."""
+    return ModelConfig(
+        name=spec.tokenizer_name,
+        backend="python",
+        max_batch_size=spec.max_batch_size,
+        input=[TEXT],
+        output=[ModelTensor(name, "TYPE_INT64", [-1]) for name in TOKEN_INPUTS],
+        instance_group=[InstanceGroup(kind="KIND_CPU", count=1)],
+        dynamic_batching=dynamic_batching(spec.batching),
+        parameters={
+            "max_seq_length": str(spec.max_seq_length),
+            "pad_buckets": ",".join(str(b) for b in spec.buckets),
+        },
+    )
+
+
+def encoder_config(
+    spec: TextEmbeddingSpec, num_gpus: int, ragged: bool = False, vocab_size: int | None = None
+) -> ModelConfig:
+    """The ONNX encoder on the ``onnxruntime`` backend (or, ragged, on the Python backend), warmed at
+    every padded length the tokenizer emits. Requests that call it by name are held to what the
+    tokenizer gives: ids inside the vocabulary, a 0/1 mask, at most ``max_seq_length`` tokens."""
+    ranges = {"input_ids": (0, vocab_size), "attention_mask": (0, 2)} if vocab_size is not None else {}
+    longest = {name: (spec.max_seq_length,) for name in TOKEN_INPUTS}
+    warmups = [
+        ModelWarmup(
+            f"length_{n}", 1, {t: WarmupInput("TYPE_INT64", [n], zero_data=True) for t in TOKEN_INPUTS}
+        )
+        for n in spec.buckets or (spec.max_seq_length,)
+    ]
+    return ModelConfig(
+        name=spec.encoder_name,
+        backend="python" if ragged else "onnxruntime",
+        max_batch_size=spec.max_batch_size,
+        input=[(RaggedModelInput if ragged else ModelTensor)(n, "TYPE_INT64", [-1]) for n in TOKEN_INPUTS],
+        output=[EMBEDDING],
+        instance_group=instance_groups(spec, num_gpus),
+        dynamic_batching=dynamic_batching(spec.batching),
+        model_warmup=warmups,
+        parameters={
+            "intra_op_thread_count": str(spec.threads.intra_op),
+            "inter_op_thread_count": str(spec.threads.inter_op),
+            **guard_parameters(ranges, allow_non_finite=False, max_shapes=longest),
+        },
+    )
+
+
+def text_configs(
+    spec: TextEmbeddingSpec, num_gpus: int, ragged: bool = False, vocab_size: int | None = None
+) -> list[ModelConfig]:
+    """The configs of the ensemble (``text`` → tokenizer → encoder → ``embedding``), tokenizer, encoder."""
+    steps = [(spec.tokenizer_name, ["text"], TOKEN_INPUTS), (spec.encoder_name, TOKEN_INPUTS, ["embedding"])]
+    ensemble = chained_ensemble(spec.name, spec.max_batch_size, [TEXT], [EMBEDDING], steps)
+    return [ensemble, tokenizer_config(spec), encoder_config(spec, num_gpus, ragged, vocab_size)]
 
 
 class SentenceEncoder(nn.Module):
