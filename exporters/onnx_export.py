@@ -42,8 +42,6 @@ CHECK_BATCHES = {"fp32": (1, 3), "fp16": (1, 3), "int8": (64,)}
 
 @dataclass(frozen=True)
 class Artifact:
-    """What an export produced and how well it matched its source."""
-
     path: Path
     content_hash: str
     precision: str

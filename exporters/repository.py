@@ -100,7 +100,7 @@ def spec_entry(spec_path: Path, name: str) -> dict[str, Any]:
     """Model ``name``'s entry of the spec at ``spec_path``, for a script to change and serve alone."""
     entry = next((m for m in load_spec_document(spec_path)["models"] if m["name"] == name), None)
     if entry is None:
-        raise SpecError(f"{spec_path} has no model {name!r}")
+        raise SpecError(str(spec_path), f"has no model {name!r}")
     return entry
 
 

@@ -28,7 +28,6 @@ def resolve_model(spec: ModelSpec, path: str) -> ModelSpec:
 
 
 def resolve_spec(spec: Spec) -> Spec:
-    """Every model of ``spec`` with its signature complete (``resolve_model``)."""
     models = tuple(resolve_model(model, f"models[{i}]") for i, model in enumerate(spec.models))
     return spec if models == spec.models else dataclasses.replace(spec, models=models)
 

@@ -48,7 +48,6 @@ class SplitPlan:
     reason: str = ""  # why these cuts, in words
 
     def stage_ranges(self) -> list[tuple[int, int]]:
-        """``[start, stop)`` block indices of each stage."""
         return list(itertools.pairwise([0, *self.cuts, len(self.block_costs)]))
 
 
@@ -71,7 +70,6 @@ def sequential_blocks(model: nn.Module, what: str) -> list[nn.Module]:
 
 
 def _block_inputs(blocks: Sequence[nn.Module], example: torch.Tensor) -> list[torch.Tensor]:
-    """The activation each block receives when the whole sequence runs on ``example``."""
     inputs, x = [], example
     with torch.inference_mode():
         for block in blocks:

@@ -191,7 +191,6 @@ def check_stage_file(stage: Stage, path: Path) -> None:
 
 
 def export_stage(stage: Stage, example: tuple[torch.Tensor, ...], max_batch_size: int, path: Path) -> None:
-    """Write the stage's artifact (``stage_artifact``) to ``path`` and check it."""
     path.write_bytes(stage_artifact(stage, example, max_batch_size))
     check_stage_file(stage, path)
 
@@ -216,6 +215,5 @@ def load_stage(stage: Stage, path: Path) -> StageFn:
 
 
 def stage_examples(stages: Sequence[Stage], inputs: Tensors) -> list[tuple[torch.Tensor, ...]]:
-    """Each stage's example arguments, from one run of the chain."""
     tensors = run_stages(stages, inputs)
     return [tuple(tensors[t.name] for t in stage.inputs) for stage in stages]

@@ -122,7 +122,9 @@ def find_bwrap() -> str:
 
 
 @functools.cache
-def _checked_version(bwrap: str) -> None:
+def _checked_start(bwrap: str, bounds: Bounds) -> None:
+    """Check bubblewrap's version and start the sandbox once with ``true``, so a machine where it cannot
+    start fails with the fix."""
     try:
         text = subprocess.run([bwrap, "--version"], capture_output=True, text=True, timeout=30).stdout
     except (OSError, subprocess.SubprocessError) as error:
@@ -134,6 +136,16 @@ def _checked_version(bwrap: str) -> None:
             f"{bwrap} is bubblewrap {'.'.join(map(str, version))}; the sandbox needs "
             f"{'.'.join(map(str, MIN_VERSION))} or newer (--disable-userns): {INSTALL_HINT}"
         )
+    try:
+        done = subprocess.run(
+            [*jail_arguments(bwrap, {}, bounds), "--", "true"],
+            capture_output=True, text=True, timeout=60, stdin=subprocess.DEVNULL,
+        )  # fmt: skip
+    except (OSError, subprocess.SubprocessError) as error:
+        raise SandboxUnavailableError(f"{bwrap} does not start ({error}): {INSTALL_HINT}") from error
+    if done.returncode != 0:
+        message = " ".join(done.stderr.split())[:300]
+        raise SandboxUnavailableError(f"the sandbox does not start here ({message}): {USERNS_HINT}")
 
 
 def _runtime_binds() -> list[str]:
@@ -186,22 +198,6 @@ def bounded_command(python_arguments: list[str], bounds: Bounds) -> list[str]:
         python, "-s", "-B", "-m", "exporters.sandbox.bounded", *map(str, limits), "--",
         python, "-s", "-B", *python_arguments,
     ]  # fmt: skip
-
-
-@functools.cache
-def _checked_start(bwrap: str, bounds: Bounds) -> None:
-    """Start the sandbox once with ``true``, so a machine where it cannot start fails with the fix."""
-    _checked_version(bwrap)
-    try:
-        done = subprocess.run(
-            [*jail_arguments(bwrap, {}, bounds), "--", "true"],
-            capture_output=True, text=True, timeout=60, stdin=subprocess.DEVNULL,
-        )  # fmt: skip
-    except (OSError, subprocess.SubprocessError) as error:
-        raise SandboxUnavailableError(f"{bwrap} does not start ({error}): {INSTALL_HINT}") from error
-    if done.returncode != 0:
-        message = " ".join(done.stderr.split())[:300]
-        raise SandboxUnavailableError(f"the sandbox does not start here ({message}): {USERNS_HINT}")
 
 
 def _collect(stream, sink: bytearray, limit: int, overflow: Callable[[], None]) -> None:

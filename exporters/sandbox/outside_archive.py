@@ -18,7 +18,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from exporters.artifacts.records import file_matches, file_sha256
+from exporters.artifacts.records import file_matches, file_sha256, read_record
 from exporters.errors import SpecError
 from exporters.sandbox import child
 from exporters.sandbox.child import (
@@ -98,13 +98,8 @@ class OutsideArchive:
 
     def _cached(self, key: str, names: tuple[str, ...]) -> Path | None:
         folder = cache_root() / "outside-archives" / key
-        try:
-            record = json.loads((folder / RECORD).read_text())
-        except (OSError, ValueError):
-            return None
-        if isinstance(record, dict) and all(file_matches(folder / n, record.get(n)) for n in names):
-            return folder
-        return None
+        record = read_record(folder / RECORD) or {}
+        return folder if all(file_matches(folder / n, record.get(n)) for n in names) else None
 
     def _run(self, mode: str, extra: dict[str, bytes], key: str, names: tuple[str, ...]) -> Path:
         """Run the child in the sandbox on a private copy of the archive; its results, checked as frames

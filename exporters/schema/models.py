@@ -260,12 +260,11 @@ class PipelineSpec:
             raise SpecError(
                 "cut_points", f"must be {self.stages - 1} strictly increasing block indices, got {cuts}"
             )
-        if self.replicas and len(self.replicas) != self.stages:
-            raise SpecError(
-                "replicas", f"must list one count per stage ({self.stages}), got {list(self.replicas)}"
-            )
-        if self.gpus and len(self.gpus) != self.stages:
-            raise SpecError("gpus", f"must list one GPU per stage ({self.stages}), got {list(self.gpus)}")
+        for key, each in (("replicas", "count"), ("gpus", "GPU")):
+            if getattr(self, key) and len(getattr(self, key)) != self.stages:
+                raise SpecError(
+                    key, f"must list one {each} per stage ({self.stages}), got {list(getattr(self, key))}"
+                )
         if self.live_updates and self.split != "embedding_dense":
             raise SpecError(
                 "live_updates", "only the embedding stage of an embedding_dense split takes updates"

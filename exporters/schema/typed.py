@@ -37,7 +37,6 @@ def required_names(cls: type) -> tuple[str, ...]:
 
 
 def describe(hint: Any) -> str:
-    """A short human name for a type hint, for error messages."""
     if get_origin(hint) is Literal:
         return " | ".join(str(v) for v in get_args(hint))
     if get_origin(hint) in (Union, types.UnionType):

@@ -11,7 +11,6 @@ import torch
 from torch import nn
 
 from exporters.artifacts.onnx_files import module_to_onnx
-from exporters.artifacts.records import hash_files
 from exporters.artifacts.torch_reference import torch_reference
 from exporters.errors import SpecError
 from exporters.schema.models import ModelSpec
@@ -45,7 +44,6 @@ class LoadedSource:
         self.conversion: dict[str, Any] = {}
 
     def inputs(self, batch: int, seed: int) -> list[np.ndarray]:
-        """Example inputs, drawn as for every consumer (``draw_inputs``)."""
         return draw_inputs(self.spec, batch, seed, self.zoo_model)
 
     def check_signature(self) -> None:
@@ -81,7 +79,9 @@ class TorchModuleSource(LoadedSource):
                 )
 
     def fold_identity(self, digest: Any) -> None:
-        hash_files(self.files, digest)
+        for file in self.files:
+            digest.update(file.name.encode())
+            digest.update(file.read_bytes())
         for name, tensor in self.module.state_dict().items():
             digest.update(name.encode())
             digest.update(tensor.detach().cpu().contiguous().numpy().tobytes())

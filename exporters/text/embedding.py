@@ -11,7 +11,6 @@ inputs unpadded, so it is never the default)."""
 from __future__ import annotations
 
 import hashlib
-import importlib
 import json
 import logging
 from collections.abc import Iterable
@@ -43,6 +42,7 @@ from exporters.precision.fp16 import to_fp16
 from exporters.precision.int8 import to_int8_dynamic
 from exporters.schema.guards import guard_parameters
 from exporters.schema.text_embeddings import TextEmbeddingSpec
+from exporters.sources import huggingface
 from python_backend import ONNXRUNTIME_BACKEND, TEXT_TOKENIZER, install
 from python_backend.atomic_files import copy_file, staged
 
@@ -146,13 +146,10 @@ class SentenceEncoder(nn.Module):
 
 
 def model_folder(package: str) -> Path:
-    """The weights folder a package carries (``get_model_path()``); SpecError if it has none."""
-    try:
-        folder = Path(importlib.import_module(package).get_model_path())
-    except (ImportError, AttributeError) as error:
-        raise SpecError("package", f"{package!r} does not provide get_model_path(): {error}") from error
-    if not (folder / "config.json").is_file() or not (folder / "tokenizer.json").is_file():
-        raise SpecError("package", f"{folder} holds no config.json and tokenizer.json")
+    """The weights folder a package carries (``get_model_path()``), with the tokenizer the service runs."""
+    folder = huggingface.model_folder(package, "package")
+    if not (folder / "tokenizer.json").is_file():
+        raise SpecError("package", f"{folder} holds no tokenizer.json")
     return folder
 
 
@@ -237,9 +234,7 @@ def export_encoder(
     record = current_record(record_path, path, digest)  # an identical export whose file is still there
     if record is not None:
         return record | {"cached": True}
-    from exporters.sources.huggingface import load_model  # heavy import, only where a text model is built
-
-    encoder = SentenceEncoder(load_model(folder)).eval()
+    encoder = SentenceEncoder(huggingface.load_model(folder)).eval()
     batches = check_batches(folder, spec.max_seq_length)
     data = encoder_onnx(encoder, batches[-1], spec.precision, calibration_batches(folder))
     with staged(path, len(data)) as staging:
@@ -277,7 +272,6 @@ def build_text_embedding(
     spec: TextEmbeddingSpec, repository: Path, num_gpus: int, ragged: bool = False,
     done: dict[str, Path] | None = None,
 ) -> BuiltTextEmbedding:  # fmt: skip
-    """Build the ensemble, tokenizer and encoder folders of ``spec`` into ``repository``."""
     folder = model_folder(spec.package)
     vocab_size = json.loads((folder / "config.json").read_text())["vocab_size"]
     configs = text_configs(spec, num_gpus, ragged, vocab_size)  # placement errors before the slow export
@@ -296,7 +290,6 @@ def build_text_embedding(
 def build_text_embeddings(
     specs: Iterable[TextEmbeddingSpec], repository: Path, num_gpus: int, only: Iterable[str] | None = None
 ) -> list[BuiltTextEmbedding]:
-    """Build every text-embedding service of the spec (or those named in ``only``)."""
     wanted = None if only is None else set(only)
     built: list[BuiltTextEmbedding] = []
     done: dict[str, Path] = {}
