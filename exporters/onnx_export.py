@@ -19,7 +19,7 @@ import torch
 from torch import nn
 
 from exporters.artifacts.onnx_files import OPSET, check_external_data, run_or_explain
-from exporters.artifacts.parity import compare_outputs
+from exporters.artifacts.parity import compare_outputs, worst_of
 from exporters.artifacts.records import current_record, file_sha256, write_record
 from exporters.errors import ExportCheckError
 from exporters.precision.int8 import to_int8
@@ -103,7 +103,6 @@ def export_onnx(spec: ModelSpec, out_dir: Path) -> Artifact:
     with contextlib.suppress(TypeError):  # a record of another shape: rebuild
         if record is not None:
             return Artifact(path=path, cached=True, **{k: v for k, v in record.items() if k != "path"})
-    worst = None
     names, tolerances = [t.name for t in spec.outputs], [t.tolerance for t in spec.outputs]
     data = source.onnx_bytes()
     if spec.precision == "int8":  # quantized from the fp32 export, calibrated on the spec's batches
@@ -113,15 +112,15 @@ def export_onnx(spec: ModelSpec, out_dir: Path) -> Artifact:
         staging.write_bytes(data)
         onnx.checker.check_model(str(staging), full_check=True)
         check_external_data(staging)
+        reports = []
         for batch in CHECK_BATCHES[spec.precision]:
             inputs = source.inputs(batch, seed=100 + batch)
-            report = compare_outputs(
+            reports.append(compare_outputs(
                 run_onnx(staging, spec, inputs), source.reference(inputs), spec.precision,
                 f"{spec.name} ({spec.precision} ONNX, batch {batch})", names, tolerances,
-            )  # fmt: skip
-            worst = report.worse(worst)
+            ))  # fmt: skip
+        worst = worst_of(reports)
         sha256 = file_sha256(staging)
-    assert worst is not None
     artifact = Artifact(
         path, digest, spec.precision, worst.max_abs_error, worst.max_rel_error, worst.tolerance,
         file_sha256=sha256, outputs=[c.record() for c in worst.checks], conversion=source.conversion,

@@ -184,12 +184,14 @@ class ParityReport:
         """The tightest ``max_rel`` any output was held to."""
         return min((c.tolerance.max_rel or 0.0 for c in self.checks), default=0.0)
 
-    def worse(self, other: ParityReport | None) -> ParityReport:
-        """Per output, the check with the larger relative error (the worst over several batches)."""
-        if other is None:
-            return self
-        pairs = zip(self.checks, other.checks, strict=True)
-        return ParityReport(tuple(max(a, b, key=lambda c: (not c.ok, c.max_rel_error)) for a, b in pairs))
+
+def worst_of(reports: Sequence[ParityReport]) -> ParityReport:
+    """Per output, the check with the largest relative error over several batches (a failed one first;
+    among equals, the latest)."""
+    per_output = zip(*(report.checks for report in reversed(reports)), strict=True)
+    return ParityReport(
+        tuple(max(checks, key=lambda c: (not c.ok, c.max_rel_error)) for checks in per_output)
+    )
 
 
 def compare_outputs(

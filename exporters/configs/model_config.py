@@ -64,12 +64,20 @@ class InstanceGroup:
 
 @dataclass
 class ModelQueuePolicy:
-    """Values come from the spec's checked ``queue:``; ``model_config.proto`` refuses the rest on write."""
-
     timeout_action: str = "REJECT"
     default_timeout_microseconds: int = 0
     allow_timeout_override: bool = False
     max_queue_size: int = 0
+
+    def __post_init__(self) -> None:
+        if self.timeout_action not in ("REJECT", "DELAY"):
+            raise SpecError(
+                "default_queue_policy.timeout_action", f"must be REJECT or DELAY, got {self.timeout_action!r}"
+            )
+        if self.max_queue_size < 0 or self.default_timeout_microseconds < 0:
+            raise SpecError(
+                "default_queue_policy", "max_queue_size and default_timeout_microseconds must be >= 0"
+            )
 
 
 @dataclass

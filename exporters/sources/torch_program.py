@@ -9,7 +9,7 @@ from typing import Any
 
 import numpy as np
 
-from exporters.artifacts.parity import compare_outputs
+from exporters.artifacts.parity import compare_outputs, worst_of
 from exporters.artifacts.torch_reference import widen
 from exporters.errors import ExportCheckError, SpecError
 from exporters.sandbox.child import ProgramTensor
@@ -85,17 +85,18 @@ class TorchProgramSource(OnnxModelSource):
     def _hold_to_program(self, sets: list[list[np.ndarray]], expected: list[list[np.ndarray]]) -> None:
         names = [t.name for t in self.spec.outputs]
         tolerances = [t.tolerance for t in self.spec.outputs]
-        worst = None
+        reports = []
         for arrays, outputs in zip(sets, expected, strict=True):
             what = f"{self.spec.name} (ONNX converted in the sandbox vs the program, batch {len(arrays[0])})"
             try:
-                worst = compare_outputs(
-                    self.reference(arrays), outputs, "fp32", what, names, tolerances
-                ).worse(worst)
+                reports.append(
+                    compare_outputs(self.reference(arrays), outputs, "fp32", what, names, tolerances)
+                )
             except ExportCheckError:
                 raise
             except Exception as error:  # onnxruntime refusing the converted file, or outputs of other shapes
                 raise ExportCheckError(f"{what}: {type(error).__name__}: {error}") from error
+        worst = worst_of(reports)
         self.conversion = {
             "check": "the ONNX converted in the sandbox vs the program's own outputs there (fp32)",
             "max_abs_error": worst.max_abs_error, "max_rel_error": worst.max_rel_error,
