@@ -79,12 +79,8 @@ class OutputCheck:
         return data
 
 
-def _rows(array: np.ndarray) -> np.ndarray:
-    return array.reshape(array.shape[0], -1) if array.ndim > 1 else array.reshape(1, -1)
-
-
 def _min_cosine(actual: np.ndarray, expected: np.ndarray) -> float:
-    a, e = _rows(actual), _rows(expected)
+    a, e = (x.reshape(x.shape[0], -1) if x.ndim > 1 else x.reshape(1, -1) for x in (actual, expected))
     norms = np.linalg.norm(a, axis=1) * np.linalg.norm(e, axis=1)
     dots = (a * e).sum(axis=1)
     both_zero = (np.linalg.norm(a, axis=1) == 0) & (np.linalg.norm(e, axis=1) == 0)
