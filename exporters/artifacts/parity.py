@@ -127,8 +127,7 @@ def check_outputs(
     expected: np.ndarray, actual: np.ndarray, tolerance: Tolerance | None, precision: str,
     name: str = "output",
 ) -> OutputCheck:  # fmt: skip
-    """One output held to ``tolerance`` (resolved for ``precision``); never raises: ``problems`` say what
-    failed."""
+    """One output held to ``tolerance`` (resolved for ``precision``); never raises: ``problems`` say why."""
     limits = resolved(tolerance, precision)
     if actual.shape != expected.shape:
         problem = f"shape {list(actual.shape)}, the reference has {list(expected.shape)}"

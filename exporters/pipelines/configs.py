@@ -93,8 +93,7 @@ def pipeline_configs(
     pipeline: PipelineSpec, spec: ModelSpec, stages: Sequence[Stage], num_gpus: int,
     artifacts: Mapping[str, str] | None = None,
 ) -> list[ModelConfig]:  # fmt: skip
-    """The ensemble's config (the whole model's signature, the stages chained through named tensors),
-    then each stage's; ``artifacts`` maps stage names to their SHA-256."""
+    """The ensemble's config, then each stage's; ``artifacts`` maps stage names to their SHA-256."""
     hashes = artifacts or {}
     steps = [(stage.name, [t.name for t in stage.inputs], [stage.output.name]) for stage in stages]
     inputs, outputs = ([model_tensor(t) for t in tensors] for tensors in (spec.inputs, spec.outputs))

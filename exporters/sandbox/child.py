@@ -170,8 +170,7 @@ def read_frames(data: bytes, allowed: frozenset[str]) -> dict[str, bytes]:
 
 
 def _quiet_onnx_export(program: torch.export.ExportedProgram, example: tuple, request: dict) -> bytes:
-    """The program as one fp32 ONNX file named as the spec names its tensors, the exporter's progress and
-    warnings kept off the output."""
+    """The program as one fp32 ONNX file with the spec's tensor names, the exporter's chatter kept off."""
     logging.getLogger("torch.onnx._internal.exporter._registration").setLevel(logging.ERROR)
     with warnings.catch_warnings(), contextlib.redirect_stdout(io.StringIO()):
         warnings.simplefilter("ignore")

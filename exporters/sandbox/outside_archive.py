@@ -102,8 +102,7 @@ class OutsideArchive:
         return folder if all(file_matches(folder / n, record.get(n)) for n in names) else None
 
     def _run(self, mode: str, extra: dict[str, bytes], key: str, names: tuple[str, ...]) -> Path:
-        """Run the child in the sandbox on a private copy of the archive; its results, checked as frames
-        of exactly ``names``, go into the cache folder ``key``."""
+        """Run the child on a private copy of the archive; its frames, exactly ``names``, become cache key."""
         what = f"{self.field}: opening {self.path.name} in the sandbox"
         log.info(
             "%s: %s %s in the sandbox (bounds: %s)", self.field, mode, self.path.name, self.bounds.describe()

@@ -137,8 +137,7 @@ def _from_yaml(value: Any, hint: Any, path: str) -> Any:
 
 
 def parse(cls: type, data: Any, path: str, **overrides: Any) -> Any:
-    """Build ``cls`` from a YAML mapping, every error under ``path``; ``overrides``: typed values for keys
-    the mapping left out."""
+    """Build ``cls`` from a YAML mapping, errors under ``path``; ``overrides``: values of keys it left out."""
     if not isinstance(data, dict):
         raise SpecError(path, f"must be a mapping, got {type(data).__name__}")
     allowed = [f.name for f in dataclasses.fields(cls)]
