@@ -38,10 +38,12 @@ class ModelTensor:
 
 
 @dataclass
-class OptionalModelInput(ModelTensor):
-    """An ``input`` a request may leave out (``ModelInput.optional``; outputs have no such field)."""
+class ModelInput(ModelTensor):
+    """An ``input`` with the fields outputs lack: one a request may leave out (``optional``), one the
+    batcher may merge across lengths (``allow_ragged_batch``)."""
 
-    optional: bool = True
+    optional: bool = False
+    allow_ragged_batch: bool = False
 
 
 @dataclass

@@ -7,7 +7,7 @@ from __future__ import annotations
 import dataclasses
 from collections.abc import Mapping, Sequence
 
-from exporters.configs.model_config import InstanceGroup, ModelConfig, ModelTensor, OptionalModelInput
+from exporters.configs.model_config import InstanceGroup, ModelConfig, ModelInput, ModelTensor
 from exporters.configs.models import build_model_config, chained_ensemble, model_tensor, resolve_target
 from exporters.errors import SpecError
 from exporters.pipelines.stages import Stage
@@ -65,8 +65,8 @@ def stage_config(
     ]
     return dataclasses.replace(
         config,
-        input=[OptionalModelInput(t.name, t.data_type, t.dims) for t in config.input]
-        + [OptionalModelInput(*update) for update in updates],
+        input=[ModelInput(t.name, t.data_type, t.dims, optional=True) for t in config.input]
+        + [ModelInput(*update, optional=True) for update in updates],
         output=[*config.output, ModelTensor(UPDATE_VERSION, DTYPES["int64"], [1])],
         parameters={**config.parameters, "embedding_tables": ",".join(stage.embedding_tables)},
     )

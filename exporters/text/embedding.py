@@ -31,6 +31,7 @@ from exporters.artifacts.records import current_record, file_sha256, write_recor
 from exporters.configs.model_config import (
     InstanceGroup,
     ModelConfig,
+    ModelInput,
     ModelTensor,
     ModelWarmup,
     WarmupInput,
@@ -65,13 +66,6 @@ EMBEDDING_DIM = 384
 TOKEN_INPUTS = ("input_ids", "attention_mask")
 TEXT = ModelTensor("text", "TYPE_STRING", [1])
 EMBEDDING = ModelTensor("embedding", "TYPE_FP32", [EMBEDDING_DIM])
-
-
-@dataclass
-class RaggedModelInput(ModelTensor):
-    """An encoder input the batcher may merge across lengths (``ModelInput.allow_ragged_batch``)."""
-
-    allow_ragged_batch: bool = True
 
 
 def tokenizer_config(spec: TextEmbeddingSpec) -> ModelConfig:
@@ -109,7 +103,7 @@ def encoder_config(
         name=spec.encoder_name,
         backend="python" if ragged else "onnxruntime",
         max_batch_size=spec.max_batch_size,
-        input=[(RaggedModelInput if ragged else ModelTensor)(n, "TYPE_INT64", [-1]) for n in TOKEN_INPUTS],
+        input=[ModelInput(n, "TYPE_INT64", [-1], allow_ragged_batch=ragged) for n in TOKEN_INPUTS],
         output=[EMBEDDING],
         instance_group=instance_groups(spec, num_gpus),
         dynamic_batching=dynamic_batching(spec.batching),
