@@ -26,6 +26,13 @@ from exporters.sources.inputs import check_samplers
 from exporters.text.embedding import build_text_embeddings
 from python_backend.atomic_files import explain
 
+# How each failure is shown and the exit status it gives: a spec to fix, a failed check, the rest.
+FAILURES = (
+    (SpecError, "spec error", 2),
+    (ExportCheckError, "export check failed", 3),
+    (BaseException, "error", 1),
+)
+
 
 def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="python -m exporters", description=__doc__)
@@ -113,18 +120,11 @@ def main(argv: list[str] | None = None) -> int:
             if args.measure_memory:
                 progress.update(task, description="measuring memory per instance")
                 memory = {b.spec.name: measured_instance_memory(b.spec, b.artifact.path) for b in built}
-    except SpecError as error:
-        console.print(f"[red]spec error[/red] {escape(str(error))}", soft_wrap=True)
-        return 2
-    except ExportCheckError as error:
-        console.print(f"[red]export check failed[/red] {escape(str(error))}", soft_wrap=True)
-        return 3
-    except ExporterError as error:
-        console.print(f"[red]error[/red] {escape(str(error))}", soft_wrap=True)
-        return 1
-    except OSError as error:  # a full disk above all: one line naming the file and the space it needs
-        console.print(f"[red]error[/red] {escape(explain(error))}", soft_wrap=True)
-        return 1
+    except (ExporterError, OSError) as error:  # OSError: a full disk above all, named with the space it needs
+        label, status = next((label, status) for kind, label, status in FAILURES if isinstance(error, kind))
+        message = str(error) if isinstance(error, ExporterError) else explain(error)
+        console.print(f"[red]{label}[/red] {escape(message)}", soft_wrap=True)
+        return status
     table = Table(title=f"{args.repository} (planned GPUs: {gpus})")
     columns = ["model", "precision", "batching", "instances", "max rel err (limit)", "export"]
     for column in columns + (["MiB per instance (CPU)"] if memory else []):

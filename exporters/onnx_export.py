@@ -1,10 +1,7 @@
-"""A model of the spec → ONNX, checked against its source before it enters the repository.
-
-``export_onnx`` is a pure function of (spec, out_dir); a content hash of both lets a rebuild skip work
-already done. Every source goes through the same steps: its signature checked, the file written under a
-temporary name, ``onnx.checker``, the external-data check and parity with the source's fp32 reference;
-only then does ``model.onnx`` take its final name.
-"""
+"""A model of the spec → ONNX, checked against its source before it enters the repository: whatever the
+source, its signature is checked, the file written under a temporary name, checked (``onnx.checker``,
+external data, parity with the fp32 reference) and only then named ``model.onnx``; a content hash of
+the spec and the source lets a rebuild skip work already done."""
 
 from __future__ import annotations
 
@@ -21,9 +18,8 @@ import onnx
 import torch
 from torch import nn
 
-from exporters.artifacts.onnx_files import OPSET, check_external_data
-from exporters.artifacts.ort_failures import run_or_explain
-from exporters.artifacts.parity import compare_outputs
+from exporters.artifacts.onnx_files import OPSET, check_external_data, run_or_explain
+from exporters.artifacts.parity import compare_outputs, worst_of
 from exporters.artifacts.records import current_record, file_sha256, write_record
 from exporters.errors import ExportCheckError
 from exporters.precision.int8 import to_int8
@@ -46,8 +42,6 @@ CHECK_BATCHES = {"fp32": (1, 3), "fp16": (1, 3), "int8": (64,)}
 
 @dataclass(frozen=True)
 class Artifact:
-    """What an export produced and how well it matched its source."""
-
     path: Path
     content_hash: str
     precision: str
@@ -100,8 +94,7 @@ def run_onnx(path: Path, spec: ModelSpec, inputs: list[np.ndarray]) -> list[np.n
 
 
 def export_onnx(spec: ModelSpec, out_dir: Path) -> Artifact:
-    """Export ``spec``'s model to ``out_dir/model.onnx`` unless an identical export is already there;
-    the file replaces ``model.onnx`` whole only after its checks pass (a failure leaves no part behind)."""
+    """Export ``spec``'s model to ``out_dir/model.onnx`` unless an identical export is already there."""
     source = load_source(spec)
     source.check_signature()
     digest = content_hash(spec, source)
@@ -110,7 +103,6 @@ def export_onnx(spec: ModelSpec, out_dir: Path) -> Artifact:
     with contextlib.suppress(TypeError):  # a record of another shape: rebuild
         if record is not None:
             return Artifact(path=path, cached=True, **{k: v for k, v in record.items() if k != "path"})
-    worst = None
     names, tolerances = [t.name for t in spec.outputs], [t.tolerance for t in spec.outputs]
     data = source.onnx_bytes()
     if spec.precision == "int8":  # quantized from the fp32 export, calibrated on the spec's batches
@@ -120,18 +112,18 @@ def export_onnx(spec: ModelSpec, out_dir: Path) -> Artifact:
         staging.write_bytes(data)
         onnx.checker.check_model(str(staging), full_check=True)
         check_external_data(staging)
+        reports = []
         for batch in CHECK_BATCHES[spec.precision]:
             inputs = source.inputs(batch, seed=100 + batch)
-            report = compare_outputs(
+            reports.append(compare_outputs(
                 run_onnx(staging, spec, inputs), source.reference(inputs), spec.precision,
                 f"{spec.name} ({spec.precision} ONNX, batch {batch})", names, tolerances,
-            )  # fmt: skip
-            worst = report.worse(worst)
+            ))  # fmt: skip
+        worst = worst_of(reports)
         sha256 = file_sha256(staging)
-    assert worst is not None
     artifact = Artifact(
         path, digest, spec.precision, worst.max_abs_error, worst.max_rel_error, worst.tolerance,
-        file_sha256=sha256, outputs=[c.record() for c in worst.checks], conversion=source.conversion(),
+        file_sha256=sha256, outputs=[c.record() for c in worst.checks], conversion=source.conversion,
     )  # fmt: skip
     write_record(record_path, {k: v for k, v in asdict(artifact).items() if k not in ("path", "cached")})
     log.info("%s: exported %s, max rel error %.2e", spec.name, spec.precision, artifact.max_rel_error)

@@ -1,8 +1,6 @@
-"""Build a Triton model repository from the spec: one folder per model, ``1/model.onnx`` + config.
-
-A marker file at its root lets a rebuild remove the models it built that the spec lost (Triton would
-keep serving them), never a folder it did not create.
-"""
+"""Build a Triton model repository from the spec: one folder per model, ``1/model.onnx`` + config. A
+marker file at its root lets a rebuild remove the models it built that the spec lost (Triton would keep
+serving them), never a folder it did not create."""
 
 from __future__ import annotations
 
@@ -102,7 +100,7 @@ def spec_entry(spec_path: Path, name: str) -> dict[str, Any]:
     """Model ``name``'s entry of the spec at ``spec_path``, for a script to change and serve alone."""
     entry = next((m for m in load_spec_document(spec_path)["models"] if m["name"] == name), None)
     if entry is None:
-        raise SpecError(f"{spec_path} has no model {name!r}")
+        raise SpecError(str(spec_path), f"has no model {name!r}")
     return entry
 
 

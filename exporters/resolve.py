@@ -14,8 +14,7 @@ from exporters.sources.signature import read_signature
 
 
 def resolve_model(spec: ModelSpec, path: str) -> ModelSpec:
-    """``spec`` with the tensors its artifact states filled in where the spec left them out; errors are
-    named by ``path``, the model's place in the file (``models[2]``)."""
+    """``spec`` with the tensors its artifact states where the spec left them out, errors named by path."""
     if spec.source_kind not in SELF_DESCRIBING or (spec.inputs and spec.outputs):
         return spec
     try:
@@ -29,7 +28,6 @@ def resolve_model(spec: ModelSpec, path: str) -> ModelSpec:
 
 
 def resolve_spec(spec: Spec) -> Spec:
-    """Every model of ``spec`` with its signature complete (``resolve_model``)."""
     models = tuple(resolve_model(model, f"models[{i}]") for i, model in enumerate(spec.models))
     return spec if models == spec.models else dataclasses.replace(spec, models=models)
 

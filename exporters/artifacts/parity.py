@@ -1,12 +1,7 @@
 """Numerical parity of an exported or served model with its fp32 source: one check for every artifact
-and every ``client infer --check``, so a model is held to the same limits built and served.
-
-Per output: ``max_rel`` (worst difference over the reference's largest magnitude, no floor: tiny
-outputs are held to their own scale); collapse (all zero, mostly flushed to zero, or a scale below the
-dtype's smallest normal fails whatever the differences); ``top1`` for class scores (rows within the
-dtype's resolution count as agreeing); ``cosine`` for embeddings; ``max_abs`` where the spec asks.
-Limits: the output's ``tolerance:``, defaulted by kind and precision (``resolved``).
-"""
+and every ``client infer --check``, so a model is held to the same limits built and served. The figures
+(``max_rel`` without floor, collapse, ``top1``, ``cosine``, ``max_abs``) and their defaults by kind and
+precision are in docs/SPEC.md."""
 
 from __future__ import annotations
 
@@ -84,12 +79,8 @@ class OutputCheck:
         return data
 
 
-def _rows(array: np.ndarray) -> np.ndarray:
-    return array.reshape(array.shape[0], -1) if array.ndim > 1 else array.reshape(1, -1)
-
-
 def _min_cosine(actual: np.ndarray, expected: np.ndarray) -> float:
-    a, e = _rows(actual), _rows(expected)
+    a, e = (x.reshape(x.shape[0], -1) if x.ndim > 1 else x.reshape(1, -1) for x in (actual, expected))
     norms = np.linalg.norm(a, axis=1) * np.linalg.norm(e, axis=1)
     dots = (a * e).sum(axis=1)
     both_zero = (np.linalg.norm(a, axis=1) == 0) & (np.linalg.norm(e, axis=1) == 0)
@@ -136,8 +127,7 @@ def check_outputs(
     expected: np.ndarray, actual: np.ndarray, tolerance: Tolerance | None, precision: str,
     name: str = "output",
 ) -> OutputCheck:  # fmt: skip
-    """One output held to ``tolerance`` (resolved for ``precision``); never raises: ``problems`` say what
-    failed."""
+    """One output held to ``tolerance`` (resolved for ``precision``); never raises: ``problems`` say why."""
     limits = resolved(tolerance, precision)
     if actual.shape != expected.shape:
         problem = f"shape {list(actual.shape)}, the reference has {list(expected.shape)}"
@@ -189,12 +179,14 @@ class ParityReport:
         """The tightest ``max_rel`` any output was held to."""
         return min((c.tolerance.max_rel or 0.0 for c in self.checks), default=0.0)
 
-    def worse(self, other: ParityReport | None) -> ParityReport:
-        """Per output, the check with the larger relative error (the worst over several batches)."""
-        if other is None:
-            return self
-        pairs = zip(self.checks, other.checks, strict=True)
-        return ParityReport(tuple(max(a, b, key=lambda c: (not c.ok, c.max_rel_error)) for a, b in pairs))
+
+def worst_of(reports: Sequence[ParityReport]) -> ParityReport:
+    """Per output, the check with the largest relative error over several batches (a failed one first;
+    among equals, the latest)."""
+    per_output = zip(*(report.checks for report in reversed(reports)), strict=True)
+    return ParityReport(
+        tuple(max(checks, key=lambda c: (not c.ok, c.max_rel_error)) for checks in per_output)
+    )
 
 
 def compare_outputs(

@@ -38,13 +38,6 @@ def file_matches(path: Path, expected: str | None) -> bool:
     return True
 
 
-def hash_files(files: list[Path], digest: Any) -> None:
-    """Fold the names and bytes of ``files`` into ``digest`` (a hashlib object)."""
-    for file in files:
-        digest.update(file.name.encode())
-        digest.update(file.read_bytes())
-
-
 def read_record(path: Path) -> dict[str, Any] | None:
     """The record at ``path``, or None (logged) when it is missing, unreadable or not a JSON object."""
     try:

@@ -1,9 +1,6 @@
-"""Typed Triton model configs whose field names match ``model_config.proto``.
-
-Configs are built as these dataclasses, validated in ``__post_init__`` (naming the offending field),
-turned into a dict, parsed with ``json_format.ParseDict`` into ``model_config_pb2.ModelConfig`` (so a
-misspelt field fails at build time) and written with ``text_format``. Never with string formatting.
-"""
+"""Typed Triton model configs whose field names match ``model_config.proto``: validated in
+``__post_init__`` (naming the field), parsed with ``json_format.ParseDict`` into
+``model_config_pb2.ModelConfig`` (a misspelt field fails at build time), written with ``text_format``."""
 
 from __future__ import annotations
 
@@ -41,10 +38,12 @@ class ModelTensor:
 
 
 @dataclass
-class OptionalModelInput(ModelTensor):
-    """An ``input`` a request may leave out (``ModelInput.optional``; outputs have no such field)."""
+class ModelInput(ModelTensor):
+    """An ``input`` with the fields outputs lack: one a request may leave out (``optional``), one the
+    batcher may merge across lengths (``allow_ragged_batch``)."""
 
-    optional: bool = True
+    optional: bool = False
+    allow_ragged_batch: bool = False
 
 
 @dataclass
@@ -158,35 +157,14 @@ class ModelConfig:
                 )
 
     def to_dict(self) -> dict[str, Any]:
-        """The proto's JSON form; empty sections are left out."""
-        data = {k: v for k, v in dataclasses.asdict(self).items() if v not in (None, [], {}, "")}
-        data["max_batch_size"] = self.max_batch_size
-        data.pop("gpu_execution_accelerator", None)
-        data.pop("ensemble_steps", None)
+        """The proto's JSON form; empty sections are left out (parameters keep empty values)."""
+        data = dataclasses.asdict(self)
+        accelerators = data.pop("gpu_execution_accelerator")
+        data["optimization"] = {"execution_accelerators": {"gpu_execution_accelerator": accelerators}}
+        data["ensemble_scheduling"] = {"step": data.pop("ensemble_steps")}
+        data = _without_unset(data)
         if self.parameters:
             data["parameters"] = {k: {"string_value": v} for k, v in self.parameters.items()}
-        if self.dynamic_batching is not None:
-            data["dynamic_batching"] = {
-                k: v for k, v in dataclasses.asdict(self.dynamic_batching).items() if v not in (None, [])
-            }
-        if self.gpu_execution_accelerator:
-            data["optimization"] = {
-                "execution_accelerators": {"gpu_execution_accelerator": self.gpu_execution_accelerator}
-            }
-        if self.model_warmup:
-            # zero_data/random_data are a proto oneof: only the chosen one may appear.
-            data["model_warmup"] = [
-                {
-                    **dataclasses.asdict(w),
-                    "inputs": {
-                        name: {k: v for k, v in dataclasses.asdict(i).items() if v is not False}
-                        for name, i in w.inputs.items()
-                    },
-                }
-                for w in self.model_warmup
-            ]
-        if self.ensemble_steps:
-            data["ensemble_scheduling"] = {"step": [dataclasses.asdict(s) for s in self.ensemble_steps]}
         return data
 
     def to_proto(self) -> model_config_pb2.ModelConfig:
@@ -194,6 +172,17 @@ class ModelConfig:
             return json_format.ParseDict(self.to_dict(), model_config_pb2.ModelConfig())
         except json_format.ParseError as error:
             raise SpecError(self.name, f"config does not fit model_config.proto: {error}") from error
+
+
+def _without_unset(value: Any) -> Any:
+    """``value`` without None, False or empty entries: proto3 leaves them unset, and a warm-up input's
+    ``zero_data``/``random_data`` are a oneof, of which only the chosen one may appear."""
+    if isinstance(value, list):
+        return [_without_unset(v) for v in value]
+    if not isinstance(value, dict):
+        return value
+    items = ((k, _without_unset(v)) for k, v in value.items())
+    return {k: v for k, v in items if v is not None and v is not False and v not in ("", [], {})}
 
 
 def write_config(config: ModelConfig, model_dir: Path) -> Path:

@@ -1,8 +1,5 @@
-"""Turn a ``ModelSpec`` into a Triton ``ModelConfig``: batching, placement, warm-up, threads.
-
-Placement: one ``KIND_GPU`` entry per GPU (data-parallel replicas on every card), or one ``KIND_CPU``
-entry; ``auto`` chooses by the GPUs the build is planned for (detected, or ``--gpus``).
-"""
+"""Turn a ``ModelSpec`` into a Triton ``ModelConfig``: batching, placement (one ``KIND_GPU`` entry per
+GPU, data-parallel replicas, or one ``KIND_CPU`` entry; ``auto`` by the GPUs planned), warm-up, threads."""
 
 from __future__ import annotations
 
@@ -70,18 +67,10 @@ def dynamic_batching(batching: Batching) -> ModelDynamicBatching | None:
     if batching.mode != "dynamic":
         return None
     queue = batching.queue
-    policy = None
-    if queue is not None:
-        policy = ModelQueuePolicy(
-            timeout_action=queue.timeout_action.upper(),
-            default_timeout_microseconds=queue.timeout_us,
-            max_queue_size=queue.max_queue_size,
-        )
-    return ModelDynamicBatching(
-        preferred_batch_size=list(batching.preferred_batch_sizes),
-        max_queue_delay_microseconds=batching.max_queue_delay_us,
-        default_queue_policy=policy,
+    policy = queue and ModelQueuePolicy(
+        queue.timeout_action.upper(), queue.timeout_us, False, queue.max_queue_size
     )
+    return ModelDynamicBatching(list(batching.preferred_batch_sizes), batching.max_queue_delay_us, policy)
 
 
 def lacks_spare_instances(config: ModelConfig) -> bool:
@@ -93,12 +82,9 @@ def lacks_spare_instances(config: ModelConfig) -> bool:
 
 
 def warmups(spec: ModelSpec, inputs: Sequence[TensorSpec], batching: Batching) -> list[ModelWarmup]:
-    """Warm up so that the first real request pays no setup cost.
-
-    Batch 1 (static batching: its one size), so a config whose ``max_batch_size`` is lowered later still
-    loads; our onnxruntime backend warms the larger sizes it forms. Variable axes at ``max_shape``, all
-    zeros: random ids could leave an embedding table, random floats hold NaN/Inf the guards reject.
-    """
+    """So the first real request pays no setup cost: batch 1 (static batching: its one size), so a config
+    whose ``max_batch_size`` is lowered later still loads (our backend warms the sizes it forms); variable
+    axes at ``max_shape``, all zeros: random ids could leave a table, random floats hold NaN/Inf."""
     if not spec.warmup:
         return []
     for tensor in inputs:
@@ -116,8 +102,8 @@ def build_model_config(
     spec: ModelSpec, num_gpus: int, *, name: str | None = None, inputs: Sequence[TensorSpec] | None = None,
     outputs: Sequence[TensorSpec] | None = None, batching: Batching | None = None,
 ) -> ModelConfig:  # fmt: skip
-    """The complete ``config.pbtxt`` for an ONNX model on the ``onnxruntime`` backend; a pipeline stage
-    passes its own ``name``, tensors and ``batching`` (e.g. fp16 boundaries of an fp32 model)."""
+    """The ``config.pbtxt`` of an ONNX model on ``onnxruntime``; a pipeline stage passes its own name,
+    tensors and ``batching`` (e.g. fp16 boundaries of an fp32 model)."""
     on_gpu = resolve_target(spec, num_gpus) == "gpu"
     # TensorRT on GPU targets: INT8 for an int8 model, FP16 when the spec asks for it.
     tensorrt = TENSORRT_INT8 if spec.precision == "int8" else TENSORRT_FP16 if spec.tensorrt_fp16 else None

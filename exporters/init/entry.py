@@ -14,7 +14,7 @@ from typing import Any
 import numpy as np
 import yaml
 
-from exporters.artifacts.ort_failures import LENGTHS_FIX, ORT_ERRORS, ort_reason, shapes_text
+from exporters.artifacts.onnx_files import LENGTHS_FIX, ORT_ERRORS, ort_reason, shapes_text
 from exporters.devices import usable_cores
 from exporters.errors import SpecError
 from exporters.schema.models import HuggingFaceSource, ModelSpec, OnnxSource, PythonSource, TorchExportSource
@@ -266,12 +266,10 @@ def _with_stride(spec: ModelSpec, stride: int, bound: int) -> ModelSpec:
 
 
 def tried_lengths(spec: ModelSpec, onnx_path: Path, where: str) -> tuple[ModelSpec, str]:
-    """``spec`` with lengths the file runs at, and a note for the entry's header ("": unchanged).
-
-    A file whose axes take only some lengths would pass ``init`` and fail the build, so it is run at batch
-    1 at lengths of every parity and the bound; where one fails, ``lengths:`` and ``max_shape`` become
-    multiples of the smallest power of two whose multiples all run.
-    """
+    """``spec`` with lengths the file runs at, and a note for the entry's header ("": unchanged). A file
+    whose axes take only some lengths would pass ``init`` and fail the build, so it is run at batch 1 at
+    lengths of every parity and the bound; where one fails, ``lengths:`` and ``max_shape`` become
+    multiples of the smallest power of two whose multiples all run."""
     bound = spec.variable_bound
     if not bound:
         return spec, ""

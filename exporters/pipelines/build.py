@@ -1,10 +1,7 @@
-"""Build the spec's pipelines into the repository: check in torch, export, check the artifacts, record.
-
-The stage chain is held to the whole model in torch (uncompressed: the split must be exact), then its
-artifacts, loaded back as the server loads them, before any file takes its final name. ``pipeline.json``
-keeps the cuts and figures under a content hash, so a rebuild skips the work and never moves a cut by
-timing noise.
-"""
+"""Build the spec's pipelines into the repository: the stage chain is held to the whole model in torch
+(uncompressed: the split must be exact), then its artifacts, loaded back as the server loads them,
+before any file takes its final name. ``pipeline.json`` keeps the cuts and figures under a content
+hash, so a rebuild skips the work and never moves a cut by timing noise."""
 
 from __future__ import annotations
 
@@ -13,13 +10,13 @@ import dataclasses
 import hashlib
 import json
 import logging
+import math
 import secrets
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
-import numpy as np
 import torch
 from torch import nn
 
@@ -43,6 +40,7 @@ from exporters.pipelines.stages import (
     stage_examples,
 )
 from exporters.schema.models import ModelSpec, PipelineSpec, Spec
+from exporters.schema.sections import TensorSpec
 from exporters.schema.typed import parse
 from exporters.sources.inputs import draw_inputs
 from exporters.sources.load import build_torch_model
@@ -77,6 +75,13 @@ class BoundaryRecord:
     shape: tuple[int, ...]
     bytes_per_row: int
     fp32_bytes_per_row: int
+
+    @classmethod
+    def of(cls, tensor: TensorSpec) -> BoundaryRecord:
+        elements = math.prod(tensor.shape)
+        return cls(
+            tensor.name, tensor.dtype, tensor.shape, elements * DTYPES[tensor.dtype].size, elements * 4
+        )
 
 
 @dataclass(frozen=True)
@@ -113,16 +118,6 @@ class PipelineRecord:
         """The record ``to_json`` wrote; a missing or unknown key raises ``SpecError``, a ``ValueError``."""
         derived = {"boundary_bytes_per_request", "boundary_bytes_saved_per_request"}
         return parse(cls, {k: v for k, v in data.items() if k not in derived}, "pipeline.json")
-
-
-def describe_boundaries(stages: Sequence[Stage]) -> list[BoundaryRecord]:
-    """Every tensor that crosses a stage boundary, with its bytes per request row (as sent and in fp32)."""
-    rows = []
-    for tensor in (stage.output for stage in stages[:-1]):
-        elements = int(np.prod(tensor.shape))
-        size = DTYPES[tensor.dtype].size
-        rows.append(BoundaryRecord(tensor.name, tensor.dtype, tensor.shape, elements * size, elements * 4))
-    return rows
 
 
 @dataclass(frozen=True)
@@ -214,9 +209,9 @@ def _export(
             for s, r, sha256 in zip(stages, ranges, hashes, strict=True)
         ),
         split_plan=plan, boundary_dtype=pipeline.boundary_dtype,
-        boundaries=tuple(describe_boundaries(stages)), split_max_rel_error=split.max_rel_error,
-        compression_max_rel_error=compression, artifact_max_rel_error=artifacts.max_rel_error,
-        build_id=build_id,
+        boundaries=tuple(BoundaryRecord.of(s.output) for s in stages[:-1]),
+        split_max_rel_error=split.max_rel_error, compression_max_rel_error=compression,
+        artifact_max_rel_error=artifacts.max_rel_error, build_id=build_id,
     )  # fmt: skip
 
 

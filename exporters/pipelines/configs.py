@@ -1,15 +1,13 @@
-"""Triton configs of a pipeline: one model per stage, placed on its own device, and the ensemble.
-
-Stage k runs on GPU ``k mod G`` with ``replicas[k]`` instances (or on the CPU). Every stage batches
-dynamically: an ensemble hands each request to each stage separately, so a batch does not survive it.
-"""
+"""Triton configs of a pipeline: one model per stage, placed on its own device, and the ensemble. Every
+stage batches dynamically: an ensemble hands each request to each stage separately, so a batch does not
+survive it."""
 
 from __future__ import annotations
 
 import dataclasses
 from collections.abc import Mapping, Sequence
 
-from exporters.configs.model_config import InstanceGroup, ModelConfig, ModelTensor, OptionalModelInput
+from exporters.configs.model_config import InstanceGroup, ModelConfig, ModelInput, ModelTensor
 from exporters.configs.models import build_model_config, chained_ensemble, model_tensor, resolve_target
 from exporters.errors import SpecError
 from exporters.pipelines.stages import Stage
@@ -67,8 +65,8 @@ def stage_config(
     ]
     return dataclasses.replace(
         config,
-        input=[OptionalModelInput(t.name, t.data_type, t.dims) for t in config.input]
-        + [OptionalModelInput(*update) for update in updates],
+        input=[ModelInput(t.name, t.data_type, t.dims, optional=True) for t in config.input]
+        + [ModelInput(*update, optional=True) for update in updates],
         output=[*config.output, ModelTensor(UPDATE_VERSION, DTYPES["int64"], [1])],
         parameters={**config.parameters, "embedding_tables": ",".join(stage.embedding_tables)},
     )
@@ -95,8 +93,7 @@ def pipeline_configs(
     pipeline: PipelineSpec, spec: ModelSpec, stages: Sequence[Stage], num_gpus: int,
     artifacts: Mapping[str, str] | None = None,
 ) -> list[ModelConfig]:  # fmt: skip
-    """The ensemble's config (the whole model's signature, the stages chained through named tensors),
-    then each stage's; ``artifacts`` maps stage names to their SHA-256."""
+    """The ensemble's config, then each stage's; ``artifacts`` maps stage names to their SHA-256."""
     hashes = artifacts or {}
     steps = [(stage.name, [t.name for t in stage.inputs], [stage.output.name]) for stage in stages]
     inputs, outputs = ([model_tensor(t) for t in tensors] for tensors in (spec.inputs, spec.outputs))

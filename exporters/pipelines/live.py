@@ -1,7 +1,6 @@
 """Change a served recommender pipeline's parameters without stopping it: embedding rows by update
-requests to the embedding stage (``embedding_update``), the dense network as a new, checked version
-folder that Triton's model control loads without dropping requests (``publish_dense_version``).
-"""
+requests to the embedding stage, the dense network as a new, checked version folder that Triton's
+model control loads without dropping requests."""
 
 from __future__ import annotations
 

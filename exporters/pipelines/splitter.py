@@ -1,10 +1,8 @@
-"""Cut an ordered sequence of blocks into K contiguous stages of balanced cost (pure torch, no I/O).
-
-A pipeline runs at the pace of its slowest stage. Latency is measured per block on its real input,
-because proxies mislead (a CNN's stem has few parameters but the highest resolution); FLOPs, then
-parameter counts, are the fallbacks. Cuts within the timing's own noise of the best are taken by a key
-timing cannot move (``steady_cuts``), so a fresh build does not get another pipeline by chance.
-"""
+"""Cut an ordered sequence of blocks into K contiguous stages of balanced cost (pure torch, no I/O): a
+pipeline runs at the pace of its slowest stage. Latency is measured per block on its real input, as
+proxies mislead (a CNN's stem has few parameters but the highest resolution); FLOPs, then parameter
+counts, are the fallbacks. Cuts within the timing's own noise of the best are taken by a key timing
+cannot move (``steady_cuts``), so a fresh build does not get another pipeline by chance."""
 
 from __future__ import annotations
 
@@ -50,7 +48,6 @@ class SplitPlan:
     reason: str = ""  # why these cuts, in words
 
     def stage_ranges(self) -> list[tuple[int, int]]:
-        """``[start, stop)`` block indices of each stage."""
         return list(itertools.pairwise([0, *self.cuts, len(self.block_costs)]))
 
 
@@ -73,7 +70,6 @@ def sequential_blocks(model: nn.Module, what: str) -> list[nn.Module]:
 
 
 def _block_inputs(blocks: Sequence[nn.Module], example: torch.Tensor) -> list[torch.Tensor]:
-    """The activation each block receives when the whole sequence runs on ``example``."""
     inputs, x = [], example
     with torch.inference_mode():
         for block in blocks:

@@ -1,9 +1,5 @@
-"""fp32 ONNX graphs to fp16, in one place: onnxruntime's converter (``onnxruntime.transformers``,
-maintained with the runtime that serves the result; no converter package of its own).
-
-Ops in the block list (the converter's default, or the caller's) stay fp32 behind Casts; the converter
-appends those at the end of the graph, so a topological sort puts them in the order the checker needs.
-"""
+"""fp32 ONNX graphs to fp16 by onnxruntime's converter (maintained with the runtime that serves the
+result); ops in the block list stay fp32 behind Casts, appended at the end, hence a topological sort."""
 
 from __future__ import annotations
 

@@ -1,12 +1,8 @@
-"""fp32 ONNX graphs to int8, in one place: ONNX Runtime's static or dynamic quantization.
-
-``to_int8`` (``models:`` entries) is static QDQ, calibrated on real inputs: the format ONNX Runtime
-recommends on CPU and TensorRT reads as explicit INT8. Weights int8 per output channel, activations
-uint8 (U8S8), inputs and outputs fp32. Only weight-carrying ops are quantized: products of two
-activations cost the text encoder most of its accuracy for little speed (docs/SPEC.md).
-``to_int8_dynamic`` (the text encoder) quantizes activations at run time, after moving each ``MatMul``
-input's outlier channels to fp32: static QDQ of MiniLM stayed below its cosine limit (docs/SPEC.md).
-"""
+"""fp32 ONNX graphs to int8, in one place: ONNX Runtime's quantization (docs/SPEC.md). ``to_int8``
+(``models:`` entries) is static QDQ calibrated on real inputs, the format ONNX Runtime recommends on CPU
+and TensorRT reads as explicit INT8; ``to_int8_dynamic`` (the text encoder, whose static QDQ stayed below
+its cosine limit) quantizes activations at run time, its outlier channels kept fp32. Only
+weight-carrying ops are quantized: products of two activations cost accuracy for little speed."""
 
 from __future__ import annotations
 

@@ -1,10 +1,6 @@
-"""Keep a weighted ``MatMul``'s outlier input channels in fp32, so its int8 part quantizes the rest finely.
-
-A transformer's hidden states carry a few channels far larger than the others; quantized per tensor,
-they set the scale and leave the rest a few levels. ``x·W = (x·keep)·W + x[:, outliers]·W[outliers, :]``
-(LLM.int8()'s decomposition, exact in fp32) gives them a small fp32 ``MatMul``; outliers are the
-channels whose calibration peak exceeds ``ratio`` times the median channel's.
-"""
+"""Keep a weighted ``MatMul``'s outlier input channels in fp32, so its int8 part quantizes the rest finely:
+``x·W = (x·keep)·W + x[:, outliers]·W[outliers, :]`` (LLM.int8()'s decomposition, exact in fp32;
+docs/SPEC.md); outliers are the channels whose calibration peak exceeds ``ratio`` times the median's."""
 
 from __future__ import annotations
 

@@ -1,15 +1,7 @@
-"""Run a Python module of the project in a bubblewrap sandbox, bounded, and collect what it sends back.
-
-What the sandboxed process can reach (``jail_arguments``): read-only binds of what Python needs (``/usr``,
-the ``/lib`` links, the interpreter, the venv, the project's packages) and of the inputs under ``/in``;
-nothing else of the host. The only writable place is ``/tmp``, a bounded tmpfs; results leave through
-one pipe (``frames``). It runs as uid 65534 in new user, PID, IPC, UTS, cgroup and network namespaces
-(no interface but a down loopback), every capability dropped, no further user namespaces, in its own
-session; rlimits (``bounded``) and a wall-clock limit bound it, and it dies with the parent.
-
-bubblewrap (0.8 or newer) comes from ``$BWRAP``, else ``.venv/bubblewrap`` (``make setup``), else
-``PATH``; a sandbox that cannot start is a ``SandboxUnavailableError``, never a run unconfined.
-"""
+"""Run a Python module of the project in a bubblewrap sandbox, bounded, and collect what it sends back
+through its one pipe. What it may reach, its namespaces and its bounds: docs/SERVING.md, "Trust
+boundary". bubblewrap (0.8 or newer) comes from ``$BWRAP``, else ``.venv/bubblewrap`` (``make setup``),
+else ``PATH``; a sandbox that cannot start is a ``SandboxUnavailableError``, never a run unconfined."""
 
 from __future__ import annotations
 
@@ -22,7 +14,7 @@ import signal
 import subprocess
 import sys
 import threading
-import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -130,7 +122,9 @@ def find_bwrap() -> str:
 
 
 @functools.cache
-def _checked_version(bwrap: str) -> None:
+def _checked_start(bwrap: str, bounds: Bounds) -> None:
+    """Check bubblewrap's version and start the sandbox once with ``true``, so a machine where it cannot
+    start fails with the fix."""
     try:
         text = subprocess.run([bwrap, "--version"], capture_output=True, text=True, timeout=30).stdout
     except (OSError, subprocess.SubprocessError) as error:
@@ -142,6 +136,16 @@ def _checked_version(bwrap: str) -> None:
             f"{bwrap} is bubblewrap {'.'.join(map(str, version))}; the sandbox needs "
             f"{'.'.join(map(str, MIN_VERSION))} or newer (--disable-userns): {INSTALL_HINT}"
         )
+    try:
+        done = subprocess.run(
+            [*jail_arguments(bwrap, {}, bounds), "--", "true"],
+            capture_output=True, text=True, timeout=60, stdin=subprocess.DEVNULL,
+        )  # fmt: skip
+    except (OSError, subprocess.SubprocessError) as error:
+        raise SandboxUnavailableError(f"{bwrap} does not start ({error}): {INSTALL_HINT}") from error
+    if done.returncode != 0:
+        message = " ".join(done.stderr.split())[:300]
+        raise SandboxUnavailableError(f"the sandbox does not start here ({message}): {USERNS_HINT}")
 
 
 def _runtime_binds() -> list[str]:
@@ -196,50 +200,22 @@ def bounded_command(python_arguments: list[str], bounds: Bounds) -> list[str]:
     ]  # fmt: skip
 
 
-@functools.cache
-def _checked_start(bwrap: str, bounds: Bounds) -> None:
-    """Start the sandbox once with ``true``, so a machine where it cannot start fails with the fix."""
-    _checked_version(bwrap)
-    try:
-        done = subprocess.run(
-            [*jail_arguments(bwrap, {}, bounds), "--", "true"],
-            capture_output=True, text=True, timeout=60, stdin=subprocess.DEVNULL,
-        )  # fmt: skip
-    except (OSError, subprocess.SubprocessError) as error:
-        raise SandboxUnavailableError(f"{bwrap} does not start ({error}): {INSTALL_HINT}") from error
-    if done.returncode != 0:
-        message = " ".join(done.stderr.split())[:300]
-        raise SandboxUnavailableError(f"the sandbox does not start here ({message}): {USERNS_HINT}")
-
-
-def _collect(stream, sink: bytearray, limit: int, overflowed: threading.Event) -> None:
-    """Read ``stream`` into ``sink`` up to ``limit`` bytes (past it, set ``overflowed``); with no
-    ``limit``, keep only the last ``TAIL_BYTES``."""
+def _collect(stream, sink: bytearray, limit: int, overflow: Callable[[], None]) -> None:
+    """Read ``stream`` into ``sink``; past ``limit`` bytes, call ``overflow`` and stop; with no ``limit``,
+    keep only the last ``TAIL_BYTES``."""
     with stream:
         while chunk := stream.read(65536):
             if limit and len(sink) + len(chunk) > limit:
-                overflowed.set()
+                overflow()
                 return
             sink.extend(chunk)
             if not limit:
                 del sink[:-TAIL_BYTES]
 
 
-def _wait(process: subprocess.Popen, bounds: Bounds, overflowed: threading.Event) -> bool:
-    """Wait within the wall-clock bound; kill its session when the bound passes or it sends too much.
-    True if it timed out."""
-    deadline = time.monotonic() + bounds.wall_s
-    while not overflowed.is_set():
-        try:
-            process.wait(timeout=max(0.0, min(0.5, deadline - time.monotonic())))
-            return False
-        except subprocess.TimeoutExpired:
-            if time.monotonic() >= deadline:
-                break
+def _kill_session(process: subprocess.Popen) -> None:
     with contextlib.suppress(ProcessLookupError):
         os.killpg(process.pid, signal.SIGKILL)
-    process.wait()
-    return not overflowed.is_set()
 
 
 def run_in_sandbox(python_arguments: list[str], inputs: dict[str, Path], bounds: Bounds, what: str) -> Jailed:
@@ -265,12 +241,23 @@ def run_in_sandbox(python_arguments: list[str], inputs: dict[str, Path], bounds:
     finally:
         os.close(write_end)
     result, tail, overflowed = bytearray(), bytearray(), threading.Event()
+
+    def overflow() -> None:  # it sends too much: its session dies at once, not at the wall-clock bound
+        overflowed.set()
+        _kill_session(process)
+
     results = open(read_end, "rb")  # noqa: SIM115 (its reader thread closes it)
     sinks = ((results, result, bounds.output_bytes), (process.stdout, tail, 0))
-    readers = [threading.Thread(target=_collect, args=(*sink, overflowed), daemon=True) for sink in sinks]
+    readers = [threading.Thread(target=_collect, args=(*sink, overflow), daemon=True) for sink in sinks]
     for reader in readers:
         reader.start()
-    timed_out = _wait(process, bounds, overflowed)
+    try:
+        process.wait(timeout=bounds.wall_s)
+        timed_out = False
+    except subprocess.TimeoutExpired:
+        _kill_session(process)
+        process.wait()
+        timed_out = True
     for reader in readers:
         reader.join(timeout=10)
     if overflowed.is_set():

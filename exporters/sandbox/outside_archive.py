@@ -1,12 +1,7 @@
 """The parent's side of an outside archive: its signature and its ONNX conversion, made in the sandbox.
-
-The archive's bytes are read once, hashed, and those bytes bound into the sandbox, so the file cannot
-change between the hash and the load; what comes back is parsed as untrusted data (frames,
-``program_signature.from_json``, ``numpy.load`` without pickle). Results are cached per archive hash and
-request (``$TRITON_BATCHING_CACHE``, else ``$XDG_CACHE_HOME``/``~/.cache`` ``/triton-batching``), each
-file with its SHA-256, so build, ``infer --check`` and perf share one conversion; a folder whose files
-no longer match is made again.
-"""
+The bytes bound into the sandbox are the bytes hashed, so the file cannot change between hash and load;
+what comes back is parsed as untrusted data. Results are cached per archive hash and request
+(``cache_root``), each file with its SHA-256, so build, ``infer --check`` and perf share one conversion."""
 
 from __future__ import annotations
 
@@ -23,12 +18,22 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from exporters.artifacts.records import file_matches, file_sha256
+from exporters.artifacts.records import file_matches, file_sha256, read_record
 from exporters.errors import SpecError
 from exporters.sandbox import child
-from exporters.sandbox.child import ARRAYS, ERROR, FOUND, ONNX, OUTPUTS, PROGRAM, REQUEST, USER_ERROR
+from exporters.sandbox.child import (
+    ARRAYS,
+    ERROR,
+    FOUND,
+    ONNX,
+    OUTPUTS,
+    PROGRAM,
+    REQUEST,
+    USER_ERROR,
+    ProgramTensor,
+    from_json,
+)
 from exporters.sandbox.jail import Bounds, SandboxRunError, failure, run_in_sandbox
-from exporters.sandbox.program_signature import ProgramTensor, from_json
 
 log = logging.getLogger(__name__)
 
@@ -93,17 +98,11 @@ class OutsideArchive:
 
     def _cached(self, key: str, names: tuple[str, ...]) -> Path | None:
         folder = cache_root() / "outside-archives" / key
-        try:
-            record = json.loads((folder / RECORD).read_text())
-        except (OSError, ValueError):
-            return None
-        if isinstance(record, dict) and all(file_matches(folder / n, record.get(n)) for n in names):
-            return folder
-        return None
+        record = read_record(folder / RECORD) or {}
+        return folder if all(file_matches(folder / n, record.get(n)) for n in names) else None
 
     def _run(self, mode: str, extra: dict[str, bytes], key: str, names: tuple[str, ...]) -> Path:
-        """Run the child in the sandbox on a private copy of the archive; its results, checked as frames
-        of exactly ``names``, go into the cache folder ``key``."""
+        """Run the child on a private copy of the archive; its frames, exactly ``names``, become cache key."""
         what = f"{self.field}: opening {self.path.name} in the sandbox"
         log.info(
             "%s: %s %s in the sandbox (bounds: %s)", self.field, mode, self.path.name, self.bounds.describe()

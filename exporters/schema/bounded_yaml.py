@@ -1,10 +1,7 @@
-"""Read ``models.yaml`` within bounds: what the YAML loader expands may not exceed what a spec needs.
-
-YAML aliases repeat their anchor without copying it, so a few hundred bytes can stand for billions of
-values ("billion laughs"): cheap as shared references, but the content hash (JSON) would expand them.
-So the document is measured as expanded right after loading and refused with a ``SpecError`` naming
-the field that expands, as are recursive aliases, unconvertible numbers, too deep nesting and large files.
-"""
+"""Read ``models.yaml`` within bounds: YAML aliases repeat their anchor without copying it, so a few
+hundred bytes can stand for billions of values ("billion laughs") that the content hash (JSON) would
+expand. So the document is measured as expanded right after loading and refused with a ``SpecError``
+naming the field that expands, as are recursive aliases, unconvertible numbers, deep nesting, large files."""
 
 from __future__ import annotations
 

@@ -1,11 +1,6 @@
-"""Input guards: what the spec promises about values, as ``config.pbtxt`` ``parameters`` our backend enforces.
-
-Triton checks dtypes and shapes, never values: a NaN input gives a NaN answer (not JSON), and
-onnxruntime's ``Gather`` wraps a negative id to the end of its table. The native onnxruntime backend
-ignores these keys (docs/SERVING.md, "Bad input and overload"); ours and the stage runner read them in
-``initialize`` (``python_backend.batching.with_value_guards``). Also the spec's bounds on
-``max_batch_size`` and a full batch's bytes, so a typo is a ``SpecError``, not tens of GiB of shm.
-"""
+"""Input guards: what the spec promises about values, as ``config.pbtxt`` ``parameters`` our backend enforces
+(Triton checks dtypes and shapes, never values: docs/SERVING.md, "Bad input and overload"); and the
+bounds on ``max_batch_size`` and a full batch's bytes, so a typo is a ``SpecError``, not GiB of shm."""
 
 from __future__ import annotations
 
@@ -16,7 +11,6 @@ from collections.abc import Iterable, Mapping
 from exporters.errors import SpecError
 from python_backend.dtypes import DTYPES
 
-# Keys of config.pbtxt ``parameters`` our backend reads (the native backend ignores unknown keys).
 RANGES_PARAMETER = "input_ranges"  # JSON: {"sparse_ids": [0, 1000]}, half-open
 ALLOW_NON_FINITE_PARAMETER = "allow_non_finite_inputs"  # "true" | "false"
 MAX_SHAPES_PARAMETER = "input_max_shapes"  # JSON: {"tokens": [200]}, each input's max_shape (no batch)

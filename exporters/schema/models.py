@@ -1,10 +1,7 @@
 """The declarative spec (``models.yaml``): what to serve, where it comes from, how to batch and place it.
-
-Each section is a frozen dataclass that is its own schema (``exporters.schema.typed``), with its
-invariants in ``__post_init__``; a typo in a serving config is a ``SpecError`` naming the field path,
-never a silently different deployment. Parsing reads no file: ``exporters.resolve`` fills in the tensors
-a self-describing source leaves out.
-"""
+Each section is a frozen dataclass that is its own schema (``exporters.schema.typed``), so a typo is a
+``SpecError`` naming the field path, never a silently different deployment; ``exporters.resolve`` fills
+in the tensors a self-describing source leaves out."""
 
 from __future__ import annotations
 
@@ -116,14 +113,10 @@ SELF_DESCRIBING = ("onnx", "torch_export")
 
 @dataclass(frozen=True)
 class ModelSpec:
-    """One model of the repository: where it comes from and how Triton serves it.
-
-    ``source`` is a zoo entry's name (seeded random weights) or a mapping naming the user's own model.
-    ``inputs``/``outputs`` are the served signature (no batch axis). Example inputs come from
-    ``sample`` (``function(batch, rng)``) when given, else from the zoo or the tensors themselves.
-    ``shapes`` and ``buckets`` are for perf, tune and plan: Triton batches only requests of equal shapes.
-    ``calibration`` (int8 only) draws the batches activation ranges are calibrated on.
-    """
+    """One model of the repository: ``source`` is a zoo entry's name (seeded random weights) or a mapping
+    naming the user's own model; ``inputs``/``outputs`` the served signature (no batch axis). Example
+    inputs come from ``sample`` (``function(batch, rng)``), else the zoo or the tensors themselves;
+    ``calibration`` (int8 only) draws the batches activation ranges are calibrated on."""
 
     name: str
     source: Source
@@ -267,12 +260,11 @@ class PipelineSpec:
             raise SpecError(
                 "cut_points", f"must be {self.stages - 1} strictly increasing block indices, got {cuts}"
             )
-        if self.replicas and len(self.replicas) != self.stages:
-            raise SpecError(
-                "replicas", f"must list one count per stage ({self.stages}), got {list(self.replicas)}"
-            )
-        if self.gpus and len(self.gpus) != self.stages:
-            raise SpecError("gpus", f"must list one GPU per stage ({self.stages}), got {list(self.gpus)}")
+        for key, each in (("replicas", "count"), ("gpus", "GPU")):
+            if getattr(self, key) and len(getattr(self, key)) != self.stages:
+                raise SpecError(
+                    key, f"must list one {each} per stage ({self.stages}), got {list(getattr(self, key))}"
+                )
         if self.live_updates and self.split != "embedding_dense":
             raise SpecError(
                 "live_updates", "only the embedding stage of an embedding_dense split takes updates"
@@ -308,8 +300,7 @@ class PipelineSpec:
 
 @dataclass(frozen=True)
 class Spec:
-    """The whole document: models, pipelines that split some of them, text embeddings; every name in
-    the repository is unique."""
+    """The whole document; every name in the repository is unique."""
 
     models: tuple[ModelSpec, ...]
     pipelines: tuple[PipelineSpec, ...] = ()

@@ -216,7 +216,6 @@ class Shapes:
 
     @property
     def probabilities(self) -> tuple[float, ...]:
-        """The weights scaled to sum to 1."""
         weights = self.weights or (1.0,) * len(self.lengths)
         total = float(sum(weights))
         return tuple(float(w) / total for w in weights)

@@ -20,10 +20,8 @@ DEFAULT_THREADS = Threads()
 @dataclass(frozen=True)
 class TextEmbeddingSpec:
     """One text-embedding service; ``package`` must carry the weights (``get_model_path()``).
-
     ``max_seq_length`` is where texts are truncated: 256 for all-MiniLM-L6-v2, as sentence-transformers
-    uses it (its ``tokenizer.json`` says 128). ``target``, ``instances`` and ``threads`` place the encoder.
-    """
+    uses it (its ``tokenizer.json`` says 128). ``target``, ``instances`` and ``threads`` place the encoder."""
 
     name: str
     package: str = DEFAULT_PACKAGE

@@ -37,7 +37,6 @@ def required_names(cls: type) -> tuple[str, ...]:
 
 
 def describe(hint: Any) -> str:
-    """A short human name for a type hint, for error messages."""
     if get_origin(hint) is Literal:
         return " | ".join(str(v) for v in get_args(hint))
     if get_origin(hint) in (Union, types.UnionType):
@@ -111,8 +110,7 @@ def nested(path: str, error: SpecError) -> SpecError:
 
 
 def _from_yaml(value: Any, hint: Any, path: str) -> Any:
-    """Convert YAML data towards ``hint``: mappings into dataclasses, lists into tuples; the rest is
-    checked by the constructor."""
+    """YAML data towards ``hint`` (mappings into dataclasses, lists into tuples); the constructor checks."""
     origin, args = get_origin(hint), get_args(hint)
     if origin in (Union, types.UnionType):
         if isinstance(value, dict):
@@ -139,8 +137,7 @@ def _from_yaml(value: Any, hint: Any, path: str) -> Any:
 
 
 def parse(cls: type, data: Any, path: str, **overrides: Any) -> Any:
-    """Build ``cls`` from a YAML mapping, every error under ``path``; ``overrides``: typed values for keys
-    the mapping left out."""
+    """Build ``cls`` from a YAML mapping, errors under ``path``; ``overrides``: values of keys it left out."""
     if not isinstance(data, dict):
         raise SpecError(path, f"must be a mapping, got {type(data).__name__}")
     allowed = [f.name for f in dataclasses.fields(cls)]

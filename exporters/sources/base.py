@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import copy
-from abc import ABC, abstractmethod
 from pathlib import Path
 from typing import Any
 
@@ -12,7 +11,6 @@ import torch
 from torch import nn
 
 from exporters.artifacts.onnx_files import module_to_onnx
-from exporters.artifacts.records import hash_files
 from exporters.artifacts.torch_reference import torch_reference
 from exporters.errors import SpecError
 from exporters.schema.models import ModelSpec
@@ -35,51 +33,30 @@ def check_output_shapes(spec: ModelSpec, outputs: list[np.ndarray], what: str) -
             )
 
 
-class LoadedSource(ABC):
-    """A model of the spec, loaded and ready to be checked and exported."""
+class LoadedSource:
+    """A model of the spec, loaded and ready to be checked and exported. Each kind gives ``reference``
+    (the fp32 truth for inputs, floats widened to fp32), ``fold_identity`` (what determines the artifact
+    into a digest: weights, files, user code) and ``onnx_bytes`` (the file to serve, in the spec's
+    precision); ``conversion``: how a conversion made before anything else saw the source matched it."""
 
-    def __init__(self, spec: ModelSpec) -> None:
-        self.spec = spec
+    def __init__(self, spec: ModelSpec, zoo_model: nn.Module | None = None) -> None:
+        self.spec, self.zoo_model = spec, zoo_model
+        self.conversion: dict[str, Any] = {}
 
     def inputs(self, batch: int, seed: int) -> list[np.ndarray]:
-        """Example inputs, drawn as for every consumer (``draw_inputs``)."""
         return draw_inputs(self.spec, batch, seed, self.zoo_model)
-
-    @property
-    def zoo_model(self) -> Any:
-        return None
-
-    @abstractmethod
-    def reference(self, inputs: list[np.ndarray]) -> list[np.ndarray]:
-        """The fp32 truth for ``inputs`` (float inputs widened to fp32)."""
-
-    @abstractmethod
-    def fold_identity(self, digest: Any) -> None:
-        """Add what determines the artifact (weights, files, user code) to ``digest``."""
-
-    @abstractmethod
-    def onnx_bytes(self) -> bytes:
-        """The ONNX file to serve, in the spec's precision (written whole by the exporter)."""
 
     def check_signature(self) -> None:
         check_output_shapes(self.spec, self.reference(self.inputs(2, seed=0)), "the model")
-
-    def conversion(self) -> dict[str, Any]:
-        """How a conversion made before anything else saw the source matched it (``export.json``)."""
-        return {}
 
 
 class TorchModuleSource(LoadedSource):
     """An ``nn.Module`` (zoo, user factory, Hugging Face), exported with the spec's tensor names."""
 
     def __init__(self, spec: ModelSpec, module: nn.Module, files: list[Path] | None = None) -> None:
-        super().__init__(spec)
+        super().__init__(spec, module if spec.source_kind == "zoo" else None)
         self.module = module
         self.files = files or []
-
-    @property
-    def zoo_model(self) -> Any:
-        return self.module if self.spec.source_kind == "zoo" else None
 
     def reference(self, inputs: list[np.ndarray]) -> list[np.ndarray]:
         return torch_reference(self.module, inputs)
@@ -102,7 +79,9 @@ class TorchModuleSource(LoadedSource):
                 )
 
     def fold_identity(self, digest: Any) -> None:
-        hash_files(self.files, digest)
+        for file in self.files:
+            digest.update(file.name.encode())
+            digest.update(file.read_bytes())
         for name, tensor in self.module.state_dict().items():
             digest.update(name.encode())
             digest.update(tensor.detach().cpu().contiguous().numpy().tobytes())

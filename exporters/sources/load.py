@@ -63,8 +63,7 @@ def load_source(spec: ModelSpec) -> LoadedSource:
 
 
 def build_torch_model(spec: ModelSpec) -> nn.Module:
-    """The spec's fp32 torch model; ``onnx`` and ``torch_export`` sources have none here (refused before
-    anything is loaded)."""
+    """The spec's fp32 torch model (``onnx`` and ``torch_export`` sources have none: refused unloaded)."""
     if spec.source_kind not in MODULE_KINDS:
         raise ExportCheckError(f"{spec.name}: {no_torch_module(spec.source_kind)}")
     return load_source(spec).module  # type: ignore[attr-defined]

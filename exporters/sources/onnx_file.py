@@ -12,8 +12,7 @@ import onnx
 import onnxruntime as ort
 from google.protobuf.message import DecodeError
 
-from exporters.artifacts.onnx_files import check_external_data
-from exporters.artifacts.ort_failures import run_or_explain
+from exporters.artifacts.onnx_files import check_external_data, run_or_explain
 from exporters.artifacts.torch_reference import widen
 from exporters.errors import ExportCheckError, SpecError
 from exporters.precision.fp16 import to_fp16
@@ -128,8 +127,7 @@ def _check_against(
 
 
 class OnnxModelSource(LoadedSource):
-    """An ONNX file as the model's source (the user's, or one converted in the sandbox); the reference
-    is the file itself run in onnxruntime."""
+    """An ONNX file (the user's, or one converted in the sandbox); the reference is the file itself."""
 
     def __init__(self, spec: ModelSpec, path: Path, field: str) -> None:
         super().__init__(spec)

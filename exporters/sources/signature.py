@@ -60,7 +60,6 @@ def to_tensor_specs(
 
 
 def artifact_tensors(kind: str, location: str, where: str) -> tuple[list[Any], list[Any]]:
-    """The raw inputs and outputs an ``onnx`` file or ``torch_export`` program states."""
     if kind == "onnx":
         from exporters.sources.onnx_file import graph_tensors, read_model
 

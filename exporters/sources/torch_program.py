@@ -1,9 +1,6 @@
 """``source: {torch_export: program.pt2}``: a ``torch.export`` program from outside, served as ONNX.
-
-The archive is opened only in the sandbox (``exporters.sandbox``), which converts it to ONNX and runs it
-on inputs drawn here; the converted file is then the model's source as an ``onnx:`` file is, first held
-to the program's own outputs at the fp32 tolerance. The archive's SHA-256 is its identity in the hash.
-"""
+The sandbox converts it and runs it on inputs drawn here; the converted file is then the model's source
+as an ``onnx:`` file is, first held to the program's own outputs at the fp32 tolerance."""
 
 from __future__ import annotations
 
@@ -12,11 +9,11 @@ from typing import Any
 
 import numpy as np
 
-from exporters.artifacts.parity import compare_outputs
+from exporters.artifacts.parity import compare_outputs, worst_of
 from exporters.artifacts.torch_reference import widen
 from exporters.errors import ExportCheckError, SpecError
+from exporters.sandbox.child import ProgramTensor
 from exporters.sandbox.outside_archive import CONVERTER_VERSION, OutsideArchive
-from exporters.sandbox.program_signature import ProgramTensor
 from exporters.schema.models import ModelSpec, TorchExportSource
 from exporters.schema.sections import VARIABLE, TensorSpec
 from exporters.sources.inputs import draw_inputs
@@ -88,25 +85,23 @@ class TorchProgramSource(OnnxModelSource):
     def _hold_to_program(self, sets: list[list[np.ndarray]], expected: list[list[np.ndarray]]) -> None:
         names = [t.name for t in self.spec.outputs]
         tolerances = [t.tolerance for t in self.spec.outputs]
-        worst = None
+        reports = []
         for arrays, outputs in zip(sets, expected, strict=True):
             what = f"{self.spec.name} (ONNX converted in the sandbox vs the program, batch {len(arrays[0])})"
             try:
-                worst = compare_outputs(
-                    self.reference(arrays), outputs, "fp32", what, names, tolerances
-                ).worse(worst)
+                reports.append(
+                    compare_outputs(self.reference(arrays), outputs, "fp32", what, names, tolerances)
+                )
             except ExportCheckError:
                 raise
             except Exception as error:  # onnxruntime refusing the converted file, or outputs of other shapes
                 raise ExportCheckError(f"{what}: {type(error).__name__}: {error}") from error
-        self._conversion = {
+        worst = worst_of(reports)
+        self.conversion = {
             "check": "the ONNX converted in the sandbox vs the program's own outputs there (fp32)",
             "max_abs_error": worst.max_abs_error, "max_rel_error": worst.max_rel_error,
             "tolerance": worst.tolerance, "outputs": [c.record() for c in worst.checks],
         }  # fmt: skip
-
-    def conversion(self) -> dict[str, Any]:
-        return self._conversion
 
     def fold_identity(self, digest: Any) -> None:
         digest.update(f"torch_export {CONVERTER_VERSION} {self.archive_sha256}".encode())

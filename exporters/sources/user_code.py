@@ -77,31 +77,18 @@ def _forget_other_copies(package: str, path: Path) -> None:
 
 def module_files(reference: str, path: str | None) -> list[Path]:
     """The user's source files a build depends on: every module imported from ``path`` (not every ``.py``
-    there: it may hold a venv), else the factory's own file."""
+    there: it may hold a venv), else the factory's own file. A module imported from an archive
+    (``deps.zip/pkg/mod.py``) counts as the archive, so an edit inside it rebuilds too."""
     if path is None:
         file = getattr(sys.modules.get(reference.partition(":")[0]), "__file__", None)
         on_disk = _on_disk(Path(file)) if file else None
         return [on_disk] if on_disk is not None else []
     root = Path(path).resolve()
-    files = {
-        hashed
-        for module in list(sys.modules.values())
-        if (file := getattr(module, "__file__", None)) and (hashed := _hashed_file_under(file, root))
-    }
-    return sorted(files)
-
-
-def _hashed_file_under(file: str, root: Path) -> Path | None:
-    """The file under ``root`` whose bytes the content hash reads for a module whose ``__file__`` is
-    ``file``: that file, or the archive the module was imported from (``deps.zip/pkg/mod.py`` is no file
-    on disk, ``deps.zip`` is), so an edit inside a zip archive rebuilds too. A relative name names no
-    folder (``torch.classes`` has ``_classes.py``): resolved against the working directory, it passed for
-    the user's whenever the build ran from ``root`` (``path: .``)."""
-    name = Path(file)
-    if not name.is_absolute():
-        return None
-    on_disk = _on_disk(name)
-    return on_disk if on_disk is not None and on_disk.is_relative_to(root) else None
+    # A relative __file__ names no folder (torch.classes has "_classes.py"): resolved against the working
+    # directory, it would pass for the user's whenever the build runs from root (path: .).
+    names = {Path(f) for m in list(sys.modules.values()) if (f := getattr(m, "__file__", None))}
+    files = {_on_disk(name) for name in names if name.is_absolute()}
+    return sorted(f for f in files if f is not None and f.is_relative_to(root))
 
 
 def _on_disk(name: Path) -> Path | None:

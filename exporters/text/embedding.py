@@ -1,17 +1,16 @@
 """Build a text-embedding service from packaged real weights: encoder ONNX, tokenizer stage, configs.
 
-The encoder is the package's BERT (offline) plus sentence-transformers' mean pooling and L2
-normalisation in one graph, so the served output is the sentence embedding. fp16 converts the fp32
-graph (a graph exported from a halved module does not load) keeping ``LayerNormalization``, whose fp16
-variance loses too much, in fp32; int8 quantizes its ``MatMul``s dynamically. Each is held to torch on
-real token batches before it takes its final name; ``export.json`` keeps the figures, a content hash and
-the file's SHA-256 (a rebuild skips the work only while both match).
-"""
+The encoder is the package's BERT plus sentence-transformers' mean pooling and L2 normalisation in one
+graph, so the served output is the sentence embedding. fp16 converts the fp32 graph (a graph exported
+from a halved module does not load) keeping ``LayerNormalization``, whose fp16 variance loses too much,
+in fp32. The batcher merges requests of the same padded length, which the tokenizer's buckets give;
+``ragged=True``, which the perf study compares, serves the encoder with ``allow_ragged_batch`` on our
+onnxruntime ``model.py``, padding each batch to its longest (the native backend would concatenate ragged
+inputs unpadded, so it is never the default)."""
 
 from __future__ import annotations
 
 import hashlib
-import importlib
 import json
 import logging
 from collections.abc import Iterable
@@ -27,20 +26,30 @@ import torch.nn.functional as F  # noqa: N812 (the conventional name)
 from torch import nn
 
 from exporters.artifacts.onnx_files import OPSET, check_external_data, module_to_onnx
-from exporters.artifacts.parity import compare_outputs
+from exporters.artifacts.parity import compare_outputs, worst_of
 from exporters.artifacts.records import current_record, file_sha256, write_record
-from exporters.configs.model_config import write_config
+from exporters.configs.model_config import (
+    InstanceGroup,
+    ModelConfig,
+    ModelInput,
+    ModelTensor,
+    ModelWarmup,
+    WarmupInput,
+    write_config,
+)
+from exporters.configs.models import chained_ensemble, dynamic_batching, instance_groups
 from exporters.errors import SpecError
 from exporters.precision.fp16 import to_fp16
 from exporters.precision.int8 import to_int8_dynamic
+from exporters.schema.guards import guard_parameters
 from exporters.schema.text_embeddings import TextEmbeddingSpec
-from exporters.text.configs import TOKEN_INPUTS, text_configs
+from exporters.sources import huggingface
 from python_backend import ONNXRUNTIME_BACKEND, TEXT_TOKENIZER, install
 from python_backend.atomic_files import copy_file, staged
 
 log = logging.getLogger(__name__)
 
-EXPORT_VERSION = "3"  # bump when the procedure changes, to invalidate cached artifacts (3: int8 in 7 bits)
+EXPORT_VERSION = "3"  # bump when the procedure changes, to invalidate cached artifacts
 RECORD = "export.json"
 # Texts the build check runs: short, accented, CJK, emoji, and one past the truncation length.
 CHECK_TEXTS = (
@@ -51,6 +60,69 @@ CHECK_TEXTS = (
     "I love it 😀🎉",
     " ".join(f"word{i} and more" for i in range(200)),
 )
+
+
+EMBEDDING_DIM = 384
+TOKEN_INPUTS = ("input_ids", "attention_mask")
+TEXT = ModelTensor("text", "TYPE_STRING", [1])
+EMBEDDING = ModelTensor("embedding", "TYPE_FP32", [EMBEDDING_DIM])
+
+
+def tokenizer_config(spec: TextEmbeddingSpec) -> ModelConfig:
+    """Tokenization is CPU work on every target; ``pad_buckets`` empty pads to each request's longest."""
+    return ModelConfig(
+        name=spec.tokenizer_name,
+        backend="python",
+        max_batch_size=spec.max_batch_size,
+        input=[TEXT],
+        output=[ModelTensor(name, "TYPE_INT64", [-1]) for name in TOKEN_INPUTS],
+        instance_group=[InstanceGroup(kind="KIND_CPU", count=1)],
+        dynamic_batching=dynamic_batching(spec.batching),
+        parameters={
+            "max_seq_length": str(spec.max_seq_length),
+            "pad_buckets": ",".join(str(b) for b in spec.buckets),
+        },
+    )
+
+
+def encoder_config(
+    spec: TextEmbeddingSpec, num_gpus: int, ragged: bool = False, vocab_size: int | None = None
+) -> ModelConfig:
+    """The ONNX encoder on the ``onnxruntime`` backend (or, ragged, on the Python backend), warmed at
+    every padded length the tokenizer emits. Requests that call it by name are held to what the
+    tokenizer gives: ids inside the vocabulary, a 0/1 mask, at most ``max_seq_length`` tokens."""
+    ranges = {"input_ids": (0, vocab_size), "attention_mask": (0, 2)} if vocab_size is not None else {}
+    longest = {name: (spec.max_seq_length,) for name in TOKEN_INPUTS}
+    warmups = [
+        ModelWarmup(
+            f"length_{n}", 1, {t: WarmupInput("TYPE_INT64", [n], zero_data=True) for t in TOKEN_INPUTS}
+        )
+        for n in spec.buckets or (spec.max_seq_length,)
+    ]
+    return ModelConfig(
+        name=spec.encoder_name,
+        backend="python" if ragged else "onnxruntime",
+        max_batch_size=spec.max_batch_size,
+        input=[ModelInput(n, "TYPE_INT64", [-1], allow_ragged_batch=ragged) for n in TOKEN_INPUTS],
+        output=[EMBEDDING],
+        instance_group=instance_groups(spec, num_gpus),
+        dynamic_batching=dynamic_batching(spec.batching),
+        model_warmup=warmups,
+        parameters={
+            "intra_op_thread_count": str(spec.threads.intra_op),
+            "inter_op_thread_count": str(spec.threads.inter_op),
+            **guard_parameters(ranges, allow_non_finite=False, max_shapes=longest),
+        },
+    )
+
+
+def text_configs(
+    spec: TextEmbeddingSpec, num_gpus: int, ragged: bool = False, vocab_size: int | None = None
+) -> list[ModelConfig]:
+    """The configs of the ensemble (``text`` → tokenizer → encoder → ``embedding``), tokenizer, encoder."""
+    steps = [(spec.tokenizer_name, ["text"], TOKEN_INPUTS), (spec.encoder_name, TOKEN_INPUTS, ["embedding"])]
+    ensemble = chained_ensemble(spec.name, spec.max_batch_size, [TEXT], [EMBEDDING], steps)
+    return [ensemble, tokenizer_config(spec), encoder_config(spec, num_gpus, ragged, vocab_size)]
 
 
 class SentenceEncoder(nn.Module):
@@ -68,13 +140,10 @@ class SentenceEncoder(nn.Module):
 
 
 def model_folder(package: str) -> Path:
-    """The weights folder a package carries (``get_model_path()``); SpecError if it has none."""
-    try:
-        folder = Path(importlib.import_module(package).get_model_path())
-    except (ImportError, AttributeError) as error:
-        raise SpecError("package", f"{package!r} does not provide get_model_path(): {error}") from error
-    if not (folder / "config.json").is_file() or not (folder / "tokenizer.json").is_file():
-        raise SpecError("package", f"{folder} holds no config.json and tokenizer.json")
+    """The weights folder a package carries (``get_model_path()``), with the tokenizer the service runs."""
+    folder = huggingface.model_folder(package, "package")
+    if not (folder / "tokenizer.json").is_file():
+        raise SpecError("package", f"{folder} holds no tokenizer.json")
     return folder
 
 
@@ -159,9 +228,7 @@ def export_encoder(
     record = current_record(record_path, path, digest)  # an identical export whose file is still there
     if record is not None:
         return record | {"cached": True}
-    from exporters.sources.huggingface import load_model  # heavy import, only where a text model is built
-
-    encoder = SentenceEncoder(load_model(folder)).eval()
+    encoder = SentenceEncoder(huggingface.load_model(folder)).eval()
     batches = check_batches(folder, spec.max_seq_length)
     data = encoder_onnx(encoder, batches[-1], spec.precision, calibration_batches(folder))
     with staged(path, len(data)) as staging:
@@ -169,15 +236,14 @@ def export_encoder(
         onnx.checker.check_model(str(staging), full_check=True)
         check_external_data(staging)
         session = ort.InferenceSession(str(staging), providers=["CPUExecutionProvider"])
-        worst, limits = None, [spec.output_tolerance]
+        reports, limits = [], [spec.output_tolerance]
         for batch in batches:  # the worst figures over the batches; ExportCheckError when any fails
             (actual,) = session.run(["embedding"], batch)
             with torch.inference_mode():
                 expected = encoder(*(torch.from_numpy(batch[n]) for n in TOKEN_INPUTS)).numpy()
             what = f"{spec.encoder_name} ({spec.precision}, {actual.shape[0]} texts)"
-            report = compare_outputs([actual], [expected], spec.precision, what, ["embedding"], limits)
-            worst = report.worse(worst)
-        (check,) = worst.checks
+            reports.append(compare_outputs([actual], [expected], spec.precision, what, ["embedding"], limits))
+        (check,) = worst_of(reports).checks
         sha256 = file_sha256(staging)
     record = {
         "content_hash": digest, "precision": spec.precision, "package": spec.package,
@@ -199,7 +265,6 @@ def build_text_embedding(
     spec: TextEmbeddingSpec, repository: Path, num_gpus: int, ragged: bool = False,
     done: dict[str, Path] | None = None,
 ) -> BuiltTextEmbedding:  # fmt: skip
-    """Build the ensemble, tokenizer and encoder folders of ``spec`` into ``repository``."""
     folder = model_folder(spec.package)
     vocab_size = json.loads((folder / "config.json").read_text())["vocab_size"]
     configs = text_configs(spec, num_gpus, ragged, vocab_size)  # placement errors before the slow export
@@ -218,7 +283,6 @@ def build_text_embedding(
 def build_text_embeddings(
     specs: Iterable[TextEmbeddingSpec], repository: Path, num_gpus: int, only: Iterable[str] | None = None
 ) -> list[BuiltTextEmbedding]:
-    """Build every text-embedding service of the spec (or those named in ``only``)."""
     wanted = None if only is None else set(only)
     built: list[BuiltTextEmbedding] = []
     done: dict[str, Path] = {}

@@ -31,8 +31,6 @@ class BasicBlock(nn.Module):
 def build_image_classifier(width: int = 32, num_classes: int = 10) -> nn.Sequential:
     """Stem, four stages of two basic blocks, pooled linear head; batch-norm statistics non-trivial, so
     exported graphs fold real numbers."""
-    if width < 1 or num_classes < 1:
-        raise ValueError(f"width and num_classes must be >= 1, got width={width}, num_classes={num_classes}")
     stem = nn.Sequential(
         nn.Conv2d(3, width, 7, 2, 3, bias=False),
         nn.BatchNorm2d(width),

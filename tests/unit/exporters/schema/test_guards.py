@@ -12,7 +12,7 @@ import pytest
 from exporters.configs.models import build_model_config
 from exporters.schema.guards import guard_parameters
 from exporters.schema.models import parse_spec
-from exporters.text.configs import text_configs
+from exporters.text.embedding import text_configs
 from python_backend.batching import (
     InvalidInputError,
     TensorInfo,

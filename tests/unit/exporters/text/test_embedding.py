@@ -1,4 +1,4 @@
-"""The text-embedding service's configs (``exporters.text.configs``): written and read back with a variable
+"""The text-embedding service's configs (``exporters.text.embedding``): written and read back with a variable
 sequence axis, valid for the native backend; the ragged variant on the Python backend."""
 
 from __future__ import annotations
@@ -7,7 +7,7 @@ from typing import Any
 
 from exporters.configs.model_config import read_config, write_config
 from exporters.schema.models import parse_spec
-from exporters.text.configs import text_configs
+from exporters.text.embedding import text_configs
 
 
 def test_configs_round_trip_with_a_variable_sequence_axis(spec_data: dict[str, Any], tmp_path) -> None:
