@@ -1,6 +1,6 @@
 """Own models as real exporters write them, without a server: tensor names with ``/``, ``:`` and ``.``,
 ``?`` dims, a model without a batch axis, a factory spec with a wrong dtype, a sampler with the wrong
-signature, the ``max_shape`` guard, and the one-line messages around ``make serve`` and perf.
+signature, the ``max_shape`` guard.
 
 The serving side (``make serve``, ``client infer --check``) is in
 ``tests/integration/test_real_exporter_models.py``.
@@ -23,10 +23,7 @@ from exporters.errors import ExportCheckError, SpecError
 from exporters.init.entry import init_entry
 from exporters.onnx_export import export_onnx
 from exporters.schema.sections import TensorSpec
-from perf.studies.analysis import GOAL_FAMILY, for_model, outside_server_ms
-from perf.studies.goals import Goal
 from python_backend.batching import InvalidInputError, TensorInfo, shared_axes, with_value_guards
-from server.__main__ import _already_running
 from server.fronts.allow_list import CarriedInput, Carrier, ModelSignature, check_allowed
 from server.fronts.refusal import RequestRefusedError
 from tests.unit.python_backend.request_checks import validate
@@ -150,28 +147,6 @@ def test_the_fronts_read_the_bound_from_the_served_config(tmp_path: Path) -> Non
         _fits(model, (1, 3, 300, 17))
     unbounded = ModelSignature.from_config("paddle_cls", {**served, "parameters": {}}, 64 << 20)
     _fits(unbounded, (1, 3, 300, 17))  # a config without it: what fits in the front's limit
-
-
-def test_a_second_server_in_one_checkout_is_one_line_with_the_holder_and_the_fix() -> None:
-    state = {"pid": 4321, "supervisor_pid": 4300, "http": "127.0.0.1:8000", "grpc": "127.0.0.1:8001",
-             "repository": "/x/model_repository"}  # fmt: skip
-    line = _already_running(state)
-    assert "\n" not in line and "pid 4321" in line and "127.0.0.1:8000" in line and "`make stop`" in line
-
-
-def test_the_latency_outside_the_server_is_never_negative() -> None:
-    assert outside_server_ms(10.0, 2.0, 3.0) == 5.0
-    assert math.isnan(outside_server_ms(10.0, 20.0, 43.86))  # was reported as -53.86 ms
-
-
-def test_the_recommenders_batching_target_is_not_applied_to_other_models() -> None:
-    missed = Goal("dynamic vs none", "throughput ≥ 4× none", "dyn: 1.10× QPS", False, "…")
-    assert for_model(missed, GOAL_FAMILY) == dataclasses.replace(missed, model=GOAL_FAMILY)
-    own = for_model(missed, "sequence_gru")
-    assert own.verdict == "n/a" and own.measured == missed.measured and "not applicable" in own.limits
-    assert own.model == "sequence_gru"
-    other = Goal("served vs raw", "≥ 0.9×", "0.5×", False)
-    assert for_model(other, "sequence_gru") == dataclasses.replace(other, model="sequence_gru")
 
 
 def test_transformers_loads_quietly() -> None:
