@@ -2,15 +2,17 @@
 
 One supervised server with both fronts, as ``make serve`` runs it, under HTTP and gRPC callers: the
 invariant fuzz (fault matrix row 62) for ``--invariant-s``, then a fault of ``soak.faults`` or
-``soak.attacks`` every few seconds, then a drain under load. Exit 0 only if nothing was lost or leaked
-and the server never died but by the soak's hand."""
+``soak.attacks`` every few seconds, then a drain under load. Exit 0 only if nothing was lost or leaked,
+the server never died but by the soak's hand, and it exited as expected at the drain."""
 
 from __future__ import annotations
 
 import argparse
 import logging
 import random
+import shutil
 import sys
+import tempfile
 import threading
 import time
 from collections.abc import Callable
@@ -26,7 +28,7 @@ from soak.attacks import ATTACKS
 from soak.faults import FAULTS, Soak, recover
 from soak.invariant_fuzz import rss_mib, run_for
 from soak.mixed_load import PIPELINE, MixedLoad
-from soak.report import SoakReport, account, close_by_restarts, own_restarts
+from soak.report import SoakReport, account, close_by_restarts, exit_lines, own_restarts
 
 LOAD_MODELS = ("trivial", "recommender", PIPELINE)
 HEAL_WAIT_S = 15  # let the last fault heal before the final drain
@@ -45,8 +47,9 @@ def run_soak(
     fuzz, then ``duration_s`` with a random fault every ~``fault_every_s``."""
     rng = random.Random(seed)
     report = SoakReport(duration_s)
+    logs = Path(tempfile.mkdtemp(prefix="soak-"))  # outside the server's folder: read after its stop
     options = ServerOptions(
-        repository=repository, exit_timeout_s=5, port_wait_s=10,
+        repository=repository, exit_timeout_s=5, port_wait_s=10, log_path=logs / "server.log",
         http_front=True, grpc_front=True,  # as `make serve` runs it: the fronts face the faults
     )  # fmt: skip
     server = TritonServer(options)
@@ -94,11 +97,13 @@ def run_soak(
         server.stop()
         load.stop()
         report.exit_code = server.process.returncode if server.process else None
+        report.exit_log = exit_lines(server.log_tail(60))
         waiting = [caller.name for caller in load.callers if caller.is_alive()]
         account(report, load.outcomes, (drain_at, server.drain_finished_at), served_by, waiting)
     finally:
         supervisor.release()
         server.stop()
+        shutil.rmtree(logs, ignore_errors=True)
     report.leaked_stubs = stubs_with_prefix(server.shm_prefix)
     report.leaked_regions = sorted(p.name for p in Path("/dev/shm").glob(f"{server.shm_prefix}*"))
     return report

@@ -7,7 +7,15 @@ from server.watchdog import HealEvent
 from soak.faults import match_heal_events
 from soak.invariant_fuzz import InvariantReport
 from soak.mixed_load import MixedLoad, Outcome
-from soak.report import SERVER_KILLED, Outage, SoakReport, account, close_by_restarts, own_restarts
+from soak.report import (
+    SERVER_KILLED,
+    Outage,
+    SoakReport,
+    account,
+    close_by_restarts,
+    exit_lines,
+    own_restarts,
+)
 
 UNHEALTHY = "[500] Stub process 'recommender_0_0' is not healthy."
 SERVED_BY = {"recommender": {"recommender"}, "trivial": {"trivial"}}
@@ -128,6 +136,44 @@ def test_only_deaths_the_soak_did_not_cause_fail_the_run() -> None:
     assert report.server_restarts == [] and report.passed
     own_restarts(report, [*history, {"pid": 222, "cause": "killed by signal 7 (SIGBUS)"}])
     assert report.server_restarts == ["killed by signal 7 (SIGBUS)"] and not report.passed
+
+
+# the end of the log of a server that drained after a stub died under load (Triton 2.51)
+EXIT_TIMEOUT_LOG = """Signal (15) received.
+I1206 server.cc:336] "All models are stopped, unloading models"
+I1206 server.cc:345] "Timeout 5: Found 2 live models and 0 in-flight non-inference requests"
+I1206 server.cc:345] "Timeout 0: Found 2 live models and 0 in-flight non-inference requests"
+E1206 main.cc:535] "failed to stop server: Internal - Exit timeout expired. Exiting immediately."
+"""
+
+
+def test_the_drained_servers_exit_code_decides_the_run_with_the_exit_the_soaks_faults_explain() -> None:
+    """0 passes. Triton 2.51 exits 1 past its exit timeout when a model reloaded after its stub died under
+    load left its old version live: expected only after a stub fault on the drained server (one before the
+    soak's last kill of tritonserver hit another), and only with Triton's exit-timeout line; any other
+    exit code fails the run, and the report says how each server ended."""
+    report = SoakReport(duration_s=60, exit_code=0, server_pids=[111, 222])
+    assert report.passed and "111 killed by SIGKILL" not in report.text()
+    report.server_kills = [111]
+    own_restarts(report, [{"pid": 111, "cause": "killed by SIGKILL"}])
+    assert report.passed
+    assert "how each tritonserver ended: 111 killed by SIGKILL; 222 exit code 0 at the drain (expected)" in (
+        report.text()
+    )
+    report.exit_code, report.exit_log = 1, exit_lines(EXIT_TIMEOUT_LOG)
+    assert report.exit_log == [line.strip() for line in EXIT_TIMEOUT_LOG.splitlines()[3:]], "the last count"
+    assert not report.passed, "no stub fault: nothing explains it"
+    report.outages.append(Outage("stub killed", "recommender", at=5.0, epoch=0.0, symptom="is not healthy"))
+    report.outages[-1].recovered_at = 9.0
+    report.outages.extend(_killed_at(20.0, 40.0))
+    assert not report.passed, "the stub fault hit the server the soak killed, not the drained one"
+    report.outages.append(Outage("stub stopped", "recommender", at=50.0, epoch=0.0, symptom="is not healthy"))
+    report.outages[-1].recovered_at = 54.0
+    assert report.passed and "222 exit code 1 at the drain (expected)\n    I1206" in report.text()
+    report.exit_log = []
+    assert not report.passed and "(UNEXPECTED)" in report.text(), "exit 1 without Triton's reason"
+    report.exit_code, report.exit_log = -11, exit_lines(EXIT_TIMEOUT_LOG)
+    assert not report.passed, "a crash at the drain"
 
 
 def test_a_stub_outage_the_server_kill_cut_short_recovers_with_the_restart() -> None:
