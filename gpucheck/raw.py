@@ -14,7 +14,7 @@ from client.infer import timed_calls
 from exporters.sources.inputs import draw_inputs
 from gpucheck.grid import Grid
 from gpucheck.repository import CheckModel, torch_module
-from perf.model.latency import LatencyFit, fit_latency
+from perf.model.latency import LatencyFit, fit_compute
 
 log = logging.getLogger(__name__)
 MIB = 1 << 20
@@ -80,7 +80,9 @@ def _curve(model: CheckModel, grid: Grid, device: torch.device) -> RawCurve:
     del module, largest
     if on_gpu:
         torch.cuda.empty_cache()
-    fit = fit_latency(batch_ms)
+    # A cost model, never a negative Δt: times flat in the batch (a launch-bound GPU, a loaded host) can
+    # fall by noise, and the compute profile ``make plan`` reads refuses a negative slope.
+    fit = fit_compute(batch_ms, dict.fromkeys(batch_ms, 1))
     log.info(
         "raw %s %s on %s: T %.3f ms, Δt %.4f ms", model.base, model.precision, device, fit.t_ms, fit.dt_ms
     )
