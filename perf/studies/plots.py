@@ -22,7 +22,8 @@ def save_figure(figure: plt.Figure, path: Path, axes: plt.Axes | None = None, gr
     if axes is not None:
         if grid:
             axes.grid(True, which=grid, alpha=0.3)
-        axes.legend(fontsize=8)
+        if axes.get_legend_handles_labels()[0]:  # a plot of nothing measured has no legend to draw
+            axes.legend(fontsize=8)
     figure.tight_layout()
     figure.savefig(path, dpi=110)
     plt.close(figure)
