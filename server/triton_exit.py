@@ -37,5 +37,5 @@ def exit_timeout_explained(log_text: str) -> str | None:
     return (
         f"tritonserver exited with status 1: its exit timeout expired with {held} model version(s) it never "
         "unloads; each is the old version of a model the watchdog reloaded after its stub died with "
-        "requests in flight (Triton 2.51; docs/SERVING.md, Triton 2.51's own limits)"
+        "requests in flight (docs/SERVING.md, Triton 2.51's own limits)"
     )

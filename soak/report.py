@@ -147,9 +147,9 @@ class SoakReport:
             what: f"; most of them waiting in tritonserver at once {most:g} (their share {share})"
             for what, (most, share) in self.most_waiting.items()
         }
-        drained = self.server_pids[-1] if self.server_pids else "?"
+        drained_pid = self.server_pids[-1] if self.server_pids else "?"
         verdict = "expected" if self.exit_expected else "UNEXPECTED"
-        ending = f"{drained} exit code {self.exit_code} at the drain ({verdict})"
+        ending = f"{drained_pid} exit code {self.exit_code} at the drain ({verdict})"
         if self.exit_code not in (0, None):
             held = "?" if self.versions_held is None else self.versions_held
             ending += f"; model versions held at exit {held}, stub faults on it {self.stub_faults}"
