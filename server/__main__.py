@@ -34,6 +34,7 @@ from server.launcher import ServerError, ServerOptions, TritonServer, remove_shm
 from server.records import read_record, warmup_snapshot, write_record
 from server.stubs import kill_stray_stubs
 from server.supervisor import Supervisor, record_lines
+from server.triton_exit import exit_timeout_explained
 from server.watchdog import event_lines
 
 STATE = Path(".run/server.json")
@@ -43,6 +44,7 @@ EVENTS = Path(".run/watchdog.json")
 SUPERVISOR = Path(".run/supervisor.json")
 SUPERVISOR_LOG = Path(".run/supervisor.log")
 STARTUP_MARGIN_S = 60.0  # beyond the server's own startup timeout, for the supervisor to report
+LOG_END_BYTES = 1 << 16  # where tritonserver's last words are, at the end of its log
 
 
 def _take_lock():
@@ -282,11 +284,24 @@ def _stop(args: argparse.Namespace) -> int:
         _signal(pid, b"tritonserver", wait_s=args.timeout)
         _signal(pid, b"tritonserver", signal.SIGKILL)  # still there after its timeout
         print(f"stopped tritonserver (pid {pid})")
+        ended = exit_timeout_explained(_log_end(state))
+        if ended is not None:  # its exit status went to whoever adopted it: the log says what it was
+            print(ended)
     else:
         print(f"recorded tritonserver (pid {pid}) is no longer running; clearing its record")
     _clear_leftovers(state)
     STATE.unlink()
     return 0
+
+
+def _log_end(state: dict) -> str:
+    """The end of the recorded server's log ("" if there is none)."""
+    try:
+        with open(state.get("log", ""), "rb") as log_file:
+            log_file.seek(max(0, log_file.seek(0, os.SEEK_END) - LOG_END_BYTES))
+            return log_file.read().decode(errors="replace")
+    except OSError:
+        return ""
 
 
 def _status(args: argparse.Namespace) -> int:

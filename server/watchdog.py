@@ -19,7 +19,7 @@ from pathlib import Path
 import tritonclient.http as httpclient
 
 from server.admin import load_model, serving_versions
-from server.proc_stat import stop
+from server.proc_stat import running, stop
 from server.records import write_record
 from server.stubs import Stub, activity, owned_mutexes, server_stubs
 
@@ -98,6 +98,7 @@ class Watchdog:
         self._reloads: dict[str, threading.Thread] = {}  # model -> its reload in flight
         self._lock = threading.Lock()  # the state and its file, shared with the reload threads
         self._stop = threading.Event()
+        self._server_gone_said = False
         self._thread: threading.Thread | None = None
 
     def start(self) -> Watchdog:
@@ -116,8 +117,6 @@ class Watchdog:
     def run(self) -> None:
         self._write()
         while not self._stop.wait(POLL_S):
-            if not Path(f"/proc/{self.server_pid}").exists():
-                return
             try:
                 self.check_once()
             except Exception:  # the watchdog must outlive any one bad poll; it logs and carries on
@@ -227,6 +226,9 @@ class Watchdog:
 
     def check_once(self) -> list[str]:
         """One poll: kill hung stubs, find dead ones, start healing their models; the models it started."""
+        if not running(self.server_pid):
+            self._server_gone()
+            return []
         scan = server_stubs(self.server_pid)
         if self._kill_hung(scan):
             scan = server_stubs(self.server_pid)  # the killed stubs are gone now: heal them in this poll
@@ -248,7 +250,21 @@ class Watchdog:
         try:
             self._heal_model(model, dead)
         except Exception:  # a reload thread logs what went wrong; the next death starts another
-            log.exception("healing %s failed", model)
+            if running(self.server_pid):
+                log.exception("healing %s failed", model)
+            else:  # it died after this reload started: its stubs died with it, not on their own
+                self._server_gone()
+
+    def _server_gone(self) -> None:
+        """tritonserver itself exited or was killed, and its stubs with it: nothing to reload (the
+        supervisor starts another server, with a watchdog of its own). Said once, then the watchdog stops."""
+        self._stop.set()
+        with self._lock:
+            said, self._server_gone_said = self._server_gone_said, True
+        if not said:
+            log.warning(
+                "tritonserver (pid %s) is gone and its stubs with it; the watchdog stops", self.server_pid
+            )
 
     def _heal_model(self, model: str, dead: list[Stub]) -> None:
         """Reload ``model`` if ``dead`` held stubs of a serving version that no live stub replaces."""

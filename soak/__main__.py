@@ -97,6 +97,7 @@ def run_soak(
         server.stop()
         load.stop()
         report.exit_code = server.process.returncode if server.process else None
+        report.drained = server.drain_finished_at is not None
         report.exit_log = exit_lines(server.log_tail(60))
         waiting = [caller.name for caller in load.callers if caller.is_alive()]
         account(report, load.outcomes, (drain_at, server.drain_finished_at), served_by, waiting)

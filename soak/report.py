@@ -9,6 +9,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from statistics import median_high
 
+from server.triton_exit import exit_timeout_expired, versions_held
 from soak.invariant_fuzz import InvariantReport
 from soak.mixed_load import Outcome, refused_cleanly
 
@@ -16,9 +17,6 @@ RECOVERY_GRACE_S = 1.0  # a request sent just before the reload finished may sti
 SERVER_KILLED = "server killed"  # the soak's own kill -9 of tritonserver (soak.attacks.kill_server)
 # errors that mean no answer came back, unless a front's answer quotes them from upstream
 FRONT_ANSWERS = ("tritonserver is not reachable", "tritonserver did not answer")
-# Triton 2.51's words when a model version it cannot unload holds its exit past the exit timeout: a model
-# the watchdog reloaded after one of the soak's stub faults under load leaves its old version live
-EXIT_TIMEOUT = "Exit timeout expired"
 EXIT_LINES = ("live models", "failed to stop server", "terminate called", "what():")
 UNANSWERED = (
     "Connection refused", "failed to connect", "connection closed", "Connection reset", "RemoteDisconnected",
@@ -82,6 +80,7 @@ class SoakReport:
     leaked_stubs: list[int] = field(default_factory=list)
     leaked_regions: list[str] = field(default_factory=list)
     exit_code: int | None = None  # the drained server's (None: no drain, as in a report a test builds)
+    drained: bool = True  # the drain unloaded every model before SIGTERM: Triton then held no live version
     exit_log: list[str] = field(default_factory=list)  # the drained server's log lines that explain it
     invariants: InvariantReport | None = None  # the invariant fuzz's phase (None: not run)
 
@@ -106,15 +105,28 @@ class SoakReport:
         )
 
     @property
+    def stub_faults(self) -> int:
+        """The soak's stub faults on the drained server: those after its last kill of tritonserver."""
+        last_kill = max((o.at for o in self.outages if o.fault == SERVER_KILLED), default=float("-inf"))
+        return sum(1 for o in self.outages if o.fault != SERVER_KILLED and o.at > last_kill)
+
+    @property
+    def versions_held(self) -> int | None:
+        """The model versions Triton still held past the drain (its last count while exiting)."""
+        return versions_held("\n".join(self.exit_log))
+
+    @property
     def exit_expected(self) -> bool:
-        """The drained server exits 0; or 1 past its exit timeout when one of the soak's stub faults hit
-        it: Triton 2.51 never unloads the old version of a model reloaded after its stub died under load
-        (docs/SERVING.md, Triton 2.51's own limits). Any other exit fails the run."""
+        """The drained server exits 0; or 1 past its exit timeout holding no more model versions than the
+        soak's stub faults on it: Triton 2.51 keeps, for good, the old version of each model the watchdog
+        reloaded after its stub died under load, one per fault at most (docs/SERVING.md, Triton 2.51's own
+        limits). Held versions are counted only after a complete drain, which leaves none live. Any other
+        exit fails the run, one stranded version more than the faults included."""
         if self.exit_code in (0, None):
             return True
-        last_kill = max((o.at for o in self.outages if o.fault == SERVER_KILLED), default=float("-inf"))
-        stub_fault = any(o.fault != SERVER_KILLED and o.at > last_kill for o in self.outages)
-        return self.exit_code == 1 and stub_fault and any(EXIT_TIMEOUT in line for line in self.exit_log)
+        held = self.versions_held
+        timed_out = exit_timeout_expired("\n".join(self.exit_log))
+        return self.exit_code == 1 and self.drained and timed_out and 0 < (held or 0) <= self.stub_faults
 
     def text(self) -> str:
         wrong = len(self.lost) - self.lost_unanswered
@@ -135,9 +147,14 @@ class SoakReport:
             what: f"; most of them waiting in tritonserver at once {most:g} (their share {share})"
             for what, (most, share) in self.most_waiting.items()
         }
-        drained = self.server_pids[-1] if self.server_pids else "?"
+        drained_pid = self.server_pids[-1] if self.server_pids else "?"
         verdict = "expected" if self.exit_expected else "UNEXPECTED"
-        ends = [*self.server_deaths, f"{drained} exit code {self.exit_code} at the drain ({verdict})"]
+        ending = f"{drained_pid} exit code {self.exit_code} at the drain ({verdict})"
+        if self.exit_code not in (0, None):
+            held = "?" if self.versions_held is None else self.versions_held
+            ending += f"; model versions held at exit {held}, stub faults on it {self.stub_faults}"
+            ending += "" if self.drained else " (the drain was incomplete: some may be live ones)"
+        ends = [*self.server_deaths, ending]
         ended = "; ".join(ends) + "".join(f"\n    {line}" for line in self.exit_log if self.exit_code)
         return "\n".join(
             [

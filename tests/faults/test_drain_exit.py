@@ -1,11 +1,12 @@
-"""The drained server's exit after a stub died under load, as ``make soak`` judges it.
+"""The drained server's exit after stubs died under load, as ``make soak`` judges it.
 
-Triton 2.51 keeps the old version of a model the watchdog reloaded after its stub died with requests in
-flight: the drain unloads every model, yet at SIGTERM tritonserver waits its whole exit timeout for that
-version and exits 1 (docs/SERVING.md, Triton 2.51's own limits). No kill of tritonserver is needed: a
-first-start server does it. The soak accepts that exit only with a stub fault of its own on the drained
-server and Triton's words in its log. A Triton that unloads the old version exits 0 and fails this test:
-the docs' row is then stale.
+Triton 2.51 keeps, for good, the old version of each model the watchdog reloaded after its stub died
+with requests in flight: the Python backend never deletes those requests' response factories, and each
+holds that version. The drain unloads every model, yet at SIGTERM tritonserver counts the versions it
+still holds, waits its whole exit timeout and exits 1 (docs/SERVING.md, Triton 2.51's own limits). No
+kill of tritonserver is needed: a first-start server does it. The soak accepts that exit only when
+Triton held no more versions than its stub faults on the drained server. A Triton that unloads the old
+versions exits 0 and fails this test: the docs' row is then stale.
 """
 
 from __future__ import annotations
@@ -19,13 +20,16 @@ import tritonclient.http as httpclient
 from resilience_fixtures import HANG_GUARD_S, MixedLoad, build_small_repository, explicit_options, wait_for
 
 from server import TritonServer
+from server.triton_exit import exit_timeout_expired, exit_timeout_explained
 from soak.faults import Soak, kill_stub, recover
-from soak.report import EXIT_TIMEOUT, SoakReport, exit_lines
+from soak.report import SoakReport, exit_lines
 
 pytestmark = pytest.mark.integration
 
+KILLS = 2
 
-def test_a_stub_killed_under_load_ends_the_drained_server_with_the_exit_the_soak_expects(
+
+def test_each_stub_killed_under_load_leaves_one_version_the_drained_server_exits_holding(
     spec_data: dict[str, Any], tmp_path: Path
 ) -> None:
     repository = build_small_repository(spec_data, tmp_path / "repository", pipeline=False)
@@ -38,17 +42,25 @@ def test_a_stub_killed_under_load_ends_the_drained_server_with_the_exit_the_soak
         client = httpclient.InferenceServerClient(server.http_url)
         soak = Soak(server, client, random.Random(0), report, ["trivial"], ["trivial"])
         report.server_pids.append(server.pid)
-        kill_stub(soak)
-        assert report.outages, "no stub of trivial to kill"
-        wait_for(lambda: any(e.healed_at for e in server.watchdog.state.events), "the watchdog's reload")
-        load.wait_for(len(load.ok()) + 20)  # serving again
-        recover(soak)  # the outage ends at the reload, as in the soak
+        events = server.watchdog.state.events
+        for kill in range(1, KILLS + 1):
+            kill_stub(soak)
+            assert len(report.outages) == kill, "no stub of trivial to kill"
+            wait_for(lambda kill=kill: sum(1 for e in events if e.healed_at) == kill, "the watchdog's reload")
+            load.wait_for(len(load.ok()) + 20)  # serving again, under load before the next kill
+        recover(soak)  # each outage ends at its reload, as in the soak
         server.stop()
         load.stop()
     finally:
         server.stop()
-    report.exit_code, report.exit_log = server.process.returncode, exit_lines(server.log_tail(60))
-    assert report.exit_code == 1 and any(EXIT_TIMEOUT in line for line in report.exit_log), server.log_tail()
+    log_tail = server.log_tail(60)
+    report.exit_code, report.exit_log = server.process.returncode, exit_lines(log_tail)
+    report.drained = server.drain_finished_at is not None
+    assert report.exit_code == 1 and exit_timeout_expired(log_tail), log_tail
+    assert report.drained and report.versions_held == KILLS, report.text()  # one per stub killed under load
+    assert f"expired with {KILLS} model version(s)" in (exit_timeout_explained(log_tail) or "")  # `make stop`
     assert report.exit_expected and report.passed, report.text()
-    report.outages.clear()  # the same exit with no stub fault to explain it
+    report.outages.pop()  # one version held more than the stub faults that explain them
     assert not report.exit_expected and "(UNEXPECTED)" in report.text()
+    report.outages.clear()
+    assert not report.exit_expected

@@ -3,16 +3,18 @@ how soon it judges a silent stub hung."""
 
 from __future__ import annotations
 
+import logging
 import os
 import subprocess
 import sys
-from collections.abc import Callable
+import time
+from collections.abc import Callable, Iterator
 
 import pytest
 
 from server import watchdog as watchdog_module
 from server.ports import free_ports
-from server.proc_stat import stat_fields
+from server.proc_stat import EXITED, stat_fields
 from server.stubs import STOPPED_STATES, Stub
 from server.watchdog import POLL_S, Watchdog, model_progress
 
@@ -94,3 +96,56 @@ def test_a_running_hung_stub_is_stopped_before_its_mutexes_are_read() -> None:
     finally:
         busy.kill()
         busy.wait()
+
+
+@pytest.fixture
+def killed_server() -> Iterator[subprocess.Popen]:
+    """A process killed and not yet reaped, as tritonserver is right after a ``kill -9`` until its
+    supervisor waits for it; nothing listens on its port any more."""
+    server = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
+    server.kill()
+    while (fields := stat_fields(server.pid)) is not None and fields[0] not in EXITED:
+        time.sleep(0.01)
+    yield server
+    server.wait()
+
+
+def test_stubs_that_died_with_their_server_are_one_line_and_no_reload(
+    killed_server: subprocess.Popen, caplog: pytest.LogCaptureFixture
+) -> None:
+    """After a ``kill -9`` of tritonserver its stubs die with it before the supervisor has reaped it:
+    the watchdog says once that the server is gone and reloads nothing (before: a reload per model,
+    each failing with a ``ConnectionRefusedError`` traceback)."""
+    (port,) = free_ports(["127.0.0.1"])
+    watchdog = Watchdog(killed_server.pid, f"127.0.0.1:{port}", "key", None)
+    watchdog.dead_stubs([silent_stub(4242), Stub(4243, "n", "1", "n_0_0", "region", alive=True)])
+    with caplog.at_level(logging.INFO, logger=watchdog_module.__name__):
+        started = watchdog.check_once()
+        watchdog.check_once()
+        watchdog.stop()  # waits for any reload it started
+    assert started == []
+    assert [(r.levelname, r.getMessage(), r.exc_info) for r in caplog.records] == [
+        (
+            "WARNING",
+            f"tritonserver (pid {killed_server.pid}) is gone and its stubs with it; the watchdog stops",
+            None,
+        )
+    ]
+
+
+def test_a_reload_the_server_died_under_is_the_same_one_line(
+    killed_server: subprocess.Popen, caplog: pytest.LogCaptureFixture, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A server killed after the watchdog began reloading its models: each reload fails on the refused
+    connection, and the watchdog tells that from a failed reload by the server being gone."""
+
+    def refused(*args: object) -> list[str]:
+        raise ConnectionRefusedError(111, "Connection refused")
+
+    monkeypatch.setattr(watchdog_module, "serving_versions", refused)
+    watchdog = Watchdog(killed_server.pid, "127.0.0.1:1", "key", None)
+    with caplog.at_level(logging.INFO, logger=watchdog_module.__name__):
+        for model in ("m", "n"):
+            watchdog._heal(model, [silent_stub()])
+    assert [(r.levelname, r.exc_info) for r in caplog.records] == [("WARNING", None)]
+    assert "is gone" in caplog.records[0].getMessage()

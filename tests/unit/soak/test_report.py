@@ -147,11 +147,18 @@ E1206 main.cc:535] "failed to stop server: Internal - Exit timeout expired. Exit
 """
 
 
+def _stub_fault(fault: str, at: float) -> Outage:
+    outage = Outage(fault, "recommender", at=at, epoch=0.0, symptom="is not healthy")
+    outage.recovered_at = at + 4.0
+    return outage
+
+
 def test_the_drained_servers_exit_code_decides_the_run_with_the_exit_the_soaks_faults_explain() -> None:
-    """0 passes. Triton 2.51 exits 1 past its exit timeout when a model reloaded after its stub died under
-    load left its old version live: expected only after a stub fault on the drained server (one before the
-    soak's last kill of tritonserver hit another), and only with Triton's exit-timeout line; any other
-    exit code fails the run, and the report says how each server ended."""
+    """0 passes. Triton 2.51 exits 1 past its exit timeout when models reloaded after their stubs died
+    under load left old versions it never unloads, one per stub fault at most: expected only when the
+    versions it held after a complete drain are no more than the stub faults on the drained server (those
+    before the soak's last kill of tritonserver hit another), and only with Triton's exit-timeout line;
+    any other exit code fails the run, and the report says how each server ended."""
     report = SoakReport(duration_s=60, exit_code=0, server_pids=[111, 222])
     assert report.passed and "111 killed by SIGKILL" not in report.text()
     report.server_kills = [111]
@@ -163,13 +170,23 @@ def test_the_drained_servers_exit_code_decides_the_run_with_the_exit_the_soaks_f
     report.exit_code, report.exit_log = 1, exit_lines(EXIT_TIMEOUT_LOG)
     assert report.exit_log == [line.strip() for line in EXIT_TIMEOUT_LOG.splitlines()[3:]], "the last count"
     assert not report.passed, "no stub fault: nothing explains it"
-    report.outages.append(Outage("stub killed", "recommender", at=5.0, epoch=0.0, symptom="is not healthy"))
-    report.outages[-1].recovered_at = 9.0
+    report.outages.extend([_stub_fault("stub killed", 5.0), _stub_fault("stub killed", 8.0)])
     report.outages.extend(_killed_at(20.0, 40.0))
-    assert not report.passed, "the stub fault hit the server the soak killed, not the drained one"
-    report.outages.append(Outage("stub stopped", "recommender", at=50.0, epoch=0.0, symptom="is not healthy"))
-    report.outages[-1].recovered_at = 54.0
-    assert report.passed and "222 exit code 1 at the drain (expected)\n    I1206" in report.text()
+    assert not report.passed, "the stub faults hit the server the soak killed, not the drained one"
+    report.outages.append(_stub_fault("stub stopped", 50.0))
+    assert report.stub_faults == 1 and report.versions_held == 2
+    assert not report.passed, "one version held more than the stub faults on the drained server"
+    report.outages.append(_stub_fault("stub killed", 60.0))
+    assert report.passed
+    ended = "222 exit code 1 at the drain (expected); model versions held at exit 2, stub faults on it 2"
+    assert f"{ended}\n    I1206" in report.text()
+    report.drained = False
+    assert not report.passed and "the drain was incomplete" in report.text(), "live versions counted too"
+    report.drained = True
+    report.exit_log = [line for line in report.exit_log if "live models" not in line]
+    assert not report.passed, "exit timeout without Triton's count of what it held"
+    report.exit_log = exit_lines(EXIT_TIMEOUT_LOG.replace("Found 2", "Found 0"))
+    assert not report.passed, "the exit timeout held by something else than model versions"
     report.exit_log = []
     assert not report.passed and "(UNEXPECTED)" in report.text(), "exit 1 without Triton's reason"
     report.exit_code, report.exit_log = -11, exit_lines(EXIT_TIMEOUT_LOG)
