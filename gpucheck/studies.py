@@ -178,14 +178,6 @@ def _stub_memory(context: Context, model: str) -> list[float] | None:
     return [listed[pid] for pid in context.session.stub_pids(model) if pid in listed]
 
 
-def _predicted_mib(spec: Any, precision: str) -> float | None:
-    try:
-        return graph_memory(spec).instance_bytes(precision) / MIB
-    except GraphMemoryError as error:
-        log.warning("no memory prediction for %s: %s", spec.name, error)
-        return None
-
-
 def memory(context: Context) -> dict[str, Any]:
     """Each latency model's stub memory after the largest batch, against torch's and ``make plan``'s."""
     context_mib = context_bytes(context.device) / MIB if context.on_gpu else None
@@ -193,7 +185,11 @@ def memory(context: Context) -> dict[str, Any]:
     for name in latency_group(context.grid):
         built = context.repository.models[name]
         raw = context.raw.get((built.model.base, built.model.precision))
-        predicted = _predicted_mib(built.model.spec, built.model.precision)
+        try:
+            predicted = graph_memory(built.model.spec).instance_bytes(built.model.precision) / MIB
+        except GraphMemoryError as error:
+            log.warning("no memory prediction for %s: %s", name, error)
+            predicted = None
         models[name] = {
             "precision": built.model.precision,
             "stub_mib": _stub_memory(context, name),
