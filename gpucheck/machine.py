@@ -90,7 +90,7 @@ def gpu_used_mib() -> float | None:
         return None
 
 
-def stub_libpython(carried: Path | None, workdir: Path) -> str:
+def stub_libpython(carried: Path, workdir: Path) -> str:
     """Make the stub find ``libpython3.X.so.1.0`` (a static Python has none) through this process's
     environment, which the server inherits: the loader's, this ``LIBDIR``'s or the carried one."""
     soname = f"libpython{sys.version_info.major}.{sys.version_info.minor}.so.1.0"
@@ -103,8 +103,8 @@ def stub_libpython(carried: Path | None, workdir: Path) -> str:
     if libdir and (Path(libdir) / soname).is_file():
         _use_libpython_in(libdir)
         return f"{soname} from {libdir} (this Python's LIBDIR), with PYTHONHOME={sys.base_prefix}"
-    packed = carried / f"{soname}.gz" if carried else None
-    if packed is not None and packed.is_file():
+    packed = carried / f"{soname}.gz"
+    if packed.is_file():
         workdir.mkdir(parents=True, exist_ok=True)
         with gzip.open(packed) as source, open(workdir / soname, "wb") as out:
             shutil.copyfileobj(source, out)

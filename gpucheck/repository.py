@@ -44,10 +44,6 @@ class CheckModel:
     precision: str
     instances: int = 1
 
-    @property
-    def name(self) -> str:
-        return self.spec.name
-
 
 @dataclass(frozen=True)
 class BuiltCheckModel:
@@ -61,20 +57,6 @@ class CheckRepository:
     device: str  # "gpu" (KIND_GPU on GPU 0) or "cpu" (KIND_CPU)
     models: dict[str, BuiltCheckModel]
     pipelines: dict[str, BuiltPipeline]
-
-    def names(self, *groups: str) -> list[str]:
-        """Every Triton model of the named check models and pipelines (a pipeline's stages first)."""
-        names: list[str] = []
-        for group in groups:
-            if group in self.pipelines:
-                names += [*self.pipelines[group].spec.stage_names, group]
-            else:
-                names.append(group)
-        return names
-
-
-def variant_name(base: str, precision: str) -> str:
-    return base if precision == "fp32" else f"{base}_{precision}"
 
 
 def _at_grid_batch(model: ModelSpec, grid: Grid, **changes: Any) -> ModelSpec:
@@ -164,9 +146,8 @@ def build(spec: Spec, grid: Grid, repository: Path, device: str) -> CheckReposit
     repository.mkdir(parents=True, exist_ok=True)
     built = {}
     for model in check_models(spec, grid):
-        log.info(
-            "building %s (%s, %d instance(s) on %s)", model.name, model.precision, model.instances, device
-        )
-        built[model.name] = build_check_model(model, repository, device)
+        name = model.spec.name
+        log.info("building %s (%s, %d instance(s) on %s)", name, model.precision, model.instances, device)
+        built[name] = build_check_model(model, repository, device)
     pipelines = build_pipelines(check_spec(spec, grid), repository, num_gpus=1 if device == "gpu" else 0)
     return CheckRepository(repository, device, built, {p.spec.name: p for p in pipelines})

@@ -64,7 +64,7 @@ class Recorder:
         return figures
 
 
-def check(out: Path, grid_name: str, spec_path: Path, carried: Path | None) -> int:
+def check(out: Path, grid_name: str, spec_path: Path, carried: Path) -> int:
     grid = GRIDS[grid_name]
     out.mkdir(parents=True, exist_ok=True)
     handlers: list[logging.Handler] = [logging.StreamHandler(sys.stdout), logging.FileHandler(out / LOG_NAME)]
@@ -78,7 +78,7 @@ def check(out: Path, grid_name: str, spec_path: Path, carried: Path | None) -> i
     on_gpu = device.type == "cuda"
     log.info("%s on %s: torch %s, Python %s", grid.name, facts.device, facts.torch, facts.python)
     spec = load_spec(spec_path)
-    models = {m.name: m for m in check_models(spec, grid)}
+    models = {m.spec.name: m for m in check_models(spec, grid)}
     raw: dict[tuple[str, str], Any] = {}
 
     def raw_step() -> dict[str, Any]:
@@ -88,9 +88,7 @@ def check(out: Path, grid_name: str, spec_path: Path, carried: Path | None) -> i
         return {"curves": sorted(f"{base} {precision}" for base, precision in raw)}
 
     def libpython_step() -> dict[str, Any]:
-        facts.libpython = machine.stub_libpython(
-            carried / "libpython" if carried else None, work / "libpython"
-        )
+        facts.libpython = machine.stub_libpython(carried / "libpython", work / "libpython")
         return {"libpython": facts.libpython}
 
     recorder.run("raw", raw_step)
@@ -150,10 +148,8 @@ def _studies(recorder: Recorder, context: studies.Context) -> None:
     batching = [studies.BATCHING_MODEL, f"{studies.BATCHING_MODEL}_dynamic"]
     recorder.run("batching", with_models(batching, studies.batching))
     recorder.run("instances", with_models(studies.instance_names(grid), studies.instances))
-    recorder.run(
-        "pipeline",
-        with_models([studies.INSTANCE_MODEL, *repository.names(*grid.pipelines)], studies.pipeline),
-    )
+    served = [name for p in grid.pipelines for name in (*repository.pipelines[p].spec.stage_names, p)]
+    recorder.run("pipeline", with_models([studies.INSTANCE_MODEL, *served], studies.pipeline))
     payload = [n for n, b in repository.models.items() if b.model.base == "trivial"]
     recorder.run("shared_memory", with_models(payload, studies.shared_memory))
 
@@ -167,4 +163,4 @@ def main(argv: list[str] | None = None) -> int:
         "--carried", type=Path, default=Path(".gpu-carry"), help="the carried folder (libpython)"
     )
     args = parser.parse_args(argv)
-    return check(args.out, args.grid, args.spec, args.carried if args.carried.is_dir() else None)
+    return check(args.out, args.grid, args.spec, args.carried)

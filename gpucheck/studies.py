@@ -20,14 +20,14 @@ import tritonclient.utils.shared_memory as system_shm
 
 from client import shm
 from client.infer import make_inputs, timed_calls
-from client.stats import ModelStats, model_stats
+from client.stats import model_stats
 from exporters.artifacts.parity import check_outputs
 from exporters.sources.inputs import draw_inputs
 from exporters.sources.load import build_torch_model
 from gpucheck import machine
 from gpucheck.grid import Grid
 from gpucheck.raw import RawCurve
-from gpucheck.repository import BATCHING_MODEL, INSTANCE_MODEL, CheckRepository, variant_name
+from gpucheck.repository import BATCHING_MODEL, INSTANCE_MODEL, CheckRepository
 from perf.measure.engine import MeasureSettings
 from perf.measure.loads import closed_loop
 from perf.measure.measurement import measure
@@ -85,15 +85,6 @@ class Session:
         assert self.server.pid is not None
         return [s.pid for s in server_stubs(self.server.pid) if s.alive and s.model == model]
 
-    def stats(self, model: str) -> ModelStats:
-        return model_stats(self.grpc, "grpc", model)
-
-    def infer(
-        self, model: str, arrays: dict[str, np.ndarray], outputs: Sequence[str]
-    ) -> dict[str, np.ndarray]:
-        result = self.grpc.infer(model, make_inputs(grpcclient, arrays))
-        return {name: result.as_numpy(name) for name in outputs}
-
     def timed(self, model: str, arrays: dict[str, np.ndarray], count: int, warmup: int = 2) -> list[float]:
         """Client milliseconds of ``count`` requests, one in flight, after ``warmup``."""
         inputs = make_inputs(grpcclient, arrays)
@@ -123,7 +114,8 @@ def _named_inputs(spec: Any, rows: int, seed: int) -> dict[str, np.ndarray]:
 
 
 def latency_group(grid: Grid) -> list[str]:
-    return [variant_name(base, precision) for base, precision in grid.latency_models]
+    """The latency models' names, as ``perf.plan.profile.precision_variant`` names a variant."""
+    return [base if precision == "fp32" else f"{base}_{precision}" for base, precision in grid.latency_models]
 
 
 def latency(context: Context) -> dict[str, Any]:
@@ -137,9 +129,9 @@ def latency(context: Context) -> dict[str, Any]:
         points = {}
         for batch in grid.batches:
             arrays = _named_inputs(spec, batch, SEED)
-            before = session.stats(name)
+            before = model_stats(session.grpc, "grpc", name)
             times = session.timed(name, arrays, grid.requests_per_batch)
-            compute = (session.stats(name) - before).compute_ms_at(batch)
+            compute = (model_stats(session.grpc, "grpc", name) - before).compute_ms_at(batch)
             points[batch] = {
                 "client_ms": statistics.median(times),
                 "client_p90_ms": float(np.percentile(times, 90)),
@@ -166,7 +158,7 @@ def parity(context: Context) -> dict[str, Any]:
         reference = build_torch_model(spec).eval()
         named = _named_inputs(spec, min(PARITY_ROWS, spec.max_batch_size), SEED + 1)
         output = spec.outputs[0].name
-        served = context.session.infer(name, named, [output])[output]
+        served = context.session.grpc.infer(name, make_inputs(grpcclient, named)).as_numpy(output)
         with torch.inference_mode():
             expected = reference(*(torch.from_numpy(a).float() if a.dtype.kind == "f" else torch.from_numpy(a)
                                    for a in named.values())).numpy()  # fmt: skip
@@ -186,14 +178,6 @@ def _stub_memory(context: Context, model: str) -> list[float] | None:
     return [listed[pid] for pid in context.session.stub_pids(model) if pid in listed]
 
 
-def _predicted_mib(spec: Any, precision: str) -> float | None:
-    try:
-        return graph_memory(spec).instance_bytes(precision) / MIB
-    except GraphMemoryError as error:
-        log.warning("no memory prediction for %s: %s", spec.name, error)
-        return None
-
-
 def memory(context: Context) -> dict[str, Any]:
     """Each latency model's stub memory after the largest batch, against torch's and ``make plan``'s."""
     context_mib = context_bytes(context.device) / MIB if context.on_gpu else None
@@ -201,7 +185,11 @@ def memory(context: Context) -> dict[str, Any]:
     for name in latency_group(context.grid):
         built = context.repository.models[name]
         raw = context.raw.get((built.model.base, built.model.precision))
-        predicted = _predicted_mib(built.model.spec, built.model.precision)
+        try:
+            predicted = graph_memory(built.model.spec).instance_bytes(built.model.precision) / MIB
+        except GraphMemoryError as error:
+            log.warning("no memory prediction for %s: %s", name, error)
+            predicted = None
         models[name] = {
             "precision": built.model.precision,
             "stub_mib": _stub_memory(context, name),

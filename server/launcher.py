@@ -213,12 +213,10 @@ class TritonServer:
         self.triton_http_url = f"{'127.0.0.1' if options.http_front else host}:{self.triton_http_port}"
         self.triton_grpc_url = f"{'127.0.0.1' if options.grpc_front else host}:{self.triton_grpc_port}"
 
-    def _lost_picked_ports(self, error: ServerError, restart: bool) -> set[int]:
-        """The OS-picked ports of a first start that another process bound first, as the port check or a
-        log names them (anywhere in it: Triton's may be far above its tail); new ports cure that. A
-        port the user gave or a port base holds, and a restart's, are never among them."""
-        if restart:
-            return set()
+    def _lost_picked_ports(self, error: ServerError) -> set[int]:
+        """The OS-picked ports another process bound first, as the port check or a log names them
+        (anywhere in it: Triton's may be far above its tail); new ports cure that. A port the user gave
+        or a port base holds is never among them."""
         texts = [str(error)]
         for path in [self.log_path, *map(self._front_log, self.fronts)]:
             with contextlib.suppress(OSError):
@@ -299,7 +297,7 @@ class TritonServer:
             except ServerError as error:
                 returncode = self.process.poll() if self.process is not None else None
                 starved = starved_stub_abort(returncode, self.log_tail())
-                lost = self._lost_picked_ports(error, restart)
+                lost = set() if restart else self._lost_picked_ports(error)  # a restart keeps its ports
                 (self.reap if restart else self.stop)()
                 if not (starved or lost) or attempt == START_ATTEMPTS:
                     raise
@@ -487,17 +485,15 @@ class TritonServer:
                     front_log = self._front_log(front)
                     text = front_log.read_text(errors="replace")
                     raise ServerError(f"{front_log.stem} exited with {front.returncode}:\n{text[-2000:]}")
-            if not self.grpc_front_listens():
-                time.sleep(0.25)
-                continue
-            ready = self.is_ready() and self.process is not None and self.process.poll() is None
-            ready = ready and self._ports_held()  # not another process's answer on a picked port
-            failed = self._settled_failures()
-            if ready or failed:
-                self.failed_models = self._load_starved_again(failed or {})
-                if self.failed_models:
-                    log.error("%s", self.describe_failures())
-                return
+            if self.grpc_front_listens():
+                ready = self.is_ready() and self.process is not None and self.process.poll() is None
+                ready = ready and self._ports_held()  # not another process's answer on a picked port
+                failed = self._settled_failures()
+                if ready or failed:
+                    self.failed_models = self._load_starved_again(failed or {})
+                    if self.failed_models:
+                        log.error("%s", self.describe_failures())
+                    return
             time.sleep(0.25)
         raise ServerError(
             f"tritonserver not ready after {self.options.startup_timeout_s:.0f}s; log:\n{self.log_tail()}"

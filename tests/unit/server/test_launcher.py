@@ -211,7 +211,7 @@ def test_a_port_lost_is_read_from_the_whole_log_not_only_the_tail_in_the_error(t
         )
         error = ServerError(f"tritonserver exited with 1; log:\n{server.log_tail()}")
         expected = set() if grpc_given else {server.grpc_port}
-        assert server._lost_picked_ports(error, restart=False) == expected
+        assert server._lost_picked_ports(error) == expected
         server.terminate()
 
 
