@@ -138,35 +138,34 @@ def deadline_refusal(model: str, deadline_s: float) -> RequestRefusedError:
 
 class QueueOrder:
     """The order requests join each model's queue in Triton, which takes them first in, first out: a
-    request cancelled there, whose answer never comes, is behind Triton (dropped, or in the batch it ran)
-    once Triton answers one that joined after it. Until then its slot stays held (fault matrix row 78)."""
+    request cancelled there, whose answer never comes, is behind Triton (dropped, or in a batch it ran)
+    once Triton has run one that joined after it. Until then its slot stays held (fault matrix row 78)."""
 
     def __init__(self) -> None:
         self.joins: Counter[str] = Counter()
-        self.cancelled: dict[str, dict[int, asyncio.Future]] = {}
+        self.cancelled: dict[asyncio.Future, tuple[str, int]] = {}  # (model, place) each waits to pass
 
     def joined(self, model: str) -> int:
         """A request forwarded to ``model``: its place in the model's order."""
         self.joins[model] += 1
         return self.joins[model]
 
-    def answered(self, model: str, place: int) -> None:
-        """Triton answered ``model``'s request at ``place``: those cancelled before it are passed."""
-        waiting = self.cancelled.get(model, {})
-        for earlier in [cancelled for cancelled in waiting if cancelled < place]:
-            waiting.pop(earlier).set_result(None)
+    def ran(self, model: str, place: int) -> None:
+        """Triton answered ``model``'s request at ``place`` with its outputs: those cancelled before it
+        are passed (an error may come before the queue, so it passes none)."""
+        for passed, (waiting, waiting_place) in list(self.cancelled.items()):
+            if waiting == model and waiting_place < place:
+                del self.cancelled[passed]
+                passed.set_result(None)
 
     async def passed(self, model: str, place: int) -> None:
         """Wait until Triton has passed ``model``'s cancelled request at ``place``."""
         passed = asyncio.get_running_loop().create_future()
-        waiting = self.cancelled.setdefault(model, {})
-        waiting[place] = passed
+        self.cancelled[passed] = (model, place)
         try:
             await passed
         finally:
-            waiting.pop(place, None)
-            if not waiting:
-                self.cancelled.pop(model, None)
+            self.cancelled.pop(passed, None)
 
 
 class Deadlines:
@@ -243,8 +242,8 @@ class Deadlines:
                         exchange.cancel()
                     raise
                 finally:
-                    if exchange.done() and not exchange.cancelled():
-                        self.queues.answered(model, place)
+                    if exchange.done() and not exchange.cancelled() and exchange.exception() is None:
+                        self.queues.ran(model, place)
         except TimeoutError:
             if scope.expired():
                 raise deadline_refusal(model, deadline_s) from None

@@ -450,7 +450,7 @@ def test_calls_cancelled_once_forwarded_are_cancelled_on_triton(stream_reset_ser
     second each) and cancels all but the first (``RST_STREAM`` ``CANCEL``) once Triton has some of them
     waiting. The front passes the cancel on, so Triton drops what it has not begun: it runs at most a few
     of the 31 (before: all 31, a second each, for a client gone). The slots stay held until Triton has
-    passed the calls, here until it answers a call sent after them from another connection; then the
+    passed the calls, here until it runs a call sent after them from another connection; then the
     first connection's next call is answered right and Triton has nothing of ``slow`` waiting."""
     share, metrics = SlotLimits().per_connection, stream_reset_server.metrics_url
     url = stream_reset_server.grpc_url
